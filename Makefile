@@ -1,0 +1,39 @@
+# Decision Index runner. `make run` and `make test` install what they need first.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+DATA   ?= ../shared/data
+CACHE  ?= .dxi-cache
+OUT    ?= out
+MODEL  ?= embedded:sparrow-nano-general-v1.1
+
+.PHONY: install run smoke score test lint clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+# The whole Decision Index on the embedded decision model (no key, no network).
+run: install
+	$(BIN)/dxi run --model $(MODEL) --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)
+
+# Five tasks of each evaluation, for a quick check.
+smoke: install
+	$(BIN)/dxi run --model $(MODEL) --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)/smoke --limit 5
+
+# Rescore every model in the cache, without the network.
+score: install
+	$(BIN)/dxi score --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)
+
+test: install
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) $(CACHE) $(OUT) .pytest_cache

@@ -1,0 +1,51 @@
+"""Adapters: one module per wire format behind one interface (``adapters.base.Adapter``).
+
+``get("embedded:sparrow-nano-general-v1.1")`` parses a model string ``ADAPTER:MODEL[@BASE_URL]`` and
+returns the adapter, importing its module only then. An unknown adapter name fails with the list of
+known ones.
+"""
+from __future__ import annotations
+
+import importlib
+
+from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
+from .errors import AdapterError, Fatal, MalformedReply, RateLimited, Retryable, Transient
+
+__all__ = ["Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelSpec", "RateLimited",
+           "Reply", "Request", "Retryable", "Transient", "get", "parse_model", "KINDS"]
+
+# adapter name -> "module:Class", imported on first use
+KINDS: dict[str, str] = {
+    "embedded": "adapters.embedded:Embedded",
+    "systemone": "adapters.systemone:SystemOne",
+}
+
+
+def parse_model(text: str) -> ModelSpec:
+    """Parse ``ADAPTER:MODEL[@BASE_URL]`` (``systemone:http://host:port`` leaves the model to the server).
+
+    Raises ValueError naming the string and the known adapters when it cannot be parsed.
+    """
+    kind, sep, rest = text.partition(":")
+    kind = kind.strip()
+    if kind not in KINDS:
+        raise ValueError(f"unknown adapter {kind!r} in model {text!r}; known adapters: {', '.join(KINDS)} "
+                         f"(write ADAPTER:MODEL[@BASE_URL], e.g. embedded:sparrow-nano-general-v1.1)")
+    rest = rest.strip() if sep else ""
+    model, base_url = rest, None
+    if rest.startswith(("http://", "https://")):
+        model, base_url = "", rest
+    else:
+        for scheme in ("@http://", "@https://"):
+            if scheme in rest:
+                model, _, tail = rest.partition(scheme)
+                base_url = scheme[1:] + tail
+                break
+    return ModelSpec(kind, model or None, base_url)
+
+
+def get(text: str | ModelSpec, limits: Limits | None = None) -> Adapter:
+    """The adapter for a model string (or parsed spec), with its default limits unless ``limits`` is given."""
+    spec = parse_model(text) if isinstance(text, str) else text
+    module, _, cls = KINDS[spec.kind].partition(":")
+    return getattr(importlib.import_module(module), cls)(spec, limits)

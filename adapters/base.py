@@ -1,0 +1,178 @@
+"""What every adapter shares: the request record and its cache key, limits, parsed replies, the interface."""
+from __future__ import annotations
+
+import abc
+import hashlib
+from dataclasses import dataclass, field
+
+import orjson
+
+from evals import PROMPT_VERSION, Task
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request, encoded before any I/O.
+
+    ``body`` is the exact bytes sent (built deterministically; keys never sorted, since option order
+    is meaningful). ``params`` is the canonical JSON of the sampling parameters ("{}" for none).
+    ``sample`` is the epoch index. Secrets never appear here: adapters add them as headers in ``send``.
+    """
+
+    provider: str
+    model: str
+    endpoint: str
+    body: bytes
+    sample: int = 0
+    params: str = "{}"
+    prompt_version: str = PROMPT_VERSION
+
+    @property
+    def key(self) -> str:
+        """The cache key: sha256 (hex) of provider, model, endpoint, sample, prompt version, sampling
+        parameters and the body bytes."""
+        head = "\0".join((self.provider, self.model, self.endpoint, str(self.sample), self.prompt_version,
+                          self.params)).encode()
+        return hashlib.sha256(head + b"\0" + self.body).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-provider limits and retry budget.
+
+    ``rpm``: requests per minute (None: unlimited); ``tpm``: tokens per minute (None: unlimited);
+    ``max_in_flight``: concurrent requests; ``attempt_timeout_s``: seconds to wait for one reply;
+    ``max_attempts``: attempts per request including the first; ``backoff_s``: the first backoff wait
+    (doubling, plus up to ``backoff_s`` of jitter); ``max_wait_s``: cap on one wait, Retry-After included.
+    """
+
+    rpm: float | None = None
+    tpm: int | None = None
+    max_in_flight: int = 16
+    attempt_timeout_s: float = 120.0
+    max_attempts: int = 6
+    backoff_s: float = 1.0
+    max_wait_s: float = 60.0
+
+
+OK, INVALID = "ok", "invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One question's parsed answer.
+
+    ``status`` is "ok" or "invalid" (then ``predicted`` is None and ``error`` says why). ``predicted`` is an
+    option id or "yes"/"no"; ``p_predicted`` its probability; ``p_yes`` P(yes) for yes/no questions;
+    ``probabilities`` every option's probability as returned (decision models; empty otherwise);
+    ``warning`` notes an accepted oddity (e.g. the returned choice was not the most probable).
+    """
+
+    question_id: str
+    status: str
+    predicted: str | None = None
+    p_predicted: float | None = None
+    p_yes: float | None = None
+    probabilities: tuple[tuple[str, float], ...] = ()
+    error: str | None = None
+    warning: str | None = None
+
+    @classmethod
+    def invalid(cls, question_id: str, error: str) -> Answer:
+        return cls(question_id, INVALID, error=error)
+
+    def as_row(self) -> dict:
+        """The cache's per-question struct."""
+        return {"question_id": self.question_id, "status": self.status, "predicted": self.predicted,
+                "p_predicted": self.p_predicted, "p_yes": self.p_yes,
+                "probabilities": [{"option": o, "p": p} for o, p in self.probabilities],
+                "error": self.error, "warning": self.warning}
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A decoded reply: one Answer per question of the task, in task order, plus usage."""
+
+    answers: tuple[Answer, ...]
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    served_model: str | None = None
+
+    @property
+    def status(self) -> str:
+        """"ok" when every answer is valid, else "invalid"."""
+        return OK if all(a.status == OK for a in self.answers) else INVALID
+
+    @property
+    def error(self) -> str | None:
+        """The invalid answers' reasons, joined; None when all are valid."""
+        errors = [f"{a.question_id}: {a.error}" for a in self.answers if a.status != OK]
+        return "; ".join(errors) or None
+
+
+@dataclass
+class ModelSpec:
+    """A parsed model string ``ADAPTER:MODEL[@BASE_URL]``; ``model`` may be None where the server names it."""
+
+    kind: str
+    model: str | None
+    base_url: str | None = None
+    params: dict = field(default_factory=dict)
+
+
+class Adapter(abc.ABC):
+    """One wire format. ``encode`` and ``decode`` are pure; ``send`` does the I/O and raises the errors of
+    ``adapters.errors``. ``start`` runs once before the first request (open sessions, learn the served
+    model's name) and ``close`` once after the last.
+
+    ``kind``: the adapter name in model strings; ``provider``: the key of the rate limits this adapter's
+    requests share (e.g. one per base URL); ``model``: the model's name, part of every cache key.
+    """
+
+    kind: str = ""
+    endpoint: str = ""
+
+    def __init__(self, spec: ModelSpec, limits: Limits | None = None):
+        self.spec = spec
+        self.model: str = spec.model or ""
+        self.limits = limits or self.default_limits()
+        self.params: dict = dict(spec.params)
+
+    @classmethod
+    def default_limits(cls) -> Limits:
+        return Limits()
+
+    @property
+    def label(self) -> str:
+        """The model's name in reports: ``kind:model``."""
+        return f"{self.kind}:{self.model}"
+
+    @property
+    def provider(self) -> str:
+        return f"{self.kind}@{self.spec.base_url or 'default'}"
+
+    @property
+    def params_key(self) -> str:
+        """Canonical JSON (sorted keys) of the sampling parameters; "{}" when there are none."""
+        return orjson.dumps(self.params, option=orjson.OPT_SORT_KEYS).decode()
+
+    async def start(self) -> None:
+        """Prepare for sending; raises Fatal when the model cannot be used (unknown, unreachable)."""
+        return None
+
+    async def close(self) -> None:
+        """Release sessions and threads."""
+        return None
+
+    @abc.abstractmethod
+    def encode(self, task: Task, sample: int = 0) -> Request:
+        """The request for one task and epoch; pure: the same task gives the same bytes."""
+
+    @abc.abstractmethod
+    async def send(self, request: Request) -> bytes:
+        """Send one request and return the raw reply body; raises RateLimited, Transient or Fatal."""
+
+    @abc.abstractmethod
+    def decode(self, task: Task, body: bytes) -> Reply:
+        """Parse a reply body into one Answer per question; raises MalformedReply when the body is not
+        the wire format. Problems with single answers are recorded as invalid answers, not raised."""

@@ -1,0 +1,132 @@
+"""System One decision models: ``POST {base_url}/v1/systemone`` (Strands Decider, sparrow-decider serve,
+LiteLLM proxy). Wire format: ``shared/PROTOCOLS.md`` §A.
+
+Request: ``{"model", "state", "questions": {question_id: question}}``; a choice question is
+``{"type": "choice", "instructions", "criteria": {option_id: option_text}}`` (ordered as the options), a
+yes/no question ``{"type": "noul", "instructions"}``. Reply: ``{"model", "answers": {question_id:
+answer}, "usage", "latency_ms"}`` with ``{"type": "choice", "choice", "probabilities": {option: p}}`` or
+``{"type": "noul", "noul": P(yes)}``.
+
+Model strings: ``systemone:http://127.0.0.1:8000`` (the server's reported name identifies the model),
+``systemone:NAME@http://host:port`` or ``systemone:NAME`` (default URL http://127.0.0.1:8000). The
+environment variable ``SYSTEMONE_API_KEY``, when set, is sent as a Bearer token (LiteLLM).
+"""
+from __future__ import annotations
+
+import os
+
+import aiohttp
+import orjson
+
+from evals import CHOICE, Task
+
+from . import http
+from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
+from .decision import choice_answer, yes_no_answer
+from .errors import Fatal, MalformedReply
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+ENDPOINT = "/v1/systemone"
+API_KEY_ENV = "SYSTEMONE_API_KEY"
+
+
+def encode_body(task: Task, model: str) -> bytes:
+    """The System One request body for ``task``: options become ordered ``criteria``."""
+    questions = {}
+    for q in task.questions:
+        if q.kind == CHOICE:
+            questions[q.id] = {"type": "choice", "instructions": q.text,
+                               "criteria": {o.id: o.text for o in q.options}}
+        else:
+            questions[q.id] = {"type": "noul", "instructions": q.text}
+    return orjson.dumps({"model": model, "state": task.state, "questions": questions})
+
+
+def _text(body: bytes) -> str:
+    return body[:2000].decode("utf-8", "replace")
+
+
+def decode_body(task: Task, body: bytes) -> Reply:
+    """Parse a System One reply; raises MalformedReply when it is not a JSON object with ``answers``.
+    A missing or malformed answer to one question makes that answer invalid, with the reason."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedReply(f"reply is not JSON ({exc})", _text(body)) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("answers"), dict):
+        raise MalformedReply("reply has no 'answers' object", _text(body))
+    answers = doc["answers"]
+    parsed = []
+    for q in task.questions:
+        a = answers.get(q.id)
+        want = "choice" if q.kind == CHOICE else "noul"
+        if not isinstance(a, dict):
+            parsed.append(Answer.invalid(q.id, "no answer for this question"))
+        elif a.get("type", want) != want:
+            parsed.append(Answer.invalid(q.id, f"answer type {a.get('type')!r}, expected {want!r}"))
+        elif q.kind == CHOICE:
+            parsed.append(choice_answer(q, a.get("probabilities"), a.get("choice")))
+        else:
+            parsed.append(yes_no_answer(q, a.get("noul")))
+    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    tokens = [v if isinstance(v, int) and not isinstance(v, bool) else None
+              for v in (usage.get("input_tokens"), usage.get("output_tokens"))]
+    served = doc.get("model") if isinstance(doc.get("model"), str) else None
+    return Reply(tuple(parsed), tokens[0], tokens[1], served)
+
+
+class SystemOne(Adapter):
+    """A System One server over aiohttp. ``start`` learns the model name from ``GET /health`` when the
+    model string names none, and fails with a clear message when the server cannot be reached."""
+
+    kind = "systemone"
+    endpoint = ENDPOINT
+
+    def __init__(self, spec: ModelSpec, limits: Limits | None = None):
+        super().__init__(spec, limits)
+        base = (spec.base_url or DEFAULT_URL).rstrip("/")
+        self.base_url = base.removesuffix(ENDPOINT)
+        self._session: aiohttp.ClientSession | None = None
+        key = os.environ.get(API_KEY_ENV)
+        self._headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+
+    @property
+    def provider(self) -> str:
+        return f"{self.kind}@{self.base_url}"
+
+    async def start(self) -> None:
+        self._session = http.session(self.limits.max_in_flight, self.limits.attempt_timeout_s)
+        if self.model:
+            return
+        url = f"{self.base_url}/health"
+        try:
+            async with self._session.get(url, headers=self._headers) as resp:
+                doc = orjson.loads(await resp.read()) if resp.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            await self.close()
+            raise Fatal(f"cannot reach the System One server at {self.base_url} ({type(exc).__name__}: {exc}); "
+                        f"is it running? e.g. sparrow-decider serve --port 8000") from None
+        except orjson.JSONDecodeError:
+            doc = None
+        name = doc.get("model") if isinstance(doc, dict) else None
+        if not isinstance(name, str) or not name:
+            await self.close()
+            raise Fatal(f"{url} did not report a model name; name the model in the model string: "
+                        f"systemone:NAME@{self.base_url}")
+        self.model = name
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def encode(self, task: Task, sample: int = 0) -> Request:
+        return Request(self.kind, self.model, self.endpoint, encode_body(task, self.model), sample, self.params_key)
+
+    async def send(self, request: Request) -> bytes:
+        if self._session is None:
+            raise RuntimeError("SystemOne.send() before start()")
+        return await http.post(self._session, self.base_url + self.endpoint, request.body, self._headers, self.label)
+
+    def decode(self, task: Task, body: bytes) -> Reply:
+        return decode_body(task, body)

@@ -1,0 +1,53 @@
+"""The cache row: one per request outcome (a reply, or a final failure). Parquet columns only, no pickle.
+
+Row status: ``ok`` (every answer valid), ``invalid`` (a reply arrived; at least one answer invalid, see
+``answers[].error``), ``failed`` (no usable reply: ``error_kind`` is ``transient`` after the retry
+budget, or ``fatal`` for a deterministic 4xx-class failure). ``created_at`` is Unix time in seconds;
+where a key has several rows the newest wins.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+OK, INVALID, FAILED = "ok", "invalid", "failed"
+TRANSIENT, FATAL = "transient", "fatal"
+
+PROBABILITY = pa.struct([("option", pa.string()), ("p", pa.float64())])
+ANSWER = pa.struct([
+    ("question_id", pa.string()),
+    ("status", pa.string()),
+    ("predicted", pa.string()),
+    ("p_predicted", pa.float64()),
+    ("p_yes", pa.float64()),
+    ("probabilities", pa.list_(PROBABILITY)),
+    ("error", pa.string()),
+    ("warning", pa.string()),
+])
+
+SCHEMA = pa.schema([
+    ("key", pa.string()),             # sha256 hex of the canonical request (adapters.base.Request.key)
+    ("provider", pa.string()),        # adapter kind: "embedded", "systemone", ...
+    ("model", pa.string()),
+    ("endpoint", pa.string()),
+    ("params", pa.string()),          # canonical JSON of sampling parameters
+    ("sample", pa.int32()),           # epoch index
+    ("prompt_version", pa.string()),
+    ("eval", pa.string()),
+    ("task_id", pa.string()),
+    ("task_digest", pa.string()),     # evals.Task.digest
+    ("request_body", pa.string()),    # the exact bytes sent (UTF-8 JSON)
+    ("status", pa.string()),          # ok | invalid | failed
+    ("error", pa.string()),
+    ("error_kind", pa.string()),      # transient | fatal (failed rows only)
+    ("http_status", pa.int32()),
+    ("attempts", pa.int32()),
+    ("raw_reply", pa.string()),
+    ("served_model", pa.string()),
+    ("input_tokens", pa.int64()),
+    ("output_tokens", pa.int64()),
+    ("latency_ms", pa.float64()),     # of the final attempt
+    ("created_at", pa.float64()),     # Unix seconds
+    ("answers", pa.list_(ANSWER)),
+])
+COLUMNS = tuple(SCHEMA.names)
+INDEX_COLUMNS = ["key", "status", "error_kind", "created_at"]

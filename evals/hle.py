@@ -1,0 +1,97 @@
+"""HLE-MultiChoice: reasoning.
+
+Source: Humanity's Last Exam (Phan et al. 2025, arXiv:2501.14249), Hugging Face ``cais/hle``, test
+split, 2,500 rows, MIT, gated. The Decision Index keeps the text-only multiple-choice questions
+(``answer_type == "multipleChoice"`` and no image): 513 rows. Each is one choice among its lettered
+answers in their original order; metric: exact match on the letter.
+
+Two row shapes are read (JSONL, JSON list or Parquet):
+
+* the original ``cais/hle`` row: ``id``, ``question`` (body, then an "Answer Choices:" block of lines
+  ``A. text``), ``answer`` (letter), ``answer_type``, ``image`` (empty when none), ``category``;
+  rows that are not text-only multipleChoice are skipped;
+* the pre-split row of ``shared/data/hle/hle_mcqa.json``: ``id``, ``question`` (body only),
+  ``choices`` (list of ``[letter, text]``), ``answer``, ``category``.
+
+Option ids are HLE's own letters (A-Z; 5 to 26 options here). Choice parsing accepts a new choice only
+at the next expected letter at the start of a line, so a line starting "I think..." or a gold "I" is
+never mistaken for a letter.
+"""
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterator
+from pathlib import Path
+
+from .rows import DatasetError, field, read_rows
+from .task import CHOICE, Option, Question, Task
+
+NAME = "hle_multichoice"
+QUESTION = "Which answer choice is correct?"
+PATTERNS = ("hle/*.json", "hle/*.jsonl", "hle/*.parquet", "hle*.json", "hle*.jsonl", "hle*.parquet")
+_MARKER = re.compile(r"answer choices\s*:", re.IGNORECASE)
+_CHOICE_LINE = re.compile(r"\s*([A-Z])\s*[.):]\s?(.*)", re.DOTALL)
+
+
+def split_choices(path: Path, n: int, text: str) -> tuple[str, list[tuple[str, str]]]:
+    """Split an original HLE question into ``(body, [(letter, text), ...])``.
+
+    Raises DatasetError (field ``question``) when there is no "Answer Choices:" block, when it does not
+    start at "A", or when fewer than two choices are found.
+    """
+    marks = list(_MARKER.finditer(text))
+    if not marks:
+        raise DatasetError(path, n, "question", "multipleChoice question without an 'Answer Choices:' block")
+    body, block = text[: marks[-1].start()].strip(), text[marks[-1].end():]
+    choices: list[list[str]] = []
+    for line in block.splitlines():
+        m = _CHOICE_LINE.fullmatch(line)
+        expected = string.ascii_uppercase[len(choices)] if len(choices) < 26 else None
+        if m and m.group(1) == expected:
+            choices.append([m.group(1), m.group(2).strip()])
+        elif choices:
+            choices[-1][1] = (choices[-1][1] + "\n" + line).strip()
+        elif line.strip():
+            raise DatasetError(path, n, "question", f"text before choice 'A' in the Answer Choices block: {line[:60]!r}")
+    if len(choices) < 2:
+        raise DatasetError(path, n, "question", f"found {len(choices)} lettered choice(s); expected at least 2")
+    return body, [(letter, choice) for letter, choice in choices]
+
+
+def record_to_task(path: Path, n: int, row: dict) -> Task | None:
+    """One row (either shape) -> Task, or None for rows outside the text-only multipleChoice subset."""
+    rid = field(path, n, row, "id", (str, int))
+    text = field(path, n, row, "question", str)
+    if "choices" in row:
+        raw = field(path, n, row, "choices", list)
+        choices = []
+        for i, c in enumerate(raw):
+            if not (isinstance(c, (list, tuple)) and len(c) == 2 and all(isinstance(x, str) for x in c)):
+                raise DatasetError(path, n, f"choices[{i}]", "expected [letter, text]")
+            choices.append((c[0], c[1]))
+        body = text.strip()
+    else:
+        if field(path, n, row, "answer_type", str) != "multipleChoice" or row.get("image"):
+            return None
+        body, choices = split_choices(path, n, text)
+    letters = [c[0] for c in choices]
+    if len(set(letters)) != len(letters) or len(letters) < 2:
+        raise DatasetError(path, n, "choices", f"expected at least 2 distinct letters, got {letters}")
+    gold = field(path, n, row, "answer", str).strip()
+    if gold not in letters:
+        raise DatasetError(path, n, "answer", f"{gold!r} is not one of the choice letters {''.join(letters)}")
+    return Task(
+        id=f"{NAME}/{rid}", eval=NAME, state=body,
+        questions=(Question("answer", CHOICE, QUESTION, tuple(Option(a, t) for a, t in choices)),),
+        gold={"answer": gold},
+        meta={"category": field(path, n, row, "category", str, optional=True)},
+    )
+
+
+def load(path: Path) -> Iterator[Task]:
+    """Yield the text-only multipleChoice tasks of ``path``."""
+    for n, row in read_rows(path):
+        task = record_to_task(path, n, row)
+        if task is not None:
+            yield task

@@ -1,0 +1,53 @@
+"""AA-Omniscience-Decision: knowledge and hallucination.
+
+Source: Artificial Analysis Decision Index methodology (``shared/seed``): 500 *private* AA-Omniscience
+questions, each a choice among five options, four answers (one correct) and "I don't know". Metrics:
+accuracy and non-hallucination rate, 12.5% of the index each.
+
+The published set is not distributed. This loader reads any JSONL file of the same shape, one object a
+line: ``question_id`` (str), ``domain`` (str), ``topic`` (str), ``question`` (str), ``answers`` (list of
+4 str), ``correct_index`` (int, 0-based). The copy in ``shared/data/omniscience-standin`` is a stand-in
+built from TruthfulQA (Apache-2.0, 500 rows): results on it are not comparable to published numbers,
+and every report says so.
+
+Options: ``A``-``D`` are the four answers in file order, ``E`` is "I don't know".
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from .rows import DatasetError, field, read_rows
+from .task import CHOICE, Option, Question, Task
+
+NAME = "aa_omniscience_decision"
+IDK = "E"
+IDK_TEXT = "I don't know"
+QUESTION = "Which answer to the question is correct? If you do not know, choose \"I don't know\"."
+PATTERNS = ("omniscience*/*.jsonl", "*omniscience*.jsonl", "aa_omniscience*/*.jsonl")
+
+
+def record_to_task(path: Path, n: int, row: dict) -> Task:
+    """One JSONL row -> Task; raises DatasetError naming file, row and field."""
+    qid = field(path, n, row, "question_id", (str, int))
+    question = field(path, n, row, "question", str)
+    answers = field(path, n, row, "answers", list)
+    if len(answers) != 4 or not all(isinstance(a, str) for a in answers):
+        raise DatasetError(path, n, "answers", f"expected a list of 4 strings, got {len(answers)} items")
+    correct = field(path, n, row, "correct_index", int)
+    if not 0 <= correct < 4:
+        raise DatasetError(path, n, "correct_index", f"expected 0-3, got {correct}")
+    options = tuple(Option(letter, text) for letter, text in zip("ABCD", answers, strict=True)) + (Option(IDK, IDK_TEXT),)
+    return Task(
+        id=f"{NAME}/{qid}", eval=NAME, state=question,
+        questions=(Question("answer", CHOICE, QUESTION, options),),
+        gold={"answer": "ABCD"[correct]},
+        meta={"domain": field(path, n, row, "domain", str, optional=True),
+              "topic": field(path, n, row, "topic", str, optional=True)},
+    )
+
+
+def load(path: Path) -> Iterator[Task]:
+    """Yield one Task per row of ``path`` (JSONL)."""
+    for n, row in read_rows(path):
+        yield record_to_task(path, n, row)

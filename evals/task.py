@@ -1,0 +1,70 @@
+"""The task model shared by every stage (SPEC §3).
+
+A *task* is a state (the text to decide about) plus one or more *questions*, all answered in one
+call. A question is a ``choice`` among named options or a ``yes_no`` question. Records are frozen and
+slotted; they are built by the loaders in ``evals/`` and never mutated afterwards.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import orjson
+
+CHOICE = "choice"
+YES_NO = "yes_no"
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option of a choice question: ``id`` is what the model picks ("A", "B", ...)."""
+
+    id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A question about a task's state.
+
+    ``kind`` is ``"choice"`` (``options`` holds 2-255 options, order meaningful) or ``"yes_no"``
+    (``options`` is empty; the answer is "yes" or "no").
+    """
+
+    id: str
+    kind: str
+    text: str
+    options: tuple[Option, ...] = ()
+
+    @property
+    def answer_ids(self) -> tuple[str, ...]:
+        """The allowed answers: the option ids, or ("yes", "no")."""
+        return tuple(o.id for o in self.options) if self.kind == CHOICE else ("yes", "no")
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One task of one evaluation.
+
+    ``id`` is stable and namespaced by evaluation (``when2call/<uuid>``); ``gold`` maps question id
+    to the gold answer (an option id, or "yes"/"no"); ``meta`` holds per-task facts used by reports and
+    scoring but never sent to a model (When2Call's option-to-category map, HLE's category, ...).
+    """
+
+    id: str
+    eval: str
+    state: str
+    questions: tuple[Question, ...]
+    gold: dict[str, str] = field(hash=False, compare=False)
+    meta: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def digest(self) -> str:
+        """sha256 (hex) of everything a model is shown: id, state, questions and options.
+
+        Two tasks with equal digests render to identical requests under one prompt version, so the
+        scorer can select a task's cache rows by ``(task_id, task_digest)`` without re-encoding.
+        """
+        doc = [self.id, self.state, [[q.id, q.kind, q.text, [[o.id, o.text] for o in q.options]]
+                                     for q in self.questions]]
+        return hashlib.sha256(orjson.dumps(doc)).hexdigest()

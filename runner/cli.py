@@ -1,0 +1,228 @@
+"""``dxi``: run the Decision Index and score it from the cache.
+
+    dxi run   --model MODEL [--model MODEL ...] --data-dir DIR --cache-dir DIR --out DIR
+    dxi score [--model MODEL ...]             --data-dir DIR --cache-dir DIR --out DIR
+
+``score`` reads only the cache (and the datasets for gold labels), never the network; with no
+``--model`` it scores every model in the cache. Exit codes: 0 done; 1 done but some requests failed
+(rerun to retry them); 2 bad input (data, model string, options), with a message; 130 interrupted
+(everything that arrived is in the cache: rerun the same command to continue).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+import uvloop
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.markup import escape
+
+import adapters
+import scoring
+from cache import Cache
+from evals import EVALS, PROMPT_VERSION, DatasetError, Exclusions, Suite, discover
+from evals.wildguardtest import SUBSETS
+
+from .progress import RunProgress
+from .report import print_summary, score
+from .run import Stats, run
+
+EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed without a traceback, exit code 2."""
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", type=Path, help="folder holding the evaluation files (e.g. ../shared/data)")
+    p.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), help="the response cache (default .dxi-cache)")
+    p.add_argument("--out", type=Path, default=Path("out"), help="where summary.json and answers.parquet go (default out)")
+    for name, spec in EVALS.items():
+        p.add_argument(f"--{_flag(name)}", type=Path, metavar="FILE", dest=f"file_{name}",
+                       help=f"{spec.title} file (overrides --data-dir discovery)")
+    p.add_argument("--evals", help=f"comma-separated subset of: {', '.join(EVALS)} (default: all)")
+    p.add_argument("--limit", type=int, help="first N tasks of each evaluation (smoke runs)")
+    p.add_argument("--epochs", type=int, default=1, help="requests per task (each its own cache key); default 1")
+    p.add_argument("--exclude", action="append", default=[], metavar="[EVAL=]FILE",
+                   help="exclusion list: one task id (or task_id:question_id) per line; EVAL= lets bare ids be used")
+    p.add_argument("--wildguard-subset", choices=SUBSETS, default="agreed",
+                   help="agreed: rows where all three annotator-agreement fields are 3 (default); all: every labelled row")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def _flag(name: str) -> str:
+    return {"aa_omniscience_decision": "omniscience", "hle_multichoice": "hle"}.get(name, name)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dxi", description="Decision Index evaluation runner.")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="send what is not cached, then score", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--model", action="append", required=True, metavar="MODEL",
+                   help="ADAPTER:MODEL[@BASE_URL], e.g. embedded:sparrow-nano-general-v1.1, systemone:http://127.0.0.1:8000")
+    r.add_argument("--max-in-flight", type=int, help="override each provider's concurrent requests")
+    r.add_argument("--rpm", type=float, help="override each provider's requests per minute")
+    r.add_argument("--max-attempts", type=int, help="override attempts per request (1 = no retry)")
+    r.add_argument("--retry-failed", action="store_true", help="also resend requests that failed with a 4xx-class error")
+    r.add_argument("--retry-invalid", action="store_true", help="also resend requests whose answers were invalid")
+    _common(r)
+    s = sub.add_parser("score", help="score from the cache only (no network)")
+    s.add_argument("--model", action="append", default=[], metavar="MODEL",
+                   help="a model in the cache (ADAPTER:MODEL); default: every model in the cache")
+    _common(s)
+    return p
+
+
+def _suite(args: argparse.Namespace) -> Suite:
+    paths = {name: getattr(args, f"file_{name}") for name in EVALS if getattr(args, f"file_{name}")}
+    selected = None
+    if args.evals:
+        selected = tuple(e.strip() for e in args.evals.split(",") if e.strip())
+        unknown = [e for e in selected if e not in EVALS]
+        if unknown:
+            raise UsageError(f"unknown evaluation(s) {', '.join(unknown)}; known: {', '.join(EVALS)}")
+    exclusions = Exclusions()
+    for item in args.exclude:
+        name, sep, file = item.partition("=")
+        name, file = (name, file) if sep and name in EVALS else (None, item)
+        try:
+            exclusions.add_file(Path(file), name)
+        except FileNotFoundError:
+            raise UsageError(f"exclusion list not found: {file}") from None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    if args.epochs < 1:
+        raise UsageError("--epochs must be at least 1")
+    try:
+        suite = Suite(discover(args.data_dir, paths), exclusions, args.limit, args.wildguard_subset, selected)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    if not suite.selected():
+        where = args.data_dir if args.data_dir else "(no --data-dir given)"
+        raise UsageError(
+            f"no evaluation data found in {where}.\n"
+            "Point --data-dir at a folder holding the evaluation files, e.g. ../shared/data with "
+            "omniscience-standin/*.jsonl, hle/hle_mcqa.json, when2call/*.jsonl and wildguardtest/*.parquet, "
+            "or name files with --omniscience, --hle, --when2call, --wildguardtest.")
+    return suite
+
+
+def _limits(adapter: adapters.Adapter, args: argparse.Namespace) -> adapters.Limits:
+    changes = {k: v for k, v in (("max_in_flight", args.max_in_flight), ("rpm", args.rpm),
+                                 ("max_attempts", args.max_attempts)) if v is not None}
+    return replace(adapter.limits, **changes)
+
+
+def _models_frame(rows: list[tuple[str, str, str]]) -> pl.DataFrame:
+    """(provider, model, params) -> the models frame scoring selects cache rows by."""
+    return pl.DataFrame([(f"{p}:{m}", p, m, params, PROMPT_VERSION) for p, m, params in rows],
+                        schema=scoring.MODELS_SCHEMA, orient="row")
+
+
+async def _run(args: argparse.Namespace, suite: Suite, cache: Cache, console: Console) -> tuple[list, dict[str, Stats]]:
+    models = []
+    for text in args.model:
+        try:
+            a = adapters.get(text)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        a.limits = _limits(a, args)
+        models.append(a)
+    started = []
+    try:
+        for a in models:
+            try:
+                await a.start()
+            except adapters.Fatal as exc:
+                raise UsageError(str(exc)) from None
+            started.append(a)
+        labels = [a.label for a in models]
+        if len(set(labels)) != len(labels):
+            raise UsageError(f"the same model is named twice: {', '.join(labels)}")
+        n_tasks = sum(1 for _ in suite.tasks())
+        totals = {a.label: n_tasks * args.epochs for a in models}
+        progress = RunProgress(console, totals) if not args.quiet else None
+        if progress is None:
+            return models, await run(models, suite, cache, epochs=args.epochs)
+        with progress:
+            return models, await run(models, suite, cache, epochs=args.epochs, on_progress=progress.update)
+    finally:
+        for a in started:
+            await a.close()
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    suite = _suite(args)
+    with Cache(args.cache_dir, retry_invalid=args.retry_invalid, retry_failed=args.retry_failed) as cache:
+        try:
+            models, stats = uvloop.run(_run(args, suite, cache, console))
+        except KeyboardInterrupt:
+            console.print(f"[yellow]Interrupted.[/] Every reply that arrived is in {args.cache_dir}; "
+                          "rerun the same command to continue.")
+            return EXIT_INTERRUPTED
+        frame = _models_frame([(a.kind, a.model, a.params_key) for a in models])
+        requests = {label: {"sent": s.sent, "cache_hits": s.cache_hits, "failed": s.failed, "invalid": s.invalid,
+                            "attempts": s.attempts, "rate_limited": s.rate_limited} for label, s in stats.items()}
+        summary = score(cache, suite, frame, args.out, requests, args.epochs)
+    print_summary(summary, console, args.out)
+    failed = {label: s for label, s in stats.items() if s.failed}
+    for label, s in failed.items():
+        console.print(f"[red]{label}: {s.failed} request(s) failed[/] (scored as wrong; transient failures are "
+                      "sent again on the next run). First errors:")
+        for e in s.errors[:5]:
+            console.print(f"    {e}", highlight=False, markup=False)
+    return EXIT_FAILED_REQUESTS if failed else 0
+
+
+def cmd_score(args: argparse.Namespace, console: Console) -> int:
+    suite = _suite(args)
+    if not args.cache_dir.is_dir():
+        raise UsageError(f"no cache at {args.cache_dir}: run `dxi run` first, or pass --cache-dir")
+    with Cache(args.cache_dir) as cache:
+        found = scoring.models_in_cache(cache.scan(), PROMPT_VERSION)
+        if args.model:
+            wanted = []
+            for text in args.model:
+                try:
+                    spec = adapters.parse_model(text)
+                except ValueError as exc:
+                    raise UsageError(str(exc)) from None
+                label = f"{spec.kind}:{spec.model}"
+                if spec.model is None or label not in found["label"].to_list():
+                    raise UsageError(f"{text}: no such model in {args.cache_dir} (prompt version {PROMPT_VERSION}); "
+                                     f"models there: {', '.join(found['label'].to_list()) or 'none'}")
+                wanted.append(label)
+            found = found.filter(pl.col("label").is_in(wanted))
+        if found.is_empty():
+            raise UsageError(f"no models in {args.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
+        summary = score(cache, suite, found, args.out, None, args.epochs)
+    print_summary(summary, console, args.out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console = Console(highlight=False, soft_wrap=True, width=140)  # logs: don't squeeze the table
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s",
+                        handlers=[RichHandler(console=errors, show_path=False)])
+    try:
+        return {"run": cmd_run, "score": cmd_score}[args.command](args, console)
+    except (UsageError, DatasetError) as exc:
+        errors.print(f"[red]error:[/] {escape(str(exc))}")
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""Turning an Outcome into the cache row that records it (``cache.schema.SCHEMA``)."""
+from __future__ import annotations
+
+import time
+
+from adapters import Fatal, MalformedReply, Request
+from cache import FAILED, FATAL, TRANSIENT
+from evals import Task
+
+from .retry import Outcome
+
+
+def make_row(task: Task, request: Request, outcome: Outcome) -> dict:
+    """The row for one request's final outcome: ok / invalid with the parsed answers, or failed with
+    the error and whether it is ``transient`` (requested again next run) or ``fatal`` (kept)."""
+    row = {
+        "key": request.key, "provider": request.provider, "model": request.model, "endpoint": request.endpoint,
+        "params": request.params, "sample": request.sample, "prompt_version": request.prompt_version,
+        "eval": task.eval, "task_id": task.id, "task_digest": task.digest,
+        "request_body": request.body.decode("utf-8"),
+        "attempts": outcome.attempts, "latency_ms": outcome.latency_ms, "created_at": time.time(),
+        "raw_reply": outcome.body.decode("utf-8", "replace") if outcome.body is not None else None,
+        "status": None, "error": None, "error_kind": None, "http_status": None,
+        "served_model": None, "input_tokens": None, "output_tokens": None, "answers": None,
+    }
+    reply, error = outcome.reply, outcome.error
+    if reply is not None:
+        row |= {"status": reply.status, "error": reply.error, "served_model": reply.served_model,
+                "input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens,
+                "answers": [a.as_row() for a in reply.answers]}
+    else:
+        assert error is not None
+        row |= {"status": FAILED, "error": str(error), "http_status": error.status,
+                "error_kind": FATAL if isinstance(error, Fatal) else TRANSIENT}
+        if isinstance(error, MalformedReply) and row["raw_reply"] is None:
+            row["raw_reply"] = error.raw
+    return row

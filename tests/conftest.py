@@ -1,0 +1,37 @@
+"""Shared test fixtures: the hand-written fixture data laid out like ``shared/data``, and the real data."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REAL_DATA = (Path(__file__).parents[1] / ".." / "shared" / "data").resolve()
+
+requires_real_data = pytest.mark.skipif(not REAL_DATA.is_dir(), reason=f"real data not found at {REAL_DATA}")
+
+
+def write_wildguard_parquet(path: Path) -> Path:
+    """The WildGuardTest fixture (JSON, hand-written) as a Parquet file like the real one."""
+    rows = orjson.loads((FIXTURES / "wildguardtest.json").read_bytes())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A data directory laid out like ``shared/data`` holding the small fixtures: 4 Omniscience rows,
+    2 HLE rows (pre-split shape), 3 When2Call rows, 5 WildGuardTest rows (3 fully agreed)."""
+    root = tmp_path / "data"
+    for src, dst in (("omniscience.jsonl", "omniscience-standin/omniscience.jsonl"),
+                     ("hle_split.json", "hle/hle_mcqa.json"),
+                     ("when2call.jsonl", "when2call/when2call_test_mcq.jsonl")):
+        (root / dst).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(FIXTURES / src, root / dst)
+    write_wildguard_parquet(root / "wildguardtest" / "wildguardtest.parquet")
+    return root

@@ -1,0 +1,150 @@
+"""The content-addressed cache: what counts as cached, durability of appended rows, recovery."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from adapters import Request
+from cache import Cache
+
+
+def row(key: str, status: str = "ok", error_kind: str | None = None, created_at: float = 1.0, **extra) -> dict:
+    base = {"key": key, "provider": "embedded", "model": "m", "endpoint": "/v1/systemone", "params": "{}",
+            "sample": 0, "prompt_version": "p", "eval": "when2call", "task_id": f"when2call/{key}",
+            "task_digest": "d", "request_body": "{}", "status": status, "error": None, "error_kind": error_kind,
+            "http_status": None, "attempts": 1, "raw_reply": None, "served_model": None, "input_tokens": None,
+            "output_tokens": None, "latency_ms": 1.0, "created_at": created_at,
+            "answers": [{"question_id": "answer", "status": "ok", "predicted": "A", "p_predicted": 0.9, "p_yes": None,
+                         "probabilities": [{"option": "A", "p": 0.9}, {"option": "B", "p": 0.1}],
+                         "error": None, "warning": None}] if status != "failed" else None}
+    return base | extra
+
+
+def test_request_key_covers_everything_but_secrets():
+    base = Request("systemone", "m", "/v1/systemone", b'{"a":1}')
+    variants = [Request("openai", "m", "/v1/systemone", b'{"a":1}'), Request("systemone", "n", "/v1/systemone", b'{"a":1}'),
+                Request("systemone", "m", "/x", b'{"a":1}'), Request("systemone", "m", "/v1/systemone", b'{"a":2}'),
+                Request("systemone", "m", "/v1/systemone", b'{"a":1}', sample=1),
+                Request("systemone", "m", "/v1/systemone", b'{"a":1}', params='{"temperature":0}'),
+                Request("systemone", "m", "/v1/systemone", b'{"a":1}', prompt_version="other")]
+    keys = {base.key} | {v.key for v in variants}
+    assert len(keys) == 8
+    assert base.key == Request("systemone", "m", "/v1/systemone", b'{"a":1}').key
+    assert len(base.key) == 64
+
+
+def test_has_follows_what_counts_as_cached(tmp_path: Path):
+    with Cache(tmp_path) as cache:
+        cache.append(row("ok1"))
+        cache.append(row("inv", "invalid"))
+        cache.append(row("fatal", "failed", "fatal"))
+        cache.append(row("trans", "failed", "transient"))
+        assert [cache.has(k) for k in ("ok1", "inv", "fatal", "trans", "absent")] == [True, True, True, False, False]
+    reopened = Cache(tmp_path, retry_invalid=True, retry_failed=True)
+    assert [reopened.has(k) for k in ("ok1", "inv", "fatal", "trans")] == [True, False, False, False]
+    assert len(reopened) == 4
+
+
+def test_newest_row_wins(tmp_path: Path):
+    with Cache(tmp_path) as cache:
+        cache.append(row("k", "failed", "transient", created_at=1.0))
+    with Cache(tmp_path) as cache:
+        assert not cache.has("k")
+        cache.append(row("k", "ok", created_at=2.0))
+    cache = Cache(tmp_path)
+    assert cache.status("k") == "ok"
+    assert cache.scan().collect().height == 2  # both rows are kept on disk
+
+
+def test_close_compacts_the_log_into_one_shard(tmp_path: Path):
+    with Cache(tmp_path) as cache:
+        for i in range(10):
+            cache.append(row(f"k{i}"))
+        assert len(list(tmp_path.glob("wal/*.jsonl"))) == 1
+        assert cache.scan().collect().height == 10  # rows in the log are visible before compaction
+    assert list(tmp_path.glob("wal/*")) == []
+    shards = list(tmp_path.glob("shards/*.parquet"))
+    assert len(shards) == 1
+    frame = pl.read_parquet(shards[0])
+    assert frame.height == 10 and frame["answers"].list.len().to_list() == [1] * 10
+
+
+KILLED_WRITER = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {root!r})
+    from cache import Cache
+    from tests.test_cache import row
+    cache = Cache({path!r})
+    for i in range(5):
+        cache.append(row(f"k{{i}}"))
+    os.write(cache._fd, b'{{"key": "half-writ')  # a record cut off mid-write
+    os.kill(os.getpid(), 9)
+""")
+
+
+def test_rows_survive_sigkill_and_a_truncated_record_is_dropped(tmp_path: Path):
+    root = str(Path(__file__).parents[1])
+    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER.format(root=root, path=str(tmp_path))])
+    assert proc.returncode == -9
+    assert len(list(tmp_path.glob("wal/*.jsonl"))) == 1  # left behind by the killed writer
+    cache = Cache(tmp_path)
+    assert [cache.has(f"k{i}") for i in range(5)] == [True] * 5
+    assert any("truncated record" in w for w in cache.warnings)
+    assert list(tmp_path.glob("wal/*.jsonl")) == []  # compacted into a shard
+    assert cache.scan().collect()["key"].sort().to_list() == [f"k{i}" for i in range(5)]
+    again = Cache(tmp_path)  # recovery is not repeated, nothing is duplicated
+    assert again.scan().collect().height == 5 and again.warnings == []
+
+
+def test_corrupt_shard_is_set_aside_and_only_its_keys_are_lost(tmp_path: Path):
+    with Cache(tmp_path) as cache:
+        cache.append(row("a"))
+    with Cache(tmp_path) as cache:
+        cache.append(row("b"))
+    shards = sorted(tmp_path.glob("shards/*.parquet"))
+    assert len(shards) == 2
+    shards[0].write_bytes(shards[0].read_bytes()[:50])  # truncate the first shard
+    cache = Cache(tmp_path)
+    assert (cache.has("a"), cache.has("b")) == (False, True)
+    assert any("unreadable" in w and "quarantine" in w for w in cache.warnings)
+    assert len(list(tmp_path.glob("quarantine/*"))) == 1
+    assert cache.scan().collect()["key"].to_list() == ["b"]
+
+
+def test_a_live_writers_log_is_read_not_stolen(tmp_path: Path):
+    writer = Cache(tmp_path)
+    writer.append(row("live"))
+    reader = Cache(tmp_path)  # another process would see the same: the writer's flock is held
+    assert reader.has("live")
+    assert len(list(tmp_path.glob("wal/*.jsonl"))) == 1
+    writer.close()
+    assert list(tmp_path.glob("wal/*.jsonl")) == []
+    assert Cache(tmp_path).has("live")
+
+
+def test_empty_cache_scans_with_the_schema(tmp_path: Path):
+    frame = Cache(tmp_path).scan().collect()
+    assert frame.height == 0 and "answers" in frame.columns
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_two_writers_on_one_cache(tmp_path: Path):
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+        from cache import Cache
+        from tests.test_cache import row
+        with Cache({str(tmp_path)!r}) as cache:
+            for i in range(2000):
+                cache.append(row(f"{{sys.argv[1]}}{{i}}"))
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code, name]) for name in ("x", "y")]
+    assert [p.wait() for p in procs] == [0, 0]
+    frame = Cache(tmp_path).scan().collect()
+    assert frame.height == 4000 and frame["key"].n_unique() == 4000

@@ -1,0 +1,154 @@
+"""``dxi run`` and ``dxi score`` end to end: outputs, reruns from the cache, partial caches, errors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from runner.cli import main
+
+from .conftest import REAL_DATA, requires_real_data
+
+MODEL = "embedded:sparrow-nano-general-v1.1"
+
+
+def dxi(*args: str) -> int:
+    return main([*args, "-q"])
+
+
+def summary(out: Path) -> dict:
+    return orjson.loads((out / "summary.json").read_bytes())
+
+
+def without_requests(s: dict) -> dict:
+    return {**s, "models": [{k: v for k, v in m.items() if k != "requests"} for m in s["models"]]}
+
+
+def drop_rows(cache_dir: Path, n: int) -> list[str]:
+    """Delete ``n`` rows from the cache's shards (as if lost), returning their task ids."""
+    dropped = []
+    for shard in sorted(cache_dir.glob("shards/*.parquet")):
+        table = pq.read_table(shard)
+        take = min(n - len(dropped), table.num_rows)
+        if take <= 0:
+            break
+        frame = pl.from_arrow(table)
+        dropped += frame["task_id"][:take].to_list()
+        pq.write_table(frame[take:].to_arrow().cast(table.schema), shard)
+    return dropped
+
+
+def run_args(data: Path, tmp: Path, out: str = "out") -> list[str]:
+    return ["run", "--model", MODEL, "--data-dir", str(data), "--cache-dir", str(tmp / "cache"), "--out", str(tmp / out)]
+
+
+def score_args(data: Path, tmp: Path, out: str = "scored") -> list[str]:
+    return ["score", "--data-dir", str(data), "--cache-dir", str(tmp / "cache"), "--out", str(tmp / out)]
+
+
+def test_run_writes_the_contract_outputs(data_dir: Path, tmp_path: Path):
+    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    s = summary(tmp_path / "out")
+    assert s["prompt_version"] and s["epochs"] == 1
+    (m,) = s["models"]
+    assert m["model"] == MODEL and isinstance(m["decision_index"], float)
+    assert {k: v["n"] for k, v in m["evals"].items()} == {
+        "aa_omniscience_decision": 4, "hle_multichoice": 2, "when2call": 3, "wildguardtest": 3}
+    assert set(m["evals"]["wildguardtest"]) >= {"f1_prompt_harm", "f1_response_refusal", "f1_response_harm", "mean_f1"}
+    assert m["requests"] == {"sent": 12, "cache_hits": 0, "failed": 0, "invalid": 0, "attempts": 12, "rate_limited": 0}
+    assert s["data"]["aa_omniscience_decision"]["stand_in"] is True
+    assert s["data"]["wildguardtest"]["files"][0]["rows"] == 5
+
+    answers = pl.read_parquet(tmp_path / "out" / "answers.parquet")
+    assert answers.height == 4 + 2 + 3 + 9
+    assert {"model", "eval", "task_id", "question_id", "predicted", "gold", "correct", "status", "error",
+            "p_predicted", "p_yes", "predicted_category", "gold_category"} <= set(answers.columns)
+    w2c = answers.filter(pl.col("eval") == "when2call")
+    assert w2c["gold_category"].to_list() == ["tool_call", "request_for_info", "cannot_answer"]
+    assert w2c["predicted_category"].null_count() == 0
+    wg = answers.filter(pl.col("eval") == "wildguardtest")
+    assert set(wg["predicted"].to_list()) <= {"yes", "no"} and wg["p_yes"].null_count() == 0
+    # accuracy in the summary is exactly what answers.parquet says
+    hle = answers.filter(pl.col("eval") == "hle_multichoice")
+    assert m["evals"]["hle_multichoice"]["accuracy"] == round(100 * hle["correct"].mean(), 6)
+
+
+def test_rerun_sends_nothing_and_score_reproduces_the_summary(data_dir: Path, tmp_path: Path):
+    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    assert dxi(*run_args(data_dir, tmp_path, "out2")) == 0
+    assert summary(tmp_path / "out2")["models"][0]["requests"]["sent"] == 0
+    assert summary(tmp_path / "out2")["models"][0]["requests"]["cache_hits"] == 12
+    assert dxi(*score_args(data_dir, tmp_path)) == 0
+    assert without_requests(summary(tmp_path / "scored")) == without_requests(summary(tmp_path / "out"))
+    assert pl.read_parquet(tmp_path / "scored" / "answers.parquet").equals(pl.read_parquet(tmp_path / "out" / "answers.parquet"))
+
+
+def test_rerun_after_losing_part_of_the_cache_sends_exactly_the_missing(data_dir: Path, tmp_path: Path):
+    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    lost = drop_rows(tmp_path / "cache", 5)
+    assert dxi(*score_args(data_dir, tmp_path, "partial")) == 0
+    partial = summary(tmp_path / "partial")["models"][0]
+    assert partial["decision_index"] is None  # never a partial index presented as whole
+    assert dxi(*run_args(data_dir, tmp_path, "out2")) == 0
+    requests = summary(tmp_path / "out2")["models"][0]["requests"]
+    assert (requests["sent"], requests["cache_hits"]) == (len(lost), 12 - len(lost))
+    assert without_requests(summary(tmp_path / "out2")) == without_requests(summary(tmp_path / "out"))
+
+
+def test_limit_and_evals_select_tasks(data_dir: Path, tmp_path: Path):
+    assert dxi(*run_args(data_dir, tmp_path), "--limit", "1", "--evals", "when2call,hle_multichoice") == 0
+    m = summary(tmp_path / "out")["models"][0]
+    assert m["requests"]["sent"] == 2
+    assert m["evals"]["when2call"]["n"] == 1 and m["decision_index"] is None
+    assert m["evals"]["wildguardtest"]["reason"].startswith("no data: not selected")
+
+
+def test_epochs_are_separate_requests(data_dir: Path, tmp_path: Path):
+    assert dxi(*run_args(data_dir, tmp_path), "--epochs", "2", "--evals", "when2call") == 0
+    m = summary(tmp_path / "out")["models"][0]
+    assert m["requests"]["sent"] == 6
+    assert m["evals"]["when2call"]["accuracy_sd"] == 0.0  # the embedded model is deterministic
+
+
+def test_score_names_models_and_errors_clearly(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    assert dxi(*score_args(data_dir, tmp_path), "--model", MODEL) == 0
+    assert [m["model"] for m in summary(tmp_path / "scored")["models"]] == [MODEL]
+    capsys.readouterr()
+    assert dxi(*score_args(data_dir, tmp_path), "--model", "systemone:other") == 2
+    err = capsys.readouterr().err
+    assert "no such model" in err and MODEL in err
+
+
+def test_missing_data_and_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture):
+    assert dxi(*run_args(tmp_path / "nowhere", tmp_path)) == 2
+    assert "no evaluation data found" in capsys.readouterr().err
+    assert dxi("run", "--model", "nosuch:x", "--data-dir", str(tmp_path)) == 2
+    bad = tmp_path / "bad" / "when2call"
+    bad.mkdir(parents=True)
+    (bad / "when2call_test_mcq.jsonl").write_text('{"uuid": "u"}\n')
+    assert dxi(*run_args(tmp_path / "bad", tmp_path)) == 2
+    assert "when2call_test_mcq.jsonl, row 1, field 'question': missing" in capsys.readouterr().err
+
+
+@requires_real_data
+def test_real_data_end_to_end(tmp_path: Path):
+    assert dxi(*run_args(REAL_DATA, tmp_path)) == 0
+    first = summary(tmp_path / "out")
+    (m,) = first["models"]
+    assert {k: v["n"] for k, v in m["evals"].items()} == {
+        "aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 300, "wildguardtest": 880}
+    assert m["requests"]["sent"] == 2193 and m["requests"]["failed"] == 0
+    assert 0 <= m["decision_index"] <= 100
+    assert dxi(*run_args(REAL_DATA, tmp_path, "out2")) == 0
+    assert summary(tmp_path / "out2")["models"][0]["requests"]["sent"] == 0
+    assert dxi(*score_args(REAL_DATA, tmp_path)) == 0
+    assert without_requests(summary(tmp_path / "scored")) == without_requests(first)
+    lost = drop_rows(tmp_path / "cache", 100)
+    assert dxi(*run_args(REAL_DATA, tmp_path, "out3")) == 0
+    again = summary(tmp_path / "out3")
+    assert again["models"][0]["requests"]["sent"] == len(lost) == 100
+    assert without_requests(again) == without_requests(first)

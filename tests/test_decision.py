@@ -1,0 +1,91 @@
+"""Decision-model answer validation and the scored option (SPEC §3, §6, §7)."""
+from __future__ import annotations
+
+import string
+
+import pytest
+
+from adapters.decision import choice_answer, sum_tolerance, yes_no_answer
+from adapters.errors import MalformedReply
+from adapters.systemone import decode_body, encode_body
+from evals import CHOICE, YES_NO, Option, Question, Task
+
+FIVE = Question("answer", CHOICE, "Which?", tuple(Option(c, f"text {c}") for c in "ABCDE"))
+
+
+def test_valid_choice_scores_the_returned_choice():
+    a = choice_answer(FIVE, {"A": 0.1, "B": 0.6, "C": 0.1, "D": 0.1, "E": 0.1}, "B")
+    assert (a.status, a.predicted, a.p_predicted, a.warning) == ("ok", "B", 0.6, None)
+    assert a.probabilities == (("A", 0.1), ("B", 0.6), ("C", 0.1), ("D", 0.1), ("E", 0.1))
+
+
+def test_returned_choice_not_most_probable_scores_argmax_with_warning():
+    a = choice_answer(FIVE, {"A": 0.1, "B": 0.2, "C": 0.5, "D": 0.1, "E": 0.1}, "B")
+    assert a.predicted == "C" and a.status == "ok"
+    assert "returned choice 'B' is not the most probable" in a.warning
+
+
+def test_tie_within_rounding_keeps_returned_choice():
+    a = choice_answer(FIVE, {"A": 0.3, "B": 0.2999, "C": 0.2, "D": 0.1, "E": 0.1001}, "B")
+    assert a.predicted == "B" and a.warning is None
+
+
+def test_missing_unknown_and_out_of_range_options_are_invalid():
+    assert "missing option(s) E" in choice_answer(FIVE, {"A": 0.25, "B": 0.25, "C": 0.25, "D": 0.25}, "A").error
+    assert "unknown option(s) F" in choice_answer(
+        FIVE, {"A": 0.2, "B": 0.2, "C": 0.2, "D": 0.2, "E": 0.2, "F": 0.0}, "A").error
+    bad = choice_answer(FIVE, {"A": 1.2, "B": -0.2, "C": 0.0, "D": 0.0, "E": 0.0}, "A")
+    assert bad.status == "invalid" and bad.predicted is None and "probabilities.A" in bad.error
+    assert "not a number" in choice_answer(FIVE, {"A": True, "B": 0, "C": 0, "D": 0, "E": 0}, "A").error
+
+
+def test_sum_tolerance_follows_rounding_of_many_options():
+    assert sum_tolerance(5) == 1e-3
+    assert sum_tolerance(26) == pytest.approx(1.3e-3)
+    q26 = Question("answer", CHOICE, "?", tuple(Option(c, c) for c in string.ascii_uppercase))
+    # 26 values rounded to 4 decimals: 0.0385 × 26 = 1.001 (off by 1e-3, within 1.3e-3)
+    ok = choice_answer(q26, {c: 0.0385 for c in string.ascii_uppercase}, "A")
+    assert ok.status == "ok" and ok.predicted == "A"
+    off = choice_answer(q26, {c: 0.0386 for c in string.ascii_uppercase}, "A")  # sums to 1.0036
+    assert off.status == "invalid" and "sum to 1.003600" in off.error
+
+
+def test_yes_no_threshold_is_inclusive():
+    q = Question("q", YES_NO, "Harmful?")
+    assert yes_no_answer(q, 0.5).predicted == "yes"
+    assert yes_no_answer(q, 0.4999).predicted == "no"
+    no = yes_no_answer(q, 0.2)
+    assert (no.p_yes, no.p_predicted) == (0.2, pytest.approx(0.8))
+    assert yes_no_answer(q, "0.7").status == "invalid"
+    assert yes_no_answer(q, None).status == "invalid"
+
+
+TASK = Task("wildguardtest/0", "wildguardtest", "User: hi",
+            (Question("prompt_harmful", YES_NO, "Harmful?"),
+             Question("pick", CHOICE, "Which?", (Option("A", "first"), Option("B", "second")))),
+            gold={"prompt_harmful": "no", "pick": "A"})
+
+
+def test_encode_keeps_option_order_and_exact_bytes():
+    body = encode_body(TASK, "m")
+    assert body == (b'{"model":"m","state":"User: hi","questions":{"prompt_harmful":{"type":"noul",'
+                    b'"instructions":"Harmful?"},"pick":{"type":"choice","instructions":"Which?",'
+                    b'"criteria":{"A":"first","B":"second"}}}}')
+
+
+def test_decode_records_per_question_problems():
+    body = (b'{"model":"s","answers":{"prompt_harmful":{"type":"noul","noul":0.91},'
+            b'"pick":{"type":"choice","choice":"A","probabilities":{"A":0.5}}},"usage":{"input_tokens":7,"output_tokens":2}}')
+    reply = decode_body(TASK, body)
+    assert reply.status == "invalid"
+    assert reply.answers[0].predicted == "yes"
+    assert reply.answers[1].status == "invalid" and "missing option(s) B" in reply.answers[1].error
+    assert (reply.input_tokens, reply.output_tokens, reply.served_model) == (7, 2, "s")
+    missing = decode_body(TASK, b'{"answers":{}}')
+    assert [a.error for a in missing.answers] == ["no answer for this question"] * 2
+
+
+@pytest.mark.parametrize("body", [b"<html>", b'{"detail": "x"}', b"[1, 2]"])
+def test_decode_rejects_bodies_that_are_not_the_wire_format(body: bytes):
+    with pytest.raises(MalformedReply):
+        decode_body(TASK, body)

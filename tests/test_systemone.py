@@ -1,0 +1,176 @@
+"""The System One adapter and the runner's retry rules against real HTTP servers on 127.0.0.1:
+the scriptable fake (429 + Retry-After, 5xx, 400, malformed bodies, dropped connections, timeouts) and a
+real peer, ``sparrow-decider serve``, which must give the embedded adapter's answers."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import adapters
+from adapters import Limits
+from cache import Cache
+from evals import Suite, discover
+from runner.run import run
+
+from .fake_provider import FakeSystemOne
+
+FAST = Limits(max_in_flight=4, attempt_timeout_s=5, max_attempts=4, backoff_s=0.01, max_wait_s=5)
+
+
+async def run_model(model: str, data_dir: Path, cache_dir: Path, limits: Limits = FAST, limit: int | None = 1,
+                    evals: tuple[str, ...] | None = ("when2call",), **cache_options):
+    adapter = adapters.get(model, limits)
+    await adapter.start()
+    try:
+        with Cache(cache_dir, **cache_options) as cache:
+            stats = await run([adapter], Suite(discover(data_dir), limit=limit, evals=evals), cache)
+            rows = cache.scan().collect()
+    finally:
+        await adapter.close()
+    return adapter, stats[adapter.label], rows
+
+
+async def test_success_parses_answers_usage_and_learns_the_model_name(data_dir: Path, tmp_path: Path):
+    async with FakeSystemOne() as server:
+        adapter, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c", limit=None)
+    assert adapter.label == "systemone:fake-decider"
+    assert (stats.sent, stats.ok, stats.attempts) == (3, 3, 3)
+    first = rows.row(0, named=True)
+    assert (first["status"], first["input_tokens"], first["output_tokens"], first["served_model"]) == ("ok", 10, 1, "fake-decider")
+    assert first["answers"][0]["predicted"] == "A" and first["answers"][0]["p_predicted"] == 0.7
+    assert server.requests[0][1]["model"] == "fake-decider"
+
+
+async def test_retry_after_is_honoured(data_dir: Path, tmp_path: Path):
+    async with FakeSystemOne(script=["429:1"]) as server:
+        _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
+    (t0, _), (t1, _) = server.requests
+    assert t1 - t0 >= 1.0  # the server's number, not the 0.01 s backoff
+    assert (stats.attempts, stats.rate_limited, stats.ok) == (2, 1, 1)
+    assert rows["attempts"].to_list() == [2]
+
+
+@pytest.mark.parametrize("script", [["500", "503"], ["malformed"], ["drop"], ["429"]])
+async def test_transient_failures_are_retried(data_dir: Path, tmp_path: Path, script: list[str]):
+    async with FakeSystemOne(script=list(script)) as server:
+        _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
+    assert len(server.requests) == len(script) + 1
+    assert (stats.ok, stats.attempts) == (1, len(script) + 1)
+    assert rows["status"].to_list() == ["ok"]
+
+
+async def test_timeout_is_retried(data_dir: Path, tmp_path: Path):
+    limits = Limits(max_in_flight=1, attempt_timeout_s=0.3, max_attempts=2, backoff_s=0.01)
+    async with FakeSystemOne(script=["sleep:2"]) as server:
+        _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c", limits)
+    assert (stats.ok, stats.attempts) == (1, 2)
+
+
+async def test_a_400_fails_fast_and_is_kept_unless_asked(data_dir: Path, tmp_path: Path):
+    async with FakeSystemOne(default="400") as server:
+        _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
+        assert len(server.requests) == 1  # no retry
+        row = rows.row(0, named=True)
+        assert (row["status"], row["error_kind"], row["http_status"], row["attempts"]) == ("failed", "fatal", 400, 1)
+        assert "systemone:fake-decider: HTTP 400" in row["error"] and "injected 400" in row["error"]
+        _, again, _ = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
+        assert (again.sent, again.cache_hits) == (0, 1)
+        server.default = "ok"
+        _, retried, _ = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c", retry_failed=True)
+        assert (retried.sent, retried.ok) == (1, 1)
+
+
+async def test_retries_run_out_then_the_next_run_asks_again(data_dir: Path, tmp_path: Path):
+    async with FakeSystemOne(default="503") as server:
+        _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
+        assert len(server.requests) == FAST.max_attempts
+        assert (stats.failed, rows["error_kind"].to_list()) == (1, ["transient"])
+        server.default = "ok"
+        _, again, _ = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
+    assert (again.sent, again.ok) == (1, 1)
+
+
+async def test_api_key_is_sent_but_never_stored(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    secret = "sk-test-do-not-store-0123456789"
+    monkeypatch.setenv("SYSTEMONE_API_KEY", secret)
+    async with FakeSystemOne(script=["401"]) as server:
+        _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
+    assert server.headers[0]["Authorization"] == f"Bearer {secret}"
+    assert stats.failed == 1 and "check the API key" in rows["error"][0]
+    for path in (tmp_path / "c").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes()
+
+
+async def test_unreachable_server_is_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    adapter = adapters.get(f"systemone:http://127.0.0.1:{port}")
+    with pytest.raises(adapters.Fatal, match="cannot reach the System One server"):
+        await adapter.start()
+
+
+def test_model_strings():
+    assert adapters.parse_model("systemone:http://127.0.0.1:8000") == adapters.ModelSpec("systemone", None, "http://127.0.0.1:8000")
+    assert adapters.parse_model("systemone:strands@http://h:1") == adapters.ModelSpec("systemone", "strands", "http://h:1")
+    assert adapters.parse_model("embedded:sparrow-nano-robot-v1.2").model == "sparrow-nano-robot-v1.2"
+    assert adapters.parse_model("embedded").model is None
+    with pytest.raises(ValueError, match="known adapters: embedded, systemone"):
+        adapters.parse_model("nosuch:model")
+
+
+async def test_unknown_embedded_model_lists_the_known():
+    with pytest.raises(adapters.Fatal, match="available: sparrow-nano-general-v1.1"):
+        await adapters.get("embedded:sparrow-giant").start()
+
+
+@pytest.fixture
+def sparrow_server():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).with_name("sparrow-decider")
+    proc = subprocess.Popen([str(exe), "serve", "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+async def test_systemone_against_sparrow_serve_matches_embedded(data_dir: Path, tmp_path: Path, sparrow_server: str):
+    from .conftest import REAL_DATA
+    source = REAL_DATA if REAL_DATA.is_dir() else data_dir
+    limit = 40 if source == REAL_DATA else None
+    _, http_stats, http_rows = await run_model(f"systemone:{sparrow_server}", source, tmp_path / "c", limit=limit,
+                                               evals=None, limits=Limits(max_in_flight=4))
+    _, emb_stats, emb_rows = await run_model("embedded:sparrow-nano-general-v1.1", source, tmp_path / "c",
+                                             limit=limit, evals=None)
+    assert http_stats.ok == emb_stats.ok == http_stats.sent > 0
+    assert http_rows.filter(pl.col("provider") == "systemone")["model"].unique().to_list() == ["sparrow-nano-general-v1.1"]
+
+    def picks(provider: str) -> pl.DataFrame:
+        return (http_rows if provider == "systemone" else emb_rows).filter(pl.col("provider") == provider).select(
+            "task_id", pl.col("answers").list.eval(pl.element().struct.field("predicted")).alias("predicted"),
+            pl.col("answers").list.eval(pl.element().struct.field("p_predicted")).alias("p")).sort("task_id")
+
+    http, emb = picks("systemone"), picks("embedded")
+    assert http["task_id"].to_list() == emb["task_id"].to_list()
+    assert http["predicted"].to_list() == emb["predicted"].to_list()
+    assert http["p"].to_list() == emb["p"].to_list()
+    # the same bytes were sent to both
+    bodies = emb_rows.filter(pl.col("provider") == "embedded").sort("task_id")["request_body"].to_list()
+    assert bodies == http_rows.filter(pl.col("provider") == "systemone").sort("task_id")["request_body"].to_list()
