@@ -2,16 +2,19 @@
 
 ``embedded:sparrow-nano-general-v1.1`` (the default; ``embedded`` alone means it) or any other model
 ``sparrow_decider.available_models()`` lists (``sparrow-nano-robot-v1.2``). Requests are System One
-bodies (same bytes as ``systemone``), answered by ``Decider.ask`` on a small thread pool so the event loop
-never blocks; the reply is the System One JSON a ``sparrow-decider serve`` would return, decoded and
-validated by the same code as the HTTP adapter.
+bodies (the same bytes as ``systemone``), answered by ``Decider.ask`` in a pool of worker processes, one
+per core (sparrow's tokenizer is pure Python, so threads would share one core), so the event loop never
+blocks. The reply is the System One JSON a ``sparrow-decider serve`` would return, decoded and validated
+by the same code as the HTTP adapter.
 """
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
+import signal
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 
 import orjson
 
@@ -20,52 +23,68 @@ from .errors import Fatal
 from .systemone import SystemOne
 
 DEFAULT_MODEL = "sparrow-nano-general-v1.1"
+WORKERS = max(1, os.cpu_count() or 1)
+
+_decider = None  # one per worker process
+
+
+def _load(name: str) -> None:
+    global _decider
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    from sparrow_decider import Decider
+
+    _decider = Decider.load(name)
+
+
+def _ask(body: bytes) -> tuple[bool, bytes | str]:
+    """In a worker: ``(True, reply body)`` or ``(False, why the model rejected the request)``."""
+    payload = orjson.loads(body)
+    started = time.perf_counter()
+    try:
+        answers = _decider.ask(payload["state"], payload["questions"])
+    except (KeyError, ValueError, TypeError) as exc:
+        return False, str(exc)
+    return True, orjson.dumps({"model": _decider.name, "answers": answers,
+                               "usage": {"input_tokens": 0, "output_tokens": 0},
+                               "latency_ms": round((time.perf_counter() - started) * 1000, 2)})
 
 
 class Embedded(SystemOne):
-    """sparrow-decider in-process. Raises Fatal from ``start`` for an unknown model, listing the known."""
+    """sparrow-decider in worker processes. ``start`` raises Fatal for an unknown model, listing the known."""
 
     kind = "embedded"
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         spec.model = spec.model or DEFAULT_MODEL
         super().__init__(spec, limits)
-        self._decider = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: ProcessPoolExecutor | None = None
 
     @classmethod
     def default_limits(cls) -> Limits:
-        return Limits(max_in_flight=max(1, os.cpu_count() or 1), attempt_timeout_s=60.0, max_attempts=1)
+        # two requests per worker keep every worker busy while replies travel back
+        return Limits(max_in_flight=2 * WORKERS, attempt_timeout_s=60.0, max_attempts=1)
 
     @property
     def provider(self) -> str:
         return f"{self.kind}:{self.model}"
 
     async def start(self) -> None:
-        from sparrow_decider import Decider, available_models
+        from sparrow_decider import available_models
 
         if self.model not in available_models():
             raise Fatal(f"unknown embedded model {self.model!r}; available: {', '.join(available_models())}")
-        self._decider = Decider.load(self.model)
-        self._pool = ThreadPoolExecutor(self.limits.max_in_flight, thread_name_prefix="embedded")
+        self._pool = ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_load, initargs=(self.model,))
 
     async def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-
-    def _ask(self, body: bytes) -> bytes:
-        payload = orjson.loads(body)
-        started = time.perf_counter()
-        try:
-            answers = self._decider.ask(payload["state"], payload["questions"])
-        except (KeyError, ValueError, TypeError) as exc:
-            raise Fatal(f"{self.label}: the model rejected the request: {exc}") from None
-        return orjson.dumps({"model": self._decider.name, "answers": answers,
-                             "usage": {"input_tokens": 0, "output_tokens": 0},
-                             "latency_ms": round((time.perf_counter() - started) * 1000, 2)})
 
     async def send(self, request: Request) -> bytes:
         if self._pool is None:
             raise RuntimeError("Embedded.send() before start()")
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._ask, request.body)
+        ok, result = await asyncio.get_running_loop().run_in_executor(self._pool, _ask, request.body)
+        if not ok:
+            raise Fatal(f"{self.label}: the model rejected the request: {result}")
+        return result
