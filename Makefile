@@ -7,7 +7,7 @@ CACHE  ?= .dxi-cache
 OUT    ?= out
 MODEL  ?= embedded:sparrow-nano-general-v1.1
 
-.PHONY: install run smoke score test lint clean
+.PHONY: install run smoke score test lint bench clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,10 @@ score: install
 
 test: install
 	$(BIN)/pytest
+
+# Every benchmarks/bench_*.py, measured side by side; results in out/bench/.
+bench: install
+	$(BIN)/python -m benchmarks
 
 lint: install
 	$(BIN)/ruff check .
