@@ -21,6 +21,7 @@ import uvloop
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
+from rich.table import Table
 
 import adapters
 import scoring
@@ -77,17 +78,29 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--model", action="append", default=[], metavar="MODEL",
                    help="a model in the cache (ADAPTER:MODEL); default: every model in the cache")
     _common(s)
+    d = sub.add_parser("data", help="fetch the evaluation data from the Hugging Face hub, or check a data folder")
+    dsub = d.add_subparsers(dest="data_command", required=True)
+    f = dsub.add_parser("fetch", help="download HLE, When2Call and WildGuardTest (HF_TOKEN for gated sets), then check")
+    f.add_argument("--data-dir", type=Path, required=True, help="where the files go (the layout --data-dir reads)")
+    f.add_argument("--mirror", type=Path, help="a local folder laid out like the hub (<owner>/<name>/<path>) instead of the network")
+    f.add_argument("--evals", help=f"comma-separated subset of: {', '.join(EVALS)} (default: all)")
+    f.add_argument("--force", action="store_true", help="download again files that are already there")
+    c = dsub.add_parser("check", help="load every evaluation file in a data folder and report rows, tasks and problems")
+    c.add_argument("--data-dir", type=Path, required=True)
     return p
+
+
+def _selected_evals(text: str) -> tuple[str, ...]:
+    selected = tuple(e.strip() for e in text.split(",") if e.strip())
+    unknown = [e for e in selected if e not in EVALS]
+    if unknown:
+        raise UsageError(f"unknown evaluation(s) {', '.join(unknown)}; known: {', '.join(EVALS)}")
+    return selected
 
 
 def _suite(args: argparse.Namespace) -> Suite:
     paths = {name: getattr(args, f"file_{name}") for name in EVALS if getattr(args, f"file_{name}")}
-    selected = None
-    if args.evals:
-        selected = tuple(e.strip() for e in args.evals.split(",") if e.strip())
-        unknown = [e for e in selected if e not in EVALS]
-        if unknown:
-            raise UsageError(f"unknown evaluation(s) {', '.join(unknown)}; known: {', '.join(EVALS)}")
+    selected = _selected_evals(args.evals) if args.evals else None
     exclusions = Exclusions()
     for item in args.exclude:
         name, sep, file = item.partition("=")
@@ -209,6 +222,27 @@ def cmd_score(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_data(args: argparse.Namespace, console: Console) -> int:
+    from evals import fetch
+
+    selected = _selected_evals(args.evals) if getattr(args, "evals", None) else None
+    if args.data_command == "fetch":
+        source = fetch.Mirror(args.mirror) if args.mirror else fetch.Hub()
+        outcomes = fetch.fetch(args.data_dir, source, selected, force=args.force)
+    else:
+        outcomes = fetch.check(args.data_dir)
+    table = Table(title=f"Evaluation data in {escape(str(args.data_dir))}")
+    for col in ("evaluation", "status", "file", "rows", "tasks", "published", "note"):
+        table.add_column(col, overflow="fold")
+    for o in outcomes:
+        published = "" if o.expected_rows is None else f"{o.expected_rows} rows / {o.expected_tasks} tasks"
+        table.add_row(EVALS[o.eval].title, o.status, escape(str(o.file.path)) if o.file else "",
+                      str(o.file.rows) if o.file else "", "" if o.tasks is None else str(o.tasks), published,
+                      escape(o.message))
+    console.print(table)
+    return 1 if any(o.status == "failed" for o in outcomes) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
@@ -218,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s",
                         handlers=[RichHandler(console=errors, show_path=False)])
     try:
-        return {"run": cmd_run, "score": cmd_score}[args.command](args, console)
+        return {"run": cmd_run, "score": cmd_score, "data": cmd_data}[args.command](args, console)
     except (UsageError, DatasetError) as exc:
         errors.print(f"[red]error:[/] {escape(str(exc))}")
         return EXIT_USAGE

@@ -1,0 +1,222 @@
+"""Fetching the evaluation data from the Hugging Face hub into a data directory, and verifying it.
+
+``fetch(data_dir, source)`` downloads each public or gated evaluation file (huggingface_hub; the
+``HF_TOKEN`` environment variable authorises gated sets such as ``cais/hle`` and
+``allenai/wildguardmix``, whose terms must first be accepted on the hub) into the layout that
+``evals.discover`` reads, then ``verify`` loads it with the product's own loaders and compares row and
+task counts with the published ones. ``Mirror(dir)`` reads a local directory laid out like the hub
+(``<dir>/<owner>/<name>/<path in the repo>``) instead of the network: for machines without the hub, and
+for the tests.
+
+AA-Omniscience-Decision cannot be fetched: the published 500 questions are private. Any JSONL file of
+the same shape works (see ``evals.omniscience``).
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from . import EVALS, DataFile, DatasetError, Suite, discover
+
+OMNISCIENCE_NOTE = ("not downloadable: the published AA-Omniscience-Decision questions are private; put a JSONL "
+                    "file of the same shape under omniscience*/ (see README)")
+
+
+@dataclass(frozen=True, slots=True)
+class HubFile:
+    """Where one evaluation's file lives on the hub and what it should hold.
+
+    ``patterns``: fnmatch patterns over the repository's file paths, best first (all files matching the
+    first pattern that matches anything are taken, in name order); ``dest``: the path under the data
+    directory; ``rows`` / ``tasks``: the published row count and the task count of the default subset.
+    """
+
+    eval: str
+    repo_id: str
+    patterns: tuple[str, ...]
+    dest: str
+    gated: bool
+    rows: int
+    tasks: int
+
+
+HUB_FILES: dict[str, HubFile] = {f.eval: f for f in (
+    HubFile("hle_multichoice", "cais/hle", ("data/test-*.parquet", "test-*.parquet", "*test*.parquet"),
+            "hle/hle_test.parquet", gated=True, rows=2500, tasks=513),
+    HubFile("when2call", "nvidia/When2Call", ("test/when2call_test_mcq.jsonl", "*when2call_test_mcq.jsonl"),
+            "when2call/when2call_test_mcq.jsonl", gated=False, rows=3652, tasks=3652),
+    HubFile("wildguardtest", "allenai/wildguardmix",
+            ("test/wildguardtest.parquet", "wildguardtest/test-*.parquet", "*wildguardtest*.parquet"),
+            "wildguardtest/wildguardtest.parquet", gated=True, rows=1725, tasks=880),
+)}
+
+
+class FetchError(Exception):
+    """A file could not be fetched; the message says why and what to do (never includes a token)."""
+
+
+class Source(Protocol):
+    def list_files(self, repo_id: str) -> list[str]: ...
+    def download(self, repo_id: str, path: str) -> Path: ...
+
+
+class Hub:
+    """The Hugging Face hub through huggingface_hub (``HF_TOKEN`` read from the environment)."""
+
+    def __init__(self) -> None:
+        from huggingface_hub import HfApi
+        from huggingface_hub.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()  # its retry warnings would repeat what FetchError says once
+        self.api = HfApi()
+
+    def _explain(self, repo_id: str, exc: Exception) -> FetchError:
+        from huggingface_hub import errors
+
+        gated = {f.repo_id: f.gated for f in HUB_FILES.values()}.get(repo_id, False)
+        if isinstance(exc, errors.GatedRepoError) or (gated and isinstance(exc, errors.RepositoryNotFoundError)):
+            token = "HF_TOKEN is set" if os.environ.get("HF_TOKEN") else "HF_TOKEN is not set"
+            return FetchError(f"{repo_id} is gated: accept its terms at https://huggingface.co/datasets/{repo_id} "
+                              f"and set HF_TOKEN to a token of that account ({token})")
+        if isinstance(exc, errors.RepositoryNotFoundError):
+            return FetchError(f"{repo_id}: repository not found on the hub")
+        return FetchError(f"{repo_id}: cannot reach the Hugging Face hub ({type(exc).__name__}); copy the files "
+                          "into a local mirror and use --mirror DIR")
+
+    def list_files(self, repo_id: str) -> list[str]:
+        try:
+            return self.api.list_repo_files(repo_id, repo_type="dataset")
+        except Exception as exc:  # huggingface_hub raises many types (HTTP, offline, auth)
+            raise self._explain(repo_id, exc) from None
+
+    def download(self, repo_id: str, path: str) -> Path:
+        from huggingface_hub import hf_hub_download
+
+        try:
+            return Path(hf_hub_download(repo_id, path, repo_type="dataset"))
+        except Exception as exc:
+            raise self._explain(repo_id, exc) from None
+
+
+class Mirror:
+    """A local directory laid out like the hub: ``<root>/<owner>/<name>/<path>`` (or ``<root>/datasets/...``)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def _repo(self, repo_id: str) -> Path:
+        for base in (self.root / repo_id, self.root / "datasets" / repo_id):
+            if base.is_dir():
+                return base
+        raise FetchError(f"{repo_id}: not in the mirror {self.root} (expected {self.root / repo_id}/)")
+
+    def list_files(self, repo_id: str) -> list[str]:
+        base = self._repo(repo_id)
+        return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
+
+    def download(self, repo_id: str, path: str) -> Path:
+        return self._repo(repo_id) / path
+
+
+@dataclass
+class Outcome:
+    """What happened to one evaluation: ``status`` is "fetched", "present", "failed" or "unavailable"."""
+
+    eval: str
+    status: str
+    message: str = ""
+    file: DataFile | None = None
+    tasks: int | None = None
+    expected_rows: int | None = None
+    expected_tasks: int | None = None
+
+    @property
+    def counts_match(self) -> bool | None:
+        """Whether the task count equals the published one (rows may differ: a pre-filtered file)."""
+        if self.file is None or self.tasks is None or self.expected_tasks is None:
+            return None
+        return self.tasks == self.expected_tasks
+
+    def note_counts(self) -> Outcome:
+        """Append to the message how the counts differ from the published ones, if they do."""
+        if self.counts_match is False:
+            self.message = "; ".join(filter(None, [self.message, (
+                f"published: {self.expected_rows} rows / {self.expected_tasks} tasks, here {self.file.rows} / "
+                f"{self.tasks} (another revision, or a subset)")]))
+        return self
+
+
+def _assemble(paths: list[Path], dest: Path) -> None:
+    """Copy one file, or concatenate several Parquet shards, to ``dest`` atomically."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.part")
+    if len(paths) == 1:
+        shutil.copyfile(paths[0], tmp)
+    else:
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(paths[0])
+        with pq.ParquetWriter(tmp, schema) as writer:
+            for p in paths:
+                for batch in pq.ParquetFile(p).iter_batches():
+                    writer.write_batch(batch)
+    os.replace(tmp, dest)
+
+
+def verify(path: Path, name: str) -> tuple[DataFile, int]:
+    """Load evaluation ``name`` from ``path`` with the product's loaders: ``(file, task count)`` in the
+    default subset. Raises DatasetError (naming file, row and field) when a row is malformed,
+    FileNotFoundError when the file is absent."""
+    data = discover(None, {name: path})
+    return data[name].file, sum(1 for _ in Suite(data).tasks(name))
+
+
+def fetch(data_dir: Path, source: Source, evals: Iterable[str] | None = None, force: bool = False) -> list[Outcome]:
+    """Fetch the selected evaluations into ``data_dir`` (a file already there is kept unless ``force``),
+    verify each, and return one Outcome per evaluation. Never raises for one evaluation's failure."""
+    outcomes = []
+    for name in evals or EVALS:
+        spec = HUB_FILES.get(name)
+        if spec is None:
+            outcomes.append(Outcome(name, "unavailable", OMNISCIENCE_NOTE))
+            continue
+        dest = data_dir / spec.dest
+        status = "present"
+        try:
+            if force or not dest.exists():
+                files = source.list_files(spec.repo_id)
+                matched = next((sorted(fnmatch.filter(files, p)) for p in spec.patterns if fnmatch.filter(files, p)), [])
+                if not matched:
+                    raise FetchError(f"{spec.repo_id}: no file matching {', '.join(spec.patterns)}")
+                _assemble([source.download(spec.repo_id, p) for p in matched], dest)
+                status = "fetched"
+            file, tasks = verify(dest, name)
+        except (FetchError, DatasetError, FileNotFoundError) as exc:
+            outcomes.append(Outcome(name, "failed", str(exc), expected_rows=spec.rows, expected_tasks=spec.tasks))
+            continue
+        outcomes.append(Outcome(name, status, f"from {spec.repo_id}", file, tasks, spec.rows, spec.tasks).note_counts())
+    return outcomes
+
+
+def check(data_dir: Path) -> list[Outcome]:
+    """Load every evaluation found in ``data_dir`` and compare its counts with the published ones."""
+    outcomes = []
+    for name, found in discover(data_dir).items():
+        spec = HUB_FILES.get(name)
+        rows, tasks = (spec.rows, spec.tasks) if spec else (None, None)
+        if found.file is None:
+            outcomes.append(Outcome(name, "failed", found.missing, expected_rows=rows, expected_tasks=tasks))
+            continue
+        try:
+            file, n = verify(found.file.path, name)
+        except DatasetError as exc:
+            outcomes.append(Outcome(name, "failed", str(exc), expected_rows=rows, expected_tasks=tasks))
+            continue
+        note = "a stand-in: the published set is private" if spec is None else ""
+        outcomes.append(Outcome(name, "present", note, file, n, rows, tasks).note_counts())
+    return outcomes

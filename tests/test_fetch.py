@@ -1,0 +1,84 @@
+"""``dxi data fetch`` / ``dxi data check`` against a local directory laid out like the hub (never the network)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from evals import discover
+from evals.fetch import Mirror, check, fetch
+from runner.cli import main
+
+from .conftest import FIXTURES, write_wildguard_parquet
+
+
+def hle_rows() -> list[dict]:
+    return [orjson.loads(line) for line in (FIXTURES / "hle_original.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture
+def mirror(tmp_path: Path) -> Path:
+    """The hub's layout: cais/hle as two Parquet shards, nvidia/When2Call's MCQ file, allenai/wildguardmix."""
+    root = tmp_path / "mirror"
+    rows = hle_rows()
+    (root / "cais/hle/data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows[:2]), root / "cais/hle/data/test-00000-of-00002.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[2:]), root / "cais/hle/data/test-00001-of-00002.parquet")
+    (root / "cais/hle/README.md").write_text("card")
+    (root / "nvidia/When2Call/test").mkdir(parents=True)
+    shutil.copy(FIXTURES / "when2call.jsonl", root / "nvidia/When2Call/test/when2call_test_mcq.jsonl")
+    (root / "nvidia/When2Call/test/when2call_test_llm_judge.jsonl").write_text("")
+    write_wildguard_parquet(root / "allenai/wildguardmix/test/wildguardtest.parquet")
+    return root
+
+
+def test_fetch_lays_out_and_verifies_every_public_set(mirror: Path, tmp_path: Path):
+    data = tmp_path / "data"
+    outcomes = {o.eval: o for o in fetch(data, Mirror(mirror))}
+    assert outcomes["aa_omniscience_decision"].status == "unavailable"
+    assert "private" in outcomes["aa_omniscience_decision"].message
+    hle = outcomes["hle_multichoice"]
+    # two shards concatenated: 4 rows, of which 2 are text-only multipleChoice
+    assert (hle.status, hle.file.rows, hle.tasks) == ("fetched", 4, 2)
+    assert hle.file.path == data / "hle/hle_test.parquet"
+    assert "published: 2500 rows / 513 tasks, here 4 / 2" in hle.message
+    assert (outcomes["when2call"].file.rows, outcomes["when2call"].tasks) == (3, 3)
+    assert (outcomes["wildguardtest"].file.rows, outcomes["wildguardtest"].tasks) == (5, 3)
+    found = discover(data)
+    assert found["when2call"].file.path == data / "when2call/when2call_test_mcq.jsonl"
+    assert found["wildguardtest"].file.sha256 == outcomes["wildguardtest"].file.sha256
+    again = {o.eval: o.status for o in fetch(data, Mirror(mirror))}
+    assert again == {"aa_omniscience_decision": "unavailable", "hle_multichoice": "present",
+                     "when2call": "present", "wildguardtest": "present"}
+
+
+def test_one_bad_set_does_not_stop_the_others(mirror: Path, tmp_path: Path):
+    (mirror / "nvidia/When2Call/test/when2call_test_mcq.jsonl").write_text('{"uuid": "u"}\n')
+    shutil.rmtree(mirror / "allenai")
+    outcomes = {o.eval: o for o in fetch(tmp_path / "data", Mirror(mirror), ["when2call", "wildguardtest", "hle_multichoice"])}
+    assert outcomes["when2call"].status == "failed"
+    assert "row 1, field 'question': missing" in outcomes["when2call"].message
+    assert outcomes["wildguardtest"].status == "failed"
+    assert "allenai/wildguardmix: not in the mirror" in outcomes["wildguardtest"].message
+    assert outcomes["hle_multichoice"].status == "fetched"
+
+
+def test_check_reports_counts_and_problems(data_dir: Path):
+    outcomes = {o.eval: o for o in check(data_dir)}
+    assert {k: o.tasks for k, o in outcomes.items()} == {
+        "aa_omniscience_decision": 4, "hle_multichoice": 2, "when2call": 3, "wildguardtest": 3}
+    assert "stand-in" in outcomes["aa_omniscience_decision"].message
+    assert "published: 3652 rows / 3652 tasks, here 3 / 3" in outcomes["when2call"].message
+
+
+def test_cli_fetch_and_check_exit_codes(mirror: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    data = tmp_path / "data"
+    assert main(["data", "fetch", "--data-dir", str(data), "--mirror", str(mirror), "--evals", "when2call"]) == 0
+    assert "fetched" in capsys.readouterr().out
+    assert main(["data", "check", "--data-dir", str(data)]) == 1  # no HLE, WildGuardTest or Omniscience here
+    shutil.rmtree(mirror / "nvidia")
+    assert main(["data", "fetch", "--data-dir", str(tmp_path / "other"), "--mirror", str(mirror), "--evals", "when2call"]) == 1
