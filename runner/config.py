@@ -1,0 +1,230 @@
+"""The run file (TOML): providers, models, evaluations, data and cache locations, cost bound.
+
+``load(path) -> RunFile`` parses and validates; every error names the file, the key (``models[2].price``)
+and the line. The structure (see ``examples/run.toml`` for a commented example)::
+
+    data_dir = "../shared/data"      # relative paths are relative to the run file
+    cache_dir = ".dxi-cache"
+    out = "out"
+    max_cost = 20.0                  # USD; optional
+    epochs = 1                       # default for every model
+
+    [evals]                          # optional
+    select = ["when2call", "wildguardtest"]
+    limit = 100
+    wildguard_subset = "agreed"
+    exclude = ["when2call=ambiguous_uuids.txt"]
+    files = { hle_multichoice = "hle/hle_test.parquet" }
+
+    [providers.openai]               # shared limits for every model on this provider
+    kind = "openai"                  # the adapter
+    base_url = "https://api.openai.com/v1"
+    api_key_env = "OPENAI_API_KEY"
+    rpm = 500                        # requests per minute
+    tpm = 200000                     # tokens per minute
+    max_in_flight = 32
+
+    [[models]]
+    name = "gpt-5-mini (t=0)"        # the name in reports; default "<adapter>:<model>"
+    provider = "openai"              # a [providers.*] table, or an adapter name used with its defaults
+    model = "gpt-5-mini"
+    params = { temperature = 0, max_tokens = 400 }   # sampling parameters: part of the cache key
+    price = { input = 0.25, output = 2.0 }           # USD per million input / output tokens
+    epochs = 1
+"""
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+import adapters
+from evals import EVALS
+from evals.wildguardtest import SUBSETS
+
+
+class ConfigError(ValueError):
+    """A run file problem: the message names the file, the key and the line."""
+
+
+class _Struct(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class Provider(_Struct):
+    """One provider: ``kind`` is the adapter; limits are shared by every model on it."""
+
+    kind: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    rpm: float | None = None
+    tpm: int | None = None
+    max_in_flight: int | None = None
+    max_attempts: int | None = None
+    attempt_timeout_s: float | None = None
+
+
+class Price(_Struct):
+    """USD per million tokens."""
+
+    input: float
+    output: float
+
+
+class Model(_Struct):
+    """One model to evaluate on a provider (a ``[providers.*]`` name or an adapter name)."""
+
+    provider: str
+    model: str | None = None
+    name: str | None = None
+    params: dict[str, Any] = {}
+    price: Price | None = None
+    epochs: int | None = None
+
+
+class Evals(_Struct):
+    select: list[str] | None = None
+    limit: int | None = None
+    wildguard_subset: str = "agreed"
+    exclude: list[str] = []
+    files: dict[str, str] = {}
+
+
+class RunFile(_Struct):
+    """A validated run file; paths are resolved against the run file's folder."""
+
+    models: list[Model]
+    data_dir: str | None = None
+    cache_dir: str = ".dxi-cache"
+    out: str = "out"
+    max_cost: float | None = None
+    epochs: int = 1
+    evals: Evals = Evals()
+    providers: dict[str, Provider] = {}
+    path: str = ""
+
+    def provider_of(self, model: Model) -> tuple[str, Provider]:
+        """``(provider name, provider)`` of a model; an adapter name alone means that adapter's defaults."""
+        if model.provider in self.providers:
+            return model.provider, self.providers[model.provider]
+        return model.provider, Provider(kind=model.provider)
+
+    def resolve(self, value: str | None) -> Path | None:
+        """A path from the file, relative to the run file's folder."""
+        return None if value is None else (Path(self.path).parent / value)
+
+
+# ---- locating keys in the source, for messages --------------------------------------------------
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_\-\"'. ]+?)\s*=")
+
+
+def _key_lines(text: str) -> dict[tuple, int]:
+    """Every key path in ``text`` -> its 1-based line (array tables get their index: ("models", 2, "price"))."""
+    lines: dict[tuple, int] = {}
+    table: tuple = ()
+    counts: dict[tuple, int] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if m := _HEADER.match(line):
+            parts = tuple(p.strip().strip('"\'') for p in m.group(2).split("."))
+            if m.group(1) == "[[":
+                counts[parts] = counts.get(parts, -1) + 1
+                table = (*parts, counts[parts])
+            else:
+                table = parts
+            lines.setdefault(table, n)
+        elif m := _KEY.match(line):
+            key = tuple(p.strip().strip('"\'') for p in m.group(1).split("."))
+            lines.setdefault((*table, *key), n)
+    return lines
+
+
+def _where(path: Path, text: str, key: tuple) -> str:
+    lines = _key_lines(text)
+    for end in range(len(key), 0, -1):
+        if key[:end] in lines:
+            return f"{path}, line {lines[key[:end]]}"
+    return str(path)
+
+
+def _dotted(key: tuple) -> str:
+    out = ""
+    for k in key:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    return out
+
+
+def load(path: Path | str) -> RunFile:
+    """Read and validate a run file. Raises ConfigError naming the file, key and line; FileNotFoundError."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+    def fail(key: tuple, problem: str) -> ConfigError:
+        return ConfigError(f"{_where(path, text, key)}: {_dotted(key) or 'top level'}: {problem}")
+
+    def convert(value: Any, kind: type, key: tuple) -> Any:
+        try:
+            return msgspec.convert(value, kind)
+        except msgspec.ValidationError as exc:
+            message = str(exc)
+            field = re.search(r"at `\$\.?([^`]*)`", message)
+            sub = tuple(p for p in re.split(r"[.\[\]]+", field.group(1)) if p) if field else ()
+            sub = tuple(int(p) if p.isdigit() else p for p in sub)
+            unknown = re.search(r"unknown field `([^`]+)`", message)
+            if unknown:
+                raise fail((*key, *sub, unknown.group(1)), "unknown key (a typo?)") from None
+            raise fail((*key, *sub), message.split(" - at ")[0]) from None
+
+    providers = {}
+    for name, value in (raw.pop("providers", None) or {}).items():
+        providers[name] = convert(value, Provider, ("providers", name))
+    models_raw = raw.pop("models", None)
+    if not isinstance(models_raw, list) or not models_raw:
+        raise fail(("models",), "at least one [[models]] table is required")
+    models = [convert(m, Model, ("models", i)) for i, m in enumerate(models_raw)]
+    evals = convert(raw.pop("evals", {}), Evals, ("evals",))
+    top = convert({**raw, "models": [], "providers": {}}, RunFile, ())
+    run = msgspec.structs.replace(top, models=models, providers=providers, evals=evals, path=str(path))
+
+    for name, p in providers.items():
+        if p.kind not in adapters.KINDS:
+            raise fail(("providers", name, "kind"), f"unknown adapter {p.kind!r}; known: {', '.join(adapters.KINDS)}")
+        for field in ("rpm", "tpm", "max_in_flight", "max_attempts", "attempt_timeout_s"):
+            value = getattr(p, field)
+            if value is not None and value <= 0:
+                raise fail(("providers", name, field), "must be positive")
+    labels = set()
+    for i, m in enumerate(models):
+        if m.provider not in providers and m.provider not in adapters.KINDS:
+            raise fail(("models", i, "provider"), f"{m.provider!r} is neither a [providers.*] table "
+                                                  f"({', '.join(providers) or 'none'}) nor an adapter ({', '.join(adapters.KINDS)})")
+        if m.price is not None and (m.price.input < 0 or m.price.output < 0):
+            raise fail(("models", i, "price"), "prices must be >= 0 (USD per million tokens)")
+        if m.epochs is not None and m.epochs < 1:
+            raise fail(("models", i, "epochs"), "must be at least 1")
+        label = m.name or (f"{run.provider_of(m)[1].kind}:{m.model}" if m.model else None)
+        if label is not None and label in labels:
+            raise fail(("models", i, "name"), f"two models are called {label!r}: give each a distinct name")
+        labels.add(label)
+    for e in evals.select or []:
+        if e not in EVALS:
+            raise fail(("evals", "select"), f"unknown evaluation {e!r}; known: {', '.join(EVALS)}")
+    for e in evals.files:
+        if e not in EVALS:
+            raise fail(("evals", "files", e), f"unknown evaluation; known: {', '.join(EVALS)}")
+    if evals.wildguard_subset not in SUBSETS:
+        raise fail(("evals", "wildguard_subset"), f"expected one of {', '.join(SUBSETS)}")
+    if evals.limit is not None and evals.limit < 1:
+        raise fail(("evals", "limit"), "must be at least 1")
+    if run.epochs < 1:
+        raise fail(("epochs",), "must be at least 1")
+    if run.max_cost is not None and run.max_cost < 0:
+        raise fail(("max_cost",), "must be >= 0 (USD)")
+    return run
