@@ -22,21 +22,27 @@ def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests:
     ``out/summary.json`` and ``out/answers.parquet`` (each written to a temporary name, then renamed)
     and return the summary. ``requests`` is each model's request counts from a run; None (cache-only
     scoring) counts the requests found in the cache instead, with ``sent`` = 0."""
+    return score_all(cache, suite, models, out, requests, epochs)[0]
+
+
+def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
+              epochs: int = 1) -> tuple[dict, scoring.Scored]:
+    """``score``, also returning every table (``scoring.Scored``) for a report."""
     gold, categories = gold_frames(suite.tasks())
     answers = scoring.answers(cache.scan(), models, gold, categories, epochs)
-    table = scoring.metrics(answers)
+    scored = scoring.score(answers, scoring.Bootstrap())
     if requests is None:
         requests = scoring.request_counts(answers)
-    summary = scoring.build_summary(table, models["label"].to_list(), suite.data_block(), PROMPT_VERSION,
-                                    epochs, requests)
+    summary = scoring.build_summary(scored.metrics, models["label"].to_list(), suite.data_block(), PROMPT_VERSION,
+                                    epochs, requests, scored)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".summary.json.tmp"
     tmp.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
     os.replace(tmp, out / "summary.json")
     tmp = out / ".answers.parquet.tmp"
-    answers.rename({"label": "model"}).write_parquet(tmp)
+    scoring.export(answers).write_parquet(tmp)
     os.replace(tmp, out / "answers.parquet")
-    return summary
+    return summary, scored
 
 
 def _fmt(value: float | None) -> str:
