@@ -365,7 +365,7 @@ def calibration_table(cubes: dict[str, Cube], estimates: dict[str, Estimates], b
         rows = {"all": ({m: est.point[m] for m in cal.CALIBRATION_METRICS}, {m: est.sd[m] for m in cal.CALIBRATION_METRICS},
                         {m: est.low.get(m) for m in cal.CALIBRATION_METRICS},
                         {m: est.high.get(m) for m in cal.CALIBRATION_METRICS}, counted.sum(-1), total.sum(-1))}
-        if len(cube.units) > 1:
+        if cube.kind == "yes_no":
             per_epoch = unit_calibration(sums)  # (labels, epochs, units)
             reps = None
             if boot is not None:
