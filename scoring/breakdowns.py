@@ -45,12 +45,12 @@ def statuses(ans: pl.DataFrame) -> pl.DataFrame:
     """Per (label, eval): ``answers`` (questions × epochs) and how many are ``ok``, ``invalid``,
     ``failed`` and ``missing`` (any other status gets its own column), plus ``warnings`` (answers
     scored with a validation warning)."""
-    frame = _strings(ans, "label", "eval", "status").with_columns(ans["warning"].is_not_null().alias("warned"))
-    found = sorted(set(frame["status"].unique().to_list()) - set(STATUSES))
-    return (frame.group_by("label", "eval")
-            .agg(pl.len().alias("answers"), *[(pl.col("status") == s).sum().alias(s) for s in (*STATUSES, *found)],
-                 pl.col("warned").sum().alias("warnings"))
-            .sort("label", "eval"))
+    status = pl.col("status").cast(pl.String)
+    found = sorted(set(ans.select(status.unique()).to_series().to_list()) - set(STATUSES))
+    counts = (ans.group_by("label", "eval")
+              .agg(pl.len().alias("answers"), *[(status == s).sum().alias(s) for s in (*STATUSES, *found)],
+                   pl.col("warning").is_not_null().sum().alias("warnings")))
+    return counts.with_columns(pl.col("label", "eval").cast(pl.String)).sort("label", "eval")
 
 
 def errors(ans: pl.DataFrame, top: int = TOP_ERRORS) -> pl.DataFrame:

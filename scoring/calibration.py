@@ -58,13 +58,13 @@ def answer_calibration(ans: pl.DataFrame) -> pl.DataFrame:
         zero = np.zeros(n)
         return pl.DataFrame({"pn": zero, "brier": zero, "log_loss": zero, "gap": zero, "bin": np.full(n, -1, np.int64)})
     probs = ans["probabilities"]
-    long = (pl.DataFrame({"i": np.arange(n), "gold": ans["gold"].cast(pl.String), "probabilities": probs})
-            .explode("probabilities").filter(pl.col("probabilities").is_not_null())
-            .select("i", "gold", pl.col("probabilities").struct.field("option"), pl.col("probabilities").struct.field("p")))
+    flat = probs.explode(empty_as_null=False, keep_nulls=False).struct.unnest()  # every (answer, option)
+    owner = np.repeat(np.arange(n), probs.list.len().fill_null(0).to_numpy())
+    is_gold = (flat["option"] == ans["gold"].cast(pl.String).gather(owner)).fill_null(False).to_numpy()
+    p = flat["p"].to_numpy()
     p_gold = np.full(n, np.nan)
-    hit = long.filter(pl.col("option") == pl.col("gold"))
-    p_gold[hit["i"].to_numpy()] = hit["p"].to_numpy()
-    sum_sq = probs.list.eval(pl.element().struct.field("p").pow(2)).list.sum().fill_null(0).to_numpy()
+    p_gold[owner[is_gold]] = p[is_gold]
+    sum_sq = np.bincount(owner, weights=p * p, minlength=n)
     confidence = ans["p_predicted"].fill_null(np.nan).to_numpy().astype(np.float64)
     counted = ((ans["status"].cast(pl.String) == "ok").to_numpy() & ~np.isnan(p_gold) & ~np.isnan(confidence))
     correct = ans["correct"].to_numpy().astype(np.float64)
@@ -129,19 +129,3 @@ def auroc(ans: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
         *keys[:-1], "auroc", (pl.col("auroc") - half).clip(0, 1).alias("auroc_low"),
         (pl.col("auroc") + half).clip(0, 1).alias("auroc_high"), "positives", "negatives",
     ).with_columns(pl.col(pl.Enum).cast(pl.String)).sort(keys[:-1])
-
-
-def reliability(ans: pl.DataFrame) -> pl.DataFrame:
-    """Reliability-diagram data per (label, eval) over every epoch: per confidence bin, ``n`` answers,
-    mean ``confidence`` and ``accuracy`` (0-1), with the bin's ``low``/``high`` edges. Only answers counted
-    for calibration; empty bins are left out."""
-    cal = answer_calibration(ans)
-    frame = ans.select(pl.col("label").cast(pl.String), pl.col("eval").cast(pl.String), "correct",
-                       "p_predicted").with_columns(cal["bin"], cal["pn"])
-    return (frame.filter(pl.col("pn") > 0)
-            .group_by("label", "eval", "bin")
-            .agg(pl.len().alias("n"), pl.col("p_predicted").mean().alias("confidence"),
-                 pl.col("correct").cast(pl.Float64).mean().alias("accuracy"))
-            .with_columns((pl.col("bin") / ECE_BINS).alias("low"), ((pl.col("bin") + 1) / ECE_BINS).alias("high"))
-            .sort("label", "eval", "bin")
-            .select("label", "eval", "bin", "low", "high", "n", "confidence", "accuracy"))

@@ -94,6 +94,7 @@ class Cube:
     gap: np.ndarray
     groups: dict[str, tuple[list[str], np.ndarray]] = field(default_factory=dict)
     _dense: np.ndarray | None = None
+    _sums: Sums | None = None
 
     @property
     def kind(self) -> str:
@@ -103,22 +104,34 @@ class Cube:
     def shape(self) -> tuple[int, int, int]:
         return len(self.labels), self.n_epochs, len(self.units)
 
-    def sums(self, rows: np.ndarray | None = None) -> Sums:
-        """Every statistic summed per (label, epoch, unit) over ``rows`` (answer indices; default all):
-        shape (``ALL_STATS``, labels, epochs, units)."""
+    def sums(self, groups: np.ndarray | None = None, n_groups: int = 1) -> Sums:
+        """Every statistic summed per (label, epoch, unit): shape (``ALL_STATS``, labels, epochs,
+        units). With ``groups`` (each answer's group code, −1 for none), per group: shape (n_groups,
+        ``ALL_STATS``, labels, epochs, units). The sums over all answers are computed once."""
+        if groups is None and self._sums is not None:
+            return self._sums
         n_l, n_e, n_u = self.shape
         cells = n_l * n_e * n_u
-        sel = slice(None) if rows is None else rows
-        key = (self.l[sel] * n_e + self.s[sel]) * n_u + self.u[sel]
-        base = self.stats[sel]
-        out = np.empty((len(ALL_STATS), cells))
-        for k in range(base.shape[1]):
-            out[k] = np.bincount(key, weights=base[:, k], minlength=cells)
-        b, counted = self.bin[sel], self.bin[sel] >= 0
-        gaps = np.bincount(b[counted] * cells + key[counted], weights=self.gap[sel][counted],
-                           minlength=cells * cal.ECE_BINS)
-        out[base.shape[1]:] = gaps.reshape(cal.ECE_BINS, cells)
-        return Sums(out.reshape(len(ALL_STATS), n_l, n_e, n_u), ALL_STATS)
+        key = (self.l * n_e + self.s) * n_u + self.u
+        stats, bins, gap = self.stats, self.bin, self.gap
+        if groups is not None:
+            kept = groups >= 0
+            key = groups[kept] * cells + key[kept]
+            stats, bins, gap = stats[kept], bins[kept], gap[kept]
+        size = cells * n_groups
+        out = np.empty((n_groups, len(ALL_STATS), cells))
+        for k in range(stats.shape[1]):
+            out[:, k] = np.bincount(key, weights=stats[:, k], minlength=size).reshape(n_groups, cells)
+        counted = bins >= 0
+        g, c = np.divmod(key[counted], cells)
+        gaps = np.bincount((g * cal.ECE_BINS + bins[counted]) * cells + c, weights=gap[counted],
+                           minlength=size * cal.ECE_BINS)
+        out[:, stats.shape[1]:] = gaps.reshape(n_groups, cal.ECE_BINS, cells)
+        shape = (len(ALL_STATS), n_l, n_e, n_u)
+        if groups is not None:
+            return Sums(out.reshape(n_groups, *shape), ALL_STATS)
+        self._sums = Sums(out.reshape(shape), ALL_STATS)
+        return self._sums
 
     def per_task(self) -> np.ndarray:
         """The resampled statistics per task, (tasks, stats·labels·epochs·units) float32 (built once)."""
@@ -278,11 +291,11 @@ class Estimates:
 
 
 def estimate(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | None = None,
-             tasks: np.ndarray | None = None) -> Estimates:
-    """Every metric of ``cube`` over all its tasks (or ``tasks``): point estimate (mean over epochs),
-    spread over epochs and, with ``boot`` and resample ``weights``, the percentile interval."""
-    rows = None if tasks is None else np.flatnonzero(np.isin(cube.t, tasks))
-    sums = cube.sums(rows)
+             tasks: np.ndarray | None = None, sums: Sums | None = None) -> Estimates:
+    """Every metric of ``cube`` over all its tasks (or over ``tasks``, whose ``sums`` are then given):
+    point estimate (mean over epochs), spread over epochs and, with ``boot`` and resample ``weights``,
+    the percentile interval."""
+    sums = cube.sums() if sums is None else sums
     per_epoch = values(cube, sums)
     counts = np.stack([sums[c].sum(axis=(1, 2)) for c in COUNTS], -1)  # (labels, COUNTS)
     answered = (sums["n"].sum(axis=(1, 2)) + counts.sum(-1)) > 0
@@ -342,11 +355,13 @@ def breakdown_table(cubes: dict[str, Cube], boot: Bootstrap | None = None) -> pl
     for name, cube in cubes.items():
         weights = boot.weights(name, cube.n_tasks) if boot else None
         for dimension, (names, per_task) in cube.groups.items():
+            by_group = cube.sums(per_task[cube.t], len(names))
             for code, group in enumerate(names):
                 tasks = np.flatnonzero(per_task == code)
                 if len(tasks):
-                    frames.append(_frame(cube, estimate(cube, boot, weights, tasks)).with_columns(
-                        pl.lit(dimension).alias("dimension"), pl.lit(group).alias("group")))
+                    est = estimate(cube, boot, weights, tasks, Sums(by_group.array[code], ALL_STATS))
+                    frames.append(_frame(cube, est).with_columns(pl.lit(dimension).alias("dimension"),
+                                                                 pl.lit(group).alias("group")))
     return _table(frames, ["label", "eval", "dimension", "group"])
 
 
@@ -391,3 +406,28 @@ def calibration_table(cubes: dict[str, Cube], estimates: dict[str, Estimates], b
     if not frames:
         return pl.DataFrame(schema={"label": pl.String, "eval": pl.String, "question": pl.String, "answers": pl.Int64})
     return pl.concat(frames, how="diagonal_relaxed").sort(keys)
+
+
+def reliability_table(cubes: dict[str, Cube]) -> pl.DataFrame:
+    """Reliability-diagram data per (label, eval), every epoch and question pooled: per confidence bin
+    (``calibration.ECE_BINS`` equal-width bins, edges ``low``/``high``), ``n`` answers counted for
+    calibration, their mean ``confidence`` and ``accuracy`` (0-1). Empty bins are left out."""
+    frames = []
+    correct = ALL_STATS.index("correct")
+    for name, cube in cubes.items():
+        c = cube.bin >= 0
+        key = cube.l[c] * cal.ECE_BINS + cube.bin[c]
+        size = len(cube.labels) * cal.ECE_BINS
+        n = np.bincount(key, minlength=size)
+        right = np.bincount(key, weights=cube.stats[c, correct], minlength=size)
+        confidence = np.bincount(key, weights=cube.stats[c, correct] - cube.gap[c], minlength=size)
+        label, b = np.divmod(np.arange(size), cal.ECE_BINS)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frames.append(pl.DataFrame({
+                "label": [cube.labels[i] for i in label], "eval": name, "bin": b, "low": b / cal.ECE_BINS,
+                "high": (b + 1) / cal.ECE_BINS, "n": n, "confidence": confidence / n, "accuracy": right / n,
+            }).filter(pl.col("n") > 0))
+    if not frames:
+        return pl.DataFrame(schema={"label": pl.String, "eval": pl.String, "bin": pl.Int64, "low": pl.Float64,
+                                    "high": pl.Float64, "n": pl.Int64, "confidence": pl.Float64, "accuracy": pl.Float64})
+    return pl.concat(frames).sort("label", "eval", "bin")

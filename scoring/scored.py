@@ -12,7 +12,7 @@ import polars as pl
 
 from . import breakdowns, calibration
 from .bootstrap import Bootstrap
-from .cube import breakdown_table, build_cubes, calibration_table, estimate_all, metric_table
+from .cube import breakdown_table, build_cubes, calibration_table, estimate_all, metric_table, reliability_table
 from .index import index_table
 
 
@@ -64,7 +64,7 @@ def score(answers: pl.DataFrame, bootstrap: Bootstrap | None = None, with_breakd
     empty = pl.DataFrame()
     return Scored(
         answers=answers, metrics=table, index=index_table(estimates, labels, bootstrap), calibration=calib,
-        reliability=calibration.reliability(answers),
+        reliability=reliability_table(cubes),
         breakdowns=breakdown_table(cubes, bootstrap) if with_breakdowns else empty,
         confusion=breakdowns.confusion(answers) if with_breakdowns else empty,
         statuses=breakdowns.statuses(answers),
