@@ -214,7 +214,7 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
             summary = score(cache, suite, found, args.out, None, args.epochs)
         else:
             from report.html import write  # matplotlib and Jinja2 load only for reports
-            summary, scored = score_all(cache, suite, found, args.out, None, args.epochs)
+            summary, scored = score_all(cache, suite, found, args.out, None, args.epochs, breakdowns=True)
             path = write(summary, scored, args.out)
     print_summary(summary, console, args.out)
     if html:

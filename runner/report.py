@@ -26,11 +26,12 @@ def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests:
 
 
 def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
-              epochs: int = 1) -> tuple[dict, scoring.Scored]:
-    """``score``, also returning every table (``scoring.Scored``) for a report."""
+              epochs: int = 1, breakdowns: bool = False) -> tuple[dict, scoring.Scored]:
+    """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
+    that only the report shows)."""
     gold, categories = gold_frames(suite.tasks())
     answers = scoring.answers(cache.scan(), models, gold, categories, epochs)
-    scored = scoring.score(answers, scoring.Bootstrap())
+    scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
     if requests is None:
         requests = scoring.request_counts(answers)
     summary = scoring.build_summary(scored.metrics, models["label"].to_list(), suite.data_block(), PROMPT_VERSION,

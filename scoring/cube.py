@@ -161,7 +161,7 @@ def _codes(s: pl.Series) -> tuple[np.ndarray, list[str]]:
     if isinstance(s.dtype, pl.Enum):
         return s.to_physical().fill_null(-1).to_numpy().astype(np.int64), s.dtype.categories.to_list()
     s = s.cast(pl.String)
-    names = sorted(set(s.drop_nulls().to_list()))
+    names = s.unique().drop_nulls().sort().to_list()
     return s.cast(pl.Enum(names)).to_physical().fill_null(-1).to_numpy().astype(np.int64), names
 
 

@@ -110,7 +110,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     row_of_request = np.full(n_models * n_tasks * n_epochs, -1, np.int64)
     row_of_request[request] = np.arange(len(request))
     row_failed = (found["status"] == "failed").to_numpy()
-    row_error = found["error"]
+    row_error = found["error"].rechunk()
 
     # every answer the cache holds, with its place (model, gold row, epoch)
     listed = found["answers"]
@@ -194,19 +194,21 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
 def _predicted_category(gold_side: pl.DataFrame, row_g: np.ndarray, predicted: pl.Series,
                         categories: pl.DataFrame) -> pl.Series:
     """When2Call: the reply category of each row's predicted option (null elsewhere)."""
-    out = pl.Series("predicted_category", [None] * len(row_g), dtype=pl.String)
     if categories.is_empty():
-        return out
-    listed = set(categories["task_id"].to_list())
-    has = np.array([task in listed for task in gold_side["task_id"].cast(pl.String).to_list()], dtype=bool)
-    rows = np.flatnonzero(has[row_g])
-    if len(rows) == 0:
-        return out
-    found = (pl.DataFrame({"task_id": gold_side["task_id"].cast(pl.String).gather(row_g[rows]),
-                           "predicted": predicted.gather(rows)})
-             .join(categories.rename({"option": "predicted", "category": "predicted_category"}),
-                   on=["task_id", "predicted"], how="left", maintain_order="left")["predicted_category"])
-    return out.scatter(rows, found)
+        return pl.repeat(None, len(row_g), dtype=pl.String, eager=True)
+    options = sorted(set(categories["option"].to_list()))
+    names = sorted(set(categories["category"].to_list()))
+    g_of_task = {t: g for g, t in enumerate(gold_side["task_id"].cast(pl.String).to_list())}
+    table = np.full((gold_side.height, len(options)), -1, np.int64)  # gold row x option -> category code
+    for task, option, category in categories.iter_rows():
+        if task in g_of_task:
+            table[g_of_task[task], options.index(option)] = names.index(category)
+    rows = np.flatnonzero((table[row_g] >= 0).any(axis=1))
+    option = predicted.gather(rows).cast(pl.Enum(options), strict=False).to_physical().fill_null(-1).to_numpy()
+    code = np.full(len(row_g), -1, np.int64)
+    code[rows] = np.where(option >= 0, table[row_g[rows], np.maximum(option, 0)], -1)
+    index = pl.select(pl.when(pl.lit(pl.Series(code)) >= 0).then(pl.lit(pl.Series(code)))).to_series()
+    return pl.Series(names, dtype=pl.String).gather(index)
 
 
 def export(ans: pl.DataFrame) -> pl.DataFrame:

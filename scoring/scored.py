@@ -52,7 +52,8 @@ class Scored:
 
 def score(answers: pl.DataFrame, bootstrap: Bootstrap | None = None, with_breakdowns: bool = True) -> Scored:
     """Score an answers frame: every table of ``Scored``. ``bootstrap`` None skips the intervals;
-    ``with_breakdowns`` False skips the per-group tables (breakdowns, confusion, errors)."""
+    ``with_breakdowns`` False skips the tables only the report shows (breakdowns, confusion, statuses,
+    errors: left empty); summary.json needs none of them."""
     cubes = build_cubes(answers)
     estimates = estimate_all(cubes, bootstrap)
     labels = next(iter(cubes.values())).labels if cubes else []
@@ -67,6 +68,6 @@ def score(answers: pl.DataFrame, bootstrap: Bootstrap | None = None, with_breakd
         reliability=reliability_table(cubes),
         breakdowns=breakdown_table(cubes, bootstrap) if with_breakdowns else empty,
         confusion=breakdowns.confusion(answers) if with_breakdowns else empty,
-        statuses=breakdowns.statuses(answers),
+        statuses=breakdowns.statuses(answers) if with_breakdowns else empty,
         errors=breakdowns.errors(answers) if with_breakdowns else empty,
         bootstrap=bootstrap)
