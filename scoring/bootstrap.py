@@ -19,6 +19,7 @@ resampled metric (linear interpolation between order statistics, as ``numpy.nanq
 """
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 
@@ -42,7 +43,11 @@ class Bootstrap:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
 
     def weights(self, eval_name: str, n_tasks: int) -> np.ndarray:
-        """Resample counts, shape (resamples, n_tasks), float32 (exact for counts below 2**24)."""
+        """Resample counts, shape (resamples, n_tasks), float32 (exact for counts below 2**24); the same
+        array object for the same arguments (computed once)."""
+        return _weights(self, eval_name, n_tasks)
+
+    def _draw(self, eval_name: str, n_tasks: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, zlib.crc32(eval_name.encode())])
         b = self.resamples
         if n_tasks == 0:
@@ -65,6 +70,13 @@ class Bootstrap:
                 "note": ("tasks are resampled with replacement within each evaluation, the same resamples for "
                          "every model; the index combines one resample of each evaluation; AUROC intervals "
                          "use DeLong's variance instead")}
+
+
+@functools.lru_cache(maxsize=16)
+def _weights(boot: Bootstrap, eval_name: str, n_tasks: int) -> np.ndarray:
+    w = boot._draw(eval_name, n_tasks)
+    w.flags.writeable = False
+    return w
 
 
 def nan_quantiles(a: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarray]:

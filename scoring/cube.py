@@ -95,6 +95,7 @@ class Cube:
     groups: dict[str, tuple[list[str], np.ndarray]] = field(default_factory=dict)
     _dense: np.ndarray | None = None
     _sums: Sums | None = None
+    _resampled: tuple[np.ndarray, Sums] | None = None
 
     @property
     def kind(self) -> str:
@@ -149,11 +150,16 @@ class Cube:
         """Sums per resample: ``weights`` (resamples, tasks) @ per-task statistics, optionally over
         ``tasks`` only; shape (resamples, ``RESAMPLED[kind]``, labels, epochs, units), float32 (counts
         exact; sums of probabilities to about 1e-6 relative)."""
+        if tasks is None and self._resampled is not None and self._resampled[0] is weights:
+            return self._resampled[1]
         x = self.per_task()
         if tasks is not None:
             x, weights = x[tasks], weights[:, tasks]
         names = RESAMPLED[self.kind]
-        return Sums((weights @ x).reshape(weights.shape[0], len(names), *self.shape), names)
+        sums = Sums((weights @ x).reshape(weights.shape[0], len(names), *self.shape), names)
+        if tasks is None:
+            self._resampled = (weights, sums)
+        return sums
 
 
 def _codes(s: pl.Series) -> tuple[np.ndarray, list[str]]:
