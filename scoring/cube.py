@@ -93,7 +93,7 @@ class Cube:
     bin: np.ndarray
     gap: np.ndarray
     groups: dict[str, tuple[list[str], np.ndarray]] = field(default_factory=dict)
-    _dense: np.ndarray | None = None
+    _per_task: np.ndarray | None = None
     _sums: Sums | None = None
     _resampled: tuple[np.ndarray, Sums] | None = None
 
@@ -136,15 +136,15 @@ class Cube:
 
     def per_task(self) -> np.ndarray:
         """The resampled statistics per task, (tasks, stats·labels·epochs·units) float32 (built once)."""
-        if self._dense is None:
+        if self._per_task is None:
             names = RESAMPLED[self.kind]
             x = np.zeros((self.n_tasks, len(names), *self.shape), np.float32)
             base = [ALL_STATS.index(n) for n in names if n not in ECE_GAPS]
             x[self.t, :len(base), self.l, self.s, self.u] = self.stats[:, base]
             c = self.bin >= 0
             x[self.t[c], len(base) + self.bin[c], self.l[c], self.s[c], self.u[c]] = self.gap[c]
-            self._dense = x.reshape(self.n_tasks, -1)
-        return self._dense
+            self._per_task = x.reshape(self.n_tasks, -1)
+        return self._per_task
 
     def resampled(self, weights: np.ndarray, tasks: np.ndarray | None = None) -> Sums:
         """Sums per resample: ``weights`` (resamples, tasks) @ per-task statistics, optionally over
