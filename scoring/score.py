@@ -4,17 +4,19 @@
 configuration would send (matching provider, model, sampling parameters and prompt version, and each
 task's id and digest; ``sample`` below ``epochs``), keeps the newest row per request, and lays them out
 as one row per (model, question, epoch) beside the gold label. ``metrics(answers)`` computes every
-metric per model and evaluation (optionally per breakdown group), averaged over epochs.
+metric per model and evaluation, averaged over epochs (``scoring.scored.score`` adds intervals,
+calibration and breakdowns).
 
 Status of an answer: ``ok``; ``invalid`` (a reply came but this answer was unusable); ``failed`` (no
 reply after the retry budget, or a deterministic error); ``missing`` (not in the cache). Invalid and
 failed answers are scored as wrong (SPEC §6); an evaluation with missing answers gets null metrics with
 the reason, never a partial score.
 
-Speed: the answers frame is laid out densely — row ``(m·G + g)·E + s`` holds model ``m`` (labels in
-sorted order), gold row ``g`` (sorted by eval, task id, question id) and epoch ``s`` — so cache rows are
-placed by integer arithmetic instead of joins on strings, and its categorical columns are Polars Enums
-(``export`` turns them back into strings for files).
+Speed: every expected answer has an integer place ``(m·G + g)·E + s`` — model ``m`` (labels in sorted
+order), gold row ``g`` (sorted by eval, task id, question id), epoch ``s`` — so cache rows are placed,
+deduplicated and completed (failed, unanswered, missing) by integer arithmetic instead of joins on
+strings; the gold side is gathered to the answers' order (never the nested answers to the gold order),
+and the categorical columns are Polars Enums (``export`` sorts the rows and turns them into strings).
 """
 from __future__ import annotations
 
