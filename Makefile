@@ -7,7 +7,7 @@ CACHE  ?= .dxi-cache
 OUT    ?= out
 MODEL  ?= embedded:sparrow-nano-general-v1.1
 
-.PHONY: install run smoke score test lint bench clean
+.PHONY: install run smoke score report test lint bench clean
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,10 @@ smoke: install
 # Rescore every model in the cache, without the network.
 score: install
 	$(BIN)/dxi score --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)
+
+# Rescore and write the HTML report with CSV/Parquet tables (out/report.html, out/tables/).
+report: install
+	$(BIN)/dxi report --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)
 
 test: install
 	$(BIN)/pytest

@@ -1,12 +1,16 @@
 """``dxi``: run the Decision Index and score it from the cache.
 
-    dxi run   --model MODEL [--model MODEL ...] --data-dir DIR --cache-dir DIR --out DIR
-    dxi score [--model MODEL ...]             --data-dir DIR --cache-dir DIR --out DIR
+    dxi run    --model MODEL [--model MODEL ...] --data-dir DIR --cache-dir DIR --out DIR
+    dxi score  [--model MODEL ...]             --data-dir DIR --cache-dir DIR --out DIR
+    dxi report [--model MODEL ...]             --data-dir DIR --cache-dir DIR --out DIR
 
 ``score`` reads only the cache (and the datasets for gold labels), never the network; with no
-``--model`` it scores every model in the cache. Exit codes: 0 done; 1 done but some requests failed
-(rerun to retry them); 2 bad input (data, model string, options), with a message; 130 interrupted
-(everything that arrived is in the cache: rerun the same command to continue).
+``--model`` it scores every model in the cache. ``report`` does the same and also writes
+``OUT/report.html`` (self-contained) and every table as ``OUT/tables/*.csv`` and ``*.parquet``.
+
+Exit codes: 0 done; 1 done but some requests failed (rerun to retry them); 2 bad input (data, model
+string, options), with a message; 130 interrupted (everything that arrived is in the cache: rerun the
+same command to continue).
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from evals import EVALS, PROMPT_VERSION, DatasetError, Exclusions, Suite, discov
 from evals.wildguardtest import SUBSETS
 
 from .progress import RunProgress
-from .report import print_summary, score
+from .report import print_summary, score, score_all
 from .run import Stats, run
 
 EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -74,10 +78,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--retry-failed", action="store_true", help="also resend requests that failed with a 4xx-class error")
     r.add_argument("--retry-invalid", action="store_true", help="also resend requests whose answers were invalid")
     _common(r)
-    s = sub.add_parser("score", help="score from the cache only (no network)")
-    s.add_argument("--model", action="append", default=[], metavar="MODEL",
-                   help="a model in the cache (ADAPTER:MODEL); default: every model in the cache")
-    _common(s)
+    for name, text in (("score", "score from the cache only (no network)"),
+                       ("report", "score from the cache only and write an HTML report with CSV/Parquet tables")):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("--model", action="append", default=[], metavar="MODEL",
+                       help="a model in the cache (ADAPTER:MODEL); default: every model in the cache")
+        _common(s)
     d = sub.add_parser("data", help="fetch the evaluation data from the Hugging Face hub, or check a data folder")
     dsub = d.add_subparsers(dest="data_command", required=True)
     f = dsub.add_parser("fetch", help="download HLE, When2Call and WildGuardTest (HF_TOKEN for gated sets), then check")
@@ -196,7 +202,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FAILED_REQUESTS if failed else 0
 
 
-def cmd_score(args: argparse.Namespace, console: Console) -> int:
+def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
     suite = _suite(args)
     if not args.cache_dir.is_dir():
         raise UsageError(f"no cache at {args.cache_dir}: run `dxi run` first, or pass --cache-dir")
@@ -217,8 +223,15 @@ def cmd_score(args: argparse.Namespace, console: Console) -> int:
             found = found.filter(pl.col("label").is_in(wanted))
         if found.is_empty():
             raise UsageError(f"no models in {args.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
-        summary = score(cache, suite, found, args.out, None, args.epochs)
+        if not html:
+            summary = score(cache, suite, found, args.out, None, args.epochs)
+        else:
+            from report.html import write  # matplotlib and Jinja2 load only for reports
+            summary, scored = score_all(cache, suite, found, args.out, None, args.epochs, breakdowns=True)
+            path = write(summary, scored, args.out)
     print_summary(summary, console, args.out)
+    if html:
+        console.print(escape(f"Report written to {path} (tables in {args.out}/tables/)"))
     return 0
 
 
@@ -243,6 +256,10 @@ def cmd_data(args: argparse.Namespace, console: Console) -> int:
     return 1 if any(o.status == "failed" for o in outcomes) else 0
 
 
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    return cmd_score(args, console, html=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
@@ -252,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s",
                         handlers=[RichHandler(console=errors, show_path=False)])
     try:
-        return {"run": cmd_run, "score": cmd_score, "data": cmd_data}[args.command](args, console)
+        return {"run": cmd_run, "score": cmd_score, "report": cmd_report, "data": cmd_data}[args.command](args, console)
     except (UsageError, DatasetError) as exc:
         errors.print(f"[red]error:[/] {escape(str(exc))}")
         return EXIT_USAGE

@@ -22,21 +22,28 @@ def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests:
     ``out/summary.json`` and ``out/answers.parquet`` (each written to a temporary name, then renamed)
     and return the summary. ``requests`` is each model's request counts from a run; None (cache-only
     scoring) counts the requests found in the cache instead, with ``sent`` = 0."""
+    return score_all(cache, suite, models, out, requests, epochs)[0]
+
+
+def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
+              epochs: int = 1, breakdowns: bool = False) -> tuple[dict, scoring.Scored]:
+    """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
+    that only the report shows)."""
     gold, categories = gold_frames(suite.tasks())
     answers = scoring.answers(cache.scan(), models, gold, categories, epochs)
-    table = scoring.metrics(answers)
+    scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
     if requests is None:
         requests = scoring.request_counts(answers)
-    summary = scoring.build_summary(table, models["label"].to_list(), suite.data_block(), PROMPT_VERSION,
-                                    epochs, requests)
+    summary = scoring.build_summary(scored.metrics, models["label"].to_list(), suite.data_block(), PROMPT_VERSION,
+                                    epochs, requests, scored)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".summary.json.tmp"
     tmp.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
     os.replace(tmp, out / "summary.json")
     tmp = out / ".answers.parquet.tmp"
-    answers.rename({"label": "model"}).write_parquet(tmp)
+    scoring.export(answers).write_parquet(tmp)
     os.replace(tmp, out / "answers.parquet")
-    return summary
+    return summary, scored
 
 
 def _fmt(value: float | None) -> str:
@@ -46,14 +53,16 @@ def _fmt(value: float | None) -> str:
 def print_summary(summary: dict, console: Console, out: Path | None = None) -> None:
     """The index table, then what data was used and anything the reader must know."""
     table = Table(title="Decision Index", title_style="bold")
-    for header in ("model", "index", "Omni acc", "Omni non-halluc", "HLE acc", "When2Call acc", "WildGuard F1",
+    for header in ("model", "index [95% CI]", "Omni acc", "Omni non-halluc", "HLE acc", "When2Call acc", "WildGuard F1",
                    "invalid", "failed"):
         table.add_column(header, justify="left" if header == "model" else "right")
     for m in summary["models"]:
         e = m["evals"]
         invalid = sum(b.get("invalid", 0) for b in e.values())
         failed = sum(b.get("failed", 0) for b in e.values())
-        table.add_row(escape(m["model"]), _fmt(m["decision_index"]), _fmt(e["aa_omniscience_decision"]["accuracy"]),
+        ci = m.get("decision_index_ci")
+        index = _fmt(m["decision_index"]) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
+        table.add_row(escape(m["model"]), index, _fmt(e["aa_omniscience_decision"]["accuracy"]),
                       _fmt(e["aa_omniscience_decision"]["non_hallucination_rate"]),
                       _fmt(e["hle_multichoice"]["accuracy"]), _fmt(e["when2call"]["accuracy"]),
                       _fmt(e["wildguardtest"]["mean_f1"]), str(invalid), str(failed))

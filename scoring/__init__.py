@@ -1,12 +1,15 @@
-"""Scoring: vectorised Polars over the cache plus gold labels. Never imports runner/ or adapters/, so
-rescoring from the cache alone works by construction.
+"""Scoring: vectorised Polars and NumPy over the cache plus gold labels. Never imports runner/ or
+adapters/, so rescoring from the cache alone works by construction.
 
-``answers`` -> one row per (model, question, epoch); ``metrics`` -> per model and evaluation;
-``summary.build`` -> summary.json; ``index.WEIGHTS`` -> the Decision Index formula.
+``answers`` -> one row per (model, question, epoch); ``score`` -> every table (metrics with intervals,
+the index, calibration, breakdowns; ``Scored``); ``build_summary`` -> summary.json; ``index.WEIGHTS``
+-> the Decision Index formula; ``Bootstrap`` -> how intervals are computed.
 """
+from .bootstrap import Bootstrap
 from .index import WEIGHTS, decision_index
-from .score import MODELS_SCHEMA, answers, metrics, models_in_cache, request_counts
+from .score import MODELS_SCHEMA, answers, export, metrics, models_in_cache, request_counts
+from .scored import Scored, score
 from .summary import build as build_summary
 
-__all__ = ["MODELS_SCHEMA", "WEIGHTS", "answers", "build_summary", "decision_index", "metrics", "models_in_cache",
-           "request_counts"]
+__all__ = ["MODELS_SCHEMA", "WEIGHTS", "Bootstrap", "Scored", "answers", "build_summary", "decision_index", "export",
+           "metrics", "models_in_cache", "request_counts", "score"]

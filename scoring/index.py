@@ -8,6 +8,12 @@ never a partial index presented as whole.
 """
 from __future__ import annotations
 
+import numpy as np
+import polars as pl
+
+from .bootstrap import Bootstrap
+from .cube import COUNTS, Estimates, epoch_sd
+
 # (evaluation, metric) -> weight
 WEIGHTS: dict[tuple[str, str], float] = {
     ("aa_omniscience_decision", "accuracy"): 0.125,
@@ -30,3 +36,37 @@ def decision_index(evals: dict[str, dict]) -> tuple[float | None, str | None]:
     if missing:
         return None, f"not computed: {', '.join(missing)} unavailable (see each evaluation's reason)"
     return total, None
+
+
+
+def index_table(estimates: dict[str, Estimates], labels: list[str], boot: Bootstrap | None = None) -> pl.DataFrame:
+    """Per label: ``decision_index`` (mean over epochs), ``decision_index_sd`` (spread of the per-epoch
+    index; null for one epoch) and, with a bootstrap, ``decision_index_low``/``_high`` (the percentile
+    interval of the index recomputed on each resample: one resample of each evaluation). Null with a
+    ``reason`` when any term is unavailable (an evaluation without data, or with answers missing).
+    ``estimates`` maps evaluation -> ``scoring.cube.Estimates`` over ``labels``."""
+    n = len(labels)
+    point, per_epoch, replicates = np.zeros(n), np.zeros((n, 1)), np.zeros((1, n))
+    unavailable: list[list[str]] = [[] for _ in range(n)]
+    for (name, metric), weight in WEIGHTS.items():
+        est = estimates.get(name)
+        if est is None:
+            for u in unavailable:
+                u.append(f"{name}.{metric}")
+            continue
+        value = np.where((est.counts[:, COUNTS.index("missing")] > 0) | ~est.answered, np.nan, est.point[metric])
+        for i in np.flatnonzero(np.isnan(value)):
+            unavailable[i].append(f"{name}.{metric}")
+        point = point + weight * value
+        per_epoch = per_epoch + weight * est.per_epoch[metric]
+        if boot is not None:
+            replicates = replicates + weight * est.replicates[metric]
+    low, high = boot.interval(replicates) if boot is not None else (np.full(n, np.nan), np.full(n, np.nan))
+    bad = np.array([bool(u) for u in unavailable], dtype=bool)
+    return pl.DataFrame({
+        "label": labels,
+        **{f"decision_index{suffix}": np.where(bad, np.nan, v)
+           for suffix, v in (("", point), ("_sd", epoch_sd(per_epoch)), ("_low", low), ("_high", high))},
+        "reason": [f"not computed: {', '.join(u)} unavailable (see each evaluation's reason)" if u else None
+                   for u in unavailable],
+    }, schema_overrides={"reason": pl.String}).fill_nan(None)

@@ -1,21 +1,54 @@
-"""The Decision Index metrics as Polars expressions over answer rows (0-100 scale).
+"""The Decision Index metrics (0-100 scale), each written once as a formula over sums.
 
-Input columns: ``predicted`` (option id or "yes"/"no"; null when the answer was invalid, failed or
-missing) and ``gold``. Definitions (SPEC §2, §6; seed methodology "Decision Index evaluation suite"):
+Every metric is a function of sums over answers: per answer, ``answer_stats`` gives the indicator
+columns ``n`` (1), ``correct``, ``hallucinated``, ``tp``, ``fp``, ``fn``; the ``*_from`` formulas turn
+their sums into a metric. The formulas use only arithmetic, so the same function evaluates Polars
+expressions (point estimates, ``scoring.score.metrics``) and NumPy arrays of resampled sums (intervals,
+``scoring.bootstrap``): a metric and its interval cannot drift apart.
+
+Definitions (SPEC §2, §6; seed methodology "Decision Index evaluation suite"). Input columns:
+``predicted`` (option id or "yes"/"no"; null when the answer was invalid, failed or missing) and ``gold``.
 
 * accuracy = 100 × correct / all; an invalid or failed answer is wrong;
 * hallucination rate = (answered wrongly and not "I don't know") / (not answered correctly), 0 when
   every answer is correct; an invalid answer is not an abstention, so it counts as a hallucination;
   non-hallucination rate = 100 × (1 − hallucination rate);
 * F1 (positive class "yes" = harmful / refusal) = 2·TP / (2·TP + FP + FN); an invalid yes/no answer
-  counts as the wrong side (a false negative where gold is yes, a false positive where it is no); null
-  when TP + FP + FN = 0 (no positive gold label and no positive prediction: undefined).
+  counts as the wrong side (a false negative where gold is yes, a false positive where it is no);
+  undefined when TP + FP + FN = 0 (no positive gold label and no positive prediction): the formula
+  gives NaN there, reported as null.
 """
 from __future__ import annotations
+
+from typing import TypeVar
 
 import polars as pl
 
 PRED, GOLD = pl.col("predicted"), pl.col("gold")
+IDK = "E"  # AA-Omniscience-Decision's "I don't know" option
+STATS = ("n", "correct", "hallucinated", "tp", "fp", "fn")
+
+X = TypeVar("X")  # a pl.Expr or a NumPy array of sums
+
+
+def accuracy_from(correct: X, n: X) -> X:
+    """100 × correct / n."""
+    return 100 * correct / n
+
+
+def hallucination_from(hallucinated: X, wrong: X) -> X:
+    """hallucinated / wrong (0-1); 0 when nothing is wrong (then ``hallucinated`` is 0 too)."""
+    return hallucinated / (wrong + (wrong == 0))
+
+
+def non_hallucination_from(hallucinated: X, wrong: X) -> X:
+    """100 × (1 − hallucination rate)."""
+    return 100 * (1 - hallucination_from(hallucinated, wrong))
+
+
+def f1_from(tp: X, fp: X, fn: X) -> X:
+    """100 × 2TP / (2TP + FP + FN); NaN when TP + FP + FN = 0 (undefined)."""
+    return 100 * 2 * tp / (2 * tp + fp + fn)
 
 
 def correct() -> pl.Expr:
@@ -23,32 +56,41 @@ def correct() -> pl.Expr:
     return PRED.eq_missing(GOLD)
 
 
+def answer_stats(idk: str = IDK, positive: str = "yes") -> list[pl.Expr]:
+    """Per-answer indicators (UInt32), named as in ``STATS``. ``hallucinated``: wrong and not the
+    abstention ``idk`` (only meaningful for AA-Omniscience-Decision); ``tp``/``fp``/``fn``: the answer's
+    place in the yes/no confusion matrix with an invalid answer on the wrong side (only meaningful for
+    yes/no questions)."""
+    right = correct()
+    gold_pos = GOLD == positive
+    pred_pos = pl.when(PRED.is_null()).then(~gold_pos).otherwise(PRED == positive)
+    indicators = {"n": pl.lit(True), "correct": right, "hallucinated": ~right & PRED.ne_missing(pl.lit(idk)),
+                  "tp": pred_pos & gold_pos, "fp": pred_pos & ~gold_pos, "fn": ~pred_pos & gold_pos}
+    return [indicators[s].cast(pl.UInt32).alias(s) for s in STATS]
+
+
+# Row-level aggregations (over a group of answer rows), built on the formulas above.
 def accuracy() -> pl.Expr:
     """100 × share of correct answers."""
-    return 100 * correct().mean()
+    return accuracy_from(correct().sum(), pl.len())
 
 
-def hallucination_rate(idk: str = "E") -> pl.Expr:
+def hallucination_rate(idk: str = IDK) -> pl.Expr:
     """Share (0-1) of wrong answers that are not the abstention ``idk``; 0 when nothing is wrong."""
-    wrong = ~correct()
-    guessed = wrong & PRED.ne_missing(pl.lit(idk))
-    return pl.when(wrong.sum() == 0).then(0.0).otherwise(guessed.sum() / wrong.sum())
+    right = correct()
+    return hallucination_from((~right & PRED.ne_missing(pl.lit(idk))).sum(), (~right).sum())
 
 
-def non_hallucination_rate(idk: str = "E") -> pl.Expr:
+def non_hallucination_rate(idk: str = IDK) -> pl.Expr:
     """100 × (1 − hallucination rate)."""
     return 100 * (1 - hallucination_rate(idk))
 
 
 def f1_counts(positive: str = "yes") -> list[pl.Expr]:
     """TP, FP, FN (as ``tp``, ``fp``, ``fn``) with invalid answers on the wrong side."""
-    g = GOLD == positive
-    p = pl.when(PRED.is_null()).then(~g).otherwise(PRED == positive)
-    return [(p & g).sum().alias("tp"), (p & ~g).sum().alias("fp"), (~p & g).sum().alias("fn")]
+    return [e.sum() for e in answer_stats(positive=positive)[3:]]
 
 
 def f1_from_counts() -> pl.Expr:
-    """100 × 2TP / (2TP + FP + FN) from columns ``tp``, ``fp``, ``fn``; null when the denominator is 0."""
-    tp, fp, fn = pl.col("tp"), pl.col("fp"), pl.col("fn")
-    denominator = 2 * tp + fp + fn
-    return pl.when(denominator > 0).then(100 * 2 * tp / denominator).otherwise(None)
+    """100 × 2TP / (2TP + FP + FN) from columns ``tp``, ``fp``, ``fn``; null when undefined."""
+    return f1_from(pl.col("tp"), pl.col("fp"), pl.col("fn")).fill_nan(None)

@@ -1,7 +1,10 @@
 """summary.json: the contract users script against.
 
     {"prompt_version": str, "epochs": int, "data": {...},
+     "intervals": {"method", "confidence", "resamples", "seed", "note"},
+     "calibration": {"answers", "brier", "ece", "log_loss", "auroc", "epochs"},
      "models": [{"model": str, "decision_index": float | null, "decision_index_reason"?: str,
+                 "decision_index_ci": [low, high] | null, "decision_index_sd"?: float,
                  "evals": {"aa_omniscience_decision": {"n", "accuracy", "non_hallucination_rate", ...},
                            "hle_multichoice": {"n", "accuracy"}, "when2call": {"n", "accuracy"},
                            "wildguardtest": {"n", "f1_prompt_harm", "f1_response_refusal",
@@ -11,26 +14,36 @@
 Metrics are 0-100, rounded to 6 decimals; ``n`` counts tasks (WildGuardTest: rows). Each evaluation
 block also counts its ``invalid``, ``failed`` and ``missing`` answers; a null metric comes with a
 ``reason``. With several epochs each metric is the mean and ``<metric>_sd`` its standard deviation.
+
+Added with intervals and calibration (existing keys keep their meaning): each metric's 95% interval
+``<metric>_ci`` = [low, high] (null when the metric is null), the index's ``decision_index_ci`` (and
+``decision_index_sd`` with several epochs), and per evaluation a ``calibration`` block for models that
+return probabilities: ``answers`` counted, ``excluded`` (without probabilities), ``brier``, ``ece``,
+``log_loss`` (each with ``_ci``), and for WildGuardTest ``questions``: the same per yes/no question plus
+``auroc`` and ``auroc_ci``. The top-level ``intervals`` and ``calibration`` blocks say how they are
+computed.
 """
 from __future__ import annotations
 
 import polars as pl
 
+from . import calibration as cal
+from .cube import METRICS
 from .index import decision_index
-from .score import WILDGUARD_F1
 
-METRICS: dict[str, tuple[str, ...]] = {
-    "aa_omniscience_decision": ("accuracy", "non_hallucination_rate"),
-    "hle_multichoice": ("accuracy",),
-    "when2call": ("accuracy",),
-    "wildguardtest": (*WILDGUARD_F1.values(), "mean_f1"),
-}
 UNDEFINED_F1 = ("undefined (no positive gold label and no positive prediction); mean_f1 is the mean of "
                 "the defined F1 scores")
 
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6)
+
+
+def _interval(row: dict, metric: str) -> list[float | None] | None:
+    low, high = row.get(f"{metric}_low"), row.get(f"{metric}_high")
+    if row.get(metric) is None or low is None or high is None:
+        return None
+    return [_round(low), _round(high)]
 
 
 def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
@@ -52,6 +65,8 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
         block[m] = _round(row[m])
         if epochs > 1:
             block[f"{m}_sd"] = _round(row[f"{m}_sd"])
+        if f"{m}_low" in row:
+            block[f"{m}_ci"] = _interval(row, m)
         if block[m] is None and m != "mean_f1":
             reasons.append(f"{m}: {UNDEFINED_F1}")
     if reasons:
@@ -59,11 +74,41 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
     return block
 
 
+def _calibration_entry(row: dict, epochs: int) -> dict:
+    entry: dict = {"answers": row["answers"], "excluded": row["excluded"]}
+    for m in (*cal.CALIBRATION_METRICS, *(("auroc",) if row.get("auroc") is not None else ())):
+        entry[m] = _round(row.get(m))
+        if epochs > 1 and m != "auroc":
+            entry[f"{m}_sd"] = _round(row.get(f"{m}_sd"))
+        entry[f"{m}_ci"] = _interval(row, m)
+    if "positives" in row and row.get("auroc") is not None:
+        entry["positives"], entry["negatives"] = row["positives"], row["negatives"]
+    return entry
+
+
+def calibration_block(rows: list[dict], epochs: int) -> dict | None:
+    """One evaluation's ``calibration`` block from its ``Scored.calibration`` rows (None: no probabilities)."""
+    pooled = next((r for r in rows if r["question"] == "all"), None)
+    if pooled is None:
+        return None
+    block = _calibration_entry(pooled, epochs)
+    questions = {r["question"]: _calibration_entry(r, epochs) for r in rows if r["question"] != "all"}
+    if questions:
+        block["questions"] = questions
+    return block
+
+
 def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], prompt_version: str, epochs: int,
-          requests: dict[str, dict]) -> dict:
+          requests: dict[str, dict], scored: object | None = None) -> dict:
     """The whole summary: one entry per model label (in ``labels`` order), from the metrics table, the
-    suite's data block and each model's request counts."""
+    suite's data block and each model's request counts. With ``scored`` (a ``scoring.scored.Scored``)
+    the intervals, the index's spread and interval and the calibration blocks are added."""
     by_key = {(r["label"], r["eval"]): r for r in metrics.iter_rows(named=True)}
+    index_rows = {r["label"]: r for r in scored.index.iter_rows(named=True)} if scored is not None else {}
+    calibration: dict[tuple[str, str], list[dict]] = {}
+    if scored is not None and not scored.calibration.is_empty():
+        for r in scored.calibration.iter_rows(named=True):
+            calibration.setdefault((r["label"], r["eval"]), []).append(r)
     models = []
     for label in labels:
         evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), epochs)
@@ -72,7 +117,20 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
         entry: dict = {"model": label, "decision_index": _round(index)}
         if reason:
             entry["decision_index_reason"] = reason
+        if scored is not None:
+            row = index_rows.get(label, {})
+            entry["decision_index_ci"] = _interval(row, "decision_index") if index is not None else None
+            if epochs > 1:
+                entry["decision_index_sd"] = _round(row.get("decision_index_sd")) if index is not None else None
+            for name, block in evals.items():
+                if block.get("n") and not block.get("missing"):
+                    block["calibration"] = calibration_block(calibration.get((label, name), []), epochs)
         entry["evals"] = evals
         entry["requests"] = requests.get(label, {})
         models.append(entry)
-    return {"prompt_version": prompt_version, "epochs": epochs, "data": data, "models": models}
+    summary: dict = {"prompt_version": prompt_version, "epochs": epochs, "data": data}
+    if scored is not None:
+        summary["intervals"] = scored.bootstrap.describe() if scored.bootstrap else None
+        summary["calibration"] = cal.describe()
+    summary["models"] = models
+    return summary

@@ -65,7 +65,11 @@ def test_run_writes_the_contract_outputs(data_dir: Path, tmp_path: Path):
     answers = pl.read_parquet(tmp_path / "out" / "answers.parquet")
     assert answers.height == 4 + 2 + 3 + 9
     assert {"model", "eval", "task_id", "question_id", "predicted", "gold", "correct", "status", "error",
-            "p_predicted", "p_yes", "predicted_category", "gold_category"} <= set(answers.columns)
+            "p_predicted", "p_yes", "predicted_category", "gold_category", "probabilities"} <= set(answers.columns)
+    # every answer carries every option's probability (for calibration); the scored option is the most probable
+    probs = answers.select("p_predicted", pl.col("probabilities").list.eval(pl.element().struct.field("p")).alias("p"))
+    assert probs.select(pl.col("p").list.len().min()).item() >= 2
+    assert probs.select((pl.col("p").list.max() == pl.col("p_predicted")).all()).item()
     w2c = answers.filter(pl.col("eval") == "when2call")
     assert w2c["gold_category"].to_list() == ["tool_call", "request_for_info", "cannot_answer"]
     assert w2c["predicted_category"].null_count() == 0

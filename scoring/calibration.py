@@ -1,0 +1,131 @@
+"""Calibration of models that return probabilities (decision models, logprob models).
+
+Which answers count: those with status ``ok`` whose probabilities were returned. Invalid and failed
+answers have no probability: they are left out of every calibration metric and counted (``excluded``);
+accuracy and F1 still count them as wrong. A model with no probabilities at all has no calibration.
+
+Per answer, with ``p_k`` the probability of option ``k`` (yes/no questions: P(yes) and P(no)),
+``p_gold`` that of the gold answer and ``confidence`` that of the answer given (``p_predicted``):
+
+* Brier score = ½ Σ_k (p_k − y_k)² — in [0, 1]; for a yes/no question it is the usual (P(yes) − y)².
+  Brier (1950), "Verification of forecasts expressed in terms of probability", Monthly Weather Review 78;
+  the same value as ``sklearn.metrics.brier_score_loss(..., scale_by_half=True)``.
+* Log loss = −ln p_gold (natural log, nats), with p_gold clipped to at least ``LOG_LOSS_FLOOR`` = 5e-5:
+  decision servers round probabilities to 4 decimals, so a reported 0 only says p < 5e-5.
+* Expected calibration error (top-label; Guo et al. 2017, "On Calibration of Modern Neural Networks",
+  ICML, eq. 3): the confidence of the answer given is binned into ``ECE_BINS`` = 10 equal-width bins
+  [0, 0.1), [0.1, 0.2), …, [0.9, 1.0] (the last includes 1);
+  ECE = Σ_b (n_b / N) · |accuracy_b − mean confidence_b| = Σ_b |Σ_{i∈b} (correct_i − confidence_i)| / N.
+  In [0, 1] (0 = perfectly calibrated). Reliability diagrams plot the same bins.
+* AUROC for each yes/no question (WildGuardTest): the probability that a random positive (gold "yes")
+  gets a higher P(yes) than a random negative, ties counting ½ (Mann–Whitney); null with one class only.
+  Its 95% interval uses DeLong's variance (DeLong, DeLong & Clarke-Pearson 1988, Biometrics 44) in the
+  midrank form of Sun & Xu (2014, IEEE Signal Processing Letters 21): AUROC ± z·SE, clipped to [0, 1].
+
+Brier score, log loss and ECE are sums over answers (``answer_calibration``), so they share the task
+bootstrap of the other metrics (``scoring.cube``); AUROC is a rank statistic and uses DeLong instead.
+With several epochs each metric is computed per epoch and averaged.
+"""
+from __future__ import annotations
+
+from statistics import NormalDist
+
+import numpy as np
+import polars as pl
+
+ECE_BINS = 10
+LOG_LOSS_FLOOR = 5e-5
+CALIBRATION_METRICS = ("brier", "ece", "log_loss")
+
+
+def describe() -> dict:
+    """The ``calibration`` block of summary.json (how the calibration metrics are computed)."""
+    return {"answers": "status ok with probabilities; invalid and failed answers are excluded and counted as 'excluded'",
+            "brier": "1/2 * sum over options of (p - y)^2, in [0, 1] (binary Brier for yes/no questions)",
+            "ece": f"top-label, {ECE_BINS} equal-width confidence bins on [0, 1], in [0, 1]",
+            "log_loss": f"-ln p(gold) in nats, p clipped to at least {LOG_LOSS_FLOOR:g}",
+            "auroc": "P(yes) against gold yes/no per WildGuardTest question, ties count 1/2; interval by DeLong",
+            "epochs": "computed per epoch, then averaged"}
+
+
+def answer_calibration(ans: pl.DataFrame) -> pl.DataFrame:
+    """Per answer row of ``ans`` (same order): ``pn`` (1.0 when the answer counts for calibration),
+    ``brier``, ``log_loss``, ``gap`` (correct − confidence) and ``bin`` (0..ECE_BINS−1; −1 when not
+    counted). Needs ``status``, ``gold``, ``correct``, ``p_predicted`` and ``probabilities``; a frame
+    without ``probabilities`` has no calibration (``pn`` all 0)."""
+    n = ans.height
+    if "probabilities" not in ans.columns or n == 0:
+        zero = np.zeros(n)
+        return pl.DataFrame({"pn": zero, "brier": zero, "log_loss": zero, "gap": zero, "bin": np.full(n, -1, np.int64)})
+    probs = ans["probabilities"]
+    flat = probs.explode(empty_as_null=False, keep_nulls=False).struct.unnest()  # every (answer, option)
+    owner = np.repeat(np.arange(n), probs.list.len().fill_null(0).to_numpy())
+    is_gold = (flat["option"] == ans["gold"].cast(pl.String).gather(owner)).fill_null(False).to_numpy()
+    p = flat["p"].to_numpy()
+    p_gold = np.full(n, np.nan)
+    p_gold[owner[is_gold]] = p[is_gold]
+    sum_sq = np.bincount(owner, weights=p * p, minlength=n)
+    confidence = ans["p_predicted"].fill_null(np.nan).to_numpy().astype(np.float64)
+    counted = ((ans["status"].cast(pl.String) == "ok").to_numpy() & ~np.isnan(p_gold) & ~np.isnan(confidence))
+    correct = ans["correct"].to_numpy().astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        brier = 0.5 * (sum_sq - 2 * p_gold + 1)
+        log_loss = -np.log(np.maximum(p_gold, LOG_LOSS_FLOOR))
+    bins = np.minimum((np.nan_to_num(confidence) * ECE_BINS).astype(np.int64), ECE_BINS - 1)
+    return pl.DataFrame({"pn": counted.astype(np.float64), "brier": np.where(counted, brier, 0.0),
+                         "log_loss": np.where(counted, log_loss, 0.0),
+                         "gap": np.where(counted, correct - np.nan_to_num(confidence), 0.0),
+                         "bin": np.where(counted, np.clip(bins, 0, ECE_BINS - 1), -1)})
+
+
+def brier_from(brier_sum, pn):
+    """Mean Brier score from its sum over ``pn`` counted answers (NaN when none)."""
+    return brier_sum / pn
+
+
+def log_loss_from(log_loss_sum, pn):
+    """Mean log loss from its sum (NaN when no answer is counted)."""
+    return log_loss_sum / pn
+
+
+def ece_from(gaps: np.ndarray, pn, axis: int):
+    """ECE from per-bin sums of (correct − confidence), the bins on ``axis``, over ``pn`` answers."""
+    return np.abs(gaps).sum(axis=axis) / pn
+
+
+def auroc(ans: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
+    """AUROC of P(yes) per (label, eval, question_id) over the yes/no answers counted for calibration,
+    averaged over epochs, with DeLong's interval: columns label, eval, question_id, ``auroc``,
+    ``auroc_low``, ``auroc_high``, ``positives``, ``negatives`` (of the first epoch). Null with one
+    class only. With several epochs the variance is the mean of the epochs' variances (an upper bound
+    of the variance of their mean)."""
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    yes_no = ans.filter((pl.col("kind").cast(pl.String) == "yes_no") & (pl.col("status").cast(pl.String) == "ok")
+                        & pl.col("p_yes").is_not_null())
+    keys = ["label", "eval", "question_id", "sample"]
+    pos = pl.col("gold") == "yes"
+    ranked = yes_no.select(*keys, pos.alias("pos"), pl.col("p_yes")).with_columns(
+        pl.col("p_yes").rank("average").over(keys).alias("r_all"),
+        pl.col("p_yes").rank("average").over([*keys, "pos"]).alias("r_class"),
+        pl.col("pos").sum().over(keys).alias("n_pos"),
+        (~pl.col("pos")).sum().over(keys).alias("n_neg"))
+    # placement values: a positive's share of negatives below it; a negative's share of positives above it
+    placed = ranked.with_columns(
+        pl.when(pl.col("pos")).then((pl.col("r_all") - pl.col("r_class")) / pl.col("n_neg"))
+        .otherwise(1 - (pl.col("r_all") - pl.col("r_class")) / pl.col("n_pos")).alias("v"))
+    per_epoch = placed.group_by(keys).agg(
+        pl.col("v").filter(pl.col("pos")).mean().alias("auroc"),
+        (pl.col("v").filter(pl.col("pos")).var() / pl.col("n_pos").first()
+         + pl.col("v").filter(~pl.col("pos")).var() / pl.col("n_neg").first()).alias("var"),
+        pl.col("n_pos").first().alias("positives"), pl.col("n_neg").first().alias("negatives"))
+    defined = (pl.col("positives") > 0) & (pl.col("negatives") > 0)
+    per_epoch = per_epoch.with_columns(pl.when(defined).then(pl.col("auroc")).alias("auroc"),
+                                       pl.when(defined).then(pl.col("var").fill_null(0.0)).alias("var"))
+    out = per_epoch.group_by(keys[:-1]).agg(
+        pl.col("auroc").mean(), pl.col("var").mean(),
+        pl.col("positives").sort_by("sample").first(), pl.col("negatives").sort_by("sample").first())
+    half = z * pl.col("var").sqrt()
+    return out.select(
+        *keys[:-1], "auroc", (pl.col("auroc") - half).clip(0, 1).alias("auroc_low"),
+        (pl.col("auroc") + half).clip(0, 1).alias("auroc_high"), "positives", "negatives",
+    ).with_columns(pl.col(pl.Enum).cast(pl.String)).sort(keys[:-1])

@@ -1,0 +1,439 @@
+"""Sums over answers: every metric, its spread over epochs and its bootstrap interval from the same sums.
+
+``build_cubes(answers)`` splits the answers frame by evaluation into ``Cube``s. Each answer carries
+the statistics ``ALL_STATS``: ``metrics.STATS`` (n, correct, hallucinated, tp, fp, fn), its status
+counts (invalid, failed, missing) and its calibration terms (``calibration.answer_calibration``: pn,
+brier, log_loss, and its confidence bin's ECE gap), and its place: task ``t`` (sorted id order),
+model label ``l``, epoch ``s`` and metric unit ``u`` (WildGuardTest: the question, each with its own F1;
+other evaluations: one unit, "all").
+
+* Point estimates: the statistics summed per (label, epoch, unit) — ``Cube.sums`` — then the metric
+  formulas (``metrics.*_from``, ``calibration.*_from``), then the mean and spread over epochs.
+* Intervals: the same sums per task, weighted by bootstrap resample counts (``bootstrap.Bootstrap``):
+  one matrix product ``W @ X`` for every model at once (``Cube.resampled``), then the same formulas.
+* Breakdowns (HLE category, Omniscience domain, When2Call reply type, WildGuardTest subcategory and
+  adversarial flag) are sets of tasks: the same sums over a group's tasks only.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from . import calibration as cal
+from .bootstrap import Bootstrap
+from .metrics import STATS, accuracy_from, answer_stats, f1_from, non_hallucination_from
+
+OMNISCIENCE, WILDGUARD = "aa_omniscience_decision", "wildguardtest"
+WILDGUARD_F1 = {"prompt_harmful": "f1_prompt_harm", "response_refusal": "f1_response_refusal",
+                "response_harmful": "f1_response_harm"}
+METRICS: dict[str, tuple[str, ...]] = {
+    "aa_omniscience_decision": ("accuracy", "non_hallucination_rate"),
+    "hle_multichoice": ("accuracy",),
+    "when2call": ("accuracy",),
+    "wildguardtest": (*WILDGUARD_F1.values(), "mean_f1"),
+}
+ALL_METRICS = ("accuracy", "non_hallucination_rate", *WILDGUARD_F1.values(), "mean_f1")
+COUNTS = ("invalid", "failed", "missing")
+CALIBRATION = ("pn", "brier", "log_loss")
+ECE_GAPS = tuple(f"gap{b}" for b in range(cal.ECE_BINS))
+ALL_STATS = (*STATS, *COUNTS, *CALIBRATION, *ECE_GAPS)
+RESAMPLED = {  # the statistics a resample needs, per kind of evaluation
+    "choice": ("n", "correct", "hallucinated", *CALIBRATION, *ECE_GAPS),
+    "yes_no": ("tp", "fp", "fn", *CALIBRATION, *ECE_GAPS),
+}
+# breakdown dimension -> answers column holding each task's group, per evaluation
+BREAKDOWNS: dict[str, dict[str, str]] = {
+    "aa_omniscience_decision": {"domain": "group"},
+    "hle_multichoice": {"category": "group"},
+    "when2call": {"reply_type": "gold_category"},
+    "wildguardtest": {"subcategory": "group", "adversarial": "adversarial"},
+}
+TABLE_METRICS = (*ALL_METRICS, *cal.CALIBRATION_METRICS)
+SUFFIXES = ("", "_sd", "_low", "_high")
+
+
+class Sums:
+    """Named statistics of an array of sums laid out (..., stats, labels, epochs, units):
+    ``sums["correct"]`` -> (..., labels, epochs, units)."""
+
+    def __init__(self, array: np.ndarray, names: Sequence[str]):
+        self.array, self.index = array, {n: k for k, n in enumerate(names)}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.array[..., self.index[name], :, :, :]
+
+    def gaps(self) -> np.ndarray:
+        """The per-bin ECE gaps: (..., bins, labels, epochs, units) (a view: the gaps are the last stats)."""
+        first = self.index[ECE_GAPS[0]]
+        return self.array[..., first:first + len(ECE_GAPS), :, :, :]
+
+
+@dataclass
+class Cube:
+    """One evaluation's answers as integer places and statistics.
+
+    ``t``, ``l``, ``s``, ``u``: each answer's task, label, epoch and unit; ``stats``: (answers,
+    ``len(ALL_STATS) − ECE_BINS``) float64, and ``bin``/``gap`` its ECE bin (−1: not counted) and gap;
+    ``groups``: breakdown dimension -> (group names, each task's group code, −1 for none)."""
+
+    eval: str
+    labels: list[str]
+    units: list[str]
+    n_tasks: int
+    n_epochs: int
+    t: np.ndarray
+    l: np.ndarray  # noqa: E741 (the label axis)
+    s: np.ndarray
+    u: np.ndarray
+    stats: np.ndarray
+    bin: np.ndarray
+    gap: np.ndarray
+    groups: dict[str, tuple[list[str], np.ndarray]] = field(default_factory=dict)
+    _per_task: np.ndarray | None = None
+    _sums: Sums | None = None
+    _resampled: tuple[np.ndarray, Sums] | None = None
+
+    @property
+    def kind(self) -> str:
+        return "yes_no" if self.eval == WILDGUARD else "choice"
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return len(self.labels), self.n_epochs, len(self.units)
+
+    def sums(self, groups: np.ndarray | None = None, n_groups: int = 1) -> Sums:
+        """Every statistic summed per (label, epoch, unit): shape (``ALL_STATS``, labels, epochs,
+        units). With ``groups`` (each answer's group code, −1 for none), per group: shape (n_groups,
+        ``ALL_STATS``, labels, epochs, units). The sums over all answers are computed once."""
+        if groups is None and self._sums is not None:
+            return self._sums
+        n_l, n_e, n_u = self.shape
+        cells = n_l * n_e * n_u
+        key = (self.l * n_e + self.s) * n_u + self.u
+        stats, bins, gap = self.stats, self.bin, self.gap
+        if groups is not None:
+            kept = groups >= 0
+            key = groups[kept] * cells + key[kept]
+            stats, bins, gap = stats[kept], bins[kept], gap[kept]
+        size = cells * n_groups
+        out = np.empty((n_groups, len(ALL_STATS), cells))
+        for k in range(stats.shape[1]):
+            out[:, k] = np.bincount(key, weights=stats[:, k], minlength=size).reshape(n_groups, cells)
+        counted = bins >= 0
+        g, c = np.divmod(key[counted], cells)
+        gaps = np.bincount((g * cal.ECE_BINS + bins[counted]) * cells + c, weights=gap[counted],
+                           minlength=size * cal.ECE_BINS)
+        out[:, stats.shape[1]:] = gaps.reshape(n_groups, cal.ECE_BINS, cells)
+        shape = (len(ALL_STATS), n_l, n_e, n_u)
+        if groups is not None:
+            return Sums(out.reshape(n_groups, *shape), ALL_STATS)
+        self._sums = Sums(out.reshape(shape), ALL_STATS)
+        return self._sums
+
+    def per_task(self) -> np.ndarray:
+        """The resampled statistics per task, (tasks, stats·labels·epochs·units) float32 (built once)."""
+        if self._per_task is None:
+            names = RESAMPLED[self.kind]
+            x = np.zeros((self.n_tasks, len(names), *self.shape), np.float32)
+            base = [ALL_STATS.index(n) for n in names if n not in ECE_GAPS]
+            x[self.t, :len(base), self.l, self.s, self.u] = self.stats[:, base]
+            c = self.bin >= 0
+            x[self.t[c], len(base) + self.bin[c], self.l[c], self.s[c], self.u[c]] = self.gap[c]
+            self._per_task = x.reshape(self.n_tasks, -1)
+        return self._per_task
+
+    def resampled(self, weights: np.ndarray, tasks: np.ndarray | None = None) -> Sums:
+        """Sums per resample: ``weights`` (resamples, tasks) @ per-task statistics, optionally over
+        ``tasks`` only; shape (resamples, ``RESAMPLED[kind]``, labels, epochs, units), float32 (counts
+        exact; sums of probabilities to about 1e-6 relative)."""
+        if tasks is None and self._resampled is not None and self._resampled[0] is weights:
+            return self._resampled[1]
+        x = self.per_task()
+        if tasks is not None:
+            x, weights = x[tasks], weights[:, tasks]
+        names = RESAMPLED[self.kind]
+        sums = Sums((weights @ x).reshape(weights.shape[0], len(names), *self.shape), names)
+        if tasks is None:
+            self._resampled = (weights, sums)
+        return sums
+
+
+def _codes(s: pl.Series) -> tuple[np.ndarray, list[str]]:
+    """Integer codes of a column (its Enum codes, or the sorted distinct values') and the names."""
+    if isinstance(s.dtype, pl.Enum):
+        return s.to_physical().fill_null(-1).to_numpy().astype(np.int64), s.dtype.categories.to_list()
+    s = s.cast(pl.String)
+    names = s.unique().drop_nulls().sort().to_list()
+    return s.cast(pl.Enum(names)).to_physical().fill_null(-1).to_numpy().astype(np.int64), names
+
+
+def _dense(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Renumber codes 0..n−1 keeping their order; returns (new codes, the original code of each)."""
+    if len(codes) == 0:
+        return codes, codes
+    low = codes.min()
+    present = np.bincount(codes - low) > 0
+    return (np.cumsum(present) - 1)[codes - low], np.flatnonzero(present) + low
+
+
+def build_cubes(ans: pl.DataFrame) -> dict[str, Cube]:
+    """One Cube per evaluation in ``ans``: an answers frame (label, eval, task_id, question_id, sample,
+    status, predicted, gold; correct, kind, p_predicted, probabilities and the breakdown columns when
+    present). A (label, task, question, epoch) must appear at most once."""
+    if "correct" not in ans.columns:
+        ans = ans.with_columns(pl.col("predicted").eq_missing(pl.col("gold")).alias("correct"))
+    status = pl.col("status").cast(pl.String)
+    base = ans.select(*answer_stats(), *[(status == c).cast(pl.UInt32).alias(c) for c in COUNTS])
+    calib = cal.answer_calibration(ans)
+    stats = np.column_stack([base.to_numpy().astype(np.float64), calib.select(CALIBRATION).to_numpy()])
+    bins, gaps = calib["bin"].to_numpy(), calib["gap"].to_numpy()
+    label, labels = _codes(ans["label"])
+    evals, eval_names = _codes(ans["eval"])
+    task, _ = _codes(ans["task_id"])
+    question, questions = _codes(ans["question_id"])
+    sample = ans["sample"].to_numpy().astype(np.int64)
+    n_epochs = int(sample.max()) + 1 if len(sample) else 1
+    order = np.argsort(evals, kind="stable")
+    bounds = np.searchsorted(evals[order], np.arange(len(eval_names) + 1))
+    cubes = {}
+    for e, name in enumerate(eval_names):
+        rows = order[bounds[e]:bounds[e + 1]]
+        if len(rows) == 0:
+            continue
+        t, _ = _dense(task[rows])
+        if name == WILDGUARD:
+            u, kept = _dense(question[rows])
+            units = [questions[q] for q in kept]
+        else:
+            u, units = np.zeros(len(rows), np.int64), ["all"]
+        cube = Cube(name, labels, units, int(t.max()) + 1, n_epochs, t, label[rows], sample[rows], u,
+                    stats[rows], bins[rows], gaps[rows])
+        for dimension, column in BREAKDOWNS.get(name, {}).items():
+            if column in ans.columns:
+                values = ans[column].gather(rows)
+                codes, names = _codes(values.cast(pl.String) if values.dtype == pl.Boolean else values)
+                per_task = np.full(cube.n_tasks, -1, np.int64)
+                per_task[t] = codes
+                if names:
+                    cube.groups[dimension] = (names, per_task)
+        cubes[name] = cube
+    return cubes
+
+
+def _pooled(a: np.ndarray) -> np.ndarray:
+    """Sum over the last (units) axis."""
+    return a[..., 0] if a.shape[-1] == 1 else a.sum(-1)
+
+
+def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
+    """Every metric of ``cube``'s evaluation from ``sums`` of shape (..., labels, epochs, units, stats):
+    the index metrics (0-100) and the pooled calibration metrics, each (..., labels, epochs); NaN where
+    undefined."""
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out: dict[str, np.ndarray] = {}
+        if cube.kind == "choice":
+            n, right = _pooled(sums["n"]), _pooled(sums["correct"])
+            out["accuracy"] = accuracy_from(right, n)
+            if cube.eval == OMNISCIENCE:
+                out["non_hallucination_rate"] = non_hallucination_from(_pooled(sums["hallucinated"]), n - right)
+        else:
+            f1 = f1_from(sums["tp"], sums["fp"], sums["fn"])  # (..., units)
+            for q, metric in WILDGUARD_F1.items():
+                out[metric] = f1[..., cube.units.index(q)] if q in cube.units else np.full(f1.shape[:-1], np.nan)
+            out["mean_f1"] = np.nanmean(np.stack([out[m] for m in WILDGUARD_F1.values()], -1), -1)
+        pn = _pooled(sums["pn"])
+        out["brier"] = cal.brier_from(_pooled(sums["brier"]), pn)
+        out["log_loss"] = cal.log_loss_from(_pooled(sums["log_loss"]), pn)
+        out["ece"] = cal.ece_from(_pooled(sums.gaps()), pn, axis=-3)  # (..., bins, labels, epochs)
+        return out
+
+
+def unit_calibration(sums: Sums) -> dict[str, np.ndarray]:
+    """Calibration metrics per unit (WildGuardTest: per question), each (..., labels, epochs, units)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pn = sums["pn"]
+        return {"brier": cal.brier_from(sums["brier"], pn), "log_loss": cal.log_loss_from(sums["log_loss"], pn),
+                "ece": cal.ece_from(sums.gaps(), pn, axis=-4)}
+
+
+def epoch_mean(v: np.ndarray) -> np.ndarray:
+    """Mean over the last (epochs) axis, ignoring epochs where the metric is undefined."""
+    if v.shape[-1] == 1:
+        return v[..., 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(v, axis=-1)
+
+
+def epoch_sd(v: np.ndarray) -> np.ndarray:
+    """Sample standard deviation over the last (epochs) axis; NaN with one epoch."""
+    if v.shape[-1] < 2:
+        return np.full(v.shape[:-1], np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanstd(v, axis=-1, ddof=1)
+
+
+@dataclass
+class Estimates:
+    """One evaluation's (or breakdown group's) metrics for every label: ``point``/``sd``/``low``/
+    ``high`` map metric -> (labels,); ``per_epoch`` -> (labels, epochs); ``replicates`` ->
+    (resamples, labels); ``counts`` (labels, ``COUNTS``); ``n`` tasks; ``answered`` labels with answers."""
+
+    point: dict[str, np.ndarray]
+    sd: dict[str, np.ndarray]
+    per_epoch: dict[str, np.ndarray]
+    counts: np.ndarray
+    n: int
+    answered: np.ndarray
+    low: dict[str, np.ndarray] = field(default_factory=dict)
+    high: dict[str, np.ndarray] = field(default_factory=dict)
+    replicates: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def estimate(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | None = None,
+             tasks: np.ndarray | None = None, sums: Sums | None = None) -> Estimates:
+    """Every metric of ``cube`` over all its tasks (or over ``tasks``, whose ``sums`` are then given):
+    point estimate (mean over epochs), spread over epochs and, with ``boot`` and resample ``weights``,
+    the percentile interval."""
+    sums = cube.sums() if sums is None else sums
+    per_epoch = values(cube, sums)
+    counts = np.stack([sums[c].sum(axis=(1, 2)) for c in COUNTS], -1)  # (labels, COUNTS)
+    answered = (sums["n"].sum(axis=(1, 2)) + counts.sum(-1)) > 0
+    est = Estimates({m: epoch_mean(v) for m, v in per_epoch.items()}, {m: epoch_sd(v) for m, v in per_epoch.items()},
+                    per_epoch, counts, cube.n_tasks if tasks is None else len(tasks), answered)
+    if boot is not None and weights is not None:
+        for m, v in values(cube, cube.resampled(weights, tasks)).items():
+            reps = epoch_mean(v)  # (resamples, labels)
+            est.replicates[m] = reps
+            est.low[m], est.high[m] = boot.interval(reps)
+    return est
+
+
+def _frame(cube: Cube, est: Estimates) -> pl.DataFrame:
+    """Rows per label with answers: n, counts, epochs, metrics (NaN -> null; all null when answers are
+    missing), their sd and interval."""
+    missing = est.counts[:, COUNTS.index("missing")]
+    n_labels = len(cube.labels)
+    columns: dict[str, object] = {"label": cube.labels, "eval": [cube.eval] * n_labels,
+                                  "n": np.full(n_labels, est.n, np.int64)}
+    for c, name in enumerate(COUNTS):
+        columns[name] = est.counts[:, c].astype(np.int64)
+    columns["epochs"] = np.full(n_labels, cube.n_epochs, np.int64)
+    for m in (*METRICS.get(cube.eval, ()), *cal.CALIBRATION_METRICS):
+        for suffix, source in zip(SUFFIXES, (est.point, est.sd, est.low, est.high), strict=True):
+            v = source.get(m)
+            columns[m + suffix] = np.full(n_labels, np.nan) if v is None else np.where(missing > 0, np.nan, v)
+    return pl.DataFrame(columns).fill_nan(None).filter(pl.Series(est.answered))
+
+
+def _table(frames: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
+    columns = [*keys, "n", *COUNTS, "epochs", *[m + s for m in TABLE_METRICS for s in SUFFIXES]]
+    if not frames:
+        return pl.DataFrame(schema={c: (pl.String if c in keys else pl.Float64) for c in columns})
+    table = pl.concat(frames, how="diagonal_relaxed")
+    table = table.with_columns(pl.lit(None, pl.Float64).alias(c) for c in columns if c not in table.columns)
+    return table.select(columns).sort(keys)
+
+
+def estimate_all(cubes: dict[str, Cube], boot: Bootstrap | None = None) -> dict[str, Estimates]:
+    """``estimate`` of every evaluation over all its tasks."""
+    return {name: estimate(c, boot, boot.weights(name, c.n_tasks) if boot else None) for name, c in cubes.items()}
+
+
+def metric_table(cubes: dict[str, Cube], estimates: dict[str, Estimates]) -> pl.DataFrame:
+    """Per (label, eval): ``n`` tasks, ``invalid``/``failed``/``missing`` answer counts, ``epochs``, and
+    every metric (index metrics 0-100, calibration in its own units) with ``_sd`` over epochs and the
+    interval ``_low``/``_high`` (null without a bootstrap). Labels with no answers in an evaluation
+    have no row for it."""
+    return _table([_frame(cubes[name], est) for name, est in estimates.items()], ["label", "eval"])
+
+
+def breakdown_table(cubes: dict[str, Cube], boot: Bootstrap | None = None) -> pl.DataFrame:
+    """The columns of ``metric_table`` per (label, eval, dimension, group): each evaluation's breakdown
+    groups (``BREAKDOWNS``), with intervals from the same resamples as the whole evaluation."""
+    frames = []
+    for name, cube in cubes.items():
+        weights = boot.weights(name, cube.n_tasks) if boot else None
+        for dimension, (names, per_task) in cube.groups.items():
+            by_group = cube.sums(per_task[cube.t], len(names))
+            for code, group in enumerate(names):
+                tasks = np.flatnonzero(per_task == code)
+                if len(tasks):
+                    est = estimate(cube, boot, weights, tasks, Sums(by_group.array[code], ALL_STATS))
+                    frames.append(_frame(cube, est).with_columns(pl.lit(dimension).alias("dimension"),
+                                                                 pl.lit(group).alias("group")))
+    return _table(frames, ["label", "eval", "dimension", "group"])
+
+
+def calibration_table(cubes: dict[str, Cube], estimates: dict[str, Estimates], boot: Bootstrap | None = None
+                      ) -> pl.DataFrame:
+    """Per (label, eval, question): ``answers`` counted for calibration (every epoch), ``excluded``
+    (answers without probabilities: invalid, failed, missing), and Brier score, ECE and log loss with
+    ``_sd`` over epochs and ``_low``/``_high``. ``question`` is "all" (the evaluation pooled; the same
+    values as ``metric_table``) and, for WildGuardTest, each yes/no question. Labels whose answers carry
+    no probabilities at all in an evaluation have no rows for it."""
+    frames = []
+    for name, cube in cubes.items():
+        sums = cube.sums()
+        counted, total = sums["pn"].sum(axis=1), sums["n"].sum(axis=1)  # (labels, units)
+        est = estimates[name]
+        rows = {"all": ({m: est.point[m] for m in cal.CALIBRATION_METRICS}, {m: est.sd[m] for m in cal.CALIBRATION_METRICS},
+                        {m: est.low.get(m) for m in cal.CALIBRATION_METRICS},
+                        {m: est.high.get(m) for m in cal.CALIBRATION_METRICS}, counted.sum(-1), total.sum(-1))}
+        if cube.kind == "yes_no":
+            per_epoch = unit_calibration(sums)  # (labels, epochs, units)
+            reps = None
+            if boot is not None:
+                reps = unit_calibration(cube.resampled(boot.weights(name, cube.n_tasks)))  # (B, labels, epochs, units)
+            for k, unit in enumerate(cube.units):
+                point = {m: epoch_mean(v[..., k]) for m, v in per_epoch.items()}
+                sd = {m: epoch_sd(v[..., k]) for m, v in per_epoch.items()}
+                low, high = {}, {}
+                if reps is not None:
+                    for m, v in reps.items():
+                        low[m], high[m] = boot.interval(epoch_mean(v[..., k]))
+                rows[unit] = (point, sd, low, high, counted[:, k], total[:, k])
+        for question, (point, sd, low, high, n_counted, n_total) in rows.items():
+            columns: dict[str, object] = {"label": cube.labels, "eval": name, "question": question,
+                                          "answers": n_counted.astype(np.int64),
+                                          "excluded": (n_total - n_counted).astype(np.int64)}
+            for m in cal.CALIBRATION_METRICS:
+                for suffix, source in zip(SUFFIXES, (point, sd, low, high), strict=True):
+                    v = source.get(m)
+                    columns[m + suffix] = np.full(len(cube.labels), np.nan) if v is None else v
+            frames.append(pl.DataFrame(columns).fill_nan(None).filter(pl.col("answers") > 0))
+    keys = ["label", "eval", "question"]
+    if not frames:
+        return pl.DataFrame(schema={"label": pl.String, "eval": pl.String, "question": pl.String, "answers": pl.Int64})
+    return pl.concat(frames, how="diagonal_relaxed").sort(keys)
+
+
+def reliability_table(cubes: dict[str, Cube]) -> pl.DataFrame:
+    """Reliability-diagram data per (label, eval), every epoch and question pooled: per confidence bin
+    (``calibration.ECE_BINS`` equal-width bins, edges ``low``/``high``), ``n`` answers counted for
+    calibration, their mean ``confidence`` and ``accuracy`` (0-1). Empty bins are left out."""
+    frames = []
+    correct = ALL_STATS.index("correct")
+    for name, cube in cubes.items():
+        c = cube.bin >= 0
+        key = cube.l[c] * cal.ECE_BINS + cube.bin[c]
+        size = len(cube.labels) * cal.ECE_BINS
+        n = np.bincount(key, minlength=size)
+        right = np.bincount(key, weights=cube.stats[c, correct], minlength=size)
+        confidence = np.bincount(key, weights=cube.stats[c, correct] - cube.gap[c], minlength=size)
+        label, b = np.divmod(np.arange(size), cal.ECE_BINS)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frames.append(pl.DataFrame({
+                "label": [cube.labels[i] for i in label], "eval": name, "bin": b, "low": b / cal.ECE_BINS,
+                "high": (b + 1) / cal.ECE_BINS, "n": n, "confidence": confidence / n, "accuracy": right / n,
+            }).filter(pl.col("n") > 0))
+    if not frames:
+        return pl.DataFrame(schema={"label": pl.String, "eval": pl.String, "bin": pl.Int64, "low": pl.Float64,
+                                    "high": pl.Float64, "n": pl.Int64, "confidence": pl.Float64, "accuracy": pl.Float64})
+    return pl.concat(frames).sort("label", "eval", "bin")

@@ -1,0 +1,120 @@
+"""Calibration metrics, by hand and against scikit-learn (a test-only reference)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+
+from scoring import Bootstrap, score
+from scoring.calibration import answer_calibration, auroc
+
+from .answers import choice, frame, yes_no
+
+M = "systemone:x"
+HLE = "hle_multichoice"
+
+
+def hle_three_plus_invalid():
+    """Three HLE answers with probabilities and one invalid answer (no probabilities)."""
+    return frame([
+        choice(M, HLE, "h/1", "A", {"A": 0.7, "B": 0.2, "C": 0.1}),   # right, confidence 0.7 (bin 7)
+        choice(M, HLE, "h/2", "B", {"A": 0.6, "B": 0.4}),             # wrong, confidence 0.6 (bin 6)
+        choice(M, HLE, "h/3", "C", None, status="invalid", error="probabilities sum to 1.7"),
+        choice(M, HLE, "h/4", "A", {"A": 0.75, "B": 0.25}),           # right, confidence 0.75 (bin 7)
+    ])
+
+
+def test_brier_log_loss_and_ece_by_hand():
+    row = score(hle_three_plus_invalid()).calibration.row(0, named=True)
+    # Brier = 1/2 Σ (p − y)²: 1/2(0.09 + 0.04 + 0.01) = 0.07; 1/2(0.36 + 0.36) = 0.36; 1/2(0.0625 + 0.0625) = 0.0625
+    assert row["brier"] == pytest.approx((0.07 + 0.36 + 0.0625) / 3, abs=1e-12)
+    assert row["log_loss"] == pytest.approx((-math.log(0.7) - math.log(0.4) - math.log(0.75)) / 3, abs=1e-12)
+    # ECE: bin [0.7, 0.8): 2 answers, accuracy 1, mean confidence 0.725 -> 2/3 · 0.275;
+    #      bin [0.6, 0.7): 1 answer, accuracy 0, confidence 0.6 -> 1/3 · 0.6
+    assert row["ece"] == pytest.approx(2 / 3 * 0.275 + 1 / 3 * 0.6, abs=1e-12)
+    assert (row["question"], row["answers"], row["excluded"]) == ("all", 3, 1)  # the invalid answer is excluded
+
+
+def test_brier_and_log_loss_match_scikit_learn():
+    rng = np.random.default_rng(3)
+    options = ["A", "B", "C", "D"]
+    rows, probs, golds = [], [], []
+    for i in range(60):
+        p = rng.dirichlet(np.ones(4))
+        gold = options[int(rng.integers(4))]
+        rows.append(choice(M, "when2call", f"w/{i}", gold, dict(zip(options, p.tolist(), strict=True))))
+        probs.append(p)
+        golds.append(gold)
+    row = score(frame(rows)).calibration.row(0, named=True)
+    assert row["brier"] == pytest.approx(brier_score_loss(golds, np.array(probs), labels=options, scale_by_half=True),
+                                         abs=1e-12)
+    assert row["log_loss"] == pytest.approx(log_loss(golds, np.array(probs), labels=options), abs=1e-12)
+
+
+def test_yes_no_brier_is_the_binary_brier_and_auroc_matches_scikit_learn():
+    p_yes = [0.9, 0.8, 0.6, 0.4, 0.7, 0.3, 0.2, 0.1]
+    gold = ["yes", "yes", "yes", "yes", "no", "no", "no", "no"]
+    ans = frame([yes_no(M, f"g/{i}", "prompt_harmful", g, p) for i, (g, p) in enumerate(zip(gold, p_yes, strict=True))])
+    cal = score(ans).calibration
+    row = cal.filter(cal["question"] == "prompt_harmful").row(0, named=True)
+    y = [g == "yes" for g in gold]
+    assert row["brier"] == pytest.approx(brier_score_loss(y, p_yes), abs=1e-12)
+    assert row["auroc"] == pytest.approx(roc_auc_score(y, p_yes)) == 0.875
+
+
+def test_auroc_delong_interval_by_hand():
+    # positives 0.9 0.8 0.6 0.4, negatives 0.7 0.3 0.2 0.1: AUROC = 14/16 = 0.875.
+    # placements: positives [1, 1, .75, .75] (var .0625/3); negatives [.5, 1, 1, 1] (var .1875/3)
+    # Var = (.0625/3)/4 + (.1875/3)/4 = 1/48; 95% interval 0.875 ± 1.959964·sqrt(1/48), clipped at 1
+    p_yes = [0.9, 0.8, 0.6, 0.4, 0.7, 0.3, 0.2, 0.1]
+    gold = ["yes"] * 4 + ["no"] * 4
+    ans = frame([yes_no(M, f"g/{i}", "prompt_harmful", g, p) for i, (g, p) in enumerate(zip(gold, p_yes, strict=True))])
+    row = auroc(ans).row(0, named=True)
+    half = 1.959963984540054 * math.sqrt(1 / 48)
+    assert row["auroc"] == 0.875
+    assert row["auroc_low"] == pytest.approx(0.875 - half, abs=1e-12)
+    assert row["auroc_high"] == 1.0
+    assert (row["positives"], row["negatives"]) == (4, 4)
+
+
+def test_auroc_with_ties_counts_half():
+    # positives 0.9 0.7 0.3, negatives 0.8 0.3: pairs won 1+1, 0+1, 0+0.5 -> 3.5 / 6
+    ans = frame([yes_no(M, f"g/{i}", "response_refusal", g, p)
+                 for i, (g, p) in enumerate([("yes", 0.9), ("no", 0.8), ("yes", 0.7), ("no", 0.3), ("yes", 0.3)])])
+    assert auroc(ans)["auroc"].item() == pytest.approx(3.5 / 6, abs=1e-12)
+
+
+def test_one_class_only_has_no_auroc():
+    ans = frame([yes_no(M, f"g/{i}", "response_harmful", "no", p) for i, p in enumerate([0.1, 0.6, 0.3])])
+    row = auroc(ans).row(0, named=True)
+    assert row["auroc"] is None and row["auroc_low"] is None and (row["positives"], row["negatives"]) == (0, 3)
+
+
+def test_all_correct_and_certain_is_perfectly_calibrated():
+    ans = frame([choice(M, HLE, f"h/{i}", "B", {"A": 0.0, "B": 1.0}) for i in range(5)])
+    row = score(ans, Bootstrap(resamples=50)).calibration.row(0, named=True)
+    assert (row["brier"], row["ece"], row["brier_low"], row["brier_high"]) == (0.0, 0.0, 0.0, 0.0)
+    assert row["log_loss"] == 0.0
+
+
+def test_log_loss_clips_a_reported_zero():
+    ans = frame([choice(M, HLE, "h/1", "A", {"A": 0.0, "B": 1.0})])
+    assert score(ans).calibration["log_loss"].item() == pytest.approx(-math.log(5e-5), abs=1e-12)
+
+
+def test_all_invalid_has_no_calibration_and_counts_them():
+    ans = frame([choice(M, HLE, f"h/{i}", "A", None, status="invalid", error="bad") for i in range(3)])
+    scored = score(ans)
+    assert scored.calibration.is_empty()
+    per_answer = answer_calibration(ans)
+    assert per_answer["pn"].to_list() == [0.0, 0.0, 0.0] and per_answer["bin"].to_list() == [-1, -1, -1]
+    assert scored.metrics.row(0, named=True)["accuracy"] == 0.0 and scored.metrics["invalid"].item() == 3
+
+
+def test_reliability_bins_by_hand():
+    bins = score(hle_three_plus_invalid()).reliability
+    assert bins.select("bin", "n", "accuracy").rows() == [(6, 1, 0.0), (7, 2, 1.0)]
+    assert bins["confidence"].to_list() == pytest.approx([0.6, 0.725])
+    assert bins["low"].to_list() == pytest.approx([0.6, 0.7]) and bins["high"].to_list() == pytest.approx([0.7, 0.8])

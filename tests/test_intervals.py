@@ -1,0 +1,165 @@
+"""Bootstrap intervals, the index's interval and spread, breakdowns and degenerate cases."""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from scoring import Bootstrap, build_summary, score
+from scoring.bootstrap import nan_quantiles
+from scoring.cube import ALL_STATS, RESAMPLED, build_cubes
+from scoring.metrics import accuracy_from, f1_from, non_hallucination_from
+
+from .answers import choice, frame, yes_no
+
+M, N = "systemone:m", "systemone:n"
+EVALS = ("aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest")
+DATA = {name: {"files": []} for name in EVALS}
+
+
+def suite_answers(label: str, right: dict[str, list[bool]], sample: int = 0) -> list[dict]:
+    """Choice answers (right or wrong) for the three choice evaluations and WildGuardTest rows whose
+    three questions are right or wrong together (gold yes for even rows)."""
+    rows = []
+    for name in EVALS[:3]:
+        for i, ok in enumerate(right[name]):
+            rows.append(choice(label, name, f"{name}/{i}", "A", {"A": 0.8, "B": 0.2} if ok else {"A": 0.3, "B": 0.7},
+                               sample=sample))
+    for i, ok in enumerate(right["wildguardtest"]):
+        gold = "yes" if i % 2 == 0 else "no"
+        for q in ("prompt_harmful", "response_refusal", "response_harmful"):
+            p = 0.9 if (gold == "yes") == ok else 0.1
+            rows.append(yes_no(label, f"wildguardtest/{i}", q, gold, p, sample=sample))
+    return rows
+
+
+def test_bootstrap_weights_are_seeded_resamples():
+    boot = Bootstrap(resamples=200, seed=5)
+    w = boot.weights("hle_multichoice", 7)
+    assert w.shape == (200, 7) and (w.sum(axis=1) == 7).all() and w.dtype == np.float32
+    assert np.array_equal(w, Bootstrap(resamples=200, seed=5).weights("hle_multichoice", 7))
+    assert not np.array_equal(w, Bootstrap(resamples=200, seed=6).weights("hle_multichoice", 7))
+    assert not np.array_equal(w, boot.weights("when2call", 7))  # each evaluation its own stream
+
+
+def test_intervals_are_reproducible_with_a_seed_and_change_with_it():
+    rng = np.random.default_rng(1)
+    rows = suite_answers(M, {name: list(rng.random(40) < 0.6) for name in EVALS})
+    first = score(frame(rows), Bootstrap(resamples=300, seed=9))
+    again = score(frame(rows), Bootstrap(resamples=300, seed=9))
+    other = score(frame(rows), Bootstrap(resamples=300, seed=10))
+    assert first.metrics.equals(again.metrics) and first.index.equals(again.index)
+    assert not first.metrics.equals(other.metrics)
+    row = first.metrics.filter(pl.col("eval") == "hle_multichoice").row(0, named=True)
+    assert row["accuracy_low"] < row["accuracy"] < row["accuracy_high"]
+    idx = first.index.row(0, named=True)
+    assert idx["decision_index_low"] < idx["decision_index"] < idx["decision_index_high"]
+
+
+def test_a_models_interval_does_not_depend_on_the_other_models():
+    rng = np.random.default_rng(2)
+    mine = suite_answers(M, {name: list(rng.random(30) < 0.5) for name in EVALS})
+    theirs = suite_answers(N, {name: list(rng.random(30) < 0.7) for name in EVALS})
+    alone = score(frame(mine), Bootstrap(resamples=100)).index
+    both = score(frame(mine + theirs), Bootstrap(resamples=100)).index.filter(pl.col("label") == M)
+    assert alone.equals(both)
+
+
+def test_resampling_with_unit_weights_gives_the_point_sums():
+    rows = suite_answers(M, {name: [True, False, True] for name in EVALS})
+    for cube in build_cubes(frame(rows)).values():
+        names = RESAMPLED[cube.kind]
+        once = cube.resampled(np.ones((1, cube.n_tasks), np.float32)).array[0]
+        point = cube.sums().array[[ALL_STATS.index(n) for n in names]]
+        assert np.allclose(once, point, atol=1e-6)
+
+
+def test_percentile_interval_matches_numpy_with_and_without_undefined_resamples():
+    rng = np.random.default_rng(4)
+    a = rng.normal(size=(1000, 7))
+    for q in (0.025, 0.5, 0.975):
+        assert np.allclose(nan_quantiles(a, (q,))[0], np.quantile(a, q, axis=0))
+    a[rng.random(a.shape) < 0.1] = np.nan
+    a[:, 3] = np.nan
+    low, high = nan_quantiles(a, (0.025, 0.975))
+    expected = np.nanquantile(a[:, [0, 1, 2, 4, 5, 6]], [0.025, 0.975], axis=0)
+    assert np.allclose(low[[0, 1, 2, 4, 5, 6]], expected[0]) and np.allclose(high[[0, 1, 2, 4, 5, 6]], expected[1])
+    assert np.isnan(low[3]) and np.isnan(high[3])
+
+
+def test_all_correct_gives_a_degenerate_interval_at_100():
+    rows = suite_answers(M, {name: [True] * 5 for name in EVALS})
+    scored = score(frame(rows), Bootstrap(resamples=100))
+    for r in scored.metrics.iter_rows(named=True):
+        for m in ("accuracy", "non_hallucination_rate", "mean_f1"):
+            if r[m] is not None:
+                assert (r[m], r[f"{m}_low"], r[f"{m}_high"]) == (100.0, 100.0, 100.0)
+    idx = scored.index.row(0, named=True)
+    assert (idx["decision_index"], idx["decision_index_low"], idx["decision_index_high"]) == (100.0, 100.0, 100.0)
+    summary = build_summary(scored.metrics, [M], DATA, "p", 1, {}, scored)
+    assert summary["models"][0]["decision_index_ci"] == [100.0, 100.0]
+    assert summary["models"][0]["evals"]["hle_multichoice"]["accuracy_ci"] == [100.0, 100.0]
+
+
+def test_one_task_gives_the_point_as_interval():
+    rows = [choice(M, "when2call", "w/1", "A", {"A": 0.1, "B": 0.9})]
+    row = score(frame(rows), Bootstrap(resamples=20)).metrics.row(0, named=True)
+    assert (row["accuracy"], row["accuracy_low"], row["accuracy_high"]) == (0.0, 0.0, 0.0)
+
+
+def test_f1_undefined_in_some_resamples_is_left_out_and_null_when_undefined_throughout():
+    # prompt_harmful: one positive (right) among 20 rows: resamples without it have no positive -> undefined
+    rows = [yes_no(M, f"g/{i}", "prompt_harmful", "yes" if i == 0 else "no", 0.9 if i == 0 else 0.1) for i in range(20)]
+    # response_harmful: no positive gold, no positive prediction -> undefined everywhere
+    rows += [yes_no(M, f"g/{i}", "response_harmful", "no", 0.2) for i in range(20)]
+    scored = score(frame(rows), Bootstrap(resamples=200))
+    row = scored.metrics.row(0, named=True)
+    assert (row["f1_prompt_harm"], row["f1_prompt_harm_low"], row["f1_prompt_harm_high"]) == (100.0, 100.0, 100.0)
+    assert row["f1_response_harm"] is None and row["f1_response_harm_low"] is None
+    assert row["mean_f1"] == 100.0  # the mean of the defined F1 scores
+    block = build_summary(scored.metrics, [M], DATA, "p", 1, {}, scored)["models"][0]["evals"]["wildguardtest"]
+    assert block["f1_response_harm_ci"] is None and "undefined" in block["reason"]
+
+
+def test_epochs_give_the_index_a_spread():
+    a = suite_answers(M, {name: [True, True, False, False] for name in EVALS}, sample=0)
+    b = suite_answers(M, {name: [True, True, True, False] for name in EVALS}, sample=1)
+    scored = score(frame(a + b), Bootstrap(resamples=50))
+    # epoch 0: accuracies 50, Omniscience non-hallucination 0 (every wrong answer is a guess), WildGuardTest
+    # TP TN FN FP per question -> F1 50: index .125·50 + .125·0 + .25·(50 + 50 + 50) = 43.75
+    # epoch 1: accuracies 75, non-hallucination 0, TP TN TP FP -> F1 80: .125·75 + .25·(75 + 75 + 80) = 66.875
+    idx = scored.index.row(0, named=True)
+    assert idx["decision_index"] == pytest.approx((43.75 + 66.875) / 2)
+    assert idx["decision_index_sd"] == pytest.approx(np.std([43.75, 66.875], ddof=1))
+    summary = build_summary(scored.metrics, [M], DATA, "p", 2, {}, scored)
+    assert summary["models"][0]["decision_index"] == 55.3125
+    assert summary["models"][0]["decision_index_sd"] == pytest.approx(16.351844, abs=1e-6)
+    assert summary["models"][0]["evals"]["when2call"]["accuracy_sd"] == pytest.approx(17.677670, abs=1e-6)
+    assert summary["models"][0]["evals"]["wildguardtest"]["mean_f1"] == 65.0
+
+
+def test_missing_answers_make_every_interval_null():
+    rows = suite_answers(M, {name: [True, False] for name in EVALS})
+    rows[0] = {**rows[0], "status": "missing", "predicted": None, "probabilities": None, "p_predicted": None}
+    scored = score(frame(rows), Bootstrap(resamples=20))
+    omni = scored.metrics.filter(pl.col("eval") == "aa_omniscience_decision").row(0, named=True)
+    assert omni["accuracy"] is None and omni["accuracy_low"] is None and omni["missing"] == 1
+    idx = scored.index.row(0, named=True)
+    assert idx["decision_index"] is None and "aa_omniscience_decision.accuracy" in idx["reason"]
+
+
+def test_an_empty_answers_frame_scores_to_empty_tables():
+    scored = score(frame([]), Bootstrap(resamples=10))
+    assert scored.metrics.is_empty() and scored.index.is_empty() and scored.calibration.is_empty()
+    assert scored.breakdowns.is_empty() and scored.statuses.is_empty()
+    summary = build_summary(scored.metrics, [M], DATA, "p", 1, {}, scored)
+    assert summary["models"][0]["decision_index"] is None
+    assert summary["models"][0]["evals"]["when2call"]["reason"] == "no answers for this evaluation"
+
+
+def test_formulas_work_on_arrays_as_on_expressions():
+    assert accuracy_from(np.array([3.0]), np.array([4.0]))[0] == 75.0
+    assert non_hallucination_from(np.array([0.0, 1.0]), np.array([0.0, 4.0])).tolist() == [100.0, 75.0]
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(f1_from(np.array([0.0]), np.array([0.0]), np.array([0.0]))[0])
+    assert f1_from(np.array([1.0]), np.array([1.0]), np.array([1.0]))[0] == 50.0
