@@ -42,7 +42,8 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
             epochs: int = 1) -> pl.DataFrame:
     """One row per (model label, question, epoch): eval, task_id, question_id, sample, status, error,
     predicted, gold, correct, p_predicted, p_yes, warning, predicted_category / gold_category (When2Call),
-    group and adversarial (for breakdowns). ``models`` has the columns of ``MODELS_SCHEMA``."""
+    group and adversarial (for breakdowns), repaired (the answer came from a language model's reply that was
+    wrapped in a Markdown code fence, SPEC §6). ``models`` has the columns of ``MODELS_SCHEMA``."""
     tasks = gold.select("task_id", "task_digest").unique().lazy()
     chosen = (rows.join(models.lazy(), on=CONFIG_COLUMNS)
               .filter(pl.col("sample") < epochs)
@@ -50,7 +51,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
               .sort("created_at")
               .unique(["label", "task_id", "sample"], keep="last")
               .select("label", "task_id", "sample", pl.col("status").alias("row_status"),
-                      pl.col("error").alias("row_error"), "answers"))
+                      pl.col("error").alias("row_error"), pl.col("repaired").alias("row_repaired"), "answers"))
     per_question = (chosen.select("label", "task_id", "sample", "answers").explode("answers")
                     .unnest("answers").filter(pl.col("question_id").is_not_null())
                     .rename({"status": "answer_status", "error": "answer_error"}))
@@ -73,27 +74,31 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
                  .when(pl.col("status") == "invalid")
                  .then(pl.coalesce("answer_error", "row_error", pl.lit("no answer to this question")))
                  .otherwise(pl.coalesce("answer_error", "row_error")).alias("error"))
-           .with_columns(pl.col("predicted").eq_missing(pl.col("gold")).alias("correct"))
+           .with_columns(pl.col("predicted").eq_missing(pl.col("gold")).alias("correct"),
+                         ((pl.col("status") == "ok") & pl.col("row_repaired").fill_null(False)).alias("repaired"))
            .join(cats.rename({"option": "predicted", "category": "predicted_category"}),
                  on=["task_id", "predicted"], how="left")
            .join(cats.rename({"option": "gold", "category": "gold_category"}), on=["task_id", "gold"], how="left")
            .select("label", "eval", "task_id", "question_id", "sample", "kind", "status", "error", "predicted",
                    "gold", "correct", "p_predicted", "p_yes", "warning", "predicted_category", "gold_category",
-                   "group", "adversarial")
+                   "group", "adversarial", "repaired")
            .sort("label", "eval", "task_id", "question_id", "sample"))
     return out.collect()
 
 
 def metrics(ans: pl.DataFrame) -> pl.DataFrame:
-    """Per (label, eval): ``n`` tasks, counts of invalid / failed / missing answers, and each metric
+    """Per (label, eval): ``n`` tasks, counts of invalid / failed / missing / repaired answers, and each metric
     (0-100) as the mean over epochs with its standard deviation (``<metric>_sd``, null for one epoch).
     Metric columns not defined for an evaluation are null."""
     lf = ans.lazy()
+    if "repaired" not in ans.columns:  # answer frames made before the column existed
+        lf = lf.with_columns(pl.lit(False).alias("repaired"))
     counts = lf.group_by("label", "eval").agg(
         pl.col("task_id").n_unique().alias("n"),
         (pl.col("status") == "invalid").sum().alias("invalid"),
         (pl.col("status") == "failed").sum().alias("failed"),
         (pl.col("status") == "missing").sum().alias("missing"),
+        pl.col("repaired").sum().alias("repaired"),
         pl.col("sample").n_unique().alias("epochs"))
     choice = (lf.filter(pl.col("eval").is_in(CHOICE_EVALS))
               .group_by("label", "eval", "sample")
@@ -124,11 +129,14 @@ def metrics(ans: pl.DataFrame) -> pl.DataFrame:
 
 def request_counts(ans: pl.DataFrame) -> dict[str, dict[str, int]]:
     """Per model label, the requests found in the cache (one per task and epoch): ``cache_hits``, and
-    how many of them ``failed`` or had an ``invalid`` answer; ``sent`` is 0 (nothing is sent)."""
+    how many of them ``failed``, had an ``invalid`` answer or were ``repaired``; ``sent`` is 0 (nothing is sent)."""
     per_request = ans.group_by("label", "task_id", "sample").agg(
         (pl.col("status") != "missing").all().alias("found"),
         (pl.col("status") == "failed").any().alias("failed"),
-        (pl.col("status") == "invalid").any().alias("invalid"))
-    counts = per_request.group_by("label").agg(pl.col("found").sum(), pl.col("failed").sum(), pl.col("invalid").sum())
-    return {r["label"]: {"sent": 0, "cache_hits": r["found"], "failed": r["failed"], "invalid": r["invalid"]}
+        (pl.col("status") == "invalid").any().alias("invalid"),
+        pl.col("repaired").any().alias("repaired"))
+    counts = per_request.group_by("label").agg(pl.col("found").sum(), pl.col("failed").sum(), pl.col("invalid").sum(),
+                                               pl.col("repaired").sum())
+    return {r["label"]: {"sent": 0, "cache_hits": r["found"], "failed": r["failed"], "invalid": r["invalid"],
+                         "repaired": r["repaired"]}
             for r in counts.iter_rows(named=True)}
