@@ -1,8 +1,8 @@
 """A real local language model: a GGUF file served by llama.cpp (xllamacpp, the optional extra
-``local-llm``) on a free 127.0.0.1 port for the duration of the run.
+``local-llm``) on a free 127.0.0.1 port for the duration of the run, in a child process.
 
-Two adapters share the server (one per GGUF file in a process, started by the first ``start`` and stopped
-by the last ``close``):
+Two adapters share the server (one per GGUF file in a run, started by the first ``start`` and stopped by
+the last ``close``):
 
 * ``llamacpp:NAME`` — structured outputs through the ``openai`` adapter (``response_format`` json_schema,
   enforced by llama.cpp's grammar); default parameters ``temperature`` 0, ``max_tokens`` 256;
@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import sys
+import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
@@ -42,36 +44,85 @@ START_TIMEOUT_S = 120.0
 
 
 class _Server:
-    """One xllamacpp server for one GGUF file, shared by reference count."""
+    """One llama.cpp server for one GGUF file, in a child process (``python -m adapters.llamacpp``), shared
+    by reference count.
+
+    A child process because llama.cpp's in-process shutdown can hang (a race in xllamacpp's destructor,
+    seen here about once in a dozen stops): the child leaves with ``os._exit`` when its stdin closes, so
+    stopping never waits on it, and a runner killed outright closes that stdin too, so no server outlives
+    its run.
+    """
 
     def __init__(self, path: Path, alias: str, ctx_size: int, parallel: int, threads: int):
         self.path, self.alias, self.ctx_size, self.parallel, self.threads = path, alias, ctx_size, parallel, threads
         self.users = 0
         self.url = ""
-        self._server: Any = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._log = tempfile.TemporaryFile()
 
-    def start(self) -> str:
-        """Load the model and listen on a free loopback port (blocking: seconds); returns the base URL."""
-        import xllamacpp
-
-        params = xllamacpp.CommonParams()
-        params.model.path = str(self.path)
-        params.model_alias = {self.alias}  # the name replies report, instead of the file's path
-        params.n_ctx = self.ctx_size * self.parallel  # llama.cpp splits the context among the slots
-        params.n_parallel = self.parallel
-        params.cpuparams.n_threads = self.threads
-        params.cpuparams_batch.n_threads = self.threads
-        params.hostnames = ["127.0.0.1"]
-        params.port = 0
-        params.warmup = False
-        params.verbosity = -1
-        self._server = xllamacpp.Server(params)
-        self.url = self._server.listening_address.rstrip("/")
+    async def start(self, label: str) -> str:
+        """Start the child, wait for its address and for ``GET /health``; returns the base URL. Raises
+        Fatal (with the end of the child's log) when it does not come up."""
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "adapters.llamacpp", str(self.path), self.alias, str(self.ctx_size),
+            str(self.parallel), str(self.threads),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self._log,
+            cwd=Path(__file__).resolve().parents[1])
+        try:
+            line = await asyncio.wait_for(self._proc.stdout.readline(), START_TIMEOUT_S)
+        except TimeoutError:
+            line = b""
+        head, _, url = line.decode().strip().partition(" ")
+        if head != "LISTENING" or not url:
+            await self.stop(keep_log=True)
+            self._log.seek(0)
+            tail = self._log.read()[-1500:].decode("utf-8", "replace").strip()
+            self._log.close()
+            raise Fatal(f"{label}: the local llama.cpp server did not start: {tail or 'no output'}")
+        self.url = url.rstrip("/")
+        await _wait_healthy(self.url, label)
         return self.url
 
-    def stop(self) -> None:
-        """Stop the server (blocking until its loop has exited)."""
-        self._server = None
+    async def stop(self, keep_log: bool = False) -> None:
+        """Close the child's stdin (it exits at once); kill it if it has not gone within 10 s."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+        if not keep_log:
+            self._log.close()
+
+
+def serve(path: str, alias: str, ctx_size: str, parallel: str, threads: str) -> None:
+    """The child process: load the model, print ``LISTENING <url>``, serve until stdin closes, then leave
+    at once without llama.cpp's shutdown (which can hang)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it closes our stdin
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = path
+    params.model_alias = {alias}  # the name replies report, instead of the file's path
+    params.n_ctx = int(ctx_size) * int(parallel)  # llama.cpp splits the context among the slots
+    params.n_parallel = int(parallel)
+    params.cpuparams.n_threads = int(threads)
+    params.cpuparams_batch.n_threads = int(threads)
+    params.hostnames = ["127.0.0.1"]
+    params.port = 0
+    params.warmup = False
+    params.verbosity = -1
+    try:
+        server = xllamacpp.Server(params)
+    except RuntimeError as exc:
+        sys.exit(f"{exc} (is {path} a GGUF model llama.cpp can load, with {ctx_size} tokens of context?)")
+    print("LISTENING", server.listening_address, flush=True)
+    sys.stdin.buffer.read()
+    os._exit(0)
 
 
 _servers: dict[Path, _Server] = {}
@@ -144,8 +195,7 @@ class _Local:
             server = _servers.get(self.file)
             if server is None:
                 server = _Server(self.file, self.model, self.ctx_size, self.parallel, self.threads)
-                await asyncio.get_running_loop().run_in_executor(None, server.start)
-                await _wait_healthy(server.url, self.label)
+                await server.start(self.label)
                 _servers[self.file] = server
             server.users += 1
         self._server = server
@@ -161,7 +211,7 @@ class _Local:
             server.users -= 1
             if server.users == 0:
                 _servers.pop(server.path, None)
-                await asyncio.get_running_loop().run_in_executor(None, server.stop)
+                await server.stop()
 
 
 async def _wait_healthy(url: str, label: str) -> None:
@@ -191,3 +241,7 @@ class LlamaCppLogprobs(_Local, Logprobs):
     """A local GGUF model as a decision model, from its first-token logprobs."""
 
     kind = "llamacpp-logprobs"
+
+
+if __name__ == "__main__":
+    serve(*sys.argv[1:])
