@@ -176,16 +176,19 @@ def logprob_answer(question: Question, top: Iterable[tuple[str, float]], n_top: 
     id (exactly: "A", never "a"), or for yes/no questions "yes"/"no" in any case. Probabilities of tokens
     counting for the same answer are added; answers absent from the top ``n_top`` get 0. The allowed
     answers' probabilities are renormalised to sum to 1, and their mass before renormalisation is noted
-    in the warning. Invalid when no allowed answer is among the top tokens.
+    in the warning. Invalid when no allowed answer is among the top tokens, or a value is not a
+    log-probability (a number at most 0; -inf is probability 0).
     """
     ids = question.answer_ids
     mass = dict.fromkeys(ids, 0.0)
     for token, logprob in top:
+        if isinstance(logprob, bool) or not isinstance(logprob, (int, float)) or not -math.inf <= logprob <= 1e-6:
+            return Answer.invalid(question.id, f"top_logprobs: {logprob!r} for token {token!r} is not a log-probability")
         key = token.strip()
         if question.kind != CHOICE:
             key = key.lower()
-        if key in mass and isinstance(logprob, (int, float)) and math.isfinite(logprob):
-            mass[key] += math.exp(logprob)
+        if key in mass:
+            mass[key] += math.exp(min(logprob, 0.0))
     total = math.fsum(mass.values())
     if total <= 0.0:
         return Answer.invalid(question.id, f"none of the allowed answers ({', '.join(ids)}) is among the "

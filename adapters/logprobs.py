@@ -22,7 +22,7 @@ import orjson
 from evals import Task
 
 from . import llm
-from .base import Answer, Reply, Request
+from .base import Answer, Limits, ModelSpec, Reply, Request
 from .errors import MalformedReply
 from .http import HTTPAdapter, load_json
 from .openai import choice_of, usage_of
@@ -73,6 +73,13 @@ class Logprobs(HTTPAdapter):
     DEFAULT_PARAMS = {"max_tokens": 1, "top_logprobs": 20}
     RESERVED = frozenset({"model", "messages", "logprobs"})
 
+    def __init__(self, spec: ModelSpec, limits: Limits | None = None):
+        super().__init__(spec, limits)
+        top = self.params.get("top_logprobs")
+        if not isinstance(top, int) or isinstance(top, bool) or top < 1:
+            raise ValueError(f"{self.kind}: top_logprobs must be a positive integer, not {top!r}")
+        self.n_top = top
+
     def encode(self, task: Task, sample: int = 0) -> Request:
         bodies = [{"model": self.model, "messages": llm.logprob_messages(task, q), "logprobs": True, **self.params}
                   for q in task.questions]
@@ -83,4 +90,4 @@ class Logprobs(HTTPAdapter):
         return b"[" + b",".join(r.strip() for r in replies) + b"]"
 
     def decode(self, task: Task, body: bytes) -> Reply:
-        return decode_logprobs(task, body, int(self.params.get("top_logprobs", 20)))
+        return decode_logprobs(task, body, self.n_top)

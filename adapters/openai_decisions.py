@@ -59,9 +59,10 @@ def decode_decisions(task: Task, body: bytes) -> Reply:
             parsed.append(Answer.invalid(q.id, f"answer type {a.get('type')!r}, expected {want!r}"))
         elif q.kind == CHOICE:
             probs = a.get("probabilities")
-            table = ({p.get("value"): p.get("probability") for p in probs if isinstance(p, dict)}
+            table = ({p["value"]: p.get("probability") for p in probs if isinstance(p, dict) and isinstance(p.get("value"), str)}
                      if isinstance(probs, list) else None)
-            parsed.append(choice_answer(q, table, a.get("choice")))
+            choice = a.get("choice")
+            parsed.append(choice_answer(q, table, choice if isinstance(choice, str) else None))
         else:
             parsed.append(yes_no_answer(q, a.get("probability")))
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
@@ -73,6 +74,7 @@ class OpenAIDecisions(HTTPAdapter):
     """The OpenAI Decisions format."""
 
     kind = "openai-decisions"
+    takes_params = False  # a decision model: no sampling parameters (``--param`` is for language models)
     default_base_url = "https://api.openai.com/v1"
     path = "/decisions"
     api_key_env = "OPENAI_API_KEY"

@@ -117,3 +117,10 @@ def test_logprob_missing_options_get_zero_and_yes_no_is_case_insensitive():
 def test_logprob_without_any_allowed_answer_is_invalid():
     a = llm.logprob_answer(COLOUR, [("The", -0.1), ("I", -2.0)], 20)
     assert (a.status, a.error) == ("invalid", "none of the allowed answers (A, B) is among the top 20 first tokens")
+
+
+def test_logprob_values_that_are_not_log_probabilities_are_invalid():
+    a = llm.logprob_answer(COLOUR, [("A", 3.0), ("B", -1.0)], 20)
+    assert (a.status, a.error) == ("invalid", "top_logprobs: 3.0 for token 'A' is not a log-probability")
+    assert llm.logprob_answer(COLOUR, [("A", float("nan"))], 20).status == "invalid"
+    assert llm.logprob_answer(COLOUR, [("A", -math.inf), ("B", -0.5)], 20).predicted == "B"

@@ -329,3 +329,28 @@ def test_cli_rejects_flags_no_model_uses(data_dir: Path, tmp_path: Path, capsys:
     assert main([*base, "--model", "openai:m@http://127.0.0.1:1/v1", "--param", "novalue"]) == 2
     assert "expected KEY=VALUE" in capsys.readouterr().err
 
+
+
+ODD_BODIES = [b"[]", b"{}", b"null", b'"text"', b'{"choices": "x"}', b'{"choices": [1]}', b'{"choices": [{"message": 5}]}',
+              b'{"choices": [{"message": {"content": ["part"]}, "finish_reason": 7}]}',
+              b'{"choices": [{"logprobs": {"content": [{"top_logprobs": [{"token": "A", "logprob": 1e308}]}]}}]}',
+              b'{"content": "x"}', b'{"content": [1, {"type": "tool_use", "name": "answer", "input": [1]}]}',
+              b'{"candidates": [1]}', b'{"candidates": [{"content": {"parts": "abc"}, "finishReason": 3}]}',
+              b'{"candidates": [], "promptFeedback": 4}', b'{"answers": [1, {"type": "choice", "name": "answer", '
+              b'"choice": [1], "probabilities": [{"value": [1], "probability": 1}, 5]}]}', b'{"answers": {}}']
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_odd_bodies_give_invalid_answers_or_a_malformed_reply_never_a_crash(data_dir: Path, kind: str):
+    adapter = adapters.get(f"{kind}:{NAMES[kind]}@http://127.0.0.1:1")
+    task = next(t for t in tasks(data_dir) if t.eval == "when2call")
+    decoded = 0
+    for body in ODD_BODIES:
+        for wrapped in (body, b"[" + body + b"]"):  # logprobs replies come as an array
+            try:
+                reply = adapter.decode(task, wrapped)
+            except adapters.MalformedReply:
+                continue
+            decoded += 1
+            assert reply.status == "invalid" and all(a.error for a in reply.answers)
+    assert decoded > 0
