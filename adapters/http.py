@@ -61,10 +61,10 @@ async def post(client: aiohttp.ClientSession, url: str, body: bytes, headers: di
                what: str, retry_after_from_body: Callable[[bytes], float | None] | None = None) -> bytes:
     """POST ``body`` to ``url`` and return the response body of a 2xx.
 
-    ``what`` names the model in messages. Raises RateLimited (429, 529, with Retry-After, or the wait
-    ``retry_after_from_body`` reads from the error body when the header is absent), Transient (408, 409,
-    425, 5xx, timeouts, connection errors) or Fatal (other 4xx, with what to check). Messages never
-    include the request headers.
+    ``what`` names the model in messages. Raises RateLimited (429, 529, and 503 with a Retry-After, with
+    that wait, or the one ``retry_after_from_body`` reads from the error body when the header is absent),
+    Transient (408, 409, 425, other 5xx, timeouts, connection errors) or Fatal (other 4xx, with what to
+    check). Messages never include the request headers.
     """
     try:
         async with client.post(url, data=body, headers=headers) as resp:
@@ -72,8 +72,8 @@ async def post(client: aiohttp.ClientSession, url: str, body: bytes, headers: di
             status = resp.status
             if status < 300:
                 return payload
-            if status in (429, 529):
-                wait = _retry_after(resp.headers)
+            wait = _retry_after(resp.headers) if status in (429, 503, 529) else None
+            if status in (429, 529) or wait is not None:  # an overloaded server that says when to come back
                 if wait is None and retry_after_from_body is not None:
                     wait = retry_after_from_body(payload)
                 raise RateLimited(f"{what}: HTTP {status} rate limited: {_snippet(payload)}", wait, status)

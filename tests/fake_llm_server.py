@@ -7,15 +7,17 @@ Routes (one server speaks every format; the path picks it): ``POST /v1/chat/comp
 ``default``):
 
 * a responder mode (``"ok"``, ``"fenced"``, ``"refusal"``, ... see ``tests/wire_formats.py``): 200 with that reply;
-* ``"429"`` / ``"429:<seconds>"``: rate limited, with ``Retry-After`` when given; ``"429body:<seconds>"``: the
+* ``"429"`` / ``"429:<seconds>"`` (or any status): rate limited, with ``Retry-After`` when given; ``"429body:<seconds>"``: the
   wait only in the error body (Gemini ``RetryInfo``); ``"529"``, ``"500"``, ``"503"``, ``"400"``, ``"401"``:
   that status with the format's error body;
 * ``"malformed"``: 200 with a body that is not JSON; ``"drop"``: the connection closed without a reply.
 
-``requests`` records ``(path, parsed body)`` of every POST, ``headers`` their headers.
+``requests`` records ``(path, parsed body)`` of every POST, ``times`` their arrival (``time.monotonic()``),
+``headers`` their headers.
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from functools import partial
 
@@ -30,6 +32,7 @@ class FakeLLM:
         self.script = deque(script or [])
         self.default = default
         self.requests: list[tuple[str, dict]] = []
+        self.times: list[float] = []
         self.headers: list[dict[str, str]] = []
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -37,12 +40,13 @@ class FakeLLM:
     async def _handle(self, request: web.Request, fmt: str) -> web.StreamResponse:
         payload = orjson.loads(await request.read())
         self.requests.append((request.path, payload))
+        self.times.append(time.monotonic())
         self.headers.append(dict(request.headers))
         behaviour = self.script.popleft() if self.script else self.default
         kind, _, arg = behaviour.partition(":")
         if kind.isdigit():
             status = int(kind)
-            headers = {"Retry-After": arg} if arg and status == 429 else {}
+            headers = {"Retry-After": arg} if arg else {}
             return web.json_response(error_body(fmt, status), status=status, headers=headers)
         if kind == "429body":
             return web.json_response(error_body(fmt, 429, float(arg)), status=429)
