@@ -80,7 +80,11 @@ class _Server:
             self._log.close()
             raise Fatal(f"{label}: the local llama.cpp server did not start: {tail or 'no output'}")
         self.url = url.rstrip("/")
-        await _wait_healthy(self.url, label)
+        try:
+            await _wait_healthy(self.url, label)
+        except Fatal:
+            await self.stop()
+            raise
         return self.url
 
     async def stop(self, keep_log: bool = False) -> None:
