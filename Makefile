@@ -6,8 +6,10 @@ DATA   ?= ../shared/data
 CACHE  ?= .dxi-cache
 OUT    ?= out
 MODEL  ?= embedded:sparrow-nano-general-v1.1
+LLM    ?= qwen2.5-coder-0.5b
+LLM_LIMIT ?= 10
 
-.PHONY: install run smoke score report test lint bench clean
+.PHONY: install install-llm model run run-llm smoke score report test test-quick lint bench clean
 
 install: $(VENV)/.installed
 
@@ -18,6 +20,24 @@ $(VENV)/.installed: pyproject.toml
 	  $(BIN)/uv pip install --python $(BIN)/python --quiet -e '.[test]' ) || \
 	  $(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $@
+
+# The optional extra for the local language model (xllamacpp, a 32 MB CPU wheel); `make run` does without.
+install-llm: $(VENV)/.installed-llm
+
+$(VENV)/.installed-llm: $(VENV)/.installed
+	$(BIN)/uv pip install --python $(BIN)/python --quiet -e '.[test,local-llm]' || \
+	  $(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,local-llm]'
+	touch $@
+
+# The local model's GGUF file, fetched once per machine into ~/.cache/decision-index/models (checked by sha256).
+model: install
+	$(BIN)/dxi fetch-model $(LLM)
+
+# The local language model in both modes (structured outputs, logprob decisions) beside the embedded
+# decision model, on the first LLM_LIMIT tasks of each evaluation (LLM_LIMIT= for the whole index: hours).
+run-llm: install-llm model
+	$(BIN)/dxi run --model $(MODEL) --model llamacpp:$(LLM) --model llamacpp-logprobs:$(LLM) \
+	  --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)/llm $(if $(LLM_LIMIT),--limit $(LLM_LIMIT))
 
 # The whole Decision Index on the embedded decision model (no key, no network).
 run: install
@@ -35,8 +55,13 @@ score: install
 report: install
 	$(BIN)/dxi report --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)
 
-test: install
+# Every test, the real local language model's included (installs the extra and fetches the model once).
+test: install-llm model
 	$(BIN)/pytest
+
+# Every test but the local language model's (a faster loop while developing).
+test-quick: install
+	$(BIN)/pytest -m "not local_llm"
 
 # Every benchmarks/bench_*.py, measured side by side; results in out/bench/.
 bench: install

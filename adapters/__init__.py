@@ -12,12 +12,19 @@ from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
 from .errors import AdapterError, Fatal, MalformedReply, RateLimited, Retryable, Transient
 
 __all__ = ["Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelSpec", "RateLimited",
-           "Reply", "Request", "Retryable", "Transient", "get", "parse_model", "KINDS"]
+           "Reply", "Request", "Retryable", "Transient", "adapter_class", "get", "parse_model", "KINDS"]
 
 # adapter name -> "module:Class", imported on first use
 KINDS: dict[str, str] = {
     "embedded": "adapters.embedded:Embedded",
     "systemone": "adapters.systemone:SystemOne",
+    "openai": "adapters.openai:OpenAI",
+    "anthropic": "adapters.anthropic:Anthropic",
+    "gemini": "adapters.gemini:Gemini",
+    "openai-decisions": "adapters.openai_decisions:OpenAIDecisions",
+    "logprobs": "adapters.logprobs:Logprobs",
+    "llamacpp": "adapters.llamacpp:LlamaCpp",
+    "llamacpp-logprobs": "adapters.llamacpp:LlamaCppLogprobs",
 }
 
 
@@ -44,8 +51,14 @@ def parse_model(text: str) -> ModelSpec:
     return ModelSpec(kind, model or None, base_url)
 
 
+def adapter_class(kind: str) -> type[Adapter]:
+    """The adapter class registered as ``kind`` (its module imported now); KeyError when unknown."""
+    module, _, cls = KINDS[kind].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
 def get(text: str | ModelSpec, limits: Limits | None = None) -> Adapter:
-    """The adapter for a model string (or parsed spec), with its default limits unless ``limits`` is given."""
+    """The adapter for a model string (or parsed spec), with its default limits unless ``limits`` is given.
+    Raises ValueError for a model string the adapter cannot use (no model name, unknown option, ...)."""
     spec = parse_model(text) if isinstance(text, str) else text
-    module, _, cls = KINDS[spec.kind].partition(":")
-    return getattr(importlib.import_module(module), cls)(spec, limits)
+    return adapter_class(spec.kind)(spec, limits)

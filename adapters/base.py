@@ -91,12 +91,17 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """A decoded reply: one Answer per question of the task, in task order, plus usage."""
+    """A decoded reply: one Answer per question of the task, in task order, plus usage.
+
+    ``repaired`` is True when a language model's JSON object arrived wrapped in one Markdown code fence:
+    accepted and scored normally, but counted (SPEC §6).
+    """
 
     answers: tuple[Answer, ...]
     input_tokens: int | None = None
     output_tokens: int | None = None
     served_model: str | None = None
+    repaired: bool = False
 
     @property
     def status(self) -> str:
@@ -112,12 +117,18 @@ class Reply:
 
 @dataclass
 class ModelSpec:
-    """A parsed model string ``ADAPTER:MODEL[@BASE_URL]``; ``model`` may be None where the server names it."""
+    """A parsed model string ``ADAPTER:MODEL[@BASE_URL]``; ``model`` may be None where the server names it.
+
+    ``params``: sampling parameters (temperature, max tokens, seed, reasoning effort, ... in the provider's
+    own names), sent in the request body and part of the cache key. ``options``: settings that do not change
+    the answers (the API key's environment variable, a local server's context size), never in the key.
+    """
 
     kind: str
     model: str | None
     base_url: str | None = None
     params: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
 
 
 class Adapter(abc.ABC):
@@ -126,11 +137,15 @@ class Adapter(abc.ABC):
     model's name) and ``close`` once after the last.
 
     ``kind``: the adapter name in model strings; ``provider``: the key of the rate limits this adapter's
-    requests share (e.g. one per base URL); ``model``: the model's name, part of every cache key.
+    requests share (e.g. one per base URL); ``model``: the model's name, part of every cache key;
+    ``takes_params``: language-model adapters send sampling parameters, decision formats have none;
+    ``OPTIONS``: the settings (``ModelSpec.options``) the adapter reads.
     """
 
     kind: str = ""
     endpoint: str = ""
+    takes_params: bool = False  # whether ModelSpec.params (sampling parameters) reach the request
+    OPTIONS: frozenset[str] = frozenset()  # the ModelSpec.options this adapter understands
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         self.spec = spec

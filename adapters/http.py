@@ -1,13 +1,21 @@
-"""HTTP plumbing shared by the network adapters: one POST that maps statuses to the error tree."""
+"""HTTP plumbing shared by the network adapters: one POST that maps statuses to the error tree, and
+``HTTPAdapter``, the base of the hosted-model adapters (base URL, API key from the environment, session)."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
+import orjson
 
-from .errors import Fatal, RateLimited, Transient
+from .base import Adapter, Limits, ModelSpec, Request
+from .errors import Fatal, MalformedReply, RateLimited, Transient
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 
@@ -40,13 +48,23 @@ def _snippet(payload: bytes) -> str:
     return payload[:300].decode("utf-8", "replace")
 
 
+def _retry_after(headers: Any) -> float | None:
+    """Retry-After in seconds, or OpenAI's ``retry-after-ms`` (milliseconds) when that is given."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        with contextlib.suppress(TypeError, ValueError):
+            return max(0.0, float(ms) / 1000)
+    return parse_retry_after(headers.get("Retry-After"))
+
+
 async def post(client: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str],
-               what: str) -> bytes:
+               what: str, retry_after_from_body: Callable[[bytes], float | None] | None = None) -> bytes:
     """POST ``body`` to ``url`` and return the response body of a 2xx.
 
-    ``what`` names the model in messages. Raises RateLimited (429, 529, with Retry-After), Transient
-    (408, 409, 425, 5xx, timeouts, connection errors) or Fatal (other 4xx, with what to check). Messages
-    never include the request headers.
+    ``what`` names the model in messages. Raises RateLimited (429, 529, and 503 with a Retry-After, with
+    that wait, or the one ``retry_after_from_body`` reads from the error body when the header is absent),
+    Transient (408, 409, 425, other 5xx, timeouts, connection errors) or Fatal (other 4xx, with what to
+    check). Messages never include the request headers.
     """
     try:
         async with client.post(url, data=body, headers=headers) as resp:
@@ -54,15 +72,136 @@ async def post(client: aiohttp.ClientSession, url: str, body: bytes, headers: di
             status = resp.status
             if status < 300:
                 return payload
-            if status in (429, 529):
-                raise RateLimited(f"{what}: HTTP {status} rate limited: {_snippet(payload)}",
-                                  parse_retry_after(resp.headers.get("Retry-After")), status)
+            wait = _retry_after(resp.headers) if status in (429, 503, 529) else None
+            if status in (429, 529) or wait is not None:  # an overloaded server that says when to come back
+                if wait is None and retry_after_from_body is not None:
+                    wait = retry_after_from_body(payload)
+                raise RateLimited(f"{what}: HTTP {status} rate limited: {_snippet(payload)}", wait, status)
             if status in RETRYABLE_STATUSES or status >= 500:
                 raise Transient(f"{what}: HTTP {status}: {_snippet(payload)}", status)
-            hint = {401: "check the API key's environment variable", 403: "check the key's permissions",
+            hint = {400: "check the model's parameters and that the server supports this request",
+                    401: "check the API key's environment variable", 403: "check the key's permissions",
                     404: "check the base URL and the model name"}.get(status, "check the request and model")
             raise Fatal(f"{what}: HTTP {status} ({hint}): {_snippet(payload)}", status)
     except aiohttp.ClientResponseError as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+
+
+def load_json(body: bytes) -> Any:
+    """Parse a reply body; raises MalformedReply (with the text received) when it is not JSON."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedReply(f"reply is not JSON ({exc})", body[:2000].decode("utf-8", "replace")) from None
+
+
+def as_count(value: Any) -> int | None:
+    """A token count from a usage block: a non-negative int, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def is_loopback(url: str) -> bool:
+    """True when ``url``'s host is this machine (127.0.0.0/8, ::1, localhost): no API key needed there."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class HTTPAdapter(Adapter):
+    """A model behind an HTTP API: ``POST {base_url}{path}`` with a JSON body.
+
+    Subclasses set ``kind``, ``default_base_url``, ``path``, ``api_key_env`` (the environment variable the
+    key is read from; the option ``api_key_env`` names another), ``auth_headers`` and ``encode``/``decode``.
+    ``DEFAULT_PARAMS`` are merged under the user's sampling parameters; ``RESERVED`` are body fields the
+    adapter sets itself, which parameters may not replace. The cache key's endpoint is the full URL, so
+    one model name on two servers never shares cache rows; the key is only in headers.
+
+    Raises ValueError (bad model string, unknown option, reserved parameter) from the constructor and
+    Fatal from ``start`` when the key's environment variable is unset (except for a loopback base URL).
+    """
+
+    default_base_url = ""
+    path = ""
+    api_key_env = ""
+    takes_params = True
+    OPTIONS: frozenset[str] = frozenset({"api_key_env"})
+    DEFAULT_PARAMS: dict[str, Any] = {}
+    RESERVED: frozenset[str] = frozenset({"model"})
+
+    def __init__(self, spec: ModelSpec, limits: Limits | None = None):
+        super().__init__(spec, limits)
+        unknown = sorted(set(spec.options) - self.OPTIONS)
+        if unknown:
+            raise ValueError(f"{self.kind}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(self.OPTIONS))}")
+        clash = sorted(set(self.params) & self.RESERVED)
+        if clash:
+            raise ValueError(f"{self.kind}: the parameter(s) {', '.join(clash)} are set by the adapter itself")
+        self.params = self.DEFAULT_PARAMS | self.params
+        self.base_url = (spec.base_url or self.default_base_url).rstrip("/")
+        self.key_env = str(spec.options.get("api_key_env") or self.api_key_env)
+        self._session: aiohttp.ClientSession | None = None
+        self._headers: dict[str, str] = {}
+        self.check_model()
+
+    def check_model(self) -> None:
+        """Raise ValueError when the model string names no model."""
+        if not self.model:
+            raise ValueError(f"name the model: {self.kind}:MODEL[@BASE_URL], e.g. {self.kind}:NAME")
+
+    @property
+    def url(self) -> str:
+        return self.base_url + self.path
+
+    @property
+    def endpoint(self) -> str:  # type: ignore[override]
+        return self.url
+
+    @property
+    def provider(self) -> str:
+        return f"{self.kind}@{self.base_url}"
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        """The headers that carry the API key (default: ``Authorization: Bearer``)."""
+        return {"Authorization": f"Bearer {key}"}
+
+    def extra_headers(self) -> dict[str, str]:
+        """Headers every request carries besides the key."""
+        return {}
+
+    async def start(self) -> None:
+        key = os.environ.get(self.key_env) if self.key_env else None
+        if not key and not is_loopback(self.base_url):
+            raise Fatal(f"{self.label}: the environment variable {self.key_env} is not set; export the API key "
+                        f"for {self.base_url} as {self.key_env} (or name another variable with "
+                        f"--option api_key_env=NAME)")
+        self._headers = {"Content-Type": "application/json", **self.extra_headers(),
+                         **(self.auth_headers(key) if key else {})}
+        self._session = session(self.limits.max_in_flight, self.limits.attempt_timeout_s)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def request(self, payload: Any, sample: int) -> Request:
+        """The Request for a JSON ``payload`` (serialised as built: keys never sorted)."""
+        return Request(self.kind, self.model, self.endpoint, orjson.dumps(payload), sample, self.params_key)
+
+    def retry_after_from_body(self, body: bytes) -> float | None:
+        """The wait a rate-limit error body asks for, when the provider puts it there (None: not given)."""
+        return None
+
+    async def post(self, body: bytes, url: str | None = None) -> bytes:
+        """POST ``body`` to ``url`` (default ``self.url``) with this adapter's headers."""
+        if self._session is None:
+            raise RuntimeError(f"{type(self).__name__}.send() before start()")
+        return await post(self._session, url or self.url, body, self._headers, self.label, self.retry_after_from_body)
+
+    async def send(self, request: Request) -> bytes:
+        return await self.post(request.body)

@@ -3,7 +3,8 @@
 Row status: ``ok`` (every answer valid), ``invalid`` (a reply arrived; at least one answer invalid, see
 ``answers[].error``), ``failed`` (no usable reply: ``error_kind`` is ``transient`` after the retry
 budget, or ``fatal`` for a deterministic 4xx-class failure). ``created_at`` is Unix time in seconds;
-where a key has several rows the newest wins.
+where a key has several rows the newest wins. Columns are only ever added (nullable), so shards written
+by an older version read with nulls in the new columns.
 """
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ SCHEMA = pa.schema([
     ("latency_ms", pa.float64()),     # of the final attempt
     ("created_at", pa.float64()),     # Unix seconds
     ("answers", pa.list_(ANSWER)),
+    ("repaired", pa.bool_()),         # a language model's JSON arrived in one Markdown code fence (SPEC §6);
+                                      # null for rows written before this column and for failures
 ])
 COLUMNS = tuple(SCHEMA.names)
 INDEX_COLUMNS = ["key", "status", "error_kind", "created_at"]

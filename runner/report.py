@@ -54,18 +54,19 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
     """The index table, then what data was used and anything the reader must know."""
     table = Table(title="Decision Index", title_style="bold")
     for header in ("model", "index [95% CI]", "Omni acc", "Omni non-halluc", "HLE acc", "When2Call acc", "WildGuard F1",
-                   "invalid", "failed"):
+                   "invalid", "repaired", "failed"):
         table.add_column(header, justify="left" if header == "model" else "right")
     for m in summary["models"]:
         e = m["evals"]
         invalid = sum(b.get("invalid", 0) for b in e.values())
         failed = sum(b.get("failed", 0) for b in e.values())
+        repaired = sum(b.get("repaired", 0) for b in e.values())
         ci = m.get("decision_index_ci")
         index = _fmt(m["decision_index"]) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
         table.add_row(escape(m["model"]), index, _fmt(e["aa_omniscience_decision"]["accuracy"]),
                       _fmt(e["aa_omniscience_decision"]["non_hallucination_rate"]),
                       _fmt(e["hle_multichoice"]["accuracy"]), _fmt(e["when2call"]["accuracy"]),
-                      _fmt(e["wildguardtest"]["mean_f1"]), str(invalid), str(failed))
+                      _fmt(e["wildguardtest"]["mean_f1"]), str(invalid), str(repaired), str(failed))
     console.print(table)
     console.print("Data used:")
     for name, d in summary["data"].items():

@@ -21,13 +21,13 @@ def make_row(task: Task, request: Request, outcome: Outcome) -> dict:
         "attempts": outcome.attempts, "latency_ms": outcome.latency_ms, "created_at": time.time(),
         "raw_reply": outcome.body.decode("utf-8", "replace") if outcome.body is not None else None,
         "status": None, "error": None, "error_kind": None, "http_status": None,
-        "served_model": None, "input_tokens": None, "output_tokens": None, "answers": None,
+        "served_model": None, "input_tokens": None, "output_tokens": None, "answers": None, "repaired": None,
     }
     reply, error = outcome.reply, outcome.error
     if reply is not None:
         row |= {"status": reply.status, "error": reply.error, "served_model": reply.served_model,
                 "input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens,
-                "answers": [a.as_row() for a in reply.answers]}
+                "answers": [a.as_row() for a in reply.answers], "repaired": reply.repaired}
     else:
         assert error is not None
         row |= {"status": FAILED, "error": str(error), "http_status": error.status,

@@ -29,7 +29,8 @@ class Stats:
 
     ``sent``: requests sent (each counted once, however many attempts); ``cache_hits``: requests not
     sent because the cache had them; ``ok`` / ``invalid`` / ``failed``: outcomes of the requests sent;
-    ``attempts``: HTTP attempts in all (``attempts - sent`` = retries); ``rate_limited``: 429s received.
+    ``attempts``: HTTP attempts in all (``attempts - sent`` = retries); ``rate_limited``: 429s received;
+    ``repaired``: replies accepted from a Markdown code fence (language models, SPEC §6).
     """
 
     total: int = 0
@@ -40,6 +41,7 @@ class Stats:
     failed: int = 0
     attempts: int = 0
     rate_limited: int = 0
+    repaired: int = 0
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -96,6 +98,7 @@ async def run(adapters: list[Adapter], suite: Suite, cache: Cache, *, epochs: in
                 cache.append(row)
                 st.attempts += outcome.attempts
                 st.rate_limited += outcome.rate_limited
+                st.repaired += bool(row["repaired"])
                 if row["status"] == OK:
                     st.ok += 1
                 elif row["status"] == INVALID:

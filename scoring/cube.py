@@ -37,7 +37,7 @@ METRICS: dict[str, tuple[str, ...]] = {
     "wildguardtest": (*WILDGUARD_F1.values(), "mean_f1"),
 }
 ALL_METRICS = ("accuracy", "non_hallucination_rate", *WILDGUARD_F1.values(), "mean_f1")
-COUNTS = ("invalid", "failed", "missing")
+COUNTS = ("invalid", "failed", "missing", "repaired")  # answers by status; repaired = ok from a fenced reply
 CALIBRATION = ("pn", "brier", "log_loss")
 ECE_GAPS = tuple(f"gap{b}" for b in range(cal.ECE_BINS))
 ALL_STATS = (*STATS, *COUNTS, *CALIBRATION, *ECE_GAPS)
@@ -187,7 +187,9 @@ def build_cubes(ans: pl.DataFrame) -> dict[str, Cube]:
     if "correct" not in ans.columns:
         ans = ans.with_columns(pl.col("predicted").eq_missing(pl.col("gold")).alias("correct"))
     status = pl.col("status").cast(pl.String)
-    base = ans.select(*answer_stats(), *[(status == c).cast(pl.UInt32).alias(c) for c in COUNTS])
+    repaired = pl.col("repaired").fill_null(False) if "repaired" in ans.columns else pl.lit(False)
+    base = ans.select(*answer_stats(), *[(status == c).cast(pl.UInt32).alias(c) for c in COUNTS[:3]],
+                      repaired.cast(pl.UInt32).alias("repaired"))
     calib = cal.answer_calibration(ans)
     stats = np.column_stack([base.to_numpy().astype(np.float64), calib.select(CALIBRATION).to_numpy()])
     bins, gaps = calib["bin"].to_numpy(), calib["gap"].to_numpy()

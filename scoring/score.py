@@ -81,7 +81,8 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     task_of_gold = np.repeat(np.arange(n_tasks), task_frame["nq"].to_numpy())
 
     found = rows.filter(pl.col("sample").is_between(0, n_epochs - 1)).select(
-        *CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", "status", "error", "answers").collect()
+        *CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", "status", "error", "repaired",
+        "answers").collect()
     configured = (found.lazy().select(*CONFIG_COLUMNS).with_row_index("i")
                   .join(models.lazy().select(*CONFIG_COLUMNS, "m"), on=CONFIG_COLUMNS, maintain_order="left")
                   .select("i", "m").collect())
@@ -112,6 +113,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     row_of_request = np.full(n_models * n_tasks * n_epochs, -1, np.int64)
     row_of_request[request] = np.arange(len(request))
     row_failed = (found["status"] == "failed").to_numpy()
+    row_repaired = found["repaired"].fill_null(False).to_numpy()
     row_error = found["error"].rechunk()
 
     # every answer the cache holds, with its place (model, gold row, epoch)
@@ -139,6 +141,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
                                        pl.when(status == "invalid").then(pl.lit(NO_ANSWER)))).to_series(),
         **{c: per_question[c] for c in ("predicted", "p_predicted", "p_yes", "warning")},
         "probabilities": per_question["probabilities"].cast(_PROBABILITIES),
+        "repaired": pl.Series(row_repaired[r]) & (status == "ok"),
     })
 
     # the rest: questions a found request did not answer, failed requests, and requests not in the cache
@@ -159,7 +162,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
                            ).to_series(),
     }).with_columns(pl.lit(None, pl.String).alias("predicted"), pl.lit(None, pl.Float64).alias("p_predicted"),
                     pl.lit(None, pl.Float64).alias("p_yes"), pl.lit(None, pl.String).alias("warning"),
-                    pl.lit(None, _PROBABILITIES).alias("probabilities"))
+                    pl.lit(None, _PROBABILITIES).alias("probabilities"), pl.lit(False).alias("repaired"))
     placed = pl.concat([answered, filler], how="vertical_relaxed") if len(rest) else answered
     row_m = np.concatenate([m[r], rest_m])
     row_g = np.concatenate([g, rest_g])
@@ -189,6 +192,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
         "predicted_category": _predicted_category(gold_side, row_g, predicted, categories),
         **{c: gold_side[c].gather(row_g) for c in ("gold_category", "group", "adversarial")},
         "probabilities": placed["probabilities"],
+        "repaired": placed["repaired"],
     }
     return pl.DataFrame([series.alias(name) for name, series in columns.items()])
 
@@ -232,11 +236,14 @@ def metrics(ans: pl.DataFrame) -> pl.DataFrame:
 
 def request_counts(ans: pl.DataFrame) -> dict[str, dict[str, int]]:
     """Per model label, the requests found in the cache (one per task and epoch): ``cache_hits``, and
-    how many of them ``failed`` or had an ``invalid`` answer; ``sent`` is 0 (nothing is sent)."""
+    how many of them ``failed``, had an ``invalid`` answer or were ``repaired``; ``sent`` is 0 (nothing is sent)."""
     per_request = ans.group_by("label", "task_id", "sample").agg(
         (pl.col("status") != "missing").all().alias("found"),
         (pl.col("status") == "failed").any().alias("failed"),
-        (pl.col("status") == "invalid").any().alias("invalid"))
-    counts = per_request.group_by("label").agg(pl.col("found").sum(), pl.col("failed").sum(), pl.col("invalid").sum())
-    return {str(r["label"]): {"sent": 0, "cache_hits": r["found"], "failed": r["failed"], "invalid": r["invalid"]}
+        (pl.col("status") == "invalid").any().alias("invalid"),
+        pl.col("repaired").any().alias("repaired"))
+    counts = per_request.group_by("label").agg(pl.col("found").sum(), pl.col("failed").sum(), pl.col("invalid").sum(),
+                                               pl.col("repaired").sum())
+    return {str(r["label"]): {"sent": 0, "cache_hits": r["found"], "failed": r["failed"], "invalid": r["invalid"],
+                         "repaired": r["repaired"]}
             for r in counts.iter_rows(named=True)}

@@ -12,7 +12,8 @@
                  "requests": {"sent", "cache_hits", "failed", "invalid", ...}}]}
 
 Metrics are 0-100, rounded to 6 decimals; ``n`` counts tasks (WildGuardTest: rows). Each evaluation
-block also counts its ``invalid``, ``failed`` and ``missing`` answers; a null metric comes with a
+block also counts its ``invalid``, ``failed`` and ``missing`` answers, and the ``repaired`` ones (scored
+normally; a language model's JSON arrived in a Markdown code fence); a null metric comes with a
 ``reason``. With several epochs each metric is the mean and ``<metric>_sd`` its standard deviation.
 
 Added with intervals and calibration (existing keys keep their meaning): each metric's 95% interval
@@ -55,7 +56,8 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
     if row is None:
         block["reason"] = "no answers for this evaluation"
         return block
-    block |= {"n": row["n"], "invalid": row["invalid"], "failed": row["failed"], "missing": row["missing"]}
+    block |= {"n": row["n"], "invalid": row["invalid"], "failed": row["failed"], "missing": row["missing"],
+              "repaired": row["repaired"]}
     if row["missing"]:
         block["reason"] = (f"{row['missing']} answer(s) not in the cache: the run is incomplete; rerun "
                            "`dxi run` with the same options to complete it")

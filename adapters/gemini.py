@@ -1,0 +1,107 @@
+"""Language models over the Google Gemini API: generateContent with a JSON response schema (PROTOCOLS.md §C).
+
+``POST {base_url}/v1beta/models/{model}:generateContent`` (default https://generativelanguage.googleapis.com)
+with header ``x-goog-api-key: $GEMINI_API_KEY``. Body::
+
+    {"systemInstruction": {"parts": [{"text": <adapters.llm.SYSTEM_PROMPT>}]},
+     "contents": [{"role": "user", "parts": [{"text": <adapters.llm.render>}]}],
+     "generationConfig": {"responseMimeType": "application/json",
+                          "responseJsonSchema": <adapters.llm.answer_schema>, **params}}
+
+``responseJsonSchema`` takes standard JSON Schema (``additionalProperties`` included, which the older
+OpenAPI-subset ``responseSchema`` rejects). ``params`` are ``generationConfig`` fields sent as given
+(``temperature``, ``maxOutputTokens``, ``seed``, ``thinkingConfig``, ...). Reply: the text parts of
+``candidates[0].content`` (parts marked ``thought`` are reasoning, never answers) parsed by
+``adapters.llm.decode_text``; ``finishReason`` "MAX_TOKENS" (cut off) or a safety/recitation stop, and a
+prompt blocked by ``promptFeedback.blockReason``, make every answer invalid. Usage: ``promptTokenCount``,
+and ``candidatesTokenCount`` + ``thoughtsTokenCount`` as output (as billed). A 429 without Retry-After
+is retried after the ``google.rpc.RetryInfo`` ``retryDelay`` of its body, when given.
+
+Model strings: ``gemini:gemini-2.5-flash``, ``gemini:NAME@https://proxy.example``.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import orjson
+
+from evals import Task
+
+from . import llm
+from .base import Reply, Request
+from .errors import MalformedReply
+from .http import HTTPAdapter, as_count, load_json
+
+
+def retry_delay(body: bytes) -> float | None:
+    """Seconds from a Google error body's ``RetryInfo`` detail (``"retryDelay": "32s"``), else None."""
+    with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        for detail in orjson.loads(body)["error"].get("details") or []:
+            if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
+                return max(0.0, float(str(detail["retryDelay"]).removesuffix("s")))
+    return None
+
+
+def _usage(doc: dict) -> tuple[int | None, int | None]:
+    usage = doc.get("usageMetadata") if isinstance(doc.get("usageMetadata"), dict) else {}
+    out = as_count(usage.get("candidatesTokenCount"))
+    thoughts = as_count(usage.get("thoughtsTokenCount")) or 0
+    return as_count(usage.get("promptTokenCount")), None if out is None else out + thoughts
+
+
+def decode_generate(task: Task, body: bytes) -> Reply:
+    """Parse a generateContent reply (see the module docstring)."""
+    doc: Any = load_json(body)
+    if not isinstance(doc, dict):
+        raise MalformedReply("reply is not a JSON object", body[:2000].decode("utf-8", "replace"))
+    tokens_in, tokens_out = _usage(doc)
+    meta = {"input_tokens": tokens_in, "output_tokens": tokens_out,
+            "served_model": doc.get("modelVersion") if isinstance(doc.get("modelVersion"), str) else None}
+    candidates = doc.get("candidates")
+    if not isinstance(candidates, list) or not candidates:
+        feedback = doc.get("promptFeedback") if isinstance(doc.get("promptFeedback"), dict) else {}
+        if feedback.get("blockReason"):
+            return llm.invalid_reply(task, f"prompt blocked (promptFeedback.blockReason {feedback['blockReason']})", **meta)
+        raise MalformedReply("reply has no 'candidates'", body[:2000].decode("utf-8", "replace"))
+    candidate = candidates[0] if isinstance(candidates[0], dict) else {}
+    finish = candidate.get("finishReason")
+    problem = None
+    if finish == "MAX_TOKENS":
+        problem = llm.TRUNCATED.format("finishReason MAX_TOKENS")
+    elif finish not in (None, "STOP", "FINISH_REASON_UNSPECIFIED"):
+        problem = f"no usable answer (finishReason {finish})"
+    content = candidate.get("content") if isinstance(candidate.get("content"), dict) else {}
+    parts = [p for p in content.get("parts") or [] if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    text = "".join(p["text"] for p in parts if not p.get("thought"))
+    reasoning = any(p.get("thought") and p["text"].strip() for p in parts)
+    return llm.decode_text(task, text, problem=problem, reasoning=reasoning, **meta)
+
+
+class Gemini(HTTPAdapter):
+    """Gemini generateContent with ``responseMimeType`` application/json and ``responseJsonSchema``."""
+
+    kind = "gemini"
+    default_base_url = "https://generativelanguage.googleapis.com"
+    api_key_env = "GEMINI_API_KEY"
+    RESERVED = frozenset({"responseMimeType", "responseJsonSchema", "responseSchema"})
+
+    @property
+    def path(self) -> str:  # type: ignore[override]
+        return f"/v1beta/models/{self.model.removeprefix('models/')}:generateContent"
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"x-goog-api-key": key}
+
+    def retry_after_from_body(self, body: bytes) -> float | None:
+        return retry_delay(body)
+
+    def encode(self, task: Task, sample: int = 0) -> Request:
+        payload = {"systemInstruction": {"parts": [{"text": llm.SYSTEM_PROMPT}]},
+                   "contents": [{"role": "user", "parts": [{"text": llm.render(task)}]}],
+                   "generationConfig": {"responseMimeType": "application/json",
+                                        "responseJsonSchema": llm.answer_schema(task), **self.params}}
+        return self.request(payload, sample)
+
+    def decode(self, task: Task, body: bytes) -> Reply:
+        return decode_generate(task, body)

@@ -1,0 +1,201 @@
+"""Language models (SPEC §3 "Language models", §6): the one home of the request and reply logic that the
+``openai``, ``anthropic``, ``gemini``, ``logprobs`` and ``llamacpp`` adapters share; they differ only in
+wire format.
+
+Request (part of prompt version ``dxi-prompt-1``, see README "Prompt version"):
+
+* ``SYSTEM_PROMPT``, fixed;
+* the user message ``render(task)``: the state, then each question with its id, its text, its options
+  (``A. text``, one a line, in task order) and its allowed answers;
+* ``answer_schema(task)``: a JSON Schema object with one property per question id, each a string with an
+  ``enum`` of the allowed answers (option ids, or "yes"/"no"), every question required,
+  ``additionalProperties: false``.
+
+Reply (``decode_text``): the model's text must be one JSON object giving every question one of its
+allowed answers. The object wrapped in exactly one Markdown code fence is accepted and marked
+``repaired``. Anything else makes every answer invalid with the reason: a refusal, a reply cut off at the
+token limit (never repaired), empty content, content only in a reasoning field, prose around the object,
+not JSON at all. Within a valid object, a missing question or a value outside its ``enum`` makes that
+answer invalid. Answers are never extracted from prose.
+
+Logprob decisions (``logprob_answer``): one question per request, the model asked for the answer alone;
+the first token's ``top_logprobs`` are turned into probabilities over the allowed answers.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from evals import CHOICE, Question, Task
+
+from .base import OK, Answer, Reply
+from .decision import choice_answer, yes_no_answer
+
+SYSTEM_PROMPT = (
+    "You answer questions about a state. The user message gives the state, then one or more questions, "
+    "each with its id and its allowed answers. Decide each question and pick exactly one of its allowed "
+    "answers. Reply with only a JSON object that maps every question id to the answer you picked, "
+    'like {"<question id>": "<allowed answer>"}, and no other text.'
+)
+
+LOGPROB_SYSTEM_PROMPT = (
+    "You answer a question about a state. The user message gives the state, then the question and its "
+    "allowed answers. Reply with exactly one of the allowed answers and nothing else."
+)
+
+SCHEMA_NAME = "answers"
+
+# Reasons shared by every wire format (SPEC §6).
+TRUNCATED = "cut off at the token limit ({}); a truncated reply is never repaired"
+EMPTY = "empty content"
+REASONING_ONLY = "content only in a reasoning field, none in the reply"
+NOT_JSON = "not a JSON object (prose around it, or not JSON at all)"
+
+_FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
+
+
+def render_question(q: Question) -> str:
+    """One question as text: ``Question "<id>": <text>``, its options, then its allowed answers."""
+    lines = [f'Question "{q.id}": {q.text}']
+    if q.kind == CHOICE:
+        lines.append("Options:")
+        lines += [f"{o.id}. {o.text}" for o in q.options]
+    lines.append(f"Allowed answers: {', '.join(q.answer_ids)}")
+    return "\n".join(lines)
+
+
+def render(task: Task, questions: Iterable[Question] | None = None) -> str:
+    """The user message: ``State:`` and the state, then each question (all of the task's by default),
+    separated by blank lines. The state comes first so that requests about one state share a prefix."""
+    qs = task.questions if questions is None else questions
+    return "\n\n".join([f"State:\n{task.state}", *(render_question(q) for q in qs)])
+
+
+def answer_schema(task: Task) -> dict:
+    """The JSON Schema of a reply to ``task``: ``{question_id: one of its allowed answers}``, all required,
+    no other property (accepted by OpenAI strict structured outputs, Anthropic tool input schemas and
+    Gemini ``responseJsonSchema``)."""
+    return {
+        "type": "object",
+        "properties": {q.id: {"type": "string", "enum": list(q.answer_ids)} for q in task.questions},
+        "required": [q.id for q in task.questions],
+        "additionalProperties": False,
+    }
+
+
+def messages(task: Task) -> list[dict]:
+    """Chat messages (OpenAI roles) for a structured request: the system prompt, then ``render(task)``."""
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": render(task)}]
+
+
+def logprob_messages(task: Task, question: Question) -> list[dict]:
+    """Chat messages for a logprob decision on one ``question``: ``LOGPROB_SYSTEM_PROMPT``, then the state
+    and that question alone."""
+    return [{"role": "system", "content": LOGPROB_SYSTEM_PROMPT},
+            {"role": "user", "content": render(task, [question])}]
+
+
+def invalid_reply(task: Task, reason: str, input_tokens: int | None = None, output_tokens: int | None = None,
+                  served_model: str | None = None) -> Reply:
+    """A reply whose every answer is invalid for the same ``reason``."""
+    return Reply(tuple(Answer.invalid(q.id, reason) for q in task.questions), input_tokens, output_tokens,
+                 served_model)
+
+
+def answers_from_object(task: Task, obj: Any) -> tuple[Answer, ...]:
+    """Validate a parsed reply object against ``answer_schema(task)``: one Answer per question, invalid
+    where the question is missing or its value is not one of the allowed answers. Unexpected keys are
+    noted as a warning on every answer."""
+    if not isinstance(obj, Mapping):
+        return tuple(Answer.invalid(q.id, f"the reply is JSON but not an object ({type(obj).__name__})")
+                     for q in task.questions)
+    ids = {q.id for q in task.questions}
+    extra = [str(k) for k in obj if k not in ids]
+    warning = f"unexpected key(s) in the reply: {', '.join(extra[:5])}" if extra else None
+    out = []
+    for q in task.questions:
+        if q.id not in obj:
+            out.append(Answer.invalid(q.id, "missing from the reply"))
+            continue
+        value = obj[q.id]
+        if not isinstance(value, str) or value not in q.answer_ids:
+            shown = orjson.dumps(value).decode()[:60]
+            out.append(Answer.invalid(q.id, f"{shown} is not one of the allowed answers ({', '.join(q.answer_ids)})"))
+            continue
+        out.append(Answer(q.id, OK, predicted=value, warning=warning))
+    return tuple(out)
+
+
+def parse_object(text: str) -> tuple[Any, bool, str | None]:
+    """``(object, repaired, None)`` for a reply text that is one JSON value, possibly wrapped in exactly
+    one Markdown code fence (then ``repaired`` is True); ``(None, False, reason)`` otherwise."""
+    stripped = text.strip()
+    try:
+        return orjson.loads(stripped), False, None
+    except orjson.JSONDecodeError:
+        pass
+    fenced = _FENCE.fullmatch(stripped)
+    if fenced is None or "```" in fenced.group(1):
+        return None, False, NOT_JSON
+    try:
+        return orjson.loads(fenced.group(1)), True, None
+    except orjson.JSONDecodeError:
+        return None, False, "the Markdown code fence does not hold valid JSON"
+
+
+def decode_text(task: Task, text: str | None, *, problem: str | None = None, reasoning: bool = False,
+                input_tokens: int | None = None, output_tokens: int | None = None,
+                served_model: str | None = None) -> Reply:
+    """The Reply for a language model's reply ``text``.
+
+    ``problem`` is a whole-reply reason the wire format already established (a refusal, a reply cut off at
+    the token limit, a safety block): every answer is then invalid with it, whatever the text.
+    ``reasoning`` says a reasoning field had content (an empty ``text`` is then "content only in a
+    reasoning field"). Token counts and the served model name are passed through.
+    """
+    usage = (input_tokens, output_tokens, served_model)
+    if problem is None and (text is None or not text.strip()):
+        problem = REASONING_ONLY if reasoning else EMPTY
+    if problem is not None:
+        return invalid_reply(task, problem, *usage)
+    obj, repaired, reason = parse_object(text)
+    if reason is not None:
+        return invalid_reply(task, reason, *usage)
+    return Reply(answers_from_object(task, obj), *usage, repaired=repaired)
+
+
+def logprob_answer(question: Question, top: Iterable[tuple[str, float]], n_top: int) -> Answer:
+    """A decision from the first token's top log-probabilities ``top`` (``(token, logprob)`` pairs).
+
+    A token counts for an allowed answer when, stripped of surrounding whitespace, it equals the option
+    id (exactly: "A", never "a"), or for yes/no questions "yes"/"no" in any case. Probabilities of tokens
+    counting for the same answer are added; answers absent from the top ``n_top`` get 0. The allowed
+    answers' probabilities are renormalised to sum to 1, and their mass before renormalisation is noted
+    in the warning. Invalid when no allowed answer is among the top tokens, or a value is not a
+    log-probability (a number at most 0; -inf is probability 0).
+    """
+    ids = question.answer_ids
+    mass = dict.fromkeys(ids, 0.0)
+    for token, logprob in top:
+        if isinstance(logprob, bool) or not isinstance(logprob, (int, float)) or not -math.inf <= logprob <= 1e-6:
+            return Answer.invalid(question.id, f"top_logprobs: {logprob!r} for token {token!r} is not a log-probability")
+        key = token.strip()
+        if question.kind != CHOICE:
+            key = key.lower()
+        if key in mass:
+            mass[key] += math.exp(min(logprob, 0.0))
+    total = math.fsum(mass.values())
+    if total <= 0.0:
+        return Answer.invalid(question.id, f"none of the allowed answers ({', '.join(ids)}) is among the "
+                                           f"top {n_top} first tokens")
+    note = f"renormalised over the allowed answers, which held {total:.4f} of the first token's probability"
+    if question.kind == CHOICE:
+        answer = choice_answer(question, {i: p / total for i, p in mass.items()})
+    else:
+        answer = yes_no_answer(question, mass["yes"] / total)
+    return replace(answer, warning=note)

@@ -1,0 +1,93 @@
+"""Logprob decisions: any OpenAI-compatible Chat Completions server that returns ``top_logprobs`` becomes a
+decision model, with a probability for every allowed answer (so calibration metrics apply to open models).
+
+Each question of a task is its own chat request: ``adapters.llm.LOGPROB_SYSTEM_PROMPT``, then the state and
+that one question (``adapters.llm.render(task, [question])``), with ``"logprobs": true`` and the sampling
+parameters (default ``max_tokens`` 1, ``top_logprobs`` 20, OpenAI's maximum). The first generated token's
+``top_logprobs`` give the decision (``adapters.llm.logprob_answer``): the allowed answers' probabilities,
+renormalised over them (missing answers get 0; the mass they held is noted in the answer's warning).
+The server's grammar, if any, plays no part: its logprobs come before it.
+
+Wire format of one stored request: the request body is the JSON array of the per-question chat bodies,
+sent one after another (so a server's prompt cache reuses the shared state prefix); the raw reply is the
+JSON array of their reply bodies, in the same order. A task is one cache row, as for every adapter.
+
+Model strings: ``logprobs:MODEL`` (https://api.openai.com/v1, ``OPENAI_API_KEY``) or
+``logprobs:MODEL@http://127.0.0.1:8080/v1``.
+"""
+from __future__ import annotations
+
+import orjson
+
+from evals import Task
+
+from . import llm
+from .base import Answer, Limits, ModelSpec, Reply, Request
+from .errors import MalformedReply
+from .http import HTTPAdapter, load_json
+from .openai import choice_of, usage_of
+
+
+def _top_logprobs(choice: dict) -> list[tuple[str, float]] | None:
+    """The first generated token's ``top_logprobs`` as (token, logprob) pairs; None when absent."""
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list) or not content or not isinstance(content[0], dict):
+        return None
+    top = content[0].get("top_logprobs")
+    if not isinstance(top, list):
+        return None
+    return [(t["token"], t["logprob"]) for t in top
+            if isinstance(t, dict) and isinstance(t.get("token"), str) and isinstance(t.get("logprob"), (int, float))]
+
+
+def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
+    """Parse the array of per-question Chat Completions replies into one decision per question."""
+    docs = load_json(body)
+    if not isinstance(docs, list) or len(docs) != len(task.questions):
+        raise MalformedReply(f"expected a JSON array of {len(task.questions)} replies",
+                             body[:2000].decode("utf-8", "replace"))
+    answers, tokens_in, tokens_out, served = [], 0, 0, None
+    for q, doc in zip(task.questions, docs, strict=True):
+        choice = choice_of(doc, orjson.dumps(doc))
+        top = _top_logprobs(choice)
+        if top is None:
+            answers.append(Answer.invalid(q.id, "the reply has no top_logprobs (does the server support "
+                                                "logprobs and top_logprobs?)"))
+        else:
+            answers.append(llm.logprob_answer(q, top, n_top))
+        used_in, used_out = usage_of(doc)
+        tokens_in = None if tokens_in is None or used_in is None else tokens_in + used_in
+        tokens_out = None if tokens_out is None or used_out is None else tokens_out + used_out
+        served = served or (doc.get("model") if isinstance(doc.get("model"), str) else None)
+    return Reply(tuple(answers), tokens_in, tokens_out, served)
+
+
+class Logprobs(HTTPAdapter):
+    """Decisions from an OpenAI-compatible server's first-token ``top_logprobs``."""
+
+    kind = "logprobs"
+    default_base_url = "https://api.openai.com/v1"
+    path = "/chat/completions"
+    api_key_env = "OPENAI_API_KEY"
+    DEFAULT_PARAMS = {"max_tokens": 1, "top_logprobs": 20}
+    RESERVED = frozenset({"model", "messages", "logprobs"})
+
+    def __init__(self, spec: ModelSpec, limits: Limits | None = None):
+        super().__init__(spec, limits)
+        top = self.params.get("top_logprobs")
+        if not isinstance(top, int) or isinstance(top, bool) or top < 1:
+            raise ValueError(f"{self.kind}: top_logprobs must be a positive integer, not {top!r}")
+        self.n_top = top
+
+    def encode(self, task: Task, sample: int = 0) -> Request:
+        bodies = [{"model": self.model, "messages": llm.logprob_messages(task, q), "logprobs": True, **self.params}
+                  for q in task.questions]
+        return self.request(bodies, sample)
+
+    async def send(self, request: Request) -> bytes:
+        replies = [await self.post(orjson.dumps(body)) for body in orjson.loads(request.body)]
+        return b"[" + b",".join(r.strip() for r in replies) + b"]"
+
+    def decode(self, task: Task, body: bytes) -> Reply:
+        return decode_logprobs(task, body, self.n_top)

@@ -1,0 +1,83 @@
+"""Language models over OpenAI-compatible Chat Completions with structured outputs: OpenAI, vLLM, SGLang,
+llama.cpp server, Ollama, LiteLLM, OpenRouter, Together, Groq, Fireworks, DeepSeek (PROTOCOLS.md §C).
+
+``POST {base_url}/chat/completions`` with ``Authorization: Bearer $OPENAI_API_KEY`` (not needed for a
+loopback base URL; ``--option api_key_env=NAME`` reads another variable). Body::
+
+    {"model", "messages": [system, user], "response_format": {"type": "json_schema",
+     "json_schema": {"name": "answers", "strict": true, "schema": <adapters.llm.answer_schema>}}, **params}
+
+``params`` are the provider's own sampling fields, sent as given (``temperature``, ``max_tokens`` or
+``max_completion_tokens``, ``seed``, ``reasoning_effort``, ...). Reply: ``choices[0].message.content``
+parsed by ``adapters.llm.decode_text``; ``message.refusal`` (structured-outputs refusal) and
+``finish_reason`` "length" (cut off) or "content_filter" make every answer invalid; content only in
+``reasoning_content``/``reasoning`` is invalid too. Usage: ``prompt_tokens``, ``completion_tokens``
+(reasoning tokens included, as billed).
+
+Model strings: ``openai:gpt-5-mini`` (https://api.openai.com/v1), ``openai:qwen2.5@http://127.0.0.1:8080/v1``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from evals import Task
+
+from . import llm
+from .base import Reply, Request
+from .errors import MalformedReply
+from .http import HTTPAdapter, as_count, load_json
+
+
+def choice_of(doc: Any, body: bytes) -> dict:
+    """``choices[0]`` of a Chat Completions reply; raises MalformedReply when the reply has none."""
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise MalformedReply("reply has no 'choices'", body[:2000].decode("utf-8", "replace"))
+    return choices[0]
+
+
+def usage_of(doc: dict) -> tuple[int | None, int | None]:
+    """(prompt_tokens, completion_tokens) of a Chat Completions reply."""
+    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    return as_count(usage.get("prompt_tokens")), as_count(usage.get("completion_tokens"))
+
+
+def decode_chat(task: Task, body: bytes) -> Reply:
+    """Parse a Chat Completions reply to a structured request (see the module docstring)."""
+    doc = load_json(body)
+    choice = choice_of(doc, body)
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    finish = choice.get("finish_reason")
+    problem = None
+    if isinstance(message.get("refusal"), str) and message["refusal"]:
+        problem = f"refusal: {message['refusal'][:200]}"
+    elif finish == "length":
+        problem = llm.TRUNCATED.format("finish_reason length")
+    elif finish == "content_filter":
+        problem = "blocked by the provider's content filter (finish_reason content_filter)"
+    content = message.get("content")
+    reasoning = any(isinstance(message.get(f), str) and message[f].strip() for f in ("reasoning_content", "reasoning"))
+    served = doc.get("model") if isinstance(doc.get("model"), str) else None
+    return llm.decode_text(task, content if isinstance(content, str) else None, problem=problem,
+                           reasoning=reasoning, input_tokens=usage_of(doc)[0], output_tokens=usage_of(doc)[1],
+                           served_model=served)
+
+
+class OpenAI(HTTPAdapter):
+    """OpenAI-compatible Chat Completions with ``response_format`` json_schema, strict."""
+
+    kind = "openai"
+    default_base_url = "https://api.openai.com/v1"
+    path = "/chat/completions"
+    api_key_env = "OPENAI_API_KEY"
+    RESERVED = frozenset({"model", "messages", "response_format"})
+
+    def encode(self, task: Task, sample: int = 0) -> Request:
+        payload = {"model": self.model, "messages": llm.messages(task),
+                   "response_format": {"type": "json_schema", "json_schema": {
+                       "name": llm.SCHEMA_NAME, "strict": True, "schema": llm.answer_schema(task)}},
+                   **self.params}
+        return self.request(payload, sample)
+
+    def decode(self, task: Task, body: bytes) -> Reply:
+        return decode_chat(task, body)

@@ -1,0 +1,86 @@
+"""A scriptable fake of the language-model and OpenAI Decisions APIs on 127.0.0.1: real HTTP, the pure
+responders of ``tests/wire_formats.py``, injected faults.
+
+Routes (one server speaks every format; the path picks it): ``POST /v1/chat/completions`` (OpenAI),
+``POST /v1/messages`` (Anthropic), ``POST /v1beta/models/{model}:generateContent`` (Gemini),
+``POST /v1/decisions`` (OpenAI Decisions). Each POST takes the next behaviour from ``script`` (then
+``default``):
+
+* a responder mode (``"ok"``, ``"fenced"``, ``"refusal"``, ... see ``tests/wire_formats.py``): 200 with that reply;
+* ``"429"`` / ``"429:<seconds>"`` (or any status): rate limited, with ``Retry-After`` when given; ``"429body:<seconds>"``: the
+  wait only in the error body (Gemini ``RetryInfo``); ``"529"``, ``"500"``, ``"503"``, ``"400"``, ``"401"``:
+  that status with the format's error body;
+* ``"malformed"``: 200 with a body that is not JSON; ``"drop"``: the connection closed without a reply.
+
+``requests`` records ``(path, parsed body)`` of every POST, ``times`` their arrival (``time.monotonic()``),
+``headers`` their headers.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from functools import partial
+
+import orjson
+from aiohttp import web
+
+from .wire_formats import anthropic_messages, error_body, gemini_generate, openai_chat, openai_decisions
+
+
+class FakeLLM:
+    def __init__(self, script: list[str] | None = None, default: str = "ok"):
+        self.script = deque(script or [])
+        self.default = default
+        self.requests: list[tuple[str, dict]] = []
+        self.times: list[float] = []
+        self.headers: list[dict[str, str]] = []
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def _handle(self, request: web.Request, fmt: str) -> web.StreamResponse:
+        payload = orjson.loads(await request.read())
+        self.requests.append((request.path, payload))
+        self.times.append(time.monotonic())
+        self.headers.append(dict(request.headers))
+        behaviour = self.script.popleft() if self.script else self.default
+        kind, _, arg = behaviour.partition(":")
+        if kind.isdigit():
+            status = int(kind)
+            headers = {"Retry-After": arg} if arg else {}
+            return web.json_response(error_body(fmt, status), status=status, headers=headers)
+        if kind == "429body":
+            return web.json_response(error_body(fmt, 429, float(arg)), status=429)
+        if kind == "malformed":
+            return web.Response(body=b"<html>502 upstream error</html>", content_type="text/html")
+        if kind == "drop":
+            request.transport.close()
+            return web.Response()
+        if fmt == "openai":
+            return web.json_response(openai_chat(payload, kind))
+        if fmt == "anthropic":
+            return web.json_response(anthropic_messages(payload, kind))
+        if fmt == "gemini":
+            model = request.match_info["name"].removesuffix(":generateContent")
+            return web.json_response(gemini_generate(payload, kind, model))
+        return web.json_response(openai_decisions(payload, kind))
+
+    async def __aenter__(self) -> FakeLLM:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", partial(self._handle, fmt="openai"))
+        app.router.add_post("/v1/messages", partial(self._handle, fmt="anthropic"))
+        app.router.add_post("/v1beta/models/{name}", partial(self._handle, fmt="gemini"))
+        app.router.add_post("/v1/decisions", partial(self._handle, fmt="openai-decisions"))
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def base_url(self, kind: str) -> str:
+        """The base URL a model string of adapter ``kind`` needs to reach this server."""
+        return self.url + ("/v1" if kind in ("openai", "logprobs", "openai-decisions") else "")

@@ -1,0 +1,216 @@
+"""Pure fake responders for the language-model and OpenAI Decisions wire formats, as the providers document
+them: each takes the parsed request JSON (and a ``mode``) and returns the response JSON. No I/O here, so a
+test server (``tests/fake_llm_server.py``) or a fault-injecting provider can serve them as they are.
+
+The fake model's policy is fixed: every question gets its *last* allowed answer (the last option, or
+"no"), so tests know the expected answers. Usage is deterministic: ``prompt_tokens(request)`` is the
+number of whitespace-separated words in the request's text fields; the output counts
+``OUTPUT_TOKENS_PER_QUESTION`` per question (``1`` per question for logprob requests).
+
+Formats and their modes (``"ok"`` everywhere):
+
+* ``openai_chat`` — Chat Completions, structured (``response_format`` json_schema) or logprob requests
+  (``logprobs: true``): ``fenced``, ``prose``, ``truncated`` (finish_reason length, JSON cut off), ``refusal``
+  (``message.refusal``), ``empty``, ``reasoning`` (content only in ``reasoning_content``), ``missing`` (first
+  question left out), ``outside`` (a value outside the enum), ``content_filter``; for logprob requests
+  ``no_logprobs`` and ``off_answers`` (no allowed answer among the top tokens);
+* ``anthropic_messages`` — Messages with a forced tool: ``refusal`` (stop_reason refusal), ``truncated``
+  (stop_reason max_tokens), ``text`` (prose, no tool call), ``thinking`` (thinking block only), ``missing``,
+  ``outside``;
+* ``gemini_generate`` — generateContent: ``fenced``, ``prose``, ``truncated`` (MAX_TOKENS), ``safety``
+  (finishReason SAFETY), ``blocked`` (promptFeedback.blockReason), ``thought`` (thought parts only),
+  ``missing``, ``outside``;
+* ``openai_decisions`` — ``/v1/decisions``: ``refusal`` (the first question refused), ``bad_sum``
+  (probabilities that do not sum to 1).
+
+``error_body(fmt, status)`` is each format's error JSON (Gemini's 429 carries a ``RetryInfo`` delay).
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import orjson
+
+OUTPUT_TOKENS_PER_QUESTION = 5
+P_LAST = 0.6  # decision formats and logprobs: the probability of the last allowed answer
+
+
+def _words(*texts: str) -> int:
+    return sum(len(t.split()) for t in texts)
+
+
+def prompt_tokens(request: dict) -> int:
+    """Words in the request's texts: chat messages, Anthropic system + messages, Gemini parts, Decisions input."""
+    texts: list[str] = []
+    for m in request.get("messages", []):
+        texts.append(m["content"] if isinstance(m["content"], str) else "")
+    if isinstance(request.get("system"), str):
+        texts.append(request["system"])
+    for block in [request.get("systemInstruction", {}), *request.get("contents", [])]:
+        texts += [p.get("text", "") for p in block.get("parts", [])]
+    if isinstance(request.get("input"), str):
+        texts.append(request["input"])
+    return _words(*texts)
+
+
+def _answers(allowed: dict[str, list[str]], mode: str) -> dict[str, str]:
+    """The fake model's answers: the last allowed value of each question, bent by ``mode``."""
+    out = {qid: values[-1] for qid, values in allowed.items()}
+    if mode == "missing":
+        out.pop(next(iter(out)))
+    elif mode == "outside":
+        out[next(iter(out))] = "Z9"
+    return out
+
+
+def _allowed(schema: dict) -> dict[str, list[str]]:
+    return {qid: prop["enum"] for qid, prop in schema["properties"].items()}
+
+
+def _text(answers: dict[str, str], mode: str) -> str:
+    body = orjson.dumps(answers).decode()
+    if mode == "fenced":
+        return f"```json\n{body}\n```"
+    if mode == "prose":
+        return f"Sure! Here is my answer: {body} Hope that helps."
+    if mode == "truncated":
+        return body[: len(body) // 2]
+    return body
+
+
+# ---- OpenAI Chat Completions ------------------------------------------------------------------------------
+_QUESTION = re.compile(r'^Question "([^"]+)":', re.MULTILINE)
+_ALLOWED = re.compile(r"^Allowed answers: (.*)$", re.MULTILINE)
+
+
+def _logprob_choice(request: dict, mode: str) -> dict:
+    text = request["messages"][-1]["content"]
+    allowed = _ALLOWED.findall(text)[-1].split(", ")
+    # the last allowed answer P_LAST, the first the rest split with a non-answer token; variants merge
+    top = [(allowed[-1], P_LAST), ("The", 0.1), (" " + allowed[0], 0.3)]
+    if mode == "off_answers":
+        top = [("The", 0.7), ("Answer", 0.3)]
+    tokens = [{"token": t, "logprob": math.log(p), "bytes": list(t.encode())} for t, p in top]
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": top[0][0], "refusal": None},
+                              "logprobs": {"content": [{**tokens[0], "top_logprobs": tokens}], "refusal": None},
+                              "finish_reason": "length"}
+    if mode == "no_logprobs":
+        choice["logprobs"] = None
+    return choice
+
+
+def openai_chat(request: dict, mode: str = "ok") -> dict:
+    """A Chat Completions response (``chat.completion`` object) to a structured or a logprob request."""
+    if request.get("logprobs"):
+        choice, n_out = _logprob_choice(request, mode), 1
+    else:
+        answers = _answers(_allowed(request["response_format"]["json_schema"]["schema"]), mode)
+        message: dict[str, Any] = {"role": "assistant", "content": _text(answers, mode), "refusal": None}
+        finish = {"truncated": "length", "content_filter": "content_filter"}.get(mode, "stop")
+        if mode == "refusal":
+            message |= {"content": None, "refusal": "I'm sorry, I cannot help with that request."}
+        elif mode == "empty":
+            message["content"] = ""
+        elif mode == "reasoning":
+            message |= {"content": None, "reasoning_content": "Let me think about the options first..."}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+        n_out = OUTPUT_TOKENS_PER_QUESTION * len(answers or [0])
+    n_in = prompt_tokens(request)
+    return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000, "model": request["model"],
+            "choices": [choice], "usage": {"prompt_tokens": n_in, "completion_tokens": n_out,
+                                           "total_tokens": n_in + n_out}}
+
+
+# ---- Anthropic Messages -----------------------------------------------------------------------------------
+def anthropic_messages(request: dict, mode: str = "ok") -> dict:
+    """A Messages response to a request whose ``tool_choice`` forces the answer tool."""
+    tool = request["tools"][0]
+    answers = _answers(_allowed(tool["input_schema"]), mode)
+    content: list[dict] = [{"type": "tool_use", "id": "toolu_fake", "name": tool["name"], "input": answers}]
+    stop = "tool_use"
+    if mode == "refusal":
+        content, stop = [], "refusal"
+    elif mode == "truncated":
+        content[0]["input"], stop = {}, "max_tokens"
+    elif mode == "text":
+        content, stop = [{"type": "text", "text": f"The answers are {orjson.dumps(answers).decode()}"}], "end_turn"
+    elif mode == "thinking":
+        content, stop = [{"type": "thinking", "thinking": "Considering...", "signature": "sig"}], "end_turn"
+    return {"id": "msg_fake", "type": "message", "role": "assistant", "model": request["model"], "content": content,
+            "stop_reason": stop, "stop_sequence": None,
+            "usage": {"input_tokens": prompt_tokens(request),
+                      "output_tokens": OUTPUT_TOKENS_PER_QUESTION * len(answers or [0])}}
+
+
+# ---- Gemini generateContent -------------------------------------------------------------------------------
+def gemini_generate(request: dict, mode: str = "ok", model: str = "gemini-fake") -> dict:
+    """A GenerateContentResponse to a request with ``responseMimeType`` application/json and a schema."""
+    answers = _answers(_allowed(request["generationConfig"]["responseJsonSchema"]), mode)
+    n_in, n_out = prompt_tokens(request), OUTPUT_TOKENS_PER_QUESTION * len(answers or [0])
+    usage = {"promptTokenCount": n_in, "candidatesTokenCount": n_out, "totalTokenCount": n_in + n_out}
+    if mode == "blocked":
+        return {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": n_in},
+                "modelVersion": model}
+    parts: list[dict] = [{"text": _text(answers, mode)}]
+    finish = {"truncated": "MAX_TOKENS", "safety": "SAFETY"}.get(mode, "STOP")
+    if mode == "safety":
+        parts = []
+    elif mode == "thought":
+        parts = [{"text": "Weighing the options first.", "thought": True}]
+        usage["thoughtsTokenCount"] = 7
+    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}],
+            "usageMetadata": usage, "modelVersion": model}
+
+
+# ---- OpenAI Decisions -------------------------------------------------------------------------------------
+def openai_decisions(request: dict, mode: str = "ok") -> dict:
+    """A ``/v1/decisions`` response: answers in question order (PROTOCOLS.md §B)."""
+    answers = []
+    for q in request["questions"]:
+        if q["type"] == "choice":
+            values = [c["value"] for c in q["choices"]]
+            rest = round((1 - P_LAST) / (len(values) - 1), 4)
+            probs = [{"value": v, "probability": P_LAST if v == values[-1] else rest} for v in values]
+            if mode == "bad_sum":
+                probs[0]["probability"] = 0.5
+            n = len(values)
+            answers.append({"type": "choice", "name": q.get("name"), "choice": values[-1], "probabilities": probs,
+                            "confidence": round((n * P_LAST - 1) / (n - 1), 4)})
+        else:
+            answers.append({"type": "predicate", "name": q.get("name"), "probability": 1 - P_LAST})
+    if mode == "refusal":
+        answers[0] = {"type": "refusal", "name": answers[0]["name"]}
+    n_in = prompt_tokens(request)
+    return {"model": request["model"], "answers": answers,
+            "usage": {"input_tokens": n_in, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                      "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": n_in}}
+
+
+# ---- errors -----------------------------------------------------------------------------------------------
+_OPENAI_ERRORS = {400: "invalid_request_error", 401: "invalid_request_error", 429: "rate_limit_exceeded",
+                  500: "server_error", 503: "server_error"}
+_ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error", 429: "rate_limit_error",
+                     500: "api_error", 529: "overloaded_error"}
+_GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
+                  503: "UNAVAILABLE"}
+
+
+def error_body(fmt: str, status: int, retry_delay_s: float | None = None) -> dict:
+    """The error JSON of format ``fmt`` ("openai", "anthropic", "gemini") for an HTTP ``status``; Gemini's
+    429 carries ``retry_delay_s`` as a ``google.rpc.RetryInfo`` detail when given."""
+    message = f"injected {status}"
+    if fmt == "anthropic":
+        return {"type": "error", "error": {"type": _ANTHROPIC_ERRORS.get(status, "api_error"), "message": message}}
+    if fmt == "gemini":
+        details = ([{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_delay_s:g}s"}]
+                   if retry_delay_s is not None else [])
+        return {"error": {"code": status, "message": message, "status": _GOOGLE_STATUS.get(status, "UNKNOWN"),
+                          "details": details}}
+    return {"error": {"message": message, "type": _OPENAI_ERRORS.get(status, "server_error"), "param": None,
+                      "code": None}}
+
+
+RESPONDERS = {"openai": openai_chat, "anthropic": anthropic_messages, "gemini": gemini_generate,
+              "openai-decisions": openai_decisions}
