@@ -243,11 +243,13 @@ class Cache:
     def scan(self) -> pl.LazyFrame:
         """Every row (shards, and the logs of this and other live writers) as one LazyFrame with the
         columns of ``cache.schema.SCHEMA``. Several rows may share a key; the newest ``created_at`` wins."""
-        tables = [t for p in self._logs() if (t := self._read_log(p, live=True)[0]) is not None and t.num_rows]
+        logged = [(p.stem, t) for p in self._logs() if (t := self._read_log(p, live=True)[0]) is not None]
+        shards = self._shards()  # listed after the logs were read: see _load_index
+        compacted = {s.stem for s in shards}  # a log whose shard is in place is about to go: skip it
+        tables = [t for stem, t in logged if t.num_rows and stem not in compacted]
         frames = [pl.from_arrow(pa.concat_tables(tables)).lazy()] if tables else []
-        shards = [str(s) for s in self._shards()]  # listed after the logs were read: see _load_index
         if shards:
-            frames.insert(0, pl.scan_parquet(shards))
+            frames.insert(0, pl.scan_parquet([str(s) for s in shards]))
         if not frames:
             return pl.from_arrow(SCHEMA.empty_table()).lazy()
         return pl.concat(frames, how="vertical_relaxed")

@@ -67,7 +67,8 @@ async def run(adapters: list[Adapter], suite: Suite, cache: Cache, *, epochs: in
               limiters: dict[str, ProviderLimiter] | None = None) -> dict[str, Stats]:
     """Run every task of ``suite`` on every (started) adapter, ``epochs`` times each, and return the
     Stats per model label. Each outcome is in the cache before its worker takes the next request.
-    ``limiters`` (provider key -> ProviderLimiter) is filled in when given, for reports."""
+    ``limiters`` (provider key -> ProviderLimiter) is filled in when given, for reports. Raises what a
+    task stream raises (``evals.DatasetError`` for a malformed row), after what arrived is in the cache."""
     limiters = {} if limiters is None else limiters
     for a in adapters:
         limiters.setdefault(a.provider, ProviderLimiter(a.limits))
@@ -138,8 +139,14 @@ async def run(adapters: list[Adapter], suite: Suite, cache: Cache, *, epochs: in
         for _ in range(n_workers):
             await queue.put(None)
 
-    async with asyncio.TaskGroup() as group:
-        group.create_task(feed())
-        for _ in range(n_workers):
-            group.create_task(work())
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(feed())
+            for _ in range(n_workers):
+                group.create_task(work())
+    except ExceptionGroup as group_error:  # e.g. a malformed dataset row: raise it as itself
+        first = group_error
+        while isinstance(first, ExceptionGroup):
+            first = first.exceptions[0]
+        raise first from group_error
     return stats

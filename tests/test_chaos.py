@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import polars as pl
 
 from cache import Cache
 
+from .conftest import DXI, without_requests
 from .fake_provider import serve
 from .synthetic import data_dir
 
@@ -25,17 +25,12 @@ KILLS = 5
 # per attempt: 10% 429 (Retry-After 0.01 s), 5% 5xx, 2% timeouts, 2% connection resets, 3% malformed bodies
 FAULTS = {"rate_limit": 0.10, "server_error": 0.05, "hang": 0.02, "reset": 0.02, "malformed": 0.03,
           "retry_after": "0.01"}
-DXI = str(Path(sys.executable).with_name("dxi"))
 
 
 def dxi_run(url: str, data: Path, cache: Path, out: Path) -> list[str]:
     return [DXI, "run", "--model", f"systemone:chaos@{url}", "--data-dir", str(data), "--cache-dir", str(cache),
             "--out", str(out), "-q", "--max-in-flight", str(MAX_IN_FLIGHT), "--max-attempts", "12",
             "--timeout", "0.5", "--backoff", "0.05"]
-
-
-def without_requests(summary: dict) -> dict:
-    return {**summary, "models": [{k: v for k, v in m.items() if k != "requests"} for m in summary["models"]]}
 
 
 def test_kill_9_five_times_then_resume(tmp_path: Path):

@@ -50,11 +50,17 @@ async def test_success_parses_answers_usage_and_learns_the_model_name(data_dir: 
     assert server.requests[0][1]["model"] == "fake-decider"
 
 
-async def test_retry_after_is_honoured(data_dir: Path, tmp_path: Path):
-    async with FakeProvider(script=["429:1"]) as server:
+@pytest.mark.parametrize(("behaviour", "at_least"), [
+    ("429:1", 1.0),               # Retry-After: 1
+    ("429:date:2", 1.0),          # Retry-After: an HTTP date 2 s ahead (whole seconds: 1 to 2 s from now)
+    ("429:ms:1200", 1.2),         # retry-after-ms: 1200
+    ("429:reset:1s500ms", 1.5),   # x-ratelimit-reset-requests: 1s500ms, remaining 0
+])
+async def test_retry_after_is_honoured(data_dir: Path, tmp_path: Path, behaviour: str, at_least: float):
+    async with FakeProvider(script=[behaviour]) as server:
         _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
     (t0, _), (t1, _) = server.requests
-    assert t1 - t0 >= 1.0  # the server's number, not the 0.01 s backoff
+    assert t1 - t0 >= at_least  # the server's number, not the 0.01 s backoff
     assert (stats.attempts, stats.rate_limited, stats.ok) == (2, 1, 1)
     assert rows["attempts"].to_list() == [2]
 
