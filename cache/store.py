@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import io
 import logging
 import os
 import time
@@ -49,9 +48,9 @@ from .schema import INDEX_COLUMNS, SCHEMA
 
 log = logging.getLogger("dxi.cache")
 
-ROLL_ROWS = 20_000  # rows per log before it is compacted into a shard
+ROLL_ROWS = 5_000  # rows per log before it is compacted into a shard (~10 MB of log)
 _JSON = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
-_JSON_READ = pj.ReadOptions(block_size=64 << 20)
+_JSON_READ = pj.ReadOptions(block_size=1 << 20)
 
 
 class Cache:
@@ -119,8 +118,9 @@ class Cache:
                        "dropped it, its request will be sent again.")
         if end == 0:
             return SCHEMA.empty_table(), damaged
-        try:
-            return pj.read_json(io.BytesIO(data[:end]), read_options=_JSON_READ, parse_options=_JSON), damaged
+        try:  # the complete lines, without copying them
+            return pj.read_json(pa.BufferReader(pa.py_buffer(data)[:end]), read_options=_JSON_READ,
+                                parse_options=_JSON), damaged
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             pass
         tables = []
@@ -164,8 +164,7 @@ class Cache:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # marks it as being written (see _remove_abandoned)
-                with os.fdopen(fd, "wb", closefd=False) as f:
-                    pq.write_table(table, f, compression="zstd", write_page_checksum=True)
+                pq.write_table(table, str(tmp), compression="zstd", write_page_checksum=True)  # native I/O, no GIL
                 if self.fsync:
                     os.fsync(fd)
                 os.replace(tmp, shard)

@@ -70,6 +70,9 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
+from adapters import Request
+from adapters.systemone import SystemOne
+
 Responder = Callable[[dict], dict]
 
 
@@ -393,6 +396,22 @@ class FakeProvider:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+class InProcess(SystemOne):
+    """A System One adapter answered by ``systemone(model)`` in-process, without HTTP: the runner's own
+    cost, for benchmarks of a million requests (``InProcess(ModelSpec("systemone", "m"))``)."""
+
+    own_timeout = True  # answers at once
+
+    async def start(self) -> None:
+        self._respond = systemone(self.model or "fake-decider", None, None)
+
+    async def close(self) -> None:
+        return None
+
+    async def send(self, request: Request) -> bytes:
+        return orjson.dumps(self._respond(orjson.loads(request.body)))
 
 
 @dataclass
