@@ -1,6 +1,7 @@
 """Memory: peak RSS of the runner with 1,000,000 tasks (goal ≤ 300 MB), and of the all-cached rerun.
 
-Each figure is measured in a fresh process (``ru_maxrss``): the run stage of ``dxi run`` (``runner.run``
+Each figure is measured in a fresh process (its ``VmHWM``, the peak resident set of that process alone;
+``ru_maxrss`` would carry over the parent's peak across ``exec``): the run stage of ``dxi run`` (``runner.run``
 with the cache) over a million synthetic When2Call tasks streamed from a generator, answered in-process by
 the fake provider's System One responder (no HTTP, so a million requests take a minute, not an hour);
 then the same million again, now all cached. The import baseline (aiohttp, polars, pyarrow, numpy) is
@@ -8,7 +9,6 @@ reported beside them.
 """
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 import tempfile
@@ -23,6 +23,14 @@ TASKS = 1_000_000
 GOAL_MB = 300.0
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident set size (``VmHWM`` in /proc/self/status), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def _child(n: int, cache_dir: str) -> None:
     import asyncio
 
@@ -34,7 +42,7 @@ def _child(n: int, cache_dir: str) -> None:
     from tests.fake_provider import InProcess
     from tests.synthetic import SyntheticSuite
 
-    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    baseline = peak_rss_mb()
 
     async def main() -> dict:
         adapter = InProcess(ModelSpec("systemone", "bench", "http://in-process"), Limits(max_in_flight=64))
@@ -47,7 +55,7 @@ def _child(n: int, cache_dir: str) -> None:
                 "keys": keys}
 
     out = uvloop.run(main()) if sys.platform != "win32" else asyncio.run(main())
-    out |= {"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "baseline_mb": baseline}
+    out |= {"peak_mb": peak_rss_mb(), "baseline_mb": baseline}
     print(orjson.dumps(out).decode())
 
 

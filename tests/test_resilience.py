@@ -98,7 +98,7 @@ def test_a_damaged_shard_is_set_aside_and_only_its_requests_are_sent_again(tmp_p
 
 
 async def test_a_429_storm_does_not_become_a_retry_storm(tmp_path: Path):
-    """A provider allowing 120 requests a minute (one every 0.5 s), hit by 8 requests at once, twice: once
+    """A provider allowing 120 requests a minute (one every 0.5 s, bursts of 2), hit by 8 requests at once, twice: once
     stating its limit in x-ratelimit headers, once not. A client retrying each 429 after its small backoff
     (10 ms) would get ~50 429s per request; the runner pauses on each 429's Retry-After, narrows its
     window, and (when told) paces itself at the stated rate."""
@@ -106,7 +106,7 @@ async def test_a_429_storm_does_not_become_a_retry_storm(tmp_path: Path):
     limits = Limits(max_in_flight=8, max_attempts=20, backoff_s=0.01, attempt_timeout_s=10)
     counts = {}
     for stated in (True, False):
-        async with _provider(rpm=120, rate_headers=stated) as server:
+        async with _provider(rpm=120, burst=2, rate_headers=stated) as server:
             adapter = adapters.get(f"systemone:fake@{server.url}", limits)
             await adapter.start()
             with Cache(tmp_path / f"cache-{stated}") as cache:
@@ -114,9 +114,44 @@ async def test_a_429_storm_does_not_become_a_retry_storm(tmp_path: Path):
             await adapter.close()
             counts[stated] = server.stats()
             assert stats.ok == 12 and stats.rate_limited == counts[stated]["rate_limited"]
-    assert counts[True]["rate_limited"] <= 7  # the first burst only: then paced at the stated 2 a second
+    assert counts[True]["rate_limited"] <= 8  # the first burst (8 - 2 let through) and no more than 2 after
     assert counts[False]["rate_limited"] <= 2 * 12  # at most about one 429 per reply, not dozens
 
 
 def _provider(**config: object) -> FakeProvider:
     return FakeProvider(model="fake", p_first=None, p_yes=None, **config)
+
+
+async def test_a_token_budget_spaces_requests_by_the_usage_replies_report(tmp_path: Path):
+    """100 tokens a second, one request at a time: each request books its estimated tokens, corrected to
+    the usage its reply reports before the next is booked, so request i+1 cannot reach the provider
+    sooner than (tokens used by request i) / 100 s after request i."""
+    data = data_dir(tmp_path / "data", 6)
+    limits = Limits(max_in_flight=1, tpm=6000, attempt_timeout_s=10)
+    async with _provider() as server:
+        adapter = adapters.get(f"systemone:fake@{server.url}", limits)
+        await adapter.start()
+        with Cache(tmp_path / "cache") as cache:
+            await run([adapter], Suite(discover(data), evals=("when2call",)), cache)
+            rows = cache.scan().collect()
+        await adapter.close()
+    arrivals = [t for t, _ in server.requests]
+    used = {orjson.loads(r["request_body"])["state"]: r["input_tokens"] + r["output_tokens"] for r in rows.to_dicts()}
+    spent = [used[payload["state"]] for _, payload in server.requests]
+    assert len(arrivals) == 6 and min(spent) > 30
+    for i in range(5):
+        assert arrivals[i + 1] - arrivals[i] >= spent[i] / 100 - 0.005  # less only by the time on the wire
+
+
+async def test_a_request_two_tasks_share_is_sent_once(tmp_path: Path):
+    data = data_dir(tmp_path / "data", 3)
+    path = data / "when2call" / "when2call_test_mcq.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(lines[0] + lines[1] + lines[0] + lines[2] + lines[0])  # row 1 three times: one request
+    async with _provider() as server:
+        adapter = adapters.get(f"systemone:fake@{server.url}", Limits(max_in_flight=4))
+        await adapter.start()
+        with Cache(tmp_path / "cache") as cache:
+            stats = (await run([adapter], Suite(discover(data), evals=("when2call",)), cache))[adapter.label]
+        await adapter.close()
+    assert (server.stats()["arrivals"], stats.sent, stats.cache_hits) == (3, 3, 2)
