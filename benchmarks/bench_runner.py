@@ -146,8 +146,9 @@ def rate_limited(tmp: Path) -> list:
                                         Throttler(rate_limit=burst, period=60.0 * burst / RPM, retry_interval=0.005)))
     results.append(Result("runner", "rate-limited 600 RPM, asyncio-throttle baseline (10 a second): wall / floor",
                           wall / floor, "×", "", None,
-                          f"{n} requests in {wall:.2f} s; {got} × 429: a sliding window lets each second's requests "
-                          "out at once, which a provider refilling continuously refuses in part"))
+                          f"{n} requests in {wall:.2f} s; {got} × 429. It lets each second's {burst} requests out "
+                          f"together, which this provider accepts (it allows bursts of {burst}); it has no token budget, "
+                          "no adaptation and no pause, which the runner's pacer adds"))
     return results
 
 

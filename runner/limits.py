@@ -24,10 +24,10 @@ settle the window near 6 rather than 4 attempts.) When a 429's headers state the
 waiting attempts leave one by one at the (reduced) rate and within the (narrowed) window, so a 429
 storm does not turn into a retry storm.
 
-asyncio-throttle, which the design card names, counts requests in a sliding window and polls every
-few milliseconds; it has no token budgets, no changing rate and no pause, and its polling adds a
-drift the rate-limited benchmark measures (``benchmarks/bench_runner.py`` runs it side by side as the
-baseline). The pacer here replaces it.
+asyncio-throttle, which the design card names, counts requests in a sliding window (as the runner
+used it: rpm/60 requests let out together each second), polling every few milliseconds. It cannot
+budget tokens, change its rate or pause, so the pacer here replaces it; the rate-limited benchmark
+(``benchmarks/bench_runner.py``) still runs it side by side as the baseline for requests per minute.
 """
 from __future__ import annotations
 
