@@ -111,12 +111,15 @@ def latency_bound(tmp: Path) -> list:
     with serve(model="bench", p_first=None, p_yes=None, record=False, latency=str(LATENCY_S)) as server:
         wall, cpu, _ = uvloop.run(_runner(server.url, suite, tmp / "latency-cache", Limits(max_in_flight=c)))
         peak = server.stats()["peak_concurrency"]
+        encoder = adapters.get(f"systemone:bench@{server.url}")
+        bare_wall = uvloop.run(_bare(server.url, [encoder.encode(t).body for t in suite.tasks()], c))[0]
     ideal = c / LATENCY_S
     share = n / wall / ideal
     return [Result("runner", "latency-bound: throughput / (concurrency / latency) (200 ms, concurrency 256)",
                    100 * share, "%", "≥ 95%", share >= 0.95,
                    f"{n / wall:,.0f} req/s of an ideal {ideal:,.0f}; {n:,} requests in {wall:.2f} s (ideal "
-                   f"{n / ideal:.2f} s); {peak} requests at once at the provider at the peak")]
+                   f"{n / ideal:.2f} s); {peak} requests at once at the provider at the peak; a bare aiohttp loop "
+                   f"on the same provider: {100 * n / bare_wall / ideal:.1f}%")]
 
 
 def rate_limited(tmp: Path) -> list:

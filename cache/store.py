@@ -268,7 +268,8 @@ class Cache:
         """Store one row (a dict with the columns of ``SCHEMA``) durably before returning."""
         if self._fd is None:
             self._open_log()
-        os.write(self._fd, orjson.dumps(row) + b"\n")  # one write(2), O_APPEND: in the kernel on return
+        # one write(2) on an O_APPEND file: the row is in the kernel when it returns
+        os.write(self._fd, orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
         if self.fsync:
             os.fsync(self._fd)
         self._appended += 1
