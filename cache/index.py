@@ -108,6 +108,8 @@ class KeyIndex:
         if code is not None:
             return code
         keys = self._keys
+        if not len(keys):
+            return ABSENT
         i = keys.searchsorted(p)
         return int(self._codes[i]) if i < len(keys) and keys[i] == p else ABSENT
 
