@@ -115,7 +115,7 @@ async def test_a_429_storm_does_not_become_a_retry_storm(tmp_path: Path):
             counts[stated] = server.stats()
             assert stats.ok == 12 and stats.rate_limited == counts[stated]["rate_limited"]
     assert counts[True]["rate_limited"] <= 8  # the first burst (8 - 2 let through) and no more than 2 after
-    assert counts[False]["rate_limited"] <= 2 * 12  # at most about one 429 per reply, not dozens
+    assert counts[False]["rate_limited"] <= 3 * 12  # a few 429s per reply at most, not dozens (~18 here)
 
 
 def _provider(**config: object) -> FakeProvider:
@@ -139,8 +139,8 @@ async def test_a_token_budget_spaces_requests_by_the_usage_replies_report(tmp_pa
     used = {orjson.loads(r["request_body"])["state"]: r["input_tokens"] + r["output_tokens"] for r in rows.to_dicts()}
     spent = [used[payload["state"]] for _, payload in server.requests]
     assert len(arrivals) == 6 and min(spent) > 30
-    for i in range(5):
-        assert arrivals[i + 1] - arrivals[i] >= spent[i] / 100 - 0.005  # less only by the time on the wire
+    for i in range(5):  # gaps of 0.3 to 1.4 s; unpaced they would be milliseconds. The slack covers the time
+        assert arrivals[i + 1] - arrivals[i] >= spent[i] / 100 - 0.05  # from booking to the provider's clock
 
 
 async def test_a_request_two_tasks_share_is_sent_once(tmp_path: Path):
