@@ -6,7 +6,7 @@ tenacity drives the retries: exponential backoff with jitter (``Limits.backoff_s
 instead, and pauses the whole provider (``runner.limits``). Fatal errors (other 4xx) end at once.
 
 The first attempt runs outside tenacity: most requests succeed at once, and tenacity's bookkeeping
-(~25 µs a request here) is a fifth of the runner's whole budget per request at full speed. When it
+(~25 µs a request, measured here) is about a seventh of the runner's whole CPU per request. When it
 fails with a Retryable error, the failure is handed to tenacity as its own first attempt, so the waits,
 the stop rule and the attempt count are exactly tenacity's.
 """
