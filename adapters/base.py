@@ -26,14 +26,14 @@ class Request:
     sample: int = 0
     params: str = "{}"
     prompt_version: str = PROMPT_VERSION
+    key: str = field(init=False, repr=False, compare=False)
+    """The cache key: sha256 (hex) of provider, model, endpoint, sample, prompt version, sampling
+    parameters and the body bytes; computed once, when the request is made."""
 
-    @property
-    def key(self) -> str:
-        """The cache key: sha256 (hex) of provider, model, endpoint, sample, prompt version, sampling
-        parameters and the body bytes."""
+    def __post_init__(self) -> None:
         head = "\0".join((self.provider, self.model, self.endpoint, str(self.sample), self.prompt_version,
                           self.params)).encode()
-        return hashlib.sha256(head + b"\0" + self.body).hexdigest()
+        object.__setattr__(self, "key", hashlib.sha256(head + b"\0" + self.body).hexdigest())
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +146,9 @@ class Adapter(abc.ABC):
     endpoint: str = ""
     takes_params: bool = False  # whether ModelSpec.params (sampling parameters) reach the request
     OPTIONS: frozenset[str] = frozenset()  # the ModelSpec.options this adapter understands
+    own_timeout: bool = False
+    """True when ``send`` itself gives up after ``limits.attempt_timeout_s`` without a reply (raising
+    Transient), as the HTTP adapters' sessions do; otherwise the runner times each attempt."""
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         self.spec = spec

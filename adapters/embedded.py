@@ -53,6 +53,7 @@ class Embedded(SystemOne):
     """sparrow-decider in worker processes. ``start`` raises Fatal for an unknown model, listing the known."""
 
     kind = "embedded"
+    own_timeout = False  # no session: the runner times each attempt
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         spec.model = spec.model or DEFAULT_MODEL

@@ -28,11 +28,15 @@ class Retryable(AdapterError):
 
 
 class RateLimited(Retryable):
-    """The provider asked us to slow down. ``retry_after`` (seconds) is the provider's own wait, if given."""
+    """The provider asked us to slow down. ``retry_after`` (seconds) is the provider's own wait, if given
+    (``Retry-After``, ``retry-after-ms`` or a rate-limit reset header); ``rpm`` / ``tpm`` are the
+    provider's own requests / tokens per minute, when its headers state them (``x-ratelimit-limit-*``)."""
 
-    def __init__(self, message: str, retry_after: float | None = None, status: int | None = 429):
+    def __init__(self, message: str, retry_after: float | None = None, status: int | None = 429,
+                 rpm: float | None = None, tpm: float | None = None):
         super().__init__(message, status)
         self.retry_after = retry_after
+        self.rpm, self.tpm = rpm, tpm
 
 
 class Transient(Retryable):

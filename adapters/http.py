@@ -1,11 +1,14 @@
 """HTTP plumbing shared by the network adapters: one POST that maps statuses to the error tree, and
-``HTTPAdapter``, the base of the hosted-model adapters (base URL, API key from the environment, session)."""
+reading a 429's headers (how long to wait; the provider's own limits), and ``HTTPAdapter``, the base of
+the hosted-model adapters (base URL, API key from the environment, session)."""
 from __future__ import annotations
 
 import contextlib
 import ipaddress
 import os
-from collections.abc import Callable
+import re
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -13,6 +16,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
+import yarl
 
 from .base import Adapter, Limits, ModelSpec, Request
 from .errors import Fatal, MalformedReply, RateLimited, Transient
@@ -35,6 +39,83 @@ def parse_retry_after(value: str | None) -> float | None:
     return None
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|h|m|s)")
+_EPOCH = 1e9  # a bare number above this is a Unix time, not a number of seconds
+
+
+def parse_reset(value: str | None) -> float | None:
+    """Seconds until a rate-limit window resets, from a reset header: a duration as OpenAI sends it
+    (``"20ms"``, ``"1s"``, ``"6m0s"``, ``"1h2m3.5s"``), a bare number of seconds, a Unix time, or an
+    RFC 3339 / HTTP date (Anthropic's ``anthropic-ratelimit-*-reset``). None when absent or unreadable;
+    never negative."""
+    if value is None:
+        return None
+    text = value.strip()
+    with contextlib.suppress(ValueError):
+        number = float(text)
+        return max(0.0, number - time.time() if number > _EPOCH else number)
+    parts = _DURATION.findall(text)
+    if parts and "".join(n + u for n, u in parts) == text:
+        scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+        return sum(float(n) * scale[u] for n, u in parts)
+    with contextlib.suppress(ValueError):
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return parse_retry_after(text)
+
+
+# (reset header, the matching "remaining" header): OpenAI-compatible servers, then Anthropic
+_RESETS = (("x-ratelimit-reset-requests", "x-ratelimit-remaining-requests"),
+           ("x-ratelimit-reset-tokens", "x-ratelimit-remaining-tokens"),
+           ("anthropic-ratelimit-requests-reset", "anthropic-ratelimit-requests-remaining"),
+           ("anthropic-ratelimit-tokens-reset", "anthropic-ratelimit-tokens-remaining"),
+           ("anthropic-ratelimit-input-tokens-reset", "anthropic-ratelimit-input-tokens-remaining"),
+           ("anthropic-ratelimit-output-tokens-reset", "anthropic-ratelimit-output-tokens-remaining"))
+
+
+def rate_limit_wait(headers: Mapping[str, str]) -> float | None:
+    """Seconds a 429's headers ask us to wait, in order of precedence: ``retry-after-ms``
+    (milliseconds), ``Retry-After`` (seconds or an HTTP date), then the reset headers
+    (``x-ratelimit-reset-requests`` / ``-tokens``, ``anthropic-ratelimit-*-reset``): of those whose
+    ``remaining`` is 0 the longest, else the longest of all. None when no header says."""
+    h = {k.lower(): v for k, v in headers.items()}
+    with contextlib.suppress(KeyError, ValueError):
+        return max(0.0, float(h["retry-after-ms"]) / 1000)
+    if (wait := parse_retry_after(h.get("retry-after"))) is not None:
+        return wait
+    resets = [(parse_reset(h.get(reset)), h.get(remaining, "").strip() == "0") for reset, remaining in _RESETS]
+    exhausted = [w for w, empty in resets if w is not None and empty]
+    known = exhausted or [w for w, _ in resets if w is not None]
+    return max(known) if known else None
+
+
+def rate_limit_quota(headers: Mapping[str, str]) -> tuple[float | None, float | None]:
+    """The provider's own (requests per minute, tokens per minute) from ``x-ratelimit-limit-requests``
+    / ``-tokens`` or ``anthropic-ratelimit-requests-limit`` / ``-tokens-limit``; None where not stated.
+    (Some providers state a per-day request limit here: the runner treats these figures as ceilings only,
+    and still slows down on every 429.)"""
+    h = {k.lower(): v for k, v in headers.items()}
+
+    def number(*names: str) -> float | None:
+        for name in names:
+            with contextlib.suppress(KeyError, ValueError):
+                value = float(h[name])
+                if value > 0:
+                    return value
+        return None
+
+    return (number("x-ratelimit-limit-requests", "anthropic-ratelimit-requests-limit"),
+            number("x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit"))
+
+
+def rate_limited(message: str, headers: Mapping[str, str], status: int = 429) -> RateLimited:
+    """The RateLimited error for a 429 (or 529) response with these headers."""
+    rpm, tpm = rate_limit_quota(headers)
+    return RateLimited(message, rate_limit_wait(headers), status, rpm=rpm, tpm=tpm)
+
+
 def session(max_in_flight: int, attempt_timeout_s: float) -> aiohttp.ClientSession:
     """A client session whose connection pool matches the provider's in-flight limit, with a per-read
     timeout and no total timeout (a long run is never cut off by aiohttp's 5-minute default)."""
@@ -48,16 +129,7 @@ def _snippet(payload: bytes) -> str:
     return payload[:300].decode("utf-8", "replace")
 
 
-def _retry_after(headers: Any) -> float | None:
-    """Retry-After in seconds, or OpenAI's ``retry-after-ms`` (milliseconds) when that is given."""
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        with contextlib.suppress(TypeError, ValueError):
-            return max(0.0, float(ms) / 1000)
-    return parse_retry_after(headers.get("Retry-After"))
-
-
-async def post(client: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str],
+async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, headers: dict[str, str],
                what: str, retry_after_from_body: Callable[[bytes], float | None] | None = None) -> bytes:
     """POST ``body`` to ``url`` and return the response body of a 2xx.
 
@@ -72,11 +144,12 @@ async def post(client: aiohttp.ClientSession, url: str, body: bytes, headers: di
             status = resp.status
             if status < 300:
                 return payload
-            wait = _retry_after(resp.headers) if status in (429, 503, 529) else None
-            if status in (429, 529) or wait is not None:  # an overloaded server that says when to come back
-                if wait is None and retry_after_from_body is not None:
-                    wait = retry_after_from_body(payload)
-                raise RateLimited(f"{what}: HTTP {status} rate limited: {_snippet(payload)}", wait, status)
+            wait = rate_limit_wait(resp.headers) if status == 503 else None
+            if status in (429, 529) or wait is not None:  # a 503 that says when to come back is a rate limit
+                error = rate_limited(f"{what}: HTTP {status} rate limited: {_snippet(payload)}", resp.headers, status)
+                if error.retry_after is None and retry_after_from_body is not None:
+                    error.retry_after = retry_after_from_body(payload)
+                raise error
             if status in RETRYABLE_STATUSES or status >= 500:
                 raise Transient(f"{what}: HTTP {status}: {_snippet(payload)}", status)
             hint = {400: "check the model's parameters and that the server supports this request",

@@ -17,6 +17,7 @@ import os
 
 import aiohttp
 import orjson
+import yarl
 
 from evals import CHOICE, Task
 
@@ -81,11 +82,13 @@ class SystemOne(Adapter):
 
     kind = "systemone"
     endpoint = ENDPOINT
+    own_timeout = True  # the session's read timeout is the attempt timeout
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         super().__init__(spec, limits)
         base = (spec.base_url or DEFAULT_URL).rstrip("/")
         self.base_url = base.removesuffix(ENDPOINT)
+        self._url = yarl.URL(self.base_url + ENDPOINT)  # parsed once, not per request
         self._session: aiohttp.ClientSession | None = None
         key = os.environ.get(API_KEY_ENV)
         self._headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
@@ -126,7 +129,7 @@ class SystemOne(Adapter):
     async def send(self, request: Request) -> bytes:
         if self._session is None:
             raise RuntimeError("SystemOne.send() before start()")
-        return await http.post(self._session, self.base_url + self.endpoint, request.body, self._headers, self.label)
+        return await http.post(self._session, self._url, request.body, self._headers, self.label)
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_body(task, body)

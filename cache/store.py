@@ -3,63 +3,88 @@
 Layout of a cache directory::
 
     shards/<stem>.parquet     immutable Parquet shards (``cache.schema.SCHEMA``)
-    wal/<stem>.jsonl          one write-ahead log per writing process: one orjson line per row
-    quarantine/               unreadable shards and logs, set aside with a warning
+    wal/<stem>.jsonl          write-ahead logs: one orjson line per row, each log written by one process
+    quarantine/               unreadable shards and damaged logs, set aside with a warning
 
-Durability: ``append`` writes the row's line to the process's own log and flushes it to the kernel before
-returning, so a row that was appended survives the process being killed at any moment (``fsync=True``
-also survives power loss, at a cost). ``close`` compacts the log into a shard (written to a temporary
-name, then renamed: a shard is whole or absent) and deletes the log. A log left behind by a killed
-process is compacted by the next process that opens the cache; a truncated last line (the kill came
-mid-write) is dropped with a warning, and its request is simply sent again.
+Durability: ``append`` writes the row's line to the process's log with one ``write(2)`` on an
+``O_APPEND`` file before returning, so the row is in the kernel and survives the process being killed
+at any moment (SIGKILL, OOM kill, Ctrl-C); ``fsync=True`` also survives power loss, at a measured cost
+(``make bench``). A log is rolled over every ``roll_rows`` rows: the full log is compacted into a shard
+by a background thread (Parquet written to a temporary name, then renamed: a shard is whole or absent)
+and deleted; ``close`` compacts the last one. A log left behind by a killed process is compacted by the
+next process that opens the cache; a truncated last line (the kill came mid-write) or a corrupt line is
+dropped with a warning, the damaged log is moved to ``quarantine/``, and only those requests are sent
+again. A shard whose footer or index columns cannot be read is moved to ``quarantine/`` on start-up.
 
-Concurrency: each process appends only to its own log and holds an exclusive ``flock`` on it while
-alive; readers never write. Two runs on one cache directory therefore never corrupt it; they may both
-send a request neither had cached when it started (the newest row then wins).
+Concurrency: safe concurrent appends, no shared lock. Each process appends only to its own logs and
+holds an exclusive ``flock`` on each until it is compacted; a log whose lock is free belongs to a dead
+process and is recovered by whoever takes the lock first. Readers never write. Two runs on one cache
+directory therefore never corrupt it; they may both send a request neither had cached when it started
+(the newest row then wins).
+
+Memory: the key index is compact (``cache.index``: ~9 bytes a key), logs are bounded by ``roll_rows``,
+and ``scan`` is lazy over the shards: O(``roll_rows``), not O(rows).
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import orjson
 import polars as pl
 import pyarrow as pa
+import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from .schema import FAILED, FATAL, INDEX_COLUMNS, INVALID, OK, SCHEMA
+from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
+from .schema import INDEX_COLUMNS, SCHEMA
 
 log = logging.getLogger("dxi.cache")
 _POLARS_SCHEMA = pl.from_arrow(SCHEMA.empty_table()).schema
+
+ROLL_ROWS = 5_000  # rows per log before it is compacted into a shard (~10 MB of log)
+_JSON = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
+_JSON_READ = pj.ReadOptions(block_size=1 << 20)
 
 
 class Cache:
     """The cache in directory ``root`` (created if missing).
 
-    ``has(key)``: whether a request needs no sending (SPEC §4): its newest row is ``ok`` or ``invalid``,
-    or a ``fatal`` failure; a transient failure is requested again. ``retry_invalid`` / ``retry_failed``
-    make invalid rows / fatal failures count as not cached. ``append(row)`` stores one row durably.
-    ``scan()`` returns every row as a Polars LazyFrame. Use as a context manager, or call ``close``.
+    ``has(key)`` / ``has_many(keys)``: whether a request needs no sending (SPEC §4): its newest row is
+    ``ok`` or ``invalid``, or a ``fatal`` failure; a transient failure is requested again.
+    ``retry_invalid`` / ``retry_failed`` make invalid rows / fatal failures count as not cached.
+    ``append(row)`` stores one row durably. ``scan()`` returns every row as a Polars LazyFrame.
+    ``warnings`` lists what recovery found (also logged). Use as a context manager, or call ``close``.
     """
 
     def __init__(self, root: Path | str, *, fsync: bool = False, retry_invalid: bool = False,
-                 retry_failed: bool = False):
+                 retry_failed: bool = False, roll_rows: int = ROLL_ROWS):
         self.root = Path(root)
         self.fsync = fsync
         self.retry_invalid, self.retry_failed = retry_invalid, retry_failed
+        self.roll_rows = max(1, roll_rows)
         self.warnings: list[str] = []
         for sub in ("shards", "wal", "quarantine"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self._wal: Path | None = None
         self._fd: int | None = None
+        self._log_rows = 0
         self._appended = 0
-        self._index: dict[str, str] = {}
+        self._compactor: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+        cached = [CODE_OK] + ([] if retry_invalid else [CODE_INVALID]) + ([] if retry_failed else [CODE_FATAL])
+        self._cached = np.zeros(256, bool)
+        self._cached[cached] = True
+        self._remove_abandoned()
         self._recover_orphans()
-        self._load_index()
+        self._index = self._load_index()
 
     # ---- reading ------------------------------------------------------------------------------
     def _warn(self, message: str) -> None:
@@ -69,109 +94,148 @@ class Cache:
     def _shards(self) -> list[Path]:
         return sorted(self.root.glob("shards/*.parquet"))
 
-    def _quarantine(self, path: Path, why: str) -> None:
-        target = self.root / "quarantine" / f"{path.name}.{uuid.uuid4().hex[:8]}"
-        os.replace(path, target)
-        self._warn(f"cache: {path} is unreadable ({why}); moved to {target}. Its requests will be sent again.")
+    def _logs(self) -> list[Path]:
+        return sorted(self.root.glob("wal/*.jsonl"))
 
-    def _read_log(self, path: Path, live: bool) -> list[dict]:
-        """Rows of one log. A truncated last line is ignored (silently for a live writer, which may be
-        mid-write); corrupt lines elsewhere are skipped with a warning."""
+    def _quarantine(self, path: Path, why: str, what: str) -> None:
+        target = self.root / "quarantine" / f"{path.name}.{uuid.uuid4().hex[:8]}"
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, target)
+            self._warn(f"cache: {path} {why}; moved to {target}. {what}")
+
+    def _read_log(self, path: Path, live: bool) -> tuple[pa.Table | None, bool]:
+        """The rows of one log as a table (None if the log is gone: compacted meanwhile, its shard holds
+        the rows) and whether it was damaged. A truncated last line is dropped (silently for a live
+        writer, which may be mid-write); corrupt lines elsewhere are skipped with a warning."""
         try:
             data = path.read_bytes()
-        except FileNotFoundError:  # compacted by its owner meanwhile: its shard holds the rows
-            return []
-        lines = data.split(b"\n")
-        tail = lines.pop()  # b"" when the file ends with a newline
-        if tail and not live:
+        except FileNotFoundError:
+            return None, False
+        end = data.rfind(b"\n") + 1
+        damaged = False
+        if end < len(data) and not live:
+            damaged = True
             self._warn(f"cache: {path} ends with a truncated record (the writer was killed mid-write); "
                        "dropped it, its request will be sent again.")
-        rows = []
-        for n, line in enumerate(lines, 1):
+        if end == 0:
+            return SCHEMA.empty_table(), damaged
+        try:  # the complete lines, without copying them
+            return pj.read_json(pa.BufferReader(pa.py_buffer(data)[:end]), read_options=_JSON_READ,
+                                parse_options=_JSON), damaged
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
+        tables = []
+        for n, line in enumerate(data[:end].split(b"\n")[:-1], 1):  # a damaged line: find it, keep the rest
             try:
-                rows.append(orjson.loads(line))
-            except orjson.JSONDecodeError:
+                tables.append(pa.Table.from_pylist([orjson.loads(line)], schema=SCHEMA))
+            except (orjson.JSONDecodeError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+                damaged = True
                 self._warn(f"cache: {path} line {n} is corrupt; skipped it, its request will be sent again.")
-        return rows
+        return (pa.concat_tables(tables) if tables else SCHEMA.empty_table()), damaged
 
-    def _live_logs(self) -> list[Path]:
-        return [p for p in sorted(self.root.glob("wal/*.jsonl")) if p != self._wal]
-
-    def _recover_orphans(self) -> None:
-        """Compact every log whose writer is gone (its flock is free) into a shard; delete logs a killed
-        writer was still creating (always empty; left alone for a minute, as a live writer renames it
-        within microseconds)."""
-        for path in self.root.glob("wal/.*.creating"):
-            try:
+    def _remove_abandoned(self) -> None:
+        """Delete files a killed process was still creating: logs not yet renamed into place (always
+        empty) and shards not yet renamed into place. Each is locked by its writer while it exists, so a
+        free lock means the writer is gone; files younger than a minute are left alone, as a live writer
+        creates the file an instant before it locks it."""
+        for path in [*self.root.glob("wal/.*.creating"), *self.root.glob("shards/.*.tmp")]:
+            with contextlib.suppress(FileNotFoundError):
                 if time.time() - path.stat().st_mtime < 60:
                     continue
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                path.unlink(missing_ok=True)
-            except BlockingIOError:
-                pass
-            finally:
-                os.close(fd)
-        for path in self._live_logs():
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:  # compacted by another process meanwhile
-                continue
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue  # a live writer holds it
-                self._compact(path, self._read_log(path, live=False))
-            finally:
-                os.close(fd)
+            with _try_lock(path) as locked:
+                if locked:
+                    path.unlink(missing_ok=True)
 
-    def _compact(self, wal: Path, rows: list[dict]) -> None:
-        """Write ``rows`` of log ``wal`` as shard ``shards/<stem>.parquet`` (atomically), then delete the log.
-        If the shard already exists the log was compacted before a crash: only the log is deleted."""
+    def _recover_orphans(self) -> None:
+        """Compact every log whose writer is gone (its flock is free) into a shard."""
+        for path in self._logs():
+            with _try_lock(path) as locked:
+                if locked:
+                    table, damaged = self._read_log(path, live=False)
+                    if table is not None:
+                        self._compact(path, table, damaged)
+
+    def _compact(self, wal: Path, table: pa.Table, damaged: bool = False) -> None:
+        """Write ``table`` (the rows of log ``wal``) as shard ``shards/<stem>.parquet`` atomically, then
+        delete the log (move it to quarantine/ when it was damaged). If the shard exists already, the
+        log was compacted before a crash: only the log goes."""
         shard = self.root / "shards" / f"{wal.stem}.parquet"
-        if rows and not shard.exists():
-            tmp = shard.with_suffix(".parquet.tmp")
-            pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), tmp, compression="zstd")
-            if self.fsync:
-                _fsync_file(tmp)
-            os.replace(tmp, shard)
-            if self.fsync:
-                _fsync_file(shard.parent)  # the rename itself
-        wal.unlink(missing_ok=True)
+        if table.num_rows and not shard.exists():
+            tmp = shard.with_name(f".{wal.stem}.{uuid.uuid4().hex[:8]}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # marks it as being written (see _remove_abandoned)
+                pq.write_table(table, str(tmp), compression="zstd", write_page_checksum=True)  # native I/O, no GIL
+                if self.fsync:
+                    os.fsync(fd)
+                os.replace(tmp, shard)
+                if self.fsync:
+                    _fsync_path(shard.parent)  # the rename itself
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            finally:
+                os.close(fd)
+        if damaged:
+            self._quarantine(wal, "was damaged", "Its readable rows are in the cache.")
+        else:
+            wal.unlink(missing_ok=True)
 
-    def _load_index(self) -> None:
+    def _load_index(self) -> KeyIndex:
+        # Logs first, then shards: a log compacted meanwhile has its shard in place before it is deleted,
+        # so every row is seen (some twice, which the newest-wins rule absorbs).
         frames = []
+        for path in self._logs():
+            table, _ = self._read_log(path, live=True)
+            if table is not None and table.num_rows:
+                frames.append(index_columns(pl.from_arrow(table.select(INDEX_COLUMNS)).lazy()))
+        shards = self._shards()
+        try:  # all shards at once (fast); only if that fails is each shard checked alone
+            return KeyIndex.from_frames(frames + self._index_frames(shards))
+        except Exception:  # polars and pyarrow raise several types for a damaged file
+            return KeyIndex.from_frames(frames + self._index_frames(self._readable(shards)))
+
+    @staticmethod
+    def _index_frames(shards: list[Path]) -> list[pl.LazyFrame]:
+        return [index_columns(pl.scan_parquet(shards).select(INDEX_COLUMNS))] if shards else []
+
+    def _readable(self, shards: list[Path]) -> list[Path]:
+        """``shards`` less those whose footer or index columns cannot be read, moved to quarantine/."""
+        readable = []
+        for shard in shards:
+            try:
+                pq.read_table(shard, columns=INDEX_COLUMNS, page_checksum_verification=True)
+                readable.append(shard)
+            except Exception as exc:  # a damaged file: several exception types
+                self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})",
+                                 "Its requests will be sent again.")
+        return readable
+
+    def verify(self) -> int:
+        """Read every shard whole (all columns, page checksums verified); move the unreadable ones to
+        quarantine/ with a warning. Returns how many were moved. (Start-up reads only the index columns;
+        this is for damage elsewhere, e.g. when scoring fails to read a shard.)"""
+        moved = 0
         for shard in self._shards():
             try:
-                frames.append(pl.from_arrow(pq.read_table(shard, columns=INDEX_COLUMNS)))
-            except Exception as exc:  # pyarrow raises several types for a damaged file
-                self._quarantine(shard, f"{type(exc).__name__}: {exc}")
-        for path in self._live_logs():
-            rows = self._read_log(path, live=True)
-            if rows:
-                frames.append(pl.DataFrame([{c: r.get(c) for c in INDEX_COLUMNS} for r in rows],
-                                           schema={"key": pl.String, "status": pl.String,
-                                                   "error_kind": pl.String, "created_at": pl.Float64}))
-        if not frames:
-            return
-        newest = (pl.concat(frames, how="vertical_relaxed").sort("created_at")
-                  .unique("key", keep="last", maintain_order=False))
-        status = newest.select(
-            "key", pl.when(pl.col("status") == FAILED).then(pl.col("error_kind")).otherwise(pl.col("status")))
-        self._index = dict(status.iter_rows())
+                pq.read_table(shard, page_checksum_verification=True)
+            except Exception as exc:  # a damaged file: several exception types
+                moved += 1
+                self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})",
+                                 "Its requests will be sent again by the next run.")
+        return moved
 
     def status(self, key: str) -> str | None:
         """The newest row's class for ``key``: "ok", "invalid", "fatal", "transient", or None if absent."""
-        return self._index.get(key)
+        return NAMES.get(self._index.get(key))
 
     def has(self, key: str) -> bool:
         """True when the request with this key needs no sending (see the class docstring)."""
-        s = self._index.get(key)
-        return s == OK or (s == INVALID and not self.retry_invalid) or (s == FATAL and not self.retry_failed)
+        return bool(self._cached[self._index.get(key)])
+
+    def has_many(self, keys: list[str]) -> list[bool]:
+        """``has`` for many keys at once (one vectorised lookup)."""
+        return self._cached[self._index.get_many(keys)].tolist()
 
     def __len__(self) -> int:
         return len(self._index)
@@ -179,13 +243,14 @@ class Cache:
     def scan(self) -> pl.LazyFrame:
         """Every row (shards, and the logs of this and other live writers) as one LazyFrame with the
         columns of ``cache.schema.SCHEMA``. Several rows may share a key; the newest ``created_at`` wins."""
-        frames = []
-        shards = [str(s) for s in self._shards()]
-        if shards:  # shards of an older schema lack the newest columns: read them as nulls
-            frames.append(pl.scan_parquet(shards, schema=_POLARS_SCHEMA, missing_columns="insert"))
-        logged = [r for p in sorted(self.root.glob("wal/*.jsonl")) for r in self._read_log(p, live=True)]
-        if logged:
-            frames.append(pl.from_arrow(pa.Table.from_pylist(logged, schema=SCHEMA)).lazy())
+        logged = [(p.stem, t) for p in self._logs() if (t := self._read_log(p, live=True)[0]) is not None]
+        shards = self._shards()  # listed after the logs were read: see _load_index
+        compacted = {s.stem for s in shards}  # a log whose shard is in place is about to go: skip it
+        tables = [t for stem, t in logged if t.num_rows and stem not in compacted]
+        frames = [pl.from_arrow(pa.concat_tables(tables)).lazy()] if tables else []
+        if shards:
+            frames.insert(0, pl.scan_parquet([str(s) for s in shards], schema=_POLARS_SCHEMA,
+                                             missing_columns="insert"))  # older shards: new columns as nulls
         if not frames:
             return pl.from_arrow(SCHEMA.empty_table()).lazy()
         return pl.concat(frames, how="vertical_relaxed")
@@ -195,32 +260,58 @@ class Cache:
         stem = f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         tmp = self.root / "wal" / f".{stem}.creating"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held until close: marks the log as live
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until compacted: marks the log as live
         self._wal = self.root / "wal" / f"{stem}.jsonl"
         os.replace(tmp, self._wal)  # visible to others only once locked
         self._fd = fd
+        self._log_rows = 0
 
     def append(self, row: dict) -> None:
         """Store one row (a dict with the columns of ``SCHEMA``) durably before returning."""
         if self._fd is None:
             self._open_log()
-        line = orjson.dumps(row) + b"\n"
-        os.write(self._fd, line)  # one write(2) of an O_APPEND file: in the kernel once this returns
+        # one write(2) on an O_APPEND file: the row is in the kernel when it returns
+        os.write(self._fd, orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
         if self.fsync:
             os.fsync(self._fd)
         self._appended += 1
-        status = row["status"]
-        self._index[row["key"]] = row.get("error_kind") if status == FAILED else status
+        self._index.set(row["key"], code_of(row["status"], row.get("error_kind")))
+        self._log_rows += 1
+        if self._log_rows >= self.roll_rows:
+            self._roll()
+
+    def _roll(self) -> None:
+        """Start a new log; compact the full one in the background (its lock is held until then)."""
+        wal, fd = self._wal, self._fd
+        self._open_log()
+        if self._compactor is None:
+            self._compactor = ThreadPoolExecutor(1, thread_name_prefix="dxi-compact")
+        self._pending = [f for f in self._pending if not f.done()]
+        self._pending.append(self._compactor.submit(self._compact_own, wal, fd))
+
+    def _compact_own(self, wal: Path, fd: int) -> None:
+        """Compact one of this process's logs, then release it."""
+        try:
+            table, _ = self._read_log(wal, live=True)
+            if table is not None:
+                self._compact(wal, table)
+        except Exception as exc:  # the log stays; the next run recovers it
+            self._warn(f"cache: could not compact {wal} ({type(exc).__name__}: {exc}); it stays and the next "
+                       "run will compact it.")
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
-        """Compact this process's log into a shard and release it. Safe to call twice."""
+        """Compact this process's logs into shards and release them. Safe to call twice."""
+        if self._compactor is not None:
+            self._compactor.shutdown(wait=True)
+            self._compactor = None
+            self._pending = []
         if self._fd is None:
             return
         wal, fd = self._wal, self._fd
-        self._fd = None
-        self._compact(wal, self._read_log(wal, live=False))
-        os.close(fd)
-        self._wal = None
+        self._fd = self._wal = None
+        self._compact_own(wal, fd)
 
     def __enter__(self) -> Cache:
         return self
@@ -233,10 +324,29 @@ class Cache:
         return self._appended
 
 
-def _fsync_file(path: Path) -> None:
+@contextlib.contextmanager
+def _try_lock(path: Path):
+    """Yield whether an exclusive flock on ``path`` could be taken at once (False if the file is gone or
+    another process holds it); the lock is held inside the block."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-

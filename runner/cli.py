@@ -79,7 +79,11 @@ def parser() -> argparse.ArgumentParser:
                    help="ADAPTER:MODEL[@BASE_URL], e.g. embedded:sparrow-nano-general-v1.1, systemone:http://127.0.0.1:8000")
     r.add_argument("--max-in-flight", type=int, help="override each provider's concurrent requests")
     r.add_argument("--rpm", type=float, help="override each provider's requests per minute")
+    r.add_argument("--tpm", type=float, help="override each provider's tokens per minute (input + output)")
+    r.add_argument("--timeout", type=float, metavar="SECONDS", help="override the seconds to wait for one reply")
     r.add_argument("--max-attempts", type=int, help="override attempts per request (1 = no retry)")
+    r.add_argument("--backoff", type=float, metavar="SECONDS",
+                   help="override the first wait before a retry (doubling each time, with jitter)")
     r.add_argument("--retry-failed", action="store_true", help="also resend requests that failed with a 4xx-class error")
     r.add_argument("--retry-invalid", action="store_true", help="also resend requests whose answers were invalid")
     r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
@@ -89,6 +93,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="an adapter setting outside the cache key, for the models that know it: "
                         "api_key_env=NAME (read the API key from NAME), ctx_size, parallel, threads (llamacpp)")
+    r.add_argument("--fsync", action="store_true",
+                   help="fsync each reply to disk (survives power loss, not just a killed process; slower)")
     _common(r)
     for name, text in (("score", "score from the cache only (no network)"),
                        ("report", "score from the cache only and write an HTML report with CSV/Parquet tables")):
@@ -154,8 +160,10 @@ def _suite(args: argparse.Namespace) -> Suite:
 
 
 def _limits(adapter: adapters.Adapter, args: argparse.Namespace) -> adapters.Limits:
-    changes = {k: v for k, v in (("max_in_flight", args.max_in_flight), ("rpm", args.rpm),
-                                 ("max_attempts", args.max_attempts)) if v is not None}
+    changes = {k: v for k, v in (("max_in_flight", args.max_in_flight), ("rpm", args.rpm), ("tpm", args.tpm),
+                                 ("attempt_timeout_s", args.timeout), ("max_attempts", args.max_attempts),
+                                 ("backoff_s", args.backoff))
+               if v is not None}
     return replace(adapter.limits, **changes)
 
 
@@ -217,11 +225,10 @@ async def _run(args: argparse.Namespace, suite: Suite, cache: Cache, console: Co
         labels = [a.label for a in models]
         if len(set(labels)) != len(labels):
             raise UsageError(f"the same model is named twice: {', '.join(labels)}")
-        n_tasks = sum(1 for _ in suite.tasks())
-        totals = {a.label: n_tasks * args.epochs for a in models}
-        progress = RunProgress(console, totals) if not args.quiet else None
-        if progress is None:
+        if args.quiet:
             return models, await run(models, suite, cache, epochs=args.epochs)
+        n_tasks = sum(1 for _ in suite.tasks())
+        progress = RunProgress(console, {a.label: n_tasks * args.epochs for a in models})
         with progress:
             return models, await run(models, suite, cache, epochs=args.epochs, on_progress=progress.update)
     finally:
@@ -231,7 +238,8 @@ async def _run(args: argparse.Namespace, suite: Suite, cache: Cache, console: Co
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     suite = _suite(args)
-    with Cache(args.cache_dir, retry_invalid=args.retry_invalid, retry_failed=args.retry_failed) as cache:
+    with Cache(args.cache_dir, fsync=args.fsync, retry_invalid=args.retry_invalid,
+               retry_failed=args.retry_failed) as cache:
         try:
             models, stats = uvloop.run(_run(args, suite, cache, console))
         except KeyboardInterrupt:

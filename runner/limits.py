@@ -1,42 +1,281 @@
-"""Per-provider limits: in-flight slots, requests per minute, and a shared pause after a 429.
+"""Per-provider limits: requests per minute, tokens per minute and requests in flight, adapted to 429s.
 
 One ``ProviderLimiter`` exists per provider key (``Adapter.provider``); every model on that provider
-shares it. Requests per minute use asyncio-throttle, configured as small bursts spread evenly over the
-minute (``burst`` requests every ``60 × burst / rpm`` seconds) rather than one burst of ``rpm`` at the
-start of each minute. A 429 pauses every request of the provider until its Retry-After has passed, so a
-429 storm does not become a retry storm.
+shares it. It holds four things:
+
+* **Admission slots** (``slots``, ``Limits.max_in_flight``): a request takes one before it is queued and
+  gives it back once its row is in the cache, so the queue, and memory, stay O(concurrency), and a
+  provider that is backed up never holds the workers another provider could use.
+* **The attempt window** (``window``, adaptive, 1 to ``max_in_flight``): each HTTP attempt holds a place
+  while it is on the wire.
+* **Pacers** for requests and tokens per minute: each attempt reserves the next free instant at the
+  current rate (virtual scheduling, as in GCRA) and sleeps until it: no polling, no burst above the
+  rate, first come first served. The token cost of an attempt is estimated before sending (request bytes
+  / 4, times a ratio learned from the usage replies report, plus the mean output so far) and corrected
+  once the reply's usage is known.
+* **A shared pause**: a 429's ``Retry-After`` (or reset header) holds every attempt of the provider.
+
+Adaptation (AIMD, as in TCP congestion control): a 429 for an attempt sent after the last decrease
+multiplies the window and both rates by ``BACKOFF`` = 0.7 (so the 429s of one burst count once); each
+success widens the window by 1/window (about one place per round trip), and the rates climb back
+linearly to their ceilings over ``RECOVERY_S``. (With 0.7 rather than TCP Reno's 0.5, random 429s at 10%
+settle the window near 6 rather than 4 attempts.) When a 429's headers state the provider's own limit
+(``x-ratelimit-limit-requests`` / ``-tokens``), that becomes the ceiling instead. After a pause, the
+waiting attempts leave one by one at the (reduced) rate and within the (narrowed) window, so a 429
+storm does not turn into a retry storm.
+
+asyncio-throttle, which the design card names, counts requests in a sliding window (as the runner
+used it: rpm/60 requests let out together each second), polling every few milliseconds. It cannot
+budget tokens, change its rate or pause, so the pacer here replaces it; the rate-limited benchmark
+(``benchmarks/bench_runner.py``) still runs it side by side as the baseline for requests per minute.
 """
 from __future__ import annotations
 
 import asyncio
-import math
 import time
+from collections import deque
+from dataclasses import dataclass
 
-from asyncio_throttle import Throttler
+from adapters import AdapterError, Limits, RateLimited, Request
 
-from adapters import Limits
+BACKOFF = 0.7          # a 429 multiplies the window and the rates by this (as TCP CUBIC's beta)
+RECOVERY_S = 30.0      # seconds for a reduced rate to climb back to its ceiling
+MIN_FRACTION = 1 / 64  # a rate is never cut below this fraction of its ceiling
+BYTES_PER_TOKEN = 4.0  # first guess of request bytes per input token, corrected by reported usage
+
+
+class Pacer:
+    """Spaces units (requests, tokens) evenly at ``rate`` units per second.
+
+    ``reserve(cost)`` books the next ``cost`` units and returns the seconds to wait before using them;
+    ``correct(delta)`` books ``delta`` more units (or gives them back, when negative) once the real
+    cost is known; ``hold_until(t)`` lets nothing start before monotonic time ``t``.
+    """
+
+    __slots__ = ("rate", "_next")
+
+    def __init__(self, rate: float):
+        self.rate = rate
+        self._next = 0.0
+
+    def reserve(self, cost: float = 1.0) -> float:
+        now = time.monotonic()
+        start = max(self._next, now)
+        self._next = start + cost / self.rate
+        return start - now
+
+    def correct(self, delta: float) -> None:
+        self._next += delta / self.rate
+
+    def hold_until(self, t: float) -> None:
+        self._next = max(self._next, t)
+
+
+class AdaptiveRate:
+    """One rate (requests or tokens per second) that is cut on congestion and recovers linearly.
+
+    ``ceiling`` is units per second (None: unlimited, no pacing, until a 429 states a limit).
+    """
+
+    def __init__(self, per_minute: float | None):
+        self.ceiling = per_minute / 60 if per_minute else None
+        self.pacer = Pacer(self.ceiling) if self.ceiling else None
+        self._low, self._since = self.ceiling, 0.0
+
+    @property
+    def rate(self) -> float | None:
+        """The current rate in units per second (None when unlimited)."""
+        return self.pacer.rate if self.pacer else None
+
+    def _recover(self, now: float) -> None:
+        p = self.pacer
+        if p is not None and p.rate < self.ceiling:
+            p.rate = min(self.ceiling, self._low + self.ceiling * (now - self._since) / RECOVERY_S)
+
+    def wait(self, cost: float) -> float:
+        """Reserve ``cost`` units; seconds to wait before using them."""
+        if self.pacer is None:
+            return 0.0
+        self._recover(time.monotonic())
+        return self.pacer.reserve(cost)
+
+    def decrease(self, now: float) -> None:
+        """Cut the current rate by ``BACKOFF`` (not below ``MIN_FRACTION`` of the ceiling)."""
+        if self.pacer is None:
+            return
+        self._recover(now)
+        self._low = max(self.ceiling * MIN_FRACTION, self.pacer.rate * BACKOFF)
+        self._since = now
+        self.pacer.rate = self._low
+
+    def learn(self, per_minute: float, now: float) -> bool:
+        """Take a limit the provider stated as the ceiling, when it is lower than the current one (or there
+        was none). Returns whether it changed anything."""
+        rate = per_minute / 60
+        if self.ceiling is not None and rate >= self.ceiling:
+            return False
+        self.ceiling = rate
+        if self.pacer is None:
+            self.pacer = Pacer(rate)
+        else:
+            self.pacer.rate = min(self.pacer.rate, rate)
+        self._low, self._since = self.pacer.rate, now
+        return True
+
+
+class Window:
+    """A counting semaphore whose size can change while it is in use: at most ``int(size)`` holders
+    (never fewer than one place). Waiters are served first come, first served."""
+
+    def __init__(self, size: float):
+        self.size = max(1.0, float(size))
+        self.held = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self) -> None:
+        if self.held < int(self.size) and not self._waiters:
+            self.held += 1
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut  # the place is counted in ``held`` by whoever woke us
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # woken and cancelled at once: pass the place on
+            raise
+
+    def release(self) -> None:
+        self.held -= 1
+        self._wake()
+
+    def resize(self, size: float) -> None:
+        self.size = max(1.0, size)
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.held < int(self.size):
+            fut = self._waiters.popleft()
+            if not fut.done():
+                self.held += 1
+                fut.set_result(None)
+
+
+class TokenEstimate:
+    """Tokens an attempt will use, estimated before it is sent: ``len(body) / BYTES_PER_TOKEN × ratio``
+    input tokens plus the mean output tokens reported so far. ``ratio`` starts at 1 and follows the
+    reported input tokens (a running mean over the first 20 replies, then an exponential average)."""
+
+    def __init__(self) -> None:
+        self.ratio, self.output, self._n = 1.0, 0.0, 0
+
+    def __call__(self, body_bytes: int) -> float:
+        return body_bytes / BYTES_PER_TOKEN * self.ratio + self.output
+
+    def observe(self, body_bytes: int, input_tokens: int | None, output_tokens: int | None) -> None:
+        if not input_tokens or body_bytes <= 0:
+            return
+        self._n += 1
+        alpha = max(0.05, 1 / self._n)
+        self.ratio += alpha * (input_tokens * BYTES_PER_TOKEN / body_bytes - self.ratio)
+        self.output += alpha * ((output_tokens or 0) - self.output)
+
+
+@dataclass(slots=True)
+class Ticket:
+    """One attempt's booking: when it was let through (monotonic seconds) and the tokens reserved."""
+
+    sent_at: float
+    body_bytes: int
+    tokens: float
 
 
 class ProviderLimiter:
-    """``slots`` bounds requests in flight (acquired for a request's whole life, retries included);
-    ``turn()`` waits for the shared pause and the rate limit before each attempt."""
+    """The limits of one provider (see the module docstring). Per attempt: ``ticket = await
+    acquire(request)``, then exactly one ``finish(ticket, ...)``.
+
+    Counters for reports: ``rate_limited`` (429s heard), ``decreases`` (times the window and rates were
+    cut), ``paused_s`` (total seconds the provider was paused).
+    """
 
     def __init__(self, limits: Limits):
         self.limits = limits
         self.slots = asyncio.Semaphore(max(1, limits.max_in_flight))
-        self._throttler: Throttler | None = None
-        if limits.rpm:
-            burst = max(1, math.floor(limits.rpm / 60))
-            self._throttler = Throttler(rate_limit=burst, period=60.0 * burst / limits.rpm, retry_interval=0.005)
+        self.window = Window(max(1, limits.max_in_flight))
+        self.requests = AdaptiveRate(limits.rpm)
+        self.tokens = AdaptiveRate(limits.tpm)
+        self.estimate = TokenEstimate()
         self._paused_until = 0.0
+        self._decreased_at = float("-inf")
+        self.rate_limited = self.decreases = 0
+        self.paused_s = 0.0
 
     def pause(self, seconds: float) -> None:
-        """Hold every attempt of this provider for ``seconds`` from now (after a 429)."""
-        self._paused_until = max(self._paused_until, time.monotonic() + seconds)
+        """Hold every attempt of this provider for ``seconds`` from now."""
+        now = time.monotonic()
+        until = now + seconds
+        if until > self._paused_until:
+            self.paused_s += until - max(now, self._paused_until)
+            self._paused_until = until
+            for rate in (self.requests, self.tokens):
+                if rate.pacer is not None:
+                    rate.pacer.hold_until(until)
 
-    async def turn(self) -> None:
-        """Wait until this provider may send one more attempt."""
+    async def _unpaused(self) -> None:
         while (delay := self._paused_until - time.monotonic()) > 0:
             await asyncio.sleep(delay)
-        if self._throttler is not None:
-            await self._throttler.acquire()
+
+    async def acquire(self, request: Request) -> Ticket:
+        """Wait until one more attempt of ``request`` may be sent: no pause, a place in the window,
+        and its turn at the request and token rates."""
+        await self._unpaused()
+        await self.window.acquire()
+        size = len(request.body)
+        cost = 0.0
+        try:
+            while True:
+                cost = self.estimate(size) if self.tokens.pacer is not None else 0.0
+                delay = max(self.requests.wait(1.0), self.tokens.wait(cost))
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if self._paused_until <= time.monotonic():
+                    break
+                await self._unpaused()  # a 429 came in while we waited our turn: book again after it
+        except BaseException:
+            self.window.release()
+            raise
+        return Ticket(time.monotonic(), size, cost)
+
+    def finish(self, ticket: Ticket, ok: bool, error: AdapterError | None = None,
+               input_tokens: int | None = None, output_tokens: int | None = None) -> None:
+        """Record how an attempt ended: ``ok`` (a reply was decoded; its usage corrects the token
+        booking and the estimate, and widens the window), a RateLimited ``error`` (slow down, pause), or
+        anything else (no change). Always gives the window place back."""
+        self.window.release()
+        if ok:
+            w = self.window
+            if w.size < self.limits.max_in_flight:
+                w.resize(min(float(self.limits.max_in_flight), w.size + 1 / w.size))
+            if input_tokens is not None:
+                if self.tokens.pacer is not None:
+                    self.tokens.pacer.correct(input_tokens + (output_tokens or 0) - ticket.tokens)
+                self.estimate.observe(ticket.body_bytes, input_tokens, output_tokens)
+            return
+        if not isinstance(error, RateLimited):
+            return
+        self.rate_limited += 1
+        now = time.monotonic()
+        learned = False
+        if error.rpm:
+            learned |= self.requests.learn(error.rpm, now)
+        if error.tpm:
+            learned |= self.tokens.learn(error.tpm, now)
+        if ticket.sent_at >= self._decreased_at:  # sent after the last decrease: a new round of 429s
+            self._decreased_at = now
+            if not learned:  # a stated limit explains the 429: the new ceiling is the whole answer
+                self.decreases += 1
+                self.window.resize(self.window.size * BACKOFF)
+                self.requests.decrease(now)
+                self.tokens.decrease(now)
+        if error.retry_after is not None:
+            self.pause(min(error.retry_after, self.limits.max_wait_s))

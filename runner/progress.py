@@ -40,7 +40,7 @@ class RunProgress:
     @staticmethod
     def _detail(s: Stats) -> str:
         return (f"sent {s.sent} cached {s.cache_hits} invalid {s.invalid} failed {s.failed} "
-                f"retries {s.attempts - s.sent} 429s {s.rate_limited}")
+                f"retries {s.attempts - (s.ok + s.invalid + s.failed)} 429s {s.rate_limited}")
 
     def update(self, label: str, stats: Stats) -> None:
         total = self.totals.get(label, 0)

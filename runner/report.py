@@ -21,7 +21,11 @@ def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests:
     """Score ``models`` (``scoring.MODELS_SCHEMA`` rows) from the cache over the suite's tasks, write
     ``out/summary.json`` and ``out/answers.parquet`` (each written to a temporary name, then renamed)
     and return the summary. ``requests`` is each model's request counts from a run; None (cache-only
-    scoring) counts the requests found in the cache instead, with ``sent`` = 0."""
+    scoring) counts the requests found in the cache instead, with ``sent`` = 0.
+
+    A shard damaged where start-up does not look (outside the index columns) fails here: it is moved to
+    the cache's quarantine/ (``Cache.verify``) and scoring goes on without it; its answers count as
+    missing, and the next ``dxi run`` sends those requests again."""
     return score_all(cache, suite, models, out, requests, epochs)[0]
 
 
@@ -30,7 +34,12 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, reque
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
     that only the report shows)."""
     gold, categories = gold_frames(suite.tasks())
-    answers = scoring.answers(cache.scan(), models, gold, categories, epochs)
+    try:
+        answers = scoring.answers(cache.scan(), models, gold, categories, epochs)
+    except (pl.exceptions.PolarsError, OSError):
+        if not cache.verify():
+            raise
+        answers = scoring.answers(cache.scan(), models, gold, categories, epochs)
     scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
     if requests is None:
         requests = scoring.request_counts(answers)

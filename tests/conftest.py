@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import orjson
@@ -13,6 +14,12 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REAL_DATA = (Path(__file__).parents[1] / ".." / "shared" / "data").resolve()
 
 requires_real_data = pytest.mark.skipif(not REAL_DATA.is_dir(), reason=f"real data not found at {REAL_DATA}")
+DXI = str(Path(sys.executable).with_name("dxi"))  # the installed command, for runs in their own process
+
+
+def without_requests(summary: dict) -> dict:
+    """A summary.json without each model's ``requests`` block (which differs between a run and its rerun)."""
+    return {**summary, "models": [{k: v for k, v in m.items() if k != "requests"} for m in summary["models"]]}
 
 
 def write_wildguard_parquet(path: Path) -> Path:

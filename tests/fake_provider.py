@@ -1,88 +1,478 @@
-"""A scriptable System One server on 127.0.0.1 for tests: real HTTP, injected faults.
+"""The fault-injecting provider for tests and benchmarks: a real aiohttp server on 127.0.0.1.
 
-Each POST to ``/v1/systemone`` takes the next behaviour from ``script`` (then ``default``):
+Wire formats are pluggable. A *responder* is a pure function from the parsed request JSON to the response
+JSON; ``ROUTES`` maps each POST path to a responder factory ``factory(model) -> Responder``:
 
-* ``"ok"``: a valid reply; each choice puts probability ``p_first`` on the first option and spreads the
-  rest evenly; each yes/no question answers P(yes) = ``p_yes``;
-* ``"429"`` / ``"429:<seconds>"``: rate limited, with ``Retry-After: <seconds>`` when given;
-* ``"500"``, ``"503"``, ``"400"``, ``"401"``, ``"422"``: that status with a small JSON error body;
-* ``"malformed"``: 200 with a body that is not JSON;
-* ``"sleep:<seconds>"``: wait, then reply ok (for timeouts);
-* ``"drop"``: close the connection without a reply.
+* ``/v1/systemone``: ``systemone`` (System One decision models, ``shared/PROTOCOLS.md`` §A);
+* ``/v1/chat/completions``: ``openai_chat`` (OpenAI-compatible Chat Completions; fills the
+  ``response_format.json_schema`` schema, picking each ``enum`` deterministically).
 
-``requests`` records every body received with its arrival time (``time.monotonic()``).
+To serve another format, add a route: ``ROUTES["/v1/messages"] = my_factory`` (every server made
+afterwards has it), or pass ``routes={path: responder}`` to one server, or ``--route PATH=module:factory``
+to the server process. Answers are deterministic: seeded by the request's content (and the model), so a
+resumed run gets exactly the answers an uninterrupted one gets, from any server instance.
+
+Behaviour of each request, in order:
+
+1. ``rpm`` (optional) is enforced like a provider: a token bucket of ``burst`` requests refilled at
+   ``rpm``/60 per second; over it, 429 with ``Retry-After`` (decimal seconds) and, unless
+   ``rate_headers=False``, ``x-ratelimit-limit-requests`` / ``-remaining-requests`` / ``-reset-requests``.
+2. The next entry of ``script`` if any, else a fault drawn with the probabilities of ``faults`` (seeded
+   by the request content, the seed and how many times that content arrived, so a rerun draws the same
+   sequence), else ``default``. Behaviours:
+
+   * ``"ok"``: the responder's reply, after the ``latency``;
+   * ``"429"`` / ``"429:<wait>"``: rate limited; ``<wait>`` is ``N`` (``Retry-After: N``), ``date:N`` (an
+     HTTP date N seconds ahead), ``ms:N`` (``retry-after-ms: N``) or ``reset:<duration>``
+     (``x-ratelimit-reset-requests`` with ``x-ratelimit-remaining-requests: 0``);
+   * ``"500"``, ``"503"``, ``"400"``, ``"401"``, ``"422"``, ...: that status with a small JSON error body;
+   * ``"malformed"``: 200 with a body that is not the wire format (HTML, or the reply cut in half);
+   * ``"sleep:<seconds>"``: wait, then reply ok; ``"hang"``: never reply (until the client gives up or
+     ``hang_s`` passes): a timeout;
+   * ``"drop"``: close the connection without a reply; ``"reset"``: reset it (TCP RST).
+
+``latency`` is ``"0"``, ``"<seconds>"``, ``"uniform:<lo>:<hi>"``, ``"lognormal:<median>:<sigma>"`` or
+``"exp:<mean>"`` (seconds; drawn per request, seeded like the faults).
+
+Counters (``stats()``, or ``GET /stats`` on a served process): ``arrivals``; ``ok`` (replies written out
+whole to the socket); ``aborted`` (the client was gone before the reply was written); each fault kind;
+``keys_ok`` (distinct request contents answered ok); ``duplicates`` (ok replies beyond the first per
+content: requests answered twice); ``peak_concurrency``. ``requests`` / ``headers`` record every request
+(``record=False`` turns that off for long benchmarks).
+
+Run in-process (``async with FakeProvider(...) as server``) or as its own process, which keeps its CPU off
+the client's event loop and survives the client being killed: ``with serve(...) as server``, or
+``python -m tests.fake_provider --config '{"faults": {"rate_limit": 0.1}}'`` (prints the URL, serves until
+its standard input closes).
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
+import hashlib
+import importlib
+import math
+import os
+import random
+import socket
+import struct
+import subprocess
+import sys
 import time
-from collections import deque
+import urllib.request
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from pathlib import Path
 
 import orjson
 from aiohttp import web
 
+from adapters import Request
+from adapters.systemone import SystemOne
 
-class FakeSystemOne:
+Responder = Callable[[dict], dict]
+
+
+def content_seed(payload: dict, model: str = "") -> int:
+    """A seed from the request's content: the same request gets the same answer from any server."""
+    return int.from_bytes(hashlib.sha256(model.encode() + b"\0" + orjson.dumps(payload)).digest()[:8], "big")
+
+
+def systemone(model: str = "fake-decider", p_first: float | None = None, p_yes: float | None = None) -> Responder:
+    """A System One server's replies. ``p_first`` puts that probability on each choice's first option
+    (the rest spread evenly); ``p_yes`` answers every yes/no question; None (the default): both drawn
+    from the request's content (probabilities rounded to 4 decimals, like the real servers). Usage:
+    ``len(state) // 4 + 8 × questions`` input tokens, one output token per question."""
+
+    def respond(payload: dict) -> dict:
+        rng = random.Random(content_seed(payload, model))
+        answers = {}
+        questions = payload["questions"]
+        for name, q in questions.items():
+            if q.get("type") == "choice":
+                options = list(q["criteria"])
+                if p_first is not None:
+                    rest = round((1 - p_first) / (len(options) - 1), 4)
+                    probs = [p_first if i == 0 else rest for i in range(len(options))]
+                else:
+                    weights = [rng.random() ** 3 + 1e-3 for _ in options]
+                    probs = [round(w / sum(weights), 4) for w in weights]
+                best = max(range(len(options)), key=lambda i: probs[i])
+                n = len(options)
+                answers[name] = {"type": "choice", "choice": options[best], "probabilities": dict(zip(options, probs, strict=True)),
+                                 "confidence": round((n * probs[best] - 1) / (n - 1), 4)}
+            else:
+                answers[name] = {"type": "noul", "noul": p_yes if p_yes is not None else round(rng.random(), 4)}
+        state = payload.get("state")
+        tokens = len(state) // 4 + 8 * len(questions) if isinstance(state, str) else 10
+        return {"model": model, "answers": answers, "usage": {"input_tokens": tokens, "output_tokens": len(questions)},
+                "latency_ms": 1.0}
+
+    return respond
+
+
+def _instance(schema: dict, defs: dict, rng: random.Random) -> object:
+    """A value matching a (small) JSON Schema: enums picked by ``rng``, objects with every property."""
+    if "$ref" in schema:
+        return _instance(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), defs, rng)
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    if "const" in schema:
+        return schema["const"]
+    for combo in ("anyOf", "oneOf"):
+        if combo in schema:
+            return _instance(rng.choice(schema[combo]), defs, rng)
+    kind = schema.get("type")
+    kind = kind[0] if isinstance(kind, list) else kind
+    if kind == "object" or "properties" in schema:
+        return {name: _instance(sub, defs, rng) for name, sub in schema.get("properties", {}).items()}
+    if kind == "array":
+        return [_instance(schema.get("items", {}), defs, rng)]
+    return {"boolean": rng.random() < 0.5, "integer": rng.randrange(10), "number": round(rng.random(), 4),
+            "null": None}.get(kind, "x")
+
+
+def openai_chat(model: str = "fake-chat") -> Responder:
+    """An OpenAI-compatible Chat Completions server's replies: the content is a JSON object filling
+    ``response_format.json_schema.schema`` (each ``enum`` picked from the request's content), or
+    "OK" without a schema; usage counts about 4 characters per token."""
+
+    def respond(payload: dict) -> dict:
+        seed = content_seed(payload, model)
+        rng = random.Random(seed)
+        fmt = payload.get("response_format") or {}
+        schema = (fmt.get("json_schema") or {}).get("schema") if fmt.get("type") == "json_schema" else None
+        if schema is not None:
+            content = orjson.dumps(_instance(schema, schema.get("$defs", schema.get("definitions", {})), rng)).decode()
+        else:
+            content = "OK"
+        prompt = sum(len(str(m.get("content", ""))) for m in payload.get("messages", [])) // 4 + 4
+        completion = len(content) // 4 + 1
+        return {"id": f"chatcmpl-{seed:016x}", "object": "chat.completion", "created": 0,
+                "model": payload.get("model", model),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                             "finish_reason": "stop", "logprobs": None}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                          "total_tokens": prompt + completion}}
+
+    return respond
+
+
+# POST path -> responder factory(model). The lead plugs further wire formats in here.
+ROUTES: dict[str, Callable[[str], Responder]] = {
+    "/v1/systemone": systemone,
+    "/v1/chat/completions": openai_chat,
+}
+
+
+@dataclass
+class Faults:
+    """Probabilities (0-1) of each injected fault per request, and the wait a 429 states
+    (``retry_after``: as in the ``"429:<wait>"`` behaviour, e.g. ``"0.02"``, ``"date:1"``, ``"ms:20"``,
+    ``"reset:20ms"``; ``""`` for none). ``hang`` is a timeout: no reply until the client gives up."""
+
+    rate_limit: float = 0.0
+    server_error: float = 0.0
+    hang: float = 0.0
+    reset: float = 0.0
+    malformed: float = 0.0
+    retry_after: str = "0.02"
+
+    def draw(self, rng: random.Random) -> str:
+        u = rng.random()
+        for behaviour, p in ((f"429:{self.retry_after}" if self.retry_after else "429", self.rate_limit),
+                             ("5xx", self.server_error), ("hang", self.hang), ("reset", self.reset),
+                             ("malformed", self.malformed)):
+            if u < p:
+                return behaviour
+            u -= p
+        return "ok"
+
+
+def _latency(spec: str, rng: random.Random) -> float:
+    kind, _, rest = spec.partition(":")
+    if not rest:
+        return float(kind)
+    args = [float(a) for a in rest.split(":")]
+    if kind == "fixed":
+        return args[0]
+    if kind == "uniform":
+        return rng.uniform(args[0], args[1])
+    if kind == "lognormal":
+        return args[0] * math.exp(rng.gauss(0, args[1]))
+    if kind == "exp":
+        return rng.expovariate(1 / args[0])
+    raise ValueError(f"unknown latency distribution {spec!r}")
+
+
+def _wait_headers(spec: str) -> dict[str, str]:
+    """The headers of a 429 stating ``spec`` (see ``Faults.retry_after``)."""
+    kind, _, arg = spec.partition(":")
+    if not spec:
+        return {}
+    if kind == "date":
+        return {"Retry-After": formatdate(time.time() + float(arg), usegmt=True)}
+    if kind == "ms":
+        return {"retry-after-ms": arg}
+    if kind == "reset":
+        return {"x-ratelimit-reset-requests": arg, "x-ratelimit-remaining-requests": "0"}
+    return {"Retry-After": spec}
+
+
+class FakeProvider:
+    """The server (see the module docstring). ``url`` is set once started; ``stats()`` returns the counters."""
+
     def __init__(self, script: list[str] | None = None, default: str = "ok", model: str = "fake-decider",
-                 p_first: float = 0.7, p_yes: float = 0.8):
+                 p_first: float | None = 0.7, p_yes: float | None = 0.8, *, seed: int = 0, latency: str = "0",
+                 faults: Faults | dict | None = None, rpm: float | None = None, burst: float | None = None,
+                 rate_headers: bool = True, hang_s: float = 30.0, record: bool = True,
+                 routes: dict[str, Responder] | None = None, route_factories: dict[str, str] | None = None):
         self.script = deque(script or [])
-        self.default, self.model, self.p_first, self.p_yes = default, model, p_first, p_yes
+        self.default, self.model, self.seed, self.latency = default, model, seed, latency
+        self.faults = Faults(**faults) if isinstance(faults, dict) else faults
+        self.rpm, self.rate_headers, self.hang_s, self.record = rpm, rate_headers, hang_s, record
+        self.burst = burst if burst is not None else (max(1.0, rpm / 60) if rpm else 1.0)
+        self.routes: dict[str, Responder] = {path: factory(model) for path, factory in ROUTES.items()}
+        self.routes["/v1/systemone"] = systemone(model, p_first, p_yes)
+        for path, ref in (route_factories or {}).items():
+            module, _, name = ref.partition(":")
+            self.routes[path] = getattr(importlib.import_module(module), name)(model)
+        self.routes.update(routes or {})
         self.requests: list[tuple[float, dict]] = []
         self.headers: list[dict[str, str]] = []
+        self.counts: Counter[str] = Counter()
+        self._arrived: Counter[bytes] = Counter()
+        self._answered: Counter[bytes] = Counter()
+        self._concurrent = 0
+        self._bucket_at = 0.0  # token bucket as a theoretical arrival time (GCRA)
         self._runner: web.AppRunner | None = None
         self.url = ""
 
-    def answer(self, payload: dict) -> dict:
-        answers = {}
-        for name, q in payload["questions"].items():
-            if q["type"] == "choice":
-                options = list(q["criteria"])
-                rest = round((1 - self.p_first) / (len(options) - 1), 4)
-                probs = {o: (self.p_first if i == 0 else rest) for i, o in enumerate(options)}
-                answers[name] = {"type": "choice", "choice": options[0], "probabilities": probs, "confidence": 0.5}
-            else:
-                answers[name] = {"type": "noul", "noul": self.p_yes}
-        return {"model": self.model, "answers": answers, "usage": {"input_tokens": 10, "output_tokens": 1},
-                "latency_ms": 1.0}
+    # ---- behaviour ------------------------------------------------------------------------------
+    def _admit(self) -> float:
+        """0 when the rate limit lets this request in (and counts it), else seconds until it would."""
+        now = time.monotonic()
+        interval = 60.0 / self.rpm
+        at = max(self._bucket_at, now)
+        wait = at - now - (self.burst - 1) * interval
+        if wait > 1e-9:
+            return wait
+        self._bucket_at = at + interval
+        return 0.0
+
+    def _rate_headers(self, wait: float | None) -> dict[str, str]:
+        if not (self.rpm and self.rate_headers):
+            return {}
+        h = {"x-ratelimit-limit-requests": f"{self.rpm:g}"}
+        if wait is not None:
+            h |= {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": f"{max(1, round(wait * 1000))}ms"}
+        return h
+
+    async def _reply(self, request: web.Request, key: bytes, body: bytes, status: int = 200,
+                     headers: dict[str, str] | None = None, kind: str = "ok") -> web.StreamResponse:
+        """Write a reply out whole; count it as ``kind`` only if it was (else as ``aborted``)."""
+        resp = web.Response(body=body, status=status, content_type="application/json", headers=headers)
+        try:
+            await resp.prepare(request)
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):
+            self.counts["aborted"] += 1
+            return resp
+        self.counts[kind] += 1
+        if kind == "ok":
+            self._answered[key] += 1
+        return resp
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
-        payload = orjson.loads(await request.read())
-        self.requests.append((time.monotonic(), payload))
-        self.headers.append(dict(request.headers))
-        behaviour = self.script.popleft() if self.script else self.default
-        kind, _, arg = behaviour.partition(":")
-        if kind == "ok":
-            return web.json_response(self.answer(payload))
-        if kind == "429":
-            headers = {"Retry-After": arg} if arg else {}
-            return web.json_response({"error": "rate limited"}, status=429, headers=headers)
-        if kind.isdigit():
-            return web.json_response({"error": f"injected {kind}"}, status=int(kind))
-        if kind == "malformed":
-            return web.Response(body=b"<html>upstream error", content_type="text/html")
-        if kind == "sleep":
-            await asyncio.sleep(float(arg))
-            return web.json_response(self.answer(payload))
-        if kind == "drop":
-            request.transport.close()
-            return web.Response()
-        raise ValueError(f"unknown behaviour {behaviour!r}")
+        self._concurrent += 1
+        self.counts["peak_concurrency"] = max(self.counts["peak_concurrency"], self._concurrent)
+        try:
+            return await self._handle(request)
+        finally:
+            self._concurrent -= 1
 
-    async def _get(self, request: web.Request) -> web.Response:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        self.counts["arrivals"] += 1
+        try:
+            payload = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return await self._reply(request, b"", b'{"error": "request body is not JSON"}', 400, kind="fatal")
+        if self.record:
+            self.requests.append((time.monotonic(), payload))
+            self.headers.append(dict(request.headers))
+        key = hashlib.sha256(raw).digest()
+        self._arrived[key] += 1
+        rng = random.Random(f"{self.seed}:{key.hex()}:{self._arrived[key]}")
+        if self.rpm and (wait := self._admit()) > 0:
+            headers = {"Retry-After": f"{wait:.3f}"} | self._rate_headers(wait)
+            return await self._reply(request, key, b'{"error": "rate limit exceeded"}', 429, headers, "rate_limited")
+        if self.script:
+            behaviour = self.script.popleft()
+        elif self.faults is not None:
+            behaviour = self.faults.draw(rng)
+            if behaviour == "ok":
+                behaviour = self.default
+        else:
+            behaviour = self.default
+        kind, _, arg = behaviour.partition(":")
+        if kind == "429":
+            headers = _wait_headers(arg) | self._rate_headers(None)
+            return await self._reply(request, key, b'{"error": "rate limited"}', 429, headers, "rate_limited")
+        if kind == "reset":
+            self.counts["reset"] += 1
+            sock = request.transport.get_extra_info("socket") if request.transport else None
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                request.transport.abort()
+            return web.Response()
+        if kind == "drop":
+            self.counts["drop"] += 1
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response()
+        if kind == "hang":
+            self.counts["hang"] += 1
+            deadline = time.monotonic() + self.hang_s
+            while time.monotonic() < deadline and request.transport is not None and not request.transport.is_closing():
+                await asyncio.sleep(0.02)
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response()
+        delay = float(arg) if kind == "sleep" else _latency(self.latency, rng)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if kind == "5xx" or kind.isdigit():
+            status = rng.choice((500, 502, 503)) if kind == "5xx" else int(kind)
+            return await self._reply(request, key, orjson.dumps({"error": f"injected {status}"}), status,
+                                     kind="server_error" if status >= 500 else "fatal")
+        responder = self.routes.get(request.path)
+        if responder is None:
+            return await self._reply(request, key, b'{"error": "no such route"}', 404, kind="fatal")
+        reply = orjson.dumps(responder(payload))
+        if kind == "malformed":
+            body = rng.choice((b"<html><body>502 upstream error</body></html>", reply[: len(reply) // 2]))
+            return await self._reply(request, key, body, kind="malformed")
+        if kind not in ("ok", "sleep"):
+            raise ValueError(f"unknown behaviour {behaviour!r}")
+        return await self._reply(request, key, reply, headers=self._rate_headers(None) or None)
+
+    async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "model": self.model})
 
-    async def __aenter__(self) -> FakeSystemOne:
-        app = web.Application()
-        app.router.add_post("/v1/systemone", self._post)
-        app.router.add_get("/health", self._get)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+    def stats(self) -> dict[str, int]:
+        """The counters (see the module docstring)."""
+        out = {k: 0 for k in ("arrivals", "ok", "aborted", "rate_limited", "server_error", "hang", "reset",
+                              "drop", "malformed", "fatal", "peak_concurrency")}
+        out.update(self.counts)
+        out["keys_ok"] = len(self._answered)
+        out["duplicates"] = sum(n - 1 for n in self._answered.values())
+        return out
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats())
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    async def __aenter__(self) -> FakeProvider:
+        await self.start()
         return self
+
+    async def start(self, port: int = 0) -> None:
+        app = web.Application(client_max_size=64 << 20)
+        for path in self.routes:
+            app.router.add_post(path, self._post)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/stats", self._stats)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port, backlog=1024)
+        await site.start()
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
 
     async def __aexit__(self, *exc: object) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+            self._runner = None
+
+
+class InProcess(SystemOne):
+    """A System One adapter answered by ``systemone(model)`` in-process, without HTTP: the runner's own
+    cost, for benchmarks of a million requests (``InProcess(ModelSpec("systemone", "m"))``)."""
+
+    own_timeout = True  # answers at once
+
+    async def start(self) -> None:
+        self._respond = systemone(self.model or "fake-decider", None, None)
+
+    async def close(self) -> None:
+        return None
+
+    async def send(self, request: Request) -> bytes:
+        return orjson.dumps(self._respond(orjson.loads(request.body)))
+
+
+@dataclass
+class Served:
+    """A provider running in its own process: ``url``, ``stats()`` (over HTTP), ``process``."""
+
+    url: str
+    process: subprocess.Popen
+    config: dict = field(default_factory=dict)
+
+    def stats(self) -> dict[str, int]:
+        with urllib.request.urlopen(f"{self.url}/stats", timeout=10) as resp:  # 127.0.0.1 only
+            return orjson.loads(resp.read())
+
+
+@contextlib.contextmanager
+def serve(**config: object) -> Iterator[Served]:
+    """Run ``FakeProvider(**config)`` in its own process (JSON-able options only; plug wire formats in
+    with ``route_factories={path: "module:factory"}``) and stop it on exit."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--config", orjson.dumps(config).decode()],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root, env=env)
+    try:
+        line = proc.stdout.readline().decode().strip()
+        if not line.startswith("http://"):
+            raise RuntimeError(f"the fake provider did not start (said {line!r})")
+        yield Served(line, proc, dict(config))
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def _main(config: dict, port: int) -> None:
+    server = FakeProvider(**config)
+    await server.start(port)
+    print(server.url, flush=True)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.buffer.read)  # until the parent closes our stdin
+    await server.__aexit__()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m tests.fake_provider", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="{}", help="FakeProvider options as JSON")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--route", action="append", default=[], metavar="PATH=module:factory",
+                   help="serve another wire format at PATH")
+    args = p.parse_args()
+    config = orjson.loads(args.config)
+    for item in args.route:
+        path, _, ref = item.partition("=")
+        config.setdefault("route_factories", {})[path] = ref
+    import uvloop
+
+    uvloop.run(_main(config, args.port))
+
+
+if __name__ == "__main__":
+    main()

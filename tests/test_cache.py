@@ -1,13 +1,17 @@
 """The content-addressed cache: what counts as cached, durability of appended rows, recovery."""
 from __future__ import annotations
 
+import hashlib
 import os
+import random
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import orjson
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from adapters import Request
@@ -148,3 +152,94 @@ def test_two_writers_on_one_cache(tmp_path: Path):
     assert [p.wait() for p in procs] == [0, 0]
     frame = Cache(tmp_path).scan().collect()
     assert frame.height == 4000 and frame["key"].n_unique() == 4000
+
+
+def test_logs_roll_over_into_shards_and_every_row_stays_visible(tmp_path: Path):
+    with Cache(tmp_path, roll_rows=10) as cache:
+        for i in range(35):
+            cache.append(row(f"k{i}", created_at=float(i)))
+            assert cache.scan().select("key").collect().height == i + 1  # never a row missing mid-compaction
+        assert cache.has_many([f"k{i}" for i in range(35)] + ["absent"]) == [True] * 35 + [False]
+    assert list(tmp_path.glob("wal/*")) == []
+    assert sorted(pl.read_parquet(s).height for s in tmp_path.glob("shards/*.parquet")) == [5, 10, 10, 10]
+    again = Cache(tmp_path)
+    assert len(again) == 35 and again.scan().collect()["key"].n_unique() == 35
+
+
+def test_key_index_merges_batches_and_the_newest_row_wins(monkeypatch: pytest.MonkeyPatch):
+    from cache import index
+
+    monkeypatch.setattr(index, "MERGE_AT", 3)
+    keys = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(7)]
+    idx = index.KeyIndex()
+    for k in keys:
+        idx.set(k, index.CODE_TRANSIENT)
+    idx.set(keys[0], index.CODE_OK)  # after its first row was merged into the arrays
+    idx.set("not-hex", index.CODE_FATAL)
+    assert len(idx) == 8
+    expected = [index.CODE_OK] + [index.CODE_TRANSIENT] * 6 + [index.CODE_FATAL, index.ABSENT]
+    probe = keys + ["not-hex", "a" * 64]
+    assert [idx.get(k) for k in probe] == expected
+    assert idx.get_many(probe).tolist() == expected
+
+
+def test_a_corrupt_log_line_is_skipped_and_the_log_set_aside(tmp_path: Path):
+    (tmp_path / "wal").mkdir()
+    lines = [orjson.dumps(row(k)) for k in ("a", "b", "c")]
+    lines[1] = lines[1][:40] + b"\x00garbage" + lines[1][40:]
+    (tmp_path / "wal" / "1-1-dead.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    cache = Cache(tmp_path)
+    assert [cache.has(k) for k in "abc"] == [True, False, True]
+    assert any("line 2 is corrupt" in w for w in cache.warnings)
+    assert list(tmp_path.glob("wal/*")) == [] and len(list(tmp_path.glob("quarantine/1-1-dead.jsonl.*"))) == 1
+    assert sorted(cache.scan().collect()["key"].to_list()) == ["a", "c"]
+
+
+def test_verify_sets_aside_a_shard_damaged_outside_the_index_columns(tmp_path: Path):
+    with Cache(tmp_path) as cache:
+        for i in range(50):
+            cache.append(row(f"k{i}", request_body="x" * (100 + i)))
+    (shard,) = tmp_path.glob("shards/*.parquet")
+    meta = pq.ParquetFile(shard).metadata.row_group(0)
+    body = next(meta.column(c) for c in range(meta.num_columns) if meta.column(c).path_in_schema == "request_body")
+    data = bytearray(shard.read_bytes())
+    data[body.data_page_offset + 20: body.data_page_offset + 60] = b"\x00" * 40
+    shard.write_bytes(bytes(data))
+    cache = Cache(tmp_path)  # start-up reads only the index columns: they are intact
+    assert cache.has("k0") and cache.warnings == []
+    with pytest.raises(pl.exceptions.PolarsError):
+        cache.scan().collect()
+    assert cache.verify() == 1
+    assert list(tmp_path.glob("shards/*.parquet")) == [] and len(list(tmp_path.glob("quarantine/*"))) == 1
+    assert Cache(tmp_path).has("k0") is False
+
+
+APPENDER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    from cache import Cache
+    from tests.test_cache import row
+    cache = Cache({path!r}, roll_rows=40)
+    for i in range(100_000):
+        key = f"{{sys.argv[1]}}-{{i}}"
+        cache.append(row(key, request_body="x" * 2000))
+        print(key, flush=True)
+""")
+
+
+def test_rows_appended_survive_kills_at_random_moments_while_logs_roll_and_compact(tmp_path: Path):
+    root = str(Path(__file__).parents[1])
+    rng = random.Random(11)
+    appended: list[str] = []
+    for run in range(4):
+        proc = subprocess.Popen([sys.executable, "-c", APPENDER.format(root=root, path=str(tmp_path)), f"r{run}"],
+                                stdout=subprocess.PIPE)
+        for _ in range(rng.randrange(60, 400)):
+            appended.append(proc.stdout.readline().decode().strip())
+        proc.kill()
+        proc.wait()
+        cache = Cache(tmp_path)  # recovers the killed writer's logs
+        assert all(cache.has_many(appended))  # every row whose append had returned
+        keys = cache.scan().select("key").collect()["key"]
+        assert keys.n_unique() == keys.len()  # and none twice
+    assert list(tmp_path.glob("wal/*.jsonl")) == []

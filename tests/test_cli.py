@@ -10,7 +10,7 @@ import pytest
 
 from runner.cli import main
 
-from .conftest import REAL_DATA, requires_real_data
+from .conftest import REAL_DATA, requires_real_data, without_requests
 
 MODEL = "embedded:sparrow-nano-general-v1.1"
 
@@ -21,10 +21,6 @@ def dxi(*args: str) -> int:
 
 def summary(out: Path) -> dict:
     return orjson.loads((out / "summary.json").read_bytes())
-
-
-def without_requests(s: dict) -> dict:
-    return {**s, "models": [{k: v for k, v in m.items() if k != "requests"} for m in s["models"]]}
 
 
 def drop_rows(cache_dir: Path, n: int) -> list[str]:

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 import polars as pl
 import pytest
 
@@ -18,7 +19,7 @@ from cache import Cache
 from evals import Suite, discover
 from runner.run import run
 
-from .fake_provider import FakeSystemOne
+from .fake_provider import FakeProvider
 
 FAST = Limits(max_in_flight=4, attempt_timeout_s=5, max_attempts=4, backoff_s=0.01, max_wait_s=5)
 
@@ -37,28 +38,36 @@ async def run_model(model: str, data_dir: Path, cache_dir: Path, limits: Limits 
 
 
 async def test_success_parses_answers_usage_and_learns_the_model_name(data_dir: Path, tmp_path: Path):
-    async with FakeSystemOne() as server:
+    async with FakeProvider() as server:
         adapter, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c", limit=None)
     assert adapter.label == "systemone:fake-decider"
     assert (stats.sent, stats.ok, stats.attempts) == (3, 3, 3)
     first = rows.row(0, named=True)
-    assert (first["status"], first["input_tokens"], first["output_tokens"], first["served_model"]) == ("ok", 10, 1, "fake-decider")
+    state = orjson.loads(first["request_body"])["state"]  # the fake counts len(state) // 4 + 8 per question
+    assert (first["status"], first["input_tokens"], first["output_tokens"], first["served_model"]) == (
+        "ok", len(state) // 4 + 8, 1, "fake-decider")
     assert first["answers"][0]["predicted"] == "A" and first["answers"][0]["p_predicted"] == 0.7
     assert server.requests[0][1]["model"] == "fake-decider"
 
 
-async def test_retry_after_is_honoured(data_dir: Path, tmp_path: Path):
-    async with FakeSystemOne(script=["429:1"]) as server:
+@pytest.mark.parametrize(("behaviour", "at_least"), [
+    ("429:1", 1.0),               # Retry-After: 1
+    ("429:date:2", 1.0),          # Retry-After: an HTTP date 2 s ahead (whole seconds: 1 to 2 s from now)
+    ("429:ms:1200", 1.2),         # retry-after-ms: 1200
+    ("429:reset:1s500ms", 1.5),   # x-ratelimit-reset-requests: 1s500ms, remaining 0
+])
+async def test_retry_after_is_honoured(data_dir: Path, tmp_path: Path, behaviour: str, at_least: float):
+    async with FakeProvider(script=[behaviour]) as server:
         _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
     (t0, _), (t1, _) = server.requests
-    assert t1 - t0 >= 1.0  # the server's number, not the 0.01 s backoff
+    assert t1 - t0 >= at_least  # the server's number, not the 0.01 s backoff
     assert (stats.attempts, stats.rate_limited, stats.ok) == (2, 1, 1)
     assert rows["attempts"].to_list() == [2]
 
 
 @pytest.mark.parametrize("script", [["500", "503"], ["malformed"], ["drop"], ["429"]])
 async def test_transient_failures_are_retried(data_dir: Path, tmp_path: Path, script: list[str]):
-    async with FakeSystemOne(script=list(script)) as server:
+    async with FakeProvider(script=list(script)) as server:
         _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
     assert len(server.requests) == len(script) + 1
     assert (stats.ok, stats.attempts) == (1, len(script) + 1)
@@ -67,13 +76,13 @@ async def test_transient_failures_are_retried(data_dir: Path, tmp_path: Path, sc
 
 async def test_timeout_is_retried(data_dir: Path, tmp_path: Path):
     limits = Limits(max_in_flight=1, attempt_timeout_s=0.3, max_attempts=2, backoff_s=0.01)
-    async with FakeSystemOne(script=["sleep:2"]) as server:
+    async with FakeProvider(script=["sleep:2"]) as server:
         _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c", limits)
     assert (stats.ok, stats.attempts) == (1, 2)
 
 
 async def test_a_400_fails_fast_and_is_kept_unless_asked(data_dir: Path, tmp_path: Path):
-    async with FakeSystemOne(default="400") as server:
+    async with FakeProvider(default="400") as server:
         _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
         assert len(server.requests) == 1  # no retry
         row = rows.row(0, named=True)
@@ -87,7 +96,7 @@ async def test_a_400_fails_fast_and_is_kept_unless_asked(data_dir: Path, tmp_pat
 
 
 async def test_retries_run_out_then_the_next_run_asks_again(data_dir: Path, tmp_path: Path):
-    async with FakeSystemOne(default="503") as server:
+    async with FakeProvider(default="503") as server:
         _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
         assert len(server.requests) == FAST.max_attempts
         assert (stats.failed, rows["error_kind"].to_list()) == (1, ["transient"])
@@ -99,7 +108,7 @@ async def test_retries_run_out_then_the_next_run_asks_again(data_dir: Path, tmp_
 async def test_api_key_is_sent_but_never_stored(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     secret = "sk-test-do-not-store-0123456789"
     monkeypatch.setenv("SYSTEMONE_API_KEY", secret)
-    async with FakeSystemOne(script=["401"]) as server:
+    async with FakeProvider(script=["401"]) as server:
         _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
     assert server.headers[0]["Authorization"] == f"Bearer {secret}"
     assert stats.failed == 1 and "check the API key" in rows["error"][0]

@@ -1,0 +1,157 @@
+"""``dxi run`` in its own process against the fault-injecting provider: Ctrl-C, two runs on one cache, an
+all-cached rerun, a damaged shard, and a 429 storm. The provider counts what it sent, so each test can
+say exactly which requests were sent again and why."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+import polars as pl
+
+import adapters
+from adapters import Limits
+from cache import Cache
+from evals import Suite, discover
+from runner.run import run
+
+from .conftest import DXI, without_requests
+from .fake_provider import FakeProvider, serve
+from .synthetic import data_dir
+
+
+def dxi_run(url: str, data: Path, cache: Path, out: Path, *extra: str) -> list[str]:
+    return [DXI, "run", "--model", f"systemone:fake@{url}", "--data-dir", str(data), "--cache-dir", str(cache),
+            "--out", str(out), "-q", *extra]
+
+
+def summary(out: Path) -> dict:
+    return orjson.loads((out / "summary.json").read_bytes())
+
+
+def test_ctrl_c_stops_cleanly_keeps_what_arrived_and_the_rerun_completes(tmp_path: Path):
+    tasks, in_flight = 1500, 16
+    data = data_dir(tmp_path / "data", tasks)
+    cache = tmp_path / "cache"
+    with serve(model="fake", p_first=None, p_yes=None, record=False, latency="0.02") as server:
+        cmd = dxi_run(server.url, data, cache, tmp_path / "out", "--max-in-flight", str(in_flight))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        while server.stats()["ok"] < 300:
+            assert proc.poll() is None, "the run ended before it could be interrupted"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=60)
+        at_stop = server.stats()
+        assert proc.returncode == 130
+        assert b"Interrupted" in stdout and b"rerun the same command" in stdout
+        assert list(cache.glob("wal/*.jsonl")) == []  # flushed and compacted on the way out
+        kept = Cache(cache).scan().collect()
+        assert kept["key"].n_unique() == kept.height >= 300 - in_flight
+        assert at_stop["keys_ok"] - kept.height <= in_flight  # a reply not kept was still in flight
+        assert subprocess.run(cmd, timeout=120).returncode == 0
+        after = server.stats()
+    requests = summary(tmp_path / "out")["models"][0]["requests"]
+    assert (requests["sent"], requests["cache_hits"]) == (tasks - kept.height, kept.height)
+    assert after["arrivals"] - at_stop["arrivals"] == tasks - kept.height  # no fault injected: one each
+    assert Cache(cache).scan().collect().height == tasks
+
+
+def test_two_runs_at_once_share_one_cache_and_a_third_sends_nothing(tmp_path: Path):
+    tasks = 800
+    data = data_dir(tmp_path / "data", tasks)
+    cache = tmp_path / "cache"
+    with serve(model="fake", p_first=None, p_yes=None, record=False, latency="0.005") as server:
+        procs = [subprocess.Popen(dxi_run(server.url, data, cache, tmp_path / f"out{i}")) for i in range(2)]
+        assert [p.wait(120) for p in procs] == [0, 0]
+        both = server.stats()
+        with Cache(cache) as c:
+            assert c.warnings == []
+            rows = c.scan().collect()
+        assert rows["key"].n_unique() == tasks
+        assert rows.height == both["ok"]  # every reply either run received is in the cache
+        assert without_requests(summary(tmp_path / "out0")) == without_requests(summary(tmp_path / "out1"))
+        assert subprocess.run(dxi_run(server.url, data, cache, tmp_path / "out2"), timeout=120).returncode == 0
+        assert server.stats()["arrivals"] == both["arrivals"]  # all cached: not one request
+    requests = summary(tmp_path / "out2")["models"][0]["requests"]
+    assert (requests["sent"], requests["cache_hits"]) == (0, tasks)
+    assert without_requests(summary(tmp_path / "out2")) == without_requests(summary(tmp_path / "out0"))
+
+
+def test_a_damaged_shard_is_set_aside_and_only_its_requests_are_sent_again(tmp_path: Path):
+    data = data_dir(tmp_path / "data", 300)
+    cache = tmp_path / "cache"
+    with serve(model="fake", p_first=None, p_yes=None, record=False) as server:
+        assert subprocess.run(dxi_run(server.url, data, cache, tmp_path / "first", "--limit", "100")).returncode == 0
+        assert subprocess.run(dxi_run(server.url, data, cache, tmp_path / "full")).returncode == 0
+        first_shard = sorted(cache.glob("shards/*.parquet"))[0]
+        assert pl.read_parquet(first_shard).height == 100
+        first_shard.write_bytes(first_shard.read_bytes()[:-100])  # cut off its end, as a full disk would
+        before = server.stats()["arrivals"]
+        again = subprocess.run(dxi_run(server.url, data, cache, tmp_path / "again"), capture_output=True)
+        assert again.returncode == 0
+        assert server.stats()["arrivals"] - before == 100  # exactly the lost requests
+    assert b"is unreadable" in again.stderr and b"quarantine" in again.stderr
+    assert len(list(cache.glob("quarantine/*.parquet.*"))) == 1
+    assert without_requests(summary(tmp_path / "again")) == without_requests(summary(tmp_path / "full"))
+
+
+async def test_a_429_storm_does_not_become_a_retry_storm(tmp_path: Path):
+    """A provider allowing 120 requests a minute (one every 0.5 s, bursts of 2), hit by 8 requests at once, twice: once
+    stating its limit in x-ratelimit headers, once not. A client retrying each 429 after its small backoff
+    (10 ms) would get ~50 429s per request; the runner pauses on each 429's Retry-After, narrows its
+    window, and (when told) paces itself at the stated rate."""
+    data = data_dir(tmp_path / "data", 12)
+    limits = Limits(max_in_flight=8, max_attempts=20, backoff_s=0.01, attempt_timeout_s=10)
+    counts = {}
+    for stated in (True, False):
+        async with _provider(rpm=120, burst=2, rate_headers=stated) as server:
+            adapter = adapters.get(f"systemone:fake@{server.url}", limits)
+            await adapter.start()
+            with Cache(tmp_path / f"cache-{stated}") as cache:
+                stats = (await run([adapter], Suite(discover(data), evals=("when2call",)), cache))[adapter.label]
+            await adapter.close()
+            counts[stated] = server.stats()
+            assert stats.ok == 12 and stats.rate_limited == counts[stated]["rate_limited"]
+    assert counts[True]["rate_limited"] <= 8  # the first burst (8 - 2 let through) and no more than 2 after
+    assert counts[False]["rate_limited"] <= 3 * 12  # a few 429s per reply at most, not dozens (~18 here)
+
+
+def _provider(**config: object) -> FakeProvider:
+    return FakeProvider(model="fake", p_first=None, p_yes=None, **config)
+
+
+async def test_a_token_budget_spaces_requests_by_the_usage_replies_report(tmp_path: Path):
+    """100 tokens a second, one request at a time: each request books its estimated tokens, corrected to
+    the usage its reply reports before the next is booked, so request i+1 cannot reach the provider
+    sooner than (tokens used by request i) / 100 s after request i."""
+    data = data_dir(tmp_path / "data", 6)
+    limits = Limits(max_in_flight=1, tpm=6000, attempt_timeout_s=10)
+    async with _provider() as server:
+        adapter = adapters.get(f"systemone:fake@{server.url}", limits)
+        await adapter.start()
+        with Cache(tmp_path / "cache") as cache:
+            await run([adapter], Suite(discover(data), evals=("when2call",)), cache)
+            rows = cache.scan().collect()
+        await adapter.close()
+    arrivals = [t for t, _ in server.requests]
+    used = {orjson.loads(r["request_body"])["state"]: r["input_tokens"] + r["output_tokens"] for r in rows.to_dicts()}
+    spent = [used[payload["state"]] for _, payload in server.requests]
+    assert len(arrivals) == 6 and min(spent) > 30
+    for i in range(5):  # gaps of 0.3 to 1.4 s; unpaced they would be milliseconds. The slack covers the time
+        assert arrivals[i + 1] - arrivals[i] >= spent[i] / 100 - 0.05  # from booking to the provider's clock
+
+
+async def test_a_request_two_tasks_share_is_sent_once(tmp_path: Path):
+    data = data_dir(tmp_path / "data", 3)
+    path = data / "when2call" / "when2call_test_mcq.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(lines[0] + lines[1] + lines[0] + lines[2] + lines[0])  # row 1 three times: one request
+    async with _provider() as server:
+        adapter = adapters.get(f"systemone:fake@{server.url}", Limits(max_in_flight=4))
+        await adapter.start()
+        with Cache(tmp_path / "cache") as cache:
+            stats = (await run([adapter], Suite(discover(data), evals=("when2call",)), cache))[adapter.label]
+        await adapter.close()
+    assert (server.stats()["arrivals"], stats.sent, stats.cache_hits) == (3, 3, 2)
