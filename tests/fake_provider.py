@@ -4,8 +4,9 @@ Wire formats are pluggable. A *responder* is a pure function from the parsed req
 JSON; ``ROUTES`` maps each POST path to a responder factory ``factory(model) -> Responder``:
 
 * ``/v1/systemone``: ``systemone`` (System One decision models, ``shared/PROTOCOLS.md`` §A);
-* ``/v1/chat/completions``: ``openai_chat`` (OpenAI-compatible Chat Completions; fills the
-  ``response_format.json_schema`` schema, picking each ``enum`` deterministically).
+* ``/v1/chat/completions``, ``/v1/messages``, ``/v1/decisions``: the language-model and OpenAI Decisions
+  responders of ``tests.wire_formats`` (OpenAI-compatible Chat Completions, structured or logprob;
+  Anthropic Messages; OpenAI Decisions), as the providers document them.
 
 To serve another format, add a route: ``ROUTES["/v1/messages"] = my_factory`` (every server made
 afterwards has it), or pass ``routes={path: responder}`` to one server, or ``--route PATH=module:factory``
@@ -73,6 +74,8 @@ from aiohttp import web
 from adapters import Request
 from adapters.systemone import SystemOne
 
+from . import wire_formats
+
 Responder = Callable[[dict], dict]
 
 
@@ -114,57 +117,17 @@ def systemone(model: str = "fake-decider", p_first: float | None = None, p_yes: 
     return respond
 
 
-def _instance(schema: dict, defs: dict, rng: random.Random) -> object:
-    """A value matching a (small) JSON Schema: enums picked by ``rng``, objects with every property."""
-    if "$ref" in schema:
-        return _instance(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), defs, rng)
-    if "enum" in schema:
-        return rng.choice(schema["enum"])
-    if "const" in schema:
-        return schema["const"]
-    for combo in ("anyOf", "oneOf"):
-        if combo in schema:
-            return _instance(rng.choice(schema[combo]), defs, rng)
-    kind = schema.get("type")
-    kind = kind[0] if isinstance(kind, list) else kind
-    if kind == "object" or "properties" in schema:
-        return {name: _instance(sub, defs, rng) for name, sub in schema.get("properties", {}).items()}
-    if kind == "array":
-        return [_instance(schema.get("items", {}), defs, rng)]
-    return {"boolean": rng.random() < 0.5, "integer": rng.randrange(10), "number": round(rng.random(), 4),
-            "null": None}.get(kind, "x")
+def wire_format(respond: Callable[[dict], dict]) -> Callable[[str], Responder]:
+    """A responder factory for one of ``tests.wire_formats``' responders (their model is fixed)."""
+    return lambda model: respond
 
 
-def openai_chat(model: str = "fake-chat") -> Responder:
-    """An OpenAI-compatible Chat Completions server's replies: the content is a JSON object filling
-    ``response_format.json_schema.schema`` (each ``enum`` picked from the request's content), or
-    "OK" without a schema; usage counts about 4 characters per token."""
-
-    def respond(payload: dict) -> dict:
-        seed = content_seed(payload, model)
-        rng = random.Random(seed)
-        fmt = payload.get("response_format") or {}
-        schema = (fmt.get("json_schema") or {}).get("schema") if fmt.get("type") == "json_schema" else None
-        if schema is not None:
-            content = orjson.dumps(_instance(schema, schema.get("$defs", schema.get("definitions", {})), rng)).decode()
-        else:
-            content = "OK"
-        prompt = sum(len(str(m.get("content", ""))) for m in payload.get("messages", [])) // 4 + 4
-        completion = len(content) // 4 + 1
-        return {"id": f"chatcmpl-{seed:016x}", "object": "chat.completion", "created": 0,
-                "model": payload.get("model", model),
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                             "finish_reason": "stop", "logprobs": None}],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                          "total_tokens": prompt + completion}}
-
-    return respond
-
-
-# POST path -> responder factory(model). The lead plugs further wire formats in here.
+# POST path -> responder factory(model)
 ROUTES: dict[str, Callable[[str], Responder]] = {
     "/v1/systemone": systemone,
-    "/v1/chat/completions": openai_chat,
+    "/v1/chat/completions": wire_format(wire_formats.openai_chat),
+    "/v1/messages": wire_format(wire_formats.anthropic_messages),
+    "/v1/decisions": wire_format(wire_formats.openai_decisions),
 }
 
 

@@ -7,7 +7,8 @@ import orjson
 
 from adapters.decision import sum_tolerance
 
-from .fake_provider import ROUTES, FakeProvider, Faults, openai_chat, serve, systemone
+from . import wire_formats
+from .fake_provider import ROUTES, FakeProvider, Faults, serve, systemone
 
 QUESTION = {"model": "m", "state": "Which city is in Peru?",
             "questions": {"q": {"type": "choice", "instructions": "Pick one.",
@@ -29,19 +30,24 @@ def test_systemone_answers_are_seeded_by_the_request_and_valid():
     assert fixed["q"]["probabilities"] == {"A": 0.7, "B": 0.15, "C": 0.15} and fixed["harm"]["noul"] == 0.8
 
 
-def test_openai_chat_fills_the_json_schema_enums():
+async def test_the_language_model_formats_are_served_with_faults():
     schema = {"type": "object", "additionalProperties": False, "required": ["q", "harm"],
               "properties": {"q": {"type": "string", "enum": ["A", "B", "C"]},
-                             "harm": {"$ref": "#/$defs/yes_no"}},
-              "$defs": {"yes_no": {"type": "string", "enum": ["yes", "no"]}}}
-    request = {"model": "gpt-x", "messages": [{"role": "user", "content": "Pick."}],
+                             "harm": {"type": "string", "enum": ["yes", "no"]}}}
+    request = {"model": "gpt-x", "messages": [{"role": "user", "content": "Pick one."}],
                "response_format": {"type": "json_schema", "json_schema": {"name": "a", "strict": True, "schema": schema}}}
-    reply = openai_chat("gpt-x")(request)
-    answer = orjson.loads(reply["choices"][0]["message"]["content"])
-    assert list(answer) == ["q", "harm"] and answer["q"] in "ABC" and answer["harm"] in ("yes", "no")
-    assert reply == openai_chat("gpt-x")(request)
-    assert reply["usage"]["total_tokens"] == reply["usage"]["prompt_tokens"] + reply["usage"]["completion_tokens"]
-    assert orjson.loads(openai_chat("gpt-x")({"messages": []})["choices"][0]["message"]["content"].join('""')) == "OK"
+    async with FakeProvider(script=["503"]) as server:
+        async with aiohttp.ClientSession() as client:
+            statuses, bodies = [], []
+            for _ in range(2):
+                async with client.post(server.url + "/v1/chat/completions", json=request) as resp:
+                    statuses.append(resp.status)
+                    bodies.append(await resp.read())
+    assert statuses == [503, 200]
+    reply = orjson.loads(bodies[1])
+    assert reply == wire_formats.openai_chat(request)  # the wire-format responder, served as it is
+    assert orjson.loads(reply["choices"][0]["message"]["content"]) == {"q": "C", "harm": "no"}
+    assert (server.stats()["ok"], server.stats()["server_error"]) == (1, 1)
 
 
 class Draws:
@@ -69,7 +75,7 @@ def test_the_rate_limit_lets_a_burst_through_then_states_the_wait():
 
 
 async def test_routes_are_pluggable_and_the_server_counts_what_it_sent():
-    assert set(ROUTES) >= {"/v1/systemone", "/v1/chat/completions"}
+    assert set(ROUTES) >= {"/v1/systemone", "/v1/chat/completions", "/v1/messages", "/v1/decisions"}
 
     def echo(payload: dict) -> dict:
         return {"echo": payload}
