@@ -155,3 +155,27 @@ async def test_a_request_two_tasks_share_is_sent_once(tmp_path: Path):
             stats = (await run([adapter], Suite(discover(data), evals=("when2call",)), cache))[adapter.label]
         await adapter.close()
     assert (server.stats()["arrivals"], stats.sent, stats.cache_hits) == (3, 3, 2)
+
+
+def test_a_language_model_through_the_same_faults_ends_with_one_valid_row_per_task(tmp_path: Path):
+    """The openai adapter (structured outputs) against the fault-injecting provider's Chat Completions route:
+    10% 429 with Retry-After, 5% 5xx, 2% timeouts, 2% resets, 3% malformed bodies; every task ends with one
+    valid row and the provider answered each request content once."""
+    tasks = 400
+    data = data_dir(tmp_path / "data", tasks, seed=11)
+    faults = {"rate_limit": 0.10, "server_error": 0.05, "hang": 0.02, "reset": 0.02, "malformed": 0.03,
+              "retry_after": "0.01"}
+    with serve(model="fake-chat", record=False, seed=5, faults=faults, hang_s=10) as server:
+        cmd = [DXI, "run", "--model", f"openai:fake-chat@{server.url}/v1", "--data-dir", str(data),
+               "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "-q", "--max-in-flight", "32",
+               "--max-attempts", "12", "--timeout", "0.5", "--backoff", "0.05"]
+        assert subprocess.run(cmd, timeout=300).returncode == 0
+        stats = server.stats()
+    rows = Cache(tmp_path / "cache").scan().collect()
+    assert rows.height == rows["task_id"].n_unique() == tasks
+    assert rows["status"].unique().to_list() == ["ok"]
+    assert (stats["keys_ok"], stats["duplicates"]) == (tasks, 0)
+    assert min(stats[k] for k in ("rate_limited", "server_error", "hang", "reset", "malformed")) > 0
+    m = summary(tmp_path / "out")["models"][0]
+    assert m["model"] == "openai:fake-chat" and m["evals"]["when2call"]["n"] == tasks
+    assert m["evals"]["when2call"]["invalid"] == 0 and m["requests"]["sent"] == tasks
