@@ -109,7 +109,7 @@ def print_estimate(doc: dict, console: Console) -> None:
             console.print(escape(f"  {m['model']}: {m['cost_reason']}"))
         if m["new"]:
             console.print(escape(f"  {m['model']}: tokens from " + ", ".join(f"{b} ({n})" for b, n in m["basis"].items())))
-    console.print("Tokens and cost are expected values (README: \"Cost\"); \"at most\" is what the cost bound "
+    console.print("Tokens and cost are expected values (README: \"The dry run\"); \"at most\" is what the cost bound "
                   "reserves for them: the most they can cost.")
     bound = doc.get("max_cost_usd")
     if bound is not None:
