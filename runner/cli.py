@@ -44,7 +44,7 @@ from evals.wildguardtest import SUBSETS
 
 from .cost import Budget
 from .estimate import Estimate, estimate, totals
-from .plan import Plan, PlanError, selected_evals
+from .plan import Plan, PlanError, selected_evals, suite_from_flags
 from .plan import from_args as plan_from_args
 from .progress import RunProgress
 from .report import print_estimate, print_summary, score, score_all
@@ -232,12 +232,11 @@ def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
     return block
 
 
-def _score_frame(args: argparse.Namespace, cache: Cache) -> tuple[pl.DataFrame, dict, int, Plan | None]:
+def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None) -> tuple[pl.DataFrame, dict, int]:
     """The models to score (``scoring.MODELS_SCHEMA`` frame), their prices and the default epochs: the run
-    file's models under their names, else the ``--model`` flags', else every model in the cache."""
+    file's models (``plan``) under their names, else the ``--model`` flags', else every model in the cache."""
     found = scoring.models_in_cache(cache.scan(), PROMPT_VERSION)
-    if args.run_file is not None:
-        plan = plan_from_args(args)
+    if plan is not None:
         for m in plan.models:
             if not m.adapter.model:  # a System One server that names its model: the one model of its kind cached
                 kinds = found.filter((pl.col("provider") == m.adapter.kind) & (pl.col("params") == m.adapter.params_key))
@@ -246,7 +245,7 @@ def _score_frame(args: argparse.Namespace, cache: Cache) -> tuple[pl.DataFrame, 
                                      f"{kinds.height} {m.adapter.kind} models; set model = NAME in the run file")
                 m.adapter.model = kinds["model"].item()
         plan.check_labels()
-        return plan.models_frame(), plan.prices(), plan.epochs, plan
+        return plan.models_frame(), plan.prices(), plan.epochs
     if args.model:
         wanted = []
         for text in args.model:
@@ -264,7 +263,7 @@ def _score_frame(args: argparse.Namespace, cache: Cache) -> tuple[pl.DataFrame, 
         raise UsageError(f"no models in {args.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
     prices = {label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
               for label, kind in found.select("label", "provider").iter_rows()}
-    return found, prices, args.epochs or 1, None
+    return found, prices, args.epochs or 1
 
 
 def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
@@ -273,12 +272,12 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
     plan = plan_from_args(args) if args.run_file is not None else None
     cache_dir = plan.cache_dir if plan else (args.cache_dir or Path(".dxi-cache"))
     out = plan.out if plan else (args.out or Path("out"))
-    suite = plan.suite if plan else plan_from_args(args).suite
+    suite = plan.suite if plan else suite_from_flags(args)
     if not cache_dir.is_dir():
         raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
     with Cache(cache_dir) as cache:
         args.cache_dir = cache_dir
-        frame, prices, epochs, _ = _score_frame(args, cache)
+        frame, prices, epochs = _score_frame(args, cache, plan)
         if not html:
             summary = score(cache, suite, frame, out, None, epochs, prices)
         else:

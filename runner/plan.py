@@ -169,12 +169,16 @@ def from_args(args: argparse.Namespace) -> Plan:
     if getattr(args, "run_file", None) is not None:
         return _from_file(args, epochs, max_cost)
     models = _from_flags(args, epochs or 1)
+    return Plan(models, suite_from_flags(args), args.data_dir, args.cache_dir or Path(".dxi-cache"),
+                args.out or Path("out"), epochs or 1, max_cost, None)
+
+
+def suite_from_flags(args: argparse.Namespace) -> Suite:
+    """The suite the command line names (no run file): ``--data-dir``, the files, ``--evals``, ``--limit``,
+    ``--exclude``, ``--wildguard-subset``."""
     selected = selected_evals(args.evals) if args.evals else None
-    suite = _suite(args.data_dir, _file_flags(args), [_exclude_item(e) for e in args.exclude], args.limit,
-                   args.wildguard_subset or "agreed", selected)
-    plan = Plan(models, suite, args.data_dir, args.cache_dir or Path(".dxi-cache"), args.out or Path("out"),
-                epochs or 1, max_cost, None)
-    return plan
+    return _suite(args.data_dir, _file_flags(args), [_exclude_item(e) for e in args.exclude], args.limit,
+                  args.wildguard_subset or "agreed", selected)
 
 
 def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
