@@ -23,7 +23,7 @@ from tenacity.wait import wait_exponential_jitter
 from adapters import Adapter, AdapterError, Limits, RateLimited, Reply, Request, Retryable, Transient
 from evals import Task
 
-from .cost import Charge, CostBoundReached
+from .cost import Charge
 from .limits import ProviderLimiter
 
 
@@ -71,8 +71,8 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
     reserved = 0.0
     if charge is not None:
         try:
-            reserved = charge.reserve(adapter, task, request)
-        except CostBoundReached:
+            reserved = await charge.reserve(adapter, task, request)
+        except BaseException:  # CostBoundReached, or cancelled while waiting for room: not sent
             limiter.finish(ticket, False)
             raise
     out.attempts += 1

@@ -21,9 +21,10 @@ that was decoded just as the cancellation came is appended before the worker sto
 
 Models: each is a ``ModelRun`` (or a bare Adapter: its defaults): its own number of epochs, the key of the
 limits it shares (a run file's provider table; default ``Adapter.provider``) and its price. The cost bound
-(``runner.cost``): each attempt reserves its cost bound before it is sent; once a reservation does not fit,
-the feeders hand out nothing more, requests already handed out are not sent (their attempts cannot reserve
-either), the attempts in flight finish and are recorded, and ``run`` returns (``Budget.stopped``).
+(``runner.cost``): each attempt reserves its cost bound before it is sent, waiting for attempts in flight to
+settle when it does not fit; once it cannot fit with nothing in flight, the feeders hand out nothing more,
+requests already handed out are not sent (their attempts cannot reserve either), the attempts in flight
+finish and are recorded, and ``run`` returns (``Budget.stopped``).
 """
 from __future__ import annotations
 

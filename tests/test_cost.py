@@ -1,6 +1,7 @@
 """The cost bound's ledger, the token bounds adapters state, run-file planning errors, the progress line."""
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import orjson
@@ -26,33 +27,37 @@ def test_prices_are_usd_per_million_tokens():
     assert cost_usd(2000, 500, 1000.0, 2000.0) == 3.0  # 2 + 1
 
 
-def test_budget_never_lets_spent_plus_reserved_pass_the_bound():
+async def test_budget_never_lets_spent_plus_reserved_pass_the_bound():
     b = Budget(1.0)
-    assert b.reserve(0.6) == 0.6
+    assert await b.reserve(0.6) == 0.6
+    waiting = asyncio.create_task(b.reserve(0.5))  # 0.6 + 0.5 > 1: waits for the attempt in flight
+    await asyncio.sleep(0)
+    assert not waiting.done() and not b.stopped
+    b.settle(0.6, 0.1)  # it cost 0.1: now 0.1 + 0.5 fits
+    assert await waiting == 0.5 and (b.spent, b.reserved, b.in_flight) == (0.1, 0.5, 1)
+    b.settle(0.5, 0.5)
     with pytest.raises(CostBoundReached):
-        b.reserve(0.5)  # 0.6 + 0.5 > 1
-    assert b.stopped and b.reserved == 0.6
+        await b.reserve(0.41)  # 0.6 spent, nothing in flight: 0.41 can never fit
+    assert b.stopped and b.spent == 0.6 and b.reserved == 0.0
     with pytest.raises(CostBoundReached):
-        b.reserve(0.0)  # once stopped, nothing more is dispatched
-    b.settle(0.6, 0.1)
-    assert (b.spent, b.reserved) == (0.1, 0.0)
+        await b.reserve(0.0)  # once stopped, nothing more is dispatched
     unbounded = Budget()
-    unbounded.reserve(1e9)
+    await unbounded.reserve(1e9)
     assert not unbounded.stopped
 
 
-def test_an_attempt_costs_its_usage_its_reservation_or_nothing():
+async def test_an_attempt_costs_its_usage_its_reservation_or_nothing():
     a = adapters.get("systemone:m@http://127.0.0.1:1")
     request = a.encode(TASK)
     charge = Charge(Budget(100.0), (1000.0, 2000.0))
-    reserved = charge.reserve(a, TASK, request)
+    reserved = await charge.reserve(a, TASK, request)
     # the bound: the body's bytes as input tokens, one output token per System One question
     assert reserved == cost_usd(len(request.body), 2, 1000.0, 2000.0)
     assert charge.settle(reserved, Reply((), 100, 2), None) == cost_usd(100, 2, 1000.0, 2000.0)  # usage
-    assert charge.settle(charge.reserve(a, TASK, request), Reply((), None, None), None) == reserved  # no usage
-    assert charge.settle(charge.reserve(a, TASK, request), None, Transient("timed out")) == reserved  # no reply
-    assert charge.settle(charge.reserve(a, TASK, request), None, RateLimited("429")) == 0.0  # an HTTP error
-    assert charge.settle(charge.reserve(a, TASK, request), None, Fatal("400", 400)) == 0.0
+    assert charge.settle(await charge.reserve(a, TASK, request), Reply((), None, None), None) == reserved  # no usage
+    assert charge.settle(await charge.reserve(a, TASK, request), None, Transient("timed out")) == reserved  # no reply
+    assert charge.settle(await charge.reserve(a, TASK, request), None, RateLimited("429")) == 0.0  # an HTTP error
+    assert charge.settle(await charge.reserve(a, TASK, request), None, Fatal("400", 400)) == 0.0
     assert charge.budget.spent == pytest.approx(cost_usd(100, 2, 1000.0, 2000.0) + 2 * reserved)
     assert charge.budget.reserved == pytest.approx(0.0)
 
