@@ -63,6 +63,9 @@ class Anthropic(HTTPAdapter):
     api_key_env = "ANTHROPIC_API_KEY"
     DEFAULT_PARAMS = {"max_tokens": 1024}
     RESERVED = frozenset({"model", "system", "messages", "tools", "tool_choice"})
+    # Anthropic adds a tool-use system prompt to every request with tools, billed as input; the largest its
+    # pricing page lists is 530 tokens (Claude 3 Opus, tool_choice auto; 313-340 for a forced tool): 600 bounds it.
+    HIDDEN_INPUT_TOKENS = 600
 
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"x-api-key": key}
@@ -80,3 +83,7 @@ class Anthropic(HTTPAdapter):
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_messages(task, body)
+
+    def output_tokens_bound(self, task: Task) -> int | None:
+        """``max_tokens`` (always sent; thinking tokens count within it)."""
+        return llm.token_cap(self.params, "max_tokens")

@@ -122,6 +122,7 @@ class ModelSpec:
     ``params``: sampling parameters (temperature, max tokens, seed, reasoning effort, ... in the provider's
     own names), sent in the request body and part of the cache key. ``options``: settings that do not change
     the answers (the API key's environment variable, a local server's context size), never in the key.
+    ``name``: the model's name in reports (a run file's ``name``); None: ``ADAPTER:MODEL``. Never in the key.
     """
 
     kind: str
@@ -129,6 +130,7 @@ class ModelSpec:
     base_url: str | None = None
     params: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
+    name: str | None = None
 
 
 class Adapter(abc.ABC):
@@ -139,13 +141,17 @@ class Adapter(abc.ABC):
     ``kind``: the adapter name in model strings; ``provider``: the key of the rate limits this adapter's
     requests share (e.g. one per base URL); ``model``: the model's name, part of every cache key;
     ``takes_params``: language-model adapters send sampling parameters, decision formats have none;
-    ``OPTIONS``: the settings (``ModelSpec.options``) the adapter reads.
+    ``OPTIONS``: the settings (``ModelSpec.options``) the adapter reads; ``free``: the model runs on this
+    machine (no bill: its price is 0 unless a run file says otherwise); ``HIDDEN_INPUT_TOKENS``: input tokens
+    a provider adds to every request beyond what the body holds (an upper bound; see ``runner.tokens``).
     """
 
     kind: str = ""
     endpoint: str = ""
     takes_params: bool = False  # whether ModelSpec.params (sampling parameters) reach the request
     OPTIONS: frozenset[str] = frozenset()  # the ModelSpec.options this adapter understands
+    free: bool = False
+    HIDDEN_INPUT_TOKENS: int = 0
     own_timeout: bool = False
     """True when ``send`` itself gives up after ``limits.attempt_timeout_s`` without a reply (raising
     Transient), as the HTTP adapters' sessions do; otherwise the runner times each attempt."""
@@ -162,8 +168,13 @@ class Adapter(abc.ABC):
 
     @property
     def label(self) -> str:
-        """The model's name in reports: ``kind:model``."""
-        return f"{self.kind}:{self.model}"
+        """The model's name in reports: ``ModelSpec.name`` when given, else ``kind:model``."""
+        return self.spec.name or f"{self.kind}:{self.model}"
+
+    def output_tokens_bound(self, task: Task) -> int | None:
+        """An upper bound of the output tokens of one request for ``task`` (what the provider may bill),
+        from the request's own cap (``max_tokens`` and the like); None when nothing caps the reply."""
+        return None
 
     @property
     def provider(self) -> str:

@@ -105,3 +105,13 @@ class Gemini(HTTPAdapter):
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_generate(task, body)
+
+    def output_tokens_bound(self, task: Task) -> int | None:
+        """``maxOutputTokens`` plus ``thinkingConfig.thinkingBudget`` (thoughts are billed as output);
+        None when ``maxOutputTokens`` is unset, or thinking is on without a budget."""
+        cap = llm.token_cap(self.params, "maxOutputTokens")
+        thinking = self.params.get("thinkingConfig")
+        if cap is None or not isinstance(thinking, dict) or "thinkingBudget" not in thinking:
+            return cap
+        budget = llm.token_cap(thinking, "thinkingBudget")
+        return None if budget is None and thinking["thinkingBudget"] != 0 else cap + (budget or 0)

@@ -143,6 +143,7 @@ class _Local:
 
     OPTIONS = frozenset({"ctx_size", "parallel", "threads"})
     api_key_env = ""
+    free = True  # on this machine: nothing is billed
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         name = spec.model or ""

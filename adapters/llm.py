@@ -100,6 +100,15 @@ def logprob_messages(task: Task, question: Question) -> list[dict]:
             {"role": "user", "content": render(task, [question])}]
 
 
+def token_cap(params: Mapping[str, Any], *names: str) -> int | None:
+    """The first of ``names`` in ``params`` that is a non-negative integer (a token cap); None if none is."""
+    for name in names:
+        value = params.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
 def invalid_reply(task: Task, reason: str, input_tokens: int | None = None, output_tokens: int | None = None,
                   served_model: str | None = None) -> Reply:
     """A reply whose every answer is invalid for the same ``reason``."""

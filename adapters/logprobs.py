@@ -91,3 +91,8 @@ class Logprobs(HTTPAdapter):
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_logprobs(task, body, self.n_top)
+
+    def output_tokens_bound(self, task: Task) -> int | None:
+        """``max_tokens`` (default 1) for each question's request."""
+        cap = llm.token_cap(self.params, "max_completion_tokens", "max_tokens")
+        return None if cap is None else cap * len(task.questions)

@@ -81,3 +81,7 @@ class OpenAI(HTTPAdapter):
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_chat(task, body)
+
+    def output_tokens_bound(self, task: Task) -> int | None:
+        """``max_completion_tokens`` (reasoning tokens included), else ``max_tokens``; None when unset."""
+        return llm.token_cap(self.params, "max_completion_tokens", "max_tokens")

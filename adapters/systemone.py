@@ -133,3 +133,8 @@ class SystemOne(Adapter):
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_body(task, body)
+
+    def output_tokens_bound(self, task: Task) -> int | None:
+        """System One servers count one output token per question (Strands Decider; sparrow reports 0):
+        ``shared/PROTOCOLS.md`` §A."""
+        return len(task.questions)

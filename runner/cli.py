@@ -1,26 +1,30 @@
 """``dxi``: run the Decision Index and score it from the cache.
 
-    dxi run    --model MODEL [--model MODEL ...] --data-dir DIR --cache-dir DIR --out DIR
-               [--param KEY=VALUE ...] [--option KEY=VALUE ...]
-    dxi score  [--model MODEL ...]             --data-dir DIR --cache-dir DIR --out DIR
-    dxi report [--model MODEL ...]             --data-dir DIR --cache-dir DIR --out DIR
-    dxi data fetch|check --data-dir DIR        (the evaluation data from the Hugging Face hub)
-    dxi fetch-model [NAME]                     (a local GGUF model for the llamacpp adapters)
+    dxi run      RUN_FILE [--max-cost USD]            (every model of a run file, at once)
+    dxi run      --model MODEL [--model MODEL ...] --data-dir DIR --cache-dir DIR --out DIR
+                 [--param KEY=VALUE ...] [--option KEY=VALUE ...] [--max-cost USD]
+    dxi estimate RUN_FILE | --model MODEL ...         (a dry run: what is not cached, its tokens and cost)
+    dxi score    [RUN_FILE | --model MODEL ...]     --data-dir DIR --cache-dir DIR --out DIR
+    dxi report   [RUN_FILE | --model MODEL ...]     --data-dir DIR --cache-dir DIR --out DIR
+    dxi data fetch|check --data-dir DIR             (the evaluation data from the Hugging Face hub)
+    dxi fetch-model [NAME]                          (a local GGUF model for the llamacpp adapters)
 
-``score`` reads only the cache (and the datasets for gold labels), never the network; with no
-``--model`` it scores every model in the cache. ``report`` does the same and also writes
-``OUT/report.html`` (self-contained) and every table as ``OUT/tables/*.csv`` and ``*.parquet``.
+A run file (``examples/run.toml``) names the providers, models, evaluations and locations; flags given
+beside it override it (``runner.plan``). ``score`` reads only the cache (and the datasets for gold
+labels), never the network; with no run file and no ``--model`` it scores every model in the cache.
+``report`` does the same and also writes ``OUT/report.html`` (self-contained) and every table as
+``OUT/tables/*.csv`` and ``*.parquet``.
 
 Exit codes: 0 done; 1 done but some requests failed (rerun to retry them); 2 bad input (data, model
-string, options), with a message; 130 interrupted (everything that arrived is in the cache: rerun the
-same command to continue).
+string, options, run file), with a message; 3 stopped at the cost bound (everything that arrived is in
+the cache: rerun with a higher bound to continue); 130 interrupted (everything that arrived is in the
+cache: rerun the same command to continue).
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -35,33 +39,40 @@ import adapters
 import scoring
 from adapters import local_models
 from cache import Cache
-from evals import EVALS, PROMPT_VERSION, DatasetError, Exclusions, Suite, discover
+from evals import EVALS, PROMPT_VERSION, DatasetError
 from evals.wildguardtest import SUBSETS
 
+from .cost import Budget
+from .estimate import Estimate, estimate, totals
+from .plan import Plan, PlanError, selected_evals, suite_from_flags
+from .plan import from_args as plan_from_args
 from .progress import RunProgress
-from .report import print_summary, score, score_all
-from .run import Stats, run
+from .report import print_estimate, print_summary, score, score_all
+from .run import ModelRun, Stats, run
 
-EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed without a traceback, exit code 2."""
+EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+UsageError = PlanError  # bad input from the user: printed without a traceback, exit code 2
+
+
+def _common(p: argparse.ArgumentParser, run_file: bool = True) -> None:
+    if run_file:
+        p.add_argument("run_file", nargs="?", type=Path, metavar="RUN_FILE",
+                       help="a run file (TOML; see examples/run.toml): models, providers, evaluations, locations")
     p.add_argument("--data-dir", type=Path, help="folder holding the evaluation files (e.g. ../shared/data)")
-    p.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), help="the response cache (default .dxi-cache)")
-    p.add_argument("--out", type=Path, default=Path("out"), help="where summary.json and answers.parquet go (default out)")
+    p.add_argument("--cache-dir", type=Path, help="the response cache (default .dxi-cache)")
+    p.add_argument("--out", type=Path, help="where summary.json and answers.parquet go (default out)")
     for name, spec in EVALS.items():
         p.add_argument(f"--{_flag(name)}", type=Path, metavar="FILE", dest=f"file_{name}",
                        help=f"{spec.title} file (overrides --data-dir discovery)")
     p.add_argument("--evals", help=f"comma-separated subset of: {', '.join(EVALS)} (default: all)")
     p.add_argument("--limit", type=int, help="first N tasks of each evaluation (smoke runs)")
-    p.add_argument("--epochs", type=int, default=1, help="requests per task (each its own cache key); default 1")
+    p.add_argument("--epochs", type=int, help="requests per task (each its own cache key); default 1; with a run "
+                                              "file: every model's")
     p.add_argument("--exclude", action="append", default=[], metavar="[EVAL=]FILE",
                    help="exclusion list: one task id (or task_id:question_id) per line; EVAL= lets bare ids be used")
-    p.add_argument("--wildguard-subset", choices=SUBSETS, default="agreed",
+    p.add_argument("--wildguard-subset", choices=SUBSETS,
                    help="agreed: rows where all three annotator-agreement fields are 3 (default); all: every labelled row")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
@@ -70,13 +81,10 @@ def _flag(name: str) -> str:
     return {"aa_omniscience_decision": "omniscience", "hle_multichoice": "hle"}.get(name, name)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dxi", description="Decision Index evaluation runner.")
-    sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="send what is not cached, then score", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("--model", action="append", required=True, metavar="MODEL",
-                   help="ADAPTER:MODEL[@BASE_URL], e.g. embedded:sparrow-nano-general-v1.1, systemone:http://127.0.0.1:8000")
+def _models_and_limits(r: argparse.ArgumentParser) -> None:
+    r.add_argument("--model", action="append", metavar="MODEL",
+                   help="ADAPTER:MODEL[@BASE_URL], e.g. embedded:sparrow-nano-general-v1.1, systemone:http://127.0.0.1:8000 "
+                        "(or give a run file)")
     r.add_argument("--max-in-flight", type=int, help="override each provider's concurrent requests")
     r.add_argument("--rpm", type=float, help="override each provider's requests per minute")
     r.add_argument("--tpm", type=float, help="override each provider's tokens per minute (input + output)")
@@ -93,14 +101,30 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="an adapter setting outside the cache key, for the models that know it: "
                         "api_key_env=NAME (read the API key from NAME), ctx_size, parallel, threads (llamacpp)")
+    r.add_argument("--max-cost", type=float, metavar="USD",
+                   help="stop dispatching before spent + in-flight cost would pass USD (this invocation; prices "
+                        f"from the run file); exit code {EXIT_COST_BOUND}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dxi", description="Decision Index evaluation runner.")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="send what is not cached, then score", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _models_and_limits(r)
     r.add_argument("--fsync", action="store_true",
                    help="fsync each reply to disk (survives power loss, not just a killed process; slower)")
     _common(r)
+    e = sub.add_parser("estimate", help="a dry run: what is not cached, why, and its expected tokens and cost "
+                                        "(sends nothing)")
+    _models_and_limits(e)
+    e.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    _common(e)
     for name, text in (("score", "score from the cache only (no network)"),
                        ("report", "score from the cache only and write an HTML report with CSV/Parquet tables")):
         s = sub.add_parser(name, help=text)
         s.add_argument("--model", action="append", default=[], metavar="MODEL",
-                       help="a model in the cache (ADAPTER:MODEL); default: every model in the cache")
+                       help="a model in the cache (ADAPTER:MODEL); default: every model in the cache (or the run file's)")
         _common(s)
     d = sub.add_parser("data", help="fetch the evaluation data from the Hugging Face hub, or check a data folder")
     dsub = d.add_subparsers(dest="data_command", required=True)
@@ -120,184 +144,178 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _selected_evals(text: str) -> tuple[str, ...]:
-    selected = tuple(e.strip() for e in text.split(",") if e.strip())
-    unknown = [e for e in selected if e not in EVALS]
-    if unknown:
-        raise UsageError(f"unknown evaluation(s) {', '.join(unknown)}; known: {', '.join(EVALS)}")
-    return selected
+def _plan(args: argparse.Namespace) -> Plan:
+    if args.run_file is None and not args.model:
+        raise UsageError("name the models: a run file (dxi run run.toml) or --model ADAPTER:MODEL")
+    return plan_from_args(args)
 
 
-def _suite(args: argparse.Namespace) -> Suite:
-    paths = {name: getattr(args, f"file_{name}") for name in EVALS if getattr(args, f"file_{name}")}
-    selected = _selected_evals(args.evals) if args.evals else None
-    exclusions = Exclusions()
-    for item in args.exclude:
-        name, sep, file = item.partition("=")
-        name, file = (name, file) if sep and name in EVALS else (None, item)
-        try:
-            exclusions.add_file(Path(file), name)
-        except FileNotFoundError:
-            raise UsageError(f"exclusion list not found: {file}") from None
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    if args.limit is not None and args.limit < 1:
-        raise UsageError("--limit must be at least 1")
-    if args.epochs < 1:
-        raise UsageError("--epochs must be at least 1")
-    try:
-        suite = Suite(discover(args.data_dir, paths), exclusions, args.limit, args.wildguard_subset, selected)
-    except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from None
-    if not suite.selected():
-        where = args.data_dir if args.data_dir else "(no --data-dir given)"
-        raise UsageError(
-            f"no evaluation data found in {where}.\n"
-            "Point --data-dir at a folder holding the evaluation files, e.g. ../shared/data with "
-            "omniscience-standin/*.jsonl, hle/hle_mcqa.json, when2call/*.jsonl and wildguardtest/*.parquet, "
-            "or name files with --omniscience, --hle, --when2call, --wildguardtest.")
-    return suite
-
-
-def _limits(adapter: adapters.Adapter, args: argparse.Namespace) -> adapters.Limits:
-    changes = {k: v for k, v in (("max_in_flight", args.max_in_flight), ("rpm", args.rpm), ("tpm", args.tpm),
-                                 ("attempt_timeout_s", args.timeout), ("max_attempts", args.max_attempts),
-                                 ("backoff_s", args.backoff))
-               if v is not None}
-    return replace(adapter.limits, **changes)
-
-
-def _models_frame(rows: list[tuple[str, str, str]]) -> pl.DataFrame:
-    """(provider, model, params) -> the models frame scoring selects cache rows by."""
-    return pl.DataFrame([(f"{p}:{m}", p, m, params, PROMPT_VERSION) for p, m, params in rows],
-                        schema=scoring.MODELS_SCHEMA, orient="row")
-
-
-def _key_values(items: list[str], flag: str) -> dict:
-    """``KEY=VALUE`` items -> dict; VALUE is parsed as JSON (0, 0.7, true, {"type": ...}), else kept as text."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            out[key.strip()] = value
-    return out
-
-
-def _adapters(args: argparse.Namespace) -> list[adapters.Adapter]:
-    """The run's adapters, with ``--param`` given to those that take sampling parameters and each ``--option``
-    to those that know it; raises UsageError for a bad model string or a flag no model of the run uses."""
-    params, options = _key_values(args.param, "--param"), _key_values(args.option, "--option")
-    models, used = [], set()
-    for text in args.model:
-        try:
-            spec = adapters.parse_model(text)
-            cls = adapters.adapter_class(spec.kind)
-            spec.params = dict(params) if cls.takes_params else {}
-            spec.options = {k: v for k, v in options.items() if k in cls.OPTIONS}
-            a = adapters.get(spec)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        used |= set(spec.options)
-        a.limits = _limits(a, args)
-        models.append(a)
-    if params and not any(type(a).takes_params for a in models):
-        raise UsageError("--param: no model of this run takes sampling parameters (decision models have none)")
-    unused = sorted(set(options) - used)
-    if unused:
-        raise UsageError(f"--option {', '.join(unused)}: no model of this run knows this option")
-    return models
-
-
-async def _run(args: argparse.Namespace, suite: Suite, cache: Cache, console: Console) -> tuple[list, dict[str, Stats]]:
-    models = _adapters(args)
+async def _started(models: list[ModelRun]) -> list[ModelRun]:
+    """Start every adapter (closing those started if one fails); UsageError for one that cannot start."""
     started = []
     try:
-        for a in models:
-            try:
-                await a.start()
-            except adapters.Fatal as exc:
-                raise UsageError(str(exc)) from None
-            started.append(a)
-        labels = [a.label for a in models]
-        if len(set(labels)) != len(labels):
-            raise UsageError(f"the same model is named twice: {', '.join(labels)}")
+        for m in models:
+            await m.adapter.start()
+            started.append(m)
+    except adapters.Fatal as exc:
+        for m in started:
+            await m.adapter.close()
+        raise UsageError(str(exc)) from None
+    return started
+
+
+async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget
+               ) -> tuple[dict[str, Stats], list[Estimate] | None]:
+    """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains."""
+    models = await _started(plan.models)
+    try:
+        plan.check_labels()
         if args.quiet:
-            return models, await run(models, suite, cache, epochs=args.epochs)
-        n_tasks = sum(1 for _ in suite.tasks())
-        progress = RunProgress(console, {a.label: n_tasks * args.epochs for a in models})
-        with progress:
-            return models, await run(models, suite, cache, epochs=args.epochs, on_progress=progress.update)
+            stats = await run(models, plan.suite, cache, budget=budget)
+        else:
+            n_tasks = sum(1 for _ in plan.suite.tasks())
+            progress = RunProgress(console, {m.label: n_tasks * m.epochs for m in models}, budget=budget)
+            with progress:
+                stats = await run(models, plan.suite, cache, on_progress=progress.update, budget=budget)
+        remaining = estimate(models, plan.suite, cache) if budget.stopped else None
+        return stats, remaining
     finally:
-        for a in started:
-            await a.close()
+        for m in models:
+            await m.adapter.close()
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    suite = _suite(args)
-    with Cache(args.cache_dir, fsync=args.fsync, retry_invalid=args.retry_invalid,
+    plan = _plan(args)
+    plan.check_cost_bound()
+    budget = Budget(plan.max_cost)
+    with Cache(plan.cache_dir, fsync=args.fsync, retry_invalid=args.retry_invalid,
                retry_failed=args.retry_failed) as cache:
         try:
-            models, stats = uvloop.run(_run(args, suite, cache, console))
+            stats, remaining = uvloop.run(_run(plan, args, cache, console, budget))
         except KeyboardInterrupt:
-            console.print(f"[yellow]Interrupted.[/] Every reply that arrived is in {args.cache_dir}; "
+            console.print(f"[yellow]Interrupted.[/] Every reply that arrived is in {plan.cache_dir}; "
                           "rerun the same command to continue.")
             return EXIT_INTERRUPTED
-        frame = _models_frame([(a.kind, a.model, a.params_key) for a in models])
         requests = {label: {"sent": s.sent, "cache_hits": s.cache_hits, "failed": s.failed, "invalid": s.invalid,
-                            "attempts": s.attempts, "rate_limited": s.rate_limited, "repaired": s.repaired}
+                            "attempts": s.attempts, "rate_limited": s.rate_limited, "repaired": s.repaired,
+                            "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
+                            "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6)}
                     for label, s in stats.items()}
-        summary = score(cache, suite, frame, args.out, requests, args.epochs)
-    print_summary(summary, console, args.out)
+        extra = {}
+        if plan.max_cost is not None:
+            extra["cost_bound"] = _bound_block(budget, remaining)
+        summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
+    print_summary(summary, console, plan.out)
     failed = {label: s for label, s in stats.items() if s.failed}
     for label, s in failed.items():
-        console.print(f"[red]{label}: {s.failed} request(s) failed[/] (scored as wrong; transient failures are "
+        console.print(f"[red]{escape(label)}: {s.failed} request(s) failed[/] (scored as wrong; transient failures are "
                       "sent again on the next run). First errors:")
         for e in s.errors[:5]:
             console.print(f"    {e}", highlight=False, markup=False)
+    if budget.stopped:
+        block = extra["cost_bound"]
+        left = "unknown" if block["remaining_cost_usd"] is None else f"about ${block['remaining_cost_usd']:.4f}"
+        console.print(f"[yellow]Stopped at the cost bound:[/] spent ${budget.spent:.6f} of ${plan.max_cost:g} in this run; "
+                      f"{block['remaining_requests']} request(s) not sent ({left} expected). Everything that arrived "
+                      "is in the cache: rerun with a higher --max-cost (or max_cost in the run file) to continue.")
+        return EXIT_COST_BOUND
     return EXIT_FAILED_REQUESTS if failed else 0
 
 
+def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
+    """summary.json's ``cost_bound``: the bound, what this run spent, whether it stopped, what remains."""
+    block = {"max_cost_usd": budget.max_usd, "spent_usd": round(budget.spent, 6), "stopped": budget.stopped}
+    if remaining is not None:
+        total = totals(remaining)
+        block |= {"remaining_requests": total["new"], "remaining_cost_usd": total["cost_usd"],
+                  "remaining_bound_usd": total["bound_usd"]}
+    return block
+
+
+def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None) -> tuple[pl.DataFrame, dict, int]:
+    """The models to score (``scoring.MODELS_SCHEMA`` frame), their prices and the default epochs: the run
+    file's models (``plan``) under their names, else the ``--model`` flags', else every model in the cache."""
+    found = scoring.models_in_cache(cache.scan(), PROMPT_VERSION)
+    if plan is not None:
+        for m in plan.models:
+            if not m.adapter.model:  # a System One server that names its model: the one model of its kind cached
+                kinds = found.filter((pl.col("provider") == m.adapter.kind) & (pl.col("params") == m.adapter.params_key))
+                if kinds.height != 1:
+                    raise UsageError(f"{m.label}: the run file does not name this model and the cache holds "
+                                     f"{kinds.height} {m.adapter.kind} models; set model = NAME in the run file")
+                m.adapter.model = kinds["model"].item()
+        plan.check_labels()
+        return plan.models_frame(), plan.prices(), plan.epochs
+    if args.model:
+        wanted = []
+        for text in args.model:
+            try:
+                spec = adapters.parse_model(text)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            label = f"{spec.kind}:{spec.model}"
+            if spec.model is None or label not in found["label"].to_list():
+                raise UsageError(f"{text}: no such model in {args.cache_dir} (prompt version {PROMPT_VERSION}); "
+                                 f"models there: {', '.join(found['label'].to_list()) or 'none'}")
+            wanted.append(label)
+        found = found.filter(pl.col("label").is_in(wanted))
+    if found.is_empty():
+        raise UsageError(f"no models in {args.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
+    prices = {label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
+              for label, kind in found.select("label", "provider").iter_rows()}
+    return found, prices, args.epochs or 1
+
+
 def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
-    suite = _suite(args)
-    if not args.cache_dir.is_dir():
-        raise UsageError(f"no cache at {args.cache_dir}: run `dxi run` first, or pass --cache-dir")
-    with Cache(args.cache_dir) as cache:
-        found = scoring.models_in_cache(cache.scan(), PROMPT_VERSION)
-        if args.model:
-            wanted = []
-            for text in args.model:
-                try:
-                    spec = adapters.parse_model(text)
-                except ValueError as exc:
-                    raise UsageError(str(exc)) from None
-                label = f"{spec.kind}:{spec.model}"
-                if spec.model is None or label not in found["label"].to_list():
-                    raise UsageError(f"{text}: no such model in {args.cache_dir} (prompt version {PROMPT_VERSION}); "
-                                     f"models there: {', '.join(found['label'].to_list()) or 'none'}")
-                wanted.append(label)
-            found = found.filter(pl.col("label").is_in(wanted))
-        if found.is_empty():
-            raise UsageError(f"no models in {args.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
+    if args.run_file is not None and args.model:
+        raise UsageError(f"--model cannot be combined with a run file ({args.run_file}): the file names the models")
+    plan = plan_from_args(args) if args.run_file is not None else None
+    cache_dir = plan.cache_dir if plan else (args.cache_dir or Path(".dxi-cache"))
+    out = plan.out if plan else (args.out or Path("out"))
+    suite = plan.suite if plan else suite_from_flags(args)
+    if not cache_dir.is_dir():
+        raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
+    with Cache(cache_dir) as cache:
+        args.cache_dir = cache_dir
+        frame, prices, epochs = _score_frame(args, cache, plan)
         if not html:
-            summary = score(cache, suite, found, args.out, None, args.epochs)
+            summary = score(cache, suite, frame, out, None, epochs, prices)
         else:
             from report.html import write  # matplotlib and Jinja2 load only for reports
-            summary, scored = score_all(cache, suite, found, args.out, None, args.epochs, breakdowns=True)
-            path = write(summary, scored, args.out)
-    print_summary(summary, console, args.out)
+            summary, scored = score_all(cache, suite, frame, out, None, epochs, breakdowns=True, prices=prices)
+            path = write(summary, scored, out)
+    print_summary(summary, console, out)
     if html:
-        console.print(escape(f"Report written to {path} (tables in {args.out}/tables/)"))
+        console.print(escape(f"Report written to {path} (tables in {out}/tables/)"))
     return 0
+
+
+def cmd_estimate(args: argparse.Namespace, console: Console) -> int:
+    plan = _plan(args)
+    with Cache(plan.cache_dir, retry_invalid=args.retry_invalid, retry_failed=args.retry_failed) as cache:
+        unnamed = [m for m in plan.models if not m.adapter.model]
+        if unnamed:  # a System One server names its model: ask it (GET /health; no request is sent)
+            uvloop.run(_learn_names(unnamed))
+        plan.check_labels()
+        estimates = estimate(plan.models, plan.suite, cache)
+    total = totals(estimates)
+    doc = {"models": [e.as_dict() for e in estimates], "total": total, "max_cost_usd": plan.max_cost}
+    if args.json:
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print_estimate(doc, console)
+    return 0
+
+
+async def _learn_names(models: list[ModelRun]) -> None:
+    for m in await _started(models):
+        await m.adapter.close()
 
 
 def cmd_data(args: argparse.Namespace, console: Console) -> int:
     from evals import fetch
 
-    selected = _selected_evals(args.evals) if getattr(args, "evals", None) else None
+    selected = selected_evals(args.evals) if getattr(args, "evals", None) else None
     if args.data_command == "fetch":
         source = fetch.Mirror(args.mirror) if args.mirror else fetch.Hub()
         outcomes = fetch.fetch(args.data_dir, source, selected, force=args.force)
@@ -339,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s",
                         handlers=[RichHandler(console=errors, show_path=False)])
     try:
-        return {"run": cmd_run, "score": cmd_score, "report": cmd_report, "data": cmd_data,
+        return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "data": cmd_data,
                 "fetch-model": cmd_fetch_model}[args.command](args, console)
     except (UsageError, DatasetError) as exc:
         errors.print(f"[red]error:[/] {escape(str(exc))}")

@@ -31,6 +31,7 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     params = { temperature = 0, max_tokens = 400 }   # sampling parameters: part of the cache key
     price = { input = 0.25, output = 2.0 }           # USD per million input / output tokens
     epochs = 1
+    options = {}                     # adapter settings outside the cache key (llamacpp: ctx_size, ...)
 """
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ class Model(_Struct):
     params: dict[str, Any] = {}
     price: Price | None = None
     epochs: int | None = None
+    options: dict[str, Any] = {}
 
 
 class Evals(_Struct):

@@ -10,9 +10,9 @@ shares it. It holds four things:
   while it is on the wire.
 * **Pacers** for requests and tokens per minute: each attempt reserves the next free instant at the
   current rate (virtual scheduling, as in GCRA) and sleeps until it: no polling, no burst above the
-  rate, first come first served. The token cost of an attempt is estimated before sending (request bytes
-  / 4, times a ratio learned from the usage replies report, plus the mean output so far) and corrected
-  once the reply's usage is known.
+  rate, first come first served. The token cost of an attempt is estimated before sending
+  (``runner.tokens.TokenEstimate``: request bytes / 4, times a ratio learned from the usage replies
+  report, plus the mean output so far) and corrected once the reply's usage is known.
 * **A shared pause**: a 429's ``Retry-After`` (or reset header) holds every attempt of the provider.
 
 Adaptation (AIMD, as in TCP congestion control): a 429 for an attempt sent after the last decrease
@@ -38,10 +38,11 @@ from dataclasses import dataclass
 
 from adapters import AdapterError, Limits, RateLimited, Request
 
+from .tokens import TokenEstimate
+
 BACKOFF = 0.7          # a 429 multiplies the window and the rates by this (as TCP CUBIC's beta)
 RECOVERY_S = 30.0      # seconds for a reduced rate to climb back to its ceiling
 MIN_FRACTION = 1 / 64  # a rate is never cut below this fraction of its ceiling
-BYTES_PER_TOKEN = 4.0  # first guess of request bytes per input token, corrected by reported usage
 
 
 class Pacer:
@@ -159,26 +160,6 @@ class Window:
             if not fut.done():
                 self.held += 1
                 fut.set_result(None)
-
-
-class TokenEstimate:
-    """Tokens an attempt will use, estimated before it is sent: ``len(body) / BYTES_PER_TOKEN × ratio``
-    input tokens plus the mean output tokens reported so far. ``ratio`` starts at 1 and follows the
-    reported input tokens (a running mean over the first 20 replies, then an exponential average)."""
-
-    def __init__(self) -> None:
-        self.ratio, self.output, self._n = 1.0, 0.0, 0
-
-    def __call__(self, body_bytes: int) -> float:
-        return body_bytes / BYTES_PER_TOKEN * self.ratio + self.output
-
-    def observe(self, body_bytes: int, input_tokens: int | None, output_tokens: int | None) -> None:
-        if not input_tokens or body_bytes <= 0:
-            return
-        self._n += 1
-        alpha = max(0.05, 1 / self._n)
-        self.ratio += alpha * (input_tokens * BYTES_PER_TOKEN / body_bytes - self.ratio)
-        self.output += alpha * ((output_tokens or 0) - self.output)
 
 
 @dataclass(slots=True)

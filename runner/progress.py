@@ -1,22 +1,39 @@
-"""Progress a person can watch: a rich bar per model on a terminal, plain timestamped lines otherwise
-(for logs), at most one line per model every ``interval_s`` seconds plus one when a model finishes."""
+"""Progress a person can watch at 3 a.m.: per model, done/total, rate, time left, spend, retries, 429s and
+invalid answers. On a terminal a rich bar per model; otherwise (logs) plain timestamped lines, at most one
+per model every ``interval_s`` seconds plus one when a model finishes, e.g.::
+
+    03:12:09 gpt-5-mini: 1200/2193 55% 3.9 req/s ETA 4m15s $0.4210 retries 3 429s 1 invalid 2 failed 0 cached 400
+
+The rate counts requests sent (not cache hits) over the time since the model's first request was sent;
+the time left is the requests still to do at that rate. With a cost bound, the spend of the whole run is
+shown against it.
+"""
 from __future__ import annotations
 
 import time
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .cost import Budget
 from .run import Stats
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
 class RunProgress:
     """``update(label, stats)`` after each request; use as a context manager around the run.
-    ``totals`` maps each model label to its number of requests (tasks × epochs)."""
+    ``totals`` maps each model label to its number of requests (tasks × its epochs); ``budget`` (optional)
+    is the run's cost budget, shown against its bound."""
 
-    def __init__(self, console: Console, totals: dict[str, int], interval_s: float = 10.0):
-        self.console, self.totals, self.interval_s = console, totals, interval_s
+    def __init__(self, console: Console, totals: dict[str, int], interval_s: float = 10.0, budget: Budget | None = None):
+        self.console, self.totals, self.interval_s, self.budget = console, totals, interval_s, budget
         self.live = console.is_terminal
         self._bars: Progress | None = None
         self._ids: dict[str, int] = {}
@@ -26,7 +43,7 @@ class RunProgress:
     def __enter__(self) -> RunProgress:
         if self.live:
             self._bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
                                   console=self.console, transient=False)
             self._bars.start()
             for label, total in self.totals.items():
@@ -37,21 +54,31 @@ class RunProgress:
         if self._bars is not None:
             self._bars.stop()
 
-    @staticmethod
-    def _detail(s: Stats) -> str:
-        return (f"sent {s.sent} cached {s.cache_hits} invalid {s.invalid} failed {s.failed} "
-                f"retries {s.attempts - (s.ok + s.invalid + s.failed)} 429s {s.rate_limited}")
+    def line(self, label: str, s: Stats, now: float | None = None) -> str:
+        """One model's progress: done/total, share, rate, time left, spend, retries, 429s, invalid, failed."""
+        now = time.monotonic() if now is None else now
+        total = self.totals.get(label, 0)
+        share = f"{100 * s.done / total:.0f}%" if total else "-"
+        elapsed = now - s.started if s.started is not None else 0.0
+        rate = s.sent / elapsed if elapsed > 0 else 0.0
+        left = total - s.done
+        eta = "done" if left <= 0 else (f"ETA {_duration(left / rate)}" if rate > 0 else "ETA -")
+        spend = "$-" if s.cost_usd is None else f"${s.cost_usd:.4f}"
+        if self.budget is not None and self.budget.max_usd is not None:
+            spend += f" (run ${self.budget.spent:.4f} of ${self.budget.max_usd:g})"
+        retries = s.attempts - (s.ok + s.invalid + s.failed)
+        return (f"{s.done}/{total} {share} {rate:.1f} req/s {eta} {spend} retries {retries} 429s {s.rate_limited} "
+                f"invalid {s.invalid} failed {s.failed} cached {s.cache_hits}")
 
     def update(self, label: str, stats: Stats) -> None:
-        total = self.totals.get(label, 0)
-        if self._bars is not None:
-            self._bars.update(self._ids[label], completed=stats.done, detail=self._detail(stats))
-            return
         now = time.monotonic()
+        if self._bars is not None:
+            detail = self.line(label, stats, now).split(" ", 1)[1]  # the bar shows done/total itself
+            self._bars.update(self._ids[label], completed=stats.done, detail=detail)
+            return
+        total = self.totals.get(label, 0)
         if stats.done < total and now - self._last.get(label, self._started) < self.interval_s:
             return
         self._last[label] = now
-        elapsed = now - self._started
-        rate = stats.sent / elapsed if elapsed > 0 else 0.0
-        self.console.print(f"{time.strftime('%H:%M:%S')} {label}: {stats.done}/{total} "
-                           f"({rate:.1f} req/s) {self._detail(stats)}", highlight=False, markup=False)
+        self.console.print(f"{time.strftime('%H:%M:%S')} {label}: {self.line(label, stats, now)}",
+                           highlight=False, markup=False)

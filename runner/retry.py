@@ -23,6 +23,7 @@ from tenacity.wait import wait_exponential_jitter
 from adapters import Adapter, AdapterError, Limits, RateLimited, Reply, Request, Retryable, Transient
 from evals import Task
 
+from .cost import Charge
 from .limits import ProviderLimiter
 
 
@@ -31,7 +32,8 @@ class Outcome:
     """What came of one request: a decoded ``reply``, or the final ``error``.
 
     ``attempts`` counts attempts made (1 = no retry); ``rate_limited`` the 429s among them;
-    ``latency_ms`` is the duration of the final attempt; ``body`` the final raw reply, when one arrived.
+    ``latency_ms`` is the duration of the final attempt; ``body`` the final raw reply, when one arrived;
+    ``cost_usd`` what the attempts cost (``runner.cost.Charge.settle``; 0 without a price).
     """
 
     reply: Reply | None = None
@@ -40,6 +42,7 @@ class Outcome:
     attempts: int = 0
     rate_limited: int = 0
     latency_ms: float | None = None
+    cost_usd: float = 0.0
 
 
 def _waiter(limits: Limits, limiter: ProviderLimiter):
@@ -59,12 +62,21 @@ def _waiter(limits: Limits, limiter: ProviderLimiter):
     return wait
 
 
-async def _once(adapter: Adapter, task: Task, request: Request, limiter: ProviderLimiter, out: Outcome) -> None:
-    """One attempt: wait for the provider's limits, send, decode into ``out``; raises AdapterError."""
-    out.attempts += 1
-    out.body = None
+async def _once(adapter: Adapter, task: Task, request: Request, limiter: ProviderLimiter, out: Outcome,
+                charge: Charge | None) -> None:
+    """One attempt: wait for the provider's limits, reserve its cost bound (``charge``), send, decode into
+    ``out``; raises AdapterError, or CostBoundReached before sending anything."""
     timeout = adapter.limits.attempt_timeout_s
     ticket = await limiter.acquire(request)
+    reserved = 0.0
+    if charge is not None:
+        try:
+            reserved = await charge.reserve(adapter, task, request)
+        except BaseException:  # CostBoundReached, or cancelled while waiting for room: not sent
+            limiter.finish(ticket, False)
+            raise
+    out.attempts += 1
+    out.body = None
     started = time.perf_counter()
     ok, error, reply = False, None, None
     try:
@@ -85,21 +97,25 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
         if isinstance(exc, RateLimited):
             out.rate_limited += 1
         raise
-    finally:  # also on cancellation: the window place is given back
+    finally:  # also on cancellation: the window place is given back, the reservation settled
         if reply is not None:
             limiter.finish(ticket, ok, error, reply.input_tokens, reply.output_tokens)
         else:
             limiter.finish(ticket, ok, error)
+        if charge is not None:
+            out.cost_usd += charge.settle(reserved, reply, error)
 
 
 async def attempt(adapter: Adapter, task: Task, request: Request, limiter: ProviderLimiter,
-                  out: Outcome | None = None) -> Outcome:
+                  out: Outcome | None = None, charge: Charge | None = None) -> Outcome:
     """Send ``request`` with retries and decode the reply, filling ``out`` (a new Outcome if None) as it
     goes, so a caller that is cancelled can still see a reply that arrived. Never raises an
-    AdapterError: the final error is in the Outcome (cancellation propagates)."""
+    AdapterError: the final error is in the Outcome (cancellation propagates). With a ``charge``, each
+    attempt reserves its cost bound first; CostBoundReached propagates when the bound leaves no room
+    (the attempt was not sent; earlier attempts' outcome is in ``out``)."""
     out = out if out is not None else Outcome()
     try:
-        await _once(adapter, task, request, limiter, out)
+        await _once(adapter, task, request, limiter, out, charge)
         return out
     except Retryable as exc:
         first = exc
@@ -114,7 +130,7 @@ async def attempt(adapter: Adapter, task: Task, request: Request, limiter: Provi
             with trial:
                 if trial.retry_state.attempt_number == 1:
                     raise first  # the attempt above, replayed: tenacity waits and counts from it
-                await _once(adapter, task, request, limiter, out)
+                await _once(adapter, task, request, limiter, out, charge)
     except AdapterError as exc:
         out.error = exc
     return out

@@ -18,12 +18,20 @@ goes through the same loop and sends nothing.
 
 Cancellation (Ctrl-C): workers stop where they are; every row appended is in the cache, and a reply
 that was decoded just as the cancellation came is appended before the worker stops.
+
+Models: each is a ``ModelRun`` (or a bare Adapter: its defaults): its own number of epochs, the key of the
+limits it shares (a run file's provider table; default ``Adapter.provider``) and its price. The cost bound
+(``runner.cost``): each attempt reserves its cost bound before it is sent, waiting for attempts in flight to
+settle when it does not fit; once it cannot fit with nothing in flight, the feeders hand out nothing more,
+requests already handed out are not sent (their attempts cannot reserve either), the attempts in flight
+finish and are recorded, and ``run`` returns (``Budget.stopped``).
 """
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -31,6 +39,7 @@ from adapters import Adapter, Request
 from cache import FAILED, INVALID, OK, Cache
 from evals import Suite, Task
 
+from .cost import Budget, Charge, CostBoundReached
 from .limits import ProviderLimiter
 from .retry import Outcome, attempt
 from .rows import make_row
@@ -45,7 +54,10 @@ class Stats:
     ``sent``: requests sent (each counted once, however many attempts); ``cache_hits``: requests not
     sent because the cache had them; ``ok`` / ``invalid`` / ``failed``: outcomes of the requests sent;
     ``attempts``: HTTP attempts in all (``attempts - sent`` = retries); ``rate_limited``: 429s received;
-    ``repaired``: replies accepted from a Markdown code fence (language models, SPEC §6).
+    ``repaired``: replies accepted from a Markdown code fence (language models, SPEC §6);
+    ``input_tokens`` / ``output_tokens``: the usage the replies of this run reported; ``cost_usd``: what
+    this run's attempts cost (``runner.cost``; None for a model without a price); ``not_sent``: requests
+    handed out but not sent because the cost bound was reached (sent again by the next run).
     """
 
     total: int = 0
@@ -57,11 +69,36 @@ class Stats:
     attempts: int = 0
     rate_limited: int = 0
     repaired: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = 0.0
+    not_sent: int = 0
+    started: float | None = None  # monotonic seconds of the first request sent (for rates)
     errors: list[str] = field(default_factory=list)
 
     @property
     def done(self) -> int:
         return self.cache_hits + self.ok + self.invalid + self.failed
+
+
+@dataclass
+class ModelRun:
+    """One model of a run: its (started) ``adapter``, its number of ``epochs``, the ``provider`` key of the
+    limits it shares with the other models on that provider (None: ``adapter.provider``) and its ``price``
+    in USD per million (input, output) tokens (None: none given)."""
+
+    adapter: Adapter
+    epochs: int = 1
+    provider: str | None = None
+    price: tuple[float, float] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.adapter.label
+
+    @property
+    def limits_key(self) -> str:
+        return self.provider or self.adapter.provider
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,20 +107,25 @@ class _Job:
     task: Task
     request: Request
     limiter: ProviderLimiter
+    charge: Charge
 
 
-async def run(adapters: list[Adapter], suite: Suite, cache: Cache, *, epochs: int = 1,
+async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, *, epochs: int = 1,
               on_progress: Callable[[str, Stats], None] | None = None,
-              limiters: dict[str, ProviderLimiter] | None = None) -> dict[str, Stats]:
-    """Run every task of ``suite`` on every (started) adapter, ``epochs`` times each, and return the
-    Stats per model label. Each outcome is in the cache before its worker takes the next request.
-    ``limiters`` (provider key -> ProviderLimiter) is filled in when given, for reports. Raises what a
-    task stream raises (``evals.DatasetError`` for a malformed row), after what arrived is in the cache."""
+              limiters: dict[str, ProviderLimiter] | None = None, budget: Budget | None = None) -> dict[str, Stats]:
+    """Run every task of ``suite`` on every model (a ``ModelRun``, or a started Adapter run ``epochs`` times
+    with its own limits) and return the Stats per model label. Each outcome is in the cache before its
+    worker takes the next request. ``limiters`` (provider key -> ProviderLimiter) is filled in when given,
+    for reports. ``budget`` tracks the cost and holds the cost bound (``budget.stopped`` once reached).
+    Raises what a task stream raises (``evals.DatasetError`` for a malformed row), after what arrived is in
+    the cache."""
+    runs = [m if isinstance(m, ModelRun) else ModelRun(m, epochs) for m in models]
+    budget = budget if budget is not None else Budget()
     limiters = {} if limiters is None else limiters
-    for a in adapters:
-        limiters.setdefault(a.provider, ProviderLimiter(a.limits))
-    stats = {a.label: Stats() for a in adapters}
-    n_workers = sum(limiters[p].limits.max_in_flight for p in {a.provider for a in adapters})
+    for r in runs:
+        limiters.setdefault(r.limits_key, ProviderLimiter(r.adapter.limits))
+    stats = {r.label: Stats(cost_usd=None if r.price is None else 0.0) for r in runs}
+    n_workers = sum(limiters[p].limits.max_in_flight for p in {r.limits_key for r in runs})
     queue: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=n_workers)
     in_flight: set[str] = set()
 
@@ -91,10 +133,11 @@ async def run(adapters: list[Adapter], suite: Suite, cache: Cache, *, epochs: in
         if on_progress is not None:
             on_progress(label, stats[label])
 
-    def uncached(adapter: Adapter) -> Iterator[_Job]:
+    def uncached(model: ModelRun) -> Iterator[_Job]:
         """The requests of one model that need sending, each marked in flight as it is handed out."""
-        limiter, st = limiters[adapter.provider], stats[adapter.label]
-        stream = ((task, adapter.encode(task, sample)) for task in suite.tasks() for sample in range(epochs))
+        adapter = model.adapter
+        limiter, st, charge = limiters[model.limits_key], stats[model.label], Charge(budget, model.price)
+        stream = ((task, adapter.encode(task, sample)) for task in suite.tasks() for sample in range(model.epochs))
         while batch := list(islice(stream, BATCH)):
             cached = cache.has_many([request.key for _, request in batch])
             for (task, request), hit in zip(batch, cached, strict=True):
@@ -106,14 +149,18 @@ async def run(adapters: list[Adapter], suite: Suite, cache: Cache, *, epochs: in
                     progress(adapter.label)
                     continue
                 in_flight.add(request.key)
-                yield _Job(adapter, task, request, limiter)
+                yield _Job(adapter, task, request, limiter, charge)
 
     feeds: dict[str, deque[Iterator[_Job]]] = {}
-    for a in adapters:
-        feeds.setdefault(a.provider, deque()).append(uncached(a))
+    for r in runs:
+        feeds.setdefault(r.limits_key, deque()).append(uncached(r))
+    provider_of = {r.label: r.limits_key for r in runs}
 
     def next_job(provider: str) -> _Job | None:
-        """The next request of ``provider``'s feed, its models taking turns; None once all are done."""
+        """The next request of ``provider``'s feed, its models taking turns; None once all are done, or
+        once the cost bound is reached."""
+        if budget.stopped:
+            return None
         streams = feeds[provider]
         while streams:
             stream = streams[0]
@@ -131,6 +178,8 @@ async def run(adapters: list[Adapter], suite: Suite, cache: Cache, *, epochs: in
         st.attempts += outcome.attempts
         st.rate_limited += outcome.rate_limited
         st.repaired += bool(row["repaired"])
+        st.input_tokens += row["input_tokens"] or 0
+        st.output_tokens += row["output_tokens"] or 0
         if row["status"] == OK:
             st.ok += 1
         elif row["status"] == INVALID:
@@ -141,10 +190,21 @@ async def run(adapters: list[Adapter], suite: Suite, cache: Cache, *, epochs: in
                 st.errors.append(f"{job.task.id}: {row['error']}")
 
     async def send(job: _Job) -> None:
-        stats[job.adapter.label].sent += 1
+        st = stats[job.adapter.label]
         outcome = Outcome()
         try:
-            await attempt(job.adapter, job.task, job.request, job.limiter, outcome)
+            try:
+                await attempt(job.adapter, job.task, job.request, job.limiter, outcome, job.charge)
+            except CostBoundReached:
+                st.not_sent += 1  # not sent, or its retry not sent: no row, the next run sends it
+                return
+            finally:
+                if st.cost_usd is not None:
+                    st.cost_usd += outcome.cost_usd
+                if outcome.attempts:
+                    st.sent += 1
+                    if st.started is None:
+                        st.started = time.monotonic()
             record(job, outcome)
         except asyncio.CancelledError:
             if outcome.reply is not None and outcome.error is None:
@@ -160,7 +220,7 @@ async def run(adapters: list[Adapter], suite: Suite, cache: Cache, *, epochs: in
             try:
                 while job is not None:  # on to the provider's next request, keeping the slot
                     await send(job)
-                    job = next_job(job.adapter.provider)
+                    job = next_job(provider_of[job.adapter.label])
             finally:
                 slots.release()
 

@@ -6,10 +6,11 @@ the index, calibration, breakdowns; ``Scored``); ``build_summary`` -> summary.js
 -> the Decision Index formula; ``Bootstrap`` -> how intervals are computed.
 """
 from .bootstrap import Bootstrap
+from .cost import cost_usd, usage_blocks
 from .index import WEIGHTS, decision_index
-from .score import MODELS_SCHEMA, answers, export, metrics, models_in_cache, request_counts
+from .score import MODELS_SCHEMA, answers, export, metrics, models_in_cache, request_counts, usage
 from .scored import Scored, score
 from .summary import build as build_summary
 
-__all__ = ["MODELS_SCHEMA", "WEIGHTS", "Bootstrap", "Scored", "answers", "build_summary", "decision_index", "export",
-           "metrics", "models_in_cache", "request_counts", "score"]
+__all__ = ["MODELS_SCHEMA", "WEIGHTS", "Bootstrap", "Scored", "answers", "build_summary", "cost_usd", "decision_index",
+           "export", "metrics", "models_in_cache", "request_counts", "score", "usage", "usage_blocks"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import polars as pl
@@ -100,6 +101,13 @@ class Cube:
     @property
     def kind(self) -> str:
         return "yes_no" if self.eval == WILDGUARD else "choice"
+
+    @cached_property
+    def absent(self) -> np.ndarray:
+        """(labels, epochs): True where a label has no answer in that epoch (it was run with fewer)."""
+        present = np.zeros(self.shape[:2], bool)
+        present[self.l, self.s] = True
+        return ~present
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -234,7 +242,7 @@ def _pooled(a: np.ndarray) -> np.ndarray:
 def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
     """Every metric of ``cube``'s evaluation from ``sums`` of shape (..., labels, epochs, units, stats):
     the index metrics (0-100) and the pooled calibration metrics, each (..., labels, epochs); NaN where
-    undefined."""
+    undefined, and in the epochs a label does not have (models run with fewer epochs than others)."""
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         out: dict[str, np.ndarray] = {}
@@ -252,6 +260,8 @@ def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
         out["brier"] = cal.brier_from(_pooled(sums["brier"]), pn)
         out["log_loss"] = cal.log_loss_from(_pooled(sums["log_loss"]), pn)
         out["ece"] = cal.ece_from(_pooled(sums.gaps()), pn, axis=-3)  # (..., bins, labels, epochs)
+        if cube.absent.any():  # an epoch with no answers has no metric at all
+            out = {m: np.where(cube.absent, np.nan, v) for m, v in out.items()}
         return out
 
 
@@ -326,7 +336,7 @@ def _frame(cube: Cube, est: Estimates) -> pl.DataFrame:
                                   "n": np.full(n_labels, est.n, np.int64)}
     for c, name in enumerate(COUNTS):
         columns[name] = est.counts[:, c].astype(np.int64)
-    columns["epochs"] = np.full(n_labels, cube.n_epochs, np.int64)
+    columns["epochs"] = (~cube.absent).sum(-1).astype(np.int64)
     for m in (*METRICS.get(cube.eval, ()), *cal.CALIBRATION_METRICS):
         for suffix, source in zip(SUFFIXES, (est.point, est.sd, est.low, est.high), strict=True):
             v = source.get(m)

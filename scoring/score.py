@@ -57,32 +57,30 @@ def _enum(values: Sequence[str] | pl.Series) -> pl.Series:
     return s.cast(pl.Enum(s))
 
 
-def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, categories: pl.DataFrame,
-            epochs: int = 1) -> pl.DataFrame:
-    """One row per (model label, question, epoch): ``ANSWER_COLUMNS`` — label, eval, task_id, question_id,
-    sample, kind, status, error, predicted, gold, correct, p_predicted, p_yes, warning, predicted_category
-    / gold_category (When2Call), group and adversarial (for breakdowns) and probabilities (every option's
-    probability as returned, ``list<struct{option, p}>``; empty for invalid answers, null for failed and
-    missing ones).
+def _model_epochs(models: pl.DataFrame, epochs: int) -> np.ndarray:
+    """Each model's number of epochs (in ``models`` order): its ``epochs`` column where given, else ``epochs``."""
+    if "epochs" in models.columns:
+        return models["epochs"].fill_null(epochs).to_numpy().astype(np.int64)
+    return np.full(models.height, epochs, np.int64)
 
-    ``label``, ``eval``, ``task_id``, ``question_id``, ``kind`` and ``group`` are Enums whose categories
-    are sorted (labels; gold rows by eval, task id, question id), so sorting by them is the canonical
-    order. Rows come in cache order (the answers found), then the questions without an answer: sort
-    them (``export`` does) for a stable order. ``models`` has the columns of ``MODELS_SCHEMA``; ``gold``
-    and ``categories`` those of ``evals.gold_frames``."""
-    n_epochs = epochs
-    models = models.sort("label").with_row_index("m")
-    gold = gold.sort("eval", "task_id", "question_id").with_row_index("g")
-    task_frame = (gold.group_by("task_id", maintain_order=True)
-                  .agg(pl.col("task_digest").first(), pl.len().alias("nq"))
-                  .with_row_index("t"))
-    n_models, n_gold, n_tasks = models.height, gold.height, task_frame.height
-    n = n_models * n_gold * n_epochs
-    task_of_gold = np.repeat(np.arange(n_tasks), task_frame["nq"].to_numpy())
 
+def _task_frame(gold: pl.DataFrame) -> pl.DataFrame:
+    """One row per task of the (sorted) gold frame: task_id, task_digest, ``nq`` questions, index ``t``."""
+    return (gold.group_by("task_id", maintain_order=True)
+            .agg(pl.col("task_digest").first(), pl.len().alias("nq"))
+            .with_row_index("t"))
+
+
+def _current(rows: pl.LazyFrame, models: pl.DataFrame, task_frame: pl.DataFrame, model_epochs: np.ndarray,
+             columns: Sequence[str]) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The cache rows the current configuration would send, the newest per request: ``(found, m, t, s,
+    request)`` with ``found`` (those rows, in cache order, with ``columns``) and per row its model ``m``
+    (index into ``models``, which carries ``m``), task ``t``, epoch ``s`` and request number
+    ``(m·T + t)·E + s`` (E the largest number of epochs). Rows of other models, parameters, prompt
+    versions, task contents, and epochs beyond a model's own are left out."""
+    n_epochs, n_tasks = int(model_epochs.max(initial=1)), task_frame.height
     found = rows.filter(pl.col("sample").is_between(0, n_epochs - 1)).select(
-        *CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", "status", "error", "repaired",
-        "answers").collect()
+        *CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *columns).collect()
     configured = (found.lazy().select(*CONFIG_COLUMNS).with_row_index("i")
                   .join(models.lazy().select(*CONFIG_COLUMNS, "m"), on=CONFIG_COLUMNS, maintain_order="left")
                   .select("i", "m").collect())
@@ -95,7 +93,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     order = np.argsort(i, kind="stable") if len(i) > 1 and (np.diff(i) < 0).any() else None
     if order is not None:
         i, m = i[order], m[order]
-    keep = current[i]
+    keep = current[i] & (found["sample"].to_numpy()[i] < model_epochs[m])
     i, m = i[keep], m[keep]
     t = task_code.fill_null(0).to_numpy().astype(np.int64)[i]
     s = found["sample"].to_numpy()[i].astype(np.int64)
@@ -110,6 +108,31 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
         mask = np.zeros(found.height, bool)
         mask[i] = True
         found = found.filter(pl.Series(mask))
+    return found, m, t, s, request
+
+
+def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, categories: pl.DataFrame,
+            epochs: int = 1) -> pl.DataFrame:
+    """One row per (model label, question, epoch): ``ANSWER_COLUMNS`` — label, eval, task_id, question_id,
+    sample, kind, status, error, predicted, gold, correct, p_predicted, p_yes, warning, predicted_category
+    / gold_category (When2Call), group and adversarial (for breakdowns) and probabilities (every option's
+    probability as returned, ``list<struct{option, p}>``; empty for invalid answers, null for failed and
+    missing ones).
+
+    ``label``, ``eval``, ``task_id``, ``question_id``, ``kind`` and ``group`` are Enums whose categories
+    are sorted (labels; gold rows by eval, task id, question id), so sorting by them is the canonical
+    order. Rows come in cache order (the answers found), then the questions without an answer: sort
+    them (``export`` does) for a stable order. ``models`` has the columns of ``MODELS_SCHEMA``; ``gold``
+    and ``categories`` those of ``evals.gold_frames``."""
+    models = models.sort("label").with_row_index("m")
+    model_epochs = _model_epochs(models, epochs)
+    n_epochs = int(model_epochs.max(initial=1))
+    gold = gold.sort("eval", "task_id", "question_id").with_row_index("g")
+    task_frame = _task_frame(gold)
+    n_models, n_gold, n_tasks = models.height, gold.height, task_frame.height
+    n = n_models * n_gold * n_epochs
+    task_of_gold = np.repeat(np.arange(n_tasks), task_frame["nq"].to_numpy())
+    found, m, t, s, request = _current(rows, models, task_frame, model_epochs, ("status", "error", "repaired", "answers"))
     row_of_request = np.full(n_models * n_tasks * n_epochs, -1, np.int64)
     row_of_request[request] = np.arange(len(request))
     row_failed = (found["status"] == "failed").to_numpy()
@@ -145,9 +168,12 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     })
 
     # the rest: questions a found request did not answer, failed requests, and requests not in the cache
+    # (within each model's own epochs)
     taken = np.zeros(n, bool)
     taken[pos] = True
     rest = np.flatnonzero(~taken)
+    if (model_epochs < n_epochs).any():
+        rest = rest[rest % n_epochs < model_epochs[rest // (n_gold * n_epochs)]]
     rest_m, rest_g, rest_s = rest // (n_gold * n_epochs), (rest // n_epochs) % n_gold, rest % n_epochs
     rest_row = row_of_request[(rest_m * n_tasks + task_of_gold[rest_g]) * n_epochs + rest_s]
     absent = rest_row < 0
@@ -195,6 +221,31 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
         "repaired": placed["repaired"],
     }
     return pl.DataFrame([series.alias(name) for name, series in columns.items()])
+
+
+USAGE_SCHEMA = {"label": pl.String, "eval": pl.String, "requests": pl.Int64, "replies": pl.Int64,
+                "with_usage": pl.Int64, "input_tokens": pl.Int64, "output_tokens": pl.Int64}
+
+
+def usage(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1) -> pl.DataFrame:
+    """Token usage per (label, eval) over exactly the cache rows ``answers`` scores (the newest current row
+    per request): ``requests`` rows found, ``replies`` among them with a reply (ok or invalid),
+    ``with_usage`` rows whose reply reported input tokens, and the ``input_tokens`` / ``output_tokens``
+    they reported (``USAGE_SCHEMA``). Usage of earlier attempts, rows of other configurations and rows
+    replaced by newer ones is not counted: this is what the answers scored cost."""
+    models = models.sort("label").with_row_index("m")
+    gold = gold.sort("eval", "task_id", "question_id")
+    task_frame = _task_frame(gold)
+    found, m, _, _, _ = _current(rows, models, task_frame, _model_epochs(models, epochs),
+                                 ("eval", "status", "input_tokens", "output_tokens"))
+    if found.is_empty():
+        return pl.DataFrame(schema=USAGE_SCHEMA)
+    return (found.with_columns(pl.Series("label", models["label"].gather(m)))
+            .group_by("label", "eval")
+            .agg(pl.len().alias("requests"), pl.col("status").is_in(["ok", "invalid"]).sum().alias("replies"),
+                 pl.col("input_tokens").is_not_null().sum().alias("with_usage"),
+                 pl.col("input_tokens").sum(), pl.col("output_tokens").sum())
+            .cast({c: pl.Int64 for c in list(USAGE_SCHEMA)[2:]}).sort("label", "eval"))
 
 
 def _predicted_category(gold_side: pl.DataFrame, row_g: np.ndarray, predicted: pl.Series,

@@ -23,6 +23,10 @@ return probabilities: ``answers`` counted, ``excluded`` (without probabilities),
 ``log_loss`` (each with ``_ci``), and for WildGuardTest ``questions``: the same per yes/no question plus
 ``auroc`` and ``auroc_ci``. The top-level ``intervals`` and ``calibration`` blocks say how they are
 computed.
+
+Added with run files and costs: each model's ``epochs`` (a run file may give models their own; the
+top-level ``epochs`` is the run's default) and ``usage`` (tokens and USD, ``scoring.cost``), and the
+run's ``usage``.
 """
 from __future__ import annotations
 
@@ -101,10 +105,16 @@ def calibration_block(rows: list[dict], epochs: int) -> dict | None:
 
 
 def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], prompt_version: str, epochs: int,
-          requests: dict[str, dict], scored: object | None = None) -> dict:
+          requests: dict[str, dict], scored: object | None = None, model_epochs: dict[str, int] | None = None,
+          usage: tuple[dict[str, dict], dict] | None = None) -> dict:
     """The whole summary: one entry per model label (in ``labels`` order), from the metrics table, the
     suite's data block and each model's request counts. With ``scored`` (a ``scoring.scored.Scored``)
-    the intervals, the index's spread and interval and the calibration blocks are added."""
+    the intervals, the index's spread and interval and the calibration blocks are added.
+
+    ``epochs`` is the run's number of epochs, ``model_epochs`` a model's own where it differs (each model
+    entry gets its ``epochs``); ``usage`` is ``scoring.cost.usage_blocks``' (per model, run): each model
+    gets its ``usage`` block and the summary the run's."""
+    model_epochs = model_epochs or {}
     by_key = {(r["label"], r["eval"]): r for r in metrics.iter_rows(named=True)}
     index_rows = {r["label"]: r for r in scored.index.iter_rows(named=True)} if scored is not None else {}
     calibration: dict[tuple[str, str], list[dict]] = {}
@@ -113,26 +123,31 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
             calibration.setdefault((r["label"], r["eval"]), []).append(r)
     models = []
     for label in labels:
-        evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), epochs)
+        n_epochs = model_epochs.get(label, epochs)
+        evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), n_epochs)
                  for name in METRICS}
         index, reason = decision_index(evals)
-        entry: dict = {"model": label, "decision_index": _round(index)}
+        entry: dict = {"model": label, "epochs": n_epochs, "decision_index": _round(index)}
         if reason:
             entry["decision_index_reason"] = reason
         if scored is not None:
             row = index_rows.get(label, {})
             entry["decision_index_ci"] = _interval(row, "decision_index") if index is not None else None
-            if epochs > 1:
+            if n_epochs > 1:
                 entry["decision_index_sd"] = _round(row.get("decision_index_sd")) if index is not None else None
             for name, block in evals.items():
                 if block.get("n") and not block.get("missing"):
-                    block["calibration"] = calibration_block(calibration.get((label, name), []), epochs)
+                    block["calibration"] = calibration_block(calibration.get((label, name), []), n_epochs)
         entry["evals"] = evals
         entry["requests"] = requests.get(label, {})
+        if usage is not None:
+            entry["usage"] = usage[0].get(label)
         models.append(entry)
     summary: dict = {"prompt_version": prompt_version, "epochs": epochs, "data": data}
     if scored is not None:
         summary["intervals"] = scored.bootstrap.describe() if scored.bootstrap else None
         summary["calibration"] = cal.describe()
+    if usage is not None:
+        summary["usage"] = usage[1]
     summary["models"] = models
     return summary

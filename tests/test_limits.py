@@ -11,7 +11,8 @@ import pytest
 from adapters import Limits, RateLimited, Request
 from adapters.http import parse_reset, rate_limit_quota, rate_limit_wait
 from runner import limits
-from runner.limits import AdaptiveRate, Pacer, ProviderLimiter, TokenEstimate, Window
+from runner.limits import AdaptiveRate, Pacer, ProviderLimiter, Window
+from runner.tokens import TokenEstimate
 
 
 class Clock:

@@ -1,0 +1,110 @@
+"""The cost bound (``--max-cost USD``, a run file's ``max_cost``): spent plus in-flight cost never passes it.
+
+Per attempt (``runner.retry``): before it is sent, an **upper bound** of its cost is reserved —
+``runner.tokens.input_bound`` input tokens (the body's UTF-8 bytes, plus what the provider adds unseen)
+and ``Adapter.output_tokens_bound`` output tokens (the request's ``max_tokens`` or the like), at the
+model's price. When the attempt ends the reservation is released and its actual cost added to what was
+spent:
+
+* a reply that reports its usage: that usage at the model's price;
+* a reply without usage, or no reply at all (a timeout, a dropped connection, a body that is not the
+  wire format: the provider may have billed a reply that never arrived): the reservation, kept as spent;
+* an HTTP error status (429, 5xx, 4xx): nothing (providers do not bill an error).
+
+When a reservation would make spent + reserved pass the bound, the attempt waits for attempts in flight
+to settle (their actual cost is usually far below their reservation) and tries again; once nothing is in
+flight and it still does not fit, ``CostBoundReached`` is raised and the budget is ``stopped``: the runner
+dispatches nothing more, lets the attempts in flight finish, and keeps everything that arrived. So a run
+stops within one request's cost bound of the bound, never above it. The bound is per invocation: what
+earlier runs spent (their replies are in the cache and are not sent again) does not count against it.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from adapters import Adapter, AdapterError, Reply, Request
+from evals import Task
+from scoring import cost_usd
+
+from .tokens import input_bound
+
+
+class CostBoundReached(Exception):  # noqa: N818 (a stop, not an error)
+    """The cost bound leaves no room for this attempt; it was not sent."""
+
+
+class Budget:
+    """What one invocation has spent and reserved (USD), under an optional bound ``max_usd``."""
+
+    def __init__(self, max_usd: float | None = None):
+        self.max_usd = max_usd
+        self.spent = 0.0
+        self.reserved = 0.0
+        self.in_flight = 0  # attempts holding a reservation
+        self.stopped = False
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def fits(self, usd: float) -> bool:
+        return self.max_usd is None or self.spent + self.reserved + usd <= self.max_usd
+
+    async def reserve(self, usd: float) -> float:
+        """Reserve ``usd`` for an attempt about to be sent, waiting while attempts in flight may still free
+        room; raises CostBoundReached (and stops the budget) when it cannot fit even with nothing in
+        flight, or the budget has stopped already."""
+        while not self.stopped and not self.fits(usd) and self.in_flight:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+        if self.stopped or not self.fits(usd):
+            self.stopped = True
+            for w in self._waiters:  # the others stop too
+                if not w.done():
+                    w.set_result(None)
+            raise CostBoundReached(f"the cost bound of ${self.max_usd:g} leaves no room for another request")
+        self.reserved += usd
+        self.in_flight += 1
+        return usd
+
+    def settle(self, reserved: float, actual: float) -> None:
+        """An attempt ended: release its reservation, add its ``actual`` cost to what was spent."""
+        self.in_flight -= 1
+        self.reserved = max(0.0, self.reserved - reserved) if self.in_flight else 0.0
+        self.spent += actual
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """How one model's attempts are charged to the budget: ``price`` in USD per million (input, output)
+    tokens; None: the model has no price (allowed only without a bound; its cost is not tracked)."""
+
+    budget: Budget
+    price: tuple[float, float] | None
+
+    async def reserve(self, adapter: Adapter, task: Task, request: Request) -> float:
+        """Reserve the attempt's cost bound (see the module docstring); returns it. Raises
+        CostBoundReached. A model with output tokens priced but no cap on them cannot run under a bound
+        (``runner.plan`` refuses it before the run starts)."""
+        if self.price is None:
+            return await self.budget.reserve(0.0)
+        out = adapter.output_tokens_bound(task) if self.price[1] else 0
+        if out is None:
+            raise ValueError(f"{adapter.label}: no cap on output tokens under a cost bound")
+        return await self.budget.reserve(cost_usd(input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS), out, *self.price))
+
+    def settle(self, reserved: float, reply: Reply | None, error: AdapterError | None) -> float:
+        """Settle an attempt that ended with ``reply`` or ``error``; returns its actual cost (USD)."""
+        if self.price is None:
+            actual = 0.0
+        elif reply is not None and reply.input_tokens is not None:
+            actual = cost_usd(reply.input_tokens, reply.output_tokens or 0, *self.price)
+        elif error is not None and error.status is not None and reply is None:
+            actual = 0.0
+        else:
+            actual = reserved
+        self.budget.settle(reserved, actual)
+        return actual

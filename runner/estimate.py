@@ -1,0 +1,176 @@
+"""``dxi estimate``: a dry run that sends nothing. Per model: the requests not yet cached (and how many are),
+why each is new, and their expected tokens and cost, plus the most they can cost (the cost bound's
+reservations, ``runner.cost``).
+
+Requests are encoded exactly as ``dxi run`` would encode them and looked up in the cache by key, so the
+count of new requests is exact. Why a request is new is told by comparing it with the cache's rows, in
+this order: ``failed before`` (its last attempt failed transiently: sent again), ``retry requested``
+(``--retry-invalid`` / ``--retry-failed``), ``new model`` (no row of this adapter and model), ``new
+parameters`` (none with these sampling parameters), ``new prompt version``, ``new epoch`` (the task is
+cached under another epoch only), ``changed task`` (the task id is cached with other content), ``other
+endpoint`` (the same task and epoch is cached under another URL or request bytes), ``new task`` (the rest:
+a larger ``--limit``, new data).
+
+Expected tokens (``runner.tokens.TokenEstimate``): input = request bytes / 4 × the tokens-per-byte ratio
+that the cache's replies of the same model and evaluation reported, else those of the adapter's other
+models on that evaluation, else 1; output = their mean reported output, else ``runner.tokens.prior_output``.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from itertools import islice
+
+import polars as pl
+
+from cache import Cache
+from evals import PROMPT_VERSION, Suite
+from scoring import cost_usd
+
+from .run import ModelRun
+from .tokens import TokenEstimate, input_bound, prior_output
+
+REASONS = ("failed before", "retry requested", "new model", "new parameters", "new prompt version", "new epoch",
+           "changed task", "other endpoint", "new task")
+BATCH = 256
+
+
+@dataclass
+class Estimate:
+    """One model's dry run. Token counts are expected values (floats); ``cost_usd`` is their cost (None
+    without a price, see ``cost_reason``); ``bound_usd`` is the most the new requests can cost (None when
+    nothing caps the output tokens); ``basis`` says where the token figures come from."""
+
+    model: str
+    requests: int = 0
+    cached: int = 0
+    new: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    input_tokens: float = 0.0
+    output_tokens: float = 0.0
+    cost_usd: float | None = None
+    bound_usd: float | None = None
+    cost_reason: str | None = None
+    basis: dict[str, int] = field(default_factory=dict)
+    evals: dict[str, dict] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("model", "requests", "cached", "new", "reasons")}
+        out |= {"input_tokens": round(self.input_tokens), "output_tokens": round(self.output_tokens),
+                "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
+                "bound_usd": None if self.bound_usd is None else round(self.bound_usd, 6)}
+        if self.cost_reason:
+            out["cost_reason"] = self.cost_reason
+        return out | {"basis": self.basis, "evals": self.evals}
+
+
+def learned_rates(cache: Cache) -> dict[tuple[str, ...], TokenEstimate]:
+    """TokenEstimates taught by the usage in the cache: per (adapter, model, eval) and per (adapter, eval),
+    from every reply (ok or invalid) that reported input tokens."""
+    usage = (cache.scan().filter(pl.col("status").is_in(["ok", "invalid"]) & pl.col("input_tokens").is_not_null())
+             .group_by("provider", "model", "eval")
+             .agg(pl.col("request_body").str.len_bytes().sum().alias("bytes"), pl.col("input_tokens").sum(),
+                  pl.col("output_tokens").fill_null(0).sum(), pl.len().alias("n"))
+             .collect())
+    rates: dict[tuple[str, ...], TokenEstimate] = {}
+    for r in usage.iter_rows(named=True):
+        rates[(r["provider"], r["model"], r["eval"])] = TokenEstimate.learned(r["bytes"], r["input_tokens"],
+                                                                              r["output_tokens"], r["n"])
+    for r in usage.group_by("provider", "eval").agg(pl.col("bytes", "input_tokens", "output_tokens", "n").sum()).iter_rows(named=True):
+        rates[(r["provider"], r["eval"])] = TokenEstimate.learned(r["bytes"], r["input_tokens"], r["output_tokens"], r["n"])
+    return rates
+
+
+def _history(cache: Cache) -> pl.DataFrame:
+    return (cache.scan().select(pl.col("provider").alias("kind"), "model", "params", "prompt_version", "task_id",
+                                "task_digest", "sample").unique().collect())
+
+
+def _classify(new: pl.DataFrame, history: pl.DataFrame) -> pl.Series:
+    """Why each new request is new (see the module docstring)."""
+    levels = [("m1", ["kind", "model"]), ("m2", ["kind", "model", "params"]),
+              ("m3", ["kind", "model", "params", "prompt_version"]),
+              ("m4", ["kind", "model", "params", "prompt_version", "task_id", "task_digest", "sample"]),
+              ("m5", ["kind", "model", "params", "prompt_version", "task_id", "task_digest"]),
+              ("m6", ["kind", "model", "params", "prompt_version", "task_id"])]
+    frame = new.with_row_index("i")
+    for flag, keys in levels:
+        seen = history.select(keys).unique().with_columns(pl.lit(True).alias(flag))
+        frame = frame.join(seen, on=keys, how="left", maintain_order="left")
+    reason = (pl.when(pl.col("status") == "transient").then(pl.lit("failed before"))
+              .when(pl.col("status").is_in(["invalid", "fatal"])).then(pl.lit("retry requested"))
+              .when(pl.col("m1").is_null()).then(pl.lit("new model"))
+              .when(pl.col("m2").is_null()).then(pl.lit("new parameters"))
+              .when(pl.col("m3").is_null()).then(pl.lit("new prompt version"))
+              .when(pl.col("m4").is_not_null()).then(pl.lit("other endpoint"))
+              .when(pl.col("m5").is_not_null()).then(pl.lit("new epoch"))
+              .when(pl.col("m6").is_not_null()).then(pl.lit("changed task"))
+              .otherwise(pl.lit("new task")))
+    return frame.sort("i").select(reason.alias("reason")).to_series()
+
+
+def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, history: pl.DataFrame) -> Estimate:
+    a = model.adapter
+    est = Estimate(a.label)
+    rows = []
+    stream: Iterable = ((task, a.encode(task, sample)) for task in suite.tasks() for sample in range(model.epochs))
+    while batch := list(islice(stream, BATCH)):
+        est.requests += len(batch)
+        for (task, request), hit in zip(batch, cache.has_many([r.key for _, r in batch]), strict=True):
+            if hit:
+                est.cached += 1
+                continue
+            size = len(request.body)
+            rate, basis = rates.get((a.kind, a.model, task.eval)), "this model's cached usage"
+            if rate is None:
+                rate, basis = rates.get((a.kind, task.eval)), f"other {a.kind} models' cached usage"
+            if rate is None:
+                rate, basis = TokenEstimate(), "bytes / 4 (no usage in the cache yet)"
+            out_bound = a.output_tokens_bound(task)
+            rows.append((task.eval, task.id, task.digest, request.sample, cache.status(request.key), rate.input(size),
+                         rate.output if rate.output is not None else prior_output(out_bound, len(task.questions)),
+                         input_bound(size, a.HIDDEN_INPUT_TOKENS), out_bound, basis))
+    est.new = len(rows)
+    if not rows:
+        est.cost_usd = 0.0 if model.price is not None else None
+        est.bound_usd = est.cost_usd
+        return est
+    frame = pl.DataFrame(rows, orient="row", schema={
+        "eval": pl.String, "task_id": pl.String, "task_digest": pl.String, "sample": pl.Int32, "status": pl.String,
+        "input": pl.Float64, "output": pl.Float64, "input_bound": pl.Int64, "output_bound": pl.Int64, "basis": pl.String})
+    frame = frame.with_columns(pl.lit(a.kind).alias("kind"), pl.lit(a.model).alias("model"),
+                               pl.lit(a.params_key).alias("params"), pl.lit(PROMPT_VERSION).alias("prompt_version"))
+    frame = frame.with_columns(_classify(frame, history))
+    est.reasons = {r: n for r, n in frame["reason"].value_counts(sort=True).iter_rows()}
+    est.basis = {b: n for b, n in frame["basis"].value_counts(sort=True).iter_rows()}
+    est.input_tokens, est.output_tokens = float(frame["input"].sum()), float(frame["output"].sum())
+    if model.price is None:
+        est.cost_reason = "no price for this model: give one in the run file"
+    else:
+        est.cost_usd = cost_usd(est.input_tokens, est.output_tokens, *model.price)
+        if model.price[1] == 0 or frame["output_bound"].null_count() == 0:
+            est.bound_usd = cost_usd(int(frame["input_bound"].sum()), int(frame["output_bound"].fill_null(0).sum()),
+                                     *model.price)
+    per_eval = frame.group_by("eval").agg(pl.len().alias("new"), pl.col("input").sum(), pl.col("output").sum())
+    for r in per_eval.sort("eval").iter_rows(named=True):
+        est.evals[r["eval"]] = {"new": r["new"], "input_tokens": round(r["input"]), "output_tokens": round(r["output"]),
+                                "cost_usd": None if model.price is None else round(cost_usd(r["input"], r["output"], *model.price), 6)}
+    return est
+
+
+def estimate(models: list[ModelRun], suite: Suite, cache: Cache) -> list[Estimate]:
+    """The dry run of ``models`` (adapters built; a System One model must know its name) over ``suite``."""
+    rates, history = learned_rates(cache), _history(cache)
+    return [_estimate_one(m, suite, cache, rates, history) for m in models]
+
+
+def totals(estimates: list[Estimate]) -> dict:
+    """The run's totals: new requests, expected tokens and cost (None if a model has no price), bound."""
+    costs = [e.cost_usd for e in estimates]
+    bounds = [e.bound_usd for e in estimates]
+    return {"requests": sum(e.requests for e in estimates), "cached": sum(e.cached for e in estimates),
+            "new": sum(e.new for e in estimates),
+            "input_tokens": round(sum(e.input_tokens for e in estimates)),
+            "output_tokens": round(sum(e.output_tokens for e in estimates)),
+            "cost_usd": None if None in costs else round(sum(costs), 6),
+            "bound_usd": None if None in bounds else round(sum(bounds), 6)}

@@ -1,0 +1,258 @@
+"""What a command will do, from a run file or from the command line: the models (adapters built, not
+started), their epochs, limits and prices, the suite, the locations and the cost bound.
+
+``from_args(args)`` reads ``args.run_file`` (a TOML run file, ``runner.config``) when given, else the
+``--model`` flags. With a run file, these flags override it (paths given on the command line are relative
+to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
+per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
+``--max-cost``, and the limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``,
+``--max-attempts``, ``--backoff``: every provider); ``--exclude`` adds to the file's lists; ``--model``,
+``--param`` and ``--option`` are errors (models, their parameters and options belong in the file).
+
+Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file and key where it can.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import orjson
+import polars as pl
+
+import adapters
+import scoring
+from evals import EVALS, PROMPT_VERSION, Exclusions, Suite, discover
+
+from . import config
+from .run import ModelRun
+
+
+class PlanError(Exception):
+    """Bad input from the user (flags, run file, model strings): printed without a traceback, exit code 2."""
+
+
+@dataclass
+class Plan:
+    """``models``: adapters built but not started; ``epochs``: the run's default; ``max_cost``: USD or None;
+    ``source``: the run file, or None for the command line."""
+
+    models: list[ModelRun]
+    suite: Suite
+    data_dir: Path | None
+    cache_dir: Path
+    out: Path
+    epochs: int
+    max_cost: float | None
+    source: Path | None
+
+    def models_frame(self) -> pl.DataFrame:
+        """The frame scoring selects cache rows by (``scoring.MODELS_SCHEMA`` plus each model's ``epochs``)."""
+        rows = [(m.label, m.adapter.kind, m.adapter.model, m.adapter.params_key, PROMPT_VERSION, m.epochs)
+                for m in self.models]
+        return pl.DataFrame(rows, schema={**scoring.MODELS_SCHEMA, "epochs": pl.Int64}, orient="row")
+
+    def prices(self) -> dict[str, tuple[float, float] | None]:
+        return {m.label: m.price for m in self.models}
+
+    def check_labels(self) -> None:
+        """Raise PlanError when two models share a name, or an (adapter, model, parameters) triple: scoring
+        tells models apart by those, so one's cache rows would be read as the other's."""
+        seen: dict[object, str] = {}
+        for m in self.models:
+            for key in (m.label, (m.adapter.kind, m.adapter.model, m.adapter.params_key)):
+                if key in seen:
+                    raise PlanError(f"{seen[key]} and {m.label} are the same model (same name, or same adapter, "
+                                    "model and parameters): give each a distinct name and configuration")
+                seen[key] = m.label
+
+    def check_cost_bound(self) -> None:
+        """Under a cost bound every model needs a price (a model on this machine is free by default) and,
+        when its output tokens are priced, a cap on them (``max_tokens`` or the like); PlanError otherwise."""
+        if self.max_cost is None:
+            return
+        first = next(iter(self.suite.tasks()), None)
+        for m in self.models:
+            if m.price is None:
+                raise PlanError(f"{m.label}: a cost bound needs a price for every model; give it in the run file "
+                                "(price = {input = USD, output = USD} per million tokens)")
+            if first is not None and m.price[1] and m.adapter.output_tokens_bound(first) is None:
+                raise PlanError(f"{m.label}: under a cost bound, cap the output tokens (e.g. params = "
+                                "{max_tokens = 512}; Gemini: maxOutputTokens), or price output at 0 if it is not billed")
+
+
+def key_values(items: list[str], flag: str) -> dict:
+    """``KEY=VALUE`` items -> dict; VALUE is parsed as JSON (0, 0.7, true, {"type": ...}), else kept as text."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PlanError(f"{flag} {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def selected_evals(text: str) -> tuple[str, ...]:
+    selected = tuple(e.strip() for e in text.split(",") if e.strip())
+    unknown = [e for e in selected if e not in EVALS]
+    if unknown:
+        raise PlanError(f"unknown evaluation(s) {', '.join(unknown)}; known: {', '.join(EVALS)}")
+    return selected
+
+
+def _exclusions(items: list[tuple[str | None, Path]]) -> Exclusions:
+    exclusions = Exclusions()
+    for name, file in items:
+        try:
+            exclusions.add_file(file, name)
+        except FileNotFoundError:
+            raise PlanError(f"exclusion list not found: {file}") from None
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+    return exclusions
+
+
+def _exclude_item(item: str, base: Path | None = None) -> tuple[str | None, Path]:
+    name, sep, file = item.partition("=")
+    name, file = (name, file) if sep and name in EVALS else (None, item)
+    return name, (base / file if base is not None else Path(file))
+
+
+def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[str | None, Path]], limit: int | None,
+           subset: str, selected: tuple[str, ...] | None) -> Suite:
+    if limit is not None and limit < 1:
+        raise PlanError("--limit must be at least 1")
+    try:
+        suite = Suite(discover(data_dir, files), _exclusions(exclude), limit, subset, selected)
+    except FileNotFoundError as exc:
+        raise PlanError(str(exc)) from None
+    if not suite.selected():
+        where = data_dir if data_dir else "(no --data-dir given)"
+        raise PlanError(
+            f"no evaluation data found in {where}.\n"
+            "Point --data-dir at a folder holding the evaluation files, e.g. ../shared/data with "
+            "omniscience-standin/*.jsonl, hle/hle_mcqa.json, when2call/*.jsonl and wildguardtest/*.parquet, "
+            "or name files with --omniscience, --hle, --when2call, --wildguardtest.")
+    return suite
+
+
+def _file_flags(args: argparse.Namespace) -> dict[str, Path]:
+    return {name: getattr(args, f"file_{name}") for name in EVALS if getattr(args, f"file_{name}", None)}
+
+
+def limits_overrides(args: argparse.Namespace) -> dict:
+    """The limits flags given (``--max-in-flight``, ``--rpm``, ...) as ``adapters.Limits`` fields."""
+    return {k: v for k, v in (("max_in_flight", getattr(args, "max_in_flight", None)), ("rpm", getattr(args, "rpm", None)),
+                              ("tpm", getattr(args, "tpm", None)), ("attempt_timeout_s", getattr(args, "timeout", None)),
+                              ("max_attempts", getattr(args, "max_attempts", None)),
+                              ("backoff_s", getattr(args, "backoff", None)))
+            if v is not None}
+
+
+def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[float, float] | None:
+    if price is not None:
+        return price.input, price.output
+    return (0.0, 0.0) if adapter.free else None
+
+
+def from_args(args: argparse.Namespace) -> Plan:
+    """The plan of ``dxi run`` / ``estimate`` / ``score`` / ``report`` (see the module docstring)."""
+    epochs = getattr(args, "epochs", None)
+    if epochs is not None and epochs < 1:
+        raise PlanError("--epochs must be at least 1")
+    max_cost = getattr(args, "max_cost", None)
+    if max_cost is not None and max_cost < 0:
+        raise PlanError("--max-cost must be >= 0 (USD)")
+    if getattr(args, "run_file", None) is not None:
+        return _from_file(args, epochs, max_cost)
+    models = _from_flags(args, epochs or 1)
+    return Plan(models, suite_from_flags(args), args.data_dir, args.cache_dir or Path(".dxi-cache"),
+                args.out or Path("out"), epochs or 1, max_cost, None)
+
+
+def suite_from_flags(args: argparse.Namespace) -> Suite:
+    """The suite the command line names (no run file): ``--data-dir``, the files, ``--evals``, ``--limit``,
+    ``--exclude``, ``--wildguard-subset``."""
+    selected = selected_evals(args.evals) if args.evals else None
+    return _suite(args.data_dir, _file_flags(args), [_exclude_item(e) for e in args.exclude], args.limit,
+                  args.wildguard_subset or "agreed", selected)
+
+
+def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
+    """The ``--model`` flags' models, with ``--param`` given to those that take sampling parameters and
+    each ``--option`` to those that know it; PlanError for a bad model string or a flag no model uses."""
+    params = key_values(getattr(args, "param", []), "--param")
+    options = key_values(getattr(args, "option", []), "--option")
+    overrides = limits_overrides(args)
+    models, used = [], set()
+    for text in args.model or []:
+        try:
+            spec = adapters.parse_model(text)
+            cls = adapters.adapter_class(spec.kind)
+            spec.params = dict(params) if cls.takes_params else {}
+            spec.options = {k: v for k, v in options.items() if k in cls.OPTIONS}
+            a = adapters.get(spec)
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+        used |= set(spec.options)
+        a.limits = replace(a.limits, **overrides)
+        models.append(ModelRun(a, epochs, None, _price_of(a, None)))
+    if params and not any(type(m.adapter).takes_params for m in models):
+        raise PlanError("--param: no model of this run takes sampling parameters (decision models have none)")
+    unused = sorted(set(options) - used)
+    if unused:
+        raise PlanError(f"--option {', '.join(unused)}: no model of this run knows this option")
+    return models
+
+
+def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | None) -> Plan:
+    path: Path = args.run_file
+    for flag, value in (("--model", getattr(args, "model", None)), ("--param", getattr(args, "param", None)),
+                        ("--option", getattr(args, "option", None))):
+        if value:
+            raise PlanError(f"{flag} cannot be combined with a run file ({path}): give models, their params and "
+                            "options in the file")
+    try:
+        run = config.load(path)
+    except FileNotFoundError:
+        raise PlanError(f"run file not found: {path}") from None
+    except config.ConfigError as exc:
+        raise PlanError(str(exc)) from None
+    base = path.parent
+    overrides = limits_overrides(args)
+    models = []
+    for i, m in enumerate(run.models):
+        name, provider = run.provider_of(m)
+        where = f"{path}: models[{i}]"
+        try:
+            cls = adapters.adapter_class(provider.kind)
+            if m.params and not cls.takes_params:
+                raise ValueError(f"{provider.kind} is a decision model: it takes no sampling parameters")
+            options = dict(m.options)
+            if provider.api_key_env:
+                options["api_key_env"] = provider.api_key_env
+            unknown = sorted(set(options) - cls.OPTIONS)
+            if unknown:
+                raise ValueError(f"option(s) {', '.join(unknown)} unknown to the {provider.kind} adapter "
+                                 f"(known: {', '.join(sorted(cls.OPTIONS)) or 'none'})")
+            spec = adapters.ModelSpec(provider.kind, m.model, provider.base_url, dict(m.params), options, m.name)
+            a = adapters.get(spec)
+        except ValueError as exc:
+            raise PlanError(f"{where}: {exc}") from None
+        table = {k: v for k, v in (("rpm", provider.rpm), ("tpm", provider.tpm), ("max_in_flight", provider.max_in_flight),
+                                   ("max_attempts", provider.max_attempts),
+                                   ("attempt_timeout_s", provider.attempt_timeout_s)) if v is not None}
+        a.limits = replace(a.limits, **(table | overrides))
+        key = f"table:{name}" if name in run.providers else None  # models on one table share its limits
+        models.append(ModelRun(a, epochs or m.epochs or run.epochs, key, _price_of(a, m.price)))
+    files = {e: base / f for e, f in run.evals.files.items()} | _file_flags(args)
+    exclude = [_exclude_item(e, base) for e in run.evals.exclude] + [_exclude_item(e) for e in getattr(args, "exclude", [])]
+    selected = selected_evals(args.evals) if getattr(args, "evals", None) else (tuple(run.evals.select) if run.evals.select else None)
+    data_dir = args.data_dir if args.data_dir is not None else run.resolve(run.data_dir)
+    limit = args.limit if args.limit is not None else run.evals.limit
+    suite = _suite(data_dir, files, exclude, limit, args.wildguard_subset or run.evals.wildguard_subset, selected)
+    return Plan(models, suite, data_dir, args.cache_dir or run.resolve(run.cache_dir), args.out or run.resolve(run.out),
+                epochs or run.epochs, max_cost if max_cost is not None else run.max_cost, path)

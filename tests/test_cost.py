@@ -1,0 +1,129 @@
+"""The cost bound's ledger, the token bounds adapters state, run-file planning errors, the progress line."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+import pytest
+from rich.console import Console
+
+import adapters
+from adapters import Fatal, RateLimited, Reply, Transient
+from evals import CHOICE, YES_NO, Question, Task
+from runner.cli import main
+from runner.cost import Budget, Charge, CostBoundReached
+from runner.progress import RunProgress
+from runner.run import Stats
+from runner.tokens import TokenEstimate, input_bound, prior_output
+from scoring import cost_usd
+
+TASK = Task("when2call/x", "when2call", "state", (Question("q", CHOICE, "Which?", ()), Question("r", YES_NO, "Yes?")),
+            {"q": "A", "r": "yes"})
+
+
+def test_prices_are_usd_per_million_tokens():
+    assert cost_usd(1_000_000, 0, 0.25, 2.0) == 0.25
+    assert cost_usd(2000, 500, 1000.0, 2000.0) == 3.0  # 2 + 1
+
+
+async def test_budget_never_lets_spent_plus_reserved_pass_the_bound():
+    b = Budget(1.0)
+    assert await b.reserve(0.6) == 0.6
+    waiting = asyncio.create_task(b.reserve(0.5))  # 0.6 + 0.5 > 1: waits for the attempt in flight
+    await asyncio.sleep(0)
+    assert not waiting.done() and not b.stopped
+    b.settle(0.6, 0.1)  # it cost 0.1: now 0.1 + 0.5 fits
+    assert await waiting == 0.5 and (b.spent, b.reserved, b.in_flight) == (0.1, 0.5, 1)
+    b.settle(0.5, 0.5)
+    with pytest.raises(CostBoundReached):
+        await b.reserve(0.41)  # 0.6 spent, nothing in flight: 0.41 can never fit
+    assert b.stopped and b.spent == 0.6 and b.reserved == 0.0
+    with pytest.raises(CostBoundReached):
+        await b.reserve(0.0)  # once stopped, nothing more is dispatched
+    unbounded = Budget()
+    await unbounded.reserve(1e9)
+    assert not unbounded.stopped
+
+
+async def test_an_attempt_costs_its_usage_its_reservation_or_nothing():
+    a = adapters.get("systemone:m@http://127.0.0.1:1")
+    request = a.encode(TASK)
+    charge = Charge(Budget(100.0), (1000.0, 2000.0))
+    reserved = await charge.reserve(a, TASK, request)
+    # the bound: the body's bytes as input tokens, one output token per System One question
+    assert reserved == cost_usd(len(request.body), 2, 1000.0, 2000.0)
+    assert charge.settle(reserved, Reply((), 100, 2), None) == cost_usd(100, 2, 1000.0, 2000.0)  # usage
+    assert charge.settle(await charge.reserve(a, TASK, request), Reply((), None, None), None) == reserved  # no usage
+    assert charge.settle(await charge.reserve(a, TASK, request), None, Transient("timed out")) == reserved  # no reply
+    assert charge.settle(await charge.reserve(a, TASK, request), None, RateLimited("429")) == 0.0  # an HTTP error
+    assert charge.settle(await charge.reserve(a, TASK, request), None, Fatal("400", 400)) == 0.0
+    assert charge.budget.spent == pytest.approx(cost_usd(100, 2, 1000.0, 2000.0) + 2 * reserved)
+    assert charge.budget.reserved == pytest.approx(0.0)
+
+
+def test_adapters_state_their_output_caps_and_hidden_input():
+    assert adapters.get("openai:m@http://127.0.0.1:1/v1").output_tokens_bound(TASK) is None
+    spec = adapters.ModelSpec("openai", "m", "http://127.0.0.1:1/v1", {"max_tokens": 300, "max_completion_tokens": 200})
+    assert adapters.get(spec).output_tokens_bound(TASK) == 200  # max_completion_tokens wins
+    assert adapters.get("anthropic:m@http://127.0.0.1:1").output_tokens_bound(TASK) == 1024  # its default
+    assert adapters.get("anthropic:m@http://127.0.0.1:1").HIDDEN_INPUT_TOKENS == 600
+    gemini = adapters.ModelSpec("gemini", "g", None, {"maxOutputTokens": 100, "thinkingConfig": {"thinkingBudget": 50}})
+    assert adapters.get(gemini).output_tokens_bound(TASK) == 150
+    assert adapters.get("logprobs:m@http://127.0.0.1:1/v1").output_tokens_bound(TASK) == 2  # 1 per question
+    assert adapters.get("openai-decisions:m").output_tokens_bound(TASK) is None
+    assert adapters.get("embedded").free and not adapters.get("systemone:m").free
+    assert input_bound(1234, 600) == 1834
+    assert (prior_output(None, 3), prior_output(2, 3)) == (28.0, 2.0)
+
+
+def test_a_learned_estimate_pools_the_usage_it_was_taught():
+    est = TokenEstimate.learned(body_bytes=4000, input_tokens=500, output_tokens=30, replies=10)
+    assert (est.ratio, est.output, est.observed) == (0.5, 3.0, 10)
+    assert est.input(400) == 50.0 and est(400) == 53.0
+
+
+def test_progress_line_shows_rate_eta_spend_retries_429s_and_invalid():
+    s = Stats(sent=30, cache_hits=10, ok=27, invalid=2, failed=1, attempts=35, rate_limited=4, cost_usd=0.125, started=100.0)
+    p = RunProgress(Console(), {"m": 100}, budget=Budget(5.0))
+    p.budget.spent = 1.5
+    assert p.line("m", s, now=110.0) == ("40/100 40% 3.0 req/s ETA 20s $0.1250 (run $1.5000 of $5) retries 5 429s 4 "
+                                        "invalid 2 failed 1 cached 10")
+    assert RunProgress(Console(), {"m": 40}).line("m", s, now=110.0).startswith("40/40 100% 3.0 req/s done $0.1250 retries")
+
+
+def run_file(tmp: Path, body: str) -> Path:
+    path = tmp / "run.toml"
+    path.write_text('data_dir = "data"\n' + body)
+    return path
+
+
+@pytest.mark.parametrize(("body", "extra", "message"), [
+    ('[[models]]\nprovider = "embedded"\n', ["--model", "embedded"], "--model cannot be combined with a run file"),
+    ('[[models]]\nprovider = "systemone"\nmodel = "m"\n', ["--max-cost", "1"], "a cost bound needs a price"),
+    ('[[models]]\nprovider = "openai"\nmodel = "m"\nprice = { input = 1.0, output = 2.0 }\n', ["--max-cost", "1"],
+     "cap the output tokens"),
+    ('[[models]]\nprovider = "embedded"\nparams = { temperature = 0 }\n', [], "models[0]: embedded is a decision model"),
+    ('[[models]]\nprovider = "openai"\nmodel = "m"\noptions = { ctx_size = 4 }\n', [], "option(s) ctx_size unknown"),
+    ('[[models]]\nprovider = "embedded"\n[[models]]\nprovider = "embedded"\nname = "again"\n', [],
+     "are the same model"),
+])
+def test_run_file_mistakes_exit_2_with_a_clear_message(tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture,
+                                                       body: str, extra: list[str], message: str):
+    path = run_file(tmp_path, body)
+    assert main(["run", str(path), "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"), "-q", *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_run_file_paths_are_relative_to_the_file_and_flags_override(tmp_path: Path, data_dir: Path):
+    sub = tmp_path / "conf"
+    sub.mkdir()
+    path = sub / "run.toml"
+    path.write_text(f'data_dir = "{data_dir}"\ncache_dir = "cache"\nout = "out"\n[evals]\nlimit = 1\n'
+                    '[[models]]\nname = "nano"\nprovider = "embedded"\n')
+    assert main(["run", str(path), "-q"]) == 0
+    assert (sub / "cache" / "shards").is_dir() and (sub / "out" / "summary.json").is_file()
+    assert main(["run", str(path), "--limit", "2", "--out", str(tmp_path / "other"), "-q"]) == 0
+    s = orjson.loads((tmp_path / "other" / "summary.json").read_bytes())
+    assert s["models"][0]["model"] == "nano" and s["models"][0]["requests"]["sent"] == 4  # 2 tasks of each of 4 evaluations, 1 each cached
+    assert s["models"][0]["requests"]["cache_hits"] == 4
