@@ -57,6 +57,31 @@ def _enum(values: Sequence[str] | pl.Series) -> pl.Series:
     return s.cast(pl.Enum(s))
 
 
+def _configured(found: pl.DataFrame, models: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``found`` whose configuration (``CONFIG_COLUMNS``) is one of ``models``' (row ``m``):
+    (row numbers ascending, their model numbers). Rows come in runs of one configuration (a shard, a log),
+    so only the first row of each run is looked up."""
+    h = found.height
+    if h == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    start = found.select(pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift()) for c in CONFIG_COLUMNS)
+                         ).to_series().to_numpy().copy()
+    start[0] = True
+    heads = np.flatnonzero(start)
+    ends = np.r_[heads[1:], h]
+    pairs = (found.select(CONFIG_COLUMNS)[heads].with_row_index("run")
+             .join(models.select(*CONFIG_COLUMNS, "m"), on=CONFIG_COLUMNS, maintain_order="left"))
+    run = pairs["run"].to_numpy().astype(np.int64)
+    lengths = ends[run] - heads[run]
+    first = np.repeat(heads[run] - (np.cumsum(lengths) - lengths), lengths)
+    i = first + np.arange(len(first))
+    m = np.repeat(pairs["m"].to_numpy().astype(np.int64), lengths)
+    if len(i) > 1 and (np.diff(i) < 0).any():  # a configuration listed twice in ``models``
+        order = np.argsort(i, kind="stable")
+        i, m = i[order], m[order]
+    return i, m
+
+
 def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, categories: pl.DataFrame,
             epochs: int = 1) -> pl.DataFrame:
     """One row per (model label, question, epoch): ``ANSWER_COLUMNS`` — label, eval, task_id, question_id,
@@ -80,25 +105,20 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     n = n_models * n_gold * n_epochs
     task_of_gold = np.repeat(np.arange(n_tasks), task_frame["nq"].to_numpy())
 
-    found = rows.filter(pl.col("sample").is_between(0, n_epochs - 1)).select(
-        *CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", "status", "error", "repaired",
-        "answers").collect()
-    configured = (found.lazy().select(*CONFIG_COLUMNS).with_row_index("i")
-                  .join(models.lazy().select(*CONFIG_COLUMNS, "m"), on=CONFIG_COLUMNS, maintain_order="left")
-                  .select("i", "m").collect())
+    # Read every epoch's rows (a filter on ``sample`` in the scan is slower than dropping rows below).
+    found = rows.select(*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", "status", "error",
+                        "repaired", "answers").collect()
+    i, m = _configured(found, models)
     task_enum = pl.Enum(task_frame["task_id"])
     task_code = found["task_id"].cast(task_enum, strict=False).to_physical()
     current = (task_code.is_not_null()
                & (found["task_digest"] == task_frame["task_digest"].gather(task_code.fill_null(0)))).to_numpy()
-    i = configured["i"].to_numpy().astype(np.int64)
-    m = configured["m"].to_numpy().astype(np.int64)
-    order = np.argsort(i, kind="stable") if len(i) > 1 and (np.diff(i) < 0).any() else None
-    if order is not None:
-        i, m = i[order], m[order]
+    sample = found["sample"].fill_null(-1).to_numpy()
+    current &= (sample >= 0) & (sample < n_epochs)
     keep = current[i]
     i, m = i[keep], m[keep]
     t = task_code.fill_null(0).to_numpy().astype(np.int64)[i]
-    s = found["sample"].to_numpy()[i].astype(np.int64)
+    s = sample[i].astype(np.int64)
     request = (m * n_tasks + t) * n_epochs + s
     if len(request) and np.bincount(request).max() > 1:  # several rows for one request: the newest wins
         created = found["created_at"].to_numpy()[i]
@@ -106,10 +126,9 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
         newest = np.r_[request[by_age][1:] != request[by_age][:-1], True]
         keep = np.sort(by_age[newest])
         i, m, t, s, request = i[keep], m[keep], t[keep], s[keep], request[keep]
-    if len(i) != found.height:
-        mask = np.zeros(found.height, bool)
-        mask[i] = True
-        found = found.filter(pl.Series(mask))
+    found = found.select("status", "error", "repaired", "answers")
+    if not np.array_equal(i, np.arange(found.height)):
+        found = found[i]
     row_of_request = np.full(n_models * n_tasks * n_epochs, -1, np.int64)
     row_of_request[request] = np.arange(len(request))
     row_failed = (found["status"] == "failed").to_numpy()
@@ -137,8 +156,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
                        .otherwise(per_question["status"].fill_null("invalid"))).to_series()
     answered = pl.DataFrame({
         "status": status,
-        "error": pl.select(pl.coalesce(per_question["error"], row_error.gather(r),
-                                       pl.when(status == "invalid").then(pl.lit(NO_ANSWER)))).to_series(),
+        "error": _answer_errors(per_question["error"], row_error, r, (status == "invalid").to_numpy()),
         **{c: per_question[c] for c in ("predicted", "p_predicted", "p_yes", "warning")},
         "probabilities": per_question["probabilities"].cast(_PROBABILITIES),
         "repaired": pl.Series(row_repaired[r]) & (status == "ok"),
@@ -197,6 +215,21 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     return pl.DataFrame([series.alias(name) for name, series in columns.items()])
 
 
+def _answer_errors(question_error: pl.Series, row_error: pl.Series, r: np.ndarray, invalid: np.ndarray) -> pl.Series:
+    """Each answer's error: its own, else its row's (``row_error[r]``), else ``NO_ANSWER`` where it is
+    invalid. Only the few answers without their own error are looked at."""
+    error = question_error
+    unset = error.is_null().to_numpy()
+    from_row = np.flatnonzero(unset & row_error.is_not_null().to_numpy()[r])
+    if len(from_row):
+        error = error.scatter(from_row, row_error.gather(r[from_row]))
+        unset[from_row] = False
+    no_answer = np.flatnonzero(unset & invalid)
+    if len(no_answer):
+        error = error.scatter(no_answer, NO_ANSWER)
+    return error
+
+
 def _predicted_category(gold_side: pl.DataFrame, row_g: np.ndarray, predicted: pl.Series,
                         categories: pl.DataFrame) -> pl.Series:
     """When2Call: the reply category of each row's predicted option (null elsewhere)."""
@@ -209,7 +242,7 @@ def _predicted_category(gold_side: pl.DataFrame, row_g: np.ndarray, predicted: p
     for task, option, category in categories.iter_rows():
         if task in g_of_task:
             table[g_of_task[task], options.index(option)] = names.index(category)
-    rows = np.flatnonzero((table[row_g] >= 0).any(axis=1))
+    rows = np.flatnonzero((table >= 0).any(axis=1)[row_g])
     option = predicted.gather(rows).cast(pl.Enum(options), strict=False).to_physical().fill_null(-1).to_numpy()
     code = np.full(len(row_g), -1, np.int64)
     code[rows] = np.where(option >= 0, table[row_g[rows], np.maximum(option, 0)], -1)
