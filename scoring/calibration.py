@@ -63,14 +63,7 @@ def answer_terms(ans: pl.DataFrame) -> dict[str, np.ndarray]:
     if "probabilities" not in ans.columns or n == 0:
         zero = np.zeros(n)
         return {"pn": np.zeros(n, bool), "brier": zero, "log_loss": zero, "gap": zero, "bin": np.full(n, -1, np.int64)}
-    probs = ans["probabilities"]
-    flat = probs.explode(empty_as_null=False, keep_nulls=False).struct.unnest()  # every (answer, option)
-    owner = np.repeat(np.arange(n), probs.list.len().fill_null(0).to_numpy())
-    gold = np.flatnonzero((flat["option"] == ans["gold"].cast(pl.String).gather(owner)).fill_null(False).to_numpy())
-    p = flat["p"].to_numpy()
-    p_gold = np.full(n, np.nan)
-    p_gold[owner[gold]] = p[gold]
-    sum_sq = np.bincount(owner, weights=p * p, minlength=n)
+    p_gold, sum_sq = _gold_probability(ans["probabilities"], ans["gold"].cast(pl.String))
     confidence = ans["p_predicted"].fill_null(np.nan).to_numpy().astype(np.float64)
     counted = ((ans["status"].cast(pl.String) == "ok").to_numpy() & ~np.isnan(p_gold) & ~np.isnan(confidence))
     correct = ans["correct"].to_numpy().astype(np.float64)
@@ -81,6 +74,25 @@ def answer_terms(ans: pl.DataFrame) -> dict[str, np.ndarray]:
     return {"pn": counted, "brier": np.where(counted, brier, 0.0), "log_loss": np.where(counted, log_loss, 0.0),
             "gap": np.where(counted, correct - np.nan_to_num(confidence), 0.0),
             "bin": np.where(counted, np.clip(bins, 0, ECE_BINS - 1), -1)}
+
+
+def _gold_probability(probabilities: pl.Series, gold: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per answer: the probability given to its ``gold`` option (NaN if none) and the sum of the squared
+    probabilities. Chunk by chunk, so that no column of many chunks is copied into one."""
+    n = len(probabilities)
+    p_gold, sum_sq = np.full(n, np.nan), np.zeros(n)
+    start = 0
+    for chunk in probabilities.get_chunks():
+        size = len(chunk)
+        owner = np.repeat(np.arange(size), chunk.list.len().fill_null(0).to_numpy())
+        if len(owner):
+            flat = chunk.explode(empty_as_null=False, keep_nulls=False).struct.unnest()  # every (answer, option)
+            is_gold = np.flatnonzero((flat["option"] == gold.slice(start, size).gather(owner)).fill_null(False).to_numpy())
+            p = flat["p"].to_numpy()
+            p_gold[start + owner[is_gold]] = p[is_gold]
+            sum_sq[start:start + size] = np.bincount(owner, weights=p * p, minlength=size)
+        start += size
+    return p_gold, sum_sq
 
 
 def brier_from(brier_sum, pn):

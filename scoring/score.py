@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from .columns import explode
 from .cube import build_cubes, estimate_all, metric_table
 
 CONFIG_COLUMNS = ["provider", "model", "params", "prompt_version"]
@@ -138,7 +139,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     # every answer the cache holds, with its place (model, gold row, epoch)
     listed = found["answers"]
     r = np.repeat(np.arange(found.height), listed.list.len().fill_null(0).to_numpy())
-    per_question = listed.explode(empty_as_null=False, keep_nulls=False).struct.unnest()
+    per_question = explode(listed).struct.unnest()
     question_names = sorted(set(gold["question_id"].to_list()))
     gold_of = np.full((n_tasks, max(1, len(question_names))), -1, np.int64)
     gold_of[task_of_gold, [question_names.index(q) for q in gold["question_id"].to_list()]] = np.arange(n_gold)
@@ -195,12 +196,15 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
         pl.col("kind").cast(pl.Enum(sorted(set(gold["kind"].to_list())))),
         pl.col("group").cast(pl.Enum(sorted(set(gold["group"].drop_nulls().to_list())))))
     predicted = pl.select(pl.when(placed["status"] == "ok").then(placed["predicted"])).to_series()
-    gold_answer = gold_side["gold"].gather(row_g)
+    at = pl.Series(row_g)
+    side = gold_side.select(pl.col(c).gather(at) for c in ("eval", "task_id", "question_id", "kind", "gold",
+                                                            "gold_category", "group", "adversarial"))  # in parallel
+    gold_answer = side["gold"]
     columns = {
         "label": _enum(models["label"]).gather(row_m),
-        **{c: gold_side[c].gather(row_g) for c in ("eval", "task_id", "question_id")},
+        **{c: side[c] for c in ("eval", "task_id", "question_id")},
         "sample": pl.Series(row_s, dtype=pl.Int32),
-        "kind": gold_side["kind"].gather(row_g),
+        "kind": side["kind"],
         "status": placed["status"],
         "error": placed["error"],
         "predicted": predicted,
@@ -208,7 +212,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
         "correct": predicted.eq_missing(gold_answer),
         **{c: placed[c] for c in ("p_predicted", "p_yes", "warning")},
         "predicted_category": _predicted_category(gold_side, row_g, predicted, categories),
-        **{c: gold_side[c].gather(row_g) for c in ("gold_category", "group", "adversarial")},
+        **{c: side[c] for c in ("gold_category", "group", "adversarial")},
         "probabilities": placed["probabilities"],
         "repaired": placed["repaired"],
     }
