@@ -33,6 +33,8 @@ from statistics import NormalDist
 import numpy as np
 import polars as pl
 
+from .columns import canonical_order
+
 ECE_BINS = 10
 LOG_LOSS_FLOOR = 5e-5
 CALIBRATION_METRICS = ("brier", "ece", "log_loss")
@@ -119,6 +121,8 @@ def auroc(ans: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     keys = ["label", "eval", "question_id", "sample"]
     taken = np.flatnonzero(_is(ans["kind"], "yes_no") & _is(ans["status"], "ok") & ans["p_yes"].is_not_null().to_numpy())
+    task = ans["task_id"].to_physical() if isinstance(ans["task_id"].dtype, pl.Enum) else ans["task_id"].rank("dense")
+    taken = taken[canonical_order(task.gather(taken).fill_null(0).to_numpy().astype(np.int64))]  # see build_cubes
     yes_no = ans.select(*keys, (pl.col("gold") == "yes").alias("pos"), "p_yes")[taken]
     ranked = yes_no.with_columns(**_ranks(yes_no, keys))
     # placement values: a positive's share of negatives below it; a negative's share of positives above it

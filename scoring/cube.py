@@ -25,6 +25,7 @@ import polars as pl
 
 from . import calibration as cal
 from .bootstrap import Bootstrap
+from .columns import canonical_order
 from .metrics import STATS, accuracy_from, answer_stats, f1_from, non_hallucination_from
 
 OMNISCIENCE, WILDGUARD = "aa_omniscience_decision", "wildguardtest"
@@ -243,7 +244,10 @@ def build_cubes(ans: pl.DataFrame) -> dict[str, Cube]:
     question, questions = _codes(ans["question_id"])
     sample = ans["sample"].to_numpy().astype(np.int64)
     n_epochs = int(sample.max()) + 1 if len(sample) else 1
-    order = np.argsort(evals, kind="stable")
+    # each evaluation's answers in (task, question) order, whatever order the cache gave them in: the
+    # sums of probabilities then add up in one order, so equal caches give bit-equal results
+    by_task = canonical_order(task * (len(questions) + 1) + question + 1)
+    order = by_task[np.argsort(evals[by_task], kind="stable")]
     bounds = np.searchsorted(evals[order], np.arange(len(eval_names) + 1))
     cubes = {}
     for e, name in enumerate(eval_names):

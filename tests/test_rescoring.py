@@ -63,3 +63,24 @@ def test_the_newest_row_wins_and_stale_rows_are_ignored(tmp_path: Path):
     assert after[first] == 0.0 and after[f"synthetic:{model_name(1)}"] == before[f"synthetic:{model_name(1)}"]
     plain = plain_index(sorted(tmp_path.glob("shards/*.parquet")), tasks, [model_name(0), model_name(1)])
     assert plain[first] == 0.0
+
+
+def test_the_order_of_rows_in_the_cache_does_not_change_a_single_bit(tmp_path: Path):
+    """Two runs on one cache interleave their rows differently; sums of probabilities must not depend on it."""
+    tasks = suite(SIZES)
+    write_cache(tmp_path / "a", tasks, 3, invalid_rate=0.05, failed_rate=0.05)
+    rows = pl.concat([pl.read_parquet(p) for p in sorted((tmp_path / "a").glob("shards/*.parquet"))])
+    (tmp_path / "b" / "shards").mkdir(parents=True)
+    pq.write_table(rows.sample(fraction=1.0, shuffle=True, seed=5).to_arrow().cast(SCHEMA),
+                   tmp_path / "b" / "shards" / "shuffled.parquet")
+    gold, categories = gold_frames(tasks)
+    scored = []
+    for name in ("a", "b"):
+        with Cache(tmp_path / name) as cache:
+            models = scoring.models_in_cache(cache.scan(), PROMPT_VERSION)
+            scored.append(scoring.score(scoring.answers(cache.scan(), models, gold, categories),
+                                        scoring.Bootstrap(resamples=50)))
+    ordered, shuffled = scored
+    for name, table in ordered.tables().items():
+        assert table.equals(shuffled.tables()[name]), name
+    assert not ordered.calibration.is_empty() and not ordered.reliability.is_empty()
