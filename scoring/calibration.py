@@ -33,7 +33,7 @@ from statistics import NormalDist
 import numpy as np
 import polars as pl
 
-from .columns import canonical_order
+from .columns import canonical_order, explode
 
 ECE_BINS = 10
 LOG_LOSS_FLOOR = 5e-5
@@ -80,21 +80,20 @@ def answer_terms(ans: pl.DataFrame) -> dict[str, np.ndarray]:
 
 def _gold_probability(probabilities: pl.Series, gold: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     """Per answer: the probability given to its ``gold`` option (NaN if none) and the sum of the squared
-    probabilities. Chunk by chunk, so that no column of many chunks is copied into one."""
+    probabilities. Options are matched to gold by their codes in an Enum of the gold values (an option that
+    is no gold value anywhere gets none), not string by string."""
     n = len(probabilities)
-    p_gold, sum_sq = np.full(n, np.nan), np.zeros(n)
-    start = 0
-    for chunk in probabilities.get_chunks():
-        size = len(chunk)
-        owner = np.repeat(np.arange(size), chunk.list.len().fill_null(0).to_numpy())
-        if len(owner):
-            flat = chunk.explode(empty_as_null=False, keep_nulls=False).struct.unnest()  # every (answer, option)
-            is_gold = np.flatnonzero((flat["option"] == gold.slice(start, size).gather(owner)).fill_null(False).to_numpy())
-            p = flat["p"].to_numpy()
-            p_gold[start + owner[is_gold]] = p[is_gold]
-            sum_sq[start:start + size] = np.bincount(owner, weights=p * p, minlength=size)
-        start += size
-    return p_gold, sum_sq
+    owner = np.repeat(np.arange(n), probabilities.list.len().fill_null(0).to_numpy())
+    flat = explode(probabilities).struct.unnest()  # every (answer, option)
+    values = gold.unique().drop_nulls().sort()
+    as_gold = pl.Enum(values)
+    gold_code = gold.cast(as_gold).to_physical().fill_null(len(values)).to_numpy().astype(np.int64)
+    option_code = flat["option"].cast(as_gold, strict=False).to_physical().fill_null(len(values) + 1).to_numpy()
+    is_gold = np.flatnonzero(option_code == gold_code[owner])
+    p = flat["p"].to_numpy()
+    p_gold = np.full(n, np.nan)
+    p_gold[owner[is_gold]] = p[is_gold]
+    return p_gold, np.bincount(owner, weights=p * p, minlength=n)
 
 
 def brier_from(brier_sum, pn):

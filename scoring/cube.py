@@ -232,7 +232,7 @@ def build_cubes(ans: pl.DataFrame) -> dict[str, Cube]:
     status = pl.col("status").cast(pl.String)
     repaired = pl.col("repaired").fill_null(False) if "repaired" in ans.columns else pl.lit(False)
     indicators = ans.select(*answer_stats()[1:], *[(status == c).alias(c) for c in COUNTS[:3]],
-                            repaired.alias("repaired"))
+                            repaired.alias("repaired"))  # FLAGS but pn, computed side by side
     calib = cal.answer_terms(ans)
     flags = calib["pn"].astype(np.uint16) << FLAGS.index("pn")
     for k, name in enumerate(FLAGS[:-1]):
@@ -254,7 +254,8 @@ def build_cubes(ans: pl.DataFrame) -> dict[str, Cube]:
         rows = order[bounds[e]:bounds[e + 1]]
         if len(rows) == 0:
             continue
-        t, _ = _dense(task[rows])
+        tasks = task[rows]  # ascending (see above): numbered 0, 1, ... in order
+        t = np.cumsum(np.r_[False, tasks[1:] != tasks[:-1]])
         if name == WILDGUARD:
             u, kept = _dense(question[rows])
             units = [questions[q] for q in kept]
