@@ -14,7 +14,8 @@ by a background thread (Parquet written to a temporary name, then renamed: a sha
 and deleted; ``close`` compacts the last one. A log left behind by a killed process is compacted by the
 next process that opens the cache; a truncated last line (the kill came mid-write) or a corrupt line is
 dropped with a warning, the damaged log is moved to ``quarantine/``, and only those requests are sent
-again. A shard whose footer or index columns cannot be read is moved to ``quarantine/`` on start-up.
+again. A shard whose footer or index columns cannot be read is moved to ``quarantine/`` when the key
+index is loaded (the first ``has``/``append``: a run's start-up); one that fails when scanned, by ``verify``.
 
 Concurrency: safe concurrent appends, no shared lock. Each process appends only to its own logs and
 holds an exclusive ``flock`` on each until it is compacted; a log whose lock is free belongs to a dead
@@ -22,7 +23,8 @@ process and is recovered by whoever takes the lock first. Readers never write. T
 directory therefore never corrupt it; they may both send a request neither had cached when it started
 (the newest row then wins).
 
-Memory: the key index is compact (``cache.index``: ~9 bytes a key), logs are bounded by ``roll_rows``,
+Memory: the key index is compact (``cache.index``: ~9 bytes a key) and loaded only when first needed
+(rescoring never needs it), logs are bounded by ``roll_rows``,
 and ``scan`` is lazy over the shards: O(``roll_rows``), not O(rows).
 """
 from __future__ import annotations
@@ -89,7 +91,7 @@ class Cache:
         self._cached[cached] = True
         self._remove_abandoned()
         self._recover_orphans()
-        self._index = self._load_index()
+        self._index: KeyIndex | None = None  # loaded on first use (``_keys``): scoring only scans
 
     # ---- reading ------------------------------------------------------------------------------
     def _warn(self, message: str) -> None:
@@ -187,6 +189,12 @@ class Cache:
         else:
             wal.unlink(missing_ok=True)
 
+    def _keys(self) -> KeyIndex:
+        """The key index, loaded from the logs and shards the first time it is needed."""
+        if self._index is None:
+            self._index = self._load_index()
+        return self._index
+
     def _load_index(self) -> KeyIndex:
         # Logs first, then shards: a log compacted meanwhile has its shard in place before it is deleted,
         # so every row is seen (some twice, which the newest-wins rule absorbs).
@@ -233,18 +241,18 @@ class Cache:
 
     def status(self, key: str) -> str | None:
         """The newest row's class for ``key``: "ok", "invalid", "fatal", "transient", or None if absent."""
-        return NAMES.get(self._index.get(key))
+        return NAMES.get(self._keys().get(key))
 
     def has(self, key: str) -> bool:
         """True when the request with this key needs no sending (see the class docstring)."""
-        return bool(self._cached[self._index.get(key)])
+        return bool(self._cached[self._keys().get(key)])
 
     def has_many(self, keys: list[str]) -> list[bool]:
         """``has`` for many keys at once (one vectorised lookup)."""
-        return self._cached[self._index.get_many(keys)].tolist()
+        return self._cached[self._keys().get_many(keys)].tolist()
 
     def __len__(self) -> int:
-        return len(self._index)
+        return len(self._keys())
 
     def scan(self) -> pl.LazyFrame:
         """Every row (shards, and the logs of this and other live writers) as one LazyFrame with the
@@ -282,7 +290,10 @@ class Cache:
         _write(fd, _dumps(row, option=_LINE))
         if self.fsync:
             os.fsync(fd)
-        self._index.set(row["key"], code_of(row["status"], row.get("error_kind")))
+        index = self._index
+        if index is None:
+            index = self._keys()
+        index.set(row["key"], code_of(row["status"], row.get("error_kind")))
         self._log_rows += 1
         if self._log_rows >= self.roll_rows:
             self._roll()

@@ -29,6 +29,8 @@ from .columns import explode
 from .cube import build_cubes, estimate_all, metric_table
 
 CONFIG_COLUMNS = ["provider", "model", "params", "prompt_version"]
+READ_COLUMNS = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", "status", "error", "repaired",
+                "answers")  # what ``answers`` reads of each cache row
 MODELS_SCHEMA = {"label": pl.String, "provider": pl.String, "model": pl.String, "params": pl.String,
                  "prompt_version": pl.String}
 STATUSES = ("ok", "invalid", "failed", "missing")
@@ -107,8 +109,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     task_of_gold = np.repeat(np.arange(n_tasks), task_frame["nq"].to_numpy())
 
     # Read every epoch's rows (a filter on ``sample`` in the scan is slower than dropping rows below).
-    found = rows.select(*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", "status", "error",
-                        "repaired", "answers").collect()
+    found = rows.select(READ_COLUMNS).collect()
     i, m = _configured(found, models)
     task_enum = pl.Enum(task_frame["task_id"])
     task_code = found["task_id"].cast(task_enum, strict=False).to_physical()
