@@ -55,9 +55,9 @@ _write, _dumps, _LINE = os.write, orjson.dumps, orjson.OPT_APPEND_NEWLINE  # loo
 ROLL_ROWS = 5_000  # rows per log before it is compacted into a shard (~10 MB of log)
 _JSON = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
 _JSON_READ = pj.ReadOptions(block_size=1 << 20)
-# A log compacted in the background during a run is parsed on one thread, leaving the other cores to the
-# appends (with Arrow's thread pool it took about half of the appending thread's core: measured, appends
-# went from ~170,000 to ~80,000 rows/s while a compaction ran).
+# A log compacted in the background while rows are appended is parsed on one thread, leaving the other
+# cores to the appends (with Arrow's thread pool it took about half of the appending thread's core:
+# measured, appends went from ~170,000 to ~80,000 rows/s while a compaction ran).
 _JSON_READ_ONE_THREAD = pj.ReadOptions(block_size=1 << 20, use_threads=False)
 
 
@@ -85,6 +85,7 @@ class Cache:
         self._log_rows = 0
         self._rolled = 0  # rows appended to this process's earlier logs
         self._compactor: ThreadPoolExecutor | None = None
+        self._closing = False  # set by close: no more appends to leave cores to
         self._pending: list[Future] = []
         cached = [CODE_OK] + ([] if retry_invalid else [CODE_INVALID]) + ([] if retry_failed else [CODE_FATAL])
         self._cached = np.zeros(256, bool)
@@ -284,6 +285,7 @@ class Cache:
         """Store one row (a dict with the columns of ``SCHEMA``) durably before returning."""
         fd = self._fd
         if fd is None:
+            self._closing = False  # appending again after close
             self._open_log()
             fd = self._fd
         # one write(2) on an O_APPEND file: the row is in the kernel when it returns
@@ -308,11 +310,11 @@ class Cache:
         self._pending = [f for f in self._pending if not f.done()]
         self._pending.append(self._compactor.submit(self._compact_own, wal, fd))
 
-    def _compact_own(self, wal: Path, fd: int, threads: bool = False) -> None:
-        """Compact one of this process's logs, then release it (``threads``: parse it on every core; the
-        background compaction during a run uses one, leaving the others to the appends)."""
+    def _compact_own(self, wal: Path, fd: int) -> None:
+        """Compact one of this process's logs, then release it. While rows are still being appended the log
+        is parsed on one thread, leaving the other cores to the appends; once ``close`` has begun, on all."""
         try:
-            table, _ = self._read_log(wal, live=True, threads=threads)
+            table, _ = self._read_log(wal, live=True, threads=self._closing)
             if table is not None:
                 self._compact(wal, table)
         except Exception as exc:  # the log stays; the next run recovers it
@@ -323,6 +325,7 @@ class Cache:
 
     def close(self) -> None:
         """Compact this process's logs into shards and release them. Safe to call twice."""
+        self._closing = True
         if self._compactor is not None:
             self._compactor.shutdown(wait=True)
             self._compactor = None
@@ -333,7 +336,7 @@ class Cache:
         self._fd = self._wal = None
         self._rolled += self._log_rows
         self._log_rows = 0
-        self._compact_own(wal, fd, threads=True)
+        self._compact_own(wal, fd)
 
     def __enter__(self) -> Cache:
         return self
