@@ -90,8 +90,9 @@ def index_load(tmp: Path) -> list[Result]:
     for _ in range(3):
         started = time.perf_counter()
         cache = Cache(root)
+        loaded = len(cache)  # the index is loaded on first use
         times.append(time.perf_counter() - started)
-        assert len(cache) == INDEX_KEYS and cache.has(keys[123_456])
+        assert loaded == INDEX_KEYS and cache.has(keys[123_456])
     best = min(times)
     return [Result("cache", "start-up index load, 1,000,000 cached keys", best, "s", "≤ 0.3 s", best <= 0.3,
                    f"{INDEX_KEYS // SHARD_ROWS} shards; best of 3 ({', '.join(f'{t:.2f}' for t in times)} s); "

@@ -33,6 +33,8 @@ from statistics import NormalDist
 import numpy as np
 import polars as pl
 
+from .columns import canonical_order, explode
+
 ECE_BINS = 10
 LOG_LOSS_FLOOR = 5e-5
 CALIBRATION_METRICS = ("brier", "ece", "log_loss")
@@ -53,18 +55,17 @@ def answer_calibration(ans: pl.DataFrame) -> pl.DataFrame:
     ``brier``, ``log_loss``, ``gap`` (correct − confidence) and ``bin`` (0..ECE_BINS−1; −1 when not
     counted). Needs ``status``, ``gold``, ``correct``, ``p_predicted`` and ``probabilities``; a frame
     without ``probabilities`` has no calibration (``pn`` all 0)."""
+    terms = answer_terms(ans)
+    return pl.DataFrame({"pn": terms["pn"].astype(np.float64), **{c: terms[c] for c in ("brier", "log_loss", "gap", "bin")}})
+
+
+def answer_terms(ans: pl.DataFrame) -> dict[str, np.ndarray]:
+    """``answer_calibration`` as NumPy arrays (``pn`` boolean)."""
     n = ans.height
     if "probabilities" not in ans.columns or n == 0:
         zero = np.zeros(n)
-        return pl.DataFrame({"pn": zero, "brier": zero, "log_loss": zero, "gap": zero, "bin": np.full(n, -1, np.int64)})
-    probs = ans["probabilities"]
-    flat = probs.explode(empty_as_null=False, keep_nulls=False).struct.unnest()  # every (answer, option)
-    owner = np.repeat(np.arange(n), probs.list.len().fill_null(0).to_numpy())
-    is_gold = (flat["option"] == ans["gold"].cast(pl.String).gather(owner)).fill_null(False).to_numpy()
-    p = flat["p"].to_numpy()
-    p_gold = np.full(n, np.nan)
-    p_gold[owner[is_gold]] = p[is_gold]
-    sum_sq = np.bincount(owner, weights=p * p, minlength=n)
+        return {"pn": np.zeros(n, bool), "brier": zero, "log_loss": zero, "gap": zero, "bin": np.full(n, -1, np.int64)}
+    p_gold, sum_sq = _gold_probability(ans["probabilities"], ans["gold"].cast(pl.String))
     confidence = ans["p_predicted"].fill_null(np.nan).to_numpy().astype(np.float64)
     counted = ((ans["status"].cast(pl.String) == "ok").to_numpy() & ~np.isnan(p_gold) & ~np.isnan(confidence))
     correct = ans["correct"].to_numpy().astype(np.float64)
@@ -72,10 +73,27 @@ def answer_calibration(ans: pl.DataFrame) -> pl.DataFrame:
         brier = 0.5 * (sum_sq - 2 * p_gold + 1)
         log_loss = -np.log(np.maximum(p_gold, LOG_LOSS_FLOOR))
     bins = np.minimum((np.nan_to_num(confidence) * ECE_BINS).astype(np.int64), ECE_BINS - 1)
-    return pl.DataFrame({"pn": counted.astype(np.float64), "brier": np.where(counted, brier, 0.0),
-                         "log_loss": np.where(counted, log_loss, 0.0),
-                         "gap": np.where(counted, correct - np.nan_to_num(confidence), 0.0),
-                         "bin": np.where(counted, np.clip(bins, 0, ECE_BINS - 1), -1)})
+    return {"pn": counted, "brier": np.where(counted, brier, 0.0), "log_loss": np.where(counted, log_loss, 0.0),
+            "gap": np.where(counted, correct - np.nan_to_num(confidence), 0.0),
+            "bin": np.where(counted, np.clip(bins, 0, ECE_BINS - 1), -1)}
+
+
+def _gold_probability(probabilities: pl.Series, gold: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per answer: the probability given to its ``gold`` option (NaN if none) and the sum of the squared
+    probabilities. Options are matched to gold by their codes in an Enum of the gold values (an option that
+    is no gold value anywhere gets none), not string by string."""
+    n = len(probabilities)
+    owner = np.repeat(np.arange(n), probabilities.list.len().fill_null(0).to_numpy())
+    flat = explode(probabilities).struct.unnest()  # every (answer, option)
+    values = gold.unique().drop_nulls().sort()
+    as_gold = pl.Enum(values)
+    gold_code = gold.cast(as_gold).to_physical().fill_null(len(values)).to_numpy().astype(np.int64)
+    option_code = flat["option"].cast(as_gold, strict=False).to_physical().fill_null(len(values) + 1).to_numpy()
+    is_gold = np.flatnonzero(option_code == gold_code[owner])
+    p = flat["p"].to_numpy()
+    p_gold = np.full(n, np.nan)
+    p_gold[owner[is_gold]] = p[is_gold]
+    return p_gold, np.bincount(owner, weights=p * p, minlength=n)
 
 
 def brier_from(brier_sum, pn):
@@ -100,15 +118,12 @@ def auroc(ans: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
     class only. With several epochs the variance is the mean of the epochs' variances (an upper bound
     of the variance of their mean)."""
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    yes_no = ans.filter((pl.col("kind").cast(pl.String) == "yes_no") & (pl.col("status").cast(pl.String) == "ok")
-                        & pl.col("p_yes").is_not_null())
     keys = ["label", "eval", "question_id", "sample"]
-    pos = pl.col("gold") == "yes"
-    ranked = yes_no.select(*keys, pos.alias("pos"), pl.col("p_yes")).with_columns(
-        pl.col("p_yes").rank("average").over(keys).alias("r_all"),
-        pl.col("p_yes").rank("average").over([*keys, "pos"]).alias("r_class"),
-        pl.col("pos").sum().over(keys).alias("n_pos"),
-        (~pl.col("pos")).sum().over(keys).alias("n_neg"))
+    taken = np.flatnonzero(_is(ans["kind"], "yes_no") & _is(ans["status"], "ok") & ans["p_yes"].is_not_null().to_numpy())
+    task = ans["task_id"].to_physical() if isinstance(ans["task_id"].dtype, pl.Enum) else ans["task_id"].rank("dense")
+    taken = taken[canonical_order(task.gather(taken).fill_null(0).to_numpy().astype(np.int64))]  # see build_cubes
+    yes_no = ans.select(*keys, (pl.col("gold") == "yes").alias("pos"), "p_yes")[taken]
+    ranked = yes_no.with_columns(**_ranks(yes_no, keys))
     # placement values: a positive's share of negatives below it; a negative's share of positives above it
     placed = ranked.with_columns(
         pl.when(pl.col("pos")).then((pl.col("r_all") - pl.col("r_class")) / pl.col("n_neg"))
@@ -129,3 +144,56 @@ def auroc(ans: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
         *keys[:-1], "auroc", (pl.col("auroc") - half).clip(0, 1).alias("auroc_low"),
         (pl.col("auroc") + half).clip(0, 1).alias("auroc_high"), "positives", "negatives",
     ).with_columns(pl.col(pl.Enum).cast(pl.String)).sort(keys[:-1])
+
+
+def _is(column: pl.Series, value: str) -> np.ndarray:
+    """``column == value`` as a NumPy bool array (null: False); an Enum is compared by its codes."""
+    if isinstance(column.dtype, pl.Enum):
+        categories = column.dtype.categories.to_list()
+        if value not in categories:
+            return np.zeros(len(column), bool)
+        return (column.to_physical() == categories.index(value)).fill_null(False).to_numpy()
+    return (column.cast(pl.String) == value).fill_null(False).to_numpy()
+
+
+def _ranks(frame: pl.DataFrame, keys: list[str]) -> dict[str, pl.Series]:
+    """Per row of ``frame`` (columns ``keys``, ``pos``, ``p_yes``): ``r_all``, the average rank (1-based,
+    ties averaged) of ``p_yes`` among the rows with the same ``keys``; ``r_class``, the same among those
+    rows of its class ``pos``; ``n_pos`` and ``n_neg``, the positives and negatives there. The values of
+    ``rank("average").over(...)`` and ``sum().over(...)``, from one sort (NaN values tie and rank last)."""
+    group = np.zeros(frame.height, np.int64)
+    for k in keys:
+        codes = frame[k].to_physical() if isinstance(frame[k].dtype, pl.Enum) else frame[k].rank("dense")
+        codes = codes.fill_null(-1).to_numpy().astype(np.int64) + 1
+        group = group * (int(codes.max(initial=0)) + 1) + codes
+    present = np.bincount(group) > 0 if len(group) and group.max() < 1 << 24 else None
+    group = (np.cumsum(present) - 1)[group] if present is not None else np.unique(group, return_inverse=True)[1].ravel()
+    pos = frame["pos"].fill_null(False).to_numpy()
+    p = frame["p_yes"].to_numpy()
+    order = np.argsort(p)  # NaN last; the order within ties does not matter
+    by_group = group[order]
+    order = order[np.argsort(by_group.astype(np.uint16) if len(group) and group.max() < 1 << 16 else by_group,
+                             kind="stable")]
+    g, v, c = group[order], p[order], pos[order]
+    new_group = np.r_[True, g[1:] != g[:-1]]
+    same = (v[1:] == v[:-1]) | (np.isnan(v[1:]) & np.isnan(v[:-1]))
+    new_block = new_group | np.r_[True, ~same]
+    starts = np.flatnonzero(new_block)  # tie blocks [start, end) within a group, in sorted order
+    ends = np.r_[starts[1:], len(v)]
+    block = np.cumsum(new_block) - 1
+    group_start = np.flatnonzero(new_group)[np.cumsum(new_group) - 1]
+    r_all = np.empty(len(v))
+    r_all[order] = (starts[block] + ends[block] + 1) / 2 - group_start
+    # within the class: the class members before the block in the group, plus the mean rank inside it
+    positives_before = np.r_[0, np.cumsum(c)]  # positives before each sorted position (and the end)
+
+    def members_before(at: np.ndarray) -> np.ndarray:  # members of each row's class before position ``at``
+        return np.where(c, positives_before[at], at - positives_before[at])
+
+    a, b = starts[block], ends[block]
+    r_class = np.empty(len(v))
+    r_class[order] = (members_before(a) - members_before(group_start)) + (members_before(b) - members_before(a) + 1) / 2
+    n_pos = np.bincount(group, weights=pos)[group]
+    n_neg = np.bincount(group, weights=~pos)[group]
+    return {"r_all": pl.Series(r_all), "r_class": pl.Series(r_class),
+            "n_pos": pl.Series(n_pos, dtype=pl.UInt32), "n_neg": pl.Series(n_neg, dtype=pl.UInt32)}

@@ -26,6 +26,7 @@ import polars as pl
 
 from . import calibration as cal
 from .bootstrap import Bootstrap
+from .columns import canonical_order
 from .metrics import STATS, accuracy_from, answer_stats, f1_from, non_hallucination_from
 
 OMNISCIENCE, WILDGUARD = "aa_omniscience_decision", "wildguardtest"
@@ -42,6 +43,8 @@ COUNTS = ("invalid", "failed", "missing", "repaired")  # answers by status; repa
 CALIBRATION = ("pn", "brier", "log_loss")
 ECE_GAPS = tuple(f"gap{b}" for b in range(cal.ECE_BINS))
 ALL_STATS = (*STATS, *COUNTS, *CALIBRATION, *ECE_GAPS)
+FLAGS = (*STATS[1:], *COUNTS, "pn")  # the 0/1 statistics of an answer, bit k = FLAGS[k] (``n`` is always 1)
+assert ALL_STATS[1:1 + len(FLAGS)] == FLAGS
 RESAMPLED = {  # the statistics a resample needs, per kind of evaluation
     "choice": ("n", "correct", "hallucinated", *CALIBRATION, *ECE_GAPS),
     "yes_no": ("tp", "fp", "fn", *CALIBRATION, *ECE_GAPS),
@@ -77,9 +80,10 @@ class Sums:
 class Cube:
     """One evaluation's answers as integer places and statistics.
 
-    ``t``, ``l``, ``s``, ``u``: each answer's task, label, epoch and unit; ``stats``: (answers,
-    ``len(ALL_STATS) − ECE_BINS``) float64, and ``bin``/``gap`` its ECE bin (−1: not counted) and gap;
-    ``groups``: breakdown dimension -> (group names, each task's group code, −1 for none)."""
+    ``t``, ``l``, ``s``, ``u``: each answer's task, label, epoch and unit; ``flags``: its 0/1 statistics
+    as bits (uint16, bit k = ``FLAGS[k]``); ``brier`` and ``log_loss`` (0 where not counted for
+    calibration), ``bin``/``gap`` its ECE bin (−1: not counted) and gap; ``groups``: breakdown dimension
+    -> (group names, each task's group code, −1 for none). ``stat(name)`` gives one statistic per answer."""
 
     eval: str
     labels: list[str]
@@ -90,7 +94,9 @@ class Cube:
     l: np.ndarray  # noqa: E741 (the label axis)
     s: np.ndarray
     u: np.ndarray
-    stats: np.ndarray
+    flags: np.ndarray
+    brier: np.ndarray
+    log_loss: np.ndarray
     bin: np.ndarray
     gap: np.ndarray
     groups: dict[str, tuple[list[str], np.ndarray]] = field(default_factory=dict)
@@ -113,6 +119,14 @@ class Cube:
     def shape(self) -> tuple[int, int, int]:
         return len(self.labels), self.n_epochs, len(self.units)
 
+    def stat(self, name: str) -> np.ndarray:
+        """One statistic of ``ALL_STATS`` but the ECE gaps, per answer (float64)."""
+        if name == "n":
+            return np.ones(len(self.flags))
+        if name in ("brier", "log_loss"):
+            return getattr(self, name)
+        return ((self.flags >> FLAGS.index(name)) & 1).astype(np.float64)
+
     def sums(self, groups: np.ndarray | None = None, n_groups: int = 1) -> Sums:
         """Every statistic summed per (label, epoch, unit): shape (``ALL_STATS``, labels, epochs,
         units). With ``groups`` (each answer's group code, −1 for none), per group: shape (n_groups,
@@ -122,20 +136,23 @@ class Cube:
         n_l, n_e, n_u = self.shape
         cells = n_l * n_e * n_u
         key = (self.l * n_e + self.s) * n_u + self.u
-        stats, bins, gap = self.stats, self.bin, self.gap
+        flags, brier, log_loss, bins, gap = self.flags, self.brier, self.log_loss, self.bin, self.gap
         if groups is not None:
             kept = groups >= 0
             key = groups[kept] * cells + key[kept]
-            stats, bins, gap = stats[kept], bins[kept], gap[kept]
+            flags, brier, log_loss, bins, gap = flags[kept], brier[kept], log_loss[kept], bins[kept], gap[kept]
         size = cells * n_groups
         out = np.empty((n_groups, len(ALL_STATS), cells))
-        for k in range(stats.shape[1]):
-            out[:, k] = np.bincount(key, weights=stats[:, k], minlength=size).reshape(n_groups, cells)
+        out[:, 0] = np.bincount(key, minlength=size).reshape(n_groups, cells)
+        out[:, 1:1 + len(FLAGS)] = _flag_sums(key, flags, size).reshape(len(FLAGS), n_groups, cells).swapaxes(0, 1)
+        first = 1 + len(FLAGS)
+        for k, values in enumerate((brier, log_loss)):
+            out[:, first + k] = np.bincount(key, weights=values, minlength=size).reshape(n_groups, cells)
         counted = bins >= 0
         g, c = np.divmod(key[counted], cells)
         gaps = np.bincount((g * cal.ECE_BINS + bins[counted]) * cells + c, weights=gap[counted],
                            minlength=size * cal.ECE_BINS)
-        out[:, stats.shape[1]:] = gaps.reshape(n_groups, cal.ECE_BINS, cells)
+        out[:, first + 2:] = gaps.reshape(n_groups, cal.ECE_BINS, cells)
         shape = (len(ALL_STATS), n_l, n_e, n_u)
         if groups is not None:
             return Sums(out.reshape(n_groups, *shape), ALL_STATS)
@@ -147,8 +164,8 @@ class Cube:
         if self._per_task is None:
             names = RESAMPLED[self.kind]
             x = np.zeros((self.n_tasks, len(names), *self.shape), np.float32)
-            base = [ALL_STATS.index(n) for n in names if n not in ECE_GAPS]
-            x[self.t, :len(base), self.l, self.s, self.u] = self.stats[:, base]
+            base = [n for n in names if n not in ECE_GAPS]
+            x[self.t, :len(base), self.l, self.s, self.u] = np.column_stack([self.stat(n) for n in base])
             c = self.bin >= 0
             x[self.t[c], len(base) + self.bin[c], self.l[c], self.s[c], self.u[c]] = self.gap[c]
             self._per_task = x.reshape(self.n_tasks, -1)
@@ -179,6 +196,32 @@ def _codes(s: pl.Series) -> tuple[np.ndarray, list[str]]:
     return s.cast(pl.Enum(names)).to_physical().fill_null(-1).to_numpy().astype(np.int64), names
 
 
+def _group_codes(column: pl.Series, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """``_codes`` of ``column[rows]``, a Boolean column's values named "false" / "true"."""
+    if isinstance(column.dtype, pl.Enum):
+        return column.to_physical().gather(rows).fill_null(-1).to_numpy().astype(np.int64), column.dtype.categories.to_list()
+    values = column.gather(rows)
+    if values.dtype == pl.Boolean:
+        code = values.cast(pl.Int8).fill_null(-1).to_numpy()
+        present = [v for v in (0, 1) if (code == v).any()]
+        codes = np.full(len(code), -1, np.int64)
+        for new, v in enumerate(present):
+            codes[code == v] = new
+        return codes, [("false", "true")[v] for v in present]
+    return _codes(values)
+
+
+def _flag_sums(key: np.ndarray, flags: np.ndarray, size: int) -> np.ndarray:
+    """Per statistic of ``FLAGS``, how many answers in each cell ``key`` (0..size−1) have it: shape
+    (``FLAGS``, size). One count per distinct combination of flags, then a sum over the combinations."""
+    present = np.bincount(flags, minlength=1 << len(FLAGS)) > 0
+    combos = np.flatnonzero(present)
+    dense = np.cumsum(present) - 1
+    counts = np.bincount(key * len(combos) + dense[flags], minlength=size * len(combos)).reshape(size, len(combos))
+    bits = (combos[:, None] >> np.arange(len(FLAGS))) & 1  # (combinations, FLAGS)
+    return (counts @ bits).T
+
+
 def _dense(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Renumber codes 0..n−1 keeping their order; returns (new codes, the original code of each)."""
     if len(codes) == 0:
@@ -196,36 +239,41 @@ def build_cubes(ans: pl.DataFrame) -> dict[str, Cube]:
         ans = ans.with_columns(pl.col("predicted").eq_missing(pl.col("gold")).alias("correct"))
     status = pl.col("status").cast(pl.String)
     repaired = pl.col("repaired").fill_null(False) if "repaired" in ans.columns else pl.lit(False)
-    base = ans.select(*answer_stats(), *[(status == c).cast(pl.UInt32).alias(c) for c in COUNTS[:3]],
-                      repaired.cast(pl.UInt32).alias("repaired"))
-    calib = cal.answer_calibration(ans)
-    stats = np.column_stack([base.to_numpy().astype(np.float64), calib.select(CALIBRATION).to_numpy()])
-    bins, gaps = calib["bin"].to_numpy(), calib["gap"].to_numpy()
+    indicators = ans.select(*answer_stats()[1:], *[(status == c).alias(c) for c in COUNTS[:3]],
+                            repaired.alias("repaired"))  # FLAGS but pn, computed side by side
+    calib = cal.answer_terms(ans)
+    flags = calib["pn"].astype(np.uint16) << FLAGS.index("pn")
+    for k, name in enumerate(FLAGS[:-1]):
+        flags |= indicators[name].fill_null(False).cast(pl.UInt16).to_numpy() << k
+    brier, log_loss, bins, gaps = calib["brier"], calib["log_loss"], calib["bin"], calib["gap"]
     label, labels = _codes(ans["label"])
     evals, eval_names = _codes(ans["eval"])
     task, _ = _codes(ans["task_id"])
     question, questions = _codes(ans["question_id"])
     sample = ans["sample"].to_numpy().astype(np.int64)
     n_epochs = int(sample.max()) + 1 if len(sample) else 1
-    order = np.argsort(evals, kind="stable")
+    # each evaluation's answers in (task, question) order, whatever order the cache gave them in: the
+    # sums of probabilities then add up in one order, so equal caches give bit-equal results
+    by_task = canonical_order(task * (len(questions) + 1) + question + 1)
+    order = by_task[np.argsort(evals[by_task], kind="stable")]
     bounds = np.searchsorted(evals[order], np.arange(len(eval_names) + 1))
     cubes = {}
     for e, name in enumerate(eval_names):
         rows = order[bounds[e]:bounds[e + 1]]
         if len(rows) == 0:
             continue
-        t, _ = _dense(task[rows])
+        tasks = task[rows]  # ascending (see above): numbered 0, 1, ... in order
+        t = np.cumsum(np.r_[False, tasks[1:] != tasks[:-1]])
         if name == WILDGUARD:
             u, kept = _dense(question[rows])
             units = [questions[q] for q in kept]
         else:
             u, units = np.zeros(len(rows), np.int64), ["all"]
         cube = Cube(name, labels, units, int(t.max()) + 1, n_epochs, t, label[rows], sample[rows], u,
-                    stats[rows], bins[rows], gaps[rows])
+                    flags[rows], brier[rows], log_loss[rows], bins[rows], gaps[rows])
         for dimension, column in BREAKDOWNS.get(name, {}).items():
             if column in ans.columns:
-                values = ans[column].gather(rows)
-                codes, names = _codes(values.cast(pl.String) if values.dtype == pl.Boolean else values)
+                codes, names = _group_codes(ans[column], rows)
                 per_task = np.full(cube.n_tasks, -1, np.int64)
                 per_task[t] = codes
                 if names:
@@ -431,14 +479,14 @@ def reliability_table(cubes: dict[str, Cube]) -> pl.DataFrame:
     (``calibration.ECE_BINS`` equal-width bins, edges ``low``/``high``), ``n`` answers counted for
     calibration, their mean ``confidence`` and ``accuracy`` (0-1). Empty bins are left out."""
     frames = []
-    correct = ALL_STATS.index("correct")
     for name, cube in cubes.items():
         c = cube.bin >= 0
         key = cube.l[c] * cal.ECE_BINS + cube.bin[c]
         size = len(cube.labels) * cal.ECE_BINS
         n = np.bincount(key, minlength=size)
-        right = np.bincount(key, weights=cube.stats[c, correct], minlength=size)
-        confidence = np.bincount(key, weights=cube.stats[c, correct] - cube.gap[c], minlength=size)
+        correct = cube.stat("correct")[c]
+        right = np.bincount(key, weights=correct, minlength=size)
+        confidence = np.bincount(key, weights=correct - cube.gap[c], minlength=size)
         label, b = np.divmod(np.arange(size), cal.ECE_BINS)
         with np.errstate(invalid="ignore", divide="ignore"):
             frames.append(pl.DataFrame({

@@ -25,9 +25,12 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from .columns import explode
 from .cube import build_cubes, estimate_all, metric_table
 
 CONFIG_COLUMNS = ["provider", "model", "params", "prompt_version"]
+READ_COLUMNS = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", "status", "error", "repaired",
+                "answers")  # what ``answers`` reads of each cache row
 MODELS_SCHEMA = {"label": pl.String, "provider": pl.String, "model": pl.String, "params": pl.String,
                  "prompt_version": pl.String}
 STATUSES = ("ok", "invalid", "failed", "missing")
@@ -64,6 +67,31 @@ def _model_epochs(models: pl.DataFrame, epochs: int) -> np.ndarray:
     return np.full(models.height, epochs, np.int64)
 
 
+def _configured(found: pl.DataFrame, models: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``found`` whose configuration (``CONFIG_COLUMNS``) is one of ``models``' (row ``m``):
+    (row numbers ascending, their model numbers). Rows come in runs of one configuration (a shard, a log),
+    so only the first row of each run is looked up."""
+    h = found.height
+    if h == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    start = found.select(pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift()) for c in CONFIG_COLUMNS)
+                         ).to_series().to_numpy().copy()
+    start[0] = True
+    heads = np.flatnonzero(start)
+    ends = np.r_[heads[1:], h]
+    pairs = (found.select(CONFIG_COLUMNS)[heads].with_row_index("run")
+             .join(models.select(*CONFIG_COLUMNS, "m"), on=CONFIG_COLUMNS, maintain_order="left"))
+    run = pairs["run"].to_numpy().astype(np.int64)
+    lengths = ends[run] - heads[run]
+    first = np.repeat(heads[run] - (np.cumsum(lengths) - lengths), lengths)
+    i = first + np.arange(len(first))
+    m = np.repeat(pairs["m"].to_numpy().astype(np.int64), lengths)
+    if len(i) > 1 and (np.diff(i) < 0).any():  # a configuration listed twice in ``models``
+        order = np.argsort(i, kind="stable")
+        i, m = i[order], m[order]
+    return i, m
+
+
 def _task_frame(gold: pl.DataFrame) -> pl.DataFrame:
     """One row per task of the (sorted) gold frame: task_id, task_digest, ``nq`` questions, index ``t``."""
     return (gold.group_by("task_id", maintain_order=True)
@@ -79,24 +107,18 @@ def _current(rows: pl.LazyFrame, models: pl.DataFrame, task_frame: pl.DataFrame,
     ``(m·T + t)·E + s`` (E the largest number of epochs). Rows of other models, parameters, prompt
     versions, task contents, and epochs beyond a model's own are left out."""
     n_epochs, n_tasks = int(model_epochs.max(initial=1)), task_frame.height
-    found = rows.filter(pl.col("sample").is_between(0, n_epochs - 1)).select(
-        *CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *columns).collect()
-    configured = (found.lazy().select(*CONFIG_COLUMNS).with_row_index("i")
-                  .join(models.lazy().select(*CONFIG_COLUMNS, "m"), on=CONFIG_COLUMNS, maintain_order="left")
-                  .select("i", "m").collect())
+    # Read every epoch's rows (a filter on ``sample`` in the scan is slower than dropping rows below).
+    found = rows.select(*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *columns).collect()
+    i, m = _configured(found, models)
     task_enum = pl.Enum(task_frame["task_id"])
     task_code = found["task_id"].cast(task_enum, strict=False).to_physical()
     current = (task_code.is_not_null()
                & (found["task_digest"] == task_frame["task_digest"].gather(task_code.fill_null(0)))).to_numpy()
-    i = configured["i"].to_numpy().astype(np.int64)
-    m = configured["m"].to_numpy().astype(np.int64)
-    order = np.argsort(i, kind="stable") if len(i) > 1 and (np.diff(i) < 0).any() else None
-    if order is not None:
-        i, m = i[order], m[order]
-    keep = current[i] & (found["sample"].to_numpy()[i] < model_epochs[m])
+    sample = found["sample"].fill_null(-1).to_numpy()
+    keep = current[i] & (sample[i] >= 0) & (sample[i] < model_epochs[m])
     i, m = i[keep], m[keep]
     t = task_code.fill_null(0).to_numpy().astype(np.int64)[i]
-    s = found["sample"].to_numpy()[i].astype(np.int64)
+    s = sample[i].astype(np.int64)
     request = (m * n_tasks + t) * n_epochs + s
     if len(request) and np.bincount(request).max() > 1:  # several rows for one request: the newest wins
         created = found["created_at"].to_numpy()[i]
@@ -104,10 +126,9 @@ def _current(rows: pl.LazyFrame, models: pl.DataFrame, task_frame: pl.DataFrame,
         newest = np.r_[request[by_age][1:] != request[by_age][:-1], True]
         keep = np.sort(by_age[newest])
         i, m, t, s, request = i[keep], m[keep], t[keep], s[keep], request[keep]
-    if len(i) != found.height:
-        mask = np.zeros(found.height, bool)
-        mask[i] = True
-        found = found.filter(pl.Series(mask))
+    found = found.select(*columns)
+    if not np.array_equal(i, np.arange(found.height)):
+        found = found[i]
     return found, m, t, s, request
 
 
@@ -122,8 +143,9 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     ``label``, ``eval``, ``task_id``, ``question_id``, ``kind`` and ``group`` are Enums whose categories
     are sorted (labels; gold rows by eval, task id, question id), so sorting by them is the canonical
     order. Rows come in cache order (the answers found), then the questions without an answer: sort
-    them (``export`` does) for a stable order. ``models`` has the columns of ``MODELS_SCHEMA``; ``gold``
-    and ``categories`` those of ``evals.gold_frames``."""
+    them (``export`` does) for a stable order. ``models`` has the columns of ``MODELS_SCHEMA`` (and
+    optionally ``epochs`` per model; ``epochs`` otherwise); ``gold`` and ``categories`` those of
+    ``evals.gold_frames``."""
     models = models.sort("label").with_row_index("m")
     model_epochs = _model_epochs(models, epochs)
     n_epochs = int(model_epochs.max(initial=1))
@@ -142,7 +164,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     # every answer the cache holds, with its place (model, gold row, epoch)
     listed = found["answers"]
     r = np.repeat(np.arange(found.height), listed.list.len().fill_null(0).to_numpy())
-    per_question = listed.explode(empty_as_null=False, keep_nulls=False).struct.unnest()
+    per_question = explode(listed).struct.unnest()
     question_names = sorted(set(gold["question_id"].to_list()))
     gold_of = np.full((n_tasks, max(1, len(question_names))), -1, np.int64)
     gold_of[task_of_gold, [question_names.index(q) for q in gold["question_id"].to_list()]] = np.arange(n_gold)
@@ -160,8 +182,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
                        .otherwise(per_question["status"].fill_null("invalid"))).to_series()
     answered = pl.DataFrame({
         "status": status,
-        "error": pl.select(pl.coalesce(per_question["error"], row_error.gather(r),
-                                       pl.when(status == "invalid").then(pl.lit(NO_ANSWER)))).to_series(),
+        "error": _answer_errors(per_question["error"], row_error, r, (status == "invalid").to_numpy()),
         **{c: per_question[c] for c in ("predicted", "p_predicted", "p_yes", "warning")},
         "probabilities": per_question["probabilities"].cast(_PROBABILITIES),
         "repaired": pl.Series(row_repaired[r]) & (status == "ok"),
@@ -203,12 +224,15 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
         pl.col("kind").cast(pl.Enum(sorted(set(gold["kind"].to_list())))),
         pl.col("group").cast(pl.Enum(sorted(set(gold["group"].drop_nulls().to_list())))))
     predicted = pl.select(pl.when(placed["status"] == "ok").then(placed["predicted"])).to_series()
-    gold_answer = gold_side["gold"].gather(row_g)
+    at = pl.Series(row_g)
+    side = gold_side.select(pl.col(c).gather(at) for c in ("eval", "task_id", "question_id", "kind", "gold",
+                                                            "gold_category", "group", "adversarial"))  # in parallel
+    gold_answer = side["gold"]
     columns = {
         "label": _enum(models["label"]).gather(row_m),
-        **{c: gold_side[c].gather(row_g) for c in ("eval", "task_id", "question_id")},
+        **{c: side[c] for c in ("eval", "task_id", "question_id")},
         "sample": pl.Series(row_s, dtype=pl.Int32),
-        "kind": gold_side["kind"].gather(row_g),
+        "kind": side["kind"],
         "status": placed["status"],
         "error": placed["error"],
         "predicted": predicted,
@@ -216,11 +240,26 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
         "correct": predicted.eq_missing(gold_answer),
         **{c: placed[c] for c in ("p_predicted", "p_yes", "warning")},
         "predicted_category": _predicted_category(gold_side, row_g, predicted, categories),
-        **{c: gold_side[c].gather(row_g) for c in ("gold_category", "group", "adversarial")},
+        **{c: side[c] for c in ("gold_category", "group", "adversarial")},
         "probabilities": placed["probabilities"],
         "repaired": placed["repaired"],
     }
     return pl.DataFrame([series.alias(name) for name, series in columns.items()])
+
+
+def _answer_errors(question_error: pl.Series, row_error: pl.Series, r: np.ndarray, invalid: np.ndarray) -> pl.Series:
+    """Each answer's error: its own, else its row's (``row_error[r]``), else ``NO_ANSWER`` where it is
+    invalid. Only the few answers without their own error are looked at."""
+    error = question_error
+    unset = error.is_null().to_numpy()
+    from_row = np.flatnonzero(unset & row_error.is_not_null().to_numpy()[r])
+    if len(from_row):
+        error = error.scatter(from_row, row_error.gather(r[from_row]))
+        unset[from_row] = False
+    no_answer = np.flatnonzero(unset & invalid)
+    if len(no_answer):
+        error = error.scatter(no_answer, NO_ANSWER)
+    return error
 
 
 USAGE_SCHEMA = {"label": pl.String, "eval": pl.String, "requests": pl.Int64, "replies": pl.Int64,
@@ -260,7 +299,7 @@ def _predicted_category(gold_side: pl.DataFrame, row_g: np.ndarray, predicted: p
     for task, option, category in categories.iter_rows():
         if task in g_of_task:
             table[g_of_task[task], options.index(option)] = names.index(category)
-    rows = np.flatnonzero((table[row_g] >= 0).any(axis=1))
+    rows = np.flatnonzero((table >= 0).any(axis=1)[row_g])
     option = predicted.gather(rows).cast(pl.Enum(options), strict=False).to_physical().fill_null(-1).to_numpy()
     code = np.full(len(row_g), -1, np.int64)
     code[rows] = np.where(option >= 0, table[row_g[rows], np.maximum(option, 0)], -1)

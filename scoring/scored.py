@@ -6,6 +6,7 @@ Parquet files, the HTML report).
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import polars as pl
@@ -54,11 +55,13 @@ def score(answers: pl.DataFrame, bootstrap: Bootstrap | None = None, with_breakd
     """Score an answers frame: every table of ``Scored``. ``bootstrap`` None skips the intervals;
     ``with_breakdowns`` False skips the tables only the report shows (breakdowns, confusion, statuses,
     errors: left empty); summary.json needs none of them."""
-    cubes = build_cubes(answers)
-    estimates = estimate_all(cubes, bootstrap)
+    with ThreadPoolExecutor(1, thread_name_prefix="dxi-auroc") as beside:  # on a second core, when there is one
+        ranked = beside.submit(calibration.auroc, answers, bootstrap.confidence if bootstrap else 0.95)
+        cubes = build_cubes(answers)
+        estimates = estimate_all(cubes, bootstrap)
+        auroc = ranked.result()
     labels = next(iter(cubes.values())).labels if cubes else []
     table = metric_table(cubes, estimates)
-    auroc = calibration.auroc(answers, bootstrap.confidence if bootstrap else 0.95)
     calib = calibration_table(cubes, estimates, bootstrap)
     if not calib.is_empty():
         calib = calib.join(auroc.rename({"question_id": "question"}), on=["label", "eval", "question"], how="left")

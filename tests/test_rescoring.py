@@ -1,10 +1,12 @@
 """Cache-only rescoring of a synthetic cache: the vectorised scorer agrees with a plain row-by-row one,
-the newest row of a request wins, rows of other prompt versions or changed tasks are ignored."""
+the newest row of a request wins, rows of other prompt versions or changed tasks are ignored, the order of
+rows changes nothing, and each answer's error comes from where it should."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -14,6 +16,7 @@ from benchmarks.synthetic import model_name, suite, write_cache
 from cache import Cache
 from cache.schema import SCHEMA
 from evals import PROMPT_VERSION, gold_frames
+from scoring.score import NO_ANSWER
 
 SIZES = {"aa_omniscience_decision": 30, "hle_multichoice": 25, "when2call": 20, "wildguardtest": 12}
 
@@ -63,3 +66,63 @@ def test_the_newest_row_wins_and_stale_rows_are_ignored(tmp_path: Path):
     assert after[first] == 0.0 and after[f"synthetic:{model_name(1)}"] == before[f"synthetic:{model_name(1)}"]
     plain = plain_index(sorted(tmp_path.glob("shards/*.parquet")), tasks, [model_name(0), model_name(1)])
     assert plain[first] == 0.0
+
+
+def test_the_order_of_rows_in_the_cache_does_not_change_a_single_bit(tmp_path: Path):
+    """Two runs on one cache interleave their rows differently; sums of probabilities must not depend on it."""
+    tasks = suite(SIZES)
+    write_cache(tmp_path / "a", tasks, 3, invalid_rate=0.05, failed_rate=0.05)
+    rows = pl.concat([pl.read_parquet(p) for p in sorted((tmp_path / "a").glob("shards/*.parquet"))])
+    (tmp_path / "b" / "shards").mkdir(parents=True)
+    pq.write_table(rows.sample(fraction=1.0, shuffle=True, seed=5).to_arrow().cast(SCHEMA),
+                   tmp_path / "b" / "shards" / "shuffled.parquet")
+    gold, categories = gold_frames(tasks)
+    scored = []
+    for name in ("a", "b"):
+        with Cache(tmp_path / name) as cache:
+            models = scoring.models_in_cache(cache.scan(), PROMPT_VERSION)
+            scored.append(scoring.score(scoring.answers(cache.scan(), models, gold, categories),
+                                        scoring.Bootstrap(resamples=50)))
+    ordered, shuffled = scored
+    for name, table in ordered.tables().items():
+        assert table.equals(shuffled.tables()[name]), name
+    assert not ordered.calibration.is_empty() and not ordered.reliability.is_empty()
+
+
+def test_each_answer_gets_its_own_error_else_its_rows_else_no_answer(tmp_path: Path):
+    tasks = suite({"hle_multichoice": 4, "wildguardtest": 1})
+    by_id = {t.id: t for t in tasks}
+
+    def answer(question: str, status: str | None, predicted: str | None = None, error: str | None = None) -> dict:
+        return {"question_id": question, "status": status, "predicted": predicted, "p_predicted": None, "p_yes": None,
+                "probabilities": None, "error": error, "warning": None}
+
+    def cache_row(task_id: str, status: str, error: str | None, answers: list[dict]) -> dict:
+        task = by_id[task_id]
+        return {"key": task_id, "provider": "synthetic", "model": "m", "endpoint": "synthetic", "params": "{}",
+                "sample": 0, "prompt_version": PROMPT_VERSION, "eval": task.eval, "task_id": task_id,
+                "task_digest": task.digest, "status": status, "error": error, "created_at": 1.0, "answers": answers}
+
+    h = [t.id for t in tasks if t.eval == "hle_multichoice"]
+    wild = next(t.id for t in tasks if t.eval == "wildguardtest")
+    rows = [cache_row(h[0], "ok", None, [answer("answer", "ok", by_id[h[0]].gold["answer"])]),
+            cache_row(h[1], "invalid", "reply was prose", [answer("answer", "invalid")]),      # the row's error
+            cache_row(h[2], "invalid", None, [answer("answer", None)]),                        # no status, no error
+            cache_row(h[3], "failed", "HTTP 500", []),
+            cache_row(wild, "invalid", None, [answer("prompt_harmful", "ok", "yes"),
+                                              answer("response_refusal", "invalid", error="not yes or no")])]
+    (tmp_path / "shards").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), tmp_path / "shards" / "hand.parquet")
+    gold, categories = gold_frames(tasks)
+    with Cache(tmp_path) as cache:
+        models = scoring.models_in_cache(cache.scan(), PROMPT_VERSION)
+        got = scoring.export(scoring.answers(cache.scan(), models, gold, categories))
+    assert got.select("task_id", "question_id", "status", "error").rows() == [
+        (h[0], "answer", "ok", None),
+        (h[1], "answer", "invalid", "reply was prose"),
+        (h[2], "answer", "invalid", NO_ANSWER),
+        (h[3], "answer", "failed", "HTTP 500"),
+        (wild, "prompt_harmful", "ok", None),
+        (wild, "response_harmful", "invalid", NO_ANSWER),  # not in the reply
+        (wild, "response_refusal", "invalid", "not yes or no"),
+    ]
