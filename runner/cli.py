@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
     if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=True, width=140)  # logs: don't squeeze the table
+        console = Console(highlight=False, soft_wrap=True, width=180)  # logs: don't squeeze the table
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     logging.basicConfig(level=logging.WARNING, format="%(message)s",
                         handlers=[RichHandler(console=errors, show_path=False)])
