@@ -118,3 +118,19 @@ def test_reliability_bins_by_hand():
     assert bins.select("bin", "n", "accuracy").rows() == [(6, 1, 0.0), (7, 2, 1.0)]
     assert bins["confidence"].to_list() == pytest.approx([0.6, 0.725])
     assert bins["low"].to_list() == pytest.approx([0.6, 0.7]) and bins["high"].to_list() == pytest.approx([0.7, 0.8])
+
+
+def test_gold_probability_matches_option_text_exactly_per_answer():
+    """p(gold) is the probability of the option whose text equals this answer's gold: "A " and "a" are
+    other options, and an option that is another answer's gold is not this one's."""
+    ans = frame([
+        choice(M, HLE, "h/1", "A", {"A ": 0.5, "a": 0.3, "A": 0.2}),
+        choice(M, HLE, "h/2", "B", {"A": 0.9, "B": 0.1}),
+        choice(M, HLE, "h/3", "C", {"A": 0.6, "B": 0.4}),  # gold absent (a valid reply lists every option)
+    ])
+    per_answer = answer_calibration(ans)
+    assert per_answer["pn"].to_list() == [1.0, 1.0, 0.0]  # no p(gold): not counted for calibration
+    assert per_answer["log_loss"].to_list() == pytest.approx([-math.log(0.2), -math.log(0.1), 0.0])
+    # Brier: 1/2 (Σ p² − 2 p_gold + 1)
+    assert per_answer["brier"].to_list() == pytest.approx([0.5 * (0.25 + 0.09 + 0.04 - 0.4 + 1),
+                                                           0.5 * (0.81 + 0.01 - 0.2 + 1), 0.0])
