@@ -77,11 +77,13 @@ def decode_body(task: Task, body: bytes) -> Reply:
 
 
 class SystemOne(Adapter):
-    """A System One server over aiohttp. ``start`` learns the model name from ``GET /health`` when the
-    model string names none, and fails with a clear message when the server cannot be reached."""
+    """A System One server over aiohttp. ``start`` asks ``GET /health`` for the model the server serves:
+    it becomes the model name when the model string names none; a named model the server does not serve
+    fails fast (Fatal) rather than scoring another model under its name. An unreachable server fails with
+    a clear message. The cache key's endpoint is the full URL (base URL included), as for the hosted
+    adapters: one model name on two servers never shares cache rows."""
 
     kind = "systemone"
-    endpoint = ENDPOINT
     own_timeout = True  # the session's read timeout is the attempt timeout
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
@@ -97,10 +99,12 @@ class SystemOne(Adapter):
     def provider(self) -> str:
         return f"{self.kind}@{self.base_url}"
 
+    @property
+    def endpoint(self) -> str:  # type: ignore[override]
+        return self.base_url + ENDPOINT
+
     async def start(self) -> None:
         self._session = http.session(self.limits.max_in_flight, self.limits.attempt_timeout_s)
-        if self.model:
-            return
         url = f"{self.base_url}/health"
         try:
             async with self._session.get(url, headers=self._headers) as resp:
@@ -111,12 +115,22 @@ class SystemOne(Adapter):
                         f"is it running? e.g. sparrow-decider serve --port 8000") from None
         except orjson.JSONDecodeError:
             doc = None
-        name = doc.get("model") if isinstance(doc, dict) else None
-        if not isinstance(name, str) or not name:
+        served = doc.get("model") if isinstance(doc, dict) else None
+        served = served if isinstance(served, str) and served else None
+        if self.model:
+            # A server that reports one model answers with it whatever the request names (sparrow-decider
+            # serve ignores the request's model): another name would file its answers under the wrong model.
+            # A proxy serving many models (LiteLLM) reports none here, and is trusted.
+            if served is not None and served != self.model:
+                await self.close()
+                raise Fatal(f"the System One server at {self.base_url} serves {served!r}, not {self.model!r}; "
+                            f"name the model it serves (systemone:{served}@{self.base_url}) or leave the name out")
+            return
+        if served is None:
             await self.close()
             raise Fatal(f"{url} did not report a model name; name the model in the model string: "
                         f"systemone:NAME@{self.base_url}")
-        self.model = name
+        self.model = served
 
     async def close(self) -> None:
         if self._session is not None:

@@ -84,14 +84,16 @@ def content_seed(payload: dict, model: str = "") -> int:
     return int.from_bytes(hashlib.sha256(model.encode() + b"\0" + orjson.dumps(payload)).digest()[:8], "big")
 
 
-def systemone(model: str = "fake-decider", p_first: float | None = None, p_yes: float | None = None) -> Responder:
-    """A System One server's replies. ``p_first`` puts that probability on each choice's first option
+def systemone(model: str | None = "fake-decider", p_first: float | None = None, p_yes: float | None = None) -> Responder:
+    """A System One server's replies, as ``model`` (None: as the model each request names, like a proxy
+    serving many models). ``p_first`` puts that probability on each choice's first option
     (the rest spread evenly); ``p_yes`` answers every yes/no question; None (the default): both drawn
     from the request's content (probabilities rounded to 4 decimals, like the real servers). Usage:
     ``len(state) // 4 + 8 × questions`` input tokens, one output token per question."""
 
     def respond(payload: dict) -> dict:
-        rng = random.Random(content_seed(payload, model))
+        served = model or str(payload.get("model") or "fake-decider")
+        rng = random.Random(content_seed(payload, served))
         answers = {}
         questions = payload["questions"]
         for name, q in questions.items():
@@ -111,7 +113,7 @@ def systemone(model: str = "fake-decider", p_first: float | None = None, p_yes: 
                 answers[name] = {"type": "noul", "noul": p_yes if p_yes is not None else round(rng.random(), 4)}
         state = payload.get("state")
         tokens = len(state) // 4 + 8 * len(questions) if isinstance(state, str) else 10
-        return {"model": model, "answers": answers, "usage": {"input_tokens": tokens, "output_tokens": len(questions)},
+        return {"model": served, "answers": answers, "usage": {"input_tokens": tokens, "output_tokens": len(questions)},
                 "latency_ms": 1.0}
 
     return respond
@@ -186,9 +188,11 @@ def _wait_headers(spec: str) -> dict[str, str]:
 
 
 class FakeProvider:
-    """The server (see the module docstring). ``url`` is set once started; ``stats()`` returns the counters."""
+    """The server (see the module docstring). ``url`` is set once started; ``stats()`` returns the counters.
+    ``model`` is the one model it serves (reported by ``GET /health``); None serves every model a request
+    names, like a proxy (``/health`` then reports none)."""
 
-    def __init__(self, script: list[str] | None = None, default: str = "ok", model: str = "fake-decider",
+    def __init__(self, script: list[str] | None = None, default: str = "ok", model: str | None = "fake-decider",
                  p_first: float | None = 0.7, p_yes: float | None = 0.8, *, seed: int = 0, latency: str = "0",
                  faults: Faults | dict | None = None, rpm: float | None = None, burst: float | None = None,
                  rate_headers: bool = True, hang_s: float = 30.0, record: bool = True,
@@ -324,7 +328,7 @@ class FakeProvider:
         return await self._reply(request, key, reply, headers=self._rate_headers(None) or None)
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "model": self.model})
+        return web.json_response({"status": "ok"} | ({"model": self.model} if self.model else {}))
 
     def stats(self) -> dict[str, int]:
         """The counters (see the module docstring)."""

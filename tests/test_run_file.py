@@ -59,7 +59,7 @@ async def test_three_models_on_two_providers_each_held_to_its_own_limit(tmp_path
     data_dir(tmp_path / "data", TASKS)
     # the servers refuse (429) anything faster than their limits, 10/s and 5/s (allowing a burst of 3 for
     # the jitter of arrival times)
-    async with FakeProvider(model="a", rpm=600, burst=3) as a, FakeProvider(model="b", rpm=300, burst=3) as b:
+    async with FakeProvider(model=None, rpm=600, burst=3) as a, FakeProvider(model=None, rpm=300, burst=3) as b:
         path = write_run_file(tmp_path, {"fast": (a.url, 600), "slow": (b.url, 300)}, [
             {"name": "Model One", "provider": "fast", "model": "m1"},
             {"name": "Model Two", "provider": "fast", "model": "m2"},
@@ -86,7 +86,7 @@ PRICE = {"input": 1000.0, "output": 2000.0}  # USD per million tokens: $0.001 an
 
 async def test_max_cost_stops_at_the_bound_and_a_higher_bound_finishes_without_duplicates(tmp_path: Path):
     data_dir(tmp_path / "data", TASKS)
-    async with FakeProvider(model="p") as server:
+    async with FakeProvider(model=None) as server:  # a proxy: serves every model named
         path = write_run_file(tmp_path, {"p": (server.url, 60000)}, [{"provider": "p", "model": "m1", "price": PRICE}])
         assert await dxi("run", str(path), "--max-cost", "1.5") == EXIT_COST_BOUND
         first = summary(tmp_path)
@@ -123,7 +123,7 @@ async def estimate_json(path: Path, *extra: str, capsys: pytest.CaptureFixture) 
 async def test_estimate_then_a_fourth_model_estimates_and_sends_only_its_requests(tmp_path: Path, capsys: pytest.CaptureFixture):
     data_dir(tmp_path / "data", TASKS)
     models = [{"provider": "p", "model": f"m{i}", "price": PRICE} for i in (1, 2, 3)]
-    async with FakeProvider(model="p") as server:
+    async with FakeProvider(model=None) as server:  # a proxy: serves every model named
         path = write_run_file(tmp_path, {"p": (server.url, 60000)}, models)
         cold = await estimate_json(path, capsys=capsys)
         assert server.stats()["arrivals"] == 0  # a dry run sends nothing

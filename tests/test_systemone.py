@@ -126,6 +126,31 @@ async def test_unreachable_server_is_a_clear_error():
         await adapter.start()
 
 
+async def test_a_named_model_the_server_does_not_serve_fails_fast(data_dir: Path, tmp_path: Path):
+    async with FakeProvider(model="served") as server:
+        wrong = adapters.get(f"systemone:other@{server.url}")
+        with pytest.raises(adapters.Fatal, match=f"serves 'served', not 'other'; name the model it serves "
+                                                 rf"\(systemone:served@{server.url}\)"):
+            await wrong.start()
+        adapter, stats, _ = await run_model(f"systemone:served@{server.url}", data_dir, tmp_path / "c")
+        assert (adapter.label, stats.ok, server.stats()["arrivals"]) == ("systemone:served", 1, 1)
+
+
+async def test_a_proxy_serving_many_models_takes_any_name(data_dir: Path, tmp_path: Path):
+    async with FakeProvider(model=None) as server:  # /health names no model, as a LiteLLM proxy
+        _, stats, rows = await run_model(f"systemone:any-model@{server.url}", data_dir, tmp_path / "c")
+    assert (stats.ok, rows["served_model"].to_list()) == (1, ["any-model"])
+
+
+async def test_one_model_name_on_two_servers_shares_no_cache_rows(data_dir: Path, tmp_path: Path):
+    async with FakeProvider() as first, FakeProvider() as second:
+        _, one, rows = await run_model(f"systemone:{first.url}", data_dir, tmp_path / "c")
+        _, two, _ = await run_model(f"systemone:{second.url}", data_dir, tmp_path / "c")
+        _, again, _ = await run_model(f"systemone:{first.url}", data_dir, tmp_path / "c")
+    assert (one.sent, two.sent, again.sent, again.cache_hits) == (1, 1, 0, 1)
+    assert rows["endpoint"].to_list() == [f"{first.url}/v1/systemone"]
+
+
 def test_model_strings():
     assert adapters.parse_model("systemone:http://127.0.0.1:8000") == adapters.ModelSpec("systemone", None, "http://127.0.0.1:8000")
     assert adapters.parse_model("systemone:strands@http://h:1") == adapters.ModelSpec("systemone", "strands", "http://h:1")
