@@ -185,6 +185,11 @@ class Adapter(abc.ABC):
         """Canonical JSON (sorted keys) of the sampling parameters; "{}" when there are none."""
         return orjson.dumps(self.params, option=orjson.OPT_SORT_KEYS).decode()
 
+    def missing_setup(self) -> str | None:
+        """What ``start`` will refuse for lack of local set-up (an API key's environment variable not
+        set), as the message it will give; None when nothing is missing. Checked without the network."""
+        return None
+
     async def start(self) -> None:
         """Prepare for sending; raises Fatal when the model cannot be used (unknown, unreachable)."""
         return None

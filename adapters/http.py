@@ -247,12 +247,17 @@ class HTTPAdapter(Adapter):
         """Headers every request carries besides the key."""
         return {}
 
+    def missing_setup(self) -> str | None:
+        if (os.environ.get(self.key_env) if self.key_env else None) or is_loopback(self.base_url):
+            return None
+        return (f"{self.label}: the environment variable {self.key_env} is not set; export the API key "
+                f"for {self.base_url} as {self.key_env} (or name another variable with --option api_key_env=NAME)")
+
     async def start(self) -> None:
+        problem = self.missing_setup()
+        if problem:
+            raise Fatal(problem)
         key = os.environ.get(self.key_env) if self.key_env else None
-        if not key and not is_loopback(self.base_url):
-            raise Fatal(f"{self.label}: the environment variable {self.key_env} is not set; export the API key "
-                        f"for {self.base_url} as {self.key_env} (or name another variable with "
-                        f"--option api_key_env=NAME)")
         self._headers = {"Content-Type": "application/json", **self.extra_headers(),
                          **(self.auth_headers(key) if key else {})}
         self._session = session(self.limits.max_in_flight, self.limits.attempt_timeout_s)

@@ -35,8 +35,10 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import orjson
@@ -47,6 +49,8 @@ import pyarrow.parquet as pq
 
 from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
 from .schema import INDEX_COLUMNS, SCHEMA
+
+T = TypeVar("T")
 
 log = logging.getLogger("dxi.cache")
 _POLARS_SCHEMA = pl.from_arrow(SCHEMA.empty_table()).schema
@@ -225,6 +229,18 @@ class Cache:
                 self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})",
                                  "Its requests will be sent again.")
         return readable
+
+    def read(self, query: Callable[[pl.LazyFrame], T]) -> T:
+        """``query(self.scan())``, recovering from a damaged shard: when reading fails (damage start-up
+        does not see: it reads only the footers and index columns, and only ``dxi run`` loads them), every
+        shard is read whole (``verify``), the unreadable ones are moved to quarantine/ with a warning, and
+        the query runs again without them. Raises the original error when no shard was unreadable."""
+        try:
+            return query(self.scan())
+        except (pl.exceptions.PolarsError, pa.ArrowException, OSError):
+            if not self.verify():
+                raise
+        return query(self.scan())
 
     def verify(self) -> int:
         """Read every shard whole (all columns, page checksums verified); move the unreadable ones to

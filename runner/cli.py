@@ -235,7 +235,7 @@ def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
 def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None) -> tuple[pl.DataFrame, dict, int]:
     """The models to score (``scoring.MODELS_SCHEMA`` frame), their prices and the default epochs: the run
     file's models (``plan``) under their names, else the ``--model`` flags', else every model in the cache."""
-    found = scoring.models_in_cache(cache.scan(), PROMPT_VERSION)
+    found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
     if plan is not None:
         for m in plan.models:
             if not m.adapter.model:  # a System One server that names its model: the one model of its kind cached
@@ -299,7 +299,8 @@ def cmd_estimate(args: argparse.Namespace, console: Console) -> int:
         plan.check_labels()
         estimates = estimate(plan.models, plan.suite, cache)
     total = totals(estimates)
-    doc = {"models": [e.as_dict() for e in estimates], "total": total, "max_cost_usd": plan.max_cost}
+    doc = {"models": [e.as_dict() for e in estimates], "total": total, "max_cost_usd": plan.max_cost,
+           "problems": {m.adapter.label: p for m in plan.models if (p := m.adapter.missing_setup())}}
     if args.json:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
@@ -354,8 +355,10 @@ def main(argv: list[str] | None = None) -> int:
     if not console.is_terminal:
         console = Console(highlight=False, soft_wrap=True, width=180)  # logs: don't squeeze the table
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
-    logging.basicConfig(level=logging.WARNING, format="%(message)s",
-                        handlers=[RichHandler(console=errors, show_path=False)])
+    # warnings: Rich on a terminal; in logs one plain line each ("WARNING cache: ..."), easy to grep
+    handler = RichHandler(console=errors, show_path=False) if errors.is_terminal else logging.StreamHandler()
+    logging.basicConfig(level=logging.WARNING, format="%(message)s" if errors.is_terminal else "%(levelname)s %(message)s",
+                        handlers=[handler])
     try:
         return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "data": cmd_data,
                 "fetch-model": cmd_fetch_model}[args.command](args, console)

@@ -67,11 +67,11 @@ class Estimate:
 def learned_rates(cache: Cache) -> dict[tuple[str, ...], TokenEstimate]:
     """TokenEstimates taught by the usage in the cache: per (adapter, model, eval) and per (adapter, eval),
     from every reply (ok or invalid) that reported input tokens."""
-    usage = (cache.scan().filter(pl.col("status").is_in(["ok", "invalid"]) & pl.col("input_tokens").is_not_null())
-             .group_by("provider", "model", "eval")
-             .agg(pl.col("request_body").str.len_bytes().sum().alias("bytes"), pl.col("input_tokens").sum(),
-                  pl.col("output_tokens").fill_null(0).sum(), pl.len().alias("n"))
-             .collect())
+    usage = cache.read(lambda rows: rows.filter(pl.col("status").is_in(["ok", "invalid"]) & pl.col("input_tokens").is_not_null())
+                       .group_by("provider", "model", "eval")
+                       .agg(pl.col("request_body").str.len_bytes().sum().alias("bytes"), pl.col("input_tokens").sum(),
+                            pl.col("output_tokens").fill_null(0).sum(), pl.len().alias("n"))
+                       .collect())
     rates: dict[tuple[str, ...], TokenEstimate] = {}
     for r in usage.iter_rows(named=True):
         rates[(r["provider"], r["model"], r["eval"])] = TokenEstimate.learned(r["bytes"], r["input_tokens"],
@@ -82,8 +82,8 @@ def learned_rates(cache: Cache) -> dict[tuple[str, ...], TokenEstimate]:
 
 
 def _history(cache: Cache) -> pl.DataFrame:
-    return (cache.scan().select(pl.col("provider").alias("kind"), "model", "params", "prompt_version", "task_id",
-                                "task_digest", "sample").unique().collect())
+    return cache.read(lambda rows: rows.select(pl.col("provider").alias("kind"), "model", "params", "prompt_version",
+                                               "task_id", "task_digest", "sample").unique().collect())
 
 
 def _classify(new: pl.DataFrame, history: pl.DataFrame) -> pl.Series:

@@ -26,7 +26,7 @@ def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests:
     tokens; None or absent: no price) make the usage blocks' costs; ``extra`` keys are added to the summary.
 
     A shard damaged where start-up does not look (outside the index columns) fails here: it is moved to
-    the cache's quarantine/ (``Cache.verify``) and scoring goes on without it; its answers count as
+    the cache's quarantine/ (``Cache.read``) and scoring goes on without it; its answers count as
     missing, and the next ``dxi run`` sends those requests again."""
     return score_all(cache, suite, models, out, requests, epochs, prices=prices, extra=extra)[0]
 
@@ -37,19 +37,14 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, reque
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
     that only the report shows)."""
     gold, categories = gold_frames(suite.tasks())
-    try:
-        answers = scoring.answers(cache.scan(), models, gold, categories, epochs)
-    except (pl.exceptions.PolarsError, OSError):
-        if not cache.verify():
-            raise
-        answers = scoring.answers(cache.scan(), models, gold, categories, epochs)
+    answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
     scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
     if requests is None:
         requests = scoring.request_counts(answers)
     labels = models["label"].to_list()
     model_epochs = (dict(zip(labels, models["epochs"].fill_null(epochs).to_list(), strict=True))
                     if "epochs" in models.columns else None)
-    usage = scoring.usage_blocks(scoring.usage(cache.scan(), models, gold, epochs), labels, prices or {})
+    usage = scoring.usage_blocks(cache.read(lambda rows: scoring.usage(rows, models, gold, epochs)), labels, prices or {})
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs, requests,
                                     scored, model_epochs, usage)
     summary |= extra or {}
@@ -111,6 +106,8 @@ def print_estimate(doc: dict, console: Console) -> None:
             console.print(escape(f"  {m['model']}: tokens from " + ", ".join(f"{b} ({n})" for b, n in m["basis"].items())))
     console.print("Tokens and cost are expected values (README: \"The dry run\"); \"at most\" is what the cost bound "
                   "reserves for them: the most they can cost.")
+    for problem in doc.get("problems", {}).values():
+        console.print(f"[yellow]dxi run will refuse to start[/]: {escape(problem)}")
     bound = doc.get("max_cost_usd")
     if bound is not None:
         if t["bound_usd"] is not None and t["bound_usd"] <= bound:

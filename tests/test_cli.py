@@ -157,3 +157,40 @@ def test_real_data_end_to_end(tmp_path: Path):
     again = summary(tmp_path / "out3")
     assert again["models"][0]["requests"]["sent"] == len(lost) == 100
     assert without_requests(again) == without_requests(first)
+
+
+def test_estimate_warns_that_run_will_need_a_missing_api_key(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-a-real-key")
+    args = ["estimate", "--model", "openai:gpt-5-mini", "--model", "anthropic:claude-x", "--data-dir", str(data_dir),
+            "--cache-dir", str(tmp_path / "cache")]
+    assert main([*args, "--json"]) == 0  # a dry run: it still counts and prices what it can
+    doc = orjson.loads(capsys.readouterr().out)
+    assert list(doc["problems"]) == ["openai:gpt-5-mini"]
+    assert "the environment variable OPENAI_API_KEY is not set" in doc["problems"]["openai:gpt-5-mini"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "dxi run will refuse to start" in out and "OPENAI_API_KEY" in out
+    assert "not-a-real-key" not in out
+
+
+@pytest.mark.parametrize("command", ["estimate", "score", "report"])
+def test_a_truncated_shard_is_set_aside_by_every_command_that_reads_the_cache(data_dir: Path, tmp_path: Path,
+                                                                             command: str, caplog: pytest.LogCaptureFixture):
+    other = "embedded:sparrow-nano-robot-v1.2"
+    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    assert dxi("run", "--model", other, *run_args(data_dir, tmp_path)[3:]) == 0
+    first, second = sorted((tmp_path / "cache").glob("shards/*.parquet"))  # one shard per run, in run order
+    first.write_bytes(first.read_bytes()[:-100])  # cut off its footer, as a full disk would
+    where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
+    if command == "estimate":
+        assert dxi("estimate", "--model", MODEL, *where, "--json") == 0
+    else:
+        assert dxi(command, *where, "--out", str(tmp_path / command)) == 0
+        models = summary(tmp_path / command)["models"]
+        assert [m["model"] for m in models] == [other]  # the damaged shard's model has no rows left
+        assert models[0]["requests"]["cache_hits"] == 12
+    assert [p.name for p in (tmp_path / "cache").glob("shards/*.parquet")] == [second.name]
+    assert [p.name.rsplit(".", 1)[0] for p in (tmp_path / "cache").glob("quarantine/*")] == [first.name]
+    assert f"{first} is unreadable" in caplog.text and "moved to" in caplog.text
