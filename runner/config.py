@@ -153,9 +153,14 @@ def _where(path: Path, text: str, key: tuple) -> str:
 
 
 def _dotted(key: tuple) -> str:
+    """``models[2].price`` for ("models", 2, "price"), with "(the 3rd [[models]] table)": indices count from 0."""
     out = ""
     for k in key:
         out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    if len(key) > 1 and isinstance(key[1], int):
+        n = key[1] + 1
+        suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+        out += f" (the {n}{suffix} [[{key[0]}]] table)"
     return out
 
 

@@ -130,7 +130,8 @@ def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[st
     except FileNotFoundError as exc:
         raise PlanError(str(exc)) from None
     if not suite.selected():
-        where = data_dir if data_dir else "(no --data-dir given)"
+        where = "(no --data-dir given)" if not data_dir else (
+            f"{data_dir} (that is, {data_dir.resolve()})" if str(data_dir.resolve()) != str(data_dir) else str(data_dir))
         raise PlanError(
             f"no evaluation data found in {where}.\n"
             "Point --data-dir at a folder holding the evaluation files, e.g. ../shared/data with "

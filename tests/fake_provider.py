@@ -43,8 +43,8 @@ content: requests answered twice); ``peak_concurrency``. ``requests`` / ``header
 
 Run in-process (``async with FakeProvider(...) as server``) or as its own process, which keeps its CPU off
 the client's event loop and survives the client being killed: ``with serve(...) as server``, or
-``python -m tests.fake_provider --config '{"faults": {"rate_limit": 0.1}}'`` (prints the URL, serves until
-its standard input closes).
+``python -m tests.fake_provider --port 8091 --config '{"faults": {"rate_limit": 0.1}}'`` (prints the URL,
+serves until Ctrl-C or SIGTERM, also in the background; ``serve`` adds ``--until-stdin-closes``).
 """
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ import importlib
 import math
 import os
 import random
+import signal
 import socket
 import struct
 import subprocess
@@ -400,8 +401,8 @@ def serve(**config: object) -> Iterator[Served]:
     with ``route_factories={path: "module:factory"}``) and stop it on exit."""
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--config", orjson.dumps(config).decode()],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--config", orjson.dumps(config).decode(),
+                             "--until-stdin-closes"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root, env=env)
     try:
         line = proc.stdout.readline().decode().strip()
         if not line.startswith("http://"):
@@ -416,12 +417,17 @@ def serve(**config: object) -> Iterator[Served]:
             proc.wait()
 
 
-async def _main(config: dict, port: int) -> None:
+async def _main(config: dict, port: int, until_stdin_closes: bool) -> None:
     server = FakeProvider(**config)
     await server.start(port)
     print(server.url, flush=True)
-    loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, sys.stdin.buffer.read)  # until the parent closes our stdin
+    if until_stdin_closes:  # a child of ``serve``: dies with its parent
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.buffer.read)
+    else:  # until Ctrl-C or SIGTERM
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        await stop.wait()
     await server.__aexit__()
 
 
@@ -431,6 +437,8 @@ def main() -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--route", action="append", default=[], metavar="PATH=module:factory",
                    help="serve another wire format at PATH")
+    p.add_argument("--until-stdin-closes", action="store_true",
+                   help="stop when standard input closes (how tests run it); default: until Ctrl-C or SIGTERM")
     args = p.parse_args()
     config = orjson.loads(args.config)
     for item in args.route:
@@ -438,7 +446,7 @@ def main() -> None:
         config.setdefault("route_factories", {})[path] = ref
     import uvloop
 
-    uvloop.run(_main(config, args.port))
+    uvloop.run(_main(config, args.port, args.until_stdin_closes))
 
 
 if __name__ == "__main__":

@@ -54,14 +54,14 @@ def test_a_good_file(tmp_path: Path):
 
 @pytest.mark.parametrize(("old", "new", "message"), [
     ("rpm = 600", "rmp = 600", "line 11: providers.local.rmp: unknown key (a typo?)"),
-    ("output = 0.0", 'output = "free"', "line 22: models[1].price.output: Expected `float`, got `str`"),
+    ("output = 0.0", 'output = "free"', "line 22: models[1].price.output (the 2nd [[models]] table): Expected `float`, got `str`"),
     ('kind = "systemone"', 'kind = "carrier-pigeon"', "line 9: providers.local.kind: unknown adapter 'carrier-pigeon'"),
-    ('provider = "local"', 'provider = "remote"', "line 20: models[1].provider: 'remote' is neither"),
-    ("epochs = 2", "epochs = 0", "line 23: models[1].epochs: must be at least 1"),
+    ('provider = "local"', 'provider = "remote"', "line 20: models[1].provider (the 2nd [[models]] table): 'remote' is neither"),
+    ("epochs = 2", "epochs = 0", "line 23: models[1].epochs (the 2nd [[models]] table): must be at least 1"),
     ('select = ["when2call"]', 'select = ["mmlu"]', "line 5: evals.select: unknown evaluation 'mmlu'"),
     ("max_cost = 2.5", "max_cost = -1", "line 2: max_cost: must be >= 0"),
     ("max_in_flight = 4", "max_in_flight = 0", "line 12: providers.local.max_in_flight: must be positive"),
-    ('name = "local decider"', 'name = "embedded:sparrow-nano-general-v1.1"', "line 19: models[1].name: two models"),
+    ('name = "local decider"', 'name = "embedded:sparrow-nano-general-v1.1"', "line 19: models[1].name (the 2nd [[models]] table): two models"),
     ("limit = 3", "limit = 3\nlimt = 4", "line 7: evals.limt: unknown key"),
 ])
 def test_errors_name_the_key_and_line(tmp_path: Path, old: str, new: str, message: str):
