@@ -61,7 +61,8 @@ def test_a_good_file(tmp_path: Path):
     ('select = ["when2call"]', 'select = ["mmlu"]', "line 5: evals.select: unknown evaluation 'mmlu'"),
     ("max_cost = 2.5", "max_cost = -1", "line 2: max_cost: must be >= 0"),
     ("max_in_flight = 4", "max_in_flight = 0", "line 12: providers.local.max_in_flight: must be positive"),
-    ('name = "local decider"', 'name = "embedded:sparrow-nano-general-v1.1"', "line 19: models[1].name (the 2nd [[models]] table): two models"),
+    ('name = "local decider"', 'name = "embedded:sparrow-nano-general-v1.1"',
+     "line 19: models[1].name (the 2nd [[models]] table): two models"),
     ("limit = 3", "limit = 3\nlimt = 4", "line 7: evals.limt: unknown key"),
 ])
 def test_errors_name_the_key_and_line(tmp_path: Path, old: str, new: str, message: str):
