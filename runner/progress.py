@@ -63,7 +63,7 @@ class RunProgress:
         rate = s.sent / elapsed if elapsed > 0 else 0.0
         left = total - s.done
         eta = "done" if left <= 0 else (f"ETA {_duration(left / rate)}" if rate > 0 else "ETA -")
-        spend = "$-" if s.cost_usd is None else f"${s.cost_usd:.4f}"
+        spend = "no price" if s.cost_usd is None else f"${s.cost_usd:.4f}"
         if self.budget is not None and self.budget.max_usd is not None:
             spend += f" (run ${self.budget.spent:.4f} of ${self.budget.max_usd:g})"
         retries = s.attempts - (s.ok + s.invalid + s.failed)
