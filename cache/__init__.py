@@ -1,5 +1,5 @@
 """The content-addressed Parquet cache: ``Cache(dir)`` with ``has(key)``, ``append(row)``, ``scan()``."""
 from .schema import COLUMNS, FAILED, FATAL, INVALID, OK, SCHEMA, TRANSIENT
-from .store import Cache
+from .store import Cache, CacheWriteError
 
-__all__ = ["COLUMNS", "FAILED", "FATAL", "INVALID", "OK", "SCHEMA", "TRANSIENT", "Cache"]
+__all__ = ["COLUMNS", "FAILED", "FATAL", "INVALID", "OK", "SCHEMA", "TRANSIENT", "Cache", "CacheWriteError"]

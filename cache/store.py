@@ -65,6 +65,12 @@ _JSON_READ = pj.ReadOptions(block_size=1 << 20)
 _JSON_READ_ONE_THREAD = pj.ReadOptions(block_size=1 << 20, use_threads=False)
 
 
+class CacheWriteError(OSError):
+    """A row could not be written to the cache (a full disk, a read-only or vanished directory). Every row
+    appended before it is in the log; the row that failed is not (a part of it written is dropped, with a
+    warning, by the next start-up), so its request is sent again by the next run."""
+
+
 class Cache:
     """The cache in directory ``root`` (created if missing).
 
@@ -305,7 +311,14 @@ class Cache:
             self._open_log()
             fd = self._fd
         # one write(2) on an O_APPEND file: the row is in the kernel when it returns
-        _write(fd, _dumps(row, option=_LINE))
+        line = _dumps(row, option=_LINE)
+        try:
+            written = _write(fd, line)
+        except OSError as exc:
+            raise CacheWriteError(exc.errno, f"cannot write to the cache log {self._wal}: {exc.strerror}") from None
+        if written != len(line):  # a full disk takes what fits, then refuses the rest
+            raise CacheWriteError(f"cannot write to the cache log {self._wal}: only {written} of {len(line)} bytes "
+                                  "of a row were written (is the disk full?)")
         if self.fsync:
             os.fsync(fd)
         index = self._index

@@ -38,7 +38,7 @@ from rich.table import Table
 import adapters
 import scoring
 from adapters import local_models
-from cache import Cache
+from cache import Cache, CacheWriteError
 from evals import EVALS, PROMPT_VERSION, DatasetError
 from evals.wildguardtest import SUBSETS
 
@@ -50,7 +50,7 @@ from .progress import RunProgress
 from .report import print_estimate, print_summary, score, score_all
 from .run import ModelRun, Stats, run
 
-EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_INTERRUPTED = 1, 2, 3, 130
+EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_CACHE_WRITE, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
 
 UsageError = PlanError  # bad input from the user: printed without a traceback, exit code 2
@@ -196,6 +196,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             console.print(f"[yellow]Interrupted.[/] Every reply that arrived is in {plan.cache_dir}; "
                           "rerun the same command to continue.")
             return EXIT_INTERRUPTED
+        except CacheWriteError as exc:
+            console.print(f"[red]Stopped: {escape(str(exc))}.[/] Every reply stored before it is in "
+                          f"{escape(str(plan.cache_dir))}; make room (or fix the directory) and rerun the same command: "
+                          "only what is missing is sent.")
+            return EXIT_CACHE_WRITE
         requests = {label: {"sent": s.sent, "cache_hits": s.cache_hits, "failed": s.failed, "invalid": s.invalid,
                             "attempts": s.attempts, "rate_limited": s.rate_limited, "repaired": s.repaired,
                             "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,

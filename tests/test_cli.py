@@ -194,3 +194,32 @@ def test_a_truncated_shard_is_set_aside_by_every_command_that_reads_the_cache(da
     assert [p.name for p in (tmp_path / "cache").glob("shards/*.parquet")] == [second.name]
     assert [p.name.rsplit(".", 1)[0] for p in (tmp_path / "cache").glob("quarantine/*")] == [first.name]
     assert f"{first} is unreadable" in caplog.text and "moved to" in caplog.text
+
+
+def test_a_full_disk_stops_the_run_with_a_clear_error_and_a_rerun_finishes(data_dir: Path, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch,
+                                                                           capsys: pytest.CaptureFixture):
+    """The 6th row finds the disk full: write(2) takes part of it, then refuses. The run stops (exit 4)
+    saying so; the 5 rows before it are kept; the rerun drops the partial row and sends the other 7."""
+    import os
+
+    from cache import store
+
+    calls = []
+
+    def full_after_five(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        if len(calls) <= 5:
+            return os.write(fd, data)
+        if len(calls) == 6:
+            return os.write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "_write", full_after_five)
+    assert main([*run_args(data_dir, tmp_path), "--max-in-flight", "1"]) == 4
+    out = capsys.readouterr().out
+    assert "Stopped: cannot write to the cache log" in out and "only" in out and "rerun the same command" in out
+    monkeypatch.undo()
+    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    requests = summary(tmp_path / "out")["models"][0]["requests"]
+    assert (requests["cache_hits"], requests["sent"]) == (5, 7)
