@@ -3,6 +3,7 @@ reading a 429's headers (how long to wait; the provider's own limits), and ``HTT
 the hosted-model adapters (base URL, API key from the environment, session)."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import os
@@ -175,6 +176,25 @@ def as_count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+async def check_reachable(url: str, what: str, timeout_s: float = 10.0) -> None:
+    """Open and close a TCP connection to ``url``'s host and port, sending nothing; raises Fatal naming
+    ``what`` and the URL when the host name does not resolve, the connection is refused, or it does not
+    open within ``timeout_s`` seconds. A server down (or no network) at the start of a run fails at once,
+    rather than every request retrying to the end of its budget."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        async with asyncio.timeout(timeout_s):
+            _, writer = await asyncio.open_connection(parts.hostname, port)
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    except OSError as exc:  # also socket.gaierror and TimeoutError
+        reason = f"no connection within {timeout_s:g} s" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+        raise Fatal(f"{what}: cannot reach {url} ({reason}); check the base URL, that the server is running, "
+                    "and the network") from None
+
+
 def is_loopback(url: str) -> bool:
     """True when ``url``'s host is this machine (127.0.0.0/8, ::1, localhost): no API key needed there."""
     host = urlsplit(url).hostname or ""
@@ -196,7 +216,8 @@ class HTTPAdapter(Adapter):
     one model name on two servers never shares cache rows; the key is only in headers.
 
     Raises ValueError (bad model string, unknown option, reserved parameter) from the constructor and
-    Fatal from ``start`` when the key's environment variable is unset (except for a loopback base URL).
+    Fatal from ``start`` when the key's environment variable is unset (except for a loopback base URL) or
+    the server cannot be reached (``check_reachable``).
     """
 
     default_base_url = ""
@@ -257,6 +278,7 @@ class HTTPAdapter(Adapter):
         problem = self.missing_setup()
         if problem:
             raise Fatal(problem)
+        await check_reachable(self.base_url, self.label)
         key = os.environ.get(self.key_env) if self.key_env else None
         self._headers = {"Content-Type": "application/json", **self.extra_headers(),
                          **(self.auth_headers(key) if key else {})}

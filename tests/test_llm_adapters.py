@@ -3,6 +3,7 @@
 answers, usage, every invalid-reply rule, the runner's retry rules, keys, and the CLI's counts."""
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import orjson
@@ -16,6 +17,7 @@ from runner.cli import main
 
 from . import wire_formats
 from .fake_llm_server import FakeLLM
+from .fake_provider import FakeProvider
 from .test_systemone import run_model
 
 KINDS = ("openai", "anthropic", "gemini", "openai-decisions", "logprobs")
@@ -273,9 +275,19 @@ async def test_a_missing_key_is_a_clear_error_except_on_loopback(monkeypatch: py
     monkeypatch.delenv("MY_PROXY_KEY", raising=False)
     with pytest.raises(adapters.Fatal, match="MY_PROXY_KEY is not set"):
         await adapters.get(spec).start()
-    local = adapters.get(f"{kind}:{NAMES[kind]}@http://localhost:8080")
-    await local.start()
-    await local.close()
+    async with FakeProvider() as server:  # a loopback server needs no key
+        local = adapters.get(f"{kind}:{NAMES[kind]}@{server.url.replace('127.0.0.1', 'localhost')}/v1")
+        await local.start()
+        await local.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_server_that_cannot_be_reached_fails_at_start(kind: str):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(adapters.Fatal, match=rf"cannot reach http://127.0.0.1:{port}/v1 \(ConnectionRefusedError"):
+        await adapters.get(f"{kind}:{NAMES[kind]}@http://127.0.0.1:{port}/v1").start()
 
 
 # ---- the CLI: --param, --option, invalid and repaired counted per model and evaluation -------------------------
