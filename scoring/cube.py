@@ -437,7 +437,7 @@ def calibration_table(cubes: dict[str, Cube], estimates: dict[str, Estimates], b
     (answers without probabilities: invalid, failed, missing), and Brier score, ECE and log loss with
     ``_sd`` over epochs and ``_low``/``_high``. ``question`` is "all" (the evaluation pooled; the same
     values as ``metric_table``) and, for WildGuardTest, each yes/no question. Labels whose answers carry
-    no probabilities at all in an evaluation have no rows for it."""
+    no probabilities at all in an evaluation, or with answers missing from it, have no rows for it."""
     frames = []
     for name, cube in cubes.items():
         sums = cube.sums()
@@ -467,7 +467,8 @@ def calibration_table(cubes: dict[str, Cube], estimates: dict[str, Estimates], b
                 for suffix, source in zip(SUFFIXES, (point, sd, low, high), strict=True):
                     v = source.get(m)
                     columns[m + suffix] = np.full(len(cube.labels), np.nan) if v is None else v
-            frames.append(pl.DataFrame(columns).fill_nan(None).filter(pl.col("answers") > 0))
+            complete = sums["missing"].sum(axis=(1, 2)) == 0  # as every metric: none for an incomplete evaluation
+            frames.append(pl.DataFrame(columns).fill_nan(None).filter((pl.col("answers") > 0) & pl.Series(complete)))
     keys = ["label", "eval", "question"]
     if not frames:
         return pl.DataFrame(schema={"label": pl.String, "eval": pl.String, "question": pl.String, "answers": pl.Int64})
@@ -477,10 +478,12 @@ def calibration_table(cubes: dict[str, Cube], estimates: dict[str, Estimates], b
 def reliability_table(cubes: dict[str, Cube]) -> pl.DataFrame:
     """Reliability-diagram data per (label, eval), every epoch and question pooled: per confidence bin
     (``calibration.ECE_BINS`` equal-width bins, edges ``low``/``high``), ``n`` answers counted for
-    calibration, their mean ``confidence`` and ``accuracy`` (0-1). Empty bins are left out."""
+    calibration, their mean ``confidence`` and ``accuracy`` (0-1). Empty bins, and labels with answers
+    missing from the evaluation, are left out."""
     frames = []
     for name, cube in cubes.items():
-        c = cube.bin >= 0
+        complete = cube.sums()["missing"].sum(axis=(1, 2)) == 0
+        c = (cube.bin >= 0) & complete[cube.l]
         key = cube.l[c] * cal.ECE_BINS + cube.bin[c]
         size = len(cube.labels) * cal.ECE_BINS
         n = np.bincount(key, minlength=size)

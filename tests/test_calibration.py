@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 
@@ -134,3 +135,14 @@ def test_gold_probability_matches_option_text_exactly_per_answer():
     # Brier: 1/2 (Σ p² − 2 p_gold + 1)
     assert per_answer["brier"].to_list() == pytest.approx([0.5 * (0.25 + 0.09 + 0.04 - 0.4 + 1),
                                                            0.5 * (0.81 + 0.01 - 0.2 + 1), 0.0])
+
+
+def test_an_incomplete_evaluation_has_no_calibration_rows_as_it_has_no_metrics():
+    other = "systemone:y"
+    ans = frame([*hle_three_plus_invalid().to_dicts(),
+                 choice(other, HLE, "h/1", "A", {"A": 0.9, "B": 0.1}),
+                 choice(other, HLE, "h/2", "B", None, status="missing", error="not in the cache")])
+    scored = score(ans)
+    assert scored.calibration["label"].unique().to_list() == [M]
+    assert scored.reliability["label"].unique().to_list() == [M]
+    assert scored.metrics.filter(pl.col("label") == other)["accuracy"].item() is None
