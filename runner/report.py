@@ -155,6 +155,13 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
         for name, block in m["evals"].items():
             if block.get("reason") and "no data" not in block["reason"]:
                 console.print(f"  [yellow]{escape(m['model'])} {EVALS[name].title}: {escape(block['reason'])}[/]")
+        if m.get("invalid_reasons"):
+            n = sum(b.get("invalid", 0) for b in m["evals"].values())
+            console.print(f"  [yellow]{escape(m['model'])}: {n} invalid answer(s)[/] (scored as wrong; all in "
+                          "answers.parquet). Most frequent reasons:")
+            for r in m["invalid_reasons"]:
+                text = r["error"] if len(r["error"]) <= 200 else r["error"][:200] + "…"
+                console.print(f"    {r['count']} × {text}", highlight=False, markup=False)
     print_usage(summary, console)
     written = f"; written to {out}/summary.json and {out}/answers.parquet" if out else ""
     console.print(escape(f"Prompt version {summary['prompt_version']}{written}"))

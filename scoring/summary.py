@@ -26,7 +26,8 @@ computed.
 
 Added with run files and costs: each model's ``epochs`` (a run file may give models their own; the
 top-level ``epochs`` is the run's default) and ``usage`` (tokens and USD, ``scoring.cost``), and the
-run's ``usage``.
+run's ``usage``. A model with invalid answers gets ``invalid_reasons``: its three most frequent reasons
+(``[{"error", "count"}]``, every evaluation pooled; the text can quote model output).
 """
 from __future__ import annotations
 
@@ -104,6 +105,23 @@ def calibration_block(rows: list[dict], epochs: int) -> dict | None:
     return block
 
 
+def invalid_reasons(answers: pl.DataFrame, top: int = 3) -> dict[str, list[dict]]:
+    """Per model label with invalid answers, its ``top`` most frequent reasons, every evaluation and epoch
+    pooled: ``[{"error": str, "count": int}]``, most frequent first. Reasons can quote model output:
+    untrusted text."""
+    invalid = answers.filter(pl.col("status").cast(pl.String) == "invalid")
+    if invalid.is_empty():
+        return {}
+    counts = (invalid.group_by(pl.col("label").cast(pl.String), pl.col("error").fill_null(""))
+              .agg(pl.len().alias("count"))
+              .sort(["label", "count", "error"], descending=[False, True, False])
+              .group_by("label", maintain_order=True).head(top))
+    out: dict[str, list[dict]] = {}
+    for label, error, count in counts.select("label", "error", "count").iter_rows():
+        out.setdefault(label, []).append({"error": error, "count": count})
+    return out
+
+
 def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], prompt_version: str, epochs: int,
           requests: dict[str, dict], scored: object | None = None, model_epochs: dict[str, int] | None = None,
           usage: tuple[dict[str, dict], dict] | None = None) -> dict:
@@ -117,6 +135,7 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
     model_epochs = model_epochs or {}
     by_key = {(r["label"], r["eval"]): r for r in metrics.iter_rows(named=True)}
     index_rows = {r["label"]: r for r in scored.index.iter_rows(named=True)} if scored is not None else {}
+    reasons = invalid_reasons(scored.answers) if scored is not None else {}
     calibration: dict[tuple[str, str], list[dict]] = {}
     if scored is not None and not scored.calibration.is_empty():
         for r in scored.calibration.iter_rows(named=True):
@@ -139,6 +158,8 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
                 if block.get("n") and not block.get("missing"):
                     block["calibration"] = calibration_block(calibration.get((label, name), []), n_epochs)
         entry["evals"] = evals
+        if label in reasons:
+            entry["invalid_reasons"] = reasons[label]
         entry["requests"] = requests.get(label, {})
         if usage is not None:
             entry["usage"] = usage[0].get(label)
