@@ -8,6 +8,7 @@ OUT    ?= out
 MODEL  ?= embedded:sparrow-nano-general-v1.1
 LLM    ?= qwen2.5-coder-0.5b
 LLM_LIMIT ?= 10
+LIMIT  ?=
 
 .PHONY: install install-llm model run run-llm smoke score report test test-quick lint bench clean
 
@@ -48,13 +49,14 @@ run: install
 smoke: install
 	$(BIN)/dxi run --model $(MODEL) --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)/smoke --limit 5
 
-# Rescore every model in the cache, without the network.
+# Rescore every model in the cache, without the network (LIMIT=N: the first N tasks of each evaluation,
+# e.g. LIMIT=10 after `make run-llm`, whose models have only those).
 score: install
-	$(BIN)/dxi score --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)
+	$(BIN)/dxi score --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT) $(if $(LIMIT),--limit $(LIMIT))
 
-# Rescore and write the HTML report with CSV/Parquet tables (out/report.html, out/tables/).
+# Rescore and write the HTML report with CSV/Parquet tables (out/report.html, out/tables/); LIMIT as above.
 report: install
-	$(BIN)/dxi report --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)
+	$(BIN)/dxi report --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT) $(if $(LIMIT),--limit $(LIMIT))
 
 # Every test, the real local language model's included (installs the extra and fetches the model once).
 test: install-llm model

@@ -4,6 +4,7 @@ from __future__ import annotations
 import abc
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -133,6 +134,19 @@ class ModelSpec:
     name: str | None = None
 
 
+def canonical_params(value: Any) -> Any:
+    """Sampling parameters in one canonical form, so equal settings give equal requests and cache keys:
+    object keys sorted (at every depth) and whole-number floats as integers (``temperature=0.0`` is
+    ``temperature=0``). Whatever order ``--param`` flags or run-file keys come in, the bytes sent are the same."""
+    if isinstance(value, dict):
+        return {k: canonical_params(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [canonical_params(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 class Adapter(abc.ABC):
     """One wire format. ``encode`` and ``decode`` are pure; ``send`` does the I/O and raises the errors of
     ``adapters.errors``. ``start`` runs once before the first request (open sessions, learn the served
@@ -160,7 +174,7 @@ class Adapter(abc.ABC):
         self.spec = spec
         self.model: str = spec.model or ""
         self.limits = limits or self.default_limits()
-        self.params: dict = dict(spec.params)
+        self.params: dict = canonical_params(dict(spec.params))
 
     @classmethod
     def default_limits(cls) -> Limits:

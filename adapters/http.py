@@ -19,7 +19,7 @@ import aiohttp
 import orjson
 import yarl
 
-from .base import Adapter, Limits, ModelSpec, Request
+from .base import Adapter, Limits, ModelSpec, Request, canonical_params
 from .errors import Fatal, MalformedReply, RateLimited, Transient
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
@@ -236,7 +236,7 @@ class HTTPAdapter(Adapter):
         clash = sorted(set(self.params) & self.RESERVED)
         if clash:
             raise ValueError(f"{self.kind}: the parameter(s) {', '.join(clash)} are set by the adapter itself")
-        self.params = self.DEFAULT_PARAMS | self.params
+        self.params = canonical_params(self.DEFAULT_PARAMS | self.params)
         self.base_url = (spec.base_url or self.default_base_url).rstrip("/")
         self.key_env = str(spec.options.get("api_key_env") or self.api_key_env)
         self._session: aiohttp.ClientSession | None = None

@@ -81,6 +81,16 @@ def _flag(name: str) -> str:
     return {"aa_omniscience_decision": "omniscience", "hle_multichoice": "hle"}.get(name, name)
 
 
+def _params_and_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--param", action="append", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="sampling parameters for every language model of the run, in the provider's own names "
+                        "(temperature=0 max_tokens=512 seed=1 reasoning_effort=low); VALUE is JSON or a "
+                        "string; part of the cache key (in any order: the request is the same)")
+    p.add_argument("--option", action="append", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="adapter settings outside the cache key, for the models that know them: "
+                        "api_key_env=NAME (read the API key from NAME), ctx_size, parallel, threads (llamacpp)")
+
+
 def _models_and_limits(r: argparse.ArgumentParser) -> None:
     r.add_argument("--model", action="append", metavar="MODEL",
                    help="ADAPTER:MODEL[@BASE_URL], e.g. embedded:sparrow-nano-general-v1.1, systemone:http://127.0.0.1:8000 "
@@ -94,13 +104,7 @@ def _models_and_limits(r: argparse.ArgumentParser) -> None:
                    help="override the first wait before a retry (doubling each time, with jitter)")
     r.add_argument("--retry-failed", action="store_true", help="also resend requests that failed with a 4xx-class error")
     r.add_argument("--retry-invalid", action="store_true", help="also resend requests whose answers were invalid")
-    r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="a sampling parameter for every language model of the run, in the provider's own name "
-                        "(temperature=0, max_tokens=512, seed=1, reasoning_effort=low); VALUE is JSON or a "
-                        "string; part of the cache key")
-    r.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="an adapter setting outside the cache key, for the models that know it: "
-                        "api_key_env=NAME (read the API key from NAME), ctx_size, parallel, threads (llamacpp)")
+    _params_and_options(r)
     r.add_argument("--max-cost", type=float, metavar="USD",
                    help="stop dispatching before spent + in-flight cost would pass USD (this invocation; prices "
                         f"from the run file); exit code {EXIT_COST_BOUND}")
@@ -124,7 +128,9 @@ def parser() -> argparse.ArgumentParser:
                        ("report", "score from the cache only and write an HTML report with CSV/Parquet tables")):
         s = sub.add_parser(name, help=text)
         s.add_argument("--model", action="append", default=[], metavar="MODEL",
-                       help="a model in the cache (ADAPTER:MODEL); default: every model in the cache (or the run file's)")
+                       help="a model in the cache, as `dxi run` was given it (ADAPTER:MODEL[@BASE_URL], with the same "
+                            "--param); default: every model in the cache (or the run file's)")
+        _params_and_options(s)
         _common(s)
     d = sub.add_parser("data", help="fetch the evaluation data from the Hugging Face hub, or check a data folder")
     dsub = d.add_subparsers(dest="data_command", required=True)
@@ -237,44 +243,56 @@ def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
     return block
 
 
-def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None) -> tuple[pl.DataFrame, dict, int]:
-    """The models to score (``scoring.MODELS_SCHEMA`` frame), their prices and the default epochs: the run
-    file's models (``plan``) under their names, else the ``--model`` flags', else every model in the cache."""
+def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None
+                 ) -> tuple[pl.DataFrame, dict, int, list[str]]:
+    """The models to score (``scoring.MODELS_SCHEMA`` frame), their prices, the default epochs and notes
+    for the user: the plan's models (a run file's, or the ``--model`` flags' with their ``--param``) under
+    the names ``dxi run`` gives them, else every model in the cache. UsageError for a ``--model`` whose
+    configuration (adapter, model, endpoint, parameters) has no rows in the cache."""
     found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
-    if plan is not None:
-        for m in plan.models:
-            if not m.adapter.model:  # a System One server that names its model: the one model of its kind cached
-                kinds = found.filter((pl.col("provider") == m.adapter.kind) & (pl.col("params") == m.adapter.params_key))
-                if kinds.height != 1:
-                    raise UsageError(f"{m.label}: the run file does not name this model and the cache holds "
-                                     f"{kinds.height} {m.adapter.kind} models; set model = NAME in the run file")
-                m.adapter.model = kinds["model"].item()
-        plan.check_labels()
-        return plan.models_frame(), plan.prices(), plan.epochs
-    if args.model:
-        wanted = []
-        for text in args.model:
-            try:
-                spec = adapters.parse_model(text)
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
-            label = f"{spec.kind}:{spec.model}"
-            if spec.model is None or label not in found["label"].to_list():
-                raise UsageError(f"{text}: no such model in {args.cache_dir} (prompt version {PROMPT_VERSION}); "
-                                 f"models there: {', '.join(found['label'].to_list()) or 'none'}")
-            wanted.append(label)
-        found = found.filter(pl.col("label").is_in(wanted))
-    if found.is_empty():
-        raise UsageError(f"no models in {args.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
-    prices = {label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
-              for label, kind in found.select("label", "provider").iter_rows()}
-    return found, prices, args.epochs or 1
+    if plan is None:
+        if found.is_empty():
+            raise UsageError(f"no models in {args.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
+        prices = {label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
+                  for label, kind in found.select("label", "provider").iter_rows()}
+        epochs = args.epochs or 1
+        return found, prices, epochs, _more_epochs(found, epochs)
+    same = []
+    for m in plan.models:
+        a = m.adapter
+        config = ((pl.col("provider") == a.kind) & (pl.col("endpoint") == a.endpoint)
+                  & (pl.col("params") == a.params_key))
+        if not a.model:  # a System One server that names its model: the one model cached from that server
+            kinds = found.filter(config)
+            if kinds.height != 1:
+                raise UsageError(f"{m.label}: no model name is given and the cache holds {kinds.height} models from "
+                                 f"{a.endpoint}; name it ({a.kind}:NAME@URL, or model = NAME in a run file)")
+            a.model = kinds["model"].item()
+        match = found.filter(config & (pl.col("model") == a.model))
+        if args.model and match.is_empty():
+            near = (found.filter((pl.col("provider") == a.kind) & (pl.col("model") == a.model))
+                    .select("endpoint", "params").unique().sort("endpoint", "params"))
+            cached = (f" It is cached with: {'; '.join(f'endpoint {e}, parameters {p}' for e, p in near.iter_rows())}."
+                      if near.height else f" Models there: {', '.join(found['label'].to_list()) or 'none'}.")
+            raise UsageError(f"{m.label}: no such model in {args.cache_dir} (endpoint {a.endpoint or '-'}, parameters "
+                             f"{a.params_key}, prompt version {PROMPT_VERSION}); give the model string and --param "
+                             f"as `dxi run` was given them.{cached}")
+        same.append(match.with_columns(pl.lit(m.label).alias("label")))
+    plan.check_labels()
+    notes = _more_epochs(pl.concat(same), plan.epochs) if args.model and not args.epochs else []
+    return plan.models_frame(), plan.prices(), plan.epochs, notes
+
+
+def _more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:
+    """A note for each model whose cache holds more epochs than are scored."""
+    return [f"{label}: the cache holds {n} epochs; --epochs {n} scores them all (scored: {epochs})"
+            for label, n in found.filter(pl.col("cached_epochs") > epochs).select("label", "cached_epochs").iter_rows()]
 
 
 def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
     if args.run_file is not None and args.model:
         raise UsageError(f"--model cannot be combined with a run file ({args.run_file}): the file names the models")
-    plan = plan_from_args(args) if args.run_file is not None else None
+    plan = plan_from_args(args) if args.run_file is not None or args.model else None
     cache_dir = plan.cache_dir if plan else (args.cache_dir or Path(".dxi-cache"))
     out = plan.out if plan else (args.out or Path("out"))
     suite = plan.suite if plan else suite_from_flags(args)
@@ -282,7 +300,7 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
         raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
     with Cache(cache_dir) as cache:
         args.cache_dir = cache_dir
-        frame, prices, epochs = _score_frame(args, cache, plan)
+        frame, prices, epochs, notes = _score_frame(args, cache, plan)
         if not html:
             summary = score(cache, suite, frame, out, None, epochs, prices)
         else:
@@ -290,6 +308,8 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
             summary, scored = score_all(cache, suite, frame, out, None, epochs, breakdowns=True, prices=prices)
             path = write(summary, scored, out)
     print_summary(summary, console, out)
+    for note in notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
     if html:
         console.print(escape(f"Report written to {path} (tables in {out}/tables/)"))
     return 0

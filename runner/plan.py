@@ -48,22 +48,22 @@ class Plan:
 
     def models_frame(self) -> pl.DataFrame:
         """The frame scoring selects cache rows by (``scoring.MODELS_SCHEMA`` plus each model's ``epochs``)."""
-        rows = [(m.label, m.adapter.kind, m.adapter.model, m.adapter.params_key, PROMPT_VERSION, m.epochs)
-                for m in self.models]
+        rows = [(m.label, m.adapter.kind, m.adapter.model, m.adapter.endpoint, m.adapter.params_key, PROMPT_VERSION,
+                 m.epochs) for m in self.models]
         return pl.DataFrame(rows, schema={**scoring.MODELS_SCHEMA, "epochs": pl.Int64}, orient="row")
 
     def prices(self) -> dict[str, tuple[float, float] | None]:
         return {m.label: m.price for m in self.models}
 
     def check_labels(self) -> None:
-        """Raise PlanError when two models share a name, or an (adapter, model, parameters) triple: scoring
-        tells models apart by those, so one's cache rows would be read as the other's."""
+        """Raise PlanError when two models share a name, or an (adapter, model, endpoint, parameters)
+        configuration: scoring tells models apart by those, so one's cache rows would be read as the other's."""
         seen: dict[object, str] = {}
         for m in self.models:
-            for key in (m.label, (m.adapter.kind, m.adapter.model, m.adapter.params_key)):
+            for key in (m.label, (m.adapter.kind, m.adapter.model, m.adapter.endpoint, m.adapter.params_key)):
                 if key in seen:
                     raise PlanError(f"{seen[key]} and {m.label} are the same model (same name, or same adapter, "
-                                    "model and parameters): give each a distinct name and configuration")
+                                    "model, endpoint and parameters): give each a distinct name and configuration")
                 seen[key] = m.label
 
     def check_cost_bound(self) -> None:
@@ -81,10 +81,11 @@ class Plan:
                                 "{max_tokens = 512}; Gemini: maxOutputTokens), or price output at 0 if it is not billed")
 
 
-def key_values(items: list[str], flag: str) -> dict:
-    """``KEY=VALUE`` items -> dict; VALUE is parsed as JSON (0, 0.7, true, {"type": ...}), else kept as text."""
+def key_values(items: list[str] | list[list[str]], flag: str) -> dict:
+    """``KEY=VALUE`` items (or lists of them: a flag given several times) -> dict; VALUE is parsed as JSON
+    (0, 0.7, true, {"type": ...}), else kept as text."""
     out = {}
-    for item in items:
+    for item in (i for group in items for i in ([group] if isinstance(group, str) else group)):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise PlanError(f"{flag} {item!r}: expected KEY=VALUE")

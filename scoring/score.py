@@ -28,11 +28,11 @@ import polars as pl
 from .columns import explode
 from .cube import build_cubes, estimate_all, metric_table
 
-CONFIG_COLUMNS = ["provider", "model", "params", "prompt_version"]
+CONFIG_COLUMNS = ["provider", "model", "endpoint", "params", "prompt_version"]
 READ_COLUMNS = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", "status", "error", "repaired",
                 "answers")  # what ``answers`` reads of each cache row
-MODELS_SCHEMA = {"label": pl.String, "provider": pl.String, "model": pl.String, "params": pl.String,
-                 "prompt_version": pl.String}
+MODELS_SCHEMA = {"label": pl.String, "provider": pl.String, "model": pl.String, "endpoint": pl.String,
+                 "params": pl.String, "prompt_version": pl.String}
 STATUSES = ("ok", "invalid", "failed", "missing")
 NO_ANSWER = "no answer to this question"
 NOT_CACHED = "not in the cache"
@@ -43,15 +43,19 @@ _PROBABILITIES = pl.List(pl.Struct({"option": pl.String, "p": pl.Float64}))
 
 
 def models_in_cache(rows: pl.LazyFrame, prompt_version: str) -> pl.DataFrame:
-    """Every (provider, model, params) with rows of ``prompt_version``, labelled ``provider:model``
-    (with the params appended when a model has rows under several parameter sets)."""
+    """Every (provider, model, endpoint, params) with rows of ``prompt_version``: the columns of
+    ``MODELS_SCHEMA`` and ``cached_epochs`` (the highest epoch cached, plus one). Labelled
+    ``provider:model``, with the params appended when a model has rows under several parameter sets, and
+    ``@endpoint`` when it has rows from several endpoints (one model name on two servers)."""
     found = (rows.filter(pl.col("prompt_version") == prompt_version)
-             .select(CONFIG_COLUMNS).unique().collect().sort(CONFIG_COLUMNS))
-    base = pl.col("provider") + ":" + pl.col("model")
-    several = pl.len().over("provider", "model") > 1
-    return found.with_columns(
-        pl.when(several).then(base + " " + pl.col("params")).otherwise(base).alias("label")
-    ).select(list(MODELS_SCHEMA))
+             .group_by(CONFIG_COLUMNS).agg((pl.col("sample").max().fill_null(0) + 1).alias("cached_epochs"))
+             .collect().sort(CONFIG_COLUMNS))
+    label = pl.col("provider") + ":" + pl.col("model")
+    label = pl.when(pl.col("params").n_unique().over("provider", "model") > 1).then(
+        label + " " + pl.col("params")).otherwise(label)
+    label = pl.when(pl.col("endpoint").n_unique().over("provider", "model") > 1).then(
+        label + " @" + pl.col("endpoint").fill_null("")).otherwise(label)
+    return found.with_columns(label.alias("label")).select(*MODELS_SCHEMA, pl.col("cached_epochs").cast(pl.Int64))
 
 
 def _enum(values: Sequence[str] | pl.Series) -> pl.Series:
@@ -80,7 +84,7 @@ def _configured(found: pl.DataFrame, models: pl.DataFrame) -> tuple[np.ndarray, 
     heads = np.flatnonzero(start)
     ends = np.r_[heads[1:], h]
     pairs = (found.select(CONFIG_COLUMNS)[heads].with_row_index("run")
-             .join(models.select(*CONFIG_COLUMNS, "m"), on=CONFIG_COLUMNS, maintain_order="left"))
+             .join(models.select(*CONFIG_COLUMNS, "m"), on=CONFIG_COLUMNS, maintain_order="left", nulls_equal=True))
     run = pairs["run"].to_numpy().astype(np.int64)
     lengths = ends[run] - heads[run]
     first = np.repeat(heads[run] - (np.cumsum(lengths) - lengths), lengths)

@@ -223,3 +223,16 @@ def test_a_full_disk_stops_the_run_with_a_clear_error_and_a_rerun_finishes(data_
     assert dxi(*run_args(data_dir, tmp_path)) == 0
     requests = summary(tmp_path / "out")["models"][0]["requests"]
     assert (requests["cache_hits"], requests["sent"]) == (5, 7)
+
+
+def test_score_says_when_the_cache_holds_more_epochs_than_it_scores(data_dir: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture):
+    assert dxi(*run_args(data_dir, tmp_path), "--epochs", "2") == 0
+    capsys.readouterr()
+    for model in ([], ["--model", MODEL]):
+        assert dxi(*score_args(data_dir, tmp_path), *model) == 0
+        assert f"{MODEL}: the cache holds 2 epochs; --epochs 2 scores them all (scored: 1)" in capsys.readouterr().out
+    assert dxi(*score_args(data_dir, tmp_path), "--epochs", "2") == 0
+    assert "the cache holds" not in capsys.readouterr().out
+    m = summary(tmp_path / "scored")["models"][0]
+    assert m["epochs"] == 2 and m["evals"]["when2call"]["calibration"]["answers"] == 6  # 3 tasks × 2 epochs

@@ -329,6 +329,47 @@ async def test_cli_counts_repaired_and_invalid_per_model_and_evaluation(data_dir
         "aa_omniscience_decision": (4, 0, 0.0), "hle_multichoice": (2, 0, 0.0), "when2call": (3, 0, 0.0),
         "wildguardtest": (9, 0, None)}
     assert m["requests"]["invalid"] == 12
+    (reason,) = m["invalid_reasons"]  # every answer invalid for the one reason: prose, not JSON
+    assert reason["count"] == 18 and "JSON" in reason["error"]
+
+
+def test_parameters_in_any_order_or_form_make_the_same_request(data_dir: Path):
+    task = next(t for t in tasks(data_dir) if t.eval == "when2call")
+    keys = set()
+    for params in ({"temperature": 0, "max_tokens": 64}, {"max_tokens": 64, "temperature": 0.0},
+                   {"max_tokens": 64.0, "temperature": -0.0}):
+        adapter = adapters.get(adapters.ModelSpec("openai", "m", "http://127.0.0.1:1/v1", params))
+        request = adapter.encode(task)
+        keys.add((request.key, request.body, adapter.params_key))
+    assert len(keys) == 1
+    ((_, body, params_key),) = keys
+    assert b'"max_tokens":64,"temperature":0' in body and params_key == '{"max_tokens":64,"temperature":0}'
+
+
+async def test_score_and_report_find_a_language_model_as_run_named_it(data_dir: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture):
+    """``dxi score --model M --param ...`` scores the configuration ``dxi run --model M --param ...`` ran, under
+    the same name; the same model from another server, or under other parameters, is not mixed in."""
+    import asyncio
+
+    where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
+    async with FakeLLM() as one, FakeLLM() as two:
+        assert await _cli(one, "ok", data_dir, tmp_path, "--param", "seed=1", "temperature=0") == 0
+        assert await _cli(two, "prose", data_dir, tmp_path, "--param", "temperature=0", "seed=1") == 0  # all invalid
+        assert await _cli(one, "ok", data_dir, tmp_path, "--param", "temperature=0", "--param", "seed=1") == 0
+        assert one.requests == []  # the order of the flags does not matter
+        capsys.readouterr()
+        run = ["score", "--model", model("openai", one), *where, "-q"]
+        assert await asyncio.to_thread(main, [*run, "--out", str(tmp_path / "a"), "--param", "temperature=0", "seed=1"]) == 0
+        (m,) = summary(tmp_path / "a")["models"]
+        assert m["model"] == "openai:gpt-fake" and {b["invalid"] for b in m["evals"].values()} == {0}
+        assert await asyncio.to_thread(main, [*run, "--out", str(tmp_path / "b")]) == 2  # without its parameters
+        err = capsys.readouterr().err
+        assert "openai:gpt-fake: no such model in" in err and '"seed":1' in err
+        assert await asyncio.to_thread(main, ["score", *where, "--out", str(tmp_path / "all"), "-q"]) == 0
+    labels = {m["model"]: m["requests"]["invalid"] for m in summary(tmp_path / "all")["models"]}
+    assert labels == {f"openai:gpt-fake @{one.url}/v1/chat/completions": 0,
+                      f"openai:gpt-fake @{two.url}/v1/chat/completions": 12}
 
 
 def test_cli_rejects_flags_no_model_uses(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
@@ -365,3 +406,14 @@ def test_odd_bodies_give_invalid_answers_or_a_malformed_reply_never_a_crash(data
             decoded += 1
             assert reply.status == "invalid" and all(a.error for a in reply.answers)
     assert decoded > 0
+
+
+def test_param_and_option_take_several_settings_at_once(data_dir: Path):
+    from runner.cli import parser
+    from runner.plan import from_args
+
+    args = parser().parse_args(["run", "--model", "openai:m@http://127.0.0.1:1/v1", "--data-dir", str(data_dir),
+                                "--param", "seed=1", "temperature=0", "--param", "max_tokens=9",
+                                "--option", "api_key_env=K1"])
+    (m,) = from_args(args).models
+    assert m.adapter.params == {"max_tokens": 9, "seed": 1, "temperature": 0} and m.adapter.key_env == "K1"
