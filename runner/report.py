@@ -129,8 +129,9 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
         invalid = sum(b.get("invalid", 0) for b in e.values())
         failed = sum(b.get("failed", 0) for b in e.values())
         repaired = sum(b.get("repaired", 0) for b in e.values())
-        ci = m.get("decision_index_ci")
-        index = _fmt(m["decision_index"]) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
+        ci, sd = m.get("decision_index_ci"), m.get("decision_index_sd")
+        index = (_fmt(m["decision_index"]) + (f" ±{sd:.1f} sd" if sd is not None else "")
+                 + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else ""))
         table.add_row(escape(m["model"]), index, _fmt(e["aa_omniscience_decision"]["accuracy"]),
                       _fmt(e["aa_omniscience_decision"]["non_hallucination_rate"]),
                       _fmt(e["hle_multichoice"]["accuracy"]), _fmt(e["when2call"]["accuracy"]),
