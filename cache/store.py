@@ -68,7 +68,12 @@ _JSON_READ_ONE_THREAD = pj.ReadOptions(block_size=1 << 20, use_threads=False)
 class CacheWriteError(OSError):
     """A row could not be written to the cache (a full disk, a read-only or vanished directory). Every row
     appended before it is in the log; the row that failed is not (a part of it written is dropped, with a
-    warning, by the next start-up), so its request is sent again by the next run."""
+    warning, by the next start-up), so its request is sent again by the next run. ``errno`` is the
+    system's error number when there is one."""
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
 
 
 class Cache:
@@ -161,18 +166,23 @@ class Cache:
             with contextlib.suppress(FileNotFoundError):
                 if time.time() - path.stat().st_mtime < 60:
                     continue
-            with _try_lock(path) as locked:
+            with _try_lock(path) as locked, contextlib.suppress(OSError):  # read-only: left for a later run
                 if locked:
                     path.unlink(missing_ok=True)
 
     def _recover_orphans(self) -> None:
-        """Compact every log whose writer is gone (its flock is free) into a shard."""
+        """Compact every log whose writer is gone (its flock is free) into a shard. Where that cannot be
+        written (a read-only or full disk) the log stays, with a warning: its rows are read from it."""
         for path in self._logs():
             with _try_lock(path) as locked:
                 if locked:
                     table, damaged = self._read_log(path, live=False)
                     if table is not None:
-                        self._compact(path, table, damaged)
+                        try:
+                            self._compact(path, table, damaged)
+                        except OSError as exc:
+                            self._warn(f"cache: could not compact {path} ({exc.strerror or exc}); it stays, its rows "
+                                       "are read from it, and a run that can write here will compact it.")
 
     def _compact(self, wal: Path, table: pa.Table, damaged: bool = False) -> None:
         """Write ``table`` (the rows of log ``wal``) as shard ``shards/<stem>.parquet`` atomically, then
@@ -222,7 +232,9 @@ class Cache:
 
     @staticmethod
     def _index_frames(shards: list[Path]) -> list[pl.LazyFrame]:
-        return [index_columns(pl.scan_parquet(shards).select(INDEX_COLUMNS))] if shards else []
+        # the full schema, as in ``scan``: shards written by older versions lack the newer columns
+        return ([index_columns(pl.scan_parquet(shards, schema=_POLARS_SCHEMA, missing_columns="insert")
+                               .select(INDEX_COLUMNS))] if shards else [])
 
     def _readable(self, shards: list[Path]) -> list[Path]:
         """``shards`` less those whose footer or index columns cannot be read, moved to quarantine/."""
@@ -296,7 +308,10 @@ class Cache:
     def _open_log(self) -> None:
         stem = f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         tmp = self.root / "wal" / f".{stem}.creating"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        except OSError as exc:
+            raise CacheWriteError(f"cannot create a cache log in {tmp.parent}: {exc.strerror}", exc.errno) from None
         fcntl.flock(fd, fcntl.LOCK_EX)  # held until compacted: marks the log as live
         self._wal = self.root / "wal" / f"{stem}.jsonl"
         os.replace(tmp, self._wal)  # visible to others only once locked
@@ -315,7 +330,7 @@ class Cache:
         try:
             written = _write(fd, line)
         except OSError as exc:
-            raise CacheWriteError(exc.errno, f"cannot write to the cache log {self._wal}: {exc.strerror}") from None
+            raise CacheWriteError(f"cannot write to the cache log {self._wal}: {exc.strerror}", exc.errno) from None
         if written != len(line):  # a full disk takes what fits, then refuses the rest
             raise CacheWriteError(f"cannot write to the cache log {self._wal}: only {written} of {len(line)} bytes "
                                   "of a row were written (is the disk full?)")

@@ -243,3 +243,45 @@ def test_rows_appended_survive_kills_at_random_moments_while_logs_roll_and_compa
         keys = cache.scan().select("key").collect()["key"]
         assert keys.n_unique() == keys.len()  # and none twice
     assert list(tmp_path.glob("wal/*.jsonl")) == []
+
+
+def test_a_shard_written_before_a_column_existed_reads_beside_newer_ones(tmp_path: Path):
+    """A shard without ``repaired`` (written before that column was added) first, then newer ones: the
+    key index and every scan read both, the old rows with nulls in the new column."""
+    from cache.schema import SCHEMA
+
+    old_schema = SCHEMA.remove(SCHEMA.get_field_index("repaired"))
+    (tmp_path / "shards").mkdir(parents=True)
+    old = pl.DataFrame([{k: v for k, v in row("old").items() if k != "repaired"}]).to_arrow()
+    pq.write_table(old.select(old_schema.names).cast(old_schema), tmp_path / "shards" / "0000-old.parquet")
+    with Cache(tmp_path) as cache:
+        cache.append(row("new", repaired=False))
+    cache = Cache(tmp_path)
+    assert cache.has("old") and cache.has("new") and len(cache) == 2
+    rows = cache.scan().select("key", "repaired").collect().sort("key")
+    assert rows.rows() == [("new", False), ("old", None)]
+
+
+def test_a_cache_that_cannot_be_written_is_still_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A read-only cache (here: creating files fails with EROFS, as root ignores permissions): a killed
+    run's log cannot be compacted, so it stays and its rows are read from it; appending raises
+    CacheWriteError naming the directory."""
+    from cache import CacheWriteError, store
+
+    with Cache(tmp_path) as cache:
+        cache.append(row("k1"))
+        os.close(cache._fd)  # as if killed: the log stays, uncompacted, its lock released
+        cache._fd, cache._wal = None, None
+    real_open = os.open
+
+    def read_only(path, flags, *args):
+        if flags & os.O_CREAT:
+            raise OSError(30, "Read-only file system")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(store.os, "open", read_only)
+    cache = Cache(tmp_path)
+    assert any("could not compact" in w and "Read-only file system" in w for w in cache.warnings)
+    assert cache.has("k1") and cache.scan().collect()["key"].to_list() == ["k1"]
+    with pytest.raises(CacheWriteError, match=f"cannot create a cache log in {tmp_path / 'wal'}: Read-only file system"):
+        cache.append(row("k2"))
