@@ -20,7 +20,7 @@ import orjson
 
 from .base import Limits, ModelSpec, Request
 from .errors import Fatal
-from .systemone import SystemOne
+from .systemone import ENDPOINT, SystemOne
 
 DEFAULT_MODEL = "sparrow-nano-general-v1.1"
 WORKERS = max(1, os.cpu_count() or 1)
@@ -69,6 +69,10 @@ class Embedded(SystemOne):
     @property
     def provider(self) -> str:
         return f"{self.kind}:{self.model}"
+
+    @property
+    def endpoint(self) -> str:  # type: ignore[override]
+        return ENDPOINT  # in-process, no server: the endpoint its cache keys have always had
 
     async def start(self) -> None:
         from sparrow_decider import available_models

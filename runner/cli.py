@@ -376,10 +376,11 @@ def cmd_fetch_model(args: argparse.Namespace, console: Console) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    console = Console(highlight=False, soft_wrap=True)
+    # emoji=False: model names like "openai:m" must not become emoji codes (":m:" is Ⓜ)
+    console = Console(highlight=False, soft_wrap=True, emoji=False)
     if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=True, width=180)  # logs: don't squeeze the table
-    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+        console = Console(highlight=False, soft_wrap=True, emoji=False, width=180)  # logs: don't squeeze the table
+    errors = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
     # warnings: Rich on a terminal; in logs one plain line each ("WARNING cache: ..."), easy to grep
     handler = RichHandler(console=errors, show_path=False) if errors.is_terminal else logging.StreamHandler()
     logging.basicConfig(level=logging.WARNING, format="%(message)s" if errors.is_terminal else "%(levelname)s %(message)s",

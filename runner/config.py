@@ -35,6 +35,7 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
 """
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -115,8 +116,8 @@ class RunFile(_Struct):
         return model.provider, Provider(kind=model.provider)
 
     def resolve(self, value: str | None) -> Path | None:
-        """A path from the file, relative to the run file's folder."""
-        return None if value is None else (Path(self.path).parent / value)
+        """A path from the file, relative to the run file's folder (``runs/../out`` shown as ``out``)."""
+        return None if value is None else Path(os.path.normpath(Path(self.path).parent / value))
 
 
 # ---- locating keys in the source, for messages --------------------------------------------------

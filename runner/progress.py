@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .cost import Budget
@@ -42,12 +41,13 @@ class RunProgress:
 
     def __enter__(self) -> RunProgress:
         if self.live:
-            self._bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+            # plain text (no markup, no emoji codes): a label is the user's, e.g. "openai:m" (":m:" is an emoji)
+            self._bars = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                                  TextColumn("{task.fields[detail]}", markup=False), TimeElapsedColumn(),
                                   console=self.console, transient=False)
             self._bars.start()
             for label, total in self.totals.items():
-                self._ids[label] = self._bars.add_task(escape(label), total=total, detail="")
+                self._ids[label] = self._bars.add_task(label, total=total, detail="")
         return self
 
     def __exit__(self, *exc: object) -> None:

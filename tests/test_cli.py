@@ -237,3 +237,34 @@ def test_score_says_when_the_cache_holds_more_epochs_than_it_scores(data_dir: Pa
     assert "the cache holds" not in out and "±0.0 sd" in out  # the embedded model: the same answers each epoch
     m = summary(tmp_path / "scored")["models"][0]
     assert m["epochs"] == 2 and m["evals"]["when2call"]["calibration"]["answers"] == 6  # 3 tasks × 2 epochs
+
+
+def test_a_read_only_cache_is_scored_and_a_run_that_must_write_stops_with_exit_4(
+        data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
+    import os
+
+    from cache import store
+
+    assert dxi(*run_args(data_dir, tmp_path), "--limit", "1") == 0
+    real_open = os.open
+    monkeypatch.setattr(store.os, "open", lambda path, flags, *a: (_ for _ in ()).throw(OSError(30, "Read-only file system"))
+                        if flags & os.O_CREAT else real_open(path, flags, *a))
+    capsys.readouterr()
+    assert dxi(*score_args(data_dir, tmp_path), "--limit", "1") == 0
+    assert dxi(*run_args(data_dir, tmp_path)) == 4  # new tasks: a log must be written
+    assert "Stopped: cannot create a cache log" in capsys.readouterr().out
+
+
+def test_model_names_are_printed_as_given_never_as_emoji(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    assert main(["run", "--model", "openai:m@http://127.0.0.1:1/v1", "--data-dir", str(data_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "openai:m: cannot reach" in err and "Ⓜ" not in err
+
+
+def test_the_embedded_model_keeps_its_cache_keys(data_dir: Path):
+    import adapters
+    from evals import Suite, discover
+
+    task = next(iter(Suite(discover(data_dir)).tasks()))
+    request = adapters.get(MODEL).encode(task)
+    assert (request.provider, request.endpoint) == ("embedded", "/v1/systemone")  # as written since the first version
