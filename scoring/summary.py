@@ -64,8 +64,9 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
     block |= {"n": row["n"], "invalid": row["invalid"], "failed": row["failed"], "missing": row["missing"],
               "repaired": row["repaired"]}
     if row["missing"]:
-        block["reason"] = (f"{row['missing']} answer(s) not in the cache: the run is incomplete; rerun "
-                           "`dxi run` with the same options to complete it")
+        block["reason"] = (f"{row['missing']} answer(s) not in the cache: the run is incomplete (or it ran with a "
+                           "smaller --limit or fewer epochs than scored here); `dxi run` with these options sends "
+                           "what is missing")
         return block
     reasons = []
     for m in METRICS[name]:
