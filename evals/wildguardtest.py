@@ -48,6 +48,9 @@ def record_to_task(path: Path, n: int, row: dict, subset: str = "agreed") -> Tas
     questions, gold = [], {}
     agreed = True
     for qid, (label_col, pos, neg, agree_col, text) in QUESTIONS.items():
+        for column in (label_col, agree_col) if subset == "agreed" else (label_col,):
+            if column not in row:  # a value may be null (no response); the column itself must be there
+                raise DatasetError(path, n, column, "missing: the file has no such column")
         label = field(path, n, row, label_col, str, optional=True)
         agreement = field(path, n, row, agree_col, (int, float), optional=True)
         agreed = agreed and agreement == 3

@@ -111,6 +111,9 @@ def _current(rows: pl.LazyFrame, models: pl.DataFrame, task_frame: pl.DataFrame,
     ``(m·T + t)·E + s`` (E the largest number of epochs). Rows of other models, parameters, prompt
     versions, task contents, and epochs beyond a model's own are left out."""
     n_epochs, n_tasks = int(model_epochs.max(initial=1)), task_frame.height
+    if n_tasks == 0:  # nothing to score (e.g. every task excluded): no row is current
+        none = np.empty(0, np.int64)
+        return rows.select(*columns).head(0).collect(), none, none, none, none
     # Read every epoch's rows (a filter on ``sample`` in the scan is slower than dropping rows below).
     found = rows.select(*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *columns).collect()
     i, m = _configured(found, models)

@@ -268,3 +268,13 @@ def test_the_embedded_model_keeps_its_cache_keys(data_dir: Path):
     task = next(iter(Suite(discover(data_dir)).tasks()))
     request = adapters.get(MODEL).encode(task)
     assert (request.provider, request.endpoint) == ("embedded", "/v1/systemone")  # as written since the first version
+
+
+def test_a_selection_with_no_tasks_scores_empty_beside_a_full_cache(data_dir: Path, tmp_path: Path):
+    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    exact = tmp_path / "hle_exact.jsonl"  # no multiple-choice row: no HLE task at all
+    exact.write_text('{"id": "x1", "question": "2+2?", "answer": "4", "answer_type": "exactMatch", "image": ""}\n')
+    for command in (run_args(data_dir, tmp_path, "again"), score_args(data_dir, tmp_path)):
+        assert dxi(*command, "--hle", str(exact), "--evals", "hle_multichoice") == 0
+    m = summary(tmp_path / "scored")["models"][0]
+    assert m["evals"]["hle_multichoice"]["reason"] == "no answers for this evaluation" and m["decision_index"] is None

@@ -93,6 +93,18 @@ def test_wildguard_subsets_and_questions(tmp_path: Path):
     assert [q.id for q in everything[4].questions] == ["prompt_harmful", "response_refusal"]
 
 
+@pytest.mark.parametrize(("column", "subset"), [("response_harm_label", "all"), ("prompt_harm_agreement", "agreed")])
+def test_a_wildguard_file_without_a_label_or_agreement_column_is_an_error(tmp_path: Path, column: str, subset: str):
+    """A whole column missing is a malformed file, not rows without that label (which silently drops a question
+    or, for an agreement column, every task)."""
+    import pyarrow.parquet as pq
+
+    path = write_wildguard_parquet(tmp_path / "wg.parquet")
+    pq.write_table(pq.read_table(path).drop_columns([column]), path)
+    with pytest.raises(DatasetError, match=rf"wg.parquet, row 1, field '{column}': missing: the file has no such column"):
+        list(wg.load(path, subset=subset))
+
+
 @pytest.mark.parametrize(("name", "line", "field_name"), [
     ("omniscience.jsonl", '{"question_id": "x", "question": "q?", "answers": ["a", "b", "c"], "correct_index": 0}', "answers"),
     ("omniscience.jsonl", '{"question_id": "x", "question": "q?", "answers": ["a", "b", "c", "d"], "correct_index": 4}', "correct_index"),
