@@ -11,6 +11,7 @@ summary.json; change it whenever a rendering changes, so old cache rows are neve
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -22,6 +23,9 @@ from . import hle, omniscience, when2call, wildguardtest
 from .exclusions import Exclusions
 from .rows import DatasetError
 from .task import CHOICE, YES_NO, Option, Question, Task
+
+log = logging.getLogger("dxi.data")
+_warned: set[tuple[str, tuple[Path, ...]]] = set()  # each ambiguity is reported once per process
 
 __all__ = ["EVALS", "PROMPT_VERSION", "DataFile", "DatasetError", "EvalData", "Exclusions", "Option",
            "Question", "Suite", "Task", "CHOICE", "YES_NO", "discover", "gold_frames"]
@@ -37,14 +41,15 @@ class EvalSpec:
     title: str
     patterns: tuple[str, ...]
     load: Callable[..., Iterator[Task]]
+    flag: str  # the command line's option naming its file: --<flag> FILE
 
 
 EVALS: dict[str, EvalSpec] = {
     s.name: s for s in (
-        EvalSpec(omniscience.NAME, "AA-Omniscience-Decision", omniscience.PATTERNS, omniscience.load),
-        EvalSpec(hle.NAME, "HLE-MultiChoice", hle.PATTERNS, hle.load),
-        EvalSpec(when2call.NAME, "When2Call", when2call.PATTERNS, when2call.load),
-        EvalSpec(wildguardtest.NAME, "WildGuardTest", wildguardtest.PATTERNS, wildguardtest.load),
+        EvalSpec(omniscience.NAME, "AA-Omniscience-Decision", omniscience.PATTERNS, omniscience.load, "omniscience"),
+        EvalSpec(hle.NAME, "HLE-MultiChoice", hle.PATTERNS, hle.load, "hle"),
+        EvalSpec(when2call.NAME, "When2Call", when2call.PATTERNS, when2call.load, "when2call"),
+        EvalSpec(wildguardtest.NAME, "WildGuardTest", wildguardtest.PATTERNS, wildguardtest.load, "wildguardtest"),
     )
 }
 
@@ -106,7 +111,14 @@ def discover(data_dir: Path | None, paths: dict[str, Path] | None = None) -> dic
             if not path.is_file():
                 raise FileNotFoundError(f"{spec.title} data file not found: {path}")
         elif data_dir is not None and data_dir.is_dir():
-            path = next((m for pattern in spec.patterns for m in sorted(data_dir.glob(pattern)) if m.is_file()), None)
+            candidates = list(dict.fromkeys(m for pattern in spec.patterns for m in sorted(data_dir.glob(pattern))
+                                            if m.is_file()))
+            path = candidates[0] if candidates else None
+            if len(candidates) > 1 and (name, tuple(candidates)) not in _warned:
+                _warned.add((name, tuple(candidates)))
+                log.warning(f"{spec.title}: {len(candidates)} files under {data_dir} could be it "
+                            f"({', '.join(str(c.relative_to(data_dir)) for c in candidates)}); using {path}. "
+                            f"Name the one you mean with --{spec.flag} FILE.")
         if path is None:
             where = f"under {data_dir}" if data_dir is not None else "(no --data-dir given)"
             found[name] = EvalData(name, missing=f"no {spec.title} file {where} "
@@ -161,10 +173,12 @@ class Suite:
             if self.limit is not None:
                 entry["limit"] = self.limit
             if n == omniscience.NAME:
-                entry["stand_in"] = True
+                entry["stand_in"] = omniscience.is_stand_in(d.file.path, d.file.sha256)
                 entry["note"] = ("The published Decision Index uses 500 private AA-Omniscience questions; "
-                                 "this file is a stand-in of the same shape, so results are not comparable "
-                                 "to published numbers.")
+                                 + ("this file is a stand-in of the same shape, so results are not comparable "
+                                    "to published numbers." if entry["stand_in"] else
+                                    "this file is not the shipped stand-in: results are comparable to published "
+                                    "numbers only if it is that set."))
             if n == wildguardtest.NAME:
                 entry["subset"] = self.wildguard_subset
             excluded = self.exclusions.summary(n)

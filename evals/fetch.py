@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import EVALS, DataFile, DatasetError, Suite, discover
+from . import EVALS, DataFile, DatasetError, Suite, discover, omniscience
 
 OMNISCIENCE_NOTE = ("not downloadable: the published AA-Omniscience-Decision questions are private; put a JSONL "
                     "file of the same shape under omniscience*/ (see README)")
@@ -152,20 +152,32 @@ class Outcome:
 
 
 def _assemble(paths: list[Path], dest: Path) -> None:
-    """Copy one file, or concatenate several Parquet shards, to ``dest`` atomically."""
+    """Copy one file, or concatenate several Parquet shards, to ``dest`` atomically. Shards whose columns
+    differ (a revision added one) are written under their unified schema, a column a shard lacks as
+    nulls; FetchError when their columns cannot be unified. Nothing is left behind on failure."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.part")
-    if len(paths) == 1:
-        shutil.copyfile(paths[0], tmp)
-    else:
-        import pyarrow.parquet as pq
+    try:
+        if len(paths) == 1:
+            shutil.copyfile(paths[0], tmp)
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-        schema = pq.read_schema(paths[0])
-        with pq.ParquetWriter(tmp, schema) as writer:
-            for p in paths:
-                for batch in pq.ParquetFile(p).iter_batches():
-                    writer.write_batch(batch)
-    os.replace(tmp, dest)
+            try:
+                schema = pa.unify_schemas([pq.read_schema(p) for p in paths], promote_options="permissive")
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                raise FetchError(f"the files {', '.join(p.name for p in paths)} have incompatible columns: {exc}") from None
+            with pq.ParquetWriter(tmp, schema) as writer:
+                for p in paths:
+                    for batch in pq.ParquetFile(p).iter_batches():
+                        have = set(batch.schema.names)
+                        writer.write_table(pa.Table.from_arrays(
+                            [batch.column(f.name).cast(f.type) if f.name in have else pa.nulls(batch.num_rows, f.type)
+                             for f in schema], schema=schema))
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def verify(path: Path, name: str) -> tuple[DataFile, int]:
@@ -199,6 +211,10 @@ def fetch(data_dir: Path, source: Source, evals: Iterable[str] | None = None, fo
         except (FetchError, DatasetError, FileNotFoundError) as exc:
             outcomes.append(Outcome(name, "failed", str(exc), expected_rows=spec.rows, expected_tasks=spec.tasks))
             continue
+        except Exception as exc:  # anything else from one set (a file pyarrow cannot read): the others go on
+            outcomes.append(Outcome(name, "failed", f"{type(exc).__name__}: {exc}", expected_rows=spec.rows,
+                                    expected_tasks=spec.tasks))
+            continue
         outcomes.append(Outcome(name, status, f"from {spec.repo_id}", file, tasks, spec.rows, spec.tasks).note_counts())
     return outcomes
 
@@ -217,6 +233,7 @@ def check(data_dir: Path) -> list[Outcome]:
         except DatasetError as exc:
             outcomes.append(Outcome(name, "failed", str(exc), expected_rows=rows, expected_tasks=tasks))
             continue
-        note = "a stand-in: the published set is private" if spec is None else ""
+        note = ("" if spec is not None else "a stand-in: the published set is private"
+                if omniscience.is_stand_in(file.path, file.sha256) else "not the shipped stand-in (the published set is private)")
         outcomes.append(Outcome(name, "present", note, file, n, rows, tasks).note_counts())
     return outcomes

@@ -25,6 +25,14 @@ IDK = "E"
 IDK_TEXT = "I don't know"
 QUESTION = "Which answer to the question is correct? If you do not know, choose \"I don't know\"."
 PATTERNS = ("omniscience*/*.jsonl", "*omniscience*.jsonl", "aa_omniscience*/*.jsonl")
+STANDIN_SHA256 = "25a42818e2988fae6de7b5fb56cc22a1c301387c87337d5b510508da4300771b"  # shared/data's, 500 rows
+
+
+def is_stand_in(path: Path, sha256: str) -> bool:
+    """Whether a file is a stand-in for the private published set: the shipped one (by content), or any
+    file whose name or folder says so (``standin``, ``stand-in``, ``stand_in``)."""
+    name = f"{path.parent.name}/{path.name}".lower()
+    return sha256 == STANDIN_SHA256 or any(w in name for w in ("standin", "stand-in", "stand_in"))
 
 
 def record_to_task(path: Path, n: int, row: dict) -> Task:

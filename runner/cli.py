@@ -64,7 +64,7 @@ def _common(p: argparse.ArgumentParser, run_file: bool = True) -> None:
     p.add_argument("--cache-dir", type=Path, help="the response cache (default .dxi-cache)")
     p.add_argument("--out", type=Path, help="where summary.json and answers.parquet go (default out)")
     for name, spec in EVALS.items():
-        p.add_argument(f"--{_flag(name)}", type=Path, metavar="FILE", dest=f"file_{name}",
+        p.add_argument(f"--{spec.flag}", type=Path, metavar="FILE", dest=f"file_{name}",
                        help=f"{spec.title} file (overrides --data-dir discovery)")
     p.add_argument("--evals", help=f"comma-separated subset of: {', '.join(EVALS)} (default: all)")
     p.add_argument("--limit", type=int, help="first N tasks of each evaluation (smoke runs)")
@@ -75,10 +75,6 @@ def _common(p: argparse.ArgumentParser, run_file: bool = True) -> None:
     p.add_argument("--wildguard-subset", choices=SUBSETS,
                    help="agreed: rows where all three annotator-agreement fields are 3 (default); all: every labelled row")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-
-
-def _flag(name: str) -> str:
-    return {"aa_omniscience_decision": "omniscience", "hle_multichoice": "hle"}.get(name, name)
 
 
 def _params_and_options(p: argparse.ArgumentParser) -> None:

@@ -113,11 +113,19 @@ def _exclusions(items: list[tuple[str | None, Path]]) -> Exclusions:
             raise PlanError(f"exclusion list not found: {file}") from None
         except ValueError as exc:
             raise PlanError(str(exc)) from None
+        ids = sorted(exclusions.tasks | {t for t, _ in exclusions.questions})
+        stray = [i for i in ids if i.split("/", 1)[0] not in EVALS]
+        if stray:
+            raise PlanError(f"exclusion list {file}: {', '.join(repr(i) for i in stray[:3])} names no evaluation "
+                            f"(task ids start with {', '.join(f'{e}/' for e in EVALS)})")
     return exclusions
 
 
 def _exclude_item(item: str, base: Path | None = None) -> tuple[str | None, Path]:
     name, sep, file = item.partition("=")
+    if sep and name not in EVALS and "/" not in name and not (base / item if base else Path(item)).exists():
+        raise PlanError(f"--exclude {item}: {name!r} is not an evaluation; write EVAL=FILE with EVAL one of "
+                        f"{', '.join(EVALS)}")
     name, file = (name, file) if sep and name in EVALS else (None, item)
     return name, (base / file if base is not None else Path(file))
 

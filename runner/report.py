@@ -146,10 +146,19 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
         f = d["files"][0]
         extra = f", subset {d['subset']}" if "subset" in d else ""
         extra += f", limit {d['limit']}" if "limit" in d else ""
+        excluded = d.get("excluded") or {}
+        if excluded:
+            extra += f", {excluded['matched']} of {excluded['listed']} excluded ids matched"
         console.print(f"  {title}: {d['tasks']} tasks from {escape(f['path'])} "
                       f"({f['rows']} rows, sha256 {f['sha256'][:12]}…{extra})")
         if d.get("stand_in"):
             console.print(f"    [yellow]stand-in:[/] {d['note']}")
+        elif d.get("note"):
+            console.print(f"    [yellow]note:[/] {d['note']}")
+        if excluded and excluded["matched"] < excluded["listed"]:
+            console.print(f"    [yellow]{excluded['listed'] - excluded['matched']} excluded id(s) matched no task[/]"
+                          + (" read (with --limit only the first tasks are read)" if "limit" in d else
+                             ": check the ids in the exclusion list"))
     for m in summary["models"]:
         if m.get("decision_index_reason"):
             console.print(f"  [yellow]{escape(m['model'])}: index {escape(m['decision_index_reason'])}[/]")

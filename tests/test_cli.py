@@ -278,3 +278,16 @@ def test_a_selection_with_no_tasks_scores_empty_beside_a_full_cache(data_dir: Pa
         assert dxi(*command, "--hle", str(exact), "--evals", "hle_multichoice") == 0
     m = summary(tmp_path / "scored")["models"][0]
     assert m["evals"]["hle_multichoice"]["reason"] == "no answers for this evaluation" and m["decision_index"] is None
+
+
+def test_exclusion_lists_name_their_mistakes(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    listing = tmp_path / "exclude.txt"
+    listing.write_text("when2call/u-2\nwhen2call/no-such-task\n")
+    assert dxi(*run_args(data_dir, tmp_path), "--exclude", str(listing)) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 excluded ids matched" in out and "1 excluded id(s) matched no task: check the ids" in out
+    assert dxi(*run_args(data_dir, tmp_path), "--exclude", f"hle={listing}") == 2
+    assert "'hle' is not an evaluation; write EVAL=FILE with EVAL one of aa_omniscience_decision" in capsys.readouterr().err
+    listing.write_text("foo/bar\n")
+    assert dxi(*run_args(data_dir, tmp_path), "--exclude", str(listing)) == 2
+    assert "'foo/bar' names no evaluation" in capsys.readouterr().err

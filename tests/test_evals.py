@@ -176,3 +176,22 @@ def test_task_digest_changes_with_content():
     row["answers"][0] = "91"
     changed = omniscience.record_to_task(Path("x"), 1, row)
     assert changed.id == tasks[0].id and changed.digest != tasks[0].digest
+
+
+def test_two_files_that_could_be_one_evaluation_are_reported(data_dir: Path, caplog: pytest.LogCaptureFixture):
+    first = next((data_dir / "hle").iterdir())
+    (data_dir / "hle" / "zz_other.parquet").write_bytes(b"x")
+    found = discover(data_dir)
+    assert found["hle_multichoice"].file.path == first  # the first match is used, as before
+    assert f"HLE-MultiChoice: 2 files under {data_dir} could be it" in caplog.text
+    assert "Name the one you mean with --hle FILE" in caplog.text
+
+
+def test_only_a_stand_in_is_labelled_one(data_dir: Path, tmp_path: Path):
+    standin = Suite(discover(data_dir)).data_block()["aa_omniscience_decision"]
+    assert standin["stand_in"] is True  # the fixture sits in omniscience-standin/
+    own = tmp_path / "aa_omniscience" / "questions.jsonl"
+    own.parent.mkdir()
+    own.write_bytes(next((data_dir / "omniscience-standin").iterdir()).read_bytes())
+    block = Suite(discover(None, {"aa_omniscience_decision": own})).data_block()["aa_omniscience_decision"]
+    assert block["stand_in"] is False and "not the shipped stand-in" in block["note"]

@@ -67,6 +67,19 @@ def test_one_bad_set_does_not_stop_the_others(mirror: Path, tmp_path: Path):
     assert outcomes["hle_multichoice"].status == "fetched"
 
 
+def test_hle_shards_with_different_columns_are_joined_and_a_corrupt_one_fails_alone(mirror: Path, tmp_path: Path):
+    rows = hle_rows()
+    shards = sorted((mirror / "cais/hle/data").glob("*.parquet"))
+    pq.write_table(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "category"} for r in rows[2:]]), shards[1])
+    hle = fetch(tmp_path / "data", Mirror(mirror), ["hle_multichoice"])[0]
+    assert (hle.status, hle.file.rows, hle.tasks) == ("fetched", 4, 2)  # the missing column read as nulls
+    shards[0].write_bytes(b"not parquet")
+    outcomes = {o.eval: o for o in fetch(tmp_path / "data2", Mirror(mirror), ["hle_multichoice", "when2call"])}
+    assert outcomes["hle_multichoice"].status == "failed" and "Parquet" in outcomes["hle_multichoice"].message
+    assert outcomes["when2call"].status == "fetched"
+    assert not list((tmp_path / "data2").rglob("*.part"))  # nothing half-written left behind
+
+
 def test_check_reports_counts_and_problems(data_dir: Path):
     outcomes = {o.eval: o for o in check(data_dir)}
     assert {k: o.tasks for k, o in outcomes.items()} == {
