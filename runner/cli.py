@@ -215,8 +215,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     print_summary(summary, console, plan.out)
     failed = {label: s for label, s in stats.items() if s.failed}
     for label, s in failed.items():
-        console.print(f"[red]{escape(label)}: {s.failed} request(s) failed[/] (scored as wrong; transient failures are "
-                      "sent again on the next run). First errors:")
+        transient = s.failed - s.failed_fatal
+        parts = ([f"{transient} transient (sent again by the next run)"] if transient else []) + (
+            [f"{s.failed_fatal} deterministic, 4xx-class (kept; --retry-failed sends them again)"] if s.failed_fatal else [])
+        console.print(f"[red]{escape(label)}: {s.failed} request(s) failed[/], scored as wrong: {'; '.join(parts)}. "
+                      "First errors:")
         for e in s.errors[:5]:
             console.print(f"    {e}", highlight=False, markup=False)
     if budget.stopped:

@@ -68,7 +68,7 @@ class RunProgress:
             spend += f" (run ${self.budget.spent:.4f} of ${self.budget.max_usd:g})"
         retries = s.attempts - (s.ok + s.invalid + s.failed)
         return (f"{s.done}/{total} {share} {rate:.1f} req/s {eta} {spend} retries {retries} 429s {s.rate_limited} "
-                f"invalid {s.invalid} failed {s.failed} cached {s.cache_hits}")
+                f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}")
 
     def update(self, label: str, stats: Stats) -> None:
         now = time.monotonic()

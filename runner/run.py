@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
-from adapters import Adapter, Request
-from cache import FAILED, INVALID, OK, Cache
+from adapters import Adapter, Request, Transient
+from cache import FAILED, FATAL, INVALID, OK, Cache
 from evals import Suite, Task
 
 from .cost import Budget, Charge, CostBoundReached
@@ -57,7 +57,10 @@ class Stats:
     ``repaired``: replies accepted from a Markdown code fence (language models, SPEC §6);
     ``input_tokens`` / ``output_tokens``: the usage the replies of this run reported; ``cost_usd``: what
     this run's attempts cost (``runner.cost``; None for a model without a price); ``not_sent``: requests
-    handed out but not sent because the cost bound was reached (sent again by the next run).
+    handed out but not sent because the cost bound was reached (sent again by the next run);
+    ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class: kept, not sent
+    again unless asked); the others are transient and sent again by the next run. ``invalid`` counts
+    requests (replies with at least one invalid answer), not answers.
     """
 
     total: int = 0
@@ -73,6 +76,7 @@ class Stats:
     output_tokens: int = 0
     cost_usd: float | None = 0.0
     not_sent: int = 0
+    failed_fatal: int = 0
     started: float | None = None  # monotonic seconds of the first request sent (for rates)
     errors: list[str] = field(default_factory=list)
 
@@ -186,6 +190,7 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
             st.invalid += 1
         elif row["status"] == FAILED:
             st.failed += 1
+            st.failed_fatal += row["error_kind"] == FATAL
             if len(st.errors) < 20:
                 st.errors.append(f"{job.task.id}: {row['error']}")
 
@@ -196,8 +201,12 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
             try:
                 await attempt(job.adapter, job.task, job.request, job.limiter, outcome, job.charge)
             except CostBoundReached:
-                st.not_sent += 1  # not sent, or its retry not sent: no row, the next run sends it
-                return
+                if not outcome.attempts:  # not sent: no row, the next run sends it
+                    st.not_sent += 1
+                    return
+                # sent, failed, and its retry not sent: its row is a transient failure (sent again next run)
+                outcome.error = Transient(f"{job.adapter.label}: the cost bound was reached before a retry "
+                                          f"could be sent (after {outcome.attempts} attempt(s))")
             finally:
                 if st.cost_usd is not None:
                     st.cost_usd += outcome.cost_usd

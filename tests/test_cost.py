@@ -88,7 +88,7 @@ def test_progress_line_shows_rate_eta_spend_retries_429s_and_invalid():
     p = RunProgress(Console(), {"m": 100}, budget=Budget(5.0))
     p.budget.spent = 1.5
     assert p.line("m", s, now=110.0) == ("40/100 40% 3.0 req/s ETA 20s $0.1250 (run $1.5000 of $5) retries 5 429s 4 "
-                                        "invalid 2 failed 1 cached 10")
+                                        "invalid replies 2 failed 1 cached 10")
     assert RunProgress(Console(), {"m": 40}).line("m", s, now=110.0).startswith("40/40 100% 3.0 req/s done $0.1250 retries")
 
 

@@ -173,3 +173,24 @@ async def test_estimate_then_a_fourth_model_estimates_and_sends_only_its_request
     scored = summary(tmp_path, "scored")
     assert [m["usage"] for m in scored["models"]] == [m["usage"] for m in s["models"]]
     assert [m["decision_index"] for m in scored["models"]] == [m["decision_index"] for m in s["models"]]
+
+
+async def test_a_retry_the_bound_leaves_no_room_for_is_stored_as_a_transient_failure(tmp_path: Path,
+                                                                                     capsys: pytest.CaptureFixture):
+    """The first attempt is sent and its reply is malformed (charged at its reservation, as the provider
+    may have billed it); the bound leaves room for one attempt only, so the retry is not sent. The request
+    was sent: it gets a row (a transient failure, sent again by the next run), never a count with no row."""
+    data_dir(tmp_path / "data", 1)
+    async with FakeProvider(model=None, script=["malformed"]) as server:
+        path = write_run_file(tmp_path, {"p": (server.url, 60000)}, [{"provider": "p", "model": "m1", "price": PRICE}])
+        one = (await estimate_json(path, capsys=capsys))["total"]["bound_usd"]
+        assert await dxi("run", str(path), "--max-cost", str(1.5 * one)) == EXIT_COST_BOUND
+        assert server.stats()["arrivals"] == 1
+        (m,) = summary(tmp_path)["models"]
+        assert (m["requests"]["sent"], m["requests"]["failed"]) == (1, 1)
+        with Cache(tmp_path / "cache") as cache:
+            (row,) = cache.scan().collect().rows(named=True)
+        assert (row["status"], row["error_kind"], row["attempts"]) == ("failed", "transient", 1)
+        assert "the cost bound was reached before a retry could be sent" in row["error"]
+        assert await dxi("run", str(path), "--max-cost", "100") == 0
+        assert server.stats()["arrivals"] == 2 and summary(tmp_path)["models"][0]["requests"]["sent"] == 1
