@@ -130,6 +130,31 @@ def _snippet(payload: bytes) -> str:
     return payload[:300].decode("utf-8", "replace")
 
 
+_KEY_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key"})
+REDACTED = b"[REDACTED]"
+
+
+def secrets_in(headers: Mapping[str, str]) -> tuple[bytes, ...]:
+    """The API keys ``headers`` carry (the token of ``Authorization: Bearer KEY``, ``x-api-key`` and the
+    like), as bytes to redact from what comes back."""
+    found = []
+    for name, value in headers.items():
+        if name.lower() in _KEY_HEADERS and value:
+            token = value.split(" ", 1)[-1].strip()
+            if len(token) >= 6:  # a real key; never redact a word
+                found.append(token.encode())
+    return tuple(found)
+
+
+def redact(payload: bytes, secrets: tuple[bytes, ...]) -> bytes:
+    """``payload`` with every occurrence of each secret replaced by ``[REDACTED]``: a provider that echoes
+    the key ("Incorrect API key provided: sk-...") must not put it in the cache, logs or reports."""
+    for secret in secrets:
+        if secret in payload:
+            payload = payload.replace(secret, REDACTED)
+    return payload
+
+
 async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, headers: dict[str, str],
                what: str, retry_after_from_body: Callable[[bytes], float | None] | None = None) -> bytes:
     """POST ``body`` to ``url`` and return the response body of a 2xx.
@@ -137,11 +162,14 @@ async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, 
     ``what`` names the model in messages. Raises RateLimited (429, 529, and 503 with a Retry-After, with
     that wait, or the one ``retry_after_from_body`` reads from the error body when the header is absent),
     Transient (408, 409, 425, other 5xx, timeouts, connection errors) or Fatal (other 4xx, with what to
-    check). Messages never include the request headers.
+    check). Messages never include the request headers, and the API key the headers carry is redacted
+    from every body returned or quoted (``redact``).
     """
     try:
         async with client.post(url, data=body, headers=headers) as resp:
             payload = await resp.read()
+            if len(headers) > 1:  # more than Content-Type: perhaps a key
+                payload = redact(payload, secrets_in(headers))
             status = resp.status
             if status < 300:
                 return payload

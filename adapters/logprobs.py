@@ -79,6 +79,7 @@ class Logprobs(HTTPAdapter):
         if not isinstance(top, int) or isinstance(top, bool) or top < 1:
             raise ValueError(f"{self.kind}: top_logprobs must be a positive integer, not {top!r}")
         self.n_top = top
+        self._answered: dict[str, list[bytes]] = {}  # request key -> replies to its first questions so far
 
     def encode(self, task: Task, sample: int = 0) -> Request:
         bodies = [{"model": self.model, "messages": llm.logprob_messages(task, q), "logprobs": True, **self.params}
@@ -86,8 +87,14 @@ class Logprobs(HTTPAdapter):
         return self.request(bodies, sample)
 
     async def send(self, request: Request) -> bytes:
-        replies = [await self.post(orjson.dumps(body)) for body in orjson.loads(request.body)]
-        return b"[" + b",".join(r.strip() for r in replies) + b"]"
+        """One request per question, in order. When one fails, the replies already received are kept for
+        the retry of this request, which sends only the questions still unanswered (each is paid once)."""
+        bodies = orjson.loads(request.body)
+        replies = self._answered.setdefault(request.key, [])
+        for body in bodies[len(replies):]:
+            replies.append((await self.post(orjson.dumps(body))).strip())
+        del self._answered[request.key]
+        return b"[" + b",".join(replies) + b"]"
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_logprobs(task, body, self.n_top)

@@ -10,7 +10,8 @@ Routes (one server speaks every format; the path picks it): ``POST /v1/chat/comp
 * ``"429"`` / ``"429:<seconds>"`` (or any status): rate limited, with ``Retry-After`` when given; ``"429body:<seconds>"``: the
   wait only in the error body (Gemini ``RetryInfo``); ``"529"``, ``"500"``, ``"503"``, ``"400"``, ``"401"``:
   that status with the format's error body;
-* ``"malformed"``: 200 with a body that is not JSON; ``"drop"``: the connection closed without a reply.
+* ``"malformed"``: 200 with a body that is not JSON; ``"drop"``: the connection closed without a reply;
+* ``"echo401"``: 401 whose message quotes the key the request carried, as providers do.
 
 ``requests`` records ``(path, parsed body)`` of every POST, ``times`` their arrival (``time.monotonic()``),
 ``headers`` their headers.
@@ -48,6 +49,10 @@ class FakeLLM:
             status = int(kind)
             headers = {"Retry-After": arg} if arg else {}
             return web.json_response(error_body(fmt, status), status=status, headers=headers)
+        if kind == "echo401":  # as providers do: "Incorrect API key provided: <the key>"
+            sent = " ".join(v for k, v in request.headers.items() if k.lower() in ("authorization", "x-api-key",
+                                                                                  "x-goog-api-key"))
+            return web.json_response({"error": {"message": f"Incorrect API key provided: {sent}"}}, status=401)
         if kind == "429body":
             return web.json_response(error_body(fmt, 429, float(arg)), status=429)
         if kind == "malformed":

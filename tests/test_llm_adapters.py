@@ -267,6 +267,34 @@ async def test_api_key_is_sent_in_its_header_and_never_stored(data_dir: Path, tm
 
 
 @pytest.mark.parametrize("kind", KINDS)
+async def test_a_key_the_provider_echoes_back_is_redacted_everywhere(data_dir: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch, kind: str):
+    secret = "test-key-echoed-by-the-provider-42"
+    monkeypatch.setenv(KEY_ENV[kind], secret)
+    async with FakeLLM(default="echo401") as server:
+        _, stats, rows = await run_model(model(kind, server), data_dir, tmp_path / "c", limit=1)
+    assert stats.failed == 1
+    (error,) = rows["error"].to_list()
+    assert "Incorrect API key provided" in error and "[REDACTED]" in error and secret not in error
+    for path in (tmp_path / "c").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes()
+
+
+async def test_logprobs_retry_sends_only_the_questions_still_unanswered(data_dir: Path, tmp_path: Path):
+    """A WildGuardTest task is one request per question: when the second fails (500), the retry sends the
+    second and third only; the first, answered, is neither sent nor paid again."""
+    async with FakeLLM(script=["ok", "500"]) as server:
+        _, stats, rows = await run_model(model("logprobs", server), data_dir, tmp_path / "c", limit=1,
+                                         evals=("wildguardtest",))
+    assert (stats.ok, stats.attempts, len(server.requests)) == (1, 2, 4)  # 3 questions, the second twice
+    questions = [body["messages"][-1]["content"] for _, body in server.requests]
+    assert questions[1] == questions[2] and len(set(questions)) == 3
+    (answers,) = rows["answers"].to_list()
+    assert [a["status"] for a in answers] == ["ok", "ok", "ok"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_missing_key_is_a_clear_error_except_on_loopback(monkeypatch: pytest.MonkeyPatch, kind: str):
     monkeypatch.delenv(KEY_ENV[kind], raising=False)
     with pytest.raises(adapters.Fatal, match=f"the environment variable {KEY_ENV[kind]} is not set"):
