@@ -108,13 +108,16 @@ def calibration_block(rows: list[dict], epochs: int) -> dict | None:
 
 def invalid_reasons(answers: pl.DataFrame, top: int = 3) -> dict[str, list[dict]]:
     """Per model label with invalid answers, its ``top`` most frequent reasons, every evaluation and epoch
-    pooled: ``[{"error": str, "count": int}]``, most frequent first. Reasons can quote model output:
-    untrusted text."""
+    pooled: ``[{"error": str, "count": int}]``, most frequent first. Reasons that differ only in their
+    numbers ("probabilities sum to 1.4" and "... 1.37") count as one, shown by its first example. Reasons
+    can quote model output: untrusted text."""
     invalid = answers.filter(pl.col("status").cast(pl.String) == "invalid")
     if invalid.is_empty():
         return {}
-    counts = (invalid.group_by(pl.col("label").cast(pl.String), pl.col("error").fill_null(""))
-              .agg(pl.len().alias("count"))
+    error = pl.col("error").fill_null("")
+    counts = (invalid.select(pl.col("label").cast(pl.String), error.alias("error"),
+                             error.str.replace_all(r"[0-9]+(?:\.[0-9]+)?", "#").alias("shape"))
+              .group_by("label", "shape").agg(pl.len().alias("count"), pl.col("error").min())
               .sort(["label", "count", "error"], descending=[False, True, False])
               .group_by("label", maintain_order=True).head(top))
     out: dict[str, list[dict]] = {}

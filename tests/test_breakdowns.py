@@ -67,3 +67,14 @@ def test_statuses_and_errors_per_evaluation():
     assert scored.statuses.select("answers", "ok", "invalid", "failed", "missing", "warnings").row(0) == (6, 3, 2, 1, 0, 0)
     assert scored.errors.select("status", "error", "count", "example").rows() == [
         ("invalid", "not valid JSON", 2, "h/3"), ("failed", "HTTP 503", 1, "h/5")]
+
+
+def test_invalid_reasons_differing_only_in_numbers_count_as_one():
+    from scoring.summary import invalid_reasons
+
+    ans = pl.DataFrame({"label": ["m"] * 4 + ["n"], "status": ["invalid"] * 3 + ["ok", "invalid"],
+                        "error": ["probabilities sum to 1.400000, not 1", "probabilities sum to 1.366600, not 1",
+                                  "no answer", None, "cut off"]})
+    assert invalid_reasons(ans) == {
+        "m": [{"error": "probabilities sum to 1.366600, not 1", "count": 2}, {"error": "no answer", "count": 1}],
+        "n": [{"error": "cut off", "count": 1}]}
