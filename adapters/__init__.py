@@ -7,6 +7,7 @@ known ones.
 from __future__ import annotations
 
 import importlib
+import re
 
 from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
 from .errors import AdapterError, Fatal, MalformedReply, RateLimited, Retryable, Transient
@@ -48,7 +49,19 @@ def parse_model(text: str) -> ModelSpec:
                 model, _, tail = rest.partition(scheme)
                 base_url = scheme[1:] + tail
                 break
+        else:
+            _, at, tail = rest.rpartition("@")
+            if at and _HOST_WITHOUT_SCHEME.match(tail):  # not a version suffix such as claude-x@20240620
+                raise ValueError(f"model {text!r}: {tail!r} looks like a base URL without its scheme; write "
+                                 f"@http://{tail} (or @https://...), or the model name would include it and the "
+                                 "requests would go to the adapter's default server")
     return ModelSpec(kind, model or None, base_url)
+
+
+# host[:port][/path] after "@": localhost, an IPv4 address, a host name ending in a top-level domain, or
+# anything with a port (not "@20240620" or "@1.5", which are model versions)
+_HOST_WITHOUT_SCHEME = re.compile(r"^(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:]+\]|[\w-]+(?:\.[\w-]+)*\.[A-Za-z]{2,})"
+                                  r"(?::\d+)?(?:/.*)?$|^[\w.-]+:\d+(?:/.*)?$")
 
 
 def adapter_class(kind: str) -> type[Adapter]:

@@ -208,3 +208,15 @@ async def test_systemone_against_sparrow_serve_matches_embedded(data_dir: Path, 
     # the same bytes were sent to both
     bodies = emb_rows.filter(pl.col("provider") == "embedded").sort("task_id")["request_body"].to_list()
     assert bodies == http_rows.filter(pl.col("provider") == "systemone").sort("task_id")["request_body"].to_list()
+
+
+def test_a_base_url_without_its_scheme_is_refused_not_taken_for_a_model_name():
+    with pytest.raises(ValueError, match=r"'127.0.0.1:8080/v1' looks like a base URL without its scheme; write "
+                                         r"@http://127.0.0.1:8080/v1"):
+        adapters.parse_model("openai:qwen@127.0.0.1:8080/v1")
+    for text in ("openai:m@localhost:8000", "openai:m@api.example.com/v1"):
+        with pytest.raises(ValueError, match="without its scheme"):
+            adapters.parse_model(text)
+    # version suffixes stay part of the model name
+    assert adapters.parse_model("anthropic:claude-3-5-sonnet@20240620").model == "claude-3-5-sonnet@20240620"
+    assert adapters.parse_model("openai:gemma@1.5").model == "gemma@1.5"
