@@ -156,20 +156,19 @@ def redact(payload: bytes, secrets: tuple[bytes, ...]) -> bytes:
 
 
 async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, headers: dict[str, str],
-               what: str, retry_after_from_body: Callable[[bytes], float | None] | None = None) -> bytes:
+               what: str, retry_after_from_body: Callable[[bytes], float | None] | None = None,
+               secrets: tuple[bytes, ...] = ()) -> bytes:
     """POST ``body`` to ``url`` and return the response body of a 2xx.
 
     ``what`` names the model in messages. Raises RateLimited (429, 529, and 503 with a Retry-After, with
     that wait, or the one ``retry_after_from_body`` reads from the error body when the header is absent),
     Transient (408, 409, 425, other 5xx, timeouts, connection errors) or Fatal (other 4xx, with what to
-    check). Messages never include the request headers, and the API key the headers carry is redacted
-    from every body returned or quoted (``redact``).
+    check). Messages never include the request headers, and ``secrets`` (the API key the headers carry,
+    ``secrets_in(headers)``, computed once per adapter) are redacted from every body returned or quoted.
     """
     try:
         async with client.post(url, data=body, headers=headers) as resp:
-            payload = await resp.read()
-            if len(headers) > 1:  # more than Content-Type: perhaps a key
-                payload = redact(payload, secrets_in(headers))
+            payload = redact(await resp.read(), secrets)
             status = resp.status
             if status < 300:
                 return payload
@@ -269,6 +268,7 @@ class HTTPAdapter(Adapter):
         self.key_env = str(spec.options.get("api_key_env") or self.api_key_env)
         self._session: aiohttp.ClientSession | None = None
         self._headers: dict[str, str] = {}
+        self._secrets: tuple[bytes, ...] = ()
         self.check_model()
 
     def check_model(self) -> None:
@@ -310,6 +310,7 @@ class HTTPAdapter(Adapter):
         key = os.environ.get(self.key_env) if self.key_env else None
         self._headers = {"Content-Type": "application/json", **self.extra_headers(),
                          **(self.auth_headers(key) if key else {})}
+        self._secrets = secrets_in(self._headers)
         self._session = session(self.limits.max_in_flight, self.limits.attempt_timeout_s)
 
     async def close(self) -> None:
@@ -329,7 +330,8 @@ class HTTPAdapter(Adapter):
         """POST ``body`` to ``url`` (default ``self.url``) with this adapter's headers."""
         if self._session is None:
             raise RuntimeError(f"{type(self).__name__}.send() before start()")
-        return await post(self._session, url or self.url, body, self._headers, self.label, self.retry_after_from_body)
+        return await post(self._session, url or self.url, body, self._headers, self.label, self.retry_after_from_body,
+                          self._secrets)
 
     async def send(self, request: Request) -> bytes:
         return await self.post(request.body)

@@ -94,6 +94,7 @@ class SystemOne(Adapter):
         self._session: aiohttp.ClientSession | None = None
         key = os.environ.get(API_KEY_ENV)
         self._headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+        self._secrets = http.secrets_in(self._headers)
 
     @property
     def provider(self) -> str:
@@ -143,7 +144,7 @@ class SystemOne(Adapter):
     async def send(self, request: Request) -> bytes:
         if self._session is None:
             raise RuntimeError("SystemOne.send() before start()")
-        return await http.post(self._session, self._url, request.body, self._headers, self.label)
+        return await http.post(self._session, self._url, request.body, self._headers, self.label, secrets=self._secrets)
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_body(task, body)

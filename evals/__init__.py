@@ -174,11 +174,7 @@ class Suite:
                 entry["limit"] = self.limit
             if n == omniscience.NAME:
                 entry["stand_in"] = omniscience.is_stand_in(d.file.path, d.file.sha256)
-                entry["note"] = ("The published Decision Index uses 500 private AA-Omniscience questions; "
-                                 + ("this file is a stand-in of the same shape, so results are not comparable "
-                                    "to published numbers." if entry["stand_in"] else
-                                    "this file is not the shipped stand-in: results are comparable to published "
-                                    "numbers only if it is that set."))
+                entry["note"] = omniscience.provenance_note(entry["stand_in"])
             if n == wildguardtest.NAME:
                 entry["subset"] = self.wildguard_subset
             excluded = self.exclusions.summary(n)

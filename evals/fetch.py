@@ -233,7 +233,6 @@ def check(data_dir: Path) -> list[Outcome]:
         except DatasetError as exc:
             outcomes.append(Outcome(name, "failed", str(exc), expected_rows=rows, expected_tasks=tasks))
             continue
-        note = ("" if spec is not None else "a stand-in: the published set is private"
-                if omniscience.is_stand_in(file.path, file.sha256) else "not the shipped stand-in (the published set is private)")
+        note = "" if spec is not None else omniscience.provenance_note(omniscience.is_stand_in(file.path, file.sha256))
         outcomes.append(Outcome(name, "present", note, file, n, rows, tasks).note_counts())
     return outcomes

@@ -35,6 +35,15 @@ def is_stand_in(path: Path, sha256: str) -> bool:
     return sha256 == STANDIN_SHA256 or any(w in name for w in ("standin", "stand-in", "stand_in"))
 
 
+def provenance_note(stand_in: bool) -> str:
+    """What every report says of an Omniscience file (``is_stand_in``)."""
+    return ("The published Decision Index uses 500 private AA-Omniscience questions; "
+            + ("this file is a stand-in of the same shape, so results are not comparable to published numbers."
+               if stand_in else
+               "this file is not the shipped stand-in: results are comparable to published numbers only if it "
+               "is that set."))
+
+
 def record_to_task(path: Path, n: int, row: dict) -> Task:
     """One JSONL row -> Task; raises DatasetError naming file, row and field."""
     qid = field(path, n, row, "question_id", (str, int))

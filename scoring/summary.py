@@ -109,7 +109,8 @@ def calibration_block(rows: list[dict], epochs: int) -> dict | None:
 def invalid_reasons(answers: pl.DataFrame, top: int = 3) -> dict[str, list[dict]]:
     """Per model label with invalid answers, its ``top`` most frequent reasons, every evaluation and epoch
     pooled: ``[{"error": str, "count": int}]``, most frequent first. Reasons that differ only in their
-    numbers ("probabilities sum to 1.4" and "... 1.37") count as one, shown by its first example. Reasons
+    numbers ("probabilities sum to 1.4" and "... 1.37") count as one, shown by one example (the first
+    in text order). Reasons
     can quote model output: untrusted text."""
     invalid = answers.filter(pl.col("status").cast(pl.String) == "invalid")
     if invalid.is_empty():
