@@ -17,15 +17,15 @@ __all__ = ["Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedRep
 
 # adapter name -> "module:Class", imported on first use
 KINDS: dict[str, str] = {
-    "embedded": "adapters.embedded:Embedded",
-    "systemone": "adapters.systemone:SystemOne",
-    "openai": "adapters.openai:OpenAI",
-    "anthropic": "adapters.anthropic:Anthropic",
-    "gemini": "adapters.gemini:Gemini",
-    "openai-decisions": "adapters.openai_decisions:OpenAIDecisions",
-    "logprobs": "adapters.logprobs:Logprobs",
-    "llamacpp": "adapters.llamacpp:LlamaCpp",
-    "llamacpp-logprobs": "adapters.llamacpp:LlamaCppLogprobs",
+    "embedded": "dxi.adapters.embedded:Embedded",
+    "systemone": "dxi.adapters.systemone:SystemOne",
+    "openai": "dxi.adapters.openai:OpenAI",
+    "anthropic": "dxi.adapters.anthropic:Anthropic",
+    "gemini": "dxi.adapters.gemini:Gemini",
+    "openai-decisions": "dxi.adapters.openai_decisions:OpenAIDecisions",
+    "logprobs": "dxi.adapters.logprobs:Logprobs",
+    "llamacpp": "dxi.adapters.llamacpp:LlamaCpp",
+    "llamacpp-logprobs": "dxi.adapters.llamacpp:LlamaCppLogprobs",
 }
 
 

@@ -19,7 +19,7 @@ Model strings: ``anthropic:claude-sonnet-4-5``, ``anthropic:NAME@https://proxy.e
 """
 from __future__ import annotations
 
-from evals import Task
+from dxi.evals import Task
 
 from . import llm
 from .base import Reply, Request

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from evals import PROMPT_VERSION, Task
+from dxi.evals import PROMPT_VERSION, Task
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from evals import Question
+from dxi.evals import Question
 
 from .base import OK, Answer
 

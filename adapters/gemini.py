@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from evals import Task
+from dxi.evals import Task
 
 from . import llm
 from .base import Reply, Request

@@ -64,7 +64,7 @@ class _Server:
         """Start the child, wait for its address and for ``GET /health``; returns the base URL. Raises
         Fatal (with the end of the child's log) when it does not come up."""
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "adapters.llamacpp", str(self.path), self.alias, str(self.ctx_size),
+            sys.executable, "-m", "dxi.adapters.llamacpp", str(self.path), self.alias, str(self.ctx_size),
             str(self.parallel), str(self.threads),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self._log,
             cwd=Path(__file__).resolve().parents[1])

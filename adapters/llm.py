@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from evals import CHOICE, Question, Task
+from dxi.evals import CHOICE, Question, Task
 
 from .base import OK, Answer, Reply
 from .decision import choice_answer, yes_no_answer

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import orjson
 
-from evals import Task
+from dxi.evals import Task
 
 from . import llm
 from .base import Answer, Limits, ModelSpec, Reply, Request

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evals import Task
+from dxi.evals import Task
 
 from . import llm
 from .base import Reply, Request

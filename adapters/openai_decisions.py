@@ -18,7 +18,7 @@ Model strings: ``openai-decisions:gpt-6-luna``, ``openai-decisions:NAME@http://1
 """
 from __future__ import annotations
 
-from evals import CHOICE, Task
+from dxi.evals import CHOICE, Task
 
 from .base import Answer, Reply, Request
 from .decision import choice_answer, yes_no_answer

@@ -19,7 +19,7 @@ import aiohttp
 import orjson
 import yarl
 
-from evals import CHOICE, Task
+from dxi.evals import CHOICE, Task
 
 from . import http
 from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cache import SCHEMA, Cache
+from dxi.cache import SCHEMA, Cache
 
 from . import Result
 

@@ -36,9 +36,9 @@ def _child(n: int, cache_dir: str) -> None:
 
     import uvloop
 
-    from adapters import Limits, ModelSpec
-    from cache import Cache
-    from runner.run import run
+    from dxi.adapters import Limits, ModelSpec
+    from dxi.cache import Cache
+    from dxi.runner.run import run
     from tests.fake_provider import InProcess
     from tests.synthetic import SyntheticSuite
 

@@ -21,12 +21,12 @@ import orjson
 import uvloop
 from asyncio_throttle import Throttler
 
-import adapters
-from adapters import Limits
-from adapters.http import parse_retry_after
-from cache import Cache
-from evals import Suite, discover
-from runner.run import run as run_tasks
+from dxi import adapters
+from dxi.adapters import Limits
+from dxi.adapters.http import parse_retry_after
+from dxi.cache import Cache
+from dxi.evals import Suite, discover
+from dxi.runner.run import run as run_tasks
 from tests.fake_provider import serve
 from tests.synthetic import data_dir
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-import scoring
-from cache import Cache
-from evals import PROMPT_VERSION, gold_frames
-from scoring.index import WEIGHTS
-from scoring.score import READ_COLUMNS
+from dxi import scoring
+from dxi.cache import Cache
+from dxi.evals import PROMPT_VERSION, gold_frames
+from dxi.scoring.index import WEIGHTS
+from dxi.scoring.score import READ_COLUMNS
 
 from . import Result
 from .synthetic import PROVIDER, model_name, suite, write_cache

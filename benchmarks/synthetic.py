@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cache.schema import ANSWER, PROBABILITY, SCHEMA
-from evals import CHOICE, PROMPT_VERSION, YES_NO, Option, Question, Task
-from evals.when2call import shuffled
+from dxi.cache.schema import ANSWER, PROBABILITY, SCHEMA
+from dxi.evals import CHOICE, PROMPT_VERSION, YES_NO, Option, Question, Task
+from dxi.evals.when2call import shuffled
 
 HLE_CATEGORIES = ("Math", "Physics", "Biology/Medicine", "Computer Science/AI", "Humanities/Social Science",
                   "Chemistry", "Engineering", "Other")

@@ -15,10 +15,10 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
-from evals import EVALS
-from scoring import Scored
-from scoring.calibration import CALIBRATION_METRICS
-from scoring.cube import METRICS
+from dxi.evals import EVALS
+from dxi.scoring import Scored
+from dxi.scoring.calibration import CALIBRATION_METRICS
+from dxi.scoring.sums import METRICS
 
 from . import charts
 
@@ -28,7 +28,7 @@ METRIC_TITLES = {"accuracy": "accuracy", "non_hallucination_rate": "non-hallucin
                  "ece": "ECE", "log_loss": "log loss", "auroc": "AUROC"}
 DIMENSION_TITLES = {"domain": "domain", "category": "category", "reply_type": "gold reply type",
                     "subcategory": "subcategory", "adversarial": "adversarial prompt"}
-_ENV = jinja2.Environment(loader=jinja2.PackageLoader("report", "templates"), autoescape=True,
+_ENV = jinja2.Environment(loader=jinja2.PackageLoader("dxi.report", "templates"), autoescape=True,
                           trim_blocks=True, lstrip_blocks=True)
 
 

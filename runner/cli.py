@@ -35,19 +35,18 @@ from rich.logging import RichHandler
 from rich.markup import escape
 from rich.table import Table
 
-import adapters
-import scoring
-from adapters import local_models
-from cache import Cache, CacheWriteError
-from evals import EVALS, PROMPT_VERSION, DatasetError
-from evals.wildguardtest import SUBSETS
+from dxi import adapters, scoring
+from dxi.adapters import local_models
+from dxi.cache import Cache, CacheWriteError
+from dxi.evals import EVALS, PROMPT_VERSION, DatasetError
+from dxi.evals.wildguardtest import SUBSETS
 
 from .cost import Budget
 from .estimate import Estimate, estimate, totals
+from .outputs import print_estimate, print_summary, score, score_all
 from .plan import Plan, PlanError, selected_evals, suite_from_flags
 from .plan import from_args as plan_from_args
 from .progress import RunProgress
-from .report import print_estimate, print_summary, score, score_all
 from .run import ModelRun, Stats, run
 
 EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_CACHE_WRITE, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
@@ -303,7 +302,7 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
         if not html:
             summary = score(cache, suite, frame, out, None, epochs, prices)
         else:
-            from report.html import write  # matplotlib and Jinja2 load only for reports
+            from dxi.report.html import write  # matplotlib and Jinja2 load only for reports
             summary, scored = score_all(cache, suite, frame, out, None, epochs, breakdowns=True, prices=prices)
             path = write(summary, scored, out)
     print_summary(summary, console, out)
@@ -338,7 +337,7 @@ async def _learn_names(models: list[ModelRun]) -> None:
 
 
 def cmd_data(args: argparse.Namespace, console: Console) -> int:
-    from evals import fetch
+    from dxi.evals import fetch
 
     selected = selected_evals(args.evals) if getattr(args, "evals", None) else None
     if args.data_command == "fetch":

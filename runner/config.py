@@ -43,9 +43,9 @@ from typing import Any
 
 import msgspec
 
-import adapters
-from evals import EVALS
-from evals.wildguardtest import SUBSETS
+from dxi import adapters
+from dxi.evals import EVALS
+from dxi.evals.wildguardtest import SUBSETS
 
 
 class ConfigError(ValueError):

@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from adapters import Adapter, AdapterError, Reply, Request
-from evals import Task
-from scoring import cost_usd
+from dxi.adapters import Adapter, AdapterError, Reply, Request
+from dxi.evals import Task
+from dxi.scoring import cost_usd
 
 from .tokens import input_bound
 

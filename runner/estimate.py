@@ -23,9 +23,9 @@ from itertools import islice
 
 import polars as pl
 
-from cache import Cache
-from evals import PROMPT_VERSION, Suite
-from scoring import cost_usd
+from dxi.cache import Cache
+from dxi.evals import PROMPT_VERSION, Suite
+from dxi.scoring import cost_usd
 
 from .run import ModelRun
 from .tokens import TokenEstimate, input_bound, prior_output

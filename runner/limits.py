@@ -36,7 +36,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from adapters import AdapterError, Limits, RateLimited, Request
+from dxi.adapters import AdapterError, Limits, RateLimited, Request
 
 from .tokens import TokenEstimate
 

@@ -20,9 +20,8 @@ from pathlib import Path
 import orjson
 import polars as pl
 
-import adapters
-import scoring
-from evals import EVALS, PROMPT_VERSION, Exclusions, Suite, discover
+from dxi import adapters, scoring
+from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, discover
 
 from . import config
 from .run import ModelRun

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
-from adapters import Adapter, AdapterError, Limits, RateLimited, Reply, Request, Retryable, Transient
-from evals import Task
+from dxi.adapters import Adapter, AdapterError, Limits, RateLimited, Reply, Request, Retryable, Transient
+from dxi.evals import Task
 
 from .cost import Charge
 from .limits import ProviderLimiter

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import time
 
-from adapters import Fatal, MalformedReply, Request
-from cache import FAILED, FATAL, TRANSIENT
-from evals import Task
+from dxi.adapters import Fatal, MalformedReply, Request
+from dxi.cache import FAILED, FATAL, TRANSIENT
+from dxi.evals import Task
 
 from .retry import Outcome
 

@@ -35,9 +35,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
-from adapters import Adapter, Request, Transient
-from cache import FAILED, FATAL, INVALID, OK, Cache
-from evals import Suite, Task
+from dxi.adapters import Adapter, Request, Transient
+from dxi.cache import FAILED, FATAL, INVALID, OK, Cache
+from dxi.evals import Suite, Task
 
 from .cost import Budget, Charge, CostBoundReached
 from .limits import ProviderLimiter

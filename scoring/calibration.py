@@ -23,7 +23,7 @@ Per answer, with ``p_k`` the probability of option ``k`` (yes/no questions: P(ye
   midrank form of Sun & Xu (2014, IEEE Signal Processing Letters 21): AUROC ± z·SE, clipped to [0, 1].
 
 Brier score, log loss and ECE are sums over answers (``answer_calibration``), so they share the task
-bootstrap of the other metrics (``scoring.cube``); AUROC is a rank statistic and uses DeLong instead.
+bootstrap of the other metrics (``scoring.sums``); AUROC is a rank statistic and uses DeLong instead.
 With several epochs each metric is computed per epoch and averaged.
 """
 from __future__ import annotations

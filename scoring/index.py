@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from .bootstrap import Bootstrap
-from .cube import COUNTS, Estimates, epoch_sd
+from .sums import COUNTS, Estimates, epoch_sd
 
 # (evaluation, metric) -> weight
 WEIGHTS: dict[tuple[str, str], float] = {

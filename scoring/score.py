@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 
 from .columns import explode
-from .cube import build_cubes, estimate_all, metric_table
+from .sums import build_cubes, estimate_all, metric_table
 
 CONFIG_COLUMNS = ["provider", "model", "endpoint", "params", "prompt_version"]
 READ_COLUMNS = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", "status", "error", "repaired",

@@ -13,8 +13,8 @@ import polars as pl
 
 from . import breakdowns, calibration
 from .bootstrap import Bootstrap
-from .cube import breakdown_table, build_cubes, calibration_table, estimate_all, metric_table, reliability_table
 from .index import index_table
+from .sums import breakdown_table, build_cubes, calibration_table, estimate_all, metric_table, reliability_table
 
 
 @dataclass

@@ -34,8 +34,8 @@ from __future__ import annotations
 import polars as pl
 
 from . import calibration as cal
-from .cube import METRICS
 from .index import decision_index
+from .sums import METRICS
 
 UNDEFINED_F1 = ("undefined (no positive gold label and no positive prediction); mean_f1 is the mean of "
                 "the defined F1 scores")

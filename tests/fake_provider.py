@@ -72,8 +72,8 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from adapters import Request
-from adapters.systemone import SystemOne
+from dxi.adapters import Request
+from dxi.adapters.systemone import SystemOne
 
 from . import wire_formats
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import orjson
 
-from evals import Suite, Task
-from evals.when2call import CATEGORIES, record_to_task
+from dxi.evals import Suite, Task
+from dxi.evals.when2call import CATEGORIES, record_to_task
 
 TOOLS = ['{"name": "get_weather", "description": "Current weather for a city", "parameters": {"type": "dict", '
          '"properties": {"city": {"type": "string"}}, "required": ["city"]}}',

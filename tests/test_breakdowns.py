@@ -4,7 +4,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from scoring import Bootstrap, score
+from dxi.scoring import Bootstrap, score
 
 from .answers import choice, frame, yes_no
 
@@ -70,7 +70,7 @@ def test_statuses_and_errors_per_evaluation():
 
 
 def test_invalid_reasons_differing_only_in_numbers_count_as_one():
-    from scoring.summary import invalid_reasons
+    from dxi.scoring.summary import invalid_reasons
 
     ans = pl.DataFrame({"label": ["m"] * 4 + ["n"], "status": ["invalid"] * 3 + ["ok", "invalid"],
                         "error": ["probabilities sum to 1.400000, not 1", "probabilities sum to 1.366600, not 1",

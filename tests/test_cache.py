@@ -14,8 +14,8 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from adapters import Request
-from cache import Cache
+from dxi.adapters import Request
+from dxi.cache import Cache
 
 
 def row(key: str, status: str = "ok", error_kind: str | None = None, created_at: float = 1.0, **extra) -> dict:
@@ -82,7 +82,7 @@ def test_close_compacts_the_log_into_one_shard(tmp_path: Path):
 KILLED_WRITER = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})
-    from cache import Cache
+    from dxi.cache import Cache
     from tests.test_cache import row
     cache = Cache({path!r})
     for i in range(5):
@@ -142,7 +142,7 @@ def test_two_writers_on_one_cache(tmp_path: Path):
     code = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).parents[1])!r})
-        from cache import Cache
+        from dxi.cache import Cache
         from tests.test_cache import row
         with Cache({str(tmp_path)!r}) as cache:
             for i in range(2000):
@@ -167,7 +167,7 @@ def test_logs_roll_over_into_shards_and_every_row_stays_visible(tmp_path: Path):
 
 
 def test_key_index_merges_batches_and_the_newest_row_wins(monkeypatch: pytest.MonkeyPatch):
-    from cache import index
+    from dxi.cache import index
 
     monkeypatch.setattr(index, "MERGE_AT", 3)
     keys = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(7)]
@@ -217,7 +217,7 @@ def test_verify_sets_aside_a_shard_damaged_outside_the_index_columns(tmp_path: P
 APPENDER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from cache import Cache
+    from dxi.cache import Cache
     from tests.test_cache import row
     cache = Cache({path!r}, roll_rows=40)
     for i in range(100_000):
@@ -248,7 +248,7 @@ def test_rows_appended_survive_kills_at_random_moments_while_logs_roll_and_compa
 def test_a_shard_written_before_a_column_existed_reads_beside_newer_ones(tmp_path: Path):
     """A shard without ``repaired`` (written before that column was added) first, then newer ones: the
     key index and every scan read both, the old rows with nulls in the new column."""
-    from cache.schema import SCHEMA
+    from dxi.cache.schema import SCHEMA
 
     old_schema = SCHEMA.remove(SCHEMA.get_field_index("repaired"))
     (tmp_path / "shards").mkdir(parents=True)
@@ -266,7 +266,7 @@ def test_a_cache_that_cannot_be_written_is_still_read(tmp_path: Path, monkeypatc
     """A read-only cache (here: creating files fails with EROFS, as root ignores permissions): a killed
     run's log cannot be compacted, so it stays and its rows are read from it; appending raises
     CacheWriteError naming the directory."""
-    from cache import CacheWriteError, store
+    from dxi.cache import CacheWriteError, store
 
     with Cache(tmp_path) as cache:
         cache.append(row("k1"))

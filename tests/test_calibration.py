@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 
-from scoring import Bootstrap, score
-from scoring.calibration import answer_calibration, auroc
+from dxi.scoring import Bootstrap, score
+from dxi.scoring.calibration import answer_calibration, auroc
 
 from .answers import choice, frame, yes_no
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import polars as pl
 
-from cache import Cache
+from dxi.cache import Cache
 
 from .conftest import DXI, without_requests
 from .fake_provider import serve

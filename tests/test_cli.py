@@ -8,7 +8,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from runner.cli import main
+from dxi.runner.cli import main
 
 from .conftest import REAL_DATA, requires_real_data, without_requests
 
@@ -203,7 +203,7 @@ def test_a_full_disk_stops_the_run_with_a_clear_error_and_a_rerun_finishes(data_
     saying so; the 5 rows before it are kept; the rerun drops the partial row and sends the other 7."""
     import os
 
-    from cache import store
+    from dxi.cache import store
 
     calls = []
 
@@ -243,7 +243,7 @@ def test_a_read_only_cache_is_scored_and_a_run_that_must_write_stops_with_exit_4
         data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
     import os
 
-    from cache import store
+    from dxi.cache import store
 
     assert dxi(*run_args(data_dir, tmp_path), "--limit", "1") == 0
     real_open = os.open
@@ -262,8 +262,8 @@ def test_model_names_are_printed_as_given_never_as_emoji(data_dir: Path, tmp_pat
 
 
 def test_the_embedded_model_keeps_its_cache_keys(data_dir: Path):
-    import adapters
-    from evals import Suite, discover
+    from dxi import adapters
+    from dxi.evals import Suite, discover
 
     task = next(iter(Suite(discover(data_dir)).tasks()))
     request = adapters.get(MODEL).encode(task)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.config import ConfigError, Price, load
+from dxi.runner.config import ConfigError, Price, load
 
 GOOD = """\
 data_dir = "data"

@@ -8,15 +8,15 @@ import orjson
 import pytest
 from rich.console import Console
 
-import adapters
-from adapters import Fatal, RateLimited, Reply, Transient
-from evals import CHOICE, YES_NO, Question, Task
-from runner.cli import main
-from runner.cost import Budget, Charge, CostBoundReached
-from runner.progress import RunProgress
-from runner.run import Stats
-from runner.tokens import TokenEstimate, input_bound, prior_output
-from scoring import cost_usd
+from dxi import adapters
+from dxi.adapters import Fatal, RateLimited, Reply, Transient
+from dxi.evals import CHOICE, YES_NO, Question, Task
+from dxi.runner.cli import main
+from dxi.runner.cost import Budget, Charge, CostBoundReached
+from dxi.runner.progress import RunProgress
+from dxi.runner.run import Stats
+from dxi.runner.tokens import TokenEstimate, input_bound, prior_output
+from dxi.scoring import cost_usd
 
 TASK = Task("when2call/x", "when2call", "state", (Question("q", CHOICE, "Which?", ()), Question("r", YES_NO, "Yes?")),
             {"q": "A", "r": "yes"})

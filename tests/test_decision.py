@@ -5,10 +5,10 @@ import string
 
 import pytest
 
-from adapters.decision import choice_answer, sum_tolerance, yes_no_answer
-from adapters.errors import MalformedReply
-from adapters.systemone import decode_body, encode_body
-from evals import CHOICE, YES_NO, Option, Question, Task
+from dxi.adapters.decision import choice_answer, sum_tolerance, yes_no_answer
+from dxi.adapters.errors import MalformedReply
+from dxi.adapters.systemone import decode_body, encode_body
+from dxi.evals import CHOICE, YES_NO, Option, Question, Task
 
 FIVE = Question("answer", CHOICE, "Which?", tuple(Option(c, f"text {c}") for c in "ABCDE"))
 

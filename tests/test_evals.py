@@ -6,8 +6,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from evals import EVALS, DatasetError, Exclusions, Suite, discover, gold_frames, hle, omniscience, when2call
-from evals import wildguardtest as wg
+from dxi.evals import EVALS, DatasetError, Exclusions, Suite, discover, gold_frames, hle, omniscience, when2call
+from dxi.evals import wildguardtest as wg
 
 from .conftest import FIXTURES, REAL_DATA, requires_real_data, write_wildguard_parquet
 

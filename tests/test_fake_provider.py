@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 import orjson
 
-from adapters.decision import sum_tolerance
+from dxi.adapters.decision import sum_tolerance
 
 from . import wire_formats
 from .fake_provider import ROUTES, FakeProvider, Faults, serve, systemone

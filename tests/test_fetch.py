@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evals import discover
-from evals.fetch import Mirror, check, fetch
-from runner.cli import main
+from dxi.evals import discover
+from dxi.evals.fetch import Mirror, check, fetch
+from dxi.runner.cli import main
 
 from .conftest import FIXTURES, write_wildguard_parquet
 

@@ -5,10 +5,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from scoring import Bootstrap, build_summary, score
-from scoring.bootstrap import nan_quantiles
-from scoring.cube import ALL_STATS, RESAMPLED, build_cubes
-from scoring.metrics import accuracy_from, f1_from, non_hallucination_from
+from dxi.scoring import Bootstrap, build_summary, score
+from dxi.scoring.bootstrap import nan_quantiles
+from dxi.scoring.metrics import accuracy_from, f1_from, non_hallucination_from
+from dxi.scoring.sums import ALL_STATS, RESAMPLED, build_cubes
 
 from .answers import choice, frame, yes_no
 

@@ -8,11 +8,11 @@ from email.utils import formatdate
 
 import pytest
 
-from adapters import Limits, RateLimited, Request
-from adapters.http import parse_reset, rate_limit_quota, rate_limit_wait
-from runner import limits
-from runner.limits import AdaptiveRate, Pacer, ProviderLimiter, Window
-from runner.tokens import TokenEstimate
+from dxi.adapters import Limits, RateLimited, Request
+from dxi.adapters.http import parse_reset, rate_limit_quota, rate_limit_wait
+from dxi.runner import limits
+from dxi.runner.limits import AdaptiveRate, Pacer, ProviderLimiter, Window
+from dxi.runner.tokens import TokenEstimate
 
 
 class Clock:

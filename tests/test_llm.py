@@ -6,8 +6,8 @@ import math
 import orjson
 import pytest
 
-from adapters import llm
-from evals import CHOICE, YES_NO, Option, Question, Task
+from dxi.adapters import llm
+from dxi.evals import CHOICE, YES_NO, Option, Question, Task
 
 COLOUR = Question("answer", CHOICE, "Which colour is the sky?", (Option("A", "blue"), Option("B", "green")))
 HARM = Question("harm", YES_NO, "Is it harmful?")

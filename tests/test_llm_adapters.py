@@ -10,10 +10,10 @@ import orjson
 import polars as pl
 import pytest
 
-import adapters
-from adapters import llm
-from evals import Suite, discover
-from runner.cli import main
+from dxi import adapters
+from dxi.adapters import llm
+from dxi.evals import Suite, discover
+from dxi.runner.cli import main
 
 from . import wire_formats
 from .fake_llm_server import FakeLLM
@@ -437,8 +437,8 @@ def test_odd_bodies_give_invalid_answers_or_a_malformed_reply_never_a_crash(data
 
 
 def test_param_and_option_take_several_settings_at_once(data_dir: Path):
-    from runner.cli import parser
-    from runner.plan import from_args
+    from dxi.runner.cli import parser
+    from dxi.runner.plan import from_args
 
     args = parser().parse_args(["run", "--model", "openai:m@http://127.0.0.1:1/v1", "--data-dir", str(data_dir),
                                 "--param", "seed=1", "temperature=0", "--param", "max_tokens=9",

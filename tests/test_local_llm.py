@@ -14,10 +14,10 @@ import orjson
 import polars as pl
 import pytest
 
-import adapters
-from adapters import local_models
-from evals import Suite, discover
-from runner.cli import main
+from dxi import adapters
+from dxi.adapters import local_models
+from dxi.evals import Suite, discover
+from dxi.runner.cli import main
 
 from .conftest import REAL_DATA, requires_real_data
 

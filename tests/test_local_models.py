@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from adapters import local_models
-from adapters.local_models import ModelFile, ModelFileError
+from dxi.adapters import local_models
+from dxi.adapters.local_models import ModelFile, ModelFileError
 
 CHUNKS = [b"GGUF" + bytes(range(256)) * 3, b"second chunk " * 50, b"last"]
 
@@ -125,7 +125,7 @@ def test_models_dir_and_known_models(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 
 
 def test_fetch_model_command_refuses_a_wrong_file_in_place(tmp_path: Path, capsys: pytest.CaptureFixture):
-    from runner.cli import main
+    from dxi.runner.cli import main
 
     (tmp_path / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").write_bytes(b"not the model")
     assert main(["fetch-model", "qwen2.5-coder-0.5b", "--dir", str(tmp_path), "--no-hub"]) == 1

@@ -10,8 +10,8 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from cache.schema import SCHEMA
-from runner.cli import main
+from dxi.cache.schema import SCHEMA
+from dxi.runner.cli import main
 
 from .test_cli import MODEL, dxi, run_args
 

@@ -10,13 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import scoring
 from benchmarks.bench_scoring import plain_index
 from benchmarks.synthetic import model_name, suite, write_cache
-from cache import Cache
-from cache.schema import SCHEMA
-from evals import PROMPT_VERSION, gold_frames
-from scoring.score import NO_ANSWER
+from dxi import scoring
+from dxi.cache import Cache
+from dxi.cache.schema import SCHEMA
+from dxi.evals import PROMPT_VERSION, gold_frames
+from dxi.scoring.score import NO_ANSWER
 
 SIZES = {"aa_omniscience_decision": 30, "hle_multichoice": 25, "when2call": 20, "wildguardtest": 12}
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import orjson
 import polars as pl
 
-import adapters
-from adapters import Limits
-from cache import Cache
-from evals import Suite, discover
-from runner.run import run
+from dxi import adapters
+from dxi.adapters import Limits
+from dxi.cache import Cache
+from dxi.evals import Suite, discover
+from dxi.runner.run import run
 
 from .conftest import DXI, without_requests
 from .fake_provider import FakeProvider, serve

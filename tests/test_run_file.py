@@ -13,8 +13,8 @@ import orjson
 import polars as pl
 import pytest
 
-from cache import Cache
-from runner.cli import EXIT_COST_BOUND, main
+from dxi.cache import Cache
+from dxi.runner.cli import EXIT_COST_BOUND, main
 
 from .fake_provider import FakeProvider
 from .synthetic import data_dir

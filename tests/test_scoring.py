@@ -4,10 +4,10 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from scoring import WEIGHTS, decision_index
-from scoring.metrics import accuracy, f1_counts, f1_from_counts, hallucination_rate, non_hallucination_rate
-from scoring.score import metrics
-from scoring.summary import build
+from dxi.scoring import WEIGHTS, decision_index
+from dxi.scoring.metrics import accuracy, f1_counts, f1_from_counts, hallucination_rate, non_hallucination_rate
+from dxi.scoring.score import metrics
+from dxi.scoring.summary import build
 
 
 def frame(pairs: list[tuple[str | None, str]]) -> pl.DataFrame:

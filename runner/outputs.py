@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-import scoring
-from cache import Cache
-from evals import EVALS, PROMPT_VERSION, Suite, gold_frames
+from dxi import scoring
+from dxi.cache import Cache
+from dxi.evals import EVALS, PROMPT_VERSION, Suite, gold_frames
 
 
 def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
