@@ -98,14 +98,19 @@ class EvalData:
     missing: str | None = None
 
 
-def discover(data_dir: Path | None, paths: dict[str, Path] | None = None) -> dict[str, EvalData]:
+def discover(data_dir: Path | None, paths: dict[str, Path] | None = None,
+             selected: Iterable[str] | None = None) -> dict[str, EvalData]:
     """Find each evaluation's file: an explicit path in ``paths`` wins, else the first glob match under
     ``data_dir`` (``EvalSpec.patterns``, best first; ties broken by name). Returns every evaluation, in
     index order, with ``missing`` set where nothing was found. Raises FileNotFoundError for an explicit
-    path that does not exist."""
+    path that does not exist. With ``selected`` (evaluation names), the others are not looked at (a
+    damaged file of an evaluation not selected stops nothing): they are missing, "not selected"."""
     paths = paths or {}
     found: dict[str, EvalData] = {}
     for name, spec in EVALS.items():
+        if selected is not None and name not in selected:
+            found[name] = EvalData(name, missing="not selected (--evals)")
+            continue
         path = paths.get(name)
         if path is not None:
             if not path.is_file():

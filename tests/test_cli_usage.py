@@ -1,0 +1,160 @@
+"""The command line as a user meets it: grouped help with every exit code, "did you mean", the run file
+after ``--param``, ``--version``, shell completion, the data folder's default, ``--sample``."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+
+from dxi.runner import cli
+from dxi.runner.cli import main, parser
+
+from .conftest import DXI
+
+COMMANDS = ("run", "estimate", "score", "report")
+
+
+def help_of(*words: str, capsys) -> str:
+    with pytest.raises(SystemExit) as stop:
+        parser().parse_args([*words, "--help"])
+    assert stop.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_is_grouped_lists_every_exit_code_and_cites_nothing_internal(command: str, capsys):
+    text = help_of(command, capsys=capsys)
+    groups = ["models:", "data:", "cache:", "output:"] + (["limits, retries and cost:"] if command in ("run", "estimate")
+                                                          else [])
+    for g in groups:
+        assert f"\n{g}\n" in text, g
+    for code in ("0", "1", "2", "3", "4", "130"):
+        assert f"\n  {code} " in text, code
+    assert "``" not in text and "dxi." not in text and "runner." not in text and "SPEC" not in text
+    assert "(default: .dxi-cache" in text and "$DXI_DATA_DIR" in text
+
+
+def test_top_level_help_lists_the_commands_and_exit_codes(capsys):
+    text = help_of(capsys=capsys)
+    for command in (*COMMANDS, "data", "fetch-model", "completion"):
+        assert f"\n    {command}" in text
+    assert "\n  4    the cache could not be written" in text
+
+
+def test_a_mistyped_flag_prints_the_subcommands_usage_and_a_suggestion(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "--model", "embedded", "--limt", "5"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: dxi run ")
+    assert "dxi run: error: unrecognized arguments: --limt (did you mean --limit?)" in err
+
+
+def test_a_mistyped_flag_beside_a_missing_required_one_is_named(capsys):
+    with pytest.raises(SystemExit):
+        main(["data", "check", "--dta-dir", "x"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: dxi data check ")
+    assert "unrecognized arguments: --dta-dir (did you mean --data-dir?)" in err
+
+
+def test_a_mistyped_command_gets_a_suggestion(capsys):
+    with pytest.raises(SystemExit):
+        main(["scroe"])
+    assert "unknown command 'scroe' (did you mean score?)" in capsys.readouterr().err
+
+
+def test_a_run_file_after_param_is_the_run_file_not_a_parameter(tmp_path: Path, capsys):
+    args = parser().parse_args(["score", "--param", "temperature=0", "seed=1", "runs/tonight.toml"])
+    assert args.run_file == Path("runs/tonight.toml") and args.param == ["temperature=0", "seed=1"]
+    args = parser().parse_args(["run", "--option", "ctx_size=4096", "--param", "temperature=0", "--model", "m"])
+    assert args.run_file is None and args.param == ["temperature=0"] and args.option == ["ctx_size=4096"]
+    with pytest.raises(SystemExit):
+        parser().parse_args(["score", "--param", "temperature", "0"])
+    assert "--param 'temperature': expected KEY=VALUE" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser().parse_args(["score", "a.toml", "--param", "t=0", "b.toml"])
+    assert "two run files: a.toml and b.toml" in capsys.readouterr().err
+
+
+def test_param_before_a_run_file_is_refused_for_what_it_is(tmp_path: Path, capsys):
+    run_file = tmp_path / "tonight.toml"
+    run_file.write_text('[[models]]\nprovider = "embedded"\nmodel = "sparrow-nano-general-v1.1"\n')
+    assert main(["score", "--param", "temperature=0", str(run_file), "-q"]) == 2
+    assert f"--param cannot be combined with a run file ({run_file})" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    from importlib.metadata import version
+    assert capsys.readouterr().out == f"dxi {version('decision-index')}\n"
+
+
+@pytest.mark.parametrize("shell,marker", [("bash", "complete -o nospace -o default -o bashdefault -F _python_argcomplete dxi"),
+                                          ("zsh", "#compdef dxi"), ("fish", "complete --command dxi")])
+def test_completion_scripts(shell: str, marker: str, capsys):
+    assert main(["completion", shell]) == 0
+    script = capsys.readouterr().out
+    assert marker in script
+    binary = shutil.which(shell)
+    if binary and shell != "bash":  # syntax check where the shell is installed
+        subprocess.run([binary, "-n"], input=script, text=True, check=True)
+
+
+def test_bash_completes_a_subcommands_flags_through_the_installed_dxi(tmp_path: Path):
+    """The generated script, sourced in a real bash, asks the installed ``dxi`` for the completions."""
+    script = tmp_path / "t.sh"
+    script.write_text(f'PATH={Path(DXI).parent}:$PATH\nsource <(dxi completion bash)\n'
+                      'COMP_LINE="dxi run --sam"; COMP_POINT=${#COMP_LINE}; COMP_WORDS=(dxi run --sam); COMP_CWORD=2\n'
+                      '_python_argcomplete dxi --sam run\nprintf "%s\\n" "${COMPREPLY[@]}"\n'
+                      'COMP_LINE="dxi sc"; COMP_POINT=${#COMP_LINE}; COMP_WORDS=(dxi sc); COMP_CWORD=1\n'
+                      '_python_argcomplete dxi sc dxi\nprintf "%s\\n" "${COMPREPLY[@]}"\n')
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.split() == ["--sample", "score"]
+
+
+def test_the_data_folder_defaults_to_the_environment_then_data(data_dir: Path, tmp_path: Path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("DXI_DATA_DIR", str(data_dir))
+    assert main(["run", "--model", "embedded", "-q"]) == 0
+    s = orjson.loads((work / "out" / "summary.json").read_bytes())
+    assert s["data"]["hle_multichoice"]["files"][0]["path"] == str(data_dir / "hle" / "hle_mcqa.json")
+    monkeypatch.delenv("DXI_DATA_DIR")
+    shutil.copytree(data_dir, work / "data")
+    assert main(["score", "-q"]) == 0
+    s = orjson.loads((work / "out" / "summary.json").read_bytes())
+    assert s["data"]["hle_multichoice"]["files"][0]["path"] == "data/hle/hle_mcqa.json"
+    assert s["models"][0]["evals"]["hle_multichoice"]["n"] == 2
+
+
+def test_no_data_anywhere_says_where_it_looked(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DXI_DATA_DIR", raising=False)
+    assert main(["run", "--model", "embedded", "-q"]) == cli.EXIT_USAGE
+    assert "no --data-dir given, $DXI_DATA_DIR is not set and neither ./data nor ../shared/data exists" in (
+        capsys.readouterr().err)
+
+
+def test_an_evaluation_not_selected_is_not_read(data_dir: Path, tmp_path: Path):
+    (data_dir / "wildguardtest" / "wildguardtest.parquet").write_bytes(b"not parquet")
+    assert main(["run", "--model", "embedded", "--data-dir", str(data_dir), "--evals", "hle_multichoice",
+                 "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o"), "-q"]) == 0
+    s = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())
+    assert s["data"]["wildguardtest"] == {"missing": "not selected (--evals)"}
+    assert s["models"][0]["evals"]["hle_multichoice"]["n"] == 2
+    assert main(["run", "--model", "embedded", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"),
+                 "--out", str(tmp_path / "o"), "-q"]) == cli.EXIT_USAGE  # selected, it is refused
+
+
+def test_help_runs_in_a_process_of_its_own():
+    out = subprocess.run([DXI, "run", "--help"], capture_output=True, text=True, check=True,
+                         env={**os.environ, "COLUMNS": "100"}).stdout
+    assert out.startswith("usage: dxi run ")
