@@ -146,6 +146,7 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
         f = d["files"][0]
         extra = f", subset {d['subset']}" if "subset" in d else ""
         extra += f", limit {d['limit']}" if "limit" in d else ""
+        extra += f", sample {d['sample']['tasks']} (seed {d['sample']['seed']})" if "sample" in d else ""
         excluded = d.get("excluded") or {}
         if excluded:
             extra += f", {excluded['matched']} of {excluded['listed']} excluded ids matched"

@@ -4,7 +4,7 @@ The strata (``stratum``): When2Call's gold reply type (tool_call, request_for_in
 WildGuardTest's combination of gold labels (prompt harm, response harm, refusal), HLE-MultiChoice's
 category, AA-Omniscience-Decision's domain. The N tasks are shared out in proportion to the strata's sizes
 (largest remainders; when N is at least the number of strata, every stratum gets at least one task, so
-that a small sample still shows every class), and within a stratum the tasks with the smallest
+that a small sample still shows every class: ``allocate``), and within a stratum the tasks with the smallest
 sha256(seed, task id) are taken: the sample depends only on the seed and the task ids, not on the order
 of the file, and the same seed gives the same tasks on every machine. The sample is taken after
 exclusion lists; tasks are streamed in file order. ``--limit`` (the first N) is the other way to run
@@ -33,26 +33,21 @@ def stratum(task: Task) -> str:
 
 
 def allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
-    """How many of ``n`` tasks each stratum gets (``sizes``: stratum -> tasks): proportional, largest
-    remainders first (ties by name), at least one per stratum when ``n`` >= the number of strata, never
-    more than a stratum holds. Sums to min(n, total)."""
+    """How many of ``n`` tasks each stratum gets (``sizes``: stratum -> tasks): Hamilton's method (each its
+    whole quota n·size/total, the rest to the largest remainders, ties by name), then, when ``n`` is at
+    least the number of strata, each empty stratum gets one from the stratum with the most. Never more
+    than a stratum holds; sums to min(n, total)."""
     total = sum(sizes.values())
     n = min(n, total)
-    if n == total:
-        return dict(sizes)
-    take = {s: 0 for s in sizes}
+    quota = {s: n * size / total for s, size in sizes.items()}
+    take = {s: int(q) for s, q in quota.items()}
+    for s in sorted(sizes, key=lambda s: (-(quota[s] - take[s]), s))[:n - sum(take.values())]:
+        take[s] += 1
     if n >= len(sizes):
-        take = {s: 1 for s in sizes}
-    while (left := n - sum(take.values())) > 0:
-        open_ = {s: size for s, size in sizes.items() if take[s] < size}
-        room = sum(open_.values())
-        quota = {s: left * size / room for s, size in open_.items()}
-        whole = {s: min(int(q), sizes[s] - take[s]) for s, q in quota.items()}
-        if sum(whole.values()) == 0:  # fewer left than strata: the largest remainders get one each
-            for s in sorted(open_, key=lambda s: (-(quota[s] - int(quota[s])), s))[:left]:
-                whole[s] = 1
-        for s, k in whole.items():
-            take[s] += k
+        for s in sorted(s for s in sizes if take[s] == 0):
+            most = max(sorted(take), key=lambda k: take[k])
+            take[most] -= 1
+            take[s] = 1
     return take
 
 
