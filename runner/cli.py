@@ -8,6 +8,8 @@ import argparse
 import difflib
 import logging
 import sys
+from collections import Counter
+from itertools import islice
 from pathlib import Path
 
 import orjson
@@ -29,7 +31,7 @@ from .estimate import Estimate, estimate, totals
 from .outputs import print_estimate, print_summary, score, score_all
 from .plan import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT, Plan, PlanError, selected_evals, suite_from_flags
 from .plan import from_args as plan_from_args
-from .progress import RunProgress
+from .progress import RunProgress, start_line
 from .run import ModelRun, Stats, run
 
 EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_CACHE_WRITE, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
@@ -308,23 +310,45 @@ async def _started(models: list[ModelRun]) -> list[ModelRun]:
     return started
 
 
+def _all_cached(model: ModelRun, plan: Plan, cache: Cache) -> bool:
+    """Whether every request of ``model`` is in the cache (it needs no server, no key); False for a model
+    that must be started to know its name (a System One server that names its model)."""
+    a = model.adapter
+    if not a.model:
+        return False
+    stream = ((task, sample) for task in plan.suite.tasks() for sample in range(model.epochs))
+    while batch := list(islice(stream, 256)):
+        if not all(cache.has_many([a.encode(task, sample).key for task, sample in batch])):
+            return False
+    return True
+
+
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget
                ) -> tuple[dict[str, Stats], list[Estimate] | None]:
-    """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains."""
-    models = await _started(plan.models)
+    """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
+    A model whose requests are all cached is not started: a server that is down, or a key not set, does
+    not stop a run that needs neither."""
+    idle = {m.label for m in plan.models if _all_cached(m, plan, cache)}
+    started = await _started([m for m in plan.models if m.label not in idle])
+    models = plan.models
     try:
         plan.check_labels()
         if args.quiet:
             stats = await run(models, plan.suite, cache, budget=budget)
         else:
-            n_tasks = sum(1 for _ in plan.suite.tasks())
-            progress = RunProgress(console, {m.label: n_tasks * m.epochs for m in models}, budget=budget)
+            tasks = Counter(EVALS[t.eval].title for t in plan.suite.tasks())
+            n_tasks = sum(tasks.values())
+            totals_ = {m.label: n_tasks * m.epochs for m in models}
+            console.print(start_line(totals_, dict(tasks), {m.label: m.epochs for m in models}, idle, plan.cache_dir,
+                                     plan.out, budget), highlight=False, markup=False)
+            free = frozenset(m.label for m in models if m.price == (0.0, 0.0))
+            progress = RunProgress(console, totals_, budget=budget, free=free)
             with progress:
                 stats = await run(models, plan.suite, cache, on_progress=progress.update, budget=budget)
         remaining = estimate(models, plan.suite, cache) if budget.stopped else None
         return stats, remaining
     finally:
-        for m in models:
+        for m in started:
             await m.adapter.close()
 
 

@@ -8,8 +8,10 @@ this order: ``failed before`` (its last attempt failed transiently: sent again),
 (``--retry-invalid`` / ``--retry-failed``), ``new model`` (no row of this adapter and model), ``new
 parameters`` (none with these sampling parameters), ``new prompt version``, ``new epoch`` (the task is
 cached under another epoch only), ``changed task`` (the task id is cached with other content), ``other
-endpoint`` (the same task and epoch is cached under another URL or request bytes), ``new task`` (the rest:
-a larger ``--limit``, new data).
+endpoint`` (the same task and epoch is cached under another URL or request bytes), ``not sent yet`` (this
+model, with these parameters, has answers of the evaluation in the cache but not this task: a run stopped
+before it, Ctrl-C or the cost bound, or ran a smaller ``--limit`` / ``--sample``), ``new evaluation`` (the
+rest: the model has no answer of the evaluation yet).
 
 Expected tokens (``runner.tokens.TokenEstimate``): input = request bytes / 4 × the tokens-per-byte ratio
 that the cache's replies of the same model and evaluation reported, else those of the adapter's other
@@ -31,7 +33,7 @@ from .run import ModelRun
 from .tokens import TokenEstimate, input_bound, prior_output
 
 REASONS = ("failed before", "retry requested", "new model", "new parameters", "new prompt version", "new epoch",
-           "changed task", "other endpoint", "new task")
+           "changed task", "other endpoint", "not sent yet", "new evaluation")
 BATCH = 256
 
 
@@ -83,7 +85,7 @@ def learned_rates(cache: Cache) -> dict[tuple[str, ...], TokenEstimate]:
 
 def _history(cache: Cache) -> pl.DataFrame:
     return cache.read(lambda rows: rows.select(pl.col("provider").alias("kind"), "model", "params", "prompt_version",
-                                               "task_id", "task_digest", "sample").unique().collect())
+                                               "eval", "task_id", "task_digest", "sample").unique().collect())
 
 
 def _classify(new: pl.DataFrame, history: pl.DataFrame) -> pl.Series:
@@ -92,7 +94,8 @@ def _classify(new: pl.DataFrame, history: pl.DataFrame) -> pl.Series:
               ("m3", ["kind", "model", "params", "prompt_version"]),
               ("m4", ["kind", "model", "params", "prompt_version", "task_id", "task_digest", "sample"]),
               ("m5", ["kind", "model", "params", "prompt_version", "task_id", "task_digest"]),
-              ("m6", ["kind", "model", "params", "prompt_version", "task_id"])]
+              ("m6", ["kind", "model", "params", "prompt_version", "task_id"]),
+              ("m7", ["kind", "model", "params", "prompt_version", "eval"])]
     frame = new.with_row_index("i")
     for flag, keys in levels:
         seen = history.select(keys).unique().with_columns(pl.lit(True).alias(flag))
@@ -105,7 +108,8 @@ def _classify(new: pl.DataFrame, history: pl.DataFrame) -> pl.Series:
               .when(pl.col("m4").is_not_null()).then(pl.lit("other endpoint"))
               .when(pl.col("m5").is_not_null()).then(pl.lit("new epoch"))
               .when(pl.col("m6").is_not_null()).then(pl.lit("changed task"))
-              .otherwise(pl.lit("new task")))
+              .when(pl.col("m7").is_not_null()).then(pl.lit("not sent yet"))
+              .otherwise(pl.lit("new evaluation")))
     return frame.sort("i").select(reason.alias("reason")).to_series()
 
 

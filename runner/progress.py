@@ -4,9 +4,10 @@ per model every ``interval_s`` seconds plus one when a model finishes, e.g.::
 
     03:12:09 gpt-5-mini: 1200/2193 55% 3.9 req/s ETA 4m15s $0.4210 retries 3 429s 1 invalid 2 failed 0 cached 400
 
-The rate counts requests sent (not cache hits) over the time since the model's first request was sent;
-the time left is the requests still to do at that rate. With a cost bound, the spend of the whole run is
-shown against it.
+The rate counts requests sent (not cache hits) over the time since the run started (so the first line
+cannot read thousands of requests a second); the time left is the requests still to do at that rate. A
+model that costs nothing (a local model, or priced at 0) shows no spend; with a cost bound, the spend of
+the whole run is shown against it. ``start_line`` is the line printed before the run: what is about to run.
 """
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ class RunProgress:
     ``totals`` maps each model label to its number of requests (tasks × its epochs); ``budget`` (optional)
     is the run's cost budget, shown against its bound."""
 
-    def __init__(self, console: Console, totals: dict[str, int], interval_s: float = 10.0, budget: Budget | None = None):
+    def __init__(self, console: Console, totals: dict[str, int], interval_s: float = 10.0, budget: Budget | None = None,
+                 free: frozenset[str] = frozenset()):
         self.console, self.totals, self.interval_s, self.budget = console, totals, interval_s, budget
+        self.free = free  # labels of the models that cost nothing: no spend shown
         self.live = console.is_terminal
         self._bars: Progress | None = None
         self._ids: dict[str, int] = {}
@@ -59,15 +62,18 @@ class RunProgress:
         now = time.monotonic() if now is None else now
         total = self.totals.get(label, 0)
         share = f"{100 * s.done / total:.0f}%" if total else "-"
-        elapsed = now - s.started if s.started is not None else 0.0
+        elapsed = now - self._started
         rate = s.sent / elapsed if elapsed > 0 else 0.0
         left = total - s.done
         eta = "done" if left <= 0 else (f"ETA {_duration(left / rate)}" if rate > 0 else "ETA -")
-        spend = "no price" if s.cost_usd is None else f"${s.cost_usd:.4f}"
-        if self.budget is not None and self.budget.max_usd is not None:
-            spend += f" (run ${self.budget.spent:.4f} of ${self.budget.max_usd:g})"
+        if label in self.free:
+            spend = ""
+        else:
+            spend = "no price " if s.cost_usd is None else f"${s.cost_usd:.4f} "
+            if self.budget is not None and self.budget.max_usd is not None:
+                spend = spend[:-1] + f" (run ${self.budget.spent:.4f} of ${self.budget.max_usd:g}) "
         retries = s.attempts - (s.ok + s.invalid + s.failed)
-        return (f"{s.done}/{total} {share} {rate:.1f} req/s {eta} {spend} retries {retries} 429s {s.rate_limited} "
+        return (f"{s.done}/{total} {share} {rate:.1f} req/s {eta} {spend}retries {retries} 429s {s.rate_limited} "
                 f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}")
 
     def update(self, label: str, stats: Stats) -> None:
@@ -82,3 +88,20 @@ class RunProgress:
         self._last[label] = now
         self.console.print(f"{time.strftime('%H:%M:%S')} {label}: {self.line(label, stats, now)}",
                            highlight=False, markup=False)
+
+
+def start_line(models: dict[str, int], tasks: dict[str, int], epochs: dict[str, int], idle: set[str],
+               cache_dir: object, out: object, budget: Budget | None = None) -> str:
+    """What is about to run, e.g. ``Running 2 models on 2,193 tasks (AA-Omniscience-Decision 500, ...), 6,579
+    requests; cache .dxi-cache, results to out``. ``models``: label -> requests; ``tasks``: evaluation title ->
+    tasks; ``epochs``: label -> epochs (shown when not 1); ``idle``: labels with every request cached."""
+    names = []
+    for label in models:
+        notes = ([f"{epochs[label]} epochs"] if epochs.get(label, 1) != 1 else []) + (
+            ["all cached"] if label in idle else [])
+        names.append(label + (f" ({', '.join(notes)})" if notes else ""))
+    n_tasks = sum(tasks.values())
+    bound = f", cost bound ${budget.max_usd:g}" if budget is not None and budget.max_usd is not None else ""
+    return (f"Running {len(models)} model{'s' if len(models) != 1 else ''} ({'; '.join(names)}) on {n_tasks:,} tasks ("
+            + ", ".join(f"{t} {n:,}" for t, n in tasks.items()) + f"): {sum(models.values()):,} requests{bound}; "
+            f"cache {cache_dir}, results to {out}")

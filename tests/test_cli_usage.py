@@ -158,3 +158,53 @@ def test_help_runs_in_a_process_of_its_own():
     out = subprocess.run([DXI, "run", "--help"], capture_output=True, text=True, check=True,
                          env={**os.environ, "COLUMNS": "100"}).stdout
     assert out.startswith("usage: dxi run ")
+
+
+def test_estimate_tells_requests_not_sent_yet_from_a_new_evaluation(data_dir: Path, tmp_path: Path, capsys):
+    where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c")]
+    assert main(["run", "--model", "embedded", "--limit", "1", "--evals", "hle_multichoice,when2call", *where,
+                 "--out", str(tmp_path / "o"), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["estimate", "--model", "embedded", *where, "--json"]) == 0
+    (m,) = orjson.loads(capsys.readouterr().out)["models"]
+    # HLE and When2Call were started (a run that stopped, or a smaller --limit); the other two never were
+    assert m["reasons"] == {"new evaluation": 4 + 3, "not sent yet": 1 + 2}
+    assert (m["requests"], m["cached"], m["new"]) == (12, 2, 10)
+
+
+def test_a_run_with_everything_cached_needs_no_server(data_dir: Path, tmp_path: Path, capsys):
+    """The server answers the first run, then is gone: the rerun (all cached) still scores, and says so."""
+    from .fake_provider import serve
+
+    where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
+    with serve(model="m", p_first=None, p_yes=None, record=False) as server:
+        model = f"systemone:m@{server.url}"
+        assert main(["run", "--model", model, "--model", "embedded", *where, "-q"]) == 0
+    first = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())
+    capsys.readouterr()
+    assert main(["run", "--model", model, "--model", "embedded", *where]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Running 2 models (systemone:m (all cached); embedded:sparrow-nano-general-v1.1 (all cached)) on "
+                          "12 tasks (AA-Omniscience-Decision 4, HLE-MultiChoice 2, When2Call 3, WildGuardTest 3): "
+                          "24 requests; cache ")
+    again = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())
+    assert [m["decision_index"] for m in again["models"]] == [m["decision_index"] for m in first["models"]]
+    assert [m["requests"]["cache_hits"] for m in again["models"]] == [12, 12]
+    # a task not cached yet needs the server: refused, with the reason, before anything is sent
+    assert main(["run", "--model", model, *where[:2], "--cache-dir", str(tmp_path / "empty"), "--out",
+                 str(tmp_path / "o2"), "-q"]) == cli.EXIT_USAGE
+    assert "cannot reach" in capsys.readouterr().err
+
+
+def test_progress_counts_the_rate_from_the_run_start_and_shows_no_spend_for_free_models():
+    from rich.console import Console
+
+    from dxi.runner.progress import RunProgress
+    from dxi.runner.run import Stats
+
+    progress = RunProgress(Console(), {"local": 100, "paid": 100}, free=frozenset({"local"}))
+    start = progress._started
+    s = Stats(sent=10, ok=10, cache_hits=0, attempts=10, started=start + 9.999, cost_usd=0.0)
+    assert progress.line("local", s, now=start + 10) == ("10/100 10% 1.0 req/s ETA 1m30s retries 0 429s 0 "
+                                                         "invalid replies 0 failed 0 cached 0")
+    assert progress.line("paid", s, now=start + 10).startswith("10/100 10% 1.0 req/s ETA 1m30s $0.0000 retries 0")
