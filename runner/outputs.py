@@ -3,12 +3,15 @@ terminal table. Used by ``dxi run`` (after running) and ``dxi score`` (cache onl
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import polars as pl
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from dxi import scoring
@@ -66,46 +69,101 @@ def _usd(value: float | None) -> str:
     return "—" if value is None else f"${value:.4f}"
 
 
-def print_usage(summary: dict, console: Console) -> None:
-    """Tokens and cost per model (of the answers scored, from the cache) and for the run."""
+# Terminal tables fit the terminal: each is built with long headers, then compact (short, two-line headers,
+# no column rules), and the first whose natural width fits is printed. Model names are shown in full when
+# the index table fits with them, else as keys M1, M2, ... with a legend under the index table (the same
+# keys in every table of the summary).
+Column = tuple[str, str, str]  # (long header, short header, justify)
+Rows = list[tuple[list[str], str | None]]  # (cells, style)
+
+
+def _table(title: str, headers: list[str], justify: list[str], rows: Rows, compact: bool) -> Table:
+    table = Table(title=title, title_style="bold", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+                  collapse_padding=compact, pad_edge=not compact, show_edge=not compact)
+    for header, j in zip(headers, justify, strict=True):
+        table.add_column(header, justify=j)
+    for cells, style in rows:
+        table.add_row(*cells, style=style)
+    return table
+
+
+def _variants(title: str, columns: list[Column], rows: Rows) -> list[Table]:
+    justify = [c[2] for c in columns]
+    return [_table(title, [c[0] for c in columns], justify, rows, False),
+            _table(title, [c[1] for c in columns], justify, rows, True)]
+
+
+def _fitted(console: Console, tables: list[Table]) -> Table:
+    """The first of ``tables`` that fits the terminal, else the last (Rich then wraps its cells)."""
+    return next((t for t in tables if _fits(console, t)), tables[-1])
+
+
+def model_keys(names: list[str], console: Console, fits: Callable[[list[str]], bool]) -> list[str]:
+    """The labels the tables show: the names themselves when ``fits(names)``, else M1, M2, ..."""
+    return names if fits(names) else [f"M{i}" for i in range(1, len(names) + 1)]
+
+
+def _legend(console: Console, names: list[str], keys: list[str]) -> None:
+    if keys != names:
+        for key, name in zip(keys, names, strict=True):
+            console.print(f"  {key} = {name}", highlight=False, markup=False)
+
+
+def print_usage(summary: dict, console: Console, keys: list[str] | None = None) -> None:
+    """Tokens and cost per model (of the answers scored, from the cache) and for the run; a model that
+    costs nothing (price 0) shows "free"."""
     if "usage" not in summary:
         return
-    table = Table(title="Usage (the scored answers' requests, from the cache)", title_style="bold")
-    for header in ("model", "requests", "input tokens", "output tokens", "cost", "this run"):
-        table.add_column(header, justify="left" if header == "model" else "right")
-    for m in summary["models"]:
+    keys = keys or [m["model"] for m in summary["models"]]
+    columns = [("model", "model", "left"), ("requests", "requests", "right"), ("input tokens", "input\ntokens", "right"),
+               ("output tokens", "output\ntokens", "right"), ("cost", "cost", "right"), ("this run", "this\nrun", "right")]
+    rows = []
+    for key, m in zip(keys, summary["models"], strict=True):
         u = m.get("usage") or {}
         spent = (m.get("requests") or {}).get("cost_usd")
-        table.add_row(escape(m["model"]), str(u.get("requests", 0)), f"{u.get('input_tokens', 0):,}",
-                      f"{u.get('output_tokens', 0):,}", _usd(u.get("cost_usd")), _usd(spent))
+        free = u.get("price") == {"input": 0.0, "output": 0.0}
+        rows.append(([escape(key), str(u.get("requests", 0)), f"{u.get('input_tokens', 0):,}", f"{u.get('output_tokens', 0):,}",
+                      "free" if free else _usd(u.get("cost_usd")), "free" if free else _usd(spent)], None))
     run = summary["usage"]
-    table.add_row("all", str(run["requests"]), f"{run['input_tokens']:,}", f"{run['output_tokens']:,}",
-                  _usd(run["cost_usd"]), "", style="bold")
-    console.print(table)
+    all_free = all((m.get("usage") or {}).get("price") == {"input": 0.0, "output": 0.0} for m in summary["models"])
+    rows.append((["all", str(run["requests"]), f"{run['input_tokens']:,}", f"{run['output_tokens']:,}",
+                  "free" if all_free else _usd(run["cost_usd"]), ""], "bold"))
+    console.print(_fitted(console, _variants("Usage (the scored answers' requests, from the cache)", columns, rows)))
     if run.get("cost_reason"):
         console.print(escape(f"  cost: {run['cost_reason']}"))
 
 
 def print_estimate(doc: dict, console: Console) -> None:
-    """The dry run (``runner.estimate``) as a table, then the totals and the cost bound, if any."""
-    table = Table(title="Estimate: what `dxi run` would send (nothing was sent)", title_style="bold")
-    for header in ("model", "requests", "cached", "new", "why new", "input tokens", "output tokens", "cost", "at most"):
-        table.add_column(header, justify="left" if header in ("model", "why new") else "right")
-    for m in doc["models"]:
-        why = ", ".join(f"{n} {r}" for r, n in m["reasons"].items()) or "—"
-        table.add_row(escape(m["model"]), str(m["requests"]), str(m["cached"]), str(m["new"]), escape(why),
-                      f"{m['input_tokens']:,}", f"{m['output_tokens']:,}", _usd(m["cost_usd"]), _usd(m["bound_usd"]))
+    """The dry run (``runner.estimate``) as a table, then why requests are new, the totals and the cost
+    bound, if any."""
+    names = [m["model"] for m in doc["models"]]
+    columns = [("model", "model", "left"), ("requests", "requests", "right"), ("cached", "cached", "right"),
+               ("new", "new", "right"), ("input tokens", "input\ntokens", "right"),
+               ("output tokens", "output\ntokens", "right"), ("cost", "cost", "right"), ("at most", "at\nmost", "right")]
+
+    def rows(keys: list[str]) -> Rows:
+        out = [([escape(k), str(m["requests"]), str(m["cached"]), str(m["new"]), f"{m['input_tokens']:,}",
+                 f"{m['output_tokens']:,}", _usd(m["cost_usd"]), _usd(m["bound_usd"])], None)
+               for k, m in zip(keys, doc["models"], strict=True)]
+        t = doc["total"]
+        return out + [(["all", str(t["requests"]), str(t["cached"]), str(t["new"]), f"{t['input_tokens']:,}",
+                        f"{t['output_tokens']:,}", _usd(t["cost_usd"]), _usd(t["bound_usd"])], "bold")]
+
+    title = "Estimate: what `dxi run` would send (nothing was sent)"
+    keys = model_keys(names, console, lambda ks: any(_fits(console, t) for t in _variants(title, columns, rows(ks))))
     t = doc["total"]
-    table.add_row("all", str(t["requests"]), str(t["cached"]), str(t["new"]), "", f"{t['input_tokens']:,}",
-                  f"{t['output_tokens']:,}", _usd(t["cost_usd"]), _usd(t["bound_usd"]), style="bold")
-    console.print(table)
+    console.print(_fitted(console, _variants(title, columns, rows(keys))))
+    _legend(console, names, keys)
     for m in doc["models"]:
+        if m["new"]:
+            why = ", ".join(f"{n} {r}" for r, n in m["reasons"].items())
+            console.print(escape(f"  {m['model']}: new because: {why}"), highlight=False)
         if m.get("cost_reason"):
             console.print(escape(f"  {m['model']}: {m['cost_reason']}"))
         if m["new"]:
             console.print(escape(f"  {m['model']}: tokens from " + ", ".join(f"{b} ({n})" for b, n in m["basis"].items())))
-    console.print("Tokens and cost are expected values (README: \"The dry run\"); \"at most\" is what the cost bound "
-                  "reserves for them: the most they can cost.")
+    console.print("Tokens and cost are expected values (estimated from the request bytes and the usage the cache "
+                  "has seen); \"at most\" is what the cost bound reserves for them: the most they can cost.")
     for problem in doc.get("problems", {}).values():
         console.print(f"[yellow]dxi run will refuse to start[/]: {escape(problem)}")
     bound = doc.get("max_cost_usd")
@@ -118,25 +176,51 @@ def print_estimate(doc: dict, console: Console) -> None:
                           "bound to continue.")
 
 
-def print_summary(summary: dict, console: Console, out: Path | None = None) -> None:
-    """The index table, then what data was used and anything the reader must know."""
-    table = Table(title="Decision Index", title_style="bold")
-    for header in ("model", "index [95% CI]", "Omni acc", "Omni non-halluc", "HLE acc", "When2Call acc", "WildGuard F1",
-                   "invalid", "repaired", "failed"):
-        table.add_column(header, justify="left" if header == "model" else "right")
-    for m in summary["models"]:
+def _fits(console: Console, table: Table) -> bool:
+    """Whether ``table`` at its natural width (nothing wrapped) fits the terminal."""
+    return Measurement.get(console, console.options.update_width(10_000), table).maximum <= console.width
+
+
+INDEX_COLUMNS: list[Column] = [
+    ("model", "model", "left"), ("index", "index", "right"), ("95% CI", "95% CI", "right"),
+    ("Omni acc", "Omni\nacc", "right"), ("Omni non-halluc", "Omni\nnon-hall.", "right"), ("HLE acc", "HLE\nacc", "right"),
+    ("When2Call acc", "When2Call\nacc", "right"), ("WildGuard F1", "WildGuard\nF1", "right"),
+    ("invalid", "inv.", "right"), ("repaired", "rep.", "right"), ("failed", "fail.", "right")]
+
+
+def _index_tables(summary: dict, keys: list[str]) -> list[Table]:
+    """The index table's variants, widest first; the narrowest shows invalid/repaired/failed in one column."""
+    rows = _index_rows(summary, keys)
+    merged = [(cells[:8] + ["/".join(cells[8:])], style) for cells, style in rows]
+    justify = [c[2] for c in INDEX_COLUMNS]
+    return _variants("Decision Index", INDEX_COLUMNS, rows) + [
+        _table("Decision Index", [c[1] for c in INDEX_COLUMNS[:8]] + ["inv/rep\n/fail"], justify[:9], merged, True)]
+
+
+def _index_rows(summary: dict, keys: list[str]) -> Rows:
+    rows = []
+    for key, m in zip(keys, summary["models"], strict=True):
         e = m["evals"]
         invalid = sum(b.get("invalid", 0) for b in e.values())
         failed = sum(b.get("failed", 0) for b in e.values())
         repaired = sum(b.get("repaired", 0) for b in e.values())
         ci, sd = m.get("decision_index_ci"), m.get("decision_index_sd")
-        index = (_fmt(m["decision_index"]) + (f" ±{sd:.1f} sd" if sd is not None else "")
-                 + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else ""))
-        table.add_row(escape(m["model"]), index, _fmt(e["aa_omniscience_decision"]["accuracy"]),
-                      _fmt(e["aa_omniscience_decision"]["non_hallucination_rate"]),
+        index = _fmt(m["decision_index"]) + (f" ±{sd:.1f} sd" if sd is not None else "")
+        rows.append(([escape(key), index, f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "—",
+                      _fmt(e["aa_omniscience_decision"]["accuracy"]), _fmt(e["aa_omniscience_decision"]["non_hallucination_rate"]),
                       _fmt(e["hle_multichoice"]["accuracy"]), _fmt(e["when2call"]["accuracy"]),
-                      _fmt(e["wildguardtest"]["mean_f1"]), str(invalid), str(repaired), str(failed))
-    console.print(table)
+                      _fmt(e["wildguardtest"]["mean_f1"]), str(invalid), str(repaired), str(failed)], None))
+    return rows
+
+
+def print_summary(summary: dict, console: Console, out: Path | None = None) -> None:
+    """The index table (fitted to the terminal: long or short headers, full model names or keys with a
+    legend), then what data was used and anything the reader must know. The index's 95% interval has a
+    column of its own; with several epochs the index shows ± its standard deviation over epochs (sd)."""
+    names = [m["model"] for m in summary["models"]]
+    keys = model_keys(names, console, lambda ks: any(_fits(console, t) for t in _index_tables(summary, ks)))
+    console.print(_fitted(console, _index_tables(summary, keys)))
+    _legend(console, names, keys)
     console.print("Data used:")
     for name, d in summary["data"].items():
         title = EVALS[name].title
@@ -173,6 +257,6 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
             for r in m["invalid_reasons"]:
                 text = r["error"] if len(r["error"]) <= 200 else r["error"][:200] + "…"
                 console.print(f"    {r['count']} × {text}", highlight=False, markup=False)
-    print_usage(summary, console)
+    print_usage(summary, console, keys)
     written = f"; written to {out}/summary.json and {out}/answers.parquet" if out else ""
     console.print(escape(f"Prompt version {summary['prompt_version']}{written}"))

@@ -30,17 +30,18 @@ def _duration(seconds: float) -> str:
 class RunProgress:
     """``update(label, stats)`` after each request; use as a context manager around the run.
     ``totals`` maps each model label to its number of requests (tasks × its epochs); ``budget`` (optional)
-    is the run's cost budget, shown against its bound."""
+    is the run's cost budget, shown against its bound; ``free``: the labels of models that cost nothing;
+    ``started``: the run's start in ``time.monotonic()`` seconds (default: now)."""
 
     def __init__(self, console: Console, totals: dict[str, int], interval_s: float = 10.0, budget: Budget | None = None,
-                 free: frozenset[str] = frozenset()):
+                 free: frozenset[str] = frozenset(), started: float | None = None):
         self.console, self.totals, self.interval_s, self.budget = console, totals, interval_s, budget
         self.free = free  # labels of the models that cost nothing: no spend shown
         self.live = console.is_terminal
         self._bars: Progress | None = None
         self._ids: dict[str, int] = {}
         self._last: dict[str, float] = {}
-        self._started = time.monotonic()
+        self._started = time.monotonic() if started is None else started  # the run's start (monotonic seconds)
 
     def __enter__(self) -> RunProgress:
         if self.live:

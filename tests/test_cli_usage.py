@@ -202,8 +202,8 @@ def test_progress_counts_the_rate_from_the_run_start_and_shows_no_spend_for_free
     from dxi.runner.progress import RunProgress
     from dxi.runner.run import Stats
 
-    progress = RunProgress(Console(), {"local": 100, "paid": 100}, free=frozenset({"local"}))
-    start = progress._started
+    start = 1000.0
+    progress = RunProgress(Console(), {"local": 100, "paid": 100}, free=frozenset({"local"}), started=start)
     s = Stats(sent=10, ok=10, cache_hits=0, attempts=10, started=start + 9.999, cost_usd=0.0)
     assert progress.line("local", s, now=start + 10) == ("10/100 10% 1.0 req/s ETA 1m30s retries 0 429s 0 "
                                                          "invalid replies 0 failed 0 cached 0")

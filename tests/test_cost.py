@@ -85,11 +85,11 @@ def test_a_learned_estimate_pools_the_usage_it_was_taught():
 
 def test_progress_line_shows_rate_eta_spend_retries_429s_and_invalid():
     s = Stats(sent=30, cache_hits=10, ok=27, invalid=2, failed=1, attempts=35, rate_limited=4, cost_usd=0.125, started=100.0)
-    p = RunProgress(Console(), {"m": 100}, budget=Budget(5.0))
+    p = RunProgress(Console(), {"m": 100}, budget=Budget(5.0), started=100.0)
     p.budget.spent = 1.5
     assert p.line("m", s, now=110.0) == ("40/100 40% 3.0 req/s ETA 20s $0.1250 (run $1.5000 of $5) retries 5 429s 4 "
                                         "invalid replies 2 failed 1 cached 10")
-    assert RunProgress(Console(), {"m": 40}).line("m", s, now=110.0).startswith("40/40 100% 3.0 req/s done $0.1250 retries")
+    assert RunProgress(Console(), {"m": 40}, started=100.0).line("m", s, now=110.0).startswith("40/40 100% 3.0 req/s done $0.1250 retries")
 
 
 def run_file(tmp: Path, body: str) -> Path:

@@ -1,0 +1,101 @@
+"""The terminal tables fit the terminal: rendered at 80, 120 and 200 columns, no line is wider, no header
+or model name is cut, and every model can be told from the others (its full name, or a key and a legend)."""
+from __future__ import annotations
+
+import io
+import re
+
+import orjson
+import pytest
+from rich.console import Console
+
+from dxi.runner.cli import main
+from dxi.runner.outputs import print_estimate, print_summary
+
+NAMES = ["embedded:sparrow-nano-general-v1.1", "openai:gpt-5-mini (t=0)", "openai:gpt-5-mini (t=0.7)",
+         "llamacpp-logprobs:qwen2.5-coder-0.5b"]
+
+
+@pytest.fixture(scope="module")
+def summary(tmp_path_factory) -> dict:
+    """A real summary of the fixture data, its model repeated under four names (two that differ at the end)."""
+    from .conftest import FIXTURES, write_wildguard_parquet
+
+    tmp = tmp_path_factory.mktemp("tables")
+    data = tmp / "data"
+    for src, dst in (("omniscience.jsonl", "omniscience-standin/o.jsonl"), ("hle_split.json", "hle/hle_mcqa.json"),
+                     ("when2call.jsonl", "when2call/w.jsonl")):
+        (data / dst).parent.mkdir(parents=True, exist_ok=True)
+        (data / dst).write_bytes((FIXTURES / src).read_bytes())
+    write_wildguard_parquet(data / "wildguardtest" / "wildguardtest.parquet")
+    assert main(["run", "--model", "embedded", "--data-dir", str(data), "--cache-dir", str(tmp / "c"), "--out",
+                 str(tmp / "o"), "-q"]) == 0
+    s = orjson.loads((tmp / "o" / "summary.json").read_bytes())
+    s["models"] = [dict(s["models"][0], model=name) for name in NAMES]
+    return s
+
+
+def render(width: int, show, doc: dict) -> list[str]:
+    buffer = io.StringIO()
+    show(doc, Console(file=buffer, width=width, force_terminal=False, soft_wrap=False, emoji=False, highlight=False))
+    return buffer.getvalue().splitlines()
+
+
+def table_lines(lines: list[str], title: str, ends: tuple[str, ...]) -> list[str]:
+    start = next(i for i, line in enumerate(lines) if line.strip() == title)
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith(ends) or ": new because" in lines[i])
+    return lines[start:end]
+
+
+def told_apart(lines: list[str], table: list[str]) -> None:
+    """Every model is named in full in the table, or by a key whose legend line names it."""
+    text = "\n".join(table)
+    legend = {m.group(1): m.group(2) for line in lines if (m := re.fullmatch(r"  (M\d+) = (.+)", line))}
+    if legend:
+        assert sorted(legend.values()) == sorted(NAMES)
+        for key in legend:
+            assert re.search(rf"^\W*{key}\b", text, re.M), key
+    else:
+        for name in NAMES:
+            assert sum(name in line for line in table) == 1, name
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_the_index_table_fits(summary: dict, width: int):
+    lines = render(width, print_summary, summary)
+    table = table_lines(lines, "Decision Index", ("  M1 =", "Data used"))
+    assert max(len(line) for line in table) <= width
+    assert not any("…" in line for line in table)  # nothing cut: headers and names whole
+    told_apart(lines, table)
+    header = " ".join(table[1:4])
+    for word in ("index", "95% CI", "Omni", "HLE", "When2Call", "WildGuard"):
+        assert word in header
+    interval = re.compile(r"\[\d+\.\d, \d+\.\d\]")
+    body = [line for line in table if interval.search(line)]
+    assert len(body) == len(NAMES)  # each interval whole on its model's line, in a column of its own
+    usage = table_lines(lines, "Usage (the scored answers' requests, from the cache)", ("Prompt version",))
+    assert max(len(line) for line in usage) <= width and not any("…" in line for line in usage)
+    assert sum("free" in line for line in usage) == len(NAMES) + 1  # local models cost nothing
+
+
+def test_full_names_at_200_keys_and_a_legend_at_80(summary: dict):
+    wide = render(200, print_summary, summary)
+    assert not any(line.startswith("  M1 =") for line in wide)
+    narrow = render(80, print_summary, summary)
+    assert [line for line in narrow if re.fullmatch(r"  M\d = .+", line)] == [
+        f"  M{i} = {name}" for i, name in enumerate(NAMES, 1)]
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_the_estimate_table_fits(width: int):
+    model = {"requests": 2193, "cached": 400, "new": 1793, "reasons": {"not sent yet": 1793}, "input_tokens": 1234567,
+             "output_tokens": 23456, "cost_usd": 1.2345, "bound_usd": 4.5678, "basis": {"bytes / 4": 1793}, "evals": {}}
+    doc = {"models": [dict(model, model=name) for name in NAMES], "max_cost_usd": None, "problems": {},
+           "total": {"requests": 4 * 2193, "cached": 1600, "new": 4 * 1793, "input_tokens": 4 * 1234567,
+                     "output_tokens": 4 * 23456, "cost_usd": 4.938, "bound_usd": 18.2712}}
+    lines = render(width, print_estimate, doc)
+    table = table_lines(lines, "Estimate: what `dxi run` would send (nothing was sent)", ("  M1 =",))
+    assert max(len(line) for line in table) <= width and not any("…" in line for line in table)
+    told_apart(lines, table)
+    assert sum(f"{name}: new because: 1793 not sent yet" in line for line in lines for name in NAMES) == len(NAMES)
+
