@@ -7,12 +7,17 @@ CACHE  ?= .dxi-cache
 OUT    ?= out
 MODEL  ?= embedded:sparrow-nano-general-v1.1
 LLM    ?= qwen2.5-coder-0.5b
-LLM_LIMIT ?= 10
+LLM_SAMPLE ?= 10
 LIMIT  ?=
+SAMPLE ?=
+SEED   ?= 0
+# what `dxi score` / `dxi report` read: the first LIMIT tasks, or the stratified SAMPLE (seed SEED)
+SUBSET  = $(if $(LIMIT),--limit $(LIMIT)) $(if $(SAMPLE),--sample $(SAMPLE) --seed $(SEED))
 
-.PHONY: install install-llm model run run-llm smoke score report test test-quick lint bench clean
+.PHONY: install install-llm model run run-llm smoke score report test test-quick lint bench docs clean
 
 install: $(VENV)/.installed
+	@echo "dxi is installed in $(VENV)/bin. Put it on PATH with:  source $(VENV)/bin/activate"
 
 # uv installs in a few seconds what pip takes ~20 s for; pip alone is the fallback. Bytecode is compiled
 # at install (as pip does), so that no run pays for it: dxi's start-up drops from ~1.8 s to ~1.0 s.
@@ -32,46 +37,56 @@ $(VENV)/.installed-llm: $(VENV)/.installed
 	touch $@
 
 # The local model's GGUF file, fetched once per machine into ~/.cache/decision-index/models (checked by sha256).
-model: install
+model: $(VENV)/.installed
 	$(BIN)/dxi fetch-model $(LLM)
 
 # The local language model in both modes (structured outputs, logprob decisions) beside the embedded
-# decision model, on the first LLM_LIMIT tasks of each evaluation (LLM_LIMIT= for the whole index: hours).
+# decision model, on a stratified sample of LLM_SAMPLE tasks of each evaluation (seed SEED; every gold
+# class present, so the table separates the models); LLM_SAMPLE= for the whole index: hours.
 run-llm: install-llm model
 	$(BIN)/dxi run --model $(MODEL) --model llamacpp:$(LLM) --model llamacpp-logprobs:$(LLM) \
-	  --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)/llm $(if $(LLM_LIMIT),--limit $(LLM_LIMIT))
+	  --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)/llm $(if $(LLM_SAMPLE),--sample $(LLM_SAMPLE) --seed $(SEED))
 
 # The whole Decision Index on the embedded decision model (no key, no network).
-run: install
+run: $(VENV)/.installed
 	$(BIN)/dxi run --model $(MODEL) --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)
 
-# Five tasks of each evaluation, for a quick check.
-smoke: install
-	$(BIN)/dxi run --model $(MODEL) --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)/smoke --limit 5
+# A quick check: a stratified sample of 10 tasks of each evaluation (every gold class present).
+smoke: $(VENV)/.installed
+	$(BIN)/dxi run --model $(MODEL) --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)/smoke --sample 10 --seed $(SEED)
 
-# Rescore every model in the cache, without the network (LIMIT=N: the first N tasks of each evaluation,
-# e.g. LIMIT=10 after `make run-llm`, whose models have only those).
-score: install
-	$(BIN)/dxi score --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT) $(if $(LIMIT),--limit $(LIMIT))
+# Rescore every model in the cache, without the network (LIMIT=N: the first N tasks of each evaluation;
+# SAMPLE=N [SEED=S]: the stratified sample, e.g. SAMPLE=10 OUT=out/llm after `make run-llm`).
+score: $(VENV)/.installed
+	$(BIN)/dxi score --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT) $(SUBSET)
 
-# Rescore and write the HTML report with CSV/Parquet tables (out/report.html, out/tables/); LIMIT as above.
-report: install
-	$(BIN)/dxi report --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT) $(if $(LIMIT),--limit $(LIMIT))
+# Rescore and write the HTML report with CSV/Parquet tables (out/report.html, out/tables/); LIMIT, SAMPLE as above.
+report: $(VENV)/.installed
+	$(BIN)/dxi report --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT) $(SUBSET)
 
 # Every test, the real local language model's included (installs the extra and fetches the model once).
 test: install-llm model
 	$(BIN)/pytest
 
 # Every test but the local language model's (a faster loop while developing).
-test-quick: install
+test-quick: $(VENV)/.installed
 	$(BIN)/pytest -m "not local_llm"
 
 # Every benchmarks/bench_*.py, measured side by side; results in out/bench/.
-bench: install
+bench: $(VENV)/.installed
 	$(BIN)/python -m benchmarks
 
-lint: install
+lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 
+# The documentation site (MkDocs, Material theme) into site/; broken links and anchors fail the build.
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+$(VENV)/.installed-docs: $(VENV)/.installed
+	$(BIN)/uv pip install --python $(BIN)/python --quiet -e '.[test,docs]' || \
+	  $(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,docs]'
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(CACHE) $(OUT) .pytest_cache
+	rm -rf $(VENV) $(CACHE) $(OUT) .pytest_cache site
