@@ -24,7 +24,7 @@ from typing import Protocol
 from . import EVALS, DataFile, DatasetError, Suite, discover, omniscience
 
 OMNISCIENCE_NOTE = ("not downloadable: the published AA-Omniscience-Decision questions are private; put a JSONL "
-                    "file of the same shape under omniscience*/ (see README)")
+                    "file of the same shape under omniscience*/ (the documentation's data page: docs/data.md)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,89 @@
+"""The commands in README.md and docs/*.md work when pasted: every fenced ``bash`` block preceded by the line
+``<!-- runnable -->`` is run, in order, page by page, in bash (``set -euo pipefail``) from a fresh folder
+holding the fixture data as ``./data`` (the default data folder), the repository's ``examples/`` and a
+``.venv`` that is this one, with this environment's ``dxi`` on PATH. A block that names a server on
+127.0.0.1:PORT gets the fake provider there (every model it is asked for). Blocks without the marker (API
+keys, hours-long runs, ``make test`` itself) are not run. docs/index.md is the README (asserted below), so
+its blocks are run once, as the README's."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import FIXTURES, write_wildguard_parquet
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MARKER = "<!-- runnable -->"
+BLOCK = re.compile(r"^" + re.escape(MARKER) + r"\n```bash\n(.*?)^```$", re.M | re.S)
+SERVER = re.compile(r"http://127\.0\.0\.1:(\d+)")
+
+
+def runnable(page: Path) -> list[str]:
+    return BLOCK.findall(page.read_text())
+
+
+def test_the_marker_is_used_as_documented():
+    """A marker not followed by a ```bash block is a typo that would skip a snippet silently."""
+    for page in PAGES:
+        text = page.read_text()
+        assert text.count(MARKER) == len(runnable(page)), page.name
+    assert len(runnable(ROOT / "README.md")) >= 1 and len(runnable(ROOT / "docs" / "index.md")) >= 1
+
+
+def workspace(tmp: Path) -> Path:
+    work = tmp / "work"
+    for src, dst in (("omniscience.jsonl", "omniscience-standin/omniscience.jsonl"), ("hle_split.json", "hle/hle_mcqa.json"),
+                     ("when2call.jsonl", "when2call/when2call_test_mcq.jsonl")):
+        (work / "data" / dst).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(FIXTURES / src, work / "data" / dst)
+    write_wildguard_parquet(work / "data" / "wildguardtest" / "wildguardtest.parquet")
+    shutil.copytree(ROOT / "examples", work / "examples")
+    (work / ".venv").symlink_to(Path(sys.prefix))
+    return work
+
+
+def fake_provider(port: int) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--port", str(port), "--config",
+                             '{"model": null, "p_first": null, "p_yes": null, "record": false}', "--until-stdin-closes"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=env)
+    line = proc.stdout.readline().decode().strip()
+    assert line.startswith("http://"), f"the fake provider could not listen on 127.0.0.1:{port} ({line!r})"
+    return proc
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if runnable(p) and p.name != "index.md"], ids=lambda p: p.name)
+def test_the_runnable_snippets_work_when_pasted(page: Path, tmp_path: Path):
+    work = workspace(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("DXI_DATA_DIR", "VIRTUAL_ENV")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    for n, block in enumerate(runnable(page), 1):
+        servers = [fake_provider(int(port)) for port in sorted(set(SERVER.findall(block)))]
+        try:
+            done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + block], cwd=work, env=env, capture_output=True,
+                                  text=True, timeout=300)
+        finally:
+            for s in servers:
+                s.stdin.close()
+                s.wait(10)
+        assert done.returncode == 0, (f"{page.name}, runnable block {n} exited {done.returncode}:\n{block}\n"
+                                      f"--- stderr ---\n{done.stderr[-3000:]}\n--- stdout ---\n{done.stdout[-2000:]}")
+
+
+def landing(readme: str) -> str:
+    """The site's home page from the README: the same text, links relative to docs/."""
+    return (readme.replace("The reference is in [`docs/`](docs/index.md), a MkDocs site", "The reference is in these pages")
+            .replace("](docs/", "]("))
+
+
+def test_the_sites_home_page_is_the_readme():
+    """docs/index.md is README.md with its links made relative to docs/ (edit the README, then copy it so)."""
+    assert (ROOT / "docs" / "index.md").read_text() == landing((ROOT / "README.md").read_text())
+    assert len((ROOT / "README.md").read_text()) <= 10_000
