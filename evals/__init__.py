@@ -16,13 +16,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from . import hle, omniscience, when2call, wildguardtest
 from .exclusions import Exclusions
 from .rows import DatasetError
 from .task import CHOICE, YES_NO, Option, Question, Task
+
+if TYPE_CHECKING:
+    import polars as pl
 
 log = logging.getLogger("dxi.data")
 _warned: set[tuple[str, tuple[Path, ...]]] = set()  # each ambiguity is reported once per process
@@ -184,15 +186,10 @@ class Suite:
         return block
 
 
-GOLD_SCHEMA = {"eval": pl.String, "task_id": pl.String, "task_digest": pl.String, "question_id": pl.String,
-               "kind": pl.String, "gold": pl.String, "group": pl.String, "adversarial": pl.Boolean}
-CATEGORY_SCHEMA = {"task_id": pl.String, "option": pl.String, "category": pl.String}
-
-
 def gold_frames(tasks: Iterable[Task]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The gold labels of ``tasks`` as two frames.
 
-    ``gold``: one row per question (``GOLD_SCHEMA``): eval, task_id, task_digest, question_id, kind
+    ``gold``: one row per question: eval, task_id, task_digest, question_id, kind
     ("choice" | "yes_no"), gold (option id or "yes"/"no"), group (HLE category, Omniscience domain or
     WildGuardTest subcategory), adversarial (WildGuardTest). ``categories``: When2Call's option-to-reply-
     category map, one row per (task_id, option).
@@ -205,5 +202,10 @@ def gold_frames(tasks: Iterable[Task]) -> tuple[pl.DataFrame, pl.DataFrame]:
             gold.append((t.eval, t.id, digest, q.id, q.kind, t.gold[q.id], group, t.meta.get("adversarial")))
         for option, category in (t.meta.get("categories") or {}).items():
             categories.append((t.id, option, category))
-    return (pl.DataFrame(gold, schema=GOLD_SCHEMA, orient="row"),
-            pl.DataFrame(categories, schema=CATEGORY_SCHEMA, orient="row"))
+    import polars as pl  # imported where scoring needs it: reading tasks (and `dxi --help`) does without
+
+    gold_schema = {"eval": pl.String, "task_id": pl.String, "task_digest": pl.String, "question_id": pl.String,
+                   "kind": pl.String, "gold": pl.String, "group": pl.String, "adversarial": pl.Boolean}
+    category_schema = {"task_id": pl.String, "option": pl.String, "category": pl.String}
+    return (pl.DataFrame(gold, schema=gold_schema, orient="row"),
+            pl.DataFrame(categories, schema=category_schema, orient="row"))

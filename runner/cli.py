@@ -23,31 +23,29 @@ cache: rerun the same command to continue).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import orjson
-import polars as pl
-import uvloop
-from rich.console import Console
-from rich.logging import RichHandler
-from rich.markup import escape
-from rich.table import Table
-
-from dxi import adapters, scoring
+from dxi import adapters
 from dxi.adapters import local_models
-from dxi.cache import Cache, CacheWriteError
 from dxi.evals import EVALS, PROMPT_VERSION, DatasetError
 from dxi.evals.wildguardtest import SUBSETS
 
-from .cost import Budget
-from .estimate import Estimate, estimate, totals
-from .outputs import print_estimate, print_summary, score, score_all
-from .plan import Plan, PlanError, selected_evals, suite_from_flags
-from .plan import from_args as plan_from_args
-from .progress import RunProgress
-from .run import ModelRun, Stats, run
+from .errors import PlanError
+
+# What a command needs is imported when it runs (``_heavy``), not here: parsing the command line and
+# `dxi --help` need none of Polars, PyArrow, NumPy, the scoring, the cache, uvloop or Rich (issue 14).
+if TYPE_CHECKING:
+    import polars as pl
+    from rich.console import Console
+
+    from dxi.cache import Cache
+
+    from .cost import Budget
+    from .estimate import Estimate
+    from .plan import Plan
+    from .run import ModelRun, Stats
 
 EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_CACHE_WRITE, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
@@ -146,6 +144,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace) -> Plan:
+    from .plan import from_args as plan_from_args
+
     if args.run_file is None and not args.model:
         raise UsageError("name the models: a run file (dxi run run.toml) or --model ADAPTER:MODEL")
     return plan_from_args(args)
@@ -168,6 +168,10 @@ async def _started(models: list[ModelRun]) -> list[ModelRun]:
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget
                ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains."""
+    from .estimate import estimate
+    from .progress import RunProgress
+    from .run import run
+
     models = await _started(plan.models)
     try:
         plan.check_labels()
@@ -186,6 +190,14 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    import uvloop
+    from rich.markup import escape
+
+    from dxi.cache import Cache, CacheWriteError
+
+    from .cost import Budget
+    from .outputs import print_summary, score
+
     plan = _plan(args)
     plan.check_cost_bound()
     budget = Budget(plan.max_cost)
@@ -233,6 +245,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
     """summary.json's ``cost_bound``: the bound, what this run spent, whether it stopped, what remains."""
+    from .estimate import totals
+
     block = {"max_cost_usd": budget.max_usd, "spent_usd": round(budget.spent, 6), "stopped": budget.stopped}
     if remaining is not None:
         total = totals(remaining)
@@ -247,6 +261,10 @@ def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None
     for the user: the plan's models (a run file's, or the ``--model`` flags' with their ``--param``) under
     the names ``dxi run`` gives them, else every model in the cache. UsageError for a ``--model`` whose
     configuration (adapter, model, endpoint, parameters) has no rows in the cache."""
+    import polars as pl
+
+    from dxi import scoring
+
     found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
     if plan is None:
         if found.is_empty():
@@ -283,11 +301,21 @@ def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None
 
 def _more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:
     """A note for each model whose cache holds more epochs than are scored."""
+    import polars as pl
+
     return [f"{label}: the cache holds {n} epochs; --epochs {n} scores them all (scored: {epochs})"
             for label, n in found.filter(pl.col("cached_epochs") > epochs).select("label", "cached_epochs").iter_rows()]
 
 
 def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
+    from rich.markup import escape
+
+    from dxi.cache import Cache
+
+    from .outputs import print_summary, score, score_all
+    from .plan import from_args as plan_from_args
+    from .plan import suite_from_flags
+
     if args.run_file is not None and args.model:
         raise UsageError(f"--model cannot be combined with a run file ({args.run_file}): the file names the models")
     plan = plan_from_args(args) if args.run_file is not None or args.model else None
@@ -314,6 +342,14 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
 
 
 def cmd_estimate(args: argparse.Namespace, console: Console) -> int:
+    import orjson
+    import uvloop
+
+    from dxi.cache import Cache
+
+    from .estimate import estimate, totals
+    from .outputs import print_estimate
+
     plan = _plan(args)
     with Cache(plan.cache_dir, retry_invalid=args.retry_invalid, retry_failed=args.retry_failed) as cache:
         unnamed = [m for m in plan.models if not m.adapter.model]
@@ -337,7 +373,12 @@ async def _learn_names(models: list[ModelRun]) -> None:
 
 
 def cmd_data(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
     from dxi.evals import fetch
+
+    from .plan import selected_evals
 
     selected = selected_evals(args.evals) if getattr(args, "evals", None) else None
     if args.data_command == "fetch":
@@ -362,6 +403,8 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_fetch_model(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
     try:
         path = local_models.fetch(args.name, args.dir, hub=False if args.no_hub else None,
                                   log=lambda m: console.print(escape(m)))
@@ -374,6 +417,12 @@ def cmd_fetch_model(args: argparse.Namespace, console: Console) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    import logging
+
+    from rich.console import Console
+    from rich.logging import RichHandler
+    from rich.markup import escape
+
     # emoji=False: model names like "openai:m" must not become emoji codes (":m:" is Ⓜ)
     console = Console(highlight=False, soft_wrap=True, emoji=False)
     if not console.is_terminal:

@@ -24,11 +24,8 @@ from dxi import adapters, scoring
 from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, discover
 
 from . import config
+from .errors import PlanError
 from .run import ModelRun
-
-
-class PlanError(Exception):
-    """Bad input from the user (flags, run file, model strings): printed without a traceback, exit code 2."""
 
 
 @dataclass
