@@ -23,6 +23,7 @@ cache: rerun the same command to continue).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -165,6 +166,15 @@ async def _started(models: list[ModelRun]) -> list[ModelRun]:
     return started
 
 
+async def _survey(suite, progress, models: list[ModelRun]) -> None:
+    """``suite.survey()`` a few hundred tasks per event-loop turn, then the progress totals."""
+    for _ in suite.surveying():
+        await asyncio.sleep(0)
+    if progress is not None:
+        n_tasks = sum(suite.survey().tasks.values())
+        progress.set_totals({m.label: n_tasks * m.epochs for m in models})
+
+
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget
                ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains."""
@@ -175,13 +185,23 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     models = await _started(plan.models)
     try:
         plan.check_labels()
-        if args.quiet:
-            stats = await run(models, plan.suite, cache, budget=budget)
-        else:
-            n_tasks = sum(1 for _ in plan.suite.tasks())
-            progress = RunProgress(console, {m.label: n_tasks * m.epochs for m in models}, budget=budget)
-            with progress:
-                stats = await run(models, plan.suite, cache, on_progress=progress.update, budget=budget)
+        progress = None if args.quiet else RunProgress(console, {}, budget=budget)
+        # The tasks are counted (for the progress totals) and their gold rows kept (for scoring) in one
+        # pass interleaved with the run, not before the first request nor after the last reply.
+        survey = asyncio.create_task(_survey(plan.suite, progress, models))
+        try:
+            if progress is None:
+                stats = await run(models, plan.suite, cache, budget=budget)
+            else:
+                with progress:
+                    stats = await run(models, plan.suite, cache, on_progress=progress.update, budget=budget)
+                    await survey  # the totals, before the bars close
+            await survey  # a malformed row raises here if the run did not meet it first
+        except BaseException:
+            survey.cancel()
+            if survey.done() and not survey.cancelled():
+                survey.exception()  # retrieved: the run's own error is the one raised
+            raise
         remaining = estimate(models, plan.suite, cache) if budget.stopped else None
         return stats, remaining
     finally:
@@ -222,6 +242,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         extra = {}
         if plan.max_cost is not None:
             extra["cost_bound"] = _bound_block(budget, remaining)
+        cache.close()  # compacted before scoring, which then reads Parquet instead of parsing the log (twice)
         summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
     print_summary(summary, console, plan.out)
     failed = {label: s for label, s in stats.items() if s.failed}
@@ -440,5 +461,30 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
 
 
+def command() -> None:
+    """The ``dxi`` command: ``main`` on ``sys.argv``, then exit without tearing the interpreter down.
+
+    Once ``main`` has returned, every output is written and the cache is closed; the exit handlers run
+    (logging's flush, the thread pools' joins), standard output and error are flushed, and the process
+    ends with ``os._exit``: freeing every module and object one by one (Polars, PyArrow, the frames) would
+    take ~60 ms of the tail after the last reply, for nothing (issue 14)."""
+    import atexit
+    import os
+
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help and usage errors
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be written anyway
+            code = code or 1
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

@@ -40,8 +40,8 @@ whole to the socket); ``aborted`` (the client was gone before the reply was writ
 ``keys_ok`` (distinct request contents answered ok); ``duplicates`` (ok replies beyond the first per
 content: requests answered twice); ``peak_concurrency``; ``first_arrival`` / ``last_reply``: the
 ``time.monotonic()`` of the first request's arrival and of the last ok reply written (None before; the
-clock is system-wide, so another process's timings compare with them: ``benchmarks/bench_process.py``). ``requests`` / ``headers`` record every request
-(``record=False`` turns that off for long benchmarks).
+clock is system-wide, so another process's timings compare with them: ``benchmarks/bench_process.py``).
+``requests`` / ``headers`` record every request (``record=False`` turns that off for long benchmarks).
 
 Run in-process (``async with FakeProvider(...) as server``) or as its own process, which keeps its CPU off
 the client's event loop and survives the client being killed: ``with serve(...) as server``, or
