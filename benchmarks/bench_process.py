@@ -78,12 +78,14 @@ uvloop.run(main())
 @dataclass(frozen=True)
 class Timing:
     """One client process: seconds from its start to the first request, of the request phase, and from
-    the last reply to its exit; its wall seconds and peak RSS (MB)."""
+    the last reply to its exit; its wall seconds, CPU seconds (user + system: less sensitive to load from
+    elsewhere than wall time) and peak RSS (MB)."""
 
     startup: float
     requests: float
     tail: float
     wall: float
+    cpu: float
     rss_mb: float
 
 
@@ -99,7 +101,8 @@ def _timed(cmd: list[str], server) -> Timing:
         raise RuntimeError(f"{cmd[:3]} exited with {proc.returncode}: {err[-2000:]}")
     s = server.stats()
     first, last = s["first_arrival"], s["last_reply"]
-    return Timing(first - started, last - first, ended - last, ended - started, usage.ru_maxrss / 1024)
+    return Timing(first - started, last - first, ended - last, ended - started, usage.ru_utime + usage.ru_stime,
+                  usage.ru_maxrss / 1024)
 
 
 def _dxi(data: Path, url: str, cache: Path, out: Path, evals: str | None = "when2call") -> list[str]:
@@ -136,12 +139,12 @@ def _pair(tmp: Path, n: int, latency: float, reps: int = REPS) -> tuple[list[Tim
 
 
 def _median(timings: list[Timing]) -> Timing:
-    return Timing(*(statistics.median(getattr(t, f) for t in timings) for f in ("startup", "requests", "tail", "wall", "rss_mb")))
+    return Timing(*(statistics.median(getattr(t, f) for t in timings) for f in ("startup", "requests", "tail", "wall", "cpu", "rss_mb")))
 
 
 def _phases(t: Timing) -> str:
     return (f"start-up {t.startup:.3f} s, requests {t.requests:.3f} s, tail {t.tail:.3f} s, wall {t.wall:.2f} s, "
-            f"peak RSS {t.rss_mb:.0f} MB")
+            f"CPU {t.cpu:.2f} s, peak RSS {t.rss_mb:.0f} MB")
 
 
 def _load() -> str:
