@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -244,10 +245,57 @@ def whole(tmp: Path) -> list[Result]:
     return results
 
 
+def _embedded_floor(data: Path, sample: int = 400) -> tuple[float, int]:
+    """Seconds sparrow-decider itself needs for the whole index on all cores (its per-request time over the
+    first ``sample`` request bodies of each evaluation, in this process on one core, times the requests,
+    over the cores), and the number of requests."""
+    import orjson
+    from sparrow_decider import Decider
+
+    encoder = adapters.get("embedded:sparrow-nano-general-v1.1")
+    decider = Decider.load(encoder.model)
+    suite = Suite(discover(data))
+    per_eval = suite.survey().tasks
+    seconds = 0.0
+    for name, n in per_eval.items():
+        bodies = [orjson.loads(encoder.encode(t).body) for t in islice(suite.tasks(name), sample)]
+        started = time.process_time()
+        for body in bodies:
+            decider.ask(body["state"], body["questions"])
+        seconds += (time.process_time() - started) / len(bodies) * n
+    return seconds / (os.cpu_count() or 1), sum(per_eval.values())
+
+
+def embedded(tmp: Path) -> list[Result]:
+    if not REAL_DATA.is_dir():
+        return []
+    data = REAL_DATA.resolve()
+    dxi = str(Path(sys.executable).with_name("dxi"))
+    floor, n = _embedded_floor(data)
+    fresh, cached = [], []
+    for r in range(REPS):
+        cmd = [dxi, "run", "--model", "embedded:sparrow-nano-general-v1.1", "--data-dir", str(data),
+               "--cache-dir", str(tmp / f"cache-embedded-{r}"), "--out", str(tmp / f"out-embedded-{r}")]
+        for into in (fresh, cached):
+            started = time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+            into.append(time.perf_counter() - started)
+    f, c = statistics.median(fresh), statistics.median(cached)
+    goal = 1.3 * floor + 0.35 + 0.15
+    return [Result("process", "embedded model, whole index, fresh cache, start to exit", f, "s",
+                   f"≤ 1.3 × floor + start-up + tail = {goal:.1f} s", f <= goal,
+                   f"{n:,} requests; floor {floor:.2f} s (sparrow-decider alone, in-process: its CPU time per request "
+                   f"over the cores, {os.cpu_count()}); median of {REPS} ({', '.join(f'{x:.2f}' for x in fresh)} s); "
+                   f"{_load()}"),
+            Result("process", "embedded model, whole index, all cached, start to exit", c, "s", "≤ 0.8 s", c <= 0.8,
+                   f"median of {REPS} ({', '.join(f'{x:.2f}' for x in cached)} s); scoring and outputs included; "
+                   f"{_load()}")]
+
+
 def run() -> list[Result]:
     with tempfile.TemporaryDirectory(prefix="dxi-bench-process-") as tmp:
         tmp = Path(tmp)
-        return help_time() + startup_real(tmp) + startup_big_cache(tmp) + whole(tmp)
+        return help_time() + startup_real(tmp) + startup_big_cache(tmp) + whole(tmp) + embedded(tmp)
 
 
 if __name__ == "__main__":
