@@ -16,13 +16,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from . import hle, omniscience, when2call, wildguardtest
 from .exclusions import Exclusions
 from .rows import DatasetError
 from .task import CHOICE, YES_NO, Option, Question, Task
+
+if TYPE_CHECKING:
+    import polars as pl
 
 log = logging.getLogger("dxi.data")
 _warned: set[tuple[str, tuple[Path, ...]]] = set()  # each ambiguity is reported once per process
@@ -133,6 +135,16 @@ def discover(data_dir: Path | None, paths: dict[str, Path] | None = None,
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """One pass over a suite's tasks (``Suite.survey``): ``tasks`` per selected evaluation, and the rows
+    of ``gold_frames`` (``gold``: one tuple per question; ``categories``: one per When2Call option)."""
+
+    tasks: dict[str, int]
+    gold: list[tuple]
+    categories: list[tuple]
+
+
 @dataclass
 class Suite:
     """The tasks of the evaluations found, as a re-readable stream.
@@ -147,6 +159,7 @@ class Suite:
     limit: int | None = None
     wildguard_subset: str = "agreed"
     evals: tuple[str, ...] | None = None
+    _survey: Survey | None = field(default=None, init=False, repr=False, compare=False)
 
     def selected(self) -> list[str]:
         """The evaluations that will be run and scored: selected and with data."""
@@ -162,6 +175,40 @@ class Suite:
             stream = self.exclusions.apply(EVALS[n].load(data.file.path, **kwargs))
             yield from islice(stream, self.limit)
 
+    def surveying(self, every: int = 256) -> Iterator[None]:
+        """Read every task once, yielding ``None`` after each ``every`` tasks (so that an event loop can
+        interleave the pass with its requests: ``dxi run`` does it while the first requests are on the
+        wire), and keep what ``survey`` returns. Nothing to do when the survey is kept already. Raises what
+        the task streams raise (``DatasetError``)."""
+        if self._survey is not None:
+            return
+        counts: dict[str, int] = {}
+        gold: list[tuple] = []
+        categories: list[tuple] = []
+        seen = 0
+        for n in self.selected():
+            counts[n] = 0
+            for t in self.tasks(n):
+                counts[n] += 1
+                _gold_rows(t, gold, categories)
+                seen += 1
+                if seen % every == 0:
+                    yield
+        self._survey = Survey(counts, gold, categories)
+
+    def survey(self) -> Survey:
+        """The number of tasks of each selected evaluation and their gold rows, from one pass over the tasks
+        (made the first time it is needed, then kept: the files are read once however often it is asked)."""
+        for _ in self.surveying():
+            pass
+        assert self._survey is not None
+        return self._survey
+
+    def gold_frames(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """``gold_frames`` of this suite's tasks, from the kept survey."""
+        s = self.survey()
+        return _frames(s.gold, s.categories)
+
     def data_block(self) -> dict[str, dict]:
         """The ``data`` block of summary.json: per evaluation, the file used (path, sha256, rows) and
         the number of tasks, or the reason it is missing."""
@@ -174,7 +221,7 @@ class Suite:
                 block[n] = {"missing": d.missing}
                 continue
             entry: dict = {"files": [{"path": str(d.file.path), "sha256": d.file.sha256, "rows": d.file.rows}],
-                           "tasks": sum(1 for _ in self.tasks(n))}
+                           "tasks": self.survey().tasks[n]}
             if self.limit is not None:
                 entry["limit"] = self.limit
             if n == omniscience.NAME:
@@ -189,26 +236,36 @@ class Suite:
         return block
 
 
-GOLD_SCHEMA = {"eval": pl.String, "task_id": pl.String, "task_digest": pl.String, "question_id": pl.String,
-               "kind": pl.String, "gold": pl.String, "group": pl.String, "adversarial": pl.Boolean}
-CATEGORY_SCHEMA = {"task_id": pl.String, "option": pl.String, "category": pl.String}
-
-
 def gold_frames(tasks: Iterable[Task]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The gold labels of ``tasks`` as two frames.
 
-    ``gold``: one row per question (``GOLD_SCHEMA``): eval, task_id, task_digest, question_id, kind
+    ``gold``: one row per question: eval, task_id, task_digest, question_id, kind
     ("choice" | "yes_no"), gold (option id or "yes"/"no"), group (HLE category, Omniscience domain or
     WildGuardTest subcategory), adversarial (WildGuardTest). ``categories``: When2Call's option-to-reply-
     category map, one row per (task_id, option).
     """
-    gold, categories = [], []
+    gold: list[tuple] = []
+    categories: list[tuple] = []
     for t in tasks:
-        digest = t.digest
-        group = t.meta.get("category") or t.meta.get("domain") or t.meta.get("subcategory")
-        for q in t.questions:
-            gold.append((t.eval, t.id, digest, q.id, q.kind, t.gold[q.id], group, t.meta.get("adversarial")))
-        for option, category in (t.meta.get("categories") or {}).items():
-            categories.append((t.id, option, category))
-    return (pl.DataFrame(gold, schema=GOLD_SCHEMA, orient="row"),
-            pl.DataFrame(categories, schema=CATEGORY_SCHEMA, orient="row"))
+        _gold_rows(t, gold, categories)
+    return _frames(gold, categories)
+
+
+def _gold_rows(t: Task, gold: list[tuple], categories: list[tuple]) -> None:
+    """Append task ``t``'s rows of the two ``gold_frames``."""
+    digest = t.digest
+    group = t.meta.get("category") or t.meta.get("domain") or t.meta.get("subcategory")
+    for q in t.questions:
+        gold.append((t.eval, t.id, digest, q.id, q.kind, t.gold[q.id], group, t.meta.get("adversarial")))
+    for option, category in (t.meta.get("categories") or {}).items():
+        categories.append((t.id, option, category))
+
+
+def _frames(gold: list[tuple], categories: list[tuple]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    import polars as pl  # imported where scoring needs it: reading tasks (and `dxi --help`) does without
+
+    gold_schema = {"eval": pl.String, "task_id": pl.String, "task_digest": pl.String, "question_id": pl.String,
+                   "kind": pl.String, "gold": pl.String, "group": pl.String, "adversarial": pl.Boolean}
+    category_schema = {"task_id": pl.String, "option": pl.String, "category": pl.String}
+    return (pl.DataFrame(gold, schema=gold_schema, orient="row"),
+            pl.DataFrame(categories, schema=category_schema, orient="row"))

@@ -5,34 +5,33 @@ flags override it as ``runner.plan`` describes.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import difflib
-import logging
 import sys
-from collections import Counter
 from itertools import islice
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import orjson
-import polars as pl
-import uvloop
-from rich.console import Console
-from rich.logging import RichHandler
-from rich.markup import escape
-from rich.table import Table
-
-from dxi import adapters, scoring
+from dxi import adapters
 from dxi.adapters import local_models
-from dxi.cache import Cache, CacheWriteError
 from dxi.evals import EVALS, PROMPT_VERSION, DatasetError
 from dxi.evals.wildguardtest import SUBSETS
 
-from .cost import Budget
-from .estimate import Estimate, estimate, totals
-from .outputs import print_estimate, print_summary, score, score_all
-from .plan import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT, Plan, PlanError, selected_evals, suite_from_flags
-from .plan import from_args as plan_from_args
-from .progress import RunProgress, start_line
-from .run import ModelRun, Stats, run
+from .datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
+from .errors import PlanError
+
+# What a command needs is imported when it runs, not here: parsing the command line and `dxi --help`
+# need none of Polars, PyArrow, NumPy, the scoring, the cache, uvloop or Rich.
+if TYPE_CHECKING:
+    import polars as pl
+    from rich.console import Console
+
+    from dxi.cache import Cache
+
+    from .cost import Budget
+    from .estimate import Estimate
+    from .plan import Plan
+    from .run import ModelRun, Stats
 
 EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_CACHE_WRITE, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 EXIT_CODES = f"""\
@@ -291,6 +290,8 @@ def _version() -> str:
 
 
 def _plan(args: argparse.Namespace) -> Plan:
+    from .plan import from_args as plan_from_args
+
     if args.run_file is None and not args.model:
         raise UsageError("name the models: a run file (dxi run run.toml) or --model ADAPTER:MODEL")
     return plan_from_args(args)
@@ -312,7 +313,8 @@ async def _started(models: list[ModelRun]) -> list[ModelRun]:
 
 def _all_cached(model: ModelRun, plan: Plan, cache: Cache) -> bool:
     """Whether every request of ``model`` is in the cache (it needs no server, no key); False for a model
-    that must be started to know its name (a System One server that names its model)."""
+    that must be started to know its name (a System One server that names its model). On a fresh cache it
+    answers at the first batch."""
     a = model.adapter
     if not a.model:
         return False
@@ -323,28 +325,55 @@ def _all_cached(model: ModelRun, plan: Plan, cache: Cache) -> bool:
     return True
 
 
+async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], budget: Budget, console) -> None:
+    """``suite.survey()`` a few hundred tasks per event-loop turn (while the first requests are on the
+    wire), then the start line (what is running) and the progress totals."""
+    from .progress import start_line
+
+    suite = plan.suite
+    for _ in suite.surveying():
+        await asyncio.sleep(0)
+    if progress is not None:
+        tasks = {EVALS[name].title: n for name, n in suite.survey().tasks.items()}
+        n_tasks = sum(tasks.values())
+        totals_ = {m.label: n_tasks * m.epochs for m in models}
+        console.print(start_line(totals_, tasks, {m.label: m.epochs for m in models}, idle, plan.cache_dir,
+                                 plan.out, budget), highlight=False, markup=False)
+        progress.set_totals(totals_)
+
+
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget
                ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
     A model whose requests are all cached is not started: a server that is down, or a key not set, does
     not stop a run that needs neither."""
+    from .estimate import estimate
+    from .progress import RunProgress
+    from .run import run
+
     idle = {m.label for m in plan.models if _all_cached(m, plan, cache)}
     started = await _started([m for m in plan.models if m.label not in idle])
     models = plan.models
     try:
         plan.check_labels()
-        if args.quiet:
-            stats = await run(models, plan.suite, cache, budget=budget)
-        else:
-            tasks = Counter(EVALS[t.eval].title for t in plan.suite.tasks())
-            n_tasks = sum(tasks.values())
-            totals_ = {m.label: n_tasks * m.epochs for m in models}
-            console.print(start_line(totals_, dict(tasks), {m.label: m.epochs for m in models}, idle, plan.cache_dir,
-                                     plan.out, budget), highlight=False, markup=False)
-            free = frozenset(m.label for m in models if m.price == (0.0, 0.0))
-            progress = RunProgress(console, totals_, budget=budget, free=free)
-            with progress:
-                stats = await run(models, plan.suite, cache, on_progress=progress.update, budget=budget)
+        free = frozenset(m.label for m in models if m.price == (0.0, 0.0))
+        progress = None if args.quiet else RunProgress(console, {}, budget=budget, free=free)
+        # The tasks are counted (for the start line and the progress totals) and their gold rows kept (for
+        # scoring) in one pass interleaved with the run, not before the first request nor after the last reply.
+        survey = asyncio.create_task(_survey(plan, progress, models, idle, budget, console))
+        try:
+            if progress is None:
+                stats = await run(models, plan.suite, cache, budget=budget)
+            else:
+                with progress:
+                    stats = await run(models, plan.suite, cache, on_progress=progress.update, budget=budget)
+                    await survey  # the totals, before the bars close
+            await survey  # a malformed row raises here if the run did not meet it first
+        except BaseException:
+            survey.cancel()
+            if survey.done() and not survey.cancelled():
+                survey.exception()  # retrieved: the run's own error is the one raised
+            raise
         remaining = estimate(models, plan.suite, cache) if budget.stopped else None
         return stats, remaining
     finally:
@@ -353,6 +382,14 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    import uvloop
+    from rich.markup import escape
+
+    from dxi.cache import Cache, CacheWriteError
+
+    from .cost import Budget
+    from .outputs import print_summary, score
+
     plan = _plan(args)
     plan.check_cost_bound()
     budget = Budget(plan.max_cost)
@@ -377,6 +414,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         extra = {}
         if plan.max_cost is not None:
             extra["cost_bound"] = _bound_block(budget, remaining)
+        cache.close()  # compacted before scoring, which then reads Parquet instead of parsing the log (twice)
         summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
     print_summary(summary, console, plan.out)
     failed = {label: s for label, s in stats.items() if s.failed}
@@ -400,6 +438,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
     """summary.json's ``cost_bound``: the bound, what this run spent, whether it stopped, what remains."""
+    from .estimate import totals
+
     block = {"max_cost_usd": budget.max_usd, "spent_usd": round(budget.spent, 6), "stopped": budget.stopped}
     if remaining is not None:
         total = totals(remaining)
@@ -414,6 +454,10 @@ def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None
     for the user: the plan's models (a run file's, or the ``--model`` flags' with their ``--param``) under
     the names ``dxi run`` gives them, else every model in the cache. UsageError for a ``--model`` whose
     configuration (adapter, model, endpoint, parameters) has no rows in the cache."""
+    import polars as pl
+
+    from dxi import scoring
+
     found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
     if plan is None:
         if found.is_empty():
@@ -450,11 +494,21 @@ def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None
 
 def _more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:
     """A note for each model whose cache holds more epochs than are scored."""
+    import polars as pl
+
     return [f"{label}: the cache holds {n} epochs; --epochs {n} scores them all (scored: {epochs})"
             for label, n in found.filter(pl.col("cached_epochs") > epochs).select("label", "cached_epochs").iter_rows()]
 
 
 def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
+    from rich.markup import escape
+
+    from dxi.cache import Cache
+
+    from .outputs import print_summary, score, score_all
+    from .plan import from_args as plan_from_args
+    from .plan import suite_from_flags
+
     if args.run_file is not None and args.model:
         raise UsageError(f"--model cannot be combined with a run file ({args.run_file}): the file names the models")
     plan = plan_from_args(args) if args.run_file is not None or args.model else None
@@ -481,6 +535,14 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
 
 
 def cmd_estimate(args: argparse.Namespace, console: Console) -> int:
+    import orjson
+    import uvloop
+
+    from dxi.cache import Cache
+
+    from .estimate import estimate, totals
+    from .outputs import print_estimate
+
     plan = _plan(args)
     with Cache(plan.cache_dir, retry_invalid=args.retry_invalid, retry_failed=args.retry_failed) as cache:
         unnamed = [m for m in plan.models if not m.adapter.model]
@@ -504,7 +566,12 @@ async def _learn_names(models: list[ModelRun]) -> None:
 
 
 def cmd_data(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
     from dxi.evals import fetch
+
+    from .plan import selected_evals
 
     selected = selected_evals(args.evals) if getattr(args, "evals", None) else None
     if args.data_command == "fetch":
@@ -529,6 +596,8 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_fetch_model(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
     try:
         path = local_models.fetch(args.name, args.dir, hub=False if args.no_hub else None,
                                   log=lambda m: console.print(escape(m)))
@@ -554,6 +623,12 @@ def main(argv: list[str] | None = None) -> int:
 
         argcomplete.autocomplete(p)
     args = p.parse_args(argv)
+    import logging
+
+    from rich.console import Console
+    from rich.logging import RichHandler
+    from rich.markup import escape
+
     # emoji=False: model names like "openai:m" must not become emoji codes (":m:" is Ⓜ)
     console = Console(highlight=False, soft_wrap=True, emoji=False)
     if not console.is_terminal:
@@ -571,5 +646,30 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
 
 
+def command() -> None:
+    """The ``dxi`` command: ``main`` on ``sys.argv``, then exit without tearing the interpreter down.
+
+    Once ``main`` has returned, every output is written and the cache is closed; the exit handlers run
+    (logging's flush, the thread pools' joins), standard output and error are flushed, and the process
+    ends with ``os._exit``: freeing every module and object one by one (Polars, PyArrow, the frames) would
+    take ~60 ms of the tail after the last reply, for nothing (issue 14)."""
+    import atexit
+    import os
+
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help and usage errors
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be written anyway
+            code = code or 1
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from dxi import scoring
 from dxi.cache import Cache
-from dxi.evals import EVALS, PROMPT_VERSION, Suite, gold_frames
+from dxi.evals import EVALS, PROMPT_VERSION, Suite
 
 
 def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
@@ -39,7 +39,7 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, reque
               extra: dict | None = None) -> tuple[dict, scoring.Scored]:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
     that only the report shows)."""
-    gold, categories = gold_frames(suite.tasks())
+    gold, categories = suite.gold_frames()  # the suite's survey: the tasks are read once (dxi run: during the run)
     answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
     scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
     if requests is None:

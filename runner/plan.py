@@ -15,7 +15,6 @@ Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,24 +25,10 @@ from dxi import adapters, scoring
 from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, discover
 
 from . import config
+from .datadir import DATA_DIR_ENV, default_data_dir
+from .errors import PlanError
 from .run import ModelRun
 from .sample import SampledSuite
-
-DATA_DIR_ENV = "DXI_DATA_DIR"
-DEFAULT_DATA_DIRS = (Path("data"), Path("..") / "shared" / "data")
-DEFAULT_DATA_DIRS_TEXT = "./data, else ../shared/data, whichever exists"
-
-
-def default_data_dir() -> Path | None:
-    """The data folder when neither ``--data-dir`` nor a run file names one: ``$DXI_DATA_DIR``, else the
-    first of ``DEFAULT_DATA_DIRS`` (relative to the current folder) that exists, else None."""
-    if os.environ.get(DATA_DIR_ENV):
-        return Path(os.environ[DATA_DIR_ENV])
-    return next((d for d in DEFAULT_DATA_DIRS if d.is_dir()), None)
-
-
-class PlanError(Exception):
-    """Bad input from the user (flags, run file, model strings): printed without a traceback, exit code 2."""
 
 
 @dataclass

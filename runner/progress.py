@@ -29,9 +29,11 @@ def _duration(seconds: float) -> str:
 
 class RunProgress:
     """``update(label, stats)`` after each request; use as a context manager around the run.
-    ``totals`` maps each model label to its number of requests (tasks × its epochs); ``budget`` (optional)
-    is the run's cost budget, shown against its bound; ``free``: the labels of models that cost nothing;
-    ``started``: the run's start in ``time.monotonic()`` seconds (default: now)."""
+    ``totals`` maps each model label to its number of requests (tasks × its epochs); a label missing from
+    it has no total yet (``set_totals`` gives it once the tasks are counted: ``dxi run`` counts them while
+    the first requests are on the wire); ``budget`` (optional) is the run's cost budget, shown against its
+    bound; ``free``: the labels of models that cost nothing; ``started``: the run's start in
+    ``time.monotonic()`` seconds (default: now)."""
 
     def __init__(self, console: Console, totals: dict[str, int], interval_s: float = 10.0, budget: Budget | None = None,
                  free: frozenset[str] = frozenset(), started: float | None = None):
@@ -54,6 +56,16 @@ class RunProgress:
                 self._ids[label] = self._bars.add_task(label, total=total, detail="")
         return self
 
+    def set_totals(self, totals: dict[str, int]) -> None:
+        """Give (or correct) the models' totals; a model not shown yet gets its bar."""
+        self.totals = dict(totals)
+        if self._bars is not None:
+            for label, total in self.totals.items():
+                if label in self._ids:
+                    self._bars.update(self._ids[label], total=total)
+                else:
+                    self._ids[label] = self._bars.add_task(label, total=total, detail="")
+
     def __exit__(self, *exc: object) -> None:
         if self._bars is not None:
             self._bars.stop()
@@ -61,12 +73,13 @@ class RunProgress:
     def line(self, label: str, s: Stats, now: float | None = None) -> str:
         """One model's progress: done/total, share, rate, time left, spend, retries, 429s, invalid, failed."""
         now = time.monotonic() if now is None else now
-        total = self.totals.get(label, 0)
+        total = self.totals.get(label)
         share = f"{100 * s.done / total:.0f}%" if total else "-"
         elapsed = now - self._started
         rate = s.sent / elapsed if elapsed > 0 else 0.0
-        left = total - s.done
-        eta = "done" if left <= 0 else (f"ETA {_duration(left / rate)}" if rate > 0 else "ETA -")
+        left = None if total is None else total - s.done
+        eta = ("ETA -" if left is None else "done" if left <= 0 else
+               (f"ETA {_duration(left / rate)}" if rate > 0 else "ETA -"))
         if label in self.free:
             spend = ""
         else:
@@ -74,17 +87,21 @@ class RunProgress:
             if self.budget is not None and self.budget.max_usd is not None:
                 spend = spend[:-1] + f" (run ${self.budget.spent:.4f} of ${self.budget.max_usd:g}) "
         retries = s.attempts - (s.ok + s.invalid + s.failed)
-        return (f"{s.done}/{total} {share} {rate:.1f} req/s {eta} {spend}retries {retries} 429s {s.rate_limited} "
+        return (f"{s.done}/{'?' if total is None else total} {share} {rate:.1f} req/s {eta} {spend}retries {retries} "
+                f"429s {s.rate_limited} "
                 f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}")
 
     def update(self, label: str, stats: Stats) -> None:
         now = time.monotonic()
         if self._bars is not None:
+            if label not in self._ids:  # no total yet: a bar without one
+                self._ids[label] = self._bars.add_task(label, total=None, detail="")
             detail = self.line(label, stats, now).split(" ", 1)[1]  # the bar shows done/total itself
             self._bars.update(self._ids[label], completed=stats.done, detail=detail)
             return
-        total = self.totals.get(label, 0)
-        if stats.done < total and now - self._last.get(label, self._started) < self.interval_s:
+        total = self.totals.get(label)
+        finished = total is not None and stats.done >= total
+        if not finished and now - self._last.get(label, self._started) < self.interval_s:
             return
         self._last[label] = now
         self.console.print(f"{time.strftime('%H:%M:%S')} {label}: {self.line(label, stats, now)}",

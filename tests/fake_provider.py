@@ -38,8 +38,10 @@ Behaviour of each request, in order:
 Counters (``stats()``, or ``GET /stats`` on a served process): ``arrivals``; ``ok`` (replies written out
 whole to the socket); ``aborted`` (the client was gone before the reply was written); each fault kind;
 ``keys_ok`` (distinct request contents answered ok); ``duplicates`` (ok replies beyond the first per
-content: requests answered twice); ``peak_concurrency``. ``requests`` / ``headers`` record every request
-(``record=False`` turns that off for long benchmarks).
+content: requests answered twice); ``peak_concurrency``; ``first_arrival`` / ``last_reply``: the
+``time.monotonic()`` of the first request's arrival and of the last ok reply written (None before; the
+clock is system-wide, so another process's timings compare with them: ``benchmarks/bench_process.py``).
+``requests`` / ``headers`` record every request (``record=False`` turns that off for long benchmarks).
 
 Run in-process (``async with FakeProvider(...) as server``) or as its own process, which keeps its CPU off
 the client's event loop and survives the client being killed: ``with serve(...) as server``, or
@@ -215,6 +217,8 @@ class FakeProvider:
         self._arrived: Counter[bytes] = Counter()
         self._answered: Counter[bytes] = Counter()
         self._concurrent = 0
+        self.first_arrival: float | None = None  # time.monotonic() of the first request (a system-wide clock)
+        self.last_reply: float | None = None  # ... and of the last ok reply written out
         self._bucket_at = 0.0  # token bucket as a theoretical arrival time (GCRA)
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -252,6 +256,7 @@ class FakeProvider:
         self.counts[kind] += 1
         if kind == "ok":
             self._answered[key] += 1
+            self.last_reply = time.monotonic()
         return resp
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
@@ -263,6 +268,8 @@ class FakeProvider:
             self._concurrent -= 1
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if self.first_arrival is None:
+            self.first_arrival = time.monotonic()
         raw = await request.read()
         self.counts["arrivals"] += 1
         try:
@@ -338,6 +345,7 @@ class FakeProvider:
         out.update(self.counts)
         out["keys_ok"] = len(self._answered)
         out["duplicates"] = sum(n - 1 for n in self._answered.values())
+        out["first_arrival"], out["last_reply"] = self.first_arrival, self.last_reply
         return out
 
     async def _stats(self, request: web.Request) -> web.Response:

@@ -1,6 +1,8 @@
 """Bootstrap intervals, the index's interval and spread, breakdowns and degenerate cases."""
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import polars as pl
 import pytest
@@ -163,3 +165,17 @@ def test_formulas_work_on_arrays_as_on_expressions():
     with np.errstate(invalid="ignore"):
         assert np.isnan(f1_from(np.array([0.0]), np.array([0.0]), np.array([0.0]))[0])
     assert f1_from(np.array([1.0]), np.array([1.0]), np.array([1.0]))[0] == 50.0
+
+
+def test_resample_counts_are_the_draws_of_one_integers_call_counted_per_resample():
+    # the reference: one (resamples, n_tasks) draw, counted with one bincount over every resample's bins
+    # (how the counts were made before issue 14); block boundaries of the faster draw included (n = 5,000:
+    # 838 resamples a block)
+    for n, b in ((1, 5), (3, 1), (7, 1000), (880, 1000), (5_000, 1000)):
+        boot = Bootstrap(resamples=b)
+        rng = np.random.default_rng([boot.seed, zlib.crc32(b"hle_multichoice")])
+        drawn = rng.integers(0, n, size=(b, n)) + np.arange(b)[:, None] * n
+        expected = np.bincount(drawn.ravel(), minlength=b * n).reshape(b, n).astype(np.float32)
+        got = boot.weights("hle_multichoice", n)
+        assert got.dtype == np.float32 and np.array_equal(got, expected)
+        assert (got.sum(axis=1) == n).all()

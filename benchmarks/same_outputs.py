@@ -1,0 +1,105 @@
+"""Before/after check: the main job's outputs are byte-identical between a baseline commit and this tree.
+
+    python -m benchmarks.same_outputs [BASE_REV] [--data-dir ../shared/data] [--model MODEL] [--limit N]
+
+For the baseline (default ``main``, extracted with ``git archive`` into a temporary folder and imported
+from there ahead of the installed package) and for this working tree, in that order, it runs the main
+job on a fresh cache: ``dxi run`` (summary.json, answers.parquet), ``dxi run`` again (all cached),
+then ``dxi report`` (report.html, tables/*, and its summary.json and answers.parquet), each into its
+own folder, and compares every output file byte for byte. Exit status 0 when all are identical.
+
+Nothing legitimately varies between the two: the outputs hold no timings, dates or paths of temporary
+folders (both sides use the same cache and output paths, so the data block's file paths match too). A
+run's ``requests`` block counts what this invocation sent, so the fresh and the cached run differ from
+each other, but each must match the same step of the other side.
+"""
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"runner": "runner", "adapters": "adapters", "scoring": "scoring", "cache": "cache", "evals": "evals",
+            "report": "report"}
+MAIN = "import sys; from dxi.runner.cli import main; sys.exit(main())"
+
+
+def _baseline(rev: str, where: Path) -> Path:
+    """A folder to put first on PYTHONPATH that imports ``dxi`` from commit ``rev``."""
+    src = where / "src"
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    pkg = where / "pkg"
+    shutil.copytree(src / "dxi", pkg / "dxi")
+    for name, folder in PACKAGES.items():
+        (pkg / "dxi" / name).symlink_to(src / folder)
+    return pkg
+
+
+def _job(pythonpath: Path | None, work: Path, args: argparse.Namespace) -> dict[str, float]:
+    """Run the three steps with the code on ``pythonpath`` (None: the installed tree); their wall seconds."""
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    common = ["--data-dir", str(args.data_dir), "--cache-dir", str(work / "cache"), "-q"]
+    if args.limit:
+        common += ["--limit", str(args.limit)]
+    steps = {"run": ["run", "--model", args.model, *common, "--out", str(work / "run")],
+             "cached": ["run", "--model", args.model, *common, "--out", str(work / "cached")],
+             "report": ["report", *common, "--out", str(work / "report")]}
+    walls = {}
+    for name, argv in steps.items():
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", MAIN, *argv], env=env, check=True, cwd=work, stdout=subprocess.DEVNULL)
+        walls[name] = time.perf_counter() - started
+    return walls
+
+
+def _files(root: Path) -> set[Path]:
+    return {p.relative_to(root) for p in root.rglob("*") if p.is_file()}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.same_outputs")
+    p.add_argument("base", nargs="?", default="main", help="the baseline commit (default main)")
+    p.add_argument("--data-dir", type=Path, default=(ROOT.parent / "shared" / "data"))
+    p.add_argument("--model", default="embedded:sparrow-nano-general-v1.1")
+    p.add_argument("--limit", type=int)
+    args = p.parse_args()
+    args.data_dir = args.data_dir.resolve()
+    with tempfile.TemporaryDirectory(prefix="dxi-same-") as tmp:
+        tmp = Path(tmp)
+        pkg = _baseline(args.base, tmp / "base-code")
+        results = {}
+        for side, path in (("base", pkg), ("this", None)):
+            work = tmp / "job"  # the same paths on both sides: the data block and logs name them
+            work.mkdir()
+            results[side] = _job(path, work, args)
+            shutil.move(work, tmp / side)
+        differ = []
+        for step in ("run", "cached", "report"):
+            a, b = tmp / "base" / step, tmp / "this" / step
+            names = _files(a) | _files(b)
+            for name in sorted(names):
+                same = (a / name).is_file() and (b / name).is_file() and filecmp.cmp(a / name, b / name, shallow=False)
+                if not same:
+                    differ.append(f"{step}/{name}")
+            print(f"{step}: {len(names)} file(s) compared; base {results['base'][step]:.2f} s, "
+                  f"this {results['this'][step]:.2f} s")
+    if differ:
+        print("DIFFERENT: " + ", ".join(differ))
+        return 1
+    print(f"identical to {args.base}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

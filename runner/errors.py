@@ -1,0 +1,7 @@
+"""The runner's usage error, in a module of its own so that the command line can name it without importing
+what planning a run needs (Polars, the scoring, the cache): ``dxi --help`` stays fast."""
+from __future__ import annotations
+
+
+class PlanError(Exception):
+    """Bad input from the user (flags, run file, model strings): printed without a traceback, exit code 2."""

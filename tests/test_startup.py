@@ -1,0 +1,96 @@
+"""What start-up and the tail do (issue 14): which modules a command imports, the suite read once, the
+progress without a total, the command's exit codes. Speed itself is measured by `make bench`."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import orjson
+from rich.console import Console
+
+from dxi.evals import EVALS, Suite, discover, gold_frames, when2call
+from dxi.runner.progress import RunProgress
+from dxi.runner.run import Stats
+
+from .synthetic import data_dir as synthetic_data
+
+HEAVY = ("polars", "pyarrow", "numpy", "dxi.scoring", "dxi.cache", "uvloop", "rich", "aiohttp", "matplotlib", "jinja2")
+
+
+def _imported_by(code: str) -> set[str]:
+    probe = f"import sys\n{code}\nprint(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
+    return set(out.split())
+
+
+def test_the_command_line_and_help_import_none_of_the_heavy_modules():
+    loaded = _imported_by("from dxi.runner import cli\n"
+                          "try:\n    cli.parser().parse_args(['run', '--help'])\nexcept SystemExit:\n    pass")
+    assert sorted(m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY)) == []
+
+
+def test_reading_tasks_imports_no_polars():
+    loaded = _imported_by("from pathlib import Path\nfrom dxi.evals import Suite, discover\n"
+                          f"print(sum(1 for _ in Suite(discover(Path({str(Path(__file__).parent / 'fixtures')!r}))).tasks()))")
+    assert "polars" not in loaded and "pyarrow" not in loaded
+
+
+def test_the_survey_reads_the_tasks_once_and_matches_counting_and_gold_frames(tmp_path: Path, monkeypatch):
+    suite = Suite(discover(synthetic_data(tmp_path, 700)))
+    reads = []
+
+    def load(*args, **kwargs):
+        reads.append(1)
+        return when2call.load(*args, **kwargs)
+
+    monkeypatch.setitem(EVALS, "when2call", dataclasses.replace(EVALS["when2call"], load=load))
+    steps = list(suite.surveying(every=256))
+    assert len(steps) == 2  # 700 tasks: a pause after 256 and after 512
+    assert reads == [1]
+    assert suite.survey().tasks == {"when2call": 700}
+    assert suite.data_block()["when2call"]["tasks"] == 700
+    gold, categories = suite.gold_frames()
+    assert reads == [1]  # the data block and the gold frames came from the one pass
+    expected_gold, expected_categories = gold_frames(suite.tasks())
+    assert reads == [1, 1]
+    assert gold.height == 700 and gold.equals(expected_gold) and categories.equals(expected_categories)
+    assert categories.height == 4 * 700
+
+
+def test_progress_without_a_total_until_it_is_given():
+    out = StringIO()
+    p = RunProgress(Console(file=out, width=200), {}, interval_s=3600)
+    s = Stats(sent=5, ok=5, attempts=5, started=0.0)
+    assert p.line("m", s, now=10.0) == "5/? - 0.5 req/s ETA - $0.0000 retries 0 429s 0 invalid replies 0 failed 0 cached 0"
+    with p:
+        p.update("m", s)  # not a terminal: no line before the interval, even though no total is known
+        assert out.getvalue() == ""
+        p.set_totals({"m": 5})
+        p.update("m", s)  # finished: its line at once
+    assert out.getvalue().endswith("m: 5/5 100% " + p.line("m", s).split(" ", 2)[2] + "\n")
+
+
+def test_the_command_exits_with_mains_code_and_flushes(tmp_path: Path):
+    def dxi(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", "from dxi.runner.cli import command; command()", *args],
+                              capture_output=True, text=True)
+
+    r = dxi("--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: dxi")
+    r = dxi("run")
+    assert r.returncode == 2 and "name the models" in r.stderr
+    r = dxi("nonsense")
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+    data = synthetic_data(tmp_path / "data", 3)
+    r = dxi("run", "--model", "embedded:sparrow-nano-general-v1.1", "--data-dir", str(data), "--evals", "when2call",
+            "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert "Decision Index" in r.stdout and r.stdout.rstrip().endswith("answers.parquet")
+    summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    assert summary["data"]["when2call"]["tasks"] == 3
+    assert summary["models"][0]["requests"]["sent"] == 3
+    assert list((tmp_path / "cache" / "wal").iterdir()) == []  # closed: compacted into a shard
+    assert len(list((tmp_path / "cache" / "shards").iterdir())) == 1
