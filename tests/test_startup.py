@@ -62,7 +62,7 @@ def test_the_survey_reads_the_tasks_once_and_matches_counting_and_gold_frames(tm
 
 def test_progress_without_a_total_until_it_is_given():
     out = StringIO()
-    p = RunProgress(Console(file=out, width=200), {}, interval_s=3600)
+    p = RunProgress(Console(file=out, width=200), {}, interval_s=3600, started=0.0)
     s = Stats(sent=5, ok=5, attempts=5, started=0.0)
     assert p.line("m", s, now=10.0) == "5/? - 0.5 req/s ETA - $0.0000 retries 0 429s 0 invalid replies 0 failed 0 cached 0"
     with p:
@@ -83,7 +83,7 @@ def test_the_command_exits_with_mains_code_and_flushes(tmp_path: Path):
     r = dxi("run")
     assert r.returncode == 2 and "name the models" in r.stderr
     r = dxi("nonsense")
-    assert r.returncode == 2 and "invalid choice" in r.stderr
+    assert r.returncode == 2 and "unknown command 'nonsense'" in r.stderr
     data = synthetic_data(tmp_path / "data", 3)
     r = dxi("run", "--model", "embedded:sparrow-nano-general-v1.1", "--data-dir", str(data), "--evals", "when2call",
             "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"))
