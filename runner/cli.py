@@ -38,7 +38,7 @@ from rich.table import Table
 from dxi import adapters, scoring
 from dxi.adapters import local_models
 from dxi.cache import Cache, CacheWriteError
-from dxi.evals import EVALS, PROMPT_VERSION, DatasetError
+from dxi.evals import EVALS, PROMPT_VERSION, DatasetError, Suite
 from dxi.evals.wildguardtest import SUBSETS
 
 from .cost import Budget
@@ -287,7 +287,9 @@ def _more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:
             for label, n in found.filter(pl.col("cached_epochs") > epochs).select("label", "cached_epochs").iter_rows()]
 
 
-def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
+def _score_selection(args: argparse.Namespace) -> tuple[Plan | None, Path, Path, Suite]:
+    """What ``dxi score`` (and ``report``, ``export``) scores: the plan (a run file's or the ``--model``
+    flags'; None: every model in the cache), the cache and output folders and the suite of tasks."""
     if args.run_file is not None and args.model:
         raise UsageError(f"--model cannot be combined with a run file ({args.run_file}): the file names the models")
     plan = plan_from_args(args) if args.run_file is not None or args.model else None
@@ -296,15 +298,20 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
     suite = plan.suite if plan else suite_from_flags(args)
     if not cache_dir.is_dir():
         raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
+    args.cache_dir = cache_dir
+    return plan, cache_dir, out, suite
+
+
+def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
+    plan, cache_dir, out, suite = _score_selection(args)
     with Cache(cache_dir) as cache:
-        args.cache_dir = cache_dir
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
         if not html:
             summary = score(cache, suite, frame, out, None, epochs, prices)
         else:
             from dxi.report.html import write  # matplotlib and Jinja2 load only for reports
             summary, scored = score_all(cache, suite, frame, out, None, epochs, breakdowns=True, prices=prices)
-            path = write(summary, scored, out)
+            path = write(summary, scored, out, ranked=plan is None)  # no order given: by Decision Index
     print_summary(summary, console, out)
     for note in notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
