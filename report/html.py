@@ -16,7 +16,7 @@ import jinja2
 import polars as pl
 
 from dxi.evals import EVALS
-from dxi.scoring import Scored, breakdowns
+from dxi.scoring import WEIGHTS, Scored, breakdowns
 from dxi.scoring.calibration import CALIBRATION_METRICS
 from dxi.scoring.sums import METRICS
 
@@ -112,7 +112,8 @@ def banner(summary: dict, scored: Scored) -> list[str]:
         notes.append(f"A sample of the tasks was scored ({sample}): not the full index; intervals are wide.")
     for name, d in data.items():
         if d.get("missing"):
-            notes.append(f"{EVALS[name].title}: no data ({d['missing']}), so the Decision Index is not computed.")
+            notes.append(f"{EVALS[name].title} is not scored: {d['missing']}. The Decision Index needs all four "
+                         "evaluations, so it is not computed.")
         elif d.get("stand_in"):
             notes.append(f"{EVALS[name].title} is a stand-in dataset: {d.get('note') or 'not the published data'}")
     answers = {(r["label"], r["eval"]): r["answers"] for r in scored.statuses.iter_rows(named=True)} \
@@ -156,12 +157,9 @@ def _index_section(summary: dict, scored: Scored, labels: list[str]) -> dict:
     index = {r["label"]: r for r in scored.index.iter_rows(named=True)}
     metrics = {(r["label"], r["eval"]): r for r in scored.metrics.iter_rows(named=True)}
     entries = {m["model"]: m for m in summary["models"]}
-    cells = [(name, METRICS[name][0] if name != "wildguardtest" else "mean_f1") for name in METRICS]
-    cells.insert(1, ("aa_omniscience_decision", "non_hallucination_rate"))
-    weights = {("aa_omniscience_decision", "accuracy"): "12.5%", ("aa_omniscience_decision", "non_hallucination_rate"):
-               "12.5%"}
+    cells = list(WEIGHTS)  # the index's terms, in the formula's order
     headers = ["model", "Decision Index"] + [
-        f"{SHORT_TITLES[name]} {METRIC_TITLES[m]} ({weights.get((name, m), '25%')})" for name, m in cells] + [
+        f"{SHORT_TITLES[name]} {METRIC_TITLES[m]} ({100 * WEIGHTS[name, m]:g}%)" for name, m in cells] + [
         "invalid", "failed"]
     rows = []
     for label in labels:

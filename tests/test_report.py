@@ -247,8 +247,8 @@ def test_the_banner_says_why_the_numbers_are_not_the_full_index(four: FourModels
     assert banner(summary, scored)[0].startswith("m, HLE-MultiChoice: 7 answer(s) are not in the cache")
     summary["models"][0]["evals"]["hle_multichoice"]["missing"] = 0
     summary["data"]["when2call"] = {"missing": "not selected (--evals)"}
-    assert banner(summary, scored) == ["When2Call: no data (not selected (--evals)), so the Decision Index is not "
-                                       "computed."]
+    assert banner(summary, scored) == ["When2Call is not scored: not selected (--evals). The Decision Index needs all "
+                                       "four evaluations, so it is not computed."]
     summary["data"] = {"hle_multichoice": {**full, "limit": 10}, "when2call": {**full, "limit": 10}}
     assert banner(summary, scored)[0].startswith("Only the first 10 tasks of each evaluation were scored (--limit)")
     # --sample, however summary.json records it: a per-evaluation count or block, or a top-level block
