@@ -252,7 +252,8 @@ def test_the_banner_says_why_the_numbers_are_not_the_full_index(four: FourModels
     summary["data"] = {"hle_multichoice": {**full, "limit": 10}, "when2call": {**full, "limit": 10}}
     assert banner(summary, scored)[0].startswith("Only the first 10 tasks of each evaluation were scored (--limit)")
     # --sample, however summary.json records it: a per-evaluation count or block, or a top-level block
-    for recorded in ({"data": {"hle_multichoice": {**full, "sample": {"n": 20, "seed": 3}}}},
+    for recorded in ({"data": {"hle_multichoice": {**full, "sample": {"tasks": 20, "seed": 3}}}},
+                     {"data": {"hle_multichoice": {**full, "sample": {"n": 20, "seed": 3}}}},
                      {"data": {"hle_multichoice": {**full, "sample": 20}}, "seed": 3},
                      {"data": {"hle_multichoice": full}, "sample": {"size": 20, "seed": 3}}):
         notes = banner({**recorded, "models": []}, scored)
