@@ -294,11 +294,27 @@ def _contents(evals: list[dict]) -> list[dict]:
     return items
 
 
+def _data_notes(d: dict) -> str:
+    """The notes cell of the data table: stand-in or provenance note, WildGuardTest subset, selection."""
+    parts = [f"stand-in: {d['note']}" if d.get("stand_in") else d.get("note")]
+    if d.get("subset"):
+        parts.append(f"subset {d['subset']}.")
+    if d.get("limit") is not None:
+        parts.append(f"limit {d['limit']}.")
+    sample = d.get("sample")
+    if isinstance(sample, dict):
+        parts.append(f"sample {sample.get('tasks')} (seed {sample.get('seed')}).")
+    elif sample:
+        parts.append(f"sample {sample}.")
+    return " ".join(p for p in parts if p)
+
+
 def render(summary: dict, scored: Scored, ranked: bool = False) -> str:
     """The report as one HTML document (text). Models appear in ``model_order(summary, ranked)`` in every
     table and chart."""
     labels = model_order(summary, ranked)
-    data = [{"title": EVALS[name].title, **d, "file": (d.get("files") or [{}])[0]} for name, d in summary["data"].items()]
+    data = [{"title": EVALS[name].title, **d, "file": (d.get("files") or [{}])[0], "notes": _data_notes(d)}
+            for name, d in summary["data"].items()]
     evals = _eval_sections(summary, scored, labels)
     return _ENV.get_template("report.html.j2").render(
         summary=summary, data=data, index=_index_section(summary, scored, labels), evals=evals,

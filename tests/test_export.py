@@ -152,3 +152,36 @@ def test_export_takes_the_selection_of_dxi_score(four: FourModels, tmp_path: Pat
     assert main([*four.args("export", "--format", "csv", "--model", "openai:nope@http://127.0.0.1:1/v1"),
                  str(tmp_path / "x.csv")]) == 2
     assert "openai:nope: no such model in" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
+
+
+@pytest.mark.parametrize("limit", ["1", "2"])
+def test_eee_leaves_out_null_metrics_and_says_why(four: FourModels, tmp_path: Path, limit: str):
+    # one or two tasks per evaluation: some WildGuardTest F1 scores are undefined (no positive gold label and
+    # no positive prediction): with one task every F1 of some models, with two only the response-harm one
+    assert main([*four.args("score", "--out", str(tmp_path / "s"), "--limit", limit)]) == 0
+    summary = orjson.loads((tmp_path / "s" / "summary.json").read_bytes())
+    assert main([*four.args("export", "--format", "eee", "--limit", limit), str(tmp_path / "eee")]) == 0
+    aggregate = validator("eval.schema.json")
+    logs = {}
+    for path in (tmp_path / "eee").rglob("*.json"):
+        log = orjson.loads(path.read_bytes())
+        assert list(aggregate.iter_errors(log)) == []
+        logs[log["model_info"]["name"], log["evaluation_results"][0]["evaluation_name"]] = log
+    nulls = partial = 0
+    for entry in summary["models"]:
+        block = entry["evals"]["wildguardtest"]
+        defined = [m for m in ("f1_prompt_harm", "f1_response_refusal", "f1_response_harm", "mean_f1")
+                   if block[m] is not None]
+        log = logs.get((entry["model"], "wildguardtest"))
+        assert ((entry["model"], "decision_index") in logs) == (entry["decision_index"] is not None)
+        if not defined:
+            assert log is None
+            nulls += 1
+            continue
+        assert [r["metric_config"]["metric_name"] for r in log["evaluation_results"]] == defined
+        reasons = log["source_metadata"].get("additional_details", {})
+        assert sorted(reasons) == sorted(f"{m}_reason" for m in ("f1_prompt_harm", "f1_response_refusal",
+                                                                 "f1_response_harm", "mean_f1") if m not in defined)
+        assert all("undefined (no positive gold label and no positive prediction)" in r for r in reasons.values())
+        partial += bool(reasons)
+    assert (nulls >= 1) if limit == "1" else (partial >= 1)

@@ -172,6 +172,11 @@ def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(four: F
     assert None not in landed and all(top < 900 for top in landed) and sum(top <= 20 for top in landed) >= 10, landed
     assert "AA-Omniscience-Decision is a stand-in dataset" in banner
     assert (tmp_path / "top.png").stat().st_size > 20_000 and (tmp_path / "report.png").stat().st_size > 100_000
+    if os.environ.get("DXI_REPORT_SCREENSHOTS"):  # to look at them: DXI_REPORT_SCREENSHOTS=DIR pytest -k fits_1280
+        keep = Path(os.environ["DXI_REPORT_SCREENSHOTS"])
+        keep.mkdir(parents=True, exist_ok=True)
+        for name in ("top.png", "report.png"):
+            shutil.copy(tmp_path / name, keep / f"four-models-1280-{name}")
 
 
 def _headers(html: str, table_class: str) -> list[list[str]]:
