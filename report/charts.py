@@ -51,12 +51,64 @@ def bars(title: str, labels: Sequence[str], series: dict[str, Sequence[float | N
         ax.set_xlabel(xlabel)
         if xlim:
             ax.set_xlim(*xlim)
-        ax.set_title(title, loc="left", fontsize=10, fontweight="bold")
         ax.grid(axis="x", color="#dddddd", linewidth=0.6)
         ax.set_axisbelow(True)
-        if len(series) > 1:
-            ax.legend(loc="lower right", fontsize=8, frameon=False)
+        if len(series) > 1:  # above the axes, in a row: never over a bar
+            ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=min(k, 4), fontsize=8, frameon=False,
+                      borderaxespad=0.2, handlelength=1.2)
+            ax.set_title(title, loc="left", fontsize=10, fontweight="bold", pad=8 + 14 * ((k + 3) // 4))
+        else:
+            ax.set_title(title, loc="left", fontsize=10, fontweight="bold")
         return _svg(fig)
+
+
+def heatmap(title: str, groups: Sequence[str], models: Sequence[str], values: Sequence[Sequence[float | None]],
+            marked: Sequence[bool] = (), vmin: float = 0, vmax: float = 100) -> str:
+    """A heatmap of one metric: ``values[i][j]`` is group ``groups[i]`` (rows, top to bottom) for model
+    ``models[j]`` (columns, left to right, in the report's model order), on a 0-100 scale; None cells
+    are grey and show "—". Each cell shows its value; rows whose ``marked`` entry is true (groups with
+    few tasks) get a "*" after their name. The colour bar sits right of the grid, never over a cell."""
+    import numpy as np
+
+    with matplotlib.rc_context(STYLE):
+        n, k = max(1, len(groups)), max(1, len(models))
+        grid = np.array([[np.nan if v is None else float(v) for v in row] for row in values], dtype=float).reshape(n, k)
+        fig = Figure(figsize=(min(2.2 + 1.35 * k, 9.5), 0.9 + 0.32 * n))
+        ax = fig.add_subplot()
+        cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#e6e6e6")
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+        names = [f"{g} *" if i < len(marked) and marked[i] else str(g) for i, g in enumerate(groups)]
+        ax.set_yticks(range(n), names or [""])
+        names_x = [_wrapped(m) for m in models] or [""]
+        ax.set_xticks(range(k), names_x, fontsize=8)
+        ax.xaxis.tick_top()
+        ax.tick_params(length=0)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        for i in range(n):
+            for j in range(k):
+                v = grid[i, j]
+                dark = not np.isnan(v) and (v - vmin) / (vmax - vmin or 1) < 0.6
+                ax.text(j, i, "—" if np.isnan(v) else f"{v:.1f}", ha="center", va="center", fontsize=8,
+                        color="white" if dark else "#1d1d1f")
+        bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+        bar.ax.tick_params(labelsize=7)
+        ax.set_title(title, loc="left", fontsize=10, fontweight="bold",
+                     pad=8 + 11 * max(n.count("\n") + 1 for n in names_x))
+        return _svg(fig)
+
+
+def _wrapped(label: str, width: int = 16, lines: int = 3) -> str:
+    """A model label on at most ``lines`` lines of about ``width`` characters (broken after the adapter's
+    ":" first), cut with "…" beyond that; the full label is in the table beside the chart."""
+    head, sep, tail = label.partition(":")
+    parts = [head + sep] if sep and tail else []
+    rest = tail if sep and tail else label
+    parts += [rest[i:i + width] for i in range(0, len(rest), width)]
+    if len(parts) > lines:
+        parts = parts[:lines]
+        parts[-1] = parts[-1][:-1] + "…"
+    return "\n".join(parts)
 
 
 def reliability(title: str, panels: dict[str, dict[str, Sequence[float]]]) -> str:
@@ -66,7 +118,7 @@ def reliability(title: str, panels: dict[str, dict[str, Sequence[float]]]) -> st
     with matplotlib.rc_context(STYLE):
         k = max(1, len(panels))
         fig = Figure(figsize=(2.3 * k + 0.4, 2.6))
-        axes = fig.subplots(1, k, squeeze=False)[0]
+        axes = fig.subplots(1, k, squeeze=False, gridspec_kw={"wspace": 0.3})[0]
         for ax, (name, b) in zip(axes, panels.items(), strict=False):
             widths = [hi - lo for lo, hi in zip(b["low"], b["high"], strict=True)]
             ax.bar(b["low"], b["accuracy"], width=widths, align="edge", color=COLORS[0], edgecolor="white",
@@ -75,6 +127,8 @@ def reliability(title: str, panels: dict[str, dict[str, Sequence[float]]]) -> st
             ax.plot([0, 1], [0, 1], "--", color="#888888", linewidth=0.8)
             ax.set_xlim(0, 1)
             ax.set_ylim(0, 1)
+            ax.set_xticks([0, 0.5, 1], ["0", "0.5", "1"])  # room between panels: no label runs into the next
+            ax.set_yticks([0, 0.5, 1], ["0", "0.5", "1"])
             ax.set_title(name, fontsize=8)
             ax.set_xlabel("confidence", fontsize=8)
         axes[0].set_ylabel("accuracy", fontsize=8)

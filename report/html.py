@@ -16,7 +16,7 @@ import jinja2
 import polars as pl
 
 from dxi.evals import EVALS
-from dxi.scoring import Scored
+from dxi.scoring import WEIGHTS, Scored, breakdowns
 from dxi.scoring.calibration import CALIBRATION_METRICS
 from dxi.scoring.sums import METRICS
 
@@ -32,23 +32,42 @@ _ENV = jinja2.Environment(loader=jinja2.PackageLoader("dxi.report", "templates")
                           trim_blocks=True, lstrip_blocks=True)
 
 
+MIN_GROUP_TASKS = 30
+"""Breakdown groups with fewer tasks than this are marked "*" in the report: with so few tasks a group's
+interval is wide and a difference between models there is weak evidence."""
+NOT_SCORED_SHARE = 0.05
+"""The banner warns when a model's invalid plus failed answers in an evaluation pass this share of its
+answers (5%): those answers are scored as wrong, so the score measures the replies' format as much as
+the decisions."""
+HEADLINE = {"aa_omniscience_decision": "accuracy", "hle_multichoice": "accuracy", "when2call": "accuracy",
+            "wildguardtest": "mean_f1"}
+"""The metric a breakdown's heatmap shows, per evaluation (its table shows every metric)."""
+SHORT_TITLES = {"aa_omniscience_decision": "Omniscience", "hle_multichoice": "HLE", "when2call": "When2Call",
+                "wildguardtest": "WildGuardTest"}
+SCORING_RULE = ("Invalid and failed answers are scored as wrong. In AA-Omniscience-Decision an invalid answer is not "
+                "an abstention: it counts toward the hallucination rate. In WildGuardTest's F1 scores an invalid "
+                "yes/no answer counts as the wrong side (a false negative where the gold label is positive, a false "
+                "positive where it is negative).")
+WARNING_NOTE = ("A warning marks an answer that was scored normally but that validation noted: a decision model's "
+                "returned choice that is not its most probable option (the most probable one is scored), a "
+                "logprob decision renormalised over the allowed answers (the note says how much of the first "
+                "token's probability they held), unexpected keys in a JSON reply.")
+
+
 def _num(v: float | None, digits: int = 1) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
 
-def _with_ci(row: dict, metric: str, digits: int = 1) -> str:
-    """"37.0 [32.8, 41.2]" (value and interval), "—" when null."""
+def _cell(row: dict, metric: str, digits: int = 1) -> dict:
+    """A score for a two-line table cell: ``v`` the value, ``ci`` "[low, high]", ``sd`` "±x sd" (with
+    several epochs); empty strings where absent, ``v`` "—" when null."""
     v = row.get(metric)
     if v is None:
-        return "—"
+        return {"v": "—", "ci": "", "sd": ""}
     low, high = row.get(f"{metric}_low"), row.get(f"{metric}_high")
-    text = _num(v, digits)
-    if low is not None and high is not None:
-        text += f" [{_num(low, digits)}, {_num(high, digits)}]"
     sd = row.get(f"{metric}_sd")
-    if sd is not None:
-        text += f" ±{_num(sd, digits)} sd"
-    return text
+    return {"v": _num(v, digits), "ci": f"[{_num(low, digits)}, {_num(high, digits)}]" if low is not None and high is not None
+            else "", "sd": f"±{_num(sd, digits)} sd" if sd is not None else ""}
 
 
 def _uri(svg: str) -> str:
@@ -56,21 +75,98 @@ def _uri(svg: str) -> str:
 
 
 def _table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> dict:
-    return {"columns": list(columns), "rows": [[("—" if c is None else str(c)) for c in r] for r in rows]}
+    return {"columns": list(columns),
+            "rows": [[c if isinstance(c, dict) else ("—" if c is None else str(c)) for c in r] for r in rows]}
 
 
-def _index_section(summary: dict, scored: Scored) -> dict:
+def model_order(summary: dict, ranked: bool) -> list[str]:
+    """The one order of models in every table and chart: summary.json's (the run file's or the
+    ``--model`` flags') when ``ranked`` is false, else by Decision Index, highest first (models without
+    an index last, then by name)."""
+    labels = [m["model"] for m in summary["models"]]
+    if not ranked:
+        return labels
+    index = {m["model"]: m["decision_index"] for m in summary["models"]}
+    return sorted(labels, key=lambda lb: (index[lb] is None, -(index[lb] or 0.0), lb))
+
+
+def _order(labels: Sequence[str]) -> pl.Expr:
+    """A sort key putting the ``label`` column in the report's model order."""
+    return pl.col("label").cast(pl.String).replace_strict({lb: i for i, lb in enumerate(labels)}, default=len(labels),
+                                                          return_dtype=pl.Int64)
+
+
+def banner(summary: dict, scored: Scored) -> list[str]:
+    """Why the numbers are not the full Decision Index, one sentence each (empty: they are): a
+    selection of tasks (``--limit``, ``--sample``), a stand-in dataset, an evaluation without data or
+    not selected, answers missing from the cache, or invalid plus failed answers above
+    ``NOT_SCORED_SHARE`` of a model's answers in an evaluation."""
+    notes: list[str] = []
+    data = summary["data"]
+    limits = sorted({d["limit"] for d in data.values() if d.get("limit") is not None})
+    if limits:
+        notes.append(f"Only the first {', '.join(map(str, limits))} tasks of each evaluation were scored (--limit): "
+                     "these numbers are a smoke test, not the Decision Index.")
+    sample = _sample(summary)
+    if sample:
+        notes.append(f"A sample of the tasks was scored ({sample}): not the full index; intervals are wide.")
+    for name, d in data.items():
+        if d.get("missing"):
+            notes.append(f"{EVALS[name].title} is not scored: {d['missing']}. The Decision Index needs all four "
+                         "evaluations, so it is not computed.")
+        elif d.get("stand_in"):
+            notes.append(f"{EVALS[name].title} is a stand-in dataset: {d.get('note') or 'not the published data'}")
+    answers = {(r["label"], r["eval"]): r["answers"] for r in scored.statuses.iter_rows(named=True)} \
+        if not scored.statuses.is_empty() else {}
+    for m in summary["models"]:
+        for name, block in m["evals"].items():
+            if block.get("missing"):
+                notes.append(f"{m['model']}, {EVALS[name].title}: {block['missing']} answer(s) are not in the cache, "
+                             "so its metrics and Decision Index are not computed; `dxi run` with the same options sends "
+                             "what is missing.")
+            bad, total = block.get("invalid", 0) + block.get("failed", 0), answers.get((m["model"], name), 0)
+            if total and bad / total > NOT_SCORED_SHARE:
+                notes.append(f"{m['model']}, {EVALS[name].title}: {bad} of {total} answers ({100 * bad / total:.0f}%) "
+                             f"are invalid or failed (more than {100 * NOT_SCORED_SHARE:.0f}%), scored as wrong.")
+    return notes
+
+
+def _sample(summary: dict) -> str:
+    """The ``--sample`` selection as recorded in summary.json ("" if none): a top-level ``sample`` or
+    ``selection`` block, or a per-evaluation ``sample`` entry (a task count, or a block with the count
+    and seed)."""
+    found = []
+    for block in (summary.get("sample"), (summary.get("selection") or {}).get("sample") if isinstance(
+            summary.get("selection"), dict) else None, *(d.get("sample") for d in summary["data"].values())):
+        if block is None or block is False:
+            continue
+        if isinstance(block, dict):
+            n = next((block[k] for k in ("n", "size", "tasks", "per_eval") if k in block), None)
+            seed = block.get("seed")
+        else:
+            n, seed = block, summary.get("seed")
+        text = f"{n} tasks per evaluation" if n is not None else "sampled tasks"
+        if seed is not None:
+            text += f", seed {seed}"
+        if text not in found:
+            found.append(text)
+    return "; ".join(found)
+
+
+def _index_section(summary: dict, scored: Scored, labels: list[str]) -> dict:
     index = {r["label"]: r for r in scored.index.iter_rows(named=True)}
     metrics = {(r["label"], r["eval"]): r for r in scored.metrics.iter_rows(named=True)}
-    headers = ["model", "Decision Index [95% CI]"]
-    cells = [(name, m) for name in METRICS for m in METRICS[name]]
-    headers += [f"{EVALS[name].title} {METRIC_TITLES[m]}" for name, m in cells] + ["invalid", "failed"]
+    entries = {m["model"]: m for m in summary["models"]}
+    cells = list(WEIGHTS)  # the index's terms, in the formula's order
+    headers = ["model", "Decision Index"] + [
+        f"{SHORT_TITLES[name]} {METRIC_TITLES[m]} ({100 * WEIGHTS[name, m]:g}%)" for name, m in cells] + [
+        "invalid", "failed"]
     rows = []
-    labels = [m["model"] for m in summary["models"]]
-    for entry in summary["models"]:
-        label = entry["model"]
-        row = [label, _with_ci(index.get(label, {}), "decision_index") if entry["decision_index"] is not None else "—"]
-        row += [_with_ci(metrics.get((label, name), {}), m) if entry["evals"][name].get(m) is not None else "—"
+    for label in labels:
+        entry = entries[label]
+        row: list[object] = [label, _cell(index.get(label, {}), "decision_index") if entry["decision_index"] is not None
+                             else _cell({}, "decision_index")]
+        row += [_cell(metrics.get((label, name), {}), m) if entry["evals"][name].get(m) is not None else _cell({}, m)
                 for name, m in cells]
         row += [sum(b.get("invalid", 0) for b in entry["evals"].values()),
                 sum(b.get("failed", 0) for b in entry["evals"].values())]
@@ -79,16 +175,39 @@ def _index_section(summary: dict, scored: Scored) -> dict:
                         {"Decision Index": [index.get(lb, {}).get("decision_index") for lb in labels]},
                         {"Decision Index": [index.get(lb, {}).get("decision_index_low") for lb in labels]},
                         {"Decision Index": [index.get(lb, {}).get("decision_index_high") for lb in labels]})
-    reasons = [f"{e['model']}: {e['decision_index_reason']}" for e in summary["models"] if e.get("decision_index_reason")]
+    reasons = [f"{lb}: {entries[lb]['decision_index_reason']}" for lb in labels if entries[lb].get("decision_index_reason")]
     return {"table": _table(headers, rows), "chart": _uri(chart), "reasons": reasons}
 
 
-def _eval_sections(summary: dict, scored: Scored) -> list[dict]:
-    labels = [m["model"] for m in summary["models"]]
+def _breakdown(name: str, dimension: str, part: pl.DataFrame, labels: list[str]) -> dict:
+    """One breakdown: groups as rows (one row per metric where the evaluation has several), models as
+    columns, each cell the score with its interval; plus the heatmap of the ``HEADLINE`` metric."""
+    metrics = METRICS[name]
+    by = {(r["group"], r["label"]): r for r in part.iter_rows(named=True)}
+    groups = part["group"].unique(maintain_order=True).to_list()
+    tasks = {g: max(r["n"] for (gr, _), r in by.items() if gr == g) for g in groups}
+    rows = []
+    for g in groups:
+        for m in metrics:
+            rows.append({"group": g, "tasks": tasks[g], "few": tasks[g] < MIN_GROUP_TASKS, "metric": METRIC_TITLES[m],
+                         "span": len(metrics) if m == metrics[0] else 0,
+                         "cells": [_cell(by.get((g, lb), {}), m) for lb in labels]})
+    headline = HEADLINE[name]
+    title = DIMENSION_TITLES.get(dimension, dimension)
+    chart = charts.heatmap(f"{EVALS[name].title} {METRIC_TITLES[headline]} by {title}", groups, labels,
+                           [[by.get((g, lb), {}).get(headline) for lb in labels] for g in groups],
+                           [tasks[g] < MIN_GROUP_TASKS for g in groups])
+    return {"id": f"{name}-{dimension}", "title": title, "models": labels, "metrics": len(metrics), "rows": rows,
+            "few": any(tasks[g] < MIN_GROUP_TASKS for g in groups), "headline": METRIC_TITLES[headline],
+            "chart": _uri(chart)}
+
+
+def _eval_sections(summary: dict, scored: Scored, labels: list[str]) -> list[dict]:
     sections = []
     for name, metrics in METRICS.items():
         data = summary["data"].get(name, {})
-        section: dict = {"name": name, "title": EVALS[name].title, "missing": data.get("missing"), "note": data.get("note")}
+        section: dict = {"name": name, "title": EVALS[name].title, "missing": data.get("missing"), "note": data.get("note"),
+                         "breakdowns": []}
         sections.append(section)
         if data.get("missing"):
             continue
@@ -97,21 +216,16 @@ def _eval_sections(summary: dict, scored: Scored) -> list[dict]:
         low = {METRIC_TITLES[m]: [rows.get(lb, {}).get(f"{m}_low") for lb in labels] for m in metrics}
         high = {METRIC_TITLES[m]: [rows.get(lb, {}).get(f"{m}_high") for lb in labels] for m in metrics}
         section["chart"] = _uri(charts.bars(f"{EVALS[name].title} (95% CI)", labels, series, low, high))
+        reasons = {m["model"]: m["evals"][name].get("reason") for m in summary["models"]}
         section["table"] = _table(
             ["model", "tasks", *[METRIC_TITLES[m] for m in metrics], "invalid", "failed", "missing", "reason"],
-            [[lb, rows[lb]["n"], *[_with_ci(rows[lb], m) for m in metrics], rows[lb]["invalid"], rows[lb]["failed"],
-              rows[lb]["missing"], next((e["evals"][name].get("reason") for e in summary["models"] if e["model"] == lb), None)]
-             for lb in labels if lb in rows])
-        section["breakdowns"] = []
+            [[lb, rows[lb]["n"], *[_cell(rows[lb], m) for m in metrics], rows[lb]["invalid"], rows[lb]["failed"],
+              rows[lb]["missing"], reasons.get(lb)] for lb in labels if lb in rows])
         if not scored.breakdowns.is_empty():
             mine = scored.breakdowns.filter(pl.col("eval") == name)
             for dimension in mine["dimension"].unique(maintain_order=True).to_list():
-                part = mine.filter(pl.col("dimension") == dimension).sort("group", "label")
-                section["breakdowns"].append({
-                    "title": DIMENSION_TITLES.get(dimension, dimension),
-                    "table": _table(["group", "model", "tasks", *[METRIC_TITLES[m] for m in metrics]],
-                                    [[r["group"], r["label"], r["n"], *[_with_ci(r, m) for m in metrics]]
-                                     for r in part.iter_rows(named=True)])})
+                part = mine.filter(pl.col("dimension") == dimension).sort("group")
+                section["breakdowns"].append(_breakdown(name, dimension, part, labels))
         if name == "when2call" and not scored.confusion.is_empty():
             section["confusion"] = []
             for label in labels:
@@ -124,13 +238,17 @@ def _eval_sections(summary: dict, scored: Scored) -> list[dict]:
     return sections
 
 
-def _calibration_section(summary: dict, scored: Scored) -> dict:
-    labels = [m["model"] for m in summary["models"]]
+def _calibration_section(summary: dict, scored: Scored, labels: list[str]) -> dict:
     rows = []
-    for r in scored.calibration.sort("label", "eval", "question").iter_rows(named=True):
+    calib = scored.calibration
+    if not calib.is_empty():
+        evals = {name: i for i, name in enumerate(METRICS)}
+        calib = calib.sort(_order(labels), pl.col("eval").replace_strict(evals, default=len(evals),
+                                                                           return_dtype=pl.Int64), "question")
+    for r in calib.iter_rows(named=True):
         rows.append([r["label"], EVALS[r["eval"]].title, r["question"], r["answers"], r["excluded"],
-                     *[_with_ci(r, m, 3) for m in CALIBRATION_METRICS],
-                     _with_ci(r, "auroc", 3) if r.get("auroc") is not None else "—"])
+                     *[_cell(r, m, 3) for m in CALIBRATION_METRICS],
+                     _cell(r, "auroc", 3) if r.get("auroc") is not None else "—"])
     diagrams = []
     for label in labels:
         bins = scored.reliability.filter(pl.col("label") == label)
@@ -146,28 +264,72 @@ def _calibration_section(summary: dict, scored: Scored) -> dict:
                              "AUROC"], rows), "diagrams": diagrams}
 
 
-def _status_section(scored: Scored) -> dict:
-    statuses = scored.statuses.sort("label", "eval")
-    status_rows = [[r["label"], EVALS[r["eval"]].title, *[r[c] for c in statuses.columns[2:]]]
-                   for r in statuses.iter_rows(named=True)]
+def _status_section(scored: Scored, labels: list[str]) -> dict:
+    statuses = scored.statuses.sort(_order(labels), "eval") if not scored.statuses.is_empty() else scored.statuses
+    kinds = {(r["label"], r["eval"]): r for r in breakdowns.warning_kinds(scored.answers).iter_rows(named=True)}
+    counts = [c for c in statuses.columns[2:] if c != "warnings"]
+    status_rows = []
+    for r in statuses.iter_rows(named=True):
+        kind = kinds.get((r["label"], r["eval"]))
+        warned = "0" if kind is None else (f"{kind['warnings']}: {kind['example']}" + (
+            f" (and {kind['kinds'] - 1} other kind{'s' if kind['kinds'] > 2 else ''})" if kind["kinds"] > 1 else ""))
+        status_rows.append([r["label"], EVALS[r["eval"]].title, *[r[c] for c in counts], warned])
+    errors = scored.errors.sort(_order(labels), maintain_order=True) if not scored.errors.is_empty() else scored.errors
     error_rows = [[r["label"], EVALS[r["eval"]].title, r["status"], r["count"], r["example"], r["error"]]
-                  for r in scored.errors.iter_rows(named=True)] if not scored.errors.is_empty() else []
-    return {"statuses": _table(["model", "evaluation", *statuses.columns[2:]], status_rows),
+                  for r in errors.iter_rows(named=True)]
+    return {"statuses": _table(["model", "evaluation", *counts, "warnings (scored; what they are)"], status_rows),
+            "warning_column": 2 + len(counts),
             "errors": _table(["model", "evaluation", "status", "answers", "example task", "error"], error_rows)}
 
 
-def render(summary: dict, scored: Scored) -> str:
-    """The report as one HTML document (text)."""
-    data = [{"title": EVALS[name].title, **d, "file": (d.get("files") or [{}])[0]} for name, d in summary["data"].items()]
+def _contents(evals: list[dict]) -> list[dict]:
+    """The table of contents: ``{"id", "title", "children"}`` per section, in page order."""
+    items = [{"id": "data", "title": "Data", "children": []}, {"id": "index", "title": "Decision Index", "children": []}]
+    for e in evals:
+        items.append({"id": e["name"], "title": e["title"],
+                      "children": [{"id": b["id"], "title": f"by {b['title']}"} for b in e["breakdowns"]]
+                      + ([{"id": "when2call-confusion", "title": "confusion matrix"}] if e.get("confusion") else [])})
+    items += [{"id": "calibration", "title": "Calibration", "children": []},
+              {"id": "answers", "title": "Invalid and failed answers", "children": []}]
+    return items
+
+
+def _data_notes(d: dict) -> str:
+    """The notes cell of the data table: stand-in or provenance note, WildGuardTest subset, selection."""
+    parts = [f"stand-in: {d['note']}" if d.get("stand_in") else d.get("note")]
+    if d.get("subset"):
+        parts.append(f"subset {d['subset']}.")
+    if d.get("limit") is not None:
+        parts.append(f"limit {d['limit']}.")
+    sample = d.get("sample")
+    if isinstance(sample, dict):
+        parts.append(f"sample {sample.get('tasks')} (seed {sample.get('seed')}).")
+    elif sample:
+        parts.append(f"sample {sample}.")
+    return " ".join(p for p in parts if p)
+
+
+def render(summary: dict, scored: Scored, ranked: bool = False) -> str:
+    """The report as one HTML document (text). Models appear in ``model_order(summary, ranked)`` in every
+    table and chart."""
+    labels = model_order(summary, ranked)
+    data = [{"title": EVALS[name].title, **d, "file": (d.get("files") or [{}])[0], "notes": _data_notes(d)}
+            for name, d in summary["data"].items()]
+    evals = _eval_sections(summary, scored, labels)
     return _ENV.get_template("report.html.j2").render(
-        summary=summary, data=data, index=_index_section(summary, scored), evals=_eval_sections(summary, scored),
-        calibration=_calibration_section(summary, scored), status=_status_section(scored),
-        intervals=summary.get("intervals"), calibration_methods=summary.get("calibration"))
+        summary=summary, data=data, index=_index_section(summary, scored, labels), evals=evals,
+        calibration=_calibration_section(summary, scored, labels), status=_status_section(scored, labels),
+        intervals=summary.get("intervals"), calibration_methods=summary.get("calibration"),
+        banner=banner(summary, scored), contents=_contents(evals), min_group_tasks=MIN_GROUP_TASKS,
+        scoring_rule=SCORING_RULE, warning_note=WARNING_NOTE, order_note=(
+            "Models are ordered by Decision Index, highest first." if ranked else
+            "Models are in the order they were given (run file or --model)."))
 
 
-def write(summary: dict, scored: Scored, out: Path) -> Path:
+def write(summary: dict, scored: Scored, out: Path, ranked: bool = False) -> Path:
     """Write ``out/report.html`` (to a temporary name, then renamed) and ``out/tables/<name>.csv`` and
-    ``.parquet`` for every table of ``scored.tables()``; returns the report's path."""
+    ``.parquet`` for every table of ``scored.tables()``; returns the report's path. ``ranked``: order the
+    models by Decision Index (when no run file or ``--model`` gave an order)."""
     tables = out / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     for name, table in scored.tables().items():
@@ -175,6 +337,6 @@ def write(summary: dict, scored: Scored, out: Path) -> Path:
         table.write_csv(tables / f"{name}.csv")
     path = out / "report.html"
     tmp = out / ".report.html.tmp"
-    tmp.write_text(render(summary, scored), encoding="utf-8")
+    tmp.write_text(render(summary, scored, ranked), encoding="utf-8")
     os.replace(tmp, path)
     return path

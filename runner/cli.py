@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from dxi.cache import Cache
+    from dxi.evals import Suite
 
     from .cost import Budget
     from .estimate import Estimate
@@ -253,6 +254,18 @@ def parser() -> argparse.ArgumentParser:
         _add_output(o)
         if name == "estimate":
             o.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    x = _command(sub, "export", "score from the cache only and export the answers (csv, parquet, jsonl) or the Every "
+                          "Eval Ever records (eee)")
+    _add_models(x.add_argument_group("models"), True, True)
+    _add_data(x.add_argument_group("data"))
+    _add_cache(x.add_argument_group("cache"))
+    o = x.add_argument_group("output")
+    o.add_argument("--format", required=True, choices=("eee", "csv", "parquet", "jsonl"),
+                   help="eee: Every Eval Ever aggregate and instance records under the folder TARGET; csv, parquet, "
+                        "jsonl: the per-answer table (the columns of answers.parquet) as the file TARGET")
+    o.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    x.add_argument("target", type=Path, metavar="TARGET", help="the file (csv, parquet, jsonl) or folder (eee) to write")
+    x.set_defaults(out=None)  # export writes TARGET only
     d = _command(sub, "data", "fetch the evaluation data from the Hugging Face hub, or check a data folder")
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="fetch|check", parser_class=_Parser)
     f = _command(dsub, "fetch", "download HLE, When2Call and WildGuardTest (HF_TOKEN for gated sets), then check them")
@@ -287,6 +300,30 @@ def _version() -> str:
         return version("decision-index")
     except PackageNotFoundError:
         return "unknown (not installed)"
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
+    from dxi.cache import Cache
+
+    from .export import ExportError
+    from .export import write as export
+    from .outputs import score_all
+
+    plan, cache_dir, _, suite = _score_selection(args)
+    with Cache(cache_dir) as cache:
+        frame, prices, epochs, notes = _score_frame(args, cache, plan)
+        summary, scored = score_all(cache, suite, frame, None, None, epochs, prices=prices)
+    try:
+        written = export(args.format, args.target, summary, scored, frame, suite)
+    except ExportError as exc:
+        raise UsageError(str(exc)) from None
+    for note in notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    if not args.quiet:
+        console.print(escape(f"Exported {len(written)} file(s) ({args.format}) to {args.target}"))
+    return 0
 
 
 def _plan(args: argparse.Namespace) -> Plan:
@@ -500,12 +537,9 @@ def _more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:
             for label, n in found.filter(pl.col("cached_epochs") > epochs).select("label", "cached_epochs").iter_rows()]
 
 
-def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
-    from rich.markup import escape
-
-    from dxi.cache import Cache
-
-    from .outputs import print_summary, score, score_all
+def _score_selection(args: argparse.Namespace) -> tuple[Plan | None, Path, Path, Suite]:
+    """What ``dxi score`` (and ``report``, ``export``) scores: the plan (a run file's or the ``--model``
+    flags'; None: every model in the cache), the cache and output folders and the suite of tasks."""
     from .plan import from_args as plan_from_args
     from .plan import suite_from_flags
 
@@ -517,15 +551,26 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
     suite = plan.suite if plan else suite_from_flags(args)
     if not cache_dir.is_dir():
         raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
+    args.cache_dir = cache_dir
+    return plan, cache_dir, out, suite
+
+
+def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
+    from rich.markup import escape
+
+    from dxi.cache import Cache
+
+    from .outputs import print_summary, score, score_all
+
+    plan, cache_dir, out, suite = _score_selection(args)
     with Cache(cache_dir) as cache:
-        args.cache_dir = cache_dir
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
         if not html:
             summary = score(cache, suite, frame, out, None, epochs, prices)
         else:
             from dxi.report.html import write  # matplotlib and Jinja2 load only for reports
             summary, scored = score_all(cache, suite, frame, out, None, epochs, breakdowns=True, prices=prices)
-            path = write(summary, scored, out)
+            path = write(summary, scored, out, ranked=plan is None)  # no order given: by Decision Index
     print_summary(summary, console, out)
     for note in notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
@@ -639,8 +684,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s" if errors.is_terminal else "%(levelname)s %(message)s",
                         handlers=[handler])
     try:
-        return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "data": cmd_data,
-                "fetch-model": cmd_fetch_model, "completion": cmd_completion}[args.command](args, console)
+        return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "export": cmd_export,
+                "data": cmd_data, "fetch-model": cmd_fetch_model, "completion": cmd_completion}[args.command](args, console)
     except (UsageError, DatasetError) as exc:
         errors.print(f"[red]error:[/] {escape(str(exc))}")
         return EXIT_USAGE

@@ -34,11 +34,11 @@ def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests:
     return score_all(cache, suite, models, out, requests, epochs, prices=prices, extra=extra)[0]
 
 
-def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
+def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None, requests: dict[str, dict] | None,
               epochs: int = 1, breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
               extra: dict | None = None) -> tuple[dict, scoring.Scored]:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
-    that only the report shows)."""
+    that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own files)."""
     gold, categories = suite.gold_frames()  # the suite's survey: the tasks are read once (dxi run: during the run)
     answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
     scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
@@ -51,6 +51,8 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, reque
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs, requests,
                                     scored, model_epochs, usage)
     summary |= extra or {}
+    if out is None:
+        return summary, scored
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".summary.json.tmp"
     tmp.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")

@@ -61,3 +61,21 @@ def errors(ans: pl.DataFrame, top: int = TOP_ERRORS) -> pl.DataFrame:
             .agg(pl.len().alias("count"), pl.col("task_id").min().alias("example"))
             .sort(["label", "eval", "count", "status", "error"], descending=[False, False, True, False, False])
             .group_by("label", "eval", maintain_order=True).head(top))
+
+
+def warning_kinds(ans: pl.DataFrame) -> pl.DataFrame:
+    """Per (label, eval) with answers scored despite a validation warning: ``warnings`` (answers with
+    one), ``kinds`` (distinct warnings once numbers are ignored: "held 0.9000 of ..." and "held 0.8120
+    of ..." are one kind) and ``example``: the most frequent kind, shown by its first text in text order.
+    Warnings come from the adapters (a decision model's choice that is not its most probable option, a
+    logprob decision renormalised over the allowed answers, unexpected keys in a JSON reply)."""
+    warned = _strings(ans.filter(pl.col("warning").is_not_null()), "label", "eval", "warning")
+    schema = {"label": pl.String, "eval": pl.String, "warnings": pl.UInt32, "kinds": pl.UInt32, "example": pl.String}
+    if warned.is_empty():
+        return pl.DataFrame(schema=schema)
+    shapes = (warned.with_columns(pl.col("warning").str.replace_all(r"[0-9]+(?:\.[0-9]+)?", "#").alias("shape"))
+              .group_by("label", "eval", "shape").agg(pl.len().alias("count"), pl.col("warning").min().alias("example"))
+              .sort(["label", "eval", "count", "example"], descending=[False, False, True, False]))
+    return (shapes.group_by("label", "eval", maintain_order=True)
+            .agg(pl.col("count").sum().alias("warnings"), pl.len().alias("kinds"), pl.col("example").first())
+            .cast({"warnings": pl.UInt32, "kinds": pl.UInt32}).sort("label", "eval"))

@@ -34,7 +34,11 @@ def write_wildguard_parquet(path: Path) -> Path:
 def data_dir(tmp_path: Path) -> Path:
     """A data directory laid out like ``shared/data`` holding the small fixtures: 4 Omniscience rows,
     2 HLE rows (pre-split shape), 3 When2Call rows, 5 WildGuardTest rows (3 fully agreed)."""
-    root = tmp_path / "data"
+    return fixture_data(tmp_path / "data")
+
+
+def fixture_data(root: Path) -> Path:
+    """The ``data_dir`` fixture's files under ``root`` (for fixtures of a wider scope)."""
     for src, dst in (("omniscience.jsonl", "omniscience-standin/omniscience.jsonl"),
                      ("hle_split.json", "hle/hle_mcqa.json"),
                      ("when2call.jsonl", "when2call/when2call_test_mcq.jsonl")):

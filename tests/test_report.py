@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import orjson
 import polars as pl
@@ -11,8 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from dxi.cache.schema import SCHEMA
+from dxi.report.html import MIN_GROUP_TASKS, banner, model_order
 from dxi.runner.cli import main
 
+from .conftest import fixture_data
+from .four_models import FourModels, four_models
 from .test_cli import MODEL, dxi, run_args
 
 HOSTILE_MODEL = '<script>alert("model")</script>$x$'
@@ -106,9 +110,168 @@ def test_the_report_opens_in_a_headless_browser_and_shows_its_charts(report: Pat
         finally:
             browser.close()
     assert problems == [] and requests == [url]
-    # the index, one chart per evaluation, one reliability figure per model
-    assert len(charts) == 1 + 4 + 2
+    # the index, one chart per evaluation, one heatmap per breakdown, one reliability figure per model
+    breakdowns = pl.read_parquet(report / "tables" / "breakdowns.parquet").select("eval", "dimension").n_unique()
+    assert breakdowns == 5 and len(charts) == 1 + 4 + breakdowns + 2
     assert all(complete and width > 100 and height > 50 for complete, width, height, _ in charts)
     assert HOSTILE_ERROR in text and HOSTILE_MODEL in text  # shown as text
     assert title == "Decision Index report (dxi-prompt-1)"
     assert (tmp_path / "report.png").stat().st_size > 20_000
+
+
+# ---- a publishable report: four models in a real browser at 1,280 px ----------------------------------------
+@pytest.fixture(scope="module")
+def four(tmp_path_factory: pytest.TempPathFactory) -> FourModels:
+    root = tmp_path_factory.mktemp("four")
+    return four_models(fixture_data(root / "data"), root)
+
+
+@pytest.fixture(scope="module")
+def four_report(four: FourModels) -> Path:
+    """``dxi report`` of the four models, named in the run's order."""
+    out = four.cache.parent / "report"
+    assert main([*four.args("report", "--out", str(out)), *four.selection()]) == 0
+    return out
+
+
+def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(four: FourModels, four_report: Path,
+                                                                        tmp_path: Path):
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto((four_report / "report.html").as_uri())
+            index = page.eval_on_selector("table.index", "t => { const box = t.parentElement; return "
+                                          "[box.scrollWidth, box.clientWidth, t.getBoundingClientRect().right]; }")
+            page_width = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+            rows = page.eval_on_selector_all("table.index tbody tr", "rs => rs.map(r => r.cells[0].innerText)")
+            links = page.eval_on_selector_all("nav.toc a", "as => as.map(a => a.getAttribute('href'))")
+            page.screenshot(path=str(tmp_path / "top.png"))
+            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+            landed = []
+            for href in links:
+                page.click(f"nav.toc a[href='{href}']")
+                page.wait_for_function("h => location.hash === h", arg=href)
+                landed.append(page.evaluate("h => { const e = document.getElementById(h.slice(1)); return e ? "
+                                            "Math.round(e.getBoundingClientRect().top) : null; }", href))
+                page.evaluate("window.scrollTo(0, 0)")
+            banner = page.inner_text(".banner")
+        finally:
+            browser.close()
+    assert index[0] <= index[1] and index[2] <= 1280, f"the index table overflows: {index}"
+    assert page_width[0] <= page_width[1], f"the page scrolls sideways: {page_width}"
+    assert rows == four.labels  # the run's order
+    ids = ["data", "index", "aa_omniscience_decision", "aa_omniscience_decision-domain", "hle_multichoice",
+           "hle_multichoice-category", "when2call", "when2call-reply_type", "when2call-confusion", "wildguardtest",
+           "wildguardtest-adversarial", "wildguardtest-subcategory", "calibration", "answers"]
+    assert sorted(links) == sorted(f"#{i}" for i in ids)
+    # every link's target exists and is scrolled to the top of the window (the last ones as far as the page goes)
+    assert None not in landed and all(top < 900 for top in landed) and sum(top <= 20 for top in landed) >= 10, landed
+    assert "AA-Omniscience-Decision is a stand-in dataset" in banner
+    assert (tmp_path / "top.png").stat().st_size > 20_000 and (tmp_path / "report.png").stat().st_size > 100_000
+    if os.environ.get("DXI_REPORT_SCREENSHOTS"):  # to look at them: DXI_REPORT_SCREENSHOTS=DIR pytest -k fits_1280
+        keep = Path(os.environ["DXI_REPORT_SCREENSHOTS"])
+        keep.mkdir(parents=True, exist_ok=True)
+        for name in ("top.png", "report.png"):
+            shutil.copy(tmp_path / name, keep / f"four-models-1280-{name}")
+
+
+def _headers(html: str, table_class: str) -> list[list[str]]:
+    """The header cells of every table of ``table_class``, as text."""
+    import re
+
+    heads = re.findall(rf'<table class="{table_class}">\s*<thead><tr>(.*?)</tr></thead>', html, re.S)
+    return [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<th[^>]*>(.*?)</th>", h, re.S)] for h in heads]
+
+
+def test_every_table_and_chart_has_the_runs_model_order(four: FourModels, four_report: Path):
+    html = (four_report / "report.html").read_text()
+    breakdowns = _headers(html, "breakdown")
+    assert len(breakdowns) == 5  # domain, category, reply type, adversarial, subcategory
+    for head in breakdowns:
+        assert head[-4:] == four.labels
+    # every per-model listing follows the same order: the per-evaluation tables and the status table
+    positions = [[html.index(f">{label}</td>", start) for label in four.labels]
+                 for start in (html.index('id="hle_multichoice"'), html.index('id="answers"'))]
+    assert all(p == sorted(p) for p in positions)
+    assert "Models are in the order they were given" in html
+
+
+def test_without_a_given_order_models_are_ranked_by_the_index(four: FourModels):
+    summary = {"models": [{"model": "b", "decision_index": 10.0}, {"model": "a", "decision_index": None},
+                          {"model": "c", "decision_index": 30.0}, {"model": "d", "decision_index": 10.0}]}
+    assert model_order(summary, ranked=False) == ["b", "a", "c", "d"]
+    assert model_order(summary, ranked=True) == ["c", "b", "d", "a"]
+    out = four.cache.parent / "ranked"
+    assert main([*four.args("report", "--out", str(out))]) == 0
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    expected = model_order(summary, ranked=True)
+    html = (out / "report.html").read_text()
+    assert _headers(html, "breakdown")[0][-4:] == expected
+    assert "Models are ordered by Decision Index" in html
+
+
+def test_the_logprob_models_warnings_say_what_they_are(four: FourModels, four_report: Path):
+    html = (four_report / "report.html").read_text()
+    statuses = pl.read_parquet(four_report / "tables" / "answer_statuses.parquet")
+    lp = statuses.filter(pl.col("model") == four.labels[0]).sort("eval")
+    assert lp["warnings"].to_list() == lp["answers"].to_list() == [4, 2, 3, 9]  # every logprob answer is noted
+    held = "renormalised over the allowed answers, which held 0.9000 of the first token&#39;s probability"
+    assert html.count(f"9: {held}") == 1 and html.count(f"4: {held}") == 1
+    assert "logprob decision renormalised over the allowed answers" in html  # the note saying what warnings are
+
+
+def test_breakdowns_are_one_table_per_breakdown_with_intervals_and_small_groups_marked(four_report: Path):
+    html = (four_report / "report.html").read_text()
+    start = html.index('id="aa_omniscience_decision-domain"')
+    table = html[start:html.index("</table>", start)]
+    # groups as rows (one per metric), models as columns, each cell the score and its interval
+    assert table.count('<td class="group" rowspan="2">') == 2  # History, Science
+    assert table.count('<td class="metric">accuracy</td>') == 2
+    assert table.count('<span class="ci">[') == 2 * 2 * 4
+    assert table.count(f'title="fewer than {MIN_GROUP_TASKS} tasks">*</span>') == 2  # 2 tasks each
+    assert f"fewer than {MIN_GROUP_TASKS} tasks: the interval is wide" in html
+    assert html.count('alt="Heatmap of') == 5
+
+
+def test_the_banner_says_why_the_numbers_are_not_the_full_index(four: FourModels):
+    scored = SimpleNamespace(statuses=pl.DataFrame({"label": ["m", "m"], "eval": ["hle_multichoice", "when2call"],
+                                                    "answers": [100, 100]}))
+    full = {"file": "x", "tasks": 100}
+    summary = {"data": {"hle_multichoice": dict(full), "when2call": dict(full)},
+               "models": [{"model": "m", "evals": {"hle_multichoice": {"invalid": 3, "failed": 2, "missing": 0},
+                                                   "when2call": {"invalid": 0, "failed": 0, "missing": 0}}}]}
+    assert banner(summary, scored) == []  # 5% invalid or failed is at the threshold, not above it
+    summary["models"][0]["evals"]["hle_multichoice"]["failed"] = 3
+    assert banner(summary, scored) == ["m, HLE-MultiChoice: 6 of 100 answers (6%) are invalid or failed (more than "
+                                       "5%), scored as wrong."]
+    summary["models"][0]["evals"]["hle_multichoice"] = {"invalid": 0, "failed": 0, "missing": 7}
+    assert banner(summary, scored)[0].startswith("m, HLE-MultiChoice: 7 answer(s) are not in the cache")
+    summary["models"][0]["evals"]["hle_multichoice"]["missing"] = 0
+    summary["data"]["when2call"] = {"missing": "not selected (--evals)"}
+    assert banner(summary, scored) == ["When2Call is not scored: not selected (--evals). The Decision Index needs all "
+                                       "four evaluations, so it is not computed."]
+    summary["data"] = {"hle_multichoice": {**full, "limit": 10}, "when2call": {**full, "limit": 10}}
+    assert banner(summary, scored)[0].startswith("Only the first 10 tasks of each evaluation were scored (--limit)")
+    # --sample, however summary.json records it: a per-evaluation count or block, or a top-level block
+    for recorded in ({"data": {"hle_multichoice": {**full, "sample": {"tasks": 20, "seed": 3}}}},
+                     {"data": {"hle_multichoice": {**full, "sample": {"n": 20, "seed": 3}}}},
+                     {"data": {"hle_multichoice": {**full, "sample": 20}}, "seed": 3},
+                     {"data": {"hle_multichoice": full}, "sample": {"size": 20, "seed": 3}}):
+        notes = banner({**recorded, "models": []}, scored)
+        assert notes == ["A sample of the tasks was scored (20 tasks per evaluation, seed 3): not the full index; "
+                         "intervals are wide."], recorded
+    # and in a real report: a --limit run
+    out = four.cache.parent / "limited"
+    assert main([*four.args("report", "--out", str(out), "--limit", "1"), *four.selection()]) == 0
+    html = (out / "report.html").read_text()
+    assert "These numbers are not the full Decision Index." in html and "Only the first 1 tasks" in html
+
+
+def test_the_report_cites_no_file_outside_the_repository(four_report: Path):
+    html = (four_report / "report.html").read_text()
+    assert "SPEC" not in html and "README" not in html and "§" not in html
+    assert "In AA-Omniscience-Decision an invalid answer is not an abstention" in html

@@ -1,0 +1,294 @@
+"""``dxi export``: the scored answers and metrics in the formats people share.
+
+* ``csv``, ``parquet``, ``jsonl``: the per-answer table (``ANSWER_COLUMNS``: the columns of
+  ``OUT/answers.parquet``), one row per (model, question, epoch), written to the file ``OUT``. In CSV the
+  nested ``probabilities`` column is a JSON text (``[{"option": "A", "p": 0.7}, ...]``).
+* ``eee``: the Every Eval Ever schema, version ``EEE_SCHEMA_VERSION`` (github.com/evaleval/every_eval_ever,
+  ``eval.schema.json`` and ``instance_level_eval.schema.json``), laid out as its datastore is under the
+  folder ``OUT``: ``data/decision-index/<adapter>/<model>/<uuid>.json``, one aggregate record (an
+  ``EvaluationLog``) per model and evaluation with every metric, its 95% interval and the bootstrap that
+  made it, plus one for the model's Decision Index; beside each evaluation's record its instance-level
+  records, ``<uuid>_samples.jsonl``, one line per (question, epoch), linked by ``evaluation_id`` and
+  ``evaluation_result_id`` and checksummed (sha256) in the aggregate's ``detailed_evaluation_results``.
+  File names are UUIDs (version 4 in form, as the datastore requires) derived from the record's identity
+  (model, endpoint, parameters, evaluation, prompt version), so exporting again replaces the same files.
+
+The export reads the same selection and the same scoring as ``dxi score`` (``runner.outputs.score_all``):
+it never sends a request. Metrics are 0-100 (``metric_unit`` "percent"); a metric that is null (an
+undefined F1, answers missing from the cache) has no result, and its reason is in the record's
+``source_metadata.additional_details`` under ``<metric>_reason``. An evaluation without data has no record.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import Iterable
+from importlib import metadata
+from pathlib import Path
+
+import orjson
+import polars as pl
+
+from dxi import adapters, scoring
+from dxi.adapters.llm import render
+from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task
+from dxi.evals.fetch import HUB_FILES
+from dxi.scoring.sums import METRICS, WILDGUARD_F1
+
+FORMATS = ("eee", "csv", "parquet", "jsonl")
+EEE_SCHEMA_VERSION = "0.3.0"
+COLLECTION = "decision-index"
+ANSWER_COLUMNS = {
+    "model": "the model's label (as in summary.json)",
+    "eval": "aa_omniscience_decision | hle_multichoice | when2call | wildguardtest",
+    "task_id": "the task (namespaced by evaluation, e.g. when2call/<uuid>)",
+    "question_id": "the question of the task (WildGuardTest: prompt_harmful, response_refusal, response_harmful)",
+    "sample": "the epoch (0-based)",
+    "kind": "choice | yes_no",
+    "status": "ok | invalid | failed | missing",
+    "error": "why an answer is invalid, failed or missing (can quote model output)",
+    "predicted": "the answer scored: an option id, or yes/no",
+    "gold": "the gold answer: an option id, or yes/no",
+    "correct": "predicted == gold (false for invalid, failed and missing answers)",
+    "p_predicted": "the probability of the predicted option (decision models)",
+    "p_yes": "P(yes) for yes/no questions (decision models)",
+    "warning": "a validation note on an answer scored normally",
+    "predicted_category": "When2Call: the reply type of the predicted option",
+    "gold_category": "When2Call: the reply type of the gold option",
+    "group": "HLE category, Omniscience domain or WildGuardTest subcategory",
+    "adversarial": "WildGuardTest: the prompt is adversarial",
+    "probabilities": "every option's probability as returned, list of {option, p}",
+    "repaired": "the answer came from a JSON reply wrapped in a Markdown code fence",
+}
+_OMNISCIENCE_SOURCE = "Artificial Analysis AA-Omniscience (the published Decision Index uses 500 private questions)"
+
+
+class ExportError(ValueError):
+    """The export cannot be written as asked (the message names the path and why)."""
+
+
+def write(fmt: str, target: Path, summary: dict, scored: scoring.Scored, models: pl.DataFrame, suite: Suite,
+          now: float | None = None) -> list[Path]:
+    """Write the export ``fmt`` (one of ``FORMATS``) to ``target`` (a file for the answer tables, a
+    folder for ``eee``) from ``summary`` and ``scored`` (``runner.outputs.score_all``); ``models`` is the
+    ``scoring.MODELS_SCHEMA`` frame that was scored, ``suite`` its tasks (for the instances' inputs),
+    ``now`` the Unix time recorded as ``retrieved_timestamp`` (default: the clock). Returns the files
+    written; ExportError when ``target`` is a folder for a table format."""
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}: one of {', '.join(FORMATS)}")
+    if fmt == "eee":
+        return write_eee(target, summary, scored, models, suite, time.time() if now is None else now)
+    if target.is_dir():
+        raise ExportError(f"{target} is a folder: give the file to write, e.g. {target / ('answers.' + fmt)}")
+    table = scoring.export(scored.answers)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    if fmt == "parquet":
+        table.write_parquet(tmp)
+    elif fmt == "jsonl":
+        table.write_ndjson(tmp)
+    else:
+        nested = pl.col("probabilities").map_elements(lambda v: orjson.dumps(list(v)).decode() if v is not None else None,
+                                                      return_dtype=pl.String)
+        table.with_columns(nested).write_csv(tmp)
+    os.replace(tmp, target)
+    return [target]
+
+
+def _file_uuid(*parts: str) -> str:
+    """A UUID of version-4 form derived from ``parts`` (the same record always gets the same name)."""
+    return str(uuid.UUID(bytes=hashlib.sha256("\x1f".join(parts).encode()).digest()[:16], version=4))
+
+
+def _safe(name: str) -> str:
+    """A path component the datastore accepts: letters, digits, ``.``, ``_`` and ``-``."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name).strip("._") or "unknown"
+
+
+def _model_info(label: str, config: dict) -> dict:
+    provider, model = config["provider"], config["model"]
+    details = {"deployment_type": "self_deployed" if adapters.adapter_class(provider).free else "unknown",
+               "model_availability": "unknown", "dxi_label": label, "adapter": provider,
+               "endpoint": config.get("endpoint") or "", "params": config.get("params") or "{}"}
+    info = {"name": label, "id": f"{provider}/{model}", "developer": "unknown", "inference_platform": provider,
+            "additional_details": details}
+    return info
+
+
+def _source_data(name: str, data: dict) -> dict:
+    f = (data.get("files") or [{}])[0]
+    details = {"file": Path(str(f.get("path", ""))).name, "sha256": str(f.get("sha256", "")), "rows": str(f.get("rows", "")),
+               "tasks": str(data.get("tasks", ""))}
+    for key in ("subset", "limit", "sample"):
+        if data.get(key) is not None:
+            details[key] = orjson.dumps(data[key]).decode() if isinstance(data[key], dict) else str(data[key])
+    if name == "aa_omniscience_decision":
+        details["stand_in"] = str(bool(data.get("stand_in"))).lower()
+        if data.get("note"):
+            details["note"] = data["note"]
+        return {"dataset_name": _OMNISCIENCE_SOURCE, "source_type": "other", "additional_details": details}
+    hub = HUB_FILES[name]
+    return {"dataset_name": EVALS[name].title, "source_type": "hf_dataset", "hf_repo": hub.repo_id, "hf_split": "test",
+            "samples_number": int(data.get("tasks", 0)), "additional_details": details}
+
+
+def _result(result_id: str, name: str, source: dict, metric: str, block: dict, summary: dict) -> dict:
+    """One ``evaluation_results`` entry: the metric's score (0-100) with its interval."""
+    intervals = summary.get("intervals") or {}
+    uncertainty: dict = {"num_samples": int(block.get("n", 0))}
+    ci = block.get(f"{metric}_ci")
+    if ci and ci[0] is not None and ci[1] is not None:
+        uncertainty["confidence_interval"] = {"lower": ci[0], "upper": ci[1],
+                                              "confidence_level": float(intervals.get("confidence", 0.95)),
+                                              "method": str(intervals.get("method", "percentile bootstrap"))}
+        if intervals.get("resamples"):
+            uncertainty["num_bootstrap_samples"] = int(intervals["resamples"])
+    details = {k: str(block[k]) for k in ("invalid", "failed", "missing", "repaired") if k in block}
+    if block.get(f"{metric}_sd") is not None:
+        details["sd_over_epochs"] = str(block[f"{metric}_sd"])
+    return {"evaluation_result_id": result_id, "evaluation_name": name, "source_data": source,
+            "metric_config": {"evaluation_description": f"{EVALS[name].title if name in EVALS else name}: {metric}",
+                              "metric_id": "accuracy" if metric == "accuracy" else f"decision_index.{metric}",
+                              "metric_name": metric, "metric_kind": "f1" if metric.startswith(("f1", "mean_f1"))
+                              else metric, "metric_unit": "percent", "lower_is_better": False,
+                              "score_type": "continuous", "min_score": 0, "max_score": 100},
+            "score_details": {"score": block[metric], "details": details, "uncertainty": uncertainty}}
+
+
+def _log(evaluation_id: str, now: float, info: dict, summary: dict, results: list[dict], reasons: dict[str, str],
+         epochs: int) -> dict:
+    source = {"source_name": "Decision Index (dxi)", "source_type": "evaluation_run",
+              "source_organization_name": "unknown", "evaluator_relationship": "third_party"}
+    if reasons:
+        source["additional_details"] = reasons
+    try:
+        version = metadata.version("decision-index")
+    except metadata.PackageNotFoundError:  # a checkout that is not installed
+        version = "unknown"
+    return {"schema_version": EEE_SCHEMA_VERSION, "evaluation_id": evaluation_id, "retrieved_timestamp": f"{now:.0f}",
+            "source_metadata": source, "model_info": info,
+            "eval_library": {"name": "dxi", "version": version,
+                             "additional_details": {"prompt_version": str(summary.get("prompt_version", PROMPT_VERSION)),
+                                                    "epochs": str(epochs)}},
+            "evaluation_results": results}
+
+
+def _instances(answers: pl.DataFrame, tasks: dict[str, Task], evaluation_id: str, model_id: str, name: str,
+               result_of: dict[str, str]) -> Iterable[bytes]:
+    """The instance-level records of one model and evaluation, one JSON line per (question, epoch)."""
+    inputs: dict[tuple[str, str], tuple[str, list[str]]] = {}
+    for r in answers.iter_rows(named=True):
+        key = (r["task_id"], r["question_id"])
+        if key not in inputs:
+            task = tasks[r["task_id"]]
+            question = next(q for q in task.questions if q.id == r["question_id"])
+            inputs[key] = (render(task, [question]), [f"{o.id}. {o.text}" for o in question.options])
+        raw, choices = inputs[key]
+        reference = [r["gold"]]
+        sample_hash = hashlib.sha256(orjson.dumps({"raw": raw, "reference": reference}, option=orjson.OPT_SORT_KEYS)
+                                     ).hexdigest()
+        predicted = r["predicted"] or ""
+        reply = {"predicted": r["predicted"]}
+        if r["probabilities"] is not None:
+            reply["probabilities"] = {p["option"]: p["p"] for p in r["probabilities"]}
+        if r["p_yes"] is not None:
+            reply["p_yes"] = r["p_yes"]
+        metadata_ = {"task_id": r["task_id"], "question_id": r["question_id"], "epoch": str(r["sample"]),
+                     "status": r["status"], "kind": r["kind"]}
+        for extra in ("group", "gold_category", "predicted_category", "warning"):
+            if r.get(extra) is not None:
+                metadata_[extra] = str(r[extra])
+        if r.get("adversarial") is not None:
+            metadata_["adversarial"] = str(r["adversarial"]).lower()
+        record = {
+            "schema_version": EEE_SCHEMA_VERSION, "evaluation_id": evaluation_id, "model_id": model_id,
+            "evaluation_name": name, "evaluation_result_id": result_of.get(r["question_id"], result_of[""]),
+            "sample_id": f"{r['task_id']}:{r['question_id']}", "sample_hash": sample_hash,
+            "interaction_type": "single_turn",
+            "input": {"raw": raw, "reference": reference, "choices": choices or None},
+            "output": {"raw": [orjson.dumps(reply).decode()] if r["status"] in ("ok", "invalid") else []},
+            "answer_attribution": [{"turn_idx": 0, "source": "output.raw", "extracted_value": predicted,
+                                    "extraction_method": "highest probability" if r["probabilities"]
+                                    else "structured output (JSON Schema enum)", "is_terminal": True}],
+            "evaluation": {"score": 1.0 if r["correct"] else 0.0, "is_correct": bool(r["correct"])},
+            "error": r["error"] if r["status"] != "ok" else None, "metadata": metadata_}
+        yield orjson.dumps(record) + b"\n"
+
+
+def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.DataFrame, suite: Suite,
+              now: float) -> list[Path]:
+    """The ``eee`` export under the folder ``target`` (see the module docstring); returns the files."""
+    configs = {r["label"]: r for r in models.iter_rows(named=True)}
+    answers = scoring.export(scored.answers)
+    tasks = {t.id: t for t in suite.tasks()}
+    written: list[Path] = []
+    for entry in summary["models"]:
+        label = entry["model"]
+        info = _model_info(label, configs[label])
+        folder = Path("data") / COLLECTION / _safe(info["inference_platform"]) / _safe(configs[label]["model"])
+        (target / folder).mkdir(parents=True, exist_ok=True)
+        identity = f"{label}\x1f{configs[label].get('endpoint')}\x1f{configs[label].get('params')}"
+        index_reasons: dict[str, str] = {}
+        for name, block in entry["evals"].items():
+            data = summary["data"].get(name, {})
+            if data.get("missing") or not block.get("n"):
+                index_reasons[f"{name}_reason"] = block.get("reason") or data.get("missing") or "no answers"
+                continue
+            file_id = _file_uuid(COLLECTION, identity, name, summary.get("prompt_version", ""))
+            evaluation_id = f"{COLLECTION}/{name}/{label}/{now:.0f}"
+            source = _source_data(name, data)
+            results, reasons = [], {}
+            for metric in METRICS[name]:
+                if block.get(metric) is None:
+                    reasons[f"{metric}_reason"] = block.get("reason") or "not defined"
+                    continue
+                results.append(_result(f"{name}.{metric}", name, source, metric, block, summary))
+            if not results:
+                index_reasons[f"{name}_reason"] = block.get("reason") or "no metric defined"
+                continue
+            defined = {r["evaluation_result_id"] for r in results}
+            first = results[0]["evaluation_result_id"]
+            pooled = f"{name}.mean_f1" if f"{name}.mean_f1" in defined else first
+            result_of = {"": pooled} | {q: f"{name}.{m}" for q, m in WILDGUARD_F1.items() if f"{name}.{m}" in defined}
+            mine = answers.filter((pl.col("model") == label) & (pl.col("eval") == name))
+            samples = target / folder / f"{file_id}_samples.jsonl"
+            digest, rows = hashlib.sha256(), 0
+            with open(samples.with_name(f".{samples.name}.tmp"), "wb") as fh:
+                for line in _instances(mine, tasks, evaluation_id, info["id"], name, result_of):
+                    fh.write(line)
+                    digest.update(line)
+                    rows += 1
+            os.replace(samples.with_name(f".{samples.name}.tmp"), samples)
+            log = _log(evaluation_id, now, info, summary, results, reasons, entry.get("epochs", summary.get("epochs", 1)))
+            log["detailed_evaluation_results"] = {"format": "jsonl", "file_path": (folder / samples.name).as_posix(),
+                                                  "hash_algorithm": "sha256", "checksum": digest.hexdigest(),
+                                                  "total_rows": rows}
+            written += [_write_json(target / folder / f"{file_id}.json", log), samples]
+        if entry.get("decision_index") is not None:
+            block = {"decision_index": entry["decision_index"], "decision_index_ci": entry.get("decision_index_ci"),
+                     "decision_index_sd": entry.get("decision_index_sd"),
+                     "n": sum(b.get("n", 0) for b in entry["evals"].values())}
+            source = {"dataset_name": "Decision Index (AA-Omniscience-Decision, HLE-MultiChoice, When2Call, WildGuardTest)",
+                      "source_type": "other",
+                      "additional_details": {"formula": "0.125 acc(Omniscience) + 0.125 non-halluc(Omniscience) + "
+                                                        "0.25 acc(HLE) + 0.25 acc(When2Call) + 0.25 mean F1(WildGuardTest)"}}
+            results = [_result("decision_index", "decision_index", source, "decision_index", block, summary)]
+        else:
+            results = []
+            index_reasons["decision_index_reason"] = entry.get("decision_index_reason") or "not computed"
+        if results:
+            file_id = _file_uuid(COLLECTION, identity, "decision_index", summary.get("prompt_version", ""))
+            log = _log(f"{COLLECTION}/decision_index/{label}/{now:.0f}", now, info, summary, results, index_reasons,
+                       entry.get("epochs", summary.get("epochs", 1)))
+            written.append(_write_json(target / folder / f"{file_id}.json", log))
+    return written
+
+
+def _write_json(path: Path, doc: dict) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    os.replace(tmp, path)
+    return path
+
