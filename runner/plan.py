@@ -112,7 +112,7 @@ def _exclusions(items: list[tuple[str | None, Path]]) -> Exclusions:
             raise PlanError(f"exclusion list not found: {file}") from None
         except ValueError as exc:
             raise PlanError(str(exc)) from None
-        ids = sorted(exclusions.tasks | {t for t, _ in exclusions.questions})
+        ids = sorted(exclusions.ids)
         stray = [i for i in ids if i.split("/", 1)[0] not in EVALS]
         if stray:
             raise PlanError(f"exclusion list {file}: {', '.join(repr(i) for i in stray[:3])} names no evaluation "
@@ -137,6 +137,7 @@ def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[st
         suite = Suite(discover(data_dir, files), _exclusions(exclude), limit, subset, selected)
     except FileNotFoundError as exc:
         raise PlanError(str(exc)) from None
+    suite.validate()  # every selected file whole, before anything is sent or scored (evals.DatasetError)
     if not suite.selected():
         where = "(no --data-dir given)" if not data_dir else (
             f"{data_dir} (that is, {data_dir.resolve()})" if str(data_dir.resolve()) != str(data_dir) else str(data_dir))
