@@ -14,8 +14,10 @@ by a background thread (Parquet written to a temporary name, then renamed: a sha
 and deleted; ``close`` compacts the last one. A log left behind by a killed process is compacted by the
 next process that opens the cache; a truncated last line (the kill came mid-write) or a corrupt line is
 dropped with a warning, the damaged log is moved to ``quarantine/``, and only those requests are sent
-again. A shard whose footer or index columns cannot be read is moved to ``quarantine/`` when the key
-index is loaded (the first ``has``/``append``: a run's start-up); one that fails when scanned, by ``verify``.
+again; so is a line that is JSON but not a row (``cache.verify.valid_rows``). Shards are read only after
+their page checksums are verified (``cache.verify``): the index columns' pages when the key index is
+loaded (the first ``has``/``append``: a run's start-up), every page before the first scan; a shard that
+fails (or whose reader fails, a panic included) is moved to ``quarantine/`` and leaves the key index.
 
 Concurrency: safe concurrent appends, no shared lock. Each process appends only to its own logs and
 holds an exclusive ``flock`` on each until it is compacted; a log whose lock is free belongs to a dead
@@ -108,6 +110,7 @@ class Cache:
         self._remove_abandoned()
         self._recover_orphans()
         self._index: KeyIndex | None = None  # loaded on first use (``_keys``): scoring only scans
+        self._verifier = verify.Verifier()  # which shards' page checksums were verified
 
     # ---- reading ------------------------------------------------------------------------------
     def _warn(self, message: str) -> None:
@@ -236,7 +239,7 @@ class Cache:
             table, _ = self._read_log(path, live=True)
             if table is not None and table.num_rows:
                 frames.append(index_columns(pl.from_arrow(table.select(INDEX_COLUMNS)).lazy()))
-        shards = self._shards()
+        shards = self._verified(self._shards(), INDEX_COLUMNS)
         try:  # all shards at once (fast); only if that fails is each shard checked alone
             return KeyIndex.from_frames(frames + self._index_frames(shards))
         except verify.DAMAGED:  # pyarrow and polars raise several types for a damaged file (polars: a panic)
@@ -244,8 +247,21 @@ class Cache:
 
     @staticmethod
     def _index_frames(shards: list[Path]) -> list[pl.LazyFrame]:
-        # page checksums verified (cache.verify); the full schema: older shards lack the newer columns
-        return [index_columns(pl.from_arrow(verify.read(shards, INDEX_COLUMNS)).lazy())] if shards else []
+        # the full schema, as in ``scan``: shards written by older versions lack the newer columns
+        return [index_columns(verify.scan(shards).select(INDEX_COLUMNS))] if shards else []
+
+    def _verified(self, shards: list[Path], columns: list[str] | None = None) -> list[Path]:
+        """``shards`` less those whose pages of ``columns`` (None: all) fail their checksums
+        (``cache.verify``), which are moved to quarantine/ and their keys dropped from the key index."""
+        damaged = self._verifier.damaged(shards, columns)
+        for shard, exc in damaged:
+            self._quarantine(shard, f"is damaged or unreadable ({type(exc).__name__}: {exc})",
+                             "Its requests will be sent again.")
+        if damaged:
+            self._index = None if columns is None else self._index  # loading it: it is being built without them
+            gone = {s for s, _ in damaged}
+            shards = [s for s in shards if s not in gone]
+        return shards
 
     def _readable(self, shards: list[Path]) -> list[Path]:
         """``shards`` less those whose footer or index columns cannot be read, moved to quarantine/."""
@@ -260,10 +276,10 @@ class Cache:
         return readable
 
     def read(self, query: Callable[[pl.LazyFrame], T]) -> T:
-        """``query(self.scan())``, recovering from a damaged shard: when reading fails (damage start-up
-        does not see: it reads only the footers and index columns, and only ``dxi run`` loads them), every
-        shard is read whole (``verify``), the unreadable ones are moved to quarantine/ with a warning, and
-        the query runs again without them. Raises the original error when no shard was unreadable."""
+        """``query(self.scan())`` (every shard's pages verified first), recovering from a damaged shard all
+        the same: when reading fails (an error or a panic in the reader), every shard is read whole
+        (``verify``), the unreadable ones are moved to quarantine/ with a warning, and the query runs again
+        without them. Raises the original error when no shard was unreadable."""
         try:
             return query(self.scan())
         except verify.DAMAGED:  # a damaged shard raises several types (a checksum, a panic in polars)
@@ -272,10 +288,9 @@ class Cache:
         return query(self.scan())
 
     def verify(self) -> int:
-        """Read every shard whole (all columns, page checksums verified); move the unreadable ones to
-        quarantine/ with a warning and drop their keys from the key index (reloaded when next needed), so
-        their requests count as not cached. Returns how many were moved. (Start-up reads only the index
-        columns; this is for damage elsewhere, e.g. when scoring fails to read a shard.)"""
+        """Read every shard whole (all columns, by pyarrow with page checksums verified, and by Polars);
+        move the unreadable ones to quarantine/ with a warning and drop their keys from the key index
+        (reloaded when next needed), so their requests count as not cached. Returns how many were moved."""
         moved = 0
         for shard in self._shards():
             exc = verify.check(shard)
@@ -310,7 +325,8 @@ class Cache:
         compacted = {s.stem for s in shards}  # a log whose shard is in place is about to go: skip it
         tables = [t for stem, t in logged if t.num_rows and stem not in compacted]
         frames = [pl.from_arrow(pa.concat_tables(tables)).lazy()] if tables else []
-        if shards:  # page checksums verified; older shards read with nulls in the newer columns
+        shards = self._verified(shards)  # every page checked against its checksum, once per open cache
+        if shards:  # older shards read with nulls in the newer columns
             frames.insert(0, verify.scan(shards))
         if not frames:
             return pl.from_arrow(SCHEMA.empty_table()).lazy()

@@ -355,23 +355,14 @@ def test_a_panic_while_reading_a_shard_sets_the_shard_aside(tmp_path: Path, monk
     with Cache(tmp_path) as cache:
         cache.append(row("b" * 64))
     poisoned = sorted(tmp_path.glob("shards/*.parquet"))[0]
-    real_read, real_read_table = verify.read, verify.pq.read_table
+    real_scan = verify.scan
 
-    def panics(path) -> None:
-        if Path(path) == poisoned:  # polars surfaces a Rust panic as PanicException (a BaseException)
+    def scan(shards):  # Polars reads the shards; it surfaces a Rust panic as PanicException (a BaseException)
+        if poisoned in shards:
             raise pl.exceptions.PanicException("called `Option::unwrap()` on a `None` value")
+        return real_scan(shards)
 
-    def read(shards, columns):
-        for s in shards:
-            panics(s)
-        return real_read(shards, columns)
-
-    def read_table(path, **options):
-        panics(path)
-        return real_read_table(path, **options)
-
-    monkeypatch.setattr(verify, "read", read)
-    monkeypatch.setattr(verify.pq, "read_table", read_table)
+    monkeypatch.setattr(verify, "scan", scan)
     cache = Cache(tmp_path)
     assert (cache.has("a" * 64), cache.has("b" * 64)) == (False, True)
     assert any("PanicException" in w and "quarantine" in w for w in cache.warnings)
