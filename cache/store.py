@@ -255,8 +255,7 @@ class Cache:
         (``cache.verify``), which are moved to quarantine/ and their keys dropped from the key index."""
         damaged = self._verifier.damaged(shards, columns)
         for shard, exc in damaged:
-            self._quarantine(shard, f"is damaged or unreadable ({type(exc).__name__}: {exc})",
-                             "Its requests will be sent again.")
+            self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})", "Its requests will be sent again.")
         if damaged:
             self._index = None if columns is None else self._index  # loading it: it is being built without them
             gone = {s for s, _ in damaged}
