@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from dxi import scoring
-from dxi.cache import Cache
+from dxi.cache import Cache, verify
 from dxi.evals import PROMPT_VERSION, gold_frames
 from dxi.scoring.index import WEIGHTS
 from dxi.scoring.score import READ_COLUMNS
@@ -140,6 +140,9 @@ def run() -> list[Result]:
         read, read_cpu, _ = _best(lambda: cache.scan().select(READ_COLUMNS).collect())
         reported, reported_cpu, _ = _best(lambda: rescore(None, True), 3)
         booted, booted_cpu, with_intervals = _best(lambda: rescore(scoring.Bootstrap(resamples=1000), True), 3)
+        shards = sorted(root.glob("shards/*.parquet"))
+        checked, checked_cpu, _ = _best(lambda: verify.Verifier().damaged(shards))
+        shard_mb = sum(s.stat().st_size for s in shards) / 1e6
         plain_started = time.perf_counter()
         plain = plain_index(sorted(root.glob("shards/*.parquet")), tasks, [model_name(m) for m in range(MODELS)])
         plain_time = time.perf_counter() - plain_started
@@ -164,6 +167,9 @@ def run() -> list[Result]:
         Result("scoring", "plain row-by-row Python scorer (index only)", plain_time, "s", "", None,
                f"{plain_time / rescored:.0f}× the vectorised rescore; Decision Index "
                f"{'identical' if agree else 'DIFFERENT'} for all {len(plain)} models"),
+        Result("scoring", "verify every page checksum of every shard", checked, "s", "", None,
+               f"cache.verify.Verifier: what the first scan of an open cache adds (once; {len(shards)} shards, "
+               f"{shard_mb:.0f} MB); best of {REPEATS}; CPU {checked_cpu:.2f} s"),
         Result("scoring", "open the cache for rescoring", opened, "s", "", None,
                "Cache(root): the key index for has() is loaded on first use, which rescoring never makes "
                "(issue 4's figure measures that load)"),

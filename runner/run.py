@@ -17,7 +17,10 @@ holds a per-task object beyond the batch being looked up and the requests in fli
 goes through the same loop and sends nothing.
 
 Cancellation (Ctrl-C): workers stop where they are; every row appended is in the cache, and a reply
-that was decoded just as the cancellation came is appended before the worker stops.
+that was decoded just as the cancellation came is appended before the worker stops. An error that stops
+the run (a task stream's, the cache's) is not a cancellation: nothing more is handed out, the requests in
+flight finish and are stored, then it is raised. Before anything is sent the suite's files are checked
+whole (``Suite.validate``), and before the first request the cache is checked writable.
 
 Models: each is a ``ModelRun`` (or a bare Adapter: its defaults): its own number of epochs, the key of the
 limits it shares (a run file's provider table; default ``Adapter.provider``) and its price. The cost bound
