@@ -199,11 +199,11 @@ def _struct(buf: bytes, pos: int, wanted: tuple[int, ...] = ()) -> tuple[int, di
 
 def valid_rows(table: pa.Table) -> tuple[pa.Table, list[int]]:
     """The rows of ``table`` (read from a log, ``SCHEMA``) that are cache rows, and the 0-based positions
-    of those that are not: a row needs a non-empty ``key``, a known ``status`` (ok, invalid, failed) and,
-    when it has one, a known ``error_kind`` (transient, fatal)."""
+    of those that are not: a row needs a ``key`` (a string of visible characters: a sha256 in hex, as
+    ``adapters.Request.key`` makes them, or a hand-made key in tests), a known ``status`` (ok, invalid,
+    failed) and, when it has one, a known ``error_kind`` (transient, fatal)."""
     key, status, kind = table["key"], table["status"], table["error_kind"]
-    good = pc.and_kleene(pc.and_kleene(pc.is_valid(key), pc.greater(pc.utf8_length(key), 0)),
-                         pc.is_in(status, value_set=pa.array(STATUSES)))
+    good = pc.and_kleene(pc.match_substring_regex(key, r"^\S+$"), pc.is_in(status, value_set=pa.array(STATUSES)))
     good = pc.and_(pc.fill_null(good, False), pc.or_(pc.is_null(kind), pc.is_in(kind, value_set=pa.array(ERROR_KINDS))))
     good = pc.fill_null(good, False)
     if pc.all(good).as_py() is not False:
