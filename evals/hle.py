@@ -30,14 +30,14 @@ from .task import CHOICE, Option, Question, Task
 NAME = "hle_multichoice"
 QUESTION = "Which answer choice is correct?"
 PATTERNS = ("hle/*.json", "hle/*.jsonl", "hle/*.parquet", "hle*.json", "hle*.jsonl", "hle*.parquet")
-_MARKER = re.compile(r"^[ \t]*answer choices[ \t]*:[ \t]*$", re.IGNORECASE | re.MULTILINE)
+_MARKER = re.compile(r"answer choices[ \t]*:", re.IGNORECASE)
 _CHOICE_LINE = re.compile(r"[ \t]*([A-Z])[ \t]*([.):])(?:[ \t]|$)(.*)", re.DOTALL)
 
 
 def split_choices(path: Path, n: int, text: str) -> tuple[str, list[tuple[str, str]]]:
     """Split an original HLE question into ``(body, [(letter, text), ...])``.
 
-    The block after the last line "Answer Choices:" is read with the delimiter its first line uses
+    The block after the last "Answer Choices:" is read with the delimiter its first line uses
     (``A.``, ``A)`` or ``A:``): a choice starts at a line holding the next letter (A, B, C, ... in turn)
     and that delimiter; every other line, blank ones included, belongs to the choice before it, so a
     choice's text is kept whole (``P: ...`` lines inside a block lettered ``A.``, as in row
