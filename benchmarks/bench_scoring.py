@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from dxi import scoring
-from dxi.cache import Cache
+from dxi.cache import Cache, verify
 from dxi.evals import PROMPT_VERSION, gold_frames
 from dxi.scoring.index import WEIGHTS
 from dxi.scoring.score import READ_COLUMNS
@@ -42,7 +42,8 @@ def plain_index(shards: list[Path], tasks: list, models: list[str]) -> dict[str,
     """The Decision Index per model label, computed row by row in plain Python (no Polars, no NumPy):
     the reference a vectorised scorer is measured against. Same rules as ``scoring``: current rows only
     (prompt version, task digest, epoch 0), the newest row per request, invalid and failed answers wrong
-    (a hallucination in Omniscience, the wrong side of F1), null when an answer is missing."""
+    (a hallucination in Omniscience, the wrong side of F1), null when an answer is missing or every request
+    of an evaluation failed."""
     digest = {t.id: t.digest for t in tasks}
     wanted = {f"{PROVIDER}:{m}" for m in models}
     newest: dict[tuple[str, str], dict] = {}
@@ -73,6 +74,7 @@ def plain_index(shards: list[Path], tasks: list, models: list[str]) -> dict[str,
                 unit = q.id if task.eval == "wildguardtest" else "all"
                 s = sums[(label, task.eval, unit)]
                 s["n"] += 1
+                s["failed"] += row["status"] == "failed"
                 s["correct"] += predicted == gold
                 s["hallucinated"] += predicted != gold and predicted != "E"
                 positive = (predicted == "yes") if predicted is not None else gold != "yes"
@@ -83,7 +85,8 @@ def plain_index(shards: list[Path], tasks: list, models: list[str]) -> dict[str,
     for label in wanted:
         terms: dict[tuple[str, str], float | None] = {}
         for name in SIZES:
-            if (label, name) in missing:
+            units = [s for (lab, e, _), s in sums.items() if lab == label and e == name]
+            if (label, name) in missing or sum(s["failed"] for s in units) == sum(s["n"] for s in units):
                 continue
             if name == "wildguardtest":
                 f1s = []
@@ -137,6 +140,9 @@ def run() -> list[Result]:
         read, read_cpu, _ = _best(lambda: cache.scan().select(READ_COLUMNS).collect())
         reported, reported_cpu, _ = _best(lambda: rescore(None, True), 3)
         booted, booted_cpu, with_intervals = _best(lambda: rescore(scoring.Bootstrap(resamples=1000), True), 3)
+        shards = sorted(root.glob("shards/*.parquet"))
+        checked, checked_cpu, _ = _best(lambda: verify.Verifier().damaged(shards))
+        shard_mb = sum(s.stat().st_size for s in shards) / 1e6
         plain_started = time.perf_counter()
         plain = plain_index(sorted(root.glob("shards/*.parquet")), tasks, [model_name(m) for m in range(MODELS)])
         plain_time = time.perf_counter() - plain_started
@@ -161,6 +167,9 @@ def run() -> list[Result]:
         Result("scoring", "plain row-by-row Python scorer (index only)", plain_time, "s", "", None,
                f"{plain_time / rescored:.0f}× the vectorised rescore; Decision Index "
                f"{'identical' if agree else 'DIFFERENT'} for all {len(plain)} models"),
+        Result("scoring", "verify every page checksum of every shard", checked, "s", "", None,
+               f"cache.verify.Verifier: what the first scan of an open cache adds (once; {len(shards)} shards, "
+               f"{shard_mb:.0f} MB); best of {REPEATS}; CPU {checked_cpu:.2f} s"),
         Result("scoring", "open the cache for rescoring", opened, "s", "", None,
                "Cache(root): the key index for has() is loaded on first use, which rescoring never makes "
                "(issue 4's figure measures that load)"),

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dxi.cache.schema import ANSWER, PROBABILITY, SCHEMA
+from dxi.cache.verify import WRITE_OPTIONS
 from dxi.evals import CHOICE, PROMPT_VERSION, YES_NO, Option, Question, Task
 from dxi.evals.when2call import shuffled
 
@@ -157,5 +158,5 @@ def write_cache(root: Path, tasks: list[Task], n_models: int, seed: int = 11, in
             "answers": answers, "repaired": pa.nulls(n_tasks, pa.bool_()),
         }
         table = pa.table({c: columns[c] for c in SCHEMA.names}).cast(SCHEMA)
-        pq.write_table(table, shards / f"synthetic-{m:03d}.parquet", compression="zstd")
+        pq.write_table(table, shards / f"synthetic-{m:03d}.parquet", **WRITE_OPTIONS)  # as the cache writes shards
     return n_models * n_questions

@@ -60,9 +60,12 @@ def _code_expr() -> pl.Expr:
 
 def index_columns(rows: pl.LazyFrame) -> pl.LazyFrame:
     """Rows with ``key, status, error_kind, created_at`` -> ``prefix (UInt64), code (UInt8), created_at``:
-    the small form the index is built from (the hex strings are dropped as early as possible)."""
+    the small form the index is built from (the hex strings are dropped as early as possible). Rows that
+    are not cache rows (no key, an unknown status: ``cache.verify.valid_rows``) are left out."""
     odd = pl.when(_prefix_expr().is_null()).then(pl.col("key")).alias("key")  # kept only where not hex
-    return rows.select(_prefix_expr(), _code_expr(), pl.col("created_at").cast(pl.Float64), odd)
+    row = (pl.col("key").str.len_bytes() > 0) & pl.col("status").is_in([OK, INVALID, FAILED])
+    return rows.filter(row.fill_null(False)).select(_prefix_expr(), _code_expr(),
+                                                    pl.col("created_at").cast(pl.Float64), odd)
 
 
 class KeyIndex:
@@ -90,7 +93,7 @@ class KeyIndex:
                                                    .alias("prefix"))
             small = pl.concat([small.filter(~odd), fixed])
         small = small.select("prefix", "code", "created_at").sort(["prefix", "created_at"])
-        keys = small["prefix"].to_numpy()
+        keys = small["prefix"].cast(pl.UInt64).to_numpy().astype(np.uint64, copy=False)  # never a float array
         codes = small["code"].to_numpy()
         last = np.ones(len(keys), bool)
         last[:-1] = keys[1:] != keys[:-1]

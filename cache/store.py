@@ -14,8 +14,10 @@ by a background thread (Parquet written to a temporary name, then renamed: a sha
 and deleted; ``close`` compacts the last one. A log left behind by a killed process is compacted by the
 next process that opens the cache; a truncated last line (the kill came mid-write) or a corrupt line is
 dropped with a warning, the damaged log is moved to ``quarantine/``, and only those requests are sent
-again. A shard whose footer or index columns cannot be read is moved to ``quarantine/`` when the key
-index is loaded (the first ``has``/``append``: a run's start-up); one that fails when scanned, by ``verify``.
+again; so is a line that is JSON but not a row (``cache.verify.valid_rows``). Shards are read only after
+their page checksums are verified (``cache.verify``): the index columns' pages when the key index is
+loaded (the first ``has``/``append``: a run's start-up), every page before the first scan; a shard that
+fails (or whose reader fails, a panic included) is moved to ``quarantine/`` and leaves the key index.
 
 Concurrency: safe concurrent appends, no shared lock. Each process appends only to its own logs and
 holds an exclusive ``flock`` on each until it is compacted; a log whose lock is free belongs to a dead
@@ -47,13 +49,13 @@ import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from . import verify
 from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
 from .schema import INDEX_COLUMNS, SCHEMA
 
 T = TypeVar("T")
 
 log = logging.getLogger("dxi.cache")
-_POLARS_SCHEMA = pl.from_arrow(SCHEMA.empty_table()).schema
 
 _write, _dumps, _LINE = os.write, orjson.dumps, orjson.OPT_APPEND_NEWLINE  # looked up once: append is hot
 ROLL_ROWS = 5_000  # rows per log before it is compacted into a shard (~10 MB of log)
@@ -108,6 +110,7 @@ class Cache:
         self._remove_abandoned()
         self._recover_orphans()
         self._index: KeyIndex | None = None  # loaded on first use (``_keys``): scoring only scans
+        self._verifier = verify.Verifier()  # which shards' page checksums were verified
 
     # ---- reading ------------------------------------------------------------------------------
     def _warn(self, message: str) -> None:
@@ -143,18 +146,30 @@ class Cache:
         if end == 0:
             return SCHEMA.empty_table(), damaged
         try:  # the complete lines, without copying them
-            return pj.read_json(pa.BufferReader(pa.py_buffer(data)[:end]),
-                                read_options=_JSON_READ if threads else _JSON_READ_ONE_THREAD,
-                                parse_options=_JSON), damaged
+            table = pj.read_json(pa.BufferReader(pa.py_buffer(data)[:end]),
+                                 read_options=_JSON_READ if threads else _JSON_READ_ONE_THREAD, parse_options=_JSON)
+            table, bad = verify.valid_rows(table)  # JSON, but not a row: {}, a row without its key, ...
+            if not bad:
+                return table, damaged
+            lines = data.count(b"\n", 0, end) == table.num_rows + len(bad)  # one row a line: name the lines
+            self._warn(f"cache: {path} " + (f"line(s) {', '.join(str(i + 1) for i in bad[:5])}" if lines else
+                                             f"{len(bad)} line(s)") + " hold no cache row (no key, or an unknown "
+                       "status); dropped them.")
+            return table, True
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             pass
         tables = []
         for n, line in enumerate(data[:end].split(b"\n")[:-1], 1):  # a damaged line: find it, keep the rest
             try:
-                tables.append(pa.Table.from_pylist([orjson.loads(line)], schema=SCHEMA))
+                one, bad = verify.valid_rows(pa.Table.from_pylist([orjson.loads(line)], schema=SCHEMA))
             except (orjson.JSONDecodeError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+                one, bad = None, [0]
+            if bad:
                 damaged = True
-                self._warn(f"cache: {path} line {n} is corrupt; skipped it, its request will be sent again.")
+                self._warn(f"cache: {path} line {n} is corrupt or holds no cache row; skipped it, its request "
+                           "will be sent again.")
+            else:
+                tables.append(one)
         return (pa.concat_tables(tables) if tables else SCHEMA.empty_table()), damaged
 
     def _remove_abandoned(self) -> None:
@@ -194,7 +209,7 @@ class Cache:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # marks it as being written (see _remove_abandoned)
-                pq.write_table(table, str(tmp), compression="zstd", write_page_checksum=True)  # native I/O, no GIL
+                pq.write_table(table, str(tmp), **verify.WRITE_OPTIONS)  # native I/O, no GIL; page CRCs
                 if self.fsync:
                     os.fsync(fd)
                 os.replace(tmp, shard)
@@ -224,54 +239,66 @@ class Cache:
             table, _ = self._read_log(path, live=True)
             if table is not None and table.num_rows:
                 frames.append(index_columns(pl.from_arrow(table.select(INDEX_COLUMNS)).lazy()))
-        shards = self._shards()
+        shards = self._verified(self._shards(), INDEX_COLUMNS)
         try:  # all shards at once (fast); only if that fails is each shard checked alone
             return KeyIndex.from_frames(frames + self._index_frames(shards))
-        except Exception:  # polars and pyarrow raise several types for a damaged file
+        except verify.DAMAGED:  # pyarrow and polars raise several types for a damaged file (polars: a panic)
             return KeyIndex.from_frames(frames + self._index_frames(self._readable(shards)))
 
     @staticmethod
     def _index_frames(shards: list[Path]) -> list[pl.LazyFrame]:
         # the full schema, as in ``scan``: shards written by older versions lack the newer columns
-        return ([index_columns(pl.scan_parquet(shards, schema=_POLARS_SCHEMA, missing_columns="insert")
-                               .select(INDEX_COLUMNS))] if shards else [])
+        return [index_columns(verify.scan(shards).select(INDEX_COLUMNS))] if shards else []
+
+    def _verified(self, shards: list[Path], columns: list[str] | None = None) -> list[Path]:
+        """``shards`` less those whose pages of ``columns`` (None: all) fail their checksums
+        (``cache.verify``), which are moved to quarantine/ and their keys dropped from the key index."""
+        damaged = self._verifier.damaged(shards, columns)
+        for shard, exc in damaged:
+            self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})", "Its requests will be sent again.")
+        if damaged:
+            self._index = None if columns is None else self._index  # loading it: it is being built without them
+            gone = {s for s, _ in damaged}
+            shards = [s for s in shards if s not in gone]
+        return shards
 
     def _readable(self, shards: list[Path]) -> list[Path]:
         """``shards`` less those whose footer or index columns cannot be read, moved to quarantine/."""
         readable = []
         for shard in shards:
-            try:
-                pq.read_table(shard, columns=INDEX_COLUMNS, page_checksum_verification=True)
+            exc = verify.check(shard, INDEX_COLUMNS)
+            if exc is None:
                 readable.append(shard)
-            except Exception as exc:  # a damaged file: several exception types
+            else:
                 self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})",
                                  "Its requests will be sent again.")
         return readable
 
     def read(self, query: Callable[[pl.LazyFrame], T]) -> T:
-        """``query(self.scan())``, recovering from a damaged shard: when reading fails (damage start-up
-        does not see: it reads only the footers and index columns, and only ``dxi run`` loads them), every
-        shard is read whole (``verify``), the unreadable ones are moved to quarantine/ with a warning, and
-        the query runs again without them. Raises the original error when no shard was unreadable."""
+        """``query(self.scan())`` (every shard's pages verified first), recovering from a damaged shard all
+        the same: when reading fails (an error or a panic in the reader), every shard is read whole
+        (``verify``), the unreadable ones are moved to quarantine/ with a warning, and the query runs again
+        without them. Raises the original error when no shard was unreadable."""
         try:
             return query(self.scan())
-        except (pl.exceptions.PolarsError, pa.ArrowException, OSError):
+        except verify.DAMAGED:  # a damaged shard raises several types (a checksum, a panic in polars)
             if not self.verify():
                 raise
         return query(self.scan())
 
     def verify(self) -> int:
-        """Read every shard whole (all columns, page checksums verified); move the unreadable ones to
-        quarantine/ with a warning. Returns how many were moved. (Start-up reads only the index columns;
-        this is for damage elsewhere, e.g. when scoring fails to read a shard.)"""
+        """Read every shard whole (all columns, by pyarrow with page checksums verified, and by Polars);
+        move the unreadable ones to quarantine/ with a warning and drop their keys from the key index
+        (reloaded when next needed), so their requests count as not cached. Returns how many were moved."""
         moved = 0
         for shard in self._shards():
-            try:
-                pq.read_table(shard, page_checksum_verification=True)
-            except Exception as exc:  # a damaged file: several exception types
+            exc = verify.check(shard)
+            if exc is not None:
                 moved += 1
                 self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})",
                                  "Its requests will be sent again by the next run.")
+        if moved:
+            self._index = None
         return moved
 
     def status(self, key: str) -> str | None:
@@ -297,9 +324,9 @@ class Cache:
         compacted = {s.stem for s in shards}  # a log whose shard is in place is about to go: skip it
         tables = [t for stem, t in logged if t.num_rows and stem not in compacted]
         frames = [pl.from_arrow(pa.concat_tables(tables)).lazy()] if tables else []
-        if shards:
-            frames.insert(0, pl.scan_parquet([str(s) for s in shards], schema=_POLARS_SCHEMA,
-                                             missing_columns="insert"))  # older shards: new columns as nulls
+        shards = self._verified(shards)  # every page checked against its checksum, once per open cache
+        if shards:  # older shards read with nulls in the newer columns
+            frames.insert(0, verify.scan(shards))
         if not frames:
             return pl.from_arrow(SCHEMA.empty_table()).lazy()
         return pl.concat(frames, how="vertical_relaxed")
@@ -317,6 +344,23 @@ class Cache:
         os.replace(tmp, self._wal)  # visible to others only once locked
         self._fd = fd
         self._log_rows = 0
+
+    def check_writable(self) -> None:
+        """Raise CacheWriteError (naming the folder) unless a file can be created, written and removed in
+        ``wal/`` and ``shards/``: called before a run's first request, so that a read-only cache is found
+        before any reply would be lost."""
+        for sub, suffix in (("wal", "creating"), ("shards", "tmp")):  # names _remove_abandoned clears
+            probe = self.root / sub / f".probe-{os.getpid()}-{uuid.uuid4().hex[:8]}.{suffix}"
+            try:
+                fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    os.write(fd, b"\n")
+                finally:
+                    os.close(fd)
+                    probe.unlink(missing_ok=True)
+            except OSError as exc:
+                raise CacheWriteError(f"the cache cannot be written: cannot create a file in {probe.parent} "
+                                      f"({exc.strerror or exc})", exc.errno) from None
 
     def append(self, row: dict) -> None:
         """Store one row (a dict with the columns of ``SCHEMA``) durably before returning."""

@@ -14,11 +14,13 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import hle, omniscience, when2call, wildguardtest
+from .check import check_file
 from .exclusions import Exclusions
 from .rows import DatasetError
 from .task import CHOICE, YES_NO, Option, Question, Task
@@ -44,14 +46,19 @@ class EvalSpec:
     patterns: tuple[str, ...]
     load: Callable[..., Iterator[Task]]
     flag: str  # the command line's option naming its file: --<flag> FILE
+    numbered: Callable[..., Iterator[tuple[int, Task]]]  # (row number, Task): for ``Suite.validate``
+    id_field: str | None  # the row field the task id is made from (None: the row number)
 
 
 EVALS: dict[str, EvalSpec] = {
     s.name: s for s in (
-        EvalSpec(omniscience.NAME, "AA-Omniscience-Decision", omniscience.PATTERNS, omniscience.load, "omniscience"),
-        EvalSpec(hle.NAME, "HLE-MultiChoice", hle.PATTERNS, hle.load, "hle"),
-        EvalSpec(when2call.NAME, "When2Call", when2call.PATTERNS, when2call.load, "when2call"),
-        EvalSpec(wildguardtest.NAME, "WildGuardTest", wildguardtest.PATTERNS, wildguardtest.load, "wildguardtest"),
+        EvalSpec(omniscience.NAME, "AA-Omniscience-Decision", omniscience.PATTERNS, omniscience.load, "omniscience",
+                 omniscience.numbered, "question_id"),
+        EvalSpec(hle.NAME, "HLE-MultiChoice", hle.PATTERNS, hle.load, "hle", hle.numbered, "id"),
+        EvalSpec(when2call.NAME, "When2Call", when2call.PATTERNS, when2call.load, "when2call", when2call.numbered,
+                 "uuid"),
+        EvalSpec(wildguardtest.NAME, "WildGuardTest", wildguardtest.PATTERNS, wildguardtest.load, "wildguardtest",
+                 wildguardtest.numbered, None),
     )
 }
 
@@ -160,6 +167,20 @@ class Suite:
     wildguard_subset: str = "agreed"
     evals: tuple[str, ...] | None = None
     _survey: Survey | None = field(default=None, init=False, repr=False, compare=False)
+    _validated: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def validate(self) -> None:
+        """Read every selected file whole, once per Suite (a fast pass, before a run's first request; the
+        run still streams): raises DatasetError for a malformed row anywhere in a file, or for two rows
+        that make one task id (naming both rows). Exclusions and ``limit`` do not apply: the file is
+        checked, not the selection."""
+        if self._validated:
+            return
+        for n in self.selected():
+            data, spec = self.data[n], EVALS[n]
+            kwargs = {"subset": self.wildguard_subset} if n == wildguardtest.NAME else {}
+            check_file(data.file.path, partial(spec.numbered, data.file.path, **kwargs), spec.id_field)
+        self._validated = True
 
     def selected(self) -> list[str]:
         """The evaluations that will be run and scored: selected and with data."""
@@ -241,7 +262,8 @@ def gold_frames(tasks: Iterable[Task]) -> tuple[pl.DataFrame, pl.DataFrame]:
 
     ``gold``: one row per question: eval, task_id, task_digest, question_id, kind
     ("choice" | "yes_no"), gold (option id or "yes"/"no"), group (HLE category, Omniscience domain or
-    WildGuardTest subcategory), adversarial (WildGuardTest). ``categories``: When2Call's option-to-reply-
+    WildGuardTest subcategory), adversarial (WildGuardTest), task_id_digest (``Task.id_digest``: the digest
+    older cache rows carry). ``categories``: When2Call's option-to-reply-
     category map, one row per (task_id, option).
     """
     gold: list[tuple] = []
@@ -253,10 +275,10 @@ def gold_frames(tasks: Iterable[Task]) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def _gold_rows(t: Task, gold: list[tuple], categories: list[tuple]) -> None:
     """Append task ``t``'s rows of the two ``gold_frames``."""
-    digest = t.digest
+    digest, id_digest = t.digest, t.id_digest
     group = t.meta.get("category") or t.meta.get("domain") or t.meta.get("subcategory")
     for q in t.questions:
-        gold.append((t.eval, t.id, digest, q.id, q.kind, t.gold[q.id], group, t.meta.get("adversarial")))
+        gold.append((t.eval, t.id, digest, q.id, q.kind, t.gold[q.id], group, t.meta.get("adversarial"), id_digest))
     for option, category in (t.meta.get("categories") or {}).items():
         categories.append((t.id, option, category))
 
@@ -265,7 +287,8 @@ def _frames(gold: list[tuple], categories: list[tuple]) -> tuple[pl.DataFrame, p
     import polars as pl  # imported where scoring needs it: reading tasks (and `dxi --help`) does without
 
     gold_schema = {"eval": pl.String, "task_id": pl.String, "task_digest": pl.String, "question_id": pl.String,
-                   "kind": pl.String, "gold": pl.String, "group": pl.String, "adversarial": pl.Boolean}
+                   "kind": pl.String, "gold": pl.String, "group": pl.String, "adversarial": pl.Boolean,
+                   "task_id_digest": pl.String}
     category_schema = {"task_id": pl.String, "option": pl.String, "category": pl.String}
     return (pl.DataFrame(gold, schema=gold_schema, orient="row"),
             pl.DataFrame(categories, schema=category_schema, orient="row"))

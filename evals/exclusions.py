@@ -1,24 +1,29 @@
-"""Exclusion lists (SPEC §4): plain text, one id per line, ``#`` starts a comment.
+"""Exclusion lists (SPEC §4): plain text, one id per line; ``#`` at the start of a line or after
+whitespace starts a comment (so ``q#1`` is an id).
 
 A line is a task id (``when2call/<uuid>``) or ``task_id:question_id`` to drop a single question
-(``wildguardtest/17:response_harmful``). A list loaded for one evaluation (``--exclude when2call=FILE``)
-may also use bare ids (``<uuid>``), which are namespaced to that evaluation.
+(``wildguardtest/17:response_harmful``). A line is matched against each task's id first, then against
+``<task id>:<question id>`` for each of its questions, so task ids that themselves contain ``:`` or ``#``
+(``omniscience/q:1``) can be excluded, whole or per question. A list loaded for one evaluation
+(``--exclude when2call=FILE``) may also use bare ids (``<uuid>``), which are namespaced to that evaluation.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .task import Task
 
+_COMMENT = re.compile(r"(?:^|\s)#.*")
+
 
 @dataclass
 class Exclusions:
-    """Task ids and (task id, question id) pairs to drop; records which ids matched a task."""
+    """The ids listed (task ids, or ``task_id:question_id``); records which of them matched a task."""
 
-    tasks: set[str] = field(default_factory=set)
-    questions: set[tuple[str, str]] = field(default_factory=set)
+    ids: set[str] = field(default_factory=set)
     _matched: set[str] = field(default_factory=set, repr=False)
 
     @classmethod
@@ -32,32 +37,29 @@ class Exclusions:
     def add_file(self, path: Path, eval_name: str | None = None) -> None:
         """Add the ids of one list file (see ``read``)."""
         for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            line = raw.split("#", 1)[0].strip()
+            line = _COMMENT.sub("", raw).strip()
             if not line:
                 continue
             if any(c.isspace() for c in line):
                 raise ValueError(f"{path}, line {n}: expected one id per line, got {line!r}")
-            task_id, _, question_id = line.rpartition(":") if ":" in line else (line, "", "")
-            if "/" not in task_id:
+            if "/" not in line:
                 if eval_name is None:
-                    raise ValueError(f"{path}, line {n}: {task_id!r} is not a namespaced task id "
+                    raise ValueError(f"{path}, line {n}: {line!r} is not a namespaced task id "
                                      "(write <eval>/<id>, or pass the list as --exclude EVAL=FILE)")
-                task_id = f"{eval_name}/{task_id}"
-            if question_id:
-                self.questions.add((task_id, question_id))
-            else:
-                self.tasks.add(task_id)
+                line = f"{eval_name}/{line}"
+            self.ids.add(line)
 
     def apply(self, tasks: Iterable[Task]) -> Iterator[Task]:
         """Drop excluded tasks and questions; a task left with no question is dropped."""
-        if not self.tasks and not self.questions:
+        ids = self.ids
+        if not ids:
             yield from tasks
             return
         for t in tasks:
-            if t.id in self.tasks:
+            if t.id in ids:
                 self._matched.add(t.id)
                 continue
-            drop = {q.id for q in t.questions if (t.id, q.id) in self.questions}
+            drop = {q.id for q in t.questions if f"{t.id}:{q.id}" in ids}
             if drop:
                 self._matched.update(f"{t.id}:{q}" for q in drop)
                 kept = tuple(q for q in t.questions if q.id not in drop)
@@ -68,9 +70,7 @@ class Exclusions:
 
     def summary(self, eval_name: str) -> dict[str, int]:
         """Counts for the data block: ids listed for ``eval_name`` and how many matched a task."""
-        prefix = f"{eval_name}/"
-        listed = [t for t in self.tasks if t.startswith(prefix)]
-        listed += [f"{t}:{q}" for t, q in self.questions if t.startswith(prefix)]
+        listed = [i for i in self.ids if i.startswith(f"{eval_name}/")]
         if not listed:
             return {}
         return {"listed": len(listed), "matched": sum(1 for i in listed if i in self._matched)}

@@ -182,10 +182,13 @@ def _assemble(paths: list[Path], dest: Path) -> None:
 
 def verify(path: Path, name: str) -> tuple[DataFile, int]:
     """Load evaluation ``name`` from ``path`` with the product's loaders: ``(file, task count)`` in the
-    default subset. Raises DatasetError (naming file, row and field) when a row is malformed,
+    default subset. Raises DatasetError (naming file, row and field) when a row is malformed or two rows
+    make one task id (naming both),
     FileNotFoundError when the file is absent."""
     data = discover(None, {name: path})
-    return data[name].file, sum(1 for _ in Suite(data).tasks(name))
+    suite = Suite(data)
+    suite.validate()  # every row, and no task id twice
+    return data[name].file, sum(1 for _ in suite.tasks(name))
 
 
 def fetch(data_dir: Path, source: Source, evals: Iterable[str] | None = None, force: bool = False) -> list[Outcome]:

@@ -13,14 +13,14 @@ Two row shapes are read (JSONL, JSON list or Parquet):
 * the pre-split row of ``shared/data/hle/hle_mcqa.json``: ``id``, ``question`` (body only),
   ``choices`` (list of ``[letter, text]``), ``answer``, ``category``.
 
-Option ids are HLE's own letters (A-Z; 5 to 26 options here). Choice parsing accepts a new choice only
-at the next expected letter at the start of a line, so a line starting "I think..." or a gold "I" is
-never mistaken for a letter.
+Option ids are HLE's own letters (A-Z; 5 to 26 options here). Choice parsing (``split_choices``) accepts
+a new choice only at the next letter, with the delimiter the block uses, at the start of a line, so a
+line starting "I think..." or "Q: ..." inside a choice stays part of it; a block it cannot read
+unambiguously is a DatasetError naming the row.
 """
 from __future__ import annotations
 
 import re
-import string
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,33 +30,50 @@ from .task import CHOICE, Option, Question, Task
 NAME = "hle_multichoice"
 QUESTION = "Which answer choice is correct?"
 PATTERNS = ("hle/*.json", "hle/*.jsonl", "hle/*.parquet", "hle*.json", "hle*.jsonl", "hle*.parquet")
-_MARKER = re.compile(r"answer choices\s*:", re.IGNORECASE)
-_CHOICE_LINE = re.compile(r"\s*([A-Z])\s*[.):]\s?(.*)", re.DOTALL)
+_MARKER = re.compile(r"answer choices[ \t]*:", re.IGNORECASE)
+_CHOICE_LINE = re.compile(r"[ \t]*([A-Z])[ \t]*([.):])(?:[ \t]|$)(.*)", re.DOTALL)
 
 
 def split_choices(path: Path, n: int, text: str) -> tuple[str, list[tuple[str, str]]]:
     """Split an original HLE question into ``(body, [(letter, text), ...])``.
 
-    Raises DatasetError (field ``question``) when there is no "Answer Choices:" block, when it does not
-    start at "A", or when fewer than two choices are found.
+    The block after the last "Answer Choices:" is read with the delimiter its first line uses
+    (``A.``, ``A)`` or ``A:``): a choice starts at a line holding the next letter (A, B, C, ... in turn)
+    and that delimiter; every other line, blank ones included, belongs to the choice before it, so a
+    choice's text is kept whole (``P: ...`` lines inside a block lettered ``A.``, as in row
+    ``67219b2486e95ac1054387bc``). Raises DatasetError (field ``question``) when there is no such block,
+    when it does not start at "A", when fewer than two choices are found, and when the block cannot be
+    read unambiguously: a line with the block's delimiter but another letter than the next one (a
+    skipped letter, A, B, D, ...; or a line of a choice's text that reads as a choice).
     """
     marks = list(_MARKER.finditer(text))
     if not marks:
         raise DatasetError(path, n, "question", "multipleChoice question without an 'Answer Choices:' block")
     body, block = text[: marks[-1].start()].strip(), text[marks[-1].end():]
-    choices: list[list[str]] = []
-    for line in block.splitlines():
+    choices: list[tuple[str, list[str]]] = []
+    delimiter = None
+    for line in block.split("\n"):
         m = _CHOICE_LINE.fullmatch(line)
-        expected = string.ascii_uppercase[len(choices)] if len(choices) < 26 else None
-        if m and m.group(1) == expected:
-            choices.append([m.group(1), m.group(2).strip()])
-        elif choices:
-            choices[-1][1] = (choices[-1][1] + "\n" + line).strip()
-        elif line.strip():
-            raise DatasetError(path, n, "question", f"text before choice 'A' in the Answer Choices block: {line[:60]!r}")
+        if not choices:
+            if not line.strip():
+                continue
+            if not m or m.group(1) != "A":
+                raise DatasetError(path, n, "question", f"the Answer Choices block does not start with choice 'A': "
+                                                        f"{line[:60]!r}")
+            delimiter = m.group(2)
+        elif m and m.group(2) == delimiter:
+            expected = chr(ord(choices[-1][0]) + 1)
+            if m.group(1) != expected:
+                raise DatasetError(path, n, "question", f"ambiguous Answer Choices block: after choice "
+                                   f"{choices[-1][0]!r} a line reads as choice {m.group(1)!r} ({line[:60]!r}), "
+                                   f"expected {expected!r} or more text of {choices[-1][0]!r}")
+        else:
+            choices[-1][1].append(line)
+            continue
+        choices.append((m.group(1), [m.group(3)]))
     if len(choices) < 2:
         raise DatasetError(path, n, "question", f"found {len(choices)} lettered choice(s); expected at least 2")
-    return body, [(letter, choice) for letter, choice in choices]
+    return body, [(letter, "\n".join(lines).strip()) for letter, lines in choices]
 
 
 def record_to_task(path: Path, n: int, row: dict) -> Task | None:
@@ -89,9 +106,15 @@ def record_to_task(path: Path, n: int, row: dict) -> Task | None:
     )
 
 
-def load(path: Path) -> Iterator[Task]:
-    """Yield the text-only multipleChoice tasks of ``path``."""
+def numbered(path: Path) -> Iterator[tuple[int, Task]]:
+    """Yield ``(row number, Task)`` for the text-only multipleChoice rows of ``path``."""
     for n, row in read_rows(path):
         task = record_to_task(path, n, row)
         if task is not None:
-            yield task
+            yield n, task
+
+
+def load(path: Path) -> Iterator[Task]:
+    """Yield the text-only multipleChoice tasks of ``path``."""
+    for _, task in numbered(path):
+        yield task

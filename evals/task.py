@@ -60,11 +60,20 @@ class Task:
 
     @property
     def digest(self) -> str:
-        """sha256 (hex) of everything a model is shown: id, state, questions and options.
+        """sha256 (hex) of everything a model is shown: state, questions and options (not the id, which
+        no adapter sends).
 
-        Two tasks with equal digests render to identical requests under one prompt version, so the
-        scorer can select a task's cache rows by ``(task_id, task_digest)`` without re-encoding.
+        Two tasks with equal digests render to identical requests under one prompt version (the same
+        cache key), so the scorer can find a task's cache rows by ``task_digest`` without re-encoding,
+        and two tasks that send the same bytes (renamed ids, a repeated question) share one row.
         """
-        doc = [self.id, self.state, [[q.id, q.kind, q.text, [[o.id, o.text] for o in q.options]]
-                                     for q in self.questions]]
-        return hashlib.sha256(orjson.dumps(doc)).hexdigest()
+        return hashlib.sha256(orjson.dumps(self._shown())).hexdigest()
+
+    @property
+    def id_digest(self) -> str:
+        """The digest rows written before ``digest`` left out the id recorded: sha256 of the id and what
+        ``digest`` covers. Scoring accepts it for the task with this id, so those rows are still found."""
+        return hashlib.sha256(orjson.dumps([self.id, *self._shown()])).hexdigest()
+
+    def _shown(self) -> list:
+        return [self.state, [[q.id, q.kind, q.text, [[o.id, o.text] for o in q.options]] for q in self.questions]]

@@ -64,7 +64,13 @@ def record_to_task(path: Path, n: int, row: dict) -> Task:
     )
 
 
+def numbered(path: Path) -> Iterator[tuple[int, Task]]:
+    """Yield ``(row number, Task)`` for each row of ``path`` (JSONL)."""
+    for n, row in read_rows(path):
+        yield n, record_to_task(path, n, row)
+
+
 def load(path: Path) -> Iterator[Task]:
     """Yield one Task per row of ``path`` (JSONL)."""
-    for n, row in read_rows(path):
-        yield record_to_task(path, n, row)
+    for _, task in numbered(path):
+        yield task

@@ -72,9 +72,15 @@ def record_to_task(path: Path, n: int, row: dict, subset: str = "agreed") -> Tas
 
 def load(path: Path, subset: str = "agreed") -> Iterator[Task]:
     """Yield the tasks of ``path`` in ``subset``: "agreed" (all three agreement fields are 3; default) or "all"."""
+    for _, task in numbered(path, subset):
+        yield task
+
+
+def numbered(path: Path, subset: str = "agreed") -> Iterator[tuple[int, Task]]:
+    """Yield ``(row number, Task)`` for the rows of ``path`` in ``subset`` (see ``load``)."""
     if subset not in SUBSETS:
         raise ValueError(f"unknown WildGuardTest subset {subset!r}; expected one of {', '.join(SUBSETS)}")
     for n, row in read_rows(path):
         task = record_to_task(path, n, row, subset)
         if task is not None:
-            yield task
+            yield n, task

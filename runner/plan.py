@@ -112,7 +112,7 @@ def _exclusions(items: list[tuple[str | None, Path]]) -> Exclusions:
             raise PlanError(f"exclusion list not found: {file}") from None
         except ValueError as exc:
             raise PlanError(str(exc)) from None
-        ids = sorted(exclusions.tasks | {t for t, _ in exclusions.questions})
+        ids = sorted(exclusions.ids)
         stray = [i for i in ids if i.split("/", 1)[0] not in EVALS]
         if stray:
             raise PlanError(f"exclusion list {file}: {', '.join(repr(i) for i in stray[:3])} names no evaluation "
@@ -147,6 +147,7 @@ def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[st
                  else SampledSuite(data, exclusions, None, subset, selected, sample=sample, seed=seed or 0))
     except FileNotFoundError as exc:
         raise PlanError(str(exc)) from None
+    suite.validate()  # every selected file whole, before anything is sent or scored (evals.DatasetError)
     if not suite.selected():
         where = (f"(no --data-dir given, ${DATA_DIR_ENV} is not set and neither ./data nor ../shared/data exists)"
                  if not data_dir else (f"{data_dir} (that is, {data_dir.resolve()})"

@@ -17,7 +17,10 @@ holds a per-task object beyond the batch being looked up and the requests in fli
 goes through the same loop and sends nothing.
 
 Cancellation (Ctrl-C): workers stop where they are; every row appended is in the cache, and a reply
-that was decoded just as the cancellation came is appended before the worker stops.
+that was decoded just as the cancellation came is appended before the worker stops. An error that stops
+the run (a task stream's, the cache's) is not a cancellation: nothing more is handed out, the requests in
+flight finish and are stored, then it is raised. Before anything is sent the suite's files are checked
+whole (``Suite.validate``), and before the first request the cache is checked writable.
 
 Models: each is a ``ModelRun`` (or a bare Adapter: its defaults): its own number of epochs, the key of the
 limits it shares (a run file's provider table; default ``Adapter.provider``) and its price. The cost bound
@@ -121,8 +124,12 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
     with its own limits) and return the Stats per model label. Each outcome is in the cache before its
     worker takes the next request. ``limiters`` (provider key -> ProviderLimiter) is filled in when given,
     for reports. ``budget`` tracks the cost and holds the cost bound (``budget.stopped`` once reached).
-    Raises what a task stream raises (``evals.DatasetError`` for a malformed row), after what arrived is in
-    the cache."""
+    Before anything is sent, every selected file is checked whole (``Suite.validate``: a malformed row or
+    a repeated task id raises ``evals.DatasetError``), and before the first request is handed out the
+    cache must be writable (``CacheWriteError``; a run with nothing to send needs no writing). An error
+    that stops the run later (a task stream's, the cache's) stops handing out requests; the requests in
+    flight finish and are stored, then it is raised."""
+    suite.validate()
     runs = [m if isinstance(m, ModelRun) else ModelRun(m, epochs) for m in models]
     budget = budget if budget is not None else Budget()
     limiters = {} if limiters is None else limiters
@@ -132,6 +139,8 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
     n_workers = sum(limiters[p].limits.max_in_flight for p in {r.limits_key for r in runs})
     queue: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=n_workers)
     in_flight: set[str] = set()
+    stopped_by: list[Exception] = []  # the error that stops the run: nothing more is handed out
+    writable: list[bool] = []  # set once the cache was found writable (checked before the first request)
 
     def progress(label: str) -> None:
         if on_progress is not None:
@@ -152,6 +161,9 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
                     st.cache_hits += 1
                     progress(adapter.label)
                     continue
+                if not writable:
+                    cache.check_writable()  # CacheWriteError before the first request, not at its reply
+                    writable.append(True)
                 in_flight.add(request.key)
                 yield _Job(adapter, task, request, limiter, charge)
 
@@ -162,14 +174,18 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
 
     def next_job(provider: str) -> _Job | None:
         """The next request of ``provider``'s feed, its models taking turns; None once all are done, or
-        once the cost bound is reached."""
-        if budget.stopped:
+        once the cost bound is reached or an error stops the run (a malformed row: recorded in ``stopped_by``)."""
+        if budget.stopped or stopped_by:
             return None
         streams = feeds[provider]
         while streams:
             stream = streams[0]
             streams.rotate(-1)
-            job = next(stream, None)
+            try:
+                job = next(stream, None)
+            except Exception as exc:  # the requests in flight finish and are stored, then it is raised
+                stopped_by.append(exc)
+                return None
             if job is not None:
                 return job
             streams.remove(stream)
@@ -227,8 +243,12 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
         while (job := await queue.get()) is not None:
             slots = job.limiter.slots
             try:
-                while job is not None:  # on to the provider's next request, keeping the slot
-                    await send(job)
+                while job is not None and not stopped_by:  # on to the provider's next request, keeping the slot
+                    try:
+                        await send(job)
+                    except Exception as exc:  # e.g. the cache cannot be written: the others finish theirs
+                        stopped_by.append(exc)
+                        break
                     job = next_job(provider_of[job.adapter.label])
             finally:
                 slots.release()
@@ -260,4 +280,6 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
         while isinstance(first, ExceptionGroup):
             first = first.exceptions[0]
         raise first from group_error
+    if stopped_by:
+        raise stopped_by[0]
     return stats

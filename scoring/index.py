@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from .bootstrap import Bootstrap
-from .sums import COUNTS, Estimates, epoch_sd
+from .sums import Estimates, epoch_sd
 
 # (evaluation, metric) -> weight
 WEIGHTS: dict[tuple[str, str], float] = {
@@ -54,7 +54,7 @@ def index_table(estimates: dict[str, Estimates], labels: list[str], boot: Bootst
             for u in unavailable:
                 u.append(f"{name}.{metric}")
             continue
-        value = np.where((est.counts[:, COUNTS.index("missing")] > 0) | ~est.answered, np.nan, est.point[metric])
+        value = np.where(est.unscored() | ~est.answered, np.nan, est.point[metric])
         for i in np.flatnonzero(np.isnan(value)):
             unavailable[i].append(f"{name}.{metric}")
         point = point + weight * value

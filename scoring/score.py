@@ -2,7 +2,8 @@
 
 ``answers(rows, models, gold, categories, epochs)`` selects the cache rows the current tasks and
 configuration would send (matching provider, model, sampling parameters and prompt version, and each
-task's id and digest; ``sample`` below ``epochs``), keeps the newest row per request, and lays them out
+task's content digest; ``sample`` below ``epochs``), keeps the newest row per request (two tasks whose
+requests are byte-identical share one row, as they share its cache key), and lays them out
 as one row per (model, question, epoch) beside the gold label. ``metrics(answers)`` computes every
 metric per model and evaluation, averaged over epochs (``scoring.scored.score`` adds intervals,
 calibration and breakdowns).
@@ -97,19 +98,42 @@ def _configured(found: pl.DataFrame, models: pl.DataFrame) -> tuple[np.ndarray, 
 
 
 def _task_frame(gold: pl.DataFrame) -> pl.DataFrame:
-    """One row per task of the (sorted) gold frame: task_id, task_digest, ``nq`` questions, index ``t``."""
-    return (gold.group_by("task_id", maintain_order=True)
-            .agg(pl.col("task_digest").first(), pl.len().alias("nq"))
-            .with_row_index("t"))
+    """One row per task of the (sorted) gold frame: task_id, task_digest, task_id_digest (when the gold
+    frame has it), ``nq`` questions, index ``t``."""
+    first = [pl.col(c).first() for c in ("task_digest", "task_id_digest") if c in gold.columns]
+    return gold.group_by("task_id", maintain_order=True).agg(*first, pl.len().alias("nq")).with_row_index("t")
+
+
+def _content(found: pl.DataFrame, task_frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
+    """The request content of each task and of each cache row: ``(content per row (-1: none of the
+    current tasks'), content per task, number of contents)``. A task's content is its digest (what the
+    model is shown; the id is never sent), so tasks with equal digests send byte-identical requests, which
+    the cache keeps as one row (its key): that row is each such task's. A row written before digests left
+    out the id has the old digest (``Task.id_digest``): it is the content of the task with its id."""
+    digests = task_frame["task_digest"]
+    contents = pl.Enum(digests.unique(maintain_order=True))
+    of_task = digests.cast(contents).to_physical().to_numpy().astype(np.int64)
+    of_row = found["task_digest"].cast(contents, strict=False).to_physical().fill_null(-1).to_numpy().astype(np.int64)
+    if "task_id_digest" in task_frame.columns and (of_row < 0).any():
+        task_code = found["task_id"].cast(pl.Enum(task_frame["task_id"]), strict=False).to_physical()
+        old = (task_code.is_not_null()
+               & (found["task_digest"] == task_frame["task_id_digest"].gather(task_code.fill_null(0)))).to_numpy()
+        old &= of_row < 0
+        of_row[old] = of_task[task_code.fill_null(0).to_numpy()[old]]
+    return of_row, of_task, len(contents.categories)
 
 
 def _current(rows: pl.LazyFrame, models: pl.DataFrame, task_frame: pl.DataFrame, model_epochs: np.ndarray,
-             columns: Sequence[str]) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+             columns: Sequence[str], each_task: bool = True
+             ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The cache rows the current configuration would send, the newest per request: ``(found, m, t, s,
-    request)`` with ``found`` (those rows, in cache order, with ``columns``) and per row its model ``m``
-    (index into ``models``, which carries ``m``), task ``t``, epoch ``s`` and request number
-    ``(m·T + t)·E + s`` (E the largest number of epochs). Rows of other models, parameters, prompt
-    versions, task contents, and epochs beyond a model's own are left out."""
+    request)`` with ``found`` (those rows, with ``columns``) and per row its model ``m`` (index into
+    ``models``, which carries ``m``), task ``t``, epoch ``s`` and request number ``(m·T + t)·E + s`` (E the
+    largest number of epochs). A request is found by what it is made of (configuration, epoch, the task's
+    content: ``_content``), as its cache key is: a row whose content several tasks share is each of those
+    tasks' row, repeated once per task (``each_task``; False: each row once, ``t`` the first such task).
+    Rows of other models, parameters, prompt versions, task contents, and epochs beyond a model's own are
+    left out."""
     n_epochs, n_tasks = int(model_epochs.max(initial=1)), task_frame.height
     if n_tasks == 0:  # nothing to score (e.g. every task excluded): no row is current
         none = np.empty(0, np.int64)
@@ -117,22 +141,30 @@ def _current(rows: pl.LazyFrame, models: pl.DataFrame, task_frame: pl.DataFrame,
     # Read every epoch's rows (a filter on ``sample`` in the scan is slower than dropping rows below).
     found = rows.select(*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *columns).collect()
     i, m = _configured(found, models)
-    task_enum = pl.Enum(task_frame["task_id"])
-    task_code = found["task_id"].cast(task_enum, strict=False).to_physical()
-    current = (task_code.is_not_null()
-               & (found["task_digest"] == task_frame["task_digest"].gather(task_code.fill_null(0)))).to_numpy()
+    content, content_of_task, n_contents = _content(found, task_frame)
     sample = found["sample"].fill_null(-1).to_numpy()
-    keep = current[i] & (sample[i] >= 0) & (sample[i] < model_epochs[m])
+    keep = (content[i] >= 0) & (sample[i] >= 0) & (sample[i] < model_epochs[m])
     i, m = i[keep], m[keep]
-    t = task_code.fill_null(0).to_numpy().astype(np.int64)[i]
+    c = content[i]
     s = sample[i].astype(np.int64)
-    request = (m * n_tasks + t) * n_epochs + s
+    request = (m * n_contents + c) * n_epochs + s
     if len(request) and np.bincount(request).max() > 1:  # several rows for one request: the newest wins
         created = found["created_at"].to_numpy()[i]
         by_age = np.lexsort((created, request))
         newest = np.r_[request[by_age][1:] != request[by_age][:-1], True]
         keep = np.sort(by_age[newest])
-        i, m, t, s, request = i[keep], m[keep], t[keep], s[keep], request[keep]
+        i, m, c, s = i[keep], m[keep], c[keep], s[keep]
+    tasks_by_content = np.argsort(content_of_task, kind="stable")  # tasks of content k: a run in this order
+    shared = np.bincount(content_of_task, minlength=n_contents)
+    first = np.searchsorted(content_of_task[tasks_by_content], np.arange(n_contents))
+    if each_task and (shared[c] > 1).any():  # one row for several tasks: each of them gets it
+        times = shared[c]
+        i, m, s = np.repeat(i, times), np.repeat(m, times), np.repeat(s, times)
+        within = np.arange(len(i)) - np.repeat(np.cumsum(times) - times, times)
+        t = tasks_by_content[np.repeat(first[c], times) + within]
+    else:
+        t = tasks_by_content[first[c]]
+    request = (m * n_tasks + t) * n_epochs + s
     found = found.select(*columns)
     if not np.array_equal(i, np.arange(found.height)):
         found = found[i]
@@ -283,7 +315,7 @@ def usage(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, epochs: 
     gold = gold.sort("eval", "task_id", "question_id")
     task_frame = _task_frame(gold)
     found, m, _, _, _ = _current(rows, models, task_frame, _model_epochs(models, epochs),
-                                 ("eval", "status", "input_tokens", "output_tokens"))
+                                 ("eval", "status", "input_tokens", "output_tokens"), each_task=False)
     if found.is_empty():
         return pl.DataFrame(schema=USAGE_SCHEMA)
     return (found.with_columns(pl.Series("label", models["label"].gather(m)))

@@ -68,6 +68,9 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
                            "smaller --limit or fewer epochs than scored here); `dxi run` with these options sends "
                            "what is missing")
         return block
+    if row.get("reason"):  # every request failed: no reply to score, so no metric (never 0.0 as a score)
+        block["reason"] = f"{row['reason']} ({row['failed']} answer(s) failed; see each model's errors)"
+        return block
     reasons = []
     for m in METRICS[name]:
         block[m] = _round(row[m])

@@ -58,6 +58,7 @@ BREAKDOWNS: dict[str, dict[str, str]] = {
 }
 TABLE_METRICS = (*ALL_METRICS, *cal.CALIBRATION_METRICS)
 SUFFIXES = ("", "_sd", "_low", "_high")
+EVERY_FAILED = "every request failed"  # the reason an evaluation's metrics are null when no reply came
 
 
 class Sums:
@@ -354,6 +355,12 @@ class Estimates:
     low: dict[str, np.ndarray] = field(default_factory=dict)
     high: dict[str, np.ndarray] = field(default_factory=dict)
     replicates: dict[str, np.ndarray] = field(default_factory=dict)
+    all_failed: np.ndarray | None = None  # labels whose every answer failed (no reply to score: null metrics)
+
+    def unscored(self) -> np.ndarray:
+        """Labels whose metrics are null: answers missing, or every request failed (``EVERY_FAILED``)."""
+        out = self.counts[:, COUNTS.index("missing")] > 0
+        return out | self.all_failed if self.all_failed is not None else out
 
 
 def estimate(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | None = None,
@@ -365,8 +372,9 @@ def estimate(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | No
     per_epoch = values(cube, sums)
     counts = np.stack([sums[c].sum(axis=(1, 2)) for c in COUNTS], -1)  # (labels, COUNTS)
     answered = (sums["n"].sum(axis=(1, 2)) + counts.sum(-1)) > 0
+    all_failed = answered & (counts[:, COUNTS.index("failed")] == sums["n"].sum(axis=(1, 2)))
     est = Estimates({m: epoch_mean(v) for m, v in per_epoch.items()}, {m: epoch_sd(v) for m, v in per_epoch.items()},
-                    per_epoch, counts, cube.n_tasks if tasks is None else len(tasks), answered)
+                    per_epoch, counts, cube.n_tasks if tasks is None else len(tasks), answered, all_failed=all_failed)
     if boot is not None and weights is not None:
         for m, v in values(cube, cube.resampled(weights, tasks)).items():
             reps = epoch_mean(v)  # (resamples, labels)
@@ -377,8 +385,9 @@ def estimate(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | No
 
 def _frame(cube: Cube, est: Estimates) -> pl.DataFrame:
     """Rows per label with answers: n, counts, epochs, metrics (NaN -> null; all null when answers are
-    missing), their sd and interval."""
-    missing = est.counts[:, COUNTS.index("missing")]
+    missing or every request failed, ``reason`` then saying so when every request failed), their sd and
+    interval."""
+    unscored = est.unscored()
     n_labels = len(cube.labels)
     columns: dict[str, object] = {"label": cube.labels, "eval": [cube.eval] * n_labels,
                                   "n": np.full(n_labels, est.n, np.int64)}
@@ -388,14 +397,16 @@ def _frame(cube: Cube, est: Estimates) -> pl.DataFrame:
     for m in (*METRICS.get(cube.eval, ()), *cal.CALIBRATION_METRICS):
         for suffix, source in zip(SUFFIXES, (est.point, est.sd, est.low, est.high), strict=True):
             v = source.get(m)
-            columns[m + suffix] = np.full(n_labels, np.nan) if v is None else np.where(missing > 0, np.nan, v)
+            columns[m + suffix] = np.full(n_labels, np.nan) if v is None else np.where(unscored, np.nan, v)
+    failed = est.all_failed if est.all_failed is not None else np.zeros(n_labels, bool)
+    columns["reason"] = pl.Series([EVERY_FAILED if f else None for f in failed], dtype=pl.String)
     return pl.DataFrame(columns).fill_nan(None).filter(pl.Series(est.answered))
 
 
 def _table(frames: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
-    columns = [*keys, "n", *COUNTS, "epochs", *[m + s for m in TABLE_METRICS for s in SUFFIXES]]
+    columns = [*keys, "n", *COUNTS, "epochs", *[m + s for m in TABLE_METRICS for s in SUFFIXES], "reason"]
     if not frames:
-        return pl.DataFrame(schema={c: (pl.String if c in keys else pl.Float64) for c in columns})
+        return pl.DataFrame(schema={c: (pl.String if c in keys or c == "reason" else pl.Float64) for c in columns})
     table = pl.concat(frames, how="diagonal_relaxed")
     table = table.with_columns(pl.lit(None, pl.Float64).alias(c) for c in columns if c not in table.columns)
     return table.select(columns).sort(keys)

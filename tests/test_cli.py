@@ -252,7 +252,7 @@ def test_a_read_only_cache_is_scored_and_a_run_that_must_write_stops_with_exit_4
     capsys.readouterr()
     assert dxi(*score_args(data_dir, tmp_path), "--limit", "1") == 0
     assert dxi(*run_args(data_dir, tmp_path)) == 4  # new tasks: a log must be written
-    assert "Stopped: cannot create a cache log" in capsys.readouterr().out
+    assert "Stopped: the cache cannot be written: cannot create a file in" in capsys.readouterr().out
 
 
 def test_model_names_are_printed_as_given_never_as_emoji(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):

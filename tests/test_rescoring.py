@@ -62,10 +62,10 @@ def test_the_newest_row_wins_and_stale_rows_are_ignored(tmp_path: Path):
     add("newer", failed.with_columns(pl.col("created_at") + 100))                       # newer: wins
     after = index_of(rescore(tmp_path, tasks))
     first = f"synthetic:{model_name(0)}"
-    # every request of model 0 failed: accuracies 0, non-hallucination 0, F1 0 (gold yes -> FN, no -> FP)
-    assert after[first] == 0.0 and after[f"synthetic:{model_name(1)}"] == before[f"synthetic:{model_name(1)}"]
+    # every request of model 0 failed: no reply to score, so no index (never 0.0 presented as a score)
+    assert after[first] is None and after[f"synthetic:{model_name(1)}"] == before[f"synthetic:{model_name(1)}"]
     plain = plain_index(sorted(tmp_path.glob("shards/*.parquet")), tasks, [model_name(0), model_name(1)])
-    assert plain[first] == 0.0
+    assert plain[first] is None
 
 
 def test_the_order_of_rows_in_the_cache_does_not_change_a_single_bit(tmp_path: Path):

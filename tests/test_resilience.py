@@ -10,14 +10,15 @@ from pathlib import Path
 
 import orjson
 import polars as pl
+import pytest
 
 from dxi import adapters
 from dxi.adapters import Limits
 from dxi.cache import Cache
-from dxi.evals import Suite, discover
+from dxi.evals import DatasetError, Suite, discover
 from dxi.runner.run import run
 
-from .conftest import DXI, without_requests
+from .conftest import DXI, FIXTURES, without_requests
 from .fake_provider import FakeProvider, serve
 from .synthetic import data_dir
 
@@ -144,17 +145,32 @@ async def test_a_token_budget_spaces_requests_by_the_usage_replies_report(tmp_pa
 
 
 async def test_a_request_two_tasks_share_is_sent_once(tmp_path: Path):
-    data = data_dir(tmp_path / "data", 3)
-    path = data / "when2call" / "when2call_test_mcq.jsonl"
-    lines = path.read_bytes().splitlines(keepends=True)
-    path.write_bytes(lines[0] + lines[1] + lines[0] + lines[2] + lines[0])  # row 1 three times: one request
+    data = tmp_path / "data" / "omniscience" / "o.jsonl"
+    data.parent.mkdir(parents=True)
+    rows = [orjson.loads(line) for line in (FIXTURES / "omniscience.jsonl").read_bytes().splitlines()]
+    copies = [{**rows[0], "question_id": f"copy-{i}"} for i in range(2)]  # row 1's question twice more
+    data.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in [rows[0], rows[1], copies[0], rows[2], copies[1]]))
     async with _provider() as server:
         adapter = adapters.get(f"systemone:fake@{server.url}", Limits(max_in_flight=4))
         await adapter.start()
         with Cache(tmp_path / "cache") as cache:
-            stats = (await run([adapter], Suite(discover(data), evals=("when2call",)), cache))[adapter.label]
+            stats = (await run([adapter], Suite(discover(tmp_path / "data")), cache))[adapter.label]
         await adapter.close()
     assert (server.stats()["arrivals"], stats.sent, stats.cache_hits) == (3, 3, 2)
+
+
+async def test_a_task_id_twice_is_refused_before_anything_is_sent(tmp_path: Path):
+    data = data_dir(tmp_path / "data", 3)
+    path = data / "when2call" / "when2call_test_mcq.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(lines[0] + lines[1] + lines[0] + lines[2])  # row 1 twice: one task id, two rows
+    async with _provider() as server:
+        adapter = adapters.get(f"systemone:fake@{server.url}", Limits(max_in_flight=4))
+        await adapter.start()
+        with Cache(tmp_path / "cache") as cache, pytest.raises(DatasetError, match="row 3.*also the id of row 1"):
+            await run([adapter], Suite(discover(data), evals=("when2call",)), cache)
+        await adapter.close()
+    assert server.stats()["arrivals"] == 0
 
 
 def test_a_language_model_through_the_same_faults_ends_with_one_valid_row_per_task(tmp_path: Path):

@@ -1,0 +1,212 @@
+"""What the cache checks when it reads: page checksums of shards, and the form of every logged row.
+
+Shards are written with a CRC-32 of every page (``WRITE_OPTIONS``: the ``crc`` field of each Parquet page
+header). Polars, which reads the shards, cannot verify those checksums, so before a shard is read its
+pages are verified here (``Verifier``): the page headers are walked straight from the file (a compact
+Thrift struct before each page) and each page's bytes checked against its CRC with zlib, about a
+gigabyte a second. A shard is judged damaged only when pyarrow's own verified read (``check``:
+``page_checksum_verification``) fails too, so a quirk of this walk can never set an intact shard aside.
+Each shard is verified once per ``Verifier`` (one per open cache: shards are immutable once in place):
+the columns the key index reads when it loads, every column before the first scan.
+
+What a failed read means is ``DAMAGED``: any ``Exception`` (pyarrow and Polars raise several types for a
+damaged file) and Polars' ``PanicException`` (a Rust panic, which derives from ``BaseException``), never
+``KeyboardInterrupt`` or ``SystemExit``.
+
+``valid_rows`` checks rows read from a write-ahead log against the schema: a line can be valid JSON and
+still not a row (``{}``, ``[1, 2, 3]``, a row without its key); those are dropped, never indexed or scored.
+"""
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .schema import FAILED, FATAL, INVALID, OK, SCHEMA, TRANSIENT
+
+DAMAGED: tuple[type[BaseException], ...] = (Exception, pl.exceptions.PanicException)
+WRITE_OPTIONS = {"compression": "zstd", "write_page_checksum": True}
+STATUSES = (OK, INVALID, FAILED)
+ERROR_KINDS = (TRANSIENT, FATAL)
+_POLARS_SCHEMA = pl.from_arrow(SCHEMA.empty_table()).schema
+
+
+def scan(shards: Sequence[Path]) -> pl.LazyFrame:
+    """The shards (verified first: ``Verifier``) as one Polars LazyFrame with the cache's full schema (a
+    column an older shard lacks reads as nulls)."""
+    return pl.scan_parquet([str(s) for s in shards], schema=_POLARS_SCHEMA, missing_columns="insert")
+
+
+def check(shard: Path, columns: Sequence[str] | None = None) -> BaseException | None:
+    """Read one shard whole (or ``columns`` of it) with pyarrow, page checksums verified, and with Polars:
+    None when both read it, else the error one of them raised (a checksum, a panic)."""
+    try:
+        pq.read_table(shard, columns=list(columns) if columns is not None else None, page_checksum_verification=True)
+        scan([shard]).select(list(columns) if columns is not None else pl.all()).collect()
+    except DAMAGED as exc:
+        return exc
+    return None
+
+
+class Verifier:
+    """Which shards' pages were verified, and verifying the others: ``damaged(shards, columns)``."""
+
+    def __init__(self) -> None:
+        self._done: dict[Path, frozenset[str] | None] = {}  # shard -> columns verified (None: all)
+
+    def damaged(self, shards: Sequence[Path], columns: Sequence[str] | None = None
+                ) -> list[tuple[Path, BaseException]]:
+        """The shards among ``shards`` whose pages of ``columns`` (None: all) fail their checksums (or
+        cannot be read) and whose verified read (``check``) fails too, with the error; the rest are
+        recorded as verified."""
+        wanted = None if columns is None else frozenset(columns)
+        out = []
+        for shard in shards:
+            done = self._done.get(shard, frozenset())
+            if done is None or (wanted is not None and wanted <= done):
+                continue
+            problem = page_checksums(shard, wanted)
+            if problem is not None:
+                problem = check(shard, columns)  # the verified read decides
+            if problem is not None:
+                out.append((shard, problem))
+                self._done.pop(shard, None)
+            else:
+                self._done[shard] = None if wanted is None else done | wanted
+        return out
+
+
+def page_checksums(shard: Path, columns: frozenset[str] | None = None) -> BaseException | None:
+    """Verify every page of ``columns`` (top-level names; None: every column) of ``shard`` against its
+    CRC-32, reading the page headers from the file: None when each page that has a checksum matches it
+    (a page written without one cannot be checked), else the problem found."""
+    try:
+        meta = pq.read_metadata(shard)
+        buf = shard.read_bytes()
+        view = memoryview(buf)
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in range(group.num_columns):
+                chunk = group.column(c)
+                if columns is None or chunk.path_in_schema.split(".", 1)[0] in columns:
+                    _check_chunk(buf, view, chunk)
+    except DAMAGED as exc:
+        return exc
+    return None
+
+
+def _check_chunk(buf: bytes, view: memoryview, chunk: pq.ColumnChunkMetaData) -> None:
+    start = (chunk.dictionary_page_offset if chunk.has_dictionary_page and chunk.dictionary_page_offset
+             else chunk.data_page_offset)
+    end = start + chunk.total_compressed_size
+    if start < 4 or end > len(buf) - 8:
+        raise _Damaged(f"column {chunk.path_in_schema}: its pages lie outside the file")
+    pos = start
+    while pos < end:
+        pos, fields = _struct(buf, pos, (3, 4))  # PageHeader: 3 compressed_page_size, 4 crc
+        size = fields.get(3)
+        if size is None or size < 0 or pos + size > end:
+            raise _Damaged(f"column {chunk.path_in_schema}: a page header at byte {pos} does not fit its column chunk")
+        crc = fields.get(4)
+        if crc is not None and zlib.crc32(view[pos:pos + size]) != crc & 0xFFFFFFFF:
+            raise _Damaged(f"column {chunk.path_in_schema}: the page at byte {pos} does not match its CRC-32 checksum")
+        pos += size
+
+
+class _Damaged(Exception):
+    """A page header that cannot be parsed, a page that runs past its column chunk, or a CRC mismatch."""
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        if byte < 0x80:
+            return value | (byte << shift), pos
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if shift > 63:
+            raise _Damaged("a varint longer than 10 bytes")
+
+
+def _skip(buf: bytes, pos: int, kind: int) -> int:
+    """Skip one value of compact-protocol type ``kind`` at ``pos``; the position after it."""
+    if 4 <= kind <= 6:  # i16, i32, i64: a varint
+        while buf[pos] >= 0x80:
+            pos += 1
+        return pos + 1
+    if kind == 8:  # binary: its length, then its bytes
+        size, pos = _varint(buf, pos)
+        return pos + size
+    if kind == 12:
+        return _struct(buf, pos)[0]
+    if kind <= 2:  # a boolean inside a struct: its value is the type itself
+        return pos
+    if kind == 3:
+        return pos + 1
+    if kind == 7:
+        return pos + 8
+    if kind in (9, 10):  # list, set: size and element type, then the elements
+        head = buf[pos]
+        pos += 1
+        size, element = head >> 4, head & 0x0F
+        if size == 15:
+            size, pos = _varint(buf, pos)
+        if element <= 3:  # booleans and bytes: one byte each
+            return pos + size
+        for _ in range(size):
+            pos = _skip(buf, pos, element)
+        return pos
+    if kind == 11:  # map: size, key and value types, then the pairs
+        size, pos = _varint(buf, pos)
+        if size:
+            types = buf[pos]
+            pos += 1
+            for _ in range(size):
+                pos = _skip(buf, _skip(buf, pos, types >> 4), types & 0x0F)
+        return pos
+    raise _Damaged(f"unknown thrift type {kind}")
+
+
+def _struct(buf: bytes, pos: int, wanted: tuple[int, ...] = ()) -> tuple[int, dict[int, int]]:
+    """Read one compact-protocol struct at ``pos``: (position after it, its i32 fields whose ids are in
+    ``wanted``); every other field is skipped."""
+    found: dict[int, int] = {}
+    field_id = 0
+    while True:
+        head = buf[pos]
+        pos += 1
+        if head == 0:
+            return pos, found
+        kind, delta = head & 0x0F, head >> 4
+        if delta:
+            field_id += delta
+        else:
+            raw, pos = _varint(buf, pos)
+            field_id = (raw >> 1) ^ -(raw & 1)
+        if kind == 5 and field_id in wanted:
+            raw, pos = _varint(buf, pos)
+            found[field_id] = (raw >> 1) ^ -(raw & 1)
+        else:
+            pos = _skip(buf, pos, kind)
+
+
+def valid_rows(table: pa.Table) -> tuple[pa.Table, list[int]]:
+    """The rows of ``table`` (read from a log, ``SCHEMA``) that are cache rows, and the 0-based positions
+    of those that are not: a row needs a ``key`` (a string of visible characters: a sha256 in hex, as
+    ``adapters.Request.key`` makes them, or a hand-made key in tests), a known ``status`` (ok, invalid,
+    failed) and, when it has one, a known ``error_kind`` (transient, fatal)."""
+    key, status, kind = table["key"], table["status"], table["error_kind"]
+    good = pc.and_kleene(pc.match_substring_regex(key, r"^\S+$"), pc.is_in(status, value_set=pa.array(STATUSES)))
+    good = pc.and_(pc.fill_null(good, False), pc.or_(pc.is_null(kind), pc.is_in(kind, value_set=pa.array(ERROR_KINDS))))
+    good = pc.fill_null(good, False)
+    if pc.all(good).as_py() is not False:
+        return table, []
+    bad = pc.indices_nonzero(pc.invert(good)).to_pylist()
+    return table.filter(good), bad
