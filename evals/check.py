@@ -14,8 +14,6 @@ from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
-
 from .rows import DatasetError
 from .task import Task
 
@@ -28,6 +26,8 @@ def check_file(path: Path, rows: Callable[[], Iterator[tuple[int, Task]]], id_fi
     for n, task in rows():
         hashes.append(hash(task.id))
         numbers.append(n)
+    import numpy as np  # imported when a file is checked: reading tasks (and `dxi --help`) does without
+
     h = np.frombuffer(hashes, np.int64) if len(hashes) else np.empty(0, np.int64)
     order = np.argsort(h, kind="stable")
     same = np.flatnonzero(h[order][1:] == h[order][:-1])
