@@ -229,6 +229,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
     print_summary(summary, console, plan.out)
     upload_failed = dist.finish()  # the run ends when its uploads are done
+    dist.shard_note()
     failed = {label: s for label, s in stats.items() if s.failed}
     for label, s in failed.items():
         transient = s.failed - s.failed_fatal

@@ -468,7 +468,7 @@ class SharedLimiter(ProviderLimiter):
         size = len(request.body)
         try:
             while True:
-                cost = self.estimate(size) if self._ceilings[1] else 0.0
+                cost = self.estimate(size)  # booked only where there is a token rate (configured or stated)
                 try:
                     wait, booked_at, token_rate = await self.c.call(
                         "book", [self.hash], [*self._ceilings, cost, RECOVERY_S, TTL_S])

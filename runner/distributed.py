@@ -15,14 +15,17 @@ import asyncio
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dxi.cache import Cache
-from dxi.cache.remote import Remote, RemoteError
 
 from .cost import Budget
 from .limits import ProviderLimiter
 from .plan import Plan, PlanError
 from .shard import Shard, ShardError, keep_share, parse
+
+if TYPE_CHECKING:  # pyarrow.fs and the remote tier load only when asked for
+    from dxi.cache.remote import Remote
 
 EXIT_UPLOAD = 5
 ROLL_S = 60.0  # with a remote tier, a log rolls over (and its shard is uploaded) at least this often
@@ -93,10 +96,15 @@ class Distributed:
             return EXIT_UPLOAD
         if self.remote.uploaded:
             _note(f"uploaded {self.remote.uploaded} shard(s) to {self.remote.name}")
-        if self.shard is not None:
-            _note(f"shard {self.shard}: the summary above scores what the cache held when this shard ended; once every "
-                  f"shard is done, `dxi score --cache-remote {self.remote.name}` scores the whole run")
         return None
+
+    def shard_note(self) -> None:
+        """After a shard's summary: it is partial until every shard is done."""
+        if self.shard is not None and self.shard.count > 1:
+            where = (f"--cache-remote {self.remote.name}" if self.remote is not None
+                     else "--cache-dir DIR on a cache holding every shard's rows")
+            _note(f"shard {self.shard}: the summary above scores what the cache held when this shard ended; once every "
+                  f"shard is done, `dxi score {where}` scores the whole run")
 
 
 def remote_for(uri: str | None, cache_dir: Path) -> Remote | None:
@@ -104,6 +112,8 @@ def remote_for(uri: str | None, cache_dir: Path) -> Remote | None:
     reached."""
     if not uri:
         return None
+    from dxi.cache.remote import Remote, RemoteError
+
     cache_dir.mkdir(parents=True, exist_ok=True)
     try:
         remote = Remote(uri, cache_dir)
@@ -181,6 +191,8 @@ def cmd_cache(args: argparse.Namespace, console) -> int:
     """``dxi cache compact``: prints what was merged; exit code 0, or 2 when the remote cannot be used."""
     if args.target_rows < 1:
         raise PlanError("--target-rows must be at least 1")
+    from dxi.cache.remote import Remote, RemoteError
+
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     try:
         remote = Remote(args.cache_remote, args.cache_dir)

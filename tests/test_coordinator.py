@@ -188,3 +188,20 @@ class _Model:
 
 if sys.platform != "linux":  # pragma: no cover
     pytestmark = pytest.mark.skip("redis-server tests run on Linux")
+
+
+async def test_redis_lost_during_the_run_falls_back_with_a_warning():
+    with redis_server() as url:
+        c = Coordinator(url, "t", shares=2)
+        assert c.connect()
+        limiter = c.limiters([_Model(Limits(rpm=6000, max_in_flight=8))])["p"]
+        limiter.finish(await limiter.acquire(REQUEST), True)
+        assert not c.down
+    # the server is gone: the next booking falls back to this process's half
+    ticket = await limiter.acquire(REQUEST)
+    limiter.finish(ticket, True)
+    assert c.down and "falls back to 1/2" in c.warnings[0]
+    assert limiter.fallback.limits.rpm == 3000
+    await limiter.slots.acquire()
+    limiter.slots.release()
+    await c.close()

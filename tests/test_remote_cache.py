@@ -224,3 +224,25 @@ def test_a_remote_shard_damaged_here_is_quarantined_like_a_local_one_and_fetched
             assert "quarantine" in c.warnings[0]
         assert reader.pull() == 1  # whole again from the remote
         assert Cache(tmp_path / "r", remote=reader).status("k1") == "ok"
+
+
+def test_the_run_file_names_the_remote_and_dxi_cache_compact_merges_it(tmp_path: Path):
+    data = data_dir(tmp_path / "data", 40)
+    shared = tmp_path / "shared"
+    with serve(model="fake", p_first=None, p_yes=None, record=False) as server:
+        for k in range(2):  # two shards, two files: the key is read from the run file
+            run_file = tmp_path / f"run{k}.toml"
+            run_file.write_text(f'data_dir = "{data}"\ncache_dir = "cache{k}"\nout = "out{k}"\n'
+                                f'cache_remote = "file://{shared}"\n[[models]]\nprovider = "systemone"\n'
+                                f'model = "fake"\n[providers.systemone]\nkind = "systemone"\nbase_url = "{server.url}"\n')
+            assert subprocess.run([DXI, "run", str(run_file), "-q", "--shard", f"{k}/2"]).returncode == 0
+    assert len(list((shared / "manifests").glob("*.json"))) == 2
+    compact = [DXI, "cache", "compact", "--cache-remote", f"file://{shared}", "--cache-dir", str(tmp_path / "tmp")]
+    done = subprocess.run(compact, capture_output=True, text=True)
+    assert done.returncode == 0 and "merged 2 shard(s) into 1" in done.stdout
+    assert "nothing to merge" in subprocess.run(compact, capture_output=True, text=True).stdout
+    assert len(list((shared / "manifests").glob("*.json"))) == len(list((shared / "shards").glob("*.parquet"))) == 1
+    scored = subprocess.run([DXI, "score", str(tmp_path / "run0.toml"), "--cache-dir", str(tmp_path / "empty"),
+                             "--out", str(tmp_path / "scored"), "-q"], capture_output=True)
+    assert scored.returncode == 0, scored.stderr
+    assert summary(tmp_path / "scored")["models"][0]["usage"]["replies"] == 40  # both shards' rows, once each

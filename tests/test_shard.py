@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import orjson
 import pytest
 
 from dxi.adapters import Limits
@@ -70,3 +71,20 @@ def test_each_shard_keeps_one_nth_of_the_limits():
     assert divide(whole, 4) == Limits(rpm=150, tpm=25_000, max_in_flight=4, max_attempts=4)
     assert divide(Limits(max_in_flight=3), 8) == Limits(max_in_flight=1)  # unlimited stays unlimited; one in flight
     assert divide(whole, 1) == whole
+
+
+def test_estimate_by_shard_counts_each_request_once(tmp_path):
+    from tests.synthetic import data_dir
+
+    from .conftest import DXI
+
+    data = data_dir(tmp_path / "data", 90)
+    totals = []
+    for k in range(3):
+        out = subprocess.run([DXI, "estimate", "--model", "embedded:sparrow-nano-general-v1.1", "--data-dir", str(data),
+                              "--cache-dir", str(tmp_path / "cache"), "--json", "--shard", f"{k}/3"],
+                             capture_output=True, check=True)
+        totals.append(orjson.loads(out.stdout)["total"])
+        assert b"shard %d/3" % k in out.stderr
+    assert sum(t["requests"] for t in totals) == sum(t["new"] for t in totals) == 90
+    assert all(t["requests"] > 15 for t in totals)
