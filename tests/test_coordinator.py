@@ -155,7 +155,7 @@ async def test_two_dxi_runs_with_the_coordinator_keep_to_600_rpm_together(redis_
     assert all(b"shared by every process of run rpm-test" in e for e in errs)
     assert (stats["rate_limited"], stats["arrivals"], stats["ok"]) == (0, tasks, tasks)  # no 429 at all
     span, floor = arrivals[-1] - arrivals[0], (tasks - 1) * 0.1
-    assert floor * 0.98 <= span <= floor * 1.03 + 0.3  # (the processes start a moment apart)
+    assert floor * 0.98 <= span <= floor * 1.03 + 0.3  # measured 4.899 s for 4.900 (+0.3: start-up skew under load)
 
 
 async def test_two_dxi_runs_stop_at_one_global_cost_bound(redis_url: str, tmp_path: Path):

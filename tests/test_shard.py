@@ -88,3 +88,23 @@ def test_estimate_by_shard_counts_each_request_once(tmp_path):
         assert b"shard %d/3" % k in out.stderr
     assert sum(t["requests"] for t in totals) == sum(t["new"] for t in totals) == 90
     assert all(t["requests"] > 15 for t in totals)
+
+
+def test_the_recipes_commands_are_ones_dxi_accepts():
+    from pathlib import Path
+
+    import yaml
+
+    from dxi.runner.cli import parser
+
+    root = Path(__file__).parents[1] / "examples"
+    jobs = list(yaml.safe_load_all((root / "k8s-indexed-job.yaml").read_text()))
+    assert jobs[0]["spec"]["completionMode"] == "Indexed"
+    for job in jobs:
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        args = parser().parse_args(container["args"][1:])
+        assert args.cache_remote == "s3://team-evals/dxi-cache"
+    assert parser().parse_args(jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"][1:]).shard == \
+        f"auto/{jobs[0]['spec']['completions']}"
+    script = (root / "slurm-array.sh").read_text()
+    assert "--shard auto" in script and "#SBATCH --array=0-7" in script
