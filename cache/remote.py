@@ -58,6 +58,7 @@ import pyarrow.parquet as pq
 log = logging.getLogger("dxi.cache")
 
 MIRROR = "remote"  # <cache-dir>/remote/{shards,manifests}: the local copies of remote shards
+PARALLEL = 8  # manifests and shards fetched at once
 
 
 class RemoteError(OSError):
@@ -197,26 +198,32 @@ class Remote:
             return f.read()
 
     # ---- listing ------------------------------------------------------------------------------
-    def manifests(self) -> dict[str, Manifest]:
-        """Every manifest on the remote, by stem (unreadable ones skipped with a warning). Raises RemoteError
-        when the remote cannot be listed."""
+    def manifests(self, known: dict[str, Manifest] | None = None) -> dict[str, Manifest]:
+        """Every manifest on the remote, by stem (unreadable ones skipped with a warning); those in ``known``
+        are not fetched again (a manifest never changes under its name). Raises RemoteError when the remote
+        cannot be listed."""
+        known = known or {}
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self._remote("manifests"), allow_not_found=True))
         except (OSError, pa.ArrowException) as exc:
             raise RemoteError(f"cannot list {self.name}/manifests: {exc}") from None
-        out = {}
-        for info in infos:
-            name = info.path.rsplit("/", 1)[-1]
-            if info.type != pafs.FileType.File or not name.endswith(".json") or name.startswith("."):
-                continue
+        names = [info.path.rsplit("/", 1)[-1] for info in infos if info.type == pafs.FileType.File]
+        stems = [n[: -len(".json")] for n in names if n.endswith(".json") and not n.startswith(".")]
+        out = {stem: known[stem] for stem in stems if stem in known}
+
+        def fetch(stem: str) -> Manifest | None:
             try:
-                m = Manifest.from_json(self._get(info.path))
+                return Manifest.from_json(self._get(self._remote("manifests", f"{stem}.json")))
             except FileNotFoundError:
-                continue  # deleted by a compaction meanwhile
+                return None  # deleted by a compaction meanwhile
             except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
-                self._warn(f"cache: remote manifest {self.name}/manifests/{name} is unreadable ({exc}); skipped")
-                continue
-            out[m.stem] = m
+                self._warn(f"cache: remote manifest {self.name}/manifests/{stem}.json is unreadable ({exc}); skipped")
+                return None
+
+        with ThreadPoolExecutor(PARALLEL, thread_name_prefix="dxi-list") as pool:
+            for m in pool.map(fetch, [s for s in stems if s not in known]):
+                if m is not None:
+                    out[m.stem] = m
         return out
 
     # ---- reading ------------------------------------------------------------------------------
@@ -230,33 +237,19 @@ class Remote:
         self._remove_abandoned()
         fetched = 0
         for _ in range(3):
-            current = live(self.manifests())
+            self._mirrored = None
+            current = live(self.manifests(self._mirror_manifests()))
             local = {p.stem for p in (self.root / "shards").glob("*.parquet")}
-            gone = False
+            wanted = []
             for stem, m in sorted(current.items()):
-                target = self.mirror / "shards" / f"{stem}.parquet"
-                if stem in local or target.exists():
+                if stem in local or (self.mirror / "shards" / f"{stem}.parquet").exists():
                     self._keep_manifest(m)
-                    continue
-                try:
-                    data = self._get(self._remote("shards", f"{stem}.parquet"))
-                except FileNotFoundError:
-                    gone = True
-                    continue
-                except (OSError, pa.ArrowException) as exc:
-                    self._warn(f"cache: could not download {self.name}/shards/{stem}.parquet ({exc}); its rows are "
-                               "not read this time")
-                    continue
-                if len(data) != m.bytes or hashlib.sha256(data).hexdigest() != m.sha256:
-                    self._warn(f"cache: {self.name}/shards/{stem}.parquet does not match its manifest (size or "
-                               "sha256); not read, fetched again next time")
-                    continue
-                tmp = target.with_name(f".{stem}.{uuid.uuid4().hex[:8]}.tmp")
-                tmp.write_bytes(data)
-                os.replace(tmp, target)
-                self._keep_manifest(m)
-                fetched += 1
-            if not gone:
+                else:
+                    wanted.append(m)
+            with ThreadPoolExecutor(PARALLEL, thread_name_prefix="dxi-pull") as pool:
+                outcomes = list(pool.map(self._download, wanted))
+            fetched += outcomes.count("ok")
+            if "gone" not in outcomes:
                 break
         self._mirrored = None
         replaced = {s for m in self._mirror_manifests().values() for s in m.replaces}
@@ -267,12 +260,36 @@ class Remote:
         self.downloaded += fetched
         return fetched
 
+    def _download(self, m: Manifest) -> str:
+        """Fetch one shard into the mirror, checked against its manifest: "ok", "gone" (deleted meanwhile by a
+        compaction) or "failed" (with a warning)."""
+        try:
+            data = self._get(self._remote("shards", f"{m.stem}.parquet"))
+        except FileNotFoundError:
+            return "gone"
+        except (OSError, pa.ArrowException) as exc:
+            self._warn(f"cache: could not download {self.name}/shards/{m.stem}.parquet ({exc}); its rows are not "
+                       "read this time")
+            return "failed"
+        if len(data) != m.bytes or hashlib.sha256(data).hexdigest() != m.sha256:
+            self._warn(f"cache: {self.name}/shards/{m.stem}.parquet does not match its manifest (size or sha256); "
+                       "not read, fetched again next time")
+            return "failed"
+        target = self.mirror / "shards" / f"{m.stem}.parquet"
+        tmp = target.with_name(f".{m.stem}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+        self._keep_manifest(m)
+        return "ok"
+
     def _keep_manifest(self, m: Manifest) -> None:
         path = self.mirror / "manifests" / f"{m.stem}.json"
         if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{m.stem}.{uuid.uuid4().hex[:8]}.tmp")
             tmp.write_bytes(m.to_json())
             os.replace(tmp, path)
+            self._mirrored = None  # read again when next needed (never changed in place: readers hold the old one)
 
     def _remove_abandoned(self) -> None:
         for tmp in [*self.mirror.glob("shards/.*.tmp"), *self.mirror.glob("manifests/.*.tmp")]:
@@ -311,6 +328,7 @@ class Remote:
         self._put(self._remote("shards", shard.name), data)
         self._put(self._remote("manifests", f"{shard.stem}.json"), m.to_json())
         self.uploaded += 1
+        self._keep_manifest(m)  # so that listing the remote need not fetch it again
         return m
 
     def _upload_quietly(self, shard: Path) -> None:
@@ -339,7 +357,7 @@ class Remote:
             self._uploader = None
         self._failed = []
         try:
-            remote = self.manifests()
+            remote = self.manifests(self._mirror_manifests())
         except RemoteError as exc:
             self._warn(f"cache: {exc}")
             return sorted(p.name for p in (self.root / "shards").glob("*.parquet"))
@@ -354,6 +372,7 @@ class Remote:
         """Merge the remote's live shards smaller than ``target_rows`` into shards of up to ``target_rows``
         rows (see the module docstring). Returns (shards merged, shards written). Idempotent: with fewer than
         ``min_shards`` small shards it does nothing."""
+        self._remove_stale_uploads()
         current = live(self.manifests())
         small = sorted((m for m in current.values() if m.rows < target_rows), key=lambda m: m.stem)
         groups: list[list[Manifest]] = []
@@ -393,6 +412,17 @@ class Remote:
             merged += len(group)
             written += 1
         return merged, written
+
+    def _remove_stale_uploads(self, age_s: float = 3600) -> None:
+        """On a ``file://`` remote: delete temporary files a killed upload left (older than ``age_s``). An
+        object store keeps no part of an upload that did not complete."""
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            return
+        for folder in ("shards", "manifests"):
+            for path in Path(self._remote(folder)).glob(".*.tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    if time.time() - path.stat().st_mtime > age_s:
+                        path.unlink()
 
 
 def _dedupe(table: pa.Table) -> pa.Table:
