@@ -194,7 +194,9 @@ class Remote:
             out.write(data)
 
     def _get(self, path: str) -> bytes:
-        with self.fs.open_input_stream(path) as f:
+        # a random-access file read whole: one ranged GET (a stream reads in small parts, one request each:
+        # measured 60 times slower for a 40 MB shard)
+        with self.fs.open_input_file(path) as f:
             return f.read()
 
     # ---- listing ------------------------------------------------------------------------------

@@ -23,6 +23,9 @@ process and is recovered by whoever takes the lock first. Readers never write. T
 directory therefore never corrupt it; they may both send a request neither had cached when it started
 (the newest row then wins).
 
+Remote tier (``cache.remote``, optional): every shard renamed into place is also uploaded, and the remote's
+shards, copied under ``remote/``, are read with the local ones (``_shards``).
+
 Memory: the key index is compact (``cache.index``: ~9 bytes a key) and loaded only when first needed
 (rescoring never needs it), logs are bounded by ``roll_rows``,
 and ``scan`` is lazy over the shards: O(``roll_rows``), not O(rows).

@@ -64,9 +64,8 @@ class Distributed:
 
     def budget(self, max_cost: float | None) -> Budget:
         """The run's Budget: shared through the coordinator when there is one."""
-        if self.coordinator is not None:
-            return self.coordinator.budget(max_cost)
-        return Budget(max_cost)
+        self._budget = self.coordinator.budget(max_cost) if self.coordinator is not None else Budget(max_cost)
+        return self._budget
 
     def limiters(self, models: list) -> dict[str, ProviderLimiter]:
         """Limiters shared through the coordinator (empty without one: ``run`` makes local ones). Call
@@ -83,6 +82,12 @@ class Distributed:
 
     async def close(self) -> None:
         if self.coordinator is not None:
+            budget = getattr(self, "_budget", None)
+            if budget is not None and budget.max_usd is not None:
+                spent = await budget.spent_by_all()
+                if spent is not None:
+                    _note(f"cost bound ${budget.max_usd:g}, shared by every process of run {self.coordinator.run}: "
+                          f"${spent:.6f} spent by all so far (this process: ${budget.spent:.6f})")
             await self.coordinator.close()
 
     def finish(self) -> int | None:
@@ -144,17 +149,14 @@ def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
             c = coordinator.Coordinator(uri, coordinator.run_id(sys.argv[1:]), n)
         except coordinator.CoordinatorError as exc:
             raise PlanError(str(exc)) from None
-        c.connect()
-        d.coordinator = c
-        if not c.down:
+        if c.connect():
+            d.coordinator = c
             _note(f"coordinator {c.name}: limits and cost bound shared by every process of run {c.run}")
+        # else: warned; this process runs as a shard without a coordinator (1/N of everything)
     if d.shard is not None:
         _note(f"shard {d.shard} (from {d.shard.source})")
-        if d.coordinator is None or d.coordinator.down:
-            if d.coordinator is None:
-                plan.max_cost, d.notes = keep_share(plan.models, plan.max_cost, n)
-            else:  # limits: the SharedLimiters' fallback; the cost bound: the SharedBudget's
-                _, d.notes = keep_share([_Copy(m) for m in plan.models], plan.max_cost, n)
+        if d.coordinator is None:
+            plan.max_cost, d.notes = keep_share(plan.models, plan.max_cost, n)
             if d.notes:
                 _note(f"without a coordinator, this process keeps to 1/{n} of each provider's limits and of the cost bound:")
                 for line in d.notes:
@@ -164,15 +166,6 @@ def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
         d.roll_s = getattr(args, "upload_every", None) or ROLL_S
     return d
 
-
-class _Copy:
-    """A model whose limits may be divided for a message without changing the model's own."""
-
-    def __init__(self, model):
-        from copy import copy
-
-        self.limits_key = model.limits_key
-        self.adapter = copy(model.adapter)
 
 
 def add_cache_parser(sub) -> None:

@@ -108,3 +108,17 @@ def test_the_recipes_commands_are_ones_dxi_accepts():
         f"auto/{jobs[0]['spec']['completions']}"
     script = (root / "slurm-array.sh").read_text()
     assert "--shard auto" in script and "#SBATCH --array=0-7" in script
+
+
+def test_a_coordinator_that_cannot_be_reached_leaves_one_nth_of_each_limit(tmp_path, data_dir):
+    from tests.servers import free_port
+
+    from .conftest import DXI
+
+    done = subprocess.run([DXI, "run", "--model", "embedded:sparrow-nano-general-v1.1", "--data-dir", str(data_dir),
+                           "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "-q", "--shard", "1/2",
+                           "--max-in-flight", "8", "--coordinator", f"redis://127.0.0.1:{free_port()}/0"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "unreachable" in done.stderr and "falls back to 1/2" in done.stderr
+    assert "4 in flight (1/2 of 8 in flight)" in done.stderr  # never the full limit
