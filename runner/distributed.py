@@ -106,10 +106,10 @@ class Distributed:
     def shard_note(self) -> None:
         """After a shard's summary: it is partial until every shard is done."""
         if self.shard is not None and self.shard.count > 1:
-            where = (f"--cache-remote {self.remote.name}" if self.remote is not None
-                     else "--cache-dir DIR on a cache holding every shard's rows")
+            how = (f"`dxi score --cache-remote {self.remote.name}`" if self.remote is not None
+                   else "`dxi score` on a cache holding every shard's rows (see --cache-remote)")
             _note(f"shard {self.shard}: the summary above scores what the cache held when this shard ended; once every "
-                  f"shard is done, `dxi score {where}` scores the whole run")
+                  f"shard is done, {how} scores the whole run")
 
 
 def remote_for(uri: str | None, cache_dir: Path) -> Remote | None:
