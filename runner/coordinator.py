@@ -19,7 +19,7 @@ provider key (``ModelRun.limits_key``):
 What each process keeps to itself: its window of attempts (AIMD, ``runner.limits.Window``) and its token
 estimate. Keys live under ``dxi:<run id>:``, expiring a day after their last use. The run id is
 ``DXI_RUN_ID``, else Slurm's ``SLURM_ARRAY_JOB_ID``, else a digest of the command line without its
-``--shard`` (the shards of one job array are the same command), so two runs of one command at once share.
+``--shard``, ``--cache-dir``, ``--out`` and ``-q`` (the shards of one run are otherwise the same command).
 
 If Redis cannot be reached at start, or stops answering during the run, each process falls back, with a
 warning, to 1/N of each provider's limits and of the cost bound (N from ``--shard``), never to the full
@@ -218,9 +218,12 @@ return 1
 _REDIS_ERRORS: tuple[type[BaseException], ...] = (OSError,)
 
 
+PER_PROCESS = ("--shard", "--cache-dir", "--out")  # flags whose values differ between the processes of one run
+
+
 def run_id(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     """The run's id (see the module docstring): ``DXI_RUN_ID``, ``SLURM_ARRAY_JOB_ID``, else a digest of
-    ``argv`` without ``--shard``."""
+    ``argv`` without the flags that differ between its processes (``PER_PROCESS``) and ``-q``."""
     env = os.environ if env is None else env
     for name in ("DXI_RUN_ID", "SLURM_ARRAY_JOB_ID"):
         if env.get(name):
@@ -230,10 +233,10 @@ def run_id(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
         if skip:
             skip = False
             continue
-        if a == "--shard":
+        if a in PER_PROCESS:
             skip = True
             continue
-        if not a.startswith("--shard="):
+        if a not in ("-q", "--quiet") and not a.startswith(tuple(f"{f}=" for f in PER_PROCESS)):
             kept.append(a)
     return "cmd-" + hashlib.sha256("\0".join(kept).encode()).hexdigest()[:16]
 

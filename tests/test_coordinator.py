@@ -133,7 +133,8 @@ async def test_redis_unreachable_falls_back_to_one_nth_of_each_limit(caplog):
 
 def test_the_run_id_is_the_command_without_its_shard():
     cmd = ["run", "--model", "m", "--shard", "0/4", "--coordinator", "redis://h:1/0"]
-    assert run_id(cmd, {}) == run_id(["run", "--model", "m", "--shard=3/4", "--coordinator", "redis://h:1/0"], {})
+    assert run_id(cmd, {}) == run_id(["run", "--model", "m", "--shard=3/4", "--coordinator", "redis://h:1/0", "--cache-dir",
+                                      "c3", "--out=o3", "-q"], {})
     assert run_id(cmd, {}) != run_id(["run", "--model", "other", "--shard", "0/4"], {})
     assert run_id(cmd, {"SLURM_ARRAY_JOB_ID": "77"}) == "77"
     assert run_id(cmd, {"DXI_RUN_ID": "nightly", "SLURM_ARRAY_JOB_ID": "77"}) == "nightly"
