@@ -167,6 +167,10 @@ class Remote:
     def _remote(self, *parts: str) -> str:
         return "/".join([self.base, *parts]) if self.base else "/".join(parts)
 
+    def _local_shards(self) -> list[Path]:
+        """The local cache's own shards (the layout of ``cache.store``)."""
+        return sorted((self.root / "shards").glob("*.parquet"))
+
     @property
     def mirror(self) -> Path:
         return self.root / MIRROR
@@ -241,7 +245,7 @@ class Remote:
         for _ in range(3):
             self._mirrored = None
             current = live(self.manifests(self._mirror_manifests()))
-            local = {p.stem for p in (self.root / "shards").glob("*.parquet")}
+            local = {p.stem for p in self._local_shards()}
             wanted = []
             for stem, m in sorted(current.items()):
                 if stem in local or (self.mirror / "shards" / f"{stem}.parquet").exists():
@@ -362,9 +366,9 @@ class Remote:
             remote = self.manifests(self._mirror_manifests())
         except RemoteError as exc:
             self._warn(f"cache: {exc}")
-            return sorted(p.name for p in (self.root / "shards").glob("*.parquet"))
+            return [p.name for p in self._local_shards()]
         done = set(remote) | {s for m in remote.values() for s in m.replaces}
-        for shard in sorted((self.root / "shards").glob("*.parquet")):
+        for shard in self._local_shards():
             if shard.stem not in done:
                 self._upload_quietly(shard)
         return sorted(self._failed)

@@ -155,7 +155,7 @@ def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
         # else: warned; this process runs as a shard without a coordinator (1/N of everything)
     if d.shard is not None:
         _note(f"shard {d.shard} (from {d.shard.source})")
-        if d.coordinator is None:
+        if d.coordinator is None and sending:  # (an estimate sends nothing: nothing to divide)
             plan.max_cost, d.notes = keep_share(plan.models, plan.max_cost, n)
             if d.notes:
                 _note(f"without a coordinator, this process keeps to 1/{n} of each provider's limits and of the cost bound:")

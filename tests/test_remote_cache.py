@@ -246,3 +246,21 @@ def test_the_run_file_names_the_remote_and_dxi_cache_compact_merges_it(tmp_path:
                              "--out", str(tmp_path / "scored"), "-q"], capture_output=True)
     assert scored.returncode == 0, scored.stderr
     assert summary(tmp_path / "scored")["models"][0]["usage"]["replies"] == 40  # both shards' rows, once each
+
+
+def test_a_run_whose_uploads_fail_exits_5_and_the_next_run_uploads_them_sending_nothing(tmp_path: Path):
+    data = data_dir(tmp_path / "data", 30)
+    remote = tmp_path / "shared"
+    remote.mkdir()
+    (remote / "shards").write_text("not a folder")  # the store refuses every shard
+    cmd = [DXI, "run", "--model", "embedded:sparrow-nano-general-v1.1", "--data-dir", str(data), "--cache-dir",
+           str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "-q", "--cache-remote", f"file://{remote}"]
+    failed = subprocess.run(cmd, capture_output=True, text=True)
+    assert failed.returncode == distributed.EXIT_UPLOAD == 5, failed.stderr
+    assert "could not be uploaded" in failed.stderr and "the next run" in failed.stderr
+    (remote / "shards").unlink()
+    again = subprocess.run(cmd, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert "uploaded 1 shard(s)" in again.stderr
+    assert summary(tmp_path / "out")["models"][0]["requests"]["sent"] == 0  # all cached: only the upload was left
+    assert len(list((remote / "manifests").glob("*.json"))) == 1
