@@ -206,3 +206,23 @@ async def test_redis_lost_during_the_run_falls_back_with_a_warning():
     await limiter.slots.acquire()
     limiter.slots.release()
     await c.close()
+
+
+async def test_a_429_one_dxi_run_sees_pauses_the_other(redis_url: str, tmp_path: Path):
+    tasks = 40
+    data = data_dir(tmp_path / "data", tasks)
+    async with FakeProvider(model="fake", p_first=None, p_yes=None, script=["429:1"]) as server:  # the first: wait 1 s
+        procs = [await asyncio.create_subprocess_exec(
+            DXI, "run", "--model", f"systemone:fake@{server.url}", "--data-dir", str(data), "--cache-dir",
+            str(tmp_path / f"cache{k}"), "--out", str(tmp_path / f"out{k}"), "-q", "--rpm", "600", "--shard", f"{k}/2",
+            "--coordinator", redis_url, env={**os.environ, "DXI_RUN_ID": "pause-test"}, stderr=asyncio.subprocess.PIPE)
+            for k in range(2)]
+        errs = [(await p.communicate())[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], errs
+        stats = server.stats()
+        arrivals = sorted(t for t, _ in server.requests)
+    assert (stats["rate_limited"], stats["ok"]) == (1, tasks)
+    first = arrivals[0]  # the one answered 429
+    during = [t - first for t in arrivals[1:] if first + 0.05 < t < first + 0.95]
+    assert during == []  # neither process sent while the stated pause lasted
+    assert sum(1 for t in arrivals if t >= first + 0.95) >= tasks - 2
