@@ -354,12 +354,12 @@ class Cache:
             index = self._keys()
         index.set(row["key"], code_of(row["status"], row.get("error_kind")))
         self._log_rows += 1
-        if self._log_rows >= self.roll_rows or (self.roll_s is not None and time.monotonic() - self._opened >= self.roll_s):
+        if self._log_rows >= self.roll_rows:
             self._roll()
 
     def roll_if_due(self) -> None:
-        """Roll the log over if it holds rows and is ``roll_s`` old (with a remote tier: called periodically
-        from the thread that appends, so an idle log is uploaded too)."""
+        """Roll the log over if it holds rows and is ``roll_s`` old (with a remote tier: called every second
+        from the thread that appends, ``runner.distributed``, so ``append`` itself pays nothing for it)."""
         if self._fd is not None and self._log_rows and self.roll_s is not None and \
                 time.monotonic() - self._opened >= self.roll_s:
             self._roll()

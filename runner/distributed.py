@@ -73,11 +73,12 @@ class Distributed:
         return self.coordinator.limiters(models) if self.coordinator is not None else {}
 
     async def rolling(self, cache: Cache) -> None:
-        """With a remote tier: roll an idle log over every ``roll_s / 4`` seconds (runs until cancelled)."""
+        """With a remote tier: roll the log over once it is ``roll_s`` old, looking every second (or every
+        ``roll_s / 4``, when shorter); runs until cancelled."""
         if self.remote is None or self.roll_s is None:
             return
         while True:
-            await asyncio.sleep(self.roll_s / 4)
+            await asyncio.sleep(min(1.0, self.roll_s / 4))
             cache.roll_if_due()
 
     async def close(self) -> None:

@@ -102,7 +102,8 @@ def test_sigkill_during_uploads_leaves_only_whole_shards_and_the_rerun_sends_onl
     cache = tmp_path / "cache"
     with moto_s3() as s3, serve(model="fake", p_first=None, p_yes=None, record=False, latency="0.02") as server:
         env = {**os.environ, **s3.env}
-        cmd = dxi("run", server.url, data, cache, tmp_path / "out", "--cache-remote", s3.uri(), "--upload-every", "0.2")
+        cmd = dxi("run", server.url, data, cache, tmp_path / "out", "--cache-remote", s3.uri(), "--upload-every", "0.2",
+                  "--max-in-flight", "4")  # ~3 s of sending: a shard uploaded every 0.2 s meanwhile
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while len(s3.keys("dxi/manifests/")) < 2:  # uploading as it goes: kill it between or during uploads
@@ -114,7 +115,7 @@ def test_sigkill_during_uploads_leaves_only_whole_shards_and_the_rerun_sends_onl
         kept = Cache(cache).scan().collect()["key"].n_unique()
         before = server.stats()["arrivals"]
         assert 0 < kept < tasks
-        assert subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL).returncode == 0
+        assert subprocess.run(cmd[:-2], env=env, stdout=subprocess.DEVNULL).returncode == 0  # (16 in flight)
         assert server.stats()["arrivals"] - before == tasks - kept  # only what was missing
         manifests = check_whole(s3)
         local = {p.stem for p in (cache / "shards").glob("*.parquet")}
