@@ -193,6 +193,8 @@ def test_a_shard_that_does_not_match_its_manifest_is_never_read(tmp_path: Path, 
 def test_uris_and_credentials():
     fs, base = open_uri("s3://bucket/some/prefix?endpoint=http://127.0.0.1:9000&region=eu-west-1", env={})
     assert (type(fs).__name__, base) == ("S3FileSystem", "bucket/some/prefix")
+    fs, base = open_uri("gs://bucket/p", env={})
+    assert (type(fs).__name__, base) == ("GcsFileSystem", "bucket/p")
     fs, base = open_uri("file:///tmp/x/", env={})
     assert (type(fs).__name__, base) == ("LocalFileSystem", "/tmp/x")
     with pytest.raises(RemoteError, match="credentials do not belong in the URI") as err:
