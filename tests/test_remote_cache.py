@@ -267,3 +267,25 @@ def test_a_run_whose_uploads_fail_exits_5_and_the_next_run_uploads_them_sending_
     assert "uploaded 1 shard(s)" in again.stderr
     assert summary(tmp_path / "out")["models"][0]["requests"]["sent"] == 0  # all cached: only the upload was left
     assert len(list((remote / "manifests").glob("*.json"))) == 1
+
+
+def test_a_reader_that_listed_before_a_compaction_lists_again_and_loses_no_row(tmp_path: Path, monkeypatch):
+    with moto_s3(monkeypatch) as s3:
+        writer = Remote(s3.uri(), tmp_path / "w")
+        with Cache(tmp_path / "w", roll_rows=2, remote=writer) as c:
+            for i in range(6):
+                c.append(_row(f"k{i}", float(i)))
+        assert writer.finish() == []
+        reader = Remote(s3.uri(), tmp_path / "r")
+        stale = reader.manifests()  # listed just before the compaction ...
+        assert Remote(s3.uri(), tmp_path / "c").compact(target_rows=100) == (3, 1)
+        listings = []
+
+        def listing(known=None):
+            listings.append(1)
+            return stale if len(listings) == 1 else Remote.manifests(reader, known)
+
+        monkeypatch.setattr(reader, "manifests", listing)
+        assert reader.pull() == 1  # ... so its shards were gone: it listed again and took the merged one
+        assert len(listings) == 2
+        assert sorted(Cache(tmp_path / "r", remote=reader).scan().collect()["key"]) == [f"k{i}" for i in range(6)]
