@@ -9,6 +9,7 @@ leaves them, 1,000,000 rows each, index columns only).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,20 @@ def shards_at_once(tmp: Path) -> list[Result]:
             walls[n] = time.perf_counter() - started
             stats = server.stats()
             assert (stats["ok"], stats["duplicates"]) == (TASKS, 0)
+    if shutil.which("redis-server"):
+        from tests.servers import redis_server
+
+        with redis_server() as url, serve(model="bench", p_first=None, p_yes=None, record=False,
+                                          latency=str(LATENCY_S)) as server:
+            cmd = [_dxi(), "run", "--model", f"systemone:bench@{server.url}", "--data-dir", str(data), "-q",
+                   "--max-in-flight", str(IN_FLIGHT), "--coordinator", url]
+            started = time.perf_counter()
+            procs = [subprocess.Popen([*cmd, "--cache-dir", str(tmp / f"r-{k}"), "--out", str(tmp / f"ro-{k}"),
+                                       "--shard", f"{k}/2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      env={**os.environ, "DXI_RUN_ID": "bench"}) for k in range(2)]
+            assert [p.wait(600) for p in procs] == [0, 0]
+            walls["coordinated"] = time.perf_counter() - started
+            assert server.stats()["ok"] == TASKS
     floor = TASKS * LATENCY_S / IN_FLIGHT
     out = [Result("distributed", "one process: wall (start to exit)", walls[1], "s", "", None,
                   f"{TASKS:,} requests, {LATENCY_S * 1000:g} ms latency, {IN_FLIGHT} in flight: {TASKS / walls[1]:,.0f} req/s "
@@ -66,6 +81,11 @@ def shards_at_once(tmp: Path) -> list[Result]:
         out.append(Result("distributed", f"{n} shards at once: total throughput vs one process", walls[1] / walls[n], "×",
                           "", None, f"wall {walls[n]:.2f} s, {TASKS / walls[n]:,.0f} req/s in all; each shard keeps "
                           f"{IN_FLIGHT // n} in flight (1/{n} of the limit) and starts its own interpreter (~1 s)"))
+    if "coordinated" in walls:
+        wall = walls["coordinated"]
+        out.append(Result("distributed", "2 shards with --coordinator: total throughput vs one process", walls[1] / wall, "×",
+                          "", None, f"wall {wall:.2f} s, {TASKS / wall:,.0f} req/s in all; {IN_FLIGHT} in flight leased "
+                          "through Redis for both, each attempt booked there (one round trip)"))
     return out
 
 

@@ -38,6 +38,7 @@ import logging
 import os
 import time
 import uuid
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
@@ -390,11 +391,13 @@ class Coordinator:
 class LeasedSlots:
     """The provider's in-flight slots for all processes: ``await acquire()``, ``release()`` (the interface
     of the ``asyncio.Semaphore`` it replaces). Each slot held is a lease in Redis; while ``down``, a local
-    semaphore of 1/N of the slots."""
+    semaphore of 1/N of the slots. A waiter asks Redis again every ``POLL_S`` seconds (a slot another
+    process gives back), and at once when this process gives one back (the first waiter only)."""
 
     def __init__(self, coordinator: Coordinator, key: str, size: int, fallback: asyncio.Semaphore):
         self.c, self.key, self.size, self.fallback = coordinator, key, size, fallback
         self._held: list[str | None] = []  # a member per shared slot held; None for a local one
+        self._waiters: deque[asyncio.Future[None]] = deque()
 
     async def acquire(self) -> bool:
         while not self.c.down:
@@ -408,7 +411,15 @@ class LeasedSlots:
                 self.c.hold(self.key, member)
                 self._held.append(member)
                 return True
-            await asyncio.sleep(POLL_S)
+            woken = asyncio.get_running_loop().create_future()
+            self._waiters.append(woken)
+            try:
+                await asyncio.wait_for(woken, POLL_S)
+            except TimeoutError:
+                pass
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(woken)
         await self.fallback.acquire()
         self._held.append(None)
         return True
@@ -431,6 +442,11 @@ class LeasedSlots:
                 await client.zrem(self.key, member)
             except _REDIS_ERRORS as exc:
                 self.c.fail(exc)
+            while self._waiters:  # the slot is free in Redis: the first waiter asks for it now
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    break
 
         task = asyncio.get_running_loop().create_task(go())
         self.c._background.add(task)
