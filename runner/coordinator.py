@@ -554,6 +554,8 @@ class SharedBudget(Budget):
         self._fallen = True
 
     async def reserve(self, usd: float) -> float:
+        if self.max_usd is None:  # no bound to share: nothing to ask Redis
+            return await super().reserve(usd)
         while not self.c.down:
             member = f"{self.c.member}-{uuid.uuid4().hex[:8]}"
             try:
