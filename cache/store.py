@@ -25,6 +25,9 @@ process and is recovered by whoever takes the lock first. Readers never write. T
 directory therefore never corrupt it; they may both send a request neither had cached when it started
 (the newest row then wins).
 
+Remote tier (``cache.remote``, optional): every shard renamed into place is also uploaded, and the remote's
+shards, copied under ``remote/``, are read with the local ones (``_shards``).
+
 Memory: the key index is compact (``cache.index``: ~9 bytes a key) and loaded only when first needed
 (rescoring never needs it), logs are bounded by ``roll_rows``,
 and ``scan`` is lazy over the shards: O(``roll_rows``), not O(rows).
@@ -40,7 +43,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import orjson
@@ -52,6 +55,9 @@ import pyarrow.parquet as pq
 from . import verify
 from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
 from .schema import INDEX_COLUMNS, SCHEMA
+
+if TYPE_CHECKING:
+    from .remote import Remote
 
 T = TypeVar("T")
 
@@ -89,11 +95,14 @@ class Cache:
     """
 
     def __init__(self, root: Path | str, *, fsync: bool = False, retry_invalid: bool = False,
-                 retry_failed: bool = False, roll_rows: int = ROLL_ROWS):
+                 retry_failed: bool = False, roll_rows: int = ROLL_ROWS, remote: Remote | None = None,
+                 roll_s: float | None = None):
         self.root = Path(root)
         self.fsync = fsync
         self.retry_invalid, self.retry_failed = retry_invalid, retry_failed
         self.roll_rows = max(1, roll_rows)
+        self.remote, self.roll_s = remote, roll_s  # a remote tier (``cache.remote``): logs also roll every roll_s
+        self._opened = 0.0  # monotonic seconds the current log was opened
         self.warnings: list[str] = []
         for sub in ("shards", "wal", "quarantine"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
@@ -118,7 +127,8 @@ class Cache:
         log.warning(message)
 
     def _shards(self) -> list[Path]:
-        return sorted(self.root.glob("shards/*.parquet"))
+        shards = sorted(self.root.glob("shards/*.parquet"))
+        return shards if self.remote is None else self.remote.visible(shards)  # and the remote's, held here
 
     def _logs(self) -> list[Path]:
         return sorted(self.root.glob("wal/*.jsonl"))
@@ -215,6 +225,8 @@ class Cache:
                 os.replace(tmp, shard)
                 if self.fsync:
                     _fsync_path(shard.parent)  # the rename itself
+                if self.remote is not None:
+                    self.remote.shard_written(shard)  # uploaded in the background
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
@@ -344,6 +356,7 @@ class Cache:
         os.replace(tmp, self._wal)  # visible to others only once locked
         self._fd = fd
         self._log_rows = 0
+        self._opened = time.monotonic()
 
     def check_writable(self) -> None:
         """Raise CacheWriteError (naming the folder) unless a file can be created, written and removed in
@@ -386,6 +399,13 @@ class Cache:
         index.set(row["key"], code_of(row["status"], row.get("error_kind")))
         self._log_rows += 1
         if self._log_rows >= self.roll_rows:
+            self._roll()
+
+    def roll_if_due(self) -> None:
+        """Roll the log over if it holds rows and is ``roll_s`` old (with a remote tier: called every second
+        from the thread that appends, ``runner.distributed``, so ``append`` itself pays nothing for it)."""
+        if self._fd is not None and self._log_rows and self.roll_s is not None and \
+                time.monotonic() - self._opened >= self.roll_s:
             self._roll()
 
     def _roll(self) -> None:

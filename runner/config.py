@@ -7,6 +7,8 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     cache_dir = ".dxi-cache"
     out = "out"
     max_cost = 20.0                  # USD; optional
+    cache_remote = "s3://team-bucket/dxi"   # optional: a shared remote cache (docs/distributed.md)
+    coordinator = "redis://10.0.0.5:6379/0" # optional: limits and cost shared through Redis
     epochs = 1                       # default for every model
 
     [evals]                          # optional
@@ -107,6 +109,8 @@ class RunFile(_Struct):
     out: str = "out"
     max_cost: float | None = None
     epochs: int = 1
+    cache_remote: str | None = None  # s3://bucket/prefix, gs://..., file:///dir (docs/distributed.md)
+    coordinator: str | None = None   # redis://HOST:PORT/DB
     evals: Evals = Evals()
     providers: dict[str, Provider] = {}
     path: str = ""

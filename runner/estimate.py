@@ -30,6 +30,7 @@ from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import cost_usd
 
 from .run import ModelRun
+from .shard import Shard
 from .tokens import TokenEstimate, input_bound, prior_output
 
 REASONS = ("failed before", "retry requested", "new model", "new parameters", "new prompt version", "new epoch",
@@ -113,11 +114,14 @@ def _classify(new: pl.DataFrame, history: pl.DataFrame) -> pl.Series:
     return frame.sort("i").select(reason.alias("reason")).to_series()
 
 
-def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, history: pl.DataFrame) -> Estimate:
+def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, history: pl.DataFrame,
+                  shard: Shard | None = None) -> Estimate:
     a = model.adapter
     est = Estimate(a.label)
     rows = []
     stream: Iterable = ((task, a.encode(task, sample)) for task in suite.tasks() for sample in range(model.epochs))
+    if shard is not None:
+        stream = ((task, request) for task, request in stream if shard.owns(request.key))
     while batch := list(islice(stream, BATCH)):
         est.requests += len(batch)
         for (task, request), hit in zip(batch, cache.has_many([r.key for _, r in batch]), strict=True):
@@ -163,10 +167,11 @@ def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, hist
     return est
 
 
-def estimate(models: list[ModelRun], suite: Suite, cache: Cache) -> list[Estimate]:
-    """The dry run of ``models`` (adapters built; a System One model must know its name) over ``suite``."""
+def estimate(models: list[ModelRun], suite: Suite, cache: Cache, shard: Shard | None = None) -> list[Estimate]:
+    """The dry run of ``models`` (adapters built; a System One model must know its name) over ``suite``
+    (only the requests ``shard`` owns, when given: ``runner.shard``)."""
     rates, history = learned_rates(cache), _history(cache)
-    return [_estimate_one(m, suite, cache, rates, history) for m in models]
+    return [_estimate_one(m, suite, cache, rates, history, shard) for m in models]
 
 
 def totals(estimates: list[Estimate]) -> dict:

@@ -44,6 +44,8 @@ class Plan:
     epochs: int
     max_cost: float | None
     source: Path | None
+    cache_remote: str | None = None  # a run file's (``runner.distributed``)
+    coordinator: str | None = None
 
     def models_frame(self) -> pl.DataFrame:
         """The frame scoring selects cache rows by (``scoring.MODELS_SCHEMA`` plus each model's ``epochs``)."""
@@ -283,4 +285,5 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
     suite = _suite(data_dir, files, exclude, limit, args.wildguard_subset or run.evals.wildguard_subset, selected,
                    sample, seed if sample is not None else None)
     return Plan(models, suite, data_dir, args.cache_dir or run.resolve(run.cache_dir), args.out or run.resolve(run.out),
-                epochs or run.epochs, max_cost if max_cost is not None else run.max_cost, path)
+                epochs or run.epochs, max_cost if max_cost is not None else run.max_cost, path, run.cache_remote,
+                run.coordinator)

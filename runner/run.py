@@ -46,6 +46,7 @@ from .cost import Budget, Charge, CostBoundReached
 from .limits import ProviderLimiter
 from .retry import Outcome, attempt
 from .rows import make_row
+from .shard import Shard
 
 BATCH = 32  # requests encoded and looked up in the cache at a time, per model (~1 ms of work)
 
@@ -119,7 +120,8 @@ class _Job:
 
 async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, *, epochs: int = 1,
               on_progress: Callable[[str, Stats], None] | None = None,
-              limiters: dict[str, ProviderLimiter] | None = None, budget: Budget | None = None) -> dict[str, Stats]:
+              limiters: dict[str, ProviderLimiter] | None = None, budget: Budget | None = None,
+              shard: Shard | None = None) -> dict[str, Stats]:
     """Run every task of ``suite`` on every model (a ``ModelRun``, or a started Adapter run ``epochs`` times
     with its own limits) and return the Stats per model label. Each outcome is in the cache before its
     worker takes the next request. ``limiters`` (provider key -> ProviderLimiter) is filled in when given,
@@ -128,7 +130,8 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
     a repeated task id raises ``evals.DatasetError``), and before the first request is handed out the
     cache must be writable (``CacheWriteError``; a run with nothing to send needs no writing). An error
     that stops the run later (a task stream's, the cache's) stops handing out requests; the requests in
-    flight finish and are stored, then it is raised."""
+    flight finish and are stored, then it is raised. ``shard`` (``runner.shard``): only the requests whose
+    cache key it owns are counted and sent."""
     suite.validate()
     runs = [m if isinstance(m, ModelRun) else ModelRun(m, epochs) for m in models]
     budget = budget if budget is not None else Budget()
@@ -151,6 +154,8 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
         adapter = model.adapter
         limiter, st, charge = limiters[model.limits_key], stats[model.label], Charge(budget, model.price)
         stream = ((task, adapter.encode(task, sample)) for task in suite.tasks() for sample in range(model.epochs))
+        if shard is not None:
+            stream = ((task, request) for task, request in stream if shard.owns(request.key))
         while batch := list(islice(stream, BATCH)):
             cached = cache.has_many([request.key for _, request in batch])
             for (task, request), hit in zip(batch, cached, strict=True):

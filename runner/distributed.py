@@ -1,0 +1,204 @@
+"""The command line's part in running past one machine (docs/distributed.md): ``--shard`` (``runner.shard``),
+``--cache-remote`` (``cache.remote``) and ``--coordinator`` (``runner.coordinator``).
+
+Without these flags (or their run-file keys ``cache_remote`` and ``coordinator``) nothing here runs: the
+commands take exactly their single-machine path.
+
+Exit code ``EXIT_UPLOAD`` (5): the run is done and every reply is in the local cache, but some shards could
+not be uploaded to the remote cache (the warnings say why); the next run with the same ``--cache-remote``
+uploads them (uploads are idempotent by name).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import PlanError
+
+# Light at import (the command line's parser reads add_flags): what a run needs is imported when it runs.
+if TYPE_CHECKING:
+    from dxi.cache import Cache
+    from dxi.cache.remote import Remote
+
+    from .cost import Budget
+    from .limits import ProviderLimiter
+    from .plan import Plan
+    from .shard import Shard
+
+EXIT_UPLOAD = 5
+ROLL_S = 60.0  # with a remote tier, a log rolls over (and its shard is uploaded) at least this often
+
+
+def add_flags(p: argparse.ArgumentParser, command: str) -> None:
+    """The flags of ``command`` (run, estimate, score, report)."""
+    if command in ("run", "estimate"):
+        p.add_argument("--shard", metavar="K/N", help="only the requests whose cache key falls in shard K of N (K from 0); "
+                       "auto: K (and N) from SLURM_ARRAY_TASK_ID / JOB_COMPLETION_INDEX, auto/N to give N")
+    p.add_argument("--cache-remote", metavar="URI", help="a shared remote cache: s3://BUCKET/PREFIX, gs://BUCKET/PREFIX "
+                   "or file:///DIR (S3 endpoint: ?endpoint=URL or AWS_ENDPOINT_URL_S3; credentials from the environment)")
+    if command == "run":
+        p.add_argument("--coordinator", metavar="URI", help="share each provider's limits and the cost bound with the other "
+                       "processes of the run through Redis: redis://HOST:PORT/DB (the distributed extra)")
+        p.add_argument("--upload-every", type=float, metavar="SECONDS", default=ROLL_S,
+                       help=f"with --cache-remote: roll the log over and upload it at least this often (default {ROLL_S:g} s): "
+                            "at most this window of replies is only on this machine")
+
+
+def _note(text: str) -> None:
+    sys.stderr.write(f"{text}\n")
+    sys.stderr.flush()
+
+
+@dataclass
+class Distributed:
+    """What a run or an estimate does past one machine: its ``shard``, its ``remote`` tier and its
+    ``coordinator`` (each None when not asked for)."""
+
+    shard: Shard | None = None
+    remote: Remote | None = None
+    coordinator: object | None = None  # runner.coordinator.Coordinator (imported only when asked for)
+    roll_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def budget(self, max_cost: float | None) -> Budget:
+        """The run's Budget: shared through the coordinator when there is one."""
+        from .cost import Budget
+
+        self._budget = self.coordinator.budget(max_cost) if self.coordinator is not None else Budget(max_cost)
+        return self._budget
+
+    def limiters(self, models: list) -> dict[str, ProviderLimiter]:
+        """Limiters shared through the coordinator (empty without one: ``run`` makes local ones). Call
+        inside the event loop."""
+        return self.coordinator.limiters(models) if self.coordinator is not None else {}
+
+    async def rolling(self, cache: Cache) -> None:
+        """With a remote tier: roll the log over once it is ``roll_s`` old, looking every second (or every
+        ``roll_s / 4``, when shorter); runs until cancelled."""
+        if self.remote is None or self.roll_s is None:
+            return
+        while True:
+            await asyncio.sleep(min(1.0, self.roll_s / 4))
+            cache.roll_if_due()
+
+    async def close(self) -> None:
+        if self.coordinator is not None:
+            budget = getattr(self, "_budget", None)
+            if budget is not None and budget.max_usd is not None:
+                spent = await budget.spent_by_all()
+                if spent is not None:
+                    _note(f"cost bound ${budget.max_usd:g}, shared by every process of run {self.coordinator.run}: "
+                          f"${spent:.6f} spent by all so far (this process: ${budget.spent:.6f})")
+            await self.coordinator.close()
+
+    def finish(self) -> int | None:
+        """Wait for the uploads and upload what is missing; ``EXIT_UPLOAD`` if some could not be, else None."""
+        if self.remote is None:
+            return None
+        failed = self.remote.finish()
+        if failed:
+            _note(f"error: {len(failed)} shard(s) could not be uploaded to {self.remote.name} (see the warnings); every "
+                  "reply is in the local cache, and the next run with the same --cache-remote uploads them.")
+            return EXIT_UPLOAD
+        if self.remote.uploaded:
+            _note(f"uploaded {self.remote.uploaded} shard(s) to {self.remote.name}")
+        return None
+
+    def shard_note(self) -> None:
+        """After a shard's summary: it is partial until every shard is done."""
+        if self.shard is not None and self.shard.count > 1:
+            how = (f"`dxi score --cache-remote {self.remote.name}`" if self.remote is not None
+                   else "`dxi score` on a cache holding every shard's rows (see --cache-remote)")
+            _note(f"shard {self.shard}: the summary above scores what the cache held when this shard ended; once every "
+                  f"shard is done, {how} scores the whole run")
+
+
+def remote_for(uri: str | None, cache_dir: Path) -> Remote | None:
+    """The remote tier at ``uri`` for ``cache_dir`` (created), its shards pulled; PlanError when it cannot be
+    reached."""
+    if not uri:
+        return None
+    from dxi.cache.remote import Remote, RemoteError
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        remote = Remote(uri, cache_dir)
+        fetched = remote.pull()
+    except RemoteError as exc:
+        raise PlanError(f"remote cache: {exc}") from None
+    if fetched:
+        _note(f"fetched {fetched} shard(s) from {remote.name}")
+    return remote
+
+
+def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
+    """Read ``--shard``, ``--coordinator`` and ``--cache-remote`` (``sending``: a run, not an estimate): divide
+    the limits and the cost bound by N when no coordinator shares them (saying so), connect the
+    coordinator, pull the remote's shards. PlanError (exit code 2) for a bad value."""
+    from .shard import ShardError, keep_share, parse
+
+    d = Distributed()
+    if getattr(args, "shard", None):
+        try:
+            d.shard = parse(args.shard)
+        except ShardError as exc:
+            raise PlanError(str(exc)) from None
+    n = d.shard.count if d.shard is not None else 1
+    uri = getattr(args, "coordinator", None) or plan.coordinator
+    if sending and uri:
+        from . import coordinator
+
+        try:
+            c = coordinator.Coordinator(uri, coordinator.run_id(sys.argv[1:]), n)
+        except coordinator.CoordinatorError as exc:
+            raise PlanError(str(exc)) from None
+        if c.connect():
+            d.coordinator = c
+            _note(f"coordinator {c.name}: limits and cost bound shared by every process of run {c.run}")
+        # else: warned; this process runs as a shard without a coordinator (1/N of everything)
+    if d.shard is not None:
+        _note(f"shard {d.shard} (from {d.shard.source})")
+        if d.coordinator is None and sending:  # (an estimate sends nothing: nothing to divide)
+            plan.max_cost, d.notes = keep_share(plan.models, plan.max_cost, n)
+            if d.notes:
+                _note(f"without a coordinator, this process keeps to 1/{n} of each provider's limits and of the cost bound:")
+                for line in d.notes:
+                    _note(f"  {line}")
+    d.remote = remote_for(getattr(args, "cache_remote", None) or plan.cache_remote, plan.cache_dir)
+    if d.remote is not None and sending:
+        d.roll_s = getattr(args, "upload_every", None) or ROLL_S
+    return d
+
+
+
+def add_cache_parser(sub) -> None:
+    """``dxi cache compact``: merge the remote cache's small shards."""
+    c = sub.add_parser("cache", help="maintain the remote cache (dxi cache compact --cache-remote URI)")
+    csub = c.add_subparsers(dest="cache_command", required=True)
+    k = csub.add_parser("compact", help="merge many small remote shards into fewer (idempotent; safe beside running writers)")
+    k.add_argument("--cache-remote", metavar="URI", required=True, help="the remote cache (as for dxi run)")
+    k.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"),
+                   help="a local folder for temporary files (default .dxi-cache)")
+    k.add_argument("--target-rows", type=int, default=1_000_000,
+                   help="merge shards smaller than this into shards of up to this many rows (default 1,000,000)")
+
+
+def cmd_cache(args: argparse.Namespace, console) -> int:
+    """``dxi cache compact``: prints what was merged; exit code 0, or 2 when the remote cannot be used."""
+    if args.target_rows < 1:
+        raise PlanError("--target-rows must be at least 1")
+    from dxi.cache.remote import Remote, RemoteError
+
+    args.cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        remote = Remote(args.cache_remote, args.cache_dir)
+        merged, written = remote.compact(args.target_rows)
+    except (RemoteError, OSError) as exc:
+        raise PlanError(f"remote cache: {exc}") from None
+    console.print(f"{remote.name}: merged {merged} shard(s) into {written}" if merged else
+                  f"{remote.name}: nothing to merge (fewer than two shards below {args.target_rows} rows)")
+    return 0

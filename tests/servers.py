@@ -1,0 +1,101 @@
+"""Real servers on 127.0.0.1 for the distributed tests: moto's S3 server (``moto[server]``, the test extra)
+and Debian's ``redis-server`` (started here when it is on PATH, persistence off; skipped otherwise)."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing-key-id", "AWS_SECRET_ACCESS_KEY": "testing-secret-key-0123456789",
+               "AWS_REGION": "us-east-1"}
+
+
+@dataclass
+class S3:
+    """A moto S3 server: ``endpoint`` (http://127.0.0.1:PORT), ``env`` (credentials and the endpoint, for
+    processes), ``uri(prefix)`` for ``--cache-remote``."""
+
+    endpoint: str
+    bucket: str
+    env: dict[str, str]
+
+    def uri(self, prefix: str = "dxi") -> str:
+        return f"s3://{self.bucket}/{prefix}"
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+
+    def keys(self, prefix: str = "") -> list[str]:
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        # (pyarrow leaves an empty "dir/" marker object where it deleted a folder's last file)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []) if not o["Key"].endswith("/"))
+
+
+@contextlib.contextmanager
+def moto_s3(monkeypatch: pytest.MonkeyPatch | None = None) -> Iterator[S3]:
+    """A ThreadedMotoServer on 127.0.0.1 (a random port) with one bucket; with ``monkeypatch``, this
+    process's environment gets the credentials and ``AWS_ENDPOINT_URL_S3`` too."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        env = dict(CREDENTIALS, AWS_ENDPOINT_URL_S3=endpoint)
+        s3 = S3(endpoint, f"dxi-test-{uuid.uuid4().hex[:12]}", env)  # moto's state is per process: a bucket each
+        s3.client().create_bucket(Bucket=s3.bucket)
+        if monkeypatch is not None:
+            for k, v in env.items():
+                monkeypatch.setenv(k, v)
+        yield s3
+    finally:
+        server.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+requires_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
+                                    reason="redis-server not on PATH (apt-get install -y redis-server)")
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """``redis-server`` on 127.0.0.1 with a random port and no persistence; yields redis://127.0.0.1:PORT/0."""
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--protected-mode", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.02)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def env_with(extra: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, **extra}

@@ -1,0 +1,228 @@
+"""``--coordinator redis://...``: limits and the cost bound shared through a real ``redis-server`` on
+127.0.0.1 (started here, persistence off). Two Coordinators in one test are two processes as far as Redis
+can tell (their own connections and ids); the last tests run two ``dxi run`` processes."""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from dxi.adapters import Limits, RateLimited, Request
+from dxi.runner.coordinator import Coordinator, CostBoundReached, run_id
+
+from .conftest import DXI
+from .fake_provider import FakeProvider
+from .servers import free_port, redis_server, requires_redis
+from .synthetic import data_dir
+
+pytestmark = requires_redis
+
+
+@pytest.fixture
+def redis_url():
+    with redis_server() as url:
+        yield url
+
+
+def two(url: str, run: str = "t", shares: int = 2, lease: float = 30.0) -> list[Coordinator]:
+    cs = [Coordinator(f"{url}?lease={lease}", run, shares) for _ in range(2)]
+    assert all(c.connect() for c in cs)
+    return cs
+
+
+REQUEST = Request("systemone", "m", "e", b"{}", 0, "{}", "v")
+
+
+async def test_two_processes_share_one_request_rate(redis_url: str):
+    a, b = two(redis_url)
+    limits = Limits(rpm=1200, max_in_flight=8)  # 20 per second: one every 50 ms
+    la, lb = a.limiters([_Model(limits)])["p"], b.limiters([_Model(limits)])["p"]
+    sent: list[float] = []
+
+    async def go(limiter) -> None:
+        for _ in range(10):
+            ticket = await limiter.acquire(REQUEST)
+            sent.append(time.monotonic())
+            limiter.finish(ticket, True)
+
+    await asyncio.gather(go(la), go(lb))
+    await a.close()
+    await b.close()
+    sent.sort()
+    gaps = [t2 - t1 for t1, t2 in zip(sent, sent[1:], strict=False)]
+    assert sum(gaps) >= 19 * 0.05 * 0.97  # 20 attempts at 20/s together, not 40/s
+    assert sum(gaps) <= 19 * 0.05 * 1.5
+
+
+async def test_a_429_seen_by_one_pauses_the_other_and_narrows_the_shared_rate(redis_url: str):
+    a, b = two(redis_url)
+    limits = Limits(rpm=6000, max_in_flight=4)
+    la, lb = a.limiters([_Model(limits)])["p"], b.limiters([_Model(limits)])["p"]
+    ticket = await la.acquire(REQUEST)
+    la.finish(ticket, False, RateLimited("429", status=429, retry_after=0.6))
+    await asyncio.sleep(0.05)  # the report reaches Redis
+    started = time.monotonic()
+    lb.finish(await lb.acquire(REQUEST), True)
+    assert time.monotonic() - started >= 0.5  # b waited out the pause a's 429 stated
+    client = await b._redis()
+    state = {k.decode(): v.decode() for k, v in (await client.hgetall(b.key("provider", "p"))).items()}
+    assert float(state["rlow"]) == pytest.approx(6000 / 60 * 0.7)  # the shared rate, cut once
+    assert (state["decreases"], state["rate_limited"]) == ("1", "1")
+    await a.close()
+    await b.close()
+
+
+async def test_a_dead_process_slots_come_back_when_their_leases_end(redis_url: str):
+    a, b = two(redis_url, lease=0.6)
+    limits = Limits(max_in_flight=2)
+    sa, sb = a.limiters([_Model(limits)])["p"].slots, b.limiters([_Model(limits)])["p"].slots
+    await sa.acquire()
+    await sa.acquire()
+    with pytest.raises(TimeoutError):  # both held: b waits
+        await asyncio.wait_for(sb.acquire(), 0.2)
+    a._heartbeat.cancel()  # a dies: its leases are no longer renewed
+    started = time.monotonic()
+    await asyncio.wait_for(sb.acquire(), 10)
+    assert 0.2 <= time.monotonic() - started <= 5
+    sb.release()
+    await b.close()
+
+
+async def test_the_cost_bound_holds_for_both_and_stops_both(redis_url: str):
+    a, b = two(redis_url)
+    ba, bb = a.budget(1.0), b.budget(1.0)
+    await ba.reserve(0.6)
+    waiting = asyncio.create_task(bb.reserve(0.6))  # 0.6 + 0.6 > 1: waits for a's attempt to settle
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    ba.settle(0.6, 0.3)  # a's reply cost less than its bound
+    assert await asyncio.wait_for(waiting, 2) == 0.6
+    bb.settle(0.6, 0.6)  # 0.9 spent by both
+    await asyncio.sleep(0.05)
+    with pytest.raises(CostBoundReached):
+        await ba.reserve(0.2)  # does not fit with nothing in flight: the run stops
+    with pytest.raises(CostBoundReached):
+        await bb.reserve(0.01)  # and b with it, though 0.01 would fit
+    assert (ba.spent, bb.spent) == (0.3, 0.6)
+    assert await ba.spent_by_all() == pytest.approx(0.9)
+    await a.close()
+    await b.close()
+
+
+async def test_redis_unreachable_falls_back_to_one_nth_of_each_limit(caplog):
+    c = Coordinator(f"redis://127.0.0.1:{free_port()}/0", "t", shares=4)
+    assert not c.connect()
+    assert c.down and "falls back to 1/4" in c.warnings[0]
+    limiter = c.limiters([_Model(Limits(rpm=600, max_in_flight=16))])["p"]
+    assert (limiter.fallback.limits.rpm, limiter.fallback.limits.max_in_flight) == (150, 4)
+    await limiter.slots.acquire()
+    ticket = await limiter.acquire(REQUEST)
+    limiter.finish(ticket, True)
+    limiter.slots.release()
+    assert limiter.fallback.slots._value == 4  # the local quarter's slots, given back
+    budget = c.budget(8.0)
+    await budget.reserve(1.0)
+    assert budget.max_usd == 2.0
+    await c.close()
+
+
+def test_the_run_id_is_the_command_without_its_shard():
+    cmd = ["run", "--model", "m", "--shard", "0/4", "--coordinator", "redis://h:1/0"]
+    assert run_id(cmd, {}) == run_id(["run", "--model", "m", "--shard=3/4", "--coordinator", "redis://h:1/0", "--cache-dir",
+                                      "c3", "--out=o3", "-q"], {})
+    assert run_id(cmd, {}) != run_id(["run", "--model", "other", "--shard", "0/4"], {})
+    assert run_id(cmd, {"SLURM_ARRAY_JOB_ID": "77"}) == "77"
+    assert run_id(cmd, {"DXI_RUN_ID": "nightly", "SLURM_ARRAY_JOB_ID": "77"}) == "nightly"
+
+
+async def test_two_dxi_runs_with_the_coordinator_keep_to_600_rpm_together(redis_url: str, tmp_path: Path):
+    tasks = 50
+    data = data_dir(tmp_path / "data", tasks)
+    async with FakeProvider(model="fake", p_first=None, p_yes=None, rpm=600) as server:  # a burst of 10, as providers allow
+        procs = [await asyncio.create_subprocess_exec(
+            DXI, "run", "--model", f"systemone:fake@{server.url}", "--data-dir", str(data), "--cache-dir",
+            str(tmp_path / f"cache{k}"), "--out", str(tmp_path / f"out{k}"), "-q", "--rpm", "600", "--shard", f"{k}/2",
+            "--coordinator", redis_url, env={**os.environ, "DXI_RUN_ID": "rpm-test"}, stderr=asyncio.subprocess.PIPE)
+            for k in range(2)]
+        errs = [(await p.communicate())[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], errs
+        stats = server.stats()
+        arrivals = sorted(t for t, _ in server.requests)
+    assert all(b"shared by every process of run rpm-test" in e for e in errs)
+    assert (stats["rate_limited"], stats["arrivals"], stats["ok"]) == (0, tasks, tasks)  # no 429 at all
+    span, floor = arrivals[-1] - arrivals[0], (tasks - 1) * 0.1
+    assert floor * 0.98 <= span <= floor * 1.03 + 0.3  # measured 4.899 s for 4.900 (+0.3: start-up skew under load)
+
+
+async def test_two_dxi_runs_stop_at_one_global_cost_bound(redis_url: str, tmp_path: Path):
+    tasks = 200
+    data = data_dir(tmp_path / "data", tasks)
+    async with FakeProvider(model="fake", p_first=None, p_yes=None, latency="0.01") as server:
+        runs = tmp_path / "run.toml"
+        runs.write_text(f'data_dir = "{data}"\n[providers.fake]\nkind = "systemone"\nbase_url = "{server.url}"\n'
+                        '[[models]]\nprovider = "fake"\nmodel = "fake"\nprice = { input = 1000.0, output = 0.0 }\n')
+        procs = [await asyncio.create_subprocess_exec(
+            DXI, "run", str(runs), "--cache-dir", str(tmp_path / f"cache{k}"), "--out", str(tmp_path / f"out{k}"), "-q",
+            "--max-cost", "5", "--shard", f"{k}/2", "--coordinator", redis_url, env={**os.environ, "DXI_RUN_ID": "cost"},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE) for k in range(2)]
+        outs = [await p.communicate() for p in procs]
+        assert [p.returncode for p in procs] == [3, 3], outs  # both stopped at the bound
+    spent = [orjson.loads((tmp_path / f"out{k}" / "summary.json").read_bytes())["cost_bound"]["spent_usd"]
+             for k in range(2)]
+    assert 4.0 < sum(spent) <= 5.0  # one bound for both, not 5 each (how it splits depends on who started first)
+    assert all(b"shared by every process of run cost" in err for _, err in outs)
+
+
+class _Model:
+    """What Coordinator.limiters reads of a ModelRun."""
+
+    limits_key = "p"
+
+    def __init__(self, limits: Limits):
+        self.adapter = type("A", (), {"limits": limits})()
+
+
+if sys.platform != "linux":  # pragma: no cover
+    pytestmark = pytest.mark.skip("redis-server tests run on Linux")
+
+
+async def test_redis_lost_during_the_run_falls_back_with_a_warning():
+    with redis_server() as url:
+        c = Coordinator(url, "t", shares=2)
+        assert c.connect()
+        limiter = c.limiters([_Model(Limits(rpm=6000, max_in_flight=8))])["p"]
+        limiter.finish(await limiter.acquire(REQUEST), True)
+        assert not c.down
+    # the server is gone: the next booking falls back to this process's half
+    ticket = await limiter.acquire(REQUEST)
+    limiter.finish(ticket, True)
+    assert c.down and "falls back to 1/2" in c.warnings[0]
+    assert limiter.fallback.limits.rpm == 3000
+    await limiter.slots.acquire()
+    limiter.slots.release()
+    await c.close()
+
+
+async def test_a_429_one_dxi_run_sees_pauses_the_other(redis_url: str, tmp_path: Path):
+    tasks = 40
+    data = data_dir(tmp_path / "data", tasks)
+    async with FakeProvider(model="fake", p_first=None, p_yes=None, script=["429:1"]) as server:  # the first: wait 1 s
+        procs = [await asyncio.create_subprocess_exec(
+            DXI, "run", "--model", f"systemone:fake@{server.url}", "--data-dir", str(data), "--cache-dir",
+            str(tmp_path / f"cache{k}"), "--out", str(tmp_path / f"out{k}"), "-q", "--rpm", "600", "--shard", f"{k}/2",
+            "--coordinator", redis_url, env={**os.environ, "DXI_RUN_ID": "pause-test"}, stderr=asyncio.subprocess.PIPE)
+            for k in range(2)]
+        errs = [(await p.communicate())[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], errs
+        stats = server.stats()
+        arrivals = sorted(t for t, _ in server.requests)
+    assert (stats["rate_limited"], stats["ok"]) == (1, tasks)
+    first = arrivals[0]  # the one answered 429
+    during = [t - first for t in arrivals[1:] if first + 0.05 < t < first + 0.95]
+    assert during == []  # neither process sent while the stated pause lasted
+    assert sum(1 for t in arrivals if t >= first + 0.95) >= tasks - 2

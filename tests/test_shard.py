@@ -1,0 +1,124 @@
+"""``--shard K/N``: a stable assignment of cache keys to shards (the same in every process), disjoint and
+covering; ``--shard auto`` from Slurm's and Kubernetes' variables; 1/N of the limits and the cost bound."""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from dxi.adapters import Limits
+from dxi.runner.shard import Shard, ShardError, divide, parse
+
+KEYS = [hashlib.sha256(f"request {i}".encode()).hexdigest() for i in range(2000)] + ["hand-made", "k1", "k2"]
+
+ASSIGN = """
+import hashlib, sys
+from dxi.runner.shard import Shard
+keys = [hashlib.sha256(f"request {i}".encode()).hexdigest() for i in range(2000)] + ["hand-made", "k1", "k2"]
+print(",".join(str(next(k for k in range(5) if Shard(k, 5).owns(key))) for key in keys))
+"""
+
+
+def test_assignment_is_identical_under_two_hash_seeds():
+    runs = [subprocess.run([sys.executable, "-c", ASSIGN], env={**os.environ, "PYTHONHASHSEED": seed},
+                           capture_output=True, text=True, check=True).stdout for seed in ("1", "2")]
+    assert runs[0] == runs[1]
+    assert runs[0].strip().split(",")[:2000] == [str(int(k[:16], 16) % 5) for k in KEYS[:2000]]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7])
+def test_shards_are_disjoint_and_cover_every_key(n: int):
+    owners = [[k for k in range(n) if Shard(k, n).owns(key)] for key in KEYS]
+    assert all(len(o) == 1 for o in owners)  # exactly one shard each
+    sizes = [sum(o == [k] for o in owners) for k in range(n)]
+    assert sum(sizes) == len(KEYS)
+    assert min(sizes) > 0.8 * len(KEYS) / n  # near-even (sha256 bits)
+
+
+def test_parse_k_of_n_and_its_errors():
+    assert parse("2/4") == Shard(2, 4, "--shard")
+    for bad, fragment in (("4/4", "not one of 0..3"), ("-1/4", "not one of"), ("2", "give the number"),
+                          ("a/b", "expected K/N"), ("0/0", "at least 1")):
+        with pytest.raises(ShardError, match=fragment):
+            parse(bad, env={})
+
+
+def test_auto_from_a_slurm_array_counts_from_its_first_index():
+    env = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "4"}
+    assert parse("auto", env) == Shard(2, 4, "SLURM_ARRAY_TASK_ID")
+    stepped = {"SLURM_ARRAY_TASK_ID": "20", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_STEP": "10",
+               "SLURM_ARRAY_TASK_COUNT": "3"}
+    assert parse("auto", stepped) == Shard(2, 3, "SLURM_ARRAY_TASK_ID")
+    with pytest.raises(ShardError, match="is 4, not 5"):
+        parse("auto/5", env)
+
+
+def test_auto_from_a_kubernetes_indexed_job_needs_the_count():
+    assert parse("auto/8", {"JOB_COMPLETION_INDEX": "5"}) == Shard(5, 8, "JOB_COMPLETION_INDEX")
+    assert parse("auto", {"JOB_COMPLETION_INDEX": "1", "DXI_SHARD_COUNT": "2"}) == Shard(1, 2, "JOB_COMPLETION_INDEX")
+    with pytest.raises(ShardError, match="--shard auto/N"):
+        parse("auto", {"JOB_COMPLETION_INDEX": "1"})
+    with pytest.raises(ShardError, match="neither SLURM_ARRAY_TASK_ID"):
+        parse("auto", {})
+
+
+def test_each_shard_keeps_one_nth_of_the_limits():
+    whole = Limits(rpm=600, tpm=100_000, max_in_flight=16, max_attempts=4)
+    assert divide(whole, 4) == Limits(rpm=150, tpm=25_000, max_in_flight=4, max_attempts=4)
+    assert divide(Limits(max_in_flight=3), 8) == Limits(max_in_flight=1)  # unlimited stays unlimited; one in flight
+    assert divide(whole, 1) == whole
+
+
+def test_estimate_by_shard_counts_each_request_once(tmp_path):
+    from tests.synthetic import data_dir
+
+    from .conftest import DXI
+
+    data = data_dir(tmp_path / "data", 90)
+    totals = []
+    for k in range(3):
+        out = subprocess.run([DXI, "estimate", "--model", "embedded:sparrow-nano-general-v1.1", "--data-dir", str(data),
+                              "--cache-dir", str(tmp_path / "cache"), "--json", "--shard", f"{k}/3"],
+                             capture_output=True, check=True)
+        totals.append(orjson.loads(out.stdout)["total"])
+        assert b"shard %d/3" % k in out.stderr
+    assert sum(t["requests"] for t in totals) == sum(t["new"] for t in totals) == 90
+    assert all(t["requests"] > 15 for t in totals)
+
+
+def test_the_recipes_commands_are_ones_dxi_accepts():
+    from pathlib import Path
+
+    import yaml
+
+    from dxi.runner.cli import parser
+
+    root = Path(__file__).parents[1] / "examples"
+    jobs = list(yaml.safe_load_all((root / "k8s-indexed-job.yaml").read_text()))
+    assert jobs[0]["spec"]["completionMode"] == "Indexed"
+    for job in jobs:
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        args = parser().parse_args(container["args"][1:])
+        assert args.cache_remote == "s3://team-evals/dxi-cache"
+    assert parser().parse_args(jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"][1:]).shard == \
+        f"auto/{jobs[0]['spec']['completions']}"
+    script = (root / "slurm-array.sh").read_text()
+    assert "--shard auto" in script and "#SBATCH --array=0-7" in script
+
+
+def test_a_coordinator_that_cannot_be_reached_leaves_one_nth_of_each_limit(tmp_path, data_dir):
+    from tests.servers import free_port
+
+    from .conftest import DXI
+
+    done = subprocess.run([DXI, "run", "--model", "embedded:sparrow-nano-general-v1.1", "--data-dir", str(data_dir),
+                           "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "-q", "--shard", "1/2",
+                           "--max-in-flight", "8", "--coordinator", f"redis://127.0.0.1:{free_port()}/0"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "unreachable" in done.stderr and "falls back to 1/2" in done.stderr
+    assert "4 in flight (1/2 of 8 in flight)" in done.stderr  # never the full limit
