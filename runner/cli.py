@@ -6,6 +6,7 @@
     dxi estimate RUN_FILE | --model MODEL ...         (a dry run: what is not cached, its tokens and cost)
     dxi score    [RUN_FILE | --model MODEL ...]     --data-dir DIR --cache-dir DIR --out DIR
     dxi report   [RUN_FILE | --model MODEL ...]     --data-dir DIR --cache-dir DIR --out DIR
+    dxi view     [RUN_FILE | --model MODEL ...]     --data-dir DIR --cache-dir DIR [--host H] [--port P]
     dxi data fetch|check --data-dir DIR             (the evaluation data from the Hugging Face hub)
     dxi fetch-model [NAME]                          (a local GGUF model for the llamacpp adapters)
 
@@ -38,7 +39,7 @@ from rich.table import Table
 from dxi import adapters, scoring
 from dxi.adapters import local_models
 from dxi.cache import Cache, CacheWriteError
-from dxi.evals import EVALS, PROMPT_VERSION, DatasetError
+from dxi.evals import EVALS, PROMPT_VERSION, DatasetError, Suite
 from dxi.evals.wildguardtest import SUBSETS
 
 from .cost import Budget
@@ -120,13 +121,16 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print the estimate as JSON")
     _common(e)
     for name, text in (("score", "score from the cache only (no network)"),
-                       ("report", "score from the cache only and write an HTML report with CSV/Parquet tables")):
+                       ("report", "score from the cache only and write an HTML report with CSV/Parquet tables"),
+                       ("view", "browse every answer in a local web app (read-only, cache only; docs/view.md)")):
         s = sub.add_parser(name, help=text)
         s.add_argument("--model", action="append", default=[], metavar="MODEL",
                        help="a model in the cache, as `dxi run` was given it (ADAPTER:MODEL[@BASE_URL], with the same "
                             "--param); default: every model in the cache (or the run file's)")
         _params_and_options(s)
         _common(s)
+        if name == "view":
+            _view_options(s)
     d = sub.add_parser("data", help="fetch the evaluation data from the Hugging Face hub, or check a data folder")
     dsub = d.add_subparsers(dest="data_command", required=True)
     f = dsub.add_parser("fetch", help="download HLE, When2Call and WildGuardTest (HF_TOKEN for gated sets), then check")
@@ -287,7 +291,9 @@ def _more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:
             for label, n in found.filter(pl.col("cached_epochs") > epochs).select("label", "cached_epochs").iter_rows()]
 
 
-def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
+def _score_inputs(args: argparse.Namespace) -> tuple[Plan | None, Path, Path, Suite]:
+    """What ``dxi score`` (``report``, ``view``) scores: the plan (None without a run file or ``--model``:
+    every model in the cache), the cache and output folders and the suite. UsageError without a cache."""
     if args.run_file is not None and args.model:
         raise UsageError(f"--model cannot be combined with a run file ({args.run_file}): the file names the models")
     plan = plan_from_args(args) if args.run_file is not None or args.model else None
@@ -296,6 +302,11 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
     suite = plan.suite if plan else suite_from_flags(args)
     if not cache_dir.is_dir():
         raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
+    return plan, cache_dir, out, suite
+
+
+def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
+    plan, cache_dir, out, suite = _score_inputs(args)
     with Cache(cache_dir) as cache:
         args.cache_dir = cache_dir
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
@@ -310,6 +321,35 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
         console.print(f"[yellow]note:[/] {escape(note)}")
     if html:
         console.print(escape(f"Report written to {path} (tables in {out}/tables/)"))
+    return 0
+
+
+# ---- dxi view (issue 13): the selection of `dxi score`, served read-only by dxi.view -----------------------
+def _view_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to serve on (default 127.0.0.1: this machine only; another exposes every answer "
+                        "in the cache to the network, with a warning)")
+    p.add_argument("--port", type=int, default=8765, help="port to serve on (default 8765; 0: any free port)")
+
+
+def cmd_view(args: argparse.Namespace, console: Console) -> int:
+    from dxi.view.app import is_loopback, serve  # aiohttp.web and Jinja2 load only for the viewer
+    from dxi.view.data import Browser
+
+    from .outputs import summarize
+
+    plan, cache_dir, _, suite = _score_inputs(args)
+    with Cache(cache_dir, read_only=True) as cache:
+        args.cache_dir = cache_dir
+        frame, prices, epochs, notes = _score_frame(args, cache, plan)
+    browser = Browser.build(cache_dir, suite, frame, summarize, epochs, prices)
+    for note in notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    if not is_loopback(args.host):
+        console.print(f"[red]warning:[/] serving on {escape(args.host)}, not this machine only: anyone who can reach "
+                      "it can read every prompt and reply in the cache (there is no login). Use the default "
+                      "--host 127.0.0.1 unless that is what you want.")
+    serve(browser, args.host, args.port, print_=lambda text: console.print(escape(text)))
     return 0
 
 
@@ -384,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s" if errors.is_terminal else "%(levelname)s %(message)s",
                         handlers=[handler])
     try:
-        return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "data": cmd_data,
+        return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "view": cmd_view, "data": cmd_data,
                 "fetch-model": cmd_fetch_model}[args.command](args, console)
     except (UsageError, DatasetError) as exc:
         errors.print(f"[red]error:[/] {escape(str(exc))}")
