@@ -38,6 +38,7 @@ LLM = "openai:fake-chat"
 HOSTILE_REPLY = "<script>alert('reply')</script><img src=x onerror=alert(2)> I think the answer is B."
 HOSTILE_QUESTION = "<img src=x onerror=alert(3)> Which gas do plants absorb?"
 HOSTILE_OPTION = "<script>alert(4)</script>Oxygen"
+HOSTILE_ID = 'q 2/<i>"?#%'  # a question id that needs escaping in HTML and quoting in URLs
 SAFE_TAGS = {"html", "head", "meta", "title", "link", "script", "body", "header", "nav", "main", "footer", "a", "span", "h1",
              "h2", "h3", "h4", "h5", "p", "code", "div", "table", "thead", "tbody", "tr", "th", "td", "form", "fieldset",
              "legend", "select", "option", "input", "label", "button", "section", "pre", "details", "summary", "ul", "li",
@@ -64,7 +65,8 @@ def _data(root: Path) -> Path:
         shutil.copy(FIXTURES / src, root / dst)
     omni = root / "omniscience-standin/omniscience.jsonl"
     rows = [orjson.loads(line) for line in omni.read_bytes().splitlines()]
-    rows[1] |= {"question": HOSTILE_QUESTION, "answers": [rows[1]["answers"][0], HOSTILE_OPTION, *rows[1]["answers"][2:]]}
+    answers = [rows[1]["answers"][0], HOSTILE_OPTION, *rows[1]["answers"][2:]]
+    rows[1] |= {"question_id": HOSTILE_ID, "question": HOSTILE_QUESTION, "answers": answers}
     omni.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     write_wildguard_parquet(root / "wildguardtest" / "wildguardtest.parquet")
     return root
@@ -95,9 +97,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     assert main(["run", "--model", MODEL, "--out", str(tmp / "run1"), *common]) == 0
     add_hostile_model(cache_dir)
     with serve(model="fake-chat", route_factories={"/v1/chat/completions": "tests.test_view:hostile_chat"}) as server:
-        assert main(["run", "--model", f"{LLM}@{server.url}/v1", "--out", str(tmp / "run2"), *common]) == 0
+        llm = f"{LLM}@{server.url}/v1"
+        assert main(["run", "--model", llm, "--epochs", "2", "--out", str(tmp / "run2"), *common]) == 0
     assert main(["score", "--out", str(tmp / "scored"), *common]) == 0
-    return {"tmp": tmp, "data": data, "cache": cache_dir, "common": common,
+    return {"tmp": tmp, "data": data, "cache": cache_dir, "common": common, "llm": llm,
             "summary": orjson.loads((tmp / "scored" / "summary.json").read_bytes()),
             "answers": pl.read_parquet(tmp / "scored" / "answers.parquet")}
 
@@ -203,7 +206,7 @@ def test_hostile_model_and_dataset_text_is_escaped_everywhere(browser: Browser, 
     page = pages[task_url(w2c)]
     assert str(escape(HOSTILE_REPLY)) in page  # the LLM's raw reply, shown as text
     assert str(escape(HOSTILE_ERROR)) in page  # the hostile model's failure
-    omni = pages[task_url("aa_omniscience_decision/q2")]
+    omni = pages[task_url(f"aa_omniscience_decision/{HOSTILE_ID}")]
     assert str(escape(HOSTILE_QUESTION)) in omni and str(escape(HOSTILE_OPTION)) in omni
     assert str(escape(HOSTILE_MODEL)) in pages["/"]
     assert "invalid" in page and 'class="invalid-reason"' in page
@@ -235,7 +238,7 @@ def test_the_evaluation_page_filters_on_the_server(browser: Browser, built: dict
     history = {t.id for t in browser.tasks.values() if t.meta.get("domain") == "History"}
     assert set(shown(body)) == history and history
     (_, _, body), = get(browser, "/eval/aa_omniscience_decision?q=PLANTS+absorb")
-    assert shown(body) == ["aa_omniscience_decision/q2"]
+    assert shown(body) == [f"aa_omniscience_decision/{HOSTILE_ID}"]
     # sorted by the probability of the gold, descending
     (_, _, body), = get(browser, f"/eval/aa_omniscience_decision?m={quote(MODEL)}&sort=p_gold&desc=1")
     omni = ans.filter((pl.col("eval") == "aa_omniscience_decision") & (pl.col("model") == MODEL))
@@ -281,6 +284,24 @@ def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
         listed = browser.in_bin("wildguardtest", MODEL, row["bin"])
         expected = ans.filter((pl.col("p_predicted") * 10).floor().clip(0, 9) == row["bin"])
         assert listed.total == row["n"] == expected.height
+
+
+def test_epochs_side_by_side(built: dict, monkeypatch: pytest.MonkeyPatch):
+    b, printed = _browser(built, monkeypatch, "--model", built["llm"], "--epochs", "2")
+    try:
+        assert b.labels == [LLM] and b.summary["epochs"] == 2 and b.epochs_of("when2call") == [0, 1]
+        task = next(t for t in b.tasks if t.startswith("hle_multichoice/"))
+        detail = b.question(task)
+        (epochs,) = [m["epochs"] for m in detail["models"]]
+        assert [e["sample"] for e in epochs] == [0, 1]
+        keys = [e["request"]["key"] for e in epochs]
+        assert len(set(keys)) == 2  # each epoch its own request (SPEC §6)
+        (status, _, body), (s1, _, page1) = get(b, task_url(task), "/eval/when2call?epoch=1&status=invalid")
+        assert status == s1 == 200
+        assert "<th>epoch 0</th><th>epoch 1</th>" in body and all(k in body for k in keys)
+        assert page1.count('<td class="task">') == 3  # the hostile prose in epoch 1 too
+    finally:
+        b.close()
 
 
 def test_the_view_never_writes_to_the_cache(built: dict, monkeypatch: pytest.MonkeyPatch):
