@@ -191,7 +191,8 @@ def test_unknown_ids_are_404_and_bad_queries_400(browser: Browser):
            f"/eval/when2call?a={quote(MODEL)}", "/compare/when2call?cell=diagonal", "/calibration?bin=1"]
     for path, (status, _, _) in zip(bad, get(browser, *bad), strict=True):
         assert status == 400, path
-    assert [s for s, _, _ in get(browser, "/", "/eval/when2call", method="POST")] == [405, 405]
+    posted = get(browser, "/", "/eval/when2call", method="POST")
+    assert [(s, h["Content-Security-Policy"]) for s, h, _ in posted] == [(405, CSP), (405, CSP)]
 
 
 def test_hostile_model_and_dataset_text_is_escaped_everywhere(browser: Browser, built: dict):

@@ -159,8 +159,8 @@ def make_app(browser: Browser) -> web.Application:
         except web.HTTPException as exc:
             if exc.status == 404:
                 response = page("error.html.j2", 404, title="Not found", message=f"no page at {request.path}")
-            else:
-                raise
+            else:  # 405 for a POST, ...: the same headers
+                response = web.Response(status=exc.status, text=exc.text, headers=exc.headers)
         response.headers.update(HEADERS)
         return response
 

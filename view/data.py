@@ -183,6 +183,11 @@ class Browser:
                            f"{EVALS[name].title}: no answers in this view")
         return frame
 
+    @property
+    def calibrated(self) -> set[str]:
+        """The models with a reliability diagram (those that returned probabilities)."""
+        return set(self.reliability["label"].to_list())
+
     def epochs_of(self, name: str) -> list[int]:
         return sorted(s for n, s in self.wide if n == name)
 
