@@ -329,6 +329,20 @@ def test_the_view_never_writes_to_the_cache(built: dict, monkeypatch: pytest.Mon
     assert not (built["tmp"] / "nowhere").exists()
 
 
+def test_a_damaged_shard_is_skipped_not_moved_when_read_only(built: dict, tmp_path: Path):
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(built["cache"], cache_dir)
+    total = Cache(cache_dir, read_only=True).scan().collect().height
+    shard = cache_dir / "shards" / "hostile.parquet"
+    lost = pl.read_parquet(shard).height
+    shard.write_bytes(shard.read_bytes()[:-100])  # the footer cut off
+    before = tree(cache_dir)
+    cache = Cache(cache_dir, read_only=True)
+    assert cache.read(lambda rows: rows.collect().height) == total - lost
+    assert tree(cache_dir) == before  # left in place, not moved to quarantine/
+    assert [w for w in cache.warnings if str(shard) in w and "skipped (read-only: left in place)" in w]
+
+
 def test_only_loopback_by_default_and_a_warning_for_another_host(built: dict, monkeypatch: pytest.MonkeyPatch):
     b, printed = _browser(built, monkeypatch)
     b.close()
