@@ -69,7 +69,8 @@ class EvalQuery:
     ``model`` is the model ``status`` and ``result`` apply to (None: any model); ``result`` is "right" or
     "wrong"; ``a`` and ``b`` (both or neither) keep the questions where the two models' picks differ;
     ``category`` an exact category; ``text`` a case-insensitive search in the task id and state; ``sort``
-    one of ``SORTS`` (``p_gold`` and ``confidence`` are ``model``'s, else the first model's); ``page``
+    one of ``SORTS`` ("task": the dataset's order; ``p_gold`` and ``confidence`` are ``model``'s, else
+    the first model's; ties in the dataset's order); ``page``
     1-based; ``epoch`` 0-based."""
 
     model: str | None = None
@@ -223,9 +224,9 @@ class Browser:
             raise BadQuery(f"sort must be one of {', '.join(SORTS)}")
         if page < 1:
             raise BadQuery("page must be at least 1")
-        by = {"task": ["task_id", "question_id"], "category": ["category", "task_id", "question_id"],
-              "gold": ["gold", "task_id", "question_id"], "p_gold": [f"pgold{m or 0}", "task_id", "question_id"],
-              "confidence": [f"conf{m or 0}", "task_id", "question_id"]}[sort]
+        then = ["order", "question_id"]  # "task": the dataset's order (wildguardtest/9 before wildguardtest/10)
+        by = {"task": then, "category": ["category", *then], "gold": ["gold", *then],
+              "p_gold": [f"pgold{m or 0}", *then], "confidence": [f"conf{m or 0}", *then]}[sort]
         lf = frame.lazy()
         if conditions:
             lf = lf.filter(pl.all_horizontal(conditions))
@@ -333,7 +334,8 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
         pq.write_table(by_task.to_arrow(), root / "answers.parquet", row_group_size=ROW_GROUP)  # pyarrow: ~10x faster here
         del by_task
         labels = [m["model"] for m in summary["models"]]
-        text = pl.DataFrame({"task_id": [t.id for t in tasks], "text": [f"{t.id}\n{t.state}".lower() for t in tasks]})
+        text = pl.DataFrame({"task_id": [t.id for t in tasks], "text": [f"{t.id}\n{t.state}".lower() for t in tasks]}
+                            ).with_row_index("order")  # the dataset's order
         frames = []
         for (name, sample), part in ans.partition_by("eval", "sample", as_dict=True).items():
             _wide(part, labels, text).write_parquet(root / f"wide-{name}-{sample}.parquet")
