@@ -17,6 +17,7 @@ Figures:
 """
 from __future__ import annotations
 
+import functools
 import socket
 import subprocess
 import sys
@@ -48,6 +49,11 @@ def _status(pid: int) -> dict[str, float]:
     return out
 
 
+@functools.cache
+def _tasks() -> list:
+    return suite(SIZES)  # made once per process (the server's and the start-up child's)
+
+
 class SyntheticSuite(Suite):
     """The synthetic tasks as a Suite (``benchmarks.synthetic.suite(SIZES)``, made again on each read)."""
 
@@ -55,7 +61,7 @@ class SyntheticSuite(Suite):
         return list(SIZES)
 
     def tasks(self, name: str | None = None):
-        return iter([t for t in suite(SIZES) if name is None or t.eval == name])
+        return iter([t for t in _tasks() if name is None or t.eval == name])
 
     def data_block(self) -> dict[str, dict]:
         return {n: {"files": [{"path": "synthetic", "sha256": "-", "rows": k}], "tasks": k} for n, k in SIZES.items()}

@@ -331,7 +331,7 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
             .otherwise(pl.col("status")).alias("view_status"))
         del scored.answers, terms
         by_task = ans.select(ANSWER_FILE_COLUMNS).sort("task_id", "label", "sample", "question_id")
-        pq.write_table(by_task.to_arrow(), root / "answers.parquet", row_group_size=ROW_GROUP)  # pyarrow: ~10x faster here
+        _write_by_task(by_task, root / "answers.parquet")
         del by_task
         labels = [m["model"] for m in summary["models"]]
         text = pl.DataFrame({"task_id": [t.id for t in tasks], "text": [f"{t.id}\n{t.state}".lower() for t in tasks]}
@@ -343,12 +343,21 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
         del ans
         scored.reliability.write_parquet(root / "reliability.parquet")
         ids = pl.Series("task_id", [t.id for t in tasks], dtype=pl.String)
-        cache.read(lambda rows: rows.filter((pl.col("prompt_version") == PROMPT_VERSION) & pl.col("task_id").is_in(ids.implode()))
-                   .select(_REQUESTS_READ).sort("task_id", "created_at")
-                   .sink_parquet(root / "requests.parquet", row_group_size=ROW_GROUP, statistics=True))
+        requests = cache.read(lambda rows: rows.filter((pl.col("prompt_version") == PROMPT_VERSION)
+                                                       & pl.col("task_id").is_in(ids.implode())).select(_REQUESTS_READ).collect())
+        _write_by_task(requests.sort("task_id"), root / "requests.parquet", dictionary=[*CONFIG_COLUMNS, "status"])
+        del requests
         meta = {"summary": summary, "warnings": list(cache.warnings), "frames": sorted(frames)}
     (root / "meta.json").write_bytes(orjson.dumps(meta))
     return _peak_mb()
+
+
+def _write_by_task(frame: pl.DataFrame, path: Path, dictionary: bool | list[str] = True) -> None:
+    """Write a frame sorted by task id in row groups of ``ROW_GROUP`` rows with statistics of ``task_id``
+    (what the question page's filter is pushed down to). pyarrow, LZ4: for nested columns in small row
+    groups several times faster than Polars' writer, and a temporary file needs no tighter compression."""
+    pq.write_table(frame.to_arrow(), path, row_group_size=ROW_GROUP, compression="lz4", write_statistics=["task_id"],
+                   use_dictionary=dictionary)
 
 
 def _peak_mb() -> float | None:
