@@ -92,6 +92,8 @@ def _opt(request: web.Request, name: str) -> str | None:
 def make_app(browser: Browser) -> web.Application:
     """The application over ``browser`` (``data.Browser``); ``serve`` runs it."""
     env = _environment()
+    for name in env.list_templates():  # compiled now, not by the first request of each page
+        env.get_template(name)
 
     def page(template: str, status: int = 200, **context: object) -> web.Response:
         html = env.get_template(template).render(view=browser, summary=browser.summary, **context)
