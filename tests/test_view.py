@@ -287,6 +287,24 @@ def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
         assert listed.total == row["n"] == expected.height
 
 
+def test_a_run_file_names_the_models_and_their_names(built: dict, monkeypatch: pytest.MonkeyPatch):
+    run = built["tmp"] / "view.toml"
+    run.write_text(f'data_dir = "{built["data"]}"\ncache_dir = "{built["cache"]}"\n\n[[models]]\nname = "sparrow <nano>"\n'
+                   'provider = "embedded"\nmodel = "sparrow-nano-general-v1.1"\n')
+    caught: dict = {}
+    monkeypatch.setattr("dxi.view.app.serve", lambda browser, host, port, print_: caught.update(browser=browser))
+    assert main(["view", str(run), "-q"]) == 0
+    b = caught["browser"]
+    try:
+        assert b.labels == ["sparrow <nano>"]
+        assert b.summary["models"][0]["decision_index"] == next(
+            m["decision_index"] for m in built["summary"]["models"] if m["model"] == MODEL)
+        (_, _, page), = get(b, "/")
+        assert "sparrow &lt;nano&gt;" in page
+    finally:
+        b.close()
+
+
 def test_epochs_side_by_side(built: dict, monkeypatch: pytest.MonkeyPatch):
     b, printed = _browser(built, monkeypatch, "--model", built["llm"], "--epochs", "2")
     try:
