@@ -342,7 +342,11 @@ def cmd_view(args: argparse.Namespace, console: Console) -> int:
     with Cache(cache_dir, read_only=True) as cache:
         args.cache_dir = cache_dir
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
-    browser = Browser.build(cache_dir, suite, frame, summarize, epochs, prices)
+    try:
+        browser = Browser.build(cache_dir, suite, frame, summarize, epochs, prices)
+    except KeyboardInterrupt:
+        console.print("[yellow]Interrupted[/] before serving (nothing was written to the cache).")
+        return EXIT_INTERRUPTED
     for note in notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if not is_loopback(args.host):
