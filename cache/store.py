@@ -92,19 +92,25 @@ class Cache:
     ``retry_invalid`` / ``retry_failed`` make invalid rows / fatal failures count as not cached.
     ``append(row)`` stores one row durably. ``scan()`` returns every row as a Polars LazyFrame.
     ``warnings`` lists what recovery found (also logged). Use as a context manager, or call ``close``.
+
+    ``read_only=True`` (``dxi view``) never writes to the directory: nothing is created, recovered,
+    deleted or moved (logs left by a killed writer are read as they are; an unreadable shard is skipped
+    with a warning instead of being moved to quarantine/), and ``append`` raises CacheWriteError.
     """
 
     def __init__(self, root: Path | str, *, fsync: bool = False, retry_invalid: bool = False,
                  retry_failed: bool = False, roll_rows: int = ROLL_ROWS, remote: Remote | None = None,
-                 roll_s: float | None = None):
+                 roll_s: float | None = None, read_only: bool = False):
         self.root = Path(root)
+        self.read_only = read_only
+        self._set_aside: set[Path] = set()  # read-only: unreadable shards skipped, left in place
         self.fsync = fsync
         self.retry_invalid, self.retry_failed = retry_invalid, retry_failed
         self.roll_rows = max(1, roll_rows)
         self.remote, self.roll_s = remote, roll_s  # a remote tier (``cache.remote``): logs also roll every roll_s
         self._opened = 0.0  # monotonic seconds the current log was opened
         self.warnings: list[str] = []
-        for sub in ("shards", "wal", "quarantine"):
+        for sub in () if read_only else ("shards", "wal", "quarantine"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self._wal: Path | None = None
         self._fd: int | None = None
@@ -116,8 +122,9 @@ class Cache:
         cached = [CODE_OK] + ([] if retry_invalid else [CODE_INVALID]) + ([] if retry_failed else [CODE_FATAL])
         self._cached = np.zeros(256, bool)
         self._cached[cached] = True
-        self._remove_abandoned()
-        self._recover_orphans()
+        if not read_only:
+            self._remove_abandoned()
+            self._recover_orphans()
         self._index: KeyIndex | None = None  # loaded on first use (``_keys``): scoring only scans
         self._verifier = verify.Verifier()  # which shards' page checksums were verified
 
@@ -127,13 +134,17 @@ class Cache:
         log.warning(message)
 
     def _shards(self) -> list[Path]:
-        shards = sorted(self.root.glob("shards/*.parquet"))
+        shards = [p for p in sorted(self.root.glob("shards/*.parquet")) if p not in self._set_aside]
         return shards if self.remote is None else self.remote.visible(shards)  # and the remote's, held here
 
     def _logs(self) -> list[Path]:
         return sorted(self.root.glob("wal/*.jsonl"))
 
     def _quarantine(self, path: Path, why: str, what: str) -> None:
+        if self.read_only:
+            self._set_aside.add(path)
+            self._warn(f"cache: {path} {why}; skipped (read-only: left in place).")
+            return
         target = self.root / "quarantine" / f"{path.name}.{uuid.uuid4().hex[:8]}"
         with contextlib.suppress(FileNotFoundError):
             os.replace(path, target)
@@ -379,6 +390,8 @@ class Cache:
         """Store one row (a dict with the columns of ``SCHEMA``) durably before returning."""
         fd = self._fd
         if fd is None:
+            if self.read_only:
+                raise CacheWriteError(f"the cache {self.root} is open read-only")
             self._closing = False  # appending again after close
             self._open_log()
             fd = self._fd

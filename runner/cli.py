@@ -240,6 +240,7 @@ def parser() -> argparse.ArgumentParser:
         "estimate": ("a dry run: what is not cached, why, and its expected tokens and cost (sends nothing)", None),
         "score": ("score from the cache only, without the network (default: every model in the cache)", None),
         "report": ("score from the cache only and write OUT/report.html with CSV/Parquet tables", None),
+        "view": ("browse every answer in a local web app (read-only, from the cache only)", None),
     }
     for name, (text, description) in scoring_help.items():
         s = _command(sub, name, text, description, EXIT_CODES)
@@ -257,6 +258,8 @@ def parser() -> argparse.ArgumentParser:
         _add_output(o)
         if name == "estimate":
             o.add_argument("--json", action="store_true", help="print the estimate as JSON")
+        if name == "view":
+            _view_options(s.add_argument_group("server"))
         distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), name)
     x = _command(sub, "export", "score from the cache only and export the answers (csv, parquet, jsonl) or the Every "
                           "Eval Ever records (eee)")
@@ -598,6 +601,41 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
     return 0
 
 
+def _view_options(p: argparse._ArgumentGroup) -> None:
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to serve on (default 127.0.0.1: this machine only; another exposes every answer "
+                        "in the cache to the network, with a warning)")
+    p.add_argument("--port", type=int, default=8765, help="port to serve on (default 8765; 0: any free port)")
+
+
+def cmd_view(args: argparse.Namespace, console: Console) -> int:
+    """Serve the read-only results browser (``dxi.view``) over what ``dxi score`` would score."""
+    from rich.markup import escape
+
+    from dxi.cache import Cache
+    from dxi.view.app import is_loopback, serve  # aiohttp.web and Jinja2 load only for the viewer
+    from dxi.view.data import Browser
+
+    from .outputs import summarize
+
+    plan, cache_dir, _, suite, remote = _score_selection(args)
+    with Cache(cache_dir, read_only=True, remote=remote) as cache:
+        frame, prices, epochs, notes = _score_frame(args, cache, plan)
+    try:
+        browser = Browser.build(cache_dir, suite, frame, summarize, epochs, prices)
+    except KeyboardInterrupt:
+        console.print("[yellow]Interrupted[/] before serving (nothing was written to the cache).")
+        return EXIT_INTERRUPTED
+    for note in notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    if not is_loopback(args.host):
+        console.print(f"[red]warning:[/] serving on {escape(args.host)}, not this machine only: anyone who can reach "
+                      "it can read every prompt and reply in the cache (there is no login). Use the default "
+                      "--host 127.0.0.1 unless that is what you want.")
+    serve(browser, args.host, args.port, print_=lambda text: console.print(escape(text)))
+    return 0
+
+
 def cmd_estimate(args: argparse.Namespace, console: Console) -> int:
     import orjson
     import uvloop
@@ -705,7 +743,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s" if errors.is_terminal else "%(levelname)s %(message)s",
                         handlers=[handler])
     try:
-        return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "export": cmd_export,
+        return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "view": cmd_view, "export": cmd_export,
                 "data": cmd_data, "fetch-model": cmd_fetch_model, "completion": cmd_completion,
                 "cache": distributed.cmd_cache}[args.command](args, console)
     except (UsageError, DatasetError) as exc:

@@ -39,6 +39,24 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None
               extra: dict | None = None) -> tuple[dict, scoring.Scored]:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
     that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own files)."""
+    summary, scored = summarize(cache, suite, models, requests, epochs, breakdowns, prices, extra)
+    if out is None:
+        return summary, scored
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / ".summary.json.tmp"
+    tmp.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    os.replace(tmp, out / "summary.json")
+    tmp = out / ".answers.parquet.tmp"
+    scoring.export(scored.answers).write_parquet(tmp)
+    os.replace(tmp, out / "answers.parquet")
+    return summary, scored
+
+
+def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[str, dict] | None, epochs: int = 1,
+              breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
+              extra: dict | None = None) -> tuple[dict, scoring.Scored]:
+    """``score_all`` without writing anything: the summary (as summary.json holds it) and the tables
+    (``dxi view`` shows them; the cache is only read)."""
     gold, categories = suite.gold_frames()  # the suite's survey: the tasks are read once (dxi run: during the run)
     answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
     scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
@@ -51,15 +69,6 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs, requests,
                                     scored, model_epochs, usage)
     summary |= extra or {}
-    if out is None:
-        return summary, scored
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".summary.json.tmp"
-    tmp.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
-    os.replace(tmp, out / "summary.json")
-    tmp = out / ".answers.parquet.tmp"
-    scoring.export(answers).write_parquet(tmp)
-    os.replace(tmp, out / "answers.parquet")
     return summary, scored
 
 

@@ -78,6 +78,12 @@ def answer_terms(ans: pl.DataFrame) -> dict[str, np.ndarray]:
             "bin": np.where(counted, np.clip(bins, 0, ECE_BINS - 1), -1)}
 
 
+def gold_probability(probabilities: pl.Series, gold: pl.Series) -> np.ndarray:
+    """Per answer, the probability its ``probabilities`` (``list<struct{option, p}>``) give its ``gold``
+    option (NaN where there is none: invalid, failed and missing answers), as calibration reads it."""
+    return _gold_probability(probabilities, gold)[0]
+
+
 def _gold_probability(probabilities: pl.Series, gold: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     """Per answer: the probability given to its ``gold`` option (NaN if none) and the sum of the squared
     probabilities. Options are matched to their answer's gold by a 64-bit hash of the text, and every

@@ -301,6 +301,18 @@ def _answer_errors(question_error: pl.Series, row_error: pl.Series, r: np.ndarra
     return error
 
 
+def current_rows(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1,
+                 columns: Sequence[str] = ("key",)) -> pl.DataFrame:
+    """The cache rows ``answers`` scores (the newest current row per request, by the same selection):
+    ``columns`` of each, plus its model ``label`` and epoch ``sample`` (Int64), in cache order. ``models``
+    and ``gold`` as for ``answers`` (``dxi view`` passes one task's gold to show that task's requests)."""
+    models = models.sort("label").with_row_index("m")
+    task_frame = _task_frame(gold.sort("eval", "task_id", "question_id"))
+    found, m, _, s, _ = _current(rows, models, task_frame, _model_epochs(models, epochs), columns)
+    return found.with_columns(pl.Series("label", models["label"].gather(m), dtype=pl.String),
+                              pl.Series("sample", s, dtype=pl.Int64))
+
+
 USAGE_SCHEMA = {"label": pl.String, "eval": pl.String, "requests": pl.Int64, "replies": pl.Int64,
                 "with_usage": pl.Int64, "input_tokens": pl.Int64, "output_tokens": pl.Int64}
 

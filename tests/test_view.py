@@ -1,0 +1,454 @@
+"""``dxi view``: every route over HTTP (status codes, headers, escaping, 404s, nothing written to the cache),
+and a walk through the pages in a real headless browser (Debian's chromium).
+
+The cache holds the embedded decision model, a language model served by the fault-injecting provider
+whose When2Call replies are hostile prose (invalid answers quoting ``<script>`` and ``<img onerror>``),
+and a model whose name is markup (``tests.test_report.add_hostile_model``); the dataset's texts carry
+markup too.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import orjson
+import polars as pl
+import pytest
+import rich.console
+from aiohttp.test_utils import TestClient, TestServer
+from markupsafe import escape
+
+from dxi.cache import Cache, CacheWriteError
+from dxi.runner.cli import main
+from dxi.view.app import CSP, is_loopback, make_app, task_url
+from dxi.view.data import Browser
+
+from . import wire_formats
+from .conftest import FIXTURES, write_wildguard_parquet
+from .fake_provider import serve
+from .test_cli import MODEL
+from .test_report import CHROMIUM_FLAGS, HOSTILE_ERROR, HOSTILE_MODEL, add_hostile_model, chromium
+
+LLM = "openai:fake-chat"
+HOSTILE_REPLY = "<script>alert('reply')</script><img src=x onerror=alert(2)> I think the answer is B."
+HOSTILE_QUESTION = "<img src=x onerror=alert(3)> Which gas do plants absorb?"
+HOSTILE_OPTION = "<script>alert(4)</script>Oxygen"
+HOSTILE_ID = 'q 2/<i>"?#%'  # a question id that needs escaping in HTML and quoting in URLs
+SAFE_TAGS = {"html", "head", "meta", "title", "link", "script", "body", "header", "nav", "main", "footer", "a", "span", "h1",
+             "h2", "h3", "h4", "h5", "p", "code", "div", "table", "thead", "tbody", "tr", "th", "td", "form", "fieldset",
+             "legend", "select", "option", "input", "label", "button", "section", "pre", "details", "summary", "ul", "li",
+             "strong", "svg", "rect", "line", "circle", "text", "figure", "figcaption", "dl", "dt", "dd",
+             "article", "br"}  # the app's own markup: model or dataset text never adds a tag
+
+
+def hostile_chat(model: str):
+    """Chat Completions responder: When2Call requests get hostile prose (an invalid reply), others the
+    fake model's valid JSON (``tests.wire_formats.openai_chat``)."""
+    def respond(request: dict) -> dict:
+        reply = wire_formats.openai_chat(request)
+        if "Tools available" in request["messages"][-1]["content"]:
+            reply["choices"][0]["message"]["content"] = HOSTILE_REPLY
+        return reply
+    return respond
+
+
+def _data(root: Path) -> Path:
+    """The test fixtures laid out like shared/data, with markup in an Omniscience question and option."""
+    for src, dst in (("omniscience.jsonl", "omniscience-standin/omniscience.jsonl"), ("hle_split.json", "hle/hle_mcqa.json"),
+                     ("when2call.jsonl", "when2call/when2call_test_mcq.jsonl")):
+        (root / dst).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(FIXTURES / src, root / dst)
+    omni = root / "omniscience-standin/omniscience.jsonl"
+    rows = [orjson.loads(line) for line in omni.read_bytes().splitlines()]
+    answers = [rows[1]["answers"][0], HOSTILE_OPTION, *rows[1]["answers"][2:]]
+    rows[1] |= {"question_id": HOSTILE_ID, "question": HOSTILE_QUESTION, "answers": answers}
+    omni.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    write_wildguard_parquet(root / "wildguardtest" / "wildguardtest.parquet")
+    return root
+
+
+class Tags(HTMLParser):
+    """Every start tag of a page with its attributes (the markup, never the text)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.seen.append((tag, attrs))
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under ``root``: (size, mtime in ns)."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("view")
+    data = _data(tmp / "data")
+    cache_dir = tmp / "cache"
+    common = ["--data-dir", str(data), "--cache-dir", str(cache_dir), "-q"]
+    assert main(["run", "--model", MODEL, "--out", str(tmp / "run1"), *common]) == 0
+    add_hostile_model(cache_dir)
+    with serve(model="fake-chat", route_factories={"/v1/chat/completions": "tests.test_view:hostile_chat"}) as server:
+        llm = f"{LLM}@{server.url}/v1"
+        assert main(["run", "--model", llm, "--epochs", "2", "--out", str(tmp / "run2"), *common]) == 0
+    assert main(["score", "--out", str(tmp / "scored"), *common]) == 0
+    return {"tmp": tmp, "data": data, "cache": cache_dir, "common": common, "llm": llm,
+            "summary": orjson.loads((tmp / "scored" / "summary.json").read_bytes()),
+            "answers": pl.read_parquet(tmp / "scored" / "answers.parquet")}
+
+
+def _browser(built: dict, monkeypatch: pytest.MonkeyPatch, *extra: str) -> tuple[Browser, list[str]]:
+    """The Browser ``dxi view`` builds (its server replaced by a catcher) and what it printed."""
+    caught: dict = {}
+    monkeypatch.setattr("dxi.view.app.serve", lambda browser, host, port, print_: caught.update(
+        browser=browser, host=host, port=port))
+    printed: list[str] = []
+    monkeypatch.setattr(rich.console.Console, "print", lambda self, *a, **k: printed.append(" ".join(map(str, a))))
+    assert main(["view", *built["common"], *extra]) == 0
+    return caught["browser"], printed
+
+
+@pytest.fixture(scope="module")
+def browser(built: dict) -> Browser:
+    with pytest.MonkeyPatch.context() as mp:
+        b, _ = _browser(built, mp)
+    yield b
+    b.close()
+
+
+async def fetch(browser: Browser, *paths: str, method: str = "GET") -> list[tuple[int, dict, str]]:
+    async with TestClient(TestServer(make_app(browser))) as client:
+        out = []
+        for path in paths:
+            async with client.request(method, path) as resp:
+                out.append((resp.status, dict(resp.headers), await resp.text()))
+        return out
+
+
+def get(browser: Browser, *paths: str, method: str = "GET") -> list[tuple[int, dict, str]]:
+    return asyncio.run(fetch(browser, *paths, method=method))
+
+
+def routes(browser: Browser, built: dict) -> list[str]:
+    """One URL of every page kind, with every filter."""
+    a, b = browser.labels[0], browser.labels[-1]
+    hle = quote(a)
+    paths = ["/", *[f"/eval/{e}" for e in browser.evals],
+             f"/eval/when2call?m={quote(LLM)}&status=invalid", f"/eval/hle_multichoice?m={hle}&result=wrong&sort=p_gold&desc=1",
+             f"/eval/aa_omniscience_decision?a={quote(a)}&b={quote(b)}", "/eval/wildguardtest?category=benign&q=user",
+             "/eval/aa_omniscience_decision?sort=confidence&page=1", f"/compare/when2call?a={quote(a)}&b={quote(b)}",
+             f"/compare/hle_multichoice?a={quote(a)}&b={quote(b)}&cell=both_wrong", "/calibration",
+             f"/calibration?m={quote(MODEL)}&eval=aa_omniscience_decision&bin=9", f"/calibration?m={quote(LLM)}",
+             "/static/view.css", "/static/view.js", "/static/favicon.svg"]
+    return paths + [task_url(t) for t in browser.tasks]
+
+
+def test_the_view_shows_what_dxi_score_computes(browser: Browser, built: dict):
+    assert browser.summary == built["summary"]  # one code path: the same summary, every number
+    assert browser.labels == [f"embedded:{HOSTILE_MODEL}", MODEL, LLM]
+    (status, _, page), = get(browser, "/")
+    assert status == 200
+    for m in built["summary"]["models"]:
+        value = m["decision_index"]
+        assert (f"{value:.1f}" if value is not None else "—") in page
+        for name, e in m["evals"].items():
+            if e["n"]:
+                assert f'href="/eval/{name}?m={quote(m["model"], safe="")}"' in page.replace("&amp;", "&")
+
+
+def test_every_route_answers_with_a_strict_policy_and_no_inline_script_or_style(browser: Browser, built: dict):
+    for path, (status, headers, body) in zip(routes(browser, built), get(browser, *routes(browser, built)), strict=True):
+        assert status == 200, (path, body[:500])
+        assert headers["Content-Security-Policy"] == CSP and headers["X-Content-Type-Options"] == "nosniff", path
+        if headers["Content-Type"].startswith("text/html"):  # the svg icon is an image, not a page
+            tags = Tags()
+            tags.feed(body)
+            assert [a for t, a in tags.seen if t == "script"] == [[("src", "/static/view.js"), ("defer", None)]], path
+            assert "style" not in {t for t, _ in tags.seen} and "img" not in {t for t, _ in tags.seen}, path
+            attributes = [(n, v or "") for _, a in tags.seen for n, v in a]
+            assert not [n for n, _ in attributes if n.startswith("on") or n == "style"], path
+            assert not [v for _, v in attributes if v.lower().startswith(("javascript:", "http:", "https:", "//"))], path
+    assert "script-src 'self'" in CSP and "default-src 'none'" in CSP and "unsafe" not in CSP
+
+
+def test_unknown_ids_are_404_and_bad_queries_400(browser: Browser):
+    not_found = ["/eval/nope", "/task/hle_multichoice/nope", "/task/nope", "/compare/nope", "/calibration?m=nobody",
+                 "/eval/when2call?m=nobody", "/eval/when2call?epoch=3", "/calibration?m=nobody&eval=when2call&bin=1",
+                 f"/calibration?m={quote(MODEL)}&eval=when2call&bin=10", "/nothing/here", "/static/nothing.css",
+                 "/static/../view/app.py"]
+    for path, (status, headers, _) in zip(not_found, get(browser, *not_found), strict=True):
+        assert status == 404, path
+        assert headers["Content-Security-Policy"] == CSP, path
+    bad = ["/eval/when2call?page=x", "/eval/when2call?page=0", "/eval/when2call?sort=evil", "/eval/when2call?status=odd",
+           f"/eval/when2call?a={quote(MODEL)}", "/compare/when2call?cell=diagonal", "/calibration?bin=1"]
+    for path, (status, _, _) in zip(bad, get(browser, *bad), strict=True):
+        assert status == 400, path
+    posted = get(browser, "/", "/eval/when2call", method="POST")
+    assert [(s, h["Content-Security-Policy"]) for s, h, _ in posted] == [(405, CSP), (405, CSP)]
+
+
+def test_hostile_model_and_dataset_text_is_escaped_everywhere(browser: Browser, built: dict):
+    pages = {path: body for path, (_, _, body) in zip(routes(browser, built), get(browser, *routes(browser, built)),
+                                                        strict=True)}
+    for path, body in pages.items():
+        tags = Tags()
+        tags.feed(body)
+        assert {t for t, _ in tags.seen} <= SAFE_TAGS, (path, {t for t, _ in tags.seen} - SAFE_TAGS)
+        assert body.count("<script") == (1 if not path.startswith("/static") else 0), path
+    w2c = next(t for t in browser.tasks if t.startswith("when2call/"))
+    page = pages[task_url(w2c)]
+    assert str(escape(HOSTILE_REPLY)) in page  # the LLM's raw reply, shown as text
+    assert str(escape(HOSTILE_ERROR)) in page  # the hostile model's failure
+    omni = pages[task_url(f"aa_omniscience_decision/{HOSTILE_ID}")]
+    assert str(escape(HOSTILE_QUESTION)) in omni and str(escape(HOSTILE_OPTION)) in omni
+    assert str(escape(HOSTILE_MODEL)) in pages["/"]
+    assert "invalid" in page and 'class="invalid-reason"' in page
+
+
+def test_the_evaluation_page_filters_on_the_server(browser: Browser, built: dict):
+    ans = built["answers"]
+    llm_w2c = ans.filter((pl.col("model") == LLM) & (pl.col("eval") == "when2call"))
+    invalid = llm_w2c.filter(pl.col("status") == "invalid")["task_id"].to_list()
+    assert len(invalid) == llm_w2c.height == 3  # every When2Call reply was hostile prose
+
+    def shown(body: str) -> list[str]:
+        return [unquote(t) for t in re.findall(r'<td class="task"><a href="/task/([^"]+)"', body)]
+
+    (status, _, body), = get(browser, f"/eval/when2call?m={quote(LLM)}&status=invalid")
+    assert status == 200 and sorted(shown(body)) == sorted(t for t in invalid)
+    hle = ans.filter((pl.col("eval") == "hle_multichoice") & (pl.col("model") == MODEL))
+    wrong = hle.filter(~pl.col("correct"))["task_id"].to_list()
+    (_, _, body), = get(browser, f"/eval/hle_multichoice?m={quote(MODEL)}&result=wrong")
+    assert sorted(shown(body)) == sorted(wrong)
+    # disagreement: the embedded model and the LLM pick differently
+    pair = ans.filter(pl.col("eval") == "aa_omniscience_decision").pivot("model", index=["task_id", "question_id"],
+                                                                         values="predicted")
+    differ = pair.filter(pl.col(MODEL).ne_missing(pl.col(LLM)))["task_id"].to_list()
+    (_, _, body), = get(browser, f"/eval/aa_omniscience_decision?a={quote(MODEL)}&b={quote(LLM)}")
+    assert sorted(shown(body)) == sorted(differ)
+    # category (Omniscience domain) and search in the state
+    (_, _, body), = get(browser, "/eval/aa_omniscience_decision?category=History")
+    history = {t.id for t in browser.tasks.values() if t.meta.get("domain") == "History"}
+    assert set(shown(body)) == history and history
+    (_, _, body), = get(browser, "/eval/aa_omniscience_decision?q=PLANTS+absorb")
+    assert shown(body) == [f"aa_omniscience_decision/{HOSTILE_ID}"]
+    # sorted by the probability of the gold, descending
+    (_, _, body), = get(browser, f"/eval/aa_omniscience_decision?m={quote(MODEL)}&sort=p_gold&desc=1")
+    omni = ans.filter((pl.col("eval") == "aa_omniscience_decision") & (pl.col("model") == MODEL))
+    p_gold = {t: next(p["p"] for p in probs if p["option"] == g)
+              for t, g, probs in omni.select("task_id", "gold", "probabilities").iter_rows()}
+    assert shown(body) == sorted(p_gold, key=lambda t: -p_gold[t])
+
+
+def test_the_question_page_shows_the_probabilities_of_answers_parquet(browser: Browser, built: dict):
+    ans = built["answers"].filter(pl.col("model") == MODEL)
+    for task_id in (ans.filter(pl.col("eval") == "hle_multichoice")["task_id"][0],
+                    ans.filter(pl.col("eval") == "wildguardtest")["task_id"][0]):
+        (status, _, body), = get(browser, task_url(task_id))
+        assert status == 200
+        for question_id, probs in ans.filter(pl.col("task_id") == task_id).select("question_id", "probabilities").iter_rows():
+            cell = re.search(rf'data-model="{re.escape(str(escape(MODEL)))}" data-epoch="0" data-question="{question_id}">'
+                             r"(.*?)</table>", body, re.S).group(1)
+            shown = dict(re.findall(r'data-option="([^"]+)" data-p="([^"]+)">', cell))
+            assert {o: float(p) for o, p in shown.items()} == {p["option"]: p["p"] for p in probs}
+    # the request: cache key, attempts, the exact row of the cache
+    rows = Cache(built["cache"], read_only=True).scan().filter(pl.col("task_id") == task_id).collect()
+    key = rows.filter(pl.col("model") == MODEL.split(":", 1)[1])["key"].item()
+    assert key in body and "prompt version <code>dxi-prompt-1</code>" in body
+
+
+def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
+    ans = built["answers"].filter(pl.col("eval") == "hle_multichoice")
+    right = {m: dict(ans.filter(pl.col("model") == m).select("task_id", "correct").iter_rows()) for m in (MODEL, LLM)}
+    expected = {"both_right": 0, "a_only": 0, "b_only": 0, "both_wrong": 0}
+    for t in right[MODEL]:
+        cell = {(True, True): "both_right", (True, False): "a_only", (False, True): "b_only", (False, False): "both_wrong"}
+        expected[cell[(right[MODEL][t], right[LLM][t])]] += 1
+    table, page = browser.compare("hle_multichoice", MODEL, LLM)
+    assert table == expected and page.total == expected["a_only"] + expected["b_only"]
+
+
+def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
+    bins = browser.reliability_bins(MODEL)
+    assert set(bins) == {"aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest"}
+    assert browser.reliability_bins(LLM) == {}  # no probabilities from a structured-output language model
+    ans = built["answers"].filter((pl.col("model") == MODEL) & (pl.col("eval") == "wildguardtest"))
+    for row in bins["wildguardtest"]:
+        listed = browser.in_bin("wildguardtest", MODEL, row["bin"])
+        expected = ans.filter((pl.col("p_predicted") * 10).floor().clip(0, 9) == row["bin"])
+        assert listed.total == row["n"] == expected.height
+
+
+def test_a_run_file_names_the_models_and_their_names(built: dict, monkeypatch: pytest.MonkeyPatch):
+    run = built["tmp"] / "view.toml"
+    run.write_text(f'data_dir = "{built["data"]}"\ncache_dir = "{built["cache"]}"\n\n[[models]]\nname = "sparrow <nano>"\n'
+                   'provider = "embedded"\nmodel = "sparrow-nano-general-v1.1"\n')
+    caught: dict = {}
+    monkeypatch.setattr("dxi.view.app.serve", lambda browser, host, port, print_: caught.update(browser=browser))
+    assert main(["view", str(run), "-q"]) == 0
+    b = caught["browser"]
+    try:
+        assert b.labels == ["sparrow <nano>"]
+        assert b.summary["models"][0]["decision_index"] == next(
+            m["decision_index"] for m in built["summary"]["models"] if m["model"] == MODEL)
+        (_, _, page), = get(b, "/")
+        assert "sparrow &lt;nano&gt;" in page
+    finally:
+        b.close()
+
+
+def test_epochs_side_by_side(built: dict, monkeypatch: pytest.MonkeyPatch):
+    b, printed = _browser(built, monkeypatch, "--model", built["llm"], "--epochs", "2")
+    try:
+        assert b.labels == [LLM] and b.summary["epochs"] == 2 and b.epochs_of("when2call") == [0, 1]
+        task = next(t for t in b.tasks if t.startswith("hle_multichoice/"))
+        detail = b.question(task)
+        (epochs,) = [m["epochs"] for m in detail["models"]]
+        assert [e["sample"] for e in epochs] == [0, 1]
+        keys = [e["request"]["key"] for e in epochs]
+        assert len(set(keys)) == 2  # each epoch its own request (SPEC §6)
+        (status, _, body), (s1, _, page1) = get(b, task_url(task), "/eval/when2call?epoch=1&status=invalid")
+        assert status == s1 == 200
+        assert "<th>epoch 0</th><th>epoch 1</th>" in body and all(k in body for k in keys)
+        assert page1.count('<td class="task">') == 3  # the hostile prose in epoch 1 too
+    finally:
+        b.close()
+
+
+def test_the_view_never_writes_to_the_cache(built: dict, monkeypatch: pytest.MonkeyPatch):
+    cache_dir: Path = built["cache"]
+    # a log left by a killed writer: a writing Cache would compact it into a shard at start-up
+    row = Cache(cache_dir, read_only=True).scan().head(1).collect().to_dicts()[0]
+    orphan = cache_dir / "wal" / "1-99999-deadbeef.jsonl"
+    orphan.write_bytes(orjson.dumps(row | {"created_at": row["created_at"] + 1}) + b"\n")
+    try:
+        before = tree(cache_dir)
+        b, _ = _browser(built, monkeypatch)
+        try:
+            assert all(status == 200 for status, _, _ in get(b, *routes(b, built)))
+        finally:
+            b.close()
+        assert tree(cache_dir) == before
+        assert not Path(b.workdir.name).exists()
+    finally:
+        orphan.unlink()
+    with pytest.raises(CacheWriteError, match="read-only"):
+        Cache(cache_dir, read_only=True).append(row)
+    assert not (built["tmp"] / "nowhere").exists()
+    Cache(built["tmp"] / "nowhere", read_only=True).scan().collect()
+    assert not (built["tmp"] / "nowhere").exists()
+
+
+def test_a_damaged_shard_is_skipped_not_moved_when_read_only(built: dict, tmp_path: Path):
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(built["cache"], cache_dir)
+    total = Cache(cache_dir, read_only=True).scan().collect().height
+    shard = cache_dir / "shards" / "hostile.parquet"
+    lost = pl.read_parquet(shard).height
+    shard.write_bytes(shard.read_bytes()[:-100])  # the footer cut off
+    before = tree(cache_dir)
+    cache = Cache(cache_dir, read_only=True)
+    assert cache.read(lambda rows: rows.collect().height) == total - lost
+    assert tree(cache_dir) == before  # left in place, not moved to quarantine/
+    assert [w for w in cache.warnings if str(shard) in w and "skipped (read-only: left in place)" in w]
+
+
+def test_only_loopback_by_default_and_a_warning_for_another_host(built: dict, monkeypatch: pytest.MonkeyPatch):
+    b, printed = _browser(built, monkeypatch)
+    b.close()
+    assert not any("warning" in p for p in printed)
+    b, printed = _browser(built, monkeypatch, "--host", "0.0.0.0", "--port", "9999", "--model", MODEL)
+    b.close()
+    assert b.labels == [MODEL]  # the selection options of dxi score
+    assert any("warning" in p and "0.0.0.0" in p for p in printed)
+    assert [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "127.0.0.2", "0.0.0.0", "192.168.1.2", "example")] == [
+        True, True, True, True, False, False, False]
+    assert main(["view", "--data-dir", str(built["data"]), "--cache-dir", str(built["tmp"] / "none"), "-q"]) == 2
+
+
+def test_a_walk_through_the_pages_in_a_headless_browser(browser: Browser, built: dict, tmp_path: Path):
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    shots = Path(os.environ.get("DXI_VIEW_SHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    ans = built["answers"]
+
+    async def walk() -> dict:
+        async with TestServer(make_app(browser), host="127.0.0.1") as server:
+            base = str(server.make_url("/")).rstrip("/")
+            return await asyncio.to_thread(_walk, base)
+
+    def _walk(base: str) -> dict:
+        with sync_playwright() as p:
+            chrome = p.chromium.launch(executable_path=executable, args=["--headless", *CHROMIUM_FLAGS])
+            try:
+                page = chrome.new_page(viewport={"width": 1280, "height": 900})
+                problems, requests = [], []
+                page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+                page.on("pageerror", lambda e: problems.append(str(e)))
+                page.on("dialog", lambda d: problems.append(f"dialog: {d.message}"))
+                page.on("request", lambda r: requests.append(r.url))
+                page.goto(base + "/")
+                page.screenshot(path=str(shots / "overview.png"), full_page=True)
+                overview = page.inner_text("body")
+                # follow the embedded model's HLE accuracy to the evaluation page
+                page.click(f'table.index a[href="/eval/hle_multichoice?m={quote(MODEL, safe="")}"]')
+                page.wait_for_load_state()
+                # filter to the wrong answers (the drop-down applies itself: view.js)
+                page.select_option("select[name=result]", "wrong")
+                page.wait_for_url("**result=wrong**")
+                page.screenshot(path=str(shots / "evaluation.png"), full_page=True)
+                listed = page.eval_on_selector_all("td.task a", "els => els.map(e => e.getAttribute('href'))")
+                url = page.url
+                page.click("td.task a")
+                page.wait_for_load_state()
+                page.screenshot(path=str(shots / "question.png"), full_page=True)
+                shown = page.eval_on_selector_all(
+                    "td.answer", "els => els.map(e => [e.dataset.model, e.dataset.question, "
+                    "[...e.querySelectorAll('td.p')].map(p => [p.dataset.option, p.innerText])])")
+                task_id = page.inner_text("h1.task-id")
+                question_text = page.inner_text("body")
+                page.goto(base + f"/compare/hle_multichoice?a={quote(MODEL)}&b={quote(LLM)}")
+                page.screenshot(path=str(shots / "compare.png"), full_page=True)
+                page.goto(base + f"/calibration?m={quote(MODEL)}&eval=aa_omniscience_decision&bin=9")
+                page.screenshot(path=str(shots / "calibration.png"), full_page=True)
+                w2c = next(t for t in browser.tasks if t.startswith("when2call/"))
+                page.goto(base + task_url(w2c))
+                page.screenshot(path=str(shots / "hostile.png"), full_page=True)
+                hostile_text = page.inner_text("body")
+                scripts = page.evaluate("document.scripts.length")
+                images = page.evaluate("document.images.length")
+            finally:
+                chrome.close()
+        return {"problems": problems, "requests": requests, "overview": overview, "listed": listed, "url": url,
+                "shown": shown, "task_id": task_id, "question": question_text, "hostile": hostile_text,
+                "scripts": scripts, "images": images, "base": base}
+
+    seen = asyncio.run(walk())
+    assert seen["problems"] == []
+    assert all(r.startswith(seen["base"]) for r in seen["requests"])  # nothing from elsewhere
+    assert HOSTILE_MODEL in seen["overview"]
+    hle = ans.filter((pl.col("eval") == "hle_multichoice") & (pl.col("model") == MODEL))
+    wrong = sorted(hle.filter(~pl.col("correct"))["task_id"].to_list())
+    assert "result=wrong" in seen["url"] and sorted(u.removeprefix("/task/") for u in seen["listed"]) == wrong
+    assert seen["task_id"] == wrong[0] if seen["listed"][0] == "/task/" + wrong[0] else seen["task_id"] in wrong
+    # the probabilities shown are those of answers.parquet, to the 4 decimals shown
+    mine = ans.filter(pl.col("task_id") == seen["task_id"])
+    expected = {(m, q): [(p["option"], f"{p['p']:.4f}") for p in probs]
+                for m, q, probs in mine.select("model", "question_id", "probabilities").iter_rows() if probs}
+    shown = {(m, q): [tuple(x) for x in ps] for m, q, ps in seen["shown"] if ps}
+    assert shown == expected and (MODEL, "answer") in shown
+    # hostile text shown as text, never run: no dialog opened, no image element, only the app's script
+    assert HOSTILE_REPLY in seen["hostile"] and HOSTILE_ERROR in seen["hostile"]
+    assert (seen["scripts"], seen["images"]) == (1, 0)
+    for name in ("overview", "evaluation", "question", "compare", "calibration", "hostile"):
+        assert (shots / f"{name}.png").stat().st_size > 10_000, name

@@ -1,0 +1,185 @@
+"""The ``dxi view`` web app: aiohttp's server, Jinja2 templates (autoescaped), read-only.
+
+Routes (stable URLs: a page's address names everything it shows, so it can be pasted into a bug report):
+
+    GET /                                   the Decision Index table (the summary ``dxi score`` computes)
+    GET /eval/{eval}?m=&status=&result=&a=&b=&category=&q=&sort=&desc=&page=&epoch=
+                                            an evaluation's questions, paged by the server
+    GET /task/{task_id}                     one question (task ids contain "/": the rest of the path)
+    GET /compare/{eval}?a=&b=&cell=&page=&epoch=
+                                            two models: the 2x2 of right/wrong and the questions they differ on
+    GET /calibration?m=&eval=&bin=&page=&epoch=
+                                            a model's reliability diagrams and the questions of one bin
+    GET /static/{file}                      the style sheet and the one script (no inline script or style)
+
+Every response carries a strict Content-Security-Policy (nothing but this server's own files; no
+inline script or style, no frames, no form posts elsewhere) and ``X-Content-Type-Options: nosniff``.
+Every text from a model, a dataset or the cache goes through Jinja2's autoescaping. Only GET and HEAD
+are served; nothing is written anywhere but the app's temporary folder (``data.Browser``).
+"""
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+import jinja2
+from aiohttp import web
+
+from dxi.evals import EVALS
+from dxi.scoring.calibration import ECE_BINS
+from dxi.scoring.sums import METRICS
+
+from .data import CELLS, SORTS, VIEW_STATUSES, BadQuery, Browser, EvalQuery, NotFound
+
+STATIC = Path(__file__).parent / "static"
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; "
+       "base-uri 'none'; frame-ancestors 'none'")
+HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+           "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
+METRIC_TITLES = {"accuracy": "accuracy", "non_hallucination_rate": "non-halluc.", "f1_prompt_harm": "F1 prompt harm",
+                 "f1_response_refusal": "F1 refusal", "f1_response_harm": "F1 response harm", "mean_f1": "mean F1"}
+BROWSER = web.AppKey("browser", Browser)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine only: localhost, 127.0.0.0/8 or ::1."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url(path: str, **params: object) -> str:
+    """``path`` with the query ``params`` whose value is not None or empty (in the given order)."""
+    query = {k: ("1" if v is True else str(v)) for k, v in params.items() if v not in (None, "", False)}
+    return path + ("?" + urlencode(query) if query else "")
+
+
+def task_url(task_id: str) -> str:
+    return "/task/" + quote(task_id, safe="/")
+
+
+def _num(v: float | None, digits: int = 1) -> str:
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("dxi.view", "templates"), autoescape=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.globals.update(url=_url, task_url=task_url, num=_num, EVALS=EVALS, METRICS=METRICS, METRIC_TITLES=METRIC_TITLES,
+                       STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS)
+    return env
+
+
+def _int(request: web.Request, name: str, default: int) -> int:
+    value = request.query.get(name, "")
+    if value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise BadQuery(f"{name} must be a whole number, not {value!r}") from None
+
+
+def _opt(request: web.Request, name: str) -> str | None:
+    return request.query.get(name) or None
+
+
+def make_app(browser: Browser) -> web.Application:
+    """The application over ``browser`` (``data.Browser``); ``serve`` runs it."""
+    env = _environment()
+    for name in env.list_templates():  # compiled now, not by the first request of each page
+        env.get_template(name)
+
+    def page(template: str, status: int = 200, **context: object) -> web.Response:
+        html = env.get_template(template).render(view=browser, summary=browser.summary, **context)
+        return web.Response(text=html, content_type="text/html", charset="utf-8", status=status)
+
+    def handler(render: Callable[[web.Request], web.Response]):
+        async def handle(request: web.Request) -> web.Response:
+            try:
+                return render(request)
+            except NotFound as exc:
+                return page("error.html.j2", 404, title="Not found", message=str(exc))
+            except BadQuery as exc:
+                return page("error.html.j2", 400, title="Bad request", message=str(exc))
+        return handle
+
+    def overview(request: web.Request) -> web.Response:
+        return page("overview.html.j2", title="Decision Index", section="overview")
+
+    def evaluation(request: web.Request) -> web.Response:
+        name = request.match_info["eval"]
+        q = EvalQuery(model=_opt(request, "m"), status=_opt(request, "status"), result=_opt(request, "result"),
+                      a=_opt(request, "a"), b=_opt(request, "b"), category=_opt(request, "category"),
+                      text=_opt(request, "q"), sort=request.query.get("sort") or "task",
+                      desc=request.query.get("desc") == "1", page=_int(request, "page", 1),
+                      epoch=_int(request, "epoch", 0))
+        result = browser.evaluation(name, q)
+        params = {"m": q.model, "status": q.status, "result": q.result, "a": q.a, "b": q.b, "category": q.category,
+                  "q": q.text, "sort": q.sort if q.sort != "task" else None, "desc": q.desc,
+                  "epoch": q.epoch or None}
+        return page("eval.html.j2", title=EVALS[name].title, section="eval", name=name, q=q, result=result, params=params,
+                    categories=browser.categories.get(name, []), epochs=browser.epochs_of(name))
+
+    def task(request: web.Request) -> web.Response:
+        detail = browser.question(request.match_info["task_id"])
+        return page("task.html.j2", title=detail["task"].id, section="eval", d=detail, name=detail["task"].eval)
+
+    def compare(request: web.Request) -> web.Response:
+        name = request.match_info["eval"]
+        a = _opt(request, "a") or browser.labels[0]
+        b = _opt(request, "b") or browser.labels[min(1, len(browser.labels) - 1)]
+        epoch, cell = _int(request, "epoch", 0), _opt(request, "cell")
+        table, result = browser.compare(name, a, b, epoch, cell, _int(request, "page", 1))
+        return page("compare.html.j2", title=f"Compare: {EVALS[name].title}", section="compare", name=name, a=a, b=b, table=table,
+                    cell=cell, result=result, epoch=epoch, epochs=browser.epochs_of(name),
+                    params={"a": a, "b": b, "cell": cell, "epoch": epoch or None})
+
+    def calibration(request: web.Request) -> web.Response:
+        label = _opt(request, "m") or browser.labels[0]
+        bins = browser.reliability_bins(label)
+        name, b = _opt(request, "eval"), _opt(request, "bin")
+        epoch = _int(request, "epoch", 0)
+        listing = None
+        if b is not None:
+            if name is None:
+                raise BadQuery("a confidence bin needs its evaluation: eval")
+            listing = browser.in_bin(name, label, _int(request, "bin", 0), epoch, _int(request, "page", 1))
+        return page("calibration.html.j2", title=f"Calibration: {label}", section="calibration", label=label, bins=bins, name=name,
+                    bin=None if b is None else int(b), listing=listing, epoch=epoch,
+                    params={"m": label, "eval": name, "bin": b, "epoch": epoch or None})
+
+    @web.middleware
+    async def headers(request: web.Request, handler):
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            if exc.status == 404:
+                response = page("error.html.j2", 404, title="Not found", message=f"no page at {request.path}")
+            else:  # 405 for a POST, ...: the same headers
+                response = web.Response(status=exc.status, text=exc.text, headers=exc.headers)
+        response.headers.update(HEADERS)
+        return response
+
+    app = web.Application(middlewares=[headers])
+    app[BROWSER] = browser
+    app.router.add_get("/", handler(overview))
+    app.router.add_get("/eval/{eval}", handler(evaluation))
+    app.router.add_get("/task/{task_id:.+}", handler(task))
+    app.router.add_get("/compare/{eval}", handler(compare))
+    app.router.add_get("/calibration", handler(calibration))
+    app.router.add_static("/static/", STATIC, show_index=False, follow_symlinks=False)
+    return app
+
+
+def serve(browser: Browser, host: str = "127.0.0.1", port: int = 8765, print_: Callable[[str], None] = print) -> None:
+    """Serve ``browser`` on ``host``:``port`` until interrupted (Ctrl-C), then remove its temporary folder."""
+    try:
+        web.run_app(make_app(browser), host=host, port=port, print=print_, access_log=None)
+    finally:
+        browser.close()

@@ -1,0 +1,490 @@
+"""What ``dxi view`` shows, as queries over the scored answers and the cache: no HTML here.
+
+Built once at start-up (``Browser.build``) from what ``dxi score`` computes (the summary and the scored
+tables: one code path, nothing recomputed) and the cache, opened read-only. The scoring and the layout
+run in a child process (``layout``), which writes the files below and exits, so that scoring's peak memory
+over a large cache is not held while serving:
+
+* per evaluation and epoch, a *wide* frame in memory: one row per question (task id, question id,
+  category, gold, the state's text for search) and per model its pick, status, whether it is correct,
+  the probability it gave the gold answer, its confidence and calibration bin. The evaluation, compare
+  and calibration pages are lazy Polars queries over these frames (filter, sort, slice).
+* two Parquet files in a private temporary folder (never in the cache), sorted by task id in small row
+  groups, so that a question's rows are found by a lazy scan whose filter on ``task_id`` is pushed down
+  to the row-group statistics: ``answers.parquet`` (the scored answers, the same rows and values as
+  ``dxi score``'s answers.parquet) and ``requests.parquet`` (the cache rows of the current prompt version
+  and tasks, without their nested answers). A question's current requests are then chosen by scoring's
+  own selection (``scoring.score.current_rows``).
+
+Model labels are the summary's; in frames a model is its position ``i`` in that order (columns
+``pick{i}``, ``status{i}``, ...), so untrusted names never become column names.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import tempfile
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pyarrow.parquet as pq
+
+from dxi.cache import Cache
+from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
+from dxi.scoring import Scored, cost_usd
+from dxi.scoring.calibration import ECE_BINS, answer_terms, gold_probability
+from dxi.scoring.score import CONFIG_COLUMNS, STATUSES, current_rows
+
+PAGE_SIZE = 50
+ROW_GROUP = 2_048  # rows per row group of the temporary files: a question's rows span one or two
+VIEW_STATUSES = (*STATUSES, "repaired")  # "repaired": ok, from JSON in a Markdown code fence (SPEC §6)
+SORTS = ("task", "category", "gold", "p_gold", "confidence")
+CELLS = {"both_right": (True, True), "a_only": (True, False), "b_only": (False, True), "both_wrong": (False, False)}
+REQUEST_COLUMNS = ("key", "status", "error", "error_kind", "http_status", "attempts", "raw_reply", "request_body",
+                   "served_model", "input_tokens", "output_tokens", "latency_ms")
+_REQUESTS_READ = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *REQUEST_COLUMNS)
+ANSWER_FILE_COLUMNS = ("label", "task_id", "question_id", "sample", "status", "error", "predicted", "gold", "correct",
+                       "p_predicted", "p_yes", "warning", "probabilities", "repaired")
+
+
+Summarize = Callable[..., tuple[dict, Scored]]  # runner.outputs.summarize(cache, suite, models, requests, epochs, prices=)
+
+
+class NotFound(LookupError):
+    """An unknown evaluation, task, model or bin: the page answers 404 with this message."""
+
+
+class BadQuery(ValueError):
+    """A malformed query parameter (a page that is not a number, an unknown sort): 400 with this message."""
+
+
+@dataclass(frozen=True)
+class EvalQuery:
+    """The evaluation page's filters (all optional), as its URL gives them.
+
+    ``model`` is the model ``status`` and ``result`` apply to (None: any model); ``result`` is "right" or
+    "wrong"; ``a`` and ``b`` (both or neither) keep the questions where the two models' picks differ;
+    ``category`` an exact category; ``text`` a case-insensitive search in the task id and state; ``sort``
+    one of ``SORTS`` ("task": the dataset's order; ``p_gold`` and ``confidence`` are ``model``'s, else
+    the first model's; ties in the dataset's order); ``page``
+    1-based; ``epoch`` 0-based."""
+
+    model: str | None = None
+    status: str | None = None
+    result: str | None = None
+    a: str | None = None
+    b: str | None = None
+    category: str | None = None
+    text: str | None = None
+    sort: str = "task"
+    desc: bool = False
+    page: int = 1
+    epoch: int = 0
+
+
+@dataclass
+class Page:
+    """One page of question rows: ``rows`` (dicts), ``total`` matching, ``page`` / ``pages`` (1-based)."""
+
+    rows: list[dict]
+    total: int
+    page: int
+    pages: int
+    size: int = PAGE_SIZE
+
+
+@dataclass
+class Browser:
+    """The data behind every page (see the module docstring). Build with ``Browser.build``; ``close``
+    removes the temporary folder. ``layout_peak_mb`` is the start-up child's peak resident set (MB)."""
+
+    summary: dict
+    labels: list[str]
+    tasks: dict[str, Task]
+    models: pl.DataFrame
+    epochs: int
+    model_epochs: dict[str, int]
+    prices: dict[str, tuple[float, float] | None]
+    reliability: pl.DataFrame
+    wide: dict[tuple[str, int], pl.DataFrame]
+    categories: dict[str, list[str]]
+    workdir: tempfile.TemporaryDirectory
+    cache_dir: str
+    warnings: list[str] = field(default_factory=list)
+    layout_peak_mb: float | None = None
+
+    # ---- building -------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, cache_dir: Path, suite: Suite, models: pl.DataFrame, summarize: Summarize, epochs: int = 1,
+              prices: dict[str, tuple[float, float] | None] | None = None, child: bool = True) -> Browser:
+        """Score ``models`` over ``suite`` from the cache in ``cache_dir`` (opened read-only) with
+        ``summarize`` (``runner.outputs.summarize``: what ``dxi score`` computes) and lay the results out
+        for the pages (``layout``). With ``child`` (the default) that runs in a child process, so that
+        scoring's peak memory over a large cache is returned to the system before serving; the server
+        keeps only the summary, the per-question frames and the tasks."""
+        workdir = tempfile.TemporaryDirectory(prefix="dxi-view-")
+        args = (Path(workdir.name), Path(cache_dir), suite, models, summarize, epochs, prices or {})
+        try:
+            if child:
+                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                    peak = pool.submit(layout, *args).result()
+            else:
+                peak = layout(*args)
+        except BaseException:
+            workdir.cleanup()
+            raise
+        return cls.open(workdir, suite.tasks(), models, epochs, prices or {}, str(cache_dir), peak)
+
+    @classmethod
+    def open(cls, workdir: tempfile.TemporaryDirectory, tasks: Iterable[Task], models: pl.DataFrame, epochs: int,
+             prices: dict[str, tuple[float, float] | None], cache_dir: str, peak: float | None = None) -> Browser:
+        """The Browser over a folder ``layout`` wrote."""
+        root = Path(workdir.name)
+        meta = orjson.loads((root / "meta.json").read_bytes())
+        summary = meta["summary"]
+        wide, categories = {}, {}
+        for name, sample in meta["frames"]:
+            frame = pl.read_parquet(root / f"wide-{name}-{sample}.parquet")
+            wide[(name, sample)] = frame
+            categories.setdefault(name, sorted(frame["category"].drop_nulls().unique().to_list()))
+        return cls(summary, [m["model"] for m in summary["models"]], {t.id: t for t in tasks}, models, epochs,
+                   {m["model"]: m.get("epochs", epochs) for m in summary["models"]}, prices,
+                   pl.read_parquet(root / "reliability.parquet"), wide, categories, workdir, cache_dir, meta["warnings"],
+                   peak)
+
+    def close(self) -> None:
+        self.workdir.cleanup()
+
+    # ---- lookups --------------------------------------------------------------------------------
+    @property
+    def evals(self) -> list[str]:
+        """The evaluations with answers, in index order."""
+        present = {name for name, _ in self.wide}
+        return [name for name in EVALS if name in present]
+
+    def model(self, label: str | None, what: str = "model") -> int | None:
+        """The position of ``label`` (None for None); NotFound for a label not in this view."""
+        if label is None:
+            return None
+        try:
+            return self.labels.index(label)
+        except ValueError:
+            raise NotFound(f"no {what} {label!r} in this view") from None
+
+    def frame(self, name: str, epoch: int = 0) -> pl.DataFrame:
+        if name not in EVALS:
+            raise NotFound(f"no evaluation {name!r}")
+        frame = self.wide.get((name, epoch))
+        if frame is None:
+            raise NotFound(f"{EVALS[name].title}: no answers for epoch {epoch}" if (name, 0) in self.wide else
+                           f"{EVALS[name].title}: no answers in this view")
+        return frame
+
+    @property
+    def calibrated(self) -> set[str]:
+        """The models with a reliability diagram (those that returned probabilities)."""
+        return set(self.reliability["label"].to_list())
+
+    def epochs_of(self, name: str) -> list[int]:
+        return sorted(s for n, s in self.wide if n == name)
+
+    # ---- the evaluation page ----------------------------------------------------------------------
+    def evaluation(self, name: str, q: EvalQuery) -> Page:
+        """One page of ``name``'s questions under the filters of ``q``."""
+        frame = self.frame(name, q.epoch)
+        m, a, b = self.model(q.model), self.model(q.a), self.model(q.b)
+        conditions = []
+        models = [m] if m is not None else list(range(len(self.labels)))
+        if q.status is not None:
+            if q.status not in VIEW_STATUSES:
+                raise BadQuery(f"status must be one of {', '.join(VIEW_STATUSES)}")
+            conditions.append(pl.any_horizontal(pl.col(f"status{i}") == q.status for i in models))
+        if q.result is not None:
+            if q.result not in ("right", "wrong"):
+                raise BadQuery("result must be right or wrong")
+            right = [pl.col(f"correct{i}") for i in models]
+            conditions.append(pl.any_horizontal(right) if q.result == "right" else pl.any_horizontal(~c for c in right))
+        if (a is None) != (b is None):
+            raise BadQuery("a disagreement needs two models: a and b")
+        if a is not None:
+            conditions.append(pl.col(f"pick{a}").ne_missing(pl.col(f"pick{b}")))
+        if q.category:
+            conditions.append(pl.col("category") == q.category)
+        if q.text:
+            conditions.append(pl.col("text").str.contains(q.text.lower(), literal=True))
+        return self._page(frame, conditions, q.sort, q.desc, q.page, m)
+
+    def _page(self, frame: pl.DataFrame, conditions: list[pl.Expr], sort: str, desc: bool, page: int,
+              m: int | None) -> Page:
+        if sort not in SORTS:
+            raise BadQuery(f"sort must be one of {', '.join(SORTS)}")
+        if page < 1:
+            raise BadQuery("page must be at least 1")
+        then = ["order", "question_id"]  # "task": the dataset's order (wildguardtest/9 before wildguardtest/10)
+        by = {"task": then, "category": ["category", *then], "gold": ["gold", *then],
+              "p_gold": [f"pgold{m or 0}", *then], "confidence": [f"conf{m or 0}", *then]}[sort]
+        lf = frame.lazy()
+        if conditions:
+            lf = lf.filter(pl.all_horizontal(conditions))
+        matched = lf.select(pl.len()).collect().item()
+        pages = max(1, math.ceil(matched / PAGE_SIZE))
+        rows = (lf.sort(by, descending=desc, nulls_last=True, maintain_order=True)
+                .slice((page - 1) * PAGE_SIZE, PAGE_SIZE).collect())
+        return Page(self._rows(rows), matched, page, pages)
+
+    def _rows(self, rows: pl.DataFrame) -> list[dict]:
+        out = []
+        for r in rows.iter_rows(named=True):
+            cells = [{"pick": r[f"pick{i}"], "status": r[f"status{i}"], "correct": r[f"correct{i}"],
+                      "p_gold": r[f"pgold{i}"], "confidence": r[f"conf{i}"]} for i in range(len(self.labels))]
+            out.append({"task_id": r["task_id"], "question_id": r["question_id"], "category": r["category"],
+                        "gold": r["gold"], "models": cells})
+        return out
+
+    # ---- compare ------------------------------------------------------------------------------------
+    def compare(self, name: str, a: str, b: str, epoch: int = 0, cell: str | None = None, page: int = 1
+                ) -> tuple[dict[str, int], Page]:
+        """Models ``a`` and ``b`` over ``name``: the 2×2 of right/wrong counts (``CELLS`` keys) and a page of
+        the questions where one is right and the other wrong (``cell``: only those of one cell)."""
+        frame = self.frame(name, epoch)
+        i, j = self.model(a), self.model(b)
+        counts = (frame.group_by(pl.col(f"correct{i}").alias("a"), pl.col(f"correct{j}").alias("b")).len()
+                  .iter_rows())
+        table = dict.fromkeys(CELLS, 0)
+        by_pair = {pair: cell_name for cell_name, pair in CELLS.items()}
+        for x, y, n in counts:
+            table[by_pair[(bool(x), bool(y))]] += n
+        if cell is not None and cell not in CELLS:
+            raise BadQuery(f"cell must be one of {', '.join(CELLS)}")
+        if cell is None:
+            conditions = [pl.col(f"correct{i}") != pl.col(f"correct{j}")]
+        else:
+            x, y = CELLS[cell]
+            conditions = [pl.col(f"correct{i}") == x, pl.col(f"correct{j}") == y]
+        return table, self._page(frame, conditions, "task", False, page, i)
+
+    # ---- calibration ----------------------------------------------------------------------------------
+    def reliability_bins(self, label: str) -> dict[str, list[dict]]:
+        """Per evaluation, ``label``'s reliability-diagram bins (``scoring``'s table: low, high, n,
+        confidence, accuracy), empty bins left out; evaluations without probabilities are absent."""
+        self.model(label)
+        bins = self.reliability.filter(pl.col("label") == label)
+        return {name: bins.filter(pl.col("eval") == name).sort("bin").to_dicts() for name in EVALS
+                if not bins.filter(pl.col("eval") == name).is_empty()}
+
+    def in_bin(self, name: str, label: str, b: int, epoch: int = 0, page: int = 1) -> Page:
+        """The questions whose answer by ``label`` falls in confidence bin ``b`` (0..ECE_BINS-1)."""
+        if not 0 <= b < ECE_BINS:
+            raise NotFound(f"no confidence bin {b} (bins are 0 to {ECE_BINS - 1})")
+        frame = self.frame(name, epoch)
+        i = self.model(label)
+        return self._page(frame, [pl.col(f"bin{i}") == b], "confidence", True, page, i)
+
+    # ---- the question page ------------------------------------------------------------------------------
+    def question(self, task_id: str) -> dict:
+        """Everything about one task: the task, and per model and epoch its answers (with every option's
+        probability, in the question's option order) and its request (the current cache row)."""
+        task = self.tasks.get(task_id)
+        if task is None:
+            raise NotFound(f"no task {task_id!r} in this view")
+        root = Path(self.workdir.name)
+        ans = pl.scan_parquet(root / "answers.parquet").filter(pl.col("task_id") == task_id).collect()
+        gold, _ = gold_frames([task])
+        requests = current_rows(pl.scan_parquet(root / "requests.parquet").filter(pl.col("task_id") == task_id),
+                                self.models, gold, self.epochs, REQUEST_COLUMNS)
+        by_request = {(r["label"], r["sample"]): r for r in requests.iter_rows(named=True)}
+        by_answer: dict[tuple[str, int], dict[str, dict]] = {}
+        for r in ans.iter_rows(named=True):
+            by_answer.setdefault((r["label"], r["sample"]), {})[r["question_id"]] = r
+        models = []
+        for label in self.labels:
+            epochs = []
+            for sample in range(self.model_epochs.get(label, self.epochs)):
+                answers = by_answer.get((label, sample), {})
+                request = by_request.get((label, sample))
+                epochs.append({"sample": sample, "answers": [_answer(q, answers.get(q.id)) for q in task.questions],
+                               "request": _request(request, self.prices.get(label)) if request else None})
+            models.append({"label": label, "epochs": epochs})
+        return {"task": task, "gold": task.gold, "models": models, "prompt_version": PROMPT_VERSION}
+
+
+def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summarize: Summarize, epochs: int,
+           prices: dict[str, tuple[float, float] | None]) -> float:
+    """Score (``summarize``) and write what the pages read to ``root``: ``meta.json`` (the summary, the
+    cache's warnings, the frames written), ``reliability.parquet``, ``wide-<eval>-<epoch>.parquet``, and
+    the two files sorted by task id (``answers.parquet``, ``requests.parquet``). Returns this process's
+    peak resident set in MB. The cache is opened read-only."""
+    with Cache(cache_dir, read_only=True) as cache:
+        summary, scored = summarize(cache, suite, models, None, epochs, prices=prices)
+        tasks = list(suite.tasks())
+        ans = scored.answers
+        terms = answer_terms(ans)
+        ans = ans.with_columns(
+            pl.col(pl.Enum).cast(pl.String),
+            pl.Series("p_gold", gold_probability(ans["probabilities"], ans["gold"].cast(pl.String))).fill_nan(None),
+            pl.Series("bin", terms["bin"], dtype=pl.Int8),
+            pl.when(pl.col("repaired") & (pl.col("status") == "ok")).then(pl.lit("repaired"))
+            .otherwise(pl.col("status")).alias("view_status"))
+        del scored.answers, terms
+        by_task = ans.select(ANSWER_FILE_COLUMNS).sort("task_id", "label", "sample", "question_id")
+        _write_by_task(by_task, root / "answers.parquet")
+        del by_task
+        labels = [m["model"] for m in summary["models"]]
+        text = pl.DataFrame({"task_id": [t.id for t in tasks], "text": [f"{t.id}\n{t.state}".lower() for t in tasks]}
+                            ).with_row_index("order")  # the dataset's order
+        frames = []
+        for (name, sample), part in ans.partition_by("eval", "sample", as_dict=True).items():
+            _wide(part, labels, text).write_parquet(root / f"wide-{name}-{sample}.parquet")
+            frames.append((name, sample))
+        del ans
+        scored.reliability.write_parquet(root / "reliability.parquet")
+        ids = pl.Series("task_id", [t.id for t in tasks], dtype=pl.String)
+        requests = cache.read(lambda rows: rows.filter((pl.col("prompt_version") == PROMPT_VERSION)
+                                                       & pl.col("task_id").is_in(ids.implode())).select(_REQUESTS_READ).collect())
+        _write_by_task(requests.sort("task_id"), root / "requests.parquet", dictionary=[*CONFIG_COLUMNS, "status"])
+        del requests
+        meta = {"summary": summary, "warnings": list(cache.warnings), "frames": sorted(frames)}
+    (root / "meta.json").write_bytes(orjson.dumps(meta))
+    return _peak_mb()
+
+
+def _write_by_task(frame: pl.DataFrame, path: Path, dictionary: bool | list[str] = True) -> None:
+    """Write a frame sorted by task id in row groups of ``ROW_GROUP`` rows with statistics of ``task_id``
+    (what the question page's filter is pushed down to). pyarrow, LZ4: for nested columns in small row
+    groups several times faster than Polars' writer, and a temporary file needs no tighter compression."""
+    pq.write_table(frame.to_arrow(), path, row_group_size=ROW_GROUP, compression="lz4", write_statistics=["task_id"],
+                   use_dictionary=dictionary)
+
+
+def _peak_mb() -> float | None:
+    """This process's peak resident set (``VmHWM``) in MB; None where /proc is not there."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _wide(part: pl.DataFrame, labels: list[str], text: pl.DataFrame) -> pl.DataFrame:
+    """One evaluation and epoch of the answers as one row per question, each model's columns beside."""
+    keys = ["task_id", "question_id"]
+    base = (part.select(*keys, pl.coalesce(pl.col("group"), pl.col("gold_category")).alias("category"), "gold")
+            .unique(keys).sort(keys).join(text, on="task_id", how="left"))
+    for i, label in enumerate(labels):
+        mine = part.filter(pl.col("label") == label).select(
+            *keys, pl.col("predicted").alias(f"pick{i}"), pl.col("view_status").alias(f"status{i}"),
+            pl.col("correct").alias(f"correct{i}"), pl.col("p_gold").alias(f"pgold{i}"),
+            pl.col("p_predicted").alias(f"conf{i}"), pl.col("bin").alias(f"bin{i}"))
+        base = base.join(mine, on=keys, how="left", maintain_order="left")
+        base = base.with_columns(pl.col(f"status{i}").fill_null("missing"), pl.col(f"correct{i}").fill_null(False))
+    return base.with_columns(pl.col(c).cast(pl.Categorical) for c in ("category", "gold"))
+
+
+def _answer(question, row: dict | None) -> dict:
+    """One question's answer for the page: status, pick, error/warning, and the probability of every
+    allowed answer in the question's order (those the model returned; others absent)."""
+    ids = question.answer_ids
+    if row is None:
+        return {"question": question, "status": "missing", "pick": None, "error": "not in the answers", "warning": None,
+                "probabilities": [], "correct": False}
+    given = {p["option"]: p["p"] for p in row["probabilities"] or []}
+    order = [o for o in ids if o in given] + [o for o in given if o not in ids]
+    status = "repaired" if row["repaired"] and row["status"] == "ok" else row["status"]
+    return {"question": question, "status": status, "pick": row["predicted"], "error": row["error"],
+            "warning": row["warning"], "correct": row["correct"], "p_yes": row["p_yes"],
+            "probabilities": [{"option": o, "p": given[o], "picked": o == row["predicted"]} for o in order]}
+
+
+def _request(row: dict, price: tuple[float, float] | None) -> dict:
+    """One cache row for the page, with its cost (USD; None without a price or without usage) and its
+    body and reply pretty-printed when they are JSON."""
+    cost = None
+    if price is not None and row["input_tokens"] is not None:
+        cost = cost_usd(row["input_tokens"], row["output_tokens"] or 0, *price)
+    return {**row, "cost_usd": cost, "body": _pretty(row["request_body"]), "reply": _pretty(row["raw_reply"]),
+            "reply_text": reply_text(row["raw_reply"]), "messages": prompt_messages(row["request_body"])}
+
+
+def _pretty(text: str | None) -> str | None:
+    if text is None:
+        return None
+    try:
+        return orjson.dumps(orjson.loads(text), option=orjson.OPT_INDENT_2).decode()
+    except orjson.JSONDecodeError:
+        return text
+
+
+def _json(text: str | None) -> object:
+    if not text:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def prompt_messages(body: str | None) -> list[tuple[str, str]]:
+    """The prompt in a request body as (role, text) pairs, for the wire formats that carry text:
+    Chat Completions and Anthropic ``messages`` (and Anthropic's ``system``), Gemini ``contents`` and
+    ``systemInstruction``, OpenAI Decisions ``input``, System One ``state``. Empty when none is found."""
+    doc = _json(body)
+    if not isinstance(doc, dict):
+        return []
+
+    def text_of(content: object) -> str:
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return "\n".join(text_of(c.get("text", c.get("content", ""))) if isinstance(c, dict) else str(c)
+                             for c in content)
+        if isinstance(content, dict):
+            return text_of(content.get("parts", content.get("text", "")))
+        return "" if content is None else str(content)
+
+    out: list[tuple[str, str]] = []
+    if "system" in doc:
+        out.append(("system", text_of(doc["system"])))
+    if "systemInstruction" in doc:
+        out.append(("system", text_of(doc["systemInstruction"])))
+    for key in ("messages", "contents"):
+        for m in doc.get(key) or []:
+            if isinstance(m, dict):
+                out.append((str(m.get("role", "user")), text_of(m.get("content", m.get("parts")))))
+    if "input" in doc:
+        out.append(("input", text_of(doc["input"])))
+    if "state" in doc and not out:
+        state = doc["state"]
+        out.append(("state", state if isinstance(state, str) else orjson.dumps(state, option=orjson.OPT_INDENT_2).decode()))
+    return out
+
+
+def reply_text(raw: str | None) -> str | None:
+    """A language model's reply text inside a raw response body (Chat Completions ``choices[0].message``
+    content, refusal or reasoning; Anthropic ``content`` text and tool input; Gemini ``candidates[0]``
+    parts), or None when the body has none of these (a decision model's reply, a failure)."""
+    doc = _json(raw)
+    if not isinstance(doc, dict):
+        return None
+    choices = doc.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        message = choices[0].get("message") or {}
+        for k in ("content", "refusal", "reasoning_content"):
+            if message.get(k):
+                return str(message[k])
+        return ""
+    content = doc.get("content")
+    if isinstance(content, list):
+        parts = [c.get("text") if c.get("type") == "text" else orjson.dumps(c.get("input")).decode()
+                 for c in content if isinstance(c, dict) and c.get("type") in ("text", "tool_use")]
+        return "\n".join(p for p in parts if p)
+    candidates = doc.get("candidates")
+    if isinstance(candidates, list) and candidates and isinstance(candidates[0], dict):
+        parts = (candidates[0].get("content") or {}).get("parts") or []
+        return "\n".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+    return None
