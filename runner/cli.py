@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import logging
+import os
 import sys
 from collections import Counter
 from itertools import islice
@@ -549,7 +550,7 @@ def cmd_completion(args: argparse.Namespace, console: Console) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    if argv is None:  # completing a word (the shell script of `dxi completion` calls dxi so): answers, then exits
+    if argv is None and "_ARGCOMPLETE" in os.environ:  # completing a word (`dxi completion`'s script): answers, exits
         import argcomplete
 
         argcomplete.autocomplete(p)
