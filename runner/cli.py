@@ -554,7 +554,10 @@ def main(argv: list[str] | None = None) -> int:
         import argcomplete
 
         argcomplete.autocomplete(p)
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as stop:  # --help, --version, a usage error (printed): its exit code, as a return value
+        return stop.code if isinstance(stop.code, int) else EXIT_USAGE
     # emoji=False: model names like "openai:m" must not become emoji codes (":m:" is Ⓜ)
     console = Console(highlight=False, soft_wrap=True, emoji=False)
     if not console.is_terminal:
