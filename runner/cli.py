@@ -228,8 +228,8 @@ def _command(sub, name: str, help: str, description: str | None = None, epilog: 
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dxi", description="The Decision Index evaluation runner: run decision models and language "
-                                        "models on the four evaluations, cache every reply, score from the cache.",
+    p = _Parser(prog="dxi", description="The Decision Index evaluation runner: runs decision models and language models\n"
+                                        "on the four evaluations, caches every reply, scores from the cache.",
                 epilog="Run `dxi COMMAND --help` for a command's options.\n\n" + EXIT_CODES)
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser, title="commands")
