@@ -311,17 +311,20 @@ async def _started(models: list[ModelRun]) -> list[ModelRun]:
     return started
 
 
-def _all_cached(model: ModelRun, plan: Plan, cache: Cache) -> bool:
-    """Whether every request of ``model`` is in the cache (it needs no server, no key); False for a model
-    that must be started to know its name (a System One server that names its model)."""
+def _all_cached(model: ModelRun, plan: Plan, cache: Cache) -> int | None:
+    """The number of requests of ``model`` when every one is in the cache (it needs no server, no key),
+    else None; None too for a model that must be started to know its name (a System One server that
+    names its model)."""
     a = model.adapter
     if not a.model:
-        return False
+        return None
+    n = 0
     stream = ((task, sample) for task in plan.suite.tasks() for sample in range(model.epochs))
     while batch := list(islice(stream, 256)):
         if not all(cache.has_many([a.encode(task, sample).key for task, sample in batch])):
-            return False
-    return True
+            return None
+        n += len(batch)
+    return n
 
 
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget
@@ -329,19 +332,26 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
     A model whose requests are all cached is not started: a server that is down, or a key not set, does
     not stop a run that needs neither."""
-    idle = {m.label for m in plan.models if _all_cached(m, plan, cache)}
+    cached = {m.label: n for m in plan.models if (n := _all_cached(m, plan, cache)) is not None}
+    idle = set(cached)
     started = await _started([m for m in plan.models if m.label not in idle])
     models = plan.models
     try:
         plan.check_labels()
-        if args.quiet:
-            stats = await run(models, plan.suite, cache, budget=budget)
-        else:
+        if not args.quiet:
             tasks = Counter(EVALS[t.eval].title for t in plan.suite.tasks())
-            n_tasks = sum(tasks.values())
-            totals_ = {m.label: n_tasks * m.epochs for m in models}
+            totals_ = {m.label: sum(tasks.values()) * m.epochs for m in models}
             console.print(start_line(totals_, dict(tasks), {m.label: m.epochs for m in models}, idle, plan.cache_dir,
                                      plan.out, budget), highlight=False, markup=False)
+        if len(idle) == len(models):  # nothing to send: the counts are known, the run loop is not needed
+            stats = {m.label: Stats(total=cached[m.label], cache_hits=cached[m.label],
+                                    cost_usd=None if m.price is None else 0.0) for m in models}
+            if not args.quiet:
+                console.print(f"Every request is in the cache ({sum(cached.values()):,}): nothing to send.",
+                              highlight=False, markup=False)
+        elif args.quiet:
+            stats = await run(models, plan.suite, cache, budget=budget)
+        else:
             free = frozenset(m.label for m in models if m.price == (0.0, 0.0))
             progress = RunProgress(console, totals_, budget=budget, free=free)
             with progress:

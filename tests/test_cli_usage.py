@@ -196,6 +196,7 @@ def test_a_run_with_everything_cached_needs_no_server(data_dir: Path, tmp_path: 
     assert out.startswith("Running 2 models (systemone:m (all cached); embedded:sparrow-nano-general-v1.1 (all cached)) on "
                           "12 tasks (AA-Omniscience-Decision 4, HLE-MultiChoice 2, When2Call 3, WildGuardTest 3): "
                           "24 requests; cache ")
+    assert "\nEvery request is in the cache (24): nothing to send.\n" in out
     again = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())
     assert [m["decision_index"] for m in again["models"]] == [m["decision_index"] for m in first["models"]]
     assert [m["requests"]["cache_hits"] for m in again["models"]] == [12, 12]
