@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import difflib
+import os
 import sys
 from itertools import islice
 from pathlib import Path
@@ -230,8 +231,8 @@ def _command(sub, name: str, help: str, description: str | None = None, epilog: 
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dxi", description="The Decision Index evaluation runner: run decision models and language "
-                                        "models on the four evaluations, cache every reply, score from the cache.",
+    p = _Parser(prog="dxi", description="The Decision Index evaluation runner: runs decision models and language models\n"
+                                        "on the four evaluations, caches every reply, scores from the cache.",
                 epilog="Run `dxi COMMAND --help` for a command's options.\n\n" + EXIT_CODES)
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser, title="commands")
@@ -357,37 +358,44 @@ async def _started(models: list[ModelRun]) -> list[ModelRun]:
     return started
 
 
-def _all_cached(model: ModelRun, plan: Plan, cache: Cache) -> bool:
-    """Whether every request of ``model`` is in the cache (it needs no server, no key); False for a model
-    that must be started to know its name (a System One server that names its model). On a fresh cache it
-    answers at the first batch."""
+def _all_cached(model: ModelRun, plan: Plan, cache: Cache) -> int | None:
+    """The number of requests of ``model`` when every one is in the cache (it needs no server, no key),
+    else None; None too for a model that must be started to know its name (a System One server that
+    names its model)."""
     a = model.adapter
     if not a.model:
-        return False
+        return None
+    n = 0
     stream = ((task, sample) for task in plan.suite.tasks() for sample in range(model.epochs))
     while batch := list(islice(stream, 256)):
         if not all(cache.has_many([a.encode(task, sample).key for task, sample in batch])):
-            return False
-    return True
+            return None
+        n += len(batch)
+    return n
+
+
+def _counted(plan: Plan, models: list[ModelRun], idle: set[str], budget: Budget, shard=None) -> tuple[str, dict[str, int]]:
+    """The start line (what is running) and each model's number of requests (with a ``shard``: the
+    requests it owns), from the suite's survey."""
+    from .progress import start_line
+
+    suite = plan.suite
+    tasks = {EVALS[name].title: n for name, n in suite.survey().tasks.items()}
+    n_tasks = sum(tasks.values())
+    totals_ = ({m.label: n_tasks * m.epochs for m in models} if shard is None else
+               {m.label: shard.owned(m.adapter, suite, m.epochs) for m in models})
+    return start_line(totals_, tasks, {m.label: m.epochs for m in models}, idle, plan.cache_dir, plan.out, budget), totals_
 
 
 async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], budget: Budget, console,
                   shard=None) -> None:
     """``suite.survey()`` a few hundred tasks per event-loop turn (while the first requests are on the
-    wire), then the start line (what is running) and the progress totals (with a ``shard``: the requests
-    it owns)."""
-    from .progress import start_line
-
-    suite = plan.suite
-    for _ in suite.surveying():
+    wire), then the start line and the progress totals."""
+    for _ in plan.suite.surveying():
         await asyncio.sleep(0)
     if progress is not None:
-        tasks = {EVALS[name].title: n for name, n in suite.survey().tasks.items()}
-        n_tasks = sum(tasks.values())
-        totals_ = ({m.label: n_tasks * m.epochs for m in models} if shard is None else
-                   {m.label: shard.owned(m.adapter, suite, m.epochs) for m in models})
-        console.print(start_line(totals_, tasks, {m.label: m.epochs for m in models}, idle, plan.cache_dir,
-                                 plan.out, budget), highlight=False, markup=False)
+        line, totals_ = _counted(plan, models, idle, budget, shard)
+        console.print(line, highlight=False, markup=False)
         progress.set_totals(totals_)
 
 
@@ -398,16 +406,25 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     not stop a run that needs neither."""
     from .estimate import estimate
     from .progress import RunProgress
-    from .run import run
+    from .run import Stats, run
 
     dist = dist or distributed.Distributed()
-    idle = {m.label for m in plan.models if _all_cached(m, plan, cache)}
+    cached = {m.label: n for m in plan.models if (n := _all_cached(m, plan, cache)) is not None}
+    idle = set(cached)
     started = await _started([m for m in plan.models if m.label not in idle])
     models = plan.models
     roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
     try:
         plan.check_labels()
         limiters, shard = dist.limiters(models), dist.shard
+        if len(idle) == len(models):  # nothing to send: the counts are known, the run loop is not needed
+            stats = {m.label: Stats(total=cached[m.label], cache_hits=cached[m.label],
+                                    cost_usd=None if m.price is None else 0.0) for m in models}
+            if not args.quiet:
+                console.print(_counted(plan, models, idle, budget, shard)[0], highlight=False, markup=False)
+                console.print(f"Every request is in the cache ({sum(cached.values()):,}): nothing to send.",
+                              highlight=False, markup=False)
+            return stats, None
         free = frozenset(m.label for m in models if m.price == (0.0, 0.0))
         progress = None if args.quiet else RunProgress(console, {}, budget=budget, free=free)
         # The tasks are counted (for the start line and the progress totals) and their gold rows kept (for
@@ -722,11 +739,14 @@ def cmd_completion(args: argparse.Namespace, console: Console) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    if argv is None:  # completing a word (the shell script of `dxi completion` calls dxi so): answers, then exits
+    if argv is None and "_ARGCOMPLETE" in os.environ:  # completing a word (`dxi completion`'s script): answers, exits
         import argcomplete
 
         argcomplete.autocomplete(p)
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as stop:  # --help, --version, a usage error (printed): its exit code, as a return value
+        return stop.code if isinstance(stop.code, int) else EXIT_USAGE
     import logging
 
     from rich.console import Console
