@@ -14,9 +14,9 @@ Formats and their modes (``"ok"`` everywhere):
   (``message.refusal``), ``empty``, ``reasoning`` (content only in ``reasoning_content``), ``missing`` (first
   question left out), ``outside`` (a value outside the enum), ``content_filter``; for logprob requests
   ``no_logprobs`` and ``off_answers`` (no allowed answer among the top tokens);
-* ``anthropic_messages`` — Messages with a forced tool: ``refusal`` (stop_reason refusal), ``truncated``
-  (stop_reason max_tokens), ``text`` (prose, no tool call), ``thinking`` (thinking block only), ``missing``,
-  ``outside``;
+* ``anthropic_messages`` — Messages with a structured output (a text block) or a forced tool: ``fenced``,
+  ``prose``, ``empty`` (structured output), ``refusal`` (stop_reason refusal), ``truncated`` (stop_reason
+  max_tokens), ``text`` (prose, no tool call), ``thinking`` (thinking block only), ``missing``, ``outside``;
 * ``gemini_generate`` — generateContent: ``fenced``, ``prose``, ``truncated`` (MAX_TOKENS), ``safety``
   (finishReason SAFETY), ``blocked`` (promptFeedback.blockReason), ``thought`` (thought parts only),
   ``missing``, ``outside``;
@@ -125,23 +125,34 @@ def openai_chat(request: dict, mode: str = "ok") -> dict:
 
 # ---- Anthropic Messages -----------------------------------------------------------------------------------
 def anthropic_messages(request: dict, mode: str = "ok") -> dict:
-    """A Messages response to a request whose ``tool_choice`` forces the answer tool."""
-    tool = request["tools"][0]
-    answers = _answers(_allowed(tool["input_schema"]), mode)
-    content: list[dict] = [{"type": "tool_use", "id": "toolu_fake", "name": tool["name"], "input": answers}]
-    stop = "tool_use"
+    """A Messages response to a structured-output request (``output_config.format`` json_schema: the answer
+    as a text block) or to one whose ``tool_choice`` forces the answer tool (the answer as ``tool_use``)."""
+    forced = "tools" in request
+    schema = request["tools"][0]["input_schema"] if forced else request["output_config"]["format"]["schema"]
+    answers = _answers(_allowed(schema), mode)
+    if forced:
+        content: list[dict] = [{"type": "tool_use", "id": "toolu_fake", "name": request["tools"][0]["name"],
+                                "input": answers}]
+        stop = "tool_use"
+    else:
+        content, stop = [{"type": "text", "text": _text(answers, mode)}], "end_turn"
     if mode == "refusal":
         content, stop = [], "refusal"
     elif mode == "truncated":
-        content[0]["input"], stop = {}, "max_tokens"
+        stop = "max_tokens"
+        if forced:
+            content[0]["input"] = {}
     elif mode == "text":
         content, stop = [{"type": "text", "text": f"The answers are {orjson.dumps(answers).decode()}"}], "end_turn"
     elif mode == "thinking":
         content, stop = [{"type": "thinking", "thinking": "Considering...", "signature": "sig"}], "end_turn"
+    elif mode == "empty":
+        content = [{"type": "text", "text": ""}]
+    n_in = prompt_tokens(request)
     return {"id": "msg_fake", "type": "message", "role": "assistant", "model": request["model"], "content": content,
             "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": prompt_tokens(request),
-                      "output_tokens": OUTPUT_TOKENS_PER_QUESTION * len(answers or [0])}}
+            "usage": {"input_tokens": n_in, "output_tokens": OUTPUT_TOKENS_PER_QUESTION * len(answers or [0]),
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
 
 
 # ---- Gemini generateContent -------------------------------------------------------------------------------
