@@ -126,15 +126,18 @@ def _regain_in(message: str, now: float) -> float | None:
 def provider_stop(status: int, payload: bytes, what: str, snippet: str, now: float) -> ProviderStop | None:
     """The ProviderStop an error reply means (see the module docstring), or None when it concerns this
     request alone or is a plain rate limit. ``snippet`` is the redacted start of the body quoted in the
-    message; ``now`` the reply's time (its ``Date`` header, else the local clock) as Unix seconds."""
+    message when the body has no ``error.message`` (the provider's own words, quoted otherwise); ``now``
+    the reply's time (its ``Date`` header, else the local clock) as Unix seconds."""
     error = error_doc(payload) if status >= 400 else {}
     message = str(error.get("message") or "")
     etype, code = str(error.get("type") or ""), str(error.get("code") or "")
     details = error.get("details") if isinstance(error.get("details"), dict) else {}
     anthropic_code = str(details.get("error_code") or "")
 
+    said = message.strip()[:300] or snippet
+
     def stop(cause: str, resets_in: float | None = None, hint: str = "") -> ProviderStop:
-        return ProviderStop(f"{what}: HTTP {status} {cause}{hint}: {snippet}", cause, status, resets_in)
+        return ProviderStop(f"{what}: HTTP {status} {cause}{hint}: {said}", cause, status, resets_in)
 
     if etype == "insufficient_quota" or code in OPENAI_QUOTA_CODES:
         return stop(QUOTA, hint=f" ({code or etype})")

@@ -17,8 +17,11 @@ labels), never the network; with no run file and no ``--model`` it scores every 
 
 Exit codes: 0 done; 1 done but some requests failed (rerun to retry them); 2 bad input (data, model
 string, options, run file), with a message; 3 stopped at the cost bound (everything that arrived is in
-the cache: rerun with a higher bound to continue); 130 interrupted (everything that arrived is in the
-cache: rerun the same command to continue).
+the cache: rerun with a higher bound to continue); 4 the cache could not be written; 5 a provider was
+stopped (an exhausted quota or spend limit, a refused key, an unknown model, a request form the provider
+refuses, or a stated wait longer than --max-stated-wait: the terminal and summary.json's
+``stopped_providers`` say which and why; what was not sent is sent by the next run); 130 interrupted
+(everything that arrived is in the cache: rerun the same command to continue).
 """
 from __future__ import annotations
 
@@ -48,8 +51,10 @@ from .plan import Plan, PlanError, selected_evals, suite_from_flags
 from .plan import from_args as plan_from_args
 from .progress import RunProgress
 from .run import ModelRun, Stats, run
+from .stops import describe, stopped_providers
 
 EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_CACHE_WRITE, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
+EXIT_PROVIDER_STOPPED = 5
 
 
 UsageError = PlanError  # bad input from the user: printed without a traceback, exit code 2
@@ -97,6 +102,13 @@ def _models_and_limits(r: argparse.ArgumentParser) -> None:
     r.add_argument("--max-attempts", type=int, help="override attempts per request (1 = no retry)")
     r.add_argument("--backoff", type=float, metavar="SECONDS",
                    help="override the first wait before a retry (doubling each time, with jitter)")
+    r.add_argument("--max-stated-wait", type=float, metavar="SECONDS",
+                   help="the longest wait a provider may ask for (Retry-After, a reset header, Gemini's RetryInfo) that "
+                        "is honoured exactly (default 600); a longer one stops that provider, saying when to rerun "
+                        f"(exit code {EXIT_PROVIDER_STOPPED})")
+    r.add_argument("--max-reply-bytes", type=int, metavar="BYTES",
+                   help="the largest reply read (decoded; default 4194304 = 4 MiB); a larger one is read no further and "
+                        "stored invalid ('reply larger than N bytes') with its first 2000 bytes")
     r.add_argument("--retry-failed", action="store_true", help="also resend requests that failed with a 4xx-class error")
     r.add_argument("--retry-invalid", action="store_true", help="also resend requests whose answers were invalid")
     _params_and_options(r)
@@ -165,19 +177,20 @@ async def _started(models: list[ModelRun]) -> list[ModelRun]:
     return started
 
 
-async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget
-               ) -> tuple[dict[str, Stats], list[Estimate] | None]:
-    """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains."""
+async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget,
+               limiters: dict | None = None) -> tuple[dict[str, Stats], list[Estimate] | None]:
+    """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
+    ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.stops``)."""
     models = await _started(plan.models)
     try:
         plan.check_labels()
         if args.quiet:
-            stats = await run(models, plan.suite, cache, budget=budget)
+            stats = await run(models, plan.suite, cache, budget=budget, limiters=limiters)
         else:
             n_tasks = sum(1 for _ in plan.suite.tasks())
             progress = RunProgress(console, {m.label: n_tasks * m.epochs for m in models}, budget=budget)
             with progress:
-                stats = await run(models, plan.suite, cache, on_progress=progress.update, budget=budget)
+                stats = await run(models, plan.suite, cache, on_progress=progress.update, budget=budget, limiters=limiters)
         remaining = estimate(models, plan.suite, cache) if budget.stopped else None
         return stats, remaining
     finally:
@@ -189,10 +202,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     plan = _plan(args)
     plan.check_cost_bound()
     budget = Budget(plan.max_cost)
+    limiters: dict = {}
     with Cache(plan.cache_dir, fsync=args.fsync, retry_invalid=args.retry_invalid,
                retry_failed=args.retry_failed) as cache:
         try:
-            stats, remaining = uvloop.run(_run(plan, args, cache, console, budget))
+            stats, remaining = uvloop.run(_run(plan, args, cache, console, budget, limiters))
         except KeyboardInterrupt:
             console.print(f"[yellow]Interrupted.[/] Every reply that arrived is in {plan.cache_dir}; "
                           "rerun the same command to continue.")
@@ -205,11 +219,19 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         requests = {label: {"sent": s.sent, "cache_hits": s.cache_hits, "failed": s.failed, "invalid": s.invalid,
                             "attempts": s.attempts, "rate_limited": s.rate_limited, "repaired": s.repaired,
                             "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
-                            "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6)}
+                            "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6), "not_sent": s.not_sent,
+                            "refused": s.refused}
                     for label, s in stats.items()}
         extra = {}
         if plan.max_cost is not None:
             extra["cost_bound"] = _bound_block(budget, remaining)
+        on_provider: dict[str, list[str]] = {}
+        for m in plan.models:
+            on_provider.setdefault(m.limits_key, []).append(m.label)
+        stopped = stopped_providers(limiters, on_provider, {label: s.not_sent for label, s in stats.items()},
+                                    {label: s.refused for label, s in stats.items()})
+        if stopped:
+            extra["stopped_providers"] = stopped
         summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
     print_summary(summary, console, plan.out)
     failed = {label: s for label, s in stats.items() if s.failed}
@@ -228,6 +250,10 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                       f"{block['remaining_requests']} request(s) not sent ({left} expected). Everything that arrived "
                       "is in the cache: rerun with a higher --max-cost (or max_cost in the run file) to continue.")
         return EXIT_COST_BOUND
+    for block in stopped:
+        console.print(f"[red]Provider stopped:[/] {escape(describe(block))}")
+    if stopped:
+        return EXIT_PROVIDER_STOPPED
     return EXIT_FAILED_REQUESTS if failed else 0
 
 

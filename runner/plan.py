@@ -6,7 +6,8 @@ started), their epochs, limits and prices, the suite, the locations and the cost
 to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
 ``--max-cost``, and the limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``,
-``--max-attempts``, ``--backoff``: every provider); ``--exclude`` adds to the file's lists; ``--model``,
+``--max-attempts``, ``--backoff``, ``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--exclude``
+adds to the file's lists; ``--model``,
 ``--param`` and ``--option`` are errors (models, their parameters and options belong in the file).
 
 Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file and key where it can.
@@ -157,7 +158,9 @@ def limits_overrides(args: argparse.Namespace) -> dict:
     return {k: v for k, v in (("max_in_flight", getattr(args, "max_in_flight", None)), ("rpm", getattr(args, "rpm", None)),
                               ("tpm", getattr(args, "tpm", None)), ("attempt_timeout_s", getattr(args, "timeout", None)),
                               ("max_attempts", getattr(args, "max_attempts", None)),
-                              ("backoff_s", getattr(args, "backoff", None)))
+                              ("backoff_s", getattr(args, "backoff", None)),
+                              ("max_stated_wait_s", getattr(args, "max_stated_wait", None)),
+                              ("max_reply_bytes", getattr(args, "max_reply_bytes", None)))
             if v is not None}
 
 

@@ -58,8 +58,8 @@ class Stats:
     ``repaired``: replies accepted from a Markdown code fence (language models, SPEC §6);
     ``input_tokens`` / ``output_tokens``: the usage the replies of this run reported; ``cost_usd``: what
     this run's attempts cost (``runner.cost``; None for a model without a price); ``not_sent``: requests
-    not sent because the cost bound was reached or the provider stopped (``runner.stops``; a request that
-    met the stop is counted here too, with no row): the next run sends them;
+    not sent because the cost bound was reached or the provider stopped (``runner.stops``); ``refused``:
+    requests sent that met the provider's stop (no row either): the next run sends both;
     ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class: kept, not sent
     again unless asked); the others are transient and sent again by the next run. ``invalid`` counts
     requests (replies with at least one invalid answer), not answers.
@@ -78,6 +78,7 @@ class Stats:
     output_tokens: int = 0
     cost_usd: float | None = 0.0
     not_sent: int = 0
+    refused: int = 0
     failed_fatal: int = 0
     started: float | None = None  # monotonic seconds of the first request sent (for rates)
     errors: list[str] = field(default_factory=list)
@@ -225,7 +226,10 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
                     if st.started is None:
                         st.started = time.monotonic()
             if isinstance(outcome.error, ProviderStop):  # the provider stopped: no row, the next run sends it
-                st.not_sent += 1
+                if outcome.attempts:
+                    st.refused += 1
+                else:
+                    st.not_sent += 1
                 st.attempts += outcome.attempts
                 st.rate_limited += outcome.rate_limited
                 progress(job.adapter.label)

@@ -36,11 +36,12 @@ def _iso(t: float) -> str:
 
 
 def stopped_providers(limiters: Mapping[str, ProviderLimiter], models: Mapping[str, Sequence[str]],
-                      not_sent: Mapping[str, int]) -> list[dict]:
+                      not_sent: Mapping[str, int], refused: Mapping[str, int]) -> list[dict]:
     """summary.json's ``stopped_providers``: one block per stopped provider (key of ``limiters``), with
-    ``models`` (the labels on it), ``cause``, ``message``, ``http_status``, ``stopped_at`` (ISO 8601 UTC),
-    ``resets_at`` (when the provider says access resumes, or the stated wait ends; null when it does not
-    say) and ``not_sent`` (its models' requests not sent, from ``not_sent`` per label)."""
+    ``models`` (the labels on it), ``cause``, ``message`` (the provider's own words, the key redacted),
+    ``http_status``, ``stopped_at`` (ISO 8601 UTC), ``resets_at`` (when the provider says access resumes, or
+    the stated wait ends; null when it does not say), ``refused`` (its models' requests sent that met the
+    stop) and ``not_sent`` (those never sent), from the per-label counts given."""
     out = []
     for key, limiter in limiters.items():
         error = limiter.halted
@@ -51,6 +52,7 @@ def stopped_providers(limiters: Mapping[str, ProviderLimiter], models: Mapping[s
         labels = list(models.get(key, ()))
         out.append({"provider": key, "models": labels, "cause": error.cause, "message": str(error),
                     "http_status": error.status, "stopped_at": _iso(at), "resets_at": resets,
+                    "refused": sum(refused.get(label, 0) for label in labels),
                     "not_sent": sum(not_sent.get(label, 0) for label in labels)})
     return out
 
@@ -59,8 +61,8 @@ def describe(block: dict) -> str:
     """The terminal's account of one stopped provider (a ``stopped_providers`` block), ending with what
     to do next."""
     when = block["stopped_at"].replace("T", " ").removesuffix("Z") + " UTC"
-    text = (f"{block['provider']} stopped at {when}: {block['cause']}. {block['not_sent']} request(s) not sent "
-            f"({', '.join(block['models'])}); the next run sends them.")
+    text = (f"{block['provider']} stopped at {when}: {block['cause']}. {block['refused']} request(s) refused, "
+            f"{block['not_sent']} not sent ({', '.join(block['models'])}); the next run sends them.")
     resets = block["resets_at"]
     if resets:
         resets = resets.replace("T", " ").removesuffix("Z") + " UTC"

@@ -225,3 +225,86 @@ def error_body(fmt: str, status: int, retry_delay_s: float | None = None) -> dic
 
 RESPONDERS = {"openai": openai_chat, "anthropic": anthropic_messages, "gemini": gemini_generate,
               "openai-decisions": openai_decisions}
+
+
+# ---- the providers' hostile replies (served by tests/fake_provider.py per format) ---------------------------
+def quota_body(fmt: str) -> dict:
+    """The error body of an exhausted quota, as each provider documents it (``adapters.provider_errors``):
+    OpenAI ``insufficient_quota`` (also what LiteLLM and other proxies forward: ``systemone``,
+    ``openai-decisions``), Anthropic ``enforced_spend_limit_reached``, Gemini's per-day ``QuotaFailure``
+    with a ``RetryInfo`` of 12 hours."""
+    if fmt == "anthropic":
+        return {"type": "error", "error": {"type": "rate_limit_error",
+                                           "message": "Your organization has reached its monthly usage limit.",
+                                           "details": {"error_code": "enforced_spend_limit_reached"}},
+                "request_id": "req_fake"}
+    if fmt == "gemini":
+        return {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED",
+                          "message": "You exceeded your current quota, please check your plan and billing details.",
+                          "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+                              {"quotaMetric": "generativelanguage.googleapis.com/generate_requests_per_model_per_day",
+                               "quotaId": "GenerateRequestsPerDayPerProjectPerModel"}]},
+                              {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "43200s"}]}}
+    return {"error": {"message": "You exceeded your current quota, please check your plan and billing details.",
+                      "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}
+
+
+def error_in_200(fmt: str, reply: dict) -> dict:
+    """A 200 reply that carries an error instead of an answer: OpenRouter's mid-generation error (a choice
+    with ``finish_reason: "error"`` and an ``error`` object) for Chat Completions, an ``error`` event for
+    Anthropic, an ``error`` body for the others."""
+    if fmt == "openai":
+        choice = {**reply["choices"][0], "finish_reason": "error",
+                  "message": {"role": "assistant", "content": "", "refusal": None},
+                  "error": {"code": 502, "message": "Upstream provider returned an error"}}
+        return {**reply, "choices": [choice]}
+    if fmt == "anthropic":
+        return {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    if fmt == "gemini":
+        return {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
+    return {"error": {"code": 502, "message": "Upstream provider returned an error"}}
+
+
+def _first_key_twice(obj: dict) -> str:
+    """``obj`` as JSON text with its first key written twice (the same value): a duplicate key."""
+    first, value = next(iter(obj.items()))
+    return "{" + orjson.dumps(first).decode() + ":" + orjson.dumps(value).decode() + "," + orjson.dumps(obj).decode()[1:]
+
+
+def duplicate_key(fmt: str, reply: dict) -> bytes:
+    """The reply with its first answer named twice: a language model's JSON object, System One ``answers``,
+    an OpenAI Decisions ``probabilities`` list naming its first option twice."""
+    if fmt == "openai":
+        message = reply["choices"][0]["message"]
+        message["content"] = _first_key_twice(orjson.loads(message["content"]))
+    elif fmt == "anthropic":
+        reply["content"][0]["text"] = _first_key_twice(orjson.loads(reply["content"][0]["text"]))
+    elif fmt == "gemini":
+        part = reply["candidates"][0]["content"]["parts"][0]
+        part["text"] = _first_key_twice(orjson.loads(part["text"]))
+    elif fmt == "openai-decisions":
+        probs = next(a["probabilities"] for a in reply["answers"] if a["type"] == "choice")
+        probs.append(dict(probs[0]))
+    else:  # systemone: the answers object's first key twice
+        answers = _first_key_twice(reply.pop("answers"))
+        return orjson.dumps(reply)[:-1] + b',"answers":' + answers.encode() + b"}"
+    return orjson.dumps(reply)
+
+
+def with_nan(fmt: str, reply: dict) -> bytes:
+    """A decision reply with ``NaN`` for the first probability of the first choice question (``Infinity``
+    for a yes/no one): not JSON, but what some servers write."""
+    marker = "__not_a_number__"
+    for answer in reply["answers"].values() if fmt == "systemone" else reply["answers"]:
+        if answer["type"] == "choice":
+            probs = answer["probabilities"]
+            if isinstance(probs, dict):
+                probs[next(iter(probs))] = marker
+            else:
+                probs[0]["probability"] = marker
+            break
+    else:
+        answer = next(iter(reply["answers"].values())) if fmt == "systemone" else reply["answers"][0]
+        answer["noul" if fmt == "systemone" else "probability"] = marker
+        return orjson.dumps(reply).replace(f'"{marker}"'.encode(), b"Infinity")
+    return orjson.dumps(reply).replace(f'"{marker}"'.encode(), b"NaN")
