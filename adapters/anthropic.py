@@ -22,7 +22,8 @@ tool instead: ``"tools": [{"name": "answer", "description", "input_schema": <sch
 
 Either way ``stop_reason`` "max_tokens" or "model_context_window_exceeded" (cut off) and "refusal" make
 every answer invalid, and an error body in a 200 (an ``{"type": "error"}`` event) is a transient failure.
-``params`` are Messages fields sent as given (``max_tokens``, default 1024, ``temperature``, ``top_p``, ...).
+``params`` are Messages fields sent as given (``max_tokens``, default 1024, ``thinking``, ``stop_sequences``,
+...; the current SDK declares no ``temperature``).
 Usage: ``input_tokens`` plus ``cache_read_input_tokens`` and ``cache_creation_input_tokens``, which Anthropic
 counts outside ``input_tokens``, as input (the cache reads also as cached input, priced at a run file's
 cached-input price), ``output_tokens``. Errors: 429 and 529 (overloaded) are retried, honouring

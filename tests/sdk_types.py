@@ -3,8 +3,9 @@
 value of its declared type (``conforms``), and reply fixtures against their response models.
 
 The SDKs' own validation is lenient on purpose (pydantic ignores unknown keys in a TypedDict; the response
-models allow extra fields), so ``conforms`` walks the TypedDicts itself and refuses a key the SDK does not
-declare, and ``reply_problems`` refuses a reply field the response model does not declare."""
+models allow or drop extra fields), so ``conforms`` walks the TypedDicts itself and refuses a key the SDK
+does not declare, and ``reply_problems`` (``unknown_keys``) refuses a reply field the response model does
+not declare."""
 from __future__ import annotations
 
 import collections.abc as cabc
@@ -37,7 +38,10 @@ def conforms(value: Any, tp: Any, path: str = "$") -> list[str]:
             return [f"{path}: expected an object ({tp.__name__}), got {type(value).__name__}"]
         hints = typing.get_type_hints(tp, include_extras=True)
         problems = [f"{path}.{k}: not a field of {tp.__name__}" for k in value if k not in hints]
-        problems += [f"{path}.{k}: required by {tp.__name__}" for k in tp.__required_keys__ if k not in value]
+        # required keys from the hints themselves (the SDKs' string annotations hide Required from __required_keys__)
+        required = [k for k, h in hints.items() if typing.get_origin(h) is typing.Required
+                    or (tp.__total__ and typing.get_origin(h) is not typing.NotRequired)]
+        problems += [f"{path}.{k}: required by {tp.__name__}" for k in required if k not in value]
         for k, v in value.items():
             if k in hints:
                 problems += conforms(v, hints[k], f"{path}.{k}")
@@ -65,36 +69,57 @@ def conforms(value: Any, tp: Any, path: str = "$") -> list[str]:
         return conforms(value, tp.__value__, path)
     if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
         try:
-            tp.model_validate(value)
+            tp.model_validate_json(orjson.dumps(value), strict=True)
         except pydantic.ValidationError as exc:
             return [f"{path}: {exc}"]
-        return []
+        return unknown_keys(value, tp, path)
     if isinstance(tp, type):
         return [] if isinstance(value, tp) else [f"{path}: expected {tp.__name__}"]
     return []  # a construct the SDKs do not use for these bodies
 
 
-def extra_fields(model: pydantic.BaseModel, path: str = "$") -> list[str]:
-    """Fields of a validated response ``model`` (at any depth) that its class does not declare."""
-    out = [f"{path}.{k}: not a field of {type(model).__name__}" for k in (model.model_extra or {})]
-    for name in type(model).model_fields:
-        out += _extra_in(getattr(model, name), f"{path}.{name}")
+def unknown_keys(value: Any, cls: type[pydantic.BaseModel], path: str = "$") -> list[str]:
+    """Keys of ``value`` (at any depth) that the response model ``cls`` does not declare, by field name or
+    alias: whatever the model's ``extra`` setting (the SDKs ignore or keep unknown keys silently)."""
+    if not isinstance(value, dict):
+        return []
+    fields: dict[str, Any] = {}
+    for name, f in cls.model_fields.items():
+        fields[name] = f.annotation
+        for alias in (f.alias, f.validation_alias if isinstance(f.validation_alias, str) else None):
+            if alias:
+                fields[alias] = f.annotation
+    out = []
+    for k, v in value.items():
+        if k not in fields:
+            out.append(f"{path}.{k}: not a field of {cls.__name__}")
+        else:
+            out += _keys_of(v, fields[k], f"{path}.{k}")
     return out
 
 
-def _extra_in(value: Any, path: str) -> list[str]:
-    if isinstance(value, pydantic.BaseModel):
-        return extra_fields(value, path)
+def _models_in(tp: Any) -> list[type[pydantic.BaseModel]]:
+    tp = _unwrap(tp)
+    if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
+        return [tp]
+    return [m for a in typing.get_args(tp) for m in _models_in(a)]
+
+
+def _keys_of(value: Any, tp: Any, path: str) -> list[str]:
     if isinstance(value, list):
-        return [p for i, v in enumerate(value) for p in _extra_in(v, f"{path}[{i}]")]
-    return []
+        return [p for i, v in enumerate(value) for p in _keys_of(v, tp, f"{path}[{i}]")]
+    models = _models_in(tp)
+    if not isinstance(value, dict) or not models:
+        return []
+    tried = [unknown_keys(value, m, path) for m in models]
+    return min(tried, key=len)
 
 
 def reply_problems(model_cls: type[pydantic.BaseModel], reply: dict, allowed_extra: tuple[str, ...] = ()) -> list[str]:
     """Validate ``reply`` against an SDK response model strictly (no type coercion) and list what does not
     conform, or is not declared; ``allowed_extra`` are paths known to be gateway extensions (kept as such)."""
     try:  # as JSON, the way the SDK reads a reply: strict, but enums from their strings
-        model = model_cls.model_validate_json(orjson.dumps(reply), strict=True)
+        model_cls.model_validate_json(orjson.dumps(reply), strict=True)
     except pydantic.ValidationError as exc:
         return [str(exc)]
-    return [p for p in extra_fields(model) if not p.startswith(allowed_extra)]
+    return [p for p in unknown_keys(reply, model_cls) if not p.startswith(allowed_extra)]
