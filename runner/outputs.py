@@ -14,6 +14,7 @@ from rich.table import Table
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, gold_frames
+from dxi.scoring.ties import add_ties
 
 
 def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
@@ -47,7 +48,7 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, reque
     usage = scoring.usage_blocks(cache.read(lambda rows: scoring.usage(rows, models, gold, epochs)), labels, prices or {})
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs, requests,
                                     scored, model_epochs, usage)
-    summary |= extra or {}
+    summary = add_ties(summary, answers) | (extra or {})
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".summary.json.tmp"
     tmp.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
@@ -165,6 +166,10 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
         for name, block in m["evals"].items():
             if block.get("reason") and "no data" not in block["reason"]:
                 console.print(f"  [yellow]{escape(m['model'])} {EVALS[name].title}: {escape(block['reason'])}[/]")
+        ties = sum(b.get("ties", 0) for b in m["evals"].values())
+        if ties:
+            console.print(f"  {escape(m['model'])}: {ties} pick(s) decided by a tie of the highest probabilities "
+                          "(scored: the returned choice, else the first in option order)")
         if m.get("invalid_reasons"):
             n = sum(b.get("invalid", 0) for b in m["evals"].values())
             console.print(f"  [yellow]{escape(m['model'])}: {n} invalid answer(s)[/] (scored as wrong; all in "

@@ -14,6 +14,7 @@ from email.utils import formatdate
 from pathlib import Path
 
 import orjson
+import polars as pl
 import pytest
 
 from dxi.adapters import Limits, ProviderStop
@@ -260,3 +261,22 @@ def test_peak_memory_does_not_grow_with_the_size_of_a_reply(data_dir: Path, tmp_
             tracemalloc.stop()
     assert rows["error"].to_list() == [f"answer: reply larger than {4 << 20} bytes"]
     assert peak < 12 << 20  # the 4 MiB bound (and its copies), not the 30 MiB reply
+
+
+def test_picks_decided_by_a_tie_are_counted_per_model_and_evaluation(data_dir: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture):
+    # every When2Call question has 4 options at 0.25 each; WildGuardTest's P(yes) is 0.5: all ties
+    out = tmp_path / "out"
+    with serve(p_first=0.25, p_yes=0.5) as server:
+        code = main(["run", "--model", f"systemone:{server.url}", "--data-dir", str(data_dir), "--cache-dir",
+                     str(tmp_path / "c"), "--out", str(out), "--evals", "when2call,wildguardtest", "-q"])
+    assert code == 0
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    answers = pl.read_parquet(out / "answers.parquet")
+    wildguard = answers.filter(pl.col("eval") == "wildguardtest").height
+    (m,) = summary["models"]
+    assert {e: b["ties"] for e, b in m["evals"].items()} == {
+        "aa_omniscience_decision": 0, "hle_multichoice": 0, "when2call": 3, "wildguardtest": wildguard}
+    assert set(answers.filter(pl.col("eval") == "when2call")["predicted"]) == {"A"}  # the returned choice, the first
+    assert (f"systemone:fake-decider: {3 + wildguard} pick(s) decided by a tie of the highest probabilities (scored: "
+            "the returned choice, else the first in option order)") in capsys.readouterr().out
