@@ -29,7 +29,7 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     provider = "openai"              # a [providers.*] table, or an adapter name used with its defaults
     model = "gpt-5-mini"
     params = { temperature = 0, max_tokens = 400 }   # sampling parameters: part of the cache key
-    price = { input = 0.25, output = 2.0 }           # USD per million input / output tokens
+    price = { input = 0.25, output = 2.0 }           # USD per million input / output tokens (cached_input = ...)
     epochs = 1
     options = {}                     # adapter settings outside the cache key (llamacpp: ctx_size, ...)
 """
@@ -70,10 +70,12 @@ class Provider(_Struct):
 
 
 class Price(_Struct):
-    """USD per million tokens."""
+    """USD per million tokens; ``cached_input``: the input tokens read from the provider's prompt cache
+    (None: priced as input)."""
 
     input: float
     output: float
+    cached_input: float | None = None
 
 
 class Model(_Struct):
@@ -213,7 +215,7 @@ def load(path: Path | str) -> RunFile:
         if m.provider not in providers and m.provider not in adapters.KINDS:
             raise fail(("models", i, "provider"), f"{m.provider!r} is neither a [providers.*] table "
                                                   f"({', '.join(providers) or 'none'}) nor an adapter ({', '.join(adapters.KINDS)})")
-        if m.price is not None and (m.price.input < 0 or m.price.output < 0):
+        if m.price is not None and (m.price.input < 0 or m.price.output < 0 or (m.price.cached_input or 0) < 0):
             raise fail(("models", i, "price"), "prices must be >= 0 (USD per million tokens)")
         if m.epochs is not None and m.epochs < 1:
             raise fail(("models", i, "epochs"), "must be at least 1")

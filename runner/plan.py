@@ -164,9 +164,10 @@ def limits_overrides(args: argparse.Namespace) -> dict:
             if v is not None}
 
 
-def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[float, float] | None:
+def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[float, ...] | None:
+    """(input, output[, cached input]) USD per million tokens; a model on this machine is free by default."""
     if price is not None:
-        return price.input, price.output
+        return (price.input, price.output) + (() if price.cached_input is None else (price.cached_input,))
     return (0.0, 0.0) if adapter.free else None
 
 

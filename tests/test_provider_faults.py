@@ -23,7 +23,8 @@ from dxi.adapters.http import parse_reset, parse_retry_after, rate_limit_wait
 from dxi.adapters.provider_errors import provider_stop
 from dxi.runner.cli import EXIT_PROVIDER_STOPPED, main
 
-from . import synthetic
+from . import synthetic, wire_formats
+from .fake_llm_server import FakeLLM
 from .fake_provider import FakeProvider, serve
 from .test_systemone import FAST, run_model
 
@@ -280,3 +281,40 @@ def test_picks_decided_by_a_tie_are_counted_per_model_and_evaluation(data_dir: P
     assert set(answers.filter(pl.col("eval") == "when2call")["predicted"]) == {"A"}  # the returned choice, the first
     assert (f"systemone:fake-decider: {3 + wildguard} pick(s) decided by a tie of the highest probabilities (scored: "
             "the returned choice, else the first in option order)") in capsys.readouterr().out
+
+
+# ---- 5. cached input tokens, recorded and priced -------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("cached_price", [0.5, None])
+async def test_cached_input_tokens_are_recorded_and_priced(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          kind: str, cached_price: float | None):
+    monkeypatch.setenv(KEY_ENV[kind], "sk-test-cached-0123456789")
+    price = "input = 2.0, output = 8.0" + ("" if cached_price is None else f", cached_input = {cached_price}")
+    async with FakeLLM(default="cached") as server:
+        (tmp_path / "run.toml").write_text(f"""
+data_dir = "{data_dir}"
+[evals]
+select = ["when2call"]
+[providers.fake]
+kind = "{kind}"
+base_url = "{server.base_url(kind)}"
+[[models]]
+provider = "fake"
+model = "m"
+price = {{ {price} }}
+""")
+        code = await asyncio.to_thread(main, ["run", str(tmp_path / "run.toml"), "-q"])
+    assert code == 0
+    requests = [body for _, body in server.requests]
+    words = [wire_formats.prompt_tokens(r) for r in requests]
+    if kind == "openai":
+        tokens_in, cached = sum(words), sum(w // 2 for w in words)
+    else:  # Anthropic counts cache reads and writes outside input_tokens
+        tokens_in, cached = sum(words) + 120 * len(words), 100 * len(words)
+    tokens_out = wire_formats.OUTPUT_TOKENS_PER_QUESTION * len(words)
+    (m,) = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())["models"]
+    usage = m["usage"]
+    assert (usage["input_tokens"], usage["cached_input_tokens"], usage["output_tokens"]) == (tokens_in, cached, tokens_out)
+    cached_rate = 2.0 if cached_price is None else cached_price  # without a cached price: priced as input
+    expected = ((tokens_in - cached) * 2.0 + cached * cached_rate + tokens_out * 8.0) / 1e6
+    assert usage["cost_usd"] == round(expected, 6) and m["requests"]["cost_usd"] == round(expected, 6)

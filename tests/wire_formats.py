@@ -12,11 +12,13 @@ Formats and their modes (``"ok"`` everywhere):
 * ``openai_chat`` — Chat Completions, structured (``response_format`` json_schema) or logprob requests
   (``logprobs: true``): ``fenced``, ``prose``, ``truncated`` (finish_reason length, JSON cut off), ``refusal``
   (``message.refusal``), ``empty``, ``reasoning`` (content only in ``reasoning_content``), ``missing`` (first
-  question left out), ``outside`` (a value outside the enum), ``content_filter``; for logprob requests
+  question left out), ``outside`` (a value outside the enum), ``content_filter``, ``cached`` (half the prompt
+  cached: ``prompt_tokens_details.cached_tokens``); for logprob requests
   ``no_logprobs`` and ``off_answers`` (no allowed answer among the top tokens);
 * ``anthropic_messages`` — Messages with a structured output (a text block) or a forced tool: ``fenced``,
   ``prose``, ``empty`` (structured output), ``refusal`` (stop_reason refusal), ``truncated`` (stop_reason
-  max_tokens), ``text`` (prose, no tool call), ``thinking`` (thinking block only), ``missing``, ``outside``;
+  max_tokens), ``text`` (prose, no tool call), ``thinking`` (thinking block only), ``missing``, ``outside``,
+  ``cached`` (100 cache-read and 20 cache-write input tokens);
 * ``gemini_generate`` — generateContent: ``fenced``, ``prose``, ``truncated`` (MAX_TOKENS), ``safety``
   (finishReason SAFETY), ``blocked`` (promptFeedback.blockReason), ``thought`` (thought parts only),
   ``missing``, ``outside``;
@@ -118,9 +120,11 @@ def openai_chat(request: dict, mode: str = "ok") -> dict:
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
         n_out = OUTPUT_TOKENS_PER_QUESTION * len(answers or [0])
     n_in = prompt_tokens(request)
+    usage: dict[str, Any] = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+    if mode == "cached":  # half the prompt read from OpenAI's prompt cache (counted within prompt_tokens)
+        usage["prompt_tokens_details"] = {"cached_tokens": n_in // 2, "audio_tokens": 0}
     return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000, "model": request["model"],
-            "choices": [choice], "usage": {"prompt_tokens": n_in, "completion_tokens": n_out,
-                                           "total_tokens": n_in + n_out}}
+            "choices": [choice], "usage": usage}
 
 
 # ---- Anthropic Messages -----------------------------------------------------------------------------------
@@ -152,7 +156,9 @@ def anthropic_messages(request: dict, mode: str = "ok") -> dict:
     return {"id": "msg_fake", "type": "message", "role": "assistant", "model": request["model"], "content": content,
             "stop_reason": stop, "stop_sequence": None,
             "usage": {"input_tokens": n_in, "output_tokens": OUTPUT_TOKENS_PER_QUESTION * len(answers or [0]),
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+                      # mode cached: 100 tokens read from the prompt cache, 20 written to it (outside input_tokens)
+                      "cache_creation_input_tokens": 20 if mode == "cached" else 0,
+                      "cache_read_input_tokens": 100 if mode == "cached" else 0}}
 
 
 # ---- Gemini generateContent -------------------------------------------------------------------------------
