@@ -23,14 +23,11 @@ Model strings: ``gemini:gemini-2.5-flash``, ``gemini:NAME@https://proxy.example`
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Any
-
-import orjson
 
 from dxi.evals import Task
 
-from . import llm
+from . import llm, provider_errors
 from .base import Reply, Request
 from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_json
@@ -38,12 +35,9 @@ from .provider_errors import body_error
 
 
 def retry_delay(body: bytes) -> float | None:
-    """Seconds from a Google error body's ``RetryInfo`` detail (``"retryDelay": "32s"``), else None."""
-    with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-        for detail in orjson.loads(body)["error"].get("details") or []:
-            if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
-                return max(0.0, float(str(detail["retryDelay"]).removesuffix("s")))
-    return None
+    """Seconds from a Google error body's ``RetryInfo`` detail (``"retryDelay": "32s"``), else None (also
+    for a negative or non-finite delay)."""
+    return provider_errors.retry_delay(provider_errors.error_doc(body))
 
 
 def _usage(doc: dict) -> tuple[int | None, int | None, int | None]:

@@ -83,7 +83,9 @@ def error_message(payload: bytes) -> str | None:
     return message if isinstance(message, str) and message.strip() else None
 
 
-def _retry_delay(error: dict) -> float | None:
+def retry_delay(error: dict) -> float | None:
+    """Seconds of a Google error object's ``google.rpc.RetryInfo`` ``retryDelay`` ("32s"); None when absent,
+    negative or not finite."""
     for detail in error.get("details") or []:
         if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
             with contextlib.suppress(TypeError, ValueError):
@@ -149,7 +151,7 @@ def provider_stop(status: int, payload: bytes, what: str, snippet: str, now: flo
     if _USAGE_LIMIT.search(message):
         return stop(QUOTA, _regain_in(message, now), " (spend limit)")
     if error.get("status") == "RESOURCE_EXHAUSTED" and (quota := _per_day_violation(error)):
-        return stop(QUOTA, _retry_delay(error), f" ({quota})")
+        return stop(QUOTA, retry_delay(error), f" ({quota})")
     if status in (401, 403):
         return stop(KEY, hint=" (check the API key's environment variable and its permissions)")
     if status == 404:

@@ -283,7 +283,7 @@ async def test_api_key_is_sent_in_its_header_and_never_stored(data_dir: Path, tm
         assert {h["anthropic-version"] for h in server.headers} == {"2023-06-01"}
     # a refused key stops the provider: the second request is not sent, neither is stored (the next run sends them)
     (limiter,) = limiters.values()
-    assert (len(server.requests), stats.sent, stats.not_sent, rows.height) == (1, 0, 2, 0)
+    assert (len(server.requests), stats.sent, stats.refused, stats.not_sent, rows.height) == (1, 0, 1, 1, 0)
     assert limiter.halted.cause == "API key refused" and "check the API key" in str(limiter.halted)
     for path in (tmp_path / "c").rglob("*"):
         if path.is_file():
@@ -298,7 +298,7 @@ async def test_a_key_the_provider_echoes_back_is_redacted_everywhere(data_dir: P
     limiters: dict = {}
     async with FakeLLM(default="echo401") as server:
         _, stats, rows = await run_model(model(kind, server), data_dir, tmp_path / "c", limit=1, limiters=limiters)
-    assert (stats.not_sent, rows.height) == (1, 0)
+    assert (stats.refused, rows.height) == (1, 0)
     error = str(next(iter(limiters.values())).halted)
     assert "Incorrect API key provided" in error and "[REDACTED]" in error and secret not in error
     for path in (tmp_path / "c").rglob("*"):

@@ -113,7 +113,7 @@ async def test_api_key_is_sent_but_never_stored(data_dir: Path, tmp_path: Path, 
         _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c", limiters=limiters)
     assert server.headers[0]["Authorization"] == f"Bearer {secret}"
     # a refused key stops the provider; nothing is stored, the next run sends the request
-    assert (stats.not_sent, rows.height) == (1, 0)
+    assert (stats.refused, rows.height) == (1, 0)
     assert "check the API key" in str(next(iter(limiters.values())).halted)
     for path in (tmp_path / "c").rglob("*"):
         if path.is_file():
