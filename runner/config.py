@@ -25,9 +25,9 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     max_in_flight = 32
 
     [[models]]
-    name = "gpt-5-mini (t=0)"        # the name in reports; default "<adapter>:<model>"
+    name = "gpt-6.1-terra (t=0)"        # the name in reports; default "<adapter>:<model>"
     provider = "openai"              # a [providers.*] table, or an adapter name used with its defaults
-    model = "gpt-5-mini"
+    model = "gpt-6.1-terra"
     params = { temperature = 0, max_tokens = 400 }   # sampling parameters: part of the cache key
     price = { input = 0.25, output = 2.0 }           # USD per million input / output tokens (cached_input = ...)
     epochs = 1
