@@ -234,6 +234,7 @@ def redact(payload: bytes, secrets: tuple[bytes, ...]) -> bytes:
 
 
 DEFAULT_MAX_REPLY_BYTES = Limits.max_reply_bytes
+ERROR_BYTES = 64 << 10  # what is read of an error reply
 
 
 async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, headers: dict[str, str],
@@ -255,7 +256,13 @@ async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, 
     try:
         async with client.post(url, data=body, headers=headers) as resp:
             status = resp.status
-            payload = redact(await read_body(resp, max_bytes if status < 300 else 64 << 10, what), secrets)
+            try:
+                payload = redact(await read_body(resp, max_bytes if status < 300 else ERROR_BYTES, what), secrets)
+            except ReplyTooLarge as exc:
+                exc.prefix = redact(exc.prefix, secrets)
+                if status < 300:
+                    raise
+                payload = exc.prefix  # an error body that large: its start says enough
             if status < 300:
                 return payload
             snippet = _snippet(payload)

@@ -27,7 +27,7 @@ from dxi.evals import Task
 
 from . import llm
 from .base import Answer, Limits, ModelSpec, Reply, Request, canonical_params
-from .errors import MalformedReply
+from .errors import MalformedReply, Retryable
 from .http import HTTPAdapter, load_json
 from .openai import cached_of, choice_of, raise_body_error, usage_of
 
@@ -104,8 +104,14 @@ class Logprobs(HTTPAdapter):
         the retry of this request, which sends only the questions still unanswered (each is paid once)."""
         bodies = orjson.loads(request.body)
         replies = self._answered.setdefault(request.key, [])
-        for body in bodies[len(replies):]:
-            replies.append((await self.post(orjson.dumps(body))).strip())
+        try:
+            for body in bodies[len(replies):]:
+                replies.append((await self.post(orjson.dumps(body))).strip())
+        except Retryable:
+            raise  # kept for the retry
+        except BaseException:
+            del self._answered[request.key]  # no retry will come: forget the partial replies
+            raise
         del self._answered[request.key]
         return b"[" + b",".join(replies) + b"]"
 
