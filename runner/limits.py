@@ -180,7 +180,7 @@ class ProviderLimiter:
     acquire(request)``, then exactly one ``finish(ticket, ...)``.
 
     Counters for reports: ``rate_limited`` (429s heard), ``decreases`` (times the window and rates were
-    cut), ``paused_s`` (total seconds the provider was paused).
+    cut), ``paused_s`` (total seconds the provider was paused), ``replies`` (attempts that got a reply).
     """
 
     def __init__(self, limits: Limits):
@@ -192,7 +192,7 @@ class ProviderLimiter:
         self.estimate = TokenEstimate()
         self._paused_until = 0.0
         self._decreased_at = float("-inf")
-        self.rate_limited = self.decreases = 0
+        self.rate_limited = self.decreases = self.replies = 0
         self.paused_s = 0.0
         self.halted: ProviderStop | None = None
         """Set once the provider is stopped (``runner.stops``): no attempt is sent to it any more."""
@@ -260,6 +260,7 @@ class ProviderLimiter:
         anything else (no change). Always gives the window place back."""
         self.window.release()
         if ok:
+            self.replies += 1
             w = self.window
             if w.size < self.limits.max_in_flight:
                 w.resize(min(float(self.limits.max_in_flight), w.size + 1 / w.size))

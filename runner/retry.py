@@ -8,7 +8,8 @@ instead, honoured exactly up to ``Limits.max_stated_wait_s``, and pauses the who
 (``runner.limits``). Fatal errors (other 4xx) end at once.
 
 A ProviderStop (an exhausted quota, a refused key, an unknown model, a refused form of request, or a stated
-wait longer than ``max_stated_wait_s``) halts the provider's limiter at once: attempts waiting for it end
+wait longer than ``max_stated_wait_s``) halts the provider's limiter at once (a refused form of request
+after the provider has answered others is that request's own failure: Fatal, kept): attempts waiting for it end
 without being sent (raising the same ProviderStop), and the runner stops the provider (``runner.stops``).
 A reply larger than ``Limits.max_reply_bytes`` is recorded as an invalid reply (every answer "reply
 larger than N bytes") with its first bytes as the raw reply.
@@ -32,6 +33,7 @@ from dxi.adapters import (
     Adapter,
     AdapterError,
     Answer,
+    Fatal,
     Limits,
     ProviderStop,
     RateLimited,
@@ -41,6 +43,7 @@ from dxi.adapters import (
     Retryable,
     Transient,
 )
+from dxi.adapters.errors import REQUEST
 from dxi.evals import Task
 
 from .cost import Charge
@@ -130,6 +133,9 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
             out.rate_limited += 1
             if exc.retry_after is not None and exc.retry_after > adapter.limits.max_stated_wait_s:
                 error = too_long(exc, adapter.limits.max_stated_wait_s)
+        if isinstance(error, ProviderStop) and error.cause == REQUEST and limiter.replies:
+            # the provider answered other requests of this form: the refusal is this request's own (kept)
+            error = Fatal(str(error), error.status)
         if isinstance(error, ProviderStop):
             limiter.halt(error)
         if error is not exc:

@@ -35,7 +35,8 @@ Behaviour of each request, in order:
      a 200), ``"gzip_cut"`` (the reply gzip-compressed, its 8-byte trailer missing), ``"gzip"`` (the whole
      gzip reply), ``"duplicate"`` (an answer named twice), ``"nan"`` (``NaN``/``Infinity`` in a decision
      reply), ``"huge:<bytes>"`` (a reply of that many bytes, streamed, never held in memory),
-     ``"noretry:<status>"`` (that status with ``x-should-retry: false``);
+     ``"noretry:<status>"`` (that status with ``x-should-retry: false``), ``"unsupported"`` (a 400 refusing
+     the request's form: an unsupported parameter or schema);
    * ``"sleep:<seconds>"``: wait, then reply ok; ``"hang"``: never reply (until the client gives up or
      ``hang_s`` passes): a timeout;
    * ``"drop"``: close the connection without a reply; ``"reset"``: reset it (TCP RST).
@@ -312,6 +313,8 @@ class FakeProvider:
             return response
         if kind == "huge":
             return await self._huge(request, int(arg))
+        if kind == "unsupported":  # a 400 refusing the form of the request
+            return await self._reply(request, key, orjson.dumps(wire_formats.unsupported_body(fmt)), 400, kind="fatal")
         if kind == "noretry":  # a retryable status the provider says not to retry
             return await self._reply(request, key, orjson.dumps(wire_formats.error_body(fmt, int(arg))), int(arg),
                                      {"x-should-retry": "false"}, kind="server_error")

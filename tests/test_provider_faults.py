@@ -112,6 +112,19 @@ async def test_a_dead_key_or_unknown_model_stops_the_provider(data_dir: Path, tm
     assert limiter.halted.cause == cause
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+async def test_a_refused_form_of_request_stops_the_provider_unless_others_were_answered(data_dir: Path, tmp_path: Path,
+                                                                                      kind: str):
+    async with FakeProvider(default="unsupported") as server:
+        stats, rows, limiter = await run_on(kind, server, data_dir, tmp_path, ONE, limit=3)
+    assert (server.stats()["arrivals"], stats.refused, stats.not_sent, rows.height) == (1, 1, 2, 0)
+    assert limiter.halted.cause == REQUEST
+    # after a reply, the same refusal is that request's own: kept as a deterministic failure, the others go on
+    async with FakeProvider(script=["ok", "unsupported"]) as server:
+        stats, rows, limiter = await run_on(kind, server, data_dir, tmp_path / "again", ONE, limit=3)
+    assert limiter.halted is None and (stats.ok, stats.failed_fatal, stats.refused) == (2, 1, 0)
+
+
 def test_what_stops_a_provider_is_read_from_the_documented_bodies():
     now = float(calendar.timegm((2026, 12, 1, 12, 0, 0)))
 

@@ -314,3 +314,15 @@ def with_nan(fmt: str, reply: dict) -> bytes:
         answer["noul" if fmt == "systemone" else "probability"] = marker
         return orjson.dumps(reply).replace(f'"{marker}"'.encode(), b"Infinity")
     return orjson.dumps(reply).replace(f'"{marker}"'.encode(), b"NaN")
+
+
+def unsupported_body(fmt: str) -> dict:
+    """A 400 refusing the form of the request (a schema feature or parameter the model does not support)."""
+    if fmt == "anthropic":
+        return {"type": "error", "error": {"type": "invalid_request_error",
+                                           "message": "tool_choice of type 'tool' is not supported with this model"}}
+    if fmt == "gemini":
+        return {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "Invalid JSON payload received. "
+                          "Unknown name \"responseJsonSchema\" at 'generation_config': Cannot find field."}}
+    return {"error": {"message": "Unsupported parameter: 'response_format' is not supported with this model.",
+                      "type": "invalid_request_error", "param": "response_format", "code": "unsupported_parameter"}}
