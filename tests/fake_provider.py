@@ -346,7 +346,7 @@ class FakeProvider:
             await asyncio.sleep(delay)
         if kind == "5xx" or kind.isdigit():
             status = rng.choice((500, 502, 503)) if kind == "5xx" else int(kind)
-            return await self._reply(request, key, orjson.dumps({"error": f"injected {status}"}), status,
+            return await self._reply(request, key, orjson.dumps(wire_formats.error_body(fmt, status)), status,
                                      kind="server_error" if status >= 500 else "fatal")
         responder = self.routes.get(route)
         if responder is None:

@@ -133,7 +133,8 @@ def test_the_error_bodies_conform_to_the_sdk_error_models():
     parsed = pydantic.TypeAdapter(ErrorDetails).validate_python(details)
     assert type(parsed).__name__ == "EnforcedSpendLimitReachedErrorDetails"
     assert reply_problems(ErrorResponse, wire_formats.error_in_200("anthropic", {})) == []
+    assert reply_problems(ErrorResponse, wire_formats.unsupported_body("anthropic")) == []
     # OpenAI's error object (the proxies in front of System One and Decisions servers forward it too)
-    for body in (wire_formats.quota_body("openai"), wire_formats.error_body("openai", 400),
-                 wire_formats.error_body("openai", 429)):
+    for body in (wire_formats.quota_body("openai"), wire_formats.unsupported_body("openai"),
+                 *(wire_formats.error_body("openai", status) for status in (400, 401, 429, 500, 503))):
         assert reply_problems(ErrorObject, body["error"]) == []

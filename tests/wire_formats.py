@@ -214,10 +214,11 @@ _GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 429: "RESOURC
                   503: "UNAVAILABLE"}
 
 
-def error_body(fmt: str, status: int, retry_delay_s: float | None = None) -> dict:
-    """The error JSON of format ``fmt`` ("openai", "anthropic", "gemini") for an HTTP ``status``; Gemini's
-    429 carries ``retry_delay_s`` as a ``google.rpc.RetryInfo`` detail when given."""
-    message = f"injected {status}"
+def error_body(fmt: str, status: int, retry_delay_s: float | None = None, message: str | None = None) -> dict:
+    """The error JSON of format ``fmt`` ("openai", "anthropic", "gemini"; any other: OpenAI's, which proxies
+    forward) for an HTTP ``status``, saying ``message`` (default "injected STATUS"); Gemini's 429 carries
+    ``retry_delay_s`` as a ``google.rpc.RetryInfo`` detail when given."""
+    message = message or f"injected {status}"
     if fmt == "anthropic":
         return {"type": "error", "error": {"type": _ANTHROPIC_ERRORS.get(status, "api_error"), "message": message}}
     if fmt == "gemini":
@@ -226,7 +227,7 @@ def error_body(fmt: str, status: int, retry_delay_s: float | None = None) -> dic
         return {"error": {"code": status, "message": message, "status": _GOOGLE_STATUS.get(status, "UNKNOWN"),
                           "details": details}}
     return {"error": {"message": message, "type": _OPENAI_ERRORS.get(status, "server_error"), "param": None,
-                      "code": None}}
+                      "code": "invalid_api_key" if status == 401 else None}}
 
 
 RESPONDERS = {"openai": openai_chat, "anthropic": anthropic_messages, "gemini": gemini_generate,
