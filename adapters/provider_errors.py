@@ -26,7 +26,8 @@ One function, ``provider_stop``, reads the three documented error shapes (they c
   ``retryDelay`` says when it resets (ai.google.dev/gemini-api/docs/rate-limits: per-day quotas reset at
   midnight Pacific time; google/rpc/error_details.proto).
 
-Whatever the shape: 401 and 403 (the key is refused or lacks permission) and 404 (an unknown model or
+Whatever the shape: 401 and 403 (the key is refused or lacks permission; Google also says so in a 400
+whose ``google.rpc.ErrorInfo`` reason is ``API_KEY_INVALID`` and the like) and 404 (an unknown model or
 path) stop the provider; a 400 stops it when it refuses the request's form (an unsupported schema,
 parameter or field), not its content (a prompt too long is this request's own failure).
 """
@@ -53,6 +54,10 @@ FORM_PARAMS = frozenset({"model", "response_format", "tools", "tool_choice", "ou
 ANTHROPIC_SPEND_CODES = frozenset({"enforced_spend_limit_reached", "contract_spend_limit_reached",
                                    "linked_organization_spend_limit_reached", "organization_on_hold",
                                    "linked_organization_billing_unavailable"})
+# Google: a key that is not valid is a 400 INVALID_ARGUMENT whose ErrorInfo reason says so (google/rpc/error_details.proto)
+GOOGLE_KEY_REASONS = frozenset({"API_KEY_INVALID", "API_KEY_SERVICE_BLOCKED", "API_KEY_HTTP_REFERRER_BLOCKED",
+                                "API_KEY_IP_ADDRESS_BLOCKED", "SERVICE_DISABLED", "ACCESS_TOKEN_EXPIRED"})
+GOOGLE_BILLING_REASONS = frozenset({"BILLING_DISABLED"})
 _USAGE_LIMIT = re.compile(r"you have reached your specified (?:workspace )?api usage limits", re.IGNORECASE)
 _REGAIN = re.compile(r"(\d{4}-\d{2}-\d{2})(?:[ T]?(?:at )?(\d{1,2}:\d{2})(?::\d{2})?)?\s*(?:UTC|Z)?")
 _FORM = re.compile(r"unsupported|not supported|does not support|is not available for|unknown (?:parameter|field|name)"
@@ -106,6 +111,14 @@ def _per_day_violation(error: dict) -> str | None:
     return None
 
 
+def _error_info_reason(error: dict) -> str:
+    """The ``reason`` of a Google error's ``google.rpc.ErrorInfo`` detail ("API_KEY_INVALID"), or ""."""
+    for detail in error.get("details") or []:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.ErrorInfo"):
+            return str(detail.get("reason") or "")
+    return ""
+
+
 def _next_month_utc(now: float) -> float:
     """Seconds from ``now`` (Unix time) to 00:00 UTC on the first day of the next month."""
     t = datetime.fromtimestamp(now, UTC)
@@ -152,7 +165,10 @@ def provider_stop(status: int, payload: bytes, what: str, snippet: str, now: flo
         return stop(QUOTA, _regain_in(message, now), " (spend limit)")
     if error.get("status") == "RESOURCE_EXHAUSTED" and (quota := _per_day_violation(error)):
         return stop(QUOTA, retry_delay(error), f" ({quota})")
-    if status in (401, 403):
+    reason = _error_info_reason(error)
+    if reason in GOOGLE_BILLING_REASONS:
+        return stop(QUOTA, hint=f" ({reason})")
+    if status in (401, 403) or reason in GOOGLE_KEY_REASONS:
         return stop(KEY, hint=" (check the API key's environment variable and its permissions)")
     if status == 404:
         return stop(MODEL, hint=" (check the base URL and the model name)")

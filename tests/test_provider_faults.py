@@ -138,6 +138,11 @@ def test_what_stops_a_provider_is_read_from_the_documented_bodies():
                                                  "'tool' is not supported with this model"}}).cause == REQUEST
     assert stop(400, {"error": {"message": "Unsupported parameter: 'max_tokens'", "type": "invalid_request_error",
                                 "param": "max_tokens", "code": "unsupported_parameter"}}).cause == REQUEST
+    # Gemini says a key is not valid in a 400 (its ErrorInfo reason)
+    assert stop(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "API key not valid. Please pass "
+                                "a valid API key.", "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                                                                 "reason": "API_KEY_INVALID",
+                                                                 "domain": "googleapis.com"}]}}).cause == KEY
     # a prompt too long is this request's own failure (Fatal, kept), not the provider's
     assert stop(400, {"error": {"message": "This model's maximum context length is 8192 tokens. However, your "
                                 "messages resulted in 9000 tokens", "type": "invalid_request_error",
