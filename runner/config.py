@@ -67,6 +67,8 @@ class Provider(_Struct):
     max_in_flight: int | None = None
     max_attempts: int | None = None
     attempt_timeout_s: float | None = None
+    max_stated_wait_s: float | None = None  # the longest stated wait honoured; longer stops the provider
+    max_reply_bytes: int | None = None      # the largest reply read; larger is stored invalid
 
 
 class Price(_Struct):
@@ -206,7 +208,8 @@ def load(path: Path | str) -> RunFile:
     for name, p in providers.items():
         if p.kind not in adapters.KINDS:
             raise fail(("providers", name, "kind"), f"unknown adapter {p.kind!r}; known: {', '.join(adapters.KINDS)}")
-        for field in ("rpm", "tpm", "max_in_flight", "max_attempts", "attempt_timeout_s"):
+        for field in ("rpm", "tpm", "max_in_flight", "max_attempts", "attempt_timeout_s", "max_stated_wait_s",
+                      "max_reply_bytes"):
             value = getattr(p, field)
             if value is not None and value <= 0:
                 raise fail(("providers", name, field), "must be positive")

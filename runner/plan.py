@@ -257,7 +257,9 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
             raise PlanError(f"{where}: {exc}") from None
         table = {k: v for k, v in (("rpm", provider.rpm), ("tpm", provider.tpm), ("max_in_flight", provider.max_in_flight),
                                    ("max_attempts", provider.max_attempts),
-                                   ("attempt_timeout_s", provider.attempt_timeout_s)) if v is not None}
+                                   ("attempt_timeout_s", provider.attempt_timeout_s),
+                                   ("max_stated_wait_s", provider.max_stated_wait_s),
+                                   ("max_reply_bytes", provider.max_reply_bytes)) if v is not None}
         a.limits = replace(a.limits, **(table | overrides))
         key = f"table:{name}" if name in run.providers else None  # models on one table share its limits
         models.append(ModelRun(a, epochs or m.epochs or run.epochs, key, _price_of(a, m.price)))

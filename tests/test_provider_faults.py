@@ -336,3 +336,19 @@ price = {{ {price} }}
     cached_rate = 2.0 if cached_price is None else cached_price  # without a cached price: priced as input
     expected = ((tokens_in - cached) * 2.0 + cached * cached_rate + tokens_out * 8.0) / 1e6
     assert usage["cost_usd"] == round(expected, 6) and m["requests"]["cost_usd"] == round(expected, 6)
+
+
+def test_the_bounds_come_from_flags_or_a_run_file(tmp_path: Path, data_dir: Path):
+    from dxi.runner import plan
+    from dxi.runner.cli import parser
+
+    args = parser().parse_args(["run", "--model", "openai:m@http://127.0.0.1:1/v1", "--data-dir", str(data_dir),
+                                "--max-stated-wait", "1200", "--max-reply-bytes", "1048576"])
+    (m,) = plan.from_args(args).models
+    assert (m.adapter.limits.max_stated_wait_s, m.adapter.limits.max_reply_bytes) == (1200, 1 << 20)
+    (tmp_path / "run.toml").write_text(f'data_dir = "{data_dir}"\n[providers.p]\nkind = "openai"\nbase_url = '
+                                       '"http://127.0.0.1:1/v1"\nmax_stated_wait_s = 900\nmax_reply_bytes = 65536\n'
+                                       '[[models]]\nprovider = "p"\nmodel = "m"\n')
+    (m,) = plan.from_args(parser().parse_args(["run", str(tmp_path / "run.toml")])).models
+    assert (m.adapter.limits.max_stated_wait_s, m.adapter.limits.max_reply_bytes) == (900, 65536)
+    assert (Limits().max_stated_wait_s, Limits().max_reply_bytes) == (600.0, 4 << 20)  # the defaults: 10 min, 4 MiB
