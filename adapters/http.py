@@ -175,6 +175,8 @@ async def read_body(resp: aiohttp.ClientResponse, max_bytes: int, what: str) -> 
         decoder = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib, told by the header
     else:
         raise Transient(f"{what}: a reply in Content-Encoding {encoding!r}, which was not asked for", resp.status)
+    if decoder is None and resp.content_length is not None and resp.content_length <= max_bytes:
+        return await resp.read()  # its length is stated and within the bound: read it at once
     out = bytearray()
 
     def add(data: bytes) -> None:
