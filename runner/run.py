@@ -170,12 +170,15 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
             return None
         streams = feeds[provider]
         if limiters[provider].halted is not None:  # the provider stopped (runner.stops): count the rest not sent
+            labels = set()
             for stream in streams:
                 for job in stream:
                     stats[job.adapter.label].not_sent += 1
                     in_flight.discard(job.request.key)
-                    progress(job.adapter.label)
+                    labels.add(job.adapter.label)
             streams.clear()
+            for label in labels:
+                progress(label)
             return None
         while streams:
             stream = streams[0]
