@@ -1,71 +1,114 @@
-"""Language models over the Anthropic Messages API, structured output by a forced tool (PROTOCOLS.md §C).
+"""Language models over the Anthropic Messages API, with the answer schema as a structured output
+(PROTOCOLS.md §C).
 
 ``POST {base_url}/v1/messages`` (default https://api.anthropic.com) with headers ``x-api-key:
-$ANTHROPIC_API_KEY`` and ``anthropic-version: 2023-06-01``. Body::
+$ANTHROPIC_API_KEY`` and ``anthropic-version: 2023-06-01``. Body (the default, ``structured=output_config``)::
 
     {"model", "max_tokens": 1024, **params, "system": <adapters.llm.SYSTEM_PROMPT>,
      "messages": [{"role": "user", "content": <adapters.llm.render>}],
-     "tools": [{"name": "answer", "description", "input_schema": <adapters.llm.answer_schema>}],
-     "tool_choice": {"type": "tool", "name": "answer"}}
+     "output_config": {"format": {"type": "json_schema", "schema": <adapters.llm.answer_schema>}}}
 
-``params`` are Messages fields sent as given (``max_tokens``, default 1024, ``temperature``, ``top_p``, ...;
-extended thinking cannot be combined with a forced tool). Reply: the ``tool_use`` block named "answer"
-carries the answers as ``input`` (an object, so it is never "repaired"); ``stop_reason`` "max_tokens" or
-"model_context_window_exceeded" (cut off) and "refusal" make every answer invalid, as does a reply
-without the tool call (text only, or thinking only). Usage: ``input_tokens``, ``output_tokens``.
-Errors: 429 and 529 (overloaded) are retried, honouring ``retry-after``.
+(the anthropic SDK's ``types/output_config_param.py`` and ``json_output_format_param.py``; the
+structured-outputs page of Anthropic's docs). The current models (``claude-opus-5-5``, ``claude-sonnet-5-5``,
+``claude-fable-5-1``, ``claude-mythos-5-1``) refuse forced tool use (``tool_choice`` of type ``tool`` or
+``any``) with HTTP 400. Reply: the text blocks, read by ``adapters.llm.decode_text`` with the reply rules of
+every language model (the object alone is valid, one Markdown fence is ``repaired``, anything else invalid
+with its reason).
 
-Model strings: ``anthropic:claude-sonnet-4-5``, ``anthropic:NAME@https://proxy.example/anthropic``.
+``--option structured=tool`` (older models without structured outputs) sends the schema as a forced
+tool instead: ``"tools": [{"name": "answer", "description", "input_schema": <schema>}], "tool_choice":
+{"type": "tool", "name": "answer"}``; the reply's ``tool_use`` block named "answer" carries the answers as
+``input`` (an object, never "repaired"); a reply without the tool call (text only, thinking only) is invalid.
+
+Either way ``stop_reason`` "max_tokens" or "model_context_window_exceeded" (cut off) and "refusal" make
+every answer invalid, and an error body in a 200 (an ``{"type": "error"}`` event) is a transient failure.
+``params`` are Messages fields sent as given (``max_tokens``, default 1024, ``thinking``, ``stop_sequences``,
+...; the current SDK declares no ``temperature``).
+Usage: ``input_tokens`` plus ``cache_read_input_tokens`` and ``cache_creation_input_tokens``, which Anthropic
+counts outside ``input_tokens``, as input (the cache reads also as cached input, priced at a run file's
+cached-input price), ``output_tokens``. Errors: 429 and 529 (overloaded) are retried, honouring
+``retry-after``; a spend limit stops the provider (``adapters.provider_errors``).
+
+Model strings: ``anthropic:claude-sonnet-5-5``, ``anthropic:NAME@https://proxy.example/anthropic``.
 """
 from __future__ import annotations
 
 from dxi.evals import Task
 
 from . import llm
-from .base import Reply, Request
-from .errors import MalformedReply
+from .base import Limits, ModelSpec, Reply, Request
+from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_json
+from .provider_errors import body_error
 
 TOOL = "answer"
 API_VERSION = "2023-06-01"
 
 
-def decode_messages(task: Task, body: bytes) -> Reply:
-    """Parse a Messages reply to a forced-tool request (see the module docstring)."""
+STRUCTURED = ("output_config", "tool")
+
+
+def usage_of(doc: dict) -> dict:
+    """``input_tokens`` (cache reads and writes included: Anthropic counts them outside ``input_tokens``),
+    ``cached_input_tokens`` (the cache reads), ``output_tokens`` and ``served_model`` of a Messages reply."""
+    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    fresh = as_count(usage.get("input_tokens"))
+    read = as_count(usage.get("cache_read_input_tokens")) or 0
+    written = as_count(usage.get("cache_creation_input_tokens")) or 0
+    return {"input_tokens": None if fresh is None else fresh + read + written,
+            "cached_input_tokens": read if fresh is not None else None,
+            "output_tokens": as_count(usage.get("output_tokens")),
+            "served_model": doc.get("model") if isinstance(doc.get("model"), str) else None}
+
+
+def decode_messages(task: Task, body: bytes, structured: str = "output_config") -> Reply:
+    """Parse a Messages reply to a structured-output request (``structured="output_config"``) or a
+    forced-tool one (``"tool"``); see the module docstring."""
     doc = load_json(body)
+    if (error := body_error(doc)) is not None:
+        raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict) or not isinstance(doc.get("content"), list):
         raise MalformedReply("reply has no 'content' list", body[:2000].decode("utf-8", "replace"))
-    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    meta = {"input_tokens": as_count(usage.get("input_tokens")), "output_tokens": as_count(usage.get("output_tokens")),
-            "served_model": doc.get("model") if isinstance(doc.get("model"), str) else None}
+    meta = usage_of(doc)
     blocks = [b for b in doc["content"] if isinstance(b, dict)]
     stop = doc.get("stop_reason")
     if stop == "refusal":
         return llm.invalid_reply(task, "refusal (stop_reason refusal)", **meta)
     if stop in ("max_tokens", "model_context_window_exceeded"):
         return llm.invalid_reply(task, llm.TRUNCATED.format(f"stop_reason {stop}"), **meta)
+    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
+    thinking = any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks)
+    if structured == "output_config":
+        return llm.decode_text(task, text, reasoning=thinking, **meta)
     tool = next((b for b in blocks if b.get("type") == "tool_use" and b.get("name") == TOOL), None)
     if tool is not None:
         return Reply(llm.answers_from_object(task, tool.get("input")), **meta)
-    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
     if text.strip():
         return llm.invalid_reply(task, f"no '{TOOL}' tool call: the model replied in text", **meta)
-    thinking = any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks)
     return llm.invalid_reply(task, llm.REASONING_ONLY if thinking else llm.EMPTY, **meta)
 
 
 class Anthropic(HTTPAdapter):
-    """The Anthropic Messages API with the answer schema as a forced tool's ``input_schema``."""
+    """The Anthropic Messages API with the answer schema as ``output_config.format`` (structured outputs),
+    or, with the option ``structured=tool``, as a forced tool's ``input_schema`` (older models)."""
 
     kind = "anthropic"
     default_base_url = "https://api.anthropic.com"
     path = "/v1/messages"
     api_key_env = "ANTHROPIC_API_KEY"
+    OPTIONS = frozenset({"api_key_env", "structured"})
     DEFAULT_PARAMS = {"max_tokens": 1024}
-    RESERVED = frozenset({"model", "system", "messages", "tools", "tool_choice"})
-    # Anthropic adds a tool-use system prompt to every request with tools, billed as input; the largest its
-    # pricing page lists is 530 tokens (Claude 3 Opus, tool_choice auto; 313-340 for a forced tool): 600 bounds it.
+    RESERVED = frozenset({"model", "system", "messages", "tools", "tool_choice", "output_config"})
+    # Anthropic adds a system prompt to every request with tools or a structured output, billed as input; the
+    # largest its pricing page lists is 530 tokens (Claude 3 Opus, tool_choice auto; 313-340 for a forced tool): 600 bounds it.
     HIDDEN_INPUT_TOKENS = 600
+
+    def __init__(self, spec: ModelSpec, limits: Limits | None = None):
+        super().__init__(spec, limits)
+        self.structured = str(spec.options.get("structured") or STRUCTURED[0])
+        if self.structured not in STRUCTURED:
+            raise ValueError(f"anthropic: the option structured is one of {', '.join(STRUCTURED)} "
+                             f"(tool: a forced tool, for older models), not {self.structured!r}")
 
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"x-api-key": key}
@@ -75,15 +118,18 @@ class Anthropic(HTTPAdapter):
 
     def encode(self, task: Task, sample: int = 0) -> Request:
         payload = {"model": self.model, **self.params, "system": llm.SYSTEM_PROMPT,
-                   "messages": [{"role": "user", "content": llm.render(task)}],
-                   "tools": [{"name": TOOL, "description": "Record the answer picked for every question.",
-                              "input_schema": llm.answer_schema(task)}],
-                   "tool_choice": {"type": "tool", "name": TOOL}}
+                   "messages": [{"role": "user", "content": llm.render(task)}]}
+        if self.structured == "tool":
+            payload |= {"tools": [{"name": TOOL, "description": "Record the answer picked for every question.",
+                                   "input_schema": llm.answer_schema(task)}],
+                        "tool_choice": {"type": "tool", "name": TOOL}}
+        else:
+            payload["output_config"] = {"format": {"type": "json_schema", "schema": llm.answer_schema(task)}}
         return self.request(payload, sample)
 
     def decode(self, task: Task, body: bytes) -> Reply:
-        return decode_messages(task, body)
+        return decode_messages(task, body, self.structured)
 
     def output_tokens_bound(self, task: Task) -> int | None:
-        """``max_tokens`` (always sent; thinking tokens count within it)."""
+        """``max_tokens`` (default 1024; thinking tokens count within it)."""
         return llm.token_cap(self.params, "max_tokens")

@@ -44,7 +44,10 @@ class Limits:
     ``rpm``: requests per minute (None: unlimited); ``tpm``: tokens per minute (None: unlimited);
     ``max_in_flight``: concurrent requests; ``attempt_timeout_s``: seconds to wait for one reply;
     ``max_attempts``: attempts per request including the first; ``backoff_s``: the first backoff wait
-    (doubling, plus up to ``backoff_s`` of jitter); ``max_wait_s``: cap on one wait, Retry-After included.
+    (doubling, plus up to ``backoff_s`` of jitter); ``max_wait_s``: cap on one backoff wait;
+    ``max_stated_wait_s``: the longest wait a provider may state (``Retry-After``, a reset header, Gemini's
+    ``RetryInfo``) that is honoured exactly, a longer one stops the provider (``runner.stops``);
+    ``max_reply_bytes``: the largest reply body read (decoded), a larger one is stored invalid.
     """
 
     rpm: float | None = None
@@ -54,6 +57,8 @@ class Limits:
     max_attempts: int = 6
     backoff_s: float = 1.0
     max_wait_s: float = 60.0
+    max_stated_wait_s: float = 600.0
+    max_reply_bytes: int = 4 << 20
 
 
 OK, INVALID = "ok", "invalid"
@@ -95,7 +100,10 @@ class Reply:
     """A decoded reply: one Answer per question of the task, in task order, plus usage.
 
     ``repaired`` is True when a language model's JSON object arrived wrapped in one Markdown code fence:
-    accepted and scored normally, but counted (SPEC §6).
+    accepted and scored normally, but counted (SPEC §6). ``input_tokens`` counts every input token billed;
+    ``cached_input_tokens`` those of them read from the provider's prompt cache (OpenAI
+    ``prompt_tokens_details.cached_tokens``, Anthropic ``cache_read_input_tokens``), priced at a cached-input
+    price when the run file gives one.
     """
 
     answers: tuple[Answer, ...]
@@ -103,6 +111,7 @@ class Reply:
     output_tokens: int | None = None
     served_model: str | None = None
     repaired: bool = False
+    cached_input_tokens: int | None = None
 
     @property
     def status(self) -> str:

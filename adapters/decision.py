@@ -4,7 +4,8 @@ Every decision-model adapter (System One, embedded, and later OpenAI Decisions a
 wire format into ``{option: probability}`` or P(yes) and calls one of these two functions.
 
 Rules:
-* choice: every option present, no unknown option, each probability a number in [0, 1], summing to 1
+* choice: every option present once (an option named twice is invalid, with the key), no unknown option,
+  each probability a finite number in [0, 1] (``NaN`` and ``Infinity`` are refused), summing to 1
   within ``sum_tolerance(n)`` = max(1e-3, n × 5e-5) (servers round to 4 decimals, SPEC §7);
 * the scored option is the returned choice when its probability is the highest (ties within the
   servers' rounding, 1e-4, allowed); otherwise the most probable option (the first in option order on a
@@ -20,6 +21,7 @@ from typing import Any
 from dxi.evals import Question
 
 from .base import OK, Answer
+from .json_body import duplicates
 
 ROUNDING = 1e-4 + 1e-12  # two values rounded to 4 decimals differ by at most this when truly tied
 
@@ -42,6 +44,10 @@ def choice_answer(question: Question, probabilities: Any, choice: Any = None) ->
     qid = question.id
     if not isinstance(probabilities, Mapping):
         return Answer.invalid(qid, "probabilities: expected an object {option: probability}")
+    twice = duplicates(probabilities)
+    if twice:
+        return Answer.invalid(qid, f"probabilities: duplicate key(s) {', '.join(map(repr, twice))}: the option is "
+                                   "named more than once, which value is meant is ambiguous")
     ids = question.answer_ids
     missing = [i for i in ids if i not in probabilities]
     if missing:

@@ -5,9 +5,17 @@
     │   │                          failure and requested again on the next run
     │   ├── RateLimited            HTTP 429 (and Anthropic 529): ``retry_after`` seconds when given
     │   └── Transient              5xx, 408, timeouts, connection errors
-    │       └── MalformedReply     a body that is not the wire format (not JSON, no ``answers``)
-    └── Fatal                      400/401/403/404/422 and other 4xx, unknown model, missing key:
-                                   never retried; stored as a deterministic failure (kept on rerun)
+    │       └── MalformedReply     a body that is not the wire format (not JSON, no ``answers``), an
+    │                              error inside a 200, a compressed body cut before its trailer
+    ├── Fatal                      400/422 and other 4xx for this request alone: never retried; stored as a
+    │                              deterministic failure (kept on rerun)
+    ├── ProviderStop               a failure every request to this provider would meet alike: quota or
+    │                              spend limit exhausted, key refused (401/403), unknown model (404), a 400
+    │                              for an unsupported schema or parameter, a stated wait longer than the
+    │                              run accepts. The runner stops sending to that provider (``runner.stops``);
+    │                              the request is not stored, so the next run sends it
+    └── ReplyTooLarge              the reply passed ``Limits.max_reply_bytes``: read no further, stored
+                                   ``invalid`` with a bounded prefix
 
 Messages carry the status and at most 300 bytes of the response body, never request headers, so an
 API key cannot leak into the cache, logs or reports.
@@ -24,7 +32,10 @@ class AdapterError(Exception):
 
 
 class Retryable(AdapterError):
-    """A failure worth retrying."""
+    """A failure worth retrying. ``should_retry`` False (the provider said ``x-should-retry: false``): not
+    retried in this run, stored as a transient failure (sent again by the next run)."""
+
+    should_retry: bool = True
 
 
 class RateLimited(Retryable):
@@ -52,4 +63,29 @@ class MalformedReply(Transient):
 
 
 class Fatal(AdapterError):
-    """A deterministic failure (bad request, auth, unknown model): fails fast, never retried."""
+    """A deterministic failure of this request (bad request): fails fast, never retried."""
+
+
+QUOTA, KEY, MODEL, REQUEST, WAIT = "quota exhausted", "API key refused", "unknown model", "request refused", "wait too long"
+
+
+class ProviderStop(AdapterError):
+    """A failure that every request to this provider would meet alike: nothing more is sent to it.
+
+    ``cause`` is one of ``QUOTA``, ``KEY``, ``MODEL``, ``REQUEST``, ``WAIT``; the message carries the
+    provider's own words (at most 300 bytes, the key redacted). ``resets_in_s`` is the seconds until the
+    provider says access resumes (measured against the reply's ``Date`` header), when it says so."""
+
+    def __init__(self, message: str, cause: str, status: int | None = None, resets_in_s: float | None = None):
+        super().__init__(message, status)
+        self.cause = cause
+        self.resets_in_s = resets_in_s
+
+
+class ReplyTooLarge(AdapterError):
+    """The reply body passed ``limit`` bytes (decoded); ``prefix`` holds its first bytes (at most 2000)."""
+
+    def __init__(self, message: str, prefix: bytes, limit: int, status: int | None = None):
+        super().__init__(message, status)
+        self.prefix = prefix
+        self.limit = limit

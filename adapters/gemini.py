@@ -13,50 +13,51 @@ OpenAPI-subset ``responseSchema`` rejects). ``params`` are ``generationConfig`` 
 (``temperature``, ``maxOutputTokens``, ``seed``, ``thinkingConfig``, ...). Reply: the text parts of
 ``candidates[0].content`` (parts marked ``thought`` are reasoning, never answers) parsed by
 ``adapters.llm.decode_text``; ``finishReason`` "MAX_TOKENS" (cut off) or a safety/recitation stop, and a
-prompt blocked by ``promptFeedback.blockReason``, make every answer invalid. Usage: ``promptTokenCount``,
-and ``candidatesTokenCount`` + ``thoughtsTokenCount`` as output (as billed). A 429 without Retry-After
-is retried after the ``google.rpc.RetryInfo`` ``retryDelay`` of its body, when given.
+prompt blocked by ``promptFeedback.blockReason``, make every answer invalid; an error body in a 200 is a
+transient failure. Usage: ``promptTokenCount`` (``cachedContentTokenCount`` of them cached), and
+``candidatesTokenCount`` + ``thoughtsTokenCount`` as output (as billed). A 429 without Retry-After is
+retried after the ``google.rpc.RetryInfo`` ``retryDelay`` of its body, when given; a per-day quota
+(``QuotaFailure``) stops the provider (``adapters.provider_errors``).
 
 Model strings: ``gemini:gemini-2.5-flash``, ``gemini:NAME@https://proxy.example``.
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Any
-
-import orjson
 
 from dxi.evals import Task
 
-from . import llm
+from . import llm, provider_errors
 from .base import Reply, Request
-from .errors import MalformedReply
+from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_json
+from .provider_errors import body_error
 
 
 def retry_delay(body: bytes) -> float | None:
-    """Seconds from a Google error body's ``RetryInfo`` detail (``"retryDelay": "32s"``), else None."""
-    with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-        for detail in orjson.loads(body)["error"].get("details") or []:
-            if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
-                return max(0.0, float(str(detail["retryDelay"]).removesuffix("s")))
-    return None
+    """Seconds from a Google error body's ``RetryInfo`` detail (``"retryDelay": "32s"``), else None (also
+    for a negative or non-finite delay)."""
+    return provider_errors.retry_delay(provider_errors.error_doc(body))
 
 
-def _usage(doc: dict) -> tuple[int | None, int | None]:
+def _usage(doc: dict) -> tuple[int | None, int | None, int | None]:
     usage = doc.get("usageMetadata") if isinstance(doc.get("usageMetadata"), dict) else {}
     out = as_count(usage.get("candidatesTokenCount"))
     thoughts = as_count(usage.get("thoughtsTokenCount")) or 0
-    return as_count(usage.get("promptTokenCount")), None if out is None else out + thoughts
+    prompt = as_count(usage.get("promptTokenCount"))
+    cached = as_count(usage.get("cachedContentTokenCount"))  # within promptTokenCount
+    return prompt, None if out is None else out + thoughts, (cached or 0) if prompt is not None else None
 
 
 def decode_generate(task: Task, body: bytes) -> Reply:
     """Parse a generateContent reply (see the module docstring)."""
     doc: Any = load_json(body)
+    if (error := body_error(doc)) is not None:
+        raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict):
         raise MalformedReply("reply is not a JSON object", body[:2000].decode("utf-8", "replace"))
-    tokens_in, tokens_out = _usage(doc)
-    meta = {"input_tokens": tokens_in, "output_tokens": tokens_out,
+    tokens_in, tokens_out, cached = _usage(doc)
+    meta = {"input_tokens": tokens_in, "output_tokens": tokens_out, "cached_input_tokens": cached,
             "served_model": doc.get("modelVersion") if isinstance(doc.get("modelVersion"), str) else None}
     candidates = doc.get("candidates")
     if not isinstance(candidates, list) or not candidates:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import math
 import os
 import re
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -20,23 +22,45 @@ import orjson
 import yarl
 
 from .base import Adapter, Limits, ModelSpec, Request, canonical_params
-from .errors import Fatal, MalformedReply, RateLimited, Transient
+from .errors import Fatal, RateLimited, ReplyTooLarge, Retryable, Transient
+from .json_body import load_json  # noqa: F401 (re-exported: the adapters read replies with it)
+from .provider_errors import provider_stop
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds ("7", "1.5") or an HTTP date.
-    Returns None when absent or unparseable; never negative."""
+_DELTA_SECONDS = re.compile(r"\d+(?:\.\d+)?")  # RFC 9110 §10.2.3 delay-seconds (decimals tolerated)
+
+
+def reply_time(headers: Mapping[str, str] | None) -> float:
+    """The reply's own time as Unix seconds: its ``Date`` header (RFC 9110 §6.6.1), so that absolute reset
+    times are measured against the server's clock, not ours; the local clock when it has none."""
+    value = None
+    if headers is not None:
+        value = next((v for k, v in headers.items() if k.lower() == "date"), None)
+    if value:
+        with contextlib.suppress(TypeError, ValueError, IndexError, OverflowError):
+            when = parsedate_to_datetime(value)
+            return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    return time.time()
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delay-seconds ("7", "1.5") or an HTTP date, measured
+    against ``now`` (the reply's ``Date``, Unix seconds; default the local clock). None when absent or not
+    one of those forms: a negative, non-finite ("inf", "nan") or otherwise unreadable value is ignored."""
     if value is None:
         return None
-    with contextlib.suppress(TypeError, ValueError):
-        return max(0.0, float(value))
-    with contextlib.suppress(TypeError, ValueError, IndexError):
-        when = parsedate_to_datetime(value)
+    text = value.strip()
+    if _DELTA_SECONDS.fullmatch(text):
+        return float(text)
+    if not text or text[0].isdigit() or text[0] in "+-.":
+        return None  # "-5", "1e9", "12abc": not a documented form
+    with contextlib.suppress(TypeError, ValueError, IndexError, OverflowError):
+        when = parsedate_to_datetime(text)
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
-        return max(0.0, (when - datetime.now(UTC)).total_seconds())
+        return max(0.0, when.timestamp() - (time.time() if now is None else now))
     return None
 
 
@@ -44,17 +68,21 @@ _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|h|m|s)")
 _EPOCH = 1e9  # a bare number above this is a Unix time, not a number of seconds
 
 
-def parse_reset(value: str | None) -> float | None:
+def parse_reset(value: str | None, now: float | None = None) -> float | None:
     """Seconds until a rate-limit window resets, from a reset header: a duration as OpenAI sends it
     (``"20ms"``, ``"1s"``, ``"6m0s"``, ``"1h2m3.5s"``), a bare number of seconds, a Unix time, or an
-    RFC 3339 / HTTP date (Anthropic's ``anthropic-ratelimit-*-reset``). None when absent or unreadable;
-    never negative."""
+    RFC 3339 / HTTP date (Anthropic's ``anthropic-ratelimit-*-reset``); absolute times are measured against
+    ``now`` (the reply's ``Date``; default the local clock). None when absent, unreadable, negative or not
+    finite; an absolute time already past is 0."""
     if value is None:
         return None
+    now = time.time() if now is None else now
     text = value.strip()
     with contextlib.suppress(ValueError):
         number = float(text)
-        return max(0.0, number - time.time() if number > _EPOCH else number)
+        if not math.isfinite(number) or number < 0:
+            return None
+        return max(0.0, number - now) if number > _EPOCH else number
     parts = _DURATION.findall(text)
     if parts and "".join(n + u for n, u in parts) == text:
         scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
@@ -63,8 +91,8 @@ def parse_reset(value: str | None) -> float | None:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
-        return max(0.0, (when - datetime.now(UTC)).total_seconds())
-    return parse_retry_after(text)
+        return max(0.0, when.timestamp() - now)
+    return parse_retry_after(text, now)
 
 
 # (reset header, the matching "remaining" header): OpenAI-compatible servers, then Anthropic
@@ -78,15 +106,18 @@ _RESETS = (("x-ratelimit-reset-requests", "x-ratelimit-remaining-requests"),
 
 def rate_limit_wait(headers: Mapping[str, str]) -> float | None:
     """Seconds a 429's headers ask us to wait, in order of precedence: ``retry-after-ms``
-    (milliseconds), ``Retry-After`` (seconds or an HTTP date), then the reset headers
+    (milliseconds), ``Retry-After`` (seconds or an HTTP date, measured against the reply's ``Date``), then
+    the reset headers
     (``x-ratelimit-reset-requests`` / ``-tokens``, ``anthropic-ratelimit-*-reset``): of those whose
     ``remaining`` is 0 the longest, else the longest of all. None when no header says."""
     h = {k.lower(): v for k, v in headers.items()}
-    with contextlib.suppress(KeyError, ValueError):
-        return max(0.0, float(h["retry-after-ms"]) / 1000)
-    if (wait := parse_retry_after(h.get("retry-after"))) is not None:
+    now = reply_time(h)
+    ms = h.get("retry-after-ms", "").strip()
+    if _DELTA_SECONDS.fullmatch(ms):  # OpenAI's; negative or non-finite values are ignored like Retry-After's
+        return float(ms) / 1000
+    if (wait := parse_retry_after(h.get("retry-after"), now)) is not None:
         return wait
-    resets = [(parse_reset(h.get(reset)), h.get(remaining, "").strip() == "0") for reset, remaining in _RESETS]
+    resets = [(parse_reset(h.get(reset), now), h.get(remaining, "").strip() == "0") for reset, remaining in _RESETS]
     exhausted = [w for w, empty in resets if w is not None and empty]
     known = exhausted or [w for w, _ in resets if w is not None]
     return max(known) if known else None
@@ -119,11 +150,60 @@ def rate_limited(message: str, headers: Mapping[str, str], status: int = 429) ->
 
 def session(max_in_flight: int, attempt_timeout_s: float) -> aiohttp.ClientSession:
     """A client session whose connection pool matches the provider's in-flight limit, with a per-read
-    timeout and no total timeout (a long run is never cut off by aiohttp's 5-minute default)."""
+    timeout and no total timeout (a long run is never cut off by aiohttp's 5-minute default). Bodies are
+    decompressed by ``read_body``, not by aiohttp (which accepts a gzip body cut before its trailer), and
+    only gzip and deflate are asked for."""
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=max(1, max_in_flight)),
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=attempt_timeout_s),
+        auto_decompress=False, headers={"Accept-Encoding": "gzip, deflate"},
     )
+
+
+PREFIX_BYTES = 2000  # what is kept of a reply too large to read
+
+
+async def read_body(resp: aiohttp.ClientResponse, max_bytes: int, what: str) -> bytes:
+    """The body of ``resp``, decoded (``Content-Encoding`` gzip or deflate), read no further than
+    ``max_bytes`` decoded bytes: memory never grows with the size of a reply. Raises ReplyTooLarge (with
+    the first ``PREFIX_BYTES``) past the bound, and Transient for a compressed body that ends before its
+    end (the gzip trailer: CRC and length) or fails its check, or an encoding not asked for."""
+    encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        decoder = None
+    elif encoding in ("gzip", "x-gzip", "deflate"):
+        decoder = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib, told by the header
+    else:
+        raise Transient(f"{what}: a reply in Content-Encoding {encoding!r}, which was not asked for", resp.status)
+    if decoder is None and resp.content_length is not None and resp.content_length <= max_bytes:
+        return await resp.read()  # its length is stated and within the bound: read it at once
+    out = bytearray()
+
+    def add(data: bytes) -> None:
+        out.extend(data)
+        if len(out) > max_bytes:
+            raise ReplyTooLarge(f"reply larger than {max_bytes} bytes", bytes(out[:PREFIX_BYTES]), max_bytes, resp.status)
+
+    try:
+        async for chunk in resp.content.iter_chunked(1 << 16):
+            if decoder is None:
+                add(chunk)
+                continue
+            data = chunk
+            while data:  # bounded steps: a small compressed chunk may expand enormously
+                add(decoder.decompress(data, max_bytes + 1 - len(out)))
+                data = decoder.unconsumed_tail
+        if decoder is not None:
+            add(decoder.flush())
+            if not decoder.eof:
+                raise Transient(f"{what}: the {encoding} body ended before its end (its trailer is missing): "
+                                "a transport error", resp.status)
+    except zlib.error as exc:
+        raise Transient(f"{what}: the {encoding} body is damaged ({exc})", resp.status) from None
+    except ReplyTooLarge:
+        resp.close()  # read no further
+        raise
+    return bytes(out)
 
 
 def _snippet(payload: bytes) -> str:
@@ -155,47 +235,62 @@ def redact(payload: bytes, secrets: tuple[bytes, ...]) -> bytes:
     return payload
 
 
+DEFAULT_MAX_REPLY_BYTES = Limits.max_reply_bytes
+ERROR_BYTES = 64 << 10  # what is read of an error reply
+
+
 async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, headers: dict[str, str],
                what: str, retry_after_from_body: Callable[[bytes], float | None] | None = None,
-               secrets: tuple[bytes, ...] = ()) -> bytes:
-    """POST ``body`` to ``url`` and return the response body of a 2xx.
+               secrets: tuple[bytes, ...] = (), max_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> bytes:
+    """POST ``body`` to ``url`` and return the response body of a 2xx (read by ``read_body``: at most
+    ``max_bytes``, else ReplyTooLarge).
 
-    ``what`` names the model in messages. Raises RateLimited (429, 529, and 503 with a Retry-After, with
-    that wait, or the one ``retry_after_from_body`` reads from the error body when the header is absent),
-    Transient (408, 409, 425, other 5xx, timeouts, connection errors) or Fatal (other 4xx, with what to
-    check). Messages never include the request headers, and ``secrets`` (the API key the headers carry,
-    ``secrets_in(headers)``, computed once per adapter) are redacted from every body returned or quoted.
+    ``what`` names the model in messages. Raises ProviderStop for what every request to the provider would
+    meet alike (``provider_errors.provider_stop``: an exhausted quota, a refused key, an unknown model, a
+    refused form of request), RateLimited (429, 529, and 503 with a Retry-After, with that wait, or the one
+    ``retry_after_from_body`` reads from the error body when the header is absent), Transient (408, 409,
+    425, other 5xx, timeouts, connection errors, a damaged compressed body) or Fatal (other 4xx, with what
+    to check). ``x-should-retry: false`` (the OpenAI and Anthropic SDKs' header) makes a retryable failure
+    final for this run; ``true`` makes another 4xx retryable. Messages never include the request headers,
+    and ``secrets`` (the API key the headers carry, ``secrets_in(headers)``, computed once per adapter) are
+    redacted from every body returned or quoted.
     """
     try:
         async with client.post(url, data=body, headers=headers) as resp:
-            payload = redact(await resp.read(), secrets)
             status = resp.status
+            try:
+                payload = redact(await read_body(resp, max_bytes if status < 300 else ERROR_BYTES, what), secrets)
+            except ReplyTooLarge as exc:
+                exc.prefix = redact(exc.prefix, secrets)
+                if status < 300:
+                    raise
+                payload = exc.prefix  # an error body that large: its start says enough
             if status < 300:
                 return payload
+            snippet = _snippet(payload)
+            stop = provider_stop(status, payload, what, snippet, reply_time(resp.headers))
+            if stop is not None:
+                raise stop
+            should_retry = resp.headers.get("x-should-retry", "").strip().lower()
             wait = rate_limit_wait(resp.headers) if status == 503 else None
             if status in (429, 529) or wait is not None:  # a 503 that says when to come back is a rate limit
-                error = rate_limited(f"{what}: HTTP {status} rate limited: {_snippet(payload)}", resp.headers, status)
+                error: Retryable = rate_limited(f"{what}: HTTP {status} rate limited: {snippet}", resp.headers, status)
                 if error.retry_after is None and retry_after_from_body is not None:
                     error.retry_after = retry_after_from_body(payload)
-                raise error
-            if status in RETRYABLE_STATUSES or status >= 500:
-                raise Transient(f"{what}: HTTP {status}: {_snippet(payload)}", status)
-            hint = {400: "check the model's parameters and that the server supports this request",
-                    401: "check the API key's environment variable", 403: "check the key's permissions",
-                    404: "check the base URL and the model name"}.get(status, "check the request and model")
-            raise Fatal(f"{what}: HTTP {status} ({hint}): {_snippet(payload)}", status)
+            elif status in RETRYABLE_STATUSES or status >= 500 or should_retry == "true":
+                error = Transient(f"{what}: HTTP {status}: {snippet}", status)
+            else:
+                hint = {400: "check the model's parameters and that the server supports this request",
+                        422: "check the request and model"}.get(status, "check the request and model")
+                raise Fatal(f"{what}: HTTP {status} ({hint}): {snippet}", status)
+            if should_retry == "false":
+                error.should_retry = False
+                error.args = (f"{error} (x-should-retry: false: not retried in this run)",)
+            raise error
     except aiohttp.ClientResponseError as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
-
-
-def load_json(body: bytes) -> Any:
-    """Parse a reply body; raises MalformedReply (with the text received) when it is not JSON."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise MalformedReply(f"reply is not JSON ({exc})", body[:2000].decode("utf-8", "replace")) from None
 
 
 def as_count(value: Any) -> int | None:
@@ -331,7 +426,7 @@ class HTTPAdapter(Adapter):
         if self._session is None:
             raise RuntimeError(f"{type(self).__name__}.send() before start()")
         return await post(self._session, url or self.url, body, self._headers, self.label, self.retry_after_from_body,
-                          self._secrets)
+                          self._secrets, self.limits.max_reply_bytes)
 
     async def send(self, request: Request) -> bytes:
         return await self.post(request.body)

@@ -246,6 +246,7 @@ class LlamaCppLogprobs(_Local, Logprobs):
     """A local GGUF model as a decision model, from its first-token logprobs."""
 
     kind = "llamacpp-logprobs"
+    default_base_url = ""  # the local server's, set at start: never OpenAI's (whose cap is max_completion_tokens)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ Request (part of prompt version ``dxi-prompt-1``, see README "Prompt version"):
 
 Reply (``decode_text``): the model's text must be one JSON object giving every question one of its
 allowed answers. The object wrapped in exactly one Markdown code fence is accepted and marked
-``repaired``. Anything else makes every answer invalid with the reason: a refusal, a reply cut off at the
+``repaired``. A question named twice in the object is invalid, naming the key. Anything else makes
+every answer invalid with the reason: a refusal, a reply cut off at the
 token limit (never repaired), empty content, content only in a reasoning field, prose around the object,
 not JSON at all. Within a valid object, a missing question or a value outside its ``enum`` makes that
 answer invalid. Answers are never extracted from prose.
@@ -35,6 +36,8 @@ from dxi.evals import CHOICE, Question, Task
 
 from .base import OK, Answer, Reply
 from .decision import choice_answer, yes_no_answer
+from .errors import MalformedReply
+from .json_body import duplicates, load_json
 
 SYSTEM_PROMPT = (
     "You answer questions about a state. The user message gives the state, then one or more questions, "
@@ -110,15 +113,16 @@ def token_cap(params: Mapping[str, Any], *names: str) -> int | None:
 
 
 def invalid_reply(task: Task, reason: str, input_tokens: int | None = None, output_tokens: int | None = None,
-                  served_model: str | None = None) -> Reply:
+                  served_model: str | None = None, cached_input_tokens: int | None = None) -> Reply:
     """A reply whose every answer is invalid for the same ``reason``."""
     return Reply(tuple(Answer.invalid(q.id, reason) for q in task.questions), input_tokens, output_tokens,
-                 served_model)
+                 served_model, cached_input_tokens=cached_input_tokens)
 
 
 def answers_from_object(task: Task, obj: Any) -> tuple[Answer, ...]:
     """Validate a parsed reply object against ``answer_schema(task)``: one Answer per question, invalid
-    where the question is missing or its value is not one of the allowed answers. Unexpected keys are
+    where the question is missing, answered twice (a duplicate key) or its value is not one of the allowed
+    answers. Unexpected keys are
     noted as a warning on every answer."""
     if not isinstance(obj, Mapping):
         return tuple(Answer.invalid(q.id, f"the reply is JSON but not an object ({type(obj).__name__})")
@@ -126,8 +130,13 @@ def answers_from_object(task: Task, obj: Any) -> tuple[Answer, ...]:
     ids = {q.id for q in task.questions}
     extra = [str(k) for k in obj if k not in ids]
     warning = f"unexpected key(s) in the reply: {', '.join(extra[:5])}" if extra else None
+    twice = set(duplicates(obj))
     out = []
     for q in task.questions:
+        if q.id in twice:
+            out.append(Answer.invalid(q.id, f"duplicate key {q.id!r} in the reply: the question is answered more "
+                                            "than once, which answer is meant is ambiguous"))
+            continue
         if q.id not in obj:
             out.append(Answer.invalid(q.id, "missing from the reply"))
             continue
@@ -145,21 +154,21 @@ def parse_object(text: str) -> tuple[Any, bool, str | None]:
     one Markdown code fence (then ``repaired`` is True); ``(None, False, reason)`` otherwise."""
     stripped = text.strip()
     try:
-        return orjson.loads(stripped), False, None
-    except orjson.JSONDecodeError:
+        return load_json(stripped), False, None
+    except MalformedReply:
         pass
     fenced = _FENCE.fullmatch(stripped)
     if fenced is None or "```" in fenced.group(1):
         return None, False, NOT_JSON
     try:
-        return orjson.loads(fenced.group(1)), True, None
-    except orjson.JSONDecodeError:
+        return load_json(fenced.group(1)), True, None
+    except MalformedReply:
         return None, False, "the Markdown code fence does not hold valid JSON"
 
 
 def decode_text(task: Task, text: str | None, *, problem: str | None = None, reasoning: bool = False,
                 input_tokens: int | None = None, output_tokens: int | None = None,
-                served_model: str | None = None) -> Reply:
+                served_model: str | None = None, cached_input_tokens: int | None = None) -> Reply:
     """The Reply for a language model's reply ``text``.
 
     ``problem`` is a whole-reply reason the wire format already established (a refusal, a reply cut off at
@@ -171,11 +180,11 @@ def decode_text(task: Task, text: str | None, *, problem: str | None = None, rea
     if problem is None and (text is None or not text.strip()):
         problem = REASONING_ONLY if reasoning else EMPTY
     if problem is not None:
-        return invalid_reply(task, problem, *usage)
+        return invalid_reply(task, problem, *usage, cached_input_tokens)
     obj, repaired, reason = parse_object(text)
     if reason is not None:
-        return invalid_reply(task, reason, *usage)
-    return Reply(answers_from_object(task, obj), *usage, repaired=repaired)
+        return invalid_reply(task, reason, *usage, cached_input_tokens)
+    return Reply(answers_from_object(task, obj), *usage, repaired=repaired, cached_input_tokens=cached_input_tokens)
 
 
 def logprob_answer(question: Question, top: Iterable[tuple[str, float]], n_top: int) -> Answer:

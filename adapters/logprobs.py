@@ -3,7 +3,9 @@ decision model, with a probability for every allowed answer (so calibration metr
 
 Each question of a task is its own chat request: ``adapters.llm.LOGPROB_SYSTEM_PROMPT``, then the state and
 that one question (``adapters.llm.render(task, [question])``), with ``"logprobs": true`` and the sampling
-parameters (default ``max_tokens`` 1, ``top_logprobs`` 20, OpenAI's maximum). The first generated token's
+parameters (default ``top_logprobs`` 20, OpenAI's maximum, and a cap of 1 token: ``max_completion_tokens``
+for OpenAI's own API, where ``max_tokens`` is deprecated and refused by reasoning models, and ``max_tokens``
+for every other server, which llama.cpp, vLLM and Ollama honour). The first generated token's
 ``top_logprobs`` give the decision (``adapters.llm.logprob_answer``): the allowed answers' probabilities,
 renormalised over them (missing answers get 0; the mass they held is noted in the answer's warning).
 The server's grammar, if any, plays no part: its logprobs come before it.
@@ -17,15 +19,19 @@ Model strings: ``logprobs:MODEL`` (https://api.openai.com/v1, ``OPENAI_API_KEY``
 """
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import orjson
 
 from dxi.evals import Task
 
 from . import llm
-from .base import Answer, Limits, ModelSpec, Reply, Request
-from .errors import MalformedReply
+from .base import Answer, Limits, ModelSpec, Reply, Request, canonical_params
+from .errors import MalformedReply, Retryable
 from .http import HTTPAdapter, load_json
-from .openai import choice_of, usage_of
+from .openai import cached_of, choice_of, raise_body_error, usage_of
+
+OPENAI_HOST = "api.openai.com"
 
 
 def _top_logprobs(choice: dict) -> list[tuple[str, float]] | None:
@@ -47,8 +53,9 @@ def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
     if not isinstance(docs, list) or len(docs) != len(task.questions):
         raise MalformedReply(f"expected a JSON array of {len(task.questions)} replies",
                              body[:2000].decode("utf-8", "replace"))
-    answers, tokens_in, tokens_out, served = [], 0, 0, None
+    answers, tokens_in, tokens_out, cached, served = [], 0, 0, 0, None
     for q, doc in zip(task.questions, docs, strict=True):
+        raise_body_error(doc)
         choice = choice_of(doc, orjson.dumps(doc))
         top = _top_logprobs(choice)
         if top is None:
@@ -59,8 +66,9 @@ def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
         used_in, used_out = usage_of(doc)
         tokens_in = None if tokens_in is None or used_in is None else tokens_in + used_in
         tokens_out = None if tokens_out is None or used_out is None else tokens_out + used_out
+        cached += cached_of(doc) or 0
         served = served or (doc.get("model") if isinstance(doc.get("model"), str) else None)
-    return Reply(tuple(answers), tokens_in, tokens_out, served)
+    return Reply(tuple(answers), tokens_in, tokens_out, served, cached_input_tokens=cached if tokens_in is not None else None)
 
 
 class Logprobs(HTTPAdapter):
@@ -75,6 +83,11 @@ class Logprobs(HTTPAdapter):
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         super().__init__(spec, limits)
+        if urlsplit(self.base_url).hostname == OPENAI_HOST and "max_tokens" not in spec.params:
+            # OpenAI's API: max_tokens "is now deprecated in favor of max_completion_tokens, and is not compatible
+            # with o-series models" (API reference, Create chat completion)
+            cap = self.params.pop("max_tokens")
+            self.params = canonical_params({**self.params, "max_completion_tokens": self.params.get("max_completion_tokens", cap)})
         top = self.params.get("top_logprobs")
         if not isinstance(top, int) or isinstance(top, bool) or top < 1:
             raise ValueError(f"{self.kind}: top_logprobs must be a positive integer, not {top!r}")
@@ -91,8 +104,14 @@ class Logprobs(HTTPAdapter):
         the retry of this request, which sends only the questions still unanswered (each is paid once)."""
         bodies = orjson.loads(request.body)
         replies = self._answered.setdefault(request.key, [])
-        for body in bodies[len(replies):]:
-            replies.append((await self.post(orjson.dumps(body))).strip())
+        try:
+            for body in bodies[len(replies):]:
+                replies.append((await self.post(orjson.dumps(body))).strip())
+        except Retryable:
+            raise  # kept for the retry
+        except BaseException:
+            del self._answered[request.key]  # no retry will come: forget the partial replies
+            raise
         del self._answered[request.key]
         return b"[" + b",".join(replies) + b"]"
 
@@ -100,6 +119,6 @@ class Logprobs(HTTPAdapter):
         return decode_logprobs(task, body, self.n_top)
 
     def output_tokens_bound(self, task: Task) -> int | None:
-        """``max_tokens`` (default 1) for each question's request."""
+        """``max_completion_tokens`` or ``max_tokens`` (default 1) for each question's request."""
         cap = llm.token_cap(self.params, "max_completion_tokens", "max_tokens")
         return None if cap is None else cap * len(task.questions)

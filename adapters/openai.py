@@ -11,10 +11,12 @@ loopback base URL; ``--option api_key_env=NAME`` reads another variable). Body::
 ``max_completion_tokens``, ``seed``, ``reasoning_effort``, ...). Reply: ``choices[0].message.content``
 parsed by ``adapters.llm.decode_text``; ``message.refusal`` (structured-outputs refusal) and
 ``finish_reason`` "length" (cut off) or "content_filter" make every answer invalid; content only in
-``reasoning_content``/``reasoning`` is invalid too. Usage: ``prompt_tokens``, ``completion_tokens``
+``reasoning_content``/``reasoning`` is invalid too; an error inside a 200 (an ``error`` body, a choice with
+``finish_reason: "error"``, as OpenRouter sends) is a transient failure with the provider's message. Usage:
+``prompt_tokens`` (``prompt_tokens_details.cached_tokens`` of them cached), ``completion_tokens``
 (reasoning tokens included, as billed).
 
-Model strings: ``openai:gpt-5-mini`` (https://api.openai.com/v1), ``openai:qwen2.5@http://127.0.0.1:8080/v1``.
+Model strings: ``openai:gpt-6.1-terra`` (https://api.openai.com/v1), ``openai:qwen2.5@http://127.0.0.1:8080/v1``.
 """
 from __future__ import annotations
 
@@ -24,8 +26,17 @@ from dxi.evals import Task
 
 from . import llm
 from .base import Reply, Request
-from .errors import MalformedReply
+from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_json
+from .provider_errors import body_error
+
+
+def raise_body_error(doc: Any) -> None:
+    """Raise Transient with the provider's message when a 200 reply carries an error instead of an answer
+    (``provider_errors.body_error``: an ``error`` body, a choice with ``finish_reason: "error"``): a
+    gateway's failure is retried and sent again by the next run, never stored as an answer."""
+    if (error := body_error(doc)) is not None:
+        raise Transient(f"an error inside a 200 reply: {error}", 200)
 
 
 def choice_of(doc: Any, body: bytes) -> dict:
@@ -42,9 +53,18 @@ def usage_of(doc: dict) -> tuple[int | None, int | None]:
     return as_count(usage.get("prompt_tokens")), as_count(usage.get("completion_tokens"))
 
 
+def cached_of(doc: dict) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens`` of a Chat Completions reply: the prompt tokens read from
+    OpenAI's prompt cache (counted within ``prompt_tokens``, billed at the cached-input price); None if absent."""
+    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    return as_count(details.get("cached_tokens"))
+
+
 def decode_chat(task: Task, body: bytes) -> Reply:
     """Parse a Chat Completions reply to a structured request (see the module docstring)."""
     doc = load_json(body)
+    raise_body_error(doc)
     choice = choice_of(doc, body)
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     finish = choice.get("finish_reason")
@@ -60,7 +80,7 @@ def decode_chat(task: Task, body: bytes) -> Reply:
     served = doc.get("model") if isinstance(doc.get("model"), str) else None
     return llm.decode_text(task, content if isinstance(content, str) else None, problem=problem,
                            reasoning=reasoning, input_tokens=usage_of(doc)[0], output_tokens=usage_of(doc)[1],
-                           served_model=served)
+                           served_model=served, cached_input_tokens=cached_of(doc))
 
 
 class OpenAI(HTTPAdapter):

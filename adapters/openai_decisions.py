@@ -11,19 +11,24 @@ loopback base URL). Request::
 Reply: ``{"model", "answers": [...] in question order, "usage"}``; a choice answer's ``probabilities``
 (``[{"value", "probability"}]``) and ``choice``, a predicate's ``probability`` = P(yes), are validated by
 ``adapters.decision``. A ``refusal`` answer (the model declined that question) is invalid; the others are
-kept. Answers are matched to questions by ``name``, or by position when a name is absent. Usage:
+kept. Answers are matched to questions by ``name``, or by position when a name is absent; a question
+answered twice, or an option named twice in ``probabilities``, is invalid with the name; ``NaN`` and
+``Infinity`` make the answers they touch invalid; an error body in a 200 is a transient failure. Usage:
 ``input_tokens``, ``output_tokens``.
 
 Model strings: ``openai-decisions:gpt-6-luna``, ``openai-decisions:NAME@http://127.0.0.1:4000/v1`` (LiteLLM).
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from dxi.evals import CHOICE, Task
 
 from .base import Answer, Reply, Request
 from .decision import choice_answer, yes_no_answer
-from .errors import MalformedReply
+from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_json
+from .provider_errors import body_error
 
 
 def encode_questions(task: Task) -> list[dict]:
@@ -41,9 +46,12 @@ def encode_questions(task: Task) -> list[dict]:
 def decode_decisions(task: Task, body: bytes) -> Reply:
     """Parse a Decisions reply into one validated Answer per question (see the module docstring)."""
     doc = load_json(body)
+    if (error := body_error(doc)) is not None:
+        raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict) or not isinstance(doc.get("answers"), list):
         raise MalformedReply("reply has no 'answers' list", body[:2000].decode("utf-8", "replace"))
     listed = [a for a in doc["answers"] if isinstance(a, dict)]
+    names = Counter(a["name"] for a in listed if isinstance(a.get("name"), str))
     by_name = {a["name"]: a for a in listed if isinstance(a.get("name"), str)}
     parsed = []
     for i, q in enumerate(task.questions):
@@ -51,7 +59,10 @@ def decode_decisions(task: Task, body: bytes) -> Reply:
         if a is None and not by_name and i < len(listed):
             a = listed[i]
         want = "choice" if q.kind == CHOICE else "predicate"
-        if a is None:
+        if names[q.id] > 1:
+            parsed.append(Answer.invalid(q.id, f"the answers name {q.id!r} {names[q.id]} times: which answer is "
+                                               "meant is ambiguous"))
+        elif a is None:
             parsed.append(Answer.invalid(q.id, "no answer for this question"))
         elif a.get("type") == "refusal":
             parsed.append(Answer.invalid(q.id, "refusal: the model declined this question"))
@@ -59,6 +70,13 @@ def decode_decisions(task: Task, body: bytes) -> Reply:
             parsed.append(Answer.invalid(q.id, f"answer type {a.get('type')!r}, expected {want!r}"))
         elif q.kind == CHOICE:
             probs = a.get("probabilities")
+            values = ([p["value"] for p in probs if isinstance(p, dict) and isinstance(p.get("value"), str)]
+                      if isinstance(probs, list) else [])
+            twice = sorted(v for v, n in Counter(values).items() if n > 1)
+            if twice:
+                parsed.append(Answer.invalid(q.id, f"probabilities: option(s) {', '.join(map(repr, twice))} named more "
+                                                   "than once: which probability is meant is ambiguous"))
+                continue
             table = ({p["value"]: p.get("probability") for p in probs if isinstance(p, dict) and isinstance(p.get("value"), str)}
                      if isinstance(probs, list) else None)
             choice = a.get("choice")

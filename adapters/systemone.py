@@ -24,7 +24,9 @@ from dxi.evals import CHOICE, Task
 from . import http
 from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
 from .decision import choice_answer, yes_no_answer
-from .errors import Fatal, MalformedReply
+from .errors import Fatal, MalformedReply, Transient
+from .json_body import duplicates, load_json
+from .provider_errors import body_error
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 ENDPOINT = "/v1/systemone"
@@ -48,20 +50,24 @@ def _text(body: bytes) -> str:
 
 
 def decode_body(task: Task, body: bytes) -> Reply:
-    """Parse a System One reply; raises MalformedReply when it is not a JSON object with ``answers``.
-    A missing or malformed answer to one question makes that answer invalid, with the reason."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise MalformedReply(f"reply is not JSON ({exc})", _text(body)) from None
+    """Parse a System One reply; raises MalformedReply when it is not a JSON object with ``answers``, and
+    Transient when it is an error body. A missing, duplicated or malformed answer to one question makes
+    that answer invalid, with the reason (``NaN``/``Infinity`` too: ``adapters.decision``)."""
+    doc = load_json(body)
+    if (error := body_error(doc)) is not None:
+        raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict) or not isinstance(doc.get("answers"), dict):
         raise MalformedReply("reply has no 'answers' object", _text(body))
     answers = doc["answers"]
+    twice = set(duplicates(answers))
     parsed = []
     for q in task.questions:
         a = answers.get(q.id)
         want = "choice" if q.kind == CHOICE else "noul"
-        if not isinstance(a, dict):
+        if q.id in twice:
+            parsed.append(Answer.invalid(q.id, f"duplicate key {q.id!r} in answers: the question is answered more "
+                                               "than once, which answer is meant is ambiguous"))
+        elif not isinstance(a, dict):
             parsed.append(Answer.invalid(q.id, "no answer for this question"))
         elif a.get("type", want) != want:
             parsed.append(Answer.invalid(q.id, f"answer type {a.get('type')!r}, expected {want!r}"))
@@ -144,7 +150,8 @@ class SystemOne(Adapter):
     async def send(self, request: Request) -> bytes:
         if self._session is None:
             raise RuntimeError("SystemOne.send() before start()")
-        return await http.post(self._session, self._url, request.body, self._headers, self.label, secrets=self._secrets)
+        return await http.post(self._session, self._url, request.body, self._headers, self.label, secrets=self._secrets,
+                               max_bytes=self.limits.max_reply_bytes)
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_body(task, body)

@@ -51,6 +51,7 @@ SCHEMA = pa.schema([
     ("answers", pa.list_(ANSWER)),
     ("repaired", pa.bool_()),         # a language model's JSON arrived in one Markdown code fence (SPEC §6);
                                       # null for rows written before this column and for failures
+    ("cached_input_tokens", pa.int64()),  # of input_tokens, those read from the provider's prompt cache
 ])
 COLUMNS = tuple(SCHEMA.names)
 INDEX_COLUMNS = ["key", "status", "error_kind", "created_at"]

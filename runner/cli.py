@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .run import ModelRun, Stats
 
 EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_CACHE_WRITE, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
+EXIT_PROVIDER_STOPPED = 6  # (5: distributed.EXIT_UPLOAD)
 EXIT_CODES = f"""\
 exit codes:
   0    done
@@ -46,6 +47,8 @@ exit codes:
   {EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)
   {EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun
   {distributed.EXIT_UPLOAD}    done, but shards could not be uploaded to --cache-remote (all in the local cache; the next run uploads them)
+  {EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, unknown model, refused request form, a
+       stated wait over --max-stated-wait); the others went on; the next run sends what was not sent
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C; everything that arrived is cached: rerun the same command)
 """
 
@@ -194,6 +197,13 @@ def _add_limits(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--max-attempts", type=int, metavar="N", help="attempts per request; 1 = no retry (overrides)")
     g.add_argument("--backoff", type=float, metavar="SECONDS",
                    help="the first wait before a retry, doubling each time, with jitter (overrides)")
+    g.add_argument("--max-stated-wait", type=float, metavar="SECONDS",
+                   help="the longest wait a provider may ask for (Retry-After, a reset header, Gemini's RetryInfo) that "
+                        "is honoured exactly (default 600); a longer one stops that provider, saying when to rerun "
+                        f"(exit code {EXIT_PROVIDER_STOPPED})")
+    g.add_argument("--max-reply-bytes", type=int, metavar="BYTES",
+                   help="the largest reply read (decoded; default 4194304 = 4 MiB); a larger one is read no further and "
+                        "stored invalid ('reply larger than N bytes') with its first 2000 bytes")
     g.add_argument("--retry-failed", action="store_true",
                    help="also send again requests that failed with a 4xx-class error (kept otherwise)")
     g.add_argument("--retry-invalid", action="store_true", help="also send again requests whose answers were invalid")
@@ -400,8 +410,10 @@ async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], 
 
 
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget,
-               dist: distributed.Distributed | None = None) -> tuple[dict[str, Stats], list[Estimate] | None]:
+               dist: distributed.Distributed | None = None, limiters: dict | None = None
+               ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
+    ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.stops``).
     A model whose requests are all cached is not started: a server that is down, or a key not set, does
     not stop a run that needs neither."""
     from .estimate import estimate
@@ -416,7 +428,9 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
     try:
         plan.check_labels()
-        limiters, shard = dist.limiters(models), dist.shard
+        limiters = {} if limiters is None else limiters
+        limiters.update(dist.limiters(models))
+        shard = dist.shard
         if len(idle) == len(models):  # nothing to send: the counts are known, the run loop is not needed
             stats = {m.label: Stats(total=cached[m.label], cache_hits=cached[m.label],
                                     cost_usd=None if m.price is None else 0.0) for m in models}
@@ -460,15 +474,17 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from dxi.cache import Cache, CacheWriteError
 
     from .outputs import print_summary, score
+    from .stops import describe, stopped_providers
 
     plan = _plan(args)
     plan.check_cost_bound()
     dist = distributed.setup(args, plan, sending=True)
     budget = dist.budget(plan.max_cost)
+    limiters: dict = {}
     with Cache(plan.cache_dir, fsync=args.fsync, retry_invalid=args.retry_invalid,
                retry_failed=args.retry_failed, remote=dist.remote, roll_s=dist.roll_s) as cache:
         try:
-            stats, remaining = uvloop.run(_run(plan, args, cache, console, budget, dist))
+            stats, remaining = uvloop.run(_run(plan, args, cache, console, budget, dist, limiters))
         except KeyboardInterrupt:
             console.print(f"[yellow]Interrupted.[/] Every reply that arrived is in {plan.cache_dir}; "
                           "rerun the same command to continue.")
@@ -481,11 +497,19 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         requests = {label: {"sent": s.sent, "cache_hits": s.cache_hits, "failed": s.failed, "invalid": s.invalid,
                             "attempts": s.attempts, "rate_limited": s.rate_limited, "repaired": s.repaired,
                             "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
-                            "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6)}
+                            "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6), "not_sent": s.not_sent,
+                            "refused": s.refused}
                     for label, s in stats.items()}
         extra = {}
         if plan.max_cost is not None:
             extra["cost_bound"] = _bound_block(budget, remaining)
+        on_provider: dict[str, list[str]] = {}
+        for m in plan.models:
+            on_provider.setdefault(m.limits_key, []).append(m.label)
+        stopped = stopped_providers(limiters, on_provider, {label: s.not_sent for label, s in stats.items()},
+                                    {label: s.refused for label, s in stats.items()})
+        if stopped:
+            extra["stopped_providers"] = stopped
         cache.close()  # compacted before scoring, which then reads Parquet instead of parsing the log (twice)
         summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
     print_summary(summary, console, plan.out)
@@ -507,6 +531,10 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                       f"{block['remaining_requests']} request(s) not sent ({left} expected). Everything that arrived "
                       "is in the cache: rerun with a higher --max-cost (or max_cost in the run file) to continue.")
         return EXIT_COST_BOUND
+    for block in stopped:
+        console.print(f"[red]Provider stopped:[/] {escape(describe(block))}")
+    if stopped:
+        return EXIT_PROVIDER_STOPPED
     return upload_failed or (EXIT_FAILED_REQUESTS if failed else 0)
 
 

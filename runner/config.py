@@ -27,11 +27,11 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     max_in_flight = 32
 
     [[models]]
-    name = "gpt-5-mini (t=0)"        # the name in reports; default "<adapter>:<model>"
+    name = "gpt-6.1-terra (t=0)"        # the name in reports; default "<adapter>:<model>"
     provider = "openai"              # a [providers.*] table, or an adapter name used with its defaults
-    model = "gpt-5-mini"
+    model = "gpt-6.1-terra"
     params = { temperature = 0, max_tokens = 400 }   # sampling parameters: part of the cache key
-    price = { input = 0.25, output = 2.0 }           # USD per million input / output tokens
+    price = { input = 0.25, output = 2.0 }           # USD per million input / output tokens (cached_input = ...)
     epochs = 1
     options = {}                     # adapter settings outside the cache key (llamacpp: ctx_size, ...)
 """
@@ -69,13 +69,17 @@ class Provider(_Struct):
     max_in_flight: int | None = None
     max_attempts: int | None = None
     attempt_timeout_s: float | None = None
+    max_stated_wait_s: float | None = None  # the longest stated wait honoured; longer stops the provider
+    max_reply_bytes: int | None = None      # the largest reply read; larger is stored invalid
 
 
 class Price(_Struct):
-    """USD per million tokens."""
+    """USD per million tokens; ``cached_input``: the input tokens read from the provider's prompt cache
+    (None: priced as input)."""
 
     input: float
     output: float
+    cached_input: float | None = None
 
 
 class Model(_Struct):
@@ -210,7 +214,8 @@ def load(path: Path | str) -> RunFile:
     for name, p in providers.items():
         if p.kind not in adapters.KINDS:
             raise fail(("providers", name, "kind"), f"unknown adapter {p.kind!r}; known: {', '.join(adapters.KINDS)}")
-        for field in ("rpm", "tpm", "max_in_flight", "max_attempts", "attempt_timeout_s"):
+        for field in ("rpm", "tpm", "max_in_flight", "max_attempts", "attempt_timeout_s", "max_stated_wait_s",
+                      "max_reply_bytes"):
             value = getattr(p, field)
             if value is not None and value <= 0:
                 raise fail(("providers", name, field), "must be positive")
@@ -219,7 +224,7 @@ def load(path: Path | str) -> RunFile:
         if m.provider not in providers and m.provider not in adapters.KINDS:
             raise fail(("models", i, "provider"), f"{m.provider!r} is neither a [providers.*] table "
                                                   f"({', '.join(providers) or 'none'}) nor an adapter ({', '.join(adapters.KINDS)})")
-        if m.price is not None and (m.price.input < 0 or m.price.output < 0):
+        if m.price is not None and (m.price.input < 0 or m.price.output < 0 or (m.price.cached_input or 0) < 0):
             raise fail(("models", i, "price"), "prices must be >= 0 (USD per million tokens)")
         if m.epochs is not None and m.epochs < 1:
             raise fail(("models", i, "epochs"), "must be at least 1")

@@ -6,7 +6,8 @@ and ``Adapter.output_tokens_bound`` output tokens (the request's ``max_tokens`` 
 model's price. When the attempt ends the reservation is released and its actual cost added to what was
 spent:
 
-* a reply that reports its usage: that usage at the model's price;
+* a reply that reports its usage: that usage at the model's price (its cached input tokens at the cached-input
+  price, when the run file gives one);
 * a reply without usage, or no reply at all (a timeout, a dropped connection, a body that is not the
   wire format: the provider may have billed a reply that never arrived): the reservation, kept as spent;
 * an HTTP error status (429, 5xx, 4xx): nothing (providers do not bill an error).
@@ -92,6 +93,8 @@ class Charge:
         if self.price is None:
             return await self.budget.reserve(0.0)
         out = adapter.output_tokens_bound(task) if self.price[1] else 0
+        if out is None and self.budget.max_usd is None:
+            out = 0  # no bound to keep: nothing to reserve for the uncapped output (it is settled from the usage)
         if out is None:
             raise ValueError(f"{adapter.label}: no cap on output tokens under a cost bound")
         return await self.budget.reserve(cost_usd(input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS), out, *self.price))
@@ -101,7 +104,8 @@ class Charge:
         if self.price is None:
             actual = 0.0
         elif reply is not None and reply.input_tokens is not None:
-            actual = cost_usd(reply.input_tokens, reply.output_tokens or 0, *self.price)
+            actual = cost_usd(reply.input_tokens, reply.output_tokens or 0, *self.price,
+                              cached_tokens=reply.cached_input_tokens or 0)
         elif error is not None and error.status is not None and reply is None:
             actual = 0.0
         else:

@@ -13,7 +13,10 @@ shares it. It holds four things:
   rate, first come first served. The token cost of an attempt is estimated before sending
   (``runner.tokens.TokenEstimate``: request bytes / 4, times a ratio learned from the usage replies
   report, plus the mean output so far) and corrected once the reply's usage is known.
-* **A shared pause**: a 429's ``Retry-After`` (or reset header) holds every attempt of the provider.
+* **A shared pause**: a 429's ``Retry-After`` (or reset header) holds every attempt of the provider, for
+  exactly the stated wait up to ``Limits.max_stated_wait_s``.
+* **A stop** (``halt``): once the provider is stopped (``runner.stops``), every wait ends and nothing more
+  is sent to it.
 
 Adaptation (AIMD, as in TCP congestion control): a 429 for an attempt sent after the last decrease
 multiplies the window and both rates by ``BACKOFF`` = 0.7 (so the 429s of one burst count once); each
@@ -32,11 +35,12 @@ budget tokens, change its rate or pause, so the pacer here replaces it; the rate
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass
 
-from dxi.adapters import AdapterError, Limits, RateLimited, Request
+from dxi.adapters import AdapterError, Limits, ProviderStop, RateLimited, Request
 
 from .tokens import TokenEstimate
 
@@ -176,7 +180,7 @@ class ProviderLimiter:
     acquire(request)``, then exactly one ``finish(ticket, ...)``.
 
     Counters for reports: ``rate_limited`` (429s heard), ``decreases`` (times the window and rates were
-    cut), ``paused_s`` (total seconds the provider was paused).
+    cut), ``paused_s`` (total seconds the provider was paused), ``replies`` (attempts that got a reply).
     """
 
     def __init__(self, limits: Limits):
@@ -188,8 +192,30 @@ class ProviderLimiter:
         self.estimate = TokenEstimate()
         self._paused_until = 0.0
         self._decreased_at = float("-inf")
-        self.rate_limited = self.decreases = 0
+        self.rate_limited = self.decreases = self.replies = 0
         self.paused_s = 0.0
+        self.halted: ProviderStop | None = None
+        """Set once the provider is stopped (``runner.stops``): no attempt is sent to it any more."""
+        self.halted_at: float | None = None  # Unix time of the stop
+        self._halt: asyncio.Event | None = None
+
+    def halt(self, error: ProviderStop) -> None:
+        """Stop the provider: the first ``error`` is kept; every wait of this limiter (a pause, a pacer's
+        turn, a retry's backoff through ``sleep``) ends at once, and the attempts check ``halted``."""
+        if self.halted is not None:
+            return
+        self.halted, self.halted_at = error, time.time()
+        if self._halt is not None:
+            self._halt.set()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if the provider is stopped meanwhile (tenacity's sleep for retries)."""
+        if self.halted is not None or seconds <= 0:
+            return
+        if self._halt is None:
+            self._halt = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._halt.wait(), seconds)
 
     def pause(self, seconds: float) -> None:
         """Hold every attempt of this provider for ``seconds`` from now."""
@@ -203,8 +229,8 @@ class ProviderLimiter:
                     rate.pacer.hold_until(until)
 
     async def _unpaused(self) -> None:
-        while (delay := self._paused_until - time.monotonic()) > 0:
-            await asyncio.sleep(delay)
+        while (delay := self._paused_until - time.monotonic()) > 0 and self.halted is None:
+            await self.sleep(delay)
 
     async def acquire(self, request: Request) -> Ticket:
         """Wait until one more attempt of ``request`` may be sent: no pause, a place in the window,
@@ -218,8 +244,8 @@ class ProviderLimiter:
                 cost = self.estimate(size) if self.tokens.pacer is not None else 0.0
                 delay = max(self.requests.wait(1.0), self.tokens.wait(cost))
                 if delay > 0:
-                    await asyncio.sleep(delay)
-                if self._paused_until <= time.monotonic():
+                    await self.sleep(delay)
+                if self._paused_until <= time.monotonic() or self.halted is not None:
                     break
                 await self._unpaused()  # a 429 came in while we waited our turn: book again after it
         except BaseException:
@@ -234,6 +260,7 @@ class ProviderLimiter:
         anything else (no change). Always gives the window place back."""
         self.window.release()
         if ok:
+            self.replies += 1
             w = self.window
             if w.size < self.limits.max_in_flight:
                 w.resize(min(float(self.limits.max_in_flight), w.size + 1 / w.size))
@@ -258,5 +285,5 @@ class ProviderLimiter:
                 self.window.resize(self.window.size * BACKOFF)
                 self.requests.decrease(now)
                 self.tokens.decrease(now)
-        if error.retry_after is not None:
-            self.pause(min(error.retry_after, self.limits.max_wait_s))
+        if error.retry_after is not None and error.retry_after <= self.limits.max_stated_wait_s:
+            self.pause(error.retry_after)  # honoured exactly; a longer stated wait stops the provider instead

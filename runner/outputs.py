@@ -17,6 +17,7 @@ from rich.table import Table
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite
+from dxi.scoring.ties import add_ties
 
 
 def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
@@ -68,7 +69,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     usage = scoring.usage_blocks(cache.read(lambda rows: scoring.usage(rows, models, gold, epochs)), labels, prices or {})
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs, requests,
                                     scored, model_epochs, usage)
-    summary |= extra or {}
+    summary = add_ties(summary, answers) | (extra or {})
     return summary, scored
 
 
@@ -261,6 +262,10 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
         for name, block in m["evals"].items():
             if block.get("reason") and "no data" not in block["reason"]:
                 console.print(f"  [yellow]{escape(m['model'])} {EVALS[name].title}: {escape(block['reason'])}[/]")
+        ties = sum(b.get("ties", 0) for b in m["evals"].values())
+        if ties:
+            console.print(f"  {escape(m['model'])}: {ties} pick(s) decided by a tie of the highest probabilities "
+                          "(scored: the returned choice, else the first in option order)")
         if m.get("invalid_reasons"):
             n = sum(b.get("invalid", 0) for b in m["evals"].values())
             console.print(f"  [yellow]{escape(m['model'])}: {n} invalid answer(s)[/] (scored as wrong; all in "

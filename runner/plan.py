@@ -6,8 +6,8 @@ started), their epochs, limits and prices, the suite, the locations and the cost
 to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
 ``--max-cost``, and the limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``,
-``--max-attempts``, ``--backoff``: every provider); ``--sample`` / ``--seed`` (instead of the file's ``limit`` or ``sample``);
-``--exclude`` adds to the file's lists; ``--model``,
+``--max-attempts``, ``--backoff``, ``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--sample`` /
+``--seed`` (instead of the file's ``limit`` or ``sample``); ``--exclude`` adds to the file's lists; ``--model``,
 ``--param`` and ``--option`` are errors (models, their parameters and options belong in the file).
 
 Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file and key where it can.
@@ -171,13 +171,16 @@ def limits_overrides(args: argparse.Namespace) -> dict:
     return {k: v for k, v in (("max_in_flight", getattr(args, "max_in_flight", None)), ("rpm", getattr(args, "rpm", None)),
                               ("tpm", getattr(args, "tpm", None)), ("attempt_timeout_s", getattr(args, "timeout", None)),
                               ("max_attempts", getattr(args, "max_attempts", None)),
-                              ("backoff_s", getattr(args, "backoff", None)))
+                              ("backoff_s", getattr(args, "backoff", None)),
+                              ("max_stated_wait_s", getattr(args, "max_stated_wait", None)),
+                              ("max_reply_bytes", getattr(args, "max_reply_bytes", None)))
             if v is not None}
 
 
-def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[float, float] | None:
+def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[float, ...] | None:
+    """(input, output[, cached input]) USD per million tokens; a model on this machine is free by default."""
     if price is not None:
-        return price.input, price.output
+        return (price.input, price.output) + (() if price.cached_input is None else (price.cached_input,))
     return (0.0, 0.0) if adapter.free else None
 
 
@@ -269,7 +272,9 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
             raise PlanError(f"{where}: {exc}") from None
         table = {k: v for k, v in (("rpm", provider.rpm), ("tpm", provider.tpm), ("max_in_flight", provider.max_in_flight),
                                    ("max_attempts", provider.max_attempts),
-                                   ("attempt_timeout_s", provider.attempt_timeout_s)) if v is not None}
+                                   ("attempt_timeout_s", provider.attempt_timeout_s),
+                                   ("max_stated_wait_s", provider.max_stated_wait_s),
+                                   ("max_reply_bytes", provider.max_reply_bytes)) if v is not None}
         a.limits = replace(a.limits, **(table | overrides))
         key = f"table:{name}" if name in run.providers else None  # models on one table share its limits
         models.append(ModelRun(a, epochs or m.epochs or run.epochs, key, _price_of(a, m.price)))

@@ -2,7 +2,7 @@
 invalid answers. On a terminal a rich bar per model; otherwise (logs) plain timestamped lines, at most one
 per model every ``interval_s`` seconds plus one when a model finishes, e.g.::
 
-    03:12:09 gpt-5-mini: 1200/2193 55% 3.9 req/s ETA 4m15s $0.4210 retries 3 429s 1 invalid 2 failed 0 cached 400
+    03:12:09 gpt-6.1-terra: 1200/2193 55% 3.9 req/s ETA 4m15s $0.4210 retries 3 429s 1 invalid 2 failed 0 cached 400
 
 The rate counts requests sent (not cache hits) over the time since the run started (so the first line
 cannot read thousands of requests a second); the time left is the requests still to do at that rate. A

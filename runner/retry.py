@@ -1,9 +1,18 @@
 """One request, attempted until it succeeds, fails deterministically, or runs out of attempts.
 
 tenacity drives the retries: exponential backoff with jitter (``Limits.backoff_s`` doubling, capped at
-``Limits.max_wait_s``) on Retryable errors (429, 5xx, timeouts, connection errors, malformed bodies); a
-429's stated wait (``Retry-After``, ``retry-after-ms`` or a reset header), when given, is the wait
-instead, and pauses the whole provider (``runner.limits``). Fatal errors (other 4xx) end at once.
+``Limits.max_wait_s``) on Retryable errors (429, 5xx, timeouts, connection errors, malformed bodies,
+errors inside a 200) unless the provider said ``x-should-retry: false``; a 429's stated wait
+(``Retry-After``, ``retry-after-ms``, a reset header, Gemini's ``RetryInfo``), when given, is the wait
+instead, honoured exactly up to ``Limits.max_stated_wait_s``, and pauses the whole provider
+(``runner.limits``). Fatal errors (other 4xx) end at once.
+
+A ProviderStop (an exhausted quota, a refused key, an unknown model, a refused form of request, or a stated
+wait longer than ``max_stated_wait_s``) halts the provider's limiter at once (a refused form of request
+after the provider has answered others is that request's own failure: Fatal, kept): attempts waiting for it end
+without being sent (raising the same ProviderStop), and the runner stops the provider (``runner.stops``).
+A reply larger than ``Limits.max_reply_bytes`` is recorded as an invalid reply (every answer "reply
+larger than N bytes") with its first bytes as the raw reply.
 
 The first attempt runs outside tenacity: most requests succeed at once, and tenacity's bookkeeping
 (~25 µs a request, measured here) is about a seventh of the runner's whole CPU per request. When it
@@ -17,14 +26,29 @@ import random
 import time
 from dataclasses import dataclass
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
-from dxi.adapters import Adapter, AdapterError, Limits, RateLimited, Reply, Request, Retryable, Transient
+from dxi.adapters import (
+    Adapter,
+    AdapterError,
+    Answer,
+    Fatal,
+    Limits,
+    ProviderStop,
+    RateLimited,
+    Reply,
+    ReplyTooLarge,
+    Request,
+    Retryable,
+    Transient,
+)
+from dxi.adapters.errors import REQUEST
 from dxi.evals import Task
 
 from .cost import Charge
 from .limits import ProviderLimiter
+from .stops import too_long
 
 
 @dataclass(slots=True)
@@ -46,13 +70,13 @@ class Outcome:
 
 
 def _waiter(limits: Limits, limiter: ProviderLimiter):
-    backoff = wait_exponential_jitter(multiplier=limits.backoff_s, max=limits.max_wait_s, jitter=limits.backoff_s)
+    backoff = wait_exponential_jitter(initial=limits.backoff_s, max=limits.max_wait_s, jitter=limits.backoff_s)
 
     def wait(state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, RateLimited):
-            if exc.retry_after is not None:  # the limiter paused the provider for it already
-                delay = min(exc.retry_after, limits.max_wait_s)
+            if exc.retry_after is not None:  # the limiter paused the provider for it already (up to the bound)
+                delay = exc.retry_after
             else:
                 delay = backoff(state)
                 limiter.pause(delay)
@@ -62,12 +86,19 @@ def _waiter(limits: Limits, limiter: ProviderLimiter):
     return wait
 
 
+def _worth_retrying(exc: BaseException) -> bool:
+    return isinstance(exc, Retryable) and exc.should_retry
+
+
 async def _once(adapter: Adapter, task: Task, request: Request, limiter: ProviderLimiter, out: Outcome,
                 charge: Charge | None) -> None:
     """One attempt: wait for the provider's limits, reserve its cost bound (``charge``), send, decode into
     ``out``; raises AdapterError, or CostBoundReached before sending anything."""
     timeout = adapter.limits.attempt_timeout_s
     ticket = await limiter.acquire(request)
+    if limiter.halted is not None:  # the provider stopped while this attempt waited: not sent
+        limiter.finish(ticket, False)
+        raise limiter.halted
     reserved = 0.0
     if charge is not None:
         try:
@@ -92,10 +123,23 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
             out.latency_ms = (time.perf_counter() - started) * 1000
         out.reply = reply = adapter.decode(task, out.body)
         ok = True
+    except ReplyTooLarge as exc:  # read no further; stored invalid with its first bytes
+        out.body = exc.prefix
+        out.reply = reply = Reply(tuple(Answer.invalid(q.id, str(exc)) for q in task.questions))
+        ok = True
     except AdapterError as exc:
         error = exc
         if isinstance(exc, RateLimited):
             out.rate_limited += 1
+            if exc.retry_after is not None and exc.retry_after > adapter.limits.max_stated_wait_s:
+                error = too_long(exc, adapter.limits.max_stated_wait_s)
+        if isinstance(error, ProviderStop) and error.cause == REQUEST and limiter.replies:
+            # the provider answered other requests of this form: the refusal is this request's own (kept)
+            error = Fatal(str(error), error.status)
+        if isinstance(error, ProviderStop):
+            limiter.halt(error)
+        if error is not exc:
+            raise error from None
         raise
     finally:  # also on cancellation: the window place is given back, the reservation settled
         if reply is not None:
@@ -119,12 +163,15 @@ async def attempt(adapter: Adapter, task: Task, request: Request, limiter: Provi
         return out
     except Retryable as exc:
         first = exc
+        if not exc.should_retry:
+            out.error = exc
+            return out
     except AdapterError as exc:
         out.error = exc
         return out
     limits = adapter.limits
-    retrying = AsyncRetrying(retry=retry_if_exception_type(Retryable), wait=_waiter(limits, limiter),
-                             stop=stop_after_attempt(max(1, limits.max_attempts)), reraise=True)
+    retrying = AsyncRetrying(retry=retry_if_exception(_worth_retrying), wait=_waiter(limits, limiter),
+                             stop=stop_after_attempt(max(1, limits.max_attempts)), reraise=True, sleep=limiter.sleep)
     try:
         async for trial in retrying:
             with trial:

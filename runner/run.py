@@ -27,7 +27,8 @@ limits it shares (a run file's provider table; default ``Adapter.provider``) and
 (``runner.cost``): each attempt reserves its cost bound before it is sent, waiting for attempts in flight to
 settle when it does not fit; once it cannot fit with nothing in flight, the feeders hand out nothing more,
 requests already handed out are not sent (their attempts cannot reserve either), the attempts in flight
-finish and are recorded, and ``run`` returns (``Budget.stopped``).
+finish and are recorded, and ``run`` returns (``Budget.stopped``). A provider stops the same way, alone,
+on a failure every request to it would meet (``runner.stops``).
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
-from dxi.adapters import Adapter, Request, Transient
+from dxi.adapters import Adapter, ProviderStop, Request, Transient
 from dxi.cache import FAILED, FATAL, INVALID, OK, Cache
 from dxi.evals import Suite, Task
 
@@ -61,7 +62,8 @@ class Stats:
     ``repaired``: replies accepted from a Markdown code fence (language models, SPEC §6);
     ``input_tokens`` / ``output_tokens``: the usage the replies of this run reported; ``cost_usd``: what
     this run's attempts cost (``runner.cost``; None for a model without a price); ``not_sent``: requests
-    handed out but not sent because the cost bound was reached (sent again by the next run);
+    not sent because the cost bound was reached or the provider stopped (``runner.stops``); ``refused``:
+    requests sent that met the provider's stop (no row either): the next run sends both;
     ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class: kept, not sent
     again unless asked); the others are transient and sent again by the next run. ``invalid`` counts
     requests (replies with at least one invalid answer), not answers.
@@ -80,6 +82,7 @@ class Stats:
     output_tokens: int = 0
     cost_usd: float | None = 0.0
     not_sent: int = 0
+    refused: int = 0
     failed_fatal: int = 0
     started: float | None = None  # monotonic seconds of the first request sent (for rates)
     errors: list[str] = field(default_factory=list)
@@ -183,6 +186,17 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
         if budget.stopped or stopped_by:
             return None
         streams = feeds[provider]
+        if limiters[provider].halted is not None:  # the provider stopped (runner.stops): count the rest not sent
+            labels = set()
+            for stream in streams:
+                for job in stream:
+                    stats[job.adapter.label].not_sent += 1
+                    in_flight.discard(job.request.key)
+                    labels.add(job.adapter.label)
+            streams.clear()
+            for label in labels:
+                progress(label)
+            return None
         while streams:
             stream = streams[0]
             streams.rotate(-1)
@@ -231,10 +245,19 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
             finally:
                 if st.cost_usd is not None:
                     st.cost_usd += outcome.cost_usd
-                if outcome.attempts:
+                if outcome.attempts and not isinstance(outcome.error, ProviderStop):
                     st.sent += 1
                     if st.started is None:
                         st.started = time.monotonic()
+            if isinstance(outcome.error, ProviderStop):  # the provider stopped: no row, the next run sends it
+                if outcome.attempts:
+                    st.refused += 1
+                else:
+                    st.not_sent += 1
+                st.attempts += outcome.attempts
+                st.rate_limited += outcome.rate_limited
+                progress(job.adapter.label)
+                return
             record(job, outcome)
         except asyncio.CancelledError:
             if outcome.reply is not None and outcome.error is None:

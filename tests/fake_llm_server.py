@@ -52,7 +52,7 @@ class FakeLLM:
         if kind == "echo401":  # as providers do: "Incorrect API key provided: <the key>"
             sent = " ".join(v for k, v in request.headers.items() if k.lower() in ("authorization", "x-api-key",
                                                                                   "x-goog-api-key"))
-            return web.json_response({"error": {"message": f"Incorrect API key provided: {sent}"}}, status=401)
+            return web.json_response(error_body(fmt, 401, message=f"Incorrect API key provided: {sent}"), status=401)
         if kind == "429body":
             return web.json_response(error_body(fmt, 429, float(arg)), status=429)
         if kind == "malformed":

@@ -4,9 +4,10 @@ Wire formats are pluggable. A *responder* is a pure function from the parsed req
 JSON; ``ROUTES`` maps each POST path to a responder factory ``factory(model) -> Responder``:
 
 * ``/v1/systemone``: ``systemone`` (System One decision models, ``shared/PROTOCOLS.md`` §A);
-* ``/v1/chat/completions``, ``/v1/messages``, ``/v1/decisions``: the language-model and OpenAI Decisions
-  responders of ``tests.wire_formats`` (OpenAI-compatible Chat Completions, structured or logprob;
-  Anthropic Messages; OpenAI Decisions), as the providers document them.
+* ``/v1/chat/completions``, ``/v1/messages``, ``/v1/decisions``, ``/v1beta/models/{model}:generateContent``:
+  the language-model and OpenAI Decisions responders of ``tests.wire_formats`` (OpenAI-compatible Chat
+  Completions, structured or logprob; Anthropic Messages; OpenAI Decisions; Gemini), as the providers
+  document them.
 
 To serve another format, add a route: ``ROUTES["/v1/messages"] = my_factory`` (every server made
 afterwards has it), or pass ``routes={path: responder}`` to one server, or ``--route PATH=module:factory``
@@ -28,6 +29,14 @@ Behaviour of each request, in order:
      (``x-ratelimit-reset-requests`` with ``x-ratelimit-remaining-requests: 0``);
    * ``"500"``, ``"503"``, ``"400"``, ``"401"``, ``"422"``, ...: that status with a small JSON error body;
    * ``"malformed"``: 200 with a body that is not the wire format (HTML, or the reply cut in half);
+   * the hostile replies, in the format of the route (``tests.wire_formats``): ``"quota"`` (429 with the
+     provider's exhausted-quota body: OpenAI ``insufficient_quota``, Anthropic
+     ``enforced_spend_limit_reached``, Gemini's per-day ``QuotaFailure``), ``"error200"`` (an error inside
+     a 200), ``"gzip_cut"`` (the reply gzip-compressed, its 8-byte trailer missing), ``"gzip"`` (the whole
+     gzip reply), ``"duplicate"`` (an answer named twice), ``"nan"`` (``NaN``/``Infinity`` in a decision
+     reply), ``"huge:<bytes>"`` (a reply of that many bytes, streamed, never held in memory),
+     ``"noretry:<status>"`` (that status with ``x-should-retry: false``), ``"unsupported"`` (a 400 refusing
+     the request's form: an unsupported parameter or schema);
    * ``"sleep:<seconds>"``: wait, then reply ok; ``"hang"``: never reply (until the client gives up or
      ``hang_s`` passes): a timeout;
    * ``"drop"``: close the connection without a reply; ``"reset"``: reset it (TCP RST).
@@ -53,6 +62,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import hashlib
 import importlib
 import math
@@ -127,13 +137,19 @@ def wire_format(respond: Callable[[dict], dict]) -> Callable[[str], Responder]:
     return lambda model: respond
 
 
+GEMINI = "/v1beta/models/{name}"  # {name} is MODEL:generateContent
+
 # POST path -> responder factory(model)
 ROUTES: dict[str, Callable[[str], Responder]] = {
     "/v1/systemone": systemone,
     "/v1/chat/completions": wire_format(wire_formats.openai_chat),
     "/v1/messages": wire_format(wire_formats.anthropic_messages),
     "/v1/decisions": wire_format(wire_formats.openai_decisions),
+    GEMINI: wire_format(wire_formats.gemini_generate),
 }
+# POST path -> the wire format's name in tests.wire_formats (its error bodies and hostile replies)
+FORMATS = {"/v1/systemone": "systemone", "/v1/chat/completions": "openai", "/v1/messages": "anthropic",
+           "/v1/decisions": "openai-decisions", GEMINI: "gemini"}
 
 
 @dataclass
@@ -213,6 +229,7 @@ class FakeProvider:
         self.routes.update(routes or {})
         self.requests: list[tuple[float, dict]] = []
         self.headers: list[dict[str, str]] = []
+        self.quota_at: float | None = None  # monotonic time the first quota 429 was written out
         self.counts: Counter[str] = Counter()
         self._arrived: Counter[bytes] = Counter()
         self._answered: Counter[bytes] = Counter()
@@ -294,6 +311,20 @@ class FakeProvider:
         else:
             behaviour = self.default
         kind, _, arg = behaviour.partition(":")
+        route = request.match_info.route.resource.canonical if request.match_info.route.resource else request.path
+        fmt = FORMATS.get(route, "openai")
+        if kind == "quota":
+            response = await self._reply(request, key, orjson.dumps(wire_formats.quota_body(fmt)), 429, kind="quota")
+            if self.quota_at is None:
+                self.quota_at = time.monotonic()
+            return response
+        if kind == "huge":
+            return await self._huge(request, int(arg))
+        if kind == "unsupported":  # a 400 refusing the form of the request
+            return await self._reply(request, key, orjson.dumps(wire_formats.unsupported_body(fmt)), 400, kind="fatal")
+        if kind == "noretry":  # a retryable status the provider says not to retry
+            return await self._reply(request, key, orjson.dumps(wire_formats.error_body(fmt, int(arg))), int(arg),
+                                     {"x-should-retry": "false"}, kind="server_error")
         if kind == "429":
             headers = _wait_headers(arg) | self._rate_headers(None)
             return await self._reply(request, key, b'{"error": "rate limited"}', 429, headers, "rate_limited")
@@ -322,18 +353,48 @@ class FakeProvider:
             await asyncio.sleep(delay)
         if kind == "5xx" or kind.isdigit():
             status = rng.choice((500, 502, 503)) if kind == "5xx" else int(kind)
-            return await self._reply(request, key, orjson.dumps({"error": f"injected {status}"}), status,
+            return await self._reply(request, key, orjson.dumps(wire_formats.error_body(fmt, status)), status,
                                      kind="server_error" if status >= 500 else "fatal")
-        responder = self.routes.get(request.path)
+        responder = self.routes.get(route)
         if responder is None:
             return await self._reply(request, key, b'{"error": "no such route"}', 404, kind="fatal")
-        reply = orjson.dumps(responder(payload))
+        answer = responder(payload)
+        reply = orjson.dumps(answer)
+        if kind in ("error200", "duplicate", "nan"):
+            body = {"error200": lambda: orjson.dumps(wire_formats.error_in_200(fmt, answer)),
+                    "duplicate": lambda: wire_formats.duplicate_key(fmt, answer),
+                    "nan": lambda: wire_formats.with_nan(fmt, answer)}[kind]()
+            return await self._reply(request, key, body, kind=kind)
+        if kind in ("gzip", "gzip_cut"):
+            packed = gzip.compress(reply)
+            return await self._reply(request, key, packed[:-8] if kind == "gzip_cut" else packed,
+                                     headers={"Content-Encoding": "gzip"}, kind=kind)
         if kind == "malformed":
             body = rng.choice((b"<html><body>502 upstream error</body></html>", reply[: len(reply) // 2]))
             return await self._reply(request, key, body, kind="malformed")
         if kind not in ("ok", "sleep"):
             raise ValueError(f"unknown behaviour {behaviour!r}")
         return await self._reply(request, key, reply, headers=self._rate_headers(None) or None)
+
+    async def _huge(self, request: web.Request, size: int) -> web.StreamResponse:
+        """A JSON reply of ``size`` bytes (a long string field), written in 64 KiB chunks."""
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        head, tail = b'{"padding": "', b'"}'
+        chunk = b"x" * (64 << 10)
+        try:
+            await resp.prepare(request)
+            await resp.write(head)
+            left = size - len(head) - len(tail)
+            while left > 0:
+                await resp.write(chunk[:left])
+                left -= len(chunk)
+            await resp.write(tail)
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):
+            self.counts["aborted"] += 1
+            return resp
+        self.counts["huge"] += 1
+        return resp
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"} | ({"model": self.model} if self.model else {}))

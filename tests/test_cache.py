@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -249,7 +250,7 @@ def test_a_shard_written_before_a_column_existed_reads_beside_newer_ones(tmp_pat
     key index and every scan read both, the old rows with nulls in the new column."""
     from dxi.cache.schema import SCHEMA
 
-    old_schema = SCHEMA.remove(SCHEMA.get_field_index("repaired"))
+    old_schema = pa.schema([f for f in SCHEMA if f.name not in ("repaired", "cached_input_tokens")])
     (tmp_path / "shards").mkdir(parents=True)
     old = pl.DataFrame([{k: v for k, v in row("old").items() if k != "repaired"}]).to_arrow()
     pq.write_table(old.select(old_schema.names).cast(old_schema), tmp_path / "shards" / "0000-old.parquet")

@@ -4,6 +4,7 @@ answers, usage, every invalid-reply rule, the runner's retry rules, keys, and th
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -18,7 +19,7 @@ from dxi.runner.cli import main
 from . import wire_formats
 from .fake_llm_server import FakeLLM
 from .fake_provider import FakeProvider
-from .test_systemone import run_model
+from .test_systemone import FAST, run_model
 
 KINDS = ("openai", "anthropic", "gemini", "openai-decisions", "logprobs")
 NAMES = {"openai": "gpt-fake", "anthropic": "claude-fake", "gemini": "gemini-fake", "openai-decisions": "luna-fake",
@@ -52,6 +53,10 @@ def test_request_bodies_follow_each_wire_format(data_dir: Path):
     assert body["openai"] == {"model": "gpt-fake", "messages": llm.messages(task), "response_format": {
         "type": "json_schema", "json_schema": {"name": "answers", "strict": True, "schema": schema}}}
     assert body["anthropic"] == {
+        "model": "claude-fake", "max_tokens": 1024, "system": llm.SYSTEM_PROMPT,
+        "messages": [{"role": "user", "content": llm.render(task)}],
+        "output_config": {"format": {"type": "json_schema", "schema": schema}}}
+    assert orjson.loads(offline("anthropic-tool").encode(task).body) == {
         "model": "claude-fake", "max_tokens": 1024, "system": llm.SYSTEM_PROMPT,
         "messages": [{"role": "user", "content": llm.render(task)}],
         "tools": [{"name": "answer", "description": "Record the answer picked for every question.", "input_schema": schema}],
@@ -106,9 +111,13 @@ MODES = [
     ("openai", "refusal", "refusal: I'm sorry, I cannot help with that request."), ("openai", "empty", llm.EMPTY),
     ("openai", "reasoning", llm.REASONING_ONLY),
     ("openai", "content_filter", "blocked by the provider's content filter (finish_reason content_filter)"),
-    ("anthropic", "refusal", "refusal (stop_reason refusal)"),
-    ("anthropic", "truncated", llm.TRUNCATED.format("stop_reason max_tokens")),
-    ("anthropic", "text", "no 'answer' tool call: the model replied in text"), ("anthropic", "thinking", llm.REASONING_ONLY),
+    ("anthropic", "fenced", None), ("anthropic", "prose", llm.NOT_JSON), ("anthropic", "text", llm.NOT_JSON),
+    ("anthropic", "empty", llm.EMPTY), ("anthropic", "refusal", "refusal (stop_reason refusal)"),
+    ("anthropic", "truncated", llm.TRUNCATED.format("stop_reason max_tokens")), ("anthropic", "thinking", llm.REASONING_ONLY),
+    ("anthropic-tool", "refusal", "refusal (stop_reason refusal)"),
+    ("anthropic-tool", "truncated", llm.TRUNCATED.format("stop_reason max_tokens")),
+    ("anthropic-tool", "text", "no 'answer' tool call: the model replied in text"),
+    ("anthropic-tool", "thinking", llm.REASONING_ONLY),
     ("gemini", "fenced", None), ("gemini", "prose", llm.NOT_JSON),
     ("gemini", "truncated", llm.TRUNCATED.format("finishReason MAX_TOKENS")),
     ("gemini", "safety", "no usable answer (finishReason SAFETY)"),
@@ -116,11 +125,21 @@ MODES = [
 ]
 
 
+def offline(kind: str) -> adapters.Adapter:
+    """The adapter of ``kind`` on an unused loopback URL (encode and decode only); ``anthropic-tool``: the
+    anthropic adapter with the forced tool of older models."""
+    if kind == "anthropic-tool":
+        return adapters.get(adapters.ModelSpec("anthropic", NAMES["anthropic"], "http://127.0.0.1:1",
+                                               options={"structured": "tool"}))
+    return adapters.get(f"{kind}:{NAMES[kind]}@http://127.0.0.1:1")
+
+
 @pytest.mark.parametrize("kind, mode, reason", MODES)
 def test_every_reply_mode_decodes_to_the_rule(data_dir: Path, kind: str, mode: str, reason: str | None):
-    adapter = adapters.get(f"{kind}:{NAMES[kind]}@http://127.0.0.1:1")
+    adapter = offline(kind)
     for task in tasks(data_dir):
-        reply = adapter.decode(task, orjson.dumps(RESPONDER[kind](orjson.loads(adapter.encode(task).body), mode)))
+        reply = adapter.decode(task, orjson.dumps(RESPONDER[kind.removesuffix("-tool")](
+            orjson.loads(adapter.encode(task).body), mode)))
         if reason is None:
             assert reply.repaired and [(a.question_id, a.predicted) for a in reply.answers] == [
                 (q, p) for q, p, _ in expected(task, kind)]
@@ -254,13 +273,18 @@ async def test_api_key_is_sent_in_its_header_and_never_stored(data_dir: Path, tm
                                                               monkeypatch: pytest.MonkeyPatch, kind: str):
     secret = "sk-test-do-not-store-0123456789"
     monkeypatch.setenv(KEY_ENV[kind], secret)
+    limiters: dict = {}
     async with FakeLLM(script=["401", "ok"]) as server:
-        _, stats, rows = await run_model(model(kind, server), data_dir, tmp_path / "c", limit=2)
+        _, stats, rows = await run_model(model(kind, server), data_dir, tmp_path / "c", replace(FAST, max_in_flight=1),
+                                         limit=2, limiters=limiters)
     header, value = HEADERS[kind]
     assert {h[header] for h in server.headers} == {value.format(secret)}
     if kind == "anthropic":
         assert {h["anthropic-version"] for h in server.headers} == {"2023-06-01"}
-    assert stats.failed == 1 and "check the API key" in rows.filter(pl.col("status") == "failed")["error"][0]
+    # a refused key stops the provider: the second request is not sent, neither is stored (the next run sends them)
+    (limiter,) = limiters.values()
+    assert (len(server.requests), stats.sent, stats.refused, stats.not_sent, rows.height) == (1, 0, 1, 1, 0)
+    assert limiter.halted.cause == "API key refused" and "check the API key" in str(limiter.halted)
     for path in (tmp_path / "c").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes()
@@ -271,10 +295,11 @@ async def test_a_key_the_provider_echoes_back_is_redacted_everywhere(data_dir: P
                                                                     monkeypatch: pytest.MonkeyPatch, kind: str):
     secret = "test-key-echoed-by-the-provider-42"
     monkeypatch.setenv(KEY_ENV[kind], secret)
+    limiters: dict = {}
     async with FakeLLM(default="echo401") as server:
-        _, stats, rows = await run_model(model(kind, server), data_dir, tmp_path / "c", limit=1)
-    assert stats.failed == 1
-    (error,) = rows["error"].to_list()
+        _, stats, rows = await run_model(model(kind, server), data_dir, tmp_path / "c", limit=1, limiters=limiters)
+    assert (stats.refused, rows.height) == (1, 0)
+    error = str(next(iter(limiters.values())).halted)
     assert "Incorrect API key provided" in error and "[REDACTED]" in error and secret not in error
     for path in (tmp_path / "c").rglob("*"):
         if path.is_file():

@@ -25,12 +25,12 @@ FAST = Limits(max_in_flight=4, attempt_timeout_s=5, max_attempts=4, backoff_s=0.
 
 
 async def run_model(model: str, data_dir: Path, cache_dir: Path, limits: Limits = FAST, limit: int | None = 1,
-                    evals: tuple[str, ...] | None = ("when2call",), **cache_options):
+                    evals: tuple[str, ...] | None = ("when2call",), limiters: dict | None = None, **cache_options):
     adapter = adapters.get(model, limits)
     await adapter.start()
     try:
         with Cache(cache_dir, **cache_options) as cache:
-            stats = await run([adapter], Suite(discover(data_dir), limit=limit, evals=evals), cache)
+            stats = await run([adapter], Suite(discover(data_dir), limit=limit, evals=evals), cache, limiters=limiters)
             rows = cache.scan().collect()
     finally:
         await adapter.close()
@@ -108,10 +108,13 @@ async def test_retries_run_out_then_the_next_run_asks_again(data_dir: Path, tmp_
 async def test_api_key_is_sent_but_never_stored(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     secret = "sk-test-do-not-store-0123456789"
     monkeypatch.setenv("SYSTEMONE_API_KEY", secret)
+    limiters: dict = {}
     async with FakeProvider(script=["401"]) as server:
-        _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
+        _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c", limiters=limiters)
     assert server.headers[0]["Authorization"] == f"Bearer {secret}"
-    assert stats.failed == 1 and "check the API key" in rows["error"][0]
+    # a refused key stops the provider; nothing is stored, the next run sends the request
+    assert (stats.refused, rows.height) == (1, 0)
+    assert "check the API key" in str(next(iter(limiters.values())).halted)
     for path in (tmp_path / "c").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes()

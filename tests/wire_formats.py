@@ -12,11 +12,13 @@ Formats and their modes (``"ok"`` everywhere):
 * ``openai_chat`` — Chat Completions, structured (``response_format`` json_schema) or logprob requests
   (``logprobs: true``): ``fenced``, ``prose``, ``truncated`` (finish_reason length, JSON cut off), ``refusal``
   (``message.refusal``), ``empty``, ``reasoning`` (content only in ``reasoning_content``), ``missing`` (first
-  question left out), ``outside`` (a value outside the enum), ``content_filter``; for logprob requests
+  question left out), ``outside`` (a value outside the enum), ``content_filter``, ``cached`` (half the prompt
+  cached: ``prompt_tokens_details.cached_tokens``); for logprob requests
   ``no_logprobs`` and ``off_answers`` (no allowed answer among the top tokens);
-* ``anthropic_messages`` — Messages with a forced tool: ``refusal`` (stop_reason refusal), ``truncated``
-  (stop_reason max_tokens), ``text`` (prose, no tool call), ``thinking`` (thinking block only), ``missing``,
-  ``outside``;
+* ``anthropic_messages`` — Messages with a structured output (a text block) or a forced tool: ``fenced``,
+  ``prose``, ``empty`` (structured output), ``refusal`` (stop_reason refusal), ``truncated`` (stop_reason
+  max_tokens), ``text`` (prose, no tool call), ``thinking`` (thinking block only), ``missing``, ``outside``,
+  ``cached`` (100 cache-read and 20 cache-write input tokens);
 * ``gemini_generate`` — generateContent: ``fenced``, ``prose``, ``truncated`` (MAX_TOKENS), ``safety``
   (finishReason SAFETY), ``blocked`` (promptFeedback.blockReason), ``thought`` (thought parts only),
   ``missing``, ``outside``;
@@ -118,30 +120,45 @@ def openai_chat(request: dict, mode: str = "ok") -> dict:
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
         n_out = OUTPUT_TOKENS_PER_QUESTION * len(answers or [0])
     n_in = prompt_tokens(request)
+    usage: dict[str, Any] = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+    if mode == "cached":  # half the prompt read from OpenAI's prompt cache (counted within prompt_tokens)
+        usage["prompt_tokens_details"] = {"cached_tokens": n_in // 2, "audio_tokens": 0}
     return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000, "model": request["model"],
-            "choices": [choice], "usage": {"prompt_tokens": n_in, "completion_tokens": n_out,
-                                           "total_tokens": n_in + n_out}}
+            "choices": [choice], "usage": usage}
 
 
 # ---- Anthropic Messages -----------------------------------------------------------------------------------
 def anthropic_messages(request: dict, mode: str = "ok") -> dict:
-    """A Messages response to a request whose ``tool_choice`` forces the answer tool."""
-    tool = request["tools"][0]
-    answers = _answers(_allowed(tool["input_schema"]), mode)
-    content: list[dict] = [{"type": "tool_use", "id": "toolu_fake", "name": tool["name"], "input": answers}]
-    stop = "tool_use"
+    """A Messages response to a structured-output request (``output_config.format`` json_schema: the answer
+    as a text block) or to one whose ``tool_choice`` forces the answer tool (the answer as ``tool_use``)."""
+    forced = "tools" in request
+    schema = request["tools"][0]["input_schema"] if forced else request["output_config"]["format"]["schema"]
+    answers = _answers(_allowed(schema), mode)
+    if forced:
+        content: list[dict] = [{"type": "tool_use", "id": "toolu_fake", "name": request["tools"][0]["name"],
+                                "input": answers}]
+        stop = "tool_use"
+    else:
+        content, stop = [{"type": "text", "text": _text(answers, mode)}], "end_turn"
     if mode == "refusal":
         content, stop = [], "refusal"
     elif mode == "truncated":
-        content[0]["input"], stop = {}, "max_tokens"
+        stop = "max_tokens"
+        if forced:
+            content[0]["input"] = {}
     elif mode == "text":
         content, stop = [{"type": "text", "text": f"The answers are {orjson.dumps(answers).decode()}"}], "end_turn"
     elif mode == "thinking":
         content, stop = [{"type": "thinking", "thinking": "Considering...", "signature": "sig"}], "end_turn"
+    elif mode == "empty":
+        content = [{"type": "text", "text": ""}]
+    n_in = prompt_tokens(request)
     return {"id": "msg_fake", "type": "message", "role": "assistant", "model": request["model"], "content": content,
             "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": prompt_tokens(request),
-                      "output_tokens": OUTPUT_TOKENS_PER_QUESTION * len(answers or [0])}}
+            "usage": {"input_tokens": n_in, "output_tokens": OUTPUT_TOKENS_PER_QUESTION * len(answers or [0]),
+                      # mode cached: 100 tokens read from the prompt cache, 20 written to it (outside input_tokens)
+                      "cache_creation_input_tokens": 20 if mode == "cached" else 0,
+                      "cache_read_input_tokens": 100 if mode == "cached" else 0}}
 
 
 # ---- Gemini generateContent -------------------------------------------------------------------------------
@@ -197,10 +214,11 @@ _GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 429: "RESOURC
                   503: "UNAVAILABLE"}
 
 
-def error_body(fmt: str, status: int, retry_delay_s: float | None = None) -> dict:
-    """The error JSON of format ``fmt`` ("openai", "anthropic", "gemini") for an HTTP ``status``; Gemini's
-    429 carries ``retry_delay_s`` as a ``google.rpc.RetryInfo`` detail when given."""
-    message = f"injected {status}"
+def error_body(fmt: str, status: int, retry_delay_s: float | None = None, message: str | None = None) -> dict:
+    """The error JSON of format ``fmt`` ("openai", "anthropic", "gemini"; any other: OpenAI's, which proxies
+    forward) for an HTTP ``status``, saying ``message`` (default "injected STATUS"); Gemini's 429 carries
+    ``retry_delay_s`` as a ``google.rpc.RetryInfo`` detail when given."""
+    message = message or f"injected {status}"
     if fmt == "anthropic":
         return {"type": "error", "error": {"type": _ANTHROPIC_ERRORS.get(status, "api_error"), "message": message}}
     if fmt == "gemini":
@@ -209,8 +227,103 @@ def error_body(fmt: str, status: int, retry_delay_s: float | None = None) -> dic
         return {"error": {"code": status, "message": message, "status": _GOOGLE_STATUS.get(status, "UNKNOWN"),
                           "details": details}}
     return {"error": {"message": message, "type": _OPENAI_ERRORS.get(status, "server_error"), "param": None,
-                      "code": None}}
+                      "code": "invalid_api_key" if status == 401 else None}}
 
 
 RESPONDERS = {"openai": openai_chat, "anthropic": anthropic_messages, "gemini": gemini_generate,
               "openai-decisions": openai_decisions}
+
+
+# ---- the providers' hostile replies (served by tests/fake_provider.py per format) ---------------------------
+def quota_body(fmt: str) -> dict:
+    """The error body of an exhausted quota, as each provider documents it (``adapters.provider_errors``):
+    OpenAI ``insufficient_quota`` (also what LiteLLM and other proxies forward: ``systemone``,
+    ``openai-decisions``), Anthropic ``enforced_spend_limit_reached``, Gemini's per-day ``QuotaFailure``
+    with a ``RetryInfo`` of 12 hours."""
+    if fmt == "anthropic":
+        return {"type": "error", "error": {"type": "rate_limit_error",
+                                           "message": "Your organization has reached its monthly usage limit.",
+                                           "details": {"error_code": "enforced_spend_limit_reached"}},
+                "request_id": "req_fake"}
+    if fmt == "gemini":
+        return {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED",
+                          "message": "You exceeded your current quota, please check your plan and billing details.",
+                          "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+                              {"quotaMetric": "generativelanguage.googleapis.com/generate_requests_per_model_per_day",
+                               "quotaId": "GenerateRequestsPerDayPerProjectPerModel"}]},
+                              {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "43200s"}]}}
+    return {"error": {"message": "You exceeded your current quota, please check your plan and billing details.",
+                      "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}
+
+
+def error_in_200(fmt: str, reply: dict) -> dict:
+    """A 200 reply that carries an error instead of an answer: OpenRouter's mid-generation error (a choice
+    with ``finish_reason: "error"`` and an ``error`` object) for Chat Completions, an ``error`` event for
+    Anthropic, an ``error`` body for the others."""
+    if fmt == "openai":
+        choice = {**reply["choices"][0], "finish_reason": "error",
+                  "message": {"role": "assistant", "content": "", "refusal": None},
+                  "error": {"code": 502, "message": "Upstream provider returned an error"}}
+        return {**reply, "choices": [choice]}
+    if fmt == "anthropic":
+        return {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    if fmt == "gemini":
+        return {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
+    return {"error": {"code": 502, "message": "Upstream provider returned an error"}}
+
+
+def _first_key_twice(obj: dict) -> str:
+    """``obj`` as JSON text with its first key written twice (the same value): a duplicate key."""
+    first, value = next(iter(obj.items()))
+    return "{" + orjson.dumps(first).decode() + ":" + orjson.dumps(value).decode() + "," + orjson.dumps(obj).decode()[1:]
+
+
+def duplicate_key(fmt: str, reply: dict) -> bytes:
+    """The reply with its first answer named twice: a language model's JSON object, System One ``answers``,
+    an OpenAI Decisions ``probabilities`` list naming its first option twice."""
+    if fmt == "openai":
+        message = reply["choices"][0]["message"]
+        message["content"] = _first_key_twice(orjson.loads(message["content"]))
+    elif fmt == "anthropic":
+        reply["content"][0]["text"] = _first_key_twice(orjson.loads(reply["content"][0]["text"]))
+    elif fmt == "gemini":
+        part = reply["candidates"][0]["content"]["parts"][0]
+        part["text"] = _first_key_twice(orjson.loads(part["text"]))
+    elif fmt == "openai-decisions":
+        probs = next(a["probabilities"] for a in reply["answers"] if a["type"] == "choice")
+        probs.append(dict(probs[0]))
+    else:  # systemone: the answers object's first key twice
+        answers = _first_key_twice(reply.pop("answers"))
+        return orjson.dumps(reply)[:-1] + b',"answers":' + answers.encode() + b"}"
+    return orjson.dumps(reply)
+
+
+def with_nan(fmt: str, reply: dict) -> bytes:
+    """A decision reply with ``NaN`` for the first probability of the first choice question (``Infinity``
+    for a yes/no one): not JSON, but what some servers write."""
+    marker = "__not_a_number__"
+    for answer in reply["answers"].values() if fmt == "systemone" else reply["answers"]:
+        if answer["type"] == "choice":
+            probs = answer["probabilities"]
+            if isinstance(probs, dict):
+                probs[next(iter(probs))] = marker
+            else:
+                probs[0]["probability"] = marker
+            break
+    else:
+        answer = next(iter(reply["answers"].values())) if fmt == "systemone" else reply["answers"][0]
+        answer["noul" if fmt == "systemone" else "probability"] = marker
+        return orjson.dumps(reply).replace(f'"{marker}"'.encode(), b"Infinity")
+    return orjson.dumps(reply).replace(f'"{marker}"'.encode(), b"NaN")
+
+
+def unsupported_body(fmt: str) -> dict:
+    """A 400 refusing the form of the request (a schema feature or parameter the model does not support)."""
+    if fmt == "anthropic":
+        return {"type": "error", "error": {"type": "invalid_request_error",
+                                           "message": "tool_choice of type 'tool' is not supported with this model"}}
+    if fmt == "gemini":
+        return {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "Invalid JSON payload received. "
+                          "Unknown name \"responseJsonSchema\" at 'generation_config': Cannot find field."}}
+    return {"error": {"message": "Unsupported parameter: 'response_format' is not supported with this model.",
+                      "type": "invalid_request_error", "param": "response_format", "code": "unsupported_parameter"}}

@@ -1,0 +1,207 @@
+"""Reading the providers' error bodies: the provider's own message, and the failures that every request to
+the provider would meet alike (``errors.ProviderStop``), told apart from a rate limit or a bad request.
+
+One function, ``provider_stop``, reads the three documented error shapes (they cannot be confused):
+
+* **OpenAI** (and OpenAI-compatible gateways): ``{"error": {"message", "type", "param", "code"}}``.
+  Quota and billing: HTTP 429 with ``error.type`` ``insufficient_quota`` or ``error.code`` one of
+  ``insufficient_quota``, ``credit_balance_exhausted``, ``organization_spend_limit_exceeded``,
+  ``project_spend_limit_exceeded``, ``organization_usage_limit_exceeded`` ("Check error.code in the API
+  response. A billing-related error may still use the broader error.type value insufficient_quota";
+  "Retrying these errors won't restore access": help.openai.com/en/articles/6614457 and 5955604;
+  developers.openai.com/api/docs/guides/spend-limits). A 400 for an unsupported parameter or value carries
+  ``error.code`` ``unsupported_parameter`` / ``unsupported_value`` and names the field in ``error.param``.
+* **Anthropic**: ``{"type": "error", "error": {"type", "message", "details": {"error_code"}}}``. Spend
+  limits: a 429 ``rate_limit_error`` whose ``error.details.error_code`` is ``enforced_spend_limit_reached``
+  (the tier's monthly cap; access resumes 00:00 UTC on the first day of the next month, and the reply has
+  no retry-after), ``contract_spend_limit_reached`` or ``linked_organization_spend_limit_reached`` (the
+  anthropic SDK's ``types/shared/*_spend_limit_reached_error_details.py``, ``ErrorDetails`` union);
+  ``organization_on_hold``; a 402 ``billing_error``; and a spend limit the user set: HTTP 400
+  ``invalid_request_error`` whose message begins "You have reached your specified (workspace) API usage
+  limits" and states when access resumes (platform.claude.com/docs/en/api/errors).
+* **Google** (Gemini): ``{"error": {"code", "message", "status", "details": [...]}}``. A per-day quota:
+  429 ``RESOURCE_EXHAUSTED`` with a ``type.googleapis.com/google.rpc.QuotaFailure`` detail whose
+  violations' ``quotaId`` names a per-day quota (``GenerateRequestsPerDayPerProjectPerModel-FreeTier``,
+  ``quotaMetric`` ``.../generate_requests_per_model_per_day``); its ``google.rpc.RetryInfo``
+  ``retryDelay`` says when it resets (ai.google.dev/gemini-api/docs/rate-limits: per-day quotas reset at
+  midnight Pacific time; google/rpc/error_details.proto).
+
+Whatever the shape: 401 and 403 (the key is refused or lacks permission; Google also says so in a 400
+whose ``google.rpc.ErrorInfo`` reason is ``API_KEY_INVALID`` and the like) and 404 (an unknown model or
+path) stop the provider; a 400 stops it when it refuses the request's form (an unsupported schema,
+parameter or field), not its content (a prompt too long is this request's own failure).
+"""
+from __future__ import annotations
+
+import calendar
+import contextlib
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from .errors import KEY, MODEL, QUOTA, REQUEST, ProviderStop
+
+OPENAI_QUOTA_CODES = frozenset({"insufficient_quota", "credit_balance_exhausted", "organization_spend_limit_exceeded",
+                                "project_spend_limit_exceeded", "organization_usage_limit_exceeded"})
+OPENAI_FORM_CODES = frozenset({"unsupported_parameter", "unsupported_value", "invalid_json_schema", "model_not_found",
+                               "unknown_parameter"})
+# the body fields whose refusal concerns every request alike (the form the adapter gives every request)
+FORM_PARAMS = frozenset({"model", "response_format", "tools", "tool_choice", "output_config", "logprobs", "top_logprobs",
+                         "max_tokens", "max_completion_tokens", "generationConfig", "responseJsonSchema",
+                         "response_format.json_schema", "temperature", "reasoning_effort", "seed"})
+ANTHROPIC_SPEND_CODES = frozenset({"enforced_spend_limit_reached", "contract_spend_limit_reached",
+                                   "linked_organization_spend_limit_reached", "organization_on_hold",
+                                   "linked_organization_billing_unavailable"})
+# Google: a key that is not valid is a 400 INVALID_ARGUMENT whose ErrorInfo reason says so (google/rpc/error_details.proto)
+GOOGLE_KEY_REASONS = frozenset({"API_KEY_INVALID", "API_KEY_SERVICE_BLOCKED", "API_KEY_HTTP_REFERRER_BLOCKED",
+                                "API_KEY_IP_ADDRESS_BLOCKED", "SERVICE_DISABLED", "ACCESS_TOKEN_EXPIRED"})
+GOOGLE_BILLING_REASONS = frozenset({"BILLING_DISABLED"})
+_USAGE_LIMIT = re.compile(r"you have reached your specified (?:workspace )?api usage limits", re.IGNORECASE)
+_REGAIN = re.compile(r"(\d{4}-\d{2}-\d{2})(?:[ T]?(?:at )?(\d{1,2}:\d{2})(?::\d{2})?)?\s*(?:UTC|Z)?")
+_FORM = re.compile(r"unsupported|not supported|does not support|is not available for|unknown (?:parameter|field|name)"
+                   r"|unrecognized (?:request argument|field|parameter)|extra inputs are not permitted|invalid (?:json )?schema"
+                   r"|\bschema\b|tool_choice|output_config|response_format|responsejsonschema", re.IGNORECASE)
+_CONTENT = re.compile(r"context|too long|too many tokens|maximum .*tokens|prompt is too|exceeds? the (?:maximum|limit)",
+                      re.IGNORECASE)
+_PER_DAY = re.compile(r"per ?day|_day\b|daily", re.IGNORECASE)
+
+
+def error_doc(payload: bytes) -> dict:
+    """The ``error`` object of an error body (any of the three shapes), or {} when there is none."""
+    with contextlib.suppress(orjson.JSONDecodeError, TypeError):
+        doc = orjson.loads(payload)
+        if isinstance(doc, list) and doc and isinstance(doc[0], dict):  # Google sometimes wraps it in a list
+            doc = doc[0]
+        error = doc.get("error") if isinstance(doc, dict) else None
+        if isinstance(error, dict):
+            return error
+        if isinstance(error, str):
+            return {"message": error}
+    return {}
+
+
+def error_message(payload: bytes) -> str | None:
+    """The provider's own message in an error body (``error.message``), None when it gives none."""
+    message = error_doc(payload).get("message")
+    return message if isinstance(message, str) and message.strip() else None
+
+
+def retry_delay(error: dict) -> float | None:
+    """Seconds of a Google error object's ``google.rpc.RetryInfo`` ``retryDelay`` ("32s"); None when absent,
+    negative or not finite."""
+    for detail in error.get("details") or []:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
+            with contextlib.suppress(TypeError, ValueError):
+                delay = float(str(detail.get("retryDelay", "")).removesuffix("s"))
+                if 0 <= delay < float("inf"):
+                    return delay
+    return None
+
+
+def _per_day_violation(error: dict) -> str | None:
+    for detail in error.get("details") or []:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.QuotaFailure"):
+            for v in detail.get("violations") or []:
+                if isinstance(v, dict):
+                    named = f"{v.get('quotaId', '')} {v.get('quotaMetric', '')}"
+                    if _PER_DAY.search(named):
+                        return str(v.get("quotaId") or v.get("quotaMetric"))
+    return None
+
+
+def _error_info_reason(error: dict) -> str:
+    """The ``reason`` of a Google error's ``google.rpc.ErrorInfo`` detail ("API_KEY_INVALID"), or ""."""
+    for detail in error.get("details") or []:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.ErrorInfo"):
+            return str(detail.get("reason") or "")
+    return ""
+
+
+def _next_month_utc(now: float) -> float:
+    """Seconds from ``now`` (Unix time) to 00:00 UTC on the first day of the next month."""
+    t = datetime.fromtimestamp(now, UTC)
+    year, month = (t.year + 1, 1) if t.month == 12 else (t.year, t.month + 1)
+    return calendar.timegm((year, month, 1, 0, 0, 0)) - now
+
+
+def _regain_in(message: str, now: float) -> float | None:
+    """Seconds until the date a message says access resumes ("... regain access on 2026-12-01 at 00:00 UTC")."""
+    m = _REGAIN.search(message)
+    if m is None:
+        return None
+    with contextlib.suppress(ValueError):
+        when = datetime.fromisoformat(f"{m.group(1)}T{m.group(2) or '00:00'}").replace(tzinfo=UTC)
+        wait = when.timestamp() - now
+        return wait if wait > 0 else None
+    return None
+
+
+def provider_stop(status: int, payload: bytes, what: str, snippet: str, now: float) -> ProviderStop | None:
+    """The ProviderStop an error reply means (see the module docstring), or None when it concerns this
+    request alone or is a plain rate limit. ``snippet`` is the redacted start of the body quoted in the
+    message when the body has no ``error.message`` (the provider's own words, quoted otherwise); ``now``
+    the reply's time (its ``Date`` header, else the local clock) as Unix seconds."""
+    error = error_doc(payload) if status >= 400 else {}
+    message = str(error.get("message") or "")
+    etype, code = str(error.get("type") or ""), str(error.get("code") or "")
+    details = error.get("details") if isinstance(error.get("details"), dict) else {}
+    anthropic_code = str(details.get("error_code") or "")
+
+    said = message.strip()[:300] or snippet
+
+    def stop(cause: str, resets_in: float | None = None, hint: str = "") -> ProviderStop:
+        return ProviderStop(f"{what}: HTTP {status} {cause}{hint}: {said}", cause, status, resets_in)
+
+    if etype == "insufficient_quota" or code in OPENAI_QUOTA_CODES:
+        return stop(QUOTA, hint=f" ({code or etype})")
+    if anthropic_code in ANTHROPIC_SPEND_CODES:
+        resets = _next_month_utc(now) if anthropic_code == "enforced_spend_limit_reached" else _regain_in(message, now)
+        return stop(QUOTA, resets, f" ({anthropic_code})")
+    if etype == "billing_error" or status == 402:
+        return stop(QUOTA, hint=" (billing)")
+    if _USAGE_LIMIT.search(message):
+        return stop(QUOTA, _regain_in(message, now), " (spend limit)")
+    if error.get("status") == "RESOURCE_EXHAUSTED" and (quota := _per_day_violation(error)):
+        return stop(QUOTA, retry_delay(error), f" ({quota})")
+    reason = _error_info_reason(error)
+    if reason in GOOGLE_BILLING_REASONS:
+        return stop(QUOTA, hint=f" ({reason})")
+    if status in (401, 403) or reason in GOOGLE_KEY_REASONS:
+        return stop(KEY, hint=" (check the API key's environment variable and its permissions)")
+    if status == 404:
+        return stop(MODEL, hint=" (check the base URL and the model name)")
+    if status == 400:
+        param = str(error.get("param") or "")
+        form = code in OPENAI_FORM_CODES or param in FORM_PARAMS or bool(_FORM.search(message))
+        if form and not _CONTENT.search(message):
+            return stop(REQUEST, hint=" (the provider refuses this form of request: an unsupported schema or parameter)")
+    return None
+
+
+def body_error(doc: Any) -> str | None:
+    """The provider's message when a 200 reply carries an error instead of an answer, else None: an
+    ``error`` body (OpenRouter and other gateways, an Anthropic ``{"type": "error"}`` event), or a Chat
+    Completions choice whose ``finish_reason`` is ``"error"`` or that holds an ``error`` object
+    (openrouter.ai/docs/api-reference/errors: "errors occurring mid-generation ... finish_reason: error")."""
+    if not isinstance(doc, dict):
+        return None
+    error = doc.get("error")
+    if doc.get("type") == "error" or (error is not None and error != {} and not doc.get("choices")):
+        return _describe(error) or "an error body"
+    for choice in doc.get("choices") or []:
+        if isinstance(choice, dict) and (choice.get("finish_reason") == "error" or choice.get("error")):
+            return _describe(choice.get("error") or error) or "finish_reason error"
+    return None
+
+
+def _describe(error: Any) -> str | None:
+    if isinstance(error, str):
+        return error[:300]
+    if isinstance(error, dict):
+        message = error.get("message")
+        code = error.get("code")
+        text = message if isinstance(message, str) else orjson.dumps(error).decode()
+        return (f"{code}: {text}" if code not in (None, "") else text)[:300]
+    return None

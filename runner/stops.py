@@ -1,0 +1,75 @@
+"""Stopping a provider: what every request to it would meet alike ends its part of the run at once.
+
+A ``ProviderStop`` (``adapters.errors``; read from the providers' documented error bodies by
+``adapters.provider_errors``) is an exhausted quota or spend limit, a refused key (401/403), an unknown
+model (404), a 400 refusing the form of every request (an unsupported schema or parameter), or a stated
+wait longer than ``Limits.max_stated_wait_s`` (``too_long``). When one arrives (``runner.retry``):
+
+* the provider's limiter is halted (``ProviderLimiter.halt``): attempts waiting for a turn, a pause or a
+  retry's backoff end without being sent; requests already on the wire finish and are recorded;
+* the request that met the stop, and every request of the provider not yet sent, gets no cache row: they
+  are counted ``not_sent`` and the next run sends them;
+* the other providers go on; the run ends with exit code 6 (``runner.cli``), and the terminal and
+  summary.json (``stopped_providers``) say which provider stopped, why (the provider's own message,
+  redacted), when, and when access resumes or when to rerun where the provider states it.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+from dxi.adapters import ProviderStop, RateLimited
+from dxi.adapters.errors import QUOTA, WAIT
+
+from .limits import ProviderLimiter
+
+
+def too_long(error: RateLimited, bound_s: float) -> ProviderStop:
+    """The stop for a rate limit whose stated wait (``error.retry_after`` seconds) passes ``bound_s``."""
+    return ProviderStop(f"{error} (the provider asks to wait {error.retry_after:.0f} s, longer than the "
+                        f"{bound_s:g} s the run waits: --max-stated-wait)", WAIT, error.status, error.retry_after)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stopped_providers(limiters: Mapping[str, ProviderLimiter], models: Mapping[str, Sequence[str]],
+                      not_sent: Mapping[str, int], refused: Mapping[str, int]) -> list[dict]:
+    """summary.json's ``stopped_providers``: one block per stopped provider (key of ``limiters``), with
+    ``models`` (the labels on it), ``cause``, ``message`` (the provider's own words, the key redacted),
+    ``http_status``, ``stopped_at`` (ISO 8601 UTC), ``resets_at`` (when the provider says access resumes, or
+    the stated wait ends; null when it does not say), ``refused`` (its models' requests sent that met the
+    stop) and ``not_sent`` (those never sent), from the per-label counts given."""
+    out = []
+    for key, limiter in limiters.items():
+        error = limiter.halted
+        if error is None:
+            continue
+        at = limiter.halted_at or time.time()
+        resets = None if error.resets_in_s is None else _iso(at + error.resets_in_s)
+        labels = list(models.get(key, ()))
+        out.append({"provider": key, "models": labels, "cause": error.cause, "message": str(error),
+                    "http_status": error.status, "stopped_at": _iso(at), "resets_at": resets,
+                    "refused": sum(refused.get(label, 0) for label in labels),
+                    "not_sent": sum(not_sent.get(label, 0) for label in labels)})
+    return out
+
+
+def describe(block: dict) -> str:
+    """The terminal's account of one stopped provider (a ``stopped_providers`` block), ending with what
+    to do next."""
+    when = block["stopped_at"].replace("T", " ").removesuffix("Z") + " UTC"
+    text = (f"{block['provider']} stopped at {when}: {block['cause']}. {block['refused']} request(s) refused, "
+            f"{block['not_sent']} not sent ({', '.join(block['models'])}); the next run sends them.")
+    resets = block["resets_at"]
+    if resets:
+        resets = resets.replace("T", " ").removesuffix("Z") + " UTC"
+        text += (f" The provider says to wait until {resets}: rerun after that." if block["cause"] == WAIT else
+                 f" Access resumes at {resets} (as the provider states): rerun after that.")
+    elif block["cause"] == QUOTA:
+        text += " Add credit or raise the limit, then rerun."
+    else:
+        text += " Fix the cause, then rerun."
+    return text + f" Provider's message: {block['message']}"

@@ -1,0 +1,35 @@
+"""Ties: picks of a decision model decided by a tie of the highest probabilities.
+
+A valid answer whose two (or more) most probable options are equal within the servers' rounding
+(``adapters.decision.ROUNDING``: two values rounded to 4 decimals) was not decided by the model's
+probabilities: the returned choice was scored, else the first of them in option order (SPEC §6). A yes/no
+answer with P(yes) = 0.5 is a tie too (scored yes). They are scored as any answer, and counted here, per
+model and evaluation, for summary.json (``ties`` in each evaluation block)."""
+from __future__ import annotations
+
+import polars as pl
+
+from dxi.adapters.decision import ROUNDING
+
+
+def tie_counts(answers: pl.DataFrame) -> dict[tuple[str, str], int]:
+    """``(label, eval) -> ties`` over an answers frame (``scoring.answers``: label, eval, status,
+    probabilities), counting every epoch's answer; pairs without a tie are absent."""
+    p = pl.col("probabilities").list.eval(pl.element().struct.field("p"))
+    counts = (answers.lazy()
+              .filter((pl.col("status").cast(pl.String) == "ok") & (pl.col("probabilities").list.len() >= 2))
+              .select(pl.col("label").cast(pl.String), pl.col("eval").cast(pl.String),
+                      p.list.eval((pl.element() >= pl.element().max() - ROUNDING).cast(pl.Int32)).list.sum().alias("top"))
+              .filter(pl.col("top") >= 2)
+              .group_by("label", "eval").agg(pl.len().alias("ties"))
+              .collect())
+    return {(r["label"], r["eval"]): r["ties"] for r in counts.iter_rows(named=True)}
+
+
+def add_ties(summary: dict, answers: pl.DataFrame) -> dict:
+    """``summary`` with ``ties`` (``tie_counts``; 0 when none) in every evaluation block of every model."""
+    counts = tie_counts(answers)
+    for m in summary["models"]:
+        for name, block in m["evals"].items():
+            block["ties"] = counts.get((m["model"], name), 0)
+    return summary

@@ -1,0 +1,354 @@
+"""The real providers' failure modes, served per wire format by the fault-injecting provider
+(``tests/fake_provider.py``) over real HTTP on 127.0.0.1: exhausted quotas and dead keys stop the provider,
+errors inside a 200 are retried, gzip bodies cut before their trailer are transport errors, duplicate keys
+and NaN make the answers they touch invalid, huge replies are read no further than the bound, and the
+providers' stated waits are read as documented."""
+from __future__ import annotations
+
+import asyncio
+import calendar
+import time
+import tracemalloc
+from dataclasses import replace
+from email.utils import formatdate
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+
+from dxi.adapters import Limits, ProviderStop
+from dxi.adapters.errors import KEY, MODEL, QUOTA, REQUEST, WAIT
+from dxi.adapters.http import parse_reset, parse_retry_after, rate_limit_wait
+from dxi.adapters.provider_errors import provider_stop
+from dxi.runner.cli import EXIT_PROVIDER_STOPPED, main
+
+from . import synthetic, wire_formats
+from .fake_llm_server import FakeLLM
+from .fake_provider import FakeProvider, serve
+from .test_systemone import FAST, run_model
+
+KINDS = ("openai", "anthropic", "gemini", "openai-decisions", "logprobs", "systemone")
+KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
+           "openai-decisions": "OPENAI_API_KEY", "logprobs": "OPENAI_API_KEY", "systemone": "SYSTEMONE_API_KEY"}
+ONE = replace(FAST, max_in_flight=1)
+
+
+def model(kind: str, url: str) -> str:
+    """The model string of ``kind`` on the fake provider at ``url``."""
+    return {"openai": f"openai:gpt-fake@{url}/v1", "anthropic": f"anthropic:claude-fake@{url}",
+            "gemini": f"gemini:gemini-fake@{url}", "openai-decisions": f"openai-decisions:luna-fake@{url}/v1",
+            "logprobs": f"logprobs:qwen-fake@{url}/v1", "systemone": f"systemone:{url}"}[kind]
+
+
+async def run_on(kind: str, server: FakeProvider, data_dir: Path, tmp_path: Path, limits: Limits = FAST, limit: int = 1):
+    limiters: dict = {}
+    _, stats, rows = await run_model(model(kind, server.url), data_dir, tmp_path / "c", limits, limit=limit,
+                                     limiters=limiters)
+    return stats, rows, next(iter(limiters.values()))
+
+
+# ---- 2. an exhausted quota stops the provider ---------------------------------------------------------------
+QUOTA_MESSAGE = {"anthropic": "Your organization has reached its monthly usage limit."}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_exhausted_quota_stops_the_provider(data_dir: Path, tmp_path: Path, kind: str):
+    async with FakeProvider(default="quota") as server:
+        stats, rows, limiter = await run_on(kind, server, data_dir, tmp_path, ONE, limit=3)
+    assert server.stats()["arrivals"] == 1  # one request met the quota; nothing more was sent
+    assert (stats.refused, stats.not_sent, stats.sent, stats.attempts, rows.height) == (1, 2, 0, 1, 0)
+    stop = limiter.halted
+    assert isinstance(stop, ProviderStop) and (stop.cause, stop.status) == (QUOTA, 429)
+    said = QUOTA_MESSAGE.get(kind, "You exceeded your current quota, please check your plan and billing details.")
+    assert str(stop).endswith(f": {said}")
+    if kind == "gemini":
+        assert stop.resets_in_s == 43200.0  # its RetryInfo
+        assert "GenerateRequestsPerDayPerProjectPerModel" in str(stop)
+    elif kind == "anthropic":  # enforced_spend_limit_reached: 00:00 UTC on the first of next month, from Date
+        now = time.time()
+        assert 0 < stop.resets_in_s <= 31 * 86400 and time.gmtime(now + stop.resets_in_s)[2:6] == (1, 0, 0, 0)
+    else:
+        assert stop.resets_in_s is None
+
+
+async def test_a_quota_429_for_100_tasks_stops_within_max_in_flight_and_says_so(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch,
+                                                                              capsys: pytest.CaptureFixture):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-quota-0123456789")
+    data = synthetic.data_dir(tmp_path / "data", 100)
+    out = tmp_path / "out"
+    async with FakeProvider(default="quota", latency="0.02") as server:
+        started = time.monotonic()
+        code = await asyncio.to_thread(main, ["run", "--model", f"openai:gpt-fake@{server.url}/v1", "--data-dir",
+                                              str(data), "--cache-dir", str(tmp_path / "c"), "--out", str(out),
+                                              "--max-in-flight", "4", "-q"])
+        elapsed = time.monotonic() - started
+    assert code == EXIT_PROVIDER_STOPPED == 6
+    assert elapsed < 10
+    after = [t for t, _ in server.requests if t > server.quota_at]
+    assert len(after) <= 4  # at most max_in_flight sent after the first quota 429 was written
+    n = len(server.requests)
+    (block,) = orjson.loads((out / "summary.json").read_bytes())["stopped_providers"]
+    provider = f"openai@{server.url}/v1"
+    assert block | {"stopped_at": None} == {
+        "provider": provider, "models": ["openai:gpt-fake"], "cause": "quota exhausted", "http_status": 429,
+        "message": "openai:gpt-fake: HTTP 429 quota exhausted (insufficient_quota): You exceeded your current quota, "
+                   "please check your plan and billing details.",
+        "stopped_at": None, "resets_at": None, "refused": n, "not_sent": 100 - n}
+    when = block["stopped_at"].replace("T", " ").removesuffix("Z")
+    printed = capsys.readouterr().out.replace("\n", " ")
+    assert (f"Provider stopped: {provider} stopped at {when} UTC: quota exhausted. {n} request(s) refused, {100 - n} "
+            "not sent (openai:gpt-fake); the next run sends them. Add credit or raise the limit, then rerun. Provider's "
+            "message: openai:gpt-fake: HTTP 429 quota exhausted (insufficient_quota): You exceeded your current quota, "
+            "please check your plan and billing details.") in " ".join(printed.split())
+
+
+@pytest.mark.parametrize("behaviour, cause", [("401", KEY), ("403", KEY), ("404", MODEL)])
+async def test_a_dead_key_or_unknown_model_stops_the_provider(data_dir: Path, tmp_path: Path, behaviour: str, cause: str):
+    async with FakeProvider(default=behaviour) as server:
+        stats, rows, limiter = await run_on("openai", server, data_dir, tmp_path, ONE, limit=3)
+    assert (server.stats()["arrivals"], stats.refused, stats.not_sent, rows.height) == (1, 1, 2, 0)
+    assert limiter.halted.cause == cause
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+async def test_a_refused_form_of_request_stops_the_provider_unless_others_were_answered(data_dir: Path, tmp_path: Path,
+                                                                                      kind: str):
+    async with FakeProvider(default="unsupported") as server:
+        stats, rows, limiter = await run_on(kind, server, data_dir, tmp_path, ONE, limit=3)
+    assert (server.stats()["arrivals"], stats.refused, stats.not_sent, rows.height) == (1, 1, 2, 0)
+    assert limiter.halted.cause == REQUEST
+    # after a reply, the same refusal is that request's own: kept as a deterministic failure, the others go on
+    async with FakeProvider(script=["ok", "unsupported"]) as server:
+        stats, rows, limiter = await run_on(kind, server, data_dir, tmp_path / "again", ONE, limit=3)
+    assert limiter.halted is None and (stats.ok, stats.failed_fatal, stats.refused) == (2, 1, 0)
+
+
+def test_what_stops_a_provider_is_read_from_the_documented_bodies():
+    now = float(calendar.timegm((2026, 12, 1, 12, 0, 0)))
+
+    def stop(status: int, body: dict) -> ProviderStop | None:
+        return provider_stop(status, orjson.dumps(body), "m", "snippet", now)
+
+    # Gemini: a schema it does not support (400 INVALID_ARGUMENT) stops it; so does an Anthropic 400 for tool_choice
+    assert stop(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "Invalid JSON payload received. "
+                                "Unknown name \"responseJsonSchema\" at 'generation_config'"}}).cause == REQUEST
+    assert stop(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "tool_choice of type "
+                                                 "'tool' is not supported with this model"}}).cause == REQUEST
+    assert stop(400, {"error": {"message": "Unsupported parameter: 'max_tokens'", "type": "invalid_request_error",
+                                "param": "max_tokens", "code": "unsupported_parameter"}}).cause == REQUEST
+    # Gemini says a key is not valid in a 400 (its ErrorInfo reason)
+    assert stop(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "API key not valid. Please pass "
+                                "a valid API key.", "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                                                                 "reason": "API_KEY_INVALID",
+                                                                 "domain": "googleapis.com"}]}}).cause == KEY
+    # a prompt too long is this request's own failure (Fatal, kept), not the provider's
+    assert stop(400, {"error": {"message": "This model's maximum context length is 8192 tokens. However, your "
+                                "messages resulted in 9000 tokens", "type": "invalid_request_error",
+                                "param": "messages", "code": "context_length_exceeded"}}) is None
+    # Anthropic: a spend limit the user set (400) states when access resumes
+    limit = stop(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "You have reached your "
+                       "specified API usage limits. You will regain access on 2027-01-15 at 00:00 UTC."}})
+    assert (limit.cause, limit.resets_in_s) == (QUOTA, calendar.timegm((2027, 1, 15, 0, 0, 0)) - now)
+    # Gemini: a per-minute quota is a rate limit (retried), a per-day one stops
+    per_minute = {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "quota", "details": [
+        {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+            {"quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]}]}}
+    assert stop(429, per_minute) is None
+    # OpenAI: a plain rate limit is retried; every billing code stops
+    assert stop(429, {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}) is None
+    for code in ("credit_balance_exhausted", "organization_spend_limit_exceeded", "project_spend_limit_exceeded"):
+        assert stop(429, {"error": {"message": "billing", "type": "insufficient_quota", "code": code}}).cause == QUOTA
+
+
+# ---- stated waits --------------------------------------------------------------------------------------------
+def test_stated_waits_are_read_as_documented():
+    for bad in ("-5", "inf", "nan", "Infinity", "1e3", "", "soon", "12abc"):
+        assert parse_retry_after(bad) is None, bad
+        assert rate_limit_wait({"Retry-After": bad}) is None, bad
+    assert rate_limit_wait({"retry-after-ms": "-1"}) is None and rate_limit_wait({"retry-after-ms": "nan"}) is None
+    assert [parse_retry_after(v) for v in ("7", "1.5", " 30 ")] == [7.0, 1.5, 30.0]
+    # an absolute time is measured against the reply's Date, not the local clock (here an hour behind)
+    server_now = time.time() - 3600
+    headers = {"Retry-After": formatdate(server_now + 30, usegmt=True), "Date": formatdate(server_now, usegmt=True)}
+    assert rate_limit_wait(headers) == 30.0
+    reset = {"x-ratelimit-reset-requests": str(int(server_now) + 90), "x-ratelimit-remaining-requests": "0",
+             "Date": formatdate(int(server_now), usegmt=True)}
+    assert rate_limit_wait(reset) == 90.0
+    assert parse_reset("-3") is None and parse_reset("inf") is None
+
+
+async def test_x_should_retry_false_is_not_retried(data_dir: Path, tmp_path: Path):
+    async with FakeProvider(script=["noretry:503"]) as server:
+        stats, rows, _ = await run_on("openai", server, data_dir, tmp_path)
+    row = rows.row(0, named=True)
+    assert (server.stats()["arrivals"], stats.attempts, row["status"], row["error_kind"]) == (1, 1, "failed", "transient")
+    assert "(x-should-retry: false: not retried in this run)" in row["error"]
+
+
+async def test_a_stated_wait_within_the_bound_is_honoured_exactly(data_dir: Path, tmp_path: Path):
+    limits = replace(FAST, max_wait_s=0.05, max_stated_wait_s=5)
+    async with FakeProvider(script=["429:0.6"]) as server:
+        stats, rows, _ = await run_on("openai", server, data_dir, tmp_path, limits)
+    (first, _), (second, _) = server.requests
+    assert second - first >= 0.6  # not cut to max_wait_s
+    assert (stats.ok, stats.attempts) == (1, 2)
+
+
+async def test_a_stated_wait_longer_than_the_bound_stops_the_provider(data_dir: Path, tmp_path: Path):
+    limits = replace(ONE, max_stated_wait_s=1)
+    async with FakeProvider(script=["429:7200"]) as server:
+        stats, rows, limiter = await run_on("openai", server, data_dir, tmp_path, limits, limit=3)
+    assert (server.stats()["arrivals"], stats.refused, stats.not_sent, rows.height) == (1, 1, 2, 0)
+    assert (limiter.halted.cause, limiter.halted.resets_in_s) == (WAIT, 7200.0)
+    assert "asks to wait 7200 s, longer than the 1 s the run waits: --max-stated-wait" in str(limiter.halted)
+
+
+# ---- 3. an error inside a 200 ---------------------------------------------------------------------------------
+ERROR_200 = {"openai": "502: Upstream provider returned an error", "anthropic": "Overloaded",
+             "gemini": "503: The model is overloaded.", "openai-decisions": "502: Upstream provider returned an error",
+             "logprobs": "502: Upstream provider returned an error", "systemone": "502: Upstream provider returned an error"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_error_inside_a_200_is_a_transient_failure(data_dir: Path, tmp_path: Path, kind: str):
+    async with FakeProvider(script=["error200"]) as server:
+        stats, rows, _ = await run_on(kind, server, data_dir, tmp_path)
+    assert (stats.ok, stats.attempts) == (1, 2)  # retried, then answered
+    async with FakeProvider(default="error200") as server:
+        stats, rows, _ = await run_on(kind, server, data_dir, tmp_path / "again", replace(FAST, max_attempts=1))
+    row = rows.row(0, named=True)
+    assert (row["status"], row["error_kind"], row["answers"]) == ("failed", "transient", None)
+    assert row["error"] == f"an error inside a 200 reply: {ERROR_200[kind]}"
+
+
+# ---- 4. damaged, ambiguous and huge replies ----------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_gzip_body_cut_before_its_trailer_is_retried(data_dir: Path, tmp_path: Path, kind: str):
+    async with FakeProvider(script=["gzip_cut", "gzip"]) as server:
+        stats, rows, _ = await run_on(kind, server, data_dir, tmp_path)
+    assert (stats.ok, stats.attempts) == (1, 2)  # the cut body retried; the whole gzip body read
+    assert rows["status"].to_list() == ["ok"]
+    async with FakeProvider(default="gzip_cut") as server:
+        _, rows, _ = await run_on(kind, server, data_dir, tmp_path / "again", replace(FAST, max_attempts=1))
+    assert rows["error"][0].endswith("the gzip body ended before its end (its trailer is missing): a transport error")
+
+
+DUPLICATE = {"openai": "duplicate key 'answer' in the reply", "anthropic": "duplicate key 'answer' in the reply",
+             "gemini": "duplicate key 'answer' in the reply", "systemone": "duplicate key 'answer' in answers",
+             "openai-decisions": "probabilities: option(s) 'A' named more than once"}
+
+
+@pytest.mark.parametrize("kind", list(DUPLICATE))
+async def test_an_answer_named_twice_is_invalid_naming_the_key(data_dir: Path, tmp_path: Path, kind: str):
+    async with FakeProvider(default="duplicate") as server:
+        stats, rows, _ = await run_on(kind, server, data_dir, tmp_path)
+    row = rows.row(0, named=True)
+    assert (stats.invalid, stats.attempts, row["status"]) == (1, 1, "invalid")
+    (answer,) = row["answers"]
+    assert answer["status"] == "invalid" and answer["error"].startswith(DUPLICATE[kind])
+
+
+@pytest.mark.parametrize("kind", ["systemone", "openai-decisions"])
+async def test_nan_in_a_decision_reply_makes_the_answers_it_touches_invalid(data_dir: Path, tmp_path: Path, kind: str):
+    async with FakeProvider(default="nan") as server:
+        stats, rows, _ = await run_on(kind, server, data_dir, tmp_path, limit=3)
+    assert (stats.invalid, stats.failed, stats.attempts) == (3, 0, 3)  # stored, not retried as transient
+    errors = [a["error"] for answers in rows["answers"] for a in answers]
+    assert errors == ["probabilities.A: nan is not a number in [0, 1]"] * 3
+
+
+@pytest.mark.parametrize("kind", ["systemone", "openai", "anthropic"])
+async def test_a_reply_larger_than_the_bound_is_invalid_with_a_bounded_prefix(data_dir: Path, tmp_path: Path, kind: str):
+    limits = replace(FAST, max_reply_bytes=256 << 10)
+    async with FakeProvider(default=f"huge:{5 << 20}") as server:
+        stats, rows, _ = await run_on(kind, server, data_dir, tmp_path, limits)
+    row = rows.row(0, named=True)
+    assert (stats.invalid, stats.attempts, row["status"]) == (1, 1, "invalid")
+    assert row["error"] == "answer: reply larger than 262144 bytes"
+    assert row["raw_reply"] == '{"padding": "' + "x" * (2000 - 13)
+
+
+def test_peak_memory_does_not_grow_with_the_size_of_a_reply(data_dir: Path, tmp_path: Path):
+    with serve(default=f"huge:{30 << 20}") as server:
+        tracemalloc.start()
+        try:
+            _, stats, rows = asyncio.run(run_model(f"systemone:{server.url}", data_dir, tmp_path / "c"))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert rows["error"].to_list() == [f"answer: reply larger than {4 << 20} bytes"]
+    assert peak < 12 << 20  # the 4 MiB bound (and its copies), not the 30 MiB reply
+
+
+def test_picks_decided_by_a_tie_are_counted_per_model_and_evaluation(data_dir: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture):
+    # every When2Call question has 4 options at 0.25 each; WildGuardTest's P(yes) is 0.5: all ties
+    out = tmp_path / "out"
+    with serve(p_first=0.25, p_yes=0.5) as server:
+        code = main(["run", "--model", f"systemone:{server.url}", "--data-dir", str(data_dir), "--cache-dir",
+                     str(tmp_path / "c"), "--out", str(out), "--evals", "when2call,wildguardtest", "-q"])
+    assert code == 0
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    answers = pl.read_parquet(out / "answers.parquet")
+    wildguard = answers.filter(pl.col("eval") == "wildguardtest").height
+    (m,) = summary["models"]
+    assert {e: b["ties"] for e, b in m["evals"].items()} == {
+        "aa_omniscience_decision": 0, "hle_multichoice": 0, "when2call": 3, "wildguardtest": wildguard}
+    assert set(answers.filter(pl.col("eval") == "when2call")["predicted"]) == {"A"}  # the returned choice, the first
+    assert (f"systemone:fake-decider: {3 + wildguard} pick(s) decided by a tie of the highest probabilities (scored: "
+            "the returned choice, else the first in option order)") in capsys.readouterr().out
+
+
+# ---- 5. cached input tokens, recorded and priced -------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("cached_price", [0.5, None])
+async def test_cached_input_tokens_are_recorded_and_priced(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          kind: str, cached_price: float | None):
+    monkeypatch.setenv(KEY_ENV[kind], "sk-test-cached-0123456789")
+    price = "input = 2.0, output = 8.0" + ("" if cached_price is None else f", cached_input = {cached_price}")
+    async with FakeLLM(default="cached") as server:
+        (tmp_path / "run.toml").write_text(f"""
+data_dir = "{data_dir}"
+[evals]
+select = ["when2call"]
+[providers.fake]
+kind = "{kind}"
+base_url = "{server.base_url(kind)}"
+[[models]]
+provider = "fake"
+model = "m"
+price = {{ {price} }}
+""")
+        code = await asyncio.to_thread(main, ["run", str(tmp_path / "run.toml"), "-q"])
+    assert code == 0
+    requests = [body for _, body in server.requests]
+    words = [wire_formats.prompt_tokens(r) for r in requests]
+    if kind == "openai":
+        tokens_in, cached = sum(words), sum(w // 2 for w in words)
+    else:  # Anthropic counts cache reads and writes outside input_tokens
+        tokens_in, cached = sum(words) + 120 * len(words), 100 * len(words)
+    tokens_out = wire_formats.OUTPUT_TOKENS_PER_QUESTION * len(words)
+    (m,) = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())["models"]
+    usage = m["usage"]
+    assert (usage["input_tokens"], usage["cached_input_tokens"], usage["output_tokens"]) == (tokens_in, cached, tokens_out)
+    cached_rate = 2.0 if cached_price is None else cached_price  # without a cached price: priced as input
+    expected = ((tokens_in - cached) * 2.0 + cached * cached_rate + tokens_out * 8.0) / 1e6
+    assert usage["cost_usd"] == round(expected, 6) and m["requests"]["cost_usd"] == round(expected, 6)
+
+
+def test_the_bounds_come_from_flags_or_a_run_file(tmp_path: Path, data_dir: Path):
+    from dxi.runner import plan
+    from dxi.runner.cli import parser
+
+    args = parser().parse_args(["run", "--model", "openai:m@http://127.0.0.1:1/v1", "--data-dir", str(data_dir),
+                                "--max-stated-wait", "1200", "--max-reply-bytes", "1048576"])
+    (m,) = plan.from_args(args).models
+    assert (m.adapter.limits.max_stated_wait_s, m.adapter.limits.max_reply_bytes) == (1200, 1 << 20)
+    (tmp_path / "run.toml").write_text(f'data_dir = "{data_dir}"\n[providers.p]\nkind = "openai"\nbase_url = '
+                                       '"http://127.0.0.1:1/v1"\nmax_stated_wait_s = 900\nmax_reply_bytes = 65536\n'
+                                       '[[models]]\nprovider = "p"\nmodel = "m"\n')
+    (m,) = plan.from_args(parser().parse_args(["run", str(tmp_path / "run.toml")])).models
+    assert (m.adapter.limits.max_stated_wait_s, m.adapter.limits.max_reply_bytes) == (900, 65536)
+    assert (Limits().max_stated_wait_s, Limits().max_reply_bytes) == (600.0, 4 << 20)  # the defaults: 10 min, 4 MiB

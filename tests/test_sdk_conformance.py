@@ -1,0 +1,140 @@
+"""The hosted adapters' request bodies and the replies the fakes serve, held against the official SDKs'
+types (``openai``, ``anthropic``, ``google-genai``: test-only dependencies; ``tests/sdk_types.py``), so a
+fake that drifts from the provider, or a body the provider would not accept, fails here."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pydantic
+import pytest
+from anthropic.types import Message, message_create_params
+from anthropic.types.shared import ErrorResponse
+from anthropic.types.shared.error_details import ErrorDetails
+from google.genai import types as genai
+from openai.types.chat import ChatCompletion, completion_create_params
+from openai.types.shared import ErrorObject
+
+from dxi import adapters
+from dxi.evals import Suite, discover
+
+from . import wire_formats
+from .sdk_types import conforms, reply_problems
+
+OPENAI_BODY = completion_create_params.CompletionCreateParamsNonStreaming
+ANTHROPIC_BODY = message_create_params.MessageCreateParamsNonStreaming
+GEMINI_BODY = {"contents": list[genai.Content], "systemInstruction": genai.Content, "generationConfig": genai.GenerationConfig}
+# a field servers add that the SDK does not declare: vLLM/DeepSeek reasoning
+GATEWAY_EXTRAS = ("$.choices[0].message.reasoning_content",)
+
+PARAMS = {"openai": {"temperature": 0, "max_completion_tokens": 400, "seed": 1, "reasoning_effort": "low"},
+          "anthropic": {"max_tokens": 512, "stop_sequences": ["\n\n\n"]},
+          "gemini": {"temperature": 0, "maxOutputTokens": 256, "thinkingConfig": {"thinkingBudget": 0}},
+          "logprobs": {}}
+
+
+def all_tasks(data_dir: Path) -> list:
+    return list(Suite(discover(data_dir)).tasks())
+
+
+def adapter(kind: str, base_url: str, options: dict | None = None) -> adapters.Adapter:
+    real = "anthropic" if kind.startswith("anthropic") else kind
+    return adapters.get(adapters.ModelSpec(real, "model-x", base_url, dict(PARAMS[real]), options or {}))
+
+
+def gemini_problems(body: dict) -> list[str]:
+    problems = [f"$.{k}: not a field of the generateContent request" for k in body if k not in GEMINI_BODY]
+    for key, tp in GEMINI_BODY.items():
+        problems += conforms(body.get(key), tp, f"$.{key}")
+    return problems
+
+
+@pytest.mark.parametrize("kind, options", [("openai", None), ("anthropic", None), ("anthropic", {"structured": "tool"}),
+                                           ("gemini", None), ("logprobs", None)])
+@pytest.mark.parametrize("base_url", ["https://api.example.test", "http://127.0.0.1:8080"])
+def test_every_request_body_conforms_to_the_sdk_request_types(data_dir: Path, kind: str, options: dict | None,
+                                                             base_url: str):
+    url = base_url + ("/v1" if kind in ("openai", "logprobs") else "")
+    a = adapter(kind, url, options)
+    for task in all_tasks(data_dir):
+        body = orjson.loads(a.encode(task).body)
+        if kind == "openai":
+            assert conforms(body, OPENAI_BODY) == []
+        elif kind == "anthropic":
+            assert conforms(body, ANTHROPIC_BODY) == []
+            assert ("output_config" in body) == (options is None) and ("tool_choice" in body) == (options is not None)
+        elif kind == "gemini":
+            assert gemini_problems(body) == []
+        else:
+            for one in body:
+                assert conforms(one, OPENAI_BODY) == []
+
+
+def test_the_logprobs_cap_is_the_field_each_server_honours(data_dir: Path):
+    task = all_tasks(data_dir)[0]
+    hosted = orjson.loads(adapters.get("logprobs:gpt-4.1-mini").encode(task).body)[0]
+    local = orjson.loads(adapters.get("logprobs:qwen@http://127.0.0.1:8080/v1").encode(task).body)[0]
+    assert (hosted.get("max_completion_tokens"), "max_tokens" in hosted) == (1, False)  # max_tokens is deprecated there
+    assert (local.get("max_tokens"), "max_completion_tokens" in local) == (1, False)  # what llama.cpp honours
+    assert adapters.get("logprobs:gpt-4.1-mini").output_tokens_bound(task) == len(task.questions)
+
+
+def test_the_checker_refuses_what_the_sdk_does_not_declare():
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "a", "strict": True, "schema": {}, "extra": 1}}, "max_tokenz": 3}
+    assert conforms(body, OPENAI_BODY) == ["$.max_tokenz: not a field of CompletionCreateParamsNonStreaming",
+                                           "$.response_format.json_schema.extra: not a field of JSONSchema"]
+    assert conforms({"model": "m", "messages": []}, ANTHROPIC_BODY) == [
+        "$.max_tokens: required by MessageCreateParamsNonStreaming"]
+    reply = wire_formats.openai_chat({"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "a", "schema": {"properties": {}}}}})
+    reply["choices"][0]["message"]["surprise"] = 1
+    assert reply_problems(ChatCompletion, reply) == ["$.choices[0].message.surprise: not a field of ChatCompletionMessage"]
+
+
+OPENAI_MODES = ("ok", "fenced", "prose", "truncated", "refusal", "empty", "reasoning", "missing", "outside",
+                "content_filter")
+ANTHROPIC_MODES = ("ok", "fenced", "prose", "empty", "refusal", "truncated", "text", "thinking", "missing", "outside")
+GEMINI_MODES = ("ok", "fenced", "prose", "truncated", "safety", "blocked", "thought", "missing", "outside")
+
+
+def test_every_reply_the_fakes_serve_conforms_to_the_sdk_response_models(data_dir: Path):
+    checked = 0
+    for task in all_tasks(data_dir):
+        chat = orjson.loads(adapter("openai", "http://127.0.0.1:1/v1").encode(task).body)
+        for mode in OPENAI_MODES:
+            assert reply_problems(ChatCompletion, wire_formats.openai_chat(chat, mode), GATEWAY_EXTRAS) == [], mode
+        # OpenRouter's mid-generation error: a ChatCompletion but for its two gateway fields
+        gateway = wire_formats.error_in_200("openai", wire_formats.openai_chat(chat))
+        choice = gateway["choices"][0]
+        assert (choice.pop("finish_reason"), sorted(choice.pop("error"))) == ("error", ["code", "message"])
+        assert reply_problems(ChatCompletion, {**gateway, "choices": [{**choice, "finish_reason": "stop"}]}) == []
+        for one in orjson.loads(adapter("logprobs", "http://127.0.0.1:1/v1").encode(task).body):
+            for mode in ("ok", "no_logprobs", "off_answers"):
+                assert reply_problems(ChatCompletion, wire_formats.openai_chat(one, mode)) == [], mode
+        for options in (None, {"structured": "tool"}):
+            messages = orjson.loads(adapter("anthropic", "http://127.0.0.1:1", options).encode(task).body)
+            for mode in ANTHROPIC_MODES:
+                assert reply_problems(Message, wire_formats.anthropic_messages(messages, mode)) == [], mode
+        generate = orjson.loads(adapter("gemini", "http://127.0.0.1:1").encode(task).body)
+        for mode in GEMINI_MODES:
+            assert reply_problems(genai.GenerateContentResponse, wire_formats.gemini_generate(generate, mode)) == [], mode
+        checked += 1
+    assert checked == len(all_tasks(data_dir)) > 0
+
+
+def test_the_error_bodies_conform_to_the_sdk_error_models():
+    for status in (400, 401, 429, 500, 529):
+        assert reply_problems(ErrorResponse, wire_formats.error_body("anthropic", status)) == []
+    # a spend limit: the SDK reads error.details with its ErrorDetails union (anthropic/_exceptions.py)
+    quota = wire_formats.quota_body("anthropic")
+    details = quota["error"].pop("details")
+    assert reply_problems(ErrorResponse, quota) == []
+    parsed = pydantic.TypeAdapter(ErrorDetails).validate_python(details)
+    assert type(parsed).__name__ == "EnforcedSpendLimitReachedErrorDetails"
+    assert reply_problems(ErrorResponse, wire_formats.error_in_200("anthropic", {})) == []
+    assert reply_problems(ErrorResponse, wire_formats.unsupported_body("anthropic")) == []
+    # OpenAI's error object (the proxies in front of System One and Decisions servers forward it too)
+    for body in (wire_formats.quota_body("openai"), wire_formats.unsupported_body("openai"),
+                 *(wire_formats.error_body("openai", status) for status in (400, 401, 429, 500, 503))):
+        assert reply_problems(ErrorObject, body["error"]) == []
