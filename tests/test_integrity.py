@@ -238,7 +238,9 @@ async def test_an_error_that_stops_a_run_lets_the_requests_in_flight_finish_and_
 
 # ---- 6. an evaluation whose every request failed --------------------------------------------------
 async def test_every_request_failed_gives_null_metrics_with_the_reason_and_no_index(tmp_path: Path, data_dir: Path):
-    async with FakeProvider(model="fake", default="401") as server:
+    # every reply a 500 with one attempt: each request stored as a failure (a 401 would stop the provider
+    # instead, leaving the requests unsent: tests/test_provider_faults.py)
+    async with FakeProvider(model="fake", default="500") as server:
         from dxi import adapters
 
         adapter = adapters.get(f"systemone:fake@{server.url}", Limits(max_in_flight=4, max_attempts=1))
