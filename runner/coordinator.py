@@ -242,6 +242,20 @@ def run_id(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     return "cmd-" + hashlib.sha256("\0".join(kept).encode()).hexdigest()[:16]
 
 
+def _raise_if_cancelled() -> None:
+    """Raise ``asyncio.CancelledError`` if the current task has a cancellation pending that was swallowed.
+
+    On Python 3.11, ``asyncio.wait_for`` returns the inner result, dropping the cancellation, when the task
+    is cancelled just as the awaited operation completes (CPython gh-86296, fixed in 3.12). redis-py wraps
+    every command's socket write in ``wait_for`` when ``socket_timeout`` is set, so a ``cancel()`` that
+    lands as a command is written is lost: the heartbeat went on renewing a "dead" process's leases (and
+    ``close()`` would wait for it forever), a cancelled ``acquire`` went on waiting for a slot. A cancellation
+    not withdrawn (``Task.uncancel``) shows in ``Task.cancelling()``."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class CoordinatorError(ValueError):
     """A ``--coordinator`` URI that is not ``redis://HOST:PORT/DB``, or the extra is not installed."""
 
@@ -319,9 +333,13 @@ class Coordinator:
         return self._client
 
     async def call(self, script: str, keys: list[str], args: list) -> object:
-        """Run one of the Lua scripts; raises a Redis connection error (the caller falls back)."""
+        """Run one of the Lua scripts; raises a Redis connection error (the caller falls back), and
+        ``asyncio.CancelledError`` if the calling task was cancelled meanwhile, even when redis-py returned
+        the reply instead (see ``_raise_if_cancelled``): the script may then have run."""
         await self._redis()
-        return await self._scripts[script](keys=keys, args=args)
+        result = await self._scripts[script](keys=keys, args=args)
+        _raise_if_cancelled()
+        return result
 
     def later(self, script: str, keys: list[str], args: list) -> None:
         """Run a script without waiting for it (from synchronous code: a release, a settle, a 429)."""
@@ -407,6 +425,9 @@ class LeasedSlots:
             except _REDIS_ERRORS as exc:
                 self.c.fail(exc)
                 break
+            except asyncio.CancelledError:
+                self._zrem(member)  # the script may have run: give back the slot it may have taken
+                raise
             if taken:
                 self.c.hold(self.key, member)
                 self._held.append(member)
@@ -565,6 +586,9 @@ class SharedBudget(Budget):
             except _REDIS_ERRORS as exc:
                 self.c.fail(exc)
                 break
+            except asyncio.CancelledError:
+                self.c.later("settle", self.keys, [member, 0])  # the script may have run: nothing was sent
+                raise
             if answer == 1:
                 self.c.hold(self.keys[1], member)
                 self._members.append((member, usd))
