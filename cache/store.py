@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import time
@@ -38,22 +39,33 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import orjson
-import polars as pl
 import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from dxi.lazy import LazyModule
+
 from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
 from .schema import INDEX_COLUMNS, SCHEMA
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = LazyModule("polars")  # imported when first used: opening an empty cache (a first run) does without
 
 T = TypeVar("T")
 
 log = logging.getLogger("dxi.cache")
-_POLARS_SCHEMA = pl.from_arrow(SCHEMA.empty_table()).schema
+
+
+@functools.cache
+def _polars_schema() -> pl.Schema:
+    return pl.from_arrow(SCHEMA.empty_table()).schema
+
 
 _write, _dumps, _LINE = os.write, orjson.dumps, orjson.OPT_APPEND_NEWLINE  # looked up once: append is hot
 ROLL_ROWS = 5_000  # rows per log before it is compacted into a shard (~10 MB of log)
@@ -233,7 +245,7 @@ class Cache:
     @staticmethod
     def _index_frames(shards: list[Path]) -> list[pl.LazyFrame]:
         # the full schema, as in ``scan``: shards written by older versions lack the newer columns
-        return ([index_columns(pl.scan_parquet(shards, schema=_POLARS_SCHEMA, missing_columns="insert")
+        return ([index_columns(pl.scan_parquet(shards, schema=_polars_schema(), missing_columns="insert")
                                .select(INDEX_COLUMNS))] if shards else [])
 
     def _readable(self, shards: list[Path]) -> list[Path]:
@@ -298,7 +310,7 @@ class Cache:
         tables = [t for stem, t in logged if t.num_rows and stem not in compacted]
         frames = [pl.from_arrow(pa.concat_tables(tables)).lazy()] if tables else []
         if shards:
-            frames.insert(0, pl.scan_parquet([str(s) for s in shards], schema=_POLARS_SCHEMA,
+            frames.insert(0, pl.scan_parquet([str(s) for s in shards], schema=_polars_schema(),
                                              missing_columns="insert"))  # older shards: new columns as nulls
         if not frames:
             return pl.from_arrow(SCHEMA.empty_table()).lazy()

@@ -167,18 +167,26 @@ async def _started(models: list[ModelRun]) -> list[ModelRun]:
 
 
 async def _survey(suite, progress, models: list[ModelRun]) -> None:
-    """``suite.survey()`` a few hundred tasks per event-loop turn, then the progress totals."""
+    """``suite.survey()`` a few hundred tasks per event-loop turn, then the progress totals; then what
+    scoring needs (Polars, the scoring) is imported on a thread, while the requests are on the wire,
+    instead of before the first request or after the last reply."""
     for _ in suite.surveying():
         await asyncio.sleep(0)
     if progress is not None:
         n_tasks = sum(suite.survey().tasks.values())
         progress.set_totals({m.label: n_tasks * m.epochs for m in models})
+    await asyncio.to_thread(_import_scoring)
+
+
+def _import_scoring() -> None:
+    import dxi.scoring  # noqa: F401  (Polars with it)
+
+    from . import outputs  # noqa: F401
 
 
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget
                ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains."""
-    from .estimate import estimate
     from .progress import RunProgress
     from .run import run
 
@@ -202,7 +210,11 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
             if survey.done() and not survey.cancelled():
                 survey.exception()  # retrieved: the run's own error is the one raised
             raise
-        remaining = estimate(models, plan.suite, cache) if budget.stopped else None
+        remaining = None
+        if budget.stopped:
+            from .estimate import estimate
+
+            remaining = estimate(models, plan.suite, cache)
         return stats, remaining
     finally:
         for m in models:
@@ -216,7 +228,6 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from dxi.cache import Cache, CacheWriteError
 
     from .cost import Budget
-    from .outputs import print_summary, score
 
     plan = _plan(args)
     plan.check_cost_bound()
@@ -243,6 +254,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         if plan.max_cost is not None:
             extra["cost_bound"] = _bound_block(budget, remaining)
         cache.close()  # compacted before scoring, which then reads Parquet instead of parsing the log (twice)
+        from .outputs import print_summary, score  # imported during the run already (``_survey``)
+
         summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
     print_summary(summary, console, plan.out)
     failed = {label: s for label, s in stats.items() if s.failed}
