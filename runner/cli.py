@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -166,10 +167,16 @@ async def _started(models: list[ModelRun]) -> list[ModelRun]:
     return started
 
 
-async def _survey(suite, progress, models: list[ModelRun]) -> None:
-    """``suite.survey()`` a few hundred tasks per event-loop turn, then the progress totals; then what
-    scoring needs (Polars, the scoring) is imported on a thread, while the requests are on the wire,
-    instead of before the first request or after the last reply."""
+SURVEY_WAIT_S = 0.5  # the longest the survey waits for the run's first outcome before starting anyway
+
+
+async def _survey(suite, progress, models: list[ModelRun], first: asyncio.Event) -> None:
+    """Once the run's first outcome is in (``first``: the first requests are on the wire; at most
+    ``SURVEY_WAIT_S``), ``suite.survey()`` a few hundred tasks per event-loop turn, then the progress
+    totals; then what scoring needs (Polars, the scoring) is imported on a thread, while the requests
+    are on the wire, instead of before the first request or after the last reply."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(first.wait(), SURVEY_WAIT_S)
     for _ in suite.surveying():
         await asyncio.sleep(0)
     if progress is not None:
@@ -196,13 +203,20 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
         progress = None if args.quiet else RunProgress(console, {}, budget=budget)
         # The tasks are counted (for the progress totals) and their gold rows kept (for scoring) in one
         # pass interleaved with the run, not before the first request nor after the last reply.
-        survey = asyncio.create_task(_survey(plan.suite, progress, models))
+        first = asyncio.Event()
+
+        def on_progress(label: str, stats: Stats) -> None:
+            first.set()
+            if progress is not None:
+                progress.update(label, stats)
+
+        survey = asyncio.create_task(_survey(plan.suite, progress, models, first))
         try:
             if progress is None:
-                stats = await run(models, plan.suite, cache, budget=budget)
+                stats = await run(models, plan.suite, cache, on_progress=on_progress, budget=budget)
             else:
                 with progress:
-                    stats = await run(models, plan.suite, cache, on_progress=progress.update, budget=budget)
+                    stats = await run(models, plan.suite, cache, on_progress=on_progress, budget=budget)
                     await survey  # the totals, before the bars close
             await survey  # a malformed row raises here if the run did not meet it first
         except BaseException:
