@@ -492,11 +492,13 @@ def command() -> None:
     """The ``dxi`` command: ``main`` on ``sys.argv``, then exit without tearing the interpreter down.
 
     Once ``main`` has returned, every output is written and the cache is closed; the exit handlers run
-    (logging's flush, the thread pools' joins), standard output and error are flushed, and the process
+    (logging's flush, the thread pools' joins) after the other threads have ended, standard output and
+    error are flushed, and the process
     ends with ``os._exit``: freeing every module and object one by one (Polars, PyArrow, the frames) would
     take ~60 ms of the tail after the last reply, for nothing (issue 14)."""
     import atexit
     import os
+    import threading
 
     try:
         code = main()
@@ -504,6 +506,11 @@ def command() -> None:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
+    # the interpreter's own exit sequence, less the teardown: the thread pools are told to stop and every
+    # non-daemon thread is joined (threading._shutdown), then the exit handlers run
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
