@@ -173,7 +173,7 @@ SURVEY_WAIT_S = 0.5  # the longest the survey waits for the run's first outcome 
 async def _survey(suite, progress, models: list[ModelRun], first: asyncio.Event) -> None:
     """Once the run's first outcome is in (``first``: the first requests are on the wire; at most
     ``SURVEY_WAIT_S``), ``suite.survey()`` a few hundred tasks per event-loop turn, then the progress
-    totals; then what scoring needs (Polars, the scoring) is imported on a thread, while the requests
+    totals; then what scoring needs is prepared on a thread (``_prepare_scoring``), while the requests
     are on the wire, instead of before the first request or after the last reply."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(first.wait(), SURVEY_WAIT_S)
@@ -182,13 +182,21 @@ async def _survey(suite, progress, models: list[ModelRun], first: asyncio.Event)
     if progress is not None:
         n_tasks = sum(suite.survey().tasks.values())
         progress.set_totals({m.label: n_tasks * m.epochs for m in models})
-    await asyncio.to_thread(_import_scoring)
+    await asyncio.to_thread(_prepare_scoring, suite)
 
 
-def _import_scoring() -> None:
-    import dxi.scoring  # noqa: F401  (Polars with it)
+def _prepare_scoring(suite) -> None:
+    """What the scoring after the run needs and can have before it: its imports, the gold frames and the
+    bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
+    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept by ``Bootstrap.weights``)."""
+    from dxi import scoring
 
     from . import outputs  # noqa: F401
+
+    suite.gold_frames()
+    boot = scoring.Bootstrap()  # as outputs.score_all scores
+    for name, n_tasks in suite.survey().tasks.items():
+        boot.weights(name, n_tasks)
 
 
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget
@@ -268,7 +276,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         if plan.max_cost is not None:
             extra["cost_bound"] = _bound_block(budget, remaining)
         cache.close()  # compacted before scoring, which then reads Parquet instead of parsing the log (twice)
-        from .outputs import print_summary, score  # imported during the run already (``_survey``)
+        from .outputs import print_summary, score  # imported during the run already (``_prepare_scoring``)
 
         summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
     print_summary(summary, console, plan.out)
