@@ -13,11 +13,18 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
+
+from dxi.lazy import LazyModule
 
 from .schema import FAILED, FATAL, INVALID, OK
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = LazyModule("polars")  # imported when an index is built from rows on disk
 
 # status codes: the class of a key's newest row
 ABSENT, CODE_OK, CODE_INVALID, CODE_FATAL, CODE_TRANSIENT = 0, 1, 2, 3, 4

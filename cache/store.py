@@ -47,17 +47,22 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import orjson
-import polars as pl
 import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.parquet as pq
+
+from dxi.lazy import LazyModule
 
 from . import verify
 from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
 from .schema import INDEX_COLUMNS, SCHEMA
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from .remote import Remote
+else:
+    pl = LazyModule("polars")  # imported when first used: opening an empty cache (a first run) does without
 
 T = TypeVar("T")
 
@@ -265,7 +270,7 @@ class Cache:
         shards = self._verified(self._shards(), INDEX_COLUMNS)
         try:  # all shards at once (fast); only if that fails is each shard checked alone
             return KeyIndex.from_frames(frames + self._index_frames(shards))
-        except verify.DAMAGED:  # pyarrow and polars raise several types for a damaged file (polars: a panic)
+        except verify.damaged():  # pyarrow and polars raise several types for a damaged file (polars: a panic)
             return KeyIndex.from_frames(frames + self._index_frames(self._readable(shards)))
 
     @staticmethod
@@ -304,7 +309,7 @@ class Cache:
         without them. Raises the original error when no shard was unreadable."""
         try:
             return query(self.scan())
-        except verify.DAMAGED:  # a damaged shard raises several types (a checksum, a panic in polars)
+        except verify.damaged():  # a damaged shard raises several types (a checksum, a panic in polars)
             if not self.verify():
                 raise
         return query(self.scan())

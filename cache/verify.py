@@ -9,7 +9,7 @@ gigabyte a second. A shard is judged damaged only when pyarrow's own verified re
 Each shard is verified once per ``Verifier`` (one per open cache: shards are immutable once in place):
 the columns the key index reads when it loads, every column before the first scan.
 
-What a failed read means is ``DAMAGED``: any ``Exception`` (pyarrow and Polars raise several types for a
+What a failed read means is ``damaged()``: any ``Exception`` (pyarrow and Polars raise several types for a
 damaged file) and Polars' ``PanicException`` (a Rust panic, which derives from ``BaseException``), never
 ``KeyboardInterrupt`` or ``SystemExit``.
 
@@ -20,26 +20,39 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from dxi.lazy import LazyModule
 
 from .schema import FAILED, FATAL, INVALID, OK, SCHEMA, TRANSIENT
 
-DAMAGED: tuple[type[BaseException], ...] = (Exception, pl.exceptions.PanicException)
+if TYPE_CHECKING:
+    import polars as pl
+    import pyarrow.compute as pc
+else:  # imported when first used: opening an empty cache (a first run) does without
+    pl, pc = LazyModule("polars"), LazyModule("pyarrow.compute")
+
+@cache
+def damaged() -> tuple[type[BaseException], ...]:
+    """The exceptions a damaged shard raises when read (``except damaged()``): see above."""
+    return (Exception, pl.exceptions.PanicException)
 WRITE_OPTIONS = {"compression": "zstd", "write_page_checksum": True}
 STATUSES = (OK, INVALID, FAILED)
 ERROR_KINDS = (TRANSIENT, FATAL)
-_POLARS_SCHEMA = pl.from_arrow(SCHEMA.empty_table()).schema
+@cache
+def _polars_schema() -> pl.Schema:
+    return pl.from_arrow(SCHEMA.empty_table()).schema
 
 
 def scan(shards: Sequence[Path]) -> pl.LazyFrame:
     """The shards (verified first: ``Verifier``) as one Polars LazyFrame with the cache's full schema (a
     column an older shard lacks reads as nulls)."""
-    return pl.scan_parquet([str(s) for s in shards], schema=_POLARS_SCHEMA, missing_columns="insert")
+    return pl.scan_parquet([str(s) for s in shards], schema=_polars_schema(), missing_columns="insert")
 
 
 def check(shard: Path, columns: Sequence[str] | None = None) -> BaseException | None:
@@ -48,7 +61,7 @@ def check(shard: Path, columns: Sequence[str] | None = None) -> BaseException | 
     try:
         pq.read_table(shard, columns=list(columns) if columns is not None else None, page_checksum_verification=True)
         scan([shard]).select(list(columns) if columns is not None else pl.all()).collect()
-    except DAMAGED as exc:
+    except damaged() as exc:
         return exc
     return None
 
@@ -95,7 +108,7 @@ def page_checksums(shard: Path, columns: frozenset[str] | None = None) -> BaseEx
                 chunk = group.column(c)
                 if columns is None or chunk.path_in_schema.split(".", 1)[0] in columns:
                     _check_chunk(buf, view, chunk)
-    except DAMAGED as exc:
+    except damaged() as exc:
         return exc
     return None
 

@@ -167,6 +167,7 @@ class Suite:
     wildguard_subset: str = "agreed"
     evals: tuple[str, ...] | None = None
     _survey: Survey | None = field(default=None, init=False, repr=False, compare=False)
+    _gold: tuple[pl.DataFrame, pl.DataFrame] | None = field(default=None, init=False, repr=False, compare=False)
     _validated: bool = field(default=False, init=False, repr=False, compare=False)
 
     def validate(self) -> None:
@@ -226,9 +227,11 @@ class Suite:
         return self._survey
 
     def gold_frames(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """``gold_frames`` of this suite's tasks, from the kept survey."""
-        s = self.survey()
-        return _frames(s.gold, s.categories)
+        """``gold_frames`` of this suite's tasks, from the kept survey (built once, then kept)."""
+        if self._gold is None:
+            s = self.survey()
+            self._gold = _frames(s.gold, s.categories)
+        return self._gold
 
     def data_block(self) -> dict[str, dict]:
         """The ``data`` block of summary.json: per evaluation, the file used (path, sha256, rows) and

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import difflib
 import os
 import sys
@@ -397,16 +398,38 @@ def _counted(plan: Plan, models: list[ModelRun], idle: set[str], budget: Budget,
     return start_line(totals_, tasks, {m.label: m.epochs for m in models}, idle, plan.cache_dir, plan.out, budget), totals_
 
 
+SURVEY_WAIT_S = 0.5  # the longest the survey waits for the run's first outcome before starting anyway
+
+
 async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], budget: Budget, console,
-                  shard=None) -> None:
-    """``suite.survey()`` a few hundred tasks per event-loop turn (while the first requests are on the
-    wire), then the start line and the progress totals."""
+                  first: asyncio.Event, shard=None) -> None:
+    """Once the run's first outcome is in (``first``: the first requests are on the wire; at most
+    ``SURVEY_WAIT_S``), ``suite.survey()`` a few hundred tasks per event-loop turn, then the start line and
+    the progress totals; then what scoring needs is prepared on a thread (``_prepare_scoring``), while the
+    requests are on the wire, instead of before the first request or after the last reply."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(first.wait(), SURVEY_WAIT_S)
     for _ in plan.suite.surveying():
         await asyncio.sleep(0)
     if progress is not None:
         line, totals_ = _counted(plan, models, idle, budget, shard)
         console.print(line, highlight=False, markup=False)
         progress.set_totals(totals_)
+    await asyncio.to_thread(_prepare_scoring, plan.suite)
+
+
+def _prepare_scoring(suite) -> None:
+    """What the scoring after the run needs and can have before it: its imports, the gold frames and the
+    bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
+    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept by ``Bootstrap.weights``)."""
+    from dxi import scoring
+
+    from . import outputs  # noqa: F401
+
+    suite.gold_frames()
+    boot = scoring.Bootstrap()  # as outputs.score_all scores
+    for name, n_tasks in suite.survey().tasks.items():
+        boot.weights(name, n_tasks)
 
 
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget,
@@ -416,7 +439,6 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.stops``).
     A model whose requests are all cached is not started: a server that is down, or a key not set, does
     not stop a run that needs neither."""
-    from .estimate import estimate
     from .progress import RunProgress
     from .run import Stats, run
 
@@ -443,13 +465,21 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
         progress = None if args.quiet else RunProgress(console, {}, budget=budget, free=free)
         # The tasks are counted (for the start line and the progress totals) and their gold rows kept (for
         # scoring) in one pass interleaved with the run, not before the first request nor after the last reply.
-        survey = asyncio.create_task(_survey(plan, progress, models, idle, budget, console, shard))
+        first = asyncio.Event()
+
+        def on_progress(label: str, stats: Stats) -> None:
+            first.set()
+            if progress is not None:
+                progress.update(label, stats)
+
+        survey = asyncio.create_task(_survey(plan, progress, models, idle, budget, console, first, shard))
         try:
             if progress is None:
-                stats = await run(models, plan.suite, cache, budget=budget, limiters=limiters, shard=shard)
+                stats = await run(models, plan.suite, cache, on_progress=on_progress, budget=budget,
+                                  limiters=limiters, shard=shard)
             else:
                 with progress:
-                    stats = await run(models, plan.suite, cache, on_progress=progress.update, budget=budget,
+                    stats = await run(models, plan.suite, cache, on_progress=on_progress, budget=budget,
                                       limiters=limiters, shard=shard)
                     await survey  # the totals, before the bars close
             await survey  # a malformed row raises here if the run did not meet it first
@@ -458,7 +488,11 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
             if survey.done() and not survey.cancelled():
                 survey.exception()  # retrieved: the run's own error is the one raised
             raise
-        remaining = estimate(models, plan.suite, cache, shard) if budget.stopped else None
+        remaining = None
+        if budget.stopped:
+            from .estimate import estimate
+
+            remaining = estimate(models, plan.suite, cache, shard)
         return stats, remaining
     finally:
         roller.cancel()
@@ -473,7 +507,6 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
     from dxi.cache import Cache, CacheWriteError
 
-    from .outputs import print_summary, score
     from .stops import describe, stopped_providers
 
     plan = _plan(args)
@@ -511,6 +544,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         if stopped:
             extra["stopped_providers"] = stopped
         cache.close()  # compacted before scoring, which then reads Parquet instead of parsing the log (twice)
+        from .outputs import print_summary, score  # imported during the run already (``_prepare_scoring``)
+
         summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
     print_summary(summary, console, plan.out)
     upload_failed = dist.finish()  # the run ends when its uploads are done
@@ -803,11 +838,13 @@ def command() -> None:
     """The ``dxi`` command: ``main`` on ``sys.argv``, then exit without tearing the interpreter down.
 
     Once ``main`` has returned, every output is written and the cache is closed; the exit handlers run
-    (logging's flush, the thread pools' joins), standard output and error are flushed, and the process
+    (logging's flush, the thread pools' joins) after the other threads have ended, standard output and
+    error are flushed, and the process
     ends with ``os._exit``: freeing every module and object one by one (Polars, PyArrow, the frames) would
     take ~60 ms of the tail after the last reply, for nothing (issue 14)."""
     import atexit
     import os
+    import threading
 
     try:
         code = main()
@@ -815,6 +852,11 @@ def command() -> None:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
+    # the interpreter's own exit sequence, less the teardown: the thread pools are told to stop and every
+    # non-daemon thread is joined (threading._shutdown), then the exit handlers run
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

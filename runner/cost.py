@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from dxi.adapters import Adapter, AdapterError, Reply, Request
 from dxi.evals import Task
-from dxi.scoring import cost_usd
 
 from .tokens import input_bound
 
@@ -92,6 +91,8 @@ class Charge:
         (``runner.plan`` refuses it before the run starts)."""
         if self.price is None:
             return await self.budget.reserve(0.0)
+        from dxi.scoring import cost_usd  # imported for priced models only: start-up does without Polars
+
         out = adapter.output_tokens_bound(task) if self.price[1] else 0
         if out is None and self.budget.max_usd is None:
             out = 0  # no bound to keep: nothing to reserve for the uncapped output (it is settled from the usage)
@@ -104,6 +105,8 @@ class Charge:
         if self.price is None:
             actual = 0.0
         elif reply is not None and reply.input_tokens is not None:
+            from dxi.scoring import cost_usd
+
             actual = cost_usd(reply.input_tokens, reply.output_tokens or 0, *self.price,
                               cached_tokens=reply.cached_input_tokens or 0)
         elif error is not None and error.status is not None and reply is None:

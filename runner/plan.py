@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-import polars as pl
 
-from dxi import adapters, scoring
+from dxi import adapters
 from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, discover
 
 from . import config
@@ -29,6 +29,9 @@ from .datadir import DATA_DIR_ENV, default_data_dir
 from .errors import PlanError
 from .run import ModelRun
 from .sample import SampledSuite
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass
@@ -49,6 +52,10 @@ class Plan:
 
     def models_frame(self) -> pl.DataFrame:
         """The frame scoring selects cache rows by (``scoring.MODELS_SCHEMA`` plus each model's ``epochs``)."""
+        import polars as pl  # for scoring, after the run: not before the first request
+
+        from dxi import scoring
+
         rows = [(m.label, m.adapter.kind, m.adapter.model, m.adapter.endpoint, m.adapter.params_key, PROMPT_VERSION,
                  m.epochs) for m in self.models]
         return pl.DataFrame(rows, schema={**scoring.MODELS_SCHEMA, "epochs": pl.Int64}, orient="row")

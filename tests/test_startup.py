@@ -97,3 +97,20 @@ def test_the_command_exits_with_mains_code_and_flushes(tmp_path: Path):
     assert summary["models"][0]["requests"]["sent"] == 3
     assert list((tmp_path / "cache" / "wal").iterdir()) == []  # closed: compacted into a shard
     assert len(list((tmp_path / "cache" / "shards").iterdir())) == 1
+
+
+def test_a_first_run_reaches_its_first_request_without_polars_or_the_scoring(tmp_path: Path):
+    # what `dxi run` does before its first request: plan, open an empty cache, look keys up, encode
+    data = synthetic_data(tmp_path / "data", 5)
+    loaded = _imported_by(
+        "from pathlib import Path\nfrom dxi.runner import cli\nfrom dxi.runner.run import run\n"
+        "from dxi.runner.cost import Budget\nfrom dxi.runner.progress import RunProgress\n"
+        "from dxi.cache import Cache\n"
+        f"args = cli.parser().parse_args(['run', '--model', 'systemone:m@http://127.0.0.1:9', '--data-dir', {str(data)!r}])\n"
+        "plan = cli._plan(args)\n"
+        f"cache = Cache(Path({str(tmp_path / 'cache')!r}))\n"
+        "m = plan.models[0]\n"
+        "requests = [m.adapter.encode(t) for t in plan.suite.tasks()]\n"
+        "assert cache.has_many([r.key for r in requests]) == [False] * 5")
+    assert "polars" not in loaded and "dxi.scoring" not in loaded
+    assert "dxi.cache.store" in loaded  # the probe did open the cache

@@ -1,0 +1,22 @@
+"""A module imported when it is first used, for modules on `dxi run`'s path to its first request that need
+a heavy library only later (the cache needs Polars to read shards and logs, not to open an empty cache)."""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+class LazyModule:
+    """Stands for module ``name`` (``pl = LazyModule("polars")``): the module is imported when an attribute
+    is first read, and every attribute read is the module's own. Use it only for attribute access
+    (``pl.col``), never where the module object itself is needed."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str) -> object:
+        module: ModuleType = importlib.import_module(self._name)
+        return getattr(module, attr)
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name!r}>"
