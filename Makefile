@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-DATA   ?= ../shared/data
+DATA   ?= $(or $(DXI_DATA_DIR),../shared/data)
 CACHE  ?= .dxi-cache
 OUT    ?= out
 MODEL  ?= embedded:sparrow-nano-general-v1.1

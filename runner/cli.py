@@ -712,7 +712,10 @@ def cmd_view(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[red]warning:[/] serving on {escape(args.host)}, not this machine only: anyone who can reach "
                       "it can read every prompt and reply in the cache (there is no login). Use the default "
                       "--host 127.0.0.1 unless that is what you want.")
-    serve(browser, args.host, args.port, print_=lambda text: console.print(escape(text)))
+    try:
+        serve(browser, args.host, args.port, print_=lambda text: console.print(escape(text)))
+    except (OSError, OverflowError) as exc:  # a port taken or out of range, a host that does not resolve
+        raise UsageError(f"cannot serve on {args.host}:{args.port}: {exc}") from None
     return 0
 
 

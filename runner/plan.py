@@ -158,11 +158,12 @@ def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[st
         raise PlanError(str(exc)) from None
     suite.validate()  # every selected file whole, before anything is sent or scored (evals.DatasetError)
     if not suite.selected():
-        where = (f"(no --data-dir given, ${DATA_DIR_ENV} is not set and neither ./data nor ../shared/data exists)"
-                 if not data_dir else (f"{data_dir} (that is, {data_dir.resolve()})"
-                                       if str(data_dir.resolve()) != str(data_dir) else str(data_dir)))
+        where = (f"no --data-dir given, ${DATA_DIR_ENV} is not set and neither ./data nor ../shared/data exists"
+                 if not data_dir else "no evaluation data found in " + (
+                     f"{data_dir} (that is, {data_dir.resolve()})" if str(data_dir.resolve()) != str(data_dir)
+                     else str(data_dir)))
         raise PlanError(
-            f"no evaluation data found in {where}.\n"
+            f"{where}.\n"
             "Point --data-dir at a folder holding the evaluation files, e.g. ../shared/data with "
             "omniscience-standin/*.jsonl, hle/hle_mcqa.json, when2call/*.jsonl and wildguardtest/*.parquet, "
             "or name files with --omniscience, --hle, --when2call, --wildguardtest.")

@@ -452,3 +452,17 @@ def test_a_walk_through_the_pages_in_a_headless_browser(browser: Browser, built:
     assert (seen["scripts"], seen["images"]) == (1, 0)
     for name in ("overview", "evaluation", "question", "compare", "calibration", "hostile"):
         assert (shots / f"{name}.png").stat().st_size > 10_000, name
+
+
+def test_a_port_that_cannot_be_served_is_a_usage_error_not_a_traceback(built: dict, capsys: pytest.CaptureFixture):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        base = ["view", "--data-dir", str(built["data"]), "--cache-dir", str(built["cache"]), "-q"]
+        assert main([*base, "--port", str(port)]) == 2
+        assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert main([*base, "--port", "99999"]) == 2
+    assert "cannot serve on 127.0.0.1:99999: bind(): port must be 0-65535" in capsys.readouterr().err
