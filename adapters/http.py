@@ -319,7 +319,11 @@ async def check_reachable(url: str, what: str, timeout_s: float = 10.0) -> None:
 
 def is_loopback(url: str) -> bool:
     """True when ``url``'s host is this machine (127.0.0.0/8, ::1, localhost): no API key needed there."""
-    host = urlsplit(url).hostname or ""
+    return is_loopback_host(urlsplit(url).hostname or "")
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine only: localhost, 127.0.0.0/8 or ::1."""
     if host == "localhost":
         return True
     try:

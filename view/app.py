@@ -19,7 +19,6 @@ are served; nothing is written anywhere but the app's temporary folder (``data.B
 """
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -27,6 +26,7 @@ from urllib.parse import quote, urlencode
 import jinja2
 from aiohttp import web
 
+from dxi.adapters.http import is_loopback_host as is_loopback  # noqa: F401  (dxi view and its tests use it)
 from dxi.evals import EVALS
 from dxi.scoring.calibration import ECE_BINS
 from dxi.scoring.sums import METRICS
@@ -41,16 +41,6 @@ HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", 
 METRIC_TITLES = {"accuracy": "accuracy", "non_hallucination_rate": "non-halluc.", "f1_prompt_harm": "F1 prompt harm",
                  "f1_response_refusal": "F1 refusal", "f1_response_harm": "F1 response harm", "mean_f1": "mean F1"}
 BROWSER = web.AppKey("browser", Browser)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an address) is this machine only: localhost, 127.0.0.0/8 or ::1."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _url(path: str, **params: object) -> str:
