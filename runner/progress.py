@@ -1,6 +1,7 @@
 """Progress a person can watch at 3 a.m.: per model, done/total, rate, time left, spend, retries, 429s and
 invalid answers. On a terminal a rich bar per model; otherwise (logs) plain timestamped lines, at most one
-per model every ``interval_s`` seconds plus one when a model finishes, e.g.::
+per model every ``interval_s`` seconds (also while no reply arrives: a provider that is down shows as a
+count that stands still) plus one when a model finishes, e.g.::
 
     03:12:09 gpt-6.1-terra: 1200/2193 55% 3.9 req/s ETA 4m15s $0.4210 retries 3 429s 1 invalid 2 failed 0 cached 400
 
@@ -11,6 +12,7 @@ the whole run is shown against it. ``start_line`` is the line printed before the
 """
 from __future__ import annotations
 
+import asyncio
 import time
 
 from rich.console import Console
@@ -43,6 +45,9 @@ class RunProgress:
         self._bars: Progress | None = None
         self._ids: dict[str, int] = {}
         self._last: dict[str, float] = {}
+        self._stats: dict[str, Stats] = {}  # each model's latest Stats (updated in place by the run)
+        self._finished: set[str] = set()
+        self._ticker: asyncio.TimerHandle | None = None
         self._started = time.monotonic() if started is None else started  # the run's start (monotonic seconds)
 
     def __enter__(self) -> RunProgress:
@@ -54,7 +59,22 @@ class RunProgress:
             self._bars.start()
             for label, total in self.totals.items():
                 self._ids[label] = self._bars.add_task(label, total=total, detail="")
+        self._schedule()
         return self
+
+    def _schedule(self) -> None:
+        """Show every model again after a while without replies (inside an event loop only)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._ticker = loop.call_later(1.0 if self.live else self.interval_s, self._tick)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for label, stats in self._stats.items():
+            self._show(label, stats, now)
+        self._schedule()
 
     def set_totals(self, totals: dict[str, int]) -> None:
         """Give (or correct) the models' totals; a model not shown yet gets its bar."""
@@ -67,6 +87,9 @@ class RunProgress:
                     self._ids[label] = self._bars.add_task(label, total=total, detail="")
 
     def __exit__(self, *exc: object) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
         if self._bars is not None:
             self._bars.stop()
 
@@ -92,7 +115,10 @@ class RunProgress:
                 f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}")
 
     def update(self, label: str, stats: Stats) -> None:
-        now = time.monotonic()
+        self._stats[label] = stats
+        self._show(label, stats, time.monotonic())
+
+    def _show(self, label: str, stats: Stats, now: float) -> None:
         if self._bars is not None:
             if label not in self._ids:  # no total yet: a bar without one
                 self._ids[label] = self._bars.add_task(label, total=None, detail="")
@@ -100,8 +126,11 @@ class RunProgress:
             self._bars.update(self._ids[label], completed=stats.done, detail=detail)
             return
         total = self.totals.get(label)
-        finished = total is not None and stats.done >= total
-        if not finished and now - self._last.get(label, self._started) < self.interval_s:
+        if total is not None and stats.done >= total:  # its last line, once
+            if label in self._finished:
+                return
+            self._finished.add(label)
+        elif now - self._last.get(label, self._started) < self.interval_s:
             return
         self._last[label] = now
         self.console.print(f"{time.strftime('%H:%M:%S')} {label}: {self.line(label, stats, now)}",

@@ -2,6 +2,7 @@
 progress without a total, the command's exit codes. Speed itself is measured by `make bench`."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import subprocess
 import sys
@@ -114,3 +115,19 @@ def test_a_first_run_reaches_its_first_request_without_polars_or_the_scoring(tmp
         "assert cache.has_many([r.key for r in requests]) == [False] * 5")
     assert "polars" not in loaded and "dxi.scoring" not in loaded
     assert "dxi.cache.store" in loaded  # the probe did open the cache
+
+
+async def test_progress_lines_go_on_while_no_reply_arrives():
+    out = StringIO()
+    p = RunProgress(Console(file=out, width=200), {"m": 10}, interval_s=0.05)
+    s = Stats(sent=3, ok=3, attempts=3)
+    with p:
+        p.update("m", s)  # the one reply of the run so far (not a terminal: no line before the interval)
+        await asyncio.sleep(0.28)  # a provider that is down: no reply, yet the count is shown again
+    lines = out.getvalue().splitlines()
+    assert 3 <= len(lines) <= 6 and all(" m: 3/10 30% " in line for line in lines)
+    s.ok = s.sent = s.attempts = 10
+    with p:
+        p.update("m", s)  # finished: its line once, not again at every tick
+        await asyncio.sleep(0.12)
+    assert sum(" m: 10/10 100% " in line for line in out.getvalue().splitlines()) == 1
