@@ -55,6 +55,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from . import verify
+
 log = logging.getLogger("dxi.cache")
 
 MIRROR = "remote"  # <cache-dir>/remote/{shards,manifests}: the local copies of remote shards
@@ -327,7 +329,10 @@ class Remote:
     # ---- writing ------------------------------------------------------------------------------
     def upload(self, shard: Path, replaces: tuple[str, ...] = ()) -> Manifest:
         """Upload one local shard under its name, then its manifest (idempotent: the same name holds the same
-        rows). Raises OSError / ArrowException when the remote refuses."""
+        rows). Raises OSError / ArrowException when the remote refuses, and RemoteError for a shard whose pages
+        fail their checksums (never uploaded: every reader would set it aside)."""
+        if (damage := verify.page_checksums(shard)) is not None:
+            raise RemoteError(f"{shard} is damaged ({type(damage).__name__}: {damage}); not uploaded")
         data = shard.read_bytes()
         m = Manifest(shard.stem, len(data), hashlib.sha256(data).hexdigest(),
                      pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows, replaces)
@@ -342,6 +347,8 @@ class Remote:
             self.upload(shard)
         except FileNotFoundError:
             pass  # moved to quarantine meanwhile
+        except RemoteError as exc:  # damaged here: set aside when the cache is read, its requests sent again
+            self._warn(f"cache: {exc}")
         except (OSError, pa.ArrowException) as exc:
             self._failed.append(shard.name)
             self._warn(f"cache: could not upload {shard.name} to {self.name} ({exc}); it stays in the local cache "
@@ -394,7 +401,11 @@ class Remote:
                 data = self._get(self._remote("shards", f"{m.stem}.parquet"))
                 if len(data) != m.bytes or hashlib.sha256(data).hexdigest() != m.sha256:
                     raise RemoteError(f"{self.name}/shards/{m.stem}.parquet does not match its manifest; not compacted")
-                tables.append(pq.read_table(pa.BufferReader(data)))
+                try:  # a shard whose pages fail their checksums is never rewritten with fresh ones
+                    tables.append(pq.read_table(pa.BufferReader(data), page_checksum_verification=True))
+                except Exception as exc:
+                    raise RemoteError(f"{self.name}/shards/{m.stem}.parquet is damaged ({type(exc).__name__}: {exc}); "
+                                      "not compacted") from None
             table = _dedupe(pa.concat_tables(tables, promote_options="default"))
             stems = tuple(sorted({m.stem for m in group} | {s for m in group for s in m.replaces}))
             name = f"{group[-1].stem.split('-', 1)[0]}-compact-{hashlib.sha256(' '.join(stems).encode()).hexdigest()[:16]}"

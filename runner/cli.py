@@ -369,19 +369,22 @@ async def _started(models: list[ModelRun]) -> list[ModelRun]:
     return started
 
 
-def _all_cached(model: ModelRun, plan: Plan, cache: Cache) -> int | None:
-    """The number of requests of ``model`` when every one is in the cache (it needs no server, no key),
-    else None; None too for a model that must be started to know its name (a System One server that
-    names its model)."""
+def _all_cached(model: ModelRun, plan: Plan, cache: Cache, shard=None) -> int | None:
+    """The number of requests of ``model`` (with a ``shard``: of those it owns) when every one is in the
+    cache (it needs no server, no key), else None; None too for a model that must be started to know its
+    name (a System One server that names its model)."""
     a = model.adapter
     if not a.model:
         return None
     n = 0
     stream = ((task, sample) for task in plan.suite.tasks() for sample in range(model.epochs))
     while batch := list(islice(stream, 256)):
-        if not all(cache.has_many([a.encode(task, sample).key for task, sample in batch])):
+        keys = [a.encode(task, sample).key for task, sample in batch]
+        if shard is not None:
+            keys = [k for k in keys if shard.owns(k)]
+        if not all(cache.has_many(keys)):
             return None
-        n += len(batch)
+        n += len(keys)
     return n
 
 
@@ -443,7 +446,7 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     from .run import Stats, run
 
     dist = dist or distributed.Distributed()
-    cached = {m.label: n for m in plan.models if (n := _all_cached(m, plan, cache)) is not None}
+    cached = {m.label: n for m in plan.models if (n := _all_cached(m, plan, cache, dist.shard)) is not None}
     idle = set(cached)
     started = await _started([m for m in plan.models if m.label not in idle])
     models = plan.models

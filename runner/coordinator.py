@@ -501,6 +501,11 @@ class SharedLimiter(ProviderLimiter):
         self.fallback.pause(seconds)
         self.c.later("pause", [self.hash], [seconds, TTL_S])
 
+    def halt(self, error) -> None:
+        """Stop this provider (``ProviderLimiter.halt``), the fallback used while Redis is down included."""
+        super().halt(error)
+        self.fallback.halt(error)
+
     async def acquire(self, request: Request) -> Ticket:
         if self.c.down:
             return await self.fallback.acquire(request)
@@ -514,10 +519,12 @@ class SharedLimiter(ProviderLimiter):
                         "book", [self.hash], [*self._ceilings, cost, RECOVERY_S, TTL_S])
                     wait = float(wait)
                     if wait > 0:
-                        await asyncio.sleep(wait)
+                        await self.sleep(wait)  # ends at once when the provider is stopped (halt)
+                        if self.halted is not None:  # the attempt checks ``halted`` and sends nothing
+                            return SharedTicket(time.monotonic(), size, cost, float(booked_at), float(token_rate))
                         left = float(await self.c.call("pause", [self.hash], [0, TTL_S]))
                         if left > 0:  # a 429 came in while we waited our turn: book again after it
-                            await asyncio.sleep(left)
+                            await self.sleep(left)
                             continue
                 except _REDIS_ERRORS as exc:
                     self.c.fail(exc)
@@ -535,6 +542,7 @@ class SharedLimiter(ProviderLimiter):
             return
         self.window.release()
         if ok:
+            self.replies += 1  # as ProviderLimiter.finish: a provider that has answered is not stopped by one 400
             w = self.window
             if w.size < self.limits.max_in_flight:
                 w.resize(min(float(self.limits.max_in_flight), w.size + 1 / w.size))
@@ -554,8 +562,8 @@ class SharedLimiter(ProviderLimiter):
             if not (error.rpm or error.tpm):
                 self.decreases += 1
                 self.window.resize(self.window.size * BACKOFF)
-        if error.retry_after is not None:
-            self.pause(min(error.retry_after, self.limits.max_wait_s))
+        if error.retry_after is not None and error.retry_after <= self.limits.max_stated_wait_s:
+            self.pause(error.retry_after)  # honoured exactly, as ProviderLimiter.finish; a longer wait stops the provider
 
 
 class SharedBudget(Budget):

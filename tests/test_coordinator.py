@@ -276,3 +276,14 @@ async def test_a_429_one_dxi_run_sees_pauses_the_other(redis_url: str, tmp_path:
     during = [t - first for t in arrivals[1:] if first + 0.05 < t < first + 0.95]
     assert during == []  # neither process sent while the stated pause lasted
     assert sum(1 for t in arrivals if t >= first + 0.95) >= tasks - 2
+
+
+async def test_a_shared_limiter_counts_replies_and_honours_a_stated_wait_as_the_local_one_does(redis_url: str):
+    a, b = two(redis_url)
+    la = a.limiters([_Model(Limits(rpm=6000, max_in_flight=4))])["p"]
+    la.finish(await la.acquire(REQUEST), True)
+    assert la.replies == 1  # a provider that has answered is not stopped by one request's 400 (runner.retry)
+    la.finish(await la.acquire(REQUEST), False, RateLimited("429", status=429, retry_after=300.0))
+    assert la._paused_until - time.monotonic() > 290  # honoured exactly (up to --max-stated-wait), not cut to 60 s
+    await a.close()
+    await b.close()
