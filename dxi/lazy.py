@@ -16,7 +16,9 @@ class LazyModule:
 
     def __getattr__(self, attr: str) -> object:
         module: ModuleType = importlib.import_module(self._name)
-        return getattr(module, attr)
+        value = getattr(module, attr)
+        setattr(self, attr, value)  # kept: later reads of it are plain attribute reads
+        return value
 
     def __repr__(self) -> str:
         return f"<lazy module {self._name!r}>"

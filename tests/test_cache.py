@@ -266,12 +266,24 @@ def test_a_cache_that_cannot_be_written_is_still_read(tmp_path: Path, monkeypatc
     """A read-only cache (here: creating files fails with EROFS, as root ignores permissions): a killed
     run's log cannot be compacted, so it stays and its rows are read from it; appending raises
     CacheWriteError naming the directory."""
-    from dxi.cache import CacheWriteError, store
+    from dxi.cache import CacheWriteError
 
     with Cache(tmp_path) as cache:
         cache.append(row("k1"))
         os.close(cache._fd)  # as if killed: the log stays, uncompacted, its lock released
         cache._fd, cache._wal = None, None
+    read_only_files(monkeypatch)
+    cache = Cache(tmp_path)
+    assert any("could not compact" in w and "Read-only file system" in w for w in cache.warnings)
+    assert cache.has("k1") and cache.scan().collect()["key"].to_list() == ["k1"]
+    with pytest.raises(CacheWriteError, match=f"cannot create a cache log in {tmp_path / 'wal'}: Read-only file system"):
+        cache.append(row("k2"))
+
+
+def read_only_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache's ``os.open`` as on a read-only file system: creating a file fails with EROFS."""
+    from dxi.cache import store
+
     real_open = os.open
 
     def read_only(path, flags, *args):
@@ -280,8 +292,3 @@ def test_a_cache_that_cannot_be_written_is_still_read(tmp_path: Path, monkeypatc
         return real_open(path, flags, *args)
 
     monkeypatch.setattr(store.os, "open", read_only)
-    cache = Cache(tmp_path)
-    assert any("could not compact" in w and "Read-only file system" in w for w in cache.warnings)
-    assert cache.has("k1") and cache.scan().collect()["key"].to_list() == ["k1"]
-    with pytest.raises(CacheWriteError, match=f"cannot create a cache log in {tmp_path / 'wal'}: Read-only file system"):
-        cache.append(row("k2"))

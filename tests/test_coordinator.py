@@ -35,6 +35,18 @@ def two(url: str, run: str = "t", shares: int = 2, lease: float = 30.0) -> list[
     return cs
 
 
+async def two_shards(url: str, data: Path, tmp_path: Path, redis_url: str, run_id: str) -> list[bytes]:
+    """``dxi run --shard K/2`` for K = 0 and 1 at once, sharing one coordinator at 600 RPM; their stderr."""
+    procs = [await asyncio.create_subprocess_exec(
+        DXI, "run", "--model", f"systemone:fake@{url}", "--data-dir", str(data), "--cache-dir",
+        str(tmp_path / f"cache{k}"), "--out", str(tmp_path / f"out{k}"), "-q", "--rpm", "600", "--shard", f"{k}/2",
+        "--coordinator", redis_url, env={**os.environ, "DXI_RUN_ID": run_id}, stderr=asyncio.subprocess.PIPE)
+        for k in range(2)]
+    errs = [(await p.communicate())[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    return errs
+
+
 REQUEST = Request("systemone", "m", "e", b"{}", 0, "{}", "v")
 
 
@@ -194,13 +206,7 @@ async def test_two_dxi_runs_with_the_coordinator_keep_to_600_rpm_together(redis_
     tasks = 50
     data = data_dir(tmp_path / "data", tasks)
     async with FakeProvider(model="fake", p_first=None, p_yes=None, rpm=600) as server:  # a burst of 10, as providers allow
-        procs = [await asyncio.create_subprocess_exec(
-            DXI, "run", "--model", f"systemone:fake@{server.url}", "--data-dir", str(data), "--cache-dir",
-            str(tmp_path / f"cache{k}"), "--out", str(tmp_path / f"out{k}"), "-q", "--rpm", "600", "--shard", f"{k}/2",
-            "--coordinator", redis_url, env={**os.environ, "DXI_RUN_ID": "rpm-test"}, stderr=asyncio.subprocess.PIPE)
-            for k in range(2)]
-        errs = [(await p.communicate())[1] for p in procs]
-        assert [p.returncode for p in procs] == [0, 0], errs
+        errs = await two_shards(server.url, data, tmp_path, redis_url, "rpm-test")
         stats = server.stats()
         arrivals = sorted(t for t, _ in server.requests)
     assert all(b"shared by every process of run rpm-test" in e for e in errs)
@@ -262,13 +268,7 @@ async def test_a_429_one_dxi_run_sees_pauses_the_other(redis_url: str, tmp_path:
     tasks = 40
     data = data_dir(tmp_path / "data", tasks)
     async with FakeProvider(model="fake", p_first=None, p_yes=None, script=["429:1"]) as server:  # the first: wait 1 s
-        procs = [await asyncio.create_subprocess_exec(
-            DXI, "run", "--model", f"systemone:fake@{server.url}", "--data-dir", str(data), "--cache-dir",
-            str(tmp_path / f"cache{k}"), "--out", str(tmp_path / f"out{k}"), "-q", "--rpm", "600", "--shard", f"{k}/2",
-            "--coordinator", redis_url, env={**os.environ, "DXI_RUN_ID": "pause-test"}, stderr=asyncio.subprocess.PIPE)
-            for k in range(2)]
-        errs = [(await p.communicate())[1] for p in procs]
-        assert [p.returncode for p in procs] == [0, 0], errs
+        await two_shards(server.url, data, tmp_path, redis_url, "pause-test")
         stats = server.stats()
         arrivals = sorted(t for t, _ in server.requests)
     assert (stats["rate_limited"], stats["ok"]) == (1, tasks)

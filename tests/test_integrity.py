@@ -7,7 +7,6 @@ shard's column chunks (footer intact), a panic in the reader, a cache that canno
 in-process against the fake provider's System One responder (``InProcess``) or its HTTP server."""
 from __future__ import annotations
 
-import os
 import random
 import shutil
 from pathlib import Path
@@ -29,7 +28,7 @@ from dxi.scoring.sums import METRICS
 
 from .conftest import FIXTURES, REAL_DATA
 from .fake_provider import FakeProvider, InProcess
-from .test_cache import row
+from .test_cache import read_only_files, row
 
 
 class Counting(InProcess):
@@ -389,14 +388,7 @@ async def test_a_read_only_cache_is_found_before_the_first_request(tmp_path: Pat
                                                                   monkeypatch: pytest.MonkeyPatch):
     sent, _ = await run_once(Suite(discover(data_dir), limit=1), tmp_path / "cache")
     assert sent == 4
-    real_open = os.open
-
-    def read_only(path, flags, *args):
-        if flags & os.O_CREAT:
-            raise OSError(30, "Read-only file system")
-        return real_open(path, flags, *args)
-
-    monkeypatch.setattr(store.os, "open", read_only)
+    read_only_files(monkeypatch)
     assert (await run_once(Suite(discover(data_dir), limit=1), tmp_path / "cache"))[0] == 0  # nothing to write
     with pytest.raises(CacheWriteError, match=f"cannot create a file in {tmp_path / 'cache' / 'wal'}"):
         await run_once(Suite(discover(data_dir)), tmp_path / "cache")
