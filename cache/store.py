@@ -270,8 +270,10 @@ class Cache:
         shards = self._verified(self._shards(), INDEX_COLUMNS)
         try:  # all shards at once (fast); only if that fails is each shard checked alone
             return KeyIndex.from_frames(frames + self._index_frames(shards))
-        except verify.damaged():  # pyarrow and polars raise several types for a damaged file (polars: a panic)
-            return KeyIndex.from_frames(frames + self._index_frames(self._readable(shards)))
+        except verify.damaged() as exc:  # pyarrow and polars raise several types for a damaged file (polars: a panic)
+            if not verify.is_damage(exc):
+                raise
+        return KeyIndex.from_frames(frames + self._index_frames(self._readable(shards)))
 
     @staticmethod
     def _index_frames(shards: list[Path]) -> list[pl.LazyFrame]:
@@ -304,23 +306,32 @@ class Cache:
 
     def read(self, query: Callable[[pl.LazyFrame], T]) -> T:
         """``query(self.scan())`` (every shard's pages verified first), recovering from a damaged shard all
-        the same: when reading fails (an error or a panic in the reader), every shard is read whole
-        (``verify``), the unreadable ones are moved to quarantine/ with a warning, and the query runs again
-        without them. Raises the original error when no shard was unreadable."""
+        the same: when the query fails with what reading damaged bytes raises (``verify.is_damage``: a
+        reader error, a panic in the reader), or a shard it read is gone (set aside by another process
+        meanwhile), every shard is read whole (``verify``), the unreadable ones are moved to quarantine/
+        with a warning, and the query runs again without them. Raises the original error, unchanged, when
+        no shard was unreadable or gone; any other error (a bug in the query) propagates at once, and
+        nothing is verified again or set aside."""
         try:
             return query(self.scan())
-        except verify.damaged():  # a damaged shard raises several types (a checksum, a panic in polars)
-            if not self.verify():
+        except verify.damaged() as exc:  # a damaged shard raises several types (a checksum, a panic in polars)
+            if not (verify.is_damage(exc) or isinstance(exc, FileNotFoundError)) or not self.verify():
                 raise
         return query(self.scan())
 
     def verify(self) -> int:
         """Read every shard whole (all columns, by pyarrow with page checksums verified, and by Polars);
         move the unreadable ones to quarantine/ with a warning and drop their keys from the key index
-        (reloaded when next needed), so their requests count as not cached. Returns how many were moved."""
+        (reloaded when next needed), so their requests count as not cached. Returns how many were moved
+        (or were gone already: set aside by another process meanwhile). An error that is not damage
+        (``verify.is_damage``) propagates and sets nothing more aside."""
         moved = 0
         for shard in self._shards():
-            exc = verify.check(shard)
+            try:
+                exc = verify.check(shard)
+            except FileNotFoundError:
+                moved += 1  # gone meanwhile: no longer listed
+                continue
             if exc is not None:
                 moved += 1
                 self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})",

@@ -9,9 +9,13 @@ gigabyte a second. A shard is judged damaged only when pyarrow's own verified re
 Each shard is verified once per ``Verifier`` (one per open cache: shards are immutable once in place):
 the columns the key index reads when it loads, every column before the first scan.
 
-What a failed read means is ``damaged()``: any ``Exception`` (pyarrow and Polars raise several types for a
-damaged file) and Polars' ``PanicException`` (a Rust panic, which derives from ``BaseException``), never
-``KeyboardInterrupt`` or ``SystemExit``.
+What a failed read means is ``is_damage(exc)``: only what reading damaged bytes raises — a page that fails its
+checksum here, pyarrow's reader errors (``ArrowException``, and the bare ``OSError`` without an errno its
+Parquet reader raises for bad bytes), Polars' decoding errors (``ComputeError``, ``InvalidOperationError``:
+"parquet: File out of specification", an unreadable ``ARROW:schema``) and its ``PanicException`` (a Rust
+panic, which derives from ``BaseException``). Anything else (a bug in a query, a missing column, a
+``KeyError``, a file that cannot be opened: ``PermissionError``, ``FileNotFoundError``, a full memory) is not
+damage: it propagates unchanged and sets nothing aside. ``except damaged()`` catches the candidate types.
 
 ``valid_rows`` checks rows read from a write-ahead log against the schema: a line can be valid JSON and
 still not a row (``{}``, ``[1, 2, 3]``, a row without its key); those are dropped, never indexed or scored.
@@ -39,8 +43,21 @@ else:  # imported when first used: opening an empty cache (a first run) does wit
 
 @cache
 def damaged() -> tuple[type[BaseException], ...]:
-    """The exceptions a damaged shard raises when read (``except damaged()``): see above."""
-    return (Exception, pl.exceptions.PanicException)
+    """The exception types reading a damaged shard may raise (``except damaged()``; then ``is_damage``
+    decides): see above."""
+    return (_Damaged, pa.ArrowException, OSError, pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError,
+            pl.exceptions.PanicException)
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while reading a shard, says its bytes are damaged (see above): one of
+    ``damaged()``, and an ``OSError`` only when it is pyarrow's bare ``OSError`` without an errno (its
+    subclasses, such as ``PermissionError`` or ``FileNotFoundError``, and system errors are not damage)."""
+    if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowException):
+        return type(exc) is OSError and exc.errno is None
+    return isinstance(exc, damaged())
+
+
 WRITE_OPTIONS = {"compression": "zstd", "write_page_checksum": True}
 STATUSES = (OK, INVALID, FAILED)
 ERROR_KINDS = (TRANSIENT, FATAL)
@@ -57,12 +74,15 @@ def scan(shards: Sequence[Path]) -> pl.LazyFrame:
 
 def check(shard: Path, columns: Sequence[str] | None = None) -> BaseException | None:
     """Read one shard whole (or ``columns`` of it) with pyarrow, page checksums verified, and with Polars:
-    None when both read it, else the error one of them raised (a checksum, a panic)."""
+    None when both read it, else the damage one of them found (a checksum, a panic: ``is_damage``). Any
+    other error (the file cannot be opened, memory runs out) propagates."""
     try:
         pq.read_table(shard, columns=list(columns) if columns is not None else None, page_checksum_verification=True)
         scan([shard]).select(list(columns) if columns is not None else pl.all()).collect()
     except damaged() as exc:
-        return exc
+        if is_damage(exc):
+            return exc
+        raise
     return None
 
 
@@ -108,7 +128,7 @@ def page_checksums(shard: Path, columns: frozenset[str] | None = None) -> BaseEx
                 chunk = group.column(c)
                 if columns is None or chunk.path_in_schema.split(".", 1)[0] in columns:
                     _check_chunk(buf, view, chunk)
-    except damaged() as exc:
+    except (*damaged(), IndexError, RecursionError) as exc:  # a page header running past the file's end
         return exc
     return None
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -381,6 +382,65 @@ def test_a_panic_while_reading_a_shard_sets_the_shard_aside(tmp_path: Path, monk
 
     with pytest.raises(pl.exceptions.PanicException):  # no shard is damaged: the panic is the query's own
         Cache(tmp_path).read(query)
+
+
+def test_an_error_in_a_query_itself_propagates_unchanged_and_sets_nothing_aside(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch):
+    for key in ("a" * 64, "b" * 64):
+        with Cache(tmp_path) as cache:
+            cache.append(row(key))
+    shards = sorted(tmp_path.glob("shards/*.parquet"))
+    checked = []
+    real_check = verify.check
+    monkeypatch.setattr(verify, "check", lambda shard, columns=None: checked.append(shard) or real_check(shard, columns))
+    cache = Cache(tmp_path)
+    assert cache.read(lambda rows: rows.collect().height) == 2 and checked == []  # intact: read, never re-read
+
+    def raising(error: BaseException):
+        def query(rows: pl.LazyFrame):
+            rows.collect()
+            raise error
+        return query
+
+    bugs = [KeyError("label"), ZeroDivisionError("division by zero"), TypeError("unhashable type: 'list'"),
+            pl.exceptions.ColumnNotFoundError("no_such_column"), pl.exceptions.SchemaError("bad cast"),
+            PermissionError(13, "Permission denied"), MemoryError()]
+    for bug in bugs:
+        with pytest.raises(type(bug)) as raised:
+            cache.read(raising(bug))
+        assert raised.value is bug, bug  # the very error, not a copy or a wrapper
+    with pytest.raises(pl.exceptions.ColumnNotFoundError, match="no_such_column"):  # a real query with a bug
+        cache.read(lambda rows: rows.select(pl.col("no_such_column")).collect())
+    assert checked == [] and not list(tmp_path.glob("quarantine/*")) and sorted(tmp_path.glob("shards/*.parquet")) == shards
+
+    # a Polars error that damage also raises: every shard is read again, none is damaged, the error is the query's
+    bug = pl.exceptions.ComputeError("conversion from `str` to `i64` failed")
+    with pytest.raises(pl.exceptions.ComputeError) as raised:
+        cache.read(raising(bug))
+    assert raised.value is bug and checked == shards and not list(tmp_path.glob("quarantine/*"))
+
+    # reading a shard again fails with an error that is not damage (memory runs out): it propagates, nothing is moved
+    def no_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(verify.pq, "read_table", no_memory)
+    with pytest.raises(MemoryError):
+        cache.read(raising(pl.exceptions.ComputeError("conversion failed")))
+    assert not list(tmp_path.glob("quarantine/*")) and sorted(tmp_path.glob("shards/*.parquet")) == shards
+    assert cache.warnings == [] and cache.has("a" * 64) and cache.has("b" * 64)
+
+
+def test_what_damage_raises_is_told_from_what_it_does_not():
+    damage = [verify._Damaged("crc"), OSError("Couldn't deserialize thrift: TProtocolException: Invalid data"),
+              pa.ArrowInvalid("Parquet magic bytes not found in footer"),
+              pl.exceptions.ComputeError("parquet: File out of specification: Invalid thrift: bad data"),
+              pl.exceptions.InvalidOperationError("unable to decode the encoded schema stored in ARROW:schema"),
+              pl.exceptions.PanicException("assertion failed: offset + length <= self.length")]
+    others = [FileNotFoundError(2, "No such file or directory"), PermissionError(13, "Permission denied"),
+              OSError(28, "No space left on device"), MemoryError(), KeyError("x"), ValueError("x"),
+              pl.exceptions.ColumnNotFoundError("x"), pl.exceptions.SchemaError("x"), KeyboardInterrupt()]
+    assert [verify.is_damage(e) for e in damage] == [True] * 6
+    assert [verify.is_damage(e) for e in others] == [False] * 9
 
 
 # ---- 10. a cache that cannot be written ----------------------------------------------------------
