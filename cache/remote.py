@@ -18,7 +18,9 @@ recovered log): uploads are idempotent by name, so the next run uploads the rest
 ``<cache-dir>/remote/`` (checked against the manifest's size and sha256: a damaged transfer is refused
 and fetched again next time); the cache then reads local and remote shards through the same functions
 (``Cache._shards`` -> ``visible``), so its integrity checks (footers, page checksums, quarantine) apply to
-remote shards as to local ones. Shards are read in name order, local and remote alike, so a tie between
+remote shards as to local ones; a local copy found damaged is set aside and downloaded again at once
+(``refetch``, once per shard and process), so the run reads it instead of sending its requests again
+(only when that copy is damaged too are they sent). Shards are read in name order, local and remote alike, so a tie between
 two rows of one request (the same ``created_at``) is broken the same way on every machine.
 
 **Compaction** (``compact``, ``dxi cache compact``) merges small shards into one, written under a new name
@@ -162,6 +164,7 @@ class Remote:
         self._pending: list[Future] = []
         self._failed: list[str] = []
         self._mirrored: dict[str, Manifest] | None = None  # the local copies' manifests
+        self._refetched: set[str] = set()  # stems whose damaged local copy was downloaded again (once each)
         self.uploaded = 0  # shards this process uploaded
         self.downloaded = 0
 
@@ -289,6 +292,25 @@ class Remote:
         os.replace(tmp, target)
         self._keep_manifest(m)
         return "ok"
+
+    def can_refetch(self, shard: Path) -> bool:
+        """Whether ``shard`` is a local copy of a remote shard (under ``remote/shards/``, its manifest held
+        here) not yet downloaded again by this process."""
+        return (shard.parent == self.mirror / "shards" and shard.stem not in self._refetched
+                and shard.stem in self._mirror_manifests())
+
+    def refetch(self, shard: Path) -> bool:
+        """Download the remote shard ``shard`` is a local copy of again (its damaged copy was set aside by the
+        cache), checked against its manifest: True when a fresh copy is in place. Once per shard and process
+        (``can_refetch``): a copy damaged again is left to the cache to set aside, and its requests are sent
+        again. A failed download is warned about (``_download``)."""
+        if not self.can_refetch(shard):
+            return False
+        self._refetched.add(shard.stem)
+        if self._download(self._mirror_manifests()[shard.stem]) != "ok":
+            return False
+        self.downloaded += 1
+        return True
 
     def _keep_manifest(self, m: Manifest) -> None:
         path = self.mirror / "manifests" / f"{m.stem}.json"

@@ -280,28 +280,46 @@ class Cache:
         # the full schema, as in ``scan``: shards written by older versions lack the newer columns
         return [index_columns(verify.scan(shards).select(INDEX_COLUMNS))] if shards else []
 
+    def _put_aside(self, shard: Path, exc: BaseException, recheck: Callable[[Path], BaseException | None],
+                   what: str = "Its requests will be sent again.") -> bool:
+        """Move the unreadable ``shard`` (``exc`` says why) to quarantine/ with a warning. A local copy of a
+        remote shard (``cache.remote``) is then downloaded again (once per process, checked against its
+        manifest) and ``recheck``ed: True when that fresh copy is readable and in place, False when the
+        shard's requests will be sent again (the fresh copy is damaged too, or could not be fetched)."""
+        while True:
+            again = self.remote is not None and not self.read_only and self.remote.can_refetch(shard)
+            self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})",
+                             f"Fetching it again from {self.remote.name}." if again else what)
+            if not again or not self.remote.refetch(shard):
+                return False
+            exc = recheck(shard)
+            if exc is None:
+                self._warn(f"cache: {shard} fetched again from {self.remote.name}: whole; its rows are read.")
+                return True
+
     def _verified(self, shards: list[Path], columns: list[str] | None = None) -> list[Path]:
         """``shards`` less those whose pages of ``columns`` (None: all) fail their checksums
-        (``cache.verify``), which are moved to quarantine/ and their keys dropped from the key index."""
+        (``cache.verify``), which are moved to quarantine/ and their keys dropped from the key index
+        (a remote shard's local copy fetched again first: ``_put_aside``)."""
         damaged = self._verifier.damaged(shards, columns)
-        for shard, exc in damaged:
-            self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})", "Its requests will be sent again.")
-        if damaged:
+
+        def recheck(shard: Path) -> BaseException | None:
+            return next((exc for _, exc in self._verifier.damaged([shard], columns)), None)
+
+        gone = {shard for shard, exc in damaged if not self._put_aside(shard, exc, recheck)}
+        if gone:
             self._index = None if columns is None else self._index  # loading it: it is being built without them
-            gone = {s for s, _ in damaged}
             shards = [s for s in shards if s not in gone]
         return shards
 
     def _readable(self, shards: list[Path]) -> list[Path]:
-        """``shards`` less those whose footer or index columns cannot be read, moved to quarantine/."""
+        """``shards`` less those whose footer or index columns cannot be read, moved to quarantine/ (a remote
+        shard's local copy fetched again first: ``_put_aside``)."""
         readable = []
         for shard in shards:
             exc = verify.check(shard, INDEX_COLUMNS)
-            if exc is None:
+            if exc is None or self._put_aside(shard, exc, lambda s: verify.check(s, INDEX_COLUMNS)):
                 readable.append(shard)
-            else:
-                self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})",
-                                 "Its requests will be sent again.")
         return readable
 
     def read(self, query: Callable[[pl.LazyFrame], T]) -> T:
@@ -322,8 +340,9 @@ class Cache:
     def verify(self) -> int:
         """Read every shard whole (all columns, by pyarrow with page checksums verified, and by Polars);
         move the unreadable ones to quarantine/ with a warning and drop their keys from the key index
-        (reloaded when next needed), so their requests count as not cached. Returns how many were moved
-        (or were gone already: set aside by another process meanwhile). An error that is not damage
+        (reloaded when next needed), so their requests count as not cached; a remote shard's local copy
+        is fetched again first (``_put_aside``). Returns how many were moved (or fetched again, or gone
+        already: set aside by another process meanwhile). An error that is not damage
         (``verify.is_damage``) propagates and sets nothing more aside."""
         moved = 0
         for shard in self._shards():
@@ -333,9 +352,8 @@ class Cache:
                 moved += 1  # gone meanwhile: no longer listed
                 continue
             if exc is not None:
-                moved += 1
-                self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})",
-                                 "Its requests will be sent again by the next run.")
+                moved += 1  # set aside, or replaced by a fresh copy from the remote: the query runs again
+                self._put_aside(shard, exc, verify.check, "Its requests will be sent again by the next run.")
         if moved:
             self._index = None
         return moved

@@ -212,21 +212,61 @@ def _row(key: str, created_at: float, status: str = "ok") -> dict:
             "latency_ms": 1.0, "created_at": created_at, "answers": [], "repaired": False}
 
 
-def test_a_remote_shard_damaged_here_is_quarantined_like_a_local_one_and_fetched_again(tmp_path: Path, monkeypatch):
+def test_a_remote_shard_damaged_here_is_quarantined_like_a_local_one_and_fetched_again_at_once(tmp_path: Path,
+                                                                                               monkeypatch):
+    with moto_s3(monkeypatch) as s3:
+        writer = Remote(s3.uri(), tmp_path / "w")
+        with Cache(tmp_path / "w") as c:
+            c.append(_row("k1", 1.0))
+            c.append(_row("k2", 2.0))
+        assert writer.finish() == []
+        (shard,) = (tmp_path / "w" / "shards").glob("*.parquet")
+        for damage in ("footer", "page"):  # found when the key index loads; found by the first scan
+            reader = Remote(s3.uri(), tmp_path / damage)
+            assert reader.pull() == 1
+            copy = tmp_path / damage / "remote" / "shards" / shard.name
+            data = bytearray(copy.read_bytes())
+            if damage == "footer":
+                del data[-20:]
+            else:  # a byte flipped in the last page of the first column: only the page checksums see it
+                key = pq.ParquetFile(copy).metadata.row_group(0).column(0)
+                start = key.dictionary_page_offset if key.has_dictionary_page and key.dictionary_page_offset else \
+                    key.data_page_offset
+                data[start + key.total_compressed_size - 2] ^= 0xFF
+            copy.write_bytes(bytes(data))
+            with Cache(tmp_path / damage, remote=reader) as c:  # the same process reads the fresh copy
+                if damage == "footer":
+                    assert (c.status("k1"), c.status("k2"), len(c)) == ("ok", "ok", 2)
+                assert c.read(lambda rows: sorted(rows.collect()["key"])) == ["k1", "k2"]
+                assert copy.read_bytes() == shard.read_bytes() and reader.downloaded == 2
+                assert len(c.warnings) == 2 and "quarantine" in c.warnings[0] and "Fetching it again" in c.warnings[0]
+                assert c.warnings[1] == f"cache: {copy} fetched again from {reader.name}: whole; its rows are read."
+            assert len(list((tmp_path / damage / "quarantine").glob(f"{shard.name}.*"))) == 1
+            assert reader.pull() == 0  # nothing left to fetch
+
+
+def test_a_remote_shard_damaged_on_the_remote_too_is_fetched_again_once_then_its_requests_are_sent(tmp_path: Path,
+                                                                                                  monkeypatch):
     with moto_s3(monkeypatch) as s3:
         writer = Remote(s3.uri(), tmp_path / "w")
         with Cache(tmp_path / "w") as c:
             c.append(_row("k1", 1.0))
         assert writer.finish() == []
+        (shard,) = (tmp_path / "w" / "shards").glob("*.parquet")
+        damaged = shard.read_bytes()[:-20]  # the remote's own copy damaged, its manifest agreeing with it
+        client = s3.client()
+        client.put_object(Bucket=s3.bucket, Key=f"dxi/shards/{shard.name}", Body=damaged)
+        m = Manifest(shard.stem, len(damaged), hashlib.sha256(damaged).hexdigest(), 1)
+        client.put_object(Bucket=s3.bucket, Key=f"dxi/manifests/{shard.stem}.json", Body=m.to_json())
         reader = Remote(s3.uri(), tmp_path / "r")
         assert reader.pull() == 1
-        (copy,) = (tmp_path / "r" / "remote" / "shards").glob("*.parquet")
-        copy.write_bytes(copy.read_bytes()[:-20])  # damaged on this disk
         with Cache(tmp_path / "r", remote=reader) as c:
-            assert c.status("k1") is None  # the index load sets it aside
-            assert "quarantine" in c.warnings[0]
-        assert reader.pull() == 1  # whole again from the remote
-        assert Cache(tmp_path / "r", remote=reader).status("k1") == "ok"
+            assert c.status("k1") is None and len(c) == 0  # its request will be sent again
+            assert c.read(lambda rows: rows.collect().height) == 0
+            assert reader.downloaded == 2  # the pull and one fetch again, no more
+            assert ["Fetching it again" in w for w in c.warnings] == [True, False]
+            assert "Its requests will be sent again." in c.warnings[1]
+        assert len(list((tmp_path / "r" / "quarantine").glob(f"{shard.name}.*"))) == 2
 
 
 def test_the_run_file_names_the_remote_and_dxi_cache_compact_merges_it(tmp_path: Path):
