@@ -275,3 +275,43 @@ def test_the_report_cites_no_file_outside_the_repository(four_report: Path):
     html = (four_report / "report.html").read_text()
     assert "SPEC" not in html and "README" not in html and "§" not in html
     assert "In AA-Omniscience-Decision an invalid answer is not an abstention" in html
+
+
+def _eval_table(html: str, name: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The header and the rows (by model) of evaluation ``name``'s table, as text."""
+    import re
+
+    start = html.index(f'<h2 id="{name}">')
+    table = html[html.index("<table>", start):html.index("</table>", start)]
+    text = lambda c: re.sub(r"<span.*?</span>", "", re.sub(r"\s+", " ", c)).strip()  # noqa: E731 (the value, no interval)
+    head = [text(c) for c in re.findall(r"<th[^>]*>(.*?)</th>", table, re.S)]
+    rows = [[text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)] for r in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
+    return head, {r[0]: r for r in rows if r}
+
+
+def test_the_report_shows_each_models_ties_per_evaluation_as_summary_json_counts_them(data_dir: Path, tmp_path: Path):
+    from .fake_provider import serve
+
+    # "tied": every When2Call question has its 4 options at 0.25 and every P(yes) is 0.5; "decided": no ties
+    with serve(model="tied", p_first=0.25, p_yes=0.5) as tied, serve(model="decided", p_first=0.7, p_yes=0.9) as decided:
+        assert main(["run", "--model", f"systemone:{tied.url}", "--model", f"systemone:{decided.url}", "--data-dir",
+                     str(data_dir), "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "run"), "-q"]) == 0
+    out = tmp_path / "report"
+    assert main(["report", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"), "--out", str(out), "-q"]) == 0
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    ties = {m["model"]: {e: b["ties"] for e, b in m["evals"].items()} for m in summary["models"]}
+    wildguard = pl.read_parquet(out / "answers.parquet").filter(pl.col("eval") == "wildguardtest").height // 2
+    assert wildguard == 9  # the fixture's 3 agreed rows, 3 questions each: every P(yes) = 0.5 is a tie
+    assert ties == {"systemone:tied": {"aa_omniscience_decision": 0, "hle_multichoice": 0, "when2call": 3,
+                                       "wildguardtest": wildguard},
+                    "systemone:decided": {"aa_omniscience_decision": 0, "hle_multichoice": 0, "when2call": 0,
+                                          "wildguardtest": 0}}
+    html = (out / "report.html").read_text()
+    for name in ("aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest"):
+        head, rows = _eval_table(html, name)
+        at = head.index("ties")
+        assert head[at - 3:at + 2] == ["invalid", "failed", "missing", "ties", "reason"], name
+        assert {model: row[at] for model, row in rows.items()} == {m: str(t[name]) for m, t in ties.items()}, name
+    note = "ties: picks decided by a tie of the highest probabilities"
+    assert html.count(note) == 2  # under the two evaluations with ties, When2Call and WildGuardTest
+    assert html.index('<h2 id="when2call">') < html.index(note) < html.index('<h2 id="wildguardtest">') < html.rindex(note)
