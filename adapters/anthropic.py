@@ -25,8 +25,9 @@ every answer invalid, and an error body in a 200 (an ``{"type": "error"}`` event
 ``params`` are Messages fields sent as given (``max_tokens``, default 1024, ``thinking``, ``stop_sequences``,
 ...; the current SDK declares no ``temperature``).
 Usage: ``input_tokens`` plus ``cache_read_input_tokens`` and ``cache_creation_input_tokens``, which Anthropic
-counts outside ``input_tokens``, as input (the cache reads also as cached input, priced at a run file's
-cached-input price), ``output_tokens``. Errors: 429 and 529 (overloaded) are retried, honouring
+counts outside ``input_tokens``, as input (the cache reads also as cached input, the writes as cache writes,
+5-minute or 1-hour: ``usage_of``), each at its price (``CACHE_PRICES`` unless the run file gives one),
+``output_tokens``. Errors: 429 and 529 (overloaded) are retried, honouring
 ``retry-after``; a spend limit stops the provider (``adapters.provider_errors``).
 
 Model strings: ``anthropic:claude-sonnet-5-5``, ``anthropic:NAME@https://proxy.example/anthropic``.
@@ -50,13 +51,23 @@ STRUCTURED = ("output_config", "tool")
 
 def usage_of(doc: dict) -> dict:
     """``input_tokens`` (cache reads and writes included: Anthropic counts them outside ``input_tokens``),
-    ``cached_input_tokens`` (the cache reads), ``output_tokens`` and ``served_model`` of a Messages reply."""
+    ``cached_input_tokens`` (the cache reads, ``cache_read_input_tokens``), ``cache_write_tokens`` and
+    ``cache_write_1h_tokens`` (the writes, ``cache_creation_input_tokens``, split by TTL as
+    ``cache_creation.ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens`` say; without that split all
+    are 5-minute writes, the default TTL), ``output_tokens`` and ``served_model`` of a Messages reply (the
+    anthropic SDK's ``types/usage.py`` and ``cache_creation.py``). Anthropic prices cache reads at 0.1x the
+    input price, 5-minute writes at 1.25x and 1-hour writes at 2x (``CACHE_PRICES``)."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
     fresh = as_count(usage.get("input_tokens"))
     read = as_count(usage.get("cache_read_input_tokens")) or 0
     written = as_count(usage.get("cache_creation_input_tokens")) or 0
-    return {"input_tokens": None if fresh is None else fresh + read + written,
-            "cached_input_tokens": read if fresh is not None else None,
+    split = usage.get("cache_creation") if isinstance(usage.get("cache_creation"), dict) else {}
+    hour = min(as_count(split.get("ephemeral_1h_input_tokens")) or 0, written)
+    known = fresh is not None
+    return {"input_tokens": fresh + read + written if known else None,
+            "cached_input_tokens": read if known else None,
+            "cache_write_tokens": written - hour if known else None,
+            "cache_write_1h_tokens": hour if known else None,
             "output_tokens": as_count(usage.get("output_tokens")),
             "served_model": doc.get("model") if isinstance(doc.get("model"), str) else None}
 
@@ -102,6 +113,9 @@ class Anthropic(HTTPAdapter):
     # Anthropic adds a system prompt to every request with tools or a structured output, billed as input; the
     # largest its pricing page lists is 530 tokens (Claude 3 Opus, tool_choice auto; 313-340 for a forced tool): 600 bounds it.
     HIDDEN_INPUT_TOKENS = 600
+    # Anthropic's pricing, the same for every model (its prompt-caching docs): cache reads cost 0.1x the input
+    # price, writes to the 5-minute cache 1.25x and to the 1-hour cache 2x
+    CACHE_PRICES = {"cached_input": 0.1, "cache_write": 1.25, "cache_write_1h": 2.0}
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         super().__init__(spec, limits)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,8 +103,10 @@ class Reply:
     ``repaired`` is True when a language model's JSON object arrived wrapped in one Markdown code fence:
     accepted and scored normally, but counted (SPEC §6). ``input_tokens`` counts every input token billed;
     ``cached_input_tokens`` those of them read from the provider's prompt cache (OpenAI
-    ``prompt_tokens_details.cached_tokens``, Anthropic ``cache_read_input_tokens``), priced at a cached-input
-    price when the run file gives one.
+    ``prompt_tokens_details.cached_tokens``, Anthropic ``cache_read_input_tokens``, Gemini
+    ``cachedContentTokenCount``), ``cache_write_tokens`` those written to it (OpenAI
+    ``prompt_tokens_details.cache_write_tokens``, Anthropic's 5-minute cache) and ``cache_write_1h_tokens``
+    those written to Anthropic's 1-hour cache; each priced at its own price (``scoring.cost``).
     """
 
     answers: tuple[Answer, ...]
@@ -112,6 +115,8 @@ class Reply:
     served_model: str | None = None
     repaired: bool = False
     cached_input_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
 
     @property
     def status(self) -> str:
@@ -166,7 +171,10 @@ class Adapter(abc.ABC):
     ``takes_params``: language-model adapters send sampling parameters, decision formats have none;
     ``OPTIONS``: the settings (``ModelSpec.options``) the adapter reads; ``free``: the model runs on this
     machine (no bill: its price is 0 unless a run file says otherwise); ``HIDDEN_INPUT_TOKENS``: input tokens
-    a provider adds to every request beyond what the body holds (an upper bound; see ``runner.tokens``).
+    a provider adds to every request beyond what the body holds (an upper bound; see ``runner.tokens``);
+    ``CACHE_PRICES``: the prices of prompt-cache reads and writes (``cached_input``, ``cache_write``,
+    ``cache_write_1h``) as multiples of the input price, where the provider's pricing fixes them for every
+    model (Anthropic); a run file's price overrides them, and a part priced by neither is priced as input.
     """
 
     kind: str = ""
@@ -175,6 +183,7 @@ class Adapter(abc.ABC):
     OPTIONS: frozenset[str] = frozenset()  # the ModelSpec.options this adapter understands
     free: bool = False
     HIDDEN_INPUT_TOKENS: int = 0
+    CACHE_PRICES: Mapping[str, float] = {}
     own_timeout: bool = False
     """True when ``send`` itself gives up after ``limits.attempt_timeout_s`` without a reply (raising
     Transient), as the HTTP adapters' sessions do; otherwise the runner times each attempt."""

@@ -113,10 +113,12 @@ def token_cap(params: Mapping[str, Any], *names: str) -> int | None:
 
 
 def invalid_reply(task: Task, reason: str, input_tokens: int | None = None, output_tokens: int | None = None,
-                  served_model: str | None = None, cached_input_tokens: int | None = None) -> Reply:
-    """A reply whose every answer is invalid for the same ``reason``."""
+                  served_model: str | None = None, cached_input_tokens: int | None = None,
+                  cache_write_tokens: int | None = None, cache_write_1h_tokens: int | None = None) -> Reply:
+    """A reply whose every answer is invalid for the same ``reason`` (usage as in ``Reply``)."""
     return Reply(tuple(Answer.invalid(q.id, reason) for q in task.questions), input_tokens, output_tokens,
-                 served_model, cached_input_tokens=cached_input_tokens)
+                 served_model, cached_input_tokens=cached_input_tokens, cache_write_tokens=cache_write_tokens,
+                 cache_write_1h_tokens=cache_write_1h_tokens)
 
 
 def answers_from_object(task: Task, obj: Any) -> tuple[Answer, ...]:
@@ -168,23 +170,26 @@ def parse_object(text: str) -> tuple[Any, bool, str | None]:
 
 def decode_text(task: Task, text: str | None, *, problem: str | None = None, reasoning: bool = False,
                 input_tokens: int | None = None, output_tokens: int | None = None,
-                served_model: str | None = None, cached_input_tokens: int | None = None) -> Reply:
+                served_model: str | None = None, cached_input_tokens: int | None = None,
+                cache_write_tokens: int | None = None, cache_write_1h_tokens: int | None = None) -> Reply:
     """The Reply for a language model's reply ``text``.
 
     ``problem`` is a whole-reply reason the wire format already established (a refusal, a reply cut off at
     the token limit, a safety block): every answer is then invalid with it, whatever the text.
     ``reasoning`` says a reasoning field had content (an empty ``text`` is then "content only in a
-    reasoning field"). Token counts and the served model name are passed through.
+    reasoning field"). Token counts (as in ``Reply``) and the served model name are passed through.
     """
     usage = (input_tokens, output_tokens, served_model)
+    cache = {"cached_input_tokens": cached_input_tokens, "cache_write_tokens": cache_write_tokens,
+             "cache_write_1h_tokens": cache_write_1h_tokens}
     if problem is None and (text is None or not text.strip()):
         problem = REASONING_ONLY if reasoning else EMPTY
     if problem is not None:
-        return invalid_reply(task, problem, *usage, cached_input_tokens)
+        return invalid_reply(task, problem, *usage, **cache)
     obj, repaired, reason = parse_object(text)
     if reason is not None:
-        return invalid_reply(task, reason, *usage, cached_input_tokens)
-    return Reply(answers_from_object(task, obj), *usage, repaired=repaired, cached_input_tokens=cached_input_tokens)
+        return invalid_reply(task, reason, *usage, **cache)
+    return Reply(answers_from_object(task, obj), *usage, repaired=repaired, **cache)
 
 
 def logprob_answer(question: Question, top: Iterable[tuple[str, float]], n_top: int) -> Answer:

@@ -29,7 +29,7 @@ from . import llm
 from .base import Answer, Limits, ModelSpec, Reply, Request, canonical_params
 from .errors import MalformedReply, Retryable
 from .http import HTTPAdapter, load_json
-from .openai import cached_of, choice_of, raise_body_error, usage_of
+from .openai import cache_writes_of, cached_of, choice_of, raise_body_error, usage_of
 
 OPENAI_HOST = "api.openai.com"
 
@@ -53,7 +53,7 @@ def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
     if not isinstance(docs, list) or len(docs) != len(task.questions):
         raise MalformedReply(f"expected a JSON array of {len(task.questions)} replies",
                              body[:2000].decode("utf-8", "replace"))
-    answers, tokens_in, tokens_out, cached, served = [], 0, 0, 0, None
+    answers, tokens_in, tokens_out, cached, written, served = [], 0, 0, 0, 0, None
     for q, doc in zip(task.questions, docs, strict=True):
         raise_body_error(doc)
         choice = choice_of(doc, orjson.dumps(doc))
@@ -67,8 +67,11 @@ def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
         tokens_in = None if tokens_in is None or used_in is None else tokens_in + used_in
         tokens_out = None if tokens_out is None or used_out is None else tokens_out + used_out
         cached += cached_of(doc) or 0
+        written += cache_writes_of(doc) or 0
         served = served or (doc.get("model") if isinstance(doc.get("model"), str) else None)
-    return Reply(tuple(answers), tokens_in, tokens_out, served, cached_input_tokens=cached if tokens_in is not None else None)
+    known = tokens_in is not None
+    return Reply(tuple(answers), tokens_in, tokens_out, served, cached_input_tokens=cached if known else None,
+                 cache_write_tokens=written if known and written else None)
 
 
 class Logprobs(HTTPAdapter):

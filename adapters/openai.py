@@ -13,8 +13,9 @@ parsed by ``adapters.llm.decode_text``; ``message.refusal`` (structured-outputs 
 ``finish_reason`` "length" (cut off) or "content_filter" make every answer invalid; content only in
 ``reasoning_content``/``reasoning`` is invalid too; an error inside a 200 (an ``error`` body, a choice with
 ``finish_reason: "error"``, as OpenRouter sends) is a transient failure with the provider's message. Usage:
-``prompt_tokens`` (``prompt_tokens_details.cached_tokens`` of them cached), ``completion_tokens``
-(reasoning tokens included, as billed).
+``prompt_tokens`` (``prompt_tokens_details.cached_tokens`` of them read from the prompt cache and
+``cache_write_tokens`` written to it, each at its price when the run file gives one: OpenAI prices them per
+model), ``completion_tokens`` (reasoning tokens included, as billed).
 
 Model strings: ``openai:gpt-6.1-terra`` (https://api.openai.com/v1), ``openai:qwen2.5@http://127.0.0.1:8080/v1``.
 """
@@ -61,6 +62,15 @@ def cached_of(doc: dict) -> int | None:
     return as_count(details.get("cached_tokens"))
 
 
+def cache_writes_of(doc: dict) -> int | None:
+    """``usage.prompt_tokens_details.cache_write_tokens`` of a Chat Completions reply (the openai SDK's
+    ``types/completion_usage.py``): the prompt tokens written to OpenAI's prompt cache (within
+    ``prompt_tokens``; priced at a run file's ``cache_write`` price, else as input); None if absent."""
+    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    return as_count(details.get("cache_write_tokens"))
+
+
 def decode_chat(task: Task, body: bytes) -> Reply:
     """Parse a Chat Completions reply to a structured request (see the module docstring)."""
     doc = load_json(body)
@@ -80,7 +90,8 @@ def decode_chat(task: Task, body: bytes) -> Reply:
     served = doc.get("model") if isinstance(doc.get("model"), str) else None
     return llm.decode_text(task, content if isinstance(content, str) else None, problem=problem,
                            reasoning=reasoning, input_tokens=usage_of(doc)[0], output_tokens=usage_of(doc)[1],
-                           served_model=served, cached_input_tokens=cached_of(doc))
+                           served_model=served, cached_input_tokens=cached_of(doc),
+                           cache_write_tokens=cache_writes_of(doc))
 
 
 class OpenAI(HTTPAdapter):

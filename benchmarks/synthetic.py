@@ -156,7 +156,8 @@ def write_cache(root: Path, tasks: list[Task], n_models: int, seed: int = 11, in
             "input_tokens": np.full(n_tasks, 300), "output_tokens": np.full(n_tasks, 20),
             "latency_ms": rng.random(n_tasks) * 100, "created_at": 1.7e9 + m + np.arange(n_tasks) * 1e-3,
             "answers": answers, "repaired": pa.nulls(n_tasks, pa.bool_()),
-            "cached_input_tokens": pa.nulls(n_tasks, pa.int64()),
+            "cached_input_tokens": pa.nulls(n_tasks, pa.int64()), "cache_write_tokens": pa.nulls(n_tasks, pa.int64()),
+            "cache_write_1h_tokens": pa.nulls(n_tasks, pa.int64()),
         }
         table = pa.table({c: columns[c] for c in SCHEMA.names}).cast(SCHEMA)
         pq.write_table(table, shards / f"synthetic-{m:03d}.parquet", **WRITE_OPTIONS)  # as the cache writes shards

@@ -52,6 +52,8 @@ SCHEMA = pa.schema([
     ("repaired", pa.bool_()),         # a language model's JSON arrived in one Markdown code fence (SPEC §6);
                                       # null for rows written before this column and for failures
     ("cached_input_tokens", pa.int64()),  # of input_tokens, those read from the provider's prompt cache
+    ("cache_write_tokens", pa.int64()),   # of input_tokens, those written to it (Anthropic: its 5-minute cache)
+    ("cache_write_1h_tokens", pa.int64()),  # of input_tokens, those written to Anthropic's 1-hour cache
 ])
 COLUMNS = tuple(SCHEMA.names)
 INDEX_COLUMNS = ["key", "status", "error_kind", "created_at"]

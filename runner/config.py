@@ -31,7 +31,8 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     provider = "openai"              # a [providers.*] table, or an adapter name used with its defaults
     model = "gpt-6.1-terra"
     params = { temperature = 0, max_tokens = 400 }   # sampling parameters: part of the cache key
-    price = { input = 0.25, output = 2.0 }           # USD per million input / output tokens (cached_input = ...)
+    price = { input = 0.25, output = 2.0 }           # USD per million input / output tokens (cached_input,
+                                                     # cache_write, cache_write_1h = ...: prompt-cache prices)
     epochs = 1
     options = {}                     # adapter settings outside the cache key (llamacpp: ctx_size, ...)
 """
@@ -74,12 +75,16 @@ class Provider(_Struct):
 
 
 class Price(_Struct):
-    """USD per million tokens; ``cached_input``: the input tokens read from the provider's prompt cache
-    (None: priced as input)."""
+    """USD per million tokens; ``cached_input``: the input tokens read from the provider's prompt cache;
+    ``cache_write`` / ``cache_write_1h``: those written to it (Anthropic: its 5-minute / 1-hour cache). None:
+    the provider's own rule (``Adapter.CACHE_PRICES``: Anthropic's 0.1x, 1.25x and 2x the input price),
+    else priced as input (``scoring.cost``)."""
 
     input: float
     output: float
     cached_input: float | None = None
+    cache_write: float | None = None
+    cache_write_1h: float | None = None
 
 
 class Model(_Struct):
@@ -224,7 +229,8 @@ def load(path: Path | str) -> RunFile:
         if m.provider not in providers and m.provider not in adapters.KINDS:
             raise fail(("models", i, "provider"), f"{m.provider!r} is neither a [providers.*] table "
                                                   f"({', '.join(providers) or 'none'}) nor an adapter ({', '.join(adapters.KINDS)})")
-        if m.price is not None and (m.price.input < 0 or m.price.output < 0 or (m.price.cached_input or 0) < 0):
+        if m.price is not None and any((v or 0) < 0 for v in (m.price.input, m.price.output, m.price.cached_input,
+                                                                  m.price.cache_write, m.price.cache_write_1h)):
             raise fail(("models", i, "price"), "prices must be >= 0 (USD per million tokens)")
         if m.epochs is not None and m.epochs < 1:
             raise fail(("models", i, "epochs"), "must be at least 1")

@@ -3,11 +3,12 @@
 Per attempt (``runner.retry``): before it is sent, an **upper bound** of its cost is reserved —
 ``runner.tokens.input_bound`` input tokens (the body's UTF-8 bytes, plus what the provider adds unseen)
 and ``Adapter.output_tokens_bound`` output tokens (the request's ``max_tokens`` or the like), at the
-model's price. When the attempt ends the reservation is released and its actual cost added to what was
+model's price (input tokens at the highest price one can cost: a cache write's, when it is above the input
+price, ``scoring.cost.max_input_price``). When the attempt ends the reservation is released and its actual cost added to what was
 spent:
 
-* a reply that reports its usage: that usage at the model's price (its cached input tokens at the cached-input
-  price, when the run file gives one);
+* a reply that reports its usage: that usage at the model's price (``scoring.cost``: its input tokens read
+  from or written to the provider's prompt cache at their own prices);
 * a reply without usage, or no reply at all (a timeout, a dropped connection, a body that is not the
   wire format: the provider may have billed a reply that never arrived): the reservation, kept as spent;
 * an HTTP error status (429, 5xx, 4xx): nothing (providers do not bill an error).
@@ -79,11 +80,12 @@ class Budget:
 
 @dataclass(frozen=True)
 class Charge:
-    """How one model's attempts are charged to the budget: ``price`` in USD per million (input, output)
-    tokens; None: the model has no price (allowed only without a bound; its cost is not tracked)."""
+    """How one model's attempts are charged to the budget: ``price`` the price tuple of ``scoring.cost``
+    (USD per million input, output, ... tokens); None: the model has no price (allowed only without a bound;
+    its cost is not tracked)."""
 
     budget: Budget
-    price: tuple[float, float] | None
+    price: tuple[float | None, ...] | None
 
     async def reserve(self, adapter: Adapter, task: Task, request: Request) -> float:
         """Reserve the attempt's cost bound (see the module docstring); returns it. Raises
@@ -92,13 +94,15 @@ class Charge:
         if self.price is None:
             return await self.budget.reserve(0.0)
         from dxi.scoring import cost_usd  # imported for priced models only: start-up does without Polars
+        from dxi.scoring.cost import max_input_price
 
         out = adapter.output_tokens_bound(task) if self.price[1] else 0
         if out is None and self.budget.max_usd is None:
             out = 0  # no bound to keep: nothing to reserve for the uncapped output (it is settled from the usage)
         if out is None:
             raise ValueError(f"{adapter.label}: no cap on output tokens under a cost bound")
-        return await self.budget.reserve(cost_usd(input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS), out, *self.price))
+        return await self.budget.reserve(cost_usd(input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS), out,
+                                                  max_input_price(self.price), self.price[1]))
 
     def settle(self, reserved: float, reply: Reply | None, error: AdapterError | None) -> float:
         """Settle an attempt that ended with ``reply`` or ``error``; returns its actual cost (USD)."""
@@ -108,7 +112,8 @@ class Charge:
             from dxi.scoring import cost_usd
 
             actual = cost_usd(reply.input_tokens, reply.output_tokens or 0, *self.price,
-                              cached_tokens=reply.cached_input_tokens or 0)
+                              cached_tokens=reply.cached_input_tokens or 0, written_tokens=reply.cache_write_tokens or 0,
+                              written_1h_tokens=reply.cache_write_1h_tokens or 0)
         elif error is not None and error.status is not None and reply is None:
             actual = 0.0
         else:

@@ -28,6 +28,7 @@ import polars as pl
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import cost_usd
+from dxi.scoring.cost import max_input_price
 
 from .run import ModelRun
 from .shard import Shard
@@ -159,7 +160,7 @@ def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, hist
         est.cost_usd = cost_usd(est.input_tokens, est.output_tokens, *model.price)
         if model.price[1] == 0 or frame["output_bound"].null_count() == 0:
             est.bound_usd = cost_usd(int(frame["input_bound"].sum()), int(frame["output_bound"].fill_null(0).sum()),
-                                     *model.price)
+                                     max_input_price(model.price), model.price[1])  # as the cost bound reserves
     per_eval = frame.group_by("eval").agg(pl.len().alias("new"), pl.col("input").sum(), pl.col("output").sum())
     for r in per_eval.sort("eval").iter_rows(named=True):
         est.evals[r["eval"]] = {"new": r["new"], "input_tokens": round(r["input"]), "output_tokens": round(r["output"]),

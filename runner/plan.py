@@ -60,7 +60,7 @@ class Plan:
                  m.epochs) for m in self.models]
         return pl.DataFrame(rows, schema={**scoring.MODELS_SCHEMA, "epochs": pl.Int64}, orient="row")
 
-    def prices(self) -> dict[str, tuple[float, float] | None]:
+    def prices(self) -> dict[str, tuple[float | None, ...] | None]:
         return {m.label: m.price for m in self.models}
 
     def check_labels(self) -> None:
@@ -185,11 +185,21 @@ def limits_overrides(args: argparse.Namespace) -> dict:
             if v is not None}
 
 
-def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[float, ...] | None:
-    """(input, output[, cached input]) USD per million tokens; a model on this machine is free by default."""
-    if price is not None:
-        return (price.input, price.output) + (() if price.cached_input is None else (price.cached_input,))
-    return (0.0, 0.0) if adapter.free else None
+def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[float | None, ...] | None:
+    """The price tuple of ``scoring.cost``, (input, output[, cached_input[, cache_write[, cache_write_1h]]])
+    USD per million tokens: the run file's, its prompt-cache parts where it gives none from the provider's
+    own rule (``Adapter.CACHE_PRICES``, multiples of the input price), trailing unknown parts left out (priced
+    as input). A model on this machine is free by default; any other has no price without a run file's."""
+    if price is None:
+        return (0.0, 0.0) if adapter.free else None
+    parts = [price.input, price.output]
+    for name in ("cached_input", "cache_write", "cache_write_1h"):
+        given, rule = getattr(price, name), adapter.CACHE_PRICES.get(name)
+        # 12 decimals: 0.1 x 3.0 is 0.3, not 0.30000000000000004 (a price block shows it as it is)
+        parts.append(given if given is not None else None if rule is None else round(rule * price.input, 12))
+    while parts[-1] is None:
+        parts.pop()
+    return tuple(parts)
 
 
 def from_args(args: argparse.Namespace) -> Plan:

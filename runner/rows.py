@@ -22,14 +22,15 @@ def make_row(task: Task, request: Request, outcome: Outcome) -> dict:
         "raw_reply": outcome.body.decode("utf-8", "replace") if outcome.body is not None else None,
         "status": None, "error": None, "error_kind": None, "http_status": None,
         "served_model": None, "input_tokens": None, "output_tokens": None, "answers": None, "repaired": None,
-        "cached_input_tokens": None,
+        "cached_input_tokens": None, "cache_write_tokens": None, "cache_write_1h_tokens": None,
     }
     reply, error = outcome.reply, outcome.error
     if reply is not None:
         row |= {"status": reply.status, "error": reply.error, "served_model": reply.served_model,
                 "input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens,
                 "answers": [a.as_row() for a in reply.answers], "repaired": reply.repaired,
-                "cached_input_tokens": reply.cached_input_tokens}
+                "cached_input_tokens": reply.cached_input_tokens, "cache_write_tokens": reply.cache_write_tokens,
+                "cache_write_1h_tokens": reply.cache_write_1h_tokens}
     else:
         assert error is not None
         row |= {"status": FAILED, "error": str(error), "http_status": error.status,

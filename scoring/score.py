@@ -315,28 +315,30 @@ def current_rows(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, e
 
 USAGE_SCHEMA = {"label": pl.String, "eval": pl.String, "requests": pl.Int64, "replies": pl.Int64,
                 "with_usage": pl.Int64, "input_tokens": pl.Int64, "output_tokens": pl.Int64,
-                "cached_input_tokens": pl.Int64}
+                "cached_input_tokens": pl.Int64, "cache_write_tokens": pl.Int64, "cache_write_1h_tokens": pl.Int64}
 
 
 def usage(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1) -> pl.DataFrame:
     """Token usage per (label, eval) over exactly the cache rows ``answers`` scores (the newest current row
     per request): ``requests`` rows found, ``replies`` among them with a reply (ok or invalid),
     ``with_usage`` rows whose reply reported input tokens, and the ``input_tokens`` / ``output_tokens``
-    they reported, with ``cached_input_tokens`` of the input (``USAGE_SCHEMA``). Usage of earlier attempts,
+    they reported, with ``cached_input_tokens``, ``cache_write_tokens`` and ``cache_write_1h_tokens`` of the
+    input (``USAGE_SCHEMA``; ``scoring.cost``). Usage of earlier attempts,
     rows of other configurations and rows
     replaced by newer ones is not counted: this is what the answers scored cost."""
     models = models.sort("label").with_row_index("m")
     gold = gold.sort("eval", "task_id", "question_id")
     task_frame = _task_frame(gold)
     found, m, _, _, _ = _current(rows, models, task_frame, _model_epochs(models, epochs),
-                                 ("eval", "status", "input_tokens", "output_tokens", "cached_input_tokens"), each_task=False)
+                                 ("eval", "status", "input_tokens", "output_tokens", *list(USAGE_SCHEMA)[7:]),
+                                 each_task=False)
     if found.is_empty():
         return pl.DataFrame(schema=USAGE_SCHEMA)
     return (found.with_columns(pl.Series("label", models["label"].gather(m)))
             .group_by("label", "eval")
             .agg(pl.len().alias("requests"), pl.col("status").is_in(["ok", "invalid"]).sum().alias("replies"),
                  pl.col("input_tokens").is_not_null().sum().alias("with_usage"),
-                 pl.col("input_tokens").sum(), pl.col("output_tokens").sum(), pl.col("cached_input_tokens").sum())
+                 *(pl.col(c).sum() for c in list(USAGE_SCHEMA)[5:]))
             .cast({c: pl.Int64 for c in list(USAGE_SCHEMA)[2:]}).sort("label", "eval"))
 
 

@@ -62,6 +62,46 @@ async def test_an_attempt_costs_its_usage_its_reservation_or_nothing():
     assert charge.budget.reserved == pytest.approx(0.0)
 
 
+def test_prompt_cache_reads_and_writes_are_priced_at_their_own_prices():
+    # 1,000,000 input tokens at $3: 500,000 of them read from the cache at $0.3, 100,000 written at $3.75 (5 min),
+    # 50,000 at $6 (1 hour); 10,000 output tokens at $15
+    price = (3.0, 15.0, 0.3, 3.75, 6.0)
+    usd = cost_usd(1_000_000, 10_000, *price, cached_tokens=500_000, written_tokens=100_000, written_1h_tokens=50_000)
+    assert usd == pytest.approx(350_000 * 3e-6 + 500_000 * 0.3e-6 + 100_000 * 3.75e-6 + 50_000 * 6e-6 + 10_000 * 15e-6)
+    assert usd == pytest.approx(1.05 + 0.15 + 0.375 + 0.3 + 0.15, abs=1e-12)
+    assert cost_usd(1_000_000, 0, 3.0, 15.0, None, None, None, cached_tokens=500_000, written_tokens=100_000) == 3.0
+    assert cost_usd(1_000_000, 0, 3.0, 15.0) == cost_usd(1_000_000, 0, 3.0, 15.0, None, None, None) == 3.0
+
+
+async def test_a_cost_bound_reserves_input_at_the_dearest_price_a_token_can_cost():
+    a = adapters.get("anthropic:m@http://127.0.0.1:1")
+    request = a.encode(TASK)
+    charge = Charge(Budget(100.0), (1000.0, 2000.0, 100.0, 1250.0, 2000.0))  # Anthropic: 0.1x, 1.25x, 2x
+    reserved = await charge.reserve(a, TASK, request)
+    assert reserved == cost_usd(input_bound(len(request.body), a.HIDDEN_INPUT_TOKENS), 1024, 2000.0, 2000.0)
+    reply = Reply((), 1000, 10, cached_input_tokens=600, cache_write_tokens=300, cache_write_1h_tokens=50)
+    assert charge.settle(reserved, reply, None) == pytest.approx((50 * 1000 + 600 * 100 + 300 * 1250 + 50 * 2000
+                                                                  + 10 * 2000) / 1e6)
+
+
+def test_a_run_files_price_takes_the_providers_prompt_cache_rule_where_it_gives_none(tmp_path: Path, data_dir: Path):
+    from dxi.runner import plan
+    from dxi.runner.cli import parser
+
+    def prices(kind: str, price: str) -> tuple:
+        (tmp_path / "run.toml").write_text(f'data_dir = "{data_dir}"\n[[models]]\nprovider = "{kind}"\nmodel = "m"\n'
+                                           f"price = {{ {price} }}\n")
+        (m,) = plan.from_args(parser().parse_args(["run", str(tmp_path / "run.toml")])).models
+        return m.price
+
+    assert prices("anthropic", "input = 3.0, output = 15.0") == (3.0, 15.0, 0.3, 3.75, 6.0)
+    assert prices("anthropic", "input = 3.0, output = 15.0, cache_write_1h = 7.0") == (3.0, 15.0, 0.3, 3.75, 7.0)
+    assert prices("openai", "input = 2.0, output = 8.0") == (2.0, 8.0)  # per model: priced as input unless given
+    assert prices("openai", "input = 2.0, output = 8.0, cache_write = 2.5") == (2.0, 8.0, None, 2.5)
+    assert prices("gemini", "input = 0.3, output = 2.5, cached_input = 0.03") == (0.3, 2.5, 0.03)
+    assert main(["estimate", str(tmp_path / "run.toml"), "-q"]) == 0  # a price tuple with gaps estimates too
+
+
 def test_adapters_state_their_output_caps_and_hidden_input():
     assert adapters.get("openai:m@http://127.0.0.1:1/v1").output_tokens_bound(TASK) is None
     spec = adapters.ModelSpec("openai", "m", "http://127.0.0.1:1/v1", {"max_tokens": 300, "max_completion_tokens": 200})

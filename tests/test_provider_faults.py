@@ -301,13 +301,19 @@ def test_picks_decided_by_a_tie_are_counted_per_model_and_evaluation(data_dir: P
             "the returned choice, else the first in option order)") in capsys.readouterr().out
 
 
-# ---- 5. cached input tokens, recorded and priced -------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["openai", "anthropic"])
-@pytest.mark.parametrize("cached_price", [0.5, None])
-async def test_cached_input_tokens_are_recorded_and_priced(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          kind: str, cached_price: float | None):
+# ---- 5. prompt-cache reads and writes, recorded and priced ----------------------------------------------------
+# the run file's prompt-cache prices (USD per million tokens), or none: each provider's own rule then
+GIVEN = {"cached_input": 0.5, "cache_write": 2.5, "cache_write_1h": 4.5}
+RULES = {"openai": {}, "gemini": {},  # per model: priced as input unless the run file says
+         "anthropic": {"cached_input": 0.2, "cache_write": 2.5, "cache_write_1h": 4.0}}  # 0.1x, 1.25x, 2x of 2.0
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+@pytest.mark.parametrize("given", [True, False])
+async def test_prompt_cache_reads_and_writes_are_recorded_and_priced(data_dir: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch, kind: str, given: bool):
     monkeypatch.setenv(KEY_ENV[kind], "sk-test-cached-0123456789")
-    price = "input = 2.0, output = 8.0" + ("" if cached_price is None else f", cached_input = {cached_price}")
+    price = "input = 2.0, output = 8.0" + "".join(f", {k} = {v}" for k, v in GIVEN.items() if given)
     async with FakeLLM(default="cached") as server:
         (tmp_path / "run.toml").write_text(f"""
 data_dir = "{data_dir}"
@@ -320,22 +326,35 @@ base_url = "{server.base_url(kind)}"
 provider = "fake"
 model = "m"
 price = {{ {price} }}
+params = {{ {"max_tokens = 64" if kind != "gemini" else "maxOutputTokens = 64"} }}
 """)
-        code = await asyncio.to_thread(main, ["run", str(tmp_path / "run.toml"), "-q"])
+        code = await asyncio.to_thread(main, ["run", str(tmp_path / "run.toml"), "-q", "--max-cost", "5"])
     assert code == 0
-    requests = [body for _, body in server.requests]
-    words = [wire_formats.prompt_tokens(r) for r in requests]
-    if kind == "openai":
-        tokens_in, cached = sum(words), sum(w // 2 for w in words)
-    else:  # Anthropic counts cache reads and writes outside input_tokens
-        tokens_in, cached = sum(words) + 120 * len(words), 100 * len(words)
-    tokens_out = wire_formats.OUTPUT_TOKENS_PER_QUESTION * len(words)
-    (m,) = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())["models"]
+    words = [wire_formats.prompt_tokens(body) for _, body in server.requests]
+    assert len(words) == 3  # the fixture's 3 When2Call tasks, one request each
+    if kind == "openai":  # within prompt_tokens: half read from the cache, a quarter written to it
+        tokens_in, cached, written, written_1h = sum(words), sum(w // 2 for w in words), sum(w // 4 for w in words), 0
+    elif kind == "anthropic":  # outside input_tokens: 100 read, 15 written for 5 minutes, 5 for an hour
+        tokens_in, cached, written, written_1h = sum(words) + 120 * 3, 100 * 3, 15 * 3, 5 * 3
+    else:  # within promptTokenCount: half read from the cache; Gemini reports no writes
+        tokens_in, cached, written, written_1h = sum(words), sum(w // 2 for w in words), 0, 0
+    tokens_out = wire_formats.OUTPUT_TOKENS_PER_QUESTION * 3
+    summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    (m,) = summary["models"]
     usage = m["usage"]
-    assert (usage["input_tokens"], usage["cached_input_tokens"], usage["output_tokens"]) == (tokens_in, cached, tokens_out)
-    cached_rate = 2.0 if cached_price is None else cached_price  # without a cached price: priced as input
-    expected = ((tokens_in - cached) * 2.0 + cached * cached_rate + tokens_out * 8.0) / 1e6
+    writes = {k: n for k, n in (("cache_write_tokens", written), ("cache_write_1h_tokens", written_1h)) if n}
+    assert {k: usage[k] for k in ("input_tokens", "cached_input_tokens", "output_tokens")} | {
+        k: usage[k] for k in ("cache_write_tokens", "cache_write_1h_tokens") if k in usage} == {
+        "input_tokens": tokens_in, "cached_input_tokens": cached, "output_tokens": tokens_out} | writes
+    rates = {"cached_input": 2.0, "cache_write": 2.0, "cache_write_1h": 2.0} | (GIVEN if given else RULES[kind])
+    assert usage["price"] == {"input": 2.0, "output": 8.0} | (GIVEN if given else RULES[kind])
+    fresh = tokens_in - cached - written - written_1h
+    expected = (fresh * 2.0 + cached * rates["cached_input"] + written * rates["cache_write"]
+                + written_1h * rates["cache_write_1h"] + tokens_out * 8.0) / 1e6
     assert usage["cost_usd"] == round(expected, 6) and m["requests"]["cost_usd"] == round(expected, 6)
+    if kind == "anthropic" and not given:  # by hand: 3 requests of 100 read at $0.2, 15 at $2.5, 5 at $4 per million
+        assert round(expected - (sum(words) * 2.0 + tokens_out * 8.0) / 1e6, 9) == round(3 * (
+            100 * 0.2 + 15 * 2.5 + 5 * 4.0) / 1e6, 9)
 
 
 def test_the_bounds_come_from_flags_or_a_run_file(tmp_path: Path, data_dir: Path):

@@ -93,9 +93,10 @@ def test_the_checker_refuses_what_the_sdk_does_not_declare():
 
 
 OPENAI_MODES = ("ok", "fenced", "prose", "truncated", "refusal", "empty", "reasoning", "missing", "outside",
-                "content_filter")
-ANTHROPIC_MODES = ("ok", "fenced", "prose", "empty", "refusal", "truncated", "text", "thinking", "missing", "outside")
-GEMINI_MODES = ("ok", "fenced", "prose", "truncated", "safety", "blocked", "thought", "missing", "outside")
+                "content_filter", "cached")
+ANTHROPIC_MODES = ("ok", "fenced", "prose", "empty", "refusal", "truncated", "text", "thinking", "missing", "outside",
+                   "cached")
+GEMINI_MODES = ("ok", "fenced", "prose", "truncated", "safety", "blocked", "thought", "missing", "outside", "cached")
 
 
 def test_every_reply_the_fakes_serve_conforms_to_the_sdk_response_models(data_dir: Path):

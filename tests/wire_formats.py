@@ -13,15 +13,16 @@ Formats and their modes (``"ok"`` everywhere):
   (``logprobs: true``): ``fenced``, ``prose``, ``truncated`` (finish_reason length, JSON cut off), ``refusal``
   (``message.refusal``), ``empty``, ``reasoning`` (content only in ``reasoning_content``), ``missing`` (first
   question left out), ``outside`` (a value outside the enum), ``content_filter``, ``cached`` (half the prompt
-  cached: ``prompt_tokens_details.cached_tokens``); for logprob requests
+  read from the cache, ``prompt_tokens_details.cached_tokens``, a quarter written to it,
+  ``cache_write_tokens``); for logprob requests
   ``no_logprobs`` and ``off_answers`` (no allowed answer among the top tokens);
 * ``anthropic_messages`` — Messages with a structured output (a text block) or a forced tool: ``fenced``,
   ``prose``, ``empty`` (structured output), ``refusal`` (stop_reason refusal), ``truncated`` (stop_reason
   max_tokens), ``text`` (prose, no tool call), ``thinking`` (thinking block only), ``missing``, ``outside``,
-  ``cached`` (100 cache-read and 20 cache-write input tokens);
+  ``cached`` (100 cache-read and 20 cache-write input tokens: 15 to the 5-minute cache, 5 to the 1-hour one);
 * ``gemini_generate`` — generateContent: ``fenced``, ``prose``, ``truncated`` (MAX_TOKENS), ``safety``
   (finishReason SAFETY), ``blocked`` (promptFeedback.blockReason), ``thought`` (thought parts only),
-  ``missing``, ``outside``;
+  ``missing``, ``outside``, ``cached`` (half the prompt cached: ``cachedContentTokenCount``);
 * ``openai_decisions`` — ``/v1/decisions``: ``refusal`` (the first question refused), ``bad_sum``
   (probabilities that do not sum to 1).
 
@@ -121,8 +122,8 @@ def openai_chat(request: dict, mode: str = "ok") -> dict:
         n_out = OUTPUT_TOKENS_PER_QUESTION * len(answers or [0])
     n_in = prompt_tokens(request)
     usage: dict[str, Any] = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
-    if mode == "cached":  # half the prompt read from OpenAI's prompt cache (counted within prompt_tokens)
-        usage["prompt_tokens_details"] = {"cached_tokens": n_in // 2, "audio_tokens": 0}
+    if mode == "cached":  # half the prompt read from OpenAI's prompt cache, a quarter written to it (within prompt_tokens)
+        usage["prompt_tokens_details"] = {"cached_tokens": n_in // 2, "cache_write_tokens": n_in // 4, "audio_tokens": 0}
     return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000, "model": request["model"],
             "choices": [choice], "usage": usage}
 
@@ -156,9 +157,12 @@ def anthropic_messages(request: dict, mode: str = "ok") -> dict:
     return {"id": "msg_fake", "type": "message", "role": "assistant", "model": request["model"], "content": content,
             "stop_reason": stop, "stop_sequence": None,
             "usage": {"input_tokens": n_in, "output_tokens": OUTPUT_TOKENS_PER_QUESTION * len(answers or [0]),
-                      # mode cached: 100 tokens read from the prompt cache, 20 written to it (outside input_tokens)
+                      # mode cached: 100 tokens read from the prompt cache, 20 written to it (outside input_tokens):
+                      # 15 to the 5-minute cache, 5 to the 1-hour one
                       "cache_creation_input_tokens": 20 if mode == "cached" else 0,
-                      "cache_read_input_tokens": 100 if mode == "cached" else 0}}
+                      "cache_read_input_tokens": 100 if mode == "cached" else 0}
+            | ({"cache_creation": {"ephemeral_5m_input_tokens": 15, "ephemeral_1h_input_tokens": 5}}
+               if mode == "cached" else {})}
 
 
 # ---- Gemini generateContent -------------------------------------------------------------------------------
@@ -177,6 +181,8 @@ def gemini_generate(request: dict, mode: str = "ok", model: str = "gemini-fake")
     elif mode == "thought":
         parts = [{"text": "Weighing the options first.", "thought": True}]
         usage["thoughtsTokenCount"] = 7
+    elif mode == "cached":  # half the prompt read from the (implicit) context cache, within promptTokenCount
+        usage["cachedContentTokenCount"] = n_in // 2
     return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}],
             "usageMetadata": usage, "modelVersion": model}
 
