@@ -4,12 +4,19 @@ holding the fixture data as ``./data`` (the default data folder), the repository
 ``.venv`` that is this one, with this environment's ``dxi`` on PATH. A block that names a server on
 127.0.0.1:PORT gets the fake provider there (every model it is asked for). Blocks without the marker (API
 keys, hours-long runs, ``make test`` itself) are not run. docs/index.md is the README (asserted below), so
-its blocks are run once, as the README's."""
+its blocks are run once, as the README's.
+
+The pages name the servers' usual ports (8080 for an OpenAI-compatible server, 8000 for a System One one),
+which may be taken on the machine running the tests: each port a block names is served by a fake provider
+on a free port the system picks, and the block runs with that port in place of the named one (only in
+``127.0.0.1:PORT``, the server's address, so the text run is the page's but for that number)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -49,26 +56,58 @@ def workspace(tmp: Path) -> Path:
     return work
 
 
-def fake_provider(port: int) -> subprocess.Popen:
+def fake_provider() -> tuple[subprocess.Popen, int]:
+    """The fake provider (every model it is asked for) on a free port of 127.0.0.1, and that port."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--port", str(port), "--config",
+    proc = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--port", "0", "--config",
                              '{"model": null, "p_first": null, "p_yes": null, "record": false}', "--until-stdin-closes"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=env)
     line = proc.stdout.readline().decode().strip()
-    assert line.startswith("http://"), f"the fake provider could not listen on 127.0.0.1:{port} ({line!r})"
-    return proc
+    found = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/?", line)
+    assert found, f"the fake provider did not start ({line!r})"
+    return proc, int(found.group(1))
+
+
+def on_ports(block: str, ports: dict[str, int]) -> str:
+    """``block`` with each server address ``127.0.0.1:<named>`` on the port ``ports[named]`` instead."""
+    return SERVER.sub(lambda m: f"http://127.0.0.1:{ports[m.group(1)]}", block)
+
+
+def test_a_block_runs_on_the_ports_given_and_only_its_server_addresses_change():
+    block = ("dxi run --model openai:q@http://127.0.0.1:8080/v1 --port 8080\n"
+             "dxi run --model systemone:http://127.0.0.1:8000 --sample 8000\n")
+    assert on_ports(block, {"8080": 41234, "8000": 41235}) == (
+        "dxi run --model openai:q@http://127.0.0.1:41234/v1 --port 8080\n"
+        "dxi run --model systemone:http://127.0.0.1:41235 --sample 8000\n")
+
+
+@pytest.fixture
+def named_ports_taken():
+    """The ports the pages name, held by this process (where they are free) for the test: a snippet must run
+    though they are taken, as they may be on a machine running the tests."""
+    with contextlib.ExitStack() as stack:
+        for page in PAGES:
+            for port in {int(p) for block in runnable(page) for p in SERVER.findall(block)}:
+                sock = stack.enter_context(socket.socket())
+                with contextlib.suppress(OSError):  # taken already: all the same
+                    sock.bind(("127.0.0.1", port))
+                    sock.listen()
+        yield
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if runnable(p) and p.name != "index.md"], ids=lambda p: p.name)
-def test_the_runnable_snippets_work_when_pasted(page: Path, tmp_path: Path):
+def test_the_runnable_snippets_work_when_pasted(page: Path, tmp_path: Path, named_ports_taken: None):
     work = workspace(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("DXI_DATA_DIR", "VIRTUAL_ENV")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     for n, block in enumerate(runnable(page), 1):
-        servers = [fake_provider(int(port)) for port in sorted(set(SERVER.findall(block)))]
+        servers, ports = [], {}
         try:
-            done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + block], cwd=work, env=env, capture_output=True,
-                                  text=True, timeout=300)
+            for named in sorted(set(SERVER.findall(block))):
+                proc, ports[named] = fake_provider()
+                servers.append(proc)
+            done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + on_ports(block, ports)], cwd=work, env=env,
+                                  capture_output=True, text=True, timeout=300)
         finally:
             for s in servers:
                 s.stdin.close()
