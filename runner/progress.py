@@ -15,8 +15,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, Task, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
 
 from .cost import Budget
 from .run import Stats
@@ -27,6 +30,51 @@ def _duration(seconds: float) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+MIN_BAR, MAX_BAR = 10, 40  # the bar's width in columns: dropped rather than drawn narrower than MIN_BAR
+
+
+class _Bars(Progress):
+    """Rich's live progress, one model a row, laid out for the terminal's width so that no counter is ever
+    cut: ``label [bar] done/total counters elapsed`` on one line, the bar as wide as what is left allows
+    (``MAX_BAR`` at most); where that leaves less than ``MIN_BAR``, no bar; where even the line without the
+    bar does not fit, the counters go on their own lines below the label, indented, wrapped at spaces. Labels are
+    plain text (no markup, no emoji codes: a label such as "openai:m" holds ":m:")."""
+
+    def __init__(self, console: Console):
+        super().__init__(console=console, transient=False)
+        self._counts, self._elapsed = MofNCompleteColumn(), TimeElapsedColumn()
+
+    def make_tasks_table(self, tasks: list[Task]) -> Table:
+        table = Table.grid()
+        table.add_column()
+        label = max((Text(t.description).cell_len for t in tasks), default=0)  # the rows' labels and counts align
+        counts = max((self._counts.render(t).cell_len for t in tasks), default=0)
+        for task in tasks:
+            table.add_row(self.row(task, self.console.width, label, counts))
+        return table
+
+    def row(self, task: Task, width: int, label_width: int = 0, counts_width: int = 0) -> RenderableType:
+        """One model's row at ``width`` columns (see the class docstring), its label and counts padded to
+        ``label_width`` and ``counts_width`` when it is one line."""
+        label, counts, elapsed = Text(task.description), self._counts.render(task), self._elapsed.render(task)
+        label.pad_right(max(0, label_width - label.cell_len))
+        counts.pad_left(max(0, counts_width - counts.cell_len))
+        detail = Text(str(task.fields.get("detail", "")))
+        parts = [label, counts, detail, elapsed]
+        line = sum(p.cell_len for p in parts) + len(parts) - 1
+        if line + 1 + MIN_BAR <= width:
+            parts.insert(1, BarColumn(bar_width=min(MAX_BAR, width - line - 1)).render(task))
+        if line + 1 + MIN_BAR <= width or line <= width:
+            grid = Table.grid(padding=(0, 1))
+            for _ in parts:
+                grid.add_column(no_wrap=True)
+            grid.add_row(*parts)
+            return grid
+        label.rstrip()
+        counts = Text(counts.plain.lstrip())
+        return Group(Text.assemble(label, " ", counts, " ", elapsed), Padding(detail, (0, 0, 0, 2)))
 
 
 class RunProgress:
@@ -52,10 +100,7 @@ class RunProgress:
 
     def __enter__(self) -> RunProgress:
         if self.live:
-            # plain text (no markup, no emoji codes): a label is the user's, e.g. "openai:m" (":m:" is an emoji)
-            self._bars = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                                  TextColumn("{task.fields[detail]}", markup=False), TimeElapsedColumn(),
-                                  console=self.console, transient=False)
+            self._bars = _Bars(self.console)
             self._bars.start()
             for label, total in self.totals.items():
                 self._ids[label] = self._bars.add_task(label, total=total, detail="")

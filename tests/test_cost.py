@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from pathlib import Path
 
 import orjson
@@ -130,6 +131,28 @@ def test_progress_line_shows_rate_eta_spend_retries_429s_and_invalid():
     assert p.line("m", s, now=110.0) == ("40/100 40% 3.0 req/s ETA 20s $0.1250 (run $1.5000 of $5) retries 5 429s 4 "
                                         "invalid replies 2 failed 1 cached 10")
     assert RunProgress(Console(), {"m": 40}, started=100.0).line("m", s, now=110.0).startswith("40/40 100% 3.0 req/s done $0.1250 retries")
+
+
+@pytest.mark.parametrize("width", [200, 80, 60])
+def test_the_live_progress_never_cuts_a_counter_the_bar_goes_first(width: int):
+    s = Stats(sent=800, cache_hits=400, ok=798, invalid=2, attempts=810, rate_limited=1, cost_usd=0.421)
+    labels = ["openai:gpt-6.1-terra", "anthropic:claude-sonnet-5-5 (t=0)"]
+    terminal = Console(width=width, force_terminal=True, color_system=None, file=io.StringIO())
+    with RunProgress(terminal, dict.fromkeys(labels, 2193), budget=Budget(5.0), started=0.0) as p:
+        for label in labels:
+            p._show(label, s, 1000.0)  # as update does, 1000 s into the run
+        shown = Console(width=width, color_system=None, record=True, file=io.StringIO())
+        shown.print(p._bars.make_tasks_table(p._bars.tasks))  # what the live display draws
+        detail = p.line(labels[0], s, now=1000.0).split(" ", 1)[1]
+    assert detail == ("55% 0.8 req/s ETA 20m41s $0.4210 (run $0.0000 of $5) retries 10 429s 1 invalid replies 2 "
+                      "failed 0 cached 400")  # every counter
+    lines = shown.export_text().splitlines()
+    text = " ".join(" ".join(lines).split())
+    assert "…" not in text and all(len(line.rstrip()) <= width for line in lines)
+    for label in labels:  # each model's label, counts and every counter, whole
+        assert f"{label} " in text and text.count("1200/2193 ") == 2 and text.count(detail) == 2
+    assert ("━" in text) == (width == 200)  # the bar only where it fits beside every counter
+    assert len(lines) == (2 if width == 200 else 6)  # 80, 60: label and counts, then the counters on two lines
 
 
 def run_file(tmp: Path, body: str) -> Path:
