@@ -50,7 +50,7 @@ exit codes:
   {distributed.EXIT_UPLOAD}    done, but shards could not be uploaded to --cache-remote (all in the local cache; the next run uploads them)
   {EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, unknown model, refused request form, a
        stated wait over --max-stated-wait); the others went on; the next run sends what was not sent
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C; everything that arrived is cached: rerun the same command)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun the same command)
 """
 
 
@@ -840,8 +840,23 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
 
 
+def take_sigint() -> None:
+    """Make SIGINT stop ``dxi`` as Ctrl-C does (a clean stop: what arrived is kept, exit code 130) however it
+    was started. A job a non-interactive shell starts in the background (``dxi run ... &`` in a script)
+    inherits SIGINT ignored, and Python keeps an inherited ``SIG_IGN``, so ``kill -INT`` would do nothing;
+    a signal mask inherited with SIGINT blocked would hold it forever. Both are undone here (main thread
+    only, before anything runs). A Ctrl-C in the terminal of such a script then stops its background
+    ``dxi`` cleanly too, which the next run continues."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def command() -> None:
-    """The ``dxi`` command: ``main`` on ``sys.argv``, then exit without tearing the interpreter down.
+    """The ``dxi`` command: ``take_sigint``, ``main`` on ``sys.argv``, then exit without tearing the
+    interpreter down.
 
     Once ``main`` has returned, every output is written and the cache is closed; the exit handlers run
     (logging's flush, the thread pools' joins) after the other threads have ended, standard output and
@@ -852,6 +867,7 @@ def command() -> None:
     import os
     import threading
 
+    take_sigint()
     try:
         code = main()
     except SystemExit as exc:  # argparse's --help and usage errors

@@ -32,18 +32,33 @@ def summary(out: Path) -> dict:
     return orjson.loads((out / "summary.json").read_bytes())
 
 
-def test_ctrl_c_stops_cleanly_keeps_what_arrived_and_the_rerun_completes(tmp_path: Path):
+def _sigint_ignored() -> None:  # as a non-interactive shell starts a background job (`dxi run ... &` in a script)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _sigint_blocked() -> None:  # a signal mask inherited with SIGINT blocked
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+@pytest.mark.parametrize("inherited", [None, _sigint_ignored, _sigint_blocked], ids=["default", "ignored", "blocked"])
+def test_ctrl_c_stops_cleanly_keeps_what_arrived_and_the_rerun_completes(tmp_path: Path, inherited):
+    """SIGINT stops the run cleanly (exit 130, every reply kept) also when dxi was started with SIGINT ignored
+    or blocked, as a script's background job is: ``kill -INT`` then does what Ctrl-C does."""
     tasks, in_flight = 1500, 16
     data = data_dir(tmp_path / "data", tasks)
     cache = tmp_path / "cache"
     with serve(model="fake", p_first=None, p_yes=None, record=False, latency="0.02") as server:
         cmd = dxi_run(server.url, data, cache, tmp_path / "out", "--max-in-flight", str(in_flight))
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=inherited)
         while server.stats()["ok"] < 300:
             assert proc.poll() is None, "the run ended before it could be interrupted"
             time.sleep(0.01)
         proc.send_signal(signal.SIGINT)
-        stdout, _ = proc.communicate(timeout=60)
+        try:
+            stdout, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:  # SIGINT was not taken: stop it
+                proc.kill()
         at_stop = server.stats()
         assert proc.returncode == 130
         assert b"Interrupted" in stdout and b"rerun the same command" in stdout
