@@ -218,9 +218,10 @@ def _add_cache(g: argparse._ArgumentGroup) -> None:
                                                                  "the run file's)")
 
 
-def _add_output(g: argparse._ArgumentGroup) -> None:
-    g.add_argument("--out", type=Path, metavar="DIR",
-                   help="where summary.json and answers.parquet go (default: out, or the run file's)")
+def _add_output(g: argparse._ArgumentGroup, out: bool = True) -> None:
+    if out:
+        g.add_argument("--out", type=Path, metavar="DIR",
+                       help="where summary.json and answers.parquet go (default: out, or the run file's)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 
@@ -267,11 +268,12 @@ def parser() -> argparse.ArgumentParser:
             c.add_argument("--fsync", action="store_true",
                            help="fsync each reply (survives power loss, not just a killed process; slower)")
         o = s.add_argument_group("output")
-        _add_output(o)
+        _add_output(o, out=name != "view")  # the view writes no outputs
         if name == "estimate":
             o.add_argument("--json", action="store_true", help="print the estimate as JSON")
         if name == "view":
             _view_options(s.add_argument_group("server"))
+            s.set_defaults(out=None)
         distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), name)
     x = _command(sub, "export", "score from the cache only and export the answers (csv, parquet, jsonl) or the Every "
                           "Eval Ever records (eee)")

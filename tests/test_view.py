@@ -466,3 +466,17 @@ def test_a_port_that_cannot_be_served_is_a_usage_error_not_a_traceback(built: di
         assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
     assert main([*base, "--port", "99999"]) == 2
     assert "cannot serve on 127.0.0.1:99999: bind(): port must be 0-65535" in capsys.readouterr().err
+
+
+def test_the_view_has_no_out_option_and_score_keeps_it(capsys: pytest.CaptureFixture):
+    from dxi.runner.cli import parser
+
+    helps = {}
+    for command in ("view", "export", "score", "report"):
+        with pytest.raises(SystemExit):
+            parser().parse_args([command, "--help"])
+        helps[command] = capsys.readouterr().out
+    assert "--out" not in helps["view"] and "--out" not in helps["export"]  # they write no summary.json
+    assert "--out DIR" in helps["score"] and "--out DIR" in helps["report"]
+    assert main(["view", "--out", "somewhere", "-q"]) == 2
+    assert "--out" in capsys.readouterr().err
