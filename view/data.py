@@ -9,7 +9,7 @@ over a large cache is not held while serving:
   category, gold, the state's text for search) and per model its pick, status, whether it is correct,
   the probability it gave the gold answer, its confidence and calibration bin. The evaluation, compare
   and calibration pages are lazy Polars queries over these frames (filter, sort, slice).
-* two Parquet files in a private temporary folder (never in the cache), sorted by task id in small row
+* two Parquet files in the view's private folder (``view.home``; never in the cache), sorted by task id in small row
   groups, so that a question's rows are found by a lazy scan whose filter on ``task_id`` is pushed down
   to the row-group statistics: ``answers.parquet`` (the scored answers, the same rows and values as
   ``dxi score``'s answers.parquet) and ``requests.parquet`` (the cache rows of the current prompt version
@@ -24,10 +24,12 @@ from __future__ import annotations
 import math
 import multiprocessing
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import polars as pl
@@ -38,6 +40,11 @@ from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import Scored, cost_usd
 from dxi.scoring.calibration import ECE_BINS, answer_terms, gold_probability
 from dxi.scoring.score import CONFIG_COLUMNS, STATUSES, current_rows
+
+from .home import private_home
+
+if TYPE_CHECKING:
+    from dxi.cache.remote import Remote
 
 PAGE_SIZE = 50
 ROW_GROUP = 2_048  # rows per row group of the temporary files: a question's rows span one or two
@@ -97,10 +104,38 @@ class Page:
     size: int = PAGE_SIZE
 
 
+Select = Callable[[Cache], tuple[pl.DataFrame, dict, int]]  # the cache -> (models, prices, epochs) to score
+
+
+@dataclass
+class Source:
+    """What a Browser was built from, to build it again over newer rows (``Browser.rebuild``): the cache
+    folder, the suite, ``summarize``, ``home`` (the view's private folder, ``view.home``; the layouts
+    and the remote's mirror go there), ``remote`` (the remote cache tier, mirrored under ``home``, or
+    None), and ``select`` (models, prices and epochs from the cache: every model in it is chosen again,
+    so that a model a run adds shows; None: the models given at start-up)."""
+
+    cache_dir: Path
+    suite: Suite
+    summarize: Summarize
+    home: tempfile.TemporaryDirectory
+    models: pl.DataFrame
+    epochs: int
+    prices: dict[str, tuple[float, float] | None]
+    remote: Remote | None = None
+    select: Select | None = None
+    owns_home: bool = False  # the home was made for this Browser alone: ``close`` removes it too
+
+    def mirror(self) -> tuple[str, Path] | None:
+        """The remote tier for the child: (its URI, the mirror folder), or None."""
+        return None if self.remote is None else (self.remote.uri, self.remote.mirror)
+
+
 @dataclass
 class Browser:
     """The data behind every page (see the module docstring). Build with ``Browser.build``; ``close``
-    removes the temporary folder. ``layout_peak_mb`` is the start-up child's peak resident set (MB)."""
+    removes its layout. ``layout_peak_mb`` is the start-up child's peak resident set (MB); ``as_of`` the
+    time (Unix seconds) the cache was read for this snapshot; ``source`` what ``rebuild`` reads again."""
 
     summary: dict
     labels: list[str]
@@ -116,28 +151,66 @@ class Browser:
     cache_dir: str
     warnings: list[str] = field(default_factory=list)
     layout_peak_mb: float | None = None
+    as_of: float = 0.0
+    source: Source | None = None
 
     # ---- building -------------------------------------------------------------------------------
     @classmethod
     def build(cls, cache_dir: Path, suite: Suite, models: pl.DataFrame, summarize: Summarize, epochs: int = 1,
-              prices: dict[str, tuple[float, float] | None] | None = None, child: bool = True) -> Browser:
-        """Score ``models`` over ``suite`` from the cache in ``cache_dir`` (opened read-only) with
-        ``summarize`` (``runner.outputs.summarize``: what ``dxi score`` computes) and lay the results out
-        for the pages (``layout``). With ``child`` (the default) that runs in a child process, so that
-        scoring's peak memory over a large cache is returned to the system before serving; the server
-        keeps only the summary, the per-question frames and the tasks."""
-        workdir = tempfile.TemporaryDirectory(prefix="dxi-view-")
-        args = (Path(workdir.name), Path(cache_dir), suite, models, summarize, epochs, prices or {})
+              prices: dict[str, tuple[float, float] | None] | None = None, child: bool = True,
+              home: tempfile.TemporaryDirectory | None = None, remote: Remote | None = None,
+              select: Select | None = None) -> Browser:
+        """Score ``models`` over ``suite`` from the cache in ``cache_dir`` (opened read-only; with the
+        ``remote`` tier's shards mirrored in ``home``) with ``summarize`` (``runner.outputs.summarize``:
+        what ``dxi score`` computes) and lay the results out for the pages (``layout``) in a new folder of
+        ``home`` (the view's private folder, ``view.home.private_home``; None: one made for this Browser).
+        With ``child`` (the default) that runs in a child process, so that scoring's peak memory over a
+        large cache is returned to the system before serving; the server keeps only the summary, the
+        per-question frames and the tasks. ``select`` is kept for ``rebuild``."""
+        owns = home is None
+        source = Source(Path(cache_dir), suite, summarize, home or private_home(), models, epochs, prices or {}, remote,
+                        select, owns)
+        try:
+            return cls._built(source, child)
+        except BaseException:
+            if owns:
+                source.home.cleanup()
+            raise
+
+    @classmethod
+    def _built(cls, source: Source, child: bool) -> Browser:
+        workdir = tempfile.TemporaryDirectory(prefix="layout-", dir=source.home.name)
+        as_of = time.time()
+        args = (Path(workdir.name), source.cache_dir, source.suite, source.models, source.summarize, source.epochs,
+                source.prices, source.mirror())
         try:
             if child:
                 with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
                     peak = pool.submit(layout, *args).result()
             else:
                 peak = layout(*args)
+            browser = cls.open(workdir, source.suite.tasks(), source.models, source.epochs, source.prices,
+                               str(source.cache_dir), peak)
         except BaseException:
             workdir.cleanup()
             raise
-        return cls.open(workdir, suite.tasks(), models, epochs, prices or {}, str(cache_dir), peak)
+        browser.as_of, browser.source = as_of, source
+        return browser
+
+    def rebuild(self, child: bool = True) -> Browser:
+        """A new Browser over the cache as it is now (newer shards and logs; the remote's shards pulled
+        first), in the same private folder; this one is left as it is (``close`` it when done). With
+        ``source.select`` the models are chosen again."""
+        source = self.source
+        if source is None:
+            raise RuntimeError("this Browser was opened from a layout, not built: nothing to rebuild from")
+        if source.remote is not None:
+            source.remote.pull()
+        if source.select is not None:
+            with Cache(source.cache_dir, read_only=True, remote=source.remote) as cache:
+                models, prices, epochs = source.select(cache)
+            source = replace(source, models=models, prices=prices, epochs=epochs)
+        return type(self)._built(source, child)
 
     @classmethod
     def open(cls, workdir: tempfile.TemporaryDirectory, tasks: Iterable[Task], models: pl.DataFrame, epochs: int,
@@ -157,7 +230,10 @@ class Browser:
                    peak)
 
     def close(self) -> None:
+        """Remove this snapshot's layout (and the private folder, when it was made for this Browser)."""
         self.workdir.cleanup()
+        if self.source is not None and self.source.owns_home:
+            self.source.home.cleanup()
 
     # ---- lookups --------------------------------------------------------------------------------
     @property
@@ -313,12 +389,18 @@ class Browser:
 
 
 def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summarize: Summarize, epochs: int,
-           prices: dict[str, tuple[float, float] | None]) -> float:
+           prices: dict[str, tuple[float, float] | None], mirror: tuple[str, Path] | None = None) -> float:
     """Score (``summarize``) and write what the pages read to ``root``: ``meta.json`` (the summary, the
     cache's warnings, the frames written), ``reliability.parquet``, ``wide-<eval>-<epoch>.parquet``, and
     the two files sorted by task id (``answers.parquet``, ``requests.parquet``). Returns this process's
-    peak resident set in MB. The cache is opened read-only."""
-    with Cache(cache_dir, read_only=True) as cache:
+    peak resident set in MB. The cache is opened read-only, with the shards of a remote tier that
+    ``mirror`` (its URI, the folder they were pulled into) holds."""
+    remote = None
+    if mirror is not None:
+        from dxi.cache.remote import Remote
+
+        remote = Remote(mirror[0], cache_dir, mirror[1])
+    with Cache(cache_dir, read_only=True, remote=remote) as cache:
         summary, scored = summarize(cache, suite, models, None, epochs, prices=prices)
         tasks = list(suite.tasks())
         ans = scored.answers
