@@ -54,6 +54,9 @@ CELLS = {"both_right": (True, True), "a_only": (True, False), "b_only": (False, 
 REQUEST_COLUMNS = ("key", "status", "error", "error_kind", "http_status", "attempts", "raw_reply", "request_body",
                    "served_model", "input_tokens", "output_tokens", "latency_ms")
 _REQUESTS_READ = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *REQUEST_COLUMNS)
+WRITE_CHUNK = 32 * ROW_GROUP  # rows gathered and written at a time (``_write_by_task``)
+WIDE_COLUMNS = ("eval", "sample", "task_id", "question_id", "group", "gold_category", "gold", "label", "predicted",
+                "view_status", "correct", "p_gold", "p_predicted", "bin")  # what ``_wide`` reads
 ANSWER_FILE_COLUMNS = ("label", "task_id", "question_id", "sample", "status", "error", "predicted", "gold", "correct",
                        "p_predicted", "p_yes", "warning", "probabilities", "repaired")
 
@@ -402,32 +405,33 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
         remote = Remote(mirror[0], cache_dir, mirror[1])
     with Cache(cache_dir, read_only=True, remote=remote) as cache:
         summary, scored = summarize(cache, suite, models, None, epochs, prices=prices)
-        tasks = list(suite.tasks())
-        ans = scored.answers
+        ans, reliability = scored.answers, scored.reliability
+        del scored  # the other tables: the summary holds what the pages show of them
         terms = answer_terms(ans)
         ans = ans.with_columns(
-            pl.col(pl.Enum).cast(pl.String),
             pl.Series("p_gold", gold_probability(ans["probabilities"], ans["gold"].cast(pl.String))).fill_nan(None),
             pl.Series("bin", terms["bin"], dtype=pl.Int8),
             pl.when(pl.col("repaired") & (pl.col("status") == "ok")).then(pl.lit("repaired"))
             .otherwise(pl.col("status")).alias("view_status"))
-        del scored.answers, terms
-        by_task = ans.select(ANSWER_FILE_COLUMNS).sort("task_id", "label", "sample", "question_id")
-        _write_by_task(by_task, root / "answers.parquet")
-        del by_task
+        del terms
+        _write_by_task(ans.select(ANSWER_FILE_COLUMNS), root / "answers.parquet")
+        tasks = list(suite.tasks())
         labels = [m["model"] for m in summary["models"]]
         text = pl.DataFrame({"task_id": [t.id for t in tasks], "text": [f"{t.id}\n{t.state}".lower() for t in tasks]}
                             ).with_row_index("order")  # the dataset's order
         frames = []
-        for (name, sample), part in ans.partition_by("eval", "sample", as_dict=True).items():
-            _wide(part, labels, text).write_parquet(root / f"wide-{name}-{sample}.parquet")
-            frames.append((name, sample))
+        narrow = ans.select(*WIDE_COLUMNS)  # the columns of the evaluation pages only (no probabilities, no text)
         del ans
-        scored.reliability.write_parquet(root / "reliability.parquet")
+        for (name, sample), part in narrow.partition_by("eval", "sample", as_dict=True).items():
+            _wide(part, labels, text).write_parquet(root / f"wide-{name}-{sample}.parquet")
+            frames.append((str(name), sample))
+        del narrow
+        reliability.write_parquet(root / "reliability.parquet")
         ids = pl.Series("task_id", [t.id for t in tasks], dtype=pl.String)
+        del tasks, text
         requests = cache.read(lambda rows: rows.filter((pl.col("prompt_version") == PROMPT_VERSION)
                                                        & pl.col("task_id").is_in(ids.implode())).select(_REQUESTS_READ).collect())
-        _write_by_task(requests.sort("task_id"), root / "requests.parquet", dictionary=[*CONFIG_COLUMNS, "status"])
+        _write_by_task(requests, root / "requests.parquet", dictionary=[*CONFIG_COLUMNS, "status"])
         del requests
         meta = {"summary": summary, "warnings": list(cache.warnings), "frames": sorted(frames)}
     (root / "meta.json").write_bytes(orjson.dumps(meta))
@@ -435,11 +439,26 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
 
 
 def _write_by_task(frame: pl.DataFrame, path: Path, dictionary: bool | list[str] = True) -> None:
-    """Write a frame sorted by task id in row groups of ``ROW_GROUP`` rows with statistics of ``task_id``
-    (what the question page's filter is pushed down to). pyarrow, LZ4: for nested columns in small row
-    groups several times faster than Polars' writer, and a temporary file needs no tighter compression."""
-    pq.write_table(frame.to_arrow(), path, row_group_size=ROW_GROUP, compression="lz4", write_statistics=["task_id"],
-                   use_dictionary=dictionary)
+    """Write ``frame``'s rows sorted by task id (as text; rows of one task in their order in ``frame``),
+    Enums as text, in row groups of ``ROW_GROUP`` rows with statistics of ``task_id`` (what the question
+    page's filter is pushed down to). Written ``WRITE_CHUNK`` rows at a time, gathered by the sorting
+    permutation, so that no sorted copy of the whole frame is held. pyarrow, LZ4: for nested columns in
+    small row groups several times faster than Polars' writer, and a temporary file needs no tighter
+    compression."""
+    order = frame.select(pl.arg_sort_by(pl.col("task_id").cast(pl.String), maintain_order=True)).to_series()
+    as_text = [pl.col(c).cast(pl.String) if isinstance(t, pl.Enum | pl.Categorical) else pl.col(c)
+               for c, t in frame.schema.items()]
+    writer = None
+    try:
+        for start in range(0, max(frame.height, 1), WRITE_CHUNK):
+            part = frame[order[start:start + WRITE_CHUNK]].select(as_text).to_arrow()
+            if writer is None:
+                writer = pq.ParquetWriter(path, part.schema, compression="lz4", write_statistics=["task_id"],
+                                          use_dictionary=dictionary)
+            writer.write_table(part, row_group_size=ROW_GROUP)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def _peak_mb() -> float | None:
@@ -456,6 +475,7 @@ def _peak_mb() -> float | None:
 def _wide(part: pl.DataFrame, labels: list[str], text: pl.DataFrame) -> pl.DataFrame:
     """One evaluation and epoch of the answers as one row per question, each model's columns beside."""
     keys = ["task_id", "question_id"]
+    part = part.with_columns(pl.col(pl.Enum).cast(pl.String))
     base = (part.select(*keys, pl.coalesce(pl.col("group"), pl.col("gold_category")).alias("category"), "gold")
             .unique(keys).sort(keys).join(text, on="task_id", how="left"))
     for i, label in enumerate(labels):
