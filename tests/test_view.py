@@ -606,3 +606,26 @@ def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(tmp_pa
         assert not mirror.exists()
         assert main(["view", "--cache-dir", str(tmp_path / "none"), "--cache-remote", s3.uri(), *select]) == 2
         assert not (tmp_path / "none").exists()
+
+
+def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(browser: Browser, monkeypatch: pytest.MonkeyPatch):
+    from dxi.view.live import Live
+
+    def fails(self, child=True):
+        raise OSError("disk <b>gone</b>")
+
+    async def attempt() -> tuple[bool, str, str]:
+        live = Live(browser, interval=0)
+        live._seen = ()  # as if a shard had been added since
+        monkeypatch.setattr(Browser, "rebuild", fails)
+        async with TestClient(TestServer(make_app(live))) as client:
+            swapped = await live.check()
+            body = await (await client.get("/")).text()
+            live.building = True
+            building = await (await client.get("/eval/hle_multichoice")).text()
+        return swapped, body, building
+
+    swapped, body, building = asyncio.run(attempt())
+    assert swapped is False and Path(browser.workdir.name).is_dir()  # still served, its layout in place
+    assert "Rescoring the newer rows failed (OSError: disk &lt;b&gt;gone&lt;/b&gt;)" in body
+    assert '<span class="building">rescoring newer rows…</span>' in building
