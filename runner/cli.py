@@ -657,11 +657,10 @@ def _score_selection(args: argparse.Namespace, mirror: Path | None = None
     cache_dir = plan.cache_dir if plan else (args.cache_dir or Path(".dxi-cache"))
     out = plan.out if plan else (args.out or Path("out"))
     suite = plan.suite if plan else suite_from_flags(args)
-    if mirror is not None and not cache_dir.is_dir():  # checked before pulling: the view creates nothing
+    uri = args.cache_remote or (plan.cache_remote if plan else None)
+    if not cache_dir.is_dir() and (not uri or mirror is not None):  # a remote tier pulled into it creates it
         raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
-    remote = distributed.remote_for(args.cache_remote or (plan.cache_remote if plan else None), cache_dir, mirror)
-    if not cache_dir.is_dir():
-        raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
+    remote = distributed.remote_for(uri, cache_dir, mirror)
     args.cache_dir = cache_dir
     return plan, cache_dir, out, suite, remote
 

@@ -12,6 +12,7 @@ import asyncio
 import os
 import re
 import shutil
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -502,7 +503,7 @@ def test_the_view_rescores_rows_appended_while_it_serves(tmp_path: Path, monkeyp
     copy = "copy-of-sparrow"
 
     async def follow() -> tuple[str, str, list[str]]:
-        live = Live(b, interval=0.05)
+        live = Live(b, interval=0.05, settle=0)
         async with TestClient(TestServer(make_app(live))) as client:
             before = await (await client.get("/")).text()
             assert await live.check() is False  # nothing changed: the same snapshot
@@ -615,11 +616,14 @@ def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(browser: Browser, mo
         raise OSError("disk <b>gone</b>")
 
     async def attempt() -> tuple[bool, str, str]:
-        live = Live(browser, interval=0)
+        live = Live(browser, interval=0, settle=60)
         live._seen = ()  # as if a shard had been added since
         monkeypatch.setattr(Browser, "rebuild", fails)
         async with TestClient(TestServer(make_app(live))) as client:
             swapped = await live.check()
+            tried = live._next
+            assert await live.check() is False and live._next == tried  # settling: not tried again at once
+            assert tried - time.monotonic() > 50
             body = await (await client.get("/")).text()
             live.building = True
             building = await (await client.get("/eval/hle_multichoice")).text()

@@ -6,7 +6,9 @@ the names, sizes and modification times of its shards and logs (``signature``: o
 each, no file is opened), and of the remote tier's mirrored shards after pulling newer ones (at most
 every ``remote_every`` seconds). When they changed it builds a new snapshot (``Browser.rebuild``: the
 same scoring, in a child process) while the old one is still served, then serves the new one and
-removes the old one's layout. Every page shows the time its snapshot read the cache ("as of") and
+removes the old one's layout. A run that writes all night changes its log every second, so a new
+rebuild starts no sooner than ``settle`` seconds, and twice the last rebuild's time, after the last one
+ended: the view follows the run without taking its cores. Every page shows the time its snapshot read the cache ("as of") and
 whether a newer one is being built. A rebuild that fails keeps the old snapshot and shows why.
 """
 from __future__ import annotations
@@ -48,11 +50,14 @@ class Live:
     ``building`` is True while a newer snapshot is being built; ``failed`` the last rebuild's error
     (None once one succeeds)."""
 
-    def __init__(self, browser: Browser, interval: float = 5.0, remote_every: float = 60.0, child: bool = True):
+    def __init__(self, browser: Browser, interval: float = 5.0, remote_every: float = 60.0, settle: float = 30.0,
+                 child: bool = True):
         self.browser, self.interval, self.remote_every, self.child = browser, interval, remote_every, child
+        self.settle = settle
         self.building = False
         self.failed: str | None = None
         self._pulled = time.monotonic()
+        self._next = 0.0  # monotonic time before which no rebuild starts (``settle``)
         self._seen = self._signature(pull=False)
 
     def _folders(self) -> list[Path]:
@@ -75,12 +80,13 @@ class Live:
 
     async def check(self) -> bool:
         """Look once; build and swap in a newer snapshot if the cache changed. True when it swapped."""
-        if self.building or self.browser.source is None:
+        if self.building or self.browser.source is None or time.monotonic() < self._next:
             return False
         seen = await asyncio.to_thread(self._signature)
         if seen == self._seen:
             return False
         self.building = True
+        started = time.monotonic()
         try:
             new = await asyncio.to_thread(self.browser.rebuild, self.child)
         except Exception as exc:  # noqa: BLE001 (any failure: keep serving the old snapshot, say why)
@@ -90,6 +96,7 @@ class Live:
             return False
         finally:
             self.building = False
+            self._next = time.monotonic() + max(self.settle, 2 * (time.monotonic() - started))
         old, self.browser, self._seen, self.failed = self.browser, new, seen, None
         old.workdir.cleanup()  # its layout only: the private folder is the new one's too
         return True
