@@ -12,8 +12,9 @@ Figures:
   different pages — goal ≤ 300 ms;
 * a question page (a WildGuardTest task: three questions, 20 models) — goal ≤ 100 ms, the slowest of
   ``REPEATS`` different tasks;
-* memory: the server process's peak resident set (``VmHWM``: start-up included) and its resident set
-  while serving, after every request — goal ≤ 500 MB.
+* memory: the server process's peak resident set (``VmHWM``: start-up included), its resident set
+  while serving, after every request, and the start-up child's peak (``VmHWM`` of the process that
+  scores the cache and writes the layout) — goal ≤ 500 MB each: every process ``dxi view`` starts.
 """
 from __future__ import annotations
 
@@ -143,6 +144,7 @@ def run() -> list[Result]:
             compare = _get(f"{base}/compare/hle_multichoice?a={m}&b={other}")[0]
             calibration = _get(f"{base}/calibration?m={m}&eval=hle_multichoice&bin=9")[0]
             memory = _status(proc.pid)
+            child_mb = child["layout_peak_mb"] or 0.0
         finally:
             proc.terminate()
             proc.wait(30)
@@ -169,9 +171,9 @@ def run() -> list[Result]:
         Result("view", "calibration page with one bin's questions", calibration, "s", "", None, ""),
         Result("view", "memory: peak resident set of the server", memory["VmHWM"], "MB", f"≤ {GOAL_MB:g} MB",
                memory["VmHWM"] <= GOAL_MB, "VmHWM of the serving process over its whole life (start-up included)"),
-        Result("view", "memory: peak of the start-up child (scoring)", child["layout_peak_mb"] or 0.0, "MB", "", None,
-               "the child process that scores the cache (as dxi score does) and writes the layout, then exits: "
-               "scoring.answers and the bootstrap over a million answers hold this much, once"),
+        Result("view", "memory: peak of the start-up child (scoring)", child_mb, "MB", f"≤ {GOAL_MB:g} MB",
+               child_mb <= GOAL_MB, "VmHWM of the child process that scores the cache (as dxi score does) and "
+               "writes the layout, then exits; its peak is scoring.answers reading the cache's nested answers"),
         Result("view", "memory: resident set while serving", memory["VmRSS"], "MB", f"≤ {GOAL_MB:g} MB",
                memory["VmRSS"] <= GOAL_MB, "VmRSS after every request above"),
     ]

@@ -152,6 +152,7 @@ class Remote:
 
     uri: str
     root: Path
+    mirror_root: Path | None = None  # where the remote's shards are copied (default: <root>/remote; dxi view: its own folder)
     fs: pafs.FileSystem = field(init=False, repr=False)
     base: str = field(init=False)
     warnings: list[str] = field(default_factory=list)
@@ -178,7 +179,7 @@ class Remote:
 
     @property
     def mirror(self) -> Path:
-        return self.root / MIRROR
+        return Path(self.mirror_root) if self.mirror_root is not None else self.root / MIRROR
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)

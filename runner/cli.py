@@ -218,9 +218,10 @@ def _add_cache(g: argparse._ArgumentGroup) -> None:
                                                                  "the run file's)")
 
 
-def _add_output(g: argparse._ArgumentGroup) -> None:
-    g.add_argument("--out", type=Path, metavar="DIR",
-                   help="where summary.json and answers.parquet go (default: out, or the run file's)")
+def _add_output(g: argparse._ArgumentGroup, out: bool = True) -> None:
+    if out:
+        g.add_argument("--out", type=Path, metavar="DIR",
+                       help="where summary.json and answers.parquet go (default: out, or the run file's)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 
@@ -267,11 +268,12 @@ def parser() -> argparse.ArgumentParser:
             c.add_argument("--fsync", action="store_true",
                            help="fsync each reply (survives power loss, not just a killed process; slower)")
         o = s.add_argument_group("output")
-        _add_output(o)
+        _add_output(o, out=name != "view")  # the view writes no outputs
         if name == "estimate":
             o.add_argument("--json", action="store_true", help="print the estimate as JSON")
         if name == "view":
             _view_options(s.add_argument_group("server"))
+            s.set_defaults(out=None)
         distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), name)
     x = _command(sub, "export", "score from the cache only and export the answers (csv, parquet, jsonl) or the Every "
                           "Eval Ever records (eee)")
@@ -424,7 +426,7 @@ async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], 
 def _prepare_scoring(suite) -> None:
     """What the scoring after the run needs and can have before it: its imports, the gold frames and the
     bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
-    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept by ``Bootstrap.weights``)."""
+    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept by ``Bootstrap.counts``)."""
     from dxi import scoring
 
     from . import outputs  # noqa: F401
@@ -432,7 +434,7 @@ def _prepare_scoring(suite) -> None:
     suite.gold_frames()
     boot = scoring.Bootstrap()  # as outputs.score_all scores
     for name, n_tasks in suite.survey().tasks.items():
-        boot.weights(name, n_tasks)
+        boot.counts(name, n_tasks)
 
 
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget,
@@ -640,10 +642,12 @@ def _more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:
             for label, n in found.filter(pl.col("cached_epochs") > epochs).select("label", "cached_epochs").iter_rows()]
 
 
-def _score_selection(args: argparse.Namespace) -> tuple[Plan | None, Path, Path, Suite, Remote | None]:
-    """What ``dxi score`` (and ``report``, ``export``) scores: the plan (a run file's or the ``--model``
-    flags'; None: every model in the cache), the cache and output folders, the suite of tasks and the
-    remote cache tier (``--cache-remote``; its shards pulled into the cache folder, which it creates)."""
+def _score_selection(args: argparse.Namespace, mirror: Path | None = None
+                     ) -> tuple[Plan | None, Path, Path, Suite, Remote | None]:
+    """What ``dxi score`` (and ``report``, ``export``, ``view``) scores: the plan (a run file's or the
+    ``--model`` flags'; None: every model in the cache), the cache and output folders, the suite of tasks
+    and the remote cache tier (``--cache-remote``; its shards pulled into the cache folder, which it
+    creates, or into ``mirror``: ``dxi view`` never writes to the cache folder)."""
     from .plan import from_args as plan_from_args
     from .plan import suite_from_flags
 
@@ -653,9 +657,10 @@ def _score_selection(args: argparse.Namespace) -> tuple[Plan | None, Path, Path,
     cache_dir = plan.cache_dir if plan else (args.cache_dir or Path(".dxi-cache"))
     out = plan.out if plan else (args.out or Path("out"))
     suite = plan.suite if plan else suite_from_flags(args)
-    remote = distributed.remote_for(args.cache_remote or (plan.cache_remote if plan else None), cache_dir)
-    if not cache_dir.is_dir():
+    uri = args.cache_remote or (plan.cache_remote if plan else None)
+    if not cache_dir.is_dir() and (not uri or mirror is not None):  # a remote tier pulled into it creates it
         raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
+    remote = distributed.remote_for(uri, cache_dir, mirror)
     args.cache_dir = cache_dir
     return plan, cache_dir, out, suite, remote
 
@@ -692,23 +697,37 @@ def _view_options(p: argparse._ArgumentGroup) -> None:
 
 
 def cmd_view(args: argparse.Namespace, console: Console) -> int:
-    """Serve the read-only results browser (``dxi.view``) over what ``dxi score`` would score."""
+    """Serve the read-only results browser (``dxi.view``) over what ``dxi score`` would score, rescoring
+    in the background as the cache fills. Nothing is written to the cache folder: the layouts, and a
+    remote cache's mirror, go to the view's private folder (``view.home``)."""
     from rich.markup import escape
 
     from dxi.cache import Cache
     from dxi.view.app import is_loopback, serve  # aiohttp.web and Jinja2 load only for the viewer
     from dxi.view.data import Browser
+    from dxi.view.home import private_home
 
     from .outputs import summarize
 
-    plan, cache_dir, _, suite, remote = _score_selection(args)
-    with Cache(cache_dir, read_only=True, remote=remote) as cache:
-        frame, prices, epochs, notes = _score_frame(args, cache, plan)
+    home = private_home()  # stale ones of killed views removed first
     try:
-        browser = Browser.build(cache_dir, suite, frame, summarize, epochs, prices)
+        plan, cache_dir, _, suite, remote = _score_selection(args, mirror=Path(home.name) / "remote")
+
+        def select(cache: Cache) -> tuple:
+            return _score_frame(args, cache, plan)[:3]
+
+        with Cache(cache_dir, read_only=True, remote=remote) as cache:
+            frame, prices, epochs, notes = _score_frame(args, cache, plan)
+        browser = Browser.build(cache_dir, suite, frame, summarize, epochs, prices, home=home, remote=remote,
+                                select=select if plan is None else None)
     except KeyboardInterrupt:
+        home.cleanup()
         console.print("[yellow]Interrupted[/] before serving (nothing was written to the cache).")
         return EXIT_INTERRUPTED
+    except BaseException:
+        home.cleanup()
+        raise
+    browser.source.owns_home = True  # removed with the last snapshot, when the server stops
     for note in notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if not is_loopback(args.host):

@@ -117,16 +117,18 @@ class Distributed:
                   f"shard is done, {how} scores the whole run")
 
 
-def remote_for(uri: str | None, cache_dir: Path) -> Remote | None:
-    """The remote tier at ``uri`` for ``cache_dir`` (created), its shards pulled; PlanError when it cannot be
-    reached."""
+def remote_for(uri: str | None, cache_dir: Path, mirror: Path | None = None) -> Remote | None:
+    """The remote tier at ``uri`` for ``cache_dir`` (created), its shards pulled into ``cache_dir``/remote,
+    or into ``mirror`` when given (``dxi view``: its own folder; ``cache_dir`` is then neither created nor
+    written); PlanError when it cannot be reached."""
     if not uri:
         return None
     from dxi.cache.remote import Remote, RemoteError
 
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    if mirror is None:
+        cache_dir.mkdir(parents=True, exist_ok=True)
     try:
-        remote = Remote(uri, cache_dir)
+        remote = Remote(uri, cache_dir, mirror)
         fetched = remote.pull()
     except RemoteError as exc:
         raise PlanError(f"remote cache: {exc}") from None

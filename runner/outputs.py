@@ -59,14 +59,15 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     """``score_all`` without writing anything: the summary (as summary.json holds it) and the tables
     (``dxi view`` shows them; the cache is only read)."""
     gold, categories = suite.gold_frames()  # the suite's survey: the tasks are read once (dxi run: during the run)
+    labels = models["label"].to_list()
+    # usage first: its read of the cache rows then comes before the answers are held, not on top of them
+    usage = scoring.usage_blocks(cache.read(lambda rows: scoring.usage(rows, models, gold, epochs)), labels, prices or {})
     answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
     scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
     if requests is None:
         requests = scoring.request_counts(answers)
-    labels = models["label"].to_list()
     model_epochs = (dict(zip(labels, models["epochs"].fill_null(epochs).to_list(), strict=True))
                     if "epochs" in models.columns else None)
-    usage = scoring.usage_blocks(cache.read(lambda rows: scoring.usage(rows, models, gold, epochs)), labels, prices or {})
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs, requests,
                                     scored, model_epochs, usage)
     summary = add_ties(summary, answers) | (extra or {})

@@ -172,19 +172,24 @@ class Cube:
             self._per_task = x.reshape(self.n_tasks, -1)
         return self._per_task
 
-    def resampled(self, weights: np.ndarray, tasks: np.ndarray | None = None) -> Sums:
-        """Sums per resample: ``weights`` (resamples, tasks) @ per-task statistics, optionally over
-        ``tasks`` only; shape (resamples, ``RESAMPLED[kind]``, labels, epochs, units), float32 (counts
-        exact; sums of probabilities to about 1e-6 relative)."""
-        if tasks is None and self._resampled is not None and self._resampled[0] is weights:
+    def resampled(self, counts: np.ndarray, tasks: np.ndarray | None = None) -> Sums:
+        """Sums per resample: the resample ``counts`` (resamples, tasks; ``Bootstrap.counts``, any numeric
+        type) as float32 @ per-task statistics, optionally over ``tasks`` only; shape (resamples,
+        ``RESAMPLED[kind]``, labels, epochs, units), float32 (counts exact; sums of probabilities to
+        about 1e-6 relative). The float32 matrix exists only during the product (one evaluation's at a
+        time); the sums over all tasks are kept for the same ``counts`` object."""
+        if tasks is None and self._resampled is not None and self._resampled[0] is counts:
             return self._resampled[1]
         x = self.per_task()
-        if tasks is not None:
-            x, weights = x[tasks], weights[:, tasks]
+        if tasks is None:
+            weights = counts.astype(np.float32, copy=False)
+        else:
+            x, weights = x[tasks], counts[:, tasks].astype(np.float32, copy=False)
         names = RESAMPLED[self.kind]
         sums = Sums((weights @ x).reshape(weights.shape[0], len(names), *self.shape), names)
+        del weights
         if tasks is None:
-            self._resampled = (weights, sums)
+            self._resampled = (counts, sums)
         return sums
 
 
@@ -366,8 +371,8 @@ class Estimates:
 def estimate(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | None = None,
              tasks: np.ndarray | None = None, sums: Sums | None = None) -> Estimates:
     """Every metric of ``cube`` over all its tasks (or over ``tasks``, whose ``sums`` are then given):
-    point estimate (mean over epochs), spread over epochs and, with ``boot`` and resample ``weights``,
-    the percentile interval."""
+    point estimate (mean over epochs), spread over epochs and, with ``boot`` and resample ``weights``
+    (``Bootstrap.counts``), the percentile interval."""
     sums = cube.sums() if sums is None else sums
     per_epoch = values(cube, sums)
     counts = np.stack([sums[c].sum(axis=(1, 2)) for c in COUNTS], -1)  # (labels, COUNTS)
@@ -414,7 +419,7 @@ def _table(frames: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
 
 def estimate_all(cubes: dict[str, Cube], boot: Bootstrap | None = None) -> dict[str, Estimates]:
     """``estimate`` of every evaluation over all its tasks."""
-    return {name: estimate(c, boot, boot.weights(name, c.n_tasks) if boot else None) for name, c in cubes.items()}
+    return {name: estimate(c, boot, boot.counts(name, c.n_tasks) if boot else None) for name, c in cubes.items()}
 
 
 def metric_table(cubes: dict[str, Cube], estimates: dict[str, Estimates]) -> pl.DataFrame:
@@ -430,7 +435,7 @@ def breakdown_table(cubes: dict[str, Cube], boot: Bootstrap | None = None) -> pl
     groups (``BREAKDOWNS``), with intervals from the same resamples as the whole evaluation."""
     frames = []
     for name, cube in cubes.items():
-        weights = boot.weights(name, cube.n_tasks) if boot else None
+        weights = boot.counts(name, cube.n_tasks) if boot else None
         for dimension, (names, per_task) in cube.groups.items():
             by_group = cube.sums(per_task[cube.t], len(names))
             for code, group in enumerate(names):
@@ -461,7 +466,7 @@ def calibration_table(cubes: dict[str, Cube], estimates: dict[str, Estimates], b
             per_epoch = unit_calibration(sums)  # (labels, epochs, units)
             reps = None
             if boot is not None:
-                reps = unit_calibration(cube.resampled(boot.weights(name, cube.n_tasks)))  # (B, labels, epochs, units)
+                reps = unit_calibration(cube.resampled(boot.counts(name, cube.n_tasks)))  # (B, labels, epochs, units)
             for k, unit in enumerate(cube.units):
                 point = {m: epoch_mean(v[..., k]) for m, v in per_epoch.items()}
                 sd = {m: epoch_sd(v[..., k]) for m, v in per_epoch.items()}

@@ -179,3 +179,35 @@ def test_resample_counts_are_the_draws_of_one_integers_call_counted_per_resample
         got = boot.weights("hle_multichoice", n)
         assert got.dtype == np.float32 and np.array_equal(got, expected)
         assert (got.sum(axis=1) == n).all()
+
+
+def test_resample_counts_are_kept_small_and_give_the_same_weights():
+    boot = Bootstrap(resamples=300, seed=3)
+    counts = boot.counts("when2call", 400)
+    assert counts.dtype == np.uint8 and counts.shape == (300, 400) and not counts.flags.writeable
+    assert boot.counts("when2call", 400) is counts  # drawn once
+    assert (counts.sum(axis=1, dtype=np.int64) == 400).all()
+    w = boot.weights("when2call", 400)
+    assert w.dtype == np.float32 and np.array_equal(w, counts.astype(np.float32))
+    # the draws of one integers() call over the whole (resamples, tasks) matrix, counted per resample
+    rng = np.random.default_rng([3, zlib.crc32(b"when2call")])
+    drawn = rng.integers(0, 400, size=(300, 400), dtype=np.uint32)
+    assert np.array_equal(counts, np.stack([np.bincount(row, minlength=400) for row in drawn]))
+
+
+def test_request_counts_per_label_from_integer_codes():
+    from dxi.scoring.score import request_counts
+
+    ans = pl.DataFrame({  # two labels; task t1 has two questions; epochs 0 and 1
+        "label": ["b", "b", "b", "b", "a", "a", "a", "a", "a"],
+        "task_id": ["t1", "t1", "t2", "t1", "t1", "t1", "t2", "t3", "t3"],
+        "sample": [0, 0, 0, 1, 0, 0, 0, 0, 1],
+        "status": ["ok", "invalid", "missing", "failed", "ok", "ok", "invalid", "ok", "missing"],
+        "repaired": [True, False, False, False, False, None, False, True, False],
+    })
+    assert request_counts(ans) == {
+        "a": {"sent": 0, "cache_hits": 3, "failed": 0, "invalid": 1, "repaired": 1},  # (t3, 1) missing
+        "b": {"sent": 0, "cache_hits": 2, "failed": 1, "invalid": 1, "repaired": 1},  # (t2, 0) missing
+    }
+    assert list(request_counts(ans)["a"]) == ["sent", "cache_hits", "failed", "invalid", "repaired"]
+    assert request_counts(ans.head(0)) == {}

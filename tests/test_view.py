@@ -12,6 +12,7 @@ import asyncio
 import os
 import re
 import shutil
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -466,3 +467,169 @@ def test_a_port_that_cannot_be_served_is_a_usage_error_not_a_traceback(built: di
         assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
     assert main([*base, "--port", "99999"]) == 2
     assert "cannot serve on 127.0.0.1:99999: bind(): port must be 0-65535" in capsys.readouterr().err
+
+
+def test_the_view_has_no_out_option_and_score_keeps_it(capsys: pytest.CaptureFixture):
+    from dxi.runner.cli import parser
+
+    helps = {}
+    for command in ("view", "export", "score", "report"):
+        with pytest.raises(SystemExit):
+            parser().parse_args([command, "--help"])
+        helps[command] = capsys.readouterr().out
+    assert "--out" not in helps["view"] and "--out" not in helps["export"]  # they write no summary.json
+    assert "--out DIR" in helps["score"] and "--out DIR" in helps["report"]
+    assert main(["view", "--out", "somewhere", "-q"]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def _caught_view(monkeypatch: pytest.MonkeyPatch, *argv: str) -> Browser:
+    """The Browser ``dxi view ARGV`` builds (its server replaced by a catcher)."""
+    caught: dict = {}
+    monkeypatch.setattr("dxi.view.app.serve", lambda browser, host, port, print_: caught.update(browser=browser))
+    assert main(["view", *argv]) == 0
+    return caught["browser"]
+
+
+def test_the_view_rescores_rows_appended_while_it_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from dxi.view.live import Live
+
+    data, cache_dir = _data(tmp_path / "data"), tmp_path / "cache"
+    common = ["--evals", "hle_multichoice", "--limit", "3", "--data-dir", str(data), "--cache-dir", str(cache_dir), "-q"]
+    assert main(["run", "--model", MODEL, "--out", str(tmp_path / "out"), *common]) == 0
+    b = _caught_view(monkeypatch, *common)
+    first = b.workdir.name
+    rows = Cache(cache_dir, read_only=True).scan().collect().to_dicts()
+    copy = "copy-of-sparrow"
+
+    async def follow() -> tuple[str, str, list[str]]:
+        live = Live(b, interval=0.05, settle=0)
+        async with TestClient(TestServer(make_app(live))) as client:
+            before = await (await client.get("/")).text()
+            assert await live.check() is False  # nothing changed: the same snapshot
+            with Cache(cache_dir) as writer:  # an overnight run adds a model's rows meanwhile
+                for row in rows:
+                    writer.append(row | {"model": copy, "key": "copy-" + row["key"], "created_at": row["created_at"] + 1})
+            pages = []
+            for _ in range(600):
+                await asyncio.sleep(0.1)
+                body = await (await client.get("/")).text()
+                pages.append(body)
+                if f"embedded:{copy}" in body:
+                    break
+            return before, body, pages
+
+    before, after, pages = asyncio.run(follow())
+    assert f"embedded:{copy}" not in before and MODEL in before
+    assert f"embedded:{copy}" in after and MODEL in after  # the new model, scored like the first
+    as_of = re.compile(r'<span class="as-of">as of (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC)</span>')
+    assert as_of.search(before) and as_of.search(after) and all(as_of.search(p) for p in pages)
+    assert as_of.search(after)[1] >= as_of.search(before)[1]
+    new = _live_browser_of(b, first)
+    try:
+        assert not Path(first).exists()  # the old snapshot's layout is removed once the new one serves
+        row = next(m for m in new.summary["models"] if m["model"] == f"embedded:{copy}")
+        mine = next(m for m in new.summary["models"] if m["model"] == MODEL)
+        assert row["evals"]["hle_multichoice"] == mine["evals"]["hle_multichoice"]  # the same answers, the same scores
+    finally:
+        new.close()
+    assert not Path(b.source.home.name).exists()
+
+
+def _live_browser_of(b: Browser, first: str) -> Browser:
+    """The newest snapshot in ``b``'s private folder (the one ``Live`` swapped in), opened again."""
+    home = Path(b.source.home.name)
+    layouts = [p for p in home.glob("layout-*") if str(p) != first]
+    assert len(layouts) == 1, layouts
+    return Browser.open(_Folder(layouts[0]), b.source.suite.tasks(), b.models, b.epochs, b.prices, b.cache_dir)
+
+
+class _Folder:
+    """A layout folder as ``Browser.open`` takes it (``name``; ``cleanup`` removes it and the private folder)."""
+
+    def __init__(self, path: Path):
+        self.name = str(path)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(Path(self.name).parent, ignore_errors=True)
+
+
+def test_a_killed_views_private_folder_is_removed_by_the_next_view(tmp_path: Path):
+    import signal
+    import subprocess
+    import sys
+
+    from dxi.view.home import private_home, remove_stale
+
+    code = ("import sys, time; from dxi.view.home import private_home; "
+            "home = private_home(sys.argv[1]); print(home.name, flush=True); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    killed = Path(proc.stdout.readline().strip())
+    (killed / "layout-x").mkdir()
+    (killed / "layout-x" / "answers.parquet").write_bytes(b"x" * 100)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert killed.is_dir() and killed.parent == tmp_path  # SIGKILL: nothing could remove it
+    other = tmp_path / "dxi-view-notes"  # another name: not a view's folder
+    other.mkdir()
+    mine = private_home(tmp_path)  # a new view: the killed one's folder goes, its own stays
+    try:
+        assert not killed.exists() and Path(mine.name).is_dir() and other.is_dir()
+        assert remove_stale(tmp_path) == []  # this process runs: its folder is not stale
+        assert Path(mine.name).is_dir()
+    finally:
+        mine.cleanup()
+
+
+def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    from .servers import moto_s3
+
+    data = _data(tmp_path / "data")
+    select = ["--evals", "hle_multichoice", "--limit", "3", "--data-dir", str(data), "-q"]
+    with moto_s3(monkeypatch) as s3:
+        assert main(["run", "--model", MODEL, "--cache-dir", str(tmp_path / "writer"), "--out", str(tmp_path / "o"),
+                     "--cache-remote", s3.uri(), *select]) == 0
+        local = tmp_path / "reader"  # a cache folder of this machine: the remote's rows are not in it
+        local.mkdir()
+        before = tree(local)
+        b = _caught_view(monkeypatch, "--cache-dir", str(local), "--cache-remote", s3.uri(), *select)
+        try:
+            assert b.labels == [MODEL]
+            hle = b.summary["models"][0]["evals"]["hle_multichoice"]
+            assert (hle["n"], hle["missing"]) == (2, 0) and hle["accuracy"] is not None  # the remote's rows, scored
+            mirror = b.source.remote.mirror
+            assert mirror.parent == Path(b.source.home.name) and len(list(mirror.glob("shards/*.parquet"))) >= 1
+            assert all(status == 200 for status, _, _ in get(b, "/", "/eval/hle_multichoice"))
+        finally:
+            b.close()
+        assert tree(local) == before == {}  # nothing written into the cache folder: no remote/ mirror
+        assert not mirror.exists()
+        assert main(["view", "--cache-dir", str(tmp_path / "none"), "--cache-remote", s3.uri(), *select]) == 2
+        assert not (tmp_path / "none").exists()
+
+
+def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(browser: Browser, monkeypatch: pytest.MonkeyPatch):
+    from dxi.view.live import Live
+
+    def fails(self, child=True):
+        raise OSError("disk <b>gone</b>")
+
+    async def attempt() -> tuple[bool, str, str]:
+        live = Live(browser, interval=0, settle=60)
+        live._seen = ()  # as if a shard had been added since
+        monkeypatch.setattr(Browser, "rebuild", fails)
+        async with TestClient(TestServer(make_app(live))) as client:
+            swapped = await live.check()
+            tried = live._next
+            assert await live.check() is False and live._next == tried  # settling: not tried again at once
+            assert tried - time.monotonic() > 50
+            body = await (await client.get("/")).text()
+            live.building = True
+            building = await (await client.get("/eval/hle_multichoice")).text()
+        return swapped, body, building
+
+    swapped, body, building = asyncio.run(attempt())
+    assert swapped is False and Path(browser.workdir.name).is_dir()  # still served, its layout in place
+    assert "Rescoring the newer rows failed (OSError: disk &lt;b&gt;gone&lt;/b&gt;)" in body
+    assert '<span class="building">rescoring newer rows…</span>' in building

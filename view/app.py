@@ -19,6 +19,9 @@ are served; nothing is written anywhere but the app's temporary folder (``data.B
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -32,6 +35,7 @@ from dxi.scoring.calibration import ECE_BINS
 from dxi.scoring.sums import METRICS
 
 from .data import CELLS, SORTS, VIEW_STATUSES, BadQuery, Browser, EvalQuery, NotFound
+from .live import Live
 
 STATIC = Path(__file__).parent / "static"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; "
@@ -40,7 +44,8 @@ HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", 
            "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
 METRIC_TITLES = {"accuracy": "accuracy", "non_hallucination_rate": "non-halluc.", "f1_prompt_harm": "F1 prompt harm",
                  "f1_response_refusal": "F1 refusal", "f1_response_harm": "F1 response harm", "mean_f1": "mean F1"}
-BROWSER = web.AppKey("browser", Browser)
+LIVE = web.AppKey("live", Live)
+REFRESH_S = 5.0  # how often ``dxi view`` looks for newer rows in the cache (``view.live``)
 
 
 def _url(path: str, **params: object) -> str:
@@ -57,10 +62,15 @@ def _num(v: float | None, digits: int = 1) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
 
+def _when(seconds: float) -> str:
+    """Unix seconds as UTC to the second: 2026-12-01 12:03:04 UTC."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("dxi.view", "templates"), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)
-    env.globals.update(url=_url, task_url=task_url, num=_num, EVALS=EVALS, METRICS=METRICS, METRIC_TITLES=METRIC_TITLES,
+    env.globals.update(url=_url, task_url=task_url, num=_num, when=_when, EVALS=EVALS, METRICS=METRICS, METRIC_TITLES=METRIC_TITLES,
                        STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS)
     return env
 
@@ -79,14 +89,18 @@ def _opt(request: web.Request, name: str) -> str | None:
     return request.query.get(name) or None
 
 
-def make_app(browser: Browser) -> web.Application:
-    """The application over ``browser`` (``data.Browser``); ``serve`` runs it."""
+def make_app(target: Browser | Live, refresh: float | None = None) -> web.Application:
+    """The application over ``target``: a ``data.Browser`` (one snapshot, served as it is) or a
+    ``live.Live``; with ``refresh`` (seconds) a Browser is wrapped in a Live that looks for newer rows
+    that often, while the app runs. ``serve`` runs it."""
+    live = target if isinstance(target, Live) else Live(target, refresh or 0.0)
     env = _environment()
     for name in env.list_templates():  # compiled now, not by the first request of each page
         env.get_template(name)
 
     def page(template: str, status: int = 200, **context: object) -> web.Response:
-        html = env.get_template(template).render(view=browser, summary=browser.summary, **context)
+        browser = live.browser  # the snapshot being served (``live.Live`` swaps in newer ones)
+        html = env.get_template(template).render(view=browser, summary=browser.summary, live=live, **context)
         return web.Response(text=html, content_type="text/html", charset="utf-8", status=status)
 
     def handler(render: Callable[[web.Request], web.Response]):
@@ -109,37 +123,37 @@ def make_app(browser: Browser) -> web.Application:
                       text=_opt(request, "q"), sort=request.query.get("sort") or "task",
                       desc=request.query.get("desc") == "1", page=_int(request, "page", 1),
                       epoch=_int(request, "epoch", 0))
-        result = browser.evaluation(name, q)
+        result = live.browser.evaluation(name, q)
         params = {"m": q.model, "status": q.status, "result": q.result, "a": q.a, "b": q.b, "category": q.category,
                   "q": q.text, "sort": q.sort if q.sort != "task" else None, "desc": q.desc,
                   "epoch": q.epoch or None}
         return page("eval.html.j2", title=EVALS[name].title, section="eval", name=name, q=q, result=result, params=params,
-                    categories=browser.categories.get(name, []), epochs=browser.epochs_of(name))
+                    categories=live.browser.categories.get(name, []), epochs=live.browser.epochs_of(name))
 
     def task(request: web.Request) -> web.Response:
-        detail = browser.question(request.match_info["task_id"])
+        detail = live.browser.question(request.match_info["task_id"])
         return page("task.html.j2", title=detail["task"].id, section="eval", d=detail, name=detail["task"].eval)
 
     def compare(request: web.Request) -> web.Response:
         name = request.match_info["eval"]
-        a = _opt(request, "a") or browser.labels[0]
-        b = _opt(request, "b") or browser.labels[min(1, len(browser.labels) - 1)]
+        a = _opt(request, "a") or live.browser.labels[0]
+        b = _opt(request, "b") or live.browser.labels[min(1, len(live.browser.labels) - 1)]
         epoch, cell = _int(request, "epoch", 0), _opt(request, "cell")
-        table, result = browser.compare(name, a, b, epoch, cell, _int(request, "page", 1))
+        table, result = live.browser.compare(name, a, b, epoch, cell, _int(request, "page", 1))
         return page("compare.html.j2", title=f"Compare: {EVALS[name].title}", section="compare", name=name, a=a, b=b, table=table,
-                    cell=cell, result=result, epoch=epoch, epochs=browser.epochs_of(name),
+                    cell=cell, result=result, epoch=epoch, epochs=live.browser.epochs_of(name),
                     params={"a": a, "b": b, "cell": cell, "epoch": epoch or None})
 
     def calibration(request: web.Request) -> web.Response:
-        label = _opt(request, "m") or browser.labels[0]
-        bins = browser.reliability_bins(label)
+        label = _opt(request, "m") or live.browser.labels[0]
+        bins = live.browser.reliability_bins(label)
         name, b = _opt(request, "eval"), _opt(request, "bin")
         epoch = _int(request, "epoch", 0)
         listing = None
         if b is not None:
             if name is None:
                 raise BadQuery("a confidence bin needs its evaluation: eval")
-            listing = browser.in_bin(name, label, _int(request, "bin", 0), epoch, _int(request, "page", 1))
+            listing = live.browser.in_bin(name, label, _int(request, "bin", 0), epoch, _int(request, "page", 1))
         return page("calibration.html.j2", title=f"Calibration: {label}", section="calibration", label=label, bins=bins, name=name,
                     bin=None if b is None else int(b), listing=listing, epoch=epoch,
                     params={"m": label, "eval": name, "bin": b, "epoch": epoch or None})
@@ -157,7 +171,15 @@ def make_app(browser: Browser) -> web.Application:
         return response
 
     app = web.Application(middlewares=[headers])
-    app[BROWSER] = browser
+    app[LIVE] = live
+    if live.interval > 0:
+        async def watching(app: web.Application):
+            task = asyncio.create_task(live.watch())
+            yield
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        app.cleanup_ctx.append(watching)
     app.router.add_get("/", handler(overview))
     app.router.add_get("/eval/{eval}", handler(evaluation))
     app.router.add_get("/task/{task_id:.+}", handler(task))
@@ -167,9 +189,13 @@ def make_app(browser: Browser) -> web.Application:
     return app
 
 
-def serve(browser: Browser, host: str = "127.0.0.1", port: int = 8765, print_: Callable[[str], None] = print) -> None:
-    """Serve ``browser`` on ``host``:``port`` until interrupted (Ctrl-C), then remove its temporary folder."""
+def serve(browser: Browser, host: str = "127.0.0.1", port: int = 8765, print_: Callable[[str], None] = print,
+          refresh: float = REFRESH_S) -> None:
+    """Serve ``browser`` on ``host``:``port`` until interrupted (Ctrl-C), rescoring newer rows of the cache
+    in the background (``view.live``; looked for every ``refresh`` seconds, 0: never), then remove the
+    layouts and the private folder."""
+    live = Live(browser, refresh)
     try:
-        web.run_app(make_app(browser), host=host, port=port, print=print_, access_log=None)
+        web.run_app(make_app(live), host=host, port=port, print=print_, access_log=None)
     finally:
-        browser.close()
+        live.close()

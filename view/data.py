@@ -9,7 +9,7 @@ over a large cache is not held while serving:
   category, gold, the state's text for search) and per model its pick, status, whether it is correct,
   the probability it gave the gold answer, its confidence and calibration bin. The evaluation, compare
   and calibration pages are lazy Polars queries over these frames (filter, sort, slice).
-* two Parquet files in a private temporary folder (never in the cache), sorted by task id in small row
+* two Parquet files in the view's private folder (``view.home``; never in the cache), sorted by task id in small row
   groups, so that a question's rows are found by a lazy scan whose filter on ``task_id`` is pushed down
   to the row-group statistics: ``answers.parquet`` (the scored answers, the same rows and values as
   ``dxi score``'s answers.parquet) and ``requests.parquet`` (the cache rows of the current prompt version
@@ -24,10 +24,12 @@ from __future__ import annotations
 import math
 import multiprocessing
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import polars as pl
@@ -39,6 +41,11 @@ from dxi.scoring import Scored, cost_usd
 from dxi.scoring.calibration import ECE_BINS, answer_terms, gold_probability
 from dxi.scoring.score import CONFIG_COLUMNS, STATUSES, current_rows
 
+from .home import private_home
+
+if TYPE_CHECKING:
+    from dxi.cache.remote import Remote
+
 PAGE_SIZE = 50
 ROW_GROUP = 2_048  # rows per row group of the temporary files: a question's rows span one or two
 VIEW_STATUSES = (*STATUSES, "repaired")  # "repaired": ok, from JSON in a Markdown code fence (SPEC §6)
@@ -47,6 +54,9 @@ CELLS = {"both_right": (True, True), "a_only": (True, False), "b_only": (False, 
 REQUEST_COLUMNS = ("key", "status", "error", "error_kind", "http_status", "attempts", "raw_reply", "request_body",
                    "served_model", "input_tokens", "output_tokens", "latency_ms")
 _REQUESTS_READ = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *REQUEST_COLUMNS)
+WRITE_CHUNK = 32 * ROW_GROUP  # rows gathered and written at a time (``_write_by_task``)
+WIDE_COLUMNS = ("eval", "sample", "task_id", "question_id", "group", "gold_category", "gold", "label", "predicted",
+                "view_status", "correct", "p_gold", "p_predicted", "bin")  # what ``_wide`` reads
 ANSWER_FILE_COLUMNS = ("label", "task_id", "question_id", "sample", "status", "error", "predicted", "gold", "correct",
                        "p_predicted", "p_yes", "warning", "probabilities", "repaired")
 
@@ -97,10 +107,38 @@ class Page:
     size: int = PAGE_SIZE
 
 
+Select = Callable[[Cache], tuple[pl.DataFrame, dict, int]]  # the cache -> (models, prices, epochs) to score
+
+
+@dataclass
+class Source:
+    """What a Browser was built from, to build it again over newer rows (``Browser.rebuild``): the cache
+    folder, the suite, ``summarize``, ``home`` (the view's private folder, ``view.home``; the layouts
+    and the remote's mirror go there), ``remote`` (the remote cache tier, mirrored under ``home``, or
+    None), and ``select`` (models, prices and epochs from the cache: every model in it is chosen again,
+    so that a model a run adds shows; None: the models given at start-up)."""
+
+    cache_dir: Path
+    suite: Suite
+    summarize: Summarize
+    home: tempfile.TemporaryDirectory
+    models: pl.DataFrame
+    epochs: int
+    prices: dict[str, tuple[float, float] | None]
+    remote: Remote | None = None
+    select: Select | None = None
+    owns_home: bool = False  # the home was made for this Browser alone: ``close`` removes it too
+
+    def mirror(self) -> tuple[str, Path] | None:
+        """The remote tier for the child: (its URI, the mirror folder), or None."""
+        return None if self.remote is None else (self.remote.uri, self.remote.mirror)
+
+
 @dataclass
 class Browser:
     """The data behind every page (see the module docstring). Build with ``Browser.build``; ``close``
-    removes the temporary folder. ``layout_peak_mb`` is the start-up child's peak resident set (MB)."""
+    removes its layout. ``layout_peak_mb`` is the start-up child's peak resident set (MB); ``as_of`` the
+    time (Unix seconds) the cache was read for this snapshot; ``source`` what ``rebuild`` reads again."""
 
     summary: dict
     labels: list[str]
@@ -116,28 +154,66 @@ class Browser:
     cache_dir: str
     warnings: list[str] = field(default_factory=list)
     layout_peak_mb: float | None = None
+    as_of: float = 0.0
+    source: Source | None = None
 
     # ---- building -------------------------------------------------------------------------------
     @classmethod
     def build(cls, cache_dir: Path, suite: Suite, models: pl.DataFrame, summarize: Summarize, epochs: int = 1,
-              prices: dict[str, tuple[float, float] | None] | None = None, child: bool = True) -> Browser:
-        """Score ``models`` over ``suite`` from the cache in ``cache_dir`` (opened read-only) with
-        ``summarize`` (``runner.outputs.summarize``: what ``dxi score`` computes) and lay the results out
-        for the pages (``layout``). With ``child`` (the default) that runs in a child process, so that
-        scoring's peak memory over a large cache is returned to the system before serving; the server
-        keeps only the summary, the per-question frames and the tasks."""
-        workdir = tempfile.TemporaryDirectory(prefix="dxi-view-")
-        args = (Path(workdir.name), Path(cache_dir), suite, models, summarize, epochs, prices or {})
+              prices: dict[str, tuple[float, float] | None] | None = None, child: bool = True,
+              home: tempfile.TemporaryDirectory | None = None, remote: Remote | None = None,
+              select: Select | None = None) -> Browser:
+        """Score ``models`` over ``suite`` from the cache in ``cache_dir`` (opened read-only; with the
+        ``remote`` tier's shards mirrored in ``home``) with ``summarize`` (``runner.outputs.summarize``:
+        what ``dxi score`` computes) and lay the results out for the pages (``layout``) in a new folder of
+        ``home`` (the view's private folder, ``view.home.private_home``; None: one made for this Browser).
+        With ``child`` (the default) that runs in a child process, so that scoring's peak memory over a
+        large cache is returned to the system before serving; the server keeps only the summary, the
+        per-question frames and the tasks. ``select`` is kept for ``rebuild``."""
+        owns = home is None
+        source = Source(Path(cache_dir), suite, summarize, home or private_home(), models, epochs, prices or {}, remote,
+                        select, owns)
+        try:
+            return cls._built(source, child)
+        except BaseException:
+            if owns:
+                source.home.cleanup()
+            raise
+
+    @classmethod
+    def _built(cls, source: Source, child: bool) -> Browser:
+        workdir = tempfile.TemporaryDirectory(prefix="layout-", dir=source.home.name)
+        as_of = time.time()
+        args = (Path(workdir.name), source.cache_dir, source.suite, source.models, source.summarize, source.epochs,
+                source.prices, source.mirror())
         try:
             if child:
                 with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
                     peak = pool.submit(layout, *args).result()
             else:
                 peak = layout(*args)
+            browser = cls.open(workdir, source.suite.tasks(), source.models, source.epochs, source.prices,
+                               str(source.cache_dir), peak)
         except BaseException:
             workdir.cleanup()
             raise
-        return cls.open(workdir, suite.tasks(), models, epochs, prices or {}, str(cache_dir), peak)
+        browser.as_of, browser.source = as_of, source
+        return browser
+
+    def rebuild(self, child: bool = True) -> Browser:
+        """A new Browser over the cache as it is now (newer shards and logs; the remote's shards pulled
+        first), in the same private folder; this one is left as it is (``close`` it when done). With
+        ``source.select`` the models are chosen again."""
+        source = self.source
+        if source is None:
+            raise RuntimeError("this Browser was opened from a layout, not built: nothing to rebuild from")
+        if source.remote is not None:
+            source.remote.pull()
+        if source.select is not None:
+            with Cache(source.cache_dir, read_only=True, remote=source.remote) as cache:
+                models, prices, epochs = source.select(cache)
+            source = replace(source, models=models, prices=prices, epochs=epochs)
+        return type(self)._built(source, child)
 
     @classmethod
     def open(cls, workdir: tempfile.TemporaryDirectory, tasks: Iterable[Task], models: pl.DataFrame, epochs: int,
@@ -157,7 +233,10 @@ class Browser:
                    peak)
 
     def close(self) -> None:
+        """Remove this snapshot's layout (and the private folder, when it was made for this Browser)."""
         self.workdir.cleanup()
+        if self.source is not None and self.source.owns_home:
+            self.source.home.cleanup()
 
     # ---- lookups --------------------------------------------------------------------------------
     @property
@@ -313,39 +392,46 @@ class Browser:
 
 
 def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summarize: Summarize, epochs: int,
-           prices: dict[str, tuple[float, float] | None]) -> float:
+           prices: dict[str, tuple[float, float] | None], mirror: tuple[str, Path] | None = None) -> float:
     """Score (``summarize``) and write what the pages read to ``root``: ``meta.json`` (the summary, the
     cache's warnings, the frames written), ``reliability.parquet``, ``wide-<eval>-<epoch>.parquet``, and
     the two files sorted by task id (``answers.parquet``, ``requests.parquet``). Returns this process's
-    peak resident set in MB. The cache is opened read-only."""
-    with Cache(cache_dir, read_only=True) as cache:
+    peak resident set in MB. The cache is opened read-only, with the shards of a remote tier that
+    ``mirror`` (its URI, the folder they were pulled into) holds."""
+    remote = None
+    if mirror is not None:
+        from dxi.cache.remote import Remote
+
+        remote = Remote(mirror[0], cache_dir, mirror[1])
+    with Cache(cache_dir, read_only=True, remote=remote) as cache:
         summary, scored = summarize(cache, suite, models, None, epochs, prices=prices)
-        tasks = list(suite.tasks())
-        ans = scored.answers
+        ans, reliability = scored.answers, scored.reliability
+        del scored  # the other tables: the summary holds what the pages show of them
         terms = answer_terms(ans)
         ans = ans.with_columns(
-            pl.col(pl.Enum).cast(pl.String),
             pl.Series("p_gold", gold_probability(ans["probabilities"], ans["gold"].cast(pl.String))).fill_nan(None),
             pl.Series("bin", terms["bin"], dtype=pl.Int8),
             pl.when(pl.col("repaired") & (pl.col("status") == "ok")).then(pl.lit("repaired"))
             .otherwise(pl.col("status")).alias("view_status"))
-        del scored.answers, terms
-        by_task = ans.select(ANSWER_FILE_COLUMNS).sort("task_id", "label", "sample", "question_id")
-        _write_by_task(by_task, root / "answers.parquet")
-        del by_task
+        del terms
+        _write_by_task(ans.select(ANSWER_FILE_COLUMNS), root / "answers.parquet")
+        tasks = list(suite.tasks())
         labels = [m["model"] for m in summary["models"]]
         text = pl.DataFrame({"task_id": [t.id for t in tasks], "text": [f"{t.id}\n{t.state}".lower() for t in tasks]}
                             ).with_row_index("order")  # the dataset's order
         frames = []
-        for (name, sample), part in ans.partition_by("eval", "sample", as_dict=True).items():
-            _wide(part, labels, text).write_parquet(root / f"wide-{name}-{sample}.parquet")
-            frames.append((name, sample))
+        narrow = ans.select(*WIDE_COLUMNS)  # the columns of the evaluation pages only (no probabilities, no text)
         del ans
-        scored.reliability.write_parquet(root / "reliability.parquet")
+        for (name, sample), part in narrow.partition_by("eval", "sample", as_dict=True).items():
+            _wide(part, labels, text).write_parquet(root / f"wide-{name}-{sample}.parquet")
+            frames.append((str(name), sample))
+        del narrow
+        reliability.write_parquet(root / "reliability.parquet")
         ids = pl.Series("task_id", [t.id for t in tasks], dtype=pl.String)
+        del tasks, text
         requests = cache.read(lambda rows: rows.filter((pl.col("prompt_version") == PROMPT_VERSION)
                                                        & pl.col("task_id").is_in(ids.implode())).select(_REQUESTS_READ).collect())
-        _write_by_task(requests.sort("task_id"), root / "requests.parquet", dictionary=[*CONFIG_COLUMNS, "status"])
+        _write_by_task(requests, root / "requests.parquet", dictionary=[*CONFIG_COLUMNS, "status"])
         del requests
         meta = {"summary": summary, "warnings": list(cache.warnings), "frames": sorted(frames)}
     (root / "meta.json").write_bytes(orjson.dumps(meta))
@@ -353,11 +439,26 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
 
 
 def _write_by_task(frame: pl.DataFrame, path: Path, dictionary: bool | list[str] = True) -> None:
-    """Write a frame sorted by task id in row groups of ``ROW_GROUP`` rows with statistics of ``task_id``
-    (what the question page's filter is pushed down to). pyarrow, LZ4: for nested columns in small row
-    groups several times faster than Polars' writer, and a temporary file needs no tighter compression."""
-    pq.write_table(frame.to_arrow(), path, row_group_size=ROW_GROUP, compression="lz4", write_statistics=["task_id"],
-                   use_dictionary=dictionary)
+    """Write ``frame``'s rows sorted by task id (as text; rows of one task in their order in ``frame``),
+    Enums as text, in row groups of ``ROW_GROUP`` rows with statistics of ``task_id`` (what the question
+    page's filter is pushed down to). Written ``WRITE_CHUNK`` rows at a time, gathered by the sorting
+    permutation, so that no sorted copy of the whole frame is held. pyarrow, LZ4: for nested columns in
+    small row groups several times faster than Polars' writer, and a temporary file needs no tighter
+    compression."""
+    order = frame.select(pl.arg_sort_by(pl.col("task_id").cast(pl.String), maintain_order=True)).to_series()
+    as_text = [pl.col(c).cast(pl.String) if isinstance(t, pl.Enum | pl.Categorical) else pl.col(c)
+               for c, t in frame.schema.items()]
+    writer = None
+    try:
+        for start in range(0, max(frame.height, 1), WRITE_CHUNK):
+            part = frame[order[start:start + WRITE_CHUNK]].select(as_text).to_arrow()
+            if writer is None:
+                writer = pq.ParquetWriter(path, part.schema, compression="lz4", write_statistics=["task_id"],
+                                          use_dictionary=dictionary)
+            writer.write_table(part, row_group_size=ROW_GROUP)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def _peak_mb() -> float | None:
@@ -374,6 +475,7 @@ def _peak_mb() -> float | None:
 def _wide(part: pl.DataFrame, labels: list[str], text: pl.DataFrame) -> pl.DataFrame:
     """One evaluation and epoch of the answers as one row per question, each model's columns beside."""
     keys = ["task_id", "question_id"]
+    part = part.with_columns(pl.col(pl.Enum).cast(pl.String))
     base = (part.select(*keys, pl.coalesce(pl.col("group"), pl.col("gold_category")).alias("category"), "gold")
             .unique(keys).sort(keys).join(text, on="task_id", how="left"))
     for i, label in enumerate(labels):
