@@ -109,11 +109,9 @@ class Charge:
         if self.price is None:
             actual = 0.0
         elif reply is not None and reply.input_tokens is not None:
-            from dxi.scoring import cost_usd
+            from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 
-            actual = cost_usd(reply.input_tokens, reply.output_tokens or 0, *self.price,
-                              cached_tokens=reply.cached_input_tokens or 0, written_tokens=reply.cache_write_tokens or 0,
-                              written_1h_tokens=reply.cache_write_1h_tokens or 0)
+            actual = request_cost({c: getattr(reply, c) for c in USAGE_COLUMNS}, self.price)
         elif error is not None and error.status is not None and reply is None:
             actual = 0.0
         else:

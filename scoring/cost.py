@@ -38,6 +38,21 @@ def cost_usd(input_tokens: float, output_tokens: float, price_input: float, pric
             + extra(written_tokens, price_write) + extra(written_1h_tokens, price_write_1h)) / 1e6
 
 
+USAGE_COLUMNS = ("input_tokens", "output_tokens", "cached_input_tokens", *CACHE_WRITES)
+"""A cache row's (or a reply's) token counts that price it."""
+
+
+def request_cost(usage: Mapping, price: tuple[float | None, ...]) -> float:
+    """USD for one request's tokens: ``usage`` maps the ``USAGE_COLUMNS`` (a cache row, or a reply's
+    attributes as a dict; None or absent counts 0) and ``price`` is a price tuple (USD per million tokens).
+    The one rule by which a run's cost bound settles, and the view prices, each request."""
+    def n(column: str) -> float:
+        return usage.get(column) or 0
+
+    return cost_usd(n("input_tokens"), n("output_tokens"), *price, cached_tokens=n("cached_input_tokens"),
+                    written_tokens=n("cache_write_tokens"), written_1h_tokens=n("cache_write_1h_tokens"))
+
+
 def max_input_price(price: tuple[float | None, ...]) -> float:
     """The most one input token can cost under ``price`` (a price tuple): its input price, or a cache
     write's when higher (a provider may write any input token to its cache). What a cost bound reserves."""

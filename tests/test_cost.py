@@ -74,6 +74,20 @@ def test_prompt_cache_reads_and_writes_are_priced_at_their_own_prices():
     assert cost_usd(1_000_000, 0, 3.0, 15.0) == cost_usd(1_000_000, 0, 3.0, 15.0, None, None, None) == 3.0
 
 
+def test_the_view_prices_a_cached_request_as_the_run_settles_it():
+    from dxi.scoring.cost import request_cost
+    from dxi.view.data import _request
+
+    price = (3.0, 15.0, 0.3, 3.75, 6.0)
+    row = {"input_tokens": 1_000_000, "output_tokens": 10_000, "cached_input_tokens": 500_000,
+           "cache_write_tokens": 100_000, "cache_write_1h_tokens": 50_000, "request_body": "{}", "raw_reply": None}
+    assert request_cost(row, price) == pytest.approx(1.05 + 0.15 + 0.375 + 0.3 + 0.15, abs=1e-12)
+    assert _request(row, price)["cost_usd"] == request_cost(row, price)
+    assert _request({**row, "cached_input_tokens": None, "cache_write_tokens": None, "cache_write_1h_tokens": None},
+                    price)["cost_usd"] == pytest.approx(3.0 + 0.15)  # an older row: every input token at $3
+    assert _request({**row, "input_tokens": None}, price)["cost_usd"] is None  # no usage reported
+
+
 async def test_a_cost_bound_reserves_input_at_the_dearest_price_a_token_can_cost():
     a = adapters.get("anthropic:m@http://127.0.0.1:1")
     request = a.encode(TASK)

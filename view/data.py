@@ -37,8 +37,9 @@ import pyarrow.parquet as pq
 
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
-from dxi.scoring import Scored, cost_usd
+from dxi.scoring import Scored
 from dxi.scoring.calibration import ECE_BINS, answer_terms, gold_probability
+from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 from dxi.scoring.score import CONFIG_COLUMNS, STATUSES, current_rows
 
 from .home import private_home
@@ -52,7 +53,7 @@ VIEW_STATUSES = (*STATUSES, "repaired")  # "repaired": ok, from JSON in a Markdo
 SORTS = ("task", "category", "gold", "p_gold", "confidence")
 CELLS = {"both_right": (True, True), "a_only": (True, False), "b_only": (False, True), "both_wrong": (False, False)}
 REQUEST_COLUMNS = ("key", "status", "error", "error_kind", "http_status", "attempts", "raw_reply", "request_body",
-                   "served_model", "input_tokens", "output_tokens", "latency_ms")
+                   "served_model", *USAGE_COLUMNS, "latency_ms")
 _REQUESTS_READ = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *REQUEST_COLUMNS)
 WRITE_CHUNK = 32 * ROW_GROUP  # rows gathered and written at a time (``_write_by_task``)
 WIDE_COLUMNS = ("eval", "sample", "task_id", "question_id", "group", "gold_category", "gold", "label", "predicted",
@@ -503,12 +504,12 @@ def _answer(question, row: dict | None) -> dict:
             "probabilities": [{"option": o, "p": given[o], "picked": o == row["predicted"]} for o in order]}
 
 
-def _request(row: dict, price: tuple[float, float] | None) -> dict:
+def _request(row: dict, price: tuple[float | None, ...] | None) -> dict:
     """One cache row for the page, with its cost (USD; None without a price or without usage) and its
     body and reply pretty-printed when they are JSON."""
     cost = None
     if price is not None and row["input_tokens"] is not None:
-        cost = cost_usd(row["input_tokens"], row["output_tokens"] or 0, *price)
+        cost = request_cost(row, price)
     return {**row, "cost_usd": cost, "body": _pretty(row["request_body"]), "reply": _pretty(row["raw_reply"]),
             "reply_text": reply_text(row["raw_reply"]), "messages": prompt_messages(row["request_body"])}
 
