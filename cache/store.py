@@ -53,7 +53,7 @@ import pyarrow.parquet as pq
 
 from dxi.lazy import LazyModule
 
-from . import verify
+from . import layout, verify
 from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
 from .schema import INDEX_COLUMNS, SCHEMA
 
@@ -235,7 +235,7 @@ class Cache:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # marks it as being written (see _remove_abandoned)
-                pq.write_table(table, str(tmp), **verify.WRITE_OPTIONS)  # native I/O, no GIL; page CRCs
+                layout.write_shard(table, tmp)  # the flat layout; native I/O, no GIL; page CRCs
                 if self.fsync:
                     os.fsync(fd)
                 os.replace(tmp, shard)
@@ -345,19 +345,65 @@ class Cache:
         return len(self._keys())
 
     def scan(self) -> pl.LazyFrame:
-        """Every row (shards, and the logs of this and other live writers) as one LazyFrame with the
-        columns of ``cache.schema.SCHEMA``. Several rows may share a key; the newest ``created_at`` wins."""
+        """Every row (shards, and the logs of this and other live writers) as one LazyFrame in the logical
+        shape (``cache.layout``): the columns of ``cache.schema.SCHEMA``, then the flat answer columns
+        (``cache.layout.FLAT``), whatever each shard's layout. Several rows may share a key; the newest
+        ``created_at`` wins."""
         logged = [(p.stem, t) for p in self._logs() if (t := self._read_log(p, live=True)[0]) is not None]
         shards = self._shards()  # listed after the logs were read: see _load_index
         compacted = {s.stem for s in shards}  # a log whose shard is in place is about to go: skip it
         tables = [t for stem, t in logged if t.num_rows and stem not in compacted]
-        frames = [pl.from_arrow(pa.concat_tables(tables)).lazy()] if tables else []
+        frames = [layout.logical(pl.from_arrow(pa.concat_tables(tables)).lazy(), layout.NESTED)] if tables else []
         shards = self._verified(shards)  # every page checked against its checksum, once per open cache
         if shards:  # older shards read with nulls in the newer columns
             frames.insert(0, verify.scan(shards))
         if not frames:
-            return pl.from_arrow(SCHEMA.empty_table()).lazy()
+            return layout.empty()
         return pl.concat(frames, how="vertical_relaxed")
+
+    def rewrite_nested(self) -> list[tuple[Path, int]]:
+        """Rewrite every local shard of the nested layout (``cache.layout``: written before the flat one) in
+        the flat layout, under its own name, and return (shard, rows) of each rewritten. Each is read whole
+        with its page checksums verified, written to a temporary name (locked, as compaction's are), then
+        renamed over the old file: a reader sees the old file or the new one, both whole, with the same
+        rows in the same place. A running writer only ever adds shards under new names, so no row is lost.
+        A shard that fails its checksums is not rewritten: it is moved to quarantine/ as any unreadable
+        shard. Idempotent (flat shards are left as they are); the remote's shards (``remote/``, copies) are
+        the remote compaction's. Raises CacheWriteError on a read-only cache, OSError if a shard cannot be
+        written (the old one then stays as it was)."""
+        if self.read_only:
+            raise CacheWriteError(f"the cache {self.root} is open read-only")
+        done = []
+        for shard in sorted(self.root.glob("shards/*.parquet")):
+            try:
+                if layout.layout_of(shard) != layout.NESTED:
+                    continue
+                table = pq.read_table(shard, page_checksum_verification=True)
+            except FileNotFoundError:  # compacted away or rewritten by another process meanwhile
+                continue
+            except layout.UnknownLayout as exc:  # a newer version's: left alone
+                self._warn(f"cache: {exc}; left as it is.")
+                continue
+            except verify.damaged() as exc:
+                self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})", "Its requests will be sent again.")
+                continue
+            tmp = shard.with_name(f".{shard.stem}.{uuid.uuid4().hex[:8]}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # marks it as being written (see _remove_abandoned)
+                layout.write_shard(table, tmp)
+                if self.fsync:
+                    os.fsync(fd)
+                os.replace(tmp, shard)
+                if self.fsync:
+                    _fsync_path(shard.parent)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            finally:
+                os.close(fd)
+            done.append((shard, table.num_rows))
+        return done
 
     # ---- writing ------------------------------------------------------------------------------
     def _open_log(self) -> None:

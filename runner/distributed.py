@@ -176,21 +176,29 @@ def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
 
 
 def add_cache_parser(sub) -> None:
-    """``dxi cache compact``: merge the remote cache's small shards."""
-    c = sub.add_parser("cache", help="maintain the remote cache (dxi cache compact --cache-remote URI)")
+    """``dxi cache compact``: rewrite a local cache's old shards in the flat layout, or merge the remote
+    cache's small shards."""
+    c = sub.add_parser("cache", help="maintain the cache (dxi cache compact [--cache-dir DIR | --cache-remote URI])")
     csub = c.add_subparsers(dest="cache_command", required=True)
-    k = csub.add_parser("compact", help="merge many small remote shards into fewer (idempotent; safe beside running writers)")
-    k.add_argument("--cache-remote", metavar="URI", required=True, help="the remote cache (as for dxi run)")
+    k = csub.add_parser("compact", help="rewrite a local cache's shards of the old nested layout in the flat one, or "
+                                        "with --cache-remote merge many small remote shards into fewer (idempotent; "
+                                        "safe beside running writers)")
+    k.add_argument("--cache-remote", metavar="URI", help="the remote cache (as for dxi run): merge its small shards")
     k.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"),
-                   help="a local folder for temporary files (default .dxi-cache)")
+                   help="the local cache whose old shards are rewritten; with --cache-remote, a local folder for "
+                        "temporary files (default .dxi-cache)")
     k.add_argument("--target-rows", type=int, default=1_000_000,
-                   help="merge shards smaller than this into shards of up to this many rows (default 1,000,000)")
+                   help="with --cache-remote: merge shards smaller than this into shards of up to this many rows "
+                        "(default 1,000,000)")
 
 
 def cmd_cache(args: argparse.Namespace, console) -> int:
-    """``dxi cache compact``: prints what was merged; exit code 0, or 2 when the remote cannot be used."""
+    """``dxi cache compact``: prints what was rewritten or merged; exit code 0, or 2 when the cache (or the
+    remote) cannot be used."""
     if args.target_rows < 1:
         raise PlanError("--target-rows must be at least 1")
+    if args.cache_remote is None:
+        return _rewrite_local(args.cache_dir, console)
     from dxi.cache.remote import Remote, RemoteError
 
     args.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -201,4 +209,23 @@ def cmd_cache(args: argparse.Namespace, console) -> int:
         raise PlanError(f"remote cache: {exc}") from None
     console.print(f"{remote.name}: merged {merged} shard(s) into {written}" if merged else
                   f"{remote.name}: nothing to merge (fewer than two shards below {args.target_rows} rows)")
+    return 0
+
+
+def _rewrite_local(cache_dir: Path, console) -> int:
+    """``dxi cache compact --cache-dir DIR``: the local cache's nested-layout shards rewritten in the flat
+    layout (``Cache.rewrite_nested``), one line per shard, then a total."""
+    from dxi.cache import Cache, CacheWriteError
+
+    if not (cache_dir / "shards").is_dir():
+        raise PlanError(f"{cache_dir} is not a cache (it has no shards/ folder)")
+    try:
+        with Cache(cache_dir) as cache:
+            done = cache.rewrite_nested()
+    except (CacheWriteError, OSError) as exc:
+        raise PlanError(f"cache {cache_dir}: cannot rewrite its shards ({exc.strerror or exc})") from None
+    for shard, rows in done:
+        console.print(f"rewrote {shard} ({rows:,} rows) in the flat layout")
+    console.print(f"{cache_dir}: rewrote {len(done)} shard(s) of the nested layout in the flat one" if done else
+                  f"{cache_dir}: nothing to rewrite (every shard has the flat layout)")
     return 0
