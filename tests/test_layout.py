@@ -1,6 +1,6 @@
 """The shards' answer layouts (cache.layout): new shards are flat, old nested shards read without migration
 and score exactly as their flat rewrite does, mixed freely in one cache, and ``dxi cache compact
---cache-dir`` rewrites the old ones in place (idempotent, beside a running writer).
+--cache-dir`` rewrites the old ones and merges small ones (idempotent, beside a running writer).
 
 The old shard is a committed fixture (tests/fixtures/cache-layout1/shards/nested.parquet, 32 rows of two
 models over 16 synthetic tasks, written by the cache of b30692d: tests/fixtures/make_cache_layout1.py),
@@ -138,18 +138,54 @@ def test_cache_compact_rewrites_old_shards_in_place_idempotently_beside_a_runnin
 
     assert main(["cache", "compact", "--cache-dir", str(root)]) == 0
     out = capsys.readouterr().out
-    assert f"rewrote {root / 'shards' / 'nested.parquet'} (32 rows) in the flat layout" in out
-    assert "rewrote 1 shard(s) of the nested layout in the flat one" in out
+    assert f"wrote {root / 'shards' / 'nested.parquet'} (32 rows, flat layout) from 1 shard(s)" in out
+    assert "1 shard(s) rewritten as 1" in out
     assert layout.layout_of(root / "shards" / "nested.parquet") == layout.FLAT_LAYOUT
     assert len(list(root.glob("wal/*.jsonl"))) == 1  # the writer's live log was left to it
     assert_same(before, scored(root))
 
     assert main(["cache", "compact", "--cache-dir", str(root)]) == 0  # idempotent
-    assert "nothing to rewrite (every shard has the flat layout)" in capsys.readouterr().out
-    writer.close()
+    assert "nothing to compact (every shard is flat, none to merge below 1,000,000 rows)" in capsys.readouterr().out
+    writer.close()  # its log becomes a second (flat) shard
+    shards = sorted(root.glob("shards/*.parquet"))
+    assert [pq.read_metadata(p).num_rows for p in shards] == [3, 32]  # the writer's name (digits) sorts first
+    assert main(["cache", "compact", "--cache-dir", str(root)]) == 0  # the two small shards merged into one
+    assert "2 shard(s) rewritten as 1" in capsys.readouterr().out
+    (merged,) = root.glob("shards/*.parquet")
+    assert merged == shards[-1] and layout.layout_of(merged) == layout.FLAT_LAYOUT
     with Cache(root) as cache:
         assert cache.scan().select("key").collect().height == 35 and len(cache) == 35  # no row lost
-    assert sorted(layout.layout_of(p) for p in root.glob("shards/*.parquet")) == [2, 2]
+    assert_same(before, scored(root))  # the appended rows are copies (newer) of three requests
+
+
+def test_cache_compact_merges_consecutive_small_shards_keeping_every_row_in_its_place(tmp_path: Path, capsys):
+    rows = pq.read_table(FIXTURE / "shards" / "nested.parquet")
+    root = tmp_path / "cache"
+    (root / "shards").mkdir(parents=True)
+    for k, name in enumerate("abcd"):  # nested, flat, nested, flat: 8 rows each
+        part = rows.slice(8 * k, 8)
+        if k % 2:
+            layout.write_shard(part, root / "shards" / f"{name}.parquet")
+        else:
+            pq.write_table(part, root / "shards" / f"{name}.parquet")
+    reference = scored(old_cache(tmp_path / "old"))
+    with Cache(tmp_path / "old") as cache:
+        in_order = cache.scan().collect()
+
+    assert main(["cache", "compact", "--cache-dir", str(root), "--target-rows", "20"]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {root / 'shards' / 'b.parquet'} (16 rows, flat layout) from 2 shard(s)" in out
+    assert f"wrote {root / 'shards' / 'd.parquet'} (16 rows, flat layout) from 2 shard(s)" in out
+    assert sorted(p.name for p in root.glob("shards/*")) == ["b.parquet", "d.parquet"]
+    assert main(["cache", "compact", "--cache-dir", str(root), "--target-rows", "20"]) == 0  # 16 + 16 > 20
+    assert "nothing to compact" in capsys.readouterr().out
+    assert main(["cache", "compact", "--cache-dir", str(root)]) == 0
+    assert "2 shard(s) rewritten as 1" in capsys.readouterr().out
+    (merged,) = root.glob("shards/*.parquet")
+    assert merged.name == "d.parquet" and pq.read_metadata(merged).num_rows == 32
+    with Cache(root) as cache:
+        assert cache.scan().collect().equals(in_order)  # the same rows in the same order
+    assert_same(reference, scored(root))
 
 
 def test_cache_compact_sets_a_damaged_old_shard_aside_instead_of_rewriting_it(tmp_path: Path, capsys):
@@ -160,7 +196,7 @@ def test_cache_compact_sets_a_damaged_old_shard_aside_instead_of_rewriting_it(tm
     shard.write_bytes(bytes(data))
     assert main(["cache", "compact", "--cache-dir", str(root)]) == 0
     assert not shard.exists() and len(list(root.glob("quarantine/nested.parquet.*"))) == 1
-    assert "nothing to rewrite" in capsys.readouterr().out
+    assert "nothing to compact" in capsys.readouterr().out
 
 
 def test_remote_compaction_merges_shards_of_both_layouts_into_one_flat_shard(tmp_path: Path):
