@@ -206,6 +206,7 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     # (model, gold row, epoch)
     r = np.repeat(np.arange(found.height), found["answer_question_id"].list.len().fill_null(0).to_numpy())
     per_question = pl.DataFrame({c: explode(found[f"answer_{c}"]) for c in ANSWER_FIELDS})
+    found = found.drop(ANSWER_READ)  # the lists' offsets are not needed again: freed before the frame is built
     question_names = sorted(set(gold["question_id"].to_list()))
     gold_of = np.full((n_tasks, max(1, len(question_names))), -1, np.int64)
     gold_of[task_of_gold, [question_names.index(q) for q in gold["question_id"].to_list()]] = np.arange(n_gold)
