@@ -13,18 +13,24 @@ Figures (each the best of ``REPEATS`` runs, as the machine is shared):
   that vectorising replaces, run once; its Decision Index must equal the vectorised one.
 * for information: opening the cache (``Cache(root)``; its index of keys for ``has()``, which scoring
   does not need, is loaded on first use; issue 4 owns that figure).
+
+The cache is written twice, with the same rows: in the flat answer layout every shard is written in now
+(``cache.layout``), and in the nested layout of shards written before it; the rescoring figure is the
+flat one, the nested one is measured beside it in the same run (alternating), as is the peak resident
+set of a fresh process rescoring each (``dxi score``'s work without intervals).
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from dxi import scoring
 from dxi.cache import Cache, verify
+from dxi.cache.layout import FLAT_LAYOUT, NESTED, read_nested
 from dxi.evals import PROMPT_VERSION, gold_frames
 from dxi.scoring.index import WEIGHTS
 from dxi.scoring.score import READ_COLUMNS
@@ -48,8 +54,8 @@ def plain_index(shards: list[Path], tasks: list, models: list[str]) -> dict[str,
     wanted = {f"{PROVIDER}:{m}" for m in models}
     newest: dict[tuple[str, str], dict] = {}
     for shard in shards:
-        for row in pq.read_table(shard, columns=["provider", "model", "params", "prompt_version", "sample", "eval",
-                                                 "task_id", "task_digest", "status", "created_at", "answers"]).to_pylist():
+        for row in read_nested(shard, ["provider", "model", "params", "prompt_version", "sample", "eval", "task_id",
+                                       "task_digest", "status", "created_at", "answers"]).to_pylist():
             label = f"{row['provider']}:{row['model']}"
             if (row["prompt_version"] != PROMPT_VERSION or row["sample"] != 0 or label not in wanted
                     or digest.get(row["task_id"]) != row["task_digest"]):
@@ -121,23 +127,67 @@ def _best(fn, repeats: int = REPEATS) -> tuple[float, float, object]:
     return best, cpu, result
 
 
+_CHILD = """
+import sys
+from pathlib import Path
+from benchmarks.bench_memory import peak_rss_mb
+from benchmarks.bench_scoring import SIZES
+from benchmarks.synthetic import suite
+from dxi import scoring
+from dxi.cache import Cache
+from dxi.evals import PROMPT_VERSION, gold_frames
+gold, categories = gold_frames(suite(SIZES))
+with Cache(Path(sys.argv[1])) as cache:
+    models = scoring.models_in_cache(cache.scan(), PROMPT_VERSION)
+    scoring.score(scoring.answers(cache.scan(), models, gold, categories), None)
+print(peak_rss_mb())
+"""
+
+
+def peak_rescoring_mb(root: Path) -> float:
+    """The peak resident set (MB) of a fresh process rescoring the cache in ``root`` without intervals."""
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(root)], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    return float(done.stdout.split()[-1])
+
+
 def run() -> list[Result]:
     tasks = suite(SIZES)
     gold, categories = gold_frames(tasks)
     with tempfile.TemporaryDirectory(prefix="dxi-bench-scoring-") as tmp:
-        root = Path(tmp)
+        root, old_root = Path(tmp) / "flat", Path(tmp) / "nested"
         started = time.perf_counter()
-        n_answers = write_cache(root, tasks, MODELS)
+        n_answers = write_cache(root, tasks, MODELS, layout=FLAT_LAYOUT)
         setup = time.perf_counter() - started
+        write_cache(old_root, tasks, MODELS, layout=NESTED)
         opened, _, cache = _best(lambda: Cache(root), 1)
+        old_cache = Cache(old_root)
         models = scoring.models_in_cache(cache.scan(), PROMPT_VERSION)
 
-        def rescore(boot: scoring.Bootstrap | None, report: bool):
-            answers = scoring.answers(cache.scan(), models, gold, categories)
+        def rescore(boot: scoring.Bootstrap | None, report: bool, of: Cache = cache):
+            answers = scoring.answers(of.scan(), models, gold, categories)
             return scoring.score(answers, boot, with_breakdowns=report)
 
-        rescored, rescored_cpu, point = _best(lambda: rescore(None, False))
+        rescore(None, False, old_cache)  # its first scan verifies every page, as the flat cache's did in models_in_cache
+        rescored = old_rescored = float("inf")
+        for _ in range(REPEATS):  # alternating, so that both see the same load
+            wall, cpu, point = _best(lambda: rescore(None, False), 1)
+            if wall < rescored:
+                rescored, rescored_cpu = wall, cpu
+            wall, cpu, old_point = _best(lambda: rescore(None, False, old_cache), 1)
+            if wall < old_rescored:
+                old_rescored, old_rescored_cpu = wall, cpu
+        assert point.index.equals(old_point.index), "the two layouts scored differently"
         read, read_cpu, _ = _best(lambda: cache.scan().select(READ_COLUMNS).collect())
+        old_read, old_read_cpu, _ = _best(lambda: old_cache.scan().select(READ_COLUMNS).collect())
+        peak, old_peak = peak_rescoring_mb(root), peak_rescoring_mb(old_root)
+        compacted, _, merged = _best(lambda: Cache(old_root).compact_shards(), 1)  # dxi cache compact
+        merged_cache = Cache(old_root)
+        rescore(None, False, merged_cache)  # verifies the new shard's pages once
+        after, after_cpu, after_point = _best(lambda: rescore(None, False, merged_cache))
+        assert after_point.index.equals(point.index), "compaction changed the scores"
+        merged_peak = peak_rescoring_mb(old_root)
+        merged_cache.close()
         reported, reported_cpu, _ = _best(lambda: rescore(None, True), 3)
         booted, booted_cpu, with_intervals = _best(lambda: rescore(scoring.Bootstrap(resamples=1000), True), 3)
         shards = sorted(root.glob("shards/*.parquet"))
@@ -147,6 +197,7 @@ def run() -> list[Result]:
         plain = plain_index(sorted(root.glob("shards/*.parquet")), tasks, [model_name(m) for m in range(MODELS)])
         plain_time = time.perf_counter() - plain_started
         cache.close()
+        old_cache.close()
     vectorised = {r["label"]: r["decision_index"] for r in point.index.iter_rows(named=True)}
     agree = vectorised.keys() == plain.keys() and all(abs(vectorised[k] - plain[k]) < 1e-9 for k in plain)
     same = ["label", "decision_index", "decision_index_sd", "reason"]
@@ -157,8 +208,19 @@ def run() -> list[Result]:
                rescored <= GOAL_RESCORE, f"{shape}; what dxi score computes (index metrics, calibration with "
                f"AUROC, the index) without intervals; best of {REPEATS}; CPU {rescored_cpu:.2f} s"),
         Result("scoring", "… of which reading the shards", read, "s", "", None,
-               f"Cache.scan() of the columns scoring reads, collected: decoding the nested answers and their "
-               f"probabilities ({n_answers:,} answers) is most of it; best of {REPEATS}; CPU {read_cpu:.2f} s"),
+               f"Cache.scan() of the columns scoring reads (the flat answer columns), collected; best of "
+               f"{REPEATS}; CPU {read_cpu:.2f} s"),
+        Result("scoring", "rescore, shards of the old nested layout", old_rescored, "s", "", None,
+               f"the same rows in shards written before the flat layout (what dxi cache compact rewrites), "
+               f"alternating with the figure above; best of {REPEATS}; CPU {old_rescored_cpu:.2f} s; of which "
+               f"reading {old_read:.3f} s (CPU {old_read_cpu:.2f} s)"),
+        Result("scoring", "rescore after dxi cache compact", after, "s", f"≤ {GOAL_RESCORE} s", after <= GOAL_RESCORE,
+               f"the nested cache after `dxi cache compact` (Cache.compact_shards: its {MODELS} shards rewritten "
+               f"in the flat layout and merged into {len(merged)}, 65,536-row groups; took {compacted:.1f} s); "
+               f"best of {REPEATS}; CPU {after_cpu:.2f} s; peak RSS {merged_peak:.0f} MB"),
+        Result("scoring", "peak RSS of rescoring, flat / nested layout", peak, "MB", "", None,
+               f"a fresh process: open the cache, answers, every metric without intervals (VmHWM); the nested "
+               f"layout's: {old_peak:.0f} MB"),
         Result("scoring", "… plus the report's breakdown tables", reported, "s", "", None,
                f"per-group metrics, When2Call confusion, statuses, errors (dxi report); best of 3; CPU {reported_cpu:.2f} s"),
         Result("scoring", "rescore with 1,000-resample bootstrap intervals", booted, "s", f"≤ {GOAL_BOOTSTRAP} s",

@@ -2,7 +2,9 @@
 
 ``suite(n_per_eval)`` builds tasks of the four evaluations (real ``evals.Task`` records, so their digests
 and gold frames come from the real code); ``write_cache(root, tasks, n_models)`` writes one Parquet shard
-per model with ``cache.schema.SCHEMA``, as ``dxi run`` would leave it after one run per model. Answers
+per model with ``cache.schema.SCHEMA``'s rows, as ``dxi run`` would leave it after one run per model: in
+the flat layout the cache writes (``cache.layout.write_shard``), or with ``layout=1`` in the nested
+layout of shards written before it. Answers
 are drawn with a per-model skill; about 1% of answers are invalid (no probabilities, an error text) and
 about 0.5% of requests failed (no answers). Probabilities are rounded to 4 decimals like the servers'.
 Everything is seeded: the same arguments give the same bytes.
@@ -16,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dxi.cache.layout import FLAT_LAYOUT, NESTED, WRITE_OPTIONS, write_shard
 from dxi.cache.schema import ANSWER, PROBABILITY, SCHEMA
-from dxi.cache.verify import WRITE_OPTIONS
 from dxi.evals import CHOICE, PROMPT_VERSION, YES_NO, Option, Question, Task
 from dxi.evals.when2call import shuffled
 
@@ -71,9 +73,10 @@ def _strings(values: list[str], codes: np.ndarray) -> pa.Array:
 
 
 def write_cache(root: Path, tasks: list[Task], n_models: int, seed: int = 11, invalid_rate: float = 0.01,
-                failed_rate: float = 0.005) -> int:
-    """Write ``n_models`` models' answers to every task as shards under ``root/shards``; returns the
-    number of answers (questions × models, failed requests included)."""
+                failed_rate: float = 0.005, layout: int = FLAT_LAYOUT) -> int:
+    """Write ``n_models`` models' answers to every task as shards under ``root/shards`` in shard
+    ``layout`` (``cache.layout``: 2 flat, 1 nested); returns the number of answers (questions × models,
+    failed requests included)."""
     rng = np.random.default_rng(seed)
     shards = root / "shards"
     shards.mkdir(parents=True, exist_ok=True)
@@ -160,5 +163,9 @@ def write_cache(root: Path, tasks: list[Task], n_models: int, seed: int = 11, in
             "cache_write_1h_tokens": pa.nulls(n_tasks, pa.int64()),
         }
         table = pa.table({c: columns[c] for c in SCHEMA.names}).cast(SCHEMA)
-        pq.write_table(table, shards / f"synthetic-{m:03d}.parquet", **WRITE_OPTIONS)  # as the cache writes shards
+        path = shards / f"synthetic-{m:03d}.parquet"
+        if layout == NESTED:  # as the cache wrote shards before the flat layout
+            pq.write_table(table, path, **WRITE_OPTIONS)
+        else:
+            write_shard(table, path)  # as the cache writes them
     return n_models * n_questions

@@ -57,7 +57,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from . import verify
+from . import layout, verify
 
 log = logging.getLogger("dxi.cache")
 
@@ -425,7 +425,7 @@ class Remote:
                 if len(data) != m.bytes or hashlib.sha256(data).hexdigest() != m.sha256:
                     raise RemoteError(f"{self.name}/shards/{m.stem}.parquet does not match its manifest; not compacted")
                 try:  # a shard whose pages fail their checksums is never rewritten with fresh ones
-                    tables.append(pq.read_table(pa.BufferReader(data), page_checksum_verification=True))
+                    tables.append(layout.to_shard(pq.read_table(pa.BufferReader(data), page_checksum_verification=True)))
                 except Exception as exc:
                     raise RemoteError(f"{self.name}/shards/{m.stem}.parquet is damaged ({type(exc).__name__}: {exc}); "
                                       "not compacted") from None
@@ -434,7 +434,7 @@ class Remote:
             name = f"{group[-1].stem.split('-', 1)[0]}-compact-{hashlib.sha256(' '.join(stems).encode()).hexdigest()[:16]}"
             tmp = self.root / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
             try:
-                pq.write_table(table, str(tmp), compression="zstd", write_page_checksum=True)
+                layout.write_shard(table, tmp)  # in the flat layout, whatever the merged shards' layouts
                 final = tmp.with_name(f"{name}.parquet")
                 os.replace(tmp, final)
                 try:

@@ -53,7 +53,7 @@ import pyarrow.parquet as pq
 
 from dxi.lazy import LazyModule
 
-from . import verify
+from . import layout, verify
 from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
 from .schema import INDEX_COLUMNS, SCHEMA
 
@@ -70,6 +70,7 @@ log = logging.getLogger("dxi.cache")
 
 _write, _dumps, _LINE = os.write, orjson.dumps, orjson.OPT_APPEND_NEWLINE  # looked up once: append is hot
 ROLL_ROWS = 5_000  # rows per log before it is compacted into a shard (~10 MB of log)
+COMPACT_ROWS = 1_000_000  # rows per shard that ``compact_shards`` merges small shards into
 _JSON = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
 _JSON_READ = pj.ReadOptions(block_size=1 << 20)
 # A log compacted in the background while rows are appended is parsed on one thread, leaving the other
@@ -235,7 +236,7 @@ class Cache:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # marks it as being written (see _remove_abandoned)
-                pq.write_table(table, str(tmp), **verify.WRITE_OPTIONS)  # native I/O, no GIL; page CRCs
+                layout.write_shard(table, tmp)  # the flat layout; native I/O, no GIL; page CRCs
                 if self.fsync:
                     os.fsync(fd)
                 os.replace(tmp, shard)
@@ -374,19 +375,110 @@ class Cache:
         return len(self._keys())
 
     def scan(self) -> pl.LazyFrame:
-        """Every row (shards, and the logs of this and other live writers) as one LazyFrame with the
-        columns of ``cache.schema.SCHEMA``. Several rows may share a key; the newest ``created_at`` wins."""
+        """Every row (shards, and the logs of this and other live writers) as one LazyFrame in the logical
+        shape (``cache.layout``): the columns of ``cache.schema.SCHEMA``, then the flat answer columns
+        (``cache.layout.FLAT``), whatever each shard's layout. Several rows may share a key; the newest
+        ``created_at`` wins."""
         logged = [(p.stem, t) for p in self._logs() if (t := self._read_log(p, live=True)[0]) is not None]
         shards = self._shards()  # listed after the logs were read: see _load_index
         compacted = {s.stem for s in shards}  # a log whose shard is in place is about to go: skip it
         tables = [t for stem, t in logged if t.num_rows and stem not in compacted]
-        frames = [pl.from_arrow(pa.concat_tables(tables)).lazy()] if tables else []
+        frames = [layout.logical(pl.from_arrow(pa.concat_tables(tables)).lazy(), layout.NESTED)] if tables else []
         shards = self._verified(shards)  # every page checked against its checksum, once per open cache
         if shards:  # older shards read with nulls in the newer columns
             frames.insert(0, verify.scan(shards))
         if not frames:
-            return pl.from_arrow(SCHEMA.empty_table()).lazy()
+            return layout.empty()
         return pl.concat(frames, how="vertical_relaxed")
+
+    def compact_shards(self, target_rows: int = COMPACT_ROWS) -> list[tuple[Path, int, list[Path]]]:
+        """Rewrite the local shards as fewer shards of the flat layout (``cache.layout``): consecutive shards
+        (in name order) below ``target_rows`` rows are merged, up to ``target_rows`` rows each, into one
+        written under the name of the last of them, so every row keeps its place in the cache's order (ties
+        are broken as before); a shard of the nested layout is rewritten in the flat one even alone.
+        Returns, per shard written, (its path, its rows, the shards it holds the rows of, itself included).
+
+        Each shard is read with its page checksums verified; the new shard is written to a temporary name
+        (locked, as a log's compaction is), renamed over the last shard of its group, and only then are the
+        others deleted: a reader sees every row once or, for an instant, twice (exact copies, which the
+        newest-wins rule reads as one), never not at all, and a running writer only ever adds shards under
+        new names, so no row is lost. A shard that fails its checksums is moved to quarantine/ (its requests
+        are sent again) and its group left as it is. Idempotent: with every shard flat and no two
+        consecutive ones small, nothing is written. Memory: one shard and one row group at a time. Run one
+        at a time (two at once lose nothing but may keep copies of some rows). The remote's shards
+        (``remote/``, copies) are the remote compaction's. Raises CacheWriteError on a read-only cache,
+        OSError when a shard cannot be written (its group then stays as it was)."""
+        if self.read_only:
+            raise CacheWriteError(f"the cache {self.root} is open read-only")
+        groups: list[list[tuple[Path, int, int]]] = [[]]
+        for shard in sorted(self.root.glob("shards/*.parquet")):
+            try:
+                entry = (shard, layout.layout_of(shard), pq.read_metadata(shard).num_rows)
+            except FileNotFoundError:  # compacted away by another process meanwhile
+                continue
+            except layout.UnknownLayout as exc:  # a newer version's: left alone, never merged across
+                self._warn(f"cache: {exc}; left as it is.")
+                groups.append([])
+                continue
+            except verify.damaged() as exc:
+                self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})", "Its requests will be sent again.")
+                continue
+            held = sum(rows for _, _, rows in groups[-1])
+            if entry[2] >= target_rows or held + entry[2] > target_rows:
+                groups.append([])
+            groups[-1].append(entry)
+            if entry[2] >= target_rows:
+                groups.append([])
+        done = []
+        for group in groups:
+            if len(group) >= 2 or (group and group[0][1] == layout.NESTED):
+                written = self._merge([shard for shard, _, _ in group])
+                if written is not None:
+                    done.append((group[-1][0], written, [shard for shard, _, _ in group]))
+        if done:  # new files under known names: verify and index them afresh
+            self._verifier, self._index = verify.Verifier(), None
+        return done
+
+    def _merge(self, group: list[Path]) -> int | None:
+        """Write the rows of ``group`` (shards in name order) as one flat shard over the last of them, then
+        delete the others (see ``compact_shards``); the rows written, or None when a shard was gone or
+        damaged (then nothing changed but the damaged one's move to quarantine/)."""
+        last = group[-1]
+        unreadable: list[tuple[Path, BaseException]] = []
+
+        def tables():
+            for shard in group:
+                try:
+                    yield pq.read_table(shard, page_checksum_verification=True)
+                except FileNotFoundError:
+                    raise
+                except verify.damaged() as exc:
+                    unreadable.append((shard, exc))
+                    raise _Unreadable from None
+
+        tmp = last.with_name(f".{last.stem}.{uuid.uuid4().hex[:8]}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # marks it as being written (see _remove_abandoned)
+            rows = layout.write_merged(tables(), tmp)
+            if self.fsync:
+                os.fsync(fd)
+            os.replace(tmp, last)
+            if self.fsync:
+                _fsync_path(last.parent)
+        except (FileNotFoundError, _Unreadable):
+            tmp.unlink(missing_ok=True)
+            for shard, exc in unreadable:
+                self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})", "Its requests will be sent again.")
+            return None
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+        for shard in group[:-1]:  # their rows are in ``last`` now
+            shard.unlink(missing_ok=True)
+        return rows
 
     # ---- writing ------------------------------------------------------------------------------
     def _open_log(self) -> None:
@@ -502,6 +594,10 @@ class Cache:
     def rows_appended(self) -> int:
         """Rows appended by this process so far."""
         return self._rolled + self._log_rows
+
+
+class _Unreadable(Exception):
+    """A shard to merge failed its verified read (``Cache._merge``)."""
 
 
 @contextlib.contextmanager

@@ -33,7 +33,9 @@ import pyarrow.parquet as pq
 
 from dxi.lazy import LazyModule
 
-from .schema import FAILED, FATAL, INVALID, OK, SCHEMA, TRANSIENT
+from . import layout
+from .layout import WRITE_OPTIONS
+from .schema import FAILED, FATAL, INVALID, OK, TRANSIENT
 
 if TYPE_CHECKING:
     import polars as pl
@@ -57,19 +59,15 @@ def is_damage(exc: BaseException) -> bool:
         return type(exc) is OSError and exc.errno is None
     return isinstance(exc, damaged())
 
-
-WRITE_OPTIONS = {"compression": "zstd", "write_page_checksum": True}
 STATUSES = (OK, INVALID, FAILED)
 ERROR_KINDS = (TRANSIENT, FATAL)
-@cache
-def _polars_schema() -> pl.Schema:
-    return pl.from_arrow(SCHEMA.empty_table()).schema
+__all__ = ["WRITE_OPTIONS", "Verifier", "check", "damaged", "page_checksums", "scan", "valid_rows"]
 
 
 def scan(shards: Sequence[Path]) -> pl.LazyFrame:
-    """The shards (verified first: ``Verifier``) as one Polars LazyFrame with the cache's full schema (a
-    column an older shard lacks reads as nulls)."""
-    return pl.scan_parquet([str(s) for s in shards], schema=_polars_schema(), missing_columns="insert")
+    """The shards (verified first: ``Verifier``) as one Polars LazyFrame in the cache's logical shape,
+    whatever their layout (``cache.layout.scan``; a column an older shard lacks reads as nulls)."""
+    return layout.scan(shards)
 
 
 def check(shard: Path, columns: Sequence[str] | None = None) -> BaseException | None:

@@ -178,21 +178,28 @@ def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
 
 
 def add_cache_parser(sub) -> None:
-    """``dxi cache compact``: merge the remote cache's small shards."""
-    c = sub.add_parser("cache", help="maintain the remote cache (dxi cache compact --cache-remote URI)")
+    """``dxi cache compact``: merge a local cache's small shards and rewrite its old ones in the flat
+    layout, or merge the remote cache's small shards."""
+    c = sub.add_parser("cache", help="maintain the cache (dxi cache compact [--cache-dir DIR | --cache-remote URI])")
     csub = c.add_subparsers(dest="cache_command", required=True)
-    k = csub.add_parser("compact", help="merge many small remote shards into fewer (idempotent; safe beside running writers)")
-    k.add_argument("--cache-remote", metavar="URI", required=True, help="the remote cache (as for dxi run)")
+    k = csub.add_parser("compact", help="merge a local cache's small shards into fewer and rewrite those of the old "
+                                        "nested layout in the flat one, or with --cache-remote merge the remote "
+                                        "cache's small shards (idempotent; safe beside running writers)")
+    k.add_argument("--cache-remote", metavar="URI", help="the remote cache (as for dxi run): merge its small shards")
     k.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"),
-                   help="a local folder for temporary files (default .dxi-cache)")
+                   help="the local cache to compact; with --cache-remote, a local folder for temporary files "
+                        "(default .dxi-cache)")
     k.add_argument("--target-rows", type=int, default=1_000_000,
                    help="merge shards smaller than this into shards of up to this many rows (default 1,000,000)")
 
 
 def cmd_cache(args: argparse.Namespace, console) -> int:
-    """``dxi cache compact``: prints what was merged; exit code 0, or 2 when the remote cannot be used."""
+    """``dxi cache compact``: prints what was merged or rewritten; exit code 0, or 2 when the cache (or the
+    remote) cannot be used."""
     if args.target_rows < 1:
         raise PlanError("--target-rows must be at least 1")
+    if args.cache_remote is None:
+        return _compact_local(args.cache_dir, args.target_rows, console)
     from dxi.cache.remote import Remote, RemoteError
 
     args.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -203,4 +210,23 @@ def cmd_cache(args: argparse.Namespace, console) -> int:
         raise PlanError(f"remote cache: {exc}") from None
     console.print(f"{remote.name}: merged {merged} shard(s) into {written}" if merged else
                   f"{remote.name}: nothing to merge (fewer than two shards below {args.target_rows} rows)")
+    return 0
+
+
+def _compact_local(cache_dir: Path, target_rows: int, console) -> int:
+    """``dxi cache compact --cache-dir DIR``: the local cache's shards merged and rewritten in the flat
+    layout (``Cache.compact_shards``), one line per shard written, then a total."""
+    from dxi.cache import Cache, CacheWriteError
+
+    if not (cache_dir / "shards").is_dir():
+        raise PlanError(f"{cache_dir} is not a cache (it has no shards/ folder)")
+    try:
+        with Cache(cache_dir) as cache:
+            done = cache.compact_shards(target_rows)
+    except (CacheWriteError, OSError) as exc:
+        raise PlanError(f"cache {cache_dir}: cannot compact its shards ({exc.strerror or exc})") from None
+    for shard, rows, held in done:
+        console.print(f"wrote {shard} ({rows:,} rows, flat layout) from {len(held)} shard(s)")
+    console.print(f"{cache_dir}: {sum(len(h) for _, _, h in done)} shard(s) rewritten as {len(done)}" if done else
+                  f"{cache_dir}: nothing to compact (every shard is flat, none to merge below {target_rows:,} rows)")
     return 0

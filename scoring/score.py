@@ -30,8 +30,10 @@ from .columns import explode
 from .sums import _codes, build_cubes, estimate_all, metric_table
 
 CONFIG_COLUMNS = ["provider", "model", "endpoint", "params", "prompt_version"]
+ANSWER_FIELDS = ("question_id", "status", "predicted", "p_predicted", "p_yes", "error", "warning", "probabilities")
+ANSWER_READ = tuple(f"answer_{c}" for c in ANSWER_FIELDS)  # the cache's flat answer columns (``cache.layout``)
 READ_COLUMNS = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", "status", "error", "repaired",
-                "answers")  # what ``answers`` reads of each cache row
+                *ANSWER_READ)  # what ``answers`` reads of each cache row
 MODELS_SCHEMA = {"label": pl.String, "provider": pl.String, "model": pl.String, "endpoint": pl.String,
                  "params": pl.String, "prompt_version": pl.String}
 STATUSES = ("ok", "invalid", "failed", "missing")
@@ -193,22 +195,23 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     n_models, n_gold, n_tasks = models.height, gold.height, task_frame.height
     n = n_models * n_gold * n_epochs
     task_of_gold = np.repeat(np.arange(n_tasks), task_frame["nq"].to_numpy())
-    found, m, t, s, request = _current(rows, models, task_frame, model_epochs, ("status", "error", "repaired", "answers"))
+    found, m, t, s, request = _current(rows, models, task_frame, model_epochs, ("status", "error", "repaired", *ANSWER_READ))
     row_of_request = np.full(n_models * n_tasks * n_epochs, -1, np.int64)
     row_of_request[request] = np.arange(len(request))
     row_failed = (found["status"] == "failed").to_numpy()
     row_repaired = found["repaired"].fill_null(False).to_numpy()
     row_error = found["error"].rechunk()
 
-    # every answer the cache holds, with its place (model, gold row, epoch)
-    listed = found["answers"]
-    r = np.repeat(np.arange(found.height), listed.list.len().fill_null(0).to_numpy())
-    per_question = explode(listed).struct.unnest()
+    # every answer the cache holds (the flat answer columns of the cache's logical shape), with its place
+    # (model, gold row, epoch)
+    r = np.repeat(np.arange(found.height), found["answer_question_id"].list.len().fill_null(0).to_numpy())
+    per_question = pl.DataFrame({c: explode(found[f"answer_{c}"]) for c in ANSWER_FIELDS})
+    found = found.drop(ANSWER_READ)  # the lists' offsets are not needed again: freed before the frame is built
     question_names = sorted(set(gold["question_id"].to_list()))
     gold_of = np.full((n_tasks, max(1, len(question_names))), -1, np.int64)
     gold_of[task_of_gold, [question_names.index(q) for q in gold["question_id"].to_list()]] = np.arange(n_gold)
-    qcode = per_question.select(pl.col("question_id").replace_strict(
-        question_names, list(range(len(question_names))), default=-1, return_dtype=pl.Int64)).to_series().to_numpy()
+    qcode = (per_question["question_id"].cast(pl.Enum(question_names), strict=False).to_physical()
+             .cast(pl.Int64).fill_null(-1).to_numpy())
     g = np.where(qcode >= 0, gold_of[t[r], np.maximum(qcode, 0)], -1)
     pos = (m[r] * n_gold + g) * n_epochs + s[r]
     valid = g >= 0

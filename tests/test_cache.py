@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dxi.adapters import Request
-from dxi.cache import Cache
+from dxi.cache import SCHEMA, Cache, layout
 
 
 def row(key: str, status: str = "ok", error_kind: str | None = None, created_at: float = 1.0, **extra) -> dict:
@@ -76,7 +76,8 @@ def test_close_compacts_the_log_into_one_shard(tmp_path: Path):
     assert list(tmp_path.glob("wal/*")) == []
     shards = list(tmp_path.glob("shards/*.parquet"))
     assert len(shards) == 1
-    frame = pl.read_parquet(shards[0])
+    assert layout.layout_of(shards[0]) == layout.FLAT_LAYOUT  # new shards have the flat answer layout
+    frame = pl.from_arrow(layout.read_nested(shards[0], SCHEMA.names))
     assert frame.height == 10 and frame["answers"].list.len().to_list() == [1] * 10
 
 

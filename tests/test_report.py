@@ -11,6 +11,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
 from dxi.report.html import MIN_GROUP_TASKS, banner, model_order
 from dxi.runner.cli import main
@@ -30,7 +31,7 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first
 def add_hostile_model(cache_dir: Path) -> None:
     """A second model in the cache (as a server-reported name could be): the embedded model's rows under
     a name holding markup, its When2Call requests failed with an error quoting markup."""
-    rows = pl.read_parquet(sorted(cache_dir.glob("shards/*.parquet")))
+    rows = pl.concat([pl.from_arrow(read_nested(p, SCHEMA.names)) for p in sorted(cache_dir.glob("shards/*.parquet"))])
     w2c = pl.col("eval") == "when2call"
     evil = rows.with_columns(
         pl.lit(HOSTILE_MODEL).alias("model"),

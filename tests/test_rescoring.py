@@ -14,6 +14,7 @@ from benchmarks.bench_scoring import plain_index
 from benchmarks.synthetic import model_name, suite, write_cache
 from dxi import scoring
 from dxi.cache import Cache
+from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
 from dxi.evals import PROMPT_VERSION, gold_frames
 from dxi.scoring.score import NO_ANSWER
@@ -46,7 +47,7 @@ def test_the_newest_row_wins_and_stale_rows_are_ignored(tmp_path: Path):
     tasks = suite(SIZES)
     write_cache(tmp_path, tasks, 2)
     before = index_of(rescore(tmp_path, tasks))
-    shard = pl.read_parquet(tmp_path / "shards" / "synthetic-000.parquet")
+    shard = pl.from_arrow(read_nested(tmp_path / "shards" / "synthetic-000.parquet", SCHEMA.names))  # flat on disk
     failed = shard.with_columns(pl.lit("failed").alias("status"), pl.lit("HTTP 500").alias("error"),
                                 pl.col("answers").list.head(0))
 
@@ -72,7 +73,7 @@ def test_the_order_of_rows_in_the_cache_does_not_change_a_single_bit(tmp_path: P
     """Two runs on one cache interleave their rows differently; sums of probabilities must not depend on it."""
     tasks = suite(SIZES)
     write_cache(tmp_path / "a", tasks, 3, invalid_rate=0.05, failed_rate=0.05)
-    rows = pl.concat([pl.read_parquet(p) for p in sorted((tmp_path / "a").glob("shards/*.parquet"))])
+    rows = pl.concat([pl.from_arrow(read_nested(p, SCHEMA.names)) for p in sorted((tmp_path / "a").glob("shards/*.parquet"))])
     (tmp_path / "b" / "shards").mkdir(parents=True)
     pq.write_table(rows.sample(fraction=1.0, shuffle=True, seed=5).to_arrow().cast(SCHEMA),
                    tmp_path / "b" / "shards" / "shuffled.parquet")
