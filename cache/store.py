@@ -42,27 +42,28 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-import numpy as np
 import orjson
-import pyarrow as pa
-import pyarrow.json as pj
-import pyarrow.parquet as pq
 
 from dxi.lazy import LazyModule
 
-from . import verify
+from . import schema, verify
 from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
-from .schema import INDEX_COLUMNS, SCHEMA
+from .schema import INDEX_COLUMNS
 
 if TYPE_CHECKING:
     import polars as pl
+    import pyarrow as pa
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
 
     from .remote import Remote
-else:
-    pl = LazyModule("polars")  # imported when first used: opening an empty cache (a first run) does without
+else:  # imported when first used: opening an empty cache and appending to it (a first run) does without
+    pl = LazyModule("polars")
+    pa, pj, pq = LazyModule("pyarrow"), LazyModule("pyarrow.json"), LazyModule("pyarrow.parquet")
 
 T = TypeVar("T")
 
@@ -70,12 +71,16 @@ log = logging.getLogger("dxi.cache")
 
 _write, _dumps, _LINE = os.write, orjson.dumps, orjson.OPT_APPEND_NEWLINE  # looked up once: append is hot
 ROLL_ROWS = 5_000  # rows per log before it is compacted into a shard (~10 MB of log)
-_JSON = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
-_JSON_READ = pj.ReadOptions(block_size=1 << 20)
-# A log compacted in the background while rows are appended is parsed on one thread, leaving the other
-# cores to the appends (with Arrow's thread pool it took about half of the appending thread's core:
-# measured, appends went from ~170,000 to ~80,000 rows/s while a compaction ran).
-_JSON_READ_ONE_THREAD = pj.ReadOptions(block_size=1 << 20, use_threads=False)
+
+
+@cache
+def _json_options(threads: bool) -> tuple[pj.ReadOptions, pj.ParseOptions]:
+    """How a log is parsed. A log compacted in the background while rows are appended is parsed on one
+    thread (``threads=False``), leaving the other cores to the appends (with Arrow's thread pool it took
+    about half of the appending thread's core: measured, appends went from ~170,000 to ~80,000 rows/s
+    while a compaction ran)."""
+    return (pj.ReadOptions(block_size=1 << 20, use_threads=threads),
+            pj.ParseOptions(explicit_schema=schema.SCHEMA, unexpected_field_behavior="ignore"))
 
 
 class CacheWriteError(OSError):
@@ -125,8 +130,7 @@ class Cache:
         self._closing = False  # set by close: no more appends to leave cores to
         self._pending: list[Future] = []
         cached = [CODE_OK] + ([] if retry_invalid else [CODE_INVALID]) + ([] if retry_failed else [CODE_FATAL])
-        self._cached = np.zeros(256, bool)
-        self._cached[cached] = True
+        self._cached = tuple(code in cached for code in range(256))  # status code -> counts as cached
         if not read_only:
             self._remove_abandoned()
             self._recover_orphans()
@@ -170,10 +174,11 @@ class Cache:
             self._warn(f"cache: {path} ends with a truncated record (the writer was killed mid-write); "
                        "dropped it, its request will be sent again.")
         if end == 0:
-            return SCHEMA.empty_table(), damaged
+            return schema.SCHEMA.empty_table(), damaged
+        read_options, parse_options = _json_options(threads)
         try:  # the complete lines, without copying them
-            table = pj.read_json(pa.BufferReader(pa.py_buffer(data)[:end]),
-                                 read_options=_JSON_READ if threads else _JSON_READ_ONE_THREAD, parse_options=_JSON)
+            table = pj.read_json(pa.BufferReader(pa.py_buffer(data)[:end]), read_options=read_options,
+                                 parse_options=parse_options)
             table, bad = verify.valid_rows(table)  # JSON, but not a row: {}, a row without its key, ...
             if not bad:
                 return table, damaged
@@ -187,7 +192,7 @@ class Cache:
         tables = []
         for n, line in enumerate(data[:end].split(b"\n")[:-1], 1):  # a damaged line: find it, keep the rest
             try:
-                one, bad = verify.valid_rows(pa.Table.from_pylist([orjson.loads(line)], schema=SCHEMA))
+                one, bad = verify.valid_rows(pa.Table.from_pylist([orjson.loads(line)], schema=schema.SCHEMA))
             except (orjson.JSONDecodeError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
                 one, bad = None, [0]
             if bad:
@@ -196,7 +201,7 @@ class Cache:
                            "will be sent again.")
             else:
                 tables.append(one)
-        return (pa.concat_tables(tables) if tables else SCHEMA.empty_table()), damaged
+        return (pa.concat_tables(tables) if tables else schema.SCHEMA.empty_table()), damaged
 
     def _remove_abandoned(self) -> None:
         """Delete files a killed process was still creating: logs not yet renamed into place (always
@@ -335,11 +340,12 @@ class Cache:
 
     def has(self, key: str) -> bool:
         """True when the request with this key needs no sending (see the class docstring)."""
-        return bool(self._cached[self._keys().get(key)])
+        return self._cached[self._keys().get(key)]
 
     def has_many(self, keys: list[str]) -> list[bool]:
         """``has`` for many keys at once (one vectorised lookup)."""
-        return self._cached[self._keys().get_many(keys)].tolist()
+        cached = self._cached
+        return [cached[code] for code in self._keys().codes(keys)]
 
     def __len__(self) -> int:
         return len(self._keys())
@@ -356,7 +362,7 @@ class Cache:
         if shards:  # older shards read with nulls in the newer columns
             frames.insert(0, verify.scan(shards))
         if not frames:
-            return pl.from_arrow(SCHEMA.empty_table()).lazy()
+            return pl.from_arrow(schema.SCHEMA.empty_table()).lazy()
         return pl.concat(frames, how="vertical_relaxed")
 
     # ---- writing ------------------------------------------------------------------------------

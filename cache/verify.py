@@ -24,18 +24,19 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from dxi.lazy import LazyModule
 
-from .schema import FAILED, FATAL, INVALID, OK, SCHEMA, TRANSIENT
+from . import schema
+from .schema import FAILED, FATAL, INVALID, OK, TRANSIENT
 
 if TYPE_CHECKING:
     import polars as pl
+    import pyarrow as pa
     import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 else:  # imported when first used: opening an empty cache (a first run) does without
     pl, pc = LazyModule("polars"), LazyModule("pyarrow.compute")
+    pa, pq = LazyModule("pyarrow"), LazyModule("pyarrow.parquet")
 
 @cache
 def damaged() -> tuple[type[BaseException], ...]:
@@ -46,7 +47,7 @@ STATUSES = (OK, INVALID, FAILED)
 ERROR_KINDS = (TRANSIENT, FATAL)
 @cache
 def _polars_schema() -> pl.Schema:
-    return pl.from_arrow(SCHEMA.empty_table()).schema
+    return pl.from_arrow(schema.SCHEMA.empty_table()).schema
 
 
 def scan(shards: Sequence[Path]) -> pl.LazyFrame:

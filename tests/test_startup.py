@@ -100,8 +100,10 @@ def test_the_command_exits_with_mains_code_and_flushes(tmp_path: Path):
     assert len(list((tmp_path / "cache" / "shards").iterdir())) == 1
 
 
-def test_a_first_run_reaches_its_first_request_without_polars_or_the_scoring(tmp_path: Path):
-    # what `dxi run` does before its first request: plan, open an empty cache, look keys up, encode
+def test_a_first_run_reaches_its_first_request_without_polars_pyarrow_numpy_or_the_scoring(tmp_path: Path):
+    # what `dxi run` does before its first request: plan (the files checked whole), open an empty cache,
+    # look keys up, encode; then its first replies' rows appended. PyArrow and NumPy come with the first
+    # compaction, tenacity with the first retry.
     data = synthetic_data(tmp_path / "data", 5)
     loaded = _imported_by(
         "from pathlib import Path\nfrom dxi.runner import cli\nfrom dxi.runner.run import run\n"
@@ -112,8 +114,11 @@ def test_a_first_run_reaches_its_first_request_without_polars_or_the_scoring(tmp
         f"cache = Cache(Path({str(tmp_path / 'cache')!r}))\n"
         "m = plan.models[0]\n"
         "requests = [m.adapter.encode(t) for t in plan.suite.tasks()]\n"
-        "assert cache.has_many([r.key for r in requests]) == [False] * 5")
-    assert "polars" not in loaded and "dxi.scoring" not in loaded
+        "assert cache.has_many([r.key for r in requests]) == [False] * 5\n"
+        "cache.append({'key': requests[0].key, 'status': 'ok'})\n"
+        "assert cache.has_many([r.key for r in requests]) == [True] + [False] * 4")
+    heavy = sorted(m for m in loaded if m.split(".")[0] in ("polars", "pyarrow", "numpy", "tenacity"))
+    assert heavy == [] and "dxi.scoring" not in loaded
     assert "dxi.cache.store" in loaded  # the probe did open the cache
 
 
