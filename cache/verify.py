@@ -73,6 +73,13 @@ class Verifier:
     def __init__(self) -> None:
         self._done: dict[Path, frozenset[str] | None] = {}  # shard -> columns verified (None: all)
 
+    def verified(self, shard: Path, columns: Sequence[str]) -> None:
+        """Record that the pages of ``columns`` of ``shard`` were verified elsewhere (read by PyArrow with
+        ``page_checksum_verification``: the key index's columns)."""
+        done = self._done.get(shard, frozenset())
+        if done is not None:
+            self._done[shard] = done | frozenset(columns)
+
     def damaged(self, shards: Sequence[Path], columns: Sequence[str] | None = None
                 ) -> list[tuple[Path, BaseException]]:
         """The shards among ``shards`` whose pages of ``columns`` (None: all) fail their checksums (or
