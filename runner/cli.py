@@ -408,14 +408,15 @@ async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], 
                   first: asyncio.Event, shard=None) -> None:
     """Once the run's first outcome is in (``first``: the first requests are on the wire; at most
     ``SURVEY_WAIT_S``), ``suite.survey()`` a few hundred tasks per event-loop turn, then the start line and
-    the progress totals; then what scoring needs is prepared on a thread (``_prepare_scoring``), while the
-    requests are on the wire, instead of before the first request or after the last reply."""
+    the progress totals (on a thread: with a shard, counting what it owns encodes every request); then
+    what scoring needs is prepared on a thread (``_prepare_scoring``), while the requests are on the wire,
+    instead of before the first request or after the last reply."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(first.wait(), SURVEY_WAIT_S)
     for _ in plan.suite.surveying():
         await asyncio.sleep(0)
-    if progress is not None:
-        line, totals_ = _counted(plan, models, idle, budget, shard)
+    if progress is not None:  # on a thread: with a shard, its requests are encoded to count those it owns
+        line, totals_ = await asyncio.to_thread(_counted, plan, models, idle, budget, shard)
         console.print(line, highlight=False, markup=False)
         progress.set_totals(totals_)
     await asyncio.to_thread(_prepare_scoring, plan.suite)

@@ -199,7 +199,7 @@ def test_the_key_index_from_rows_on_disk_matches_the_row_by_row_rule():
                      "error_kind": rng.choice(["fatal", "transient", None]) if status == "failed" else None,
                      "created_at": rng.choice([None, float(rng.randrange(10_000))])})
     expected: dict[str, tuple[float, int]] = {}
-    for n, r in enumerate(rows):  # row by row: later rows win ties, as the arrays' stable order does
+    for r in rows:  # row by row: later rows win ties, as the order of the parts does
         if not r["key"] or r["status"] not in ("ok", "invalid", "failed"):
             continue
         at = float("-inf") if r["created_at"] is None else r["created_at"]
