@@ -425,11 +425,14 @@ async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], 
 def _prepare_scoring(suite) -> None:
     """What the scoring after the run needs and can have before it: its imports, the gold frames and the
     bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
-    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept by ``Bootstrap.weights``)."""
+    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept by ``Bootstrap.weights``); and what
+    closing the cache needs to compact its last log (``cache.store.prepare_compaction``)."""
     from dxi import scoring
+    from dxi.cache.store import prepare_compaction
 
     from . import outputs  # noqa: F401
 
+    prepare_compaction()
     suite.gold_frames()
     boot = scoring.Bootstrap()  # as outputs.score_all scores
     for name, n_tasks in suite.survey().tasks.items():
