@@ -138,6 +138,7 @@ class Cache:
         self._compactor: ThreadPoolExecutor | None = None
         self._closing = False  # set by close: no more appends to leave cores to
         self._pending: list[Future] = []
+        self._held: tuple[str, pa.Table] | None = None  # see close(wait=False)
         cached = [CODE_OK] + ([] if retry_invalid else [CODE_INVALID]) + ([] if retry_failed else [CODE_FATAL])
         self._cached = tuple(code in cached for code in range(256))  # status code -> counts as cached
         if not read_only:
@@ -355,8 +356,13 @@ class Cache:
     def scan(self) -> pl.LazyFrame:
         """Every row (shards, and the logs of this and other live writers) as one LazyFrame with the
         columns of ``cache.schema.SCHEMA``. Several rows may share a key; the newest ``created_at`` wins."""
-        logged = [(p.stem, t) for p in self._logs() if (t := self._read_log(p, live=True)[0]) is not None]
+        held = self._held  # the last log handed to the compactor by close(wait=False): its rows, from memory
+        logged = [(p.stem, t) for p in self._logs() if (held is None or p.stem != held[0])
+                  and (t := self._read_log(p, live=True)[0]) is not None]
         shards = self._shards()  # listed after the logs were read: see _load_index
+        if held is not None:
+            shards = [s for s in shards if s.stem != held[0]]
+            logged.append(held)
         compacted = {s.stem for s in shards}  # a log whose shard is in place is about to go: skip it
         tables = [t for stem, t in logged if t.num_rows and stem not in compacted]
         frames = [pl.from_arrow(pa.concat_tables(tables)).lazy()] if tables else []
@@ -449,28 +455,69 @@ class Cache:
         is parsed on one thread, leaving the other cores to the appends; once ``close`` has begun, on all."""
         try:
             table, _ = self._read_log(wal, live=True, threads=self._closing)
-            if table is not None:
-                self._compact(wal, table)
         except Exception as exc:  # the log stays; the next run recovers it
-            self._warn(f"cache: could not compact {wal} ({type(exc).__name__}: {exc}); it stays and the next "
-                       "run will compact it.")
+            self._compaction_failed(wal, exc)
+            table = None
+        if table is None:
+            os.close(fd)
+            return
+        self._compact_table(wal, fd, table)
+
+    def _compact_table(self, wal: Path, fd: int, table: pa.Table) -> None:
+        """Write ``table`` (the rows of this process's log ``wal``) as its shard, then release the log."""
+        try:
+            self._compact(wal, table)
+        except Exception as exc:  # the log stays; the next run recovers it
+            self._compaction_failed(wal, exc)
         finally:
             os.close(fd)
 
-    def close(self) -> None:
-        """Compact this process's logs into shards and release them. Safe to call twice."""
+    def _compaction_failed(self, wal: Path, exc: Exception) -> None:
+        self._warn(f"cache: could not compact {wal} ({type(exc).__name__}: {exc}); it stays and the next "
+                   "run will compact it.")
+
+    def close(self, wait: bool = True) -> None:
+        """Compact this process's logs into shards and release them. Safe to call twice.
+
+        ``wait=False`` (``dxi run``, before scoring): the last log is parsed here and its shard written on the
+        compactor thread (PyArrow's writer, without the GIL) while the caller goes on; until then ``scan``
+        reads those rows from memory, and the log stays in place until its shard is (a kill meanwhile loses
+        nothing: the next run compacts the log). A later ``close()`` (the context's exit) waits for it."""
         self._closing = True
+        if self._fd is not None:
+            wal, fd = self._wal, self._fd
+            self._fd = self._wal = None
+            self._rolled += self._log_rows
+            self._log_rows = 0
+            if wait:
+                self._finish_compactions()
+                self._compact_own(wal, fd)
+            else:
+                self._hand_over(wal, fd)
+        if wait:
+            self._finish_compactions()
+            self._held = None
+
+    def _finish_compactions(self) -> None:
         if self._compactor is not None:
             self._compactor.shutdown(wait=True)
             self._compactor = None
             self._pending = []
-        if self._fd is None:
+
+    def _hand_over(self, wal: Path, fd: int) -> None:
+        """``close(wait=False)``'s last log: parsed now, kept for ``scan``, its shard written in the background."""
+        try:
+            table, _ = self._read_log(wal, live=True)
+        except Exception as exc:  # the log stays; the next run recovers it
+            self._compaction_failed(wal, exc)
+            table = None
+        if table is None:
+            os.close(fd)
             return
-        wal, fd = self._wal, self._fd
-        self._fd = self._wal = None
-        self._rolled += self._log_rows
-        self._log_rows = 0
-        self._compact_own(wal, fd)
+        self._held = (wal.stem, table)
+        if self._compactor is None:
+            self._compactor = ThreadPoolExecutor(1, thread_name_prefix="dxi-compact")
+        self._pending.append(self._compactor.submit(self._compact_table, wal, fd, table))
 
     def __enter__(self) -> Cache:
         return self

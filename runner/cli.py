@@ -550,7 +550,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                                     {label: s.refused for label, s in stats.items()})
         if stopped:
             extra["stopped_providers"] = stopped
-        cache.close()  # compacted before scoring, which then reads Parquet instead of parsing the log (twice)
+        # the last log parsed once, before scoring (which reads its rows from memory instead of parsing the
+        # log twice) and written as a shard on the compactor thread while the scoring runs
+        cache.close(wait=False)
         from .outputs import print_summary, score  # imported during the run already (``_prepare_scoring``)
 
         summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)

@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import orjson
@@ -78,6 +79,37 @@ def test_close_compacts_the_log_into_one_shard(tmp_path: Path):
     assert len(shards) == 1
     frame = pl.read_parquet(shards[0])
     assert frame.height == 10 and frame["answers"].list.len().to_list() == [1] * 10
+
+
+def test_close_without_waiting_scans_the_last_log_from_memory_while_its_shard_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from dxi.cache import store
+
+    written = []
+    real_compact = Cache._compact
+
+    def compact(self, wal, table, damaged=False):  # the shard is written only once the scan below is done
+        while not written:
+            time.sleep(0.001)
+        real_compact(self, wal, table, damaged)
+
+    monkeypatch.setattr(Cache, "_compact", compact)
+    with Cache(tmp_path, roll_rows=4) as cache:
+        for i in range(10):  # two logs rolled over (compacted in the background), the last one of 2 rows
+            cache.append(row(f"k{i}", created_at=float(i)))
+        parsed = []
+        real_read = store.Cache._read_log
+        monkeypatch.setattr(store.Cache, "_read_log", lambda self, *a, **k: parsed.append(1) or real_read(self, *a, **k))
+        cache.close(wait=False)
+        assert len(parsed) == 1  # the last log parsed once, here
+        assert len(list(tmp_path.glob("wal/*.jsonl"))) == 3  # nothing written yet: every log still in place
+        keys = cache.scan().select("key").collect()["key"].to_list()
+        assert sorted(keys) == [f"k{i}" for i in range(10)] and len(parsed) == 3  # the other two logs read
+        written.append(True)
+    assert list(tmp_path.glob("wal/*")) == [] and len(list(tmp_path.glob("shards/*.parquet"))) == 3
+    again = Cache(tmp_path)
+    assert sorted(again.scan().select("key").collect()["key"].to_list()) == [f"k{i}" for i in range(10)]
+    assert again.has_many([f"k{i}" for i in range(10)]) == [True] * 10
 
 
 KILLED_WRITER = textwrap.dedent("""
