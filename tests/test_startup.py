@@ -8,12 +8,13 @@ import subprocess
 import sys
 import time
 from io import StringIO
+from itertools import islice
 from pathlib import Path
 
 import orjson
 from rich.console import Console
 
-from dxi.evals import EVALS, Suite, discover, gold_frames, when2call
+from dxi.evals import EVALS, Exclusions, Suite, discover, gold_frames, when2call
 from dxi.runner.progress import RunProgress
 from dxi.runner.run import Stats
 
@@ -60,6 +61,26 @@ def test_the_survey_reads_the_tasks_once_and_matches_counting_and_gold_frames(tm
     assert reads == [1, 1]
     assert gold.height == 700 and gold.equals(expected_gold) and categories.equals(expected_categories)
     assert categories.height == 4 * 700
+
+
+def test_validating_the_files_makes_the_survey_in_the_same_pass(tmp_path: Path, monkeypatch):
+    data = discover(synthetic_data(tmp_path, 700))
+    first, second = [t.id for t in islice(Suite(data).tasks(), 2)]
+    reads = []
+
+    def numbered(*args, **kwargs):
+        reads.append(1)
+        return when2call.numbered(*args, **kwargs)
+
+    monkeypatch.setitem(EVALS, "when2call", dataclasses.replace(EVALS["when2call"], numbered=numbered))
+    suite = Suite(data, exclusions=Exclusions({first, f"{second}:answer"}), limit=500)
+    suite.validate()
+    assert reads == [1] and list(suite.surveying()) == []  # the survey came with the check: no second pass
+    assert suite.survey().tasks == {"when2call": 500}  # the two excluded tasks are not among the 500
+    gold, categories = suite.gold_frames()
+    expected_gold, expected_categories = gold_frames(suite.tasks())
+    assert gold.equals(expected_gold) and categories.equals(expected_categories) and gold.height == 500
+    assert suite.data_block()["when2call"]["excluded"] == {"listed": 2, "matched": 2}
 
 
 def test_progress_without_a_total_until_it_is_given():
