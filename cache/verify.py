@@ -7,7 +7,8 @@ Thrift struct before each page) and each page's bytes checked against its CRC wi
 gigabyte a second. A shard is judged damaged only when pyarrow's own verified read (``check``:
 ``page_checksum_verification``) fails too, so a quirk of this walk can never set an intact shard aside.
 Each shard is verified once per ``Verifier`` (one per open cache: shards are immutable once in place):
-the columns the key index reads when it loads, every column before the first scan.
+every column before the first scan. The columns the key index reads are verified by PyArrow itself as
+the index loads (``page_checksum_verification``; ``Verifier.verified`` records it).
 
 What a failed read means is ``damaged()``: any ``Exception`` (pyarrow and Polars raise several types for a
 damaged file) and Polars' ``PanicException`` (a Rust panic, which derives from ``BaseException``), never
