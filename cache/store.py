@@ -479,23 +479,23 @@ class Cache:
     def close(self, wait: bool = True) -> None:
         """Compact this process's logs into shards and release them. Safe to call twice.
 
-        ``wait=False`` (``dxi run``, before scoring): the last log is parsed here and its shard written on the
-        compactor thread (PyArrow's writer, without the GIL) while the caller goes on; until then ``scan``
+        ``wait=False`` (``dxi run``, before scoring): the logs rolled over before are compacted first (as with
+        ``wait``), then the last log is parsed here and its shard written on the compactor thread (PyArrow's
+        writer, without the GIL) while the caller goes on; until then ``scan``
         reads those rows from memory, and the log stays in place until its shard is (a kill meanwhile loses
         nothing: the next run compacts the log). A later ``close()`` (the context's exit) waits for it."""
         self._closing = True
+        self._finish_compactions()  # the logs rolled over before (and a last one handed over): shards first
         if self._fd is not None:
             wal, fd = self._wal, self._fd
             self._fd = self._wal = None
             self._rolled += self._log_rows
             self._log_rows = 0
             if wait:
-                self._finish_compactions()
                 self._compact_own(wal, fd)
             else:
                 self._hand_over(wal, fd)
         if wait:
-            self._finish_compactions()
             self._held = None
 
     def _finish_compactions(self) -> None:
