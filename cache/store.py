@@ -51,7 +51,7 @@ import orjson
 from dxi.lazy import LazyModule
 
 from . import schema, verify
-from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_rows
+from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
 from .schema import INDEX_COLUMNS
 
 if TYPE_CHECKING:
@@ -276,27 +276,22 @@ class Cache:
 
     def _load_index(self) -> KeyIndex:
         # Logs first, then shards: a log compacted meanwhile has its shard in place before it is deleted,
-        # so every row is seen (some twice, which the newest-wins rule absorbs). PyArrow reads only the index
-        # columns, verifying their pages' checksums as it reads, a shard per core at once (the reading and
-        # the arrays' work release the GIL); no Polars (~0.15 s of import) is needed.
-        parts = []
+        # so every row is seen (some twice, which the newest-wins rule absorbs).
+        frames = []
         for path in self._logs():
             table, _ = self._read_log(path, live=True)
             if table is not None and table.num_rows:
-                parts.append(index_rows(table.select(INDEX_COLUMNS)))
-        shards = self._shards()
-        if len(shards) > 1:
-            with ThreadPoolExecutor(min(len(shards), os.cpu_count() or 1), thread_name_prefix="dxi-index") as pool:
-                read = list(pool.map(_index_part, shards))
-        else:
-            read = [_index_part(shard) for shard in shards]
-        for shard, part in zip(shards, read, strict=True):
-            if isinstance(part, BaseException):
-                self._quarantine(shard, f"is unreadable ({type(part).__name__}: {part})", "Its requests will be sent again.")
-            else:
-                self._verifier.verified(shard, INDEX_COLUMNS)
-                parts.append(part)
-        return KeyIndex.from_rows(parts)
+                frames.append(index_columns(pl.from_arrow(table.select(INDEX_COLUMNS)).lazy()))
+        shards = self._verified(self._shards(), INDEX_COLUMNS)
+        try:  # all shards at once (fast); only if that fails is each shard checked alone
+            return KeyIndex.from_frames(frames + self._index_frames(shards))
+        except verify.damaged():  # pyarrow and polars raise several types for a damaged file (polars: a panic)
+            return KeyIndex.from_frames(frames + self._index_frames(self._readable(shards)))
+
+    @staticmethod
+    def _index_frames(shards: list[Path]) -> list[pl.LazyFrame]:
+        # the full schema, as in ``scan``: shards written by older versions lack the newer columns
+        return [index_columns(verify.scan(shards).select(INDEX_COLUMNS))] if shards else []
 
     def _verified(self, shards: list[Path], columns: list[str] | None = None) -> list[Path]:
         """``shards`` less those whose pages of ``columns`` (None: all) fail their checksums
@@ -309,6 +304,18 @@ class Cache:
             gone = {s for s, _ in damaged}
             shards = [s for s in shards if s not in gone]
         return shards
+
+    def _readable(self, shards: list[Path]) -> list[Path]:
+        """``shards`` less those whose footer or index columns cannot be read, moved to quarantine/."""
+        readable = []
+        for shard in shards:
+            exc = verify.check(shard, INDEX_COLUMNS)
+            if exc is None:
+                readable.append(shard)
+            else:
+                self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})",
+                                 "Its requests will be sent again.")
+        return readable
 
     def read(self, query: Callable[[pl.LazyFrame], T]) -> T:
         """``query(self.scan())`` (every shard's pages verified first), recovering from a damaged shard all
@@ -528,18 +535,6 @@ class Cache:
     def rows_appended(self) -> int:
         """Rows appended by this process so far."""
         return self._rolled + self._log_rows
-
-
-def _index_part(shard: Path) -> tuple | BaseException:
-    """``index_rows`` of one shard's index columns (those it has: older shards may lack newer columns), their
-    pages' checksums verified as they are read; the error instead when that fails (``verify.damaged``)."""
-    try:
-        names = set(pq.read_schema(shard).names)
-        return index_rows(pq.read_table(shard, columns=[c for c in INDEX_COLUMNS if c in names],
-                                        read_dictionary=["status", "error_kind"], page_checksum_verification=True,
-                                        use_threads=False))
-    except verify.damaged() as exc:
-        return exc
 
 
 @contextlib.contextmanager

@@ -7,8 +7,7 @@ Thrift struct before each page) and each page's bytes checked against its CRC wi
 gigabyte a second. A shard is judged damaged only when pyarrow's own verified read (``check``:
 ``page_checksum_verification``) fails too, so a quirk of this walk can never set an intact shard aside.
 Each shard is verified once per ``Verifier`` (one per open cache: shards are immutable once in place):
-every column before the first scan. The columns the key index reads are verified by PyArrow itself as
-the index loads (``page_checksum_verification``; ``Verifier.verified`` records it).
+the columns the key index reads when it loads, every column before the first scan.
 
 What a failed read means is ``damaged()``: any ``Exception`` (pyarrow and Polars raise several types for a
 damaged file) and Polars' ``PanicException`` (a Rust panic, which derives from ``BaseException``), never
@@ -73,13 +72,6 @@ class Verifier:
 
     def __init__(self) -> None:
         self._done: dict[Path, frozenset[str] | None] = {}  # shard -> columns verified (None: all)
-
-    def verified(self, shard: Path, columns: Sequence[str]) -> None:
-        """Record that the pages of ``columns`` of ``shard`` were verified elsewhere (read by PyArrow with
-        ``page_checksum_verification``: the key index's columns)."""
-        done = self._done.get(shard, frozenset())
-        if done is not None:
-            self._done[shard] = done | frozenset(columns)
 
     def damaged(self, shards: Sequence[Path], columns: Sequence[str] | None = None
                 ) -> list[tuple[Path, BaseException]]:

@@ -215,45 +215,6 @@ def test_key_index_merges_batches_and_the_newest_row_wins(monkeypatch: pytest.Mo
     assert idx.get_many(probe).tolist() == expected
 
 
-def test_the_key_index_from_rows_on_disk_matches_the_row_by_row_rule():
-    # index_rows + from_rows (vectorised) against the rule applied row by row: the newest created_at of each
-    # key wins, a null created_at counts as the oldest, non-rows are left out, odd keys are hashed
-    from dxi.cache import index
-
-    rng = random.Random(7)
-    hexes = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(300)]
-    keys = hexes + [hexes[5].upper(), "not-hex", "g" * 64, "a" * 63, "0123456789abcdeZ" + "0" * 48, "ü" * 64]
-    rows = []
-    for _ in range(2_000):
-        status = rng.choice(["ok", "invalid", "failed", "failed", "bogus", None])
-        rows.append({"key": rng.choice(keys + ["", None]), "status": status,
-                     "error_kind": rng.choice(["fatal", "transient", None]) if status == "failed" else None,
-                     "created_at": rng.choice([None, float(rng.randrange(10_000))])})
-    expected: dict[str, tuple[float, int]] = {}
-    for r in rows:  # row by row: later rows win ties, as the order of the parts does
-        if not r["key"] or r["status"] not in ("ok", "invalid", "failed"):
-            continue
-        at = float("-inf") if r["created_at"] is None else r["created_at"]
-        p = index.prefix(r["key"])
-        if p not in expected or at >= expected[p][0]:
-            expected[p] = (at, index.code_of(r["status"], r["error_kind"]))
-    for string in (pa.string(), pa.large_string()):
-        schema = pa.schema([("key", string), ("status", pa.string()), ("error_kind", pa.string()),
-                            ("created_at", pa.float64())])
-        table = pa.Table.from_pylist(rows, schema=schema)
-        parts = [index.index_rows(table.slice(0, 700)), index.index_rows(table.slice(700))]  # two "shards"
-        idx = index.KeyIndex.from_rows(parts)
-        assert len(idx) == len(expected)
-        probe = keys + ["absent"]
-        want = [expected.get(index.prefix(k), (0, index.ABSENT))[1] for k in probe]
-        assert [idx.get(k) for k in probe] == want
-        assert idx.codes(probe) == want
-        only_hex = pa.table({"key": pa.array(hexes[:3], string), "status": ["ok", "invalid", "failed"],
-                             "error_kind": [None, None, "fatal"], "created_at": [1.0, 2.0, 3.0]})
-        assert index.index_rows(only_hex)[0].tolist() == [int(k[:16], 16) for k in hexes[:3]]
-        assert index.index_rows(only_hex)[1].tolist() == [index.CODE_OK, index.CODE_INVALID, index.CODE_FATAL]
-
-
 def test_a_corrupt_log_line_is_skipped_and_the_log_set_aside(tmp_path: Path):
     (tmp_path / "wal").mkdir()
     lines = [orjson.dumps(row(k)) for k in ("a", "b", "c")]
