@@ -5,18 +5,17 @@
 bodies (the same bytes as ``systemone``), answered by ``Decider.ask`` in a pool of worker processes, one
 per core (sparrow's tokenizer is pure Python, so threads would share one core), so the event loop never
 blocks. The reply is the System One JSON a ``sparrow-decider serve`` would return, decoded and validated
-by the same code as the HTTP adapter.
+by the same code as the HTTP adapter. What a worker runs is ``dxi.embedded_worker`` (outside this
+package, so that a worker does not import aiohttp).
 """
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
 import os
-import signal
-import time
 from concurrent.futures import ProcessPoolExecutor
 
-import orjson
+from dxi import embedded_worker
 
 from .base import Limits, ModelSpec, Request
 from .errors import Fatal
@@ -24,30 +23,6 @@ from .systemone import ENDPOINT, SystemOne
 
 DEFAULT_MODEL = "sparrow-nano-general-v1.1"
 WORKERS = max(1, os.cpu_count() or 1)
-
-_decider = None  # one per worker process
-
-
-def _load(name: str) -> None:
-    global _decider
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    from sparrow_decider import Decider
-
-    _decider = Decider.load(name)
-
-
-def _ask(body: bytes) -> tuple[bool, bytes | str]:
-    """In a worker: ``(True, reply body)`` or ``(False, why the model rejected the request)``."""
-    payload = orjson.loads(body)
-    started = time.perf_counter()
-    try:
-        answers = _decider.ask(payload["state"], payload["questions"])
-    except (KeyError, ValueError, TypeError) as exc:
-        return False, str(exc)
-    return True, orjson.dumps({"model": _decider.name, "answers": answers,
-                               "usage": {"input_tokens": 0, "output_tokens": 0},
-                               "latency_ms": round((time.perf_counter() - started) * 1000, 2)})
-
 
 class Embedded(SystemOne):
     """sparrow-decider in worker processes. ``start`` raises Fatal for an unknown model, listing the known."""
@@ -80,7 +55,7 @@ class Embedded(SystemOne):
         if self.model not in available_models():
             raise Fatal(f"unknown embedded model {self.model!r}; available: {', '.join(available_models())}")
         self._pool = ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_load, initargs=(self.model,))
+                                         initializer=embedded_worker.load, initargs=(self.model,))
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -90,7 +65,7 @@ class Embedded(SystemOne):
     async def send(self, request: Request) -> bytes:
         if self._pool is None:
             raise RuntimeError("Embedded.send() before start()")
-        ok, result = await asyncio.get_running_loop().run_in_executor(self._pool, _ask, request.body)
+        ok, result = await asyncio.get_running_loop().run_in_executor(self._pool, embedded_worker.ask, request.body)
         if not ok:
             raise Fatal(f"{self.label}: the model rejected the request: {result}")
         return result

@@ -8,6 +8,10 @@ shards' index columns in a fraction of a second; a Python dict of the hex string
 Two different requests share a prefix with probability ~n²/2⁶⁵ (3·10⁻⁸ for a million keys): then the
 second would be taken as cached. Keys that are not 64 hex digits (hand-made ones in tests) are hashed
 to 64 bits with BLAKE2b instead.
+
+NumPy is imported when the index first holds sorted arrays (loaded from rows on disk, or ``MERGE_AT``
+rows appended): an index built empty (a first run's fresh cache) is the dict alone, and the run's start-up
+does without NumPy's import (issue 14).
 """
 from __future__ import annotations
 
@@ -15,16 +19,16 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from dxi.lazy import LazyModule
 
 from .schema import FAILED, FATAL, INVALID, OK
 
 if TYPE_CHECKING:
+    import numpy as np
     import polars as pl
 else:
     pl = LazyModule("polars")  # imported when an index is built from rows on disk
+    np = LazyModule("numpy")  # imported when the index first holds arrays
 
 # status codes: the class of a key's newest row
 ABSENT, CODE_OK, CODE_INVALID, CODE_FATAL, CODE_TRANSIENT = 0, 1, 2, 3, 4
@@ -80,8 +84,8 @@ class KeyIndex:
     appended row (the newest for its key), ``from_frames`` builds the index from rows on disk."""
 
     def __init__(self) -> None:
-        self._keys = np.empty(0, np.uint64)
-        self._codes = np.empty(0, np.uint8)
+        self._keys: np.ndarray | None = None  # sorted uint64 prefixes (None: none yet, NumPy not needed)
+        self._codes: np.ndarray | None = None  # uint8 codes beside them
         self._recent: dict[int, int] = {}
 
     @classmethod
@@ -110,7 +114,7 @@ class KeyIndex:
 
     def __len__(self) -> int:
         self._merge()
-        return len(self._keys)
+        return 0 if self._keys is None else len(self._keys)
 
     def get(self, key: str) -> int:
         p = prefix(key)
@@ -118,16 +122,23 @@ class KeyIndex:
         if code is not None:
             return code
         keys = self._keys
-        if not len(keys):
+        if keys is None or not len(keys):
             return ABSENT
         i = keys.searchsorted(p)
         return int(self._codes[i]) if i < len(keys) and keys[i] == p else ABSENT
+
+    def codes(self, keys: Sequence[str]) -> list[int]:
+        """Codes of ``keys`` in the same order, as a list (``get_many``; without arrays yet, the dict alone)."""
+        if self._keys is None:
+            recent = self._recent
+            return [recent.get(prefix(k), ABSENT) for k in keys]
+        return self.get_many(keys).tolist()
 
     def get_many(self, keys: Sequence[str]) -> np.ndarray:
         """Codes of ``keys``, as a uint8 array in the same order."""
         ps = np.fromiter((prefix(k) for k in keys), np.uint64, len(keys))
         out = np.zeros(len(ps), np.uint8)
-        if len(self._keys):
+        if self._keys is not None and len(self._keys):
             i = self._keys.searchsorted(ps)
             np.minimum(i, len(self._keys) - 1, out=i)
             found = self._keys[i] == ps
@@ -151,6 +162,8 @@ class KeyIndex:
         new_keys = np.fromiter(self._recent.keys(), np.uint64, len(self._recent))
         new_codes = np.fromiter(self._recent.values(), np.uint8, len(self._recent))
         self._recent = {}
+        if self._keys is None:
+            self._keys, self._codes = np.empty(0, np.uint64), np.empty(0, np.uint8)
         order = np.argsort(new_keys)
         new_keys, new_codes = new_keys[order], new_codes[order]
         pos = self._keys.searchsorted(new_keys)

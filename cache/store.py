@@ -42,27 +42,29 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-import numpy as np
 import orjson
-import pyarrow as pa
-import pyarrow.json as pj
-import pyarrow.parquet as pq
 
 from dxi.lazy import LazyModule
 
-from . import layout, verify
+from . import schema, verify
 from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
-from .schema import INDEX_COLUMNS, SCHEMA
+from .schema import INDEX_COLUMNS
 
 if TYPE_CHECKING:
     import polars as pl
+    import pyarrow as pa
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
 
     from .remote import Remote
-else:
-    pl = LazyModule("polars")  # imported when first used: opening an empty cache (a first run) does without
+else:  # imported when first used: opening an empty cache and appending to it (a first run) does without
+    pl = LazyModule("polars")
+    pa, pj, pq = LazyModule("pyarrow"), LazyModule("pyarrow.json"), LazyModule("pyarrow.parquet")
+layout = LazyModule("dxi.cache.layout")  # the shards' layouts (PyArrow, NumPy): imported when first read or written
 
 T = TypeVar("T")
 
@@ -71,12 +73,26 @@ log = logging.getLogger("dxi.cache")
 _write, _dumps, _LINE = os.write, orjson.dumps, orjson.OPT_APPEND_NEWLINE  # looked up once: append is hot
 ROLL_ROWS = 5_000  # rows per log before it is compacted into a shard (~10 MB of log)
 COMPACT_ROWS = 1_000_000  # rows per shard that ``compact_shards`` merges small shards into
-_JSON = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
-_JSON_READ = pj.ReadOptions(block_size=1 << 20)
-# A log compacted in the background while rows are appended is parsed on one thread, leaving the other
-# cores to the appends (with Arrow's thread pool it took about half of the appending thread's core:
-# measured, appends went from ~170,000 to ~80,000 rows/s while a compaction ran).
-_JSON_READ_ONE_THREAD = pj.ReadOptions(block_size=1 << 20, use_threads=False)
+
+
+def prepare_compaction() -> None:
+    """Import what compacting a log needs (PyArrow's JSON reader and Parquet writer, the schema) ahead of
+    time: ``dxi run`` calls it on a thread during the run, so that closing the cache after the last reply
+    does not pay for the imports (~60 ms)."""
+    for threads in (False, True):
+        _json_options(threads)
+    pq.ParquetWriter  # noqa: B018 (the attribute read imports pyarrow.parquet)
+    layout.write_shard  # noqa: B018 (and the shard layouts)
+
+
+@cache
+def _json_options(threads: bool) -> tuple[pj.ReadOptions, pj.ParseOptions]:
+    """How a log is parsed. A log compacted in the background while rows are appended is parsed on one
+    thread (``threads=False``), leaving the other cores to the appends (with Arrow's thread pool it took
+    about half of the appending thread's core: measured, appends went from ~170,000 to ~80,000 rows/s
+    while a compaction ran)."""
+    return (pj.ReadOptions(block_size=1 << 20, use_threads=threads),
+            pj.ParseOptions(explicit_schema=schema.SCHEMA, unexpected_field_behavior="ignore"))
 
 
 class CacheWriteError(OSError):
@@ -125,9 +141,9 @@ class Cache:
         self._compactor: ThreadPoolExecutor | None = None
         self._closing = False  # set by close: no more appends to leave cores to
         self._pending: list[Future] = []
+        self._held: tuple[str, pa.Table] | None = None  # see close(wait=False)
         cached = [CODE_OK] + ([] if retry_invalid else [CODE_INVALID]) + ([] if retry_failed else [CODE_FATAL])
-        self._cached = np.zeros(256, bool)
-        self._cached[cached] = True
+        self._cached = tuple(code in cached for code in range(256))  # status code -> counts as cached
         if not read_only:
             self._remove_abandoned()
             self._recover_orphans()
@@ -171,10 +187,11 @@ class Cache:
             self._warn(f"cache: {path} ends with a truncated record (the writer was killed mid-write); "
                        "dropped it, its request will be sent again.")
         if end == 0:
-            return SCHEMA.empty_table(), damaged
+            return schema.SCHEMA.empty_table(), damaged
+        read_options, parse_options = _json_options(threads)
         try:  # the complete lines, without copying them
-            table = pj.read_json(pa.BufferReader(pa.py_buffer(data)[:end]),
-                                 read_options=_JSON_READ if threads else _JSON_READ_ONE_THREAD, parse_options=_JSON)
+            table = pj.read_json(pa.BufferReader(pa.py_buffer(data)[:end]), read_options=read_options,
+                                 parse_options=parse_options)
             table, bad = verify.valid_rows(table)  # JSON, but not a row: {}, a row without its key, ...
             if not bad:
                 return table, damaged
@@ -188,7 +205,7 @@ class Cache:
         tables = []
         for n, line in enumerate(data[:end].split(b"\n")[:-1], 1):  # a damaged line: find it, keep the rest
             try:
-                one, bad = verify.valid_rows(pa.Table.from_pylist([orjson.loads(line)], schema=SCHEMA))
+                one, bad = verify.valid_rows(pa.Table.from_pylist([orjson.loads(line)], schema=schema.SCHEMA))
             except (orjson.JSONDecodeError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
                 one, bad = None, [0]
             if bad:
@@ -197,7 +214,7 @@ class Cache:
                            "will be sent again.")
             else:
                 tables.append(one)
-        return (pa.concat_tables(tables) if tables else SCHEMA.empty_table()), damaged
+        return (pa.concat_tables(tables) if tables else schema.SCHEMA.empty_table()), damaged
 
     def _remove_abandoned(self) -> None:
         """Delete files a killed process was still creating: logs not yet renamed into place (always
@@ -365,11 +382,12 @@ class Cache:
 
     def has(self, key: str) -> bool:
         """True when the request with this key needs no sending (see the class docstring)."""
-        return bool(self._cached[self._keys().get(key)])
+        return self._cached[self._keys().get(key)]
 
     def has_many(self, keys: list[str]) -> list[bool]:
         """``has`` for many keys at once (one vectorised lookup)."""
-        return self._cached[self._keys().get_many(keys)].tolist()
+        cached = self._cached
+        return [cached[code] for code in self._keys().codes(keys)]
 
     def __len__(self) -> int:
         return len(self._keys())
@@ -379,8 +397,13 @@ class Cache:
         shape (``cache.layout``): the columns of ``cache.schema.SCHEMA``, then the flat answer columns
         (``cache.layout.FLAT``), whatever each shard's layout. Several rows may share a key; the newest
         ``created_at`` wins."""
-        logged = [(p.stem, t) for p in self._logs() if (t := self._read_log(p, live=True)[0]) is not None]
+        held = self._held  # the last log handed to the compactor by close(wait=False): its rows, from memory
+        logged = [(p.stem, t) for p in self._logs() if (held is None or p.stem != held[0])
+                  and (t := self._read_log(p, live=True)[0]) is not None]
         shards = self._shards()  # listed after the logs were read: see _load_index
+        if held is not None:
+            shards = [s for s in shards if s.stem != held[0]]
+            logged.append(held)
         compacted = {s.stem for s in shards}  # a log whose shard is in place is about to go: skip it
         tables = [t for stem, t in logged if t.num_rows and stem not in compacted]
         frames = [layout.logical(pl.from_arrow(pa.concat_tables(tables)).lazy(), layout.NESTED)] if tables else []
@@ -562,28 +585,69 @@ class Cache:
         is parsed on one thread, leaving the other cores to the appends; once ``close`` has begun, on all."""
         try:
             table, _ = self._read_log(wal, live=True, threads=self._closing)
-            if table is not None:
-                self._compact(wal, table)
         except Exception as exc:  # the log stays; the next run recovers it
-            self._warn(f"cache: could not compact {wal} ({type(exc).__name__}: {exc}); it stays and the next "
-                       "run will compact it.")
+            self._compaction_failed(wal, exc)
+            table = None
+        if table is None:
+            os.close(fd)
+            return
+        self._compact_table(wal, fd, table)
+
+    def _compact_table(self, wal: Path, fd: int, table: pa.Table) -> None:
+        """Write ``table`` (the rows of this process's log ``wal``) as its shard, then release the log."""
+        try:
+            self._compact(wal, table)
+        except Exception as exc:  # the log stays; the next run recovers it
+            self._compaction_failed(wal, exc)
         finally:
             os.close(fd)
 
-    def close(self) -> None:
-        """Compact this process's logs into shards and release them. Safe to call twice."""
+    def _compaction_failed(self, wal: Path, exc: Exception) -> None:
+        self._warn(f"cache: could not compact {wal} ({type(exc).__name__}: {exc}); it stays and the next "
+                   "run will compact it.")
+
+    def close(self, wait: bool = True) -> None:
+        """Compact this process's logs into shards and release them. Safe to call twice.
+
+        ``wait=False`` (``dxi run``, before scoring): the logs rolled over before are compacted first (as with
+        ``wait``), then the last log is parsed here and its shard written on the compactor thread (PyArrow's
+        writer, without the GIL) while the caller goes on; until then ``scan``
+        reads those rows from memory, and the log stays in place until its shard is (a kill meanwhile loses
+        nothing: the next run compacts the log). A later ``close()`` (the context's exit) waits for it."""
         self._closing = True
+        self._finish_compactions()  # the logs rolled over before (and a last one handed over): shards first
+        if self._fd is not None:
+            wal, fd = self._wal, self._fd
+            self._fd = self._wal = None
+            self._rolled += self._log_rows
+            self._log_rows = 0
+            if wait:
+                self._compact_own(wal, fd)
+            else:
+                self._hand_over(wal, fd)
+        if wait:
+            self._held = None
+
+    def _finish_compactions(self) -> None:
         if self._compactor is not None:
             self._compactor.shutdown(wait=True)
             self._compactor = None
             self._pending = []
-        if self._fd is None:
+
+    def _hand_over(self, wal: Path, fd: int) -> None:
+        """``close(wait=False)``'s last log: parsed now, kept for ``scan``, its shard written in the background."""
+        try:
+            table, _ = self._read_log(wal, live=True)
+        except Exception as exc:  # the log stays; the next run recovers it
+            self._compaction_failed(wal, exc)
+            table = None
+        if table is None:
+            os.close(fd)
             return
-        wal, fd = self._wal, self._fd
-        self._fd = self._wal = None
-        self._rolled += self._log_rows
-        self._log_rows = 0
-        self._compact_own(wal, fd)
+        self._held = (wal.stem, table)
+        if self._compactor is None:
+            self._compactor = ThreadPoolExecutor(1, thread_name_prefix="dxi-compact")
+        self._pending.append(self._compactor.submit(self._compact_table, wal, fd, table))
 
     def __enter__(self) -> Cache:
         return self

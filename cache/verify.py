@@ -1,6 +1,6 @@
 """What the cache checks when it reads: page checksums of shards, and the form of every logged row.
 
-Shards are written with a CRC-32 of every page (``WRITE_OPTIONS``: the ``crc`` field of each Parquet page
+Shards are written with a CRC-32 of every page (``cache.layout.WRITE_OPTIONS``: the ``crc`` field of each Parquet page
 header). Polars, which reads the shards, cannot verify those checksums, so before a shard is read its
 pages are verified here (``Verifier``): the page headers are walked straight from the file (a compact
 Thrift struct before each page) and each page's bytes checked against its CRC with zlib, about a
@@ -28,20 +28,20 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from dxi.lazy import LazyModule
 
-from . import layout
-from .layout import WRITE_OPTIONS
 from .schema import FAILED, FATAL, INVALID, OK, TRANSIENT
 
 if TYPE_CHECKING:
     import polars as pl
+    import pyarrow as pa
     import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 else:  # imported when first used: opening an empty cache (a first run) does without
     pl, pc = LazyModule("polars"), LazyModule("pyarrow.compute")
+    pa, pq = LazyModule("pyarrow"), LazyModule("pyarrow.parquet")
+layout = LazyModule("dxi.cache.layout")  # PyArrow and NumPy: imported when a shard is first read
+
 
 @cache
 def damaged() -> tuple[type[BaseException], ...]:
@@ -59,9 +59,10 @@ def is_damage(exc: BaseException) -> bool:
         return type(exc) is OSError and exc.errno is None
     return isinstance(exc, damaged())
 
+
 STATUSES = (OK, INVALID, FAILED)
 ERROR_KINDS = (TRANSIENT, FATAL)
-__all__ = ["WRITE_OPTIONS", "Verifier", "check", "damaged", "page_checksums", "scan", "valid_rows"]
+__all__ = ["Verifier", "check", "damaged", "is_damage", "page_checksums", "scan", "valid_rows"]
 
 
 def scan(shards: Sequence[Path]) -> pl.LazyFrame:

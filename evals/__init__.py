@@ -14,7 +14,6 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -174,13 +173,35 @@ class Suite:
         """Read every selected file whole, once per Suite (a fast pass, before a run's first request; the
         run still streams): raises DatasetError for a malformed row anywhere in a file, or for two rows
         that make one task id (naming both rows). Exclusions and ``limit`` do not apply: the file is
-        checked, not the selection."""
+        checked, not the selection. The same pass makes the survey (``survey``: the selection's counts
+        and gold rows), so the tasks need not be read again for it; not for a subclass that selects its
+        tasks itself (``tasks`` overridden: a sample), which is surveyed by reading its ``tasks``."""
         if self._validated:
             return
+        surveying = type(self).tasks is Suite.tasks and self._survey is None
+        counts: dict[str, int] = {}
+        gold: list[tuple] = []
+        categories: list[tuple] = []
         for n in self.selected():
             data, spec = self.data[n], EVALS[n]
             kwargs = {"subset": self.wildguard_subset} if n == wildguardtest.NAME else {}
-            check_file(data.file.path, partial(spec.numbered, data.file.path, **kwargs), spec.id_field)
+            counts[n] = 0
+            passes = []
+
+            def rows(n=n, spec=spec, kwargs=kwargs, passes=passes) -> Iterator[tuple[int, Task]]:
+                first = surveying and not passes  # check_file reads again only to name a repeated id
+                passes.append(1)
+                for row, task in spec.numbered(self.data[n].file.path, **kwargs):
+                    if first and (self.limit is None or counts[n] < self.limit):
+                        kept = self.exclusions.keep(task)
+                        if kept is not None:
+                            counts[n] += 1
+                            _gold_rows(kept, gold, categories)
+                    yield row, task
+
+            check_file(data.file.path, rows, spec.id_field)
+        if surveying:
+            self._survey = Survey(counts, gold, categories)
         self._validated = True
 
     def selected(self) -> list[str]:

@@ -6,7 +6,9 @@ and two rows that make one task id (``"id": 1`` and ``"id": "1"`` both make ``<e
 ``DatasetError`` naming both rows: scored, one row's answer would be compared with the other's gold.
 
 Memory: 16 bytes a row (a 64-bit hash of each id and its row number), not the ids themselves; only when
-two hashes meet are the ids of those rows read again, to name them.
+two hashes meet are the ids of those rows read again, to name them. A file of up to ``SMALL`` rows is
+checked with a set of the hashes first (a few MB at most, and no NumPy import: a run's start-up does
+without it, issue 14); a larger one, or one where two hashes meet, with NumPy's sort.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from pathlib import Path
 from .rows import DatasetError
 from .task import Task
 
+SMALL = 65_536  # rows checked with a set of their hashes (~5 MB) before NumPy is needed
+
 
 def check_file(path: Path, rows: Callable[[], Iterator[tuple[int, Task]]], id_field: str | None) -> int:
     """Read every row of ``path`` (``rows()`` streams ``(row number, Task)``); return the number of tasks.
@@ -26,6 +30,8 @@ def check_file(path: Path, rows: Callable[[], Iterator[tuple[int, Task]]], id_fi
     for n, task in rows():
         hashes.append(hash(task.id))
         numbers.append(n)
+    if len(hashes) <= SMALL and len(set(hashes)) == len(hashes):
+        return len(hashes)  # no two hashes meet: no id repeats
     import numpy as np  # imported when a file is checked: reading tasks (and `dxi --help`) does without
 
     h = np.frombuffer(hashes, np.int64) if len(hashes) else np.empty(0, np.int64)

@@ -51,22 +51,30 @@ class Exclusions:
 
     def apply(self, tasks: Iterable[Task]) -> Iterator[Task]:
         """Drop excluded tasks and questions; a task left with no question is dropped."""
-        ids = self.ids
-        if not ids:
+        if not self.ids:
             yield from tasks
             return
         for t in tasks:
-            if t.id in ids:
-                self._matched.add(t.id)
-                continue
-            drop = {q.id for q in t.questions if f"{t.id}:{q.id}" in ids}
-            if drop:
-                self._matched.update(f"{t.id}:{q}" for q in drop)
-                kept = tuple(q for q in t.questions if q.id not in drop)
-                if not kept:
-                    continue
-                t = replace(t, questions=kept, gold={k: v for k, v in t.gold.items() if k not in drop})
-            yield t
+            kept = self.keep(t)
+            if kept is not None:
+                yield kept
+
+    def keep(self, t: Task) -> Task | None:
+        """``t`` less its excluded questions, or None when the task is excluded (or left with no question)."""
+        ids = self.ids
+        if not ids:
+            return t
+        if t.id in ids:
+            self._matched.add(t.id)
+            return None
+        drop = {q.id for q in t.questions if f"{t.id}:{q.id}" in ids}
+        if drop:
+            self._matched.update(f"{t.id}:{q}" for q in drop)
+            kept = tuple(q for q in t.questions if q.id not in drop)
+            if not kept:
+                return None
+            t = replace(t, questions=kept, gold={k: v for k, v in t.gold.items() if k not in drop})
+        return t
 
     def summary(self, eval_name: str) -> dict[str, int]:
         """Counts for the data block: ids listed for ``eval_name`` and how many matched a task."""

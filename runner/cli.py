@@ -410,14 +410,15 @@ async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], 
                   first: asyncio.Event, shard=None) -> None:
     """Once the run's first outcome is in (``first``: the first requests are on the wire; at most
     ``SURVEY_WAIT_S``), ``suite.survey()`` a few hundred tasks per event-loop turn, then the start line and
-    the progress totals; then what scoring needs is prepared on a thread (``_prepare_scoring``), while the
-    requests are on the wire, instead of before the first request or after the last reply."""
+    the progress totals (on a thread: with a shard, counting what it owns encodes every request); then
+    what scoring needs is prepared on a thread (``_prepare_scoring``), while the requests are on the wire,
+    instead of before the first request or after the last reply."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(first.wait(), SURVEY_WAIT_S)
     for _ in plan.suite.surveying():
         await asyncio.sleep(0)
-    if progress is not None:
-        line, totals_ = _counted(plan, models, idle, budget, shard)
+    if progress is not None:  # on a thread: with a shard, its requests are encoded to count those it owns
+        line, totals_ = await asyncio.to_thread(_counted, plan, models, idle, budget, shard)
         console.print(line, highlight=False, markup=False)
         progress.set_totals(totals_)
     await asyncio.to_thread(_prepare_scoring, plan.suite)
@@ -426,11 +427,14 @@ async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], 
 def _prepare_scoring(suite) -> None:
     """What the scoring after the run needs and can have before it: its imports, the gold frames and the
     bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
-    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept by ``Bootstrap.counts``)."""
+    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept by ``Bootstrap.counts``); and what
+    closing the cache needs to compact its last log (``cache.store.prepare_compaction``)."""
     from dxi import scoring
+    from dxi.cache.store import prepare_compaction
 
     from . import outputs  # noqa: F401
 
+    prepare_compaction()
     suite.gold_frames()
     boot = scoring.Bootstrap()  # as outputs.score_all scores
     for name, n_tasks in suite.survey().tasks.items():
@@ -548,7 +552,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                                     {label: s.refused for label, s in stats.items()})
         if stopped:
             extra["stopped_providers"] = stopped
-        cache.close()  # compacted before scoring, which then reads Parquet instead of parsing the log (twice)
+        # the last log parsed once, before scoring (which reads its rows from memory instead of parsing the
+        # log twice) and written as a shard on the compactor thread while the scoring runs
+        cache.close(wait=False)
         from .outputs import print_summary, score  # imported during the run already (``_prepare_scoring``)
 
         summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)

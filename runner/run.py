@@ -50,6 +50,7 @@ from .rows import make_row
 from .shard import Shard
 
 BATCH = 32  # requests encoded and looked up in the cache at a time, per model (~1 ms of work)
+DRAIN_BATCH = 256  # a stopped provider's requests counted not sent per event-loop turn (a few ms of work)
 
 
 @dataclass
@@ -187,15 +188,9 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
             return None
         streams = feeds[provider]
         if limiters[provider].halted is not None:  # the provider stopped (runner.stops): count the rest not sent
-            labels = set()
-            for stream in streams:
-                for job in stream:
-                    stats[job.adapter.label].not_sent += 1
-                    in_flight.discard(job.request.key)
-                    labels.add(job.adapter.label)
-            streams.clear()
-            for label in labels:
-                progress(label)
+            if streams:  # in batches, beside the requests still in flight (a big suite's rest takes seconds)
+                group[0].create_task(drain(list(streams)))
+                streams.clear()
             return None
         while streams:
             stream = streams[0]
@@ -209,6 +204,26 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
                 return job
             streams.remove(stream)
         return None
+
+    async def drain(streams: list[Iterator[_Job]]) -> None:
+        """Count the requests left in a stopped provider's ``streams`` as not sent, ``DRAIN_BATCH`` per event-loop
+        turn (each is encoded and looked up in the cache: a cached one counts as a cache hit, as it would
+        have); an error of a task stream stops the run as it does when met by ``next_job``."""
+        labels: set[str] = set()
+        n = 0
+        try:
+            for stream in streams:
+                for job in stream:
+                    stats[job.adapter.label].not_sent += 1
+                    in_flight.discard(job.request.key)
+                    labels.add(job.adapter.label)
+                    n += 1
+                    if n % DRAIN_BATCH == 0:
+                        await asyncio.sleep(0)
+        except Exception as exc:  # a malformed row: the run stops, the requests in flight finish first
+            stopped_by.append(exc)
+        for label in labels:
+            progress(label)
 
     def record(job: _Job, outcome: Outcome) -> None:
         st = stats[job.adapter.label]
@@ -298,11 +313,13 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
         for _ in range(n_workers):
             await queue.put(None)
 
+    group: list[asyncio.TaskGroup] = []  # the run's task group, for the drains of stopped providers
     try:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(feed())
+        async with asyncio.TaskGroup() as tasks:
+            group.append(tasks)
+            tasks.create_task(feed())
             for _ in range(n_workers):
-                group.create_task(work())
+                tasks.create_task(work())
     except ExceptionGroup as group_error:  # e.g. a malformed dataset row: raise it as itself
         first = group_error
         while isinstance(first, ExceptionGroup):

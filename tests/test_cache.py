@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import orjson
@@ -79,6 +80,36 @@ def test_close_compacts_the_log_into_one_shard(tmp_path: Path):
     assert layout.layout_of(shards[0]) == layout.FLAT_LAYOUT  # new shards have the flat answer layout
     frame = pl.from_arrow(layout.read_nested(shards[0], SCHEMA.names))
     assert frame.height == 10 and frame["answers"].list.len().to_list() == [1] * 10
+
+
+def test_close_without_waiting_scans_the_last_log_from_memory_while_its_shard_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from dxi.cache import store
+
+    written = []
+    real_compact = Cache._compact
+
+    def compact(self, wal, table, damaged=False):  # the last log's shard is written only once the scan is done
+        while table.num_rows == 2 and not written:
+            time.sleep(0.001)
+        real_compact(self, wal, table, damaged)
+
+    monkeypatch.setattr(Cache, "_compact", compact)
+    with Cache(tmp_path, roll_rows=4) as cache:
+        for i in range(10):  # two logs rolled over (compacted in the background), the last one of 2 rows
+            cache.append(row(f"k{i}", created_at=float(i)))
+        cache.close(wait=False)  # the rolled logs' shards are in place; the last log is parsed, not yet written
+        assert len(list(tmp_path.glob("shards/*.parquet"))) == 2 and len(list(tmp_path.glob("wal/*.jsonl"))) == 1
+        parsed = []
+        real_read = store.Cache._read_log
+        monkeypatch.setattr(store.Cache, "_read_log", lambda self, *a, **k: parsed.append(1) or real_read(self, *a, **k))
+        keys = cache.scan().select("key").collect()["key"].to_list()
+        assert sorted(keys) == [f"k{i}" for i in range(10)] and parsed == []  # the last log's rows from memory
+        written.append(True)
+    assert list(tmp_path.glob("wal/*")) == [] and len(list(tmp_path.glob("shards/*.parquet"))) == 3
+    again = Cache(tmp_path)
+    assert sorted(again.scan().select("key").collect()["key"].to_list()) == [f"k{i}" for i in range(10)]
+    assert again.has_many([f"k{i}" for i in range(10)]) == [True] * 10
 
 
 KILLED_WRITER = textwrap.dedent("""

@@ -20,7 +20,7 @@ import pytest
 
 from dxi import scoring
 from dxi.adapters import Limits, ModelSpec
-from dxi.cache import Cache, CacheWriteError, store, verify
+from dxi.cache import Cache, CacheWriteError, schema, verify
 from dxi.evals import PROMPT_VERSION, DatasetError, Exclusions, Suite, Task, discover, fetch, gold_frames, hle
 from dxi.runner.cli import main
 from dxi.runner.outputs import score
@@ -284,9 +284,9 @@ def test_a_logged_line_that_is_json_but_not_a_row_is_dropped_and_the_log_kept(tm
 
 def test_a_row_without_a_key_in_an_old_shard_never_reaches_the_key_index(tmp_path: Path):
     (tmp_path / "shards").mkdir(parents=True)
-    table = pl.DataFrame([row("a" * 64), row("b" * 64)], schema=pl.from_arrow(store.SCHEMA.empty_table()).schema)
+    table = pl.DataFrame([row("a" * 64), row("b" * 64)], schema=pl.from_arrow(schema.SCHEMA.empty_table()).schema)
     table = table.with_columns(pl.when(pl.col("key") == "a" * 64).then(None).otherwise(pl.col("key")).alias("key"))
-    pq.write_table(table.to_arrow().cast(store.SCHEMA), tmp_path / "shards" / "old.parquet")
+    pq.write_table(table.to_arrow().cast(schema.SCHEMA), tmp_path / "shards" / "old.parquet")
     cache = Cache(tmp_path)
     assert cache.has("b" * 64) and len(cache) == 1 and cache._keys()._keys.dtype == np.uint64
 

@@ -104,6 +104,32 @@ async def test_a_quota_429_for_100_tasks_stops_within_max_in_flight_and_says_so(
             "please check your plan and billing details.") in " ".join(printed.split())
 
 
+async def test_a_stopped_providers_rest_is_counted_not_sent_in_batches_beside_the_loop(tmp_path: Path,
+                                                                                      monkeypatch: pytest.MonkeyPatch):
+    # the requests left when a provider stops are counted (each encoded and looked up) DRAIN_BATCH per
+    # event-loop turn, not all in one turn with requests in flight (seconds for a big suite)
+    from dxi.runner import run as run_module
+
+    monkeypatch.setattr(run_module, "DRAIN_BATCH", 50)
+    data = synthetic.data_dir(tmp_path / "data", 2_000)
+    limiters: dict = {}
+    turns_after_stop = []
+
+    async def ticker():
+        while True:
+            await asyncio.sleep(0)
+            if limiters and next(iter(limiters.values())).halted is not None:
+                turns_after_stop.append(1)
+
+    async with FakeProvider(default="quota") as server:
+        tick = asyncio.create_task(ticker())
+        _, stats, rows = await run_model(f"systemone:fake-decider@{server.url}", data, tmp_path / "c", ONE,
+                                         limit=None, limiters=limiters)
+        tick.cancel()
+    assert (stats.refused, stats.not_sent, stats.sent, rows.height) == (1, 1_999, 0, 0)
+    assert len(turns_after_stop) >= 1_999 // 50  # the loop went on turning while the rest was counted
+
+
 @pytest.mark.parametrize("behaviour, cause", [("401", KEY), ("403", KEY), ("404", MODEL)])
 async def test_a_dead_key_or_unknown_model_stops_the_provider(data_dir: Path, tmp_path: Path, behaviour: str, cause: str):
     async with FakeProvider(default=behaviour) as server:

@@ -8,12 +8,13 @@ import subprocess
 import sys
 import time
 from io import StringIO
+from itertools import islice
 from pathlib import Path
 
 import orjson
 from rich.console import Console
 
-from dxi.evals import EVALS, Suite, discover, gold_frames, when2call
+from dxi.evals import EVALS, Exclusions, Suite, discover, gold_frames, when2call
 from dxi.runner.progress import RunProgress
 from dxi.runner.run import Stats
 
@@ -62,6 +63,26 @@ def test_the_survey_reads_the_tasks_once_and_matches_counting_and_gold_frames(tm
     assert categories.height == 4 * 700
 
 
+def test_validating_the_files_makes_the_survey_in_the_same_pass(tmp_path: Path, monkeypatch):
+    data = discover(synthetic_data(tmp_path, 700))
+    first, second = [t.id for t in islice(Suite(data).tasks(), 2)]
+    reads = []
+
+    def numbered(*args, **kwargs):
+        reads.append(1)
+        return when2call.numbered(*args, **kwargs)
+
+    monkeypatch.setitem(EVALS, "when2call", dataclasses.replace(EVALS["when2call"], numbered=numbered))
+    suite = Suite(data, exclusions=Exclusions({first, f"{second}:answer"}), limit=500)
+    suite.validate()
+    assert reads == [1] and list(suite.surveying()) == []  # the survey came with the check: no second pass
+    assert suite.survey().tasks == {"when2call": 500}  # the two excluded tasks are not among the 500
+    gold, categories = suite.gold_frames()
+    expected_gold, expected_categories = gold_frames(suite.tasks())
+    assert gold.equals(expected_gold) and categories.equals(expected_categories) and gold.height == 500
+    assert suite.data_block()["when2call"]["excluded"] == {"listed": 2, "matched": 2}
+
+
 def test_progress_without_a_total_until_it_is_given():
     out = StringIO()
     t0 = time.monotonic()
@@ -100,8 +121,10 @@ def test_the_command_exits_with_mains_code_and_flushes(tmp_path: Path):
     assert len(list((tmp_path / "cache" / "shards").iterdir())) == 1
 
 
-def test_a_first_run_reaches_its_first_request_without_polars_or_the_scoring(tmp_path: Path):
-    # what `dxi run` does before its first request: plan, open an empty cache, look keys up, encode
+def test_a_first_run_reaches_its_first_request_without_polars_pyarrow_numpy_or_the_scoring(tmp_path: Path):
+    # what `dxi run` does before its first request: plan (the files checked whole), open an empty cache,
+    # look keys up, encode; then its first replies' rows appended. PyArrow and NumPy come with the first
+    # compaction, tenacity with the first retry.
     data = synthetic_data(tmp_path / "data", 5)
     loaded = _imported_by(
         "from pathlib import Path\nfrom dxi.runner import cli\nfrom dxi.runner.run import run\n"
@@ -112,8 +135,11 @@ def test_a_first_run_reaches_its_first_request_without_polars_or_the_scoring(tmp
         f"cache = Cache(Path({str(tmp_path / 'cache')!r}))\n"
         "m = plan.models[0]\n"
         "requests = [m.adapter.encode(t) for t in plan.suite.tasks()]\n"
-        "assert cache.has_many([r.key for r in requests]) == [False] * 5")
-    assert "polars" not in loaded and "dxi.scoring" not in loaded
+        "assert cache.has_many([r.key for r in requests]) == [False] * 5\n"
+        "cache.append({'key': requests[0].key, 'status': 'ok'})\n"
+        "assert cache.has_many([r.key for r in requests]) == [True] + [False] * 4")
+    heavy = sorted(m for m in loaded if m.split(".")[0] in ("polars", "pyarrow", "numpy", "tenacity"))
+    assert heavy == [] and "dxi.scoring" not in loaded
     assert "dxi.cache.store" in loaded  # the probe did open the cache
 
 
