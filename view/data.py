@@ -58,11 +58,12 @@ REQUEST_COLUMNS = ("key", "status", "error", "error_kind", "http_status", "attem
                    "served_model", *USAGE_COLUMNS, "latency_ms")
 _REQUESTS_READ = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *REQUEST_COLUMNS)
 WRITE_CHUNK = 32 * ROW_GROUP  # rows gathered and written at a time (``_write_by_task``)
-# The start-up child's allocator: Polars' jemalloc (``_RJEM_`` prefix) returns freed pages to the system at
-# once instead of keeping them for reuse (10 s by default), so that each step's temporary memory is not
-# still resident under the next step's: measured, 930 -> 750 MB peak on bench_view's cache. The child exits
-# after one pass, so it loses nothing by not keeping them.
-CHILD_ENV = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}
+# The start-up child's allocator: Polars' jemalloc (its options in ``_RJEM_MALLOC_CONF``) returns freed pages
+# to the system at once instead of keeping them for reuse (0.5 s and 1 s by Polars' defaults), so that
+# one step's temporary memory is not still resident under the next step's: measured on bench_view's cache,
+# the child's peak 933 -> 745 MB. The child exits after one pass, so keeping pages would gain it little.
+JEMALLOC_VAR = "_RJEM_MALLOC_CONF"
+CHILD_JEMALLOC = "dirty_decay_ms:0,muzzy_decay_ms:0"
 REQUEST_PARTS = 8  # requests.parquet is read from the cache in this many ranges of task ids (``_write_requests``)
 WIDE_COLUMNS = ("eval", "sample", "task_id", "question_id", "group", "gold_category", "gold", "label", "predicted",
                 "view_status", "correct", "p_gold", "p_predicted", "bin")  # what ``_wide`` reads
@@ -444,15 +445,18 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
 
 @contextlib.contextmanager
 def _child_env() -> Iterator[None]:
-    """``CHILD_ENV`` set (where not set already) while the start-up child is spawned (it inherits the
-    environment when it starts), then the environment as it was."""
-    added = {k: v for k, v in CHILD_ENV.items() if k not in os.environ}
-    os.environ.update(added)
+    """The environment the start-up child is spawned with (it inherits it when it starts):
+    ``CHILD_JEMALLOC`` appended to ``_RJEM_MALLOC_CONF`` (Polars sets that variable on import, to its
+    defaults and then what it held; jemalloc takes the last value of an option), then put back."""
+    before = os.environ.get(JEMALLOC_VAR)
+    os.environ[JEMALLOC_VAR] = f"{before},{CHILD_JEMALLOC}" if before else CHILD_JEMALLOC
     try:
         yield
     finally:
-        for k in added:
-            os.environ.pop(k, None)
+        if before is None:
+            os.environ.pop(JEMALLOC_VAR, None)
+        else:
+            os.environ[JEMALLOC_VAR] = before
 
 
 def _search_text(tasks: Iterable[Task]) -> pl.DataFrame:
