@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import Scored
-from dxi.scoring.calibration import ECE_BINS, answer_terms, gold_probability
+from dxi.scoring.calibration import ECE_BINS, answer_terms
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 from dxi.scoring.score import CONFIG_COLUMNS, STATUSES, current_rows
 
@@ -419,7 +419,7 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
         del scored  # the other tables: the summary holds what the pages show of them
         terms = answer_terms(ans)
         ans = ans.with_columns(
-            pl.Series("p_gold", gold_probability(ans["probabilities"], ans["gold"].cast(pl.String))).fill_nan(None),
+            pl.Series("p_gold", terms["p_gold"]).fill_nan(None),  # calibration's, not computed again
             pl.Series("bin", terms["bin"], dtype=pl.Int8),
             pl.when(pl.col("repaired") & (pl.col("status") == "ok")).then(pl.lit("repaired"))
             .otherwise(pl.col("status")).alias("view_status"))
