@@ -58,12 +58,13 @@ REQUEST_COLUMNS = ("key", "status", "error", "error_kind", "http_status", "attem
                    "served_model", *USAGE_COLUMNS, "latency_ms")
 _REQUESTS_READ = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *REQUEST_COLUMNS)
 WRITE_CHUNK = 32 * ROW_GROUP  # rows gathered and written at a time (``_write_by_task``)
-# The start-up child's allocator: Polars' jemalloc (its options in ``_RJEM_MALLOC_CONF``) returns freed pages
-# to the system at once instead of keeping them for reuse (0.5 s and 1 s by Polars' defaults), so that
-# one step's temporary memory is not still resident under the next step's: measured on bench_view's cache,
-# the child's peak 933 -> 745 MB. The child exits after one pass, so keeping pages would gain it little.
+# The start-up child's allocator: Polars' jemalloc (its options in ``_RJEM_MALLOC_CONF``) keeps freed pages for
+# reuse 0.5 s and 1 s by Polars' defaults, so one step's temporary memory was still resident under the next
+# step's. The child gives them back after 10 ms. Measured on bench_view's cache (child's peak, user + system
+# CPU): Polars' defaults 933 MB; 10 ms 769 MB, 13.2 s; 0 ms 737 MB, 16.6 s (every free returned at once
+# costs ~4 s of system time, paid again at every rescoring while a run writes).
 JEMALLOC_VAR = "_RJEM_MALLOC_CONF"
-CHILD_JEMALLOC = "dirty_decay_ms:0,muzzy_decay_ms:0"
+CHILD_JEMALLOC = "dirty_decay_ms:10,muzzy_decay_ms:0"
 REQUEST_PARTS = 8  # requests.parquet is read from the cache in this many ranges of task ids (``_write_requests``)
 WIDE_COLUMNS = ("eval", "sample", "task_id", "question_id", "group", "gold_category", "gold", "label", "predicted",
                 "view_status", "correct", "p_gold", "p_predicted", "bin")  # what ``_wide`` reads
