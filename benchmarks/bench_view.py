@@ -168,7 +168,8 @@ def run() -> list[Result]:
                memory["VmHWM"] <= GOAL_MB, "VmHWM of the serving process over its whole life (start-up included)"),
         Result("view", "memory: peak of the start-up child (scoring)", child_mb, "MB", f"≤ {GOAL_MB:g} MB",
                child_mb <= GOAL_MB, "VmHWM of the child process that scores the cache (as dxi score does) and "
-               "writes the layout, then exits; its peak is scoring.answers reading the cache's nested answers"),
+               "writes the layout, then exits; its peak is scoring.score's per-question sums on top of the answers "
+               "frame (docs/view.md)"),
         Result("view", "memory: resident set while serving", memory["VmRSS"], "MB", f"≤ {GOAL_MB:g} MB",
                memory["VmRSS"] <= GOAL_MB, "VmRSS after every request above"),
     ]
