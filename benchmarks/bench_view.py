@@ -18,7 +18,6 @@ Figures:
 """
 from __future__ import annotations
 
-import functools
 import os
 import socket
 import subprocess
@@ -51,19 +50,15 @@ def _status(pid: int) -> dict[str, float]:
     return out
 
 
-@functools.cache
-def _tasks() -> list:
-    return suite(SIZES)  # made once per process (the server's and the start-up child's)
-
-
 class SyntheticSuite(Suite):
-    """The synthetic tasks as a Suite (``benchmarks.synthetic.suite(SIZES)``, made again on each read)."""
+    """The synthetic tasks as a Suite (``benchmarks.synthetic.suite(SIZES)``, made again on each read and
+    streamed, as a real Suite streams its data files: no process holds every task unless it keeps them)."""
 
     def selected(self) -> list[str]:
         return list(SIZES)
 
     def tasks(self, name: str | None = None):
-        return iter([t for t in _tasks() if name is None or t.eval == name])
+        return (t for t in suite(SIZES) if name is None or t.eval == name)
 
     def data_block(self) -> dict[str, dict]:
         return {n: {"files": [{"path": "synthetic", "sha256": "-", "rows": k}], "tasks": k} for n, k in SIZES.items()}
@@ -173,7 +168,8 @@ def run() -> list[Result]:
                memory["VmHWM"] <= GOAL_MB, "VmHWM of the serving process over its whole life (start-up included)"),
         Result("view", "memory: peak of the start-up child (scoring)", child_mb, "MB", f"≤ {GOAL_MB:g} MB",
                child_mb <= GOAL_MB, "VmHWM of the child process that scores the cache (as dxi score does) and "
-               "writes the layout, then exits; its peak is scoring.answers reading the cache's nested answers"),
+               "writes the layout, then exits; its peak is scoring.score's per-question sums on top of the answers "
+               "frame (docs/view.md)"),
         Result("view", "memory: resident set while serving", memory["VmRSS"], "MB", f"≤ {GOAL_MB:g} MB",
                memory["VmRSS"] <= GOAL_MB, "VmRSS after every request above"),
     ]

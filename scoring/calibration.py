@@ -37,6 +37,7 @@ from .columns import canonical_order, explode
 
 ECE_BINS = 10
 LOG_LOSS_FLOOR = 5e-5
+GOLD_CHUNK = 65_536  # answers matched to their gold option at a time (``_gold_probability``)
 CALIBRATION_METRICS = ("brier", "ece", "log_loss")
 
 
@@ -60,11 +61,13 @@ def answer_calibration(ans: pl.DataFrame) -> pl.DataFrame:
 
 
 def answer_terms(ans: pl.DataFrame) -> dict[str, np.ndarray]:
-    """``answer_calibration`` as NumPy arrays (``pn`` boolean)."""
+    """``answer_calibration`` as NumPy arrays (``pn`` boolean), and ``p_gold``: the probability each answer
+    gave its gold option (``gold_probability``: NaN where there is none)."""
     n = ans.height
     if "probabilities" not in ans.columns or n == 0:
         zero = np.zeros(n)
-        return {"pn": np.zeros(n, bool), "brier": zero, "log_loss": zero, "gap": zero, "bin": np.full(n, -1, np.int64)}
+        return {"pn": np.zeros(n, bool), "brier": zero, "log_loss": zero, "gap": zero, "bin": np.full(n, -1, np.int64),
+                "p_gold": np.full(n, np.nan)}
     p_gold, sum_sq = _gold_probability(ans["probabilities"], ans["gold"].cast(pl.String))
     confidence = ans["p_predicted"].fill_null(np.nan).to_numpy().astype(np.float64)
     counted = ((ans["status"].cast(pl.String) == "ok").to_numpy() & ~np.isnan(p_gold) & ~np.isnan(confidence))
@@ -75,7 +78,7 @@ def answer_terms(ans: pl.DataFrame) -> dict[str, np.ndarray]:
     bins = np.minimum((np.nan_to_num(confidence) * ECE_BINS).astype(np.int64), ECE_BINS - 1)
     return {"pn": counted, "brier": np.where(counted, brier, 0.0), "log_loss": np.where(counted, log_loss, 0.0),
             "gap": np.where(counted, correct - np.nan_to_num(confidence), 0.0),
-            "bin": np.where(counted, np.clip(bins, 0, ECE_BINS - 1), -1)}
+            "bin": np.where(counted, np.clip(bins, 0, ECE_BINS - 1), -1), "p_gold": p_gold}
 
 
 def gold_probability(probabilities: pl.Series, gold: pl.Series) -> np.ndarray:
@@ -89,7 +92,20 @@ def _gold_probability(probabilities: pl.Series, gold: pl.Series) -> tuple[np.nda
     probabilities. Options are matched to their answer's gold by a 64-bit hash of the text, and every
     match is then confirmed by comparing the strings, so the result is exact (equal texts always hash
     alike; a collision of different texts is caught by the comparison). Hashing the several million
-    option texts is about 10× faster than mapping them to categories."""
+    option texts is about 10× faster than mapping them to categories. Done ``GOLD_CHUNK`` answers at a
+    time (each answer's result depends on its own options only, summed in the same order), so that the
+    exploded options, their hashes and positions are held for one chunk, not for every answer at once
+    (for a million answers they were ~300 MB on top of the answers)."""
+    n = len(probabilities)
+    if n <= GOLD_CHUNK:
+        return _gold_probability_part(probabilities, gold)
+    parts = [_gold_probability_part(probabilities.slice(start, GOLD_CHUNK), gold.slice(start, GOLD_CHUNK))
+             for start in range(0, n, GOLD_CHUNK)]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def _gold_probability_part(probabilities: pl.Series, gold: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``_gold_probability`` over one chunk of answers."""
     n = len(probabilities)
     owner = np.repeat(np.arange(n), probabilities.list.len().fill_null(0).to_numpy())
     flat = explode(probabilities).struct.unnest()  # every (answer, option)

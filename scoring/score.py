@@ -32,6 +32,7 @@ from .sums import _codes, build_cubes, estimate_all, metric_table
 CONFIG_COLUMNS = ["provider", "model", "endpoint", "params", "prompt_version"]
 ANSWER_FIELDS = ("question_id", "status", "predicted", "p_predicted", "p_yes", "error", "warning", "probabilities")
 ANSWER_READ = tuple(f"answer_{c}" for c in ANSWER_FIELDS)  # the cache's flat answer columns (``cache.layout``)
+LOOKUP_COLUMNS = (*CONFIG_COLUMNS, "task_id", "task_digest")  # what ``_current`` finds a cache row's request by
 READ_COLUMNS = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", "status", "error", "repaired",
                 *ANSWER_READ)  # what ``answers`` reads of each cache row
 MODELS_SCHEMA = {"label": pl.String, "provider": pl.String, "model": pl.String, "endpoint": pl.String,
@@ -86,7 +87,7 @@ def _configured(found: pl.DataFrame, models: pl.DataFrame) -> tuple[np.ndarray, 
     start[0] = True
     heads = np.flatnonzero(start)
     ends = np.r_[heads[1:], h]
-    pairs = (found.select(CONFIG_COLUMNS)[heads].with_row_index("run")
+    pairs = (found.select(pl.col(CONFIG_COLUMNS).cast(pl.String))[heads].with_row_index("run")
              .join(models.select(*CONFIG_COLUMNS, "m"), on=CONFIG_COLUMNS, maintain_order="left", nulls_equal=True))
     run = pairs["run"].to_numpy().astype(np.int64)
     lengths = ends[run] - heads[run]
@@ -119,7 +120,8 @@ def _content(found: pl.DataFrame, task_frame: pl.DataFrame) -> tuple[np.ndarray,
     if "task_id_digest" in task_frame.columns and (of_row < 0).any():
         task_code = found["task_id"].cast(pl.Enum(task_frame["task_id"]), strict=False).to_physical()
         old = (task_code.is_not_null()
-               & (found["task_digest"] == task_frame["task_id_digest"].gather(task_code.fill_null(0)))).to_numpy()
+               & (found["task_digest"].cast(pl.String) == task_frame["task_id_digest"].gather(task_code.fill_null(0)))
+               ).to_numpy()
         old &= of_row < 0
         of_row[old] = of_task[task_code.fill_null(0).to_numpy()[old]]
     return of_row, of_task, len(contents.categories)
@@ -140,8 +142,12 @@ def _current(rows: pl.LazyFrame, models: pl.DataFrame, task_frame: pl.DataFrame,
     if n_tasks == 0:  # nothing to score (e.g. every task excluded): no row is current
         none = np.empty(0, np.int64)
         return rows.select(*columns).head(0).collect(), none, none, none, none
-    # Read every epoch's rows (a filter on ``sample`` in the scan is slower than dropping rows below).
-    found = rows.select(*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *columns).collect()
+    # Read every epoch's rows (a filter on ``sample`` in the scan is slower than dropping rows below). The
+    # columns only looked up here are read as Categoricals, cast in the scan: a row's configuration, task
+    # id and digest repeat over many rows, and as strings they were the largest part of the read.
+    lookup = [pl.col(c).cast(pl.Categorical) if c not in columns else pl.col(c)
+              for c in (*CONFIG_COLUMNS, "task_id", "task_digest")]
+    found = rows.select(*lookup, "sample", "created_at", *(c for c in columns if c not in LOOKUP_COLUMNS)).collect()
     i, m = _configured(found, models)
     content, content_of_task, n_contents = _content(found, task_frame)
     sample = found["sample"].fill_null(-1).to_numpy()

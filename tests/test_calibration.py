@@ -137,6 +137,26 @@ def test_gold_probability_matches_option_text_exactly_per_answer():
                                                            0.5 * (0.81 + 0.01 - 0.2 + 1), 0.0])
 
 
+def test_gold_probability_in_chunks_is_the_same_as_in_one_pass(monkeypatch):
+    """Matched ``GOLD_CHUNK`` answers at a time: the same p(gold) and Σ p² per answer, bit for bit, with
+    chunk edges inside the list (2 answers per chunk over 5, a null list and an empty one among them)."""
+    from dxi.scoring import calibration
+
+    probabilities = pl.Series([[{"option": "A", "p": 0.7}, {"option": "B", "p": 0.3}], None, [],
+                               [{"option": "B", "p": 0.125}, {"option": "C", "p": 0.875}],
+                               [{"option": "C", "p": 0.1}, {"option": "A", "p": 0.2}, {"option": "B", "p": 0.7}]],
+                              dtype=pl.List(pl.Struct({"option": pl.String, "p": pl.Float64})))
+    gold = pl.Series(["A", "B", "A", "C", "B"])
+    whole = calibration._gold_probability(probabilities, gold)
+    monkeypatch.setattr(calibration, "GOLD_CHUNK", 2)
+    parts = calibration._gold_probability(probabilities, gold)
+    np.testing.assert_array_equal(parts[0], whole[0])
+    np.testing.assert_array_equal(parts[1], whole[1])
+    np.testing.assert_array_equal(parts[0], [0.7, np.nan, np.nan, 0.875, 0.7])
+    np.testing.assert_array_equal(parts[1], [0.7 * 0.7 + 0.3 * 0.3, 0.0, 0.0, 0.125 ** 2 + 0.875 ** 2,
+                                             0.1 * 0.1 + 0.2 * 0.2 + 0.7 * 0.7])
+
+
 def test_an_incomplete_evaluation_has_no_calibration_rows_as_it_has_no_metrics():
     other = "systemone:y"
     ans = frame([*hle_three_plus_invalid().to_dicts(),

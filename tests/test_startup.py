@@ -61,6 +61,9 @@ def test_the_survey_reads_the_tasks_once_and_matches_counting_and_gold_frames(tm
     assert reads == [1, 1]
     assert gold.height == 700 and gold.equals(expected_gold) and categories.equals(expected_categories)
     assert categories.height == 4 * 700
+    assert suite.gold_frames()[0] is gold and reads == [1, 1]  # kept, not read again
+    survey = suite.survey()  # the counts kept, the rows (now in the frames) let go
+    assert survey.tasks == {"when2call": 700} and survey.gold == [] and survey.categories == [] and reads == [1, 1]
 
 
 def test_validating_the_files_makes_the_survey_in_the_same_pass(tmp_path: Path, monkeypatch):

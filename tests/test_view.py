@@ -633,3 +633,39 @@ def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(browser: Browser, mo
     assert swapped is False and Path(browser.workdir.name).is_dir()  # still served, its layout in place
     assert "Rescoring the newer rows failed (OSError: disk &lt;b&gt;gone&lt;/b&gt;)" in body
     assert '<span class="building">rescoring newer rows…</span>' in building
+
+
+def test_requests_parquet_written_in_parts_holds_every_current_row_sorted_by_task(browser: Browser, built: dict):
+    """The layout reads the cache's rows in ``REQUEST_PARTS`` ranges of task ids (12 tasks: 6 parts of
+    2): the file holds exactly the rows one read of the whole cache gives, sorted by task id, rows of one
+    task in cache order, in one row group or more per part."""
+    import pyarrow.parquet as pq
+
+    from dxi.evals import PROMPT_VERSION
+    from dxi.view import data
+
+    path = Path(browser.workdir.name) / "requests.parquet"
+    written = pl.read_parquet(path)
+    ids = pl.Series(list(browser.tasks), dtype=pl.String).implode()
+    with Cache(built["cache"], read_only=True) as cache:
+        whole = cache.read(lambda lf: lf.filter((pl.col("prompt_version") == PROMPT_VERSION) & pl.col("task_id").is_in(ids))
+                           .select(data._REQUESTS_READ).collect())
+    expected = whole.sort("task_id", maintain_order=True)
+    assert written.height == whole.height == expected.height > 0
+    assert written.columns == list(data._REQUESTS_READ)
+    assert written.equals(expected)
+    assert len(browser.tasks) == 12 and data.REQUEST_PARTS == 8
+    assert pq.ParquetFile(path).num_row_groups == 6  # one per part of 2 tasks: -(-12 // 8) = 2
+
+
+def test_the_start_up_child_is_spawned_with_its_allocator_options_and_the_environment_put_back(monkeypatch):
+    from dxi.view.data import CHILD_JEMALLOC, JEMALLOC_VAR, _child_env
+
+    monkeypatch.setenv(JEMALLOC_VAR, "dirty_decay_ms:500,muzzy_decay_ms:1000")  # what Polars sets on import
+    with _child_env():
+        assert os.environ[JEMALLOC_VAR] == "dirty_decay_ms:500,muzzy_decay_ms:1000," + CHILD_JEMALLOC
+    assert os.environ[JEMALLOC_VAR] == "dirty_decay_ms:500,muzzy_decay_ms:1000"
+    monkeypatch.delenv(JEMALLOC_VAR)
+    with _child_env():
+        assert os.environ[JEMALLOC_VAR] == CHILD_JEMALLOC == "dirty_decay_ms:10,muzzy_decay_ms:0"
+    assert JEMALLOC_VAR not in os.environ

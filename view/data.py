@@ -21,11 +21,13 @@ Model labels are the summary's; in frames a model is its position ``i`` in that 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
+import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,7 +40,7 @@ import pyarrow.parquet as pq
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import Scored
-from dxi.scoring.calibration import ECE_BINS, answer_terms, gold_probability
+from dxi.scoring.calibration import ECE_BINS, answer_terms
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 from dxi.scoring.score import CONFIG_COLUMNS, STATUSES, current_rows
 
@@ -56,6 +58,14 @@ REQUEST_COLUMNS = ("key", "status", "error", "error_kind", "http_status", "attem
                    "served_model", *USAGE_COLUMNS, "latency_ms")
 _REQUESTS_READ = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *REQUEST_COLUMNS)
 WRITE_CHUNK = 32 * ROW_GROUP  # rows gathered and written at a time (``_write_by_task``)
+# The start-up child's allocator: Polars' jemalloc (its options in ``_RJEM_MALLOC_CONF``) keeps freed pages for
+# reuse 0.5 s and 1 s by Polars' defaults, so one step's temporary memory was still resident under the next
+# step's. The child gives them back after 10 ms. Measured on bench_view's cache (child's peak, user + system
+# CPU): Polars' defaults 933 MB; 10 ms 769 MB, 13.2 s; 0 ms 737 MB, 16.6 s (every free returned at once
+# costs ~4 s of system time, paid again at every rescoring while a run writes).
+JEMALLOC_VAR = "_RJEM_MALLOC_CONF"
+CHILD_JEMALLOC = "dirty_decay_ms:10,muzzy_decay_ms:0"
+REQUEST_PARTS = 8  # requests.parquet is read from the cache in this many ranges of task ids (``_write_requests``)
 WIDE_COLUMNS = ("eval", "sample", "task_id", "question_id", "group", "gold_category", "gold", "label", "predicted",
                 "view_status", "correct", "p_gold", "p_predicted", "bin")  # what ``_wide`` reads
 ANSWER_FILE_COLUMNS = ("label", "task_id", "question_id", "sample", "status", "error", "predicted", "gold", "correct",
@@ -189,7 +199,7 @@ class Browser:
                 source.prices, source.mirror())
         try:
             if child:
-                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool, _child_env():
                     peak = pool.submit(layout, *args).result()
             else:
                 peak = layout(*args)
@@ -410,16 +420,14 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
         del scored  # the other tables: the summary holds what the pages show of them
         terms = answer_terms(ans)
         ans = ans.with_columns(
-            pl.Series("p_gold", gold_probability(ans["probabilities"], ans["gold"].cast(pl.String))).fill_nan(None),
+            pl.Series("p_gold", terms["p_gold"]).fill_nan(None),  # calibration's, not computed again
             pl.Series("bin", terms["bin"], dtype=pl.Int8),
             pl.when(pl.col("repaired") & (pl.col("status") == "ok")).then(pl.lit("repaired"))
             .otherwise(pl.col("status")).alias("view_status"))
         del terms
         _write_by_task(ans.select(ANSWER_FILE_COLUMNS), root / "answers.parquet")
-        tasks = list(suite.tasks())
         labels = [m["model"] for m in summary["models"]]
-        text = pl.DataFrame({"task_id": [t.id for t in tasks], "text": [f"{t.id}\n{t.state}".lower() for t in tasks]}
-                            ).with_row_index("order")  # the dataset's order
+        text = _search_text(suite.tasks())
         frames = []
         narrow = ans.select(*WIDE_COLUMNS)  # the columns of the evaluation pages only (no probabilities, no text)
         del ans
@@ -428,38 +436,97 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
             frames.append((str(name), sample))
         del narrow
         reliability.write_parquet(root / "reliability.parquet")
-        ids = pl.Series("task_id", [t.id for t in tasks], dtype=pl.String)
-        del tasks, text
-        requests = cache.read(lambda rows: rows.filter((pl.col("prompt_version") == PROMPT_VERSION)
-                                                       & pl.col("task_id").is_in(ids.implode())).select(_REQUESTS_READ).collect())
-        _write_by_task(requests, root / "requests.parquet", dictionary=[*CONFIG_COLUMNS, "status"])
-        del requests
+        ids = text["task_id"].sort()
+        del text
+        _write_requests(cache, ids, root / "requests.parquet")
         meta = {"summary": summary, "warnings": list(cache.warnings), "frames": sorted(frames)}
     (root / "meta.json").write_bytes(orjson.dumps(meta))
     return _peak_mb()
 
 
-def _write_by_task(frame: pl.DataFrame, path: Path, dictionary: bool | list[str] = True) -> None:
+@contextlib.contextmanager
+def _child_env() -> Iterator[None]:
+    """The environment the start-up child is spawned with (it inherits it when it starts):
+    ``CHILD_JEMALLOC`` appended to ``_RJEM_MALLOC_CONF`` (Polars sets that variable on import, to its
+    defaults and then what it held; jemalloc takes the last value of an option), then put back."""
+    before = os.environ.get(JEMALLOC_VAR)
+    os.environ[JEMALLOC_VAR] = f"{before},{CHILD_JEMALLOC}" if before else CHILD_JEMALLOC
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(JEMALLOC_VAR, None)
+        else:
+            os.environ[JEMALLOC_VAR] = before
+
+
+def _search_text(tasks: Iterable[Task]) -> pl.DataFrame:
+    """Per task, in the dataset's order: ``order`` (0, 1, ...), ``task_id`` and ``text`` (the id and the
+    state, lower-cased: what the evaluation page's search looks in). The tasks are streamed: only the
+    two strings of each are kept."""
+    ids, text = [], []
+    for t in tasks:
+        ids.append(t.id)
+        text.append(f"{t.id}\n{t.state}".lower())
+    return pl.DataFrame({"task_id": ids, "text": text}, schema={"task_id": pl.String, "text": pl.String}
+                        ).with_row_index("order")
+
+
+def _write_requests(cache: Cache, ids: pl.Series, path: Path) -> None:
+    """Write ``requests.parquet``: the cache rows of the current prompt version and of the tasks ``ids``
+    (sorted as text), ``_REQUESTS_READ`` columns, sorted by task id (as ``_write_by_task`` writes). The
+    cache is read ``REQUEST_PARTS`` times, each time for one consecutive range of ``ids`` (the filter
+    pushed down to the scan), so that only that part's request bodies and replies are held at a time
+    (all of them at once were the start-up child's peak). Rows of one task keep their order in the
+    cache."""
+    step = max(1, -(-ids.len() // REQUEST_PARTS))
+    writer: pq.ParquetWriter | None = None
+    try:
+        for start in range(0, max(ids.len(), 1), step):
+            part = ids.slice(start, step).implode()
+            rows = cache.read(lambda lf, part=part: lf.filter((pl.col("prompt_version") == PROMPT_VERSION)
+                                                              & pl.col("task_id").is_in(part))
+                              .select(_REQUESTS_READ).collect())
+            writer = _write_by_task(rows, path, dictionary=[*CONFIG_COLUMNS, "status"], writer=writer, keep_open=True)
+            empty = rows.head(0)
+            del rows
+        if writer is None:  # no rows at all: the file with no rows
+            _write_by_task(empty, path, dictionary=[*CONFIG_COLUMNS, "status"])
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _write_by_task(frame: pl.DataFrame, path: Path, dictionary: bool | list[str] = True,
+                   writer: pq.ParquetWriter | None = None, keep_open: bool = False) -> pq.ParquetWriter | None:
     """Write ``frame``'s rows sorted by task id (as text; rows of one task in their order in ``frame``),
     Enums as text, in row groups of ``ROW_GROUP`` rows with statistics of ``task_id`` (what the question
     page's filter is pushed down to). Written ``WRITE_CHUNK`` rows at a time, gathered by the sorting
     permutation, so that no sorted copy of the whole frame is held. pyarrow, LZ4: for nested columns in
     small row groups several times faster than Polars' writer, and a temporary file needs no tighter
-    compression."""
+    compression.
+
+    With ``writer`` (an open writer of an earlier part, returned by the call that wrote it) the rows
+    are appended to it. With ``keep_open`` the writer is returned open (None when ``frame`` had no rows
+    and no writer was given), for the caller to append more and close; else it is closed here and None
+    returned."""
     order = frame.select(pl.arg_sort_by(pl.col("task_id").cast(pl.String), maintain_order=True)).to_series()
     as_text = [pl.col(c).cast(pl.String) if isinstance(t, pl.Enum | pl.Categorical) else pl.col(c)
                for c, t in frame.schema.items()]
-    writer = None
     try:
-        for start in range(0, max(frame.height, 1), WRITE_CHUNK):
+        for start in range(0, frame.height if keep_open else max(frame.height, 1), WRITE_CHUNK):
             part = frame[order[start:start + WRITE_CHUNK]].select(as_text).to_arrow()
             if writer is None:
                 writer = pq.ParquetWriter(path, part.schema, compression="lz4", write_statistics=["task_id"],
                                           use_dictionary=dictionary)
-            writer.write_table(part, row_group_size=ROW_GROUP)
-    finally:
+            writer.write_table(part.cast(writer.schema), row_group_size=ROW_GROUP)
+    except BaseException:
         if writer is not None:
             writer.close()
+        raise
+    if not keep_open and writer is not None:
+        writer.close()
+    return writer if keep_open else None
 
 
 def _peak_mb() -> float | None:
