@@ -427,7 +427,7 @@ async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], 
 def _prepare_scoring(suite) -> None:
     """What the scoring after the run needs and can have before it: its imports, the gold frames and the
     bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
-    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept by ``Bootstrap.counts``); and what
+    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept as float32 by ``Bootstrap.prepare``); and what
     closing the cache needs to compact its last log (``cache.store.prepare_compaction``)."""
     from dxi import scoring
     from dxi.cache.store import prepare_compaction
@@ -438,7 +438,7 @@ def _prepare_scoring(suite) -> None:
     suite.gold_frames()
     boot = scoring.Bootstrap()  # as outputs.score_all scores
     for name, n_tasks in suite.survey().tasks.items():
-        boot.counts(name, n_tasks)
+        boot.prepare(name, n_tasks)
 
 
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget,

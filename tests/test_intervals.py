@@ -195,6 +195,20 @@ def test_resample_counts_are_kept_small_and_give_the_same_weights():
     assert np.array_equal(counts, np.stack([np.bincount(row, minlength=400) for row in drawn]))
 
 
+def test_a_run_prepares_the_float32_matrix_in_blocks_with_the_same_values_and_the_same_sums():
+    boot = Bootstrap(resamples=300, seed=4)
+    counts = boot.counts("hle_multichoice", 50)
+    boot.prepare("hle_multichoice", 50, block_bytes=4 * 50 * 7)  # 7 resamples a block: the last block is short
+    prepared = boot.counts("hle_multichoice", 50)
+    assert prepared.dtype == np.float32 and prepared.shape == (300, 50) and not prepared.flags.writeable
+    assert np.array_equal(prepared, counts.astype(np.float32))
+    boot.prepare("hle_multichoice", 50)
+    assert boot.counts("hle_multichoice", 50) is prepared  # kept, not made again
+    assert Bootstrap(resamples=300, seed=5).counts("hle_multichoice", 50).dtype == np.uint8  # another bootstrap's
+    x = np.random.default_rng(0).random((50, 6), dtype=np.float32)
+    assert np.array_equal(counts.astype(np.float32) @ x, prepared @ x)  # the product's bits do not change
+
+
 def test_request_counts_per_label_from_integer_codes():
     from dxi.scoring.score import request_counts
 
