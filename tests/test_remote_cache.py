@@ -148,12 +148,8 @@ def test_uploads_that_fail_give_exit_code_5_and_the_next_run_uploads_the_rest(tm
 
 def test_compaction_merges_small_shards_and_readers_see_the_same_rows(tmp_path: Path, monkeypatch):
     with moto_s3(monkeypatch) as s3:
-        writer = Remote(s3.uri(), tmp_path / "w")
-        with Cache(tmp_path / "w", roll_rows=3, remote=writer) as c:
-            for i in range(10):
-                c.append(_row(f"k{i}", float(i)))
-            c.append(_row("k0", 20.0, status="invalid"))  # newer row for k0
-        assert writer.finish() == []
+        _write_through(s3, tmp_path / "w", [*(_row(f"k{i}", float(i)) for i in range(10)),
+                                             _row("k0", 20.0, status="invalid")], roll_rows=3)  # a newer row for k0
         reader = Remote(s3.uri(), tmp_path / "r")
         assert reader.pull() == 4
         before = Cache(tmp_path / "r", remote=reader).scan().collect().sort("key", "created_at")
@@ -202,6 +198,16 @@ def test_uris_and_credentials():
     assert "secret" not in str(err.value)
     with pytest.raises(RemoteError, match="unknown scheme"):
         open_uri("ftp://host/dir", env={})
+
+
+def _write_through(s3, where: Path, rows: list[dict], roll_rows: int) -> None:
+    """Append ``rows`` to a cache at ``where`` with ``s3``'s remote tier (a shard every ``roll_rows`` rows)
+    and finish its uploads, every one of which must succeed."""
+    writer = Remote(s3.uri(), where)
+    with Cache(where, roll_rows=roll_rows, remote=writer) as c:
+        for row in rows:
+            c.append(row)
+    assert writer.finish() == []
 
 
 def _row(key: str, created_at: float, status: str = "ok") -> dict:
@@ -311,11 +317,7 @@ def test_a_run_whose_uploads_fail_exits_5_and_the_next_run_uploads_them_sending_
 
 def test_a_reader_that_listed_before_a_compaction_lists_again_and_loses_no_row(tmp_path: Path, monkeypatch):
     with moto_s3(monkeypatch) as s3:
-        writer = Remote(s3.uri(), tmp_path / "w")
-        with Cache(tmp_path / "w", roll_rows=2, remote=writer) as c:
-            for i in range(6):
-                c.append(_row(f"k{i}", float(i)))
-        assert writer.finish() == []
+        _write_through(s3, tmp_path / "w", [_row(f"k{i}", float(i)) for i in range(6)], roll_rows=2)
         reader = Remote(s3.uri(), tmp_path / "r")
         stale = reader.manifests()  # listed just before the compaction ...
         assert Remote(s3.uri(), tmp_path / "c").compact(target_rows=100) == (3, 1)
