@@ -216,7 +216,10 @@ def logical(frame: pl.LazyFrame, layout: int) -> pl.LazyFrame:
         derived = [pl.col("answers").list.eval(pl.element().struct.field(f.name)).alias(f"answer_{f.name}")
                    for f in ANSWER]
     else:
-        derived = [pl.struct(FLAT_COLUMNS).map_batches(_nested_of, return_dtype=schema["answers"]).alias("answers")]
+        # row by row (``is_elementwise``): a filter on the scan is then pushed down to the Parquet reader
+        # past it, which a batch function blocks (every filtered cache read decoded whole shards)
+        derived = [pl.struct(FLAT_COLUMNS).map_batches(_nested_of, return_dtype=schema["answers"], is_elementwise=True)
+                   .alias("answers")]
     return frame.with_columns(derived).select(pl.col(name).cast(schema[name]) for name in LOGICAL_COLUMNS)
 
 

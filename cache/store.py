@@ -73,6 +73,7 @@ log = logging.getLogger("dxi.cache")
 _write, _dumps, _LINE = os.write, orjson.dumps, orjson.OPT_APPEND_NEWLINE  # looked up once: append is hot
 ROLL_ROWS = 5_000  # rows per log before it is compacted into a shard (~10 MB of log)
 COMPACT_ROWS = 1_000_000  # rows per shard that ``compact_shards`` merges small shards into
+PART_ROWS = 50_000  # rows per part of ``scan_parts`` (whole shards: a larger one is a part alone)
 
 
 def prepare_compaction() -> None:
@@ -341,19 +342,30 @@ class Cache:
         return readable
 
     def read(self, query: Callable[[pl.LazyFrame], T]) -> T:
-        """``query(self.scan())`` (every shard's pages verified first), recovering from a damaged shard all
+        """``query(self.scan())`` (every shard's pages verified first; ``read_parts`` gives the query the
+        shards one by one), recovering from a damaged shard all
         the same: when the query fails with what reading damaged bytes raises (``verify.is_damage``: a
         reader error, a panic in the reader), or a shard it read is gone (set aside by another process
         meanwhile), every shard is read whole (``verify``), the unreadable ones are moved to quarantine/
         with a warning, and the query runs again without them. Raises the original error, unchanged, when
         no shard was unreadable or gone; any other error (a bug in the query) propagates at once, and
         nothing is verified again or set aside."""
+        return self._recovering(lambda: query(self.scan()))
+
+    def read_parts(self, query: Callable[[list[pl.LazyFrame]], T]) -> T:
+        """``query(self.scan_parts())``, recovering from damage as ``read`` does: for a query that reads a
+        small part of every shard (one evaluation's rows) and keeps it, each part collected and compacted
+        alone holds that part's memory only, where one collect over every shard holds what the whole
+        shards decode to (``scoring.score``'s ``_current``)."""
+        return self._recovering(lambda: query(self.scan_parts()))
+
+    def _recovering(self, run: Callable[[], T]) -> T:
         try:
-            return query(self.scan())
+            return run()
         except verify.damaged() as exc:  # a damaged shard raises several types (a checksum, a panic in polars)
             if not (verify.is_damage(exc) or isinstance(exc, FileNotFoundError)) or not self.verify():
                 raise
-        return query(self.scan())
+        return run()
 
     def verify(self) -> int:
         """Read every shard whole (all columns, by pyarrow with page checksums verified, and by Polars);
@@ -397,6 +409,35 @@ class Cache:
         shape (``cache.layout``): the columns of ``cache.schema.SCHEMA``, then the flat answer columns
         (``cache.layout.FLAT``), whatever each shard's layout. Several rows may share a key; the newest
         ``created_at`` wins."""
+        shards, logged = self._sources()
+        frames = ([verify.scan(shards)] if shards else []) + logged  # older shards: nulls in the newer columns
+        if not frames:
+            return layout.empty()
+        return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
+
+    def scan_parts(self, rows: int = PART_ROWS) -> list[pl.LazyFrame]:
+        """``scan()``'s rows as a list of LazyFrames in the logical shape, in its order: consecutive shards
+        of up to ``rows`` rows together (a larger shard alone), then one of the logs (at least one frame:
+        an empty cache gives one with no rows). A part is what a reader holds decoded at a time
+        (``scoring.columns.filtered_parts``); grouping small shards keeps a cache of thousands of them from
+        costing a read each."""
+        shards, logged = self._sources()
+        groups: list[list[Path]] = []
+        held = rows
+        for shard in shards:
+            try:
+                n = pq.read_metadata(shard).num_rows
+            except FileNotFoundError:
+                n = 0  # set aside meanwhile: the read fails, and ``_recovering`` lists the shards again
+            if held + n > rows:
+                groups.append([])
+                held = 0
+            groups[-1].append(shard)
+            held += n
+        return [verify.scan(group) for group in groups] + logged or [layout.empty()]
+
+    def _sources(self) -> tuple[list[Path], list[pl.LazyFrame]]:
+        """The shards to read (verified) and the logs' rows (at most one frame, in the logical shape)."""
         held = self._held  # the last log handed to the compactor by close(wait=False): its rows, from memory
         logged = [(p.stem, t) for p in self._logs() if (held is None or p.stem != held[0])
                   and (t := self._read_log(p, live=True)[0]) is not None]
@@ -407,12 +448,7 @@ class Cache:
         compacted = {s.stem for s in shards}  # a log whose shard is in place is about to go: skip it
         tables = [t for stem, t in logged if t.num_rows and stem not in compacted]
         frames = [layout.logical(pl.from_arrow(pa.concat_tables(tables)).lazy(), layout.NESTED)] if tables else []
-        shards = self._verified(shards)  # every page checked against its checksum, once per open cache
-        if shards:  # older shards read with nulls in the newer columns
-            frames.insert(0, verify.scan(shards))
-        if not frames:
-            return layout.empty()
-        return pl.concat(frames, how="vertical_relaxed")
+        return self._verified(shards), frames  # every page checked against its checksum, once per open cache
 
     def compact_shards(self, target_rows: int = COMPACT_ROWS) -> list[tuple[Path, int, list[Path]]]:
         """Rewrite the local shards as fewer shards of the flat layout (``cache.layout``): consecutive shards

@@ -1,6 +1,9 @@
 """Column helpers: Polars on its fast paths over the many chunks a cache scan returns (one or more per
-shard), and the canonical order in which answers are summed."""
+shard), reading a small part of every shard without keeping the whole, and the canonical order in
+which answers are summed."""
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
@@ -14,6 +17,20 @@ def explode(lists: pl.Series) -> pl.Series:
     if len(chunks) <= 1:
         return lists.explode(empty_as_null=False, keep_nulls=False)
     return pl.concat([c.explode(empty_as_null=False, keep_nulls=False) for c in chunks], rechunk=False)
+
+
+def filtered_parts(parts: Sequence[pl.LazyFrame], where: pl.Expr, columns: Sequence[pl.Expr | str]) -> pl.DataFrame:
+    """``columns`` of the rows of ``parts`` (LazyFrames of one schema, e.g. ``Cache.scan_parts``) that
+    ``where`` keeps, in order, each part collected alone and its rows gathered into buffers of their own
+    size: a filtered collect keeps the list and string buffers the whole part decoded to, and
+    ``shrink_to_fit`` does not give them back (Polars 2.1; measured on bench_view's cache, one
+    evaluation's probabilities: 139 MB filtered, 125 MB shrunk, 28 MB gathered). Memory: what is kept,
+    plus one part decoded."""
+    out = []
+    for part in parts:
+        frame = part.filter(where).select(columns).collect()
+        out.append(frame[pl.arange(0, frame.height, eager=True)] if frame.height else frame)
+    return out[0] if len(out) == 1 else pl.concat(out, how="vertical_relaxed", rechunk=False)
 
 
 def canonical_order(key: np.ndarray) -> np.ndarray:

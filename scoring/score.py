@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from .columns import explode
+from .columns import explode, filtered_parts
 from .sums import _codes, build_cubes, estimate_all, metric_table
 
 CONFIG_COLUMNS = ["provider", "model", "endpoint", "params", "prompt_version"]
@@ -87,7 +87,7 @@ def _configured(found: pl.DataFrame, models: pl.DataFrame) -> tuple[np.ndarray, 
     start[0] = True
     heads = np.flatnonzero(start)
     ends = np.r_[heads[1:], h]
-    pairs = (found.select(pl.col(CONFIG_COLUMNS).cast(pl.String))[heads].with_row_index("run")
+    pairs = (found.select(CONFIG_COLUMNS)[heads].select(pl.all().cast(pl.String)).with_row_index("run")  # heads only
              .join(models.select(*CONFIG_COLUMNS, "m"), on=CONFIG_COLUMNS, maintain_order="left", nulls_equal=True))
     run = pairs["run"].to_numpy().astype(np.int64)
     lengths = ends[run] - heads[run]
@@ -127,7 +127,23 @@ def _content(found: pl.DataFrame, task_frame: pl.DataFrame) -> tuple[np.ndarray,
     return of_row, of_task, len(contents.categories)
 
 
-def _current(rows: pl.LazyFrame, models: pl.DataFrame, task_frame: pl.DataFrame, model_epochs: np.ndarray,
+Rows = pl.LazyFrame | Sequence[pl.LazyFrame]  # the cache's rows: one scan, or its parts (``Cache.scan_parts``)
+
+
+def _read(rows: Rows, task_frame: pl.DataFrame, columns: list[pl.Expr | str]) -> pl.DataFrame:
+    """``columns`` of ``rows`` (one LazyFrame: every row) or, of parts (a sequence of LazyFrames), the
+    rows whose ``task_digest`` is one of ``task_frame``'s (or the old digest of its id, ``_content``),
+    each part read alone (``columns.filtered_parts``): the only rows ``_current`` can choose, so the
+    result is the same, in the memory of those rows only."""
+    if isinstance(rows, pl.LazyFrame):
+        return rows.select(columns).collect()
+    digests = task_frame["task_digest"]
+    if "task_id_digest" in task_frame.columns:
+        digests = pl.concat([digests, task_frame["task_id_digest"].drop_nulls()])
+    return filtered_parts(rows, pl.col("task_digest").is_in(digests.unique().implode()), columns)
+
+
+def _current(rows: Rows, models: pl.DataFrame, task_frame: pl.DataFrame, model_epochs: np.ndarray,
              columns: Sequence[str], each_task: bool = True
              ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The cache rows the current configuration would send, the newest per request: ``(found, m, t, s,
@@ -141,13 +157,14 @@ def _current(rows: pl.LazyFrame, models: pl.DataFrame, task_frame: pl.DataFrame,
     n_epochs, n_tasks = int(model_epochs.max(initial=1)), task_frame.height
     if n_tasks == 0:  # nothing to score (e.g. every task excluded): no row is current
         none = np.empty(0, np.int64)
-        return rows.select(*columns).head(0).collect(), none, none, none, none
+        first = rows if isinstance(rows, pl.LazyFrame) else rows[0]
+        return first.select(*columns).head(0).collect(), none, none, none, none
     # Read every epoch's rows (a filter on ``sample`` in the scan is slower than dropping rows below). The
     # columns only looked up here are read as Categoricals, cast in the scan: a row's configuration, task
     # id and digest repeat over many rows, and as strings they were the largest part of the read.
     lookup = [pl.col(c).cast(pl.Categorical) if c not in columns else pl.col(c)
               for c in (*CONFIG_COLUMNS, "task_id", "task_digest")]
-    found = rows.select(*lookup, "sample", "created_at", *(c for c in columns if c not in LOOKUP_COLUMNS)).collect()
+    found = _read(rows, task_frame, [*lookup, "sample", "created_at", *(c for c in columns if c not in LOOKUP_COLUMNS)])
     i, m = _configured(found, models)
     content, content_of_task, n_contents = _content(found, task_frame)
     sample = found["sample"].fill_null(-1).to_numpy()
@@ -179,7 +196,7 @@ def _current(rows: pl.LazyFrame, models: pl.DataFrame, task_frame: pl.DataFrame,
     return found, m, t, s, request
 
 
-def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, categories: pl.DataFrame,
+def answers(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, categories: pl.DataFrame,
             epochs: int = 1) -> pl.DataFrame:
     """One row per (model label, question, epoch): ``ANSWER_COLUMNS`` — label, eval, task_id, question_id,
     sample, kind, status, error, predicted, gold, correct, p_predicted, p_yes, warning, predicted_category
@@ -190,7 +207,9 @@ def answers(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, catego
     ``label``, ``eval``, ``task_id``, ``question_id``, ``kind`` and ``group`` are Enums whose categories
     are sorted (labels; gold rows by eval, task id, question id), so sorting by them is the canonical
     order. Rows come in cache order (the answers found), then the questions without an answer: sort
-    them (``export`` does) for a stable order. ``models`` has the columns of ``MODELS_SCHEMA`` (and
+    them (``export`` does) for a stable order. ``rows`` is the cache's scan, or its parts
+    (``Cache.read_parts``: each part is read alone, only the rows of ``gold``'s tasks; the same result
+    with less memory when ``gold`` is one evaluation's). ``models`` has the columns of ``MODELS_SCHEMA`` (and
     optionally ``epochs`` per model; ``epochs`` otherwise); ``gold`` and ``categories`` those of
     ``evals.gold_frames``."""
     models = models.sort("label").with_row_index("m")
@@ -310,7 +329,7 @@ def _answer_errors(question_error: pl.Series, row_error: pl.Series, r: np.ndarra
     return error
 
 
-def current_rows(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1,
+def current_rows(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1,
                  columns: Sequence[str] = ("key",)) -> pl.DataFrame:
     """The cache rows ``answers`` scores (the newest current row per request, by the same selection):
     ``columns`` of each, plus its model ``label`` and epoch ``sample`` (Int64), in cache order. ``models``
@@ -327,7 +346,7 @@ USAGE_SCHEMA = {"label": pl.String, "eval": pl.String, "requests": pl.Int64, "re
                 "cached_input_tokens": pl.Int64, "cache_write_tokens": pl.Int64, "cache_write_1h_tokens": pl.Int64}
 
 
-def usage(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1) -> pl.DataFrame:
+def usage(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1) -> pl.DataFrame:
     """Token usage per (label, eval) over exactly the cache rows ``answers`` scores (the newest current row
     per request): ``requests`` rows found, ``replies`` among them with a reply (ok or invalid),
     ``with_usage`` rows whose reply reported input tokens, and the ``input_tokens`` / ``output_tokens``
@@ -343,12 +362,15 @@ def usage(rows: pl.LazyFrame, models: pl.DataFrame, gold: pl.DataFrame, epochs: 
                                  each_task=False)
     if found.is_empty():
         return pl.DataFrame(schema=USAGE_SCHEMA)
-    return (found.with_columns(pl.Series("label", models["label"].gather(m)))
-            .group_by("label", "eval")
+    # grouped by the model's number (its label's place in sorted order), not by a label string per row
+    sums = (found.with_columns(pl.Series("m", m, dtype=pl.UInt32))
+            .group_by("m", "eval")
             .agg(pl.len().alias("requests"), pl.col("status").is_in(["ok", "invalid"]).sum().alias("replies"),
                  pl.col("input_tokens").is_not_null().sum().alias("with_usage"),
                  *(pl.col(c).sum() for c in list(USAGE_SCHEMA)[5:]))
-            .cast({c: pl.Int64 for c in list(USAGE_SCHEMA)[2:]}).sort("label", "eval"))
+            .sort("m", "eval"))
+    return (sums.select(pl.Series("label", models["label"].gather(sums["m"]), dtype=pl.String), pl.exclude("m"))
+            .cast({c: pl.Int64 for c in list(USAGE_SCHEMA)[2:]}))
 
 
 def _predicted_category(gold_side: pl.DataFrame, row_g: np.ndarray, predicted: pl.Series,
