@@ -17,7 +17,7 @@ from rich.table import Table
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite
-from dxi.scoring.ties import add_ties
+from dxi.scoring.ties import add_ties, tie_counts
 
 
 def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
@@ -55,23 +55,63 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None
 
 def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[str, dict] | None, epochs: int = 1,
               breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
-              extra: dict | None = None) -> tuple[dict, scoring.Scored]:
+              extra: dict | None = None, each: Callable[[pl.DataFrame], None] | None = None
+              ) -> tuple[dict, scoring.Scored]:
     """``score_all`` without writing anything: the summary (as summary.json holds it) and the tables
-    (``dxi view`` shows them; the cache is only read)."""
+    (``dxi view`` shows them; the cache is only read).
+
+    With ``each``, the evaluations are read and scored one at a time (``scoring.Scorer``; the cache read
+    shard by shard, ``Cache.read_parts``), and ``each`` is called with each evaluation's answers frame
+    before it is dropped: at most one evaluation's answers are held (``dxi view``'s start-up child). The
+    summary and tables are the same; the returned ``Scored`` has no answers and no breakdown tables
+    (``breakdowns`` must be False)."""
     gold, categories = suite.gold_frames()  # the suite's survey: the tasks are read once (dxi run: during the run)
     labels = models["label"].to_list()
-    # usage first: its read of the cache rows then comes before the answers are held, not on top of them
-    usage = scoring.usage_blocks(cache.read(lambda rows: scoring.usage(rows, models, gold, epochs)), labels, prices or {})
-    answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
-    scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
-    if requests is None:
-        requests = scoring.request_counts(answers)
     model_epochs = (dict(zip(labels, models["epochs"].fill_null(epochs).to_list(), strict=True))
                     if "epochs" in models.columns else None)
-    summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs, requests,
-                                    scored, model_epochs, usage)
-    summary = add_ties(summary, answers) | (extra or {})
+    if each is None:
+        # usage first: its read of the cache rows then comes before the answers are held, not on top of them
+        used = cache.read(lambda rows: scoring.usage(rows, models, gold, epochs))
+        answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
+        scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
+        counts = scoring.request_counts(answers) if requests is None else requests
+        ties = tie_counts(answers)
+        del answers
+    else:
+        if breakdowns:
+            raise ValueError("summarize: the breakdown tables need every answer at once (each= scores one "
+                             "evaluation at a time)")
+        scorer, parts, ties = scoring.Scorer(scoring.Bootstrap()), [], {}
+        counts = {} if requests is None else requests
+        for name in gold["eval"].unique().sort().to_list() or [None]:  # None: no tasks (``each`` gets no rows)
+            mine = gold if name is None else gold.filter(pl.col("eval") == name)
+            parts.append(cache.read_parts(lambda rows, mine=mine: scoring.usage(rows, models, mine, epochs)))
+            answers = cache.read_parts(lambda rows, mine=mine: scoring.answers(rows, models, mine, categories, epochs))
+            if requests is None:
+                counts = _added(counts, scoring.request_counts(answers))
+            ties |= tie_counts(answers)
+            each(answers)
+            part = scorer.part(answers)
+            del answers  # before the intervals' resampled sums are computed: never both held
+            scorer.add_part(part)
+            del part
+        used = pl.concat(parts).sort("label", "eval")
+        scored = scorer.result()
+    usage = scoring.usage_blocks(used, labels, prices or {})
+    summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs,
+                                    counts, scored, model_epochs, usage)
+    summary = add_ties(summary, ties) | (extra or {})
     return summary, scored
+
+
+def _added(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Two ``scoring.request_counts`` results (of different evaluations) as one: the counts added per model."""
+    out = {label: dict(c) for label, c in a.items()}
+    for label, c in b.items():
+        mine = out.setdefault(label, dict.fromkeys(c, 0))
+        for k, v in c.items():
+            mine[k] += v
+    return dict(sorted(out.items()))
 
 
 def _fmt(value: float | None) -> str:

@@ -2,15 +2,16 @@
 adapters/, so rescoring from the cache alone works by construction.
 
 ``answers`` -> one row per (model, question, epoch); ``score`` -> every table (metrics with intervals,
-the index, calibration, breakdowns; ``Scored``); ``build_summary`` -> summary.json; ``index.WEIGHTS``
--> the Decision Index formula; ``Bootstrap`` -> how intervals are computed.
+the index, calibration, breakdowns; ``Scored``; ``Scorer``: the same, one evaluation at a time);
+``build_summary`` -> summary.json; ``index.WEIGHTS`` -> the Decision Index formula; ``Bootstrap`` -> how
+intervals are computed.
 """
 from .bootstrap import Bootstrap
 from .cost import cost_usd, usage_blocks
 from .index import WEIGHTS, decision_index
 from .score import MODELS_SCHEMA, answers, export, metrics, models_in_cache, request_counts, usage
-from .scored import Scored, score
+from .scored import Scored, Scorer, score
 from .summary import build as build_summary
 
-__all__ = ["MODELS_SCHEMA", "WEIGHTS", "Bootstrap", "Scored", "answers", "build_summary", "cost_usd", "decision_index",
+__all__ = ["MODELS_SCHEMA", "WEIGHTS", "Bootstrap", "Scored", "Scorer", "answers", "build_summary", "cost_usd", "decision_index",
            "export", "metrics", "models_in_cache", "request_counts", "score", "usage", "usage_blocks"]

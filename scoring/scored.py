@@ -2,7 +2,9 @@
 
 ``score(answers, bootstrap)`` computes, from one answers frame (``scoring.score.answers``) and in one
 vectorised pass over all models, the tables below. ``Scored.tables()`` names each for export (CSV and
-Parquet files, the HTML report).
+Parquet files, the HTML report). ``Scorer`` computes the same tables from several answers frames, each
+holding whole evaluations, given one after another and not kept (``dxi view`` scores one evaluation at a
+time to hold one evaluation's answers only); ``score`` is a Scorer given one frame.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import polars as pl
 from . import breakdowns, calibration
 from .bootstrap import Bootstrap
 from .index import index_table
-from .sums import breakdown_table, build_cubes, calibration_table, estimate_all, metric_table, reliability_table
+from .summary import invalid_counts
+from .sums import Cube, breakdown_table, build_cubes, calibration_table, estimate_all, metric_table, reliability_table
 
 
 @dataclass
@@ -30,6 +33,7 @@ class Scored:
     * ``breakdowns``: the metrics per (label, eval, dimension, group).
     * ``confusion``: When2Call gold reply type × predicted reply type (or status) per label.
     * ``statuses``: answer counts per status, per (label, eval); ``errors``: the most frequent errors.
+    * ``invalid``: the invalid answers' reasons counted per (label, shape) (``summary.invalid_counts``).
     """
 
     answers: pl.DataFrame
@@ -42,6 +46,7 @@ class Scored:
     statuses: pl.DataFrame
     errors: pl.DataFrame
     bootstrap: Bootstrap | None
+    invalid: pl.DataFrame
 
     def tables(self) -> dict[str, pl.DataFrame]:
         """Every table except the answers, by file name (labels in a column named ``model``)."""
@@ -55,22 +60,100 @@ def score(answers: pl.DataFrame, bootstrap: Bootstrap | None = None, with_breakd
     """Score an answers frame: every table of ``Scored``. ``bootstrap`` None skips the intervals;
     ``with_breakdowns`` False skips the tables only the report shows (breakdowns, confusion, statuses,
     errors: left empty); summary.json needs none of them."""
-    with ThreadPoolExecutor(1, thread_name_prefix="dxi-auroc") as beside:  # on a second core, when there is one
-        ranked = beside.submit(calibration.auroc, answers, bootstrap.confidence if bootstrap else 0.95)
-        cubes = build_cubes(answers)
-        estimates = estimate_all(cubes, bootstrap)
-        auroc = ranked.result()
-    labels = next(iter(cubes.values())).labels if cubes else []
-    table = metric_table(cubes, estimates)
-    calib = calibration_table(cubes, estimates, bootstrap)
-    if not calib.is_empty():
-        calib = calib.join(auroc.rename({"question_id": "question"}), on=["label", "eval", "question"], how="left")
-    empty = pl.DataFrame()
-    return Scored(
-        answers=answers, metrics=table, index=index_table(estimates, labels, bootstrap), calibration=calib,
-        reliability=reliability_table(cubes),
-        breakdowns=breakdown_table(cubes, bootstrap) if with_breakdowns else empty,
-        confusion=breakdowns.confusion(answers) if with_breakdowns else empty,
-        statuses=breakdowns.statuses(answers) if with_breakdowns else empty,
-        errors=breakdowns.errors(answers) if with_breakdowns else empty,
-        bootstrap=bootstrap)
+    scorer = Scorer(bootstrap)
+    cubes = scorer.add(answers)
+    if not with_breakdowns:
+        return scorer.result(answers)
+    return scorer.result(answers, breakdowns=breakdown_table(cubes, bootstrap), confusion=breakdowns.confusion(answers),
+                         statuses=breakdowns.statuses(answers), errors=breakdowns.errors(answers))
+
+
+@dataclass
+class Part:
+    """One answers frame's share of a scoring (``Scorer.part``): its ``cubes`` by evaluation, ``auroc``
+    (``calibration.auroc``) and ``invalid`` (``summary.invalid_counts``)."""
+
+    cubes: dict[str, Cube]
+    auroc: pl.DataFrame
+    invalid: pl.DataFrame
+
+
+class Scorer:
+    """The tables of ``score`` from answers frames given one after another (``add``), each holding every
+    row of the evaluations in it (``scoring.score.answers`` over one evaluation's gold: all its models,
+    questions and epochs) and no evaluation given twice. Every table but the index is per evaluation:
+    each frame's rows are computed as ``score`` computes them and the parts concatenated and sorted as
+    ``score`` sorts them; the index combines each evaluation's estimates (its point values and, with a
+    bootstrap, its replicates: an evaluation's resamples depend on its name and task count alone,
+    ``Bootstrap``). So ``result()`` equals ``score`` over all the frames at once, without the breakdown
+    tables and without holding any frame: a frame's memory is freed once ``add`` returns and its caller
+    drops it."""
+
+    def __init__(self, bootstrap: Bootstrap | None = None):
+        self.bootstrap = bootstrap
+        self.estimates: dict = {}
+        self.labels: list[str] = []
+        self._metrics: list[pl.DataFrame] = []
+        self._calibration: list[pl.DataFrame] = []
+        self._reliability: list[pl.DataFrame] = []
+        self._invalid: list[pl.DataFrame] = []
+
+    def add(self, answers: pl.DataFrame) -> dict[str, Cube]:
+        """Score the evaluations in ``answers``; returns their cubes (``scoring.sums.Cube`` by evaluation).
+        Raises ValueError for an evaluation already added. ``add_part(part(answers))`` in two steps."""
+        return self.add_part(self.part(answers))
+
+    def part(self, answers: pl.DataFrame) -> Part:
+        """What ``add_part`` needs of ``answers``: their cubes, AUROCs and invalid reasons. The caller can
+        then drop the answers before the intervals are computed (their resampled sums are the
+        scoring's peak memory)."""
+        with ThreadPoolExecutor(1, thread_name_prefix="dxi-auroc") as beside:  # on a second core, when there is one
+            ranked = beside.submit(calibration.auroc, answers, self.bootstrap.confidence if self.bootstrap else 0.95)
+            cubes = build_cubes(answers)
+            invalid = invalid_counts(answers)
+            return Part(cubes, ranked.result(), invalid)
+
+    def add_part(self, part: Part) -> dict[str, Cube]:
+        """Score the evaluations of ``part`` (``Scorer.part``); returns their cubes. Raises ValueError
+        for an evaluation already added."""
+        cubes, boot = part.cubes, self.bootstrap
+        again = sorted(set(cubes) & set(self.estimates))
+        if again:
+            raise ValueError(f"evaluation scored twice: {', '.join(again)} (each answers frame must hold whole "
+                             "evaluations, each in one frame)")
+        estimates = estimate_all(cubes, boot)
+        if cubes and not self.labels:
+            self.labels = next(iter(cubes.values())).labels
+        self.estimates.update(estimates)
+        self._metrics.append(metric_table(cubes, estimates))
+        calib = calibration_table(cubes, estimates, boot)
+        if not calib.is_empty():
+            calib = calib.join(part.auroc.rename({"question_id": "question"}), on=["label", "eval", "question"],
+                               how="left")
+        self._calibration.append(calib)
+        self._reliability.append(reliability_table(cubes))
+        self._invalid.append(part.invalid)
+        return cubes
+
+    def result(self, answers: pl.DataFrame | None = None, **tables: pl.DataFrame) -> Scored:
+        """The tables of everything added, as ``Scored`` (``answers`` the frame to keep in it, or an empty
+        one; ``tables`` the breakdown tables, ``breakdowns``, ``confusion``, ``statuses``, ``errors``, to
+        keep in it, or empty ones)."""
+        empty = pl.DataFrame()
+        return Scored(
+            answers=empty if answers is None else answers, metrics=_joined(self._metrics, ["label", "eval"]),
+            index=index_table(self.estimates, self.labels, self.bootstrap),
+            calibration=_joined(self._calibration, ["label", "eval", "question"]),
+            reliability=_joined(self._reliability, ["label", "eval", "bin"]),
+            breakdowns=tables.get("breakdowns", empty), confusion=tables.get("confusion", empty),
+            statuses=tables.get("statuses", empty), errors=tables.get("errors", empty), bootstrap=self.bootstrap,
+            invalid=pl.concat(self._invalid) if self._invalid else invalid_counts(pl.DataFrame(
+                schema={"label": pl.String, "status": pl.String, "error": pl.String})))
+
+
+def _joined(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
+    """Per-evaluation tables as one, sorted by ``keys`` (unique per row) as each part is: one part as it is."""
+    if len(parts) == 1:
+        return parts[0]
+    filled = [p for p in parts if not p.is_empty()] or parts[:1]  # an empty part's schema may be a stub
+    return filled[0] if len(filled) == 1 else pl.concat(filled, how="diagonal_relaxed").sort(keys)

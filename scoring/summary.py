@@ -109,19 +109,26 @@ def calibration_block(rows: list[dict], epochs: int) -> dict | None:
     return block
 
 
-def invalid_reasons(answers: pl.DataFrame, top: int = 3) -> dict[str, list[dict]]:
-    """Per model label with invalid answers, its ``top`` most frequent reasons, every evaluation and epoch
-    pooled: ``[{"error": str, "count": int}]``, most frequent first. Reasons that differ only in their
-    numbers ("probabilities sum to 1.4" and "... 1.37") count as one, shown by one example (the first
-    in text order). Reasons
-    can quote model output: untrusted text."""
+def invalid_counts(answers: pl.DataFrame) -> pl.DataFrame:
+    """The invalid answers' reasons per model label, every evaluation and epoch pooled: columns ``label``,
+    ``shape`` (the reason with its numbers replaced by ``#``: "probabilities sum to 1.4" and "... 1.37"
+    are one shape), ``count`` and ``error`` (the first reason of that shape in text order). Counts of
+    different answers frames (evaluations scored apart, ``scoring.Scorer``) add up: ``invalid_reasons``
+    takes them all."""
     invalid = answers.filter(pl.col("status").cast(pl.String) == "invalid")
-    if invalid.is_empty():
-        return {}
     error = pl.col("error").fill_null("")
-    counts = (invalid.select(pl.col("label").cast(pl.String), error.alias("error"),
-                             error.str.replace_all(r"[0-9]+(?:\.[0-9]+)?", "#").alias("shape"))
-              .group_by("label", "shape").agg(pl.len().alias("count"), pl.col("error").min())
+    return (invalid.select(pl.col("label").cast(pl.String), error.alias("error"),
+                           error.str.replace_all(r"[0-9]+(?:\.[0-9]+)?", "#").alias("shape"))
+            .group_by("label", "shape").agg(pl.len().cast(pl.Int64).alias("count"), pl.col("error").min()))
+
+
+def invalid_reasons(counts: pl.DataFrame, top: int = 3) -> dict[str, list[dict]]:
+    """Per model label with invalid answers, its ``top`` most frequent reasons from ``invalid_counts``
+    (one frame, or several concatenated): ``[{"error": str, "count": int}]``, most frequent first, each
+    shape shown by one example. Reasons can quote model output: untrusted text."""
+    if counts.is_empty():
+        return {}
+    counts = (counts.group_by("label", "shape").agg(pl.col("count").sum(), pl.col("error").min())
               .sort(["label", "count", "error"], descending=[False, True, False])
               .group_by("label", maintain_order=True).head(top))
     out: dict[str, list[dict]] = {}
@@ -143,7 +150,7 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
     model_epochs = model_epochs or {}
     by_key = {(r["label"], r["eval"]): r for r in metrics.iter_rows(named=True)}
     index_rows = {r["label"]: r for r in scored.index.iter_rows(named=True)} if scored is not None else {}
-    reasons = invalid_reasons(scored.answers) if scored is not None else {}
+    reasons = invalid_reasons(scored.invalid) if scored is not None else {}
     calibration: dict[tuple[str, str], list[dict]] = {}
     if scored is not None and not scored.calibration.is_empty():
         for r in scored.calibration.iter_rows(named=True):

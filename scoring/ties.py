@@ -12,23 +12,32 @@ import polars as pl
 from dxi.adapters.decision import ROUNDING
 
 
+CHUNK = 65_536  # answers looked at a time (``tie_counts``): the per-option lists of a chunk only
+
+
 def tie_counts(answers: pl.DataFrame) -> dict[tuple[str, str], int]:
     """``(label, eval) -> ties`` over an answers frame (``scoring.answers``: label, eval, status,
-    probabilities), counting every epoch's answer; pairs without a tie are absent."""
+    probabilities), counting every epoch's answer; pairs without a tie are absent. ``CHUNK`` answers at
+    a time: at once, the option lists built for a million answers were the view's start-up peak."""
     p = pl.col("probabilities").list.eval(pl.element().struct.field("p"))
-    counts = (answers.lazy()
-              .filter((pl.col("status").cast(pl.String) == "ok") & (pl.col("probabilities").list.len() >= 2))
-              .select(pl.col("label").cast(pl.String), pl.col("eval").cast(pl.String),
-                      p.list.eval((pl.element() >= pl.element().max() - ROUNDING).cast(pl.Int32)).list.sum().alias("top"))
-              .filter(pl.col("top") >= 2)
-              .group_by("label", "eval").agg(pl.len().alias("ties"))
-              .collect())
-    return {(r["label"], r["eval"]): r["ties"] for r in counts.iter_rows(named=True)}
+    counts: dict[tuple[str, str], int] = {}
+    for start in range(0, answers.height, CHUNK):
+        found = (answers.slice(start, CHUNK).lazy()
+                 .filter((pl.col("status").cast(pl.String) == "ok") & (pl.col("probabilities").list.len() >= 2))
+                 .select(pl.col("label").cast(pl.String), pl.col("eval").cast(pl.String),
+                         p.list.eval((pl.element() >= pl.element().max() - ROUNDING).cast(pl.Int32)).list.sum()
+                         .alias("top"))
+                 .filter(pl.col("top") >= 2)
+                 .group_by("label", "eval").agg(pl.len().alias("ties"))
+                 .collect())
+        for label, name, n in found.iter_rows():
+            counts[(label, name)] = counts.get((label, name), 0) + n
+    return counts
 
 
-def add_ties(summary: dict, answers: pl.DataFrame) -> dict:
-    """``summary`` with ``ties`` (``tie_counts``; 0 when none) in every evaluation block of every model."""
-    counts = tie_counts(answers)
+def add_ties(summary: dict, counts: dict[tuple[str, str], int]) -> dict:
+    """``summary`` with ``ties`` (``counts``, from ``tie_counts``; 0 when none) in every evaluation block
+    of every model."""
     for m in summary["models"]:
         for name, block in m["evals"].items():
             block["ties"] = counts.get((m["model"], name), 0)

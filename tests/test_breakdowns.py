@@ -70,11 +70,14 @@ def test_statuses_and_errors_per_evaluation():
 
 
 def test_invalid_reasons_differing_only_in_numbers_count_as_one():
-    from dxi.scoring.summary import invalid_reasons
+    from dxi.scoring.summary import invalid_counts, invalid_reasons
 
     ans = pl.DataFrame({"label": ["m"] * 4 + ["n"], "status": ["invalid"] * 3 + ["ok", "invalid"],
                         "error": ["probabilities sum to 1.400000, not 1", "probabilities sum to 1.366600, not 1",
                                   "no answer", None, "cut off"]})
-    assert invalid_reasons(ans) == {
+    expected = {
         "m": [{"error": "probabilities sum to 1.366600, not 1", "count": 2}, {"error": "no answer", "count": 1}],
         "n": [{"error": "cut off", "count": 1}]}
+    assert invalid_reasons(invalid_counts(ans)) == expected
+    # counted in two parts (two evaluations scored apart): the same reasons, the same counts and examples
+    assert invalid_reasons(pl.concat([invalid_counts(ans.slice(0, 1)), invalid_counts(ans.slice(1))])) == expected
