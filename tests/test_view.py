@@ -667,5 +667,5 @@ def test_the_start_up_child_is_spawned_with_its_allocator_options_and_the_enviro
     assert os.environ[JEMALLOC_VAR] == "dirty_decay_ms:500,muzzy_decay_ms:1000"
     monkeypatch.delenv(JEMALLOC_VAR)
     with _child_env():
-        assert os.environ[JEMALLOC_VAR] == CHILD_JEMALLOC == "dirty_decay_ms:10,muzzy_decay_ms:0"
+        assert os.environ[JEMALLOC_VAR] == CHILD_JEMALLOC == "narenas:1,dirty_decay_ms:10,muzzy_decay_ms:0"
     assert JEMALLOC_VAR not in os.environ

@@ -41,6 +41,7 @@ from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import Scored
 from dxi.scoring.calibration import ECE_BINS, answer_terms
+from dxi.scoring.columns import filtered_parts
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 from dxi.scoring.score import CONFIG_COLUMNS, STATUSES, current_rows
 
@@ -57,14 +58,16 @@ CELLS = {"both_right": (True, True), "a_only": (True, False), "b_only": (False, 
 REQUEST_COLUMNS = ("key", "status", "error", "error_kind", "http_status", "attempts", "raw_reply", "request_body",
                    "served_model", *USAGE_COLUMNS, "latency_ms")
 _REQUESTS_READ = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *REQUEST_COLUMNS)
-WRITE_CHUNK = 32 * ROW_GROUP  # rows gathered and written at a time (``_write_by_task``)
+WRITE_CHUNK = 8 * ROW_GROUP  # rows gathered and written at a time (``_write_by_task``)
 # The start-up child's allocator: Polars' jemalloc (its options in ``_RJEM_MALLOC_CONF``) keeps freed pages for
 # reuse 0.5 s and 1 s by Polars' defaults, so one step's temporary memory was still resident under the next
 # step's. The child gives them back after 10 ms. Measured on bench_view's cache (child's peak, user + system
 # CPU): Polars' defaults 933 MB; 10 ms 769 MB, 13.2 s; 0 ms 737 MB, 16.6 s (every free returned at once
-# costs ~4 s of system time, paid again at every rescoring while a run writes).
+# costs ~4 s of system time, paid again at every rescoring while a run writes). With the evaluations scored
+# one at a time, its threads' many arenas each kept their own freed pages: one arena for the child
+# (``narenas:1``) measured 553 -> 496 MB at the same CPU time (13.4 s start-up; 0 ms decay instead: 486 MB, 20 s).
 JEMALLOC_VAR = "_RJEM_MALLOC_CONF"
-CHILD_JEMALLOC = "dirty_decay_ms:10,muzzy_decay_ms:0"
+CHILD_JEMALLOC = "narenas:1,dirty_decay_ms:10,muzzy_decay_ms:0"
 REQUEST_PARTS = 8  # requests.parquet is read from the cache in this many ranges of task ids (``_write_requests``)
 WIDE_COLUMNS = ("eval", "sample", "task_id", "question_id", "group", "gold_category", "gold", "label", "predicted",
                 "view_status", "correct", "p_gold", "p_predicted", "bin")  # what ``_wide`` reads
@@ -408,16 +411,21 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
     cache's warnings, the frames written), ``reliability.parquet``, ``wide-<eval>-<epoch>.parquet``, and
     the two files sorted by task id (``answers.parquet``, ``requests.parquet``). Returns this process's
     peak resident set in MB. The cache is opened read-only, with the shards of a remote tier that
-    ``mirror`` (its URI, the folder they were pulled into) holds."""
+    ``mirror`` (its URI, the folder they were pulled into) holds.
+
+    The evaluations are scored one at a time (``summarize``'s ``each``): each one's answers are written
+    to answers.parquet (in evaluation order, so the file stays sorted by task id) and its columns of the
+    evaluation pages to a ``narrow-<eval>.parquet`` before the next one is read; the wide frames are made
+    from those once the summary gives the models' order."""
     remote = None
     if mirror is not None:
         from dxi.cache.remote import Remote
 
         remote = Remote(mirror[0], cache_dir, mirror[1])
-    with Cache(cache_dir, read_only=True, remote=remote) as cache:
-        summary, scored = summarize(cache, suite, models, None, epochs, prices=prices)
-        ans, reliability = scored.answers, scored.reliability
-        del scored  # the other tables: the summary holds what the pages show of them
+    answers_file: list[pq.ParquetWriter | None] = [None]
+    narrow: list[str] = []
+
+    def each(ans: pl.DataFrame) -> None:
         terms = answer_terms(ans)
         ans = ans.with_columns(
             pl.Series("p_gold", terms["p_gold"]).fill_nan(None),  # calibration's, not computed again
@@ -425,21 +433,35 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
             pl.when(pl.col("repaired") & (pl.col("status") == "ok")).then(pl.lit("repaired"))
             .otherwise(pl.col("status")).alias("view_status"))
         del terms
-        _write_by_task(ans.select(ANSWER_FILE_COLUMNS), root / "answers.parquet")
-        labels = [m["model"] for m in summary["models"]]
-        text = _search_text(suite.tasks())
-        frames = []
-        narrow = ans.select(*WIDE_COLUMNS)  # the columns of the evaluation pages only (no probabilities, no text)
-        del ans
-        for (name, sample), part in narrow.partition_by("eval", "sample", as_dict=True).items():
+        if ans.height:
+            answers_file[0] = _write_by_task(ans.select(ANSWER_FILE_COLUMNS), root / "answers.parquet",
+                                             writer=answers_file[0], keep_open=True)
+            name = str(ans["eval"][0])
+            ans.select(*WIDE_COLUMNS).write_parquet(root / f"narrow-{name}.parquet")  # no probabilities, no text
+            narrow.append(name)
+        elif answers_file[0] is None:  # no answers (yet): the file with no rows, replaced by a later one's
+            _write_by_task(ans.select(ANSWER_FILE_COLUMNS), root / "answers.parquet")
+
+    try:
+        with Cache(cache_dir, read_only=True, remote=remote) as cache:
+            summary, scored = summarize(cache, suite, models, None, epochs, prices=prices, each=each)
+            text = _search_text(suite.tasks())
+            ids = text["task_id"].sort()
+            _write_requests(cache, ids, root / "requests.parquet")
+            warnings = list(cache.warnings)
+    finally:
+        if answers_file[0] is not None:
+            answers_file[0].close()
+    labels = [m["model"] for m in summary["models"]]
+    frames = []
+    for name in narrow:
+        path = root / f"narrow-{name}.parquet"
+        for (_, sample), part in pl.read_parquet(path).partition_by("eval", "sample", as_dict=True).items():
             _wide(part, labels, text).write_parquet(root / f"wide-{name}-{sample}.parquet")
-            frames.append((str(name), sample))
-        del narrow
-        reliability.write_parquet(root / "reliability.parquet")
-        ids = text["task_id"].sort()
-        del text
-        _write_requests(cache, ids, root / "requests.parquet")
-        meta = {"summary": summary, "warnings": list(cache.warnings), "frames": sorted(frames)}
+            frames.append((name, sample))
+        path.unlink()
+    scored.reliability.write_parquet(root / "reliability.parquet")
+    meta = {"summary": summary, "warnings": warnings, "frames": sorted(frames)}
     (root / "meta.json").write_bytes(orjson.dumps(meta))
     return _peak_mb()
 
@@ -475,18 +497,17 @@ def _search_text(tasks: Iterable[Task]) -> pl.DataFrame:
 def _write_requests(cache: Cache, ids: pl.Series, path: Path) -> None:
     """Write ``requests.parquet``: the cache rows of the current prompt version and of the tasks ``ids``
     (sorted as text), ``_REQUESTS_READ`` columns, sorted by task id (as ``_write_by_task`` writes). The
-    cache is read ``REQUEST_PARTS`` times, each time for one consecutive range of ``ids`` (the filter
-    pushed down to the scan), so that only that part's request bodies and replies are held at a time
-    (all of them at once were the start-up child's peak). Rows of one task keep their order in the
-    cache."""
+    cache is read ``REQUEST_PARTS`` times, each time for one consecutive range of ``ids``, shard by shard
+    (``scoring.columns.filtered_parts``), so that only that range's request bodies and replies are held
+    at a time (all of them at once were the start-up child's peak). Rows of one task keep their order in
+    the cache."""
     step = max(1, -(-ids.len() // REQUEST_PARTS))
     writer: pq.ParquetWriter | None = None
     try:
         for start in range(0, max(ids.len(), 1), step):
             part = ids.slice(start, step).implode()
-            rows = cache.read(lambda lf, part=part: lf.filter((pl.col("prompt_version") == PROMPT_VERSION)
-                                                              & pl.col("task_id").is_in(part))
-                              .select(_REQUESTS_READ).collect())
+            wanted = (pl.col("prompt_version") == PROMPT_VERSION) & pl.col("task_id").is_in(part)
+            rows = cache.read_parts(lambda parts, wanted=wanted: filtered_parts(parts, wanted, _REQUESTS_READ))
             writer = _write_by_task(rows, path, dictionary=[*CONFIG_COLUMNS, "status"], writer=writer, keep_open=True)
             empty = rows.head(0)
             del rows
