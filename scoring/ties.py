@@ -11,7 +11,6 @@ import polars as pl
 
 from dxi.adapters.decision import ROUNDING
 
-
 CHUNK = 65_536  # answers looked at a time (``tie_counts``): the per-option lists of a chunk only
 
 

@@ -9,10 +9,12 @@ markup too.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import re
 import shutil
 import time
+from concurrent.futures import ProcessPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -661,11 +663,21 @@ def test_requests_parquet_written_in_parts_holds_every_current_row_sorted_by_tas
 def test_the_start_up_child_is_spawned_with_its_allocator_options_and_the_environment_put_back(monkeypatch):
     from dxi.view.data import CHILD_JEMALLOC, JEMALLOC_VAR, _child_env
 
+    glibc = "MALLOC_MMAP_THRESHOLD_"
+    monkeypatch.delenv(glibc, raising=False)
     monkeypatch.setenv(JEMALLOC_VAR, "dirty_decay_ms:500,muzzy_decay_ms:1000")  # what Polars sets on import
     with _child_env():
         assert os.environ[JEMALLOC_VAR] == "dirty_decay_ms:500,muzzy_decay_ms:1000," + CHILD_JEMALLOC
+        assert os.environ[glibc] == "131072"
+        # the child, spawned as Browser.build spawns it, starts with them (glibc and jemalloc read them then)
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            assert pool.submit(os.getenv, glibc).result() == "131072"
+            assert pool.submit(os.getenv, JEMALLOC_VAR).result().endswith(CHILD_JEMALLOC)
     assert os.environ[JEMALLOC_VAR] == "dirty_decay_ms:500,muzzy_decay_ms:1000"
+    assert glibc not in os.environ
     monkeypatch.delenv(JEMALLOC_VAR)
+    monkeypatch.setenv(glibc, "1048576")  # the user's own tuning is kept
     with _child_env():
         assert os.environ[JEMALLOC_VAR] == CHILD_JEMALLOC == "narenas:1,dirty_decay_ms:10,muzzy_decay_ms:0"
-    assert JEMALLOC_VAR not in os.environ
+        assert os.environ[glibc] == "1048576"
+    assert JEMALLOC_VAR not in os.environ and os.environ[glibc] == "1048576"

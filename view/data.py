@@ -68,6 +68,11 @@ WRITE_CHUNK = 8 * ROW_GROUP  # rows gathered and written at a time (``_write_by_
 # (``narenas:1``) measured 553 -> 496 MB at the same CPU time (13.4 s start-up; 0 ms decay instead: 486 MB, 20 s).
 JEMALLOC_VAR = "_RJEM_MALLOC_CONF"
 CHILD_JEMALLOC = "narenas:1,dirty_decay_ms:10,muzzy_decay_ms:0"
+# NumPy's arrays come from glibc's malloc, whose threshold for giving a freed block straight back to the
+# system grows with every large block freed (up to 32 MB), after which blocks of the bootstrap's size stay
+# in its heap: a fixed threshold (glibc's ``MALLOC_MMAP_THRESHOLD_`` tunable, 128 KiB, its default start)
+# returns them. Measured: 475-486 -> 455 MB.
+CHILD_GLIBC = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 REQUEST_PARTS = 8  # requests.parquet is read from the cache in this many ranges of task ids (``_write_requests``)
 WIDE_COLUMNS = ("eval", "sample", "task_id", "question_id", "group", "gold_category", "gold", "label", "predicted",
                 "view_status", "correct", "p_gold", "p_predicted", "bin")  # what ``_wide`` reads
@@ -470,16 +475,21 @@ def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summ
 def _child_env() -> Iterator[None]:
     """The environment the start-up child is spawned with (it inherits it when it starts):
     ``CHILD_JEMALLOC`` appended to ``_RJEM_MALLOC_CONF`` (Polars sets that variable on import, to its
-    defaults and then what it held; jemalloc takes the last value of an option), then put back."""
-    before = os.environ.get(JEMALLOC_VAR)
-    os.environ[JEMALLOC_VAR] = f"{before},{CHILD_JEMALLOC}" if before else CHILD_JEMALLOC
+    defaults and then what it held; jemalloc takes the last value of an option) and ``CHILD_GLIBC``'s
+    variables where not set already, then put back."""
+    before = {name: os.environ.get(name) for name in (JEMALLOC_VAR, *CHILD_GLIBC)}
+    jemalloc = before[JEMALLOC_VAR]
+    os.environ[JEMALLOC_VAR] = f"{jemalloc},{CHILD_JEMALLOC}" if jemalloc else CHILD_JEMALLOC
+    for name, value in CHILD_GLIBC.items():
+        os.environ.setdefault(name, value)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(JEMALLOC_VAR, None)
-        else:
-            os.environ[JEMALLOC_VAR] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _search_text(tasks: Iterable[Task]) -> pl.DataFrame:
