@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"runner": "runner", "adapters": "adapters", "scoring": "scoring", "cache": "cache", "evals": "evals",
-            "report": "report"}
+            "report": "report", "view": "view"}
 MAIN = "import sys; from dxi.runner.cli import main; sys.exit(main())"
 
 

@@ -61,31 +61,30 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     (``dxi view`` shows them; the cache is only read).
 
     With ``each``, the evaluations are read and scored one at a time (``scoring.Scorer``; the cache read
-    shard by shard, ``Cache.read_parts``), and ``each`` is called with each evaluation's answers frame
+    in parts, ``Cache.read_parts``), and ``each`` is called with each evaluation's answers frame
     before it is dropped: at most one evaluation's answers are held (``dxi view``'s start-up child). The
     summary and tables are the same; the returned ``Scored`` has no answers and no breakdown tables
     (``breakdowns`` must be False)."""
+    if each is not None and breakdowns:
+        raise ValueError("summarize: the breakdown tables need every answer at once (each= scores one "
+                         "evaluation at a time)")
     gold, categories = suite.gold_frames()  # the suite's survey: the tasks are read once (dxi run: during the run)
     labels = models["label"].to_list()
     model_epochs = (dict(zip(labels, models["epochs"].fill_null(epochs).to_list(), strict=True))
                     if "epochs" in models.columns else None)
+    # usage first: its read of the cache rows (scalar columns only) then comes before the answers are held
+    used = cache.read(lambda rows: scoring.usage(rows, models, gold, epochs))
     if each is None:
-        # usage first: its read of the cache rows then comes before the answers are held, not on top of them
-        used = cache.read(lambda rows: scoring.usage(rows, models, gold, epochs))
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
         scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
         counts = scoring.request_counts(answers) if requests is None else requests
         ties = tie_counts(answers)
         del answers
     else:
-        if breakdowns:
-            raise ValueError("summarize: the breakdown tables need every answer at once (each= scores one "
-                             "evaluation at a time)")
-        scorer, parts, ties = scoring.Scorer(scoring.Bootstrap()), [], {}
+        scorer, ties = scoring.Scorer(scoring.Bootstrap()), {}
         counts = {} if requests is None else requests
         for name in gold["eval"].unique().sort().to_list() or [None]:  # None: no tasks (``each`` gets no rows)
             mine = gold if name is None else gold.filter(pl.col("eval") == name)
-            parts.append(cache.read_parts(lambda rows, mine=mine: scoring.usage(rows, models, mine, epochs)))
             answers = cache.read_parts(lambda rows, mine=mine: scoring.answers(rows, models, mine, categories, epochs))
             if requests is None:
                 counts = _added(counts, scoring.request_counts(answers))
@@ -95,7 +94,6 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
             del answers  # before the intervals' resampled sums are computed: never both held
             scorer.add_part(part)
             del part
-        used = pl.concat(parts).sort("label", "eval")
         scored = scorer.result()
     usage = scoring.usage_blocks(used, labels, prices or {})
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs,

@@ -41,7 +41,6 @@ from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import Scored
 from dxi.scoring.calibration import ECE_BINS, answer_terms
-from dxi.scoring.columns import filtered_parts
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 from dxi.scoring.score import CONFIG_COLUMNS, STATUSES, current_rows
 
@@ -507,17 +506,18 @@ def _search_text(tasks: Iterable[Task]) -> pl.DataFrame:
 def _write_requests(cache: Cache, ids: pl.Series, path: Path) -> None:
     """Write ``requests.parquet``: the cache rows of the current prompt version and of the tasks ``ids``
     (sorted as text), ``_REQUESTS_READ`` columns, sorted by task id (as ``_write_by_task`` writes). The
-    cache is read ``REQUEST_PARTS`` times, each time for one consecutive range of ``ids``, shard by shard
-    (``scoring.columns.filtered_parts``), so that only that range's request bodies and replies are held
-    at a time (all of them at once were the start-up child's peak). Rows of one task keep their order in
-    the cache."""
+    cache is read ``REQUEST_PARTS`` times, each time for one consecutive range of ``ids`` (the filter
+    pushed down to the scan), so that only that range's request bodies and replies are held at a time
+    (all of them at once were the start-up child's peak). Rows of one task keep their order in the
+    cache."""
     step = max(1, -(-ids.len() // REQUEST_PARTS))
     writer: pq.ParquetWriter | None = None
     try:
         for start in range(0, max(ids.len(), 1), step):
             part = ids.slice(start, step).implode()
-            wanted = (pl.col("prompt_version") == PROMPT_VERSION) & pl.col("task_id").is_in(part)
-            rows = cache.read_parts(lambda parts, wanted=wanted: filtered_parts(parts, wanted, _REQUESTS_READ))
+            rows = cache.read(lambda lf, part=part: lf.filter((pl.col("prompt_version") == PROMPT_VERSION)
+                                                              & pl.col("task_id").is_in(part))
+                              .select(_REQUESTS_READ).collect())
             writer = _write_by_task(rows, path, dictionary=[*CONFIG_COLUMNS, "status"], writer=writer, keep_open=True)
             empty = rows.head(0)
             del rows
