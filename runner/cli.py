@@ -222,7 +222,10 @@ def _add_output(g: argparse._ArgumentGroup, out: bool = True) -> None:
     if out:
         g.add_argument("--out", type=Path, metavar="DIR",
                        help="where summary.json and answers.parquet go (default: out, or the run file's)")
-    g.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+        g.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    else:  # dxi view: it has no progress; its notes on the selection are what is left to leave out
+        g.add_argument("-q", "--quiet", action="store_true",
+                       help="no notes on the selection (the address served and warnings are still printed)")
 
 
 RUN_DESCRIPTION = """\
@@ -734,7 +737,7 @@ def cmd_view(args: argparse.Namespace, console: Console) -> int:
         home.cleanup()
         raise
     browser.source.owns_home = True  # removed with the last snapshot, when the server stops
-    for note in notes:
+    for note in [] if args.quiet else notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if not is_loopback(args.host):
         console.print(f"[red]warning:[/] serving on {escape(args.host)}, not this machine only: anyone who can reach "

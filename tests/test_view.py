@@ -308,6 +308,17 @@ def test_a_run_file_names_the_models_and_their_names(built: dict, monkeypatch: p
         b.close()
 
 
+def test_quiet_leaves_out_the_notes_on_the_selection(built: dict, monkeypatch: pytest.MonkeyPatch):
+    loud = {**built, "common": [a for a in built["common"] if a != "-q"]}
+    b, printed = _browser(loud, monkeypatch)
+    b.close()
+    notes = [p for p in printed if p.startswith("[yellow]note:[/]")]
+    assert len(notes) == 1 and "the cache holds 2 epochs; --epochs 2 scores them all" in notes[0]
+    b, printed = _browser(built, monkeypatch)  # with -q
+    b.close()
+    assert not [p for p in printed if "note:" in p]
+
+
 def test_epochs_side_by_side(built: dict, monkeypatch: pytest.MonkeyPatch):
     b, printed = _browser(built, monkeypatch, "--model", built["llm"], "--epochs", "2")
     try:
