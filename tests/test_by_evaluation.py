@@ -3,6 +3,7 @@ what ``dxi view``'s start-up child does to hold one evaluation's answers only. T
 table must be the same, bit for bit, as scoring all the answers at once."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import orjson
@@ -138,3 +139,22 @@ def test_a_filter_on_the_cache_is_pushed_down_to_the_parquet_reader(cache_dir: P
     assert rows.height == 5 + 1  # every model's row, and model 1's newer one
     # the answers derived row by row: the same for the rows kept as for the same rows of the whole scan
     assert rows.equals(everything.filter(wanted).drop("task_id"))
+
+
+def test_a_damaged_shard_is_set_aside_by_a_read_in_parts_and_its_answers_are_missing(cache_dir: Path, tmp_path: Path):
+    copy = tmp_path / "cache"
+    shutil.copytree(cache_dir, copy)
+    shard = copy / "shards" / "synthetic-002.parquet"
+    shard.write_bytes(shard.read_bytes()[:-100])  # the footer cut off
+    gold, categories = Tasks({}).gold_frames()
+    hle = gold.filter(pl.col("eval") == "hle_multichoice")
+    with Cache(cache_dir, read_only=True) as cache:
+        models = _models(cache)  # model 2 still chosen: its answers are then missing, not left out
+    with Cache(copy) as cache:
+        apart = cache.read_parts(lambda rows: scoring.answers(rows, models, hle, categories))
+        assert any("synthetic-002.parquet" in w and "quarantine" in w for w in cache.warnings)
+    assert not shard.exists() and len(list((copy / "quarantine").iterdir())) == 1
+    with Cache(copy, read_only=True) as cache:
+        assert apart.equals(cache.read(lambda rows: scoring.answers(rows, models, hle, categories)))
+    mine = apart.filter(pl.col("label") == f"synthetic:{model_name(2)}")
+    assert mine.height == hle.height and mine["status"].cast(pl.String).unique().to_list() == ["missing"]
