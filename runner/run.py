@@ -177,6 +177,7 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
                 yield _Job(adapter, task, request, limiter, charge)
 
     feeds: dict[str, deque[Iterator[_Job]]] = {}
+    unsent: dict[str, list[Iterator[_Job]]] = {}  # a stopped provider's feeds, for its feeder to ``drain``
     for r in runs:
         feeds.setdefault(r.limits_key, deque()).append(uncached(r))
     provider_of = {r.label: r.limits_key for r in runs}
@@ -188,8 +189,8 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
             return None
         streams = feeds[provider]
         if limiters[provider].halted is not None:  # the provider stopped (runner.stops): count the rest not sent
-            if streams:  # in batches, beside the requests still in flight (a big suite's rest takes seconds)
-                group[0].create_task(drain(list(streams)))
+            if streams:  # by its feeder (``fill``), beside the requests still in flight (a big suite's rest takes seconds)
+                unsent.setdefault(provider, []).extend(streams)
                 streams.clear()
             return None
         while streams:
@@ -303,6 +304,8 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
             job = next_job(provider)
             if job is None:
                 slots.release()
+                if provider in unsent:
+                    await drain(unsent.pop(provider))
                 return
             await queue.put(job)
 
@@ -313,10 +316,8 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
         for _ in range(n_workers):
             await queue.put(None)
 
-    group: list[asyncio.TaskGroup] = []  # the run's task group, for the drains of stopped providers
     try:
         async with asyncio.TaskGroup() as tasks:
-            group.append(tasks)
             tasks.create_task(feed())
             for _ in range(n_workers):
                 tasks.create_task(work())
