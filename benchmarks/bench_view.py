@@ -167,9 +167,8 @@ def run() -> list[Result]:
         Result("view", "memory: peak resident set of the server", memory["VmHWM"], "MB", f"≤ {GOAL_MB:g} MB",
                memory["VmHWM"] <= GOAL_MB, "VmHWM of the serving process over its whole life (start-up included)"),
         Result("view", "memory: peak of the start-up child (scoring)", child_mb, "MB", f"≤ {GOAL_MB:g} MB",
-               child_mb <= GOAL_MB, "VmHWM of the child process that scores the cache (as dxi score does) and "
-               "writes the layout, then exits; its peak is scoring.score's per-question sums on top of the answers "
-               "frame (docs/view.md)"),
+               child_mb <= GOAL_MB, "VmHWM of the child process that scores the cache (as dxi score does, one "
+               "evaluation at a time) and writes the layout, then exits; what its peak is made of: docs/view.md"),
         Result("view", "memory: resident set while serving", memory["VmRSS"], "MB", f"≤ {GOAL_MB:g} MB",
                memory["VmRSS"] <= GOAL_MB, "VmRSS after every request above"),
     ]
