@@ -228,6 +228,20 @@ def _add_output(g: argparse._ArgumentGroup, out: bool = True) -> None:
                        help="no notes on the selection (the address served and warnings are still printed)")
 
 
+VIEW_DESCRIPTION = """\
+Serve the results browser until stopped (Ctrl-C, or kill): the Decision Index table of what `dxi score`
+would score (the same selection options), each evaluation's questions, every answer and its request,
+two models compared, calibration. On 127.0.0.1 unless --host says otherwise; --port 0 picks a free port
+(printed). It rescores in the background as the cache fills. Read-only: nothing is written to the cache."""
+
+VIEW_EXIT_CODES = f"""\
+exit codes:
+  0    stopped (Ctrl-C, kill -INT or kill -TERM); its private folder under the temporary folder removed
+  {EXIT_USAGE}    bad input (flags, run file, model string, data, a cache with nothing to show, a port that
+       cannot be served), with a message
+  {EXIT_INTERRUPTED}  interrupted before serving
+"""
+
 RUN_DESCRIPTION = """\
 Send every request that is not cached yet, then score. Each reply is in the cache before the next
 request is taken: an interrupted run continues where it stopped when the same command is run again.
@@ -256,10 +270,10 @@ def parser() -> argparse.ArgumentParser:
         "estimate": ("a dry run: what is not cached, why, and its expected tokens and cost (sends nothing)", None),
         "score": ("score from the cache only, without the network (default: every model in the cache)", None),
         "report": ("score from the cache only and write OUT/report.html with CSV/Parquet tables", None),
-        "view": ("browse every answer in a local web app (read-only, from the cache only)", None),
+        "view": ("browse every answer in a local web app (read-only, from the cache only)", VIEW_DESCRIPTION),
     }
     for name, (text, description) in scoring_help.items():
-        s = _command(sub, name, text, description, EXIT_CODES)
+        s = _command(sub, name, text, description, VIEW_EXIT_CODES if name == "view" else EXIT_CODES)
         sending = name in ("run", "estimate")
         _add_models(s.add_argument_group("models"), True, not sending)
         _add_data(s.add_argument_group("data"))

@@ -29,7 +29,7 @@ from markupsafe import escape
 from dxi.cache import Cache, CacheWriteError
 from dxi.runner.cli import main
 from dxi.view.app import CSP, is_loopback, make_app, task_url
-from dxi.view.data import Browser
+from dxi.view.data import Browser, EvalQuery
 
 from . import wire_formats
 from .conftest import FIXTURES, write_wildguard_parquet
@@ -194,6 +194,12 @@ def test_unknown_ids_are_404_and_bad_queries_400(browser: Browser):
            f"/eval/when2call?a={quote(MODEL)}", "/compare/when2call?cell=diagonal", "/calibration?bin=1"]
     for path, (status, _, _) in zip(bad, get(browser, *bad), strict=True):
         assert status == 400, path
+    # a page past the last one says so (200: the page exists as an empty one, with its pager back)
+    (status, _, body), = get(browser, "/eval/when2call?page=99")
+    total = browser.evaluation("when2call", EvalQuery()).total
+    assert status == 200 and f"No page 99: these filters match {total} questions, on 1 page." in body
+    (_, _, body), = get(browser, "/eval/when2call?q=no-such-text-anywhere")
+    assert "No question matches these filters." in body
     posted = get(browser, "/", "/eval/when2call", method="POST")
     assert [(s, h["Content-Security-Policy"]) for s, h, _ in posted] == [(405, CSP), (405, CSP)]
 
