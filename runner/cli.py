@@ -760,7 +760,8 @@ def cmd_view(args: argparse.Namespace, console: Console) -> int:
     try:
         serve(browser, args.host, args.port, print_=lambda text: console.print(escape(text)))
     except (OSError, OverflowError) as exc:  # a port taken or out of range, a host that does not resolve
-        raise UsageError(f"cannot serve on {args.host}:{args.port}: {exc}") from None
+        raise UsageError(f"cannot serve on {args.host}:{args.port}: {exc} (choose another --port, or --port 0 for "
+                         "a free one)") from None
     return 0
 
 

@@ -294,6 +294,16 @@ def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
         listed = browser.in_bin("wildguardtest", MODEL, row["bin"])
         expected = ans.filter((pl.col("p_predicted") * 10).floor().clip(0, 9) == row["bin"])
         assert listed.total == row["n"] == expected.height
+    # the page gives each evaluation's calibration figures as dxi score computed them (summary.json)
+    (status, _, page), = get(browser, f"/calibration?m={quote(MODEL)}")
+    entry = next(m for m in built["summary"]["models"] if m["model"] == MODEL)
+    for name in bins:
+        block = entry["evals"][name]["calibration"]
+        low, high = block["ece_ci"]
+        assert f"ECE {block['ece']:.3f} [{low:.3f}, {high:.3f}]" in page
+        assert f"{block['answers']} answers counted, {block['excluded']} without probabilities" in page
+    wild = entry["evals"]["wildguardtest"]["calibration"]["questions"]
+    assert "AUROC " + ", ".join(f"{q} {v['auroc']:.3f}" for q, v in wild.items()) in page
 
 
 def test_a_run_file_names_the_models_and_their_names(built: dict, monkeypatch: pytest.MonkeyPatch):
@@ -483,7 +493,8 @@ def test_a_port_that_cannot_be_served_is_a_usage_error_not_a_traceback(built: di
         port = taken.getsockname()[1]
         base = ["view", "--data-dir", str(built["data"]), "--cache-dir", str(built["cache"]), "-q"]
         assert main([*base, "--port", str(port)]) == 2
-        assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert f"cannot serve on 127.0.0.1:{port}" in err and "--port 0 for a free one" in err
     assert main([*base, "--port", "99999"]) == 2
     assert "cannot serve on 127.0.0.1:99999: bind(): port must be 0-65535" in capsys.readouterr().err
 

@@ -154,7 +154,10 @@ def make_app(target: Browser | Live, refresh: float | None = None) -> web.Applic
             if name is None:
                 raise BadQuery("a confidence bin needs its evaluation: eval")
             listing = live.browser.in_bin(name, label, _int(request, "bin", 0), epoch, _int(request, "page", 1))
-        return page("calibration.html.j2", title=f"Calibration: {label}", section="calibration", label=label, bins=bins, name=name,
+        entry = next(m for m in live.browser.summary["models"] if m["model"] == label)
+        figures = {e: ((entry["evals"].get(e) or {}).get("calibration") or None) for e in bins}  # dxi score's
+        return page("calibration.html.j2", title=f"Calibration: {label}", section="calibration", label=label, bins=bins,
+                    figures=figures, name=name,
                     bin=None if b is None else int(b), listing=listing, epoch=epoch,
                     params={"m": label, "eval": name, "bin": b, "epoch": epoch or None})
 
