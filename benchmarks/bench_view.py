@@ -30,10 +30,8 @@ from urllib.parse import quote
 
 import orjson
 
-from dxi.evals import Suite
-
 from . import Result
-from .synthetic import PROVIDER, model_name, suite, write_cache
+from .synthetic import PROVIDER, SyntheticSuite, model_name, suite, write_cache
 
 SIZES = {"aa_omniscience_decision": 12_500, "hle_multichoice": 12_500, "when2call": 12_500, "wildguardtest": 4_167}
 MODELS = 20
@@ -48,20 +46,6 @@ def _status(pid: int) -> dict[str, float]:
         if line.startswith(("VmHWM:", "VmRSS:")):
             out[line.split(":")[0]] = int(line.split()[1]) / 1024
     return out
-
-
-class SyntheticSuite(Suite):
-    """The synthetic tasks as a Suite (``benchmarks.synthetic.suite(SIZES)``, made again on each read and
-    streamed, as a real Suite streams its data files: no process holds every task unless it keeps them)."""
-
-    def selected(self) -> list[str]:
-        return list(SIZES)
-
-    def tasks(self, name: str | None = None):
-        return (t for t in suite(SIZES) if name is None or t.eval == name)
-
-    def data_block(self) -> dict[str, dict]:
-        return {n: {"files": [{"path": "synthetic", "sha256": "-", "rows": k}], "tasks": k} for n, k in SIZES.items()}
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -83,7 +67,7 @@ def _serve(cache_dir: str, port: int) -> None:
     with Cache(cache_dir, read_only=True) as cache:
         models = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
     prices = dict.fromkeys(models["label"].to_list())
-    browser = Browser.build(Path(cache_dir), SyntheticSuite({}), models, summarize, 1, prices)
+    browser = Browser.build(Path(cache_dir), SyntheticSuite(SIZES), models, summarize, 1, prices)
     print(orjson.dumps({"layout_peak_mb": browser.layout_peak_mb}).decode(), flush=True)
     serve(browser, "127.0.0.1", port, print_=lambda text: None)
 

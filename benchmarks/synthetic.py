@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from dxi.cache.layout import FLAT_LAYOUT, NESTED, WRITE_OPTIONS, write_shard
 from dxi.cache.schema import ANSWER, PROBABILITY, SCHEMA
-from dxi.evals import CHOICE, PROMPT_VERSION, YES_NO, Option, Question, Task
+from dxi.evals import CHOICE, PROMPT_VERSION, YES_NO, Option, Question, Suite, Task
 from dxi.evals.when2call import shuffled
 
 HLE_CATEGORIES = ("Math", "Physics", "Biology/Medicine", "Computer Science/AI", "Humanities/Social Science",
@@ -61,6 +61,24 @@ def suite(n: dict[str, int], seed: int = 7) -> list[Task]:
                           tuple(Question(q, YES_NO, q) for q in WILDGUARD_QUESTIONS), gold=gold,
                           meta={"subcategory": SUBCATEGORIES[i % len(SUBCATEGORIES)], "adversarial": bool(i % 3 == 0)}))
     return tasks
+
+
+class SyntheticSuite(Suite):
+    """The tasks of ``suite(sizes)`` as a Suite, made again on each read and streamed, as a real Suite
+    streams its data files: no process holds every task unless it keeps them."""
+
+    def __init__(self, sizes: dict[str, int]):
+        super().__init__({})
+        self.sizes = dict(sizes)
+
+    def selected(self) -> list[str]:
+        return list(self.sizes)
+
+    def tasks(self, name: str | None = None):
+        return (t for t in suite(self.sizes) if name is None or t.eval == name)
+
+    def data_block(self) -> dict[str, dict]:
+        return {n: {"files": [{"path": "synthetic", "sha256": "-", "rows": k}], "tasks": k} for n, k in self.sizes.items()}
 
 
 def model_name(m: int) -> str:

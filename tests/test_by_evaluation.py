@@ -11,28 +11,15 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks.synthetic import model_name, suite, write_cache
+from benchmarks.synthetic import SyntheticSuite, model_name, suite, write_cache
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.cache.layout import NESTED
-from dxi.evals import PROMPT_VERSION, Suite
+from dxi.evals import PROMPT_VERSION
 from dxi.runner.outputs import summarize
 
 SIZES = {"aa_omniscience_decision": 30, "hle_multichoice": 25, "when2call": 20, "wildguardtest": 12}
 KEYS = ["model", "eval", "task_id", "question_id", "sample"]
-
-
-class Tasks(Suite):
-    """The synthetic tasks of ``SIZES`` as a Suite."""
-
-    def selected(self) -> list[str]:
-        return list(SIZES)
-
-    def tasks(self, name: str | None = None):
-        return (t for t in suite(SIZES) if name is None or t.eval == name)
-
-    def data_block(self) -> dict[str, dict]:
-        return {n: {"files": [{"path": "synthetic", "sha256": "-", "rows": k}], "tasks": k} for n, k in SIZES.items()}
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +49,9 @@ def test_one_evaluation_at_a_time_gives_the_same_summary_and_tables(cache_dir: P
         models = _models(cache)
         assert models.height == 5
         prices = {models["label"][0]: (1.0, 2.0)}
-        whole, scored = summarize(cache, Tasks({}), models, None, prices=prices)
+        whole, scored = summarize(cache, SyntheticSuite(SIZES), models, None, prices=prices)
         seen: list[pl.DataFrame] = []
-        apart, parts = summarize(cache, Tasks({}), models, None, prices=prices, each=seen.append)
+        apart, parts = summarize(cache, SyntheticSuite(SIZES), models, None, prices=prices, each=seen.append)
     assert orjson.dumps(apart, option=orjson.OPT_SORT_KEYS) == orjson.dumps(whole, option=orjson.OPT_SORT_KEYS)
     assert list(apart) == list(whole)  # the same keys in the same order: summary.json's bytes
     assert [m["model"] for m in apart["models"]] == [m["model"] for m in whole["models"]]
@@ -85,11 +72,11 @@ def test_one_evaluation_at_a_time_gives_the_same_summary_and_tables(cache_dir: P
 
 def test_breakdowns_need_every_answer_at_once(cache_dir: Path):
     with Cache(cache_dir, read_only=True) as cache, pytest.raises(ValueError, match="breakdown"):
-        summarize(cache, Tasks({}), _models(cache), None, breakdowns=True, each=lambda ans: None)
+        summarize(cache, SyntheticSuite(SIZES), _models(cache), None, breakdowns=True, each=lambda ans: None)
 
 
 def test_an_evaluation_given_twice_is_refused(cache_dir: Path):
-    gold, categories = Tasks({}).gold_frames()
+    gold, categories = SyntheticSuite(SIZES).gold_frames()
     hle = gold.filter(pl.col("eval") == "hle_multichoice")
     with Cache(cache_dir, read_only=True) as cache:
         answers = cache.read_parts(lambda parts: scoring.answers(parts, _models(cache), hle, categories))
@@ -100,7 +87,7 @@ def test_an_evaluation_given_twice_is_refused(cache_dir: Path):
 
 
 def test_the_answers_read_shard_by_shard_are_those_of_the_whole_scan(cache_dir: Path):
-    gold, categories = Tasks({}).gold_frames()
+    gold, categories = SyntheticSuite(SIZES).gold_frames()
     with Cache(cache_dir, read_only=True) as cache:
         models = _models(cache)
         whole = cache.scan().collect()
@@ -146,7 +133,7 @@ def test_a_damaged_shard_is_set_aside_by_a_read_in_parts_and_its_answers_are_mis
     shutil.copytree(cache_dir, copy)
     shard = copy / "shards" / "synthetic-002.parquet"
     shard.write_bytes(shard.read_bytes()[:-100])  # the footer cut off
-    gold, categories = Tasks({}).gold_frames()
+    gold, categories = SyntheticSuite(SIZES).gold_frames()
     hle = gold.filter(pl.col("eval") == "hle_multichoice")
     with Cache(cache_dir, read_only=True) as cache:
         models = _models(cache)  # model 2 still chosen: its answers are then missing, not left out
