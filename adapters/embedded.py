@@ -49,11 +49,18 @@ class Embedded(SystemOne):
     def endpoint(self) -> str:  # type: ignore[override]
         return ENDPOINT  # in-process, no server: the endpoint its cache keys have always had
 
-    async def start(self) -> None:
+    def missing_setup(self) -> str | None:
+        """An unknown model (sparrow-decider has no such file), naming those it has; None when it is there."""
         from sparrow_decider import available_models
 
         if self.model not in available_models():
-            raise Fatal(f"unknown embedded model {self.model!r}; available: {', '.join(available_models())}")
+            return f"unknown embedded model {self.model!r}; available: {', '.join(available_models())}"
+        return None
+
+    async def start(self) -> None:
+        problem = self.missing_setup()
+        if problem is not None:
+            raise Fatal(problem)
         self._pool = ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=embedded_worker.load, initargs=(self.model,))
 

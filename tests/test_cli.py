@@ -176,6 +176,16 @@ def test_estimate_warns_that_run_will_need_a_missing_api_key(data_dir: Path, tmp
     assert "not-a-real-key" not in out
 
 
+def test_estimate_warns_of_an_unknown_embedded_model_and_run_refuses_it(data_dir: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture):
+    args = ["--model", "embedded:nope", "--model", "embedded", "--data-dir", str(data_dir),
+            "--cache-dir", str(tmp_path / "cache")]
+    assert main(["estimate", *args, "--json"]) == 0
+    problems = orjson.loads(capsys.readouterr().out)["problems"]
+    assert problems == {"embedded:nope": "unknown embedded model 'nope'; available: sparrow-nano-general-v1.1, "
+                                         "sparrow-nano-robot-v1.2"}
+
+
 @pytest.mark.parametrize("command", ["estimate", "score", "report"])
 def test_a_truncated_shard_is_set_aside_by_every_command_that_reads_the_cache(data_dir: Path, tmp_path: Path,
                                                                              command: str, caplog: pytest.LogCaptureFixture):
