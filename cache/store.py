@@ -343,7 +343,7 @@ class Cache:
 
     def read(self, query: Callable[[pl.LazyFrame], T]) -> T:
         """``query(self.scan())`` (every shard's pages verified first; ``read_parts`` gives the query the
-        shards one by one), recovering from a damaged shard all
+        shards in parts), recovering from a damaged shard all
         the same: when the query fails with what reading damaged bytes raises (``verify.is_damage``: a
         reader error, a panic in the reader), or a shard it read is gone (set aside by another process
         meanwhile), every shard is read whole (``verify``), the unreadable ones are moved to quarantine/
@@ -353,13 +353,14 @@ class Cache:
         return self._recovering(lambda: query(self.scan()))
 
     def read_parts(self, query: Callable[[list[pl.LazyFrame]], T]) -> T:
-        """``query(self.scan_parts())``, recovering from damage as ``read`` does: for a query that reads a
-        small part of every shard (one evaluation's rows) and keeps it, each part collected and compacted
-        alone holds that part's memory only, where one collect over every shard holds what the whole
-        shards decode to (``scoring.score``'s ``_current``)."""
+        """``query(self.scan_parts())``, recovering from damage as ``read`` does. For a query that keeps a
+        few rows of every shard (one evaluation's): collecting and compacting the parts one at a time
+        (``scoring.columns.filtered_parts``) holds those rows only, where one collect over every shard
+        holds the buffers the whole shards decode to."""
         return self._recovering(lambda: query(self.scan_parts()))
 
     def _recovering(self, run: Callable[[], T]) -> T:
+        """``run()``, and once more after setting damaged shards aside (see ``read``)."""
         try:
             return run()
         except verify.damaged() as exc:  # a damaged shard raises several types (a checksum, a panic in polars)
