@@ -2,8 +2,9 @@
 
 Built once at start-up (``Browser.build``) from what ``dxi score`` computes (the summary and the scored
 tables: one code path, nothing recomputed) and the cache, opened read-only. The scoring and the layout
-run in a child process (``layout``), which writes the files below and exits, so that scoring's peak memory
-over a large cache is not held while serving:
+run in a child process (``layout``; it scores one evaluation at a time, ``runner.outputs.summarize``'s
+``each``), which writes the files below and exits, so that scoring's peak memory over a large cache is
+not held while serving:
 
 * per evaluation and epoch, a *wide* frame in memory: one row per question (task id, question id,
   category, gold, the state's text for search) and per model its pick, status, whether it is correct,
