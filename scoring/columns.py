@@ -21,11 +21,11 @@ def explode(lists: pl.Series) -> pl.Series:
 
 def filtered_parts(parts: Sequence[pl.LazyFrame], where: pl.Expr, columns: Sequence[pl.Expr | str]) -> pl.DataFrame:
     """``columns`` of the rows of ``parts`` (LazyFrames of one schema, e.g. ``Cache.scan_parts``) that
-    ``where`` keeps, in order, each part collected alone and its rows gathered into buffers of their own
-    size: a filtered collect keeps the list and string buffers the whole part decoded to, and
-    ``shrink_to_fit`` does not give them back (Polars 2.1; measured on bench_view's cache, one
-    evaluation's probabilities: 139 MB filtered, 125 MB shrunk, 28 MB gathered). Memory: what is kept,
-    plus one part decoded."""
+    ``where`` keeps, in order, each part collected alone and its rows gathered into new arrays: a
+    filtered collect keeps the list buffers the whole part decoded to, and ``shrink_to_fit`` does not
+    give them back (Polars 2.1; measured on bench_view's cache, one evaluation's probabilities: 139 MB
+    filtered, 125 MB shrunk, 28 MB gathered; long strings still share their part's data buffers). Memory:
+    what is kept, plus one part decoded."""
     out = []
     for part in parts:
         frame = part.filter(where).select(columns).collect()
