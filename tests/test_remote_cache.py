@@ -17,6 +17,7 @@ import pytest
 
 from dxi.cache import Cache
 from dxi.cache.remote import Manifest, Remote, RemoteError, live, open_uri
+from dxi.cache.store import ROLL_ROWS
 from dxi.runner import distributed
 
 from .conftest import DXI, without_requests
@@ -174,10 +175,7 @@ def test_compaction_merges_small_shards_and_readers_see_the_same_rows(tmp_path: 
 
 def test_a_shard_that_does_not_match_its_manifest_is_never_read(tmp_path: Path, monkeypatch):
     with moto_s3(monkeypatch) as s3:
-        writer = Remote(s3.uri(), tmp_path / "w")
-        with Cache(tmp_path / "w") as c:
-            c.append(_row("k1", 1.0))
-        assert writer.finish() == []
+        _write_through(s3, tmp_path / "w", [_row("k1", 1.0)])
         (key,) = s3.keys("dxi/shards/")
         s3.client().put_object(Bucket=s3.bucket, Key=key, Body=b"PAR1 damaged PAR1")
         reader = Remote(s3.uri(), tmp_path / "r")
@@ -200,7 +198,7 @@ def test_uris_and_credentials():
         open_uri("ftp://host/dir", env={})
 
 
-def _write_through(s3, where: Path, rows: list[dict], roll_rows: int) -> None:
+def _write_through(s3, where: Path, rows: list[dict], roll_rows: int = ROLL_ROWS) -> None:
     """Append ``rows`` to a cache at ``where`` with ``s3``'s remote tier (a shard every ``roll_rows`` rows)
     and finish its uploads, every one of which must succeed."""
     writer = Remote(s3.uri(), where)
@@ -221,11 +219,7 @@ def _row(key: str, created_at: float, status: str = "ok") -> dict:
 def test_a_remote_shard_damaged_here_is_quarantined_like_a_local_one_and_fetched_again_at_once(tmp_path: Path,
                                                                                                monkeypatch):
     with moto_s3(monkeypatch) as s3:
-        writer = Remote(s3.uri(), tmp_path / "w")
-        with Cache(tmp_path / "w") as c:
-            c.append(_row("k1", 1.0))
-            c.append(_row("k2", 2.0))
-        assert writer.finish() == []
+        _write_through(s3, tmp_path / "w", [_row("k1", 1.0), _row("k2", 2.0)])
         (shard,) = (tmp_path / "w" / "shards").glob("*.parquet")
         for damage in ("footer", "page"):  # found when the key index loads; found by the first scan
             reader = Remote(s3.uri(), tmp_path / damage)
@@ -254,10 +248,7 @@ def test_a_remote_shard_damaged_here_is_quarantined_like_a_local_one_and_fetched
 def test_a_remote_shard_damaged_on_the_remote_too_is_fetched_again_once_then_its_requests_are_sent(tmp_path: Path,
                                                                                                   monkeypatch):
     with moto_s3(monkeypatch) as s3:
-        writer = Remote(s3.uri(), tmp_path / "w")
-        with Cache(tmp_path / "w") as c:
-            c.append(_row("k1", 1.0))
-        assert writer.finish() == []
+        _write_through(s3, tmp_path / "w", [_row("k1", 1.0)])
         (shard,) = (tmp_path / "w" / "shards").glob("*.parquet")
         damaged = shard.read_bytes()[:-20]  # the remote's own copy damaged, its manifest agreeing with it
         client = s3.client()
