@@ -137,11 +137,16 @@ def test_a_damaged_shard_is_set_aside_by_a_read_in_parts_and_its_answers_are_mis
     hle = gold.filter(pl.col("eval") == "hle_multichoice")
     with Cache(cache_dir, read_only=True) as cache:
         models = _models(cache)  # model 2 still chosen: its answers are then missing, not left out
+    with Cache(copy, read_only=True) as cache:  # read-only (dxi view): skipped, left in place
+        skipped = cache.read_parts(lambda rows: scoring.answers(rows, models, hle, categories))
+        assert any("synthetic-002.parquet" in w and "left in place" in w for w in cache.warnings)
+    assert shard.exists()
     with Cache(copy) as cache:
         apart = cache.read_parts(lambda rows: scoring.answers(rows, models, hle, categories))
         assert any("synthetic-002.parquet" in w and "quarantine" in w for w in cache.warnings)
     assert not shard.exists() and len(list((copy / "quarantine").iterdir())) == 1
     with Cache(copy, read_only=True) as cache:
         assert apart.equals(cache.read(lambda rows: scoring.answers(rows, models, hle, categories)))
+    assert skipped.equals(apart)
     mine = apart.filter(pl.col("label") == f"synthetic:{model_name(2)}")
     assert mine.height == hle.height and mine["status"].cast(pl.String).unique().to_list() == ["missing"]
