@@ -161,18 +161,22 @@ def session(max_in_flight: int, attempt_timeout_s: float) -> aiohttp.ClientSessi
 
 
 PREFIX_BYTES = 2000  # what is kept of a reply too large to read
+_WBITS = zlib.MAX_WBITS | 32  # gzip or zlib, told by the header
 
 
 async def read_body(resp: aiohttp.ClientResponse, max_bytes: int, what: str) -> bytes:
     """The body of ``resp``, decoded (``Content-Encoding`` gzip or deflate), read no further than
-    ``max_bytes`` decoded bytes: memory never grows with the size of a reply. Raises ReplyTooLarge (with
-    the first ``PREFIX_BYTES``) past the bound, and Transient for a compressed body that ends before its
-    end (the gzip trailer: CRC and length) or fails its check, or an encoding not asked for."""
+    ``max_bytes`` decoded bytes: memory never grows with the size of a reply. A gzip body of several
+    members (RFC 1952 §2.2: "a gzip file consists of a series of members", as a server that compresses
+    its reply in parts writes it) is decoded member after member, as ``gzip.decompress`` and curl do.
+    Raises ReplyTooLarge (with the first ``PREFIX_BYTES``) past the bound, and Transient for a compressed
+    body that ends before its end (a member's trailer: CRC and length) or fails its check (bytes after a
+    member that do not start another), or an encoding not asked for."""
     encoding = resp.headers.get("Content-Encoding", "").strip().lower()
     if encoding in ("", "identity"):
         decoder = None
     elif encoding in ("gzip", "x-gzip", "deflate"):
-        decoder = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib, told by the header
+        decoder = zlib.decompressobj(_WBITS)
     else:
         raise Transient(f"{what}: a reply in Content-Encoding {encoding!r}, which was not asked for", resp.status)
     if decoder is None and resp.content_length is not None and resp.content_length <= max_bytes:
@@ -191,8 +195,10 @@ async def read_body(resp: aiohttp.ClientResponse, max_bytes: int, what: str) -> 
                 continue
             data = chunk
             while data:  # bounded steps: a small compressed chunk may expand enormously
+                if decoder.eof:  # a member ended and more follows: the next member
+                    decoder = zlib.decompressobj(_WBITS)
                 add(decoder.decompress(data, max_bytes + 1 - len(out)))
-                data = decoder.unconsumed_tail
+                data = decoder.unused_data if decoder.eof else decoder.unconsumed_tail
         if decoder is not None:
             add(decoder.flush())
             if not decoder.eof:

@@ -33,8 +33,9 @@ Behaviour of each request, in order:
      provider's exhausted-quota body: OpenAI ``insufficient_quota``, Anthropic
      ``enforced_spend_limit_reached``, Gemini's per-day ``QuotaFailure``), ``"error200"`` (an error inside
      a 200), ``"gzip_cut"`` (the reply gzip-compressed, its 8-byte trailer missing), ``"gzip"`` (the whole
-     gzip reply), ``"duplicate"`` (an answer named twice), ``"nan"`` (``NaN``/``Infinity`` in a decision
-     reply), ``"huge:<bytes>"`` (a reply of that many bytes, streamed, never held in memory),
+     gzip reply; ``"gzip:<n>"`` / ``"gzip_cut:<n>"``: in ``n`` members, ``gzip_members``), ``"duplicate"``
+     (an answer named twice), ``"nan"`` (``NaN``/``Infinity`` in a decision reply), ``"huge:<bytes>"`` (a
+     reply of that many bytes, streamed, never held in memory),
      ``"noretry:<status>"`` (that status with ``x-should-retry: false``), ``"unsupported"`` (a 400 refusing
      the request's form: an unsupported parameter or schema);
    * ``"sleep:<seconds>"``: wait, then reply ok; ``"hang"``: never reply (until the client gives up or
@@ -174,6 +175,13 @@ class Faults:
                 return behaviour
             u -= p
         return "ok"
+
+
+def gzip_members(data: bytes, n: int) -> bytes:
+    """``data`` gzip-compressed as ``n`` members one after another (RFC 1952 §2.2), each holding a part of
+    ``data`` of about equal length (the last may be empty)."""
+    size = -(-len(data) // n) if data else 0
+    return b"".join(gzip.compress(data[i * size:(i + 1) * size]) for i in range(n))
 
 
 def _latency(spec: str, rng: random.Random) -> float:
@@ -366,7 +374,7 @@ class FakeProvider:
                     "nan": lambda: wire_formats.with_nan(fmt, answer)}[kind]()
             return await self._reply(request, key, body, kind=kind)
         if kind in ("gzip", "gzip_cut"):
-            packed = gzip.compress(reply)
+            packed = gzip_members(reply, int(arg or 1))
             return await self._reply(request, key, packed[:-8] if kind == "gzip_cut" else packed,
                                      headers={"Content-Encoding": "gzip"}, kind=kind)
         if kind == "malformed":

@@ -261,6 +261,73 @@ async def test_a_gzip_body_cut_before_its_trailer_is_retried(data_dir: Path, tmp
     assert rows["error"][0].endswith("the gzip body ended before its end (its trailer is missing): a transport error")
 
 
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_gzip_body_of_several_members_is_read_whole(data_dir: Path, tmp_path: Path, kind: str):
+    """A reply gzip-compressed as three members, one after another (RFC 1952 §2.2), is decoded whole: read
+    once, ok (it was cut to its first member, "not JSON", and sent again on every run); with its last
+    member's trailer missing it is still a transport error."""
+    async with FakeProvider(default="gzip:3") as server:
+        stats, rows, _ = await run_on(kind, server, data_dir, tmp_path, limit=2)
+    assert (stats.ok, stats.attempts, server.stats()["arrivals"]) == (2, 2, 2)
+    assert rows["status"].to_list() == ["ok", "ok"]
+    async with FakeProvider(default="gzip_cut:3") as server:
+        _, rows, _ = await run_on(kind, server, data_dir, tmp_path / "cut", replace(FAST, max_attempts=1))
+    assert rows["error"][0].endswith("the gzip body ended before its end (its trailer is missing): a transport error")
+
+
+async def _read_served(body: bytes, chunk: int, max_bytes: int) -> bytes:
+    """``read_body`` of a gzip ``body`` served by a real aiohttp server on 127.0.0.1, written ``chunk`` bytes
+    at a time (so member boundaries fall inside the chunks the client reads)."""
+    import aiohttp
+    from aiohttp import web
+
+    from dxi.adapters.http import read_body
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Encoding": "gzip"})
+        await resp.prepare(request)
+        for i in range(0, len(body), chunk):
+            await resp.write(body[i:i + chunk])
+            await asyncio.sleep(0)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        async with aiohttp.ClientSession(auto_decompress=False) as client, client.get(f"http://127.0.0.1:{port}/") as resp:
+            return await read_body(resp, max_bytes, "m")
+    finally:
+        await runner.cleanup()
+
+
+async def test_read_body_decodes_every_gzip_member_across_chunks_and_bounds_them_together():
+    import gzip
+
+    from dxi.adapters import ReplyTooLarge, Transient
+
+    from .fake_provider import gzip_members
+
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    packed = gzip_members(data, 7)
+    assert len(gzip.decompress(packed)) == len(data) and packed.count(b"\x1f\x8b\x08") >= 7
+    for chunk in (1, 13, 4096, len(packed)):
+        assert await _read_served(packed, chunk, 1 << 20) == data
+    assert await _read_served(gzip.compress(b"") + gzip.compress(b"{}"), 5, 100) == b"{}"  # an empty member first
+    with pytest.raises(ReplyTooLarge) as too_large:  # the bound counts every member's bytes, not the first's
+        await _read_served(packed, 100, len(data) - 1)
+    assert too_large.value.prefix == data[:2000]
+    with pytest.raises(Transient, match="the gzip body is damaged"):  # bytes after a member that start none
+        await _read_served(packed + b"not gzip", 64, 1 << 20)
+    with pytest.raises(Transient, match="its trailer is missing"):
+        await _read_served(packed[:-8], 64, 1 << 20)
+
+
 DUPLICATE = {"openai": "duplicate key 'answer' in the reply", "anthropic": "duplicate key 'answer' in the reply",
              "gemini": "duplicate key 'answer' in the reply", "systemone": "duplicate key 'answer' in answers",
              "openai-decisions": "probabilities: option(s) 'A' named more than once"}
