@@ -85,9 +85,10 @@ def decode_messages(task: Task, body: bytes, structured: str = "output_config") 
     stop = doc.get("stop_reason")
     if stop == "refusal":
         return llm.invalid_reply(task, "refusal (stop_reason refusal)", **meta)
-    if stop in ("max_tokens", "model_context_window_exceeded"):
-        return llm.invalid_reply(task, llm.TRUNCATED.format(f"stop_reason {stop}"), **meta)
     text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
+    if stop in ("max_tokens", "model_context_window_exceeded"):
+        written = bool(text.strip()) or any(b.get("type") == "tool_use" for b in blocks)
+        return llm.invalid_reply(task, llm.truncated(f"stop_reason {stop}", written), **meta)
     thinking = any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks)
     if structured == "output_config":
         return llm.decode_text(task, text, reasoning=thinking, **meta)

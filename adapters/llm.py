@@ -14,10 +14,10 @@ Request (part of prompt version ``dxi-prompt-1``, see README "Prompt version"):
 Reply (``decode_text``): the model's text must be one JSON object giving every question one of its
 allowed answers. The object wrapped in exactly one Markdown code fence is accepted and marked
 ``repaired``. A question named twice in the object is invalid, naming the key. Anything else makes
-every answer invalid with the reason: a refusal, a reply cut off at the
-token limit (never repaired), empty content, content only in a reasoning field, prose around the object,
-not JSON at all. Within a valid object, a missing question or a value outside its ``enum`` makes that
-answer invalid. Answers are never extracted from prose.
+every answer invalid with the reason: a refusal, a reply cut off at the token limit (never repaired;
+one cut off before any answer was written has its own reason, ``truncated``), empty content, content
+only in a reasoning field, prose around the object, not JSON at all. Within a valid object, a missing
+question or a value outside its ``enum`` makes that answer invalid. Answers are never extracted from prose.
 
 Logprob decisions (``logprob_answer``): one question per request, the model asked for the answer alone;
 the first token's ``top_logprobs`` are turned into probabilities over the allowed answers.
@@ -55,6 +55,8 @@ SCHEMA_NAME = "answers"
 
 # Reasons shared by every wire format (SPEC §6).
 TRUNCATED = "cut off at the token limit ({}); a truncated reply is never repaired"
+TRUNCATED_EMPTY = ("cut off at the token limit ({}) before any answer was written: the reply is empty (a reasoning "
+                   "model may have spent the limit thinking; raise it)")
 EMPTY = "empty content"
 REASONING_ONLY = "content only in a reasoning field, none in the reply"
 NOT_JSON = "not a JSON object (prose around it, or not JSON at all)"
@@ -110,6 +112,13 @@ def token_cap(params: Mapping[str, Any], *names: str) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
     return None
+
+
+def truncated(cause: str, written: bool) -> str:
+    """The reason for a reply cut off at the token limit (``cause``: the wire format's own words, e.g.
+    ``"finish_reason length"``): ``TRUNCATED`` when it had begun an answer (``written``: text, or a tool
+    call), ``TRUNCATED_EMPTY`` when the limit was reached before any (nothing to repair, and a different fix)."""
+    return (TRUNCATED if written else TRUNCATED_EMPTY).format(cause)
 
 
 def invalid_reply(task: Task, reason: str, input_tokens: int | None = None, output_tokens: int | None = None,
@@ -197,28 +206,55 @@ def logprob_answer(question: Question, top: Iterable[tuple[str, float]], n_top: 
 
     A token counts for an allowed answer when, stripped of surrounding whitespace, it equals the option
     id (exactly: "A", never "a"), or for yes/no questions "yes"/"no" in any case. Probabilities of tokens
-    counting for the same answer are added; answers absent from the top ``n_top`` get 0. The allowed
-    answers' probabilities are renormalised to sum to 1, and their mass before renormalisation is noted
-    in the warning. Invalid when no allowed answer is among the top tokens, or a value is not a
-    log-probability (a number at most 0; -inf is probability 0).
+    counting for the same answer are added. An allowed answer that no listed token counts for is not
+    given 0 (the list only says it was not among the top ``n_top``): it is assumed to hold
+    ``absent_share``, the largest equal share the list leaves each absent answer (never more than the
+    least probable listed token, which it ranked below, nor together more than the probability the list
+    leaves unlisted). The allowed answers' probabilities are then renormalised to sum to 1; the mass the
+    listed ones held before, and the share assumed for absent ones, are noted in the warning. Invalid when
+    no allowed answer is among the top tokens, or a value is not a log-probability (a number at most 0;
+    -inf is probability 0, which a listed token keeps).
     """
     ids = question.answer_ids
     mass = dict.fromkeys(ids, 0.0)
+    listed: list[float] = []
+    seen: set[str] = set()
     for token, logprob in top:
         if isinstance(logprob, bool) or not isinstance(logprob, (int, float)) or not -math.inf <= logprob <= 1e-6:
             return Answer.invalid(question.id, f"top_logprobs: {logprob!r} for token {token!r} is not a log-probability")
+        p = math.exp(min(logprob, 0.0))
+        listed.append(p)
         key = token.strip()
         if question.kind != CHOICE:
             key = key.lower()
         if key in mass:
-            mass[key] += math.exp(min(logprob, 0.0))
-    total = math.fsum(mass.values())
-    if total <= 0.0:
+            mass[key] += p
+            seen.add(key)
+    held = math.fsum(mass.values())
+    if held <= 0.0:
         return Answer.invalid(question.id, f"none of the allowed answers ({', '.join(ids)}) is among the "
                                            f"top {n_top} first tokens")
-    note = f"renormalised over the allowed answers, which held {total:.4f} of the first token's probability"
+    note = f"renormalised over the allowed answers, which held {held:.4f} of the first token's probability"
+    absent = [i for i in ids if i not in seen]
+    if absent:
+        share = absent_share(listed, len(absent))
+        for i in absent:
+            mass[i] = share
+        note += (f"; {len(absent)} absent from the top {len(listed)} ({', '.join(absent)}), each assumed to hold "
+                 f"{share:.3g}")
+    total = math.fsum(mass.values())
     if question.kind == CHOICE:
         answer = choice_answer(question, {i: p / total for i, p in mass.items()})
     else:
         answer = yes_no_answer(question, mass["yes"] / total)
     return replace(answer, warning=note)
+
+
+def absent_share(listed: list[float], n_absent: int) -> float:
+    """The probability assumed for each of ``n_absent`` allowed answers missing from a top-logprobs list
+    whose tokens have probabilities ``listed``: ``min(min(listed), max(0, 1 - sum(listed)) / n_absent)``.
+    A token missing from a top list ranked below every listed one, so held at most the least listed
+    probability; all missing tokens together held what the list leaves, ``1 - sum(listed)``. The share is the
+    largest that keeps both bounds for every absent answer alike: 0 only when the list leaves nothing."""
+    left = max(0.0, 1.0 - math.fsum(listed))
+    return min(min(listed), left / n_absent)

@@ -7,7 +7,8 @@ parameters (default ``top_logprobs`` 20, OpenAI's maximum, and a cap of 1 token:
 for OpenAI's own API, where ``max_tokens`` is deprecated and refused by reasoning models, and ``max_tokens``
 for every other server, which llama.cpp, vLLM and Ollama honour). The first generated token's
 ``top_logprobs`` give the decision (``adapters.llm.logprob_answer``): the allowed answers' probabilities,
-renormalised over them (missing answers get 0; the mass they held is noted in the answer's warning).
+renormalised over them (an answer missing from the top list gets the share the list leaves it,
+``llm.absent_share``; the mass they held is noted in the answer's warning).
 The server's grammar, if any, plays no part: its logprobs come before it.
 
 Wire format of one stored request: the request body is the JSON array of the per-question chat bodies,

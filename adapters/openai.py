@@ -78,14 +78,14 @@ def decode_chat(task: Task, body: bytes) -> Reply:
     choice = choice_of(doc, body)
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     finish = choice.get("finish_reason")
+    content = message.get("content")
     problem = None
     if isinstance(message.get("refusal"), str) and message["refusal"]:
         problem = f"refusal: {message['refusal'][:200]}"
     elif finish == "length":
-        problem = llm.TRUNCATED.format("finish_reason length")
+        problem = llm.truncated("finish_reason length", isinstance(content, str) and bool(content.strip()))
     elif finish == "content_filter":
         problem = "blocked by the provider's content filter (finish_reason content_filter)"
-    content = message.get("content")
     reasoning = any(isinstance(message.get(f), str) and message[f].strip() for f in ("reasoning_content", "reasoning"))
     served = doc.get("model") if isinstance(doc.get("model"), str) else None
     return llm.decode_text(task, content if isinstance(content, str) else None, problem=problem,

@@ -30,17 +30,19 @@ from .task import CHOICE, Option, Question, Task
 NAME = "hle_multichoice"
 QUESTION = "Which answer choice is correct?"
 PATTERNS = ("hle/*.json", "hle/*.jsonl", "hle/*.parquet", "hle*.json", "hle*.jsonl", "hle*.parquet")
-_MARKER = re.compile(r"answer choices[ \t]*:", re.IGNORECASE)
+# cais/hle's own marker, as written there (the split files were made by splitting at "Answer Choices:\n"); a
+# lowercase "answer choices:" is text (choices say "None of the other answer choices are correct")
+_MARKER = re.compile(r"Answer Choices[ \t]*:")
 _CHOICE_LINE = re.compile(r"[ \t]*([A-Z])[ \t]*([.):])(?:[ \t]|$)(.*)", re.DOTALL)
 
 
 def split_choices(path: Path, n: int, text: str) -> tuple[str, list[tuple[str, str]]]:
     """Split an original HLE question into ``(body, [(letter, text), ...])``.
 
-    The block after the last "Answer Choices:" is read with the delimiter its first line uses
-    (``A.``, ``A)`` or ``A:``): a choice starts at a line holding the next letter (A, B, C, ... in turn)
-    and that delimiter; every other line, blank ones included, belongs to the choice before it, so a
-    choice's text is kept whole (``P: ...`` lines inside a block lettered ``A.``, as in row
+    The block after the last "Answer Choices:" (in that case: a lowercase "answer choices:" is text) is read
+    with the delimiter its first line uses (``A.``, ``A)`` or ``A:``): a choice starts at a line holding the
+    next letter (A, B, C, ... in turn) and that delimiter; every other line, blank ones included, belongs to
+    the choice before it, so a choice's text is kept whole (``P: ...`` lines inside a block lettered ``A.``, as in row
     ``67219b2486e95ac1054387bc``). Raises DatasetError (field ``question``) when there is no such block,
     when it does not start at "A", when fewer than two choices are found, and when the block cannot be
     read unambiguously: a line with the block's delimiter but another letter than the next one (a

@@ -171,6 +171,17 @@ def test_the_block_is_read_with_its_own_delimiter_and_texts_stay_whole(block: st
     assert (body, found) == ("Body?", choices)
 
 
+def test_only_hles_own_marker_opens_the_block_not_answer_choices_in_lowercase_inside_a_choice():
+    """cais/hle writes the marker "Answer Choices:"; a choice's text that says "answer choices:" in lowercase
+    (real choices say "None of the other answer choices are correct") is text, not a second marker."""
+    block = "A. one\nB. none of these answer choices: all are wrong\nC. three"
+    body, found = hle.split_choices(Path("f.jsonl"), 3, f"Which of the answer choices: is right?\n\nAnswer Choices:\n{block}")
+    assert body == "Which of the answer choices: is right?"
+    assert found == [("A", "one"), ("B", "none of these answer choices: all are wrong"), ("C", "three")]
+    with pytest.raises(DatasetError, match="without an 'Answer Choices:' block"):
+        hle.split_choices(Path("f.jsonl"), 3, "Body?\n\nanswer choices:\nA. x\nB. y")
+
+
 @pytest.mark.parametrize(("block", "problem"), [
     ("A. a\nB. b\nD. d\nE. e", "after choice 'B' a line reads as choice 'D'"),  # a skipped letter
     ("A: a\nP: premise\nB: b", "after choice 'A' a line reads as choice 'P'"),   # text that reads as a choice

@@ -105,10 +105,22 @@ def test_logprob_choice_renormalises_over_allowed_ids_by_hand():
     assert a.warning == "renormalised over the allowed answers, which held 0.8000 of the first token's probability"
 
 
-def test_logprob_missing_options_get_zero_and_yes_no_is_case_insensitive():
+def test_logprob_missing_options_get_the_share_the_list_leaves_them_and_yes_no_is_case_insensitive():
     three = Question("q", CHOICE, "?", (Option("A", "x"), Option("B", "y"), Option("C", "z")))
+    # listed 0.4 + 0.1 = 0.5; B is absent: at most 0.1 (the least listed), at most 0.5 (left): 0.1
     a = llm.logprob_answer(three, [("C", math.log(0.4)), ("A", math.log(0.1))], 20)
-    assert a.predicted == "C" and dict(a.probabilities) == pytest.approx({"A": 0.2, "B": 0.0, "C": 0.8})
+    assert a.predicted == "C" and dict(a.probabilities) == pytest.approx({"A": 1 / 6, "B": 1 / 6, "C": 4 / 6})
+    assert a.warning == ("renormalised over the allowed answers, which held 0.5000 of the first token's probability; "
+                         "1 absent from the top 2 (B), each assumed to hold 0.1")
+    four = Question("q", CHOICE, "?", tuple(Option(i, i) for i in "ABCD"))
+    # listed 0.9 + 0.08 leaves 0.02 for B, C, D together: each 0.02 / 3, below the least listed 0.08
+    a = llm.logprob_answer(four, [("A", math.log(0.9)), ("The", math.log(0.08))], 20)
+    share = (1 - 0.9 - 0.08) / 3
+    assert dict(a.probabilities) == pytest.approx({"A": 0.9 / (0.9 + 3 * share), **dict.fromkeys("BCD", share / (0.9 + 3 * share))})
+    assert a.warning.endswith("3 absent from the top 2 (B, C, D), each assumed to hold 0.00667")
+    # a list that leaves nothing leaves nothing to the absent; a token listed at -inf keeps its 0
+    a = llm.logprob_answer(three, [("A", math.log(0.5)), ("x", math.log(0.5)), ("B", -math.inf)], 20)
+    assert dict(a.probabilities) == {"A": 1.0, "B": 0.0, "C": 0.0}
     yn = llm.logprob_answer(HARM, [("Yes", math.log(0.3)), (" no", math.log(0.6)), ("NO", math.log(0.1))], 20)
     assert (yn.predicted, yn.p_yes) == ("no", pytest.approx(0.3))
     assert yn.p_predicted == pytest.approx(0.7)

@@ -92,11 +92,11 @@ def test_the_checker_refuses_what_the_sdk_does_not_declare():
     assert reply_problems(ChatCompletion, reply) == ["$.choices[0].message.surprise: not a field of ChatCompletionMessage"]
 
 
-OPENAI_MODES = ("ok", "fenced", "prose", "truncated", "refusal", "empty", "reasoning", "missing", "outside",
+OPENAI_MODES = ("ok", "fenced", "prose", "truncated", "truncated_empty", "refusal", "empty", "reasoning", "missing", "outside",
                 "content_filter", "cached")
-ANTHROPIC_MODES = ("ok", "fenced", "prose", "empty", "refusal", "truncated", "text", "thinking", "missing", "outside",
+ANTHROPIC_MODES = ("ok", "fenced", "prose", "empty", "refusal", "truncated", "truncated_empty", "text", "thinking", "missing", "outside",
                    "cached")
-GEMINI_MODES = ("ok", "fenced", "prose", "truncated", "safety", "blocked", "thought", "missing", "outside", "cached")
+GEMINI_MODES = ("ok", "fenced", "prose", "truncated", "truncated_empty", "safety", "blocked", "thought", "missing", "outside", "cached")
 
 
 def test_every_reply_the_fakes_serve_conforms_to_the_sdk_response_models(data_dir: Path):

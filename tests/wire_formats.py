@@ -10,7 +10,8 @@ number of whitespace-separated words in the request's text fields; the output co
 Formats and their modes (``"ok"`` everywhere):
 
 * ``openai_chat`` — Chat Completions, structured (``response_format`` json_schema) or logprob requests
-  (``logprobs: true``): ``fenced``, ``prose``, ``truncated`` (finish_reason length, JSON cut off), ``refusal``
+  (``logprobs: true``): ``fenced``, ``prose``, ``truncated`` (finish_reason length, JSON cut off), ``truncated_empty``
+  (finish_reason length before any content: the limit spent on reasoning), ``refusal``
   (``message.refusal``), ``empty``, ``reasoning`` (content only in ``reasoning_content``), ``missing`` (first
   question left out), ``outside`` (a value outside the enum), ``content_filter``, ``cached`` (half the prompt
   read from the cache, ``prompt_tokens_details.cached_tokens``, a quarter written to it,
@@ -18,9 +19,11 @@ Formats and their modes (``"ok"`` everywhere):
   ``no_logprobs`` and ``off_answers`` (no allowed answer among the top tokens);
 * ``anthropic_messages`` — Messages with a structured output (a text block) or a forced tool: ``fenced``,
   ``prose``, ``empty`` (structured output), ``refusal`` (stop_reason refusal), ``truncated`` (stop_reason
-  max_tokens), ``text`` (prose, no tool call), ``thinking`` (thinking block only), ``missing``, ``outside``,
+  max_tokens), ``truncated_empty`` (stop_reason max_tokens with a thinking block only), ``text`` (prose, no
+  tool call), ``thinking`` (thinking block only), ``missing``, ``outside``,
   ``cached`` (100 cache-read and 20 cache-write input tokens: 15 to the 5-minute cache, 5 to the 1-hour one);
-* ``gemini_generate`` — generateContent: ``fenced``, ``prose``, ``truncated`` (MAX_TOKENS), ``safety``
+* ``gemini_generate`` — generateContent: ``fenced``, ``prose``, ``truncated`` (MAX_TOKENS), ``truncated_empty``
+  (MAX_TOKENS with thought parts only), ``safety``
   (finishReason SAFETY), ``blocked`` (promptFeedback.blockReason), ``thought`` (thought parts only),
   ``missing``, ``outside``, ``cached`` (half the prompt cached: ``cachedContentTokenCount``);
 * ``openai_decisions`` — ``/v1/decisions``: ``refusal`` (the first question refused), ``bad_sum``
@@ -111,13 +114,14 @@ def openai_chat(request: dict, mode: str = "ok") -> dict:
     else:
         answers = _answers(_allowed(request["response_format"]["json_schema"]["schema"]), mode)
         message: dict[str, Any] = {"role": "assistant", "content": _text(answers, mode), "refusal": None}
-        finish = {"truncated": "length", "content_filter": "content_filter"}.get(mode, "stop")
+        finish = {"truncated": "length", "truncated_empty": "length", "content_filter": "content_filter"}.get(mode, "stop")
         if mode == "refusal":
             message |= {"content": None, "refusal": "I'm sorry, I cannot help with that request."}
         elif mode == "empty":
             message["content"] = ""
-        elif mode == "reasoning":
-            message |= {"content": None, "reasoning_content": "Let me think about the options first..."}
+        elif mode in ("reasoning", "truncated_empty"):  # (OpenAI's reasoning models: content "" at the limit)
+            message |= {"content": "" if mode == "truncated_empty" else None,
+                        "reasoning_content": "Let me think about the options first..."}
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
         n_out = OUTPUT_TOKENS_PER_QUESTION * len(answers or [0])
     n_in = prompt_tokens(request)
@@ -149,8 +153,9 @@ def anthropic_messages(request: dict, mode: str = "ok") -> dict:
             content[0]["input"] = {}
     elif mode == "text":
         content, stop = [{"type": "text", "text": f"The answers are {orjson.dumps(answers).decode()}"}], "end_turn"
-    elif mode == "thinking":
-        content, stop = [{"type": "thinking", "thinking": "Considering...", "signature": "sig"}], "end_turn"
+    elif mode in ("thinking", "truncated_empty"):
+        content = [{"type": "thinking", "thinking": "Considering...", "signature": "sig"}]
+        stop = "max_tokens" if mode == "truncated_empty" else "end_turn"
     elif mode == "empty":
         content = [{"type": "text", "text": ""}]
     n_in = prompt_tokens(request)
@@ -175,10 +180,10 @@ def gemini_generate(request: dict, mode: str = "ok", model: str = "gemini-fake")
         return {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": n_in},
                 "modelVersion": model}
     parts: list[dict] = [{"text": _text(answers, mode)}]
-    finish = {"truncated": "MAX_TOKENS", "safety": "SAFETY"}.get(mode, "STOP")
+    finish = {"truncated": "MAX_TOKENS", "truncated_empty": "MAX_TOKENS", "safety": "SAFETY"}.get(mode, "STOP")
     if mode == "safety":
         parts = []
-    elif mode == "thought":
+    elif mode in ("thought", "truncated_empty"):
         parts = [{"text": "Weighing the options first.", "thought": True}]
         usage["thoughtsTokenCount"] = 7
     elif mode == "cached":  # half the prompt read from the (implicit) context cache, within promptTokenCount
