@@ -65,6 +65,8 @@ def _arrow() -> dict[str, object]:
         ("cached_input_tokens", pa.int64()),  # of input_tokens, those read from the provider's prompt cache
         ("cache_write_tokens", pa.int64()),   # of input_tokens, those written to it (Anthropic: its 5-minute cache)
         ("cache_write_1h_tokens", pa.int64()),  # of input_tokens, those written to Anthropic's 1-hour cache
+        ("retry_waits_s", pa.list_(pa.float64())),  # seconds waited before each retry, from the end of the attempt
+                                                    # before it (attempts - 1 values; null in rows written before it)
     ])
     return {"PROBABILITY": PROBABILITY, "ANSWER": ANSWER, "SCHEMA": SCHEMA, "COLUMNS": tuple(SCHEMA.names)}
 

@@ -554,7 +554,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                           "only what is missing is sent.")
             return EXIT_CACHE_WRITE
         requests = {label: {"sent": s.sent, "cache_hits": s.cache_hits, "failed": s.failed, "invalid": s.invalid,
-                            "attempts": s.attempts, "rate_limited": s.rate_limited, "repaired": s.repaired,
+                            "attempts": s.attempts, "retry_wait_s": round(s.retry_wait_s, 3),
+                            "rate_limited": s.rate_limited, "repaired": s.repaired,
                             "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
                             "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6), "not_sent": s.not_sent,
                             "refused": s.refused}

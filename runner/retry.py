@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dxi.adapters import (
@@ -59,7 +59,10 @@ class Outcome:
 
     ``attempts`` counts attempts made (1 = no retry); ``rate_limited`` the 429s among them;
     ``latency_ms`` is the duration of the final attempt; ``body`` the final raw reply, when one arrived;
-    ``cost_usd`` what the attempts cost (``runner.cost.Charge.settle``; 0 without a price).
+    ``cost_usd`` what the attempts cost (``runner.cost.Charge.settle``; 0 without a price); ``waits_s`` the
+    seconds waited before each attempt after the first, measured from the end of the attempt before it to
+    the start of its own (the backoff or the provider's stated wait, and any pause or pacing of the provider
+    meanwhile): ``attempts - 1`` values; ``ended``: ``time.perf_counter()`` at the end of the last attempt.
     """
 
     reply: Reply | None = None
@@ -69,6 +72,8 @@ class Outcome:
     rate_limited: int = 0
     latency_ms: float | None = None
     cost_usd: float = 0.0
+    waits_s: list[float] = field(default_factory=list)
+    ended: float | None = None
 
 
 def _waiter(limits: Limits, limiter: ProviderLimiter):
@@ -110,9 +115,11 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
         except BaseException:  # CostBoundReached, or cancelled while waiting for room: not sent
             limiter.finish(ticket, False)
             raise
+    started = time.perf_counter()
+    if out.attempts and out.ended is not None:  # a retry: how long it waited since the attempt before
+        out.waits_s.append(started - out.ended)
     out.attempts += 1
     out.body = None
-    started = time.perf_counter()
     ok, error, reply = False, None, None
     try:
         try:
@@ -124,7 +131,8 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
         except TimeoutError:
             raise Transient(f"{adapter.label}: no reply within {timeout:g} s") from None
         finally:
-            out.latency_ms = (time.perf_counter() - started) * 1000
+            out.ended = time.perf_counter()
+            out.latency_ms = (out.ended - started) * 1000
         out.reply = reply = adapter.decode(task, out.body)
         ok = True
     except ReplyTooLarge as exc:  # read no further; stored invalid with its first bytes

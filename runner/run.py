@@ -59,7 +59,8 @@ class Stats:
 
     ``sent``: requests sent (each counted once, however many attempts); ``cache_hits``: requests not
     sent because the cache had them; ``ok`` / ``invalid`` / ``failed``: outcomes of the requests sent;
-    ``attempts``: HTTP attempts in all (``attempts - sent`` = retries); ``rate_limited``: 429s received;
+    ``attempts``: HTTP attempts in all (``attempts - sent`` = retries); ``retry_wait_s``: the seconds the
+    requests stored waited before their retries (the sum of their rows' ``retry_waits_s``); ``rate_limited``: 429s received;
     ``repaired``: replies accepted from a Markdown code fence (language models, SPEC §6);
     ``input_tokens`` / ``output_tokens``: the usage the replies of this run reported; ``cost_usd``: what
     this run's attempts cost (``runner.cost``; None for a model without a price); ``not_sent``: requests
@@ -77,6 +78,7 @@ class Stats:
     invalid: int = 0
     failed: int = 0
     attempts: int = 0
+    retry_wait_s: float = 0.0
     rate_limited: int = 0
     repaired: int = 0
     input_tokens: int = 0
@@ -231,6 +233,7 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
         row = make_row(job.task, job.request, outcome)
         cache.append(row)
         st.attempts += outcome.attempts
+        st.retry_wait_s += sum(row["retry_waits_s"])
         st.rate_limited += outcome.rate_limited
         st.repaired += bool(row["repaired"])
         st.input_tokens += row["input_tokens"] or 0

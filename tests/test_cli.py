@@ -54,7 +54,8 @@ def test_run_writes_the_contract_outputs(data_dir: Path, tmp_path: Path):
     assert {k: v["n"] for k, v in m["evals"].items()} == {
         "aa_omniscience_decision": 4, "hle_multichoice": 2, "when2call": 3, "wildguardtest": 3}
     assert set(m["evals"]["wildguardtest"]) >= {"f1_prompt_harm", "f1_response_refusal", "f1_response_harm", "mean_f1"}
-    assert m["requests"] == {"sent": 12, "cache_hits": 0, "failed": 0, "invalid": 0, "attempts": 12, "rate_limited": 0,
+    assert m["requests"] == {"sent": 12, "cache_hits": 0, "failed": 0, "invalid": 0, "attempts": 12, "retry_wait_s": 0.0,
+                             "rate_limited": 0,
                              "repaired": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "not_sent": 0,
                              "refused": 0}
     # the embedded model runs here: free; it reports no tokens

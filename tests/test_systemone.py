@@ -63,6 +63,8 @@ async def test_retry_after_is_honoured(data_dir: Path, tmp_path: Path, behaviour
     assert t1 - t0 >= at_least  # the server's number, not the 0.01 s backoff
     assert (stats.attempts, stats.rate_limited, stats.ok) == (2, 1, 1)
     assert rows["attempts"].to_list() == [2]
+    (wait,) = rows["retry_waits_s"][0]  # the wait before the retry, recorded in the cache
+    assert at_least <= wait <= t1 - t0 and stats.retry_wait_s == wait
 
 
 @pytest.mark.parametrize("script", [["500", "503"], ["malformed"], ["drop"], ["429"]])
@@ -72,6 +74,10 @@ async def test_transient_failures_are_retried(data_dir: Path, tmp_path: Path, sc
     assert len(server.requests) == len(script) + 1
     assert (stats.ok, stats.attempts) == (1, len(script) + 1)
     assert rows["status"].to_list() == ["ok"]
+    waits = rows["retry_waits_s"][0].to_list()  # one per retry: at least the backoff, within the gap between arrivals
+    arrivals = [t for t, _ in server.requests]
+    assert len(waits) == len(script)
+    assert all(0.01 <= w <= later - earlier for w, earlier, later in zip(waits, arrivals, arrivals[1:], strict=False))
 
 
 async def test_timeout_is_retried(data_dir: Path, tmp_path: Path):
@@ -87,6 +93,7 @@ async def test_a_400_fails_fast_and_is_kept_unless_asked(data_dir: Path, tmp_pat
         assert len(server.requests) == 1  # no retry
         row = rows.row(0, named=True)
         assert (row["status"], row["error_kind"], row["http_status"], row["attempts"]) == ("failed", "fatal", 400, 1)
+        assert row["retry_waits_s"] == []  # no retry, no wait
         assert "systemone:fake-decider: HTTP 400" in row["error"] and "injected 400" in row["error"]
         _, again, _ = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
         assert (again.sent, again.cache_hits) == (0, 1)

@@ -99,9 +99,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     common = ["--data-dir", str(data), "--cache-dir", str(cache_dir), "-q"]
     assert main(["run", "--model", MODEL, "--out", str(tmp / "run1"), *common]) == 0
     add_hostile_model(cache_dir)
-    with serve(model="fake-chat", route_factories={"/v1/chat/completions": "tests.test_view:hostile_chat"}) as server:
+    # its first request meets a 503 and is retried: a row with the wait before its retry
+    with serve(model="fake-chat", route_factories={"/v1/chat/completions": "tests.test_view:hostile_chat"},
+               script=["503"]) as server:
         llm = f"{LLM}@{server.url}/v1"
-        assert main(["run", "--model", llm, "--epochs", "2", "--out", str(tmp / "run2"), *common]) == 0
+        assert main(["run", "--model", llm, "--epochs", "2", "--backoff", "0.2", "--out", str(tmp / "run2"), *common]) == 0
     assert main(["score", "--out", str(tmp / "scored"), *common]) == 0
     return {"tmp": tmp, "data": data, "cache": cache_dir, "common": common, "llm": llm,
             "summary": orjson.loads((tmp / "scored" / "summary.json").read_bytes()),
@@ -272,6 +274,13 @@ def test_the_question_page_shows_the_probabilities_of_answers_parquet(browser: B
     rows = Cache(built["cache"], read_only=True).scan().filter(pl.col("task_id") == task_id).collect()
     key = rows.filter(pl.col("model") == MODEL.split(":", 1)[1])["key"].item()
     assert key in body and "prompt version <code>dxi-prompt-1</code>" in body
+    assert "<dt>attempts</dt><dd>1</dd>" in body  # at its first attempt: no wait shown
+    # the request retried after a 503: its attempts and the wait before the retry, as the cache has them
+    retried = Cache(built["cache"], read_only=True).scan().filter(pl.col("attempts") == 2).collect()
+    (wait,) = retried["retry_waits_s"].item()
+    assert retried.height == 1 and wait >= 0.2
+    (status, _, body), = get(browser, task_url(retried["task_id"].item()))
+    assert status == 200 and f"<dt>attempts</dt><dd>2 (waited {wait:.1f} s before the retries)</dd>" in body
 
 
 def test_compare_counts_the_two_by_two(browser: Browser, built: dict):

@@ -55,7 +55,7 @@ ROW_GROUP = 2_048  # rows per row group of the temporary files: a question's row
 VIEW_STATUSES = (*STATUSES, "repaired")  # "repaired": ok, from JSON in a Markdown code fence (SPEC §6)
 SORTS = ("task", "category", "gold", "p_gold", "confidence")
 CELLS = {"both_right": (True, True), "a_only": (True, False), "b_only": (False, True), "both_wrong": (False, False)}
-REQUEST_COLUMNS = ("key", "status", "error", "error_kind", "http_status", "attempts", "raw_reply", "request_body",
+REQUEST_COLUMNS = ("key", "status", "error", "error_kind", "http_status", "attempts", "retry_waits_s", "raw_reply", "request_body",
                    "served_model", *USAGE_COLUMNS, "latency_ms")
 _REQUESTS_READ = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *REQUEST_COLUMNS)
 WRITE_CHUNK = 8 * ROW_GROUP  # rows gathered and written at a time (``_write_by_task``)
