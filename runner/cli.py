@@ -19,9 +19,9 @@ from dxi.adapters import local_models
 from dxi.evals import EVALS, PROMPT_VERSION, DatasetError
 from dxi.evals.wildguardtest import SUBSETS
 
-from . import distributed
+from . import distributed, signals
 from .datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
-from .errors import PlanError
+from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED, PlanError
 
 # What a command needs is imported when it runs, not here: parsing the command line and `dxi --help`
 # need none of Polars, PyArrow, NumPy, the scoring, the cache, uvloop or Rich.
@@ -37,8 +37,9 @@ if TYPE_CHECKING:
     from .estimate import Estimate
     from .plan import Plan
     from .run import ModelRun, Stats
+    from .stops import RunStop
 
-EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_CACHE_WRITE, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
+EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_CACHE_WRITE = 1, 2, 3, 4
 EXIT_PROVIDER_STOPPED = 6  # (5: distributed.EXIT_UPLOAD)
 EXIT_CODES = f"""\
 exit codes:
@@ -51,6 +52,9 @@ exit codes:
   {EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, unknown model, refused request form, a
        stated wait over --max-stated-wait); the others went on; the next run sends what was not sent
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun the same command)
+  {EXIT_TERMINATED}  stopped by SIGTERM (kill, a scheduler's time limit), as for {EXIT_INTERRUPTED}
+  The first Ctrl-C or SIGTERM of a run lets the requests in flight finish and be stored (at most --grace
+  seconds); a second stops at once.
 """
 
 
@@ -239,7 +243,7 @@ exit codes:
   0    stopped (Ctrl-C, kill -INT or kill -TERM); its private folder under the temporary folder removed
   {EXIT_USAGE}    bad input (flags, run file, model string, data, a cache with nothing to show, a port that
        cannot be served), with a message
-  {EXIT_INTERRUPTED}  interrupted before serving
+  {EXIT_INTERRUPTED}  interrupted before serving ({EXIT_TERMINATED}: by SIGTERM)
 """
 
 RUN_DESCRIPTION = """\
@@ -278,7 +282,13 @@ def parser() -> argparse.ArgumentParser:
         _add_models(s.add_argument_group("models"), True, not sending)
         _add_data(s.add_argument_group("data"))
         if sending:
-            _add_limits(s.add_argument_group("limits, retries and cost"))
+            limits = s.add_argument_group("limits, retries and cost")
+            _add_limits(limits)
+            if name == "run":
+                limits.add_argument("--grace", type=float, default=signals.GRACE_S, metavar="SECONDS",
+                                    help="on the first Ctrl-C or SIGTERM nothing new is sent and the requests in flight "
+                                         "finish and are stored, for at most SECONDS (inside the 30 s Kubernetes and "
+                                         "Slurm allow before SIGKILL); a second Ctrl-C stops at once")
         c = s.add_argument_group("cache")
         _add_cache(c)
         if name == "run":
@@ -461,12 +471,36 @@ def _prepare_scoring(suite) -> None:
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget,
                dist: distributed.Distributed | None = None, limiters: dict | None = None
                ) -> tuple[dict[str, Stats], list[Estimate] | None]:
+    """Run the plan (``_send``) under ``runner.signals.Graceful``: the first Ctrl-C or SIGTERM drains it
+    (``runner.stops.RunStop``), a second one or the end of ``--grace`` cuts it short; either way it raises
+    ``signals.Interrupted`` once stopped."""
+    from .signals import Graceful
+    from .stops import RunStop
+
+    stop = RunStop()
+    with Graceful(stop.request, args.grace, stop.abandon) as graceful:
+        try:
+            result = await _send(plan, args, cache, console, budget, dist, limiters, stop)
+        except asyncio.CancelledError:
+            if graceful.aborted is None:
+                raise
+            raise graceful.interrupted(stop.abandoned) from None
+    if graceful.signum is not None:
+        raise graceful.interrupted(stop.abandoned)
+    return result
+
+
+async def _send(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget,
+                dist: distributed.Distributed | None, limiters: dict | None, stop: RunStop
+                ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
     ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.stops``).
     A model whose requests are all cached is not started: a server that is down, or a key not set, does
-    not stop a run that needs neither."""
+    not stop a run that needs neither. Once ``stop`` is requested nothing more is sent and it returns as
+    soon as the requests in flight are stored."""
     from .progress import RunProgress
     from .run import Stats, run
+    from .signals import describe
 
     dist = dist or distributed.Distributed()
     cached = {m.label: n for m in plan.models if (n := _all_cached(m, plan, cache, dist.shard)) is not None}
@@ -489,6 +523,8 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
             return stats, None
         free = frozenset(m.label for m in models if m.price == (0.0, 0.0))
         progress = None if args.quiet else RunProgress(console, {}, budget=budget, free=free)
+        if progress is not None:
+            stop.on_change = lambda: progress.stopping(describe(stop.signum), stop.in_flight, args.grace)
         # The tasks are counted (for the start line and the progress totals) and their gold rows kept (for
         # scoring) in one pass interleaved with the run, not before the first request nor after the last reply.
         first = asyncio.Event()
@@ -502,12 +538,16 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
         try:
             if progress is None:
                 stats = await run(models, plan.suite, cache, on_progress=on_progress, budget=budget,
-                                  limiters=limiters, shard=shard)
+                                  limiters=limiters, shard=shard, stop=stop)
             else:
                 with progress:
                     stats = await run(models, plan.suite, cache, on_progress=on_progress, budget=budget,
-                                      limiters=limiters, shard=shard)
-                    await survey  # the totals, before the bars close
+                                      limiters=limiters, shard=shard, stop=stop)
+                    if not stop.requested:  # (stopped: nothing more to count or score)
+                        await survey  # the totals, before the bars close
+            if stop.requested:
+                survey.cancel()
+                return stats, None
             await survey  # a malformed row raises here if the run did not meet it first
         except BaseException:
             survey.cancel()
@@ -544,10 +584,10 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                retry_failed=args.retry_failed, remote=dist.remote, roll_s=dist.roll_s) as cache:
         try:
             stats, remaining = uvloop.run(_run(plan, args, cache, console, budget, dist, limiters))
-        except KeyboardInterrupt:
-            console.print(f"[yellow]Interrupted.[/] Every reply that arrived is in {plan.cache_dir}; "
-                          "rerun the same command to continue.")
-            return EXIT_INTERRUPTED
+        except (KeyboardInterrupt, signals.Interrupted) as stop:
+            head, rest = signals.resume_message(stop, plan.cache_dir, args.grace)
+            console.print(f"[yellow]{escape(head)}[/] {escape(rest)}")
+            return signals.exit_code(stop)
         except CacheWriteError as exc:
             console.print(f"[red]Stopped: {escape(str(exc))}.[/] Every reply stored before it is in "
                           f"{escape(str(plan.cache_dir))}; make room (or fix the directory) and rerun the same command: "
@@ -747,7 +787,7 @@ def cmd_view(args: argparse.Namespace, console: Console) -> int:
     except KeyboardInterrupt:
         home.cleanup()
         console.print("[yellow]Interrupted[/] before serving (nothing was written to the cache).")
-        return EXIT_INTERRUPTED
+        return signals.exit_code()
     except BaseException:
         home.cleanup()
         raise
@@ -884,53 +924,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
 
 
-def take_sigint() -> None:
-    """Make SIGINT stop ``dxi`` as Ctrl-C does (a clean stop: what arrived is kept, exit code 130) however it
-    was started. A job a non-interactive shell starts in the background (``dxi run ... &`` in a script)
-    inherits SIGINT ignored, and Python keeps an inherited ``SIG_IGN``, so ``kill -INT`` would do nothing;
-    a signal mask inherited with SIGINT blocked would hold it forever. Both are undone here (main thread
-    only, before anything runs). A Ctrl-C in the terminal of such a script then stops its background
-    ``dxi`` cleanly too, which the next run continues."""
-    import signal
-
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-def command() -> None:
-    """The ``dxi`` command: ``take_sigint``, ``main`` on ``sys.argv``, then exit without tearing the
-    interpreter down.
-
-    Once ``main`` has returned, every output is written and the cache is closed; the exit handlers run
-    (logging's flush, the thread pools' joins) after the other threads have ended, standard output and
-    error are flushed, and the process
-    ends with ``os._exit``: freeing every module and object one by one (Polars, PyArrow, the frames) would
-    take ~60 ms of the tail after the last reply, for nothing (issue 14)."""
-    import atexit
-    import os
-    import threading
-
-    take_sigint()
-    try:
-        code = main()
-    except SystemExit as exc:  # argparse's --help and usage errors
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-    # the interpreter's own exit sequence, less the teardown: the thread pools are told to stop and every
-    # non-daemon thread is joined (threading._shutdown), then the exit handlers run
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is not None:
-        shutdown()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe: nothing more can be written anyway
-            code = code or 1
-    os._exit(code)
-
-
 if __name__ == "__main__":
+    from dxi.__main__ import command
+
     command()

@@ -506,6 +506,11 @@ class SharedLimiter(ProviderLimiter):
         super().halt(error)
         self.fallback.halt(error)
 
+    def close(self) -> None:
+        """The run is stopping (``ProviderLimiter.close``), the fallback used while Redis is down included."""
+        super().close()
+        self.fallback.close()
+
     async def acquire(self, request: Request) -> Ticket:
         if self.c.down:
             return await self.fallback.acquire(request)
@@ -519,8 +524,8 @@ class SharedLimiter(ProviderLimiter):
                         "book", [self.hash], [*self._ceilings, cost, RECOVERY_S, TTL_S])
                     wait = float(wait)
                     if wait > 0:
-                        await self.sleep(wait)  # ends at once when the provider is stopped (halt)
-                        if self.halted is not None:  # the attempt checks ``halted`` and sends nothing
+                        await self.sleep(wait)  # ends at once when the provider is stopped (halt) or the run stops
+                        if self.ending:  # the attempt checks ``halted`` and ``closed`` and sends nothing
                             return SharedTicket(time.monotonic(), size, cost, float(booked_at), float(token_rate))
                         left = float(await self.c.call("pause", [self.hash], [0, TTL_S]))
                         if left > 0:  # a 429 came in while we waited our turn: book again after it

@@ -5,3 +5,6 @@ from __future__ import annotations
 
 class PlanError(Exception):
     """Bad input from the user (flags, run file, model strings): printed without a traceback, exit code 2."""
+
+
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # stopped by SIGINT (Ctrl-C), by SIGTERM: 128 + the signal's number

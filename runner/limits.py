@@ -16,7 +16,7 @@ shares it. It holds four things:
 * **A shared pause**: a 429's ``Retry-After`` (or reset header) holds every attempt of the provider, for
   exactly the stated wait up to ``Limits.max_stated_wait_s``.
 * **A stop** (``halt``): once the provider is stopped (``runner.stops``), every wait ends and nothing more
-  is sent to it.
+  is sent to it; the same once the whole run is stopping (``close``: ``runner.stops.RunStop``).
 
 Adaptation (AIMD, as in TCP congestion control): a 429 for an attempt sent after the last decrease
 multiplies the window and both rates by ``BACKOFF`` = 0.7 (so the 429s of one burst count once); each
@@ -197,6 +197,8 @@ class ProviderLimiter:
         self.halted: ProviderStop | None = None
         """Set once the provider is stopped (``runner.stops``): no attempt is sent to it any more."""
         self.halted_at: float | None = None  # Unix time of the stop
+        self.closed = False
+        """Set once the run is stopping (``runner.stops.RunStop``): no attempt is sent any more."""
         self._halt: asyncio.Event | None = None
 
     def halt(self, error: ProviderStop) -> None:
@@ -208,9 +210,22 @@ class ProviderLimiter:
         if self._halt is not None:
             self._halt.set()
 
+    def close(self) -> None:
+        """Send nothing more: the run is stopping (``runner.stops.RunStop``). Every wait of this limiter ends
+        at once, as on a ``halt``, and the attempts check ``closed``."""
+        self.closed = True
+        if self._halt is not None:
+            self._halt.set()
+
+    @property
+    def ending(self) -> bool:
+        """Whether nothing more is to be sent: the provider stopped (``halted``) or the run is stopping (``closed``)."""
+        return self.halted is not None or self.closed
+
     async def sleep(self, seconds: float) -> None:
-        """Sleep ``seconds``, or less if the provider is stopped meanwhile (tenacity's sleep for retries)."""
-        if self.halted is not None or seconds <= 0:
+        """Sleep ``seconds``, or less if the provider is stopped, or the run stops, meanwhile (tenacity's
+        sleep for retries)."""
+        if self.ending or seconds <= 0:
             return
         if self._halt is None:
             self._halt = asyncio.Event()
@@ -229,7 +244,7 @@ class ProviderLimiter:
                     rate.pacer.hold_until(until)
 
     async def _unpaused(self) -> None:
-        while (delay := self._paused_until - time.monotonic()) > 0 and self.halted is None:
+        while (delay := self._paused_until - time.monotonic()) > 0 and not self.ending:
             await self.sleep(delay)
 
     async def acquire(self, request: Request) -> Ticket:
@@ -245,7 +260,7 @@ class ProviderLimiter:
                 delay = max(self.requests.wait(1.0), self.tokens.wait(cost))
                 if delay > 0:
                     await self.sleep(delay)
-                if self._paused_until <= time.monotonic() or self.halted is not None:
+                if self._paused_until <= time.monotonic() or self.ending:
                     break
                 await self._unpaused()  # a 429 came in while we waited our turn: book again after it
         except BaseException:

@@ -9,6 +9,12 @@ The rate counts requests sent (not cache hits) over the time since the run start
 cannot read thousands of requests a second); the time left is the requests still to do at that rate. A
 model that costs nothing (a local model, or priced at 0) shows no spend; with a cost bound, the spend of
 the whole run is shown against it. ``start_line`` is the line printed before the run: what is about to run.
+
+Once the run is stopping (the first Ctrl-C or SIGTERM, ``runner.stops.RunStop``), a line says so and counts
+the requests still in flight down (on a terminal under the bars; in logs one line at once, then at most one
+a second while the count falls, and one when none is left), e.g.::
+
+    03:12:10 stopping (SIGTERM): nothing new is sent; 12 request(s) in flight finish and are stored (at most 25 s; again to stop at once)
 """
 from __future__ import annotations
 
@@ -49,10 +55,14 @@ class _Bars(Progress):
     def make_tasks_table(self, tasks: list[Task]) -> Table:
         table = Table.grid()
         table.add_column()
-        label = max((Text(t.description).cell_len for t in tasks), default=0)  # the rows' labels and counts align
-        counts = max((self._counts.render(t).cell_len for t in tasks), default=0)
+        rows = [t for t in tasks if not t.fields.get("note")]
+        label = max((Text(t.description).cell_len for t in rows), default=0)  # the rows' labels and counts align
+        counts = max((self._counts.render(t).cell_len for t in rows), default=0)
         for task in tasks:
-            table.add_row(self.row(task, self.console.width, label, counts))
+            if task.fields.get("note"):  # a line of text under the bars (the run stopping)
+                table.add_row(Text(task.description, style="yellow"))
+            else:
+                table.add_row(self.row(task, self.console.width, label, counts))
         return table
 
     def row(self, task: Task, width: int, label_width: int = 0, counts_width: int = 0) -> RenderableType:
@@ -97,6 +107,8 @@ class RunProgress:
         self._finished: set[str] = set()
         self._ticker: asyncio.TimerHandle | None = None
         self._started = time.monotonic() if started is None else started  # the run's start (monotonic seconds)
+        self._note: int | None = None  # the bars' line saying the run is stopping
+        self._stopping_shown: tuple[float, int] | None = None  # (when, count) of the last stopping line in logs
 
     def __enter__(self) -> RunProgress:
         if self.live:
@@ -158,6 +170,27 @@ class RunProgress:
         return (f"{s.done}/{'?' if total is None else total} {share} {rate:.1f} req/s {eta} {spend}retries {retries} "
                 f"429s {s.rate_limited} "
                 f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}")
+
+    def stopping(self, signal_name: str, in_flight: int, grace_s: float) -> None:
+        """The run is stopping on ``signal_name`` ("Ctrl-C", "SIGTERM") with ``in_flight`` requests still out
+        (see the module docstring); called at the signal and as each of them finishes."""
+        if in_flight:
+            text = (f"stopping ({signal_name}): nothing new is sent; {in_flight} request(s) in flight finish and are "
+                    f"stored (at most {grace_s:g} s; again to stop at once)")
+        else:
+            text = f"stopping ({signal_name}): every request that was in flight is stored"
+        if self._bars is not None:
+            if self._note is None:
+                self._note = self._bars.add_task(text, total=None, note=True)
+            else:
+                self._bars.update(self._note, description=text)
+            return
+        now = time.monotonic()
+        last = self._stopping_shown
+        if last is not None and (last[1] == in_flight or (in_flight and now - last[0] < 1.0)):
+            return
+        self._stopping_shown = (now, in_flight)
+        self.console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, markup=False)
 
     def update(self, label: str, stats: Stats) -> None:
         self._stats[label] = stats

@@ -47,7 +47,7 @@ from dxi.evals import Task
 
 from .cost import Charge
 from .limits import ProviderLimiter
-from .stops import too_long
+from .stops import RunStopping, too_long
 
 if TYPE_CHECKING:
     from tenacity import AsyncRetrying, RetryCallState
@@ -102,7 +102,8 @@ def _worth_retrying(exc: BaseException) -> bool:
 async def _once(adapter: Adapter, task: Task, request: Request, limiter: ProviderLimiter, out: Outcome,
                 charge: Charge | None) -> None:
     """One attempt: wait for the provider's limits, reserve its cost bound (``charge``), send, decode into
-    ``out``; raises AdapterError, or CostBoundReached before sending anything."""
+    ``out``; raises AdapterError, or CostBoundReached or RunStopping (the run is stopping: ``runner.stops``)
+    before sending anything."""
     timeout = adapter.limits.attempt_timeout_s
     ticket = await limiter.acquire(request)
     if limiter.halted is not None:  # the provider stopped while this attempt waited: not sent
@@ -115,6 +116,11 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
         except BaseException:  # CostBoundReached, or cancelled while waiting for room: not sent
             limiter.finish(ticket, False)
             raise
+    if limiter.closed:  # the run is stopping (while this attempt waited for its turn or its reservation): not sent
+        limiter.finish(ticket, False)
+        if charge is not None:
+            charge.budget.settle(reserved, 0.0)
+        raise RunStopping(f"{adapter.label}: not sent, the run is stopping")
     started = time.perf_counter()
     if out.attempts and out.ended is not None:  # a retry: how long it waited since the attempt before
         out.waits_s.append(started - out.ended)
@@ -175,8 +181,8 @@ async def attempt(adapter: Adapter, task: Task, request: Request, limiter: Provi
     """Send ``request`` with retries and decode the reply, filling ``out`` (a new Outcome if None) as it
     goes, so a caller that is cancelled can still see a reply that arrived. Never raises an
     AdapterError: the final error is in the Outcome (cancellation propagates). With a ``charge``, each
-    attempt reserves its cost bound first; CostBoundReached propagates when the bound leaves no room
-    (the attempt was not sent; earlier attempts' outcome is in ``out``)."""
+    attempt reserves its cost bound first; CostBoundReached propagates when the bound leaves no room, and
+    RunStopping when the run is stopping (the attempt was not sent; earlier attempts' outcome is in ``out``)."""
     out = out if out is not None else Outcome()
     try:
         await _once(adapter, task, request, limiter, out, charge)

@@ -16,8 +16,10 @@ cannot starve another provider; and memory stays O(concurrency) however many tas
 holds a per-task object beyond the batch being looked up and the requests in flight. An all-cached run
 goes through the same loop and sends nothing.
 
-Cancellation (Ctrl-C): workers stop where they are; every row appended is in the cache, and a reply
-that was decoded just as the cancellation came is appended before the worker stops. An error that stops
+Stopping from outside (``runner.stops.RunStop``: the first Ctrl-C or SIGTERM): nothing more is handed out
+or sent, the attempts on the wire finish and are stored, then ``run`` returns. Cancellation (a second
+Ctrl-C): workers stop where they are; every row appended is in the cache, and a reply that was decoded just
+as the cancellation came is appended before the worker stops. An error that stops
 the run (a task stream's, the cache's) is not a cancellation: nothing more is handed out, the requests in
 flight finish and are stored, then it is raised. Before anything is sent the suite's files are checked
 whole (``Suite.validate``), and before the first request the cache is checked writable.
@@ -48,6 +50,7 @@ from .limits import ProviderLimiter
 from .retry import Outcome, attempt
 from .rows import make_row
 from .shard import Shard
+from .stops import RunStop, RunStopping
 
 BATCH = 32  # requests encoded and looked up in the cache at a time, per model (~1 ms of work)
 DRAIN_BATCH = 256  # a stopped provider's requests counted not sent per event-loop turn (a few ms of work)
@@ -127,7 +130,7 @@ class _Job:
 async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, *, epochs: int = 1,
               on_progress: Callable[[str, Stats], None] | None = None,
               limiters: dict[str, ProviderLimiter] | None = None, budget: Budget | None = None,
-              shard: Shard | None = None) -> dict[str, Stats]:
+              shard: Shard | None = None, stop: RunStop | None = None) -> dict[str, Stats]:
     """Run every task of ``suite`` on every model (a ``ModelRun``, or a started Adapter run ``epochs`` times
     with its own limits) and return the Stats per model label. Each outcome is in the cache before its
     worker takes the next request. ``limiters`` (provider key -> ProviderLimiter) is filled in when given,
@@ -137,13 +140,16 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
     cache must be writable (``CacheWriteError``; a run with nothing to send needs no writing). An error
     that stops the run later (a task stream's, the cache's) stops handing out requests; the requests in
     flight finish and are stored, then it is raised. ``shard`` (``runner.shard``): only the requests whose
-    cache key it owns are counted and sent."""
+    cache key it owns are counted and sent. ``stop``: once requested (the first Ctrl-C or SIGTERM), the run
+    drains and returns (``runner.stops.RunStop``)."""
     suite.validate()
     runs = [m if isinstance(m, ModelRun) else ModelRun(m, epochs) for m in models]
     budget = budget if budget is not None else Budget()
     limiters = {} if limiters is None else limiters
     for r in runs:
         limiters.setdefault(r.limits_key, ProviderLimiter(r.adapter.limits))
+    stop = stop if stop is not None else RunStop()
+    stop.attach(limiters.values())
     stats = {r.label: Stats(cost_usd=None if r.price is None else 0.0) for r in runs}
     n_workers = sum(limiters[p].limits.max_in_flight for p in {r.limits_key for r in runs})
     queue: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=n_workers)
@@ -187,7 +193,7 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
     def next_job(provider: str) -> _Job | None:
         """The next request of ``provider``'s feed, its models taking turns; None once all are done, or
         once the cost bound is reached or an error stops the run (a malformed row: recorded in ``stopped_by``)."""
-        if budget.stopped or stopped_by:
+        if budget.stopped or stopped_by or stop.requested:
             return None
         streams = feeds[provider]
         if limiters[provider].halted is not None:  # the provider stopped (runner.stops): count the rest not sent
@@ -251,16 +257,18 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
     async def send(job: _Job) -> None:
         st = stats[job.adapter.label]
         outcome = Outcome()
+        stop.started()
         try:
             try:
                 await attempt(job.adapter, job.task, job.request, job.limiter, outcome, job.charge)
-            except CostBoundReached:
+            except (CostBoundReached, RunStopping) as stopping:
                 if not outcome.attempts:  # not sent: no row, the next run sends it
                     st.not_sent += 1
                     return
                 # sent, failed, and its retry not sent: its row is a transient failure (sent again next run)
-                outcome.error = Transient(f"{job.adapter.label}: the cost bound was reached before a retry "
-                                          f"could be sent (after {outcome.attempts} attempt(s))")
+                why = "the cost bound was reached" if isinstance(stopping, CostBoundReached) else "the run was stopped"
+                outcome.error = Transient(f"{job.adapter.label}: {why} before a retry could be sent (after "
+                                          f"{outcome.attempts} attempt(s))")
             finally:
                 if st.cost_usd is not None:
                     st.cost_usd += outcome.cost_usd
@@ -284,6 +292,7 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
             raise
         finally:
             in_flight.discard(job.request.key)
+            stop.finished()
         progress(job.adapter.label)
 
     async def work() -> None:

@@ -16,13 +16,74 @@ wait longer than ``Limits.max_stated_wait_s`` (``too_long``). When one arrives (
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from dxi.adapters import ProviderStop, RateLimited
 from dxi.adapters.errors import QUOTA, WAIT
 
 from .limits import ProviderLimiter
+
+
+class RunStopping(Exception):  # noqa: N818 (a stop, not an error)
+    """The run is stopping (``RunStop``): this attempt was not sent."""
+
+
+class RunStop:
+    """The whole run asked to stop from outside: the first Ctrl-C or SIGTERM (``runner.signals.Graceful``).
+
+    Once ``request`` is called, ``runner.run.run`` hands out nothing more and every provider's limiter is
+    closed (``ProviderLimiter.close``): attempts waiting for their turn, a pause or a retry's backoff end
+    without being sent (``RunStopping``; counted ``not_sent``, no row; a request whose earlier attempt had
+    failed is stored as that transient failure), while the attempts on the wire finish and are stored; then
+    ``run`` returns. ``signum``: the signal (None until asked); ``in_flight``: the requests ``run`` has
+    handed to its workers and not yet finished (``started`` / ``finished``); ``on_change``: called when
+    asked, and each time ``in_flight`` falls while stopping (the progress counts them down); ``abandoned``:
+    the requests still in flight when the stop was cut short (``abandon``: a second signal)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.in_flight = 0
+        self.abandoned = 0
+        self.on_change: Callable[[], None] | None = None
+        self._limiters: list[ProviderLimiter] = []
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def attach(self, limiters: Iterable[ProviderLimiter]) -> None:
+        """The run's limiters, closed when the stop is asked (at once, if it was asked already)."""
+        self._limiters = list(limiters)
+        if self.requested:
+            for limiter in self._limiters:
+                limiter.close()
+
+    def request(self, signum: int) -> None:
+        """Stop the run (once; later calls change nothing)."""
+        if self.requested:
+            return
+        self.signum = signum
+        for limiter in self._limiters:
+            limiter.close()
+        self._changed()
+
+    def abandon(self) -> None:
+        """The stop is cut short: the requests in flight now are abandoned (counted in ``abandoned``)."""
+        self.abandoned = self.in_flight
+        self.on_change = None
+
+    def started(self) -> None:
+        self.in_flight += 1
+
+    def finished(self) -> None:
+        self.in_flight -= 1
+        if self.requested:
+            self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
 
 def too_long(error: RateLimited, bound_s: float) -> ProviderStop:

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from dxi.cache import Cache
+
 from .conftest import DXI
+from .fake_provider import serve
 from .synthetic import data_dir
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process trees from /proc")
@@ -66,7 +69,7 @@ def embedded_run(tmp_path: Path, tasks: int, *extra: str) -> subprocess.Popen:
 
 
 # ---- the embedded model's worker processes die with their parent, whatever kills it -----------------------
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["INT", "KILL"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["INT", "TERM", "KILL"])
 def test_no_embedded_worker_nor_resource_tracker_outlives_dxi(tmp_path: Path, sig: signal.Signals):
     from dxi.adapters.embedded import WORKERS
 
@@ -94,3 +97,128 @@ def test_no_embedded_worker_nor_resource_tracker_outlives_dxi(tmp_path: Path, si
             proc.kill()
         for pid in group(proc.pid):
             os.kill(pid, signal.SIGKILL)
+
+
+# ---- the first Ctrl-C or SIGTERM drains: the requests in flight finish and are stored --------------------------
+def served_run(url: str, tmp_path: Path, tasks: int, *extra: str) -> list[str]:
+    data = data_dir(tmp_path / "data", tasks)
+    return [DXI, "run", "--model", f"systemone:fake@{url}", "--data-dir", str(data), "--cache-dir", str(tmp_path / "cache"),
+            "--out", str(tmp_path / "out"), "--max-in-flight", "8", *extra]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+def test_the_first_signal_lets_the_requests_in_flight_finish_and_stores_them(tmp_path: Path, sig: signal.Signals):
+    """Every request takes 1.5 s, 8 at a time, so requests go in waves 1.5 s apart: the signal comes just
+    after the second wave reached the server. Those 8 are answered whole and stored, nothing more is sent,
+    and the rerun sends exactly the rest, none of them twice."""
+    tasks = 60
+    with serve(model="fake", p_first=None, p_yes=None, latency="1.5") as server:
+        cmd = served_run(server.url, tmp_path, tasks)
+        proc = started(cmd, tmp_path)
+        try:
+            at_signal = wait_for(lambda: (s := server.stats())["arrivals"] >= 16 and s, 60, "the second wave")
+            proc.send_signal(sig)
+            assert proc.wait(60) == (143 if sig == signal.SIGTERM else 130)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        stopped = server.stats()
+        stdout, stderr = output(tmp_path)
+        with Cache(tmp_path / "cache") as cache:
+            stored = cache.scan().collect()
+        name = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"
+        assert (at_signal["arrivals"], at_signal["ok"]) == (16, 8)  # the second wave on the wire
+        assert stopped["arrivals"] == 16  # nothing new was sent
+        assert (stopped["ok"], stopped["aborted"]) == (16, 0)  # every request in flight was answered whole ...
+        assert stored.height == stored["key"].n_unique() == 16  # ... and stored
+        assert (f"stopping ({name}): nothing new is sent; 8 request(s) in flight finish and are stored (at most 25 s; "
+                "again to stop at once)") in stdout
+        assert f"stopping ({name}): every request that was in flight is stored" in stdout
+        assert f"Interrupted ({name}): the requests in flight finished and are stored." in stdout
+        assert "rerun the same command to continue" in stdout and "Traceback" not in stderr, stderr
+        assert subprocess.run(cmd + ["-q"], timeout=120).returncode == 0
+        after = server.stats()
+    assert after["arrivals"] - stopped["arrivals"] == tasks - 16  # the rest, once each
+    assert (after["duplicates"], after["keys_ok"]) == (0, tasks)  # none sent twice over both runs
+
+
+@pytest.mark.parametrize("how", ["again", "grace"])
+def test_a_second_signal_or_the_end_of_the_grace_period_stops_at_once(tmp_path: Path, how: str):
+    """Replies that take a minute: a second Ctrl-C, or the end of --grace, stops the run without them,
+    saying how many were abandoned (the next run sends them)."""
+    with serve(model="fake", p_first=None, p_yes=None, default="sleep:60") as server:
+        grace = "1" if how == "grace" else "600"
+        proc = started(served_run(server.url, tmp_path, 30, "--grace", grace), tmp_path)
+        try:
+            wait_for(lambda: server.stats()["arrivals"] >= 8, 60, "8 requests in flight")
+            proc.send_signal(signal.SIGINT if how == "again" else signal.SIGTERM)
+            if how == "again":
+                wait_for(lambda: "stopping (Ctrl-C)" in output(tmp_path)[0], 30, "the stopping line")
+                proc.send_signal(signal.SIGINT)
+            assert proc.wait(30) == (130 if how == "again" else 143)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert (server.stats()["ok"], server.stats()["arrivals"]) == (0, 8)  # none answered yet, nothing new sent
+    stdout, stderr = output(tmp_path)
+    cut = "a second signal came" if how == "again" else "they took longer than --grace 1 s"
+    name = "Ctrl-C" if how == "again" else "SIGTERM"
+    assert (f"Interrupted ({name}): {cut}, so 8 request(s) still in flight were abandoned (the next run sends "
+            "them).") in stdout
+    assert "Traceback" not in stderr, stderr
+
+
+# ---- a signal while Python is still importing: one line, no traceback -----------------------------------------
+SIGNAL_ON_IMPORT = '''
+import os, signal, sys
+
+class SignalOnImport:
+    """Sends this process {sig} when {module} is first imported: a Ctrl-C (or kill) that lands inside an import."""
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.{sig})
+        return None
+
+sys.meta_path.insert(0, SignalOnImport())
+'''
+
+
+@pytest.mark.parametrize("module", ["dxi.runner.cli", "dxi.adapters", "rich.console", "dxi.runner.plan"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_during_an_import_stops_dxi_with_one_line(tmp_path: Path, module: str, sig: str):
+    """The installed ``dxi`` command, signalled while it imports the command line (``dxi.runner.cli``),
+    the adapters it needs, Rich (its output), or the planning of the run: exit 130 (143), "Interrupted (...)." and no
+    traceback (a sitecustomize on PYTHONPATH sends the signal from inside the import)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SIGNAL_ON_IMPORT.format(sig=sig, module=module))
+    data = data_dir(tmp_path / "data", 3)
+    env = dict(os.environ, PYTHONPATH=str(hook))
+    done = subprocess.run([DXI, "run", "--model", "embedded", "--data-dir", str(data), "--cache-dir", str(tmp_path / "c"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=120)
+    name = "Ctrl-C" if sig == "SIGINT" else "SIGTERM"
+    assert (done.returncode, done.stderr, done.stdout) == (130 if sig == "SIGINT" else 143, f"Interrupted ({name}).\n", "")
+    assert not (tmp_path / "c").exists()  # stopped before anything was written
+
+
+def test_the_progress_says_the_run_is_stopping_and_counts_down():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from dxi.runner.progress import RunProgress
+
+    logs = StringIO()
+    p = RunProgress(Console(file=logs, width=200), {"m": 10}, interval_s=3600)
+    for n in (8, 7, 6, 0):  # in logs: at once, then at most once a second while it falls, and when none is left
+        p.stopping("SIGTERM", n, 25)
+    lines = [line.split(" ", 1)[1] for line in logs.getvalue().splitlines()]
+    assert lines == ["stopping (SIGTERM): nothing new is sent; 8 request(s) in flight finish and are stored (at most 25 s; "
+                     "again to stop at once)", "stopping (SIGTERM): every request that was in flight is stored"]
+    screen = StringIO()
+    with RunProgress(Console(file=screen, width=200, force_terminal=True), {"m": 10}) as p:  # a terminal: under the bars
+        p.stopping("Ctrl-C", 3, 25)
+        p.stopping("Ctrl-C", 2, 25)
+    shown = screen.getvalue()
+    assert "stopping (Ctrl-C): nothing new is sent; 2 request(s) in flight" in shown and shown.count("0/10") >= 1

@@ -103,7 +103,7 @@ def test_progress_without_a_total_until_it_is_given():
 
 def test_the_command_exits_with_mains_code_and_flushes(tmp_path: Path):
     def dxi(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", "from dxi.runner.cli import command; command()", *args],
+        return subprocess.run([sys.executable, "-c", "from dxi.__main__ import command; command()", *args],
                               capture_output=True, text=True)
 
     r = dxi("--help")

@@ -1,0 +1,163 @@
+"""How ``dxi`` stops on Ctrl-C (SIGINT) and SIGTERM (a plain ``kill``, a scheduler's time limit or preemption).
+
+* **Taken however dxi was started** (``take_signals``, first thing in ``dxi.__main__.command``): a SIGINT
+  inherited ignored or blocked (a script's background job) is taken back; SIGTERM raises
+  ``KeyboardInterrupt`` as SIGINT does, remembering which signal came (``received``), so it stops as cleanly
+  and says so, with exit code 143 instead of 130 (``exit_code``).
+* **Outside a run's event loop** (imports, planning, scoring, writing outputs): the command stops where it
+  is, prints one line (never a traceback) and exits 130 or 143.
+* **During a run** (``Graceful``, around ``runner.cli``'s event loop): the first signal *drains*: nothing new
+  is sent, the requests on the wire finish and are stored (``runner.stops.RunStop``), the progress says so
+  and counts them down, then the run stops with its resume message. A second signal aborts at once (the
+  replies still on the wire are abandoned; the next run sends them), and so does the end of the grace
+  period, ``--grace`` seconds (default ``GRACE_S`` = 25): inside the 30 s that Kubernetes
+  (``terminationGracePeriodSeconds``) and Slurm (``KillWait``) leave between SIGTERM and SIGKILL.
+"""
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Callable
+
+from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+
+GRACE_S = 25.0
+_received: list[int] = []  # the signals that stopped dxi, in order (a default SIGINT leaves none: see ``received``)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
+def take_signals() -> None:
+    """Make SIGINT and SIGTERM stop ``dxi`` cleanly however it was started (main thread only, before
+    anything runs). A job a non-interactive shell starts in the background (``dxi run ... &`` in a script)
+    inherits SIGINT ignored, and Python keeps an inherited ``SIG_IGN``, so ``kill -INT`` would do nothing; a
+    signal mask inherited with SIGINT or SIGTERM blocked would hold it for ever. Both are undone here, and
+    SIGTERM (whose default ends the process at once, silently, its embedded workers left behind) raises
+    ``KeyboardInterrupt`` as Ctrl-C does. A Ctrl-C in the terminal of such a script then stops its
+    background ``dxi`` cleanly too, which the next run continues."""
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def exit_at_once(code: int) -> None:
+    """Once everything is written (the command's tail): SIGINT and SIGTERM end the process at once, with
+    ``code`` when it already stopped on a signal, else the signal's own exit code (130, 143)."""
+    import os
+
+    def end(signum: int, frame: object) -> None:
+        os._exit(code if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) else 128 + signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, end)
+
+
+def received() -> int:
+    """The first signal that stopped dxi: SIGTERM when one came, else SIGINT (a ``KeyboardInterrupt`` from
+    Python's own SIGINT handler records nothing)."""
+    return _received[0] if _received else signal.SIGINT
+
+
+def exit_code(stop: BaseException | None = None) -> int:
+    """130 for SIGINT (128 + 2), 143 for SIGTERM (128 + 15), as a shell reports a process those signals end:
+    of the signal that stopped a run (``stop``: ``Interrupted``), else of the first one received."""
+    signum = stop.signum if isinstance(stop, Interrupted) else received()
+    return EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED
+
+
+def describe(signum: int) -> str:
+    """A signal as the user sent it: ``Ctrl-C`` (SIGINT) or ``SIGTERM``."""
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+class Interrupted(Exception):  # noqa: N818 (a stop, not an error)
+    """A run stopped by a signal. ``signum``: the first signal; ``drained``: True when every request on
+    the wire finished and was stored, False when it was cut short (``why``: "again", a second signal, or
+    "grace", the grace period over) with ``abandoned`` requests still in flight (the next run sends them)."""
+
+    def __init__(self, signum: int, drained: bool, abandoned: int = 0, why: str | None = None):
+        super().__init__(f"stopped by {describe(signum)}")
+        self.signum, self.drained, self.abandoned, self.why = signum, drained, abandoned, why
+
+
+def resume_message(stop: BaseException, cache_dir: object, grace_s: float) -> tuple[str, str]:
+    """What ``dxi run`` prints when a signal stopped it (``stop``: ``Interrupted``, or a ``KeyboardInterrupt``
+    from outside the run's loop): ``(headline, the rest)``, e.g. ``("Interrupted (SIGTERM):", "the requests in
+    flight finished and are stored. Every reply that arrived is in .dxi-cache; rerun the same command to
+    continue.")``."""
+    rest = f"Every reply that arrived is in {cache_dir}; rerun the same command to continue."
+    if not isinstance(stop, Interrupted):
+        return f"Interrupted ({describe(received())}).", rest
+    head = f"Interrupted ({describe(stop.signum)}):"
+    if stop.drained:
+        return head, f"the requests in flight finished and are stored. {rest}"
+    cut = "a second signal came" if stop.why == "again" else f"they took longer than --grace {grace_s:g} s"
+    return head, (f"{cut}, so {stop.abandoned} request(s) still in flight were abandoned (the next run sends them). "
+                  f"{rest}")
+
+
+class Graceful:
+    """Inside a run's event loop (``with Graceful(drain, grace_s, abort)`` in the task that runs it): the
+    first SIGINT or SIGTERM calls ``drain(signum)`` and starts the grace period of ``grace_s`` seconds; a
+    second signal, or the end of the grace period, calls ``abort()`` and cancels that task (``aborted``:
+    "again" or "grace"). ``signum`` is the first signal (None: none came). On leaving, the handlers are
+    those that were there before. Outside the main thread (where no signal handler can be set: a run started
+    from a thread) it does nothing."""
+
+    def __init__(self, drain: Callable[[int], None], grace_s: float = GRACE_S,
+                 abort: Callable[[], None] | None = None):
+        self.drain, self.grace_s, self.abort = drain, grace_s, abort
+        self.signum: int | None = None
+        self.aborted: str | None = None
+        self._task: asyncio.Task | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._installed = False
+        self._before: dict[int, object] = {}
+
+    def __enter__(self) -> Graceful:
+        self._installed = threading.current_thread() is threading.main_thread()
+        if not self._installed:
+            return self
+        loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in self._before:
+            loop.add_signal_handler(sig, self._on, sig)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self._installed:
+            return
+        loop = asyncio.get_running_loop()
+        for sig, handler in self._before.items():
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    def _on(self, signum: int) -> None:
+        if self.signum is not None:
+            self._abort("again")
+            return
+        self.signum = signum
+        self._timer = asyncio.get_running_loop().call_later(self.grace_s, self._abort, "grace")
+        self.drain(signum)
+
+    def _abort(self, why: str) -> None:
+        if self.aborted is None and self._task is not None:
+            self.aborted = why
+            if self.abort is not None:
+                self.abort()
+            self._task.cancel()
+
+    def interrupted(self, abandoned: int) -> Interrupted:
+        """What stopped the run, once it has: drained, or aborted with ``abandoned`` requests still out."""
+        assert self.signum is not None
+        if self.aborted is None:
+            return Interrupted(self.signum, True)
+        return Interrupted(self.signum, False, abandoned, self.aborted)
