@@ -10,10 +10,21 @@ import importlib
 import re
 
 from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
-from .errors import AdapterError, Fatal, MalformedReply, ProviderStop, RateLimited, ReplyTooLarge, Retryable, Transient
+from .errors import (
+    AdapterError,
+    Fatal,
+    MalformedReply,
+    ProviderStop,
+    RateLimited,
+    ReplyTooLarge,
+    Retryable,
+    Transient,
+    Unreachable,
+)
 
 __all__ = ["Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelSpec", "RateLimited",
-           "ProviderStop", "Reply", "ReplyTooLarge", "Request", "Retryable", "Transient", "adapter_class", "get", "parse_model", "KINDS"]
+           "ProviderStop", "Reply", "ReplyTooLarge", "Request", "Retryable", "Transient", "Unreachable", "adapter_class",
+           "get", "parse_model", "KINDS"]
 
 # adapter name -> "module:Class", imported on first use
 KINDS: dict[str, str] = {

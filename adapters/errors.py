@@ -5,14 +5,18 @@
     │   │                          failure and requested again on the next run
     │   ├── RateLimited            HTTP 429 (and Anthropic 529): ``retry_after`` seconds when given
     │   └── Transient              5xx, 408, timeouts, connection errors
-    │       └── MalformedReply     a body that is not the wire format (not JSON, no ``answers``), an
-    │                              error inside a 200, a compressed body cut before its trailer
+    │       ├── MalformedReply     a body that is not the wire format (not JSON, no ``answers``), an
+    │       │                      error inside a 200, a compressed body cut before its trailer
+    │       └── Unreachable        no connection could be opened (refused, no route, a name that does not
+    │                              resolve, none within the connect timeout): the server was not reached;
+    │                              when every attempt meets it the runner pauses the provider and probes it
     ├── Fatal                      400/422 and other 4xx for this request alone: never retried; stored as a
     │                              deterministic failure (kept on rerun)
     ├── ProviderStop               a failure every request to this provider would meet alike: quota or
     │                              spend limit exhausted, key refused (401/403), unknown model (404), a 400
     │                              for an unsupported schema or parameter, a stated wait longer than the
-    │                              run accepts. The runner stops sending to that provider (``runner.stops``);
+    │                              run accepts, a server that cannot be reached (at start, or for longer
+    │                              than the run waits). The runner stops sending to that provider (``runner.stops``);
     │                              the request is not stored, so the next run sends it
     └── ReplyTooLarge              the reply passed ``Limits.max_reply_bytes``: read no further, stored
                                    ``invalid`` with a bounded prefix
@@ -62,17 +66,24 @@ class MalformedReply(Transient):
         self.raw = raw
 
 
+class Unreachable(Transient):
+    """No connection to the server could be opened (refused, no route, a host name that does not resolve,
+    none within the connect timeout): the request never reached it, so nothing was billed. When every
+    attempt to a provider meets it, the runner pauses the provider and probes it (``runner.outage``)."""
+
+
 class Fatal(AdapterError):
     """A deterministic failure of this request (bad request): fails fast, never retried."""
 
 
 QUOTA, KEY, MODEL, REQUEST, WAIT = "quota exhausted", "API key refused", "unknown model", "request refused", "wait too long"
+UNREACHABLE = "server unreachable"
 
 
 class ProviderStop(AdapterError):
     """A failure that every request to this provider would meet alike: nothing more is sent to it.
 
-    ``cause`` is one of ``QUOTA``, ``KEY``, ``MODEL``, ``REQUEST``, ``WAIT``; the message carries the
+    ``cause`` is one of ``QUOTA``, ``KEY``, ``MODEL``, ``REQUEST``, ``WAIT``, ``UNREACHABLE``; the message carries the
     provider's own words (at most 300 bytes, the key redacted). ``resets_in_s`` is the seconds until the
     provider says access resumes (measured against the reply's ``Date`` header), when it says so."""
 

@@ -22,7 +22,7 @@ import orjson
 import yarl
 
 from .base import Adapter, Limits, ModelSpec, Request, canonical_params
-from .errors import Fatal, RateLimited, ReplyTooLarge, Retryable, Transient
+from .errors import Fatal, RateLimited, ReplyTooLarge, Retryable, Transient, Unreachable
 from .json_body import load_json  # noqa: F401 (re-exported: the adapters read replies with it)
 from .provider_errors import provider_stop
 
@@ -255,9 +255,10 @@ async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, 
     meet alike (``provider_errors.provider_stop``: an exhausted quota, a refused key, an unknown model, a
     refused form of request), RateLimited (429, 529, and 503 with a Retry-After, with that wait, or the one
     ``retry_after_from_body`` reads from the error body when the header is absent), Transient (408, 409,
-    425, other 5xx, timeouts, connection errors, a damaged compressed body) or Fatal (other 4xx, with what
-    to check). ``x-should-retry: false`` (the OpenAI and Anthropic SDKs' header) makes a retryable failure
-    final for this run; ``true`` makes another 4xx retryable. Messages never include the request headers,
+    425, other 5xx, timeouts, connection errors, a damaged compressed body; Unreachable when no connection
+    could be opened at all) or Fatal (other 4xx, with what to check). ``x-should-retry: false`` (the OpenAI
+    and Anthropic SDKs' header) makes a retryable failure final for this run; ``true`` makes another 4xx
+    retryable. Messages never include the request headers,
     and ``secrets`` (the API key the headers carry, ``secrets_in(headers)``, computed once per adapter) are
     redacted from every body returned or quoted.
     """
@@ -295,6 +296,10 @@ async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, 
             raise error
     except aiohttp.ClientResponseError as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
+    except aiohttp.ClientSSLError as exc:  # a connection opened, refused by TLS: not an outage
+        raise Transient(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # the server was not reached
+        raise Unreachable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
 

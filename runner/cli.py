@@ -203,9 +203,10 @@ def _add_limits(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--backoff", type=float, metavar="SECONDS",
                    help="the first wait before a retry, doubling each time, with jitter (overrides)")
     g.add_argument("--max-stated-wait", type=float, metavar="SECONDS",
-                   help="the longest wait a provider may ask for (Retry-After, a reset header, Gemini's RetryInfo) that "
-                        "is honoured exactly (default 600); a longer one stops that provider, saying when to rerun "
-                        f"(exit code {EXIT_PROVIDER_STOPPED})")
+                   help="the longest the run waits on a provider (default 600): a wait it asks for (Retry-After, a reset "
+                        "header, Gemini's RetryInfo) is honoured exactly up to it, a longer one stops that provider, saying "
+                        "when to rerun; a provider that cannot be reached is paused and probed one request at a time, and "
+                        f"stopped once down that long (exit code {EXIT_PROVIDER_STOPPED})")
     g.add_argument("--max-reply-bytes", type=int, metavar="BYTES",
                    help="the largest reply read (decoded; default 4194304 = 4 MiB); a larger one is read no further and "
                         "stored invalid ('reply larger than N bytes') with its first 2000 bytes")

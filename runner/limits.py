@@ -17,6 +17,8 @@ shares it. It holds four things:
   exactly the stated wait up to ``Limits.max_stated_wait_s``.
 * **A stop** (``halt``): once the provider is stopped (``runner.stops``), every wait ends and nothing more
   is sent to it; the same once the whole run is stopping (``close``: ``runner.stops.RunStop``).
+* **An outage** (``outage``, ``runner.outage``): a provider that cannot be reached is paused and probed one
+  request at a time, and stopped once it has been down longer than ``Limits.max_stated_wait_s``.
 
 Adaptation (AIMD, as in TCP congestion control): a 429 for an attempt sent after the last decrease
 multiplies the window and both rates by ``BACKOFF`` = 0.7 (so the 429s of one burst count once); each
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 
 from dxi.adapters import AdapterError, Limits, ProviderStop, RateLimited, Request
 
+from .outage import Outage
 from .tokens import TokenEstimate
 
 BACKOFF = 0.7          # a 429 multiplies the window and the rates by this (as TCP CUBIC's beta)
@@ -200,6 +203,7 @@ class ProviderLimiter:
         self.closed = False
         """Set once the run is stopping (``runner.stops.RunStop``): no attempt is sent any more."""
         self._halt: asyncio.Event | None = None
+        self.outage = Outage(limits, self.halt, lambda: self.ending)
 
     def halt(self, error: ProviderStop) -> None:
         """Stop the provider: the first ``error`` is kept; every wait of this limiter (a pause, a pacer's
@@ -209,6 +213,7 @@ class ProviderLimiter:
         self.halted, self.halted_at = error, time.time()
         if self._halt is not None:
             self._halt.set()
+        self.outage.wake()
 
     def close(self) -> None:
         """Send nothing more: the run is stopping (``runner.stops.RunStop``). Every wait of this limiter ends
@@ -216,6 +221,7 @@ class ProviderLimiter:
         self.closed = True
         if self._halt is not None:
             self._halt.set()
+        self.outage.wake()
 
     @property
     def ending(self) -> bool:

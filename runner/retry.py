@@ -14,6 +14,11 @@ without being sent (raising the same ProviderStop), and the runner stops the pro
 A reply larger than ``Limits.max_reply_bytes`` is recorded as an invalid reply (every answer "reply
 larger than N bytes") with its first bytes as the raw reply.
 
+A provider whose attempts cannot connect (``Unreachable``) is paused and probed one request at a time
+(``runner.outage``): while it is down an attempt that cannot connect is not a retry of its request, which
+waits for the provider and goes again (``_patient``); once it has been down longer than
+``max_stated_wait_s`` it is stopped like any other ProviderStop.
+
 The first attempt runs outside tenacity: most requests succeed at once, and tenacity's bookkeeping
 (~25 µs a request, measured here) is about a seventh of the runner's whole CPU per request. When it
 fails with a Retryable error, the failure is handed to tenacity as its own first attempt, so the waits,
@@ -41,6 +46,7 @@ from dxi.adapters import (
     Request,
     Retryable,
     Transient,
+    Unreachable,
 )
 from dxi.adapters.errors import REQUEST
 from dxi.evals import Task
@@ -105,19 +111,34 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
     ``out``; raises AdapterError, or CostBoundReached or RunStopping (the run is stopping: ``runner.stops``)
     before sending anything."""
     timeout = adapter.limits.attempt_timeout_s
-    ticket = await limiter.acquire(request)
-    if limiter.halted is not None:  # the provider stopped while this attempt waited: not sent
+    outage = limiter.outage
+    while True:  # while the provider is down, only its probe goes (runner.outage)
+        probe = outage.down and await outage.turn()  # (up: no wait, no coroutine)
+        try:
+            ticket = await limiter.acquire(request)
+        except BaseException:
+            outage.record(probe, None)
+            raise
+        if probe or not outage.down or limiter.ending:
+            break
+        limiter.finish(ticket, False)  # it went down while this attempt waited for its turn: wait for it
+
+    def not_sent() -> None:
         limiter.finish(ticket, False)
+        outage.record(probe, None)
+
+    if limiter.halted is not None:  # the provider stopped while this attempt waited: not sent
+        not_sent()
         raise limiter.halted
     reserved = 0.0
     if charge is not None:
         try:
             reserved = await charge.reserve(adapter, task, request)
         except BaseException:  # CostBoundReached, or cancelled while waiting for room: not sent
-            limiter.finish(ticket, False)
+            not_sent()
             raise
     if limiter.closed:  # the run is stopping (while this attempt waited for its turn or its reservation): not sent
-        limiter.finish(ticket, False)
+        not_sent()
         if charge is not None:
             charge.budget.settle(reserved, 0.0)
         raise RunStopping(f"{adapter.label}: not sent, the run is stopping")
@@ -164,8 +185,25 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
             limiter.finish(ticket, ok, error, reply.input_tokens, reply.output_tokens)
         else:
             limiter.finish(ticket, ok, error)
+        # the server answered (whatever the status), could not be reached, or neither (a connection that failed)
+        reached = ok or out.body is not None or (error is not None and error.status is not None)
+        outage.record(probe, True if reached else (False if isinstance(error, Unreachable) else None), error)
         if charge is not None:
             out.cost_usd += charge.settle(reserved, reply, error)
+
+
+async def _patient(adapter: Adapter, task: Task, request: Request, limiter: ProviderLimiter, out: Outcome,
+                   charge: Charge | None) -> None:
+    """``_once``, again for as long as the provider is down (``runner.outage``): an attempt that could not
+    connect while the provider is down is not one of the request's retries; it waits for the provider (its
+    turn to probe it, or its return, or its stop) and goes again."""
+    while True:
+        try:
+            await _once(adapter, task, request, limiter, out, charge)
+            return
+        except Unreachable:
+            if not limiter.outage.down:
+                raise
 
 
 def _retrying(limits: Limits, limiter: ProviderLimiter) -> AsyncRetrying:
@@ -185,7 +223,7 @@ async def attempt(adapter: Adapter, task: Task, request: Request, limiter: Provi
     RunStopping when the run is stopping (the attempt was not sent; earlier attempts' outcome is in ``out``)."""
     out = out if out is not None else Outcome()
     try:
-        await _once(adapter, task, request, limiter, out, charge)
+        await _patient(adapter, task, request, limiter, out, charge)
         return out
     except Retryable as exc:
         first = exc
@@ -200,7 +238,7 @@ async def attempt(adapter: Adapter, task: Task, request: Request, limiter: Provi
             with trial:
                 if trial.retry_state.attempt_number == 1:
                     raise first  # the attempt above, replayed: tenacity waits and counts from it
-                await _once(adapter, task, request, limiter, out, charge)
+                await _patient(adapter, task, request, limiter, out, charge)
     except AdapterError as exc:
         out.error = exc
     return out

@@ -2,8 +2,10 @@
 
 A ``ProviderStop`` (``adapters.errors``; read from the providers' documented error bodies by
 ``adapters.provider_errors``) is an exhausted quota or spend limit, a refused key (401/403), an unknown
-model (404), a 400 refusing the form of every request (an unsupported schema or parameter), or a stated
-wait longer than ``Limits.max_stated_wait_s`` (``too_long``). When one arrives (``runner.retry``):
+model (404), a 400 refusing the form of every request (an unsupported schema or parameter), a stated
+wait longer than ``Limits.max_stated_wait_s`` (``too_long``), or a server that cannot be reached (at the
+start of the run, or down for longer than ``max_stated_wait_s``: ``runner.outage``). When one arrives
+(``runner.retry``):
 
 * the provider's limiter is halted (``ProviderLimiter.halt``): attempts waiting for a turn, a pause or a
   retry's backoff end without being sent; requests already on the wire finish and are recorded;
@@ -20,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from dxi.adapters import ProviderStop, RateLimited
-from dxi.adapters.errors import QUOTA, WAIT
+from dxi.adapters.errors import QUOTA, UNREACHABLE, WAIT
 
 from .limits import ProviderLimiter
 
@@ -131,6 +133,8 @@ def describe(block: dict) -> str:
                  f" Access resumes at {resets} (as the provider states): rerun after that.")
     elif block["cause"] == QUOTA:
         text += " Add credit or raise the limit, then rerun."
+    elif block["cause"] == UNREACHABLE:
+        text += " Start the server (or check its address and the network), then rerun."
     else:
         text += " Fix the cause, then rerun."
     return text + f" Provider's message: {block['message']}"

@@ -473,13 +473,15 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(**config: object) -> Iterator[Served]:
+def serve(port: int = 0, **config: object) -> Iterator[Served]:
     """Run ``FakeProvider(**config)`` in its own process (JSON-able options only; plug wire formats in
-    with ``route_factories={path: "module:factory"}``) and stop it on exit."""
+    with ``route_factories={path: "module:factory"}``) on ``port`` (0: a free one) and stop it on exit (if
+    it is still running: a test may kill it, and serve again on the same port)."""
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--config", orjson.dumps(config).decode(),
-                             "--until-stdin-closes"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root, env=env)
+                             "--port", str(port), "--until-stdin-closes"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            cwd=root, env=env)
     try:
         line = proc.stdout.readline().decode().strip()
         if not line.startswith("http://"):
