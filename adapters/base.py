@@ -223,7 +223,14 @@ class Adapter(abc.ABC):
         return None
 
     async def start(self) -> None:
-        """Prepare for sending; raises Fatal when the model cannot be used (unknown, unreachable)."""
+        """Prepare for sending; raises Fatal when the model cannot be used (unknown, no key), ProviderStop
+        (cause ``UNREACHABLE``) when its server cannot be reached."""
+        return None
+
+    async def check_reachable(self) -> None:
+        """Raise ProviderStop (cause ``UNREACHABLE``) when the model's server cannot be reached now (a
+        connection opened and closed, nothing sent: ``dxi estimate`` warns with it); nothing to check for a
+        model that runs in this process."""
         return None
 
     async def close(self) -> None:

@@ -57,6 +57,9 @@ class Embedded(SystemOne):
             return f"unknown embedded model {self.model!r}; available: {', '.join(available_models())}"
         return None
 
+    async def check_reachable(self) -> None:
+        return None  # in worker processes of this one: no server to reach
+
     async def start(self) -> None:
         problem = self.missing_setup()
         if problem is not None:

@@ -22,7 +22,7 @@ import orjson
 import yarl
 
 from .base import Adapter, Limits, ModelSpec, Request, canonical_params
-from .errors import Fatal, RateLimited, ReplyTooLarge, Retryable, Transient, Unreachable
+from .errors import UNREACHABLE, Fatal, ProviderStop, RateLimited, ReplyTooLarge, Retryable, Transient, Unreachable
 from .json_body import load_json  # noqa: F401 (re-exported: the adapters read replies with it)
 from .provider_errors import provider_stop
 
@@ -310,10 +310,11 @@ def as_count(value: Any) -> int | None:
 
 
 async def check_reachable(url: str, what: str, timeout_s: float = 10.0) -> None:
-    """Open and close a TCP connection to ``url``'s host and port, sending nothing; raises Fatal naming
-    ``what`` and the URL when the host name does not resolve, the connection is refused, or it does not
-    open within ``timeout_s`` seconds. A server down (or no network) at the start of a run fails at once,
-    rather than every request retrying to the end of its budget."""
+    """Open and close a TCP connection to ``url``'s host and port, sending nothing; raises ProviderStop (cause
+    ``UNREACHABLE``) naming ``what`` and the URL when the host name does not resolve, the connection is
+    refused, or it does not open within ``timeout_s`` seconds. A server down (or no network) at the start of
+    a run stops its provider at once (``runner.stops``; the others run), rather than every request retrying
+    to the end of its budget."""
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
@@ -324,8 +325,8 @@ async def check_reachable(url: str, what: str, timeout_s: float = 10.0) -> None:
             await writer.wait_closed()
     except OSError as exc:  # also socket.gaierror and TimeoutError
         reason = f"no connection within {timeout_s:g} s" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-        raise Fatal(f"{what}: cannot reach {url} ({reason}); check the base URL, that the server is running, "
-                    "and the network") from None
+        raise ProviderStop(f"{what}: cannot reach {url} ({reason}); check the base URL, that the server is running, "
+                           "and the network", UNREACHABLE) from None
 
 
 def is_loopback(url: str) -> bool:
@@ -352,9 +353,9 @@ class HTTPAdapter(Adapter):
     adapter sets itself, which parameters may not replace. The cache key's endpoint is the full URL, so
     one model name on two servers never shares cache rows; the key is only in headers.
 
-    Raises ValueError (bad model string, unknown option, reserved parameter) from the constructor and
-    Fatal from ``start`` when the key's environment variable is unset (except for a loopback base URL) or
-    the server cannot be reached (``check_reachable``).
+    Raises ValueError (bad model string, unknown option, reserved parameter) from the constructor, Fatal
+    from ``start`` when the key's environment variable is unset (except for a loopback base URL), and
+    ProviderStop (cause ``UNREACHABLE``) when the server cannot be reached (``check_reachable``).
     """
 
     default_base_url = ""
@@ -416,12 +417,16 @@ class HTTPAdapter(Adapter):
         problem = self.missing_setup()
         if problem:
             raise Fatal(problem)
-        await check_reachable(self.base_url, self.label)
+        await self.check_reachable()
         key = os.environ.get(self.key_env) if self.key_env else None
         self._headers = {"Content-Type": "application/json", **self.extra_headers(),
                          **(self.auth_headers(key) if key else {})}
         self._secrets = secrets_in(self._headers)
         self._session = session(self.limits.max_in_flight, self.limits.attempt_timeout_s)
+
+    async def check_reachable(self) -> None:
+        if self.base_url:  # (a local server's is known once started)
+            await check_reachable(self.base_url, self.label)
 
     async def close(self) -> None:
         if self._session is not None:

@@ -24,7 +24,7 @@ from dxi.evals import CHOICE, Task
 from . import http
 from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
 from .decision import choice_answer, yes_no_answer
-from .errors import Fatal, MalformedReply, Transient
+from .errors import UNREACHABLE, Fatal, MalformedReply, ProviderStop, Transient
 from .json_body import duplicates, load_json
 from .provider_errors import body_error
 
@@ -110,6 +110,9 @@ class SystemOne(Adapter):
     def endpoint(self) -> str:  # type: ignore[override]
         return self.base_url + ENDPOINT
 
+    async def check_reachable(self) -> None:
+        await http.check_reachable(self.base_url, self.label)
+
     async def start(self) -> None:
         self._session = http.session(self.limits.max_in_flight, self.limits.attempt_timeout_s)
         url = f"{self.base_url}/health"
@@ -118,8 +121,11 @@ class SystemOne(Adapter):
                 doc = orjson.loads(await resp.read()) if resp.status == 200 else None
         except (aiohttp.ClientError, TimeoutError) as exc:
             await self.close()
-            raise Fatal(f"cannot reach the System One server at {self.base_url} ({type(exc).__name__}: {exc}); "
-                        f"is it running? e.g. sparrow-decider serve --port 8000") from None
+            message = (f"cannot reach the System One server at {self.base_url} ({type(exc).__name__}: "
+                       f"{exc}); is it running? e.g. sparrow-decider serve --port 8000")
+            if isinstance(exc, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):  # no connection
+                raise ProviderStop(message, UNREACHABLE) from None
+            raise Fatal(message) from None
         except orjson.JSONDecodeError:
             doc = None
         served = doc.get("model") if isinstance(doc, dict) else None

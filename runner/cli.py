@@ -385,18 +385,24 @@ def _plan(args: argparse.Namespace) -> Plan:
     return plan_from_args(args)
 
 
-async def _started(models: list[ModelRun]) -> list[ModelRun]:
-    """Start every adapter (closing those started if one fails); UsageError for one that cannot start."""
-    started = []
+async def _started(models: list[ModelRun]) -> tuple[list[ModelRun], list[tuple[ModelRun, adapters.ProviderStop]]]:
+    """Start every adapter (closing those started if one fails); UsageError for one that cannot start. A model
+    whose server cannot be reached (a ProviderStop) is not started: it is returned beside the started ones
+    with its stop, for its provider to be stopped alone (``runner.stops``)."""
+    started, unreachable = [], []
     try:
         for m in models:
-            await m.adapter.start()
+            try:
+                await m.adapter.start()
+            except adapters.ProviderStop as stop:
+                unreachable.append((m, stop))
+                continue
             started.append(m)
     except adapters.Fatal as exc:
         for m in started:
             await m.adapter.close()
         raise UsageError(str(exc)) from None
-    return started
+    return started, unreachable
 
 
 def _all_cached(model: ModelRun, plan: Plan, cache: Cache, shard=None) -> int | None:
@@ -499,6 +505,7 @@ async def _send(plan: Plan, args: argparse.Namespace, cache: Cache, console: Con
     A model whose requests are all cached is not started: a server that is down, or a key not set, does
     not stop a run that needs neither. Once ``stop`` is requested nothing more is sent and it returns as
     soon as the requests in flight are stored."""
+    from .limits import ProviderLimiter
     from .progress import RunProgress
     from .run import Stats, run
     from .signals import describe
@@ -506,13 +513,15 @@ async def _send(plan: Plan, args: argparse.Namespace, cache: Cache, console: Con
     dist = dist or distributed.Distributed()
     cached = {m.label: n for m in plan.models if (n := _all_cached(m, plan, cache, dist.shard)) is not None}
     idle = set(cached)
-    started = await _started([m for m in plan.models if m.label not in idle])
+    started, unreachable = await _started([m for m in plan.models if m.label not in idle])
     models = plan.models
     roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
     try:
         plan.check_labels()
         limiters = {} if limiters is None else limiters
         limiters.update(dist.limiters(models))
+        for m, problem in unreachable:  # its provider stops alone (runner.stops): the others run
+            limiters.setdefault(m.limits_key, ProviderLimiter(m.adapter.limits)).halt(problem)
         shard = dist.shard
         if len(idle) == len(models):  # nothing to send: the counts are known, the run loop is not needed
             stats = {m.label: Stats(total=cached[m.label], cache_hits=cached[m.label],
@@ -813,7 +822,7 @@ def cmd_estimate(args: argparse.Namespace, console: Console) -> int:
 
     from dxi.cache import Cache
 
-    from .estimate import estimate, totals
+    from .estimate import estimate, totals, unreachable
     from .outputs import print_estimate
 
     plan = _plan(args)
@@ -827,7 +836,8 @@ def cmd_estimate(args: argparse.Namespace, console: Console) -> int:
         estimates = estimate(plan.models, plan.suite, cache, dist.shard)
     total = totals(estimates)
     doc = {"models": [e.as_dict() for e in estimates], "total": total, "max_cost_usd": plan.max_cost,
-           "problems": {m.adapter.label: p for m in plan.models if (p := m.adapter.missing_setup())}}
+           "problems": {m.adapter.label: p for m in plan.models if (p := m.adapter.missing_setup())},
+           "unreachable": uvloop.run(unreachable([m for m, e in zip(plan.models, estimates, strict=True) if e.new]))}
     if args.json:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
@@ -836,7 +846,8 @@ def cmd_estimate(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _learn_names(models: list[ModelRun]) -> None:
-    for m in await _started(models):
+    started, _ = await _started(models)  # (one that cannot be reached is warned about by the estimate)
+    for m in started:
         await m.adapter.close()
 
 

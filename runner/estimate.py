@@ -19,12 +19,14 @@ models on that evaluation, else 1; output = their mean reported output, else ``r
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
 import polars as pl
 
+from dxi.adapters import ProviderStop
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import cost_usd
@@ -33,6 +35,22 @@ from dxi.scoring.cost import max_input_price
 from .run import ModelRun
 from .shard import Shard
 from .tokens import TokenEstimate, input_bound, prior_output
+
+
+async def unreachable(models: Sequence[ModelRun]) -> dict[str, str]:
+    """The models whose server cannot be reached now, label -> why (``Adapter.check_reachable``: a
+    connection opened and closed each, all at once, nothing sent): ``dxi run`` would stop their providers
+    and run the others."""
+    async def why(model: ModelRun) -> str | None:
+        try:
+            await model.adapter.check_reachable()
+        except ProviderStop as stop:
+            return str(stop)
+        return None
+
+    found = await asyncio.gather(*(why(m) for m in models))
+    return {m.adapter.label: w for m, w in zip(models, found, strict=True) if w is not None}
+
 
 REASONS = ("failed before", "retry requested", "new model", "new parameters", "new prompt version", "new epoch",
            "changed task", "other endpoint", "not sent yet", "new evaluation")

@@ -217,6 +217,9 @@ def print_estimate(doc: dict, console: Console) -> None:
                   "has seen); \"at most\" is what the cost bound reserves for them: the most they can cost.")
     for problem in doc.get("problems", {}).values():
         console.print(f"[yellow]dxi run will refuse to start[/]: {escape(problem)}")
+    for label, why in doc.get("unreachable", {}).items():
+        console.print(f"[yellow]cannot be reached now[/]: {escape(why)}. dxi run would stop the provider of "
+                      f"{escape(label)} (exit code 6) and run the others.")
     bound = doc.get("max_cost_usd")
     if bound is not None:
         if t["bound_usd"] is not None and t["bound_usd"] <= bound:

@@ -236,10 +236,10 @@ def test_a_run_with_everything_cached_needs_no_server(data_dir: Path, tmp_path: 
     again = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())
     assert [m["decision_index"] for m in again["models"]] == [m["decision_index"] for m in first["models"]]
     assert [m["requests"]["cache_hits"] for m in again["models"]] == [12, 12]
-    # a task not cached yet needs the server: refused, with the reason, before anything is sent
+    # a task not cached yet needs the server: its provider is stopped, with the reason, nothing sent
     assert main(["run", "--model", model, *where[:2], "--cache-dir", str(tmp_path / "empty"), "--out",
-                 str(tmp_path / "o2"), "-q"]) == cli.EXIT_USAGE
-    assert "cannot reach" in capsys.readouterr().err
+                 str(tmp_path / "o2"), "-q"]) == cli.EXIT_PROVIDER_STOPPED
+    assert "cannot reach" in capsys.readouterr().out
 
 
 def test_progress_counts_the_rate_from_the_run_start_and_shows_no_spend_for_free_models():

@@ -13,6 +13,7 @@ import pytest
 
 from dxi import adapters
 from dxi.adapters import llm
+from dxi.adapters.errors import UNREACHABLE
 from dxi.evals import Suite, discover
 from dxi.runner.cli import main
 
@@ -343,8 +344,9 @@ async def test_a_server_that_cannot_be_reached_fails_at_start(kind: str):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(adapters.Fatal, match=rf"cannot reach http://127.0.0.1:{port}/v1 \(ConnectionRefusedError"):
+    with pytest.raises(adapters.ProviderStop, match=rf"cannot reach http://127.0.0.1:{port}/v1 \(ConnectionRefusedError") as stop:
         await adapters.get(f"{kind}:{NAMES[kind]}@http://127.0.0.1:{port}/v1").start()
+    assert stop.value.cause == UNREACHABLE  # its provider alone is stopped (runner.stops)
 
 
 # ---- the CLI: --param, --option, invalid and repaired counted per model and evaluation -------------------------

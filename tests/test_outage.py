@@ -154,3 +154,35 @@ async def test_the_outage_probes_with_backoff_resumes_on_a_reply_and_gives_up_af
     (stop,) = stops
     assert stop.cause == UNREACHABLE and str(stop).endswith("--max-stated-wait 0.05 s): m: ClientConnectorError: refused")
     assert not impatient.down and await impatient.turn() is False
+
+
+# ---- one endpoint unreachable at start stops only its provider -------------------------------------------------
+def test_an_endpoint_unreachable_at_start_stops_only_its_provider_and_estimate_warns(data_dir: Path, tmp_path: Path,
+                                                                                     capsys):
+    """A System One server that is not running beside the embedded model: the embedded model runs whole, the
+    other provider is stopped alone (exit 6; the terminal and summary.json say which, and why), nothing of it is
+    stored; ``dxi estimate`` warned of it first."""
+    from dxi.runner.cli import EXIT_PROVIDER_STOPPED, main
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    where = ["--model", f"systemone:fake@{dead}", "--model", "embedded", "--data-dir", str(data_dir), "--cache-dir",
+             str(tmp_path / "cache")]
+    assert main(["estimate", *where]) == 0
+    assert (f"cannot be reached now: systemone:fake: cannot reach {dead} (ConnectionRefusedError"
+            in capsys.readouterr().out.replace("\n", " "))
+    assert main(["estimate", *where, "--json"]) == 0
+    estimate = orjson.loads(capsys.readouterr().out)
+    assert list(estimate["unreachable"]) == ["systemone:fake"]  # the embedded model needs no server
+    assert main(["run", *where, "--out", str(tmp_path / "out"), "-q"]) == EXIT_PROVIDER_STOPPED
+    out = capsys.readouterr().out
+    summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    (stopped,) = summary["stopped_providers"]
+    requests = {m["model"]: m["requests"] for m in summary["models"]}
+    assert (stopped["provider"], stopped["models"], stopped["cause"]) == (f"systemone@{dead}", ["systemone:fake"],
+                                                                         UNREACHABLE)
+    assert (stopped["refused"], stopped["not_sent"]) == (0, 12)
+    assert (requests["embedded:sparrow-nano-general-v1.1"]["sent"], requests["systemone:fake"]["sent"]) == (12, 0)
+    assert f"Provider stopped: systemone@{dead} stopped at " in out
+    assert "server unreachable. 0 request(s) refused, 12 not sent (systemone:fake); the next run sends them." in out
+    with Cache(tmp_path / "cache") as cache:
+        assert set(cache.scan().collect()["model"]) == {"sparrow-nano-general-v1.1"}

@@ -15,6 +15,7 @@ import pytest
 
 from dxi import adapters
 from dxi.adapters import Limits
+from dxi.adapters.errors import UNREACHABLE
 from dxi.cache import Cache
 from dxi.evals import Suite, discover
 from dxi.runner.run import run
@@ -132,8 +133,9 @@ async def test_unreachable_server_is_a_clear_error():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     adapter = adapters.get(f"systemone:http://127.0.0.1:{port}")
-    with pytest.raises(adapters.Fatal, match="cannot reach the System One server"):
+    with pytest.raises(adapters.ProviderStop, match="cannot reach the System One server") as stop:
         await adapter.start()
+    assert stop.value.cause == UNREACHABLE
 
 
 async def test_a_named_model_the_server_does_not_serve_fails_fast(data_dir: Path, tmp_path: Path):
