@@ -106,7 +106,8 @@ class _Server:
 def serve(path: str, alias: str, ctx_size: str, parallel: str, threads: str) -> None:
     """The child process: load the model, print ``LISTENING <url>``, serve until stdin closes, then leave
     at once without llama.cpp's shutdown (which can hang)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it closes our stdin
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C and SIGTERM are the parent's (a terminal or a scheduler
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # signals the whole group): it finishes its requests, closes our stdin
     import xllamacpp
 
     params = xllamacpp.CommonParams()
