@@ -545,6 +545,12 @@ async def _send(plan: Plan, args: argparse.Namespace, cache: Cache, console: Con
                 progress.update(label, stats)
 
         survey = asyncio.create_task(_survey(plan, progress, models, idle, budget, console, first, shard))
+
+        def drop_survey() -> None:
+            survey.cancel()
+            if survey.done() and not survey.cancelled():
+                survey.exception()  # retrieved: the run's own error (or its stop) is what counts
+
         try:
             if progress is None:
                 stats = await run(models, plan.suite, cache, on_progress=on_progress, budget=budget,
@@ -556,13 +562,11 @@ async def _send(plan: Plan, args: argparse.Namespace, cache: Cache, console: Con
                     if not stop.requested:  # (stopped: nothing more to count or score)
                         await survey  # the totals, before the bars close
             if stop.requested:
-                survey.cancel()
+                drop_survey()
                 return stats, None
             await survey  # a malformed row raises here if the run did not meet it first
         except BaseException:
-            survey.cancel()
-            if survey.done() and not survey.cancelled():
-                survey.exception()  # retrieved: the run's own error is the one raised
+            drop_survey()
             raise
         remaining = None
         if budget.stopped:
