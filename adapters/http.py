@@ -22,7 +22,7 @@ import orjson
 import yarl
 
 from .base import Adapter, Limits, ModelSpec, Request, canonical_params
-from .errors import Fatal, RateLimited, ReplyTooLarge, Retryable, Transient
+from .errors import AdapterError, Fatal, RateLimited, ReplyTooLarge, Retryable, Transient
 from .json_body import load_json  # noqa: F401 (re-exported: the adapters read replies with it)
 from .provider_errors import provider_stop
 
@@ -239,24 +239,53 @@ DEFAULT_MAX_REPLY_BYTES = Limits.max_reply_bytes
 ERROR_BYTES = 64 << 10  # what is read of an error reply
 
 
+def error_for(status: int, payload: bytes, headers: Mapping[str, str], what: str,
+              retry_after_from_body: Callable[[bytes], float | None] | None = None) -> AdapterError:
+    """The error a non-2xx reply means (``payload``: its body, redacted already): ProviderStop for what every
+    request to the provider would meet alike (``provider_errors.provider_stop``), RateLimited (429, 529, and
+    503 with a Retry-After, with that wait, or the one ``retry_after_from_body`` reads from the body),
+    Transient (408, 409, 425, other 5xx) or Fatal (other 4xx, with what to check); ``x-should-retry`` as
+    ``post`` describes. The one reading of an error reply: ``post`` and the batch calls (``adapters.batches``)."""
+    snippet = _snippet(payload)
+    stop = provider_stop(status, payload, what, snippet, reply_time(headers))
+    if stop is not None:
+        return stop
+    should_retry = headers.get("x-should-retry", "").strip().lower()
+    wait = rate_limit_wait(headers) if status == 503 else None
+    if status in (429, 529) or wait is not None:  # a 503 that says when to come back is a rate limit
+        error: Retryable = rate_limited(f"{what}: HTTP {status} rate limited: {snippet}", headers, status)
+        if error.retry_after is None and retry_after_from_body is not None:
+            error.retry_after = retry_after_from_body(payload)
+    elif status in RETRYABLE_STATUSES or status >= 500 or should_retry == "true":
+        error = Transient(f"{what}: HTTP {status}: {snippet}", status)
+    else:
+        hint = {400: "check the model's parameters and that the server supports this request",
+                422: "check the request and model"}.get(status, "check the request and model")
+        return Fatal(f"{what}: HTTP {status} ({hint}): {snippet}", status)
+    if should_retry == "false":
+        error.should_retry = False
+        error.args = (f"{error} (x-should-retry: false: not retried in this run)",)
+    return error
+
+
 async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, headers: dict[str, str],
                what: str, retry_after_from_body: Callable[[bytes], float | None] | None = None,
-               secrets: tuple[bytes, ...] = (), max_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> bytes:
-    """POST ``body`` to ``url`` and return the response body of a 2xx (read by ``read_body``: at most
-    ``max_bytes``, else ReplyTooLarge).
+               secrets: tuple[bytes, ...] = (), max_bytes: int = DEFAULT_MAX_REPLY_BYTES, method: str = "POST") -> bytes:
+    """POST ``body`` to ``url`` (or another ``method``: the batch APIs' GET) and return the response body of
+    a 2xx (read by ``read_body``: at most ``max_bytes``, else ReplyTooLarge).
 
     ``what`` names the model in messages. Raises ProviderStop for what every request to the provider would
     meet alike (``provider_errors.provider_stop``: an exhausted quota, a refused key, an unknown model, a
     refused form of request), RateLimited (429, 529, and 503 with a Retry-After, with that wait, or the one
     ``retry_after_from_body`` reads from the error body when the header is absent), Transient (408, 409,
     425, other 5xx, timeouts, connection errors, a damaged compressed body) or Fatal (other 4xx, with what
-    to check). ``x-should-retry: false`` (the OpenAI and Anthropic SDKs' header) makes a retryable failure
+    to check): ``error_for``. ``x-should-retry: false`` (the OpenAI and Anthropic SDKs' header) makes a retryable failure
     final for this run; ``true`` makes another 4xx retryable. Messages never include the request headers,
     and ``secrets`` (the API key the headers carry, ``secrets_in(headers)``, computed once per adapter) are
     redacted from every body returned or quoted.
     """
     try:
-        async with client.post(url, data=body, headers=headers) as resp:
+        async with client.request(method, url, data=body, headers=headers) as resp:
             status = resp.status
             try:
                 payload = redact(await read_body(resp, max_bytes if status < 300 else ERROR_BYTES, what), secrets)
@@ -267,26 +296,7 @@ async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, 
                 payload = exc.prefix  # an error body that large: its start says enough
             if status < 300:
                 return payload
-            snippet = _snippet(payload)
-            stop = provider_stop(status, payload, what, snippet, reply_time(resp.headers))
-            if stop is not None:
-                raise stop
-            should_retry = resp.headers.get("x-should-retry", "").strip().lower()
-            wait = rate_limit_wait(resp.headers) if status == 503 else None
-            if status in (429, 529) or wait is not None:  # a 503 that says when to come back is a rate limit
-                error: Retryable = rate_limited(f"{what}: HTTP {status} rate limited: {snippet}", resp.headers, status)
-                if error.retry_after is None and retry_after_from_body is not None:
-                    error.retry_after = retry_after_from_body(payload)
-            elif status in RETRYABLE_STATUSES or status >= 500 or should_retry == "true":
-                error = Transient(f"{what}: HTTP {status}: {snippet}", status)
-            else:
-                hint = {400: "check the model's parameters and that the server supports this request",
-                        422: "check the request and model"}.get(status, "check the request and model")
-                raise Fatal(f"{what}: HTTP {status} ({hint}): {snippet}", status)
-            if should_retry == "false":
-                error.should_retry = False
-                error.args = (f"{error} (x-should-retry: false: not retried in this run)",)
-            raise error
+            raise error_for(status, payload, resp.headers, what, retry_after_from_body)
     except aiohttp.ClientResponseError as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
