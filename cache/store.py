@@ -389,6 +389,11 @@ class Cache:
             self._index = None
         return moved
 
+    def refresh(self) -> None:
+        """Forget the key index, so that the next ``has`` reads it again from every log and shard: the rows
+        another process appended meanwhile (a claim waited for, ``cache.claims``) count as cached."""
+        self._index = None
+
     def status(self, key: str) -> str | None:
         """The newest row's class for ``key``: "ok", "invalid", "fatal", "transient", or None if absent."""
         return NAMES.get(self._keys().get(key))

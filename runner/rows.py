@@ -10,9 +10,10 @@ from dxi.evals import Task
 from .retry import Outcome
 
 
-def make_row(task: Task, request: Request, outcome: Outcome) -> dict:
+def make_row(task: Task, request: Request, outcome: Outcome, transport: str = "sync", batch_id: str | None = None) -> dict:
     """The row for one request's final outcome: ok / invalid with the parsed answers, or failed with
-    the error and whether it is ``transient`` (requested again next run) or ``fatal`` (kept)."""
+    the error and whether it is ``transient`` (requested again next run) or ``fatal`` (kept). ``transport``
+    says what brought it ("sync": a call of its own; "batch": a provider batch, ``batch_id``)."""
     row = {
         "key": request.key, "provider": request.provider, "model": request.model, "endpoint": request.endpoint,
         "params": request.params, "sample": request.sample, "prompt_version": request.prompt_version,
@@ -23,6 +24,7 @@ def make_row(task: Task, request: Request, outcome: Outcome) -> dict:
         "status": None, "error": None, "error_kind": None, "http_status": None,
         "served_model": None, "input_tokens": None, "output_tokens": None, "answers": None, "repaired": None,
         "cached_input_tokens": None, "cache_write_tokens": None, "cache_write_1h_tokens": None,
+        "transport": transport, "batch_id": batch_id,
     }
     reply, error = outcome.reply, outcome.error
     if reply is not None:
