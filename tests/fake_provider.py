@@ -88,6 +88,7 @@ from dxi.adapters import Request
 from dxi.adapters.systemone import SystemOne
 
 from . import wire_formats
+from .fake_batches import BatchServer
 
 Responder = Callable[[dict], dict]
 
@@ -215,7 +216,8 @@ class FakeProvider:
                  p_first: float | None = 0.7, p_yes: float | None = 0.8, *, seed: int = 0, latency: str = "0",
                  faults: Faults | dict | None = None, rpm: float | None = None, burst: float | None = None,
                  rate_headers: bool = True, hang_s: float = 30.0, record: bool = True,
-                 routes: dict[str, Responder] | None = None, route_factories: dict[str, str] | None = None):
+                 routes: dict[str, Responder] | None = None, route_factories: dict[str, str] | None = None,
+                 batch: dict | None = None):
         self.script = deque(script or [])
         self.default, self.model, self.seed, self.latency = default, model, seed, latency
         self.faults = Faults(**faults) if isinstance(faults, dict) else faults
@@ -227,6 +229,8 @@ class FakeProvider:
             module, _, name = ref.partition(":")
             self.routes[path] = getattr(importlib.import_module(module), name)(model)
         self.routes.update(routes or {})
+        self.batch = BatchServer(batch, {"openai": self.routes["/v1/chat/completions"], "anthropic": self.routes["/v1/messages"],
+                                         "gemini": self.routes[GEMINI]}, seed)
         self.requests: list[tuple[float, dict]] = []
         self.headers: list[dict[str, str]] = []
         self.quota_at: float | None = None  # monotonic time the first quota 429 was written out
@@ -277,6 +281,8 @@ class FakeProvider:
         return resp
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
+        if request.path.endswith(":batchGenerateContent"):  # Gemini's batch create shares generateContent's route
+            return await self.batch.create_gemini(request, request.match_info["name"].split(":")[0])
         self._concurrent += 1
         self.counts["peak_concurrency"] = max(self.counts["peak_concurrency"], self._concurrent)
         try:
@@ -407,6 +413,7 @@ class FakeProvider:
         out["keys_ok"] = len(self._answered)
         out["duplicates"] = sum(n - 1 for n in self._answered.values())
         out["first_arrival"], out["last_reply"] = self.first_arrival, self.last_reply
+        out.update(self.batch.stats())
         return out
 
     async def _stats(self, request: web.Request) -> web.Response:
@@ -418,7 +425,8 @@ class FakeProvider:
         return self
 
     async def start(self, port: int = 0) -> None:
-        app = web.Application(client_max_size=64 << 20)
+        app = web.Application(client_max_size=1 << 30)
+        self.batch.add_routes(app)
         for path in self.routes:
             app.router.add_post(path, self._post)
         app.router.add_get("/health", self._health)
@@ -428,6 +436,7 @@ class FakeProvider:
         site = web.TCPSite(self._runner, "127.0.0.1", port, backlog=1024)
         await site.start()
         self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        self.batch.url = self.url
 
     async def __aexit__(self, *exc: object) -> None:
         if self._runner is not None:

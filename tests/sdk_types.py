@@ -123,3 +123,17 @@ def reply_problems(model_cls: type[pydantic.BaseModel], reply: dict, allowed_ext
     except pydantic.ValidationError as exc:
         return [str(exc)]
     return [p for p in unknown_keys(reply, model_cls) if not p.startswith(allowed_extra)]
+
+
+def gemini_problems(body: dict) -> list[str]:
+    """The problems of a generateContent request body (REST, camelCase) against google-genai's types: each
+    top-level field one the SDK sends (``contents``, ``systemInstruction``, ``generationConfig``), each of its type."""
+    from google.genai import types as genai
+
+    fields = {"contents": list[genai.Content], "systemInstruction": genai.Content, "generationConfig": genai.GenerationConfig}
+    problems = [f"$.{k}: not a field of the generateContent request" for k in body if k not in fields]
+    problems += [] if "contents" in body else ["$.contents: required"]
+    for key, tp in fields.items():
+        if key in body:
+            problems += conforms(body[key], tp, f"$.{key}")
+    return problems

@@ -19,11 +19,10 @@ from dxi import adapters
 from dxi.evals import Suite, discover
 
 from . import wire_formats
-from .sdk_types import conforms, reply_problems
+from .sdk_types import conforms, gemini_problems, reply_problems
 
 OPENAI_BODY = completion_create_params.CompletionCreateParamsNonStreaming
 ANTHROPIC_BODY = message_create_params.MessageCreateParamsNonStreaming
-GEMINI_BODY = {"contents": list[genai.Content], "systemInstruction": genai.Content, "generationConfig": genai.GenerationConfig}
 # a field servers add that the SDK does not declare: vLLM/DeepSeek reasoning
 GATEWAY_EXTRAS = ("$.choices[0].message.reasoning_content",)
 
@@ -40,13 +39,6 @@ def all_tasks(data_dir: Path) -> list:
 def adapter(kind: str, base_url: str, options: dict | None = None) -> adapters.Adapter:
     real = "anthropic" if kind.startswith("anthropic") else kind
     return adapters.get(adapters.ModelSpec(real, "model-x", base_url, dict(PARAMS[real]), options or {}))
-
-
-def gemini_problems(body: dict) -> list[str]:
-    problems = [f"$.{k}: not a field of the generateContent request" for k in body if k not in GEMINI_BODY]
-    for key, tp in GEMINI_BODY.items():
-        problems += conforms(body.get(key), tp, f"$.{key}")
-    return problems
 
 
 @pytest.mark.parametrize("kind, options", [("openai", None), ("anthropic", None), ("anthropic", {"structured": "tool"}),
