@@ -25,6 +25,9 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     rpm = 500                        # requests per minute
     tpm = 200000                     # tokens per minute
     max_in_flight = 32
+    batch = true                     # send through the provider's batch API at the batch price (docs/batch.md)
+    batch_max_requests = 10000       # optional: at most this many requests per batch
+    batch_enqueued_tokens = 2000000  # optional: the provider's enqueued-token limit per model
 
     [[models]]
     name = "gpt-6.1-terra (t=0)"        # the name in reports; default "<adapter>:<model>"
@@ -35,6 +38,10 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
                                                      # cache_write, cache_write_1h = ...: prompt-cache prices)
     epochs = 1
     options = {}                     # adapter settings outside the cache key (llamacpp: ctx_size, ...)
+    batch = false                    # this model alone: not through the batch API (default: its provider's)
+
+A price's ``batch_input`` / ``batch_output`` are the batch API's prices (default: half of ``input`` /
+``output``, as OpenAI, Anthropic and Google bill batches).
 """
 from __future__ import annotations
 
@@ -72,6 +79,9 @@ class Provider(_Struct):
     attempt_timeout_s: float | None = None
     max_stated_wait_s: float | None = None  # the longest stated wait honoured; longer stops the provider
     max_reply_bytes: int | None = None      # the largest reply read; larger is stored invalid
+    batch: bool | None = None               # send through the batch API (runner.batch)
+    batch_max_requests: int | None = None   # at most this many requests per batch
+    batch_enqueued_tokens: int | None = None  # input tokens in open batches at once, per model
 
 
 class Price(_Struct):
@@ -85,6 +95,8 @@ class Price(_Struct):
     cached_input: float | None = None
     cache_write: float | None = None
     cache_write_1h: float | None = None
+    batch_input: float | None = None   # the batch API's prices (default: half of input / output)
+    batch_output: float | None = None
 
 
 class Model(_Struct):
@@ -97,6 +109,7 @@ class Model(_Struct):
     price: Price | None = None
     epochs: int | None = None
     options: dict[str, Any] = {}
+    batch: bool | None = None  # None: its provider's ``batch``
 
 
 class Evals(_Struct):
@@ -220,7 +233,7 @@ def load(path: Path | str) -> RunFile:
         if p.kind not in adapters.KINDS:
             raise fail(("providers", name, "kind"), f"unknown adapter {p.kind!r}; known: {', '.join(adapters.KINDS)}")
         for field in ("rpm", "tpm", "max_in_flight", "max_attempts", "attempt_timeout_s", "max_stated_wait_s",
-                      "max_reply_bytes"):
+                      "max_reply_bytes", "batch_max_requests", "batch_enqueued_tokens"):
             value = getattr(p, field)
             if value is not None and value <= 0:
                 raise fail(("providers", name, field), "must be positive")
@@ -230,7 +243,8 @@ def load(path: Path | str) -> RunFile:
             raise fail(("models", i, "provider"), f"{m.provider!r} is neither a [providers.*] table "
                                                   f"({', '.join(providers) or 'none'}) nor an adapter ({', '.join(adapters.KINDS)})")
         if m.price is not None and any((v or 0) < 0 for v in (m.price.input, m.price.output, m.price.cached_input,
-                                                                  m.price.cache_write, m.price.cache_write_1h)):
+                                                                  m.price.cache_write, m.price.cache_write_1h,
+                                                                  m.price.batch_input, m.price.batch_output)):
             raise fail(("models", i, "price"), "prices must be >= 0 (USD per million tokens)")
         if m.epochs is not None and m.epochs < 1:
             raise fail(("models", i, "epochs"), "must be at least 1")

@@ -21,26 +21,29 @@ from dxi.scoring.ties import add_ties, tie_counts
 
 
 def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
-          epochs: int = 1, prices: dict[str, tuple[float, float] | None] | None = None, extra: dict | None = None) -> dict:
+          epochs: int = 1, prices: dict[str, tuple[float, float] | None] | None = None, extra: dict | None = None,
+          batch_prices: dict | None = None) -> dict:
     """Score ``models`` (``scoring.MODELS_SCHEMA`` rows, plus an optional ``epochs`` column: a model's own
     number of epochs, else ``epochs``) from the cache over the suite's tasks, write ``out/summary.json``
     and ``out/answers.parquet`` (each written to a temporary name, then renamed) and return the summary.
     ``requests`` is each model's request counts from a run; None (cache-only scoring) counts the requests
     found in the cache instead, with ``sent`` = 0. ``prices`` (label -> USD per million input and output
-    tokens; None or absent: no price) make the usage blocks' costs; ``extra`` keys are added to the summary.
+    tokens; None or absent: no price) make the usage blocks' costs (``batch_prices``: of the requests a
+    provider batch answered; default half, ``scoring.cost.batch_price``); ``extra`` keys are added to the summary.
 
     A shard damaged where start-up does not look (outside the index columns) fails here: it is moved to
     the cache's quarantine/ (``Cache.read``) and scoring goes on without it; its answers count as
     missing, and the next ``dxi run`` sends those requests again."""
-    return score_all(cache, suite, models, out, requests, epochs, prices=prices, extra=extra)[0]
+    return score_all(cache, suite, models, out, requests, epochs, prices=prices, extra=extra, batch_prices=batch_prices)[0]
 
 
 def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None, requests: dict[str, dict] | None,
               epochs: int = 1, breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
-              extra: dict | None = None) -> tuple[dict, scoring.Scored]:
+              extra: dict | None = None, batch_prices: dict | None = None) -> tuple[dict, scoring.Scored]:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
     that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own files)."""
-    summary, scored = summarize(cache, suite, models, requests, epochs, breakdowns, prices, extra)
+    summary, scored = summarize(cache, suite, models, requests, epochs, breakdowns, prices, extra,
+                                batch_prices=batch_prices)
     if out is None:
         return summary, scored
     out.mkdir(parents=True, exist_ok=True)
@@ -55,7 +58,8 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None
 
 def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[str, dict] | None, epochs: int = 1,
               breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
-              extra: dict | None = None, each: Callable[[pl.DataFrame], None] | None = None
+              extra: dict | None = None, each: Callable[[pl.DataFrame], None] | None = None,
+              batch_prices: dict | None = None
               ) -> tuple[dict, scoring.Scored]:
     """``score_all`` without writing anything: the summary (as summary.json holds it) and the tables
     (``dxi view`` shows them; the cache is only read).
@@ -95,7 +99,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
             scorer.add_part(part)
             del part
         scored = scorer.result()
-    usage = scoring.usage_blocks(used, labels, prices or {})
+    usage = scoring.usage_blocks(used, labels, prices or {}, batch_prices)
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs,
                                     counts, scored, model_epochs, usage)
     summary = add_ties(summary, ties) | (extra or {})
@@ -217,6 +221,11 @@ def print_estimate(doc: dict, console: Console) -> None:
                   "has seen); \"at most\" is what the cost bound reserves for them: the most they can cost.")
     for problem in doc.get("problems", {}).values():
         console.print(f"[yellow]dxi run will refuse to start[/]: {escape(problem)}")
+    if doc.get("batch"):
+        batch = doc["batch"]
+        console.print(escape(f"--batch: {', '.join(batch['models']) or 'no model'} priced at the batch rate"
+                             + (f"; {', '.join(batch['synchronous'])} have no batch API (their own price)"
+                                if batch["synchronous"] else "")), highlight=False)
     bound = doc.get("max_cost_usd")
     if bound is not None:
         if t["bound_usd"] is not None and t["bound_usd"] <= bound:

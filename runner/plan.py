@@ -15,7 +15,7 @@ Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +49,9 @@ class Plan:
     source: Path | None
     cache_remote: str | None = None  # a run file's (``runner.distributed``)
     coordinator: str | None = None
+    batch: frozenset[str] = frozenset()  # the labels sent through their provider's batch API (``runner.batch``)
+    batch_overrides: dict = field(default_factory=dict)  # label -> the run file's (batch_input, batch_output)
+    batch_limits: dict = field(default_factory=dict)  # label -> (requests per batch, enqueued tokens), None: the provider's
 
     def models_frame(self) -> pl.DataFrame:
         """The frame scoring selects cache rows by (``scoring.MODELS_SCHEMA`` plus each model's ``epochs``)."""
@@ -62,6 +65,13 @@ class Plan:
 
     def prices(self) -> dict[str, tuple[float | None, ...] | None]:
         return {m.label: m.price for m in self.models}
+
+    def batch_prices(self) -> dict[str, tuple[float | None, ...] | None]:
+        """Each model's price at the batch rate (``scoring.cost.batch_price``: the run file's ``batch_input`` /
+        ``batch_output``, else half the price); imports the scoring (Polars): call it after the first request."""
+        from dxi.scoring.cost import batch_price
+
+        return {m.label: batch_price(m.price, *self.batch_overrides.get(m.label, (None, None))) for m in self.models}
 
     def check_labels(self) -> None:
         """Raise PlanError when two models share a name, or an (adapter, model, endpoint, parameters)
@@ -214,8 +224,11 @@ def from_args(args: argparse.Namespace) -> Plan:
         return _from_file(args, epochs, max_cost)
     models = _from_flags(args, epochs or 1)
     suite = suite_from_flags(args)
+    size = getattr(args, "batch_size", None)
     return Plan(models, suite, args.data_dir if args.data_dir is not None else default_data_dir(), args.cache_dir or Path(".dxi-cache"),
-                args.out or Path("out"), epochs or 1, max_cost, None)
+                args.out or Path("out"), epochs or 1, max_cost, None,
+                batch=frozenset(m.label for m in models) if getattr(args, "batch", False) else frozenset(),
+                batch_limits={m.label: (size, None) for m in models})
 
 
 def suite_from_flags(args: argparse.Namespace) -> Suite:
@@ -270,6 +283,7 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
     base = path.parent
     overrides = limits_overrides(args)
     models = []
+    batch, overrides_of, batch_limits = set(), {}, {}
     for i, m in enumerate(run.models):
         name, provider = run.provider_of(m)
         where = f"{path}: models[{i}]"
@@ -296,6 +310,13 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
         a.limits = replace(a.limits, **(table | overrides))
         key = f"table:{name}" if name in run.providers else None  # models on one table share its limits
         models.append(ModelRun(a, epochs or m.epochs or run.epochs, key, _price_of(a, m.price)))
+        label = models[-1].label
+        if getattr(args, "batch", False) or (m.batch if m.batch is not None else provider.batch):
+            batch.add(label)
+        if m.price is not None and (m.price.batch_input is not None or m.price.batch_output is not None):
+            overrides_of[label] = (m.price.batch_input, m.price.batch_output)
+        batch_limits[label] = (getattr(args, "batch_size", None) or provider.batch_max_requests,
+                               provider.batch_enqueued_tokens)
     files = {e: base / f for e, f in run.evals.files.items()} | _file_flags(args)
     exclude = [_exclude_item(e, base) for e in run.evals.exclude] + [_exclude_item(e) for e in getattr(args, "exclude", [])]
     selected = selected_evals(args.evals) if getattr(args, "evals", None) else (tuple(run.evals.select) if run.evals.select else None)
@@ -309,4 +330,4 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
                    sample, seed if sample is not None else None)
     return Plan(models, suite, data_dir, args.cache_dir or run.resolve(run.cache_dir), args.out or run.resolve(run.out),
                 epochs or run.epochs, max_cost if max_cost is not None else run.max_cost, path, run.cache_remote,
-                run.coordinator)
+                run.coordinator, frozenset(batch), overrides_of, batch_limits)

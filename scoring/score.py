@@ -343,34 +343,38 @@ def current_rows(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: i
 
 USAGE_SCHEMA = {"label": pl.String, "eval": pl.String, "requests": pl.Int64, "replies": pl.Int64,
                 "with_usage": pl.Int64, "input_tokens": pl.Int64, "output_tokens": pl.Int64,
-                "cached_input_tokens": pl.Int64, "cache_write_tokens": pl.Int64, "cache_write_1h_tokens": pl.Int64}
+                "cached_input_tokens": pl.Int64, "cache_write_tokens": pl.Int64, "cache_write_1h_tokens": pl.Int64,
+                "batch": pl.Boolean}
+_TOKENS = ["input_tokens", "output_tokens", "cached_input_tokens", "cache_write_tokens", "cache_write_1h_tokens"]
 
 
 def usage(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1) -> pl.DataFrame:
-    """Token usage per (label, eval) over exactly the cache rows ``answers`` scores (the newest current row
-    per request): ``requests`` rows found, ``replies`` among them with a reply (ok or invalid),
+    """Token usage per (label, eval, batch) over exactly the cache rows ``answers`` scores (the newest current
+    row per request): ``requests`` rows found, ``replies`` among them with a reply (ok or invalid),
     ``with_usage`` rows whose reply reported input tokens, and the ``input_tokens`` / ``output_tokens``
     they reported, with ``cached_input_tokens``, ``cache_write_tokens`` and ``cache_write_1h_tokens`` of the
-    input (``USAGE_SCHEMA``; ``scoring.cost``). Usage of earlier attempts,
+    input (``USAGE_SCHEMA``; ``scoring.cost``); ``batch``: the rows a provider batch brought (``transport``
+    "batch", priced at the batch rate), apart from the others. Usage of earlier attempts,
     rows of other configurations and rows
     replaced by newer ones is not counted: this is what the answers scored cost."""
     models = models.sort("label").with_row_index("m")
     gold = gold.sort("eval", "task_id", "question_id")
     task_frame = _task_frame(gold)
     found, m, _, _, _ = _current(rows, models, task_frame, _model_epochs(models, epochs),
-                                 ("eval", "status", "input_tokens", "output_tokens", *list(USAGE_SCHEMA)[7:]),
-                                 each_task=False)
+                                 ("eval", "status", *_TOKENS, "transport"), each_task=False)
     if found.is_empty():
         return pl.DataFrame(schema=USAGE_SCHEMA)
     # grouped by the model's number (its label's place in sorted order), not by a label string per row
-    sums = (found.with_columns(pl.Series("m", m, dtype=pl.UInt32))
-            .group_by("m", "eval")
+    sums = (found.with_columns(pl.Series("m", m, dtype=pl.UInt32), (pl.col("transport") == "batch").fill_null(False)
+                               .alias("batch"))
+            .group_by("m", "eval", "batch")
             .agg(pl.len().alias("requests"), pl.col("status").is_in(["ok", "invalid"]).sum().alias("replies"),
                  pl.col("input_tokens").is_not_null().sum().alias("with_usage"),
-                 *(pl.col(c).sum() for c in list(USAGE_SCHEMA)[5:]))
-            .sort("m", "eval"))
-    return (sums.select(pl.Series("label", models["label"].gather(sums["m"]), dtype=pl.String), pl.exclude("m"))
-            .cast({c: pl.Int64 for c in list(USAGE_SCHEMA)[2:]}))
+                 *(pl.col(c).sum() for c in _TOKENS))
+            .sort("m", "eval", "batch"))
+    return (sums.select(pl.Series("label", models["label"].gather(sums["m"]), dtype=pl.String), pl.exclude("m", "batch"),
+                        "batch")
+            .cast({c: pl.Int64 for c in list(USAGE_SCHEMA)[2:-1]}))
 
 
 def _predicted_category(gold_side: pl.DataFrame, row_g: np.ndarray, predicted: pl.Series,
