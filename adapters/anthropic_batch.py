@@ -24,7 +24,6 @@ from pathlib import Path
 
 import orjson
 
-from .base import Request
 from .batches import CANCELLED, COMPLETED, EXPIRED, BatchAPI, BatchLimits, BatchStatus, ResultLine, chunks
 from .errors import MalformedReply
 from .http import error_for
@@ -68,8 +67,8 @@ class AnthropicBatch(BatchAPI):
     def url(self) -> str:
         return f"{self.adapter.base_url}/v1/messages/batches"
 
-    def line(self, request: Request) -> bytes:
-        return b'{"custom_id":"' + request.key.encode() + b'","params":' + request.body + b"}"
+    def head(self, key: str) -> bytes:
+        return b'{"custom_id":"' + key.encode() + b'","params":'
 
     async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
         return status_of(await self.call("POST", self.url, chunks(path, b'{"requests":[', b",", b"]}")))

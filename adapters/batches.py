@@ -178,8 +178,20 @@ class BatchAPI:
 
     # ---- the protocol -------------------------------------------------------------------------
     def line(self, request: Request) -> bytes:
-        """The input line of ``request`` (no newline), its body embedded byte for byte."""
+        """The input line of ``request`` (no newline), its body embedded byte for byte: ``head(key)``, the
+        body, then ``}``."""
+        return self.head(request.key) + request.body + b"}"
+
+    def head(self, key: str) -> bytes:
+        """What comes before the body in the input line of the request with cache key ``key``."""
         raise NotImplementedError
+
+    def split(self, line: bytes) -> tuple[str, bytes]:
+        """An input line back into (key, body bytes): the inverse of ``line``."""
+        start = line.index(b'"') + 1
+        start = line.index(b'"', start) + 3  # past the id's name, '":"'
+        key = line[start:start + 64].decode()
+        return key, line[len(self.head(key)):-1]
 
     async def upload(self, entry_id: str, path: Path, n: int, size: int) -> str | None:
         """Upload the input file ``path`` (``n`` lines, ``size`` bytes) where the provider takes a file; its

@@ -26,7 +26,6 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from .base import Request
 from .batches import (
     CANCELLED,
     COMPLETED,
@@ -100,8 +99,8 @@ class GeminiBatch(BatchAPI):
     def model_path(self) -> str:
         return "models/" + self.adapter.model.removeprefix("models/")
 
-    def line(self, request: Request) -> bytes:
-        return KEY_HEAD + request.key.encode() + REQUEST_HEAD + request.body + b"}"
+    def head(self, key: str) -> bytes:
+        return KEY_HEAD + key.encode() + REQUEST_HEAD
 
     async def upload(self, entry_id: str, path: Path, n: int, size: int) -> str | None:
         if self.limits.inline_bytes is not None and size <= self.limits.inline_bytes:

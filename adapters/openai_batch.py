@@ -27,7 +27,6 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from .base import Request
 from .batches import CANCELLED, COMPLETED, EXPIRED, FAILED, BatchAPI, BatchLimits, BatchStatus, ResultLine
 from .errors import MalformedReply, Transient
 from .http import error_for
@@ -56,9 +55,8 @@ class OpenAIBatch(BatchAPI):
     LIMITS = BatchLimits(50_000, 200_000_000)
     name = "openai"
 
-    def line(self, request: Request) -> bytes:
-        return b'{"custom_id":"' + request.key.encode() + b'","method":"POST","url":"' + ENDPOINT.encode() + \
-            b'","body":' + request.body + b"}"
+    def head(self, key: str) -> bytes:
+        return b'{"custom_id":"' + key.encode() + b'","method":"POST","url":"' + ENDPOINT.encode() + b'","body":'
 
     async def upload(self, entry_id: str, path: Path, n: int, size: int) -> str | None:
         with open(path, "rb") as f:

@@ -299,10 +299,26 @@ class Ledger:
                     out[k] = e.id
         return out
 
+    def sweep_inputs(self, keep: set[str] = frozenset()) -> int:
+        """Delete the input files (``<entry>.input.jsonl``) left by processes that died before submitting them:
+        those of entries not in ``keep`` (the open ones: their bodies are read when they are collected) whose
+        collector lock is free (a live builder holds its entry's lock). Returns how many."""
+        gone = 0
+        for path in self.folder.glob("*.input.jsonl"):
+            if path.name.removesuffix(".input.jsonl") in keep:
+                continue
+            with self.collector(path.name.removesuffix(".input.jsonl")) as free:
+                if free:
+                    path.unlink(missing_ok=True)
+                    (self.folder / path.name.replace(".input.jsonl", ".lock")).unlink(missing_ok=True)
+                    gone += 1
+        return gone
+
     def forget_keys(self, entry_id: str) -> None:
-        """Remove a closed entry's keys file (its events stay)."""
-        with contextlib.suppress(OSError):
-            (self.folder / f"{entry_id}.keys").unlink()
+        """Remove a closed entry's keys, input and lock files (its events stay)."""
+        for suffix in ("keys", "input.jsonl", "lock"):
+            with contextlib.suppress(OSError):
+                (self.folder / f"{entry_id}.{suffix}").unlink()
 
     @contextlib.contextmanager
     def collector(self, entry_id: str) -> Iterator[bool]:

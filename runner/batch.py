@@ -178,7 +178,8 @@ class ModelBatches:
     def __init__(self, model: ModelRun, api: BatchAPI, suite: Suite, cache: Cache, ledger: Ledger, identity: str, *,
                  budget: Budget, options: BatchOptions, batch_price: tuple[float | None, ...] | None,
                  shard: Shard | None = None, stats: BatchStats | None = None,
-                 events: Callable[[str], None] | None = None, on_progress: Callable[[], None] | None = None):
+                 events: Callable[[str], None] | None = None, on_progress: Callable[[], None] | None = None,
+                 tasks: dict[str, Task] | None = None, collecting: asyncio.Lock | None = None):
         self.model, self.api, self.suite, self.cache, self.ledger = model, api, suite, cache, ledger
         self.adapter = model.adapter
         self.identity, self.budget, self.options, self.shard = identity, budget, options, shard
@@ -190,6 +191,10 @@ class ModelBatches:
         self.max_requests = min(limits.max_requests, options.max_requests or limits.max_requests)
         self.max_bytes = limits.max_bytes
         self.waiting: dict[str, tuple[Task, int]] = {}  # key -> its task and epoch, while its result is awaited
+        self.tasks = tasks if tasks is not None else {}  # task id -> one Task, shared by the models of a run
+        # one collection at a time in a run (shared by its models): batches that end together are stored one
+        # after the other, each result file's bodies and lines held once, not twenty times (the work is CPU)
+        self.collecting = collecting if collecting is not None else asyncio.Lock()
         self.keys_of: dict[str, set[str]] = {}  # entry id -> the keys streamed that it claims (earlier runs' entries)
         self.fresh: set[str] = set()  # entries submitted by this run: collected as soon as they end
         self.reserved: dict[str, float] = {}  # key -> its reservation under the cost bound
@@ -267,6 +272,8 @@ class ModelBatches:
         """Entries of this model left open by earlier runs: those cut before their batch id was recorded
         looked for at the provider (adopted, or abandoned); the others polled from now on."""
         known = {e.batch_id for e in self.ledger.entries().values() if e.batch_id}
+        if self.ledger.folder.is_dir():
+            self.ledger.sweep_inputs({e.id for e in self.ledger.open_entries()})
         for entry in self.ledger.open_entries(self.identity):
             if not self._lock(entry.id):
                 self.watched.add(entry.id)  # another live process polls it
@@ -300,6 +307,8 @@ class ModelBatches:
                   f"several batches match ({', '.join(s.batch_id for s in found)}): not adopted; its requests are "
                   "submitted again (cancel the others with `dxi batches cancel` if they are yours)")
         self.ledger.record(entry.id, "abandoned", reason=reason)
+        self._unlock(entry.id)
+        self.ledger.forget_keys(entry.id)
         self._say(f"entry {entry.id} {reason}")
 
     # ---- streaming and submitting -------------------------------------------------------------
@@ -319,6 +328,7 @@ class ModelBatches:
                     if hit or key in self.waiting:
                         self.stats.cache_hits += counted
                         continue
+                    task = self.tasks.setdefault(task.id, task)  # one copy of a task however many models await it
                     owner = claimed.get(key)
                     if owner is not None:
                         self.waiting[key] = (task, sample)
@@ -385,8 +395,11 @@ class ModelBatches:
             await asyncio.sleep(min(1.0, self.options.poll_s))
 
     def _new_builder(self) -> _Builder:
+        """A new batch: its entry id, its collector lock (held from now: ``Ledger.sweep_inputs`` leaves its
+        input file alone) and its input file."""
         entry_id = new_id()
         self.ledger.folder.mkdir(parents=True, exist_ok=True)
+        self._lock(entry_id)
         path = self.ledger.folder / f"{entry_id}.input.jsonl"
         return _Builder(entry_id, path, open(path, "wb"))  # noqa: SIM115 (closed by _submit)
 
@@ -396,13 +409,12 @@ class ModelBatches:
         entry_id, n = builder.entry, len(builder.keys)
         if not n or self._past_deadline():  # past the deadline nothing more is submitted: left for the fallback
             builder.path.unlink(missing_ok=True)
+            self._unlock(entry_id)
             for key in builder.keys:
                 self.budget.settle(builder.reserved.get(key, 0.0), 0.0)
                 self.left.append(self.waiting.pop(key))
             return
         spec = self.adapter.spec
-        if not self._lock(entry_id):  # a fresh id: nobody else has it
-            raise RuntimeError(f"the collector lock of the new entry {entry_id} is held")
         reserved = sum(builder.reserved.values())
         self.ledger.intent(entry_id, builder.keys, identity=self.identity, label=self.label, kind=self.adapter.kind,
                            base_url=getattr(self.adapter, "base_url", ""), model=spec.model,
@@ -422,10 +434,9 @@ class ModelBatches:
         except AdapterError as exc:
             self.ledger.record(entry_id, "abandoned", reason=f"the batch could not be submitted: {exc}")
             self._unlock(entry_id)
+            self.ledger.forget_keys(entry_id)
             self._refused(exc, builder.keys)
             return
-        finally:
-            builder.path.unlink(missing_ok=True)
         failpoint("created")
         self.ledger.record(entry_id, "submitted", batch_id=status.batch_id, state=status.state)
         failpoint("submitted")
@@ -557,7 +568,8 @@ class ModelBatches:
         except BatchLost as exc:
             self.ledger.record(entry_id, "ended", outcome="lost", state="not found", output={})
             self._say(f"batch {entry.batch_id} is gone at the provider (404: {exc}); its requests are given back")
-            await self._collect(self.ledger.entries()[entry_id], None)
+            async with self.collecting:
+                await self._collect(self.ledger.entries()[entry_id], None)
             return
         except AdapterError as exc:
             self._schedule(entry_id)
@@ -579,7 +591,8 @@ class ModelBatches:
             self.stopped = Fatal(f"{self.label}: batch {entry.batch_id} failed: {first.get('message') or status.state}")
             self.stats.stopped = str(self.stopped)
             self._say(str(self.stopped))
-        await self._collect(self.ledger.entries()[entry_id], status)
+        async with self.collecting:
+            await self._collect(self.ledger.entries()[entry_id], status)
 
     @staticmethod
     def _counts(status: BatchStatus) -> str:
@@ -607,9 +620,29 @@ class ModelBatches:
                 self._say(f"could not cancel batch {entry.batch_id}: {exc}")
             self.mine[entry_id] = time.monotonic() + min(self.options.poll_s, 5.0)
 
+    def _bodies(self, entry_id: str) -> dict[str, bytes]:
+        """The request bodies of an entry, from its input file (kept until it is collected): each result's
+        request is rebuilt from them rather than encoded again. {} when the file is gone (a run that died
+        before: the requests are encoded again)."""
+        try:
+            with open(self.ledger.folder / f"{entry_id}.input.jsonl", "rb") as f:
+                return dict(self.api.split(raw.rstrip(b"\n")) for raw in f if raw.strip())
+        except (OSError, ValueError):
+            return {}
+
+    def _request(self, key: str, task: Task, sample: int, body: bytes | None) -> Request:
+        """The request of ``key``: from its body as sent (``_bodies``), else encoded again."""
+        if body is not None:
+            a = self.adapter
+            request = Request(a.kind, a.model, a.endpoint, body, sample, a.params_key)
+            if request.key == key:
+                return request
+        return self.adapter.encode(task, sample)
+
     async def _collect(self, entry: Entry, status: BatchStatus | None) -> None:
         """Store an ended batch's results as they are read; give back what has none (module docstring)."""
         keys = set(self.ledger.keys(entry.id))
+        bodies = self._bodies(entry.id)
         seen: set[str] = set()
         given: list[str] = []
         stored = unmatched = 0
@@ -628,7 +661,7 @@ class ModelBatches:
                     if item is None:
                         unmatched += 1
                         continue
-                    cost, kept = self._store(entry, key, item, result.body, result.error)
+                    cost, kept = self._store(entry, key, item, result.body, result.error, bodies.get(key))
                     actual += cost
                     stored += kept
                     if not kept:
@@ -644,13 +677,13 @@ class ModelBatches:
         returned = sorted(set(given))
         self.ledger.record(entry.id, "collected", stored=stored, returned=returned, unmatched=unmatched,
                            cost_usd=round(actual, 9) if self.charge.price is not None else None)
+        self._unlock(entry.id)
         if self.ledger.entries()[entry.id].closed:
             self.ledger.forget_keys(entry.id)
         self.mine.pop(entry.id, None)
         self.stats.running.pop(entry.id, None)
         self.entry_tokens.pop(entry.id, None)
         self.stats.collected += 1
-        self._unlock(entry.id)
         for key in returned:
             self._give_back(key)
         if returned:
@@ -661,11 +694,10 @@ class ModelBatches:
         self.on_progress()
 
     def _store(self, entry: Entry, key: str, item: tuple[Task, int], body: bytes | None,
-               error: AdapterError | None) -> tuple[float, int]:
-        """Decode and append one result as the synchronous path would; returns (its cost, 1 if a row was
-        appended, 0 when it is given back)."""
+               error: AdapterError | None, sent: bytes | None = None) -> tuple[float, int]:
+        """Decode and append one result as the synchronous path would (``sent``: the request's body as it
+        was sent, when known); returns (its cost, 1 if a row was appended, 0 when it is given back)."""
         task, sample = item
-        request = self.adapter.encode(task, sample)
         outcome = Outcome(attempts=1)
         st = self.stats
         st.attempts += 1
@@ -700,7 +732,7 @@ class ModelBatches:
             from dxi.scoring.cost import USAGE_COLUMNS, request_cost
             cost = request_cost({c: getattr(outcome.reply, c) for c in USAGE_COLUMNS}, self.charge.price)
             self.budget.spent += cost
-        row = make_row(task, request, outcome, transport=BATCH, batch_id=entry.batch_id)
+        row = make_row(task, self._request(key, task, sample, sent), outcome, transport=BATCH, batch_id=entry.batch_id)
         self.cache.append(row)
         self.appended += 1
         failpoint(f"append:{self.appended}")

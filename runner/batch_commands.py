@@ -51,7 +51,8 @@ def options(args: argparse.Namespace) -> BatchOptions:
             deadline = parse_deadline(args.deadline)
         except ValueError as exc:
             raise PlanError(str(exc)) from None
-    poll = getattr(args, "poll", POLL_S) or POLL_S
+    poll = getattr(args, "poll", None)
+    poll = POLL_S if poll is None else poll
     if poll <= 0:
         raise PlanError("--poll must be positive (seconds)")
     if getattr(args, "batch_size", None) is not None and args.batch_size < 1:

@@ -97,6 +97,8 @@ async def send(models: Sequence[ModelRun], suite: Suite, cache: Cache, *, budget
     say = say or (lambda text: None)
     ledger = ledger or Ledger(cache.root)
     parts: dict[str, list[Stats]] = {m.label: [] for m in models}
+    known_tasks: dict = {}  # task id -> Task, shared by the models' batches (a task awaited by 20 models is held once)
+    collecting = asyncio.Lock()  # the models' batches are collected one at a time (runner.batch.ModelBatches)
     held: list[claims_mod.Claim] = []
     part = None if shard is None else (shard.index, shard.count)
 
@@ -120,8 +122,8 @@ async def send(models: Sequence[ModelRun], suite: Suite, cache: Cache, *, budget
         try:
             return claims_mod.take(cache.root, identity(model), model.label, part)
         except OSError as exc:
-            raise CacheWriteError(f"the cache cannot be written: cannot claim {model.label}'s requests in "
-                                  f"{cache.root / claims_mod.CLAIMS_DIR} ({exc.strerror or exc})", exc.errno) from None
+            raise CacheWriteError(f"the cache cannot be written: cannot create a file in {cache.root / claims_mod.CLAIMS_DIR} "
+                                  f"({exc.strerror or exc}) to claim {model.label}'s requests", exc.errno) from None
 
     async def one(model: ModelRun, got: claims_mod.Claim | claims_mod.Holder) -> None:
         label, ident = model.label, identity(model)
@@ -148,7 +150,8 @@ async def send(models: Sequence[ModelRun], suite: Suite, cache: Cache, *, budget
         mine = replace(options, max_requests=size or options.max_requests, enqueued_tokens=tokens or options.enqueued_tokens)
         batches = ModelBatches(model, api, suite, cache, ledger, ident, budget=budget, batch_price=price, shard=shard,
                                options=mine if in_batch else replace(mine, collect_only=True, wait=True),
-                               stats=stats, events=say, on_progress=lambda: progress(label))
+                               stats=stats, events=say, on_progress=lambda: progress(label), tasks=known_tasks,
+                               collecting=collecting)
         if in_batch:
             left = await batches.run()
         else:  # an earlier batch run's open batches are collected while the rest is sent synchronously

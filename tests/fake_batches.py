@@ -16,8 +16,8 @@ Behaviour (``FakeProvider(batch={...})``, JSON-able):
   (a 429), ``fatal`` (a 400) and ``malformed`` (a 200 whose body is not the wire format), drawn from the
   request's key and how many times it was submitted (a rerun draws the same);
 * ``shuffle`` (default True): results in an order of their own (matching by position would fail);
-* ``hold``: seconds to stall at ``upload``, ``create``, ``poll``, ``list`` or ``download`` (``download``: after
-  half the lines), for kills at a given step; ``arrived[step]`` counts the arrivals;
+* ``hold``: seconds to stall the first arrival at ``upload``, ``create``, ``poll``, ``list`` or ``download``
+  (``download``: after half the lines), for kills at a given step; ``arrived_<step>`` counts the arrivals;
 * ``validate`` (default True): every request body and every reply is checked against the SDKs' types
   (``tests.sdk_types``); problems are counted (``sdk_problems``) and their first lines kept.
 
@@ -118,8 +118,9 @@ class BatchServer:
         r.add_get("/v1beta/files/{name}", self._gemini_download)  # where google-genai's files.download asks
 
     async def _stall(self, step: str) -> None:
+        """Count an arrival at ``step``; the first one stalls ``hold[step]`` seconds (a kill lands there)."""
         self.counts[f"arrived_{step}"] += 1
-        if self.hold.get(step):
+        if self.hold.get(step) and self.counts[f"arrived_{step}"] == 1:
             await asyncio.sleep(self.hold[step])
 
     def _problem(self, where: str, problems: list[str]) -> None:

@@ -9,6 +9,10 @@ JSON; ``ROUTES`` maps each POST path to a responder factory ``factory(model) -> 
   Completions, structured or logprob; Anthropic Messages; OpenAI Decisions; Gemini), as the providers
   document them.
 
+The batch APIs (OpenAI's Files and Batches, Anthropic's Message Batches, the Gemini Batch API and its Files
+API) are served beside them by ``tests.fake_batches`` (``batch={...}`` configures them; every batch line is
+answered by the same responder as its synchronous route).
+
 To serve another format, add a route: ``ROUTES["/v1/messages"] = my_factory`` (every server made
 afterwards has it), or pass ``routes={path: responder}`` to one server, or ``--route PATH=module:factory``
 to the server process. Answers are deterministic: seeded by the request's content (and the model), so a

@@ -296,3 +296,24 @@ def test_dxi_batches_lists_collects_and_cancels(data_dir: Path, tmp_path: Path, 
         stats = server.stats()
     assert (stats["batch_creates"], stats["batch_cancels"], stats["batch_answers"]) == (1, 1, 6)
     assert rows(cache).height == 6
+
+
+def test_the_deadline_is_the_next_such_time_or_an_iso_time_and_bad_values_are_refused(data_dir: Path, tmp_path: Path,
+                                                                                       capsys: pytest.CaptureFixture):
+    from dxi.runner.batch import parse_deadline
+
+    now = datetime(2026, 12, 1, 22, 30).timestamp()
+    assert parse_deadline("07:00", now) == datetime(2026, 12, 2, 7, 0).timestamp()  # tonight's 07:00 is tomorrow
+    assert parse_deadline("23:15", now) == datetime(2026, 12, 1, 23, 15).timestamp()
+    assert parse_deadline("2026-12-02T06:30", now) == datetime(2026, 12, 2, 6, 30).timestamp()
+    assert parse_deadline("2026-12-02T06:30+00:00", now) == 1796193000.0
+    for bad in ("25:00", "7am", "tomorrow"):
+        with pytest.raises(ValueError, match="--deadline"):
+            parse_deadline(bad, now)
+    base = ["run", "--model", "openai:m@http://127.0.0.1:1/v1", "--data-dir", str(data_dir), "--cache-dir",
+            str(tmp_path / "cache")]
+    assert main([*base, "--batch", "--deadline", "7am"]) == 2
+    assert main([*base, "--deadline", "07:00"]) == 2  # a deadline is for batch mode
+    assert main([*base, "--batch", "--poll", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "expected HH:MM" in err and "give --batch too" in err and "--poll must be positive" in err
