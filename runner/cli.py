@@ -475,9 +475,12 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     from .progress import RunProgress
     from .run import Stats
 
+    from .dispatch import settle_cached
+
     dist = dist or distributed.Distributed()
     cached = {m.label: n for m in plan.models if (n := _all_cached(m, plan, cache, dist.shard)) is not None}
     idle = set(cached)
+    settle_cached([m for m in plan.models if m.label in idle], cache)  # a batch whose rows are all in: closed
     started = await _started([m for m in plan.models if m.label not in idle])
     models = plan.models
     roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
@@ -563,7 +566,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             stats, remaining = uvloop.run(_run(plan, args, cache, console, budget, dist, limiters, batch_options))
         except KeyboardInterrupt:
             console.print(f"[yellow]Interrupted.[/] Every reply that arrived is in {plan.cache_dir}; "
-                          "rerun the same command to continue.")
+                          "rerun the same command to continue." + (" Open batches keep running at the provider: the "
+                                                                   "next run collects them (dxi batches list)."
+                                                                   if plan.batch else ""))
             return EXIT_INTERRUPTED
         except CacheWriteError as exc:
             console.print(f"[red]Stopped: {escape(str(exc))}.[/] Every reply stored before it is in "

@@ -216,3 +216,24 @@ async def collect(models: Sequence[ModelRun], suite: Suite, cache: Cache, ledger
                            options=replace(options, collect_only=True), stats=stats, events=say).run()
         out[model.label] = stats
     return out
+
+
+def settle_cached(models: Sequence[ModelRun], cache: Cache, ledger: Ledger | None = None) -> int:
+    """Close, without the network, the open ledger entries of ``models`` whose every request is in the cache
+    (a run killed after the last row of a collection and before its ``collected`` record): their models
+    need nothing more, so no run would collect them otherwise. Returns how many were closed."""
+    ledger = ledger or Ledger(cache.root)
+    if not ledger.folder.is_dir():
+        return 0
+    closed = 0
+    for model in models:
+        for entry in ledger.open_entries(identity(model)):
+            keys = ledger.keys(entry.id)
+            if entry.batch_id is not None and keys and all(cache.has_many(keys)):
+                with ledger.collector(entry.id) as mine:
+                    if mine:
+                        ledger.record(entry.id, "collected", stored=0, returned=[], unmatched=0,
+                                      note="every request of the batch was in the cache")
+                        ledger.forget_keys(entry.id)
+                        closed += 1
+    return closed

@@ -317,3 +317,22 @@ def test_the_deadline_is_the_next_such_time_or_an_iso_time_and_bad_values_are_re
     assert main([*base, "--batch", "--poll", "0"]) == 2
     err = capsys.readouterr().err
     assert "expected HH:MM" in err and "give --batch too" in err and "--poll must be positive" in err
+
+
+def test_a_batch_whose_rows_are_all_in_the_cache_is_closed_without_the_network(data_dir: Path, tmp_path: Path):
+    """Killed after the last row of a collection and before its record: the next run needs nothing of that
+    model (it is all cached, not even started), and closes the entry from the cache alone."""
+    import os
+    import subprocess
+
+    from .conftest import DXI
+
+    with serve(model=None, record=False) as server:
+        cmd = [DXI, "run", "--batch", *POLL, "--model", model("openai", server.url), "--data-dir", str(data_dir),
+               "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "-q"]
+        assert subprocess.run(cmd, env=dict(os.environ, DXI_FAILPOINT="append:12"), timeout=300).returncode == -9
+    (entry,) = Ledger(tmp_path / "cache").entries().values()
+    assert entry.phase == "ended (completed)" and rows(tmp_path / "cache").height == 12
+    assert run("openai", server.url, data_dir, tmp_path) == 0  # the server is gone: none is needed
+    (entry,) = Ledger(tmp_path / "cache").entries().values()
+    assert (entry.phase, entry.closed) == ("collected", True)
