@@ -19,12 +19,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime
 from pathlib import Path
 
 import orjson
 
-from .batches import CANCELLED, COMPLETED, EXPIRED, BatchAPI, BatchLimits, BatchStatus, ResultLine, chunks
+from .batches import CANCELLED, COMPLETED, EXPIRED, BatchAPI, BatchLimits, BatchStatus, ResultLine, chunks, iso_time
 from .errors import MalformedReply
 from .http import error_for
 
@@ -33,15 +32,6 @@ from .http import error_for
 STATUS_OF = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
              "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
              "timeout_error": 504, "overloaded_error": 529}
-
-
-def _time(value: object) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def status_of(doc: dict) -> BatchStatus:
@@ -53,7 +43,7 @@ def status_of(doc: dict) -> BatchStatus:
         outcome = CANCELLED if doc.get("cancel_initiated_at") else EXPIRED if counts.get("expired") else COMPLETED
     output = {"results_url": doc["results_url"]} if doc.get("results_url") else {}
     total = sum(v for v in counts.values() if isinstance(v, int)) if counts else None
-    return BatchStatus(str(doc.get("id")), state, outcome, dict(counts), output, None, _time(doc.get("created_at")), total)
+    return BatchStatus(str(doc.get("id")), state, outcome, dict(counts), output, None, iso_time(doc.get("created_at")), total)
 
 
 class AnthropicBatch(BatchAPI):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,17 @@ KINDS = {
     "anthropic": "dxi.adapters.anthropic_batch:AnthropicBatch",
     "gemini": "dxi.adapters.gemini_batch:GeminiBatch",
 }
+
+
+def iso_time(value: object) -> float | None:
+    """Unix seconds of an RFC 3339 time (``2026-12-02T03:12:09.5Z``, as Anthropic and Google write them); None
+    when it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 class BatchLost(AdapterError):

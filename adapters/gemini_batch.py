@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime
 from pathlib import Path
 
 import aiohttp
@@ -37,6 +36,7 @@ from .batches import (
     BatchStatus,
     ResultLine,
     chunks,
+    iso_time,
 )
 from .errors import MalformedReply, Transient
 from .http import error_for, redact
@@ -50,15 +50,6 @@ HTTP_OF_GRPC = {1: 499, 2: 500, 3: 400, 4: 504, 5: 404, 6: 409, 7: 403, 8: 429, 
 KEY_HEAD = b'{"key":"'
 REQUEST_HEAD = b'","request":'
 KEY_LEN = 64
-
-
-def _time(value: object) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _batch_of(op: dict) -> dict:
@@ -79,7 +70,7 @@ def status_of(op: dict) -> BatchStatus:
     state = str(batch.get("state") or "")
     name = str(op.get("name") or batch.get("name") or "")
     return BatchStatus(name, state, ENDED.get(state), counts, where, batch.get("displayName"),
-                       _time(batch.get("createTime")), counts.get("requestCount"))
+                       iso_time(batch.get("createTime")), counts.get("requestCount"))
 
 
 def _inline(line: bytes) -> bytes:

@@ -47,6 +47,8 @@ from pathlib import Path
 
 import orjson
 
+from .store import _try_lock
+
 log = logging.getLogger("dxi.cache")
 
 LEDGER_DIR = "batches"
@@ -326,13 +328,5 @@ class Ledger:
         (no other live process polls or collects it), False when another does. Released on leaving the block
         (or by the kernel, when the process dies)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.folder / f"{entry_id}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            yield True
-        finally:
-            os.close(fd)
+        with _try_lock(self.folder / f"{entry_id}.lock", create=True) as held:
+            yield held

@@ -707,11 +707,11 @@ class _Unreadable(Exception):
 
 
 @contextlib.contextmanager
-def _try_lock(path: Path):
-    """Yield whether an exclusive flock on ``path`` could be taken at once (False if the file is gone or
-    another process holds it); the lock is held inside the block."""
+def _try_lock(path: Path, create: bool = False):
+    """Yield whether an exclusive flock on ``path`` could be taken at once (False if the file is gone, unless
+    ``create`` makes it, or another process holds it); the lock is held inside the block."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644) if create else os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         yield False
         return

@@ -54,15 +54,15 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
 from dxi.adapters import Adapter, AdapterError, Answer, Fatal, ProviderStop, RateLimited, Reply, Request, Retryable
 from dxi.adapters.batches import FAILED as FAILED_BATCH
-from dxi.adapters.errors import REQUEST
 from dxi.adapters.batches import BatchAPI, BatchLost, BatchStatus
-from dxi.cache import FAILED, FATAL, INVALID, OK, Cache
+from dxi.adapters.errors import REQUEST
+from dxi.cache import Cache
 from dxi.cache.ledger import Entry, Ledger, new_id
 from dxi.evals import Suite, Task
 
@@ -92,7 +92,7 @@ def parse_deadline(text: str, now: float | None = None) -> float:
         hours, minutes = (int(x) for x in text.split(":"))
         if not (0 <= hours < 24 and 0 <= minutes < 60):
             raise ValueError
-        base = datetime.fromtimestamp(now)
+        base = datetime.fromtimestamp(now, UTC).astimezone()  # the local time now
         when = base.replace(hour=hours, minute=minutes, second=0, microsecond=0)
         if when.timestamp() <= now:
             when += timedelta(days=1)
@@ -100,7 +100,8 @@ def parse_deadline(text: str, now: float | None = None) -> float:
     except ValueError:
         pass
     try:
-        return datetime.fromisoformat(text).timestamp()
+        when = datetime.fromisoformat(text)
+        return (when if when.tzinfo is not None else when.astimezone()).timestamp()  # naive: local time
     except ValueError:
         raise ValueError(f"--deadline {text!r}: expected HH:MM (e.g. 07:00) or an ISO time (2026-12-02T07:00)") from None
 
@@ -206,7 +207,6 @@ class ModelBatches:
         self.requeue: list[str] = []  # keys given back, for the next batch
         self.left: list[tuple[Task, int]] = []
         self.wake = asyncio.Event()
-        self.streaming_done = False
         self.stopped: AdapterError | None = None  # the batch API refused this model: nothing more is submitted
         self.cancelled = False
         self.appended = 0
@@ -305,7 +305,7 @@ class ModelBatches:
             return
         reason = ("not found at the provider: it was never created" if not found else
                   f"several batches match ({', '.join(s.batch_id for s in found)}): not adopted; its requests are "
-                  "submitted again (cancel the others with `dxi batches cancel` if they are yours)")
+                  "submitted again (cancel those batches in the provider's console if they are yours)")
         self.ledger.record(entry.id, "abandoned", reason=reason)
         self._unlock(entry.id)
         self.ledger.forget_keys(entry.id)
@@ -352,7 +352,6 @@ class ModelBatches:
             if builder is not None and builder.keys:
                 await self._submit(builder)
         finally:
-            self.streaming_done = True
             self.wake.set()
 
     def _past_deadline(self) -> bool:
@@ -466,7 +465,7 @@ class ModelBatches:
                     raise
                 if not isinstance(exc, RateLimited):  # the create may have been made: look before creating again
                     known = {e.batch_id for e in self.ledger.entries().values() if e.batch_id}
-                    found = await _with_retries(lambda: self.api.find(entry_id, created_after, n, known),
+                    found = await _with_retries(lambda known=known: self.api.find(entry_id, created_after, n, known),
                                                 self.adapter, "find")
                     if len(found) == 1:
                         return found[0]
@@ -739,18 +738,7 @@ class ModelBatches:
         self.waiting.pop(key, None)
         if st.cost_usd is not None:
             st.cost_usd += cost
-        st.repaired += bool(row["repaired"])
-        st.input_tokens += row["input_tokens"] or 0
-        st.output_tokens += row["output_tokens"] or 0
-        if row["status"] == OK:
-            st.ok += 1
-        elif row["status"] == INVALID:
-            st.invalid += 1
-        elif row["status"] == FAILED:
-            st.failed += 1
-            st.failed_fatal += row["error_kind"] == FATAL
-            if len(st.errors) < 20:
-                st.errors.append(f"{task.id}: {row['error']}")
+        st.add(row, task.id)
         self.on_progress()
         return cost, 1
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -128,7 +127,7 @@ def cmd_batches(args: argparse.Namespace, console: Console, plan_of, started) ->
             table.add_column(col, overflow="fold")
         for e in shown:
             table.add_row(e.id, escape(e.label), escape(e.batch_id or "-"), e.phase, f"{e.requests:,}",
-                          datetime.fromtimestamp(e.created).strftime("%Y-%m-%d %H:%M"),
+                          time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created)),
                           _ago(e.submitted_at or e.created) if not e.ended and e.batch_id else "-", f"{e.stored:,}",
                           f"{len(e.returned):,}")
         console.print(table)

@@ -471,11 +471,9 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     through its batch API (``runner.dispatch``; ``batch_options``: ``runner.batch.BatchOptions``)."""
     import time
 
-    from .dispatch import send
+    from .dispatch import send, settle_cached
     from .progress import RunProgress
     from .run import Stats
-
-    from .dispatch import settle_cached
 
     dist = dist or distributed.Distributed()
     cached = {m.label: n for m in plan.models if (n := _all_cached(m, plan, cache, dist.shard)) is not None}

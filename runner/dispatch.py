@@ -85,14 +85,17 @@ def merged(parts: Sequence[Stats]) -> Stats:
 async def send(models: Sequence[ModelRun], suite: Suite, cache: Cache, *, budget: Budget,
                limiters: dict[str, ProviderLimiter], shard: Shard | None = None,
                on_progress: Callable[[str, Stats], None] | None = None, batch: frozenset[str] = frozenset(),
-               batch_overrides: dict | None = None, limits_of: dict | None = None, options: BatchOptions | None = None,
+               batch_overrides: dict | None = None, limits_of: dict | None = None,
+               options: BatchOptions | None = None,
                fallback_sync: bool = False, say: Callable[[str], None] | None = None,
                ledger: Ledger | None = None) -> dict[str, Stats]:
     """Send what ``models`` need over ``suite`` (see the module docstring) and return each model's Stats.
     ``batch``: the labels in batch mode; ``batch_overrides``: label -> the run file's (batch_input,
     batch_output) prices (default: half the price, ``scoring.cost.batch_price``); ``limits_of``: label ->
-    (requests per batch, enqueued tokens); ``say`` prints a line (waits, batch state changes, notes). Raises CacheWriteError when the claims cannot be written (a
-    read-only cache), and what ``runner.run.run`` raises."""
+    (requests per batch, enqueued tokens); ``options``: how batch mode runs; ``fallback_sync``: what batches
+    left at the deadline is sent synchronously; ``say`` prints a line (waits, batch state changes, notes).
+    Raises CacheWriteError when the claims cannot be written (a read-only cache), and what
+    ``runner.run.run`` raises."""
     options = options or BatchOptions()
     say = say or (lambda text: None)
     ledger = ledger or Ledger(cache.root)

@@ -92,6 +92,22 @@ class Stats:
     def done(self) -> int:
         return self.cache_hits + self.ok + self.invalid + self.failed
 
+    def add(self, row: dict, task_id: str) -> None:
+        """Count one row stored (``cache.schema`` columns) for the task ``task_id``: its status, tokens, repair,
+        and a failure's error (the first 20)."""
+        self.repaired += bool(row["repaired"])
+        self.input_tokens += row["input_tokens"] or 0
+        self.output_tokens += row["output_tokens"] or 0
+        if row["status"] == OK:
+            self.ok += 1
+        elif row["status"] == INVALID:
+            self.invalid += 1
+        elif row["status"] == FAILED:
+            self.failed += 1
+            self.failed_fatal += row["error_kind"] == FATAL
+            if len(self.errors) < 20:
+                self.errors.append(f"{task_id}: {row['error']}")
+
 
 @dataclass
 class ModelRun:
@@ -232,18 +248,7 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
         cache.append(row)
         st.attempts += outcome.attempts
         st.rate_limited += outcome.rate_limited
-        st.repaired += bool(row["repaired"])
-        st.input_tokens += row["input_tokens"] or 0
-        st.output_tokens += row["output_tokens"] or 0
-        if row["status"] == OK:
-            st.ok += 1
-        elif row["status"] == INVALID:
-            st.invalid += 1
-        elif row["status"] == FAILED:
-            st.failed += 1
-            st.failed_fatal += row["error_kind"] == FATAL
-            if len(st.errors) < 20:
-                st.errors.append(f"{job.task.id}: {row['error']}")
+        st.add(row, job.task.id)
 
     async def send(job: _Job) -> None:
         st = stats[job.adapter.label]

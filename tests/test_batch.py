@@ -4,7 +4,7 @@ the same rows and summary as a synchronous run, batches that expire, are cancell
 per-line errors of each class, the cost bound, ``dxi estimate --batch`` and ``dxi batches``."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import time
 from pathlib import Path
 
 import orjson
@@ -127,7 +127,8 @@ def test_a_batch_the_provider_loses_is_submitted_again(data_dir: Path, tmp_path:
 
 
 def iso_in(seconds: float) -> str:
-    return (datetime.now() + timedelta(seconds=seconds)).isoformat(timespec="seconds")
+    """A local ISO time ``seconds`` from now (as a user writes --deadline)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + seconds))
 
 
 @pytest.mark.parametrize("fallback", ["none", "sync"])
@@ -302,10 +303,13 @@ def test_the_deadline_is_the_next_such_time_or_an_iso_time_and_bad_values_are_re
                                                                                        capsys: pytest.CaptureFixture):
     from dxi.runner.batch import parse_deadline
 
-    now = datetime(2026, 12, 1, 22, 30).timestamp()
-    assert parse_deadline("07:00", now) == datetime(2026, 12, 2, 7, 0).timestamp()  # tonight's 07:00 is tomorrow
-    assert parse_deadline("23:15", now) == datetime(2026, 12, 1, 23, 15).timestamp()
-    assert parse_deadline("2026-12-02T06:30", now) == datetime(2026, 12, 2, 6, 30).timestamp()
+    def local(*when: int) -> float:
+        return time.mktime((*when, 0, 0, 0, -1))
+
+    now = local(2026, 12, 1, 22, 30)
+    assert parse_deadline("07:00", now) == local(2026, 12, 2, 7, 0)  # tonight's 07:00 is tomorrow morning
+    assert parse_deadline("23:15", now) == local(2026, 12, 1, 23, 15)
+    assert parse_deadline("2026-12-02T06:30", now) == local(2026, 12, 2, 6, 30)
     assert parse_deadline("2026-12-02T06:30+00:00", now) == 1796193000.0
     for bad in ("25:00", "7am", "tomorrow"):
         with pytest.raises(ValueError, match="--deadline"):
