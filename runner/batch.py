@@ -685,6 +685,7 @@ class ModelBatches:
         self.stats.collected += 1
         for key in returned:
             self._give_back(key)
+        _trim()
         if returned:
             self._say(f"batch {entry.batch_id} collected: {stored:,} stored, {len(returned):,} given back")
         else:
@@ -778,6 +779,26 @@ class ModelBatches:
             self.stats.not_sent += 1
         if builder is not None:
             await self._submit(builder)
+
+
+def _trim() -> None:
+    """Give the heap's free pages back to the system after a collection (glibc ``malloc_trim``): reading a
+    result file frees thousands of reply-sized blocks, which glibc otherwise keeps, so that batches collected
+    one after another would grow the process by what each one read. A no-op elsewhere."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018 (glibc only)
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC = None
 
 
 class _GivenUp(Retryable):

@@ -70,6 +70,7 @@ class Batch:
     output_file: str | None = None
     error_file: str | None = None
     counts: dict = field(default_factory=dict)
+    malformed: set[str] = field(default_factory=set)  # keys answered, on purpose, with a body not the wire format
 
 
 class BatchServer:
@@ -187,7 +188,11 @@ class BatchServer:
                 continue
             fault = self._fault(key)
             self.counts[f"batch_line_{fault}"] += 1
+            if fault == "malformed":
+                batch.malformed.add(key)
             line = self._line(batch, key, body, fault)
+            if self.validate and batch.fmt == OPENAI and fault != "malformed":
+                self._validate_openai_line(line)
             if fault == "ok" or fault == "malformed":
                 ok += 1
                 output.append(line)
@@ -205,6 +210,23 @@ class BatchServer:
         elif batch.fmt == GEMINI and not batch.inline:
             batch.output_file = self._store(b"".join(x + b"\n" for x in batch.results), None, f"{batch.id}.jsonl",
                                             gemini=True)
+
+    def _validate_openai_line(self, line: bytes) -> None:
+        """An output or error line: its response body a ChatCompletion, or an error object (``ErrorObject``)."""
+        from openai.types import ErrorObject
+        from openai.types.chat import ChatCompletion
+
+        from .sdk_types import reply_problems
+        doc = orjson.loads(line)
+        self._problem("openai batch line", [f"$.{k}: not a field of a batch output line" for k in doc
+                                            if k not in ("id", "custom_id", "response", "error")])
+        response = doc.get("response")
+        if response is None:
+            self._problem("openai batch line error", [] if set(doc["error"]) == {"code", "message"} else ["$.error"])
+        elif response["status_code"] == 200:
+            self._problem("openai ChatCompletion", reply_problems(ChatCompletion, response["body"]))
+        else:
+            self._problem("openai ErrorObject", reply_problems(ErrorObject, response["body"]["error"]))
 
     def _answer(self, batch: Batch, body: dict) -> dict:
         self.counts["batch_answers"] += 1
@@ -470,8 +492,10 @@ class BatchServer:
 
             from .sdk_types import reply_problems
             for line in batch.results:
-                self._problem("anthropic MessageBatchIndividualResponse",
-                              reply_problems(MessageBatchIndividualResponse, orjson.loads(line)))
+                doc = orjson.loads(line)
+                if doc["custom_id"] not in batch.malformed:  # (those are not the wire format on purpose)
+                    self._problem("anthropic MessageBatchIndividualResponse",
+                                  reply_problems(MessageBatchIndividualResponse, doc))
         file_id = f"anthropic-results-{batch.id}"
         self.files[file_id] = b"".join(x + b"\n" for x in batch.results)
         return await self._download(request, file_id, ANTHROPIC)

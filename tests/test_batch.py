@@ -150,13 +150,15 @@ def test_at_the_deadline_the_batches_are_cancelled_and_what_they_did_is_kept(dat
         assert summary(tmp_path / "out")["models"][0]["decision_index"] is None  # answers missing: no index
 
 
-def test_per_line_errors_are_classified_as_synchronous_replies_are(tmp_path: Path):
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+def test_per_line_errors_are_classified_as_synchronous_replies_are(kind: str, tmp_path: Path):
     """Out of 200 requests, seeded per key and submission: 400s are stored as deterministic failures; 500s,
-    429s and bodies that are not the wire format go back into the next batch until they are answered."""
+    429s and bodies that are not the wire format go back into the next batch until they are answered. The
+    results come in an order of their own (Gemini's in input order): matched by key, never by position."""
     data = synthetic_data(tmp_path / "data", 200, seed=2)
     faults = {"transient": 0.15, "rate_limited": 0.1, "fatal": 0.05, "malformed": 0.1}
     with serve(model=None, record=False, batch={"line_faults": faults}) as server:
-        code = run("openai", server.url, data, tmp_path, "--max-attempts", "20")
+        code = run(kind, server.url, data, tmp_path, "--max-attempts", "20")
         stats = server.stats()
     cached = rows(tmp_path / "cache")
     assert cached.height == cached["key"].n_unique() == 200
@@ -340,3 +342,32 @@ def test_a_batch_whose_rows_are_all_in_the_cache_is_closed_without_the_network(d
     assert run("openai", server.url, data_dir, tmp_path) == 0  # the server is gone: none is needed
     (entry,) = Ledger(tmp_path / "cache").entries().values()
     assert (entry.phase, entry.closed) == ("collected", True)
+
+
+def test_the_enqueued_token_limit_keeps_open_batches_under_it(tmp_path: Path):
+    data = synthetic_data(tmp_path / "data", 60, seed=9)
+    with serve(model=None, record=False, batch={"polls": 2}) as server:
+        run_file = tmp_path / "run.toml"
+        run_file.write_text(f"""
+data_dir = "{data}"
+[[models]]
+provider = "fake"
+model = "m"
+[providers.fake]
+kind = "openai"
+base_url = "{server.url}/v1"
+batch = true
+batch_max_requests = 10
+batch_enqueued_tokens = 6000
+""")
+        assert dxi("run", str(run_file), *POLL, "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")) == 0
+        stats = server.stats()
+    entries = sorted(Ledger(tmp_path / "cache").entries().values(), key=lambda e: e.submitted_at)
+    assert stats["batch_lines"] == 60 and stats["batch_resubmitted"] == 0 and len(entries) >= 6
+    from dxi.adapters.openai_batch import OpenAIBatch
+
+    per_line = len(OpenAIBatch.head(None, "k" * 64)) + 2  # a line's bytes beyond its body: the id, "}" and "\n"
+    for e in entries:  # the input tokens (body bytes / 4) of the batches open when each was submitted, itself included
+        open_then = [o for o in entries if o.submitted_at <= e.submitted_at < o.collected_at]
+        assert sum(o.bytes - per_line * o.requests for o in open_then) / 4 <= 6000
+    assert max(len([o for o in entries if o.submitted_at <= e.submitted_at < o.collected_at]) for e in entries) >= 2
