@@ -181,6 +181,9 @@ def _add_data(g: argparse._ArgumentGroup) -> None:
                    help="a seeded sample of N tasks of each evaluation, stratified by its gold classes (When2Call "
                         "reply type, WildGuardTest labels, HLE category, Omniscience domain)")
     g.add_argument("--seed", type=int, metavar="S", help="the seed of --sample (default: 0)")
+    g.add_argument("--all-tasks", action="store_true",
+                   help="every task of each evaluation (the default of run and estimate; score, report, export and "
+                        "view otherwise score the tasks the runs recorded in the cache selected)")
     g.add_argument("--exclude", action="append", default=[], metavar="[EVAL=]FILE",
                    help="an exclusion list, repeatable: one task id (or task_id:question_id) per line; EVAL= lets "
                         "the list use bare ids")
@@ -302,7 +305,10 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--format", required=True, choices=("eee", "csv", "parquet", "jsonl"),
                    help="eee: Every Eval Ever aggregate and instance records under the folder TARGET; csv, parquet, "
                         "jsonl: the per-answer table (the columns of answers.parquet) as the file TARGET")
-    o.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    o.add_argument("--include-missing", action="store_true",
+                   help="also write the answers missing from the cache (status missing; eee: no record either way) "
+                        f"and exit 0; without it they are left out, counted, and the exit code is {EXIT_FAILED_REQUESTS}")
+    o.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors and the count of missing answers")
     x.add_argument("target", type=Path, metavar="TARGET", help="the file (csv, parquet, jsonl) or folder (eee) to write")
     x.set_defaults(out=None)  # export writes TARGET only
     d = _command(sub, "data", "fetch the evaluation data from the Hugging Face hub, or check a data folder")
@@ -347,23 +353,27 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 
     from dxi.cache import Cache
 
-    from .export import ExportError
+    from .export import ExportError, missing_answers
     from .export import write as export
     from .outputs import score_all
 
     plan, cache_dir, _, suite, remote = _score_selection(args)
     with Cache(cache_dir, remote=remote) as cache:
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
+        suite = _scored_suite(args, plan, suite, frame, cache_dir, notes)
         summary, scored = score_all(cache, suite, frame, None, None, epochs, prices=prices)
+    gap = missing_answers(summary)
     try:
-        written = export(args.format, args.target, summary, scored, frame, suite)
+        written = export(args.format, args.target, summary, scored, frame, suite, include_missing=args.include_missing)
     except ExportError as exc:
         raise UsageError(str(exc)) from None
-    for note in notes:
+    for note in notes if not args.quiet else []:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if not args.quiet:
         console.print(escape(f"Exported {len(written)} file(s) ({args.format}) to {args.target}"))
-    return 0
+    if gap.total:
+        console.print(f"[{'yellow' if args.include_missing else 'red'}]{escape(gap.message(args.include_missing))}[/]")
+    return 0 if args.include_missing or not gap.total else EXIT_FAILED_REQUESTS
 
 
 def _plan(args: argparse.Namespace) -> Plan:
@@ -467,6 +477,7 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     not stop a run that needs neither."""
     from .progress import RunProgress
     from .run import Stats, run
+    from .selection import remember
 
     dist = dist or distributed.Distributed()
     cached = {m.label: n for m in plan.models if (n := _all_cached(m, plan, cache, dist.shard)) is not None}
@@ -476,6 +487,7 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
     try:
         plan.check_labels()
+        remember(plan)  # what this run selects, for `dxi score` without a selection (runner.selection)
         limiters = {} if limiters is None else limiters
         limiters.update(dist.limiters(models))
         shard = dist.shard
@@ -573,8 +585,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         # log twice) and written as a shard on the compactor thread while the scoring runs
         cache.close(wait=False)
         from .outputs import print_summary, score  # imported during the run already (``_prepare_scoring``)
+        from .selection import annotate
 
-        summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
+        models = plan.models_frame()
+        annotate(plan.suite, models=models, cache_dir=plan.cache_dir)  # models whose other runs selected other tasks
+        summary = score(cache, plan.suite, models, plan.out, requests, plan.epochs, plan.prices(), extra)
     print_summary(summary, console, plan.out)
     upload_failed = dist.finish()  # the run ends when its uploads are done
     dist.shard_note()
@@ -688,6 +703,18 @@ def _score_selection(args: argparse.Namespace, mirror: Path | None = None
     return plan, cache_dir, out, suite, remote
 
 
+def _scored_suite(args: argparse.Namespace, plan: Plan | None, suite: Suite, frame: pl.DataFrame, cache_dir: Path,
+                  notes: list[str]) -> Suite:
+    """The suite ``dxi score`` (report, export) scores over the models ``frame``: ``suite``, or with no
+    selection given the tasks the runs recorded in the cache selected (``runner.selection``; its notes are
+    added to ``notes``)."""
+    from .selection import choose
+
+    chosen = choose(args, plan, suite, frame, cache_dir)
+    notes += chosen.notes
+    return chosen.suite
+
+
 def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
     from rich.markup import escape
 
@@ -698,6 +725,7 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
     plan, cache_dir, out, suite, remote = _score_selection(args)
     with Cache(cache_dir, remote=remote) as cache:
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
+        suite = _scored_suite(args, plan, suite, frame, cache_dir, notes)
         if not html:
             summary = score(cache, suite, frame, out, None, epochs, prices)
         else:
@@ -731,17 +759,26 @@ def cmd_view(args: argparse.Namespace, console: Console) -> int:
     from dxi.view.home import private_home
 
     from .outputs import summarize
+    from .selection import choose
 
     home = private_home()  # stale ones of killed views removed first
     try:
-        plan, cache_dir, _, suite, remote = _score_selection(args, mirror=Path(home.name) / "remote")
-
-        def select(cache: Cache) -> tuple:
-            return _score_frame(args, cache, plan)[:3]
-
+        plan, cache_dir, _, given, remote = _score_selection(args, mirror=Path(home.name) / "remote")
         with Cache(cache_dir, read_only=True, remote=remote) as cache:
             frame, prices, epochs, notes = _score_frame(args, cache, plan)
-        browser = Browser.build(cache_dir, suite, frame, summarize, epochs, prices, home=home, remote=remote,
+            kept = choose(args, plan, given, frame, cache_dir)
+        notes += kept.notes
+
+        def select(cache: Cache) -> tuple:  # every model in the cache again, and the tasks their runs selected
+            nonlocal kept
+            frame, prices, epochs, _ = _score_frame(args, cache, plan)
+            now = choose(args, plan, given, frame, cache_dir)
+            if now.key != kept.key:
+                kept = now
+            kept.suite.runs = now.suite.runs
+            return frame, prices, epochs, kept.suite
+
+        browser = Browser.build(cache_dir, kept.suite, frame, summarize, epochs, prices, home=home, remote=remote,
                                 select=select if plan is None else None)
     except KeyboardInterrupt:
         home.cleanup()

@@ -7,7 +7,7 @@ to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``,
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
 ``--max-cost``, and the limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``,
 ``--max-attempts``, ``--backoff``, ``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--sample`` /
-``--seed`` (instead of the file's ``limit`` or ``sample``); ``--exclude`` adds to the file's lists; ``--model``,
+``--seed`` and ``--all-tasks`` (instead of the file's ``limit`` or ``sample``); ``--exclude`` adds to the file's lists; ``--model``,
 ``--param`` and ``--option`` are errors (models, their parameters and options belong in the file).
 
 Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file and key where it can.
@@ -139,7 +139,8 @@ def _exclude_item(item: str, base: Path | None = None) -> tuple[str | None, Path
 
 
 def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[str | None, Path]], limit: int | None,
-           subset: str, selected: tuple[str, ...] | None, sample: int | None = None, seed: int | None = None) -> Suite:
+           subset: str, selected: tuple[str, ...] | None, sample: int | None = None, seed: int | None = None,
+           all_tasks: bool = False) -> Suite:
     if limit is not None and limit < 1:
         raise PlanError("--limit must be at least 1")
     if sample is not None and sample < 1:
@@ -149,6 +150,9 @@ def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[st
                         "--sample N a stratified sample of N; give one")
     if seed is not None and sample is None:
         raise PlanError("--seed is the seed of --sample: give --sample N too")
+    if all_tasks and (sample is not None or limit is not None):
+        raise PlanError(f"--all-tasks and --{'sample' if sample is not None else 'limit'} do not combine: --all-tasks "
+                        "takes every task of each evaluation; give one")
     try:
         data = discover(data_dir, files, selected)
         exclusions = _exclusions(exclude)
@@ -224,7 +228,8 @@ def suite_from_flags(args: argparse.Namespace) -> Suite:
     selected = selected_evals(args.evals) if args.evals else None
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     return _suite(data_dir, _file_flags(args), [_exclude_item(e) for e in args.exclude], args.limit,
-                  args.wildguard_subset or "agreed", selected, getattr(args, "sample", None), getattr(args, "seed", None))
+                  args.wildguard_subset or "agreed", selected, getattr(args, "sample", None), getattr(args, "seed", None),
+                  getattr(args, "all_tasks", False))
 
 
 def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
@@ -302,11 +307,12 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
     data_dir = args.data_dir if args.data_dir is not None else (run.resolve(run.data_dir) if run.data_dir is not None
                                                                 else default_data_dir())
     sample, seed = getattr(args, "sample", None), getattr(args, "seed", None)
-    limit = args.limit if args.limit is not None else (run.evals.limit if sample is None else None)
-    if args.limit is None and sample is None:  # the file's sample, unless the command line chose how many
+    all_tasks = getattr(args, "all_tasks", False)
+    limit = args.limit if args.limit is not None else (run.evals.limit if sample is None and not all_tasks else None)
+    if args.limit is None and sample is None and not all_tasks:  # the file's sample, unless the command line chose
         sample, seed = run.evals.sample, run.evals.seed if seed is None else seed
     suite = _suite(data_dir, files, exclude, limit, args.wildguard_subset or run.evals.wildguard_subset, selected,
-                   sample, seed if sample is not None else None)
+                   sample, seed if sample is not None else None, all_tasks)
     return Plan(models, suite, data_dir, args.cache_dir or run.resolve(run.cache_dir), args.out or run.resolve(run.out),
                 epochs or run.epochs, max_cost if max_cost is not None else run.max_cost, path, run.cache_remote,
                 run.coordinator)

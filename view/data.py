@@ -126,7 +126,8 @@ class Page:
     size: int = PAGE_SIZE
 
 
-Select = Callable[[Cache], tuple[pl.DataFrame, dict, int]]  # the cache -> (models, prices, epochs) to score
+# the cache -> (models, prices, epochs) to score, and optionally the suite (the tasks the runs selected: ``runner.selection``)
+Select = Callable[[Cache], tuple]
 
 
 @dataclass
@@ -134,8 +135,9 @@ class Source:
     """What a Browser was built from, to build it again over newer rows (``Browser.rebuild``): the cache
     folder, the suite, ``summarize``, ``home`` (the view's private folder, ``view.home``; the layouts
     and the remote's mirror go there), ``remote`` (the remote cache tier, mirrored under ``home``, or
-    None), and ``select`` (models, prices and epochs from the cache: every model in it is chosen again,
-    so that a model a run adds shows; None: the models given at start-up)."""
+    None), and ``select`` (models, prices and epochs from the cache, and optionally the suite: every model
+    in it is chosen again, so that a model a run adds shows, with the tasks its run selected; None: the
+    models given at start-up)."""
 
     cache_dir: Path
     suite: Suite
@@ -230,8 +232,8 @@ class Browser:
             source.remote.pull()
         if source.select is not None:
             with Cache(source.cache_dir, read_only=True, remote=source.remote) as cache:
-                models, prices, epochs = source.select(cache)
-            source = replace(source, models=models, prices=prices, epochs=epochs)
+                models, prices, epochs, *suite = source.select(cache)
+            source = replace(source, models=models, prices=prices, epochs=epochs, suite=suite[0] if suite else source.suite)
         return type(self)._built(source, child)
 
     @classmethod
