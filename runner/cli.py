@@ -240,8 +240,8 @@ two models compared, calibration. On 127.0.0.1 unless --host says otherwise; --p
 VIEW_EXIT_CODES = f"""\
 exit codes:
   0    stopped (Ctrl-C, kill -INT or kill -TERM); its private folder under the temporary folder removed
-  {EXIT_USAGE}    bad input (flags, run file, model string, data, a cache with nothing to show, a port that
-       cannot be served), with a message
+  {EXIT_USAGE}    bad input (flags, run file, model string, data, no cache folder, a port that cannot be
+       served), with a message
   {EXIT_INTERRUPTED}  interrupted before serving
 """
 
@@ -628,19 +628,20 @@ def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
     return block
 
 
-def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None
+def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None, empty_ok: bool = False
                  ) -> tuple[pl.DataFrame, dict, int, list[str]]:
     """The models to score (``scoring.MODELS_SCHEMA`` frame), their prices, the default epochs and notes
     for the user: the plan's models (a run file's, or the ``--model`` flags' with their ``--param``) under
     the names ``dxi run`` gives them, else every model in the cache. UsageError for a ``--model`` whose
-    configuration (adapter, model, endpoint, parameters) has no rows in the cache."""
+    configuration (adapter, model, endpoint, parameters) has no rows in the cache, and for a cache with no
+    model at all unless ``empty_ok`` (``dxi view``, which shows the models as a run adds them)."""
     import polars as pl
 
     from dxi import scoring
 
     found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
     if plan is None:
-        if found.is_empty():
+        if found.is_empty() and not empty_ok:
             raise UsageError(f"no models in {args.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
         prices = {label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
                   for label, kind in found.select("label", "provider").iter_rows()}
@@ -765,13 +766,13 @@ def cmd_view(args: argparse.Namespace, console: Console) -> int:
     try:
         plan, cache_dir, _, given, remote = _score_selection(args, mirror=Path(home.name) / "remote")
         with Cache(cache_dir, read_only=True, remote=remote) as cache:
-            frame, prices, epochs, notes = _score_frame(args, cache, plan)
+            frame, prices, epochs, notes = _score_frame(args, cache, plan, empty_ok=True)
             kept = choose(args, plan, given, frame, cache_dir)
         notes += kept.notes
 
         def select(cache: Cache) -> tuple:  # every model in the cache again, and the tasks their runs selected
             nonlocal kept
-            frame, prices, epochs, _ = _score_frame(args, cache, plan)
+            frame, prices, epochs, _ = _score_frame(args, cache, plan, empty_ok=True)
             now = choose(args, plan, given, frame, cache_dir)
             if now.key != kept.key:
                 kept = now
