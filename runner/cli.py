@@ -192,28 +192,44 @@ def _add_data(g: argparse._ArgumentGroup) -> None:
                         "all = every labelled row")
 
 
+# The limits' defaults as --help states them: those of the HTTP providers (``adapters.Limits``), and the
+# local adapters' own (``default_limits`` of ``adapters.embedded`` and ``adapters.llamacpp``, kept in step
+# by tests/test_price_flag.py; not imported here: they load aiohttp). A given flag applies to every provider,
+# over a run file's provider tables.
+_HTTP = adapters.Limits()
+
+
 def _add_limits(g: argparse._ArgumentGroup) -> None:
-    g.add_argument("--max-in-flight", type=int, metavar="N", help="concurrent requests per provider (overrides "
-                                                                  "the adapter's or run file's)")
-    g.add_argument("--rpm", type=float, help="requests per minute per provider (overrides)")
-    g.add_argument("--tpm", type=float, help="tokens per minute per provider, input + output (overrides)")
-    g.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds to wait for one reply (overrides)")
-    g.add_argument("--max-attempts", type=int, metavar="N", help="attempts per request; 1 = no retry (overrides)")
+    g.add_argument("--max-in-flight", type=int, metavar="N",
+                   help=f"concurrent requests per provider (default: {_HTTP.max_in_flight}; embedded: 2 per CPU core; "
+                        "llamacpp: its parallel slots)")
+    g.add_argument("--rpm", type=float, help="requests per minute per provider (default: no limit)")
+    g.add_argument("--tpm", type=float, help="tokens per minute per provider, input + output (default: no limit)")
+    g.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help=f"seconds to wait for one reply (default: {_HTTP.attempt_timeout_s:g}; embedded 60, llamacpp 600)")
+    g.add_argument("--max-attempts", type=int, metavar="N",
+                   help=f"attempts per request; 1 = no retry (default: {_HTTP.max_attempts}; embedded 1, llamacpp 2)")
     g.add_argument("--backoff", type=float, metavar="SECONDS",
-                   help="the first wait before a retry, doubling each time, with jitter (overrides)")
+                   help=f"the first wait before a retry, doubling each time, with jitter, at most "
+                        f"{_HTTP.max_wait_s:g} (default: {_HTTP.backoff_s:g})")
     g.add_argument("--max-stated-wait", type=float, metavar="SECONDS",
                    help="the longest wait a provider may ask for (Retry-After, a reset header, Gemini's RetryInfo) that "
-                        "is honoured exactly (default 600); a longer one stops that provider, saying when to rerun "
-                        f"(exit code {EXIT_PROVIDER_STOPPED})")
+                        f"is honoured exactly (default: {_HTTP.max_stated_wait_s:g}); a longer one stops that provider, "
+                        f"saying when to rerun (exit code {EXIT_PROVIDER_STOPPED})")
     g.add_argument("--max-reply-bytes", type=int, metavar="BYTES",
-                   help="the largest reply read (decoded; default 4194304 = 4 MiB); a larger one is read no further and "
-                        "stored invalid ('reply larger than N bytes') with its first 2000 bytes")
+                   help=f"the largest reply read (decoded; default: {_HTTP.max_reply_bytes} = "
+                        f"{_HTTP.max_reply_bytes >> 20} MiB); a larger one is read no further and stored invalid "
+                        "('reply larger than N bytes') with its first 2000 bytes")
     g.add_argument("--retry-failed", action="store_true",
                    help="also send again requests that failed with a 4xx-class error (kept otherwise)")
     g.add_argument("--retry-invalid", action="store_true", help="also send again requests whose answers were invalid")
     g.add_argument("--max-cost", type=float, metavar="USD",
                    help="stop sending before spent + in-flight cost would pass USD in this invocation (prices from "
-                        f"the run file; local models are free); exit code {EXIT_COST_BOUND}")
+                        f"--price or the run file; local models are free); exit code {EXIT_COST_BOUND}")
+    g.add_argument("--price", action="append", default=[], metavar="MODEL=IN/OUT[/CACHED]",
+                   help="a model's price in USD per million input / output [/ cached input] tokens, repeatable; MODEL "
+                        "as --model gives it (or the model's name), e.g. openai:gpt-5-mini=0.25/2/0.025 (over the run "
+                        "file's)")
 
 
 def _add_cache(g: argparse._ArgumentGroup) -> None:
@@ -281,7 +297,8 @@ def parser() -> argparse.ArgumentParser:
         _add_models(s.add_argument_group("models"), True, not sending)
         _add_data(s.add_argument_group("data"))
         if sending:
-            _add_limits(s.add_argument_group("limits, retries and cost"))
+            _add_limits(s.add_argument_group("limits, retries and cost", "A limit given here applies to every provider, "
+                                                                         "over the run file's provider tables."))
         c = s.add_argument_group("cache")
         _add_cache(c)
         if name == "run":
