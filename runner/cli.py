@@ -19,7 +19,7 @@ from dxi.adapters import local_models
 from dxi.evals import EVALS, PROMPT_VERSION, DatasetError
 from dxi.evals.wildguardtest import SUBSETS
 
-from . import distributed
+from . import completion, distributed
 from .datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
 from .errors import PlanError
 
@@ -154,11 +154,11 @@ def _add_models(g: argparse._ArgumentGroup, run_file: bool, for_scoring: bool) -
         g.add_argument("run_file", nargs="?", type=Path, metavar="RUN_FILE",
                        help="a run file (TOML, see examples/run.toml): models, providers, prices, evaluations, "
                             "locations; the flags below override it")
-    g.add_argument("--model", action="append", default=[], metavar="MODEL",
+    g.add_argument("--model", action="append", default=[], metavar="MODEL",  # completed: runner.completion
                    help="ADAPTER:MODEL[@BASE_URL], repeatable; e.g. embedded, embedded:sparrow-nano-general-v1.1, "
                         "openai:gpt-5-mini, systemone:http://127.0.0.1:8000"
                         + ("; as `dxi run` was given it (default: every model in the cache, or the run file's)"
-                           if for_scoring else ""))
+                           if for_scoring else "")).completer = completion.models
     g.add_argument("--param", action=_KeyValues, nargs="+", default=[], metavar="KEY=VALUE",
                    help="sampling parameters for every language model, in the provider's own names, e.g. "
                         "temperature=0 max_tokens=512 seed=1; VALUE is JSON or text; part of the cache key")
@@ -175,7 +175,8 @@ def _add_data(g: argparse._ArgumentGroup) -> None:
     for name, spec in EVALS.items():
         g.add_argument(f"--{spec.flag}", type=Path, metavar="FILE", dest=f"file_{name}",
                        help=f"the {spec.title} file (instead of the one found under --data-dir)")
-    g.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all four)")
+    g.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all four)"
+                   ).completer = completion.evals
     g.add_argument("--limit", type=int, metavar="N", help="the first N tasks of each evaluation")
     g.add_argument("--sample", type=int, metavar="N",
                    help="a seeded sample of N tasks of each evaluation, stratified by its gold classes (When2Call "
@@ -229,7 +230,7 @@ def _add_limits(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--price", action="append", default=[], metavar="MODEL=IN/OUT[/CACHED]",
                    help="a model's price in USD per million input / output [/ cached input] tokens, repeatable; MODEL "
                         "as --model gives it (or the model's name), e.g. openai:gpt-5-mini=0.25/2/0.025 (over the run "
-                        "file's)")
+                        "file's)").completer = completion.prices
 
 
 def _add_cache(g: argparse._ArgumentGroup) -> None:
@@ -335,7 +336,8 @@ def parser() -> argparse.ArgumentParser:
                    help="where the files go (the layout --data-dir reads)")
     f.add_argument("--mirror", type=Path, metavar="DIR",
                    help="a local folder laid out like the hub (OWNER/NAME/PATH), instead of the network")
-    f.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all)")
+    f.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all)"
+                   ).completer = completion.evals
     f.add_argument("--force", action="store_true", help="download again files that are already there")
     c = _command(dsub, "check", "load every evaluation file in a data folder and report rows, tasks and problems")
     c.add_argument("--data-dir", type=Path, required=True, metavar="DIR")
