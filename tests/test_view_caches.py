@@ -223,3 +223,25 @@ def test_every_route_in_the_browser_and_the_evaluation_page_at_1280_px(caches: d
         assert task.headline.startswith("User: ")
     # each model select shows the longest name whole (its width holds the text, plus its arrow)
     assert len(seen["selects"]) == 2 and all(s["width"] >= s["text"] for s in seen["selects"]), seen["selects"]
+
+
+def test_a_view_of_an_empty_cache_fills_in_with_the_tasks_the_run_selects(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    """Started before the run: no model, every task; rebuilt once a `--sample 2` run has written (as
+    ``view.live`` rebuilds it), the run's model over the run's sample."""
+    data, cache = _data(tmp_path / "data"), tmp_path / "cache"
+    Cache(cache).close()
+    b = _caught_view(monkeypatch, "--data-dir", str(data), "--cache-dir", str(cache), "-q")
+    try:
+        assert b.labels == [] and len(b.tasks) == 4 + 2 + 3 + 3
+        assert main(["run", "--model", MODEL, "--sample", "2", "--data-dir", str(data), "--cache-dir", str(cache),
+                     "--out", str(tmp_path / "out"), "-q"]) == 0
+        new = b.rebuild(child=False)
+        try:
+            assert new.labels == [MODEL] and len(new.tasks) == 8
+            ran = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+            assert [m["evals"] for m in new.summary["models"]] == [m["evals"] for m in ran["models"]]
+        finally:
+            new.workdir.cleanup()  # its layout; the private folder goes with the first snapshot's close
+    finally:
+        b.close()
