@@ -595,7 +595,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                       "is in the cache: rerun with a higher --max-cost (or max_cost in the run file) to continue.")
         return EXIT_COST_BOUND
     for block in stopped:
-        console.print(f"[red]Provider stopped:[/] {escape(describe(block))}")
+        console.print(f"[red]{'Model' if block.get('scope') == 'model' else 'Provider'} stopped:[/] {escape(describe(block))}")
     if stopped:
         return EXIT_PROVIDER_STOPPED
     return upload_failed or (EXIT_FAILED_REQUESTS if failed else 0)

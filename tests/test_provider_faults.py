@@ -92,7 +92,8 @@ async def test_a_quota_429_for_100_tasks_stops_within_max_in_flight_and_says_so(
     (block,) = orjson.loads((out / "summary.json").read_bytes())["stopped_providers"]
     provider = f"openai@{server.url}/v1"
     assert block | {"stopped_at": None} == {
-        "provider": provider, "models": ["openai:gpt-fake"], "cause": "quota exhausted", "http_status": 429,
+        "provider": provider, "scope": "provider", "models": ["openai:gpt-fake"], "cause": "quota exhausted",
+        "http_status": 429,
         "message": "openai:gpt-fake: HTTP 429 quota exhausted (insufficient_quota): You exceeded your current quota, "
                    "please check your plan and billing details.",
         "stopped_at": None, "resets_at": None, "refused": n, "not_sent": 100 - n}
@@ -130,25 +131,33 @@ async def test_a_stopped_providers_rest_is_counted_not_sent_in_batches_beside_th
     assert len(turns_after_stop) >= 1_999 // 50  # the loop went on turning while the rest was counted
 
 
-@pytest.mark.parametrize("behaviour, cause", [("401", KEY), ("403", KEY), ("404", MODEL)])
-async def test_a_dead_key_or_unknown_model_stops_the_provider(data_dir: Path, tmp_path: Path, behaviour: str, cause: str):
+@pytest.mark.parametrize("behaviour, cause, scope", [("401", KEY, "provider"), ("403", KEY, "provider"),
+                                                     ("404", MODEL, "model")])
+async def test_a_dead_key_stops_the_provider_and_an_unknown_model_itself(data_dir: Path, tmp_path: Path, behaviour: str,
+                                                                        cause: str, scope: str):
     async with FakeProvider(default=behaviour) as server:
         stats, rows, limiter = await run_on("openai", server, data_dir, tmp_path, ONE, limit=3)
     assert (server.stats()["arrivals"], stats.refused, stats.not_sent, rows.height) == (1, 1, 2, 0)
-    assert limiter.halted.cause == cause
+    if scope == "provider":
+        assert limiter.halted.cause == cause and limiter.stopped_models == {}
+    else:  # the model alone: the provider is not halted
+        (label, (stop, _)), = limiter.stopped_models.items()
+        assert (limiter.halted, label, stop.cause, stop.scope) == (None, "openai:gpt-fake", cause, "model")
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
-async def test_a_refused_form_of_request_stops_the_provider_unless_others_were_answered(data_dir: Path, tmp_path: Path,
-                                                                                      kind: str):
+async def test_a_refused_form_of_request_stops_the_model_unless_others_were_answered(data_dir: Path, tmp_path: Path,
+                                                                                   kind: str):
     async with FakeProvider(default="unsupported") as server:
         stats, rows, limiter = await run_on(kind, server, data_dir, tmp_path, ONE, limit=3)
     assert (server.stats()["arrivals"], stats.refused, stats.not_sent, rows.height) == (1, 1, 2, 0)
-    assert limiter.halted.cause == REQUEST
+    ((stop, _),) = limiter.stopped_models.values()
+    assert (limiter.halted, stop.cause, stop.scope) == (None, REQUEST, "model")
     # after a reply, the same refusal is that request's own: kept as a deterministic failure, the others go on
     async with FakeProvider(script=["ok", "unsupported"]) as server:
         stats, rows, limiter = await run_on(kind, server, data_dir, tmp_path / "again", ONE, limit=3)
-    assert limiter.halted is None and (stats.ok, stats.failed_fatal, stats.refused) == (2, 1, 0)
+    assert limiter.halted is None and limiter.stopped_models == {}
+    assert (stats.ok, stats.failed_fatal, stats.refused) == (2, 1, 0)
 
 
 def test_what_stops_a_provider_is_read_from_the_documented_bodies():
