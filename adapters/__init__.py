@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib
 import re
 
-from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
+from .base import EFFORTS, Adapter, Answer, Limits, ModelSpec, Reply, Request
 from .errors import AdapterError, Fatal, MalformedReply, ProviderStop, RateLimited, ReplyTooLarge, Retryable, Transient
 
-__all__ = ["Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelSpec", "RateLimited",
+__all__ = ["EFFORTS", "Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelSpec", "RateLimited",
            "ProviderStop", "Reply", "ReplyTooLarge", "Request", "Retryable", "Transient", "adapter_class", "get", "parse_model", "KINDS"]
 
 # adapter name -> "module:Class", imported on first use

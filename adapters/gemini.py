@@ -67,16 +67,18 @@ def decode_generate(task: Task, body: bytes) -> Reply:
         raise MalformedReply("reply has no 'candidates'", body[:2000].decode("utf-8", "replace"))
     candidate = candidates[0] if isinstance(candidates[0], dict) else {}
     finish = candidate.get("finishReason")
-    problem = None
-    if finish == "MAX_TOKENS":
-        problem = llm.TRUNCATED.format("finishReason MAX_TOKENS")
-    elif finish not in (None, "STOP", "FINISH_REASON_UNSPECIFIED"):
-        problem = f"no usable answer (finishReason {finish})"
     content = candidate.get("content") if isinstance(candidate.get("content"), dict) else {}
     parts = [p for p in content.get("parts") or [] if isinstance(p, dict) and isinstance(p.get("text"), str)]
     text = "".join(p["text"] for p in parts if not p.get("thought"))
     reasoning = any(p.get("thought") and p["text"].strip() for p in parts)
-    return llm.decode_text(task, text, problem=problem, reasoning=reasoning, **meta)
+    problem = cut_off = None
+    if finish == "MAX_TOKENS":  # cut off while thinking: no answer text, the limit spent on thoughts
+        thoughts = usage.get("thoughtsTokenCount") if isinstance(usage := doc.get("usageMetadata"), dict) else None
+        thinking = not text.strip() and (reasoning or bool(as_count(thoughts)))
+        problem, cut_off = llm.truncated("finishReason MAX_TOKENS", "maxOutputTokens", thinking)
+    elif finish not in (None, "STOP", "FINISH_REASON_UNSPECIFIED"):
+        problem = f"no usable answer (finishReason {finish})"
+    return llm.decode_text(task, text, problem=problem, reasoning=reasoning, cut_off=cut_off, **meta)
 
 
 class Gemini(HTTPAdapter):
