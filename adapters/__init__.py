@@ -23,6 +23,7 @@ KINDS: dict[str, str] = {
     "anthropic": "dxi.adapters.anthropic:Anthropic",
     "gemini": "dxi.adapters.gemini:Gemini",
     "openai-decisions": "dxi.adapters.openai_decisions:OpenAIDecisions",
+    "gemini-decisions": "dxi.adapters.gemini_decisions:GeminiDecisions",
     "logprobs": "dxi.adapters.logprobs:Logprobs",
     "llamacpp": "dxi.adapters.llamacpp:LlamaCpp",
     "llamacpp-logprobs": "dxi.adapters.llamacpp:LlamaCppLogprobs",

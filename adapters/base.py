@@ -197,6 +197,8 @@ class Adapter(abc.ABC):
     free: bool = False
     HIDDEN_INPUT_TOKENS: int = 0
     CACHE_PRICES: Mapping[str, float] = {}
+    P_YES_RANGE: tuple[float, float] | None = None
+    """The range the provider clamps a yes/no answer's P(yes) to, when it clamps (Gemini Decisions: 0.01-0.99)."""
     EFFORT_FIELD: str = ""
     """The provider's own field an effort level is written to (``apply_effort``); "" when the adapter has none."""
     EFFORT_LEVELS: tuple[str, ...] = ()

@@ -81,14 +81,16 @@ class ProviderStop(AdapterError):
     provider says access resumes (measured against the reply's ``Date`` header), when it says so. ``scope``
     is ``SCOPE_MODEL`` for what names one model (an unknown model, a form of request that model refuses: its
     parameters, its schema, its effort level), which stops that model alone, and ``SCOPE_PROVIDER`` otherwise
-    (quota, key, a stated wait: the account's), which stops every model on the provider (``runner.stops``)."""
+    (quota, key, a stated wait: the account's), which stops every model on the provider (``runner.stops``).
+    ``field`` is the request field the provider names as refused (OpenAI's ``error.param``), when it names one."""
 
     def __init__(self, message: str, cause: str, status: int | None = None, resets_in_s: float | None = None,
-                 scope: str | None = None):
+                 scope: str | None = None, field: str | None = None):
         super().__init__(message, status)
         self.cause = cause
         self.resets_in_s = resets_in_s
         self.scope = scope or (SCOPE_MODEL if cause in MODEL_CAUSES else SCOPE_PROVIDER)
+        self.field = field
 
 
 class ReplyTooLarge(AdapterError):

@@ -24,7 +24,9 @@ Model strings: ``openai:gpt-6.1-terra`` (https://api.openai.com/v1), ``openai:qw
 """
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from dxi.evals import Task
 
@@ -106,6 +108,26 @@ def decode_chat(task: Task, body: bytes, cap: str = "max_completion_tokens") -> 
                            reasoning=reasoning, input_tokens=usage_of(doc)[0], output_tokens=usage_of(doc)[1],
                            served_model=served, cached_input_tokens=cached_of(doc),
                            cache_write_tokens=cache_writes_of(doc), cut_off=cut_off)
+
+
+_AZURE_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+# OpenAI's reasoning models: the o-series and GPT-5 and later (not their -chat variants)
+_REASONS = re.compile(r"^(?:o\d+(?:-|$)|gpt-(?:[5-9]|\d{2,})(?:[.-]|$))(?!.*-chat)")
+
+
+def is_openai_host(url: str) -> bool:
+    """Whether ``url`` is served by OpenAI (``api.openai.com`` and its regional hosts ``eu.api.openai.com``,
+    ``us.api.openai.com``) or Azure OpenAI (``*.openai.azure.com``, ``*.cognitiveservices.azure.com``,
+    ``*.services.ai.azure.com``): the servers where ``max_tokens`` is deprecated for ``max_completion_tokens``
+    and refused by reasoning models."""
+    host = (urlsplit(url).hostname or "").lower()
+    return host == "api.openai.com" or host.endswith(".api.openai.com") or host.endswith(_AZURE_SUFFIXES)
+
+
+def reasons_by_default(model: str) -> bool:
+    """Whether the OpenAI ``model`` reasons unless told otherwise (the o-series, GPT-5 and later: ``gpt-5-mini``,
+    ``gpt-6-luna``, ``gpt-6.1-terra``); not ``gpt-4.1-mini`` or ``gpt-4o``, nor the ``-chat`` variants."""
+    return _REASONS.match(model.lower()) is not None
 
 
 class ReasoningEffort:

@@ -190,8 +190,10 @@ def provider_stop(status: int, payload: bytes, what: str, snippet: str, now: flo
 
     said = message.strip()[:300] or snippet
 
+    field = str(error.get("param") or next(iter(_field_violations(error)), "")) or None
+
     def stop(cause: str, resets_in: float | None = None, hint: str = "") -> ProviderStop:
-        return ProviderStop(f"{what}: HTTP {status} {cause}{hint}: {said}", cause, status, resets_in)
+        return ProviderStop(f"{what}: HTTP {status} {cause}{hint}: {said}", cause, status, resets_in, field=field)
 
     if etype == "insufficient_quota" or code in OPENAI_QUOTA_CODES:
         return stop(QUOTA, hint=f" ({code or etype})")

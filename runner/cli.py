@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dxi import adapters
-from dxi.adapters import local_models
+from dxi.adapters import EFFORTS, local_models
 from dxi.evals import EVALS, PROMPT_VERSION, DatasetError
 from dxi.evals.wildguardtest import SUBSETS
 
@@ -156,15 +156,22 @@ def _add_models(g: argparse._ArgumentGroup, run_file: bool, for_scoring: bool) -
                             "locations; the flags below override it")
     g.add_argument("--model", action="append", default=[], metavar="MODEL",
                    help="ADAPTER:MODEL[@BASE_URL], repeatable; e.g. embedded, embedded:sparrow-nano-general-v1.1, "
-                        "openai:gpt-5-mini, systemone:http://127.0.0.1:8000"
+                        "openai:gpt-6-luna, gemini-decisions:gemini-decision-1, systemone:http://127.0.0.1:8000"
                         + ("; as `dxi run` was given it (default: every model in the cache, or the run file's)"
                            if for_scoring else ""))
+    g.add_argument("--effort", choices=EFFORTS, metavar="LEVEL",
+                   help=f"reasoning effort of every language model ({'|'.join(EFFORTS)}), written to the provider's "
+                        "own field (OpenAI reasoning_effort, Anthropic output_config.effort, Gemini "
+                        "thinkingConfig.thinkingLevel); part of the cache key" + (", as `dxi run` was given it"
+                                                                                  if for_scoring else ""))
     g.add_argument("--param", action=_KeyValues, nargs="+", default=[], metavar="KEY=VALUE",
                    help="sampling parameters for every language model, in the provider's own names, e.g. "
-                        "temperature=0 max_tokens=512 seed=1; VALUE is JSON or text; part of the cache key")
+                        "max_completion_tokens=16000 (Anthropic: max_tokens; Gemini: maxOutputTokens); VALUE is JSON "
+                        "or text; part of the cache key")
     g.add_argument("--option", action=_KeyValues, nargs="+", default=[], metavar="KEY=VALUE",
                    help="adapter settings outside the cache key, for the models that know them: api_key_env=NAME "
-                        "(read the API key from the variable NAME); llamacpp: ctx_size, parallel, threads")
+                        "(read the API key from the variable NAME), api_key_command=CMD (a command printing an expiring "
+                        "token, run again before it expires); llamacpp: ctx_size, parallel, threads")
     g.add_argument("--epochs", type=int, metavar="N", help="requests per task, each its own cache key (default: 1, or the "
                                               "run file's; given: every model's)")
 
@@ -630,7 +637,9 @@ def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None
         prices = {label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
                   for label, kind in found.select("label", "provider").iter_rows()}
         epochs = args.epochs or 1
-        return found, prices, epochs, _more_epochs(found, epochs)
+        from .plan import with_effort
+
+        return with_effort(found), prices, epochs, _more_epochs(found, epochs)
     same = []
     for m in plan.models:
         a = m.adapter
