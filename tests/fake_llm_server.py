@@ -15,12 +15,14 @@ error body. Each POST takes the next behaviour from ``script`` (then ``default``
 * ``"echo401"``: 401 whose message quotes the key the request carried, as providers do.
 
 ``requests`` records ``(path, parsed body)`` of every POST, ``times`` their arrival (``time.monotonic()``),
-``headers`` their headers.
+``headers`` their headers. ``auth`` (optional) decides from a request's headers whether its key or token is
+accepted; a refused one is answered 401 quoting the credential sent, as providers do (before any behaviour).
 """
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 
 import orjson
@@ -31,9 +33,11 @@ from .wire_formats import (Refused, anthropic_messages, error_body, gemini_decis
 
 
 class FakeLLM:
-    def __init__(self, script: list[str] | None = None, default: str = "ok"):
+    def __init__(self, script: list[str] | None = None, default: str = "ok",
+                 auth: Callable[[dict[str, str]], bool] | None = None):
         self.script = deque(script or [])
         self.default = default
+        self.auth = auth
         self.requests: list[tuple[str, dict]] = []
         self.times: list[float] = []
         self.headers: list[dict[str, str]] = []
@@ -45,6 +49,9 @@ class FakeLLM:
         self.requests.append((request.path, payload))
         self.times.append(time.monotonic())
         self.headers.append(dict(request.headers))
+        if self.auth is not None and not self.auth(dict(request.headers)):
+            sent = request.headers.get("Authorization", "").removeprefix("Bearer ")
+            return web.json_response(error_body(fmt, 401, message=f"Incorrect API key provided: {sent}"), status=401)
         behaviour = self.script.popleft() if self.script else self.default
         kind, _, arg = behaviour.partition(":")
         if kind.isdigit():
