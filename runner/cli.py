@@ -133,7 +133,7 @@ def _did_you_mean(word: str, choices: list[str] | dict) -> str:
 class _KeyValues(argparse.Action):
     """``--param KEY=VALUE [KEY=VALUE ...]``: the values up to the next flag. A value that is not KEY=VALUE
     but names a run file (``*.toml``, or an existing file) is the run file, not swallowed:
-    ``dxi score --param temperature=0 runs/tonight.toml`` reads the run file; anything else is an error."""
+    ``dxi score --param max_tokens=2000 runs/tonight.toml`` reads the run file; anything else is an error."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         items = list(getattr(namespace, self.dest) or [])
@@ -257,6 +257,8 @@ examples:
   dxi run --model embedded                              the whole index on the embedded decision model
   dxi run --model embedded --sample 20 --seed 1         20 tasks of each evaluation, stratified
   dxi run examples/run.toml --max-cost 5                every model of a run file, under a cost bound
+  dxi run --model anthropic:claude-sonnet-5-5 --effort low --sample 20
+                                                        a current hosted model at low effort (needs its key)
 """
 
 
