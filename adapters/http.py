@@ -425,9 +425,11 @@ class HTTPAdapter(Adapter):
         if self.key_command is not None or (os.environ.get(self.key_env) if self.key_env else None) \
                 or is_loopback(self.base_url):
             return None
-        names = " or ".join(self.key_envs)
+        main = self.api_key_env if self.api_key_env in self.key_envs else self.key_envs[0]
+        others = [e for e in self.key_envs if e != main]
+        names = main + (f" (or {' or '.join(others)})" if others else "")
         return (f"{self.label}: the environment variable {names} is not set; export the API key "
-                f"for {self.base_url} as {self.key_envs[0]} (or name another variable with --option api_key_env=NAME, "
+                f"for {self.base_url} as {main} (or name another variable with --option api_key_env=NAME, "
                 "or give a command that prints a token: api_key_command)")
 
     async def start(self) -> None:

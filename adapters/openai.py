@@ -112,7 +112,7 @@ def decode_chat(task: Task, body: bytes, cap: str = "max_completion_tokens") -> 
 
 _AZURE_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
 # OpenAI's reasoning models: the o-series and GPT-5 and later (not their -chat variants)
-_REASONS = re.compile(r"^(?:o\d+(?:-|$)|gpt-(?:[5-9]|\d{2,})(?:[.-]|$))(?!.*-chat)")
+_REASONS = re.compile(r"^(?:o\d+(?:-|$)|gpt-(?:[5-9]|\d{2,})(?:[.-]|$))")
 
 
 def is_openai_host(url: str) -> bool:
@@ -127,7 +127,8 @@ def is_openai_host(url: str) -> bool:
 def reasons_by_default(model: str) -> bool:
     """Whether the OpenAI ``model`` reasons unless told otherwise (the o-series, GPT-5 and later: ``gpt-5-mini``,
     ``gpt-6-luna``, ``gpt-6.1-terra``); not ``gpt-4.1-mini`` or ``gpt-4o``, nor the ``-chat`` variants."""
-    return _REASONS.match(model.lower()) is not None
+    name = model.lower()
+    return _REASONS.match(name) is not None and "-chat" not in name
 
 
 class ReasoningEffort:

@@ -87,8 +87,9 @@ class Plan:
                 raise PlanError(f"{m.label}: a cost bound needs a price for every model; give it in the run file "
                                 "(price = {input = USD, output = USD} per million tokens)")
             if first is not None and m.price[1] and m.adapter.output_tokens_bound(first) is None:
-                raise PlanError(f"{m.label}: under a cost bound, cap the output tokens (e.g. params = "
-                                "{max_tokens = 512}; Gemini: maxOutputTokens), or price output at 0 if it is not billed")
+                raise PlanError(f"{m.label}: under a cost bound, cap the output tokens, leaving room for reasoning "
+                                "(e.g. params = {max_completion_tokens = 16000}; Gemini: maxOutputTokens), or price "
+                                "output at 0 if it is not billed")
 
 
 def key_values(items: list[str] | list[list[str]], flag: str) -> dict:

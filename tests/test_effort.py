@@ -279,6 +279,7 @@ def test_logprobs_requests_on_openai_hosts_azure_and_other_servers(data_dir: Pat
         body = first(f"logprobs:gpt-6.1-terra@{base}")
         assert (body["reasoning_effort"], body["max_completion_tokens"], "max_tokens" in body) == ("none", 1, False)
     assert "reasoning_effort" not in first("logprobs:gpt-4.1-mini")  # it does not reason (nor take the field)
+    assert "reasoning_effort" not in first("logprobs:gpt-5.1-chat-latest")  # nor the chat variants
     assert first(ModelSpec("logprobs", "gpt-6-luna", effort="low"))["reasoning_effort"] == "low"  # the user's
     local = first("logprobs:qwen@http://127.0.0.1:8080/v1")
     assert (local["max_tokens"], "max_completion_tokens" in local, "reasoning_effort" in local) == (1, False, False)

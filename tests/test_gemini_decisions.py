@@ -116,8 +116,8 @@ def test_the_key_is_read_as_the_sdk_reads_it(monkeypatch: pytest.MonkeyPatch):
     for name in ("GOOGLE_API_KEY", "GEMINI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     assert a.missing_setup() == (
-        "gemini-decisions:gemini-decision-1: the environment variable GOOGLE_API_KEY or GEMINI_API_KEY is not set; "
-        "export the API key for https://generativelanguage.googleapis.com as GOOGLE_API_KEY (or name another "
+        "gemini-decisions:gemini-decision-1: the environment variable GEMINI_API_KEY (or GOOGLE_API_KEY) is not set; "
+        "export the API key for https://generativelanguage.googleapis.com as GEMINI_API_KEY (or name another "
         "variable with --option api_key_env=NAME, or give a command that prints a token: api_key_command)")
     monkeypatch.setenv("GEMINI_API_KEY", "g-key")
     assert (a.missing_setup(), a.key_env) == (None, "GEMINI_API_KEY")
