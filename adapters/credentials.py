@@ -28,7 +28,7 @@ import contextlib
 import math
 import os
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson

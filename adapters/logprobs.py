@@ -36,8 +36,7 @@ from . import llm
 from .base import Answer, Limits, ModelSpec, Reply, Request
 from .errors import MalformedReply, ProviderStop, Retryable
 from .http import HTTPAdapter, load_json
-from .openai import (ReasoningEffort, cache_writes_of, cached_of, choice_of, is_openai_host, raise_body_error,
-                     reasons_by_default, usage_of)
+from .openai import ReasoningEffort, cache_writes_of, cached_of, choice_of, is_openai_host, raise_body_error, reasons_by_default, usage_of
 
 NO_LOGPROBS = ("this model cannot give logprobs with these settings. OpenAI gives logprobs on GPT-5.1 and later at "
                "reasoning_effort none (gpt-6-luna, gpt-6.1-terra, gpt-6.1-sol: --effort none, the default here) and "

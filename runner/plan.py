@@ -5,8 +5,9 @@ started), their epochs, limits and prices, the suite, the locations and the cost
 ``--model`` flags. With a run file, these flags override it (paths given on the command line are relative
 to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
-``--effort`` (every model with an effort setting), ``--max-cost``, and the limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``,
-``--max-attempts``, ``--backoff``, ``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--sample`` /
+``--effort`` (every model with an effort setting), ``--max-cost``, and the limits flags (``--rpm``, ``--tpm``,
+``--max-in-flight``, ``--timeout``, ``--max-attempts``, ``--backoff``, ``--max-stated-wait``,
+``--max-reply-bytes``: every provider); ``--sample`` /
 ``--seed`` (instead of the file's ``limit`` or ``sample``); ``--exclude`` adds to the file's lists; ``--model``,
 ``--param`` and ``--option`` are errors (models, their parameters and options belong in the file).
 

@@ -28,8 +28,7 @@ from functools import partial
 import orjson
 from aiohttp import web
 
-from .wire_formats import (Refused, anthropic_messages, error_body, gemini_decisions, gemini_generate, openai_chat,
-                           openai_decisions)
+from .wire_formats import Refused, anthropic_messages, error_body, gemini_decisions, gemini_generate, openai_chat, openai_decisions
 
 
 class FakeLLM:

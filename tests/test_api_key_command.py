@@ -7,7 +7,6 @@ import asyncio
 import calendar
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import orjson
@@ -43,8 +42,8 @@ def test_the_commands_output_is_read_as_documented():
     assert parse_output("  ya29.token\n", now) == ("ya29.token", None)
     assert parse_output('{"accessToken": "t", "expires_on": 1800003600}', now) == ("t", 1800003600.0)
     assert parse_output('{"access_token": "t", "expires_in": 3599}', now) == ("t", now + 3599)
-    local = datetime(2027, 1, 15, 9, 30)  # az prints expiresOn in local time, without a zone
-    assert parse_output('{"accessToken": "t", "expiresOn": "2027-01-15 09:30:00.000000"}', now) == ("t", local.timestamp())
+    local = time.mktime((2027, 1, 15, 9, 30, 0, 0, 0, -1))  # az prints expiresOn in local time, without a zone
+    assert parse_output('{"accessToken": "t", "expiresOn": "2027-01-15 09:30:00.000000"}', now) == ("t", local)
     assert parse_output('{"token": "t", "expiry": "2027-01-15T09:30:00Z"}', now)[1] == calendar.timegm((2027, 1, 15, 9, 30, 0))
     for bad, why in (("", "it printed nothing"), ("a\nb", "more than one line"), ('{"x": 1}', "has no token"),
                      (f'{{"token": {SECRET!r}', "not JSON")):

@@ -21,7 +21,7 @@ from .conftest import REAL_DATA, requires_real_data
 from .fake_llm_server import FakeLLM
 from .fake_provider import FakeProvider
 from .sdk_types import conforms, reply_problems
-from .test_systemone import FAST, run_model
+from .test_systemone import run_model
 
 MODES = ("ok", "blocked", "bad_sum", "missing", "sure")
 
