@@ -17,7 +17,7 @@ from rich.table import Table
 from dxi import adapters, scoring
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite
-from dxi.scoring.replies import add_replies, model_notes, replies
+from dxi.scoring.replies import add_replies, model_notes, usage_and_replies
 from dxi.scoring.ties import add_ties, tie_counts
 
 
@@ -74,7 +74,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     model_epochs = (dict(zip(labels, models["epochs"].fill_null(epochs).to_list(), strict=True))
                     if "epochs" in models.columns else None)
     # usage first: its read of the cache rows (scalar columns only) then comes before the answers are held
-    used, served = cache.read(lambda rows: (scoring.usage(rows, models, gold, epochs), replies(rows, models, gold, epochs)))
+    used, served = cache.read(lambda rows: usage_and_replies(rows, models, gold, epochs))
     if each is None:
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
         scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)

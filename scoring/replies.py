@@ -12,8 +12,9 @@ which were cut off at the token limit (summary.json's per-model ``served_models`
   ``while_thinking`` (before any answer text: the limit was spent on reasoning) and the ``answers`` they held
   (the cache's ``cut_off`` column; rows written before it count as not cut off).
 
-Counted over exactly the cache rows the answers are scored from (``scoring.score`` ``_current``), one row per
-task and epoch.
+Counted over exactly the cache rows the answers are scored from (``scoring.score`` ``_current``): a row whose
+content several tasks share counts once per task, as its answers are scored. ``usage_and_replies`` reads the
+cache rows once for both this table and ``scoring.usage``'s (a second read was ~1 s of a million answers).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import re
 import numpy as np
 import polars as pl
 
-from .score import Rows, _current, _model_epochs, _task_frame
+from .score import USAGE_READ, Rows, _current, _model_epochs, _task_frame, usage_table
 
 REPLIES_SCHEMA = {"label": pl.String, "served_model": pl.String, "cut_off": pl.String, "replies": pl.Int64,
                   "answers": pl.Int64}
@@ -31,22 +32,33 @@ CUT_OFF_HINT = "raise the output budget (max_tokens, max_completion_tokens, maxO
 _SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{3,4}|v\d+(?::\d+)?|latest)$")
 
 
-def replies(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1) -> pl.DataFrame:
-    """Per (label, served_model, cut_off): the scored requests with a reply (``replies``: ok or invalid) and the
-    ``answers`` they hold (``REPLIES_SCHEMA``; ``models`` and ``gold`` as for ``scoring.score.answers``)."""
+def usage_and_replies(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1
+                      ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``(scoring.usage(rows, models, gold, epochs), the replies table)`` from one read of the current cache rows.
+    The replies table: per (label, served_model, cut_off), the scored requests with a reply (``replies``: ok or
+    invalid, one per task and epoch) and the ``answers`` they hold (``REPLIES_SCHEMA``)."""
     models = models.sort("label").with_row_index("m")
     task_frame = _task_frame(gold.sort("eval", "task_id", "question_id"))
     found, m, t, _, _ = _current(rows, models, task_frame, _model_epochs(models, epochs),
-                                 ("status", "served_model", "cut_off"))
+                                 (*USAGE_READ, "served_model", "cut_off"), each_task=False)
+    return usage_table(found.select(USAGE_READ), m, models), _replies_table(found, m, t, models, task_frame)
+
+
+def _replies_table(found: pl.DataFrame, m: np.ndarray, t: np.ndarray, models: pl.DataFrame,
+                   task_frame: pl.DataFrame) -> pl.DataFrame:
+    """The replies table from the current rows (each once, ``t`` the first task of its content)."""
     if found.is_empty():
         return pl.DataFrame(schema=REPLIES_SCHEMA)
     nq = task_frame["nq"].to_numpy().astype(np.int64)
+    # the tasks that share each task's content (their requests are one row, scored once per task)
+    same = task_frame.select(pl.len().over("task_digest")).to_series().to_numpy().astype(np.int64)
     table = (found.select(pl.col("status").cast(pl.String), pl.col("served_model").cast(pl.String),
                           pl.col("cut_off").cast(pl.String))
-             .with_columns(pl.Series("m", m, dtype=pl.UInt32), pl.Series("nq", nq[t], dtype=pl.Int64))
+             .with_columns(pl.Series("m", m, dtype=pl.UInt32), pl.Series("tasks", same[t], dtype=pl.Int64),
+                           pl.Series("nq", nq[t] * same[t], dtype=pl.Int64))
              .filter(pl.col("status").is_in(["ok", "invalid"]))
              .group_by("m", "served_model", "cut_off")
-             .agg(pl.len().cast(pl.Int64).alias("replies"), pl.col("nq").sum().alias("answers"))
+             .agg(pl.col("tasks").sum().alias("replies"), pl.col("nq").sum().alias("answers"))
              .sort("m", "served_model", "cut_off", nulls_last=True))
     return table.select(pl.Series("label", models["label"].gather(table["m"]), dtype=pl.String),
                         *(c for c in REPLIES_SCHEMA if c != "label")).cast(REPLIES_SCHEMA)
@@ -62,7 +74,7 @@ def same_model(asked: str, served: str) -> bool:
 def add_replies(summary: dict, table: pl.DataFrame, asked: dict[str, str]) -> dict:
     """``summary`` with each model entry's ``served_models`` ({served name: answers}, most first), ``served_differs``
     (when any served name is not the model ``asked[label]``: {``requested``, ``served``: those names}) and
-    ``cut_off`` ({``replies``, ``while_thinking``, ``answers``}) from a ``replies`` table."""
+    ``cut_off`` ({``replies``, ``while_thinking``, ``answers``}) from a replies table (``usage_and_replies``)."""
     for entry in summary["models"]:
         label = entry["model"]
         mine = table.filter(pl.col("label") == label)

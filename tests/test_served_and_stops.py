@@ -10,11 +10,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+from dxi import scoring
 from dxi.adapters.errors import REQUEST, SCOPE_MODEL
 from dxi.adapters.provider_errors import provider_stop, refuses_form
-from dxi.evals import Suite, discover
+from dxi.cache import Cache
+from dxi.evals import PROMPT_VERSION, Suite, discover
 from dxi.runner.cli import EXIT_PROVIDER_STOPPED, main
-from dxi.scoring.replies import same_model
+from dxi.scoring.replies import same_model, usage_and_replies
 
 from . import wire_formats
 from .fake_llm_server import FakeLLM
@@ -52,6 +54,15 @@ async def test_a_rerouted_retired_model_is_said_once_per_model_and_recorded(data
     note = (f"gemini:gemini-2.5-flash: answered by gemini-3.5-flash-lite ({answers} answers), not gemini-2.5-flash as "
             "asked: the provider served another model, and its answers are scored under this name")
     assert printed.count(note) == 1 and printed.count("answered by") == 1
+    # one read of the cache gives the usage table scoring.usage gives, and the replies table
+    suite = Suite(discover(data_dir))
+    gold, _ = suite.gold_frames()
+    with Cache(cache) as opened:
+        models = opened.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
+        used, table = opened.read(lambda rows: usage_and_replies(rows, models, gold))
+        assert used.equals(opened.read(lambda rows: scoring.usage(rows, models, gold)))
+    assert table.select("served_model", "replies", "answers").sort("served_model").rows() == [
+        ("gemini-3.5-flash", n_tasks(data_dir), answers), ("gemini-3.5-flash-lite", n_tasks(data_dir), answers)]
     # dxi score says it again from the cache alone; the report shows it
     assert main(["report", *argv[:-2], "--out", str(tmp_path / "r"), "-q"]) == 0
     html = (tmp_path / "r" / "report.html").read_text()
