@@ -48,8 +48,8 @@ exit codes:
   {EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)
   {EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun
   {distributed.EXIT_UPLOAD}    done, but shards could not be uploaded to --cache-remote (all in the local cache; the next run uploads them)
-  {EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, unknown model, refused request form, a
-       stated wait over --max-stated-wait); the others went on; the next run sends what was not sent
+  {EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, a stated wait over --max-stated-wait),
+       or a model alone (unknown model, refused request form); the others went on; the next run sends what was not sent
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun the same command)
 """
 
