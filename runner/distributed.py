@@ -160,21 +160,23 @@ def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
         from . import coordinator
 
         try:
-            c = coordinator.Coordinator(uri, coordinator.run_id(sys.argv[1:]), n)
+            c = coordinator.Coordinator(uri, coordinator.run_id(sys.argv[1:]), n, d.shard.index if d.shard else 0)
         except coordinator.CoordinatorError as exc:
             raise PlanError(str(exc)) from None
+        d.coordinator = c  # reachable or not: one that is not falls back to 1/N, and rejoins once it is
         if c.connect():
-            d.coordinator = c
             _note(f"coordinator {c.name}: limits and cost bound shared by every process of run {c.run}")
-        # else: warned; this process runs as a shard without a coordinator (1/N of everything)
     if d.shard is not None:
         _note(f"shard {d.shard} (from {d.shard.source})")
-        if d.coordinator is None and sending:  # (an estimate sends nothing: nothing to divide)
-            plan.max_cost, d.notes = keep_share(plan.models, plan.max_cost, n)
-            if d.notes:
-                _note(f"without a coordinator, this process keeps to 1/{n} of each provider's limits and of the cost bound:")
-                for line in d.notes:
-                    _note(f"  {line}")
+    if sending and n > 1 and (d.coordinator is None or d.coordinator.down):  # (an estimate sends nothing)
+        divided, d.notes = keep_share(plan.models, plan.max_cost, n, apply=d.coordinator is None)
+        if d.coordinator is None:
+            plan.max_cost = divided
+        if d.notes:
+            _note(f"{'without a coordinator' if d.coordinator is None else 'until it reaches the coordinator'}, this "
+                  f"process keeps to 1/{n} of each provider's limits and of the cost bound:")
+            for line in d.notes:
+                _note(f"  {line}")
     d.remote = remote_for(getattr(args, "cache_remote", None) or plan.cache_remote, plan.cache_dir, shard=d.shard,
                           writable=sending)
     if d.remote is not None and sending:

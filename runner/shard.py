@@ -131,18 +131,21 @@ def describe(limits: Limits) -> str:
     return ", ".join(parts)
 
 
-def keep_share(models: list, max_cost: float | None, n: int) -> tuple[float | None, list[str]]:
-    """Divide each model's limits (``ModelRun.adapter.limits``) by ``n`` in place; returns the cost bound
+def keep_share(models: list, max_cost: float | None, n: int, apply: bool = True) -> tuple[float | None, list[str]]:
+    """Divide each model's limits (``ModelRun.adapter.limits``) by ``n`` in place (with ``apply``; else only
+    say what the share is: a coordinator that cannot be reached divides them itself); returns the cost bound
     divided by ``n`` and one line per provider saying what this process keeps to (for the start-up note)."""
     if n <= 1:
         return max_cost, []
     said, notes = set(), []
     for m in models:
         whole = m.adapter.limits
-        m.adapter.limits = divide(whole, n)
+        share = divide(whole, n)
+        if apply:
+            m.adapter.limits = share
         if m.limits_key not in said:
             said.add(m.limits_key)
-            notes.append(f"{m.limits_key}: {describe(m.adapter.limits)} (1/{n} of {describe(whole)})")
+            notes.append(f"{m.limits_key}: {describe(share)} (1/{n} of {describe(whole)})")
     if max_cost is not None:
         notes.append(f"cost bound: ${max_cost / n:g} (1/{n} of ${max_cost:g})")
         max_cost = max_cost / n
