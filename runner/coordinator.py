@@ -28,7 +28,8 @@ So the aggregate never exceeds a limit whatever mix of shards reaches Redis.
 
 **Falling back and rejoining.** A process that cannot reach Redis (at start, or when a call fails) falls
 back, with a warning, to 1/N of each limit and of the cost bound (N from ``--shard``), never the full limit;
-it first waits ``MEMBER_TTL`` seconds, until its share has surely lapsed in Redis. It tries Redis again every
+it first waits ``MEMBER_TTL`` seconds, until its share has surely lapsed in Redis (and the others' turns booked
+before then have passed: the in-flight limit's worth of request intervals). It tries Redis again every
 ``REJOIN_S`` seconds; once Redis answers it stops taking local turns, lets the attempts sent on its own
 finish, rejoins (its share back in Redis) and goes on through Redis.
 
@@ -127,22 +128,36 @@ end
 
 local function keys(p) return pre .. 'provider:' .. p, pre .. 'slots:' .. p, pre .. 'waitq:' .. p end
 
--- hand free slots to the queue's head, first come first served (its booking made here, its process told)
+local function owner(member) return string.match(member, '^(.*)/[^/]*$') end
+local function alive(proc) return proc and redis.call('ZSCORE', pre .. 'procs', proc) end
+
+-- the slots held: leases not ended, of processes alive (a process cut off lets its slots go with its share)
+local function held(slots)
+  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  local count = 0
+  for _, m in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
+    if alive(owner(m)) then count = count + 1 else redis.call('ZREM', slots, m) end
+  end
+  return count
+end
+
+-- hand free slots to the queue's head, first come first served (its booking made here, its process told;
+-- a slot handed to another process is leased for two heartbeats, until its holder's heartbeat renews it)
 local function grant(p, size, lease, rc, tc, recovery, me)
   local h, slots, q = keys(p)
-  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  local count = held(slots)
   local cap = math.max(1, math.floor(size * f + 1e-9))
   local mine = nil
-  while redis.call('ZCARD', slots) < cap do
+  while count < cap do
     local head = redis.call('ZRANGE', q, 0, 0)[1]
     if not head then break end
     redis.call('ZREM', q, head)
     local tokens = tonumber(redis.call('HGET', q .. ':cost', head)) or 0
     redis.call('HDEL', q .. ':cost', head)
-    local owner = string.match(head, '^(.*)/[^/]*$')
-    local alive = redis.call('ZSCORE', pre .. 'procs', owner)
-    if alive and tonumber(alive) > now then
-      redis.call('ZADD', slots, now + lease, head)
+    local proc = owner(head)
+    if alive(proc) then
+      count = count + 1
+      redis.call('ZADD', slots, now + (head == me and lease or math.min(lease, @CLAIM@)), head)
       keep(slots)
       local wait, tr = book(h, rc, tc, tokens, recovery)
       local answer = {1, tostring(wait), tostring(now), tostring(tr)}
@@ -151,7 +166,7 @@ local function grant(p, size, lease, rc, tc, recovery, me)
       if head == me then
         mine = answer
       else
-        redis.call('PUBLISH', pre .. 'proc:' .. owner, 'grant ' .. head .. ' ' .. answer[2] .. ' ' .. answer[3] .. ' ' ..
+        redis.call('PUBLISH', pre .. 'proc:' .. proc, 'grant ' .. head .. ' ' .. answer[2] .. ' ' .. answer[3] .. ' ' ..
                    answer[4] .. ' ' .. p)
       end
     end
@@ -364,7 +379,7 @@ if op == 'batch' then
   return 1
 end
 return OPS[op]({unpack(ARGV, 7)})
-""".replace("@TTL@", str(TTL_S)).replace("@MIN@", repr(MIN_FRACTION)).replace("@BACKOFF@", repr(BACKOFF))
+""".replace("@TTL@", str(TTL_S)).replace("@CLAIM@", repr(2 * HEARTBEAT_S)).replace("@MIN@", repr(MIN_FRACTION)).replace("@BACKOFF@", repr(BACKOFF))
 
 _REDIS_ERRORS: tuple[type[BaseException], ...] = (OSError,)
 
@@ -484,7 +499,7 @@ class Coordinator:
         if self.down:
             return
         self.down = True
-        self._local_from = time.monotonic() + MEMBER_TTL
+        self._local_from = time.monotonic() + MEMBER_TTL + self._horizon()
         message = (f"coordinator {self.name} unreachable ({type(exc).__name__}: {exc}); this process falls back to "
                    f"1/{self.shares} of each provider's limits and of the cost bound, and tries again every "
                    f"{REJOIN_S:g} s")
@@ -502,6 +517,11 @@ class Coordinator:
         for task in self._tasks:
             task.cancel()
         self._tasks = [loop.create_task(self._rejoin())]
+
+    def _horizon(self) -> float:
+        """How far ahead of now the bookings of the shards in Redis can reach: each slot booked at most one
+        request interval after the last (seconds; the slowest provider's)."""
+        return max((lim.size / lim._ceilings[0] for lim in self._limiters.values() if lim._ceilings[0]), default=0.0)
 
     async def start(self) -> None:
         """Begin the background work (inside the event loop): heartbeat and listener while Redis answers, the
@@ -697,7 +717,7 @@ class Coordinator:
                 await self.call("join", [])
             except (*_REDIS_ERRORS, Exception) as exc:  # noqa: B014
                 self.down = True
-                self._local_from = time.monotonic() + MEMBER_TTL
+                self._local_from = time.monotonic() + MEMBER_TTL + self._horizon()
                 for task in self._tasks:
                     if task is not asyncio.current_task():
                         task.cancel()

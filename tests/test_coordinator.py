@@ -326,3 +326,96 @@ async def test_a_shared_limiter_counts_replies_and_honours_a_stated_wait_as_the_
     assert la._paused_until - time.monotonic() > 290  # honoured exactly (up to --max-stated-wait), not cut to 60 s
     await a.close()
     await b.close()
+
+
+async def _shard(k: int, n: int, url: str, data: Path, tmp_path: Path, redis_port: int, run: str, rpm: int,
+                 tag: str = "") -> asyncio.subprocess.Process:
+    """``dxi run --shard k/n`` at ``rpm`` against ``url``, its coordinator reached through ``redis_port``."""
+    return await asyncio.create_subprocess_exec(
+        DXI, "run", "--model", f"systemone:fake@{url}", "--data-dir", str(data), "--cache-dir", str(tmp_path / f"cache{k}"),
+        "--out", str(tmp_path / f"out{k}{tag}"), "-q", "--rpm", str(rpm), "--max-in-flight", "8", "--shard", f"{k}/{n}",
+        "--coordinator", f"redis://127.0.0.1:{redis_port}/0", env={**os.environ, "DXI_RUN_ID": run},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+
+
+async def _alive(redis_url: str, run: str, shard: int, within: float) -> float:
+    """Seconds until ``shard`` is alive in Redis again (at most ``within``)."""
+    import redis.asyncio as aioredis
+
+    started = time.monotonic()
+    async with aioredis.Redis.from_url(redis_url) as client:
+        while True:
+            score = await client.zscore(f"dxi:{run}:members", str(shard))
+            now = float((await client.time())[0])
+            if score is not None and score > now:
+                return time.monotonic() - started
+            assert time.monotonic() - started < within
+            await asyncio.sleep(0.1)
+
+
+RPM = 1200  # 200 requests in any 10 s window
+# the provider lets in 1.03 × that in any 10 s (the tolerance of the goal): GCRA pacing at exactly the limit
+# puts an arrival every 50 ms, and a few ms of jitter on the way puts 201 in some window now and then
+ENFORCED = RPM * 1.03
+
+
+async def _all_alive(redis_url: str, run: str, shards: int) -> None:
+    """Until every shard of the run is alive in Redis (its process started and reached it)."""
+    for k in range(shards):
+        await _alive(redis_url, run, k, 60)
+
+
+async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fallback(redis_url: str, tmp_path: Path):
+    from .servers import TcpProxy
+
+    tasks, run = 600, "mix"
+    data = data_dir(tmp_path / "data", tasks)
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    async with FakeProvider(model="fake", p_first=None, p_yes=None, rpm=ENFORCED, window_s=10, latency="0.02",
+                            record=False) as server, TcpProxy(port) as p0, TcpProxy(port) as p1, TcpProxy(port) as p2:
+        procs = [await _shard(k, 3, server.url, data, tmp_path, p.port, run, RPM) for k, p in enumerate((p0, p1, p2))]
+        await _all_alive(redis_url, run, 3)
+        await asyncio.sleep(2)
+        p1.cut()  # Redis gone for shards 1 and 2: they fall back to a third each
+        p2.cut()
+        await asyncio.sleep(8)  # they fall back (once their shares lapsed in Redis, 6 s) and send on their own
+        procs[0].kill()
+        await procs[0].wait()
+        procs[0] = await _shard(0, 3, server.url, data, tmp_path, p0.port, run, RPM, "b")  # back, onto Redis
+        await asyncio.sleep(10)
+        p1.heal()
+        p2.heal()
+        back = [await _alive(redis_url, run, k, 20) for k in (1, 2)]
+        errs = [(await p.communicate())[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0, 0], errs
+        stats = server.stats()
+    assert (stats["rate_limited"], stats["keys_ok"]) == (0, tasks)
+    assert stats["window_peak"] <= 1.03 * RPM / 6, stats  # every 10 s window, the first included
+    for err in errs[1:]:
+        assert b"falls back to 1/3" in err and b"reachable again" in err
+    assert max(back) <= 2 * 2.0 + 3  # rejoined within a few seconds of Redis coming back (a try every 2 s)
+
+
+async def test_limits_hold_through_a_partition_of_one_shard(redis_url: str, tmp_path: Path):
+    from .servers import TcpProxy
+
+    tasks, run = 600, "partition"
+    data = data_dir(tmp_path / "data", tasks)
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    async with FakeProvider(model="fake", p_first=None, p_yes=None, rpm=ENFORCED, window_s=10, latency="0.02",
+                            record=False) as server, TcpProxy(port) as p0, TcpProxy(port) as p1, TcpProxy(port) as p2:
+        procs = [await _shard(k, 3, server.url, data, tmp_path, p.port, run, RPM) for k, p in enumerate((p0, p1, p2))]
+        await _all_alive(redis_url, run, 3)
+        await asyncio.sleep(2)
+        p2.cut(blackhole=True)  # shard 2 partitioned: its calls time out, the others go on
+        await asyncio.sleep(16)  # its calls time out (5 s), its share lapses (6 s), it sends on its own
+        p2.heal()
+        back = await _alive(redis_url, run, 2, 20)
+        errs = [(await p.communicate())[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0, 0], errs
+        stats = server.stats()
+    assert (stats["rate_limited"], stats["keys_ok"], stats["duplicates"]) == (0, tasks, 0)
+    assert stats["window_peak"] <= 1.03 * RPM / 6, stats
+    assert b"falls back to 1/3" in errs[2] and b"reachable again" in errs[2]
+    assert b"falls back" not in errs[0] + errs[1]
+    assert back <= 2 * 2.0 + 3
