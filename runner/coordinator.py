@@ -75,7 +75,7 @@ HEARTBEAT_S = 2.0  # how often an idle process says it is alive (and renews its 
 REJOIN_S = 2.0     # how often a process that fell back tries Redis again
 POLL_S = 0.05      # how often a reservation that found no room under the bound asks again (backing off to 1 s)
 
-# One script, one call per operation (ARGV[1]), or a "batch" of them. Every call says the caller is alive
+# One script, called with the operations of one event-loop turn (a batch). Every call says the caller is alive
 # (its shard and its process) and computes the share f of the limits the shards alive (or done) may use.
 # Rates are units per second; times are Redis's clock (seconds). Floats go back to Python as strings (a
 # Lua number returned to Redis is truncated to an integer).
@@ -368,17 +368,15 @@ OPS.settle = function(a)
   return 1
 end
 
-local op = ARGV[1]
-if op == 'batch' then
-  local i = 8
-  for _ = 1, tonumber(ARGV[7]) do
-    local count = tonumber(ARGV[i + 1])
-    OPS[ARGV[i]]({unpack(ARGV, i + 2, i + 1 + count)})
-    i = i + 2 + count
-  end
-  return 1
+-- ARGV[1] "batch", the common arguments, the number of operations, then each as (name, count, arguments...)
+-- -> each operation's answer, in order
+local out, i = {}, 8
+for _ = 1, tonumber(ARGV[7]) do
+  local count = tonumber(ARGV[i + 1])
+  out[#out + 1] = OPS[ARGV[i]]({unpack(ARGV, i + 2, i + 1 + count)}) or 0
+  i = i + 2 + count
 end
-return OPS[op]({unpack(ARGV, 7)})
+return out
 """.replace("@TTL@", str(TTL_S)).replace("@CLAIM@", repr(2 * HEARTBEAT_S)).replace("@MIN@", repr(MIN_FRACTION)).replace("@BACKOFF@", repr(BACKOFF))
 
 _REDIS_ERRORS: tuple[type[BaseException], ...] = (OSError,)
@@ -421,6 +419,12 @@ def _raise_if_cancelled() -> None:
         raise asyncio.CancelledError
 
 
+def _retrieved(fut: asyncio.Future) -> None:
+    """Mark a background operation's outcome as seen (its failure is the coordinator's: it falls back)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 class CoordinatorError(ValueError):
     """A ``--coordinator`` URI that is not ``redis://HOST:PORT/DB``, or the extra is not installed."""
 
@@ -457,7 +461,8 @@ class Coordinator:
         self._client = None
         self._script = None
         self._leases: dict[str, set[str]] = {}  # zset key -> members this process holds
-        self._batch: list[tuple[str, list]] = []
+        self._batch: list[tuple[str, list, asyncio.Future]] = []  # operations queued (``submit``)
+        self._sender: asyncio.Task | None = None  # sends them, one batch at a time
         self._background: set[asyncio.Task] = set()
         self._tasks: list[asyncio.Task] = []  # heartbeat and listener (while up), rejoin (while down)
         self._waiting: dict[str, asyncio.Future] = {}  # waiter -> its hand-over (a grant message)
@@ -509,7 +514,11 @@ class Coordinator:
             if not fut.done():
                 fut.set_exception(_Down())
         self._waiting.clear()
-        self._batch.clear()
+        self._waiting_for.clear()
+        batch, self._batch = self._batch, []
+        for _, _, fut in batch:
+            if not fut.done():
+                fut.set_exception(ConnectionError(f"coordinator {self.name} is out of reach"))
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -563,42 +572,68 @@ class Coordinator:
     def _common(self) -> list:
         return [self.prefix, str(self.shard), self.shares, self.member, MEMBER_TTL]
 
+    def submit(self, op: str, args: list) -> asyncio.Future:
+        """Queue an operation of the script; a future of its answer. Every operation queued in one event-loop
+        turn goes to Redis in one call (``_flush``); a Redis connection error fails them all (and this
+        process falls back)."""
+        fut = asyncio.get_running_loop().create_future()
+        self._batch.append((op, args, fut))
+        if len(self._batch) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+        return fut
+
     async def call(self, op: str, args: list) -> object:
-        """Run one operation of the script; raises a Redis connection error (the caller falls back), and
-        ``asyncio.CancelledError`` if the calling task was cancelled meanwhile, even when redis-py returned
-        the reply instead (see ``_raise_if_cancelled``): the script may then have run."""
-        await self._ready()
-        result = await self._script(keys=[], args=[op, *self._common(), *args])
+        """Run one operation (in this turn's batch) and return its answer; raises a Redis connection error
+        (the caller falls back), and ``asyncio.CancelledError`` if the calling task was cancelled meanwhile,
+        even when the answer came (see ``_raise_if_cancelled``): the operation may then have run."""
+        if self.down and not self._rejoining:
+            raise ConnectionError(f"coordinator {self.name} is out of reach")
+        result = await self.submit(op, args)
         _raise_if_cancelled()
         return result
 
     def later(self, op: str, args: list) -> None:
-        """Run an operation without waiting for it (from synchronous code: a release, a settle, a 429): the
-        operations of one event-loop turn go to Redis in one call."""
+        """Run an operation without waiting for it (from synchronous code: a release, a settle, a 429)."""
         if self.down:
             return
-        self._batch.append((op, args))
-        if len(self._batch) == 1:
-            asyncio.get_running_loop().call_soon(self._flush)
+        self.submit(op, args).add_done_callback(_retrieved)
 
     def _flush(self) -> None:
-        batch, self._batch = self._batch, []
-        if not batch or self.down:
+        """Send the operations queued, one batch at a time, in order (a release queued after a take runs
+        after it), until none are left."""
+        if self._sender is not None and not self._sender.done():
+            return  # the sender takes what was queued once its call returns
+        if not self._batch:
             return
-        flat: list = ["batch", *self._common(), len(batch)]
-        for op, args in batch:
-            flat += [op, len(args), *args]
+        self._sender = asyncio.get_running_loop().create_task(self._send())
+        self._background.add(self._sender)
+        self._sender.add_done_callback(self._background.discard)
 
-        async def go() -> None:
+    async def _send(self) -> None:
+        while self._batch:
+            batch, self._batch = self._batch, []
+            flat: list = ["batch", *self._common(), len(batch)]
+            for op, args, _ in batch:
+                flat += [op, len(args), *args]
             try:
                 await self._ready()
-                await self._script(keys=[], args=flat)
+                answers = await self._script(keys=[], args=flat)
             except _REDIS_ERRORS as exc:
                 self.fail(exc)
-
-        task = asyncio.get_running_loop().create_task(go())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+                for _, _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                return
+            except BaseException as exc:
+                for _, _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for (_, _, fut), answer in zip(batch, answers, strict=True):
+                if not fut.done():
+                    fut.set_result(answer)
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
