@@ -284,6 +284,7 @@ class Remote:
         self.uploaded = 0  # local shards this process uploaded
         self.downloaded = 0
         self.read_bytes = 0  # bytes of objects and manifests downloaded
+        self.requests = 0  # listings and downloads made (each one request on an object store, or a page of a listing)
 
     # ---- paths and small I/O ------------------------------------------------------------------
     def _remote(self, *parts: str) -> str:
@@ -323,6 +324,7 @@ class Remote:
     def _get(self, path: str) -> bytes:
         # a random-access file read whole: one ranged GET (a stream reads in small parts, one request each:
         # measured 60 times slower for a 40 MB shard)
+        self.requests += 1
         with self.fs.open_input_file(self._remote(path)) as f:
             data = f.read()
         self.read_bytes += len(data)
@@ -357,6 +359,7 @@ class Remote:
 
     # ---- listing ------------------------------------------------------------------------------
     def _files(self, path: str, recursive: bool = False) -> list[pafs.FileInfo]:
+        self.requests += 1
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self._remote(path), allow_not_found=True, recursive=recursive))
         except (OSError, pa.ArrowException) as exc:
