@@ -22,7 +22,7 @@
 #SBATCH --output=logs/dxi-%A_%a.log
 set -euo pipefail
 
-SHARDS=8                                        # the tasks of --array above (it survives resubmitting a task)
+SHARDS=${DXI_SHARDS:-8}                         # the tasks of --array above (it survives resubmitting a task)
 RUN_FILE=${DXI_RUN_FILE:-runs/tonight.toml}     # providers, models, prices (examples/run.toml)
 REMOTE=${DXI_REMOTE:-s3://team-evals/dxi-cache} # or gs://bucket/prefix, or file:///shared/dxi-cache
 REDIS=${DXI_REDIS:-redis://redis.internal:6379/0}  # limits and cost bound shared by the tasks

@@ -113,7 +113,7 @@ def test_the_recipes_commands_are_ones_dxi_accepts():
     assert parser().parse_args(jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"][1:]).shard == \
         f"auto/{jobs[0]['spec']['completions']}"
     script = (root / "slurm-array.sh").read_text()
-    assert '--shard "auto/$SHARDS"' in script and "#SBATCH --array=0-7" in script and "\nSHARDS=8 " in script
+    assert '--shard "auto/$SHARDS"' in script and "#SBATCH --array=0-7" in script and "\nSHARDS=${DXI_SHARDS:-8} " in script
     assert "SLURM_ARRAY_JOB_ID}/" not in script and "task-${SLURM_ARRAY_TASK_ID" in script  # survives resubmission
 
 
