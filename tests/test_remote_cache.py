@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -499,11 +500,15 @@ def test_a_missing_bucket_or_folder_stops_a_run_before_anything_is_sent(tmp_path
     data = data_dir(tmp_path / "data", 10)
     with moto_s3() as s3, serve(model="fake", p_first=None, p_yes=None, record=False) as server:
         env = {**os.environ, **s3.env}
-        for uri, what in ((f"s3://no-such-bucket-{s3.bucket}/dxi", "the bucket no-such-bucket"),
-                          (f"file://{tmp_path / 'nowhere' / 'dxi'}", "the folder")):
+        unlistable = tmp_path / "unlistable"
+        unlistable.mkdir()
+        (unlistable / "parts").write_text("not a folder")
+        for uri, what in ((f"s3://no-such-bucket-{s3.bucket}/dxi", "the bucket no-such-bucket .* does not exist"),
+                          (f"file://{tmp_path / 'nowhere' / 'dxi'}", "the folder .* does not exist"),
+                          (f"file://{unlistable}", "cannot list")):
             done = subprocess.run(dxi("run", server.url, data, tmp_path / "c", tmp_path / "o", "--cache-remote", uri),
                                   env=env, capture_output=True, text=True)
-            assert done.returncode == 2 and what in done.stderr and "does not exist" in done.stderr, done.stderr
+            assert done.returncode == 2 and re.search(what, done.stderr), done.stderr
         assert server.stats()["arrivals"] == 0
 
 
