@@ -503,7 +503,7 @@ def test_a_missing_bucket_or_folder_stops_a_run_before_anything_is_sent(tmp_path
         unlistable = tmp_path / "unlistable"
         unlistable.mkdir()
         (unlistable / "parts").write_text("not a folder")
-        for uri, what in ((f"s3://no-such-bucket-{s3.bucket}/dxi", "the bucket no-such-bucket .* does not exist"),
+        for uri, what in ((f"s3://no-such-bucket-{s3.bucket}/dxi", "the bucket no-such-bucket-.* does not exist"),
                           (f"file://{tmp_path / 'nowhere' / 'dxi'}", "the folder .* does not exist"),
                           (f"file://{unlistable}", "cannot list")):
             done = subprocess.run(dxi("run", server.url, data, tmp_path / "c", tmp_path / "o", "--cache-remote", uri),
