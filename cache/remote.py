@@ -349,6 +349,7 @@ class Remote:
         if info.type == pafs.FileType.NotFound:
             what = "the bucket" if not isinstance(self.fs, pafs.LocalFileSystem) else "the folder"
             raise RemoteError(f"{what} {top} of {self.name} does not exist")
+        self._files("parts")  # RemoteError when it cannot be listed (refused credentials, not a folder)
         if writable:
             probe = f"probes/{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             try:
