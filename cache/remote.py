@@ -526,7 +526,7 @@ class Remote:
         "gone" (deleted meanwhile), "failed" (could not be read; warned) or "damaged" (moved aside)."""
         size, sha = (m.bytes, m.sha256) if kind == "rows" or m.node is None else (m.keys_bytes, m.keys_sha256)
         path = m.path(kind)
-        for attempt in range(2):  # a mismatch once may be the transfer's: fetched again before judging
+        for _ in range(2):  # a mismatch once may be the transfer's: fetched again before judging
             try:
                 data = self._get(path)
             except FileNotFoundError:
@@ -834,7 +834,8 @@ class Remote:
         (read from the copies held here, or their index files fetched)."""
         want = set(prefixes(rows["key"].to_pylist()).tolist())
         for other in sorted(live(listing.manifests, *m.span).values(), key=lambda o: o.stem):
-            path = self._held(other) or next((p for f in ("shards", "keys") if (p := self.mirror / f / f"{other.stem}.parquet").exists()), None)
+            copies = (self.mirror / folder / f"{other.stem}.parquet" for folder in ("shards", "keys"))
+            path = next((p for p in copies if p.exists()), None)
             if path is not None:
                 keys = pq.read_table(path, columns=["key"])["key"]
             else:

@@ -377,7 +377,8 @@ for _ = 1, tonumber(ARGV[7]) do
   i = i + 2 + count
 end
 return out
-""".replace("@TTL@", str(TTL_S)).replace("@CLAIM@", repr(2 * HEARTBEAT_S)).replace("@MIN@", repr(MIN_FRACTION)).replace("@BACKOFF@", repr(BACKOFF))
+""".replace("@TTL@", str(TTL_S)).replace("@CLAIM@", repr(2 * HEARTBEAT_S)).replace("@MIN@", repr(MIN_FRACTION)) \
+    .replace("@BACKOFF@", repr(BACKOFF))
 
 _REDIS_ERRORS: tuple[type[BaseException], ...] = (OSError,)
 

@@ -37,7 +37,7 @@ def add_flags(p: argparse.ArgumentParser, command: str) -> None:
     """The flags of ``command`` (run, estimate, score, report)."""
     if command in ("run", "estimate"):
         p.add_argument("--shard", metavar="K/N", help="only the requests whose cache key falls in shard K of N (K from 0); "
-                       "auto: K (and N) from SLURM_ARRAY_TASK_ID / JOB_COMPLETION_INDEX, auto/N to give N")
+                       "auto/N: K from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX (auto: N from DXI_SHARD_COUNT)")
     p.add_argument("--cache-remote", metavar="URI", help="a shared remote cache: s3://BUCKET/PREFIX, gs://BUCKET/PREFIX "
                    "or file:///DIR (S3 endpoint: ?endpoint=URL or AWS_ENDPOINT_URL_S3; credentials from the environment)")
     if command == "run":
@@ -113,7 +113,7 @@ class Distributed:
         if self.shard is not None and self.shard.count > 1:
             how = (f"`dxi score --cache-remote {self.remote.name}`" if self.remote is not None
                    else "`dxi score` on a cache holding every shard's rows (see --cache-remote)")
-            _note(f"shard {self.shard}: the summary above scores what the cache held when this shard ended; once every "
+            _note(f"shard {self.shard}: the summary above scores the rows in this shard's cache folder; once every "
                   f"shard is done, {how} scores the whole run")
 
 

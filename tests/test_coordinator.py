@@ -4,6 +4,7 @@ can tell (their own connections and ids); the last tests run two ``dxi run`` pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -365,10 +366,12 @@ async def _all_alive(redis_url: str, run: str, shards: int) -> None:
         await _alive(redis_url, run, k, 60)
 
 
-async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fallback(redis_url: str, tmp_path: Path):
+@contextlib.asynccontextmanager
+async def _three_shards(redis_url: str, tmp_path: Path, run: str, tasks: int):
+    """Three ``dxi run`` shards of ``tasks`` requests at ``RPM`` against a provider enforcing it per 10 s window,
+    each reaching Redis through its own proxy (to cut it off), all alive in Redis: (server, proxies, procs)."""
     from .servers import TcpProxy
 
-    tasks, run = 600, "mix"
     data = data_dir(tmp_path / "data", tasks)
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
     async with FakeProvider(model="fake", p_first=None, p_yes=None, rpm=ENFORCED, window_s=10, latency="0.02",
@@ -376,12 +379,18 @@ async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fal
         procs = [await _shard(k, 3, server.url, data, tmp_path, p.port, run, RPM) for k, p in enumerate((p0, p1, p2))]
         await _all_alive(redis_url, run, 3)
         await asyncio.sleep(2)
+        yield server, (p0, p1, p2), procs
+
+
+async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fallback(redis_url: str, tmp_path: Path):
+    tasks, run = 600, "mix"
+    async with _three_shards(redis_url, tmp_path, run, tasks) as (server, (p0, p1, p2), procs):
         p1.cut()  # Redis gone for shards 1 and 2: they fall back to a third each
         p2.cut()
         await asyncio.sleep(8)  # they fall back (once their shares lapsed in Redis, 6 s) and send on their own
         procs[0].kill()
         await procs[0].wait()
-        procs[0] = await _shard(0, 3, server.url, data, tmp_path, p0.port, run, RPM, "b")  # back, onto Redis
+        procs[0] = await _shard(0, 3, server.url, tmp_path / "data", tmp_path, p0.port, run, RPM, "b")  # back, onto Redis
         await asyncio.sleep(10)
         p1.heal()
         p2.heal()
@@ -397,16 +406,8 @@ async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fal
 
 
 async def test_limits_hold_through_a_partition_of_one_shard(redis_url: str, tmp_path: Path):
-    from .servers import TcpProxy
-
     tasks, run = 600, "partition"
-    data = data_dir(tmp_path / "data", tasks)
-    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    async with FakeProvider(model="fake", p_first=None, p_yes=None, rpm=ENFORCED, window_s=10, latency="0.02",
-                            record=False) as server, TcpProxy(port) as p0, TcpProxy(port) as p1, TcpProxy(port) as p2:
-        procs = [await _shard(k, 3, server.url, data, tmp_path, p.port, run, RPM) for k, p in enumerate((p0, p1, p2))]
-        await _all_alive(redis_url, run, 3)
-        await asyncio.sleep(2)
+    async with _three_shards(redis_url, tmp_path, run, tasks) as (server, (_, _, p2), procs):
         p2.cut(blackhole=True)  # shard 2 partitioned: its calls time out, the others go on
         await asyncio.sleep(16)  # its calls time out (5 s), its share lapses (6 s), it sends on its own
         p2.heal()

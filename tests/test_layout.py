@@ -8,7 +8,6 @@ beside the answers b30692d's scoring made of it (cache-layout1-answers.parquet).
 from __future__ import annotations
 
 import hashlib
-
 import shutil
 from pathlib import Path
 

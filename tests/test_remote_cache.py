@@ -320,7 +320,7 @@ def test_uris_and_credentials():
 def test_nodes_and_shard_ranges_agree():
     for n in (1, 3, 4, 100, 1024):
         ranges = [shard_range(k, n) for k in range(n)]
-        assert ranges[0][0] == 0 and ranges[-1][1] == 2 ** 64 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert ranges[0][0] == 0 and ranges[-1][1] == 2 ** 64 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
         for k in (0, n // 2, n - 1):
             levels = nodes_meeting(*ranges[k])
             assert [len(level) for level in levels][0] == 1
