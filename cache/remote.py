@@ -344,9 +344,9 @@ class Remote:
             str(Path(self.base).parent)
         try:
             info = self.fs.get_file_info(top)
-        except (OSError, pa.ArrowException) as exc:
-            raise RemoteError(f"cannot reach {self.name}: {exc}") from None
-        if info.type == pafs.FileType.NotFound:
+        except (OSError, pa.ArrowException):
+            info = None  # (credentials allowed on the prefix only may not see the bucket: the listing decides)
+        if info is not None and info.type == pafs.FileType.NotFound:
             what = "the bucket" if not isinstance(self.fs, pafs.LocalFileSystem) else "the folder"
             raise RemoteError(f"{what} {top} of {self.name} does not exist")
         self._files("parts")  # RemoteError when it cannot be listed (refused credentials, not a folder)
@@ -679,9 +679,11 @@ class Remote:
         return {i.base_name[: -len(".json")] for i in self._files("quarantine") if i.base_name.endswith(".json")}
 
     # ---- writing ------------------------------------------------------------------------------
-    def _put_object(self, node: Node, stem: str, table: pa.Table, replaces: tuple[str, ...] = ()) -> Manifest:
-        """Upload ``table`` (rows of ``node``) as object ``stem``: rows, index, then manifest."""
-        data, keys = _parquet(table), _parquet(table, keys=True)
+    def _put_object(self, node: Node, stem: str, table: pa.Table, replaces: tuple[str, ...] = (),
+                    data: bytes | None = None) -> Manifest:
+        """Upload ``table`` (rows of ``node``) as object ``stem``: rows (``data``: the bytes of a flat shard file
+        holding exactly them, else written here), index, then manifest."""
+        data, keys = data if data is not None else _parquet(table), _parquet(table, keys=True)
         m = Manifest(stem, len(data), _sha(data), table.num_rows, replaces, node, len(keys), _sha(keys))
         self._put(m.path("rows"), data)
         self._put(m.path("keys"), keys)
@@ -708,11 +710,18 @@ class Remote:
         remote refuses, and RemoteError for a shard whose pages fail their checksums (never uploaded)."""
         if (damage := verify.page_checksums(shard)) is not None:
             raise RemoteError(f"{shard} is damaged ({type(damage).__name__}: {damage}); not uploaded")
-        table = self._read_local(shard)
-        pieces = [self._put_object(node, f"{shard.stem}.{node.tag}", part) for node, part in _by_node(table, self.level)]
+        pieces = [self._put_object(node, f"{shard.stem}.{node.tag}", part, data=data)
+                  for node, (part, data) in self._pieces(shard, self.level).items()]
         self._write_record(shard.stem, pieces)
         self.uploaded += 1
         return pieces
+
+    def _pieces(self, shard: Path, level: int) -> dict[Node, tuple[pa.Table, bytes | None]]:
+        """A local shard's rows split by node at ``level``: per node its rows and, when one node holds them
+        all and the shard is flat, the shard's own bytes (uploaded as they are, not written again)."""
+        parts = _by_node(self._read_local(shard), level)
+        whole = shard.read_bytes() if len(parts) == 1 and layout.layout_of(shard) == layout.FLAT_LAYOUT else None
+        return {node: (part, whole) for node, part in parts}
 
     def _write_record(self, stem: str, pieces: list[Manifest]) -> None:
         """Record (or rewrite) the objects the local shard ``stem`` was uploaded as (``remote/uploaded/``)."""
@@ -791,42 +800,46 @@ class Remote:
         return sorted(set(self._failed))
 
     def recheck(self, shard: Path, record: list[Manifest], listing: Listing, quarantined: set[str]) -> None:
-        """Put back those of ``shard``'s uploaded objects (``record``) the remote lost or set aside: one listed
-        whose sizes do not match its manifest, one moved to ``quarantine/`` (its record there is then deleted),
-        one gone whose keys no live object holds. One gone whose keys another object holds was merged: it
-        leaves the record (never checked again)."""
+        """Put back, under a new name, those of ``shard``'s uploaded objects (``record``) the remote lost or set
+        aside: one listed whose sizes do not match its manifest (moved aside first), one moved to
+        ``quarantine/`` (its record there is then deleted), one gone whose keys no live object holds. One gone
+        whose keys another object holds was merged: it leaves the record (never checked again)."""
         redo, merged = [], set()
-        rows: dict[Node, pa.Table] | None = None
+        rows: dict[Node, tuple[pa.Table, bytes | None]] | None = None
         try:
             for m in record:
                 if listing.nodes is not None and m.node not in listing.nodes:
                     continue  # not listed here (the shard's range changed): left to a process that reads it
                 if m.stem in listing.manifests:
-                    if self._sized(m, listing.sizes) is not None:
+                    if (why := self._sized(m, listing.sizes)) is not None:
+                        self.quarantine(m, why)
                         redo.append(m)
                     continue
                 if m.stem in quarantined:
                     redo.append(m)
                     continue
                 if rows is None:
-                    rows = dict(_by_node(self._read_local(shard), m.node.level))
-                if m.node not in rows or self._held_elsewhere(rows[m.node], m, listing):
+                    rows = self._pieces(shard, m.node.level)
+                if m.node not in rows or self._held_elsewhere(rows[m.node][0], m, listing):
                     merged.add(m.stem)
                 else:
                     redo.append(m)
             for m in redo:
                 if rows is None:
-                    rows = dict(_by_node(self._read_local(shard), m.node.level))
-                if m.node in rows:
-                    self._put_object(m.node, m.stem, rows[m.node])
+                    rows = self._pieces(shard, m.node.level)
+                if m.node in rows:  # under a new name: an object never changes under its name (readers hold manifests)
+                    stem = f"{m.stem.split('.r', 1)[0]}.r{uuid.uuid4().hex[:8]}"
+                    again = self._put_object(m.node, stem, rows[m.node][0], data=rows[m.node][1])
+                    record = [again if r.stem == m.stem else r for r in record]
                     self._delete(f"quarantine/{m.stem}.json")
-                    self._warn(f"cache: {self.name}/{m.path()} was missing or damaged; uploaded again from {shard}")
+                    self._warn(f"cache: {self.name}/{m.path()} was missing or damaged; uploaded again from {shard} "
+                               f"as {again.path()}")
         except RemoteError as exc:
             self._warn(f"cache: {exc}")
         except (OSError, pa.ArrowException) as exc:
             self._failed.append(shard.name)
             self._warn(f"cache: could not upload {shard.name} again to {self.name} ({exc}); the next run tries again")
-        if merged:
+        if merged or redo:
             self._write_record(shard.stem, [m for m in record if m.stem not in merged])
 
     def _held_elsewhere(self, rows: pa.Table, m: Manifest, listing: Listing) -> bool:

@@ -297,10 +297,12 @@ def test_a_shard_that_does_not_match_its_manifest_is_moved_aside_and_put_back_by
         owner = Remote(s3.uri(), tmp_path / "w")  # its uploader's next run puts it back from its local shard
         assert owner.finish() == []
         assert any("uploaded again" in w for w in owner.warnings)
-        assert list(check_whole(s3)) == [manifest.stem]
-        assert s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read() == good
+        (back,) = check_whole(s3).values()  # under a new name (an object never changes under its name) ...
+        assert back.stem.startswith(f"{manifest.stem}.r") and (back.node, back.rows) == (manifest.node, manifest.rows)
+        assert s3.client().get_object(Bucket=s3.bucket, Key=f"dxi/{back.path('rows')}")["Body"].read() == good
         assert f"dxi/quarantine/{manifest.stem}.json" not in s3.keys("dxi/quarantine/")  # handled
         assert reader.pull() == 1
+        assert owner.finish() == [] and list(check_whole(s3)) == [back.stem]  # ... recorded: once
 
 
 def test_uris_and_credentials():
