@@ -52,8 +52,37 @@ def _interval(row: dict, metric: str) -> list[float | None] | None:
     return [_round(low), _round(high)]
 
 
-def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
-    """One evaluation's block for one model from its ``scoring.score.metrics`` row (None: no answers)."""
+def selection_flags(data: dict) -> str:
+    """The command-line flags that select the tasks a data-block entry describes (its ``limit``, ``sample``
+    or ``union`` of such entries): ``--sample N`` (``--seed S`` when not 0), ``--limit N``, a union's joined
+    by " + ", or ``--all-tasks`` for every task."""
+    if data.get("union"):
+        return " + ".join(selection_flags(p) for p in data["union"])
+    sample = data.get("sample")
+    if sample:
+        return f"--sample {sample['tasks']}" + (f" --seed {sample['seed']}" if sample.get("seed") else "")
+    return "--all-tasks" if data.get("limit") is None else f"--limit {data['limit']}"
+
+
+def _missing_reason(missing: int, data: dict, label: str | None) -> str:
+    """Why ``missing`` answers are not in the cache, and what to do: when the model's recorded runs
+    (``data["runs"]``, ``runner.selection``) selected other tasks than those scored, the flags that score
+    what they ran."""
+    scored = selection_flags(data)
+    ran = (data.get("runs") or {}).get(label) if label is not None else None
+    if ran and ran != scored:
+        see = (f"score with {ran}" if " + " not in ran else  # a union: what no flag selects, the default does
+               "score this model without --limit, --sample or --all-tasks (the tasks its runs selected)")
+        return (f"{missing} answer(s) not in the cache: this model's runs selected {ran} here, not {scored}; "
+                f"{see} to see what they answered, or `dxi run` with {scored} to send what is missing")
+    other = "" if ran else ", or it ran other tasks (--limit, --sample)"
+    return (f"{missing} answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer epochs than "
+            f"scored here{other}); `dxi run` with {scored} sends what is missing")
+
+
+def eval_block(name: str, row: dict | None, data: dict, epochs: int, label: str | None = None) -> dict:
+    """One evaluation's block for one model (``label``) from its ``scoring.score.metrics`` row (None: no
+    answers)."""
     block: dict = {"n": 0, **{m: None for m in METRICS[name]}}
     if "missing" in data:
         block["reason"] = f"no data: {data['missing']}"
@@ -64,9 +93,7 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
     block |= {"n": row["n"], "invalid": row["invalid"], "failed": row["failed"], "missing": row["missing"],
               "repaired": row["repaired"]}
     if row["missing"]:
-        block["reason"] = (f"{row['missing']} answer(s) not in the cache: the run is incomplete (or it ran with a "
-                           "smaller --limit or fewer epochs than scored here); `dxi run` with these options sends "
-                           "what is missing")
+        block["reason"] = _missing_reason(row["missing"], data, label)
         return block
     if row.get("reason"):  # every request failed: no reply to score, so no metric (never 0.0 as a score)
         block["reason"] = f"{row['reason']} ({row['failed']} answer(s) failed; see each model's errors)"
@@ -158,8 +185,8 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
     models = []
     for label in labels:
         n_epochs = model_epochs.get(label, epochs)
-        evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), n_epochs)
-                 for name in METRICS}
+        evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), n_epochs,
+                                  label) for name in METRICS}
         index, reason = decision_index(evals)
         entry: dict = {"model": label, "epochs": n_epochs, "decision_index": _round(index)}
         if reason:
