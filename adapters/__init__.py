@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib
 import re
 
-from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
+from .base import EFFORTS, Adapter, Answer, Limits, ModelSpec, Reply, Request
 from .errors import AdapterError, Fatal, MalformedReply, ProviderStop, RateLimited, ReplyTooLarge, Retryable, Transient
 
-__all__ = ["Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelSpec", "RateLimited",
+__all__ = ["EFFORTS", "Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelSpec", "RateLimited",
            "ProviderStop", "Reply", "ReplyTooLarge", "Request", "Retryable", "Transient", "adapter_class", "get", "parse_model", "KINDS"]
 
 # adapter name -> "module:Class", imported on first use
@@ -23,6 +23,7 @@ KINDS: dict[str, str] = {
     "anthropic": "dxi.adapters.anthropic:Anthropic",
     "gemini": "dxi.adapters.gemini:Gemini",
     "openai-decisions": "dxi.adapters.openai_decisions:OpenAIDecisions",
+    "gemini-decisions": "dxi.adapters.gemini_decisions:GeminiDecisions",
     "logprobs": "dxi.adapters.logprobs:Logprobs",
     "llamacpp": "dxi.adapters.llamacpp:LlamaCpp",
     "llamacpp-logprobs": "dxi.adapters.llamacpp:LlamaCppLogprobs",

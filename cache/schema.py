@@ -65,6 +65,8 @@ def _arrow() -> dict[str, object]:
         ("cached_input_tokens", pa.int64()),  # of input_tokens, those read from the provider's prompt cache
         ("cache_write_tokens", pa.int64()),   # of input_tokens, those written to it (Anthropic: its 5-minute cache)
         ("cache_write_1h_tokens", pa.int64()),  # of input_tokens, those written to Anthropic's 1-hour cache
+        ("cut_off", pa.string()),         # a reply cut off at the token limit: "thinking" (before any answer) or
+                                          # "answer"; null otherwise, for failures and for rows written before it
     ])
     return {"PROBABILITY": PROBABILITY, "ANSWER": ANSWER, "SCHEMA": SCHEMA, "COLUMNS": tuple(SCHEMA.names)}
 

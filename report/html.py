@@ -18,6 +18,7 @@ import polars as pl
 from dxi.evals import EVALS
 from dxi.scoring import WEIGHTS, Scored, breakdowns
 from dxi.scoring.calibration import CALIBRATION_METRICS
+from dxi.scoring.replies import model_notes
 from dxi.scoring.summary import selection_flags
 from dxi.scoring.sums import METRICS
 
@@ -185,6 +186,7 @@ def _index_section(summary: dict, scored: Scored, labels: list[str]) -> dict:
                         {"Decision Index": [index.get(lb, {}).get("decision_index_low") for lb in labels]},
                         {"Decision Index": [index.get(lb, {}).get("decision_index_high") for lb in labels]})
     reasons = [f"{lb}: {entries[lb]['decision_index_reason']}" for lb in labels if entries[lb].get("decision_index_reason")]
+    reasons += [f"{lb}: {note}" for lb in labels for note in model_notes(entries[lb])]  # served model, cut-offs, clamp
     return {"table": _table(headers, rows), "chart": _uri(chart), "reasons": reasons}
 
 
@@ -271,8 +273,10 @@ def _calibration_section(summary: dict, scored: Scored, labels: list[str]) -> di
             if not b.is_empty():
                 panels[EVALS[name].title] = {c: b[c].to_list() for c in ("low", "high", "accuracy", "confidence", "n")}
         diagrams.append({"model": label, "chart": _uri(charts.reliability(label, panels))})
+    clamps = [f"{m['model']}: its provider clamps P(yes) to [{m['p_yes_range'][0]:g}, {m['p_yes_range'][1]:g}], so its "
+              "yes/no answers never reach a confidence of 1" for m in summary["models"] if m.get("p_yes_range")]
     return {"table": _table(["model", "evaluation", "question", "answers", "excluded", "Brier score", "ECE", "log loss",
-                             "AUROC"], rows), "diagrams": diagrams}
+                             "AUROC"], rows), "diagrams": diagrams, "notes": clamps}
 
 
 def _status_section(scored: Scored, labels: list[str]) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dxi import adapters
-from dxi.adapters import local_models
+from dxi.adapters import EFFORTS, local_models
 from dxi.evals import EVALS, PROMPT_VERSION, DatasetError
 from dxi.evals.wildguardtest import SUBSETS
 
@@ -48,8 +48,8 @@ exit codes:
   {EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)
   {EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun
   {distributed.EXIT_UPLOAD}    done, but shards could not be uploaded to --cache-remote (all in the local cache; the next run uploads them)
-  {EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, unknown model, refused request form, a
-       stated wait over --max-stated-wait); the others went on; the next run sends what was not sent
+  {EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, a stated wait over --max-stated-wait),
+       or a model alone (unknown model, refused request form); the others went on; the next run sends what was not sent
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun the same command)
 """
 
@@ -133,7 +133,7 @@ def _did_you_mean(word: str, choices: list[str] | dict) -> str:
 class _KeyValues(argparse.Action):
     """``--param KEY=VALUE [KEY=VALUE ...]``: the values up to the next flag. A value that is not KEY=VALUE
     but names a run file (``*.toml``, or an existing file) is the run file, not swallowed:
-    ``dxi score --param temperature=0 runs/tonight.toml`` reads the run file; anything else is an error."""
+    ``dxi score --param max_tokens=2000 runs/tonight.toml`` reads the run file; anything else is an error."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         items = list(getattr(namespace, self.dest) or [])
@@ -156,15 +156,22 @@ def _add_models(g: argparse._ArgumentGroup, run_file: bool, for_scoring: bool) -
                             "locations; the flags below override it")
     g.add_argument("--model", action="append", default=[], metavar="MODEL",  # completed: runner.completion
                    help="ADAPTER:MODEL[@BASE_URL], repeatable; e.g. embedded, embedded:sparrow-nano-general-v1.1, "
-                        "openai:gpt-5-mini, systemone:http://127.0.0.1:8000"
+                        "openai:gpt-6-luna, gemini-decisions:gemini-decision-1, systemone:http://127.0.0.1:8000"
                         + ("; as `dxi run` was given it (default: every model in the cache, or the run file's)"
                            if for_scoring else "")).completer = completion.models
+    g.add_argument("--effort", choices=EFFORTS, metavar="LEVEL",
+                   help=f"reasoning effort of every language model ({'|'.join(EFFORTS)}), written to the provider's "
+                        "own field (OpenAI reasoning_effort, Anthropic output_config.effort, Gemini "
+                        "thinkingConfig.thinkingLevel); part of the cache key" + (", as `dxi run` was given it"
+                                                                                  if for_scoring else ""))
     g.add_argument("--param", action=_KeyValues, nargs="+", default=[], metavar="KEY=VALUE",
                    help="sampling parameters for every language model, in the provider's own names, e.g. "
-                        "temperature=0 max_tokens=512 seed=1; VALUE is JSON or text; part of the cache key")
+                        "max_completion_tokens=16000 (Anthropic: max_tokens; Gemini: maxOutputTokens); VALUE is JSON "
+                        "or text; part of the cache key")
     g.add_argument("--option", action=_KeyValues, nargs="+", default=[], metavar="KEY=VALUE",
                    help="adapter settings outside the cache key, for the models that know them: api_key_env=NAME "
-                        "(read the API key from the variable NAME); llamacpp: ctx_size, parallel, threads")
+                        "(read the API key from the variable NAME), api_key_command=CMD (a command printing an expiring "
+                        "token, run again before it expires); llamacpp: ctx_size, parallel, threads")
     g.add_argument("--epochs", type=int, metavar="N", help="requests per task, each its own cache key (default: 1, or the "
                                               "run file's; given: every model's)")
 
@@ -229,7 +236,7 @@ def _add_limits(g: argparse._ArgumentGroup) -> None:
                         f"--price or the run file; local models are free); exit code {EXIT_COST_BOUND}")
     g.add_argument("--price", action="append", default=[], metavar="MODEL=IN/OUT[/CACHED]",
                    help="a model's price in USD per million input / output [/ cached input] tokens, repeatable; MODEL "
-                        "as --model gives it (or the model's name), e.g. openai:gpt-5-mini=0.25/2/0.025 (over the run "
+                        "as --model gives it (or the model's name), e.g. openai:gpt-6-luna=0.1/0.5/0.01 (over the run "
                         "file's)").completer = completion.prices
 
 
@@ -270,6 +277,8 @@ examples:
   dxi run --model embedded                              the whole index on the embedded decision model
   dxi run --model embedded --sample 20 --seed 1         20 tasks of each evaluation, stratified
   dxi run examples/run.toml --max-cost 5                every model of a run file, under a cost bound
+  dxi run --model anthropic:claude-sonnet-5-5 --effort low --sample 20
+                                                        a current hosted model at low effort (needs its key)
 """
 
 
@@ -629,7 +638,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                       "is in the cache: rerun with a higher --max-cost (or max_cost in the run file) to continue.")
         return EXIT_COST_BOUND
     for block in stopped:
-        console.print(f"[red]Provider stopped:[/] {escape(describe(block))}")
+        console.print(f"[red]{'Model' if block.get('scope') == 'model' else 'Provider'} stopped:[/] {escape(describe(block))}")
     if stopped:
         return EXIT_PROVIDER_STOPPED
     return upload_failed or (EXIT_FAILED_REQUESTS if failed else 0)
@@ -665,7 +674,9 @@ def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None, empt
         prices = {label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
                   for label, kind in found.select("label", "provider").iter_rows()}
         epochs = args.epochs or 1
-        return found, prices, epochs, _more_epochs(found, epochs)
+        from .plan import with_effort
+
+        return with_effort(found), prices, epochs, _more_epochs(found, epochs)
     same = []
     for m in plan.models:
         a = m.adapter

@@ -21,16 +21,17 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     [providers.openai]               # shared limits for every model on this provider
     kind = "openai"                  # the adapter
     base_url = "https://api.openai.com/v1"
-    api_key_env = "OPENAI_API_KEY"
+    api_key_env = "OPENAI_API_KEY"   # or api_key_command = "gcloud auth print-access-token": a token, renewed
     rpm = 500                        # requests per minute
     tpm = 200000                     # tokens per minute
     max_in_flight = 32
 
     [[models]]
-    name = "gpt-6.1-terra (t=0)"        # the name in reports; default "<adapter>:<model>"
+    name = "gpt-6.1-terra (low)"     # the name in reports; default "<adapter>:<model>"
     provider = "openai"              # a [providers.*] table, or an adapter name used with its defaults
     model = "gpt-6.1-terra"
-    params = { temperature = 0, max_tokens = 400 }   # sampling parameters: part of the cache key
+    effort = "low"                   # none|minimal|low|medium|high|xhigh|max: the provider's own field (the key)
+    params = { max_completion_tokens = 16000 }       # sampling parameters: part of the cache key
     price = { input = 0.25, output = 2.0 }           # USD per million input / output tokens (cached_input,
                                                      # cache_write, cache_write_1h = ...: prompt-cache prices)
     epochs = 1
@@ -65,6 +66,7 @@ class Provider(_Struct):
     kind: str
     base_url: str | None = None
     api_key_env: str | None = None
+    api_key_command: str | list[str] | None = None  # prints a key or token, run again before it expires (adapters.credentials)
     rpm: float | None = None
     tpm: int | None = None
     max_in_flight: int | None = None
@@ -93,6 +95,7 @@ class Model(_Struct):
     provider: str
     model: str | None = None
     name: str | None = None
+    effort: str | None = None  # one of adapters.EFFORTS, mapped onto the provider's own field
     params: dict[str, Any] = {}
     price: Price | None = None
     epochs: int | None = None
@@ -219,6 +222,8 @@ def load(path: Path | str) -> RunFile:
     for name, p in providers.items():
         if p.kind not in adapters.KINDS:
             raise fail(("providers", name, "kind"), f"unknown adapter {p.kind!r}; known: {', '.join(adapters.KINDS)}")
+        if p.api_key_command is not None and p.api_key_env is not None:
+            raise fail(("providers", name, "api_key_command"), "api_key_env and api_key_command do not combine: give one")
         for field in ("rpm", "tpm", "max_in_flight", "max_attempts", "attempt_timeout_s", "max_stated_wait_s",
                       "max_reply_bytes"):
             value = getattr(p, field)
@@ -234,6 +239,8 @@ def load(path: Path | str) -> RunFile:
             raise fail(("models", i, "price"), "prices must be >= 0 (USD per million tokens)")
         if m.epochs is not None and m.epochs < 1:
             raise fail(("models", i, "epochs"), "must be at least 1")
+        if m.effort is not None and m.effort not in adapters.EFFORTS:
+            raise fail(("models", i, "effort"), f"{m.effort!r} is not one of {', '.join(adapters.EFFORTS)}")
         label = m.name or (f"{run.provider_of(m)[1].kind}:{m.model}" if m.model else None)
         if label is not None and label in labels:
             raise fail(("models", i, "name"), f"two models are called {label!r}: give each a distinct name")

@@ -1,8 +1,8 @@
 """``dxi export``: the scored answers and metrics in the formats people share.
 
 * ``csv``, ``parquet``, ``jsonl``: the per-answer table (``ANSWER_COLUMNS``: the columns of
-  ``OUT/answers.parquet``), one row per (model, question, epoch), written to the file ``OUT``. In CSV the
-  nested ``probabilities`` column is a JSON text (``[{"option": "A", "p": 0.7}, ...]``).
+  ``OUT/answers.parquet``, then ``effort``: ``EXPORT_COLUMNS``), one row per (model, question, epoch), written to
+  the file ``OUT``. In CSV the nested ``probabilities`` column is a JSON text (``[{"option": "A", "p": 0.7}, ...]``).
 * ``eee``: the Every Eval Ever schema, version ``EEE_SCHEMA_VERSION`` (github.com/evaleval/every_eval_ever,
   ``eval.schema.json`` and ``instance_level_eval.schema.json``), laid out as its datastore is under the
   folder ``OUT``: ``data/decision-index/<adapter>/<model>/<uuid>.json``, one aggregate record (an
@@ -11,7 +11,9 @@
   records, ``<uuid>_samples.jsonl``, one line per (question, epoch), linked by ``evaluation_id`` and
   ``evaluation_result_id`` and checksummed (sha256) in the aggregate's ``detailed_evaluation_results``.
   File names are UUIDs (version 4 in form, as the datastore requires) derived from the record's identity
-  (model, endpoint, parameters, evaluation, prompt version), so exporting again replaces the same files.
+  (model, endpoint, parameters, evaluation, prompt version), so exporting again replaces the same files. Each
+  record's ``model_info.additional_details`` has the model's ``effort`` (summary.json's) where its requests
+  carry one, and ``generation_args.reasoning`` says whether they asked for reasoning (an effort other than none).
 
 The export reads the same selection and the same scoring as ``dxi score`` (``runner.outputs.score_all``):
 it never sends a request. Metrics are 0-100 (``metric_unit`` "percent"); a metric that is null (an
@@ -63,6 +65,8 @@ ANSWER_COLUMNS = {
     "probabilities": "every option's probability as returned, list of {option, p}",
     "repaired": "the answer came from a JSON reply wrapped in a Markdown code fence",
 }
+EXPORT_COLUMNS = {**ANSWER_COLUMNS, "effort": "the effort level the model's requests carried (summary.json's "
+                                              "effort: none, minimal, low, medium, high, xhigh, max; null: unset)"}
 _OMNISCIENCE_SOURCE = "Artificial Analysis AA-Omniscience (the published Decision Index uses 500 private questions)"
 
 
@@ -118,7 +122,9 @@ def write(fmt: str, target: Path, summary: dict, scored: scoring.Scored, models:
         return write_eee(target, summary, scored, models, suite, time.time() if now is None else now)
     if target.is_dir():
         raise ExportError(f"{target} is a folder: give the file to write, e.g. {target / ('answers.' + fmt)}")
+    efforts = {m["model"]: m.get("effort") for m in summary["models"]}
     table = scoring.export(scored.answers)
+    table = table.with_columns(pl.col("model").replace_strict(efforts, default=None, return_dtype=pl.String).alias("effort"))
     if not include_missing:
         table = table.filter(pl.col("status").cast(pl.String) != "missing")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -145,11 +151,13 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name).strip("._") or "unknown"
 
 
-def _model_info(label: str, config: dict) -> dict:
+def _model_info(label: str, config: dict, effort: str | None = None) -> dict:
     provider, model = config["provider"], config["model"]
     details = {"deployment_type": "self_deployed" if adapters.adapter_class(provider).free else "unknown",
                "model_availability": "unknown", "dxi_label": label, "adapter": provider,
                "endpoint": config.get("endpoint") or "", "params": config.get("params") or "{}"}
+    if effort is not None:
+        details["effort"] = effort
     info = {"name": label, "id": f"{provider}/{model}", "developer": "unknown", "inference_platform": provider,
             "additional_details": details}
     return info
@@ -170,6 +178,11 @@ def _source_data(name: str, data: dict) -> dict:
     hub = HUB_FILES[name]
     return {"dataset_name": EVALS[name].title, "source_type": "hf_dataset", "hf_repo": hub.repo_id, "hf_split": "test",
             "samples_number": int(data.get("tasks", 0)), "additional_details": details}
+
+
+def _generation(effort: str | None) -> dict:
+    """An ``evaluation_results`` entry's ``generation_config`` for a model whose requests carry ``effort``."""
+    return {"generation_args": {"reasoning": effort != "none"}, "additional_details": {"effort": effort}}
 
 
 def _result(result_id: str, name: str, source: dict, metric: str, block: dict, summary: dict) -> dict:
@@ -264,7 +277,7 @@ def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.Da
     written: list[Path] = []
     for entry in summary["models"]:
         label = entry["model"]
-        info = _model_info(label, configs[label])
+        info = _model_info(label, configs[label], entry.get("effort"))
         folder = Path("data") / COLLECTION / _safe(info["inference_platform"]) / _safe(configs[label]["model"])
         (target / folder).mkdir(parents=True, exist_ok=True)
         identity = f"{label}\x1f{configs[label].get('endpoint')}\x1f{configs[label].get('params')}"
@@ -283,6 +296,8 @@ def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.Da
                     reasons[f"{metric}_reason"] = block.get("reason") or "not defined"
                     continue
                 results.append(_result(f"{name}.{metric}", name, source, metric, block, summary))
+                if entry.get("effort") is not None:
+                    results[-1]["generation_config"] = _generation(entry["effort"])
             if not results:
                 index_reasons[f"{name}_reason"] = block.get("reason") or "no metric defined"
                 continue
@@ -313,6 +328,8 @@ def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.Da
                       "additional_details": {"formula": "0.125 acc(Omniscience) + 0.125 non-halluc(Omniscience) + "
                                                         "0.25 acc(HLE) + 0.25 acc(When2Call) + 0.25 mean F1(WildGuardTest)"}}
             results = [_result("decision_index", "decision_index", source, "decision_index", block, summary)]
+            if entry.get("effort") is not None:
+                results[-1]["generation_config"] = _generation(entry["effort"])
         else:
             results = []
             index_reasons["decision_index_reason"] = entry.get("decision_index_reason") or "not computed"

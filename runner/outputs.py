@@ -14,9 +14,10 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from dxi import scoring
+from dxi import adapters, scoring
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite
+from dxi.scoring.replies import add_replies, model_notes, usage_and_replies
 from dxi.scoring.summary import selection_flags
 from dxi.scoring.ties import add_ties, tie_counts
 
@@ -74,7 +75,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     model_epochs = (dict(zip(labels, models["epochs"].fill_null(epochs).to_list(), strict=True))
                     if "epochs" in models.columns else None)
     # usage first: its read of the cache rows (scalar columns only) then comes before the answers are held
-    used = cache.read(lambda rows: scoring.usage(rows, models, gold, epochs))
+    used, served = cache.read(lambda rows: usage_and_replies(rows, models, gold, epochs))
     if each is None:
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
         scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
@@ -99,8 +100,25 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     usage = scoring.usage_blocks(used, labels, prices or {})
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs,
                                     counts, scored, model_epochs, usage)
-    summary = add_ties(summary, ties) | (extra or {})
+    summary = add_ties(summary, ties)
+    summary = add_replies(summary, served, dict(zip(labels, models["model"].to_list(), strict=True)))
+    summary = model_settings(summary, models) | (extra or {})
     return summary, scored
+
+
+def model_settings(summary: dict, models: pl.DataFrame) -> dict:
+    """``summary`` with each model entry's ``effort`` (the level its requests carry: the frame's ``effort``
+    column, ``runner.plan``; null where unset or unknown) and, for a provider that clamps P(yes)
+    (``Adapter.P_YES_RANGE``: Gemini Decisions), its ``p_yes_range``."""
+    rows = {r["label"]: r for r in models.iter_rows(named=True)}
+    for entry in summary["models"]:
+        row = rows.get(entry["model"], {})
+        entry["effort"] = row.get("effort")
+        kind = row.get("provider")
+        clamp = adapters.adapter_class(kind).P_YES_RANGE if kind in adapters.KINDS else None
+        if clamp is not None:
+            entry["p_yes_range"] = list(clamp)
+    return summary
 
 
 def _added(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
@@ -267,8 +285,10 @@ def _index_rows(summary: dict, keys: list[str]) -> Rows:
 
 def print_summary(summary: dict, console: Console, out: Path | None = None) -> None:
     """The index table (fitted to the terminal: long or short headers, full model names or keys with a
-    legend), then what data was used and anything the reader must know. The index's 95% interval has a
-    column of its own; with several epochs the index shows ± its standard deviation over epochs (sd)."""
+    legend), then what data was used and anything the reader must know (once per model: another model served
+    it, replies cut off at the token limit, a clamp of P(yes): ``scoring.replies.model_notes``). The index's
+    95% interval has a column of its own; with several epochs the index shows ± its standard deviation over
+    epochs (sd)."""
     names = [m["model"] for m in summary["models"]]
     keys = model_keys(names, console, lambda ks: any(_fits(console, t) for t in _index_tables(summary, ks)))
     console.print(_fitted(console, _index_tables(summary, keys)))
@@ -307,6 +327,8 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
         if ties:
             console.print(f"  {escape(m['model'])}: {ties} pick(s) decided by a tie of the highest probabilities "
                           "(scored: the returned choice, else the first in option order)")
+        for note in model_notes(m):
+            console.print(f"  [yellow]{escape(m['model'])}: {escape(note)}[/]")
         if m.get("invalid_reasons"):
             n = sum(b.get("invalid", 0) for b in m["evals"].values())
             console.print(f"  [yellow]{escape(m['model'])}: {n} invalid answer(s)[/] (scored as wrong; all in "

@@ -5,8 +5,9 @@ started), their epochs, limits and prices, the suite, the locations and the cost
 ``--model`` flags. With a run file, these flags override it (paths given on the command line are relative
 to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
-``--max-cost``, and the limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``,
-``--max-attempts``, ``--backoff``, ``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--sample`` /
+``--effort`` (every model with an effort setting), ``--max-cost``, and the limits flags (``--rpm``, ``--tpm``,
+``--max-in-flight``, ``--timeout``, ``--max-attempts``, ``--backoff``, ``--max-stated-wait``,
+``--max-reply-bytes``: every provider); ``--sample`` /
 ``--seed`` and ``--all-tasks`` (instead of the file's ``limit`` or ``sample``); ``--price`` (over a model's
 ``price``); ``--exclude`` adds to the file's lists; ``--model``,
 ``--param`` and ``--option`` are errors (models, their parameters and options belong in the file).
@@ -53,14 +54,16 @@ class Plan:
     coordinator: str | None = None
 
     def models_frame(self) -> pl.DataFrame:
-        """The frame scoring selects cache rows by (``scoring.MODELS_SCHEMA`` plus each model's ``epochs``)."""
+        """The frame scoring selects cache rows by (``scoring.MODELS_SCHEMA`` plus each model's ``epochs`` and
+        ``effort``: the level its requests carry, ``Adapter.effort``)."""
         import polars as pl  # for scoring, after the run: not before the first request
 
         from dxi import scoring
 
         rows = [(m.label, m.adapter.kind, m.adapter.model, m.adapter.endpoint, m.adapter.params_key, PROMPT_VERSION,
-                 m.epochs) for m in self.models]
-        return pl.DataFrame(rows, schema={**scoring.MODELS_SCHEMA, "epochs": pl.Int64}, orient="row")
+                 m.epochs, m.adapter.effort) for m in self.models]
+        return pl.DataFrame(rows, schema={**scoring.MODELS_SCHEMA, "epochs": pl.Int64, "effort": pl.String},
+                            orient="row")
 
     def prices(self) -> dict[str, tuple[float | None, ...] | None]:
         return {m.label: m.price for m in self.models}
@@ -88,8 +91,9 @@ class Plan:
                                 f"{m.label}=IN/OUT (USD per million input / output tokens) or in the run file "
                                 "(price = {input = USD, output = USD})")
             if first is not None and m.price[1] and m.adapter.output_tokens_bound(first) is None:
-                raise PlanError(f"{m.label}: under a cost bound, cap the output tokens (e.g. params = "
-                                "{max_tokens = 512}; Gemini: maxOutputTokens), or price output at 0 if it is not billed")
+                raise PlanError(f"{m.label}: under a cost bound, cap the output tokens, leaving room for reasoning "
+                                "(e.g. params = {max_completion_tokens = 16000}; Gemini: maxOutputTokens), or price "
+                                "output at 0 if it is not billed")
 
 
 def key_values(items: list[str] | list[list[str]], flag: str) -> dict:
@@ -217,7 +221,7 @@ def price_flags(items: list[str]) -> dict[str, config.Price]:
     for item in items:
         model, sep, text = item.rpartition("=")
         parts = text.split("/")
-        example = "e.g. --price openai:gpt-5-mini=0.25/2/0.025"
+        example = "e.g. --price openai:gpt-6-luna=0.1/0.5/0.01"
         if not sep or not model.strip() or len(parts) not in (2, 3):
             raise PlanError(f"--price {item!r}: expected MODEL=IN/OUT or MODEL=IN/OUT/CACHED, USD per million input, "
                             f"output and cached input tokens ({example})")
@@ -278,11 +282,30 @@ def suite_from_flags(args: argparse.Namespace) -> Suite:
                   getattr(args, "all_tasks", False))
 
 
+def with_effort(frame: pl.DataFrame) -> pl.DataFrame:
+    """A ``scoring.MODELS_SCHEMA`` frame of models found in the cache with each one's ``effort`` (the level its
+    cached requests' parameters carry in the provider's own field, ``Adapter.effort_of``; null where none)."""
+    import polars as pl
+
+    efforts = [adapters.adapter_class(kind).effort_of(orjson.loads(params or "{}")) if kind in adapters.KINDS else None
+               for kind, params in frame.select("provider", "params").iter_rows()]
+    return frame.with_columns(pl.Series("effort", efforts, dtype=pl.String))
+
+
+def _effort(args: argparse.Namespace) -> str | None:
+    effort = getattr(args, "effort", None)
+    if effort is not None and effort not in adapters.EFFORTS:
+        raise PlanError(f"--effort {effort!r}: one of {', '.join(adapters.EFFORTS)}")
+    return effort
+
+
 def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
-    """The ``--model`` flags' models, with ``--param`` given to those that take sampling parameters and
-    each ``--option`` to those that know it; PlanError for a bad model string or a flag no model uses."""
+    """The ``--model`` flags' models, with ``--param`` and ``--effort`` given to those that take sampling
+    parameters and each ``--option`` to those that know it; PlanError for a bad model string or a flag no model
+    uses."""
     params = key_values(getattr(args, "param", []), "--param")
     options = key_values(getattr(args, "option", []), "--option")
+    effort = _effort(args)
     overrides = limits_overrides(args)
     models, used = [], set()
     for text in args.model or []:
@@ -290,6 +313,7 @@ def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
             spec = adapters.parse_model(text)
             cls = adapters.adapter_class(spec.kind)
             spec.params = dict(params) if cls.takes_params else {}
+            spec.effort = effort if cls.takes_params else None
             spec.options = {k: v for k, v in options.items() if k in cls.OPTIONS}
             a = adapters.get(spec)
         except ValueError as exc:
@@ -300,6 +324,8 @@ def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
     _priced(models, price_flags(getattr(args, "price", None) or []), dict(enumerate(args.model or [])))
     if params and not any(type(m.adapter).takes_params for m in models):
         raise PlanError("--param: no model of this run takes sampling parameters (decision models have none)")
+    if effort and not any(type(m.adapter).takes_params for m in models):
+        raise PlanError("--effort: no model of this run has an effort setting (decision models have none)")
     unused = sorted(set(options) - used)
     if unused:
         raise PlanError(f"--option {', '.join(unused)}: no model of this run knows this option")
@@ -321,6 +347,7 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
         raise PlanError(str(exc)) from None
     base = path.parent
     overrides = limits_overrides(args)
+    flag_effort = _effort(args)
     models = []
     for i, m in enumerate(run.models):
         name, provider = run.provider_of(m)
@@ -329,14 +356,18 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
             cls = adapters.adapter_class(provider.kind)
             if m.params and not cls.takes_params:
                 raise ValueError(f"{provider.kind} is a decision model: it takes no sampling parameters")
+            if m.effort and not cls.takes_params:
+                raise ValueError(f"{provider.kind} is a decision model: it has no effort setting")
             options = dict(m.options)
-            if provider.api_key_env:
-                options["api_key_env"] = provider.api_key_env
+            for key in ("api_key_env", "api_key_command"):
+                if getattr(provider, key):
+                    options[key] = getattr(provider, key)
             unknown = sorted(set(options) - cls.OPTIONS)
             if unknown:
                 raise ValueError(f"option(s) {', '.join(unknown)} unknown to the {provider.kind} adapter "
                                  f"(known: {', '.join(sorted(cls.OPTIONS)) or 'none'})")
-            spec = adapters.ModelSpec(provider.kind, m.model, provider.base_url, dict(m.params), options, m.name)
+            effort = flag_effort if flag_effort and cls.EFFORT_FIELD else m.effort  # --effort: every model that has one
+            spec = adapters.ModelSpec(provider.kind, m.model, provider.base_url, dict(m.params), options, m.name, effort)
             a = adapters.get(spec)
         except ValueError as exc:
             raise PlanError(f"{where}: {exc}") from None

@@ -22,7 +22,7 @@ def make_row(task: Task, request: Request, outcome: Outcome) -> dict:
         "raw_reply": outcome.body.decode("utf-8", "replace") if outcome.body is not None else None,
         "status": None, "error": None, "error_kind": None, "http_status": None,
         "served_model": None, "input_tokens": None, "output_tokens": None, "answers": None, "repaired": None,
-        "cached_input_tokens": None, "cache_write_tokens": None, "cache_write_1h_tokens": None,
+        "cached_input_tokens": None, "cache_write_tokens": None, "cache_write_1h_tokens": None, "cut_off": None,
     }
     reply, error = outcome.reply, outcome.error
     if reply is not None:
@@ -30,7 +30,7 @@ def make_row(task: Task, request: Request, outcome: Outcome) -> dict:
                 "input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens,
                 "answers": [a.as_row() for a in reply.answers], "repaired": reply.repaired,
                 "cached_input_tokens": reply.cached_input_tokens, "cache_write_tokens": reply.cache_write_tokens,
-                "cache_write_1h_tokens": reply.cache_write_1h_tokens}
+                "cache_write_1h_tokens": reply.cache_write_1h_tokens, "cut_off": reply.cut_off}
     else:
         assert error is not None
         row |= {"status": FAILED, "error": str(error), "http_status": error.status,

@@ -28,7 +28,7 @@ limits it shares (a run file's provider table; default ``Adapter.provider``) and
 settle when it does not fit; once it cannot fit with nothing in flight, the feeders hand out nothing more,
 requests already handed out are not sent (their attempts cannot reserve either), the attempts in flight
 finish and are recorded, and ``run`` returns (``Budget.stopped``). A provider stops the same way, alone,
-on a failure every request to it would meet (``runner.stops``).
+on a failure every request to it would meet, and a model on a failure that names it alone (``runner.stops``).
 """
 from __future__ import annotations
 
@@ -176,10 +176,10 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
                 in_flight.add(request.key)
                 yield _Job(adapter, task, request, limiter, charge)
 
-    feeds: dict[str, deque[Iterator[_Job]]] = {}
-    unsent: dict[str, list[Iterator[_Job]]] = {}  # a stopped provider's feeds, for its feeder to ``drain``
+    feeds: dict[str, deque[tuple[str, Iterator[_Job]]]] = {}  # per provider: (model label, its requests)
+    unsent: dict[str, list[Iterator[_Job]]] = {}  # a stopped provider's (or model's) feeds, for its feeder to ``drain``
     for r in runs:
-        feeds.setdefault(r.limits_key, deque()).append(uncached(r))
+        feeds.setdefault(r.limits_key, deque()).append((r.label, uncached(r)))
     provider_of = {r.label: r.limits_key for r in runs}
 
     def next_job(provider: str) -> _Job | None:
@@ -188,14 +188,19 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
         if budget.stopped or stopped_by:
             return None
         streams = feeds[provider]
-        if limiters[provider].halted is not None:  # the provider stopped (runner.stops): count the rest not sent
+        limiter = limiters[provider]
+        if limiter.halted is not None:  # the provider stopped (runner.stops): count the rest not sent
             if streams:  # by its feeder (``fill``), beside the requests still in flight (a big suite's rest takes seconds)
-                unsent.setdefault(provider, []).extend(streams)
+                unsent.setdefault(provider, []).extend(stream for _, stream in streams)
                 streams.clear()
             return None
         while streams:
-            stream = streams[0]
+            label, stream = entry = streams[0]
             streams.rotate(-1)
+            if label in limiter.stopped_models:  # this model stopped alone: its rest is counted not sent at the end
+                streams.remove(entry)
+                unsent.setdefault(provider, []).append(stream)
+                continue
             try:
                 job = next(stream, None)
             except Exception as exc:  # the requests in flight finish and are stored, then it is raised
@@ -203,7 +208,7 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
                 return None
             if job is not None:
                 return job
-            streams.remove(stream)
+            streams.remove(entry)
         return None
 
     async def drain(streams: list[Iterator[_Job]]) -> None:

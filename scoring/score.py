@@ -355,11 +355,17 @@ def usage(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1)
     rows of other configurations and rows
     replaced by newer ones is not counted: this is what the answers scored cost."""
     models = models.sort("label").with_row_index("m")
-    gold = gold.sort("eval", "task_id", "question_id")
-    task_frame = _task_frame(gold)
-    found, m, _, _, _ = _current(rows, models, task_frame, _model_epochs(models, epochs),
-                                 ("eval", "status", "input_tokens", "output_tokens", *list(USAGE_SCHEMA)[7:]),
-                                 each_task=False)
+    task_frame = _task_frame(gold.sort("eval", "task_id", "question_id"))
+    found, m, _, _, _ = _current(rows, models, task_frame, _model_epochs(models, epochs), USAGE_READ, each_task=False)
+    return usage_table(found, m, models)
+
+
+USAGE_READ = ("eval", "status", "input_tokens", "output_tokens", *list(USAGE_SCHEMA)[7:])  # what ``usage`` reads
+
+
+def usage_table(found: pl.DataFrame, m: np.ndarray, models: pl.DataFrame) -> pl.DataFrame:
+    """``usage``'s table from the current rows ``found`` (``USAGE_READ`` columns, each row once) and their
+    model numbers ``m`` (into ``models``, sorted by label and numbered ``m``)."""
     if found.is_empty():
         return pl.DataFrame(schema=USAGE_SCHEMA)
     # grouped by the model's number (its label's place in sorted order), not by a label string per row

@@ -4,10 +4,11 @@ Wire formats are pluggable. A *responder* is a pure function from the parsed req
 JSON; ``ROUTES`` maps each POST path to a responder factory ``factory(model) -> Responder``:
 
 * ``/v1/systemone``: ``systemone`` (System One decision models, ``shared/PROTOCOLS.md`` §A);
-* ``/v1/chat/completions``, ``/v1/messages``, ``/v1/decisions``, ``/v1beta/models/{model}:generateContent``:
-  the language-model and OpenAI Decisions responders of ``tests.wire_formats`` (OpenAI-compatible Chat
-  Completions, structured or logprob; Anthropic Messages; OpenAI Decisions; Gemini), as the providers
-  document them.
+* ``/v1/chat/completions``, ``/v1/messages``, ``/v1/decisions``, ``/v1beta/models/{model}:generateContent``,
+  ``/v1beta/decisions``: the language-model and decision-API responders of ``tests.wire_formats``
+  (OpenAI-compatible Chat Completions, structured or logprob; Anthropic Messages; OpenAI Decisions; Gemini; the
+  Gemini Decisions API), as the providers document them. A request a responder refuses (``wire_formats.Refused``:
+  a model that refuses a parameter, an unknown model) is answered with that status and error body.
 
 To serve another format, add a route: ``ROUTES["/v1/messages"] = my_factory`` (every server made
 afterwards has it), or pass ``routes={path: responder}`` to one server, or ``--route PATH=module:factory``
@@ -150,10 +151,11 @@ ROUTES: dict[str, Callable[[str], Responder]] = {
     "/v1/messages": wire_format(wire_formats.anthropic_messages),
     "/v1/decisions": wire_format(wire_formats.openai_decisions),
     GEMINI: wire_format(wire_formats.gemini_generate),
+    "/v1beta/decisions": wire_format(wire_formats.gemini_decisions),
 }
 # POST path -> the wire format's name in tests.wire_formats (its error bodies and hostile replies)
 FORMATS = {"/v1/systemone": "systemone", "/v1/chat/completions": "openai", "/v1/messages": "anthropic",
-           "/v1/decisions": "openai-decisions", GEMINI: "gemini"}
+           "/v1/decisions": "openai-decisions", GEMINI: "gemini", "/v1beta/decisions": "gemini-decisions"}
 
 
 @dataclass
@@ -378,7 +380,10 @@ class FakeProvider:
         responder = self.routes.get(route)
         if responder is None:
             return await self._reply(request, key, b'{"error": "no such route"}', 404, kind="fatal")
-        answer = responder(payload)
+        try:
+            answer = responder(payload)
+        except wire_formats.Refused as refused:  # the provider refuses this request (its status and error body)
+            return await self._reply(request, key, orjson.dumps(refused.body), refused.status, kind="fatal")
         reply = orjson.dumps(answer)
         if kind in ("error200", "duplicate", "nan"):
             body = {"error200": lambda: orjson.dumps(wire_formats.error_in_200(fmt, answer)),

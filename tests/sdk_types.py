@@ -108,6 +108,12 @@ def _models_in(tp: Any) -> list[type[pydantic.BaseModel]]:
 def _keys_of(value: Any, tp: Any, path: str) -> list[str]:
     if isinstance(value, list):
         return [p for i, v in enumerate(value) for p in _keys_of(v, tp, f"{path}[{i}]")]
+    inner = _unwrap(tp)
+    if typing.get_origin(inner) is typing.Union and type(None) in typing.get_args(inner):  # Optional[...]
+        inner = _unwrap(next(a for a in typing.get_args(inner) if a is not type(None)))
+    if typing.get_origin(inner) in (dict, cabc.Mapping) and isinstance(value, dict):  # a map: each value by its type
+        value_type = typing.get_args(inner)[1]
+        return [p for k, v in value.items() for p in _keys_of(v, value_type, f"{path}.{k}")]
     models = _models_in(tp)
     if not isinstance(value, dict) or not models:
         return []

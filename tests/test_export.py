@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from dxi.runner.cli import main
-from dxi.runner.export import ANSWER_COLUMNS
+from dxi.runner.export import ANSWER_COLUMNS, EXPORT_COLUMNS
 
 from .conftest import fixture_data
 from .four_models import FourModels, four_models
@@ -131,13 +131,15 @@ def test_the_answer_table_exports_as_documented(four: FourModels, scored: tuple[
     if fmt == "parquet":
         back = pl.read_parquet(target)
     elif fmt == "jsonl":
-        back = pl.read_ndjson(target, schema=answers.schema)
+        back = pl.read_ndjson(target, schema={**answers.schema, "effort": pl.String})
     else:
-        back = pl.read_csv(target, schema={**answers.schema, "probabilities": pl.String})
+        back = pl.read_csv(target, schema={**answers.schema, "probabilities": pl.String, "effort": pl.String})
         back = back.with_columns(pl.col("probabilities").str.json_decode(answers.schema["probabilities"]))
-    assert back.equals(answers)
+    # the answers, then each model's effort (none of these models has one: null)
+    assert back.columns == [*ANSWER_COLUMNS, "effort"] and back["effort"].null_count() == back.height
+    assert back.drop("effort").equals(answers)
     docs = DOCS.read_text()
-    assert all(f"`{column}`" in docs[docs.index("## Exports"):] for column in ANSWER_COLUMNS)
+    assert all(f"`{column}`" in docs[docs.index("## Exports"):] for column in EXPORT_COLUMNS)
 
 
 def test_export_takes_the_selection_of_dxi_score(four: FourModels, tmp_path: Path, capsys: pytest.CaptureFixture):

@@ -66,7 +66,7 @@ def test_deviations_are_invalid_with_the_reason(text, reason):
 
 
 def test_reasons_established_by_the_wire_format_win():
-    truncated = llm.TRUNCATED.format("finish_reason length")
+    truncated = llm.TRUNCATED.format("finish_reason length", "max_completion_tokens")
     assert decoded('{"answer": "A", "harm": "no"}', problem=truncated)[1][0] == ("invalid", None, truncated)
     assert decoded(None, reasoning=True)[1][1] == ("invalid", None, llm.REASONING_ONLY)
     assert decoded("", problem="refusal: no")[1][0] == ("invalid", None, "refusal: no")

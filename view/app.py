@@ -33,6 +33,7 @@ from aiohttp import web
 from dxi.adapters.http import is_loopback_host as is_loopback  # noqa: F401  (dxi view and its tests use it)
 from dxi.evals import EVALS
 from dxi.scoring.calibration import ECE_BINS
+from dxi.scoring.replies import model_notes
 from dxi.scoring.sums import METRICS
 
 from .data import CELLS, SORTS, VIEW_STATUSES, BadQuery, Browser, EvalQuery, NotFound
@@ -82,7 +83,7 @@ def _environment() -> jinja2.Environment:
                              trim_blocks=True, lstrip_blocks=True)
     env.filters["breakable"] = _breakable
     env.globals.update(url=_url, task_url=task_url, num=_num, when=_when, EVALS=EVALS, METRICS=METRICS, METRIC_TITLES=METRIC_TITLES,
-                       STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS)
+                       STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS, model_notes=model_notes)
     return env
 
 
@@ -178,7 +179,7 @@ def make_app(target: Browser | Live, refresh: float | None = None) -> web.Applic
         entry = next(m for m in live.browser.summary["models"] if m["model"] == label)
         figures = {e: ((entry["evals"].get(e) or {}).get("calibration") or None) for e in bins}  # dxi score's
         return page("calibration.html.j2", title=f"Calibration: {label}", section="calibration", label=label, bins=bins,
-                    figures=figures, name=name,
+                    figures=figures, name=name, p_yes_range=entry.get("p_yes_range"),
                     bin=None if b is None else int(b), listing=listing, epoch=epoch,
                     params={"m": label, "eval": name, "bin": b, "epoch": epoch or None})
 
