@@ -24,6 +24,10 @@ Behaviour of each request, in order:
 1. ``rpm`` (optional) is enforced like a provider: a token bucket of ``burst`` requests refilled at
    ``rpm``/60 per second; over it, 429 with ``Retry-After`` (decimal seconds) and, unless
    ``rate_headers=False``, ``x-ratelimit-limit-requests`` / ``-remaining-requests`` / ``-reset-requests``.
+   With ``window_s`` (e.g. 10) it is enforced per window instead, as providers that count requests per
+   interval do: at most ``rpm × window_s / 60`` requests let in within any ``window_s`` seconds (a sliding
+   window over the arrivals let in; over it, the same 429). ``stats()["window_peak"]`` is then the most
+   arrivals (let in or not) seen within any ``window_s`` seconds: the aggregate a set of clients sent.
 2. The next entry of ``script`` if any, else a fault drawn with the probabilities of ``faults`` (seeded
    by the request content, the seed and how many times that content arrived, so a rerun draws the same
    sequence), else ``default``. Behaviours:
@@ -221,7 +225,7 @@ class FakeProvider:
     def __init__(self, script: list[str] | None = None, default: str = "ok", model: str | None = "fake-decider",
                  p_first: float | None = 0.7, p_yes: float | None = 0.8, *, seed: int = 0, latency: str = "0",
                  faults: Faults | dict | None = None, rpm: float | None = None, burst: float | None = None,
-                 rate_headers: bool = True, hang_s: float = 30.0, record: bool = True,
+                 rate_headers: bool = True, hang_s: float = 30.0, record: bool = True, window_s: float | None = None,
                  routes: dict[str, Responder] | None = None, route_factories: dict[str, str] | None = None,
                  batch: dict | None = None):
         self.script = deque(script or [])
@@ -247,6 +251,10 @@ class FakeProvider:
         self.first_arrival: float | None = None  # time.monotonic() of the first request (a system-wide clock)
         self.last_reply: float | None = None  # ... and of the last ok reply written out
         self._bucket_at = 0.0  # token bucket as a theoretical arrival time (GCRA)
+        self.window_s = window_s
+        self._let_in: deque[float] = deque()  # arrivals let in within the last window_s (window mode)
+        self._seen: deque[float] = deque()  # every arrival within the last window_s (for window_peak)
+        self.arrival_times: list[float] = []  # every arrival's time.monotonic() (window mode)
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -254,6 +262,18 @@ class FakeProvider:
     def _admit(self) -> float:
         """0 when the rate limit lets this request in (and counts it), else seconds until it would."""
         now = time.monotonic()
+        if self.window_s:
+            limit = self.rpm * self.window_s / 60
+            self.arrival_times.append(now)
+            for q in (self._let_in, self._seen):
+                while q and q[0] <= now - self.window_s:
+                    q.popleft()
+            self._seen.append(now)
+            self.counts["window_peak"] = max(self.counts["window_peak"], len(self._seen))
+            if len(self._let_in) + 1 > limit + 1e-9:
+                return self._let_in[0] + self.window_s - now
+            self._let_in.append(now)
+            return 0.0
         interval = 60.0 / self.rpm
         at = max(self._bucket_at, now)
         wait = at - now - (self.burst - 1) * interval
