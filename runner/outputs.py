@@ -304,7 +304,7 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
         ties = sum(b.get("ties", 0) for b in m["evals"].values())
         if ties:
             console.print(f"  {escape(m['model'])}: {ties} pick(s) decided by a tie of the highest probabilities "
-                          "(scored: the returned choice, else the first in option order)")
+                          "(scored: the returned choice when tied, else the first tied option in option order)")
         if m.get("invalid_reasons"):
             n = sum(b.get("invalid", 0) for b in m["evals"].values())
             console.print(f"  [yellow]{escape(m['model'])}: {n} invalid answer(s)[/] (scored as wrong; all in "

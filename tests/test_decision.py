@@ -9,6 +9,8 @@ from dxi.adapters.decision import choice_answer, sum_tolerance, yes_no_answer
 from dxi.adapters.errors import MalformedReply
 from dxi.adapters.systemone import decode_body, encode_body
 from dxi.evals import CHOICE, YES_NO, Option, Question, Task
+from dxi.scoring.ties import tie_counts
+from tests.answers import choice, frame, yes_no
 
 FIVE = Question("answer", CHOICE, "Which?", tuple(Option(c, f"text {c}") for c in "ABCDE"))
 
@@ -25,9 +27,33 @@ def test_returned_choice_not_most_probable_scores_argmax_with_warning():
     assert "returned choice 'B' is not the most probable" in a.warning
 
 
-def test_tie_within_rounding_keeps_returned_choice():
+def test_a_returned_choice_within_1e4_of_the_highest_is_not_scored():
+    # the methodology scores "the option it gives the highest probability": 0.3 beats 0.2999
     a = choice_answer(FIVE, {"A": 0.3, "B": 0.2999, "C": 0.2, "D": 0.1, "E": 0.1001}, "B")
-    assert a.predicted == "B" and a.warning is None
+    assert (a.predicted, a.p_predicted) == ("A", 0.3)
+    assert a.warning == "returned choice 'B' is not the most probable option; scored A"
+
+
+def test_an_exact_tie_keeps_the_returned_choice_when_it_is_tied_else_the_first_tied_option():
+    probs = {"A": 0.1, "B": 0.35, "C": 0.2, "D": 0.35, "E": 0.0}
+    assert (choice_answer(FIVE, probs, "D").predicted, choice_answer(FIVE, probs, "D").warning) == ("D", None)
+    assert (choice_answer(FIVE, probs, "B").predicted, choice_answer(FIVE, probs, "B").warning) == ("B", None)
+    lower = choice_answer(FIVE, probs, "C")  # not among the tied: the first tied option in option order
+    assert (lower.predicted, lower.warning) == ("B", "returned choice 'C' is not the most probable option; scored B")
+    assert choice_answer(FIVE, probs, None).predicted == "B"  # no choice returned (a logprob decision)
+    assert choice_answer(FIVE, {"A": 0.2, "B": 0.2, "C": 0.2, "D": 0.2, "E": 0.2}, None).predicted == "A"
+
+
+def test_ties_count_exact_ties_only():
+    rows = [choice("m", "hle_multichoice", "h/1", "A", {"A": 0.3, "B": 0.2999, "C": 0.4001}),  # near: no tie
+            choice("m", "hle_multichoice", "h/2", "A", {"A": 0.4, "B": 0.4, "C": 0.2}),  # exact: a tie
+            choice("m", "hle_multichoice", "h/3", "A", {"A": 0.2, "B": 0.4, "C": 0.4}),  # exact, not first: a tie
+            choice("m", "when2call", "w/1", "A", {"A": 0.25, "B": 0.25, "C": 0.25, "D": 0.25}),
+            choice("m", "when2call", "w/2", "A", {"A": 0.25, "B": 0.2501, "C": 0.2499, "D": 0.25}),
+            choice("m", "when2call", "w/3", "A", None, status="failed"),
+            yes_no("m", "g/1", "prompt_harmful", "yes", 0.5), yes_no("m", "g/1", "response_refusal", "no", 0.5001),
+            yes_no("n", "g/1", "prompt_harmful", "yes", 0.4999)]
+    assert tie_counts(frame(rows)) == {("m", "hle_multichoice"): 2, ("m", "when2call"): 1, ("m", "wildguardtest"): 1}
 
 
 def test_missing_unknown_and_out_of_range_options_are_invalid():
