@@ -24,15 +24,18 @@ WEIGHTS: dict[tuple[str, str], float] = {
 }
 
 
-def decision_index(evals: dict[str, dict]) -> tuple[float | None, str | None]:
-    """``(index, None)`` from a summary's ``evals`` block, or ``(None, reason)`` when a term is missing."""
+def decision_index(evals: dict[str, dict], exact: dict[str, dict] | None = None) -> tuple[float | None, str | None]:
+    """``(index, None)`` from a summary's ``evals`` block, or ``(None, reason)`` when a term is missing
+    (null there). ``exact`` (evaluation -> its ``metrics`` row, full precision) gives the terms' values:
+    the summary's are rounded to 6 decimals, and an index summed from rounded terms can differ from the
+    index table's in the last decimal; with ``exact`` the figure is rounded once, when written."""
     total, missing = 0.0, []
     for (name, metric), weight in WEIGHTS.items():
         value = evals.get(name, {}).get(metric)
         if value is None:
             missing.append(f"{name}.{metric}")
         else:
-            total += weight * value
+            total += weight * (value if exact is None else exact[name][metric])
     if missing:
         return None, f"not computed: {', '.join(missing)} unavailable (see each evaluation's reason)"
     return total, None

@@ -11,7 +11,8 @@
                                              "f1_response_harm", "mean_f1"}},
                  "requests": {"sent", "cache_hits", "failed", "invalid", ...}}]}
 
-Metrics are 0-100, rounded to 6 decimals; ``n`` counts tasks (WildGuardTest: rows). Each evaluation
+Metrics are 0-100, computed at full precision and rounded to 6 decimals when written (the index
+from the unrounded terms, so it equals ``tables/index.parquet``'s rounded); ``n`` counts tasks (WildGuardTest: rows). Each evaluation
 block also counts its ``invalid``, ``failed`` and ``missing`` answers, and the ``repaired`` ones (scored
 normally; a language model's JSON arrived in a Markdown code fence); a null metric comes with a
 ``reason``. With several epochs each metric is the mean and ``<metric>_sd`` its standard deviation.
@@ -160,7 +161,7 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
         n_epochs = model_epochs.get(label, epochs)
         evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), n_epochs)
                  for name in METRICS}
-        index, reason = decision_index(evals)
+        index, reason = decision_index(evals, {name: by_key.get((label, name)) for name in METRICS})
         entry: dict = {"model": label, "epochs": n_epochs, "decision_index": _round(index)}
         if reason:
             entry["decision_index_reason"] = reason

@@ -289,8 +289,15 @@ def build_cubes(ans: pl.DataFrame) -> dict[str, Cube]:
 
 
 def _pooled(a: np.ndarray) -> np.ndarray:
-    """Sum over the last (units) axis."""
-    return a[..., 0] if a.shape[-1] == 1 else a.sum(-1)
+    """Sum over the last (units) axis, as float64."""
+    return _f64(a[..., 0] if a.shape[-1] == 1 else a.sum(-1))
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    """``a`` as float64. The resampled sums are float32 (``Cube.resampled``); their counts are exact
+    integers there, so the metric formulas over them in float64 give the same values as over the point
+    sums (100 × 162 / 500 is 32.4, where float32 arithmetic gave 32.400002)."""
+    return a.astype(np.float64, copy=False)
 
 
 def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
@@ -306,7 +313,7 @@ def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
             if cube.eval == OMNISCIENCE:
                 out["non_hallucination_rate"] = non_hallucination_from(_pooled(sums["hallucinated"]), n - right)
         else:
-            f1 = f1_from(sums["tp"], sums["fp"], sums["fn"])  # (..., units)
+            f1 = f1_from(_f64(sums["tp"]), _f64(sums["fp"]), _f64(sums["fn"]))  # (..., units)
             for q, metric in WILDGUARD_F1.items():
                 out[metric] = f1[..., cube.units.index(q)] if q in cube.units else np.full(f1.shape[:-1], np.nan)
             out["mean_f1"] = np.nanmean(np.stack([out[m] for m in WILDGUARD_F1.values()], -1), -1)

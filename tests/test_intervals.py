@@ -10,7 +10,7 @@ import pytest
 from dxi.scoring import Bootstrap, build_summary, score
 from dxi.scoring.bootstrap import nan_quantiles
 from dxi.scoring.metrics import accuracy_from, f1_from, non_hallucination_from
-from dxi.scoring.sums import ALL_STATS, RESAMPLED, build_cubes
+from dxi.scoring.sums import ALL_STATS, RESAMPLED, build_cubes, estimate
 
 from .answers import choice, frame, yes_no
 
@@ -225,3 +225,22 @@ def test_request_counts_per_label_from_integer_codes():
     }
     assert list(request_counts(ans)["a"]) == ["sent", "cache_hits", "failed", "invalid", "repaired"]
     assert request_counts(ans.head(0)) == {}
+
+
+def test_resampled_metrics_from_counts_are_exact_in_float64():
+    # 3 of 7 right: every resample's accuracy is 100 k / 7 as float64 computes it (float32 arithmetic gave
+    # values like 42.857143 where float64 gives 42.857142857142854), and the bounds are such values or
+    # their interpolation
+    rows = [choice(M, "hle_multichoice", f"h/{i}", "A", {"A": 0.9, "B": 0.1} if i < 3 else {"A": 0.1, "B": 0.9})
+            for i in range(7)]
+    rows += [choice(M, "aa_omniscience_decision", f"o/{i}", "A", {"A": 0.1, "E": 0.9} if i < 2 else
+                    {"A": 0.1, "C": 0.9}) for i in range(7)]
+    cubes = build_cubes(frame(rows))
+    boot = Bootstrap(resamples=200)
+    for name, cube in cubes.items():
+        est = estimate(cube, boot, boot.counts(name, cube.n_tasks))
+        reps = est.replicates["accuracy"][:, 0]
+        assert reps.dtype == np.float64 and set(reps.tolist()) <= {100 * k / 7 for k in range(8)}
+    nonhalluc = estimate(cubes["aa_omniscience_decision"], boot, boot.counts("aa_omniscience_decision", 7))
+    exact = {100 * (1 - h / w) for w in range(1, 8) for h in range(w + 1)} | {100.0}
+    assert set(nonhalluc.replicates["non_hallucination_rate"][:, 0].tolist()) <= exact
