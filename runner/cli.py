@@ -43,7 +43,9 @@ EXIT_PROVIDER_STOPPED = 6  # (5: distributed.EXIT_UPLOAD)
 EXIT_CODES = f"""\
 exit codes:
   0    done
-  {EXIT_FAILED_REQUESTS}    done, but some requests failed (scored as wrong; rerun to retry them)
+  {EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply after the retries) or are
+       missing from the cache, scored as not correct and marked (*); rerun to request them, or accept them
+       with --allow-failed
   {EXIT_USAGE}    bad input (flags, run file, model string, data), with a message; nothing was sent
   {EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)
   {EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun
@@ -218,7 +220,17 @@ def _add_cache(g: argparse._ArgumentGroup) -> None:
                                                                  "the run file's)")
 
 
-def _add_output(g: argparse._ArgumentGroup, out: bool = True) -> None:
+def _allow_failed(text: str) -> dict:
+    """``--allow-failed``'s value (``config.allow_failed``), or argparse's usage error."""
+    from .config import allow_failed
+
+    try:
+        return allow_failed(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_output(g: argparse._ArgumentGroup, out: bool = True, scores: bool = False) -> None:
     if out:
         g.add_argument("--out", type=Path, metavar="DIR",
                        help="where summary.json and answers.parquet go (default: out, or the run file's)")
@@ -226,6 +238,12 @@ def _add_output(g: argparse._ArgumentGroup, out: bool = True) -> None:
     else:  # dxi view: it has no progress; its notes on the selection are what is left to leave out
         g.add_argument("-q", "--quiet", action="store_true",
                        help="no notes on the selection (the address served and warnings are still printed)")
+    if scores:
+        g.add_argument("--allow-failed", type=_allow_failed, metavar="N|FRACTION",
+                       help="accept up to N failed or missing answers per model and evaluation (or a fraction of "
+                            "its answers: 0.01, 1%%): the figures stay marked provisional, but the exit code is 0 "
+                            f"(otherwise {EXIT_FAILED_REQUESTS}); recorded in summary.json (default: none, or the "
+                            "run file's allow_failed)")
 
 
 VIEW_DESCRIPTION = """\
@@ -285,7 +303,7 @@ def parser() -> argparse.ArgumentParser:
             c.add_argument("--fsync", action="store_true",
                            help="fsync each reply (survives power loss, not just a killed process; slower)")
         o = s.add_argument_group("output")
-        _add_output(o, out=name != "view")  # the view writes no outputs
+        _add_output(o, out=name != "view", scores=name in ("run", "score", "report"))  # the view writes no outputs
         if name == "estimate":
             o.add_argument("--json", action="store_true", help="print the estimate as JSON")
         if name == "view":
@@ -574,7 +592,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         cache.close(wait=False)
         from .outputs import print_summary, score  # imported during the run already (``_prepare_scoring``)
 
-        summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
+        summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra,
+                        plan.tolerance())
     print_summary(summary, console, plan.out)
     upload_failed = dist.finish()  # the run ends when its uploads are done
     dist.shard_note()
@@ -583,7 +602,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         transient = s.failed - s.failed_fatal
         parts = ([f"{transient} transient (sent again by the next run)"] if transient else []) + (
             [f"{s.failed_fatal} deterministic, 4xx-class (kept; --retry-failed sends them again)"] if s.failed_fatal else [])
-        console.print(f"[red]{escape(label)}: {s.failed} request(s) failed[/], scored as wrong: {'; '.join(parts)}. "
+        console.print(f"[red]{escape(label)}: {s.failed} request(s) failed[/], scored as not correct: {'; '.join(parts)}. "
                       "First errors:")
         for e in s.errors[:5]:
             console.print(f"    {e}", highlight=False, markup=False)
@@ -598,7 +617,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[red]Provider stopped:[/] {escape(describe(block))}")
     if stopped:
         return EXIT_PROVIDER_STOPPED
-    return upload_failed or (EXIT_FAILED_REQUESTS if failed else 0)
+    return upload_failed or (0 if summary["accepted"] else EXIT_FAILED_REQUESTS)
 
 
 def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
@@ -694,22 +713,25 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
     from dxi.cache import Cache
 
     from .outputs import print_summary, score, score_all
+    from .plan import tolerance
 
     plan, cache_dir, out, suite, remote = _score_selection(args)
+    allowed = plan.tolerance() if plan else tolerance(args.allow_failed)
     with Cache(cache_dir, remote=remote) as cache:
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
         if not html:
-            summary = score(cache, suite, frame, out, None, epochs, prices)
+            summary = score(cache, suite, frame, out, None, epochs, prices, tolerance=allowed)
         else:
             from dxi.report.html import write  # matplotlib and Jinja2 load only for reports
-            summary, scored = score_all(cache, suite, frame, out, None, epochs, breakdowns=True, prices=prices)
+            summary, scored = score_all(cache, suite, frame, out, None, epochs, breakdowns=True, prices=prices,
+                                        tolerance=allowed)
             path = write(summary, scored, out, ranked=plan is None)  # no order given: by Decision Index
     print_summary(summary, console, out)
     for note in notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if html:
         console.print(escape(f"Report written to {path} (tables in {out}/tables/)"))
-    return 0
+    return 0 if summary["accepted"] else EXIT_FAILED_REQUESTS
 
 
 def _view_options(p: argparse._ArgumentGroup) -> None:

@@ -17,30 +17,33 @@ from rich.table import Table
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite
+from dxi.scoring.provisional import Tolerance
 from dxi.scoring.ties import add_ties, tie_counts
 
 
 def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
-          epochs: int = 1, prices: dict[str, tuple[float, float] | None] | None = None, extra: dict | None = None) -> dict:
+          epochs: int = 1, prices: dict[str, tuple[float, float] | None] | None = None, extra: dict | None = None,
+          tolerance: Tolerance | None = None) -> dict:
     """Score ``models`` (``scoring.MODELS_SCHEMA`` rows, plus an optional ``epochs`` column: a model's own
     number of epochs, else ``epochs``) from the cache over the suite's tasks, write ``out/summary.json``
     and ``out/answers.parquet`` (each written to a temporary name, then renamed) and return the summary.
     ``requests`` is each model's request counts from a run; None (cache-only scoring) counts the requests
     found in the cache instead, with ``sent`` = 0. ``prices`` (label -> USD per million input and output
-    tokens; None or absent: no price) make the usage blocks' costs; ``extra`` keys are added to the summary.
+    tokens; None or absent: no price) make the usage blocks' costs; ``extra`` keys are added to the summary;
+    ``tolerance`` is ``--allow-failed``'s (``scoring.provisional``).
 
     A shard damaged where start-up does not look (outside the index columns) fails here: it is moved to
     the cache's quarantine/ (``Cache.read``) and scoring goes on without it; its answers count as
     missing, and the next ``dxi run`` sends those requests again."""
-    return score_all(cache, suite, models, out, requests, epochs, prices=prices, extra=extra)[0]
+    return score_all(cache, suite, models, out, requests, epochs, prices=prices, extra=extra, tolerance=tolerance)[0]
 
 
 def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None, requests: dict[str, dict] | None,
               epochs: int = 1, breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
-              extra: dict | None = None) -> tuple[dict, scoring.Scored]:
+              extra: dict | None = None, tolerance: Tolerance | None = None) -> tuple[dict, scoring.Scored]:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
     that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own files)."""
-    summary, scored = summarize(cache, suite, models, requests, epochs, breakdowns, prices, extra)
+    summary, scored = summarize(cache, suite, models, requests, epochs, breakdowns, prices, extra, tolerance=tolerance)
     if out is None:
         return summary, scored
     out.mkdir(parents=True, exist_ok=True)
@@ -55,8 +58,8 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None
 
 def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[str, dict] | None, epochs: int = 1,
               breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
-              extra: dict | None = None, each: Callable[[pl.DataFrame], None] | None = None
-              ) -> tuple[dict, scoring.Scored]:
+              extra: dict | None = None, each: Callable[[pl.DataFrame], None] | None = None,
+              tolerance: Tolerance | None = None) -> tuple[dict, scoring.Scored]:
     """``score_all`` without writing anything: the summary (as summary.json holds it) and the tables
     (``dxi view`` shows them; the cache is only read).
 
@@ -97,7 +100,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
         scored = scorer.result()
     usage = scoring.usage_blocks(used, labels, prices or {})
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs,
-                                    counts, scored, model_epochs, usage)
+                                    counts, scored, model_epochs, usage, tolerance)
     summary = add_ties(summary, ties) | (extra or {})
     return summary, scored
 
@@ -248,6 +251,14 @@ def _index_tables(summary: dict, keys: list[str]) -> list[Table]:
         _table("Decision Index", [c[1] for c in INDEX_COLUMNS[:8]] + ["inv/rep\n/fail"], justify[:9], merged, True)]
 
 
+PROVISIONAL_MARK = "*"  # after a figure with failed or missing answers in it (``scoring.provisional``)
+
+
+def _marked(value: float | None, provisional: bool) -> str:
+    """A figure as the tables print it, marked when it is provisional (a null one is never marked)."""
+    return _fmt(value) + (PROVISIONAL_MARK if provisional and value is not None else "")
+
+
 def _index_rows(summary: dict, keys: list[str]) -> Rows:
     rows = []
     for key, m in zip(keys, summary["models"], strict=True):
@@ -256,12 +267,50 @@ def _index_rows(summary: dict, keys: list[str]) -> Rows:
         failed = sum(b.get("failed", 0) for b in e.values())
         repaired = sum(b.get("repaired", 0) for b in e.values())
         ci, sd = m.get("decision_index_ci"), m.get("decision_index_sd")
-        index = _fmt(m["decision_index"]) + (f" ±{sd:.1f} sd" if sd is not None else "")
+        index = _marked(m["decision_index"], m.get("complete") is False) + (f" ±{sd:.1f} sd" if sd is not None else "")
+
+        def cell(name: str, metric: str, e: dict = e) -> str:
+            return _marked(e[name].get(metric), e[name].get("complete") is False)
+
         rows.append(([escape(key), index, f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "—",
-                      _fmt(e["aa_omniscience_decision"]["accuracy"]), _fmt(e["aa_omniscience_decision"]["non_hallucination_rate"]),
-                      _fmt(e["hle_multichoice"]["accuracy"]), _fmt(e["when2call"]["accuracy"]),
-                      _fmt(e["wildguardtest"]["mean_f1"]), str(invalid), str(repaired), str(failed)], None))
+                      cell("aa_omniscience_decision", "accuracy"), cell("aa_omniscience_decision", "non_hallucination_rate"),
+                      cell("hle_multichoice", "accuracy"), cell("when2call", "accuracy"), cell("wildguardtest", "mean_f1"),
+                      str(invalid), str(repaired), str(failed)], None))
     return rows
+
+
+def provisional_lines(summary: dict) -> list[str]:
+    """What the terminal says under the table about provisional figures (plain text, one line each): per
+    model with failed or missing answers, how many, how they were scored and how many answers the next
+    ``dxi run`` requests again; then whether the result is accepted (the exit code)."""
+    lines = []
+    tolerance = summary.get("allow_failed")
+    for m in summary["models"]:
+        if m.get("complete") is not False:
+            continue
+        blocks = [b for b in m["evals"].values() if b.get("complete") is False]
+        failed, missing = sum(b["failed"] for b in blocks), sum(b["missing"] for b in blocks)
+        rerun = sum(b.get("rerun", 0) for b in blocks)
+        parts = [f"{failed} failed" if failed else "", f"{missing} missing" if missing else ""]
+        text = (f"{m['model']}: provisional ({PROVISIONAL_MARK}): {' and '.join(p for p in parts if p)} answer(s), "
+                "scored as not correct (never as hallucinations); the next `dxi run` with these options requests "
+                f"{rerun} of them again")
+        kept = failed + missing - rerun
+        if kept:
+            text += f" ({kept} deterministic failure(s) are kept: --retry-failed requests them too)"
+        if m.get("within_tolerance"):
+            text += f"; within --allow-failed {_tolerance_text(tolerance)}"
+        lines.append(text)
+    if lines and not summary.get("accepted", True):
+        lines.append("The result is provisional: rerun to complete it, or accept the failed and missing answers with "
+                     "--allow-failed N (answers per model and evaluation) or a fraction (e.g. 0.01); exit code 1.")
+    return lines
+
+
+def _tolerance_text(tolerance: dict | None) -> str:
+    if not tolerance:
+        return ""
+    return str(tolerance["answers"]) if tolerance.get("answers") is not None else f"{tolerance['fraction']:g}"
 
 
 def print_summary(summary: dict, console: Console, out: Path | None = None) -> None:
@@ -295,6 +344,8 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
             console.print(f"    [yellow]{excluded['listed'] - excluded['matched']} excluded id(s) matched no task[/]"
                           + (" read (with --limit only the first tasks are read)" if "limit" in d else
                              ": check the ids in the exclusion list"))
+    for line in provisional_lines(summary):
+        console.print(f"  [yellow]{escape(line)}[/]")
     for m in summary["models"]:
         if m.get("decision_index_reason"):
             console.print(f"  [yellow]{escape(m['model'])}: index {escape(m['decision_index_reason'])}[/]")

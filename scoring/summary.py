@@ -1,6 +1,7 @@
 """summary.json: the contract users script against.
 
-    {"prompt_version": str, "epochs": int, "data": {...},
+    {"prompt_version": str, "epochs": int, "complete": bool, "allow_failed": {...} | null, "accepted": bool,
+     "data": {...},
      "intervals": {"method", "confidence", "resamples", "seed", "note"},
      "calibration": {"answers", "brier", "ece", "log_loss", "auroc", "epochs"},
      "models": [{"model": str, "decision_index": float | null, "decision_index_reason"?: str,
@@ -29,6 +30,13 @@ Added with run files and costs: each model's ``epochs`` (a run file may give mod
 top-level ``epochs`` is the run's default) and ``usage`` (tokens and USD, ``scoring.cost``), and the
 run's ``usage``. A model with invalid answers gets ``invalid_reasons``: its three most frequent reasons
 (``[{"error", "count"}]``, every evaluation pooled; the text can quote model output).
+
+Added with provisional figures (``scoring.provisional``): each evaluation block's ``complete`` (no failed
+or missing answer) and, when false, ``rerun`` (the answers the next ``dxi run`` requests again); each
+model's ``complete`` and, when false, ``within_tolerance``; the summary's ``complete``, ``allow_failed``
+(``{"answers": N}``, ``{"fraction": x}`` or null) and ``accepted`` (every model complete or within it).
+Failed and missing answers are scored as not correct (never as hallucinations); an evaluation none of
+whose answers is a reply has null metrics with the reason.
 """
 from __future__ import annotations
 
@@ -36,7 +44,8 @@ import polars as pl
 
 from . import calibration as cal
 from .index import decision_index
-from .sums import METRICS
+from .provisional import Tolerance, judge
+from .sums import EVERY_FAILED, METRICS, NONE_CACHED
 
 UNDEFINED_F1 = ("undefined (no positive gold label and no positive prediction); mean_f1 is the mean of "
                 "the defined F1 scores")
@@ -54,7 +63,9 @@ def _interval(row: dict, metric: str) -> list[float | None] | None:
 
 
 def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
-    """One evaluation's block for one model from its ``scoring.score.metrics`` row (None: no answers)."""
+    """One evaluation's block for one model from its ``scoring.score.metrics`` row (None: no answers): ``n``
+    tasks, the answer counts, ``complete`` (and ``rerun`` when not), each metric with its interval (and
+    spread over epochs), and a ``reason`` for a null metric."""
     block: dict = {"n": 0, **{m: None for m in METRICS[name]}}
     if "missing" in data:
         block["reason"] = f"no data: {data['missing']}"
@@ -63,14 +74,11 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
         block["reason"] = "no answers for this evaluation"
         return block
     block |= {"n": row["n"], "invalid": row["invalid"], "failed": row["failed"], "missing": row["missing"],
-              "repaired": row["repaired"]}
-    if row["missing"]:
-        block["reason"] = (f"{row['missing']} answer(s) not in the cache: the run is incomplete (or it ran with a "
-                           "smaller --limit or fewer epochs than scored here); `dxi run` with these options sends "
-                           "what is missing")
-        return block
-    if row.get("reason"):  # every request failed: no reply to score, so no metric (never 0.0 as a score)
-        block["reason"] = f"{row['reason']} ({row['failed']} answer(s) failed; see each model's errors)"
+              "repaired": row["repaired"], "complete": row["failed"] + row["missing"] == 0}
+    if not block["complete"]:  # provisional (``scoring.provisional``): what the next `dxi run` requests again
+        block["rerun"] = row["rerun"]
+    if row.get("reason"):  # no answer is a reply: nothing to score, so no metric (never 0.0 as a score)
+        block["reason"] = _no_reply(row)
         return block
     reasons = []
     for m in METRICS[name]:
@@ -84,6 +92,17 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
     if reasons:
         block["reason"] = "; ".join(reasons)
     return block
+
+
+def _no_reply(row: dict) -> str:
+    """Why an evaluation whose answers are all failed or missing has no metrics (``sums.Estimates.reason``)."""
+    if row["reason"] == NONE_CACHED:
+        return (f"{NONE_CACHED}: none of its {row['missing']} answer(s) (the run did not reach it, or ran with a "
+                "smaller --limit, another selection or fewer epochs than scored here); `dxi run` with these options "
+                "sends them")
+    if row["reason"] == EVERY_FAILED:
+        return f"{EVERY_FAILED} ({row['failed']} answer(s) failed; see each model's errors)"
+    return f"{row['reason']} ({row['failed']} failed, {row['missing']} missing)"
 
 
 def _calibration_entry(row: dict, epochs: int) -> dict:
@@ -140,14 +159,15 @@ def invalid_reasons(counts: pl.DataFrame, top: int = 3) -> dict[str, list[dict]]
 
 def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], prompt_version: str, epochs: int,
           requests: dict[str, dict], scored: object | None = None, model_epochs: dict[str, int] | None = None,
-          usage: tuple[dict[str, dict], dict] | None = None) -> dict:
+          usage: tuple[dict[str, dict], dict] | None = None, tolerance: Tolerance | None = None) -> dict:
     """The whole summary: one entry per model label (in ``labels`` order), from the metrics table, the
     suite's data block and each model's request counts. With ``scored`` (a ``scoring.scored.Scored``)
     the intervals, the index's spread and interval and the calibration blocks are added.
 
     ``epochs`` is the run's number of epochs, ``model_epochs`` a model's own where it differs (each model
     entry gets its ``epochs``); ``usage`` is ``scoring.cost.usage_blocks``' (per model, run): each model
-    gets its ``usage`` block and the summary the run's."""
+    gets its ``usage`` block and the summary the run's. ``tolerance`` is ``--allow-failed``'s
+    (``scoring.provisional``): recorded, and deciding ``accepted``."""
     model_epochs = model_epochs or {}
     by_key = {(r["label"], r["eval"]): r for r in metrics.iter_rows(named=True)}
     index_rows = {r["label"]: r for r in scored.index.iter_rows(named=True)} if scored is not None else {}
@@ -157,6 +177,7 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
         for r in scored.calibration.iter_rows(named=True):
             calibration.setdefault((r["label"], r["eval"]), []).append(r)
     models = []
+    complete = all_accepted = True
     for label in labels:
         n_epochs = model_epochs.get(label, epochs)
         evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), n_epochs)
@@ -165,13 +186,18 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
         entry: dict = {"model": label, "epochs": n_epochs, "decision_index": _round(index)}
         if reason:
             entry["decision_index_reason"] = reason
+        entry["complete"], accepted = judge(evals, {name: (by_key.get((label, name)) or {}).get("answers", 0)
+                                                    for name in METRICS}, tolerance)
+        if not entry["complete"]:
+            entry["within_tolerance"] = accepted
+        complete, all_accepted = complete and entry["complete"], all_accepted and accepted
         if scored is not None:
             row = index_rows.get(label, {})
             entry["decision_index_ci"] = _interval(row, "decision_index") if index is not None else None
             if n_epochs > 1:
                 entry["decision_index_sd"] = _round(row.get("decision_index_sd")) if index is not None else None
             for name, block in evals.items():
-                if block.get("n") and not block.get("missing"):
+                if block.get("n"):
                     block["calibration"] = calibration_block(calibration.get((label, name), []), n_epochs)
         entry["evals"] = evals
         if label in reasons:
@@ -180,7 +206,9 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
         if usage is not None:
             entry["usage"] = usage[0].get(label)
         models.append(entry)
-    summary: dict = {"prompt_version": prompt_version, "epochs": epochs, "data": data}
+    summary: dict = {"prompt_version": prompt_version, "epochs": epochs, "complete": complete,
+                     "allow_failed": tolerance.describe() if tolerance is not None else None,
+                     "accepted": all_accepted, "data": data}
     if scored is not None:
         summary["intervals"] = scored.bootstrap.describe() if scored.bootstrap else None
         summary["calibration"] = cal.describe()

@@ -140,14 +140,22 @@ def test_epochs_give_the_index_a_spread():
     assert summary["models"][0]["evals"]["wildguardtest"]["mean_f1"] == 65.0
 
 
-def test_missing_answers_make_every_interval_null():
+def test_a_missing_answer_is_scored_as_not_correct_and_only_no_reply_at_all_makes_a_metric_null():
     rows = suite_answers(M, {name: [True, False] for name in EVALS})
     rows[0] = {**rows[0], "status": "missing", "predicted": None, "probabilities": None, "p_predicted": None}
+    rows += [choice(N, "hle_multichoice", f"hle_multichoice/{i}", "A", None, status=s)
+             for i, s in enumerate(("missing", "failed"))]
     scored = score(frame(rows), Bootstrap(resamples=20))
     omni = scored.metrics.filter(pl.col("eval") == "aa_omniscience_decision").row(0, named=True)
-    assert omni["accuracy"] is None and omni["accuracy_low"] is None and omni["missing"] == 1
+    # Omniscience: task 0 (right) missing, task 1 wrong: accuracy 0; the one wrong reply hallucinated of
+    # two not correct: non-hallucination 50
+    assert (omni["accuracy"], omni["non_hallucination_rate"], omni["missing"], omni["rerun"]) == (0.0, 50.0, 1, 1)
+    assert omni["accuracy_low"] is not None
     idx = scored.index.row(0, named=True)
-    assert idx["decision_index"] is None and "aa_omniscience_decision.accuracy" in idx["reason"]
+    # HLE and When2Call 50; WildGuardTest: each question one TP and one FP, F1 = 2 / 3
+    assert idx["decision_index"] == pytest.approx(0.125 * 0 + 0.125 * 50 + 0.25 * 50 + 0.25 * 50 + 0.25 * 200 / 3)
+    nothing = scored.metrics.filter(pl.col("label") == N).row(0, named=True)  # no reply: null, with the reason
+    assert nothing["accuracy"] is None and nothing["reason"] == "no reply: every answer failed or is missing"
 
 
 def test_an_empty_answers_frame_scores_to_empty_tables():

@@ -43,6 +43,18 @@ def test_vectorised_and_plain_scorers_agree(tmp_path: Path):
     assert vectorised.keys() == plain.keys() and all(vectorised[k] == pytest.approx(plain[k], abs=1e-9) for k in plain)
 
 
+def test_with_answers_missing_the_vectorised_and_plain_scorers_agree(tmp_path: Path):
+    # every 7th task never cached (a stopped run): not correct, never a hallucination, provisional
+    tasks = suite(SIZES)
+    written = [t for i, t in enumerate(tasks) if i % 7]
+    write_cache(tmp_path, written, 3, invalid_rate=0.05, failed_rate=0.1)
+    plain = plain_index(sorted(tmp_path.glob("shards/*.parquet")), tasks, [model_name(m) for m in range(3)])
+    vectorised = index_of(rescore(tmp_path, tasks))
+    assert vectorised.keys() == plain.keys() and all(v is not None for v in plain.values())
+    assert all(vectorised[k] == pytest.approx(plain[k], abs=1e-9) for k in plain)
+    assert all(vectorised[k] != index_of(rescore(tmp_path, written))[k] for k in plain)  # the missing count
+
+
 def test_the_newest_row_wins_and_stale_rows_are_ignored(tmp_path: Path):
     tasks = suite(SIZES)
     write_cache(tmp_path, tasks, 2)

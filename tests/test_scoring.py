@@ -13,8 +13,10 @@ from .answers import choice, yes_no
 from .answers import frame as answers
 
 
-def frame(pairs: list[tuple[str | None, str]]) -> pl.DataFrame:
-    return pl.DataFrame(pairs, schema={"predicted": pl.String, "gold": pl.String}, orient="row")
+def frame(pairs: list[tuple]) -> pl.DataFrame:
+    """(predicted, gold[, status]) rows; the status defaults to ok, or invalid where nothing is predicted."""
+    rows = [(p, g, rest[0] if rest else ("ok" if p is not None else "invalid")) for p, g, *rest in pairs]
+    return pl.DataFrame(rows, schema={"predicted": pl.String, "gold": pl.String, "status": pl.String}, orient="row")
 
 
 def test_accuracy_counts_invalid_as_wrong():
@@ -29,6 +31,16 @@ def test_hallucination_rate_with_idk_and_invalid():
     df = frame([("A", "A"), ("B", "B"), ("E", "C"), ("E", "D"), ("C", "A"), (None, "B")])
     assert df.select(hallucination_rate()).item() == 0.5
     assert df.select(non_hallucination_rate()).item() == 50.0
+
+
+def test_failed_and_missing_answers_are_not_correct_and_never_hallucinations():
+    # the same 6 plus one failed and one missing: 8 questions, 2 correct (25%); 6 not correct, of which
+    # the wrong guess and the invalid reply hallucinated: 2 / 6 -> non-hallucination 66.67
+    df = frame([("A", "A"), ("B", "B"), ("E", "C"), ("E", "D"), ("C", "A"), (None, "B"), (None, "C", "failed"),
+                (None, "D", "missing")])
+    assert df.select(accuracy()).item() == 25.0
+    assert df.select(hallucination_rate()).item() == 2 / 6
+    assert df.select(non_hallucination_rate()).item() == pytest.approx(100 * 4 / 6)
 
 
 def test_hallucination_rate_is_zero_when_all_correct():
@@ -112,11 +124,14 @@ def test_missing_answers_or_data_make_the_index_null():
     table = metrics(answers_frame(rows))
     data = {"aa_omniscience_decision": {"missing": "no file"}, "hle_multichoice": {"files": []},
             "when2call": {"missing": "no file"}, "wildguardtest": {"missing": "no file"}}
-    entry = build(table, [m], data, "p1", 1, {})["models"][0]
+    summary = build(table, [m], data, "p1", 1, {})
+    entry = summary["models"][0]
     assert entry["decision_index"] is None and "unavailable" in entry["decision_index_reason"]
-    assert entry["evals"]["hle_multichoice"]["accuracy"] is None
-    assert "1 answer(s) not in the cache" in entry["evals"]["hle_multichoice"]["reason"]
+    hle = entry["evals"]["hle_multichoice"]
+    assert (hle["accuracy"], hle["missing"], hle["complete"], hle["rerun"]) == (50.0, 1, False, 1)  # provisional
     assert entry["evals"]["when2call"]["reason"] == "no data: no file"
+    assert (entry["complete"], entry["within_tolerance"]) == (False, False)
+    assert (summary["complete"], summary["allow_failed"], summary["accepted"]) == (False, None, False)
 
 
 def test_epochs_mean_and_spread():
