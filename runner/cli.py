@@ -617,6 +617,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[red]Provider stopped:[/] {escape(describe(block))}")
     if stopped:
         return EXIT_PROVIDER_STOPPED
+    if dist.shard is not None and dist.shard.count > 1:  # the other shards' answers are missing by design
+        return upload_failed or (EXIT_FAILED_REQUESTS if failed and not summary["accepted"] else 0)
     return upload_failed or (0 if summary["accepted"] else EXIT_FAILED_REQUESTS)
 
 

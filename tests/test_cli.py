@@ -95,9 +95,18 @@ def test_rerun_sends_nothing_and_score_reproduces_the_summary(data_dir: Path, tm
 def test_rerun_after_losing_part_of_the_cache_sends_exactly_the_missing(data_dir: Path, tmp_path: Path):
     assert dxi(*run_args(data_dir, tmp_path)) == 0
     lost = drop_rows(tmp_path / "cache", 5)
-    assert dxi(*score_args(data_dir, tmp_path, "partial")) == 0
-    partial = summary(tmp_path / "partial")["models"][0]
-    assert partial["decision_index"] is None  # never a partial index presented as whole
+    assert dxi(*score_args(data_dir, tmp_path, "partial")) == 1  # a provisional result: exit code 1
+    partial = summary(tmp_path / "partial")
+    missing = {name: b["missing"] for name, b in partial["models"][0]["evals"].items() if b.get("missing")}
+    questions = {"wildguardtest": 3}  # the fixture's WildGuardTest rows have three questions each
+    assert sum(missing.values()) == sum(questions.get(t.split("/")[0], 1) for t in lost)
+    assert all(partial["models"][0]["evals"][name]["rerun"] == n for name, n in missing.items())
+    # never a partial index presented as whole: marked incomplete wherever it is written
+    assert (partial["complete"], partial["accepted"], partial["models"][0]["complete"]) == (False, False, False)
+    assert dxi(*score_args(data_dir, tmp_path, "tolerated"), "--allow-failed", "1.0") == 0  # accepted, still marked
+    tolerated = summary(tmp_path / "tolerated")
+    assert (tolerated["complete"], tolerated["accepted"], tolerated["allow_failed"]) == (False, True, {"fraction": 1.0})
+    assert tolerated["models"][0]["within_tolerance"] is True
     assert dxi(*run_args(data_dir, tmp_path, "out2")) == 0
     requests = summary(tmp_path / "out2")["models"][0]["requests"]
     assert (requests["sent"], requests["cache_hits"]) == (len(lost), 12 - len(lost))

@@ -324,7 +324,7 @@ def test_picks_decided_by_a_tie_are_counted_per_model_and_evaluation(data_dir: P
         "aa_omniscience_decision": 0, "hle_multichoice": 0, "when2call": 3, "wildguardtest": wildguard}
     assert set(answers.filter(pl.col("eval") == "when2call")["predicted"]) == {"A"}  # the returned choice, the first
     assert (f"systemone:fake-decider: {3 + wildguard} pick(s) decided by a tie of the highest probabilities (scored: "
-            "the returned choice, else the first in option order)") in capsys.readouterr().out
+            "the returned choice when tied, else the first tied option in option order)") in capsys.readouterr().out
 
 
 # ---- 5. prompt-cache reads and writes, recorded and priced ----------------------------------------------------

@@ -102,7 +102,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     with serve(model="fake-chat", route_factories={"/v1/chat/completions": "tests.test_view:hostile_chat"}) as server:
         llm = f"{LLM}@{server.url}/v1"
         assert main(["run", "--model", llm, "--epochs", "2", "--out", str(tmp / "run2"), *common]) == 0
-    assert main(["score", "--out", str(tmp / "scored"), *common]) == 0
+    assert main(["score", "--out", str(tmp / "scored"), *common]) == 1  # the hostile model's failures: provisional
     return {"tmp": tmp, "data": data, "cache": cache_dir, "common": common, "llm": llm,
             "summary": orjson.loads((tmp / "scored" / "summary.json").read_bytes()),
             "answers": pl.read_parquet(tmp / "scored" / "answers.parquet")}
