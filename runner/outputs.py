@@ -17,6 +17,7 @@ from rich.table import Table
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite
+from dxi.scoring import provisional
 from dxi.scoring.provisional import Tolerance
 from dxi.scoring.ties import add_ties, tie_counts
 
@@ -251,12 +252,9 @@ def _index_tables(summary: dict, keys: list[str]) -> list[Table]:
         _table("Decision Index", [c[1] for c in INDEX_COLUMNS[:8]] + ["inv/rep\n/fail"], justify[:9], merged, True)]
 
 
-PROVISIONAL_MARK = "*"  # after a figure with failed or missing answers in it (``scoring.provisional``)
-
-
-def _marked(value: float | None, provisional: bool) -> str:
+def _marked(value: float | None, incomplete: bool) -> str:
     """A figure as the tables print it, marked when it is provisional (a null one is never marked)."""
-    return _fmt(value) + (PROVISIONAL_MARK if provisional and value is not None else "")
+    return _fmt(value) + (provisional.MARK if incomplete and value is not None else "")
 
 
 def _index_rows(summary: dict, keys: list[str]) -> Rows:
@@ -277,40 +275,6 @@ def _index_rows(summary: dict, keys: list[str]) -> Rows:
                       cell("hle_multichoice", "accuracy"), cell("when2call", "accuracy"), cell("wildguardtest", "mean_f1"),
                       str(invalid), str(repaired), str(failed)], None))
     return rows
-
-
-def provisional_lines(summary: dict) -> list[str]:
-    """What the terminal says under the table about provisional figures (plain text, one line each): per
-    model with failed or missing answers, how many, how they were scored and how many answers the next
-    ``dxi run`` requests again; then whether the result is accepted (the exit code)."""
-    lines = []
-    tolerance = summary.get("allow_failed")
-    for m in summary["models"]:
-        if m.get("complete") is not False:
-            continue
-        blocks = [b for b in m["evals"].values() if b.get("complete") is False]
-        failed, missing = sum(b["failed"] for b in blocks), sum(b["missing"] for b in blocks)
-        rerun = sum(b.get("rerun", 0) for b in blocks)
-        parts = [f"{failed} failed" if failed else "", f"{missing} missing" if missing else ""]
-        text = (f"{m['model']}: provisional ({PROVISIONAL_MARK}): {' and '.join(p for p in parts if p)} answer(s), "
-                "scored as not correct (never as hallucinations); the next `dxi run` with these options requests "
-                f"{rerun} of them again")
-        kept = failed + missing - rerun
-        if kept:
-            text += f" ({kept} deterministic failure(s) are kept: --retry-failed requests them too)"
-        if m.get("within_tolerance"):
-            text += f"; within --allow-failed {_tolerance_text(tolerance)}"
-        lines.append(text)
-    if lines and not summary.get("accepted", True):
-        lines.append("The result is provisional: rerun to complete it, or accept the failed and missing answers with "
-                     "--allow-failed N (answers per model and evaluation) or a fraction (e.g. 0.01); exit code 1.")
-    return lines
-
-
-def _tolerance_text(tolerance: dict | None) -> str:
-    if not tolerance:
-        return ""
-    return str(tolerance["answers"]) if tolerance.get("answers") is not None else f"{tolerance['fraction']:g}"
 
 
 def print_summary(summary: dict, console: Console, out: Path | None = None) -> None:
@@ -344,7 +308,7 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
             console.print(f"    [yellow]{excluded['listed'] - excluded['matched']} excluded id(s) matched no task[/]"
                           + (" read (with --limit only the first tasks are read)" if "limit" in d else
                              ": check the ids in the exclusion list"))
-    for line in provisional_lines(summary):
+    for line in provisional.notes(summary):
         console.print(f"  [yellow]{escape(line)}[/]")
     for m in summary["models"]:
         if m.get("decision_index_reason"):

@@ -31,6 +31,7 @@ from aiohttp import web
 
 from dxi.adapters.http import is_loopback_host as is_loopback  # noqa: F401  (dxi view and its tests use it)
 from dxi.evals import EVALS
+from dxi.scoring import provisional
 from dxi.scoring.calibration import ECE_BINS
 from dxi.scoring.sums import METRICS
 
@@ -71,7 +72,8 @@ def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("dxi.view", "templates"), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)
     env.globals.update(url=_url, task_url=task_url, num=_num, when=_when, EVALS=EVALS, METRICS=METRICS, METRIC_TITLES=METRIC_TITLES,
-                       STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS)
+                       STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS, MARK=provisional.MARK,
+                       provisional_notes=provisional.notes)
     return env
 
 
