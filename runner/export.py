@@ -15,8 +15,11 @@
 
 The export reads the same selection and the same scoring as ``dxi score`` (``runner.outputs.score_all``):
 it never sends a request. Metrics are 0-100 (``metric_unit`` "percent"); a metric that is null (an
-undefined F1, answers missing from the cache) has no result, and its reason is in the record's
+undefined F1, no reply at all) has no result, and its reason is in the record's
 ``source_metadata.additional_details`` under ``<metric>_reason``. An evaluation without data has no record.
+A provisional figure (answers failed or missing, ``scoring.provisional``) is marked: ``complete`` "false"
+in its result's ``score_details.details`` (with the counts) and a ``provisional`` note in the record's
+``source_metadata.additional_details``; each interval names its method (Wilson or bootstrap).
 """
 from __future__ import annotations
 
@@ -62,6 +65,8 @@ ANSWER_COLUMNS = {
     "probabilities": "every option's probability as returned, list of {option, p}",
     "repaired": "the answer came from a JSON reply wrapped in a Markdown code fence",
 }
+PROVISIONAL = ("provisional: {} failed and {} missing answer(s) are scored as not correct (never as hallucinations); "
+               "the figure is not final (summary.json: complete false)")
 _OMNISCIENCE_SOURCE = "Artificial Analysis AA-Omniscience (the published Decision Index uses 500 private questions)"
 
 
@@ -140,12 +145,15 @@ def _result(result_id: str, name: str, source: dict, metric: str, block: dict, s
     uncertainty: dict = {"num_samples": int(block.get("n", 0))}
     ci = block.get(f"{metric}_ci")
     if ci and ci[0] is not None and ci[1] is not None:
+        method = (intervals.get("methods") or {}).get(metric) or intervals.get("method", "percentile bootstrap")
         uncertainty["confidence_interval"] = {"lower": ci[0], "upper": ci[1],
                                               "confidence_level": float(intervals.get("confidence", 0.95)),
-                                              "method": str(intervals.get("method", "percentile bootstrap"))}
-        if intervals.get("resamples"):
+                                              "method": str(method)}
+        if intervals.get("resamples") and "bootstrap" in method:
             uncertainty["num_bootstrap_samples"] = int(intervals["resamples"])
-    details = {k: str(block[k]) for k in ("invalid", "failed", "missing", "repaired") if k in block}
+    details = {k: str(block[k]) for k in ("invalid", "failed", "missing", "repaired", "rerun") if k in block}
+    if "complete" in block:  # false: a provisional figure (failed or missing answers scored as not correct)
+        details["complete"] = str(block["complete"]).lower()
     if block.get(f"{metric}_sd") is not None:
         details["sd_over_epochs"] = str(block[f"{metric}_sd"])
     return {"evaluation_result_id": result_id, "evaluation_name": name, "source_data": source,
@@ -239,7 +247,8 @@ def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.Da
             file_id = _file_uuid(COLLECTION, identity, name, summary.get("prompt_version", ""))
             evaluation_id = f"{COLLECTION}/{name}/{label}/{now:.0f}"
             source = _source_data(name, data)
-            results, reasons = [], {}
+            results, reasons = [], ({"provisional": PROVISIONAL.format(block["failed"], block["missing"])}
+                                    if block.get("complete") is False else {})
             for metric in METRICS[name]:
                 if block.get(metric) is None:
                     reasons[f"{metric}_reason"] = block.get("reason") or "not defined"
@@ -270,6 +279,12 @@ def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.Da
             block = {"decision_index": entry["decision_index"], "decision_index_ci": entry.get("decision_index_ci"),
                      "decision_index_sd": entry.get("decision_index_sd"),
                      "n": sum(b.get("n", 0) for b in entry["evals"].values())}
+            if "complete" in entry:
+                block["complete"] = entry["complete"]
+            if entry.get("complete") is False:
+                failed = sum(b.get("failed", 0) for b in entry["evals"].values())
+                index_reasons["provisional"] = PROVISIONAL.format(failed, sum(b.get("missing", 0)
+                                                                              for b in entry["evals"].values()))
             source = {"dataset_name": "Decision Index (AA-Omniscience-Decision, HLE-MultiChoice, When2Call, WildGuardTest)",
                       "source_type": "other",
                       "additional_details": {"formula": "0.125 acc(Omniscience) + 0.125 non-halluc(Omniscience) + "
