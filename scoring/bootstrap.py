@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .intervals import METHODS
+
 DEFAULT_SEED = 20250607
 
 
@@ -106,12 +108,14 @@ class Bootstrap:
         return low, high
 
     def describe(self) -> dict:
-        """The ``intervals`` block of summary.json."""
+        """The ``intervals`` block of summary.json: the bootstrap, and ``methods``, each metric's interval
+        method (``scoring.intervals.METHODS``: accuracy the Wilson score interval, AUROC DeLong's)."""
         return {"method": "percentile bootstrap over tasks", "confidence": self.confidence,
-                "resamples": self.resamples, "seed": self.seed,
+                "resamples": self.resamples, "seed": self.seed, "methods": dict(METHODS),
                 "note": ("tasks are resampled with replacement within each evaluation, the same resamples for "
-                         "every model; the index combines one resample of each evaluation; AUROC intervals "
-                         "use DeLong's variance instead")}
+                         "every model; the index combines one resample of each evaluation; accuracy, a single "
+                         "proportion, gets the Wilson score interval over its tasks instead (it does not collapse "
+                         "at 0% or 100%); AUROC intervals use DeLong's variance")}
 
 
 _PREPARED: dict[tuple[Bootstrap, str, int], np.ndarray] = {}  # Bootstrap.prepare's float32 matrices

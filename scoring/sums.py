@@ -27,6 +27,7 @@ import polars as pl
 from . import calibration as cal
 from .bootstrap import Bootstrap
 from .columns import canonical_order
+from .intervals import WILSON_METRICS, wilson
 from .metrics import STATS, accuracy_from, answer_stats, f1_from, non_hallucination_from
 
 OMNISCIENCE, WILDGUARD = "aa_omniscience_decision", "wildguardtest"
@@ -394,7 +395,9 @@ def estimate(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | No
              tasks: np.ndarray | None = None, sums: Sums | None = None) -> Estimates:
     """Every metric of ``cube`` over all its tasks (or over ``tasks``, whose ``sums`` are then given):
     point estimate (mean over epochs), spread over epochs and, with ``boot`` and resample ``weights``
-    (``Bootstrap.counts``), the percentile interval."""
+    (``Bootstrap.counts``), the interval: the Wilson score interval for accuracy (a single proportion of
+    the tasks, ``scoring.intervals``), the percentile interval for the others; the replicates of every
+    metric, accuracy's too, are kept (the index and the paired comparisons use them)."""
     sums = cube.sums() if sums is None else sums
     per_epoch = values(cube, sums)
     counts = np.stack([sums[c].sum(axis=(1, 2)) for c in COUNTS], -1)  # (labels, COUNTS)
@@ -408,7 +411,10 @@ def estimate(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | No
         for m, v in values(cube, cube.resampled(weights, tasks)).items():
             reps = epoch_mean(v)  # (resamples, labels)
             est.replicates[m] = reps
-            est.low[m], est.high[m] = boot.interval(reps)
+            if m in WILSON_METRICS:
+                est.low[m], est.high[m] = wilson(est.point[m], est.n, boot.confidence)
+            else:
+                est.low[m], est.high[m] = boot.interval(reps)
     return est
 
 
