@@ -56,6 +56,13 @@ HUB_FILES: dict[str, HubFile] = {f.eval: f for f in (
 )}
 
 
+INDEX_TASKS = {"aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 3423, "wildguardtest": 835}
+"""The tasks the published Decision Index scores per evaluation (seed methodology, "Artificial Analysis
+Decision Indexの評価": 500 private questions, 513 of HLE's 2,500, 3,423 of When2Call's 3,652 after 229
+ambiguous ones are dropped, 835 of WildGuardTest's 1,725 rows); ``HubFile.rows`` / ``tasks`` are what the
+hub's file holds and what the product's default selection makes of it (no exclusion list)."""
+
+
 class FetchError(Exception):
     """A file could not be fetched; the message says why and what to do (never includes a token)."""
 
@@ -134,6 +141,18 @@ class Outcome:
     tasks: int | None = None
     expected_rows: int | None = None
     expected_tasks: int | None = None
+
+    @property
+    def index_tasks(self) -> int | None:
+        """The task count of the published Decision Index for this evaluation (``INDEX_TASKS``)."""
+        return INDEX_TASKS.get(self.eval)
+
+    def published(self) -> str:
+        """The published counts, the file's and the index's: "file 3652 rows / 3652 tasks; index 3423 tasks"."""
+        parts = [] if self.expected_rows is None else [f"file {self.expected_rows} rows / {self.expected_tasks} tasks"]
+        if self.index_tasks is not None:
+            parts.append(f"index {self.index_tasks} tasks")
+        return "; ".join(parts)
 
     @property
     def counts_match(self) -> bool | None:

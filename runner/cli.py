@@ -840,9 +840,8 @@ def cmd_data(args: argparse.Namespace, console: Console) -> int:
     for col in ("evaluation", "status", "file", "rows", "tasks", "published", "note"):
         table.add_column(col, overflow="fold")
     for o in outcomes:
-        published = "" if o.expected_rows is None else f"{o.expected_rows} rows / {o.expected_tasks} tasks"
         table.add_row(EVALS[o.eval].title, o.status, escape(str(o.file.path)) if o.file else "",
-                      str(o.file.rows) if o.file else "", "" if o.tasks is None else str(o.tasks), published,
+                      str(o.file.rows) if o.file else "", "" if o.tasks is None else str(o.tasks), o.published(),
                       escape(o.message))
     console.print(table)
     return 1 if any(o.status == "failed" for o in outcomes) else 0

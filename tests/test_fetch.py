@@ -86,6 +86,11 @@ def test_check_reports_counts_and_problems(data_dir: Path):
         "aa_omniscience_decision": 4, "hle_multichoice": 2, "when2call": 3, "wildguardtest": 3}
     assert "stand-in" in outcomes["aa_omniscience_decision"].message
     assert "published: 3652 rows / 3652 tasks, here 3 / 3" in outcomes["when2call"].message
+    # both published counts: the hub file's (and the product's default selection of it) and the index's
+    assert {k: o.published() for k, o in outcomes.items()} == {
+        "aa_omniscience_decision": "index 500 tasks", "hle_multichoice": "file 2500 rows / 513 tasks; index 513 tasks",
+        "when2call": "file 3652 rows / 3652 tasks; index 3423 tasks",
+        "wildguardtest": "file 1725 rows / 880 tasks; index 835 tasks"}
 
 
 def test_cli_fetch_and_check_exit_codes(mirror: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
@@ -93,5 +98,7 @@ def test_cli_fetch_and_check_exit_codes(mirror: Path, tmp_path: Path, capsys: py
     assert main(["data", "fetch", "--data-dir", str(data), "--mirror", str(mirror), "--evals", "when2call"]) == 0
     assert "fetched" in capsys.readouterr().out
     assert main(["data", "check", "--data-dir", str(data)]) == 1  # no HLE, WildGuardTest or Omniscience here
+    out = capsys.readouterr().out  # (a cell may wrap within its column)
+    assert "file 3652 rows / 3652 tasks; index 3423" in out
     shutil.rmtree(mirror / "nvidia")
     assert main(["data", "fetch", "--data-dir", str(tmp_path / "other"), "--mirror", str(mirror), "--evals", "when2call"]) == 1

@@ -102,7 +102,7 @@ def test_the_order_of_rows_in_the_cache_does_not_change_a_single_bit(tmp_path: P
     assert not ordered.calibration.is_empty() and not ordered.reliability.is_empty()
 
 
-def test_each_answer_gets_its_own_error_else_its_rows_else_no_answer(tmp_path: Path):
+def test_each_answer_gets_its_own_error_else_its_rows_else_no_answer_and_an_ok_answer_none(tmp_path: Path):
     tasks = suite({"hle_multichoice": 4, "wildguardtest": 1})
     by_id = {t.id: t for t in tasks}
 
@@ -122,8 +122,9 @@ def test_each_answer_gets_its_own_error_else_its_rows_else_no_answer(tmp_path: P
             cache_row(h[1], "invalid", "reply was prose", [answer("answer", "invalid")]),      # the row's error
             cache_row(h[2], "invalid", None, [answer("answer", None)]),                        # no status, no error
             cache_row(h[3], "failed", "HTTP 500", []),
-            cache_row(wild, "invalid", None, [answer("prompt_harmful", "ok", "yes"),
-                                              answer("response_refusal", "invalid", error="not yes or no")])]
+            # the row's error is its invalid answers' (adapters.base.Reply.error): never an ok sibling's
+            cache_row(wild, "invalid", "response_refusal: not yes or no",
+                      [answer("prompt_harmful", "ok", "yes"), answer("response_refusal", "invalid", error="not yes or no")])]
     (tmp_path / "shards").mkdir()
     pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), tmp_path / "shards" / "hand.parquet")
     gold, categories = gold_frames(tasks)
@@ -136,6 +137,6 @@ def test_each_answer_gets_its_own_error_else_its_rows_else_no_answer(tmp_path: P
         (h[2], "answer", "invalid", NO_ANSWER),
         (h[3], "answer", "failed", "HTTP 500"),
         (wild, "prompt_harmful", "ok", None),
-        (wild, "response_harmful", "invalid", NO_ANSWER),  # not in the reply
+        (wild, "response_harmful", "invalid", "response_refusal: not yes or no"),  # not in the reply: the row's
         (wild, "response_refusal", "invalid", "not yes or no"),
     ]
