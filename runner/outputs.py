@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import polars as pl
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
@@ -80,7 +80,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     used = cache.read(lambda rows: scoring.usage(rows, models, gold, epochs))
     if each is None:
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
-        scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
+        scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns, with_comparisons=True)
         counts = scoring.request_counts(answers) if requests is None else requests
         ties = tie_counts(answers)
         del answers
@@ -98,7 +98,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
             del answers  # before the intervals' resampled sums are computed: never both held
             scorer.add_part(part)
             del part
-        scored = scorer.result()
+        scored = scorer.result(comparisons=True)
     usage = scoring.usage_blocks(used, labels, prices or {})
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs,
                                     counts, scored, model_epochs, usage, tolerance)
@@ -148,7 +148,7 @@ def _variants(title: str, columns: list[Column], rows: Rows) -> list[Table]:
             _table(title, [c[1] for c in columns], justify, rows, True)]
 
 
-def _fitted(console: Console, tables: list[Table]) -> Table:
+def _fitted(console: Console, tables: list[Table | Group]) -> Table | Group:
     """The first of ``tables`` that fits the terminal, else the last (Rich then wraps its cells)."""
     return next((t for t in tables if _fits(console, t)), tables[-1])
 
@@ -231,25 +231,41 @@ def print_estimate(doc: dict, console: Console) -> None:
                           "bound to continue.")
 
 
-def _fits(console: Console, table: Table) -> bool:
+def _fits(console: Console, table: Table | Group) -> bool:
     """Whether ``table`` at its natural width (nothing wrapped) fits the terminal."""
     return Measurement.get(console, console.options.update_width(10_000), table).maximum <= console.width
 
 
 INDEX_COLUMNS: list[Column] = [
     ("model", "model", "left"), ("index", "index", "right"), ("95% CI", "95% CI", "right"),
+    ("rank [95% CI]", "rank", "right"),
     ("Omni acc", "Omni\nacc", "right"), ("Omni non-halluc", "Omni\nnon-hall.", "right"), ("HLE acc", "HLE\nacc", "right"),
     ("When2Call acc", "When2Call\nacc", "right"), ("WildGuard F1", "WildGuard\nF1", "right"),
     ("invalid", "inv.", "right"), ("repaired", "rep.", "right"), ("failed", "fail.", "right")]
 
 
-def _index_tables(summary: dict, keys: list[str]) -> list[Table]:
-    """The index table's variants, widest first; the narrowest shows invalid/repaired/failed in one column."""
+def _index_tables(summary: dict, keys: list[str]) -> list[Table | Group]:
+    """The index table's variants, widest first: the third shows invalid/repaired/failed in one column;
+    the narrowest moves the rank column into a small table of its own under it."""
     rows = _index_rows(summary, keys)
-    merged = [(cells[:8] + ["/".join(cells[8:])], style) for cells, style in rows]
+    merged = [(cells[:9] + ["/".join(cells[9:])], style) for cells, style in rows]
     justify = [c[2] for c in INDEX_COLUMNS]
+    headers = [c[1] for c in INDEX_COLUMNS[:9]] + ["inv/rep\n/fail"]
+    without = [0, 1, 2, *range(4, 10)]  # every column but the rank
+    split = Group(_table("Decision Index", [headers[i] for i in without], [justify[i] for i in without],
+                         [([cells[i] for i in without], style) for cells, style in merged], True),
+                  _table("Rank", ["model", "rank [95% CI]"], ["left", "right"],
+                         [([cells[0], cells[3]], style) for cells, style in merged], True))
     return _variants("Decision Index", INDEX_COLUMNS, rows) + [
-        _table("Decision Index", [c[1] for c in INDEX_COLUMNS[:8]] + ["inv/rep\n/fail"], justify[:9], merged, True)]
+        _table("Decision Index", headers, justify[:10], merged, True), split]
+
+
+def _rank(m: dict) -> str:
+    """A model's rank by the index with its 95% interval over the resamples: "2 [1–3]" (— without one)."""
+    if m.get("rank") is None:
+        return "—"
+    low, high = m["rank_ci"]
+    return f"{m['rank']} [{low}–{high}]"
 
 
 def _marked(value: float | None, incomplete: bool) -> str:
@@ -270,7 +286,7 @@ def _index_rows(summary: dict, keys: list[str]) -> Rows:
         def cell(name: str, metric: str, e: dict = e) -> str:
             return _marked(e[name].get(metric), e[name].get("complete") is False)
 
-        rows.append(([escape(key), index, f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "—",
+        rows.append(([escape(key), index, f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "—", _rank(m),
                       cell("aa_omniscience_decision", "accuracy"), cell("aa_omniscience_decision", "non_hallucination_rate"),
                       cell("hle_multichoice", "accuracy"), cell("when2call", "accuracy"), cell("wildguardtest", "mean_f1"),
                       str(invalid), str(repaired), str(failed)], None))
@@ -285,6 +301,11 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
     keys = model_keys(names, console, lambda ks: any(_fits(console, t) for t in _index_tables(summary, ks)))
     console.print(_fitted(console, _index_tables(summary, keys)))
     _legend(console, names, keys)
+    groups = (summary.get("ranking") or {}).get("groups") or []
+    if sum(map(len, groups)) > 1:
+        key_of = dict(zip(names, keys, strict=True))
+        console.print("Ranked by Decision Index in statistically tied groups (paired bootstrap, Holm-adjusted): "
+                      + " > ".join("{" + ", ".join(key_of[m] for m in g) + "}" for g in groups), markup=False)
     console.print("Data used:")
     for name, d in summary["data"].items():
         title = EVALS[name].title

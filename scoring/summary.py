@@ -37,6 +37,11 @@ model's ``complete`` and, when false, ``within_tolerance``; the summary's ``comp
 (``{"answers": N}``, ``{"fraction": x}`` or null) and ``accepted`` (every model complete or within it).
 Failed and missing answers are scored as not correct (never as hallucinations); an evaluation none of
 whose answers is a reply has null metrics with the reason.
+
+Added with paired comparisons (``scoring.compare``): each model's ``rank`` by the index, ``rank_ci`` and
+``tied_group``; the summary's ``comparisons`` (every pair of models, the index and every metric:
+``{"a", "b", "eval", "metric", "difference", "ci", "p_value", "p_holm", "complete"}``, plus
+``discordant`` and ``mcnemar_p`` for accuracy) and ``ranking`` (the tied groups).
 """
 from __future__ import annotations
 
@@ -196,6 +201,9 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
             entry["decision_index_ci"] = _interval(row, "decision_index") if index is not None else None
             if n_epochs > 1:
                 entry["decision_index_sd"] = _round(row.get("decision_index_sd")) if index is not None else None
+            if row.get("rank") is not None:  # with comparisons (``scoring.compare``): the rank by the index
+                entry |= {"rank": row["rank"], "rank_ci": [row["rank_low"], row["rank_high"]],
+                          "tied_group": row["tied_group"]}
             for name, block in evals.items():
                 if block.get("n"):
                     block["calibration"] = calibration_block(calibration.get((label, name), []), n_epochs)
@@ -215,4 +223,38 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
     if usage is not None:
         summary["usage"] = usage[1]
     summary["models"] = models
+    if scored is not None and "rank" in scored.index.columns:  # comparisons computed (one model: no pairs)
+        summary["comparisons"] = comparisons(scored.comparisons)
+        summary["ranking"] = ranking(models)
     return summary
+
+
+def comparisons(table: pl.DataFrame) -> list[dict]:
+    """summary.json's ``comparisons``, one entry per row of ``scoring.compare``'s table: ``a``, ``b``,
+    ``eval`` (null for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high] (the paired
+    bootstrap's), ``p_value``, ``p_holm``, for accuracy with one epoch ``discordant`` [a right and b wrong,
+    the other way] and ``mcnemar_p``, and ``complete`` (false: a figure compared is provisional).
+    Differences are rounded to 6 decimals, p-values kept whole (a small one must not read 0)."""
+    out = []
+    for r in table.iter_rows(named=True):
+        entry = {"a": r["a"], "b": r["b"], "eval": r["eval"], "metric": r["metric"], "difference": _round(r["difference"]),
+                 "ci": [_round(r["low"]), _round(r["high"])] if r["low"] is not None else None,
+                 "p_value": r["p_value"], "p_holm": r["p_holm"]}
+        if r["a_only"] is not None:
+            entry |= {"discordant": [r["a_only"], r["b_only"]], "mcnemar_p": r["mcnemar_p"]}
+        entry["complete"] = r["complete"]
+        out.append(entry)
+    return out
+
+
+def ranking(models: list[dict]) -> dict:
+    """summary.json's ``ranking``: the models by Decision Index in groups that are statistically tied
+    (``scoring.compare``: each group's models in rank order; models without an index are left out)."""
+    ranked = sorted((m for m in models if m.get("rank") is not None), key=lambda m: (m["rank"], m["model"]))
+    groups: dict[int, list[str]] = {}
+    for m in ranked:
+        groups.setdefault(m["tied_group"], []).append(m["model"])
+    return {"by": "decision_index", "groups": [groups[g] for g in sorted(groups)],
+            "method": ("rank: 1 + the models with a higher index; rank_ci: its 95% interval over the bootstrap "
+                       "resamples; groups: consecutive in rank order, a model joins the group above unless its index "
+                       "is significantly lower (paired bootstrap, Holm-adjusted p < 0.05) than that group's first")}
