@@ -171,6 +171,8 @@ def _index_section(summary: dict, scored: Scored, labels: list[str]) -> dict:
         entry = entries[label]
         row: list[object] = [label, _cell(index.get(label, {}), "decision_index", incomplete=not entry.get("complete", True))
                              if entry["decision_index"] is not None else _cell({}, "decision_index")]
+        if entry.get("rank") is not None:  # its rank by the index, with the rank's 95% interval (scoring.compare)
+            row[1]["rank"] = f"rank {entry['rank']} [{entry['rank_ci'][0]}–{entry['rank_ci'][1]}]"
         row += [_cell(metrics.get((label, name), {}), m, incomplete=entry["evals"][name].get("complete") is False)
                 if entry["evals"][name].get(m) is not None else _cell({}, m) for name, m in cells]
         row += [sum(b.get("invalid", 0) for b in entry["evals"].values()),
@@ -181,7 +183,34 @@ def _index_section(summary: dict, scored: Scored, labels: list[str]) -> dict:
                         {"Decision Index": [index.get(lb, {}).get("decision_index_low") for lb in labels]},
                         {"Decision Index": [index.get(lb, {}).get("decision_index_high") for lb in labels]})
     reasons = [f"{lb}: {entries[lb]['decision_index_reason']}" for lb in labels if entries[lb].get("decision_index_reason")]
-    return {"table": _table(headers, rows), "chart": _uri(chart), "reasons": reasons}
+    return {"table": _table(headers, rows), "chart": _uri(chart), "reasons": reasons,
+            "pairs": _pairs(summary, scored, labels)}
+
+
+def _pairs(summary: dict, scored: Scored, labels: list[str]) -> dict | None:
+    """The pairwise matrix of Decision Index differences (row − column, points) over the models with an
+    index, each cell ``{"v", "ci", "sig"}``: the difference, its paired-bootstrap interval and whether it is
+    significant after Holm's adjustment (p_holm < 1 − confidence); None with fewer than two such models."""
+    pairs = scored.comparisons.filter(pl.col("metric") == "decision_index")
+    ranked = [lb for lb in labels if any(m["model"] == lb and m["decision_index"] is not None for m in summary["models"])]
+    if pairs.is_empty() or len(ranked) < 2:
+        return None
+    alpha = 1 - (summary.get("intervals") or {}).get("confidence", 0.95)
+    found = {}
+    for r in pairs.iter_rows(named=True):
+        found[(r["a"], r["b"])] = (r["difference"], r["low"], r["high"], r["p_holm"])
+        found[(r["b"], r["a"])] = (-r["difference"], -r["high"], -r["low"], r["p_holm"])
+    rows = []
+    for a in ranked:
+        cells = []
+        for b in ranked:
+            if a == b or (a, b) not in found:
+                cells.append(None)
+                continue
+            d, low, high, p = found[(a, b)]
+            cells.append({"v": f"{d:+.1f}", "ci": f"[{low:+.1f}, {high:+.1f}]", "sig": p is not None and p < alpha})
+        rows.append({"model": a, "cells": cells})
+    return {"models": ranked, "rows": rows, "alpha": alpha}
 
 
 def _breakdown(name: str, dimension: str, part: pl.DataFrame, labels: list[str]) -> dict:
@@ -293,7 +322,8 @@ def _status_section(scored: Scored, labels: list[str]) -> dict:
 
 def _contents(evals: list[dict]) -> list[dict]:
     """The table of contents: ``{"id", "title", "children"}`` per section, in page order."""
-    items = [{"id": "data", "title": "Data", "children": []}, {"id": "index", "title": "Decision Index", "children": []}]
+    items = [{"id": "data", "title": "Data", "children": []},
+             {"id": "index", "title": "Decision Index", "children": [{"id": "index-pairs", "title": "pairwise differences"}]}]
     for e in evals:
         items.append({"id": e["name"], "title": e["title"],
                       "children": [{"id": b["id"], "title": f"by {b['title']}"} for b in e["breakdowns"]]

@@ -166,7 +166,7 @@ def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(four: F
     assert index[0] <= index[1] and index[2] <= 1280, f"the index table overflows: {index}"
     assert page_width[0] <= page_width[1], f"the page scrolls sideways: {page_width}"
     assert rows == four.labels  # the run's order
-    ids = ["data", "index", "aa_omniscience_decision", "aa_omniscience_decision-domain", "hle_multichoice",
+    ids = ["data", "index", "index-pairs", "aa_omniscience_decision", "aa_omniscience_decision-domain", "hle_multichoice",
            "hle_multichoice-category", "when2call", "when2call-reply_type", "when2call-confusion", "wildguardtest",
            "wildguardtest-adversarial", "wildguardtest-subcategory", "calibration", "answers"]
     assert sorted(links) == sorted(f"#{i}" for i in ids)
@@ -346,3 +346,28 @@ def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(data_dir: 
     assert f"<td>{m['decision_index']:.1f}*<span" in index
     assert f"<td>{m['evals']['when2call']['accuracy']:.1f}*<span" in index
     assert f"<td>{m['evals']['hle_multichoice']['accuracy']:.1f}<span" in index  # complete: not marked
+
+
+def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_significant_ones(four: FourModels):
+    out = four.cache.parent / "pairs"
+    assert main([*four.args("report", "--out", str(out)), *four.selection()]) == 0
+    html = (out / "report.html").read_text()
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    start = html.index('<table class="pairs">')
+    matrix = html[start:html.index("</table>", start)]
+    rows = [r for r in matrix.split("<tr>")[2:]]  # the header row first
+    assert len(rows) == 4
+    alpha = 1 - summary["intervals"]["confidence"]
+    pairs = [c for c in summary["comparisons"] if c["metric"] == "decision_index"]
+    assert len(pairs) == 6  # 4 models: every pair once
+    for c in pairs:
+        a, b = four.labels.index(c["a"]), four.labels.index(c["b"])
+        cells = rows[a].split("<td")[2:]  # the model's name first
+        text = f"{c['difference']:+.1f}" + (" †" if c["p_holm"] < alpha else "")
+        assert text in cells[b] and (' class="sig"' in cells[b]) == (c["p_holm"] < alpha)
+        mirrored = rows[b].split("<td")[2:][a]  # the other way round: the opposite difference
+        assert f"{-c['difference']:+.1f}" in mirrored
+    index = html[html.index('<table class="index">'):]
+    for m in summary["models"]:
+        assert f"rank {m['rank']} [{m['rank_ci'][0]}–{m['rank_ci'][1]}]" in index[:index.index("</table>")]
+    assert (out / "tables" / "comparisons.parquet").exists()
