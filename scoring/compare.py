@@ -17,7 +17,7 @@ evaluation metric (``sums.METRICS``) that both have (not null):
   Application", §4.4.1, so no p-value is 0 (the smallest is 2 / (B + 1));
 * ``p_holm``: Holm's step-down adjustment (Holm 1979, "A simple sequentially rejective multiple test
   procedure") of the p-values of one metric across every pair of the run;
-* for the accuracy metrics, with one epoch: the exact McNemar test (McNemar 1947) on the discordant
+* for the accuracy metrics, between two models of one epoch each: the exact McNemar test (McNemar 1947) on the discordant
   answers: ``a_only`` (a right, b wrong) and ``b_only``; under the null each discordant answer is either
   with probability ½, so p = min(1, 2·P(X ≤ min(a_only, b_only))) with X ~ Binomial(a_only + b_only, ½)
   (the two-sided exact binomial test, as ``scipy.stats.binomtest`` computes it for p = ½), evaluated
@@ -56,20 +56,25 @@ TASKS_AT_ONCE = 65_536  # tasks whose right/wrong matrix is held at a time (``di
 
 
 def discordant(cube: Cube) -> np.ndarray | None:
-    """For an accuracy evaluation with one epoch: ``d[i, j]`` = the answers label ``i`` got right and
-    label ``j`` wrong, paired by question (labels × labels, int64; a failed, missing or invalid answer is
-    not right). None for several epochs (no independent pairs) and for yes/no evaluations."""
-    if cube.kind != "choice" or cube.n_epochs != 1:
+    """For an accuracy (choice) evaluation: ``d[i, j]`` = the answers label ``i`` got right and label
+    ``j`` wrong, paired by question (labels × labels, int64; a failed, missing or invalid answer is not
+    right); −1 where either label has several epochs (the answers of one task are then not independent
+    pairs). None for yes/no evaluations."""
+    if cube.kind != "choice":
         return None
     n_labels = len(cube.labels)
     right = ((cube.flags >> FLAGS.index("correct")) & 1).astype(bool)
+    first = cube.s == 0
     out = np.zeros((n_labels, n_labels), np.int64)
     for start in range(0, cube.n_tasks, TASKS_AT_ONCE):  # a task is one question in a choice evaluation
         stop = min(start + TASKS_AT_ONCE, cube.n_tasks)
-        mine = (cube.t >= start) & (cube.t < stop)
+        mine = first & (cube.t >= start) & (cube.t < stop)
         r = np.zeros((n_labels, stop - start), np.float32)
         r[cube.l[mine], cube.t[mine] - start] = right[mine]
         out += np.rint(r @ (1 - r).T).astype(np.int64)  # exact: integer sums far below 2**24 per block
+    several = (~cube.absent).sum(1) > 1 if cube.n_epochs > 1 else np.zeros(n_labels, bool)
+    out[several, :] = -1
+    out[:, several] = -1
     return out
 
 
@@ -182,18 +187,27 @@ def compare(estimates: dict[str, Estimates], labels: list[str], boot: Bootstrap,
         table = discordants.get(fig.eval) if fig.metric == ACCURACY else None
         a_only = table[i, j] if table is not None else None
         b_only = table[j, i] if table is not None else None
+        paired = a_only >= 0 if a_only is not None else np.zeros(len(i), bool)  # -1: several epochs, no test
         rows.append(pl.DataFrame({
             "a": [labels[x] for x in i], "b": [labels[x] for x in j], "eval": pl.Series([fig.eval] * len(i), dtype=pl.String),
             "metric": [fig.metric] * len(i), "difference": fig.point[i] - fig.point[j], "low": low, "high": high,
             "p_value": p, "p_holm": adjusted,
-            "a_only": pl.Series(a_only, dtype=pl.Int64) if a_only is not None else pl.Series([None] * len(i), dtype=pl.Int64),
-            "b_only": pl.Series(b_only, dtype=pl.Int64) if b_only is not None else pl.Series([None] * len(i), dtype=pl.Int64),
-            "mcnemar_p": mcnemar_p(a_only, b_only) if a_only is not None else np.full(len(i), np.nan),
+            "a_only": _where(paired, a_only), "b_only": _where(paired, b_only),
+            "mcnemar_p": np.where(paired, mcnemar_p(np.maximum(a_only, 0), np.maximum(b_only, 0)), np.nan)
+            if a_only is not None else np.full(len(i), np.nan),
             "complete": fig.complete[i] & fig.complete[j],
         }, schema=COMPARISON_SCHEMA).fill_nan(None))
     comparisons = pl.concat(rows) if rows else pl.DataFrame(schema=COMPARISON_SCHEMA)
     ranks = _ranks(found[0], labels, first, second, index_holm, alpha) if found else pl.DataFrame(schema=RANK_SCHEMA)
     return comparisons, ranks
+
+
+def _where(keep: np.ndarray, counts: np.ndarray | None) -> pl.Series:
+    """``counts`` as an Int64 column, null where not ``keep`` (or everywhere without counts)."""
+    if counts is None:
+        return pl.Series([None] * len(keep), dtype=pl.Int64)
+    return pl.Series(counts, dtype=pl.Int64).scatter(np.flatnonzero(~keep), None) if (~keep).any() else \
+        pl.Series(counts, dtype=pl.Int64)
 
 
 def _ranks(index: Figure, labels: list[str], first: np.ndarray, second: np.ndarray, p_holm: np.ndarray,

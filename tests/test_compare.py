@@ -127,3 +127,16 @@ def test_summary_carries_the_comparisons_and_each_models_rank():
     hle = next(c for c in summary["comparisons"] if c["eval"] == "hle_multichoice")
     assert set(hle) == set(first) | {"discordant", "mcnemar_p"} and hle["discordant"] == [30, 10]
     assert summary["ranking"]["groups"] == [["m:a"], ["m:c"]]
+
+
+def test_mcnemar_is_left_out_for_a_model_of_several_epochs_and_kept_for_the_others():
+    right = [i % 3 != 0 for i in range(N_TASKS)]
+    other = [i % 2 == 0 for i in range(N_TASKS)]
+    epochs = [{**r, "sample": s} for s in (0, 1) for r in answers("m:c", right)]  # two epochs
+    scored = score(frame(answers("m:a", right) + answers("m:b", other) + epochs), Bootstrap(resamples=50),
+                   with_comparisons=True)
+    tests = {(r["a"], r["b"]): (r["a_only"], r["b_only"], r["mcnemar_p"]) for r in scored.comparisons.iter_rows(named=True)}
+    a_only = sum(x and not y for x, y in zip(right, other, strict=True))
+    b_only = sum(y and not x for x, y in zip(right, other, strict=True))
+    assert tests[("m:a", "m:b")] == (a_only, b_only, pytest.approx(binomtest(a_only, a_only + b_only).pvalue))
+    assert tests[("m:a", "m:c")] == (None, None, None) and tests[("m:b", "m:c")] == (None, None, None)
