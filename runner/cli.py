@@ -332,6 +332,10 @@ def parser() -> argparse.ArgumentParser:
                    help="a local folder laid out like the hub (OWNER/NAME/PATH), instead of the network")
     f.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all)")
     f.add_argument("--force", action="store_true", help="download again files that are already there")
+    f.add_argument("--revision", action="append", default=[], metavar="[EVAL=]REV",
+                   help="the dataset revision to fetch (a branch, tag or commit), repeatable: EVAL=REV for one "
+                        "evaluation, REV for every one (default: each repository's default branch); the commit it "
+                        "resolves to is recorded beside the file and in summary.json's data block")
     c = _command(dsub, "check", "load every evaluation file in a data folder and report rows, tasks and problems")
     c.add_argument("--data-dir", type=Path, required=True, metavar="DIR")
     f = _command(sub, "fetch-model", "fetch a local model file (GGUF) for the llamacpp adapters",
@@ -832,8 +836,12 @@ def cmd_data(args: argparse.Namespace, console: Console) -> int:
 
     selected = selected_evals(args.evals) if getattr(args, "evals", None) else None
     if args.data_command == "fetch":
+        try:
+            revisions = fetch.revisions(args.revision, selected or list(EVALS))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         source = fetch.Mirror(args.mirror) if args.mirror else fetch.Hub()
-        outcomes = fetch.fetch(args.data_dir, source, selected, force=args.force)
+        outcomes = fetch.fetch(args.data_dir, source, selected, force=args.force, revisions=revisions)
     else:
         outcomes = fetch.check(args.data_dir)
     table = Table(title=f"Evaluation data in {escape(str(args.data_dir))}")

@@ -126,6 +126,9 @@ def _source_data(name: str, data: dict) -> dict:
     f = (data.get("files") or [{}])[0]
     details = {"file": Path(str(f.get("path", ""))).name, "sha256": str(f.get("sha256", "")), "rows": str(f.get("rows", "")),
                "tasks": str(data.get("tasks", ""))}
+    for key, detail in (("revision", "hf_revision"), ("requested_revision", "hf_requested_revision")):
+        if f.get(key):  # fetched from the hub by dxi data fetch: the commit it was fetched at
+            details[detail] = str(f[key])
     for key in ("subset", "limit", "sample"):
         if data.get(key) is not None:
             details[key] = orjson.dumps(data[key]).decode() if isinstance(data[key], dict) else str(data[key])
@@ -171,15 +174,21 @@ def _log(evaluation_id: str, now: float, info: dict, summary: dict, results: lis
               "source_organization_name": "unknown", "evaluator_relationship": "third_party"}
     if reasons:
         source["additional_details"] = reasons
-    try:
-        version = metadata.version("decision-index")
-    except metadata.PackageNotFoundError:  # a checkout that is not installed
-        version = "unknown"
+    made = summary.get("provenance") or {}
+    version = made.get("dxi_version")
+    if version is None:
+        try:
+            version = metadata.version("decision-index")
+        except metadata.PackageNotFoundError:  # a checkout that is not installed
+            version = "unknown"
+    details = {"prompt_version": str(summary.get("prompt_version", PROMPT_VERSION)), "epochs": str(epochs)}
+    git = made.get("git")
+    if git:  # run from a git checkout: the commit, and whether tracked files were modified
+        details |= {"git_commit": str(git["commit"]), "git_dirty": str(bool(git["dirty"])).lower()}
+    details |= {k: str(made[k]) for k in ("python", "platform") if made.get(k)}
     return {"schema_version": EEE_SCHEMA_VERSION, "evaluation_id": evaluation_id, "retrieved_timestamp": f"{now:.0f}",
             "source_metadata": source, "model_info": info,
-            "eval_library": {"name": "dxi", "version": version,
-                             "additional_details": {"prompt_version": str(summary.get("prompt_version", PROMPT_VERSION)),
-                                                    "epochs": str(epochs)}},
+            "eval_library": {"name": "dxi", "version": str(version), "additional_details": details},
             "evaluation_results": results}
 
 

@@ -21,6 +21,8 @@ from dxi.scoring import provisional
 from dxi.scoring.provisional import Tolerance
 from dxi.scoring.ties import add_ties, tie_counts
 
+from .provenance import provenance
+
 
 def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
           epochs: int = 1, prices: dict[str, tuple[float, float] | None] | None = None, extra: dict | None = None,
@@ -103,6 +105,9 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs,
                                     counts, scored, model_epochs, usage, tolerance)
     summary = add_ties(summary, ties) | (extra or {})
+    # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked here,
+    # when the result is written, never before the first request
+    summary = {"prompt_version": summary["prompt_version"], "provenance": provenance(), **summary}
     return summary, scored
 
 
@@ -350,4 +355,8 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
                 console.print(f"    {r['count']} × {text}", highlight=False, markup=False)
     print_usage(summary, console, keys)
     written = f"; written to {out}/summary.json and {out}/answers.parquet" if out else ""
-    console.print(escape(f"Prompt version {summary['prompt_version']}{written}"))
+    made = summary.get("provenance") or {}
+    git = made.get("git")
+    by = (f"; dxi {made['dxi_version']}" + (f" at {git['commit'][:12]}{' (modified)' if git['dirty'] else ''}" if git else "")
+          if made else "")
+    console.print(escape(f"Prompt version {summary['prompt_version']}{by}{written}"))
