@@ -116,14 +116,13 @@ def holm(p: np.ndarray) -> np.ndarray:
 
 
 def paired_bootstrap(a: np.ndarray, b: np.ndarray, boot: Bootstrap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The paired bootstrap of ``a − b``: ``a``, ``b`` are (resamples, pairs) replicates of the two models
-    of each pair on the same resamples (NaN: undefined there). Returns (low, high, p_value) per pair, as
-    the module docstring defines them; NaN where no resample is defined."""
-    d = a - b
-    low, high = boot.interval(d)
-    defined = ~np.isnan(d)
-    count = defined.sum(0)
-    below, above = (d <= 0).sum(0), (d >= 0).sum(0)
+    """The paired bootstrap of ``a − b``: ``a``, ``b`` are (pairs, resamples) replicates of the two models
+    of each pair on the same resamples (NaN: undefined there), one pair per row. Returns (low, high,
+    p_value) per pair, as the module docstring defines them; NaN where no resample is defined."""
+    d = a - b  # (pairs, resamples), C order: ``d.T`` is what ``Bootstrap.interval`` reads without a copy
+    low, high = boot.interval(d.T)
+    count = (~np.isnan(d)).sum(1)
+    below, above = (d <= 0).sum(1), (d >= 0).sum(1)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = np.minimum(1.0, 2.0 * (1.0 + np.minimum(below, above)) / (count + 1.0))
     return low, high, np.where(count > 0, p, np.nan)
@@ -177,10 +176,10 @@ def compare(estimates: dict[str, Estimates], labels: list[str], boot: Bootstrap,
         both = ~np.isnan(fig.point[first]) & ~np.isnan(fig.point[second])
         i, j = first[both], second[both]
         low, high, p = np.empty(len(i)), np.empty(len(i)), np.empty(len(i))
+        per_model = np.ascontiguousarray(fig.replicates.T)  # (labels, resamples): a pair's rows are gathered
         for start in range(0, len(i), PAIRS_AT_ONCE):
             part = slice(start, start + PAIRS_AT_ONCE)
-            low[part], high[part], p[part] = paired_bootstrap(fig.replicates[:, i[part]], fig.replicates[:, j[part]],
-                                                              boot)
+            low[part], high[part], p[part] = paired_bootstrap(per_model[i[part]], per_model[j[part]], boot)
         adjusted = holm(p)
         if fig.metric == INDEX:
             index_holm[both] = adjusted
