@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 import string
+from pathlib import Path
 
+import orjson
+import polars as pl
 import pytest
 
 from dxi.adapters.decision import choice_answer, sum_tolerance, yes_no_answer
 from dxi.adapters.errors import MalformedReply
 from dxi.adapters.systemone import decode_body, encode_body
 from dxi.evals import CHOICE, YES_NO, Option, Question, Task
+from dxi.runner.cli import main
 from dxi.scoring.ties import tie_counts
 from tests.answers import choice, frame, yes_no
+from tests.fake_provider import serve
 
 FIVE = Question("answer", CHOICE, "Which?", tuple(Option(c, f"text {c}") for c in "ABCDE"))
 
@@ -115,3 +120,39 @@ def test_decode_records_per_question_problems():
 def test_decode_rejects_bodies_that_are_not_the_wire_format(body: bytes):
     with pytest.raises(MalformedReply):
         decode_body(TASK, body)
+
+
+def near_but_lower(model: str):
+    """A System One responder that returns, for every choice, a choice 1e-4 below the highest probability
+    (the first option 0.3, the returned second 0.2999, the rest spread), and P(yes) 0.7."""
+    def respond(payload: dict) -> dict:
+        answers = {}
+        for name, q in payload["questions"].items():
+            if q.get("type") == "choice":
+                options = list(q["criteria"])
+                rest = round((1 - 0.3 - 0.2999) / (len(options) - 2), 4)
+                probs = [0.3, 0.2999] + [rest] * (len(options) - 2)
+                answers[name] = {"type": "choice", "choice": options[1], "probabilities": dict(zip(options, probs, strict=True))}
+            else:
+                answers[name] = {"type": "noul", "noul": 0.7}
+        return {"model": model or "near-decider", "answers": answers, "usage": {"input_tokens": 1, "output_tokens": 1}}
+    return respond
+
+
+def test_a_server_returning_a_choice_just_below_the_highest_is_scored_on_the_highest(data_dir: Path, tmp_path: Path):
+    # end to end, over a real HTTP server on 127.0.0.1: every scored pick is the first option (0.3), never
+    # the returned second (0.2999); each is a warning, none is a tie
+    with serve(model="near-decider", route_factories={"/v1/systemone": "tests.test_decision:near_but_lower"}) as server:
+        assert main(["run", "--model", f"systemone:{server.url}", "--data-dir", str(data_dir), "--cache-dir",
+                     str(tmp_path / "c"), "--out", str(tmp_path / "out"), "--evals", "hle_multichoice,when2call",
+                     "-q"]) == 0
+    answers = pl.read_parquet(tmp_path / "out" / "answers.parquet").filter(pl.col("kind") == "choice")
+    first = {r["task_id"]: r["probabilities"][0]["option"] for r in answers.iter_rows(named=True)}
+    assert answers.height == 5 and all(r["predicted"] == first[r["task_id"]] for r in answers.iter_rows(named=True))
+    assert answers["p_predicted"].to_list() == [0.3] * 5
+    assert all(w.startswith("returned choice ") and "is not the most probable option" in w for w in answers["warning"])
+    summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    assert {e: b.get("ties") for e, b in summary["models"][0]["evals"].items() if b.get("n")} == {
+        "hle_multichoice": 0, "when2call": 0}
+    hle = answers.filter(pl.col("eval") == "hle_multichoice")
+    assert summary["models"][0]["evals"]["hle_multichoice"]["accuracy"] == 100 * hle["correct"].mean()
