@@ -13,7 +13,6 @@ Figures (the best of ``REPEATS``, as the machine is shared):
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 import orjson
@@ -25,24 +24,13 @@ from dxi.scoring.compare import discordant
 from dxi.scoring.sums import build_cubes
 
 from . import Result
+from .bench_scoring import _best
 from .synthetic import suite, write_cache
 
 SIZES = {"aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 3423, "wildguardtest": 835}
 MODELS = 50
 REPEATS = 3
 GOAL_S = 1.0
-
-
-def _best(fn, repeats: int = REPEATS) -> tuple[float, object, float]:
-    """(wall seconds, result, CPU seconds of this process) of the fastest of ``repeats`` runs."""
-    best, result, cpu = float("inf"), None, float("inf")
-    for _ in range(repeats):
-        started, cpu_started = time.perf_counter(), time.process_time()
-        result = fn()
-        wall = time.perf_counter() - started
-        if wall < best:
-            best, cpu = wall, time.process_time() - cpu_started
-    return best, result, cpu
 
 
 def run() -> list[Result]:
@@ -59,15 +47,15 @@ def run() -> list[Result]:
     labels = scorer.labels
     data = {name: {"files": []} for name in SIZES}
     cubes = build_cubes(answers)
-    counted, _, counted_cpu = _best(lambda: [discordant(c) for c in cubes.values()])
-    plain, without, plain_cpu = _best(lambda: scorer.result(comparisons=False))
-    compared, with_, compared_cpu = _best(lambda: scorer.result(comparisons=True))
-    summary_plain, _, summary_plain_cpu = _best(
-        lambda: scoring.build_summary(without.metrics, labels, data, PROMPT_VERSION, 1, {}, without))
-    summary_with, summary, summary_with_cpu = _best(
-        lambda: scoring.build_summary(with_.metrics, labels, data, PROMPT_VERSION, 1, {}, with_))
-    written, text, written_cpu = _best(lambda: orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-    whole, _, whole_cpu = _best(lambda: scoring.score(answers, boot, with_breakdowns=False, with_comparisons=True), 1)
+    counted, counted_cpu, _ = _best(lambda: [discordant(c) for c in cubes.values()], REPEATS)
+    plain, plain_cpu, without = _best(lambda: scorer.result(comparisons=False), REPEATS)
+    compared, compared_cpu, with_ = _best(lambda: scorer.result(comparisons=True), REPEATS)
+    summary_plain, summary_plain_cpu, _ = _best(
+        lambda: scoring.build_summary(without.metrics, labels, data, PROMPT_VERSION, 1, {}, without), REPEATS)
+    summary_with, summary_with_cpu, summary = _best(
+        lambda: scoring.build_summary(with_.metrics, labels, data, PROMPT_VERSION, 1, {}, with_), REPEATS)
+    written, written_cpu, text = _best(lambda: orjson.dumps(summary, option=orjson.OPT_INDENT_2), REPEATS)
+    whole, whole_cpu, _ = _best(lambda: scoring.score(answers, boot, with_breakdowns=False, with_comparisons=True), 1)
     added = (compared - plain) + counted + (summary_with - summary_plain) + written
     added_cpu = (compared_cpu - plain_cpu) + counted_cpu + (summary_with_cpu - summary_plain_cpu) + written_cpu
     pairs = MODELS * (MODELS - 1) // 2
