@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .bootstrap import Bootstrap, nan_quantiles
+from .bootstrap import Bootstrap, nan_quantiles, ordered_quantiles
 from .index import index_values
 from .sums import COUNTS, FLAGS, METRICS, Cube, Estimates
 
@@ -119,10 +119,12 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, boot: Bootstrap) -> tuple[np.
     """The paired bootstrap of ``a − b``: ``a``, ``b`` are (pairs, resamples) replicates of the two models
     of each pair on the same resamples (NaN: undefined there), one pair per row. Returns (low, high,
     p_value) per pair, as the module docstring defines them; NaN where no resample is defined."""
-    d = a - b  # (pairs, resamples), C order: ``d.T`` is what ``Bootstrap.interval`` reads without a copy
-    low, high = boot.interval(d.T)
+    d = a - b  # (pairs, resamples)
     count = (~np.isnan(d)).sum(1)
     below, above = (d <= 0).sum(1), (d >= 0).sum(1)
+    d.sort(axis=1)  # NaN last; a whole sort of these rows measured faster than numpy's partition at 4 places
+    alpha = (1 - boot.confidence) / 2
+    low, high = ordered_quantiles(d, count, (alpha, 1 - alpha))  # as ``Bootstrap.interval``'s percentiles
     with np.errstate(invalid="ignore", divide="ignore"):
         p = np.minimum(1.0, 2.0 * (1.0 + np.minimum(below, above)) / (count + 1.0))
     return low, high, np.where(count > 0, p, np.nan)

@@ -235,14 +235,21 @@ def comparisons(table: pl.DataFrame) -> list[dict]:
     bootstrap's), ``p_value``, ``p_holm``, for accuracy with one epoch ``discordant`` [a right and b wrong,
     the other way] and ``mcnemar_p``, and ``complete`` (false: a figure compared is provisional).
     Differences are rounded to 6 decimals, p-values kept whole (a small one must not read 0)."""
+    def rounded(name: str) -> list[float | None]:  # column by column: 11,025 entries for 50 models
+        return [None if v is None else round(v, 6) for v in table[name].to_list()]
+
     out = []
-    for r in table.iter_rows(named=True):
-        entry = {"a": r["a"], "b": r["b"], "eval": r["eval"], "metric": r["metric"], "difference": _round(r["difference"]),
-                 "ci": [_round(r["low"]), _round(r["high"])] if r["low"] is not None else None,
-                 "p_value": r["p_value"], "p_holm": r["p_holm"]}
-        if r["a_only"] is not None:
-            entry |= {"discordant": [r["a_only"], r["b_only"]], "mcnemar_p": r["mcnemar_p"]}
-        entry["complete"] = r["complete"]
+    columns = (table["a"].to_list(), table["b"].to_list(), table["eval"].to_list(), table["metric"].to_list(),
+               rounded("difference"), rounded("low"), rounded("high"), table["p_value"].to_list(),
+               table["p_holm"].to_list(), table["a_only"].to_list(), table["b_only"].to_list(),
+               table["mcnemar_p"].to_list(), table["complete"].to_list())
+    for a, b, name, metric, difference, low, high, p, p_holm, a_only, b_only, mcnemar, complete in zip(*columns,
+                                                                                                   strict=True):
+        entry = {"a": a, "b": b, "eval": name, "metric": metric, "difference": difference,
+                 "ci": [low, high] if low is not None else None, "p_value": p, "p_holm": p_holm}
+        if a_only is not None:
+            entry |= {"discordant": [a_only, b_only], "mcnemar_p": mcnemar}
+        entry["complete"] = complete
         out.append(entry)
     return out
 
