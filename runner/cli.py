@@ -466,14 +466,17 @@ async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], 
 def _prepare_scoring(suite) -> None:
     """What the scoring after the run needs and can have before it: its imports, the gold frames and the
     bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
-    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept as float32 by ``Bootstrap.prepare``); and what
-    closing the cache needs to compact its last log (``cache.store.prepare_compaction``)."""
+    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept as float32 by ``Bootstrap.prepare``); what
+    closing the cache needs to compact its last log (``cache.store.prepare_compaction``); and the summary's
+    provenance (``runner.provenance``: git is asked here, never before the first request)."""
     from dxi import scoring
     from dxi.cache.store import prepare_compaction
 
     from . import outputs  # noqa: F401
+    from .provenance import provenance
 
     prepare_compaction()
+    provenance()  # git, the version and the platform, asked now rather than after the last reply
     suite.gold_frames()
     boot = scoring.Bootstrap()  # as outputs.score_all scores
     for name, n_tasks in suite.survey().tasks.items():
