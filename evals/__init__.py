@@ -183,7 +183,9 @@ class Suite:
 
     ``limit`` keeps the first N tasks of each evaluation (after exclusions); ``wildguard_subset`` is
     "agreed" (the default, all three agreement fields equal to 3) or "all". ``evals`` restricts the
-    suite to some evaluations (the others are reported as not selected).
+    suite to some evaluations (the others are reported as not selected). ``runs`` (evaluation -> model
+    label -> flags) says what each model's recorded runs selected of each evaluation (``runner.selection``),
+    shown in the data block.
     """
 
     data: dict[str, EvalData]
@@ -191,6 +193,7 @@ class Suite:
     limit: int | None = None
     wildguard_subset: str = "agreed"
     evals: tuple[str, ...] | None = None
+    runs: dict[str, dict[str, str]] = field(default_factory=dict, compare=False)
     _survey: Survey | None = field(default=None, init=False, repr=False, compare=False)
     _gold: tuple[pl.DataFrame, pl.DataFrame] | None = field(default=None, init=False, repr=False, compare=False)
     _validated: bool = field(default=False, init=False, repr=False, compare=False)
@@ -284,7 +287,7 @@ class Suite:
     def data_block(self) -> dict[str, dict]:
         """The ``data`` block of summary.json: per evaluation, the file used (path, sha256, rows and, for a
         file fetched from the hub, its ``hf_repo``, ``revision`` and ``requested_revision``) and the number
-        of tasks, or the reason it is missing."""
+        of tasks, or the reason it is missing; ``runs`` where ``runs`` has it."""
         block: dict[str, dict] = {}
         for n, d in self.data.items():
             if self.evals is not None and n not in self.evals:
@@ -306,6 +309,8 @@ class Suite:
             excluded = self.exclusions.summary(n)
             if excluded:
                 entry["excluded"] = excluded
+            if self.runs.get(n):
+                entry["runs"] = dict(self.runs[n])
             block[n] = entry
         return block
 

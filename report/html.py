@@ -18,6 +18,7 @@ import polars as pl
 from dxi.evals import EVALS
 from dxi.scoring import WEIGHTS, Scored, breakdowns, provisional
 from dxi.scoring.calibration import CALIBRATION_METRICS
+from dxi.scoring.summary import selection_flags
 from dxi.scoring.sums import METRICS
 
 from . import charts
@@ -118,6 +119,10 @@ def banner(summary: dict, scored: Scored) -> list[str]:
     sample = _sample(summary)
     if sample:
         notes.append(f"A sample of the tasks was scored ({sample}): not the full index; intervals are wide.")
+    unions = {name: d for name, d in data.items() if d.get("union")}
+    if unions:
+        notes.append("The tasks several runs selected were scored together (" + "; ".join(
+            f"{EVALS[name].title}: {selection_flags(d)}" for name, d in unions.items()) + "): not the full index.")
     for name, d in data.items():
         if d.get("missing"):
             notes.append(f"{EVALS[name].title} is not scored: {d['missing']}. The Decision Index needs all four "

@@ -19,7 +19,7 @@ from dxi.adapters import local_models
 from dxi.evals import EVALS, PROMPT_VERSION, DatasetError
 from dxi.evals.wildguardtest import SUBSETS
 
-from . import distributed
+from . import completion, distributed
 from .datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
 from .errors import PlanError
 
@@ -156,11 +156,11 @@ def _add_models(g: argparse._ArgumentGroup, run_file: bool, for_scoring: bool) -
         g.add_argument("run_file", nargs="?", type=Path, metavar="RUN_FILE",
                        help="a run file (TOML, see examples/run.toml): models, providers, prices, evaluations, "
                             "locations; the flags below override it")
-    g.add_argument("--model", action="append", default=[], metavar="MODEL",
+    g.add_argument("--model", action="append", default=[], metavar="MODEL",  # completed: runner.completion
                    help="ADAPTER:MODEL[@BASE_URL], repeatable; e.g. embedded, embedded:sparrow-nano-general-v1.1, "
                         "openai:gpt-5-mini, systemone:http://127.0.0.1:8000"
                         + ("; as `dxi run` was given it (default: every model in the cache, or the run file's)"
-                           if for_scoring else ""))
+                           if for_scoring else "")).completer = completion.models
     g.add_argument("--param", action=_KeyValues, nargs="+", default=[], metavar="KEY=VALUE",
                    help="sampling parameters for every language model, in the provider's own names, e.g. "
                         "temperature=0 max_tokens=512 seed=1; VALUE is JSON or text; part of the cache key")
@@ -177,12 +177,16 @@ def _add_data(g: argparse._ArgumentGroup) -> None:
     for name, spec in EVALS.items():
         g.add_argument(f"--{spec.flag}", type=Path, metavar="FILE", dest=f"file_{name}",
                        help=f"the {spec.title} file (instead of the one found under --data-dir)")
-    g.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all four)")
+    g.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all four)"
+                   ).completer = completion.evals
     g.add_argument("--limit", type=int, metavar="N", help="the first N tasks of each evaluation")
     g.add_argument("--sample", type=int, metavar="N",
                    help="a seeded sample of N tasks of each evaluation, stratified by its gold classes (When2Call "
                         "reply type, WildGuardTest labels, HLE category, Omniscience domain)")
     g.add_argument("--seed", type=int, metavar="S", help="the seed of --sample (default: 0)")
+    g.add_argument("--all-tasks", action="store_true",
+                   help="every task of each evaluation (the default of run and estimate; score, report, export and "
+                        "view otherwise score the tasks the runs recorded in the cache selected)")
     g.add_argument("--exclude", action="append", default=[], metavar="[EVAL=]FILE",
                    help="an exclusion list, repeatable: one task id (or task_id:question_id) per line; EVAL= lets "
                         "the list use bare ids")
@@ -191,28 +195,44 @@ def _add_data(g: argparse._ArgumentGroup) -> None:
                         "all = every labelled row")
 
 
+# The limits' defaults as --help states them: those of the HTTP providers (``adapters.Limits``), and the
+# local adapters' own (``default_limits`` of ``adapters.embedded`` and ``adapters.llamacpp``, kept in step
+# by tests/test_price_flag.py; not imported here: they load aiohttp). A given flag applies to every provider,
+# over a run file's provider tables.
+_HTTP = adapters.Limits()
+
+
 def _add_limits(g: argparse._ArgumentGroup) -> None:
-    g.add_argument("--max-in-flight", type=int, metavar="N", help="concurrent requests per provider (overrides "
-                                                                  "the adapter's or run file's)")
-    g.add_argument("--rpm", type=float, help="requests per minute per provider (overrides)")
-    g.add_argument("--tpm", type=float, help="tokens per minute per provider, input + output (overrides)")
-    g.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds to wait for one reply (overrides)")
-    g.add_argument("--max-attempts", type=int, metavar="N", help="attempts per request; 1 = no retry (overrides)")
+    g.add_argument("--max-in-flight", type=int, metavar="N",
+                   help=f"concurrent requests per provider (default: {_HTTP.max_in_flight}; embedded: 2 per CPU core; "
+                        "llamacpp: its parallel slots)")
+    g.add_argument("--rpm", type=float, help="requests per minute per provider (default: no limit)")
+    g.add_argument("--tpm", type=float, help="tokens per minute per provider, input + output (default: no limit)")
+    g.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help=f"seconds to wait for one reply (default: {_HTTP.attempt_timeout_s:g}; embedded 60, llamacpp 600)")
+    g.add_argument("--max-attempts", type=int, metavar="N",
+                   help=f"attempts per request; 1 = no retry (default: {_HTTP.max_attempts}; embedded 1, llamacpp 2)")
     g.add_argument("--backoff", type=float, metavar="SECONDS",
-                   help="the first wait before a retry, doubling each time, with jitter (overrides)")
+                   help=f"the first wait before a retry, doubling each time, with jitter, at most "
+                        f"{_HTTP.max_wait_s:g} (default: {_HTTP.backoff_s:g})")
     g.add_argument("--max-stated-wait", type=float, metavar="SECONDS",
                    help="the longest wait a provider may ask for (Retry-After, a reset header, Gemini's RetryInfo) that "
-                        "is honoured exactly (default 600); a longer one stops that provider, saying when to rerun "
-                        f"(exit code {EXIT_PROVIDER_STOPPED})")
+                        f"is honoured exactly (default: {_HTTP.max_stated_wait_s:g}); a longer one stops that provider, "
+                        f"saying when to rerun (exit code {EXIT_PROVIDER_STOPPED})")
     g.add_argument("--max-reply-bytes", type=int, metavar="BYTES",
-                   help="the largest reply read (decoded; default 4194304 = 4 MiB); a larger one is read no further and "
-                        "stored invalid ('reply larger than N bytes') with its first 2000 bytes")
+                   help=f"the largest reply read (decoded; default: {_HTTP.max_reply_bytes} = "
+                        f"{_HTTP.max_reply_bytes >> 20} MiB); a larger one is read no further and stored invalid "
+                        "('reply larger than N bytes') with its first 2000 bytes")
     g.add_argument("--retry-failed", action="store_true",
                    help="also send again requests that failed with a 4xx-class error (kept otherwise)")
     g.add_argument("--retry-invalid", action="store_true", help="also send again requests whose answers were invalid")
     g.add_argument("--max-cost", type=float, metavar="USD",
                    help="stop sending before spent + in-flight cost would pass USD in this invocation (prices from "
-                        f"the run file; local models are free); exit code {EXIT_COST_BOUND}")
+                        f"--price or the run file; local models are free); exit code {EXIT_COST_BOUND}")
+    g.add_argument("--price", action="append", default=[], metavar="MODEL=IN/OUT[/CACHED]",
+                   help="a model's price in USD per million input / output [/ cached input] tokens, repeatable; MODEL "
+                        "as --model gives it (or the model's name), e.g. openai:gpt-5-mini=0.25/2/0.025 (over the run "
+                        "file's)").completer = completion.prices
 
 
 def _add_cache(g: argparse._ArgumentGroup) -> None:
@@ -255,8 +275,8 @@ two models compared, calibration. On 127.0.0.1 unless --host says otherwise; --p
 VIEW_EXIT_CODES = f"""\
 exit codes:
   0    stopped (Ctrl-C, kill -INT or kill -TERM); its private folder under the temporary folder removed
-  {EXIT_USAGE}    bad input (flags, run file, model string, data, a cache with nothing to show, a port that
-       cannot be served), with a message
+  {EXIT_USAGE}    bad input (flags, run file, model string, data, no cache folder, a port that cannot be
+       served), with a message
   {EXIT_INTERRUPTED}  interrupted before serving
 """
 
@@ -296,7 +316,8 @@ def parser() -> argparse.ArgumentParser:
         _add_models(s.add_argument_group("models"), True, not sending)
         _add_data(s.add_argument_group("data"))
         if sending:
-            _add_limits(s.add_argument_group("limits, retries and cost"))
+            _add_limits(s.add_argument_group("limits, retries and cost", "A limit given here applies to every provider, "
+                                                                         "over the run file's provider tables."))
         c = s.add_argument_group("cache")
         _add_cache(c)
         if name == "run":
@@ -320,7 +341,10 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--format", required=True, choices=("eee", "csv", "parquet", "jsonl"),
                    help="eee: Every Eval Ever aggregate and instance records under the folder TARGET; csv, parquet, "
                         "jsonl: the per-answer table (the columns of answers.parquet) as the file TARGET")
-    o.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    o.add_argument("--include-missing", action="store_true",
+                   help="also write the answers missing from the cache (status missing; eee: no record either way) "
+                        f"and exit 0; without it they are left out, counted, and the exit code is {EXIT_FAILED_REQUESTS}")
+    o.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors and the count of missing answers")
     x.add_argument("target", type=Path, metavar="TARGET", help="the file (csv, parquet, jsonl) or folder (eee) to write")
     x.set_defaults(out=None)  # export writes TARGET only
     d = _command(sub, "data", "fetch the evaluation data from the Hugging Face hub, or check a data folder")
@@ -330,7 +354,8 @@ def parser() -> argparse.ArgumentParser:
                    help="where the files go (the layout --data-dir reads)")
     f.add_argument("--mirror", type=Path, metavar="DIR",
                    help="a local folder laid out like the hub (OWNER/NAME/PATH), instead of the network")
-    f.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all)")
+    f.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all)"
+                   ).completer = completion.evals
     f.add_argument("--force", action="store_true", help="download again files that are already there")
     f.add_argument("--revision", action="append", default=[], metavar="[EVAL=]REV",
                    help="the dataset revision to fetch (a branch, tag or commit), repeatable: EVAL=REV for one "
@@ -369,23 +394,27 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 
     from dxi.cache import Cache
 
-    from .export import ExportError
+    from .export import ExportError, missing_answers
     from .export import write as export
     from .outputs import score_all
 
     plan, cache_dir, _, suite, remote = _score_selection(args)
     with Cache(cache_dir, remote=remote) as cache:
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
+        suite = _scored_suite(args, plan, suite, frame, cache_dir, notes)
         summary, scored = score_all(cache, suite, frame, None, None, epochs, prices=prices)
+    gap = missing_answers(summary)
     try:
-        written = export(args.format, args.target, summary, scored, frame, suite)
+        written = export(args.format, args.target, summary, scored, frame, suite, include_missing=args.include_missing)
     except ExportError as exc:
         raise UsageError(str(exc)) from None
-    for note in notes:
+    for note in notes if not args.quiet else []:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if not args.quiet:
         console.print(escape(f"Exported {len(written)} file(s) ({args.format}) to {args.target}"))
-    return 0
+    if gap.total:
+        console.print(f"[{'yellow' if args.include_missing else 'red'}]{escape(gap.message(args.include_missing))}[/]")
+    return 0 if args.include_missing or not gap.total else EXIT_FAILED_REQUESTS
 
 
 def _plan(args: argparse.Namespace) -> Plan:
@@ -492,6 +521,7 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     not stop a run that needs neither."""
     from .progress import RunProgress
     from .run import Stats, run
+    from .selection import remember
 
     dist = dist or distributed.Distributed()
     cached = {m.label: n for m in plan.models if (n := _all_cached(m, plan, cache, dist.shard)) is not None}
@@ -501,6 +531,7 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
     try:
         plan.check_labels()
+        remember(plan)  # what this run selects, for `dxi score` without a selection (runner.selection)
         limiters = {} if limiters is None else limiters
         limiters.update(dist.limiters(models))
         shard = dist.shard
@@ -598,8 +629,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         # log twice) and written as a shard on the compactor thread while the scoring runs
         cache.close(wait=False)
         from .outputs import print_summary, score  # imported during the run already (``_prepare_scoring``)
+        from .selection import annotate
 
-        summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra,
+        models = plan.models_frame()
+        annotate(plan.suite, models=models, cache_dir=plan.cache_dir)  # models whose other runs selected other tasks
+        summary = score(cache, plan.suite, models, plan.out, requests, plan.epochs, plan.prices(), extra,
                         plan.tolerance())
     print_summary(summary, console, plan.out)
     upload_failed = dist.finish()  # the run ends when its uploads are done
@@ -641,19 +675,20 @@ def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
     return block
 
 
-def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None
+def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None, empty_ok: bool = False
                  ) -> tuple[pl.DataFrame, dict, int, list[str]]:
     """The models to score (``scoring.MODELS_SCHEMA`` frame), their prices, the default epochs and notes
     for the user: the plan's models (a run file's, or the ``--model`` flags' with their ``--param``) under
     the names ``dxi run`` gives them, else every model in the cache. UsageError for a ``--model`` whose
-    configuration (adapter, model, endpoint, parameters) has no rows in the cache."""
+    configuration (adapter, model, endpoint, parameters) has no rows in the cache, and for a cache with no
+    model at all unless ``empty_ok`` (``dxi view``, which shows the models as a run adds them)."""
     import polars as pl
 
     from dxi import scoring
 
     found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
     if plan is None:
-        if found.is_empty():
+        if found.is_empty() and not empty_ok:
             raise UsageError(f"no models in {args.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
         prices = {label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
                   for label, kind in found.select("label", "provider").iter_rows()}
@@ -716,6 +751,18 @@ def _score_selection(args: argparse.Namespace, mirror: Path | None = None
     return plan, cache_dir, out, suite, remote
 
 
+def _scored_suite(args: argparse.Namespace, plan: Plan | None, suite: Suite, frame: pl.DataFrame, cache_dir: Path,
+                  notes: list[str]) -> Suite:
+    """The suite ``dxi score`` (report, export) scores over the models ``frame``: ``suite``, or with no
+    selection given the tasks the runs recorded in the cache selected (``runner.selection``; its notes are
+    added to ``notes``)."""
+    from .selection import choose
+
+    chosen = choose(args, plan, suite, frame, cache_dir)
+    notes += chosen.notes
+    return chosen.suite
+
+
 def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
     from rich.markup import escape
 
@@ -728,6 +775,7 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
     allowed = plan.tolerance() if plan else tolerance(args.allow_failed)
     with Cache(cache_dir, remote=remote) as cache:
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
+        suite = _scored_suite(args, plan, suite, frame, cache_dir, notes)
         if not html:
             summary = score(cache, suite, frame, out, None, epochs, prices, tolerance=allowed)
         else:
@@ -762,17 +810,26 @@ def cmd_view(args: argparse.Namespace, console: Console) -> int:
     from dxi.view.home import private_home
 
     from .outputs import summarize
+    from .selection import choose
 
     home = private_home()  # stale ones of killed views removed first
     try:
-        plan, cache_dir, _, suite, remote = _score_selection(args, mirror=Path(home.name) / "remote")
-
-        def select(cache: Cache) -> tuple:
-            return _score_frame(args, cache, plan)[:3]
-
+        plan, cache_dir, _, given, remote = _score_selection(args, mirror=Path(home.name) / "remote")
         with Cache(cache_dir, read_only=True, remote=remote) as cache:
-            frame, prices, epochs, notes = _score_frame(args, cache, plan)
-        browser = Browser.build(cache_dir, suite, frame, summarize, epochs, prices, home=home, remote=remote,
+            frame, prices, epochs, notes = _score_frame(args, cache, plan, empty_ok=True)
+            kept = choose(args, plan, given, frame, cache_dir)
+        notes += kept.notes
+
+        def select(cache: Cache) -> tuple:  # every model in the cache again, and the tasks their runs selected
+            nonlocal kept
+            frame, prices, epochs, _ = _score_frame(args, cache, plan, empty_ok=True)
+            now = choose(args, plan, given, frame, cache_dir)
+            if now.key != kept.key:
+                kept = now
+            kept.suite.runs = now.suite.runs
+            return frame, prices, epochs, kept.suite
+
+        browser = Browser.build(cache_dir, kept.suite, frame, summarize, epochs, prices, home=home, remote=remote,
                                 select=select if plan is None else None)
     except KeyboardInterrupt:
         home.cleanup()

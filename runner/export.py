@@ -28,6 +28,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -74,13 +75,48 @@ class ExportError(ValueError):
     """The export cannot be written as asked (the message names the path and why)."""
 
 
+@dataclass(frozen=True)
+class Missing:
+    """The answers of an export missing from the cache (never sent, or not sent yet): ``total``, ``counts``
+    per (model label, evaluation) and ``reason``, the summary's reason for the first of them (it names the
+    selection the model's runs made: ``scoring.summary``)."""
+
+    total: int
+    counts: dict[tuple[str, str], int]
+    reason: str | None
+
+    def message(self, included: bool) -> str:
+        """What ``dxi export`` says about them, written (``included``) or left out."""
+        where = "; ".join(f"{label} {EVALS[name].title}: {n:,}" for (label, name), n in self.counts.items())
+        done = ("written as rows of status missing (the eee format's records mark the figures they touch "
+                "provisional)" if included else "left out of the export (--include-missing writes them as rows of "
+                "status missing)")
+        return f"{self.total:,} answer(s) missing from the cache ({where}): {done}." + (
+            f" {self.reason}." if self.reason else "")
+
+
+def missing_answers(summary: dict) -> Missing:
+    """The answers missing from the cache in ``summary`` (``runner.outputs.score_all``'s)."""
+    counts = {(m["model"], name): block["missing"] for m in summary["models"] for name, block in m["evals"].items()
+              if block.get("missing")}
+    first = next(iter(counts), None)
+    reason = None
+    if first is not None:
+        block = next(m for m in summary["models"] if m["model"] == first[0])["evals"][first[1]]
+        reason = f"{first[0]} {EVALS[first[1]].title}: {block['reason']}" if block.get("reason") else None
+    return Missing(sum(counts.values()), counts, reason)
+
+
 def write(fmt: str, target: Path, summary: dict, scored: scoring.Scored, models: pl.DataFrame, suite: Suite,
-          now: float | None = None) -> list[Path]:
+          now: float | None = None, include_missing: bool = True) -> list[Path]:
     """Write the export ``fmt`` (one of ``FORMATS``) to ``target`` (a file for the answer tables, a
     folder for ``eee``) from ``summary`` and ``scored`` (``runner.outputs.score_all``); ``models`` is the
     ``scoring.MODELS_SCHEMA`` frame that was scored, ``suite`` its tasks (for the instances' inputs),
-    ``now`` the Unix time recorded as ``retrieved_timestamp`` (default: the clock). Returns the files
-    written; ExportError when ``target`` is a folder for a table format."""
+    ``now`` the Unix time recorded as ``retrieved_timestamp`` (default: the clock). Without
+    ``include_missing`` the rows of answers missing from the cache (status ``missing``) are left out of
+    the answer tables (``eee`` writes an evaluation with missing answers either way, its figures marked
+    provisional: ``scoring.provisional``). Returns the files written; ExportError when ``target`` is a folder for a table
+    format."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}: one of {', '.join(FORMATS)}")
     if fmt == "eee":
@@ -88,6 +124,8 @@ def write(fmt: str, target: Path, summary: dict, scored: scoring.Scored, models:
     if target.is_dir():
         raise ExportError(f"{target} is a folder: give the file to write, e.g. {target / ('answers.' + fmt)}")
     table = scoring.export(scored.answers)
+    if not include_missing:
+        table = table.filter(pl.col("status").cast(pl.String) != "missing")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
     if fmt == "parquet":

@@ -19,6 +19,7 @@ from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite
 from dxi.scoring import provisional
 from dxi.scoring.provisional import Tolerance
+from dxi.scoring.summary import selection_flags
 from dxi.scoring.ties import add_ties, tie_counts
 
 from .provenance import provenance
@@ -321,6 +322,7 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
         extra = f", subset {d['subset']}" if "subset" in d else ""
         extra += f", limit {d['limit']}" if "limit" in d else ""
         extra += f", sample {d['sample']['tasks']} (seed {d['sample']['seed']})" if "sample" in d else ""
+        extra += f", the union of {selection_flags(d)}" if "union" in d else ""
         excluded = d.get("excluded") or {}
         if excluded:
             extra += f", {excluded['matched']} of {excluded['listed']} excluded ids matched"

@@ -7,7 +7,8 @@ to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``,
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
 ``--max-cost``, ``--allow-failed``, and the limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``,
 ``--max-attempts``, ``--backoff``, ``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--sample`` /
-``--seed`` (instead of the file's ``limit`` or ``sample``); ``--exclude`` adds to the file's lists; ``--model``,
+``--seed`` and ``--all-tasks`` (instead of the file's ``limit`` or ``sample``); ``--price`` (over a model's
+``price``); ``--exclude`` adds to the file's lists; ``--model``,
 ``--param`` and ``--option`` are errors (models, their parameters and options belong in the file).
 
 Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file and key where it can.
@@ -15,6 +16,7 @@ Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -89,8 +91,9 @@ class Plan:
         first = next(iter(self.suite.tasks()), None)
         for m in self.models:
             if m.price is None:
-                raise PlanError(f"{m.label}: a cost bound needs a price for every model; give it in the run file "
-                                "(price = {input = USD, output = USD} per million tokens)")
+                raise PlanError(f"{m.label}: a cost bound needs a price for every model; give it with --price "
+                                f"{m.label}=IN/OUT (USD per million input / output tokens) or in the run file "
+                                "(price = {input = USD, output = USD})")
             if first is not None and m.price[1] and m.adapter.output_tokens_bound(first) is None:
                 raise PlanError(f"{m.label}: under a cost bound, cap the output tokens (e.g. params = "
                                 "{max_tokens = 512}; Gemini: maxOutputTokens), or price output at 0 if it is not billed")
@@ -146,7 +149,8 @@ def _exclude_item(item: str, base: Path | None = None) -> tuple[str | None, Path
 
 
 def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[str | None, Path]], limit: int | None,
-           subset: str, selected: tuple[str, ...] | None, sample: int | None = None, seed: int | None = None) -> Suite:
+           subset: str, selected: tuple[str, ...] | None, sample: int | None = None, seed: int | None = None,
+           all_tasks: bool = False) -> Suite:
     if limit is not None and limit < 1:
         raise PlanError("--limit must be at least 1")
     if sample is not None and sample < 1:
@@ -156,6 +160,9 @@ def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[st
                         "--sample N a stratified sample of N; give one")
     if seed is not None and sample is None:
         raise PlanError("--seed is the seed of --sample: give --sample N too")
+    if all_tasks and (sample is not None or limit is not None):
+        raise PlanError(f"--all-tasks and --{'sample' if sample is not None else 'limit'} do not combine: --all-tasks "
+                        "takes every task of each evaluation; give one")
     try:
         data = discover(data_dir, files, selected)
         exclusions = _exclusions(exclude)
@@ -209,6 +216,49 @@ def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[fl
     return tuple(parts)
 
 
+def price_flags(items: list[str]) -> dict[str, config.Price]:
+    """``--price MODEL=IN/OUT[/CACHED]`` items (USD per million input, output and, optionally, cached input
+    tokens: the provider's price list) -> MODEL -> ``config.Price``. PlanError naming the item for one that
+    is malformed, negative or given twice."""
+    out: dict[str, config.Price] = {}
+    for item in items:
+        model, sep, text = item.rpartition("=")
+        parts = text.split("/")
+        example = "e.g. --price openai:gpt-5-mini=0.25/2/0.025"
+        if not sep or not model.strip() or len(parts) not in (2, 3):
+            raise PlanError(f"--price {item!r}: expected MODEL=IN/OUT or MODEL=IN/OUT/CACHED, USD per million input, "
+                            f"output and cached input tokens ({example})")
+        try:
+            values = [float(part) for part in parts]
+        except ValueError:
+            raise PlanError(f"--price {item!r}: {text!r} holds something that is not a number ({example})") from None
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise PlanError(f"--price {item!r}: prices must be numbers >= 0 (USD per million tokens)")
+        if model.strip() in out:
+            raise PlanError(f"--price {model.strip()}: given twice")
+        out[model.strip()] = config.Price(values[0], values[1], values[2] if len(values) == 3 else None)
+    return out
+
+
+def _priced(models: list[ModelRun], prices: dict[str, config.Price], texts: dict[int, str] | None = None) -> None:
+    """Give each model the ``--price`` whose MODEL names it: its label (a run file's ``name``), ``kind:model``,
+    or (``texts``: position -> the ``--model`` text) the model string as given. PlanError for a MODEL that
+    names no model of the run, or a model named by two."""
+    texts = texts or {}
+    for i, m in enumerate(models):
+        names = {m.label, f"{m.adapter.kind}:{m.adapter.model}", texts.get(i)}
+        given = [k for k in prices if k in names]
+        if len(given) > 1:
+            raise PlanError(f"--price {' and --price '.join(given)} name the same model ({m.label}): give one")
+        if given:
+            m.price = _price_of(m.adapter, prices[given[0]])
+    named = {n for i, m in enumerate(models) for n in (m.label, f"{m.adapter.kind}:{m.adapter.model}", texts.get(i))}
+    unknown = [k for k in prices if k not in named]
+    if unknown:
+        raise PlanError(f"--price {unknown[0]}: no model of this run is named so (its models: "
+                        f"{', '.join(m.label for m in models)})")
+
+
 def from_args(args: argparse.Namespace) -> Plan:
     """The plan of ``dxi run`` / ``estimate`` / ``score`` / ``report`` (see the module docstring)."""
     epochs = getattr(args, "epochs", None)
@@ -244,7 +294,8 @@ def suite_from_flags(args: argparse.Namespace) -> Suite:
     selected = selected_evals(args.evals) if args.evals else None
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     return _suite(data_dir, _file_flags(args), [_exclude_item(e) for e in args.exclude], args.limit,
-                  args.wildguard_subset or "agreed", selected, getattr(args, "sample", None), getattr(args, "seed", None))
+                  args.wildguard_subset or "agreed", selected, getattr(args, "sample", None), getattr(args, "seed", None),
+                  getattr(args, "all_tasks", False))
 
 
 def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
@@ -266,6 +317,7 @@ def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
         used |= set(spec.options)
         a.limits = replace(a.limits, **overrides)
         models.append(ModelRun(a, epochs, None, _price_of(a, None)))
+    _priced(models, price_flags(getattr(args, "price", None) or []), dict(enumerate(args.model or [])))
     if params and not any(type(m.adapter).takes_params for m in models):
         raise PlanError("--param: no model of this run takes sampling parameters (decision models have none)")
     unused = sorted(set(options) - used)
@@ -316,17 +368,19 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
         a.limits = replace(a.limits, **(table | overrides))
         key = f"table:{name}" if name in run.providers else None  # models on one table share its limits
         models.append(ModelRun(a, epochs or m.epochs or run.epochs, key, _price_of(a, m.price)))
+    _priced(models, price_flags(getattr(args, "price", None) or []))  # the command line's over the file's
     files = {e: base / f for e, f in run.evals.files.items()} | _file_flags(args)
     exclude = [_exclude_item(e, base) for e in run.evals.exclude] + [_exclude_item(e) for e in getattr(args, "exclude", [])]
     selected = selected_evals(args.evals) if getattr(args, "evals", None) else (tuple(run.evals.select) if run.evals.select else None)
     data_dir = args.data_dir if args.data_dir is not None else (run.resolve(run.data_dir) if run.data_dir is not None
                                                                 else default_data_dir())
     sample, seed = getattr(args, "sample", None), getattr(args, "seed", None)
-    limit = args.limit if args.limit is not None else (run.evals.limit if sample is None else None)
-    if args.limit is None and sample is None:  # the file's sample, unless the command line chose how many
+    all_tasks = getattr(args, "all_tasks", False)
+    limit = args.limit if args.limit is not None else (run.evals.limit if sample is None and not all_tasks else None)
+    if args.limit is None and sample is None and not all_tasks:  # the file's sample, unless the command line chose
         sample, seed = run.evals.sample, run.evals.seed if seed is None else seed
     suite = _suite(data_dir, files, exclude, limit, args.wildguard_subset or run.evals.wildguard_subset, selected,
-                   sample, seed if sample is not None else None)
+                   sample, seed if sample is not None else None, all_tasks)
     return Plan(models, suite, data_dir, args.cache_dir or run.resolve(run.cache_dir), args.out or run.resolve(run.out),
                 epochs or run.epochs, max_cost if max_cost is not None else run.max_cost, path, run.cache_remote,
                 run.coordinator, allow_failed=_allow_failed(args, run))

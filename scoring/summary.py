@@ -67,10 +67,39 @@ def _interval(row: dict, metric: str) -> list[float | None] | None:
     return [_round(low), _round(high)]
 
 
-def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
-    """One evaluation's block for one model from its ``scoring.score.metrics`` row (None: no answers): ``n``
-    tasks, the answer counts, ``complete`` (and ``rerun`` when not), each metric with its interval (and
-    spread over epochs), and a ``reason`` for a null metric."""
+def selection_flags(data: dict) -> str:
+    """The command-line flags that select the tasks a data-block entry describes (its ``limit``, ``sample``
+    or ``union`` of such entries): ``--sample N`` (``--seed S`` when not 0), ``--limit N``, a union's joined
+    by " + ", or ``--all-tasks`` for every task."""
+    if data.get("union"):
+        return " + ".join(selection_flags(p) for p in data["union"])
+    sample = data.get("sample")
+    if sample:
+        return f"--sample {sample['tasks']}" + (f" --seed {sample['seed']}" if sample.get("seed") else "")
+    return "--all-tasks" if data.get("limit") is None else f"--limit {data['limit']}"
+
+
+def _missing_reason(missing: int, data: dict, label: str | None) -> str:
+    """Why ``missing`` answers are not in the cache, and what to do: when the model's recorded runs
+    (``data["runs"]``, ``runner.selection``) selected other tasks than those scored, the flags that score
+    what they ran."""
+    scored = selection_flags(data)
+    ran = (data.get("runs") or {}).get(label) if label is not None else None
+    if ran and ran != scored:
+        see = (f"score with {ran}" if " + " not in ran else  # a union: what no flag selects, the default does
+               "score this model without --limit, --sample or --all-tasks (the tasks its runs selected)")
+        return (f"{missing} answer(s) not in the cache: this model's runs selected {ran} here, not {scored}; "
+                f"{see} to see what they answered, or `dxi run` with {scored} to send what is missing")
+    other = "" if ran else ", or it ran other tasks (--limit, --sample)"
+    return (f"{missing} answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer epochs than "
+            f"scored here{other}); `dxi run` with {scored} sends what is missing")
+
+
+def eval_block(name: str, row: dict | None, data: dict, epochs: int, label: str | None = None) -> dict:
+    """One evaluation's block for one model (``label``) from its ``scoring.score.metrics`` row (None: no
+    answers): ``n`` tasks, the answer counts, ``complete`` (and ``rerun`` when not), each metric with its
+    interval (and spread over epochs), and a ``reason`` for a null metric or for answers missing from the
+    cache (``_missing_reason``: which flags score what the model's runs selected)."""
     block: dict = {"n": 0, **{m: None for m in METRICS[name]}}
     if "missing" in data:
         block["reason"] = f"no data: {data['missing']}"
@@ -82,8 +111,10 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
               "repaired": row["repaired"], "complete": row["failed"] + row["missing"] == 0}
     if not block["complete"]:  # provisional (``scoring.provisional``): what the next `dxi run` requests again
         block["rerun"] = row["rerun"]
+    if row["missing"]:  # scored as not correct (provisional); why they are missing, and what to do
+        block["reason"] = _missing_reason(row["missing"], data, label)
     if row.get("reason"):  # no answer is a reply: nothing to score, so no metric (never 0.0 as a score)
-        block["reason"] = _no_reply(row)
+        block["reason"] = _no_reply(row, block.get("reason"))
         return block
     reasons = []
     for m in METRICS[name]:
@@ -95,19 +126,18 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
         if block[m] is None and m != "mean_f1":
             reasons.append(f"{m}: {UNDEFINED_F1}")
     if reasons:
-        block["reason"] = "; ".join(reasons)
+        block["reason"] = "; ".join([*([block["reason"]] if block.get("reason") else []), *reasons])
     return block
 
 
-def _no_reply(row: dict) -> str:
-    """Why an evaluation whose answers are all failed or missing has no metrics (``sums.Estimates.reason``)."""
+def _no_reply(row: dict, missing: str | None) -> str:
+    """Why an evaluation whose answers are all failed or missing has no metrics (``sums.Estimates.reason``);
+    ``missing``: why its missing answers are missing (``_missing_reason``), when it has some."""
     if row["reason"] == NONE_CACHED:
-        return (f"{NONE_CACHED}: none of its {row['missing']} answer(s) (the run did not reach it, or ran with a "
-                "smaller --limit, another selection or fewer epochs than scored here); `dxi run` with these options "
-                "sends them")
+        return missing or f"{NONE_CACHED} ({row['missing']} answer(s))"
     if row["reason"] == EVERY_FAILED:
         return f"{EVERY_FAILED} ({row['failed']} answer(s) failed; see each model's errors)"
-    return f"{row['reason']} ({row['failed']} failed, {row['missing']} missing)"
+    return f"{row['reason']} ({row['failed']} failed, {row['missing']} missing)" + (f"; {missing}" if missing else "")
 
 
 def _calibration_entry(row: dict, epochs: int) -> dict:
@@ -185,8 +215,8 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
     complete = all_accepted = True
     for label in labels:
         n_epochs = model_epochs.get(label, epochs)
-        evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), n_epochs)
-                 for name in METRICS}
+        evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), n_epochs,
+                                  label) for name in METRICS}
         index, reason = decision_index(evals, {name: by_key.get((label, name)) for name in METRICS})
         entry: dict = {"model": label, "epochs": n_epochs, "decision_index": _round(index)}
         if reason:

@@ -47,7 +47,7 @@ SAFE_TAGS = {"html", "head", "meta", "title", "link", "script", "body", "header"
              "h2", "h3", "h4", "h5", "p", "code", "div", "table", "thead", "tbody", "tr", "th", "td", "form", "fieldset",
              "legend", "select", "option", "input", "label", "button", "section", "pre", "details", "summary", "ul", "li",
              "strong", "svg", "rect", "line", "circle", "text", "figure", "figcaption", "dl", "dt", "dd",
-             "article", "br"}  # the app's own markup: model or dataset text never adds a tag
+             "article", "br", "wbr"}  # the app's own markup: model or dataset text never adds a tag
 
 
 def hostile_chat(model: str):

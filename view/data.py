@@ -128,7 +128,8 @@ class Page:
     size: int = PAGE_SIZE
 
 
-Select = Callable[[Cache], tuple[pl.DataFrame, dict, int]]  # the cache -> (models, prices, epochs) to score
+# the cache -> (models, prices, epochs) to score, and optionally the suite (the tasks the runs selected: ``runner.selection``)
+Select = Callable[[Cache], tuple]
 
 
 @dataclass
@@ -136,8 +137,9 @@ class Source:
     """What a Browser was built from, to build it again over newer rows (``Browser.rebuild``): the cache
     folder, the suite, ``summarize``, ``home`` (the view's private folder, ``view.home``; the layouts
     and the remote's mirror go there), ``remote`` (the remote cache tier, mirrored under ``home``, or
-    None), and ``select`` (models, prices and epochs from the cache: every model in it is chosen again,
-    so that a model a run adds shows; None: the models given at start-up)."""
+    None), and ``select`` (models, prices and epochs from the cache, and optionally the suite: every model
+    in it is chosen again, so that a model a run adds shows, with the tasks its run selected; None: the
+    models given at start-up)."""
 
     cache_dir: Path
     suite: Suite
@@ -232,8 +234,8 @@ class Browser:
             source.remote.pull()
         if source.select is not None:
             with Cache(source.cache_dir, read_only=True, remote=source.remote) as cache:
-                models, prices, epochs = source.select(cache)
-            source = replace(source, models=models, prices=prices, epochs=epochs)
+                models, prices, epochs, *suite = source.select(cache)
+            source = replace(source, models=models, prices=prices, epochs=epochs, suite=suite[0] if suite else source.suite)
         return type(self)._built(source, child)
 
     @classmethod
@@ -276,13 +278,38 @@ class Browser:
             raise NotFound(f"no {what} {label!r} in this view") from None
 
     def frame(self, name: str, epoch: int = 0) -> pl.DataFrame:
+        """The wide frame of ``name`` and ``epoch``; one with no rows for an evaluation with no answers in this
+        view (``absent`` says why: its pages show that, with nothing to list). NotFound for an unknown
+        evaluation, or an epoch an evaluation with answers does not have."""
         if name not in EVALS:
             raise NotFound(f"no evaluation {name!r}")
         frame = self.wide.get((name, epoch))
         if frame is None:
-            raise NotFound(f"{EVALS[name].title}: no answers for epoch {epoch}" if (name, 0) in self.wide else
-                           f"{EVALS[name].title}: no answers in this view")
+            if (name, 0) in self.wide:
+                raise NotFound(f"{EVALS[name].title}: no answers for epoch {epoch}")
+            return self._no_rows()
         return frame
+
+    def absent(self, name: str) -> str | None:
+        """Why evaluation ``name`` has no answers in this view (not selected, no data, nothing in the cache
+        yet), or None when it has answers (or is no evaluation)."""
+        if name not in EVALS or (name, 0) in self.wide:
+            return None
+        data = (self.summary.get("data") or {}).get(name) or {}
+        if data.get("missing"):
+            return f"no answers in this view: {data['missing']}"
+        if not self.labels:
+            return "no answers in this view: the cache holds none of this prompt version yet"
+        return "no answers in this view: the cache holds none for these models and tasks yet"
+
+    def _no_rows(self) -> pl.DataFrame:
+        """A wide frame (``_wide``'s columns for this view's models) with no rows."""
+        schema = {"task_id": pl.String, "question_id": pl.String, "category": pl.Categorical, "gold": pl.Categorical,
+                  "order": pl.UInt32, "text": pl.String}
+        for i in range(len(self.labels)):
+            schema |= {f"pick{i}": pl.String, f"status{i}": pl.String, f"correct{i}": pl.Boolean,
+                       f"pgold{i}": pl.Float64, f"conf{i}": pl.Float64, f"bin{i}": pl.Int8}
+        return pl.DataFrame(schema=schema)
 
     @property
     def calibrated(self) -> set[str]:
@@ -302,12 +329,12 @@ class Browser:
         if q.status is not None:
             if q.status not in VIEW_STATUSES:
                 raise BadQuery(f"status must be one of {', '.join(VIEW_STATUSES)}")
-            conditions.append(pl.any_horizontal(pl.col(f"status{i}") == q.status for i in models))
+            conditions.append(pl.any_horizontal(pl.lit(False), *(pl.col(f"status{i}") == q.status for i in models)))
         if q.result is not None:
             if q.result not in ("right", "wrong"):
                 raise BadQuery("result must be right or wrong")
             right = [pl.col(f"correct{i}") for i in models]
-            conditions.append(pl.any_horizontal(right) if q.result == "right" else pl.any_horizontal(~c for c in right))
+            conditions.append(pl.any_horizontal(pl.lit(False), *(right if q.result == "right" else (~c for c in right))))
         if (a is None) != (b is None):
             raise BadQuery("a disagreement needs two models: a and b")
         if a is not None:
@@ -341,8 +368,9 @@ class Browser:
         for r in rows.iter_rows(named=True):
             cells = [{"pick": r[f"pick{i}"], "status": r[f"status{i}"], "correct": r[f"correct{i}"],
                       "p_gold": r[f"pgold{i}"], "confidence": r[f"conf{i}"]} for i in range(len(self.labels))]
+            task = self.tasks.get(r["task_id"])
             out.append({"task_id": r["task_id"], "question_id": r["question_id"], "category": r["category"],
-                        "gold": r["gold"], "models": cells})
+                        "gold": r["gold"], "models": cells, "headline": task.headline if task is not None else ""})
         return out
 
     # ---- compare ------------------------------------------------------------------------------------
