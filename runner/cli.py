@@ -43,7 +43,9 @@ EXIT_PROVIDER_STOPPED = 6  # (5: distributed.EXIT_UPLOAD)
 EXIT_CODES = f"""\
 exit codes:
   0    done
-  {EXIT_FAILED_REQUESTS}    done, but some requests failed (scored as wrong; rerun to retry them)
+  {EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply after the retries) or are
+       missing from the cache, scored as not correct and marked (*); rerun to request them, or accept them
+       with --allow-failed
   {EXIT_USAGE}    bad input (flags, run file, model string, data), with a message; nothing was sent
   {EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)
   {EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun
@@ -245,7 +247,17 @@ def _add_cache(g: argparse._ArgumentGroup) -> None:
                                                                  "the run file's)")
 
 
-def _add_output(g: argparse._ArgumentGroup, out: bool = True) -> None:
+def _allow_failed(text: str) -> dict:
+    """``--allow-failed``'s value (``config.allow_failed``), or argparse's usage error."""
+    from .config import allow_failed
+
+    try:
+        return allow_failed(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_output(g: argparse._ArgumentGroup, out: bool = True, scores: bool = False) -> None:
     if out:
         g.add_argument("--out", type=Path, metavar="DIR",
                        help="where summary.json and answers.parquet go (default: out, or the run file's)")
@@ -253,6 +265,12 @@ def _add_output(g: argparse._ArgumentGroup, out: bool = True) -> None:
     else:  # dxi view: it has no progress; its notes on the selection are what is left to leave out
         g.add_argument("-q", "--quiet", action="store_true",
                        help="no notes on the selection (the address served and warnings are still printed)")
+    if scores:
+        g.add_argument("--allow-failed", type=_allow_failed, metavar="N|FRACTION",
+                       help="accept up to N failed or missing answers per model and evaluation (or a fraction of "
+                            "its answers: 0.01, 1%%): the figures stay marked provisional, but the exit code is 0 "
+                            f"(otherwise {EXIT_FAILED_REQUESTS}); recorded in summary.json (default: none, or the "
+                            "run file's allow_failed)")
 
 
 VIEW_DESCRIPTION = """\
@@ -317,7 +335,7 @@ def parser() -> argparse.ArgumentParser:
         if sending:
             batch_commands.add_run_flags(s.add_argument_group("batch mode (docs/batch.md)"), run=name == "run")
         o = s.add_argument_group("output")
-        _add_output(o, out=name != "view")  # the view writes no outputs
+        _add_output(o, out=name != "view", scores=name in ("run", "score", "report"))  # the view writes no outputs
         if name == "estimate":
             o.add_argument("--json", action="store_true", help="print the estimate as JSON")
         if name == "view":
@@ -350,6 +368,10 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all)"
                    ).completer = completion.evals
     f.add_argument("--force", action="store_true", help="download again files that are already there")
+    f.add_argument("--revision", action="append", default=[], metavar="[EVAL=]REV",
+                   help="the dataset revision to fetch (a branch, tag or commit), repeatable: EVAL=REV for one "
+                        "evaluation, REV for every one (default: each repository's default branch); the commit it "
+                        "resolves to is recorded beside the file and in summary.json's data block")
     c = _command(dsub, "check", "load every evaluation file in a data folder and report rows, tasks and problems")
     c.add_argument("--data-dir", type=Path, required=True, metavar="DIR")
     f = _command(sub, "fetch-model", "fetch a local model file (GGUF) for the llamacpp adapters",
@@ -485,14 +507,17 @@ async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], 
 def _prepare_scoring(suite) -> None:
     """What the scoring after the run needs and can have before it: its imports, the gold frames and the
     bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
-    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept as float32 by ``Bootstrap.prepare``); and what
-    closing the cache needs to compact its last log (``cache.store.prepare_compaction``)."""
+    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept as float32 by ``Bootstrap.prepare``); what
+    closing the cache needs to compact its last log (``cache.store.prepare_compaction``); and the summary's
+    provenance (``runner.provenance``: git is asked here, never before the first request)."""
     from dxi import scoring
     from dxi.cache.store import prepare_compaction
 
     from . import outputs  # noqa: F401
+    from .provenance import provenance
 
     prepare_compaction()
+    provenance()  # git, the version and the platform, asked now rather than after the last reply
     suite.gold_frames()
     boot = scoring.Bootstrap()  # as outputs.score_all scores
     for name, n_tasks in suite.survey().tasks.items():
@@ -638,7 +663,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         models = plan.models_frame()
         annotate(plan.suite, models=models, cache_dir=plan.cache_dir)  # models whose other runs selected other tasks
         summary = score(cache, plan.suite, models, plan.out, requests, plan.epochs, plan.prices(), extra,
-                        batch_prices=plan.batch_prices())
+                        batch_prices=plan.batch_prices(), tolerance=plan.tolerance())
     print_summary(summary, console, plan.out)
     upload_failed = dist.finish()  # the run ends when its uploads are done
     dist.shard_note()
@@ -647,7 +672,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         transient = s.failed - s.failed_fatal
         parts = ([f"{transient} transient (sent again by the next run)"] if transient else []) + (
             [f"{s.failed_fatal} deterministic, 4xx-class (kept; --retry-failed sends them again)"] if s.failed_fatal else [])
-        console.print(f"[red]{escape(label)}: {s.failed} request(s) failed[/], scored as wrong: {'; '.join(parts)}. "
+        console.print(f"[red]{escape(label)}: {s.failed} request(s) failed[/], scored as not correct: {'; '.join(parts)}. "
                       "First errors:")
         for e in s.errors[:5]:
             console.print(f"    {e}", highlight=False, markup=False)
@@ -665,7 +690,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         return EXIT_PROVIDER_STOPPED
     if unanswered:
         return EXIT_FAILED_REQUESTS
-    return upload_failed or (EXIT_FAILED_REQUESTS if failed else 0)
+    if dist.shard is not None and dist.shard.count > 1:  # the other shards' answers are missing by design
+        return upload_failed or (EXIT_FAILED_REQUESTS if failed and not summary["accepted"] else 0)
+    return upload_failed or (0 if summary["accepted"] else EXIT_FAILED_REQUESTS)
 
 
 def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
@@ -776,25 +803,27 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
     from dxi.cache import Cache
 
     from .outputs import print_summary, score, score_all
+    from .plan import tolerance
 
     plan, cache_dir, out, suite, remote = _score_selection(args)
+    allowed = plan.tolerance() if plan else tolerance(args.allow_failed)
     with Cache(cache_dir, remote=remote) as cache:
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
         suite = _scored_suite(args, plan, suite, frame, cache_dir, notes)
         batch_prices = plan.batch_prices() if plan is not None else None
         if not html:
-            summary = score(cache, suite, frame, out, None, epochs, prices, batch_prices=batch_prices)
+            summary = score(cache, suite, frame, out, None, epochs, prices, batch_prices=batch_prices, tolerance=allowed)
         else:
             from dxi.report.html import write  # matplotlib and Jinja2 load only for reports
             summary, scored = score_all(cache, suite, frame, out, None, epochs, breakdowns=True, prices=prices,
-                                        batch_prices=batch_prices)
+                                        batch_prices=batch_prices, tolerance=allowed)
             path = write(summary, scored, out, ranked=plan is None)  # no order given: by Decision Index
     print_summary(summary, console, out)
     for note in notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if html:
         console.print(escape(f"Report written to {path} (tables in {out}/tables/)"))
-    return 0
+    return 0 if summary["accepted"] else EXIT_FAILED_REQUESTS
 
 
 def _view_options(p: argparse._ArgumentGroup) -> None:
@@ -905,17 +934,20 @@ def cmd_data(args: argparse.Namespace, console: Console) -> int:
 
     selected = selected_evals(args.evals) if getattr(args, "evals", None) else None
     if args.data_command == "fetch":
+        try:
+            revisions = fetch.revisions(args.revision, selected or list(EVALS))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         source = fetch.Mirror(args.mirror) if args.mirror else fetch.Hub()
-        outcomes = fetch.fetch(args.data_dir, source, selected, force=args.force)
+        outcomes = fetch.fetch(args.data_dir, source, selected, force=args.force, revisions=revisions)
     else:
         outcomes = fetch.check(args.data_dir)
     table = Table(title=f"Evaluation data in {escape(str(args.data_dir))}")
     for col in ("evaluation", "status", "file", "rows", "tasks", "published", "note"):
         table.add_column(col, overflow="fold")
     for o in outcomes:
-        published = "" if o.expected_rows is None else f"{o.expected_rows} rows / {o.expected_tasks} tasks"
         table.add_row(EVALS[o.eval].title, o.status, escape(str(o.file.path)) if o.file else "",
-                      str(o.file.rows) if o.file else "", "" if o.tasks is None else str(o.tasks), published,
+                      str(o.file.rows) if o.file else "", "" if o.tasks is None else str(o.tasks), o.published(),
                       escape(o.message))
     console.print(table)
     return 1 if any(o.status == "failed" for o in outcomes) else 0

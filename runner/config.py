@@ -7,6 +7,8 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     cache_dir = ".dxi-cache"
     out = "out"
     max_cost = 20.0                  # USD; optional
+    allow_failed = 5                 # optional: failed or missing answers accepted per model and evaluation
+                                     # (or a fraction of its answers: 0.01, "1%"); see --allow-failed
     cache_remote = "s3://team-bucket/dxi"   # optional: a shared remote cache (docs/distributed.md)
     coordinator = "redis://10.0.0.5:6379/0" # optional: limits and cost shared through Redis
     epochs = 1                       # default for every model
@@ -133,6 +135,7 @@ class RunFile(_Struct):
     cache_dir: str = ".dxi-cache"
     out: str = "out"
     max_cost: float | None = None
+    allow_failed: int | float | str | None = None  # ``allow_failed``: answers, or a fraction (scoring.provisional)
     epochs: int = 1
     cache_remote: str | None = None  # s3://bucket/prefix, gs://..., file:///dir (docs/distributed.md)
     coordinator: str | None = None   # redis://HOST:PORT/DB
@@ -279,4 +282,34 @@ def load(path: Path | str) -> RunFile:
         raise fail(("epochs",), "must be at least 1")
     if run.max_cost is not None and run.max_cost < 0:
         raise fail(("max_cost",), "must be >= 0 (USD)")
+    if run.allow_failed is not None:
+        try:
+            allow_failed(run.allow_failed)
+        except ValueError as exc:
+            raise fail(("allow_failed",), str(exc)) from None
     return run
+
+
+def allow_failed(value: object) -> dict:
+    """The tolerance of provisional figures (``--allow-failed``, a run file's ``allow_failed``;
+    ``scoring.provisional.Tolerance(**result)``) from the user's value: an integer (5, "5") is a number of
+    failed or missing answers accepted per model and evaluation, ``{"answers": 5}``; a decimal (0.01,
+    "0.01") or a percentage ("1%") a fraction of that evaluation's answers, ``{"fraction": 0.01}``.
+    ValueError, saying what is expected, for anything else (a negative number, a fraction above 1)."""
+    expected = f"expected a number of answers (5) or a fraction of them (0.01, 1%), got {value!r}"
+    if isinstance(value, bool):
+        raise ValueError(expected)
+    text = value if isinstance(value, str) else repr(value)
+    text = text.strip()
+    try:
+        if isinstance(value, int) or text.isdigit():
+            count = int(text)
+            if count < 0:
+                raise ValueError(expected)
+            return {"answers": count}
+        fraction = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError(expected) from None
+    if not 0 <= fraction <= 1:  # NaN too
+        raise ValueError(expected)
+    return {"fraction": fraction}

@@ -17,8 +17,11 @@
 
 The export reads the same selection and the same scoring as ``dxi score`` (``runner.outputs.score_all``):
 it never sends a request. Metrics are 0-100 (``metric_unit`` "percent"); a metric that is null (an
-undefined F1, answers missing from the cache) has no result, and its reason is in the record's
+undefined F1, no reply at all) has no result, and its reason is in the record's
 ``source_metadata.additional_details`` under ``<metric>_reason``. An evaluation without data has no record.
+A provisional figure (answers failed or missing, ``scoring.provisional``) is marked: ``complete`` "false"
+in its result's ``score_details.details`` (with the counts) and a ``provisional`` note in the record's
+``source_metadata.additional_details``; each interval names its method (Wilson or bootstrap).
 """
 from __future__ import annotations
 
@@ -67,6 +70,8 @@ ANSWER_COLUMNS = {
 }
 EXPORT_COLUMNS = {**ANSWER_COLUMNS, "effort": "the effort level the model's requests carried (summary.json's "
                                               "effort: none, minimal, low, medium, high, xhigh, max; null: unset)"}
+PROVISIONAL = ("provisional: {} failed and {} missing answer(s) are scored as not correct (never as hallucinations); "
+               "the figure is not final (summary.json: complete false)")
 _OMNISCIENCE_SOURCE = "Artificial Analysis AA-Omniscience (the published Decision Index uses 500 private questions)"
 
 
@@ -87,9 +92,9 @@ class Missing:
     def message(self, included: bool) -> str:
         """What ``dxi export`` says about them, written (``included``) or left out."""
         where = "; ".join(f"{label} {EVALS[name].title}: {n:,}" for (label, name), n in self.counts.items())
-        done = ("written as rows of status missing (the eee format writes no record of an evaluation with missing "
-                "answers)" if included else "left out of the export (--include-missing writes them as rows of status "
-                "missing)")
+        done = ("written as rows of status missing (the eee format's records mark the figures they touch "
+                "provisional)" if included else "left out of the export (--include-missing writes them as rows of "
+                "status missing)")
         return f"{self.total:,} answer(s) missing from the cache ({where}): {done}." + (
             f" {self.reason}." if self.reason else "")
 
@@ -113,8 +118,8 @@ def write(fmt: str, target: Path, summary: dict, scored: scoring.Scored, models:
     ``scoring.MODELS_SCHEMA`` frame that was scored, ``suite`` its tasks (for the instances' inputs),
     ``now`` the Unix time recorded as ``retrieved_timestamp`` (default: the clock). Without
     ``include_missing`` the rows of answers missing from the cache (status ``missing``) are left out of
-    the answer tables (``eee`` writes no record of an evaluation with missing answers either way: its
-    metrics are null). Returns the files written; ExportError when ``target`` is a folder for a table
+    the answer tables (``eee`` writes an evaluation with missing answers either way, its figures marked
+    provisional: ``scoring.provisional``). Returns the files written; ExportError when ``target`` is a folder for a table
     format."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}: one of {', '.join(FORMATS)}")
@@ -167,6 +172,9 @@ def _source_data(name: str, data: dict) -> dict:
     f = (data.get("files") or [{}])[0]
     details = {"file": Path(str(f.get("path", ""))).name, "sha256": str(f.get("sha256", "")), "rows": str(f.get("rows", "")),
                "tasks": str(data.get("tasks", ""))}
+    for key, detail in (("revision", "hf_revision"), ("requested_revision", "hf_requested_revision")):
+        if f.get(key):  # fetched from the hub by dxi data fetch: the commit it was fetched at
+            details[detail] = str(f[key])
     for key in ("subset", "limit", "sample"):
         if data.get(key) is not None:
             details[key] = orjson.dumps(data[key]).decode() if isinstance(data[key], dict) else str(data[key])
@@ -191,12 +199,15 @@ def _result(result_id: str, name: str, source: dict, metric: str, block: dict, s
     uncertainty: dict = {"num_samples": int(block.get("n", 0))}
     ci = block.get(f"{metric}_ci")
     if ci and ci[0] is not None and ci[1] is not None:
+        method = (intervals.get("methods") or {}).get(metric) or intervals.get("method", "percentile bootstrap")
         uncertainty["confidence_interval"] = {"lower": ci[0], "upper": ci[1],
                                               "confidence_level": float(intervals.get("confidence", 0.95)),
-                                              "method": str(intervals.get("method", "percentile bootstrap"))}
-        if intervals.get("resamples"):
+                                              "method": str(method)}
+        if intervals.get("resamples") and "bootstrap" in method:
             uncertainty["num_bootstrap_samples"] = int(intervals["resamples"])
-    details = {k: str(block[k]) for k in ("invalid", "failed", "missing", "repaired") if k in block}
+    details = {k: str(block[k]) for k in ("invalid", "failed", "missing", "repaired", "rerun") if k in block}
+    if "complete" in block:  # false: a provisional figure (failed or missing answers scored as not correct)
+        details["complete"] = str(block["complete"]).lower()
     if block.get(f"{metric}_sd") is not None:
         details["sd_over_epochs"] = str(block[f"{metric}_sd"])
     return {"evaluation_result_id": result_id, "evaluation_name": name, "source_data": source,
@@ -214,15 +225,21 @@ def _log(evaluation_id: str, now: float, info: dict, summary: dict, results: lis
               "source_organization_name": "unknown", "evaluator_relationship": "third_party"}
     if reasons:
         source["additional_details"] = reasons
-    try:
-        version = metadata.version("decision-index")
-    except metadata.PackageNotFoundError:  # a checkout that is not installed
-        version = "unknown"
+    made = summary.get("provenance") or {}
+    version = made.get("dxi_version")
+    if version is None:
+        try:
+            version = metadata.version("decision-index")
+        except metadata.PackageNotFoundError:  # a checkout that is not installed
+            version = "unknown"
+    details = {"prompt_version": str(summary.get("prompt_version", PROMPT_VERSION)), "epochs": str(epochs)}
+    git = made.get("git")
+    if git:  # run from a git checkout: the commit, and whether tracked files were modified
+        details |= {"git_commit": str(git["commit"]), "git_dirty": str(bool(git["dirty"])).lower()}
+    details |= {k: str(made[k]) for k in ("python", "platform") if made.get(k)}
     return {"schema_version": EEE_SCHEMA_VERSION, "evaluation_id": evaluation_id, "retrieved_timestamp": f"{now:.0f}",
             "source_metadata": source, "model_info": info,
-            "eval_library": {"name": "dxi", "version": version,
-                             "additional_details": {"prompt_version": str(summary.get("prompt_version", PROMPT_VERSION)),
-                                                    "epochs": str(epochs)}},
+            "eval_library": {"name": "dxi", "version": str(version), "additional_details": details},
             "evaluation_results": results}
 
 
@@ -290,7 +307,8 @@ def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.Da
             file_id = _file_uuid(COLLECTION, identity, name, summary.get("prompt_version", ""))
             evaluation_id = f"{COLLECTION}/{name}/{label}/{now:.0f}"
             source = _source_data(name, data)
-            results, reasons = [], {}
+            results, reasons = [], ({"provisional": PROVISIONAL.format(block["failed"], block["missing"])}
+                                    if block.get("complete") is False else {})
             for metric in METRICS[name]:
                 if block.get(metric) is None:
                     reasons[f"{metric}_reason"] = block.get("reason") or "not defined"
@@ -323,6 +341,12 @@ def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.Da
             block = {"decision_index": entry["decision_index"], "decision_index_ci": entry.get("decision_index_ci"),
                      "decision_index_sd": entry.get("decision_index_sd"),
                      "n": sum(b.get("n", 0) for b in entry["evals"].values())}
+            if "complete" in entry:
+                block["complete"] = entry["complete"]
+            if entry.get("complete") is False:
+                failed = sum(b.get("failed", 0) for b in entry["evals"].values())
+                index_reasons["provisional"] = PROVISIONAL.format(failed, sum(b.get("missing", 0)
+                                                                              for b in entry["evals"].values()))
             source = {"dataset_name": "Decision Index (AA-Omniscience-Decision, HLE-MultiChoice, When2Call, WildGuardTest)",
                       "source_type": "other",
                       "additional_details": {"formula": "0.125 acc(Omniscience) + 0.125 non-halluc(Omniscience) + "

@@ -5,9 +5,9 @@ started), their epochs, limits and prices, the suite, the locations and the cost
 ``--model`` flags. With a run file, these flags override it (paths given on the command line are relative
 to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
-``--effort`` (every model with an effort setting), ``--max-cost``, and the limits flags (``--rpm``, ``--tpm``,
-``--max-in-flight``, ``--timeout``, ``--max-attempts``, ``--backoff``, ``--max-stated-wait``,
-``--max-reply-bytes``: every provider); ``--sample`` /
+``--effort`` (every model with an effort setting), ``--max-cost``, ``--allow-failed``, and the limits flags
+(``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``, ``--max-attempts``, ``--backoff``,
+``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--sample`` /
 ``--seed`` and ``--all-tasks`` (instead of the file's ``limit`` or ``sample``); ``--price`` (over a model's
 ``price``); ``--exclude`` adds to the file's lists; ``--model``,
 ``--param`` and ``--option`` are errors (models, their parameters and options belong in the file).
@@ -36,6 +36,8 @@ from .sample import SampledSuite
 if TYPE_CHECKING:
     import polars as pl
 
+    from dxi.scoring.provisional import Tolerance
+
 
 @dataclass
 class Plan:
@@ -55,6 +57,11 @@ class Plan:
     batch: frozenset[str] = frozenset()  # the labels sent through their provider's batch API (``runner.batch``)
     batch_overrides: dict = field(default_factory=dict)  # label -> the run file's (batch_input, batch_output)
     batch_limits: dict = field(default_factory=dict)  # label -> (requests per batch, enqueued tokens), None: the provider's
+    allow_failed: dict | None = None  # the tolerance of provisional figures (``config.allow_failed``)
+
+    def tolerance(self) -> Tolerance | None:
+        """``allow_failed`` as scoring takes it (imports the scoring: call it when scoring)."""
+        return tolerance(self.allow_failed)
 
     def models_frame(self) -> pl.DataFrame:
         """The frame scoring selects cache rows by (``scoring.MODELS_SCHEMA`` plus each model's ``epochs`` and
@@ -282,7 +289,20 @@ def from_args(args: argparse.Namespace) -> Plan:
     return Plan(models, suite, args.data_dir if args.data_dir is not None else default_data_dir(), args.cache_dir or Path(".dxi-cache"),
                 args.out or Path("out"), epochs or 1, max_cost, None,
                 batch=frozenset(m.label for m in models) if getattr(args, "batch", False) else frozenset(),
-                batch_limits={m.label: (size, None) for m in models})
+                batch_limits={m.label: (size, None) for m in models}, allow_failed=getattr(args, "allow_failed", None))
+
+
+def _allow_failed(args: argparse.Namespace, run: config.RunFile) -> dict | None:
+    """``--allow-failed`` (already parsed by ``config.allow_failed``), else the run file's."""
+    given = getattr(args, "allow_failed", None)
+    return given if given is not None else (None if run.allow_failed is None else config.allow_failed(run.allow_failed))
+
+
+def tolerance(allow_failed: dict | None) -> Tolerance | None:
+    """``config.allow_failed``'s value as ``scoring.provisional.Tolerance`` (None: none given)."""
+    from dxi.scoring.provisional import Tolerance
+
+    return None if allow_failed is None else Tolerance(**allow_failed)
 
 
 def suite_from_flags(args: argparse.Namespace) -> Suite:
@@ -415,4 +435,4 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
                    sample, seed if sample is not None else None, all_tasks)
     return Plan(models, suite, data_dir, args.cache_dir or run.resolve(run.cache_dir), args.out or run.resolve(run.out),
                 epochs or run.epochs, max_cost if max_cost is not None else run.max_cost, path, run.cache_remote,
-                run.coordinator, frozenset(batch), overrides_of, batch_limits)
+                run.coordinator, frozenset(batch), overrides_of, batch_limits, allow_failed=_allow_failed(args, run))

@@ -15,6 +15,7 @@ from dxi.runner.export import ANSWER_COLUMNS, EXPORT_COLUMNS
 
 from .conftest import fixture_data
 from .four_models import FourModels, four_models
+from .test_cli import dxi, fail_rows, run_args
 
 SCHEMAS = Path(__file__).parent / "eee_schema"
 DOCS = Path(__file__).parents[1] / "docs" / "outputs.md"
@@ -96,7 +97,12 @@ def test_eee_scores_intervals_and_instances_are_the_scored_ones(eee: Path, score
                 block = entry["evals"][name]
                 assert (score, [ci["lower"], ci["upper"]]) == (block[metric], block[f"{metric}_ci"])
                 assert result["score_details"]["uncertainty"]["num_samples"] == block["n"]
-            assert ci["confidence_level"] == 0.95 and result["score_details"]["uncertainty"]["num_bootstrap_samples"] == 1000
+            uncertainty = result["score_details"]["uncertainty"]
+            if metric == "accuracy":  # a single proportion: the Wilson score interval, no resamples
+                assert ci["method"] == "Wilson score interval over tasks" and "num_bootstrap_samples" not in uncertainty
+            else:
+                assert ci["method"] == "percentile bootstrap over tasks" and uncertainty["num_bootstrap_samples"] == 1000
+            assert ci["confidence_level"] == 0.95
             checked += 1
         detail = log.get("detailed_evaluation_results")
         if detail:
@@ -187,3 +193,25 @@ def test_eee_leaves_out_null_metrics_and_says_why(four: FourModels, tmp_path: Pa
         assert all("undefined (no positive gold label and no positive prediction)" in r for r in reasons.values())
         partial += bool(reasons)
     assert (nulls >= 1) if limit == "1" else (partial >= 1)
+
+
+def test_eee_marks_provisional_figures(data_dir: Path, tmp_path: Path):
+    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    fail_rows(tmp_path / "cache", "when2call", 2)
+    common = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache"), "-q"]
+    assert main(["export", "--format", "eee", *common, str(tmp_path / "eee")]) == 0  # marked, not refused
+    aggregate = validator("eval.schema.json")
+    logs = {}
+    for path in (tmp_path / "eee").rglob("*.json"):
+        log = orjson.loads(path.read_bytes())
+        assert list(aggregate.iter_errors(log)) == []
+        logs[log["evaluation_results"][0]["evaluation_name"]] = log
+    note = ("provisional: 2 failed and 0 missing answer(s) are scored as not correct (never as hallucinations); the "
+            "figure is not final (summary.json: complete false)")
+    for name in ("when2call", "decision_index"):
+        assert logs[name]["source_metadata"]["additional_details"]["provisional"] == note
+        assert logs[name]["evaluation_results"][0]["score_details"]["details"]["complete"] == "false"
+    assert logs["when2call"]["evaluation_results"][0]["score_details"]["details"]["rerun"] == "2"
+    hle = logs["hle_multichoice"]
+    assert "provisional" not in hle["source_metadata"].get("additional_details", {})
+    assert hle["evaluation_results"][0]["score_details"]["details"]["complete"] == "true"

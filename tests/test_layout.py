@@ -60,7 +60,9 @@ def test_the_fixture_is_an_old_nested_shard_and_scores_as_the_plain_scorer_does(
     assert exported.height == 48
     assert dict(exported.group_by("status").len().iter_rows()) == {"ok": 29, "invalid": 5, "failed": 14}
     assert exported.equals(pl.read_parquet(BEFORE))
-    assert tables["index"]["decision_index"].to_list() == [9.375, 36.80555555555556]
+    # b30692d scored them 9.375 and 36.806: their failed Omniscience answers counted as hallucinations, which they are
+    # not (SPEC §6: they answered nothing); the plain scorer below agrees with the new figure
+    assert tables["index"]["decision_index"].to_list() == [17.708333333333336, 43.05555555555556]
     plain = plain_index([shard], TASKS, [model_name(0), model_name(1)])
     index = dict(tables["index"].select("model", "decision_index").iter_rows())
     assert index.keys() == plain.keys()

@@ -337,7 +337,7 @@ def test_picks_decided_by_a_tie_are_counted_per_model_and_evaluation(data_dir: P
         "aa_omniscience_decision": 0, "hle_multichoice": 0, "when2call": 3, "wildguardtest": wildguard}
     assert set(answers.filter(pl.col("eval") == "when2call")["predicted"]) == {"A"}  # the returned choice, the first
     assert (f"systemone:fake-decider: {3 + wildguard} pick(s) decided by a tie of the highest probabilities (scored: "
-            "the returned choice, else the first in option order)") in capsys.readouterr().out
+            "the returned choice when tied, else the first tied option in option order)") in capsys.readouterr().out
 
 
 # ---- 5. prompt-cache reads and writes, recorded and priced ----------------------------------------------------
@@ -410,3 +410,26 @@ def test_the_bounds_come_from_flags_or_a_run_file(tmp_path: Path, data_dir: Path
     (m,) = plan.from_args(parser().parse_args(["run", str(tmp_path / "run.toml")])).models
     assert (m.adapter.limits.max_stated_wait_s, m.adapter.limits.max_reply_bytes) == (900, 65536)
     assert (Limits().max_stated_wait_s, Limits().max_reply_bytes) == (600.0, 4 << 20)  # the defaults: 10 min, 4 MiB
+
+
+def test_a_server_that_stops_answering_mid_run_leaves_a_provisional_result_that_the_rerun_completes(
+        data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    # the first WildGuardTest request is answered, then every one gets a 503 (a server going down): the
+    # two rows left unanswered are failed answers, not correct and not hallucinations, and every figure
+    # they touch is provisional; exit code 1; the rerun, with the server back, sends exactly those
+    common = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"), "--evals", "wildguardtest",
+              "--max-attempts", "1", "--max-in-flight", "1", "-q"]
+    with serve(script=["ok", "503", "503"]) as server:  # then "ok" again: the server is back
+        model = f"systemone:{server.url}"
+        assert main(["run", "--model", model, "--out", str(tmp_path / "first"), *common]) == 1
+        out = capsys.readouterr().out
+        assert main(["run", "--model", model, "--out", str(tmp_path / "again"), *common]) == 0
+    first = orjson.loads((tmp_path / "first" / "summary.json").read_bytes())
+    (m,) = first["models"]
+    block = m["evals"]["wildguardtest"]
+    assert (block["n"], block["failed"], block["missing"], block["complete"], block["rerun"]) == (3, 6, 0, False, 6)
+    assert block["mean_f1"] is not None and (m["complete"], first["accepted"]) == (False, False)
+    assert "6 failed answer(s) in WildGuardTest" in out and "requests 6 of them again" in out
+    assert f"{block['mean_f1']:.1f}*" in out  # marked in the table
+    again = orjson.loads((tmp_path / "again" / "summary.json").read_bytes())
+    assert again["models"][0]["requests"]["sent"] == 2 and again["complete"] is True

@@ -66,7 +66,8 @@ def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(data_
     finally:
         b.close()
     # --all-tasks: every task, and the answers the sample did not send are missing, with the flags to add
-    assert main(["score", "--all-tasks", *where(data_dir, tmp_path, "all")]) == 0
+    # (a provisional result, SPEC §6: those answers are scored as not correct, marked, exit code 1)
+    assert main(["score", "--all-tasks", *where(data_dir, tmp_path, "all")]) == EXIT_FAILED_REQUESTS
     every = summary(tmp_path, "all")["models"][0]["evals"]
     assert every["when2call"]["missing"] == 1 and every["when2call"]["reason"] == (
         "1 answer(s) not in the cache: this model's runs selected --sample 2 here, not --all-tasks; score with "
@@ -79,7 +80,7 @@ def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(data_
 def test_a_cache_without_records_scores_every_task_and_the_reason_names_sample(data_dir: Path, tmp_path: Path):
     assert main(["run", "--model", MODEL, "--sample", "2", *where(data_dir, tmp_path, "run")]) == 0
     (tmp_path / "cache" / runs.RUNS_FILE).unlink()  # a cache an older version wrote
-    assert main(["score", *where(data_dir, tmp_path, "plain")]) == 0
+    assert main(["score", *where(data_dir, tmp_path, "plain")]) == EXIT_FAILED_REQUESTS  # missing: provisional
     block = summary(tmp_path, "plain")["models"][0]["evals"]["aa_omniscience_decision"]
     assert (block["n"], block["missing"]) == (4, 2)
     assert block["reason"] == ("2 answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer "
@@ -113,9 +114,13 @@ def test_export_counts_the_missing_rows_and_exits_1_unless_asked_to_include_them
     assert whole.height == rows and whole.filter(pl.col("status") == "missing").height == total
     assert whole.filter(pl.col("status") != "missing").sort("task_id", "question_id").equals(
         left.sort("task_id", "question_id"))
-    # eee writes no record of an evaluation with missing answers; it exits 1 all the same, 0 when asked
+    # eee writes the evaluations with missing answers, their figures marked provisional (SPEC §6); it exits 1
+    # all the same, 0 when asked
     assert main(["export", "--format", "eee", "--limit", "3", *at, str(tmp_path / "eee")]) == EXIT_FAILED_REQUESTS
     assert main(["export", "--format", "eee", "--limit", "3", "--include-missing", *at, str(tmp_path / "eee")]) == 0
+    marked = [orjson.loads(p.read_bytes()) for p in (tmp_path / "eee").rglob("*.json")]
+    assert {log["evaluation_results"][0]["evaluation_name"] for log in marked
+            if "provisional" in log["source_metadata"].get("additional_details", {})} >= {first, "decision_index"}
 
 
 def _ids(data: Path, name: str, limit: int | None = None, sample: int | None = None) -> set[str]:
@@ -129,7 +134,7 @@ def test_runs_of_two_selections_are_scored_as_their_union(data_dir: Path, tmp_pa
     assert main(["run", "--model", ROBOT, "--sample", "2", "--evals", "when2call,aa_omniscience_decision",
                  *where(data_dir, tmp_path, "b")]) == 0
     capsys.readouterr()
-    assert main(["score", *where(data_dir, tmp_path, "plain")]) == 0
+    assert main(["score", *where(data_dir, tmp_path, "plain")]) == EXIT_FAILED_REQUESTS  # missing: provisional
     assert ("(aa_omniscience_decision: --limit 1 + --sample 2; hle_multichoice: --limit 1; when2call: --limit 1 + "
             "--sample 2; wildguardtest: --limit 1;") in " ".join(capsys.readouterr().out.split())
     s = summary(tmp_path, "plain")
@@ -200,7 +205,8 @@ def test_evaluations_the_runs_did_not_read_are_not_selected(data_dir: Path, tmp_
     assert [v.get("missing") for k, v in s["data"].items() if k != "hle_multichoice"] == ["not selected (--evals)"] * 3
     assert s["models"][0]["evals"]["hle_multichoice"]["missing"] == 0
     # --evals given: those evaluations, with the runs' selection where they have one, every task elsewhere
-    assert main(["score", "--evals", "hle_multichoice,when2call", *where(data_dir, tmp_path, "two")]) == 0
+    assert main(["score", "--evals", "hle_multichoice,when2call", *where(data_dir, tmp_path, "two")]) == \
+        EXIT_FAILED_REQUESTS  # When2Call's answers are missing: provisional
     two = summary(tmp_path, "two")
     assert (two["data"]["hle_multichoice"]["tasks"], two["data"]["when2call"]["tasks"]) == (1, 3)
     assert "union" not in two["data"]["when2call"] and "limit" not in two["data"]["when2call"]

@@ -32,6 +32,7 @@ from aiohttp import web
 
 from dxi.adapters.http import is_loopback_host as is_loopback  # noqa: F401  (dxi view and its tests use it)
 from dxi.evals import EVALS
+from dxi.scoring import provisional
 from dxi.scoring.calibration import ECE_BINS
 from dxi.scoring.replies import model_notes
 from dxi.scoring.sums import METRICS
@@ -73,6 +74,11 @@ def _breakable(text: object) -> markupsafe.Markup:
     return markupsafe.Markup("_<wbr>").join(markupsafe.escape("" if text is None else str(text)).split("_"))
 
 
+def _pvalue(p: float | None) -> str:
+    """A p-value as the pages print it: 3 significant digits, "< 0.001" below that, "—" for none."""
+    return "—" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3g}")
+
+
 def _when(seconds: float) -> str:
     """Unix seconds as UTC to the second: 2026-12-01 12:03:04 UTC."""
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
@@ -83,7 +89,8 @@ def _environment() -> jinja2.Environment:
                              trim_blocks=True, lstrip_blocks=True)
     env.filters["breakable"] = _breakable
     env.globals.update(url=_url, task_url=task_url, num=_num, when=_when, EVALS=EVALS, METRICS=METRICS, METRIC_TITLES=METRIC_TITLES,
-                       STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS, model_notes=model_notes)
+                       STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS, MARK=provisional.MARK, pvalue=_pvalue,
+                       provisional_notes=provisional.notes, model_notes=model_notes)
     return env
 
 
@@ -162,6 +169,7 @@ def make_app(target: Browser | Live, refresh: float | None = None) -> web.Applic
         table, result = live.browser.compare(name, a, b, epoch, cell, _int(request, "page", 1))
         return page("compare.html.j2", title=f"Compare: {EVALS[name].title}", section="compare", name=name, a=a, b=b, table=table,
                     cell=cell, result=result, epoch=epoch, epochs=live.browser.epochs_of(name),
+                    differences=live.browser.differences(name, a, b),
                     params={"a": a, "b": b, "cell": cell, "epoch": epoch or None})
 
     def calibration(request: web.Request) -> web.Response:

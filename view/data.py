@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import orjson
 import polars as pl
 import pyarrow.parquet as pq
@@ -42,6 +43,7 @@ from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import Scored
 from dxi.scoring.calibration import ECE_BINS, answer_terms
+from dxi.scoring.compare import mcnemar_p
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 from dxi.scoring.score import CONFIG_COLUMNS, STATUSES, current_rows
 
@@ -374,8 +376,9 @@ class Browser:
     # ---- compare ------------------------------------------------------------------------------------
     def compare(self, name: str, a: str, b: str, epoch: int = 0, cell: str | None = None, page: int = 1
                 ) -> tuple[dict[str, int], Page]:
-        """Models ``a`` and ``b`` over ``name``: the 2×2 of right/wrong counts (``CELLS`` keys) and a page of
-        the questions where one is right and the other wrong (``cell``: only those of one cell)."""
+        """Models ``a`` and ``b`` over ``name``: the 2×2 of right/wrong counts (``CELLS`` keys, and
+        ``mcnemar_p``: the exact McNemar test of its discordant cells, ``scoring.compare.mcnemar_p``) and a
+        page of the questions where one is right and the other wrong (``cell``: only those of one cell)."""
         frame = self.frame(name, epoch)
         i, j = self.model(a), self.model(b)
         counts = (frame.group_by(pl.col(f"correct{i}").alias("a"), pl.col(f"correct{j}").alias("b")).len()
@@ -384,6 +387,7 @@ class Browser:
         by_pair = {pair: cell_name for cell_name, pair in CELLS.items()}
         for x, y, n in counts:
             table[by_pair[(bool(x), bool(y))]] += n
+        table["mcnemar_p"] = float(mcnemar_p(np.array([table["a_only"]]), np.array([table["b_only"]]))[0])
         if cell is not None and cell not in CELLS:
             raise BadQuery(f"cell must be one of {', '.join(CELLS)}")
         if cell is None:
@@ -392,6 +396,26 @@ class Browser:
             x, y = CELLS[cell]
             conditions = [pl.col(f"correct{i}") == x, pl.col(f"correct{j}") == y]
         return table, self._page(frame, conditions, "task", False, page, i)
+
+    def differences(self, name: str, a: str, b: str) -> list[dict]:
+        """The summary's paired comparisons of ``a`` and ``b`` (``scoring.compare``): the Decision Index's
+        and each metric of ``name``'s, as a − b (an entry stored as b − a is turned round): ``metric``,
+        ``eval``, ``difference``, ``ci``, ``p_value``, ``p_holm``, ``complete`` and, for accuracy,
+        ``discordant`` [a only, b only] and ``mcnemar_p``. Empty for a model compared with itself."""
+        self.model(a), self.model(b)
+        out = []
+        for c in self.summary.get("comparisons") or []:
+            if c["eval"] not in (None, name) or {c["a"], c["b"]} != {a, b} or a == b:
+                continue
+            if c["a"] == a:
+                out.append(c)
+                continue
+            turned = dict(c, a=a, b=b, difference=-c["difference"],
+                          ci=[-c["ci"][1], -c["ci"][0]] if c.get("ci") else c.get("ci"))
+            if "discordant" in c:
+                turned["discordant"] = c["discordant"][::-1]
+            out.append(turned)
+        return out
 
     # ---- calibration ----------------------------------------------------------------------------------
     def reliability_bins(self, label: str) -> dict[str, list[dict]]:
