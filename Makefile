@@ -55,8 +55,8 @@ run: $(VENV)/.installed
 smoke: $(VENV)/.installed
 	$(BIN)/dxi run --model $(MODEL) --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT)/smoke --sample 10 --seed $(SEED)
 
-# Rescore every model in the cache, without the network (LIMIT=N: the first N tasks of each evaluation;
-# SAMPLE=N [SEED=S]: the stratified sample, e.g. SAMPLE=10 OUT=out/llm after `make run-llm`).
+# Rescore every model in the cache, without the network: the tasks the runs selected (LIMIT=N: the first N
+# tasks of each evaluation; SAMPLE=N [SEED=S]: the stratified sample, e.g. SAMPLE=10 OUT=out/llm).
 score: $(VENV)/.installed
 	$(BIN)/dxi score --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT) $(SUBSET)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import re
 
-from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
+from .base import EFFORTS, Adapter, Answer, Limits, ModelSpec, Reply, Request
 from .errors import (
     AdapterError,
     Fatal,
@@ -22,7 +22,7 @@ from .errors import (
     Unreachable,
 )
 
-__all__ = ["Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelSpec", "RateLimited",
+__all__ = ["EFFORTS", "Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelSpec", "RateLimited",
            "ProviderStop", "Reply", "ReplyTooLarge", "Request", "Retryable", "Transient", "Unreachable", "adapter_class",
            "get", "parse_model", "KINDS"]
 
@@ -34,6 +34,7 @@ KINDS: dict[str, str] = {
     "anthropic": "dxi.adapters.anthropic:Anthropic",
     "gemini": "dxi.adapters.gemini:Gemini",
     "openai-decisions": "dxi.adapters.openai_decisions:OpenAIDecisions",
+    "gemini-decisions": "dxi.adapters.gemini_decisions:GeminiDecisions",
     "logprobs": "dxi.adapters.logprobs:Logprobs",
     "llamacpp": "dxi.adapters.llamacpp:LlamaCpp",
     "llamacpp-logprobs": "dxi.adapters.llamacpp:LlamaCppLogprobs",

@@ -4,9 +4,10 @@
 ``POST {base_url}/v1/messages`` (default https://api.anthropic.com) with headers ``x-api-key:
 $ANTHROPIC_API_KEY`` and ``anthropic-version: 2023-06-01``. Body (the default, ``structured=output_config``)::
 
-    {"model", "max_tokens": 1024, **params, "system": <adapters.llm.SYSTEM_PROMPT>,
+    {"model", "max_tokens": <adapters.budgets>, **params, "system": <adapters.llm.SYSTEM_PROMPT>,
      "messages": [{"role": "user", "content": <adapters.llm.render>}],
-     "output_config": {"format": {"type": "json_schema", "schema": <adapters.llm.answer_schema>}}}
+     "output_config": {**<the user's output_config>, "format": {"type": "json_schema",
+                                                            "schema": <adapters.llm.answer_schema>}}}
 
 (the anthropic SDK's ``types/output_config_param.py`` and ``json_output_format_param.py``; the
 structured-outputs page of Anthropic's docs). The current models (``claude-opus-5-5``, ``claude-sonnet-5-5``,
@@ -20,10 +21,15 @@ tool instead: ``"tools": [{"name": "answer", "description", "input_schema": <sch
 {"type": "tool", "name": "answer"}``; the reply's ``tool_use`` block named "answer" carries the answers as
 ``input`` (an object, never "repaired"); a reply without the tool call (text only, thinking only) is invalid.
 
-Either way ``stop_reason`` "max_tokens" or "model_context_window_exceeded" (cut off) and "refusal" make
-every answer invalid, and an error body in a 200 (an ``{"type": "error"}`` event) is a transient failure.
-``params`` are Messages fields sent as given (``max_tokens``, default 1024, ``thinking``, ``stop_sequences``,
-...; the current SDK declares no ``temperature``).
+Either way ``stop_reason`` "max_tokens" or "model_context_window_exceeded" (cut off: while thinking when
+thinking blocks came and no answer had begun) and "refusal" make every answer invalid, and an error body in a
+200 (an ``{"type": "error"}`` event) is a transient failure. ``params`` are Messages fields sent as given
+(``max_tokens``, ``thinking``, ``stop_sequences``, ...; the current SDK declares no ``temperature``). The default
+``max_tokens`` leaves room for the thinking of the current models, which think by default and count it within
+``max_tokens``: 16,000 (64,000 at effort xhigh or max), 1,024 for models that do not think (``adapters.budgets``).
+``--effort LEVEL`` is ``output_config.effort`` (low, medium, high, xhigh, max: the SDK's
+``OutputConfigParam``); a user's ``output_config`` (``--param output_config='{"effort": "low"}'``) is merged
+with the adapter's key by key: only ``format`` is the adapter's.
 Usage: ``input_tokens`` plus ``cache_read_input_tokens`` and ``cache_creation_input_tokens``, which Anthropic
 counts outside ``input_tokens``, as input (the cache reads also as cached input, the writes as cache writes,
 5-minute or 1-hour: ``usage_of``), each at its price (``CACHE_PRICES`` unless the run file gives one),
@@ -36,7 +42,7 @@ from __future__ import annotations
 
 from dxi.evals import Task
 
-from . import llm
+from . import budgets, llm
 from .base import Limits, ModelSpec, Reply, Request
 from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_json
@@ -83,13 +89,14 @@ def decode_messages(task: Task, body: bytes, structured: str = "output_config") 
     meta = usage_of(doc)
     blocks = [b for b in doc["content"] if isinstance(b, dict)]
     stop = doc.get("stop_reason")
+    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
+    thinking = any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks)
     if stop == "refusal":
         return llm.invalid_reply(task, "refusal (stop_reason refusal)", **meta)
-    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
     if stop in ("max_tokens", "model_context_window_exceeded"):
-        written = bool(text.strip()) or any(b.get("type") == "tool_use" for b in blocks)
-        return llm.invalid_reply(task, llm.truncated(f"stop_reason {stop}", written), **meta)
-    thinking = any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks)
+        began = bool(text.strip()) or any(b.get("type") == "tool_use" for b in blocks)
+        reason, cut_off = llm.truncated(f"stop_reason {stop}", "max_tokens", began, thinking)
+        return llm.invalid_reply(task, reason, cut_off=cut_off, **meta)
     if structured == "output_config":
         return llm.decode_text(task, text, reasoning=thinking, **meta)
     tool = next((b for b in blocks if b.get("type") == "tool_use" and b.get("name") == TOOL), None)
@@ -108,9 +115,10 @@ class Anthropic(HTTPAdapter):
     default_base_url = "https://api.anthropic.com"
     path = "/v1/messages"
     api_key_env = "ANTHROPIC_API_KEY"
-    OPTIONS = frozenset({"api_key_env", "structured"})
-    DEFAULT_PARAMS = {"max_tokens": 1024}
-    RESERVED = frozenset({"model", "system", "messages", "tools", "tool_choice", "output_config"})
+    OPTIONS = frozenset({"api_key_env", "api_key_command", "structured"})
+    RESERVED = frozenset({"model", "system", "messages", "tools", "tool_choice"})
+    EFFORT_FIELD = "output_config.effort"
+    EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")  # OutputConfigParam.effort (anthropic 2.15.0)
     # Anthropic adds a system prompt to every request with tools or a structured output, billed as input; the
     # largest its pricing page lists is 530 tokens (Claude 3 Opus, tool_choice auto; 313-340 for a forced tool): 600 bounds it.
     HIDDEN_INPUT_TOKENS = 600
@@ -125,6 +133,35 @@ class Anthropic(HTTPAdapter):
             raise ValueError(f"anthropic: the option structured is one of {', '.join(STRUCTURED)} "
                              f"(tool: a forced tool, for older models), not {self.structured!r}")
 
+    def default_params(self, model: str, params: dict) -> dict:
+        """``max_tokens`` leaving room for the model's thinking at its effort (``adapters.budgets``)."""
+        config = params.get("output_config")
+        if "output_config" in params and not isinstance(config, dict):
+            raise ValueError(f"anthropic: output_config must be an object, not {config!r}")
+        if isinstance(config, dict) and "format" in config:
+            raise ValueError("anthropic: output_config.format is set by the adapter itself (the answer schema); "
+                             "the other keys of output_config (effort, ...) are merged with it")
+        return {"max_tokens": budgets.anthropic_max_tokens(model, params)}
+
+    @classmethod
+    def effort_hint(cls, effort: str) -> str:
+        return ("; to turn thinking off where the model allows it, give --param thinking='{\"type\": \"disabled\"}'"
+                if effort in ("none", "minimal") else "")
+
+    @classmethod
+    def _with_effort(cls, params: dict, effort: str) -> dict:
+        config = params.get("output_config") if isinstance(params.get("output_config"), dict) else {}
+        given = config.get("effort")
+        if given is not None and given != effort:
+            raise ValueError(f"--effort {effort} and the parameter output_config.effort={given} disagree: give one")
+        return params | {"output_config": {**config, "effort": effort}}
+
+    @classmethod
+    def effort_of(cls, params: dict) -> str | None:
+        config = params.get("output_config")
+        value = config.get("effort") if isinstance(config, dict) else None
+        return value if isinstance(value, str) else None
+
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"x-api-key": key}
 
@@ -132,19 +169,22 @@ class Anthropic(HTTPAdapter):
         return {"anthropic-version": API_VERSION}
 
     def encode(self, task: Task, sample: int = 0) -> Request:
-        payload = {"model": self.model, **self.params, "system": llm.SYSTEM_PROMPT,
-                   "messages": [{"role": "user", "content": llm.render(task)}]}
+        config = self.params.get("output_config") or {}
+        payload = {"model": self.model, **{k: v for k, v in self.params.items() if k != "output_config"},
+                   "system": llm.SYSTEM_PROMPT, "messages": [{"role": "user", "content": llm.render(task)}]}
         if self.structured == "tool":
             payload |= {"tools": [{"name": TOOL, "description": "Record the answer picked for every question.",
                                    "input_schema": llm.answer_schema(task)}],
                         "tool_choice": {"type": "tool", "name": TOOL}}
-        else:
-            payload["output_config"] = {"format": {"type": "json_schema", "schema": llm.answer_schema(task)}}
+            if config:
+                payload["output_config"] = config
+        else:  # the user's output_config (effort, ...) merged with ours: only format is the adapter's
+            payload["output_config"] = {**config, "format": {"type": "json_schema", "schema": llm.answer_schema(task)}}
         return self.request(payload, sample)
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_messages(task, body, self.structured)
 
     def output_tokens_bound(self, task: Task) -> int | None:
-        """``max_tokens`` (default 1024; thinking tokens count within it)."""
+        """``max_tokens`` (its default leaves room for thinking, ``adapters.budgets``; thinking counts within it)."""
         return llm.token_cap(self.params, "max_tokens")

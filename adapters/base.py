@@ -107,6 +107,9 @@ class Reply:
     ``cachedContentTokenCount``), ``cache_write_tokens`` those written to it (OpenAI
     ``prompt_tokens_details.cache_write_tokens``, Anthropic's 5-minute cache) and ``cache_write_1h_tokens``
     those written to Anthropic's 1-hour cache; each priced at its own price (``scoring.cost``).
+    ``served_model`` is the model the reply says answered (``model``, Gemini's ``modelVersion``), None when it
+    names none. ``cut_off`` says where a reply cut off at the token limit was cut: ``"thinking"`` (the limit
+    was spent before any answer text), ``"answer"`` (within the answer), None when it was not cut off.
     """
 
     answers: tuple[Answer, ...]
@@ -117,6 +120,7 @@ class Reply:
     cached_input_tokens: int | None = None
     cache_write_tokens: int | None = None
     cache_write_1h_tokens: int | None = None
+    cut_off: str | None = None
 
     @property
     def status(self) -> str:
@@ -138,6 +142,8 @@ class ModelSpec:
     own names), sent in the request body and part of the cache key. ``options``: settings that do not change
     the answers (the API key's environment variable, a local server's context size), never in the key.
     ``name``: the model's name in reports (a run file's ``name``); None: ``ADAPTER:MODEL``. Never in the key.
+    ``effort``: one of ``EFFORTS`` (``--effort``, a run file's ``effort``), mapped by the adapter onto the
+    provider's own field in ``params`` (``Adapter.apply_effort``), so it is in the body and the key.
     """
 
     kind: str
@@ -146,6 +152,13 @@ class ModelSpec:
     params: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
     name: str | None = None
+    effort: str | None = None
+
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+"""The one effort vocabulary of ``--effort`` and a run file's ``effort``, lowest first: the values of the
+openai SDK's ``ReasoningEffort`` (``types/shared/reasoning_effort.py``, openai 3.57.0). Each adapter maps a level
+onto its provider's own field (``Adapter.apply_effort``) and refuses the levels that field does not have."""
 
 
 def canonical_params(value: Any) -> Any:
@@ -184,6 +197,12 @@ class Adapter(abc.ABC):
     free: bool = False
     HIDDEN_INPUT_TOKENS: int = 0
     CACHE_PRICES: Mapping[str, float] = {}
+    P_YES_RANGE: tuple[float, float] | None = None
+    """The range the provider clamps a yes/no answer's P(yes) to, when it clamps (Gemini Decisions: 0.01-0.99)."""
+    EFFORT_FIELD: str = ""
+    """The provider's own field an effort level is written to (``apply_effort``); "" when the adapter has none."""
+    EFFORT_LEVELS: tuple[str, ...] = ()
+    """The levels of ``EFFORTS`` that ``EFFORT_FIELD`` takes (from the provider's SDK types)."""
     own_timeout: bool = False
     """True when ``send`` itself gives up after ``limits.attempt_timeout_s`` without a reply (raising
     Transient), as the HTTP adapters' sessions do; otherwise the runner times each attempt."""
@@ -197,6 +216,41 @@ class Adapter(abc.ABC):
     @classmethod
     def default_limits(cls) -> Limits:
         return Limits()
+
+    @classmethod
+    def apply_effort(cls, params: dict, effort: str) -> dict:
+        """``params`` with the effort level ``effort`` (one of ``EFFORTS``) written to the provider's own field.
+        Raises ValueError when the adapter has no effort setting, the level is not one its field takes, or
+        ``params`` already set that field to something else (give one: ``--effort`` or the native parameter)."""
+        if effort not in EFFORTS:
+            raise ValueError(f"effort {effort!r} is not one of {', '.join(EFFORTS)}")
+        if not cls.EFFORT_FIELD:
+            raise ValueError(f"{cls.kind}: this adapter has no effort setting (--effort is for the hosted language "
+                             "models: openai, anthropic, gemini, logprobs)")
+        if effort not in cls.EFFORT_LEVELS:
+            raise ValueError(f"{cls.kind}: effort {effort!r} is not a level of {cls.EFFORT_FIELD} (it takes "
+                             f"{', '.join(cls.EFFORT_LEVELS)}){cls.effort_hint(effort)}")
+        return cls._with_effort(dict(params), effort)
+
+    @classmethod
+    def effort_hint(cls, effort: str) -> str:
+        """What to give instead of a level the provider's field does not have (appended to the error)."""
+        return ""
+
+    @classmethod
+    def _with_effort(cls, params: dict, effort: str) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def effort_of(cls, params: dict) -> str | None:
+        """The effort level ``params`` set in the provider's own field (however it was given: ``--effort`` or
+        the native parameter), in the vocabulary of ``EFFORTS`` where it is one of them; None when unset."""
+        return None
+
+    @property
+    def effort(self) -> str | None:
+        """The effort level this model's requests carry (``effort_of`` its parameters); None: the provider's default."""
+        return self.effort_of(self.params)
 
     @property
     def label(self) -> str:

@@ -1,29 +1,32 @@
 """Validating decision-model answers and choosing the scored option (SPEC §3, §6, §7).
 
-Every decision-model adapter (System One, embedded, and later OpenAI Decisions and logprobs) turns its
-wire format into ``{option: probability}`` or P(yes) and calls one of these two functions.
+Every decision-model adapter (embedded, System One, OpenAI Decisions, Gemini Decisions, the logprob
+adapters) turns its wire format into ``{option: probability}`` (with the choice it returned, if any) or
+P(yes) and calls one of the two functions here: ``choice_answer`` and ``yes_no_answer``. Both return an
+``adapters.base.Answer`` (``ok`` with the scored option, or ``invalid`` with the reason); neither raises.
 
 Rules:
 * choice: every option present once (an option named twice is invalid, with the key), no unknown option,
   each probability a finite number in [0, 1] (``NaN`` and ``Infinity`` are refused), summing to 1
   within ``sum_tolerance(n)`` = max(1e-3, n × 5e-5) (servers round to 4 decimals, SPEC §7);
-* the scored option is the returned choice when its probability is the highest (ties within the
-  servers' rounding, 1e-4, allowed); otherwise the most probable option (the first in option order on a
-  tie) is scored and a warning recorded (SPEC §6);
-* yes/no: P(yes) a number in [0, 1]; the answer is yes when P(yes) >= 0.5.
+* the scored option is the option with the highest probability as returned (the seed methodology,
+  "Decision models": "We score the option it picks, which is the option it gives the highest
+  probability"). No tolerance widens the maximum: 0.3 beats 0.2999. Only an exact tie (equal values as
+  the server returned them; servers round, so rounding shows up as exact ties) falls back to the
+  returned choice when it is one of the tied options, else to the first tied option in option order
+  (SPEC §6). A returned choice that is not the highest is scored as the highest, with a warning;
+* yes/no: P(yes) a number in [0, 1]; the answer is yes when P(yes) >= 0.5 (P(yes) = 0.5 is a tie, yes).
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dxi.evals import Question
 
 from .base import OK, Answer
 from .json_body import duplicates
-
-ROUNDING = 1e-4 + 1e-12  # two values rounded to 4 decimals differ by at most this when truly tied
 
 
 def sum_tolerance(n_options: int) -> float:
@@ -39,8 +42,13 @@ def _probability(value: Any) -> float | None:
 
 
 def choice_answer(question: Question, probabilities: Any, choice: Any = None) -> Answer:
-    """Validate one choice answer: ``probabilities`` maps option id -> probability; ``choice`` is the
-    option the model returned (None when the format returns none). Returns an ok or invalid Answer."""
+    """Validate one choice answer and choose the scored option.
+
+    ``probabilities``: the reply's mapping option id -> probability (0-1), as decoded (any type: a
+    non-mapping is invalid); ``choice``: the option id the model returned, or None when the format
+    returns none (a logprob decision). Returns an ok Answer (``predicted`` the option with the highest
+    probability, see the module's rules; ``probabilities`` every option's in the question's option
+    order; ``warning`` when the returned choice is not the highest) or an invalid one with the reason."""
     qid = question.id
     if not isinstance(probabilities, Mapping):
         return Answer.invalid(qid, "probabilities: expected an object {option: probability}")
@@ -64,17 +72,22 @@ def choice_answer(question: Question, probabilities: Any, choice: Any = None) ->
     total = math.fsum(p for _, p in probs)
     if abs(total - 1.0) > sum_tolerance(len(ids)):
         return Answer.invalid(qid, f"probabilities sum to {total:.6f}, not 1 (tolerance {sum_tolerance(len(ids)):g})")
-    best = max(p for _, p in probs)
+    predicted = pick(probs, choice)
     table = dict(probs)
     warning = None
-    if choice in table and table[choice] >= best - ROUNDING:
-        predicted = choice
-    else:
-        predicted = next(i for i, p in probs if p == best)
-        warning = (f"returned choice {choice!r} is not the most probable option; scored {predicted}"
-                   if choice is not None else None)
+    if choice is not None and predicted != choice:
+        warning = f"returned choice {choice!r} is not the most probable option; scored {predicted}"
     return Answer(qid, OK, predicted=predicted, p_predicted=table[predicted], probabilities=tuple(probs),
                   warning=warning)
+
+
+def pick(probabilities: Sequence[tuple[str, float]], choice: Any = None) -> str:
+    """The scored option of validated ``(option id, probability)`` pairs in option order: the one with
+    the highest probability; on an exact tie (equal floats as returned) ``choice`` when it is one of the
+    tied options, else the first tied option in order. ``probabilities`` must not be empty."""
+    best = max(p for _, p in probabilities)
+    tied = [i for i, p in probabilities if p == best]
+    return choice if len(tied) > 1 and choice in tied else tied[0]
 
 
 def yes_no_answer(question: Question, p_yes: Any) -> Answer:

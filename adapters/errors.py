@@ -13,11 +13,12 @@
     ├── Fatal                      400/422 and other 4xx for this request alone: never retried; stored as a
     │                              deterministic failure (kept on rerun)
     ├── ProviderStop               a failure every request to this provider would meet alike: quota or
-    │                              spend limit exhausted, key refused (401/403), unknown model (404), a 400
-    │                              for an unsupported schema or parameter, a stated wait longer than the
-    │                              run accepts, a server that cannot be reached (at start, or for longer
-    │                              than the run waits). The runner stops sending to that provider (``runner.stops``);
-    │                              the request is not stored, so the next run sends it
+    │                              spend limit exhausted, key refused (401/403), a stated wait longer than
+    │                              the run accepts, a server that cannot be reached (at start, or for longer
+    │                              than the run waits); or to this model alone (``scope`` "model"): unknown
+    │                              model (404), a 400 for a schema or parameter it does not support. The
+    │                              runner stops sending to that provider or model (``runner.stops``); the
+    │                              request is not stored, so the next run sends it
     └── ReplyTooLarge              the reply passed ``Limits.max_reply_bytes``: read no further, stored
                                    ``invalid`` with a bounded prefix
 
@@ -78,19 +79,29 @@ class Fatal(AdapterError):
 
 QUOTA, KEY, MODEL, REQUEST, WAIT = "quota exhausted", "API key refused", "unknown model", "request refused", "wait too long"
 UNREACHABLE = "server unreachable"
+SCOPE_PROVIDER, SCOPE_MODEL = "provider", "model"
+MODEL_CAUSES = frozenset({MODEL, REQUEST})  # what one model meets alone: the other models on its base URL go on
 
 
 class ProviderStop(AdapterError):
-    """A failure that every request to this provider would meet alike: nothing more is sent to it.
+    """A failure that every request to this provider (or to this model on it) would meet alike: nothing more
+    is sent to it.
 
     ``cause`` is one of ``QUOTA``, ``KEY``, ``MODEL``, ``REQUEST``, ``WAIT``, ``UNREACHABLE``; the message carries the
     provider's own words (at most 300 bytes, the key redacted). ``resets_in_s`` is the seconds until the
-    provider says access resumes (measured against the reply's ``Date`` header), when it says so."""
+    provider says access resumes (measured against the reply's ``Date`` header), when it says so. ``scope``
+    is ``SCOPE_MODEL`` for what names one model (an unknown model, a form of request that model refuses: its
+    parameters, its schema, its effort level), which stops that model alone, and ``SCOPE_PROVIDER`` otherwise
+    (quota, key, a stated wait: the account's), which stops every model on the provider (``runner.stops``).
+    ``field`` is the request field the provider names as refused (OpenAI's ``error.param``), when it names one."""
 
-    def __init__(self, message: str, cause: str, status: int | None = None, resets_in_s: float | None = None):
+    def __init__(self, message: str, cause: str, status: int | None = None, resets_in_s: float | None = None,
+                 scope: str | None = None, field: str | None = None):
         super().__init__(message, status)
         self.cause = cause
         self.resets_in_s = resets_in_s
+        self.scope = scope or (SCOPE_MODEL if cause in MODEL_CAUSES else SCOPE_PROVIDER)
+        self.field = field
 
 
 class ReplyTooLarge(AdapterError):

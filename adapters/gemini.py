@@ -10,16 +10,25 @@ with header ``x-goog-api-key: $GEMINI_API_KEY``. Body::
 
 ``responseJsonSchema`` takes standard JSON Schema (``additionalProperties`` included, which the older
 OpenAPI-subset ``responseSchema`` rejects). ``params`` are ``generationConfig`` fields sent as given
-(``temperature``, ``maxOutputTokens``, ``seed``, ``thinkingConfig``, ...). Reply: the text parts of
+(``maxOutputTokens``, ``thinkingConfig``, ...; Google no longer recommends setting ``temperature`` on Gemini 3
+models). No ``maxOutputTokens`` is sent unless given: the model's own maximum then leaves room for thinking.
+``--effort LEVEL`` is ``thinkingConfig.thinkingLevel`` (Gemini 3 and later; minimal, low, medium, high, xhigh: the
+SDK's ``ThinkingLevel``, sent as its enum value, ``"LOW"``); a user's ``thinkingConfig.thinkingBudget`` (Gemini
+2.5) is sent as given and does not combine with ``--effort``. The key is ``GOOGLE_API_KEY`` or
+``GEMINI_API_KEY`` (the first, as the SDK, when both are set). Reply: the text parts of
 ``candidates[0].content`` (parts marked ``thought`` are reasoning, never answers) parsed by
-``adapters.llm.decode_text``; ``finishReason`` "MAX_TOKENS" (cut off) or a safety/recitation stop, and a
+``adapters.llm.decode_text``; ``finishReason`` "MAX_TOKENS" (cut off: while thinking when no answer text came
+and thoughts were counted) or a safety/recitation stop, and a
 prompt blocked by ``promptFeedback.blockReason``, make every answer invalid; an error body in a 200 is a
 transient failure. Usage: ``promptTokenCount`` (``cachedContentTokenCount`` of them cached), and
 ``candidatesTokenCount`` + ``thoughtsTokenCount`` as output (as billed). A 429 without Retry-After is
 retried after the ``google.rpc.RetryInfo`` ``retryDelay`` of its body, when given; a per-day quota
 (``QuotaFailure``) stops the provider (``adapters.provider_errors``).
 
-Model strings: ``gemini:gemini-2.5-flash``, ``gemini:NAME@https://proxy.example``.
+A reply names the model that answered in ``modelVersion`` (a retired model's requests are rerouted to its
+replacement: ``Reply.served_model``).
+
+Model strings: ``gemini:gemini-3.5-flash``, ``gemini:NAME@https://proxy.example``.
 """
 from __future__ import annotations
 
@@ -70,13 +79,19 @@ def decode_generate(task: Task, body: bytes) -> Reply:
     content = candidate.get("content") if isinstance(candidate.get("content"), dict) else {}
     parts = [p for p in content.get("parts") or [] if isinstance(p, dict) and isinstance(p.get("text"), str)]
     text = "".join(p["text"] for p in parts if not p.get("thought"))
-    problem = None
-    if finish == "MAX_TOKENS":
-        problem = llm.truncated("finishReason MAX_TOKENS", bool(text.strip()))
+    reasoning = any(p.get("thought") and p["text"].strip() for p in parts)
+    problem = cut_off = None
+    if finish == "MAX_TOKENS":  # cut off while thinking: no answer text, the limit spent on thoughts
+        thoughts = usage.get("thoughtsTokenCount") if isinstance(usage := doc.get("usageMetadata"), dict) else None
+        problem, cut_off = llm.truncated("finishReason MAX_TOKENS", "maxOutputTokens", bool(text.strip()),
+                                         reasoning or bool(as_count(thoughts)))
     elif finish not in (None, "STOP", "FINISH_REASON_UNSPECIFIED"):
         problem = f"no usable answer (finishReason {finish})"
-    reasoning = any(p.get("thought") and p["text"].strip() for p in parts)
-    return llm.decode_text(task, text, problem=problem, reasoning=reasoning, **meta)
+    return llm.decode_text(task, text, problem=problem, reasoning=reasoning, cut_off=cut_off, **meta)
+
+
+# The Gemini API's key: GOOGLE_API_KEY wins when both are set, as in the google-genai SDK (``_api_client.py``)
+API_KEY_ENVS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 
 
 class Gemini(HTTPAdapter):
@@ -85,7 +100,33 @@ class Gemini(HTTPAdapter):
     kind = "gemini"
     default_base_url = "https://generativelanguage.googleapis.com"
     api_key_env = "GEMINI_API_KEY"
+    API_KEY_ENVS = API_KEY_ENVS
     RESERVED = frozenset({"responseMimeType", "responseJsonSchema", "responseSchema"})
+    EFFORT_FIELD = "thinkingConfig.thinkingLevel"
+    EFFORT_LEVELS = ("minimal", "low", "medium", "high", "xhigh")  # google-genai 3.6.1 types.ThinkingLevel
+
+    @classmethod
+    def effort_hint(cls, effort: str) -> str:
+        return ("; on a Gemini 2.5 model, thinking is set by a budget: --param thinkingConfig='{\"thinkingBudget\": 0}'"
+                if effort == "none" else "")
+
+    @classmethod
+    def _with_effort(cls, params: dict, effort: str) -> dict:
+        thinking = params.get("thinkingConfig") if isinstance(params.get("thinkingConfig"), dict) else {}
+        if "thinkingBudget" in thinking:
+            raise ValueError(f"--effort {effort} and thinkingConfig.thinkingBudget do not combine (Gemini refuses a "
+                             "request with both thinkingLevel and thinkingBudget): give one")
+        given = thinking.get("thinkingLevel")
+        if isinstance(given, str) and given.lower() != effort:
+            raise ValueError(f"--effort {effort} and the parameter thinkingConfig.thinkingLevel={given} disagree: give one")
+        # the enum's own value, as the SDK sends it ("LOW"; the API reads it in any case)
+        return params | {"thinkingConfig": {**thinking, "thinkingLevel": effort.upper()}}
+
+    @classmethod
+    def effort_of(cls, params: dict) -> str | None:
+        thinking = params.get("thinkingConfig")
+        value = thinking.get("thinkingLevel") if isinstance(thinking, dict) else None
+        return value.lower() if isinstance(value, str) else None
 
     @property
     def path(self) -> str:  # type: ignore[override]

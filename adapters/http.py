@@ -11,7 +11,7 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -22,7 +22,8 @@ import orjson
 import yarl
 
 from .base import Adapter, Limits, ModelSpec, Request, canonical_params
-from .errors import UNREACHABLE, Fatal, ProviderStop, RateLimited, ReplyTooLarge, Retryable, Transient, Unreachable
+from .credentials import KeyCommand
+from .errors import KEY, UNREACHABLE, AdapterError, Fatal, ProviderStop, RateLimited, ReplyTooLarge, Retryable, Transient, Unreachable
 from .json_body import load_json  # noqa: F401 (re-exported: the adapters read replies with it)
 from .provider_errors import provider_stop
 
@@ -245,25 +246,54 @@ DEFAULT_MAX_REPLY_BYTES = Limits.max_reply_bytes
 ERROR_BYTES = 64 << 10  # what is read of an error reply
 
 
+def error_for(status: int, payload: bytes, headers: Mapping[str, str], what: str,
+              retry_after_from_body: Callable[[bytes], float | None] | None = None) -> AdapterError:
+    """The error a non-2xx reply means (``payload``: its body, redacted already): ProviderStop for what every
+    request to the provider would meet alike (``provider_errors.provider_stop``), RateLimited (429, 529, and
+    503 with a Retry-After, with that wait, or the one ``retry_after_from_body`` reads from the body),
+    Transient (408, 409, 425, other 5xx) or Fatal (other 4xx, with what to check); ``x-should-retry`` as
+    ``post`` describes. The one reading of an error reply: ``post`` and the batch calls (``adapters.batches``)."""
+    snippet = _snippet(payload)
+    stop = provider_stop(status, payload, what, snippet, reply_time(headers))
+    if stop is not None:
+        return stop
+    should_retry = headers.get("x-should-retry", "").strip().lower()
+    wait = rate_limit_wait(headers) if status == 503 else None
+    if status in (429, 529) or wait is not None:  # a 503 that says when to come back is a rate limit
+        error: Retryable = rate_limited(f"{what}: HTTP {status} rate limited: {snippet}", headers, status)
+        if error.retry_after is None and retry_after_from_body is not None:
+            error.retry_after = retry_after_from_body(payload)
+    elif status in RETRYABLE_STATUSES or status >= 500 or should_retry == "true":
+        error = Transient(f"{what}: HTTP {status}: {snippet}", status)
+    else:
+        hint = {400: "check the model's parameters and that the server supports this request",
+                422: "check the request and model"}.get(status, "check the request and model")
+        return Fatal(f"{what}: HTTP {status} ({hint}): {snippet}", status)
+    if should_retry == "false":
+        error.should_retry = False
+        error.args = (f"{error} (x-should-retry: false: not retried in this run)",)
+    return error
+
+
 async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, headers: dict[str, str],
                what: str, retry_after_from_body: Callable[[bytes], float | None] | None = None,
-               secrets: tuple[bytes, ...] = (), max_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> bytes:
-    """POST ``body`` to ``url`` and return the response body of a 2xx (read by ``read_body``: at most
-    ``max_bytes``, else ReplyTooLarge).
+               secrets: tuple[bytes, ...] = (), max_bytes: int = DEFAULT_MAX_REPLY_BYTES, method: str = "POST") -> bytes:
+    """POST ``body`` to ``url`` (or another ``method``: the batch APIs' GET) and return the response body of
+    a 2xx (read by ``read_body``: at most ``max_bytes``, else ReplyTooLarge).
 
     ``what`` names the model in messages. Raises ProviderStop for what every request to the provider would
     meet alike (``provider_errors.provider_stop``: an exhausted quota, a refused key, an unknown model, a
     refused form of request), RateLimited (429, 529, and 503 with a Retry-After, with that wait, or the one
     ``retry_after_from_body`` reads from the error body when the header is absent), Transient (408, 409,
     425, other 5xx, timeouts, connection errors, a damaged compressed body; Unreachable when no connection
-    could be opened at all) or Fatal (other 4xx, with what to check). ``x-should-retry: false`` (the OpenAI
-    and Anthropic SDKs' header) makes a retryable failure final for this run; ``true`` makes another 4xx
-    retryable. Messages never include the request headers,
+    could be opened at all) or Fatal (other 4xx, with what to check): ``error_for``. ``x-should-retry: false``
+    (the OpenAI and Anthropic SDKs' header) makes a retryable failure final for this run; ``true`` makes
+    another 4xx retryable. Messages never include the request headers,
     and ``secrets`` (the API key the headers carry, ``secrets_in(headers)``, computed once per adapter) are
     redacted from every body returned or quoted.
     """
     try:
-        async with client.post(url, data=body, headers=headers) as resp:
+        async with client.request(method, url, data=body, headers=headers) as resp:
             status = resp.status
             try:
                 payload = redact(await read_body(resp, max_bytes if status < 300 else ERROR_BYTES, what), secrets)
@@ -274,26 +304,7 @@ async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, 
                 payload = exc.prefix  # an error body that large: its start says enough
             if status < 300:
                 return payload
-            snippet = _snippet(payload)
-            stop = provider_stop(status, payload, what, snippet, reply_time(resp.headers))
-            if stop is not None:
-                raise stop
-            should_retry = resp.headers.get("x-should-retry", "").strip().lower()
-            wait = rate_limit_wait(resp.headers) if status == 503 else None
-            if status in (429, 529) or wait is not None:  # a 503 that says when to come back is a rate limit
-                error: Retryable = rate_limited(f"{what}: HTTP {status} rate limited: {snippet}", resp.headers, status)
-                if error.retry_after is None and retry_after_from_body is not None:
-                    error.retry_after = retry_after_from_body(payload)
-            elif status in RETRYABLE_STATUSES or status >= 500 or should_retry == "true":
-                error = Transient(f"{what}: HTTP {status}: {snippet}", status)
-            else:
-                hint = {400: "check the model's parameters and that the server supports this request",
-                        422: "check the request and model"}.get(status, "check the request and model")
-                raise Fatal(f"{what}: HTTP {status} ({hint}): {snippet}", status)
-            if should_retry == "false":
-                error.should_retry = False
-                error.args = (f"{error} (x-should-retry: false: not retried in this run)",)
-            raise error
+            raise error_for(status, payload, resp.headers, what, retry_after_from_body)
     except aiohttp.ClientResponseError as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
     except aiohttp.ClientSSLError as exc:  # a connection opened, refused by TLS: not an outage
@@ -302,6 +313,14 @@ async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, 
         raise Unreachable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+
+
+async def _stop_if_failed(token: Awaitable[str]) -> str:
+    """The token an ``api_key_command`` gives; its failure mid-run (``Fatal``) stops the provider, as a refused key does."""
+    try:
+        return await token
+    except Fatal as exc:
+        raise ProviderStop(str(exc), KEY) from None
 
 
 def as_count(value: Any) -> int | None:
@@ -348,7 +367,9 @@ class HTTPAdapter(Adapter):
     """A model behind an HTTP API: ``POST {base_url}{path}`` with a JSON body.
 
     Subclasses set ``kind``, ``default_base_url``, ``path``, ``api_key_env`` (the environment variable the
-    key is read from; the option ``api_key_env`` names another), ``auth_headers`` and ``encode``/``decode``.
+    key is read from, or ``API_KEY_ENVS``, several tried in order; the option ``api_key_env`` names another; the
+    option ``api_key_command`` gives a command that prints an expiring token instead, ``adapters.credentials``),
+    ``auth_headers`` and ``encode``/``decode``.
     ``DEFAULT_PARAMS`` are merged under the user's sampling parameters; ``RESERVED`` are body fields the
     adapter sets itself, which parameters may not replace. The cache key's endpoint is the full URL, so
     one model name on two servers never shares cache rows; the key is only in headers.
@@ -361,8 +382,9 @@ class HTTPAdapter(Adapter):
     default_base_url = ""
     path = ""
     api_key_env = ""
+    API_KEY_ENVS: tuple[str, ...] = ()  # several variables, the first set wins (default: ``api_key_env``)
     takes_params = True
-    OPTIONS: frozenset[str] = frozenset({"api_key_env"})
+    OPTIONS: frozenset[str] = frozenset({"api_key_env", "api_key_command"})
     DEFAULT_PARAMS: dict[str, Any] = {}
     RESERVED: frozenset[str] = frozenset({"model"})
 
@@ -374,13 +396,22 @@ class HTTPAdapter(Adapter):
         clash = sorted(set(self.params) & self.RESERVED)
         if clash:
             raise ValueError(f"{self.kind}: the parameter(s) {', '.join(clash)} are set by the adapter itself")
-        self.params = canonical_params(self.DEFAULT_PARAMS | self.params)
+        params = self.apply_effort(self.params, spec.effort) if spec.effort else self.params
+        self.params = canonical_params(self.default_params(spec.model or "", params) | params)
         self.base_url = (spec.base_url or self.default_base_url).rstrip("/")
-        self.key_env = str(spec.options.get("api_key_env") or self.api_key_env)
+        given = spec.options.get("api_key_env")
+        self.key_envs: tuple[str, ...] = (str(given),) if given else (self.API_KEY_ENVS or (self.api_key_env,))
+        command = spec.options.get("api_key_command")
+        self.key_command = KeyCommand(command, self.label) if command else None
         self._session: aiohttp.ClientSession | None = None
         self._headers: dict[str, str] = {}
         self._secrets: tuple[bytes, ...] = ()
         self.check_model()
+
+    def default_params(self, model: str, params: dict) -> dict:
+        """The parameters merged under the user's ``params`` (which win): ``DEFAULT_PARAMS``; an adapter whose
+        default output budget depends on the model and its effort overrides this (``adapters.budgets``)."""
+        return dict(self.DEFAULT_PARAMS)
 
     def check_model(self) -> None:
         """Raise ValueError when the model string names no model."""
@@ -407,11 +438,21 @@ class HTTPAdapter(Adapter):
         """Headers every request carries besides the key."""
         return {}
 
+    @property
+    def key_env(self) -> str:
+        """The environment variable the key is read from: the first of ``key_envs`` that is set (else the first)."""
+        return next((e for e in self.key_envs if e and os.environ.get(e)), self.key_envs[0])
+
     def missing_setup(self) -> str | None:
-        if (os.environ.get(self.key_env) if self.key_env else None) or is_loopback(self.base_url):
+        if self.key_command is not None or (os.environ.get(self.key_env) if self.key_env else None) \
+                or is_loopback(self.base_url):
             return None
-        return (f"{self.label}: the environment variable {self.key_env} is not set; export the API key "
-                f"for {self.base_url} as {self.key_env} (or name another variable with --option api_key_env=NAME)")
+        main = self.api_key_env if self.api_key_env in self.key_envs else self.key_envs[0]
+        others = [e for e in self.key_envs if e != main]
+        names = main + (f" (or {' or '.join(others)})" if others else "")
+        return (f"{self.label}: the environment variable {names} is not set; export the API key "
+                f"for {self.base_url} as {main} (or name another variable with --option api_key_env=NAME, "
+                "or give a command that prints a token: api_key_command)")
 
     async def start(self) -> None:
         problem = self.missing_setup()
@@ -419,6 +460,8 @@ class HTTPAdapter(Adapter):
             raise Fatal(problem)
         await self.check_reachable()
         key = os.environ.get(self.key_env) if self.key_env else None
+        if self.key_command is not None:
+            key = await self.key_command.token()  # Fatal when the command fails: the run does not start
         self._headers = {"Content-Type": "application/json", **self.extra_headers(),
                          **(self.auth_headers(key) if key else {})}
         self._secrets = secrets_in(self._headers)
@@ -442,11 +485,27 @@ class HTTPAdapter(Adapter):
         return None
 
     async def post(self, body: bytes, url: str | None = None) -> bytes:
-        """POST ``body`` to ``url`` (default ``self.url``) with this adapter's headers."""
+        """POST ``body`` to ``url`` (default ``self.url``) with this adapter's headers. With an
+        ``api_key_command``, the current token is sent, and a 401 runs the command again and sends once more
+        with the new token (a second 401 stops the provider as a refused key does); a command that fails
+        then stops the provider (``ProviderStop``, the key refused)."""
         if self._session is None:
             raise RuntimeError(f"{type(self).__name__}.send() before start()")
-        return await post(self._session, url or self.url, body, self._headers, self.label, self.retry_after_from_body,
-                          self._secrets, self.limits.max_reply_bytes)
+        if self.key_command is None:
+            return await post(self._session, url or self.url, body, self._headers, self.label,
+                              self.retry_after_from_body, self._secrets, self.limits.max_reply_bytes)
+        command = self.key_command
+        token = await _stop_if_failed(command.token())
+        for attempt in (1, 2):
+            try:
+                return await post(self._session, url or self.url, body, {**self._headers, **self.auth_headers(token)},
+                                  self.label, self.retry_after_from_body, self._secrets + command.secrets,
+                                  self.limits.max_reply_bytes)
+            except ProviderStop as exc:
+                if exc.status != 401 or attempt == 2:
+                    raise
+            token = await _stop_if_failed(command.refresh(token))
+        raise AssertionError("unreachable")
 
     async def send(self, request: Request) -> bytes:
         return await self.post(request.body)

@@ -145,6 +145,7 @@ class _Local:
     OPTIONS = frozenset({"ctx_size", "parallel", "threads"})
     api_key_env = ""
     free = True  # on this machine: nothing is billed
+    EFFORT_FIELD = ""  # the local models do not reason: no effort setting (--effort is refused, naming the adapter)
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         name = spec.model or ""

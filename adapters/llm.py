@@ -54,9 +54,11 @@ LOGPROB_SYSTEM_PROMPT = (
 SCHEMA_NAME = "answers"
 
 # Reasons shared by every wire format (SPEC §6).
-TRUNCATED = "cut off at the token limit ({}); a truncated reply is never repaired"
+TRUNCATED = "cut off at the token limit ({}); a truncated reply is never repaired: raise {} or lower --effort"
+TRUNCATED_THINKING = "cut off at the token limit while thinking ({}), before any answer: raise {} or lower --effort"
 TRUNCATED_EMPTY = ("cut off at the token limit ({}) before any answer was written: the reply is empty (a reasoning "
-                   "model may have spent the limit thinking; raise it)")
+                   "model may have spent the limit thinking unseen): raise {} or lower --effort")
+CUT_OFF_THINKING, CUT_OFF_ANSWER = "thinking", "answer"  # ``Reply.cut_off``: where the token limit cut the reply
 EMPTY = "empty content"
 REASONING_ONLY = "content only in a reasoning field, none in the reply"
 NOT_JSON = "not a JSON object (prose around it, or not JSON at all)"
@@ -114,20 +116,29 @@ def token_cap(params: Mapping[str, Any], *names: str) -> int | None:
     return None
 
 
-def truncated(cause: str, written: bool) -> str:
-    """The reason for a reply cut off at the token limit (``cause``: the wire format's own words, e.g.
-    ``"finish_reason length"``): ``TRUNCATED`` when it had begun an answer (``written``: text, or a tool
-    call), ``TRUNCATED_EMPTY`` when the limit was reached before any (nothing to repair, and a different fix)."""
-    return (TRUNCATED if written else TRUNCATED_EMPTY).format(cause)
+def truncated(stop: str, cap: str, began: bool, thinking: bool) -> tuple[str, str]:
+    """``(reason, Reply.cut_off)`` for a reply cut off at the token limit: ``stop`` names the provider's signal
+    ("stop_reason max_tokens"), ``cap`` the request field that set the limit ("max_tokens"), ``began`` whether
+    an answer had begun (text, or a tool call), ``thinking`` whether the reply shows thinking (thinking
+    blocks, reasoning text or reasoning tokens). ``TRUNCATED`` when an answer had begun, ``TRUNCATED_THINKING``
+    when the limit was spent thinking before any, ``TRUNCATED_EMPTY`` when the reply is empty and shows no
+    thinking (nothing to repair, and a different fix). Every reason ends with the hint to raise the cap or
+    lower ``--effort``."""
+    if began:
+        return TRUNCATED.format(stop, cap), CUT_OFF_ANSWER
+    if thinking:
+        return TRUNCATED_THINKING.format(stop, cap), CUT_OFF_THINKING
+    return TRUNCATED_EMPTY.format(stop, cap), CUT_OFF_ANSWER
 
 
 def invalid_reply(task: Task, reason: str, input_tokens: int | None = None, output_tokens: int | None = None,
                   served_model: str | None = None, cached_input_tokens: int | None = None,
-                  cache_write_tokens: int | None = None, cache_write_1h_tokens: int | None = None) -> Reply:
-    """A reply whose every answer is invalid for the same ``reason`` (usage as in ``Reply``)."""
+                  cache_write_tokens: int | None = None, cache_write_1h_tokens: int | None = None,
+                  cut_off: str | None = None) -> Reply:
+    """A reply whose every answer is invalid for the same ``reason`` (usage and ``cut_off`` as in ``Reply``)."""
     return Reply(tuple(Answer.invalid(q.id, reason) for q in task.questions), input_tokens, output_tokens,
                  served_model, cached_input_tokens=cached_input_tokens, cache_write_tokens=cache_write_tokens,
-                 cache_write_1h_tokens=cache_write_1h_tokens)
+                 cache_write_1h_tokens=cache_write_1h_tokens, cut_off=cut_off)
 
 
 def answers_from_object(task: Task, obj: Any) -> tuple[Answer, ...]:
@@ -180,17 +191,19 @@ def parse_object(text: str) -> tuple[Any, bool, str | None]:
 def decode_text(task: Task, text: str | None, *, problem: str | None = None, reasoning: bool = False,
                 input_tokens: int | None = None, output_tokens: int | None = None,
                 served_model: str | None = None, cached_input_tokens: int | None = None,
-                cache_write_tokens: int | None = None, cache_write_1h_tokens: int | None = None) -> Reply:
+                cache_write_tokens: int | None = None, cache_write_1h_tokens: int | None = None,
+                cut_off: str | None = None) -> Reply:
     """The Reply for a language model's reply ``text``.
 
     ``problem`` is a whole-reply reason the wire format already established (a refusal, a reply cut off at
     the token limit, a safety block): every answer is then invalid with it, whatever the text.
     ``reasoning`` says a reasoning field had content (an empty ``text`` is then "content only in a
-    reasoning field"). Token counts (as in ``Reply``) and the served model name are passed through.
+    reasoning field"). Token counts (as in ``Reply``), the served model name and ``cut_off`` (where the token
+    limit cut the reply, with ``problem`` from ``truncated``) are passed through.
     """
     usage = (input_tokens, output_tokens, served_model)
     cache = {"cached_input_tokens": cached_input_tokens, "cache_write_tokens": cache_write_tokens,
-             "cache_write_1h_tokens": cache_write_1h_tokens}
+             "cache_write_1h_tokens": cache_write_1h_tokens, "cut_off": cut_off}
     if problem is None and (text is None or not text.strip()):
         problem = REASONING_ONLY if reasoning else EMPTY
     if problem is not None:

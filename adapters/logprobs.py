@@ -4,8 +4,17 @@ decision model, with a probability for every allowed answer (so calibration metr
 Each question of a task is its own chat request: ``adapters.llm.LOGPROB_SYSTEM_PROMPT``, then the state and
 that one question (``adapters.llm.render(task, [question])``), with ``"logprobs": true`` and the sampling
 parameters (default ``top_logprobs`` 20, OpenAI's maximum, and a cap of 1 token: ``max_completion_tokens``
-for OpenAI's own API, where ``max_tokens`` is deprecated and refused by reasoning models, and ``max_tokens``
-for every other server, which llama.cpp, vLLM and Ollama honour). The first generated token's
+for OpenAI's API, its regional hosts and Azure OpenAI (``adapters.openai.is_openai_host``), where
+``max_tokens`` is deprecated and refused by reasoning models, and for any server when the user gives
+``max_completion_tokens``; ``max_tokens`` for every other server, which llama.cpp, vLLM and Ollama honour).
+
+OpenAI gives ``logprobs`` on a reasoning model only at ``reasoning_effort`` "none" (the API reference: logprobs,
+temperature and top_p are available on GPT-5.1 and later at reasoning effort none; the o-series and GPT-5 before
+5.1 have no "none" and give no logprobs): so on an OpenAI or Azure host, a model that reasons by default
+(``adapters.openai.reasons_by_default``: ``gpt-6-luna``, ``gpt-6.1-terra``) is sent ``reasoning_effort: "none"``
+unless an effort is given (``--effort``, or the parameter). A model that refuses logprobs so (its 400 names
+``logprobs``, ``top_logprobs`` or ``reasoning_effort``) is stopped alone with a message that says it cannot give
+logprobs and which models can (``NO_LOGPROBS``). The first generated token's
 ``top_logprobs`` give the decision (``adapters.llm.logprob_answer``): the allowed answers' probabilities,
 renormalised over them (an answer missing from the top list gets the share the list leaves it,
 ``llm.absent_share``; the mass they held is noted in the answer's warning).
@@ -15,24 +24,26 @@ Wire format of one stored request: the request body is the JSON array of the per
 sent one after another (so a server's prompt cache reuses the shared state prefix); the raw reply is the
 JSON array of their reply bodies, in the same order. A task is one cache row, as for every adapter.
 
-Model strings: ``logprobs:MODEL`` (https://api.openai.com/v1, ``OPENAI_API_KEY``) or
+Model strings: ``logprobs:gpt-6-luna`` (https://api.openai.com/v1, ``OPENAI_API_KEY``) or
 ``logprobs:MODEL@http://127.0.0.1:8080/v1``.
 """
 from __future__ import annotations
-
-from urllib.parse import urlsplit
 
 import orjson
 
 from dxi.evals import Task
 
 from . import llm
-from .base import Answer, Limits, ModelSpec, Reply, Request, canonical_params
-from .errors import MalformedReply, Retryable
+from .base import Answer, Limits, ModelSpec, Reply, Request
+from .errors import MalformedReply, ProviderStop, Retryable
 from .http import HTTPAdapter, load_json
-from .openai import cache_writes_of, cached_of, choice_of, raise_body_error, usage_of
+from .openai import ReasoningEffort, cache_writes_of, cached_of, choice_of, is_openai_host, raise_body_error, reasons_by_default, usage_of
 
-OPENAI_HOST = "api.openai.com"
+NO_LOGPROBS = ("this model cannot give logprobs with these settings. OpenAI gives logprobs on GPT-5.1 and later at "
+               "reasoning_effort none (gpt-6-luna, gpt-6.1-terra, gpt-6.1-sol: --effort none, the default here) and "
+               "on models that do not reason; the o-series and gpt-5, gpt-5-mini, gpt-5-nano have no effort none and "
+               "give none (docs/models.md, \"Logprob decisions\")")
+LOGPROB_FIELDS = ("logprobs", "top_logprobs", "reasoning_effort")
 
 
 def _top_logprobs(choice: dict) -> list[tuple[str, float]] | None:
@@ -75,33 +86,52 @@ def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
                  cache_write_tokens=written if known and written else None)
 
 
-class Logprobs(HTTPAdapter):
+class Logprobs(ReasoningEffort, HTTPAdapter):
     """Decisions from an OpenAI-compatible server's first-token ``top_logprobs``."""
 
     kind = "logprobs"
     default_base_url = "https://api.openai.com/v1"
     path = "/chat/completions"
     api_key_env = "OPENAI_API_KEY"
-    DEFAULT_PARAMS = {"max_tokens": 1, "top_logprobs": 20}
+    DEFAULT_PARAMS = {"top_logprobs": 20}
     RESERVED = frozenset({"model", "messages", "logprobs"})
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         super().__init__(spec, limits)
-        if urlsplit(self.base_url).hostname == OPENAI_HOST and "max_tokens" not in spec.params:
-            # OpenAI's API: max_tokens "is now deprecated in favor of max_completion_tokens, and is not compatible
-            # with o-series models" (API reference, Create chat completion)
-            cap = self.params.pop("max_tokens")
-            self.params = canonical_params({**self.params, "max_completion_tokens": self.params.get("max_completion_tokens", cap)})
         top = self.params.get("top_logprobs")
         if not isinstance(top, int) or isinstance(top, bool) or top < 1:
             raise ValueError(f"{self.kind}: top_logprobs must be a positive integer, not {top!r}")
         self.n_top = top
         self._answered: dict[str, list[bytes]] = {}  # request key -> replies to its first questions so far
 
+    def default_params(self, model: str, params: dict) -> dict:
+        """``top_logprobs`` 20, a cap of one token unless one is given (``max_completion_tokens`` on an OpenAI or
+        Azure host, or when the user names that field; else ``max_tokens``: OpenAI's API reference: max_tokens
+        "is now deprecated in favor of max_completion_tokens, and is not compatible with o-series models"), and on
+        an OpenAI or Azure host ``reasoning_effort`` "none" for a model that reasons by default."""
+        defaults = dict(self.DEFAULT_PARAMS)
+        base = (self.spec.base_url or self.default_base_url)
+        hosted = is_openai_host(base)
+        if "max_tokens" not in params and "max_completion_tokens" not in params:
+            defaults["max_completion_tokens" if hosted else "max_tokens"] = 1
+        if hosted and "reasoning_effort" not in params and reasons_by_default(model):
+            defaults["reasoning_effort"] = "none"
+        return defaults
+
     def encode(self, task: Task, sample: int = 0) -> Request:
         bodies = [{"model": self.model, "messages": llm.logprob_messages(task, q), "logprobs": True, **self.params}
                   for q in task.questions]
         return self.request(bodies, sample)
+
+    async def post(self, body: bytes, url: str | None = None) -> bytes:
+        """As ``HTTPAdapter.post``; a 400 that refuses logprobs (or the effort they need) says so (``NO_LOGPROBS``)."""
+        try:
+            return await super().post(body, url)
+        except ProviderStop as exc:
+            if exc.status == 400 and _names_logprobs(exc):
+                raise ProviderStop(f"{exc} — {NO_LOGPROBS}", exc.cause, exc.status, exc.resets_in_s, exc.scope,
+                                   exc.field) from None
+            raise
 
     async def send(self, request: Request) -> bytes:
         """One request per question, in order. When one fails, the replies already received are kept for
@@ -126,3 +156,12 @@ class Logprobs(HTTPAdapter):
         """``max_completion_tokens`` or ``max_tokens`` (default 1) for each question's request."""
         cap = llm.token_cap(self.params, "max_completion_tokens", "max_tokens")
         return None if cap is None else cap * len(task.questions)
+
+
+def _names_logprobs(stop: ProviderStop) -> bool:
+    """Whether a refusal names one of ``LOGPROB_FIELDS``: its ``field`` (OpenAI's ``error.param``), else the
+    provider's own words (quoted after the model's label, which itself says "logprobs")."""
+    if stop.field:
+        return stop.field.split(".")[0] in LOGPROB_FIELDS
+    said = str(stop).split(": ", 1)[-1].lower()
+    return any(field in said for field in LOGPROB_FIELDS)

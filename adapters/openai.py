@@ -7,10 +7,13 @@ loopback base URL; ``--option api_key_env=NAME`` reads another variable). Body::
     {"model", "messages": [system, user], "response_format": {"type": "json_schema",
      "json_schema": {"name": "answers", "strict": true, "schema": <adapters.llm.answer_schema>}}, **params}
 
-``params`` are the provider's own sampling fields, sent as given (``temperature``, ``max_tokens`` or
-``max_completion_tokens``, ``seed``, ``reasoning_effort``, ...). Reply: ``choices[0].message.content``
+``params`` are the provider's own sampling fields, sent as given (``max_completion_tokens``,
+``reasoning_effort``, ...; OpenAI's API deprecates ``max_tokens``, which its reasoning models refuse). No cap is
+sent unless given: the model's own output maximum then leaves room for its reasoning (``adapters.budgets``).
+``--effort LEVEL`` is ``reasoning_effort``. Reply: ``choices[0].message.content``
 parsed by ``adapters.llm.decode_text``; ``message.refusal`` (structured-outputs refusal) and
-``finish_reason`` "length" (cut off) or "content_filter" make every answer invalid; content only in
+``finish_reason`` "length" (cut off: while thinking when no content came and reasoning tokens were spent,
+``usage.completion_tokens_details.reasoning_tokens``) or "content_filter" make every answer invalid; content only in
 ``reasoning_content``/``reasoning`` is invalid too; an error inside a 200 (an ``error`` body, a choice with
 ``finish_reason: "error"``, as OpenRouter sends) is a transient failure with the provider's message. Usage:
 ``prompt_tokens`` (``prompt_tokens_details.cached_tokens`` of them read from the prompt cache and
@@ -21,12 +24,14 @@ Model strings: ``openai:gpt-6.1-terra`` (https://api.openai.com/v1), ``openai:qw
 """
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from dxi.evals import Task
 
 from . import llm
-from .base import Reply, Request
+from .base import EFFORTS, Reply, Request
 from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_json
 from .provider_errors import body_error
@@ -71,30 +76,83 @@ def cache_writes_of(doc: dict) -> int | None:
     return as_count(details.get("cache_write_tokens"))
 
 
-def decode_chat(task: Task, body: bytes) -> Reply:
-    """Parse a Chat Completions reply to a structured request (see the module docstring)."""
+def reasoning_tokens_of(doc: dict) -> int | None:
+    """``usage.completion_tokens_details.reasoning_tokens`` of a Chat Completions reply (the openai SDK's
+    ``types/completion_usage.py``): the completion tokens spent reasoning; None if absent."""
+    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    details = usage.get("completion_tokens_details")
+    return as_count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+
+
+def decode_chat(task: Task, body: bytes, cap: str = "max_completion_tokens") -> Reply:
+    """Parse a Chat Completions reply to a structured request (see the module docstring); ``cap`` names the
+    request's token cap in the reason of a reply cut off at it."""
     doc = load_json(body)
     raise_body_error(doc)
     choice = choice_of(doc, body)
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     finish = choice.get("finish_reason")
     content = message.get("content")
-    problem = None
+    content = content if isinstance(content, str) else None
+    reasoning = any(isinstance(message.get(f), str) and message[f].strip() for f in ("reasoning_content", "reasoning"))
+    problem = cut_off = None
     if isinstance(message.get("refusal"), str) and message["refusal"]:
         problem = f"refusal: {message['refusal'][:200]}"
-    elif finish == "length":
-        problem = llm.truncated("finish_reason length", isinstance(content, str) and bool(content.strip()))
+    elif finish == "length":  # cut off while thinking: no answer text, the completion spent on reasoning
+        problem, cut_off = llm.truncated("finish_reason length", cap, bool((content or "").strip()),
+                                         reasoning or bool(reasoning_tokens_of(doc)))
     elif finish == "content_filter":
         problem = "blocked by the provider's content filter (finish_reason content_filter)"
-    reasoning = any(isinstance(message.get(f), str) and message[f].strip() for f in ("reasoning_content", "reasoning"))
     served = doc.get("model") if isinstance(doc.get("model"), str) else None
-    return llm.decode_text(task, content if isinstance(content, str) else None, problem=problem,
+    return llm.decode_text(task, content, problem=problem,
                            reasoning=reasoning, input_tokens=usage_of(doc)[0], output_tokens=usage_of(doc)[1],
                            served_model=served, cached_input_tokens=cached_of(doc),
-                           cache_write_tokens=cache_writes_of(doc))
+                           cache_write_tokens=cache_writes_of(doc), cut_off=cut_off)
 
 
-class OpenAI(HTTPAdapter):
+_AZURE_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+# OpenAI's reasoning models: the o-series and GPT-5 and later (not their -chat variants)
+_REASONS = re.compile(r"^(?:o\d+(?:-|$)|gpt-(?:[5-9]|\d{2,})(?:[.-]|$))")
+
+
+def is_openai_host(url: str) -> bool:
+    """Whether ``url`` is served by OpenAI (``api.openai.com`` and its regional hosts ``eu.api.openai.com``,
+    ``us.api.openai.com``) or Azure OpenAI (``*.openai.azure.com``, ``*.cognitiveservices.azure.com``,
+    ``*.services.ai.azure.com``): the servers where ``max_tokens`` is deprecated for ``max_completion_tokens``
+    and refused by reasoning models."""
+    host = (urlsplit(url).hostname or "").lower()
+    return host == "api.openai.com" or host.endswith(".api.openai.com") or host.endswith(_AZURE_SUFFIXES)
+
+
+def reasons_by_default(model: str) -> bool:
+    """Whether the OpenAI ``model`` reasons unless told otherwise (the o-series, GPT-5 and later: ``gpt-5-mini``,
+    ``gpt-6-luna``, ``gpt-6.1-terra``); not ``gpt-4.1-mini`` or ``gpt-4o``, nor the ``-chat`` variants."""
+    name = model.lower()
+    return _REASONS.match(name) is not None and "-chat" not in name
+
+
+class ReasoningEffort:
+    """The effort setting of the OpenAI-compatible adapters: ``reasoning_effort``, whose levels are the openai
+    SDK's ``ReasoningEffort`` (none, minimal, low, medium, high, xhigh, max; "Not all reasoning models support
+    every value": a level the model refuses stops it with the provider's message)."""
+
+    EFFORT_FIELD = "reasoning_effort"
+    EFFORT_LEVELS = EFFORTS
+
+    @classmethod
+    def _with_effort(cls, params: dict, effort: str) -> dict:
+        given = params.get("reasoning_effort")
+        if given is not None and given != effort:
+            raise ValueError(f"--effort {effort} and the parameter reasoning_effort={given} disagree: give one")
+        return params | {"reasoning_effort": effort}
+
+    @classmethod
+    def effort_of(cls, params: dict) -> str | None:
+        value = params.get("reasoning_effort")
+        return value if isinstance(value, str) else None
+
+
+class OpenAI(ReasoningEffort, HTTPAdapter):
     """OpenAI-compatible Chat Completions with ``response_format`` json_schema, strict."""
 
     kind = "openai"
@@ -111,7 +169,14 @@ class OpenAI(HTTPAdapter):
         return self.request(payload, sample)
 
     def decode(self, task: Task, body: bytes) -> Reply:
-        return decode_chat(task, body)
+        return decode_chat(task, body, self.cap_field)
+
+    @property
+    def cap_field(self) -> str:
+        """The token cap the requests carry (named in the reason of a reply cut off at it): ``max_tokens`` when
+        that is the one given, else ``max_completion_tokens`` (OpenAI's, reasoning tokens included)."""
+        return "max_tokens" if "max_tokens" in self.params and "max_completion_tokens" not in self.params \
+            else "max_completion_tokens"
 
     def output_tokens_bound(self, task: Task) -> int | None:
         """``max_completion_tokens`` (reasoning tokens included), else ``max_tokens``; None when unset."""

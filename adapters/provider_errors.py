@@ -27,9 +27,17 @@ One function, ``provider_stop``, reads the three documented error shapes (they c
   midnight Pacific time; google/rpc/error_details.proto).
 
 Whatever the shape: 401 and 403 (the key is refused or lacks permission; Google also says so in a 400
-whose ``google.rpc.ErrorInfo`` reason is ``API_KEY_INVALID`` and the like) and 404 (an unknown model or
-path) stop the provider; a 400 stops it when it refuses the request's form (an unsupported schema,
-parameter or field), not its content (a prompt too long is this request's own failure).
+whose ``google.rpc.ErrorInfo`` reason is ``API_KEY_INVALID`` and the like) stop the provider; 404 (an unknown
+model or path) and a 400 refusing the request's form (an unsupported schema, parameter or field, an effort
+level the model does not have), not its content (a prompt too long is this request's own failure), stop the
+model alone (``ProviderStop.scope``: the other models on the same base URL go on).
+
+Form or content is read from the error's structured fields wherever the provider gives one, never from
+words in its free text: OpenAI's ``error.code`` and ``error.param`` (the invalid-schema 400, "Invalid schema
+for response_format 'answers': In context=(), ...", names ``param`` ``response_format``: the form, though its
+text says "context"; a prompt too long has ``code`` ``context_length_exceeded`` and ``param`` ``messages``),
+Google's ``google.rpc.BadRequest`` ``fieldViolations[].field`` (``contents`` is the content, any other field the
+form). Only a body with neither (Anthropic's) is read by its words.
 """
 from __future__ import annotations
 
@@ -47,10 +55,15 @@ OPENAI_QUOTA_CODES = frozenset({"insufficient_quota", "credit_balance_exhausted"
                                 "project_spend_limit_exceeded", "organization_usage_limit_exceeded"})
 OPENAI_FORM_CODES = frozenset({"unsupported_parameter", "unsupported_value", "invalid_json_schema", "model_not_found",
                                "unknown_parameter"})
-# the body fields whose refusal concerns every request alike (the form the adapter gives every request)
+OPENAI_CONTENT_CODES = frozenset({"context_length_exceeded", "string_above_max_length", "invalid_prompt",
+                                  "content_policy_violation"})
+# the body fields whose refusal concerns every request alike (the form the adapter gives every request); a
+# dotted param ("response_format.json_schema") is read by its first part
 FORM_PARAMS = frozenset({"model", "response_format", "tools", "tool_choice", "output_config", "logprobs", "top_logprobs",
                          "max_tokens", "max_completion_tokens", "generationConfig", "responseJsonSchema",
-                         "response_format.json_schema", "temperature", "reasoning_effort", "seed"})
+                         "temperature", "reasoning_effort", "seed", "thinking", "top_p", "top_k", "stop", "n",
+                         "service_tier", "store", "verbosity"})
+GOOGLE_CONTENT_FIELDS = ("contents",)  # a BadRequest field violation under these is the request's content
 ANTHROPIC_SPEND_CODES = frozenset({"enforced_spend_limit_reached", "contract_spend_limit_reached",
                                    "linked_organization_spend_limit_reached", "organization_on_hold",
                                    "linked_organization_billing_unavailable"})
@@ -119,6 +132,32 @@ def _error_info_reason(error: dict) -> str:
     return ""
 
 
+def _field_violations(error: dict) -> list[str]:
+    """The ``field`` of each ``fieldViolations`` entry of a Google error's ``google.rpc.BadRequest`` detail."""
+    out = []
+    for detail in error.get("details") or []:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.BadRequest"):
+            out += [str(v["field"]) for v in detail.get("fieldViolations") or [] if isinstance(v, dict) and v.get("field")]
+    return out
+
+
+def refuses_form(error: dict) -> bool:
+    """Whether a 400's error object refuses the request's form (see the module docstring) rather than its
+    content: by its structured fields where it has any, else by its words."""
+    code, param = str(error.get("code") or ""), str(error.get("param") or "")
+    if code in OPENAI_CONTENT_CODES:
+        return False
+    if code in OPENAI_FORM_CODES:
+        return True
+    if param:
+        return param.split(".")[0].split("[")[0] in FORM_PARAMS
+    fields = _field_violations(error)
+    if fields:
+        return any(not f.startswith(GOOGLE_CONTENT_FIELDS) for f in fields)
+    message = str(error.get("message") or "")
+    return bool(_FORM.search(message)) and not _CONTENT.search(message)
+
+
 def _next_month_utc(now: float) -> float:
     """Seconds from ``now`` (Unix time) to 00:00 UTC on the first day of the next month."""
     t = datetime.fromtimestamp(now, UTC)
@@ -151,8 +190,10 @@ def provider_stop(status: int, payload: bytes, what: str, snippet: str, now: flo
 
     said = message.strip()[:300] or snippet
 
+    field = str(error.get("param") or next(iter(_field_violations(error)), "")) or None
+
     def stop(cause: str, resets_in: float | None = None, hint: str = "") -> ProviderStop:
-        return ProviderStop(f"{what}: HTTP {status} {cause}{hint}: {said}", cause, status, resets_in)
+        return ProviderStop(f"{what}: HTTP {status} {cause}{hint}: {said}", cause, status, resets_in, field=field)
 
     if etype == "insufficient_quota" or code in OPENAI_QUOTA_CODES:
         return stop(QUOTA, hint=f" ({code or etype})")
@@ -172,11 +213,9 @@ def provider_stop(status: int, payload: bytes, what: str, snippet: str, now: flo
         return stop(KEY, hint=" (check the API key's environment variable and its permissions)")
     if status == 404:
         return stop(MODEL, hint=" (check the base URL and the model name)")
-    if status == 400:
-        param = str(error.get("param") or "")
-        form = code in OPENAI_FORM_CODES or param in FORM_PARAMS or bool(_FORM.search(message))
-        if form and not _CONTENT.search(message):
-            return stop(REQUEST, hint=" (the provider refuses this form of request: an unsupported schema or parameter)")
+    if status == 400 and refuses_form(error):
+        return stop(REQUEST, hint=" (the provider refuses this form of request for this model: an unsupported schema, "
+                                  "parameter or effort level)")
     return None
 
 

@@ -33,8 +33,10 @@ ENDPOINT = "/v1/systemone"
 API_KEY_ENV = "SYSTEMONE_API_KEY"
 
 
-def encode_body(task: Task, model: str) -> bytes:
-    """The System One request body for ``task``: options become ordered ``criteria``."""
+def encode_questions(task: Task) -> dict:
+    """The ``questions`` map keyed by question id: a choice is ``{"type": "choice", "instructions", "criteria":
+    {option_id: option_text}}`` (ordered as the options), a yes/no question ``{"type": "noul", "instructions"}``.
+    System One's and the Gemini Decisions API's (``adapters.gemini_decisions``) alike."""
     questions = {}
     for q in task.questions:
         if q.kind == CHOICE:
@@ -42,7 +44,12 @@ def encode_body(task: Task, model: str) -> bytes:
                                "criteria": {o.id: o.text for o in q.options}}
         else:
             questions[q.id] = {"type": "noul", "instructions": q.text}
-    return orjson.dumps({"model": model, "state": task.state, "questions": questions})
+    return questions
+
+
+def encode_body(task: Task, model: str) -> bytes:
+    """The System One request body for ``task``: options become ordered ``criteria``."""
+    return orjson.dumps({"model": model, "state": task.state, "questions": encode_questions(task)})
 
 
 def _text(body: bytes) -> str:
@@ -58,7 +65,19 @@ def decode_body(task: Task, body: bytes) -> Reply:
         raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict) or not isinstance(doc.get("answers"), dict):
         raise MalformedReply("reply has no 'answers' object", _text(body))
-    answers = doc["answers"]
+    parsed = decode_answers(task, doc["answers"])
+    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    tokens = [v if isinstance(v, int) and not isinstance(v, bool) else None
+              for v in (usage.get("input_tokens"), usage.get("output_tokens"))]
+    served = doc.get("model") if isinstance(doc.get("model"), str) else None
+    return Reply(parsed, tokens[0], tokens[1], served)
+
+
+def decode_answers(task: Task, answers: dict) -> tuple[Answer, ...]:
+    """One validated Answer per question of ``task`` from an ``answers`` map keyed by question id (System One's,
+    the Gemini Decisions API's): ``{"type": "choice", "choice", "probabilities": {option: p}}`` or ``{"type":
+    "noul", "noul": P(yes)}`` (``adapters.decision``). A question missing, answered twice (a duplicate key) or
+    answered with another type is invalid, with the reason."""
     twice = set(duplicates(answers))
     parsed = []
     for q in task.questions:
@@ -75,11 +94,7 @@ def decode_body(task: Task, body: bytes) -> Reply:
             parsed.append(choice_answer(q, a.get("probabilities"), a.get("choice")))
         else:
             parsed.append(yes_no_answer(q, a.get("noul")))
-    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    tokens = [v if isinstance(v, int) and not isinstance(v, bool) else None
-              for v in (usage.get("input_tokens"), usage.get("output_tokens"))]
-    served = doc.get("model") if isinstance(doc.get("model"), str) else None
-    return Reply(tuple(parsed), tokens[0], tokens[1], served)
+    return tuple(parsed)
 
 
 class SystemOne(Adapter):

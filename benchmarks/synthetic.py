@@ -178,7 +178,8 @@ def write_cache(root: Path, tasks: list[Task], n_models: int, seed: int = 11, in
             "latency_ms": rng.random(n_tasks) * 100, "created_at": 1.7e9 + m + np.arange(n_tasks) * 1e-3,
             "answers": answers, "repaired": pa.nulls(n_tasks, pa.bool_()),
             "cached_input_tokens": pa.nulls(n_tasks, pa.int64()), "cache_write_tokens": pa.nulls(n_tasks, pa.int64()),
-            "cache_write_1h_tokens": pa.nulls(n_tasks, pa.int64()),
+            "cache_write_1h_tokens": pa.nulls(n_tasks, pa.int64()), "cut_off": pa.nulls(n_tasks, pa.string()),
+            "transport": ["sync"] * n_tasks, "batch_id": pa.nulls(n_tasks, pa.string()),
             "retry_waits_s": pa.array([[]] * n_tasks, pa.list_(pa.float64())),
         }
         table = pa.table({c: columns[c] for c in SCHEMA.names}).cast(SCHEMA)

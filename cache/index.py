@@ -46,6 +46,20 @@ def prefix(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
 
+def prefixes(keys: Sequence[str] | pl.Series) -> np.ndarray:
+    """``prefix`` of each key (hex keys vectorised, any other string hashed one by one), as a uint64 array."""
+    column = keys if isinstance(keys, pl.Series) else pl.Series("key", keys, dtype=pl.String)
+    frame = pl.DataFrame({"key": column}).select(_prefix_expr(), pl.col("key"))
+    out = frame["prefix"]
+    if out.null_count():
+        odd = out.is_null()
+        fixed = np.fromiter((prefix(k) for k in frame.filter(odd)["key"]), np.uint64)
+        values = out.fill_null(0).to_numpy().astype(np.uint64, copy=True)
+        values[odd.to_numpy()] = fixed
+        return values
+    return out.to_numpy().astype(np.uint64, copy=False)
+
+
 def code_of(status: str, error_kind: str | None) -> int:
     """The status code of a row: ok, invalid, or a failed row's fatal / transient."""
     if status == OK:

@@ -65,6 +65,11 @@ def _arrow() -> dict[str, object]:
         ("cached_input_tokens", pa.int64()),  # of input_tokens, those read from the provider's prompt cache
         ("cache_write_tokens", pa.int64()),   # of input_tokens, those written to it (Anthropic: its 5-minute cache)
         ("cache_write_1h_tokens", pa.int64()),  # of input_tokens, those written to Anthropic's 1-hour cache
+        ("cut_off", pa.string()),         # a reply cut off at the token limit: "thinking" (before any answer) or
+                                          # "answer"; null otherwise, for failures and for rows written before it
+        ("transport", pa.string()),       # what brought the outcome: "sync" (a call of its own) or "batch" (a provider
+                                          # batch, docs/batch.md); null for rows written before this column (sync)
+        ("batch_id", pa.string()),        # the provider's batch id of a batch row
         ("retry_waits_s", pa.list_(pa.float64())),  # seconds waited before each retry, from the end of the attempt
                                                     # before it (attempts - 1 values; null in rows written before it)
     ])

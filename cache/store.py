@@ -26,7 +26,8 @@ directory therefore never corrupt it; they may both send a request neither had c
 (the newest row then wins).
 
 Remote tier (``cache.remote``, optional): every shard renamed into place is also uploaded, and the remote's
-shards, copied under ``remote/``, are read with the local ones (``_shards``).
+objects, copied under ``remote/``, are read with the local ones (``_shards``); a shard of a run holds only the
+index columns of its part of the remote, which only its key index reads (``_key_files``).
 
 Memory: the key index is compact (``cache.index``: ~9 bytes a key) and loaded only when first needed
 (rescoring never needs it), logs are bounded by ``roll_rows``,
@@ -156,9 +157,20 @@ class Cache:
         self.warnings.append(message)
         log.warning(message)
 
+    def _local(self) -> list[Path]:
+        return [p for p in sorted(self.root.glob("shards/*.parquet")) if p not in self._set_aside]
+
     def _shards(self) -> list[Path]:
-        shards = [p for p in sorted(self.root.glob("shards/*.parquet")) if p not in self._set_aside]
-        return shards if self.remote is None else self.remote.visible(shards)  # and the remote's, held here
+        shards = self._local()
+        if self.remote is None:
+            return shards
+        return [p for p in self.remote.visible(shards) if p not in self._set_aside]  # and the remote's, held here
+
+    def _key_files(self) -> list[Path]:
+        """Files only the key index reads: a shard's copies of the remote's index columns (``cache.remote``)."""
+        if self.remote is None:
+            return []
+        return [p for p in self.remote.key_files(self._local()) if p not in self._set_aside]
 
     def _logs(self) -> list[Path]:
         return sorted(self.root.glob("wal/*.jsonl"))
@@ -286,7 +298,7 @@ class Cache:
             table, _ = self._read_log(path, live=True)
             if table is not None and table.num_rows:
                 frames.append(index_columns(pl.from_arrow(table.select(INDEX_COLUMNS)).lazy()))
-        shards = self._verified(self._shards(), INDEX_COLUMNS)
+        shards = self._verified(self._shards() + self._key_files(), INDEX_COLUMNS)
         try:  # all shards at once (fast); only if that fails is each shard checked alone
             return KeyIndex.from_frames(frames + self._index_frames(shards))
         except verify.damaged() as exc:  # pyarrow and polars raise several types for a damaged file (polars: a panic)
@@ -304,12 +316,18 @@ class Cache:
         """Move the unreadable ``shard`` (``exc`` says why) to quarantine/ with a warning. A local copy of a
         remote shard (``cache.remote``) is then downloaded again (once per process, checked against its
         manifest) and ``recheck``ed: True when that fresh copy is readable and in place, False when the
-        shard's requests will be sent again (the fresh copy is damaged too, or could not be fetched)."""
+        shard's requests will be sent again (the fresh copy is damaged too, or could not be fetched). A
+        fresh copy damaged again means the remote object is: it is moved aside there (``Remote.condemn``)."""
         while True:
-            again = self.remote is not None and not self.read_only and self.remote.can_refetch(shard)
+            remote = self.remote if self.remote is not None and not self.read_only else None
+            again = remote is not None and remote.can_refetch(shard)
             self._quarantine(shard, f"is unreadable ({type(exc).__name__}: {exc})",
-                             f"Fetching it again from {self.remote.name}." if again else what)
-            if not again or not self.remote.refetch(shard):
+                             f"Fetching it again from {remote.name}." if again else what)
+            if not again:
+                if remote is not None:
+                    remote.condemn(shard, f"{type(exc).__name__}: {exc}")
+                return False
+            if not remote.refetch(shard):
                 return False
             exc = recheck(shard)
             if exc is None:
@@ -388,6 +406,11 @@ class Cache:
         if moved:
             self._index = None
         return moved
+
+    def refresh(self) -> None:
+        """Forget the key index, so that the next ``has`` reads it again from every log and shard: the rows
+        another process appended meanwhile (a claim waited for, ``cache.claims``) count as cached."""
+        self._index = None
 
     def status(self, key: str) -> str | None:
         """The newest row's class for ``key``: "ok", "invalid", "fatal", "transient", or None if absent."""
@@ -702,11 +725,11 @@ class _Unreadable(Exception):
 
 
 @contextlib.contextmanager
-def _try_lock(path: Path):
-    """Yield whether an exclusive flock on ``path`` could be taken at once (False if the file is gone or
-    another process holds it); the lock is held inside the block."""
+def _try_lock(path: Path, create: bool = False):
+    """Yield whether an exclusive flock on ``path`` could be taken at once (False if the file is gone, unless
+    ``create`` makes it, or another process holds it); the lock is held inside the block."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644) if create else os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         yield False
         return

@@ -64,11 +64,15 @@ EVALS: dict[str, EvalSpec] = {
 
 @dataclass(frozen=True, slots=True)
 class DataFile:
-    """A dataset file as used: path, sha256 (hex) of its bytes, and its row count."""
+    """A dataset file as used: path, sha256 (hex) of its bytes, its row count and, for a file ``dxi data
+    fetch`` downloaded, ``source``: where from (``{"hf_repo", "revision", "requested_revision"}``: the hub
+    repository, the commit it was fetched at, the revision asked for), read from the record
+    ``<file>.dxi-source`` it wrote beside it (``evals.fetch``) when that record is of these bytes."""
 
     path: Path
     sha256: str
     rows: int
+    source: dict | None = None
 
     @classmethod
     def inspect(cls, path: Path) -> DataFile:
@@ -94,7 +98,26 @@ class DataFile:
         else:
             with path.open("rb") as f:
                 rows = sum(1 for line in f if line.strip())
-        return cls(path, digest.hexdigest(), rows)
+        return cls(path, digest.hexdigest(), rows, fetched_from(path, digest.hexdigest()))
+
+
+SOURCE_SUFFIX = ".dxi-source"  # the record ``dxi data fetch`` writes beside a file (no data file pattern matches it)
+
+
+def fetched_from(path: Path, sha256: str) -> dict | None:
+    """Where ``path`` was fetched from, as ``dxi data fetch`` recorded it in ``<path>.dxi-source``
+    (``{"hf_repo", "revision", "requested_revision"}``), or None: no record, an unreadable one, or one of
+    other bytes (the file was replaced since: the record no longer describes it)."""
+    import orjson
+
+    record = path.with_name(path.name + SOURCE_SUFFIX)
+    try:
+        doc = orjson.loads(record.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(doc, dict) or doc.get("sha256") != sha256:
+        return None
+    return {k: doc.get(k) for k in ("hf_repo", "revision", "requested_revision")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +183,9 @@ class Suite:
 
     ``limit`` keeps the first N tasks of each evaluation (after exclusions); ``wildguard_subset`` is
     "agreed" (the default, all three agreement fields equal to 3) or "all". ``evals`` restricts the
-    suite to some evaluations (the others are reported as not selected).
+    suite to some evaluations (the others are reported as not selected). ``runs`` (evaluation -> model
+    label -> flags) says what each model's recorded runs selected of each evaluation (``runner.selection``),
+    shown in the data block.
     """
 
     data: dict[str, EvalData]
@@ -168,6 +193,7 @@ class Suite:
     limit: int | None = None
     wildguard_subset: str = "agreed"
     evals: tuple[str, ...] | None = None
+    runs: dict[str, dict[str, str]] = field(default_factory=dict, compare=False)
     _survey: Survey | None = field(default=None, init=False, repr=False, compare=False)
     _gold: tuple[pl.DataFrame, pl.DataFrame] | None = field(default=None, init=False, repr=False, compare=False)
     _validated: bool = field(default=False, init=False, repr=False, compare=False)
@@ -259,8 +285,9 @@ class Suite:
         return self._gold
 
     def data_block(self) -> dict[str, dict]:
-        """The ``data`` block of summary.json: per evaluation, the file used (path, sha256, rows) and
-        the number of tasks, or the reason it is missing."""
+        """The ``data`` block of summary.json: per evaluation, the file used (path, sha256, rows and, for a
+        file fetched from the hub, its ``hf_repo``, ``revision`` and ``requested_revision``) and the number
+        of tasks, or the reason it is missing; ``runs`` where ``runs`` has it."""
         block: dict[str, dict] = {}
         for n, d in self.data.items():
             if self.evals is not None and n not in self.evals:
@@ -269,7 +296,8 @@ class Suite:
             if d.file is None:
                 block[n] = {"missing": d.missing}
                 continue
-            entry: dict = {"files": [{"path": str(d.file.path), "sha256": d.file.sha256, "rows": d.file.rows}],
+            entry: dict = {"files": [{"path": str(d.file.path), "sha256": d.file.sha256, "rows": d.file.rows,
+                                      **(d.file.source or {})}],
                            "tasks": self.survey().tasks[n]}
             if self.limit is not None:
                 entry["limit"] = self.limit
@@ -281,6 +309,8 @@ class Suite:
             excluded = self.exclusions.summary(n)
             if excluded:
                 entry["excluded"] = excluded
+            if self.runs.get(n):
+                entry["runs"] = dict(self.runs[n])
             block[n] = entry
         return block
 

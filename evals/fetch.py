@@ -4,7 +4,11 @@
 ``HF_TOKEN`` environment variable authorises gated sets such as ``cais/hle`` and
 ``allenai/wildguardmix``, whose terms must first be accepted on the hub) into the layout that
 ``evals.discover`` reads, then ``verify`` loads it with the product's own loaders and compares row and
-task counts with the published ones. ``Mirror(dir)`` reads a local directory laid out like the hub
+task counts with the published ones. A ``revision`` (a branch, tag or commit; default the repository's
+default branch) is first resolved to its commit, and every file is downloaded at that commit; beside each
+file assembled, ``<file>.dxi-source`` records the repository, the commit and the revision asked for, with
+the file's sha256, so summary.json can say which revision a number was computed on
+(``evals.fetched_from``). ``Mirror(dir)`` reads a local directory laid out like the hub
 (``<dir>/<owner>/<name>/<path in the repo>``) instead of the network: for machines without the hub, and
 for the tests.
 
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import EVALS, DataFile, DatasetError, Suite, discover, omniscience
+from . import EVALS, SOURCE_SUFFIX, DataFile, DatasetError, Suite, discover, fetched_from, omniscience
 
 OMNISCIENCE_NOTE = ("not downloadable: the published AA-Omniscience-Decision questions are private; put a JSONL "
                     "file of the same shape under omniscience*/ (the documentation's data page: docs/data.md)")
@@ -56,28 +60,45 @@ HUB_FILES: dict[str, HubFile] = {f.eval: f for f in (
 )}
 
 
+INDEX_TASKS = {"aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 3423, "wildguardtest": 835}
+"""The tasks the published Decision Index scores per evaluation (seed methodology, "Artificial Analysis
+Decision Indexの評価": 500 private questions, 513 of HLE's 2,500, 3,423 of When2Call's 3,652 after 229
+ambiguous ones are dropped, 835 of WildGuardTest's 1,725 rows); ``HubFile.rows`` / ``tasks`` are what the
+hub's file holds and what the product's default selection makes of it (no exclusion list)."""
+
+
 class FetchError(Exception):
     """A file could not be fetched; the message says why and what to do (never includes a token)."""
 
 
 class Source(Protocol):
-    def list_files(self, repo_id: str) -> list[str]: ...
-    def download(self, repo_id: str, path: str) -> Path: ...
+    """Where dataset files come from. ``resolve`` turns a revision (None: the default branch) into the
+    commit to fetch at (None when the source has no commits to name); ``list_files`` and ``download`` then
+    read that commit."""
+
+    def resolve(self, repo_id: str, revision: str | None) -> str | None: ...
+    def list_files(self, repo_id: str, revision: str | None = None) -> list[str]: ...
+    def download(self, repo_id: str, path: str, revision: str | None = None) -> Path: ...
 
 
 class Hub:
-    """The Hugging Face hub through huggingface_hub (``HF_TOKEN`` read from the environment)."""
+    """The Hugging Face hub through huggingface_hub (``HF_TOKEN`` read from the environment).
+    ``endpoint``: another hub (None: huggingface_hub's, ``HF_ENDPOINT``); ``cache_dir``: where downloads
+    are kept (None: huggingface_hub's cache)."""
 
-    def __init__(self) -> None:
+    def __init__(self, endpoint: str | None = None, cache_dir: Path | None = None) -> None:
         from huggingface_hub import HfApi
         from huggingface_hub.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()  # its retry warnings would repeat what FetchError says once
-        self.api = HfApi()
+        self.api = HfApi(endpoint=endpoint)
+        self.endpoint, self.cache_dir = endpoint, cache_dir
 
-    def _explain(self, repo_id: str, exc: Exception) -> FetchError:
+    def _explain(self, repo_id: str, exc: Exception, revision: str | None = None) -> FetchError:
         from huggingface_hub import errors
 
+        if isinstance(exc, errors.RevisionNotFoundError):
+            return FetchError(f"{repo_id}: no revision {revision!r} on the hub (a branch, tag or commit of the dataset)")
         gated = {f.repo_id: f.gated for f in HUB_FILES.values()}.get(repo_id, False)
         if isinstance(exc, errors.GatedRepoError) or (gated and isinstance(exc, errors.RepositoryNotFoundError)):
             token = "HF_TOKEN is set" if os.environ.get("HF_TOKEN") else "HF_TOKEN is not set"
@@ -88,19 +109,27 @@ class Hub:
         return FetchError(f"{repo_id}: cannot reach the Hugging Face hub ({type(exc).__name__}); copy the files "
                           "into a local mirror and use --mirror DIR")
 
-    def list_files(self, repo_id: str) -> list[str]:
+    def resolve(self, repo_id: str, revision: str | None) -> str | None:
+        """The commit (sha) ``revision`` (None: the default branch) names now (``HfApi.dataset_info``)."""
         try:
-            return self.api.list_repo_files(repo_id, repo_type="dataset")
-        except Exception as exc:  # huggingface_hub raises many types (HTTP, offline, auth)
-            raise self._explain(repo_id, exc) from None
+            return self.api.dataset_info(repo_id, revision=revision).sha
+        except Exception as exc:  # huggingface_hub raises many types (HTTP, offline, auth, unknown revision)
+            raise self._explain(repo_id, exc, revision) from None
 
-    def download(self, repo_id: str, path: str) -> Path:
+    def list_files(self, repo_id: str, revision: str | None = None) -> list[str]:
+        try:
+            return self.api.list_repo_files(repo_id, repo_type="dataset", revision=revision)
+        except Exception as exc:  # huggingface_hub raises many types (HTTP, offline, auth)
+            raise self._explain(repo_id, exc, revision) from None
+
+    def download(self, repo_id: str, path: str, revision: str | None = None) -> Path:
         from huggingface_hub import hf_hub_download
 
         try:
-            return Path(hf_hub_download(repo_id, path, repo_type="dataset"))
+            return Path(hf_hub_download(repo_id, path, repo_type="dataset", revision=revision, endpoint=self.endpoint,
+                                        cache_dir=self.cache_dir))
         except Exception as exc:
-            raise self._explain(repo_id, exc) from None
+            raise self._explain(repo_id, exc, revision) from None
 
 
 class Mirror:
@@ -115,11 +144,16 @@ class Mirror:
                 return base
         raise FetchError(f"{repo_id}: not in the mirror {self.root} (expected {self.root / repo_id}/)")
 
-    def list_files(self, repo_id: str) -> list[str]:
+    def resolve(self, repo_id: str, revision: str | None) -> str | None:
+        """A mirror holds one state of each repository: ``revision`` as given (None: not named), unchecked."""
+        self._repo(repo_id)
+        return revision
+
+    def list_files(self, repo_id: str, revision: str | None = None) -> list[str]:
         base = self._repo(repo_id)
         return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
 
-    def download(self, repo_id: str, path: str) -> Path:
+    def download(self, repo_id: str, path: str, revision: str | None = None) -> Path:
         return self._repo(repo_id) / path
 
 
@@ -134,6 +168,18 @@ class Outcome:
     tasks: int | None = None
     expected_rows: int | None = None
     expected_tasks: int | None = None
+
+    @property
+    def index_tasks(self) -> int | None:
+        """The task count of the published Decision Index for this evaluation (``INDEX_TASKS``)."""
+        return INDEX_TASKS.get(self.eval)
+
+    def published(self) -> str:
+        """The published counts, the file's and the index's: "file 3652 rows / 3652 tasks; index 3423 tasks"."""
+        parts = [] if self.expected_rows is None else [f"file {self.expected_rows} rows / {self.expected_tasks} tasks"]
+        if self.index_tasks is not None:
+            parts.append(f"index {self.index_tasks} tasks")
+        return "; ".join(parts)
 
     @property
     def counts_match(self) -> bool | None:
@@ -180,6 +226,20 @@ def _assemble(paths: list[Path], dest: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def record_source(path: Path, repo_id: str, commit: str | None, asked: str | None) -> None:
+    """Write ``<path>.dxi-source`` (``evals.SOURCE_SUFFIX``): the repository ``path`` was fetched from, the
+    ``revision`` (commit) it was fetched at, the ``requested_revision``, and the sha256 of ``path``'s bytes
+    (a record is only read for the bytes it describes: ``evals.fetched_from``). Written to a temporary name,
+    then renamed."""
+    import orjson
+
+    record = path.with_name(path.name + SOURCE_SUFFIX)
+    tmp = record.with_name(f".{record.name}.tmp")
+    tmp.write_bytes(orjson.dumps({"hf_repo": repo_id, "revision": commit, "requested_revision": asked,
+                                  "sha256": DataFile.inspect(path).sha256}, option=orjson.OPT_INDENT_2) + b"\n")
+    os.replace(tmp, record)
+
+
 def verify(path: Path, name: str) -> tuple[DataFile, int]:
     """Load evaluation ``name`` from ``path`` with the product's loaders: ``(file, task count)`` in the
     default subset. Raises DatasetError (naming file, row and field) when a row is malformed or two rows
@@ -191,10 +251,15 @@ def verify(path: Path, name: str) -> tuple[DataFile, int]:
     return data[name].file, sum(1 for _ in suite.tasks(name))
 
 
-def fetch(data_dir: Path, source: Source, evals: Iterable[str] | None = None, force: bool = False) -> list[Outcome]:
-    """Fetch the selected evaluations into ``data_dir`` (a file already there is kept unless ``force``),
-    verify each, and return one Outcome per evaluation. Never raises for one evaluation's failure."""
+def fetch(data_dir: Path, source: Source, evals: Iterable[str] | None = None, force: bool = False,
+          revisions: dict[str, str] | None = None) -> list[Outcome]:
+    """Fetch the selected evaluations into ``data_dir`` (a file already there is kept unless ``force``,
+    or unless a revision is asked for that it was not fetched at), verify each, and return one Outcome per
+    evaluation. ``revisions`` maps an evaluation to the revision (branch, tag or commit) to fetch; the
+    others get the default branch. Each file is fetched at the commit its revision resolves to, recorded
+    beside it (``record_source``). Never raises for one evaluation's failure."""
     outcomes = []
+    revisions = revisions or {}
     for name in evals or EVALS:
         spec = HUB_FILES.get(name)
         if spec is None:
@@ -202,13 +267,19 @@ def fetch(data_dir: Path, source: Source, evals: Iterable[str] | None = None, fo
             continue
         dest = data_dir / spec.dest
         status = "present"
+        asked = revisions.get(name)
         try:
-            if force or not dest.exists():
-                files = source.list_files(spec.repo_id)
+            fetched = fetched_from(dest, DataFile.inspect(dest).sha256) if dest.exists() and asked else None
+            if force or not dest.exists() or (asked and asked not in {(fetched or {}).get(k) for k in
+                                                                    ("revision", "requested_revision")}):
+                commit = source.resolve(spec.repo_id, asked)
+                files = source.list_files(spec.repo_id, commit)
                 matched = next((sorted(fnmatch.filter(files, p)) for p in spec.patterns if fnmatch.filter(files, p)), [])
                 if not matched:
-                    raise FetchError(f"{spec.repo_id}: no file matching {', '.join(spec.patterns)}")
-                _assemble([source.download(spec.repo_id, p) for p in matched], dest)
+                    raise FetchError(f"{spec.repo_id}: no file matching {', '.join(spec.patterns)}"
+                                     + (f" at revision {asked}" if asked else ""))
+                _assemble([source.download(spec.repo_id, p, commit) for p in matched], dest)
+                record_source(dest, spec.repo_id, commit, asked)
                 status = "fetched"
             file, tasks = verify(dest, name)
         except (FetchError, DatasetError, FileNotFoundError) as exc:
@@ -218,8 +289,28 @@ def fetch(data_dir: Path, source: Source, evals: Iterable[str] | None = None, fo
             outcomes.append(Outcome(name, "failed", f"{type(exc).__name__}: {exc}", expected_rows=spec.rows,
                                     expected_tasks=spec.tasks))
             continue
-        outcomes.append(Outcome(name, status, f"from {spec.repo_id}", file, tasks, spec.rows, spec.tasks).note_counts())
+        at = f" at revision {file.source['revision']}" if file.source and file.source.get("revision") else ""
+        outcomes.append(Outcome(name, status, f"from {spec.repo_id}{at}", file, tasks, spec.rows, spec.tasks).note_counts())
     return outcomes
+
+
+def revisions(values: Iterable[str], evals: Iterable[str]) -> dict[str, str]:
+    """``dxi data fetch --revision`` values as evaluation -> revision: ``EVAL=REV`` for one evaluation, a
+    bare ``REV`` (a branch or tag every repository has, such as ``main``) for each of ``evals``; a later
+    value wins. ValueError naming the value for an unknown evaluation or an empty revision."""
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, rev = value.partition("=")
+        if not sep:
+            name, rev = "", value
+        if name and name not in HUB_FILES:
+            raise ValueError(f"--revision {value!r}: {name!r} is not an evaluation fetched from the hub "
+                             f"({', '.join(HUB_FILES)})")
+        if not rev.strip():
+            raise ValueError(f"--revision {value!r}: no revision (a branch, tag or commit of the dataset)")
+        for e in ([name] if name else [e for e in evals if e in HUB_FILES]):
+            out[e] = rev.strip()
+    return out
 
 
 def check(data_dir: Path) -> list[Outcome]:

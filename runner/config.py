@@ -7,6 +7,8 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     cache_dir = ".dxi-cache"
     out = "out"
     max_cost = 20.0                  # USD; optional
+    allow_failed = 5                 # optional: failed or missing answers accepted per model and evaluation
+                                     # (or a fraction of its answers: 0.01, "1%"); see --allow-failed
     cache_remote = "s3://team-bucket/dxi"   # optional: a shared remote cache (docs/distributed.md)
     coordinator = "redis://10.0.0.5:6379/0" # optional: limits and cost shared through Redis
     epochs = 1                       # default for every model
@@ -21,20 +23,28 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     [providers.openai]               # shared limits for every model on this provider
     kind = "openai"                  # the adapter
     base_url = "https://api.openai.com/v1"
-    api_key_env = "OPENAI_API_KEY"
+    api_key_env = "OPENAI_API_KEY"   # or api_key_command = "gcloud auth print-access-token": a token, renewed
     rpm = 500                        # requests per minute
     tpm = 200000                     # tokens per minute
     max_in_flight = 32
+    batch = true                     # send through the provider's batch API at the batch price (docs/batch.md)
+    batch_max_requests = 10000       # optional: at most this many requests per batch
+    batch_enqueued_tokens = 2000000  # optional: the provider's enqueued-token limit per model
 
     [[models]]
-    name = "gpt-6.1-terra (t=0)"        # the name in reports; default "<adapter>:<model>"
+    name = "gpt-6.1-terra (low)"     # the name in reports; default "<adapter>:<model>"
     provider = "openai"              # a [providers.*] table, or an adapter name used with its defaults
     model = "gpt-6.1-terra"
-    params = { temperature = 0, max_tokens = 400 }   # sampling parameters: part of the cache key
+    effort = "low"                   # none|minimal|low|medium|high|xhigh|max: the provider's own field (the key)
+    params = { max_completion_tokens = 16000 }       # sampling parameters: part of the cache key
     price = { input = 0.25, output = 2.0 }           # USD per million input / output tokens (cached_input,
                                                      # cache_write, cache_write_1h = ...: prompt-cache prices)
     epochs = 1
     options = {}                     # adapter settings outside the cache key (llamacpp: ctx_size, ...)
+    batch = false                    # this model alone: not through the batch API (default: its provider's)
+
+A price's ``batch_input`` / ``batch_output`` are the batch API's prices (default: half of ``input`` /
+``output``, as OpenAI, Anthropic and Google bill batches).
 """
 from __future__ import annotations
 
@@ -65,6 +75,7 @@ class Provider(_Struct):
     kind: str
     base_url: str | None = None
     api_key_env: str | None = None
+    api_key_command: str | list[str] | None = None  # prints a key or token, run again before it expires (adapters.credentials)
     rpm: float | None = None
     tpm: int | None = None
     max_in_flight: int | None = None
@@ -72,6 +83,9 @@ class Provider(_Struct):
     attempt_timeout_s: float | None = None
     max_stated_wait_s: float | None = None  # the longest stated wait honoured; longer stops the provider
     max_reply_bytes: int | None = None      # the largest reply read; larger is stored invalid
+    batch: bool | None = None               # send through the batch API (runner.batch)
+    batch_max_requests: int | None = None   # at most this many requests per batch
+    batch_enqueued_tokens: int | None = None  # input tokens in open batches at once, per model
 
 
 class Price(_Struct):
@@ -85,6 +99,8 @@ class Price(_Struct):
     cached_input: float | None = None
     cache_write: float | None = None
     cache_write_1h: float | None = None
+    batch_input: float | None = None   # the batch API's prices (default: half of input / output)
+    batch_output: float | None = None
 
 
 class Model(_Struct):
@@ -93,10 +109,12 @@ class Model(_Struct):
     provider: str
     model: str | None = None
     name: str | None = None
+    effort: str | None = None  # one of adapters.EFFORTS, mapped onto the provider's own field
     params: dict[str, Any] = {}
     price: Price | None = None
     epochs: int | None = None
     options: dict[str, Any] = {}
+    batch: bool | None = None  # None: its provider's ``batch``
 
 
 class Evals(_Struct):
@@ -117,6 +135,7 @@ class RunFile(_Struct):
     cache_dir: str = ".dxi-cache"
     out: str = "out"
     max_cost: float | None = None
+    allow_failed: int | float | str | None = None  # ``allow_failed``: answers, or a fraction (scoring.provisional)
     epochs: int = 1
     cache_remote: str | None = None  # s3://bucket/prefix, gs://..., file:///dir (docs/distributed.md)
     coordinator: str | None = None   # redis://HOST:PORT/DB
@@ -219,8 +238,10 @@ def load(path: Path | str) -> RunFile:
     for name, p in providers.items():
         if p.kind not in adapters.KINDS:
             raise fail(("providers", name, "kind"), f"unknown adapter {p.kind!r}; known: {', '.join(adapters.KINDS)}")
+        if p.api_key_command is not None and p.api_key_env is not None:
+            raise fail(("providers", name, "api_key_command"), "api_key_env and api_key_command do not combine: give one")
         for field in ("rpm", "tpm", "max_in_flight", "max_attempts", "attempt_timeout_s", "max_stated_wait_s",
-                      "max_reply_bytes"):
+                      "max_reply_bytes", "batch_max_requests", "batch_enqueued_tokens"):
             value = getattr(p, field)
             if value is not None and value <= 0:
                 raise fail(("providers", name, field), "must be positive")
@@ -230,10 +251,13 @@ def load(path: Path | str) -> RunFile:
             raise fail(("models", i, "provider"), f"{m.provider!r} is neither a [providers.*] table "
                                                   f"({', '.join(providers) or 'none'}) nor an adapter ({', '.join(adapters.KINDS)})")
         if m.price is not None and any((v or 0) < 0 for v in (m.price.input, m.price.output, m.price.cached_input,
-                                                                  m.price.cache_write, m.price.cache_write_1h)):
+                                                                  m.price.cache_write, m.price.cache_write_1h,
+                                                                  m.price.batch_input, m.price.batch_output)):
             raise fail(("models", i, "price"), "prices must be >= 0 (USD per million tokens)")
         if m.epochs is not None and m.epochs < 1:
             raise fail(("models", i, "epochs"), "must be at least 1")
+        if m.effort is not None and m.effort not in adapters.EFFORTS:
+            raise fail(("models", i, "effort"), f"{m.effort!r} is not one of {', '.join(adapters.EFFORTS)}")
         label = m.name or (f"{run.provider_of(m)[1].kind}:{m.model}" if m.model else None)
         if label is not None and label in labels:
             raise fail(("models", i, "name"), f"two models are called {label!r}: give each a distinct name")
@@ -258,4 +282,34 @@ def load(path: Path | str) -> RunFile:
         raise fail(("epochs",), "must be at least 1")
     if run.max_cost is not None and run.max_cost < 0:
         raise fail(("max_cost",), "must be >= 0 (USD)")
+    if run.allow_failed is not None:
+        try:
+            allow_failed(run.allow_failed)
+        except ValueError as exc:
+            raise fail(("allow_failed",), str(exc)) from None
     return run
+
+
+def allow_failed(value: object) -> dict:
+    """The tolerance of provisional figures (``--allow-failed``, a run file's ``allow_failed``;
+    ``scoring.provisional.Tolerance(**result)``) from the user's value: an integer (5, "5") is a number of
+    failed or missing answers accepted per model and evaluation, ``{"answers": 5}``; a decimal (0.01,
+    "0.01") or a percentage ("1%") a fraction of that evaluation's answers, ``{"fraction": 0.01}``.
+    ValueError, saying what is expected, for anything else (a negative number, a fraction above 1)."""
+    expected = f"expected a number of answers (5) or a fraction of them (0.01, 1%), got {value!r}"
+    if isinstance(value, bool):
+        raise ValueError(expected)
+    text = value if isinstance(value, str) else repr(value)
+    text = text.strip()
+    try:
+        if isinstance(value, int) or text.isdigit():
+            count = int(text)
+            if count < 0:
+                raise ValueError(expected)
+            return {"answers": count}
+        fraction = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError(expected) from None
+    if not 0 <= fraction <= 1:  # NaN too
+        raise ValueError(expected)
+    return {"fraction": fraction}

@@ -4,26 +4,45 @@ Every process of a run (the shards of a job array, or several processes on one s
 provider key (``ModelRun.limits_key``):
 
 * **pacing**: the same GCRA booking as ``runner.limits`` (each attempt books the next free instant at the
-  current rate, requests and tokens), done atomically in one Lua script on Redis's clock, so N processes
+  current rate, requests and tokens), done atomically in a Lua script on Redis's clock, so N processes
   together keep to the provider's rate as one would;
-* **the pause a 429 states** (``Retry-After`` and the like): every process waits it out;
+* **the in-flight slots** (``Limits.max_in_flight`` for all processes together): an attempt takes a slot
+  (a lease in a sorted set, renewed by its holder's heartbeat) before it is sent and gives it back when it
+  ends, so every process makes progress; when none is free it queues in Redis, first come first served,
+  and the process that gives a slot back hands it (booked) to the head of the queue, telling the waiter's
+  process through its pub/sub channel: no polling. A dead process's slots come back when their leases end
+  (``?lease=SECONDS`` in the URI, default 30);
+* **the pause a 429 states** (``Retry-After`` and the like), told to every process at once (pub/sub);
 * **the narrowed rate after 429s** (× ``runner.limits.BACKOFF`` once per round of 429s, recovering
   linearly over ``RECOVERY_S``) and a limit a 429's headers state;
-* **the in-flight slots** (``Limits.max_in_flight`` for all processes together): each is a lease in a
-  sorted set, renewed by its holder every ``lease/3`` seconds; a dead process's slots come back when their
-  leases end (``?lease=SECONDS`` in the URI, default 30);
 * **the spend under ``--max-cost``**: reservations and spend are kept in Redis; an attempt reserves its
   cost bound there, and once the bound leaves no room with nothing in flight anywhere, every process stops.
   A dead process's reservations are counted as spent when their leases end (it may have been billed).
+
+**Shares.** Each process keeps its shard alive in Redis (a member per shard, refreshed by every call and a
+heartbeat every ``HEARTBEAT_S``; it lapses ``MEMBER_TTL`` seconds after the last). The shards in Redis use
+``f = (shards alive + shards done) / N`` of each limit together (rates, slots; of the cost bound, all but
+the shares of the shards out, less what those spent through Redis): a shard that is out (not started yet,
+unable to reach Redis, partitioned, dead) leaves its 1/N unused, because it may be sending on its own.
+So the aggregate never exceeds a limit whatever mix of shards reaches Redis.
+
+**Falling back and rejoining.** A process that cannot reach Redis (at start, or when a call fails) falls
+back, with a warning, to 1/N of each limit and of the cost bound (N from ``--shard``), never the full limit;
+it first waits ``MEMBER_TTL`` seconds, until its share has surely lapsed in Redis (and the others' turns booked
+before then have passed: the in-flight limit's worth of request intervals). It tries Redis again every
+``REJOIN_S`` seconds; once Redis answers it stops taking local turns, lets the attempts sent on its own
+finish, rejoins (its share back in Redis) and goes on through Redis.
+
+**Calls.** An attempt costs one call to take its slot and booking (none more when it waits: the slot is
+handed over), and its release is one of the calls that batch every background change of an event-loop
+turn (releases, token corrections, 429s, pauses, settlements) into one script call; a cost bound adds the
+reservation. ``make bench`` counts them with Redis's ``INFO commandstats``.
 
 What each process keeps to itself: its window of attempts (AIMD, ``runner.limits.Window``) and its token
 estimate. Keys live under ``dxi:<run id>:``, expiring a day after their last use. The run id is
 ``DXI_RUN_ID``, else Slurm's ``SLURM_ARRAY_JOB_ID``, else a digest of the command line without its
 ``--shard``, ``--cache-dir``, ``--out`` and ``-q`` (the shards of one run are otherwise the same command).
-
-If Redis cannot be reached at start, or stops answering during the run, each process falls back, with a
-warning, to 1/N of each provider's limits and of the cost bound (N from ``--shard``), never to the full
-limit.
+The scripts reach keys named in their arguments: a single Redis (or a primary), not a Redis Cluster.
 
 An alternative without Redis in the runner: point every process at a LiteLLM proxy that keeps the limits
 (its ``router_settings`` with ``redis_host`` share rpm/tpm across proxy instances), with ``--rpm`` left
@@ -38,183 +57,26 @@ import logging
 import os
 import time
 import uuid
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from dxi.adapters import AdapterError, Limits, RateLimited, Request
 
+from .coordinator_script import library
 from .cost import Budget, CostBoundReached
-from .limits import BACKOFF, MIN_FRACTION, RECOVERY_S, ProviderLimiter, Ticket
+from .limits import BACKOFF, RECOVERY_S, ProviderLimiter, Ticket
 from .shard import divide
 
 log = logging.getLogger("dxi.coordinator")
 
-TTL_S = 86_400  # keys expire a day after their last use
-POLL_S = 0.02   # how often a process waiting for a slot or for room under the bound asks again
+TTL_S = 86_400     # keys expire a day after their last use
+MEMBER_TTL = 6.0   # seconds a shard stays alive in Redis after its process's last call
+HEARTBEAT_S = 2.0  # how often an idle process says it is alive (and renews its leases)
+REJOIN_S = 2.0     # how often a process that fell back tries Redis again
+POLL_S = 0.05      # how often a reservation that found no room under the bound asks again (backing off to 1 s)
 
-# Rates are units per second; times are Redis's clock (seconds). Floats go back to Python as strings
-# (a Lua number returned to Redis is truncated to an integer).
-_RATE = """
-local function rate(h, now, p, ceil, recovery)
-  local v = redis.call('HMGET', h, p .. 'learned', p .. 'low', p .. 'since')
-  local learned = tonumber(v[1])
-  if learned and (ceil <= 0 or learned < ceil) then ceil = learned end
-  if ceil <= 0 then return 0, 0 end
-  local low = tonumber(v[2])
-  if not low then return ceil, ceil end
-  return math.min(ceil, low + ceil * (now - tonumber(v[3])) / recovery), ceil
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-"""
-
-# KEYS[1] provider hash; ARGV: request ceiling, token ceiling (per second; 0 = none), tokens, recovery s, ttl
-BOOK = _RATE + """
-local h = KEYS[1]
-local recovery, tokens = tonumber(ARGV[4]), tonumber(ARGV[3])
-local start = math.max(now, tonumber(redis.call('HGET', h, 'paused')) or 0)
-local wait = start - now
-local rr = rate(h, now, 'r', tonumber(ARGV[1]), recovery)
-if rr > 0 then
-  local s = math.max(tonumber(redis.call('HGET', h, 'rtat')) or 0, start)
-  redis.call('HSET', h, 'rtat', tostring(s + 1 / rr))
-  wait = math.max(wait, s - now)
-end
-local tr = rate(h, now, 't', tonumber(ARGV[2]), recovery)
-if tr > 0 and tokens > 0 then
-  local s = math.max(tonumber(redis.call('HGET', h, 'ttat')) or 0, start)
-  redis.call('HSET', h, 'ttat', tostring(s + tokens / tr))
-  wait = math.max(wait, s - now)
-end
-redis.call('EXPIRE', h, tonumber(ARGV[5]))
-return {tostring(wait), tostring(now), tostring(tr)}
-"""
-
-# KEYS[1]; ARGV: seconds -> seconds left of the pause (after holding it for ``seconds``, when > 0)
-PAUSE = _RATE + """
-local h = KEYS[1]
-local paused = tonumber(redis.call('HGET', h, 'paused')) or 0
-local s = tonumber(ARGV[1])
-if s > 0 and now + s > paused then
-  paused = now + s
-  redis.call('HSET', h, 'paused', tostring(paused))
-  redis.call('HINCRBYFLOAT', h, 'paused_s', tostring(s))
-  redis.call('EXPIRE', h, tonumber(ARGV[2]))
-end
-return tostring(math.max(0, paused - now))
-"""
-
-# KEYS[1]; ARGV: booked_at, stated rpm, stated tpm (0 = none), request ceiling, token ceiling, recovery, ttl
-RATE_LIMITED = _RATE + """
-local h = KEYS[1]
-local recovery = tonumber(ARGV[6])
-local learned = false
-for i, p in ipairs({'r', 't'}) do
-  local stated = tonumber(ARGV[1 + i]) / 60
-  if stated > 0 then
-    local cur, ceil = rate(h, now, p, tonumber(ARGV[3 + i]), recovery)
-    if ceil <= 0 or stated < ceil then
-      redis.call('HSET', h, p .. 'learned', tostring(stated), p .. 'low', tostring(math.min(cur > 0 and cur or stated, stated)),
-                 p .. 'since', tostring(now))
-      learned = true
-    end
-  end
-end
-local decreased = tonumber(redis.call('HGET', h, 'decreased')) or -1
-local cut = 0
-if tonumber(ARGV[1]) >= decreased then
-  redis.call('HSET', h, 'decreased', tostring(now))
-  if not learned then
-    cut = 1
-    redis.call('HINCRBY', h, 'decreases', 1)
-    for i, p in ipairs({'r', 't'}) do
-      local cur, ceil = rate(h, now, p, tonumber(ARGV[3 + i]), recovery)
-      if cur > 0 then
-        redis.call('HSET', h, p .. 'low', tostring(math.max(ceil * @MIN@, cur * @BACKOFF@)), p .. 'since', tostring(now))
-      end
-    end
-  end
-end
-redis.call('HINCRBY', h, 'rate_limited', 1)
-redis.call('EXPIRE', h, tonumber(ARGV[7]))
-return cut
-""".replace("@MIN@", repr(MIN_FRACTION)).replace("@BACKOFF@", repr(BACKOFF))
-
-# KEYS[1] provider hash; ARGV: tokens to add (or give back when negative), token ceiling, recovery
-CORRECT = _RATE + """
-local tr = rate(KEYS[1], now, 't', tonumber(ARGV[2]), tonumber(ARGV[3]))
-if tr > 0 then redis.call('HINCRBYFLOAT', KEYS[1], 'ttat', tostring(tonumber(ARGV[1]) / tr)) end
-return 1
-"""
-
-# KEYS[1] slots zset; ARGV: size, member, lease s, ttl -> 1 taken, 0 full
-TAKE_SLOT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
-  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
-  return 1
-end
-return 0
-"""
-
-# KEYS[1] zset of leases; ARGV: lease s, members... -> renews the members' leases
-RENEW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i]) end
-return 1
-"""
-
-_EXPIRE_RESERVATIONS = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-for _, m in ipairs(dead) do
-  local usd = tonumber(redis.call('HGET', KEYS[3], m)) or 0
-  redis.call('HINCRBYFLOAT', KEYS[1], 'spent', tostring(usd))
-  redis.call('HINCRBYFLOAT', KEYS[1], 'reserved', tostring(-usd))
-  redis.call('HDEL', KEYS[3], m)
-  redis.call('ZREM', KEYS[2], m)
-end
-"""
-
-# KEYS: cost hash, reservations zset, amounts hash; ARGV: usd, bound (-1: none), member, lease, ttl
-# -> 1 reserved, 0 no room while others are in flight (ask again), -1 stopped
-RESERVE = _EXPIRE_RESERVATIONS + """
-for i = 1, 3 do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[5])) end
-if redis.call('HGET', KEYS[1], 'stopped') == '1' then return -1 end
-local usd, bound = tonumber(ARGV[1]), tonumber(ARGV[2])
-local spent = tonumber(redis.call('HGET', KEYS[1], 'spent')) or 0
-local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved')) or 0
-local n = redis.call('ZCARD', KEYS[2])
-if n == 0 then reserved = 0; redis.call('HSET', KEYS[1], 'reserved', '0') end
-if bound < 0 or spent + reserved + usd <= bound then
-  redis.call('HINCRBYFLOAT', KEYS[1], 'reserved', tostring(usd))
-  redis.call('HSET', KEYS[3], ARGV[3], tostring(usd))
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[3])
-  return 1
-end
-if n > 0 then return 0 end
-redis.call('HSET', KEYS[1], 'stopped', '1')
-return -1
-"""
-
-# KEYS as RESERVE; ARGV: member, actual usd
-SETTLE = """
-local usd = tonumber(redis.call('HGET', KEYS[3], ARGV[1]))
-if usd then
-  redis.call('HINCRBYFLOAT', KEYS[1], 'reserved', tostring(-usd))
-  redis.call('HDEL', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-end
-redis.call('HINCRBYFLOAT', KEYS[1], 'spent', tostring(tonumber(ARGV[2])))
-return 1
-"""
+LIBRARY = library(TTL_S, 2 * HEARTBEAT_S)
 
 _REDIS_ERRORS: tuple[type[BaseException], ...] = (OSError,)
 
@@ -256,17 +118,28 @@ def _raise_if_cancelled() -> None:
         raise asyncio.CancelledError
 
 
+def _retrieved(fut: asyncio.Future) -> None:
+    """Mark a background operation's outcome as seen (its failure is the coordinator's: it falls back)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 class CoordinatorError(ValueError):
     """A ``--coordinator`` URI that is not ``redis://HOST:PORT/DB``, or the extra is not installed."""
 
 
+class _Down(Exception):
+    """The coordinator fell back while an attempt waited on Redis: take the local path."""
+
+
 class Coordinator:
     """One process's connection to the run's Redis (``uri``: ``redis://HOST:PORT/DB[?lease=SECONDS]``; a
-    password, if any, from ``REDIS_PASSWORD``, never in messages). ``shares`` is N, the number of processes
-    to divide the limits by should Redis be unreachable. ``down`` says the process has fallen back (the
-    reason in ``warnings``). ``connect()`` checks Redis at start (synchronously, 2 s timeout)."""
+    password, if any, from ``REDIS_PASSWORD``, never in messages). This process is shard ``shard`` of
+    ``shares`` (N: the limits are divided by it while Redis is out of reach). ``down`` says the process has
+    fallen back (the reason in ``warnings``); ``connect()`` checks Redis at start (synchronously, 2 s timeout).
+    ``rejoined`` counts the times it came back after falling back."""
 
-    def __init__(self, uri: str, run: str, shares: int = 1):
+    def __init__(self, uri: str, run: str, shares: int = 1, shard: int = 0):
         parts = urlsplit(uri)
         if parts.scheme not in ("redis", "rediss") or "@" in parts.netloc:
             raise CoordinatorError(f"--coordinator {parts.scheme}://{parts.hostname or ''}...: expected "
@@ -278,16 +151,27 @@ class Coordinator:
             raise CoordinatorError("--coordinator ...?lease=SECONDS: not a number") from None
         self.url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), ""))
         self.name = f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}{parts.path or '/0'}"
-        self.run, self.shares = run, max(1, shares)
+        self.run, self.shares, self.shard = run, max(1, shares), shard
         self.prefix = f"dxi:{run}:"
         self.member = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.down = False
+        self.rejoined = 0
         self.warnings: list[str] = []
         self._client = None
-        self._scripts: dict[str, object] = {}
+        self._script = None
         self._leases: dict[str, set[str]] = {}  # zset key -> members this process holds
-        self._heartbeat: asyncio.Task | None = None
+        self._batch: list[tuple[str, list, asyncio.Future]] = []  # operations queued (``submit``)
+        self._sender: asyncio.Task | None = None  # sends them, one batch at a time
         self._background: set[asyncio.Task] = set()
+        self._tasks: list[asyncio.Task] = []  # heartbeat and listener (while up), rejoin (while down)
+        self._waiting: dict[str, asyncio.Future] = {}  # waiter -> its hand-over (a grant message)
+        self._waiting_for: dict[str, str] = {}  # waiter -> the provider it waits for
+        self._limiters: dict[str, SharedLimiter] = {}
+        self._budget: SharedBudget | None = None
+        self._local_from = 0.0  # monotonic time after which a process that fell back may send on its own
+        self._rejoining = False
+        self._started = False
+        self._connecting: asyncio.Lock | None = None
 
     # ---- connection -------------------------------------------------------------------------
     def _kwargs(self) -> dict:
@@ -295,7 +179,8 @@ class Coordinator:
         return {"socket_timeout": 5.0, "socket_connect_timeout": 2.0} | ({"password": pw} if pw else {})
 
     def connect(self) -> bool:
-        """Whether Redis answers (a PING, 2 s timeout); if not, fall back (``down``) with a warning."""
+        """Whether Redis answers (a PING, 2 s timeout); if not, fall back (``down``) with a warning, and try
+        again in the background once the run starts."""
         try:
             import redis
         except ImportError:
@@ -312,194 +197,352 @@ class Coordinator:
         return True
 
     def fail(self, exc: BaseException) -> None:
-        """Fall back to 1/N of every limit (once), with a warning."""
+        """Fall back to 1/N of every limit (once per fall), with a warning: local turns begin ``MEMBER_TTL``
+        seconds from now (this shard's share lapses in Redis by then), and Redis is tried again every
+        ``REJOIN_S`` seconds."""
         if self.down:
             return
         self.down = True
+        self._local_from = time.monotonic() + MEMBER_TTL + self._horizon()
         message = (f"coordinator {self.name} unreachable ({type(exc).__name__}: {exc}); this process falls back to "
-                   f"1/{self.shares} of each provider's limits and of the cost bound")
+                   f"1/{self.shares} of each provider's limits and of the cost bound, and tries again every "
+                   f"{REJOIN_S:g} s")
         self.warnings.append(message)
         log.warning(message)
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(_Down())
+        self._waiting.clear()
+        self._waiting_for.clear()
+        batch, self._batch = self._batch, []
+        for _, _, fut in batch:
+            if not fut.done():
+                fut.set_exception(ConnectionError(f"coordinator {self.name} is out of reach"))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # at start (connect): the run's start begins the rejoin loop
+        for task in self._tasks:
+            task.cancel()
+        self._tasks = [loop.create_task(self._rejoin())]
 
-    async def _redis(self):
-        if self._client is None:
-            import redis.asyncio as aioredis
+    def _horizon(self) -> float:
+        """How far ahead of now the bookings of the shards in Redis can reach: each slot booked at most one
+        request interval after the last (seconds; the slowest provider's)."""
+        return max((lim.size / lim._ceilings[0] for lim in self._limiters.values() if lim._ceilings[0]), default=0.0)
 
-            self._client = aioredis.Redis.from_url(self.url, **self._kwargs())
-            for name, text in (("book", BOOK), ("pause", PAUSE), ("rate_limited", RATE_LIMITED), ("correct", CORRECT),
-                               ("take_slot", TAKE_SLOT), ("renew", RENEW), ("reserve", RESERVE), ("settle", SETTLE)):
-                self._scripts[name] = self._client.register_script(text)
-            self._heartbeat = asyncio.get_running_loop().create_task(self._renew_leases())
-        return self._client
+    async def start(self) -> None:
+        """Begin the background work (inside the event loop): heartbeat and listener while Redis answers, the
+        attempts to rejoin while it does not."""
+        if self._started:
+            return
+        self._started = True
+        if self.down:
+            self._tasks = [asyncio.get_running_loop().create_task(self._rejoin())]
+            return
+        try:
+            await self.call("join", [])
+        except _REDIS_ERRORS as exc:
+            self.fail(exc)
 
-    async def call(self, script: str, keys: list[str], args: list) -> object:
-        """Run one of the Lua scripts; raises a Redis connection error (the caller falls back), and
-        ``asyncio.CancelledError`` if the calling task was cancelled meanwhile, even when redis-py returned
-        the reply instead (see ``_raise_if_cancelled``): the script may then have run."""
-        await self._redis()
-        result = await self._scripts[script](keys=keys, args=args)
+    async def _ready(self) -> None:
+        """Connected, script registered, listener and heartbeat running (once, whoever asks first)."""
+        if self._script is not None:
+            return
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._script is None:
+                await self._connect_async()
+
+    async def _connect_async(self) -> None:
+        import redis.asyncio as aioredis
+
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.aclose()
+        self._client = client = aioredis.Redis.from_url(self.url, **self._kwargs())
+        pubsub = client.pubsub()
+        await pubsub.subscribe(self.key("proc", self.member), self.key("events"))
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._heartbeat()), loop.create_task(self._listen(pubsub))]
+        self._script = client.register_script(LIBRARY)
+
+    def _common(self) -> list:
+        return [self.prefix, str(self.shard), self.shares, self.member, MEMBER_TTL]
+
+    def submit(self, op: str, args: list) -> asyncio.Future:
+        """Queue an operation of the script; a future of its answer. Every operation queued in one event-loop
+        turn goes to Redis in one call (``_flush``); a Redis connection error fails them all (and this
+        process falls back)."""
+        fut = asyncio.get_running_loop().create_future()
+        self._batch.append((op, args, fut))
+        if len(self._batch) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+        return fut
+
+    async def call(self, op: str, args: list) -> object:
+        """Run one operation (in this turn's batch) and return its answer; raises a Redis connection error
+        (the caller falls back), and ``asyncio.CancelledError`` if the calling task was cancelled meanwhile,
+        even when the answer came (see ``_raise_if_cancelled``): the operation may then have run."""
+        if self.down and not self._rejoining:
+            raise ConnectionError(f"coordinator {self.name} is out of reach")
+        result = await self.submit(op, args)
         _raise_if_cancelled()
         return result
 
-    def later(self, script: str, keys: list[str], args: list) -> None:
-        """Run a script without waiting for it (from synchronous code: a release, a settle, a 429)."""
+    def later(self, op: str, args: list) -> None:
+        """Run an operation without waiting for it (from synchronous code: a release, a settle, a 429)."""
         if self.down:
             return
+        self.submit(op, args).add_done_callback(_retrieved)
 
-        async def go() -> None:
+    def _flush(self) -> None:
+        """Send the operations queued, one batch at a time, in order (a release queued after a take runs
+        after it), until none are left."""
+        if self._sender is not None and not self._sender.done():
+            return  # the sender takes what was queued once its call returns
+        if not self._batch:
+            return
+        self._sender = asyncio.get_running_loop().create_task(self._send())
+        self._background.add(self._sender)
+        self._sender.add_done_callback(self._background.discard)
+
+    async def _send(self) -> None:
+        while self._batch:
+            batch, self._batch = self._batch, []
+            flat: list = ["batch", *self._common(), len(batch)]
+            for op, args, _ in batch:
+                flat += [op, len(args), *args]
             try:
-                await self.call(script, keys, args)
+                await self._ready()
+                answers = await self._script(keys=[], args=flat)
             except _REDIS_ERRORS as exc:
                 self.fail(exc)
-
-        task = asyncio.get_running_loop().create_task(go())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+                for _, _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                return
+            except BaseException as exc:
+                for _, _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for (_, _, fut), answer in zip(batch, answers, strict=True):
+                if not fut.done():
+                    fut.set_result(answer)
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
 
-    # ---- leases -----------------------------------------------------------------------------
+    # ---- leases, heartbeat, hand-overs ----------------------------------------------------------
     def hold(self, zset: str, member: str) -> None:
         self._leases.setdefault(zset, set()).add(member)
 
     def drop(self, zset: str, member: str) -> None:
         self._leases.get(zset, set()).discard(member)
 
-    async def _renew_leases(self) -> None:
+    async def _heartbeat(self) -> None:
         while True:
-            await asyncio.sleep(self.lease_s / 3)
+            await asyncio.sleep(min(HEARTBEAT_S, self.lease_s / 3))
             if self.down:
                 return
+            groups = [(zset, members) for zset, members in self._leases.items() if members]
+            args: list = [self.lease_s, len(groups)]
+            for zset, members in groups:
+                args += [zset, len(members), *members]
+            waiting = set(self._waiting_for.values())
+            for limiter in self._limiters.values():
+                if limiter.provider in waiting:
+                    args += [limiter.provider, limiter.size, self.lease_s, *limiter._ceilings, RECOVERY_S]
             try:
-                for zset, members in list(self._leases.items()):
-                    if members:
-                        await self.call("renew", [zset], [self.lease_s, *members])
+                await self.call("refresh", args)
             except _REDIS_ERRORS as exc:
                 self.fail(exc)
                 return
 
+    async def _listen(self, pubsub) -> None:
+        """Hand-overs for this process's waiters, and pauses any process heard (pub/sub)."""
+        try:
+            while not self.down:
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if message is None:
+                    continue
+                kind, _, rest = message["data"].decode().partition(" ")
+                if kind == "grant":  # waiter, wait, Redis's time, token rate, provider
+                    waiter, wait, booked_at, rate, provider = rest.split(" ", 4)
+                    fut = self._waiting.pop(waiter, None)
+                    self._waiting_for.pop(waiter, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result((float(wait), float(booked_at), float(rate)))
+                    elif provider in self._limiters:  # its waiter gave up meanwhile: the slot goes back
+                        self._limiters[provider].give_back(waiter)
+                elif kind == "pause":  # seconds, provider
+                    seconds, provider = rest.split(" ", 1)
+                    if provider in self._limiters:
+                        self._limiters[provider].paused_by_other(float(seconds))
+        except asyncio.CancelledError:
+            raise
+        except _REDIS_ERRORS as exc:
+            self.fail(exc)
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+
+    def expect(self, waiter: str, provider: str) -> asyncio.Future:
+        """A future resolved with (wait, Redis's time, token rate) when ``waiter`` (queued for a slot of
+        ``provider``) is handed a slot."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting[waiter] = fut
+        self._waiting_for[waiter] = provider
+        return fut
+
+    def forget(self, waiter: str) -> None:
+        self._waiting.pop(waiter, None)
+        self._waiting_for.pop(waiter, None)
+
+    # ---- falling back and rejoining ---------------------------------------------------------------
+    async def mode(self) -> str:
+        """"shared" (through Redis) or "local" (fallen back, and its share surely lapsed in Redis): waits while
+        the process rejoins, and until its local turns may begin."""
+        while True:
+            if self._rejoining:
+                await asyncio.sleep(0.02)
+                continue
+            if not self.down:
+                return "shared"
+            delay = self._local_from - time.monotonic()
+            if delay <= 0:
+                return "local"
+            await asyncio.sleep(min(delay, 0.25))
+
+    def _local_idle(self) -> bool:
+        """No attempt sent on its own is in flight, and no local pacer has booked ahead of now."""
+        now = time.monotonic()
+        for limiter in self._limiters.values():
+            fb = limiter.fallback
+            if fb.window.held:
+                return False
+            if any(rate.pacer is not None and rate.pacer._next > now for rate in (fb.requests, fb.tokens)):
+                return False
+        return self._budget is None or not self._budget.local_in_flight
+
+    async def _rejoin(self) -> None:
+        """While fallen back: try Redis every ``REJOIN_S`` seconds; once it answers, stop taking local turns,
+        let the local attempts finish, and rejoin."""
+        import redis.asyncio as aioredis
+
+        while self.down:
+            await asyncio.sleep(REJOIN_S)
+            try:
+                async with aioredis.Redis.from_url(self.url, **self._kwargs()) as probe:
+                    await probe.ping()
+            except (*_REDIS_ERRORS, Exception):  # noqa: B014 (redis' own errors besides the connection's)
+                continue
+            self._rejoining = True
+            try:
+                while not self._local_idle():
+                    await asyncio.sleep(0.02)
+                self.down = False
+                self._script = None
+                await self._ready()
+                await self.call("join", [])
+            except (*_REDIS_ERRORS, Exception) as exc:  # noqa: B014
+                self.down = True
+                self._local_from = time.monotonic() + MEMBER_TTL + self._horizon()
+                for task in self._tasks:
+                    if task is not asyncio.current_task():
+                        task.cancel()
+                log.warning("coordinator %s: rejoining failed (%s: %s); still 1/%d of each limit", self.name,
+                            type(exc).__name__, exc, self.shares)
+                continue
+            finally:
+                self._rejoining = False
+            self.rejoined += 1
+            if self._budget is not None:
+                self._budget.rejoin()
+            message = f"coordinator {self.name} reachable again: this process rejoins the limits shared by run {self.run}"
+            self.warnings.append(message)
+            log.warning(message)
+            return
+
     async def close(self) -> None:
-        """Let the background calls finish (releases, settles), stop renewing, close the connection."""
+        """Say this shard is done, let the background calls finish (releases, settles), stop the heartbeat,
+        the listener and the rejoining, close the connection."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if not self.down and self._script is not None:
+            self.later("done", [])
+        self._flush()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
-            self._heartbeat = None
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.aclose()
             self._client = None
+            self._script = None
 
     # ---- what the runner uses ---------------------------------------------------------------
     def limiters(self, models: Sequence) -> dict[str, ProviderLimiter]:
-        """A SharedLimiter per provider key of ``models`` (``runner.run.ModelRun``), for ``run(limiters=)``."""
-        out: dict[str, ProviderLimiter] = {}
+        """A SharedLimiter per provider key of ``models`` (``runner.run.ModelRun``), for ``run(limiters=)``.
+        Called inside the event loop: the background work (``start``) begins."""
+        if not self._started:
+            task = asyncio.get_running_loop().create_task(self.start())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         for m in models:
-            if m.limits_key not in out:
-                out[m.limits_key] = SharedLimiter(m.adapter.limits, self, m.limits_key)
-        return out
+            if m.limits_key not in self._limiters:
+                self._limiters[m.limits_key] = SharedLimiter(m.adapter.limits, self, m.limits_key)
+        return dict(self._limiters)
 
     def budget(self, max_usd: float | None) -> Budget:
-        return SharedBudget(max_usd, self)
-
-
-class LeasedSlots:
-    """The provider's in-flight slots for all processes: ``await acquire()``, ``release()`` (the interface
-    of the ``asyncio.Semaphore`` it replaces). Each slot held is a lease in Redis; while ``down``, a local
-    semaphore of 1/N of the slots. A waiter asks Redis again every ``POLL_S`` seconds (a slot another
-    process gives back), and at once when this process gives one back (the first waiter only)."""
-
-    def __init__(self, coordinator: Coordinator, key: str, size: int, fallback: asyncio.Semaphore):
-        self.c, self.key, self.size, self.fallback = coordinator, key, size, fallback
-        self._held: list[str | None] = []  # a member per shared slot held; None for a local one
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    async def acquire(self) -> bool:
-        while not self.c.down:
-            member = f"{self.c.member}-{uuid.uuid4().hex[:8]}"
-            try:
-                taken = await self.c.call("take_slot", [self.key], [self.size, member, self.c.lease_s, TTL_S])
-            except _REDIS_ERRORS as exc:
-                self.c.fail(exc)
-                break
-            except asyncio.CancelledError:
-                self._zrem(member)  # the script may have run: give back the slot it may have taken
-                raise
-            if taken:
-                self.c.hold(self.key, member)
-                self._held.append(member)
-                return True
-            woken = asyncio.get_running_loop().create_future()
-            self._waiters.append(woken)
-            try:
-                await asyncio.wait_for(woken, POLL_S)
-            except TimeoutError:
-                pass
-            finally:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(woken)
-        await self.fallback.acquire()
-        self._held.append(None)
-        return True
-
-    def release(self) -> None:
-        member = self._held.pop() if self._held else None
-        if member is None:
-            self.fallback.release()
-            return
-        self.c.drop(self.key, member)
-        self._zrem(member)
-
-    def _zrem(self, member: str) -> None:
-        if self.c.down:
-            return
-
-        async def go() -> None:
-            try:
-                client = await self.c._redis()
-                await client.zrem(self.key, member)
-            except _REDIS_ERRORS as exc:
-                self.c.fail(exc)
-            while self._waiters:  # the slot is free in Redis: the first waiter asks for it now
-                waiter = self._waiters.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)
-                    break
-
-        task = asyncio.get_running_loop().create_task(go())
-        self.c._background.add(task)
-        task.add_done_callback(self.c._background.discard)
+        self._budget = SharedBudget(max_usd, self)
+        return self._budget
 
 
 @dataclass(slots=True)
 class SharedTicket(Ticket):
-    """A Ticket booked in Redis: ``booked_at`` on Redis's clock; ``token_rate`` the shared rate it used."""
+    """A Ticket booked in Redis: its slot's lease ``member``, ``booked_at`` on Redis's clock, ``token_rate``
+    the shared rate it used."""
 
+    member: str = ""
     booked_at: float = 0.0
     token_rate: float = 0.0
 
 
 class SharedLimiter(ProviderLimiter):
-    """A ProviderLimiter whose pacing, pause, narrowed rates and slots are shared through the coordinator
-    (see the module docstring). While the coordinator is down it is a local ProviderLimiter with 1/N of
-    the limits (``fallback``)."""
+    """A ProviderLimiter whose pacing, pause, narrowed rates and in-flight slots are shared through the
+    coordinator (see the module docstring): each attempt takes a slot in Redis and gives it back when it
+    ends. Its admission ``slots`` stay this process's own (``max_in_flight``: they bound its queue, not what
+    is sent). While the coordinator is down it is a local ProviderLimiter with 1/N of the limits
+    (``fallback``)."""
 
     def __init__(self, limits: Limits, coordinator: Coordinator, provider: str):
         super().__init__(limits)
-        self.c = coordinator
+        self.c, self.provider = coordinator, provider
         self.hash = coordinator.key("provider", provider)
+        self.slots_key = coordinator.key("slots", provider)
         self.fallback = ProviderLimiter(divide(limits, coordinator.shares))
-        self.slots = LeasedSlots(coordinator, coordinator.key("slots", provider), max(1, limits.max_in_flight),
-                                 self.fallback.slots)
+        self.size = max(1, limits.max_in_flight)
         self._ceilings = (limits.rpm / 60 if limits.rpm else 0.0, limits.tpm / 60 if limits.tpm else 0.0)
+
+    def _args(self, member: str) -> list:
+        return [self.provider, self.size, member, self.c.lease_s, *self._ceilings]
 
     def pause(self, seconds: float) -> None:
         super().pause(seconds)
         self.fallback.pause(seconds)
-        self.c.later("pause", [self.hash], [seconds, TTL_S])
+        self.c.later("pause", [self.provider, seconds])
+
+    def paused_by_other(self, seconds: float) -> None:
+        """Another process paused the provider (a 429's stated wait): hold this one's attempts too."""
+        ProviderLimiter.pause(self, seconds)
 
     def halt(self, error) -> None:
         """Stop this provider (``ProviderLimiter.halt``), the fallback used while Redis is down included."""
@@ -511,34 +554,80 @@ class SharedLimiter(ProviderLimiter):
         super().close()
         self.fallback.close()
 
+    def give_back(self, member: str) -> None:
+        """A slot handed to a waiter that gave up: back to Redis (and on to the next waiter)."""
+        self.c.later("release", [*self._args(member), RECOVERY_S])
+
     async def acquire(self, request: Request) -> Ticket:
-        if self.c.down:
-            return await self.fallback.acquire(request)
+        while True:
+            if await self.c.mode() == "local":
+                return await self.fallback.acquire(request)
+            try:
+                return await self._shared(request)
+            except _Down:
+                continue
+
+    async def _shared(self, request: Request) -> SharedTicket:
+        await self._unpaused()
         await self.window.acquire()
         size = len(request.body)
         try:
             while True:
                 cost = self.estimate(size)  # booked only where there is a token rate (configured or stated)
-                try:
-                    wait, booked_at, token_rate = await self.c.call(
-                        "book", [self.hash], [*self._ceilings, cost, RECOVERY_S, TTL_S])
-                    wait = float(wait)
-                    if wait > 0:
-                        await self.sleep(wait)  # ends at once when the provider is stopped (halt) or the run stops
-                        if self.ending:  # the attempt checks ``halted`` and ``closed`` and sends nothing
-                            return SharedTicket(time.monotonic(), size, cost, float(booked_at), float(token_rate))
-                        left = float(await self.c.call("pause", [self.hash], [0, TTL_S]))
-                        if left > 0:  # a 429 came in while we waited our turn: book again after it
-                            await self.sleep(left)
-                            continue
-                except _REDIS_ERRORS as exc:
-                    self.c.fail(exc)
-                    self.window.release()
-                    return await self.fallback.acquire(request)
-                return SharedTicket(time.monotonic(), size, cost, float(booked_at), float(token_rate))
+                wait, booked_at, rate, member = await self._slot(cost)
+                if wait > 0:
+                    await self.sleep(wait)  # ends at once when the provider is stopped (halt) or the run stops
+                if not self.ending and self._paused_until > time.monotonic():  # a 429 came in meanwhile:
+                    self.give_back(member)  # book again after it
+                    self.c.drop(self.slots_key, member)
+                    await self._unpaused()
+                    continue
+                return SharedTicket(time.monotonic(), size, cost, member, booked_at, rate)
         except BaseException:
             self.window.release()
             raise
+
+    async def _slot(self, cost: float) -> tuple[float, float, float, str]:
+        """Take a slot in Redis (waiting in its queue for one to be handed over): (seconds to wait for its
+        booked turn, Redis's time of the booking, the token rate used, the slot's member). Raises _Down when
+        Redis fails meanwhile."""
+        member = f"{self.c.member}/{uuid.uuid4().hex[:8]}"
+        fut = self.c.expect(member, self.provider)
+        try:
+            answer = await self.c.call("acquire", [*self._args(member), cost, RECOVERY_S])
+            if int(answer[0]) == 1:
+                self.c.forget(member)
+                wait, booked_at, rate = float(answer[1]), float(answer[2]), float(answer[3])
+            else:
+                wait, booked_at, rate = await self._handed(member, fut)
+        except _REDIS_ERRORS as exc:
+            self.c.forget(member)
+            self.c.fail(exc)
+            raise _Down from None
+        except asyncio.CancelledError:
+            self.c.forget(member)
+            self.c.later("cancel", [*self._args(member), RECOVERY_S])  # out of the queue, or its slot back
+            raise
+        self.c.hold(self.slots_key, member)
+        return wait, booked_at, rate, member
+
+    async def _handed(self, member: str, fut: asyncio.Future) -> tuple[float, float, float]:
+        """Wait for ``member``'s hand-over; every ``lease/2`` seconds without one, ask Redis (a message lost)."""
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), max(1.0, min(5.0, self.c.lease_s / 2)))
+            except TimeoutError:
+                pass
+            state = await self.c.call("check", [*self._args(member), RECOVERY_S])
+            if isinstance(state, bytes):
+                self.c.forget(member)
+                wait, booked_at, rate = (float(x) for x in state.decode().split())
+                return wait, booked_at, rate
+            if int(state) < 0:  # neither queued nor handed a slot (Redis restarted): queued again
+                answer = await self.c.call("acquire", [*self._args(member), 0, RECOVERY_S])
+                if int(answer[0]) == 1:
+                    self.c.forget(member)
+                    return float(answer[1]), float(answer[2]), float(answer[3])
 
     def finish(self, ticket: Ticket, ok: bool, error: AdapterError | None = None,
                input_tokens: int | None = None, output_tokens: int | None = None) -> None:
@@ -546,6 +635,8 @@ class SharedLimiter(ProviderLimiter):
             self.fallback.finish(ticket, ok, error, input_tokens, output_tokens)
             return
         self.window.release()
+        self.c.drop(self.slots_key, ticket.member)
+        self.c.later("release", [*self._args(ticket.member), RECOVERY_S])
         if ok:
             self.replies += 1  # as ProviderLimiter.finish: a provider that has answered is not stopped by one 400
             w = self.window
@@ -553,15 +644,15 @@ class SharedLimiter(ProviderLimiter):
                 w.resize(min(float(self.limits.max_in_flight), w.size + 1 / w.size))
             if input_tokens is not None:
                 if ticket.token_rate > 0:
-                    self.c.later("correct", [self.hash], [input_tokens + (output_tokens or 0) - ticket.tokens,
-                                                          self._ceilings[1], RECOVERY_S])
+                    self.c.later("correct", [self.provider, input_tokens + (output_tokens or 0) - ticket.tokens,
+                                             self._ceilings[1], RECOVERY_S])
                 self.estimate.observe(ticket.body_bytes, input_tokens, output_tokens)
             return
         if not isinstance(error, RateLimited):
             return
         self.rate_limited += 1
-        self.c.later("rate_limited", [self.hash], [ticket.booked_at, error.rpm or 0, error.tpm or 0, *self._ceilings,
-                                                   RECOVERY_S, TTL_S])
+        self.c.later("rate_limited", [self.provider, ticket.booked_at, error.rpm or 0, error.tpm or 0, *self._ceilings,
+                                      RECOVERY_S])
         if ticket.sent_at >= self._decreased_at:  # this process's window: once per round of 429s, as locally
             self._decreased_at = time.monotonic()
             if not (error.rpm or error.tpm):
@@ -573,34 +664,34 @@ class SharedLimiter(ProviderLimiter):
 
 class SharedBudget(Budget):
     """A Budget whose bound holds for every process of the run (spend and reservations in Redis); ``spent``
-    is still this process's own. While the coordinator is down: a local Budget of 1/N of the bound."""
+    is still this process's own. While the coordinator is down: a local Budget of 1/N of the bound, less
+    what this process spent before (``local_in_flight`` counts its local reservations)."""
 
     def __init__(self, max_usd: float | None, coordinator: Coordinator):
         super().__init__(max_usd)
         self.c = coordinator
+        self.bound = max_usd  # the whole bound (``max_usd`` is this process's share while it is on its own)
         self.keys = [coordinator.key("cost"), coordinator.key("reservations"), coordinator.key("amounts")]
         self._members: list[tuple[str, float]] = []
-        self._fallen = False
+        self.local_in_flight = 0
 
-    def _fall_back(self) -> None:
-        if not self._fallen and self.max_usd is not None:
-            self.max_usd = self.max_usd / self.c.shares
-        self._fallen = True
+    def rejoin(self) -> None:
+        """Back on Redis: the whole bound again (shared)."""
+        self.max_usd = self.bound
 
     async def reserve(self, usd: float) -> float:
-        if self.max_usd is None:  # no bound to share: nothing to ask Redis
+        if self.bound is None:  # no bound to share: nothing to ask Redis
             return await super().reserve(usd)
-        while not self.c.down:
-            member = f"{self.c.member}-{uuid.uuid4().hex[:8]}"
+        delay = POLL_S
+        while await self.c.mode() == "shared":
+            member = f"{self.c.member}/{uuid.uuid4().hex[:8]}"
             try:
-                answer = int(await self.c.call("reserve", self.keys,
-                                               [usd, -1 if self.max_usd is None else self.max_usd, member,
-                                                self.c.lease_s, TTL_S]))
+                answer = int(await self.c.call("reserve", [usd, self.bound, member, self.c.lease_s]))
             except _REDIS_ERRORS as exc:
                 self.c.fail(exc)
                 break
             except asyncio.CancelledError:
-                self.c.later("settle", self.keys, [member, 0])  # the script may have run: nothing was sent
+                self.c.later("settle", [member, 0])  # the script may have run: nothing was sent
                 raise
             if answer == 1:
                 self.c.hold(self.keys[1], member)
@@ -608,30 +699,43 @@ class SharedBudget(Budget):
                 self.reserved += usd
                 self.in_flight += 1
                 return usd
+            if answer == -2:
+                self.stopped = True
+                raise CostBoundReached(f"the cost bound of ${self.bound:g} leaves no room for another request within the "
+                                       f"shares of the shards reaching the coordinator (each shard of {self.c.shares} "
+                                       "out of reach keeps its share)")
             if answer < 0 or self.stopped:
                 self.stopped = True
-                raise CostBoundReached(f"the cost bound of ${self.max_usd:g} (for every process of the run) leaves "
+                raise CostBoundReached(f"the cost bound of ${self.bound:g} (for every process of the run) leaves "
                                        "no room for another request")
-            await asyncio.sleep(POLL_S)
-        self._fall_back()
-        return await super().reserve(usd)
+            await asyncio.sleep(delay)
+            delay = min(1.0, delay * 1.5)
+        if await self.c.mode() != "local":  # rejoined meanwhile
+            return await self.reserve(usd)
+        self.max_usd = self.bound / self.c.shares  # on its own: its share, less what it spent (``spent``)
+        reserved = await super().reserve(usd)
+        self.local_in_flight += 1
+        self._members.append(("", usd))
+        return reserved
 
     def settle(self, reserved: float, actual: float) -> None:
         for i, (member, usd) in enumerate(self._members):
             if usd == reserved:
                 del self._members[i]
-                self.c.drop(self.keys[1], member)
-                self.c.later("settle", self.keys, [member, actual])
+                if member:
+                    self.c.drop(self.keys[1], member)
+                    self.c.later("settle", [member, actual])
+                else:
+                    self.local_in_flight -= 1
                 break
         super().settle(reserved, actual)
 
     async def spent_by_all(self) -> float | None:
         """What every process of the run has spent (USD), or None if Redis cannot say."""
-        if self.c.down:
+        if self.c.down or self.c._client is None:
             return None
         try:
-            client = await self.c._redis()
-            value = await client.hget(self.keys[0], "spent")
+            value = await self.c._client.hget(self.keys[0], "spent")
         except _REDIS_ERRORS:
             return None
         return float(value or 0)

@@ -87,12 +87,11 @@ class Charge:
     budget: Budget
     price: tuple[float | None, ...] | None
 
-    async def reserve(self, adapter: Adapter, task: Task, request: Request) -> float:
-        """Reserve the attempt's cost bound (see the module docstring); returns it. Raises
-        CostBoundReached. A model with output tokens priced but no cap on them cannot run under a bound
-        (``runner.plan`` refuses it before the run starts)."""
+    def bound(self, adapter: Adapter, task: Task, request: Request) -> float:
+        """The most one attempt of ``request`` can cost at this price (USD; 0 without a price): what
+        ``reserve`` reserves. ValueError for priced output without a cap under a bound."""
         if self.price is None:
-            return await self.budget.reserve(0.0)
+            return 0.0
         from dxi.scoring import cost_usd  # imported for priced models only: start-up does without Polars
         from dxi.scoring.cost import max_input_price
 
@@ -101,8 +100,14 @@ class Charge:
             out = 0  # no bound to keep: nothing to reserve for the uncapped output (it is settled from the usage)
         if out is None:
             raise ValueError(f"{adapter.label}: no cap on output tokens under a cost bound")
-        return await self.budget.reserve(cost_usd(input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS), out,
-                                                  max_input_price(self.price), self.price[1]))
+        return cost_usd(input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS), out, max_input_price(self.price),
+                        self.price[1])
+
+    async def reserve(self, adapter: Adapter, task: Task, request: Request) -> float:
+        """Reserve the attempt's cost bound (``bound``; see the module docstring); returns it. Raises
+        CostBoundReached. A model with output tokens priced but no cap on them cannot run under a bound
+        (``runner.plan`` refuses it before the run starts)."""
+        return await self.budget.reserve(self.bound(adapter, task, request))
 
     def settle(self, reserved: float, reply: Reply | None, error: AdapterError | None) -> float:
         """Settle an attempt that ended with ``reply`` or ``error``; returns its actual cost (USD)."""

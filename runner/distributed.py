@@ -37,7 +37,7 @@ def add_flags(p: argparse.ArgumentParser, command: str) -> None:
     """The flags of ``command`` (run, estimate, score, report)."""
     if command in ("run", "estimate"):
         p.add_argument("--shard", metavar="K/N", help="only the requests whose cache key falls in shard K of N (K from 0); "
-                       "auto: K (and N) from SLURM_ARRAY_TASK_ID / JOB_COMPLETION_INDEX, auto/N to give N")
+                       "auto/N: K from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX (auto: N from DXI_SHARD_COUNT)")
     p.add_argument("--cache-remote", metavar="URI", help="a shared remote cache: s3://BUCKET/PREFIX, gs://BUCKET/PREFIX "
                    "or file:///DIR (S3 endpoint: ?endpoint=URL or AWS_ENDPOINT_URL_S3; credentials from the environment)")
     if command == "run":
@@ -113,14 +113,17 @@ class Distributed:
         if self.shard is not None and self.shard.count > 1:
             how = (f"`dxi score --cache-remote {self.remote.name}`" if self.remote is not None
                    else "`dxi score` on a cache holding every shard's rows (see --cache-remote)")
-            _note(f"shard {self.shard}: the summary above scores what the cache held when this shard ended; once every "
+            _note(f"shard {self.shard}: the summary above scores the rows in this shard's cache folder; once every "
                   f"shard is done, {how} scores the whole run")
 
 
-def remote_for(uri: str | None, cache_dir: Path, mirror: Path | None = None) -> Remote | None:
-    """The remote tier at ``uri`` for ``cache_dir`` (created), its shards pulled into ``cache_dir``/remote,
-    or into ``mirror`` when given (``dxi view``: its own folder; ``cache_dir`` is then neither created nor
-    written); PlanError when it cannot be reached."""
+def remote_for(uri: str | None, cache_dir: Path, mirror: Path | None = None, shard: Shard | None = None,
+               writable: bool = False) -> Remote | None:
+    """The remote tier at ``uri`` for ``cache_dir`` (created), checked (``Remote.check``: its bucket exists
+    and can be listed, and with ``writable`` written) and pulled into ``cache_dir``/remote, or into ``mirror``
+    when given (``dxi view``: its own folder; ``cache_dir`` is then neither created nor written). A ``shard``
+    of several reads only its part, index columns only (``cache.remote``). PlanError (exit code 2, before
+    anything is sent) when it cannot be reached, listed or written."""
     if not uri:
         return None
     from dxi.cache.remote import Remote, RemoteError
@@ -128,12 +131,14 @@ def remote_for(uri: str | None, cache_dir: Path, mirror: Path | None = None) -> 
     if mirror is None:
         cache_dir.mkdir(parents=True, exist_ok=True)
     try:
-        remote = Remote(uri, cache_dir, mirror)
+        remote = Remote(uri, cache_dir, mirror, None if shard is None else (shard.index, shard.count))
+        remote.check(writable)
         fetched = remote.pull()
     except RemoteError as exc:
         raise PlanError(f"remote cache: {exc}") from None
     if fetched:
-        _note(f"fetched {fetched} shard(s) from {remote.name}")
+        what = "the index of" if remote.keys_only else "the rows of"
+        _note(f"fetched {what} {fetched} object(s) from {remote.name}" + (f" (shard {shard}'s part)" if remote.keys_only else ""))
     return remote
 
 
@@ -155,22 +160,25 @@ def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
         from . import coordinator
 
         try:
-            c = coordinator.Coordinator(uri, coordinator.run_id(sys.argv[1:]), n)
+            c = coordinator.Coordinator(uri, coordinator.run_id(sys.argv[1:]), n, d.shard.index if d.shard else 0)
         except coordinator.CoordinatorError as exc:
             raise PlanError(str(exc)) from None
+        d.coordinator = c  # reachable or not: one that is not falls back to 1/N, and rejoins once it is
         if c.connect():
-            d.coordinator = c
             _note(f"coordinator {c.name}: limits and cost bound shared by every process of run {c.run}")
-        # else: warned; this process runs as a shard without a coordinator (1/N of everything)
     if d.shard is not None:
         _note(f"shard {d.shard} (from {d.shard.source})")
-        if d.coordinator is None and sending:  # (an estimate sends nothing: nothing to divide)
-            plan.max_cost, d.notes = keep_share(plan.models, plan.max_cost, n)
-            if d.notes:
-                _note(f"without a coordinator, this process keeps to 1/{n} of each provider's limits and of the cost bound:")
-                for line in d.notes:
-                    _note(f"  {line}")
-    d.remote = remote_for(getattr(args, "cache_remote", None) or plan.cache_remote, plan.cache_dir)
+    if sending and n > 1 and (d.coordinator is None or d.coordinator.down):  # (an estimate sends nothing)
+        divided, d.notes = keep_share(plan.models, plan.max_cost, n, apply=d.coordinator is None)
+        if d.coordinator is None:
+            plan.max_cost = divided
+        if d.notes:
+            _note(f"{'without a coordinator' if d.coordinator is None else 'until it reaches the coordinator'}, this "
+                  f"process keeps to 1/{n} of each provider's limits and of the cost bound:")
+            for line in d.notes:
+                _note(f"  {line}")
+    d.remote = remote_for(getattr(args, "cache_remote", None) or plan.cache_remote, plan.cache_dir, shard=d.shard,
+                          writable=sending)
     if d.remote is not None and sending:
         d.roll_s = getattr(args, "upload_every", None) or ROLL_S
     return d
@@ -183,33 +191,36 @@ def add_cache_parser(sub) -> None:
     c = sub.add_parser("cache", help="maintain the cache (dxi cache compact [--cache-dir DIR | --cache-remote URI])")
     csub = c.add_subparsers(dest="cache_command", required=True)
     k = csub.add_parser("compact", help="merge a local cache's small shards into fewer and rewrite those of the old "
-                                        "nested layout in the flat one, or with --cache-remote merge the remote "
-                                        "cache's small shards (idempotent; safe beside running writers)")
-    k.add_argument("--cache-remote", metavar="URI", help="the remote cache (as for dxi run): merge its small shards")
+                                        "nested layout in the flat one, or with --cache-remote rewrite the remote "
+                                        "cache, one object a key partition (idempotent; safe beside running writers)")
+    k.add_argument("--cache-remote", metavar="URI", help="the remote cache (as for dxi run): rewrite it whole, each "
+                   "partition's objects merged, split into finer partitions where they are large, the old layout moved in")
     k.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"),
                    help="the local cache to compact; with --cache-remote, a local folder for temporary files "
                         "(default .dxi-cache)")
-    k.add_argument("--target-rows", type=int, default=1_000_000,
-                   help="merge shards smaller than this into shards of up to this many rows (default 1,000,000)")
+    k.add_argument("--target-rows", type=int, default=None,
+                   help="merge shards smaller than this into shards of up to this many rows (default 1,000,000); with "
+                        "--cache-remote, the rows a partition holds before it is split (default 20,000)")
 
 
 def cmd_cache(args: argparse.Namespace, console) -> int:
     """``dxi cache compact``: prints what was merged or rewritten; exit code 0, or 2 when the cache (or the
     remote) cannot be used."""
-    if args.target_rows < 1:
+    if args.target_rows is not None and args.target_rows < 1:
         raise PlanError("--target-rows must be at least 1")
     if args.cache_remote is None:
-        return _compact_local(args.cache_dir, args.target_rows, console)
-    from dxi.cache.remote import Remote, RemoteError
+        return _compact_local(args.cache_dir, args.target_rows or 1_000_000, console)
+    from dxi.cache.remote import TARGET_ROWS, Remote, RemoteError
 
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     try:
         remote = Remote(args.cache_remote, args.cache_dir)
-        merged, written = remote.compact(args.target_rows)
+        remote.check(writable=True)
+        merged, written = remote.compact(args.target_rows or TARGET_ROWS)
     except (RemoteError, OSError) as exc:
         raise PlanError(f"remote cache: {exc}") from None
-    console.print(f"{remote.name}: merged {merged} shard(s) into {written}" if merged else
-                  f"{remote.name}: nothing to merge (fewer than two shards below {args.target_rows} rows)")
+    console.print(f"{remote.name}: merged {merged} object(s) into {written}" if merged else
+                  f"{remote.name}: nothing to merge (every node holds one object, at the level its rows call for)")
     return 0
 
 

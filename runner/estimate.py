@@ -172,8 +172,8 @@ def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, hist
     est.basis = {b: n for b, n in frame["basis"].value_counts(sort=True).iter_rows()}
     est.input_tokens, est.output_tokens = float(frame["input"].sum()), float(frame["output"].sum())
     if model.price is None:
-        est.cost_reason = ("no price for this model: prices are set per model in a run file "
-                           "(price = { input = USD, output = USD } per million tokens)")
+        est.cost_reason = ("no price for this model: give it with --price MODEL=IN/OUT (USD per million input / "
+                           "output tokens) or in a run file (price = { input = USD, output = USD })")
     else:
         est.cost_usd = cost_usd(est.input_tokens, est.output_tokens, *model.price)
         if model.price[1] == 0 or frame["output_bound"].null_count() == 0:

@@ -1,8 +1,8 @@
 """``dxi export``: the scored answers and metrics in the formats people share.
 
 * ``csv``, ``parquet``, ``jsonl``: the per-answer table (``ANSWER_COLUMNS``: the columns of
-  ``OUT/answers.parquet``), one row per (model, question, epoch), written to the file ``OUT``. In CSV the
-  nested ``probabilities`` column is a JSON text (``[{"option": "A", "p": 0.7}, ...]``).
+  ``OUT/answers.parquet``, then ``effort``: ``EXPORT_COLUMNS``), one row per (model, question, epoch), written to
+  the file ``OUT``. In CSV the nested ``probabilities`` column is a JSON text (``[{"option": "A", "p": 0.7}, ...]``).
 * ``eee``: the Every Eval Ever schema, version ``EEE_SCHEMA_VERSION`` (github.com/evaleval/every_eval_ever,
   ``eval.schema.json`` and ``instance_level_eval.schema.json``), laid out as its datastore is under the
   folder ``OUT``: ``data/decision-index/<adapter>/<model>/<uuid>.json``, one aggregate record (an
@@ -11,12 +11,17 @@
   records, ``<uuid>_samples.jsonl``, one line per (question, epoch), linked by ``evaluation_id`` and
   ``evaluation_result_id`` and checksummed (sha256) in the aggregate's ``detailed_evaluation_results``.
   File names are UUIDs (version 4 in form, as the datastore requires) derived from the record's identity
-  (model, endpoint, parameters, evaluation, prompt version), so exporting again replaces the same files.
+  (model, endpoint, parameters, evaluation, prompt version), so exporting again replaces the same files. Each
+  record's ``model_info.additional_details`` has the model's ``effort`` (summary.json's) where its requests
+  carry one, and ``generation_args.reasoning`` says whether they asked for reasoning (an effort other than none).
 
 The export reads the same selection and the same scoring as ``dxi score`` (``runner.outputs.score_all``):
 it never sends a request. Metrics are 0-100 (``metric_unit`` "percent"); a metric that is null (an
-undefined F1, answers missing from the cache) has no result, and its reason is in the record's
+undefined F1, no reply at all) has no result, and its reason is in the record's
 ``source_metadata.additional_details`` under ``<metric>_reason``. An evaluation without data has no record.
+A provisional figure (answers failed or missing, ``scoring.provisional``) is marked: ``complete`` "false"
+in its result's ``score_details.details`` (with the counts) and a ``provisional`` note in the record's
+``source_metadata.additional_details``; each interval names its method (Wilson or bootstrap).
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -62,6 +68,10 @@ ANSWER_COLUMNS = {
     "probabilities": "every option's probability as returned, list of {option, p}",
     "repaired": "the answer came from a JSON reply wrapped in a Markdown code fence",
 }
+EXPORT_COLUMNS = {**ANSWER_COLUMNS, "effort": "the effort level the model's requests carried (summary.json's "
+                                              "effort: none, minimal, low, medium, high, xhigh, max; null: unset)"}
+PROVISIONAL = ("provisional: {} failed and {} missing answer(s) are scored as not correct (never as hallucinations); "
+               "the figure is not final (summary.json: complete false)")
 _OMNISCIENCE_SOURCE = "Artificial Analysis AA-Omniscience (the published Decision Index uses 500 private questions)"
 
 
@@ -69,20 +79,59 @@ class ExportError(ValueError):
     """The export cannot be written as asked (the message names the path and why)."""
 
 
+@dataclass(frozen=True)
+class Missing:
+    """The answers of an export missing from the cache (never sent, or not sent yet): ``total``, ``counts``
+    per (model label, evaluation) and ``reason``, the summary's reason for the first of them (it names the
+    selection the model's runs made: ``scoring.summary``)."""
+
+    total: int
+    counts: dict[tuple[str, str], int]
+    reason: str | None
+
+    def message(self, included: bool) -> str:
+        """What ``dxi export`` says about them, written (``included``) or left out."""
+        where = "; ".join(f"{label} {EVALS[name].title}: {n:,}" for (label, name), n in self.counts.items())
+        done = ("written as rows of status missing (the eee format's records mark the figures they touch "
+                "provisional)" if included else "left out of the export (--include-missing writes them as rows of "
+                "status missing)")
+        return f"{self.total:,} answer(s) missing from the cache ({where}): {done}." + (
+            f" {self.reason}." if self.reason else "")
+
+
+def missing_answers(summary: dict) -> Missing:
+    """The answers missing from the cache in ``summary`` (``runner.outputs.score_all``'s)."""
+    counts = {(m["model"], name): block["missing"] for m in summary["models"] for name, block in m["evals"].items()
+              if block.get("missing")}
+    first = next(iter(counts), None)
+    reason = None
+    if first is not None:
+        block = next(m for m in summary["models"] if m["model"] == first[0])["evals"][first[1]]
+        reason = f"{first[0]} {EVALS[first[1]].title}: {block['reason']}" if block.get("reason") else None
+    return Missing(sum(counts.values()), counts, reason)
+
+
 def write(fmt: str, target: Path, summary: dict, scored: scoring.Scored, models: pl.DataFrame, suite: Suite,
-          now: float | None = None) -> list[Path]:
+          now: float | None = None, include_missing: bool = True) -> list[Path]:
     """Write the export ``fmt`` (one of ``FORMATS``) to ``target`` (a file for the answer tables, a
     folder for ``eee``) from ``summary`` and ``scored`` (``runner.outputs.score_all``); ``models`` is the
     ``scoring.MODELS_SCHEMA`` frame that was scored, ``suite`` its tasks (for the instances' inputs),
-    ``now`` the Unix time recorded as ``retrieved_timestamp`` (default: the clock). Returns the files
-    written; ExportError when ``target`` is a folder for a table format."""
+    ``now`` the Unix time recorded as ``retrieved_timestamp`` (default: the clock). Without
+    ``include_missing`` the rows of answers missing from the cache (status ``missing``) are left out of
+    the answer tables (``eee`` writes an evaluation with missing answers either way, its figures marked
+    provisional: ``scoring.provisional``). Returns the files written; ExportError when ``target`` is a folder for a table
+    format."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}: one of {', '.join(FORMATS)}")
     if fmt == "eee":
         return write_eee(target, summary, scored, models, suite, time.time() if now is None else now)
     if target.is_dir():
         raise ExportError(f"{target} is a folder: give the file to write, e.g. {target / ('answers.' + fmt)}")
+    efforts = {m["model"]: m.get("effort") for m in summary["models"]}
     table = scoring.export(scored.answers)
+    table = table.with_columns(pl.col("model").replace_strict(efforts, default=None, return_dtype=pl.String).alias("effort"))
+    if not include_missing:
+        table = table.filter(pl.col("status").cast(pl.String) != "missing")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
     if fmt == "parquet":
@@ -107,11 +156,13 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name).strip("._") or "unknown"
 
 
-def _model_info(label: str, config: dict) -> dict:
+def _model_info(label: str, config: dict, effort: str | None = None) -> dict:
     provider, model = config["provider"], config["model"]
     details = {"deployment_type": "self_deployed" if adapters.adapter_class(provider).free else "unknown",
                "model_availability": "unknown", "dxi_label": label, "adapter": provider,
                "endpoint": config.get("endpoint") or "", "params": config.get("params") or "{}"}
+    if effort is not None:
+        details["effort"] = effort
     info = {"name": label, "id": f"{provider}/{model}", "developer": "unknown", "inference_platform": provider,
             "additional_details": details}
     return info
@@ -121,6 +172,9 @@ def _source_data(name: str, data: dict) -> dict:
     f = (data.get("files") or [{}])[0]
     details = {"file": Path(str(f.get("path", ""))).name, "sha256": str(f.get("sha256", "")), "rows": str(f.get("rows", "")),
                "tasks": str(data.get("tasks", ""))}
+    for key, detail in (("revision", "hf_revision"), ("requested_revision", "hf_requested_revision")):
+        if f.get(key):  # fetched from the hub by dxi data fetch: the commit it was fetched at
+            details[detail] = str(f[key])
     for key in ("subset", "limit", "sample"):
         if data.get(key) is not None:
             details[key] = orjson.dumps(data[key]).decode() if isinstance(data[key], dict) else str(data[key])
@@ -134,18 +188,26 @@ def _source_data(name: str, data: dict) -> dict:
             "samples_number": int(data.get("tasks", 0)), "additional_details": details}
 
 
+def _generation(effort: str | None) -> dict:
+    """An ``evaluation_results`` entry's ``generation_config`` for a model whose requests carry ``effort``."""
+    return {"generation_args": {"reasoning": effort != "none"}, "additional_details": {"effort": effort}}
+
+
 def _result(result_id: str, name: str, source: dict, metric: str, block: dict, summary: dict) -> dict:
     """One ``evaluation_results`` entry: the metric's score (0-100) with its interval."""
     intervals = summary.get("intervals") or {}
     uncertainty: dict = {"num_samples": int(block.get("n", 0))}
     ci = block.get(f"{metric}_ci")
     if ci and ci[0] is not None and ci[1] is not None:
+        method = (intervals.get("methods") or {}).get(metric) or intervals.get("method", "percentile bootstrap")
         uncertainty["confidence_interval"] = {"lower": ci[0], "upper": ci[1],
                                               "confidence_level": float(intervals.get("confidence", 0.95)),
-                                              "method": str(intervals.get("method", "percentile bootstrap"))}
-        if intervals.get("resamples"):
+                                              "method": str(method)}
+        if intervals.get("resamples") and "bootstrap" in method:
             uncertainty["num_bootstrap_samples"] = int(intervals["resamples"])
-    details = {k: str(block[k]) for k in ("invalid", "failed", "missing", "repaired") if k in block}
+    details = {k: str(block[k]) for k in ("invalid", "failed", "missing", "repaired", "rerun") if k in block}
+    if "complete" in block:  # false: a provisional figure (failed or missing answers scored as not correct)
+        details["complete"] = str(block["complete"]).lower()
     if block.get(f"{metric}_sd") is not None:
         details["sd_over_epochs"] = str(block[f"{metric}_sd"])
     return {"evaluation_result_id": result_id, "evaluation_name": name, "source_data": source,
@@ -163,15 +225,21 @@ def _log(evaluation_id: str, now: float, info: dict, summary: dict, results: lis
               "source_organization_name": "unknown", "evaluator_relationship": "third_party"}
     if reasons:
         source["additional_details"] = reasons
-    try:
-        version = metadata.version("decision-index")
-    except metadata.PackageNotFoundError:  # a checkout that is not installed
-        version = "unknown"
+    made = summary.get("provenance") or {}
+    version = made.get("dxi_version")
+    if version is None:
+        try:
+            version = metadata.version("decision-index")
+        except metadata.PackageNotFoundError:  # a checkout that is not installed
+            version = "unknown"
+    details = {"prompt_version": str(summary.get("prompt_version", PROMPT_VERSION)), "epochs": str(epochs)}
+    git = made.get("git")
+    if git:  # run from a git checkout: the commit, and whether tracked files were modified
+        details |= {"git_commit": str(git["commit"]), "git_dirty": str(bool(git["dirty"])).lower()}
+    details |= {k: str(made[k]) for k in ("python", "platform") if made.get(k)}
     return {"schema_version": EEE_SCHEMA_VERSION, "evaluation_id": evaluation_id, "retrieved_timestamp": f"{now:.0f}",
             "source_metadata": source, "model_info": info,
-            "eval_library": {"name": "dxi", "version": version,
-                             "additional_details": {"prompt_version": str(summary.get("prompt_version", PROMPT_VERSION)),
-                                                    "epochs": str(epochs)}},
+            "eval_library": {"name": "dxi", "version": str(version), "additional_details": details},
             "evaluation_results": results}
 
 
@@ -226,7 +294,7 @@ def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.Da
     written: list[Path] = []
     for entry in summary["models"]:
         label = entry["model"]
-        info = _model_info(label, configs[label])
+        info = _model_info(label, configs[label], entry.get("effort"))
         folder = Path("data") / COLLECTION / _safe(info["inference_platform"]) / _safe(configs[label]["model"])
         (target / folder).mkdir(parents=True, exist_ok=True)
         identity = f"{label}\x1f{configs[label].get('endpoint')}\x1f{configs[label].get('params')}"
@@ -239,12 +307,15 @@ def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.Da
             file_id = _file_uuid(COLLECTION, identity, name, summary.get("prompt_version", ""))
             evaluation_id = f"{COLLECTION}/{name}/{label}/{now:.0f}"
             source = _source_data(name, data)
-            results, reasons = [], {}
+            results, reasons = [], ({"provisional": PROVISIONAL.format(block["failed"], block["missing"])}
+                                    if block.get("complete") is False else {})
             for metric in METRICS[name]:
                 if block.get(metric) is None:
                     reasons[f"{metric}_reason"] = block.get("reason") or "not defined"
                     continue
                 results.append(_result(f"{name}.{metric}", name, source, metric, block, summary))
+                if entry.get("effort") is not None:
+                    results[-1]["generation_config"] = _generation(entry["effort"])
             if not results:
                 index_reasons[f"{name}_reason"] = block.get("reason") or "no metric defined"
                 continue
@@ -270,11 +341,19 @@ def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.Da
             block = {"decision_index": entry["decision_index"], "decision_index_ci": entry.get("decision_index_ci"),
                      "decision_index_sd": entry.get("decision_index_sd"),
                      "n": sum(b.get("n", 0) for b in entry["evals"].values())}
+            if "complete" in entry:
+                block["complete"] = entry["complete"]
+            if entry.get("complete") is False:
+                failed = sum(b.get("failed", 0) for b in entry["evals"].values())
+                index_reasons["provisional"] = PROVISIONAL.format(failed, sum(b.get("missing", 0)
+                                                                              for b in entry["evals"].values()))
             source = {"dataset_name": "Decision Index (AA-Omniscience-Decision, HLE-MultiChoice, When2Call, WildGuardTest)",
                       "source_type": "other",
                       "additional_details": {"formula": "0.125 acc(Omniscience) + 0.125 non-halluc(Omniscience) + "
                                                         "0.25 acc(HLE) + 0.25 acc(When2Call) + 0.25 mean F1(WildGuardTest)"}}
             results = [_result("decision_index", "decision_index", source, "decision_index", block, summary)]
+            if entry.get("effort") is not None:
+                results[-1]["generation_config"] = _generation(entry["effort"])
         else:
             results = []
             index_reasons["decision_index_reason"] = entry.get("decision_index_reason") or "not computed"

@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 from dxi.adapters import AdapterError, Limits, ProviderStop, RateLimited, Request
@@ -204,6 +204,21 @@ class ProviderLimiter:
         """Set once the run is stopping (``runner.stops.RunStop``): no attempt is sent any more."""
         self._halt: asyncio.Event | None = None
         self.outage = Outage(limits, self.halt, lambda: self.ending)
+        self.stopped_models: dict[str, tuple[ProviderStop, float]] = {}
+        """Models stopped alone (``ProviderStop.scope`` "model": label -> (the stop, Unix time); ``runner.stops``);
+        the provider's other models go on."""
+        self.model_replies: Counter[str] = Counter()  # attempts that got a reply, per model label (``runner.retry``)
+
+    def halt_model(self, label: str, error: ProviderStop) -> None:
+        """Stop the model ``label`` alone (its first stop is kept): its attempts check ``stop_for``."""
+        self.stopped_models.setdefault(label, (error, time.time()))
+
+    def stop_for(self, label: str) -> ProviderStop | None:
+        """What stops an attempt of the model ``label``: the provider's stop, else the model's own; None: neither."""
+        if self.halted is not None:
+            return self.halted
+        stopped = self.stopped_models.get(label)
+        return stopped[0] if stopped else None
 
     def halt(self, error: ProviderStop) -> None:
         """Stop the provider: the first ``error`` is kept; every wait of this limiter (a pause, a pacer's

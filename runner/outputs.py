@@ -9,38 +9,50 @@ from pathlib import Path
 import orjson
 import polars as pl
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from dxi import scoring
+from dxi import adapters, scoring
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite
+from dxi.scoring import provisional
+from dxi.scoring.provisional import Tolerance
+from dxi.scoring.replies import add_replies, model_notes, usage_and_replies
+from dxi.scoring.summary import selection_flags
 from dxi.scoring.ties import add_ties, tie_counts
+
+from .provenance import provenance
 
 
 def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
-          epochs: int = 1, prices: dict[str, tuple[float, float] | None] | None = None, extra: dict | None = None) -> dict:
+          epochs: int = 1, prices: dict[str, tuple[float, float] | None] | None = None, extra: dict | None = None,
+          batch_prices: dict | None = None, tolerance: Tolerance | None = None) -> dict:
     """Score ``models`` (``scoring.MODELS_SCHEMA`` rows, plus an optional ``epochs`` column: a model's own
     number of epochs, else ``epochs``) from the cache over the suite's tasks, write ``out/summary.json``
     and ``out/answers.parquet`` (each written to a temporary name, then renamed) and return the summary.
     ``requests`` is each model's request counts from a run; None (cache-only scoring) counts the requests
     found in the cache instead, with ``sent`` = 0. ``prices`` (label -> USD per million input and output
-    tokens; None or absent: no price) make the usage blocks' costs; ``extra`` keys are added to the summary.
+    tokens; None or absent: no price) make the usage blocks' costs (``batch_prices``: of the requests a
+    provider batch answered; default half, ``scoring.cost.batch_price``); ``extra`` keys are added to the summary;
+    ``tolerance`` is ``--allow-failed``'s (``scoring.provisional``).
 
     A shard damaged where start-up does not look (outside the index columns) fails here: it is moved to
     the cache's quarantine/ (``Cache.read``) and scoring goes on without it; its answers count as
     missing, and the next ``dxi run`` sends those requests again."""
-    return score_all(cache, suite, models, out, requests, epochs, prices=prices, extra=extra)[0]
+    return score_all(cache, suite, models, out, requests, epochs, prices=prices, extra=extra, batch_prices=batch_prices,
+                     tolerance=tolerance)[0]
 
 
 def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None, requests: dict[str, dict] | None,
               epochs: int = 1, breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
-              extra: dict | None = None) -> tuple[dict, scoring.Scored]:
+              extra: dict | None = None, batch_prices: dict | None = None,
+              tolerance: Tolerance | None = None) -> tuple[dict, scoring.Scored]:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
     that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own files)."""
-    summary, scored = summarize(cache, suite, models, requests, epochs, breakdowns, prices, extra)
+    summary, scored = summarize(cache, suite, models, requests, epochs, breakdowns, prices, extra,
+                                batch_prices=batch_prices, tolerance=tolerance)
     if out is None:
         return summary, scored
     out.mkdir(parents=True, exist_ok=True)
@@ -55,7 +67,8 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None
 
 def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[str, dict] | None, epochs: int = 1,
               breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
-              extra: dict | None = None, each: Callable[[pl.DataFrame], None] | None = None
+              extra: dict | None = None, each: Callable[[pl.DataFrame], None] | None = None,
+              batch_prices: dict | None = None, tolerance: Tolerance | None = None
               ) -> tuple[dict, scoring.Scored]:
     """``score_all`` without writing anything: the summary (as summary.json holds it) and the tables
     (``dxi view`` shows them; the cache is only read).
@@ -73,10 +86,10 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     model_epochs = (dict(zip(labels, models["epochs"].fill_null(epochs).to_list(), strict=True))
                     if "epochs" in models.columns else None)
     # usage first: its read of the cache rows (scalar columns only) then comes before the answers are held
-    used = cache.read(lambda rows: scoring.usage(rows, models, gold, epochs))
+    used, served = cache.read(lambda rows: usage_and_replies(rows, models, gold, epochs))
     if each is None:
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
-        scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns)
+        scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns, with_comparisons=True)
         counts = scoring.request_counts(answers) if requests is None else requests
         ties = tie_counts(answers)
         del answers
@@ -94,12 +107,32 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
             del answers  # before the intervals' resampled sums are computed: never both held
             scorer.add_part(part)
             del part
-        scored = scorer.result()
-    usage = scoring.usage_blocks(used, labels, prices or {})
+        scored = scorer.result(comparisons=True)
+    usage = scoring.usage_blocks(used, labels, prices or {}, batch_prices)
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs,
-                                    counts, scored, model_epochs, usage)
-    summary = add_ties(summary, ties) | (extra or {})
+                                    counts, scored, model_epochs, usage, tolerance)
+    summary = add_ties(summary, ties)
+    summary = add_replies(summary, served, dict(zip(labels, models["model"].to_list(), strict=True)))
+    summary = model_settings(summary, models) | (extra or {})
+    # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked here,
+    # when the result is written, never before the first request
+    summary = {"prompt_version": summary["prompt_version"], "provenance": provenance(), **summary}
     return summary, scored
+
+
+def model_settings(summary: dict, models: pl.DataFrame) -> dict:
+    """``summary`` with each model entry's ``effort`` (the level its requests carry: the frame's ``effort``
+    column, ``runner.plan``; null where unset or unknown) and, for a provider that clamps P(yes)
+    (``Adapter.P_YES_RANGE``: Gemini Decisions), its ``p_yes_range``."""
+    rows = {r["label"]: r for r in models.iter_rows(named=True)}
+    for entry in summary["models"]:
+        row = rows.get(entry["model"], {})
+        entry["effort"] = row.get("effort")
+        kind = row.get("provider")
+        clamp = adapters.adapter_class(kind).P_YES_RANGE if kind in adapters.KINDS else None
+        if clamp is not None:
+            entry["p_yes_range"] = list(clamp)
+    return summary
 
 
 def _added(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
@@ -144,7 +177,7 @@ def _variants(title: str, columns: list[Column], rows: Rows) -> list[Table]:
             _table(title, [c[1] for c in columns], justify, rows, True)]
 
 
-def _fitted(console: Console, tables: list[Table]) -> Table:
+def _fitted(console: Console, tables: list[Table | Group]) -> Table | Group:
     """The first of ``tables`` that fits the terminal, else the last (Rich then wraps its cells)."""
     return next((t for t in tables if _fits(console, t)), tables[-1])
 
@@ -220,6 +253,11 @@ def print_estimate(doc: dict, console: Console) -> None:
     for label, why in doc.get("unreachable", {}).items():
         console.print(f"[yellow]cannot be reached now[/]: {escape(why)}. dxi run would stop the provider of "
                       f"{escape(label)} (exit code 6) and run the others.")
+    if doc.get("batch"):
+        batch = doc["batch"]
+        console.print(escape(f"--batch: {', '.join(batch['models']) or 'no model'} priced at the batch rate"
+                             + (f"; {', '.join(batch['synchronous'])} have no batch API (their own price)"
+                                if batch["synchronous"] else "")), highlight=False)
     bound = doc.get("max_cost_usd")
     if bound is not None:
         if t["bound_usd"] is not None and t["bound_usd"] <= bound:
@@ -230,25 +268,46 @@ def print_estimate(doc: dict, console: Console) -> None:
                           "bound to continue.")
 
 
-def _fits(console: Console, table: Table) -> bool:
+def _fits(console: Console, table: Table | Group) -> bool:
     """Whether ``table`` at its natural width (nothing wrapped) fits the terminal."""
     return Measurement.get(console, console.options.update_width(10_000), table).maximum <= console.width
 
 
 INDEX_COLUMNS: list[Column] = [
     ("model", "model", "left"), ("index", "index", "right"), ("95% CI", "95% CI", "right"),
+    ("rank [95% CI]", "rank", "right"),
     ("Omni acc", "Omni\nacc", "right"), ("Omni non-halluc", "Omni\nnon-hall.", "right"), ("HLE acc", "HLE\nacc", "right"),
     ("When2Call acc", "When2Call\nacc", "right"), ("WildGuard F1", "WildGuard\nF1", "right"),
     ("invalid", "inv.", "right"), ("repaired", "rep.", "right"), ("failed", "fail.", "right")]
 
 
-def _index_tables(summary: dict, keys: list[str]) -> list[Table]:
-    """The index table's variants, widest first; the narrowest shows invalid/repaired/failed in one column."""
+def _index_tables(summary: dict, keys: list[str]) -> list[Table | Group]:
+    """The index table's variants, widest first: the third shows invalid/repaired/failed in one column;
+    the narrowest moves the rank column into a small table of its own under it."""
     rows = _index_rows(summary, keys)
-    merged = [(cells[:8] + ["/".join(cells[8:])], style) for cells, style in rows]
+    merged = [(cells[:9] + ["/".join(cells[9:])], style) for cells, style in rows]
     justify = [c[2] for c in INDEX_COLUMNS]
+    headers = [c[1] for c in INDEX_COLUMNS[:9]] + ["inv/rep\n/fail"]
+    without = [0, 1, 2, *range(4, 10)]  # every column but the rank
+    split = Group(_table("Decision Index", [headers[i] for i in without], [justify[i] for i in without],
+                         [([cells[i] for i in without], style) for cells, style in merged], True),
+                  _table("Rank", ["model", "rank [95% CI]"], ["left", "right"],
+                         [([cells[0], cells[3]], style) for cells, style in merged], True))
     return _variants("Decision Index", INDEX_COLUMNS, rows) + [
-        _table("Decision Index", [c[1] for c in INDEX_COLUMNS[:8]] + ["inv/rep\n/fail"], justify[:9], merged, True)]
+        _table("Decision Index", headers, justify[:10], merged, True), split]
+
+
+def _rank(m: dict) -> str:
+    """A model's rank by the index with its 95% interval over the resamples: "2 [1–3]" (— without one)."""
+    if m.get("rank") is None:
+        return "—"
+    low, high = m["rank_ci"]
+    return f"{m['rank']} [{low}–{high}]"
+
+
+def _marked(value: float | None, incomplete: bool) -> str:
+    """A figure as the tables print it, marked when it is provisional (a null one is never marked)."""
+    return _fmt(value) + (provisional.MARK if incomplete and value is not None else "")
 
 
 def _index_rows(summary: dict, keys: list[str]) -> Rows:
@@ -259,22 +318,33 @@ def _index_rows(summary: dict, keys: list[str]) -> Rows:
         failed = sum(b.get("failed", 0) for b in e.values())
         repaired = sum(b.get("repaired", 0) for b in e.values())
         ci, sd = m.get("decision_index_ci"), m.get("decision_index_sd")
-        index = _fmt(m["decision_index"]) + (f" ±{sd:.1f} sd" if sd is not None else "")
-        rows.append(([escape(key), index, f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "—",
-                      _fmt(e["aa_omniscience_decision"]["accuracy"]), _fmt(e["aa_omniscience_decision"]["non_hallucination_rate"]),
-                      _fmt(e["hle_multichoice"]["accuracy"]), _fmt(e["when2call"]["accuracy"]),
-                      _fmt(e["wildguardtest"]["mean_f1"]), str(invalid), str(repaired), str(failed)], None))
+        index = _marked(m["decision_index"], m.get("complete") is False) + (f" ±{sd:.1f} sd" if sd is not None else "")
+
+        def cell(name: str, metric: str, e: dict = e) -> str:
+            return _marked(e[name].get(metric), e[name].get("complete") is False)
+
+        rows.append(([escape(key), index, f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "—", _rank(m),
+                      cell("aa_omniscience_decision", "accuracy"), cell("aa_omniscience_decision", "non_hallucination_rate"),
+                      cell("hle_multichoice", "accuracy"), cell("when2call", "accuracy"), cell("wildguardtest", "mean_f1"),
+                      str(invalid), str(repaired), str(failed)], None))
     return rows
 
 
 def print_summary(summary: dict, console: Console, out: Path | None = None) -> None:
     """The index table (fitted to the terminal: long or short headers, full model names or keys with a
-    legend), then what data was used and anything the reader must know. The index's 95% interval has a
-    column of its own; with several epochs the index shows ± its standard deviation over epochs (sd)."""
+    legend), then what data was used and anything the reader must know (once per model: another model served
+    it, replies cut off at the token limit, a clamp of P(yes): ``scoring.replies.model_notes``). The index's
+    95% interval has a column of its own; with several epochs the index shows ± its standard deviation over
+    epochs (sd)."""
     names = [m["model"] for m in summary["models"]]
     keys = model_keys(names, console, lambda ks: any(_fits(console, t) for t in _index_tables(summary, ks)))
     console.print(_fitted(console, _index_tables(summary, keys)))
     _legend(console, names, keys)
+    groups = (summary.get("ranking") or {}).get("groups") or []
+    if sum(map(len, groups)) > 1:
+        key_of = dict(zip(names, keys, strict=True))
+        console.print("Ranked by Decision Index in statistically tied groups (paired bootstrap, Holm-adjusted): "
+                      + " > ".join("{" + ", ".join(key_of[m] for m in g) + "}" for g in groups), markup=False)
     console.print("Data used:")
     for name, d in summary["data"].items():
         title = EVALS[name].title
@@ -285,6 +355,7 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
         extra = f", subset {d['subset']}" if "subset" in d else ""
         extra += f", limit {d['limit']}" if "limit" in d else ""
         extra += f", sample {d['sample']['tasks']} (seed {d['sample']['seed']})" if "sample" in d else ""
+        extra += f", the union of {selection_flags(d)}" if "union" in d else ""
         excluded = d.get("excluded") or {}
         if excluded:
             extra += f", {excluded['matched']} of {excluded['listed']} excluded ids matched"
@@ -298,6 +369,8 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
             console.print(f"    [yellow]{excluded['listed'] - excluded['matched']} excluded id(s) matched no task[/]"
                           + (" read (with --limit only the first tasks are read)" if "limit" in d else
                              ": check the ids in the exclusion list"))
+    for line in provisional.notes(summary):
+        console.print(f"  [yellow]{escape(line)}[/]")
     for m in summary["models"]:
         if m.get("decision_index_reason"):
             console.print(f"  [yellow]{escape(m['model'])}: index {escape(m['decision_index_reason'])}[/]")
@@ -307,7 +380,9 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
         ties = sum(b.get("ties", 0) for b in m["evals"].values())
         if ties:
             console.print(f"  {escape(m['model'])}: {ties} pick(s) decided by a tie of the highest probabilities "
-                          "(scored: the returned choice, else the first in option order)")
+                          "(scored: the returned choice when tied, else the first tied option in option order)")
+        for note in model_notes(m):
+            console.print(f"  [yellow]{escape(m['model'])}: {escape(note)}[/]")
         if m.get("invalid_reasons"):
             n = sum(b.get("invalid", 0) for b in m["evals"].values())
             console.print(f"  [yellow]{escape(m['model'])}: {n} invalid answer(s)[/] (scored as wrong; all in "
@@ -317,4 +392,8 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
                 console.print(f"    {r['count']} × {text}", highlight=False, markup=False)
     print_usage(summary, console, keys)
     written = f"; written to {out}/summary.json and {out}/answers.parquet" if out else ""
-    console.print(escape(f"Prompt version {summary['prompt_version']}{written}"))
+    made = summary.get("provenance") or {}
+    git = made.get("git")
+    by = (f"; dxi {made['dxi_version']}" + (f" at {git['commit'][:12]}{' (modified)' if git['dirty'] else ''}" if git else "")
+          if made else "")
+    console.print(escape(f"Prompt version {summary['prompt_version']}{by}{written}"))

@@ -5,9 +5,11 @@ started), their epochs, limits and prices, the suite, the locations and the cost
 ``--model`` flags. With a run file, these flags override it (paths given on the command line are relative
 to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
-``--max-cost``, and the limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``,
-``--max-attempts``, ``--backoff``, ``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--sample`` /
-``--seed`` (instead of the file's ``limit`` or ``sample``); ``--exclude`` adds to the file's lists; ``--model``,
+``--effort`` (every model with an effort setting), ``--max-cost``, ``--allow-failed``, and the limits flags
+(``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``, ``--max-attempts``, ``--backoff``,
+``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--sample`` /
+``--seed`` and ``--all-tasks`` (instead of the file's ``limit`` or ``sample``); ``--price`` (over a model's
+``price``); ``--exclude`` adds to the file's lists; ``--model``,
 ``--param`` and ``--option`` are errors (models, their parameters and options belong in the file).
 
 Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file and key where it can.
@@ -15,7 +17,8 @@ Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +36,8 @@ from .sample import SampledSuite
 if TYPE_CHECKING:
     import polars as pl
 
+    from dxi.scoring.provisional import Tolerance
+
 
 @dataclass
 class Plan:
@@ -49,19 +54,36 @@ class Plan:
     source: Path | None
     cache_remote: str | None = None  # a run file's (``runner.distributed``)
     coordinator: str | None = None
+    batch: frozenset[str] = frozenset()  # the labels sent through their provider's batch API (``runner.batch``)
+    batch_overrides: dict = field(default_factory=dict)  # label -> the run file's (batch_input, batch_output)
+    batch_limits: dict = field(default_factory=dict)  # label -> (requests per batch, enqueued tokens), None: the provider's
+    allow_failed: dict | None = None  # the tolerance of provisional figures (``config.allow_failed``)
+
+    def tolerance(self) -> Tolerance | None:
+        """``allow_failed`` as scoring takes it (imports the scoring: call it when scoring)."""
+        return tolerance(self.allow_failed)
 
     def models_frame(self) -> pl.DataFrame:
-        """The frame scoring selects cache rows by (``scoring.MODELS_SCHEMA`` plus each model's ``epochs``)."""
+        """The frame scoring selects cache rows by (``scoring.MODELS_SCHEMA`` plus each model's ``epochs`` and
+        ``effort``: the level its requests carry, ``Adapter.effort``)."""
         import polars as pl  # for scoring, after the run: not before the first request
 
         from dxi import scoring
 
         rows = [(m.label, m.adapter.kind, m.adapter.model, m.adapter.endpoint, m.adapter.params_key, PROMPT_VERSION,
-                 m.epochs) for m in self.models]
-        return pl.DataFrame(rows, schema={**scoring.MODELS_SCHEMA, "epochs": pl.Int64}, orient="row")
+                 m.epochs, m.adapter.effort) for m in self.models]
+        return pl.DataFrame(rows, schema={**scoring.MODELS_SCHEMA, "epochs": pl.Int64, "effort": pl.String},
+                            orient="row")
 
     def prices(self) -> dict[str, tuple[float | None, ...] | None]:
         return {m.label: m.price for m in self.models}
+
+    def batch_prices(self) -> dict[str, tuple[float | None, ...] | None]:
+        """Each model's price at the batch rate (``scoring.cost.batch_price``: the run file's ``batch_input`` /
+        ``batch_output``, else half the price); imports the scoring (Polars): call it after the first request."""
+        from dxi.scoring.cost import batch_price
+
+        return {m.label: batch_price(m.price, *self.batch_overrides.get(m.label, (None, None))) for m in self.models}
 
     def check_labels(self) -> None:
         """Raise PlanError when two models share a name, or an (adapter, model, endpoint, parameters)
@@ -82,11 +104,13 @@ class Plan:
         first = next(iter(self.suite.tasks()), None)
         for m in self.models:
             if m.price is None:
-                raise PlanError(f"{m.label}: a cost bound needs a price for every model; give it in the run file "
-                                "(price = {input = USD, output = USD} per million tokens)")
+                raise PlanError(f"{m.label}: a cost bound needs a price for every model; give it with --price "
+                                f"{m.label}=IN/OUT (USD per million input / output tokens) or in the run file "
+                                "(price = {input = USD, output = USD})")
             if first is not None and m.price[1] and m.adapter.output_tokens_bound(first) is None:
-                raise PlanError(f"{m.label}: under a cost bound, cap the output tokens (e.g. params = "
-                                "{max_tokens = 512}; Gemini: maxOutputTokens), or price output at 0 if it is not billed")
+                raise PlanError(f"{m.label}: under a cost bound, cap the output tokens, leaving room for reasoning "
+                                "(e.g. params = {max_completion_tokens = 16000}; Gemini: maxOutputTokens), or price "
+                                "output at 0 if it is not billed")
 
 
 def key_values(items: list[str] | list[list[str]], flag: str) -> dict:
@@ -139,7 +163,8 @@ def _exclude_item(item: str, base: Path | None = None) -> tuple[str | None, Path
 
 
 def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[str | None, Path]], limit: int | None,
-           subset: str, selected: tuple[str, ...] | None, sample: int | None = None, seed: int | None = None) -> Suite:
+           subset: str, selected: tuple[str, ...] | None, sample: int | None = None, seed: int | None = None,
+           all_tasks: bool = False) -> Suite:
     if limit is not None and limit < 1:
         raise PlanError("--limit must be at least 1")
     if sample is not None and sample < 1:
@@ -149,6 +174,9 @@ def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[st
                         "--sample N a stratified sample of N; give one")
     if seed is not None and sample is None:
         raise PlanError("--seed is the seed of --sample: give --sample N too")
+    if all_tasks and (sample is not None or limit is not None):
+        raise PlanError(f"--all-tasks and --{'sample' if sample is not None else 'limit'} do not combine: --all-tasks "
+                        "takes every task of each evaluation; give one")
     try:
         data = discover(data_dir, files, selected)
         exclusions = _exclusions(exclude)
@@ -202,6 +230,49 @@ def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[fl
     return tuple(parts)
 
 
+def price_flags(items: list[str]) -> dict[str, config.Price]:
+    """``--price MODEL=IN/OUT[/CACHED]`` items (USD per million input, output and, optionally, cached input
+    tokens: the provider's price list) -> MODEL -> ``config.Price``. PlanError naming the item for one that
+    is malformed, negative or given twice."""
+    out: dict[str, config.Price] = {}
+    for item in items:
+        model, sep, text = item.rpartition("=")
+        parts = text.split("/")
+        example = "e.g. --price openai:gpt-6-luna=0.1/0.5/0.01"
+        if not sep or not model.strip() or len(parts) not in (2, 3):
+            raise PlanError(f"--price {item!r}: expected MODEL=IN/OUT or MODEL=IN/OUT/CACHED, USD per million input, "
+                            f"output and cached input tokens ({example})")
+        try:
+            values = [float(part) for part in parts]
+        except ValueError:
+            raise PlanError(f"--price {item!r}: {text!r} holds something that is not a number ({example})") from None
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise PlanError(f"--price {item!r}: prices must be numbers >= 0 (USD per million tokens)")
+        if model.strip() in out:
+            raise PlanError(f"--price {model.strip()}: given twice")
+        out[model.strip()] = config.Price(values[0], values[1], values[2] if len(values) == 3 else None)
+    return out
+
+
+def _priced(models: list[ModelRun], prices: dict[str, config.Price], texts: dict[int, str] | None = None) -> None:
+    """Give each model the ``--price`` whose MODEL names it: its label (a run file's ``name``), ``kind:model``,
+    or (``texts``: position -> the ``--model`` text) the model string as given. PlanError for a MODEL that
+    names no model of the run, or a model named by two."""
+    texts = texts or {}
+    for i, m in enumerate(models):
+        names = {m.label, f"{m.adapter.kind}:{m.adapter.model}", texts.get(i)}
+        given = [k for k in prices if k in names]
+        if len(given) > 1:
+            raise PlanError(f"--price {' and --price '.join(given)} name the same model ({m.label}): give one")
+        if given:
+            m.price = _price_of(m.adapter, prices[given[0]])
+    named = {n for i, m in enumerate(models) for n in (m.label, f"{m.adapter.kind}:{m.adapter.model}", texts.get(i))}
+    unknown = [k for k in prices if k not in named]
+    if unknown:
+        raise PlanError(f"--price {unknown[0]}: no model of this run is named so (its models: "
+                        f"{', '.join(m.label for m in models)})")
+
+
 def from_args(args: argparse.Namespace) -> Plan:
     """The plan of ``dxi run`` / ``estimate`` / ``score`` / ``report`` (see the module docstring)."""
     epochs = getattr(args, "epochs", None)
@@ -214,8 +285,24 @@ def from_args(args: argparse.Namespace) -> Plan:
         return _from_file(args, epochs, max_cost)
     models = _from_flags(args, epochs or 1)
     suite = suite_from_flags(args)
+    size = getattr(args, "batch_size", None)
     return Plan(models, suite, args.data_dir if args.data_dir is not None else default_data_dir(), args.cache_dir or Path(".dxi-cache"),
-                args.out or Path("out"), epochs or 1, max_cost, None)
+                args.out or Path("out"), epochs or 1, max_cost, None,
+                batch=frozenset(m.label for m in models) if getattr(args, "batch", False) else frozenset(),
+                batch_limits={m.label: (size, None) for m in models}, allow_failed=getattr(args, "allow_failed", None))
+
+
+def _allow_failed(args: argparse.Namespace, run: config.RunFile) -> dict | None:
+    """``--allow-failed`` (already parsed by ``config.allow_failed``), else the run file's."""
+    given = getattr(args, "allow_failed", None)
+    return given if given is not None else (None if run.allow_failed is None else config.allow_failed(run.allow_failed))
+
+
+def tolerance(allow_failed: dict | None) -> Tolerance | None:
+    """``config.allow_failed``'s value as ``scoring.provisional.Tolerance`` (None: none given)."""
+    from dxi.scoring.provisional import Tolerance
+
+    return None if allow_failed is None else Tolerance(**allow_failed)
 
 
 def suite_from_flags(args: argparse.Namespace) -> Suite:
@@ -224,14 +311,34 @@ def suite_from_flags(args: argparse.Namespace) -> Suite:
     selected = selected_evals(args.evals) if args.evals else None
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     return _suite(data_dir, _file_flags(args), [_exclude_item(e) for e in args.exclude], args.limit,
-                  args.wildguard_subset or "agreed", selected, getattr(args, "sample", None), getattr(args, "seed", None))
+                  args.wildguard_subset or "agreed", selected, getattr(args, "sample", None), getattr(args, "seed", None),
+                  getattr(args, "all_tasks", False))
+
+
+def with_effort(frame: pl.DataFrame) -> pl.DataFrame:
+    """A ``scoring.MODELS_SCHEMA`` frame of models found in the cache with each one's ``effort`` (the level its
+    cached requests' parameters carry in the provider's own field, ``Adapter.effort_of``; null where none)."""
+    import polars as pl
+
+    efforts = [adapters.adapter_class(kind).effort_of(orjson.loads(params or "{}")) if kind in adapters.KINDS else None
+               for kind, params in frame.select("provider", "params").iter_rows()]
+    return frame.with_columns(pl.Series("effort", efforts, dtype=pl.String))
+
+
+def _effort(args: argparse.Namespace) -> str | None:
+    effort = getattr(args, "effort", None)
+    if effort is not None and effort not in adapters.EFFORTS:
+        raise PlanError(f"--effort {effort!r}: one of {', '.join(adapters.EFFORTS)}")
+    return effort
 
 
 def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
-    """The ``--model`` flags' models, with ``--param`` given to those that take sampling parameters and
-    each ``--option`` to those that know it; PlanError for a bad model string or a flag no model uses."""
+    """The ``--model`` flags' models, with ``--param`` and ``--effort`` given to those that take sampling
+    parameters and each ``--option`` to those that know it; PlanError for a bad model string or a flag no model
+    uses."""
     params = key_values(getattr(args, "param", []), "--param")
     options = key_values(getattr(args, "option", []), "--option")
+    effort = _effort(args)
     overrides = limits_overrides(args)
     models, used = [], set()
     for text in args.model or []:
@@ -239,6 +346,7 @@ def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
             spec = adapters.parse_model(text)
             cls = adapters.adapter_class(spec.kind)
             spec.params = dict(params) if cls.takes_params else {}
+            spec.effort = effort if cls.takes_params else None
             spec.options = {k: v for k, v in options.items() if k in cls.OPTIONS}
             a = adapters.get(spec)
         except ValueError as exc:
@@ -246,8 +354,11 @@ def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
         used |= set(spec.options)
         a.limits = replace(a.limits, **overrides)
         models.append(ModelRun(a, epochs, None, _price_of(a, None)))
+    _priced(models, price_flags(getattr(args, "price", None) or []), dict(enumerate(args.model or [])))
     if params and not any(type(m.adapter).takes_params for m in models):
         raise PlanError("--param: no model of this run takes sampling parameters (decision models have none)")
+    if effort and not any(type(m.adapter).takes_params for m in models):
+        raise PlanError("--effort: no model of this run has an effort setting (decision models have none)")
     unused = sorted(set(options) - used)
     if unused:
         raise PlanError(f"--option {', '.join(unused)}: no model of this run knows this option")
@@ -269,7 +380,9 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
         raise PlanError(str(exc)) from None
     base = path.parent
     overrides = limits_overrides(args)
+    flag_effort = _effort(args)
     models = []
+    batch, overrides_of, batch_limits = set(), {}, {}
     for i, m in enumerate(run.models):
         name, provider = run.provider_of(m)
         where = f"{path}: models[{i}]"
@@ -277,14 +390,18 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
             cls = adapters.adapter_class(provider.kind)
             if m.params and not cls.takes_params:
                 raise ValueError(f"{provider.kind} is a decision model: it takes no sampling parameters")
+            if m.effort and not cls.takes_params:
+                raise ValueError(f"{provider.kind} is a decision model: it has no effort setting")
             options = dict(m.options)
-            if provider.api_key_env:
-                options["api_key_env"] = provider.api_key_env
+            for key in ("api_key_env", "api_key_command"):
+                if getattr(provider, key):
+                    options[key] = getattr(provider, key)
             unknown = sorted(set(options) - cls.OPTIONS)
             if unknown:
                 raise ValueError(f"option(s) {', '.join(unknown)} unknown to the {provider.kind} adapter "
                                  f"(known: {', '.join(sorted(cls.OPTIONS)) or 'none'})")
-            spec = adapters.ModelSpec(provider.kind, m.model, provider.base_url, dict(m.params), options, m.name)
+            effort = flag_effort if flag_effort and cls.EFFORT_FIELD else m.effort  # --effort: every model that has one
+            spec = adapters.ModelSpec(provider.kind, m.model, provider.base_url, dict(m.params), options, m.name, effort)
             a = adapters.get(spec)
         except ValueError as exc:
             raise PlanError(f"{where}: {exc}") from None
@@ -296,17 +413,26 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
         a.limits = replace(a.limits, **(table | overrides))
         key = f"table:{name}" if name in run.providers else None  # models on one table share its limits
         models.append(ModelRun(a, epochs or m.epochs or run.epochs, key, _price_of(a, m.price)))
+        label = models[-1].label
+        if getattr(args, "batch", False) or (m.batch if m.batch is not None else provider.batch):
+            batch.add(label)
+        if m.price is not None and (m.price.batch_input is not None or m.price.batch_output is not None):
+            overrides_of[label] = (m.price.batch_input, m.price.batch_output)
+        batch_limits[label] = (getattr(args, "batch_size", None) or provider.batch_max_requests,
+                               provider.batch_enqueued_tokens)
+    _priced(models, price_flags(getattr(args, "price", None) or []))  # the command line's over the file's
     files = {e: base / f for e, f in run.evals.files.items()} | _file_flags(args)
     exclude = [_exclude_item(e, base) for e in run.evals.exclude] + [_exclude_item(e) for e in getattr(args, "exclude", [])]
     selected = selected_evals(args.evals) if getattr(args, "evals", None) else (tuple(run.evals.select) if run.evals.select else None)
     data_dir = args.data_dir if args.data_dir is not None else (run.resolve(run.data_dir) if run.data_dir is not None
                                                                 else default_data_dir())
     sample, seed = getattr(args, "sample", None), getattr(args, "seed", None)
-    limit = args.limit if args.limit is not None else (run.evals.limit if sample is None else None)
-    if args.limit is None and sample is None:  # the file's sample, unless the command line chose how many
+    all_tasks = getattr(args, "all_tasks", False)
+    limit = args.limit if args.limit is not None else (run.evals.limit if sample is None and not all_tasks else None)
+    if args.limit is None and sample is None and not all_tasks:  # the file's sample, unless the command line chose
         sample, seed = run.evals.sample, run.evals.seed if seed is None else seed
     suite = _suite(data_dir, files, exclude, limit, args.wildguard_subset or run.evals.wildguard_subset, selected,
-                   sample, seed if sample is not None else None)
+                   sample, seed if sample is not None else None, all_tasks)
     return Plan(models, suite, data_dir, args.cache_dir or run.resolve(run.cache_dir), args.out or run.resolve(run.out),
                 epochs or run.epochs, max_cost if max_cost is not None else run.max_cost, path, run.cache_remote,
-                run.coordinator)
+                run.coordinator, frozenset(batch), overrides_of, batch_limits, allow_failed=_allow_failed(args, run))

@@ -5,7 +5,8 @@ count that stands still) plus one when a model finishes, e.g.::
 
     03:12:09 gpt-6.1-terra: 1200/2193 55% 3.9 req/s ETA 4m15s $0.4210 retries 3 429s 1 invalid 2 failed 0 cached 400
 
-The rate counts requests sent (not cache hits) over the time since the run started (so the first line
+A model in batch mode adds its batches: submitted, running (with the time each has been running) and
+done. The rate counts requests sent (not cache hits) over the time since the run started (so the first line
 cannot read thousands of requests a second); the time left is the requests still to do at that rate. A
 model that costs nothing (a local model, or priced at 0) shows no spend; with a cost bound, the spend of
 the whole run is shown against it. ``start_line`` is the line printed before the run: what is about to run.
@@ -36,6 +37,18 @@ def _duration(seconds: float) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def batches(s: Stats) -> str:
+    """A model's batches in its progress line (``runner.batch.BatchStats``): submitted, running (each one's
+    time running so far) and collected, and the requests given back; "" for a model sent synchronously."""
+    running = getattr(s, "running", None)
+    if running is None:
+        return ""
+    ages = ", ".join(_duration(time.time() - t) for t in sorted(running.values())[:4]) + (", ..." if len(running) > 4 else "")
+    return (f" batches {s.submitted} submitted {len(running)} running" + (f" ({ages})" if running else "")
+            + f" {s.collected} done" + (f" given back {s.given_back}" if s.given_back else "")
+            + (f" in another process's batches {s.claimed}" if s.claimed else ""))
 
 
 MIN_BAR, MAX_BAR = 10, 40  # the bar's width in columns: dropped rather than drawn narrower than MIN_BAR
@@ -169,7 +182,7 @@ class RunProgress:
         retries = s.attempts - (s.ok + s.invalid + s.failed)
         return (f"{s.done}/{'?' if total is None else total} {share} {rate:.1f} req/s {eta} {spend}retries {retries} "
                 f"429s {s.rate_limited} "
-                f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}")
+                f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}" + batches(s))
 
     def stopping(self, signal_name: str, in_flight: int, grace_s: float) -> None:
         """The run is stopping on ``signal_name`` ("Ctrl-C", "SIGTERM") with ``in_flight`` requests still out

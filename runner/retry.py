@@ -8,9 +8,11 @@ instead, honoured exactly up to ``Limits.max_stated_wait_s``, and pauses the who
 (``runner.limits``). Fatal errors (other 4xx) end at once.
 
 A ProviderStop (an exhausted quota, a refused key, an unknown model, a refused form of request, or a stated
-wait longer than ``max_stated_wait_s``) halts the provider's limiter at once (a refused form of request
-after the provider has answered others is that request's own failure: Fatal, kept): attempts waiting for it end
-without being sent (raising the same ProviderStop), and the runner stops the provider (``runner.stops``).
+wait longer than ``max_stated_wait_s``) halts the provider's limiter at once, or, when it names one model
+(``ProviderStop.scope`` "model": an unknown model, a refused form), that model alone (``halt_model``; a refused
+form after the model has answered others is that request's own failure: Fatal, kept): attempts waiting for it
+end without being sent (raising the same ProviderStop), and the runner stops the provider or the model
+(``runner.stops``).
 A reply larger than ``Limits.max_reply_bytes`` is recorded as an invalid reply (every answer "reply
 larger than N bytes") with its first bytes as the raw reply.
 
@@ -48,7 +50,7 @@ from dxi.adapters import (
     Transient,
     Unreachable,
 )
-from dxi.adapters.errors import REQUEST
+from dxi.adapters.errors import REQUEST, SCOPE_MODEL
 from dxi.evals import Task
 
 from .cost import Charge
@@ -127,9 +129,9 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
         limiter.finish(ticket, False)
         outage.record(probe, None)
 
-    if limiter.halted is not None:  # the provider stopped while this attempt waited: not sent
+    if (stop := limiter.stop_for(adapter.label)) is not None:  # the provider (or model) stopped while it waited
         not_sent()
-        raise limiter.halted
+        raise stop
     reserved = 0.0
     if charge is not None:
         try:
@@ -162,6 +164,7 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
             out.latency_ms = (out.ended - started) * 1000
         out.reply = reply = adapter.decode(task, out.body)
         ok = True
+        limiter.model_replies[adapter.label] += 1
     except ReplyTooLarge as exc:  # read no further; stored invalid with its first bytes
         out.body = exc.prefix
         out.reply = reply = Reply(tuple(Answer.invalid(q.id, str(exc)) for q in task.questions))
@@ -172,11 +175,14 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
             out.rate_limited += 1
             if exc.retry_after is not None and exc.retry_after > adapter.limits.max_stated_wait_s:
                 error = too_long(exc, adapter.limits.max_stated_wait_s)
-        if isinstance(error, ProviderStop) and error.cause == REQUEST and limiter.replies:
-            # the provider answered other requests of this form: the refusal is this request's own (kept)
+        if isinstance(error, ProviderStop) and error.cause == REQUEST and limiter.model_replies[adapter.label]:
+            # the model answered other requests of this form: the refusal is this request's own (kept)
             error = Fatal(str(error), error.status)
         if isinstance(error, ProviderStop):
-            limiter.halt(error)
+            if error.scope == SCOPE_MODEL:  # this model alone: the provider's other models go on
+                limiter.halt_model(adapter.label, error)
+            else:
+                limiter.halt(error)
         if error is not exc:
             raise error from None
         raise

@@ -10,9 +10,10 @@ from dxi.evals import Task
 from .retry import Outcome
 
 
-def make_row(task: Task, request: Request, outcome: Outcome) -> dict:
+def make_row(task: Task, request: Request, outcome: Outcome, transport: str = "sync", batch_id: str | None = None) -> dict:
     """The row for one request's final outcome: ok / invalid with the parsed answers, or failed with
-    the error and whether it is ``transient`` (requested again next run) or ``fatal`` (kept)."""
+    the error and whether it is ``transient`` (requested again next run) or ``fatal`` (kept). ``transport``
+    says what brought it ("sync": a call of its own; "batch": a provider batch, ``batch_id``)."""
     row = {
         "key": request.key, "provider": request.provider, "model": request.model, "endpoint": request.endpoint,
         "params": request.params, "sample": request.sample, "prompt_version": request.prompt_version,
@@ -23,7 +24,8 @@ def make_row(task: Task, request: Request, outcome: Outcome) -> dict:
         "raw_reply": outcome.body.decode("utf-8", "replace") if outcome.body is not None else None,
         "status": None, "error": None, "error_kind": None, "http_status": None,
         "served_model": None, "input_tokens": None, "output_tokens": None, "answers": None, "repaired": None,
-        "cached_input_tokens": None, "cache_write_tokens": None, "cache_write_1h_tokens": None,
+        "cached_input_tokens": None, "cache_write_tokens": None, "cache_write_1h_tokens": None, "cut_off": None,
+        "transport": transport, "batch_id": batch_id,
     }
     reply, error = outcome.reply, outcome.error
     if reply is not None:
@@ -31,7 +33,7 @@ def make_row(task: Task, request: Request, outcome: Outcome) -> dict:
                 "input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens,
                 "answers": [a.as_row() for a in reply.answers], "repaired": reply.repaired,
                 "cached_input_tokens": reply.cached_input_tokens, "cache_write_tokens": reply.cache_write_tokens,
-                "cache_write_1h_tokens": reply.cache_write_1h_tokens}
+                "cache_write_1h_tokens": reply.cache_write_1h_tokens, "cut_off": reply.cut_off}
     else:
         assert error is not None
         row |= {"status": FAILED, "error": str(error), "http_status": error.status,

@@ -30,7 +30,7 @@ limits it shares (a run file's provider table; default ``Adapter.provider``) and
 settle when it does not fit; once it cannot fit with nothing in flight, the feeders hand out nothing more,
 requests already handed out are not sent (their attempts cannot reserve either), the attempts in flight
 finish and are recorded, and ``run`` returns (``Budget.stopped``). A provider stops the same way, alone,
-on a failure every request to it would meet (``runner.stops``).
+on a failure every request to it would meet, and a model on a failure that names it alone (``runner.stops``).
 """
 from __future__ import annotations
 
@@ -96,6 +96,22 @@ class Stats:
     @property
     def done(self) -> int:
         return self.cache_hits + self.ok + self.invalid + self.failed
+
+    def add(self, row: dict, task_id: str) -> None:
+        """Count one row stored (``cache.schema`` columns) for the task ``task_id``: its status, tokens, repair,
+        and a failure's error (the first 20)."""
+        self.repaired += bool(row["repaired"])
+        self.input_tokens += row["input_tokens"] or 0
+        self.output_tokens += row["output_tokens"] or 0
+        if row["status"] == OK:
+            self.ok += 1
+        elif row["status"] == INVALID:
+            self.invalid += 1
+        elif row["status"] == FAILED:
+            self.failed += 1
+            self.failed_fatal += row["error_kind"] == FATAL
+            if len(self.errors) < 20:
+                self.errors.append(f"{task_id}: {row['error']}")
 
 
 @dataclass
@@ -184,10 +200,10 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
                 in_flight.add(request.key)
                 yield _Job(adapter, task, request, limiter, charge)
 
-    feeds: dict[str, deque[Iterator[_Job]]] = {}
-    unsent: dict[str, list[Iterator[_Job]]] = {}  # a stopped provider's feeds, for its feeder to ``drain``
+    feeds: dict[str, deque[tuple[str, Iterator[_Job]]]] = {}  # per provider: (model label, its requests)
+    unsent: dict[str, list[Iterator[_Job]]] = {}  # a stopped provider's (or model's) feeds, for its feeder to ``drain``
     for r in runs:
-        feeds.setdefault(r.limits_key, deque()).append(uncached(r))
+        feeds.setdefault(r.limits_key, deque()).append((r.label, uncached(r)))
     provider_of = {r.label: r.limits_key for r in runs}
 
     def next_job(provider: str) -> _Job | None:
@@ -196,14 +212,19 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
         if budget.stopped or stopped_by or stop.requested:
             return None
         streams = feeds[provider]
-        if limiters[provider].halted is not None:  # the provider stopped (runner.stops): count the rest not sent
+        limiter = limiters[provider]
+        if limiter.halted is not None:  # the provider stopped (runner.stops): count the rest not sent
             if streams:  # by its feeder (``fill``), beside the requests still in flight (a big suite's rest takes seconds)
-                unsent.setdefault(provider, []).extend(streams)
+                unsent.setdefault(provider, []).extend(stream for _, stream in streams)
                 streams.clear()
             return None
         while streams:
-            stream = streams[0]
+            label, stream = entry = streams[0]
             streams.rotate(-1)
+            if label in limiter.stopped_models:  # this model stopped alone: its rest is counted not sent at the end
+                streams.remove(entry)
+                unsent.setdefault(provider, []).append(stream)
+                continue
             try:
                 job = next(stream, None)
             except Exception as exc:  # the requests in flight finish and are stored, then it is raised
@@ -211,7 +232,7 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
                 return None
             if job is not None:
                 return job
-            streams.remove(stream)
+            streams.remove(entry)
         return None
 
     async def drain(streams: list[Iterator[_Job]]) -> None:
@@ -241,18 +262,7 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
         st.attempts += outcome.attempts
         st.retry_wait_s += sum(row["retry_waits_s"])
         st.rate_limited += outcome.rate_limited
-        st.repaired += bool(row["repaired"])
-        st.input_tokens += row["input_tokens"] or 0
-        st.output_tokens += row["output_tokens"] or 0
-        if row["status"] == OK:
-            st.ok += 1
-        elif row["status"] == INVALID:
-            st.invalid += 1
-        elif row["status"] == FAILED:
-            st.failed += 1
-            st.failed_fatal += row["error_kind"] == FATAL
-            if len(st.errors) < 20:
-                st.errors.append(f"{job.task.id}: {row['error']}")
+        st.add(row, job.task.id)
 
     async def send(job: _Job) -> None:
         st = stats[job.adapter.label]

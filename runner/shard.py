@@ -1,16 +1,18 @@
 """Shards: ``dxi run --shard K/N`` sends only the requests whose cache key falls in shard K of N.
 
-A request belongs to shard ``prefix(key) mod N`` (``cache.index.prefix``: the first 64 bits of the key,
-itself a sha256; never Python's ``hash()``, which is salted per process), so the N shards are disjoint,
-together cover every request, and any process on any machine computes the same assignment. K counts from
+A request belongs to shard ``floor(p * N / 2**64)``, ``p`` the first 64 bits of its key (``cache.index.prefix``;
+the key is a sha256; never Python's ``hash()``, which is salted per process): the K-th of N equal ranges of
+the key space (``cache.partition``), so the N shards are disjoint, together cover every request, any process
+on any machine computes the same assignment, and a shard reads only its part of a remote cache. K counts from
 0 (``0/4`` ... ``3/4``), as Kubernetes' ``JOB_COMPLETION_INDEX`` does.
 
-``--shard auto`` takes K and N from the scheduler's environment:
+``--shard auto`` takes K from the scheduler's environment and N from a value that survives resubmitting part
+of the job (resubmitting one task of a Slurm array, ``sbatch --array=2``, makes an array of one: its
+``SLURM_ARRAY_TASK_COUNT`` is 1 and its ``SLURM_ARRAY_TASK_MIN`` 2, so neither can say how many shards the
+run has): ``--shard auto/N``, else ``DXI_SHARD_COUNT``; without either it refuses, with the fix.
 
-* Slurm job arrays: K = (``SLURM_ARRAY_TASK_ID`` - ``SLURM_ARRAY_TASK_MIN``) / ``SLURM_ARRAY_TASK_STEP``
-  (so ``--array=1-4`` and ``--array=0-3`` both give 0..3), N = ``SLURM_ARRAY_TASK_COUNT``;
-* Kubernetes Indexed Jobs: K = ``JOB_COMPLETION_INDEX``; Kubernetes sets no count variable, so N comes
-  from the flag (``--shard auto/8``) or ``DXI_SHARD_COUNT``.
+* Slurm job arrays: K = ``SLURM_ARRAY_TASK_ID`` (the array numbered from 0: ``--array=0-7`` for 8 shards);
+* Kubernetes Indexed Jobs: K = ``JOB_COMPLETION_INDEX`` (N is the Job's ``completions``).
 
 Without a shared coordinator (``runner.coordinator``) each shard keeps to 1/N of each provider's limits
 (requests and tokens per minute, requests in flight; at least one in flight) and of the cost bound, so N
@@ -25,6 +27,7 @@ from dataclasses import dataclass, replace
 
 from dxi.adapters import Limits
 from dxi.cache.index import prefix
+from dxi.cache.partition import shard_of, shard_range
 
 
 class ShardError(ValueError):
@@ -41,7 +44,12 @@ class Shard:
 
     def owns(self, key: str) -> bool:
         """Whether the request with cache key ``key`` belongs to this shard."""
-        return prefix(key) % self.count == self.index
+        return shard_of(prefix(key), self.count) == self.index
+
+    @property
+    def range(self) -> tuple[int, int]:
+        """The key prefixes it owns, ``[lo, hi)`` (``cache.partition.shard_range``)."""
+        return shard_range(self.index, self.count)
 
     def owned(self, adapter, suite, epochs: int) -> int:
         """How many of ``adapter``'s requests over ``suite`` (``epochs`` each) this shard owns (for progress)."""
@@ -78,23 +86,17 @@ def parse(text: str, env: Mapping[str, str] | None = None) -> Shard:
         if count is None:
             raise ShardError(f"--shard {text}: give the number of shards too, K/N (e.g. {index}/4)")
         return _checked(index, count, text, "--shard")
-    task = _int(env, "SLURM_ARRAY_TASK_ID")
-    if task is not None:
-        low, step = _int(env, "SLURM_ARRAY_TASK_MIN") or 0, _int(env, "SLURM_ARRAY_TASK_STEP") or 1
-        n = _int(env, "SLURM_ARRAY_TASK_COUNT")
-        if count is not None and n is not None and count != n:
-            raise ShardError(f"--shard {text}: SLURM_ARRAY_TASK_COUNT is {n}, not {count}")
-        n = count if count is not None else n
-        if n is None:
-            raise ShardError("--shard auto: SLURM_ARRAY_TASK_COUNT is not set; give the count (--shard auto/N)")
-        return _checked((task - low) // step, n, text, "SLURM_ARRAY_TASK_ID")
-    index = _int(env, "JOB_COMPLETION_INDEX")
-    if index is not None:
-        n = count if count is not None else _int(env, "DXI_SHARD_COUNT")
-        if n is None:
-            raise ShardError("--shard auto: JOB_COMPLETION_INDEX is set but Kubernetes gives no count; write "
-                             "--shard auto/N (N = the Job's completions) or set DXI_SHARD_COUNT")
-        return _checked(index, n, text, "JOB_COMPLETION_INDEX")
+    if count is None:
+        count = _int(env, "DXI_SHARD_COUNT")
+    for name in ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX"):
+        index = _int(env, name)
+        if index is None:
+            continue
+        if count is None:
+            raise ShardError(f"--shard auto: {name} gives this task's index, but nothing here gives the number of shards "
+                             "for sure (a resubmitted part of a job sees a smaller count); write --shard auto/N or set "
+                             "DXI_SHARD_COUNT=N (N = the job's tasks), or give the shard as --shard K/N")
+        return _checked(index, count, text, name)
     raise ShardError("--shard auto: neither SLURM_ARRAY_TASK_ID (a Slurm job array) nor JOB_COMPLETION_INDEX "
                      "(a Kubernetes Indexed Job) is set; give the shard as K/N")
 
@@ -103,7 +105,9 @@ def _checked(index: int, count: int, text: str, source: str) -> Shard:
     if count < 1:
         raise ShardError(f"--shard {text}: the number of shards must be at least 1")
     if not 0 <= index < count:
-        raise ShardError(f"--shard {text}: shard {index} is not one of 0..{count - 1} (shards count from 0)")
+        fix = f"; number the array from 0 (--array=0-{count - 1})" if source == "SLURM_ARRAY_TASK_ID" else ""
+        raise ShardError(f"--shard {text}: shard {index} (from {source}) is not one of 0..{count - 1} (shards count "
+                         f"from 0){fix}")
     return Shard(index, count, source)
 
 
@@ -127,18 +131,21 @@ def describe(limits: Limits) -> str:
     return ", ".join(parts)
 
 
-def keep_share(models: list, max_cost: float | None, n: int) -> tuple[float | None, list[str]]:
-    """Divide each model's limits (``ModelRun.adapter.limits``) by ``n`` in place; returns the cost bound
+def keep_share(models: list, max_cost: float | None, n: int, apply: bool = True) -> tuple[float | None, list[str]]:
+    """Divide each model's limits (``ModelRun.adapter.limits``) by ``n`` in place (with ``apply``; else only
+    say what the share is: a coordinator that cannot be reached divides them itself); returns the cost bound
     divided by ``n`` and one line per provider saying what this process keeps to (for the start-up note)."""
     if n <= 1:
         return max_cost, []
     said, notes = set(), []
     for m in models:
         whole = m.adapter.limits
-        m.adapter.limits = divide(whole, n)
+        share = divide(whole, n)
+        if apply:
+            m.adapter.limits = share
         if m.limits_key not in said:
             said.add(m.limits_key)
-            notes.append(f"{m.limits_key}: {describe(m.adapter.limits)} (1/{n} of {describe(whole)})")
+            notes.append(f"{m.limits_key}: {describe(share)} (1/{n} of {describe(whole)})")
     if max_cost is not None:
         notes.append(f"cost bound: ${max_cost / n:g} (1/{n} of ${max_cost:g})")
         max_cost = max_cost / n

@@ -1,19 +1,22 @@
-"""Stopping a provider: what every request to it would meet alike ends its part of the run at once.
+"""Stopping a provider, or one model on it: what every request would meet alike ends that part of the run.
 
 A ``ProviderStop`` (``adapters.errors``; read from the providers' documented error bodies by
-``adapters.provider_errors``) is an exhausted quota or spend limit, a refused key (401/403), an unknown
-model (404), a 400 refusing the form of every request (an unsupported schema or parameter), a stated
-wait longer than ``Limits.max_stated_wait_s`` (``too_long``), or a server that cannot be reached (at the
-start of the run, or down for longer than ``max_stated_wait_s``: ``runner.outage``). When one arrives
-(``runner.retry``):
+``adapters.provider_errors``) is an exhausted quota or spend limit, a refused key (401/403), a stated wait
+longer than ``Limits.max_stated_wait_s`` (``too_long``), or a server that cannot be reached (at the start of
+the run, or down for longer than ``max_stated_wait_s``: ``runner.outage``): the provider's, every model on it
+stops; or, when it names one model (``ProviderStop.scope`` "model"), an unknown model (404) or a 400 refusing
+the form of its requests (an unsupported schema, parameter or effort level): that model alone stops, and the
+other models on the same base URL go on. When one arrives (``runner.retry``):
 
-* the provider's limiter is halted (``ProviderLimiter.halt``): attempts waiting for a turn, a pause or a
-  retry's backoff end without being sent; requests already on the wire finish and are recorded;
-* the request that met the stop, and every request of the provider not yet sent, gets no cache row: they
-  are counted ``not_sent`` and the next run sends them;
-* the other providers go on; the run ends with exit code 6 (``runner.cli``), and the terminal and
-  summary.json (``stopped_providers``) say which provider stopped, why (the provider's own message,
-  redacted), when, and when access resumes or when to rerun where the provider states it.
+* the provider's limiter is halted (``ProviderLimiter.halt``), or the model stopped on it
+  (``ProviderLimiter.halt_model``): attempts waiting for a turn, a pause or a retry's backoff end without
+  being sent; requests already on the wire finish and are recorded;
+* the request that met the stop, and every request of the provider (or model) not yet sent, gets no cache
+  row: they are counted ``not_sent`` and the next run sends them;
+* the rest of the run goes on; it ends with exit code 6 (``runner.cli``), and the terminal and summary.json
+  (``stopped_providers``, each block with its ``scope``) say which provider or model stopped, why (the
+  provider's own message, redacted), when, and when access resumes or when to rerun where the provider
+  states it.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from dxi.adapters import ProviderStop, RateLimited
-from dxi.adapters.errors import QUOTA, UNREACHABLE, WAIT
+from dxi.adapters.errors import QUOTA, SCOPE_MODEL, SCOPE_PROVIDER, UNREACHABLE, WAIT
 
 from .limits import ProviderLimiter
 
@@ -49,6 +52,7 @@ class RunStop:
         self.abandoned = 0
         self.on_change: Callable[[], None] | None = None
         self._limiters: list[ProviderLimiter] = []
+        self._hooks: list[Callable[[], None]] = []
 
     @property
     def requested(self) -> bool:
@@ -61,6 +65,14 @@ class RunStop:
             for limiter in self._limiters:
                 limiter.close()
 
+    def on_request(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when the stop is asked (at once, if it was asked already): what waits on something
+        other than a limiter (a batch being polled, ``runner.dispatch``) ends then."""
+        if self.requested:
+            hook()
+        else:
+            self._hooks.append(hook)
+
     def request(self, signum: int) -> None:
         """Stop the run (once; later calls change nothing)."""
         if self.requested:
@@ -68,6 +80,8 @@ class RunStop:
         self.signum = signum
         for limiter in self._limiters:
             limiter.close()
+        for hook in self._hooks:
+            hook()
         self._changed()
 
     def abandon(self) -> None:
@@ -100,23 +114,28 @@ def _iso(t: float) -> str:
 
 def stopped_providers(limiters: Mapping[str, ProviderLimiter], models: Mapping[str, Sequence[str]],
                       not_sent: Mapping[str, int], refused: Mapping[str, int]) -> list[dict]:
-    """summary.json's ``stopped_providers``: one block per stopped provider (key of ``limiters``), with
-    ``models`` (the labels on it), ``cause``, ``message`` (the provider's own words, the key redacted),
-    ``http_status``, ``stopped_at`` (ISO 8601 UTC), ``resets_at`` (when the provider says access resumes, or
-    the stated wait ends; null when it does not say), ``refused`` (its models' requests sent that met the
-    stop) and ``not_sent`` (those never sent), from the per-label counts given."""
+    """summary.json's ``stopped_providers``: one block per stopped provider (key of ``limiters``; ``scope``
+    "provider") and per model stopped alone (``scope`` "model"), with ``models`` (the labels it stopped: a
+    provider's, but for those stopped alone before it), ``cause``, ``message`` (the provider's own words, the key
+    redacted), ``http_status``, ``stopped_at`` (ISO 8601 UTC), ``resets_at`` (when the provider says access
+    resumes, or the stated wait ends; null when it does not say), ``refused`` (its models' requests sent that
+    met the stop) and ``not_sent`` (those never sent), from the per-label counts given."""
     out = []
-    for key, limiter in limiters.items():
-        error = limiter.halted
-        if error is None:
-            continue
-        at = limiter.halted_at or time.time()
+
+    def block(key: str, scope: str, labels: list[str], error: ProviderStop, at: float) -> dict:
         resets = None if error.resets_in_s is None else _iso(at + error.resets_in_s)
-        labels = list(models.get(key, ()))
-        out.append({"provider": key, "models": labels, "cause": error.cause, "message": str(error),
-                    "http_status": error.status, "stopped_at": _iso(at), "resets_at": resets,
-                    "refused": sum(refused.get(label, 0) for label in labels),
-                    "not_sent": sum(not_sent.get(label, 0) for label in labels)})
+        return {"provider": key, "scope": scope, "models": labels, "cause": error.cause, "message": str(error),
+                "http_status": error.status, "stopped_at": _iso(at), "resets_at": resets,
+                "refused": sum(refused.get(label, 0) for label in labels),
+                "not_sent": sum(not_sent.get(label, 0) for label in labels)}
+
+    for key, limiter in limiters.items():
+        alone = getattr(limiter, "stopped_models", {})
+        for label, (error, at) in alone.items():
+            out.append(block(key, SCOPE_MODEL, [label], error, at))
+        if limiter.halted is not None:
+            labels = [label for label in models.get(key, ()) if label not in alone]
+            out.append(block(key, SCOPE_PROVIDER, labels, limiter.halted, limiter.halted_at or time.time()))
     return out
 
 
@@ -124,8 +143,13 @@ def describe(block: dict) -> str:
     """The terminal's account of one stopped provider (a ``stopped_providers`` block), ending with what
     to do next."""
     when = block["stopped_at"].replace("T", " ").removesuffix("Z") + " UTC"
-    text = (f"{block['provider']} stopped at {when}: {block['cause']}. {block['refused']} request(s) refused, "
-            f"{block['not_sent']} not sent ({', '.join(block['models'])}); the next run sends them.")
+    if block.get("scope") == SCOPE_MODEL:
+        text = (f"{block['models'][0]} (on {block['provider']}) stopped alone at {when}: {block['cause']}; the "
+                f"provider's other models went on. {block['refused']} request(s) refused, {block['not_sent']} not "
+                "sent; the next run sends them.")
+    else:
+        text = (f"{block['provider']} stopped at {when}: {block['cause']}. {block['refused']} request(s) refused, "
+                f"{block['not_sent']} not sent ({', '.join(block['models'])}); the next run sends them.")
     resets = block["resets_at"]
     if resets:
         resets = resets.replace("T", " ").removesuffix("Z") + " UTC"

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .intervals import METHODS
+
 DEFAULT_SEED = 20250607
 
 
@@ -106,12 +108,14 @@ class Bootstrap:
         return low, high
 
     def describe(self) -> dict:
-        """The ``intervals`` block of summary.json."""
+        """The ``intervals`` block of summary.json: the bootstrap, and ``methods``, each metric's interval
+        method (``scoring.intervals.METHODS``: accuracy the Wilson score interval, AUROC DeLong's)."""
         return {"method": "percentile bootstrap over tasks", "confidence": self.confidence,
-                "resamples": self.resamples, "seed": self.seed,
+                "resamples": self.resamples, "seed": self.seed, "methods": dict(METHODS),
                 "note": ("tasks are resampled with replacement within each evaluation, the same resamples for "
-                         "every model; the index combines one resample of each evaluation; AUROC intervals "
-                         "use DeLong's variance instead")}
+                         "every model; the index combines one resample of each evaluation; accuracy, a single "
+                         "proportion, gets the Wilson score interval over its tasks instead (it does not collapse "
+                         "at 0% or 100%); AUROC intervals use DeLong's variance")}
 
 
 _PREPARED: dict[tuple[Bootstrap, str, int], np.ndarray] = {}  # Bootstrap.prepare's float32 matrices
@@ -134,13 +138,20 @@ def nan_quantiles(a: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarray]:
     rows = np.ascontiguousarray(a.reshape(a.shape[0], -1).T)  # one row per column of ``a``
     nan = np.isnan(rows)
     k = rows.shape[1] - nan.sum(axis=1)
-    top = np.maximum(k - 1, 0)
     if nan.any():
         ordered = np.sort(rows, axis=1)  # NaN sort last
     else:  # every column complete: only the order statistics around each quantile are needed
         n = rows.shape[1]
         needed = sorted({min(int(np.floor(q * (n - 1))) + d, n - 1) for q in qs for d in (0, 1)})
         ordered = np.partition(rows, needed, axis=1)
+    return [v.reshape(shape) for v in ordered_quantiles(ordered, k, qs)]
+
+
+def ordered_quantiles(ordered: np.ndarray, k: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarray]:
+    """The quantiles ``qs`` (0-1) of each row of ``ordered`` (rows, n), of its first ``k[row]`` values, with
+    linear interpolation (``numpy.quantile``'s default): each row sorted (NaN last), or partitioned at the
+    order statistics the quantiles need; NaN for a row with ``k`` = 0. One array (rows,) per quantile."""
+    top = np.maximum(k - 1, 0)
     out = []
     for q in qs:
         pos = q * top
@@ -150,5 +161,5 @@ def nan_quantiles(a: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarray]:
         high = np.take_along_axis(ordered, hi[:, None], axis=1)[:, 0]
         with np.errstate(invalid="ignore"):
             value = low + (high - low) * (pos - lo)
-        out.append(np.where(k > 0, value, np.nan).reshape(shape))
+        out.append(np.where(k > 0, value, np.nan))
     return out

@@ -38,6 +38,26 @@ def cost_usd(input_tokens: float, output_tokens: float, price_input: float, pric
             + extra(written_tokens, price_write) + extra(written_1h_tokens, price_write_1h)) / 1e6
 
 
+BATCH_SHARE = 0.5
+"""The batch APIs' price as a share of the synchronous one: OpenAI's Batch API, Anthropic's Message Batches
+and the Gemini Batch API each bill 50% of the model's price (their pricing pages), prompt-cache parts
+included (Anthropic: the discounts stack)."""
+
+
+def batch_price(price: tuple[float | None, ...] | None, batch_input: float | None = None,
+                batch_output: float | None = None) -> tuple[float | None, ...] | None:
+    """The price tuple of a model's batch requests: ``batch_input`` / ``batch_output`` (USD per million
+    tokens, a run file's) where given, else ``BATCH_SHARE`` of ``price``'s; the prompt-cache parts scaled as
+    the input price is. None without a price."""
+    if price is None:
+        return None
+    share_in = (batch_input / price[0] if price[0] else BATCH_SHARE) if batch_input is not None else BATCH_SHARE
+    parts = [batch_input if batch_input is not None else round(price[0] * BATCH_SHARE, 12),
+             batch_output if batch_output is not None else round(price[1] * BATCH_SHARE, 12)]
+    parts += [None if p is None else round(p * share_in, 12) for p in price[2:]]
+    return tuple(parts)
+
+
 USAGE_COLUMNS = ("input_tokens", "output_tokens", "cached_input_tokens", *CACHE_WRITES)
 """A cache row's (or a reply's) token counts that price it."""
 
@@ -63,41 +83,74 @@ def _round(usd: float | None) -> float | None:
     return None if usd is None else round(usd, 6)
 
 
-def _block(row: Mapping, price: tuple[float | None, ...] | None) -> dict:
+def _cost(row: Mapping, price: tuple[float | None, ...] | None) -> float | None:
+    """USD of a usage row's tokens at ``price`` (None without one)."""
+    if price is None:
+        return None
+    return cost_usd(row["input_tokens"], row["output_tokens"], *price, cached_tokens=int(row.get("cached_input_tokens") or 0),
+                    written_tokens=int(row.get("cache_write_tokens") or 0),
+                    written_1h_tokens=int(row.get("cache_write_1h_tokens") or 0))
+
+
+def _block(row: Mapping, cost: float | None) -> dict:
+    """A usage block of token sums ``row`` that cost ``cost`` USD (None: no price)."""
     cached = int(row.get("cached_input_tokens") or 0)
     written, written_1h = (int(row.get(c) or 0) for c in CACHE_WRITES)
     block = {"requests": int(row["requests"]), "replies": int(row["replies"]), "with_usage": int(row["with_usage"]),
              "input_tokens": int(row["input_tokens"]), "output_tokens": int(row["output_tokens"]),
              "cached_input_tokens": cached}
     block |= {c: n for c, n in zip(CACHE_WRITES, (written, written_1h), strict=True) if n}
-    block["cost_usd"] = None if price is None else _round(cost_usd(
-        row["input_tokens"], row["output_tokens"], *price, cached_tokens=cached, written_tokens=written,
-        written_1h_tokens=written_1h))
+    block["cost_usd"] = _round(cost)
     if block["replies"] > block["with_usage"]:
         block["note"] = (f"{block['replies'] - block['with_usage']} replies reported no usage: their tokens "
                          "(and cost) are not counted")
     return block
 
 
-def usage_blocks(table: pl.DataFrame, labels: list[str], prices: Mapping[str, tuple[float, ...] | None]
-                 ) -> tuple[dict[str, dict], dict]:
+def usage_blocks(table: pl.DataFrame, labels: list[str], prices: Mapping[str, tuple[float, ...] | None],
+                 batch_prices: Mapping[str, tuple[float | None, ...] | None] | None = None) -> tuple[dict[str, dict], dict]:
     """``(per model, run)``: each model's ``usage`` block — requests, replies, with_usage, input_tokens,
     output_tokens, ``price`` ({input, output} USD per million tokens, or null), ``cost_usd`` (null with
     ``cost_reason`` without a price) and the same per evaluation under ``evals`` — and the run's total
-    (null cost, with the reason, when any model has no price). ``table`` is ``scoring.score.usage``."""
+    (null cost, with the reason, when any model has no price). ``table`` is ``scoring.score.usage``. The
+    requests a provider batch answered (its ``batch`` rows) cost ``batch_prices[label]`` (default
+    ``batch_price(price)``: half) and are counted in a ``batch`` block (requests, price); a model without
+    them has none, so a synchronous run's summary is as before."""
     zero = {"requests": 0, "replies": 0, "with_usage": 0, "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0,
             **dict.fromkeys(CACHE_WRITES, 0)}
     per_model, total, unpriced = {}, dict(zero), []
+    def summed(rows: list[dict]) -> dict:
+        return {k: sum(int(r.get(k) or 0) for r in rows) for k in zero}
+
+    def costed(rows: list[dict], price: tuple | None, in_batch: tuple | None) -> tuple[dict, float | None]:
+        """The sums of ``rows`` and their cost: the synchronous rows' tokens at ``price``, the batch rows' at
+        ``in_batch`` (each priced on its sums, so a synchronous model's cost is computed as it always was)."""
+        plain, batched = [r for r in rows if not r.get("batch")], [r for r in rows if r.get("batch")]
+        if price is None:
+            return summed(rows), None
+        cost = _cost(summed(plain), price)
+        if batched:
+            cost += _cost(summed(batched), in_batch)
+        return summed(rows), cost
+
     for label in labels:
-        rows = table.filter(pl.col("label") == label)
+        rows = list(table.filter(pl.col("label") == label).iter_rows(named=True))
         price = prices.get(label)
-        sums = {k: int(rows[k].sum()) if rows.height and k in rows.columns else 0 for k in zero}
-        block = _block(sums, price)
+        in_batch = (batch_prices or {}).get(label, batch_price(price))
+        sums, cost = costed(rows, price, in_batch)
+        block = _block(sums, cost)
         block["price"] = None if price is None else {k: v for k, v in zip(PRICE_PARTS, price, strict=False) if v is not None}
         if price is None:
             block["cost_reason"] = NO_PRICE
             unpriced.append(label)
-        block["evals"] = {r["eval"]: _block(r, price) for r in rows.iter_rows(named=True)}
+        block["evals"] = {name: _block(*costed([r for r in rows if r["eval"] == name], price, in_batch))
+                          for name in sorted({r["eval"] for r in rows})}
+        batched = [r for r in rows if r.get("batch")]
+        if batched:
+            block["batch"] = {"requests": sum(int(r["requests"]) for r in batched),
+                              "cost_usd": None if price is None else _round(_cost(summed(batched), in_batch)),
+                              "price": None if in_batch is None else
+                              {k: v for k, v in zip(PRICE_PARTS, in_batch, strict=False) if v is not None}}
         per_model[label] = block
         for k in zero:
             total[k] += sums[k]

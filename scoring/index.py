@@ -8,6 +8,8 @@ never a partial index presented as whole.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 
@@ -24,27 +26,39 @@ WEIGHTS: dict[tuple[str, str], float] = {
 }
 
 
-def decision_index(evals: dict[str, dict]) -> tuple[float | None, str | None]:
-    """``(index, None)`` from a summary's ``evals`` block, or ``(None, reason)`` when a term is missing."""
+def decision_index(evals: dict[str, dict], exact: dict[str, dict] | None = None) -> tuple[float | None, str | None]:
+    """``(index, None)`` from a summary's ``evals`` block, or ``(None, reason)`` when a term is missing
+    (null there). ``exact`` (evaluation -> its ``metrics`` row, full precision) gives the terms' values:
+    the summary's are rounded to 6 decimals, and an index summed from rounded terms can differ from the
+    index table's in the last decimal; with ``exact`` the figure is rounded once, when written."""
     total, missing = 0.0, []
     for (name, metric), weight in WEIGHTS.items():
         value = evals.get(name, {}).get(metric)
         if value is None:
             missing.append(f"{name}.{metric}")
         else:
-            total += weight * value
+            total += weight * (value if exact is None else exact[name][metric])
     if missing:
         return None, f"not computed: {', '.join(missing)} unavailable (see each evaluation's reason)"
     return total, None
 
 
 
-def index_table(estimates: dict[str, Estimates], labels: list[str], boot: Bootstrap | None = None) -> pl.DataFrame:
-    """Per label: ``decision_index`` (mean over epochs), ``decision_index_sd`` (spread of the per-epoch
-    index; null for one epoch) and, with a bootstrap, ``decision_index_low``/``_high`` (the percentile
-    interval of the index recomputed on each resample: one resample of each evaluation). Null with a
-    ``reason`` when any term is unavailable (an evaluation without data, or with answers missing).
-    ``estimates`` maps evaluation -> ``scoring.cube.Estimates`` over ``labels``."""
+@dataclass(frozen=True, slots=True)
+class IndexValues:
+    """The Decision Index of every label, before it becomes a table: ``point`` (labels,) the mean over
+    epochs, ``per_epoch`` (labels, epochs), ``replicates`` (resamples, labels; (1, labels) zeros without a
+    bootstrap), ``unavailable``: per label the terms that are null (the index is null when any is)."""
+
+    point: np.ndarray
+    per_epoch: np.ndarray
+    replicates: np.ndarray
+    unavailable: list[list[str]]
+
+
+def index_values(estimates: dict[str, Estimates], labels: list[str], boot: Bootstrap | None = None) -> IndexValues:
+    """The index's ``IndexValues`` from each evaluation's ``sums.Estimates`` over ``labels`` (with
+    ``boot``, each evaluation's replicates are combined resample by resample)."""
     n = len(labels)
     point, per_epoch, replicates = np.zeros(n), np.zeros((n, 1)), np.zeros((1, n))
     unavailable: list[list[str]] = [[] for _ in range(n)]
@@ -61,12 +75,23 @@ def index_table(estimates: dict[str, Estimates], labels: list[str], boot: Bootst
         per_epoch = per_epoch + weight * est.per_epoch[metric]
         if boot is not None:
             replicates = replicates + weight * est.replicates[metric]
-    low, high = boot.interval(replicates) if boot is not None else (np.full(n, np.nan), np.full(n, np.nan))
-    bad = np.array([bool(u) for u in unavailable], dtype=bool)
+    return IndexValues(point, per_epoch, replicates, unavailable)
+
+
+def index_table(estimates: dict[str, Estimates], labels: list[str], boot: Bootstrap | None = None) -> pl.DataFrame:
+    """Per label: ``decision_index`` (mean over epochs), ``decision_index_sd`` (spread of the per-epoch
+    index; null for one epoch) and, with a bootstrap, ``decision_index_low``/``_high`` (the percentile
+    interval of the index recomputed on each resample: one resample of each evaluation). Null with a
+    ``reason`` when any term is unavailable (an evaluation without data, or without any reply).
+    ``estimates`` maps evaluation -> ``scoring.sums.Estimates`` over ``labels``."""
+    n = len(labels)
+    values = index_values(estimates, labels, boot)
+    low, high = boot.interval(values.replicates) if boot is not None else (np.full(n, np.nan), np.full(n, np.nan))
+    bad = np.array([bool(u) for u in values.unavailable], dtype=bool)
     return pl.DataFrame({
         "label": labels,
         **{f"decision_index{suffix}": np.where(bad, np.nan, v)
-           for suffix, v in (("", point), ("_sd", epoch_sd(per_epoch)), ("_low", low), ("_high", high))},
+           for suffix, v in (("", values.point), ("_sd", epoch_sd(values.per_epoch)), ("_low", low), ("_high", high))},
         "reason": [f"not computed: {', '.join(u)} unavailable (see each evaluation's reason)" if u else None
-                   for u in unavailable],
+                   for u in values.unavailable],
     }, schema_overrides={"reason": pl.String}).fill_nan(None)

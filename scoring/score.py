@@ -9,9 +9,11 @@ metric per model and evaluation, averaged over epochs (``scoring.scored.score`` 
 calibration and breakdowns).
 
 Status of an answer: ``ok``; ``invalid`` (a reply came but this answer was unusable); ``failed`` (no
-reply after the retry budget, or a deterministic error); ``missing`` (not in the cache). Invalid and
-failed answers are scored as wrong (SPEC §6); an evaluation with missing answers gets null metrics with
-the reason, never a partial score.
+reply after the retry budget, or a deterministic error); ``missing`` (not in the cache: never sent, or
+the run stopped). Invalid answers are the model's reply, scored as wrong (SPEC §6). Failed and missing
+answers are not answers: scored as not correct, never as hallucinations, and they make the evaluation's
+figures provisional (``scoring.provisional``); ``rerun`` marks those whose request the next ``dxi run``
+sends again (missing ones, and failures that were not deterministic).
 
 Speed: every expected answer has an integer place ``(m·G + g)·E + s`` — model ``m`` (labels in sorted
 order), gold row ``g`` (sorted by eval, task id, question id), epoch ``s`` — so cache rows are placed,
@@ -42,7 +44,7 @@ NO_ANSWER = "no answer to this question"
 NOT_CACHED = "not in the cache"
 ANSWER_COLUMNS = ("label", "eval", "task_id", "question_id", "sample", "kind", "status", "error", "predicted", "gold",
                   "correct", "p_predicted", "p_yes", "warning", "predicted_category", "gold_category", "group",
-                  "adversarial", "probabilities")
+                  "adversarial", "probabilities", "repaired", "rerun")
 _PROBABILITIES = pl.List(pl.Struct({"option": pl.String, "p": pl.Float64}))
 
 
@@ -200,9 +202,10 @@ def answers(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, categories: pl
             epochs: int = 1) -> pl.DataFrame:
     """One row per (model label, question, epoch): ``ANSWER_COLUMNS`` — label, eval, task_id, question_id,
     sample, kind, status, error, predicted, gold, correct, p_predicted, p_yes, warning, predicted_category
-    / gold_category (When2Call), group and adversarial (for breakdowns) and probabilities (every option's
+    / gold_category (When2Call), group and adversarial (for breakdowns), probabilities (every option's
     probability as returned, ``list<struct{option, p}>``; empty for invalid answers, null for failed and
-    missing ones).
+    missing ones), repaired, and rerun (the next ``dxi run`` sends this answer's request again: a missing
+    answer, or a failure whose ``error_kind`` is not ``fatal``; not written to answers.parquet).
 
     ``label``, ``eval``, ``task_id``, ``question_id``, ``kind`` and ``group`` are Enums whose categories
     are sorted (labels; gold rows by eval, task id, question id), so sorting by them is the canonical
@@ -220,10 +223,12 @@ def answers(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, categories: pl
     n_models, n_gold, n_tasks = models.height, gold.height, task_frame.height
     n = n_models * n_gold * n_epochs
     task_of_gold = np.repeat(np.arange(n_tasks), task_frame["nq"].to_numpy())
-    found, m, t, s, request = _current(rows, models, task_frame, model_epochs, ("status", "error", "repaired", *ANSWER_READ))
+    found, m, t, s, request = _current(rows, models, task_frame, model_epochs,
+                                       ("status", "error", "error_kind", "repaired", *ANSWER_READ))
     row_of_request = np.full(n_models * n_tasks * n_epochs, -1, np.int64)
     row_of_request[request] = np.arange(len(request))
     row_failed = (found["status"] == "failed").to_numpy()
+    row_rerun = row_failed & (found["error_kind"] != "fatal").fill_null(True).to_numpy()  # as ``Cache.has`` decides
     row_repaired = found["repaired"].fill_null(False).to_numpy()
     row_error = found["error"].rechunk()
 
@@ -249,10 +254,11 @@ def answers(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, categories: pl
                        .otherwise(per_question["status"].fill_null("invalid"))).to_series()
     answered = pl.DataFrame({
         "status": status,
-        "error": _answer_errors(per_question["error"], row_error, r, (status == "invalid").to_numpy()),
+        "error": _answer_errors(per_question["error"], row_error, r, status),
         **{c: per_question[c] for c in ("predicted", "p_predicted", "p_yes", "warning")},
         "probabilities": per_question["probabilities"].cast(_PROBABILITIES),
         "repaired": pl.Series(row_repaired[r]) & (status == "ok"),
+        "rerun": pl.Series(row_rerun[r]),
     })
 
     # the rest: questions a found request did not answer, failed requests, and requests not in the cache
@@ -276,7 +282,8 @@ def answers(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, categories: pl
                            ).to_series(),
     }).with_columns(pl.lit(None, pl.String).alias("predicted"), pl.lit(None, pl.Float64).alias("p_predicted"),
                     pl.lit(None, pl.Float64).alias("p_yes"), pl.lit(None, pl.String).alias("warning"),
-                    pl.lit(None, _PROBABILITIES).alias("probabilities"), pl.lit(False).alias("repaired"))
+                    pl.lit(None, _PROBABILITIES).alias("probabilities"), pl.lit(False).alias("repaired"),
+                    pl.Series("rerun", absent | (row_rerun[np.maximum(rest_row, 0)] if len(row_rerun) else False)))
     placed = pl.concat([answered, filler], how="vertical_relaxed") if len(rest) else answered
     row_m = np.concatenate([m[r], rest_m])
     row_g = np.concatenate([g, rest_g])
@@ -310,15 +317,18 @@ def answers(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, categories: pl
         **{c: side[c] for c in ("gold_category", "group", "adversarial")},
         "probabilities": placed["probabilities"],
         "repaired": placed["repaired"],
+        "rerun": placed["rerun"],
     }
     return pl.DataFrame([series.alias(name) for name, series in columns.items()])
 
 
-def _answer_errors(question_error: pl.Series, row_error: pl.Series, r: np.ndarray, invalid: np.ndarray) -> pl.Series:
-    """Each answer's error: its own, else its row's (``row_error[r]``), else ``NO_ANSWER`` where it is
-    invalid. Only the few answers without their own error are looked at."""
+def _answer_errors(question_error: pl.Series, row_error: pl.Series, r: np.ndarray, status: pl.Series) -> pl.Series:
+    """Each answer's error: its own, else, unless it is ``ok``, its row's (``row_error[r]``: an ``ok``
+    answer beside an invalid sibling in one reply does not carry the sibling's error), else ``NO_ANSWER``
+    where it is invalid. Only the few answers without their own error are looked at."""
     error = question_error
-    unset = error.is_null().to_numpy()
+    unset = error.is_null().to_numpy() & (status != "ok").to_numpy()
+    invalid = (status == "invalid").to_numpy()
     from_row = np.flatnonzero(unset & row_error.is_not_null().to_numpy()[r])
     if len(from_row):
         error = error.scatter(from_row, row_error.gather(r[from_row]))
@@ -343,34 +353,45 @@ def current_rows(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: i
 
 USAGE_SCHEMA = {"label": pl.String, "eval": pl.String, "requests": pl.Int64, "replies": pl.Int64,
                 "with_usage": pl.Int64, "input_tokens": pl.Int64, "output_tokens": pl.Int64,
-                "cached_input_tokens": pl.Int64, "cache_write_tokens": pl.Int64, "cache_write_1h_tokens": pl.Int64}
+                "cached_input_tokens": pl.Int64, "cache_write_tokens": pl.Int64, "cache_write_1h_tokens": pl.Int64,
+                "batch": pl.Boolean}
+_TOKENS = ["input_tokens", "output_tokens", "cached_input_tokens", "cache_write_tokens", "cache_write_1h_tokens"]
 
 
 def usage(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1) -> pl.DataFrame:
-    """Token usage per (label, eval) over exactly the cache rows ``answers`` scores (the newest current row
-    per request): ``requests`` rows found, ``replies`` among them with a reply (ok or invalid),
+    """Token usage per (label, eval, batch) over exactly the cache rows ``answers`` scores (the newest current
+    row per request): ``requests`` rows found, ``replies`` among them with a reply (ok or invalid),
     ``with_usage`` rows whose reply reported input tokens, and the ``input_tokens`` / ``output_tokens``
     they reported, with ``cached_input_tokens``, ``cache_write_tokens`` and ``cache_write_1h_tokens`` of the
-    input (``USAGE_SCHEMA``; ``scoring.cost``). Usage of earlier attempts,
+    input (``USAGE_SCHEMA``; ``scoring.cost``); ``batch``: the rows a provider batch brought (``transport``
+    "batch", priced at the batch rate), apart from the others. Usage of earlier attempts,
     rows of other configurations and rows
     replaced by newer ones is not counted: this is what the answers scored cost."""
     models = models.sort("label").with_row_index("m")
-    gold = gold.sort("eval", "task_id", "question_id")
-    task_frame = _task_frame(gold)
-    found, m, _, _, _ = _current(rows, models, task_frame, _model_epochs(models, epochs),
-                                 ("eval", "status", "input_tokens", "output_tokens", *list(USAGE_SCHEMA)[7:]),
-                                 each_task=False)
+    task_frame = _task_frame(gold.sort("eval", "task_id", "question_id"))
+    found, m, _, _, _ = _current(rows, models, task_frame, _model_epochs(models, epochs), USAGE_READ, each_task=False)
+    return usage_table(found, m, models)
+
+
+USAGE_READ = ("eval", "status", *_TOKENS, "transport")  # what ``usage`` reads
+
+
+def usage_table(found: pl.DataFrame, m: np.ndarray, models: pl.DataFrame) -> pl.DataFrame:
+    """``usage``'s table from the current rows ``found`` (``USAGE_READ`` columns, each row once) and their
+    model numbers ``m`` (into ``models``, sorted by label and numbered ``m``)."""
     if found.is_empty():
         return pl.DataFrame(schema=USAGE_SCHEMA)
     # grouped by the model's number (its label's place in sorted order), not by a label string per row
-    sums = (found.with_columns(pl.Series("m", m, dtype=pl.UInt32))
-            .group_by("m", "eval")
+    sums = (found.with_columns(pl.Series("m", m, dtype=pl.UInt32), (pl.col("transport") == "batch").fill_null(False)
+                               .alias("batch"))
+            .group_by("m", "eval", "batch")
             .agg(pl.len().alias("requests"), pl.col("status").is_in(["ok", "invalid"]).sum().alias("replies"),
                  pl.col("input_tokens").is_not_null().sum().alias("with_usage"),
-                 *(pl.col(c).sum() for c in list(USAGE_SCHEMA)[5:]))
-            .sort("m", "eval"))
-    return (sums.select(pl.Series("label", models["label"].gather(sums["m"]), dtype=pl.String), pl.exclude("m"))
-            .cast({c: pl.Int64 for c in list(USAGE_SCHEMA)[2:]}))
+                 *(pl.col(c).sum() for c in _TOKENS))
+            .sort("m", "eval", "batch"))
+    return (sums.select(pl.Series("label", models["label"].gather(sums["m"]), dtype=pl.String), pl.exclude("m", "batch"),
+                        "batch")
+            .cast({c: pl.Int64 for c in list(USAGE_SCHEMA)[2:-1]}))
 
 
 def _predicted_category(gold_side: pl.DataFrame, row_g: np.ndarray, predicted: pl.Series,
@@ -395,8 +416,9 @@ def _predicted_category(gold_side: pl.DataFrame, row_g: np.ndarray, predicted: p
 
 def export(ans: pl.DataFrame) -> pl.DataFrame:
     """The answers frame as written to answers.parquet: sorted by label, eval, task id, question id and
-    epoch, Enums as strings, ``label`` named ``model``."""
-    return (ans.rechunk().sort("label", "eval", "task_id", "question_id", "sample")
+    epoch, Enums as strings, ``label`` named ``model``, without ``rerun`` (what the next run would do, not
+    an answer's property)."""
+    return (ans.drop("rerun", strict=False).rechunk().sort("label", "eval", "task_id", "question_id", "sample")
             .with_columns(pl.col(pl.Enum).cast(pl.String)).rename({"label": "model"}))
 
 

@@ -9,12 +9,14 @@ time to hold one evaluation's answers only); ``score`` is a Scorer given one fra
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from . import breakdowns, calibration
 from .bootstrap import Bootstrap
+from .compare import COMPARISON_SCHEMA, compare, discordant
 from .index import index_table
 from .summary import invalid_counts
 from .sums import Cube, breakdown_table, build_cubes, calibration_table, estimate_all, metric_table, reliability_table
@@ -34,6 +36,10 @@ class Scored:
     * ``confusion``: When2Call gold reply type × predicted reply type (or status) per label.
     * ``statuses``: answer counts per status, per (label, eval); ``errors``: the most frequent errors.
     * ``invalid``: the invalid answers' reasons counted per (label, shape) (``summary.invalid_counts``).
+    * ``comparisons``: every pair of models, the difference of the index and of each metric with its
+      paired-bootstrap interval and p-values (``scoring.compare``; empty unless asked for, and without
+      a bootstrap). The index table then also has each model's ``rank``, ``rank_low``, ``rank_high``
+      and ``tied_group``.
     """
 
     answers: pl.DataFrame
@@ -47,25 +53,32 @@ class Scored:
     errors: pl.DataFrame
     bootstrap: Bootstrap | None
     invalid: pl.DataFrame
+    comparisons: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=COMPARISON_SCHEMA))
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        """Every table except the answers, by file name (labels in a column named ``model``)."""
+        """Every table except the answers, by file name (labels in a column named ``model``; ``comparisons``
+        only when computed)."""
         tables = {"index": self.index, "metrics": self.metrics, "calibration": self.calibration,
                   "reliability": self.reliability, "breakdowns": self.breakdowns,
                   "when2call_confusion": self.confusion, "answer_statuses": self.statuses, "errors": self.errors}
+        if not self.comparisons.is_empty():
+            tables["comparisons"] = self.comparisons
         return {name: t.rename({"label": "model"}) if "label" in t.columns else t for name, t in tables.items()}
 
 
-def score(answers: pl.DataFrame, bootstrap: Bootstrap | None = None, with_breakdowns: bool = True) -> Scored:
+def score(answers: pl.DataFrame, bootstrap: Bootstrap | None = None, with_breakdowns: bool = True,
+          with_comparisons: bool = False) -> Scored:
     """Score an answers frame: every table of ``Scored``. ``bootstrap`` None skips the intervals;
     ``with_breakdowns`` False skips the tables only the report shows (breakdowns, confusion, statuses,
-    errors: left empty); summary.json needs none of them."""
+    errors: left empty); summary.json needs none of them. ``with_comparisons`` (with a bootstrap) adds
+    the paired comparisons and ranks (``scoring.compare``)."""
     scorer = Scorer(bootstrap)
     cubes = scorer.add(answers)
     if not with_breakdowns:
-        return scorer.result(answers)
-    return scorer.result(answers, breakdowns=breakdown_table(cubes, bootstrap), confusion=breakdowns.confusion(answers),
-                         statuses=breakdowns.statuses(answers), errors=breakdowns.errors(answers))
+        return scorer.result(answers, comparisons=with_comparisons)
+    return scorer.result(answers, comparisons=with_comparisons, breakdowns=breakdown_table(cubes, bootstrap),
+                         confusion=breakdowns.confusion(answers), statuses=breakdowns.statuses(answers),
+                         errors=breakdowns.errors(answers))
 
 
 @dataclass
@@ -97,6 +110,7 @@ class Scorer:
         self._calibration: list[pl.DataFrame] = []
         self._reliability: list[pl.DataFrame] = []
         self._invalid: list[pl.DataFrame] = []
+        self.discordants: dict[str, np.ndarray | None] = {}  # per accuracy evaluation (``compare.discordant``)
 
     def add(self, answers: pl.DataFrame) -> dict[str, Cube]:
         """Score the evaluations in ``answers``; returns their cubes (``scoring.sums.Cube`` by evaluation).
@@ -133,16 +147,25 @@ class Scorer:
         self._calibration.append(calib)
         self._reliability.append(reliability_table(cubes))
         self._invalid.append(part.invalid)
+        for name, cube in cubes.items():
+            self.discordants[name] = discordant(cube)
         return cubes
 
-    def result(self, answers: pl.DataFrame | None = None, **tables: pl.DataFrame) -> Scored:
+    def result(self, answers: pl.DataFrame | None = None, comparisons: bool = False, **tables: pl.DataFrame) -> Scored:
         """The tables of everything added, as ``Scored`` (``answers`` the frame to keep in it, or an empty
         one; ``tables`` the breakdown tables, ``breakdowns``, ``confusion``, ``statuses``, ``errors``, to
-        keep in it, or empty ones)."""
+        keep in it, or empty ones). With ``comparisons`` (and a bootstrap), the paired comparisons of every
+        pair of models and, in the index table, each model's rank with its interval and tied group."""
         empty = pl.DataFrame()
+        index = index_table(self.estimates, self.labels, self.bootstrap)
+        pairs = pl.DataFrame(schema=COMPARISON_SCHEMA)
+        if comparisons and self.bootstrap is not None:
+            pairs, ranks = compare(self.estimates, self.labels, self.bootstrap, self.discordants)
+            index = index.with_columns(pl.col("label").cast(pl.String)).join(
+                ranks.rename({"group": "tied_group"}), on="label", how="left", maintain_order="left")
         return Scored(
             answers=empty if answers is None else answers, metrics=_joined(self._metrics, ["label", "eval"]),
-            index=index_table(self.estimates, self.labels, self.bootstrap),
+            index=index, comparisons=pairs,
             calibration=_joined(self._calibration, ["label", "eval", "question"]),
             reliability=_joined(self._reliability, ["label", "eval", "bin"]),
             breakdowns=tables.get("breakdowns", empty), confusion=tables.get("confusion", empty),

@@ -1,6 +1,7 @@
 """summary.json: the contract users script against.
 
-    {"prompt_version": str, "epochs": int, "data": {...},
+    {"prompt_version": str, "epochs": int, "complete": bool, "allow_failed": {...} | null, "accepted": bool,
+     "data": {...},
      "intervals": {"method", "confidence", "resamples", "seed", "note"},
      "calibration": {"answers", "brier", "ece", "log_loss", "auroc", "epochs"},
      "models": [{"model": str, "decision_index": float | null, "decision_index_reason"?: str,
@@ -11,7 +12,8 @@
                                              "f1_response_harm", "mean_f1"}},
                  "requests": {"sent", "cache_hits", "failed", "invalid", ...}}]}
 
-Metrics are 0-100, rounded to 6 decimals; ``n`` counts tasks (WildGuardTest: rows). Each evaluation
+Metrics are 0-100, computed at full precision and rounded to 6 decimals when written (the index
+from the unrounded terms, so it equals ``tables/index.parquet``'s rounded); ``n`` counts tasks (WildGuardTest: rows). Each evaluation
 block also counts its ``invalid``, ``failed`` and ``missing`` answers, and the ``repaired`` ones (scored
 normally; a language model's JSON arrived in a Markdown code fence); a null metric comes with a
 ``reason``. With several epochs each metric is the mean and ``<metric>_sd`` its standard deviation.
@@ -28,6 +30,18 @@ Added with run files and costs: each model's ``epochs`` (a run file may give mod
 top-level ``epochs`` is the run's default) and ``usage`` (tokens and USD, ``scoring.cost``), and the
 run's ``usage``. A model with invalid answers gets ``invalid_reasons``: its three most frequent reasons
 (``[{"error", "count"}]``, every evaluation pooled; the text can quote model output).
+
+Added with provisional figures (``scoring.provisional``): each evaluation block's ``complete`` (no failed
+or missing answer) and, when false, ``rerun`` (the answers the next ``dxi run`` requests again); each
+model's ``complete`` and, when false, ``within_tolerance``; the summary's ``complete``, ``allow_failed``
+(``{"answers": N}``, ``{"fraction": x}`` or null) and ``accepted`` (every model complete or within it).
+Failed and missing answers are scored as not correct (never as hallucinations); an evaluation none of
+whose answers is a reply has null metrics with the reason.
+
+Added with paired comparisons (``scoring.compare``): each model's ``rank`` by the index, ``rank_ci`` and
+``tied_group``; the summary's ``comparisons`` (every pair of models, the index and every metric:
+``{"a", "b", "eval", "metric", "difference", "ci", "p_value", "p_holm", "complete"}``, plus
+``discordant`` and ``mcnemar_p`` for accuracy) and ``ranking`` (the tied groups).
 """
 from __future__ import annotations
 
@@ -35,7 +49,8 @@ import polars as pl
 
 from . import calibration as cal
 from .index import decision_index
-from .sums import METRICS
+from .provisional import Tolerance, judge
+from .sums import EVERY_FAILED, METRICS, NONE_CACHED
 
 UNDEFINED_F1 = ("undefined (no positive gold label and no positive prediction); mean_f1 is the mean of "
                 "the defined F1 scores")
@@ -52,8 +67,39 @@ def _interval(row: dict, metric: str) -> list[float | None] | None:
     return [_round(low), _round(high)]
 
 
-def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
-    """One evaluation's block for one model from its ``scoring.score.metrics`` row (None: no answers)."""
+def selection_flags(data: dict) -> str:
+    """The command-line flags that select the tasks a data-block entry describes (its ``limit``, ``sample``
+    or ``union`` of such entries): ``--sample N`` (``--seed S`` when not 0), ``--limit N``, a union's joined
+    by " + ", or ``--all-tasks`` for every task."""
+    if data.get("union"):
+        return " + ".join(selection_flags(p) for p in data["union"])
+    sample = data.get("sample")
+    if sample:
+        return f"--sample {sample['tasks']}" + (f" --seed {sample['seed']}" if sample.get("seed") else "")
+    return "--all-tasks" if data.get("limit") is None else f"--limit {data['limit']}"
+
+
+def _missing_reason(missing: int, data: dict, label: str | None) -> str:
+    """Why ``missing`` answers are not in the cache, and what to do: when the model's recorded runs
+    (``data["runs"]``, ``runner.selection``) selected other tasks than those scored, the flags that score
+    what they ran."""
+    scored = selection_flags(data)
+    ran = (data.get("runs") or {}).get(label) if label is not None else None
+    if ran and ran != scored:
+        see = (f"score with {ran}" if " + " not in ran else  # a union: what no flag selects, the default does
+               "score this model without --limit, --sample or --all-tasks (the tasks its runs selected)")
+        return (f"{missing} answer(s) not in the cache: this model's runs selected {ran} here, not {scored}; "
+                f"{see} to see what they answered, or `dxi run` with {scored} to send what is missing")
+    other = "" if ran else ", or it ran other tasks (--limit, --sample)"
+    return (f"{missing} answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer epochs than "
+            f"scored here{other}); `dxi run` with {scored} sends what is missing")
+
+
+def eval_block(name: str, row: dict | None, data: dict, epochs: int, label: str | None = None) -> dict:
+    """One evaluation's block for one model (``label``) from its ``scoring.score.metrics`` row (None: no
+    answers): ``n`` tasks, the answer counts, ``complete`` (and ``rerun`` when not), each metric with its
+    interval (and spread over epochs), and a ``reason`` for a null metric or for answers missing from the
+    cache (``_missing_reason``: which flags score what the model's runs selected)."""
     block: dict = {"n": 0, **{m: None for m in METRICS[name]}}
     if "missing" in data:
         block["reason"] = f"no data: {data['missing']}"
@@ -62,14 +108,13 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
         block["reason"] = "no answers for this evaluation"
         return block
     block |= {"n": row["n"], "invalid": row["invalid"], "failed": row["failed"], "missing": row["missing"],
-              "repaired": row["repaired"]}
-    if row["missing"]:
-        block["reason"] = (f"{row['missing']} answer(s) not in the cache: the run is incomplete (or it ran with a "
-                           "smaller --limit or fewer epochs than scored here); `dxi run` with these options sends "
-                           "what is missing")
-        return block
-    if row.get("reason"):  # every request failed: no reply to score, so no metric (never 0.0 as a score)
-        block["reason"] = f"{row['reason']} ({row['failed']} answer(s) failed; see each model's errors)"
+              "repaired": row["repaired"], "complete": row["failed"] + row["missing"] == 0}
+    if not block["complete"]:  # provisional (``scoring.provisional``): what the next `dxi run` requests again
+        block["rerun"] = row["rerun"]
+    if row["missing"]:  # scored as not correct (provisional); why they are missing, and what to do
+        block["reason"] = _missing_reason(row["missing"], data, label)
+    if row.get("reason"):  # no answer is a reply: nothing to score, so no metric (never 0.0 as a score)
+        block["reason"] = _no_reply(row, block.get("reason"))
         return block
     reasons = []
     for m in METRICS[name]:
@@ -81,8 +126,18 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int) -> dict:
         if block[m] is None and m != "mean_f1":
             reasons.append(f"{m}: {UNDEFINED_F1}")
     if reasons:
-        block["reason"] = "; ".join(reasons)
+        block["reason"] = "; ".join([*([block["reason"]] if block.get("reason") else []), *reasons])
     return block
+
+
+def _no_reply(row: dict, missing: str | None) -> str:
+    """Why an evaluation whose answers are all failed or missing has no metrics (``sums.Estimates.reason``);
+    ``missing``: why its missing answers are missing (``_missing_reason``), when it has some."""
+    if row["reason"] == NONE_CACHED:
+        return missing or f"{NONE_CACHED} ({row['missing']} answer(s))"
+    if row["reason"] == EVERY_FAILED:
+        return f"{EVERY_FAILED} ({row['failed']} answer(s) failed; see each model's errors)"
+    return f"{row['reason']} ({row['failed']} failed, {row['missing']} missing)" + (f"; {missing}" if missing else "")
 
 
 def _calibration_entry(row: dict, epochs: int) -> dict:
@@ -139,14 +194,15 @@ def invalid_reasons(counts: pl.DataFrame, top: int = 3) -> dict[str, list[dict]]
 
 def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], prompt_version: str, epochs: int,
           requests: dict[str, dict], scored: object | None = None, model_epochs: dict[str, int] | None = None,
-          usage: tuple[dict[str, dict], dict] | None = None) -> dict:
+          usage: tuple[dict[str, dict], dict] | None = None, tolerance: Tolerance | None = None) -> dict:
     """The whole summary: one entry per model label (in ``labels`` order), from the metrics table, the
     suite's data block and each model's request counts. With ``scored`` (a ``scoring.scored.Scored``)
     the intervals, the index's spread and interval and the calibration blocks are added.
 
     ``epochs`` is the run's number of epochs, ``model_epochs`` a model's own where it differs (each model
     entry gets its ``epochs``); ``usage`` is ``scoring.cost.usage_blocks``' (per model, run): each model
-    gets its ``usage`` block and the summary the run's."""
+    gets its ``usage`` block and the summary the run's. ``tolerance`` is ``--allow-failed``'s
+    (``scoring.provisional``): recorded, and deciding ``accepted``."""
     model_epochs = model_epochs or {}
     by_key = {(r["label"], r["eval"]): r for r in metrics.iter_rows(named=True)}
     index_rows = {r["label"]: r for r in scored.index.iter_rows(named=True)} if scored is not None else {}
@@ -156,21 +212,30 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
         for r in scored.calibration.iter_rows(named=True):
             calibration.setdefault((r["label"], r["eval"]), []).append(r)
     models = []
+    complete = all_accepted = True
     for label in labels:
         n_epochs = model_epochs.get(label, epochs)
-        evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), n_epochs)
-                 for name in METRICS}
-        index, reason = decision_index(evals)
+        evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), n_epochs,
+                                  label) for name in METRICS}
+        index, reason = decision_index(evals, {name: by_key.get((label, name)) for name in METRICS})
         entry: dict = {"model": label, "epochs": n_epochs, "decision_index": _round(index)}
         if reason:
             entry["decision_index_reason"] = reason
+        entry["complete"], accepted = judge(evals, {name: (by_key.get((label, name)) or {}).get("answers", 0)
+                                                    for name in METRICS}, tolerance)
+        if not entry["complete"]:
+            entry["within_tolerance"] = accepted
+        complete, all_accepted = complete and entry["complete"], all_accepted and accepted
         if scored is not None:
             row = index_rows.get(label, {})
             entry["decision_index_ci"] = _interval(row, "decision_index") if index is not None else None
             if n_epochs > 1:
                 entry["decision_index_sd"] = _round(row.get("decision_index_sd")) if index is not None else None
+            if row.get("rank") is not None:  # with comparisons (``scoring.compare``): the rank by the index
+                entry |= {"rank": row["rank"], "rank_ci": [row["rank_low"], row["rank_high"]],
+                          "tied_group": row["tied_group"]}
             for name, block in evals.items():
-                if block.get("n") and not block.get("missing"):
+                if block.get("n"):
                     block["calibration"] = calibration_block(calibration.get((label, name), []), n_epochs)
         entry["evals"] = evals
         if label in reasons:
@@ -179,11 +244,54 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
         if usage is not None:
             entry["usage"] = usage[0].get(label)
         models.append(entry)
-    summary: dict = {"prompt_version": prompt_version, "epochs": epochs, "data": data}
+    summary: dict = {"prompt_version": prompt_version, "epochs": epochs, "complete": complete,
+                     "allow_failed": tolerance.describe() if tolerance is not None else None,
+                     "accepted": all_accepted, "data": data}
     if scored is not None:
         summary["intervals"] = scored.bootstrap.describe() if scored.bootstrap else None
         summary["calibration"] = cal.describe()
     if usage is not None:
         summary["usage"] = usage[1]
     summary["models"] = models
+    if scored is not None and "rank" in scored.index.columns:  # comparisons computed (one model: no pairs)
+        summary["comparisons"] = comparisons(scored.comparisons)
+        summary["ranking"] = ranking(models)
     return summary
+
+
+def comparisons(table: pl.DataFrame) -> list[dict]:
+    """summary.json's ``comparisons``, one entry per row of ``scoring.compare``'s table: ``a``, ``b``,
+    ``eval`` (null for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high] (the paired
+    bootstrap's), ``p_value``, ``p_holm``, for accuracy with one epoch ``discordant`` [a right and b wrong,
+    the other way] and ``mcnemar_p``, and ``complete`` (false: a figure compared is provisional).
+    Differences are rounded to 6 decimals, p-values kept whole (a small one must not read 0)."""
+    def rounded(name: str) -> list[float | None]:  # column by column: 11,025 entries for 50 models
+        return [None if v is None else round(v, 6) for v in table[name].to_list()]
+
+    out = []
+    columns = (table["a"].to_list(), table["b"].to_list(), table["eval"].to_list(), table["metric"].to_list(),
+               rounded("difference"), rounded("low"), rounded("high"), table["p_value"].to_list(),
+               table["p_holm"].to_list(), table["a_only"].to_list(), table["b_only"].to_list(),
+               table["mcnemar_p"].to_list(), table["complete"].to_list())
+    for a, b, name, metric, difference, low, high, p, p_holm, a_only, b_only, mcnemar, complete in zip(*columns,
+                                                                                                   strict=True):
+        entry = {"a": a, "b": b, "eval": name, "metric": metric, "difference": difference,
+                 "ci": [low, high] if low is not None else None, "p_value": p, "p_holm": p_holm}
+        if a_only is not None:
+            entry |= {"discordant": [a_only, b_only], "mcnemar_p": mcnemar}
+        entry["complete"] = complete
+        out.append(entry)
+    return out
+
+
+def ranking(models: list[dict]) -> dict:
+    """summary.json's ``ranking``: the models by Decision Index in groups that are statistically tied
+    (``scoring.compare``: each group's models in rank order; models without an index are left out)."""
+    ranked = sorted((m for m in models if m.get("rank") is not None), key=lambda m: (m["rank"], m["model"]))
+    groups: dict[int, list[str]] = {}
+    for m in ranked:
+        groups.setdefault(m["tied_group"], []).append(m["model"])
+    return {"by": "decision_index", "groups": [groups[g] for g in sorted(groups)],
+            "method": ("rank: 1 + the models with a higher index; rank_ci: its 95% interval over the bootstrap "
+                       "resamples; groups: consecutive in rank order, a model joins the group above unless its index "
+                       "is significantly lower (paired bootstrap, Holm-adjusted p < 0.05) than that group's first")}

@@ -27,6 +27,7 @@ import polars as pl
 from . import calibration as cal
 from .bootstrap import Bootstrap
 from .columns import canonical_order
+from .intervals import WILSON_METRICS, wilson
 from .metrics import STATS, accuracy_from, answer_stats, f1_from, non_hallucination_from
 
 OMNISCIENCE, WILDGUARD = "aa_omniscience_decision", "wildguardtest"
@@ -39,7 +40,8 @@ METRICS: dict[str, tuple[str, ...]] = {
     "wildguardtest": (*WILDGUARD_F1.values(), "mean_f1"),
 }
 ALL_METRICS = ("accuracy", "non_hallucination_rate", *WILDGUARD_F1.values(), "mean_f1")
-COUNTS = ("invalid", "failed", "missing", "repaired")  # answers by status; repaired = ok from a fenced reply
+COUNTS = ("invalid", "failed", "missing", "repaired", "rerun")  # answers by status; repaired = ok from a fenced
+# reply; rerun = failed or missing answers whose request the next ``dxi run`` sends again (``scoring.score``)
 CALIBRATION = ("pn", "brier", "log_loss")
 ECE_GAPS = tuple(f"gap{b}" for b in range(cal.ECE_BINS))
 ALL_STATS = (*STATS, *COUNTS, *CALIBRATION, *ECE_GAPS)
@@ -59,6 +61,8 @@ BREAKDOWNS: dict[str, dict[str, str]] = {
 TABLE_METRICS = (*ALL_METRICS, *cal.CALIBRATION_METRICS)
 SUFFIXES = ("", "_sd", "_low", "_high")
 EVERY_FAILED = "every request failed"  # the reason an evaluation's metrics are null when no reply came
+NONE_CACHED = "no answer in the cache"  # ... when none of its requests is in the cache
+NO_REPLY = "no reply: every answer failed or is missing"  # ... when some failed and the rest are missing
 
 
 class Sums:
@@ -245,8 +249,10 @@ def build_cubes(ans: pl.DataFrame) -> dict[str, Cube]:
         ans = ans.with_columns(pl.col("predicted").eq_missing(pl.col("gold")).alias("correct"))
     status = pl.col("status").cast(pl.String)
     repaired = pl.col("repaired").fill_null(False) if "repaired" in ans.columns else pl.lit(False)
+    rerun = (pl.col("rerun").fill_null(False) if "rerun" in ans.columns
+             else status.is_in(["failed", "missing"]))  # a frame made by hand: every failure counted transient
     indicators = ans.select(*answer_stats()[1:], *[(status == c).alias(c) for c in COUNTS[:3]],
-                            repaired.alias("repaired"))  # FLAGS but pn, computed side by side
+                            repaired.alias("repaired"), rerun.alias("rerun"))  # FLAGS but pn, side by side
     calib = cal.answer_terms(ans)
     flags = calib["pn"].astype(np.uint16) << FLAGS.index("pn")
     for k, name in enumerate(FLAGS[:-1]):
@@ -289,8 +295,15 @@ def build_cubes(ans: pl.DataFrame) -> dict[str, Cube]:
 
 
 def _pooled(a: np.ndarray) -> np.ndarray:
-    """Sum over the last (units) axis."""
-    return a[..., 0] if a.shape[-1] == 1 else a.sum(-1)
+    """Sum over the last (units) axis, as float64."""
+    return _f64(a[..., 0] if a.shape[-1] == 1 else a.sum(-1))
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    """``a`` as float64. The resampled sums are float32 (``Cube.resampled``); their counts are exact
+    integers there, so the metric formulas over them in float64 give the same values as over the point
+    sums (100 × 162 / 500 is 32.4, where float32 arithmetic gave 32.400002)."""
+    return a.astype(np.float64, copy=False)
 
 
 def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
@@ -306,7 +319,7 @@ def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
             if cube.eval == OMNISCIENCE:
                 out["non_hallucination_rate"] = non_hallucination_from(_pooled(sums["hallucinated"]), n - right)
         else:
-            f1 = f1_from(sums["tp"], sums["fp"], sums["fn"])  # (..., units)
+            f1 = f1_from(_f64(sums["tp"]), _f64(sums["fp"]), _f64(sums["fn"]))  # (..., units)
             for q, metric in WILDGUARD_F1.items():
                 out[metric] = f1[..., cube.units.index(q)] if q in cube.units else np.full(f1.shape[:-1], np.nan)
             out["mean_f1"] = np.nanmean(np.stack([out[m] for m in WILDGUARD_F1.values()], -1), -1)
@@ -349,7 +362,9 @@ def epoch_sd(v: np.ndarray) -> np.ndarray:
 class Estimates:
     """One evaluation's (or breakdown group's) metrics for every label: ``point``/``sd``/``low``/
     ``high`` map metric -> (labels,); ``per_epoch`` -> (labels, epochs); ``replicates`` ->
-    (resamples, labels); ``counts`` (labels, ``COUNTS``); ``n`` tasks; ``answered`` labels with answers."""
+    (resamples, labels); ``counts`` (labels, ``COUNTS``); ``n`` tasks; ``answered`` labels with answers;
+    ``answers`` (labels,) the answers expected of each (questions × epochs, whatever their status);
+    ``no_reply`` labels none of whose answers is a reply (every one failed or missing: null metrics)."""
 
     point: dict[str, np.ndarray]
     sd: dict[str, np.ndarray]
@@ -360,42 +375,57 @@ class Estimates:
     low: dict[str, np.ndarray] = field(default_factory=dict)
     high: dict[str, np.ndarray] = field(default_factory=dict)
     replicates: dict[str, np.ndarray] = field(default_factory=dict)
-    all_failed: np.ndarray | None = None  # labels whose every answer failed (no reply to score: null metrics)
+    answers: np.ndarray | None = None
+    no_reply: np.ndarray | None = None
 
     def unscored(self) -> np.ndarray:
-        """Labels whose metrics are null: answers missing, or every request failed (``EVERY_FAILED``)."""
-        out = self.counts[:, COUNTS.index("missing")] > 0
-        return out | self.all_failed if self.all_failed is not None else out
+        """Labels whose metrics are null: no answer of theirs is a reply (every one failed or is missing).
+        A label with some replies is scored, its failed and missing answers as not correct (provisional)."""
+        return self.no_reply if self.no_reply is not None else np.zeros(len(self.answered), bool)
+
+    def reason(self) -> list[str | None]:
+        """Per label, why its metrics are null (``EVERY_FAILED``, ``NONE_CACHED``, ``NO_REPLY``), else None."""
+        failed, missing = self.counts[:, COUNTS.index("failed")], self.counts[:, COUNTS.index("missing")]
+        total = self.answers if self.answers is not None else failed + missing
+        return [None if not none else EVERY_FAILED if f == n else NONE_CACHED if m == n else NO_REPLY
+                for none, f, m, n in zip(self.unscored(), failed, missing, total, strict=True)]
 
 
 def estimate(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | None = None,
              tasks: np.ndarray | None = None, sums: Sums | None = None) -> Estimates:
     """Every metric of ``cube`` over all its tasks (or over ``tasks``, whose ``sums`` are then given):
     point estimate (mean over epochs), spread over epochs and, with ``boot`` and resample ``weights``
-    (``Bootstrap.counts``), the percentile interval."""
+    (``Bootstrap.counts``), the interval: the Wilson score interval for accuracy (a single proportion of
+    the tasks, ``scoring.intervals``), the percentile interval for the others; the replicates of every
+    metric, accuracy's too, are kept (the index and the paired comparisons use them)."""
     sums = cube.sums() if sums is None else sums
     per_epoch = values(cube, sums)
     counts = np.stack([sums[c].sum(axis=(1, 2)) for c in COUNTS], -1)  # (labels, COUNTS)
-    answered = (sums["n"].sum(axis=(1, 2)) + counts.sum(-1)) > 0
-    all_failed = answered & (counts[:, COUNTS.index("failed")] == sums["n"].sum(axis=(1, 2)))
+    total = sums["n"].sum(axis=(1, 2))
+    answered = (total + counts.sum(-1)) > 0
+    no_reply = answered & (counts[:, COUNTS.index("failed")] + counts[:, COUNTS.index("missing")] == total)
     est = Estimates({m: epoch_mean(v) for m, v in per_epoch.items()}, {m: epoch_sd(v) for m, v in per_epoch.items()},
-                    per_epoch, counts, cube.n_tasks if tasks is None else len(tasks), answered, all_failed=all_failed)
+                    per_epoch, counts, cube.n_tasks if tasks is None else len(tasks), answered, answers=total,
+                    no_reply=no_reply)
     if boot is not None and weights is not None:
         for m, v in values(cube, cube.resampled(weights, tasks)).items():
             reps = epoch_mean(v)  # (resamples, labels)
             est.replicates[m] = reps
-            est.low[m], est.high[m] = boot.interval(reps)
+            if m in WILSON_METRICS:
+                est.low[m], est.high[m] = wilson(est.point[m], est.n, boot.confidence)
+            else:
+                est.low[m], est.high[m] = boot.interval(reps)
     return est
 
 
 def _frame(cube: Cube, est: Estimates) -> pl.DataFrame:
-    """Rows per label with answers: n, counts, epochs, metrics (NaN -> null; all null when answers are
-    missing or every request failed, ``reason`` then saying so when every request failed), their sd and
+    """Rows per label with answers: n tasks, ``answers`` expected (questions × epochs), counts, epochs,
+    metrics (NaN -> null; all null when no answer is a reply, ``reason`` then saying why), their sd and
     interval."""
     unscored = est.unscored()
     n_labels = len(cube.labels)
     columns: dict[str, object] = {"label": cube.labels, "eval": [cube.eval] * n_labels,
-                                  "n": np.full(n_labels, est.n, np.int64)}
+                                  "n": np.full(n_labels, est.n, np.int64), "answers": est.answers.astype(np.int64)}
     for c, name in enumerate(COUNTS):
         columns[name] = est.counts[:, c].astype(np.int64)
     columns["epochs"] = (~cube.absent).sum(-1).astype(np.int64)
@@ -403,13 +433,12 @@ def _frame(cube: Cube, est: Estimates) -> pl.DataFrame:
         for suffix, source in zip(SUFFIXES, (est.point, est.sd, est.low, est.high), strict=True):
             v = source.get(m)
             columns[m + suffix] = np.full(n_labels, np.nan) if v is None else np.where(unscored, np.nan, v)
-    failed = est.all_failed if est.all_failed is not None else np.zeros(n_labels, bool)
-    columns["reason"] = pl.Series([EVERY_FAILED if f else None for f in failed], dtype=pl.String)
+    columns["reason"] = pl.Series(est.reason(), dtype=pl.String)
     return pl.DataFrame(columns).fill_nan(None).filter(pl.Series(est.answered))
 
 
 def _table(frames: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
-    columns = [*keys, "n", *COUNTS, "epochs", *[m + s for m in TABLE_METRICS for s in SUFFIXES], "reason"]
+    columns = [*keys, "n", "answers", *COUNTS, "epochs", *[m + s for m in TABLE_METRICS for s in SUFFIXES], "reason"]
     if not frames:
         return pl.DataFrame(schema={c: (pl.String if c in keys or c == "reason" else pl.Float64) for c in columns})
     table = pl.concat(frames, how="diagonal_relaxed")
@@ -453,7 +482,8 @@ def calibration_table(cubes: dict[str, Cube], estimates: dict[str, Estimates], b
     (answers without probabilities: invalid, failed, missing), and Brier score, ECE and log loss with
     ``_sd`` over epochs and ``_low``/``_high``. ``question`` is "all" (the evaluation pooled; the same
     values as ``metric_table``) and, for WildGuardTest, each yes/no question. Labels whose answers carry
-    no probabilities at all in an evaluation, or with answers missing from it, have no rows for it."""
+    no probabilities at all in an evaluation have no rows for it; with answers failed or missing, the
+    rows are over the answers that are replies (provisional, as the evaluation's other figures)."""
     frames = []
     for name, cube in cubes.items():
         sums = cube.sums()
@@ -483,8 +513,7 @@ def calibration_table(cubes: dict[str, Cube], estimates: dict[str, Estimates], b
                 for suffix, source in zip(SUFFIXES, (point, sd, low, high), strict=True):
                     v = source.get(m)
                     columns[m + suffix] = np.full(len(cube.labels), np.nan) if v is None else v
-            complete = sums["missing"].sum(axis=(1, 2)) == 0  # as every metric: none for an incomplete evaluation
-            frames.append(pl.DataFrame(columns).fill_nan(None).filter((pl.col("answers") > 0) & pl.Series(complete)))
+            frames.append(pl.DataFrame(columns).fill_nan(None).filter(pl.col("answers") > 0))
     keys = ["label", "eval", "question"]
     if not frames:
         return pl.DataFrame(schema={"label": pl.String, "eval": pl.String, "question": pl.String, "answers": pl.Int64})
@@ -494,12 +523,10 @@ def calibration_table(cubes: dict[str, Cube], estimates: dict[str, Estimates], b
 def reliability_table(cubes: dict[str, Cube]) -> pl.DataFrame:
     """Reliability-diagram data per (label, eval), every epoch and question pooled: per confidence bin
     (``calibration.ECE_BINS`` equal-width bins, edges ``low``/``high``), ``n`` answers counted for
-    calibration, their mean ``confidence`` and ``accuracy`` (0-1). Empty bins, and labels with answers
-    missing from the evaluation, are left out."""
+    calibration, their mean ``confidence`` and ``accuracy`` (0-1). Empty bins are left out."""
     frames = []
     for name, cube in cubes.items():
-        complete = cube.sums()["missing"].sum(axis=(1, 2)) == 0
-        c = (cube.bin >= 0) & complete[cube.l]
+        c = cube.bin >= 0
         key = cube.l[c] * cal.ECE_BINS + cube.bin[c]
         size = len(cube.labels) * cal.ECE_BINS
         n = np.bincount(key, minlength=size)

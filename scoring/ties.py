@@ -1,15 +1,15 @@
 """Ties: picks of a decision model decided by a tie of the highest probabilities.
 
-A valid answer whose two (or more) most probable options are equal within the servers' rounding
-(``adapters.decision.ROUNDING``: two values rounded to 4 decimals) was not decided by the model's
-probabilities: the returned choice was scored, else the first of them in option order (SPEC §6). A yes/no
-answer with P(yes) = 0.5 is a tie too (scored yes). They are scored as any answer, and counted here, per
-model and evaluation, for summary.json (``ties`` in each evaluation block)."""
+A valid answer whose two (or more) most probable options are exactly equal (as the server returned them;
+servers round to 4 decimals, so rounding shows up as exact ties) was not decided by the model's
+probabilities: the returned choice was scored when it is one of them, else the first of them in option
+order (SPEC §6, ``adapters.decision.pick``). A yes/no answer with P(yes) = 0.5 is a tie too (scored yes).
+Values that differ, however little, are no tie: the higher one was scored. Ties are scored as any
+answer, and counted here, per model and evaluation, for summary.json (``ties`` in each evaluation
+block)."""
 from __future__ import annotations
 
 import polars as pl
-
-from dxi.adapters.decision import ROUNDING
 
 CHUNK = 65_536  # answers looked at a time (``tie_counts``): the per-option lists of a chunk only
 
@@ -24,7 +24,7 @@ def tie_counts(answers: pl.DataFrame) -> dict[tuple[str, str], int]:
         found = (answers.slice(start, CHUNK).lazy()
                  .filter((pl.col("status").cast(pl.String) == "ok") & (pl.col("probabilities").list.len() >= 2))
                  .select(pl.col("label").cast(pl.String), pl.col("eval").cast(pl.String),
-                         p.list.eval((pl.element() >= pl.element().max() - ROUNDING).cast(pl.Int32)).list.sum()
+                         p.list.eval((pl.element() == pl.element().max()).cast(pl.Int32)).list.sum()
                          .alias("top"))
                  .filter(pl.col("top") >= 2)
                  .group_by("label", "eval").agg(pl.len().alias("ties"))

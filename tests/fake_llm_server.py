@@ -2,9 +2,10 @@
 responders of ``tests/wire_formats.py``, injected faults.
 
 Routes (one server speaks every format; the path picks it): ``POST /v1/chat/completions`` (OpenAI),
-``POST /v1/messages`` (Anthropic), ``POST /v1beta/models/{model}:generateContent`` (Gemini),
-``POST /v1/decisions`` (OpenAI Decisions). Each POST takes the next behaviour from ``script`` (then
-``default``):
+``POST /v1/messages`` (Anthropic), ``POST /v1beta/models/{model}:generateContent`` (Gemini; the model from the
+path, so a retired one is rerouted), ``POST /v1/decisions`` (OpenAI Decisions), ``POST /v1beta/decisions`` (the
+Gemini Decisions API). A request the responder refuses (``wire_formats.Refused``) is answered with its status and
+error body. Each POST takes the next behaviour from ``script`` (then ``default``):
 
 * a responder mode (``"ok"``, ``"fenced"``, ``"refusal"``, ... see ``tests/wire_formats.py``): 200 with that reply;
 * ``"429"`` / ``"429:<seconds>"`` (or any status): rate limited, with ``Retry-After`` when given; ``"429body:<seconds>"``: the
@@ -14,24 +15,28 @@ Routes (one server speaks every format; the path picks it): ``POST /v1/chat/comp
 * ``"echo401"``: 401 whose message quotes the key the request carried, as providers do.
 
 ``requests`` records ``(path, parsed body)`` of every POST, ``times`` their arrival (``time.monotonic()``),
-``headers`` their headers.
+``headers`` their headers. ``auth`` (optional) decides from a request's headers whether its key or token is
+accepted; a refused one is answered 401 quoting the credential sent, as providers do (before any behaviour).
 """
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 
 import orjson
 from aiohttp import web
 
-from .wire_formats import anthropic_messages, error_body, gemini_generate, openai_chat, openai_decisions
+from .wire_formats import Refused, anthropic_messages, error_body, gemini_decisions, gemini_generate, openai_chat, openai_decisions
 
 
 class FakeLLM:
-    def __init__(self, script: list[str] | None = None, default: str = "ok"):
+    def __init__(self, script: list[str] | None = None, default: str = "ok",
+                 auth: Callable[[dict[str, str]], bool] | None = None):
         self.script = deque(script or [])
         self.default = default
+        self.auth = auth
         self.requests: list[tuple[str, dict]] = []
         self.times: list[float] = []
         self.headers: list[dict[str, str]] = []
@@ -43,6 +48,9 @@ class FakeLLM:
         self.requests.append((request.path, payload))
         self.times.append(time.monotonic())
         self.headers.append(dict(request.headers))
+        if self.auth is not None and not self.auth(dict(request.headers)):
+            sent = request.headers.get("Authorization", "").removeprefix("Bearer ")
+            return web.json_response(error_body(fmt, 401, message=f"Incorrect API key provided: {sent}"), status=401)
         behaviour = self.script.popleft() if self.script else self.default
         kind, _, arg = behaviour.partition(":")
         if kind.isdigit():
@@ -60,14 +68,19 @@ class FakeLLM:
         if kind == "drop":
             request.transport.close()
             return web.Response()
-        if fmt == "openai":
-            return web.json_response(openai_chat(payload, kind))
-        if fmt == "anthropic":
-            return web.json_response(anthropic_messages(payload, kind))
-        if fmt == "gemini":
-            model = request.match_info["name"].removesuffix(":generateContent")
-            return web.json_response(gemini_generate(payload, kind, model))
-        return web.json_response(openai_decisions(payload, kind))
+        try:
+            if fmt == "openai":
+                return web.json_response(openai_chat(payload, kind))
+            if fmt == "anthropic":
+                return web.json_response(anthropic_messages(payload, kind))
+            if fmt == "gemini":
+                model = request.match_info["name"].removesuffix(":generateContent")
+                return web.json_response(gemini_generate(payload, kind, model))
+            if fmt == "gemini-decisions":
+                return web.json_response(gemini_decisions(payload, kind))
+            return web.json_response(openai_decisions(payload, kind))
+        except Refused as refused:
+            return web.json_response(refused.body, status=refused.status)
 
     async def __aenter__(self) -> FakeLLM:
         app = web.Application()
@@ -75,6 +88,7 @@ class FakeLLM:
         app.router.add_post("/v1/messages", partial(self._handle, fmt="anthropic"))
         app.router.add_post("/v1beta/models/{name}", partial(self._handle, fmt="gemini"))
         app.router.add_post("/v1/decisions", partial(self._handle, fmt="openai-decisions"))
+        app.router.add_post("/v1beta/decisions", partial(self._handle, fmt="gemini-decisions"))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

@@ -4,10 +4,15 @@ Wire formats are pluggable. A *responder* is a pure function from the parsed req
 JSON; ``ROUTES`` maps each POST path to a responder factory ``factory(model) -> Responder``:
 
 * ``/v1/systemone``: ``systemone`` (System One decision models, ``shared/PROTOCOLS.md`` §A);
-* ``/v1/chat/completions``, ``/v1/messages``, ``/v1/decisions``, ``/v1beta/models/{model}:generateContent``:
-  the language-model and OpenAI Decisions responders of ``tests.wire_formats`` (OpenAI-compatible Chat
-  Completions, structured or logprob; Anthropic Messages; OpenAI Decisions; Gemini), as the providers
-  document them.
+* ``/v1/chat/completions``, ``/v1/messages``, ``/v1/decisions``, ``/v1beta/models/{model}:generateContent``,
+  ``/v1beta/decisions``: the language-model and decision-API responders of ``tests.wire_formats``
+  (OpenAI-compatible Chat Completions, structured or logprob; Anthropic Messages; OpenAI Decisions; Gemini; the
+  Gemini Decisions API), as the providers document them. A request a responder refuses (``wire_formats.Refused``:
+  a model that refuses a parameter, an unknown model) is answered with that status and error body.
+
+The batch APIs (OpenAI's Files and Batches, Anthropic's Message Batches, the Gemini Batch API and its Files
+API) are served beside them by ``tests.fake_batches`` (``batch={...}`` configures them; every batch line is
+answered by the same responder as its synchronous route).
 
 To serve another format, add a route: ``ROUTES["/v1/messages"] = my_factory`` (every server made
 afterwards has it), or pass ``routes={path: responder}`` to one server, or ``--route PATH=module:factory``
@@ -19,6 +24,10 @@ Behaviour of each request, in order:
 1. ``rpm`` (optional) is enforced like a provider: a token bucket of ``burst`` requests refilled at
    ``rpm``/60 per second; over it, 429 with ``Retry-After`` (decimal seconds) and, unless
    ``rate_headers=False``, ``x-ratelimit-limit-requests`` / ``-remaining-requests`` / ``-reset-requests``.
+   With ``window_s`` (e.g. 10) it is enforced per window instead, as providers that count requests per
+   interval do: at most ``rpm × window_s / 60`` requests let in within any ``window_s`` seconds (a sliding
+   window over the arrivals let in; over it, the same 429). ``stats()["window_peak"]`` is then the most
+   arrivals (let in or not) seen within any ``window_s`` seconds: the aggregate a set of clients sent.
 2. The next entry of ``script`` if any, else a fault drawn with the probabilities of ``faults`` (seeded
    by the request content, the seed and how many times that content arrived, so a rerun draws the same
    sequence), else ``default``. Behaviours:
@@ -89,6 +98,7 @@ from dxi.adapters import Request
 from dxi.adapters.systemone import SystemOne
 
 from . import wire_formats
+from .fake_batches import BatchServer
 
 Responder = Callable[[dict], dict]
 
@@ -147,10 +157,11 @@ ROUTES: dict[str, Callable[[str], Responder]] = {
     "/v1/messages": wire_format(wire_formats.anthropic_messages),
     "/v1/decisions": wire_format(wire_formats.openai_decisions),
     GEMINI: wire_format(wire_formats.gemini_generate),
+    "/v1beta/decisions": wire_format(wire_formats.gemini_decisions),
 }
 # POST path -> the wire format's name in tests.wire_formats (its error bodies and hostile replies)
 FORMATS = {"/v1/systemone": "systemone", "/v1/chat/completions": "openai", "/v1/messages": "anthropic",
-           "/v1/decisions": "openai-decisions", GEMINI: "gemini"}
+           "/v1/decisions": "openai-decisions", GEMINI: "gemini", "/v1beta/decisions": "gemini-decisions"}
 
 
 @dataclass
@@ -222,8 +233,9 @@ class FakeProvider:
     def __init__(self, script: list[str] | None = None, default: str = "ok", model: str | None = "fake-decider",
                  p_first: float | None = 0.7, p_yes: float | None = 0.8, *, seed: int = 0, latency: str = "0",
                  faults: Faults | dict | None = None, rpm: float | None = None, burst: float | None = None,
-                 rate_headers: bool = True, hang_s: float = 30.0, record: bool = True,
-                 routes: dict[str, Responder] | None = None, route_factories: dict[str, str] | None = None):
+                 rate_headers: bool = True, hang_s: float = 30.0, record: bool = True, window_s: float | None = None,
+                 routes: dict[str, Responder] | None = None, route_factories: dict[str, str] | None = None,
+                 batch: dict | None = None):
         self.script = deque(script or [])
         self.default, self.model, self.seed, self.latency = default, model, seed, latency
         self.faults = Faults(**faults) if isinstance(faults, dict) else faults
@@ -235,6 +247,8 @@ class FakeProvider:
             module, _, name = ref.partition(":")
             self.routes[path] = getattr(importlib.import_module(module), name)(model)
         self.routes.update(routes or {})
+        self.batch = BatchServer(batch, {"openai": self.routes["/v1/chat/completions"], "anthropic": self.routes["/v1/messages"],
+                                         "gemini": self.routes[GEMINI]}, seed)
         self.requests: list[tuple[float, dict]] = []
         self.headers: list[dict[str, str]] = []
         self.quota_at: float | None = None  # monotonic time the first quota 429 was written out
@@ -245,6 +259,10 @@ class FakeProvider:
         self.first_arrival: float | None = None  # time.monotonic() of the first request (a system-wide clock)
         self.last_reply: float | None = None  # ... and of the last ok reply written out
         self._bucket_at = 0.0  # token bucket as a theoretical arrival time (GCRA)
+        self.window_s = window_s
+        self._let_in: deque[float] = deque()  # arrivals let in within the last window_s (window mode)
+        self._seen: deque[float] = deque()  # every arrival within the last window_s (for window_peak)
+        self.arrival_times: list[float] = []  # every arrival's time.monotonic() (window mode)
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -252,6 +270,18 @@ class FakeProvider:
     def _admit(self) -> float:
         """0 when the rate limit lets this request in (and counts it), else seconds until it would."""
         now = time.monotonic()
+        if self.window_s:
+            limit = self.rpm * self.window_s / 60
+            self.arrival_times.append(now)
+            for q in (self._let_in, self._seen):
+                while q and q[0] <= now - self.window_s:
+                    q.popleft()
+            self._seen.append(now)
+            self.counts["window_peak"] = max(self.counts["window_peak"], len(self._seen))
+            if len(self._let_in) + 1 > limit + 1e-9:
+                return self._let_in[0] + self.window_s - now
+            self._let_in.append(now)
+            return 0.0
         interval = 60.0 / self.rpm
         at = max(self._bucket_at, now)
         wait = at - now - (self.burst - 1) * interval
@@ -285,6 +315,8 @@ class FakeProvider:
         return resp
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
+        if request.path.endswith(":batchGenerateContent"):  # Gemini's batch create shares generateContent's route
+            return await self.batch.create_gemini(request, request.match_info["name"].split(":")[0])
         self._concurrent += 1
         self.counts["peak_concurrency"] = max(self.counts["peak_concurrency"], self._concurrent)
         try:
@@ -366,7 +398,10 @@ class FakeProvider:
         responder = self.routes.get(route)
         if responder is None:
             return await self._reply(request, key, b'{"error": "no such route"}', 404, kind="fatal")
-        answer = responder(payload)
+        try:
+            answer = responder(payload)
+        except wire_formats.Refused as refused:  # the provider refuses this request (its status and error body)
+            return await self._reply(request, key, orjson.dumps(refused.body), refused.status, kind="fatal")
         reply = orjson.dumps(answer)
         if kind in ("error200", "duplicate", "nan"):
             body = {"error200": lambda: orjson.dumps(wire_formats.error_in_200(fmt, answer)),
@@ -415,6 +450,7 @@ class FakeProvider:
         out["keys_ok"] = len(self._answered)
         out["duplicates"] = sum(n - 1 for n in self._answered.values())
         out["first_arrival"], out["last_reply"] = self.first_arrival, self.last_reply
+        out.update(self.batch.stats())
         return out
 
     async def _stats(self, request: web.Request) -> web.Response:
@@ -426,7 +462,8 @@ class FakeProvider:
         return self
 
     async def start(self, port: int = 0) -> None:
-        app = web.Application(client_max_size=64 << 20)
+        app = web.Application(client_max_size=1 << 30)
+        self.batch.add_routes(app)
         for path in self.routes:
             app.router.add_post(path, self._post)
         app.router.add_get("/health", self._health)
@@ -436,6 +473,7 @@ class FakeProvider:
         site = web.TCPSite(self._runner, "127.0.0.1", port, backlog=1024)
         await site.start()
         self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        self.batch.url = self.url
 
     async def __aexit__(self, *exc: object) -> None:
         if self._runner is not None:

@@ -108,6 +108,12 @@ def _models_in(tp: Any) -> list[type[pydantic.BaseModel]]:
 def _keys_of(value: Any, tp: Any, path: str) -> list[str]:
     if isinstance(value, list):
         return [p for i, v in enumerate(value) for p in _keys_of(v, tp, f"{path}[{i}]")]
+    inner = _unwrap(tp)
+    if typing.get_origin(inner) is typing.Union and type(None) in typing.get_args(inner):  # Optional[...]
+        inner = _unwrap(next(a for a in typing.get_args(inner) if a is not type(None)))
+    if typing.get_origin(inner) in (dict, cabc.Mapping) and isinstance(value, dict):  # a map: each value by its type
+        value_type = typing.get_args(inner)[1]
+        return [p for k, v in value.items() for p in _keys_of(v, value_type, f"{path}.{k}")]
     models = _models_in(tp)
     if not isinstance(value, dict) or not models:
         return []
@@ -123,3 +129,17 @@ def reply_problems(model_cls: type[pydantic.BaseModel], reply: dict, allowed_ext
     except pydantic.ValidationError as exc:
         return [str(exc)]
     return [p for p in unknown_keys(reply, model_cls) if not p.startswith(allowed_extra)]
+
+
+def gemini_problems(body: dict) -> list[str]:
+    """The problems of a generateContent request body (REST, camelCase) against google-genai's types: each
+    top-level field one the SDK sends (``contents``, ``systemInstruction``, ``generationConfig``), each of its type."""
+    from google.genai import types as genai
+
+    fields = {"contents": list[genai.Content], "systemInstruction": genai.Content, "generationConfig": genai.GenerationConfig}
+    problems = [f"$.{k}: not a field of the generateContent request" for k in body if k not in fields]
+    problems += [] if "contents" in body else ["$.contents: required"]
+    for key, tp in fields.items():
+        if key in body:
+            problems += conforms(body[key], tp, f"$.{key}")
+    return problems

@@ -1,7 +1,9 @@
 """Real servers on 127.0.0.1 for the distributed tests: moto's S3 server (``moto[server]``, the test extra)
-and Debian's ``redis-server`` (started here when it is on PATH, persistence off; skipped otherwise)."""
+and Debian's ``redis-server`` (started here when it is on PATH, persistence off; skipped otherwise), and a TCP
+proxy in front of one to cut a client off from it (``TcpProxy``: a server down, a network partition)."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -99,3 +101,65 @@ def redis_server() -> Iterator[str]:
 
 def env_with(extra: dict[str, str]) -> dict[str, str]:
     return {**os.environ, **extra}
+
+
+class TcpProxy:
+    """A TCP proxy on 127.0.0.1 (``port``) to ``target_port``, in the test's event loop: ``cut()`` closes its
+    connections and refuses new ones (a server gone: clients fail at once), ``cut(blackhole=True)`` keeps them
+    open but passes nothing either way (a partition: clients time out), ``heal()`` passes again (closing the
+    connections cut, so clients connect afresh). Use as ``async with TcpProxy(port) as proxy``."""
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self.port = 0
+        self.state = "open"  # open | refuse | blackhole
+        self._server: asyncio.Server | None = None
+        self._conns: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+
+    async def __aenter__(self) -> TcpProxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._close_all()
+        self._server.close()
+        await self._server.wait_closed()
+
+    def _close_all(self) -> None:
+        for a, b in list(self._conns):
+            a.close()
+            b.close()
+        self._conns.clear()
+
+    def cut(self, blackhole: bool = False) -> None:
+        self.state = "blackhole" if blackhole else "refuse"
+        if not blackhole:
+            self._close_all()
+
+    def heal(self) -> None:
+        self.state = "open"
+        self._close_all()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.state == "refuse":
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+        pair = (writer, up_writer)
+        self._conns.add(pair)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while data := await src.read(65536):
+                    if self.state == "open":
+                        dst.write(data)
+                        await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._conns.discard(pair)

@@ -157,12 +157,16 @@ def test_gold_probability_in_chunks_is_the_same_as_in_one_pass(monkeypatch):
                                              0.1 * 0.1 + 0.2 * 0.2 + 0.7 * 0.7])
 
 
-def test_an_incomplete_evaluation_has_no_calibration_rows_as_it_has_no_metrics():
-    other = "systemone:y"
+def test_an_incomplete_evaluation_is_calibrated_over_its_replies_and_one_without_replies_not_at_all():
+    other, none = "systemone:y", "systemone:z"
     ans = frame([*hle_three_plus_invalid().to_dicts(),
                  choice(other, HLE, "h/1", "A", {"A": 0.9, "B": 0.1}),
-                 choice(other, HLE, "h/2", "B", None, status="missing", error="not in the cache")])
+                 choice(other, HLE, "h/2", "B", None, status="missing", error="not in the cache"),
+                 choice(none, HLE, "h/1", "A", None, status="failed", error="HTTP 503")])
     scored = score(ans)
-    assert scored.calibration["label"].unique().to_list() == [M]
-    assert scored.reliability["label"].unique().to_list() == [M]
-    assert scored.metrics.filter(pl.col("label") == other)["accuracy"].item() is None
+    assert sorted(scored.calibration["label"].unique().to_list()) == [M, other]
+    row = scored.calibration.filter(pl.col("label") == other).row(0, named=True)
+    assert (row["answers"], row["excluded"], row["brier"]) == (1, 1, pytest.approx(0.5 * (0.1 ** 2 + 0.1 ** 2)))
+    assert sorted(scored.reliability["label"].unique().to_list()) == [M, other]
+    assert scored.metrics.filter(pl.col("label") == other)["accuracy"].item() == 50.0  # provisional
+    assert scored.metrics.filter(pl.col("label") == none)["accuracy"].item() is None

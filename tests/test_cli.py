@@ -8,6 +8,8 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from dxi.cache.layout import read_nested
+from dxi.cache.schema import SCHEMA
 from dxi.runner.cli import main
 
 from .conftest import REAL_DATA, requires_real_data, without_requests
@@ -35,6 +37,24 @@ def drop_rows(cache_dir: Path, n: int) -> list[str]:
         dropped += frame["task_id"][:take].to_list()
         pq.write_table(frame[take:].to_arrow().cast(table.schema), shard)
     return dropped
+
+
+def fail_rows(cache_dir: Path, eval_name: str, n: int, kind: str = "transient") -> list[str]:
+    """Turn the first ``n`` cache rows of ``eval_name`` into final failures of ``kind`` (transient: requested
+    again by the next run; fatal: kept), as a provider that stopped answering leaves them; their task ids."""
+    failed = []
+    for shard in sorted(cache_dir.glob("shards/*.parquet")):
+        frame = pl.from_arrow(read_nested(shard, SCHEMA.names))
+        mine = (pl.col("eval") == eval_name) & (pl.int_range(pl.len()).over("eval") < n - len(failed))
+        failed += frame.filter(mine)["task_id"].to_list()
+        frame = frame.with_columns(
+            pl.when(mine).then(pl.lit("failed")).otherwise(pl.col("status")).alias("status"),
+            pl.when(mine).then(pl.lit("HTTP 503")).otherwise(pl.col("error")).alias("error"),
+            pl.when(mine).then(pl.lit(kind)).otherwise(pl.col("error_kind")).alias("error_kind"),
+            pl.when(mine).then(pl.col("answers").list.head(0)).otherwise(pl.col("answers")).alias("answers"))
+        shard.unlink()
+        pq.write_table(frame.to_arrow().cast(SCHEMA), shard)
+    return failed
 
 
 def run_args(data: Path, tmp: Path, out: str = "out") -> list[str]:
@@ -96,13 +116,59 @@ def test_rerun_sends_nothing_and_score_reproduces_the_summary(data_dir: Path, tm
 def test_rerun_after_losing_part_of_the_cache_sends_exactly_the_missing(data_dir: Path, tmp_path: Path):
     assert dxi(*run_args(data_dir, tmp_path)) == 0
     lost = drop_rows(tmp_path / "cache", 5)
-    assert dxi(*score_args(data_dir, tmp_path, "partial")) == 0
-    partial = summary(tmp_path / "partial")["models"][0]
-    assert partial["decision_index"] is None  # never a partial index presented as whole
+    assert dxi(*score_args(data_dir, tmp_path, "partial")) == 1  # a provisional result: exit code 1
+    partial = summary(tmp_path / "partial")
+    missing = {name: b["missing"] for name, b in partial["models"][0]["evals"].items() if b.get("missing")}
+    questions = {"wildguardtest": 3}  # the fixture's WildGuardTest rows have three questions each
+    assert sum(missing.values()) == sum(questions.get(t.split("/")[0], 1) for t in lost)
+    assert all(partial["models"][0]["evals"][name]["rerun"] == n for name, n in missing.items())
+    # never a partial index presented as whole: marked incomplete wherever it is written
+    assert (partial["complete"], partial["accepted"], partial["models"][0]["complete"]) == (False, False, False)
+    assert dxi(*score_args(data_dir, tmp_path, "tolerated"), "--allow-failed", "1.0") == 0  # accepted, still marked
+    tolerated = summary(tmp_path / "tolerated")
+    assert (tolerated["complete"], tolerated["accepted"], tolerated["allow_failed"]) == (False, True, {"fraction": 1.0})
+    assert tolerated["models"][0]["within_tolerance"] is True
     assert dxi(*run_args(data_dir, tmp_path, "out2")) == 0
     requests = summary(tmp_path / "out2")["models"][0]["requests"]
     assert (requests["sent"], requests["cache_hits"]) == (len(lost), 12 - len(lost))
     assert without_requests(summary(tmp_path / "out2")) == without_requests(summary(tmp_path / "out"))
+
+
+def test_failed_requests_make_the_figures_provisional_and_a_rerun_requests_the_transient_ones(
+        data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    whole = summary(tmp_path / "out")
+    assert fail_rows(tmp_path / "cache", "when2call", 2) and fail_rows(tmp_path / "cache", "hle_multichoice", 1, "fatal")
+    capsys.readouterr()
+    assert main([*score_args(data_dir, tmp_path)]) == 1  # provisional: exit code 1
+    s = summary(tmp_path / "scored")
+    (m,) = s["models"]
+    w2c, hle = m["evals"]["when2call"], m["evals"]["hle_multichoice"]
+    assert (w2c["failed"], w2c["complete"], w2c["rerun"]) == (2, False, 2)
+    assert (hle["failed"], hle["complete"], hle["rerun"]) == (1, False, 0)  # a deterministic failure is kept
+    assert m["evals"]["wildguardtest"]["complete"] is True and "rerun" not in m["evals"]["wildguardtest"]
+    # not correct, so at most what they were; the index is there, marked incomplete
+    assert w2c["accuracy"] <= whole["models"][0]["evals"]["when2call"]["accuracy"]
+    assert m["decision_index"] is not None and (m["complete"], m["within_tolerance"]) == (False, False)
+    assert (s["complete"], s["accepted"], s["allow_failed"]) == (False, False, None)
+    out = capsys.readouterr().out
+    assert f"{MODEL}: provisional (*): 3 failed answer(s) in HLE-MultiChoice, When2Call" in out
+    assert "the next `dxi run` with these options requests 2 of them again (1 deterministic failure(s) are kept" in out
+    row = next(line for line in out.splitlines() if line.startswith("│ embedded"))
+    assert f"{m['decision_index']:.1f}*" in row and f"{w2c['accuracy']:.1f}*" in row
+    assert f"{m['evals']['wildguardtest']['mean_f1']:.1f}*" not in row  # a complete figure is not marked
+    # a tolerance accepts them (exit 0), recorded; the figures stay marked
+    assert dxi(*score_args(data_dir, tmp_path, "tolerated"), "--allow-failed", "2") == 0
+    tolerated = summary(tmp_path / "tolerated")
+    assert (tolerated["accepted"], tolerated["allow_failed"], tolerated["complete"]) == (True, {"answers": 2}, False)
+    assert dxi(*score_args(data_dir, tmp_path, "short"), "--allow-failed", "1") == 1  # 2 in When2Call: more than 1
+    assert dxi(*score_args(data_dir, tmp_path, "bad"), "--allow-failed", "-3") == 2  # a usage error
+    # the next run sends the two transient failures only, and stays provisional on the kept one
+    assert dxi(*run_args(data_dir, tmp_path, "again")) == 1
+    again = summary(tmp_path / "again")["models"][0]
+    assert again["requests"]["sent"] == 2 and again["evals"]["when2call"]["complete"] is True
+    assert dxi(*run_args(data_dir, tmp_path, "retried"), "--retry-failed") == 0
+    assert without_requests(summary(tmp_path / "retried")) == without_requests(whole)
 
 
 def test_limit_and_evals_select_tasks(data_dir: Path, tmp_path: Path):

@@ -11,10 +11,11 @@ import polars as pl
 import pytest
 
 from dxi.runner.cli import main
-from dxi.runner.export import ANSWER_COLUMNS
+from dxi.runner.export import ANSWER_COLUMNS, EXPORT_COLUMNS
 
 from .conftest import fixture_data
 from .four_models import FourModels, four_models
+from .test_cli import dxi, fail_rows, run_args
 
 SCHEMAS = Path(__file__).parent / "eee_schema"
 DOCS = Path(__file__).parents[1] / "docs" / "outputs.md"
@@ -96,7 +97,12 @@ def test_eee_scores_intervals_and_instances_are_the_scored_ones(eee: Path, score
                 block = entry["evals"][name]
                 assert (score, [ci["lower"], ci["upper"]]) == (block[metric], block[f"{metric}_ci"])
                 assert result["score_details"]["uncertainty"]["num_samples"] == block["n"]
-            assert ci["confidence_level"] == 0.95 and result["score_details"]["uncertainty"]["num_bootstrap_samples"] == 1000
+            uncertainty = result["score_details"]["uncertainty"]
+            if metric == "accuracy":  # a single proportion: the Wilson score interval, no resamples
+                assert ci["method"] == "Wilson score interval over tasks" and "num_bootstrap_samples" not in uncertainty
+            else:
+                assert ci["method"] == "percentile bootstrap over tasks" and uncertainty["num_bootstrap_samples"] == 1000
+            assert ci["confidence_level"] == 0.95
             checked += 1
         detail = log.get("detailed_evaluation_results")
         if detail:
@@ -131,13 +137,15 @@ def test_the_answer_table_exports_as_documented(four: FourModels, scored: tuple[
     if fmt == "parquet":
         back = pl.read_parquet(target)
     elif fmt == "jsonl":
-        back = pl.read_ndjson(target, schema=answers.schema)
+        back = pl.read_ndjson(target, schema={**answers.schema, "effort": pl.String})
     else:
-        back = pl.read_csv(target, schema={**answers.schema, "probabilities": pl.String})
+        back = pl.read_csv(target, schema={**answers.schema, "probabilities": pl.String, "effort": pl.String})
         back = back.with_columns(pl.col("probabilities").str.json_decode(answers.schema["probabilities"]))
-    assert back.equals(answers)
+    # the answers, then each model's effort (none of these models has one: null)
+    assert back.columns == [*ANSWER_COLUMNS, "effort"] and back["effort"].null_count() == back.height
+    assert back.drop("effort").equals(answers)
     docs = DOCS.read_text()
-    assert all(f"`{column}`" in docs[docs.index("## Exports"):] for column in ANSWER_COLUMNS)
+    assert all(f"`{column}`" in docs[docs.index("## Exports"):] for column in EXPORT_COLUMNS)
 
 
 def test_export_takes_the_selection_of_dxi_score(four: FourModels, tmp_path: Path, capsys: pytest.CaptureFixture):
@@ -185,3 +193,25 @@ def test_eee_leaves_out_null_metrics_and_says_why(four: FourModels, tmp_path: Pa
         assert all("undefined (no positive gold label and no positive prediction)" in r for r in reasons.values())
         partial += bool(reasons)
     assert (nulls >= 1) if limit == "1" else (partial >= 1)
+
+
+def test_eee_marks_provisional_figures(data_dir: Path, tmp_path: Path):
+    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    fail_rows(tmp_path / "cache", "when2call", 2)
+    common = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache"), "-q"]
+    assert main(["export", "--format", "eee", *common, str(tmp_path / "eee")]) == 0  # marked, not refused
+    aggregate = validator("eval.schema.json")
+    logs = {}
+    for path in (tmp_path / "eee").rglob("*.json"):
+        log = orjson.loads(path.read_bytes())
+        assert list(aggregate.iter_errors(log)) == []
+        logs[log["evaluation_results"][0]["evaluation_name"]] = log
+    note = ("provisional: 2 failed and 0 missing answer(s) are scored as not correct (never as hallucinations); the "
+            "figure is not final (summary.json: complete false)")
+    for name in ("when2call", "decision_index"):
+        assert logs[name]["source_metadata"]["additional_details"]["provisional"] == note
+        assert logs[name]["evaluation_results"][0]["score_details"]["details"]["complete"] == "false"
+    assert logs["when2call"]["evaluation_results"][0]["score_details"]["details"]["rerun"] == "2"
+    hle = logs["hle_multichoice"]
+    assert "provisional" not in hle["source_metadata"].get("additional_details", {})
+    assert hle["evaluation_results"][0]["score_details"]["details"]["complete"] == "true"

@@ -6,11 +6,12 @@ import zlib
 import numpy as np
 import polars as pl
 import pytest
+from scipy.stats import binomtest
 
 from dxi.scoring import Bootstrap, build_summary, score
 from dxi.scoring.bootstrap import nan_quantiles
 from dxi.scoring.metrics import accuracy_from, f1_from, non_hallucination_from
-from dxi.scoring.sums import ALL_STATS, RESAMPLED, build_cubes
+from dxi.scoring.sums import ALL_STATS, RESAMPLED, build_cubes, estimate
 
 from .answers import choice, frame, yes_no
 
@@ -89,24 +90,49 @@ def test_percentile_interval_matches_numpy_with_and_without_undefined_resamples(
     assert np.isnan(low[3]) and np.isnan(high[3])
 
 
-def test_all_correct_gives_a_degenerate_interval_at_100():
+def wilson_oracle(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """scipy's Wilson score interval (a test-only reference), 0-100."""
+    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return 100 * ci.low, 100 * ci.high
+
+
+def test_all_correct_gives_accuracy_a_wilson_interval_below_100_and_the_bootstrap_metrics_none():
     rows = suite_answers(M, {name: [True] * 5 for name in EVALS})
     scored = score(frame(rows), Bootstrap(resamples=100))
     for r in scored.metrics.iter_rows(named=True):
-        for m in ("accuracy", "non_hallucination_rate", "mean_f1"):
+        if r["accuracy"] is not None:  # a single proportion: Wilson, which does not collapse at 100%
+            assert r["accuracy"] == 100.0 and r["accuracy_high"] == 100.0
+            assert r["accuracy_low"] == pytest.approx(wilson_oracle(5, 5)[0], abs=1e-9) and r["accuracy_low"] < 100
+        for m in ("non_hallucination_rate", "mean_f1"):  # not single proportions: every resample gives 100
             if r[m] is not None:
                 assert (r[m], r[f"{m}_low"], r[f"{m}_high"]) == (100.0, 100.0, 100.0)
     idx = scored.index.row(0, named=True)
     assert (idx["decision_index"], idx["decision_index_low"], idx["decision_index_high"]) == (100.0, 100.0, 100.0)
     summary = build_summary(scored.metrics, [M], DATA, "p", 1, {}, scored)
     assert summary["models"][0]["decision_index_ci"] == [100.0, 100.0]
-    assert summary["models"][0]["evals"]["hle_multichoice"]["accuracy_ci"] == [100.0, 100.0]
+    assert summary["models"][0]["evals"]["hle_multichoice"]["accuracy_ci"] == [round(wilson_oracle(5, 5)[0], 6), 100.0]
+    assert summary["intervals"]["methods"]["accuracy"] == "Wilson score interval over tasks"
+    assert summary["intervals"]["methods"]["non_hallucination_rate"] == "percentile bootstrap over tasks"
 
 
-def test_one_task_gives_the_point_as_interval():
+@pytest.mark.parametrize("right", [0, 7, 20])
+def test_accuracy_gets_the_wilson_interval_over_its_tasks(right: int):
+    # 0% over 20 tasks: the percentile bootstrap gave [0.0, 0.0]; Wilson gives [0.0, 16.1]
+    rows = [choice(M, "hle_multichoice", f"h/{i}", "A", {"A": 0.9, "B": 0.1} if i < right else {"A": 0.1, "B": 0.9})
+            for i in range(20)]
+    row = score(frame(rows), Bootstrap(resamples=50)).metrics.row(0, named=True)
+    low, high = wilson_oracle(right, 20)
+    assert row["accuracy"] == 100 * right / 20
+    assert (row["accuracy_low"], row["accuracy_high"]) == (pytest.approx(low, abs=1e-9), pytest.approx(high, abs=1e-9))
+    if right == 0:
+        assert round(row["accuracy_high"], 1) == 16.1
+
+
+def test_one_task_gives_accuracy_the_wilson_interval_of_one_trial():
     rows = [choice(M, "when2call", "w/1", "A", {"A": 0.1, "B": 0.9})]
     row = score(frame(rows), Bootstrap(resamples=20)).metrics.row(0, named=True)
-    assert (row["accuracy"], row["accuracy_low"], row["accuracy_high"]) == (0.0, 0.0, 0.0)
+    assert (row["accuracy"], row["accuracy_low"]) == (0.0, 0.0)
+    assert row["accuracy_high"] == pytest.approx(wilson_oracle(0, 1)[1], abs=1e-9)
 
 
 def test_f1_undefined_in_some_resamples_is_left_out_and_null_when_undefined_throughout():
@@ -140,14 +166,22 @@ def test_epochs_give_the_index_a_spread():
     assert summary["models"][0]["evals"]["wildguardtest"]["mean_f1"] == 65.0
 
 
-def test_missing_answers_make_every_interval_null():
+def test_a_missing_answer_is_scored_as_not_correct_and_only_no_reply_at_all_makes_a_metric_null():
     rows = suite_answers(M, {name: [True, False] for name in EVALS})
     rows[0] = {**rows[0], "status": "missing", "predicted": None, "probabilities": None, "p_predicted": None}
+    rows += [choice(N, "hle_multichoice", f"hle_multichoice/{i}", "A", None, status=s)
+             for i, s in enumerate(("missing", "failed"))]
     scored = score(frame(rows), Bootstrap(resamples=20))
     omni = scored.metrics.filter(pl.col("eval") == "aa_omniscience_decision").row(0, named=True)
-    assert omni["accuracy"] is None and omni["accuracy_low"] is None and omni["missing"] == 1
+    # Omniscience: task 0 (right) missing, task 1 wrong: accuracy 0; the one wrong reply hallucinated of
+    # two not correct: non-hallucination 50
+    assert (omni["accuracy"], omni["non_hallucination_rate"], omni["missing"], omni["rerun"]) == (0.0, 50.0, 1, 1)
+    assert omni["accuracy_low"] is not None
     idx = scored.index.row(0, named=True)
-    assert idx["decision_index"] is None and "aa_omniscience_decision.accuracy" in idx["reason"]
+    # HLE and When2Call 50; WildGuardTest: each question one TP and one FP, F1 = 2 / 3
+    assert idx["decision_index"] == pytest.approx(0.125 * 0 + 0.125 * 50 + 0.25 * 50 + 0.25 * 50 + 0.25 * 200 / 3)
+    nothing = scored.metrics.filter(pl.col("label") == N).row(0, named=True)  # no reply: null, with the reason
+    assert nothing["accuracy"] is None and nothing["reason"] == "no reply: every answer failed or is missing"
 
 
 def test_an_empty_answers_frame_scores_to_empty_tables():
@@ -225,3 +259,34 @@ def test_request_counts_per_label_from_integer_codes():
     }
     assert list(request_counts(ans)["a"]) == ["sent", "cache_hits", "failed", "invalid", "repaired"]
     assert request_counts(ans.head(0)) == {}
+
+
+def test_resampled_metrics_from_counts_are_exact_in_float64():
+    # 3 of 7 right: every resample's accuracy is 100 k / 7 as float64 computes it (float32 arithmetic gave
+    # values like 42.857143 where float64 gives 42.857142857142854), and the bounds are such values or
+    # their interpolation
+    rows = [choice(M, "hle_multichoice", f"h/{i}", "A", {"A": 0.9, "B": 0.1} if i < 3 else {"A": 0.1, "B": 0.9})
+            for i in range(7)]
+    rows += [choice(M, "aa_omniscience_decision", f"o/{i}", "A", {"A": 0.1, "E": 0.9} if i < 2 else
+                    {"A": 0.1, "C": 0.9}) for i in range(7)]
+    cubes = build_cubes(frame(rows))
+    boot = Bootstrap(resamples=200)
+    for name, cube in cubes.items():
+        est = estimate(cube, boot, boot.counts(name, cube.n_tasks))
+        reps = est.replicates["accuracy"][:, 0]
+        assert reps.dtype == np.float64 and set(reps.tolist()) <= {100 * k / 7 for k in range(8)}
+    nonhalluc = estimate(cubes["aa_omniscience_decision"], boot, boot.counts("aa_omniscience_decision", 7))
+    exact = {100 * (1 - h / w) for w in range(1, 8) for h in range(w + 1)} | {100.0}
+    assert set(nonhalluc.replicates["non_hallucination_rate"][:, 0].tolist()) <= exact
+
+
+def test_with_epochs_accuracys_wilson_interval_is_over_the_tasks_at_the_mean_over_epochs():
+    a = suite_answers(M, {name: [True, True, False, False] for name in EVALS}, sample=0)
+    b = suite_answers(M, {name: [True, True, True, False] for name in EVALS}, sample=1)
+    row = score(frame(a + b), Bootstrap(resamples=50)).metrics.filter(pl.col("eval") == "when2call").row(0, named=True)
+    # p = 0.625 (the mean of 50 and 75) over n = 4 tasks (not 8 answers: a task's epochs are not independent)
+    z, p, n = 1.959963984540054, 0.625, 4
+    center, half = (p + z * z / (2 * n)) / (1 + z * z / n), z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    assert row["accuracy"] == 62.5
+    assert (row["accuracy_low"], row["accuracy_high"]) == (pytest.approx(100 * (center - half)),
+                                                           pytest.approx(100 * (center + half)))

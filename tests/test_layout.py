@@ -7,6 +7,7 @@ models over 16 synthetic tasks, written by the cache of b30692d: tests/fixtures/
 beside the answers b30692d's scoring made of it (cache-layout1-answers.parquet)."""
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from benchmarks.bench_scoring import plain_index
 from benchmarks.synthetic import model_name, suite
 from dxi import scoring
 from dxi.cache import SCHEMA, Cache, layout
-from dxi.cache.remote import Remote
+from dxi.cache.remote import Manifest, Remote
 from dxi.evals import PROMPT_VERSION, gold_frames
 from dxi.runner.cli import main
 
@@ -59,7 +60,9 @@ def test_the_fixture_is_an_old_nested_shard_and_scores_as_the_plain_scorer_does(
     assert exported.height == 48
     assert dict(exported.group_by("status").len().iter_rows()) == {"ok": 29, "invalid": 5, "failed": 14}
     assert exported.equals(pl.read_parquet(BEFORE))
-    assert tables["index"]["decision_index"].to_list() == [9.375, 36.80555555555556]
+    # b30692d scored them 9.375 and 36.806: their failed Omniscience answers counted as hallucinations, which they are
+    # not (SPEC §6: they answered nothing); the plain scorer below agrees with the new figure
+    assert tables["index"]["decision_index"].to_list() == [17.708333333333336, 43.05555555555556]
     plain = plain_index([shard], TASKS, [model_name(0), model_name(1)])
     index = dict(tables["index"].select("model", "decision_index").iter_rows())
     assert index.keys() == plain.keys()
@@ -202,15 +205,17 @@ def test_cache_compact_sets_a_damaged_old_shard_aside_instead_of_rewriting_it(tm
 def test_remote_compaction_merges_shards_of_both_layouts_into_one_flat_shard(tmp_path: Path):
     shared = tmp_path / "shared"
     rows = pq.read_table(FIXTURE / "shards" / "nested.parquet")
-    remote = Remote(f"file://{shared}", tmp_path / "w")
+    (shared / "shards").mkdir(parents=True)  # nested, as an older version uploaded it (the remote's layout 1)
+    pq.write_table(rows.slice(0, 16), shared / "shards" / "1-old.parquet")
+    old = (shared / "shards" / "1-old.parquet").read_bytes()
+    (shared / "manifests").mkdir()
+    (shared / "manifests" / "1-old.json").write_bytes(Manifest("1-old", len(old), hashlib.sha256(old).hexdigest(), 16).to_json())
     local = tmp_path / "w" / "shards"
     local.mkdir(parents=True)
-    pq.write_table(rows.slice(0, 16), local / "1-old.parquet")        # nested, as an older version uploaded it
-    layout.write_shard(rows.slice(16), local / "2-new.parquet")        # flat
-    for shard in sorted(local.glob("*.parquet")):
-        remote.upload(shard, ())
+    layout.write_shard(rows.slice(16), local / "2-new.parquet")        # flat, uploaded today
+    Remote(f"file://{shared}", tmp_path / "w").upload(local / "2-new.parquet")
     assert Remote(f"file://{shared}", tmp_path / "c").compact(target_rows=100) == (2, 1)
-    (merged,) = (shared / "shards").glob("*.parquet")
+    (merged,) = [p for p in (shared / "parts").rglob("*.parquet") if not p.name.endswith(".keys.parquet")]
     assert layout.layout_of(merged) == layout.FLAT_LAYOUT
     # the fixture predates the cache-write columns: they read as nulls from both
     assert layout.read_nested(merged, SCHEMA.names).equals(layout.read_nested(FIXTURE / "shards" / "nested.parquet",

@@ -66,10 +66,23 @@ def test_deviations_are_invalid_with_the_reason(text, reason):
 
 
 def test_reasons_established_by_the_wire_format_win():
-    truncated = llm.TRUNCATED.format("finish_reason length")
+    truncated = llm.TRUNCATED.format("finish_reason length", "max_completion_tokens")
     assert decoded('{"answer": "A", "harm": "no"}', problem=truncated)[1][0] == ("invalid", None, truncated)
     assert decoded(None, reasoning=True)[1][1] == ("invalid", None, llm.REASONING_ONLY)
     assert decoded("", problem="refusal: no")[1][0] == ("invalid", None, "refusal: no")
+
+
+def test_a_reply_cut_off_at_the_token_limit_says_where():
+    # begun: the answer was cut; thinking only: the limit went on thinking; neither: an empty reply
+    assert llm.truncated("finish_reason length", "max_tokens", True, True) == (
+        "cut off at the token limit (finish_reason length); a truncated reply is never repaired: raise max_tokens "
+        "or lower --effort", "answer")
+    assert llm.truncated("finish_reason length", "max_tokens", False, True) == (
+        "cut off at the token limit while thinking (finish_reason length), before any answer: raise max_tokens or "
+        "lower --effort", "thinking")
+    assert llm.truncated("finish_reason length", "max_tokens", False, False) == (
+        "cut off at the token limit (finish_reason length) before any answer was written: the reply is empty (a "
+        "reasoning model may have spent the limit thinking unseen): raise max_tokens or lower --effort", "answer")
 
 
 def test_missing_question_and_value_outside_the_enum_are_invalid_per_answer():

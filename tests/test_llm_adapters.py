@@ -108,23 +108,23 @@ def test_model_strings_and_bad_configuration():
 
 MODES = [
     ("openai", "fenced", None), ("openai", "prose", llm.NOT_JSON),
-    ("openai", "truncated", llm.TRUNCATED.format("finish_reason length")),
-    ("openai", "truncated_empty", llm.TRUNCATED_EMPTY.format("finish_reason length")),
+    ("openai", "truncated", llm.TRUNCATED.format("finish_reason length", "max_completion_tokens")),
+    ("openai", "truncated_empty", llm.TRUNCATED_THINKING.format("finish_reason length", "max_completion_tokens")),
     ("openai", "refusal", "refusal: I'm sorry, I cannot help with that request."), ("openai", "empty", llm.EMPTY),
     ("openai", "reasoning", llm.REASONING_ONLY),
     ("openai", "content_filter", "blocked by the provider's content filter (finish_reason content_filter)"),
     ("anthropic", "fenced", None), ("anthropic", "prose", llm.NOT_JSON), ("anthropic", "text", llm.NOT_JSON),
     ("anthropic", "empty", llm.EMPTY), ("anthropic", "refusal", "refusal (stop_reason refusal)"),
-    ("anthropic", "truncated", llm.TRUNCATED.format("stop_reason max_tokens")), ("anthropic", "thinking", llm.REASONING_ONLY),
-    ("anthropic", "truncated_empty", llm.TRUNCATED_EMPTY.format("stop_reason max_tokens")),
-    ("anthropic-tool", "truncated_empty", llm.TRUNCATED_EMPTY.format("stop_reason max_tokens")),
+    ("anthropic", "truncated", llm.TRUNCATED.format("stop_reason max_tokens", "max_tokens")), ("anthropic", "thinking", llm.REASONING_ONLY),
+    ("anthropic", "truncated_empty", llm.TRUNCATED_THINKING.format("stop_reason max_tokens", "max_tokens")),
+    ("anthropic-tool", "truncated_empty", llm.TRUNCATED_THINKING.format("stop_reason max_tokens", "max_tokens")),
     ("anthropic-tool", "refusal", "refusal (stop_reason refusal)"),
-    ("anthropic-tool", "truncated", llm.TRUNCATED.format("stop_reason max_tokens")),
+    ("anthropic-tool", "truncated", llm.TRUNCATED.format("stop_reason max_tokens", "max_tokens")),
     ("anthropic-tool", "text", "no 'answer' tool call: the model replied in text"),
     ("anthropic-tool", "thinking", llm.REASONING_ONLY),
     ("gemini", "fenced", None), ("gemini", "prose", llm.NOT_JSON),
-    ("gemini", "truncated", llm.TRUNCATED.format("finishReason MAX_TOKENS")),
-    ("gemini", "truncated_empty", llm.TRUNCATED_EMPTY.format("finishReason MAX_TOKENS")),
+    ("gemini", "truncated", llm.TRUNCATED.format("finishReason MAX_TOKENS", "maxOutputTokens")),
+    ("gemini", "truncated_empty", llm.TRUNCATED_THINKING.format("finishReason MAX_TOKENS", "maxOutputTokens")),
     ("gemini", "safety", "no usable answer (finishReason SAFETY)"),
     ("gemini", "blocked", "prompt blocked (promptFeedback.blockReason SAFETY)"), ("gemini", "thought", llm.REASONING_ONLY),
 ]
@@ -327,7 +327,9 @@ async def test_logprobs_retry_sends_only_the_questions_still_unanswered(data_dir
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_missing_key_is_a_clear_error_except_on_loopback(monkeypatch: pytest.MonkeyPatch, kind: str):
     monkeypatch.delenv(KEY_ENV[kind], raising=False)
-    with pytest.raises(adapters.Fatal, match=f"the environment variable {KEY_ENV[kind]} is not set"):
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)  # Gemini's other variable
+    also = r" \(or GOOGLE_API_KEY\)" if kind == "gemini" else ""
+    with pytest.raises(adapters.Fatal, match=f"the environment variable {KEY_ENV[kind]}{also} is not set"):
         await adapters.get(f"{kind}:{NAMES[kind]}@https://api.example.com/v1").start()
     spec = adapters.ModelSpec(kind, NAMES[kind], "https://api.example.com", options={"api_key_env": "MY_PROXY_KEY"})
     monkeypatch.delenv("MY_PROXY_KEY", raising=False)

@@ -28,9 +28,10 @@ from .fake_llm_server import FakeLLM
 from .fake_provider import FakeProvider, serve
 from .test_systemone import FAST, run_model
 
-KINDS = ("openai", "anthropic", "gemini", "openai-decisions", "logprobs", "systemone")
+KINDS = ("openai", "anthropic", "gemini", "openai-decisions", "logprobs", "systemone", "gemini-decisions")
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
-           "openai-decisions": "OPENAI_API_KEY", "logprobs": "OPENAI_API_KEY", "systemone": "SYSTEMONE_API_KEY"}
+           "openai-decisions": "OPENAI_API_KEY", "logprobs": "OPENAI_API_KEY", "systemone": "SYSTEMONE_API_KEY",
+           "gemini-decisions": "GEMINI_API_KEY"}
 ONE = replace(FAST, max_in_flight=1)
 
 
@@ -38,7 +39,8 @@ def model(kind: str, url: str) -> str:
     """The model string of ``kind`` on the fake provider at ``url``."""
     return {"openai": f"openai:gpt-fake@{url}/v1", "anthropic": f"anthropic:claude-fake@{url}",
             "gemini": f"gemini:gemini-fake@{url}", "openai-decisions": f"openai-decisions:luna-fake@{url}/v1",
-            "logprobs": f"logprobs:qwen-fake@{url}/v1", "systemone": f"systemone:{url}"}[kind]
+            "logprobs": f"logprobs:qwen-fake@{url}/v1", "systemone": f"systemone:{url}",
+            "gemini-decisions": f"gemini-decisions:gemini-decision-1@{url}"}[kind]
 
 
 async def run_on(kind: str, server: FakeProvider, data_dir: Path, tmp_path: Path, limits: Limits = FAST, limit: int = 1):
@@ -62,7 +64,7 @@ async def test_an_exhausted_quota_stops_the_provider(data_dir: Path, tmp_path: P
     assert isinstance(stop, ProviderStop) and (stop.cause, stop.status) == (QUOTA, 429)
     said = QUOTA_MESSAGE.get(kind, "You exceeded your current quota, please check your plan and billing details.")
     assert str(stop).endswith(f": {said}")
-    if kind == "gemini":
+    if kind in ("gemini", "gemini-decisions"):
         assert stop.resets_in_s == 43200.0  # its RetryInfo
         assert "GenerateRequestsPerDayPerProjectPerModel" in str(stop)
     elif kind == "anthropic":  # enforced_spend_limit_reached: 00:00 UTC on the first of next month, from Date
@@ -92,7 +94,8 @@ async def test_a_quota_429_for_100_tasks_stops_within_max_in_flight_and_says_so(
     (block,) = orjson.loads((out / "summary.json").read_bytes())["stopped_providers"]
     provider = f"openai@{server.url}/v1"
     assert block | {"stopped_at": None} == {
-        "provider": provider, "models": ["openai:gpt-fake"], "cause": "quota exhausted", "http_status": 429,
+        "provider": provider, "scope": "provider", "models": ["openai:gpt-fake"], "cause": "quota exhausted",
+        "http_status": 429,
         "message": "openai:gpt-fake: HTTP 429 quota exhausted (insufficient_quota): You exceeded your current quota, "
                    "please check your plan and billing details.",
         "stopped_at": None, "resets_at": None, "refused": n, "not_sent": 100 - n}
@@ -130,25 +133,33 @@ async def test_a_stopped_providers_rest_is_counted_not_sent_in_batches_beside_th
     assert len(turns_after_stop) >= 1_999 // 50  # the loop went on turning while the rest was counted
 
 
-@pytest.mark.parametrize("behaviour, cause", [("401", KEY), ("403", KEY), ("404", MODEL)])
-async def test_a_dead_key_or_unknown_model_stops_the_provider(data_dir: Path, tmp_path: Path, behaviour: str, cause: str):
+@pytest.mark.parametrize("behaviour, cause, scope", [("401", KEY, "provider"), ("403", KEY, "provider"),
+                                                     ("404", MODEL, "model")])
+async def test_a_dead_key_stops_the_provider_and_an_unknown_model_itself(data_dir: Path, tmp_path: Path, behaviour: str,
+                                                                        cause: str, scope: str):
     async with FakeProvider(default=behaviour) as server:
         stats, rows, limiter = await run_on("openai", server, data_dir, tmp_path, ONE, limit=3)
     assert (server.stats()["arrivals"], stats.refused, stats.not_sent, rows.height) == (1, 1, 2, 0)
-    assert limiter.halted.cause == cause
+    if scope == "provider":
+        assert limiter.halted.cause == cause and limiter.stopped_models == {}
+    else:  # the model alone: the provider is not halted
+        (label, (stop, _)), = limiter.stopped_models.items()
+        assert (limiter.halted, label, stop.cause, stop.scope) == (None, "openai:gpt-fake", cause, "model")
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
-async def test_a_refused_form_of_request_stops_the_provider_unless_others_were_answered(data_dir: Path, tmp_path: Path,
-                                                                                      kind: str):
+async def test_a_refused_form_of_request_stops_the_model_unless_others_were_answered(data_dir: Path, tmp_path: Path,
+                                                                                   kind: str):
     async with FakeProvider(default="unsupported") as server:
         stats, rows, limiter = await run_on(kind, server, data_dir, tmp_path, ONE, limit=3)
     assert (server.stats()["arrivals"], stats.refused, stats.not_sent, rows.height) == (1, 1, 2, 0)
-    assert limiter.halted.cause == REQUEST
+    ((stop, _),) = limiter.stopped_models.values()
+    assert (limiter.halted, stop.cause, stop.scope) == (None, REQUEST, "model")
     # after a reply, the same refusal is that request's own: kept as a deterministic failure, the others go on
     async with FakeProvider(script=["ok", "unsupported"]) as server:
         stats, rows, limiter = await run_on(kind, server, data_dir, tmp_path / "again", ONE, limit=3)
-    assert limiter.halted is None and (stats.ok, stats.failed_fatal, stats.refused) == (2, 1, 0)
+    assert limiter.halted is None and limiter.stopped_models == {}
+    assert (stats.ok, stats.failed_fatal, stats.refused) == (2, 1, 0)
 
 
 def test_what_stops_a_provider_is_read_from_the_documented_bodies():
@@ -234,7 +245,8 @@ async def test_a_stated_wait_longer_than_the_bound_stops_the_provider(data_dir: 
 # ---- 3. an error inside a 200 ---------------------------------------------------------------------------------
 ERROR_200 = {"openai": "502: Upstream provider returned an error", "anthropic": "Overloaded",
              "gemini": "503: The model is overloaded.", "openai-decisions": "502: Upstream provider returned an error",
-             "logprobs": "502: Upstream provider returned an error", "systemone": "502: Upstream provider returned an error"}
+             "logprobs": "502: Upstream provider returned an error", "systemone": "502: Upstream provider returned an error",
+             "gemini-decisions": "503: The model is overloaded."}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -330,7 +342,8 @@ async def test_read_body_decodes_every_gzip_member_across_chunks_and_bounds_them
 
 DUPLICATE = {"openai": "duplicate key 'answer' in the reply", "anthropic": "duplicate key 'answer' in the reply",
              "gemini": "duplicate key 'answer' in the reply", "systemone": "duplicate key 'answer' in answers",
-             "openai-decisions": "probabilities: option(s) 'A' named more than once"}
+             "openai-decisions": "probabilities: option(s) 'A' named more than once",
+             "gemini-decisions": "duplicate key 'answer' in answers"}
 
 
 @pytest.mark.parametrize("kind", list(DUPLICATE))
@@ -343,7 +356,7 @@ async def test_an_answer_named_twice_is_invalid_naming_the_key(data_dir: Path, t
     assert answer["status"] == "invalid" and answer["error"].startswith(DUPLICATE[kind])
 
 
-@pytest.mark.parametrize("kind", ["systemone", "openai-decisions"])
+@pytest.mark.parametrize("kind", ["systemone", "openai-decisions", "gemini-decisions"])
 async def test_nan_in_a_decision_reply_makes_the_answers_it_touches_invalid(data_dir: Path, tmp_path: Path, kind: str):
     async with FakeProvider(default="nan") as server:
         stats, rows, _ = await run_on(kind, server, data_dir, tmp_path, limit=3)
@@ -391,7 +404,7 @@ def test_picks_decided_by_a_tie_are_counted_per_model_and_evaluation(data_dir: P
         "aa_omniscience_decision": 0, "hle_multichoice": 0, "when2call": 3, "wildguardtest": wildguard}
     assert set(answers.filter(pl.col("eval") == "when2call")["predicted"]) == {"A"}  # the returned choice, the first
     assert (f"systemone:fake-decider: {3 + wildguard} pick(s) decided by a tie of the highest probabilities (scored: "
-            "the returned choice, else the first in option order)") in capsys.readouterr().out
+            "the returned choice when tied, else the first tied option in option order)") in capsys.readouterr().out
 
 
 # ---- 5. prompt-cache reads and writes, recorded and priced ----------------------------------------------------
@@ -464,3 +477,26 @@ def test_the_bounds_come_from_flags_or_a_run_file(tmp_path: Path, data_dir: Path
     (m,) = plan.from_args(parser().parse_args(["run", str(tmp_path / "run.toml")])).models
     assert (m.adapter.limits.max_stated_wait_s, m.adapter.limits.max_reply_bytes) == (900, 65536)
     assert (Limits().max_stated_wait_s, Limits().max_reply_bytes) == (600.0, 4 << 20)  # the defaults: 10 min, 4 MiB
+
+
+def test_a_server_that_stops_answering_mid_run_leaves_a_provisional_result_that_the_rerun_completes(
+        data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    # the first WildGuardTest request is answered, then every one gets a 503 (a server going down): the
+    # two rows left unanswered are failed answers, not correct and not hallucinations, and every figure
+    # they touch is provisional; exit code 1; the rerun, with the server back, sends exactly those
+    common = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"), "--evals", "wildguardtest",
+              "--max-attempts", "1", "--max-in-flight", "1", "-q"]
+    with serve(script=["ok", "503", "503"]) as server:  # then "ok" again: the server is back
+        model = f"systemone:{server.url}"
+        assert main(["run", "--model", model, "--out", str(tmp_path / "first"), *common]) == 1
+        out = capsys.readouterr().out
+        assert main(["run", "--model", model, "--out", str(tmp_path / "again"), *common]) == 0
+    first = orjson.loads((tmp_path / "first" / "summary.json").read_bytes())
+    (m,) = first["models"]
+    block = m["evals"]["wildguardtest"]
+    assert (block["n"], block["failed"], block["missing"], block["complete"], block["rerun"]) == (3, 6, 0, False, 6)
+    assert block["mean_f1"] is not None and (m["complete"], first["accepted"]) == (False, False)
+    assert "6 failed answer(s) in WildGuardTest" in out and "requests 6 of them again" in out
+    assert f"{block['mean_f1']:.1f}*" in out  # marked in the table
+    again = orjson.loads((tmp_path / "again" / "summary.json").read_bytes())
+    assert again["models"][0]["requests"]["sent"] == 2 and again["complete"] is True

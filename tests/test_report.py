@@ -18,7 +18,7 @@ from dxi.runner.cli import main
 
 from .conftest import fixture_data
 from .four_models import FourModels, four_models
-from .test_cli import MODEL, dxi, run_args
+from .test_cli import MODEL, dxi, fail_rows, run_args
 
 HOSTILE_MODEL = '<script>alert("model")</script>$x$'
 HOSTILE_ERROR = "<script>alert(1)</script> & <b>not bold</b>"
@@ -56,8 +56,9 @@ def report(data_dir: Path, tmp_path: Path) -> Path:
     assert dxi(*run_args(data_dir, tmp_path)) == 0
     add_hostile_model(tmp_path / "cache")
     out = tmp_path / "report"
+    # the hostile model's failed When2Call answers make the result provisional: exit code 1
     assert main(["report", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache"), "--out", str(out),
-                 "-q"]) == 0
+                 "-q"]) == 1
     return out
 
 
@@ -165,7 +166,7 @@ def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(four: F
     assert index[0] <= index[1] and index[2] <= 1280, f"the index table overflows: {index}"
     assert page_width[0] <= page_width[1], f"the page scrolls sideways: {page_width}"
     assert rows == four.labels  # the run's order
-    ids = ["data", "index", "aa_omniscience_decision", "aa_omniscience_decision-domain", "hle_multichoice",
+    ids = ["data", "index", "index-pairs", "aa_omniscience_decision", "aa_omniscience_decision-domain", "hle_multichoice",
            "hle_multichoice-category", "when2call", "when2call-reply_type", "when2call-confusion", "wildguardtest",
            "wildguardtest-adversarial", "wildguardtest-subcategory", "calibration", "answers"]
     assert sorted(links) == sorted(f"#{i}" for i in ids)
@@ -242,16 +243,26 @@ def test_the_banner_says_why_the_numbers_are_not_the_full_index(four: FourModels
     scored = SimpleNamespace(statuses=pl.DataFrame({"label": ["m", "m"], "eval": ["hle_multichoice", "when2call"],
                                                     "answers": [100, 100]}))
     full = {"file": "x", "tasks": 100}
-    summary = {"data": {"hle_multichoice": dict(full), "when2call": dict(full)},
-               "models": [{"model": "m", "evals": {"hle_multichoice": {"invalid": 3, "failed": 2, "missing": 0},
-                                                   "when2call": {"invalid": 0, "failed": 0, "missing": 0}}}]}
-    assert banner(summary, scored) == []  # 5% invalid or failed is at the threshold, not above it
-    summary["models"][0]["evals"]["hle_multichoice"]["failed"] = 3
+    done = {"invalid": 0, "failed": 0, "missing": 0, "complete": True}
+    summary = {"data": {"hle_multichoice": dict(full), "when2call": dict(full)}, "complete": True, "accepted": True,
+               "models": [{"model": "m", "complete": True, "evals": {"hle_multichoice": {**done, "invalid": 5},
+                                                                     "when2call": dict(done)}}]}
+    assert banner(summary, scored) == []  # 5% invalid is at the threshold, not above it
+    summary["models"][0]["evals"]["hle_multichoice"]["invalid"] = 6
     assert banner(summary, scored) == ["m, HLE-MultiChoice: 6 of 100 answers (6%) are invalid or failed (more than "
-                                       "5%), scored as wrong."]
-    summary["models"][0]["evals"]["hle_multichoice"] = {"invalid": 0, "failed": 0, "missing": 7}
-    assert banner(summary, scored)[0].startswith("m, HLE-MultiChoice: 7 answer(s) are not in the cache")
-    summary["models"][0]["evals"]["hle_multichoice"]["missing"] = 0
+                                       "5%), scored as not correct."]
+    summary["models"][0] |= {"complete": False, "within_tolerance": False}
+    summary["models"][0]["evals"]["hle_multichoice"] = {"invalid": 0, "failed": 2, "missing": 7, "complete": False,
+                                                        "rerun": 8}
+    summary |= {"complete": False, "accepted": False}
+    assert banner(summary, scored) == [
+        "m: provisional (*): 2 failed and 7 missing answer(s) in HLE-MultiChoice, scored as not correct (never as "
+        "hallucinations); the next `dxi run` with these options requests 8 of them again (1 deterministic failure(s) "
+        "are kept: --retry-failed requests them too).",
+        "The result is provisional: rerun to complete it, or accept the failed and missing answers explicitly with "
+        "--allow-failed N (answers per model and evaluation) or a fraction of them."]
+    summary["models"][0]["evals"]["hle_multichoice"] = dict(done)
+    summary["models"][0]["complete"] = True
     summary["data"]["when2call"] = {"missing": "not selected (--evals)"}
     assert banner(summary, scored) == ["When2Call is not scored: not selected (--evals). The Decision Index needs all "
                                        "four evaluations, so it is not computed."]
@@ -316,3 +327,47 @@ def test_the_report_shows_each_models_ties_per_evaluation_as_summary_json_counts
     note = "ties: picks decided by a tie of the highest probabilities"
     assert html.count(note) == 2  # under the two evaluations with ties, When2Call and WildGuardTest
     assert html.index('<h2 id="when2call">') < html.index(note) < html.index('<h2 id="wildguardtest">') < html.rindex(note)
+
+
+def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(data_dir: Path, tmp_path: Path):
+    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    fail_rows(tmp_path / "cache", "when2call", 2)
+    out = tmp_path / "report"
+    assert main(["report", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache"), "--out", str(out),
+                 "-q"]) == 1
+    html = (out / "report.html").read_text()
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    m = summary["models"][0]
+    assert "These numbers are not the full Decision Index." in html
+    assert (f"{MODEL}: provisional (*): 2 failed answer(s) in When2Call, scored as not correct (never as "
+            "hallucinations); the next `dxi run` with these options requests 2 of them again.") in html
+    index = html[html.index('<table class="index">'):]
+    index = index[:index.index("</table>")]
+    assert f"<td>{m['decision_index']:.1f}*<span" in index
+    assert f"<td>{m['evals']['when2call']['accuracy']:.1f}*<span" in index
+    assert f"<td>{m['evals']['hle_multichoice']['accuracy']:.1f}<span" in index  # complete: not marked
+
+
+def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_significant_ones(four: FourModels):
+    out = four.cache.parent / "pairs"
+    assert main([*four.args("report", "--out", str(out)), *four.selection()]) == 0
+    html = (out / "report.html").read_text()
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    start = html.index('<table class="pairs">')
+    matrix = html[start:html.index("</table>", start)]
+    rows = [r for r in matrix.split("<tr>")[2:]]  # the header row first
+    assert len(rows) == 4
+    alpha = 1 - summary["intervals"]["confidence"]
+    pairs = [c for c in summary["comparisons"] if c["metric"] == "decision_index"]
+    assert len(pairs) == 6  # 4 models: every pair once
+    for c in pairs:
+        a, b = four.labels.index(c["a"]), four.labels.index(c["b"])
+        cells = rows[a].split("<td")[2:]  # the model's name first
+        text = f"{c['difference']:+.1f}" + (" †" if c["p_holm"] < alpha else "")
+        assert text in cells[b] and (' class="sig"' in cells[b]) == (c["p_holm"] < alpha)
+        mirrored = rows[b].split("<td")[2:][a]  # the other way round: the opposite difference
+        assert f"{-c['difference']:+.1f}" in mirrored
+    index = html[html.index('<table class="index">'):]
+    for m in summary["models"]:
+        assert f"rank {m['rank']} [{m['rank_ci'][0]}–{m['rank_ci'][1]}]" in index[:index.index("</table>")]
+    assert (out / "tables" / "comparisons.parquet").exists()

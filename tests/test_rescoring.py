@@ -43,6 +43,18 @@ def test_vectorised_and_plain_scorers_agree(tmp_path: Path):
     assert vectorised.keys() == plain.keys() and all(vectorised[k] == pytest.approx(plain[k], abs=1e-9) for k in plain)
 
 
+def test_with_answers_missing_the_vectorised_and_plain_scorers_agree(tmp_path: Path):
+    # every 7th task never cached (a stopped run): not correct, never a hallucination, provisional
+    tasks = suite(SIZES)
+    written = [t for i, t in enumerate(tasks) if i % 7]
+    write_cache(tmp_path, written, 3, invalid_rate=0.05, failed_rate=0.1)
+    plain = plain_index(sorted(tmp_path.glob("shards/*.parquet")), tasks, [model_name(m) for m in range(3)])
+    vectorised = index_of(rescore(tmp_path, tasks))
+    assert vectorised.keys() == plain.keys() and all(v is not None for v in plain.values())
+    assert all(vectorised[k] == pytest.approx(plain[k], abs=1e-9) for k in plain)
+    assert all(vectorised[k] != index_of(rescore(tmp_path, written))[k] for k in plain)  # the missing count
+
+
 def test_the_newest_row_wins_and_stale_rows_are_ignored(tmp_path: Path):
     tasks = suite(SIZES)
     write_cache(tmp_path, tasks, 2)
@@ -90,7 +102,7 @@ def test_the_order_of_rows_in_the_cache_does_not_change_a_single_bit(tmp_path: P
     assert not ordered.calibration.is_empty() and not ordered.reliability.is_empty()
 
 
-def test_each_answer_gets_its_own_error_else_its_rows_else_no_answer(tmp_path: Path):
+def test_each_answer_gets_its_own_error_else_its_rows_else_no_answer_and_an_ok_answer_none(tmp_path: Path):
     tasks = suite({"hle_multichoice": 4, "wildguardtest": 1})
     by_id = {t.id: t for t in tasks}
 
@@ -110,8 +122,9 @@ def test_each_answer_gets_its_own_error_else_its_rows_else_no_answer(tmp_path: P
             cache_row(h[1], "invalid", "reply was prose", [answer("answer", "invalid")]),      # the row's error
             cache_row(h[2], "invalid", None, [answer("answer", None)]),                        # no status, no error
             cache_row(h[3], "failed", "HTTP 500", []),
-            cache_row(wild, "invalid", None, [answer("prompt_harmful", "ok", "yes"),
-                                              answer("response_refusal", "invalid", error="not yes or no")])]
+            # the row's error is its invalid answers' (adapters.base.Reply.error): never an ok sibling's
+            cache_row(wild, "invalid", "response_refusal: not yes or no",
+                      [answer("prompt_harmful", "ok", "yes"), answer("response_refusal", "invalid", error="not yes or no")])]
     (tmp_path / "shards").mkdir()
     pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), tmp_path / "shards" / "hand.parquet")
     gold, categories = gold_frames(tasks)
@@ -124,6 +137,6 @@ def test_each_answer_gets_its_own_error_else_its_rows_else_no_answer(tmp_path: P
         (h[2], "answer", "invalid", NO_ANSWER),
         (h[3], "answer", "failed", "HTTP 500"),
         (wild, "prompt_harmful", "ok", None),
-        (wild, "response_harmful", "invalid", NO_ANSWER),  # not in the reply
+        (wild, "response_harmful", "invalid", "response_refusal: not yes or no"),  # not in the reply: the row's
         (wild, "response_refusal", "invalid", "not yes or no"),
     ]

@@ -19,11 +19,10 @@ from dxi import adapters
 from dxi.evals import Suite, discover
 
 from . import wire_formats
-from .sdk_types import conforms, reply_problems
+from .sdk_types import conforms, gemini_problems, reply_problems
 
 OPENAI_BODY = completion_create_params.CompletionCreateParamsNonStreaming
 ANTHROPIC_BODY = message_create_params.MessageCreateParamsNonStreaming
-GEMINI_BODY = {"contents": list[genai.Content], "systemInstruction": genai.Content, "generationConfig": genai.GenerationConfig}
 # a field servers add that the SDK does not declare: vLLM/DeepSeek reasoning
 GATEWAY_EXTRAS = ("$.choices[0].message.reasoning_content",)
 
@@ -40,13 +39,6 @@ def all_tasks(data_dir: Path) -> list:
 def adapter(kind: str, base_url: str, options: dict | None = None) -> adapters.Adapter:
     real = "anthropic" if kind.startswith("anthropic") else kind
     return adapters.get(adapters.ModelSpec(real, "model-x", base_url, dict(PARAMS[real]), options or {}))
-
-
-def gemini_problems(body: dict) -> list[str]:
-    problems = [f"$.{k}: not a field of the generateContent request" for k in body if k not in GEMINI_BODY]
-    for key, tp in GEMINI_BODY.items():
-        problems += conforms(body.get(key), tp, f"$.{key}")
-    return problems
 
 
 @pytest.mark.parametrize("kind, options", [("openai", None), ("anthropic", None), ("anthropic", {"structured": "tool"}),
@@ -139,3 +131,35 @@ def test_the_error_bodies_conform_to_the_sdk_error_models():
     for body in (wire_formats.quota_body("openai"), wire_formats.unsupported_body("openai"),
                  *(wire_formats.error_body("openai", status) for status in (400, 401, 429, 500, 503))):
         assert reply_problems(ErrorObject, body["error"]) == []
+
+
+def test_todays_model_replies_and_refusals_conform_to_the_sdk_models(data_dir: Path):
+    """The fakes of today's models (thinking within the budget, reasoning tokens, a rerouted model, the refusals
+    of reasoning models) serve what the SDKs declare."""
+    task = all_tasks(data_dir)[0]
+    for effort, cap in ((None, 16_000), ("max", 64_000), ("high", 1024)):  # the last one is cut off while thinking
+        spec = adapters.ModelSpec("anthropic", "claude-sonnet-5-5", params={"max_tokens": cap}, effort=effort)
+        body = orjson.loads(adapters.get(spec).encode(task).body)
+        reply = wire_formats.anthropic_messages(body)
+        assert reply_problems(Message, reply) == [] and reply["content"][0]["type"] == "thinking"
+    for params in ({}, {"max_completion_tokens": 100}):
+        chat = orjson.loads(adapters.get(adapters.ModelSpec("openai", "gpt-6-luna", params=params)).encode(task).body)
+        reply = wire_formats.openai_chat(chat)
+        assert reply_problems(ChatCompletion, reply) == [] and reply["usage"]["completion_tokens_details"]["reasoning_tokens"]
+    for cap in (None, 100):
+        spec = adapters.ModelSpec("gemini", "gemini-2.5-flash", params={"maxOutputTokens": cap} if cap else {}, effort="low")
+        reply = wire_formats.gemini_generate(orjson.loads(adapters.get(spec).encode(task).body), model="gemini-2.5-flash")
+        assert reply_problems(genai.GenerateContentResponse, reply) == [] and reply["modelVersion"] == "gemini-3.5-flash-lite"
+    refusals = []
+    for model, params in (("gpt-6-luna", {"max_tokens": 5}), ("gpt-5-mini", {"reasoning_effort": "none"}),
+                          ("gpt-4-retired", {})):
+        with pytest.raises(wire_formats.Refused) as refused:
+            wire_formats.openai_chat({"model": model, "messages": [], **params})
+        refusals.append(refused.value.body["error"])
+    with pytest.raises(wire_formats.Refused) as refused:
+        wire_formats.openai_chat({"model": "m", "messages": []}, "invalid_schema")
+    refusals.append(refused.value.body["error"])
+    assert [reply_problems(ErrorObject, e) for e in refusals] == [[]] * 4
+    with pytest.raises(wire_formats.Refused) as refused:
+        wire_formats.anthropic_messages({"model": "claude-opus-5-5", "thinking": {"type": "disabled"}, "max_tokens": 9})
+    assert reply_problems(ErrorResponse, refused.value.body) == []

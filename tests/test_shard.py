@@ -27,7 +27,7 @@ def test_assignment_is_identical_under_two_hash_seeds():
     runs = [subprocess.run([sys.executable, "-c", ASSIGN], env={**os.environ, "PYTHONHASHSEED": seed},
                            capture_output=True, text=True, check=True).stdout for seed in ("1", "2")]
     assert runs[0] == runs[1]
-    assert runs[0].strip().split(",")[:2000] == [str(int(k[:16], 16) % 5) for k in KEYS[:2000]]
+    assert runs[0].strip().split(",")[:2000] == [str(int(k[:16], 16) * 5 // 2 ** 64) for k in KEYS[:2000]]  # its range
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7])
@@ -47,14 +47,20 @@ def test_parse_k_of_n_and_its_errors():
             parse(bad, env={})
 
 
-def test_auto_from_a_slurm_array_counts_from_its_first_index():
-    env = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "4"}
-    assert parse("auto", env) == Shard(2, 4, "SLURM_ARRAY_TASK_ID")
-    stepped = {"SLURM_ARRAY_TASK_ID": "20", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_STEP": "10",
-               "SLURM_ARRAY_TASK_COUNT": "3"}
-    assert parse("auto", stepped) == Shard(2, 3, "SLURM_ARRAY_TASK_ID")
-    with pytest.raises(ShardError, match="is 4, not 5"):
-        parse("auto/5", env)
+def test_auto_takes_the_index_from_the_scheduler_and_the_count_from_what_survives_resubmission():
+    whole = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "7",
+             "SLURM_ARRAY_TASK_COUNT": "8"}
+    assert parse("auto/8", whole) == Shard(3, 8, "SLURM_ARRAY_TASK_ID")
+    assert parse("auto", whole | {"DXI_SHARD_COUNT": "8"}) == Shard(3, 8, "SLURM_ARRAY_TASK_ID")
+    # `sbatch --array=2` resubmitting task 2: an array of one task, numbered 2; never shard 0/1 (the whole run)
+    resubmitted = {"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_MIN": "2", "SLURM_ARRAY_TASK_MAX": "2",
+                   "SLURM_ARRAY_TASK_COUNT": "1"}
+    assert parse("auto/8", resubmitted) == Shard(2, 8, "SLURM_ARRAY_TASK_ID")
+    for env in (whole, resubmitted):  # the count Slurm gives cannot be trusted: refused, with the fix
+        with pytest.raises(ShardError, match=r"--shard auto/N or set DXI_SHARD_COUNT=N .* --shard K/N"):
+            parse("auto", env)
+    with pytest.raises(ShardError, match=r"shard 8 \(from SLURM_ARRAY_TASK_ID\) is not one of 0..7.*--array=0-7"):
+        parse("auto/8", {"SLURM_ARRAY_TASK_ID": "8"})  # an array numbered 1-8
 
 
 def test_auto_from_a_kubernetes_indexed_job_needs_the_count():
@@ -107,7 +113,8 @@ def test_the_recipes_commands_are_ones_dxi_accepts():
     assert parser().parse_args(jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"][1:]).shard == \
         f"auto/{jobs[0]['spec']['completions']}"
     script = (root / "slurm-array.sh").read_text()
-    assert "--shard auto" in script and "#SBATCH --array=0-7" in script
+    assert '--shard "auto/$SHARDS"' in script and "#SBATCH --array=0-7" in script and "\nSHARDS=${DXI_SHARDS:-8} " in script
+    assert "SLURM_ARRAY_JOB_ID}/" not in script and "task-${SLURM_ARRAY_TASK_ID" in script  # survives resubmission
 
 
 def test_a_coordinator_that_cannot_be_reached_leaves_one_nth_of_each_limit(tmp_path, data_dir):

@@ -143,6 +143,7 @@ def test_a_first_run_reaches_its_first_request_without_polars_pyarrow_numpy_or_t
         "assert cache.has_many([r.key for r in requests]) == [True] + [False] * 4")
     heavy = sorted(m for m in loaded if m.split(".")[0] in ("polars", "pyarrow", "numpy", "tenacity"))
     assert heavy == [] and "dxi.scoring" not in loaded
+    assert "dxi.runner.provenance" not in loaded  # git is asked when the result is written, not before
     assert "dxi.cache.store" in loaded  # the probe did open the cache
 
 

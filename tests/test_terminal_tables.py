@@ -99,3 +99,20 @@ def test_the_estimate_table_fits(width: int):
     told_apart(lines, table)
     assert sum(f"{name}: new because: 1793 not sent yet" in line for line in lines for name in NAMES) == len(NAMES)
 
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_each_model_has_its_rank_with_its_interval_and_the_tied_groups_are_named(summary: dict, width: int):
+    ranked = dict(summary, ranking={"by": "decision_index", "groups": [NAMES[:2], NAMES[2:]]})
+    ranks = [(1, [1, 2], 1), (2, [1, 2], 1), (3, [3, 4], 2), (4, [3, 4], 2)]
+    ranked["models"] = [dict(m, rank=r, rank_ci=ci, tied_group=g) for m, (r, ci, g)
+                        in zip(summary["models"], ranks, strict=True)]
+    lines = render(width, print_summary, ranked)
+    keyed = any(re.fullmatch(r"  M1 = .+", line) for line in lines)
+    for k, (name, (rank, (low, high), _)) in enumerate(zip(NAMES, ranks, strict=True)):
+        label = f"M{k + 1}" if keyed else name
+        assert any(line.lstrip(" │").startswith(label) and f"{rank} [{low}–{high}]" in line for line in lines), label
+    groups = "{M1, M2} > {M3, M4}" if keyed else "{" + ", ".join(NAMES[:2]) + "} > {" + ", ".join(NAMES[2:]) + "}"
+    text = re.sub(r"\s+", " ", " ".join(lines))  # the line wraps at the terminal's width
+    assert f"Ranked by Decision Index in statistically tied groups (paired bootstrap, Holm-adjusted): {groups}" in text
+    assert max(len(line) for line in lines if "─" in line or "━" in line) <= width

@@ -25,6 +25,7 @@ import pytest
 import rich.console
 from aiohttp.test_utils import TestClient, TestServer
 from markupsafe import escape
+from scipy.stats import binomtest
 
 from dxi.cache import Cache, CacheWriteError
 from dxi.runner.cli import main
@@ -34,7 +35,7 @@ from dxi.view.data import Browser, EvalQuery
 from . import wire_formats
 from .conftest import FIXTURES, write_wildguard_parquet
 from .fake_provider import serve
-from .test_cli import MODEL
+from .test_cli import MODEL, fail_rows
 from .test_report import CHROMIUM_FLAGS, HOSTILE_ERROR, HOSTILE_MODEL, add_hostile_model, chromium
 
 LLM = "openai:fake-chat"
@@ -46,7 +47,7 @@ SAFE_TAGS = {"html", "head", "meta", "title", "link", "script", "body", "header"
              "h2", "h3", "h4", "h5", "p", "code", "div", "table", "thead", "tbody", "tr", "th", "td", "form", "fieldset",
              "legend", "select", "option", "input", "label", "button", "section", "pre", "details", "summary", "ul", "li",
              "strong", "svg", "rect", "line", "circle", "text", "figure", "figcaption", "dl", "dt", "dd",
-             "article", "br"}  # the app's own markup: model or dataset text never adds a tag
+             "article", "br", "wbr"}  # the app's own markup: model or dataset text never adds a tag
 
 
 def hostile_chat(model: str):
@@ -104,7 +105,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
                script=["503"]) as server:
         llm = f"{LLM}@{server.url}/v1"
         assert main(["run", "--model", llm, "--epochs", "2", "--backoff", "0.2", "--out", str(tmp / "run2"), *common]) == 0
-    assert main(["score", "--out", str(tmp / "scored"), *common]) == 0
+    assert main(["score", "--out", str(tmp / "scored"), *common]) == 1  # the hostile model's failures: provisional
     return {"tmp": tmp, "data": data, "cache": cache_dir, "common": common, "llm": llm,
             "summary": orjson.loads((tmp / "scored" / "summary.json").read_bytes()),
             "answers": pl.read_parquet(tmp / "scored" / "answers.parquet")}
@@ -161,6 +162,10 @@ def test_the_view_shows_what_dxi_score_computes(browser: Browser, built: dict):
     assert browser.labels == [f"embedded:{HOSTILE_MODEL}", MODEL, LLM]
     (status, _, page), = get(browser, "/")
     assert status == 200
+    # the hostile model's When2Call requests all failed: its figures are provisional, and the page says so
+    assert built["summary"]["models"][0]["complete"] is False
+    assert ("provisional (*): 3 failed answer(s) in When2Call, scored as not correct (never as hallucinations); the "
+            "next `dxi run` with these options requests 0 of them again (3 deterministic failure(s) are kept") in page
     for m in built["summary"]["models"]:
         value = m["decision_index"]
         assert (f"{value:.1f}" if value is not None else "—") in page
@@ -291,7 +296,23 @@ def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
         cell = {(True, True): "both_right", (True, False): "a_only", (False, True): "b_only", (False, False): "both_wrong"}
         expected[cell[(right[MODEL][t], right[LLM][t])]] += 1
     table, page = browser.compare("hle_multichoice", MODEL, LLM)
-    assert table == expected and page.total == expected["a_only"] + expected["b_only"]
+    assert {k: table[k] for k in expected} == expected and page.total == expected["a_only"] + expected["b_only"]
+    # beside the 2x2: McNemar's exact test of its discordant cells (scipy's binomial test as the reference)
+    discordant = expected["a_only"] + expected["b_only"]
+    assert table["mcnemar_p"] == (pytest.approx(binomtest(expected["a_only"], discordant).pvalue) if discordant else 1.0)
+    (status, _, html), = get(browser, f"/compare/hle_multichoice?a={quote(MODEL)}&b={quote(LLM)}")
+    assert status == 200 and "McNemar's exact test on the discordant answers" in html
+    # and the summary's paired comparisons of the two: the index's and each HLE metric's difference, as A − B
+    differences = browser.differences("hle_multichoice", MODEL, LLM)
+    assert [d["metric"] for d in differences] == ["decision_index", "accuracy"] or \
+        [d["metric"] for d in differences] == ["accuracy"]  # the index only when both have one
+    for d in differences:
+        stored = next(c for c in built["summary"]["comparisons"] if c["metric"] == d["metric"]
+                      and c["eval"] in (None, "hle_multichoice") and {c["a"], c["b"]} == {MODEL, LLM})
+        sign = 1 if stored["a"] == MODEL else -1
+        assert d["difference"] == sign * stored["difference"] and f"{d['difference']:+.1f}" in html
+    back = browser.differences("hle_multichoice", LLM, MODEL)
+    assert [-d["difference"] for d in back] == [d["difference"] for d in differences]
 
 
 def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
@@ -718,3 +739,22 @@ def test_the_start_up_child_is_spawned_with_its_allocator_options_and_the_enviro
         assert os.environ[JEMALLOC_VAR] == CHILD_JEMALLOC == "narenas:1,dirty_decay_ms:10,muzzy_decay_ms:0"
         assert os.environ[glibc] == "1048576"
     assert JEMALLOC_VAR not in os.environ and os.environ[glibc] == "1048576"
+
+
+def test_provisional_figures_are_marked_on_the_overview(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    data, cache_dir = _data(tmp_path / "data"), tmp_path / "cache"
+    common = ["--data-dir", str(data), "--cache-dir", str(cache_dir), "-q"]
+    assert main(["run", "--model", MODEL, "--out", str(tmp_path / "out"), *common]) == 0
+    fail_rows(cache_dir, "when2call", 1)
+    b = _caught_view(monkeypatch, *common)
+    try:
+        (status, _, page), = get(b, "/")
+        m = b.summary["models"][0]
+        mark = '<span class="provisional" title="provisional: answers failed or missing">*</span>'
+        assert status == 200 and m["complete"] is False
+        assert f"{m['decision_index']:.1f}{mark}" in page  # the index, and When2Call's accuracy, marked
+        assert f"{m['evals']['when2call']['accuracy']:.1f}</a>{mark}" in page
+        assert f"{m['evals']['hle_multichoice']['accuracy']:.1f}</a>{mark}" not in page  # complete: not marked
+        assert "requests 1 of them again" in page
+    finally:
+        b.close()

@@ -27,7 +27,24 @@ Formats and their modes (``"ok"`` everywhere):
   (finishReason SAFETY), ``blocked`` (promptFeedback.blockReason), ``thought`` (thought parts only),
   ``missing``, ``outside``, ``cached`` (half the prompt cached: ``cachedContentTokenCount``);
 * ``openai_decisions`` — ``/v1/decisions``: ``refusal`` (the first question refused), ``bad_sum``
-  (probabilities that do not sum to 1).
+  (probabilities that do not sum to 1);
+* ``gemini_decisions`` — ``/v1beta/decisions`` (the Gemini Decisions API, ``google.genai.decisions``): ``blocked``
+  (``prompt_feedback.block_reason``, no answers), ``bad_sum``, ``missing``, ``sure`` (every yes/no answer as sure
+  as the model can be: P(true) 1.0 before the documented clamp to [0.01, 0.99], so 0.99).
+
+Today's models, as their providers document them (``Refused`` is raised for a request the provider refuses: the
+servers answer it with its status and error body):
+
+* OpenAI (``OPENAI_REASONING``): a reasoning model refuses ``max_tokens`` ("use max_completion_tokens") and
+  ``logprobs`` unless ``reasoning_effort`` is "none", refuses "none" where it has no such level, and spends
+  ``REASONING_TOKENS[effort]`` completion tokens reasoning before the answer (``reasoning_tokens``): a
+  ``max_completion_tokens`` below that is cut off while reasoning (finish_reason length, no content). A model in
+  ``OPENAI_UNKNOWN`` is answered 404 ``model_not_found``; ``invalid_schema`` (a mode) is OpenAI's invalid-schema 400.
+* Anthropic (``CLAUDE_THINKING``: model -> its default effort): the current models think by default and their
+  thinking (``THINKING_TOKENS[effort]``) counts within ``max_tokens``: a ``max_tokens`` below it is cut off while
+  thinking (stop_reason max_tokens, a thinking block only); Opus 5.5 and Fable 5.1 refuse ``thinking`` disabled.
+* Gemini: a retired model is answered by its replacement (``GEMINI_REROUTED``, reported in ``modelVersion``); a
+  ``thinkingLevel`` makes it think (``THINKING_TOKENS``), cut off while thinking below ``maxOutputTokens``.
 
 ``error_body(fmt, status)`` is each format's error JSON (Gemini's 429 carries a ``RetryInfo`` delay).
 """
@@ -41,6 +58,39 @@ import orjson
 
 OUTPUT_TOKENS_PER_QUESTION = 5
 P_LAST = 0.6  # decision formats and logprobs: the probability of the last allowed answer
+
+
+class Refused(Exception):
+    """A request the provider refuses: the servers answer it with ``status`` and the error ``body``."""
+
+    def __init__(self, status: int, body: dict):
+        super().__init__(f"HTTP {status}")
+        self.status, self.body = status, body
+
+
+# reasoning (thinking) tokens spent before the answer, per effort level: the fakes' own figures
+REASONING_TOKENS = {"none": 0, "minimal": 200, "low": 1_500, "medium": 3_000, "high": 6_000, "xhigh": 20_000,
+                    "max": 40_000}
+THINKING_TOKENS = REASONING_TOKENS
+# OpenAI's reasoning models: model -> (default effort, the levels it takes); OpenAI's docs: gpt-6-luna reasons by
+# default and takes none..max; gpt-5-mini (before 5.1) has no "none"
+OPENAI_REASONING = {"gpt-6-luna": ("medium", ("none", "low", "medium", "high", "xhigh", "max")),
+                    "gpt-6.1-terra": ("medium", ("none", "low", "medium", "high", "xhigh", "max")),
+                    "gpt-5-mini": ("medium", ("minimal", "low", "medium", "high"))}
+OPENAI_UNKNOWN = frozenset({"gpt-4-retired"})
+# Anthropic's thinking models: model -> default effort (effort docs: Opus 5.5 and Haiku 5.5 default to medium,
+# the rest to high); those in CLAUDE_ALWAYS_THINKS cannot turn thinking off
+CLAUDE_THINKING = {"claude-opus-5-5": "medium", "claude-sonnet-5-5": "high", "claude-haiku-5-5": "medium",
+                   "claude-fable-5-1": "high", "claude-mythos-5-1": "high"}
+CLAUDE_ALWAYS_THINKS = frozenset({"claude-opus-5-5", "claude-fable-5-1"})
+# Google's deprecations page: from 2026-12-01 requests to gemini-2.5-flash are routed to gemini-3.5-flash-lite,
+# to gemini-2.5-pro to gemini-3.8-flash
+GEMINI_REROUTED = {"gemini-2.5-flash": "gemini-3.5-flash-lite", "gemini-2.5-pro": "gemini-3.8-flash"}
+
+
+def _openai_refusal(message: str, param: str | None, code: str | None, status: int = 400) -> Refused:
+    return Refused(status, {"error": {"message": message, "type": "invalid_request_error", "param": param,
+                                      "code": code}})
 
 
 def _words(*texts: str) -> int:
@@ -107,10 +157,47 @@ def _logprob_choice(request: dict, mode: str) -> dict:
     return choice
 
 
+INVALID_SCHEMA = ("Invalid schema for response_format 'answers': In context=(), 'additionalProperties' is required to "
+                  "be supplied and to be false.")
+
+
+def _openai_reasoning(request: dict) -> int:
+    """The reasoning tokens a request spends (0 for a model that does not reason); raises Refused for what the
+    model refuses (see the module docstring)."""
+    model = request["model"]
+    if model in OPENAI_UNKNOWN:
+        raise _openai_refusal(f"The model `{model}` does not exist or you do not have access to it.", None,
+                              "model_not_found", 404)
+    if model not in OPENAI_REASONING:
+        return 0
+    default, levels = OPENAI_REASONING[model]
+    effort = request.get("reasoning_effort", default)
+    if effort not in levels:
+        raise _openai_refusal(f"Unsupported value: 'reasoning_effort' does not support '{effort}' with this model. "
+                              f"Supported values are: {', '.join(repr(v) for v in levels)}.", "reasoning_effort",
+                              "unsupported_value")
+    if "max_tokens" in request:
+        raise _openai_refusal("Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                              "'max_completion_tokens' instead.", "max_tokens", "unsupported_parameter")
+    if (request.get("logprobs") or "top_logprobs" in request) and effort != "none":
+        raise _openai_refusal(f"logprobs are not supported with reasoning_effort '{effort}' on this model; set "
+                              "reasoning_effort to 'none' to use logprobs.", "logprobs", "unsupported_parameter")
+    return REASONING_TOKENS[effort]
+
+
 def openai_chat(request: dict, mode: str = "ok") -> dict:
     """A Chat Completions response (``chat.completion`` object) to a structured or a logprob request."""
+    if mode == "invalid_schema":
+        raise _openai_refusal(INVALID_SCHEMA, "response_format", None)
+    reasoning = _openai_reasoning(request)
+    cap = request.get("max_completion_tokens", request.get("max_tokens"))
     if request.get("logprobs"):
         choice, n_out = _logprob_choice(request, mode), 1
+    elif reasoning and cap is not None and cap < reasoning + OUTPUT_TOKENS_PER_QUESTION:
+        # the cap spent reasoning before any answer: cut off, no content (OpenAI's reasoning guide)
+        choice = {"index": 0, "message": {"role": "assistant", "content": "", "refusal": None}, "logprobs": None,
+                  "finish_reason": "length"}
+        reasoning, n_out = cap, 0
     else:
         answers = _answers(_allowed(request["response_format"]["json_schema"]["schema"]), mode)
         message: dict[str, Any] = {"role": "assistant", "content": _text(answers, mode), "refusal": None}
@@ -125,7 +212,10 @@ def openai_chat(request: dict, mode: str = "ok") -> dict:
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
         n_out = OUTPUT_TOKENS_PER_QUESTION * len(answers or [0])
     n_in = prompt_tokens(request)
+    n_out += reasoning
     usage: dict[str, Any] = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+    if reasoning:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     if mode == "cached":  # half the prompt read from OpenAI's prompt cache, a quarter written to it (within prompt_tokens)
         usage["prompt_tokens_details"] = {"cached_tokens": n_in // 2, "cache_write_tokens": n_in // 4, "audio_tokens": 0}
     return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000, "model": request["model"],
@@ -133,9 +223,32 @@ def openai_chat(request: dict, mode: str = "ok") -> dict:
 
 
 # ---- Anthropic Messages -----------------------------------------------------------------------------------
+def _claude_thinking(request: dict) -> int:
+    """The thinking tokens a Messages request spends (``CLAUDE_THINKING``: the model's default, or ``thinking``
+    adaptive; at ``output_config.effort``, else the model's default effort); raises Refused for ``thinking``
+    disabled on a model that always thinks."""
+    model = request["model"]
+    kind = (request.get("thinking") or {}).get("type")
+    if kind == "disabled" and model in CLAUDE_ALWAYS_THINKS:
+        raise Refused(400, {"type": "error", "error": {"type": "invalid_request_error",
+                                                       "message": f"thinking cannot be disabled on {model}"}})
+    if kind == "disabled" or (model not in CLAUDE_THINKING and kind != "adaptive"):
+        return 0
+    effort = (request.get("output_config") or {}).get("effort") or CLAUDE_THINKING.get(model, "high")
+    return THINKING_TOKENS[effort]
+
+
 def anthropic_messages(request: dict, mode: str = "ok") -> dict:
     """A Messages response to a structured-output request (``output_config.format`` json_schema: the answer
-    as a text block) or to one whose ``tool_choice`` forces the answer tool (the answer as ``tool_use``)."""
+    as a text block) or to one whose ``tool_choice`` forces the answer tool (the answer as ``tool_use``). A
+    thinking model thinks first, within ``max_tokens`` (see the module docstring)."""
+    thinking = _claude_thinking(request)
+    if thinking and request["max_tokens"] < thinking + OUTPUT_TOKENS_PER_QUESTION:  # cut off while thinking
+        return {"id": "msg_fake", "type": "message", "role": "assistant", "model": request["model"],
+                "content": [{"type": "thinking", "thinking": "Weighing each option in turn...", "signature": "sig"}],
+                "stop_reason": "max_tokens", "stop_sequence": None,
+                "usage": {"input_tokens": prompt_tokens(request), "output_tokens": request["max_tokens"],
+                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
     forced = "tools" in request
     schema = request["tools"][0]["input_schema"] if forced else request["output_config"]["format"]["schema"]
     answers = _answers(_allowed(schema), mode)
@@ -158,10 +271,12 @@ def anthropic_messages(request: dict, mode: str = "ok") -> dict:
         stop = "max_tokens" if mode == "truncated_empty" else "end_turn"
     elif mode == "empty":
         content = [{"type": "text", "text": ""}]
+    if thinking:
+        content = [{"type": "thinking", "thinking": "Weighing each option in turn...", "signature": "sig"}, *content]
     n_in = prompt_tokens(request)
     return {"id": "msg_fake", "type": "message", "role": "assistant", "model": request["model"], "content": content,
             "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": n_in, "output_tokens": OUTPUT_TOKENS_PER_QUESTION * len(answers or [0]),
+            "usage": {"input_tokens": n_in, "output_tokens": OUTPUT_TOKENS_PER_QUESTION * len(answers or [0]) + thinking,
                       # mode cached: 100 tokens read from the prompt cache, 20 written to it (outside input_tokens):
                       # 15 to the 5-minute cache, 5 to the 1-hour one
                       "cache_creation_input_tokens": 20 if mode == "cached" else 0,
@@ -172,10 +287,23 @@ def anthropic_messages(request: dict, mode: str = "ok") -> dict:
 
 # ---- Gemini generateContent -------------------------------------------------------------------------------
 def gemini_generate(request: dict, mode: str = "ok", model: str = "gemini-fake") -> dict:
-    """A GenerateContentResponse to a request with ``responseMimeType`` application/json and a schema."""
-    answers = _answers(_allowed(request["generationConfig"]["responseJsonSchema"]), mode)
+    """A GenerateContentResponse to a request with ``responseMimeType`` application/json and a schema, from
+    ``model`` (a retired one's requests answered by its replacement: ``GEMINI_REROUTED``)."""
+    model = GEMINI_REROUTED.get(model, model)
+    config = request["generationConfig"]
+    answers = _answers(_allowed(config["responseJsonSchema"]), mode)
     n_in, n_out = prompt_tokens(request), OUTPUT_TOKENS_PER_QUESTION * len(answers or [0])
     usage = {"promptTokenCount": n_in, "candidatesTokenCount": n_out, "totalTokenCount": n_in + n_out}
+    level = (config.get("thinkingConfig") or {}).get("thinkingLevel")
+    thoughts = THINKING_TOKENS[level.lower()] if isinstance(level, str) else 0
+    cap = config.get("maxOutputTokens")
+    if thoughts and cap is not None and cap < thoughts + n_out:  # cut off while thinking
+        return {"candidates": [{"content": {"role": "model", "parts": [{"text": "Weighing the options.", "thought": True}]},
+                                "finishReason": "MAX_TOKENS", "index": 0}],
+                "usageMetadata": {"promptTokenCount": n_in, "thoughtsTokenCount": cap, "totalTokenCount": n_in + cap},
+                "modelVersion": model}
+    if thoughts:
+        usage |= {"thoughtsTokenCount": thoughts, "totalTokenCount": n_in + n_out + thoughts}
     if mode == "blocked":
         return {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": n_in},
                 "modelVersion": model}
@@ -216,6 +344,34 @@ def openai_decisions(request: dict, mode: str = "ok") -> dict:
                       "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": n_in}}
 
 
+# ---- Gemini Decisions -------------------------------------------------------------------------------------
+def gemini_decisions(request: dict, mode: str = "ok") -> dict:
+    """A CreateDecisionResponse (``google.genai.decisions``): answers keyed by question id; a choice puts
+    ``P_LAST`` on its last option (the rest spread, rounded to 4 decimals), a yes/no question P(true) 1 - P_LAST,
+    clamped to [0.01, 0.99] as documented (mode ``sure``: 1.0 before the clamp). Usage: the input's words, 0
+    output tokens."""
+    n_in = prompt_tokens(request)
+    usage = {"total_input_tokens": n_in, "total_output_tokens": 0, "total_tokens": n_in}
+    if mode == "blocked":
+        return {"prompt_feedback": {"block_reason": "safety", "block_reason_message": "The input was blocked."},
+                "usage": usage}
+    answers: dict[str, dict] = {}
+    for qid, q in request["questions"].items():
+        if q["type"] == "choice":
+            options = list(q["criteria"])
+            rest = round((1 - P_LAST) / (len(options) - 1), 4)
+            probs = {o: P_LAST if o == options[-1] else rest for o in options}
+            if mode == "bad_sum":
+                probs[options[0]] = 0.5
+            answers[qid] = {"type": "choice", "choice": options[-1], "probabilities": probs, "confidence": P_LAST}
+        else:
+            p = min(0.99, max(0.01, 1.0 if mode == "sure" else round(1 - P_LAST, 4)))
+            answers[qid] = {"type": "noul", "noul": p, "confidence": max(p, round(1 - p, 4))}
+    if mode == "missing":
+        answers.pop(next(iter(answers)))
+    return {"answers": answers, "usage": usage}
+
+
 # ---- errors -----------------------------------------------------------------------------------------------
 _OPENAI_ERRORS = {400: "invalid_request_error", 401: "invalid_request_error", 429: "rate_limit_exceeded",
                   500: "server_error", 503: "server_error"}
@@ -225,6 +381,9 @@ _GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 429: "RESOURC
                   503: "UNAVAILABLE"}
 
 
+GOOGLE = ("gemini", "gemini-decisions")  # the formats that answer with Google's error bodies
+
+
 def error_body(fmt: str, status: int, retry_delay_s: float | None = None, message: str | None = None) -> dict:
     """The error JSON of format ``fmt`` ("openai", "anthropic", "gemini"; any other: OpenAI's, which proxies
     forward) for an HTTP ``status``, saying ``message`` (default "injected STATUS"); Gemini's 429 carries
@@ -232,7 +391,7 @@ def error_body(fmt: str, status: int, retry_delay_s: float | None = None, messag
     message = message or f"injected {status}"
     if fmt == "anthropic":
         return {"type": "error", "error": {"type": _ANTHROPIC_ERRORS.get(status, "api_error"), "message": message}}
-    if fmt == "gemini":
+    if fmt in GOOGLE:
         details = ([{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_delay_s:g}s"}]
                    if retry_delay_s is not None else [])
         return {"error": {"code": status, "message": message, "status": _GOOGLE_STATUS.get(status, "UNKNOWN"),
@@ -242,7 +401,7 @@ def error_body(fmt: str, status: int, retry_delay_s: float | None = None, messag
 
 
 RESPONDERS = {"openai": openai_chat, "anthropic": anthropic_messages, "gemini": gemini_generate,
-              "openai-decisions": openai_decisions}
+              "openai-decisions": openai_decisions, "gemini-decisions": gemini_decisions}
 
 
 # ---- the providers' hostile replies (served by tests/fake_provider.py per format) ---------------------------
@@ -256,7 +415,7 @@ def quota_body(fmt: str) -> dict:
                                            "message": "Your organization has reached its monthly usage limit.",
                                            "details": {"error_code": "enforced_spend_limit_reached"}},
                 "request_id": "req_fake"}
-    if fmt == "gemini":
+    if fmt in GOOGLE:
         return {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED",
                           "message": "You exceeded your current quota, please check your plan and billing details.",
                           "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
@@ -278,7 +437,7 @@ def error_in_200(fmt: str, reply: dict) -> dict:
         return {**reply, "choices": [choice]}
     if fmt == "anthropic":
         return {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-    if fmt == "gemini":
+    if fmt in GOOGLE:
         return {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
     return {"error": {"code": 502, "message": "Upstream provider returned an error"}}
 
@@ -290,8 +449,8 @@ def _first_key_twice(obj: dict) -> str:
 
 
 def duplicate_key(fmt: str, reply: dict) -> bytes:
-    """The reply with its first answer named twice: a language model's JSON object, System One ``answers``,
-    an OpenAI Decisions ``probabilities`` list naming its first option twice."""
+    """The reply with its first answer named twice: a language model's JSON object, System One (and Gemini
+    Decisions) ``answers``, an OpenAI Decisions ``probabilities`` list naming its first option twice."""
     if fmt == "openai":
         message = reply["choices"][0]["message"]
         message["content"] = _first_key_twice(orjson.loads(message["content"]))
@@ -313,7 +472,8 @@ def with_nan(fmt: str, reply: dict) -> bytes:
     """A decision reply with ``NaN`` for the first probability of the first choice question (``Infinity``
     for a yes/no one): not JSON, but what some servers write."""
     marker = "__not_a_number__"
-    for answer in reply["answers"].values() if fmt == "systemone" else reply["answers"]:
+    keyed = fmt in ("systemone", "gemini-decisions")  # answers keyed by question id
+    for answer in reply["answers"].values() if keyed else reply["answers"]:
         if answer["type"] == "choice":
             probs = answer["probabilities"]
             if isinstance(probs, dict):
@@ -322,8 +482,8 @@ def with_nan(fmt: str, reply: dict) -> bytes:
                 probs[0]["probability"] = marker
             break
     else:
-        answer = next(iter(reply["answers"].values())) if fmt == "systemone" else reply["answers"][0]
-        answer["noul" if fmt == "systemone" else "probability"] = marker
+        answer = next(iter(reply["answers"].values())) if keyed else reply["answers"][0]
+        answer["noul" if keyed else "probability"] = marker
         return orjson.dumps(reply).replace(f'"{marker}"'.encode(), b"Infinity")
     return orjson.dumps(reply).replace(f'"{marker}"'.encode(), b"NaN")
 
@@ -333,7 +493,7 @@ def unsupported_body(fmt: str) -> dict:
     if fmt == "anthropic":
         return {"type": "error", "error": {"type": "invalid_request_error",
                                            "message": "tool_choice of type 'tool' is not supported with this model"}}
-    if fmt == "gemini":
+    if fmt in GOOGLE:
         return {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "Invalid JSON payload received. "
                           "Unknown name \"responseJsonSchema\" at 'generation_config': Cannot find field."}}
     return {"error": {"message": "Unsupported parameter: 'response_format' is not supported with this model.",

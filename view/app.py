@@ -27,11 +27,14 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import jinja2
+import markupsafe
 from aiohttp import web
 
 from dxi.adapters.http import is_loopback_host as is_loopback  # noqa: F401  (dxi view and its tests use it)
 from dxi.evals import EVALS
+from dxi.scoring import provisional
 from dxi.scoring.calibration import ECE_BINS
+from dxi.scoring.replies import model_notes
 from dxi.scoring.sums import METRICS
 
 from .data import CELLS, SORTS, VIEW_STATUSES, BadQuery, Browser, EvalQuery, NotFound
@@ -59,7 +62,21 @@ def task_url(task_id: str) -> str:
 
 
 def _num(v: float | None, digits: int = 1) -> str:
-    return "—" if v is None else f"{v:.{digits}f}"
+    """``v`` to ``digits`` decimals; "—" for a value that is null or absent (a metric the summary does not
+    have for this cache, e.g. an AUROC where a question's answers are all of one class: Jinja2's Undefined)."""
+    return "—" if v is None or isinstance(v, jinja2.Undefined) else f"{v:.{digits}f}"
+
+
+def _breakable(text: object) -> markupsafe.Markup:
+    """``text`` escaped, with a line-break opportunity (``<wbr>``) after each underscore, so that a long
+    identifier (WildGuardTest's ``disseminating_false_or_misleading_information_...``) wraps in its column
+    instead of running over the next."""
+    return markupsafe.Markup("_<wbr>").join(markupsafe.escape("" if text is None else str(text)).split("_"))
+
+
+def _pvalue(p: float | None) -> str:
+    """A p-value as the pages print it: 3 significant digits, "< 0.001" below that, "—" for none."""
+    return "—" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3g}")
 
 
 def _when(seconds: float) -> str:
@@ -70,8 +87,10 @@ def _when(seconds: float) -> str:
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("dxi.view", "templates"), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)
+    env.filters["breakable"] = _breakable
     env.globals.update(url=_url, task_url=task_url, num=_num, when=_when, EVALS=EVALS, METRICS=METRICS, METRIC_TITLES=METRIC_TITLES,
-                       STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS)
+                       STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS, MARK=provisional.MARK, pvalue=_pvalue,
+                       provisional_notes=provisional.notes, model_notes=model_notes)
     return env
 
 
@@ -134,17 +153,28 @@ def make_app(target: Browser | Live, refresh: float | None = None) -> web.Applic
         detail = live.browser.question(request.match_info["task_id"])
         return page("task.html.j2", title=detail["task"].id, section="eval", d=detail, name=detail["task"].eval)
 
+    def no_models(title: str, section: str) -> web.Response:
+        return page("error.html.j2", title=title, section=section, kind="note",
+                    message="No model in this view yet: the cache holds no answers of this prompt version. This "
+                            "page fills in as `dxi run` adds them.")
+
     def compare(request: web.Request) -> web.Response:
         name = request.match_info["eval"]
+        if not live.browser.labels:
+            live.browser.frame(name)  # an unknown evaluation: 404
+            return no_models("Compare two models", "compare")
         a = _opt(request, "a") or live.browser.labels[0]
         b = _opt(request, "b") or live.browser.labels[min(1, len(live.browser.labels) - 1)]
         epoch, cell = _int(request, "epoch", 0), _opt(request, "cell")
         table, result = live.browser.compare(name, a, b, epoch, cell, _int(request, "page", 1))
         return page("compare.html.j2", title=f"Compare: {EVALS[name].title}", section="compare", name=name, a=a, b=b, table=table,
                     cell=cell, result=result, epoch=epoch, epochs=live.browser.epochs_of(name),
+                    differences=live.browser.differences(name, a, b),
                     params={"a": a, "b": b, "cell": cell, "epoch": epoch or None})
 
     def calibration(request: web.Request) -> web.Response:
+        if not live.browser.labels and not _opt(request, "m"):
+            return no_models("Calibration", "calibration")
         label = _opt(request, "m") or live.browser.labels[0]
         bins = live.browser.reliability_bins(label)
         name, b = _opt(request, "eval"), _opt(request, "bin")
@@ -157,7 +187,7 @@ def make_app(target: Browser | Live, refresh: float | None = None) -> web.Applic
         entry = next(m for m in live.browser.summary["models"] if m["model"] == label)
         figures = {e: ((entry["evals"].get(e) or {}).get("calibration") or None) for e in bins}  # dxi score's
         return page("calibration.html.j2", title=f"Calibration: {label}", section="calibration", label=label, bins=bins,
-                    figures=figures, name=name,
+                    figures=figures, name=name, p_yes_range=entry.get("p_yes_range"),
                     bin=None if b is None else int(b), listing=listing, epoch=epoch,
                     params={"m": label, "eval": name, "bin": b, "epoch": epoch or None})
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import orjson
 import polars as pl
 import pyarrow.parquet as pq
@@ -42,6 +43,7 @@ from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import Scored
 from dxi.scoring.calibration import ECE_BINS, answer_terms
+from dxi.scoring.compare import mcnemar_p
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 from dxi.scoring.score import CONFIG_COLUMNS, STATUSES, current_rows
 
@@ -126,7 +128,8 @@ class Page:
     size: int = PAGE_SIZE
 
 
-Select = Callable[[Cache], tuple[pl.DataFrame, dict, int]]  # the cache -> (models, prices, epochs) to score
+# the cache -> (models, prices, epochs) to score, and optionally the suite (the tasks the runs selected: ``runner.selection``)
+Select = Callable[[Cache], tuple]
 
 
 @dataclass
@@ -134,8 +137,9 @@ class Source:
     """What a Browser was built from, to build it again over newer rows (``Browser.rebuild``): the cache
     folder, the suite, ``summarize``, ``home`` (the view's private folder, ``view.home``; the layouts
     and the remote's mirror go there), ``remote`` (the remote cache tier, mirrored under ``home``, or
-    None), and ``select`` (models, prices and epochs from the cache: every model in it is chosen again,
-    so that a model a run adds shows; None: the models given at start-up)."""
+    None), and ``select`` (models, prices and epochs from the cache, and optionally the suite: every model
+    in it is chosen again, so that a model a run adds shows, with the tasks its run selected; None: the
+    models given at start-up)."""
 
     cache_dir: Path
     suite: Suite
@@ -230,8 +234,8 @@ class Browser:
             source.remote.pull()
         if source.select is not None:
             with Cache(source.cache_dir, read_only=True, remote=source.remote) as cache:
-                models, prices, epochs = source.select(cache)
-            source = replace(source, models=models, prices=prices, epochs=epochs)
+                models, prices, epochs, *suite = source.select(cache)
+            source = replace(source, models=models, prices=prices, epochs=epochs, suite=suite[0] if suite else source.suite)
         return type(self)._built(source, child)
 
     @classmethod
@@ -274,13 +278,38 @@ class Browser:
             raise NotFound(f"no {what} {label!r} in this view") from None
 
     def frame(self, name: str, epoch: int = 0) -> pl.DataFrame:
+        """The wide frame of ``name`` and ``epoch``; one with no rows for an evaluation with no answers in this
+        view (``absent`` says why: its pages show that, with nothing to list). NotFound for an unknown
+        evaluation, or an epoch an evaluation with answers does not have."""
         if name not in EVALS:
             raise NotFound(f"no evaluation {name!r}")
         frame = self.wide.get((name, epoch))
         if frame is None:
-            raise NotFound(f"{EVALS[name].title}: no answers for epoch {epoch}" if (name, 0) in self.wide else
-                           f"{EVALS[name].title}: no answers in this view")
+            if (name, 0) in self.wide:
+                raise NotFound(f"{EVALS[name].title}: no answers for epoch {epoch}")
+            return self._no_rows()
         return frame
+
+    def absent(self, name: str) -> str | None:
+        """Why evaluation ``name`` has no answers in this view (not selected, no data, nothing in the cache
+        yet), or None when it has answers (or is no evaluation)."""
+        if name not in EVALS or (name, 0) in self.wide:
+            return None
+        data = (self.summary.get("data") or {}).get(name) or {}
+        if data.get("missing"):
+            return f"no answers in this view: {data['missing']}"
+        if not self.labels:
+            return "no answers in this view: the cache holds none of this prompt version yet"
+        return "no answers in this view: the cache holds none for these models and tasks yet"
+
+    def _no_rows(self) -> pl.DataFrame:
+        """A wide frame (``_wide``'s columns for this view's models) with no rows."""
+        schema = {"task_id": pl.String, "question_id": pl.String, "category": pl.Categorical, "gold": pl.Categorical,
+                  "order": pl.UInt32, "text": pl.String}
+        for i in range(len(self.labels)):
+            schema |= {f"pick{i}": pl.String, f"status{i}": pl.String, f"correct{i}": pl.Boolean,
+                       f"pgold{i}": pl.Float64, f"conf{i}": pl.Float64, f"bin{i}": pl.Int8}
+        return pl.DataFrame(schema=schema)
 
     @property
     def calibrated(self) -> set[str]:
@@ -300,12 +329,12 @@ class Browser:
         if q.status is not None:
             if q.status not in VIEW_STATUSES:
                 raise BadQuery(f"status must be one of {', '.join(VIEW_STATUSES)}")
-            conditions.append(pl.any_horizontal(pl.col(f"status{i}") == q.status for i in models))
+            conditions.append(pl.any_horizontal(pl.lit(False), *(pl.col(f"status{i}") == q.status for i in models)))
         if q.result is not None:
             if q.result not in ("right", "wrong"):
                 raise BadQuery("result must be right or wrong")
             right = [pl.col(f"correct{i}") for i in models]
-            conditions.append(pl.any_horizontal(right) if q.result == "right" else pl.any_horizontal(~c for c in right))
+            conditions.append(pl.any_horizontal(pl.lit(False), *(right if q.result == "right" else (~c for c in right))))
         if (a is None) != (b is None):
             raise BadQuery("a disagreement needs two models: a and b")
         if a is not None:
@@ -339,15 +368,17 @@ class Browser:
         for r in rows.iter_rows(named=True):
             cells = [{"pick": r[f"pick{i}"], "status": r[f"status{i}"], "correct": r[f"correct{i}"],
                       "p_gold": r[f"pgold{i}"], "confidence": r[f"conf{i}"]} for i in range(len(self.labels))]
+            task = self.tasks.get(r["task_id"])
             out.append({"task_id": r["task_id"], "question_id": r["question_id"], "category": r["category"],
-                        "gold": r["gold"], "models": cells})
+                        "gold": r["gold"], "models": cells, "headline": task.headline if task is not None else ""})
         return out
 
     # ---- compare ------------------------------------------------------------------------------------
     def compare(self, name: str, a: str, b: str, epoch: int = 0, cell: str | None = None, page: int = 1
                 ) -> tuple[dict[str, int], Page]:
-        """Models ``a`` and ``b`` over ``name``: the 2×2 of right/wrong counts (``CELLS`` keys) and a page of
-        the questions where one is right and the other wrong (``cell``: only those of one cell)."""
+        """Models ``a`` and ``b`` over ``name``: the 2×2 of right/wrong counts (``CELLS`` keys, and
+        ``mcnemar_p``: the exact McNemar test of its discordant cells, ``scoring.compare.mcnemar_p``) and a
+        page of the questions where one is right and the other wrong (``cell``: only those of one cell)."""
         frame = self.frame(name, epoch)
         i, j = self.model(a), self.model(b)
         counts = (frame.group_by(pl.col(f"correct{i}").alias("a"), pl.col(f"correct{j}").alias("b")).len()
@@ -356,6 +387,7 @@ class Browser:
         by_pair = {pair: cell_name for cell_name, pair in CELLS.items()}
         for x, y, n in counts:
             table[by_pair[(bool(x), bool(y))]] += n
+        table["mcnemar_p"] = float(mcnemar_p(np.array([table["a_only"]]), np.array([table["b_only"]]))[0])
         if cell is not None and cell not in CELLS:
             raise BadQuery(f"cell must be one of {', '.join(CELLS)}")
         if cell is None:
@@ -364,6 +396,26 @@ class Browser:
             x, y = CELLS[cell]
             conditions = [pl.col(f"correct{i}") == x, pl.col(f"correct{j}") == y]
         return table, self._page(frame, conditions, "task", False, page, i)
+
+    def differences(self, name: str, a: str, b: str) -> list[dict]:
+        """The summary's paired comparisons of ``a`` and ``b`` (``scoring.compare``): the Decision Index's
+        and each metric of ``name``'s, as a − b (an entry stored as b − a is turned round): ``metric``,
+        ``eval``, ``difference``, ``ci``, ``p_value``, ``p_holm``, ``complete`` and, for accuracy,
+        ``discordant`` [a only, b only] and ``mcnemar_p``. Empty for a model compared with itself."""
+        self.model(a), self.model(b)
+        out = []
+        for c in self.summary.get("comparisons") or []:
+            if c["eval"] not in (None, name) or {c["a"], c["b"]} != {a, b} or a == b:
+                continue
+            if c["a"] == a:
+                out.append(c)
+                continue
+            turned = dict(c, a=a, b=b, difference=-c["difference"],
+                          ci=[-c["ci"][1], -c["ci"][0]] if c.get("ci") else c.get("ci"))
+            if "discordant" in c:
+                turned["discordant"] = c["discordant"][::-1]
+            out.append(turned)
+        return out
 
     # ---- calibration ----------------------------------------------------------------------------------
     def reliability_bins(self, label: str) -> dict[str, list[dict]]:

@@ -1,0 +1,110 @@
+"""Anthropic's Message Batches for the ``anthropic`` adapter's Messages requests. Types: the anthropic SDK's
+``types/messages/message_batch*.py`` and ``batch_create_params.py``; resource ``resources/messages/batches.py``.
+
+* **Create**: ``POST {base}/v1/messages/batches`` ``{"requests": [{"custom_id": KEY, "params": BODY}]}``
+  (BODY byte for byte the synchronous body): at most 100,000 requests or 256 MB, whichever comes first;
+  ``custom_id`` 1-64 characters of ``[A-Za-z0-9_-]`` (the cache key is 64 hex digits).
+* **No tag**: a Message Batch carries nothing of the client's (no metadata, no name). A kill between the
+  provider's reply to the create and the ledger's record of it leaves a batch only the provider knows: a
+  rerun looks for it by listing (``GET {base}/v1/messages/batches``, newest first) the batches created
+  since the intent with the entry's number of requests that no other ledger entry knows (``find``), and
+  adopts it when exactly one matches (its results are matched by custom id, so a wrong match stores
+  nothing wrong); when none or several match it submits again, and says so (docs/batch.md, "the window").
+* **Status**: ``processing_status`` ``in_progress``, ``canceling``, ``ended`` (within 24 hours: requests not
+  processed by then are ``expired``); ``request_counts``: processing, succeeded, errored, canceled, expired.
+* **Results**: ``GET results_url`` (JSONL, in no set order): ``{"custom_id", "result": {"type":
+  "succeeded", "message"} | {"type": "errored", "error": ErrorResponse} | {"type": "canceled"} |
+  {"type": "expired"}}``; available for 29 days after creation.
+"""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+
+from .batches import CANCELLED, COMPLETED, EXPIRED, BatchAPI, BatchLimits, BatchStatus, ResultLine, chunks, iso_time
+from .errors import MalformedReply
+from .http import error_for
+
+# an errored result's error type -> the HTTP status the synchronous API answers it with (platform.claude.com
+# /docs/en/api/errors), so that it is classified as the synchronous reply would be
+STATUS_OF = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
+             "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
+             "timeout_error": 504, "overloaded_error": 529}
+
+
+def status_of(doc: dict) -> BatchStatus:
+    """A ``MessageBatch`` (anthropic ``types/messages/message_batch.py``) as a BatchStatus."""
+    counts = doc.get("request_counts") if isinstance(doc.get("request_counts"), dict) else {}
+    state = str(doc.get("processing_status") or "")
+    outcome = None
+    if state == "ended":
+        outcome = CANCELLED if doc.get("cancel_initiated_at") else EXPIRED if counts.get("expired") else COMPLETED
+    output = {"results_url": doc["results_url"]} if doc.get("results_url") else {}
+    total = sum(v for v in counts.values() if isinstance(v, int)) if counts else None
+    return BatchStatus(str(doc.get("id")), state, outcome, dict(counts), output, None, iso_time(doc.get("created_at")), total)
+
+
+class AnthropicBatch(BatchAPI):
+    """Message Batches under the adapter's base URL."""
+
+    LIMITS = BatchLimits(100_000, 256_000_000)
+    taggable = False
+    name = "anthropic"
+
+    @property
+    def url(self) -> str:
+        return f"{self.adapter.base_url}/v1/messages/batches"
+
+    def head(self, key: str) -> bytes:
+        return b'{"custom_id":"' + key.encode() + b'","params":'
+
+    async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
+        return status_of(await self.call("POST", self.url, chunks(path, b'{"requests":[', b",", b"]}")))
+
+    async def get(self, batch_id: str) -> BatchStatus:
+        return status_of(await self.call("GET", f"{self.url}/{batch_id}"))
+
+    async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
+        found, after = [], None
+        while True:
+            page = await self.call("GET", f"{self.url}?limit=100" + (f"&after_id={after}" if after else ""))
+            data = [status_of(d) for d in page.get("data") or [] if isinstance(d, dict)]
+            for status in data:
+                if (status.created or 0) >= since - 120 and status.total == n and status.batch_id not in known:
+                    found.append(status)
+            older = any((s.created or 0) < since - 600 for s in data)  # newest first: past the intent
+            if not data or not page.get("has_more") or older:
+                return found
+            after = page.get("last_id") or data[-1].batch_id
+
+    async def cancel(self, batch_id: str) -> BatchStatus:
+        return status_of(await self.call("POST", f"{self.url}/{batch_id}/cancel", {}))
+
+    async def results(self, status: BatchStatus) -> AsyncIterator[ResultLine]:
+        url = status.output.get("results_url")
+        if not url:
+            return
+        if url.startswith("/"):
+            url = self.adapter.base_url + url
+        async for raw in self.lines(url):
+            yield self.result(raw)
+
+    def result(self, raw: bytes) -> ResultLine:
+        """One line of the results file (see the module docstring)."""
+        try:
+            doc = orjson.loads(raw)
+            key, result = doc["custom_id"], doc["result"]
+            kind = result["type"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return ResultLine("", error=MalformedReply("a result line that is not a MessageBatchIndividualResponse",
+                                                       raw[:2000].decode("utf-8", "replace")))
+        if kind == "succeeded":
+            return ResultLine(key, orjson.dumps(result.get("message")))
+        if kind == "errored":
+            error = result.get("error") if isinstance(result.get("error"), dict) else {}
+            inner = error.get("error") if isinstance(error.get("error"), dict) else {}
+            return ResultLine(key, error=error_for(STATUS_OF.get(str(inner.get("type")), 500), orjson.dumps(error), {},
+                                                   self.what))
+        return ResultLine(key)  # canceled, expired: not run, given back

@@ -1,0 +1,266 @@
+"""The providers' batch APIs: what ``dxi run --batch`` (``runner.batch``) uses to send the requests of a
+model asynchronously at the batch price, one module per wire format beside the adapter whose bodies its
+lines carry: ``openai_batch`` (OpenAI's Files and Batches endpoints, and the servers that implement them),
+``anthropic_batch`` (Message Batches), ``gemini_batch`` (the Gemini Batch API, inline or through the Files
+API). ``batch_api(adapter)`` gives an adapter's, or None when its provider has no batch API (decision
+models, the embedded model, local servers, logprob requests).
+
+Every batch line carries the request's body **as is** (the same bytes a synchronous call sends) and its
+cache key as the line's id (``custom_id``, Gemini's ``key``): a 64-character hex sha256, within Anthropic's
+``[A-Za-z0-9_-]{1,64}``. Results are matched to requests by that id, never by position. A result's body goes
+through the adapter's own ``decode``; a per-request error is classified by ``http.error_for`` as the
+synchronous reply with that status would be.
+
+The shapes here (``BatchStatus``, ``ResultLine``) are what the runner sees of any provider. Errors: the
+adapter error tree (``adapters.errors``); ``BatchLost`` when the provider no longer knows a batch (404).
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import aiohttp
+import orjson
+
+from .errors import AdapterError, ProviderStop, Transient
+from .http import error_for, post, redact
+
+if TYPE_CHECKING:
+    from .base import Adapter, Request
+    from .http import HTTPAdapter
+
+RUNNING = None
+COMPLETED, EXPIRED, CANCELLED, FAILED, LOST = "completed", "expired", "cancelled", "failed", "lost"
+OUTCOMES = (COMPLETED, EXPIRED, CANCELLED, FAILED, LOST)
+LINE_BYTES = 64 << 20  # the longest result line read; a longer one is given back (its reply is read no further)
+
+# adapter kind -> "module:Class" of its batch protocol, imported on first use
+KINDS = {
+    "openai": "dxi.adapters.openai_batch:OpenAIBatch",
+    "anthropic": "dxi.adapters.anthropic_batch:AnthropicBatch",
+    "gemini": "dxi.adapters.gemini_batch:GeminiBatch",
+}
+
+
+def iso_time(value: object) -> float | None:
+    """Unix seconds of an RFC 3339 time (``2026-12-02T03:12:09.5Z``, as Anthropic and Google write them); None
+    when it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class BatchLost(AdapterError):
+    """The provider answers 404 for a batch it accepted: it is gone (deleted, or past its retention)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLimits:
+    """What one batch may hold, as each provider documents it: ``max_requests`` requests and ``max_bytes``
+    bytes of input (the file uploaded, or the create request's body); ``inline_bytes``: up to this, the
+    requests go inline in the create request (Gemini), above it through the Files API."""
+
+    max_requests: int
+    max_bytes: int
+    inline_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStatus:
+    """A batch as the provider reports it: ``batch_id`` (the provider's), ``state`` (its own word),
+    ``outcome`` (None while it runs; else one of ``OUTCOMES``), ``counts`` (its request counts),
+    ``output`` (where the results are: file ids, a results URL, inline), ``tag`` (the ledger entry id it
+    carries; None where the provider has no tag), ``created`` (Unix seconds) and ``total`` (requests held)."""
+
+    batch_id: str
+    state: str
+    outcome: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    output: dict = field(default_factory=dict)
+    tag: str | None = None
+    created: float | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResultLine:
+    """One request's result: ``key`` (its custom id = cache key) and either ``body`` (the reply, as the
+    synchronous endpoint returns it) or ``error`` (a per-request error, classified as synchronously); both
+    None: not attempted (the batch expired or was cancelled first), given back."""
+
+    key: str
+    body: bytes | None = None
+    error: AdapterError | None = None
+
+
+class BatchAPI:
+    """One provider's batch protocol over a started ``HTTPAdapter`` (its session, headers and base URL).
+
+    Subclasses give ``LIMITS``, ``taggable`` (whether a batch carries our tag) and ``line`` / ``upload`` /
+    ``create`` / ``get`` / ``find`` / ``cancel`` / ``results``. The input of a batch is a file of lines
+    (``line(request)`` each, in ``lines`` order), written by the runner before anything is sent."""
+
+    LIMITS = BatchLimits(50_000, 200 << 20)
+    taggable = True
+    name = ""
+
+    def __init__(self, adapter: HTTPAdapter):
+        self.adapter = adapter
+        self.limits = self.LIMITS
+
+    # ---- HTTP ---------------------------------------------------------------------------------
+    @property
+    def what(self) -> str:
+        return f"{self.adapter.label} (batch)"
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        """The adapter's headers (its key included) with ``extra``; ``Content-Type`` dropped when
+        ``extra`` sets it to ""."""
+        out = {**self.adapter._headers, "Accept-Encoding": "identity", **extra}
+        return {k: v for k, v in out.items() if v != ""}
+
+    def session(self) -> aiohttp.ClientSession:
+        session = self.adapter._session
+        if session is None:
+            raise RuntimeError(f"{type(self).__name__} used before the adapter was started")
+        return session
+
+    async def call(self, method: str, url: str, body: object = None, headers: dict[str, str] | None = None,
+                   max_bytes: int = 64 << 20) -> dict:
+        """One request to the batch API, its JSON reply as a dict; raises the adapter errors (``post``), and
+        BatchLost for a 404 (the batch or file is unknown to the provider)."""
+        data = orjson.dumps(body) if isinstance(body, (dict, list)) else body
+        try:
+            payload = await post(self.session(), url, data, headers or self.headers(), self.what,
+                                 self.adapter.retry_after_from_body, self.adapter._secrets, max_bytes, method)
+        except ProviderStop as exc:
+            if exc.status == 404:
+                raise BatchLost(str(exc), 404) from None
+            raise
+        try:
+            doc = orjson.loads(payload) if payload.strip() else {}
+        except orjson.JSONDecodeError:
+            raise Transient(f"{self.what}: {method} {url}: the reply is not JSON: "
+                            f"{payload[:200].decode('utf-8', 'replace')}") from None
+        return doc if isinstance(doc, dict) else {"value": doc}
+
+    async def lines(self, url: str, headers: dict[str, str] | None = None) -> AsyncIterator[bytes]:
+        """The lines of a JSONL file at ``url`` as they arrive (never the whole file in memory; a line longer
+        than ``LINE_BYTES`` is yielded as ``b""``, read no further). Raises as ``call`` does."""
+        try:
+            async with self.session().get(url, headers=headers or self.headers()) as resp:
+                if resp.status >= 300:
+                    payload = redact(await resp.content.read(64 << 10), self.adapter._secrets)
+                    error = error_for(resp.status, payload, resp.headers, self.what, self.adapter.retry_after_from_body)
+                    if resp.status == 404:
+                        raise BatchLost(str(error), 404)
+                    raise error
+                held = bytearray()
+                skipping = False
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    start = 0
+                    while (end := chunk.find(b"\n", start)) >= 0:
+                        if not skipping:
+                            held += chunk[start:end]
+                            if held.strip():
+                                yield redact(bytes(held), self.adapter._secrets)
+                        else:
+                            yield b""
+                        held.clear()
+                        skipping = False
+                        start = end + 1
+                    if not skipping:
+                        held += chunk[start:]
+                        if len(held) > LINE_BYTES:
+                            held.clear()
+                            skipping = True
+                if skipping:
+                    yield b""
+                elif held.strip():
+                    yield redact(bytes(held), self.adapter._secrets)
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+            raise Transient(f"{self.what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+
+    # ---- the protocol -------------------------------------------------------------------------
+    def line(self, request: Request) -> bytes:
+        """The input line of ``request`` (no newline), its body embedded byte for byte: ``head(key)``, the
+        body, then ``}``."""
+        return self.head(request.key) + request.body + b"}"
+
+    def head(self, key: str) -> bytes:
+        """What comes before the body in the input line of the request with cache key ``key``."""
+        raise NotImplementedError
+
+    def split(self, line: bytes) -> tuple[str, bytes]:
+        """An input line back into (key, body bytes): the inverse of ``line``."""
+        start = line.index(b'"') + 1
+        start = line.index(b'"', start) + 3  # past the id's name, '":"'
+        key = line[start:start + 64].decode()
+        return key, line[len(self.head(key)):-1]
+
+    async def upload(self, entry_id: str, path: Path, n: int, size: int) -> str | None:
+        """Upload the input file ``path`` (``n`` lines, ``size`` bytes) where the provider takes a file; its
+        file id, or None when the requests go in the create request itself."""
+        return None
+
+    async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
+        """Create the batch of the lines in ``path`` (or of the uploaded ``file_id``), tagged ``entry_id``
+        where the provider allows a tag."""
+        raise NotImplementedError
+
+    async def get(self, batch_id: str) -> BatchStatus:
+        raise NotImplementedError
+
+    async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
+        """The provider's batches that may be the ledger entry ``entry_id`` whose ``create`` was cut before
+        its reply was recorded: those tagged ``entry_id``; where there is no tag, those of ``n`` requests
+        created since ``since`` (Unix seconds) that no other entry knows (``known``: batch ids)."""
+        raise NotImplementedError
+
+    async def cancel(self, batch_id: str) -> BatchStatus:
+        raise NotImplementedError
+
+    def results(self, status: BatchStatus) -> AsyncIterator[ResultLine]:
+        """The results of an ended batch, one per line as read."""
+        raise NotImplementedError
+
+
+async def chunks(path: Path, head: bytes = b"", sep: bytes = b",", tail: bytes = b"",
+                 frame: Callable[[bytes], bytes] | None = None, size: int = 1 << 20) -> AsyncIterator[bytes]:
+    """A create request's body streamed from the input file ``path``: ``head``, the lines (each through
+    ``frame``, when given) joined by ``sep``, then ``tail``, in pieces of about ``size`` bytes."""
+    held = bytearray(head)
+    first = True
+    with open(path, "rb") as f:
+        for raw in f:
+            line = raw.rstrip(b"\n")
+            if not line:
+                continue
+            held += (b"" if first else sep) + (line if frame is None else frame(line))
+            first = False
+            if len(held) >= size:
+                yield bytes(held)
+                held.clear()
+    held += tail
+    yield bytes(held)
+
+
+def batch_api(adapter: Adapter) -> BatchAPI | None:
+    """The batch protocol of ``adapter`` (started before use), or None when its provider has none."""
+    ref = KINDS.get(adapter.kind)
+    if ref is None:
+        return None
+    module, _, cls = ref.partition(":")
+    return getattr(importlib.import_module(module), cls)(adapter)
+
+
+def supports(kind: str) -> bool:
+    """Whether the adapter ``kind`` has a batch API."""
+    return kind in KINDS

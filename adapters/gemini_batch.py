@@ -1,0 +1,188 @@
+"""The Gemini Batch API for the ``gemini`` adapter's generateContent requests. Types: google-genai's
+``batches.py`` (its ``_mldev`` converters give the REST shapes) and ``types.py`` (``BatchJob``,
+``InlinedRequest``, ``InlinedResponse``, ``JobState``, ``File``); ai.google.dev/api/batch-mode.
+
+* **Create**: ``POST {base}/v1beta/models/{model}:batchGenerateContent`` ``{"batch": {"displayName": ENTRY,
+  "inputConfig": ...}}``: the requests inline (``{"requests": {"requests": [{"request": BODY, "metadata":
+  {"key": KEY}}]}}``) while the create request stays under 20 MB, else a JSONL file of ``{"key": KEY,
+  "request": BODY}`` lines uploaded through the Files API (resumable upload, ``POST
+  {base}/upload/v1beta/files``) and named by ``{"fileName": "files/..."}``. BODY is byte for byte the
+  synchronous body. The reply is an Operation whose ``metadata`` is the batch (``GenerateContentBatch``).
+* **Tag**: ``displayName`` is the ledger entry's id; ``GET {base}/v1beta/batches`` lists batches (newest first).
+* **Status**: ``BATCH_STATE_PENDING``, ``_RUNNING``; it ends ``_SUCCEEDED``, ``_FAILED``, ``_CANCELLED`` or
+  ``_EXPIRED`` (batches pending or running for 48 hours expire). ``batchStats``: request counts.
+* **Results**: in the batch's ``output``: ``inlinedResponses.inlinedResponses[]`` (``{"response"} |
+  {"error"}``, with the request's ``metadata``) or ``responsesFile``, downloaded from ``GET
+  {base}/download/v1beta/{file}:download?alt=media``: JSONL lines ``{"key", "response"} | {"key", "error"}``.
+  Responses are said to come in input order; they are matched by key all the same. An error is a
+  ``google.rpc.Status`` (a gRPC code), classified as the HTTP status the synchronous API answers it with.
+"""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from .batches import (
+    CANCELLED,
+    COMPLETED,
+    EXPIRED,
+    FAILED,
+    BatchAPI,
+    BatchLimits,
+    BatchLost,
+    BatchStatus,
+    ResultLine,
+    chunks,
+    iso_time,
+)
+from .errors import MalformedReply, Transient
+from .http import error_for, redact
+
+ENDED = {"BATCH_STATE_SUCCEEDED": COMPLETED, "BATCH_STATE_FAILED": FAILED, "BATCH_STATE_CANCELLED": CANCELLED,
+         "BATCH_STATE_EXPIRED": EXPIRED, "JOB_STATE_SUCCEEDED": COMPLETED, "JOB_STATE_FAILED": FAILED,
+         "JOB_STATE_CANCELLED": CANCELLED, "JOB_STATE_EXPIRED": EXPIRED}
+# google.rpc.Code -> the HTTP status Google's APIs map it to (google/rpc/code.proto)
+HTTP_OF_GRPC = {1: 499, 2: 500, 3: 400, 4: 504, 5: 404, 6: 409, 7: 403, 8: 429, 9: 400, 10: 409, 11: 400, 12: 501,
+                13: 500, 14: 503, 15: 500, 16: 401}
+KEY_HEAD = b'{"key":"'
+REQUEST_HEAD = b'","request":'
+KEY_LEN = 64
+
+
+def _batch_of(op: dict) -> dict:
+    """The ``GenerateContentBatch`` of an Operation (its ``metadata``), or the batch itself."""
+    meta = op.get("metadata")
+    return meta if isinstance(meta, dict) and ("state" in meta or "displayName" in meta) else op
+
+
+def status_of(op: dict) -> BatchStatus:
+    """An Operation (or a batch) as a BatchStatus; inline responses are left out (``results`` reads them)."""
+    batch = _batch_of(op)
+    stats = batch.get("batchStats") if isinstance(batch.get("batchStats"), dict) else {}
+    counts = {k: int(v) for k, v in stats.items() if str(v).isdigit()}
+    output = batch.get("output") if isinstance(batch.get("output"), dict) else (
+        op.get("response") if isinstance(op.get("response"), dict) else {})
+    where = {"responses_file": output["responsesFile"]} if output.get("responsesFile") else (
+        {"inline": True} if "inlinedResponses" in output else {})
+    state = str(batch.get("state") or "")
+    name = str(op.get("name") or batch.get("name") or "")
+    return BatchStatus(name, state, ENDED.get(state), counts, where, batch.get("displayName"),
+                       iso_time(batch.get("createTime")), counts.get("requestCount"))
+
+
+def _inline(line: bytes) -> bytes:
+    """An input line ``{"key": K, "request": B}`` as an inline request ``{"request": B, "metadata": {"key": K}}``."""
+    key = line[len(KEY_HEAD):len(KEY_HEAD) + KEY_LEN]
+    body = line[len(KEY_HEAD) + KEY_LEN + len(REQUEST_HEAD):-1]
+    return b'{"request":' + body + b',"metadata":{"key":"' + key + b'"}}'
+
+
+class GeminiBatch(BatchAPI):
+    """The Gemini Batch API under the adapter's base URL."""
+
+    LIMITS = BatchLimits(200_000, 2_000_000_000, inline_bytes=19_000_000)
+    name = "gemini"
+
+    @property
+    def model_path(self) -> str:
+        return "models/" + self.adapter.model.removeprefix("models/")
+
+    def head(self, key: str) -> bytes:
+        return KEY_HEAD + key.encode() + REQUEST_HEAD
+
+    async def upload(self, entry_id: str, path: Path, n: int, size: int) -> str | None:
+        if self.limits.inline_bytes is not None and size <= self.limits.inline_bytes:
+            return None
+        start = self.headers(**{"X-Goog-Upload-Protocol": "resumable", "X-Goog-Upload-Command": "start",
+                                "X-Goog-Upload-Header-Content-Length": str(size),
+                                "X-Goog-Upload-Header-Content-Type": "application/jsonl"})
+        try:
+            async with self.session().post(f"{self.adapter.base_url}/upload/v1beta/files", headers=start,
+                                           data=orjson.dumps({"file": {"displayName": entry_id}})) as resp:
+                payload = await resp.read()
+                if resp.status >= 300:
+                    raise error_for(resp.status, redact(payload, self.adapter._secrets), resp.headers, self.what)
+                target = resp.headers.get("X-Goog-Upload-URL")
+            if not target:
+                raise Transient(f"{self.what}: the upload was not given an upload URL")
+            with open(path, "rb") as f:
+                async with self.session().post(target, data=f, headers=self.headers(
+                        **{"Content-Type": "", "Content-Length": str(size), "X-Goog-Upload-Offset": "0",
+                           "X-Goog-Upload-Command": "upload, finalize"})) as resp:
+                    payload = await resp.read()
+                    if resp.status >= 300:
+                        raise error_for(resp.status, redact(payload, self.adapter._secrets), resp.headers, self.what)
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+            raise Transient(f"{self.what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        try:
+            name = orjson.loads(payload)["file"]["name"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            raise Transient(f"{self.what}: the upload's reply names no file") from None
+        return name
+
+    async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
+        url = f"{self.adapter.base_url}/v1beta/{self.model_path}:batchGenerateContent"
+        head = b'{"batch":{"displayName":' + orjson.dumps(entry_id) + b',"inputConfig":'
+        if file_id is not None:
+            body = head + b'{"fileName":' + orjson.dumps(file_id) + b"}}}"
+            return status_of(await self.call("POST", url, body))
+        return status_of(await self.call("POST", url, chunks(path, head + b'{"requests":{"requests":[', b",",
+                                                             b"]}}}}", _inline)))
+
+    async def get(self, batch_id: str) -> BatchStatus:
+        return status_of(await self.call("GET", f"{self.adapter.base_url}/v1beta/{batch_id}"))
+
+    async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
+        found, token = [], None
+        while True:
+            page = await self.call("GET", f"{self.adapter.base_url}/v1beta/batches?pageSize=100"
+                                   + (f"&pageToken={token}" if token else ""))
+            data = [status_of(op) for op in page.get("operations") or [] if isinstance(op, dict)]
+            found += [s for s in data if s.tag == entry_id]
+            token = page.get("nextPageToken")
+            if not data or not token or any((s.created or 0) < since - 600 for s in data):
+                return found
+
+    async def cancel(self, batch_id: str) -> BatchStatus:
+        await self.call("POST", f"{self.adapter.base_url}/v1beta/{batch_id}:cancel", {})
+        return await self.get(batch_id)
+
+    async def results(self, status: BatchStatus) -> AsyncIterator[ResultLine]:
+        if status.output.get("responses_file"):
+            url = f"{self.adapter.base_url}/download/v1beta/{status.output['responses_file']}:download?alt=media"
+            async for raw in self.lines(url):
+                try:
+                    doc = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    doc = None
+                yield self.result(doc, raw)
+            return
+        if not status.output.get("inline"):
+            return
+        op = await self.call("GET", f"{self.adapter.base_url}/v1beta/{status.batch_id}", max_bytes=1 << 30)
+        batch = _batch_of(op)
+        output = batch.get("output") if isinstance(batch.get("output"), dict) else op.get("response") or {}
+        inline = output.get("inlinedResponses") if isinstance(output, dict) else None
+        items = inline.get("inlinedResponses") if isinstance(inline, dict) else None
+        if not isinstance(items, list):
+            raise BatchLost(f"{self.what}: batch {status.batch_id} ended without its inline responses")
+        for item in items:
+            meta = item.get("metadata") if isinstance(item, dict) else None
+            yield self.result({**item, "key": meta.get("key")} if isinstance(meta, dict) else item, b"")
+
+    def result(self, doc: object, raw: bytes) -> ResultLine:
+        """One response: ``{"key", "response"}`` or ``{"key", "error"}`` (a ``google.rpc.Status``)."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("key"), str):
+            return ResultLine("", error=MalformedReply("a result that is not a keyed GenerateContentResponse",
+                                                       raw[:2000].decode("utf-8", "replace")))
+        key = doc["key"]
+        if isinstance(doc.get("response"), dict):
+            return ResultLine(key, orjson.dumps(doc["response"]))
+        error = doc.get("error") or doc.get("status")
+        error = error if isinstance(error, dict) else {}
+        code = error.get("code") if isinstance(error.get("code"), int) else 13
+        status = code if code >= 100 else HTTP_OF_GRPC.get(code, 500)
+        return ResultLine(key, error=error_for(status, orjson.dumps({"error": error}), {}, self.what))

@@ -1,0 +1,123 @@
+"""OpenAI's Batch API for the ``openai`` adapter's Chat Completions requests, and any server implementing
+OpenAI's Files and Batches endpoints (Azure OpenAI's v1 API, the OpenAI-compatible hosts that document
+``/v1/batches``). Types: the openai SDK's ``types/batch*.py``, ``file_object.py``; resources
+``batches.py``, ``files.py``.
+
+* **Input**: a JSONL file, one line per request ``{"custom_id": KEY, "method": "POST", "url":
+  "/v1/chat/completions", "body": BODY}`` (BODY byte for byte the synchronous body), uploaded to
+  ``POST {base}/files`` (multipart, ``purpose=batch``). At most 50,000 requests and 200 MB per file
+  (``BatchCreateParams.input_file_id``).
+* **Create**: ``POST {base}/batches`` ``{"input_file_id", "endpoint": "/v1/chat/completions",
+  "completion_window": "24h", "metadata": {"dxi_entry": ENTRY}}``: the metadata tag (16 pairs, values up
+  to 512 characters) finds the batch again by listing (``GET {base}/batches``, newest first) when a kill
+  came between the provider's reply and the ledger's record of it.
+* **Status** ``validating``, ``in_progress``, ``finalizing``, ``cancelling``; it ends ``completed``,
+  ``expired`` (after the 24-hour window; what was done is in the output file), ``cancelled`` or ``failed``
+  (the input was refused whole: ``errors``).
+* **Results**: ``GET {base}/files/{output_file_id}/content`` then the ``error_file_id``'s: lines
+  ``{"id", "custom_id", "response": {"status_code", "request_id", "body"} | null, "error": {"code",
+  "message"} | null}``, in no set order. A request not run before the batch expired or was cancelled has
+  the error code ``batch_expired`` / ``batch_cancelled``: given back.
+"""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from .batches import CANCELLED, COMPLETED, EXPIRED, FAILED, BatchAPI, BatchLimits, BatchStatus, ResultLine
+from .errors import MalformedReply, Transient
+from .http import error_for
+
+ENDPOINT = "/v1/chat/completions"
+TAG = "dxi_entry"
+ENDED = {"completed": COMPLETED, "expired": EXPIRED, "cancelled": CANCELLED, "failed": FAILED}
+NOT_RUN = frozenset({"batch_expired", "batch_cancelled"})
+
+
+def status_of(doc: dict) -> BatchStatus:
+    """A ``Batch`` object (openai ``types/batch.py``) as a BatchStatus."""
+    counts = doc.get("request_counts") if isinstance(doc.get("request_counts"), dict) else {}
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    output = {k: doc[k] for k in ("output_file_id", "error_file_id") if doc.get(k)}
+    if doc.get("errors"):
+        output["errors"] = doc["errors"]
+    state = str(doc.get("status") or "")
+    return BatchStatus(str(doc.get("id")), state, ENDED.get(state), dict(counts), output, metadata.get(TAG),
+                       doc.get("created_at"), counts.get("total"))
+
+
+class OpenAIBatch(BatchAPI):
+    """The Files and Batches endpoints under the adapter's base URL."""
+
+    LIMITS = BatchLimits(50_000, 200_000_000)
+    name = "openai"
+
+    def head(self, key: str) -> bytes:
+        return b'{"custom_id":"' + key.encode() + b'","method":"POST","url":"' + ENDPOINT.encode() + b'","body":'
+
+    async def upload(self, entry_id: str, path: Path, n: int, size: int) -> str | None:
+        with open(path, "rb") as f:
+            form = aiohttp.FormData()
+            form.add_field("purpose", "batch")
+            form.add_field("file", f, filename=f"{entry_id}.jsonl", content_type="application/jsonl")
+            doc = await self.call("POST", f"{self.adapter.base_url}/files", form, self.headers(**{"Content-Type": ""}))
+        if not isinstance(doc.get("id"), str):
+            raise Transient(f"{self.what}: the upload's reply has no file id")
+        return doc["id"]
+
+    async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
+        doc = await self.call("POST", f"{self.adapter.base_url}/batches",
+                              {"input_file_id": file_id, "endpoint": ENDPOINT, "completion_window": "24h",
+                               "metadata": {TAG: entry_id}})
+        return status_of(doc)
+
+    async def get(self, batch_id: str) -> BatchStatus:
+        return status_of(await self.call("GET", f"{self.adapter.base_url}/batches/{batch_id}"))
+
+    async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
+        found, after = [], None
+        while True:
+            page = await self.call("GET", f"{self.adapter.base_url}/batches?limit=100" + (f"&after={after}" if after else ""))
+            data = [d for d in page.get("data") or [] if isinstance(d, dict)]
+            for doc in data:
+                status = status_of(doc)
+                if status.tag == entry_id:
+                    found.append(status)
+            older = any((d.get("created_at") or 0) < since - 600 for d in data)  # newest first: past the intent
+            if not data or not page.get("has_more") or older:
+                return found
+            after = data[-1].get("id")
+
+    async def cancel(self, batch_id: str) -> BatchStatus:
+        return status_of(await self.call("POST", f"{self.adapter.base_url}/batches/{batch_id}/cancel", {}))
+
+    async def results(self, status: BatchStatus) -> AsyncIterator[ResultLine]:
+        for name in ("output_file_id", "error_file_id"):
+            file_id = status.output.get(name)
+            if not file_id:
+                continue
+            async for raw in self.lines(f"{self.adapter.base_url}/files/{file_id}/content"):
+                yield self.result(raw)
+
+    def result(self, raw: bytes) -> ResultLine:
+        """One line of an output or error file (see the module docstring)."""
+        try:
+            doc = orjson.loads(raw)
+            key = doc["custom_id"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return ResultLine("", error=MalformedReply("a result line that is not a batch output line",
+                                                       raw[:2000].decode("utf-8", "replace")))
+        response, error = doc.get("response"), doc.get("error")
+        if isinstance(response, dict) and isinstance(response.get("status_code"), int):
+            body = orjson.dumps(response.get("body"))
+            if response["status_code"] < 300:
+                return ResultLine(key, body)
+            return ResultLine(key, error=error_for(response["status_code"], body, {}, self.what))
+        if isinstance(error, dict) and error.get("code") in NOT_RUN:
+            return ResultLine(key)
+        message = error.get("message") if isinstance(error, dict) else None
+        return ResultLine(key, error=Transient(f"{self.what}: the batch could not run this request "
+                                               f"({(error or {}).get('code') if isinstance(error, dict) else None}: {message})"))

@@ -1,0 +1,833 @@
+"""Batch mode (``dxi run --batch``, ``batch = true`` in a run file): a model's requests that are not cached go
+through its provider's batch API (``adapters.batches``) instead of one call at a time, at the batch price
+(docs/batch.md).
+
+One ``ModelBatches`` per model, holding the model's claim (``cache.claims``), runs two tasks side by side:
+
+* **streaming**: the suite's requests (each epoch; those the shard owns), looked up in the cache; a request
+  claimed by an open ledger entry (``cache.ledger``: submitted by an earlier run, or by this one) waits for
+  that batch's results; any other uncached one goes into the batch being built: its line written to the
+  entry's input file (``batches/<entry>.input.jsonl``), its worst-case cost reserved under ``--max-cost``
+  (``runner.cost``, at the batch price) before it is added. A batch is submitted when it reaches the
+  provider's request-count or byte limit (``BatchLimits``), the ``batch_max_requests`` of the run file or
+  ``--batch-size``, or the end of the suite; with ``batch_enqueued_tokens`` (the provider's enqueued-token
+  limit) no more than that many input tokens are in open batches at once.
+* **polling**: each open entry is read every ``poll_s`` seconds at first, the wait growing by half each
+  time up to ``max_poll_s`` (a few reads a minute at most, never a busy loop); an entry another live
+  process polls (its ``collector`` lock) is only watched through the ledger.
+
+**Submitting** follows the ledger's rule (intent first, GUIDE §11): the entry's keys and ``intent`` event
+are written (fsync'd), then the input file is uploaded (``uploaded``), then the batch is created tagged with
+the entry id where the provider allows (``submitted``, written the instant the reply is read). A create
+whose reply was lost (a timeout, a broken connection) is looked for by its tag before it is tried again.
+
+**Reconciling** at start: an entry with an intent but no batch id is looked for at the provider (``find``:
+by its tag; Anthropic, which has none, by creation time and size) and adopted, else abandoned (its
+requests go in a new batch). An entry whose batch the provider no longer knows (404) ends ``lost``: its
+requests are given back.
+
+**Collecting** an ended batch: each result line, as read, goes through the adapter's ``decode`` and the same
+row as a synchronous reply (``runner.rows.make_row``, ``transport`` "batch" and the batch id) and is
+appended to the cache at once; a deterministic error (400-class) is stored as a failure; a transient one
+(5xx, 429, a body that is not the wire format), a request the batch did not run (it expired or was
+cancelled) and a request with no result line are **given back**: into the next batch, up to
+``Limits.max_attempts`` times, then stored as a transient failure (sent again by the next run). A result
+whose key is already in the cache (a collection cut by a kill, done again) is skipped. Then the
+``collected`` event closes the entry.
+
+**Deadline** (``--deadline``): at that time every open batch of this run is cancelled, its results (what
+was done before the cancel) collected, and nothing more is submitted; with ``--deadline-fallback sync`` what
+is left is sent synchronously (``runner.dispatch``). Without a deadline the run waits for its batches;
+Ctrl-C leaves them running and the next run collects them.
+
+Test hooks: ``DXI_FAILPOINT=NAME`` kills the process (SIGKILL) at a named step: ``intent`` (after the
+intent is recorded), ``uploaded``, ``created`` (after the provider's reply, before it is recorded: the
+window no tag closes for Anthropic), ``submitted``, ``append:N`` (after the N-th row appended by a collection).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from itertools import islice
+from pathlib import Path
+
+from dxi.adapters import Adapter, AdapterError, Answer, Fatal, ProviderStop, RateLimited, Reply, Request, Retryable
+from dxi.adapters.batches import FAILED as FAILED_BATCH
+from dxi.adapters.batches import BatchAPI, BatchLost, BatchStatus
+from dxi.adapters.errors import REQUEST
+from dxi.cache import Cache
+from dxi.cache.ledger import Entry, Ledger, new_id
+from dxi.evals import Suite, Task
+
+from .cost import Budget, Charge, CostBoundReached
+from .retry import Outcome
+from .rows import make_row
+from .run import ModelRun, Stats
+from .shard import Shard
+from .tokens import BYTES_PER_TOKEN
+
+LOOKUP = 256  # requests encoded and looked up in the cache at a time
+BATCH = "batch"
+
+
+def failpoint(name: str) -> None:
+    """Kill this process with SIGKILL when ``DXI_FAILPOINT`` names ``name`` (tests of kill -9 at each step)."""
+    if os.environ.get("DXI_FAILPOINT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def parse_deadline(text: str, now: float | None = None) -> float:
+    """``--deadline``: ``HH:MM`` (the next such local time: 07:00 tonight is tomorrow morning) or an ISO date
+    and time (``2026-12-02T07:00``, local time unless it gives its offset); Unix seconds. ValueError otherwise."""
+    now = time.time() if now is None else now
+    text = text.strip()
+    try:
+        hours, minutes = (int(x) for x in text.split(":"))
+        if not (0 <= hours < 24 and 0 <= minutes < 60):
+            raise ValueError
+        base = datetime.fromtimestamp(now, UTC).astimezone()  # the local time now
+        when = base.replace(hour=hours, minute=minutes, second=0, microsecond=0)
+        if when.timestamp() <= now:
+            when += timedelta(days=1)
+        return when.timestamp()
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+        return (when if when.tzinfo is not None else when.astimezone()).timestamp()  # naive: local time
+    except ValueError:
+        raise ValueError(f"--deadline {text!r}: expected HH:MM (e.g. 07:00) or an ISO time (2026-12-02T07:00)") from None
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """How batch mode runs: ``deadline`` (Unix seconds; None: none), ``poll_s`` / ``max_poll_s`` (the first
+    and the longest wait between two status reads of a batch, seconds), ``max_requests`` (a cap per batch
+    below the provider's), ``enqueued_tokens`` (input tokens in open batches at once, per model: the
+    provider's enqueued-token limit), ``collect_only`` (``dxi batches collect``: submit nothing, collect
+    what has ended), ``wait`` (collect_only: wait for the open batches to end)."""
+
+    deadline: float | None = None
+    poll_s: float = 30.0
+    max_poll_s: float = 300.0
+    max_requests: int | None = None
+    enqueued_tokens: int | None = None
+    collect_only: bool = False
+    wait: bool = True
+
+
+@dataclass
+class BatchStats(Stats):
+    """A model's Stats plus its batches: ``submitted`` (batches created by this run, adopted ones included),
+    ``running`` (open now: entry id -> when submitted, Unix seconds), ``collected`` (batches collected),
+    ``given_back`` (requests given back, to be sent again), ``claimed`` (requests in another live process's
+    open batch: it collects them)."""
+
+    submitted: int = 0
+    running: dict[str, float] = field(default_factory=dict)
+    collected: int = 0
+    given_back: int = 0
+    claimed: int = 0
+    stopped: str | None = None
+
+
+@dataclass
+class _Builder:
+    """The batch being built: its entry id, input file, keys, bytes, estimated input tokens and the
+    reservation of each request (key -> USD)."""
+
+    entry: str
+    path: Path
+    fd: object
+    keys: list[str] = field(default_factory=list)
+    bytes: int = 0
+    tokens: float = 0.0
+    reserved: dict[str, float] = field(default_factory=dict)
+
+
+async def _with_retries(call: Callable, adapter: Adapter, what: str):
+    """``await call()``, again after a retryable error (up to ``Limits.max_attempts``, the waits doubling
+    from ``backoff_s`` up to ``max_wait_s``, a stated wait honoured): the batch API's own calls."""
+    limits = adapter.limits
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await call()
+        except Retryable as exc:
+            if attempt >= max(1, limits.max_attempts) or not exc.should_retry:
+                raise
+            wait = min(limits.max_wait_s, limits.backoff_s * 2 ** (attempt - 1))
+            if isinstance(exc, RateLimited) and exc.retry_after is not None:
+                wait = min(exc.retry_after, limits.max_stated_wait_s)
+            await asyncio.sleep(wait + random.uniform(0, min(0.5, limits.backoff_s)))
+
+
+class ModelBatches:
+    """One model's batch mode (see the module docstring). ``stats`` is filled in as it goes; ``events``
+    gets a line for each batch state change (log mode prints it); ``on_progress`` is called after each
+    result stored. ``run()`` returns the requests left unsent, ``(task, sample)`` pairs (a deadline passed
+    or the batch API refused): the caller sends them synchronously or leaves them to the next run."""
+
+    def __init__(self, model: ModelRun, api: BatchAPI, suite: Suite, cache: Cache, ledger: Ledger, identity: str, *,
+                 budget: Budget, options: BatchOptions, batch_price: tuple[float | None, ...] | None,
+                 shard: Shard | None = None, stats: BatchStats | None = None,
+                 events: Callable[[str], None] | None = None, on_progress: Callable[[], None] | None = None,
+                 tasks: dict[str, Task] | None = None, collecting: asyncio.Lock | None = None):
+        self.model, self.api, self.suite, self.cache, self.ledger = model, api, suite, cache, ledger
+        self.adapter = model.adapter
+        self.identity, self.budget, self.options, self.shard = identity, budget, options, shard
+        self.charge = Charge(budget, batch_price)
+        self.stats = stats if stats is not None else BatchStats(cost_usd=None if batch_price is None else 0.0)
+        self.events = events or (lambda text: None)
+        self.on_progress = on_progress or (lambda: None)
+        limits = api.limits
+        self.max_requests = min(limits.max_requests, options.max_requests or limits.max_requests)
+        self.max_bytes = limits.max_bytes
+        self.waiting: dict[str, tuple[Task, int]] = {}  # key -> its task and epoch, while its result is awaited
+        self.tasks = tasks if tasks is not None else {}  # task id -> one Task, shared by the models of a run
+        # one collection at a time in a run (shared by its models): batches that end together are stored one
+        # after the other, each result file's bodies and lines held once, not twenty times (the work is CPU)
+        self.collecting = collecting if collecting is not None else asyncio.Lock()
+        self.keys_of: dict[str, set[str]] = {}  # entry id -> the keys streamed that it claims (earlier runs' entries)
+        self.fresh: set[str] = set()  # entries submitted by this run: collected as soon as they end
+        self.reserved: dict[str, float] = {}  # key -> its reservation under the cost bound
+        self.attempts: dict[str, int] = {}  # key -> batches it was in during this run
+        self.mine: dict[str, float] = {}  # entry id -> next status read (monotonic), for entries this run polls
+        self.locks: dict[str, contextlib.ExitStack] = {}  # entry id -> its collector lock, held
+        self.watched: set[str] = set()  # entries another live process polls
+        self.entry_tokens: dict[str, float] = {}
+        self.requeue: list[str] = []  # keys given back, for the next batch
+        self.left: list[tuple[Task, int]] = []
+        self.wake = asyncio.Event()
+        self.stopped: AdapterError | None = None  # the batch API refused this model: nothing more is submitted
+        self.cancelled = False
+        self.appended = 0
+
+    # ---- helpers ------------------------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        return self.adapter.label
+
+    def _say(self, text: str) -> None:
+        self.events(f"{self.label}: {text}")
+
+    def _lock(self, entry_id: str) -> bool:
+        """Take the collector lock of ``entry_id`` (kept until the entry is closed); False if another live
+        process holds it."""
+        if entry_id in self.locks:
+            return True
+        stack = contextlib.ExitStack()
+        if stack.enter_context(self.ledger.collector(entry_id)):
+            self.locks[entry_id] = stack
+            return True
+        stack.close()
+        return False
+
+    def _unlock(self, entry_id: str) -> None:
+        stack = self.locks.pop(entry_id, None)
+        if stack is not None:
+            stack.close()
+
+    def _requests(self) -> Iterator[tuple[Task, int, Request]]:
+        stream = ((task, sample, self.adapter.encode(task, sample)) for task in self.suite.tasks()
+                  for sample in range(self.model.epochs))
+        if self.shard is not None:
+            stream = (item for item in stream if self.shard.owns(item[2].key))
+        return stream
+
+    # ---- the run ------------------------------------------------------------------------------
+    async def run(self) -> list[tuple[Task, int]]:
+        """Reconcile, stream and submit, poll and collect until every request of the model is answered, given
+        up, or left (see the class docstring)."""
+        try:
+            await self._reconcile()
+            streaming = asyncio.create_task(self._stream())
+            try:
+                await self._poll_until_done(streaming)
+            finally:
+                if not streaming.done():
+                    streaming.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await streaming
+            if streaming.done() and not streaming.cancelled() and streaming.exception() is not None:
+                raise streaming.exception()
+        finally:
+            for entry_id in list(self.locks):
+                self._unlock(entry_id)
+        still = self.ledger.claimed(self.identity)  # an open batch holds them: the next run collects them
+        self.left += [self.waiting.pop(k) for k in list(self.waiting) if k not in still and not self.cache.has(k)]
+        for key in list(self.reserved):
+            self.budget.settle(self.reserved.pop(key), 0.0)
+        return self.left
+
+    async def _reconcile(self) -> None:
+        """Entries of this model left open by earlier runs: those cut before their batch id was recorded
+        looked for at the provider (adopted, or abandoned); the others polled from now on."""
+        known = {e.batch_id for e in self.ledger.entries().values() if e.batch_id}
+        if self.ledger.folder.is_dir():
+            self.ledger.sweep_inputs({e.id for e in self.ledger.open_entries()})
+        for entry in self.ledger.open_entries(self.identity):
+            if not self._lock(entry.id):
+                self.watched.add(entry.id)  # another live process polls it
+                continue
+            if entry.batch_id is None:
+                await self._find(entry, known)
+                entry = self.ledger.entries()[entry.id]
+                if entry.closed:
+                    self._unlock(entry.id)
+                    continue
+            self.mine[entry.id] = 0.0
+            self.stats.running[entry.id] = entry.submitted_at or entry.created
+            self.entry_tokens[entry.id] = entry.bytes / BYTES_PER_TOKEN
+
+    async def _find(self, entry: Entry, known: set[str]) -> None:
+        """An entry whose create may have reached the provider without its reply being recorded."""
+        try:
+            found = await _with_retries(lambda: self.api.find(entry.id, entry.created, entry.requests, known),
+                                        self.adapter, "find")
+        except AdapterError as exc:
+            self._say(f"could not look for batch {entry.id} at the provider ({exc}); left open for the next run")
+            return
+        how = "by its tag" if self.api.taggable else "by creation time and size (the provider has no tag)"
+        if len(found) == 1:
+            status = found[0]
+            self.ledger.record(entry.id, "submitted", batch_id=status.batch_id, state=status.state, adopted=True)
+            known.add(status.batch_id)
+            self._say(f"found batch {status.batch_id} of {entry.id} again {how}; its results will be collected")
+            return
+        reason = ("not found at the provider: it was never created" if not found else
+                  f"several batches match ({', '.join(s.batch_id for s in found)}): not adopted; its requests are "
+                  "submitted again (cancel those batches in the provider's console if they are yours)")
+        self.ledger.record(entry.id, "abandoned", reason=reason)
+        self._unlock(entry.id)
+        self.ledger.forget_keys(entry.id)
+        self._say(f"entry {entry.id} {reason}")
+
+    # ---- streaming and submitting -------------------------------------------------------------
+    async def _stream(self) -> None:
+        """Every request of the model: cached, awaited from an open entry, or put in a new batch."""
+        claimed = self.ledger.claimed(self.identity)
+        builder: _Builder | None = None
+        stream = self._requests()
+        try:
+            while batch := list(islice(stream, LOOKUP)):
+                await asyncio.sleep(0)
+                for (task, sample, request), hit in zip(batch, self.cache.has_many([r.key for _, _, r in batch]),
+                                                        strict=True):
+                    key = request.key
+                    counted = not self.options.collect_only  # collecting only: the synchronous path counts the rest
+                    self.stats.total += counted
+                    if hit or key in self.waiting:
+                        self.stats.cache_hits += counted
+                        continue
+                    task = self.tasks.setdefault(task.id, task)  # one copy of a task however many models await it
+                    owner = claimed.get(key)
+                    if owner is not None:
+                        self.waiting[key] = (task, sample)
+                        self.keys_of.setdefault(owner, set()).add(key)
+                        if owner in self.watched:
+                            self.stats.claimed += 1
+                        continue
+                    if self.options.collect_only:
+                        continue  # not this path's: sent synchronously beside it
+                    if self.stopped is not None or self._past_deadline():
+                        self.left.append((task, sample))
+                        continue
+                    builder = await self._add(builder, task, sample, request)
+                self.on_progress()
+            if builder is not None:
+                await self._submit(builder)
+        except CostBoundReached:
+            self.stats.not_sent += 1  # the request whose reservation did not fit
+            for _ in stream:
+                self.stats.not_sent += 1
+            if builder is not None and builder.keys:
+                await self._submit(builder)
+        finally:
+            self.wake.set()
+
+    def _past_deadline(self) -> bool:
+        return self.options.deadline is not None and time.time() >= self.options.deadline
+
+    async def _add(self, builder: _Builder | None, task: Task, sample: int, request: Request) -> _Builder | None:
+        """Put one request in the batch being built (submitting it first when full); reserve its worst
+        case first (CostBoundReached when the bound leaves no room)."""
+        line = self.api.line(request) + b"\n"
+        tokens = len(request.body) / BYTES_PER_TOKEN
+        if builder is not None and (len(builder.keys) >= self.max_requests or builder.bytes + len(line) > self.max_bytes
+                                    or self._over_tokens(builder.tokens + tokens)):
+            await self._submit(builder)
+            builder = None
+        while self.options.enqueued_tokens and self.entry_tokens and self._over_tokens(tokens):
+            self.wake.set()
+            await self._settled()  # the enqueued-token limit: wait for an open batch to end
+        if not self.budget.fits(self.charge.bound(self.adapter, task, request)) and builder is not None and builder.keys:
+            await self._submit(builder)  # what is built goes first: its results may free room under the bound
+            builder = None
+        reserved = await self.charge.reserve(self.adapter, task, request)
+        if builder is None:
+            builder = self._new_builder()
+        builder.fd.write(line)
+        builder.keys.append(request.key)
+        builder.bytes += len(line)
+        builder.tokens += tokens
+        builder.reserved[request.key] = reserved
+        self.waiting[request.key] = (task, sample)
+        return builder
+
+    def _over_tokens(self, tokens: float) -> bool:
+        limit = self.options.enqueued_tokens
+        return bool(limit) and sum(self.entry_tokens.values()) + tokens > limit
+
+    async def _settled(self) -> None:
+        """Wait until an open entry of this run closes."""
+        before = self.stats.collected
+        while self.stats.collected == before and self.entry_tokens:
+            await asyncio.sleep(min(1.0, self.options.poll_s))
+
+    def _new_builder(self) -> _Builder:
+        """A new batch: its entry id, its collector lock (held from now: ``Ledger.sweep_inputs`` leaves its
+        input file alone) and its input file."""
+        entry_id = new_id()
+        self.ledger.folder.mkdir(parents=True, exist_ok=True)
+        self._lock(entry_id)
+        path = self.ledger.folder / f"{entry_id}.input.jsonl"
+        return _Builder(entry_id, path, open(path, "wb"))  # noqa: SIM115 (closed by _submit)
+
+    async def _submit(self, builder: _Builder) -> None:
+        """Record the intent, upload, create, record the batch id (see the module docstring)."""
+        builder.fd.close()
+        entry_id, n = builder.entry, len(builder.keys)
+        if not n or self._past_deadline():  # past the deadline nothing more is submitted: left for the fallback
+            builder.path.unlink(missing_ok=True)
+            self._unlock(entry_id)
+            for key in builder.keys:
+                self.budget.settle(builder.reserved.get(key, 0.0), 0.0)
+                self.left.append(self.waiting.pop(key))
+            return
+        spec = self.adapter.spec
+        reserved = sum(builder.reserved.values())
+        self.ledger.intent(entry_id, builder.keys, identity=self.identity, label=self.label, kind=self.adapter.kind,
+                           base_url=getattr(self.adapter, "base_url", ""), model=spec.model,
+                           api_key_env=getattr(self.adapter, "key_env", None), requests=n, bytes=builder.bytes,
+                           reserved_usd=round(reserved, 6) if self.budget.max_usd is not None else None)
+        self.reserved.update(builder.reserved)
+        for key in builder.keys:
+            self.attempts[key] = self.attempts.get(key, 0) + 1
+        failpoint("intent")
+        try:
+            file_id = await _with_retries(lambda: self.api.upload(entry_id, builder.path, n, builder.bytes),
+                                          self.adapter, "upload")
+            if file_id is not None:
+                self.ledger.record(entry_id, "uploaded", file_id=file_id)
+            failpoint("uploaded")
+            status = await self._create(entry_id, builder, file_id, n)
+        except AdapterError as exc:
+            self.ledger.record(entry_id, "abandoned", reason=f"the batch could not be submitted: {exc}")
+            self._unlock(entry_id)
+            self.ledger.forget_keys(entry_id)
+            self._refused(exc, builder.keys)
+            return
+        failpoint("created")
+        self.ledger.record(entry_id, "submitted", batch_id=status.batch_id, state=status.state)
+        failpoint("submitted")
+        self.stats.submitted += 1
+        self.stats.sent += n
+        if self.stats.started is None:
+            self.stats.started = time.monotonic()
+        self.stats.running[entry_id] = time.time()
+        self.entry_tokens[entry_id] = builder.tokens
+        self.mine[entry_id] = time.monotonic() + self.options.poll_s
+        self.fresh.add(entry_id)
+        self._say(f"batch {status.batch_id} submitted ({n:,} requests, entry {entry_id})")
+        self.wake.set()
+        self.on_progress()
+
+    async def _create(self, entry_id: str, builder: _Builder, file_id: str | None, n: int) -> BatchStatus:
+        """Create the batch; after a create whose reply was lost, look for it (by tag; Anthropic: by time and
+        size) before trying again, so that one entry never becomes two batches."""
+        created_after = time.time() - 5
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self.api.create(entry_id, builder.path, file_id, n, builder.bytes)
+            except Retryable as exc:
+                if attempt >= max(1, self.adapter.limits.max_attempts) or not exc.should_retry:
+                    raise
+                if not isinstance(exc, RateLimited):  # the create may have been made: look before creating again
+                    known = {e.batch_id for e in self.ledger.entries().values() if e.batch_id}
+                    found = await _with_retries(lambda known=known: self.api.find(entry_id, created_after, n, known),
+                                                self.adapter, "find")
+                    if len(found) == 1:
+                        return found[0]
+                wait = exc.retry_after if isinstance(exc, RateLimited) and exc.retry_after is not None else \
+                    min(self.adapter.limits.max_wait_s, self.adapter.limits.backoff_s * 2 ** (attempt - 1))
+                await asyncio.sleep(wait)
+
+    def _refused(self, error: AdapterError, keys: list[str]) -> None:
+        """The batch API refused a batch (a 4xx, a stop, retries spent): its requests are left unsent, and
+        after a stop (a refused key, an exhausted quota, no batch API at this URL) nothing more is submitted."""
+        self._say(f"a batch could not be submitted: {error}")
+        if self.stats.errors is not None and len(self.stats.errors) < 20:
+            self.stats.errors.append(f"batch submission: {error}")
+        if isinstance(error, (ProviderStop, Fatal)):
+            self.stopped = error
+            self.stats.stopped = str(error)
+        for key in keys:
+            self.budget.settle(self.reserved.pop(key, 0.0), 0.0)
+            item = self.waiting.pop(key, None)
+            if item is not None:
+                self.left.append(item)
+                self.stats.not_sent += 1
+
+    # ---- polling and collecting ---------------------------------------------------------------
+    async def _poll_until_done(self, streaming: asyncio.Task) -> None:
+        """Poll the open entries until each is collected (and what they gave back is submitted again), or,
+        collecting only without waiting, once each. Earlier runs' entries are read once the stream has
+        named their tasks; this run's as soon as they are due."""
+        deadline_done = False
+        once = self.options.collect_only and not self.options.wait
+        while True:
+            if self._past_deadline():  # each loop: a batch whose create was on the wire at the deadline too
+                if not deadline_done:
+                    self._say("deadline reached: cancelling the open batches, keeping every result produced")
+                deadline_done = True
+                await self._cancel_all()
+            if self.requeue and streaming.done() and not self._past_deadline() and self.stopped is None \
+                    and not self.options.collect_only:
+                await self._submit_requeued()
+            now = time.monotonic()
+            for entry_id, due in list(self.mine.items()):
+                if (due <= now or once) and (streaming.done() or entry_id in self.fresh):
+                    await self._poll(entry_id)
+                    if once:
+                        self.mine.pop(entry_id, None)
+            for entry_id in list(self.watched):
+                self._watch(entry_id)
+            if streaming.done() and (once or (not self.mine and not self._watching() and not self.requeue)):
+                return
+            waits = [due - time.monotonic() for entry_id, due in self.mine.items()
+                     if streaming.done() or entry_id in self.fresh]
+            if self.watched:
+                waits.append(min(self.options.poll_s, 5.0))
+            if self.options.deadline is not None and not deadline_done:
+                waits.append(self.options.deadline - time.time())
+            if self.requeue and streaming.done():
+                waits.append(0.0)
+            timeout = max(0.0, min(waits)) if waits else None
+            self.wake.clear()
+            if streaming.done() and timeout is None:
+                timeout = 0.0
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout)
+
+    def _watching(self) -> bool:
+        return any(not self.ledger.entries()[e].closed for e in self.watched if e in self.ledger.entries())
+
+    def _watch(self, entry_id: str) -> None:
+        """An entry another process polls: done when its ledger says so (its rows are then in the cache), or
+        taken over when that process is gone (its collector lock is free)."""
+        entry = self.ledger.entries().get(entry_id)
+        if entry is None or entry.closed:
+            self.watched.discard(entry_id)
+            if entry is not None:
+                self.cache.refresh()
+                for key in self.keys_of.pop(entry_id, set()):
+                    if key in self.waiting and key not in entry.returned:
+                        self.waiting.pop(key)
+                        self.stats.claimed = max(0, self.stats.claimed - 1)
+                        self.stats.cache_hits += 1
+                    elif key in self.waiting and not self.options.collect_only:
+                        self.requeue.append(key)
+            self.on_progress()
+            return
+        if self._lock(entry_id):  # its poller is gone: this run takes it over
+            self.watched.discard(entry_id)
+            self.mine[entry_id] = 0.0
+            self.stats.running[entry_id] = entry.submitted_at or entry.created
+            self.entry_tokens[entry_id] = entry.bytes / BYTES_PER_TOKEN
+            self._say(f"took over batch {entry.batch_id or entry.id} from process {entry.pid} (gone)")
+
+    async def _poll(self, entry_id: str) -> None:
+        entry = self.ledger.entries()[entry_id]
+        if entry.batch_id is None:  # an intent this run could not reconcile: left to the next run
+            self.mine.pop(entry_id, None)
+            return
+        try:
+            status = await self.api.get(entry.batch_id)
+        except BatchLost as exc:
+            self.ledger.record(entry_id, "ended", outcome="lost", state="not found", output={})
+            self._say(f"batch {entry.batch_id} is gone at the provider (404: {exc}); its requests are given back")
+            async with self.collecting:
+                await self._collect(self.ledger.entries()[entry_id], None)
+            return
+        except AdapterError as exc:
+            self._schedule(entry_id)
+            self._say(f"could not read batch {entry.batch_id} ({exc}); trying again later")
+            return
+        if status.outcome is None:
+            if status.state != entry.state:
+                self.ledger.record(entry_id, "state", state=status.state, counts=status.counts)
+                self._say(f"batch {entry.batch_id} {entry.state} -> {status.state} {self._counts(status)}")
+            self._schedule(entry_id)
+            return
+        if not entry.ended:
+            self.ledger.record(entry_id, "ended", outcome=status.outcome, state=status.state, counts=status.counts,
+                               output=status.output)
+            self._say(f"batch {entry.batch_id} {entry.state} -> {status.state} ({status.outcome}) {self._counts(status)}")
+        if status.outcome == FAILED_BATCH:  # the input refused whole: submitting it again would fail the same way
+            errors = status.output.get("errors") if isinstance(status.output.get("errors"), dict) else {}
+            first = next(iter(errors.get("data") or []), {})
+            self.stopped = Fatal(f"{self.label}: batch {entry.batch_id} failed: {first.get('message') or status.state}")
+            self.stats.stopped = str(self.stopped)
+            self._say(str(self.stopped))
+        async with self.collecting:
+            await self._collect(self.ledger.entries()[entry_id], status)
+
+    @staticmethod
+    def _counts(status: BatchStatus) -> str:
+        return ", ".join(f"{k} {v}" for k, v in status.counts.items() if isinstance(v, int)) or ""
+
+    def _schedule(self, entry_id: str) -> None:
+        """The next status read of an entry: the wait grows by half each time, from ``poll_s`` to ``max_poll_s``."""
+        running = time.time() - self.stats.running.get(entry_id, time.time())
+        wait = min(self.options.max_poll_s, max(self.options.poll_s, running / 2))
+        self.mine[entry_id] = time.monotonic() + wait
+
+    async def _cancel_all(self) -> None:
+        """The deadline: cancel every open batch this run polls (once each); nothing more is submitted."""
+        self.cancelled = True
+        for entry_id in list(self.mine):
+            entry = self.ledger.entries()[entry_id]
+            if entry.batch_id is None or entry.ended or entry.cancel_at is not None:
+                continue
+            try:
+                await _with_retries(lambda e=entry: self.api.cancel(e.batch_id), self.adapter, "cancel")
+                self.ledger.record(entry_id, "cancel", reason="deadline")
+                self._say(f"batch {entry.batch_id} cancelled at the deadline")
+            except AdapterError as exc:
+                self.ledger.record(entry_id, "cancel", reason=f"deadline (the cancel failed: {exc})")
+                self._say(f"could not cancel batch {entry.batch_id}: {exc}")
+            self.mine[entry_id] = time.monotonic() + min(self.options.poll_s, 5.0)
+
+    def _bodies(self, entry_id: str) -> dict[str, bytes]:
+        """The request bodies of an entry, from its input file (kept until it is collected): each result's
+        request is rebuilt from them rather than encoded again. {} when the file is gone (a run that died
+        before: the requests are encoded again)."""
+        try:
+            with open(self.ledger.folder / f"{entry_id}.input.jsonl", "rb") as f:
+                return dict(self.api.split(raw.rstrip(b"\n")) for raw in f if raw.strip())
+        except (OSError, ValueError):
+            return {}
+
+    def _request(self, key: str, task: Task, sample: int, body: bytes | None) -> Request:
+        """The request of ``key``: from its body as sent (``_bodies``), else encoded again."""
+        if body is not None:
+            a = self.adapter
+            request = Request(a.kind, a.model, a.endpoint, body, sample, a.params_key)
+            if request.key == key:
+                return request
+        return self.adapter.encode(task, sample)
+
+    async def _collect(self, entry: Entry, status: BatchStatus | None) -> None:
+        """Store an ended batch's results as they are read; give back what has none (module docstring)."""
+        keys = set(self.ledger.keys(entry.id))
+        bodies = self._bodies(entry.id)
+        seen: set[str] = set()
+        given: list[str] = []
+        stored = unmatched = 0
+        actual = 0.0
+        if status is not None:
+            try:
+                async for result in self.api.results(status):
+                    key = result.key
+                    if key not in keys or key in seen:
+                        continue
+                    seen.add(key)
+                    item = self.waiting.get(key)
+                    if self.cache.has(key):
+                        self.waiting.pop(key, None)
+                        continue
+                    if item is None:
+                        unmatched += 1
+                        continue
+                    cost, kept = self._store(entry, key, item, result.body, result.error, bodies.get(key))
+                    actual += cost
+                    stored += kept
+                    if not kept:
+                        given.append(key)
+            except AdapterError as exc:
+                self._say(f"could not read all results of batch {entry.batch_id} ({exc}); trying again later")
+                self._schedule(entry.id)
+                return
+        for key in keys - seen:
+            if key in self.waiting and not self.cache.has(key):
+                given.append(key)
+                self.stats.attempts += 1
+        returned = sorted(set(given))
+        self.ledger.record(entry.id, "collected", stored=stored, returned=returned, unmatched=unmatched,
+                           cost_usd=round(actual, 9) if self.charge.price is not None else None)
+        self._unlock(entry.id)
+        if self.ledger.entries()[entry.id].closed:
+            self.ledger.forget_keys(entry.id)
+        self.mine.pop(entry.id, None)
+        self.stats.running.pop(entry.id, None)
+        self.entry_tokens.pop(entry.id, None)
+        self.stats.collected += 1
+        for key in returned:
+            self._give_back(key)
+        _trim()
+        if returned:
+            self._say(f"batch {entry.batch_id} collected: {stored:,} stored, {len(returned):,} given back")
+        else:
+            self._say(f"batch {entry.batch_id} collected: {stored:,} stored")
+        self.wake.set()
+        self.on_progress()
+
+    def _store(self, entry: Entry, key: str, item: tuple[Task, int], body: bytes | None,
+               error: AdapterError | None, sent: bytes | None = None) -> tuple[float, int]:
+        """Decode and append one result as the synchronous path would (``sent``: the request's body as it
+        was sent, when known); returns (its cost, 1 if a row was appended, 0 when it is given back)."""
+        task, sample = item
+        outcome = Outcome(attempts=1)
+        st = self.stats
+        st.attempts += 1
+        reserved = self.reserved.pop(key, None)
+        if body is not None and error is None:
+            outcome.body = body
+            try:
+                if len(body) > self.adapter.limits.max_reply_bytes:
+                    outcome.body = body[:2000]
+                    outcome.reply = Reply(tuple(Answer.invalid(q.id, f"reply larger than {self.adapter.limits.max_reply_bytes} "
+                                                                     "bytes") for q in task.questions))
+                else:
+                    outcome.reply = self.adapter.decode(task, body)
+            except AdapterError as exc:
+                error = exc
+        if isinstance(error, ProviderStop) and error.cause == REQUEST:  # the batch ran the others of this form:
+            error = Fatal(str(error), error.status)                      # this one's own refusal (as runner.retry)
+        elif isinstance(error, ProviderStop):  # a quota or key stop inside a batch: no new batch is submitted
+            self.stopped = self.stopped or error
+            st.stopped = st.stopped or str(error)
+        if outcome.reply is None and not isinstance(error, Fatal):  # transient, rate limited, stop, not run
+            if reserved is not None:
+                self.budget.settle(reserved, 0.0)
+            if isinstance(error, RateLimited):
+                st.rate_limited += 1
+            return 0.0, 0
+        outcome.error = None if outcome.reply is not None else error
+        cost = 0.0
+        if reserved is not None:
+            cost = self.charge.settle(reserved, outcome.reply, outcome.error)
+        elif outcome.reply is not None and self.charge.price is not None:  # an earlier run's batch: not reserved here
+            from dxi.scoring.cost import USAGE_COLUMNS, request_cost
+            cost = request_cost({c: getattr(outcome.reply, c) for c in USAGE_COLUMNS}, self.charge.price)
+            self.budget.spent += cost
+        row = make_row(task, self._request(key, task, sample, sent), outcome, transport=BATCH, batch_id=entry.batch_id)
+        self.cache.append(row)
+        self.appended += 1
+        failpoint(f"append:{self.appended}")
+        self.waiting.pop(key, None)
+        if st.cost_usd is not None:
+            st.cost_usd += cost
+        st.add(row, task.id)
+        self.on_progress()
+        return cost, 1
+
+    def _give_back(self, key: str) -> None:
+        """A request without a usable result: into the next batch, or (its attempts spent) stored as a
+        transient failure; with a deadline passed or submission stopped, left for the synchronous fallback."""
+        item = self.waiting.get(key)
+        if item is None:
+            return
+        self.stats.given_back += 1
+        if self.reserved.get(key) is not None:
+            self.budget.settle(self.reserved.pop(key), 0.0)
+        if self.attempts.get(key, 0) >= max(1, self.adapter.limits.max_attempts):
+            task, sample = self.waiting.pop(key)
+            outcome = Outcome(attempts=self.attempts[key],
+                              error=_GivenUp(f"{self.label}: no result after {self.attempts[key]} batch(es) (expired, "
+                                             "cancelled or a transient error each time)"))
+            self.cache.append(make_row(task, self.adapter.encode(task, sample), outcome, transport=BATCH))
+            self.stats.failed += 1
+            return
+        if self._past_deadline() or self.stopped is not None or self.options.collect_only:
+            return  # left in ``waiting``: ``run`` hands it to the fallback (or the next run)
+        self.requeue.append(key)
+
+    async def _submit_requeued(self) -> None:
+        """The requests given back, in new batches (each reserved again under the bound)."""
+        keys, self.requeue = self.requeue, []
+        builder: _Builder | None = None
+        try:
+            for key in keys:
+                item = self.waiting.pop(key, None)
+                if item is None or self.cache.has(key):
+                    continue
+                task, sample = item
+                builder = await self._add(builder, task, sample, self.adapter.encode(task, sample))
+        except CostBoundReached:
+            self.stats.not_sent += 1
+        if builder is not None:
+            await self._submit(builder)
+
+
+def _trim() -> None:
+    """Give the heap's free pages back to the system after a collection (glibc ``malloc_trim``): reading a
+    result file frees thousands of reply-sized blocks, which glibc otherwise keeps, so that batches collected
+    one after another would grow the process by what each one read. A no-op elsewhere."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018 (glibc only)
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC = None
+
+
+class _GivenUp(Retryable):
+    """A request given back by every batch it was in: stored as a transient failure (sent again next run)."""
+
+
+async def cancel_entries(ledger: Ledger, entries: list[Entry], api_for: Callable[[Entry], BatchAPI | None],
+                         say: Callable[[str], None]) -> int:
+    """``dxi batches cancel``: ask the provider to cancel each open, submitted entry (``api_for`` gives its
+    started batch API, None when it cannot be had); records ``cancel``. Returns how many were cancelled. The
+    results produced before the cancel are collected by the next run (or ``dxi batches collect``)."""
+    done = 0
+    for entry in entries:
+        if entry.closed or entry.batch_id is None or entry.ended:
+            continue
+        api = api_for(entry)
+        if api is None:
+            say(f"{entry.label}: batch {entry.batch_id}: no API key or server to cancel it with")
+            continue
+        try:
+            status = await _with_retries(lambda a=api, e=entry: a.cancel(e.batch_id), api.adapter, "cancel")
+        except BatchLost:
+            ledger.record(entry.id, "ended", outcome="lost", state="not found", output={})
+            say(f"{entry.label}: batch {entry.batch_id} is gone at the provider")
+            continue
+        except AdapterError as exc:
+            say(f"{entry.label}: batch {entry.batch_id}: could not cancel ({exc})")
+            continue
+        ledger.record(entry.id, "cancel", reason="dxi batches cancel")
+        say(f"{entry.label}: batch {entry.batch_id} {status.state} (cancel asked)")
+        done += 1
+    return done

@@ -1,0 +1,100 @@
+"""Provisional figures: an evaluation with failed or missing answers, and the tolerance a user accepts.
+
+SPEC §6: a failed answer (no valid reply after its retries) and a missing one (never sent: the run
+stopped, a provider was stopped, a smaller selection was run) are not answers. They are scored as not
+correct, never as hallucinations (``scoring.metrics``), and every figure they touch is *provisional*:
+summary.json says ``complete: false`` (per evaluation block, per model and at the top) with the counts,
+the terminal table, the report and ``dxi view`` mark it, and ``dxi run`` / ``dxi score`` exit non-zero,
+unless the user accepted a tolerance (``--allow-failed N|FRACTION``, or ``allow_failed`` in a run file):
+each model's evaluation may then have up to N failed or missing answers, or up to that fraction of its
+answers. The figures stay marked provisional either way; the tolerance only decides whether the result
+is *accepted* (the exit code), and it is recorded in summary.json (``allow_failed``).
+
+Invalid answers are the model's reply (SPEC §6): they never make a figure provisional.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dxi.evals import EVALS
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    """How many failed or missing answers a model's evaluation may have and still be accepted: ``answers``
+    (a count, ≥ 0) or ``fraction`` (of the evaluation's answers, in [0, 1]); exactly one is set. Built
+    from the user's value by ``runner.config.allow_failed`` (which validates it): ``Tolerance(**d)``."""
+
+    answers: int | None = None
+    fraction: float | None = None
+
+    def allows(self, not_answered: int, answers: int) -> bool:
+        """Whether ``not_answered`` failed or missing answers out of ``answers`` are within the tolerance."""
+        if self.answers is not None:
+            return not_answered <= self.answers
+        return not_answered <= self.fraction * answers
+
+    def describe(self) -> dict:
+        """summary.json's ``allow_failed``: ``{"answers": N}`` or ``{"fraction": x}``, per model and evaluation."""
+        return {"answers": self.answers} if self.answers is not None else {"fraction": self.fraction}
+
+
+def not_answered(block: dict) -> int:
+    """An evaluation block's failed plus missing answers."""
+    return block.get("failed", 0) + block.get("missing", 0)
+
+
+def judge(evals: dict[str, dict], answers: dict[str, int], tolerance: Tolerance | None) -> tuple[bool, bool]:
+    """``(complete, accepted)`` of one model from its evaluation blocks (each with ``complete``, where it
+    has answers): complete when every block is; accepted when complete or when every incomplete block is
+    within ``tolerance`` (None: none accepted). ``answers`` maps evaluation -> the answers expected there
+    (questions × epochs), for a fractional tolerance."""
+    incomplete = [name for name, block in evals.items() if block.get("complete") is False]
+    accepted = tolerance is not None and all(tolerance.allows(not_answered(evals[name]), answers.get(name, 0))
+                                             for name in incomplete)
+    return not incomplete, not incomplete or accepted
+
+
+MARK = "*"
+"""The mark after a provisional figure in the terminal table, the report and ``dxi view``."""
+
+
+def notes(summary: dict) -> list[str]:
+    """What a reader is told about the provisional figures of a summary (plain text, one sentence each):
+    per model with failed or missing answers, how many, how they were scored, in which evaluations and how
+    many answers the next ``dxi run`` requests again; then, when the result is not accepted, what to do.
+    Empty when every figure is complete. The terminal prints them under the table, the report's banner
+    and ``dxi view``'s overview show them."""
+    lines = []
+    tolerance = summary.get("allow_failed")
+    for m in summary["models"]:
+        if m.get("complete") is not False:
+            continue
+        blocks = {name: b for name, b in m["evals"].items() if b.get("complete") is False}
+        failed, missing = sum(b["failed"] for b in blocks.values()), sum(b["missing"] for b in blocks.values())
+        rerun = sum(b.get("rerun", 0) for b in blocks.values())
+        counts = " and ".join(t for t in (f"{failed} failed" if failed else "", f"{missing} missing" if missing else "")
+                              if t)
+        text = (f"{m['model']}: provisional ({MARK}): {counts} answer(s) in {', '.join(_title(n) for n in blocks)}, scored as not "
+                f"correct (never as hallucinations); the next `dxi run` with these options requests {rerun} of them "
+                "again")
+        kept = failed + missing - rerun
+        if kept:
+            text += f" ({kept} deterministic failure(s) are kept: --retry-failed requests them too)"
+        if m.get("within_tolerance"):
+            text += f"; accepted: within --allow-failed {_tolerance(tolerance)}"
+        lines.append(text + ".")
+    if lines and not summary.get("accepted", True):
+        lines.append("The result is provisional: rerun to complete it, or accept the failed and missing answers "
+                     "explicitly with --allow-failed N (answers per model and evaluation) or a fraction of them.")
+    return lines
+
+
+def _tolerance(tolerance: dict | None) -> str:
+    if not tolerance:
+        return ""
+    return str(tolerance["answers"]) if tolerance.get("answers") is not None else f"{tolerance['fraction']:g}"
+
+
+def _title(name: str) -> str:
+    return EVALS[name].title if name in EVALS else name

@@ -1,0 +1,176 @@
+"""Batch mode under kill -9 (docs/batch.md, "What the ledger guarantees"): ``dxi run --batch`` killed at each
+step of a batch's life, then run again, checked at the fake server: zero lost answers (every request ends in
+the cache) and zero requests submitted twice (each key in one batch only), with the summary of a
+synchronous run. Also two ``dxi run --batch`` started together on one cache, and kill -9 at ten random
+moments of a run of many batches.
+
+Steps: ``DXI_FAILPOINT`` (``runner.batch.failpoint``) kills the process right after a named step; the fake's
+``hold`` stalls the first arrival at a step (the upload, a status read, the download of the results half
+read) while the test kills the process there. ``created`` is the window between the provider's reply to the
+create and the ledger's record of it: OpenAI and Gemini find the batch again by its tag; Anthropic, which
+has none, by its creation time and size (the window no tag closes, tested here with a kill inside it)."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from dxi.cache import Cache
+from dxi.cache.ledger import Ledger
+from dxi.runner.cli import main
+
+from .conftest import DXI, without_requests
+from .fake_provider import serve
+from .synthetic import data_dir as synthetic_data
+
+URLS = {"openai": "{}/v1", "anthropic": "{}", "gemini": "{}"}
+_REFERENCE: dict[tuple, dict] = {}
+
+
+def command(kind: str, url: str, data: Path, tmp: Path, *extra: str, quiet: bool = True) -> list[str]:
+    return [DXI, "run", "--batch", "--poll", "0.05", "--model", f"{kind}:m@{URLS[kind].format(url)}", "--data-dir",
+            str(data), "--cache-dir", str(tmp / "cache"), "--out", str(tmp / "out"), *(["-q"] if quiet else []), *extra]
+
+
+def same_answers(s: dict) -> dict:
+    out = without_requests(s)
+    for m in out["models"]:
+        m["usage"] = {k: v for k, v in m["usage"].items() if k != "batch"}
+    return out
+
+
+def reference(kind: str, data: Path, tmp: Path) -> dict:
+    """The summary of a synchronous run of the same model and data (answers depend on the request only)."""
+    key = (kind, str(data))
+    if key not in _REFERENCE:
+        with serve(model=None, record=False) as server:
+            assert main(["run", "--model", f"{kind}:m@{URLS[kind].format(server.url)}", "--data-dir", str(data),
+                         "--cache-dir", str(tmp / "ref-cache"), "--out", str(tmp / "ref"), "-q"]) == 0
+        _REFERENCE[key] = same_answers(orjson.loads((tmp / "ref" / "summary.json").read_bytes()))
+    return _REFERENCE[key]
+
+
+def wait_for(server, counter: str, proc: subprocess.Popen, at_least: int = 1, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while server.stats().get(counter, 0) < at_least:
+        assert proc.poll() is None, f"the run ended before {counter}"
+        assert time.monotonic() < deadline, f"no {counter} within {timeout} s"
+        time.sleep(0.02)
+
+
+def check(server, tmp: Path, kind: str, data: Path, tasks: int) -> dict:
+    stats = server.stats()
+    assert stats["sdk_problems"] == 0, stats["sdk_problem_lines"]
+    assert stats["batch_keys"] == tasks and stats["batch_resubmitted"] == 0  # each request submitted once
+    rows = Cache(tmp / "cache").scan().select("key", "transport").collect()
+    assert rows.height == rows["key"].n_unique() == tasks  # every answer in the cache, once
+    assert same_answers(orjson.loads((tmp / "out" / "summary.json").read_bytes())) == reference(kind, data, tmp)
+    assert not [e for e in Ledger(tmp / "cache").entries().values() if not e.closed]
+    return stats
+
+
+FAILPOINTS = [("openai", "intent"), ("openai", "uploaded"), ("openai", "created"), ("openai", "submitted"),
+              ("openai", "append:5"), ("anthropic", "intent"), ("anthropic", "created"), ("anthropic", "append:5"),
+              ("gemini", "created")]
+
+
+@pytest.mark.parametrize("kind, point", FAILPOINTS, ids=[f"{k}-{p}" for k, p in FAILPOINTS])
+def test_kill_9_right_after_a_step_then_rerun(kind: str, point: str, data_dir: Path, tmp_path: Path):
+    with serve(model=None, record=False, batch={"polls": 1}) as server:
+        killed = subprocess.run(command(kind, server.url, data_dir, tmp_path), env=dict(os.environ, DXI_FAILPOINT=point),
+                                timeout=300)
+        assert killed.returncode == -signal.SIGKILL
+        at_kill = server.stats()
+        assert subprocess.run(command(kind, server.url, data_dir, tmp_path), timeout=300).returncode == 0
+        stats = check(server, tmp_path, kind, data_dir, 12)
+    entries = list(Ledger(tmp_path / "cache").entries().values())
+    if point in ("intent", "uploaded"):  # the intent was recorded, no batch made: found nowhere, abandoned, made anew
+        assert at_kill["batch_creates"] == 0 and stats["batch_creates"] == 1
+        assert sorted(e.phase for e in entries) == ["abandoned", "collected"]
+    else:  # the batch was made: the rerun found it (by tag, or for Anthropic by time and size) and collected it
+        assert at_kill["batch_creates"] == stats["batch_creates"] == 1
+        assert [e.phase for e in entries] == ["collected"]
+    if point.startswith("append"):  # the 5 rows appended before the kill are skipped when the results are read again
+        assert entries[0].stored == 7
+
+
+@pytest.mark.parametrize("step", ["upload", "poll", "download"])
+def test_kill_9_while_uploading_polling_or_downloading_then_rerun(step: str, tmp_path: Path):
+    data = synthetic_data(tmp_path / "data", 40, seed=3)
+    with serve(model=None, record=False, batch={"polls": 1, "hold": {step: 60}}) as server:
+        proc = subprocess.Popen(command("openai", server.url, data, tmp_path))
+        wait_for(server, f"arrived_{step}", proc)
+        if step == "download":
+            time.sleep(0.5)  # the first half of the results read and appended
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait() == -signal.SIGKILL
+        if step == "download":
+            assert 0 < Cache(tmp_path / "cache").scan().collect().height < 40
+        assert subprocess.run(command("openai", server.url, data, tmp_path), timeout=300).returncode == 0
+        stats = check(server, tmp_path, "openai", data, 40)
+    assert stats["batch_creates"] == 1 and stats["batch_uploads"] == 1
+
+
+def test_two_batch_runs_started_together_on_one_cache_submit_each_request_once(tmp_path: Path):
+    data = synthetic_data(tmp_path / "data", 60, seed=4)
+    with serve(model=None, record=False, batch={"polls": 3}) as server:
+        procs = [subprocess.Popen(command("anthropic", server.url, data, tmp_path, "--batch-size", "20", quiet=False),
+                                  stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=300)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        stats = check(server, tmp_path, "anthropic", data, 60)
+    assert stats["batch_creates"] == 3
+    assert sum("waiting for it to end" in o for o in outs) == 1  # the second waited for the first, naming it
+
+
+def test_kill_9_at_ten_random_moments_loses_no_answer_and_submits_nothing_twice(tmp_path: Path):
+    """The acceptance test: 160 requests in batches of 16, kill -9 at ten random moments, each followed by a
+    rerun that is killed in turn, then a last run to the end."""
+    tasks = 160
+    data = synthetic_data(tmp_path / "data", tasks, seed=8)
+    rng = random.Random(20261201)
+    kills = []
+    with serve(model=None, record=False, batch={"polls": 4, "line_faults": {"transient": 0.03}}) as server:
+        for _ in range(10):
+            proc = subprocess.Popen(command("openai", server.url, data, tmp_path, "--batch-size", "16"))
+            time.sleep(rng.uniform(0.4, 3.0))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            kills.append(proc.wait())
+        final = subprocess.run(command("openai", server.url, data, tmp_path, "--batch-size", "16"), timeout=300)
+        assert final.returncode == 0
+        stats = server.stats()
+        rows = Cache(tmp_path / "cache").scan().select("key").collect()
+        assert rows.height == rows["key"].n_unique() == tasks
+        assert stats["sdk_problems"] == 0
+        # submitted twice only when a batch gave a request back (a transient error inside it): never by a kill
+        assert stats["batch_resubmitted"] == stats["batch_line_transient"]
+        assert stats["batch_answers"] == tasks  # each request answered once
+    assert kills.count(-signal.SIGKILL) >= 5  # most runs were cut (a fast one may end first)
+    assert same_answers(orjson.loads((tmp_path / "out" / "summary.json").read_bytes())) == reference("openai", data, tmp_path)
+
+
+def test_in_anthropics_window_two_batches_of_one_size_are_not_guessed_between(data_dir: Path, tmp_path: Path):
+    """The window no tag closes, at its worst: two runs (on two caches, one workspace) each killed between
+    Anthropic's reply and the ledger's record. Found by time and size, each run's batch has a twin: the rerun
+    does not guess; it abandons the entry, names both batches, and submits the requests again."""
+    with serve(model=None, record=False, batch={"polls": 1}) as server:
+        for name in ("a", "b"):
+            killed = subprocess.run(command("anthropic", server.url, data_dir, tmp_path / name),
+                                    env=dict(os.environ, DXI_FAILPOINT="created"), timeout=300)
+            assert killed.returncode == -signal.SIGKILL
+        rerun = subprocess.run(command("anthropic", server.url, data_dir, tmp_path / "a", quiet=False),
+                               capture_output=True, text=True, timeout=300)
+        stats = server.stats()
+    assert rerun.returncode == 0, rerun.stdout[-2000:]
+    assert "several batches match" in rerun.stdout and rerun.stdout.count("msgbatch_") >= 2
+    # three batches of the same 12 requests: b's (its own cache) and, for a, the one made again: the window's cost
+    assert stats["batch_creates"] == 3 and stats["batch_resubmitted"] == 24
+    phases = sorted(e.phase for e in Ledger(tmp_path / "a" / "cache").entries().values())
+    assert phases == ["abandoned", "collected"]
