@@ -908,6 +908,9 @@ def cmd_view(args: argparse.Namespace, console: Console) -> int:
     home = private_home()  # stale ones of killed views removed first
     try:
         plan, cache_dir, _, given, remote = _score_selection(args, mirror=Path(home.name) / "remote")
+        if not args.quiet:  # scoring the cache takes a while on a large one: the server starts after it
+            console.print(f"reading and scoring the cache in {escape(str(cache_dir))}; the address follows once it is ready",
+                          highlight=False)
         with Cache(cache_dir, read_only=True, remote=remote) as cache:
             frame, prices, epochs, notes = _score_frame(args, cache, plan, empty_ok=True)
             kept = choose(args, plan, given, frame, cache_dir)

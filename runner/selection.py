@@ -238,7 +238,13 @@ def _remembered(args: argparse.Namespace, plan: Plan | None, suite: Suite, relev
     kinds = set(picks.values())
     one = next(iter(kinds))[0] if len(kinds) == 1 and len(next(iter(kinds))) == 1 else None
     if not evals or (kinds == {(Pick(),)} and evals == tuple(suite.selected()) and subset == suite.wildguard_subset):
-        return suite, key, None  # every task of what it reads anyway (or no run read what is here): nothing to say
+        # every task of what it reads anyway (or no run read what is here): said only where some run selected
+        # fewer (a run of every task holds their tasks), so that a rescore of a sample is not widened unseen
+        fewer = sorted({p.flags() for r in relevant if (p := Pick.of(r)) != Pick()})
+        note = (None if not evals or not fewer else
+                f"scoring every task: a run recorded in this cache ({cache_dir / runs.RUNS_FILE}) selected every task, "
+                f"which holds the other runs' {', '.join(fewer)}; give {fewer[0]} to score only those")
+        return suite, key, note
     if one is not None and one.sample is not None:
         chosen: Suite = SampledSuite(suite.data, suite.exclusions, None, subset, evals, sample=one.sample, seed=one.seed)
     elif one is not None:

@@ -158,11 +158,13 @@ def test_runs_of_two_selections_are_scored_as_their_union(data_dir: Path, tmp_pa
     assert [k for k, v in robot["data"].items() if "files" in v] == ["aa_omniscience_decision", "when2call"]
     assert robot["data"]["when2call"]["sample"] == {"tasks": 2, "seed": 0}
     assert all(e.get("missing", 0) == 0 for e in robot["models"][0]["evals"].values())
-    # a run of every task absorbs the smaller selections: scored as every task, nothing to note
+    # a run of every task absorbs the smaller selections: scored as every task, and said (not widened unseen)
     assert main(["run", "--model", MODEL, *where(data_dir, tmp_path, "full")]) == 0
     capsys.readouterr()
     assert main(["score", "--model", MODEL, *where(data_dir, tmp_path, "mine")]) == 0
-    assert "note:" not in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
+    assert (f"note: scoring every task: a run recorded in this cache ({tmp_path / 'cache' / runs.RUNS_FILE}) selected "
+            "every task, which holds the other runs' --limit 1; give --limit 1 to score only those") in out
     assert summary(tmp_path, "mine")["data"]["when2call"]["tasks"] == 3
 
 
