@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import PlanError
+from .errors import UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -41,7 +41,7 @@ def add_run_flags(g: argparse._ArgumentGroup, run: bool) -> None:
 
 
 def options(args: argparse.Namespace) -> BatchOptions:
-    """The BatchOptions of ``dxi run``'s flags; PlanError for a bad value."""
+    """The BatchOptions of ``dxi run``'s flags; UsageError for a bad value."""
     from .batch import BatchOptions, parse_deadline
 
     deadline = None
@@ -49,13 +49,13 @@ def options(args: argparse.Namespace) -> BatchOptions:
         try:
             deadline = parse_deadline(args.deadline)
         except ValueError as exc:
-            raise PlanError(str(exc)) from None
+            raise UsageError(str(exc)) from None
     poll = getattr(args, "poll", None)
     poll = POLL_S if poll is None else poll
     if poll <= 0:
-        raise PlanError("--poll must be positive (seconds)")
+        raise UsageError("--poll must be positive (seconds)")
     if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
-        raise PlanError("--batch-size must be at least 1")
+        raise UsageError("--batch-size must be at least 1")
     return BatchOptions(deadline=deadline, poll_s=poll, max_poll_s=max(poll, 300.0))
 
 
@@ -114,7 +114,7 @@ def cmd_batches(args: argparse.Namespace, console: Console, plan_of, started) ->
     if args.batches_command == "collect":
         return _collect(args, console, plan_of, started)
     if not (args.cache_dir / "batches").is_dir() and args.batches_command == "cancel":
-        raise PlanError(f"{args.cache_dir} holds no batches (no {args.cache_dir / 'batches'} folder)")
+        raise UsageError(f"{args.cache_dir} holds no batches (no {args.cache_dir / 'batches'} folder)")
     ledger = Ledger(args.cache_dir)
     entries = sorted(ledger.entries().values(), key=lambda e: e.created)
     if args.batches_command == "list":
@@ -150,7 +150,7 @@ def _cancel(args: argparse.Namespace, console: Console, ledger, entries: list[En
     chosen = [e for e in entries if not e.closed and (args.all or (args.model and e.label == args.model)
                                                        or (args.entry and args.entry in (e.id, e.batch_id)))]
     if not chosen:
-        raise PlanError("no open batch matches" + (f" the model {args.model!r}" if args.model else
+        raise UsageError("no open batch matches" + (f" the model {args.model!r}" if args.model else
                                                     f" {args.entry!r}" if args.entry else "") + " (dxi batches list)")
 
     async def go() -> int:
@@ -216,7 +216,7 @@ def _collect(args: argparse.Namespace, console: Console, plan_of, started) -> in
 
     plan = plan_of(args)
     if args.poll <= 0:
-        raise PlanError("--poll must be positive (seconds)")
+        raise UsageError("--poll must be positive (seconds)")
     if not (plan.cache_dir / "batches").is_dir():
         console.print(f"{plan.cache_dir} holds no batches: nothing to collect")
         return 0

@@ -21,7 +21,8 @@ from dxi.evals.wildguardtest import SUBSETS
 
 from . import batch_commands, completion, distributed, signals
 from .datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
-from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED, PlanError
+from .errors import (EXIT_CACHE_WRITE, EXIT_COST_BOUND, EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_PROVIDER_STOPPED,
+                     EXIT_TERMINATED, EXIT_USAGE, UsageError)
 
 # What a command needs is imported when it runs, not here: parsing the command line and `dxi --help`
 # need none of Polars, PyArrow, NumPy, the scoring, the cache, uvloop or Rich.
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
     from .run import ModelRun, Stats
     from .stops import RunStop
 
-EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_COST_BOUND, EXIT_CACHE_WRITE = 1, 2, 3, 4
-EXIT_PROVIDER_STOPPED = 6  # (5: distributed.EXIT_UPLOAD)
 EXIT_CODES = f"""\
 exit codes:
   0    done
@@ -59,8 +58,6 @@ exit codes:
   seconds); a second stops at once.
 """
 
-
-UsageError = PlanError  # bad input from the user: printed without a traceback, exit code 2
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):

@@ -4,7 +4,7 @@
 Without these flags (or their run-file keys ``cache_remote`` and ``coordinator``) nothing here runs: the
 commands take exactly their single-machine path.
 
-Exit code ``EXIT_UPLOAD`` (5): the run is done and every reply is in the local cache, but some shards could
+Exit code ``EXIT_UPLOAD`` (5, ``runner.errors``): the run is done and every reply is in the local cache, but some shards could
 not be uploaded to the remote cache (the warnings say why); the next run with the same ``--cache-remote``
 uploads them (uploads are idempotent by name).
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import PlanError
+from .errors import EXIT_UPLOAD, UsageError
 
 # Light at import (the command line's parser reads add_flags): what a run needs is imported when it runs.
 if TYPE_CHECKING:
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from .plan import Plan
     from .shard import Shard
 
-EXIT_UPLOAD = 5
 ROLL_S = 60.0  # with a remote tier, a log rolls over (and its shard is uploaded) at least this often
 
 
@@ -122,7 +121,7 @@ def remote_for(uri: str | None, cache_dir: Path, mirror: Path | None = None, sha
     """The remote tier at ``uri`` for ``cache_dir`` (created), checked (``Remote.check``: its bucket exists
     and can be listed, and with ``writable`` written) and pulled into ``cache_dir``/remote, or into ``mirror``
     when given (``dxi view``: its own folder; ``cache_dir`` is then neither created nor written). A ``shard``
-    of several reads only its part, index columns only (``cache.remote``). PlanError (exit code 2, before
+    of several reads only its part, index columns only (``cache.remote``). UsageError (exit code 2, before
     anything is sent) when it cannot be reached, listed or written."""
     if not uri:
         return None
@@ -135,7 +134,7 @@ def remote_for(uri: str | None, cache_dir: Path, mirror: Path | None = None, sha
         remote.check(writable)
         fetched = remote.pull()
     except RemoteError as exc:
-        raise PlanError(f"remote cache: {exc}") from None
+        raise UsageError(f"remote cache: {exc}") from None
     if fetched:
         what = "the index of" if remote.keys_only else "the rows of"
         _note(f"fetched {what} {fetched} object(s) from {remote.name}" + (f" (shard {shard}'s part)" if remote.keys_only else ""))
@@ -145,7 +144,7 @@ def remote_for(uri: str | None, cache_dir: Path, mirror: Path | None = None, sha
 def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
     """Read ``--shard``, ``--coordinator`` and ``--cache-remote`` (``sending``: a run, not an estimate): divide
     the limits and the cost bound by N when no coordinator shares them (saying so), connect the
-    coordinator, pull the remote's shards. PlanError (exit code 2) for a bad value."""
+    coordinator, pull the remote's shards. UsageError (exit code 2) for a bad value."""
     from .shard import ShardError, keep_share, parse
 
     d = Distributed()
@@ -153,7 +152,7 @@ def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
         try:
             d.shard = parse(args.shard)
         except ShardError as exc:
-            raise PlanError(str(exc)) from None
+            raise UsageError(str(exc)) from None
     n = d.shard.count if d.shard is not None else 1
     uri = getattr(args, "coordinator", None) or plan.coordinator
     if sending and uri:
@@ -162,7 +161,7 @@ def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
         try:
             c = coordinator.Coordinator(uri, coordinator.run_id(sys.argv[1:]), n, d.shard.index if d.shard else 0)
         except coordinator.CoordinatorError as exc:
-            raise PlanError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         d.coordinator = c  # reachable or not: one that is not falls back to 1/N, and rejoins once it is
         if c.connect():
             _note(f"coordinator {c.name}: limits and cost bound shared by every process of run {c.run}")
@@ -207,7 +206,7 @@ def cmd_cache(args: argparse.Namespace, console) -> int:
     """``dxi cache compact``: prints what was merged or rewritten; exit code 0, or 2 when the cache (or the
     remote) cannot be used."""
     if args.target_rows is not None and args.target_rows < 1:
-        raise PlanError("--target-rows must be at least 1")
+        raise UsageError("--target-rows must be at least 1")
     if args.cache_remote is None:
         return _compact_local(args.cache_dir, args.target_rows or 1_000_000, console)
     from dxi.cache.remote import TARGET_ROWS, Remote, RemoteError
@@ -218,7 +217,7 @@ def cmd_cache(args: argparse.Namespace, console) -> int:
         remote.check(writable=True)
         merged, written = remote.compact(args.target_rows or TARGET_ROWS)
     except (RemoteError, OSError) as exc:
-        raise PlanError(f"remote cache: {exc}") from None
+        raise UsageError(f"remote cache: {exc}") from None
     console.print(f"{remote.name}: merged {merged} object(s) into {written}" if merged else
                   f"{remote.name}: nothing to merge (every node holds one object, at the level its rows call for)")
     return 0
@@ -230,12 +229,12 @@ def _compact_local(cache_dir: Path, target_rows: int, console) -> int:
     from dxi.cache import Cache, CacheWriteError
 
     if not (cache_dir / "shards").is_dir():
-        raise PlanError(f"{cache_dir} is not a cache (it has no shards/ folder)")
+        raise UsageError(f"{cache_dir} is not a cache (it has no shards/ folder)")
     try:
         with Cache(cache_dir) as cache:
             done = cache.compact_shards(target_rows)
     except (CacheWriteError, OSError) as exc:
-        raise PlanError(f"cache {cache_dir}: cannot compact its shards ({exc.strerror or exc})") from None
+        raise UsageError(f"cache {cache_dir}: cannot compact its shards ({exc.strerror or exc})") from None
     for shard, rows, held in done:
         console.print(f"wrote {shard} ({rows:,} rows, flat layout) from {len(held)} shard(s)")
     console.print(f"{cache_dir}: {sum(len(h) for _, _, h in done)} shard(s) rewritten as {len(done)}" if done else
