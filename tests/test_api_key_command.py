@@ -15,8 +15,8 @@ import pytest
 from dxi import adapters
 from dxi.adapters import Fatal, ModelSpec
 from dxi.adapters.credentials import KeyCommand, parse_output
-from dxi.runner.cli import EXIT_PROVIDER_STOPPED, EXIT_USAGE, main
-from dxi.runner.errors import UsageError
+from dxi.runner.cli import main
+from dxi.runner.errors import EXIT_PROVIDER_STOPPED, EXIT_USAGE, UsageError
 from dxi.runner.plan import from_args
 
 from .fake_llm_server import FakeLLM

@@ -10,8 +10,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from dxi.runner import cli
 from dxi.runner.cli import main, parser
+from dxi.runner.errors import EXIT_PROVIDER_STOPPED, EXIT_USAGE
 
 from .conftest import DXI
 
@@ -183,7 +183,7 @@ def test_the_data_folder_defaults_to_the_environment_then_data(data_dir: Path, t
 def test_no_data_anywhere_says_where_it_looked(tmp_path: Path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DXI_DATA_DIR", raising=False)
-    assert main(["run", "--model", "embedded", "-q"]) == cli.EXIT_USAGE
+    assert main(["run", "--model", "embedded", "-q"]) == EXIT_USAGE
     assert "no --data-dir given, $DXI_DATA_DIR is not set and neither ./data nor ../shared/data exists" in (
         capsys.readouterr().err)
 
@@ -196,7 +196,7 @@ def test_an_evaluation_not_selected_is_not_read(data_dir: Path, tmp_path: Path):
     assert s["data"]["wildguardtest"] == {"missing": "not selected (--evals)"}
     assert s["models"][0]["evals"]["hle_multichoice"]["n"] == 2
     assert main(["run", "--model", "embedded", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"),
-                 "--out", str(tmp_path / "o"), "-q"]) == cli.EXIT_USAGE  # selected, it is refused
+                 "--out", str(tmp_path / "o"), "-q"]) == EXIT_USAGE  # selected, it is refused
 
 
 def test_help_runs_in_a_process_of_its_own():
@@ -238,7 +238,7 @@ def test_a_run_with_everything_cached_needs_no_server(data_dir: Path, tmp_path: 
     assert [m["requests"]["cache_hits"] for m in again["models"]] == [12, 12]
     # a task not cached yet needs the server: its provider is stopped, with the reason, nothing sent
     assert main(["run", "--model", model, *where[:2], "--cache-dir", str(tmp_path / "empty"), "--out",
-                 str(tmp_path / "o2"), "-q"]) == cli.EXIT_PROVIDER_STOPPED
+                 str(tmp_path / "o2"), "-q"]) == EXIT_PROVIDER_STOPPED
     assert "cannot reach" in capsys.readouterr().out
 
 

@@ -18,8 +18,8 @@ from dxi import adapters
 from dxi.adapters import EFFORTS, ModelSpec, budgets, llm
 from dxi.adapters.logprobs import NO_LOGPROBS
 from dxi.evals import Suite, discover
-from dxi.runner.cli import EXIT_PROVIDER_STOPPED, main, parser
-from dxi.runner.errors import UsageError
+from dxi.runner.cli import main, parser
+from dxi.runner.errors import EXIT_PROVIDER_STOPPED, UsageError
 from dxi.runner.plan import from_args
 
 from . import wire_formats

@@ -14,7 +14,8 @@ import polars as pl
 import pytest
 
 from dxi.cache import Cache
-from dxi.runner.cli import EXIT_COST_BOUND, main
+from dxi.runner.cli import main
+from dxi.runner.errors import EXIT_COST_BOUND
 
 from .fake_provider import FakeProvider
 from .synthetic import data_dir
