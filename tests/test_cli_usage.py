@@ -2,6 +2,7 @@
 after ``--param``, ``--version``, shell completion, the data folder's default, ``--sample``."""
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -254,3 +255,24 @@ def test_progress_counts_the_rate_from_the_run_start_and_shows_no_spend_for_free
     assert progress.line("local", s, now=start + 10) == ("10/100 10% 1.0 req/s ETA 1m30s retries 0 429s 0 "
                                                          "invalid replies 0 failed 0 cached 0")
     assert progress.line("paid", s, now=start + 10).startswith("10/100 10% 1.0 req/s ETA 1m30s $0.0000 retries 0")
+
+
+def test_the_command_modules_import_the_library_never_each_other():
+    import ast
+
+    from dxi.runner import commands
+
+    folder = Path(commands.__file__).parent
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert modules == set(commands.COMMANDS.values()) | {"options"}  # one module per command, and the shared options
+    for name in sorted(modules - {"options"}):
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import x / from .x import y
+                imported |= {node.module} if node.module else {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dxi.runner.commands"):
+                imported.add(node.module.rsplit(".", 1)[-1])
+        assert imported <= {"options"}, f"runner/commands/{name}.py imports {sorted(imported - {'options'})}"
+        assert hasattr(importlib.import_module(f"dxi.runner.commands.{name}"), "main")
+    assert len((folder.parent / "cli.py").read_text().splitlines()) <= 200  # the dispatcher stays small
