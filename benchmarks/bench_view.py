@@ -55,7 +55,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _serve(cache_dir: str, port: int) -> None:
-    """The child: what ``dxi view`` does (``runner.cli.cmd_view``) over the synthetic tasks; prints the
+    """The child: what ``dxi view`` does (``runner.commands.view.main``) over the synthetic tasks; prints the
     start-up child's peak memory (MB) before serving."""
     from dxi import scoring
     from dxi.cache import Cache

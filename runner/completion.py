@@ -1,7 +1,7 @@
 """Shell completion's answers for the values of ``--model``, ``--price`` and ``--evals`` (argcomplete completers).
 
 ``dxi completion bash|zsh|fish`` prints argcomplete's script; completing a word runs ``dxi`` itself, which
-asks these functions (``runner.cli`` attaches them to the options). Each returns every candidate; argcomplete
+asks these functions (``runner.commands.options`` attaches them to the options). Each returns every candidate; argcomplete
 keeps those that start with what is typed.
 
 * ``models``: each adapter's prefix (``openai:``, ``systemone:``, ...; ``embedded`` and the embedded models

@@ -4,7 +4,7 @@
 Without these flags (or their run-file keys ``cache_remote`` and ``coordinator``) nothing here runs: the
 commands take exactly their single-machine path.
 
-Exit code ``EXIT_UPLOAD`` (5): the run is done and every reply is in the local cache, but some shards could
+Exit code ``EXIT_UPLOAD`` (5, ``runner.errors``): the run is done and every reply is in the local cache, but some shards could
 not be uploaded to the remote cache (the warnings say why); the next run with the same ``--cache-remote``
 uploads them (uploads are idempotent by name).
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import PlanError
+from .errors import EXIT_UPLOAD, UsageError
 
 # Light at import (the command line's parser reads add_flags): what a run needs is imported when it runs.
 if TYPE_CHECKING:
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from .plan import Plan
     from .shard import Shard
 
-EXIT_UPLOAD = 5
 ROLL_S = 60.0  # with a remote tier, a log rolls over (and its shard is uploaded) at least this often
 
 
@@ -122,7 +121,7 @@ def remote_for(uri: str | None, cache_dir: Path, mirror: Path | None = None, sha
     """The remote tier at ``uri`` for ``cache_dir`` (created), checked (``Remote.check``: its bucket exists
     and can be listed, and with ``writable`` written) and pulled into ``cache_dir``/remote, or into ``mirror``
     when given (``dxi view``: its own folder; ``cache_dir`` is then neither created nor written). A ``shard``
-    of several reads only its part, index columns only (``cache.remote``). PlanError (exit code 2, before
+    of several reads only its part, index columns only (``cache.remote``). UsageError (exit code 2, before
     anything is sent) when it cannot be reached, listed or written."""
     if not uri:
         return None
@@ -135,7 +134,7 @@ def remote_for(uri: str | None, cache_dir: Path, mirror: Path | None = None, sha
         remote.check(writable)
         fetched = remote.pull()
     except RemoteError as exc:
-        raise PlanError(f"remote cache: {exc}") from None
+        raise UsageError(f"remote cache: {exc}") from None
     if fetched:
         what = "the index of" if remote.keys_only else "the rows of"
         _note(f"fetched {what} {fetched} object(s) from {remote.name}" + (f" (shard {shard}'s part)" if remote.keys_only else ""))
@@ -145,7 +144,7 @@ def remote_for(uri: str | None, cache_dir: Path, mirror: Path | None = None, sha
 def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
     """Read ``--shard``, ``--coordinator`` and ``--cache-remote`` (``sending``: a run, not an estimate): divide
     the limits and the cost bound by N when no coordinator shares them (saying so), connect the
-    coordinator, pull the remote's shards. PlanError (exit code 2) for a bad value."""
+    coordinator, pull the remote's shards. UsageError (exit code 2) for a bad value."""
     from .shard import ShardError, keep_share, parse
 
     d = Distributed()
@@ -153,7 +152,7 @@ def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
         try:
             d.shard = parse(args.shard)
         except ShardError as exc:
-            raise PlanError(str(exc)) from None
+            raise UsageError(str(exc)) from None
     n = d.shard.count if d.shard is not None else 1
     uri = getattr(args, "coordinator", None) or plan.coordinator
     if sending and uri:
@@ -162,7 +161,7 @@ def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
         try:
             c = coordinator.Coordinator(uri, coordinator.run_id(sys.argv[1:]), n, d.shard.index if d.shard else 0)
         except coordinator.CoordinatorError as exc:
-            raise PlanError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         d.coordinator = c  # reachable or not: one that is not falls back to 1/N, and rejoins once it is
         if c.connect():
             _note(f"coordinator {c.name}: limits and cost bound shared by every process of run {c.run}")
@@ -182,62 +181,3 @@ def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
     if d.remote is not None and sending:
         d.roll_s = getattr(args, "upload_every", None) or ROLL_S
     return d
-
-
-
-def add_cache_parser(sub) -> None:
-    """``dxi cache compact``: merge a local cache's small shards and rewrite its old ones in the flat
-    layout, or merge the remote cache's small shards."""
-    c = sub.add_parser("cache", help="maintain the cache (dxi cache compact [--cache-dir DIR | --cache-remote URI])")
-    csub = c.add_subparsers(dest="cache_command", required=True)
-    k = csub.add_parser("compact", help="merge a local cache's small shards into fewer and rewrite those of the old "
-                                        "nested layout in the flat one, or with --cache-remote rewrite the remote "
-                                        "cache, one object a key partition (idempotent; safe beside running writers)")
-    k.add_argument("--cache-remote", metavar="URI", help="the remote cache (as for dxi run): rewrite it whole, each "
-                   "partition's objects merged, split into finer partitions where they are large, the old layout moved in")
-    k.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"),
-                   help="the local cache to compact; with --cache-remote, a local folder for temporary files "
-                        "(default .dxi-cache)")
-    k.add_argument("--target-rows", type=int, default=None,
-                   help="merge shards smaller than this into shards of up to this many rows (default 1,000,000); with "
-                        "--cache-remote, the rows a partition holds before it is split (default 20,000)")
-
-
-def cmd_cache(args: argparse.Namespace, console) -> int:
-    """``dxi cache compact``: prints what was merged or rewritten; exit code 0, or 2 when the cache (or the
-    remote) cannot be used."""
-    if args.target_rows is not None and args.target_rows < 1:
-        raise PlanError("--target-rows must be at least 1")
-    if args.cache_remote is None:
-        return _compact_local(args.cache_dir, args.target_rows or 1_000_000, console)
-    from dxi.cache.remote import TARGET_ROWS, Remote, RemoteError
-
-    args.cache_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        remote = Remote(args.cache_remote, args.cache_dir)
-        remote.check(writable=True)
-        merged, written = remote.compact(args.target_rows or TARGET_ROWS)
-    except (RemoteError, OSError) as exc:
-        raise PlanError(f"remote cache: {exc}") from None
-    console.print(f"{remote.name}: merged {merged} object(s) into {written}" if merged else
-                  f"{remote.name}: nothing to merge (every node holds one object, at the level its rows call for)")
-    return 0
-
-
-def _compact_local(cache_dir: Path, target_rows: int, console) -> int:
-    """``dxi cache compact --cache-dir DIR``: the local cache's shards merged and rewritten in the flat
-    layout (``Cache.compact_shards``), one line per shard written, then a total."""
-    from dxi.cache import Cache, CacheWriteError
-
-    if not (cache_dir / "shards").is_dir():
-        raise PlanError(f"{cache_dir} is not a cache (it has no shards/ folder)")
-    try:
-        with Cache(cache_dir) as cache:
-            done = cache.compact_shards(target_rows)
-    except (CacheWriteError, OSError) as exc:
-        raise PlanError(f"cache {cache_dir}: cannot compact its shards ({exc.strerror or exc})") from None
-    for shard, rows, held in done:
-        console.print(f"wrote {shard} ({rows:,} rows, flat layout) from {len(held)} shard(s)")
-    console.print(f"{cache_dir}: {sum(len(h) for _, _, h in done)} shard(s) rewritten as {len(done)}" if done else
-                  f"{cache_dir}: nothing to compact (every shard is flat, none to merge below {target_rows:,} rows)")
-    return 0

@@ -12,7 +12,7 @@ per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epoc
 ``price``); ``--exclude`` adds to the file's lists; ``--model``,
 ``--param`` and ``--option`` are errors (models, their parameters and options belong in the file).
 
-Raises ``PlanError`` (a usage error: exit code 2) with a message naming the file and key where it can.
+Raises ``UsageError`` (a usage error: exit code 2) with a message naming the file and key where it can.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, discover
 
 from . import config
 from .datadir import DATA_DIR_ENV, default_data_dir
-from .errors import PlanError
+from .errors import UsageError
 from .run import ModelRun
 from .sample import SampledSuite
 
@@ -86,29 +86,29 @@ class Plan:
         return {m.label: batch_price(m.price, *self.batch_overrides.get(m.label, (None, None))) for m in self.models}
 
     def check_labels(self) -> None:
-        """Raise PlanError when two models share a name, or an (adapter, model, endpoint, parameters)
+        """Raise UsageError when two models share a name, or an (adapter, model, endpoint, parameters)
         configuration: scoring tells models apart by those, so one's cache rows would be read as the other's."""
         seen: dict[object, str] = {}
         for m in self.models:
             for key in (m.label, (m.adapter.kind, m.adapter.model, m.adapter.endpoint, m.adapter.params_key)):
                 if key in seen:
-                    raise PlanError(f"{seen[key]} and {m.label} are the same model (same name, or same adapter, "
+                    raise UsageError(f"{seen[key]} and {m.label} are the same model (same name, or same adapter, "
                                     "model, endpoint and parameters): give each a distinct name and configuration")
                 seen[key] = m.label
 
     def check_cost_bound(self) -> None:
         """Under a cost bound every model needs a price (a model on this machine is free by default) and,
-        when its output tokens are priced, a cap on them (``max_tokens`` or the like); PlanError otherwise."""
+        when its output tokens are priced, a cap on them (``max_tokens`` or the like); UsageError otherwise."""
         if self.max_cost is None:
             return
         first = next(iter(self.suite.tasks()), None)
         for m in self.models:
             if m.price is None:
-                raise PlanError(f"{m.label}: a cost bound needs a price for every model; give it with --price "
+                raise UsageError(f"{m.label}: a cost bound needs a price for every model; give it with --price "
                                 f"{m.label}=IN/OUT (USD per million input / output tokens) or in the run file "
                                 "(price = {input = USD, output = USD})")
             if first is not None and m.price[1] and m.adapter.output_tokens_bound(first) is None:
-                raise PlanError(f"{m.label}: under a cost bound, cap the output tokens, leaving room for reasoning "
+                raise UsageError(f"{m.label}: under a cost bound, cap the output tokens, leaving room for reasoning "
                                 "(e.g. params = {max_completion_tokens = 16000}; Gemini: maxOutputTokens), or price "
                                 "output at 0 if it is not billed")
 
@@ -120,7 +120,7 @@ def key_values(items: list[str] | list[list[str]], flag: str) -> dict:
     for item in (i for group in items for i in ([group] if isinstance(group, str) else group)):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise PlanError(f"{flag} {item!r}: expected KEY=VALUE")
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
         try:
             out[key.strip()] = orjson.loads(value)
         except orjson.JSONDecodeError:
@@ -132,7 +132,7 @@ def selected_evals(text: str) -> tuple[str, ...]:
     selected = tuple(e.strip() for e in text.split(",") if e.strip())
     unknown = [e for e in selected if e not in EVALS]
     if unknown:
-        raise PlanError(f"unknown evaluation(s) {', '.join(unknown)}; known: {', '.join(EVALS)}")
+        raise UsageError(f"unknown evaluation(s) {', '.join(unknown)}; known: {', '.join(EVALS)}")
     return selected
 
 
@@ -142,13 +142,13 @@ def _exclusions(items: list[tuple[str | None, Path]]) -> Exclusions:
         try:
             exclusions.add_file(file, name)
         except FileNotFoundError:
-            raise PlanError(f"exclusion list not found: {file}") from None
+            raise UsageError(f"exclusion list not found: {file}") from None
         except ValueError as exc:
-            raise PlanError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         ids = sorted(exclusions.ids)
         stray = [i for i in ids if i.split("/", 1)[0] not in EVALS]
         if stray:
-            raise PlanError(f"exclusion list {file}: {', '.join(repr(i) for i in stray[:3])} names no evaluation "
+            raise UsageError(f"exclusion list {file}: {', '.join(repr(i) for i in stray[:3])} names no evaluation "
                             f"(task ids start with {', '.join(f'{e}/' for e in EVALS)})")
     return exclusions
 
@@ -156,7 +156,7 @@ def _exclusions(items: list[tuple[str | None, Path]]) -> Exclusions:
 def _exclude_item(item: str, base: Path | None = None) -> tuple[str | None, Path]:
     name, sep, file = item.partition("=")
     if sep and name not in EVALS and "/" not in name and not (base / item if base else Path(item)).exists():
-        raise PlanError(f"--exclude {item}: {name!r} is not an evaluation; write EVAL=FILE with EVAL one of "
+        raise UsageError(f"--exclude {item}: {name!r} is not an evaluation; write EVAL=FILE with EVAL one of "
                         f"{', '.join(EVALS)}")
     name, file = (name, file) if sep and name in EVALS else (None, item)
     return name, (base / file if base is not None else Path(file))
@@ -166,16 +166,16 @@ def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[st
            subset: str, selected: tuple[str, ...] | None, sample: int | None = None, seed: int | None = None,
            all_tasks: bool = False) -> Suite:
     if limit is not None and limit < 1:
-        raise PlanError("--limit must be at least 1")
+        raise UsageError("--limit must be at least 1")
     if sample is not None and sample < 1:
-        raise PlanError("--sample must be at least 1")
+        raise UsageError("--sample must be at least 1")
     if sample is not None and limit is not None:
-        raise PlanError("--sample and --limit do not combine: --limit N takes the first N tasks of each evaluation, "
+        raise UsageError("--sample and --limit do not combine: --limit N takes the first N tasks of each evaluation, "
                         "--sample N a stratified sample of N; give one")
     if seed is not None and sample is None:
-        raise PlanError("--seed is the seed of --sample: give --sample N too")
+        raise UsageError("--seed is the seed of --sample: give --sample N too")
     if all_tasks and (sample is not None or limit is not None):
-        raise PlanError(f"--all-tasks and --{'sample' if sample is not None else 'limit'} do not combine: --all-tasks "
+        raise UsageError(f"--all-tasks and --{'sample' if sample is not None else 'limit'} do not combine: --all-tasks "
                         "takes every task of each evaluation; give one")
     try:
         data = discover(data_dir, files, selected)
@@ -183,14 +183,14 @@ def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[st
         suite = (Suite(data, exclusions, limit, subset, selected) if sample is None
                  else SampledSuite(data, exclusions, None, subset, selected, sample=sample, seed=seed or 0))
     except FileNotFoundError as exc:
-        raise PlanError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     suite.validate()  # every selected file whole, before anything is sent or scored (evals.DatasetError)
     if not suite.selected():
         where = (f"no --data-dir given, ${DATA_DIR_ENV} is not set and neither ./data nor ../shared/data exists"
                  if not data_dir else "no evaluation data found in " + (
                      f"{data_dir} (that is, {data_dir.resolve()})" if str(data_dir.resolve()) != str(data_dir)
                      else str(data_dir)))
-        raise PlanError(
+        raise UsageError(
             f"{where}.\n"
             "Point --data-dir at a folder holding the evaluation files, e.g. ../shared/data with "
             "omniscience-standin/*.jsonl, hle/hle_mcqa.json, when2call/*.jsonl and wildguardtest/*.parquet, "
@@ -232,7 +232,7 @@ def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[fl
 
 def price_flags(items: list[str]) -> dict[str, config.Price]:
     """``--price MODEL=IN/OUT[/CACHED]`` items (USD per million input, output and, optionally, cached input
-    tokens: the provider's price list) -> MODEL -> ``config.Price``. PlanError naming the item for one that
+    tokens: the provider's price list) -> MODEL -> ``config.Price``. UsageError naming the item for one that
     is malformed, negative or given twice."""
     out: dict[str, config.Price] = {}
     for item in items:
@@ -240,36 +240,36 @@ def price_flags(items: list[str]) -> dict[str, config.Price]:
         parts = text.split("/")
         example = "e.g. --price openai:gpt-6-luna=0.1/0.5/0.01"
         if not sep or not model.strip() or len(parts) not in (2, 3):
-            raise PlanError(f"--price {item!r}: expected MODEL=IN/OUT or MODEL=IN/OUT/CACHED, USD per million input, "
+            raise UsageError(f"--price {item!r}: expected MODEL=IN/OUT or MODEL=IN/OUT/CACHED, USD per million input, "
                             f"output and cached input tokens ({example})")
         try:
             values = [float(part) for part in parts]
         except ValueError:
-            raise PlanError(f"--price {item!r}: {text!r} holds something that is not a number ({example})") from None
+            raise UsageError(f"--price {item!r}: {text!r} holds something that is not a number ({example})") from None
         if not all(math.isfinite(v) and v >= 0 for v in values):
-            raise PlanError(f"--price {item!r}: prices must be numbers >= 0 (USD per million tokens)")
+            raise UsageError(f"--price {item!r}: prices must be numbers >= 0 (USD per million tokens)")
         if model.strip() in out:
-            raise PlanError(f"--price {model.strip()}: given twice")
+            raise UsageError(f"--price {model.strip()}: given twice")
         out[model.strip()] = config.Price(values[0], values[1], values[2] if len(values) == 3 else None)
     return out
 
 
 def _priced(models: list[ModelRun], prices: dict[str, config.Price], texts: dict[int, str] | None = None) -> None:
     """Give each model the ``--price`` whose MODEL names it: its label (a run file's ``name``), ``kind:model``,
-    or (``texts``: position -> the ``--model`` text) the model string as given. PlanError for a MODEL that
+    or (``texts``: position -> the ``--model`` text) the model string as given. UsageError for a MODEL that
     names no model of the run, or a model named by two."""
     texts = texts or {}
     for i, m in enumerate(models):
         names = {m.label, f"{m.adapter.kind}:{m.adapter.model}", texts.get(i)}
         given = [k for k in prices if k in names]
         if len(given) > 1:
-            raise PlanError(f"--price {' and --price '.join(given)} name the same model ({m.label}): give one")
+            raise UsageError(f"--price {' and --price '.join(given)} name the same model ({m.label}): give one")
         if given:
             m.price = _price_of(m.adapter, prices[given[0]])
     named = {n for i, m in enumerate(models) for n in (m.label, f"{m.adapter.kind}:{m.adapter.model}", texts.get(i))}
     unknown = [k for k in prices if k not in named]
     if unknown:
-        raise PlanError(f"--price {unknown[0]}: no model of this run is named so (its models: "
+        raise UsageError(f"--price {unknown[0]}: no model of this run is named so (its models: "
                         f"{', '.join(m.label for m in models)})")
 
 
@@ -277,10 +277,10 @@ def from_args(args: argparse.Namespace) -> Plan:
     """The plan of ``dxi run`` / ``estimate`` / ``score`` / ``report`` (see the module docstring)."""
     epochs = getattr(args, "epochs", None)
     if epochs is not None and epochs < 1:
-        raise PlanError("--epochs must be at least 1")
+        raise UsageError("--epochs must be at least 1")
     max_cost = getattr(args, "max_cost", None)
     if max_cost is not None and max_cost < 0:
-        raise PlanError("--max-cost must be >= 0 (USD)")
+        raise UsageError("--max-cost must be >= 0 (USD)")
     if getattr(args, "run_file", None) is not None:
         return _from_file(args, epochs, max_cost)
     models = _from_flags(args, epochs or 1)
@@ -328,13 +328,13 @@ def with_effort(frame: pl.DataFrame) -> pl.DataFrame:
 def _effort(args: argparse.Namespace) -> str | None:
     effort = getattr(args, "effort", None)
     if effort is not None and effort not in adapters.EFFORTS:
-        raise PlanError(f"--effort {effort!r}: one of {', '.join(adapters.EFFORTS)}")
+        raise UsageError(f"--effort {effort!r}: one of {', '.join(adapters.EFFORTS)}")
     return effort
 
 
 def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
     """The ``--model`` flags' models, with ``--param`` and ``--effort`` given to those that take sampling
-    parameters and each ``--option`` to those that know it; PlanError for a bad model string or a flag no model
+    parameters and each ``--option`` to those that know it; UsageError for a bad model string or a flag no model
     uses."""
     params = key_values(getattr(args, "param", []), "--param")
     options = key_values(getattr(args, "option", []), "--option")
@@ -350,18 +350,18 @@ def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
             spec.options = {k: v for k, v in options.items() if k in cls.OPTIONS}
             a = adapters.get(spec)
         except ValueError as exc:
-            raise PlanError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         used |= set(spec.options)
         a.limits = replace(a.limits, **overrides)
         models.append(ModelRun(a, epochs, None, _price_of(a, None)))
     _priced(models, price_flags(getattr(args, "price", None) or []), dict(enumerate(args.model or [])))
     if params and not any(type(m.adapter).takes_params for m in models):
-        raise PlanError("--param: no model of this run takes sampling parameters (decision models have none)")
+        raise UsageError("--param: no model of this run takes sampling parameters (decision models have none)")
     if effort and not any(type(m.adapter).takes_params for m in models):
-        raise PlanError("--effort: no model of this run has an effort setting (decision models have none)")
+        raise UsageError("--effort: no model of this run has an effort setting (decision models have none)")
     unused = sorted(set(options) - used)
     if unused:
-        raise PlanError(f"--option {', '.join(unused)}: no model of this run knows this option")
+        raise UsageError(f"--option {', '.join(unused)}: no model of this run knows this option")
     return models
 
 
@@ -370,14 +370,14 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
     for flag, value in (("--model", getattr(args, "model", None)), ("--param", getattr(args, "param", None)),
                         ("--option", getattr(args, "option", None))):
         if value:
-            raise PlanError(f"{flag} cannot be combined with a run file ({path}): give models, their params and "
+            raise UsageError(f"{flag} cannot be combined with a run file ({path}): give models, their params and "
                             "options in the file")
     try:
         run = config.load(path)
     except FileNotFoundError:
-        raise PlanError(f"run file not found: {path}") from None
+        raise UsageError(f"run file not found: {path}") from None
     except config.ConfigError as exc:
-        raise PlanError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     base = path.parent
     overrides = limits_overrides(args)
     flag_effort = _effort(args)
@@ -404,7 +404,7 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
             spec = adapters.ModelSpec(provider.kind, m.model, provider.base_url, dict(m.params), options, m.name, effort)
             a = adapters.get(spec)
         except ValueError as exc:
-            raise PlanError(f"{where}: {exc}") from None
+            raise UsageError(f"{where}: {exc}") from None
         table = {k: v for k, v in (("rpm", provider.rpm), ("tpm", provider.tpm), ("max_in_flight", provider.max_in_flight),
                                    ("max_attempts", provider.max_attempts),
                                    ("attempt_timeout_s", provider.attempt_timeout_s),

@@ -8,7 +8,7 @@ and implementation, and the ``platform``. The data's own provenance (each file's
 ``dxi data fetch`` downloaded, the hub revision) is in the summary's ``data`` block (``evals``).
 
 git is asked once per process, and only for a result (scoring), never on the request path: ``dxi run``
-asks on the thread that prepares the scoring while its requests are on the wire (``cli._prepare_scoring``;
+asks on the thread that prepares the scoring while its requests are on the wire (``session.prepare_scoring``;
 git, the version's metadata and ``platform.platform()`` took ~0.2 s together on a loaded machine), so
 neither its start-up nor its tail waits for it; ``dxi score`` asks when it scores.
 """

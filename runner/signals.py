@@ -6,7 +6,7 @@
   and says so, with exit code 143 instead of 130 (``exit_code``).
 * **Outside a run's event loop** (imports, planning, scoring, writing outputs): the command stops where it
   is, prints one line (never a traceback) and exits 130 or 143.
-* **During a run** (``Graceful``, around ``runner.cli``'s event loop): the first signal *drains*: nothing new
+* **During a run** (``Graceful``, around ``runner.session``'s event loop): the first signal *drains*: nothing new
   is sent, the requests on the wire finish and are stored (``runner.stops.RunStop``), the progress says so
   and counts them down, then the run stops with its resume message. A second signal aborts at once (the
   replies still on the wire are abandoned; the next run sends them), and so does the end of the grace

@@ -13,7 +13,7 @@ other models on the same base URL go on. When one arrives (``runner.retry``):
   being sent; requests already on the wire finish and are recorded;
 * the request that met the stop, and every request of the provider (or model) not yet sent, gets no cache
   row: they are counted ``not_sent`` and the next run sends them;
-* the rest of the run goes on; it ends with exit code 6 (``runner.cli``), and the terminal and summary.json
+* the rest of the run goes on; it ends with exit code 6 (``runner.session.exit_code``), and the terminal and summary.json
   (``stopped_providers``, each block with its ``scope``) say which provider or model stopped, why (the
   provider's own message, redacted), when, and when access resumes or when to rerun where the provider
   states it.

@@ -15,8 +15,8 @@ import pytest
 from dxi import adapters
 from dxi.adapters import Fatal, ModelSpec
 from dxi.adapters.credentials import KeyCommand, parse_output
-from dxi.runner.cli import EXIT_PROVIDER_STOPPED, EXIT_USAGE, main
-from dxi.runner.errors import PlanError
+from dxi.runner.cli import main
+from dxi.runner.errors import EXIT_PROVIDER_STOPPED, EXIT_USAGE, UsageError
 from dxi.runner.plan import from_args
 
 from .fake_llm_server import FakeLLM
@@ -161,7 +161,7 @@ def test_api_key_command_in_a_run_file(data_dir: Path, tmp_path: Path):
     assert m.adapter.key_command.command.startswith("az account") and m.adapter.missing_setup() is None
     assert "api_key_command" not in m.adapter.params_key and m.adapter.key_command.shown == "az"
     run.write_text(run.read_text().replace('kind = "openai"\n', 'kind = "openai"\napi_key_env = "K"\n'))
-    with pytest.raises(PlanError, match="api_key_env and api_key_command do not combine"):
+    with pytest.raises(UsageError, match="api_key_env and api_key_command do not combine"):
         from_args(parser().parse_args(["run", str(run), "--data-dir", str(data_dir)]))
     assert adapters.get(ModelSpec("gemini", "g", options={"api_key_command": ["gcloud", "auth", "print-access-token"]}
                                   )).key_command.shown == "gcloud"

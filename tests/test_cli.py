@@ -1,4 +1,6 @@
-"""``dxi run`` and ``dxi score`` end to end: outputs, reruns from the cache, partial caches, errors."""
+"""``dxi run`` and ``dxi score`` end to end: outputs, reruns from the cache, partial caches, errors. What the
+library does (a run's and a rescoring's outputs) goes through ``runner.session.run`` and ``runner.rescore``;
+what the command line does (exit codes, messages, usage errors) through ``main``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +12,9 @@ import pytest
 
 from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
-from dxi.runner.cli import main
+from dxi.runner import rescore, session
+from dxi.runner.cli import main, parser
+from dxi.runner.plan import from_args
 
 from .conftest import REAL_DATA, requires_real_data, without_requests
 
@@ -65,9 +69,21 @@ def score_args(data: Path, tmp: Path, out: str = "scored") -> list[str]:
     return ["score", "--data-dir", str(data), "--cache-dir", str(tmp / "cache"), "--out", str(tmp / out)]
 
 
+def run_plan(data: Path, tmp: Path, out: str = "out", *flags: str, **options) -> session.RunResult:
+    """``dxi run``'s work as a library call: the plan of these flags run by ``session.run`` (no console)."""
+    return session.run(from_args(parser().parse_args([*run_args(data, tmp, out), *flags])), **options)
+
+
+def rescore_cache(data: Path, tmp: Path, out: str = "scored", *flags: str) -> rescore.Rescored:
+    """``dxi score``'s work as a library call: ``rescore.rescore`` of the selection these flags make."""
+    return rescore.rescore(rescore.select(parser().parse_args([*score_args(data, tmp, out), *flags])))
+
+
 def test_run_writes_the_contract_outputs(data_dir: Path, tmp_path: Path):
-    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    done = run_plan(data_dir, tmp_path)
+    assert done.exit_code == 0
     s = summary(tmp_path / "out")
+    assert done.summary == s and done.stopped == [] and done.cost_bound is None and done.failed == {}
     assert s["prompt_version"] and s["epochs"] == 1
     (m,) = s["models"]
     assert m["model"] == MODEL and isinstance(m["decision_index"], float)
@@ -104,19 +120,23 @@ def test_run_writes_the_contract_outputs(data_dir: Path, tmp_path: Path):
 
 
 def test_rerun_sends_nothing_and_score_reproduces_the_summary(data_dir: Path, tmp_path: Path):
-    assert dxi(*run_args(data_dir, tmp_path)) == 0
-    assert dxi(*run_args(data_dir, tmp_path, "out2")) == 0
+    assert run_plan(data_dir, tmp_path).exit_code == 0
+    again = run_plan(data_dir, tmp_path, "out2")
+    assert again.exit_code == 0
+    assert (again.stats[MODEL].sent, again.stats[MODEL].cache_hits, again.stats[MODEL].total) == (0, 12, 12)
     assert summary(tmp_path / "out2")["models"][0]["requests"]["sent"] == 0
     assert summary(tmp_path / "out2")["models"][0]["requests"]["cache_hits"] == 12
-    assert dxi(*score_args(data_dir, tmp_path)) == 0
+    scored = rescore_cache(data_dir, tmp_path)
+    assert (scored.exit_code, scored.out, scored.report, scored.notes) == (0, tmp_path / "scored", None, [])
+    assert scored.summary == summary(tmp_path / "scored")
     assert without_requests(summary(tmp_path / "scored")) == without_requests(summary(tmp_path / "out"))
     assert pl.read_parquet(tmp_path / "scored" / "answers.parquet").equals(pl.read_parquet(tmp_path / "out" / "answers.parquet"))
 
 
 def test_rerun_after_losing_part_of_the_cache_sends_exactly_the_missing(data_dir: Path, tmp_path: Path):
-    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    assert run_plan(data_dir, tmp_path).exit_code == 0
     lost = drop_rows(tmp_path / "cache", 5)
-    assert dxi(*score_args(data_dir, tmp_path, "partial")) == 1  # a provisional result: exit code 1
+    assert rescore_cache(data_dir, tmp_path, "partial").exit_code == 1  # a provisional result: exit code 1
     partial = summary(tmp_path / "partial")
     missing = {name: b["missing"] for name, b in partial["models"][0]["evals"].items() if b.get("missing")}
     questions = {"wildguardtest": 3}  # the fixture's WildGuardTest rows have three questions each
@@ -124,11 +144,11 @@ def test_rerun_after_losing_part_of_the_cache_sends_exactly_the_missing(data_dir
     assert all(partial["models"][0]["evals"][name]["rerun"] == n for name, n in missing.items())
     # never a partial index presented as whole: marked incomplete wherever it is written
     assert (partial["complete"], partial["accepted"], partial["models"][0]["complete"]) == (False, False, False)
-    assert dxi(*score_args(data_dir, tmp_path, "tolerated"), "--allow-failed", "1.0") == 0  # accepted, still marked
+    assert rescore_cache(data_dir, tmp_path, "tolerated", "--allow-failed", "1.0").exit_code == 0  # accepted, marked
     tolerated = summary(tmp_path / "tolerated")
     assert (tolerated["complete"], tolerated["accepted"], tolerated["allow_failed"]) == (False, True, {"fraction": 1.0})
     assert tolerated["models"][0]["within_tolerance"] is True
-    assert dxi(*run_args(data_dir, tmp_path, "out2")) == 0
+    assert run_plan(data_dir, tmp_path, "out2").exit_code == 0
     requests = summary(tmp_path / "out2")["models"][0]["requests"]
     assert (requests["sent"], requests["cache_hits"]) == (len(lost), 12 - len(lost))
     assert without_requests(summary(tmp_path / "out2")) == without_requests(summary(tmp_path / "out"))
@@ -161,18 +181,19 @@ def test_failed_requests_make_the_figures_provisional_and_a_rerun_requests_the_t
     assert dxi(*score_args(data_dir, tmp_path, "tolerated"), "--allow-failed", "2") == 0
     tolerated = summary(tmp_path / "tolerated")
     assert (tolerated["accepted"], tolerated["allow_failed"], tolerated["complete"]) == (True, {"answers": 2}, False)
-    assert dxi(*score_args(data_dir, tmp_path, "short"), "--allow-failed", "1") == 1  # 2 in When2Call: more than 1
+    assert rescore_cache(data_dir, tmp_path, "short", "--allow-failed", "1").exit_code == 1  # 2 in When2Call: > 1
     assert dxi(*score_args(data_dir, tmp_path, "bad"), "--allow-failed", "-3") == 2  # a usage error
     # the next run sends the two transient failures only, and stays provisional on the kept one
-    assert dxi(*run_args(data_dir, tmp_path, "again")) == 1
+    rerun = run_plan(data_dir, tmp_path, "again")
+    assert rerun.exit_code == 1 and (rerun.stats[MODEL].sent, rerun.stats[MODEL].failed) == (2, 0)
     again = summary(tmp_path / "again")["models"][0]
     assert again["requests"]["sent"] == 2 and again["evals"]["when2call"]["complete"] is True
-    assert dxi(*run_args(data_dir, tmp_path, "retried"), "--retry-failed") == 0
+    assert run_plan(data_dir, tmp_path, "retried", retry_failed=True).exit_code == 0
     assert without_requests(summary(tmp_path / "retried")) == without_requests(whole)
 
 
 def test_limit_and_evals_select_tasks(data_dir: Path, tmp_path: Path):
-    assert dxi(*run_args(data_dir, tmp_path), "--limit", "1", "--evals", "when2call,hle_multichoice") == 0
+    assert run_plan(data_dir, tmp_path, "out", "--limit", "1", "--evals", "when2call,hle_multichoice").exit_code == 0
     m = summary(tmp_path / "out")["models"][0]
     assert m["requests"]["sent"] == 2
     assert m["evals"]["when2call"]["n"] == 1 and m["decision_index"] is None
@@ -180,7 +201,7 @@ def test_limit_and_evals_select_tasks(data_dir: Path, tmp_path: Path):
 
 
 def test_epochs_are_separate_requests(data_dir: Path, tmp_path: Path):
-    assert dxi(*run_args(data_dir, tmp_path), "--epochs", "2", "--evals", "when2call") == 0
+    assert run_plan(data_dir, tmp_path, "out", "--epochs", "2", "--evals", "when2call").stats[MODEL].sent == 6
     m = summary(tmp_path / "out")["models"][0]
     assert m["requests"]["sent"] == 6
     assert m["evals"]["when2call"]["accuracy_sd"] == 0.0  # the embedded model is deterministic
@@ -305,11 +326,12 @@ def test_a_full_disk_stops_the_run_with_a_clear_error_and_a_rerun_finishes(data_
 
 def test_score_says_when_the_cache_holds_more_epochs_than_it_scores(data_dir: Path, tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture):
-    assert dxi(*run_args(data_dir, tmp_path), "--epochs", "2") == 0
-    capsys.readouterr()
+    assert run_plan(data_dir, tmp_path, "out", "--epochs", "2").exit_code == 0
     for model in ([], ["--model", MODEL]):
-        assert dxi(*score_args(data_dir, tmp_path), *model) == 0
-        assert f"{MODEL}: the cache holds 2 epochs; --epochs 2 scores them all (scored: 1)" in capsys.readouterr().out
+        assert rescore_cache(data_dir, tmp_path, "scored", *model).notes == [
+            f"{MODEL}: the cache holds 2 epochs; --epochs 2 scores them all (scored: 1)"]
+    assert dxi(*score_args(data_dir, tmp_path), "--model", MODEL) == 0  # the command line prints the note
+    assert f"{MODEL}: the cache holds 2 epochs; --epochs 2 scores them all (scored: 1)" in capsys.readouterr().out
     assert dxi(*score_args(data_dir, tmp_path), "--epochs", "2") == 0
     out = capsys.readouterr().out
     assert "the cache holds" not in out and "±0.0 sd" in out  # the embedded model: the same answers each epoch

@@ -2,6 +2,7 @@
 after ``--param``, ``--version``, shell completion, the data folder's default, ``--sample``."""
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -10,8 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from dxi.runner import cli
 from dxi.runner.cli import main, parser
+from dxi.runner.errors import EXIT_PROVIDER_STOPPED, EXIT_USAGE
 
 from .conftest import DXI
 
@@ -183,7 +184,7 @@ def test_the_data_folder_defaults_to_the_environment_then_data(data_dir: Path, t
 def test_no_data_anywhere_says_where_it_looked(tmp_path: Path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DXI_DATA_DIR", raising=False)
-    assert main(["run", "--model", "embedded", "-q"]) == cli.EXIT_USAGE
+    assert main(["run", "--model", "embedded", "-q"]) == EXIT_USAGE
     assert "no --data-dir given, $DXI_DATA_DIR is not set and neither ./data nor ../shared/data exists" in (
         capsys.readouterr().err)
 
@@ -196,7 +197,7 @@ def test_an_evaluation_not_selected_is_not_read(data_dir: Path, tmp_path: Path):
     assert s["data"]["wildguardtest"] == {"missing": "not selected (--evals)"}
     assert s["models"][0]["evals"]["hle_multichoice"]["n"] == 2
     assert main(["run", "--model", "embedded", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"),
-                 "--out", str(tmp_path / "o"), "-q"]) == cli.EXIT_USAGE  # selected, it is refused
+                 "--out", str(tmp_path / "o"), "-q"]) == EXIT_USAGE  # selected, it is refused
 
 
 def test_help_runs_in_a_process_of_its_own():
@@ -238,7 +239,7 @@ def test_a_run_with_everything_cached_needs_no_server(data_dir: Path, tmp_path: 
     assert [m["requests"]["cache_hits"] for m in again["models"]] == [12, 12]
     # a task not cached yet needs the server: its provider is stopped, with the reason, nothing sent
     assert main(["run", "--model", model, *where[:2], "--cache-dir", str(tmp_path / "empty"), "--out",
-                 str(tmp_path / "o2"), "-q"]) == cli.EXIT_PROVIDER_STOPPED
+                 str(tmp_path / "o2"), "-q"]) == EXIT_PROVIDER_STOPPED
     assert "cannot reach" in capsys.readouterr().out
 
 
@@ -254,3 +255,24 @@ def test_progress_counts_the_rate_from_the_run_start_and_shows_no_spend_for_free
     assert progress.line("local", s, now=start + 10) == ("10/100 10% 1.0 req/s ETA 1m30s retries 0 429s 0 "
                                                          "invalid replies 0 failed 0 cached 0")
     assert progress.line("paid", s, now=start + 10).startswith("10/100 10% 1.0 req/s ETA 1m30s $0.0000 retries 0")
+
+
+def test_the_command_modules_import_the_library_never_each_other():
+    import ast
+
+    from dxi.runner import commands
+
+    folder = Path(commands.__file__).parent
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert modules == set(commands.COMMANDS.values()) | {"options"}  # one module per command, and the shared options
+    for name in sorted(modules - {"options"}):
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import x / from .x import y
+                imported |= {node.module} if node.module else {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dxi.runner.commands"):
+                imported.add(node.module.rsplit(".", 1)[-1])
+        assert imported <= {"options"}, f"runner/commands/{name}.py imports {sorted(imported - {'options'})}"
+        assert hasattr(importlib.import_module(f"dxi.runner.commands.{name}"), "main")
+    assert len((folder.parent / "cli.py").read_text().splitlines()) <= 200  # the dispatcher stays small

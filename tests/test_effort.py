@@ -18,8 +18,8 @@ from dxi import adapters
 from dxi.adapters import EFFORTS, ModelSpec, budgets, llm
 from dxi.adapters.logprobs import NO_LOGPROBS
 from dxi.evals import Suite, discover
-from dxi.runner.cli import EXIT_PROVIDER_STOPPED, main, parser
-from dxi.runner.errors import PlanError
+from dxi.runner.cli import main, parser
+from dxi.runner.errors import EXIT_PROVIDER_STOPPED, UsageError
 from dxi.runner.plan import from_args
 
 from . import wire_formats
@@ -107,7 +107,7 @@ def test_effort_on_the_command_line_and_in_a_run_file(data_dir: Path, tmp_path: 
 
     models = plan("--model", "openai:gpt-6-luna", "--model", "embedded", "--effort", "high").models
     assert [m.adapter.effort for m in models] == ["high", None]  # a decision model has none
-    with pytest.raises(PlanError, match="--effort: no model of this run has an effort setting"):
+    with pytest.raises(UsageError, match="--effort: no model of this run has an effort setting"):
         plan("--model", "embedded", "--effort", "low")
     run = tmp_path / "run.toml"
     run.write_text('[[models]]\nprovider = "anthropic"\nmodel = "claude-sonnet-5-5"\neffort = "max"\n\n'
@@ -119,11 +119,11 @@ def test_effort_on_the_command_line_and_in_a_run_file(data_dir: Path, tmp_path: 
     frame = from_args(parser().parse_args(["run", str(run), "--data-dir", str(data_dir)])).models_frame()
     assert frame["effort"].to_list() == ["max", None, None]
     run.write_text('[[models]]\nprovider = "openai"\nmodel = "gpt-6-luna"\neffort = "extreme"\n')
-    with pytest.raises(PlanError, match=r"models\[0\].effort .*'extreme' is not one of none, minimal, low, medium, high, "
+    with pytest.raises(UsageError, match=r"models\[0\].effort .*'extreme' is not one of none, minimal, low, medium, high, "
                                         "xhigh, max"):
         plan(str(run))
     run.write_text('[[models]]\nprovider = "embedded"\neffort = "low"\n')
-    with pytest.raises(PlanError, match="embedded is a decision model: it has no effort setting"):
+    with pytest.raises(UsageError, match="embedded is a decision model: it has no effort setting"):
         plan(str(run))
 
 

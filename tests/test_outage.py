@@ -162,7 +162,8 @@ def test_an_endpoint_unreachable_at_start_stops_only_its_provider_and_estimate_w
     """A System One server that is not running beside the embedded model: the embedded model runs whole, the
     other provider is stopped alone (exit 6; the terminal and summary.json say which, and why), nothing of it is
     stored; ``dxi estimate`` warned of it first."""
-    from dxi.runner.cli import EXIT_PROVIDER_STOPPED, main
+    from dxi.runner.cli import main
+    from dxi.runner.errors import EXIT_PROVIDER_STOPPED
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     where = ["--model", f"systemone:fake@{dead}", "--model", "embedded", "--data-dir", str(data_dir), "--cache-dir",

@@ -15,9 +15,9 @@ import pytest
 from dxi.adapters import Limits
 from dxi.adapters.embedded import Embedded
 from dxi.adapters.llamacpp import LlamaCpp
-from dxi.runner.cli import EXIT_COST_BOUND, EXIT_USAGE, main, parser
+from dxi.runner.cli import main, parser
 from dxi.runner.config import Price
-from dxi.runner.errors import PlanError
+from dxi.runner.errors import EXIT_COST_BOUND, EXIT_USAGE, UsageError
 from dxi.runner.plan import price_flags
 
 from .fake_provider import FakeProvider
@@ -33,9 +33,9 @@ def test_price_items_parse_as_usd_per_million_tokens():
     for item, says in (("m=1", "expected MODEL=IN/OUT"), ("=1/2", "expected MODEL=IN/OUT"), ("m=1/2/3/4", "expected"),
                        ("m=1/x", "'1/x' holds something that is not a number"), ("m=-1/2", "must be numbers >= 0"),
                        ("m=nan/2", "must be numbers >= 0")):
-        with pytest.raises(PlanError, match=says):
+        with pytest.raises(UsageError, match=says):
             price_flags([item])
-    with pytest.raises(PlanError, match="--price m: given twice"):
+    with pytest.raises(UsageError, match="--price m: given twice"):
         price_flags(["m=1/2", "m=3/4"])
 
 

@@ -21,7 +21,8 @@ from dxi.adapters import Limits, ProviderStop
 from dxi.adapters.errors import KEY, MODEL, QUOTA, REQUEST, WAIT
 from dxi.adapters.http import parse_reset, parse_retry_after, rate_limit_wait
 from dxi.adapters.provider_errors import provider_stop
-from dxi.runner.cli import EXIT_PROVIDER_STOPPED, main
+from dxi.runner.cli import main
+from dxi.runner.errors import EXIT_PROVIDER_STOPPED
 
 from . import synthetic, wire_formats
 from .fake_llm_server import FakeLLM

@@ -14,11 +14,12 @@ import pytest
 from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
 from dxi.report.html import MIN_GROUP_TASKS, banner, model_order
-from dxi.runner.cli import main
+from dxi.runner import rescore
+from dxi.runner.cli import main, parser
 
 from .conftest import fixture_data
 from .four_models import FourModels, four_models
-from .test_cli import MODEL, dxi, fail_rows, run_args
+from .test_cli import MODEL, fail_rows, run_plan
 
 HOSTILE_MODEL = '<script>alert("model")</script>$x$'
 HOSTILE_ERROR = "<script>alert(1)</script> & <b>not bold</b>"
@@ -42,6 +43,12 @@ def add_hostile_model(cache_dir: Path) -> None:
     pq.write_table(evil.to_arrow().cast(SCHEMA), cache_dir / "shards" / "hostile.parquet")
 
 
+def report_of(data_dir: Path, cache_dir: Path, out: Path) -> rescore.Rescored:
+    """``dxi report``'s work as a library call: ``rescore.rescore`` with ``html``."""
+    flags = parser().parse_args(["report", "--data-dir", str(data_dir), "--cache-dir", str(cache_dir), "--out", str(out)])
+    return rescore.rescore(rescore.select(flags), html=True)
+
+
 def chromium() -> str:
     path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
     if path is None:
@@ -53,12 +60,12 @@ def chromium() -> str:
 
 @pytest.fixture
 def report(data_dir: Path, tmp_path: Path) -> Path:
-    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    assert run_plan(data_dir, tmp_path).exit_code == 0
     add_hostile_model(tmp_path / "cache")
     out = tmp_path / "report"
     # the hostile model's failed When2Call answers make the result provisional: exit code 1
-    assert main(["report", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache"), "--out", str(out),
-                 "-q"]) == 1
+    done = report_of(data_dir, tmp_path / "cache", out)
+    assert (done.exit_code, done.report) == (1, out / "report.html")
     return out
 
 
@@ -309,8 +316,8 @@ def test_the_report_shows_each_models_ties_per_evaluation_as_summary_json_counts
         assert main(["run", "--model", f"systemone:{tied.url}", "--model", f"systemone:{decided.url}", "--data-dir",
                      str(data_dir), "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "run"), "-q"]) == 0
     out = tmp_path / "report"
-    assert main(["report", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"), "--out", str(out), "-q"]) == 0
-    summary = orjson.loads((out / "summary.json").read_bytes())
+    summary = report_of(data_dir, tmp_path / "c", out).summary
+    assert summary == orjson.loads((out / "summary.json").read_bytes())
     ties = {m["model"]: {e: b["ties"] for e, b in m["evals"].items()} for m in summary["models"]}
     wildguard = pl.read_parquet(out / "answers.parquet").filter(pl.col("eval") == "wildguardtest").height // 2
     assert wildguard == 9  # the fixture's 3 agreed rows, 3 questions each: every P(yes) = 0.5 is a tie
@@ -330,11 +337,10 @@ def test_the_report_shows_each_models_ties_per_evaluation_as_summary_json_counts
 
 
 def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(data_dir: Path, tmp_path: Path):
-    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    assert run_plan(data_dir, tmp_path).exit_code == 0
     fail_rows(tmp_path / "cache", "when2call", 2)
     out = tmp_path / "report"
-    assert main(["report", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache"), "--out", str(out),
-                 "-q"]) == 1
+    assert report_of(data_dir, tmp_path / "cache", out).exit_code == 1
     html = (out / "report.html").read_text()
     summary = orjson.loads((out / "summary.json").read_bytes())
     m = summary["models"][0]

@@ -14,7 +14,10 @@ import polars as pl
 import pytest
 
 from dxi.cache import Cache
-from dxi.runner.cli import EXIT_COST_BOUND, main
+from dxi.runner import session
+from dxi.runner.cli import main, parser
+from dxi.runner.errors import EXIT_COST_BOUND
+from dxi.runner.plan import from_args
 
 from .fake_provider import FakeProvider
 from .synthetic import data_dir
@@ -42,6 +45,11 @@ async def dxi(*args: str) -> int:
     return await asyncio.to_thread(main, [*args, "-q"])
 
 
+async def run(path: Path, *flags: str) -> session.RunResult:
+    """``dxi run RUN_FILE FLAGS``'s work as a library call (``session.run``, no console), on a thread."""
+    return await asyncio.to_thread(session.run, from_args(parser().parse_args(["run", str(path), *flags])))
+
+
 def summary(tmp: Path, out: str = "out") -> dict:
     return orjson.loads((tmp / out / "summary.json").read_bytes())
 
@@ -64,7 +72,7 @@ async def test_three_models_on_two_providers_each_held_to_its_own_limit(tmp_path
             {"name": "Model One", "provider": "fast", "model": "m1"},
             {"name": "Model Two", "provider": "fast", "model": "m2"},
             {"name": "Model Three", "provider": "slow", "model": "m3"}])
-        assert await dxi("run", str(path)) == 0
+        assert (await run(path)).exit_code == 0
     s = summary(tmp_path)
     assert [m["model"] for m in s["models"]] == ["Model One", "Model Two", "Model Three"]
     assert [m["requests"]["sent"] for m in s["models"]] == [TASKS] * 3
@@ -88,9 +96,11 @@ async def test_max_cost_stops_at_the_bound_and_a_higher_bound_finishes_without_d
     data_dir(tmp_path / "data", TASKS)
     async with FakeProvider(model=None) as server:  # a proxy: serves every model named
         path = write_run_file(tmp_path, {"p": (server.url, 60000)}, [{"provider": "p", "model": "m1", "price": PRICE}])
-        assert await dxi("run", str(path), "--max-cost", "1.5") == EXIT_COST_BOUND
+        stopped = await run(path, "--max-cost", "1.5")
+        assert stopped.exit_code == EXIT_COST_BOUND
         first = summary(tmp_path)
         bound = first["cost_bound"]
+        assert stopped.cost_bound == bound and stopped.summary == first and round(stopped.spent_usd, 6) == bound["spent_usd"]
         with Cache(tmp_path / "cache") as cache:
             done = cache.scan().collect().height
         tokens_in, tokens_out = fake_usage(tmp_path / "cache")
@@ -103,7 +113,7 @@ async def test_max_cost_stops_at_the_bound_and_a_higher_bound_finishes_without_d
         assert m["usage"]["cost_usd"] == pytest.approx(spent, abs=1e-6) and m["requests"]["sent"] == done
         assert m["evals"]["when2call"]["missing"] == TASKS - done and m["decision_index"] is None
 
-        assert await dxi("run", str(path), "--max-cost", "100") == 0
+        assert (await run(path, "--max-cost", "100")).exit_code == 0
         stats = server.stats()
     assert (stats["keys_ok"], stats["duplicates"], stats["arrivals"]) == (TASKS, 0, TASKS)
     second = summary(tmp_path)
@@ -128,7 +138,7 @@ async def test_estimate_then_a_fourth_model_estimates_and_sends_only_its_request
         cold = await estimate_json(path, capsys=capsys)
         assert server.stats()["arrivals"] == 0  # a dry run sends nothing
         assert [(m["new"], m["cached"], m["reasons"]) for m in cold["models"]] == [(TASKS, 0, {"new model": TASKS})] * 3
-        assert await dxi("run", str(path)) == 0
+        assert (await run(path)).exit_code == 0
         actual_in, actual_out = fake_usage(tmp_path / "cache", "m1")
         cold_m1 = cold["models"][0]
         # no usage in the cache yet: bytes / 4 (README: within +100% on the fake, whose count ignores option texts)
@@ -142,7 +152,7 @@ async def test_estimate_then_a_fourth_model_estimates_and_sends_only_its_request
         assert warm["models"][3]["reasons"] == {"new model": TASKS}
         assert warm["total"]["new"] == TASKS and warm["total"]["cached"] == 3 * TASKS
         before = server.stats()["arrivals"]
-        assert await dxi("run", str(path)) == 0
+        assert (await run(path)).exit_code == 0
         assert server.stats()["arrivals"] - before == TASKS and server.stats()["duplicates"] == 0
         m4_in, m4_out = fake_usage(tmp_path / "cache", "m4")
         est = warm["models"][3]
@@ -159,7 +169,7 @@ async def test_estimate_then_a_fourth_model_estimates_and_sends_only_its_request
         assert [m["new"] for m in again["models"]] == [0, TASKS, 0, 0]
         assert again["models"][1]["reasons"] == {"new epoch": TASKS}
         before = server.stats()["arrivals"]
-        assert await dxi("run", str(path)) == 0
+        assert (await run(path)).exit_code == 0
         assert server.stats()["arrivals"] - before == TASKS  # (the same bodies as epoch 0: the key has the epoch)
     with Cache(tmp_path / "cache") as cache:
         rows = cache.scan().collect()
@@ -184,7 +194,7 @@ async def test_a_retry_the_bound_leaves_no_room_for_is_stored_as_a_transient_fai
     async with FakeProvider(model=None, script=["malformed"]) as server:
         path = write_run_file(tmp_path, {"p": (server.url, 60000)}, [{"provider": "p", "model": "m1", "price": PRICE}])
         one = (await estimate_json(path, capsys=capsys))["total"]["bound_usd"]
-        assert await dxi("run", str(path), "--max-cost", str(1.5 * one)) == EXIT_COST_BOUND
+        assert (await run(path, "--max-cost", str(1.5 * one))).exit_code == EXIT_COST_BOUND
         assert server.stats()["arrivals"] == 1
         (m,) = summary(tmp_path)["models"]
         assert (m["requests"]["sent"], m["requests"]["failed"]) == (1, 1)
@@ -192,5 +202,5 @@ async def test_a_retry_the_bound_leaves_no_room_for_is_stored_as_a_transient_fai
             (row,) = cache.scan().collect().rows(named=True)
         assert (row["status"], row["error_kind"], row["attempts"]) == ("failed", "transient", 1)
         assert "the cost bound was reached before a retry could be sent" in row["error"]
-        assert await dxi("run", str(path), "--max-cost", "100") == 0
+        assert (await run(path, "--max-cost", "100")).exit_code == 0
         assert server.stats()["arrivals"] == 2 and summary(tmp_path)["models"][0]["requests"]["sent"] == 1

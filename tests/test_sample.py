@@ -9,7 +9,8 @@ import pytest
 
 from dxi.evals import discover
 from dxi.evals.task import CHOICE, Option, Question, Task
-from dxi.runner.cli import EXIT_USAGE, main
+from dxi.runner.cli import main
+from dxi.runner.errors import EXIT_USAGE
 from dxi.runner.sample import SampledSuite, allocate, choose, stratum
 
 from .conftest import REAL_DATA, requires_real_data

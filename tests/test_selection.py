@@ -15,7 +15,8 @@ import pytest
 from dxi.cache import runs
 from dxi.cache.runs import RunRecord
 from dxi.evals import EVALS, Suite, discover
-from dxi.runner.cli import EXIT_FAILED_REQUESTS, EXIT_USAGE, main
+from dxi.runner.cli import main
+from dxi.runner.errors import EXIT_FAILED_REQUESTS, EXIT_USAGE
 from dxi.runner.sample import choose
 
 from .test_cli import MODEL

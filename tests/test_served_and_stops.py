@@ -15,7 +15,8 @@ from dxi.adapters.errors import REQUEST, SCOPE_MODEL
 from dxi.adapters.provider_errors import provider_stop, refuses_form
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite, discover
-from dxi.runner.cli import EXIT_PROVIDER_STOPPED, main
+from dxi.runner.cli import main
+from dxi.runner.errors import EXIT_PROVIDER_STOPPED
 from dxi.scoring.replies import same_model, usage_and_replies
 
 from . import wire_formats

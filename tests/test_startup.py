@@ -130,11 +130,11 @@ def test_a_first_run_reaches_its_first_request_without_polars_pyarrow_numpy_or_t
     # compaction, tenacity with the first retry.
     data = synthetic_data(tmp_path / "data", 5)
     loaded = _imported_by(
-        "from pathlib import Path\nfrom dxi.runner import cli\nfrom dxi.runner.run import run\n"
+        "from pathlib import Path\nfrom dxi.runner import cli\nfrom dxi.runner.commands import options\nfrom dxi.runner.run import run\n"
         "from dxi.runner.cost import Budget\nfrom dxi.runner.progress import RunProgress\n"
         "from dxi.cache import Cache\n"
         f"args = cli.parser().parse_args(['run', '--model', 'systemone:m@http://127.0.0.1:9', '--data-dir', {str(data)!r}])\n"
-        "plan = cli._plan(args)\n"
+        "plan = options.plan_of(args)\n"
         f"cache = Cache(Path({str(tmp_path / 'cache')!r}))\n"
         "m = plan.models[0]\n"
         "requests = [m.adapter.encode(t) for t in plan.suite.tasks()]\n"

@@ -34,7 +34,7 @@ def test_the_wheel_and_sdist_hold_the_package_under_one_namespace(dist: Path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/", 1)[0] for n in names}
     assert not tops & set(TOP_LEVEL)  # nothing named runner, cache, ... in site-packages
-    assert {"dxi/runner/cli.py", "dxi/cache/__init__.py", "dxi/report/html.py"} <= set(names)
+    assert {"dxi/runner/cli.py", "dxi/runner/commands/run.py", "dxi/cache/__init__.py", "dxi/report/html.py"} <= set(names)
     assert any(n.startswith("dxi/report/templates/") and n.endswith(".j2") for n in names)
     (sdist,) = dist.glob("decision_index-*.tar.gz")
     members = tarfile.open(sdist).getnames()

@@ -1,7 +1,6 @@
-"""The command line's batch mode: ``dxi run``'s batch flags (``add_run_flags``, ``options``) and ``dxi batches``
-(list, collect, cancel: what the ledger holds, collecting results without starting new work, cancelling a
-model's open batches). The work itself is ``runner.batch`` and ``runner.dispatch``; docs/batch.md.
-"""
+"""``dxi batches list|collect|cancel``: what the cache's batch ledger holds (``cache.ledger``), collecting the
+results of open batches without starting new work (``runner.dispatch.collect``), cancelling a model's open
+batches (``runner.batch.cancel_entries``); docs/batch.md. Its options, and ``main``."""
 from __future__ import annotations
 
 import argparse
@@ -9,59 +8,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import PlanError
+from ..errors import UsageError
+from . import options
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from dxi.cache.ledger import Entry
 
-    from .batch import BatchOptions
 
-POLL_S = 30.0
-
-
-def add_run_flags(g: argparse._ArgumentGroup, run: bool) -> None:
-    """``--batch`` (run and estimate) and, for run, ``--deadline``, ``--deadline-fallback``, ``--poll``, ``--batch-size``."""
-    g.add_argument("--batch", action="store_true",
-                   help="send what is not cached through each provider's batch API (OpenAI, Anthropic, Gemini) at the "
-                        "batch price, half the synchronous one" + ("" if run else ": price what is new so"))
-    if not run:
-        return
-    g.add_argument("--deadline", metavar="TIME",
-                   help="with --batch: at TIME (HH:MM, the next such time, or an ISO time) cancel the open batches, keeping "
-                        "every result produced")
-    g.add_argument("--deadline-fallback", choices=("none", "sync"), default="none",
-                   help="what is left at the deadline: none (left to the next run), sync (sent one call at a time, so "
-                        "the index is complete)")
-    g.add_argument("--poll", type=float, metavar="SECONDS", default=POLL_S,
-                   help="the first wait between two status reads of a batch; it grows by half each time up to 300 s")
-    g.add_argument("--batch-size", type=int, metavar="N", help="at most N requests per batch (default: the provider's "
-                                                                "limit, 50,000 for OpenAI, 100,000 for Anthropic)")
-
-
-def options(args: argparse.Namespace) -> BatchOptions:
-    """The BatchOptions of ``dxi run``'s flags; PlanError for a bad value."""
-    from .batch import BatchOptions, parse_deadline
-
-    deadline = None
-    if getattr(args, "deadline", None):
-        try:
-            deadline = parse_deadline(args.deadline)
-        except ValueError as exc:
-            raise PlanError(str(exc)) from None
-    poll = getattr(args, "poll", None)
-    poll = POLL_S if poll is None else poll
-    if poll <= 0:
-        raise PlanError("--poll must be positive (seconds)")
-    if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
-        raise PlanError("--batch-size must be at least 1")
-    return BatchOptions(deadline=deadline, poll_s=poll, max_poll_s=max(poll, 300.0))
-
-
-def add_parser(sub, models_group, data_group) -> None:
-    """``dxi batches list|collect|cancel``. ``models_group`` / ``data_group`` add the model and data options
-    (as ``dxi run`` has them) to a parser group."""
+def add_parser(sub) -> None:
+    """``dxi batches list|collect|cancel``; collect takes the model and data options as ``dxi run`` has them."""
     b = sub.add_parser("batches", help="the batches the cache's ledger holds: list, collect their results, cancel them",
                        description="The batches the cache's ledger holds (docs/batch.md).")
     bsub = b.add_subparsers(dest="batches_command", required=True, metavar="list|collect|cancel")
@@ -71,11 +28,11 @@ def add_parser(sub, models_group, data_group) -> None:
     ls.add_argument("--json", action="store_true", help="print the entries as JSON")
     co = bsub.add_parser("collect", help="poll the open batches of the models named and store the results of those "
                                          "that ended (submits nothing)")
-    models_group(co.add_argument_group("models"))
-    data_group(co.add_argument_group("data"))
+    options.add_models(co.add_argument_group("models"), True, False)
+    options.add_data(co.add_argument_group("data"))
     co.add_argument("--cache-dir", type=Path, metavar="DIR", help="the cache (default .dxi-cache, or the run file's)")
     co.add_argument("--wait", action="store_true", help="wait until every open batch has ended and is collected")
-    co.add_argument("--poll", type=float, default=POLL_S, metavar="SECONDS", help="with --wait: the first wait between "
+    co.add_argument("--poll", type=float, default=options.POLL_S, metavar="SECONDS", help="with --wait: the first wait between "
                                                                                   "two status reads")
     co.set_defaults(out=None)  # collects into the cache; writes no outputs
     ca = bsub.add_parser("cancel", help="cancel open batches (their results so far are collected by the next run)")
@@ -102,9 +59,8 @@ def rows(entries: list[Entry]) -> list[dict]:
     return out
 
 
-def cmd_batches(args: argparse.Namespace, console: Console, plan_of, started) -> int:
-    """``dxi batches ...``: ``plan_of(args)`` builds a run's plan (collect); ``started(models)`` starts adapters
-    and returns (the started models, [(model, its ProviderStop)] for those that cannot be reached)."""
+def main(args: argparse.Namespace, console: Console) -> int:
+    """``dxi batches list|collect|cancel``."""
     import orjson
     from rich.markup import escape
     from rich.table import Table
@@ -112,9 +68,9 @@ def cmd_batches(args: argparse.Namespace, console: Console, plan_of, started) ->
     from dxi.cache.ledger import Ledger
 
     if args.batches_command == "collect":
-        return _collect(args, console, plan_of, started)
+        return _collect(args, console)
     if not (args.cache_dir / "batches").is_dir() and args.batches_command == "cancel":
-        raise PlanError(f"{args.cache_dir} holds no batches (no {args.cache_dir / 'batches'} folder)")
+        raise UsageError(f"{args.cache_dir} holds no batches (no {args.cache_dir / 'batches'} folder)")
     ledger = Ledger(args.cache_dir)
     entries = sorted(ledger.entries().values(), key=lambda e: e.created)
     if args.batches_command == "list":
@@ -145,12 +101,12 @@ def _cancel(args: argparse.Namespace, console: Console, ledger, entries: list[En
     from dxi import adapters
     from dxi.adapters.batches import batch_api
 
-    from .batch import cancel_entries
+    from ..batch import cancel_entries
 
     chosen = [e for e in entries if not e.closed and (args.all or (args.model and e.label == args.model)
                                                        or (args.entry and args.entry in (e.id, e.batch_id)))]
     if not chosen:
-        raise PlanError("no open batch matches" + (f" the model {args.model!r}" if args.model else
+        raise UsageError("no open batch matches" + (f" the model {args.model!r}" if args.model else
                                                     f" {args.entry!r}" if args.entry else "") + " (dxi batches list)")
 
     async def go() -> int:
@@ -202,7 +158,7 @@ def _intent(ledger, entry_id: str) -> dict:
     return {}
 
 
-def _collect(args: argparse.Namespace, console: Console, plan_of, started) -> int:
+def _collect(args: argparse.Namespace, console: Console) -> int:
     """``dxi batches collect``: the open batches of the plan's models, polled (until they end, with --wait)
     and their results stored; nothing new is submitted."""
     import uvloop
@@ -211,12 +167,13 @@ def _collect(args: argparse.Namespace, console: Console, plan_of, started) -> in
     from dxi.cache import Cache
     from dxi.cache.ledger import Ledger
 
-    from .batch import BatchOptions
-    from .dispatch import collect
+    from ..batch import BatchOptions
+    from ..dispatch import collect
+    from ..session import start_adapters
 
-    plan = plan_of(args)
+    plan = options.plan_of(args)
     if args.poll <= 0:
-        raise PlanError("--poll must be positive (seconds)")
+        raise UsageError("--poll must be positive (seconds)")
     if not (plan.cache_dir / "batches").is_dir():
         console.print(f"{plan.cache_dir} holds no batches: nothing to collect")
         return 0
@@ -225,7 +182,7 @@ def _collect(args: argparse.Namespace, console: Console, plan_of, started) -> in
         ledger = Ledger(plan.cache_dir)
 
         async def go():
-            models, unreachable = await started(plan.models)
+            models, unreachable = await start_adapters(plan.models)
             for m, stop in unreachable:  # its batches stay open: collected once it can be reached
                 console.print(f"[yellow]{escape(m.label)}: not collected[/] ({escape(str(stop))})")
             try:
@@ -240,60 +197,3 @@ def _collect(args: argparse.Namespace, console: Console, plan_of, started) -> in
         console.print(escape(f"{label}: {s.ok + s.invalid + s.failed:,} result(s) stored, {s.given_back:,} given back "
                              f"(sent again by the next run), {len(s.running)} batch(es) still open"), highlight=False)
     return 0
-
-
-def requests_block(stats) -> dict:
-    """summary.json's ``requests`` entries of a model with batches: ``batches`` (submitted, collected, still
-    running, requests given back); {} for a model sent synchronously only."""
-    from .batch import BatchStats
-
-    if not isinstance(stats, BatchStats):
-        return {}
-    return {"batches": {"submitted": stats.submitted, "collected": stats.collected, "running": len(stats.running),
-                        "given_back": stats.given_back}}
-
-
-def report(stats: dict, console: Console) -> tuple[bool, bool]:
-    """After a run: say which models' batch API refused their batches, and what batches left unanswered
-    (a deadline without ``--deadline-fallback sync``); returns (any refused, any unanswered)."""
-    from rich.markup import escape
-
-    from .batch import BatchStats
-
-    refused = unanswered = False
-    for label, s in stats.items():
-        if not isinstance(s, BatchStats):
-            continue
-        if s.stopped:
-            refused = True
-            console.print(f"[red]Batch API refused:[/] {escape(label)}: {escape(s.stopped)}; {s.not_sent:,} request(s) "
-                          "not sent (rerun without --batch to send them one call at a time)")
-        elif s.not_sent:
-            unanswered = True
-            console.print(f"[yellow]{escape(label)}: {s.not_sent:,} request(s) not answered by batch[/] (the deadline, or "
-                          "the cost bound); the next run sends them, or use --deadline-fallback sync")
-        if s.running:
-            console.print(escape(f"{label}: {len(s.running)} batch(es) still open (dxi batches list); the next run "
-                                 "collects them"), highlight=False)
-    return refused, unanswered
-
-
-def priced(plan) -> list:
-    """``dxi estimate --batch``: the plan's models, those whose provider has a batch API priced at the batch rate."""
-    import dataclasses
-
-    from dxi.adapters.batches import supports
-
-    prices = plan.batch_prices()
-    return [dataclasses.replace(m, price=prices[m.label]) if supports(m.adapter.kind) else m for m in plan.models]
-
-
-def estimate_note(plan) -> dict:
-    """``dxi estimate --batch``'s ``batch`` block: which models go by batch (priced at the batch rate) and
-    which stay synchronous (no batch API)."""
-    from dxi.adapters.batches import supports
-
-    return {"models": [m.label for m in plan.models if supports(m.adapter.kind)],
-            "synchronous": [m.label for m in plan.models if not supports(m.adapter.kind)],
-            "note": "new requests priced at the batch rate (half the price unless the run file gives batch_input / "
-                    "batch_output); models without a batch API at their own price"}

@@ -1,0 +1,89 @@
+"""``dxi estimate``: a dry run (``runner.estimate``): what is not cached, why, and its expected tokens and cost;
+nothing is sent. Its options, and ``main``: the estimate printed as a table, or as JSON."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from .. import distributed
+from . import options
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..plan import Plan
+
+
+def add_parser(sub) -> None:
+    s = options.command(sub, "estimate", "a dry run: what is not cached, why, and its expected tokens and cost "
+                                         "(sends nothing)", None, options.EXIT_CODES)
+    options.add_models(s.add_argument_group("models"), True, False)
+    options.add_data(s.add_argument_group("data"))
+    options.add_limits(s.add_argument_group("limits, retries and cost", "A limit given here applies to every provider, "
+                                                                        "over the run file's provider tables."))
+    options.add_cache(s.add_argument_group("cache"))
+    options.add_batch_flags(s.add_argument_group("batch mode (docs/batch.md)"), run=False)
+    o = s.add_argument_group("output")
+    options.add_output(o)
+    o.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "estimate")
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    import orjson
+    import uvloop
+
+    from dxi.cache import Cache
+
+    from ..estimate import estimate, totals, unreachable
+    from ..outputs import print_estimate
+    from ..session import start_adapters
+
+    plan = options.plan_of(args)
+    dist = distributed.setup(args, plan, sending=False)
+    with Cache(plan.cache_dir, retry_invalid=args.retry_invalid, retry_failed=args.retry_failed,
+               remote=dist.remote) as cache:
+        unnamed = [m for m in plan.models if not m.adapter.model]
+        if unnamed:  # a System One server names its model: ask it (GET /health; no request is sent)
+            async def learn_names() -> None:
+                started, _ = await start_adapters(unnamed)  # (one that cannot be reached is warned about below)
+                for m in started:
+                    await m.adapter.close()
+
+            uvloop.run(learn_names())
+        plan.check_labels()
+        models = batch_priced(plan) if args.batch else plan.models
+        estimates = estimate(models, plan.suite, cache, dist.shard)
+    total = totals(estimates)
+    doc = {"models": [e.as_dict() for e in estimates], "total": total, "max_cost_usd": plan.max_cost,
+           "problems": {m.adapter.label: p for m in plan.models if (p := m.adapter.missing_setup())},
+           "unreachable": uvloop.run(unreachable([m for m, e in zip(plan.models, estimates, strict=True) if e.new]))}
+    if args.batch:
+        doc["batch"] = batch_note(plan)
+    if args.json:
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print_estimate(doc, console)
+    return 0
+
+
+def batch_priced(plan: Plan) -> list:
+    """``--batch``: the plan's models, those whose provider has a batch API priced at the batch rate."""
+    import dataclasses
+
+    from dxi.adapters.batches import supports
+
+    prices = plan.batch_prices()
+    return [dataclasses.replace(m, price=prices[m.label]) if supports(m.adapter.kind) else m for m in plan.models]
+
+
+def batch_note(plan: Plan) -> dict:
+    """``--batch``'s ``batch`` block: which models go by batch (priced at the batch rate) and which stay
+    synchronous (no batch API)."""
+    from dxi.adapters.batches import supports
+
+    return {"models": [m.label for m in plan.models if supports(m.adapter.kind)],
+            "synchronous": [m.label for m in plan.models if not supports(m.adapter.kind)],
+            "note": "new requests priced at the batch rate (half the price unless the run file gives batch_input / "
+                    "batch_output); models without a batch API at their own price"}

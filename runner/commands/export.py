@@ -1,0 +1,63 @@
+"""``dxi export``: score from the cache only (``runner.rescore``) and write the answers (csv, parquet, jsonl) or
+the Every Eval Ever records (eee) with ``runner.export``. Its options, and ``main``."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import distributed
+from ..errors import EXIT_FAILED_REQUESTS, UsageError
+from . import options
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def add_parser(sub) -> None:
+    x = options.command(sub, "export", "score from the cache only and export the answers (csv, parquet, jsonl) or "
+                                       "the Every Eval Ever records (eee)")
+    options.add_models(x.add_argument_group("models"), True, True)
+    options.add_data(x.add_argument_group("data"))
+    options.add_cache(x.add_argument_group("cache"))
+    distributed.add_flags(x.add_argument_group("past one machine (a remote cache)"), "export")
+    o = x.add_argument_group("output")
+    o.add_argument("--format", required=True, choices=("eee", "csv", "parquet", "jsonl"),
+                   help="eee: Every Eval Ever aggregate and instance records under the folder TARGET; csv, parquet, "
+                        "jsonl: the per-answer table (the columns of answers.parquet) as the file TARGET")
+    o.add_argument("--include-missing", action="store_true",
+                   help="also write the answers missing from the cache (status missing; eee: no record either way) "
+                        f"and exit 0; without it they are left out, counted, and the exit code is {EXIT_FAILED_REQUESTS}")
+    o.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors and the count of missing answers")
+    x.add_argument("target", type=Path, metavar="TARGET", help="the file (csv, parquet, jsonl) or folder (eee) to write")
+    x.set_defaults(out=None)  # export writes TARGET only
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
+    from dxi.cache import Cache
+
+    from ..export import ExportError, missing_answers
+    from ..export import write as export
+    from ..outputs import score_all
+    from ..rescore import models_to_score, scored_suite, select
+
+    selection = select(args)
+    with Cache(selection.cache_dir, remote=selection.remote) as cache:
+        to_score = models_to_score(cache, selection)
+        suite = scored_suite(selection, to_score)
+        summary, scored = score_all(cache, suite, to_score.frame, None, None, to_score.epochs, prices=to_score.prices)
+    gap = missing_answers(summary)
+    try:
+        written = export(args.format, args.target, summary, scored, to_score.frame, suite,
+                         include_missing=args.include_missing)
+    except ExportError as exc:
+        raise UsageError(str(exc)) from None
+    for note in to_score.notes if not args.quiet else []:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    if not args.quiet:
+        console.print(escape(f"Exported {len(written)} file(s) ({args.format}) to {args.target}"))
+    if gap.total:
+        console.print(f"[{'yellow' if args.include_missing else 'red'}]{escape(gap.message(args.include_missing))}[/]")
+    return 0 if args.include_missing or not gap.total else EXIT_FAILED_REQUESTS

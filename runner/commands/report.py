@@ -1,0 +1,31 @@
+"""``dxi report``: score from the cache only (``runner.rescore``) and write OUT/report.html with its CSV and
+Parquet tables (``report.html``). Its options (those of ``dxi score``), and ``main``."""
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from . import options
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def add_parser(sub) -> None:
+    s = options.command(sub, "report", "score from the cache only and write OUT/report.html with CSV/Parquet tables",
+                        None, options.EXIT_CODES)
+    options.add_scoring(s, "report")
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
+    from ..outputs import print_summary
+    from ..rescore import rescore, select
+
+    done = rescore(select(args), html=True)
+    print_summary(done.summary, console, done.out)
+    for note in done.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    console.print(escape(f"Report written to {done.report} (tables in {done.out}/tables/)"))
+    return done.exit_code

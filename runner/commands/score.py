@@ -1,0 +1,30 @@
+"""``dxi score``: score from the cache only, without the network (``runner.rescore``). Its options, and
+``main``: the summary printed, with the notes on what was selected."""
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from . import options
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def add_parser(sub) -> None:
+    s = options.command(sub, "score", "score from the cache only, without the network (default: every model in the "
+                                      "cache)", None, options.EXIT_CODES)
+    options.add_scoring(s, "score")
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
+    from ..outputs import print_summary
+    from ..rescore import rescore, select
+
+    done = rescore(select(args))
+    print_summary(done.summary, console, done.out)
+    for note in done.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    return done.exit_code

@@ -1,0 +1,105 @@
+"""``dxi view``: serve the read-only results browser (``dxi.view``) over what ``dxi score`` would score
+(``runner.rescore``), rescoring in the background as the cache fills. Its options, and ``main``."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import distributed, signals
+from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, UsageError
+from . import options
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dxi.cache import Cache
+
+DESCRIPTION = """\
+Serve the results browser until stopped (Ctrl-C, or kill): the Decision Index table of what `dxi score`
+would score (the same selection options), each evaluation's questions, every answer and its request,
+two models compared, calibration. On 127.0.0.1 unless --host says otherwise; --port 0 picks a free port
+(printed). It rescores in the background as the cache fills. Read-only: nothing is written to the cache."""
+
+EXIT_CODES = f"""\
+exit codes:
+  0    stopped (Ctrl-C, kill -INT or kill -TERM); its private folder under the temporary folder removed
+  {EXIT_USAGE}    bad input (flags, run file, model string, data, no cache folder, a port that cannot be
+       served), with a message
+  {EXIT_INTERRUPTED}  interrupted before serving ({EXIT_TERMINATED}: by SIGTERM)
+"""
+
+
+def add_parser(sub) -> None:
+    s = options.command(sub, "view", "browse every answer in a local web app (read-only, from the cache only)",
+                        DESCRIPTION, EXIT_CODES)
+    options.add_models(s.add_argument_group("models"), True, True)
+    options.add_data(s.add_argument_group("data"))
+    options.add_cache(s.add_argument_group("cache"))
+    options.add_output(s.add_argument_group("output"), out=False)  # the view writes no outputs
+    p = s.add_argument_group("server")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to serve on (default 127.0.0.1: this machine only; another exposes every answer "
+                        "in the cache to the network, with a warning)")
+    p.add_argument("--port", type=int, default=8765, help="port to serve on (default 8765; 0: any free port)")
+    s.set_defaults(out=None)
+    distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "view")
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    """Serve until stopped. Nothing is written to the cache folder: the layouts, and a remote cache's mirror,
+    go to the view's private folder (``view.home``)."""
+    from rich.markup import escape
+
+    from dxi.cache import Cache
+    from dxi.view.app import is_loopback, serve  # aiohttp.web and Jinja2 load only for the viewer
+    from dxi.view.data import Browser
+    from dxi.view.home import private_home
+
+    from ..outputs import summarize
+    from ..rescore import models_to_score, select
+    from ..selection import choose
+
+    home = private_home()  # stale ones of killed views removed first
+    try:
+        selection = select(args, mirror=Path(home.name) / "remote")
+        plan, cache_dir, given = selection.plan, selection.cache_dir, selection.suite
+        if not args.quiet:  # scoring the cache takes a while on a large one: the server starts after it
+            console.print(f"reading and scoring the cache in {escape(str(cache_dir))}; the address follows once it is ready",
+                          highlight=False)
+        with Cache(cache_dir, read_only=True, remote=selection.remote) as cache:
+            to_score = models_to_score(cache, selection, empty_ok=True)
+            kept = choose(args, plan, given, to_score.frame, cache_dir)
+        notes = to_score.notes + kept.notes
+
+        def again(cache: Cache) -> tuple:  # every model in the cache again, and the tasks their runs selected
+            nonlocal kept
+            now_scored = models_to_score(cache, selection, empty_ok=True)
+            now = choose(args, plan, given, now_scored.frame, cache_dir)
+            if now.key != kept.key:
+                kept = now
+            kept.suite.runs = now.suite.runs
+            return now_scored.frame, now_scored.prices, now_scored.epochs, kept.suite
+
+        browser = Browser.build(cache_dir, kept.suite, to_score.frame, summarize, to_score.epochs, to_score.prices,
+                                home=home, remote=selection.remote, select=again if plan is None else None)
+    except KeyboardInterrupt:
+        home.cleanup()
+        console.print("[yellow]Interrupted[/] before serving (nothing was written to the cache).")
+        return signals.exit_code()
+    except BaseException:
+        home.cleanup()
+        raise
+    browser.source.owns_home = True  # removed with the last snapshot, when the server stops
+    for note in [] if args.quiet else notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    if not is_loopback(args.host):
+        console.print(f"[red]warning:[/] serving on {escape(args.host)}, not this machine only: anyone who can reach "
+                      "it can read every prompt and reply in the cache (there is no login). Use the default "
+                      "--host 127.0.0.1 unless that is what you want.")
+    try:
+        serve(browser, args.host, args.port, print_=lambda text: console.print(escape(text)))
+    except (OSError, OverflowError) as exc:  # a port taken or out of range, a host that does not resolve
+        raise UsageError(f"cannot serve on {args.host}:{args.port}: {exc} (choose another --port, or --port 0 for "
+                         "a free one)") from None
+    return 0

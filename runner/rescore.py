@@ -1,0 +1,183 @@
+"""Scoring from the cache alone, without the network, as library calls: what ``dxi score``, ``report``, ``export``
+and ``view`` score (``select``: the plan or every model in the cache, the cache and output folders, the tasks,
+the remote tier; ``models_to_score``: the models under the names ``dxi run`` gives them, their prices and
+epochs) and ``rescore``, which scores that selection into summary.json and answers.parquet (with ``html``:
+report.html and its tables too) and returns a ``Rescored``.
+
+``flags`` below is the selection as ``dxi score`` parses it (``runner.commands``; an ``argparse.Namespace``, or
+any object with the same attributes), as ``runner.plan.from_args`` reads it.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dxi import adapters
+from dxi.evals import PROMPT_VERSION
+
+from . import distributed
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from dxi.cache import Cache
+    from dxi.cache.remote import Remote
+    from dxi.evals import Suite
+    from dxi.scoring.provisional import Tolerance
+
+    from .plan import Plan
+
+
+@dataclass
+class Selection:
+    """What is scored: ``plan`` (a run file's or the ``--model`` flags'; None: every model in the cache),
+    ``cache_dir`` and ``out`` (folders), ``suite`` (the tasks the flags name; ``scored_suite`` narrows it to
+    those the runs selected), ``remote`` (the remote cache tier, or None) and ``flags`` (as given)."""
+
+    plan: Plan | None
+    cache_dir: Path
+    out: Path
+    suite: Suite
+    remote: Remote | None
+    flags: argparse.Namespace
+
+
+@dataclass
+class ToScore:
+    """The models to score (a ``scoring.MODELS_SCHEMA`` frame), their prices (label -> USD per million input,
+    output tokens; None: unknown), the default epochs and notes for the user."""
+
+    frame: pl.DataFrame
+    prices: dict
+    epochs: int
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Rescored:
+    """What ``rescore`` wrote: ``summary`` (summary.json's document), ``out`` (its folder), ``report`` (the
+    report.html written, or None), ``notes`` (for the user: epochs left out, the selection the runs made) and
+    ``exit_code`` (0, or ``runner.errors.EXIT_FAILED_REQUESTS`` for a provisional result not accepted)."""
+
+    summary: dict
+    out: Path
+    report: Path | None
+    notes: list[str]
+    exit_code: int
+
+
+def select(flags: argparse.Namespace, mirror: Path | None = None) -> Selection:
+    """What ``dxi score`` (and ``report``, ``export``, ``view``) scores, from its flags; the remote cache tier
+    (``--cache-remote``) has its shards pulled into the cache folder, which it creates, or into ``mirror``
+    (``dxi view`` never writes to the cache folder). Sets ``flags.cache_dir`` to the folder chosen. UsageError
+    for a run file beside ``--model``, or no cache."""
+    from .plan import from_args as plan_from_args
+    from .plan import suite_from_flags
+
+    if flags.run_file is not None and flags.model:
+        raise UsageError(f"--model cannot be combined with a run file ({flags.run_file}): the file names the models")
+    plan = plan_from_args(flags) if flags.run_file is not None or flags.model else None
+    cache_dir = plan.cache_dir if plan else (flags.cache_dir or Path(".dxi-cache"))
+    out = plan.out if plan else (flags.out or Path("out"))
+    suite = plan.suite if plan else suite_from_flags(flags)
+    uri = flags.cache_remote or (plan.cache_remote if plan else None)
+    if not cache_dir.is_dir() and (not uri or mirror is not None):  # a remote tier pulled into it creates it
+        raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
+    remote = distributed.remote_for(uri, cache_dir, mirror)
+    flags.cache_dir = cache_dir
+    return Selection(plan, cache_dir, out, suite, remote, flags)
+
+
+def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) -> ToScore:
+    """The models to score: the plan's (a run file's, or the ``--model`` flags' with their ``--param``) under
+    the names ``dxi run`` gives them, else every model in the cache. UsageError for a ``--model`` whose
+    configuration (adapter, model, endpoint, parameters) has no rows in the cache, and for a cache with no
+    model at all unless ``empty_ok`` (``dxi view``, which shows the models as a run adds them)."""
+    import polars as pl
+
+    from dxi import scoring
+
+    from .plan import with_effort
+
+    plan, flags = selection.plan, selection.flags
+    found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
+    if plan is None:
+        if found.is_empty() and not empty_ok:
+            raise UsageError(f"no models in {selection.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
+        prices = {label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
+                  for label, kind in found.select("label", "provider").iter_rows()}
+        epochs = flags.epochs or 1
+        return ToScore(with_effort(found), prices, epochs, more_epochs(found, epochs))
+    same = []
+    for m in plan.models:
+        a = m.adapter
+        config = ((pl.col("provider") == a.kind) & (pl.col("endpoint") == a.endpoint)
+                  & (pl.col("params") == a.params_key))
+        if not a.model:  # a System One server that names its model: the one model cached from that server
+            kinds = found.filter(config)
+            if kinds.height != 1:
+                raise UsageError(f"{m.label}: no model name is given and the cache holds {kinds.height} models from "
+                                 f"{a.endpoint}; name it ({a.kind}:NAME@URL, or model = NAME in a run file)")
+            a.model = kinds["model"].item()
+        match = found.filter(config & (pl.col("model") == a.model))
+        if flags.model and match.is_empty():
+            near = (found.filter((pl.col("provider") == a.kind) & (pl.col("model") == a.model))
+                    .select("endpoint", "params").unique().sort("endpoint", "params"))
+            cached = (f" It is cached with: {'; '.join(f'endpoint {e}, parameters {p}' for e, p in near.iter_rows())}."
+                      if near.height else f" Models there: {', '.join(found['label'].to_list()) or 'none'}.")
+            raise UsageError(f"{m.label}: no such model in {selection.cache_dir} (endpoint {a.endpoint or '-'}, "
+                             f"parameters {a.params_key}, prompt version {PROMPT_VERSION}); give the model string and "
+                             f"--param as `dxi run` was given them.{cached}")
+        same.append(match.with_columns(pl.lit(m.label).alias("label")))
+    plan.check_labels()
+    notes = more_epochs(pl.concat(same), plan.epochs) if flags.model and not flags.epochs else []
+    return ToScore(plan.models_frame(), plan.prices(), plan.epochs, notes)
+
+
+def more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:
+    """A note for each model whose cache holds more epochs than are scored."""
+    import polars as pl
+
+    return [f"{label}: the cache holds {n} epochs; --epochs {n} scores them all (scored: {epochs})"
+            for label, n in found.filter(pl.col("cached_epochs") > epochs).select("label", "cached_epochs").iter_rows()]
+
+
+def scored_suite(selection: Selection, to_score: ToScore) -> Suite:
+    """The suite scored over the models ``to_score``: the selection's, or with no selection given the tasks the
+    runs recorded in the cache selected (``runner.selection``; its notes are added to ``to_score.notes``)."""
+    from .selection import choose
+
+    chosen = choose(selection.flags, selection.plan, selection.suite, to_score.frame, selection.cache_dir)
+    to_score.notes += chosen.notes
+    return chosen.suite
+
+
+def rescore(selection: Selection, html: bool = False) -> Rescored:
+    """Score ``selection`` from the cache alone into ``selection.out`` (summary.json, answers.parquet; with
+    ``html``: report.html and tables/, models ranked by Decision Index unless a plan gives their order). The
+    tolerance of failed answers is the plan's ``allow_failed``, else the flags' ``--allow-failed``."""
+    from dxi.cache import Cache
+
+    from .errors import EXIT_FAILED_REQUESTS
+    from .outputs import score, score_all
+    from .plan import tolerance
+
+    plan, out = selection.plan, selection.out
+    allowed: Tolerance | None = plan.tolerance() if plan else tolerance(selection.flags.allow_failed)
+    path = None
+    with Cache(selection.cache_dir, remote=selection.remote) as cache:
+        to_score = models_to_score(cache, selection)
+        suite = scored_suite(selection, to_score)
+        batch_prices = plan.batch_prices() if plan is not None else None
+        if not html:
+            summary = score(cache, suite, to_score.frame, out, None, to_score.epochs, to_score.prices,
+                            batch_prices=batch_prices, tolerance=allowed)
+        else:
+            from dxi.report.html import write  # matplotlib and Jinja2 load only for reports
+            summary, scored = score_all(cache, suite, to_score.frame, out, None, to_score.epochs, breakdowns=True,
+                                        prices=to_score.prices, batch_prices=batch_prices, tolerance=allowed)
+            path = write(summary, scored, out, ranked=plan is None)  # no order given: by Decision Index
+    return Rescored(summary, out, path, to_score.notes, 0 if summary["accepted"] else EXIT_FAILED_REQUESTS)

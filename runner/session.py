@@ -1,0 +1,394 @@
+"""One run of a plan, end to end, as a library call: ``run(plan, ...)`` starts the adapters, sends what is not
+cached (``runner.dispatch``, under ``runner.signals.Graceful``), counts the tasks and prepares the scoring while
+the requests are on the wire, scores (``runner.outputs``), uploads (``runner.distributed``) and decides the exit
+code; it returns a ``RunResult``. ``dxi run`` (``runner.commands.run``) is this call plus its messages.
+
+The pieces are public for the other callers: ``start_adapters`` (``dxi estimate`` learns a server's model name,
+``dxi batches collect`` starts the models it polls), ``all_cached`` and ``requests_block``.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import islice
+from typing import TYPE_CHECKING
+
+from dxi import adapters
+from dxi.evals import EVALS
+
+from . import distributed
+from .errors import EXIT_COST_BOUND, EXIT_FAILED_REQUESTS, EXIT_PROVIDER_STOPPED, UsageError
+from .signals import GRACE_S
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dxi.cache import Cache
+
+    from .batch import BatchOptions
+    from .cost import Budget
+    from .estimate import Estimate
+    from .plan import Plan
+    from .run import ModelRun, Stats
+    from .stops import RunStop
+
+SURVEY_WAIT_S = 0.5  # the longest the survey waits for the run's first outcome before starting anyway
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What ``run`` did: ``stats`` (model label -> its ``runner.run.Stats``, or ``runner.batch.BatchStats``),
+    ``summary`` (summary.json's document, as written to ``plan.out``), ``stopped`` (summary.json's
+    ``stopped_providers`` blocks, ``runner.stops``), ``cost_bound`` (its ``cost_bound`` block; None without
+    ``--max-cost``), ``spent_usd`` (what this run's requests cost, USD), ``refused`` / ``unanswered`` (a batch
+    API refused a model's batches / batches left requests unanswered: ``runner.batch``), ``upload_failed``
+    (``runner.errors.EXIT_UPLOAD`` when shards could not be uploaded to the remote cache, else None) and
+    ``exit_code`` (``dxi run``'s, from ``exit_code``)."""
+
+    stats: dict[str, Stats]
+    summary: dict
+    stopped: list[dict]
+    cost_bound: dict | None
+    spent_usd: float
+    refused: bool
+    unanswered: bool
+    upload_failed: int | None
+    exit_code: int
+
+    @property
+    def failed(self) -> dict[str, Stats]:
+        """The models with failed requests (no valid reply after the retries): label -> Stats."""
+        return {label: s for label, s in self.stats.items() if s.failed}
+
+
+def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, fsync: bool = False,
+        retry_invalid: bool = False, retry_failed: bool = False, dist: distributed.Distributed | None = None,
+        batch_options: BatchOptions | None = None, fallback_sync: bool = False,
+        on_summary: Callable[[dict], None] | None = None) -> RunResult:
+    """Run ``plan``: send what is not cached into its cache folder, score into ``plan.out`` (summary.json,
+    answers.parquet), upload (with a remote tier) and decide the exit code.
+
+    ``console``: where the start line and the progress go (None: nothing is printed); ``grace``: seconds the
+    requests in flight get to finish after the first Ctrl-C or SIGTERM; ``fsync``, ``retry_invalid``,
+    ``retry_failed``: as ``cache.Cache`` takes them; ``dist``: the shard, remote tier and coordinator
+    (``distributed.setup``; None: one machine); ``batch_options``: batch mode's (``runner.batch``);
+    ``fallback_sync``: what batches leave at the deadline is sent one call at a time; ``on_summary``: called
+    with summary.json's document once it is written, before the uploads finish.
+
+    Raises ``UsageError`` (an adapter that cannot start, two models with one name), ``signals.Interrupted`` or
+    ``KeyboardInterrupt`` (stopped by a signal: everything that arrived is cached) and
+    ``cache.CacheWriteError`` (the cache could not be written)."""
+    import uvloop
+
+    from dxi.cache import Cache
+
+    from .stops import stopped_providers
+
+    dist = dist or distributed.Distributed()
+    budget = dist.budget(plan.max_cost)
+    limiters: dict = {}
+    with Cache(plan.cache_dir, fsync=fsync, retry_invalid=retry_invalid, retry_failed=retry_failed,
+               remote=dist.remote, roll_s=dist.roll_s) as cache:
+        stats, remaining = uvloop.run(_graceful(plan, cache, console, budget, grace, dist, limiters, batch_options,
+                                                fallback_sync))
+        requests = requests_block(stats)
+        extra = {}
+        if plan.max_cost is not None:
+            extra["cost_bound"] = bound_block(budget, remaining)
+        on_provider: dict[str, list[str]] = {}
+        for m in plan.models:
+            on_provider.setdefault(m.limits_key, []).append(m.label)
+        stopped = stopped_providers(limiters, on_provider, {label: s.not_sent for label, s in stats.items()},
+                                    {label: s.refused for label, s in stats.items()})
+        if stopped:
+            extra["stopped_providers"] = stopped
+        # the last log parsed once, before scoring (which reads its rows from memory instead of parsing the
+        # log twice) and written as a shard on the compactor thread while the scoring runs
+        cache.close(wait=False)
+        from .outputs import score  # imported during the run already (``prepare_scoring``)
+        from .selection import annotate
+
+        models = plan.models_frame()
+        annotate(plan.suite, models=models, cache_dir=plan.cache_dir)  # models whose other runs selected other tasks
+        summary = score(cache, plan.suite, models, plan.out, requests, plan.epochs, plan.prices(), extra,
+                        batch_prices=plan.batch_prices(), tolerance=plan.tolerance())
+    if on_summary is not None:
+        on_summary(summary)
+    upload_failed = dist.finish()  # the run ends when its uploads are done
+    dist.shard_note()
+    refused, unanswered = batch_outcome(stats)
+    sharded = dist.shard is not None and dist.shard.count > 1
+    code = exit_code(summary, stats, budget_stopped=budget.stopped, stopped=bool(stopped), refused=refused,
+                     unanswered=unanswered, sharded=sharded, upload_failed=upload_failed)
+    return RunResult(stats, summary, stopped, extra.get("cost_bound"), budget.spent, refused, unanswered, upload_failed, code)
+
+
+def exit_code(summary: dict, stats: dict[str, Stats], *, budget_stopped: bool, stopped: bool, refused: bool,
+              unanswered: bool, sharded: bool, upload_failed: int | None) -> int:
+    """``dxi run``'s exit code (``dxi --help`` lists them): the cost bound (3) first, then a stopped provider or
+    a refused batch (6), then requests batches left unanswered (1); else the uploads' failure (5) or, without
+    it, 0 when the summary is ``accepted`` and 1 when it is provisional. One shard of several scores only its
+    part (the others' answers are missing by design): it is provisional only for requests that failed."""
+    if budget_stopped:
+        return EXIT_COST_BOUND
+    if stopped or refused:
+        return EXIT_PROVIDER_STOPPED
+    if unanswered:
+        return EXIT_FAILED_REQUESTS
+    if sharded:
+        failed = any(s.failed for s in stats.values())
+        return upload_failed or (EXIT_FAILED_REQUESTS if failed and not summary["accepted"] else 0)
+    return upload_failed or (0 if summary["accepted"] else EXIT_FAILED_REQUESTS)
+
+
+def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:
+    """summary.json's per-model ``requests`` blocks (label -> counts) from a run's Stats: sent, cache hits,
+    outcomes, attempts, retry waits (seconds, 3 decimals), 429s, repairs, tokens, cost (USD, 6 decimals; None
+    without a price), not sent and refused; with batches, their ``batches`` block too."""
+    from .batch import BatchStats
+
+    blocks = {}
+    for label, s in stats.items():
+        block = {"sent": s.sent, "cache_hits": s.cache_hits, "failed": s.failed, "invalid": s.invalid,
+                 "attempts": s.attempts, "retry_wait_s": round(s.retry_wait_s, 3), "rate_limited": s.rate_limited,
+                 "repaired": s.repaired, "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
+                 "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6), "not_sent": s.not_sent,
+                 "refused": s.refused}
+        if isinstance(s, BatchStats):
+            block["batches"] = {"submitted": s.submitted, "collected": s.collected, "running": len(s.running),
+                                "given_back": s.given_back}
+        blocks[label] = block
+    return blocks
+
+
+def batch_outcome(stats: dict[str, Stats]) -> tuple[bool, bool]:
+    """(a batch API refused some model's batches, batches left some model's requests unanswered: the deadline
+    without ``--deadline-fallback sync``, or the cost bound)."""
+    from .batch import BatchStats
+
+    batched = [s for s in stats.values() if isinstance(s, BatchStats)]
+    return any(s.stopped for s in batched), any(not s.stopped and s.not_sent for s in batched)
+
+
+def bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
+    """summary.json's ``cost_bound``: the bound, what this run spent, whether it stopped, what remains."""
+    from .estimate import totals
+
+    block = {"max_cost_usd": budget.max_usd, "spent_usd": round(budget.spent, 6), "stopped": budget.stopped}
+    if remaining is not None:
+        total = totals(remaining)
+        block |= {"remaining_requests": total["new"], "remaining_cost_usd": total["cost_usd"],
+                  "remaining_bound_usd": total["bound_usd"]}
+    return block
+
+
+async def start_adapters(models: list[ModelRun]
+                         ) -> tuple[list[ModelRun], list[tuple[ModelRun, adapters.ProviderStop]]]:
+    """Start every adapter (closing those started if one fails); UsageError for one that cannot start. A model
+    whose server cannot be reached (a ProviderStop) is not started: it is returned beside the started ones
+    with its stop, for its provider to be stopped alone (``runner.stops``)."""
+    started, unreachable = [], []
+    try:
+        for m in models:
+            try:
+                await m.adapter.start()
+            except adapters.ProviderStop as stop:
+                unreachable.append((m, stop))
+                continue
+            started.append(m)
+    except adapters.Fatal as exc:
+        for m in started:
+            await m.adapter.close()
+        raise UsageError(str(exc)) from None
+    return started, unreachable
+
+
+def all_cached(model: ModelRun, plan: Plan, cache: Cache, shard=None) -> int | None:
+    """The number of requests of ``model`` (with a ``shard``: of those it owns) when every one is in the
+    cache (it needs no server, no key), else None; None too for a model that must be started to know its
+    name (a System One server that names its model)."""
+    a = model.adapter
+    if not a.model:
+        return None
+    n = 0
+    stream = ((task, sample) for task in plan.suite.tasks() for sample in range(model.epochs))
+    while batch := list(islice(stream, 256)):
+        keys = [a.encode(task, sample).key for task, sample in batch]
+        if shard is not None:
+            keys = [k for k in keys if shard.owns(k)]
+        if not all(cache.has_many(keys)):
+            return None
+        n += len(keys)
+    return n
+
+
+def counted(plan: Plan, models: list[ModelRun], idle: set[str], budget: Budget, shard=None
+            ) -> tuple[str, dict[str, int]]:
+    """The start line (what is running) and each model's number of requests (with a ``shard``: the
+    requests it owns), from the suite's survey."""
+    from .progress import start_line
+
+    suite = plan.suite
+    tasks = {EVALS[name].title: n for name, n in suite.survey().tasks.items()}
+    n_tasks = sum(tasks.values())
+    totals_ = ({m.label: n_tasks * m.epochs for m in models} if shard is None else
+               {m.label: shard.owned(m.adapter, suite, m.epochs) for m in models})
+    return start_line(totals_, tasks, {m.label: m.epochs for m in models}, idle, plan.cache_dir, plan.out, budget), totals_
+
+
+async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], budget: Budget, console,
+                  first: asyncio.Event, shard=None) -> None:
+    """Once the run's first outcome is in (``first``: the first requests are on the wire; at most
+    ``SURVEY_WAIT_S``), ``suite.survey()`` a few hundred tasks per event-loop turn, then the start line and
+    the progress totals (on a thread: with a shard, counting what it owns encodes every request); then
+    what scoring needs is prepared on a thread (``prepare_scoring``), while the requests are on the wire,
+    instead of before the first request or after the last reply."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(first.wait(), SURVEY_WAIT_S)
+    for _ in plan.suite.surveying():
+        await asyncio.sleep(0)
+    if progress is not None:  # on a thread: with a shard, its requests are encoded to count those it owns
+        line, totals_ = await asyncio.to_thread(counted, plan, models, idle, budget, shard)
+        console.print(line, highlight=False, markup=False)
+        progress.set_totals(totals_)
+    await asyncio.to_thread(prepare_scoring, plan.suite)
+
+
+def prepare_scoring(suite) -> None:
+    """What the scoring after the run needs and can have before it: its imports, the gold frames and the
+    bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
+    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept as float32 by ``Bootstrap.prepare``); what
+    closing the cache needs to compact its last log (``cache.store.prepare_compaction``); and the summary's
+    provenance (``runner.provenance``: git is asked here, never before the first request)."""
+    from dxi import scoring
+    from dxi.cache.store import prepare_compaction
+
+    from . import outputs  # noqa: F401
+    from .provenance import provenance
+
+    prepare_compaction()
+    provenance()  # git, the version and the platform, asked now rather than after the last reply
+    suite.gold_frames()
+    boot = scoring.Bootstrap()  # as outputs.score_all scores
+    for name, n_tasks in suite.survey().tasks.items():
+        boot.prepare(name, n_tasks)
+
+
+async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: Budget, grace: float,
+                    dist: distributed.Distributed, limiters: dict, batch_options, fallback_sync: bool
+                    ) -> tuple[dict[str, Stats], list[Estimate] | None]:
+    """Run the plan (``_send``) under ``runner.signals.Graceful``: the first Ctrl-C or SIGTERM drains it
+    (``runner.stops.RunStop``), a second one or the end of ``grace`` cuts it short; either way it raises
+    ``signals.Interrupted`` once stopped."""
+    from .signals import Graceful
+    from .stops import RunStop
+
+    stop = RunStop()
+    with Graceful(stop.request, grace, stop.abandon) as graceful:
+        try:
+            result = await _send(plan, cache, console, budget, grace, dist, limiters, stop, batch_options, fallback_sync)
+        except asyncio.CancelledError:
+            if graceful.aborted is None:
+                raise
+            raise graceful.interrupted(stop.abandoned) from None
+    if graceful.signum is not None:
+        raise graceful.interrupted(stop.abandoned)
+    return result
+
+
+async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budget, grace: float,
+                dist: distributed.Distributed, limiters: dict, stop: RunStop, batch_options, fallback_sync: bool
+                ) -> tuple[dict[str, Stats], list[Estimate] | None]:
+    """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
+    ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.stops``).
+    A model whose requests are all cached is not started: a server that is down, or a key not set, does
+    not stop a run that needs neither. Each model is sent under its claim on the cache, synchronously or
+    through its batch API (``runner.dispatch``; ``batch_options``: ``runner.batch.BatchOptions``). Once
+    ``stop`` is requested nothing more is sent and it returns as soon as the requests in flight are stored
+    (open batches keep running at the provider: the next run collects them)."""
+    from .dispatch import send, settle_cached
+    from .limits import ProviderLimiter
+    from .progress import RunProgress
+    from .run import Stats
+    from .selection import remember
+    from .signals import describe
+
+    cached = {m.label: n for m in plan.models if (n := all_cached(m, plan, cache, dist.shard)) is not None}
+    idle = set(cached)
+    settle_cached([m for m in plan.models if m.label in idle], cache)  # a batch whose rows are all in: closed
+    started, unreachable = await start_adapters([m for m in plan.models if m.label not in idle])
+    models = plan.models
+    roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
+    try:
+        plan.check_labels()
+        remember(plan)  # what this run selects, for `dxi score` without a selection (runner.selection)
+        limiters.update(dist.limiters(models))
+        for m, problem in unreachable:  # its provider stops alone (runner.stops): the others run
+            limiters.setdefault(m.limits_key, ProviderLimiter(m.adapter.limits)).halt(problem)
+        shard = dist.shard
+        if len(idle) == len(models):  # nothing to send: the counts are known, the run loop is not needed
+            stats = {m.label: Stats(total=cached[m.label], cache_hits=cached[m.label],
+                                    cost_usd=None if m.price is None else 0.0) for m in models}
+            if console is not None:
+                console.print(counted(plan, models, idle, budget, shard)[0], highlight=False, markup=False)
+                console.print(f"Every request is in the cache ({sum(cached.values()):,}): nothing to send.",
+                              highlight=False, markup=False)
+            return stats, None
+        free = frozenset(m.label for m in models if m.price == (0.0, 0.0))
+        progress = None if console is None else RunProgress(console, {}, budget=budget, free=free)
+        if progress is not None:
+            stop.on_change = lambda: progress.stopping(describe(stop.signum), stop.in_flight, grace)
+        # The tasks are counted (for the start line and the progress totals) and their gold rows kept (for
+        # scoring) in one pass interleaved with the run, not before the first request nor after the last reply.
+        first = asyncio.Event()
+
+        def on_progress(label: str, stats: Stats) -> None:
+            first.set()
+            if progress is not None:
+                progress.update(label, stats)
+
+        def say(text: str) -> None:  # a wait for another process, a batch's state change: one line each
+            if console is not None:
+                console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, markup=False)
+
+        def sending():
+            return send(models, plan.suite, cache, on_progress=on_progress, budget=budget, limiters=limiters, shard=shard,
+                        batch=plan.batch, batch_overrides=plan.batch_overrides, limits_of=plan.batch_limits,
+                        options=batch_options, fallback_sync=fallback_sync, say=say, stop=stop)
+
+        survey = asyncio.create_task(_survey(plan, progress, models, idle, budget, console, first, shard))
+
+        def drop_survey() -> None:
+            survey.cancel()
+            if survey.done() and not survey.cancelled():
+                survey.exception()  # retrieved: the run's own error (or its stop) is what counts
+
+        try:
+            if progress is None:
+                stats = await sending()
+            else:
+                with progress:
+                    stats = await sending()
+                    if not stop.requested:  # (stopped: nothing more to count or score)
+                        await survey  # the totals, before the bars close
+            if stop.requested:
+                drop_survey()
+                return stats, None
+            await survey  # a malformed row raises here if the run did not meet it first
+        except BaseException:
+            drop_survey()
+            raise
+        remaining = None
+        if budget.stopped:
+            from .estimate import estimate
+
+            remaining = estimate(models, plan.suite, cache, shard)
+        return stats, remaining
+    finally:
+        roller.cancel()
+        await dist.close()
+        for m in started:
+            await m.adapter.close()
