@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import math
 import os
 import re
@@ -20,6 +19,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 import yarl
+
+from dxi.hosts import is_loopback
 
 from .base import Adapter, Limits, ModelSpec, Request, canonical_params
 from .credentials import KeyCommand
@@ -346,21 +347,6 @@ async def check_reachable(url: str, what: str, timeout_s: float = 10.0) -> None:
         reason = f"no connection within {timeout_s:g} s" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
         raise ProviderStop(f"{what}: cannot reach {url} ({reason}); check the base URL, that the server is running, "
                            "and the network", UNREACHABLE) from None
-
-
-def is_loopback(url: str) -> bool:
-    """True when ``url``'s host is this machine (127.0.0.0/8, ::1, localhost): no API key needed there."""
-    return is_loopback_host(urlsplit(url).hostname or "")
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` (a name or an address) is this machine only: localhost, 127.0.0.0/8 or ::1."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class HTTPAdapter(Adapter):

@@ -29,7 +29,7 @@ from scipy.stats import binomtest
 
 from dxi.cache import Cache, CacheWriteError
 from dxi.runner.cli import main
-from dxi.view.app import CSP, is_loopback, make_app, task_url
+from dxi.view.app import CSP, is_loopback_host, make_app, task_url
 from dxi.view.data import Browser, EvalQuery
 
 from . import wire_formats
@@ -429,7 +429,7 @@ def test_only_loopback_by_default_and_a_warning_for_another_host(built: dict, mo
     b.close()
     assert b.labels == [MODEL]  # the selection options of dxi score
     assert any("warning" in p and "0.0.0.0" in p for p in printed)
-    assert [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "127.0.0.2", "0.0.0.0", "192.168.1.2", "example")] == [
+    assert [is_loopback_host(h) for h in ("127.0.0.1", "::1", "localhost", "127.0.0.2", "0.0.0.0", "192.168.1.2", "example")] == [
         True, True, True, True, False, False, False]
     assert main(["view", "--data-dir", str(built["data"]), "--cache-dir", str(built["tmp"] / "none"), "-q"]) == 2
 

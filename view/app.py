@@ -30,8 +30,8 @@ import jinja2
 import markupsafe
 from aiohttp import web
 
-from dxi.adapters.http import is_loopback_host as is_loopback  # noqa: F401  (dxi view and its tests use it)
 from dxi.evals import EVALS
+from dxi.hosts import is_loopback_host  # noqa: F401  (dxi view and its tests use it)
 from dxi.scoring import provisional
 from dxi.scoring.calibration import ECE_BINS
 from dxi.scoring.replies import model_notes
