@@ -424,7 +424,7 @@ class HTTPAdapter(Adapter):
         return self.url
 
     @property
-    def provider(self) -> str:
+    def limits_key(self) -> str:
         return f"{self.kind}@{self.base_url}"
 
     def auth_headers(self, key: str) -> dict[str, str]:

@@ -893,7 +893,7 @@ def _view_options(p: argparse._ArgumentGroup) -> None:
 
 def cmd_view(args: argparse.Namespace, console: Console) -> int:
     """Serve the read-only results browser (``dxi.view``) over what ``dxi score`` would score, rescoring
-    in the background as the cache fills. Nothing is written to the cache folder: the layouts, and a
+    in the background as the cache fills. Nothing is written to the cache folder: the snapshots, and a
     remote cache's mirror, go to the view's private folder (``view.home``)."""
     from rich.markup import escape
 

@@ -25,7 +25,7 @@ flight finish and are stored, then it is raised. Before anything is sent the sui
 whole (``Suite.validate``), and before the first request the cache is checked writable.
 
 Models: each is a ``ModelRun`` (or a bare Adapter: its defaults): its own number of epochs, the key of the
-limits it shares (a run file's provider table; default ``Adapter.provider``) and its price. The cost bound
+limits it shares (a run file's provider table; default ``Adapter.limits_key``) and its price. The cost bound
 (``runner.cost``): each attempt reserves its cost bound before it is sent, waiting for attempts in flight to
 settle when it does not fit; once it cannot fit with nothing in flight, the feeders hand out nothing more,
 requests already handed out are not sent (their attempts cannot reserve either), the attempts in flight
@@ -116,8 +116,9 @@ class Stats:
 
 @dataclass
 class ModelRun:
-    """One model of a run: its (started) ``adapter``, its number of ``epochs``, the ``provider`` key of the
-    limits it shares with the other models on that provider (None: ``adapter.provider``) and its ``price``
+    """One model of a run: its (started) ``adapter``, its number of ``epochs``, its ``provider`` (the name of
+    the run file's provider, a ``[providers.*]`` table or an adapter kind), whose limits it shares with the
+    other models on that provider (None: the adapter's own, ``Adapter.limits_key``), and its ``price``
     in USD per million (input, output) tokens (None: none given)."""
 
     adapter: Adapter
@@ -131,7 +132,8 @@ class ModelRun:
 
     @property
     def limits_key(self) -> str:
-        return self.provider or self.adapter.provider
+        """The key of the limits this model shares: its ``provider``, else ``Adapter.limits_key``."""
+        return self.provider or self.adapter.limits_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +151,7 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
               shard: Shard | None = None, stop: RunStop | None = None) -> dict[str, Stats]:
     """Run every task of ``suite`` on every model (a ``ModelRun``, or a started Adapter run ``epochs`` times
     with its own limits) and return the Stats per model label. Each outcome is in the cache before its
-    worker takes the next request. ``limiters`` (provider key -> ProviderLimiter) is filled in when given,
+    worker takes the next request. ``limiters`` (limits key -> ProviderLimiter) is filled in when given,
     for reports. ``budget`` tracks the cost and holds the cost bound (``budget.stopped`` once reached).
     Before anything is sent, every selected file is checked whole (``Suite.validate``: a malformed row or
     a repeated task id raises ``evals.DatasetError``), and before the first request is handed out the
@@ -171,12 +173,12 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
 class Scheduler:
     """One run's scheduler: the state ``run`` shares between its feeders and workers, named.
 
-    Set at the start: ``runs`` (the models), ``suite``, ``cache``, ``limiters`` (one per provider key, every
+    Set at the start: ``runs`` (the models), ``suite``, ``cache``, ``limiters`` (one per limits key, every
     model's present), ``budget`` (the cost bound), ``stop`` (the run stopping from outside), ``shard`` (None:
     every request), ``on_progress`` (called with a model's label and Stats as they change); ``stats`` (per
-    model label), ``provider_of`` (model label -> provider key), ``n_workers`` (the sum of the providers'
+    model label), ``provider_of`` (model label -> limits key), ``n_workers`` (the sum of the providers'
     ``max_in_flight``) and ``queue`` (the requests handed out, at most ``n_workers``; None tells a worker to
-    end). Changing as the run goes: ``feeds`` (per provider key, its models' request streams, taking
+    end). Changing as the run goes: ``feeds`` (per limits key, its models' request streams, taking
     turns), ``unsent`` (a stopped provider's or model's streams, for its feeder to count not sent),
     ``in_flight`` (cache keys handed out and not yet stored), ``stopped_by`` (the error that stops the run:
     nothing more is handed out; the first is raised at the end) and ``writable`` (the cache was found

@@ -226,7 +226,7 @@ def serve(browser: Browser, host: str = "127.0.0.1", port: int = 8765, print_: C
           refresh: float = REFRESH_S) -> None:
     """Serve ``browser`` on ``host``:``port`` until interrupted (Ctrl-C), rescoring newer rows of the cache
     in the background (``view.live``; looked for every ``refresh`` seconds, 0: never), then remove the
-    layouts and the private folder."""
+    snapshots and the private folder."""
     live = Live(browser, refresh)
     try:
         web.run_app(make_app(live), host=host, port=port, print=print_, access_log=None)
