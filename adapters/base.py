@@ -18,10 +18,12 @@ class Request:
 
     ``body`` is the exact bytes sent (built deterministically; keys never sorted, since option order
     is meaningful). ``params`` is the canonical JSON of the sampling parameters ("{}" for none).
-    ``sample`` is the epoch index. Secrets never appear here: adapters add them as headers in ``send``.
+    ``sample`` is the epoch index. ``kind`` is the adapter's (``Adapter.kind``: the wire format); the cache
+    stores it in its ``provider`` column (the column's name since the first shards). Secrets never appear
+    here: adapters add them as headers in ``send``.
     """
 
-    provider: str
+    kind: str
     model: str
     endpoint: str
     body: bytes
@@ -29,11 +31,11 @@ class Request:
     params: str = "{}"
     prompt_version: str = PROMPT_VERSION
     key: str = field(init=False, repr=False, compare=False)
-    """The cache key: sha256 (hex) of provider, model, endpoint, sample, prompt version, sampling
+    """The cache key: sha256 (hex) of kind, model, endpoint, sample, prompt version, sampling
     parameters and the body bytes; computed once, when the request is made."""
 
     def __post_init__(self) -> None:
-        head = "\0".join((self.provider, self.model, self.endpoint, str(self.sample), self.prompt_version,
+        head = "\0".join((self.kind, self.model, self.endpoint, str(self.sample), self.prompt_version,
                           self.params)).encode()
         object.__setattr__(self, "key", hashlib.sha256(head + b"\0" + self.body).hexdigest())
 
@@ -179,15 +181,16 @@ class Adapter(abc.ABC):
     ``adapters.errors``. ``start`` runs once before the first request (open sessions, learn the served
     model's name) and ``close`` once after the last.
 
-    ``kind``: the adapter name in model strings; ``provider``: the key of the rate limits this adapter's
-    requests share (e.g. one per base URL); ``model``: the model's name, part of every cache key;
-    ``takes_params``: language-model adapters send sampling parameters, decision formats have none;
-    ``OPTIONS``: the settings (``ModelSpec.options``) the adapter reads; ``free``: the model runs on this
-    machine (no bill: its price is 0 unless a run file says otherwise); ``HIDDEN_INPUT_TOKENS``: input tokens
-    a provider adds to every request beyond what the body holds (an upper bound; see ``runner.tokens``);
-    ``CACHE_PRICES``: the prices of prompt-cache reads and writes (``cached_input``, ``cache_write``,
-    ``cache_write_1h``) as multiples of the input price, where the provider's pricing fixes them for every
-    model (Anthropic); a run file's price overrides them, and a part priced by neither is priced as input.
+    ``kind``: the adapter name in model strings (the wire format); ``limits_key``: the key of the rate limits
+    this adapter's requests share (e.g. one per base URL; a run file's provider overrides it, ``ModelRun``);
+    ``model``: the model's name, part of every cache key; ``takes_params``: language-model adapters send
+    sampling parameters, decision formats have none; ``OPTIONS``: the settings (``ModelSpec.options``) the
+    adapter reads; ``free``: the model runs on this machine (no bill: its price is 0 unless a run file says
+    otherwise); ``HIDDEN_INPUT_TOKENS``: input tokens a provider adds to every request beyond what the body
+    holds (an upper bound; see ``runner.tokens``); ``CACHE_PRICES``: the prices of prompt-cache reads and writes
+    (``cached_input``, ``cache_write``, ``cache_write_1h``) as multiples of the input price, where the
+    provider's pricing fixes them for every model (Anthropic); a run file's price overrides them, and a part
+    priced by neither is priced as input.
     """
 
     kind: str = ""
@@ -263,7 +266,7 @@ class Adapter(abc.ABC):
         return None
 
     @property
-    def provider(self) -> str:
+    def limits_key(self) -> str:
         return f"{self.kind}@{self.spec.base_url or 'default'}"
 
     @property

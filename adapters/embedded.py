@@ -42,7 +42,7 @@ class Embedded(SystemOne):
         return Limits(max_in_flight=2 * WORKERS, attempt_timeout_s=60.0, max_attempts=1)
 
     @property
-    def provider(self) -> str:
+    def limits_key(self) -> str:
         return f"{self.kind}:{self.model}"
 
     @property

@@ -2,16 +2,19 @@
 
     AdapterError
     ├── Retryable                  retried with backoff; if retries run out, stored as a transient
-    │   │                          failure and requested again on the next run
-    │   ├── RateLimited            HTTP 429 (and Anthropic 529): ``retry_after`` seconds when given
-    │   └── Transient              5xx, 408, timeouts, connection errors
+    │   │                          failure and requested again on the next run; not retried in this run
+    │   │                          when the provider says ``x-should-retry: false``
+    │   ├── RateLimited            HTTP 429 and 529 (Anthropic's "overloaded"), and a 503 that states a
+    │   │                          wait: ``retry_after`` seconds when given
+    │   └── Transient              408, 409, 425 and every other 5xx (``TRANSIENT_STATUSES``), any other
+    │       │                      status with ``x-should-retry: true``; timeouts, connection errors
     │       ├── MalformedReply     a body that is not the wire format (not JSON, no ``answers``), an
     │       │                      error inside a 200, a compressed body cut before its trailer
     │       └── Unreachable        no connection could be opened (refused, no route, a name that does not
     │                              resolve, none within the connect timeout): the server was not reached;
     │                              when every attempt meets it the runner pauses the provider and probes it
-    ├── Fatal                      400/422 and other 4xx for this request alone: never retried; stored as a
-    │                              deterministic failure (kept on rerun)
+    ├── Fatal                      400/422 and every other 4xx for this request alone: never retried;
+    │                              stored as a deterministic failure (kept on rerun)
     ├── ProviderStop               a failure every request to this provider would meet alike: quota or
     │                              spend limit exhausted, key refused (401/403), a stated wait longer than
     │                              the run accepts, a server that cannot be reached (at start, or for longer
@@ -21,6 +24,18 @@
     │                              request is not stored, so the next run sends it
     └── ReplyTooLarge              the reply passed ``Limits.max_reply_bytes``: read no further, stored
                                    ``invalid`` with a bounded prefix
+
+A status is classified in one place: ``provider_errors.provider_stop`` first (what the reply's status and
+words say about the provider or model: a ProviderStop), then ``status_kind`` (the table above), both through
+``http.error_for``, which every HTTP adapter and batch call uses. The statuses retried are those the official
+OpenAI and Anthropic SDKs retry (408, 409, 429, 5xx; their ``_should_retry``), plus 425 Too Early (RFC 8470
+§5.2: the request may be retried) and 529.
+
+The runner re-classifies two errors after an attempt, for what only it knows (``runner.retry.reclassify``):
+a RateLimited whose stated wait is longer than ``Limits.max_stated_wait_s`` becomes a ProviderStop (cause
+``WAIT``: the run does not wait that long), and a ProviderStop of cause ``REQUEST`` (a form of request the
+model refuses) becomes Fatal once that model has answered other requests in this run (the refusal is this
+request's own, so it is stored and kept rather than stopping the model).
 
 Messages carry the status and at most 300 bytes of the response body, never request headers, so an
 API key cannot leak into the cache, logs or reports.
@@ -75,6 +90,22 @@ class Unreachable(Transient):
 
 class Fatal(AdapterError):
     """A deterministic failure of this request (bad request): fails fast, never retried."""
+
+
+RATE_LIMIT_STATUSES = frozenset({429, 529})  # 529: Anthropic's "overloaded"
+TRANSIENT_STATUSES = frozenset({408, 409, 425})  # and every 5xx: timeout, conflict, too early (RFC 8470)
+
+
+def status_kind(status: int, stated_wait: bool = False, should_retry: str = "") -> type[RateLimited | Transient | Fatal]:
+    """The error class of a non-2xx HTTP ``status`` that is no ProviderStop (``provider_errors`` decides
+    that first): RateLimited for 429 and 529, and for a 503 whose headers state a wait (``stated_wait``);
+    Transient for ``TRANSIENT_STATUSES``, every other 5xx and, whatever the status, ``should_retry`` "true"
+    (the ``x-should-retry`` header, lower-cased); Fatal for every other status."""
+    if status in RATE_LIMIT_STATUSES or (status == 503 and stated_wait):
+        return RateLimited
+    if status in TRANSIENT_STATUSES or status >= 500 or should_retry == "true":
+        return Transient
+    return Fatal
 
 
 QUOTA, KEY, MODEL, REQUEST, WAIT = "quota exhausted", "API key refused", "unknown model", "request refused", "wait too long"

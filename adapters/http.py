@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import math
 import os
 import re
@@ -21,14 +20,25 @@ import aiohttp
 import orjson
 import yarl
 
+from dxi.hosts import is_loopback
+
 from .base import Adapter, Limits, ModelSpec, Request, canonical_params
 from .credentials import KeyCommand
-from .errors import KEY, UNREACHABLE, AdapterError, Fatal, ProviderStop, RateLimited, ReplyTooLarge, Retryable, Transient, Unreachable
+from .errors import (
+    KEY,
+    UNREACHABLE,
+    AdapterError,
+    Fatal,
+    ProviderStop,
+    RateLimited,
+    ReplyTooLarge,
+    Retryable,
+    Transient,
+    Unreachable,
+    status_kind,
+)
 from .json_body import load_json  # noqa: F401 (re-exported: the adapters read replies with it)
 from .provider_errors import provider_stop
-
-RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
-
 
 _DELTA_SECONDS = re.compile(r"\d+(?:\.\d+)?")  # RFC 9110 §10.2.3 delay-seconds (decimals tolerated)
 
@@ -251,7 +261,8 @@ def error_for(status: int, payload: bytes, headers: Mapping[str, str], what: str
     """The error a non-2xx reply means (``payload``: its body, redacted already): ProviderStop for what every
     request to the provider would meet alike (``provider_errors.provider_stop``), RateLimited (429, 529, and
     503 with a Retry-After, with that wait, or the one ``retry_after_from_body`` reads from the body),
-    Transient (408, 409, 425, other 5xx) or Fatal (other 4xx, with what to check); ``x-should-retry`` as
+    Transient (408, 409, 425, other 5xx) or Fatal (other 4xx, with what to check), as ``errors.status_kind``
+    classifies them; ``x-should-retry`` as
     ``post`` describes. The one reading of an error reply: ``post`` and the batch calls (``adapters.batches``)."""
     snippet = _snippet(payload)
     stop = provider_stop(status, payload, what, snippet, reply_time(headers))
@@ -259,11 +270,12 @@ def error_for(status: int, payload: bytes, headers: Mapping[str, str], what: str
         return stop
     should_retry = headers.get("x-should-retry", "").strip().lower()
     wait = rate_limit_wait(headers) if status == 503 else None
-    if status in (429, 529) or wait is not None:  # a 503 that says when to come back is a rate limit
+    kind = status_kind(status, wait is not None, should_retry)  # the one table: adapters.errors
+    if kind is RateLimited:  # a 503 that says when to come back is a rate limit
         error: Retryable = rate_limited(f"{what}: HTTP {status} rate limited: {snippet}", headers, status)
         if error.retry_after is None and retry_after_from_body is not None:
             error.retry_after = retry_after_from_body(payload)
-    elif status in RETRYABLE_STATUSES or status >= 500 or should_retry == "true":
+    elif kind is Transient:
         error = Transient(f"{what}: HTTP {status}: {snippet}", status)
     else:
         hint = {400: "check the model's parameters and that the server supports this request",
@@ -348,21 +360,6 @@ async def check_reachable(url: str, what: str, timeout_s: float = 10.0) -> None:
                            "and the network", UNREACHABLE) from None
 
 
-def is_loopback(url: str) -> bool:
-    """True when ``url``'s host is this machine (127.0.0.0/8, ::1, localhost): no API key needed there."""
-    return is_loopback_host(urlsplit(url).hostname or "")
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` (a name or an address) is this machine only: localhost, 127.0.0.0/8 or ::1."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class HTTPAdapter(Adapter):
     """A model behind an HTTP API: ``POST {base_url}{path}`` with a JSON body.
 
@@ -427,7 +424,7 @@ class HTTPAdapter(Adapter):
         return self.url
 
     @property
-    def provider(self) -> str:
+    def limits_key(self) -> str:
         return f"{self.kind}@{self.base_url}"
 
     def auth_headers(self, key: str) -> dict[str, str]:

@@ -183,7 +183,7 @@ class _Local:
         return self.base_url + "/chat/completions"
 
     @property
-    def provider(self) -> str:
+    def limits_key(self) -> str:
         return f"llamacpp:{self.model}"
 
     async def start(self) -> None:

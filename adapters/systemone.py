@@ -118,7 +118,7 @@ class SystemOne(Adapter):
         self._secrets = http.secrets_in(self._headers)
 
     @property
-    def provider(self) -> str:
+    def limits_key(self) -> str:
         return f"{self.kind}@{self.base_url}"
 
     @property

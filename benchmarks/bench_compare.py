@@ -1,5 +1,5 @@
 """Paired comparisons and ranks (``scoring.compare``): what they add to ``dxi score`` for 50 models on the
-whole index (1,225 pairs), synthetic answers written through the real cache schema (``benchmarks.synthetic``).
+whole index (1,225 pairs), synthetic answers written through the real cache schema (``tests.synthetic``).
 
 Figures (the best of ``REPEATS``, as the machine is shared):
 
@@ -22,10 +22,10 @@ from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, gold_frames
 from dxi.scoring.compare import discordant
 from dxi.scoring.sums import build_cubes
+from tests.synthetic import suite, write_cache
 
 from . import Result
 from .bench_scoring import _best
-from .synthetic import suite, write_cache
 
 SIZES = {"aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 3423, "wildguardtest": 835}
 MODELS = 50

@@ -49,7 +49,7 @@ def _child(n: int, cache_dir: str) -> None:
         await adapter.start()
         started = time.perf_counter()
         with Cache(cache_dir) as cache:
-            stats = (await run([adapter], SyntheticSuite(n), cache))[adapter.label]
+            stats = (await run([adapter], SyntheticSuite.when2call(n), cache))[adapter.label]
             keys = len(cache)
         return {"seconds": time.perf_counter() - started, "sent": stats.sent, "cache_hits": stats.cache_hits,
                 "keys": keys}

@@ -1,5 +1,5 @@
 """Rescoring a large cache: 1,000,000 cached answers (200 models × 5,000 questions), synthetic, written as
-Parquet shards through the real cache schema (``benchmarks.synthetic``), scored by the real entry points.
+Parquet shards through the real cache schema (``tests.synthetic``), scored by the real entry points.
 
 Figures (each the best of ``REPEATS`` runs, as the machine is shared):
 
@@ -32,11 +32,11 @@ from dxi import scoring
 from dxi.cache import Cache, verify
 from dxi.cache.layout import FLAT_LAYOUT, NESTED, read_nested
 from dxi.evals import PROMPT_VERSION, gold_frames
-from dxi.scoring.index import WEIGHTS
-from dxi.scoring.score import READ_COLUMNS
+from dxi.scoring.decision_index import WEIGHTS
+from dxi.scoring.pipeline import READ_COLUMNS
+from tests.synthetic import PROVIDER, model_name, suite, write_cache
 
 from . import Result
-from .synthetic import PROVIDER, model_name, suite, write_cache
 
 SIZES = {"aa_omniscience_decision": 1001, "hle_multichoice": 1000, "when2call": 1001, "wildguardtest": 666}
 MODELS = 200
@@ -130,7 +130,7 @@ import sys
 from pathlib import Path
 from benchmarks.bench_memory import peak_rss_mb
 from benchmarks.bench_scoring import SIZES
-from benchmarks.synthetic import suite
+from tests.synthetic import suite
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, gold_frames

@@ -1,5 +1,5 @@
 """``dxi view`` on a large cache: 20 models × 50,000 questions (1,000,000 answers, synthetic, through the
-real cache schema: ``benchmarks.synthetic``), served by the real app in its own process and asked over
+real cache schema: ``tests.synthetic``), served by the real app in its own process and asked over
 HTTP on 127.0.0.1.
 
 Figures:
@@ -14,7 +14,7 @@ Figures:
   ``REPEATS`` different tasks;
 * memory: the server process's peak resident set (``VmHWM``: start-up included), its resident set
   while serving, after every request, and the start-up child's peak (``VmHWM`` of the process that
-  scores the cache and writes the layout) — goal ≤ 500 MB each: every process ``dxi view`` starts.
+  scores the cache and writes the snapshot) — goal ≤ 500 MB each: every process ``dxi view`` starts.
 """
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ from urllib.parse import quote
 
 import orjson
 
+from tests.synthetic import PROVIDER, SyntheticSuite, model_name, suite, write_cache
+
 from . import Result
-from .synthetic import PROVIDER, SyntheticSuite, model_name, suite, write_cache
 
 SIZES = {"aa_omniscience_decision": 12_500, "hle_multichoice": 12_500, "when2call": 12_500, "wildguardtest": 4_167}
 MODELS = 20
@@ -68,7 +69,7 @@ def _serve(cache_dir: str, port: int) -> None:
         models = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
     prices = dict.fromkeys(models["label"].to_list())
     browser = Browser.build(Path(cache_dir), SyntheticSuite(SIZES), models, summarize, 1, prices)
-    print(orjson.dumps({"layout_peak_mb": browser.layout_peak_mb}).decode(), flush=True)
+    print(orjson.dumps({"snapshot_peak_mb": browser.snapshot_peak_mb}).decode(), flush=True)
     serve(browser, "127.0.0.1", port, print_=lambda text: None)
 
 
@@ -123,7 +124,7 @@ def run() -> list[Result]:
             compare = _get(f"{base}/compare/hle_multichoice?a={m}&b={other}")[0]
             calibration = _get(f"{base}/calibration?m={m}&eval=hle_multichoice&bin=9")[0]
             memory = _status(proc.pid)
-            child_mb = child["layout_peak_mb"] or 0.0
+            child_mb = child["snapshot_peak_mb"] or 0.0
         finally:
             proc.terminate()
             proc.wait(30)
@@ -152,7 +153,7 @@ def run() -> list[Result]:
                memory["VmHWM"] <= GOAL_MB, "VmHWM of the serving process over its whole life (start-up included)"),
         Result("view", "memory: peak of the start-up child (scoring)", child_mb, "MB", f"≤ {GOAL_MB:g} MB",
                child_mb <= GOAL_MB, "VmHWM of the child process that scores the cache (as dxi score does, one "
-               "evaluation at a time) and writes the layout, then exits; what its peak is made of: docs/view.md"),
+               "evaluation at a time) and writes the snapshot, then exits; what its peak is made of: docs/view.md"),
         Result("view", "memory: resident set while serving", memory["VmRSS"], "MB", f"≤ {GOAL_MB:g} MB",
                memory["VmRSS"] <= GOAL_MB, "VmRSS after every request above"),
     ]

@@ -38,7 +38,7 @@ def _arrow() -> dict[str, object]:
 
     SCHEMA = pa.schema([
         ("key", pa.string()),             # sha256 hex of the canonical request (adapters.base.Request.key)
-        ("provider", pa.string()),        # adapter kind: "embedded", "systemone", ...
+        ("provider", pa.string()),        # adapter kind, ``Request.kind`` (the column's name since the first shards)
         ("model", pa.string()),
         ("endpoint", pa.string()),
         ("params", pa.string()),          # canonical JSON of sampling parameters

@@ -158,7 +158,7 @@ class Mirror:
 
 
 @dataclass
-class Outcome:
+class FetchResult:
     """What happened to one evaluation: ``status`` is "fetched", "present", "failed" or "unavailable"."""
 
     eval: str
@@ -188,7 +188,7 @@ class Outcome:
             return None
         return self.tasks == self.expected_tasks
 
-    def note_counts(self) -> Outcome:
+    def note_counts(self) -> FetchResult:
         """Append to the message how the counts differ from the published ones, if they do."""
         if self.counts_match is False:
             self.message = "; ".join(filter(None, [self.message, (
@@ -252,9 +252,9 @@ def verify(path: Path, name: str) -> tuple[DataFile, int]:
 
 
 def fetch(data_dir: Path, source: Source, evals: Iterable[str] | None = None, force: bool = False,
-          revisions: dict[str, str] | None = None) -> list[Outcome]:
+          revisions: dict[str, str] | None = None) -> list[FetchResult]:
     """Fetch the selected evaluations into ``data_dir`` (a file already there is kept unless ``force``,
-    or unless a revision is asked for that it was not fetched at), verify each, and return one Outcome per
+    or unless a revision is asked for that it was not fetched at), verify each, and return one FetchResult per
     evaluation. ``revisions`` maps an evaluation to the revision (branch, tag or commit) to fetch; the
     others get the default branch. Each file is fetched at the commit its revision resolves to, recorded
     beside it (``record_source``). Never raises for one evaluation's failure."""
@@ -263,7 +263,7 @@ def fetch(data_dir: Path, source: Source, evals: Iterable[str] | None = None, fo
     for name in evals or EVALS:
         spec = HUB_FILES.get(name)
         if spec is None:
-            outcomes.append(Outcome(name, "unavailable", OMNISCIENCE_NOTE))
+            outcomes.append(FetchResult(name, "unavailable", OMNISCIENCE_NOTE))
             continue
         dest = data_dir / spec.dest
         status = "present"
@@ -283,14 +283,14 @@ def fetch(data_dir: Path, source: Source, evals: Iterable[str] | None = None, fo
                 status = "fetched"
             file, tasks = verify(dest, name)
         except (FetchError, DatasetError, FileNotFoundError) as exc:
-            outcomes.append(Outcome(name, "failed", str(exc), expected_rows=spec.rows, expected_tasks=spec.tasks))
+            outcomes.append(FetchResult(name, "failed", str(exc), expected_rows=spec.rows, expected_tasks=spec.tasks))
             continue
         except Exception as exc:  # anything else from one set (a file pyarrow cannot read): the others go on
-            outcomes.append(Outcome(name, "failed", f"{type(exc).__name__}: {exc}", expected_rows=spec.rows,
+            outcomes.append(FetchResult(name, "failed", f"{type(exc).__name__}: {exc}", expected_rows=spec.rows,
                                     expected_tasks=spec.tasks))
             continue
         at = f" at revision {file.source['revision']}" if file.source and file.source.get("revision") else ""
-        outcomes.append(Outcome(name, status, f"from {spec.repo_id}{at}", file, tasks, spec.rows, spec.tasks).note_counts())
+        outcomes.append(FetchResult(name, status, f"from {spec.repo_id}{at}", file, tasks, spec.rows, spec.tasks).note_counts())
     return outcomes
 
 
@@ -313,20 +313,20 @@ def revisions(values: Iterable[str], evals: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def check(data_dir: Path) -> list[Outcome]:
+def check(data_dir: Path) -> list[FetchResult]:
     """Load every evaluation found in ``data_dir`` and compare its counts with the published ones."""
     outcomes = []
     for name, found in discover(data_dir).items():
         spec = HUB_FILES.get(name)
         rows, tasks = (spec.rows, spec.tasks) if spec else (None, None)
         if found.file is None:
-            outcomes.append(Outcome(name, "failed", found.missing, expected_rows=rows, expected_tasks=tasks))
+            outcomes.append(FetchResult(name, "failed", found.missing, expected_rows=rows, expected_tasks=tasks))
             continue
         try:
             file, n = verify(found.file.path, name)
         except DatasetError as exc:
-            outcomes.append(Outcome(name, "failed", str(exc), expected_rows=rows, expected_tasks=tasks))
+            outcomes.append(FetchResult(name, "failed", str(exc), expected_rows=rows, expected_tasks=tasks))
             continue
         note = "" if spec is not None else omniscience.provenance_note(omniscience.is_stand_in(file.path, file.sha256))
-        outcomes.append(Outcome(name, "present", note, file, n, rows, tasks).note_counts())
+        outcomes.append(FetchResult(name, "present", note, file, n, rows, tasks).note_counts())
     return outcomes

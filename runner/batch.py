@@ -43,6 +43,14 @@ Ctrl-C leaves them running and the next run collects them.
 Test hooks: ``DXI_FAILPOINT=NAME`` kills the process (SIGKILL) at a named step: ``intent`` (after the
 intent is recorded), ``uploaded``, ``created`` (after the provider's reply, before it is recorded: the
 window no tag closes for Anthropic), ``submitted``, ``append:N`` (after the N-th row appended by a collection).
+
+**Why one module** over the ~400 lines modules keep to: ``ModelBatches`` (most of it) is one model's state
+machine over its ledger entries: streaming, submitting, polling and collecting share the entries being
+built and watched, the cost reservations, the requests given back and the claim, and follow the ledger's
+intent-first order across all four. Split by phase, each part would reach into the others' state and the
+order would no longer be read in one place. What is not that machine lives elsewhere: the flags and ``dxi
+batches`` in ``runner.batch_commands``, the wire formats in ``adapters.batches`` and its ``*_batch``
+adapters, the ledger in ``cache.ledger``.
 """
 from __future__ import annotations
 

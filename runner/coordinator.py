@@ -1,7 +1,7 @@
 """Shared limits and cost through Redis: ``--coordinator redis://HOST:PORT/DB`` (the ``distributed`` extra).
 
 Every process of a run (the shards of a job array, or several processes on one shard) shares, per
-provider key (``ModelRun.limits_key``):
+limits key (``ModelRun.limits_key``):
 
 * **pacing**: the same GCRA booking as ``runner.limits`` (each attempt books the next free instant at the
   current rate, requests and tokens), done atomically in a Lua script on Redis's clock, so N processes
@@ -38,6 +38,12 @@ handed over), and its release is one of the calls that batch every background ch
 turn (releases, token corrections, 429s, pauses, settlements) into one script call; a cost bound adds the
 reservation. ``make bench`` counts them with Redis's ``INFO commandstats``.
 
+**Where things are.** This module is the connection (``Coordinator``: connecting, the batched calls, the
+heartbeat, the pub/sub hand-overs, falling back and rejoining); the limiter and the budget that use it are
+``runner.shared_limits``. It is longer than the ~400 lines modules keep to because ``Coordinator`` is one
+state machine (down / local / shared) whose transitions share its connection, its pending calls and its
+waiters: split, each part would reach into the other's state.
+
 What each process keeps to itself: its window of attempts (AIMD, ``runner.limits.Window``) and its token
 estimate. Keys live under ``dxi:<run id>:``, expiring a day after their last use. The run id is
 ``DXI_RUN_ID``, else Slurm's ``SLURM_ARRAY_JOB_ID``, else a digest of the command line without its
@@ -58,15 +64,15 @@ import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
-from dxi.adapters import AdapterError, Limits, RateLimited, Request
-
 from .coordinator_script import library
-from .cost import Budget, CostBoundReached
-from .limits import BACKOFF, RECOVERY_S, ProviderLimiter, Ticket
-from .shard import divide
+from .cost import Budget
+from .limits import RECOVERY_S, ProviderLimiter
+
+if TYPE_CHECKING:
+    from .shared_limits import SharedBudget, SharedLimiter
 
 log = logging.getLogger("dxi.coordinator")
 
@@ -355,8 +361,8 @@ class Coordinator:
                 args += [zset, len(members), *members]
             waiting = set(self._waiting_for.values())
             for limiter in self._limiters.values():
-                if limiter.provider in waiting:
-                    args += [limiter.provider, limiter.size, self.lease_s, *limiter._ceilings, RECOVERY_S]
+                if limiter.limits_key in waiting:
+                    args += [limiter.limits_key, limiter.size, self.lease_s, *limiter._ceilings, RECOVERY_S]
             try:
                 await self.call("refresh", args)
             except _REDIS_ERRORS as exc:
@@ -490,252 +496,21 @@ class Coordinator:
 
     # ---- what the runner uses ---------------------------------------------------------------
     def limiters(self, models: Sequence) -> dict[str, ProviderLimiter]:
-        """A SharedLimiter per provider key of ``models`` (``runner.run.ModelRun``), for ``run(limiters=)``.
+        """A SharedLimiter per limits key of ``models`` (``runner.run.ModelRun``), for ``run(limiters=)``.
         Called inside the event loop: the background work (``start``) begins."""
         if not self._started:
             task = asyncio.get_running_loop().create_task(self.start())
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+        from .shared_limits import SharedLimiter  # (it imports this module's Coordinator: imported when first used)
+
         for m in models:
             if m.limits_key not in self._limiters:
                 self._limiters[m.limits_key] = SharedLimiter(m.adapter.limits, self, m.limits_key)
         return dict(self._limiters)
 
     def budget(self, max_usd: float | None) -> Budget:
+        from .shared_limits import SharedBudget
+
         self._budget = SharedBudget(max_usd, self)
         return self._budget
-
-
-@dataclass(slots=True)
-class SharedTicket(Ticket):
-    """A Ticket booked in Redis: its slot's lease ``member``, ``booked_at`` on Redis's clock, ``token_rate``
-    the shared rate it used."""
-
-    member: str = ""
-    booked_at: float = 0.0
-    token_rate: float = 0.0
-
-
-class SharedLimiter(ProviderLimiter):
-    """A ProviderLimiter whose pacing, pause, narrowed rates and in-flight slots are shared through the
-    coordinator (see the module docstring): each attempt takes a slot in Redis and gives it back when it
-    ends. Its admission ``slots`` stay this process's own (``max_in_flight``: they bound its queue, not what
-    is sent). While the coordinator is down it is a local ProviderLimiter with 1/N of the limits
-    (``fallback``)."""
-
-    def __init__(self, limits: Limits, coordinator: Coordinator, provider: str):
-        super().__init__(limits)
-        self.c, self.provider = coordinator, provider
-        self.hash = coordinator.key("provider", provider)
-        self.slots_key = coordinator.key("slots", provider)
-        self.fallback = ProviderLimiter(divide(limits, coordinator.shares))
-        self.size = max(1, limits.max_in_flight)
-        self._ceilings = (limits.rpm / 60 if limits.rpm else 0.0, limits.tpm / 60 if limits.tpm else 0.0)
-
-    def _args(self, member: str) -> list:
-        return [self.provider, self.size, member, self.c.lease_s, *self._ceilings]
-
-    def pause(self, seconds: float) -> None:
-        super().pause(seconds)
-        self.fallback.pause(seconds)
-        self.c.later("pause", [self.provider, seconds])
-
-    def paused_by_other(self, seconds: float) -> None:
-        """Another process paused the provider (a 429's stated wait): hold this one's attempts too."""
-        ProviderLimiter.pause(self, seconds)
-
-    def halt(self, error) -> None:
-        """Stop this provider (``ProviderLimiter.halt``), the fallback used while Redis is down included."""
-        super().halt(error)
-        self.fallback.halt(error)
-
-    def close(self) -> None:
-        """The run is stopping (``ProviderLimiter.close``), the fallback used while Redis is down included."""
-        super().close()
-        self.fallback.close()
-
-    def give_back(self, member: str) -> None:
-        """A slot handed to a waiter that gave up: back to Redis (and on to the next waiter)."""
-        self.c.later("release", [*self._args(member), RECOVERY_S])
-
-    async def acquire(self, request: Request) -> Ticket:
-        while True:
-            if await self.c.mode() == "local":
-                return await self.fallback.acquire(request)
-            try:
-                return await self._shared(request)
-            except _Down:
-                continue
-
-    async def _shared(self, request: Request) -> SharedTicket:
-        await self._unpaused()
-        await self.window.acquire()
-        size = len(request.body)
-        try:
-            while True:
-                cost = self.estimate(size)  # booked only where there is a token rate (configured or stated)
-                wait, booked_at, rate, member = await self._slot(cost)
-                if wait > 0:
-                    await self.sleep(wait)  # ends at once when the provider is stopped (halt) or the run stops
-                if not self.ending and self._paused_until > time.monotonic():  # a 429 came in meanwhile:
-                    self.give_back(member)  # book again after it
-                    self.c.drop(self.slots_key, member)
-                    await self._unpaused()
-                    continue
-                return SharedTicket(time.monotonic(), size, cost, member, booked_at, rate)
-        except BaseException:
-            self.window.release()
-            raise
-
-    async def _slot(self, cost: float) -> tuple[float, float, float, str]:
-        """Take a slot in Redis (waiting in its queue for one to be handed over): (seconds to wait for its
-        booked turn, Redis's time of the booking, the token rate used, the slot's member). Raises _Down when
-        Redis fails meanwhile."""
-        member = f"{self.c.member}/{uuid.uuid4().hex[:8]}"
-        fut = self.c.expect(member, self.provider)
-        try:
-            answer = await self.c.call("acquire", [*self._args(member), cost, RECOVERY_S])
-            if int(answer[0]) == 1:
-                self.c.forget(member)
-                wait, booked_at, rate = float(answer[1]), float(answer[2]), float(answer[3])
-            else:
-                wait, booked_at, rate = await self._handed(member, fut)
-        except _REDIS_ERRORS as exc:
-            self.c.forget(member)
-            self.c.fail(exc)
-            raise _Down from None
-        except asyncio.CancelledError:
-            self.c.forget(member)
-            self.c.later("cancel", [*self._args(member), RECOVERY_S])  # out of the queue, or its slot back
-            raise
-        self.c.hold(self.slots_key, member)
-        return wait, booked_at, rate, member
-
-    async def _handed(self, member: str, fut: asyncio.Future) -> tuple[float, float, float]:
-        """Wait for ``member``'s hand-over; every ``lease/2`` seconds without one, ask Redis (a message lost)."""
-        while True:
-            try:
-                return await asyncio.wait_for(asyncio.shield(fut), max(1.0, min(5.0, self.c.lease_s / 2)))
-            except TimeoutError:
-                pass
-            state = await self.c.call("check", [*self._args(member), RECOVERY_S])
-            if isinstance(state, bytes):
-                self.c.forget(member)
-                wait, booked_at, rate = (float(x) for x in state.decode().split())
-                return wait, booked_at, rate
-            if int(state) < 0:  # neither queued nor handed a slot (Redis restarted): queued again
-                answer = await self.c.call("acquire", [*self._args(member), 0, RECOVERY_S])
-                if int(answer[0]) == 1:
-                    self.c.forget(member)
-                    return float(answer[1]), float(answer[2]), float(answer[3])
-
-    def finish(self, ticket: Ticket, ok: bool, error: AdapterError | None = None,
-               input_tokens: int | None = None, output_tokens: int | None = None) -> None:
-        if not isinstance(ticket, SharedTicket):
-            self.fallback.finish(ticket, ok, error, input_tokens, output_tokens)
-            return
-        self.window.release()
-        self.c.drop(self.slots_key, ticket.member)
-        self.c.later("release", [*self._args(ticket.member), RECOVERY_S])
-        if ok:
-            self.replies += 1  # as ProviderLimiter.finish: a provider that has answered is not stopped by one 400
-            w = self.window
-            if w.size < self.limits.max_in_flight:
-                w.resize(min(float(self.limits.max_in_flight), w.size + 1 / w.size))
-            if input_tokens is not None:
-                if ticket.token_rate > 0:
-                    self.c.later("correct", [self.provider, input_tokens + (output_tokens or 0) - ticket.tokens,
-                                             self._ceilings[1], RECOVERY_S])
-                self.estimate.observe(ticket.body_bytes, input_tokens, output_tokens)
-            return
-        if not isinstance(error, RateLimited):
-            return
-        self.rate_limited += 1
-        self.c.later("rate_limited", [self.provider, ticket.booked_at, error.rpm or 0, error.tpm or 0, *self._ceilings,
-                                      RECOVERY_S])
-        if ticket.sent_at >= self._decreased_at:  # this process's window: once per round of 429s, as locally
-            self._decreased_at = time.monotonic()
-            if not (error.rpm or error.tpm):
-                self.decreases += 1
-                self.window.resize(self.window.size * BACKOFF)
-        if error.retry_after is not None and error.retry_after <= self.limits.max_stated_wait_s:
-            self.pause(error.retry_after)  # honoured exactly, as ProviderLimiter.finish; a longer wait stops the provider
-
-
-class SharedBudget(Budget):
-    """A Budget whose bound holds for every process of the run (spend and reservations in Redis); ``spent``
-    is still this process's own. While the coordinator is down: a local Budget of 1/N of the bound, less
-    what this process spent before (``local_in_flight`` counts its local reservations)."""
-
-    def __init__(self, max_usd: float | None, coordinator: Coordinator):
-        super().__init__(max_usd)
-        self.c = coordinator
-        self.bound = max_usd  # the whole bound (``max_usd`` is this process's share while it is on its own)
-        self.keys = [coordinator.key("cost"), coordinator.key("reservations"), coordinator.key("amounts")]
-        self._members: list[tuple[str, float]] = []
-        self.local_in_flight = 0
-
-    def rejoin(self) -> None:
-        """Back on Redis: the whole bound again (shared)."""
-        self.max_usd = self.bound
-
-    async def reserve(self, usd: float) -> float:
-        if self.bound is None:  # no bound to share: nothing to ask Redis
-            return await super().reserve(usd)
-        delay = POLL_S
-        while await self.c.mode() == "shared":
-            member = f"{self.c.member}/{uuid.uuid4().hex[:8]}"
-            try:
-                answer = int(await self.c.call("reserve", [usd, self.bound, member, self.c.lease_s]))
-            except _REDIS_ERRORS as exc:
-                self.c.fail(exc)
-                break
-            except asyncio.CancelledError:
-                self.c.later("settle", [member, 0])  # the script may have run: nothing was sent
-                raise
-            if answer == 1:
-                self.c.hold(self.keys[1], member)
-                self._members.append((member, usd))
-                self.reserved += usd
-                self.in_flight += 1
-                return usd
-            if answer == -2:
-                self.stopped = True
-                raise CostBoundReached(f"the cost bound of ${self.bound:g} leaves no room for another request within the "
-                                       f"shares of the shards reaching the coordinator (each shard of {self.c.shares} "
-                                       "out of reach keeps its share)")
-            if answer < 0 or self.stopped:
-                self.stopped = True
-                raise CostBoundReached(f"the cost bound of ${self.bound:g} (for every process of the run) leaves "
-                                       "no room for another request")
-            await asyncio.sleep(delay)
-            delay = min(1.0, delay * 1.5)
-        if await self.c.mode() != "local":  # rejoined meanwhile
-            return await self.reserve(usd)
-        self.max_usd = self.bound / self.c.shares  # on its own: its share, less what it spent (``spent``)
-        reserved = await super().reserve(usd)
-        self.local_in_flight += 1
-        self._members.append(("", usd))
-        return reserved
-
-    def settle(self, reserved: float, actual: float) -> None:
-        for i, (member, usd) in enumerate(self._members):
-            if usd == reserved:
-                del self._members[i]
-                if member:
-                    self.c.drop(self.keys[1], member)
-                    self.c.later("settle", [member, actual])
-                else:
-                    self.local_in_flight -= 1
-                break
-        super().settle(reserved, actual)
-
-    async def spent_by_all(self) -> float | None:
-        """What every process of the run has spent (USD), or None if Redis cannot say."""
-        if self.c.down or self.c._client is None:
-            return None
-        try:
-            value = await self.c._client.hget(self.keys[0], "spent")
-        except _REDIS_ERRORS:
-            return None
-        return float(value or 0)

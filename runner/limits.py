@@ -1,6 +1,6 @@
 """Per-provider limits: requests per minute, tokens per minute and requests in flight, adapted to 429s.
 
-One ``ProviderLimiter`` exists per provider key (``Adapter.provider``); every model on that provider
+One ``ProviderLimiter`` exists per limits key (``ModelRun.limits_key``); every model on that provider
 shares it. It holds four things:
 
 * **Admission slots** (``slots``, ``Limits.max_in_flight``): a request takes one before it is queued and

@@ -1,12 +1,14 @@
 """One request, attempted until it succeeds, fails deterministically, or runs out of attempts.
 
 tenacity drives the retries: exponential backoff with jitter (``Limits.backoff_s`` doubling, capped at
-``Limits.max_wait_s``) on Retryable errors (429, 5xx, timeouts, connection errors, malformed bodies,
-errors inside a 200) unless the provider said ``x-should-retry: false``; a 429's stated wait
-(``Retry-After``, ``retry-after-ms``, a reset header, Gemini's ``RetryInfo``), when given, is the wait
-instead, honoured exactly up to ``Limits.max_stated_wait_s``, and pauses the whole provider
+``Limits.max_wait_s``) on Retryable errors (429, 529, 408, 409, 425, 5xx, timeouts, connection errors,
+malformed bodies, errors inside a 200: ``adapters.errors`` classifies) unless the provider said
+``x-should-retry: false``; a 429's stated wait (``Retry-After``, ``retry-after-ms``, a reset header,
+Gemini's ``RetryInfo``), when given, is the wait instead, honoured exactly up to ``Limits.max_stated_wait_s``, and pauses the whole provider
 (``runner.limits``). Fatal errors (other 4xx) end at once.
 
+After each failed attempt ``reclassify`` applies the runner's two re-classifications (a stated wait too long
+becomes a ProviderStop; a refused form of request of a model that has answered others becomes Fatal).
 A ProviderStop (an exhausted quota, a refused key, an unknown model, a refused form of request, or a stated
 wait longer than ``max_stated_wait_s``) halts the provider's limiter at once, or, when it names one model
 (``ProviderStop.scope`` "model": an unknown model, a refused form), that model alone (``halt_model``; a refused
@@ -103,6 +105,20 @@ def _waiter(limits: Limits, limiter: ProviderLimiter):
     return wait
 
 
+def reclassify(error: AdapterError, max_stated_wait_s: float, model_answered: bool) -> AdapterError:
+    """The runner's two re-classifications of an adapter's error (``adapters.errors`` describes them beside
+    the tree): a RateLimited whose stated wait (``retry_after`` seconds) is longer than ``max_stated_wait_s``
+    becomes a ProviderStop of cause ``WAIT`` (``runner.stops.too_long``); a ProviderStop of cause ``REQUEST`` (a
+    form of request the model refuses) becomes Fatal (this request's own failure, stored and kept) when
+    ``model_answered`` (the model has answered other requests in this run). Any other error is returned as
+    it is."""
+    if isinstance(error, RateLimited) and error.retry_after is not None and error.retry_after > max_stated_wait_s:
+        return too_long(error, max_stated_wait_s)
+    if isinstance(error, ProviderStop) and error.cause == REQUEST and model_answered:
+        return Fatal(str(error), error.status)
+    return error
+
+
 def _worth_retrying(exc: BaseException) -> bool:
     return isinstance(exc, Retryable) and exc.should_retry
 
@@ -170,14 +186,9 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
         out.reply = reply = Reply(tuple(Answer.invalid(q.id, str(exc)) for q in task.questions))
         ok = True
     except AdapterError as exc:
-        error = exc
         if isinstance(exc, RateLimited):
             out.rate_limited += 1
-            if exc.retry_after is not None and exc.retry_after > adapter.limits.max_stated_wait_s:
-                error = too_long(exc, adapter.limits.max_stated_wait_s)
-        if isinstance(error, ProviderStop) and error.cause == REQUEST and limiter.model_replies[adapter.label]:
-            # the model answered other requests of this form: the refusal is this request's own (kept)
-            error = Fatal(str(error), error.status)
+        error = reclassify(exc, adapter.limits.max_stated_wait_s, limiter.model_replies[adapter.label] > 0)
         if isinstance(error, ProviderStop):
             if error.scope == SCOPE_MODEL:  # this model alone: the provider's other models go on
                 limiter.halt_model(adapter.label, error)

@@ -15,7 +15,7 @@ def make_row(task: Task, request: Request, outcome: Outcome, transport: str = "s
     the error and whether it is ``transient`` (requested again next run) or ``fatal`` (kept). ``transport``
     says what brought it ("sync": a call of its own; "batch": a provider batch, ``batch_id``)."""
     row = {
-        "key": request.key, "provider": request.provider, "model": request.model, "endpoint": request.endpoint,
+        "key": request.key, "provider": request.kind, "model": request.model, "endpoint": request.endpoint,
         "params": request.params, "sample": request.sample, "prompt_version": request.prompt_version,
         "eval": task.eval, "task_id": task.id, "task_digest": task.digest,
         "request_body": request.body.decode("utf-8"),

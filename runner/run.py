@@ -25,7 +25,7 @@ flight finish and are stored, then it is raised. Before anything is sent the sui
 whole (``Suite.validate``), and before the first request the cache is checked writable.
 
 Models: each is a ``ModelRun`` (or a bare Adapter: its defaults): its own number of epochs, the key of the
-limits it shares (a run file's provider table; default ``Adapter.provider``) and its price. The cost bound
+limits it shares (a run file's provider table; default ``Adapter.limits_key``) and its price. The cost bound
 (``runner.cost``): each attempt reserves its cost bound before it is sent, waiting for attempts in flight to
 settle when it does not fit; once it cannot fit with nothing in flight, the feeders hand out nothing more,
 requests already handed out are not sent (their attempts cannot reserve either), the attempts in flight
@@ -116,8 +116,9 @@ class Stats:
 
 @dataclass
 class ModelRun:
-    """One model of a run: its (started) ``adapter``, its number of ``epochs``, the ``provider`` key of the
-    limits it shares with the other models on that provider (None: ``adapter.provider``) and its ``price``
+    """One model of a run: its (started) ``adapter``, its number of ``epochs``, its ``provider`` (the name of
+    the run file's provider, a ``[providers.*]`` table or an adapter kind), whose limits it shares with the
+    other models on that provider (None: the adapter's own, ``Adapter.limits_key``), and its ``price``
     in USD per million (input, output) tokens (None: none given)."""
 
     adapter: Adapter
@@ -131,7 +132,8 @@ class ModelRun:
 
     @property
     def limits_key(self) -> str:
-        return self.provider or self.adapter.provider
+        """The key of the limits this model shares: its ``provider``, else ``Adapter.limits_key``."""
+        return self.provider or self.adapter.limits_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +151,7 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
               shard: Shard | None = None, stop: RunStop | None = None) -> dict[str, Stats]:
     """Run every task of ``suite`` on every model (a ``ModelRun``, or a started Adapter run ``epochs`` times
     with its own limits) and return the Stats per model label. Each outcome is in the cache before its
-    worker takes the next request. ``limiters`` (provider key -> ProviderLimiter) is filled in when given,
+    worker takes the next request. ``limiters`` (limits key -> ProviderLimiter) is filled in when given,
     for reports. ``budget`` tracks the cost and holds the cost bound (``budget.stopped`` once reached).
     Before anything is sent, every selected file is checked whole (``Suite.validate``: a malformed row or
     a repeated task id raises ``evals.DatasetError``), and before the first request is handed out the
@@ -160,29 +162,62 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
     drains and returns (``runner.stops.RunStop``)."""
     suite.validate()
     runs = [m if isinstance(m, ModelRun) else ModelRun(m, epochs) for m in models]
-    budget = budget if budget is not None else Budget()
     limiters = {} if limiters is None else limiters
     for r in runs:
         limiters.setdefault(r.limits_key, ProviderLimiter(r.adapter.limits))
-    stop = stop if stop is not None else RunStop()
-    stop.attach(limiters.values())
-    stats = {r.label: Stats(cost_usd=None if r.price is None else 0.0) for r in runs}
-    n_workers = sum(limiters[p].limits.max_in_flight for p in {r.limits_key for r in runs})
-    queue: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=n_workers)
-    in_flight: set[str] = set()
-    stopped_by: list[Exception] = []  # the error that stops the run: nothing more is handed out
-    writable: list[bool] = []  # set once the cache was found writable (checked before the first request)
+    scheduler = Scheduler(runs, suite, cache, limiters, budget if budget is not None else Budget(),
+                          stop if stop is not None else RunStop(), shard, on_progress)
+    return await scheduler.run()
 
-    def progress(label: str) -> None:
-        if on_progress is not None:
-            on_progress(label, stats[label])
 
-    def uncached(model: ModelRun) -> Iterator[_Job]:
+class Scheduler:
+    """One run's scheduler: the state ``run`` shares between its feeders and workers, named.
+
+    Set at the start: ``runs`` (the models), ``suite``, ``cache``, ``limiters`` (one per limits key, every
+    model's present), ``budget`` (the cost bound), ``stop`` (the run stopping from outside), ``shard`` (None:
+    every request), ``on_progress`` (called with a model's label and Stats as they change); ``stats`` (per
+    model label), ``provider_of`` (model label -> limits key), ``n_workers`` (the sum of the providers'
+    ``max_in_flight``) and ``queue`` (the requests handed out, at most ``n_workers``; None tells a worker to
+    end). Changing as the run goes: ``feeds`` (per limits key, its models' request streams, taking
+    turns), ``unsent`` (a stopped provider's or model's streams, for its feeder to count not sent),
+    ``in_flight`` (cache keys handed out and not yet stored), ``stopped_by`` (the error that stops the run:
+    nothing more is handed out; the first is raised at the end) and ``writable`` (the cache was found
+    writable, checked before the first request).
+
+    The parts: what to send (``uncached``, ``next_job``, ``drain``), sending and storing one request
+    (``send``, ``record``), and the tasks that run them (``work``, ``fill``, ``feed``, ``run``)."""
+
+    def __init__(self, runs: list[ModelRun], suite: Suite, cache: Cache, limiters: dict[str, ProviderLimiter],
+                 budget: Budget, stop: RunStop, shard: Shard | None,
+                 on_progress: Callable[[str, Stats], None] | None):
+        self.runs, self.suite, self.cache, self.limiters = runs, suite, cache, limiters
+        self.budget, self.stop, self.shard, self.on_progress = budget, stop, shard, on_progress
+        stop.attach(limiters.values())
+        self.stats = {r.label: Stats(cost_usd=None if r.price is None else 0.0) for r in runs}
+        self.n_workers = sum(limiters[p].limits.max_in_flight for p in {r.limits_key for r in runs})
+        self.queue: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=self.n_workers)
+        self.in_flight: set[str] = set()
+        self.stopped_by: list[Exception] = []
+        self.writable = False
+        self.feeds: dict[str, deque[tuple[str, Iterator[_Job]]]] = {}  # per provider: (model label, its requests)
+        self.unsent: dict[str, list[Iterator[_Job]]] = {}
+        for r in runs:
+            self.feeds.setdefault(r.limits_key, deque()).append((r.label, self.uncached(r)))
+        self.provider_of = {r.label: r.limits_key for r in runs}
+
+    def progress(self, label: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(label, self.stats[label])
+
+    # what to send
+
+    def uncached(self, model: ModelRun) -> Iterator[_Job]:
         """The requests of one model that need sending, each marked in flight as it is handed out."""
-        adapter = model.adapter
-        limiter, st, charge = limiters[model.limits_key], stats[model.label], Charge(budget, model.price)
-        stream = ((task, adapter.encode(task, sample)) for task in suite.tasks() for sample in range(model.epochs))
-        if shard is not None:
+        adapter, cache, in_flight = model.adapter, self.cache, self.in_flight
+        limiter, st, charge = self.limiters[model.limits_key], self.stats[model.label], Charge(self.budget, model.price)
+        stream = ((task, adapter.encode(task, sample)) for task in self.suite.tasks() for sample in range(model.epochs))
+        if self.shard is not None:
+            shard = self.shard
             stream = ((task, request) for task, request in stream if shard.owns(request.key))
         while batch := list(islice(stream, BATCH)):
             cached = cache.has_many([request.key for _, request in batch])
@@ -192,30 +227,24 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
                 # (two tasks with identical content)
                 if hit or request.key in in_flight or cache.has(request.key):
                     st.cache_hits += 1
-                    progress(adapter.label)
+                    self.progress(adapter.label)
                     continue
-                if not writable:
+                if not self.writable:
                     cache.check_writable()  # CacheWriteError before the first request, not at its reply
-                    writable.append(True)
+                    self.writable = True
                 in_flight.add(request.key)
                 yield _Job(adapter, task, request, limiter, charge)
 
-    feeds: dict[str, deque[tuple[str, Iterator[_Job]]]] = {}  # per provider: (model label, its requests)
-    unsent: dict[str, list[Iterator[_Job]]] = {}  # a stopped provider's (or model's) feeds, for its feeder to ``drain``
-    for r in runs:
-        feeds.setdefault(r.limits_key, deque()).append((r.label, uncached(r)))
-    provider_of = {r.label: r.limits_key for r in runs}
-
-    def next_job(provider: str) -> _Job | None:
+    def next_job(self, provider: str) -> _Job | None:
         """The next request of ``provider``'s feed, its models taking turns; None once all are done, or
         once the cost bound is reached or an error stops the run (a malformed row: recorded in ``stopped_by``)."""
-        if budget.stopped or stopped_by or stop.requested:
+        if self.budget.stopped or self.stopped_by or self.stop.requested:
             return None
-        streams = feeds[provider]
-        limiter = limiters[provider]
+        streams = self.feeds[provider]
+        limiter = self.limiters[provider]
         if limiter.halted is not None:  # the provider stopped (runner.stops): count the rest not sent
             if streams:  # by its feeder (``fill``), beside the requests still in flight (a big suite's rest takes seconds)
-                unsent.setdefault(provider, []).extend(stream for _, stream in streams)
+                self.unsent.setdefault(provider, []).extend(stream for _, stream in streams)
                 streams.clear()
             return None
         while streams:
@@ -223,19 +252,19 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
             streams.rotate(-1)
             if label in limiter.stopped_models:  # this model stopped alone: its rest is counted not sent at the end
                 streams.remove(entry)
-                unsent.setdefault(provider, []).append(stream)
+                self.unsent.setdefault(provider, []).append(stream)
                 continue
             try:
                 job = next(stream, None)
             except Exception as exc:  # the requests in flight finish and are stored, then it is raised
-                stopped_by.append(exc)
+                self.stopped_by.append(exc)
                 return None
             if job is not None:
                 return job
             streams.remove(entry)
         return None
 
-    async def drain(streams: list[Iterator[_Job]]) -> None:
+    async def drain(self, streams: list[Iterator[_Job]]) -> None:
         """Count the requests left in a stopped provider's ``streams`` as not sent, ``DRAIN_BATCH`` per event-loop
         turn (each is encoded and looked up in the cache: a cached one counts as a cache hit, as it would
         have); an error of a task stream stops the run as it does when met by ``next_job``."""
@@ -244,30 +273,35 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
         try:
             for stream in streams:
                 for job in stream:
-                    stats[job.adapter.label].not_sent += 1
-                    in_flight.discard(job.request.key)
+                    self.stats[job.adapter.label].not_sent += 1
+                    self.in_flight.discard(job.request.key)
                     labels.add(job.adapter.label)
                     n += 1
                     if n % DRAIN_BATCH == 0:
                         await asyncio.sleep(0)
         except Exception as exc:  # a malformed row: the run stops, the requests in flight finish first
-            stopped_by.append(exc)
+            self.stopped_by.append(exc)
         for label in labels:
-            progress(label)
+            self.progress(label)
 
-    def record(job: _Job, outcome: Outcome) -> None:
-        st = stats[job.adapter.label]
+    # sending and storing one request
+
+    def record(self, job: _Job, outcome: Outcome) -> None:
+        """Append ``outcome``'s row to the cache and count it in its model's Stats."""
+        st = self.stats[job.adapter.label]
         row = make_row(job.task, job.request, outcome)
-        cache.append(row)
+        self.cache.append(row)
         st.attempts += outcome.attempts
         st.retry_wait_s += sum(row["retry_waits_s"])
         st.rate_limited += outcome.rate_limited
         st.add(row, job.task.id)
 
-    async def send(job: _Job) -> None:
-        st = stats[job.adapter.label]
+    async def send(self, job: _Job) -> None:
+        """Attempt ``job`` (``runner.retry.attempt``) and store its outcome; a request not sent (the cost
+        bound, the run stopping) or refused by a stopped provider is counted and leaves no row."""
+        st = self.stats[job.adapter.label]
         outcome = Outcome()
-        stop.started()
+        self.stop.started()
         try:
             try:
                 await attempt(job.adapter, job.task, job.request, job.limiter, outcome, job.charge)
@@ -293,61 +327,69 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
                     st.not_sent += 1
                 st.attempts += outcome.attempts
                 st.rate_limited += outcome.rate_limited
-                progress(job.adapter.label)
+                self.progress(job.adapter.label)
                 return
-            record(job, outcome)
+            self.record(job, outcome)
         except asyncio.CancelledError:
             if outcome.reply is not None and outcome.error is None:
-                record(job, outcome)  # it arrived: keep it, then stop
+                self.record(job, outcome)  # it arrived: keep it, then stop
             raise
         finally:
-            in_flight.discard(job.request.key)
-            stop.finished()
-        progress(job.adapter.label)
+            self.in_flight.discard(job.request.key)
+            self.stop.finished()
+        self.progress(job.adapter.label)
 
-    async def work() -> None:
-        while (job := await queue.get()) is not None:
+    # the tasks
+
+    async def work(self) -> None:
+        """A worker: takes a request off the queue, then its provider's next ones while it has them."""
+        while (job := await self.queue.get()) is not None:
             slots = job.limiter.slots
             try:
-                while job is not None and not stopped_by:  # on to the provider's next request, keeping the slot
+                while job is not None and not self.stopped_by:  # on to the provider's next request, keeping the slot
                     try:
-                        await send(job)
+                        await self.send(job)
                     except Exception as exc:  # e.g. the cache cannot be written: the others finish theirs
-                        stopped_by.append(exc)
+                        self.stopped_by.append(exc)
                         break
-                    job = next_job(provider_of[job.adapter.label])
+                    job = self.next_job(self.provider_of[job.adapter.label])
             finally:
                 slots.release()
 
-    async def fill(provider: str) -> None:
-        slots = limiters[provider].slots
+    async def fill(self, provider: str) -> None:
+        """``provider``'s feeder: a slot of the provider for each request it puts on the queue."""
+        slots = self.limiters[provider].slots
         while True:
             await slots.acquire()
-            job = next_job(provider)
+            job = self.next_job(provider)
             if job is None:
                 slots.release()
-                if provider in unsent:
-                    await drain(unsent.pop(provider))
+                if provider in self.unsent:
+                    await self.drain(self.unsent.pop(provider))
                 return
-            await queue.put(job)
+            await self.queue.put(job)
 
-    async def feed() -> None:
+    async def feed(self) -> None:
+        """Every provider's feeder, then one end-marker per worker."""
         async with asyncio.TaskGroup() as feeders:
-            for provider in feeds:
-                feeders.create_task(fill(provider))
-        for _ in range(n_workers):
-            await queue.put(None)
+            for provider in self.feeds:
+                feeders.create_task(self.fill(provider))
+        for _ in range(self.n_workers):
+            await self.queue.put(None)
 
-    try:
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(feed())
-            for _ in range(n_workers):
-                tasks.create_task(work())
-    except ExceptionGroup as group_error:  # e.g. a malformed dataset row: raise it as itself
-        first = group_error
-        while isinstance(first, ExceptionGroup):
-            first = first.exceptions[0]
-        raise first from group_error
-    if stopped_by:
-        raise stopped_by[0]
-    return stats
+    async def run(self) -> dict[str, Stats]:
+        """The feeders and the workers until every request is stored (or the run stops); the Stats per model
+        label. Raises the first error that stopped the run, as itself."""
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self.feed())
+                for _ in range(self.n_workers):
+                    tasks.create_task(self.work())
+        except ExceptionGroup as group_error:  # e.g. a malformed dataset row: raise it as itself
+            first = group_error
+            while isinstance(first, ExceptionGroup):
+                first = first.exceptions[0]
+            raise first from group_error
+        if self.stopped_by:
+            raise self.stopped_by[0]
+        return self.stats

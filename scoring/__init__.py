@@ -1,15 +1,15 @@
 """Scoring: vectorised Polars and NumPy over the cache plus gold labels. Never imports runner/ or
 adapters/, so rescoring from the cache alone works by construction.
 
-``answers`` -> one row per (model, question, epoch); ``score`` -> every table (metrics with intervals,
+``answers`` (``pipeline``: the cache's rows) -> one row per (model, question, epoch); ``score`` -> every table (metrics with intervals,
 the index, calibration, breakdowns; ``Scored``; ``Scorer``: the same, one evaluation at a time);
-``build_summary`` -> summary.json; ``index.WEIGHTS`` -> the Decision Index formula; ``Bootstrap`` -> how
+``build_summary`` -> summary.json; ``decision_index.WEIGHTS`` -> the Decision Index formula; ``Bootstrap`` -> how
 intervals are computed.
 """
 from .bootstrap import Bootstrap
 from .cost import cost_usd, usage_blocks
-from .index import WEIGHTS, decision_index
-from .score import MODELS_SCHEMA, answers, export, metrics, models_in_cache, request_counts, usage
+from .decision_index import WEIGHTS, decision_index
+from .pipeline import MODELS_SCHEMA, answers, export, metrics, models_in_cache, request_counts, usage
 from .scored import Scored, Scorer, score
 from .summary import build as build_summary
 

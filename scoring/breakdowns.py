@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .score import STATUSES
+from .pipeline import STATUSES
 
 WHEN2CALL = "when2call"
 REPLY_TYPES = ("direct", "tool_call", "request_for_info", "cannot_answer")

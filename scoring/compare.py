@@ -42,8 +42,8 @@ import numpy as np
 import polars as pl
 
 from .bootstrap import Bootstrap, nan_quantiles, ordered_quantiles
-from .index import index_values
-from .sums import COUNTS, FLAGS, METRICS, Cube, Estimates
+from .decision_index import index_values
+from .sums import COUNTS, FLAGS, METRICS, Cube, EvalMetrics
 
 ACCURACY = "accuracy"  # the metric of accuracy type: McNemar's test applies
 INDEX = "decision_index"
@@ -142,7 +142,7 @@ class Figure:
     complete: np.ndarray
 
 
-def figures(estimates: dict[str, Estimates], labels: list[str], boot: Bootstrap) -> list[Figure]:
+def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap) -> list[Figure]:
     """The Decision Index and every evaluation metric of ``estimates`` (over ``labels``, with replicates
     from ``boot``), in summary order; a null metric is NaN."""
     complete = {name: (est.counts[:, COUNTS.index("failed")] + est.counts[:, COUNTS.index("missing")]) == 0
@@ -161,10 +161,10 @@ def figures(estimates: dict[str, Estimates], labels: list[str], boot: Bootstrap)
     return out
 
 
-def compare(estimates: dict[str, Estimates], labels: list[str], boot: Bootstrap,
+def compare(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap,
             discordants: dict[str, np.ndarray | None] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every pair's comparisons (``COMPARISON_SCHEMA``) and every model's rank (``RANK_SCHEMA``), as the
-    module docstring defines them. ``estimates`` maps evaluation -> ``sums.Estimates`` over ``labels``
+    module docstring defines them. ``estimates`` maps evaluation -> ``sums.EvalMetrics`` over ``labels``
     with replicates from ``boot``; ``discordants`` maps an accuracy evaluation -> ``discordant`` of its
     cube (None or absent: no McNemar test)."""
     discordants = discordants or {}

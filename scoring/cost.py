@@ -7,7 +7,7 @@ as input. The input tokens of a reply (``input_tokens``, every input token bille
 the provider's prompt cache (``cached_input_tokens``, priced at ``cached_input``) and those written to it
 (``cache_write_tokens`` at ``cache_write``: Anthropic's 5-minute cache, OpenAI's cache writes;
 ``cache_write_1h_tokens`` at ``cache_write_1h``: Anthropic's 1-hour cache). The usage is what the cache
-rows of the scored answers report (``scoring.score.usage``), so ``dxi run`` and ``dxi score`` give the same
+rows of the scored answers report (``scoring.pipeline.usage``), so ``dxi run`` and ``dxi score`` give the same
 figures. A model without a price has its tokens reported and ``cost_usd`` null with a ``cost_reason``; so
 has the run's total then.
 """
@@ -112,7 +112,7 @@ def usage_blocks(table: pl.DataFrame, labels: list[str], prices: Mapping[str, tu
     """``(per model, run)``: each model's ``usage`` block — requests, replies, with_usage, input_tokens,
     output_tokens, ``price`` ({input, output} USD per million tokens, or null), ``cost_usd`` (null with
     ``cost_reason`` without a price) and the same per evaluation under ``evals`` — and the run's total
-    (null cost, with the reason, when any model has no price). ``table`` is ``scoring.score.usage``. The
+    (null cost, with the reason, when any model has no price). ``table`` is ``scoring.pipeline.usage``. The
     requests a provider batch answered (its ``batch`` rows) cost ``batch_prices[label]`` (default
     ``batch_price(price)``: half) and are counted in a ``batch`` block (requests, price); a model without
     them has none, so a synchronous run's summary is as before."""

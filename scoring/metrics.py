@@ -3,7 +3,7 @@
 Every metric is a function of sums over answers: per answer, ``answer_stats`` gives the indicator
 columns ``n`` (1), ``correct``, ``hallucinated``, ``tp``, ``fp``, ``fn``; the ``*_from`` formulas turn
 their sums into a metric. The formulas use only arithmetic, so the same function evaluates Polars
-expressions (point estimates, ``scoring.score.metrics``) and NumPy arrays of resampled sums (intervals,
+expressions (point estimates, ``scoring.pipeline.metrics``) and NumPy arrays of resampled sums (intervals,
 ``scoring.bootstrap``): a metric and its interval cannot drift apart.
 
 Definitions (SPEC §2, §6; seed methodology "Decision Index evaluation suite"). Input columns:

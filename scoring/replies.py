@@ -12,7 +12,7 @@ which were cut off at the token limit (summary.json's per-model ``served_models`
   ``while_thinking`` (before any answer text: the limit was spent on reasoning) and the ``answers`` they held
   (the cache's ``cut_off`` column; rows written before it count as not cut off).
 
-Counted over exactly the cache rows the answers are scored from (``scoring.score`` ``_current``): a row whose
+Counted over exactly the cache rows the answers are scored from (``scoring.pipeline`` ``_current``): a row whose
 content several tasks share counts once per task, as its answers are scored. ``usage_and_replies`` reads the
 cache rows once for both this table and ``scoring.usage``'s (a second read was ~1 s of a million answers).
 """
@@ -23,7 +23,7 @@ import re
 import numpy as np
 import polars as pl
 
-from .score import USAGE_READ, Rows, _current, _model_epochs, _task_frame, usage_table
+from .pipeline import USAGE_READ, Rows, _current, _model_epochs, _task_frame, usage_table
 
 REPLIES_SCHEMA = {"label": pl.String, "served_model": pl.String, "cut_off": pl.String, "replies": pl.Int64,
                   "answers": pl.Int64}

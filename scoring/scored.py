@@ -1,6 +1,6 @@
 """Every table of a scoring: the entry point used by ``dxi score``, ``dxi report`` and the benchmarks.
 
-``score(answers, bootstrap)`` computes, from one answers frame (``scoring.score.answers``) and in one
+``score(answers, bootstrap)`` computes, from one answers frame (``scoring.pipeline.answers``) and in one
 vectorised pass over all models, the tables below. ``Scored.tables()`` names each for export (CSV and
 Parquet files, the HTML report). ``Scorer`` computes the same tables from several answers frames, each
 holding whole evaluations, given one after another and not kept (``dxi view`` scores one evaluation at a
@@ -17,16 +17,16 @@ import polars as pl
 from . import breakdowns, calibration
 from .bootstrap import Bootstrap
 from .compare import COMPARISON_SCHEMA, compare, discordant
-from .index import index_table
+from .decision_index import index_table
 from .summary import invalid_counts
-from .sums import Cube, breakdown_table, build_cubes, calibration_table, estimate_all, metric_table, reliability_table
+from .sums import Cube, breakdown_table, build_cubes, calibration_table, eval_metrics_all, metric_table, reliability_table
 
 
 @dataclass
 class Scored:
     """The results of scoring.
 
-    * ``answers``: one row per (model, question, epoch) (``scoring.score.ANSWER_COLUMNS``).
+    * ``answers``: one row per (model, question, epoch) (``scoring.pipeline.ANSWER_COLUMNS``).
     * ``metrics``: per (label, eval): n, answer counts, every metric with ``_sd``, ``_low``, ``_high``.
     * ``index``: per label: the Decision Index with its spread over epochs and interval.
     * ``calibration``: per (label, eval, question): Brier, ECE, log loss (+ intervals), and ``auroc``
@@ -93,7 +93,7 @@ class Part:
 
 class Scorer:
     """The tables of ``score`` from answers frames given one after another (``add``), each holding every
-    row of the evaluations in it (``scoring.score.answers`` over one evaluation's gold: all its models,
+    row of the evaluations in it (``scoring.pipeline.answers`` over one evaluation's gold: all its models,
     questions and epochs) and no evaluation given twice. Every table but the index is per evaluation:
     each frame's rows are computed as ``score`` computes them and the parts concatenated and sorted as
     ``score`` sorts them; the index combines each evaluation's estimates (its point values and, with a
@@ -135,7 +135,7 @@ class Scorer:
         if again:
             raise ValueError(f"evaluation scored twice: {', '.join(again)} (each answers frame must hold whole "
                              "evaluations, each in one frame)")
-        estimates = estimate_all(cubes, boot)
+        estimates = eval_metrics_all(cubes, boot)
         if cubes and not self.labels:
             self.labels = next(iter(cubes.values())).labels
         self.estimates.update(estimates)

@@ -48,7 +48,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import calibration as cal
-from .index import decision_index
+from .decision_index import decision_index
 from .provisional import Tolerance, judge
 from .sums import EVERY_FAILED, METRICS, NONE_CACHED
 
@@ -96,7 +96,7 @@ def _missing_reason(missing: int, data: dict, label: str | None) -> str:
 
 
 def eval_block(name: str, row: dict | None, data: dict, epochs: int, label: str | None = None) -> dict:
-    """One evaluation's block for one model (``label``) from its ``scoring.score.metrics`` row (None: no
+    """One evaluation's block for one model (``label``) from its ``scoring.pipeline.metrics`` row (None: no
     answers): ``n`` tasks, the answer counts, ``complete`` (and ``rerun`` when not), each metric with its
     interval (and spread over epochs), and a ``reason`` for a null metric or for answers missing from the
     cache (``_missing_reason``: which flags score what the model's runs selected)."""
@@ -131,7 +131,7 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int, label: str 
 
 
 def _no_reply(row: dict, missing: str | None) -> str:
-    """Why an evaluation whose answers are all failed or missing has no metrics (``sums.Estimates.reason``);
+    """Why an evaluation whose answers are all failed or missing has no metrics (``sums.EvalMetrics.reason``);
     ``missing``: why its missing answers are missing (``_missing_reason``), when it has some."""
     if row["reason"] == NONE_CACHED:
         return missing or f"{NONE_CACHED} ({row['missing']} answer(s))"

@@ -41,7 +41,7 @@ METRICS: dict[str, tuple[str, ...]] = {
 }
 ALL_METRICS = ("accuracy", "non_hallucination_rate", *WILDGUARD_F1.values(), "mean_f1")
 COUNTS = ("invalid", "failed", "missing", "repaired", "rerun")  # answers by status; repaired = ok from a fenced
-# reply; rerun = failed or missing answers whose request the next ``dxi run`` sends again (``scoring.score``)
+# reply; rerun = failed or missing answers whose request the next ``dxi run`` sends again (``scoring.pipeline``)
 CALIBRATION = ("pn", "brier", "log_loss")
 ECE_GAPS = tuple(f"gap{b}" for b in range(cal.ECE_BINS))
 ALL_STATS = (*STATS, *COUNTS, *CALIBRATION, *ECE_GAPS)
@@ -359,7 +359,7 @@ def epoch_sd(v: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class Estimates:
+class EvalMetrics:
     """One evaluation's (or breakdown group's) metrics for every label: ``point``/``sd``/``low``/
     ``high`` map metric -> (labels,); ``per_epoch`` -> (labels, epochs); ``replicates`` ->
     (resamples, labels); ``counts`` (labels, ``COUNTS``); ``n`` tasks; ``answered`` labels with answers;
@@ -391,8 +391,8 @@ class Estimates:
                 for none, f, m, n in zip(self.unscored(), failed, missing, total, strict=True)]
 
 
-def estimate(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | None = None,
-             tasks: np.ndarray | None = None, sums: Sums | None = None) -> Estimates:
+def eval_metrics(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | None = None,
+                 tasks: np.ndarray | None = None, sums: Sums | None = None) -> EvalMetrics:
     """Every metric of ``cube`` over all its tasks (or over ``tasks``, whose ``sums`` are then given):
     point estimate (mean over epochs), spread over epochs and, with ``boot`` and resample ``weights``
     (``Bootstrap.counts``), the interval: the Wilson score interval for accuracy (a single proportion of
@@ -404,7 +404,7 @@ def estimate(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | No
     total = sums["n"].sum(axis=(1, 2))
     answered = (total + counts.sum(-1)) > 0
     no_reply = answered & (counts[:, COUNTS.index("failed")] + counts[:, COUNTS.index("missing")] == total)
-    est = Estimates({m: epoch_mean(v) for m, v in per_epoch.items()}, {m: epoch_sd(v) for m, v in per_epoch.items()},
+    est = EvalMetrics({m: epoch_mean(v) for m, v in per_epoch.items()}, {m: epoch_sd(v) for m, v in per_epoch.items()},
                     per_epoch, counts, cube.n_tasks if tasks is None else len(tasks), answered, answers=total,
                     no_reply=no_reply)
     if boot is not None and weights is not None:
@@ -418,7 +418,7 @@ def estimate(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | No
     return est
 
 
-def _frame(cube: Cube, est: Estimates) -> pl.DataFrame:
+def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
     """Rows per label with answers: n tasks, ``answers`` expected (questions × epochs), counts, epochs,
     metrics (NaN -> null; all null when no answer is a reply, ``reason`` then saying why), their sd and
     interval."""
@@ -446,12 +446,12 @@ def _table(frames: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
     return table.select(columns).sort(keys)
 
 
-def estimate_all(cubes: dict[str, Cube], boot: Bootstrap | None = None) -> dict[str, Estimates]:
-    """``estimate`` of every evaluation over all its tasks."""
-    return {name: estimate(c, boot, boot.counts(name, c.n_tasks) if boot else None) for name, c in cubes.items()}
+def eval_metrics_all(cubes: dict[str, Cube], boot: Bootstrap | None = None) -> dict[str, EvalMetrics]:
+    """``eval_metrics`` of every evaluation over all its tasks."""
+    return {name: eval_metrics(c, boot, boot.counts(name, c.n_tasks) if boot else None) for name, c in cubes.items()}
 
 
-def metric_table(cubes: dict[str, Cube], estimates: dict[str, Estimates]) -> pl.DataFrame:
+def metric_table(cubes: dict[str, Cube], estimates: dict[str, EvalMetrics]) -> pl.DataFrame:
     """Per (label, eval): ``n`` tasks, ``invalid``/``failed``/``missing`` answer counts, ``epochs``, and
     every metric (index metrics 0-100, calibration in its own units) with ``_sd`` over epochs and the
     interval ``_low``/``_high`` (null without a bootstrap). Labels with no answers in an evaluation
@@ -470,13 +470,13 @@ def breakdown_table(cubes: dict[str, Cube], boot: Bootstrap | None = None) -> pl
             for code, group in enumerate(names):
                 tasks = np.flatnonzero(per_task == code)
                 if len(tasks):
-                    est = estimate(cube, boot, weights, tasks, Sums(by_group.array[code], ALL_STATS))
+                    est = eval_metrics(cube, boot, weights, tasks, Sums(by_group.array[code], ALL_STATS))
                     frames.append(_frame(cube, est).with_columns(pl.lit(dimension).alias("dimension"),
                                                                  pl.lit(group).alias("group")))
     return _table(frames, ["label", "eval", "dimension", "group"])
 
 
-def calibration_table(cubes: dict[str, Cube], estimates: dict[str, Estimates], boot: Bootstrap | None = None
+def calibration_table(cubes: dict[str, Cube], estimates: dict[str, EvalMetrics], boot: Bootstrap | None = None
                       ) -> pl.DataFrame:
     """Per (label, eval, question): ``answers`` counted for calibration (every epoch), ``excluded``
     (answers without probabilities: invalid, failed, missing), and Brier score, ECE and log loss with

@@ -11,12 +11,12 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks.synthetic import SyntheticSuite, model_name, suite, write_cache
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.cache.layout import NESTED
 from dxi.evals import PROMPT_VERSION
 from dxi.runner.outputs import summarize
+from tests.synthetic import SyntheticSuite, model_name, suite, write_cache
 
 SIZES = {"aa_omniscience_decision": 30, "hle_multichoice": 25, "when2call": 20, "wildguardtest": 12}
 KEYS = ["model", "eval", "task_id", "question_id", "sample"]

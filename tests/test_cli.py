@@ -368,7 +368,7 @@ def test_the_embedded_model_keeps_its_cache_keys(data_dir: Path):
 
     task = next(iter(Suite(discover(data_dir)).tasks()))
     request = adapters.get(MODEL).encode(task)
-    assert (request.provider, request.endpoint) == ("embedded", "/v1/systemone")  # as written since the first version
+    assert (request.kind, request.endpoint) == ("embedded", "/v1/systemone")  # as written since the first version
 
 
 def test_a_selection_with_no_tasks_scores_empty_beside_a_full_cache(data_dir: Path, tmp_path: Path):

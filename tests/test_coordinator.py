@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 from dxi.adapters import Limits, RateLimited, Request
-from dxi.runner.coordinator import Coordinator, CostBoundReached, run_id
+from dxi.runner.coordinator import Coordinator, run_id
+from dxi.runner.cost import CostBoundReached
 
 from .conftest import DXI
 from .fake_provider import FakeProvider
@@ -286,6 +287,7 @@ if sys.platform != "linux":  # pragma: no cover
 
 async def test_redis_lost_during_the_run_falls_back_with_a_warning_once_its_share_has_lapsed(monkeypatch):
     from dxi.runner import coordinator
+    from dxi.runner.shared_limits import SharedTicket
 
     monkeypatch.setattr(coordinator, "MEMBER_TTL", 1.0)
     with redis_server() as url:
@@ -297,7 +299,7 @@ async def test_redis_lost_during_the_run_falls_back_with_a_warning_once_its_shar
     # the server is gone: the next booking falls back to this process's half, once its share lapsed in Redis
     started = time.monotonic()
     ticket = await limiter.acquire(REQUEST)
-    assert time.monotonic() - started >= 1.0 and not isinstance(ticket, coordinator.SharedTicket)
+    assert time.monotonic() - started >= 1.0 and not isinstance(ticket, SharedTicket)
     limiter.finish(ticket, True)
     assert c.down and "falls back to 1/2" in c.warnings[0]
     assert limiter.fallback.limits.rpm == 3000

@@ -11,7 +11,7 @@ from scipy.stats import binomtest
 from dxi.scoring import Bootstrap, build_summary, score
 from dxi.scoring.bootstrap import nan_quantiles
 from dxi.scoring.metrics import accuracy_from, f1_from, non_hallucination_from
-from dxi.scoring.sums import ALL_STATS, RESAMPLED, build_cubes, estimate
+from dxi.scoring.sums import ALL_STATS, RESAMPLED, build_cubes, eval_metrics
 
 from .answers import choice, frame, yes_no
 
@@ -244,7 +244,7 @@ def test_a_run_prepares_the_float32_matrix_in_blocks_with_the_same_values_and_th
 
 
 def test_request_counts_per_label_from_integer_codes():
-    from dxi.scoring.score import request_counts
+    from dxi.scoring.pipeline import request_counts
 
     ans = pl.DataFrame({  # two labels; task t1 has two questions; epochs 0 and 1
         "label": ["b", "b", "b", "b", "a", "a", "a", "a", "a"],
@@ -272,10 +272,10 @@ def test_resampled_metrics_from_counts_are_exact_in_float64():
     cubes = build_cubes(frame(rows))
     boot = Bootstrap(resamples=200)
     for name, cube in cubes.items():
-        est = estimate(cube, boot, boot.counts(name, cube.n_tasks))
+        est = eval_metrics(cube, boot, boot.counts(name, cube.n_tasks))
         reps = est.replicates["accuracy"][:, 0]
         assert reps.dtype == np.float64 and set(reps.tolist()) <= {100 * k / 7 for k in range(8)}
-    nonhalluc = estimate(cubes["aa_omniscience_decision"], boot, boot.counts("aa_omniscience_decision", 7))
+    nonhalluc = eval_metrics(cubes["aa_omniscience_decision"], boot, boot.counts("aa_omniscience_decision", 7))
     exact = {100 * (1 - h / w) for w in range(1, 8) for h in range(w + 1)} | {100.0}
     assert set(nonhalluc.replicates["non_hallucination_rate"][:, 0].tolist()) <= exact
 

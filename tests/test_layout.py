@@ -17,12 +17,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.bench_scoring import plain_index
-from benchmarks.synthetic import model_name, suite
 from dxi import scoring
 from dxi.cache import SCHEMA, Cache, layout
 from dxi.cache.remote import Manifest, Remote
 from dxi.evals import PROMPT_VERSION, gold_frames
 from dxi.runner.cli import main
+from tests.synthetic import model_name, suite
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cache-layout1"
 BEFORE = FIXTURE.parent / "cache-layout1-answers.parquet"  # b30692d's scoring.export of the fixture's answers

@@ -95,9 +95,9 @@ def test_local_model_strings_and_identity(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("DXI_MODELS_DIR", str(tmp_path / "models"))
     a = adapters.get(f"llamacpp:{NAME}")
     b = adapters.get(f"llamacpp-logprobs:{NAME}")
-    assert (a.label, a.endpoint, a.provider, a.params) == (
+    assert (a.label, a.endpoint, a.limits_key, a.params) == (
         f"llamacpp:{NAME}", "/v1/chat/completions", f"llamacpp:{NAME}", {"temperature": 0, "max_tokens": 256})
-    assert (b.label, b.provider, b.params) == (f"llamacpp-logprobs:{NAME}", f"llamacpp:{NAME}",
+    assert (b.label, b.limits_key, b.params) == (f"llamacpp-logprobs:{NAME}", f"llamacpp:{NAME}",
                                                {"max_tokens": 1, "top_logprobs": 20})
     assert a.file == tmp_path / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
     gguf = tmp_path / "tiny.gguf"

@@ -11,13 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.bench_scoring import plain_index
-from benchmarks.synthetic import model_name, suite, write_cache
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
 from dxi.evals import PROMPT_VERSION, gold_frames
-from dxi.scoring.score import NO_ANSWER
+from dxi.scoring.pipeline import NO_ANSWER
+from tests.synthetic import model_name, suite, write_cache
 
 SIZES = {"aa_omniscience_decision": 30, "hle_multichoice": 25, "when2call": 20, "wildguardtest": 12}
 

@@ -6,7 +6,7 @@ import pytest
 
 from dxi.scoring import WEIGHTS, Bootstrap, decision_index, score
 from dxi.scoring.metrics import accuracy, f1_counts, f1_from_counts, hallucination_rate, non_hallucination_rate
-from dxi.scoring.score import metrics
+from dxi.scoring.pipeline import metrics
 from dxi.scoring.summary import build
 
 from .answers import choice, yes_no

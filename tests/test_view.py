@@ -29,7 +29,7 @@ from scipy.stats import binomtest
 
 from dxi.cache import Cache, CacheWriteError
 from dxi.runner.cli import main
-from dxi.view.app import CSP, is_loopback, make_app, task_url
+from dxi.view.app import CSP, is_loopback_host, make_app, task_url
 from dxi.view.data import Browser, EvalQuery
 
 from . import wire_formats
@@ -429,7 +429,7 @@ def test_only_loopback_by_default_and_a_warning_for_another_host(built: dict, mo
     b.close()
     assert b.labels == [MODEL]  # the selection options of dxi score
     assert any("warning" in p and "0.0.0.0" in p for p in printed)
-    assert [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "127.0.0.2", "0.0.0.0", "192.168.1.2", "example")] == [
+    assert [is_loopback_host(h) for h in ("127.0.0.1", "::1", "localhost", "127.0.0.2", "0.0.0.0", "192.168.1.2", "example")] == [
         True, True, True, True, False, False, False]
     assert main(["view", "--data-dir", str(built["data"]), "--cache-dir", str(built["tmp"] / "none"), "-q"]) == 2
 
@@ -587,7 +587,7 @@ def test_the_view_rescores_rows_appended_while_it_serves(tmp_path: Path, monkeyp
     assert as_of.search(after)[1] >= as_of.search(before)[1]
     new = _live_browser_of(b, first)
     try:
-        assert not Path(first).exists()  # the old snapshot's layout is removed once the new one serves
+        assert not Path(first).exists()  # the old snapshot's folder is removed once the new one serves
         row = next(m for m in new.summary["models"] if m["model"] == f"embedded:{copy}")
         mine = next(m for m in new.summary["models"] if m["model"] == MODEL)
         assert row["evals"]["hle_multichoice"] == mine["evals"]["hle_multichoice"]  # the same answers, the same scores
@@ -599,13 +599,13 @@ def test_the_view_rescores_rows_appended_while_it_serves(tmp_path: Path, monkeyp
 def _live_browser_of(b: Browser, first: str) -> Browser:
     """The newest snapshot in ``b``'s private folder (the one ``Live`` swapped in), opened again."""
     home = Path(b.source.home.name)
-    layouts = [p for p in home.glob("layout-*") if str(p) != first]
-    assert len(layouts) == 1, layouts
-    return Browser.open(_Folder(layouts[0]), b.source.suite.tasks(), b.models, b.epochs, b.prices, b.cache_dir)
+    snapshots = [p for p in home.glob("snapshot-*") if str(p) != first]
+    assert len(snapshots) == 1, snapshots
+    return Browser.open(_Folder(snapshots[0]), b.source.suite.tasks(), b.models, b.epochs, b.prices, b.cache_dir)
 
 
 class _Folder:
-    """A layout folder as ``Browser.open`` takes it (``name``; ``cleanup`` removes it and the private folder)."""
+    """A snapshot folder as ``Browser.open`` takes it (``name``; ``cleanup`` removes it and the private folder)."""
 
     def __init__(self, path: Path):
         self.name = str(path)
@@ -625,8 +625,8 @@ def test_a_killed_views_private_folder_is_removed_by_the_next_view(tmp_path: Pat
             "home = private_home(sys.argv[1]); print(home.name, flush=True); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     killed = Path(proc.stdout.readline().strip())
-    (killed / "layout-x").mkdir()
-    (killed / "layout-x" / "answers.parquet").write_bytes(b"x" * 100)
+    (killed / "snapshot-x").mkdir()
+    (killed / "snapshot-x" / "answers.parquet").write_bytes(b"x" * 100)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     assert killed.is_dir() and killed.parent == tmp_path  # SIGKILL: nothing could remove it
@@ -690,13 +690,13 @@ def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(browser: Browser, mo
         return swapped, body, building
 
     swapped, body, building = asyncio.run(attempt())
-    assert swapped is False and Path(browser.workdir.name).is_dir()  # still served, its layout in place
+    assert swapped is False and Path(browser.workdir.name).is_dir()  # still served, its snapshot in place
     assert "Rescoring the newer rows failed (OSError: disk &lt;b&gt;gone&lt;/b&gt;)" in body
     assert '<span class="building">rescoring newer rows…</span>' in building
 
 
 def test_requests_parquet_written_in_parts_holds_every_current_row_sorted_by_task(browser: Browser, built: dict):
-    """The layout reads the cache's rows in ``REQUEST_PARTS`` ranges of task ids (12 tasks: 6 parts of
+    """The snapshot reads the cache's rows in ``REQUEST_PARTS`` ranges of task ids (12 tasks: 6 parts of
     2): the file holds exactly the rows one read of the whole cache gives, sorted by task id, rows of one
     task in cache order, in one row group or more per part."""
     import pyarrow.parquet as pq

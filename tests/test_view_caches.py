@@ -242,6 +242,6 @@ def test_a_view_of_an_empty_cache_fills_in_with_the_tasks_the_run_selects(tmp_pa
             ran = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
             assert [m["evals"] for m in new.summary["models"]] == [m["evals"] for m in ran["models"]]
         finally:
-            new.workdir.cleanup()  # its layout; the private folder goes with the first snapshot's close
+            new.workdir.cleanup()  # its snapshot; the private folder goes with the first snapshot's close
     finally:
         b.close()

@@ -30,8 +30,8 @@ import jinja2
 import markupsafe
 from aiohttp import web
 
-from dxi.adapters.http import is_loopback_host as is_loopback  # noqa: F401  (dxi view and its tests use it)
 from dxi.evals import EVALS
+from dxi.hosts import is_loopback_host  # noqa: F401  (dxi view and its tests use it)
 from dxi.scoring import provisional
 from dxi.scoring.calibration import ECE_BINS
 from dxi.scoring.replies import model_notes
@@ -226,7 +226,7 @@ def serve(browser: Browser, host: str = "127.0.0.1", port: int = 8765, print_: C
           refresh: float = REFRESH_S) -> None:
     """Serve ``browser`` on ``host``:``port`` until interrupted (Ctrl-C), rescoring newer rows of the cache
     in the background (``view.live``; looked for every ``refresh`` seconds, 0: never), then remove the
-    layouts and the private folder."""
+    snapshots and the private folder."""
     live = Live(browser, refresh)
     try:
         web.run_app(make_app(live), host=host, port=port, print=print_, access_log=None)

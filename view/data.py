@@ -1,8 +1,8 @@
 """What ``dxi view`` shows, as queries over the scored answers and the cache: no HTML here.
 
 Built once at start-up (``Browser.build``) from what ``dxi score`` computes (the summary and the scored
-tables: one code path, nothing recomputed) and the cache, opened read-only. The scoring and the layout
-run in a child process (``layout``; it scores one evaluation at a time, ``runner.outputs.summarize``'s
+tables: one code path, nothing recomputed) and the cache, opened read-only. The scoring and the writing of
+the snapshot run in a child process (``write_snapshot``; it scores one evaluation at a time, ``runner.outputs.summarize``'s
 ``each``), which writes the files below and exits, so that scoring's peak memory over a large cache is
 not held while serving:
 
@@ -15,7 +15,7 @@ not held while serving:
   to the row-group statistics: ``answers.parquet`` (the scored answers, the same rows and values as
   ``dxi score``'s answers.parquet) and ``requests.parquet`` (the cache rows of the current prompt version
   and tasks, without their nested answers). A question's current requests are then chosen by scoring's
-  own selection (``scoring.score.current_rows``).
+  own selection (``scoring.pipeline.current_rows``).
 
 Model labels are the summary's; in frames a model is its position ``i`` in that order (columns
 ``pick{i}``, ``status{i}``, ...), so untrusted names never become column names.
@@ -45,7 +45,7 @@ from dxi.scoring import Scored
 from dxi.scoring.calibration import ECE_BINS, answer_terms
 from dxi.scoring.compare import mcnemar_p
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
-from dxi.scoring.score import CONFIG_COLUMNS, STATUSES, current_rows
+from dxi.scoring.pipeline import CONFIG_COLUMNS, STATUSES, current_rows
 
 from .home import private_home
 
@@ -135,7 +135,7 @@ Select = Callable[[Cache], tuple]
 @dataclass
 class Source:
     """What a Browser was built from, to build it again over newer rows (``Browser.rebuild``): the cache
-    folder, the suite, ``summarize``, ``home`` (the view's private folder, ``view.home``; the layouts
+    folder, the suite, ``summarize``, ``home`` (the view's private folder, ``view.home``; the snapshots
     and the remote's mirror go there), ``remote`` (the remote cache tier, mirrored under ``home``, or
     None), and ``select`` (models, prices and epochs from the cache, and optionally the suite: every model
     in it is chosen again, so that a model a run adds shows, with the tasks its run selected; None: the
@@ -160,7 +160,7 @@ class Source:
 @dataclass
 class Browser:
     """The data behind every page (see the module docstring). Build with ``Browser.build``; ``close``
-    removes its layout. ``layout_peak_mb`` is the start-up child's peak resident set (MB); ``as_of`` the
+    removes its snapshot. ``snapshot_peak_mb`` is the start-up child's peak resident set (MB); ``as_of`` the
     time (Unix seconds) the cache was read for this snapshot; ``source`` what ``rebuild`` reads again."""
 
     summary: dict
@@ -176,7 +176,7 @@ class Browser:
     workdir: tempfile.TemporaryDirectory
     cache_dir: str
     warnings: list[str] = field(default_factory=list)
-    layout_peak_mb: float | None = None
+    snapshot_peak_mb: float | None = None
     as_of: float = 0.0
     source: Source | None = None
 
@@ -188,7 +188,7 @@ class Browser:
               select: Select | None = None) -> Browser:
         """Score ``models`` over ``suite`` from the cache in ``cache_dir`` (opened read-only; with the
         ``remote`` tier's shards mirrored in ``home``) with ``summarize`` (``runner.outputs.summarize``:
-        what ``dxi score`` computes) and lay the results out for the pages (``layout``) in a new folder of
+        what ``dxi score`` computes) and lay the results out for the pages (``write_snapshot``) in a new folder of
         ``home`` (the view's private folder, ``view.home.private_home``; None: one made for this Browser).
         With ``child`` (the default) that runs in a child process, so that scoring's peak memory over a
         large cache is returned to the system before serving; the server keeps only the summary, the
@@ -205,16 +205,16 @@ class Browser:
 
     @classmethod
     def _built(cls, source: Source, child: bool) -> Browser:
-        workdir = tempfile.TemporaryDirectory(prefix="layout-", dir=source.home.name)
+        workdir = tempfile.TemporaryDirectory(prefix="snapshot-", dir=source.home.name)
         as_of = time.time()
         args = (Path(workdir.name), source.cache_dir, source.suite, source.models, source.summarize, source.epochs,
                 source.prices, source.mirror())
         try:
             if child:
                 with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool, _child_env():
-                    peak = pool.submit(layout, *args).result()
+                    peak = pool.submit(write_snapshot, *args).result()
             else:
-                peak = layout(*args)
+                peak = write_snapshot(*args)
             browser = cls.open(workdir, source.suite.tasks(), source.models, source.epochs, source.prices,
                                str(source.cache_dir), peak)
         except BaseException:
@@ -229,7 +229,7 @@ class Browser:
         ``source.select`` the models are chosen again."""
         source = self.source
         if source is None:
-            raise RuntimeError("this Browser was opened from a layout, not built: nothing to rebuild from")
+            raise RuntimeError("this Browser was opened from a snapshot, not built: nothing to rebuild from")
         if source.remote is not None:
             source.remote.pull()
         if source.select is not None:
@@ -241,7 +241,7 @@ class Browser:
     @classmethod
     def open(cls, workdir: tempfile.TemporaryDirectory, tasks: Iterable[Task], models: pl.DataFrame, epochs: int,
              prices: dict[str, tuple[float, float] | None], cache_dir: str, peak: float | None = None) -> Browser:
-        """The Browser over a folder ``layout`` wrote."""
+        """The Browser over a folder ``write_snapshot`` wrote."""
         root = Path(workdir.name)
         meta = orjson.loads((root / "meta.json").read_bytes())
         summary = meta["summary"]
@@ -256,7 +256,7 @@ class Browser:
                    peak)
 
     def close(self) -> None:
-        """Remove this snapshot's layout (and the private folder, when it was made for this Browser)."""
+        """Remove this snapshot's folder (and the private folder, when it was made for this Browser)."""
         self.workdir.cleanup()
         if self.source is not None and self.source.owns_home:
             self.source.home.cleanup()
@@ -462,8 +462,8 @@ class Browser:
         return {"task": task, "gold": task.gold, "models": models, "prompt_version": PROMPT_VERSION}
 
 
-def layout(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summarize: Summarize, epochs: int,
-           prices: dict[str, tuple[float, float] | None], mirror: tuple[str, Path] | None = None) -> float:
+def write_snapshot(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summarize: Summarize, epochs: int,
+                   prices: dict[str, tuple[float, float] | None], mirror: tuple[str, Path] | None = None) -> float:
     """Score (``summarize``) and write what the pages read to ``root``: ``meta.json`` (the summary, the
     cache's warnings, the frames written), ``reliability.parquet``, ``wide-<eval>-<epoch>.parquet``, and
     the two files sorted by task id (``answers.parquet``, ``requests.parquet``). Returns this process's

@@ -1,4 +1,4 @@
-"""The view's private folder: where its layouts (and a remote cache's mirror) go, never in the cache.
+"""The view's private folder: where its snapshots (and a remote cache's mirror) go, never in the cache.
 
 One folder per ``dxi view`` process, ``<tmp>/dxi-view-<pid>-<start>-<random>``, named after the process
 (its pid and its start time in clock ticks since boot, from ``/proc/<pid>/stat``: a pid the system has

@@ -6,7 +6,7 @@ the names, sizes and modification times of its shards and logs (``signature``: o
 each, no file is opened), and of the remote tier's mirrored shards after pulling newer ones (at most
 every ``remote_every`` seconds). When they changed it builds a new snapshot (``Browser.rebuild``: the
 same scoring, in a child process) while the old one is still served, then serves the new one and
-removes the old one's layout. A run that writes all night changes its log every second, so a new
+removes the old one's snapshot. A run that writes all night changes its log every second, so a new
 rebuild starts no sooner than ``settle`` seconds, and twice the last rebuild's time, after the last one
 ended: the view follows the run without taking its cores. Every page shows the time its snapshot read the cache ("as of") and
 whether a newer one is being built. A rebuild that fails keeps the old snapshot and shows why.
@@ -98,7 +98,7 @@ class Live:
             self.building = False
             self._next = time.monotonic() + max(self.settle, 2 * (time.monotonic() - started))
         old, self.browser, self._seen, self.failed = self.browser, new, seen, None
-        old.workdir.cleanup()  # its layout only: the private folder is the new one's too
+        old.workdir.cleanup()  # its snapshot only: the private folder is the new one's too
         return True
 
     async def watch(self) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from .columns import explode, filtered_parts
-from .sums import _codes, build_cubes, estimate_all, metric_table
+from .sums import _codes, build_cubes, eval_metrics_all, metric_table
 
 CONFIG_COLUMNS = ["provider", "model", "endpoint", "params", "prompt_version"]
 ANSWER_FIELDS = ("question_id", "status", "predicted", "p_predicted", "p_yes", "error", "warning", "probabilities")
@@ -429,7 +429,7 @@ def metrics(ans: pl.DataFrame) -> pl.DataFrame:
     Metric columns not defined for an evaluation are null, and so are all metrics of an evaluation with
     missing answers."""
     cubes = build_cubes(ans)
-    return metric_table(cubes, estimate_all(cubes))
+    return metric_table(cubes, eval_metrics_all(cubes))
 
 
 def request_counts(ans: pl.DataFrame) -> dict[str, dict[str, int]]:

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from .bootstrap import Bootstrap
-from .sums import Estimates, epoch_sd
+from .sums import EvalMetrics, epoch_sd
 
 # (evaluation, metric) -> weight
 WEIGHTS: dict[tuple[str, str], float] = {
@@ -56,8 +56,8 @@ class IndexValues:
     unavailable: list[list[str]]
 
 
-def index_values(estimates: dict[str, Estimates], labels: list[str], boot: Bootstrap | None = None) -> IndexValues:
-    """The index's ``IndexValues`` from each evaluation's ``sums.Estimates`` over ``labels`` (with
+def index_values(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap | None = None) -> IndexValues:
+    """The index's ``IndexValues`` from each evaluation's ``sums.EvalMetrics`` over ``labels`` (with
     ``boot``, each evaluation's replicates are combined resample by resample)."""
     n = len(labels)
     point, per_epoch, replicates = np.zeros(n), np.zeros((n, 1)), np.zeros((1, n))
@@ -78,12 +78,12 @@ def index_values(estimates: dict[str, Estimates], labels: list[str], boot: Boots
     return IndexValues(point, per_epoch, replicates, unavailable)
 
 
-def index_table(estimates: dict[str, Estimates], labels: list[str], boot: Bootstrap | None = None) -> pl.DataFrame:
+def index_table(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap | None = None) -> pl.DataFrame:
     """Per label: ``decision_index`` (mean over epochs), ``decision_index_sd`` (spread of the per-epoch
     index; null for one epoch) and, with a bootstrap, ``decision_index_low``/``_high`` (the percentile
     interval of the index recomputed on each resample: one resample of each evaluation). Null with a
     ``reason`` when any term is unavailable (an evaluation without data, or without any reply).
-    ``estimates`` maps evaluation -> ``scoring.sums.Estimates`` over ``labels``."""
+    ``estimates`` maps evaluation -> ``scoring.sums.EvalMetrics`` over ``labels``."""
     n = len(labels)
     values = index_values(estimates, labels, boot)
     low, high = boot.interval(values.replicates) if boot is not None else (np.full(n, np.nan), np.full(n, np.nan))
