@@ -47,12 +47,12 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
-    """Serve until stopped. Nothing is written to the cache folder: the layouts, and a remote cache's mirror,
+    """Serve until stopped. Nothing is written to the cache folder: the snapshots, and a remote cache's mirror,
     go to the view's private folder (``view.home``)."""
     from rich.markup import escape
 
     from dxi.cache import Cache
-    from dxi.view.app import is_loopback, serve  # aiohttp.web and Jinja2 load only for the viewer
+    from dxi.view.app import is_loopback_host, serve  # aiohttp.web and Jinja2 load only for the viewer
     from dxi.view.data import Browser
     from dxi.view.home import private_home
 
@@ -93,7 +93,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     browser.source.owns_home = True  # removed with the last snapshot, when the server stops
     for note in [] if args.quiet else notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
-    if not is_loopback(args.host):
+    if not is_loopback_host(args.host):
         console.print(f"[red]warning:[/] serving on {escape(args.host)}, not this machine only: anyone who can reach "
                       "it can read every prompt and reply in the cache (there is no login). Use the default "
                       "--host 127.0.0.1 unless that is what you want.")
