@@ -749,8 +749,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if unanswered:
         return EXIT_FAILED_REQUESTS
     if dist.shard is not None and dist.shard.count > 1:  # the other shards' answers are missing by design
-        return upload_failed or (EXIT_FAILED_REQUESTS if failed and not summary["accepted"] else 0)
-    return upload_failed or (0 if summary["accepted"] else EXIT_FAILED_REQUESTS)
+        return upload_failed or (EXIT_FAILED_REQUESTS if failed and not summary.accepted else 0)
+    return upload_failed or (0 if summary.accepted else EXIT_FAILED_REQUESTS)
 
 
 def _bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
@@ -881,7 +881,7 @@ def cmd_score(args: argparse.Namespace, console: Console, html: bool = False) ->
         console.print(f"[yellow]note:[/] {escape(note)}")
     if html:
         console.print(escape(f"Report written to {path} (tables in {out}/tables/)"))
-    return 0 if summary["accepted"] else EXIT_FAILED_REQUESTS
+    return 0 if summary.accepted else EXIT_FAILED_REQUESTS
 
 
 def _view_options(p: argparse._ArgumentGroup) -> None:
