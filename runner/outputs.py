@@ -19,7 +19,7 @@ from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite
 from dxi.scoring import provisional, records
 from dxi.scoring.provisional import Tolerance
-from dxi.scoring.records import UNSET, ModelEntry, Summary, unset
+from dxi.scoring.records import UNSET, ModelEntry, ScoredRun, Summary, unset
 from dxi.scoring.replies import add_replies, model_notes, usage_and_replies
 from dxi.scoring.summary import selection_flags
 from dxi.scoring.ties import add_ties, tie_counts
@@ -50,13 +50,13 @@ def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests:
 def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None, requests: dict[str, dict] | None,
               epochs: int = 1, breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
               extra: dict | None = None, batch_prices: dict | None = None,
-              tolerance: Tolerance | None = None) -> tuple[Summary, scoring.Scored]:
+              tolerance: Tolerance | None = None) -> ScoredRun:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
     that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own files)."""
     summary, scored = summarize(cache, suite, models, requests, epochs, breakdowns, prices, extra,
                                 batch_prices=batch_prices, tolerance=tolerance)
     if out is None:
-        return summary, scored
+        return ScoredRun(summary, scored)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".summary.json.tmp"
     tmp.write_bytes(records.to_json(summary))
@@ -64,14 +64,14 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None
     tmp = out / ".answers.parquet.tmp"
     scoring.export(scored.answers).write_parquet(tmp)
     os.replace(tmp, out / "answers.parquet")
-    return summary, scored
+    return ScoredRun(summary, scored)
 
 
 def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[str, dict] | None, epochs: int = 1,
               breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
               extra: dict | None = None, each: Callable[[pl.DataFrame], None] | None = None,
               batch_prices: dict | None = None, tolerance: Tolerance | None = None
-              ) -> tuple[Summary, scoring.Scored]:
+              ) -> ScoredRun:
     """``score_all`` without writing anything: the summary (as summary.json holds it) and the tables
     (``dxi view`` shows them; the cache is only read).
 
@@ -119,7 +119,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked here,
     # when the result is written, never before the first request
     summary.provenance = provenance()
-    return summary, scored
+    return ScoredRun(summary, scored)
 
 
 def model_settings(summary: Summary, models: pl.DataFrame) -> Summary:

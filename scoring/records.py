@@ -14,17 +14,22 @@ An evaluation's block (``EvalBlock``) stays a mapping: its keys are the evaluati
 ``scoring.summary`` lists them). The other nested blocks (``data``, ``usage``, ``requests``,
 ``provenance``...) are documented where they are made and stay mappings too.
 
+``ScoredRun`` is a scored run as scoring hands it on: the summary beside the tables (``scoring.Scored``).
 ``decode(raw)`` reads a summary back (summary.json, or the view's ``meta.json``) into the records.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 import orjson
 from msgspec import UNSET, UnsetType
 
-__all__ = ["UNSET", "Comparison", "EvalBlock", "ModelEntry", "Ranking", "Summary", "decode", "to_json", "unset"]
+if TYPE_CHECKING:
+    from .scored import Scored
+
+__all__ = ["UNSET", "Comparison", "EvalBlock", "ModelEntry", "Ranking", "ScoredRun", "Summary", "decode", "to_json",
+           "unset"]
 
 EvalBlock = dict[str, Any]  # one evaluation's figures for one model (``scoring.summary.eval_block``)
 
@@ -128,6 +133,15 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     def labels(self) -> list[str]:
         """The models' labels, in the summary's order."""
         return [m.model for m in self.models]
+
+
+class ScoredRun(NamedTuple):
+    """A scored run as scoring hands it on (``runner.outputs.summarize``, ``score_all``; ``dxi view``'s
+    ``Summarize``): the ``summary`` (summary.json) and the ``scored`` tables (``scoring.Scored``). A tuple:
+    ``summary, scored = ...`` reads it."""
+
+    summary: Summary
+    scored: Scored
 
 
 def unset(value: Any, default: Any = None) -> Any:

@@ -2,6 +2,7 @@
 keys written only sometimes stay absent when unset, and a summary read back is the same record."""
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import msgspec
@@ -9,9 +10,11 @@ import orjson
 import polars as pl
 import pytest
 
+from dxi.runner.outputs import summarize
 from dxi.scoring import build_summary, records
-from dxi.scoring.records import UNSET, Comparison, ModelEntry, Ranking, Summary
+from dxi.scoring.records import UNSET, Comparison, ModelEntry, Ranking, ScoredRun, Summary
 from dxi.scoring.sums import METRICS
+from dxi.view.data import Summarize
 
 from .realistic_summary import realistic
 
@@ -71,3 +74,18 @@ def test_a_document_that_is_not_a_summary_is_refused_naming_the_field():
     del doc["accepted"]
     with pytest.raises(msgspec.ValidationError, match="accepted"):
         records.decode(orjson.dumps(doc))
+
+
+def test_the_views_scoring_pipeline_is_what_runner_outputs_summarize_is():
+    # dxi view is handed ``runner.outputs.summarize`` as a ``view.data.Summarize``: every parameter the
+    # protocol names, of the same kind and default, and the same result (a ScoredRun: summary and tables)
+    protocol = inspect.signature(Summarize.__call__)
+    given = inspect.signature(summarize)
+    for name, p in list(protocol.parameters.items())[1:]:
+        mine = given.parameters[name]
+        assert (mine.default, mine.annotation) == (p.default, p.annotation), name
+        assert mine.kind == p.kind or (p.kind is p.KEYWORD_ONLY and mine.kind is mine.POSITIONAL_OR_KEYWORD), name
+    assert protocol.return_annotation == given.return_annotation == "ScoredRun"
+    summary, scored = ScoredRun(Summary(prompt_version="p", epochs=1, complete=True, allow_failed=None, accepted=True,
+                                        data={}, models=[]), None)
+    assert summary.labels == [] and scored is None

@@ -41,11 +41,11 @@ import pyarrow.parquet as pq
 
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
-from dxi.scoring import Scored, records
+from dxi.scoring import records
 from dxi.scoring.calibration import ECE_BINS, answer_terms
 from dxi.scoring.compare import mcnemar_p
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
-from dxi.scoring.records import Summary, unset
+from dxi.scoring.records import ScoredRun, Summary, unset
 from dxi.scoring.score import CONFIG_COLUMNS, STATUSES, current_rows
 
 from .home import private_home
@@ -91,7 +91,7 @@ class Summarize(Protocol):
 
     def __call__(self, cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[str, dict] | None,
                  epochs: int = 1, *, prices: dict[str, tuple[float, float] | None] | None = None,
-                 each: Callable[[pl.DataFrame], None] | None = None) -> tuple[Summary, Scored]: ...
+                 each: Callable[[pl.DataFrame], None] | None = None) -> ScoredRun: ...
 
 
 class NotFound(LookupError):
