@@ -44,8 +44,7 @@ class Counting(InProcess):
 
 
 def models_frame(adapter) -> pl.DataFrame:
-    return pl.DataFrame([(adapter.label, adapter.kind, adapter.model, adapter.endpoint, adapter.params_key,
-                          PROMPT_VERSION)], schema=scoring.MODELS_SCHEMA, orient="row")
+    return pl.DataFrame([adapter.identity.row(PROMPT_VERSION)], schema=scoring.MODELS_SCHEMA, orient="row")
 
 
 async def run_once(suite: Suite, cache_dir: Path, out: Path | None = None, adapter=None) -> tuple[int, dict | None]:
