@@ -1,4 +1,6 @@
-"""summary.json: the contract users script against.
+"""summary.json: the contract users script against. ``build`` makes it as a typed record
+(``scoring.records.Summary``: its ``models`` are ``ModelEntry`` records, ``comparisons`` ``Comparison``
+records; each evaluation block stays a mapping), written with ``records.to_json``.
 
     {"prompt_version": str, "epochs": int, "complete": bool, "allow_failed": {...} | null, "accepted": bool,
      "data": {...},
