@@ -157,6 +157,33 @@ class ModelSpec:
     effort: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ModelIdentity:
+    """A started model as the cache and the scoring tell it apart (``Adapter.identity``): ``label`` (its name in
+    reports), ``kind`` (the adapter), ``model`` (the provider's name; a server-named model's once started),
+    ``endpoint``, ``params`` (the canonical JSON of its sampling parameters, ``Adapter.params_key``) and the
+    ``effort`` level its requests carry (None: the provider's default). ``key`` is the configuration every cache
+    key and cache row holds (the cache's ``provider``, ``model``, ``endpoint`` and ``params`` columns); ``row``
+    the model's row of the frame scoring selects cache rows by (``scoring.MODELS_SCHEMA``)."""
+
+    label: str
+    kind: str
+    model: str
+    endpoint: str
+    params: str
+    effort: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """(adapter, model, endpoint, params): what no two models of one run may share (``runner.plan``)."""
+        return self.kind, self.model, self.endpoint, self.params
+
+    def row(self, prompt_version: str = PROMPT_VERSION) -> tuple[str, str, str, str, str, str]:
+        """The model's ``scoring.MODELS_SCHEMA`` row: label, provider (the adapter), model, endpoint, params and
+        ``prompt_version``."""
+        return self.label, *self.key, prompt_version
+
+
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 """The one effort vocabulary of ``--effort`` and a run file's ``effort``, lowest first: the values of the
 openai SDK's ``ReasoningEffort`` (``types/shared/reasoning_effort.py``, openai 3.57.0). Each adapter maps a level
@@ -273,6 +300,12 @@ class Adapter(abc.ABC):
     def params_key(self) -> str:
         """Canonical JSON (sorted keys) of the sampling parameters; "{}" when there are none."""
         return orjson.dumps(self.params, option=orjson.OPT_SORT_KEYS).decode()
+
+    @property
+    def identity(self) -> ModelIdentity:
+        """This model as the cache and the scoring tell it apart (as it is now: a server-named model's name is
+        known once started)."""
+        return ModelIdentity(self.label, self.kind, self.model, self.endpoint, self.params_key, self.effort)
 
     def missing_setup(self) -> str | None:
         """What ``start`` will refuse for lack of local set-up (an API key's environment variable not

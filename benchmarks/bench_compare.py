@@ -15,11 +15,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import orjson
-
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, gold_frames
+from dxi.scoring import records
 from dxi.scoring.compare import discordant
 from dxi.scoring.sums import build_cubes
 from tests.synthetic import suite, write_cache
@@ -54,7 +53,7 @@ def run() -> list[Result]:
         lambda: scoring.build_summary(without.metrics, labels, data, PROMPT_VERSION, 1, {}, without), REPEATS)
     summary_with, summary_with_cpu, summary = _best(
         lambda: scoring.build_summary(with_.metrics, labels, data, PROMPT_VERSION, 1, {}, with_), REPEATS)
-    written, written_cpu, text = _best(lambda: orjson.dumps(summary, option=orjson.OPT_INDENT_2), REPEATS)
+    written, written_cpu, text = _best(lambda: records.to_json(summary), REPEATS)
     whole, whole_cpu, _ = _best(lambda: scoring.score(answers, boot, with_breakdowns=False, with_comparisons=True), 1)
     added = (compared - plain) + counted + (summary_with - summary_plain) + written
     added_cpu = (compared_cpu - plain_cpu) + counted_cpu + (summary_with_cpu - summary_plain_cpu) + written_cpu
@@ -70,5 +69,5 @@ def run() -> list[Result]:
                "scoring.score with 1,000-resample intervals, without the report's breakdowns (dxi score's work "
                f"after reading the cache); CPU {whole_cpu:.2f} s"),
         Result("compare", "… summary.json with every comparison", len(text) / 1e6, "MB", "", None,
-               f"{len(summary['comparisons']):,} entries in comparisons"),
+               f"{len(summary.comparisons):,} entries in comparisons"),
     ]

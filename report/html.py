@@ -18,6 +18,7 @@ import polars as pl
 from dxi.evals import EVALS
 from dxi.scoring import WEIGHTS, Scored, breakdowns, provisional
 from dxi.scoring.calibration import CALIBRATION_METRICS
+from dxi.scoring.records import Summary, unset
 from dxi.scoring.replies import model_notes
 from dxi.scoring.summary import selection_flags
 from dxi.scoring.sums import METRICS
@@ -89,14 +90,14 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> dict:
             "rows": [[c if isinstance(c, dict) else ("—" if c is None else str(c)) for c in r] for r in rows]}
 
 
-def model_order(summary: dict, ranked: bool) -> list[str]:
+def model_order(summary: Summary, ranked: bool) -> list[str]:
     """The one order of models in every table and chart: summary.json's (the run file's or the
     ``--model`` flags') when ``ranked`` is false, else by Decision Index, highest first (models without
     an index last, then by name)."""
-    labels = [m["model"] for m in summary["models"]]
+    labels = summary.labels
     if not ranked:
         return labels
-    index = {m["model"]: m["decision_index"] for m in summary["models"]}
+    index = {m.model: m.decision_index for m in summary.models}
     return sorted(labels, key=lambda lb: (index[lb] is None, -(index[lb] or 0.0), lb))
 
 
@@ -106,13 +107,13 @@ def _order(labels: Sequence[str]) -> pl.Expr:
                                                           return_dtype=pl.Int64)
 
 
-def banner(summary: dict, scored: Scored) -> list[str]:
+def banner(summary: Summary, scored: Scored) -> list[str]:
     """Why the numbers are not the full Decision Index, one sentence each (empty: they are): a
     selection of tasks (``--limit``, ``--sample``), a stand-in dataset, an evaluation without data or
     not selected, provisional figures (answers failed or missing: ``provisional.notes``), or invalid plus
     failed answers above ``NOT_SCORED_SHARE`` of a model's answers in an evaluation."""
     notes: list[str] = []
-    data = summary["data"]
+    data = summary.data
     limits = sorted({d["limit"] for d in data.values() if d.get("limit") is not None})
     if limits:
         notes.append(f"Only the first {', '.join(map(str, limits))} tasks of each evaluation were scored (--limit): "
@@ -133,29 +134,27 @@ def banner(summary: dict, scored: Scored) -> list[str]:
     answers = {(r["label"], r["eval"]): r["answers"] for r in scored.statuses.iter_rows(named=True)} \
         if not scored.statuses.is_empty() else {}
     notes += provisional.notes(summary)
-    for m in summary["models"]:
-        for name, block in m["evals"].items():
-            bad, total = block.get("invalid", 0) + block.get("failed", 0), answers.get((m["model"], name), 0)
+    for m in summary.models:
+        for name, block in m.evals.items():
+            bad, total = block.get("invalid", 0) + block.get("failed", 0), answers.get((m.model, name), 0)
             if total and bad / total > NOT_SCORED_SHARE:
-                notes.append(f"{m['model']}, {EVALS[name].title}: {bad} of {total} answers ({100 * bad / total:.0f}%) "
+                notes.append(f"{m.model}, {EVALS[name].title}: {bad} of {total} answers ({100 * bad / total:.0f}%) "
                              f"are invalid or failed (more than {100 * NOT_SCORED_SHARE:.0f}%), scored as not correct.")
     return notes
 
 
-def _sample(summary: dict) -> str:
-    """The ``--sample`` selection as recorded in summary.json ("" if none): a top-level ``sample`` or
-    ``selection`` block, or a per-evaluation ``sample`` entry (a task count, or a block with the count
-    and seed)."""
+def _sample(summary: Summary) -> str:
+    """The ``--sample`` selection as recorded in summary.json's data block ("" if none): each evaluation's
+    ``sample`` entry (a task count, or a block with the count and seed)."""
     found = []
-    for block in (summary.get("sample"), (summary.get("selection") or {}).get("sample") if isinstance(
-            summary.get("selection"), dict) else None, *(d.get("sample") for d in summary["data"].values())):
+    for block in (d.get("sample") for d in summary.data.values()):
         if block is None or block is False:
             continue
         if isinstance(block, dict):
             n = next((block[k] for k in ("n", "size", "tasks", "per_eval") if k in block), None)
             seed = block.get("seed")
         else:
-            n, seed = block, summary.get("seed")
+            n, seed = block, None
         text = f"{n} tasks per evaluation" if n is not None else "sampled tasks"
         if seed is not None:
             text += f", seed {seed}"
@@ -164,10 +163,10 @@ def _sample(summary: dict) -> str:
     return "; ".join(found)
 
 
-def _index_section(summary: dict, scored: Scored, labels: list[str]) -> dict:
+def _index_section(summary: Summary, scored: Scored, labels: list[str]) -> dict:
     index = {r["label"]: r for r in scored.index.iter_rows(named=True)}
     metrics = {(r["label"], r["eval"]): r for r in scored.metrics.iter_rows(named=True)}
-    entries = {m["model"]: m for m in summary["models"]}
+    entries = {m.model: m for m in summary.models}
     cells = list(WEIGHTS)  # the index's terms, in the formula's order
     headers = ["model", "Decision Index"] + [
         f"{SHORT_TITLES[name]} {METRIC_TITLES[m]} ({100 * WEIGHTS[name, m]:g}%)" for name, m in cells] + [
@@ -175,34 +174,34 @@ def _index_section(summary: dict, scored: Scored, labels: list[str]) -> dict:
     rows = []
     for label in labels:
         entry = entries[label]
-        row: list[object] = [label, _cell(index.get(label, {}), "decision_index", incomplete=not entry.get("complete", True))
-                             if entry["decision_index"] is not None else _cell({}, "decision_index")]
-        if entry.get("rank") is not None:  # its rank by the index, with the rank's 95% interval (scoring.compare)
-            row[1]["rank"] = f"rank {entry['rank']} [{entry['rank_ci'][0]}–{entry['rank_ci'][1]}]"
-        row += [_cell(metrics.get((label, name), {}), m, incomplete=entry["evals"][name].get("complete") is False)
-                if entry["evals"][name].get(m) is not None else _cell({}, m) for name, m in cells]
-        row += [sum(b.get("invalid", 0) for b in entry["evals"].values()),
-                sum(b.get("failed", 0) for b in entry["evals"].values())]
+        row: list[object] = [label, _cell(index.get(label, {}), "decision_index", incomplete=not entry.complete)
+                             if entry.decision_index is not None else _cell({}, "decision_index")]
+        if unset(entry.rank) is not None:  # its rank by the index, with the rank's 95% interval (scoring.compare)
+            row[1]["rank"] = f"rank {entry.rank} [{entry.rank_ci[0]}–{entry.rank_ci[1]}]"
+        row += [_cell(metrics.get((label, name), {}), m, incomplete=entry.evals[name].get("complete") is False)
+                if entry.evals[name].get(m) is not None else _cell({}, m) for name, m in cells]
+        row += [sum(b.get("invalid", 0) for b in entry.evals.values()),
+                sum(b.get("failed", 0) for b in entry.evals.values())]
         rows.append(row)
     chart = charts.bars("Decision Index (95% CI)", labels,
                         {"Decision Index": [index.get(lb, {}).get("decision_index") for lb in labels]},
                         {"Decision Index": [index.get(lb, {}).get("decision_index_low") for lb in labels]},
                         {"Decision Index": [index.get(lb, {}).get("decision_index_high") for lb in labels]})
-    reasons = [f"{lb}: {entries[lb]['decision_index_reason']}" for lb in labels if entries[lb].get("decision_index_reason")]
+    reasons = [f"{lb}: {entries[lb].decision_index_reason}" for lb in labels if entries[lb].decision_index_reason]
     reasons += [f"{lb}: {note}" for lb in labels for note in model_notes(entries[lb])]  # served model, cut-offs, clamp
     return {"table": _table(headers, rows), "chart": _uri(chart), "reasons": reasons,
             "pairs": _pairs(summary, scored, labels)}
 
 
-def _pairs(summary: dict, scored: Scored, labels: list[str]) -> dict | None:
+def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
     """The pairwise matrix of Decision Index differences (row − column, points) over the models with an
     index, each cell ``{"v", "ci", "sig"}``: the difference, its paired-bootstrap interval and whether it is
     significant after Holm's adjustment (p_holm < 1 − confidence); None with fewer than two such models."""
     pairs = scored.comparisons.filter(pl.col("metric") == "decision_index")
-    ranked = [lb for lb in labels if any(m["model"] == lb and m["decision_index"] is not None for m in summary["models"])]
+    ranked = [lb for lb in labels if any(m.model == lb and m.decision_index is not None for m in summary.models)]
     if pairs.is_empty() or len(ranked) < 2:
         return None
-    alpha = 1 - (summary.get("intervals") or {}).get("confidence", 0.95)
+    alpha = 1 - (unset(summary.intervals) or {}).get("confidence", 0.95)
     found = {}
     for r in pairs.iter_rows(named=True):
         found[(r["a"], r["b"])] = (r["difference"], r["low"], r["high"], r["p_holm"])
@@ -243,10 +242,10 @@ def _breakdown(name: str, dimension: str, part: pl.DataFrame, labels: list[str])
             "chart": _uri(chart)}
 
 
-def _eval_sections(summary: dict, scored: Scored, labels: list[str]) -> list[dict]:
+def _eval_sections(summary: Summary, scored: Scored, labels: list[str]) -> list[dict]:
     sections = []
     for name, metrics in METRICS.items():
-        data = summary["data"].get(name, {})
+        data = summary.data.get(name, {})
         section: dict = {"name": name, "title": EVALS[name].title, "missing": data.get("missing"), "note": data.get("note"),
                          "breakdowns": []}
         sections.append(section)
@@ -257,9 +256,9 @@ def _eval_sections(summary: dict, scored: Scored, labels: list[str]) -> list[dic
         low = {METRIC_TITLES[m]: [rows.get(lb, {}).get(f"{m}_low") for lb in labels] for m in metrics}
         high = {METRIC_TITLES[m]: [rows.get(lb, {}).get(f"{m}_high") for lb in labels] for m in metrics}
         section["chart"] = _uri(charts.bars(f"{EVALS[name].title} (95% CI)", labels, series, low, high))
-        reasons = {m["model"]: m["evals"][name].get("reason") for m in summary["models"]}
-        incomplete = {m["model"]: m["evals"][name].get("complete") is False for m in summary["models"]}
-        ties = {m["model"]: m["evals"][name].get("ties", 0) for m in summary["models"]}  # scoring.ties
+        reasons = {m.model: m.evals[name].get("reason") for m in summary.models}
+        incomplete = {m.model: m.evals[name].get("complete") is False for m in summary.models}
+        ties = {m.model: m.evals[name].get("ties", 0) for m in summary.models}  # scoring.ties
         section["table"] = _table(
             ["model", "tasks", *[METRIC_TITLES[m] for m in metrics], "invalid", "failed", "missing", "ties", "reason"],
             [[lb, rows[lb]["n"], *[_cell(rows[lb], m, incomplete=incomplete.get(lb, False)) for m in metrics],
@@ -283,7 +282,7 @@ def _eval_sections(summary: dict, scored: Scored, labels: list[str]) -> list[dic
     return sections
 
 
-def _calibration_section(summary: dict, scored: Scored, labels: list[str]) -> dict:
+def _calibration_section(summary: Summary, scored: Scored, labels: list[str]) -> dict:
     rows = []
     calib = scored.calibration
     if not calib.is_empty():
@@ -305,8 +304,8 @@ def _calibration_section(summary: dict, scored: Scored, labels: list[str]) -> di
             if not b.is_empty():
                 panels[EVALS[name].title] = {c: b[c].to_list() for c in ("low", "high", "accuracy", "confidence", "n")}
         diagrams.append({"model": label, "chart": _uri(charts.reliability(label, panels))})
-    clamps = [f"{m['model']}: its provider clamps P(yes) to [{m['p_yes_range'][0]:g}, {m['p_yes_range'][1]:g}], so its "
-              "yes/no answers never reach a confidence of 1" for m in summary["models"] if m.get("p_yes_range")]
+    clamps = [f"{m.model}: its provider clamps P(yes) to [{m.p_yes_range[0]:g}, {m.p_yes_range[1]:g}], so its "
+              "yes/no answers never reach a confidence of 1" for m in summary.models if m.p_yes_range]
     return {"table": _table(["model", "evaluation", "question", "answers", "excluded", "Brier score", "ECE", "log loss",
                              "AUROC"], rows), "diagrams": diagrams, "notes": clamps}
 
@@ -357,24 +356,24 @@ def _data_notes(d: dict) -> str:
     return " ".join(p for p in parts if p)
 
 
-def render(summary: dict, scored: Scored, ranked: bool = False) -> str:
+def render(summary: Summary, scored: Scored, ranked: bool = False) -> str:
     """The report as one HTML document (text). Models appear in ``model_order(summary, ranked)`` in every
     table and chart."""
     labels = model_order(summary, ranked)
     data = [{"title": EVALS[name].title, **d, "file": (d.get("files") or [{}])[0], "notes": _data_notes(d)}
-            for name, d in summary["data"].items()]
+            for name, d in summary.data.items()]
     evals = _eval_sections(summary, scored, labels)
     return _ENV.get_template("report.html.j2").render(
         summary=summary, data=data, index=_index_section(summary, scored, labels), evals=evals,
         calibration=_calibration_section(summary, scored, labels), status=_status_section(scored, labels),
-        intervals=summary.get("intervals"), calibration_methods=summary.get("calibration"),
+        intervals=unset(summary.intervals), calibration_methods=unset(summary.calibration),
         banner=banner(summary, scored), contents=_contents(evals), min_group_tasks=MIN_GROUP_TASKS,
         scoring_rule=SCORING_RULE, warning_note=WARNING_NOTE, ties_note=TIES_NOTE, order_note=(
             "Models are ordered by Decision Index, highest first." if ranked else
             "Models are in the order they were given (run file or --model)."))
 
 
-def write(summary: dict, scored: Scored, out: Path, ranked: bool = False) -> Path:
+def write(summary: Summary, scored: Scored, out: Path, ranked: bool = False) -> Path:
     """Write ``out/report.html`` (to a temporary name, then renamed) and ``out/tables/<name>.csv`` and
     ``.parquet`` for every table of ``scored.tables()``; returns the report's path. ``ranked``: order the
     models by Decision Index (when no run file or ``--model`` gave an order)."""

@@ -45,8 +45,7 @@ from .stops import RunStop
 def identity(model: ModelRun) -> str:
     """The model configuration's digest (32 hex): adapter, model, endpoint, sampling parameters and prompt
     version, as in every cache key. Its claims and ledger entries go by it."""
-    a = model.adapter
-    head = "\0".join((a.kind, a.model, a.endpoint, a.params_key, PROMPT_VERSION))
+    head = "\0".join((*model.identity.key, PROMPT_VERSION))
     return hashlib.sha256(head.encode()).hexdigest()[:32]
 
 

@@ -39,8 +39,9 @@ import polars as pl
 
 from dxi import adapters, scoring
 from dxi.adapters.llm import render
-from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task
+from dxi.evals import EVALS, Suite, Task
 from dxi.evals.fetch import HUB_FILES
+from dxi.scoring.records import Summary, unset
 from dxi.scoring.sums import METRICS, WILDGUARD_F1
 
 FORMATS = ("eee", "csv", "parquet", "jsonl")
@@ -99,19 +100,19 @@ class Missing:
             f" {self.reason}." if self.reason else "")
 
 
-def missing_answers(summary: dict) -> Missing:
+def missing_answers(summary: Summary) -> Missing:
     """The answers missing from the cache in ``summary`` (``runner.outputs.score_all``'s)."""
-    counts = {(m["model"], name): block["missing"] for m in summary["models"] for name, block in m["evals"].items()
+    counts = {(m.model, name): block["missing"] for m in summary.models for name, block in m.evals.items()
               if block.get("missing")}
     first = next(iter(counts), None)
     reason = None
     if first is not None:
-        block = next(m for m in summary["models"] if m["model"] == first[0])["evals"][first[1]]
+        block = summary.entry(first[0]).evals[first[1]]
         reason = f"{first[0]} {EVALS[first[1]].title}: {block['reason']}" if block.get("reason") else None
     return Missing(sum(counts.values()), counts, reason)
 
 
-def write(fmt: str, target: Path, summary: dict, scored: scoring.Scored, models: pl.DataFrame, suite: Suite,
+def write(fmt: str, target: Path, summary: Summary, scored: scoring.Scored, models: pl.DataFrame, suite: Suite,
           now: float | None = None, include_missing: bool = True) -> list[Path]:
     """Write the export ``fmt`` (one of ``FORMATS``) to ``target`` (a file for the answer tables, a
     folder for ``eee``) from ``summary`` and ``scored`` (``runner.outputs.score_all``); ``models`` is the
@@ -127,7 +128,7 @@ def write(fmt: str, target: Path, summary: dict, scored: scoring.Scored, models:
         return write_eee(target, summary, scored, models, suite, time.time() if now is None else now)
     if target.is_dir():
         raise ExportError(f"{target} is a folder: give the file to write, e.g. {target / ('answers.' + fmt)}")
-    efforts = {m["model"]: m.get("effort") for m in summary["models"]}
+    efforts = {m.model: unset(m.effort) for m in summary.models}
     table = scoring.export(scored.answers)
     table = table.with_columns(pl.col("model").replace_strict(efforts, default=None, return_dtype=pl.String).alias("effort"))
     if not include_missing:
@@ -193,9 +194,9 @@ def _generation(effort: str | None) -> dict:
     return {"generation_args": {"reasoning": effort != "none"}, "additional_details": {"effort": effort}}
 
 
-def _result(result_id: str, name: str, source: dict, metric: str, block: dict, summary: dict) -> dict:
+def _result(result_id: str, name: str, source: dict, metric: str, block: dict, summary: Summary) -> dict:
     """One ``evaluation_results`` entry: the metric's score (0-100) with its interval."""
-    intervals = summary.get("intervals") or {}
+    intervals = unset(summary.intervals) or {}
     uncertainty: dict = {"num_samples": int(block.get("n", 0))}
     ci = block.get(f"{metric}_ci")
     if ci and ci[0] is not None and ci[1] is not None:
@@ -219,20 +220,20 @@ def _result(result_id: str, name: str, source: dict, metric: str, block: dict, s
             "score_details": {"score": block[metric], "details": details, "uncertainty": uncertainty}}
 
 
-def _log(evaluation_id: str, now: float, info: dict, summary: dict, results: list[dict], reasons: dict[str, str],
+def _log(evaluation_id: str, now: float, info: dict, summary: Summary, results: list[dict], reasons: dict[str, str],
          epochs: int) -> dict:
     source = {"source_name": "Decision Index (dxi)", "source_type": "evaluation_run",
               "source_organization_name": "unknown", "evaluator_relationship": "third_party"}
     if reasons:
         source["additional_details"] = reasons
-    made = summary.get("provenance") or {}
+    made = unset(summary.provenance) or {}
     version = made.get("dxi_version")
     if version is None:
         try:
             version = metadata.version("decision-index")
         except metadata.PackageNotFoundError:  # a checkout that is not installed
             version = "unknown"
-    details = {"prompt_version": str(summary.get("prompt_version", PROMPT_VERSION)), "epochs": str(epochs)}
+    details = {"prompt_version": str(summary.prompt_version), "epochs": str(epochs)}
     git = made.get("git")
     if git:  # run from a git checkout: the commit, and whether tracked files were modified
         details |= {"git_commit": str(git["commit"]), "git_dirty": str(bool(git["dirty"])).lower()}
@@ -285,26 +286,27 @@ def _instances(answers: pl.DataFrame, tasks: dict[str, Task], evaluation_id: str
         yield orjson.dumps(record) + b"\n"
 
 
-def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.DataFrame, suite: Suite,
+def write_eee(target: Path, summary: Summary, scored: scoring.Scored, models: pl.DataFrame, suite: Suite,
               now: float) -> list[Path]:
     """The ``eee`` export under the folder ``target`` (see the module docstring); returns the files."""
     configs = {r["label"]: r for r in models.iter_rows(named=True)}
     answers = scoring.export(scored.answers)
     tasks = {t.id: t for t in suite.tasks()}
     written: list[Path] = []
-    for entry in summary["models"]:
-        label = entry["model"]
-        info = _model_info(label, configs[label], entry.get("effort"))
+    for entry in summary.models:
+        label = entry.model
+        effort = unset(entry.effort)
+        info = _model_info(label, configs[label], effort)
         folder = Path("data") / COLLECTION / _safe(info["inference_platform"]) / _safe(configs[label]["model"])
         (target / folder).mkdir(parents=True, exist_ok=True)
         identity = f"{label}\x1f{configs[label].get('endpoint')}\x1f{configs[label].get('params')}"
         index_reasons: dict[str, str] = {}
-        for name, block in entry["evals"].items():
-            data = summary["data"].get(name, {})
+        for name, block in entry.evals.items():
+            data = summary.data.get(name, {})
             if data.get("missing") or not block.get("n"):
                 index_reasons[f"{name}_reason"] = block.get("reason") or data.get("missing") or "no answers"
                 continue
-            file_id = _file_uuid(COLLECTION, identity, name, summary.get("prompt_version", ""))
+            file_id = _file_uuid(COLLECTION, identity, name, summary.prompt_version)
             evaluation_id = f"{COLLECTION}/{name}/{label}/{now:.0f}"
             source = _source_data(name, data)
             results, reasons = [], ({"provisional": PROVISIONAL.format(block["failed"], block["missing"])}
@@ -314,8 +316,8 @@ def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.Da
                     reasons[f"{metric}_reason"] = block.get("reason") or "not defined"
                     continue
                 results.append(_result(f"{name}.{metric}", name, source, metric, block, summary))
-                if entry.get("effort") is not None:
-                    results[-1]["generation_config"] = _generation(entry["effort"])
+                if effort is not None:
+                    results[-1]["generation_config"] = _generation(effort)
             if not results:
                 index_reasons[f"{name}_reason"] = block.get("reason") or "no metric defined"
                 continue
@@ -332,35 +334,33 @@ def write_eee(target: Path, summary: dict, scored: scoring.Scored, models: pl.Da
                     digest.update(line)
                     rows += 1
             os.replace(samples.with_name(f".{samples.name}.tmp"), samples)
-            log = _log(evaluation_id, now, info, summary, results, reasons, entry.get("epochs", summary.get("epochs", 1)))
+            log = _log(evaluation_id, now, info, summary, results, reasons, entry.epochs)
             log["detailed_evaluation_results"] = {"format": "jsonl", "file_path": (folder / samples.name).as_posix(),
                                                   "hash_algorithm": "sha256", "checksum": digest.hexdigest(),
                                                   "total_rows": rows}
             written += [_write_json(target / folder / f"{file_id}.json", log), samples]
-        if entry.get("decision_index") is not None:
-            block = {"decision_index": entry["decision_index"], "decision_index_ci": entry.get("decision_index_ci"),
-                     "decision_index_sd": entry.get("decision_index_sd"),
-                     "n": sum(b.get("n", 0) for b in entry["evals"].values())}
-            if "complete" in entry:
-                block["complete"] = entry["complete"]
-            if entry.get("complete") is False:
-                failed = sum(b.get("failed", 0) for b in entry["evals"].values())
+        if entry.decision_index is not None:
+            block = {"decision_index": entry.decision_index, "decision_index_ci": unset(entry.decision_index_ci),
+                     "decision_index_sd": unset(entry.decision_index_sd),
+                     "n": sum(b.get("n", 0) for b in entry.evals.values()), "complete": entry.complete}
+            if not entry.complete:
+                failed = sum(b.get("failed", 0) for b in entry.evals.values())
                 index_reasons["provisional"] = PROVISIONAL.format(failed, sum(b.get("missing", 0)
-                                                                              for b in entry["evals"].values()))
+                                                                              for b in entry.evals.values()))
             source = {"dataset_name": "Decision Index (AA-Omniscience-Decision, HLE-MultiChoice, When2Call, WildGuardTest)",
                       "source_type": "other",
                       "additional_details": {"formula": "0.125 acc(Omniscience) + 0.125 non-halluc(Omniscience) + "
                                                         "0.25 acc(HLE) + 0.25 acc(When2Call) + 0.25 mean F1(WildGuardTest)"}}
             results = [_result("decision_index", "decision_index", source, "decision_index", block, summary)]
-            if entry.get("effort") is not None:
-                results[-1]["generation_config"] = _generation(entry["effort"])
+            if effort is not None:
+                results[-1]["generation_config"] = _generation(effort)
         else:
             results = []
-            index_reasons["decision_index_reason"] = entry.get("decision_index_reason") or "not computed"
+            index_reasons["decision_index_reason"] = unset(entry.decision_index_reason) or "not computed"
         if results:
-            file_id = _file_uuid(COLLECTION, identity, "decision_index", summary.get("prompt_version", ""))
+            file_id = _file_uuid(COLLECTION, identity, "decision_index", summary.prompt_version)
             log = _log(f"{COLLECTION}/decision_index/{label}/{now:.0f}", now, info, summary, results, index_reasons,
-                       entry.get("epochs", summary.get("epochs", 1)))
+                       entry.epochs)
             written.append(_write_json(target / folder / f"{file_id}.json", log))
     return written
 

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import orjson
+import msgspec
 import polars as pl
 from rich import box
 from rich.console import Console, Group
@@ -17,8 +17,9 @@ from rich.table import Table
 from dxi import adapters, scoring
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite
-from dxi.scoring import provisional
+from dxi.scoring import provisional, records
 from dxi.scoring.provisional import Tolerance
+from dxi.scoring.records import UNSET, ModelEntry, ScoredRun, Summary, unset
 from dxi.scoring.replies import add_replies, model_notes, usage_and_replies
 from dxi.scoring.summary import selection_flags
 from dxi.scoring.ties import add_ties, tie_counts
@@ -28,14 +29,15 @@ from .provenance import provenance
 
 def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
           epochs: int = 1, prices: dict[str, tuple[float, float] | None] | None = None, extra: dict | None = None,
-          batch_prices: dict | None = None, tolerance: Tolerance | None = None) -> dict:
+          batch_prices: dict | None = None, tolerance: Tolerance | None = None) -> Summary:
     """Score ``models`` (``scoring.MODELS_SCHEMA`` rows, plus an optional ``epochs`` column: a model's own
     number of epochs, else ``epochs``) from the cache over the suite's tasks, write ``out/summary.json``
     and ``out/answers.parquet`` (each written to a temporary name, then renamed) and return the summary.
     ``requests`` is each model's request counts from a run; None (cache-only scoring) counts the requests
     found in the cache instead, with ``sent`` = 0. ``prices`` (label -> USD per million input and output
     tokens; None or absent: no price) make the usage blocks' costs (``batch_prices``: of the requests a
-    provider batch answered; default half, ``scoring.cost.batch_price``); ``extra`` keys are added to the summary;
+    provider batch answered; default half, ``scoring.cost.batch_price``); ``extra`` sets the summary's optional
+    fields (``cost_bound``, ``stopped_providers``: ``scoring.records.Summary``);
     ``tolerance`` is ``--allow-failed``'s (``scoring.provisional``).
 
     A shard damaged where start-up does not look (outside the index columns) fails here: it is moved to
@@ -48,28 +50,28 @@ def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests:
 def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None, requests: dict[str, dict] | None,
               epochs: int = 1, breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
               extra: dict | None = None, batch_prices: dict | None = None,
-              tolerance: Tolerance | None = None) -> tuple[dict, scoring.Scored]:
+              tolerance: Tolerance | None = None) -> ScoredRun:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
     that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own files)."""
     summary, scored = summarize(cache, suite, models, requests, epochs, breakdowns, prices, extra,
                                 batch_prices=batch_prices, tolerance=tolerance)
     if out is None:
-        return summary, scored
+        return ScoredRun(summary, scored)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".summary.json.tmp"
-    tmp.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    tmp.write_bytes(records.to_json(summary))
     os.replace(tmp, out / "summary.json")
     tmp = out / ".answers.parquet.tmp"
     scoring.export(scored.answers).write_parquet(tmp)
     os.replace(tmp, out / "answers.parquet")
-    return summary, scored
+    return ScoredRun(summary, scored)
 
 
 def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[str, dict] | None, epochs: int = 1,
               breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
               extra: dict | None = None, each: Callable[[pl.DataFrame], None] | None = None,
               batch_prices: dict | None = None, tolerance: Tolerance | None = None
-              ) -> tuple[dict, scoring.Scored]:
+              ) -> ScoredRun:
     """``score_all`` without writing anything: the summary (as summary.json holds it) and the tables
     (``dxi view`` shows them; the cache is only read).
 
@@ -113,25 +115,25 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
                                     counts, scored, model_epochs, usage, tolerance)
     summary = add_ties(summary, ties)
     summary = add_replies(summary, served, dict(zip(labels, models["model"].to_list(), strict=True)))
-    summary = model_settings(summary, models) | (extra or {})
+    summary = msgspec.structs.replace(model_settings(summary, models), **(extra or {}))
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked here,
     # when the result is written, never before the first request
-    summary = {"prompt_version": summary["prompt_version"], "provenance": provenance(), **summary}
-    return summary, scored
+    summary.provenance = provenance()
+    return ScoredRun(summary, scored)
 
 
-def model_settings(summary: dict, models: pl.DataFrame) -> dict:
+def model_settings(summary: Summary, models: pl.DataFrame) -> Summary:
     """``summary`` with each model entry's ``effort`` (the level its requests carry: the frame's ``effort``
     column, ``runner.plan``; null where unset or unknown) and, for a provider that clamps P(yes)
     (``Adapter.P_YES_RANGE``: Gemini Decisions), its ``p_yes_range``."""
     rows = {r["label"]: r for r in models.iter_rows(named=True)}
-    for entry in summary["models"]:
-        row = rows.get(entry["model"], {})
-        entry["effort"] = row.get("effort")
+    for entry in summary.models:
+        row = rows.get(entry.model, {})
+        entry.effort = row.get("effort")
         kind = row.get("provider")
         clamp = adapters.adapter_class(kind).P_YES_RANGE if kind in adapters.KINDS else None
         if clamp is not None:
-            entry["p_yes_range"] = list(clamp)
+            entry.p_yes_range = list(clamp)
     return summary
 
 
@@ -193,23 +195,23 @@ def _legend(console: Console, names: list[str], keys: list[str]) -> None:
             console.print(f"  {key} = {name}", highlight=False, markup=False)
 
 
-def print_usage(summary: dict, console: Console, keys: list[str] | None = None) -> None:
+def print_usage(summary: Summary, console: Console, keys: list[str] | None = None) -> None:
     """Tokens and cost per model (of the answers scored, from the cache) and for the run; a model that
     costs nothing (price 0) shows "free"."""
-    if "usage" not in summary:
+    if summary.usage is UNSET:
         return
-    keys = keys or [m["model"] for m in summary["models"]]
+    keys = keys or summary.labels
     columns = [("model", "model", "left"), ("requests", "requests", "right"), ("input tokens", "input\ntokens", "right"),
                ("output tokens", "output\ntokens", "right"), ("cost", "cost", "right"), ("this run", "this\nrun", "right")]
     rows = []
-    for key, m in zip(keys, summary["models"], strict=True):
-        u = m.get("usage") or {}
-        spent = (m.get("requests") or {}).get("cost_usd")
+    for key, m in zip(keys, summary.models, strict=True):
+        u = unset(m.usage) or {}
+        spent = (m.requests or {}).get("cost_usd")
         free = u.get("price") == {"input": 0.0, "output": 0.0}
         rows.append(([escape(key), str(u.get("requests", 0)), f"{u.get('input_tokens', 0):,}", f"{u.get('output_tokens', 0):,}",
                       "free" if free else _usd(u.get("cost_usd")), "free" if free else _usd(spent)], None))
-    run = summary["usage"]
-    all_free = all((m.get("usage") or {}).get("price") == {"input": 0.0, "output": 0.0} for m in summary["models"])
+    run = summary.usage
+    all_free = all((unset(m.usage) or {}).get("price") == {"input": 0.0, "output": 0.0} for m in summary.models)
     rows.append((["all", str(run["requests"]), f"{run['input_tokens']:,}", f"{run['output_tokens']:,}",
                   "free" if all_free else _usd(run["cost_usd"]), ""], "bold"))
     console.print(_fitted(console, _variants("Usage (the scored answers' requests, from the cache)", columns, rows)))
@@ -281,7 +283,7 @@ INDEX_COLUMNS: list[Column] = [
     ("invalid", "inv.", "right"), ("repaired", "rep.", "right"), ("failed", "fail.", "right")]
 
 
-def _index_tables(summary: dict, keys: list[str]) -> list[Table | Group]:
+def _index_tables(summary: Summary, keys: list[str]) -> list[Table | Group]:
     """The index table's variants, widest first: the third shows invalid/repaired/failed in one column;
     the narrowest moves the rank column into a small table of its own under it."""
     rows = _index_rows(summary, keys)
@@ -297,12 +299,12 @@ def _index_tables(summary: dict, keys: list[str]) -> list[Table | Group]:
         _table("Decision Index", headers, justify[:10], merged, True), split]
 
 
-def _rank(m: dict) -> str:
+def _rank(m: ModelEntry) -> str:
     """A model's rank by the index with its 95% interval over the resamples: "2 [1–3]" (— without one)."""
-    if m.get("rank") is None:
+    if unset(m.rank) is None:
         return "—"
-    low, high = m["rank_ci"]
-    return f"{m['rank']} [{low}–{high}]"
+    low, high = m.rank_ci
+    return f"{m.rank} [{low}–{high}]"
 
 
 def _marked(value: float | None, incomplete: bool) -> str:
@@ -310,15 +312,15 @@ def _marked(value: float | None, incomplete: bool) -> str:
     return _fmt(value) + (provisional.MARK if incomplete and value is not None else "")
 
 
-def _index_rows(summary: dict, keys: list[str]) -> Rows:
+def _index_rows(summary: Summary, keys: list[str]) -> Rows:
     rows = []
-    for key, m in zip(keys, summary["models"], strict=True):
-        e = m["evals"]
+    for key, m in zip(keys, summary.models, strict=True):
+        e = m.evals
         invalid = sum(b.get("invalid", 0) for b in e.values())
         failed = sum(b.get("failed", 0) for b in e.values())
         repaired = sum(b.get("repaired", 0) for b in e.values())
-        ci, sd = m.get("decision_index_ci"), m.get("decision_index_sd")
-        index = _marked(m["decision_index"], m.get("complete") is False) + (f" ±{sd:.1f} sd" if sd is not None else "")
+        ci, sd = unset(m.decision_index_ci), unset(m.decision_index_sd)
+        index = _marked(m.decision_index, not m.complete) + (f" ±{sd:.1f} sd" if sd is not None else "")
 
         def cell(name: str, metric: str, e: dict = e) -> str:
             return _marked(e[name].get(metric), e[name].get("complete") is False)
@@ -330,23 +332,23 @@ def _index_rows(summary: dict, keys: list[str]) -> Rows:
     return rows
 
 
-def print_summary(summary: dict, console: Console, out: Path | None = None) -> None:
+def print_summary(summary: Summary, console: Console, out: Path | None = None) -> None:
     """The index table (fitted to the terminal: long or short headers, full model names or keys with a
     legend), then what data was used and anything the reader must know (once per model: another model served
     it, replies cut off at the token limit, a clamp of P(yes): ``scoring.replies.model_notes``). The index's
     95% interval has a column of its own; with several epochs the index shows ± its standard deviation over
     epochs (sd)."""
-    names = [m["model"] for m in summary["models"]]
+    names = summary.labels
     keys = model_keys(names, console, lambda ks: any(_fits(console, t) for t in _index_tables(summary, ks)))
     console.print(_fitted(console, _index_tables(summary, keys)))
     _legend(console, names, keys)
-    groups = (summary.get("ranking") or {}).get("groups") or []
+    groups = summary.ranking.groups if summary.ranking else []
     if sum(map(len, groups)) > 1:
         key_of = dict(zip(names, keys, strict=True))
         console.print("Ranked by Decision Index in statistically tied groups (paired bootstrap, Holm-adjusted): "
                       + " > ".join("{" + ", ".join(key_of[m] for m in g) + "}" for g in groups), markup=False)
     console.print("Data used:")
-    for name, d in summary["data"].items():
+    for name, d in summary.data.items():
         title = EVALS[name].title
         if "missing" in d:
             console.print(f"  {title}: [yellow]none[/] ({escape(d['missing'])})")
@@ -371,29 +373,29 @@ def print_summary(summary: dict, console: Console, out: Path | None = None) -> N
                              ": check the ids in the exclusion list"))
     for line in provisional.notes(summary):
         console.print(f"  [yellow]{escape(line)}[/]")
-    for m in summary["models"]:
-        if m.get("decision_index_reason"):
-            console.print(f"  [yellow]{escape(m['model'])}: index {escape(m['decision_index_reason'])}[/]")
-        for name, block in m["evals"].items():
+    for m in summary.models:
+        if m.decision_index_reason:
+            console.print(f"  [yellow]{escape(m.model)}: index {escape(m.decision_index_reason)}[/]")
+        for name, block in m.evals.items():
             if block.get("reason") and "no data" not in block["reason"]:
-                console.print(f"  [yellow]{escape(m['model'])} {EVALS[name].title}: {escape(block['reason'])}[/]")
-        ties = sum(b.get("ties", 0) for b in m["evals"].values())
+                console.print(f"  [yellow]{escape(m.model)} {EVALS[name].title}: {escape(block['reason'])}[/]")
+        ties = sum(b.get("ties", 0) for b in m.evals.values())
         if ties:
-            console.print(f"  {escape(m['model'])}: {ties} pick(s) decided by a tie of the highest probabilities "
+            console.print(f"  {escape(m.model)}: {ties} pick(s) decided by a tie of the highest probabilities "
                           "(scored: the returned choice when tied, else the first tied option in option order)")
         for note in model_notes(m):
-            console.print(f"  [yellow]{escape(m['model'])}: {escape(note)}[/]")
-        if m.get("invalid_reasons"):
-            n = sum(b.get("invalid", 0) for b in m["evals"].values())
-            console.print(f"  [yellow]{escape(m['model'])}: {n} invalid answer(s)[/] (scored as wrong; all in "
+            console.print(f"  [yellow]{escape(m.model)}: {escape(note)}[/]")
+        if m.invalid_reasons:
+            n = sum(b.get("invalid", 0) for b in m.evals.values())
+            console.print(f"  [yellow]{escape(m.model)}: {n} invalid answer(s)[/] (scored as wrong; all in "
                           "answers.parquet). Most frequent reasons:")
-            for r in m["invalid_reasons"]:
+            for r in m.invalid_reasons:
                 text = r["error"] if len(r["error"]) <= 200 else r["error"][:200] + "…"
                 console.print(f"    {r['count']} × {text}", highlight=False, markup=False)
     print_usage(summary, console, keys)
     written = f"; written to {out}/summary.json and {out}/answers.parquet" if out else ""
-    made = summary.get("provenance") or {}
+    made = unset(summary.provenance) or {}
     git = made.get("git")
     by = (f"; dxi {made['dxi_version']}" + (f" at {git['commit'][:12]}{' (modified)' if git['dirty'] else ''}" if git else "")
           if made else "")
-    console.print(escape(f"Prompt version {summary['prompt_version']}{by}{written}"))
+    console.print(escape(f"Prompt version {summary.prompt_version}{by}{written}"))

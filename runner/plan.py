@@ -70,8 +70,7 @@ class Plan:
 
         from dxi import scoring
 
-        rows = [(m.label, m.adapter.kind, m.adapter.model, m.adapter.endpoint, m.adapter.params_key, PROMPT_VERSION,
-                 m.epochs, m.adapter.effort) for m in self.models]
+        rows = [(*m.identity.row(PROMPT_VERSION), m.epochs, m.identity.effort) for m in self.models]
         return pl.DataFrame(rows, schema={**scoring.MODELS_SCHEMA, "epochs": pl.Int64, "effort": pl.String},
                             orient="row")
 
@@ -90,7 +89,7 @@ class Plan:
         configuration: scoring tells models apart by those, so one's cache rows would be read as the other's."""
         seen: dict[object, str] = {}
         for m in self.models:
-            for key in (m.label, (m.adapter.kind, m.adapter.model, m.adapter.endpoint, m.adapter.params_key)):
+            for key in (m.label, m.identity.key):
                 if key in seen:
                     raise UsageError(f"{seen[key]} and {m.label} are the same model (same name, or same adapter, "
                                     "model, endpoint and parameters): give each a distinct name and configuration")

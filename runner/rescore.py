@@ -180,4 +180,4 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
             summary, scored = score_all(cache, suite, to_score.frame, out, None, to_score.epochs, breakdowns=True,
                                         prices=to_score.prices, batch_prices=batch_prices, tolerance=allowed)
             path = write(summary, scored, out, ranked=plan is None)  # no order given: by Decision Index
-    return Rescored(summary, out, path, to_score.notes, 0 if summary["accepted"] else EXIT_FAILED_REQUESTS)
+    return Rescored(summary, out, path, to_score.notes, 0 if summary.accepted else EXIT_FAILED_REQUESTS)

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
-from dxi.adapters import Adapter, ProviderStop, Request, Transient
+from dxi.adapters import Adapter, ModelIdentity, ProviderStop, Request, Transient
 from dxi.cache import FAILED, FATAL, INVALID, OK, Cache
 from dxi.evals import Suite, Task
 
@@ -134,6 +134,11 @@ class ModelRun:
     def limits_key(self) -> str:
         """The key of the limits this model shares: its ``provider``, else ``Adapter.limits_key``."""
         return self.provider or self.adapter.limits_key
+
+    @property
+    def identity(self) -> ModelIdentity:
+        """The model as the cache and the scoring tell it apart (``Adapter.identity``)."""
+        return self.adapter.identity
 
 
 @dataclass(frozen=True, slots=True)

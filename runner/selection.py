@@ -145,7 +145,7 @@ def record_of(plan: Plan) -> RunRecord:
     """The record of what ``plan`` runs (its models started: a server-named model has its name)."""
     suite = plan.suite
     sample = suite.sample if isinstance(suite, SampledSuite) else None
-    models = tuple((m.adapter.kind, m.adapter.model, m.adapter.endpoint, m.adapter.params_key) for m in plan.models)
+    models = tuple(m.identity.key for m in plan.models)
     return RunRecord(PROMPT_VERSION, models, tuple(suite.selected()), suite.limit, sample,
                      suite.seed if isinstance(suite, SampledSuite) else 0, suite.wildguard_subset, round(time.time(), 3))
 

@@ -140,8 +140,8 @@ def exit_code(summary: dict, stats: dict[str, Stats], *, budget_stopped: bool, s
         return EXIT_FAILED_REQUESTS
     if sharded:
         failed = any(s.failed for s in stats.values())
-        return upload_failed or (EXIT_FAILED_REQUESTS if failed and not summary["accepted"] else 0)
-    return upload_failed or (0 if summary["accepted"] else EXIT_FAILED_REQUESTS)
+        return upload_failed or (EXIT_FAILED_REQUESTS if failed and not summary.accepted else 0)
+    return upload_failed or (0 if summary.accepted else EXIT_FAILED_REQUESTS)
 
 
 def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:

@@ -15,8 +15,12 @@ Invalid answers are the model's reply (SPEC §6): they never make a figure provi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dxi.evals import EVALS
+
+if TYPE_CHECKING:
+    from .records import Summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,32 +63,32 @@ MARK = "*"
 """The mark after a provisional figure in the terminal table, the report and ``dxi view``."""
 
 
-def notes(summary: dict) -> list[str]:
+def notes(summary: Summary) -> list[str]:
     """What a reader is told about the provisional figures of a summary (plain text, one sentence each):
     per model with failed or missing answers, how many, how they were scored, in which evaluations and how
     many answers the next ``dxi run`` requests again; then, when the result is not accepted, what to do.
     Empty when every figure is complete. The terminal prints them under the table, the report's banner
     and ``dxi view``'s overview show them."""
     lines = []
-    tolerance = summary.get("allow_failed")
-    for m in summary["models"]:
-        if m.get("complete") is not False:
+    tolerance = summary.allow_failed
+    for m in summary.models:
+        if m.complete:
             continue
-        blocks = {name: b for name, b in m["evals"].items() if b.get("complete") is False}
+        blocks = {name: b for name, b in m.evals.items() if b.get("complete") is False}
         failed, missing = sum(b["failed"] for b in blocks.values()), sum(b["missing"] for b in blocks.values())
         rerun = sum(b.get("rerun", 0) for b in blocks.values())
         counts = " and ".join(t for t in (f"{failed} failed" if failed else "", f"{missing} missing" if missing else "")
                               if t)
-        text = (f"{m['model']}: provisional ({MARK}): {counts} answer(s) in {', '.join(_title(n) for n in blocks)}, scored as not "
+        text = (f"{m.model}: provisional ({MARK}): {counts} answer(s) in {', '.join(_title(n) for n in blocks)}, scored as not "
                 f"correct (never as hallucinations); the next `dxi run` with these options requests {rerun} of them "
                 "again")
         kept = failed + missing - rerun
         if kept:
             text += f" ({kept} deterministic failure(s) are kept: --retry-failed requests them too)"
-        if m.get("within_tolerance"):
+        if m.within_tolerance is True:
             text += f"; accepted: within --allow-failed {_tolerance(tolerance)}"
         lines.append(text + ".")
-    if lines and not summary.get("accepted", True):
+    if lines and not summary.accepted:
         lines.append("The result is provisional: rerun to complete it, or accept the failed and missing answers "
                      "explicitly with --allow-failed N (answers per model and evaluation) or a fraction of them.")
     return lines

@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from .pipeline import USAGE_READ, Rows, _current, _model_epochs, _task_frame, usage_table
+from .records import ModelEntry, Summary, unset
 
 REPLIES_SCHEMA = {"label": pl.String, "served_model": pl.String, "cut_off": pl.String, "replies": pl.Int64,
                   "answers": pl.Int64}
@@ -71,44 +72,44 @@ def same_model(asked: str, served: str) -> bool:
     return s == a or (s.startswith(a + "-") and _SNAPSHOT.fullmatch(s[len(a):]) is not None)
 
 
-def add_replies(summary: dict, table: pl.DataFrame, asked: dict[str, str]) -> dict:
+def add_replies(summary: Summary, table: pl.DataFrame, asked: dict[str, str]) -> Summary:
     """``summary`` with each model entry's ``served_models`` ({served name: answers}, most first), ``served_differs``
     (when any served name is not the model ``asked[label]``: {``requested``, ``served``: those names}) and
     ``cut_off`` ({``replies``, ``while_thinking``, ``answers``}) from a replies table (``usage_and_replies``)."""
-    for entry in summary["models"]:
-        label = entry["model"]
+    for entry in summary.models:
+        label = entry.model
         mine = table.filter(pl.col("label") == label)
         served = (mine.filter(pl.col("served_model").is_not_null()).group_by("served_model").agg(pl.col("answers").sum())
                   .sort(["answers", "served_model"], descending=[True, False]))
-        entry["served_models"] = dict(served.iter_rows())
-        other = [name for name in entry["served_models"] if label in asked and not same_model(asked[label], name)]
+        entry.served_models = dict(served.iter_rows())
+        other = [name for name in entry.served_models if label in asked and not same_model(asked[label], name)]
         if other:
-            entry["served_differs"] = {"requested": asked[label], "served": other}
+            entry.served_differs = {"requested": asked[label], "served": other}
         cut = mine.filter(pl.col("cut_off").is_not_null())
-        entry["cut_off"] = {"replies": int(cut["replies"].sum()),
+        entry.cut_off = {"replies": int(cut["replies"].sum()),
                             "while_thinking": int(cut.filter(pl.col("cut_off") == THINKING)["replies"].sum()),
                             "answers": int(cut["answers"].sum())}
     return summary
 
 
-def model_notes(entry: dict) -> list[str]:
+def model_notes(entry: ModelEntry) -> list[str]:
     """What a reader must know about one model's replies (a summary.json model entry), as sentences: the
     models that served it when they differ from the one asked for, its replies cut off at the token limit with
     the hint, and a provider's clamp of P(yes) (``p_yes_range``). [] when none."""
     notes = []
-    served = entry.get("served_models") or {}
-    differs = entry.get("served_differs")
+    served = unset(entry.served_models) or {}
+    differs = unset(entry.served_differs)
     if differs:
         notes.append("answered by " + ", ".join(f"{name} ({served[name]} answers)" for name in differs["served"])
                      + f", not {differs['requested']} as asked: the provider served another model, and its answers "
                        "are scored under this name")
-    cut = entry.get("cut_off") or {}
+    cut = unset(entry.cut_off) or {}
     if cut.get("replies"):
         notes.append(f"{cut['replies']} replies cut off at the token limit ({cut['while_thinking']} while thinking), "
                      f"{cut['answers']} answers scored wrong: the budget, not the model, lost these points; "
                      f"{CUT_OFF_HINT}")
-    if entry.get("p_yes_range"):
-        low, high = entry["p_yes_range"]
+    if entry.p_yes_range:
+        low, high = entry.p_yes_range
         notes.append(f"P(yes) is clamped by the provider to [{low:g}, {high:g}]: its yes/no probabilities never reach "
                      "0 or 1, which bounds its Brier score and log loss on confident answers")
     return notes

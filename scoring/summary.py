@@ -1,4 +1,6 @@
-"""summary.json: the contract users script against.
+"""summary.json: the contract users script against. ``build`` makes it as a typed record
+(``scoring.records.Summary``: its ``models`` are ``ModelEntry`` records, ``comparisons`` ``Comparison``
+records; each evaluation block stays a mapping), written with ``records.to_json``.
 
     {"prompt_version": str, "epochs": int, "complete": bool, "allow_failed": {...} | null, "accepted": bool,
      "data": {...},
@@ -50,6 +52,7 @@ import polars as pl
 from . import calibration as cal
 from .decision_index import decision_index
 from .provisional import Tolerance, judge
+from .records import Comparison, ModelEntry, Ranking, Summary, unset
 from .sums import EVERY_FAILED, METRICS, NONE_CACHED
 
 UNDEFINED_F1 = ("undefined (no positive gold label and no positive prediction); mean_f1 is the mean of "
@@ -194,8 +197,8 @@ def invalid_reasons(counts: pl.DataFrame, top: int = 3) -> dict[str, list[dict]]
 
 def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], prompt_version: str, epochs: int,
           requests: dict[str, dict], scored: object | None = None, model_epochs: dict[str, int] | None = None,
-          usage: tuple[dict[str, dict], dict] | None = None, tolerance: Tolerance | None = None) -> dict:
-    """The whole summary: one entry per model label (in ``labels`` order), from the metrics table, the
+          usage: tuple[dict[str, dict], dict] | None = None, tolerance: Tolerance | None = None) -> Summary:
+    """The whole summary (``scoring.records.Summary``): one entry per model label (in ``labels`` order), from the metrics table, the
     suite's data block and each model's request counts. With ``scored`` (a ``scoring.scored.Scored``)
     the intervals, the index's spread and interval and the calibration blocks are added.
 
@@ -211,55 +214,52 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
     if scored is not None and not scored.calibration.is_empty():
         for r in scored.calibration.iter_rows(named=True):
             calibration.setdefault((r["label"], r["eval"]), []).append(r)
-    models = []
+    models: list[ModelEntry] = []
     complete = all_accepted = True
     for label in labels:
         n_epochs = model_epochs.get(label, epochs)
         evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), n_epochs,
                                   label) for name in METRICS}
         index, reason = decision_index(evals, {name: by_key.get((label, name)) for name in METRICS})
-        entry: dict = {"model": label, "epochs": n_epochs, "decision_index": _round(index)}
+        done, accepted = judge(evals, {name: (by_key.get((label, name)) or {}).get("answers", 0) for name in METRICS},
+                               tolerance)
+        entry = ModelEntry(model=label, epochs=n_epochs, decision_index=_round(index), complete=done, evals=evals,
+                           requests=requests.get(label, {}))
         if reason:
-            entry["decision_index_reason"] = reason
-        entry["complete"], accepted = judge(evals, {name: (by_key.get((label, name)) or {}).get("answers", 0)
-                                                    for name in METRICS}, tolerance)
-        if not entry["complete"]:
-            entry["within_tolerance"] = accepted
-        complete, all_accepted = complete and entry["complete"], all_accepted and accepted
+            entry.decision_index_reason = reason
+        if not done:
+            entry.within_tolerance = accepted
+        complete, all_accepted = complete and done, all_accepted and accepted
         if scored is not None:
             row = index_rows.get(label, {})
-            entry["decision_index_ci"] = _interval(row, "decision_index") if index is not None else None
+            entry.decision_index_ci = _interval(row, "decision_index") if index is not None else None
             if n_epochs > 1:
-                entry["decision_index_sd"] = _round(row.get("decision_index_sd")) if index is not None else None
+                entry.decision_index_sd = _round(row.get("decision_index_sd")) if index is not None else None
             if row.get("rank") is not None:  # with comparisons (``scoring.compare``): the rank by the index
-                entry |= {"rank": row["rank"], "rank_ci": [row["rank_low"], row["rank_high"]],
-                          "tied_group": row["tied_group"]}
+                entry.rank, entry.rank_ci, entry.tied_group = row["rank"], [row["rank_low"], row["rank_high"]], row["tied_group"]
             for name, block in evals.items():
                 if block.get("n"):
                     block["calibration"] = calibration_block(calibration.get((label, name), []), n_epochs)
-        entry["evals"] = evals
         if label in reasons:
-            entry["invalid_reasons"] = reasons[label]
-        entry["requests"] = requests.get(label, {})
+            entry.invalid_reasons = reasons[label]
         if usage is not None:
-            entry["usage"] = usage[0].get(label)
+            entry.usage = usage[0].get(label)
         models.append(entry)
-    summary: dict = {"prompt_version": prompt_version, "epochs": epochs, "complete": complete,
-                     "allow_failed": tolerance.describe() if tolerance is not None else None,
-                     "accepted": all_accepted, "data": data}
+    summary = Summary(prompt_version=prompt_version, epochs=epochs, complete=complete,
+                      allow_failed=tolerance.describe() if tolerance is not None else None, accepted=all_accepted,
+                      data=data, models=models)
     if scored is not None:
-        summary["intervals"] = scored.bootstrap.describe() if scored.bootstrap else None
-        summary["calibration"] = cal.describe()
+        summary.intervals = scored.bootstrap.describe() if scored.bootstrap else None
+        summary.calibration = cal.describe()
     if usage is not None:
-        summary["usage"] = usage[1]
-    summary["models"] = models
+        summary.usage = usage[1]
     if scored is not None and "rank" in scored.index.columns:  # comparisons computed (one model: no pairs)
-        summary["comparisons"] = comparisons(scored.comparisons)
-        summary["ranking"] = ranking(models)
+        summary.comparisons = comparisons(scored.comparisons)
+        summary.ranking = ranking(models)
     return summary
 
 
-def comparisons(table: pl.DataFrame) -> list[dict]:
+def comparisons(table: pl.DataFrame) -> list[Comparison]:
     """summary.json's ``comparisons``, one entry per row of ``scoring.compare``'s table: ``a``, ``b``,
     ``eval`` (null for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high] (the paired
     bootstrap's), ``p_value``, ``p_holm``, for accuracy with one epoch ``discordant`` [a right and b wrong,
@@ -275,23 +275,22 @@ def comparisons(table: pl.DataFrame) -> list[dict]:
                table["mcnemar_p"].to_list(), table["complete"].to_list())
     for a, b, name, metric, difference, low, high, p, p_holm, a_only, b_only, mcnemar, complete in zip(*columns,
                                                                                                    strict=True):
-        entry = {"a": a, "b": b, "eval": name, "metric": metric, "difference": difference,
-                 "ci": [low, high] if low is not None else None, "p_value": p, "p_holm": p_holm}
+        entry = Comparison(a=a, b=b, eval=name, metric=metric, difference=difference,
+                           ci=[low, high] if low is not None else None, p_value=p, p_holm=p_holm, complete=complete)
         if a_only is not None:
-            entry |= {"discordant": [a_only, b_only], "mcnemar_p": mcnemar}
-        entry["complete"] = complete
+            entry.discordant, entry.mcnemar_p = [a_only, b_only], mcnemar
         out.append(entry)
     return out
 
 
-def ranking(models: list[dict]) -> dict:
+def ranking(models: list[ModelEntry]) -> Ranking:
     """summary.json's ``ranking``: the models by Decision Index in groups that are statistically tied
     (``scoring.compare``: each group's models in rank order; models without an index are left out)."""
-    ranked = sorted((m for m in models if m.get("rank") is not None), key=lambda m: (m["rank"], m["model"]))
+    ranked = sorted((m for m in models if unset(m.rank) is not None), key=lambda m: (m.rank, m.model))
     groups: dict[int, list[str]] = {}
     for m in ranked:
-        groups.setdefault(m["tied_group"], []).append(m["model"])
-    return {"by": "decision_index", "groups": [groups[g] for g in sorted(groups)],
-            "method": ("rank: 1 + the models with a higher index; rank_ci: its 95% interval over the bootstrap "
+        groups.setdefault(m.tied_group, []).append(m.model)
+    return Ranking(by="decision_index", groups=[groups[g] for g in sorted(groups)],
+                   method=("rank: 1 + the models with a higher index; rank_ci: its 95% interval over the bootstrap "
                        "resamples; groups: consecutive in rank order, a model joins the group above unless its index "
-                       "is significantly lower (paired bootstrap, Holm-adjusted p < 0.05) than that group's first")}
+                       "is significantly lower (paired bootstrap, Holm-adjusted p < 0.05) than that group's first"))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from .records import Summary
+
 CHUNK = 65_536  # answers looked at a time (``tie_counts``): the per-option lists of a chunk only
 
 
@@ -34,10 +36,10 @@ def tie_counts(answers: pl.DataFrame) -> dict[tuple[str, str], int]:
     return counts
 
 
-def add_ties(summary: dict, counts: dict[tuple[str, str], int]) -> dict:
+def add_ties(summary: Summary, counts: dict[tuple[str, str], int]) -> Summary:
     """``summary`` with ``ties`` (``counts``, from ``tie_counts``; 0 when none) in every evaluation block
     of every model."""
-    for m in summary["models"]:
-        for name, block in m["evals"].items():
-            block["ties"] = counts.get((m["model"], name), 0)
+    for m in summary.models:
+        for name, block in m.evals.items():
+            block["ties"] = counts.get((m.model, name), 0)
     return summary

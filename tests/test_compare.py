@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 from scipy.stats import binomtest
 
-from dxi.scoring import Bootstrap, build_summary, score
+from dxi.scoring import Bootstrap, build_summary, records, score
 from dxi.scoring.compare import holm, mcnemar_p
 
 from .answers import choice, frame, yes_no
@@ -115,7 +115,7 @@ def test_summary_carries_the_comparisons_and_each_models_rank():
     base = [i % 4 != 0 for i in range(N_TASKS)]
     far = [i % 4 == 0 for i in range(N_TASKS)]
     scored = score(frame(suite("m:a", base) + suite("m:c", far)), Bootstrap(resamples=100), with_comparisons=True)
-    summary = build_summary(scored.metrics, ["m:a", "m:c"], DATA, "p", 1, {}, scored)
+    summary = records.to_builtins(build_summary(scored.metrics, ["m:a", "m:c"], DATA, "p", 1, {}, scored))
     assert [(m["rank"], m["rank_ci"], m["tied_group"]) for m in summary["models"]] == [(1, [1, 1], 1), (2, [2, 2], 2)]
     metrics = [(c["eval"], c["metric"]) for c in summary["comparisons"]]
     assert metrics == [(None, "decision_index"), ("aa_omniscience_decision", "accuracy"),

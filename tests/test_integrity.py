@@ -25,6 +25,7 @@ from dxi.evals import PROMPT_VERSION, DatasetError, Exclusions, Suite, Task, dis
 from dxi.runner.cli import main
 from dxi.runner.outputs import score
 from dxi.runner.run import run
+from dxi.scoring import records
 from dxi.scoring.sums import METRICS
 
 from .conftest import FIXTURES, REAL_DATA
@@ -43,8 +44,7 @@ class Counting(InProcess):
 
 
 def models_frame(adapter) -> pl.DataFrame:
-    return pl.DataFrame([(adapter.label, adapter.kind, adapter.model, adapter.endpoint, adapter.params_key,
-                          PROMPT_VERSION)], schema=scoring.MODELS_SCHEMA, orient="row")
+    return pl.DataFrame([adapter.identity.row(PROMPT_VERSION)], schema=scoring.MODELS_SCHEMA, orient="row")
 
 
 async def run_once(suite: Suite, cache_dir: Path, out: Path | None = None, adapter=None) -> tuple[int, dict | None]:
@@ -54,7 +54,7 @@ async def run_once(suite: Suite, cache_dir: Path, out: Path | None = None, adapt
     Counting.sent = 0
     with Cache(cache_dir) as cache:
         await run([adapter], suite, cache)
-        summary = score(cache, suite, models_frame(adapter), out, None) if out is not None else None
+        summary = records.to_builtins(score(cache, suite, models_frame(adapter), out, None)) if out is not None else None
     return Counting.sent, summary
 
 
@@ -260,7 +260,7 @@ async def test_every_request_failed_gives_null_metrics_with_the_reason_and_no_in
             with Cache(tmp_path / "cache") as cache:
                 suite = Suite(discover(data_dir))
                 stats = await run([adapter], suite, cache)
-                summary = score(cache, suite, models_frame(adapter), tmp_path / "out", None)
+                summary = records.to_builtins(score(cache, suite, models_frame(adapter), tmp_path / "out", None))
         finally:
             await adapter.close()
     assert stats[adapter.label].failed == stats[adapter.label].sent == 12

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 from scipy.stats import binomtest
 
-from dxi.scoring import Bootstrap, build_summary, score
+from dxi.scoring import Bootstrap, build_summary, records, score
 from dxi.scoring.bootstrap import nan_quantiles
 from dxi.scoring.metrics import accuracy_from, f1_from, non_hallucination_from
 from dxi.scoring.sums import ALL_STATS, RESAMPLED, build_cubes, eval_metrics
@@ -108,7 +108,7 @@ def test_all_correct_gives_accuracy_a_wilson_interval_below_100_and_the_bootstra
                 assert (r[m], r[f"{m}_low"], r[f"{m}_high"]) == (100.0, 100.0, 100.0)
     idx = scored.index.row(0, named=True)
     assert (idx["decision_index"], idx["decision_index_low"], idx["decision_index_high"]) == (100.0, 100.0, 100.0)
-    summary = build_summary(scored.metrics, [M], DATA, "p", 1, {}, scored)
+    summary = records.to_builtins(build_summary(scored.metrics, [M], DATA, "p", 1, {}, scored))
     assert summary["models"][0]["decision_index_ci"] == [100.0, 100.0]
     assert summary["models"][0]["evals"]["hle_multichoice"]["accuracy_ci"] == [round(wilson_oracle(5, 5)[0], 6), 100.0]
     assert summary["intervals"]["methods"]["accuracy"] == "Wilson score interval over tasks"
@@ -145,7 +145,7 @@ def test_f1_undefined_in_some_resamples_is_left_out_and_null_when_undefined_thro
     assert (row["f1_prompt_harm"], row["f1_prompt_harm_low"], row["f1_prompt_harm_high"]) == (100.0, 100.0, 100.0)
     assert row["f1_response_harm"] is None and row["f1_response_harm_low"] is None
     assert row["mean_f1"] == 100.0  # the mean of the defined F1 scores
-    block = build_summary(scored.metrics, [M], DATA, "p", 1, {}, scored)["models"][0]["evals"]["wildguardtest"]
+    block = build_summary(scored.metrics, [M], DATA, "p", 1, {}, scored).models[0].evals["wildguardtest"]
     assert block["f1_response_harm_ci"] is None and "undefined" in block["reason"]
 
 
@@ -159,7 +159,7 @@ def test_epochs_give_the_index_a_spread():
     idx = scored.index.row(0, named=True)
     assert idx["decision_index"] == pytest.approx((43.75 + 66.875) / 2)
     assert idx["decision_index_sd"] == pytest.approx(np.std([43.75, 66.875], ddof=1))
-    summary = build_summary(scored.metrics, [M], DATA, "p", 2, {}, scored)
+    summary = records.to_builtins(build_summary(scored.metrics, [M], DATA, "p", 2, {}, scored))
     assert summary["models"][0]["decision_index"] == 55.3125
     assert summary["models"][0]["decision_index_sd"] == pytest.approx(16.351844, abs=1e-6)
     assert summary["models"][0]["evals"]["when2call"]["accuracy_sd"] == pytest.approx(17.677670, abs=1e-6)
@@ -188,7 +188,7 @@ def test_an_empty_answers_frame_scores_to_empty_tables():
     scored = score(frame([]), Bootstrap(resamples=10))
     assert scored.metrics.is_empty() and scored.index.is_empty() and scored.calibration.is_empty()
     assert scored.breakdowns.is_empty() and scored.statuses.is_empty()
-    summary = build_summary(scored.metrics, [M], DATA, "p", 1, {}, scored)
+    summary = records.to_builtins(build_summary(scored.metrics, [M], DATA, "p", 1, {}, scored))
     assert summary["models"][0]["decision_index"] is None
     assert summary["models"][0]["evals"]["when2call"]["reason"] == "no answers for this evaluation"
 

@@ -16,6 +16,8 @@ from dxi.cache.schema import SCHEMA
 from dxi.report.html import MIN_GROUP_TASKS, banner, model_order
 from dxi.runner import rescore
 from dxi.runner.cli import main, parser
+from dxi.scoring import records
+from dxi.scoring.records import ModelEntry, Summary
 
 from .conftest import fixture_data
 from .four_models import FourModels, four_models
@@ -188,6 +190,17 @@ def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(four: F
             shutil.copy(tmp_path / name, keep / f"four-models-1280-{name}")
 
 
+def _entry(label: str, index: float | None, evals: dict | None = None) -> ModelEntry:
+    """A model entry with ``evals`` (default none) and the other fields as a complete run has them."""
+    return ModelEntry(model=label, epochs=1, decision_index=index, complete=True, evals=evals or {}, requests={})
+
+
+def _summary(data: dict, models: list[ModelEntry]) -> Summary:
+    """A complete, accepted summary over ``data`` (evaluation -> data block) with ``models``."""
+    return Summary(prompt_version="p", epochs=1, complete=True, allow_failed=None, accepted=True, data=data,
+                   models=models)
+
+
 def _headers(html: str, table_class: str) -> list[list[str]]:
     """The header cells of every table of ``table_class``, as text."""
     import re
@@ -210,13 +223,12 @@ def test_every_table_and_chart_has_the_runs_model_order(four: FourModels, four_r
 
 
 def test_without_a_given_order_models_are_ranked_by_the_index(four: FourModels):
-    summary = {"models": [{"model": "b", "decision_index": 10.0}, {"model": "a", "decision_index": None},
-                          {"model": "c", "decision_index": 30.0}, {"model": "d", "decision_index": 10.0}]}
+    summary = _summary({}, [_entry("b", 10.0), _entry("a", None), _entry("c", 30.0), _entry("d", 10.0)])
     assert model_order(summary, ranked=False) == ["b", "a", "c", "d"]
     assert model_order(summary, ranked=True) == ["c", "b", "d", "a"]
     out = four.cache.parent / "ranked"
     assert main([*four.args("report", "--out", str(out))]) == 0
-    summary = orjson.loads((out / "summary.json").read_bytes())
+    summary = records.decode((out / "summary.json").read_bytes())
     expected = model_order(summary, ranked=True)
     html = (out / "report.html").read_text()
     assert _headers(html, "breakdown")[0][-4:] == expected
@@ -251,36 +263,32 @@ def test_the_banner_says_why_the_numbers_are_not_the_full_index(four: FourModels
                                                     "answers": [100, 100]}))
     full = {"file": "x", "tasks": 100}
     done = {"invalid": 0, "failed": 0, "missing": 0, "complete": True}
-    summary = {"data": {"hle_multichoice": dict(full), "when2call": dict(full)}, "complete": True, "accepted": True,
-               "models": [{"model": "m", "complete": True, "evals": {"hle_multichoice": {**done, "invalid": 5},
-                                                                     "when2call": dict(done)}}]}
+    summary = _summary({"hle_multichoice": dict(full), "when2call": dict(full)},
+                       [_entry("m", None, {"hle_multichoice": {**done, "invalid": 5}, "when2call": dict(done)})])
     assert banner(summary, scored) == []  # 5% invalid is at the threshold, not above it
-    summary["models"][0]["evals"]["hle_multichoice"]["invalid"] = 6
+    summary.models[0].evals["hle_multichoice"]["invalid"] = 6
     assert banner(summary, scored) == ["m, HLE-MultiChoice: 6 of 100 answers (6%) are invalid or failed (more than "
                                        "5%), scored as not correct."]
-    summary["models"][0] |= {"complete": False, "within_tolerance": False}
-    summary["models"][0]["evals"]["hle_multichoice"] = {"invalid": 0, "failed": 2, "missing": 7, "complete": False,
-                                                        "rerun": 8}
-    summary |= {"complete": False, "accepted": False}
+    summary.models[0].complete, summary.models[0].within_tolerance = False, False
+    summary.models[0].evals["hle_multichoice"] = {"invalid": 0, "failed": 2, "missing": 7, "complete": False, "rerun": 8}
+    summary.complete, summary.accepted = False, False
     assert banner(summary, scored) == [
         "m: provisional (*): 2 failed and 7 missing answer(s) in HLE-MultiChoice, scored as not correct (never as "
         "hallucinations); the next `dxi run` with these options requests 8 of them again (1 deterministic failure(s) "
         "are kept: --retry-failed requests them too).",
         "The result is provisional: rerun to complete it, or accept the failed and missing answers explicitly with "
         "--allow-failed N (answers per model and evaluation) or a fraction of them."]
-    summary["models"][0]["evals"]["hle_multichoice"] = dict(done)
-    summary["models"][0]["complete"] = True
-    summary["data"]["when2call"] = {"missing": "not selected (--evals)"}
+    summary.models[0].evals["hle_multichoice"] = dict(done)
+    summary.models[0].complete = True
+    summary.data["when2call"] = {"missing": "not selected (--evals)"}
     assert banner(summary, scored) == ["When2Call is not scored: not selected (--evals). The Decision Index needs all "
                                        "four evaluations, so it is not computed."]
-    summary["data"] = {"hle_multichoice": {**full, "limit": 10}, "when2call": {**full, "limit": 10}}
+    summary.data = {"hle_multichoice": {**full, "limit": 10}, "when2call": {**full, "limit": 10}}
     assert banner(summary, scored)[0].startswith("Only the first 10 tasks of each evaluation were scored (--limit)")
-    # --sample, however summary.json records it: a per-evaluation count or block, or a top-level block
-    for recorded in ({"data": {"hle_multichoice": {**full, "sample": {"tasks": 20, "seed": 3}}}},
-                     {"data": {"hle_multichoice": {**full, "sample": {"n": 20, "seed": 3}}}},
-                     {"data": {"hle_multichoice": {**full, "sample": 20}}, "seed": 3},
-                     {"data": {"hle_multichoice": full}, "sample": {"size": 20, "seed": 3}}):
-        notes = banner({**recorded, "models": []}, scored)
+    # --sample, as the data block records it: a per-evaluation block with the count and the seed
+    for recorded in ({"hle_multichoice": {**full, "sample": {"tasks": 20, "seed": 3}}},
+                     {"hle_multichoice": {**full, "sample": {"n": 20, "seed": 3}}}):
+        notes = banner(_summary(recorded, []), scored)
         assert notes == ["A sample of the tasks was scored (20 tasks per evaluation, seed 3): not the full index; "
                          "intervals are wide."], recorded
     # and in a real report: a --limit run

@@ -4,7 +4,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from dxi.scoring import WEIGHTS, Bootstrap, decision_index, score
+from dxi.scoring import WEIGHTS, Bootstrap, decision_index, records, score
 from dxi.scoring.metrics import accuracy, f1_counts, f1_from_counts, hallucination_rate, non_hallucination_rate
 from dxi.scoring.pipeline import metrics
 from dxi.scoring.summary import build
@@ -109,7 +109,7 @@ def test_metrics_table_and_summary_by_hand():
     assert wgm["mean_f1"] == 50.0 and wgm["n"] == 2
 
     data = {name: {"files": []} for name in ("aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest")}
-    summary = build(table, [m], data, "p1", 1, {m: {"sent": 10}})
+    summary = records.to_builtins(build(table, [m], data, "p1", 1, {m: {"sent": 10}}))
     entry = summary["models"][0]
     expected = 0.125 * 25 + 0.125 * (100 / 3) + 0.25 * 50 + 0.25 * 75 + 0.25 * 50
     assert entry["decision_index"] == pytest.approx(expected, abs=1e-6)
@@ -124,7 +124,7 @@ def test_missing_answers_or_data_make_the_index_null():
     table = metrics(answers_frame(rows))
     data = {"aa_omniscience_decision": {"missing": "no file"}, "hle_multichoice": {"files": []},
             "when2call": {"missing": "no file"}, "wildguardtest": {"missing": "no file"}}
-    summary = build(table, [m], data, "p1", 1, {})
+    summary = records.to_builtins(build(table, [m], data, "p1", 1, {}))
     entry = summary["models"][0]
     assert entry["decision_index"] is None and "unavailable" in entry["decision_index_reason"]
     hle = entry["evals"]["hle_multichoice"]
@@ -162,7 +162,7 @@ def test_the_index_is_rounded_once_from_full_precision_terms():
     rows += [yes_no(m, "g/0", q, "yes", 0.9) for q in ("prompt_harmful", "response_refusal", "response_harmful")]
     scored = score(answers(rows), Bootstrap(resamples=20))
     data = {name: {"files": []} for name in ("aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest")}
-    entry = build(scored.metrics, [m], data, "p1", 1, {}, scored)["models"][0]
+    entry = records.to_builtins(build(scored.metrics, [m], data, "p1", 1, {}, scored).models[0])
     exact = scored.index["decision_index"].item()
     assert exact == 0.125 * 0 + 0.125 * 100 + 0.25 * (200 / 3) + 0.25 * (200 / 3) + 0.25 * 100
     assert entry["decision_index"] == round(exact, 6) == 70.833333

@@ -18,6 +18,7 @@ from dxi.evals import EVALS, Suite, discover
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_FAILED_REQUESTS, EXIT_USAGE
 from dxi.runner.sample import choose
+from dxi.scoring import records
 
 from .test_cli import MODEL
 from .test_view import _caught_view
@@ -63,7 +64,7 @@ def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(data_
     # the view too
     b = _caught_view(monkeypatch, *where(data_dir, tmp_path, "x")[:4], "-q")
     try:
-        assert b.summary == plain and len(b.tasks) == 8
+        assert records.to_builtins(b.summary) == plain and len(b.tasks) == 8
     finally:
         b.close()
     # --all-tasks: every task, and the answers the sample did not send are missing, with the flags to add

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from dxi.runner.cli import main
 from dxi.runner.outputs import print_estimate, print_summary
+from dxi.scoring import records
 
 NAMES = ["embedded:sparrow-nano-general-v1.1", "openai:gpt-5-mini (t=0)", "openai:gpt-5-mini (t=0.7)",
          "llamacpp-logprobs:qwen2.5-coder-0.5b"]
@@ -41,6 +42,11 @@ def render(width: int, show, doc: dict) -> list[str]:
     return buffer.getvalue().splitlines()
 
 
+def summary_json(doc: dict, console: Console) -> None:
+    """``print_summary`` of a summary as summary.json holds it (read back into its record)."""
+    print_summary(records.decode(doc), console)
+
+
 def table_lines(lines: list[str], title: str, ends: tuple[str, ...]) -> list[str]:
     start = next(i for i, line in enumerate(lines) if line.strip() == title)
     end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith(ends) or ": new because" in lines[i])
@@ -62,7 +68,7 @@ def told_apart(lines: list[str], table: list[str]) -> None:
 
 @pytest.mark.parametrize("width", [80, 120, 200])
 def test_the_index_table_fits(summary: dict, width: int):
-    lines = render(width, print_summary, summary)
+    lines = render(width, summary_json, summary)
     table = table_lines(lines, "Decision Index", ("  M1 =", "Data used"))
     assert max(len(line) for line in table) <= width
     assert not any("…" in line for line in table)  # nothing cut: headers and names whole
@@ -79,9 +85,9 @@ def test_the_index_table_fits(summary: dict, width: int):
 
 
 def test_full_names_at_200_keys_and_a_legend_at_80(summary: dict):
-    wide = render(200, print_summary, summary)
+    wide = render(200, summary_json, summary)
     assert not any(line.startswith("  M1 =") for line in wide)
-    narrow = render(80, print_summary, summary)
+    narrow = render(80, summary_json, summary)
     assert [line for line in narrow if re.fullmatch(r"  M\d = .+", line)] == [
         f"  M{i} = {name}" for i, name in enumerate(NAMES, 1)]
 
@@ -103,11 +109,11 @@ def test_the_estimate_table_fits(width: int):
 
 @pytest.mark.parametrize("width", [80, 200])
 def test_each_model_has_its_rank_with_its_interval_and_the_tied_groups_are_named(summary: dict, width: int):
-    ranked = dict(summary, ranking={"by": "decision_index", "groups": [NAMES[:2], NAMES[2:]]})
+    ranked = dict(summary, ranking={"by": "decision_index", "groups": [NAMES[:2], NAMES[2:]], "method": "by hand"})
     ranks = [(1, [1, 2], 1), (2, [1, 2], 1), (3, [3, 4], 2), (4, [3, 4], 2)]
     ranked["models"] = [dict(m, rank=r, rank_ci=ci, tied_group=g) for m, (r, ci, g)
                         in zip(summary["models"], ranks, strict=True)]
-    lines = render(width, print_summary, ranked)
+    lines = render(width, summary_json, ranked)
     keyed = any(re.fullmatch(r"  M1 = .+", line) for line in lines)
     for k, (name, (rank, (low, high), _)) in enumerate(zip(NAMES, ranks, strict=True)):
         label = f"M{k + 1}" if keyed else name

@@ -29,6 +29,7 @@ from scipy.stats import binomtest
 
 from dxi.cache import Cache, CacheWriteError
 from dxi.runner.cli import main
+from dxi.scoring import records
 from dxi.view.app import CSP, is_loopback_host, make_app, task_url
 from dxi.view.data import Browser, EvalQuery
 
@@ -158,7 +159,7 @@ def routes(browser: Browser, built: dict) -> list[str]:
 
 
 def test_the_view_shows_what_dxi_score_computes(browser: Browser, built: dict):
-    assert browser.summary == built["summary"]  # one code path: the same summary, every number
+    assert records.to_builtins(browser.summary) == built["summary"]  # one code path: the same summary, every number
     assert browser.labels == [f"embedded:{HOSTILE_MODEL}", MODEL, LLM]
     (status, _, page), = get(browser, "/")
     assert status == 200
@@ -346,7 +347,7 @@ def test_a_run_file_names_the_models_and_their_names(built: dict, monkeypatch: p
     b = caught["browser"]
     try:
         assert b.labels == ["sparrow <nano>"]
-        assert b.summary["models"][0]["decision_index"] == next(
+        assert b.summary.models[0].decision_index == next(
             m["decision_index"] for m in built["summary"]["models"] if m["model"] == MODEL)
         (_, _, page), = get(b, "/")
         assert "sparrow &lt;nano&gt;" in page
@@ -368,7 +369,7 @@ def test_quiet_leaves_out_the_notes_on_the_selection(built: dict, monkeypatch: p
 def test_epochs_side_by_side(built: dict, monkeypatch: pytest.MonkeyPatch):
     b, printed = _browser(built, monkeypatch, "--model", built["llm"], "--epochs", "2")
     try:
-        assert b.labels == [LLM] and b.summary["epochs"] == 2 and b.epochs_of("when2call") == [0, 1]
+        assert b.labels == [LLM] and b.summary.epochs == 2 and b.epochs_of("when2call") == [0, 1]
         task = next(t for t in b.tasks if t.startswith("hle_multichoice/"))
         detail = b.question(task)
         (epochs,) = [m["epochs"] for m in detail["models"]]
@@ -588,9 +589,8 @@ def test_the_view_rescores_rows_appended_while_it_serves(tmp_path: Path, monkeyp
     new = _live_browser_of(b, first)
     try:
         assert not Path(first).exists()  # the old snapshot's folder is removed once the new one serves
-        row = next(m for m in new.summary["models"] if m["model"] == f"embedded:{copy}")
-        mine = next(m for m in new.summary["models"] if m["model"] == MODEL)
-        assert row["evals"]["hle_multichoice"] == mine["evals"]["hle_multichoice"]  # the same answers, the same scores
+        row, mine = new.summary.entry(f"embedded:{copy}"), new.summary.entry(MODEL)
+        assert row.evals["hle_multichoice"] == mine.evals["hle_multichoice"]  # the same answers, the same scores
     finally:
         new.close()
     assert not Path(b.source.home.name).exists()
@@ -656,7 +656,7 @@ def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(tmp_pa
         b = _caught_view(monkeypatch, "--cache-dir", str(local), "--cache-remote", s3.uri(), *select)
         try:
             assert b.labels == [MODEL]
-            hle = b.summary["models"][0]["evals"]["hle_multichoice"]
+            hle = b.summary.models[0].evals["hle_multichoice"]
             assert (hle["n"], hle["missing"]) == (2, 0) and hle["accuracy"] is not None  # the remote's rows, scored
             mirror = b.source.remote.mirror
             assert mirror.parent == Path(b.source.home.name) and len(list(mirror.glob("shards/*.parquet"))) >= 1
@@ -749,7 +749,7 @@ def test_provisional_figures_are_marked_on_the_overview(tmp_path: Path, monkeypa
     b = _caught_view(monkeypatch, *common)
     try:
         (status, _, page), = get(b, "/")
-        m = b.summary["models"][0]
+        m = records.to_builtins(b.summary.models[0])
         mark = '<span class="provisional" title="provisional: answers failed or missing">*</span>'
         assert status == 200 and m["complete"] is False
         assert f"{m['decision_index']:.1f}{mark}" in page  # the index, and When2Call's accuracy, marked

@@ -127,9 +127,9 @@ def test_every_route_answers_200_on_each_cache(caches: dict, name: str, monkeypa
         assert "When2Call: no answers in this view: not selected (--evals)." in pages["/eval/when2call"]
     if name == "sampled":  # the run's --sample 2 (recorded in the cache), not every task
         assert len(b.tasks) == 8  # 2 of each evaluation
-        assert b.summary["data"]["when2call"]["sample"] == {"tasks": 2, "seed": 0}
+        assert b.summary.data["when2call"]["sample"] == {"tasks": 2, "seed": 0}
     if name == "failed":
-        failed = sum(e.get("failed", 0) for m in b.summary["models"] for e in m["evals"].values())
+        failed = sum(e.get("failed", 0) for m in b.summary.models for e in m.evals.values())
         assert failed > 0 and "failed" in pages["/eval/hle_multichoice?status=failed"]
 
 
@@ -240,7 +240,7 @@ def test_a_view_of_an_empty_cache_fills_in_with_the_tasks_the_run_selects(tmp_pa
         try:
             assert new.labels == [MODEL] and len(new.tasks) == 8
             ran = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
-            assert [m["evals"] for m in new.summary["models"]] == [m["evals"] for m in ran["models"]]
+            assert [m.evals for m in new.summary.models] == [m["evals"] for m in ran["models"]]
         finally:
             new.workdir.cleanup()  # its snapshot; the private folder goes with the first snapshot's close
     finally:

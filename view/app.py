@@ -34,6 +34,7 @@ from dxi.evals import EVALS
 from dxi.hosts import is_loopback_host  # noqa: F401  (dxi view and its tests use it)
 from dxi.scoring import provisional
 from dxi.scoring.calibration import ECE_BINS
+from dxi.scoring.records import unset
 from dxi.scoring.replies import model_notes
 from dxi.scoring.sums import METRICS
 
@@ -184,10 +185,10 @@ def make_app(target: Browser | Live, refresh: float | None = None) -> web.Applic
             if name is None:
                 raise BadQuery("a confidence bin needs its evaluation: eval")
             listing = live.browser.in_bin(name, label, _int(request, "bin", 0), epoch, _int(request, "page", 1))
-        entry = next(m for m in live.browser.summary["models"] if m["model"] == label)
-        figures = {e: ((entry["evals"].get(e) or {}).get("calibration") or None) for e in bins}  # dxi score's
+        entry = live.browser.summary.entry(label)
+        figures = {e: ((entry.evals.get(e) or {}).get("calibration") or None) for e in bins}  # dxi score's
         return page("calibration.html.j2", title=f"Calibration: {label}", section="calibration", label=label, bins=bins,
-                    figures=figures, name=name, p_yes_range=entry.get("p_yes_range"),
+                    figures=figures, name=name, p_yes_range=unset(entry.p_yes_range),
                     bin=None if b is None else int(b), listing=listing, epoch=epoch,
                     params={"m": label, "eval": name, "bin": b, "epoch": epoch or None})
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import orjson
@@ -41,11 +41,12 @@ import pyarrow.parquet as pq
 
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
-from dxi.scoring import Scored
+from dxi.scoring import records
 from dxi.scoring.calibration import ECE_BINS, answer_terms
 from dxi.scoring.compare import mcnemar_p
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 from dxi.scoring.pipeline import CONFIG_COLUMNS, STATUSES, current_rows
+from dxi.scoring.records import ScoredRun, Summary, unset
 
 from .home import private_home
 
@@ -82,7 +83,15 @@ ANSWER_FILE_COLUMNS = ("label", "task_id", "question_id", "sample", "status", "e
                        "p_predicted", "p_yes", "warning", "probabilities", "repaired")
 
 
-Summarize = Callable[..., tuple[dict, Scored]]  # runner.outputs.summarize(cache, suite, models, requests, epochs, prices=)
+class Summarize(Protocol):
+    """How the view scores (``runner.outputs.summarize``): the cache (opened read-only), the suite, the models
+    (``scoring.MODELS_SCHEMA`` rows), ``requests`` (None: counted from the cache), the run's epochs, the prices
+    (label -> USD per million input and output tokens) and ``each`` (called with each evaluation's answers
+    frame, one at a time) -> the summary and the scored tables (without answers)."""
+
+    def __call__(self, cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[str, dict] | None,
+                 epochs: int = 1, *, prices: dict[str, tuple[float, float] | None] | None = None,
+                 each: Callable[[pl.DataFrame], None] | None = None) -> ScoredRun: ...
 
 
 class NotFound(LookupError):
@@ -163,7 +172,7 @@ class Browser:
     removes its snapshot. ``snapshot_peak_mb`` is the start-up child's peak resident set (MB); ``as_of`` the
     time (Unix seconds) the cache was read for this snapshot; ``source`` what ``rebuild`` reads again."""
 
-    summary: dict
+    summary: Summary
     labels: list[str]
     tasks: dict[str, Task]
     models: pl.DataFrame
@@ -244,14 +253,14 @@ class Browser:
         """The Browser over a folder ``write_snapshot`` wrote."""
         root = Path(workdir.name)
         meta = orjson.loads((root / "meta.json").read_bytes())
-        summary = meta["summary"]
+        summary = records.decode(meta["summary"])
         wide, categories = {}, {}
         for name, sample in meta["frames"]:
             frame = pl.read_parquet(root / f"wide-{name}-{sample}.parquet")
             wide[(name, sample)] = frame
             categories.setdefault(name, sorted(frame["category"].drop_nulls().unique().to_list()))
-        return cls(summary, [m["model"] for m in summary["models"]], {t.id: t for t in tasks}, models, epochs,
-                   {m["model"]: m.get("epochs", epochs) for m in summary["models"]}, prices,
+        return cls(summary, summary.labels, {t.id: t for t in tasks}, models, epochs,
+                   {m.model: m.epochs for m in summary.models}, prices,
                    pl.read_parquet(root / "reliability.parquet"), wide, categories, workdir, cache_dir, meta["warnings"],
                    peak)
 
@@ -295,7 +304,7 @@ class Browser:
         yet), or None when it has answers (or is no evaluation)."""
         if name not in EVALS or (name, 0) in self.wide:
             return None
-        data = (self.summary.get("data") or {}).get(name) or {}
+        data = self.summary.data.get(name) or {}
         if data.get("missing"):
             return f"no answers in this view: {data['missing']}"
         if not self.labels:
@@ -404,9 +413,10 @@ class Browser:
         ``discordant`` [a only, b only] and ``mcnemar_p``. Empty for a model compared with itself."""
         self.model(a), self.model(b)
         out = []
-        for c in self.summary.get("comparisons") or []:
-            if c["eval"] not in (None, name) or {c["a"], c["b"]} != {a, b} or a == b:
+        for comparison in unset(self.summary.comparisons) or []:
+            if comparison.eval not in (None, name) or {comparison.a, comparison.b} != {a, b} or a == b:
                 continue
+            c = records.to_builtins(comparison)
             if c["a"] == a:
                 out.append(c)
                 continue
@@ -509,7 +519,7 @@ def write_snapshot(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFra
     finally:
         if answers_file[0] is not None:
             answers_file[0].close()
-    labels = [m["model"] for m in summary["models"]]
+    labels = summary.labels
     frames = []
     for name in narrow:
         path = root / f"narrow-{name}.parquet"
@@ -518,7 +528,7 @@ def write_snapshot(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFra
             frames.append((name, sample))
         path.unlink()
     scored.reliability.write_parquet(root / "reliability.parquet")
-    meta = {"summary": summary, "warnings": warnings, "frames": sorted(frames)}
+    meta = {"summary": records.to_builtins(summary), "warnings": warnings, "frames": sorted(frames)}
     (root / "meta.json").write_bytes(orjson.dumps(meta))
     return _peak_mb()
 

@@ -1,0 +1,168 @@
+"""The typed records one stage hands the next: the summary (``scoring.summary.build`` makes it;
+``runner.outputs`` writes it as summary.json, ``report.html``, ``runner.export`` and ``view`` read it).
+
+``Summary`` holds one ``ModelEntry`` per model and, with comparisons, ``Comparison`` rows and a ``Ranking``.
+Each record's fields are declared in the order summary.json has always written its keys, so
+``to_json(summary)`` gives the same bytes as the dict it replaces (``tests/test_records.py``). A key that
+summary.json holds only sometimes is a field defaulting to ``UNSET`` (``msgspec.UNSET``): absent from the
+file when unset, ``null`` when set to None. Every field that is always written has no default (a default
+other than UNSET would be left out of the file whenever it equals it: ``omit_defaults``).
+
+An evaluation's block (``EvalBlock``) stays a mapping: its keys are the evaluation's metrics
+(``scoring.sums.METRICS``: four for AA-Omniscience-Decision, one for HLE-MultiChoice...) each with its
+``_sd`` and ``_ci``, in an order that depends on which were computed (the module docstring of
+``scoring.summary`` lists them). The other nested blocks (``data``, ``usage``, ``requests``,
+``provenance``...) are documented where they are made and stay mappings too.
+
+``ScoredRun`` is a scored run as scoring hands it on: the summary beside the tables (``scoring.Scored``).
+``decode(raw)`` reads a summary back (summary.json, or the view's ``meta.json``) into the records.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import msgspec
+import orjson
+from msgspec import UNSET, UnsetType
+
+if TYPE_CHECKING:
+    from .scored import Scored
+
+__all__ = ["UNSET", "Comparison", "EvalBlock", "ModelEntry", "Ranking", "ScoredRun", "Summary", "decode", "to_json",
+           "unset"]
+
+EvalBlock = dict[str, Any]  # one evaluation's figures for one model (``scoring.summary.eval_block``)
+
+
+class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One model's entry of ``Summary.models`` (summary.json's ``models[i]``).
+
+    ``model`` is its label; ``epochs`` its number of epochs; ``decision_index`` 0-100 or None with
+    ``decision_index_reason``; ``complete`` (no failed or missing answer, ``scoring.provisional``) and, when
+    not, ``within_tolerance``; with intervals ``decision_index_ci`` [low, high] (and ``decision_index_sd``
+    with several epochs); with comparisons ``rank``, ``rank_ci`` [low, high] and ``tied_group``
+    (``scoring.compare``); ``evals`` (evaluation name -> ``EvalBlock``); ``invalid_reasons``
+    ([{"error", "count"}], ``scoring.summary.invalid_reasons``); ``requests`` (the request counts);
+    ``usage`` (tokens and USD, ``scoring.cost``); ``served_models``, ``served_differs`` and ``cut_off``
+    (``scoring.replies.add_replies``); ``effort`` and ``p_yes_range`` (``runner.outputs.model_settings``)."""
+
+    model: str
+    epochs: int
+    decision_index: float | None
+    decision_index_reason: str | UnsetType = UNSET
+    complete: bool
+    within_tolerance: bool | UnsetType = UNSET
+    decision_index_ci: list[float | None] | None | UnsetType = UNSET
+    decision_index_sd: float | None | UnsetType = UNSET
+    rank: int | UnsetType = UNSET
+    rank_ci: list[int | None] | UnsetType = UNSET
+    tied_group: int | UnsetType = UNSET
+    evals: dict[str, EvalBlock]
+    invalid_reasons: list[dict[str, Any]] | UnsetType = UNSET
+    requests: dict[str, Any]
+    usage: dict[str, Any] | None | UnsetType = UNSET
+    served_models: dict[str, int] | UnsetType = UNSET
+    served_differs: dict[str, Any] | UnsetType = UNSET
+    cut_off: dict[str, int] | UnsetType = UNSET
+    effort: str | None | UnsetType = UNSET
+    p_yes_range: list[float] | UnsetType = UNSET
+
+
+class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One entry of ``Summary.comparisons`` (``scoring.summary.comparisons``): models ``a`` and ``b``,
+    ``eval`` (None for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high] or None,
+    ``p_value``, ``p_holm``, for accuracy with one epoch ``discordant`` [a only right, b only right] and
+    ``mcnemar_p``, and ``complete`` (false: a figure compared is provisional)."""
+
+    a: str
+    b: str
+    eval: str | None
+    metric: str
+    difference: float | None
+    ci: list[float | None] | None
+    p_value: float | None
+    p_holm: float | None
+    discordant: list[int] | UnsetType = UNSET
+    mcnemar_p: float | None | UnsetType = UNSET
+    complete: bool
+
+
+class Ranking(msgspec.Struct, kw_only=True):
+    """``Summary.ranking`` (``scoring.summary.ranking``): ``by`` (the figure ranked), ``groups`` (the
+    statistically tied groups of labels, in rank order) and ``method`` (how, in words)."""
+
+    by: str
+    groups: list[list[str]]
+    method: str
+
+
+class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """summary.json as a record (the key meanings: ``scoring.summary``'s docstring).
+
+    Always present: ``prompt_version``, ``epochs`` (the run's default), ``complete``, ``allow_failed``
+    (``{"answers": N}``, ``{"fraction": x}`` or None), ``accepted``, ``data`` (evaluation -> its data block)
+    and ``models``. Sometimes: ``provenance`` (``runner.provenance``; added when the outputs are written),
+    ``intervals`` and ``calibration`` (with the scored tables), ``usage`` (the run's tokens and USD),
+    ``comparisons`` and ``ranking`` (with paired comparisons), ``cost_bound`` (``dxi run --max-cost``) and
+    ``stopped_providers`` (``runner.stops``)."""
+
+    prompt_version: str
+    provenance: dict[str, Any] | UnsetType = UNSET
+    epochs: int
+    complete: bool
+    allow_failed: dict[str, Any] | None
+    accepted: bool
+    data: dict[str, dict[str, Any]]
+    intervals: dict[str, Any] | None | UnsetType = UNSET
+    calibration: dict[str, Any] | UnsetType = UNSET
+    usage: dict[str, Any] | UnsetType = UNSET
+    models: list[ModelEntry]
+    comparisons: list[Comparison] | UnsetType = UNSET
+    ranking: Ranking | UnsetType = UNSET
+    cost_bound: dict[str, Any] | UnsetType = UNSET
+    stopped_providers: list[dict[str, Any]] | UnsetType = UNSET
+
+    def entry(self, label: str) -> ModelEntry:
+        """The model entry of ``label``; KeyError when the summary has none."""
+        for m in self.models:
+            if m.model == label:
+                return m
+        raise KeyError(label)
+
+    @property
+    def labels(self) -> list[str]:
+        """The models' labels, in the summary's order."""
+        return [m.model for m in self.models]
+
+
+class ScoredRun(NamedTuple):
+    """A scored run as scoring hands it on (``runner.outputs.summarize``, ``score_all``; ``dxi view``'s
+    ``Summarize``): the ``summary`` (summary.json) and the ``scored`` tables (``scoring.Scored``). A tuple:
+    ``summary, scored = ...`` reads it."""
+
+    summary: Summary
+    scored: Scored
+
+
+def unset(value: Any, default: Any = None) -> Any:
+    """``value``, or ``default`` when it is ``UNSET`` (a key summary.json leaves out)."""
+    return default if value is UNSET else value
+
+
+def to_builtins(record: Summary | ModelEntry | Comparison | Ranking) -> dict[str, Any]:
+    """A record as the plain dict summary.json holds (keys in its order; unset fields left out)."""
+    return msgspec.to_builtins(record)
+
+
+def to_json(summary: Summary) -> bytes:
+    """summary.json's bytes: ``summary`` as JSON indented by 2, with a final newline (orjson, as always:
+    floats in their shortest round-trip form)."""
+    return orjson.dumps(to_builtins(summary), option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def decode(raw: bytes | dict[str, Any]) -> Summary:
+    """A summary read back: summary.json's bytes, or the dict they decode to. Raises
+    ``msgspec.ValidationError`` naming the field when it is not a summary."""
+    if isinstance(raw, dict):
+        return msgspec.convert(raw, Summary)
+    return msgspec.json.decode(raw, type=Summary)

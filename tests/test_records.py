@@ -1,0 +1,91 @@
+"""The summary as a typed record (``scoring.records``): summary.json's bytes are those of the dict it replaced,
+keys written only sometimes stay absent when unset, and a summary read back is the same record."""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import msgspec
+import orjson
+import polars as pl
+import pytest
+
+from dxi.runner.outputs import summarize
+from dxi.scoring import build_summary, records
+from dxi.scoring.records import UNSET, Comparison, ModelEntry, Ranking, ScoredRun, Summary
+from dxi.scoring.sums import METRICS
+from dxi.view.data import Summarize
+
+from .realistic_summary import realistic
+
+GOLDEN = Path(__file__).parent / "fixtures" / "summary_realistic.json"
+
+
+@pytest.fixture(scope="module")
+def summary(tmp_path_factory: pytest.TempPathFactory) -> Summary:
+    return realistic(tmp_path_factory.mktemp("realistic"))
+
+
+def test_summary_json_has_the_bytes_the_dict_based_summary_had(summary: Summary):
+    # the golden file is what the code before the records wrote for the same scenario (tests.realistic_summary)
+    golden = GOLDEN.read_bytes()
+    assert records.to_json(summary) == golden
+    doc = orjson.loads(golden)  # the scenario holds what the test is for
+    assert list(doc) == ["prompt_version", "provenance", "epochs", "complete", "allow_failed", "accepted", "data",
+                         "intervals", "calibration", "usage", "models", "comparisons", "ranking", "cost_bound",
+                         "stopped_providers"]
+    assert [m["complete"] for m in doc["models"]] == [False, False, False, False]
+    assert [m.get("rank") for m in doc["models"]] == [2, 3, 1, None]
+    assert doc["models"][3]["decision_index"] is None and doc["models"][3]["p_yes_range"] == [0.01, 0.99]
+    assert doc["models"][1]["requests"]["batches"] == {"submitted": 2, "collected": 1, "running": 1, "given_back": 3}
+    assert sum("discordant" in c for c in doc["comparisons"]) == 3  # accuracy of the two one-epoch models
+
+
+def test_a_summary_read_back_is_the_same_record_and_the_same_bytes(summary: Summary):
+    again = records.decode(records.to_json(summary))
+    assert again == summary
+    assert records.to_json(again) == GOLDEN.read_bytes()
+    assert records.decode(orjson.loads(GOLDEN.read_bytes())) == summary  # the view's meta.json path: from a dict
+    assert isinstance(again.models[0], ModelEntry) and isinstance(again.comparisons[0], Comparison)
+    assert isinstance(again.ranking, Ranking)
+
+
+def test_keys_written_only_sometimes_stay_absent_when_unset():
+    # without scored tables: no intervals, calibration, usage, comparisons, ranking, provenance; a model entry
+    # without its interval, spread, rank, usage, served models, effort
+    data = {name: {"missing": "not selected (--evals)"} for name in METRICS}
+    summary = build_summary(pl.DataFrame(), ["m"], data, "p1", 1, {})
+    doc = records.to_builtins(summary)
+    assert list(doc) == ["prompt_version", "epochs", "complete", "allow_failed", "accepted", "data", "models"]
+    assert list(doc["models"][0]) == ["model", "epochs", "decision_index", "decision_index_reason", "complete",
+                                      "evals", "requests"]
+    assert summary.intervals is UNSET and summary.models[0].decision_index_ci is UNSET
+    # set to None, a key is written as null (not left out)
+    summary.models[0].usage = None
+    assert records.to_builtins(summary)["models"][0]["usage"] is None
+
+
+def test_a_document_that_is_not_a_summary_is_refused_naming_the_field():
+    doc = orjson.loads(GOLDEN.read_bytes())
+    doc["models"][0]["epochs"] = "two"
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.models\[0\]\.epochs"):
+        records.decode(doc)
+    doc["models"][0]["epochs"] = 1
+    del doc["accepted"]
+    with pytest.raises(msgspec.ValidationError, match="accepted"):
+        records.decode(orjson.dumps(doc))
+
+
+def test_the_views_scoring_pipeline_is_what_runner_outputs_summarize_is():
+    # dxi view is handed ``runner.outputs.summarize`` as a ``view.data.Summarize``: every parameter the
+    # protocol names, of the same kind and default, and the same result (a ScoredRun: summary and tables)
+    protocol = inspect.signature(Summarize.__call__)
+    given = inspect.signature(summarize)
+    for name, p in list(protocol.parameters.items())[1:]:
+        mine = given.parameters[name]
+        assert (mine.default, mine.annotation) == (p.default, p.annotation), name
+        assert mine.kind == p.kind or (p.kind is p.KEYWORD_ONLY and mine.kind is mine.POSITIONAL_OR_KEYWORD), name
+    assert protocol.return_annotation == given.return_annotation == "ScoredRun"
+    summary, scored = ScoredRun(Summary(prompt_version="p", epochs=1, complete=True, allow_failed=None, accepted=True,
+                                        data={}, models=[]), None)
+    assert summary.labels == [] and scored is None
