@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from dxi.cache.remote import Remote
     from dxi.evals import Suite
     from dxi.scoring.provisional import Tolerance
+    from dxi.scoring.records import Summary
 
     from .plan import Plan
 
@@ -58,11 +59,11 @@ class ToScore:
 
 @dataclass(frozen=True)
 class Rescored:
-    """What ``rescore`` wrote: ``summary`` (summary.json's document), ``out`` (its folder), ``report`` (the
+    """What ``rescore`` wrote: ``summary`` (summary.json's document, ``scoring.records.Summary``), ``out`` (its folder), ``report`` (the
     report.html written, or None), ``notes`` (for the user: epochs left out, the selection the runs made) and
     ``exit_code`` (0, or ``runner.errors.EXIT_FAILED_REQUESTS`` for a provisional result not accepted)."""
 
-    summary: dict
+    summary: Summary
     out: Path
     report: Path | None
     notes: list[str]

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from dxi.cache import Cache
+    from dxi.scoring.records import Summary
 
     from .batch import BatchOptions
     from .cost import Budget
@@ -49,7 +50,7 @@ class RunResult:
     ``exit_code`` (``dxi run``'s, from ``exit_code``)."""
 
     stats: dict[str, Stats]
-    summary: dict
+    summary: Summary
     stopped: list[dict]
     cost_bound: dict | None
     spent_usd: float
@@ -67,7 +68,7 @@ class RunResult:
 def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, fsync: bool = False,
         retry_invalid: bool = False, retry_failed: bool = False, dist: distributed.Distributed | None = None,
         batch_options: BatchOptions | None = None, fallback_sync: bool = False,
-        on_summary: Callable[[dict], None] | None = None) -> RunResult:
+        on_summary: Callable[[Summary], None] | None = None) -> RunResult:
     """Run ``plan``: send what is not cached into its cache folder, score into ``plan.out`` (summary.json,
     answers.parquet), upload (with a remote tier) and decide the exit code.
 
@@ -121,16 +122,16 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
     dist.shard_note()
     refused, unanswered = batch_outcome(stats)
     sharded = dist.shard is not None and dist.shard.count > 1
-    code = exit_code(summary, stats, budget_stopped=budget.stopped, stopped=bool(stopped), refused=refused,
+    code = exit_code(summary.accepted, stats, budget_stopped=budget.stopped, stopped=bool(stopped), refused=refused,
                      unanswered=unanswered, sharded=sharded, upload_failed=upload_failed)
     return RunResult(stats, summary, stopped, extra.get("cost_bound"), budget.spent, refused, unanswered, upload_failed, code)
 
 
-def exit_code(summary: dict, stats: dict[str, Stats], *, budget_stopped: bool, stopped: bool, refused: bool,
+def exit_code(accepted: bool, stats: dict[str, Stats], *, budget_stopped: bool, stopped: bool, refused: bool,
               unanswered: bool, sharded: bool, upload_failed: int | None) -> int:
     """``dxi run``'s exit code (``dxi --help`` lists them): the cost bound (3) first, then a stopped provider or
     a refused batch (6), then requests batches left unanswered (1); else the uploads' failure (5) or, without
-    it, 0 when the summary is ``accepted`` and 1 when it is provisional. One shard of several scores only its
+    it, 0 when the summary is ``accepted`` (``Summary.accepted``) and 1 when it is provisional. One shard of several scores only its
     part (the others' answers are missing by design): it is provisional only for requests that failed."""
     if budget_stopped:
         return EXIT_COST_BOUND
@@ -140,8 +141,8 @@ def exit_code(summary: dict, stats: dict[str, Stats], *, budget_stopped: bool, s
         return EXIT_FAILED_REQUESTS
     if sharded:
         failed = any(s.failed for s in stats.values())
-        return upload_failed or (EXIT_FAILED_REQUESTS if failed and not summary.accepted else 0)
-    return upload_failed or (0 if summary.accepted else EXIT_FAILED_REQUESTS)
+        return upload_failed or (EXIT_FAILED_REQUESTS if failed and not accepted else 0)
+    return upload_failed or (0 if accepted else EXIT_FAILED_REQUESTS)
 
 
 def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:

@@ -18,12 +18,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from benchmarks.synthetic import SyntheticSuite, suite, write_cache
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION
 from dxi.runner import outputs
 from dxi.scoring.provisional import Tolerance
+from tests.synthetic import SyntheticSuite, suite, write_cache
 
 SIZES = {"aa_omniscience_decision": 12, "hle_multichoice": 10, "when2call": 8, "wildguardtest": 6}
 PROVENANCE = {"dxi_version": "0.0.0", "git": {"commit": "0" * 40, "dirty": False}, "python": "3.12.0",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import pytest
 
 from dxi.runner import rescore, session
@@ -16,6 +15,7 @@ from dxi.runner.errors import EXIT_COST_BOUND, EXIT_FAILED_REQUESTS, EXIT_PROVID
 from dxi.runner.estimate import Estimate
 from dxi.runner.plan import from_args
 from dxi.runner.run import Stats
+from dxi.scoring import records
 
 MODEL = "embedded:sparrow-nano-general-v1.1"
 EVERY = {"sent": 0, "cache_hits": 0, "failed": 0, "invalid": 0, "attempts": 0, "retry_wait_s": 0.0, "rate_limited": 0,
@@ -39,29 +39,29 @@ def test_a_run_returns_its_stats_summary_and_exit_code_and_a_rerun_reads_the_cac
         0, [], None, False, False, None)
     (stats,) = first.stats.values()
     assert (stats.total, stats.sent, stats.ok, stats.cache_hits, stats.failed, stats.attempts) == (12, 12, 12, 0, 0, 12)
-    assert first.summary == orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
-    assert first.summary["models"][0]["requests"] == EVERY | {"sent": 12, "attempts": 12}
+    assert records.to_json(first.summary) == (tmp_path / "out" / "summary.json").read_bytes()
+    assert first.summary.models[0].requests == EVERY | {"sent": 12, "attempts": 12}
     assert first.spent_usd == 0.0 and first.failed == {}
     seen = []
     again = session.run(plan(data_dir, tmp_path, out="again"), on_summary=seen.append)
     assert seen == [again.summary]  # handed over once written
     assert again.stats[MODEL] == Stats(total=12, cache_hits=12, cost_usd=0.0)  # every request cached: none started
-    assert again.summary["models"][0]["requests"] == EVERY | {"cache_hits": 12}
+    assert again.summary.models[0].requests == EVERY | {"cache_hits": 12}
     assert again.exit_code == 0
 
 
 def test_a_cost_bound_is_recorded_in_the_result(data_dir: Path, tmp_path: Path):
     done = session.run(plan(data_dir, tmp_path, "--max-cost", "1"))
     assert done.cost_bound == {"max_cost_usd": 1.0, "spent_usd": 0.0, "stopped": False}  # the embedded model is free
-    assert done.summary["cost_bound"] == done.cost_bound and done.exit_code == 0
+    assert done.summary.cost_bound == done.cost_bound and done.exit_code == 0
 
 
 def test_rescore_scores_the_cache_without_the_network(data_dir: Path, tmp_path: Path):
     ran = session.run(plan(data_dir, tmp_path))
     done = rescore.rescore(selection(data_dir, tmp_path))
     assert (done.exit_code, done.out, done.report, done.notes) == (0, tmp_path / "scored", None, [])
-    assert done.summary["models"][0]["decision_index"] == ran.summary["models"][0]["decision_index"]
-    assert done.summary["models"][0]["requests"] == {"sent": 0, "cache_hits": 12, "failed": 0, "invalid": 0,
+    assert done.summary.models[0].decision_index == ran.summary.models[0].decision_index
+    assert done.summary.models[0].requests == {"sent": 0, "cache_hits": 12, "failed": 0, "invalid": 0,
                                                      "repaired": 0}  # read from the cache: nothing was sent
     report = rescore.rescore(selection(data_dir, tmp_path, out="report"), html=True)
     assert report.report == tmp_path / "report" / "report.html" and report.report.is_file()
@@ -133,7 +133,7 @@ def test_the_cost_bound_block_adds_what_remains_once_stopped():
 def test_the_exit_code_decision(given: dict, accepted: bool, failed: int, code: int):
     flags = {"budget_stopped": False, "stopped": False, "refused": False, "unanswered": False, "sharded": False,
              "upload_failed": None} | given
-    assert session.exit_code({"accepted": accepted}, {"m": Stats(failed=failed)}, **flags) == code
+    assert session.exit_code(accepted, {"m": Stats(failed=failed)}, **flags) == code
 
 
 def test_batch_outcome_tells_refused_from_unanswered():
