@@ -15,6 +15,7 @@ from dxi.cache.schema import SCHEMA
 from dxi.runner import rescore, session
 from dxi.runner.cli import main, parser
 from dxi.runner.plan import from_args
+from dxi.scoring import records
 
 from .conftest import REAL_DATA, requires_real_data, without_requests
 
@@ -83,7 +84,7 @@ def test_run_writes_the_contract_outputs(data_dir: Path, tmp_path: Path):
     done = run_plan(data_dir, tmp_path)
     assert done.exit_code == 0
     s = summary(tmp_path / "out")
-    assert done.summary == s and done.stopped == [] and done.cost_bound is None and done.failed == {}
+    assert records.to_builtins(done.summary) == s and done.stopped == [] and done.cost_bound is None and done.failed == {}
     assert s["prompt_version"] and s["epochs"] == 1
     (m,) = s["models"]
     assert m["model"] == MODEL and isinstance(m["decision_index"], float)
@@ -128,7 +129,7 @@ def test_rerun_sends_nothing_and_score_reproduces_the_summary(data_dir: Path, tm
     assert summary(tmp_path / "out2")["models"][0]["requests"]["cache_hits"] == 12
     scored = rescore_cache(data_dir, tmp_path)
     assert (scored.exit_code, scored.out, scored.report, scored.notes) == (0, tmp_path / "scored", None, [])
-    assert scored.summary == summary(tmp_path / "scored")
+    assert records.to_builtins(scored.summary) == summary(tmp_path / "scored")
     assert without_requests(summary(tmp_path / "scored")) == without_requests(summary(tmp_path / "out"))
     assert pl.read_parquet(tmp_path / "scored" / "answers.parquet").equals(pl.read_parquet(tmp_path / "out" / "answers.parquet"))
 

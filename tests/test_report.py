@@ -324,7 +324,7 @@ def test_the_report_shows_each_models_ties_per_evaluation_as_summary_json_counts
         assert main(["run", "--model", f"systemone:{tied.url}", "--model", f"systemone:{decided.url}", "--data-dir",
                      str(data_dir), "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "run"), "-q"]) == 0
     out = tmp_path / "report"
-    summary = report_of(data_dir, tmp_path / "c", out).summary
+    summary = records.to_builtins(report_of(data_dir, tmp_path / "c", out).summary)
     assert summary == orjson.loads((out / "summary.json").read_bytes())
     ties = {m["model"]: {e: b["ties"] for e, b in m["evals"].items()} for m in summary["models"]}
     wildguard = pl.read_parquet(out / "answers.parquet").filter(pl.col("eval") == "wildguardtest").height // 2

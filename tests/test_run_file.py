@@ -18,6 +18,7 @@ from dxi.runner import session
 from dxi.runner.cli import main, parser
 from dxi.runner.errors import EXIT_COST_BOUND
 from dxi.runner.plan import from_args
+from dxi.scoring import records
 
 from .fake_provider import FakeProvider
 from .synthetic import data_dir
@@ -100,7 +101,8 @@ async def test_max_cost_stops_at_the_bound_and_a_higher_bound_finishes_without_d
         assert stopped.exit_code == EXIT_COST_BOUND
         first = summary(tmp_path)
         bound = first["cost_bound"]
-        assert stopped.cost_bound == bound and stopped.summary == first and round(stopped.spent_usd, 6) == bound["spent_usd"]
+        assert stopped.cost_bound == bound and records.to_builtins(stopped.summary) == first
+        assert round(stopped.spent_usd, 6) == bound["spent_usd"]
         with Cache(tmp_path / "cache") as cache:
             done = cache.scan().collect().height
         tokens_in, tokens_out = fake_usage(tmp_path / "cache")
