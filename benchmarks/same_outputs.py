@@ -3,7 +3,9 @@
     python -m benchmarks.same_outputs [BASE_REV] [--data-dir ../shared/data] [--model MODEL] [--limit N]
 
 For the baseline (default ``main``, extracted with ``git archive`` into a temporary folder and imported
-from there ahead of the installed package) and for this working tree, in that order, it runs the main
+from there ahead of the installed package) and for this working tree (copied likewise, uncommitted changes
+included: neither side runs from a git checkout, so summary.json's ``provenance.git`` is null on both), in
+that order, it runs the main
 job on a fresh cache: ``dxi run`` (summary.json, answers.parquet), ``dxi run`` again (all cached),
 then ``dxi report`` (report.html, tables/*, and its summary.json and answers.parquet), each into its
 own folder, and compares every output file byte for byte. Exit status 0 when all are identical.
@@ -31,12 +33,18 @@ PACKAGES = {"runner": "runner", "adapters": "adapters", "scoring": "scoring", "c
 MAIN = "import sys; from dxi.runner.cli import main; sys.exit(main())"
 
 
-def _baseline(rev: str, where: Path) -> Path:
-    """A folder to put first on PYTHONPATH that imports ``dxi`` from commit ``rev``."""
+def _baseline(rev: str | None, where: Path) -> Path:
+    """A folder to put first on PYTHONPATH that imports ``dxi`` from commit ``rev`` (None: this working tree
+    as it is, uncommitted changes included). Both sides are copies outside any git checkout, so that
+    summary.json's ``provenance.git`` (``runner.provenance``) is null on both and only the code differs."""
     src = where / "src"
     src.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    if rev is None:
+        for name in {"dxi", *PACKAGES.values()}:
+            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     pkg = where / "pkg"
     shutil.copytree(src / "dxi", pkg / "dxi")
     for name, folder in PACKAGES.items():
@@ -44,11 +52,10 @@ def _baseline(rev: str, where: Path) -> Path:
     return pkg
 
 
-def _job(pythonpath: Path | None, work: Path, args: argparse.Namespace) -> dict[str, float]:
-    """Run the three steps with the code on ``pythonpath`` (None: the installed tree); their wall seconds."""
+def _job(pythonpath: Path, work: Path, args: argparse.Namespace) -> dict[str, float]:
+    """Run the three steps with the code on ``pythonpath``; their wall seconds."""
     env = dict(os.environ)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
+    env["PYTHONPATH"] = str(pythonpath)
     common = ["--data-dir", str(args.data_dir), "--cache-dir", str(work / "cache"), "-q"]
     if args.limit:
         common += ["--limit", str(args.limit)]
@@ -78,8 +85,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dxi-same-") as tmp:
         tmp = Path(tmp)
         pkg = _baseline(args.base, tmp / "base-code")
+        mine = _baseline(None, tmp / "this-code")
         results = {}
-        for side, path in (("base", pkg), ("this", None)):
+        for side, path in (("base", pkg), ("this", mine)):
             work = tmp / "job"  # the same paths on both sides: the data block and logs name them
             work.mkdir()
             results[side] = _job(path, work, args)
