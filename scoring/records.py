@@ -8,18 +8,19 @@ summary.json holds only sometimes is a field defaulting to ``UNSET`` (``msgspec.
 file when unset, ``null`` when set to None. Every field that is always written has no default (a default
 other than UNSET would be left out of the file whenever it equals it: ``omit_defaults``).
 
-An evaluation's block (``EvalBlock``) stays a mapping: its keys are the evaluation's metrics
-(``scoring.sums.METRICS``: four for AA-Omniscience-Decision, one for HLE-MultiChoice...) each with its
-``_sd`` and ``_ci``, in an order that depends on which were computed (the module docstring of
-``scoring.summary`` lists them). The other nested blocks (``data``, ``usage``, ``requests``,
-``provenance``...) are documented where they are made and stay mappings too.
+An evaluation's block (``EvalBlock``) is a typed mapping (``TypedDict``): its keys are the evaluation's
+metrics (``scoring.sums.METRICS``: two for AA-Omniscience-Decision, one for HLE-MultiChoice...) each with its
+``_sd`` and ``_ci``, written in an order that depends on which were computed (a ``reason`` for missing
+answers comes before the intervals, one for an undefined F1 after them), which a record's fixed field order
+cannot keep. The other nested blocks (``data``, ``usage``, ``requests``, ``provenance``...) are documented
+where they are made and stay mappings.
 
 ``ScoredRun`` is a scored run as scoring hands it on: the summary beside the tables (``scoring.Scored``).
 ``decode(raw)`` reads a summary back (summary.json, or the view's ``meta.json``) into the records.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 import msgspec
 import orjson
@@ -28,10 +29,49 @@ from msgspec import UNSET, UnsetType
 if TYPE_CHECKING:
     from .scored import Scored
 
-__all__ = ["UNSET", "Comparison", "EvalBlock", "ModelEntry", "Ranking", "ScoredRun", "Summary", "decode", "to_json",
+__all__ = ["UNSET", "Comparison", "EvalBlock", "Interval", "ModelEntry", "Ranking", "ScoredRun", "Summary", "decode", "to_json",
            "unset"]
 
-EvalBlock = dict[str, Any]  # one evaluation's figures for one model (``scoring.summary.eval_block``)
+Interval = list[float | None]  # [low, high], 0-100
+
+
+class EvalBlock(TypedDict, total=False):
+    """One evaluation's block of one model (``scoring.summary.eval_block``): a mapping, since which keys it
+    has and their order depend on the evaluation and on what was computed (summary.json writes them in the
+    order they were added). ``n`` tasks (WildGuardTest: rows); each metric of the evaluation
+    (``scoring.sums.METRICS``; 0-100 or None) with ``<metric>_sd`` (several epochs) and ``<metric>_ci``
+    (intervals); the answer counts ``invalid``, ``failed``, ``missing``, ``repaired``; ``complete`` and
+    ``rerun``; ``reason`` (a null metric, or missing answers); ``calibration`` (``scoring.summary.calibration_block``)
+    and ``ties`` (``scoring.ties``)."""
+
+    n: int
+    accuracy: float | None
+    accuracy_sd: float | None
+    accuracy_ci: Interval | None
+    non_hallucination_rate: float | None
+    non_hallucination_rate_sd: float | None
+    non_hallucination_rate_ci: Interval | None
+    f1_prompt_harm: float | None
+    f1_prompt_harm_sd: float | None
+    f1_prompt_harm_ci: Interval | None
+    f1_response_refusal: float | None
+    f1_response_refusal_sd: float | None
+    f1_response_refusal_ci: Interval | None
+    f1_response_harm: float | None
+    f1_response_harm_sd: float | None
+    f1_response_harm_ci: Interval | None
+    mean_f1: float | None
+    mean_f1_sd: float | None
+    mean_f1_ci: Interval | None
+    invalid: int
+    failed: int
+    missing: int
+    repaired: int
+    complete: bool
+    rerun: int
+    reason: str
+    calibration: dict[str, Any] | None
+    ties: int
 
 
 class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -52,7 +92,7 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     decision_index_reason: str | UnsetType = UNSET
     complete: bool
     within_tolerance: bool | UnsetType = UNSET
-    decision_index_ci: list[float | None] | None | UnsetType = UNSET
+    decision_index_ci: Interval | None | UnsetType = UNSET
     decision_index_sd: float | None | UnsetType = UNSET
     rank: int | UnsetType = UNSET
     rank_ci: list[int | None] | UnsetType = UNSET
@@ -79,7 +119,7 @@ class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
     eval: str | None
     metric: str
     difference: float | None
-    ci: list[float | None] | None
+    ci: Interval | None
     p_value: float | None
     p_holm: float | None
     discordant: list[int] | UnsetType = UNSET

@@ -52,7 +52,7 @@ import polars as pl
 from . import calibration as cal
 from .decision_index import decision_index
 from .provisional import Tolerance, judge
-from .records import Comparison, ModelEntry, Ranking, Summary, unset
+from .records import Comparison, EvalBlock, ModelEntry, Ranking, Summary, unset
 from .sums import EVERY_FAILED, METRICS, NONE_CACHED
 
 UNDEFINED_F1 = ("undefined (no positive gold label and no positive prediction); mean_f1 is the mean of "
@@ -98,12 +98,12 @@ def _missing_reason(missing: int, data: dict, label: str | None) -> str:
             f"scored here{other}); `dxi run` with {scored} sends what is missing")
 
 
-def eval_block(name: str, row: dict | None, data: dict, epochs: int, label: str | None = None) -> dict:
+def eval_block(name: str, row: dict | None, data: dict, epochs: int, label: str | None = None) -> EvalBlock:
     """One evaluation's block for one model (``label``) from its ``scoring.pipeline.metrics`` row (None: no
     answers): ``n`` tasks, the answer counts, ``complete`` (and ``rerun`` when not), each metric with its
     interval (and spread over epochs), and a ``reason`` for a null metric or for answers missing from the
     cache (``_missing_reason``: which flags score what the model's runs selected)."""
-    block: dict = {"n": 0, **{m: None for m in METRICS[name]}}
+    block: EvalBlock = {"n": 0, **{m: None for m in METRICS[name]}}
     if "missing" in data:
         block["reason"] = f"no data: {data['missing']}"
         return block

@@ -12,7 +12,7 @@ import pytest
 
 from dxi.runner.outputs import summarize
 from dxi.scoring import build_summary, records
-from dxi.scoring.records import UNSET, Comparison, ModelEntry, Ranking, ScoredRun, Summary
+from dxi.scoring.records import UNSET, Comparison, EvalBlock, ModelEntry, Ranking, ScoredRun, Summary
 from dxi.scoring.sums import METRICS
 from dxi.view.data import Summarize
 
@@ -89,3 +89,17 @@ def test_the_views_scoring_pipeline_is_what_runner_outputs_summarize_is():
     summary, scored = ScoredRun(Summary(prompt_version="p", epochs=1, complete=True, allow_failed=None, accepted=True,
                                         data={}, models=[]), None)
     assert summary.labels == [] and scored is None
+
+
+def test_an_evaluation_blocks_type_names_every_metric_with_its_spread_and_interval():
+    keys = set(EvalBlock.__annotations__)
+    for metrics in METRICS.values():
+        for m in metrics:
+            assert {m, f"{m}_sd", f"{m}_ci"} <= keys, m
+    doc = orjson.loads(GOLDEN.read_bytes())
+    for m in doc["models"]:
+        for block in m["evals"].values():
+            assert set(block) <= keys  # every key summary.json writes is typed (their order: the bytes test)
+    block = {"n": "many"}
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.models\[0\]\.evals\[\.\.\.\]\.n"):
+        records.decode(doc | {"models": [doc["models"][0] | {"evals": {"hle_multichoice": block}}]})
