@@ -11,7 +11,8 @@ from dxi.adapters import ModelIdentity
 from dxi.evals import PROMPT_VERSION, Suite, discover
 from dxi.runner.cli import parser
 from dxi.runner.dispatch import identity
-from dxi.runner.plan import PlanError, from_args
+from dxi.runner.errors import UsageError
+from dxi.runner.plan import from_args
 from dxi.runner.selection import record_of
 
 
@@ -27,7 +28,7 @@ def test_an_adapters_identity_is_what_its_requests_and_the_scoring_frame_carry(d
                                  '{"max_tokens":64,"temperature":0}', None)
     task = next(Suite(discover(data_dir)).tasks("hle_multichoice"))
     request = adapter.encode(task, sample=1)
-    assert (request.provider, request.model, request.endpoint, request.params) == mine.key
+    assert (request.kind, request.model, request.endpoint, request.params) == mine.key
     assert mine.row() == ("openai:gpt-6-luna", *mine.key, PROMPT_VERSION)
     assert len(mine.row()) == len(scoring.MODELS_SCHEMA)
 
@@ -43,5 +44,5 @@ def test_the_plans_frame_record_and_digests_derive_from_each_models_identity(dat
     run = tmp_path / "run.toml"  # one configuration under two names: the identities' keys are equal
     run.write_text('[[models]]\nprovider = "openai"\nmodel = "gpt-6-luna"\nname = "a"\n\n'
                    '[[models]]\nprovider = "openai"\nmodel = "gpt-6-luna"\nname = "b"\n')
-    with pytest.raises(PlanError, match="a and b are the same model"):
+    with pytest.raises(UsageError, match="a and b are the same model"):
         _plan(data_dir, str(run)).check_labels()
