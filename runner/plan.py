@@ -1,8 +1,11 @@
 """What a command will do, from a run file or from the command line: the models (adapters built, not
 started), their epochs, limits and prices, the suite, the locations and the cost bound.
 
-``from_args(args)`` reads ``args.run_file`` (a TOML run file, ``runner.config``) when given, else the
-``--model`` flags. With a run file, these flags override it (paths given on the command line are relative
+A plan is built from ``PlanInputs``, the typed settings of a run (one field per flag of ``dxi run``, with its
+default): ``build(models=["embedded"], data_dir=..., limit=3)`` from a program or a test, ``from_args(args)``
+from the command line (``inputs_of`` turns the parsed flags into ``PlanInputs``; the rules below are applied
+once, by ``from_inputs``). It reads the run file (``run_file``: TOML, ``runner.config``) when given, else the
+models (``--model``). With a run file, these flags override it (paths given on the command line are relative
 to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
 ``--effort`` (every model with an effort setting), ``--max-cost``, ``--allow-failed``, and the limits flags
@@ -14,7 +17,7 @@ per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epoc
 
 Raises ``UsageError`` (a usage error: exit code 2) with a message naming the file and key where it can.
 
-The module stays whole (about 440 lines, over the runner's 400): the run file's path (``_from_file``) and the
+The module stays whole (about 450 lines, over the runner's 400; the inputs' record is ``runner.inputs``): the run file's path (``_from_file``) and the
 flags' path (``_from_flags``) must give the same ``Plan`` for the same settings, and each override rule above is
 read beside its twin; the prices (``price_flags``, ``_priced``) and the suite (``_suite``) are the two parts that
 could move out if it grows.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +39,7 @@ from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, discover
 from . import config
 from .datadir import DATA_DIR_ENV, default_data_dir
 from .errors import UsageError
+from .inputs import LIMITS_FLAGS, PlanInputs, inputs_of
 from .run import ModelRun
 from .sample import SampledSuite
 
@@ -117,9 +122,11 @@ class Plan:
                                 "output at 0 if it is not billed")
 
 
-def key_values(items: list[str] | list[list[str]], flag: str) -> dict:
+def key_values(items: Mapping | list[str] | list[list[str]], flag: str) -> dict:
     """``KEY=VALUE`` items (or lists of them: a flag given several times) -> dict; VALUE is parsed as JSON
-    (0, 0.7, true, {"type": ...}), else kept as text."""
+    (0, 0.7, true, {"type": ...}), else kept as text. A mapping is taken as it is."""
+    if isinstance(items, Mapping):
+        return dict(items)
     out = {}
     for item in (i for group in items for i in ([group] if isinstance(group, str) else group)):
         key, sep, value = item.partition("=")
@@ -202,19 +209,13 @@ def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[st
     return suite
 
 
-def _file_flags(args: argparse.Namespace) -> dict[str, Path]:
-    return {name: getattr(args, f"file_{name}") for name in EVALS if getattr(args, f"file_{name}", None)}
-
-
-def limits_overrides(args: argparse.Namespace) -> dict:
-    """The limits flags given (``--max-in-flight``, ``--rpm``, ...) as ``adapters.Limits`` fields."""
-    return {k: v for k, v in (("max_in_flight", getattr(args, "max_in_flight", None)), ("rpm", getattr(args, "rpm", None)),
-                              ("tpm", getattr(args, "tpm", None)), ("attempt_timeout_s", getattr(args, "timeout", None)),
-                              ("max_attempts", getattr(args, "max_attempts", None)),
-                              ("backoff_s", getattr(args, "backoff", None)),
-                              ("max_stated_wait_s", getattr(args, "max_stated_wait", None)),
-                              ("max_reply_bytes", getattr(args, "max_reply_bytes", None)))
-            if v is not None}
+def limits_overrides(inputs: PlanInputs) -> dict:
+    """The limits given (``--max-in-flight``, ``--rpm``, ...) as ``adapters.Limits`` fields; UsageError for a
+    name that is not one."""
+    unknown = sorted(set(inputs.limits) - set(LIMITS_FLAGS.values()))
+    if unknown:
+        raise UsageError(f"limits {', '.join(unknown)}: not a limit (known: {', '.join(LIMITS_FLAGS.values())})")
+    return {k: v for k, v in inputs.limits.items() if v is not None}
 
 
 def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[float | None, ...] | None:
@@ -277,28 +278,41 @@ def _priced(models: list[ModelRun], prices: dict[str, config.Price], texts: dict
                         f"{', '.join(m.label for m in models)})")
 
 
+def build(**inputs) -> Plan:
+    """The plan of ``PlanInputs(**inputs)`` (``runner.inputs``: the keywords are its fields, e.g.
+    ``build(models=["embedded"], data_dir=Path("data"), cache_dir=tmp / "cache", limit=3)``), as ``from_inputs``
+    builds it; TypeError for a keyword that is no field, UsageError as ``from_inputs``."""
+    return from_inputs(PlanInputs(**inputs))
+
+
 def from_args(args: argparse.Namespace) -> Plan:
-    """The plan of ``dxi run`` / ``estimate`` / ``score`` / ``report`` (see the module docstring)."""
-    epochs = getattr(args, "epochs", None)
+    """The plan of ``dxi run`` / ``estimate`` / ``score`` / ``report``'s parsed flags: ``from_inputs(inputs_of(args))``."""
+    return from_inputs(inputs_of(args))
+
+
+def from_inputs(inputs: PlanInputs) -> Plan:
+    """The plan of ``inputs`` (see the module docstring): the run file's models with the settings given over
+    it, else ``inputs.models``. UsageError (the flag or the file's key named) for a bad value."""
+    epochs = inputs.epochs
     if epochs is not None and epochs < 1:
         raise UsageError("--epochs must be at least 1")
-    max_cost = getattr(args, "max_cost", None)
+    max_cost = inputs.max_cost
     if max_cost is not None and max_cost < 0:
         raise UsageError("--max-cost must be >= 0 (USD)")
-    if getattr(args, "run_file", None) is not None:
-        return _from_file(args, epochs, max_cost)
-    models = _from_flags(args, epochs or 1)
-    suite = suite_from_flags(args)
-    size = getattr(args, "batch_size", None)
-    return Plan(models, suite, args.data_dir if args.data_dir is not None else default_data_dir(), args.cache_dir or Path(".dxi-cache"),
-                args.out or Path("out"), epochs or 1, max_cost, None,
-                batch=frozenset(m.label for m in models) if getattr(args, "batch", False) else frozenset(),
-                batch_limits={m.label: (size, None) for m in models}, allow_failed=getattr(args, "allow_failed", None))
+    if inputs.run_file is not None:
+        return _from_file(inputs, epochs, max_cost)
+    models = _from_flags(inputs, epochs or 1)
+    suite = suite_of(inputs)
+    size = inputs.batch_size
+    return Plan(models, suite, inputs.data_dir if inputs.data_dir is not None else default_data_dir(),
+                inputs.cache_dir or Path(".dxi-cache"), inputs.out or Path("out"), epochs or 1, max_cost, None,
+                batch=frozenset(m.label for m in models) if inputs.batch else frozenset(),
+                batch_limits={m.label: (size, None) for m in models}, allow_failed=inputs.allow_failed)
 
 
-def _allow_failed(args: argparse.Namespace, run: config.RunFile) -> dict | None:
+def _allow_failed(inputs: PlanInputs, run: config.RunFile) -> dict | None:
     """``--allow-failed`` (already parsed by ``config.allow_failed``), else the run file's."""
-    given = getattr(args, "allow_failed", None)
+    given = inputs.allow_failed
     return given if given is not None else (None if run.allow_failed is None else config.allow_failed(run.allow_failed))
 
 
@@ -309,14 +323,13 @@ def tolerance(allow_failed: dict | None) -> Tolerance | None:
     return None if allow_failed is None else Tolerance(**allow_failed)
 
 
-def suite_from_flags(args: argparse.Namespace) -> Suite:
-    """The suite the command line names (no run file): ``--data-dir``, the files, ``--evals``, ``--limit``,
-    ``--exclude``, ``--wildguard-subset``."""
-    selected = selected_evals(args.evals) if args.evals else None
-    data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
-    return _suite(data_dir, _file_flags(args), [_exclude_item(e) for e in args.exclude], args.limit,
-                  args.wildguard_subset or "agreed", selected, getattr(args, "sample", None), getattr(args, "seed", None),
-                  getattr(args, "all_tasks", False))
+def suite_of(inputs: PlanInputs) -> Suite:
+    """The suite ``inputs`` name without a run file: ``data_dir``, ``files``, ``evals``, ``limit`` or ``sample`` /
+    ``seed`` or ``all_tasks``, ``exclude``, ``wildguard_subset``; UsageError as ``_suite``."""
+    selected = selected_evals(inputs.evals) if inputs.evals else None
+    data_dir = inputs.data_dir if inputs.data_dir is not None else default_data_dir()
+    return _suite(data_dir, dict(inputs.files), [_exclude_item(e) for e in inputs.exclude], inputs.limit,
+                  inputs.wildguard_subset or "agreed", selected, inputs.sample, inputs.seed, inputs.all_tasks)
 
 
 def with_effort(frame: pl.DataFrame) -> pl.DataFrame:
@@ -329,23 +342,23 @@ def with_effort(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(pl.Series("effort", efforts, dtype=pl.String))
 
 
-def _effort(args: argparse.Namespace) -> str | None:
-    effort = getattr(args, "effort", None)
+def _effort(inputs: PlanInputs) -> str | None:
+    effort = inputs.effort
     if effort is not None and effort not in adapters.EFFORTS:
         raise UsageError(f"--effort {effort!r}: one of {', '.join(adapters.EFFORTS)}")
     return effort
 
 
-def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
+def _from_flags(inputs: PlanInputs, epochs: int) -> list[ModelRun]:
     """The ``--model`` flags' models, with ``--param`` and ``--effort`` given to those that take sampling
     parameters and each ``--option`` to those that know it; UsageError for a bad model string or a flag no model
     uses."""
-    params = key_values(getattr(args, "param", []), "--param")
-    options = key_values(getattr(args, "option", []), "--option")
-    effort = _effort(args)
-    overrides = limits_overrides(args)
+    params = key_values(inputs.params, "--param")
+    options = key_values(inputs.options, "--option")
+    effort = _effort(inputs)
+    overrides = limits_overrides(inputs)
     models, used = [], set()
-    for text in args.model or []:
+    for text in inputs.models:
         try:
             spec = adapters.parse_model(text)
             cls = adapters.adapter_class(spec.kind)
@@ -358,7 +371,7 @@ def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
         used |= set(spec.options)
         a.limits = replace(a.limits, **overrides)
         models.append(ModelRun(a, epochs, None, _price_of(a, None)))
-    _priced(models, price_flags(getattr(args, "price", None) or []), dict(enumerate(args.model or [])))
+    _priced(models, price_flags(inputs.prices), dict(enumerate(inputs.models)))
     if params and not any(type(m.adapter).takes_params for m in models):
         raise UsageError("--param: no model of this run takes sampling parameters (decision models have none)")
     if effort and not any(type(m.adapter).takes_params for m in models):
@@ -369,10 +382,9 @@ def _from_flags(args: argparse.Namespace, epochs: int) -> list[ModelRun]:
     return models
 
 
-def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | None) -> Plan:
-    path: Path = args.run_file
-    for flag, value in (("--model", getattr(args, "model", None)), ("--param", getattr(args, "param", None)),
-                        ("--option", getattr(args, "option", None))):
+def _from_file(inputs: PlanInputs, epochs: int | None, max_cost: float | None) -> Plan:
+    path: Path = inputs.run_file
+    for flag, value in (("--model", inputs.models), ("--param", inputs.params), ("--option", inputs.options)):
         if value:
             raise UsageError(f"{flag} cannot be combined with a run file ({path}): give models, their params and "
                             "options in the file")
@@ -383,8 +395,8 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
     except config.ConfigError as exc:
         raise UsageError(str(exc)) from None
     base = path.parent
-    overrides = limits_overrides(args)
-    flag_effort = _effort(args)
+    overrides = limits_overrides(inputs)
+    flag_effort = _effort(inputs)
     models = []
     batch, overrides_of, batch_limits = set(), {}, {}
     for i, m in enumerate(run.models):
@@ -418,25 +430,25 @@ def _from_file(args: argparse.Namespace, epochs: int | None, max_cost: float | N
         key = f"table:{name}" if name in run.providers else None  # models on one table share its limits
         models.append(ModelRun(a, epochs or m.epochs or run.epochs, key, _price_of(a, m.price)))
         label = models[-1].label
-        if getattr(args, "batch", False) or (m.batch if m.batch is not None else provider.batch):
+        if inputs.batch or (m.batch if m.batch is not None else provider.batch):
             batch.add(label)
         if m.price is not None and (m.price.batch_input is not None or m.price.batch_output is not None):
             overrides_of[label] = (m.price.batch_input, m.price.batch_output)
-        batch_limits[label] = (getattr(args, "batch_size", None) or provider.batch_max_requests,
+        batch_limits[label] = (inputs.batch_size or provider.batch_max_requests,
                                provider.batch_enqueued_tokens)
-    _priced(models, price_flags(getattr(args, "price", None) or []))  # the command line's over the file's
-    files = {e: base / f for e, f in run.evals.files.items()} | _file_flags(args)
-    exclude = [_exclude_item(e, base) for e in run.evals.exclude] + [_exclude_item(e) for e in getattr(args, "exclude", [])]
-    selected = selected_evals(args.evals) if getattr(args, "evals", None) else (tuple(run.evals.select) if run.evals.select else None)
-    data_dir = args.data_dir if args.data_dir is not None else (run.resolve(run.data_dir) if run.data_dir is not None
-                                                                else default_data_dir())
-    sample, seed = getattr(args, "sample", None), getattr(args, "seed", None)
-    all_tasks = getattr(args, "all_tasks", False)
-    limit = args.limit if args.limit is not None else (run.evals.limit if sample is None and not all_tasks else None)
-    if args.limit is None and sample is None and not all_tasks:  # the file's sample, unless the command line chose
+    _priced(models, price_flags(inputs.prices))  # the command line's over the file's
+    files = {e: base / f for e, f in run.evals.files.items()} | dict(inputs.files)
+    exclude = [_exclude_item(e, base) for e in run.evals.exclude] + [_exclude_item(e) for e in inputs.exclude]
+    selected = selected_evals(inputs.evals) if inputs.evals else (tuple(run.evals.select) if run.evals.select else None)
+    data_dir = inputs.data_dir if inputs.data_dir is not None else (run.resolve(run.data_dir) if run.data_dir is not None
+                                                                    else default_data_dir())
+    sample, seed, all_tasks = inputs.sample, inputs.seed, inputs.all_tasks
+    limit = inputs.limit if inputs.limit is not None else (run.evals.limit if sample is None and not all_tasks else None)
+    if inputs.limit is None and sample is None and not all_tasks:  # the file's sample, unless the command line chose
         sample, seed = run.evals.sample, run.evals.seed if seed is None else seed
-    suite = _suite(data_dir, files, exclude, limit, args.wildguard_subset or run.evals.wildguard_subset, selected,
+    suite = _suite(data_dir, files, exclude, limit, inputs.wildguard_subset or run.evals.wildguard_subset, selected,
                    sample, seed if sample is not None else None, all_tasks)
-    return Plan(models, suite, data_dir, args.cache_dir or run.resolve(run.cache_dir), args.out or run.resolve(run.out),
-                epochs or run.epochs, max_cost if max_cost is not None else run.max_cost, path, run.cache_remote,
-                run.coordinator, frozenset(batch), overrides_of, batch_limits, allow_failed=_allow_failed(args, run))
+    return Plan(models, suite, data_dir, inputs.cache_dir or run.resolve(run.cache_dir),
+                inputs.out or run.resolve(run.out), epochs or run.epochs, max_cost if max_cost is not None else run.max_cost,
+                path, run.cache_remote, run.coordinator, frozenset(batch), overrides_of, batch_limits,
+                allow_failed=_allow_failed(inputs, run))

@@ -4,13 +4,14 @@ the remote tier; ``models_to_score``: the models under the names ``dxi run`` giv
 epochs) and ``rescore``, which scores that selection into summary.json and answers.parquet (with ``html``:
 report.html and its tables too) and returns a ``Rescored``.
 
-``flags`` below is the selection as ``dxi score`` parses it (``runner.commands``; an ``argparse.Namespace``, or
-any object with the same attributes), as ``runner.plan.from_args`` reads it.
+``select`` takes the selection as ``runner.inputs.PlanInputs`` (from a program or a test:
+``select(PlanInputs(cache_dir=..., data_dir=..., out=..., sample=2))``), or as ``dxi score`` parses it (an
+``argparse.Namespace``, turned into ``PlanInputs`` by ``runner.inputs.inputs_of``).
 """
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from dxi.evals import PROMPT_VERSION
 
 from . import distributed
 from .errors import UsageError
+from .inputs import PlanInputs, inputs_of
 
 if TYPE_CHECKING:
     import polars as pl
@@ -35,15 +37,15 @@ if TYPE_CHECKING:
 @dataclass
 class Selection:
     """What is scored: ``plan`` (a run file's or the ``--model`` flags'; None: every model in the cache),
-    ``cache_dir`` and ``out`` (folders), ``suite`` (the tasks the flags name; ``scored_suite`` narrows it to
-    those the runs selected), ``remote`` (the remote cache tier, or None) and ``flags`` (as given)."""
+    ``cache_dir`` and ``out`` (folders), ``suite`` (the tasks the inputs name; ``scored_suite`` narrows it to
+    those the runs selected), ``remote`` (the remote cache tier, or None) and ``inputs`` (as given)."""
 
     plan: Plan | None
     cache_dir: Path
     out: Path
     suite: Suite
     remote: Remote | None
-    flags: argparse.Namespace
+    inputs: PlanInputs
 
 
 @dataclass
@@ -70,26 +72,27 @@ class Rescored:
     exit_code: int
 
 
-def select(flags: argparse.Namespace, mirror: Path | None = None) -> Selection:
-    """What ``dxi score`` (and ``report``, ``export``, ``view``) scores, from its flags; the remote cache tier
-    (``--cache-remote``) has its shards pulled into the cache folder, which it creates, or into ``mirror``
-    (``dxi view`` never writes to the cache folder). Sets ``flags.cache_dir`` to the folder chosen. UsageError
-    for a run file beside ``--model``, or no cache."""
-    from .plan import from_args as plan_from_args
-    from .plan import suite_from_flags
+def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) -> Selection:
+    """What ``dxi score`` (and ``report``, ``export``, ``view``) scores, from ``inputs`` (or the command's parsed
+    flags): the models of ``inputs.run_file`` or ``inputs.models``, else every model in the cache; the remote
+    cache tier (``cache_remote``) has its shards pulled into the cache folder, which it creates, or into
+    ``mirror`` (``dxi view`` never writes to the cache folder). UsageError for a run file beside models, a bad
+    setting (``runner.plan``), or no cache."""
+    from .plan import from_inputs, suite_of
 
-    if flags.run_file is not None and flags.model:
-        raise UsageError(f"--model cannot be combined with a run file ({flags.run_file}): the file names the models")
-    plan = plan_from_args(flags) if flags.run_file is not None or flags.model else None
-    cache_dir = plan.cache_dir if plan else (flags.cache_dir or Path(".dxi-cache"))
-    out = plan.out if plan else (flags.out or Path("out"))
-    suite = plan.suite if plan else suite_from_flags(flags)
-    uri = flags.cache_remote or (plan.cache_remote if plan else None)
+    if isinstance(inputs, argparse.Namespace):
+        inputs = inputs_of(inputs)
+    if inputs.run_file is not None and inputs.models:
+        raise UsageError(f"--model cannot be combined with a run file ({inputs.run_file}): the file names the models")
+    plan = from_inputs(inputs) if inputs.run_file is not None or inputs.models else None
+    cache_dir = plan.cache_dir if plan else (inputs.cache_dir or Path(".dxi-cache"))
+    out = plan.out if plan else (inputs.out or Path("out"))
+    suite = plan.suite if plan else suite_of(inputs)
+    uri = inputs.cache_remote or (plan.cache_remote if plan else None)
     if not cache_dir.is_dir() and (not uri or mirror is not None):  # a remote tier pulled into it creates it
         raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
     remote = distributed.remote_for(uri, cache_dir, mirror)
-    flags.cache_dir = cache_dir
-    return Selection(plan, cache_dir, out, suite, remote, flags)
+    return Selection(plan, cache_dir, out, suite, remote, replace(inputs, cache_dir=cache_dir))
 
 
 def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) -> ToScore:
@@ -103,14 +106,14 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
 
     from .plan import with_effort
 
-    plan, flags = selection.plan, selection.flags
+    plan, inputs = selection.plan, selection.inputs
     found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
     if plan is None:
         if found.is_empty() and not empty_ok:
             raise UsageError(f"no models in {selection.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
         prices = {label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
                   for label, kind in found.select("label", "provider").iter_rows()}
-        epochs = flags.epochs or 1
+        epochs = inputs.epochs or 1
         return ToScore(with_effort(found), prices, epochs, more_epochs(found, epochs))
     same = []
     for m in plan.models:
@@ -124,7 +127,7 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
                                  f"{a.endpoint}; name it ({a.kind}:NAME@URL, or model = NAME in a run file)")
             a.model = kinds["model"].item()
         match = found.filter(config & (pl.col("model") == a.model))
-        if flags.model and match.is_empty():
+        if inputs.models and match.is_empty():
             near = (found.filter((pl.col("provider") == a.kind) & (pl.col("model") == a.model))
                     .select("endpoint", "params").unique().sort("endpoint", "params"))
             cached = (f" It is cached with: {'; '.join(f'endpoint {e}, parameters {p}' for e, p in near.iter_rows())}."
@@ -134,7 +137,7 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
                              f"--param as `dxi run` was given them.{cached}")
         same.append(match.with_columns(pl.lit(m.label).alias("label")))
     plan.check_labels()
-    notes = more_epochs(pl.concat(same), plan.epochs) if flags.model and not flags.epochs else []
+    notes = more_epochs(pl.concat(same), plan.epochs) if inputs.models and not inputs.epochs else []
     return ToScore(plan.models_frame(), plan.prices(), plan.epochs, notes)
 
 
@@ -151,7 +154,7 @@ def scored_suite(selection: Selection, to_score: ToScore) -> Suite:
     runs recorded in the cache selected (``runner.selection``; its notes are added to ``to_score.notes``)."""
     from .selection import choose
 
-    chosen = choose(selection.flags, selection.plan, selection.suite, to_score.frame, selection.cache_dir)
+    chosen = choose(selection.inputs, selection.plan, selection.suite, to_score.frame, selection.cache_dir)
     to_score.notes += chosen.notes
     return chosen.suite
 
@@ -159,7 +162,7 @@ def scored_suite(selection: Selection, to_score: ToScore) -> Suite:
 def rescore(selection: Selection, html: bool = False) -> Rescored:
     """Score ``selection`` from the cache alone into ``selection.out`` (summary.json, answers.parquet; with
     ``html``: report.html and tables/, models ranked by Decision Index unless a plan gives their order). The
-    tolerance of failed answers is the plan's ``allow_failed``, else the flags' ``--allow-failed``."""
+    tolerance of failed answers is the plan's ``allow_failed``, else the inputs' (``--allow-failed``)."""
     from dxi.cache import Cache
 
     from .errors import EXIT_FAILED_REQUESTS
@@ -167,7 +170,7 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
     from .plan import tolerance
 
     plan, out = selection.plan, selection.out
-    allowed: Tolerance | None = plan.tolerance() if plan else tolerance(selection.flags.allow_failed)
+    allowed: Tolerance | None = plan.tolerance() if plan else tolerance(selection.inputs.allow_failed)
     path = None
     with Cache(selection.cache_dir, remote=selection.remote) as cache:
         to_score = models_to_score(cache, selection)

@@ -24,7 +24,6 @@ joined by " + "), and the reason given for that model's missing answers names th
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ from .sample import choose as sampled_ids
 if TYPE_CHECKING:
     import polars as pl
 
+    from .inputs import PlanInputs
     from .plan import Plan
 
 log = logging.getLogger("dxi.selection")
@@ -132,10 +132,10 @@ class UnionSuite(Suite):
         return block
 
 
-def given(args: argparse.Namespace, plan: Plan | None) -> bool:
+def given(inputs: PlanInputs, plan: Plan | None) -> bool:
     """Whether the command line or the run file chose the tasks (``--limit``, ``--sample``, ``--seed``,
     ``--all-tasks``, a run file's ``limit`` or ``sample``)."""
-    if any(getattr(args, name, None) not in (None, False) for name in ("limit", "sample", "seed", "all_tasks")):
+    if any(getattr(inputs, name) not in (None, False) for name in ("limit", "sample", "seed", "all_tasks")):
         return True
     suite = plan.suite if plan is not None else None
     return suite is not None and (suite.limit is not None or isinstance(suite, SampledSuite))
@@ -170,7 +170,7 @@ class Chosen:
     key: tuple
 
 
-def choose(args: argparse.Namespace, plan: Plan | None, suite: Suite, models: pl.DataFrame, cache_dir: Path) -> Chosen:
+def choose(inputs: PlanInputs, plan: Plan | None, suite: Suite, models: pl.DataFrame, cache_dir: Path) -> Chosen:
     """The suite to score over ``models`` (``scoring.MODELS_SCHEMA`` frame) from the cache in ``cache_dir``:
     ``suite`` (the command line's or the run file's) when a selection is given or no run of these models is
     recorded, else the tasks the runs selected (the module docstring). Either way the suite's data block
@@ -180,8 +180,8 @@ def choose(args: argparse.Namespace, plan: Plan | None, suite: Suite, models: pl
     mine = _runs_of(models, records)
     relevant = [r for r in records if any(r in rs for rs in mine.values())]
     key: tuple = ()
-    if relevant and not given(args, plan):
-        suite, key, note = _remembered(args, plan, suite, relevant, cache_dir)
+    if relevant and not given(inputs, plan):
+        suite, key, note = _remembered(inputs, plan, suite, relevant, cache_dir)
         if note:
             notes.append(note)
     annotate(suite, mine)
@@ -225,14 +225,14 @@ def scored_picks(suite: Suite, name: str) -> tuple[Pick, ...]:
     return (Pick(limit=suite.limit),)
 
 
-def _remembered(args: argparse.Namespace, plan: Plan | None, suite: Suite, relevant: list[RunRecord],
+def _remembered(inputs: PlanInputs, plan: Plan | None, suite: Suite, relevant: list[RunRecord],
                 cache_dir: Path) -> tuple[Suite, tuple, str | None]:
     """The suite of the tasks the ``relevant`` runs selected, its key and the note that says so (None, with
     ``suite`` itself, when that is every task of the evaluations ``suite`` reads)."""
     evals = tuple(n for n in suite.selected() if suite.evals is not None or any(n in r.evals for r in relevant))
     picks = {name: reduced({Pick.of(r) for r in relevant if name in r.evals}) for name in evals}
     subsets = {r.wildguard_subset for r in relevant if WILDGUARDTEST in r.evals}
-    subset = (subsets.pop() if len(subsets) == 1 and getattr(args, "wildguard_subset", None) is None and plan is None
+    subset = (subsets.pop() if len(subsets) == 1 and inputs.wildguard_subset is None and plan is None
               else suite.wildguard_subset)
     key = (evals, tuple(sorted(picks.items())), subset)
     kinds = set(picks.values())

@@ -69,13 +69,13 @@ def main(args: argparse.Namespace, console: Console) -> int:
                           highlight=False)
         with Cache(cache_dir, read_only=True, remote=selection.remote) as cache:
             to_score = models_to_score(cache, selection, empty_ok=True)
-            kept = choose(args, plan, given, to_score.frame, cache_dir)
+            kept = choose(selection.inputs, plan, given, to_score.frame, cache_dir)
         notes = to_score.notes + kept.notes
 
         def again(cache: Cache) -> tuple:  # every model in the cache again, and the tasks their runs selected
             nonlocal kept
             now_scored = models_to_score(cache, selection, empty_ok=True)
-            now = choose(args, plan, given, now_scored.frame, cache_dir)
+            now = choose(selection.inputs, plan, given, now_scored.frame, cache_dir)
             if now.key != kept.key:
                 kept = now
             kept.suite.runs = now.suite.runs
