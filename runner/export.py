@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import polars as pl
@@ -43,6 +44,9 @@ from dxi.evals import EVALS, Suite, Task
 from dxi.evals.fetch import HUB_FILES
 from dxi.scoring.records import Summary, unset
 from dxi.scoring.sums import METRICS, WILDGUARD_F1
+
+if TYPE_CHECKING:
+    from .rescore import Selection
 
 FORMATS = ("eee", "csv", "parquet", "jsonl")
 EEE_SCHEMA_VERSION = "0.3.0"
@@ -110,6 +114,39 @@ def missing_answers(summary: Summary) -> Missing:
         block = summary.entry(first[0]).evals[first[1]]
         reason = f"{first[0]} {EVALS[first[1]].title}: {block['reason']}" if block.get("reason") else None
     return Missing(sum(counts.values()), counts, reason)
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What ``export`` did: ``written`` (the files), ``notes`` (for the user: the selection the runs made, epochs
+    left out), ``missing`` (the answers missing from the cache) and ``exit_code`` (0, or
+    ``runner.errors.EXIT_FAILED_REQUESTS`` when answers are missing and were not asked for)."""
+
+    written: list[Path]
+    notes: list[str]
+    missing: Missing
+    exit_code: int
+
+
+def export(selection: Selection, fmt: str, target: Path, include_missing: bool = False,
+           now: float | None = None) -> Exported:
+    """``dxi export`` as a library call: score ``selection`` (``runner.rescore.select``) from the cache alone, as
+    ``dxi score`` does, and ``write`` it as ``fmt`` to ``target`` (``now``: as ``write`` takes it). Answers
+    missing from the cache are written as rows of status missing with ``include_missing``, else left out and
+    counted (exit code 1). ExportError as ``write``; UsageError as ``runner.rescore``."""
+    from dxi.cache import Cache
+
+    from .errors import EXIT_FAILED_REQUESTS
+    from .outputs import score_all
+    from .rescore import models_to_score, scored_suite
+
+    with Cache(selection.cache_dir, remote=selection.remote) as cache:
+        to_score = models_to_score(cache, selection)
+        suite = scored_suite(selection, to_score)
+        summary, scored = score_all(cache, suite, to_score.frame, None, None, to_score.epochs, prices=to_score.prices)
+    gap = missing_answers(summary)
+    written = write(fmt, target, summary, scored, to_score.frame, suite, now, include_missing=include_missing)
+    return Exported(written, to_score.notes, gap, 0 if include_missing or not gap.total else EXIT_FAILED_REQUESTS)
 
 
 def write(fmt: str, target: Path, summary: Summary, scored: scoring.Scored, models: pl.DataFrame, suite: Suite,

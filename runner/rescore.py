@@ -2,7 +2,7 @@
 and ``view`` score (``select``: the plan or every model in the cache, the cache and output folders, the tasks,
 the remote tier; ``models_to_score``: the models under the names ``dxi run`` gives them, their prices and
 epochs) and ``rescore``, which scores that selection into summary.json and answers.parquet (with ``html``:
-report.html and its tables too) and returns a ``Rescored``.
+report.html and its tables too) and returns a ``Rescored``; ``browse``, the browser ``dxi view`` serves over it.
 
 ``select`` takes the selection as ``runner.inputs.PlanInputs`` (from a program or a test:
 ``select(PlanInputs(cache_dir=..., data_dir=..., out=..., sample=2))``), or as ``dxi score`` parses it (an
@@ -23,6 +23,8 @@ from .errors import UsageError
 from .inputs import PlanInputs, inputs_of
 
 if TYPE_CHECKING:
+    from tempfile import TemporaryDirectory
+
     import polars as pl
 
     from dxi.cache import Cache
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from dxi.evals import Suite
     from dxi.scoring.provisional import Tolerance
     from dxi.scoring.records import Summary
+    from dxi.view.data import Browser
 
     from .plan import Plan
 
@@ -185,3 +188,33 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
                                         prices=to_score.prices, batch_prices=batch_prices, tolerance=allowed)
             path = write(summary, scored, out, ranked=plan is None)  # no order given: by Decision Index
     return Rescored(summary, out, path, to_score.notes, 0 if summary.accepted else EXIT_FAILED_REQUESTS)
+
+
+def browse(selection: Selection, home: TemporaryDirectory) -> tuple[Browser, list[str]]:
+    """``dxi view``'s browser over ``selection`` (``view.data.Browser``, its snapshots in ``home``, the view's
+    private folder: nothing is written to the cache folder) and the notes for the user. With no plan it follows
+    the cache: each rescoring takes every model in it again and the tasks their runs selected."""
+    from dxi.cache import Cache
+    from dxi.view.data import Browser
+
+    from .outputs import summarize
+    from .selection import choose
+
+    plan, cache_dir, given = selection.plan, selection.cache_dir, selection.suite
+    with Cache(cache_dir, read_only=True, remote=selection.remote) as cache:
+        to_score = models_to_score(cache, selection, empty_ok=True)
+        kept = choose(selection.inputs, plan, given, to_score.frame, cache_dir)
+    notes = to_score.notes + kept.notes
+
+    def again(cache: Cache) -> tuple:  # every model in the cache again, and the tasks their runs selected
+        nonlocal kept
+        now_scored = models_to_score(cache, selection, empty_ok=True)
+        now = choose(selection.inputs, plan, given, now_scored.frame, cache_dir)
+        if now.key != kept.key:
+            kept = now
+        kept.suite.runs = now.suite.runs
+        return now_scored.frame, now_scored.prices, now_scored.epochs, kept.suite
+
+    browser = Browser.build(cache_dir, kept.suite, to_score.frame, summarize, to_score.epochs, to_score.prices,
+                            home=home, remote=selection.remote, select=again if plan is None else None)
+    return browser, notes

@@ -36,28 +36,17 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace, console: Console) -> int:
     from rich.markup import escape
 
-    from dxi.cache import Cache
+    from ..export import ExportError, export
+    from ..rescore import select
 
-    from ..export import ExportError, missing_answers
-    from ..export import write as export
-    from ..outputs import score_all
-    from ..rescore import models_to_score, scored_suite, select
-
-    selection = select(args)
-    with Cache(selection.cache_dir, remote=selection.remote) as cache:
-        to_score = models_to_score(cache, selection)
-        suite = scored_suite(selection, to_score)
-        summary, scored = score_all(cache, suite, to_score.frame, None, None, to_score.epochs, prices=to_score.prices)
-    gap = missing_answers(summary)
     try:
-        written = export(args.format, args.target, summary, scored, to_score.frame, suite,
-                         include_missing=args.include_missing)
+        done = export(select(args), args.format, args.target, include_missing=args.include_missing)
     except ExportError as exc:
         raise UsageError(str(exc)) from None
-    for note in to_score.notes if not args.quiet else []:
+    for note in done.notes if not args.quiet else []:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if not args.quiet:
-        console.print(escape(f"Exported {len(written)} file(s) ({args.format}) to {args.target}"))
-    if gap.total:
-        console.print(f"[{'yellow' if args.include_missing else 'red'}]{escape(gap.message(args.include_missing))}[/]")
-    return 0 if args.include_missing or not gap.total else EXIT_FAILED_REQUESTS
+        console.print(escape(f"Exported {len(done.written)} file(s) ({args.format}) to {args.target}"))
+    if done.missing.total:
+        console.print(f"[{'yellow' if args.include_missing else 'red'}]{escape(done.missing.message(args.include_missing))}[/]")
+    return done.exit_code

@@ -13,8 +13,6 @@ from . import options
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from dxi.cache import Cache
-
 DESCRIPTION = """\
 Serve the results browser until stopped (Ctrl-C, or kill): the Decision Index table of what `dxi score`
 would score (the same selection options), each evaluation's questions, every answer and its request,
@@ -51,38 +49,19 @@ def main(args: argparse.Namespace, console: Console) -> int:
     go to the view's private folder (``view.home``)."""
     from rich.markup import escape
 
-    from dxi.cache import Cache
     from dxi.view.app import is_loopback_host, serve  # aiohttp.web and Jinja2 load only for the viewer
-    from dxi.view.data import Browser
     from dxi.view.home import private_home
 
-    from ..outputs import summarize
-    from ..rescore import models_to_score, select
-    from ..selection import choose
+    from ..rescore import browse, select
 
     home = private_home()  # stale ones of killed views removed first
     try:
         selection = select(args, mirror=Path(home.name) / "remote")
-        plan, cache_dir, given = selection.plan, selection.cache_dir, selection.suite
         if not args.quiet:  # scoring the cache takes a while on a large one: the server starts after it
-            console.print(f"reading and scoring the cache in {escape(str(cache_dir))}; the address follows once it is ready",
+            console.print(f"reading and scoring the cache in {escape(str(selection.cache_dir))}; the address follows "
+                          "once it is ready",
                           highlight=False)
-        with Cache(cache_dir, read_only=True, remote=selection.remote) as cache:
-            to_score = models_to_score(cache, selection, empty_ok=True)
-            kept = choose(selection.inputs, plan, given, to_score.frame, cache_dir)
-        notes = to_score.notes + kept.notes
-
-        def again(cache: Cache) -> tuple:  # every model in the cache again, and the tasks their runs selected
-            nonlocal kept
-            now_scored = models_to_score(cache, selection, empty_ok=True)
-            now = choose(selection.inputs, plan, given, now_scored.frame, cache_dir)
-            if now.key != kept.key:
-                kept = now
-            kept.suite.runs = now.suite.runs
-            return now_scored.frame, now_scored.prices, now_scored.epochs, kept.suite
-
-        browser = Browser.build(cache_dir, kept.suite, to_score.frame, summarize, to_score.epochs, to_score.prices,
-                                home=home, remote=selection.remote, select=again if plan is None else None)
+        browser, notes = browse(selection, home)
     except KeyboardInterrupt:
         home.cleanup()
         console.print("[yellow]Interrupted[/] before serving (nothing was written to the cache).")
