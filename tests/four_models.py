@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dxi.runner.cli import main
+from dxi.runner import export, plan, rescore, session
+from dxi.runner.inputs import PlanInputs
 
 from .fake_provider import serve
 
@@ -32,6 +33,18 @@ class FourModels:
     def args(self, command: str, *extra: str) -> list[str]:
         return [command, "--data-dir", str(self.data), "--cache-dir", str(self.cache), *extra, "-q"]
 
+    def inputs(self, **fields) -> PlanInputs:
+        """The settings of ``dxi score`` / ``export`` over this cache and data, with ``fields`` (``PlanInputs``)."""
+        return PlanInputs(data_dir=self.data, cache_dir=self.cache, **fields)
+
+    def rescore(self, out: Path, html: bool = False, **fields) -> rescore.Rescored:
+        """``dxi score``'s work (``dxi report``'s with ``html``) into ``out``."""
+        return rescore.rescore(rescore.select(self.inputs(out=out, **fields)), html=html)
+
+    def export(self, fmt: str, target: Path, **fields) -> export.Exported:
+        """``dxi export --format FMT TARGET``'s work."""
+        return export.export(rescore.select(self.inputs(**fields)), fmt, target)
+
 
 def four_models(data: Path, root: Path) -> FourModels:
     """Run the four models (the logprob one first, so the run's order is not alphabetical) into ``root/cache``."""
@@ -40,5 +53,6 @@ def four_models(data: Path, root: Path) -> FourModels:
         models = [f"logprobs:lp-fake@{server.url}/v1", EMBEDDED, f"systemone:fake-decider@{server.url}",
                   f"openai:gpt-fake@{server.url}/v1"]
         run = FourModels(data, root / "cache", models, [m.split("@")[0] for m in models])
-        assert main([*run.args("run", "--out", str(root / "run")), *run.selection()]) == 0
+        done = session.run(plan.build(models=models, data_dir=data, cache_dir=run.cache, out=root / "run"))
+        assert done.exit_code == 0
     return run

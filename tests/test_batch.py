@@ -14,6 +14,8 @@ import pytest
 from dxi.adapters.gemini_batch import GeminiBatch
 from dxi.cache import Cache
 from dxi.cache.ledger import Ledger
+from dxi.runner import plan, session
+from dxi.runner.batch import BatchOptions, parse_deadline
 from dxi.runner.cli import main
 
 from .conftest import without_requests
@@ -28,14 +30,20 @@ def model(kind: str, url: str) -> str:
     return f"{kind}:m@{URLS[kind].format(url)}"
 
 
-def dxi(*args: str) -> int:
-    return main([*args, "-q"])
+def run(kind: str, url: str, data: Path, tmp: Path, cache: str = "cache", out: str = "out", batch: bool = True,
+        deadline: str | None = None, fallback: str = "none", **fields) -> int:
+    """``dxi run [--batch --poll 0.02] --model KIND:m@URL -q``'s work (``session.run``) with ``fields``
+    (``PlanInputs``) and ``deadline`` / ``fallback`` as ``--deadline`` / ``--deadline-fallback`` take them: its
+    exit code."""
+    return run_plan(plan.build(models=[model(kind, url)], data_dir=data, cache_dir=tmp / cache, out=tmp / out,
+                               batch=batch, **fields), deadline, fallback, poll=batch)
 
 
-def run(kind: str, url: str, data: Path, tmp: Path, *extra: str, cache: str = "cache", out: str = "out",
-        batch: bool = True) -> int:
-    return dxi("run", *(("--batch", *POLL) if batch else ()), "--model", model(kind, url), "--data-dir", str(data),
-               "--cache-dir", str(tmp / cache), "--out", str(tmp / out), *extra)
+def run_plan(p: plan.Plan, deadline: str | None = None, fallback: str = "none", poll: bool = True) -> int:
+    """``session.run`` of ``p`` as ``dxi run [--poll 0.02] -q`` runs it (``poll``: the short wait): its exit code."""
+    options = BatchOptions(deadline=None if deadline is None else parse_deadline(deadline),
+                           **({"poll_s": float(POLL[1])} if poll else {}))
+    return session.run(p, batch_options=options, fallback_sync=fallback == "sync").exit_code
 
 
 def summary(path: Path) -> dict:
@@ -97,7 +105,7 @@ def test_gemini_sends_a_file_through_the_files_api_when_the_requests_do_not_fit_
 def test_several_batches_per_model_are_in_flight_at_once(tmp_path: Path):
     data = synthetic_data(tmp_path / "data", 50, seed=1)
     with serve(model=None, record=False, batch={"polls": 3}) as server:
-        assert run("openai", server.url, data, tmp_path, "--batch-size", "12") == 0
+        assert run("openai", server.url, data, tmp_path, batch_size=12) == 0
         stats = server.stats()
     assert (stats["batch_creates"], stats["batch_lines"], stats["batch_resubmitted"]) == (5, 50, 0)
     entries = Ledger(tmp_path / "cache").entries().values()
@@ -135,7 +143,7 @@ def iso_in(seconds: float) -> str:
 def test_at_the_deadline_the_batches_are_cancelled_and_what_they_did_is_kept(data_dir: Path, tmp_path: Path,
                                                                               fallback: str):
     with serve(model=None, record=False, batch={"polls": 100000}) as server:  # a batch that would never end
-        code = run("openai", server.url, data_dir, tmp_path, "--deadline", iso_in(6), "--deadline-fallback", fallback)
+        code = run("openai", server.url, data_dir, tmp_path, deadline=iso_in(6), fallback=fallback)
         stats = server.stats()
     (entry,) = Ledger(tmp_path / "cache").entries().values()
     assert (entry.outcome, entry.stored, len(entry.returned), entry.cancel_at is not None) == ("cancelled", 6, 6, True)
@@ -158,7 +166,7 @@ def test_per_line_errors_are_classified_as_synchronous_replies_are(kind: str, tm
     data = synthetic_data(tmp_path / "data", 200, seed=2)
     faults = {"transient": 0.15, "rate_limited": 0.1, "fatal": 0.05, "malformed": 0.1}
     with serve(model=None, record=False, batch={"line_faults": faults}) as server:
-        code = run(kind, server.url, data, tmp_path, "--max-attempts", "20")
+        code = run(kind, server.url, data, tmp_path, limits={"max_attempts": 20})
         stats = server.stats()
     cached = rows(tmp_path / "cache")
     assert cached.height == cached["key"].n_unique() == 200
@@ -189,11 +197,10 @@ batch = true
 """)
         # at the batch price (half), one request's worst case is (its body's bytes x $50 + 100 x $100) / 1e6, $0.04
         # to $0.09: a few fit under $0.3 at once; each batch's results settle far below (their usage), making room
-        code = dxi("run", str(run_file), *POLL, "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"),
-                   "--max-cost", "0.3")
+        code = run_plan(plan.build(run_file=run_file, cache_dir=tmp_path / "cache", out=tmp_path / "out", max_cost=0.3))
         stats = server.stats()
-        assert dxi("run", str(run_file), *POLL, "--cache-dir", str(tmp_path / "none"), "--out", str(tmp_path / "none-out"),
-                   "--max-cost", "0.05") == 3  # not one request's worst case fits: nothing is submitted
+        assert run_plan(plan.build(run_file=run_file, cache_dir=tmp_path / "none", out=tmp_path / "none-out",
+                                   max_cost=0.05)) == 3  # not one request's worst case fits: nothing is submitted
         assert server.stats()["batch_lines"] == stats["batch_lines"]
     s = summary(tmp_path / "out")
     entries = list(Ledger(tmp_path / "cache").entries().values())
@@ -256,7 +263,7 @@ def test_a_run_without_batch_collects_open_batches_instead_of_sending_them_again
     with serve(model=None, record=False, batch={"polls": 2}) as server:
         cache = tmp_path / "cache"
         assert main(["batches", "list", "--cache-dir", str(cache)]) == 0  # none yet
-        assert run("openai", server.url, data_dir, tmp_path, "--deadline", iso_in(100000), "--limit", "1") == 0
+        assert run("openai", server.url, data_dir, tmp_path, deadline=iso_in(100000), limit=1) == 0
         assert run("openai", server.url, data_dir, tmp_path, batch=False) == 0  # sends the rest synchronously
         stats = server.stats()
     assert stats["batch_lines"] == 4 and stats["arrivals"] == 8  # 1 of each evaluation by batch, 8 one call at a time
@@ -360,7 +367,7 @@ batch = true
 batch_max_requests = 10
 batch_enqueued_tokens = 6000
 """)
-        assert dxi("run", str(run_file), *POLL, "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")) == 0
+        assert run_plan(plan.build(run_file=run_file, cache_dir=tmp_path / "cache", out=tmp_path / "out")) == 0
         stats = server.stats()
     entries = sorted(Ledger(tmp_path / "cache").entries().values(), key=lambda e: e.submitted_at)
     assert stats["batch_lines"] == 60 and stats["batch_resubmitted"] == 0 and len(entries) >= 6

@@ -12,9 +12,10 @@ import pytest
 
 from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
-from dxi.runner import rescore, session
-from dxi.runner.cli import main, parser
-from dxi.runner.plan import from_args
+from dxi.runner import plan, rescore, session
+from dxi.runner.cli import main
+from dxi.runner.config import allow_failed
+from dxi.runner.inputs import PlanInputs
 from dxi.scoring import records
 
 from .conftest import REAL_DATA, requires_real_data, without_requests
@@ -70,14 +71,22 @@ def score_args(data: Path, tmp: Path, out: str = "scored") -> list[str]:
     return ["score", "--data-dir", str(data), "--cache-dir", str(tmp / "cache"), "--out", str(tmp / out)]
 
 
-def run_plan(data: Path, tmp: Path, out: str = "out", *flags: str, **options) -> session.RunResult:
-    """``dxi run``'s work as a library call: the plan of these flags run by ``session.run`` (no console)."""
-    return session.run(from_args(parser().parse_args([*run_args(data, tmp, out), *flags])), **options)
+RUN_OPTIONS = {"console", "grace", "fsync", "retry_invalid", "retry_failed", "dist", "batch_options", "fallback_sync",
+               "on_summary"}  # session.run's keywords; the others are the plan's (runner.inputs.PlanInputs)
 
 
-def rescore_cache(data: Path, tmp: Path, out: str = "scored", *flags: str) -> rescore.Rescored:
-    """``dxi score``'s work as a library call: ``rescore.rescore`` of the selection these flags make."""
-    return rescore.rescore(rescore.select(parser().parse_args([*score_args(data, tmp, out), *flags])))
+def run_plan(data: Path, tmp: Path, out: str = "out", **fields) -> session.RunResult:
+    """``dxi run``'s work as a library call: ``session.run`` (no console) of ``plan.build(**fields)`` with the
+    embedded model (unless ``models`` is given) on ``data``, caching in ``tmp/cache`` and writing to ``tmp/out``."""
+    options = {k: fields.pop(k) for k in RUN_OPTIONS & set(fields)}
+    fields.setdefault("models", [MODEL])
+    return session.run(plan.build(data_dir=data, cache_dir=tmp / "cache", out=tmp / out, **fields), **options)
+
+
+def rescore_cache(data: Path, tmp: Path, out: str = "scored", **fields) -> rescore.Rescored:
+    """``dxi score``'s work as a library call: ``rescore.rescore`` of the selection ``fields`` make
+    (``runner.inputs.PlanInputs``), the cache in ``tmp/cache``, the outputs in ``tmp/out``."""
+    return rescore.rescore(rescore.select(PlanInputs(data_dir=data, cache_dir=tmp / "cache", out=tmp / out, **fields)))
 
 
 def test_run_writes_the_contract_outputs(data_dir: Path, tmp_path: Path):
@@ -145,7 +154,7 @@ def test_rerun_after_losing_part_of_the_cache_sends_exactly_the_missing(data_dir
     assert all(partial["models"][0]["evals"][name]["rerun"] == n for name, n in missing.items())
     # never a partial index presented as whole: marked incomplete wherever it is written
     assert (partial["complete"], partial["accepted"], partial["models"][0]["complete"]) == (False, False, False)
-    assert rescore_cache(data_dir, tmp_path, "tolerated", "--allow-failed", "1.0").exit_code == 0  # accepted, marked
+    assert rescore_cache(data_dir, tmp_path, "tolerated", allow_failed=allow_failed("1.0")).exit_code == 0  # accepted, marked
     tolerated = summary(tmp_path / "tolerated")
     assert (tolerated["complete"], tolerated["accepted"], tolerated["allow_failed"]) == (False, True, {"fraction": 1.0})
     assert tolerated["models"][0]["within_tolerance"] is True
@@ -157,7 +166,7 @@ def test_rerun_after_losing_part_of_the_cache_sends_exactly_the_missing(data_dir
 
 def test_failed_requests_make_the_figures_provisional_and_a_rerun_requests_the_transient_ones(
         data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
-    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    assert run_plan(data_dir, tmp_path).exit_code == 0
     whole = summary(tmp_path / "out")
     assert fail_rows(tmp_path / "cache", "when2call", 2) and fail_rows(tmp_path / "cache", "hle_multichoice", 1, "fatal")
     capsys.readouterr()
@@ -179,10 +188,10 @@ def test_failed_requests_make_the_figures_provisional_and_a_rerun_requests_the_t
     assert f"{m['decision_index']:.1f}*" in row and f"{w2c['accuracy']:.1f}*" in row
     assert f"{m['evals']['wildguardtest']['mean_f1']:.1f}*" not in row  # a complete figure is not marked
     # a tolerance accepts them (exit 0), recorded; the figures stay marked
-    assert dxi(*score_args(data_dir, tmp_path, "tolerated"), "--allow-failed", "2") == 0
+    assert rescore_cache(data_dir, tmp_path, "tolerated", allow_failed=allow_failed("2")).exit_code == 0
     tolerated = summary(tmp_path / "tolerated")
     assert (tolerated["accepted"], tolerated["allow_failed"], tolerated["complete"]) == (True, {"answers": 2}, False)
-    assert rescore_cache(data_dir, tmp_path, "short", "--allow-failed", "1").exit_code == 1  # 2 in When2Call: > 1
+    assert rescore_cache(data_dir, tmp_path, "short", allow_failed=allow_failed("1")).exit_code == 1  # 2 in When2Call: > 1
     assert dxi(*score_args(data_dir, tmp_path, "bad"), "--allow-failed", "-3") == 2  # a usage error
     # the next run sends the two transient failures only, and stays provisional on the kept one
     rerun = run_plan(data_dir, tmp_path, "again")
@@ -194,7 +203,7 @@ def test_failed_requests_make_the_figures_provisional_and_a_rerun_requests_the_t
 
 
 def test_limit_and_evals_select_tasks(data_dir: Path, tmp_path: Path):
-    assert run_plan(data_dir, tmp_path, "out", "--limit", "1", "--evals", "when2call,hle_multichoice").exit_code == 0
+    assert run_plan(data_dir, tmp_path, limit=1, evals=["when2call", "hle_multichoice"]).exit_code == 0
     m = summary(tmp_path / "out")["models"][0]
     assert m["requests"]["sent"] == 2
     assert m["evals"]["when2call"]["n"] == 1 and m["decision_index"] is None
@@ -202,15 +211,15 @@ def test_limit_and_evals_select_tasks(data_dir: Path, tmp_path: Path):
 
 
 def test_epochs_are_separate_requests(data_dir: Path, tmp_path: Path):
-    assert run_plan(data_dir, tmp_path, "out", "--epochs", "2", "--evals", "when2call").stats[MODEL].sent == 6
+    assert run_plan(data_dir, tmp_path, epochs=2, evals=["when2call"]).stats[MODEL].sent == 6
     m = summary(tmp_path / "out")["models"][0]
     assert m["requests"]["sent"] == 6
     assert m["evals"]["when2call"]["accuracy_sd"] == 0.0  # the embedded model is deterministic
 
 
 def test_score_names_models_and_errors_clearly(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
-    assert dxi(*run_args(data_dir, tmp_path)) == 0
-    assert dxi(*score_args(data_dir, tmp_path), "--model", MODEL) == 0
+    assert run_plan(data_dir, tmp_path).exit_code == 0
+    assert rescore_cache(data_dir, tmp_path, models=[MODEL]).exit_code == 0
     assert [m["model"] for m in summary(tmp_path / "scored")["models"]] == [MODEL]
     capsys.readouterr()
     assert dxi(*score_args(data_dir, tmp_path), "--model", "systemone:other") == 2
@@ -231,19 +240,19 @@ def test_missing_data_and_bad_input_exit_2(tmp_path: Path, capsys: pytest.Captur
 
 @requires_real_data
 def test_real_data_end_to_end(tmp_path: Path):
-    assert dxi(*run_args(REAL_DATA, tmp_path)) == 0
+    assert run_plan(REAL_DATA, tmp_path).exit_code == 0
     first = summary(tmp_path / "out")
     (m,) = first["models"]
     assert {k: v["n"] for k, v in m["evals"].items()} == {
         "aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 300, "wildguardtest": 880}
     assert m["requests"]["sent"] == 2193 and m["requests"]["failed"] == 0
     assert 0 <= m["decision_index"] <= 100
-    assert dxi(*run_args(REAL_DATA, tmp_path, "out2")) == 0
+    assert run_plan(REAL_DATA, tmp_path, "out2").exit_code == 0
     assert summary(tmp_path / "out2")["models"][0]["requests"]["sent"] == 0
-    assert dxi(*score_args(REAL_DATA, tmp_path)) == 0
+    assert rescore_cache(REAL_DATA, tmp_path).exit_code == 0
     assert without_requests(summary(tmp_path / "scored")) == without_requests(first)
     lost = drop_rows(tmp_path / "cache", 100)
-    assert dxi(*run_args(REAL_DATA, tmp_path, "out3")) == 0
+    assert run_plan(REAL_DATA, tmp_path, "out3").exit_code == 0
     again = summary(tmp_path / "out3")
     assert again["models"][0]["requests"]["sent"] == len(lost) == 100
     assert without_requests(again) == without_requests(first)
@@ -279,8 +288,8 @@ def test_estimate_warns_of_an_unknown_embedded_model_and_run_refuses_it(data_dir
 def test_a_truncated_shard_is_set_aside_by_every_command_that_reads_the_cache(data_dir: Path, tmp_path: Path,
                                                                              command: str, caplog: pytest.LogCaptureFixture):
     other = "embedded:sparrow-nano-robot-v1.2"
-    assert dxi(*run_args(data_dir, tmp_path)) == 0
-    assert dxi("run", "--model", other, *run_args(data_dir, tmp_path)[3:]) == 0
+    assert run_plan(data_dir, tmp_path).exit_code == 0
+    assert run_plan(data_dir, tmp_path, models=[other]).exit_code == 0
     first, second = sorted((tmp_path / "cache").glob("shards/*.parquet"))  # one shard per run, in run order
     first.write_bytes(first.read_bytes()[:-100])  # cut off its footer, as a full disk would
     where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
@@ -320,16 +329,16 @@ def test_a_full_disk_stops_the_run_with_a_clear_error_and_a_rerun_finishes(data_
     out = capsys.readouterr().out
     assert "Stopped: cannot write to the cache log" in out and "only" in out and "rerun the same command" in out
     monkeypatch.undo()
-    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    assert run_plan(data_dir, tmp_path).exit_code == 0
     requests = summary(tmp_path / "out")["models"][0]["requests"]
     assert (requests["cache_hits"], requests["sent"]) == (5, 7)
 
 
 def test_score_says_when_the_cache_holds_more_epochs_than_it_scores(data_dir: Path, tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture):
-    assert run_plan(data_dir, tmp_path, "out", "--epochs", "2").exit_code == 0
-    for model in ([], ["--model", MODEL]):
-        assert rescore_cache(data_dir, tmp_path, "scored", *model).notes == [
+    assert run_plan(data_dir, tmp_path, epochs=2).exit_code == 0
+    for model in ({}, {"models": [MODEL]}):
+        assert rescore_cache(data_dir, tmp_path, "scored", **model).notes == [
             f"{MODEL}: the cache holds 2 epochs; --epochs 2 scores them all (scored: 1)"]
     assert dxi(*score_args(data_dir, tmp_path), "--model", MODEL) == 0  # the command line prints the note
     assert f"{MODEL}: the cache holds 2 epochs; --epochs 2 scores them all (scored: 1)" in capsys.readouterr().out
@@ -346,12 +355,12 @@ def test_a_read_only_cache_is_scored_and_a_run_that_must_write_stops_with_exit_4
 
     from dxi.cache import store
 
-    assert dxi(*run_args(data_dir, tmp_path), "--limit", "1") == 0
+    assert run_plan(data_dir, tmp_path, limit=1).exit_code == 0
     real_open = os.open
     monkeypatch.setattr(store.os, "open", lambda path, flags, *a: (_ for _ in ()).throw(OSError(30, "Read-only file system"))
                         if flags & os.O_CREAT else real_open(path, flags, *a))
     capsys.readouterr()
-    assert dxi(*score_args(data_dir, tmp_path), "--limit", "1") == 0
+    assert rescore_cache(data_dir, tmp_path, limit=1).exit_code == 0
     assert dxi(*run_args(data_dir, tmp_path)) == 4  # new tasks: a log must be written
     assert "Stopped: the cache cannot be written: cannot create a file in" in capsys.readouterr().out
 
@@ -373,11 +382,12 @@ def test_the_embedded_model_keeps_its_cache_keys(data_dir: Path):
 
 
 def test_a_selection_with_no_tasks_scores_empty_beside_a_full_cache(data_dir: Path, tmp_path: Path):
-    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    assert run_plan(data_dir, tmp_path).exit_code == 0
     exact = tmp_path / "hle_exact.jsonl"  # no multiple-choice row: no HLE task at all
     exact.write_text('{"id": "x1", "question": "2+2?", "answer": "4", "answer_type": "exactMatch", "image": ""}\n')
-    for command in (run_args(data_dir, tmp_path, "again"), score_args(data_dir, tmp_path)):
-        assert dxi(*command, "--hle", str(exact), "--evals", "hle_multichoice") == 0
+    selected = {"files": {"hle_multichoice": exact}, "evals": ["hle_multichoice"]}
+    assert run_plan(data_dir, tmp_path, "again", **selected).exit_code == 0
+    assert rescore_cache(data_dir, tmp_path, **selected).exit_code == 0
     m = summary(tmp_path / "scored")["models"][0]
     assert m["evals"]["hle_multichoice"]["reason"] == "no answers for this evaluation" and m["decision_index"] is None
 

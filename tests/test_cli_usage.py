@@ -11,8 +11,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from dxi.runner import plan, rescore, session
 from dxi.runner.cli import main, parser
 from dxi.runner.errors import EXIT_PROVIDER_STOPPED, EXIT_USAGE
+from dxi.runner.inputs import PlanInputs
 
 from .conftest import DXI
 
@@ -170,12 +172,12 @@ def test_the_data_folder_defaults_to_the_environment_then_data(data_dir: Path, t
     work.mkdir()
     monkeypatch.chdir(work)
     monkeypatch.setenv("DXI_DATA_DIR", str(data_dir))
-    assert main(["run", "--model", "embedded", "-q"]) == 0
+    assert session.run(plan.build(models=["embedded"])).exit_code == 0  # the command line's defaults
     s = orjson.loads((work / "out" / "summary.json").read_bytes())
     assert s["data"]["hle_multichoice"]["files"][0]["path"] == str(data_dir / "hle" / "hle_mcqa.json")
     monkeypatch.delenv("DXI_DATA_DIR")
     shutil.copytree(data_dir, work / "data")
-    assert main(["score", "-q"]) == 0
+    assert rescore.rescore(rescore.select(PlanInputs())).exit_code == 0
     s = orjson.loads((work / "out" / "summary.json").read_bytes())
     assert s["data"]["hle_multichoice"]["files"][0]["path"] == "data/hle/hle_mcqa.json"
     assert s["models"][0]["evals"]["hle_multichoice"]["n"] == 2
@@ -191,8 +193,9 @@ def test_no_data_anywhere_says_where_it_looked(tmp_path: Path, monkeypatch, caps
 
 def test_an_evaluation_not_selected_is_not_read(data_dir: Path, tmp_path: Path):
     (data_dir / "wildguardtest" / "wildguardtest.parquet").write_bytes(b"not parquet")
-    assert main(["run", "--model", "embedded", "--data-dir", str(data_dir), "--evals", "hle_multichoice",
-                 "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o"), "-q"]) == 0
+    ran = session.run(plan.build(models=["embedded"], data_dir=data_dir, evals=["hle_multichoice"],
+                                 cache_dir=tmp_path / "c", out=tmp_path / "o"))
+    assert ran.exit_code == 0
     s = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())
     assert s["data"]["wildguardtest"] == {"missing": "not selected (--evals)"}
     assert s["models"][0]["evals"]["hle_multichoice"]["n"] == 2
@@ -208,8 +211,9 @@ def test_help_runs_in_a_process_of_its_own():
 
 def test_estimate_tells_requests_not_sent_yet_from_a_new_evaluation(data_dir: Path, tmp_path: Path, capsys):
     where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c")]
-    assert main(["run", "--model", "embedded", "--limit", "1", "--evals", "hle_multichoice,when2call", *where,
-                 "--out", str(tmp_path / "o"), "-q"]) == 0
+    ran = session.run(plan.build(models=["embedded"], limit=1, evals=["hle_multichoice", "when2call"],
+                                 data_dir=data_dir, cache_dir=tmp_path / "c", out=tmp_path / "o"))
+    assert ran.exit_code == 0
     capsys.readouterr()
     assert main(["estimate", "--model", "embedded", *where, "--json"]) == 0
     (m,) = orjson.loads(capsys.readouterr().out)["models"]
@@ -225,7 +229,9 @@ def test_a_run_with_everything_cached_needs_no_server(data_dir: Path, tmp_path: 
     where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
     with serve(model="m", p_first=None, p_yes=None, record=False) as server:
         model = f"systemone:m@{server.url}"
-        assert main(["run", "--model", model, "--model", "embedded", *where, "-q"]) == 0
+        ran = session.run(plan.build(models=[model, "embedded"], data_dir=data_dir, cache_dir=tmp_path / "c",
+                                     out=tmp_path / "o"))
+        assert ran.exit_code == 0
     first = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())
     capsys.readouterr()
     assert main(["run", "--model", model, "--model", "embedded", *where]) == 0

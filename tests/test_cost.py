@@ -12,6 +12,7 @@ from rich.console import Console
 from dxi import adapters
 from dxi.adapters import Fatal, RateLimited, Reply, Transient
 from dxi.evals import CHOICE, YES_NO, Question, Task
+from dxi.runner import plan, session
 from dxi.runner.cli import main
 from dxi.runner.cost import Budget, Charge, CostBoundReached
 from dxi.runner.progress import RunProgress
@@ -198,9 +199,9 @@ def test_run_file_paths_are_relative_to_the_file_and_flags_override(tmp_path: Pa
     path = sub / "run.toml"
     path.write_text(f'data_dir = "{data_dir}"\ncache_dir = "cache"\nout = "out"\n[evals]\nlimit = 1\n'
                     '[[models]]\nname = "nano"\nprovider = "embedded"\n')
-    assert main(["run", str(path), "-q"]) == 0
+    assert session.run(plan.build(run_file=path)).exit_code == 0
     assert (sub / "cache" / "shards").is_dir() and (sub / "out" / "summary.json").is_file()
-    assert main(["run", str(path), "--limit", "2", "--out", str(tmp_path / "other"), "-q"]) == 0
+    assert session.run(plan.build(run_file=path, limit=2, out=tmp_path / "other")).exit_code == 0
     s = orjson.loads((tmp_path / "other" / "summary.json").read_bytes())
     assert s["models"][0]["model"] == "nano" and s["models"][0]["requests"]["sent"] == 4  # 2 tasks of each of 4 evaluations, 1 each cached
     assert s["models"][0]["requests"]["cache_hits"] == 4

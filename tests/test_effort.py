@@ -18,8 +18,11 @@ from dxi import adapters
 from dxi.adapters import EFFORTS, ModelSpec, budgets, llm
 from dxi.adapters.logprobs import NO_LOGPROBS
 from dxi.evals import Suite, discover
+from dxi.runner import export, rescore, session
+from dxi.runner import plan as plans
 from dxi.runner.cli import main, parser
 from dxi.runner.errors import EXIT_PROVIDER_STOPPED, UsageError
+from dxi.runner.inputs import PlanInputs
 from dxi.runner.plan import from_args
 
 from . import wire_formats
@@ -135,24 +138,28 @@ async def test_effort_through_dxi_run_reaches_the_server_the_cache_the_summary_a
                 str(cache), "--evals", "when2call", "--out", str(out), "-q"]
         assert await asyncio.to_thread(main, ["run", *argv, "--effort", "low"]) == 0
         n = len(server.requests)
-        assert await asyncio.to_thread(main, ["run", *argv, "--effort", "low"]) == 0  # all cached: nothing sent
+        given = {"models": [argv[1]], "data_dir": data_dir, "cache_dir": cache, "evals": ["when2call"]}
+        again = await asyncio.to_thread(session.run, plans.build(**given, out=out, effort="low"))
+        assert again.exit_code == 0  # all cached: nothing sent
         assert len(server.requests) == n
-        assert await asyncio.to_thread(main, ["run", *argv, "--effort", "medium"]) == 0  # another key: sent again
+        medium = await asyncio.to_thread(session.run, plans.build(**given, out=out, effort="medium"))
+        assert medium.exit_code == 0  # another key: sent again
     assert [b["output_config"]["effort"] for _, b in server.requests] == ["low"] * n + ["medium"] * n
     summary = orjson.loads((out / "summary.json").read_bytes())
     assert summary["models"][0]["effort"] == "medium"
-    assert main(["score", *argv[:-1], "--effort", "low"]) == 0  # dxi score finds the configuration it was given
+    low = PlanInputs(**given, effort="low")
+    assert rescore.rescore(rescore.select(replace(low, out=out))).exit_code == 0  # dxi score finds the configuration
     assert orjson.loads((out / "summary.json").read_bytes())["models"][0]["effort"] == "low"
-    assert main(["export", "--format", "parquet", *argv[:-3], "--effort", "low", str(tmp_path / "a.parquet")]) == 0
+    assert export.export(rescore.select(low), "parquet", tmp_path / "a.parquet").exit_code == 0
     assert pl.read_parquet(tmp_path / "a.parquet")["effort"].unique().to_list() == ["low"]
-    assert main(["export", "--format", "eee", *argv[:-3], "--effort", "low", str(tmp_path / "eee")]) == 0
+    assert export.export(rescore.select(low), "eee", tmp_path / "eee").exit_code == 0
     records = [orjson.loads(p.read_bytes()) for p in (tmp_path / "eee").rglob("*.json")]
     assert records and {r["model_info"]["additional_details"]["effort"] for r in records} == {"low"}
     assert {orjson.dumps(e["generation_config"]) for r in records for e in r["evaluation_results"]} == {
         b'{"generation_args":{"reasoning":true},"additional_details":{"effort":"low"}}'}
     # every model in the cache (no --model): the effort is read back from each one's parameters
-    assert main(["score", "--data-dir", str(data_dir), "--cache-dir", str(cache), "--evals", "when2call", "--out",
-                 str(tmp_path / "all"), "-q"]) == 0
+    everything = PlanInputs(data_dir=data_dir, cache_dir=cache, evals=["when2call"], out=tmp_path / "all")
+    assert rescore.rescore(rescore.select(everything)).exit_code == 0
     found = orjson.loads((tmp_path / "all" / "summary.json").read_bytes())["models"]
     assert sorted(m["effort"] for m in found) == ["low", "medium"]
 

@@ -10,12 +10,14 @@ import orjson
 import polars as pl
 import pytest
 
+from dxi.runner import export, rescore
 from dxi.runner.cli import main
 from dxi.runner.export import ANSWER_COLUMNS, EXPORT_COLUMNS
+from dxi.runner.inputs import PlanInputs
 
 from .conftest import fixture_data
 from .four_models import FourModels, four_models
-from .test_cli import dxi, fail_rows, run_args
+from .test_cli import fail_rows, run_plan
 
 SCHEMAS = Path(__file__).parent / "eee_schema"
 DOCS = Path(__file__).parents[1] / "docs" / "outputs.md"
@@ -38,14 +40,14 @@ def four(tmp_path_factory: pytest.TempPathFactory) -> FourModels:
 def scored(four: FourModels) -> tuple[dict, pl.DataFrame]:
     """``dxi score``'s summary.json and answers.parquet for the four models."""
     out = four.cache.parent / "scored"
-    assert main([*four.args("score", "--out", str(out))]) == 0
+    assert four.rescore(out).exit_code == 0
     return orjson.loads((out / "summary.json").read_bytes()), pl.read_parquet(out / "answers.parquet")
 
 
 @pytest.fixture(scope="module")
 def eee(four: FourModels) -> Path:
     out = four.cache.parent / "eee"
-    assert main([*four.args("export", "--format", "eee"), str(out)]) == 0
+    assert four.export("eee", out).exit_code == 0
     return out
 
 
@@ -132,7 +134,7 @@ def test_wildguard_instances_point_at_their_questions_f1(eee: Path):
 def test_the_answer_table_exports_as_documented(four: FourModels, scored: tuple[dict, pl.DataFrame], fmt: str):
     _, answers = scored
     target = four.cache.parent / f"answers.{fmt}"
-    assert main([*four.args("export", "--format", fmt), str(target)]) == 0
+    assert four.export(fmt, target).exit_code == 0
     assert answers.columns == list(ANSWER_COLUMNS)
     if fmt == "parquet":
         back = pl.read_parquet(target)
@@ -150,8 +152,8 @@ def test_the_answer_table_exports_as_documented(four: FourModels, scored: tuple[
 
 def test_export_takes_the_selection_of_dxi_score(four: FourModels, tmp_path: Path, capsys: pytest.CaptureFixture):
     target = tmp_path / "hle.parquet"
-    assert main([*four.args("export", "--format", "parquet", "--evals", "hle_multichoice"), four.selection()[0],
-                 four.models[1], str(target)]) == 0
+    done = four.export("parquet", target, evals=["hle_multichoice"], models=[four.models[1]])
+    assert (done.exit_code, done.written, done.missing.total) == (0, [target], 0)
     got = pl.read_parquet(target)
     assert got.select("model", "eval").unique().rows() == [(four.labels[1], "hle_multichoice")]
     assert got.height == ANSWERS["hle_multichoice"]
@@ -166,9 +168,9 @@ def test_export_takes_the_selection_of_dxi_score(four: FourModels, tmp_path: Pat
 def test_eee_leaves_out_null_metrics_and_says_why(four: FourModels, tmp_path: Path, limit: str):
     # one or two tasks per evaluation: some WildGuardTest F1 scores are undefined (no positive gold label and
     # no positive prediction): with one task every F1 of some models, with two only the response-harm one
-    assert main([*four.args("score", "--out", str(tmp_path / "s"), "--limit", limit)]) == 0
+    assert four.rescore(tmp_path / "s", limit=int(limit)).exit_code == 0
     summary = orjson.loads((tmp_path / "s" / "summary.json").read_bytes())
-    assert main([*four.args("export", "--format", "eee", "--limit", limit), str(tmp_path / "eee")]) == 0
+    assert four.export("eee", tmp_path / "eee", limit=int(limit)).exit_code == 0
     aggregate = validator("eval.schema.json")
     logs = {}
     for path in (tmp_path / "eee").rglob("*.json"):
@@ -196,10 +198,10 @@ def test_eee_leaves_out_null_metrics_and_says_why(four: FourModels, tmp_path: Pa
 
 
 def test_eee_marks_provisional_figures(data_dir: Path, tmp_path: Path):
-    assert dxi(*run_args(data_dir, tmp_path)) == 0
+    assert run_plan(data_dir, tmp_path).exit_code == 0
     fail_rows(tmp_path / "cache", "when2call", 2)
-    common = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache"), "-q"]
-    assert main(["export", "--format", "eee", *common, str(tmp_path / "eee")]) == 0  # marked, not refused
+    selection = rescore.select(PlanInputs(data_dir=data_dir, cache_dir=tmp_path / "cache"))
+    assert export.export(selection, "eee", tmp_path / "eee").exit_code == 0  # marked, not refused
     aggregate = validator("eval.schema.json")
     logs = {}
     for path in (tmp_path / "eee").rglob("*.json"):

@@ -175,15 +175,15 @@ def test_cache_compact_merges_consecutive_small_shards_keeping_every_row_in_its_
     with Cache(tmp_path / "old") as cache:
         in_order = cache.scan().collect()
 
-    assert main(["cache", "compact", "--cache-dir", str(root), "--target-rows", "20"]) == 0
-    out = capsys.readouterr().out
-    assert f"wrote {root / 'shards' / 'b.parquet'} (16 rows, flat layout) from 2 shard(s)" in out
-    assert f"wrote {root / 'shards' / 'd.parquet'} (16 rows, flat layout) from 2 shard(s)" in out
+    def compact(target_rows: int | None = None) -> list[tuple[Path, int, int]]:  # dxi cache compact's work
+        with Cache(root) as cache:
+            done = cache.compact_shards(*([] if target_rows is None else [target_rows]))
+        return [(shard, rows, len(held)) for shard, rows, held in done]
+
+    assert compact(20) == [(root / "shards" / "b.parquet", 16, 2), (root / "shards" / "d.parquet", 16, 2)]
     assert sorted(p.name for p in root.glob("shards/*")) == ["b.parquet", "d.parquet"]
-    assert main(["cache", "compact", "--cache-dir", str(root), "--target-rows", "20"]) == 0  # 16 + 16 > 20
-    assert "nothing to compact" in capsys.readouterr().out
-    assert main(["cache", "compact", "--cache-dir", str(root)]) == 0
-    assert "2 shard(s) rewritten as 1" in capsys.readouterr().out
+    assert compact(20) == []  # 16 + 16 > 20: nothing to compact
+    assert compact() == [(root / "shards" / "d.parquet", 32, 2)]  # 2 shards rewritten as 1
     (merged,) = root.glob("shards/*.parquet")
     assert merged.name == "d.parquet" and pq.read_metadata(merged).num_rows == 32
     with Cache(root) as cache:
@@ -197,9 +197,9 @@ def test_cache_compact_sets_a_damaged_old_shard_aside_instead_of_rewriting_it(tm
     data = bytearray(shard.read_bytes())
     data[len(data) // 3] ^= 0xFF  # a flipped byte inside a page
     shard.write_bytes(bytes(data))
-    assert main(["cache", "compact", "--cache-dir", str(root)]) == 0
+    with Cache(root) as cache:
+        assert cache.compact_shards() == []  # nothing to compact (dxi cache compact's work)
     assert not shard.exists() and len(list(root.glob("quarantine/nested.parquet.*"))) == 1
-    assert "nothing to compact" in capsys.readouterr().out
 
 
 def test_remote_compaction_merges_shards_of_both_layouts_into_one_flat_shard(tmp_path: Path):

@@ -15,7 +15,9 @@ from dxi import adapters
 from dxi.adapters import llm
 from dxi.adapters.errors import UNREACHABLE
 from dxi.evals import Suite, discover
+from dxi.runner import rescore
 from dxi.runner.cli import main
+from dxi.runner.inputs import PlanInputs
 
 from . import wire_formats
 from .fake_llm_server import FakeLLM
@@ -378,8 +380,8 @@ async def test_cli_counts_repaired_and_invalid_per_model_and_evaluation(data_dir
         # the same command again sends nothing; scoring from the cache counts the same
         assert await _cli(server, "fenced", data_dir, tmp_path, "--param", "temperature=0", "--param", "seed=7") == 0
         assert server.requests == []
-        assert main(["score", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache"), "--out",
-                     str(tmp_path / "scored"), "-q"]) == 0
+        inputs = PlanInputs(data_dir=data_dir, cache_dir=tmp_path / "cache", out=tmp_path / "scored")
+        assert rescore.rescore(rescore.select(inputs)).exit_code == 0
         scored = summary(tmp_path / "scored")["models"][0]
         assert scored["evals"] == m["evals"] and scored["requests"]["repaired"] == 12
         # other sampling parameters are other requests: here every reply is prose, so every answer is invalid

@@ -11,11 +11,10 @@ import orjson
 import pytest
 
 import dxi
-from dxi.runner import provenance
-from dxi.runner.cli import main
+from dxi.runner import export, provenance, rescore
+from dxi.runner.inputs import PlanInputs
 
-from .test_cli import MODEL, run_args
-from .test_cli import dxi as run_dxi
+from .test_cli import MODEL, run_plan
 
 requires_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (apt-get install git)")
 
@@ -45,7 +44,7 @@ def test_git_state_names_the_commit_and_whether_tracked_files_changed(tmp_path: 
 
 
 def test_summary_and_export_record_what_produced_them(data_dir: Path, tmp_path: Path):
-    assert run_dxi(*run_args(data_dir, tmp_path)) == 0
+    assert run_plan(data_dir, tmp_path).exit_code == 0
     summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
     made = summary["provenance"]
     assert list(summary)[:2] == ["prompt_version", "provenance"]
@@ -59,8 +58,8 @@ def test_summary_and_export_record_what_produced_them(data_dir: Path, tmp_path: 
     else:
         assert made["git"] is None
     target = tmp_path / "eee"
-    assert main(["export", "--format", "eee", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache"),
-                 "-q", str(target)]) == 0
+    selection = rescore.select(PlanInputs(data_dir=data_dir, cache_dir=tmp_path / "cache"))
+    assert export.export(selection, "eee", target).exit_code == 0
     for path in target.rglob("*.json"):
         library = orjson.loads(path.read_bytes())["eval_library"]
         assert library["name"] == "dxi" and library["version"] == dxi.__version__

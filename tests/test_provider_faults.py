@@ -21,6 +21,7 @@ from dxi.adapters import Limits, ProviderStop
 from dxi.adapters.errors import KEY, MODEL, QUOTA, REQUEST, WAIT
 from dxi.adapters.http import parse_reset, parse_retry_after, rate_limit_wait
 from dxi.adapters.provider_errors import provider_stop
+from dxi.runner import plan, session
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_PROVIDER_STOPPED
 
@@ -491,7 +492,10 @@ def test_a_server_that_stops_answering_mid_run_leaves_a_provisional_result_that_
         model = f"systemone:{server.url}"
         assert main(["run", "--model", model, "--out", str(tmp_path / "first"), *common]) == 1
         out = capsys.readouterr().out
-        assert main(["run", "--model", model, "--out", str(tmp_path / "again"), *common]) == 0
+        again = session.run(plan.build(models=[model], out=tmp_path / "again", data_dir=data_dir,
+                                       cache_dir=tmp_path / "c", evals=["wildguardtest"],
+                                       limits={"max_attempts": 1, "max_in_flight": 1}))
+        assert again.exit_code == 0
     first = orjson.loads((tmp_path / "first" / "summary.json").read_bytes())
     (m,) = first["models"]
     block = m["evals"]["wildguardtest"]

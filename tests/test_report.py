@@ -14,8 +14,9 @@ import pytest
 from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
 from dxi.report.html import MIN_GROUP_TASKS, banner, model_order
-from dxi.runner import rescore
-from dxi.runner.cli import main, parser
+from dxi.runner import plan, rescore, session
+from dxi.runner.cli import main
+from dxi.runner.inputs import PlanInputs
 from dxi.scoring import records
 from dxi.scoring.records import ModelEntry, Summary
 
@@ -47,8 +48,7 @@ def add_hostile_model(cache_dir: Path) -> None:
 
 def report_of(data_dir: Path, cache_dir: Path, out: Path) -> rescore.Rescored:
     """``dxi report``'s work as a library call: ``rescore.rescore`` with ``html``."""
-    flags = parser().parse_args(["report", "--data-dir", str(data_dir), "--cache-dir", str(cache_dir), "--out", str(out)])
-    return rescore.rescore(rescore.select(flags), html=True)
+    return rescore.rescore(rescore.select(PlanInputs(data_dir=data_dir, cache_dir=cache_dir, out=out)), html=True)
 
 
 def chromium() -> str:
@@ -141,7 +141,7 @@ def four(tmp_path_factory: pytest.TempPathFactory) -> FourModels:
 def four_report(four: FourModels) -> Path:
     """``dxi report`` of the four models, named in the run's order."""
     out = four.cache.parent / "report"
-    assert main([*four.args("report", "--out", str(out)), *four.selection()]) == 0
+    assert four.rescore(out, html=True, models=four.models).exit_code == 0
     return out
 
 
@@ -227,7 +227,7 @@ def test_without_a_given_order_models_are_ranked_by_the_index(four: FourModels):
     assert model_order(summary, ranked=False) == ["b", "a", "c", "d"]
     assert model_order(summary, ranked=True) == ["c", "b", "d", "a"]
     out = four.cache.parent / "ranked"
-    assert main([*four.args("report", "--out", str(out))]) == 0
+    assert main([*four.args("report", "--out", str(out))]) == 0  # the command end to end
     summary = records.decode((out / "summary.json").read_bytes())
     expected = model_order(summary, ranked=True)
     html = (out / "report.html").read_text()
@@ -293,7 +293,7 @@ def test_the_banner_says_why_the_numbers_are_not_the_full_index(four: FourModels
                          "intervals are wide."], recorded
     # and in a real report: a --limit run
     out = four.cache.parent / "limited"
-    assert main([*four.args("report", "--out", str(out), "--limit", "1"), *four.selection()]) == 0
+    assert four.rescore(out, html=True, limit=1, models=four.models).exit_code == 0
     html = (out / "report.html").read_text()
     assert "These numbers are not the full Decision Index." in html and "Only the first 1 tasks" in html
 
@@ -321,8 +321,9 @@ def test_the_report_shows_each_models_ties_per_evaluation_as_summary_json_counts
 
     # "tied": every When2Call question has its 4 options at 0.25 and every P(yes) is 0.5; "decided": no ties
     with serve(model="tied", p_first=0.25, p_yes=0.5) as tied, serve(model="decided", p_first=0.7, p_yes=0.9) as decided:
-        assert main(["run", "--model", f"systemone:{tied.url}", "--model", f"systemone:{decided.url}", "--data-dir",
-                     str(data_dir), "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "run"), "-q"]) == 0
+        ran = session.run(plan.build(models=[f"systemone:{tied.url}", f"systemone:{decided.url}"], data_dir=data_dir,
+                                     cache_dir=tmp_path / "c", out=tmp_path / "run"))
+        assert ran.exit_code == 0
     out = tmp_path / "report"
     summary = records.to_builtins(report_of(data_dir, tmp_path / "c", out).summary)
     assert summary == orjson.loads((out / "summary.json").read_bytes())
@@ -364,7 +365,7 @@ def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(data_dir: 
 
 def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_significant_ones(four: FourModels):
     out = four.cache.parent / "pairs"
-    assert main([*four.args("report", "--out", str(out)), *four.selection()]) == 0
+    assert four.rescore(out, html=True, models=four.models).exit_code == 0
     html = (out / "report.html").read_text()
     summary = orjson.loads((out / "summary.json").read_bytes())
     start = html.index('<table class="pairs">')

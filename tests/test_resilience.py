@@ -16,6 +16,7 @@ from dxi import adapters
 from dxi.adapters import Limits
 from dxi.cache import Cache
 from dxi.evals import DatasetError, Suite, discover
+from dxi.runner import plan, session
 from dxi.runner.run import run
 
 from .conftest import DXI, FIXTURES, without_requests
@@ -26,6 +27,12 @@ from .synthetic import data_dir
 def dxi_run(url: str, data: Path, cache: Path, out: Path, *extra: str) -> list[str]:
     return [DXI, "run", "--model", f"systemone:fake@{url}", "--data-dir", str(data), "--cache-dir", str(cache),
             "--out", str(out), "-q", *extra]
+
+
+def run_fake(url: str, data: Path, cache: Path, out: Path, **fields) -> int:
+    """``dxi_run``'s work in this process (``session.run``): its exit code."""
+    return session.run(plan.build(models=[f"systemone:fake@{url}"], data_dir=data, cache_dir=cache, out=out,
+                                  **fields)).exit_code
 
 
 def summary(out: Path) -> dict:
@@ -88,7 +95,7 @@ def test_two_runs_at_once_share_one_cache_and_a_third_sends_nothing(tmp_path: Pa
         assert rows["key"].n_unique() == tasks
         assert rows.height == both["ok"]  # every reply either run received is in the cache
         assert without_requests(summary(tmp_path / "out0")) == without_requests(summary(tmp_path / "out1"))
-        assert subprocess.run(dxi_run(server.url, data, cache, tmp_path / "out2"), timeout=120).returncode == 0
+        assert run_fake(server.url, data, cache, tmp_path / "out2") == 0
         assert server.stats()["arrivals"] == both["arrivals"]  # all cached: not one request
     requests = summary(tmp_path / "out2")["models"][0]["requests"]
     assert (requests["sent"], requests["cache_hits"]) == (0, tasks)
@@ -99,8 +106,8 @@ def test_a_damaged_shard_is_set_aside_and_only_its_requests_are_sent_again(tmp_p
     data = data_dir(tmp_path / "data", 300)
     cache = tmp_path / "cache"
     with serve(model="fake", p_first=None, p_yes=None, record=False) as server:
-        assert subprocess.run(dxi_run(server.url, data, cache, tmp_path / "first", "--limit", "100")).returncode == 0
-        assert subprocess.run(dxi_run(server.url, data, cache, tmp_path / "full")).returncode == 0
+        assert run_fake(server.url, data, cache, tmp_path / "first", limit=100) == 0
+        assert run_fake(server.url, data, cache, tmp_path / "full") == 0
         first_shard = sorted(cache.glob("shards/*.parquet"))[0]
         assert pl.read_parquet(first_shard).height == 100
         first_shard.write_bytes(first_shard.read_bytes()[:-100])  # cut off its end, as a full disk would

@@ -9,6 +9,7 @@ import pytest
 
 from dxi.evals import discover
 from dxi.evals.task import CHOICE, Option, Question, Task
+from dxi.runner import plan, session
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_USAGE
 from dxi.runner.sample import SampledSuite, allocate, choose, stratum
@@ -61,7 +62,7 @@ def test_a_run_file_can_sample(data_dir: Path, tmp_path: Path):
     run_file = tmp_path / "r.toml"
     run_file.write_text(f'data_dir = "{data_dir}"\ncache_dir = "c"\nout = "o"\n[evals]\nsample = 1\nseed = 4\n'
                         '[[models]]\nprovider = "embedded"\nmodel = "sparrow-nano-general-v1.1"\n')
-    assert main(["run", str(run_file), "-q"]) == 0
+    assert session.run(plan.build(run_file=run_file)).exit_code == 0
     s = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())
     assert {v["tasks"] for v in s["data"].values()} == {1}
     assert s["data"]["hle_multichoice"]["sample"] == {"tasks": 1, "seed": 4}

@@ -15,13 +15,15 @@ import pytest
 from dxi.cache import runs
 from dxi.cache.runs import RunRecord
 from dxi.evals import EVALS, Suite, discover
+from dxi.runner import export, plan, rescore, session
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_FAILED_REQUESTS, EXIT_USAGE
+from dxi.runner.inputs import PlanInputs
 from dxi.runner.sample import choose
 from dxi.scoring import records
 
 from .test_cli import MODEL
-from .test_view import _caught_view
+from .test_view import view_of
 
 ROBOT = "embedded:sparrow-nano-robot-v1.2"  # a second model that needs no server
 QUESTIONS = {"aa_omniscience_decision": 1, "hle_multichoice": 1, "when2call": 1, "wildguardtest": 3}
@@ -35,16 +37,35 @@ def summary(tmp: Path, out: str) -> dict:
     return orjson.loads((tmp / out / "summary.json").read_bytes())
 
 
+def run(data: Path, tmp: Path, out: str, model: str = MODEL, **fields) -> int:
+    """``dxi run -q``'s work (``session.run``) of ``model`` with ``fields`` (``PlanInputs``): its exit code."""
+    return session.run(plan.build(models=[model], data_dir=data, cache_dir=tmp / "cache", out=tmp / out,
+                                  **fields)).exit_code
+
+
+def score(data: Path, tmp: Path, out: str, html: bool = False, **fields) -> rescore.Rescored:
+    """``dxi score``'s work (``dxi report``'s with ``html``) over the selection ``fields`` make."""
+    inputs = PlanInputs(data_dir=data, cache_dir=tmp / "cache", out=tmp / out, **fields)
+    return rescore.rescore(rescore.select(inputs), html=html)
+
+
+def exported(data: Path, tmp: Path, fmt: str, target: Path, include_missing: bool = False,
+             **fields) -> export.Exported:
+    """``dxi export``'s work over the selection ``fields`` make."""
+    inputs = PlanInputs(data_dir=data, cache_dir=tmp / "cache", **fields)
+    return export.export(rescore.select(inputs), fmt, target, include_missing=include_missing)
+
+
 def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(data_dir: Path, tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture,
                                                                           monkeypatch: pytest.MonkeyPatch):
-    assert main(["run", "--model", MODEL, "--sample", "2", *where(data_dir, tmp_path, "run")]) == 0
+    assert run(data_dir, tmp_path, "run", sample=2) == 0
     capsys.readouterr()
-    assert main(["score", *where(data_dir, tmp_path, "plain")]) == 0
+    assert main(["score", *where(data_dir, tmp_path, "plain")]) == 0  # the command line prints the note
     out = capsys.readouterr().out
     assert (f"note: scoring the tasks the runs recorded in this cache selected (--sample 2; {tmp_path / 'cache'}/"
             "runs.jsonl); give --limit, --sample or --all-tasks to score others") in " ".join(out.split())
-    assert main(["score", "--sample", "2", *where(data_dir, tmp_path, "given")]) == 0
+    assert score(data_dir, tmp_path, "given", sample=2).exit_code == 0
     # exactly what `dxi score --sample 2` writes, and what the run wrote
     for name in ("summary.json", "answers.parquet"):
         assert (tmp_path / "plain" / name).read_bytes() == (tmp_path / "given" / name).read_bytes(), name
@@ -54,7 +75,8 @@ def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(data_
     assert plain["models"][0]["decision_index"] is not None and "runs" not in plain["data"]["when2call"]
     assert {k: v["tasks"] for k, v in plain["data"].items()} == dict.fromkeys(EVALS, 2)
     # the report and the export take the same tasks
-    assert main(["report", *where(data_dir, tmp_path, "report")]) == 0
+    reported = score(data_dir, tmp_path, "report", html=True)
+    assert reported.exit_code == 0 and reported.report == tmp_path / "report" / "report.html"
     assert summary(tmp_path, "report") == plain
     capsys.readouterr()
     assert main(["export", "--format", "csv", *where(data_dir, tmp_path, "x")[:4], str(tmp_path / "a.csv")]) == 0
@@ -62,14 +84,14 @@ def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(data_
     exported = pl.read_csv(tmp_path / "a.csv")
     assert exported.height == 2 * sum(QUESTIONS.values()) and set(exported["status"]) == {"ok"}
     # the view too
-    b = _caught_view(monkeypatch, *where(data_dir, tmp_path, "x")[:4], "-q")
+    b = view_of(data_dir=data_dir, cache_dir=tmp_path / "cache")
     try:
         assert records.to_builtins(b.summary) == plain and len(b.tasks) == 8
     finally:
         b.close()
     # --all-tasks: every task, and the answers the sample did not send are missing, with the flags to add
     # (a provisional result, SPEC §6: those answers are scored as not correct, marked, exit code 1)
-    assert main(["score", "--all-tasks", *where(data_dir, tmp_path, "all")]) == EXIT_FAILED_REQUESTS
+    assert score(data_dir, tmp_path, "all", all_tasks=True).exit_code == EXIT_FAILED_REQUESTS
     every = summary(tmp_path, "all")["models"][0]["evals"]
     assert every["when2call"]["missing"] == 1 and every["when2call"]["reason"] == (
         "1 answer(s) not in the cache: this model's runs selected --sample 2 here, not --all-tasks; score with "
@@ -80,9 +102,9 @@ def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(data_
 
 
 def test_a_cache_without_records_scores_every_task_and_the_reason_names_sample(data_dir: Path, tmp_path: Path):
-    assert main(["run", "--model", MODEL, "--sample", "2", *where(data_dir, tmp_path, "run")]) == 0
+    assert run(data_dir, tmp_path, "run", sample=2) == 0
     (tmp_path / "cache" / runs.RUNS_FILE).unlink()  # a cache an older version wrote
-    assert main(["score", *where(data_dir, tmp_path, "plain")]) == EXIT_FAILED_REQUESTS  # missing: provisional
+    assert score(data_dir, tmp_path, "plain").exit_code == EXIT_FAILED_REQUESTS  # missing: provisional
     block = summary(tmp_path, "plain")["models"][0]["evals"]["aa_omniscience_decision"]
     assert (block["n"], block["missing"]) == (4, 2)
     assert block["reason"] == ("2 answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer "
@@ -92,7 +114,7 @@ def test_a_cache_without_records_scores_every_task_and_the_reason_names_sample(d
 
 def test_export_counts_the_missing_rows_and_exits_1_unless_asked_to_include_them(data_dir: Path, tmp_path: Path,
                                                                                  capsys: pytest.CaptureFixture):
-    assert main(["run", "--model", MODEL, "--sample", "2", *where(data_dir, tmp_path, "run")]) == 0
+    assert run(data_dir, tmp_path, "run", sample=2) == 0
     at = where(data_dir, tmp_path, "x")[:4]
     # --limit 3 asks for the first three tasks of each; the run sampled two of each
     missing = {name: len(_ids(data_dir, name, limit=3) - _ids(data_dir, name, sample=2)) * QUESTIONS[name]
@@ -110,16 +132,16 @@ def test_export_counts_the_missing_rows_and_exits_1_unless_asked_to_include_them
             "cache: this model's runs selected --sample 2 here, not --limit 3; score with --sample 2") in said
     left = pl.read_csv(tmp_path / "a.csv")
     assert left.height == rows - total and "missing" not in set(left["status"])
-    assert main(["export", "--format", "csv", "--limit", "3", "--include-missing", *at, str(tmp_path / "b.csv")]) == 0
-    assert f"{total} answer(s) missing from the cache" in " ".join(capsys.readouterr().out.split())
+    included = exported(data_dir, tmp_path, "csv", tmp_path / "b.csv", include_missing=True, limit=3)
+    assert included.exit_code == 0 and included.written == [tmp_path / "b.csv"] and included.missing.total == total
     whole = pl.read_csv(tmp_path / "b.csv")
     assert whole.height == rows and whole.filter(pl.col("status") == "missing").height == total
     assert whole.filter(pl.col("status") != "missing").sort("task_id", "question_id").equals(
         left.sort("task_id", "question_id"))
     # eee writes the evaluations with missing answers, their figures marked provisional (SPEC §6); it exits 1
     # all the same, 0 when asked
-    assert main(["export", "--format", "eee", "--limit", "3", *at, str(tmp_path / "eee")]) == EXIT_FAILED_REQUESTS
-    assert main(["export", "--format", "eee", "--limit", "3", "--include-missing", *at, str(tmp_path / "eee")]) == 0
+    assert exported(data_dir, tmp_path, "eee", tmp_path / "eee", limit=3).exit_code == EXIT_FAILED_REQUESTS
+    assert exported(data_dir, tmp_path, "eee", tmp_path / "eee", include_missing=True, limit=3).exit_code == 0
     marked = [orjson.loads(p.read_bytes()) for p in (tmp_path / "eee").rglob("*.json")]
     assert {log["evaluation_results"][0]["evaluation_name"] for log in marked
             if "provisional" in log["source_metadata"].get("additional_details", {})} >= {first, "decision_index"}
@@ -132,9 +154,8 @@ def _ids(data: Path, name: str, limit: int | None = None, sample: int | None = N
 
 def test_runs_of_two_selections_are_scored_as_their_union(data_dir: Path, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture):
-    assert main(["run", "--model", MODEL, "--limit", "1", *where(data_dir, tmp_path, "a")]) == 0
-    assert main(["run", "--model", ROBOT, "--sample", "2", "--evals", "when2call,aa_omniscience_decision",
-                 *where(data_dir, tmp_path, "b")]) == 0
+    assert run(data_dir, tmp_path, "a", limit=1) == 0
+    assert run(data_dir, tmp_path, "b", ROBOT, sample=2, evals=["when2call", "aa_omniscience_decision"]) == 0
     capsys.readouterr()
     assert main(["score", *where(data_dir, tmp_path, "plain")]) == EXIT_FAILED_REQUESTS  # missing: provisional
     assert ("(aa_omniscience_decision: --limit 1 + --sample 2; hle_multichoice: --limit 1; when2call: --limit 1 + "
@@ -155,25 +176,23 @@ def test_runs_of_two_selections_are_scored_as_their_union(data_dir: Path, tmp_pa
         f"{s['models'][0]['evals']['when2call']['missing']} answer(s) not in the cache: this model's runs selected "
         "--limit 1 here, not --limit 1 + --sample 2; score with --limit 1")
     # one model named: its own runs' selection, complete
-    assert main(["score", "--model", ROBOT, *where(data_dir, tmp_path, "robot")]) == 0
+    assert score(data_dir, tmp_path, "robot", models=[ROBOT]).exit_code == 0
     robot = summary(tmp_path, "robot")
     assert [k for k, v in robot["data"].items() if "files" in v] == ["aa_omniscience_decision", "when2call"]
     assert robot["data"]["when2call"]["sample"] == {"tasks": 2, "seed": 0}
     assert all(e.get("missing", 0) == 0 for e in robot["models"][0]["evals"].values())
     # a run of every task absorbs the smaller selections: scored as every task, and said (not widened unseen)
-    assert main(["run", "--model", MODEL, *where(data_dir, tmp_path, "full")]) == 0
-    capsys.readouterr()
-    assert main(["score", "--model", MODEL, *where(data_dir, tmp_path, "mine")]) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert (f"note: scoring every task: a run recorded in this cache ({tmp_path / 'cache' / runs.RUNS_FILE}) selected "
-            "every task, which holds the other runs' --limit 1; give --limit 1 to score only those") in out
+    assert run(data_dir, tmp_path, "full") == 0
+    mine = score(data_dir, tmp_path, "mine", models=[MODEL])
+    assert mine.exit_code == 0 and mine.notes == [
+        f"scoring every task: a run recorded in this cache ({tmp_path / 'cache' / runs.RUNS_FILE}) selected every "
+        "task, which holds the other runs' --limit 1; give --limit 1 to score only those"]
     assert summary(tmp_path, "mine")["data"]["when2call"]["tasks"] == 3
 
 
 def test_the_run_record(data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture):
     cache = tmp_path / "cache"
-    assert main(["run", "--model", MODEL, "--sample", "2", "--seed", "3", "--evals", "when2call,hle_multichoice",
-                 *where(data_dir, tmp_path, "run")]) == 0
+    assert run(data_dir, tmp_path, "run", sample=2, seed=3, evals=["when2call", "hle_multichoice"]) == 0
     (line,) = (cache / runs.RUNS_FILE).read_bytes().splitlines()
     doc = orjson.loads(line)
     assert doc.pop("at") > 0
@@ -183,10 +202,9 @@ def test_the_run_record(data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptur
                    "evals": ["hle_multichoice", "when2call"], "limit": None, "sample": 2, "seed": 3,
                    "wildguard_subset": "agreed"}
     # the same selection again adds nothing; another adds its line
-    assert main(["run", "--model", MODEL, "--sample", "2", "--seed", "3", "--evals", "when2call,hle_multichoice",
-                 *where(data_dir, tmp_path, "run")]) == 0
+    assert run(data_dir, tmp_path, "run", sample=2, seed=3, evals="when2call,hle_multichoice") == 0
     assert len((cache / runs.RUNS_FILE).read_bytes().splitlines()) == 1
-    assert main(["run", "--model", MODEL, "--limit", "1", *where(data_dir, tmp_path, "run")]) == 0
+    assert run(data_dir, tmp_path, "run", limit=1) == 0
     records, warnings = runs.read(cache)
     assert [(r.limit, r.sample, r.seed) for r in records] == [(None, 2, 3), (1, None, 0)] and warnings == []
     # a damaged line is skipped with a warning naming it; the rest is read
@@ -201,15 +219,14 @@ def test_the_run_record(data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptur
 
 
 def test_evaluations_the_runs_did_not_read_are_not_selected(data_dir: Path, tmp_path: Path):
-    assert main(["run", "--model", MODEL, "--evals", "hle_multichoice", "--limit", "1",
-                 *where(data_dir, tmp_path, "run")]) == 0
-    assert main(["score", *where(data_dir, tmp_path, "plain")]) == 0
+    assert run(data_dir, tmp_path, "run", evals=["hle_multichoice"], limit=1) == 0
+    assert score(data_dir, tmp_path, "plain").exit_code == 0
     s = summary(tmp_path, "plain")
     assert s["data"]["hle_multichoice"]["tasks"] == 1 and s["data"]["hle_multichoice"]["limit"] == 1
     assert [v.get("missing") for k, v in s["data"].items() if k != "hle_multichoice"] == ["not selected (--evals)"] * 3
     assert s["models"][0]["evals"]["hle_multichoice"]["missing"] == 0
     # --evals given: those evaluations, with the runs' selection where they have one, every task elsewhere
-    assert main(["score", "--evals", "hle_multichoice,when2call", *where(data_dir, tmp_path, "two")]) == \
+    assert score(data_dir, tmp_path, "two", evals=["hle_multichoice", "when2call"]).exit_code == \
         EXIT_FAILED_REQUESTS  # When2Call's answers are missing: provisional
     two = summary(tmp_path, "two")
     assert (two["data"]["hle_multichoice"]["tasks"], two["data"]["when2call"]["tasks"]) == (1, 3)

@@ -28,7 +28,9 @@ from markupsafe import escape
 from scipy.stats import binomtest
 
 from dxi.cache import Cache, CacheWriteError
+from dxi.runner import plan, rescore, session
 from dxi.runner.cli import main
+from dxi.runner.inputs import PlanInputs
 from dxi.scoring import records
 from dxi.view.app import CSP, is_loopback_host, make_app, task_url
 from dxi.view.data import Browser, EvalQuery
@@ -88,6 +90,26 @@ class Tags(HTMLParser):
         self.seen.append((tag, attrs))
 
 
+def run(**fields) -> int:
+    """``dxi run -q``'s work (``session.run``) of ``plan.build(**fields)``: its exit code."""
+    return session.run(plan.build(**fields)).exit_code
+
+
+def view_of(**fields) -> Browser:
+    """The Browser ``dxi view`` serves over the selection ``fields`` make (``PlanInputs``): ``rescore.browse``,
+    its snapshots (and a remote cache's mirror) in a private folder removed with the browser."""
+    from dxi.view.home import private_home
+
+    home = private_home()
+    try:
+        browser, _ = rescore.browse(rescore.select(PlanInputs(**fields), mirror=Path(home.name) / "remote"), home)
+    except BaseException:
+        home.cleanup()
+        raise
+    browser.source.owns_home = True
+    return browser
+
+
 def tree(root: Path) -> dict[str, tuple[int, int]]:
     """Every file and folder under ``root``: (size, mtime in ns)."""
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
@@ -99,14 +121,16 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     data = _data(tmp / "data")
     cache_dir = tmp / "cache"
     common = ["--data-dir", str(data), "--cache-dir", str(cache_dir), "-q"]
-    assert main(["run", "--model", MODEL, "--out", str(tmp / "run1"), *common]) == 0
+    assert run(models=[MODEL], out=tmp / "run1", data_dir=data, cache_dir=cache_dir) == 0
     add_hostile_model(cache_dir)
     # its first request meets a 503 and is retried: a row with the wait before its retry
     with serve(model="fake-chat", route_factories={"/v1/chat/completions": "tests.test_view:hostile_chat"},
                script=["503"]) as server:
         llm = f"{LLM}@{server.url}/v1"
-        assert main(["run", "--model", llm, "--epochs", "2", "--backoff", "0.2", "--out", str(tmp / "run2"), *common]) == 0
-    assert main(["score", "--out", str(tmp / "scored"), *common]) == 1  # the hostile model's failures: provisional
+        assert run(models=[llm], epochs=2, limits={"backoff_s": 0.2}, out=tmp / "run2", data_dir=data,
+                   cache_dir=cache_dir) == 0
+    scored = rescore.rescore(rescore.select(PlanInputs(out=tmp / "scored", data_dir=data, cache_dir=cache_dir)))
+    assert scored.exit_code == 1  # the hostile model's failures: provisional
     return {"tmp": tmp, "data": data, "cache": cache_dir, "common": common, "llm": llm,
             "summary": orjson.loads((tmp / "scored" / "summary.json").read_bytes()),
             "answers": pl.read_parquet(tmp / "scored" / "answers.parquet")}
@@ -125,8 +149,7 @@ def _browser(built: dict, monkeypatch: pytest.MonkeyPatch, *extra: str) -> tuple
 
 @pytest.fixture(scope="module")
 def browser(built: dict) -> Browser:
-    with pytest.MonkeyPatch.context() as mp:
-        b, _ = _browser(built, mp)
+    b = view_of(data_dir=built["data"], cache_dir=built["cache"])
     yield b
     b.close()
 
@@ -341,10 +364,7 @@ def test_a_run_file_names_the_models_and_their_names(built: dict, monkeypatch: p
     run = built["tmp"] / "view.toml"
     run.write_text(f'data_dir = "{built["data"]}"\ncache_dir = "{built["cache"]}"\n\n[[models]]\nname = "sparrow <nano>"\n'
                    'provider = "embedded"\nmodel = "sparrow-nano-general-v1.1"\n')
-    caught: dict = {}
-    monkeypatch.setattr("dxi.view.app.serve", lambda browser, host, port, print_: caught.update(browser=browser))
-    assert main(["view", str(run), "-q"]) == 0
-    b = caught["browser"]
+    b = view_of(run_file=run)
     try:
         assert b.labels == ["sparrow <nano>"]
         assert b.summary.models[0].decision_index == next(
@@ -556,9 +576,9 @@ def test_the_view_rescores_rows_appended_while_it_serves(tmp_path: Path, monkeyp
     from dxi.view.live import Live
 
     data, cache_dir = _data(tmp_path / "data"), tmp_path / "cache"
-    common = ["--evals", "hle_multichoice", "--limit", "3", "--data-dir", str(data), "--cache-dir", str(cache_dir), "-q"]
-    assert main(["run", "--model", MODEL, "--out", str(tmp_path / "out"), *common]) == 0
-    b = _caught_view(monkeypatch, *common)
+    common = {"evals": ["hle_multichoice"], "limit": 3, "data_dir": data, "cache_dir": cache_dir}
+    assert run(models=[MODEL], out=tmp_path / "out", **common) == 0
+    b = view_of(**common)
     first = b.workdir.name
     rows = Cache(cache_dir, read_only=True).scan().collect().to_dicts()
     copy = "copy-of-sparrow"
@@ -653,7 +673,7 @@ def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(tmp_pa
         local = tmp_path / "reader"  # a cache folder of this machine: the remote's rows are not in it
         local.mkdir()
         before = tree(local)
-        b = _caught_view(monkeypatch, "--cache-dir", str(local), "--cache-remote", s3.uri(), *select)
+        b = view_of(cache_dir=local, cache_remote=s3.uri(), evals=["hle_multichoice"], limit=3, data_dir=data)
         try:
             assert b.labels == [MODEL]
             hle = b.summary.models[0].evals["hle_multichoice"]
@@ -743,10 +763,9 @@ def test_the_start_up_child_is_spawned_with_its_allocator_options_and_the_enviro
 
 def test_provisional_figures_are_marked_on_the_overview(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     data, cache_dir = _data(tmp_path / "data"), tmp_path / "cache"
-    common = ["--data-dir", str(data), "--cache-dir", str(cache_dir), "-q"]
-    assert main(["run", "--model", MODEL, "--out", str(tmp_path / "out"), *common]) == 0
+    assert run(models=[MODEL], out=tmp_path / "out", data_dir=data, cache_dir=cache_dir) == 0
     fail_rows(cache_dir, "when2call", 1)
-    b = _caught_view(monkeypatch, *common)
+    b = view_of(data_dir=data, cache_dir=cache_dir)
     try:
         (status, _, page), = get(b, "/")
         m = records.to_builtins(b.summary.models[0])

@@ -23,7 +23,7 @@ from dxi.cache import Cache
 from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
 from dxi.evals import EVALS
-from dxi.runner.cli import main
+from dxi.runner import plan, session
 from dxi.scoring.calibration import ECE_BINS
 from dxi.view.app import make_app, task_url
 from dxi.view.data import Browser
@@ -32,7 +32,7 @@ from .conftest import FIXTURES, REAL_DATA, requires_real_data
 from .fake_provider import serve
 from .test_cli import MODEL
 from .test_report import CHROMIUM_FLAGS, chromium
-from .test_view import _caught_view, get
+from .test_view import get, view_of
 
 LONG_CATEGORY = "disseminating_false_or_misleading_information_encouraging_disinformation_campaigns"
 LONG_MODEL = "sparrow-nano-general-v1.1-with-a-long-fine-tuned-checkpoint-name-2026-11-30-rc2"
@@ -65,16 +65,16 @@ def caches(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("caches")
     data = _data(tmp / "data")
 
-    def run(cache: str, *args: str) -> int:
-        return main(["run", *args, "--data-dir", str(data), "--cache-dir", str(tmp / cache), "--out", str(tmp / "out"),
-                     "-q"])
+    def run(cache: str, model: str, **fields) -> int:  # dxi run -q's work (session.run): its exit code
+        return session.run(plan.build(models=[model], data_dir=data, cache_dir=tmp / cache, out=tmp / "out",
+                                      **fields)).exit_code
 
     Cache(tmp / "empty").close()  # a cache folder with no reply yet (a run stopped before its first)
-    assert run("one", "--model", MODEL, "--evals", "hle_multichoice", "--limit", "1") == 0
-    assert run("sampled", "--model", MODEL, "--sample", "2") == 0
+    assert run("one", MODEL, evals=["hle_multichoice"], limit=1) == 0
+    assert run("sampled", MODEL, sample=2) == 0
     _copy_model(tmp / "sampled", LONG_MODEL)
     with serve(model="fake-decider", faults={"server_error": 0.4}) as server:  # transient failures, not retried
-        assert run("failed", "--model", f"systemone:{server.url}", "--max-attempts", "1") == 1
+        assert run("failed", f"systemone:{server.url}", limits={"max_attempts": 1}) == 1
     return {"tmp": tmp, "data": data}
 
 
@@ -82,7 +82,7 @@ CACHES = ("empty", "one", "sampled", "failed")
 
 
 def _view(caches: dict, name: str, monkeypatch: pytest.MonkeyPatch) -> Browser:
-    return _caught_view(monkeypatch, "--data-dir", str(caches["data"]), "--cache-dir", str(caches["tmp"] / name), "-q")
+    return view_of(data_dir=caches["data"], cache_dir=caches["tmp"] / name)
 
 
 def routes(b: Browser) -> list[str]:
@@ -137,9 +137,9 @@ def test_every_route_answers_200_on_each_cache(caches: dict, name: str, monkeypa
 def test_the_calibration_page_of_a_run_of_ten_tasks_renders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The report's case: ``dxi run --limit 10`` of the embedded model, then ``dxi view --limit 10``: a yes/no
     question whose ten answers are all of one class has no AUROC, and the page said 500."""
-    common = ["--data-dir", str(REAL_DATA), "--cache-dir", str(tmp_path / "cache"), "--limit", "10"]
-    assert main(["run", "--model", MODEL, *common, "--out", str(tmp_path / "out"), "-q"]) == 0
-    b = _caught_view(monkeypatch, *common, "-q")
+    common = {"data_dir": REAL_DATA, "cache_dir": tmp_path / "cache", "limit": 10}
+    assert session.run(plan.build(models=[MODEL], out=tmp_path / "out", **common)).exit_code == 0
+    b = view_of(**common)
     try:
         [(status, _, body)] = get(b, f"/calibration?m={quote(MODEL)}")
     finally:
@@ -231,11 +231,11 @@ def test_a_view_of_an_empty_cache_fills_in_with_the_tasks_the_run_selects(tmp_pa
     ``view.live`` rebuilds it), the run's model over the run's sample."""
     data, cache = _data(tmp_path / "data"), tmp_path / "cache"
     Cache(cache).close()
-    b = _caught_view(monkeypatch, "--data-dir", str(data), "--cache-dir", str(cache), "-q")
+    b = view_of(data_dir=data, cache_dir=cache)
     try:
         assert b.labels == [] and len(b.tasks) == 4 + 2 + 3 + 3
-        assert main(["run", "--model", MODEL, "--sample", "2", "--data-dir", str(data), "--cache-dir", str(cache),
-                     "--out", str(tmp_path / "out"), "-q"]) == 0
+        ran = session.run(plan.build(models=[MODEL], sample=2, data_dir=data, cache_dir=cache, out=tmp_path / "out"))
+        assert ran.exit_code == 0
         new = b.rebuild(child=False)
         try:
             assert new.labels == [MODEL] and len(new.tasks) == 8
