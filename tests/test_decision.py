@@ -12,7 +12,7 @@ from dxi.adapters.decision import choice_answer, sum_tolerance, yes_no_answer
 from dxi.adapters.errors import MalformedReply
 from dxi.adapters.systemone import decode_body, encode_body
 from dxi.evals import CHOICE, YES_NO, Option, Question, Task
-from dxi.runner.cli import main
+from dxi.runner import plan, session
 from dxi.scoring.ties import tie_counts
 from tests.answers import choice, frame, yes_no
 from tests.fake_provider import serve
@@ -143,9 +143,9 @@ def test_a_server_returning_a_choice_just_below_the_highest_is_scored_on_the_hig
     # end to end, over a real HTTP server on 127.0.0.1: every scored pick is the first option (0.3), never
     # the returned second (0.2999); each is a warning, none is a tie
     with serve(model="near-decider", route_factories={"/v1/systemone": "tests.test_decision:near_but_lower"}) as server:
-        assert main(["run", "--model", f"systemone:{server.url}", "--data-dir", str(data_dir), "--cache-dir",
-                     str(tmp_path / "c"), "--out", str(tmp_path / "out"), "--evals", "hle_multichoice,when2call",
-                     "-q"]) == 0
+        ran = session.run(plan.build(models=[f"systemone:{server.url}"], data_dir=data_dir, cache_dir=tmp_path / "c",
+                                     out=tmp_path / "out", evals=["hle_multichoice", "when2call"]))
+        assert ran.exit_code == 0
     answers = pl.read_parquet(tmp_path / "out" / "answers.parquet").filter(pl.col("kind") == "choice")
     first = {r["task_id"]: r["probabilities"][0]["option"] for r in answers.iter_rows(named=True)}
     assert answers.height == 5 and all(r["predicted"] == first[r["task_id"]] for r in answers.iter_rows(named=True))

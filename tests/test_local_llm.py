@@ -17,7 +17,7 @@ import pytest
 from dxi import adapters
 from dxi.adapters import local_models
 from dxi.evals import Suite, discover
-from dxi.runner.cli import main
+from dxi.runner import plan, session
 
 from .conftest import REAL_DATA, requires_real_data
 
@@ -46,9 +46,9 @@ def local_model() -> None:
 @pytest.mark.local_llm
 @requires_real_data
 def test_three_tasks_of_each_evaluation_through_the_real_model_twice(local_model: None, tmp_path: Path):
-    args = ["run", *[a for m in MODELS for a in ("--model", m)], "--data-dir", str(REAL_DATA), "--limit", "3",
-            "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "-q"]
-    assert main(args) == 0
+    settings = {"models": MODELS, "data_dir": REAL_DATA, "limit": 3, "cache_dir": tmp_path / "cache",
+                "out": tmp_path / "out"}
+    assert session.run(plan.build(**settings)).exit_code == 0
     summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
     assert [m["model"] for m in summary["models"]] == MODELS
     for m in summary["models"]:
@@ -85,7 +85,7 @@ def test_three_tasks_of_each_evaluation_through_the_real_model_twice(local_model
                                                                     for e in m["evals"]}
 
     # a second run starts a new server on another port and finds everything in the cache
-    assert main(args) == 0
+    assert session.run(plan.build(**settings)).exit_code == 0
     again = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
     assert [(m["requests"]["sent"], m["requests"]["cache_hits"]) for m in again["models"]] == [(0, 12), (0, 12)]
     assert [m["evals"] for m in again["models"]] == [m["evals"] for m in summary["models"]]

@@ -13,7 +13,8 @@ from dxi.runner.cli import parser
 from dxi.runner.cost import Budget
 from dxi.runner.errors import EXIT_COST_BOUND, EXIT_FAILED_REQUESTS, EXIT_PROVIDER_STOPPED, EXIT_UPLOAD, UsageError
 from dxi.runner.estimate import Estimate
-from dxi.runner.plan import from_args
+from dxi.runner.inputs import PlanInputs, inputs_of
+from dxi.runner.plan import Plan, build, from_args
 from dxi.runner.run import Stats
 from dxi.scoring import records
 
@@ -22,14 +23,52 @@ EVERY = {"sent": 0, "cache_hits": 0, "failed": 0, "invalid": 0, "attempts": 0, "
          "repaired": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "not_sent": 0, "refused": 0}
 
 
-def plan(data_dir: Path, tmp_path: Path, *flags: str, out: str = "out"):
-    return from_args(parser().parse_args(["run", "--model", MODEL, "--data-dir", str(data_dir), "--cache-dir",
-                                          str(tmp_path / "cache"), "--out", str(tmp_path / out), *flags]))
+def plan(data_dir: Path, tmp_path: Path, out: str = "out", **fields) -> Plan:
+    return build(models=[MODEL], data_dir=data_dir, cache_dir=tmp_path / "cache", out=tmp_path / out, **fields)
 
 
-def selection(data_dir: Path, tmp_path: Path, *flags: str, out: str = "scored") -> rescore.Selection:
-    return rescore.select(parser().parse_args(["score", "--data-dir", str(data_dir), "--cache-dir",
-                                               str(tmp_path / "cache"), "--out", str(tmp_path / out), *flags]))
+def selection(data_dir: Path, tmp_path: Path, out: str = "scored", **fields) -> rescore.Selection:
+    return rescore.select(PlanInputs(data_dir=data_dir, cache_dir=tmp_path / "cache", out=tmp_path / out, **fields))
+
+
+def test_the_keyword_constructor_and_the_command_line_build_the_same_plan(data_dir: Path, tmp_path: Path):
+    """One path: ``plan.build(**fields)`` and ``dxi run``'s parsed flags give the same models, suite, locations and
+    settings; the defaults are the parser's."""
+    flags = parser().parse_args(["run", "--model", MODEL, "--model", "openai:gpt-6-luna", "--data-dir", str(data_dir),
+                                 "--cache-dir", str(tmp_path / "c"), "--limit", "2", "--evals", "when2call,hle_multichoice",
+                                 "--epochs", "3", "--param", "temperature=0", "--effort", "low", "--rpm", "60",
+                                 "--timeout", "9", "--price", "openai:gpt-6-luna=1/2", "--max-cost", "4",
+                                 "--wildguard-subset", "all", "--batch", "--batch-size", "7"])
+    assert inputs_of(flags) == PlanInputs(
+        models=(MODEL, "openai:gpt-6-luna"), data_dir=data_dir, cache_dir=tmp_path / "c", limit=2,
+        evals="when2call,hle_multichoice", epochs=3, params=("temperature=0",), effort="low",
+        limits={"rpm": 60.0, "attempt_timeout_s": 9.0}, prices=("openai:gpt-6-luna=1/2",), max_cost=4.0,
+        wildguard_subset="all", batch=True, batch_size=7)
+    given = from_args(flags)
+    built = build(models=[MODEL, "openai:gpt-6-luna"], data_dir=str(data_dir), cache_dir=tmp_path / "c", limit=2,
+                  evals=["when2call", "hle_multichoice"], epochs=3, params={"temperature": 0}, effort="low",
+                  limits={"rpm": 60, "attempt_timeout_s": 9}, prices=["openai:gpt-6-luna=1/2"], max_cost=4,
+                  wildguard_subset="all", batch=True, batch_size=7)
+    for p in (given, built):
+        assert [(m.label, m.epochs, m.price, m.adapter.params_key, m.identity.effort) for m in p.models] == [
+            (MODEL, 3, (0.0, 0.0), "{}", None),
+            ("openai:gpt-6-luna", 3, (1.0, 2.0), '{"reasoning_effort":"low","temperature":0}', "low")]
+        assert [(m.adapter.limits.rpm, m.adapter.limits.attempt_timeout_s) for m in p.models] == [(60, 9), (60, 9)]
+        assert (p.data_dir, p.cache_dir, p.out, p.epochs, p.max_cost, p.source) == (
+            data_dir, tmp_path / "c", Path("out"), 3, 4, None)
+        assert (p.suite.selected(), p.suite.limit, p.suite.wildguard_subset) == (
+            ["hle_multichoice", "when2call"], 2, "all")
+        assert (p.batch, p.batch_limits) == (frozenset({MODEL, "openai:gpt-6-luna"}),
+                                             {MODEL: (7, None), "openai:gpt-6-luna": (7, None)})
+    # the parser's defaults are the inputs' defaults
+    assert inputs_of(parser().parse_args(["run"])) == PlanInputs()
+    assert inputs_of(parser().parse_args(["score"])) == PlanInputs()
+    with pytest.raises(TypeError, match="limt"):
+        build(models=[MODEL], limt=2)
+    with pytest.raises(UsageError, match="limits rpms: not a limit"):
+        build(models=[MODEL], data_dir=data_dir, limits={"rpms": 1})
+    with pytest.raises(UsageError, match="--limit must be at least 1"):
+        build(models=[MODEL], data_dir=data_dir, limit=0)
 
 
 def test_a_run_returns_its_stats_summary_and_exit_code_and_a_rerun_reads_the_cache(data_dir: Path, tmp_path: Path):
@@ -51,7 +90,7 @@ def test_a_run_returns_its_stats_summary_and_exit_code_and_a_rerun_reads_the_cac
 
 
 def test_a_cost_bound_is_recorded_in_the_result(data_dir: Path, tmp_path: Path):
-    done = session.run(plan(data_dir, tmp_path, "--max-cost", "1"))
+    done = session.run(plan(data_dir, tmp_path, max_cost=1))
     assert done.cost_bound == {"max_cost_usd": 1.0, "spent_usd": 0.0, "stopped": False}  # the embedded model is free
     assert done.summary.cost_bound == done.cost_bound and done.exit_code == 0
 
@@ -70,12 +109,12 @@ def test_rescore_scores_the_cache_without_the_network(data_dir: Path, tmp_path: 
 def test_the_models_to_score_are_those_in_the_cache_or_those_named(data_dir: Path, tmp_path: Path):
     from dxi.cache import Cache
 
-    session.run(plan(data_dir, tmp_path, "--epochs", "2"))
+    session.run(plan(data_dir, tmp_path, epochs=2))
     chosen = selection(data_dir, tmp_path)
     with Cache(chosen.cache_dir) as cache:
         every = rescore.models_to_score(cache, chosen)
-        named = rescore.models_to_score(cache, selection(data_dir, tmp_path, "--model", MODEL))
-        other = selection(data_dir, tmp_path, "--model", "systemone:m@http://127.0.0.1:9")
+        named = rescore.models_to_score(cache, selection(data_dir, tmp_path, models=[MODEL]))
+        other = selection(data_dir, tmp_path, models=["systemone:m@http://127.0.0.1:9"])
         with pytest.raises(UsageError, match=f"no such model in .*cache .*Models there: {MODEL}\\.$"):
             rescore.models_to_score(cache, other)
     assert (every.frame["label"].to_list(), every.prices, every.epochs) == ([MODEL], {MODEL: (0.0, 0.0)}, 1)

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from rich.console import Console
 
-from dxi.runner.cli import main
+from dxi.runner import plan, session
 from dxi.runner.outputs import print_estimate, print_summary
 from dxi.scoring import records
 
@@ -29,8 +29,8 @@ def summary(tmp_path_factory) -> dict:
         (data / dst).parent.mkdir(parents=True, exist_ok=True)
         (data / dst).write_bytes((FIXTURES / src).read_bytes())
     write_wildguard_parquet(data / "wildguardtest" / "wildguardtest.parquet")
-    assert main(["run", "--model", "embedded", "--data-dir", str(data), "--cache-dir", str(tmp / "c"), "--out",
-                 str(tmp / "o"), "-q"]) == 0
+    ran = session.run(plan.build(models=["embedded"], data_dir=data, cache_dir=tmp / "c", out=tmp / "o"))
+    assert ran.exit_code == 0
     s = orjson.loads((tmp / "o" / "summary.json").read_bytes())
     s["models"] = [dict(s["models"][0], model=name) for name in NAMES]
     return s
