@@ -141,8 +141,9 @@ def remote_for(uri: str | None, cache_dir: Path, mirror: Path | None = None, sha
     return remote
 
 
-def setup(args: argparse.Namespace, plan: Plan, sending: bool) -> Distributed:
-    """Read ``--shard``, ``--coordinator`` and ``--cache-remote`` (``sending``: a run, not an estimate): divide
+def setup(args: argparse.Namespace | None, plan: Plan, sending: bool) -> Distributed:
+    """Read ``--shard``, ``--coordinator`` and ``--cache-remote`` (``args``: the parsed flags; None: none given, the
+    plan's own ``coordinator`` and ``cache_remote``) (``sending``: a run, not an estimate): divide
     the limits and the cost bound by N when no coordinator shares them (saying so), connect the
     coordinator, pull the remote's shards. UsageError (exit code 2) for a bad value."""
     from .shard import ShardError, keep_share, parse

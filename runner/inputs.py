@@ -43,7 +43,7 @@ class PlanInputs:
     tokens; ``max_cost``: the cost bound, USD; ``allow_failed``: the tolerance of failed answers, as
     ``runner.config.allow_failed`` returns it; ``limits``: ``adapters.Limits`` fields (``rpm``,
     ``attempt_timeout_s``, ...) over every provider's; ``batch``: every model through its provider's batch
-    API; ``batch_size``: requests per batch; ``cache_remote``: a remote cache tier's URI (scoring reads it).
+    API; ``batch_size``: requests per batch; ``cache_remote``: a remote cache tier's URI (a run uploads to it, scoring reads it).
 
     Strings are accepted where paths are expected, lists where tuples are.
     """

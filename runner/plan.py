@@ -62,7 +62,7 @@ class Plan:
     epochs: int
     max_cost: float | None
     source: Path | None
-    cache_remote: str | None = None  # a run file's (``runner.distributed``)
+    cache_remote: str | None = None  # the inputs', else a run file's (``runner.distributed``)
     coordinator: str | None = None
     batch: frozenset[str] = frozenset()  # the labels sent through their provider's batch API (``runner.batch``)
     batch_overrides: dict = field(default_factory=dict)  # label -> the run file's (batch_input, batch_output)
@@ -307,7 +307,8 @@ def from_inputs(inputs: PlanInputs) -> Plan:
     return Plan(models, suite, inputs.data_dir if inputs.data_dir is not None else default_data_dir(),
                 inputs.cache_dir or Path(".dxi-cache"), inputs.out or Path("out"), epochs or 1, max_cost, None,
                 batch=frozenset(m.label for m in models) if inputs.batch else frozenset(),
-                batch_limits={m.label: (size, None) for m in models}, allow_failed=inputs.allow_failed)
+                batch_limits={m.label: (size, None) for m in models}, allow_failed=inputs.allow_failed,
+                cache_remote=inputs.cache_remote)
 
 
 def _allow_failed(inputs: PlanInputs, run: config.RunFile) -> dict | None:
@@ -450,5 +451,5 @@ def _from_file(inputs: PlanInputs, epochs: int | None, max_cost: float | None) -
                    sample, seed if sample is not None else None, all_tasks)
     return Plan(models, suite, data_dir, inputs.cache_dir or run.resolve(run.cache_dir),
                 inputs.out or run.resolve(run.out), epochs or run.epochs, max_cost if max_cost is not None else run.max_cost,
-                path, run.cache_remote, run.coordinator, frozenset(batch), overrides_of, batch_limits,
+                path, inputs.cache_remote or run.cache_remote, run.coordinator, frozenset(batch), overrides_of, batch_limits,
                 allow_failed=_allow_failed(inputs, run))

@@ -75,7 +75,8 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
     ``console``: where the start line and the progress go (None: nothing is printed); ``grace``: seconds the
     requests in flight get to finish after the first Ctrl-C or SIGTERM; ``fsync``, ``retry_invalid``,
     ``retry_failed``: as ``cache.Cache`` takes them; ``dist``: the shard, remote tier and coordinator
-    (``distributed.setup``; None: one machine); ``batch_options``: batch mode's (``runner.batch``);
+    (``distributed.setup``; None: the plan's own remote tier and coordinator, ``plan.cache_remote`` and
+    ``plan.coordinator``, and no shard); ``batch_options``: batch mode's (``runner.batch``);
     ``fallback_sync``: what batches leave at the deadline is sent one call at a time; ``on_summary``: called
     with summary.json's document once it is written, before the uploads finish.
 
@@ -88,7 +89,7 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
 
     from .stops import stopped_providers
 
-    dist = dist or distributed.Distributed()
+    dist = dist if dist is not None else distributed.setup(None, plan, sending=True)
     budget = dist.budget(plan.max_cost)
     limiters: dict = {}
     with Cache(plan.cache_dir, fsync=fsync, retry_invalid=retry_invalid, retry_failed=retry_failed,

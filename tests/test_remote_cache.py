@@ -25,7 +25,7 @@ from dxi.cache.index import prefixes
 from dxi.cache.partition import Node, nodes_meeting, shard_range
 from dxi.cache.remote import MAX_OBJECTS, Manifest, Remote, RemoteError, live, open_uri
 from dxi.cache.store import ROLL_ROWS
-from dxi.runner import distributed
+from dxi.runner import distributed, plan, session
 from dxi.runner.shard import Shard
 
 from .conftest import DXI, FIXTURES, without_requests
@@ -39,6 +39,12 @@ TASKS = 240
 def dxi(command: str, url: str | None, data: Path, cache: Path, out: Path, *extra: str) -> list[str]:
     model = ["--model", f"systemone:fake@{url}"] if url else []
     return [DXI, command, *model, "--data-dir", str(data), "--cache-dir", str(cache), "--out", str(out), "-q", *extra]
+
+
+def run_fake(url: str, data: Path, cache: Path, out: Path, **fields) -> int:
+    """``dxi run --model systemone:fake@URL -q``'s work in this process (``session.run``): its exit code."""
+    return session.run(plan.build(models=[f"systemone:fake@{url}"], data_dir=data, cache_dir=cache, out=out,
+                                  **fields)).exit_code
 
 
 def summary(out: Path) -> dict:
@@ -108,8 +114,7 @@ def test_a_file_remote_is_read_by_estimate_and_run_and_a_rerun_sends_nothing(tmp
     data = data_dir(tmp_path / "data", 60)
     remote = f"file://{tmp_path / 'shared'}"
     with serve(model="fake", p_first=None, p_yes=None, record=False) as server:
-        assert subprocess.run(dxi("run", server.url, data, tmp_path / "a", tmp_path / "o1", "--cache-remote",
-                                  remote)).returncode == 0
+        assert run_fake(server.url, data, tmp_path / "a", tmp_path / "o1", cache_remote=remote) == 0
         files = sorted(str(p.relative_to(tmp_path / "shared")) for p in (tmp_path / "shared").rglob("*") if p.is_file())
         (stem,) = {f.rsplit("/", 1)[-1].split(".")[0] for f in files}  # one upload: a single process writes at level 0
         assert [f.replace(stem, "S") for f in files] == ["parts/b00/000/S.p00-000.json", "parts/b00/000/S.p00-000.keys.parquet",
@@ -118,8 +123,7 @@ def test_a_file_remote_is_read_by_estimate_and_run_and_a_rerun_sends_nothing(tmp
         est = subprocess.run(dxi("estimate", server.url, data, tmp_path / "b", tmp_path / "o2", "--json",
                                  "--cache-remote", remote), capture_output=True)
         assert orjson.loads(est.stdout)["total"]["new"] == 0  # another machine sees the rows through the remote
-        assert subprocess.run(dxi("run", server.url, data, tmp_path / "b", tmp_path / "o3", "--cache-remote",
-                                  remote)).returncode == 0
+        assert run_fake(server.url, data, tmp_path / "b", tmp_path / "o3", cache_remote=remote) == 0
         assert server.stats()["arrivals"] == first == 60
     assert summary(tmp_path / "o3")["models"][0]["requests"]["cache_hits"] == 60
 
