@@ -15,8 +15,10 @@ from dxi.adapters.errors import REQUEST, SCOPE_MODEL
 from dxi.adapters.provider_errors import provider_stop, refuses_form
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite, discover
+from dxi.runner import rescore
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_PROVIDER_STOPPED
+from dxi.runner.inputs import PlanInputs
 from dxi.scoring.replies import same_model, usage_and_replies
 
 from . import wire_formats
@@ -65,7 +67,8 @@ async def test_a_rerouted_retired_model_is_said_once_per_model_and_recorded(data
     assert table.select("served_model", "replies", "answers").sort("served_model").rows() == [
         ("gemini-3.5-flash", n_tasks(data_dir), answers), ("gemini-3.5-flash-lite", n_tasks(data_dir), answers)]
     # dxi score says it again from the cache alone; the report shows it
-    assert main(["report", *argv[:-2], "--out", str(tmp_path / "r"), "-q"]) == 0
+    inputs = PlanInputs(models=[argv[1], argv[3]], data_dir=data_dir, cache_dir=cache, out=tmp_path / "r")
+    assert rescore.rescore(rescore.select(inputs), html=True).exit_code == 0
     html = (tmp_path / "r" / "report.html").read_text()
     assert "answered by gemini-3.5-flash-lite" in html and html.count("not gemini-2.5-flash as asked") == 1
 

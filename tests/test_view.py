@@ -668,8 +668,8 @@ def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(tmp_pa
     data = _data(tmp_path / "data")
     select = ["--evals", "hle_multichoice", "--limit", "3", "--data-dir", str(data), "-q"]
     with moto_s3(monkeypatch) as s3:
-        assert main(["run", "--model", MODEL, "--cache-dir", str(tmp_path / "writer"), "--out", str(tmp_path / "o"),
-                     "--cache-remote", s3.uri(), *select]) == 0
+        assert run(models=[MODEL], cache_dir=tmp_path / "writer", out=tmp_path / "o", cache_remote=s3.uri(),
+                   evals=["hle_multichoice"], limit=3, data_dir=data) == 0  # uploaded to the remote
         local = tmp_path / "reader"  # a cache folder of this machine: the remote's rows are not in it
         local.mkdir()
         before = tree(local)
