@@ -101,6 +101,13 @@ class DataFile:
         return cls(path, digest.hexdigest(), rows, fetched_from(path, digest.hexdigest()))
 
 
+INDEX_TASKS = {"aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 3423, "wildguardtest": 835}
+"""The tasks the published Decision Index scores per evaluation (seed methodology, "Artificial Analysis
+Decision Indexの評価": 500 private questions, 513 of HLE's 2,500, 3,423 of When2Call's 3,652 after 229
+ambiguous ones are dropped, 835 of WildGuardTest's 1,725 rows); a file with fewer rows is a subset,
+which summary.json's ``data`` block notes (``Suite.data_block``). ``evals.fetch.HubFile.rows`` / ``tasks`` are what the
+hub's file holds and what the product's default selection makes of it (no exclusion list)."""
+
 SOURCE_SUFFIX = ".dxi-source"  # the record ``dxi data fetch`` writes beside a file (no data file pattern matches it)
 
 
@@ -304,6 +311,8 @@ class Suite:
             if n == omniscience.NAME:
                 entry["stand_in"] = omniscience.is_stand_in(d.file.path, d.file.sha256)
                 entry["note"] = omniscience.provenance_note(entry["stand_in"])
+            elif d.file.rows < INDEX_TASKS[n]:
+                entry["note"] = subset_note(n, d.file.rows)
             if n == wildguardtest.NAME:
                 entry["subset"] = self.wildguard_subset
             excluded = self.exclusions.summary(n)
@@ -313,6 +322,15 @@ class Suite:
                 entry["runs"] = dict(self.runs[n])
             block[n] = entry
         return block
+
+
+def subset_note(name: str, rows: int) -> str:
+    """What every report says of a file of evaluation ``name`` holding fewer rows (``rows``) than the published
+    Decision Index scores (``INDEX_TASKS``), e.g. When2Call's 300-row LLM-as-judge file beside the 3,652-row
+    MCQ set the index takes 3,423 tasks of."""
+    return (f"The published Decision Index scores {INDEX_TASKS[name]:,} {EVALS[name].title} tasks; this file holds "
+            f"{rows:,} rows, a subset, so results are not comparable to published numbers (`dxi data fetch` "
+            "downloads the full set).")
 
 
 def gold_frames(tasks: Iterable[Task]) -> tuple[pl.DataFrame, pl.DataFrame]:

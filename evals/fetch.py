@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import EVALS, SOURCE_SUFFIX, DataFile, DatasetError, Suite, discover, fetched_from, omniscience
+from . import EVALS, INDEX_TASKS, SOURCE_SUFFIX, DataFile, DatasetError, Suite, discover, fetched_from, omniscience
 
 OMNISCIENCE_NOTE = ("not downloadable: the published AA-Omniscience-Decision questions are private; put a JSONL "
                     "file of the same shape under omniscience*/ (the documentation's data page: docs/data.md)")
@@ -58,13 +58,6 @@ HUB_FILES: dict[str, HubFile] = {f.eval: f for f in (
             ("test/wildguardtest.parquet", "wildguardtest/test-*.parquet", "*wildguardtest*.parquet"),
             "wildguardtest/wildguardtest.parquet", gated=True, rows=1725, tasks=880),
 )}
-
-
-INDEX_TASKS = {"aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 3423, "wildguardtest": 835}
-"""The tasks the published Decision Index scores per evaluation (seed methodology, "Artificial Analysis
-Decision Indexの評価": 500 private questions, 513 of HLE's 2,500, 3,423 of When2Call's 3,652 after 229
-ambiguous ones are dropped, 835 of WildGuardTest's 1,725 rows); ``HubFile.rows`` / ``tasks`` are what the
-hub's file holds and what the product's default selection makes of it (no exclusion list)."""
 
 
 class FetchError(Exception):

@@ -242,7 +242,7 @@ def print_estimate(doc: dict, console: Console) -> None:
     _legend(console, names, keys)
     for m in doc["models"]:
         if m["new"]:
-            why = ", ".join(f"{n} {r}" for r, n in m["reasons"].items())
+            why = ", ".join(f"{r} ({n})" for r, n in m["reasons"].items())
             console.print(escape(f"  {m['model']}: new because: {why}"), highlight=False)
         if m.get("cost_reason"):
             console.print(escape(f"  {m['model']}: {m['cost_reason']}"))

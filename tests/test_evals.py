@@ -24,6 +24,11 @@ def test_task_counts_on_real_data():
     assert block["wildguardtest"]["files"][0]["rows"] == 1725
     assert block["hle_multichoice"]["files"][0]["sha256"] == (
         "9fcc96afdc468c56a41329dd7f00d45f136a40000d0f321a06606ce7438afbeb")
+    # When2Call's 300-row LLM-as-judge file is a subset of the 3,423 tasks the index scores; the others are whole
+    assert block["when2call"]["note"] == (
+        "The published Decision Index scores 3,423 When2Call tasks; this file holds 300 rows, a subset, so results "
+        "are not comparable to published numbers (`dxi data fetch` downloads the full set).")
+    assert "note" not in block["hle_multichoice"] and "note" not in block["wildguardtest"]
 
 
 @requires_real_data
@@ -185,6 +190,14 @@ def test_two_files_that_could_be_one_evaluation_are_reported(data_dir: Path, cap
     assert found["hle_multichoice"].file.path == first  # the first match is used, as before
     assert f"HLE-MultiChoice: 2 files under {data_dir} could be it" in caplog.text
     assert "Name the one you mean with --hle FILE" in caplog.text
+
+
+def test_a_file_smaller_than_the_published_set_is_noted_as_a_subset(data_dir: Path):
+    block = Suite(discover(data_dir), limit=2).data_block()
+    rows = block["hle_multichoice"]["files"][0]["rows"]
+    assert rows < 513 and block["hle_multichoice"]["note"].startswith(
+        f"The published Decision Index scores 513 HLE-MultiChoice tasks; this file holds {rows:,} rows, a subset")
+    assert "stand-in" in block["aa_omniscience_decision"]["note"]  # its own note, not the subset's
 
 
 def test_only_a_stand_in_is_labelled_one(data_dir: Path, tmp_path: Path):

@@ -103,7 +103,7 @@ def test_the_estimate_table_fits(width: int):
     table = table_lines(lines, "Estimate: what `dxi run` would send (nothing was sent)", ("  M1 =",))
     assert max(len(line) for line in table) <= width and not any("…" in line for line in table)
     told_apart(lines, table)
-    assert sum(f"{name}: new because: 1793 not sent yet" in line for line in lines for name in NAMES) == len(NAMES)
+    assert sum(f"{name}: new because: not sent yet (1793)" in line for line in lines for name in NAMES) == len(NAMES)
 
 
 

@@ -34,23 +34,37 @@ if TYPE_CHECKING:
 
 POLL_S = 30.0  # batch mode's first wait between two status reads of a batch (seconds)
 
-EXIT_CODES = f"""\
-exit codes:
-  0    done
-  {EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply after the retries) or are
+_EXIT_LINES = {
+    0: "0    done",
+    EXIT_FAILED_REQUESTS: f"""{EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply after the retries) or are
        missing from the cache, scored as not correct and marked (*); rerun to request them, or accept them
-       with --allow-failed
-  {EXIT_USAGE}    bad input (flags, run file, model string, data), with a message; nothing was sent
-  {EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)
-  {EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun
-  {EXIT_UPLOAD}    done, but shards could not be uploaded to --cache-remote (all in the local cache; the next run uploads them)
-  {EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, a stated wait over --max-stated-wait),
-       or a model alone (unknown model, refused request form); the others went on; the next run sends what was not sent
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun the same command)
-  {EXIT_TERMINATED}  stopped by SIGTERM (kill, a scheduler's time limit), as for {EXIT_INTERRUPTED}
-  The first Ctrl-C or SIGTERM of a run lets the requests in flight finish and be stored (at most --grace
+       with --allow-failed""",
+    EXIT_USAGE: f"{EXIT_USAGE}    bad input (flags, run file, model string, data), with a message; nothing was sent",
+    EXIT_COST_BOUND: f"{EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)",
+    EXIT_CACHE_WRITE: f"{EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun",
+    EXIT_UPLOAD: f"{EXIT_UPLOAD}    done, but shards could not be uploaded to --cache-remote (all in the local cache; the next "
+                 "run uploads them)",
+    EXIT_PROVIDER_STOPPED: f"""{EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, a stated wait over --max-stated-wait),
+       or a model alone (unknown model, refused request form); the others went on; the next run sends what was not sent""",
+    EXIT_INTERRUPTED: f"{EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun the same command)",
+    EXIT_TERMINATED: f"{EXIT_TERMINATED}  stopped by SIGTERM (kill, a scheduler's time limit), as for {EXIT_INTERRUPTED}",
+}
+_DRAIN = """  The first Ctrl-C or SIGTERM of a run lets the requests in flight finish and be stored (at most --grace
   seconds); a second stops at once.
 """
+
+
+def exit_codes(*codes: int) -> str:
+    """The help's "exit codes:" section for a command that returns ``codes`` (``runner.errors``), in that
+    order; a command that sends requests (returns ``EXIT_INTERRUPTED``) also says how a stop drains."""
+    lines = "".join(f"  {_EXIT_LINES[c]}\n" for c in codes)
+    return "exit codes:\n" + lines + (_DRAIN if EXIT_INTERRUPTED in codes else "")
+
+
+EXIT_CODES = exit_codes(*_EXIT_LINES)
+"""Every exit code of ``dxi`` (``dxi run`` returns them all)."""
+SCORING_EXIT_CODES = exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE)
+"""What ``dxi score`` and ``dxi report`` return: they read the cache and send nothing."""
 
 
 

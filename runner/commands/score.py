@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def add_parser(sub) -> None:
     s = options.command(sub, "score", "score from the cache only, without the network (default: every model in the "
-                                      "cache)", None, options.EXIT_CODES)
+                                      "cache)", None, options.SCORING_EXIT_CODES)
     options.add_scoring(s, "score")
 
 
