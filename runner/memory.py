@@ -5,9 +5,10 @@ and PyArrow's memory pool (mimalloc in its wheels). Each keeps memory it has fre
 defaults what one step of a run freed stayed resident under the next: the peak of ``dxi run --batch`` over 20
 models × 2,193 requests (``benchmarks/bench_batch.py``) was the scoring after the run on top of what the
 batches' collection and the cache's compactions had left in the three heaps. Measured there (peak RSS of the
-run, one run each on the 2-core machine): defaults 389-401 MB; PyArrow on glibc's malloc 350 MB; and
-jemalloc's settings below 309 MB; and glibc's fixed threshold 291 MB. A fully cached rerun of the same
-run (scoring only) went from 252-268 MB and 8-9 s to 226-228 MB and 5.7-6.2 s: none of it costs time.
+run, one run each on the 2-core machine, the settings added one at a time): defaults 389-401 MB; PyArrow on
+glibc's malloc 350 MB; with jemalloc's settings 347 MB; with two glibc arenas 309 MB; with the fixed
+threshold 291 MB (287-294 MB over three runs of the benchmark). A fully cached rerun of the same run
+(scoring only) went from 252-268 MB and 8.2-9.0 s to 226-228 MB and 5.7-6.2 s: none of it costs time.
 
 * **Polars' jemalloc**: one arena, freed pages given back after 10 ms (``_RJEM_MALLOC_CONF``, which Polars
   reads when it is imported; ``view.data`` gives its start-up child the same settings, measured there).
