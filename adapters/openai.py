@@ -104,8 +104,9 @@ def decode_chat(task: Task, body: bytes, cap: str = "max_completion_tokens") -> 
     elif finish == "content_filter":
         problem = "blocked by the provider's content filter (finish_reason content_filter)"
     served = doc.get("model") if isinstance(doc.get("model"), str) else None
+    input_tokens, output_tokens = usage_of(doc)
     return llm.decode_text(task, content, problem=problem,
-                           reasoning=reasoning, input_tokens=usage_of(doc)[0], output_tokens=usage_of(doc)[1],
+                           reasoning=reasoning, input_tokens=input_tokens, output_tokens=output_tokens,
                            served_model=served, cached_input_tokens=cached_of(doc),
                            cache_write_tokens=cache_writes_of(doc), cut_off=cut_off)
 

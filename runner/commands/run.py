@@ -49,6 +49,9 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
+    from ..memory import tune
+
+    tune()  # before Polars and PyArrow are imported (runner.memory)
     from rich.markup import escape
 
     from dxi.cache import CacheWriteError
