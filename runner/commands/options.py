@@ -36,17 +36,19 @@ POLL_S = 30.0  # batch mode's first wait between two status reads of a batch (se
 
 _EXIT_LINES = {
     0: "0    done",
-    EXIT_FAILED_REQUESTS: f"""{EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply after the retries) or are
-       missing from the cache, scored as not correct and marked (*); rerun to request them, or accept them
-       with --allow-failed""",
+    EXIT_FAILED_REQUESTS: f"{EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply "
+                          "after the retries) or are\n       missing from the cache, scored as not correct and marked (*); "
+                          "rerun to request them, or accept them\n       with --allow-failed",
     EXIT_USAGE: f"{EXIT_USAGE}    bad input (flags, run file, model string, data), with a message; nothing was sent",
     EXIT_COST_BOUND: f"{EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)",
     EXIT_CACHE_WRITE: f"{EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun",
     EXIT_UPLOAD: f"{EXIT_UPLOAD}    done, but shards could not be uploaded to --cache-remote (all in the local cache; the next "
                  "run uploads them)",
-    EXIT_PROVIDER_STOPPED: f"""{EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, a stated wait over --max-stated-wait),
-       or a model alone (unknown model, refused request form); the others went on; the next run sends what was not sent""",
-    EXIT_INTERRUPTED: f"{EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun the same command)",
+    EXIT_PROVIDER_STOPPED: f"{EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, a stated wait "
+                           "over --max-stated-wait),\n       or a model alone (unknown model, refused request form); the "
+                           "others went on; the next run sends what was not sent",
+    EXIT_INTERRUPTED: f"{EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun "
+                      "the same command)",
     EXIT_TERMINATED: f"{EXIT_TERMINATED}  stopped by SIGTERM (kill, a scheduler's time limit), as for {EXIT_INTERRUPTED}",
 }
 _DRAIN = """  The first Ctrl-C or SIGTERM of a run lets the requests in flight finish and be stored (at most --grace
