@@ -147,6 +147,23 @@ def test_a_first_run_reaches_its_first_request_without_polars_pyarrow_numpy_or_t
     assert "dxi.cache.store" in loaded  # the probe did open the cache
 
 
+def test_dxi_run_hands_its_plan_to_the_session_before_polars_or_the_scoring_is_imported(tmp_path: Path):
+    # `dxi run`'s own command module (runner.commands.run.main), up to the call that sends: what it imports
+    # first delays the first request (the summary's printer loads Polars: imported once the summary is ready)
+    data = synthetic_data(tmp_path / "data", 5)
+    loaded = _imported_by(
+        "from dxi.runner import cli, session\n"
+        "def stop_here(plan, **kwargs):\n    raise SystemExit(' '.join(sorted(sys.modules)))\n"
+        "session.run = stop_here\n"
+        "try:\n"
+        f"    cli.main(['run', '--model', 'systemone:m@http://127.0.0.1:9', '--data-dir', {str(data)!r}, '--cache-dir', "
+        f"{str(tmp_path / 'cache')!r}, '--out', {str(tmp_path / 'out')!r}, '-q'])\n"
+        "except SystemExit as stop:\n    sys.modules = dict.fromkeys(str(stop.code).split())")
+    assert "dxi.runner.commands.run" in loaded  # the probe did reach the session through the command
+    assert sorted(m for m in loaded if m.split(".")[0] in ("polars", "pyarrow", "numpy")) == []
+    assert "dxi.scoring" not in loaded and "dxi.runner.outputs" not in loaded
+
+
 async def test_progress_lines_go_on_while_no_reply_arrives():
     out = StringIO()
     p = RunProgress(Console(file=out, width=200), {"m": 10}, interval_s=0.05)

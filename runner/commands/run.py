@@ -57,7 +57,6 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from dxi.cache import CacheWriteError
 
     from .. import session
-    from ..outputs import print_summary
 
     plan = options.plan_of(args)
     plan.check_cost_bound()
@@ -69,7 +68,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         result = session.run(plan, console=None if args.quiet else console, grace=args.grace, fsync=args.fsync,
                              retry_invalid=args.retry_invalid, retry_failed=args.retry_failed, dist=dist,
                              batch_options=batch_options, fallback_sync=args.deadline_fallback == "sync",
-                             on_summary=lambda summary: print_summary(summary, console, plan.out))
+                             on_summary=lambda summary: _print_summary(summary, console, plan.out))
     except (KeyboardInterrupt, signals.Interrupted) as stop:
         head, rest = signals.resume_message(stop, plan.cache_dir, args.grace)
         if plan.batch:
@@ -83,6 +82,15 @@ def main(args: argparse.Namespace, console: Console) -> int:
         return EXIT_CACHE_WRITE
     _tell(result, plan.max_cost, console)
     return result.exit_code
+
+
+def _print_summary(summary, console: Console, out) -> None:
+    """``runner.outputs.print_summary``, imported when the summary is ready: the outputs module loads Polars and
+    the scoring, which must not delay the first request (``tests/test_startup.py``; the run's survey imports
+    them on a thread while the requests are on the wire)."""
+    from ..outputs import print_summary
+
+    print_summary(summary, console, out)
 
 
 def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
