@@ -1,4 +1,9 @@
-"""The memory allocators of a ``dxi run`` process, set before Polars and PyArrow are imported (``tune``).
+"""The memory allocators of a ``dxi run --batch`` process, set before Polars and PyArrow are imported (``tune``).
+
+Batch mode only: the settings trade CPU for memory. On a synchronous run of 2,000 requests beside a cache of
+1,000,000 rows (``benchmarks/bench_process.py``'s big-cache start-up case, 4 alternating runs each on the 2-core
+machine) they took the peak from 630 to 531 MB but the CPU time from 6.0-6.7 to 7.6-7.8 s and the wall time
+from 5.4 to 6.8 s, so a synchronous run keeps the allocators' defaults.
 
 Three allocators share the process: glibc's ``malloc`` (Python's objects, NumPy's arrays), Polars' jemalloc
 and PyArrow's memory pool (mimalloc in its wheels). Each keeps memory it has freed for reuse, and by their

@@ -1,4 +1,4 @@
-"""runner.memory: the allocators ``dxi run`` sets before Polars and PyArrow are imported."""
+"""runner.memory: the allocators ``dxi run --batch`` sets before Polars and PyArrow are imported."""
 from __future__ import annotations
 
 import subprocess
@@ -47,3 +47,24 @@ def test_a_task_digest_is_computed_once_and_a_changed_copy_has_its_own():
     changed = replace(task, state="other")
     assert changed.digest != digest
     assert changed.digest == Task("t/1", "e", "other", task.questions, task.gold).digest
+
+
+def test_only_a_batch_run_tunes_the_allocators(tmp_path):
+    from .synthetic import data_dir
+
+    data = data_dir(tmp_path / "data", 3)
+
+    def jemalloc_at_send(*flags: str) -> str:
+        code = ("import os, sys\nfrom dxi.runner import cli, session\n"
+                "def stop_here(plan, **kwargs):\n    raise SystemExit(os.environ.get('_RJEM_MALLOC_CONF', 'unset'))\n"
+                "session.run = stop_here\n"
+                "try:\n"
+                f"    cli.main(['run', '--model', 'openai:gpt-x@http://127.0.0.1:9/v1', '--data-dir', {str(data)!r}, "
+                f"'--cache-dir', {str(tmp_path / 'cache')!r}, '--out', {str(tmp_path / 'out')!r}, '-q', *{list(flags)!r}])\n"
+                "except SystemExit as stop:\n    print(stop.code)")
+        env = {"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": "sk-test"}
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    assert jemalloc_at_send() == "unset"  # a synchronous run keeps the defaults (runner.memory: they cost CPU)
+    assert jemalloc_at_send("--batch") == memory.JEMALLOC

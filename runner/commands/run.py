@@ -49,9 +49,6 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
-    from ..memory import tune
-
-    tune()  # before Polars and PyArrow are imported (runner.memory)
     from rich.markup import escape
 
     from dxi.cache import CacheWriteError
@@ -59,6 +56,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from .. import session
 
     plan = options.plan_of(args)
+    if plan.batch:  # before Polars and PyArrow are imported; batch mode only (runner.memory says why)
+        from ..memory import tune
+
+        tune()
     plan.check_cost_bound()
     batch_options = options.batch_options(args)
     if batch_options.deadline is not None and not plan.batch:
