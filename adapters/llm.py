@@ -146,29 +146,35 @@ def answers_from_object(task: Task, obj: Any) -> tuple[Answer, ...]:
     where the question is missing, answered twice (a duplicate key) or its value is not one of the allowed
     answers. Unexpected keys are
     noted as a warning on every answer."""
-    if not isinstance(obj, Mapping):
+    questions = task.questions
+    if type(obj) is dict:  # (a plain dict named no key twice: ``load_json`` marks one that did)
+        twice: tuple[str, ...] = ()
+    elif isinstance(obj, Mapping):
+        twice = duplicates(obj)
+    else:
         return tuple(Answer.invalid(q.id, f"the reply is JSON but not an object ({type(obj).__name__})")
-                     for q in task.questions)
-    ids = {q.id for q in task.questions}
+                     for q in questions)
+    ids = {q.id for q in questions}
     extra = [str(k) for k in obj if k not in ids]
     warning = f"unexpected key(s) in the reply: {', '.join(extra[:5])}" if extra else None
-    twice = set(duplicates(obj))
     out = []
-    for q in task.questions:
+    for q in questions:
         if q.id in twice:
             out.append(Answer.invalid(q.id, f"duplicate key {q.id!r} in the reply: the question is answered more "
                                             "than once, which answer is meant is ambiguous"))
             continue
-        if q.id not in obj:
+        value = obj.get(q.id, _MISSING)
+        if value is _MISSING:
             out.append(Answer.invalid(q.id, "missing from the reply"))
-            continue
-        value = obj[q.id]
-        if not isinstance(value, str) or value not in q.answer_ids:
+        elif type(value) is str and value in q.answer_ids:
+            out.append(Answer(q.id, OK, predicted=value, warning=warning))
+        else:
             shown = orjson.dumps(value).decode()[:60]
             out.append(Answer.invalid(q.id, f"{shown} is not one of the allowed answers ({', '.join(q.answer_ids)})"))
-            continue
-        out.append(Answer(q.id, OK, predicted=value, warning=warning))
     return tuple(out)
+
+
+_MISSING = object()
 
 
 def parse_object(text: str) -> tuple[Any, bool, str | None]:

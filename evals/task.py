@@ -35,11 +35,16 @@ class Question:
     kind: str
     text: str
     options: tuple[Option, ...] = ()
+    _answer_ids: tuple[str, ...] = field(default=(), init=False, repr=False, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_answer_ids", tuple(o.id for o in self.options) if self.kind == CHOICE else ("yes", "no"))
 
     @property
     def answer_ids(self) -> tuple[str, ...]:
-        """The allowed answers: the option ids, or ("yes", "no")."""
-        return tuple(o.id for o in self.options) if self.kind == CHOICE else ("yes", "no")
+        """The allowed answers: the option ids, or ("yes", "no"); computed once, with the question (every
+        reply decoded checks its answer against them)."""
+        return self._answer_ids
 
 
 @dataclass(frozen=True, slots=True)
