@@ -40,6 +40,8 @@ Model strings: ``anthropic:claude-sonnet-5-5``, ``anthropic:NAME@https://proxy.e
 """
 from __future__ import annotations
 
+from typing import Any
+
 from dxi.evals import Task
 
 from . import budgets, llm
@@ -78,10 +80,11 @@ def usage_of(doc: dict) -> dict:
             "served_model": doc.get("model") if isinstance(doc.get("model"), str) else None}
 
 
-def decode_messages(task: Task, body: bytes, structured: str = "output_config") -> Reply:
+def decode_messages(task: Task, body: bytes, structured: str = "output_config", doc: Any = None) -> Reply:
     """Parse a Messages reply to a structured-output request (``structured="output_config"``) or a
-    forced-tool one (``"tool"``); see the module docstring."""
-    doc = load_json(body)
+    forced-tool one (``"tool"``); see the module docstring. ``doc``: ``body`` parsed already
+    (``Adapter.decode_parsed``), else None."""
+    doc = load_json(body) if doc is None else doc
     if (error := body_error(doc)) is not None:
         raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict) or not isinstance(doc.get("content"), list):
@@ -184,6 +187,9 @@ class Anthropic(HTTPAdapter):
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_messages(task, body, self.structured)
+
+    def decode_parsed(self, task: Task, body: bytes, doc: Any) -> Reply:
+        return decode_messages(task, body, self.structured, doc)
 
     def output_tokens_bound(self, task: Task) -> int | None:
         """``max_tokens`` (its default leaves room for thinking, ``adapters.budgets``; thinking counts within it)."""

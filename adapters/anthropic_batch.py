@@ -82,14 +82,14 @@ class AnthropicBatch(BatchAPI):
     async def cancel(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("POST", f"{self.url}/{batch_id}/cancel", {}))
 
-    async def results(self, status: BatchStatus) -> AsyncIterator[ResultLine]:
+    async def results(self, status: BatchStatus) -> AsyncIterator[list[ResultLine]]:
         url = status.output.get("results_url")
         if not url:
             return
         if url.startswith("/"):
             url = self.adapter.base_url + url
-        async for raw in self.lines(url):
-            yield self.result(raw)
+        async for lines in self.lines(url):
+            yield [self.result(raw) for raw in lines]
 
     def result(self, raw: bytes) -> ResultLine:
         """One line of the results file (see the module docstring)."""
@@ -101,7 +101,7 @@ class AnthropicBatch(BatchAPI):
             return ResultLine("", error=MalformedReply("a result line that is not a MessageBatchIndividualResponse",
                                                        raw[:2000].decode("utf-8", "replace")))
         if kind == "succeeded":
-            return ResultLine(key, orjson.dumps(result.get("message")))
+            return ResultLine(key, orjson.dumps(result.get("message")), doc=result.get("message"))
         if kind == "errored":
             error = result.get("error") if isinstance(result.get("error"), dict) else {}
             inner = error.get("error") if isinstance(error.get("error"), dict) else {}

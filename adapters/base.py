@@ -339,3 +339,9 @@ class Adapter(abc.ABC):
     def decode(self, task: Task, body: bytes) -> Reply:
         """Parse a reply body into one Answer per question; raises MalformedReply when the body is not
         the wire format. Problems with single answers are recorded as invalid answers, not raised."""
+
+    def decode_parsed(self, task: Task, body: bytes, doc: Any) -> Reply:
+        """``decode`` of a body parsed already: ``doc`` is ``body`` as ``json_body.load_json`` reads it (a batch
+        result line's own parse, ``adapters.batches.ResultLine.doc``). The adapters whose decoder starts from the
+        parsed body read ``doc`` instead of parsing ``body`` again; the others (this default) decode ``body``."""
+        return self.decode(task, body)

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -93,11 +93,13 @@ class BatchStatus:
 class ResultLine:
     """One request's result: ``key`` (its custom id = cache key) and either ``body`` (the reply, as the
     synchronous endpoint returns it) or ``error`` (a per-request error, classified as synchronously); both
-    None: not attempted (the batch expired or was cancelled first), given back."""
+    None: not attempted (the batch expired or was cancelled first), given back. ``doc`` is ``body`` parsed,
+    from the line's own parse (``Adapter.decode_parsed`` reads it rather than parsing ``body`` again)."""
 
     key: str
     body: bytes | None = None
     error: AdapterError | None = None
+    doc: Any = None
 
 
 class BatchAPI:
@@ -114,6 +116,7 @@ class BatchAPI:
     def __init__(self, adapter: HTTPAdapter):
         self.adapter = adapter
         self.limits = self.LIMITS
+        self._head_bytes: int | None = None  # len(head(key)), the same for every key (``split``)
 
     # ---- HTTP ---------------------------------------------------------------------------------
     @property
@@ -151,28 +154,35 @@ class BatchAPI:
                             f"{payload[:200].decode('utf-8', 'replace')}") from None
         return doc if isinstance(doc, dict) else {"value": doc}
 
-    async def lines(self, url: str, headers: dict[str, str] | None = None) -> AsyncIterator[bytes]:
-        """The lines of a JSONL file at ``url`` as they arrive (never the whole file in memory; a line longer
-        than ``LINE_BYTES`` is yielded as ``b""``, read no further). Raises as ``call`` does."""
+    async def lines(self, url: str, headers: dict[str, str] | None = None) -> AsyncIterator[list[bytes]]:
+        """The lines of a JSONL file at ``url`` as they arrive, a list for each piece read from the network (up
+        to 64 KiB: the lines it completes; never the whole file in memory). A line longer than ``LINE_BYTES``
+        is given as ``b""``, read no further; blank lines are left out. Raises as ``call`` does."""
+        secrets = self.adapter._secrets
         try:
             async with self.session().get(url, headers=headers or self.headers()) as resp:
                 if resp.status >= 300:
-                    payload = redact(await resp.content.read(64 << 10), self.adapter._secrets)
+                    payload = redact(await resp.content.read(64 << 10), secrets)
                     error = error_for(resp.status, payload, resp.headers, self.what, self.adapter.retry_after_from_body)
                     if resp.status == 404:
                         raise BatchLost(str(error), 404)
                     raise error
-                held = bytearray()
-                skipping = False
+                held = bytearray()  # the start of a line the last piece did not complete
+                skipping = False  # within a line longer than LINE_BYTES
                 async for chunk in resp.content.iter_chunked(1 << 16):
+                    got: list[bytes] = []
                     start = 0
                     while (end := chunk.find(b"\n", start)) >= 0:
-                        if not skipping:
-                            held += chunk[start:end]
-                            if held.strip():
-                                yield redact(bytes(held), self.adapter._secrets)
+                        if skipping:
+                            got.append(b"")
                         else:
-                            yield b""
+                            if held:
+                                held += chunk[start:end]
+                                line = bytes(held)
+                            else:
+                                line = chunk[start:end]
+                            if line and not line.isspace():
+                                got.append(line)
                         held.clear()
                         skipping = False
                         start = end + 1
@@ -181,10 +191,12 @@ class BatchAPI:
                         if len(held) > LINE_BYTES:
                             held.clear()
                             skipping = True
+                    if got:
+                        yield [redact(line, secrets) for line in got]
                 if skipping:
-                    yield b""
+                    yield [b""]
                 elif held.strip():
-                    yield redact(bytes(held), self.adapter._secrets)
+                    yield [redact(bytes(held), secrets)]
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
             raise Transient(f"{self.what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
 
@@ -199,11 +211,13 @@ class BatchAPI:
         raise NotImplementedError
 
     def split(self, line: bytes) -> tuple[str, bytes]:
-        """An input line back into (key, body bytes): the inverse of ``line``."""
+        """An input line back into (key, body bytes): the inverse of ``line`` (a cache key is 64 characters, so
+        every line's head has one length)."""
         start = line.index(b'"') + 1
         start = line.index(b'"', start) + 3  # past the id's name, '":"'
-        key = line[start:start + 64].decode()
-        return key, line[len(self.head(key)):-1]
+        if self._head_bytes is None:
+            self._head_bytes = len(self.head("0" * 64))
+        return line[start:start + 64].decode(), line[self._head_bytes:-1]
 
     async def upload(self, entry_id: str, path: Path, n: int, size: int) -> str | None:
         """Upload the input file ``path`` (``n`` lines, ``size`` bytes) where the provider takes a file; its
@@ -227,8 +241,9 @@ class BatchAPI:
     async def cancel(self, batch_id: str) -> BatchStatus:
         raise NotImplementedError
 
-    def results(self, status: BatchStatus) -> AsyncIterator[ResultLine]:
-        """The results of an ended batch, one per line as read."""
+    def results(self, status: BatchStatus) -> AsyncIterator[list[ResultLine]]:
+        """The results of an ended batch as they are read: a list for each piece of the results read (those of
+        ``lines``), each line's result in it."""
         raise NotImplementedError
 
 

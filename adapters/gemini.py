@@ -58,9 +58,10 @@ def _usage(doc: dict) -> tuple[int | None, int | None, int | None]:
     return prompt, None if out is None else out + thoughts, (cached or 0) if prompt is not None else None
 
 
-def decode_generate(task: Task, body: bytes) -> Reply:
-    """Parse a generateContent reply (see the module docstring)."""
-    doc: Any = load_json(body)
+def decode_generate(task: Task, body: bytes, doc: Any = None) -> Reply:
+    """Parse a generateContent reply (see the module docstring); ``doc``: ``body`` parsed already
+    (``Adapter.decode_parsed``), else None."""
+    doc = load_json(body) if doc is None else doc
     if (error := body_error(doc)) is not None:
         raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict):
@@ -147,6 +148,9 @@ class Gemini(HTTPAdapter):
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_generate(task, body)
+
+    def decode_parsed(self, task: Task, body: bytes, doc: Any) -> Reply:
+        return decode_generate(task, body, doc)
 
     def output_tokens_bound(self, task: Task) -> int | None:
         """``maxOutputTokens`` plus ``thinkingConfig.thinkingBudget`` (thoughts are billed as output);

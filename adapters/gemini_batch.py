@@ -50,6 +50,7 @@ HTTP_OF_GRPC = {1: 499, 2: 500, 3: 400, 4: 504, 5: 404, 6: 409, 7: 403, 8: 429, 
 KEY_HEAD = b'{"key":"'
 REQUEST_HEAD = b'","request":'
 KEY_LEN = 64
+INLINE_PIECE = 256  # inline responses handed to the runner at a time (``BatchAPI.results``)
 
 
 def _batch_of(op: dict) -> dict:
@@ -71,6 +72,20 @@ def status_of(op: dict) -> BatchStatus:
     name = str(op.get("name") or batch.get("name") or "")
     return BatchStatus(name, state, ENDED.get(state), counts, where, batch.get("displayName"),
                        iso_time(batch.get("createTime")), counts.get("requestCount"))
+
+
+def _parsed(raw: bytes) -> object:
+    """A line of the responses file parsed; None when it is not JSON (``result`` says so)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _keyed(item: object) -> object:
+    """An inline response with its request's key (``metadata.key``) on top, as the file's lines carry it."""
+    meta = item.get("metadata") if isinstance(item, dict) else None
+    return {**item, "key": meta.get("key")} if isinstance(meta, dict) else item
 
 
 def _inline(line: bytes) -> bytes:
@@ -150,15 +165,11 @@ class GeminiBatch(BatchAPI):
         await self.call("POST", f"{self.adapter.base_url}/v1beta/{batch_id}:cancel", {})
         return await self.get(batch_id)
 
-    async def results(self, status: BatchStatus) -> AsyncIterator[ResultLine]:
+    async def results(self, status: BatchStatus) -> AsyncIterator[list[ResultLine]]:
         if status.output.get("responses_file"):
             url = f"{self.adapter.base_url}/download/v1beta/{status.output['responses_file']}:download?alt=media"
-            async for raw in self.lines(url):
-                try:
-                    doc = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    doc = None
-                yield self.result(doc, raw)
+            async for lines in self.lines(url):
+                yield [self.result(_parsed(raw), raw) for raw in lines]
             return
         if not status.output.get("inline"):
             return
@@ -169,9 +180,8 @@ class GeminiBatch(BatchAPI):
         items = inline.get("inlinedResponses") if isinstance(inline, dict) else None
         if not isinstance(items, list):
             raise BatchLost(f"{self.what}: batch {status.batch_id} ended without its inline responses")
-        for item in items:
-            meta = item.get("metadata") if isinstance(item, dict) else None
-            yield self.result({**item, "key": meta.get("key")} if isinstance(meta, dict) else item, b"")
+        for start in range(0, len(items), INLINE_PIECE):
+            yield [self.result(_keyed(item), b"") for item in items[start:start + INLINE_PIECE]]
 
     def result(self, doc: object, raw: bytes) -> ResultLine:
         """One response: ``{"key", "response"}`` or ``{"key", "error"}`` (a ``google.rpc.Status``)."""
@@ -180,7 +190,7 @@ class GeminiBatch(BatchAPI):
                                                        raw[:2000].decode("utf-8", "replace")))
         key = doc["key"]
         if isinstance(doc.get("response"), dict):
-            return ResultLine(key, orjson.dumps(doc["response"]))
+            return ResultLine(key, orjson.dumps(doc["response"]), doc=doc["response"])
         error = doc.get("error") or doc.get("status")
         error = error if isinstance(error, dict) else {}
         code = error.get("code") if isinstance(error.get("code"), int) else 13

@@ -84,10 +84,11 @@ def reasoning_tokens_of(doc: dict) -> int | None:
     return as_count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
 
 
-def decode_chat(task: Task, body: bytes, cap: str = "max_completion_tokens") -> Reply:
+def decode_chat(task: Task, body: bytes, cap: str = "max_completion_tokens", doc: Any = None) -> Reply:
     """Parse a Chat Completions reply to a structured request (see the module docstring); ``cap`` names the
-    request's token cap in the reason of a reply cut off at it."""
-    doc = load_json(body)
+    request's token cap in the reason of a reply cut off at it; ``doc``: ``body`` parsed already
+    (``Adapter.decode_parsed``), else None."""
+    doc = load_json(body) if doc is None else doc
     raise_body_error(doc)
     choice = choice_of(doc, body)
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
@@ -171,6 +172,9 @@ class OpenAI(ReasoningEffort, HTTPAdapter):
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_chat(task, body, self.cap_field)
+
+    def decode_parsed(self, task: Task, body: bytes, doc: Any) -> Reply:
+        return decode_chat(task, body, self.cap_field, doc)
 
     @property
     def cap_field(self) -> str:

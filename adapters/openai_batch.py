@@ -94,13 +94,13 @@ class OpenAIBatch(BatchAPI):
     async def cancel(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("POST", f"{self.adapter.base_url}/batches/{batch_id}/cancel", {}))
 
-    async def results(self, status: BatchStatus) -> AsyncIterator[ResultLine]:
+    async def results(self, status: BatchStatus) -> AsyncIterator[list[ResultLine]]:
         for name in ("output_file_id", "error_file_id"):
             file_id = status.output.get(name)
             if not file_id:
                 continue
-            async for raw in self.lines(f"{self.adapter.base_url}/files/{file_id}/content"):
-                yield self.result(raw)
+            async for lines in self.lines(f"{self.adapter.base_url}/files/{file_id}/content"):
+                yield [self.result(raw) for raw in lines]
 
     def result(self, raw: bytes) -> ResultLine:
         """One line of an output or error file (see the module docstring)."""
@@ -114,7 +114,7 @@ class OpenAIBatch(BatchAPI):
         if isinstance(response, dict) and isinstance(response.get("status_code"), int):
             body = orjson.dumps(response.get("body"))
             if response["status_code"] < 300:
-                return ResultLine(key, body)
+                return ResultLine(key, body, doc=response.get("body"))
             return ResultLine(key, error=error_for(response["status_code"], body, {}, self.what))
         if isinstance(error, dict) and error.get("code") in NOT_RUN:
             return ResultLine(key)

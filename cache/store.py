@@ -41,7 +41,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -597,6 +597,13 @@ class Cache:
 
     def append(self, row: dict) -> None:
         """Store one row (a dict with the columns of ``SCHEMA``) durably before returning."""
+        self.append_many((row,))
+
+    def append_many(self, rows: Sequence[dict]) -> None:
+        """Store rows (dicts with the columns of ``SCHEMA``) durably before returning, in one write(2): a batch's
+        results read together (``runner.batch``) cost one system call, not one each. Raises CacheWriteError
+        (nothing of ``rows`` is then counted as stored; the complete lines a full disk took are read back by
+        the next start-up, a cut one dropped)."""
         fd = self._fd
         if fd is None:
             if self.read_only:
@@ -604,22 +611,23 @@ class Cache:
             self._closing = False  # appending again after close
             self._open_log()
             fd = self._fd
-        # one write(2) on an O_APPEND file: the row is in the kernel when it returns
-        line = _dumps(row, option=_LINE)
+        # one write(2) on an O_APPEND file: the rows are in the kernel when it returns
+        data = _dumps(rows[0], option=_LINE) if len(rows) == 1 else b"".join([_dumps(row, option=_LINE) for row in rows])
         try:
-            written = _write(fd, line)
+            written = _write(fd, data)
         except OSError as exc:
             raise CacheWriteError(f"cannot write to the cache log {self._wal}: {exc.strerror}", exc.errno) from None
-        if written != len(line):  # a full disk takes what fits, then refuses the rest
-            raise CacheWriteError(f"cannot write to the cache log {self._wal}: only {written} of {len(line)} bytes "
-                                  "of a row were written (is the disk full?)")
+        if written != len(data):  # a full disk takes what fits, then refuses the rest
+            raise CacheWriteError(f"cannot write to the cache log {self._wal}: only {written} of {len(data)} bytes "
+                                  f"of {'a row' if len(rows) == 1 else f'{len(rows)} rows'} were written (is the disk full?)")
         if self.fsync:
             os.fsync(fd)
         index = self._index
         if index is None:
             index = self._keys()
-        index.set(row["key"], code_of(row["status"], row.get("error_kind")))
-        self._log_rows += 1
+        for row in rows:
+            index.set(row["key"], code_of(row["status"], row.get("error_kind")))
+        self._log_rows += len(rows)
         if self._log_rows >= self.roll_rows:
             self._roll()
 

@@ -27,8 +27,9 @@ requests go in a new batch). An entry whose batch the provider no longer knows (
 requests are given back.
 
 **Collecting** an ended batch: each result line, as read, goes through the adapter's ``decode`` and the same
-row as a synchronous reply (``runner.rows.make_row``, ``transport`` "batch" and the batch id) and is
-appended to the cache at once; a deterministic error (400-class) is stored as a failure; a transient one
+row as a synchronous reply (``runner.rows.make_row``, ``transport`` "batch" and the batch id); the rows of
+each piece read from the network (up to 64 KiB of lines, ``BatchAPI.lines``) are appended to the cache in one
+write before the next piece is read; a deterministic error (400-class) is stored as a failure; a transient one
 (5xx, 429, a body that is not the wire format), a request the batch did not run (it expired or was
 cancelled) and a request with no result line are **given back**: into the next batch, up to
 ``Limits.max_attempts`` times, then stored as a transient failure (sent again by the next run). A result
@@ -42,7 +43,8 @@ Ctrl-C leaves them running and the next run collects them.
 
 Test hooks: ``DXI_FAILPOINT=NAME`` kills the process (SIGKILL) at a named step: ``intent`` (after the
 intent is recorded), ``uploaded``, ``created`` (after the provider's reply, before it is recorded: the
-window no tag closes for Anthropic), ``submitted``, ``append:N`` (after the N-th row appended by a collection).
+window no tag closes for Anthropic), ``submitted``, ``append:N`` (after the append that stored the N-th row
+of this process's collections: a piece of results is appended at once).
 
 **Why one module** over the ~400 lines modules keep to: ``ModelBatches`` (most of it) is one model's state
 machine over its ledger entries: streaming, submitting, polling and collecting share the entries being
@@ -68,7 +70,7 @@ from pathlib import Path
 
 from dxi.adapters import Adapter, AdapterError, Answer, Fatal, ProviderStop, RateLimited, Reply, Request, Retryable
 from dxi.adapters.batches import FAILED as FAILED_BATCH
-from dxi.adapters.batches import BatchAPI, BatchLost, BatchStatus
+from dxi.adapters.batches import BatchAPI, BatchLost, BatchStatus, ResultLine
 from dxi.adapters.errors import REQUEST
 from dxi.cache import Cache
 from dxi.cache.ledger import Entry, Ledger, new_id
@@ -219,6 +221,7 @@ class ModelBatches:
         self.cancelled = False
         self.appended = 0
         self.failpoint = os.environ.get("DXI_FAILPOINT")  # the test hook, read once: a row's append looks it up
+        self.params_key = self.adapter.params_key  # (each result's request is rebuilt with it: computed once)
 
     # ---- helpers ------------------------------------------------------------------------------
     @property
@@ -328,7 +331,7 @@ class ModelBatches:
         stream = self._requests()
         try:
             while batch := list(islice(stream, LOOKUP)):
-                await asyncio.sleep(0)
+                await self._after_collection()
                 for (task, sample, request), hit in zip(batch, self.cache.has_many([r.key for _, _, r in batch]),
                                                         strict=True):
                     key = request.key
@@ -362,6 +365,14 @@ class ModelBatches:
                 await self._submit(builder)
         finally:
             self.wake.set()
+
+    async def _after_collection(self) -> None:
+        """Let a collection under way (any model's) finish before more requests are encoded: answers already
+        produced reach the cache first, and encoding is CPU on the same core."""
+        if self.collecting.locked():
+            async with self.collecting:
+                return
+        await asyncio.sleep(0)
 
     def _past_deadline(self) -> bool:
         return self.options.deadline is not None and time.time() >= self.options.deadline
@@ -632,9 +643,10 @@ class ModelBatches:
         """The request bodies of an entry, from its input file (kept until it is collected): each result's
         request is rebuilt from them rather than encoded again. {} when the file is gone (a run that died
         before: the requests are encoded again)."""
+        split = self.api.split
         try:
             with open(self.ledger.folder / f"{entry_id}.input.jsonl", "rb") as f:
-                return dict(self.api.split(raw.rstrip(b"\n")) for raw in f if raw.strip())
+                return dict(split(raw[:-1] if raw[-1:] == b"\n" else raw) for raw in f if not raw.isspace())
         except (OSError, ValueError):
             return {}
 
@@ -642,7 +654,7 @@ class ModelBatches:
         """The request of ``key``: from its body as sent (``_bodies``), else encoded again."""
         if body is not None:
             a = self.adapter
-            request = Request(a.kind, a.model, a.endpoint, body, sample, a.params_key)
+            request = Request(a.kind, a.model, a.endpoint, body, sample, self.params_key)
             if request.key == key:
                 return request
         return self.adapter.encode(task, sample)
@@ -657,23 +669,29 @@ class ModelBatches:
         actual = 0.0
         if status is not None:
             try:
-                async for result in self.api.results(status):
-                    key = result.key
-                    if key not in keys or key in seen:
-                        continue
-                    seen.add(key)
-                    item = self.waiting.get(key)
-                    if self.cache.has(key):
-                        self.waiting.pop(key, None)
-                        continue
-                    if item is None:
-                        unmatched += 1
-                        continue
-                    cost, kept = self._store(entry, key, item, result.body, result.error, bodies.get(key))
-                    actual += cost
-                    stored += kept
-                    if not kept:
-                        given.append(key)
+                async for results in self.api.results(status):  # a piece of the results at a time
+                    rows: list[tuple[str, Task, dict, float]] = []
+                    for result in results:
+                        key = result.key
+                        if key not in keys or key in seen:
+                            continue
+                        seen.add(key)
+                        item = self.waiting.get(key)
+                        if self.cache.has(key):
+                            self.waiting.pop(key, None)
+                            continue
+                        if item is None:
+                            unmatched += 1
+                            continue
+                        row, cost = self._row(entry, key, item, result, bodies.get(key))
+                        if row is None:
+                            given.append(key)
+                        else:
+                            rows.append((key, item[0], row, cost))
+                    if rows:  # stored before the next piece is read
+                        self._store(rows)
+                        stored += len(rows)
+                        actual += sum(cost for *_, cost in rows)
             except AdapterError as exc:
                 self._say(f"could not read all results of batch {entry.batch_id} ({exc}); trying again later")
                 self._schedule(entry.id)
@@ -702,11 +720,12 @@ class ModelBatches:
         self.wake.set()
         self.on_progress()
 
-    def _store(self, entry: Entry, key: str, item: tuple[Task, int], body: bytes | None,
-               error: AdapterError | None, sent: bytes | None = None) -> tuple[float, int]:
-        """Decode and append one result as the synchronous path would (``sent``: the request's body as it
-        was sent, when known); returns (its cost, 1 if a row was appended, 0 when it is given back)."""
+    def _row(self, entry: Entry, key: str, item: tuple[Task, int], result: ResultLine,
+             sent: bytes | None = None) -> tuple[dict | None, float]:
+        """Decode one result as the synchronous path would (``sent``: the request's body as it was sent, when
+        known); returns (its cache row, its cost in USD), or (None, 0.0) when it is given back."""
         task, sample = item
+        body, error = result.body, result.error
         outcome = Outcome(attempts=1)
         st = self.stats
         st.attempts += 1
@@ -719,7 +738,7 @@ class ModelBatches:
                     outcome.reply = Reply(tuple(Answer.invalid(q.id, f"reply larger than {self.adapter.limits.max_reply_bytes} "
                                                                      "bytes") for q in task.questions))
                 else:
-                    outcome.reply = self.adapter.decode(task, body)
+                    outcome.reply = self.adapter.decode_parsed(task, body, result.doc)
             except AdapterError as exc:
                 error = exc
         if isinstance(error, ProviderStop) and error.cause == REQUEST:  # the batch ran the others of this form:
@@ -732,7 +751,7 @@ class ModelBatches:
                 self.budget.settle(reserved, 0.0)
             if isinstance(error, RateLimited):
                 st.rate_limited += 1
-            return 0.0, 0
+            return None, 0.0
         outcome.error = None if outcome.reply is not None else error
         cost = 0.0
         if reserved is not None:
@@ -741,17 +760,25 @@ class ModelBatches:
             from dxi.scoring.cost import USAGE_COLUMNS, request_cost
             cost = request_cost({c: getattr(outcome.reply, c) for c in USAGE_COLUMNS}, self.charge.price)
             self.budget.spent += cost
-        row = make_row(task, self._request(key, task, sample, sent), outcome, transport=BATCH, batch_id=entry.batch_id)
-        self.cache.append(row)
-        self.appended += 1
-        if self.failpoint is not None:
-            failpoint(f"append:{self.appended}")
-        self.waiting.pop(key, None)
-        if st.cost_usd is not None:
-            st.cost_usd += cost
-        st.add(row, task.id)
+        return make_row(task, self._request(key, task, sample, sent), outcome, transport=BATCH,
+                        batch_id=entry.batch_id), cost
+
+    def _store(self, rows: list[tuple[str, Task, dict, float]]) -> None:
+        """Append the rows of a piece of results, ``(key, task, row, cost)`` each, in one write (``Cache.append_many``),
+        then count them."""
+        before = self.appended
+        self.cache.append_many([row for _, _, row, _ in rows])
+        self.appended += len(rows)
+        if self.failpoint is not None:  # ``append:N``: killed after the append that stored the N-th row
+            for n in range(before + 1, self.appended + 1):
+                failpoint(f"append:{n}")
+        st = self.stats
+        for key, task, row, cost in rows:
+            self.waiting.pop(key, None)
+            if st.cost_usd is not None:
+                st.cost_usd += cost
+            st.add(row, task.id)
         self.on_progress()
-        return cost, 1
 
     def _give_back(self, key: str) -> None:
         """A request without a usable result: into the next batch, or (its attempts spent) stored as a

@@ -189,3 +189,57 @@ def test_each_providers_batch_states_map_to_one_outcome():
     status = gemini_status(op)
     assert (status.outcome, status.tag, status.total, status.output) == (COMPLETED, "dxi-2", 4, {"responses_file": "files/9"})
     assert gemini_status({"name": "batches/2", "metadata": {"state": "BATCH_STATE_RUNNING"}}).outcome is None
+
+
+def test_a_results_file_is_read_a_piece_at_a_time_as_it_arrives(monkeypatch: pytest.MonkeyPatch):
+    """``BatchAPI.lines`` over a real server on loopback that sends the file in pieces, each only once the
+    reader has handed on the lines of the one before: every piece's complete lines come as one list before the
+    next piece is sent (what ``runner.batch`` appends in one write). A line cut between pieces is joined, blank
+    lines are left out, a line longer than ``LINE_BYTES`` comes as ``b""``, the API key is redacted, and the
+    last line needs no newline."""
+    import asyncio
+
+    from aiohttp import web
+
+    from dxi.adapters import batches
+
+    monkeypatch.setattr(batches, "LINE_BYTES", 20)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-key")
+    pieces = [b'{"a":1}\n{"b":', b'2}\n\n  \r\n{"c":"sk-secret-key"}\r\n' + b"y" * 30, b'yyy\n{"e":5}']
+    expected = [[b'{"a":1}'], [b'{"b":2}', b'{"c":"[REDACTED]"}\r'], [b""], [b'{"e":5}']]
+
+    async def scenario() -> list[list[bytes]]:
+        handed = [asyncio.Event() for _ in pieces]
+
+        async def handler(request: web.Request) -> web.StreamResponse:
+            assert request.headers["Authorization"] == "Bearer sk-secret-key"
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            for i, piece in enumerate(pieces):
+                if i:
+                    await asyncio.wait_for(handed[i - 1].wait(), 10)
+                await resp.write(piece)
+            await resp.write_eof()
+            return resp
+
+        app = web.Application()
+        app.router.add_get("/v1/files/f/content", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        adapter = adapters.get(f"openai:m@http://127.0.0.1:{port}/v1")
+        await adapter.start()
+        got: list[list[bytes]] = []
+        try:
+            async for group in OpenAIBatch(adapter).lines(f"http://127.0.0.1:{port}/v1/files/f/content"):
+                got.append(group)
+                if len(got) <= len(handed):
+                    handed[len(got) - 1].set()
+        finally:
+            await adapter.close()
+            await runner.cleanup()
+        return got
+
+    assert asyncio.run(scenario()) == expected

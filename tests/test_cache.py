@@ -199,6 +199,34 @@ def test_logs_roll_over_into_shards_and_every_row_stays_visible(tmp_path: Path):
     assert len(again) == 35 and again.scan().collect()["key"].n_unique() == 35
 
 
+def test_rows_appended_together_are_one_write_of_their_lines_and_each_counts_as_cached(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch):
+    """``append_many`` (a batch's results read together): one write(2) of exactly the lines ``append`` would
+    write one by one, every key looked up as cached after it returns, and the log rolled over once past
+    ``roll_rows``."""
+    from dxi.cache import store
+
+    writes: list[bytes] = []
+
+    def write(fd: int, data: bytes) -> int:
+        writes.append(bytes(data))
+        return os.write(fd, data)
+
+    rows = [row("a"), row("b", "invalid"), row("c", "failed", "fatal"), row("d", "failed", "transient")]
+    monkeypatch.setattr(store, "_write", write)
+    with Cache(tmp_path / "many", roll_rows=6) as cache:
+        cache.append_many(rows)
+        assert writes == [b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows)]
+        assert [cache.has(k) for k in "abcde"] == [True, True, True, False, False]
+        cache.append_many([row(f"k{i}") for i in range(3)])  # 7 rows: past roll_rows, the log rolls over
+        assert len(writes) == 2 and cache.scan().select("key").collect().height == 7
+    assert sorted(pl.read_parquet(s).height for s in (tmp_path / "many").glob("shards/*.parquet")) == [7]
+    with Cache(tmp_path / "one") as cache:
+        for r in rows:
+            cache.append(r)
+    assert writes[2:] == [orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows]
+
+
 def test_key_index_merges_batches_and_the_newest_row_wins(monkeypatch: pytest.MonkeyPatch):
     from dxi.cache import index
 
