@@ -5,7 +5,8 @@ process) in one ``dxi run --batch``: the run's peak memory (the ``dxi run`` proc
 beyond the upload and the download (creates, status reads, lists), and the time from a batch's end (the
 status read that finds it ended) to its answers being in the cache (the ledger's ``ended`` and
 ``collected`` events: the time some batch is being collected, those collected side by side counted once),
-per 10,000 answers.
+per 10,000 answers. The fake makes a batch's answers when it is created, so that ending twenty batches at once
+does not take the shared machine's CPU from the collections being timed.
 
 ``DXI_BENCH_BATCH_MODELS`` / ``DXI_BENCH_BATCH_TASKS`` scale it (defaults 20 and 2,193; the tasks are the
 real data's first evaluation rows when ``../shared/data`` is there, else synthetic When2Call rows).

@@ -3,7 +3,8 @@ Batches and the Gemini Batch API (with its Files API upload and download), as th
 them (``openai`` ``types/batch*.py``, ``file_object.py``; ``anthropic`` ``types/messages/message_batch*.py``;
 ``google-genai`` ``batches.py``, ``files.py``, ``types.py``). Each batch line is answered by the same
 responder as the synchronous route of its format (``tests.wire_formats``), so a batch answer and a
-synchronous answer of one request are the same.
+synchronous answer of one request are the same. The answers are made when a batch is created (as a
+provider's are while it runs); the status read that ends it only writes the result lines.
 
 Behaviour (``FakeProvider(batch={...})``, JSON-able):
 
