@@ -162,7 +162,7 @@ class _Builder:
     reserved: dict[str, float] = field(default_factory=dict)
 
 
-async def _with_retries(call: Callable, adapter: Adapter, what: str):
+async def with_retries(call: Callable, adapter: Adapter, what: str):
     """``await call()``, again after a retryable error (up to ``Limits.max_attempts``, the waits doubling
     from ``backoff_s`` up to ``max_wait_s``, a stated wait honoured): the batch API's own calls."""
     limits = adapter.limits
@@ -303,7 +303,7 @@ class ModelBatches:
     async def _find(self, entry: Entry, known: set[str]) -> None:
         """An entry whose create may have reached the provider without its reply being recorded."""
         try:
-            found = await _with_retries(lambda: self.api.find(entry.id, entry.created, entry.requests, known),
+            found = await with_retries(lambda: self.api.find(entry.id, entry.created, entry.requests, known),
                                         self.adapter, "find")
         except AdapterError as exc:
             self._say(f"could not look for batch {entry.id} at the provider ({exc}); left open for the next run")
@@ -444,7 +444,7 @@ class ModelBatches:
             self.attempts[key] = self.attempts.get(key, 0) + 1
         failpoint("intent")
         try:
-            file_id = await _with_retries(lambda: self.api.upload(entry_id, builder.path, n, builder.bytes),
+            file_id = await with_retries(lambda: self.api.upload(entry_id, builder.path, n, builder.bytes),
                                           self.adapter, "upload")
             if file_id is not None:
                 self.ledger.record(entry_id, "uploaded", file_id=file_id)
@@ -485,7 +485,7 @@ class ModelBatches:
                     raise
                 if not isinstance(exc, RateLimited):  # the create may have been made: look before creating again
                     known = {e.batch_id for e in self.ledger.entries().values() if e.batch_id}
-                    found = await _with_retries(lambda known=known: self.api.find(entry_id, created_after, n, known),
+                    found = await with_retries(lambda known=known: self.api.find(entry_id, created_after, n, known),
                                                 self.adapter, "find")
                     if len(found) == 1:
                         return found[0]
@@ -631,7 +631,7 @@ class ModelBatches:
             if entry.batch_id is None or entry.ended or entry.cancel_at is not None:
                 continue
             try:
-                await _with_retries(lambda e=entry: self.api.cancel(e.batch_id), self.adapter, "cancel")
+                await with_retries(lambda e=entry: self.api.cancel(e.batch_id), self.adapter, "cancel")
                 self.ledger.record(entry_id, "cancel", reason="deadline")
                 self._say(f"batch {entry.batch_id} cancelled at the deadline")
             except AdapterError as exc:
@@ -840,31 +840,3 @@ _LIBC = None
 
 class _GivenUp(Retryable):
     """A request given back by every batch it was in: stored as a transient failure (sent again next run)."""
-
-
-async def cancel_entries(ledger: Ledger, entries: list[Entry], api_for: Callable[[Entry], BatchAPI | None],
-                         say: Callable[[str], None]) -> int:
-    """``dxi batches cancel``: ask the provider to cancel each open, submitted entry (``api_for`` gives its
-    started batch API, None when it cannot be had); records ``cancel``. Returns how many were cancelled. The
-    results produced before the cancel are collected by the next run (or ``dxi batches collect``)."""
-    done = 0
-    for entry in entries:
-        if entry.closed or entry.batch_id is None or entry.ended:
-            continue
-        api = api_for(entry)
-        if api is None:
-            say(f"{entry.label}: batch {entry.batch_id}: no API key or server to cancel it with")
-            continue
-        try:
-            status = await _with_retries(lambda a=api, e=entry: a.cancel(e.batch_id), api.adapter, "cancel")
-        except BatchLost:
-            ledger.record(entry.id, "ended", outcome="lost", state="not found", output={})
-            say(f"{entry.label}: batch {entry.batch_id} is gone at the provider")
-            continue
-        except AdapterError as exc:
-            say(f"{entry.label}: batch {entry.batch_id}: could not cancel ({exc})")
-            continue
-        ledger.record(entry.id, "cancel", reason="dxi batches cancel")
-        say(f"{entry.label}: batch {entry.batch_id} {status.state} (cancel asked)")
-        done += 1
-    return done

@@ -269,22 +269,58 @@ def test_a_run_without_batch_collects_open_batches_instead_of_sending_them_again
     assert stats["batch_lines"] == 4 and stats["arrivals"] == 8  # 1 of each evaluation by batch, 8 one call at a time
 
 
-def test_dxi_batches_lists_collects_and_cancels(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+def leave_a_batch_running(url: str, data: Path, cache: Path, out: Path) -> None:
+    """A ``dxi run --batch`` stopped as Ctrl-C stops it once its batch (of 12 requests) is submitted."""
     import signal
     import subprocess
 
     from .conftest import DXI
 
+    cmd = [DXI, "run", "--batch", "--poll", "0.05", "--model", model("openai", url), "--data-dir", str(data),
+           "--cache-dir", str(cache), "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:  # the batch is submitted: stop the run as Ctrl-C would, leaving it running
+        if "submitted" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 130
+
+
+def test_open_batches_are_listed_collected_and_cancelled_from_python(data_dir: Path, tmp_path: Path):
+    """``runner.open_batches``, the library under ``dxi batches``: a batch left running is listed, polled without
+    being collected, cancelled (half its requests answered by then) and collected; nothing is submitted."""
+    from dxi.runner import open_batches
+    from dxi.runner.errors import UsageError
+
+    cache = tmp_path / "cache"
+    with pytest.raises(UsageError, match="holds no batches"):
+        open_batches.cancel(cache, every=True)
+    with serve(model=None, record=False, batch={"polls": 100000}) as server:
+        leave_a_batch_running(server.url, data_dir, cache, tmp_path / "out")
+        (entry,) = open_batches.listed(cache)
+        assert (entry.label, entry.requests, entry.phase) == ("openai:m", 12, "validating")
+        (row,) = open_batches.rows([entry])
+        assert row["running_s"] >= 0 and row["batch_id"] == entry.batch_id
+        the_plan = plan.build(models=[model("openai", server.url)], data_dir=data_dir, cache_dir=cache)
+        said: list[str] = []
+        assert open_batches.collect(the_plan, say=said.append)["openai:m"].running == {entry.id: entry.submitted_at}
+        with pytest.raises(UsageError, match="no open batch matches the model 'other'"):
+            open_batches.cancel(cache, model="other")
+        assert open_batches.cancel(cache, entry=entry.batch_id, say=said.append) == open_batches.Cancelled(1, 1)
+        stats = open_batches.collect(the_plan, wait=True, poll_s=0.05, say=said.append)["openai:m"]
+        assert (stats.ok + stats.invalid + stats.failed, stats.given_back, stats.running) == (6, 6, {})
+        assert open_batches.listed(cache) == []
+        (done,) = open_batches.listed(cache, every=True)
+        assert (done.phase, done.stored, len(done.returned)) == ("collected", 6, 6)
+        counts = server.stats()
+    assert (counts["batch_creates"], counts["batch_cancels"], counts["batch_answers"]) == (1, 1, 6)
+    assert any("(cancel asked)" in line for line in said) and rows(cache).height == 6
+
+
+def test_dxi_batches_lists_collects_and_cancels(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     cache = tmp_path / "cache"
     with serve(model=None, record=False, batch={"polls": 100000}) as server:
-        cmd = [DXI, "run", "--batch", "--poll", "0.05", "--model", model("openai", server.url), "--data-dir", str(data_dir),
-               "--cache-dir", str(cache), "--out", str(tmp_path / "out")]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        for line in proc.stdout:  # the batch is submitted: stop the run as Ctrl-C would, leaving it running
-            if "submitted" in line:
-                break
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 130
+        leave_a_batch_running(server.url, data_dir, cache, tmp_path / "out")
         capsys.readouterr()
         assert main(["batches", "list", "--cache-dir", str(cache), "--json"]) == 0
         (listed,) = orjson.loads(capsys.readouterr().out)

@@ -1,0 +1,210 @@
+"""The batches a cache's ledger holds (``cache.ledger``), as ``dxi batches`` lists, collects and cancels them
+(docs/batch.md); the command prints what these return.
+
+* ``listed(cache_dir, every)``: the entries, oldest first, each with where it stands (``rows``).
+* ``collect(plan, wait, poll_s, say)``: the open batches of the plan's models polled (once, or until they
+  end) and the results of those that ended stored; nothing new is submitted.
+* ``cancel(cache_dir, model, entry, every, say)``: the provider asked to cancel the chosen open batches;
+  what they produced before is collected by the next run (or ``collect``).
+
+``say`` gets a line for each batch state change and each problem met (a model that cannot be reached, a
+cancel refused); None: nothing is said.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    from dxi.adapters.batches import BatchAPI
+    from dxi.cache.ledger import Entry, Ledger
+
+    from .batch import BatchStats
+    from .plan import Plan
+
+def has_batches(cache_dir: Path) -> bool:
+    """Whether the cache at ``cache_dir`` has a ledger (a batch run used it)."""
+    return (Path(cache_dir) / "batches").is_dir()
+
+
+def listed(cache_dir: Path, every: bool = False) -> list[Entry]:
+    """The ledger's entries, oldest first: the open ones, or with ``every`` also those collected or abandoned."""
+    from dxi.cache.ledger import Ledger
+
+    entries = sorted(Ledger(cache_dir).entries().values(), key=lambda e: e.created)
+    return entries if every else [e for e in entries if not e.closed]
+
+
+def rows(entries: list[Entry]) -> list[dict]:
+    """Entries as ``dxi batches list --json`` prints them: ``Entry.as_dict`` and ``running_s`` (seconds since a
+    submitted batch that has not ended was submitted; None otherwise)."""
+    out = []
+    for e in entries:
+        running = None if e.ended or e.batch_id is None else time.time() - (e.submitted_at or e.created)
+        out.append(e.as_dict() | {"running_s": None if running is None else round(running, 1)})
+    return out
+
+
+def collect(plan: Plan, *, wait: bool = False, poll_s: float | None = None,
+            say: Callable[[str], None] | None = None) -> dict[str, BatchStats]:
+    """Poll the open batches of ``plan``'s models (once each, or until every one has ended with ``wait``; the
+    first wait between status reads ``poll_s`` seconds, ``BatchOptions``' by default, growing by half each
+    time up to 300 s) and store the
+    results of those that ended; nothing new is submitted. A model that cannot be reached is said and left
+    (its batches stay open). Returns each collected model's BatchStats by label (``given_back``: requests the
+    next run sends; ``running``: its batches still open); {} when the cache has no ledger. Raises UsageError
+    when ``poll_s`` is not positive."""
+    import uvloop
+
+    from dxi.cache import Cache
+    from dxi.cache.ledger import Ledger
+
+    from .batch import BatchOptions
+    from .dispatch import collect as collect_models
+    from .session import start_adapters
+
+    poll_s = BatchOptions().poll_s if poll_s is None else poll_s
+    if poll_s <= 0:
+        raise UsageError("--poll must be positive (seconds)")
+    if not has_batches(plan.cache_dir):
+        return {}
+    say = say or (lambda text: None)
+    options = BatchOptions(poll_s=poll_s, max_poll_s=max(poll_s, 300.0), collect_only=True, wait=wait)
+    with Cache(plan.cache_dir) as cache:
+        ledger = Ledger(plan.cache_dir)
+
+        async def go() -> dict[str, BatchStats]:
+            models, unreachable = await start_adapters(plan.models)
+            for m, stop in unreachable:  # its batches stay open: collected once it can be reached
+                say(f"{m.label}: not collected ({stop})")
+            try:
+                return await collect_models(models, plan.suite, cache, ledger, options, plan.batch_overrides, say)
+            finally:
+                for m in models:
+                    await m.adapter.close()
+
+        return uvloop.run(go())
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What ``cancel`` did: ``cancelled`` batches the provider was asked to cancel, of ``submitted`` chosen ones
+    that were running (the others chosen had no batch id yet, or had ended)."""
+
+    cancelled: int
+    submitted: int
+
+    @property
+    def complete(self) -> bool:
+        return self.cancelled == self.submitted
+
+
+def cancel(cache_dir: Path, *, model: str | None = None, entry: str | None = None, every: bool = False,
+           say: Callable[[str], None] | None = None) -> Cancelled:
+    """Ask the provider to cancel the open batches chosen: every one of the model labelled ``model``, the
+    entry (``dxi-...``) or provider batch id ``entry``, or ``every`` one. Each provider is reached as the run
+    that submitted the batch reached it (its model, server and key variable, from the entry's intent).
+    Raises UsageError when the cache has no ledger or no open batch matches."""
+    import uvloop
+
+    from dxi.cache.ledger import Ledger
+
+    if not has_batches(cache_dir):
+        raise UsageError(f"{cache_dir} holds no batches (no {Path(cache_dir) / 'batches'} folder)")
+    say = say or (lambda text: None)
+    ledger = Ledger(cache_dir)
+    chosen = [e for e in listed(cache_dir) if every or (model and e.label == model) or (entry and entry in (e.id, e.batch_id))]
+    if not chosen:
+        raise UsageError("no open batch matches" + (f" the model {model!r}" if model else f" {entry!r}" if entry else "")
+                         + " (dxi batches list)")
+
+    async def go() -> int:
+        apis = await _apis(ledger, chosen, say)
+        try:
+            return await cancel_entries(ledger, chosen, lambda e: apis.get(e.id), say)
+        finally:
+            for api in {id(a): a for a in apis.values() if a is not None}.values():
+                await api.adapter.close()
+
+    done = uvloop.run(go())
+    return Cancelled(done, len([e for e in chosen if e.batch_id and not e.ended]))
+
+
+async def _apis(ledger: Ledger, entries: list[Entry], say: Callable[[str], None]) -> dict[str, BatchAPI | None]:
+    """Entry id -> the started batch API its batch was submitted through (one per model, server and key
+    variable), None when it cannot be started (its key not set, say)."""
+    from dxi import adapters
+    from dxi.adapters.batches import batch_api
+
+    made: dict[tuple, BatchAPI | None] = {}
+    out: dict[str, BatchAPI | None] = {}
+    for e in entries:
+        doc = _intent(ledger, e.id)
+        key = (e.kind, e.base_url, doc.get("model"), doc.get("api_key_env"))
+        if key not in made:
+            spec = adapters.ModelSpec(e.kind, doc.get("model") or "model", e.base_url or None, {},
+                                      {"api_key_env": doc["api_key_env"]} if doc.get("api_key_env") else {})
+            adapter = adapters.get(spec)
+            try:
+                await adapter.start()
+            except adapters.Fatal as exc:
+                say(f"{e.label}: {exc}")
+                made[key] = None
+            else:
+                made[key] = batch_api(adapter)
+        out[e.id] = made[key]
+    return out
+
+
+def _intent(ledger: Ledger, entry_id: str) -> dict:
+    """The intent event of an entry (its model's name and key variable), read from the ledger."""
+    import orjson
+
+    with open(ledger.path, "rb") as f:
+        for line in f:
+            if entry_id.encode() in line and b'"intent"' in line:
+                try:
+                    doc = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if doc.get("entry") == entry_id and doc.get("event") == "intent":
+                    return doc
+    return {}
+
+
+async def cancel_entries(ledger: Ledger, entries: list[Entry], api_for: Callable[[Entry], BatchAPI | None],
+                         say: Callable[[str], None]) -> int:
+    """Ask the provider to cancel each open, submitted entry (``api_for`` gives its started batch API, None when
+    it cannot be had); records ``cancel``, or ``ended`` (lost) for a batch the provider no longer knows.
+    Returns how many were cancelled."""
+    from dxi.adapters import AdapterError
+    from dxi.adapters.batches import BatchLost
+
+    from .batch import with_retries
+
+    done = 0
+    for entry in entries:
+        if entry.closed or entry.batch_id is None or entry.ended:
+            continue
+        api = api_for(entry)
+        if api is None:
+            say(f"{entry.label}: batch {entry.batch_id}: no API key or server to cancel it with")
+            continue
+        try:
+            status = await with_retries(lambda a=api, e=entry: a.cancel(e.batch_id), api.adapter, "cancel")
+        except BatchLost:
+            ledger.record(entry.id, "ended", outcome="lost", state="not found", output={})
+            say(f"{entry.label}: batch {entry.batch_id} is gone at the provider")
+            continue
+        except AdapterError as exc:
+            say(f"{entry.label}: batch {entry.batch_id}: could not cancel ({exc})")
+            continue
+        ledger.record(entry.id, "cancel", reason="dxi batches cancel")
+        say(f"{entry.label}: batch {entry.batch_id} {status.state} (cancel asked)")
+        done += 1
+    return done
