@@ -54,6 +54,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
             uvloop.run(learn_names())
         plan.check_labels()
+        plan.check_cost_bound()  # what `dxi run` would refuse under --max-cost, refused here too
         models = batch_priced(plan) if args.batch else plan.models
         estimates = estimate(models, plan.suite, cache, dist.shard)
     total = totals(estimates)
