@@ -88,7 +88,7 @@ def _missing_reason(missing: int, data: dict, label: str | None) -> str:
     what they ran."""
     scored = selection_flags(data)
     ran = (data.get("runs") or {}).get(label) if label is not None else None
-    if ran and ran != scored:
+    if ran and ran != scored and scored not in ran.split(" + "):  # (one of its runs selected these: it is incomplete)
         see = (f"score with {ran}" if " + " not in ran else  # a union: what no flag selects, the default does
                "score this model without --limit, --sample or --all-tasks (the tasks its runs selected)")
         return (f"{missing} answer(s) not in the cache: this model's runs selected {ran} here, not {scored}; "
