@@ -189,8 +189,8 @@ def add_limits(g: argparse._ArgumentGroup) -> None:
                         f"--price or the run file; local models are free); exit code {EXIT_COST_BOUND}")
     g.add_argument("--price", action="append", default=[], metavar="MODEL=IN/OUT[/CACHED]",
                    help="a model's price in USD per million input / output [/ cached input] tokens, repeatable; MODEL "
-                        "as --model gives it (or the model's name), e.g. openai:gpt-6-luna=0.1/0.5/0.01 (over the run "
-                        "file's)").completer = completion.prices
+                        "as --model gives it, or its name in reports (ADAPTER:MODEL, or the run file's name), e.g. "
+                        "openai:gpt-6-luna=0.1/0.5/0.01 (over the run file's)").completer = completion.prices
 
 
 def add_cache(g: argparse._ArgumentGroup) -> None:
