@@ -138,13 +138,15 @@ class BatchStats(Stats):
     """A model's Stats plus its batches: ``submitted`` (batches created by this run, adopted ones included),
     ``running`` (open now: entry id -> when submitted, Unix seconds), ``collected`` (batches collected),
     ``given_back`` (requests given back, to be sent again), ``claimed`` (requests in another live process's
-    open batch: it collects them)."""
+    open batch: it collects them), ``from_earlier`` (requests answered by a batch an earlier run submitted,
+    stored by this one: neither sent by this run nor found in the cache)."""
 
     submitted: int = 0
     running: dict[str, float] = field(default_factory=dict)
     collected: int = 0
     given_back: int = 0
     claimed: int = 0
+    from_earlier: int = 0
     stopped: str | None = None
 
 
@@ -335,7 +337,9 @@ class ModelBatches:
                 for (task, sample, request), hit in zip(batch, self.cache.has_many([r.key for _, _, r in batch]),
                                                         strict=True):
                     key = request.key
-                    counted = not self.options.collect_only  # collecting only: the synchronous path counts the rest
+                    # collecting only, the synchronous path beside counts the requests but those an open batch
+                    # claims, which it leaves to this one
+                    counted = not self.options.collect_only or key in claimed
                     self.stats.total += counted
                     if hit or key in self.waiting:
                         self.stats.cache_hits += counted
@@ -691,6 +695,8 @@ class ModelBatches:
                     if rows:  # stored before the next piece is read
                         self._store(rows)
                         stored += len(rows)
+                        if entry.id not in self.fresh:
+                            self.stats.from_earlier += len(rows)
                         actual += sum(cost for *_, cost in rows)
             except AdapterError as exc:
                 self._say(f"could not read all results of batch {entry.batch_id} ({exc}); trying again later")

@@ -93,8 +93,9 @@ def collect(plan: Plan, *, wait: bool = False, poll_s: float | None = None,
 
 @dataclass(frozen=True)
 class Cancelled:
-    """What ``cancel`` did: ``cancelled`` batches the provider was asked to cancel, of ``submitted`` chosen ones
-    that were running (the others chosen had no batch id yet, or had ended)."""
+    """What ``cancel`` did: ``cancelled`` batches whose cancel the provider accepted (each ends at the provider's
+    pace: its results so far are kept), of ``submitted`` chosen ones that were running (the others chosen had no
+    batch id yet, or had ended)."""
 
     cancelled: int
     submitted: int
@@ -106,10 +107,11 @@ class Cancelled:
 
 def cancel(cache_dir: Path, *, model: str | None = None, entry: str | None = None, every: bool = False,
            say: Callable[[str], None] | None = None) -> Cancelled:
-    """Ask the provider to cancel the open batches chosen: every one of the model labelled ``model``, the
-    entry (``dxi-...``) or provider batch id ``entry``, or ``every`` one. Each provider is reached as the run
-    that submitted the batch reached it (its model, server and key variable, from the entry's intent).
-    Raises UsageError when the cache has no ledger or no open batch matches."""
+    """Ask the provider to cancel the open batches chosen: every one of the model ``model`` (its name in reports,
+    or the model string ``dxi run --model`` took: ``openai:gpt-x@http://host/v1``), the entry (``dxi-...``) or
+    provider batch id ``entry``, or ``every`` one. Each provider is reached as the run that submitted the batch
+    reached it (its model, server and key variable, from the entry's intent). Raises UsageError when the cache
+    has no ledger or no open batch matches."""
     import uvloop
 
     from dxi.cache.ledger import Ledger
@@ -118,7 +120,7 @@ def cancel(cache_dir: Path, *, model: str | None = None, entry: str | None = Non
         raise UsageError(f"{cache_dir} holds no batches (no {Path(cache_dir) / 'batches'} folder)")
     say = say or (lambda text: None)
     ledger = Ledger(cache_dir)
-    chosen = [e for e in listed(cache_dir) if every or (model and e.label == model) or (entry and entry in (e.id, e.batch_id))]
+    chosen = [e for e in listed(cache_dir) if every or (model and _of_model(e, model)) or (entry and entry in (e.id, e.batch_id))]
     if not chosen:
         raise UsageError("no open batch matches" + (f" the model {model!r}" if model else f" {entry!r}" if entry else "")
                          + " (dxi batches list)")
@@ -133,6 +135,21 @@ def cancel(cache_dir: Path, *, model: str | None = None, entry: str | None = Non
 
     done = uvloop.run(go())
     return Cancelled(done, len([e for e in chosen if e.batch_id and not e.ended]))
+
+
+def _of_model(entry: Entry, model: str) -> bool:
+    """Whether ``entry`` is a batch of ``model``: its label, or a model string naming its adapter and model (and,
+    when it gives one, its server)."""
+    from dxi import adapters
+
+    if model == entry.label:
+        return True
+    try:
+        spec = adapters.parse_model(model)
+    except ValueError:
+        return False
+    same_server = spec.base_url is None or (entry.base_url or "").rstrip("/") == spec.base_url.rstrip("/")
+    return f"{spec.kind}:{spec.model}" == entry.label and same_server
 
 
 async def _apis(ledger: Ledger, entries: list[Entry], say: Callable[[str], None]) -> dict[str, BatchAPI | None]:
@@ -205,6 +222,8 @@ async def cancel_entries(ledger: Ledger, entries: list[Entry], api_for: Callable
             say(f"{entry.label}: batch {entry.batch_id}: could not cancel ({exc})")
             continue
         ledger.record(entry.id, "cancel", reason="dxi batches cancel")
+        if status.state and status.state != entry.state:  # (cancelling, canceling, ...: where it stands now)
+            ledger.record(entry.id, "state", state=status.state, counts=status.counts)
         say(f"{entry.label}: batch {entry.batch_id} {status.state} (cancel asked)")
         done += 1
     return done

@@ -169,7 +169,8 @@ class RunProgress:
         total = self.totals.get(label)
         share = f"{100 * s.done / total:.0f}%" if total else "-"
         elapsed = now - self._started
-        rate = s.sent / elapsed if elapsed > 0 else 0.0
+        # requests sent, and those answered by an earlier run's batches that this one collected
+        rate = (s.sent + getattr(s, "from_earlier", 0)) / elapsed if elapsed > 0 else 0.0
         left = None if total is None else total - s.done
         eta = ("ETA -" if left is None else "done" if left <= 0 else
                (f"ETA {_duration(left / rate)}" if rate > 0 else "ETA -"))
@@ -217,7 +218,8 @@ class RunProgress:
             self._bars.update(self._ids[label], completed=stats.done, detail=detail)
             return
         total = self.totals.get(label)
-        if total is not None and stats.done >= total:  # its last line, once
+        # its last line, once: all done, and no batch of it still open (the line after its collection)
+        if total is not None and stats.done >= total and not getattr(stats, "running", None):
             if label in self._finished:
                 return
             self._finished.add(label)

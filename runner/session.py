@@ -161,7 +161,7 @@ def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:
                  "refused": s.refused}
         if isinstance(s, BatchStats):
             block["batches"] = {"submitted": s.submitted, "collected": s.collected, "running": len(s.running),
-                                "given_back": s.given_back}
+                                "given_back": s.given_back, "from_earlier_runs": s.from_earlier}
         blocks[label] = block
     return blocks
 

@@ -78,7 +78,7 @@ def test_a_batch_run_stores_the_rows_and_summary_a_synchronous_run_does(kind: st
     (m,) = batch["models"]
     assert m["usage"]["batch"] == {"requests": 12, "cost_usd": None, "price": None}
     assert m["requests"]["sent"] == 12 and m["requests"]["batches"] == {"submitted": 1, "collected": 1, "running": 0,
-                                                                        "given_back": 0}
+                                                                        "given_back": 0, "from_earlier_runs": 0}
     assert "batch" not in sync["models"][0]["usage"]
     b, s = rows(tmp_path / "cache"), rows(tmp_path / "sync")
     assert b["key"].to_list() == s["key"].to_list() and b.height == 12
@@ -269,6 +269,26 @@ def test_a_run_without_batch_collects_open_batches_instead_of_sending_them_again
     assert stats["batch_lines"] == 4 and stats["arrivals"] == 8  # 1 of each evaluation by batch, 8 one call at a time
 
 
+def test_in_log_mode_a_models_last_progress_line_follows_its_last_collection(data_dir: Path, tmp_path: Path):
+    """Logs (no terminal): the model's last line comes once its batch is collected, saying so, not when its last
+    row is stored (the batch still shown running)."""
+    import io
+
+    from rich.console import Console
+
+    log = io.StringIO()
+    with serve(model=None, record=False) as server:
+        p = plan.build(models=[model("openai", server.url)], data_dir=data_dir, cache_dir=tmp_path / "cache",
+                       out=tmp_path / "out", batch=True)
+        console = Console(file=log, width=400, emoji=False)  # as dxi's own
+        assert session.run(p, console=console, batch_options=BatchOptions(poll_s=0.02)).exit_code == 0
+    lines = log.getvalue().splitlines()
+    collected = max(i for i, line in enumerate(lines) if "collected: 12 stored" in line)
+    (last,) = [line for line in lines[collected:] if "openai:m: 12/12 100%" in line]
+    assert last.endswith(" cached 0 batches 1 submitted 0 running 1 done") and " 0.0 req/s" not in last
+    assert not [line for line in lines[:collected] if "openai:m: 12/12" in line]  # none before it
+
+
 def leave_a_batch_running(url: str, data: Path, cache: Path, out: Path) -> None:
     """A ``dxi run --batch`` stopped as Ctrl-C stops it once its batch (of 12 requests) is submitted."""
     import signal
@@ -306,7 +326,10 @@ def test_open_batches_are_listed_collected_and_cancelled_from_python(data_dir: P
         assert open_batches.collect(the_plan, say=said.append)["openai:m"].running == {entry.id: entry.submitted_at}
         with pytest.raises(UsageError, match="no open batch matches the model 'other'"):
             open_batches.cancel(cache, model="other")
+        with pytest.raises(UsageError, match="no open batch matches the model 'openai:m@http://127.0.0.1:1/v1'"):
+            open_batches.cancel(cache, model="openai:m@http://127.0.0.1:1/v1")  # the model, on another server
         assert open_batches.cancel(cache, entry=entry.batch_id, say=said.append) == open_batches.Cancelled(1, 1)
+        assert open_batches.listed(cache)[0].phase == "cancelling"  # where the provider says it stands
         stats = open_batches.collect(the_plan, wait=True, poll_s=0.05, say=said.append)["openai:m"]
         assert (stats.ok + stats.invalid + stats.failed, stats.given_back, stats.running) == (6, 6, {})
         assert open_batches.listed(cache) == []
@@ -315,6 +338,23 @@ def test_open_batches_are_listed_collected_and_cancelled_from_python(data_dir: P
         counts = server.stats()
     assert (counts["batch_creates"], counts["batch_cancels"], counts["batch_answers"]) == (1, 1, 6)
     assert any("(cancel asked)" in line for line in said) and rows(cache).height == 6
+
+
+def test_answers_collected_from_an_earlier_runs_batch_are_counted_in_the_requests_block(data_dir: Path,
+                                                                                     tmp_path: Path):
+    """A batch left running, then cancelled (half its 12 requests answered): the rerun without --batch collects
+    those 6 and sends the other 6 one at a time; summary.json's requests block accounts for all 12."""
+    from dxi.runner import open_batches
+
+    cache = tmp_path / "cache"
+    with serve(model=None, record=False, batch={"polls": 100000}) as server:
+        leave_a_batch_running(server.url, data_dir, cache, tmp_path / "out")
+        assert open_batches.cancel(cache, every=True).complete
+        assert run("openai", server.url, data_dir, tmp_path, batch=False) == 0
+    (m,) = summary(tmp_path / "out")["models"]
+    requests = m["requests"]
+    assert (requests["sent"], requests["cache_hits"], requests["batches"]["from_earlier_runs"]) == (6, 0, 6)
+    assert (requests["batches"]["collected"], requests["batches"]["given_back"]) == (1, 6)
 
 
 def test_dxi_batches_lists_collects_and_cancels(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
@@ -328,8 +368,8 @@ def test_dxi_batches_lists_collects_and_cancels(data_dir: Path, tmp_path: Path, 
         assert main(["batches", "collect", "--model", model("openai", server.url), "--data-dir", str(data_dir),
                      "--cache-dir", str(cache)]) == 0
         assert "12 batch" not in capsys.readouterr().out
-        assert main(["batches", "cancel", "--cache-dir", str(cache), "--model", "openai:m"]) == 0
-        assert "1 batch(es) cancelled" in capsys.readouterr().out
+        assert main(["batches", "cancel", "--cache-dir", str(cache), "--model", model("openai", server.url)]) == 0
+        assert "cancel asked for 1 of 1 running batch(es)" in capsys.readouterr().out
         assert main(["batches", "collect", "--model", model("openai", server.url), "--data-dir", str(data_dir),
                      "--cache-dir", str(cache), "--wait", "--poll", "0.05"]) == 0
         out = capsys.readouterr().out

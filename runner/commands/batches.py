@@ -37,7 +37,8 @@ def add_parser(sub) -> None:
     ca = bsub.add_parser("cancel", help="cancel open batches (their results so far are collected by the next run)")
     ca.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR", help="the cache (default .dxi-cache)")
     which = ca.add_mutually_exclusive_group(required=True)
-    which.add_argument("--model", metavar="NAME", help="every open batch of this model (its name in reports)")
+    which.add_argument("--model", metavar="NAME", help="every open batch of this model (its name in reports, or the "
+                                                       "model string given to dxi run)")
     which.add_argument("--entry", metavar="ID", help="one entry of the ledger (dxi-...) or batch id")
     which.add_argument("--all", action="store_true", help="every open batch")
 
@@ -71,8 +72,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
     if args.batches_command == "cancel":
         done = open_batches.cancel(args.cache_dir, model=args.model, entry=args.entry, every=args.all,
                                    say=lambda text: console.print(escape(text), highlight=False))
-        console.print(f"{done.cancelled} batch(es) cancelled; the results they produced are collected by the next "
-                      "`dxi run` or `dxi batches collect`.")
+        console.print(f"cancel asked for {done.cancelled} of {done.submitted} running batch(es); they end at the provider's "
+                      "pace, and the results they produced are collected by the next `dxi run` or `dxi batches collect`.")
         return 0 if done.complete else 1
     return _list(args, console, open_batches.listed(args.cache_dir, every=args.all))
 
