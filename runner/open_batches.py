@@ -111,7 +111,8 @@ def cancel(cache_dir: Path, *, model: str | None = None, entry: str | None = Non
     or the model string ``dxi run --model`` took: ``openai:gpt-x@http://host/v1``), the entry (``dxi-...``) or
     provider batch id ``entry``, or ``every`` one. Each provider is reached as the run that submitted the batch
     reached it (its model, server and key variable, from the entry's intent). Raises UsageError when the cache
-    has no ledger or no open batch matches."""
+    has no ledger, or no open batch matches ``model`` or ``entry`` (with ``every`` and none open: nothing to do,
+    ``Cancelled(0, 0)``)."""
     import uvloop
 
     from dxi.cache.ledger import Ledger
@@ -121,6 +122,8 @@ def cancel(cache_dir: Path, *, model: str | None = None, entry: str | None = Non
     say = say or (lambda text: None)
     ledger = Ledger(cache_dir)
     chosen = [e for e in listed(cache_dir) if every or (model and _of_model(e, model)) or (entry and entry in (e.id, e.batch_id))]
+    if not chosen and every:
+        return Cancelled(0, 0)
     if not chosen:
         raise UsageError("no open batch matches" + (f" the model {model!r}" if model else f" {entry!r}" if entry else "")
                          + " (dxi batches list)")

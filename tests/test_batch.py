@@ -333,6 +333,7 @@ def test_open_batches_are_listed_collected_and_cancelled_from_python(data_dir: P
         stats = open_batches.collect(the_plan, wait=True, poll_s=0.05, say=said.append)["openai:m"]
         assert (stats.ok + stats.invalid + stats.failed, stats.given_back, stats.running) == (6, 6, {})
         assert open_batches.listed(cache) == []
+        assert open_batches.cancel(cache, every=True) == open_batches.Cancelled(0, 0)  # none open: nothing to do
         (done,) = open_batches.listed(cache, every=True)
         assert (done.phase, done.stored, len(done.returned)) == ("collected", 6, 6)
         counts = server.stats()

@@ -72,6 +72,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     if args.batches_command == "cancel":
         done = open_batches.cancel(args.cache_dir, model=args.model, entry=args.entry, every=args.all,
                                    say=lambda text: console.print(escape(text), highlight=False))
+        if not done.submitted:
+            console.print("no running batch to cancel (dxi batches list)")
+            return 0
         console.print(f"cancel asked for {done.cancelled} of {done.submitted} running batch(es); they end at the provider's "
                       "pace, and the results they produced are collected by the next `dxi run` or `dxi batches collect`.")
         return 0 if done.complete else 1
