@@ -1,6 +1,6 @@
 """Real servers on 127.0.0.1 for the distributed tests: moto's S3 server (``moto[server]``, the test extra)
-and Debian's ``redis-server`` (started here when it is on PATH, persistence off; skipped otherwise), and a TCP
-proxy in front of one to cut a client off from it (``TcpProxy``: a server down, a network partition)."""
+and Debian's ``redis-server`` (started here when it is on PATH, persistence off; skipped otherwise, failed under
+CI: ``needs``), and a TCP proxy in front of one to cut a client off from it (``TcpProxy``: a server down, a network partition)."""
 from __future__ import annotations
 
 import asyncio
@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -74,8 +75,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-requires_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
-                                    reason="redis-server not on PATH (apt-get install -y redis-server)")
+def needs(why: str | None) -> pytest.MarkDecorator:
+    """A mark for tests that need a real server or program: none when ``why`` is None; otherwise the test is
+    skipped with ``why`` on a developer's machine, and fails with it under CI (``CI`` set), where
+    ``.ci/run`` installs every such program, so a failed install cannot pass as skipped tests."""
+    if why is None:
+        return pytest.mark.skipif(False, reason="")
+    if os.environ.get("CI"):
+        return pytest.mark.needs_in_ci(why)
+    return pytest.mark.skip(reason=why)
+
+
+def need(program: str, why: str = "a test runs it") -> str:
+    """The path of ``program``, else a skip (a failure under CI) saying ``why`` it is needed."""
+    path = shutil.which(program) or (f"/usr/bin/{program}" if Path(f"/usr/bin/{program}").exists() else None)
+    if path is None:
+        message = f"{program} is not installed: {why}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message} (.ci/run installs it)")
+        pytest.skip(message)
+    return path
+
+
+requires_redis = needs(None if shutil.which("redis-server") else
+                       "redis-server not on PATH (apt-get install -y redis-server)")
 
 
 @contextlib.contextmanager

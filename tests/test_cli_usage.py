@@ -17,6 +17,7 @@ from dxi.runner.errors import EXIT_PROVIDER_STOPPED, EXIT_USAGE
 from dxi.runner.inputs import PlanInputs
 
 from .conftest import DXI
+from .servers import need
 
 COMMANDS = ("run", "estimate", "score", "report")
 
@@ -93,14 +94,6 @@ def test_version(capsys):
     assert capsys.readouterr().out == f"dxi {version('decision-index')}\n"
 
 
-def need(shell: str) -> str:
-    """The shell's path; CI installs zsh and fish (.ci/run), elsewhere the test is skipped without them."""
-    binary = shutil.which(shell)
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{shell} is not installed (.ci/run installs it)")
-        pytest.skip(f"{shell} is not installed")
-    return binary
 
 
 @pytest.mark.parametrize("shell,marker", [("bash", "complete -o nospace -o default -o bashdefault -F _python_argcomplete dxi"),

@@ -22,6 +22,7 @@ from dxi.scoring.records import ModelEntry, Summary
 
 from .conftest import fixture_data
 from .four_models import FourModels, four_models
+from .servers import need
 from .test_cli import MODEL, fail_rows, run_plan
 
 HOSTILE_MODEL = '<script>alert("model")</script>$x$'
@@ -52,12 +53,7 @@ def report_of(data_dir: Path, cache_dir: Path, out: Path) -> rescore.Rescored:
 
 
 def chromium() -> str:
-    path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed: .ci/run installs Debian's chromium package")
-        pytest.skip("no chromium on this machine (apt-get install chromium) to open the report in")
-    return path
+    return need("chromium", "the report is opened in Debian's headless chromium (apt-get install chromium)")
 
 
 @pytest.fixture

@@ -12,16 +12,15 @@ import time
 from pathlib import Path
 
 import orjson
-import pytest
 
 from .conftest import DXI, without_requests
 from .fake_provider import serve
-from .servers import moto_s3, redis_server, requires_redis
+from .servers import moto_s3, needs, redis_server, requires_redis
 from .slurm import missing, slurm_cluster
 from .synthetic import data_dir
 
 ROOT = Path(__file__).parents[1]
-pytestmark = [requires_redis, pytest.mark.skipif(missing() is not None, reason=f"no Slurm cluster: {missing()}")]
+pytestmark = [requires_redis, needs(None if missing() is None else f"no Slurm cluster: {missing()}")]
 
 TASKS = 400
 IN_FLIGHT = 4  # for the whole run (the coordinator shares it): at most this many sent twice by the killed task
