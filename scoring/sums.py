@@ -27,7 +27,7 @@ import polars as pl
 from . import calibration as cal
 from .bootstrap import Bootstrap
 from .columns import canonical_order
-from .intervals import WILSON_METRICS, wilson
+from .intervals import SCORE_METRICS, contain, f1_interval, mover, score_interval
 from .metrics import STATS, accuracy_from, answer_stats, f1_from, non_hallucination_from
 
 OMNISCIENCE, WILDGUARD = "aa_omniscience_decision", "wildguardtest"
@@ -395,9 +395,10 @@ def eval_metrics(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray 
                  tasks: np.ndarray | None = None, sums: Sums | None = None) -> EvalMetrics:
     """Every metric of ``cube`` over all its tasks (or over ``tasks``, whose ``sums`` are then given):
     point estimate (mean over epochs), spread over epochs and, with ``boot`` and resample ``weights``
-    (``Bootstrap.counts``), the interval: the Wilson score interval for accuracy (a single proportion of
-    the tasks, ``scoring.intervals``), the percentile interval for the others; the replicates of every
-    metric, accuracy's too, are kept (the index and the paired comparisons use them)."""
+    (``Bootstrap.counts``), the interval: the score-type intervals of ``score_intervals`` for the index
+    metrics (``scoring.intervals``), the percentile interval for the calibration metrics; every bound
+    holds its point (``intervals.contain``). The replicates of every metric are kept (the paired
+    comparisons and ranks use them)."""
     sums = cube.sums() if sums is None else sums
     per_epoch = values(cube, sums)
     counts = np.stack([sums[c].sum(axis=(1, 2)) for c in COUNTS], -1)  # (labels, COUNTS)
@@ -411,11 +412,82 @@ def eval_metrics(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray 
         for m, v in values(cube, cube.resampled(weights, tasks)).items():
             reps = epoch_mean(v)  # (resamples, labels)
             est.replicates[m] = reps
-            if m in WILSON_METRICS:
-                est.low[m], est.high[m] = wilson(est.point[m], est.n, boot.confidence)
-            else:
-                est.low[m], est.high[m] = boot.interval(reps)
+            if m not in SCORE_METRICS:
+                est.low[m], est.high[m] = contain(est.point[m], *boot.interval(reps))
+        score_intervals(cube, est, sums, boot.confidence, tasks)
     return est
+
+
+def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float,
+                    tasks: np.ndarray | None = None) -> None:
+    """Set ``est.low``/``est.high`` (0-100, (labels,)) of the metrics of ``intervals.SCORE_METRICS``
+    from the counts in ``sums`` (over ``tasks``, or all of ``cube``'s), each count the mean over the
+    epochs a label has (``scoring.intervals`` gives the methods and sources): accuracy and the
+    non-hallucination rate the continuity-corrected Wilson interval of correct / n and of (not correct −
+    hallucinated) / not correct, each F1 the same interval of TP / (TP + FP + FN) mapped to
+    2θ / (1 + θ), mean F1 the MOVER combination of the defined F1 scores with their correlation
+    (``f1_correlation``). Every interval is bounded by ``intervals.contain`` to hold its point."""
+    epochs = np.maximum((~cube.absent).sum(-1), 1)  # (labels,)
+
+    def mean(stat: str) -> np.ndarray:  # (labels, units): the count per epoch
+        return _f64(sums[stat]).sum(axis=1) / epochs[:, None]
+
+    if cube.kind == "choice":
+        n, right = mean("n").sum(-1), mean("correct").sum(-1)
+        bounds = {"accuracy": score_interval(right, n, confidence)}
+        if cube.eval == OMNISCIENCE:
+            wrong = n - right
+            bounds["non_hallucination_rate"] = score_interval(wrong - mean("hallucinated").sum(-1), wrong, confidence)
+        for m, (low, high) in bounds.items():
+            est.low[m], est.high[m] = contain(est.point[m], 100 * low, 100 * high)
+        return
+    tp, fp, fn = mean("tp"), mean("fp"), mean("fn")  # (labels, units)
+    low, high = f1_interval(tp, fp, fn, confidence)
+    names = list(WILDGUARD_F1.values())
+    points = np.full((len(cube.labels), len(names)), np.nan)
+    lows, highs = points.copy(), points.copy()
+    for k, (q, metric) in enumerate(WILDGUARD_F1.items()):
+        if q in cube.units:
+            u = cube.units.index(q)
+            lows[:, k], highs[:, k] = contain(est.point[metric], low[:, u], high[:, u])
+            points[:, k] = est.point[metric]
+        est.low[metric], est.high[metric] = lows[:, k].copy(), highs[:, k].copy()
+    defined = ~np.isnan(points)
+    weights = np.where(defined, 1 / np.maximum(defined.sum(-1, keepdims=True), 1), 0.0)
+    present = [k for k, q in enumerate(WILDGUARD_F1) if q in cube.units]
+    units = [cube.units.index(q) for q in WILDGUARD_F1 if q in cube.units]
+    r = np.ones((len(cube.labels), len(names), len(names)))
+    r[:, np.array(present)[:, None], np.array(present)] = f1_correlation(cube, tasks)[:, units][:, :, units]
+    centre = np.where(defined, weights * np.nan_to_num(points), 0.0).sum(-1)
+    low, high = mover(centre, np.nan_to_num(points), np.nan_to_num(lows), np.nan_to_num(highs), weights, r)
+    est.low["mean_f1"], est.high["mean_f1"] = contain(est.point["mean_f1"], low, high)
+
+
+def f1_correlation(cube: Cube, tasks: np.ndarray | None = None) -> np.ndarray:
+    """The correlation of a yes/no evaluation's F1 estimates between its units (questions), per label:
+    (labels, units, units). Delta method: F1 = 2TP / (2TP + E) with E = FP + FN changes with task t
+    in proportion to a(t) = E·tp(t) − TP·e(t) (tp, e: the task's counts summed over epochs; a sums to 0
+    over the tasks), so corr(F1_q, F1_q') = Σ_t a_q a_q' / √(Σ_t a_q² Σ_t a_q'²). Where a unit's a is
+    0 everywhere (e.g. a perfect F1) the correlation is unknown and set to 1 (the conservative choice
+    for a sum's interval). Over ``tasks`` only when given."""
+    n_l, n_u = len(cube.labels), len(cube.units)
+    rows = np.ones(len(cube.t), bool)
+    if tasks is not None:
+        chosen = np.zeros(cube.n_tasks, bool)
+        chosen[tasks] = True
+        rows = chosen[cube.t]
+    size = cube.n_tasks * n_l * n_u
+    key = (cube.t[rows] * n_l + cube.l[rows]) * n_u + cube.u[rows]
+    tp = np.bincount(key, weights=cube.stat("tp")[rows], minlength=size).reshape(cube.n_tasks, n_l, n_u)
+    e = np.bincount(key, weights=(cube.stat("fp") + cube.stat("fn"))[rows], minlength=size).reshape(cube.n_tasks, n_l, n_u)
+    a = e.sum(0) * tp - tp.sum(0) * e  # (tasks, labels, units)
+    cross = np.einsum("tlu,tlv->luv", a, a)
+    scale = np.sqrt(np.einsum("luu->lu", cross))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = cross / (scale[:, :, None] * scale[:, None, :])
+    r = np.where(np.isfinite(r), np.clip(r, -1, 1), 1.0)
+    r[:, np.arange(n_u), np.arange(n_u)] = 1.0
+    return r
 
 
 def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
