@@ -38,10 +38,11 @@ population could hold (at 0% or 100% a score interval keeps its width).
   table and beyond", American Journal of Epidemiology 168:212-224), ``mover``: each side of the sum's
   interval recovers the variances from the same side of the terms' intervals, so it inherits their
   behaviour near 0 and 100 (Newcombe's 1998 hybrid score interval for a difference is its special
-  case). The three F1 scores of a WildGuardTest row are correlated; their correlation is estimated from
-  the per-task influence of each F1 (delta method, ``f1_correlation`` in ``scoring.sums``). The index's
-  terms come from independent task sets, except accuracy and non-hallucination on the same Omniscience
-  tasks, which are uncorrelated (the non-hallucination estimate's mean given W does not depend on W).
+  case). The three F1 scores of a WildGuardTest row share the row: mean F1 combines them as fully
+  correlated (r = 1, the mean of their bounds), the conservative choice (a correlation estimated from
+  the few errors of a model near 100 made the interval too short). The index's terms come from
+  independent task sets, except accuracy and non-hallucination on the same Omniscience tasks, which are
+  uncorrelated (the non-hallucination estimate's mean given W does not depend on W): r = 0.
 * Calibration metrics (Brier score, ECE, log loss) keep the **percentile bootstrap over tasks**
   (``scoring.bootstrap``); AUROC uses DeLong's variance (``scoring.calibration``).
 * Differences between two models (``scoring.compare``): the paired bootstrap over the same resamples.
@@ -66,8 +67,8 @@ METHODS = {
     "accuracy": WILSON,
     "non_hallucination_rate": CONDITIONAL,
     "f1_prompt_harm": F1_SCORE, "f1_response_refusal": F1_SCORE, "f1_response_harm": F1_SCORE,
-    "mean_f1": MOVER + ", the F1 scores' correlation from their per-task influence",
-    "decision_index": MOVER + ", over its five weighted terms",
+    "mean_f1": MOVER + " of the three F1 scores, fully correlated (the mean of their bounds)",
+    "decision_index": MOVER + " of its five weighted terms, independent",
     "brier": BOOTSTRAP, "ece": BOOTSTRAP, "log_loss": BOOTSTRAP,
     "auroc": "DeLong's variance, normal approximation",
     "differences": "paired percentile bootstrap over tasks (the same resamples for both models)",

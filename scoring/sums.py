@@ -425,8 +425,11 @@ def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float,
     epochs a label has (``scoring.intervals`` gives the methods and sources): accuracy and the
     non-hallucination rate the continuity-corrected Wilson interval of correct / n and of (not correct −
     hallucinated) / not correct, each F1 the same interval of TP / (TP + FP + FN) mapped to
-    2θ / (1 + θ), mean F1 the MOVER combination of the defined F1 scores with their correlation
-    (``f1_correlation``). Every interval is bounded by ``intervals.contain`` to hold its point."""
+    2θ / (1 + θ), mean F1 the MOVER combination of the defined F1 scores taken as fully correlated
+    (r = 1: the mean of their bounds; a row's three questions share the row, and a correlation
+    estimated from a few errors near 100 made the interval too short: coverage 0.92 at a true 99.5 over
+    60 rows, ``benchmarks/bench_stats_intervals.py``). Every interval is bounded by
+    ``intervals.contain`` to hold its point."""
     epochs = np.maximum((~cube.absent).sum(-1), 1)  # (labels,)
 
     def mean(stat: str) -> np.ndarray:  # (labels, units): the count per epoch
@@ -454,40 +457,10 @@ def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float,
         est.low[metric], est.high[metric] = lows[:, k].copy(), highs[:, k].copy()
     defined = ~np.isnan(points)
     weights = np.where(defined, 1 / np.maximum(defined.sum(-1, keepdims=True), 1), 0.0)
-    present = [k for k, q in enumerate(WILDGUARD_F1) if q in cube.units]
-    units = [cube.units.index(q) for q in WILDGUARD_F1 if q in cube.units]
-    r = np.ones((len(cube.labels), len(names), len(names)))
-    r[:, np.array(present)[:, None], np.array(present)] = f1_correlation(cube, tasks)[:, units][:, :, units]
     centre = np.where(defined, weights * np.nan_to_num(points), 0.0).sum(-1)
+    r = np.ones((len(cube.labels), len(names), len(names)))  # the questions' F1 scores taken as fully correlated
     low, high = mover(centre, np.nan_to_num(points), np.nan_to_num(lows), np.nan_to_num(highs), weights, r)
     est.low["mean_f1"], est.high["mean_f1"] = contain(est.point["mean_f1"], low, high)
-
-
-def f1_correlation(cube: Cube, tasks: np.ndarray | None = None) -> np.ndarray:
-    """The correlation of a yes/no evaluation's F1 estimates between its units (questions), per label:
-    (labels, units, units). Delta method: F1 = 2TP / (2TP + E) with E = FP + FN changes with task t
-    in proportion to a(t) = E·tp(t) − TP·e(t) (tp, e: the task's counts summed over epochs; a sums to 0
-    over the tasks), so corr(F1_q, F1_q') = Σ_t a_q a_q' / √(Σ_t a_q² Σ_t a_q'²). Where a unit's a is
-    0 everywhere (e.g. a perfect F1) the correlation is unknown and set to 1 (the conservative choice
-    for a sum's interval). Over ``tasks`` only when given."""
-    n_l, n_u = len(cube.labels), len(cube.units)
-    rows = np.ones(len(cube.t), bool)
-    if tasks is not None:
-        chosen = np.zeros(cube.n_tasks, bool)
-        chosen[tasks] = True
-        rows = chosen[cube.t]
-    size = cube.n_tasks * n_l * n_u
-    key = (cube.t[rows] * n_l + cube.l[rows]) * n_u + cube.u[rows]
-    tp = np.bincount(key, weights=cube.stat("tp")[rows], minlength=size).reshape(cube.n_tasks, n_l, n_u)
-    e = np.bincount(key, weights=(cube.stat("fp") + cube.stat("fn"))[rows], minlength=size).reshape(cube.n_tasks, n_l, n_u)
-    a = e.sum(0) * tp - tp.sum(0) * e  # (tasks, labels, units)
-    cross = np.einsum("tlu,tlv->luv", a, a)
-    scale = np.sqrt(np.einsum("luu->lu", cross))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = cross / (scale[:, :, None] * scale[:, None, :])
-    r = np.where(np.isfinite(r), np.clip(r, -1, 1), 1.0)
-    r[:, np.arange(n_u), np.arange(n_u)] = 1.0
-    return r
 
 
 def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
