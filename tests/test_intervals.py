@@ -422,3 +422,51 @@ def test_with_epochs_accuracys_interval_is_over_the_tasks_at_the_mean_over_epoch
     low, high = cc_oracle(2.5, 4)
     assert row["accuracy"] == 62.5
     assert (row["accuracy_low"], row["accuracy_high"]) == (pytest.approx(100 * low), pytest.approx(100 * high))
+
+
+def _data(n: int) -> dict[str, dict]:
+    """A data block as ``dxi report`` gets it: each evaluation's tasks and file."""
+    return {name: {"tasks": n, "files": [{"path": f"{name}.jsonl", "rows": n, "sha256": "0" * 64}]} for name in EVALS}
+
+
+def _held(summary: dict) -> int:
+    """How many intervals of summary.json were checked to hold their point (asserting each)."""
+    checked = 0
+    for model in summary["models"]:
+        pairs = [(model["decision_index"], model.get("decision_index_ci"))]
+        for block in model["evals"].values():
+            pairs += [(block[k[:-3]], v) for k, v in block.items() if k.endswith("_ci") and k[:-3] in block]
+        for point, ci in pairs:
+            if point is not None and ci is not None:
+                assert ci[0] <= point <= ci[1] and ci[0] < ci[1], (model["model"], point, ci)
+                checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("n", [60, 500])
+def test_the_report_of_a_100_and_a_0_percent_model_is_written_and_every_bound_holds_its_point(n: int, tmp_path):
+    # the issue: at 100% over 60 (or 500) questions Wilson's bound fell below the point, the chart got a negative
+    # error bar and `dxi report` died; the report is what `dxi report` writes after scoring (report.html.write)
+    from dxi.report import html
+
+    rows = suite_answers(M, {name: [True] * n for name in EVALS}) + suite_answers(N, {name: [False] * n for name in EVALS})
+    scored = score(frame(rows), Bootstrap(resamples=50), with_comparisons=True)
+    summary = build_summary(scored.metrics, [M, N], _data(n), "p", 1, {}, scored)
+    path = html.write(summary, scored, tmp_path)
+    assert path.exists() and "<img" in path.read_text()
+    plain = records.to_builtins(summary)
+    assert [m["decision_index"] for m in plain["models"]] == [100.0, 0.0]
+    assert _held(plain) == 2 * 9  # per model: the index, 3 accuracies, non-hallucination, 3 F1s and mean F1
+    high = plain["models"][0]["evals"]["hle_multichoice"]["accuracy_ci"]
+    assert high[1] == 100.0 and high[0] == round(wilson_oracle(n, n)[0], 6)
+
+
+def test_the_report_of_one_model_with_one_question_is_written(tmp_path):
+    from dxi.report import html
+
+    rows = [choice(M, "hle_multichoice", "h/1", "A", {"A": 0.9, "B": 0.1})]
+    scored = score(frame(rows), Bootstrap(resamples=20), with_comparisons=True)
+    summary = build_summary(scored.metrics, [M], _data(1), "p", 1, {}, scored)
+    assert html.write(summary, scored, tmp_path).exists()
+    assert records.to_builtins(summary)["models"][0]["evals"]["hle_multichoice"]["accuracy_ci"] == [
+        round(wilson_oracle(1, 1)[0], 6), 100.0]
