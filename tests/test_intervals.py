@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 import zlib
+from pathlib import Path
 
 import numpy as np
+import orjson
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from scipy.optimize import brentq
 from scipy.stats import binomtest
 
+from dxi.cache.layout import read_nested
+from dxi.cache.schema import SCHEMA
+from dxi.evals import Suite, discover
+from dxi.runner.cli import main
 from dxi.scoring import Bootstrap, build_summary, records, score
 from dxi.scoring.bootstrap import nan_quantiles
 from dxi.scoring.intervals import contain, mover, score_interval, wilson
@@ -16,8 +23,10 @@ from dxi.scoring.metrics import accuracy_from, f1_from, non_hallucination_from
 from dxi.scoring.sums import ALL_STATS, RESAMPLED, build_cubes, eval_metrics
 
 from .answers import choice, frame, yes_no
+from .conftest import REAL_DATA, requires_real_data
 
 M, N = "systemone:m", "systemone:n"
+MODEL = "embedded:sparrow-nano-general-v1.1"
 EVALS = ("aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest")
 DATA = {name: {"files": []} for name in EVALS}
 
@@ -470,3 +479,49 @@ def test_the_report_of_one_model_with_one_question_is_written(tmp_path):
     assert html.write(summary, scored, tmp_path).exists()
     assert records.to_builtins(summary)["models"][0]["evals"]["hle_multichoice"]["accuracy_ci"] == [
         round(wilson_oracle(1, 1)[0], 6), 100.0]
+
+
+def _extreme_models(cache: Path, data: Path) -> None:
+    """Beside the cached model's rows, the same requests answered by ``embedded:perfect`` (every answer
+    its gold, probability 1) and ``embedded:zero`` (every answer a wrong option that is not "I don't know")."""
+    gold, _ = Suite(discover(data, selected=["aa_omniscience_decision"])).gold_frames()
+    right = {(r["task_id"], r["question_id"]): r["gold"] for r in gold.iter_rows(named=True)}
+    rows = pl.concat([pl.from_arrow(read_nested(p, SCHEMA.names)) for p in sorted(cache.glob("shards/*.parquet"))])
+    for name, correct in (("perfect", True), ("zero", False)):
+        out = []
+        for r in rows.iter_rows(named=True):
+            answers = []
+            for a in r["answers"]:
+                options = [p["option"] for p in a["probabilities"]]
+                gold_id = right[(r["task_id"], a["question_id"])]
+                pick = gold_id if correct else next(o for o in options if o not in (gold_id, "E"))
+                answers.append({**a, "status": "ok", "predicted": pick, "p_predicted": 1.0, "error": None,
+                                "probabilities": [{"option": o, "p": float(o == pick)} for o in options]})
+            out.append({**r, "model": name, "served_model": name, "key": f"{r['key']}-{name}", "answers": answers})
+        pq.write_table(pl.DataFrame(out, schema=rows.schema).to_arrow().cast(SCHEMA),
+                       cache / "shards" / f"{name}.parquet")
+
+
+@requires_real_data
+def test_dxi_report_exits_0_on_a_100_and_a_0_percent_model_over_60_and_500_questions(tmp_path: Path):
+    # the issue: at 100% over 60 (or 500) questions Wilson's bound fell below the point and `dxi report` died
+    # (exit 1) on a negative error bar; the real Omniscience stand-in's 500 questions, run once by the embedded
+    # model, then answered perfectly and all wrong by two more models
+    cache = tmp_path / "cache"
+    assert main(["run", "--model", MODEL, "--data-dir", str(REAL_DATA), "--cache-dir", str(cache), "--out",
+                 str(tmp_path / "run"), "--evals", "aa_omniscience_decision", "--all-tasks"]) == 0
+    _extreme_models(cache, REAL_DATA)
+    for flags, n in ((["--sample", "60"], 60), (["--all-tasks"], 500)):
+        out = tmp_path / f"report{n}"
+        assert main(["report", "--data-dir", str(REAL_DATA), "--cache-dir", str(cache), "--out", str(out),
+                     "--evals", "aa_omniscience_decision", *flags]) == 0
+        assert (out / "report.html").exists()
+        summary = orjson.loads((out / "summary.json").read_bytes())
+        blocks = {m["model"]: m["evals"]["aa_omniscience_decision"] for m in summary["models"]}
+        perfect, zero = blocks["embedded:perfect"], blocks["embedded:zero"]
+        assert (perfect["n"], perfect["accuracy"], perfect["non_hallucination_rate"]) == (n, 100.0, 100.0)
+        assert perfect["accuracy_ci"] == [round(wilson_oracle(n, n)[0], 6), 100.0]
+        assert perfect["non_hallucination_rate_ci"] == [0.0, 100.0]  # nothing wrong: nothing known
+        assert (zero["accuracy"], zero["non_hallucination_rate"]) == (0.0, 0.0)
+        assert zero["accuracy_ci"] == zero["non_hallucination_rate_ci"] == [0.0, round(wilson_oracle(0, n)[1], 6)]
+        assert _held(summary) >= 6
