@@ -9,8 +9,11 @@ other evaluations: one unit, "all").
 
 * Point estimates: the statistics summed per (label, epoch, unit) — ``Cube.sums`` — then the metric
   formulas (``metrics.*_from``, ``calibration.*_from``), then the mean and spread over epochs.
-* Intervals: the same sums per task, weighted by bootstrap resample counts (``bootstrap.Bootstrap``):
-  one matrix product ``W @ X`` for every model at once (``Cube.resampled``), then the same formulas.
+* Intervals: the index metrics' from the same counts (``score_intervals``: score intervals and
+  their MOVER combination, ``scoring.intervals``); the calibration metrics' from the same sums
+  per task, weighted by bootstrap resample counts (``bootstrap.Bootstrap``): one matrix product
+  ``W @ X`` for every model at once (``Cube.resampled``), then the same formulas (the paired
+  comparisons use every metric's resampled values).
 * Breakdowns (HLE category, Omniscience domain, When2Call reply type, WildGuardTest subcategory and
   adversarial flag) are sets of tasks: the same sums over a group's tasks only.
 """
