@@ -82,12 +82,13 @@ def index_values(estimates: dict[str, EvalMetrics], labels: list[str], boot: Boo
 def index_table(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap | None = None) -> pl.DataFrame:
     """Per label: ``decision_index`` (mean over epochs), ``decision_index_sd`` (spread of the per-epoch
     index; null for one epoch) and, with a bootstrap, ``decision_index_low``/``_high``: the MOVER
-    combination of the five weighted terms' own intervals (``index_interval``). Null with a ``reason``
-    when any term is unavailable (an evaluation without data, or without any reply). ``estimates`` maps
-    evaluation -> ``scoring.sums.EvalMetrics`` over ``labels``."""
+    combination of the five weighted terms' own intervals (``index_interval``). Null with a
+    ``reason`` when any term is unavailable (an evaluation without data, or without any reply).
+    ``estimates`` maps evaluation -> ``scoring.sums.EvalMetrics`` over ``labels``."""
     n = len(labels)
     values = index_values(estimates, labels, boot)
-    low, high = index_interval(estimates, n, values.point) if boot is not None else (np.full(n, np.nan),) * 2
+    none = (np.full(n, np.nan),) * 2
+    low, high = index_interval(estimates, n, values.point) if boot is not None else none
     bad = np.array([bool(u) for u in values.unavailable], dtype=bool)
     return pl.DataFrame({
         "label": labels,
@@ -98,13 +99,15 @@ def index_table(estimates: dict[str, EvalMetrics], labels: list[str], boot: Boot
     }, schema_overrides={"reason": pl.String}).fill_nan(None)
 
 
-def index_interval(estimates: dict[str, EvalMetrics], n: int, point: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def index_interval(estimates: dict[str, EvalMetrics], n: int,
+                   point: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The index's interval (low, high), 0-100, (n,) for the ``n`` labels of ``estimates`` (each
-    evaluation's ``EvalMetrics`` with its intervals): the MOVER combination (``intervals.mover``; Zou &
-    Donner 2008) of the ``WEIGHTS``' terms, each with its own interval (accuracy and non-hallucination
-    the continuity-corrected Wilson interval, mean F1 its own MOVER interval), the terms independent (the
-    evaluations are different task sets; Omniscience's accuracy and non-hallucination rate are
-    uncorrelated, ``scoring.intervals``), bounded to hold ``point``; NaN where a term is missing."""
+    evaluation's ``EvalMetrics`` with its intervals): the MOVER combination (``intervals.mover``;
+    Zou & Donner 2008) of the ``WEIGHTS``' terms, each with its own interval (accuracy and
+    non-hallucination the continuity-corrected Wilson interval, mean F1 its own MOVER interval), the
+    terms independent (the evaluations are different task sets; Omniscience's accuracy and
+    non-hallucination rate are uncorrelated, ``scoring.intervals``), bounded to hold ``point``; NaN
+    where a term is missing."""
     terms = np.full((n, len(WEIGHTS)), np.nan)
     lows, highs = terms.copy(), terms.copy()
     for k, (name, metric) in enumerate(WEIGHTS):

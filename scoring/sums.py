@@ -397,11 +397,11 @@ class EvalMetrics:
 def eval_metrics(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | None = None,
                  tasks: np.ndarray | None = None, sums: Sums | None = None) -> EvalMetrics:
     """Every metric of ``cube`` over all its tasks (or over ``tasks``, whose ``sums`` are then given):
-    point estimate (mean over epochs), spread over epochs and, with ``boot`` and resample ``weights``
-    (``Bootstrap.counts``), the interval: the score-type intervals of ``score_intervals`` for the index
-    metrics (``scoring.intervals``), the percentile interval for the calibration metrics; every bound
-    holds its point (``intervals.contain``). The replicates of every metric are kept (the paired
-    comparisons and ranks use them)."""
+    point estimate (mean over epochs), spread over epochs and, with ``boot`` and resample
+    ``weights`` (``Bootstrap.counts``), the interval: the score-type intervals of
+    ``score_intervals`` for the index metrics (``scoring.intervals``), the percentile interval for
+    the calibration metrics; every bound holds its point (``intervals.contain``). The replicates of
+    every metric are kept (the paired comparisons and ranks use them)."""
     sums = cube.sums() if sums is None else sums
     per_epoch = values(cube, sums)
     counts = np.stack([sums[c].sum(axis=(1, 2)) for c in COUNTS], -1)  # (labels, COUNTS)
@@ -426,12 +426,12 @@ def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float,
     """Set ``est.low``/``est.high`` (0-100, (labels,)) of the metrics of ``intervals.SCORE_METRICS``
     from the counts in ``sums`` (over ``tasks``, or all of ``cube``'s), each count the mean over the
     epochs a label has (``scoring.intervals`` gives the methods and sources): accuracy and the
-    non-hallucination rate the continuity-corrected Wilson interval of correct / n and of (not correct −
-    hallucinated) / not correct, each F1 the same interval of TP / (TP + FP + FN) mapped to
-    2θ / (1 + θ), mean F1 the MOVER combination of the defined F1 scores taken as fully correlated
-    (r = 1: the mean of their bounds; a row's three questions share the row, and a correlation
-    estimated from a few errors near 100 made the interval too short: coverage 0.92 at a true 99.5 over
-    60 rows, ``benchmarks/bench_stats_intervals.py``). Every interval is bounded by
+    non-hallucination rate the continuity-corrected Wilson interval of correct / n and of (not
+    correct − hallucinated) / not correct, each F1 the same interval of TP / (TP + FP + FN) mapped
+    to 2θ / (1 + θ), mean F1 the MOVER combination of the defined F1 scores taken as fully
+    correlated (r = 1: the mean of their bounds; a row's three questions share the row, and a
+    correlation estimated from a few errors near 100 made the interval too short: coverage 0.92 at a
+    true 99.5 over 60 rows, ``benchmarks/bench_stats_intervals.py``). Every interval is bounded by
     ``intervals.contain`` to hold its point."""
     epochs = np.maximum((~cube.absent).sum(-1), 1)  # (labels,)
 
@@ -443,7 +443,8 @@ def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float,
         bounds = {"accuracy": score_interval(right, n, confidence)}
         if cube.eval == OMNISCIENCE:
             wrong = n - right
-            bounds["non_hallucination_rate"] = score_interval(wrong - mean("hallucinated").sum(-1), wrong, confidence)
+            kept = wrong - mean("hallucinated").sum(-1)  # not correct and not a hallucination
+            bounds["non_hallucination_rate"] = score_interval(kept, wrong, confidence)
         for m, (low, high) in bounds.items():
             est.low[m], est.high[m] = contain(est.point[m], 100 * low, 100 * high)
         return
@@ -461,8 +462,9 @@ def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float,
     defined = ~np.isnan(points)
     weights = np.where(defined, 1 / np.maximum(defined.sum(-1, keepdims=True), 1), 0.0)
     centre = np.where(defined, weights * np.nan_to_num(points), 0.0).sum(-1)
-    r = np.ones((len(cube.labels), len(names), len(names)))  # the questions' F1 scores taken as fully correlated
-    low, high = mover(centre, np.nan_to_num(points), np.nan_to_num(lows), np.nan_to_num(highs), weights, r)
+    r = np.ones((len(cube.labels), len(names), len(names)))  # the F1 scores fully correlated
+    low, high = mover(centre, np.nan_to_num(points), np.nan_to_num(lows), np.nan_to_num(highs),
+                      weights, r)
     est.low["mean_f1"], est.high["mean_f1"] = contain(est.point["mean_f1"], low, high)
 
 

@@ -28,8 +28,8 @@ def test_hle_and_omniscience_groups_by_hand():
                    ("aa_omniscience_decision", "domain", "Law"): (2, 0.0, 50.0),
                    ("aa_omniscience_decision", "domain", "Health"): (1, 100.0, 100.0)}
     physics = table.filter(pl.col("group") == "Physics").row(0, named=True)
-    # its one task: the score interval of one trial (Wilson's with continuity correction, scipy's as a
-    # test-only reference), not a collapsed [100, 100]
+    # its one task: the score interval of one trial (Wilson's with continuity correction, scipy's
+    # as a test-only reference), not a collapsed [100, 100]
     low = 100 * binomtest(1, 1).proportion_ci(method="wilsoncc").low
     assert (physics["accuracy_low"], physics["accuracy_high"]) == (pytest.approx(low, abs=1e-9), 100.0)
 

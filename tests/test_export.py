@@ -101,8 +101,8 @@ def test_eee_scores_intervals_and_instances_are_the_scored_ones(eee: Path, score
                 assert (score, [ci["lower"], ci["upper"]]) == (block[metric], block[f"{metric}_ci"])
                 assert result["score_details"]["uncertainty"]["num_samples"] == block["n"]
             uncertainty = result["score_details"]["uncertainty"]
-            # each metric's own method (summary.json's intervals.methods); none of the index's metrics is a
-            # bootstrap's, so none names a resample count
+            # each metric's own method (summary.json's intervals.methods); none of the index's
+            # metrics is a bootstrap's, so none names a resample count
             assert ci["method"] == summary["intervals"]["methods"][metric] == METHODS[metric]
             assert "bootstrap" not in ci["method"] and "num_bootstrap_samples" not in uncertainty
             assert ci["confidence_level"] == 0.95
