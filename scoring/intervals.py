@@ -3,8 +3,8 @@
 Every interval is over tasks as a sample of a superpopulation of tasks (the convention since
 intervals were added): on the whole data set a figure is exact for that set, and its interval still
 says how far another draw of as many tasks from the same source could move it. Each interval is
-bounded so that ``low ≤ point ≤ high`` holds exactly (``contain``), and none has zero width on fewer
-tasks than a population could hold (at 0% or 100% a score interval keeps its width).
+bounded so that ``low ≤ point ≤ high`` holds exactly (``contain``), and none has zero width: at 0%
+or 100% a score interval keeps its width.
 
 * **Accuracy** (AA-Omniscience-Decision, HLE-MultiChoice, When2Call, and every breakdown group) is a
   single proportion of the tasks: the **Wilson score interval with continuity correction**

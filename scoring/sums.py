@@ -417,19 +417,18 @@ def eval_metrics(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray 
             est.replicates[m] = reps
             if m not in SCORE_METRICS:
                 est.low[m], est.high[m] = contain(est.point[m], *boot.interval(reps))
-        score_intervals(cube, est, sums, boot.confidence, tasks)
+        score_intervals(cube, est, sums, boot.confidence)
     return est
 
 
-def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float,
-                    tasks: np.ndarray | None = None) -> None:
+def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float) -> None:
     """Set ``est.low``/``est.high`` (0-100, (labels,)) of the metrics of ``intervals.SCORE_METRICS``
-    from the counts in ``sums`` (over ``tasks``, or all of ``cube``'s), each count the mean over the
-    epochs a label has (``scoring.intervals`` gives the methods and sources): accuracy and the
-    non-hallucination rate the continuity-corrected Wilson interval of correct / n and of (not
-    correct − hallucinated) / not correct, each F1 the same interval of TP / (TP + FP + FN) mapped
-    to 2θ / (1 + θ), mean F1 the MOVER combination of the defined F1 scores taken as fully
-    correlated (r = 1: the mean of their bounds; a row's three questions share the row, and a
+    from the counts in ``sums`` (``Cube.sums``: of all ``cube``'s tasks or a group's), each count
+    the mean over the epochs a label has (``scoring.intervals`` gives the methods and sources):
+    accuracy and the non-hallucination rate the continuity-corrected Wilson interval of correct / n
+    and of (not correct − hallucinated) / not correct, each F1 the same interval of TP / (TP + FP +
+    FN) mapped to 2θ / (1 + θ), mean F1 the MOVER combination of the defined F1 scores taken as
+    fully correlated (r = 1: the mean of their bounds; a row's three questions share the row, and a
     correlation estimated from a few errors near 100 made the interval too short: coverage 0.92 at a
     true 99.5 over 60 rows, ``benchmarks/bench_stats_intervals.py``). Every interval is bounded by
     ``intervals.contain`` to hold its point."""
