@@ -20,7 +20,7 @@ other evaluations: one unit, "all").
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -320,7 +320,8 @@ def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
             n, right = _pooled(sums["n"]), _pooled(sums["correct"])
             out["accuracy"] = accuracy_from(right, n)
             if cube.eval == OMNISCIENCE:
-                out["non_hallucination_rate"] = non_hallucination_from(_pooled(sums["hallucinated"]), n - right)
+                out["non_hallucination_rate"] = non_hallucination_from(*hallucination_counts(
+                    lambda stat: _pooled(sums[stat])))
         else:
             f1 = f1_from(_f64(sums["tp"]), _f64(sums["fp"]), _f64(sums["fn"]))  # (..., units)
             for q, metric in WILDGUARD_F1.items():
@@ -333,6 +334,14 @@ def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
         if cube.absent.any():  # an epoch with no answers has no metric at all
             out = {m: np.where(cube.absent, np.nan, v) for m, v in out.items()}
         return out
+
+
+def hallucination_counts(pooled: Callable[[str], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The non-hallucination rate's counts, (hallucinated, not correct), from ``pooled(stat)``: a
+    statistic's sum over the units (``values`` per epoch; ``score_intervals`` its mean over epochs).
+    The one place they are defined, for the figure and its interval alike."""
+    n, right = pooled("n"), pooled("correct")
+    return pooled("hallucinated"), n - right
 
 
 def unit_calibration(sums: Sums) -> dict[str, np.ndarray]:
@@ -441,9 +450,9 @@ def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float)
         n, right = mean("n").sum(-1), mean("correct").sum(-1)
         bounds = {"accuracy": score_interval(right, n, confidence)}
         if cube.eval == OMNISCIENCE:
-            wrong = n - right
-            kept = wrong - mean("hallucinated").sum(-1)  # not correct and not a hallucination
-            bounds["non_hallucination_rate"] = score_interval(kept, wrong, confidence)
+            hallucinated, wrong = hallucination_counts(lambda stat: mean(stat).sum(-1))
+            not_hallucinated = wrong - hallucinated
+            bounds["non_hallucination_rate"] = score_interval(not_hallucinated, wrong, confidence)
         for m, (low, high) in bounds.items():
             est.low[m], est.high[m] = contain(est.point[m], 100 * low, 100 * high)
         return
