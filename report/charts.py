@@ -28,7 +28,10 @@ def bars(title: str, labels: Sequence[str], series: dict[str, Sequence[float | N
          low: dict[str, Sequence[float | None]] | None = None, high: dict[str, Sequence[float | None]] | None = None,
          xlabel: str = "score (0-100)", xlim: tuple[float, float] | None = (0, 100)) -> str:
     """Horizontal grouped bars: one group per label (top to bottom in the given order), one bar per
-    series, with interval whiskers where ``low``/``high`` are given. None values are left out."""
+    series, with interval whiskers where ``low``/``high`` are given. None values are left out; a
+    bound on the wrong side of its value (scoring bounds every interval to hold its point: this is
+    for any other caller) draws a whisker of zero length there, never a negative one (matplotlib
+    refuses those)."""
     with matplotlib.rc_context(STYLE):
         n, k = len(labels), max(1, len(series))
         height = 0.8 / k
@@ -44,7 +47,9 @@ def bars(title: str, labels: Sequence[str], series: dict[str, Sequence[float | N
                             if low[name][i] is not None and high[name][i] is not None]
                 if whiskers:
                     ax.errorbar([v for _, v, _, _ in whiskers], [y for y, _, _, _ in whiskers],
-                                xerr=[[v - lo for _, v, lo, _ in whiskers], [hi - v for _, v, _, hi in whiskers]],
+                                # never negative, even for a bound past its point
+                                xerr=[[max(0.0, v - lo) for _, v, lo, _ in whiskers],
+                                      [max(0.0, hi - v) for _, v, _, hi in whiskers]],
                                 fmt="none", ecolor="#222222", elinewidth=1, capsize=2)
         ax.set_yticks(range(n), labels)
         ax.invert_yaxis()

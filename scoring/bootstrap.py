@@ -109,13 +109,19 @@ class Bootstrap:
 
     def describe(self) -> dict:
         """The ``intervals`` block of summary.json: the bootstrap, and ``methods``, each metric's interval
-        method (``scoring.intervals.METHODS``: accuracy the Wilson score interval, AUROC DeLong's)."""
+        method by metric name (``scoring.intervals.METHODS``, the one place summary.json names
+        them)."""
         return {"method": "percentile bootstrap over tasks", "confidence": self.confidence,
                 "resamples": self.resamples, "seed": self.seed, "methods": dict(METHODS),
-                "note": ("tasks are resampled with replacement within each evaluation, the same resamples for "
-                         "every model; the index combines one resample of each evaluation; accuracy, a single "
-                         "proportion, gets the Wilson score interval over its tasks instead (it does not collapse "
-                         "at 0% or 100%); AUROC intervals use DeLong's variance")}
+                "note": ("each metric's interval is over tasks as a sample of a superpopulation of"
+                         " tasks (on the whole data set too) and holds its point; `methods` names "
+                         "each one (scoring/intervals.py gives the sources): accuracy, the "
+                         "non-hallucination rate and each F1 a score interval (Wilson's with "
+                         "continuity correction), mean F1 and the Decision Index the MOVER "
+                         "combination of their terms' intervals, AUROC DeLong's; the calibration "
+                         "metrics and the paired comparisons use the bootstrap: tasks resampled "
+                         "with replacement within each evaluation, the same resamples for every "
+                         "model")}
 
 
 _PREPARED: dict[tuple[Bootstrap, str, int], np.ndarray] = {}  # Bootstrap.prepare's float32 matrices

@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from .bootstrap import Bootstrap
+from .intervals import contain, mover
 from .sums import EvalMetrics, epoch_sd
 
 # (evaluation, metric) -> weight
@@ -80,13 +81,14 @@ def index_values(estimates: dict[str, EvalMetrics], labels: list[str], boot: Boo
 
 def index_table(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap | None = None) -> pl.DataFrame:
     """Per label: ``decision_index`` (mean over epochs), ``decision_index_sd`` (spread of the per-epoch
-    index; null for one epoch) and, with a bootstrap, ``decision_index_low``/``_high`` (the percentile
-    interval of the index recomputed on each resample: one resample of each evaluation). Null with a
+    index; null for one epoch) and, with a bootstrap, ``decision_index_low``/``_high``: the MOVER
+    combination of the five weighted terms' own intervals (``index_interval``). Null with a
     ``reason`` when any term is unavailable (an evaluation without data, or without any reply).
     ``estimates`` maps evaluation -> ``scoring.sums.EvalMetrics`` over ``labels``."""
     n = len(labels)
     values = index_values(estimates, labels, boot)
-    low, high = boot.interval(values.replicates) if boot is not None else (np.full(n, np.nan), np.full(n, np.nan))
+    none = (np.full(n, np.nan),) * 2
+    low, high = index_interval(estimates, n, values.point) if boot is not None else none
     bad = np.array([bool(u) for u in values.unavailable], dtype=bool)
     return pl.DataFrame({
         "label": labels,
@@ -95,3 +97,29 @@ def index_table(estimates: dict[str, EvalMetrics], labels: list[str], boot: Boot
         "reason": [f"not computed: {', '.join(u)} unavailable (see each evaluation's reason)" if u else None
                    for u in values.unavailable],
     }, schema_overrides={"reason": pl.String}).fill_nan(None)
+
+
+def index_interval(estimates: dict[str, EvalMetrics], n: int,
+                   point: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The index's interval (low, high), 0-100, (n,) for the ``n`` labels of ``estimates`` (each
+    evaluation's ``EvalMetrics`` with its intervals): the MOVER combination (``intervals.mover``;
+    Zou & Donner 2008) of the ``WEIGHTS``' terms, each with its own interval (accuracy and
+    non-hallucination the continuity-corrected Wilson interval, mean F1 its own MOVER interval), the
+    terms independent (the evaluations are different task sets; Omniscience's accuracy and
+    non-hallucination rate are uncorrelated, ``scoring.intervals``), bounded to hold ``point``; NaN
+    where a term is missing."""
+    terms = np.full((n, len(WEIGHTS)), np.nan)
+    lows, highs = terms.copy(), terms.copy()
+    for k, (name, metric) in enumerate(WEIGHTS):
+        est = estimates.get(name)
+        if est is None or metric not in est.low:
+            continue
+        gone = est.unscored() | ~est.answered
+        terms[:, k] = np.where(gone, np.nan, est.point[metric])
+        lows[:, k], highs[:, k] = est.low[metric], est.high[metric]
+    weights = np.array(list(WEIGHTS.values()))
+    missing = np.isnan(terms).any(-1) | np.isnan(lows).any(-1) | np.isnan(highs).any(-1)
+    centre = (weights * np.nan_to_num(terms)).sum(-1)
+    low, high = mover(centre, terms, lows, highs, weights)
+    low, high = contain(point, low, high)
+    return np.where(missing, np.nan, low), np.where(missing, np.nan, high)

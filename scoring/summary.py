@@ -4,7 +4,7 @@ records; each evaluation block stays a mapping), written with ``records.to_json`
 
     {"prompt_version": str, "epochs": int, "complete": bool, "allow_failed": {...} | null, "accepted": bool,
      "data": {...},
-     "intervals": {"method", "confidence", "resamples", "seed", "note"},
+     "intervals": {"method", "confidence", "resamples", "seed", "methods", "note"},
      "calibration": {"answers", "brier", "ece", "log_loss", "auroc", "epochs"},
      "models": [{"model": str, "decision_index": float | null, "decision_index_reason"?: str,
                  "decision_index_ci": [low, high] | null, "decision_index_sd"?: float,
@@ -26,7 +26,7 @@ Added with intervals and calibration (existing keys keep their meaning): each me
 return probabilities: ``answers`` counted, ``excluded`` (without probabilities), ``brier``, ``ece``,
 ``log_loss`` (each with ``_ci``), and for WildGuardTest ``questions``: the same per yes/no question plus
 ``auroc`` and ``auroc_ci``. The top-level ``intervals`` and ``calibration`` blocks say how they are
-computed.
+computed (``intervals.methods``: each metric's interval method by name).
 
 Added with run files and costs: each model's ``epochs`` (a run file may give models their own; the
 top-level ``epochs`` is the run's default) and ``usage`` (tokens and USD, ``scoring.cost``), and the

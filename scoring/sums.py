@@ -9,15 +9,18 @@ other evaluations: one unit, "all").
 
 * Point estimates: the statistics summed per (label, epoch, unit) — ``Cube.sums`` — then the metric
   formulas (``metrics.*_from``, ``calibration.*_from``), then the mean and spread over epochs.
-* Intervals: the same sums per task, weighted by bootstrap resample counts (``bootstrap.Bootstrap``):
-  one matrix product ``W @ X`` for every model at once (``Cube.resampled``), then the same formulas.
+* Intervals: the index metrics' from the same counts (``score_intervals``: score intervals and
+  their MOVER combination, ``scoring.intervals``); the calibration metrics' from the same sums
+  per task, weighted by bootstrap resample counts (``bootstrap.Bootstrap``): one matrix product
+  ``W @ X`` for every model at once (``Cube.resampled``), then the same formulas (the paired
+  comparisons use every metric's resampled values).
 * Breakdowns (HLE category, Omniscience domain, When2Call reply type, WildGuardTest subcategory and
   adversarial flag) are sets of tasks: the same sums over a group's tasks only.
 """
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -27,7 +30,7 @@ import polars as pl
 from . import calibration as cal
 from .bootstrap import Bootstrap
 from .columns import canonical_order
-from .intervals import WILSON_METRICS, wilson
+from .intervals import SCORE_METRICS, contain, f1_interval, mover, score_interval
 from .metrics import STATS, accuracy_from, answer_stats, f1_from, non_hallucination_from
 
 OMNISCIENCE, WILDGUARD = "aa_omniscience_decision", "wildguardtest"
@@ -317,7 +320,8 @@ def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
             n, right = _pooled(sums["n"]), _pooled(sums["correct"])
             out["accuracy"] = accuracy_from(right, n)
             if cube.eval == OMNISCIENCE:
-                out["non_hallucination_rate"] = non_hallucination_from(_pooled(sums["hallucinated"]), n - right)
+                out["non_hallucination_rate"] = non_hallucination_from(*hallucination_counts(
+                    lambda stat: _pooled(sums[stat])))
         else:
             f1 = f1_from(_f64(sums["tp"]), _f64(sums["fp"]), _f64(sums["fn"]))  # (..., units)
             for q, metric in WILDGUARD_F1.items():
@@ -330,6 +334,14 @@ def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
         if cube.absent.any():  # an epoch with no answers has no metric at all
             out = {m: np.where(cube.absent, np.nan, v) for m, v in out.items()}
         return out
+
+
+def hallucination_counts(pooled: Callable[[str], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The non-hallucination rate's counts, (hallucinated, not correct), from ``pooled(stat)``: a
+    statistic's sum over the units (``values`` per epoch; ``score_intervals`` its mean over epochs).
+    The one place they are defined, for the figure and its interval alike."""
+    n, right = pooled("n"), pooled("correct")
+    return pooled("hallucinated"), n - right
 
 
 def unit_calibration(sums: Sums) -> dict[str, np.ndarray]:
@@ -394,10 +406,11 @@ class EvalMetrics:
 def eval_metrics(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray | None = None,
                  tasks: np.ndarray | None = None, sums: Sums | None = None) -> EvalMetrics:
     """Every metric of ``cube`` over all its tasks (or over ``tasks``, whose ``sums`` are then given):
-    point estimate (mean over epochs), spread over epochs and, with ``boot`` and resample ``weights``
-    (``Bootstrap.counts``), the interval: the Wilson score interval for accuracy (a single proportion of
-    the tasks, ``scoring.intervals``), the percentile interval for the others; the replicates of every
-    metric, accuracy's too, are kept (the index and the paired comparisons use them)."""
+    point estimate (mean over epochs), spread over epochs and, with ``boot`` and resample
+    ``weights`` (``Bootstrap.counts``), the interval: the score-type intervals of
+    ``score_intervals`` for the index metrics (``scoring.intervals``), the percentile interval for
+    the calibration metrics; every bound holds its point (``intervals.contain``). The replicates of
+    every metric are kept (the paired comparisons and ranks use them)."""
     sums = cube.sums() if sums is None else sums
     per_epoch = values(cube, sums)
     counts = np.stack([sums[c].sum(axis=(1, 2)) for c in COUNTS], -1)  # (labels, COUNTS)
@@ -411,11 +424,56 @@ def eval_metrics(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray 
         for m, v in values(cube, cube.resampled(weights, tasks)).items():
             reps = epoch_mean(v)  # (resamples, labels)
             est.replicates[m] = reps
-            if m in WILSON_METRICS:
-                est.low[m], est.high[m] = wilson(est.point[m], est.n, boot.confidence)
-            else:
-                est.low[m], est.high[m] = boot.interval(reps)
+            if m not in SCORE_METRICS:
+                est.low[m], est.high[m] = contain(est.point[m], *boot.interval(reps))
+        score_intervals(cube, est, sums, boot.confidence)
     return est
+
+
+def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float) -> None:
+    """Set ``est.low``/``est.high`` (0-100, (labels,)) of the metrics of ``intervals.SCORE_METRICS``
+    from the counts in ``sums`` (``Cube.sums``: of all ``cube``'s tasks or a group's), each count
+    the mean over the epochs a label has (``scoring.intervals`` gives the methods and sources):
+    accuracy and the non-hallucination rate the continuity-corrected Wilson interval of correct / n
+    and of (not correct − hallucinated) / not correct, each F1 the same interval of TP / (TP + FP +
+    FN) mapped to 2θ / (1 + θ), mean F1 the MOVER combination of the defined F1 scores taken as
+    fully correlated (r = 1: the mean of their bounds; a row's three questions share the row, and a
+    correlation estimated from a few errors near 100 made the interval too short: coverage 0.92 at a
+    true 99.5 over 60 rows, ``benchmarks/bench_stats_intervals.py``). Every interval is bounded by
+    ``intervals.contain`` to hold its point."""
+    epochs = np.maximum((~cube.absent).sum(-1), 1)  # (labels,)
+
+    def mean(stat: str) -> np.ndarray:  # (labels, units): the count per epoch
+        return _f64(sums[stat]).sum(axis=1) / epochs[:, None]
+
+    if cube.kind == "choice":
+        n, right = mean("n").sum(-1), mean("correct").sum(-1)
+        bounds = {"accuracy": score_interval(right, n, confidence)}
+        if cube.eval == OMNISCIENCE:
+            hallucinated, wrong = hallucination_counts(lambda stat: mean(stat).sum(-1))
+            not_hallucinated = wrong - hallucinated
+            bounds["non_hallucination_rate"] = score_interval(not_hallucinated, wrong, confidence)
+        for m, (low, high) in bounds.items():
+            est.low[m], est.high[m] = contain(est.point[m], 100 * low, 100 * high)
+        return
+    tp, fp, fn = mean("tp"), mean("fp"), mean("fn")  # (labels, units)
+    low, high = f1_interval(tp, fp, fn, confidence)
+    names = list(WILDGUARD_F1.values())
+    points = np.full((len(cube.labels), len(names)), np.nan)
+    lows, highs = points.copy(), points.copy()
+    for k, (q, metric) in enumerate(WILDGUARD_F1.items()):
+        if q in cube.units:
+            u = cube.units.index(q)
+            lows[:, k], highs[:, k] = contain(est.point[metric], low[:, u], high[:, u])
+            points[:, k] = est.point[metric]
+        est.low[metric], est.high[metric] = lows[:, k].copy(), highs[:, k].copy()
+    defined = ~np.isnan(points)
+    weights = np.where(defined, 1 / np.maximum(defined.sum(-1, keepdims=True), 1), 0.0)
+    centre = np.where(defined, weights * np.nan_to_num(points), 0.0).sum(-1)
+    r = np.ones((len(cube.labels), len(names), len(names)))  # the F1 scores fully correlated
+    low, high = mover(centre, np.nan_to_num(points), np.nan_to_num(lows), np.nan_to_num(highs),
+                      weights, r)
+    est.low["mean_f1"], est.high["mean_f1"] = contain(est.point["mean_f1"], low, high)
 
 
 def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:

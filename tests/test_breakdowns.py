@@ -28,9 +28,19 @@ def test_hle_and_omniscience_groups_by_hand():
                    ("aa_omniscience_decision", "domain", "Law"): (2, 0.0, 50.0),
                    ("aa_omniscience_decision", "domain", "Health"): (1, 100.0, 100.0)}
     physics = table.filter(pl.col("group") == "Physics").row(0, named=True)
-    # its one task: Wilson's interval of one trial (scipy's, a test-only reference), not a collapsed [100, 100]
-    low = 100 * binomtest(1, 1).proportion_ci(method="wilson").low
+    # its one task: the score interval of one trial (Wilson's with continuity correction, scipy's
+    # as a test-only reference), not a collapsed [100, 100]
+    low = 100 * binomtest(1, 1).proportion_ci(method="wilsoncc").low
     assert (physics["accuracy_low"], physics["accuracy_high"]) == (pytest.approx(low, abs=1e-9), 100.0)
+    # a group's non-hallucination rate: the same interval of its share among the group's answers not
+    # correct (Law: 1 of 2 an abstention; Health: nothing wrong, nothing known: [0, 100])
+    law = table.filter(pl.col("group") == "Law").row(0, named=True)
+    ci = binomtest(1, 2).proportion_ci(method="wilsoncc")
+    assert (law["non_hallucination_rate_low"], law["non_hallucination_rate_high"]) == (
+        pytest.approx(100 * ci.low, abs=1e-9), pytest.approx(100 * ci.high, abs=1e-9))
+    health = table.filter(pl.col("group") == "Health").row(0, named=True)
+    health = (health["non_hallucination_rate_low"], health["non_hallucination_rate_high"])
+    assert health == (0.0, 100.0)
 
 
 def test_wildguard_subcategory_and_adversarial_f1_by_hand():
@@ -45,6 +55,14 @@ def test_wildguard_subcategory_and_adversarial_f1_by_hand():
     # adversarial true: TP + FP -> 2/3 ; false: FN + TN -> 0/(0+0+1) = 0
     assert f1 == {("subcategory", "fraud"): pytest.approx(200 / 3), ("subcategory", "benign"): 0.0,
                   ("adversarial", "true"): pytest.approx(200 / 3), ("adversarial", "false"): 0.0}
+    # each group's F1 interval: θ = TP / (TP + FP + FN) over the group's tasks (fraud: 1 of 2),
+    # mapped
+    boot = score(frame(rows), Bootstrap(resamples=20)).breakdowns
+    fraud = boot.filter(pl.col("group") == "fraud").row(0, named=True)
+    ci = binomtest(1, 2).proportion_ci(method="wilsoncc")
+    assert (fraud["f1_prompt_harm_low"], fraud["f1_prompt_harm_high"]) == (
+        pytest.approx(200 * ci.low / (1 + ci.low), abs=1e-9),
+        pytest.approx(200 * ci.high / (1 + ci.high), abs=1e-9))
 
 
 def test_when2call_reply_type_accuracy_and_confusion_matrix():

@@ -14,6 +14,7 @@ from dxi.runner import export, rescore
 from dxi.runner.cli import main
 from dxi.runner.export import ANSWER_COLUMNS, EXPORT_COLUMNS
 from dxi.runner.inputs import PlanInputs
+from dxi.scoring.intervals import METHODS
 
 from .conftest import fixture_data
 from .four_models import FourModels, four_models
@@ -100,10 +101,10 @@ def test_eee_scores_intervals_and_instances_are_the_scored_ones(eee: Path, score
                 assert (score, [ci["lower"], ci["upper"]]) == (block[metric], block[f"{metric}_ci"])
                 assert result["score_details"]["uncertainty"]["num_samples"] == block["n"]
             uncertainty = result["score_details"]["uncertainty"]
-            if metric == "accuracy":  # a single proportion: the Wilson score interval, no resamples
-                assert ci["method"] == "Wilson score interval over tasks" and "num_bootstrap_samples" not in uncertainty
-            else:
-                assert ci["method"] == "percentile bootstrap over tasks" and uncertainty["num_bootstrap_samples"] == 1000
+            # each metric's own method (summary.json's intervals.methods); none of the index's
+            # metrics is a bootstrap's, so none names a resample count
+            assert ci["method"] == summary["intervals"]["methods"][metric] == METHODS[metric]
+            assert "bootstrap" not in ci["method"] and "num_bootstrap_samples" not in uncertainty
             assert ci["confidence_level"] == 0.95
             checked += 1
         detail = log.get("detailed_evaluation_results")
