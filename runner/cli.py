@@ -16,7 +16,7 @@ from dxi.evals import DatasetError
 
 from .commands import COMMANDS
 from .commands.options import EXIT_CODES, Formatter
-from .errors import EXIT_USAGE, UsageError
+from .errors import EXIT_SOFTWARE, EXIT_USAGE, CommandError
 
 # What a command needs is imported when it runs, not here: parsing the command line and `dxi --help`
 # need none of Polars, PyArrow, NumPy, the scoring, the cache, uvloop or Rich.
@@ -137,9 +137,14 @@ def main(argv: list[str] | None = None) -> int:
                         handlers=[handler])
     try:
         return _module(args.command).main(args, console)
-    except (UsageError, DatasetError) as exc:
+    except (CommandError, DatasetError) as exc:  # bad input (2), a cache folder that cannot be written (4)
         errors.print(f"[red]error:[/] {escape(str(exc))}")
-        return EXIT_USAGE
+        return getattr(exc, "exit_code", EXIT_USAGE)
+    except Exception as exc:  # noqa: BLE001 (a bug: one line, the trace in a file, never exit 1)
+        from .crash import report
+
+        errors.print(f"[red]error:[/] {escape(report(exc, ['dxi', *(sys.argv[1:] if argv is None else argv)]))}")
+        return EXIT_SOFTWARE
 
 
 if __name__ == "__main__":
