@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import numbers
 from . import options
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def add_parser(sub) -> None:
     options.add_data(co.add_argument_group("data"))
     co.add_argument("--cache-dir", type=Path, metavar="DIR", help="the cache (default .dxi-cache, or the run file's)")
     co.add_argument("--wait", action="store_true", help="wait until every open batch has ended and is collected")
-    co.add_argument("--poll", type=float, default=options.POLL_S, metavar="SECONDS", help="with --wait: the first wait between "
+    co.add_argument("--poll", type=numbers.POLL, default=options.POLL_S, metavar="SECONDS", help="with --wait: the first wait between "
                                                                                   "two status reads")
     co.set_defaults(out=None)  # collects into the cache; writes no outputs
     ca = bsub.add_parser("cancel", help="cancel open batches (their results so far are collected by the next run)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .. import distributed, signals
+from .. import distributed, numbers, signals
 from ..errors import EXIT_CACHE_WRITE, UsageError
 from . import options
 
@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     limits = s.add_argument_group("limits, retries and cost", "A limit given here applies to every provider, "
                                                               "over the run file's provider tables.")
     options.add_limits(limits)
-    limits.add_argument("--grace", type=float, default=signals.GRACE_S, metavar="SECONDS",
+    limits.add_argument("--grace", type=numbers.GRACE, default=signals.GRACE_S, metavar="SECONDS",
                         help="on the first Ctrl-C or SIGTERM nothing new is sent and the requests in flight "
                              "finish and are stored, for at most SECONDS (inside the 30 s Kubernetes and "
                              "Slurm allow before SIGKILL); a second Ctrl-C stops at once")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import distributed, signals
+from .. import distributed, numbers, signals
 from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, UsageError
 from . import options
 
@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to serve on (default 127.0.0.1: this machine only; another exposes every answer "
                         "in the cache to the network, with a warning)")
-    p.add_argument("--port", type=int, default=8765, help="port to serve on (default 8765; 0: any free port)")
+    p.add_argument("--port", type=numbers.PORT, default=8765, help="port to serve on (default 8765; 0: any free port)")
     s.set_defaults(out=None)
     distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "view")
 
