@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from dxi.evals import EVALS
 
-from .. import completion
+from .. import completion, paths
 from ..errors import UsageError
 from . import options
 
@@ -50,6 +50,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
             revisions = fetch.revisions(args.revision, selected or list(EVALS))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        paths.output_folder(args.data_dir, "--data-dir")  # before the first download
         source = fetch.Mirror(args.mirror) if args.mirror else fetch.Hub()
         outcomes = fetch.fetch(args.data_dir, source, selected, force=args.force, revisions=revisions)
     else:

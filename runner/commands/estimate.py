@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from .. import distributed
+from .. import distributed, paths
 from ..errors import EXIT_USAGE
 from . import options
 
@@ -43,6 +43,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     plan = options.plan_of(args)
     dist = distributed.setup(args, plan, sending=False)
+    paths.cache_to_read(plan.cache_dir, options.named(args, "cache_dir", "--cache-dir"))
     with Cache(plan.cache_dir, retry_invalid=args.retry_invalid, retry_failed=args.retry_failed,
                remote=dist.remote) as cache:
         unnamed = [m for m in plan.models if not m.adapter.model]

@@ -270,6 +270,14 @@ def batch_options(args: argparse.Namespace) -> BatchOptions:
     return BatchOptions(deadline=deadline, poll_s=poll, max_poll_s=max(poll, 300.0))
 
 
+def named(args: argparse.Namespace, dest: str, flag: str) -> str:
+    """How the user gave the path ``dest`` (``out``, ``cache_dir``), for messages: ``flag`` (``--out``) when
+    given on the command line or by default, else ``the run file's out``."""
+    if getattr(args, dest, None) is None and getattr(args, "run_file", None) is not None:
+        return f"{dest} of {args.run_file}"
+    return flag
+
+
 def plan_of(args: argparse.Namespace) -> Plan:
     """The plan of ``dxi run``, ``estimate`` and ``batches collect`` (``runner.plan.from_args``); UsageError when
     neither a run file nor ``--model`` names the models."""

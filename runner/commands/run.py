@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .. import distributed, numbers, signals
+from .. import distributed, numbers, paths, signals
 from ..errors import EXIT_CACHE_WRITE, UsageError
 from . import options
 
@@ -65,6 +65,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
     if batch_options.deadline is not None and not plan.batch:
         raise UsageError("--deadline is for batch mode: give --batch too (or batch = true in the run file)")
     dist = distributed.setup(args, plan, sending=True)
+    paths.cache_folder(plan.cache_dir, options.named(args, "cache_dir", "--cache-dir"))  # before the first request
+    paths.output_folder(plan.out, options.named(args, "out", "--out"))
     try:
         result = session.run(plan, console=None if args.quiet else console, grace=args.grace, fsync=args.fsync,
                              retry_invalid=args.retry_invalid, retry_failed=args.retry_failed, dist=dist,

@@ -44,6 +44,23 @@ def add_parser(sub) -> None:
     distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "view")
 
 
+def _check_port(host: str, port: int) -> None:
+    """Bind ``host``:``port`` once and let it go: UsageError (exit code 2) naming them when it cannot be
+    served (taken, not an address of this machine, a host that does not resolve). The server binds it again
+    once the cache is scored."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
+            probe.bind(address)
+    except OSError as exc:
+        raise UsageError(f"cannot serve on {host}:{port}: {exc.strerror or exc} (choose another --port, or --port 0 "
+                         "for a free one)") from None
+
+
 def main(args: argparse.Namespace, console: Console) -> int:
     """Serve until stopped. Nothing is written to the cache folder: the snapshots, and a remote cache's mirror,
     go to the view's private folder (``view.home``)."""
@@ -54,6 +71,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     from ..rescore import browse, select
 
+    _check_port(args.host, args.port)  # before scoring, which takes seconds on a large cache
     home = private_home()  # stale ones of killed views removed first
     try:
         selection = select(args, mirror=Path(home.name) / "remote")
