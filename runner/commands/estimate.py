@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from .. import distributed, paths
-from ..errors import EXIT_USAGE
+from ..errors import EXIT_SOFTWARE, EXIT_USAGE
 from . import options
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def add_parser(sub) -> None:
     s = options.command(sub, "estimate", "a dry run: what is not cached, why, and its expected tokens and cost "
-                                         "(sends nothing)", None, options.exit_codes(0, EXIT_USAGE))
+                                         "(sends nothing)", None, options.exit_codes(0, EXIT_USAGE, EXIT_SOFTWARE))
     options.add_models(s.add_argument_group("models"), True, False)
     options.add_data(s.add_argument_group("data"))
     options.add_limits(s.add_argument_group("limits, retries and cost", "A limit given here applies to every provider, "

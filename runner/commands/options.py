@@ -22,6 +22,7 @@ from ..errors import (
     EXIT_FAILED_REQUESTS,
     EXIT_INTERRUPTED,
     EXIT_PROVIDER_STOPPED,
+    EXIT_SOFTWARE,
     EXIT_TERMINATED,
     EXIT_UPLOAD,
     EXIT_USAGE,
@@ -39,7 +40,8 @@ _EXIT_LINES = {
     EXIT_FAILED_REQUESTS: f"{EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply "
                           "after the retries) or are\n       missing from the cache, scored as not correct and marked (*); "
                           "rerun to request them, or accept them\n       with --allow-failed",
-    EXIT_USAGE: f"{EXIT_USAGE}    bad input (flags, run file, model string, data), with a message; nothing was sent",
+    EXIT_USAGE: f"{EXIT_USAGE}    bad input (flags, run file, model string, data, an output path that cannot be written), "
+                "with a\n       message; nothing was sent",
     EXIT_COST_BOUND: f"{EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)",
     EXIT_CACHE_WRITE: f"{EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun",
     EXIT_UPLOAD: f"{EXIT_UPLOAD}    done, but shards could not be uploaded to --cache-remote (all in the local cache; the next "
@@ -47,6 +49,8 @@ _EXIT_LINES = {
     EXIT_PROVIDER_STOPPED: f"{EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, a stated wait "
                            "over --max-stated-wait),\n       or a model alone (unknown model, refused request form); the "
                            "others went on; the next run sends what was not sent",
+    EXIT_SOFTWARE: f"{EXIT_SOFTWARE}   an unexpected error (a bug in dxi): one line says what failed and where, and the file "
+                   "holding\n       the full trace (secrets redacted) to report",
     EXIT_INTERRUPTED: f"{EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun "
                       "the same command)",
     EXIT_TERMINATED: f"{EXIT_TERMINATED}  stopped by SIGTERM (kill, a scheduler's time limit), as for {EXIT_INTERRUPTED}",
@@ -65,7 +69,7 @@ def exit_codes(*codes: int) -> str:
 
 EXIT_CODES = exit_codes(*_EXIT_LINES)
 """Every exit code of ``dxi`` (``dxi run`` returns them all)."""
-SCORING_EXIT_CODES = exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE)
+SCORING_EXIT_CODES = exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_SOFTWARE)
 """What ``dxi score`` and ``dxi report`` return: they read the cache and send nothing."""
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import distributed, numbers, signals
-from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, UsageError
+from ..errors import EXIT_INTERRUPTED, EXIT_SOFTWARE, EXIT_TERMINATED, EXIT_USAGE, UsageError
 from . import options
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ exit codes:
   0    stopped (Ctrl-C, kill -INT or kill -TERM); its private folder under the temporary folder removed
   {EXIT_USAGE}    bad input (flags, run file, model string, data, no cache folder, a port that cannot be
        served), with a message
+  {EXIT_SOFTWARE}   an unexpected error (a bug in dxi): one line, and the file holding the full trace
   {EXIT_INTERRUPTED}  interrupted before serving ({EXIT_TERMINATED}: by SIGTERM)
 """
 
