@@ -37,6 +37,12 @@ class _Parser(argparse.ArgumentParser):
         if commands and words is not None and words not in commands and not any(a in ("-h", "--help") for a in argv):
             self.error(f"unknown command {words!r}{_did_you_mean(words, commands)}")
         parsed, extras = self.parse_known_args(argv, namespace)
+        target = getattr(parsed, "target", None)
+        if (len(extras) == 1 and not extras[0].startswith("-") and getattr(parsed, "run_file", 0) is None
+                and target is not None and target.suffix == ".toml"):
+            # `dxi export RUN_FILE --format csv TARGET`: argparse gives the word before the flags to TARGET
+            # (RUN_FILE being optional) and leaves the real TARGET over; it is the run file
+            parsed.run_file, parsed.target, extras = target, type(target)(extras[0]), []
         if extras:
             target = self
             for attr in ("command", "data_command"):
