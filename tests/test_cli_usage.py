@@ -318,3 +318,24 @@ def test_export_with_a_run_file_before_the_flags_in_a_real_dxi(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("Exported 1 file(s) (csv) to answers.csv")
     assert len((tmp_path / "answers.csv").read_text().splitlines()) == 1 + 3  # the header, one row per task
+
+
+def test_data_check_finds_the_data_folder_as_every_other_command_does(tmp_path: Path):
+    """Issue 32: ``dxi data check`` alone required --data-dir; it now takes $DXI_DATA_DIR, else ./data, else
+    ../shared/data, and says so when none exists."""
+    from .synthetic import data_dir
+
+    env = {k: v for k, v in os.environ.items() if k != "DXI_DATA_DIR"}
+    (tmp_path / "empty").mkdir()
+    done = subprocess.run([DXI, "data", "check"], capture_output=True, text=True, cwd=tmp_path / "empty", env=env,
+                          timeout=120)
+    assert done.returncode == EXIT_USAGE and "Traceback" not in done.stderr
+    assert done.stderr.strip() == ("error: no data folder: give --data-dir DIR (default: $DXI_DATA_DIR, else ./data, "
+                                   "else ../shared/data, whichever exists)")
+    data_dir(tmp_path / "here" / "data", 3)
+    done = subprocess.run([DXI, "data", "check"], capture_output=True, text=True, cwd=tmp_path / "here", env=env,
+                          timeout=120)
+    assert "Evaluation data in data" in done.stdout and "when2call_test_mcq.jsonl" in done.stdout, done.stdout
+    done = subprocess.run([DXI, "data", "check"], capture_output=True, text=True, cwd=tmp_path / "empty", timeout=120,
+                          env={**env, "DXI_DATA_DIR": str(tmp_path / "here" / "data")})
+    assert f"Evaluation data in {tmp_path / 'here' / 'data'}" in " ".join(done.stdout.split()), done.stdout
