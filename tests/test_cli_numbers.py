@@ -104,3 +104,20 @@ def test_the_cases_of_issue_32_in_a_real_dxi(tmp_path, args, message):
     assert done.returncode == EXIT_USAGE, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_view_refuses_a_port_it_cannot_serve_before_reading_the_cache(tmp_path):
+    """Issue 32: ``dxi view --port 99999`` scored the cache for 10 s before refusing the port. A port out of range
+    is refused as the command line is parsed; a port taken, before the cache is read (here there is none: the
+    port's error comes first)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([DXI, "view", "--port", str(port), "--cache-dir", str(tmp_path / "none")],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == EXIT_USAGE and done.stdout == "", (done.stdout, done.stderr)
+    assert done.stderr.strip() == (f"error: cannot serve on 127.0.0.1:{port}: Address already in use (choose another "
+                                   "--port, or --port 0 for a free one)")
