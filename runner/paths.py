@@ -55,10 +55,11 @@ def output_folder(path: Path, flag: str) -> None:
 
 
 def output_file(path: Path, flag: str) -> None:
-    """Make sure the file ``path`` (given as ``flag``) can be written: its folder writable (created if
-    missing), ``path`` itself not a folder. UsageError (exit code 2) otherwise."""
+    """Make sure the file ``path`` (given as ``flag``) can be written: not a folder, its folder writable
+    (created if missing). UsageError (exit code 2) otherwise. (``runner.export`` refuses a folder too, for
+    its library callers.)"""
     if path.is_dir():
-        raise UsageError(f"{flag} {path}: is a folder; give a file name")
+        raise UsageError(f"{flag} {path} is a folder: give the file to write")
     try:
         _probe(path.parent)
     except OSError as exc:

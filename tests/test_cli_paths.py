@@ -140,7 +140,7 @@ def test_export_target_that_cannot_be_written(scored: Path, read_only, fmt: str,
 
 def test_export_to_a_folder_where_a_file_is_expected(scored: Path):
     done = dxi("export", "--format", "csv", "data", "--data-dir", "data", "--cache-dir", "cache", cwd=scored)
-    one_error_line(done, EXIT_USAGE, "TARGET data: is a folder; give a file name")
+    one_error_line(done, EXIT_USAGE, "TARGET data is a folder: give the file to write")
 
 
 @pytest.mark.parametrize("kind", ["under-a-file", "proc", "sys"])
