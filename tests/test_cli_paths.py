@@ -153,6 +153,15 @@ def test_data_fetch_and_fetch_model_folders_that_cannot_be_written(tmp_path: Pat
     one_error_line(done, EXIT_USAGE, f"--dir {folder}: cannot write there")
 
 
+@pytest.mark.parametrize(("kind", "code"), [("under-a-file", EXIT_USAGE), ("proc", EXIT_CACHE_WRITE),
+                                            ("sys", EXIT_CACHE_WRITE), ("read-only", EXIT_CACHE_WRITE)])
+def test_estimate_of_a_cache_it_cannot_create(scored: Path, read_only, kind: str, code: int, tmp_path: Path):
+    """``dxi estimate`` opens (so creates) the cache it prices against: one it cannot create is said so."""
+    cache = place(kind, tmp_path, read_only)
+    done = dxi("estimate", "--model", "embedded", "--data-dir", "data", "--cache-dir", cache, cwd=scored)
+    one_error_line(done, code, f"--cache-dir {cache}: ")
+
+
 @pytest.mark.parametrize("args", [["estimate", "--model", "embedded", "--data-dir", "data"], ["batches", "list"],
                                   ["batches", "cancel", "--all"], ["score", "--data-dir", "data"]])
 def test_a_cache_read_under_a_file_is_bad_input(scored: Path, args: list[str], tmp_path: Path):

@@ -20,7 +20,7 @@ def _listed(capsys: pytest.CaptureFixture, command: str) -> list[int]:
     ("run", [0, 1, 2, 3, 4, 5, 6, 70, 130, 143]),
     ("score", [0, 1, 2, 70]),
     ("report", [0, 1, 2, 70]),
-    ("estimate", [0, 2, 70]),
+    ("estimate", [0, 2, 4, 70]),
     ("view", [0, 2, 70, 130]),
 ])
 def test_a_commands_help_lists_the_exit_codes_it_returns(capsys: pytest.CaptureFixture, command: str, codes: list[int]):
