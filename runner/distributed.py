@@ -35,11 +35,13 @@ ROLL_S = 60.0  # with a remote tier, a log rolls over (and its shard is uploaded
 
 def _shard_text(text: str) -> str:
     """``--shard``'s value, checked as it is parsed (``runner.shard.parse``: K/N with 0 <= K < N <= 1,000,000,
-    or auto with the scheduler's environment); argparse's usage error otherwise."""
+    auto or auto/N; auto's index comes from the scheduler's environment when the run starts, ``setup``);
+    argparse's usage error otherwise."""
     from .shard import ShardError, parse
 
+    auto = text.strip().partition("/")[0] == "auto"
     try:
-        parse(text)
+        parse(text, {"SLURM_ARRAY_TASK_ID": "0", "DXI_SHARD_COUNT": "1"} if auto else None)
     except ShardError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text

@@ -78,12 +78,21 @@ def cache_to_read(path: Path, flag: str = "--cache-dir") -> None:
 
 
 def cache_folder(path: Path, flag: str = "--cache-dir") -> None:
-    """Make sure the cache folder ``path`` can be written (created if missing, as the run would). UsageError
-    (exit code 2) when a file is in the way; CacheFolderError (exit code 4) when it cannot be written."""
+    """Make sure the cache folder ``path`` can be made (created if missing, as the run would) and written.
+    UsageError (exit code 2) when a file is in the way; CacheFolderError (exit code 4) when it cannot be
+    created or written. A cache that exists (its ``shards/`` folder there) is left to the cache itself: a run
+    with something new
+    opens its log before the first request and stops with exit code 4 when it cannot (``cache.Cache``),
+    while a run with nothing new, or a rescore, needs no write at all (a read-only cache is scored)."""
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            raise UsageError(f"{flag} {path}: cannot be the cache ({part} is a file, not a folder); nothing was sent")
+        if part.exists():
+            break
+    if (path / "shards").is_dir():
+        return
     try:
         _probe(path)
-        if (path / "shards").is_dir():
-            _probe(path / "shards")
     except OSError as exc:
         why = _why(path, exc)
         if exc.errno in _IN_THE_WAY or why.endswith("is a file, not a folder"):

@@ -102,13 +102,20 @@ def test_run_out_that_cannot_be_written_stops_before_the_first_request(tmp_path:
 
 
 @pytest.mark.parametrize(("kind", "code"), [("under-a-file", EXIT_USAGE), ("proc", EXIT_CACHE_WRITE),
-                                            ("sys", EXIT_CACHE_WRITE), ("read-only", EXIT_CACHE_WRITE)])
+                                            ("sys", EXIT_CACHE_WRITE), ("read-only", EXIT_CACHE_WRITE),
+                                            ("read-only-itself", EXIT_CACHE_WRITE)])
 def test_run_cache_that_cannot_be_written_stops_before_the_first_request(tmp_path: Path, read_only, kind: str,
                                                                           code: int):
-    """A file in the way is a bad --cache-dir (2); a folder that cannot be written is exit code 4, as a cache
-    write that fails during a run."""
+    """A file in the way is a bad --cache-dir (2); a folder that cannot be created or written is exit code 4,
+    as a cache write that fails during a run (an empty read-only folder: a cache that was never made; before
+    issue 32 an OSError from the cache's own start-up)."""
     data_dir(tmp_path / "data", 3)
-    cache = place(kind, tmp_path, read_only)
+    if kind == "read-only-itself":
+        if read_only is None:
+            pytest.skip("root cannot mount a read-only bind mount here")
+        cache = read_only
+    else:
+        cache = place(kind, tmp_path, read_only)
     done = dxi("run", "--model", "embedded", "--data-dir", "data", "--cache-dir", cache, "--out", "out", cwd=tmp_path)
     one_error_line(done, code, f"--cache-dir {cache}: ", "nothing was sent")
     assert not (tmp_path / "out").exists()

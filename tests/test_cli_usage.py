@@ -56,9 +56,9 @@ def test_a_mistyped_flag_prints_the_subcommands_usage_and_a_suggestion(capsys):
 
 
 def test_a_mistyped_flag_beside_a_missing_required_one_is_named(capsys):
-    assert main(["data", "check", "--dta-dir", "x"]) == 2
+    assert main(["data", "fetch", "--dta-dir", "x"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: dxi data check ")
+    assert err.startswith("usage: dxi data fetch ")
     assert "unrecognized arguments: --dta-dir (did you mean --data-dir?)" in err
 
 
