@@ -35,8 +35,6 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace, console: Console) -> int:
     """``dxi cache compact``: prints what was merged or rewritten; exit code 0, or 2 when the cache (or the
     remote) cannot be used."""
-    if args.target_rows is not None and args.target_rows < 1:
-        raise UsageError("--target-rows must be at least 1")
     if args.cache_remote is None:
         return _compact_local(args.cache_dir, args.target_rows or 1_000_000, console)
     from dxi.cache.remote import TARGET_ROWS, Remote, RemoteError
