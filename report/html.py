@@ -122,8 +122,8 @@ def banner(summary: Summary, scored: Scored) -> list[str]:
     """Why the numbers are not the full Decision Index, one sentence each (empty: they are): a
     selection of tasks (``--limit``, ``--sample``), a stand-in dataset, a file holding fewer rows than the
     published index scores (When2Call's 300 of 3,423), more tasks than it scores (WildGuardTest's 880 against
-    835), an evaluation without data or not selected, provisional figures (answers failed or missing: ``provisional.notes``), or invalid plus
-    failed answers above ``NOT_SCORED_SHARE`` of a model's answers in an evaluation."""
+    835), an evaluation without data or not selected, provisional figures (answers failed or missing:
+    ``provisional.notes``), or invalid plus failed answers above ``NOT_SCORED_SHARE`` of a model's answers in an evaluation."""
     notes: list[str] = []
     data = summary.data
     limits = sorted({d["limit"] for d in data.values() if d.get("limit") is not None})

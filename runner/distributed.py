@@ -50,8 +50,9 @@ def _shard_text(text: str) -> str:
 def add_flags(p: argparse.ArgumentParser, command: str) -> None:
     """The flags of ``command`` (run, estimate, score, report)."""
     if command in ("run", "estimate"):
-        p.add_argument("--shard", type=_shard_text, metavar="K/N", help="only the requests whose cache key falls in shard K of N (K from 0); "
-                       "auto/N: K from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX (auto: N from DXI_SHARD_COUNT)")
+        p.add_argument("--shard", type=_shard_text, metavar="K/N",
+                       help="only the requests whose cache key falls in shard K of N (K from 0); auto/N: K from "
+                            "SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX (auto: N from DXI_SHARD_COUNT)")
     p.add_argument("--cache-remote", metavar="URI", help="a shared remote cache: s3://BUCKET/PREFIX, gs://BUCKET/PREFIX "
                    "or file:///DIR (S3 endpoint: ?endpoint=URL or AWS_ENDPOINT_URL_S3; credentials from the environment)")
     if command == "run":
