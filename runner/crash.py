@@ -1,13 +1,13 @@
-"""An unexpected error (a bug in dxi, or a failure nothing anticipated): one line for the user, the full trace
-in a file, exit code 70 (``runner.errors.EXIT_SOFTWARE``, sysexits' ``EX_SOFTWARE``). Exit code 1 keeps its
-one meaning, "done, but provisional".
+"""An unexpected error (a bug in dxi, or a failure nothing anticipated): one line for the user, the
+full trace in a file, exit code 70 (``runner.errors.EXIT_SOFTWARE``, sysexits' ``EX_SOFTWARE``).
+Exit code 1 keeps its one meaning, "done, but provisional".
 
-The file (``dxi-crash-YYYYmmddTHHMMSSZ-PID.txt`` in the temporary folder, ``tempfile.gettempdir()``: the
-cache folder may be what failed) holds the command line, the versions and the traceback, with secrets
-redacted as a provider's echoed key is (``adapters.http.redact``): the values of environment variables
-whose names hold KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL, the password of a URL
-(``redis://:PASSWORD@host``), a bearer token and an ``sk-`` key. When the redaction cannot be done, no file
-is written and the line says so.
+The file (``dxi-crash-YYYYmmddTHHMMSSZ-PID.txt`` in the temporary folder, ``tempfile.gettempdir()``:
+the cache folder may be what failed) holds the command line, the versions and the traceback, with
+secrets redacted as a provider's echoed key is (``adapters.http.redact``): the values of environment
+variables whose names hold KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL, the password of a URL
+(``redis://:PASSWORD@host``), a bearer token and an ``sk-`` key. When the redaction cannot be done,
+no file is written and the line says so.
 """
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ def secrets(env: dict[str, str] | None = None) -> tuple[bytes, ...]:
 
 
 def redacted(text: str, env: dict[str, str] | None = None) -> str:
-    """``text`` with the secrets of ``env`` (default ``os.environ``) and of the patterns above replaced by
-    ``[REDACTED]``. ImportError when ``adapters.http`` cannot be imported (the caller then writes nothing)."""
+    """``text`` with the secrets of ``env`` (default ``os.environ``) and of the patterns above
+    replaced by ``[REDACTED]``. ImportError when ``adapters.http`` cannot be imported (the caller
+    then writes nothing)."""
     from dxi.adapters.http import REDACTED, redact
 
     data = redact(text.encode("utf-8", "replace"), secrets(env))
@@ -48,8 +49,8 @@ def redacted(text: str, env: dict[str, str] | None = None) -> str:
 
 
 def where(exc: BaseException) -> str:
-    """Where ``exc`` was raised, as ``runner/outputs.py:60 (score_all)``: the innermost frame of dxi's own
-    code (else the innermost frame), its path relative to the package."""
+    """Where ``exc`` was raised, as ``runner/outputs.py:60 (score_all)``: the innermost frame of
+    dxi's own code (else the innermost frame), its path relative to the package."""
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
         return "an unknown place"
@@ -61,11 +62,11 @@ def where(exc: BaseException) -> str:
 
 
 def report(exc: BaseException, argv: list[str] | None = None, folder: Path | None = None) -> str:
-    """Write ``exc``'s full trace (with the command line ``argv`` and the versions, redacted) to a new file
-    in ``folder`` (default: the temporary folder) and return the one line to print, e.g. ``unexpected error:
-    NotADirectoryError: [Errno 20] Not a directory: 'a/b' at runner/outputs.py:60 (score_all); the full
-    trace is in /tmp/dxi-crash-20261203T190000Z-4242.txt. This is a bug in dxi: please report it with that
-    file.`` Never raises."""
+    """Write ``exc``'s full trace (with the command line ``argv`` and the versions, redacted) to a
+    new file in ``folder`` (default: the temporary folder) and return the one line to print, e.g.
+    ``unexpected error: NotADirectoryError: [Errno 20] Not a directory: 'a/b' at
+    runner/outputs.py:60 (score_all); the full trace is in /tmp/dxi-crash-20261203T190000Z-4242.txt.
+    This is a bug in dxi: please report it with that file.`` Never raises."""
     argv = sys.argv if argv is None else argv
     what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     try:
@@ -92,4 +93,5 @@ def report(exc: BaseException, argv: list[str] | None = None, folder: Path | Non
             f.write(body)
     except Exception as failed:  # noqa: BLE001 (the one line still goes out)
         return f"{head}; the full trace could not be written ({type(failed).__name__}: {failed})."
-    return f"{head}; the full trace is in {path}. This is a bug in dxi: please report it with that file."
+    return (f"{head}; the full trace is in {path}. This is a bug in dxi: please report it with that "
+            "file.")

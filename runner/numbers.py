@@ -1,10 +1,11 @@
-"""The numbers a user gives (``dxi`` flags, a run file's limits): each one's kind and range, in one place, so
-that ``--max-in-flight 0``, ``--timeout nan``, ``--tpm -1`` or a value too large to store is refused when
-the command line is parsed (argparse's usage error, exit code 2) or the run file read, never by a hang, a
-circuit breaker that never gives up, or a traceback (issue 32).
+"""The numbers a user gives (``dxi`` flags, a run file's limits): each one's kind and range, in one
+place, so that ``--max-in-flight 0``, ``--timeout nan``, ``--tpm -1`` or a value too large to store
+is refused when the command line is parsed (argparse's usage error, exit code 2) or the run file
+read, never by a hang, a circuit breaker that never gives up, or a traceback (issue 32).
 
-A ``Number`` is an argparse ``type``: ``p.add_argument("--rpm", type=RPM)``. Every numeric flag of ``dxi``
-takes one (``tests/test_cli_usage.py`` checks that no flag takes a bare ``int`` or ``float``).
+A ``Number`` is an argparse ``type``: ``p.add_argument("--rpm", type=RPM)``. Every numeric flag of
+``dxi`` takes one (``tests/test_cli_numbers.py`` checks that no flag takes a bare ``int`` or
+``float``).
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Number:
-    """A number in ``[low, high]`` (``low`` excluded when ``above``): ``kind`` ``int`` or ``float`` (a float is
-    never NaN nor infinite); ``unit`` names it in messages ("seconds", "USD", "tokens per minute")."""
+    """A number in ``[low, high]`` (``low`` excluded when ``above``): ``kind`` ``int`` or ``float``
+    (a float is never NaN nor infinite); ``unit`` names it in messages ("seconds", "USD", "tokens
+    per minute")."""
 
     kind: type
     low: float
@@ -29,8 +31,8 @@ class Number:
         return "number"
 
     def check(self, value: object) -> int | float:
-        """``value`` (a string as typed, or a run file's number) as ``kind``; ValueError saying what is
-        expected when it is not a number, not finite, or out of range."""
+        """``value`` (a string as typed, or a run file's number) as ``kind``; ValueError saying what
+        is expected when it is not a number, not finite, or out of range."""
         expected = self.expected()
         if isinstance(value, bool):
             raise ValueError(f"expected {expected}, got {value!r}")
@@ -61,10 +63,11 @@ class Number:
         return True
 
     def expected(self) -> str:
-        """What is expected, e.g. ``a whole number from 1 to 100,000`` or ``a number above 0 and at most 86,400
-        (seconds)``."""
+        """What is expected, e.g. ``a whole number from 1 to 100,000`` or ``a number above 0 and at
+        most 86,400 (seconds)``."""
         what = "a whole number" if self.kind is int else "a number"
-        low, high = (f"{int(v):,}" if float(v).is_integer() else f"{v:g}" for v in (self.low, self.high))
+        low, high = (f"{int(v):,}" if float(v).is_integer() else f"{v:g}"
+                     for v in (self.low, self.high))
         span = f"above {low} and at most {high}" if self.above else f"from {low} to {high}"
         return f"{what} {span}" + (f" ({self.unit})" if self.unit else "")
 
@@ -93,8 +96,10 @@ UPLOAD_EVERY = Number(float, 0, DAY_S, above=True, unit="seconds")
 PORT = Number(int, 0, 65_535)
 TARGET_ROWS = Number(int, 1, 10**10, unit="rows")
 
-RUN_FILE_LIMITS = {"rpm": RPM, "tpm": TPM, "max_in_flight": MAX_IN_FLIGHT, "max_attempts": MAX_ATTEMPTS,
+RUN_FILE_LIMITS = {"rpm": RPM, "tpm": TPM, "max_in_flight": MAX_IN_FLIGHT,
+                   "max_attempts": MAX_ATTEMPTS,
                    "attempt_timeout_s": TIMEOUT, "max_stated_wait_s": MAX_STATED_WAIT,
                    "max_reply_bytes": MAX_REPLY_BYTES, "batch_max_requests": BATCH_SIZE,
                    "batch_enqueued_tokens": ENQUEUED_TOKENS}
-"""A run file's ``[providers.NAME]`` numbers and their ranges: those of the flags that override them."""
+"""A run file's ``[providers.NAME]`` numbers and their ranges: those of the flags that override
+them."""
