@@ -43,11 +43,11 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..session import start_adapters
 
     plan = options.plan_of(args)
-    dist = distributed.setup(args, plan, sending=False)
     where = options.named(args, "cache_dir", "--cache-dir")
     paths.cache_to_read(plan.cache_dir, where)
     if not plan.cache_dir.is_dir():  # opening the cache creates it
         paths.cache_folder(plan.cache_dir, where)
+    dist = distributed.setup(args, plan, sending=False)
     with Cache(plan.cache_dir, retry_invalid=args.retry_invalid, retry_failed=args.retry_failed,
                remote=dist.remote) as cache:
         unnamed = [m for m in plan.models if not m.adapter.model]

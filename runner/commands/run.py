@@ -64,9 +64,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     batch_options = options.batch_options(args)
     if batch_options.deadline is not None and not plan.batch:
         raise UsageError("--deadline is for batch mode: give --batch too (or batch = true in the run file)")
-    dist = distributed.setup(args, plan, sending=True)
     paths.cache_folder(plan.cache_dir, options.named(args, "cache_dir", "--cache-dir"))  # before the first request
     paths.output_folder(plan.out, options.named(args, "out", "--out"))
+    dist = distributed.setup(args, plan, sending=True)  # a remote cache's mirror goes into the cache folder
     try:
         result = session.run(plan, console=None if args.quiet else console, grace=args.grace, fsync=args.fsync,
                              retry_invalid=args.retry_invalid, retry_failed=args.retry_failed, dist=dist,
