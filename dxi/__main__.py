@@ -2,10 +2,30 @@
 
 This module imports nothing heavy, so that a Ctrl-C (or SIGTERM) that comes while the command line and
 what it needs are still being imported stops ``dxi`` as one anywhere else does: one line, exit 130 (143),
-no traceback from inside an import."""
+no traceback from inside an import: the first thing it does, before importing anything else, is to make
+SIGINT and SIGTERM end the process at once with that line (``_early``); ``command`` then hands them to
+``runner.signals``, which stops cleanly.
+
+Before this module runs nothing of dxi's can act: a signal during the interpreter's own start-up ends
+the process by the signal itself (no output; a shell reports 130, or 143) or, while ``site`` imports the
+interpreter's ``.pth`` files (an editable install's finder), with Python's own traceback."""
 from __future__ import annotations
 
+import os
+import signal
 import sys
+
+
+def _early(signum: int, frame: object) -> None:
+    """SIGINT or SIGTERM while ``dxi`` is still importing its command line: nothing is planned, sent or
+    written yet, so one line on standard error and exit 130 (143 for SIGTERM) at once."""
+    name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    os.write(2, f"Interrupted ({name}).\n".encode())
+    os._exit(128 + signum)
+
+
+for _signum in (signal.SIGINT, signal.SIGTERM):  # an ignored SIGINT (a script's background job) taken back too
+    signal.signal(_signum, _early)
 
 
 def command() -> None:
@@ -18,13 +38,12 @@ def command() -> None:
     closed; the exit handlers run (logging's flush, the thread pools' joins) after the other threads have
     ended, standard output and error are flushed, and the process ends with ``os._exit``: freeing every
     module and object one by one (Polars, PyArrow, the frames) would take ~60 ms of the tail after the last
-    reply, for nothing (issue 14)."""
-    import os
+    reply, for nothing (issue 14). An unexpected error outside ``main`` (``main`` handles its own) prints
+    one line, writes its trace to a file (``runner.crash``) and exits 70."""
+    from dxi.runner import signals  # a signal until take_signals: _early, one line and exit at once
 
-    from dxi.runner import signals
-
-    signals.take_signals()
     try:
+        signals.take_signals()
         from dxi.runner.cli import main
 
         code = main()
@@ -35,6 +54,12 @@ def command() -> None:
     except KeyboardInterrupt:
         code = signals.exit_code()
         print(f"Interrupted ({signals.describe(signals.received())}).", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 (a bug outside main: one line, the trace in a file)
+        from dxi.runner.crash import report
+        from dxi.runner.errors import EXIT_SOFTWARE
+
+        print(f"error: {report(exc)}", file=sys.stderr)
+        code = EXIT_SOFTWARE
     import atexit
     import threading
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
-from dxi.evals import EVALS
+from dxi.evals import EVALS, INDEX_TASKS
 from dxi.scoring import WEIGHTS, Scored, breakdowns, provisional
 from dxi.scoring.calibration import CALIBRATION_METRICS
 from dxi.scoring.records import Summary, unset
@@ -107,11 +107,23 @@ def _order(labels: Sequence[str]) -> pl.Expr:
                                                           return_dtype=pl.Int64)
 
 
+_FEWER = {"wildguardtest": " (it also leaves out the questions that consistently trigger model refusals, a list that is "
+                           "not public: give it with --exclude)"}
+"""Why the published index scores fewer tasks of an evaluation than its whole file gives (seed methodology;
+``evals.wildguardtest``: 880 rows where the three annotators agreed, 835 in the index)."""
+
+
+def _selected(d: dict) -> bool:
+    """Whether a data block records a selection of tasks (--limit, --sample, a union of runs')."""
+    return d.get("limit") is not None or bool(d.get("sample")) or bool(d.get("union"))
+
+
 def banner(summary: Summary, scored: Scored) -> list[str]:
     """Why the numbers are not the full Decision Index, one sentence each (empty: they are): a
-    selection of tasks (``--limit``, ``--sample``), a stand-in dataset, an evaluation without data or
-    not selected, provisional figures (answers failed or missing: ``provisional.notes``), or invalid plus
-    failed answers above ``NOT_SCORED_SHARE`` of a model's answers in an evaluation."""
+    selection of tasks (``--limit``, ``--sample``), a stand-in dataset, a file holding fewer rows than the
+    published index scores (When2Call's 300 of 3,423), more tasks than it scores (WildGuardTest's 880 against
+    835), an evaluation without data or not selected, provisional figures (answers failed or missing:
+    ``provisional.notes``), or invalid plus failed answers above ``NOT_SCORED_SHARE`` of a model's answers in an evaluation."""
     notes: list[str] = []
     data = summary.data
     limits = sorted({d["limit"] for d in data.values() if d.get("limit") is not None})
@@ -131,6 +143,11 @@ def banner(summary: Summary, scored: Scored) -> list[str]:
                          "evaluations, so it is not computed.")
         elif d.get("stand_in"):
             notes.append(f"{EVALS[name].title} is a stand-in dataset: {d.get('note') or 'not the published data'}")
+        elif d.get("note"):  # a file holding fewer rows than the index scores (evals.subset_note)
+            notes.append(f"{EVALS[name].title}: {d['note']}")
+        elif (published := INDEX_TASKS.get(name)) and d.get("tasks", 0) > published and not _selected(d):
+            notes.append(f"{EVALS[name].title}: {d['tasks']:,} tasks scored where the published Decision Index scores "
+                         f"{published:,}{_FEWER.get(name, '')}, so results are not comparable to published numbers.")
     answers = {(r["label"], r["eval"]): r["answers"] for r in scored.statuses.iter_rows(named=True)} \
         if not scored.statuses.is_empty() else {}
     notes += provisional.notes(summary)

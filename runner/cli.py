@@ -16,7 +16,7 @@ from dxi.evals import DatasetError
 
 from .commands import COMMANDS
 from .commands.options import EXIT_CODES, Formatter
-from .errors import EXIT_USAGE, UsageError
+from .errors import EXIT_SOFTWARE, EXIT_USAGE, CommandError
 
 # What a command needs is imported when it runs, not here: parsing the command line and `dxi --help`
 # need none of Polars, PyArrow, NumPy, the scoring, the cache, uvloop or Rich.
@@ -37,6 +37,12 @@ class _Parser(argparse.ArgumentParser):
         if commands and words is not None and words not in commands and not any(a in ("-h", "--help") for a in argv):
             self.error(f"unknown command {words!r}{_did_you_mean(words, commands)}")
         parsed, extras = self.parse_known_args(argv, namespace)
+        target = getattr(parsed, "target", None)
+        if (len(extras) == 1 and not extras[0].startswith("-") and getattr(parsed, "run_file", 0) is None
+                and target is not None and target.suffix == ".toml"):
+            # `dxi export RUN_FILE --format csv TARGET`: argparse gives the word before the flags to TARGET
+            # (RUN_FILE being optional) and leaves the real TARGET over; it is the run file
+            parsed.run_file, parsed.target, extras = target, type(target)(extras[0]), []
         if extras:
             target = self
             for attr in ("command", "data_command"):
@@ -137,9 +143,14 @@ def main(argv: list[str] | None = None) -> int:
                         handlers=[handler])
     try:
         return _module(args.command).main(args, console)
-    except (UsageError, DatasetError) as exc:
+    except (CommandError, DatasetError) as exc:  # bad input (2), a cache folder that cannot be written (4)
         errors.print(f"[red]error:[/] {escape(str(exc))}")
-        return EXIT_USAGE
+        return getattr(exc, "exit_code", EXIT_USAGE)
+    except Exception as exc:  # noqa: BLE001 (a bug: one line, the trace in a file, never exit 1)
+        from .crash import report
+
+        errors.print(f"[red]error:[/] {escape(report(exc, ['dxi', *(sys.argv[1:] if argv is None else argv)]))}")
+        return EXIT_SOFTWARE
 
 
 if __name__ == "__main__":

@@ -60,6 +60,9 @@ from dxi import adapters
 from dxi.evals import EVALS
 from dxi.evals.wildguardtest import SUBSETS
 
+from . import numbers
+from .numbers import Number
+
 
 class ConfigError(ValueError):
     """A run file problem: the message names the file, the key and the line."""
@@ -211,6 +214,12 @@ def load(path: Path | str) -> RunFile:
     def fail(key: tuple, problem: str) -> ConfigError:
         return ConfigError(f"{_where(path, text, key)}: {_dotted(key) or 'top level'}: {problem}")
 
+    def number(key: tuple, value: Any, kind: Number) -> None:
+        """A number of the run file in ``kind``'s range (``runner.numbers``: that of the flag that
+        overrides it), else the error naming the key and line."""
+        if value is not None and not kind.accepts(value):
+            raise fail(key, f"must be {kind.expected()}, got {value!r}")
+
     def convert(value: Any, kind: type, key: tuple) -> Any:
         try:
             return msgspec.convert(value, kind)
@@ -240,22 +249,18 @@ def load(path: Path | str) -> RunFile:
             raise fail(("providers", name, "kind"), f"unknown adapter {p.kind!r}; known: {', '.join(adapters.KINDS)}")
         if p.api_key_command is not None and p.api_key_env is not None:
             raise fail(("providers", name, "api_key_command"), "api_key_env and api_key_command do not combine: give one")
-        for field in ("rpm", "tpm", "max_in_flight", "max_attempts", "attempt_timeout_s", "max_stated_wait_s",
-                      "max_reply_bytes", "batch_max_requests", "batch_enqueued_tokens"):
-            value = getattr(p, field)
-            if value is not None and value <= 0:
-                raise fail(("providers", name, field), "must be positive")
+        for field, kind in numbers.RUN_FILE_LIMITS.items():
+            number(("providers", name, field), getattr(p, field), kind)
     labels = set()
     for i, m in enumerate(models):
         if m.provider not in providers and m.provider not in adapters.KINDS:
             raise fail(("models", i, "provider"), f"{m.provider!r} is neither a [providers.*] table "
                                                   f"({', '.join(providers) or 'none'}) nor an adapter ({', '.join(adapters.KINDS)})")
-        if m.price is not None and any((v or 0) < 0 for v in (m.price.input, m.price.output, m.price.cached_input,
-                                                                  m.price.cache_write, m.price.cache_write_1h,
-                                                                  m.price.batch_input, m.price.batch_output)):
-            raise fail(("models", i, "price"), "prices must be >= 0 (USD per million tokens)")
-        if m.epochs is not None and m.epochs < 1:
-            raise fail(("models", i, "epochs"), "must be at least 1")
+        if m.price is not None and not all(numbers.PRICE.accepts(v or 0) for v in (
+                m.price.input, m.price.output, m.price.cached_input, m.price.cache_write, m.price.cache_write_1h,
+                m.price.batch_input, m.price.batch_output)):
+            raise fail(("models", i, "price"), "prices must be >= 0 (USD per million tokens), finite")
+        number(("models", i, "epochs"), m.epochs, numbers.EPOCHS)
         if m.effort is not None and m.effort not in adapters.EFFORTS:
             raise fail(("models", i, "effort"), f"{m.effort!r} is not one of {', '.join(adapters.EFFORTS)}")
         label = m.name or (f"{run.provider_of(m)[1].kind}:{m.model}" if m.model else None)
@@ -270,18 +275,15 @@ def load(path: Path | str) -> RunFile:
             raise fail(("evals", "files", e), f"unknown evaluation; known: {', '.join(EVALS)}")
     if evals.wildguard_subset not in SUBSETS:
         raise fail(("evals", "wildguard_subset"), f"expected one of {', '.join(SUBSETS)}")
-    if evals.limit is not None and evals.limit < 1:
-        raise fail(("evals", "limit"), "must be at least 1")
-    if evals.sample is not None and evals.sample < 1:
-        raise fail(("evals", "sample"), "must be at least 1")
+    number(("evals", "limit"), evals.limit, numbers.TASKS)
+    number(("evals", "sample"), evals.sample, numbers.TASKS)
+    number(("evals", "seed"), evals.seed, numbers.SEED)
     if evals.sample is not None and evals.limit is not None:
         raise fail(("evals", "sample"), "sample and limit do not combine: give one")
     if evals.seed is not None and evals.sample is None:
         raise fail(("evals", "seed"), "seed is the seed of sample: give sample too")
-    if run.epochs < 1:
-        raise fail(("epochs",), "must be at least 1")
-    if run.max_cost is not None and run.max_cost < 0:
-        raise fail(("max_cost",), "must be >= 0 (USD)")
+    number(("epochs",), run.epochs, numbers.EPOCHS)
+    number(("max_cost",), run.max_cost, numbers.MAX_COST)
     if run.allow_failed is not None:
         try:
             allow_failed(run.allow_failed)

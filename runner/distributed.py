@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import numbers
 from .errors import EXIT_UPLOAD, UsageError
 
 # Light at import (the command line's parser reads add_flags): what a run needs is imported when it runs.
@@ -32,17 +33,32 @@ if TYPE_CHECKING:
 ROLL_S = 60.0  # with a remote tier, a log rolls over (and its shard is uploaded) at least this often
 
 
+def _shard_text(text: str) -> str:
+    """``--shard``'s value, checked as it is parsed (``runner.shard.parse``: K/N with 0 <= K < N <= 1,000,000,
+    auto or auto/N; auto's index comes from the scheduler's environment when the run starts, ``setup``);
+    argparse's usage error otherwise."""
+    from .shard import ShardError, parse
+
+    auto = text.strip().partition("/")[0] == "auto"
+    try:
+        parse(text, {"SLURM_ARRAY_TASK_ID": "0", "DXI_SHARD_COUNT": "1"} if auto else None)
+    except ShardError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def add_flags(p: argparse.ArgumentParser, command: str) -> None:
     """The flags of ``command`` (run, estimate, score, report)."""
     if command in ("run", "estimate"):
-        p.add_argument("--shard", metavar="K/N", help="only the requests whose cache key falls in shard K of N (K from 0); "
-                       "auto/N: K from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX (auto: N from DXI_SHARD_COUNT)")
+        p.add_argument("--shard", type=_shard_text, metavar="K/N",
+                       help="only the requests whose cache key falls in shard K of N (K from 0); auto/N: K from "
+                            "SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX (auto: N from DXI_SHARD_COUNT)")
     p.add_argument("--cache-remote", metavar="URI", help="a shared remote cache: s3://BUCKET/PREFIX, gs://BUCKET/PREFIX "
                    "or file:///DIR (S3 endpoint: ?endpoint=URL or AWS_ENDPOINT_URL_S3; credentials from the environment)")
     if command == "run":
         p.add_argument("--coordinator", metavar="URI", help="share each provider's limits and the cost bound with the other "
                        "processes of the run through Redis: redis://HOST:PORT/DB (the distributed extra)")
-        p.add_argument("--upload-every", type=float, metavar="SECONDS", default=ROLL_S,
+        p.add_argument("--upload-every", type=numbers.UPLOAD_EVERY, metavar="SECONDS", default=ROLL_S,
                        help=f"with --cache-remote: roll the log over and upload it at least this often (default {ROLL_S:g} s): "
                             "at most this window of replies is only on this machine")
 

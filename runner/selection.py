@@ -240,10 +240,14 @@ def _remembered(inputs: PlanInputs, plan: Plan | None, suite: Suite, relevant: l
     if not evals or (kinds == {(Pick(),)} and evals == tuple(suite.selected()) and subset == suite.wildguard_subset):
         # every task of what it reads anyway (or no run read what is here): said only where some run selected
         # fewer (a run of every task holds their tasks), so that a rescore of a sample is not widened unseen
-        fewer = sorted({p.flags() for r in relevant if (p := Pick.of(r)) != Pick()})
+        # listed in numeric order (--limit before --sample, then by size and seed); the hint is the latest run's
+        # (runs.jsonl is appended to: its last line is the latest, whatever the clocks said)
+        others = [p for r in relevant if (p := Pick.of(r)) != Pick()]
+        fewer = sorted(set(others), key=lambda p: (p.sample is not None, p.limit or 0, p.sample or 0, p.seed))
         note = (None if not evals or not fewer else
                 f"scoring every task: a run recorded in this cache ({cache_dir / runs.RUNS_FILE}) selected every task, "
-                f"which holds the other runs' {', '.join(fewer)}; give {fewer[0]} to score only those")
+                f"which holds the other runs' {', '.join(p.flags() for p in fewer)}; give {others[-1].flags()} (the "
+                "latest) to score only those")
         return suite, key, note
     if one is not None and one.sample is not None:
         chosen: Suite = SampledSuite(suite.data, suite.exclusions, None, subset, evals, sample=one.sample, seed=one.seed)

@@ -26,8 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from dxi.adapters import Limits
-from dxi.cache.index import prefix
-from dxi.cache.partition import shard_of, shard_range
+
+# cache.index and cache.partition are imported where a shard is used, not here: the command line checks
+# --shard's value as it parses (runner.distributed), before the cache is loaded
 
 
 class ShardError(ValueError):
@@ -44,11 +45,16 @@ class Shard:
 
     def owns(self, key: str) -> bool:
         """Whether the request with cache key ``key`` belongs to this shard."""
+        from dxi.cache.index import prefix
+        from dxi.cache.partition import shard_of
+
         return shard_of(prefix(key), self.count) == self.index
 
     @property
     def range(self) -> tuple[int, int]:
         """The key prefixes it owns, ``[lo, hi)`` (``cache.partition.shard_range``)."""
+        from dxi.cache.partition import shard_range
+
         return shard_range(self.index, self.count)
 
     def owned(self, adapter, suite, epochs: int) -> int:
@@ -101,9 +107,14 @@ def parse(text: str, env: Mapping[str, str] | None = None) -> Shard:
                      "(a Kubernetes Indexed Job) is set; give the shard as K/N")
 
 
+MAX_SHARDS = 1_000_000  # more than any cluster runs; the claims' lock bytes (cache.claims) stay in range
+
+
 def _checked(index: int, count: int, text: str, source: str) -> Shard:
     if count < 1:
         raise ShardError(f"--shard {text}: the number of shards must be at least 1")
+    if count > MAX_SHARDS:
+        raise ShardError(f"--shard {text}: the number of shards must be at most {MAX_SHARDS:,}")
     if not 0 <= index < count:
         fix = f"; number the array from 0 (--array=0-{count - 1})" if source == "SLURM_ARRAY_TASK_ID" else ""
         raise ShardError(f"--shard {text}: shard {index} (from {source}) is not one of 0..{count - 1} (shards count "

@@ -5,7 +5,11 @@
   ``KeyboardInterrupt`` as SIGINT does, remembering which signal came (``received``), so it stops as cleanly
   and says so, with exit code 143 instead of 130 (``exit_code``).
 * **Outside a run's event loop** (imports, planning, scoring, writing outputs): the command stops where it
-  is, prints one line (never a traceback) and exits 130 or 143.
+  is, prints one line (never a traceback) and exits 130 or 143. A signal that lands inside an import ends
+  the process at once with that line (``_on_signal``): an exception raised into a C extension's
+  initialisation can crash the interpreter (a ``KeyboardInterrupt`` inside orjson's made it segfault), and
+  an interrupted import leaves nothing to save. Until ``take_signals`` has run, ``dxi.__main__``'s own
+  handler does the same.
 * **During a run** (``Graceful``, around ``runner.session``'s event loop): the first signal *drains*: nothing new
   is sent, the requests on the wire finish and are stored (``runner.stops.RunStop``), the progress says so
   and counts them down, then the run stops with its resume message. A second signal aborts at once (the
@@ -16,18 +20,40 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import threading
 from collections.abc import Callable
+from types import FrameType
 
 from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 GRACE_S = 25.0
-_received: list[int] = []  # the signals that stopped dxi, in order (a default SIGINT leaves none: see ``received``)
+_received: list[int] = []  # the signals that stopped dxi, in order (see ``received``)
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
+def _importing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` (the frame a signal interrupted) is inside an import: an import machinery frame on
+    its stack."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """SIGINT or SIGTERM outside a run's event loop: ``KeyboardInterrupt``, remembering the signal; inside an
+    import, one line ("Interrupted (Ctrl-C).") and the exit code at once, standard output flushed first."""
     _received.append(signum)
+    if _importing(frame):
+        import os
+        import sys
+
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os.write(2, f"Interrupted ({describe(signum)}).\n".encode())
+        os._exit(exit_code())
     raise KeyboardInterrupt
 
 
@@ -38,10 +64,10 @@ def take_signals() -> None:
     signal mask inherited with SIGINT or SIGTERM blocked would hold it for ever. Both are undone here, and
     SIGTERM (whose default ends the process at once, silently, its embedded workers left behind) raises
     ``KeyboardInterrupt`` as Ctrl-C does. A Ctrl-C in the terminal of such a script then stops its
-    background ``dxi`` cleanly too, which the next run continues."""
-    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL):
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    background ``dxi`` cleanly too, which the next run continues. Either signal inside an import ends
+    ``dxi`` at once (``_on_signal``)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # over dxi.__main__'s early handlers
+        signal.signal(sig, _on_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 

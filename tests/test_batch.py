@@ -406,7 +406,7 @@ def test_the_deadline_is_the_next_such_time_or_an_iso_time_and_bad_values_are_re
     assert main([*base, "--deadline", "07:00"]) == 2  # a deadline is for batch mode
     assert main([*base, "--batch", "--poll", "0"]) == 2
     err = capsys.readouterr().err
-    assert "expected HH:MM" in err and "give --batch too" in err and "--poll must be positive" in err
+    assert "expected HH:MM" in err and "give --batch too" in err and "argument --poll: expected a number above 0" in err
 
 
 def test_a_batch_whose_rows_are_all_in_the_cache_is_closed_without_the_network(data_dir: Path, tmp_path: Path):

@@ -57,9 +57,9 @@ def test_a_mistyped_flag_prints_the_subcommands_usage_and_a_suggestion(capsys):
 
 
 def test_a_mistyped_flag_beside_a_missing_required_one_is_named(capsys):
-    assert main(["data", "check", "--dta-dir", "x"]) == 2
+    assert main(["data", "fetch", "--dta-dir", "x"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: dxi data check ")
+    assert err.startswith("usage: dxi data fetch ")
     assert "unrecognized arguments: --dta-dir (did you mean --data-dir?)" in err
 
 
@@ -275,3 +275,60 @@ def test_the_command_modules_import_the_library_never_each_other():
         assert imported <= {"options"}, f"runner/commands/{name}.py imports {sorted(imported - {'options'})}"
         assert hasattr(importlib.import_module(f"dxi.runner.commands.{name}"), "main")
     assert len((folder.parent / "cli.py").read_text().splitlines()) <= 200  # the dispatcher stays small
+
+
+@pytest.mark.parametrize("argv", [
+    ["export", "runs/two.toml", "--format", "csv", "answers.csv"],  # the form docs/outputs.md gives
+    ["export", "--format", "csv", "runs/two.toml", "answers.csv"],
+    ["export", "runs/two.toml", "answers.csv", "--format", "csv"],
+    ["export", "--format", "csv", "--include-missing", "runs/two.toml", "-q", "answers.csv"],
+])
+def test_export_takes_its_run_file_and_target_with_the_flags_anywhere(argv: list[str]):
+    """Issue 32: ``dxi export runs/two.toml --format csv answers.csv`` was refused (argparse gave the run file
+    to TARGET, RUN_FILE being optional, and left answers.csv over)."""
+    parsed = parser().parse_args(argv)
+    assert (parsed.run_file, parsed.target, parsed.format) == (Path("runs/two.toml"), Path("answers.csv"), "csv")
+
+
+def test_export_without_a_run_file_still_refuses_a_word_too_many(capsys):
+    assert main(["export", "--format", "csv", "answers.csv", "-q", "more.csv"]) == EXIT_USAGE
+    assert "unrecognized arguments: more.csv" in capsys.readouterr().err  # answers.csv: not a run file
+    parsed = parser().parse_args(["export", "--format", "csv", "answers.csv"])
+    assert (parsed.run_file, parsed.target) == (None, Path("answers.csv"))
+
+
+def test_export_with_a_run_file_before_the_flags_in_a_real_dxi(tmp_path: Path):
+    from .synthetic import data_dir
+
+    data_dir(tmp_path / "data", 3)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "two.toml").write_text('data_dir = "../data"\ncache_dir = "../cache"\n\n[[models]]\n'
+                                                'provider = "embedded"\n')
+    done = subprocess.run([DXI, "run", "runs/two.toml", "-q"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([DXI, "export", "runs/two.toml", "--format", "csv", "answers.csv"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("Exported 1 file(s) (csv) to answers.csv")
+    assert len((tmp_path / "answers.csv").read_text().splitlines()) == 1 + 3  # the header, one row per task
+
+
+def test_data_check_finds_the_data_folder_as_every_other_command_does(tmp_path: Path):
+    """Issue 32: ``dxi data check`` alone required --data-dir; it now takes $DXI_DATA_DIR, else ./data, else
+    ../shared/data, and says so when none exists."""
+    from .synthetic import data_dir
+
+    env = {k: v for k, v in os.environ.items() if k != "DXI_DATA_DIR"}
+    (tmp_path / "empty").mkdir()
+    done = subprocess.run([DXI, "data", "check"], capture_output=True, text=True, cwd=tmp_path / "empty", env=env,
+                          timeout=120)
+    assert done.returncode == EXIT_USAGE and "Traceback" not in done.stderr
+    assert done.stderr.strip() == ("error: no data folder: give --data-dir DIR (default: $DXI_DATA_DIR, else ./data, "
+                                   "else ../shared/data, whichever exists)")
+    data_dir(tmp_path / "here" / "data", 3)
+    done = subprocess.run([DXI, "data", "check"], capture_output=True, text=True, cwd=tmp_path / "here", env=env,
+                          timeout=120)
+    assert "Evaluation data in data" in done.stdout and "when2call_test_mcq.jsonl" in done.stdout, done.stdout
+    done = subprocess.run([DXI, "data", "check"], capture_output=True, text=True, cwd=tmp_path / "empty", timeout=120,
+                          env={**env, "DXI_DATA_DIR": str(tmp_path / "here" / "data")})
+    assert f"Evaluation data in {tmp_path / 'here' / 'data'}" in " ".join(done.stdout.split()), done.stdout

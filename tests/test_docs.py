@@ -126,3 +126,33 @@ def test_the_sites_home_page_is_the_readme():
     """docs/index.md is README.md with its links made relative to docs/ (edit the README, then copy it so)."""
     assert (ROOT / "docs" / "index.md").read_text() == landing((ROOT / "README.md").read_text())
     assert len((ROOT / "README.md").read_text()) <= 10_000
+
+
+def test_the_readme_tour_after_make_run_scores_its_own_sample_and_leaves_make_runs_summary(tmp_path: Path):
+    """Issue 32: after ``make run`` (every task, in the same cache) the tour's ``dxi score --out out/tour`` and
+    ``dxi report`` scored every task and overwrote the tour's 20-task summary. Here ``make run``'s command (the
+    Makefile's ``run`` target, on a data folder of 60 When2Call tasks), then the README's tour as written:
+    out/tour holds the 20 tasks the tour ran, out/ make run's 60."""
+    import orjson
+
+    from .synthetic import data_dir
+
+    work = tmp_path / "work"
+    data_dir(work / "data", 60)
+    (work / ".venv").symlink_to(Path(sys.prefix))
+    env = {k: v for k, v in os.environ.items() if k not in ("DXI_DATA_DIR", "VIRTUAL_ENV")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    make_run = re.search(r"^run: .*\n\t\$\(BIN\)/(dxi run .*)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    make_run = (make_run.replace("$(MODEL)", "embedded:sparrow-nano-general-v1.1").replace("$(DATA)", "data")
+                .replace("$(CACHE)", ".dxi-cache").replace("$(OUT)", "out"))
+    assert "$(" not in make_run, make_run
+    tour = runnable(ROOT / "README.md")[0]
+    assert "dxi score" in tour and "dxi report" in tour
+    for script in (make_run + " -q", tour):
+        done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + script], cwd=work, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, (script, done.stderr[-3000:])
+    tasks = {out: orjson.loads((work / out / "summary.json").read_bytes())["data"]["when2call"]["tasks"]
+             for out in ("out", "out/tour")}
+    assert tasks == {"out": 60, "out/tour": 20}
+    assert (work / "out" / "tour" / "report.html").is_file()

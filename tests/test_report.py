@@ -341,6 +341,33 @@ def test_the_report_shows_each_models_ties_per_evaluation_as_summary_json_counts
     assert html.index('<h2 id="when2call">') < html.index(note) < html.index('<h2 id="wildguardtest">') < html.rindex(note)
 
 
+def test_the_banner_names_every_evaluation_that_is_not_the_published_set():
+    """Issue 32: the banner named only the Omniscience stand-in. When2Call's file of 300 rows (the index scores
+    3,423) and WildGuardTest's 880 agreed rows (the index scores 835) are said there too; a selection
+    (--sample, --limit) says so itself, and fewer tasks than published in a file that holds them all is the
+    exclusion list's doing, not a difference."""
+    from dxi.evals import subset_note
+
+    scored = SimpleNamespace(statuses=pl.DataFrame({"label": [], "eval": [], "answers": []},
+                                                   schema={"label": pl.String, "eval": pl.String, "answers": pl.Int64}))
+    data = {"aa_omniscience_decision": {"tasks": 500, "stand_in": True, "note": "a TruthfulQA stand-in"},
+            "hle_multichoice": {"tasks": 513},
+            "when2call": {"tasks": 300, "note": subset_note("when2call", 300)},
+            "wildguardtest": {"tasks": 880, "subset": "agreed"}}
+    assert banner(_summary(data, []), scored) == [
+        "AA-Omniscience-Decision is a stand-in dataset: a TruthfulQA stand-in",
+        "When2Call: The published Decision Index scores 3,423 When2Call tasks; this file holds 300 rows, a subset, so "
+        "results are not comparable to published numbers (`dxi data fetch` downloads the full set).",
+        "WildGuardTest: 880 tasks scored where the published Decision Index scores 835 (it also leaves out the "
+        "questions that consistently trigger model refusals, a list that is not public: give it with --exclude), so "
+        "results are not comparable to published numbers."]
+    data["wildguardtest"] = {"tasks": 835, "subset": "agreed", "excluded": 45}  # the exclusion list given
+    data["when2call"] = {"tasks": 3423}
+    assert banner(_summary(data, []), scored) == ["AA-Omniscience-Decision is a stand-in dataset: a TruthfulQA stand-in"]
+    data["wildguardtest"] = {"tasks": 880, "sample": {"tasks": 880, "seed": 0}}  # a selection says so itself
+    assert not any(n.startswith("WildGuardTest") for n in banner(_summary(data, []), scored))
+
+
 def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(data_dir: Path, tmp_path: Path):
     assert run_plan(data_dir, tmp_path).exit_code == 0
     fail_rows(tmp_path / "cache", "when2call", 2)

@@ -186,7 +186,7 @@ def test_runs_of_two_selections_are_scored_as_their_union(data_dir: Path, tmp_pa
     mine = score(data_dir, tmp_path, "mine", models=[MODEL])
     assert mine.exit_code == 0 and mine.notes == [
         f"scoring every task: a run recorded in this cache ({tmp_path / 'cache' / runs.RUNS_FILE}) selected every "
-        "task, which holds the other runs' --limit 1; give --limit 1 to score only those"]
+        "task, which holds the other runs' --limit 1; give --limit 1 (the latest) to score only those"]
     assert summary(tmp_path, "mine")["data"]["when2call"]["tasks"] == 3
 
 
@@ -244,3 +244,20 @@ def test_answers_missing_from_a_selection_one_of_the_runs_made_are_an_incomplete
         "`dxi run` with --limit 30 sends what is missing")
     assert _missing_reason(5, {"limit": 30, "runs": {"m": "--sample 5"}}, "m").startswith(
         "5 answer(s) not in the cache: this model's runs selected --sample 5 here, not --limit 30; score with --sample 5")
+
+
+def test_after_several_samples_the_hint_is_the_latest_and_the_list_is_in_numeric_order(tmp_path: Path):
+    """Runs of every task, then of --sample 5, 8, 14, 20 and 30 (in that order) on one cache: ``dxi score``
+    scores every task and says which samples the cache holds in numeric order, hinting at the latest run's
+    (issue 32: "give --sample 14", the first alphabetically)."""
+    from .synthetic import data_dir as synthetic
+
+    data = synthetic(tmp_path / "data", 40)
+    assert run(data, tmp_path, "full") == 0
+    for n in (5, 8, 14, 20, 30):
+        assert run(data, tmp_path, f"s{n}", sample=n) == 0
+    done = score(data, tmp_path, "all")
+    assert done.notes == [
+        f"scoring every task: a run recorded in this cache ({tmp_path / 'cache' / runs.RUNS_FILE}) selected every "
+        "task, which holds the other runs' --sample 5, --sample 8, --sample 14, --sample 20, --sample 30; give "
+        "--sample 30 (the latest) to score only those"]

@@ -184,10 +184,12 @@ sys.meta_path.insert(0, SignalOnImport())
 '''
 
 
-@pytest.mark.parametrize("module", ["dxi.runner.cli", "dxi.adapters", "rich.console", "dxi.runner.plan"])
+@pytest.mark.parametrize("module", ["dxi.runner", "asyncio", "dxi.runner.cli", "dxi.adapters", "rich.console",
+                                    "dxi.runner.plan"])
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_during_an_import_stops_dxi_with_one_line(tmp_path: Path, module: str, sig: str):
-    """The installed ``dxi`` command, signalled while it imports the command line (``dxi.runner.cli``),
+    """The installed ``dxi`` command, signalled while it imports ``runner.signals`` (``dxi.runner``, and the
+    asyncio it needs, before ``take_signals`` has run: ``dxi.__main__``'s early handler), the command line (``dxi.runner.cli``),
     the adapters it needs, Rich (its output), or the planning of the run: exit 130 (143), "Interrupted (...)." and no
     traceback (a sitecustomize on PYTHONPATH sends the signal from inside the import)."""
     hook = tmp_path / "hook"
@@ -200,6 +202,44 @@ def test_a_signal_during_an_import_stops_dxi_with_one_line(tmp_path: Path, modul
     name = "Ctrl-C" if sig == "SIGINT" else "SIGTERM"
     assert (done.returncode, done.stderr, done.stdout) == (130 if sig == "SIGINT" else 143, f"Interrupted ({name}).\n", "")
     assert not (tmp_path / "c").exists()  # stopped before anything was written
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for SIGTERM (``SigCgt`` of /proc/PID/status): Python
+    installs none, so it means ``dxi.__main__`` has begun to run (its first statement installs one)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
+    return bool(caught >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.005, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.6])
+def test_ctrl_c_at_any_moment_of_the_start_up_prints_one_line(tmp_path: Path, delay: float):
+    """A real ``dxi run`` sent SIGINT ``delay`` s after dxi's own code began to run (while it still imports the
+    command line, Rich, the adapters, Polars; plans; starts the embedded model): exit 130 and one line, never
+    a traceback (before issue 32: 21 to 25 lines of KeyboardInterrupt and exit -2 in the first 0.1-0.3 s).
+    What comes before dxi's code (the interpreter's start-up, ``site``) is out of its reach: the
+    module docstring of ``dxi.__main__``."""
+    data = data_dir(tmp_path / "data", 3)
+    proc = started([DXI, "run", "--model", "embedded", "--data-dir", str(data), "--cache-dir", str(tmp_path / "c"),
+                    "--out", str(tmp_path / "out")], tmp_path)
+    try:
+        wait_for(lambda: _catches_sigterm(proc.pid) or proc.poll() is not None, 30, "dxi to start")
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stdout, stderr = output(tmp_path)
+    assert "Traceback" not in stdout + stderr, stdout + stderr
+    assert code == 130, (stdout, stderr)
+    lines = (stdout + stderr).splitlines()
+    # one line: "Interrupted (Ctrl-C)." before the run began, else the run's resume message
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("Interrupted (Ctrl-C)"), lines
 
 
 def test_the_progress_says_the_run_is_stopping_and_counts_down():

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import numbers, paths
 from . import options
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def add_parser(sub) -> None:
     options.add_data(co.add_argument_group("data"))
     co.add_argument("--cache-dir", type=Path, metavar="DIR", help="the cache (default .dxi-cache, or the run file's)")
     co.add_argument("--wait", action="store_true", help="wait until every open batch has ended and is collected")
-    co.add_argument("--poll", type=float, default=options.POLL_S, metavar="SECONDS", help="with --wait: the first wait between "
+    co.add_argument("--poll", type=numbers.POLL, default=options.POLL_S, metavar="SECONDS", help="with --wait: the first wait between "
                                                                                   "two status reads")
     co.set_defaults(out=None)  # collects into the cache; writes no outputs
     ca = bsub.add_parser("cancel", help="cancel open batches (their results so far are collected by the next run)")
@@ -64,12 +65,14 @@ def main(args: argparse.Namespace, console: Console) -> int:
         if not open_batches.has_batches(plan.cache_dir):
             console.print(f"{plan.cache_dir} holds no batches: nothing to collect")
             return 0
+        paths.cache_folder(plan.cache_dir, options.named(args, "cache_dir", "--cache-dir"))  # results go there
         stats = open_batches.collect(plan, wait=args.wait, poll_s=args.poll, say=say)
         for label, s in stats.items():
             console.print(escape(f"{label}: {s.ok + s.invalid + s.failed:,} result(s) stored, {s.given_back:,} given "
                                  f"back (sent again by the next run), {len(s.running)} batch(es) still open"), highlight=False)
         return 0
     if args.batches_command == "cancel":
+        paths.cache_to_read(args.cache_dir)
         done = open_batches.cancel(args.cache_dir, model=args.model, entry=args.entry, every=args.all,
                                    say=lambda text: console.print(escape(text), highlight=False))
         if not done.submitted:
@@ -78,6 +81,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         console.print(f"cancel asked for {done.cancelled} of {done.submitted} running batch(es); they end at the provider's "
                       "pace, and the results they produced are collected by the next `dxi run` or `dxi batches collect`.")
         return 0 if done.complete else 1
+    paths.cache_to_read(args.cache_dir)
     return _list(args, console, open_batches.listed(args.cache_dir, every=args.all))
 
 

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import numbers
 from ..errors import UsageError
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ def add_parser(sub) -> None:
     k.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"),
                    help="the local cache to compact; with --cache-remote, a local folder for temporary files "
                         "(default .dxi-cache)")
-    k.add_argument("--target-rows", type=int, default=None,
+    k.add_argument("--target-rows", type=numbers.TARGET_ROWS, default=None,
                    help="merge shards smaller than this into shards of up to this many rows (default 1,000,000); with "
                         "--cache-remote, the rows a partition holds before it is split (default 20,000)")
 
@@ -34,8 +35,6 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace, console: Console) -> int:
     """``dxi cache compact``: prints what was merged or rewritten; exit code 0, or 2 when the cache (or the
     remote) cannot be used."""
-    if args.target_rows is not None and args.target_rows < 1:
-        raise UsageError("--target-rows must be at least 1")
     if args.cache_remote is None:
         return _compact_local(args.cache_dir, args.target_rows or 1_000_000, console)
     from dxi.cache.remote import TARGET_ROWS, Remote, RemoteError

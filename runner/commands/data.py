@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from dxi.evals import EVALS
 
-from .. import completion
+from .. import completion, paths
+from ..datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT, default_data_dir
 from ..errors import UsageError
 from . import options
 
@@ -33,7 +34,9 @@ def add_parser(sub) -> None:
                         "evaluation, REV for every one (default: each repository's default branch); the commit it "
                         "resolves to is recorded beside the file and in summary.json's data block")
     c = options.command(dsub, "check", "load every evaluation file in a data folder and report rows, tasks and problems")
-    c.add_argument("--data-dir", type=Path, required=True, metavar="DIR")
+    c.add_argument("--data-dir", type=Path, metavar="DIR",
+                   help=f"the data folder to check (default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIRS_TEXT}, as for "
+                        "every other command)")
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -50,9 +53,15 @@ def main(args: argparse.Namespace, console: Console) -> int:
             revisions = fetch.revisions(args.revision, selected or list(EVALS))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        paths.output_folder(args.data_dir, "--data-dir")  # before the first download
         source = fetch.Mirror(args.mirror) if args.mirror else fetch.Hub()
         outcomes = fetch.fetch(args.data_dir, source, selected, force=args.force, revisions=revisions)
     else:
+        if args.data_dir is None:
+            args.data_dir = default_data_dir()
+        if args.data_dir is None:
+            raise UsageError(f"no data folder: give --data-dir DIR (default: ${DATA_DIR_ENV}, else "
+                             f"{DEFAULT_DATA_DIRS_TEXT})")
         outcomes = fetch.check(args.data_dir)
     table = Table(title=f"Evaluation data in {escape(str(args.data_dir))}")
     for col in ("evaluation", "status", "file", "rows", "tasks", "published", "note"):

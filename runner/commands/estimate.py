@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from .. import distributed
-from ..errors import EXIT_USAGE
+from .. import distributed, paths
+from ..errors import EXIT_CACHE_WRITE, EXIT_SOFTWARE, EXIT_USAGE
 from . import options
 
 if TYPE_CHECKING:
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 def add_parser(sub) -> None:
     s = options.command(sub, "estimate", "a dry run: what is not cached, why, and its expected tokens and cost "
-                                         "(sends nothing)", None, options.exit_codes(0, EXIT_USAGE))
+                                         "(sends nothing)", None, options.exit_codes(0, EXIT_USAGE, EXIT_CACHE_WRITE,
+                                                                                       EXIT_SOFTWARE))
     options.add_models(s.add_argument_group("models"), True, False)
     options.add_data(s.add_argument_group("data"))
     options.add_limits(s.add_argument_group("limits, retries and cost", "A limit given here applies to every provider, "
@@ -42,6 +43,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..session import start_adapters
 
     plan = options.plan_of(args)
+    where = options.named(args, "cache_dir", "--cache-dir")
+    paths.cache_to_read(plan.cache_dir, where)
+    if not plan.cache_dir.is_dir():  # opening the cache creates it
+        paths.cache_folder(plan.cache_dir, where)
     dist = distributed.setup(args, plan, sending=False)
     with Cache(plan.cache_dir, retry_invalid=args.retry_invalid, retry_failed=args.retry_failed,
                remote=dist.remote) as cache:

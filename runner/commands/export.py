@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import distributed
+from .. import distributed, paths
 from ..errors import EXIT_FAILED_REQUESTS, UsageError
 from . import options
 
@@ -39,6 +39,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..export import ExportError, export
     from ..rescore import select
 
+    if args.format == "eee":  # before scoring: the folder (or file) written must be writable
+        paths.output_folder(args.target, "TARGET")
+    else:
+        paths.output_file(args.target, "TARGET")
     try:
         done = export(select(args), args.format, args.target, include_missing=args.include_missing)
     except ExportError as exc:

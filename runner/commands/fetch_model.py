@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from dxi.adapters import local_models
 
+from .. import paths
 from ..errors import EXIT_FAILED_REQUESTS
 from . import options
 
@@ -30,6 +31,7 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace, console: Console) -> int:
     from rich.markup import escape
 
+    paths.output_folder(args.dir or local_models.models_dir(), "--dir")  # before the download
     try:
         path = local_models.fetch(args.name, args.dir, hub=False if args.no_hub else None,
                                   log=lambda m: console.print(escape(m)))

@@ -14,7 +14,7 @@ from dxi.adapters import EFFORTS
 from dxi.evals import EVALS
 from dxi.evals.wildguardtest import SUBSETS
 
-from .. import completion, distributed
+from .. import completion, distributed, numbers
 from ..datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
 from ..errors import (
     EXIT_CACHE_WRITE,
@@ -22,6 +22,7 @@ from ..errors import (
     EXIT_FAILED_REQUESTS,
     EXIT_INTERRUPTED,
     EXIT_PROVIDER_STOPPED,
+    EXIT_SOFTWARE,
     EXIT_TERMINATED,
     EXIT_UPLOAD,
     EXIT_USAGE,
@@ -39,7 +40,8 @@ _EXIT_LINES = {
     EXIT_FAILED_REQUESTS: f"{EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply "
                           "after the retries) or are\n       missing from the cache, scored as not correct and marked (*); "
                           "rerun to request them, or accept them\n       with --allow-failed",
-    EXIT_USAGE: f"{EXIT_USAGE}    bad input (flags, run file, model string, data), with a message; nothing was sent",
+    EXIT_USAGE: f"{EXIT_USAGE}    bad input (flags, run file, model string, data, an output path that cannot be written), "
+                "with a\n       message; nothing was sent",
     EXIT_COST_BOUND: f"{EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)",
     EXIT_CACHE_WRITE: f"{EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun",
     EXIT_UPLOAD: f"{EXIT_UPLOAD}    done, but shards could not be uploaded to --cache-remote (all in the local cache; the next "
@@ -47,6 +49,8 @@ _EXIT_LINES = {
     EXIT_PROVIDER_STOPPED: f"{EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, a stated wait "
                            "over --max-stated-wait),\n       or a model alone (unknown model, refused request form); the "
                            "others went on; the next run sends what was not sent",
+    EXIT_SOFTWARE: f"{EXIT_SOFTWARE}   an unexpected error (a bug in dxi): one line says what failed and where, and the file "
+                   "holding\n       the full trace (secrets redacted) to report",
     EXIT_INTERRUPTED: f"{EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun "
                       "the same command)",
     EXIT_TERMINATED: f"{EXIT_TERMINATED}  stopped by SIGTERM (kill, a scheduler's time limit), as for {EXIT_INTERRUPTED}",
@@ -65,7 +69,7 @@ def exit_codes(*codes: int) -> str:
 
 EXIT_CODES = exit_codes(*_EXIT_LINES)
 """Every exit code of ``dxi`` (``dxi run`` returns them all)."""
-SCORING_EXIT_CODES = exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE)
+SCORING_EXIT_CODES = exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_SOFTWARE)
 """What ``dxi score`` and ``dxi report`` return: they read the cache and send nothing."""
 
 
@@ -123,7 +127,7 @@ def add_models(g: argparse._ArgumentGroup, run_file: bool, for_scoring: bool) ->
                    help="adapter settings outside the cache key, for the models that know them: api_key_env=NAME "
                         "(read the API key from the variable NAME), api_key_command=CMD (a command printing an expiring "
                         "token, run again before it expires); llamacpp: ctx_size, parallel, threads")
-    g.add_argument("--epochs", type=int, metavar="N", help="requests per task, each its own cache key (default: 1, or the "
+    g.add_argument("--epochs", type=numbers.EPOCHS, metavar="N", help="requests per task, each its own cache key (default: 1, or the "
                                               "run file's; given: every model's)")
 
 
@@ -135,11 +139,11 @@ def add_data(g: argparse._ArgumentGroup) -> None:
                        help=f"the {spec.title} file (instead of the one found under --data-dir)")
     g.add_argument("--evals", metavar="LIST", help=f"comma-separated subset of {', '.join(EVALS)} (default: all four)"
                    ).completer = completion.evals
-    g.add_argument("--limit", type=int, metavar="N", help="the first N tasks of each evaluation")
-    g.add_argument("--sample", type=int, metavar="N",
+    g.add_argument("--limit", type=numbers.TASKS, metavar="N", help="the first N tasks of each evaluation")
+    g.add_argument("--sample", type=numbers.TASKS, metavar="N",
                    help="a seeded sample of N tasks of each evaluation, stratified by its gold classes (When2Call "
                         "reply type, WildGuardTest labels, HLE category, Omniscience domain)")
-    g.add_argument("--seed", type=int, metavar="S", help="the seed of --sample (default: 0)")
+    g.add_argument("--seed", type=numbers.SEED, metavar="S", help="the seed of --sample (default: 0)")
     g.add_argument("--all-tasks", action="store_true",
                    help="every task of each evaluation (the default of run and estimate; score, report, export and "
                         "view otherwise score the tasks the runs recorded in the cache selected)")
@@ -159,32 +163,32 @@ _HTTP = adapters.Limits()
 
 
 def add_limits(g: argparse._ArgumentGroup) -> None:
-    g.add_argument("--max-in-flight", type=int, metavar="N",
+    g.add_argument("--max-in-flight", type=numbers.MAX_IN_FLIGHT, metavar="N",
                    help=f"concurrent requests per provider (default: {_HTTP.max_in_flight}; embedded: 2 per CPU core; "
                         "llamacpp: its parallel slots)")
-    g.add_argument("--rpm", type=float, help="requests per minute per provider (default: no limit)")
-    g.add_argument("--tpm", type=float, help="tokens per minute per provider, input + output (default: no limit)")
-    g.add_argument("--timeout", type=float, metavar="SECONDS",
+    g.add_argument("--rpm", type=numbers.RPM, help="requests per minute per provider (default: no limit)")
+    g.add_argument("--tpm", type=numbers.TPM, help="tokens per minute per provider, input + output (default: no limit)")
+    g.add_argument("--timeout", type=numbers.TIMEOUT, metavar="SECONDS",
                    help=f"seconds to wait for one reply (default: {_HTTP.attempt_timeout_s:g}; embedded 60, llamacpp 600)")
-    g.add_argument("--max-attempts", type=int, metavar="N",
+    g.add_argument("--max-attempts", type=numbers.MAX_ATTEMPTS, metavar="N",
                    help=f"attempts per request; 1 = no retry (default: {_HTTP.max_attempts}; embedded 1, llamacpp 2)")
-    g.add_argument("--backoff", type=float, metavar="SECONDS",
+    g.add_argument("--backoff", type=numbers.BACKOFF, metavar="SECONDS",
                    help=f"the first wait before a retry, doubling each time, with jitter, at most "
                         f"{_HTTP.max_wait_s:g} (default: {_HTTP.backoff_s:g})")
-    g.add_argument("--max-stated-wait", type=float, metavar="SECONDS",
+    g.add_argument("--max-stated-wait", type=numbers.MAX_STATED_WAIT, metavar="SECONDS",
                    help="the longest the run waits on a provider (default: "
                         f"{_HTTP.max_stated_wait_s:g}): a wait it asks for (Retry-After, a reset header, Gemini's "
                         "RetryInfo) is honoured exactly up to it, a longer one stops that provider, saying when to rerun; "
                         "a provider that cannot be reached is paused and probed one request at a time, and stopped once "
                         f"down that long (exit code {EXIT_PROVIDER_STOPPED})")
-    g.add_argument("--max-reply-bytes", type=int, metavar="BYTES",
+    g.add_argument("--max-reply-bytes", type=numbers.MAX_REPLY_BYTES, metavar="BYTES",
                    help=f"the largest reply read (decoded; default: {_HTTP.max_reply_bytes} = "
                         f"{_HTTP.max_reply_bytes >> 20} MiB); a larger one is read no further and stored invalid "
                         "('reply larger than N bytes') with its first 2000 bytes")
     g.add_argument("--retry-failed", action="store_true",
                    help="also send again requests that failed with a 4xx-class error (kept otherwise)")
     g.add_argument("--retry-invalid", action="store_true", help="also send again requests whose answers were invalid")
-    g.add_argument("--max-cost", type=float, metavar="USD",
+    g.add_argument("--max-cost", type=numbers.MAX_COST, metavar="USD",
                    help="stop sending before spent + in-flight cost would pass USD in this invocation (prices from "
                         f"--price or the run file; local models are free); exit code {EXIT_COST_BOUND}")
     g.add_argument("--price", action="append", default=[], metavar="MODEL=IN/OUT[/CACHED]",
@@ -245,9 +249,9 @@ def add_batch_flags(g: argparse._ArgumentGroup, run: bool) -> None:
     g.add_argument("--deadline-fallback", choices=("none", "sync"), default="none",
                    help="what is left at the deadline: none (left to the next run), sync (sent one call at a time, so "
                         "the index is complete)")
-    g.add_argument("--poll", type=float, metavar="SECONDS", default=POLL_S,
+    g.add_argument("--poll", type=numbers.POLL, metavar="SECONDS", default=POLL_S,
                    help="the first wait between two status reads of a batch; it grows by half each time up to 300 s")
-    g.add_argument("--batch-size", type=int, metavar="N", help="at most N requests per batch (default: the provider's "
+    g.add_argument("--batch-size", type=numbers.BATCH_SIZE, metavar="N", help="at most N requests per batch (default: the provider's "
                                                                 "limit, 50,000 for OpenAI, 100,000 for Anthropic)")
 
 
@@ -268,6 +272,14 @@ def batch_options(args: argparse.Namespace) -> BatchOptions:
     if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
     return BatchOptions(deadline=deadline, poll_s=poll, max_poll_s=max(poll, 300.0))
+
+
+def named(args: argparse.Namespace, dest: str, flag: str) -> str:
+    """How the user gave the path ``dest`` (``out``, ``cache_dir``), for messages: ``flag`` (``--out``) when
+    given on the command line or by default, else ``the run file's out``."""
+    if getattr(args, dest, None) is None and getattr(args, "run_file", None) is not None:
+        return f"{dest} of {args.run_file}"
+    return flag
 
 
 def plan_of(args: argparse.Namespace) -> Plan:

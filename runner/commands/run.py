@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .. import distributed, signals
+from .. import distributed, numbers, paths, signals
 from ..errors import EXIT_CACHE_WRITE, UsageError
 from . import options
 
@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     limits = s.add_argument_group("limits, retries and cost", "A limit given here applies to every provider, "
                                                               "over the run file's provider tables.")
     options.add_limits(limits)
-    limits.add_argument("--grace", type=float, default=signals.GRACE_S, metavar="SECONDS",
+    limits.add_argument("--grace", type=numbers.GRACE, default=signals.GRACE_S, metavar="SECONDS",
                         help="on the first Ctrl-C or SIGTERM nothing new is sent and the requests in flight "
                              "finish and are stored, for at most SECONDS (inside the 30 s Kubernetes and "
                              "Slurm allow before SIGKILL); a second Ctrl-C stops at once")
@@ -64,7 +64,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     batch_options = options.batch_options(args)
     if batch_options.deadline is not None and not plan.batch:
         raise UsageError("--deadline is for batch mode: give --batch too (or batch = true in the run file)")
-    dist = distributed.setup(args, plan, sending=True)
+    paths.cache_folder(plan.cache_dir, options.named(args, "cache_dir", "--cache-dir"))  # before the first request
+    paths.output_folder(plan.out, options.named(args, "out", "--out"))
+    dist = distributed.setup(args, plan, sending=True)  # a remote cache's mirror goes into the cache folder
     try:
         result = session.run(plan, console=None if args.quiet else console, grace=args.grace, fsync=args.fsync,
                              retry_invalid=args.retry_invalid, retry_failed=args.retry_failed, dist=dist,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from .. import paths
 from . import options
 
 if TYPE_CHECKING:
@@ -23,7 +24,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..outputs import print_summary
     from ..rescore import rescore, select
 
-    done = rescore(select(args))
+    selection = select(args)
+    paths.output_folder(selection.out, options.named(args, "out", "--out"))  # before scoring
+    done = rescore(selection)
     print_summary(done.summary, console, done.out)
     for note in done.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import distributed, signals
-from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, UsageError
+from .. import distributed, numbers, signals
+from ..errors import EXIT_INTERRUPTED, EXIT_SOFTWARE, EXIT_TERMINATED, EXIT_USAGE, UsageError
 from . import options
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ exit codes:
   0    stopped (Ctrl-C, kill -INT or kill -TERM); its private folder under the temporary folder removed
   {EXIT_USAGE}    bad input (flags, run file, model string, data, no cache folder, a port that cannot be
        served), with a message
+  {EXIT_SOFTWARE}   an unexpected error (a bug in dxi): one line, and the file holding the full trace
   {EXIT_INTERRUPTED}  interrupted before serving ({EXIT_TERMINATED}: by SIGTERM)
 """
 
@@ -39,9 +40,26 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to serve on (default 127.0.0.1: this machine only; another exposes every answer "
                         "in the cache to the network, with a warning)")
-    p.add_argument("--port", type=int, default=8765, help="port to serve on (default 8765; 0: any free port)")
+    p.add_argument("--port", type=numbers.PORT, default=8765, help="port to serve on (default 8765; 0: any free port)")
     s.set_defaults(out=None)
     distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "view")
+
+
+def _check_port(host: str, port: int) -> None:
+    """Bind ``host``:``port`` once and let it go: UsageError (exit code 2) naming them when it cannot be
+    served (taken, not an address of this machine, a host that does not resolve). The server binds it again
+    once the cache is scored."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
+            probe.bind(address)
+    except OSError as exc:
+        raise UsageError(f"cannot serve on {host}:{port}: {exc.strerror or exc} (choose another --port, or --port 0 "
+                         "for a free one)") from None
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -54,6 +72,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     from ..rescore import browse, select
 
+    _check_port(args.host, args.port)  # before scoring, which takes seconds on a large cache
     home = private_home()  # stale ones of killed views removed first
     try:
         selection = select(args, mirror=Path(home.name) / "remote")

@@ -1,0 +1,106 @@
+"""The folders and files a command will write, checked before it sends, scores or reads anything: an
+output folder that cannot be written used to surface after every request was sent (``dxi run --out
+README.md/x``: ``NotADirectoryError``, exit 1), a cache folder that cannot be written as three
+chained tracebacks, an export to ``/proc/x.csv`` as a Polars traceback (issue 32).
+
+Each check creates the folder (as the command would) and creates and removes a file in it, which is
+what root is refused too (a folder under a regular file, a read-only file system, ``/proc``,
+``/sys``); ``os.access`` would say yes to root. The errors name the flag and the path and say why:
+
+* an output (``--out``, ``dxi export``'s TARGET, ``dxi data fetch --data-dir``, ``dxi fetch-model
+  --dir``): ``UsageError``, exit code 2;
+* the cache (``cache_folder``): a path that cannot be a folder (a file in the way) is bad input,
+  exit 2; a folder that cannot be written (permissions, a read-only or full file system) is
+  ``CacheFolderError``, exit code 4, as a cache write that fails during a run.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from .errors import CacheFolderError, UsageError
+
+_IN_THE_WAY = (errno.ENOTDIR, errno.EEXIST)  # a file where a folder is expected
+
+
+def _why(path: Path, exc: OSError) -> str:
+    """Why ``path`` cannot be a writable folder: the file in the way, else the system's reason."""
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            return f"{part} is a file, not a folder"
+    return exc.strerror or str(exc)
+
+
+def _probe(folder: Path) -> None:
+    """Create ``folder`` (and its parents) and a file in it, then remove the file; OSError when
+    either fails."""
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / f".dxi-write-check-{os.getpid()}"
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"\0")  # a full disk refuses a byte, not always an empty file
+    finally:
+        os.close(fd)
+        probe.unlink(missing_ok=True)
+
+
+def output_folder(path: Path, flag: str) -> None:
+    """Make sure the output folder ``path`` (given as ``flag``, e.g. ``--out``) can be written:
+    created if missing. UsageError (exit code 2) naming ``flag``, the path and why, otherwise."""
+    try:
+        _probe(path)
+    except OSError as exc:
+        why = _why(path, exc)
+        raise UsageError(f"{flag} {path}: cannot write there ({why}); nothing was done: give "
+                         "another folder") from None
+
+
+def output_file(path: Path, flag: str) -> None:
+    """Make sure the file ``path`` (given as ``flag``) can be written: not a folder, its folder
+    writable (created if missing). UsageError (exit code 2) otherwise. (``runner.export`` refuses a
+    folder too, for its library callers.)"""
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a folder: give the file to write")
+    try:
+        _probe(path.parent)
+    except OSError as exc:
+        why = _why(path.parent, exc)
+        raise UsageError(f"{flag} {path}: cannot write there ({why}); nothing was done: give "
+                         "another file") from None
+
+
+def cache_to_read(path: Path, flag: str = "--cache-dir") -> None:
+    """A cache a command reads (``dxi estimate``, ``dxi batches list``): UsageError (exit code 2)
+    when a file is where the folder, or one of its parents, should be. Nothing is created."""
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise UsageError(f"{flag} {path}: cannot be the cache ({part} is a file, not a "
+                                 "folder)")
+            return
+
+
+def cache_folder(path: Path, flag: str = "--cache-dir") -> None:
+    """Make sure the cache folder ``path`` can be made (created if missing, as the run would) and
+    written. UsageError (exit code 2) when a file is in the way; CacheFolderError (exit code 4) when
+    it cannot be created or written. A cache that exists (its ``shards/`` folder there) is left to
+    the cache itself: a run with something new opens its log before the first request and stops with
+    exit code 4 when it cannot (``cache.Cache``), while a run with nothing new, or a rescore, needs
+    no write at all (a read-only cache is scored)."""
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            raise UsageError(f"{flag} {path}: cannot be the cache ({part} is a file, not a folder); "
+                             "nothing was sent")
+        if part.exists():
+            break
+    if (path / "shards").is_dir():
+        return
+    try:
+        _probe(path)
+    except OSError as exc:
+        why = _why(path, exc)
+        if exc.errno in _IN_THE_WAY or why.endswith("is a file, not a folder"):
+            raise UsageError(f"{flag} {path}: cannot be the cache ({why}); nothing was sent") from None
+        raise CacheFolderError(f"{flag} {path}: the cache cannot be written ({why}); nothing was sent: "
+                               f"fix the folder (or give another {flag}) and rerun") from None
