@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import re
 
-from .base import EFFORTS, Adapter, Answer, Limits, ModelIdentity, ModelSpec, Reply, Request
+from .base import EFFORTS, Adapter, Answer, Limits, ModelIdentity, ModelSpec, Progress, Reply, Request
 from .errors import (
     AdapterError,
     Fatal,
@@ -22,7 +22,7 @@ from .errors import (
     Unreachable,
 )
 
-__all__ = ["EFFORTS", "Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelIdentity", "ModelSpec", "RateLimited",
+__all__ = ["EFFORTS", "Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelIdentity", "ModelSpec", "Progress", "RateLimited",
            "ProviderStop", "Reply", "ReplyTooLarge", "Request", "Retryable", "Transient", "Unreachable", "adapter_class",
            "get", "parse_model", "KINDS"]
 

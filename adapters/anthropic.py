@@ -22,7 +22,8 @@ tool instead: ``"tools": [{"name": "answer", "description", "input_schema": <sch
 ``input`` (an object, never "repaired"); a reply without the tool call (text only, thinking only) is invalid.
 
 Either way ``stop_reason`` "max_tokens" or "model_context_window_exceeded" (cut off: while thinking when
-thinking blocks came and no answer had begun) and "refusal" make every answer invalid, and an error body in a
+thinking blocks came, or ``usage.output_tokens_details.thinking_tokens`` counted thinking, and no answer had
+begun) and "refusal" make every answer invalid, and an error body in a
 200 (an ``{"type": "error"}`` event) is a transient failure. ``params`` are Messages fields sent as given
 (``max_tokens``, ``thinking``, ``stop_sequences``, ...; the current SDK declares no ``temperature``). The default
 ``max_tokens`` leaves room for the thinking of the current models, which think by default and count it within
@@ -42,6 +43,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from dxi.evals import Task
 
 from . import budgets, llm
@@ -49,6 +52,7 @@ from .base import Limits, ModelSpec, Reply, Request
 from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_json
 from .provider_errors import body_error
+from .streaming import MessagesAssembler, anthropic_sdk_refuses
 
 TOOL = "answer"
 API_VERSION = "2023-06-01"
@@ -80,6 +84,15 @@ def usage_of(doc: dict) -> dict:
             "served_model": doc.get("model") if isinstance(doc.get("model"), str) else None}
 
 
+def thinking_tokens_of(doc: dict) -> int | None:
+    """``usage.output_tokens_details.thinking_tokens`` of a Messages reply (the anthropic SDK's
+    ``types/output_tokens_details.py``: the output tokens spent thinking, within ``output_tokens``, whether or not
+    the thinking is returned); None if absent."""
+    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    details = usage.get("output_tokens_details")
+    return as_count(details.get("thinking_tokens")) if isinstance(details, dict) else None
+
+
 def decode_messages(task: Task, body: bytes, structured: str = "output_config", doc: Any = None) -> Reply:
     """Parse a Messages reply to a structured-output request (``structured="output_config"``) or a
     forced-tool one (``"tool"``); see the module docstring. ``doc``: ``body`` parsed already
@@ -93,7 +106,7 @@ def decode_messages(task: Task, body: bytes, structured: str = "output_config", 
     blocks = [b for b in doc["content"] if isinstance(b, dict)]
     stop = doc.get("stop_reason")
     text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
-    thinking = any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks)
+    thinking = any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks) or bool(thinking_tokens_of(doc))
     if stop == "refusal":
         return llm.invalid_reply(task, "refusal (stop_reason refusal)", **meta)
     if stop in ("max_tokens", "model_context_window_exceeded"):
@@ -119,7 +132,7 @@ class Anthropic(HTTPAdapter):
     path = "/v1/messages"
     api_key_env = "ANTHROPIC_API_KEY"
     OPTIONS = frozenset({"api_key_env", "api_key_command", "structured"})
-    RESERVED = frozenset({"model", "system", "messages", "tools", "tool_choice"})
+    RESERVED = frozenset({"model", "system", "messages", "tools", "tool_choice", "stream"})
     EFFORT_FIELD = "output_config.effort"
     EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")  # OutputConfigParam.effort (anthropic 2.15.0)
     # Anthropic adds a system prompt to every request with tools or a structured output, billed as input; the
@@ -190,6 +203,23 @@ class Anthropic(HTTPAdapter):
 
     def decode_parsed(self, task: Task, body: bytes, doc: Any) -> Reply:
         return decode_messages(task, body, self.structured, doc)
+
+    def assembler(self) -> MessagesAssembler:
+        return MessagesAssembler()
+
+    def stream_body(self, body: bytes) -> bytes:
+        """The body with ``"stream": true``."""
+        return orjson.dumps(orjson.loads(body) | {"stream": True})
+
+    def long_reply(self, request: Request) -> bool:
+        """The model thinks (``thinking`` enabled or adaptive; without it, a model that thinks by default,
+        ``adapters.budgets``), or the anthropic SDK refuses the request unstreamed
+        (``adapters.streaming.anthropic_sdk_refuses``: ``max_tokens`` above 21,333, or the model's own limit)."""
+        thinking = self.params.get("thinking") if isinstance(self.params.get("thinking"), dict) else {}
+        kind = thinking.get("type")
+        thinks = kind in ("enabled", "adaptive") or (kind is None and budgets.anthropic_thinks_by_default(self.model))
+        cap = llm.token_cap(self.params, "max_tokens")
+        return thinks or (cap is not None and anthropic_sdk_refuses(self.model, cap))
 
     def output_tokens_bound(self, task: Task) -> int | None:
         """``max_tokens`` (its default leaves room for thinking, ``adapters.budgets``; thinking counts within it)."""
