@@ -492,6 +492,7 @@ class HTTPAdapter(Adapter):
     api_key_env = ""
     API_KEY_ENVS: tuple[str, ...] = ()  # several variables, the first set wins (default: ``api_key_env``)
     takes_params = True
+    own_timeout = True  # the session's read timeout is the idle timeout; transmit bounds the whole reply
     OPTIONS: frozenset[str] = frozenset({"api_key_env", "api_key_command"})
     DEFAULT_PARAMS: dict[str, Any] = {}
     RESERVED: frozenset[str] = frozenset({"model"})

@@ -19,7 +19,7 @@ server-sent events (``tests/sse_streams.py``: each text in ``pieces`` pieces, ``
 events), or with a stream fault: ``"cut:N"`` (the connection closed after N events), ``"stall:S"`` (S seconds
 of silence after the first two events, then the rest), ``"slow:T"`` (T seconds between events),
 ``"error_event"`` (the provider's error event after the first event), ``"error_first"`` (the error event and
-nothing else).
+nothing else). ``"delay:S"``: the reply (mode ok, streamed or not) after S seconds of silence.
 
 ``requests`` records ``(path, parsed body)`` of every POST, ``times`` their arrival (``time.monotonic()``),
 ``headers`` their headers. ``auth`` (optional) decides from a request's headers whether its key or token is
@@ -69,6 +69,9 @@ class FakeLLM:
         if fmt == "gemini":
             stream = request.match_info["name"].endswith(":streamGenerateContent")
         self.streamed.append(stream)
+        if kind == "delay":  # the reply (mode ok) after S seconds of silence
+            await asyncio.sleep(float(arg))
+            kind = "ok"
         if stream and kind in ("cut", "stall", "slow", "error_event", "error_first"):
             return await self._stream(request, payload, fmt, "ok", kind, arg)
         if kind.isdigit():

@@ -169,7 +169,7 @@ def add_limits(g: argparse._ArgumentGroup) -> None:
                         f"is never cut (default: {_HTTP.attempt_timeout_s:g}; embedded 60, llamacpp 600)")
     g.add_argument("--max-reply-time", type=float, metavar="SECONDS",
                    help=f"the longest one reply may take in all (default: {_HTTP.max_reply_time_s:g})")
-    g.add_argument("--stream", choices=("auto", "always", "never"),
+    g.add_argument("--stream", choices=("auto", "always", "never"), metavar="MODE",
                    help="stream the language models' replies: auto (where a reply can be long: thinking on, a large "
                         "output budget, what the provider's SDK streams), always, never (default: auto); not in the "
                         "cache key")
