@@ -344,10 +344,11 @@ CUT = ("{what}: the streamed reply was cut after {size:,} bytes ({why}); its par
        "sent again in this run (the part that arrived was billed): the next run requests it again")
 
 
-def cut_stream(what: str, progress: Progress, why: str, status: int | None = 200) -> Transient:
+def cut_stream(what: str, progress: Progress, why: str) -> Transient:
     """The failure of a stream that ended (``why``) after part of its reply arrived: Transient with
-    ``should_retry`` False (stored as a transient failure; the next run sends the request again)."""
-    error = Transient(CUT.format(what=what, size=progress.received, why=why), status)
+    ``should_retry`` False (stored as a transient failure; the next run sends the request again) and no status
+    (no whole reply came: the cost bound charges the attempt its reservation, ``runner.cost.Charge.settle``)."""
+    error = Transient(CUT.format(what=what, size=progress.received, why=why))
     error.should_retry = False
     return error
 

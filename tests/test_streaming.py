@@ -425,3 +425,35 @@ def test_a_max_tokens_stop_spent_thinking_is_cut_off_while_thinking_not_empty(da
     reply["usage"].pop("output_tokens_details")
     decoded = decode_messages(task, orjson.dumps(reply))
     assert decoded.answers[0].error == llm.TRUNCATED_EMPTY.format("stop_reason max_tokens", "max_tokens")
+
+
+async def test_the_final_events_usage_is_charged_and_a_cut_stream_its_reservation(data_dir: Path, tmp_path: Path):
+    """Under a cost bound, a streamed reply costs what its final event's usage says (as a whole reply's would);
+    a stream cut mid-way, whose usage never came, is charged the attempt's reservation (its bound)."""
+    from dxi.cache import Cache
+    from dxi.runner.cost import Budget
+    from dxi.runner.run import ModelRun, run
+
+    price = (1000.0, 2000.0)  # USD per million input / output tokens
+    spent = {}
+    async with FakeLLM() as server:
+        for fault in ("ok", "cut:4"):
+            server.script.append(fault)
+            spec = adapters.ModelSpec("anthropic", "claude-sonnet-5-5", server.url, {"max_tokens": 8000})
+            a = adapters.get(spec, replace(FAST, stream="always"))
+            await a.start()
+            budget = Budget(100.0)
+            try:
+                with Cache(tmp_path / fault) as cache:
+                    await run([ModelRun(a, price=price)], Suite(discover(data_dir), limit=1, evals=("when2call",)),
+                              cache, budget=budget)
+                    row = cache.scan().collect().row(0, named=True)
+            finally:
+                await a.close()
+            spent[fault] = (budget.spent, row)
+    ok_spent, ok_row = spent["ok"]
+    assert ok_row["status"] == "ok"
+    assert ok_spent == pytest.approx((ok_row["input_tokens"] * 1000.0 + ok_row["output_tokens"] * 2000.0) / 1e6)
+    cut_spent, cut_row = spent["cut:4"]
+    assert cut_row["status"] == "failed" and cut_row["http_status"] is None
+    assert cut_spent > 8000 * 2000.0 / 1e6  # the reservation: at least max_tokens at the output price
