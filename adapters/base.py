@@ -52,10 +52,10 @@ class Limits:
     ``RetryInfo``) that is honoured exactly, a longer one stops the provider (``runner.stops``);
     ``max_reply_bytes``: the largest reply body read (decoded), a larger one is stored invalid.
 
-    The HTTP adapters read ``attempt_timeout_s`` as an idle timeout: no byte of the reply for that long ends
-    the attempt, however long the reply has been arriving; ``max_reply_time_s`` bounds one attempt's whole
-    reply (seconds). ``stream``: when requests are streamed, ``auto`` (where a reply can be long),
-    ``always`` or ``never`` (``adapters.streaming``).
+    The HTTP adapters read ``attempt_timeout_s`` as an idle timeout: no byte of the reply for that
+    long ends the attempt, however long the reply has been arriving; ``max_reply_time_s`` bounds one
+    attempt's whole reply (seconds). ``stream``: when requests are streamed, ``auto`` (where a reply
+    can be long), ``always`` or ``never`` (``adapters.streaming``).
     """
 
     rpm: float | None = None
@@ -73,11 +73,12 @@ class Limits:
 
 @dataclass(slots=True)
 class Progress:
-    """What arrived of one attempt's reply, as it arrives (``Adapter.transmit`` fills it; the runner reads it
-    when the attempt ends, whatever the outcome): ``started`` (``time.perf_counter()`` when it was sent),
-    ``streamed`` (the request was streamed), ``began`` (part of the reply arrived: a streamed reply's first
-    event), ``first_token`` (``perf_counter()`` when the first generated token arrived: text, thinking, a refusal;
-    streamed replies only) and ``received`` (bytes of the reply body read)."""
+    """What arrived of one attempt's reply, as it arrives (``Adapter.transmit`` fills it; the runner
+    reads it when the attempt ends, whatever the outcome): ``started`` (``time.perf_counter()`` when
+    it was sent), ``streamed`` (the request was streamed), ``began`` (part of the reply arrived: a
+    streamed reply's first event), ``first_token`` (``perf_counter()`` when the first generated
+    token arrived: text, thinking, a refusal; streamed replies only) and ``received`` (bytes of the
+    reply body read)."""
 
     started: float = 0.0
     streamed: bool = False
@@ -87,7 +88,8 @@ class Progress:
 
     @property
     def ttft_s(self) -> float | None:
-        """Seconds from sending to the first generated token; None when none arrived or it was not streamed."""
+        """Seconds from sending to the first generated token; None when none arrived or it was not
+        streamed."""
         return None if self.first_token is None else self.first_token - self.started
 
 
@@ -363,13 +365,15 @@ class Adapter(abc.ABC):
         """Send one request and return the raw reply body; raises RateLimited, Transient or Fatal."""
 
     async def transmit(self, request: Request, progress: Progress) -> bytes:
-        """``send``, noting in ``progress`` what of the reply arrived (the runner's entry point). Adapters that
-        stream their replies override it (``adapters.http.HTTPAdapter``); the default sends whole."""
+        """``send``, noting in ``progress`` what of the reply arrived (the runner's entry point).
+        Adapters that stream their replies override it (``adapters.http.HTTPAdapter``); the default
+        sends whole."""
         return await self.send(request)
 
     def long_reply(self, request: Request) -> bool:
-        """Whether the reply to ``request`` can be long (``--stream auto`` streams it): the model thinks, or its
-        output budget is large (``adapters.streaming``); False for adapters without a streamed form."""
+        """Whether the reply to ``request`` can be long (``--stream auto`` streams it): the model
+        thinks, or its output budget is large (``adapters.streaming``); False for adapters without a
+        streamed form."""
         return False
 
     @abc.abstractmethod

@@ -97,8 +97,9 @@ _VERSION = re.compile(r"gemini-(\d+)(?:\.(\d+))?")
 
 
 def gemini_thinks_by_default(model: str) -> bool:
-    """Whether the Gemini ``model`` thinks when the request sets no ``thinkingConfig``: Gemini 3 and later, and
-    2.5 Pro and Flash (not 2.5 Flash-Lite, whose thinking is off by default: the Gemini API's thinking page)."""
+    """Whether the Gemini ``model`` thinks when the request sets no ``thinkingConfig``: Gemini 3 and
+    later, and 2.5 Pro and Flash (not 2.5 Flash-Lite, whose thinking is off by default: the Gemini
+    API's thinking page)."""
     m = _VERSION.search(model)
     if m is None:
         return False
@@ -176,10 +177,11 @@ class Gemini(HTTPAdapter):
         return self.base_url + gemini_stream_path(self.path)
 
     def long_reply(self, request: Request) -> bool:
-        """The model thinks (a ``thinkingLevel``, a ``thinkingBudget`` other than 0; without either, a model that
-        thinks by default, ``gemini_thinks_by_default``), or ``maxOutputTokens`` is above
-        ``adapters.streaming.LONG_REPLY_TOKENS``."""
-        thinking = self.params.get("thinkingConfig") if isinstance(self.params.get("thinkingConfig"), dict) else {}
+        """The model thinks (a ``thinkingLevel``, a ``thinkingBudget`` other than 0; without either,
+        a model that thinks by default, ``gemini_thinks_by_default``), or ``maxOutputTokens`` is
+        above ``adapters.streaming.LONG_REPLY_TOKENS``."""
+        given = self.params.get("thinkingConfig")
+        thinking = given if isinstance(given, dict) else {}
         if thinking.get("thinkingLevel") is not None:
             thinks = True
         elif "thinkingBudget" in thinking:

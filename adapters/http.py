@@ -330,49 +330,56 @@ async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, 
 
 
 def _decoder(resp: aiohttp.ClientResponse, what: str) -> Any:
-    """A zlib decoder for ``resp``'s ``Content-Encoding`` (gzip or deflate), None for none; Transient for an
-    encoding not asked for."""
+    """A zlib decoder for ``resp``'s ``Content-Encoding`` (gzip or deflate), None for none;
+    Transient for an encoding not asked for."""
     encoding = resp.headers.get("Content-Encoding", "").strip().lower()
     if encoding in ("", "identity"):
         return None
     if encoding in ("gzip", "x-gzip", "deflate"):
         return zlib.decompressobj(_WBITS)
-    raise Transient(f"{what}: a reply in Content-Encoding {encoding!r}, which was not asked for", resp.status)
+    raise Transient(f"{what}: a reply in Content-Encoding {encoding!r}, which was not asked for",
+                    resp.status)
 
 
-CUT = ("{what}: the streamed reply was cut after {size:,} bytes ({why}); its partial text is never scored. Not "
-       "sent again in this run (the part that arrived was billed): the next run requests it again")
+CUT = ("{what}: the streamed reply was cut after {size:,} bytes ({why}); its partial text is never "
+       "scored. Not sent again in this run (the part that arrived was billed): the next run "
+       "requests it again")
 
 
 def cut_stream(what: str, progress: Progress, why: str) -> Transient:
     """The failure of a stream that ended (``why``) after part of its reply arrived: Transient with
-    ``should_retry`` False (stored as a transient failure; the next run sends the request again) and no status
-    (no whole reply came: the cost bound charges the attempt its reservation, ``runner.cost.Charge.settle``)."""
+    ``should_retry`` False (stored as a transient failure; the next run sends the request again) and
+    no status (no whole reply came: the cost bound charges the attempt its reservation,
+    ``runner.cost.Charge.settle``)."""
     error = Transient(CUT.format(what=what, size=progress.received, why=why))
     error.should_retry = False
     return error
 
 
-async def post_stream(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, headers: dict[str, str],
-                      what: str, assembler: Assembler, progress: Progress,
+async def post_stream(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes,
+                      headers: dict[str, str], what: str, assembler: Assembler, progress: Progress,
                       retry_after_from_body: Callable[[bytes], float | None] | None = None,
-                      secrets: tuple[bytes, ...] = (), max_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> bytes:
-    """POST a streamed request and return its reply assembled from the server-sent events by ``assembler``
-    (``adapters.streaming``): the bytes a non-streamed request returns, redacted of ``secrets``. ``progress``
-    notes what arrived (``began``, ``first_token``, ``received``).
+                      secrets: tuple[bytes, ...] = (),
+                      max_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> bytes:
+    """POST a streamed request and return its reply assembled from the server-sent events by
+    ``assembler`` (``adapters.streaming``): the bytes a non-streamed request returns, redacted of
+    ``secrets``. ``progress`` notes what arrived (``began``, ``first_token``, ``received``).
 
-    A status other than 2xx raises as ``post`` does (``error_for``); a 2xx that is not ``text/event-stream``
-    (a server that answered whole) is read as ``post`` reads it. The session's read timeout is an idle timeout:
-    a reply that keeps arriving is read for as long as it takes. Once part of the reply arrived (its first event),
-    a failure (no byte for the idle timeout, a broken connection, an error event, a stream that ends before its
-    stop) is final for this run (``cut_stream``); before, it is retried as ``post``'s. A stream past
-    ``max_bytes`` raises ReplyTooLarge with its first bytes."""
+    A status other than 2xx raises as ``post`` does (``error_for``); a 2xx that is not
+    ``text/event-stream`` (a server that answered whole) is read as ``post`` reads it. The session's
+    read timeout is an idle timeout: a reply that keeps arriving is read for as long as it takes.
+    Once part of the reply arrived (its first event), a failure (no byte for the idle timeout, a
+    broken connection, an error event, a stream that ends before its stop) is final for this run
+    (``cut_stream``); before, it is retried as ``post``'s. A stream past ``max_bytes`` raises
+    ReplyTooLarge with its first bytes."""
     try:
         async with client.request("POST", url, data=body, headers=headers) as resp:
             status = resp.status
-            if status >= 300 or "text/event-stream" not in resp.headers.get("Content-Type", "").lower():
+            kind = resp.headers.get("Content-Type", "").lower()
+            if status >= 300 or "text/event-stream" not in kind:  # an error, or a whole reply
+                bound = max_bytes if status < 300 else ERROR_BYTES
                 try:
-                    payload = redact(await read_body(resp, max_bytes if status < 300 else ERROR_BYTES, what), secrets)
+                    payload = redact(await read_body(resp, bound, what), secrets)
                 except ReplyTooLarge as exc:
                     exc.prefix = redact(exc.prefix, secrets)
                     if status < 300:
@@ -409,18 +416,22 @@ async def post_stream(client: aiohttp.ClientSession, url: str | yarl.URL, body: 
                 if progress.began:
                     raise cut_stream(what, progress, f"an event that is not JSON: {exc}") from None
                 raise
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError, zlib.error) as exc:
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError,
+                    zlib.error) as exc:
                 if progress.began:
                     raise cut_stream(what, progress, _why(exc)) from None
                 raise
             if assembler.error is not None:
                 if progress.began:
-                    raise cut_stream(what, progress, f"an error event: {body_error(assembler.error)}")
-                return redact(assembler.body(), secrets)  # an error before any reply: decoded as an error in a 200
+                    why = f"an error event: {body_error(assembler.error)}"
+                    raise cut_stream(what, progress, why)
+                # an error before any of the reply: decoded as an error inside a 200 (retried)
+                return redact(assembler.body(), secrets)
             if not assembler.complete:
                 if progress.began:
                     raise cut_stream(what, progress, "the stream ended before its stop")
-                raise Transient(f"{what}: the streamed reply ended before any event of the reply", status)
+                raise Transient(f"{what}: the streamed reply ended before any event of the reply",
+                                status)
             return redact(assembler.body(), secrets)
     except aiohttp.ClientResponseError as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
@@ -493,7 +504,7 @@ class HTTPAdapter(Adapter):
     api_key_env = ""
     API_KEY_ENVS: tuple[str, ...] = ()  # several variables, the first set wins (default: ``api_key_env``)
     takes_params = True
-    own_timeout = True  # the session's read timeout is the idle timeout; transmit bounds the whole reply
+    own_timeout = True  # the session's read timeout is the idle timeout; transmit bounds the reply
     OPTIONS: frozenset[str] = frozenset({"api_key_env", "api_key_command"})
     DEFAULT_PARAMS: dict[str, Any] = {}
     RESERVED: frozenset[str] = frozenset({"model"})
@@ -600,12 +611,13 @@ class HTTPAdapter(Adapter):
         with the new token (a second 401 stops the provider as a refused key does); a command that fails
         then stops the provider (``ProviderStop``, the key refused)."""
         return await self._keyed(lambda headers, secrets: post(
-            self._session, url or self.url, body, headers, self.label, self.retry_after_from_body, secrets,
-            self.limits.max_reply_bytes))
+            self._session, url or self.url, body, headers, self.label, self.retry_after_from_body,
+            secrets, self.limits.max_reply_bytes))
 
-    async def _keyed(self, call: Callable[[dict[str, str], tuple[bytes, ...]], Awaitable[bytes]]) -> bytes:
-        """``call(headers, secrets)`` with this adapter's headers and the secrets to redact, under the
-        ``api_key_command`` rule of ``post``."""
+    async def _keyed(self, call: Callable[[dict[str, str], tuple[bytes, ...]], Awaitable[bytes]]
+                     ) -> bytes:
+        """``call(headers, secrets)`` with this adapter's headers and the secrets to redact, under
+        the ``api_key_command`` rule of ``post``."""
         if self._session is None:
             raise RuntimeError(f"{type(self).__name__}.send() before start()")
         if self.key_command is None:
@@ -614,7 +626,8 @@ class HTTPAdapter(Adapter):
         token = await _stop_if_failed(command.token())
         for attempt in (1, 2):
             try:
-                return await call({**self._headers, **self.auth_headers(token)}, self._secrets + command.secrets)
+                headers = {**self._headers, **self.auth_headers(token)}
+                return await call(headers, self._secrets + command.secrets)
             except ProviderStop as exc:
                 if exc.status != 401 or attempt == 2:
                     raise
@@ -626,11 +639,13 @@ class HTTPAdapter(Adapter):
 
     # ---- streaming (adapters.streaming) ----
     def assembler(self) -> Assembler | None:
-        """A new assembler of this adapter's streamed replies; None when it has no streamed form (the default)."""
+        """A new assembler of this adapter's streamed replies; None when it has no streamed form
+        (the default)."""
         return None
 
     def stream_body(self, body: bytes) -> bytes:
-        """The body of the streamed form of a request whose canonical (non-streamed) body is ``body``."""
+        """The body of the streamed form of a request whose canonical (non-streamed) body is
+        ``body``."""
         return body
 
     @property
@@ -639,8 +654,9 @@ class HTTPAdapter(Adapter):
         return self.url
 
     def streams(self, request: Request) -> bool:
-        """Whether ``request`` is sent streamed: ``Limits.stream`` ``always``, or ``auto`` and ``long_reply``;
-        never for an adapter without a streamed form. Raises ValueError for another mode."""
+        """Whether ``request`` is sent streamed: ``Limits.stream`` ``always``, or ``auto`` and
+        ``long_reply``; never for an adapter without a streamed form. Raises ValueError for another
+        mode."""
         mode = self.limits.stream
         if mode not in STREAM_MODES:
             raise ValueError(f"stream {mode!r} is not one of {', '.join(STREAM_MODES)}")
@@ -649,9 +665,10 @@ class HTTPAdapter(Adapter):
         return mode == "always" or self.long_reply(request)
 
     async def transmit(self, request: Request, progress: Progress) -> bytes:
-        """Send ``request``, streamed when ``streams`` says so (its reply assembled into the non-streamed form),
-        within ``Limits.max_reply_time_s``: a reply not whole by then ends the attempt, final for this run when
-        part of it had arrived (``cut_stream``), else a Transient retried as any."""
+        """Send ``request``, streamed when ``streams`` says so (its reply assembled into the
+        non-streamed form), within ``Limits.max_reply_time_s``: a reply not whole by then ends the
+        attempt, final for this run when part of it had arrived (``cut_stream``), else a Transient
+        retried as any."""
         progress.streamed = self.streams(request)
         bound = self.limits.max_reply_time_s
         try:
@@ -660,8 +677,8 @@ class HTTPAdapter(Adapter):
                     return await self.send(request)
                 body = self.stream_body(request.body)
                 return await self._keyed(lambda headers, secrets: post_stream(
-                    self._session, self.stream_url, body, headers, self.label, self.assembler(), progress,
-                    self.retry_after_from_body, secrets, self.limits.max_reply_bytes))
+                    self._session, self.stream_url, body, headers, self.label, self.assembler(),
+                    progress, self.retry_after_from_body, secrets, self.limits.max_reply_bytes))
         except TimeoutError:
             why = f"the reply took longer than --max-reply-time {bound:g} s"
             if progress.began:

@@ -28,9 +28,9 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from dxi.evals import Task
-
 import orjson
+
+from dxi.evals import Task
 
 from . import llm
 from .base import EFFORTS, Reply, Request
@@ -184,13 +184,14 @@ class OpenAI(ReasoningEffort, HTTPAdapter):
         return ChatAssembler()
 
     def stream_body(self, body: bytes) -> bytes:
-        """The body with ``"stream": true, "stream_options": {"include_usage": true}`` (usage in the last chunk)."""
+        """The body with ``"stream": true, "stream_options": {"include_usage": true}`` (usage in the
+        last chunk)."""
         return orjson.dumps(orjson.loads(body) | self.STREAMED)
 
     def long_reply(self, request: Request) -> bool:
-        """The model reasons (an effort other than none; without one, a model that reasons by default,
-        ``reasons_by_default``), or its cap (``max_completion_tokens``, ``max_tokens``) is above
-        ``adapters.streaming.LONG_REPLY_TOKENS``."""
+        """The model reasons (an effort other than none; without one, a model that reasons by
+        default, ``reasons_by_default``), or its cap (``max_completion_tokens``, ``max_tokens``) is
+        above ``adapters.streaming.LONG_REPLY_TOKENS``."""
         effort = self.effort
         thinks = effort != "none" if effort is not None else reasons_by_default(self.model)
         cap = llm.token_cap(self.params, "max_completion_tokens", "max_tokens")

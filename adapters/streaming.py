@@ -1,36 +1,42 @@
-"""Streamed replies: when a request is streamed, reading its server-sent events, and assembling them into the
-reply the same request sends whole, so that decoding, the cache, scoring and rescoring see one form.
+"""Streamed replies: when a request is streamed, reading its server-sent events, and assembling them
+into the reply the same request sends whole, so that decoding, the cache, scoring and rescoring see
+one form.
 
-A streamed request is the non-streamed request with the provider's streaming switch (OpenAI Chat Completions
-``"stream": true, "stream_options": {"include_usage": true}``; Anthropic Messages ``"stream": true``; Gemini
-``:streamGenerateContent?alt=sse`` for ``:generateContent``, the body unchanged). The cache key, the stored
-request body and the stored reply are those of the non-streamed request (``Request.key`` is computed from the
-canonical body, the switch is added when it is sent): a streamed and a non-streamed answer to one request are
-interchangeable.
+A streamed request is the non-streamed request with the provider's streaming switch (OpenAI Chat
+Completions ``"stream": true, "stream_options": {"include_usage": true}``; Anthropic Messages
+``"stream": true``; Gemini ``:streamGenerateContent?alt=sse`` for ``:generateContent``, the body
+unchanged). The cache key, the stored request body and the stored reply are those of the
+non-streamed request (``Request.key`` is computed from the canonical body, the switch is added when
+it is sent): a streamed and a non-streamed answer to one request are interchangeable.
 
-When a request is streamed (``--stream``, ``Limits.stream``): ``never``; ``always`` (the adapters that have a
-streamed form: ``openai``, ``llamacpp``, ``anthropic``, ``gemini``); ``auto`` (the default) when its reply can
-be long (``Adapter.long_reply``): the model thinks (a reasoning effort other than none, a thinking
-configuration, a model that thinks by default), or its output budget is larger than ``LONG_REPLY_TOKENS``,
-or, for Anthropic, the official SDK would refuse it unstreamed (``anthropic_sdk_refuses``).
+When a request is streamed (``--stream``, ``Limits.stream``): ``never``; ``always`` (the adapters
+that have a streamed form: ``openai``, ``llamacpp``, ``anthropic``, ``gemini``); ``auto`` (the
+default) when its reply can be long (``Adapter.long_reply``): the model thinks (a reasoning effort
+other than none, a thinking configuration, a model that thinks by default), or its output budget is
+larger than ``LONG_REPLY_TOKENS``, or, for Anthropic, the official SDK would refuse it unstreamed
+(``anthropic_sdk_refuses``).
 
-The wire formats (each ``feed`` reads one event's JSON; ``body`` returns the assembled reply as JSON bytes):
+The wire formats (each ``feed`` reads one event's JSON; ``body`` returns the assembled reply as JSON
+bytes):
 
-* ``ChatAssembler``: OpenAI ``chat.completion.chunk`` events (the openai SDK's ``ChatCompletionChunk``), then
-  ``data: [DONE]``; the deltas' ``content``, ``refusal`` and reasoning text (``reasoning_content``,
-  ``reasoning``) are joined per choice, the last chunk (``choices: []``) carries ``usage``. The result is a
-  ``chat.completion`` object, as the openai SDK's ``ChatCompletionStreamState`` builds it.
-* ``MessagesAssembler``: Anthropic ``message_start``, ``content_block_start`` / ``_delta`` (``text_delta``,
-  ``thinking_delta``, ``signature_delta``, ``input_json_delta``) / ``_stop``, ``message_delta`` (the stop reason
-  and the cumulative usage, which overwrites the start's), ``message_stop``, ``ping`` (ignored) and ``error``
-  (the anthropic SDK's ``RawMessageStreamEvent`` and its ``accumulate_event``).
-* ``GenerateAssembler``: Gemini ``GenerateContentResponse`` chunks; consecutive text parts of one kind
-  (thought or answer) are joined, the last ``usageMetadata`` and ``finishReason`` kept.
+* ``ChatAssembler``: OpenAI ``chat.completion.chunk`` events (the openai SDK's
+  ``ChatCompletionChunk``), then ``data: [DONE]``; the deltas' ``content``, ``refusal`` and
+  reasoning text (``reasoning_content``, ``reasoning``) are joined per choice, the last chunk
+  (``choices: []``) carries ``usage``. The result is a ``chat.completion`` object, as the openai
+  SDK's ``ChatCompletionStreamState`` builds it.
+* ``MessagesAssembler``: Anthropic ``message_start``, ``content_block_start`` / ``_delta``
+  (``text_delta``, ``thinking_delta``, ``signature_delta``, ``input_json_delta``) / ``_stop``,
+  ``message_delta`` (the stop reason and the cumulative usage, which overwrites the start's),
+  ``message_stop``, ``ping`` (ignored) and ``error`` (the anthropic SDK's ``RawMessageStreamEvent``
+  and its ``accumulate_event``).
+* ``GenerateAssembler``: Gemini ``GenerateContentResponse`` chunks; consecutive text parts of one
+  kind (thought or answer) are joined, the last ``usageMetadata`` and ``finishReason`` kept.
 
-A stream is whole once its stop is given (a ``finish_reason``, ``stop_reason`` or ``finishReason``, or a
-blocked prompt); one that ends before is cut (``complete`` False): a transient failure whose partial text is
-never scored. ``began`` says whether any event of the reply arrived (an error event before any does not
-count): a stream that began is never sent again in the same run (``adapters.http``).
+A stream is whole once its stop is given (a ``finish_reason``, ``stop_reason`` or ``finishReason``,
+or a blocked prompt); one that ends before is cut (``complete`` False): a transient failure whose
+partial text is never scored. ``began`` says whether any event of the reply arrived (an error event
+before any does not count): a stream that began is never sent again in the same run
+(``adapters.http``).
 """
 from __future__ import annotations
 
@@ -43,9 +49,9 @@ from .json_body import load_json
 from .provider_errors import body_error
 
 # The Anthropic SDK's rule for a request it refuses without streaming (anthropic 2.16.0,
-# ``_base_client.py`` ``_calculate_nonstreaming_timeout``): the expected time, an hour for 128,000 output tokens,
-# over ten minutes, or ``max_tokens`` above the model's own non-streaming limit (``_constants.py``
-# ``MODEL_NONSTREAMING_TOKENS``).
+# ``_base_client.py`` ``_calculate_nonstreaming_timeout``): the expected time, an hour for 128,000
+# output tokens, over ten minutes, or ``max_tokens`` above the model's own non-streaming limit
+# (``_constants.py`` ``MODEL_NONSTREAMING_TOKENS``).
 SDK_HOUR_TOKENS = 128_000
 SDK_NONSTREAMING_S = 600.0
 MODEL_NONSTREAMING_TOKENS = {
@@ -54,25 +60,27 @@ MODEL_NONSTREAMING_TOKENS = {
     "anthropic.claude-opus-4-1-20250805-v1:0": 8_192, "claude-opus-4-1@20250805": 8_192,
 }
 LONG_REPLY_TOKENS = int(SDK_HOUR_TOKENS * SDK_NONSTREAMING_S / 3600)
-"""21,333: an output budget above it may take longer than ten minutes at the Anthropic SDK's rate (128,000
-tokens an hour); ``auto`` streams such requests on every provider."""
+"""21,333: an output budget above it may take longer than ten minutes at the Anthropic SDK's rate
+(128,000 tokens an hour); ``auto`` streams such requests on every provider."""
 
 STREAM_MODES = ("auto", "always", "never")
 
 
 def anthropic_sdk_refuses(model: str, max_tokens: int) -> bool:
-    """Whether the anthropic SDK refuses ``messages.create`` for ``model`` with ``max_tokens`` unstreamed
-    ("Streaming is required for operations that may take longer than 10 minutes"): ``3600 * max_tokens /
-    128000 > 600`` or ``max_tokens`` above ``MODEL_NONSTREAMING_TOKENS[model]`` (see the constants above)."""
+    """Whether the anthropic SDK refuses ``messages.create`` for ``model`` with ``max_tokens``
+    unstreamed ("Streaming is required for operations that may take longer than 10 minutes"): ``3600
+    * max_tokens / 128000 > 600`` or ``max_tokens`` above ``MODEL_NONSTREAMING_TOKENS[model]`` (see
+    the constants above)."""
     limit = MODEL_NONSTREAMING_TOKENS.get(model)
-    return 3600 * max_tokens / SDK_HOUR_TOKENS > SDK_NONSTREAMING_S or (limit is not None and max_tokens > limit)
+    too_long = 3600 * max_tokens / SDK_HOUR_TOKENS > SDK_NONSTREAMING_S
+    return too_long or (limit is not None and max_tokens > limit)
 
 
 class SSEParser:
-    """An incremental parser of ``text/event-stream`` (the WHATWG HTML standard, "Server-sent events"):
-    ``feed(bytes)`` returns the events completed by those bytes as ``(event name, data)`` pairs (the name ""
-    when the event has none; several ``data:`` lines joined by a newline). Lines end in LF or CRLF; comment
-    lines (``:``) and other fields (``id``, ``retry``) are skipped."""
+    """An incremental parser of ``text/event-stream`` (the WHATWG HTML standard, "Server-sent
+    events"): ``feed(bytes)`` returns the events completed by those bytes as ``(event name, data)``
+    pairs (the name "" when the event has none; several ``data:`` lines joined by a newline). Lines
+    end in LF or CRLF; comment lines (``:``) and other fields (``id``, ``retry``) are skipped."""
 
     def __init__(self) -> None:
         self._buffer = b""
@@ -104,10 +112,11 @@ class SSEParser:
 
 
 class Assembler:
-    """Builds the non-streamed reply from a stream's events (see the module docstring). ``began``: an event of
-    the reply arrived; ``complete``: its stop was given; ``error``: the provider's error event or chunk (its
-    JSON), which ends the stream. ``feed`` returns True when the event carried generated output (text,
-    thinking, a refusal, tool input): the first such is the time to first token."""
+    """Builds the non-streamed reply from a stream's events (see the module docstring). ``began``:
+    an event of the reply arrived; ``complete``: its stop was given; ``error``: the provider's error
+    event or chunk (its JSON), which ends the stream. ``feed`` returns True when the event carried
+    generated output (text, thinking, a refusal, tool input): the first such is the time to first
+    token."""
 
     def __init__(self) -> None:
         self.began = False
@@ -115,7 +124,8 @@ class Assembler:
         self.error: Any = None
 
     def feed(self, event: str, data: str) -> bool:
-        """Read one event (its name and its data); raises MalformedReply when its data is not JSON."""
+        """Read one event (its name and its data); raises MalformedReply when its data is not
+        JSON."""
         if data.strip() == "[DONE]":
             self.complete = self.complete or self.began
             return False
@@ -131,7 +141,8 @@ class Assembler:
         raise NotImplementedError
 
     def body(self) -> bytes:
-        """The assembled reply (JSON bytes), as the request sends it whole; the error event's JSON after one."""
+        """The assembled reply (JSON bytes), as the request sends it whole; the error event's JSON
+        after one."""
         return orjson.dumps(self.error if self.error is not None else self._doc())
 
     def _doc(self) -> dict:
@@ -139,8 +150,8 @@ class Assembler:
 
 
 def _join(target: dict, delta: dict, texts: tuple[str, ...]) -> bool:
-    """Add ``delta``'s fields to ``target``: the text fields ``texts`` appended, others replaced (None never
-    replaces a value). True when a text field brought text."""
+    """Add ``delta``'s fields to ``target``: the text fields ``texts`` appended, others replaced
+    (None never replaces a value). True when a text field brought text."""
     token = False
     for key, value in delta.items():
         if key in texts and isinstance(value, str):
@@ -186,7 +197,8 @@ class ChatAssembler(Assembler):
             if key == "delta":
                 message = choice.setdefault("message", {})
                 token = _join(message, value, self.TEXTS) if isinstance(value, dict) else False
-            elif key == "logprobs" and isinstance(value, dict) and isinstance(choice.get(key), dict):
+            elif (key == "logprobs" and isinstance(value, dict)
+                  and isinstance(choice.get(key), dict)):
                 for part, items in value.items():  # token logprobs arrive a few per chunk
                     if isinstance(items, list):
                         choice[key][part] = (choice[key].get(part) or []) + items
@@ -228,7 +240,8 @@ class MessagesAssembler(Assembler):
             blocks.append(block)
             return bool(block.get("text") or block.get("thinking"))
         if kind == "content_block_delta" and isinstance(index, int) and 0 <= index < len(blocks):
-            block, delta = blocks[index], doc.get("delta") if isinstance(doc.get("delta"), dict) else {}
+            block = blocks[index]
+            delta = doc.get("delta") if isinstance(doc.get("delta"), dict) else {}
             step = delta.get("type")
             if step == "text_delta" and isinstance(delta.get("text"), str):
                 block["text"] = (block.get("text") or "") + delta["text"]
@@ -270,7 +283,8 @@ class MessagesAssembler(Assembler):
 
 
 class GenerateAssembler(Assembler):
-    """Gemini ``streamGenerateContent`` chunks into one ``GenerateContentResponse`` (see the module docstring)."""
+    """Gemini ``streamGenerateContent`` chunks into one ``GenerateContentResponse`` (see the module
+    docstring)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -323,8 +337,8 @@ class GenerateAssembler(Assembler):
 
 
 def _add_part(parts: list, part: Any) -> bool:
-    """Append a streamed part to ``parts``: text joined to the last part when both are text of one kind
-    (thought or answer); True when it brought text."""
+    """Append a streamed part to ``parts``: text joined to the last part when both are text of one
+    kind (thought or answer); True when it brought text."""
     if not isinstance(part, dict):
         return False
     text = part.get("text")

@@ -243,9 +243,11 @@ def load(path: Path | str) -> RunFile:
         if p.api_key_command is not None and p.api_key_env is not None:
             raise fail(("providers", name, "api_key_command"), "api_key_env and api_key_command do not combine: give one")
         if p.stream is not None and p.stream not in ("auto", "always", "never"):
-            raise fail(("providers", name, "stream"), f"{p.stream!r} is not one of auto, always, never")
+            raise fail(("providers", name, "stream"),
+                       f"{p.stream!r} is not one of auto, always, never")
         for field in ("rpm", "tpm", "max_in_flight", "max_attempts", "attempt_timeout_s", "max_stated_wait_s",
-                      "max_reply_bytes", "max_reply_time_s", "batch_max_requests", "batch_enqueued_tokens"):
+                      "max_reply_bytes", "max_reply_time_s", "batch_max_requests",
+                      "batch_enqueued_tokens"):
             value = getattr(p, field)
             if value is not None and value <= 0:
                 raise fail(("providers", name, field), "must be positive")

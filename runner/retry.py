@@ -15,6 +15,12 @@ wait longer than ``max_stated_wait_s``) halts the provider's limiter at once, or
 form after the model has answered others is that request's own failure: Fatal, kept): attempts waiting for it
 end without being sent (raising the same ProviderStop), and the runner stops the provider or the model
 (``runner.stops``).
+The HTTP adapters time their own attempts (``Adapter.own_timeout``): ``Limits.attempt_timeout_s`` is an
+idle timeout (no byte of the reply for that long), ``Limits.max_reply_time_s`` bounds the whole reply, and
+a streamed reply cut after it began arrives here as a Transient with ``should_retry`` False: part of it
+arrived (and was billed), so it is not sent again in this run; the next run sends it
+(``adapters.http.cut_stream``). Each attempt's ``adapters.Progress`` gives the Outcome its time to first
+token.
 A reply larger than ``Limits.max_reply_bytes`` is recorded as an invalid reply (every answer "reply
 larger than N bytes") with its first bytes as the raw reply.
 
@@ -69,13 +75,14 @@ class Outcome:
     """What came of one request: a decoded ``reply``, or the final ``error``.
 
     ``attempts`` counts attempts made (1 = no retry); ``rate_limited`` the 429s among them;
-    ``latency_ms`` is the duration of the final attempt; ``body`` the final raw reply, when one arrived;
-    ``cost_usd`` what the attempts cost (``runner.cost.Charge.settle``; 0 without a price); ``waits_s`` the
-    seconds waited before each attempt after the first, measured from the end of the attempt before it to
-    the start of its own (the backoff or the provider's stated wait, and any pause or pacing of the provider
-    meanwhile): ``attempts - 1`` values; ``ended``: ``time.perf_counter()`` at the end of the last attempt;
-    ``ttft_s`` the final attempt's time to first token in seconds (a streamed reply's first generated token; None
-    when it was not streamed or no token came); ``streamed``: the final attempt was streamed.
+    ``latency_ms`` is the duration of the final attempt; ``body`` the final raw reply, when one
+    arrived; ``cost_usd`` what the attempts cost (``runner.cost.Charge.settle``; 0 without a price);
+    ``waits_s`` the seconds waited before each attempt after the first, measured from the end of the
+    attempt before it to the start of its own (the backoff or the provider's stated wait, and any
+    pause or pacing of the provider meanwhile): ``attempts - 1`` values; ``ended``:
+    ``time.perf_counter()`` at the end of the last attempt; ``ttft_s`` the final attempt's time to
+    first token in seconds (a streamed reply's first generated token; None when it was not streamed
+    or no token came); ``streamed``: the final attempt was streamed.
     """
 
     reply: Reply | None = None

@@ -14,12 +14,13 @@ error body. Each POST takes the next behaviour from ``script`` (then ``default``
 * ``"malformed"``: 200 with a body that is not JSON; ``"drop"``: the connection closed without a reply;
 * ``"echo401"``: 401 whose message quotes the key the request carried, as providers do.
 
-A streamed request (``"stream": true``, or Gemini's ``:streamGenerateContent``) is answered with the reply's
-server-sent events (``tests/sse_streams.py``: each text in ``pieces`` pieces, ``pace_s`` seconds between two
-events), or with a stream fault: ``"cut:N"`` (the connection closed after N events), ``"stall:S"`` (S seconds
-of silence after the first two events, then the rest), ``"slow:T"`` (T seconds between events),
-``"error_event"`` (the provider's error event after the first event), ``"error_first"`` (the error event and
-nothing else). ``"delay:S"``: the reply (mode ok, streamed or not) after S seconds of silence.
+A streamed request (``"stream": true``, or Gemini's ``:streamGenerateContent``) is answered with the
+reply's server-sent events (``tests/sse_streams.py``: each text in ``pieces`` pieces, ``pace_s``
+seconds between two events), or with a stream fault: ``"cut:N"`` (the connection closed after N
+events), ``"stall:S"`` (S seconds of silence after the first two events, then the rest),
+``"slow:T"`` (T seconds between events), ``"error_event"`` (the provider's error event after the
+first event), ``"error_first"`` (the error event and nothing else). ``"delay:S"``: the reply (mode
+ok, streamed or not) after S seconds of silence.
 
 ``requests`` records ``(path, parsed body)`` of every POST, ``times`` their arrival (``time.monotonic()``),
 ``headers`` their headers. ``auth`` (optional) decides from a request's headers whether its key or token is
@@ -108,9 +109,10 @@ class FakeLLM:
         except Refused as refused:
             return web.json_response(refused.body, status=refused.status)
 
-    async def _stream(self, request: web.Request, payload: dict, fmt: str, mode: str, fault: str = "",
-                      arg: str = "") -> web.StreamResponse:
-        """The reply to ``payload`` in ``mode`` as server-sent events, with the stream ``fault`` (``arg``)."""
+    async def _stream(self, request: web.Request, payload: dict, fmt: str, mode: str,
+                      fault: str = "", arg: str = "") -> web.StreamResponse:
+        """The reply to ``payload`` in ``mode`` as server-sent events, with the stream ``fault``
+        (``arg``)."""
         if fmt == "openai":
             events = sse_streams.openai_events(openai_chat(payload, mode), self.pieces)
         elif fmt == "anthropic":
@@ -122,7 +124,8 @@ class FakeLLM:
             events = [sse_streams.error_event(fmt)]
         elif fault == "error_event":
             events = [events[0], sse_streams.error_event(fmt)]
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        response = web.StreamResponse(headers=headers)
         await response.prepare(request)
         pace = float(arg) if fault == "slow" else self.pace_s
         for n, event in enumerate(events):

@@ -1,20 +1,24 @@
-"""Streamed forms of the fakes' replies (``tests/wire_formats.py``), as the providers send them: server-sent
-events whose every event is built and validated with the official SDKs' stream event types, so a stream that
-drifts from the provider fails here.
+"""Streamed forms of the fakes' replies (``tests/wire_formats.py``), as the providers send them:
+server-sent events whose every event is built and validated with the official SDKs' stream event
+types, so a stream that drifts from the provider fails here.
 
-* OpenAI Chat Completions: ``chat.completion.chunk`` events (openai ``ChatCompletionChunk``): the first carries
-  the message's fields empty, then the text in pieces (reasoning first, then a refusal or the content), a chunk
-  with the ``finish_reason``, the last one ``choices: []`` with the ``usage`` (``stream_options.include_usage``),
-  then ``data: [DONE]``.
-* Anthropic Messages: ``message_start`` (the message without content, ``output_tokens`` 1), ``ping``, for each
-  block ``content_block_start`` / ``content_block_delta`` (``text_delta``, ``thinking_delta`` then
-  ``signature_delta``, ``input_json_delta``) / ``content_block_stop``, ``message_delta`` (the stop reason and the
-  final usage) and ``message_stop`` (anthropic ``RawMessageStreamEvent``).
-* Gemini ``streamGenerateContent?alt=sse``: ``GenerateContentResponse`` chunks (google-genai), each with a piece
-  of one part's text and the usage so far; the last with the ``finishReason`` and the final ``usageMetadata``.
+* OpenAI Chat Completions: ``chat.completion.chunk`` events (openai ``ChatCompletionChunk``): the
+  first carries the message's fields empty, then the text in pieces (reasoning first, then a refusal
+  or the content), a chunk with the ``finish_reason``, the last one ``choices: []`` with the
+  ``usage`` (``stream_options.include_usage``), then ``data: [DONE]``.
+* Anthropic Messages: ``message_start`` (the message without content, ``output_tokens`` 1),
+  ``ping``, for each block ``content_block_start`` / ``content_block_delta`` (``text_delta``,
+  ``thinking_delta`` then ``signature_delta``, ``input_json_delta``) / ``content_block_stop``,
+  ``message_delta`` (the stop reason and the final usage) and ``message_stop`` (anthropic
+  ``RawMessageStreamEvent``).
+* Gemini ``streamGenerateContent?alt=sse``: ``GenerateContentResponse`` chunks (google-genai), each
+  with a piece of one part's text and the usage so far; the last with the ``finishReason`` and the
+  final ``usageMetadata``.
 
-``split(text, n)`` cuts a text into ``n`` pieces (fewer for a short text); joined, they are the text.
+``split(text, n)`` cuts a text into ``n`` pieces (fewer for a short text); joined, they are the
+text.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,7 +33,8 @@ _ANTHROPIC_EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
 
 
 def split(text: str, n: int) -> list[str]:
-    """``text`` in at most ``n`` pieces of (nearly) equal length, none empty; [] for an empty text."""
+    """``text`` in at most ``n`` pieces of (nearly) equal length, none empty; [] for an empty
+    text."""
     if not text:
         return []
     n = max(1, min(n, len(text)))
@@ -37,7 +42,7 @@ def split(text: str, n: int) -> list[str]:
     out, at = [], 0
     for i in range(n):
         step = size + (1 if i < extra else 0)
-        out.append(text[at:at + step])
+        out.append(text[at : at + step])
         at += step
     return out
 
@@ -53,7 +58,8 @@ def _openai(chunk: dict) -> dict:
 
 
 def openai_events(reply: dict, pieces: int = 3) -> list[bytes]:
-    """The ``chat.completion.chunk`` frames of the Chat Completions ``reply`` (see the module docstring)."""
+    """The ``chat.completion.chunk`` frames of the Chat Completions ``reply`` (see the module
+    docstring)."""
     head = {k: v for k, v in reply.items() if k not in ("choices", "usage", "object")}
     head = {"id": head.pop("id"), "object": "chat.completion.chunk", **head}
 
@@ -63,13 +69,38 @@ def openai_events(reply: dict, pieces: int = 3) -> list[bytes]:
     out = []
     for choice in reply["choices"]:
         message, index = choice["message"], choice["index"]
-        first = {k: (v if k == "role" else ("" if isinstance(v, str) else v)) for k, v in message.items()}
-        out.append(chunk([{"index": index, "delta": first, "logprobs": None, "finish_reason": None}]))
+        first = {
+            k: (v if k == "role" else ("" if isinstance(v, str) else v)) for k, v in message.items()
+        }
+        out.append(
+            chunk([{"index": index, "delta": first, "logprobs": None, "finish_reason": None}])
+        )
         for key in ("reasoning_content", "reasoning", "refusal", "content"):
             for piece in split(message.get(key) or "", pieces):
-                out.append(chunk([{"index": index, "delta": {key: piece}, "logprobs": None, "finish_reason": None}]))
-        out.append(chunk([{"index": index, "delta": {}, "logprobs": choice.get("logprobs"),
-                           "finish_reason": choice["finish_reason"]}]))
+                out.append(
+                    chunk(
+                        [
+                            {
+                                "index": index,
+                                "delta": {key: piece},
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ]
+                    )
+                )
+        out.append(
+            chunk(
+                [
+                    {
+                        "index": index,
+                        "delta": {},
+                        "logprobs": choice.get("logprobs"),
+                        "finish_reason": choice["finish_reason"],
+                    }
+                ]
+            )
+        )
     out.append(chunk([], reply.get("usage")))
     return [frame(c) for c in out] + [b"data: [DONE]\n\n"]
 
@@ -82,18 +113,38 @@ def _anthropic(event: dict) -> bytes:
 def anthropic_events(reply: dict, pieces: int = 3) -> list[bytes]:
     """The Messages stream events of ``reply`` (see the module docstring)."""
     usage = dict(reply["usage"])
-    start_usage = {k: v for k, v in usage.items() if k != "output_tokens_details"} | {"output_tokens": 1}
-    message = {**reply, "content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage}
-    out = [_anthropic({"type": "message_start", "message": message}), frame({"type": "ping"}, "ping")]
+    start_usage = {k: v for k, v in usage.items() if k != "output_tokens_details"} | {
+        "output_tokens": 1
+    }
+    message = {
+        **reply,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": start_usage,
+    }
+    out = [
+        _anthropic({"type": "message_start", "message": message}),
+        frame({"type": "ping"}, "ping"),
+    ]
     for i, block in enumerate(reply["content"]):
         kind = block["type"]
-        empty = {"text": {"text": ""}, "thinking": {"thinking": "", "signature": ""},
-                 "tool_use": {"input": {}}}.get(kind, {})
-        out.append(_anthropic({"type": "content_block_start", "index": i, "content_block": {**block, **empty}}))
+        empty = {
+            "text": {"text": ""},
+            "thinking": {"thinking": "", "signature": ""},
+            "tool_use": {"input": {}},
+        }.get(kind, {})
+        out.append(
+            _anthropic(
+                {"type": "content_block_start", "index": i, "content_block": {**block, **empty}}
+            )
+        )
         if kind == "text":
             deltas = [{"type": "text_delta", "text": p} for p in split(block["text"], pieces)]
         elif kind == "thinking":
-            deltas = [{"type": "thinking_delta", "thinking": p} for p in split(block["thinking"], pieces)]
+            deltas = [
+                {"type": "thinking_delta", "thinking": p} for p in split(block["thinking"], pieces)
+            ]
             deltas.append({"type": "signature_delta", "signature": block["signature"]})
         elif kind == "tool_use":
             text = orjson.dumps(block["input"]).decode() if block["input"] else ""
@@ -102,12 +153,30 @@ def anthropic_events(reply: dict, pieces: int = 3) -> list[bytes]:
             deltas = []
         out += [_anthropic({"type": "content_block_delta", "index": i, "delta": d}) for d in deltas]
         out.append(_anthropic({"type": "content_block_stop", "index": i}))
-    final = {k: v for k, v in usage.items() if k in ("input_tokens", "cache_creation_input_tokens",
-                                                      "cache_read_input_tokens", "output_tokens",
-                                                      "output_tokens_details")}
-    out.append(_anthropic({"type": "message_delta", "delta": {"stop_reason": reply["stop_reason"],
-                                                              "stop_sequence": reply["stop_sequence"]},
-                           "usage": final}))
+    final = {
+        k: v
+        for k, v in usage.items()
+        if k
+        in (
+            "input_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+            "output_tokens",
+            "output_tokens_details",
+        )
+    }
+    out.append(
+        _anthropic(
+            {
+                "type": "message_delta",
+                "delta": {
+                    "stop_reason": reply["stop_reason"],
+                    "stop_sequence": reply["stop_sequence"],
+                },
+                "usage": final,
+            }
+        )
+    )
     out.append(_anthropic({"type": "message_stop"}))
     return out
 
@@ -118,7 +187,8 @@ def _gemini(chunk: dict) -> bytes:
 
 
 def gemini_events(reply: dict, pieces: int = 3) -> list[bytes]:
-    """The ``streamGenerateContent?alt=sse`` chunks of the generateContent ``reply`` (see the module docstring)."""
+    """The ``streamGenerateContent?alt=sse`` chunks of the generateContent ``reply`` (see the module
+    docstring)."""
     rest = {k: v for k, v in reply.items() if k not in ("candidates", "usageMetadata")}
     usage = reply.get("usageMetadata") or {}
     partial = {k: v for k, v in usage.items() if k == "promptTokenCount"}
@@ -126,26 +196,53 @@ def gemini_events(reply: dict, pieces: int = 3) -> list[bytes]:
         return [_gemini(reply)]
     (candidate,) = reply["candidates"]
     content = candidate.get("content") or {}
-    steps = [(part, piece) for part in content.get("parts") or [] for piece in split(part.get("text") or "", pieces)]
+    steps = [
+        (part, piece)
+        for part in content.get("parts") or []
+        for piece in split(part.get("text") or "", pieces)
+    ]
     out = []
     for n, (part, piece) in enumerate(steps):
-        chunk_candidate = {"content": {"role": content.get("role", "model"), "parts": [{**part, "text": piece}]},
-                           "index": candidate.get("index", 0)}
+        chunk_candidate = {
+            "content": {"role": content.get("role", "model"), "parts": [{**part, "text": piece}]},
+            "index": candidate.get("index", 0),
+        }
         last = n == len(steps) - 1
         if last:
             chunk_candidate |= {k: v for k, v in candidate.items() if k not in ("content", "index")}
-        out.append(_gemini({"candidates": [chunk_candidate], "usageMetadata": usage if last else partial, **rest}))
+        out.append(
+            _gemini(
+                {
+                    "candidates": [chunk_candidate],
+                    "usageMetadata": usage if last else partial,
+                    **rest,
+                }
+            )
+        )
     if not steps:  # no text: one chunk with the stop
         out.append(_gemini({"candidates": [candidate], "usageMetadata": usage, **rest}))
     return out
 
 
 def error_event(fmt: str) -> bytes:
-    """The provider's error sent inside a stream: Anthropic's ``error`` event (``overloaded_error``), an
-    OpenAI-compatible gateway's ``error`` chunk, Google's error object."""
+    """The provider's error sent inside a stream: Anthropic's ``error`` event
+    (``overloaded_error``), an OpenAI-compatible gateway's ``error`` chunk, Google's error
+    object."""
     if fmt == "anthropic":
-        return frame({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, "error")
+        return frame(
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            "error",
+        )
     if fmt == "gemini":
-        return frame({"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}})
-    return frame({"error": {"message": "The server had an error while processing your request.",
-                            "type": "server_error", "code": None}})
+        return frame(
+            {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
+        )
+    return frame(
+        {
+            "error": {
+                "message": "The server had an error while processing your request.",
+                "type": "server_error",
+                "code": None,
+            }
+        }
+    )
