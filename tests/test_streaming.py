@@ -715,3 +715,31 @@ async def test_the_final_events_usage_is_charged_and_a_cut_stream_its_reservatio
     assert (
         cut_spent > 8000 * 2000.0 / 1e6
     )  # the reservation: at least max_tokens at the output price
+
+
+def test_the_streamed_bodies_conform_to_the_sdks_streaming_request_types(data_dir: Path):
+    """The body sent when streaming: the canonical body (which conforms to the non-streaming request type)
+    plus the switch, each of whose fields has the type the SDK's streaming request TypedDict declares."""
+    import typing
+
+    from anthropic.types import message_create_params
+    from openai.types.chat import completion_create_params
+
+    from .sdk_types import conforms
+
+    for task in tasks(data_dir)[:4]:
+        for kind, model, params in (("openai", "gpt-6-luna", completion_create_params),
+                                    ("anthropic", "claude-sonnet-5-5", message_create_params)):
+            a = adapters.get(adapters.ModelSpec(kind, model, "http://127.0.0.1:1"))
+            canonical = orjson.loads(a.encode(task).body)
+            sent = orjson.loads(a.stream_body(a.encode(task).body))
+            switch = {k: v for k, v in sent.items() if k not in canonical}
+            name = "CompletionCreateParams" if kind == "openai" else "MessageCreateParams"
+            hints = typing.get_type_hints(getattr(params, name + "Streaming"), include_extras=True)
+            assert switch == ({"stream": True, "stream_options": {"include_usage": True}}
+                              if kind == "openai" else {"stream": True})
+            assert all(conforms(v, hints[k]) == [] for k, v in switch.items())
+            assert conforms(canonical, getattr(params, name + "NonStreaming")) == []
+    g = adapters.get(adapters.ModelSpec("gemini", "gemini-3.5-flash", "http://127.0.0.1:1"))
+    assert g.stream_url == (
+        "http://127.0.0.1:1/v1beta/models/gemini-3.5-flash:streamGenerateContent?alt=sse")
