@@ -18,7 +18,7 @@ import orjson
 import polars as pl
 import pytest
 from anthropic.lib.streaming._messages import accumulate_event
-from anthropic.types import RawMessageStreamEvent
+from anthropic.types import Message, RawMessageStreamEvent
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
@@ -39,6 +39,7 @@ from dxi.runner.cli import main
 
 from . import sse_streams, wire_formats
 from .fake_llm_server import FakeLLM
+from .sdk_types import reply_problems
 from .test_systemone import FAST, run_model
 
 NAMES = {"openai": "gpt-6-luna", "anthropic": "claude-sonnet-5-5", "gemini": "gemini-3.5-flash"}
@@ -660,6 +661,7 @@ def test_a_max_tokens_stop_spent_thinking_is_cut_off_while_thinking_not_empty(da
             "output_tokens_details": {"thinking_tokens": 1024},
         },
     }
+    assert reply_problems(Message, reply) == []  # the field as the anthropic SDK declares it
     decoded = decode_messages(task, orjson.dumps(reply))
     assert decoded.cut_off == "thinking"
     assert decoded.answers[0].error == llm.TRUNCATED_THINKING.format(
