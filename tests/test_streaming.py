@@ -747,3 +747,15 @@ def test_the_streamed_bodies_conform_to_the_sdks_streaming_request_types(data_di
     g = adapters.get(adapters.ModelSpec("gemini", "gemini-3.5-flash", "http://127.0.0.1:1"))
     assert g.stream_url == (
         "http://127.0.0.1:1/v1beta/models/gemini-3.5-flash:streamGenerateContent?alt=sse")
+
+
+async def test_a_stream_larger_than_max_reply_bytes_is_read_no_further_and_stored_invalid(
+        data_dir: Path, tmp_path: Path):
+    async with FakeLLM() as server:
+        limits = replace(FAST, stream="always", max_reply_bytes=600)
+        _, stats, rows = await run_model(model_string("anthropic", server), data_dir, tmp_path / "c",
+                                         limits, limit=1)
+        assert (stats.invalid, stats.attempts, len(server.requests)) == (1, 1, 1)
+    row = rows.row(0, named=True)
+    assert row["status"] == "invalid" and row["answers"][0]["error"] == "reply larger than 600 bytes"
+    assert row["raw_reply"].startswith("event: message_start\ndata: ") and len(row["raw_reply"]) <= 2000
