@@ -15,12 +15,12 @@ wait longer than ``max_stated_wait_s``) halts the provider's limiter at once, or
 form after the model has answered others is that request's own failure: Fatal, kept): attempts waiting for it
 end without being sent (raising the same ProviderStop), and the runner stops the provider or the model
 (``runner.stops``).
-The HTTP adapters time their own attempts (``Adapter.own_timeout``): ``Limits.attempt_timeout_s`` is an
-idle timeout (no byte of the reply for that long), ``Limits.max_reply_time_s`` bounds the whole reply, and
-a streamed reply cut after it began arrives here as a Transient with ``should_retry`` False: part of it
-arrived (and was billed), so it is not sent again in this run; the next run sends it
-(``adapters.http.cut_stream``). Each attempt's ``adapters.Progress`` gives the Outcome its time to first
-token.
+The HTTP adapters time their own attempts (``Adapter.own_timeout``): ``Limits.attempt_timeout_s``
+is an idle timeout (no byte of the reply for that long), ``Limits.max_reply_time_s`` bounds the whole
+reply, and a streamed reply cut after it began arrives here as a Transient with ``should_retry``
+False: part of it arrived (and was billed), so it is not sent again in this run; the next run sends
+it (``adapters.http.cut_stream``). Each attempt's ``adapters.Progress`` gives the Outcome its time to
+first token.
 A reply larger than ``Limits.max_reply_bytes`` is recorded as an invalid reply (every answer "reply
 larger than N bytes") with its first bytes as the raw reply.
 

@@ -722,8 +722,9 @@ async def test_the_final_events_usage_is_charged_and_a_cut_stream_its_reservatio
 
 
 def test_the_streamed_bodies_conform_to_the_sdks_streaming_request_types(data_dir: Path):
-    """The body sent when streaming: the canonical body (which conforms to the non-streaming request type)
-    plus the switch, each of whose fields has the type the SDK's streaming request TypedDict declares."""
+    """The body sent when streaming: the canonical body (which conforms to the non-streaming request
+    type) plus the switch, each of whose fields has the type the SDK's streaming request TypedDict
+    declares."""
     import typing
 
     from anthropic.types import message_create_params
@@ -753,9 +754,11 @@ async def test_a_stream_larger_than_max_reply_bytes_is_read_no_further_and_store
         data_dir: Path, tmp_path: Path):
     async with FakeLLM() as server:
         limits = replace(FAST, stream="always", max_reply_bytes=600)
-        _, stats, rows = await run_model(model_string("anthropic", server), data_dir, tmp_path / "c",
-                                         limits, limit=1)
+        _, stats, rows = await run_model(model_string("anthropic", server), data_dir,
+                                         tmp_path / "c", limits, limit=1)
         assert (stats.invalid, stats.attempts, len(server.requests)) == (1, 1, 1)
     row = rows.row(0, named=True)
-    assert row["status"] == "invalid" and row["answers"][0]["error"] == "reply larger than 600 bytes"
-    assert row["raw_reply"].startswith("event: message_start\ndata: ") and len(row["raw_reply"]) <= 2000
+    assert row["status"] == "invalid"
+    assert row["answers"][0]["error"] == "reply larger than 600 bytes"
+    assert row["raw_reply"].startswith("event: message_start\ndata: ")
+    assert len(row["raw_reply"]) <= 2000
