@@ -103,8 +103,8 @@ async def test_a_401_renews_the_token_and_the_run_goes_on_with_it_nowhere_but_th
                        '[[models]]\nprovider = "vertex"\nmodel = "gpt-fake"\n')
         text = run.read_text().replace("https://vertex.example.test/v1", f"{server.url}/v1")
         run.write_text(text)
-        args = ["run", str(run), "--data-dir", str(data_dir), "--cache-dir", str(cache), "--out", str(out),
-                "--max-in-flight", "1", "--stream", stream]
+        args = ["run", str(run), "--data-dir", str(data_dir), "--cache-dir", str(cache),
+                "--out", str(out), "--max-in-flight", "1", "--stream", stream]
         code = await asyncio.to_thread(main, args)
         sent = [h["Authorization"] for h in server.headers]
         assert set(server.streamed) == {stream == "always"}  # (the refused request is not answered)
