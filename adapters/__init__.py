@@ -9,7 +9,17 @@ from __future__ import annotations
 import importlib
 import re
 
-from .base import EFFORTS, Adapter, Answer, Limits, ModelIdentity, ModelSpec, Reply, Request
+from .base import (
+    EFFORTS,
+    Adapter,
+    Answer,
+    Limits,
+    ModelIdentity,
+    ModelSpec,
+    Progress,
+    Reply,
+    Request,
+)
 from .errors import (
     AdapterError,
     Fatal,
@@ -24,7 +34,7 @@ from .errors import (
 
 __all__ = ["EFFORTS", "Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelIdentity", "ModelSpec", "RateLimited",
            "ProviderStop", "Reply", "ReplyTooLarge", "Request", "Retryable", "Transient", "Unreachable", "adapter_class",
-           "get", "parse_model", "KINDS"]
+           "get", "parse_model", "KINDS", "Progress"]
 
 # adapter name -> "module:Class", imported on first use
 KINDS: dict[str, str] = {

@@ -21,26 +21,30 @@ tool instead: ``"tools": [{"name": "answer", "description", "input_schema": <sch
 {"type": "tool", "name": "answer"}``; the reply's ``tool_use`` block named "answer" carries the answers as
 ``input`` (an object, never "repaired"); a reply without the tool call (text only, thinking only) is invalid.
 
-Either way ``stop_reason`` "max_tokens" or "model_context_window_exceeded" (cut off: while thinking when
-thinking blocks came and no answer had begun) and "refusal" make every answer invalid, and an error body in a
-200 (an ``{"type": "error"}`` event) is a transient failure. ``params`` are Messages fields sent as given
-(``max_tokens``, ``thinking``, ``stop_sequences``, ...; the current SDK declares no ``temperature``). The default
-``max_tokens`` leaves room for the thinking of the current models, which think by default and count it within
-``max_tokens``: 16,000 (64,000 at effort xhigh or max), 1,024 for models that do not think (``adapters.budgets``).
-``--effort LEVEL`` is ``output_config.effort`` (low, medium, high, xhigh, max: the SDK's
-``OutputConfigParam``); a user's ``output_config`` (``--param output_config='{"effort": "low"}'``) is merged
-with the adapter's key by key: only ``format`` is the adapter's.
-Usage: ``input_tokens`` plus ``cache_read_input_tokens`` and ``cache_creation_input_tokens``, which Anthropic
-counts outside ``input_tokens``, as input (the cache reads also as cached input, the writes as cache writes,
-5-minute or 1-hour: ``usage_of``), each at its price (``CACHE_PRICES`` unless the run file gives one),
-``output_tokens``. Errors: 429 and 529 (overloaded) are retried, honouring
-``retry-after``; a spend limit stops the provider (``adapters.provider_errors``).
+Either way ``stop_reason`` "max_tokens" or "model_context_window_exceeded" (cut off: while thinking
+when thinking blocks came, or ``usage.output_tokens_details.thinking_tokens`` counted thinking, and
+no answer had begun) and "refusal" make every answer invalid, and an error body in a 200 (an
+``{"type": "error"}`` event) is a transient failure. ``params`` are Messages fields sent as given
+(``max_tokens``, ``thinking``, ``stop_sequences``, ...; the current SDK declares no
+``temperature``). The default ``max_tokens`` leaves room for the thinking of the current models,
+which think by default and count it within ``max_tokens``: 16,000 (64,000 at effort xhigh or max),
+1,024 for models that do not think (``adapters.budgets``). ``--effort LEVEL`` is
+``output_config.effort`` (low, medium, high, xhigh, max: the SDK's ``OutputConfigParam``); a user's
+``output_config`` (``--param output_config='{"effort": "low"}'``) is merged with the adapter's key
+by key: only ``format`` is the adapter's. Usage: ``input_tokens`` plus ``cache_read_input_tokens``
+and ``cache_creation_input_tokens``, which Anthropic counts outside ``input_tokens``, as input (the
+cache reads also as cached input, the writes as cache writes, 5-minute or 1-hour: ``usage_of``),
+each at its price (``CACHE_PRICES`` unless the run file gives one), ``output_tokens``. Errors: 429
+and 529 (overloaded) are retried, honouring ``retry-after``; a spend limit stops the provider
+(``adapters.provider_errors``).
 
 Model strings: ``anthropic:claude-sonnet-5-5``, ``anthropic:NAME@https://proxy.example/anthropic``.
 """
 from __future__ import annotations
 
 from typing import Any
+
+import orjson
 
 from dxi.evals import Task
 
@@ -49,6 +53,7 @@ from .base import Limits, ModelSpec, Reply, Request
 from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_json
 from .provider_errors import body_error
+from .streaming import MessagesAssembler, anthropic_sdk_refuses
 
 TOOL = "answer"
 API_VERSION = "2023-06-01"
@@ -80,6 +85,15 @@ def usage_of(doc: dict) -> dict:
             "served_model": doc.get("model") if isinstance(doc.get("model"), str) else None}
 
 
+def thinking_tokens_of(doc: dict) -> int | None:
+    """``usage.output_tokens_details.thinking_tokens`` of a Messages reply (the anthropic SDK's
+    ``types/output_tokens_details.py``: the output tokens spent thinking, within ``output_tokens``,
+    whether or not the thinking is returned); None if absent."""
+    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    details = usage.get("output_tokens_details")
+    return as_count(details.get("thinking_tokens")) if isinstance(details, dict) else None
+
+
 def decode_messages(task: Task, body: bytes, structured: str = "output_config", doc: Any = None) -> Reply:
     """Parse a Messages reply to a structured-output request (``structured="output_config"``) or a
     forced-tool one (``"tool"``); see the module docstring. ``doc``: ``body`` parsed already
@@ -93,7 +107,8 @@ def decode_messages(task: Task, body: bytes, structured: str = "output_config", 
     blocks = [b for b in doc["content"] if isinstance(b, dict)]
     stop = doc.get("stop_reason")
     text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
-    thinking = any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks)
+    thinking = (any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks)
+                or bool(thinking_tokens_of(doc)))  # thinking counted, though none returned
     if stop == "refusal":
         return llm.invalid_reply(task, "refusal (stop_reason refusal)", **meta)
     if stop in ("max_tokens", "model_context_window_exceeded"):
@@ -119,7 +134,7 @@ class Anthropic(HTTPAdapter):
     path = "/v1/messages"
     api_key_env = "ANTHROPIC_API_KEY"
     OPTIONS = frozenset({"api_key_env", "api_key_command", "structured"})
-    RESERVED = frozenset({"model", "system", "messages", "tools", "tool_choice"})
+    RESERVED = frozenset({"model", "system", "messages", "tools", "tool_choice", "stream"})
     EFFORT_FIELD = "output_config.effort"
     EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")  # OutputConfigParam.effort (anthropic 2.15.0)
     # Anthropic adds a system prompt to every request with tools or a structured output, billed as input; the
@@ -190,6 +205,25 @@ class Anthropic(HTTPAdapter):
 
     def decode_parsed(self, task: Task, body: bytes, doc: Any) -> Reply:
         return decode_messages(task, body, self.structured, doc)
+
+    def assembler(self) -> MessagesAssembler:
+        return MessagesAssembler()
+
+    def stream_body(self, body: bytes) -> bytes:
+        """The body with ``"stream": true``."""
+        return orjson.dumps(orjson.loads(body) | {"stream": True})
+
+    def long_reply(self, request: Request) -> bool:
+        """The model thinks (``thinking`` enabled or adaptive; without it, a model that thinks by
+        default, ``adapters.budgets``), or the anthropic SDK refuses the request unstreamed
+        (``adapters.streaming.anthropic_sdk_refuses``: ``max_tokens`` above 21,333, or the model's
+        own limit)."""
+        given = self.params.get("thinking")
+        kind = given.get("type") if isinstance(given, dict) else None
+        thinks = kind in ("enabled", "adaptive") or (
+            kind is None and budgets.anthropic_thinks_by_default(self.model))
+        cap = llm.token_cap(self.params, "max_tokens")
+        return thinks or (cap is not None and anthropic_sdk_refuses(self.model, cap))
 
     def output_tokens_bound(self, task: Task) -> int | None:
         """``max_tokens`` (its default leaves room for thinking, ``adapters.budgets``; thinking counts within it)."""

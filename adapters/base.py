@@ -51,6 +51,11 @@ class Limits:
     ``max_stated_wait_s``: the longest wait a provider may state (``Retry-After``, a reset header, Gemini's
     ``RetryInfo``) that is honoured exactly, a longer one stops the provider (``runner.stops``);
     ``max_reply_bytes``: the largest reply body read (decoded), a larger one is stored invalid.
+
+    The HTTP adapters read ``attempt_timeout_s`` as an idle timeout: no byte of the reply for that
+    long ends the attempt, however long the reply has been arriving; ``max_reply_time_s`` bounds one
+    attempt's whole reply (seconds). ``stream``: when requests are streamed, ``auto`` (where a reply
+    can be long), ``always`` or ``never`` (``adapters.streaming``).
     """
 
     rpm: float | None = None
@@ -62,6 +67,30 @@ class Limits:
     max_wait_s: float = 60.0
     max_stated_wait_s: float = 600.0
     max_reply_bytes: int = 4 << 20
+    max_reply_time_s: float = 3600.0
+    stream: str = "auto"
+
+
+@dataclass(slots=True)
+class Progress:
+    """What arrived of one attempt's reply, as it arrives (``Adapter.transmit`` fills it; the runner
+    reads it when the attempt ends, whatever the outcome): ``started`` (``time.perf_counter()`` when
+    it was sent), ``streamed`` (the request was streamed), ``began`` (part of the reply arrived: a
+    streamed reply's first event), ``first_token`` (``perf_counter()`` when the first generated
+    token arrived: text, thinking, a refusal; streamed replies only) and ``received`` (bytes of the
+    reply body read)."""
+
+    started: float = 0.0
+    streamed: bool = False
+    began: bool = False
+    first_token: float | None = None
+    received: int = 0
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Seconds from sending to the first generated token; None when none arrived or it was not
+        streamed."""
+        return None if self.first_token is None else self.first_token - self.started
 
 
 OK, INVALID = "ok", "invalid"
@@ -334,6 +363,18 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     async def send(self, request: Request) -> bytes:
         """Send one request and return the raw reply body; raises RateLimited, Transient or Fatal."""
+
+    async def transmit(self, request: Request, progress: Progress) -> bytes:
+        """``send``, noting in ``progress`` what of the reply arrived (the runner's entry point).
+        Adapters that stream their replies override it (``adapters.http.HTTPAdapter``); the default
+        sends whole."""
+        return await self.send(request)
+
+    def long_reply(self, request: Request) -> bool:
+        """Whether the reply to ``request`` can be long (``--stream auto`` streams it): the model
+        thinks, or its output budget is large (``adapters.streaming``); False for adapters without a
+        streamed form."""
+        return False
 
     @abc.abstractmethod
     def decode(self, task: Task, body: bytes) -> Reply:

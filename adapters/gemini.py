@@ -32,6 +32,7 @@ Model strings: ``gemini:gemini-3.5-flash``, ``gemini:NAME@https://proxy.example`
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dxi.evals import Task
@@ -41,6 +42,7 @@ from .base import Reply, Request
 from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_json
 from .provider_errors import body_error
+from .streaming import LONG_REPLY_TOKENS, GenerateAssembler, gemini_stream_path
 
 
 def retry_delay(body: bytes) -> float | None:
@@ -89,6 +91,20 @@ def decode_generate(task: Task, body: bytes, doc: Any = None) -> Reply:
     elif finish not in (None, "STOP", "FINISH_REASON_UNSPECIFIED"):
         problem = f"no usable answer (finishReason {finish})"
     return llm.decode_text(task, text, problem=problem, reasoning=reasoning, cut_off=cut_off, **meta)
+
+
+_VERSION = re.compile(r"gemini-(\d+)(?:\.(\d+))?")
+
+
+def gemini_thinks_by_default(model: str) -> bool:
+    """Whether the Gemini ``model`` thinks when the request sets no ``thinkingConfig``: Gemini 3 and
+    later, and 2.5 Pro and Flash (not 2.5 Flash-Lite, whose thinking is off by default: the Gemini
+    API's thinking page)."""
+    m = _VERSION.search(model)
+    if m is None:
+        return False
+    version = (int(m.group(1)), int(m.group(2) or 0))
+    return version >= (3, 0) or (version == (2, 5) and "flash-lite" not in model)
 
 
 # The Gemini API's key: GOOGLE_API_KEY wins when both are set, as in the google-genai SDK (``_api_client.py``)
@@ -151,6 +167,29 @@ class Gemini(HTTPAdapter):
 
     def decode_parsed(self, task: Task, body: bytes, doc: Any) -> Reply:
         return decode_generate(task, body, doc)
+
+    def assembler(self) -> GenerateAssembler:
+        return GenerateAssembler()
+
+    @property
+    def stream_url(self) -> str:
+        """``:streamGenerateContent?alt=sse`` (server-sent events), the body unchanged."""
+        return self.base_url + gemini_stream_path(self.path)
+
+    def long_reply(self, request: Request) -> bool:
+        """The model thinks (a ``thinkingLevel``, a ``thinkingBudget`` other than 0; without either,
+        a model that thinks by default, ``gemini_thinks_by_default``), or ``maxOutputTokens`` is
+        above ``adapters.streaming.LONG_REPLY_TOKENS``."""
+        given = self.params.get("thinkingConfig")
+        thinking = given if isinstance(given, dict) else {}
+        if thinking.get("thinkingLevel") is not None:
+            thinks = True
+        elif "thinkingBudget" in thinking:
+            thinks = thinking["thinkingBudget"] != 0
+        else:
+            thinks = gemini_thinks_by_default(self.model)
+        cap = llm.token_cap(self.params, "maxOutputTokens")
+        return thinks or (cap is not None and cap > LONG_REPLY_TOKENS)
 
     def output_tokens_bound(self, task: Task) -> int | None:
         """``maxOutputTokens`` plus ``thinkingConfig.thinkingBudget`` (thoughts are billed as output);

@@ -22,13 +22,14 @@ import yarl
 
 from dxi.hosts import is_loopback
 
-from .base import Adapter, Limits, ModelSpec, Request, canonical_params
+from .base import Adapter, Limits, ModelSpec, Progress, Request, canonical_params
 from .credentials import KeyCommand
 from .errors import (
     KEY,
     UNREACHABLE,
     AdapterError,
     Fatal,
+    MalformedReply,
     ProviderStop,
     RateLimited,
     ReplyTooLarge,
@@ -38,7 +39,8 @@ from .errors import (
     status_kind,
 )
 from .json_body import load_json  # noqa: F401 (re-exported: the adapters read replies with it)
-from .provider_errors import provider_stop
+from .provider_errors import body_error, provider_stop
+from .streaming import STREAM_MODES, Assembler, SSEParser
 
 _DELTA_SECONDS = re.compile(r"\d+(?:\.\d+)?")  # RFC 9110 §10.2.3 delay-seconds (decimals tolerated)
 
@@ -324,7 +326,128 @@ async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, 
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # the server was not reached
         raise Unreachable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+        raise Transient(f"{what}: {_why(exc)}") from None
+
+
+def _decoder(resp: aiohttp.ClientResponse, what: str) -> Any:
+    """A zlib decoder for ``resp``'s ``Content-Encoding`` (gzip or deflate), None for none;
+    Transient for an encoding not asked for."""
+    encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(_WBITS)
+    raise Transient(f"{what}: a reply in Content-Encoding {encoding!r}, which was not asked for",
+                    resp.status)
+
+
+CUT = ("{what}: the streamed reply was cut after {size:,} bytes ({why}); its partial text is never "
+       "scored. Not sent again in this run (the part that arrived was billed): the next run "
+       "requests it again")
+
+
+def cut_stream(what: str, progress: Progress, why: str) -> Transient:
+    """The failure of a stream that ended (``why``) after part of its reply arrived: Transient with
+    ``should_retry`` False (stored as a transient failure; the next run sends the request again) and
+    no status (no whole reply came: the cost bound charges the attempt its reservation,
+    ``runner.cost.Charge.settle``)."""
+    error = Transient(CUT.format(what=what, size=progress.received, why=why))
+    error.should_retry = False
+    return error
+
+
+async def post_stream(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes,
+                      headers: dict[str, str], what: str, assembler: Assembler, progress: Progress,
+                      retry_after_from_body: Callable[[bytes], float | None] | None = None,
+                      secrets: tuple[bytes, ...] = (),
+                      max_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> bytes:
+    """POST a streamed request and return its reply assembled from the server-sent events by
+    ``assembler`` (``adapters.streaming``): the bytes a non-streamed request returns, redacted of
+    ``secrets``. ``progress`` notes what arrived (``began``, ``first_token``, ``received``).
+
+    A status other than 2xx raises as ``post`` does (``error_for``); a 2xx that is not
+    ``text/event-stream`` (a server that answered whole) is read as ``post`` reads it. The session's
+    read timeout is an idle timeout: a reply that keeps arriving is read for as long as it takes.
+    Once part of the reply arrived (its first event), a failure (no byte for the idle timeout, a
+    broken connection, an error event, a stream that ends before its stop) is final for this run
+    (``cut_stream``); before, it is retried as ``post``'s. A stream past ``max_bytes`` raises
+    ReplyTooLarge with its first bytes."""
+    try:
+        async with client.request("POST", url, data=body, headers=headers) as resp:
+            status = resp.status
+            kind = resp.headers.get("Content-Type", "").lower()
+            if status >= 300 or "text/event-stream" not in kind:  # an error, or a whole reply
+                bound = max_bytes if status < 300 else ERROR_BYTES
+                try:
+                    payload = redact(await read_body(resp, bound, what), secrets)
+                except ReplyTooLarge as exc:
+                    exc.prefix = redact(exc.prefix, secrets)
+                    if status < 300:
+                        raise
+                    payload = exc.prefix
+                if status < 300:
+                    progress.received = len(payload)
+                    return payload
+                raise error_for(status, payload, resp.headers, what, retry_after_from_body)
+            decoder, parser, prefix = _decoder(resp, what), SSEParser(), bytearray()
+            size = 0
+            try:
+                async for chunk in resp.content.iter_any():
+                    data = chunk if decoder is None else decoder.decompress(chunk)
+                    size += len(data)
+                    progress.received = size
+                    if len(prefix) < PREFIX_BYTES:
+                        prefix.extend(data[:PREFIX_BYTES - len(prefix)])
+                    if size > max_bytes:
+                        resp.close()
+                        raise ReplyTooLarge(f"reply larger than {max_bytes} bytes",
+                                            redact(bytes(prefix), secrets), max_bytes, status)
+                    for event, text in parser.feed(data):
+                        if assembler.feed(event, text) and progress.first_token is None:
+                            progress.first_token = time.perf_counter()
+                        progress.began = assembler.began
+                        if assembler.error is not None:
+                            break
+                    if assembler.error is not None:
+                        break
+                for event, text in parser.close():
+                    assembler.feed(event, text)
+            except MalformedReply as exc:
+                if progress.began:
+                    raise cut_stream(what, progress, f"an event that is not JSON: {exc}") from None
+                raise
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError,
+                    zlib.error) as exc:
+                if progress.began:
+                    raise cut_stream(what, progress, _why(exc)) from None
+                raise
+            if assembler.error is not None:
+                if progress.began:
+                    why = f"an error event: {body_error(assembler.error)}"
+                    raise cut_stream(what, progress, why)
+                # an error before any of the reply: decoded as an error inside a 200 (retried)
+                return redact(assembler.body(), secrets)
+            if not assembler.complete:
+                if progress.began:
+                    raise cut_stream(what, progress, "the stream ended before its stop")
+                raise Transient(f"{what}: the streamed reply ended before any event of the reply",
+                                status)
+            return redact(assembler.body(), secrets)
+    except aiohttp.ClientResponseError as exc:
+        raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
+    except aiohttp.ClientSSLError as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+        raise Unreachable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+        raise Transient(f"{what}: {_why(exc)}") from None
+
+
+def _why(exc: BaseException) -> str:
+    """A transport failure in words; a read that waited longer than the idle timeout says so."""
+    if isinstance(exc, aiohttp.SocketTimeoutError):
+        return "no byte of the reply within the idle timeout (--timeout)"
+    return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 
 async def _stop_if_failed(token: Awaitable[str]) -> str:
@@ -381,6 +504,7 @@ class HTTPAdapter(Adapter):
     api_key_env = ""
     API_KEY_ENVS: tuple[str, ...] = ()  # several variables, the first set wins (default: ``api_key_env``)
     takes_params = True
+    own_timeout = True  # the session's read timeout is the idle timeout; transmit bounds the reply
     OPTIONS: frozenset[str] = frozenset({"api_key_env", "api_key_command"})
     DEFAULT_PARAMS: dict[str, Any] = {}
     RESERVED: frozenset[str] = frozenset({"model"})
@@ -486,18 +610,24 @@ class HTTPAdapter(Adapter):
         ``api_key_command``, the current token is sent, and a 401 runs the command again and sends once more
         with the new token (a second 401 stops the provider as a refused key does); a command that fails
         then stops the provider (``ProviderStop``, the key refused)."""
+        return await self._keyed(lambda headers, secrets: post(
+            self._session, url or self.url, body, headers, self.label, self.retry_after_from_body,
+            secrets, self.limits.max_reply_bytes))
+
+    async def _keyed(self, call: Callable[[dict[str, str], tuple[bytes, ...]], Awaitable[bytes]]
+                     ) -> bytes:
+        """``call(headers, secrets)`` with this adapter's headers and the secrets to redact, under
+        the ``api_key_command`` rule of ``post``."""
         if self._session is None:
             raise RuntimeError(f"{type(self).__name__}.send() before start()")
         if self.key_command is None:
-            return await post(self._session, url or self.url, body, self._headers, self.label,
-                              self.retry_after_from_body, self._secrets, self.limits.max_reply_bytes)
+            return await call(self._headers, self._secrets)
         command = self.key_command
         token = await _stop_if_failed(command.token())
         for attempt in (1, 2):
             try:
-                return await post(self._session, url or self.url, body, {**self._headers, **self.auth_headers(token)},
-                                  self.label, self.retry_after_from_body, self._secrets + command.secrets,
-                                  self.limits.max_reply_bytes)
+                headers = {**self._headers, **self.auth_headers(token)}
+                return await call(headers, self._secrets + command.secrets)
             except ProviderStop as exc:
                 if exc.status != 401 or attempt == 2:
                     raise
@@ -506,3 +636,51 @@ class HTTPAdapter(Adapter):
 
     async def send(self, request: Request) -> bytes:
         return await self.post(request.body)
+
+    # ---- streaming (adapters.streaming) ----
+    def assembler(self) -> Assembler | None:
+        """A new assembler of this adapter's streamed replies; None when it has no streamed form
+        (the default)."""
+        return None
+
+    def stream_body(self, body: bytes) -> bytes:
+        """The body of the streamed form of a request whose canonical (non-streamed) body is
+        ``body``."""
+        return body
+
+    @property
+    def stream_url(self) -> str:
+        """Where the streamed form of a request is sent (default ``url``)."""
+        return self.url
+
+    def streams(self, request: Request) -> bool:
+        """Whether ``request`` is sent streamed: ``Limits.stream`` ``always``, or ``auto`` and
+        ``long_reply``; never for an adapter without a streamed form. Raises ValueError for another
+        mode."""
+        mode = self.limits.stream
+        if mode not in STREAM_MODES:
+            raise ValueError(f"stream {mode!r} is not one of {', '.join(STREAM_MODES)}")
+        if mode == "never" or self.assembler() is None:
+            return False
+        return mode == "always" or self.long_reply(request)
+
+    async def transmit(self, request: Request, progress: Progress) -> bytes:
+        """Send ``request``, streamed when ``streams`` says so (its reply assembled into the
+        non-streamed form), within ``Limits.max_reply_time_s``: a reply not whole by then ends the
+        attempt, final for this run when part of it had arrived (``cut_stream``), else a Transient
+        retried as any."""
+        progress.streamed = self.streams(request)
+        bound = self.limits.max_reply_time_s
+        try:
+            async with asyncio.timeout(bound):
+                if not progress.streamed:
+                    return await self.send(request)
+                body = self.stream_body(request.body)
+                return await self._keyed(lambda headers, secrets: post_stream(
+                    self._session, self.stream_url, body, headers, self.label, self.assembler(),
+                    progress, self.retry_after_from_body, secrets, self.limits.max_reply_bytes))
+        except TimeoutError:
+            why = f"the reply took longer than --max-reply-time {bound:g} s"
+            if progress.began:
+                raise cut_stream(self.label, progress, why) from None
+            raise Transient(f"{self.label}: {why}") from None

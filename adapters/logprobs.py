@@ -8,17 +8,19 @@ for OpenAI's API, its regional hosts and Azure OpenAI (``adapters.openai.is_open
 ``max_tokens`` is deprecated and refused by reasoning models, and for any server when the user gives
 ``max_completion_tokens``; ``max_tokens`` for every other server, which llama.cpp, vLLM and Ollama honour).
 
-OpenAI gives ``logprobs`` on a reasoning model only at ``reasoning_effort`` "none" (the API reference: logprobs,
-temperature and top_p are available on GPT-5.1 and later at reasoning effort none; the o-series and GPT-5 before
-5.1 have no "none" and give no logprobs): so on an OpenAI or Azure host, a model that reasons by default
-(``adapters.openai.reasons_by_default``: ``gpt-6-luna``, ``gpt-6.1-terra``) is sent ``reasoning_effort: "none"``
-unless an effort is given (``--effort``, or the parameter). A model that refuses logprobs so (its 400 names
-``logprobs``, ``top_logprobs`` or ``reasoning_effort``) is stopped alone with a message that says it cannot give
-logprobs and which models can (``NO_LOGPROBS``). The first generated token's
-``top_logprobs`` give the decision (``adapters.llm.logprob_answer``): the allowed answers' probabilities,
-renormalised over them (an answer missing from the top list gets the share the list leaves it,
-``llm.absent_share``; the mass they held is noted in the answer's warning).
-The server's grammar, if any, plays no part: its logprobs come before it.
+OpenAI gives ``logprobs`` on a reasoning model only at ``reasoning_effort`` "none" (the API
+reference: logprobs, temperature and top_p are available on GPT-5.1 and later at reasoning effort
+none; the o-series and GPT-5 before 5.1 have no "none" and give no logprobs): so on an OpenAI or
+Azure host, a model that reasons by default (``adapters.openai.reasons_by_default``: ``gpt-6-luna``,
+``gpt-6.1-terra``) is sent ``reasoning_effort: "none"`` unless an effort is given (``--effort``, or
+the parameter). A model that refuses logprobs so (its 400 names ``logprobs``, ``top_logprobs`` or
+``reasoning_effort``) is stopped alone with a message that says it cannot give logprobs and which
+models can (``NO_LOGPROBS``; ``NO_LOGPROBS_AT_NONE`` when it refused effort none itself, so that the
+message never advises the value just refused). The first generated token's ``top_logprobs`` give the
+decision (``adapters.llm.logprob_answer``): the allowed answers' probabilities, renormalised over
+them (an answer missing from the top list gets the share the list leaves it, ``llm.absent_share``;
+the mass they held is noted in the answer's warning). The server's grammar, if any, plays no part:
+its logprobs come before it.
 
 Wire format of one stored request: the request body is the JSON array of the per-question chat bodies,
 sent one after another (so a server's prompt cache reuses the shared state prefix); the raw reply is the
@@ -39,10 +41,20 @@ from .errors import MalformedReply, ProviderStop, Retryable
 from .http import HTTPAdapter, load_json
 from .openai import ReasoningEffort, cache_writes_of, cached_of, choice_of, is_openai_host, raise_body_error, reasons_by_default, usage_of
 
-NO_LOGPROBS = ("this model cannot give logprobs with these settings. OpenAI gives logprobs on GPT-5.1 and later at "
-               "reasoning_effort none (gpt-6-luna, gpt-6.1-terra, gpt-6.1-sol: --effort none, the default here) and "
-               "on models that do not reason; the o-series and gpt-5, gpt-5-mini, gpt-5-nano have no effort none and "
-               "give none (docs/models.md, \"Logprob decisions\")")
+NONE_EFFORT_MODELS = ("gpt-6-luna", "gpt-6.1-terra")
+"""The OpenAI models known to accept ``reasoning_effort`` "none" (and so to give logprobs while
+reasoning by default): those whose levels the API reference lists with none. Others may; these are
+the ones known."""
+_KNOWN = ", ".join(NONE_EFFORT_MODELS)
+NO_LOGPROBS = ("this model cannot give logprobs with these settings. OpenAI gives logprobs on a "
+               "reasoning model only at reasoning_effort none (the models known to accept it: "
+               f"{_KNOWN}: --effort none, the default here) and on models that do not reason; the "
+               "o-series and gpt-5, gpt-5-mini, gpt-5-nano have no effort none and give none "
+               "(docs/models.md, \"Logprob decisions\")")
+NO_LOGPROBS_AT_NONE = ("this model refused reasoning_effort none, the only effort at which OpenAI "
+                       "gives a reasoning model's logprobs, so it cannot give logprobs at any "
+                       f"effort. The models known to accept none: {_KNOWN}; models that do not "
+                       "reason give logprobs too (docs/models.md, \"Logprob decisions\")")
 LOGPROB_FIELDS = ("logprobs", "top_logprobs", "reasoning_effort")
 
 
@@ -128,9 +140,11 @@ class Logprobs(ReasoningEffort, HTTPAdapter):
         try:
             return await super().post(body, url)
         except ProviderStop as exc:
-            if exc.status == 400 and _names_logprobs(exc):
-                raise ProviderStop(f"{exc} — {NO_LOGPROBS}", exc.cause, exc.status, exc.resets_in_s, exc.scope,
-                                   exc.field) from None
+            if exc.status == 400 and _names_logprobs(exc):  # never advise the effort just refused
+                at_none = self.params.get("reasoning_effort") == "none"
+                advice = NO_LOGPROBS_AT_NONE if at_none else NO_LOGPROBS
+                raise ProviderStop(f"{exc} — {advice}", exc.cause, exc.status, exc.resets_in_s,
+                                   exc.scope, exc.field) from None
             raise
 
     async def send(self, request: Request) -> bytes:

@@ -28,6 +28,8 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+import orjson
+
 from dxi.evals import Task
 
 from . import llm
@@ -35,6 +37,7 @@ from .base import EFFORTS, Reply, Request
 from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_json
 from .provider_errors import body_error
+from .streaming import LONG_REPLY_TOKENS, ChatAssembler
 
 
 def raise_body_error(doc: Any) -> None:
@@ -161,7 +164,8 @@ class OpenAI(ReasoningEffort, HTTPAdapter):
     default_base_url = "https://api.openai.com/v1"
     path = "/chat/completions"
     api_key_env = "OPENAI_API_KEY"
-    RESERVED = frozenset({"model", "messages", "response_format"})
+    RESERVED = frozenset({"model", "messages", "response_format", "stream", "stream_options"})
+    STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
 
     def encode(self, task: Task, sample: int = 0) -> Request:
         payload = {"model": self.model, "messages": llm.messages(task),
@@ -175,6 +179,23 @@ class OpenAI(ReasoningEffort, HTTPAdapter):
 
     def decode_parsed(self, task: Task, body: bytes, doc: Any) -> Reply:
         return decode_chat(task, body, self.cap_field, doc)
+
+    def assembler(self) -> ChatAssembler:
+        return ChatAssembler()
+
+    def stream_body(self, body: bytes) -> bytes:
+        """The body with ``"stream": true, "stream_options": {"include_usage": true}`` (usage in the
+        last chunk)."""
+        return orjson.dumps(orjson.loads(body) | self.STREAMED)
+
+    def long_reply(self, request: Request) -> bool:
+        """The model reasons (an effort other than none; without one, a model that reasons by
+        default, ``reasons_by_default``), or its cap (``max_completion_tokens``, ``max_tokens``) is
+        above ``adapters.streaming.LONG_REPLY_TOKENS``."""
+        effort = self.effort
+        thinks = effort != "none" if effort is not None else reasons_by_default(self.model)
+        cap = llm.token_cap(self.params, "max_completion_tokens", "max_tokens")
+        return thinks or (cap is not None and cap > LONG_REPLY_TOKENS)
 
     @property
     def cap_field(self) -> str:

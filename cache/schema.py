@@ -72,6 +72,9 @@ def _arrow() -> dict[str, object]:
         ("batch_id", pa.string()),        # the provider's batch id of a batch row
         ("retry_waits_s", pa.list_(pa.float64())),  # seconds waited before each retry, from the end of the attempt
                                                     # before it (attempts - 1 values; null in rows written before it)
+        ("ttft_s", pa.float64()),         # a streamed reply's time to first token, seconds from
+                                          # sending (its total time: latency_ms); null when not
+                                          # streamed, and in rows written before it
     ])
     return {"PROBABILITY": PROBABILITY, "ANSWER": ANSWER, "SCHEMA": SCHEMA, "COLUMNS": tuple(SCHEMA.names)}
 

@@ -86,6 +86,8 @@ class Provider(_Struct):
     attempt_timeout_s: float | None = None
     max_stated_wait_s: float | None = None  # the longest stated wait honoured; longer stops the provider
     max_reply_bytes: int | None = None      # the largest reply read; larger is stored invalid
+    max_reply_time_s: float | None = None   # the longest one reply may take in all (seconds)
+    stream: str | None = None               # auto | always | never (adapters.streaming)
     batch: bool | None = None               # send through the batch API (runner.batch)
     batch_max_requests: int | None = None   # at most this many requests per batch
     batch_enqueued_tokens: int | None = None  # input tokens in open batches at once, per model
@@ -249,6 +251,9 @@ def load(path: Path | str) -> RunFile:
             raise fail(("providers", name, "kind"), f"unknown adapter {p.kind!r}; known: {', '.join(adapters.KINDS)}")
         if p.api_key_command is not None and p.api_key_env is not None:
             raise fail(("providers", name, "api_key_command"), "api_key_env and api_key_command do not combine: give one")
+        if p.stream is not None and p.stream not in ("auto", "always", "never"):
+            raise fail(("providers", name, "stream"),
+                       f"{p.stream!r} is not one of auto, always, never")
         for field, kind in numbers.RUN_FILE_LIMITS.items():
             number(("providers", name, field), getattr(p, field), kind)
     labels = set()

@@ -18,7 +18,8 @@ from dxi.evals import EVALS
 # The limits flags and the ``adapters.Limits`` fields they set (a given flag applies to every provider).
 LIMITS_FLAGS = {"max_in_flight": "max_in_flight", "rpm": "rpm", "tpm": "tpm", "timeout": "attempt_timeout_s",
                 "max_attempts": "max_attempts", "backoff": "backoff_s", "max_stated_wait": "max_stated_wait_s",
-                "max_reply_bytes": "max_reply_bytes"}
+                "max_reply_bytes": "max_reply_bytes", "max_reply_time": "max_reply_time_s",
+                "stream": "stream"}
 
 _PATHS = ("run_file", "data_dir", "cache_dir", "out")
 _TEXTS = ("models", "exclude", "prices")

@@ -79,6 +79,7 @@ MAX_IN_FLIGHT = Number(int, 1, 100_000, unit="requests at once")
 RPM = Number(float, 0, 1e9, above=True, unit="requests per minute")
 TPM = Number(float, 0, 1e12, above=True, unit="tokens per minute")
 TIMEOUT = Number(float, 0, DAY_S, above=True, unit="seconds")
+MAX_REPLY_TIME = Number(float, 0, WEEK_S, above=True, unit="seconds")
 MAX_ATTEMPTS = Number(int, 1, 1_000)
 BACKOFF = Number(float, 0, 3_600, unit="seconds")
 MAX_STATED_WAIT = Number(float, 0, WEEK_S, above=True, unit="seconds")
@@ -99,6 +100,7 @@ TARGET_ROWS = Number(int, 1, 10**10, unit="rows")
 RUN_FILE_LIMITS = {"rpm": RPM, "tpm": TPM, "max_in_flight": MAX_IN_FLIGHT,
                    "max_attempts": MAX_ATTEMPTS,
                    "attempt_timeout_s": TIMEOUT, "max_stated_wait_s": MAX_STATED_WAIT,
+                   "max_reply_time_s": MAX_REPLY_TIME,
                    "max_reply_bytes": MAX_REPLY_BYTES, "batch_max_requests": BATCH_SIZE,
                    "batch_enqueued_tokens": ENQUEUED_TOKENS}
 """A run file's ``[providers.NAME]`` numbers and their ranges: those of the flags that override

@@ -215,7 +215,12 @@ def limits_overrides(inputs: PlanInputs) -> dict:
     unknown = sorted(set(inputs.limits) - set(LIMITS_FLAGS.values()))
     if unknown:
         raise UsageError(f"limits {', '.join(unknown)}: not a limit (known: {', '.join(LIMITS_FLAGS.values())})")
-    return {k: v for k, v in inputs.limits.items() if v is not None}
+    given = {k: v for k, v in inputs.limits.items() if v is not None}
+    if given.get("stream", "auto") not in ("auto", "always", "never"):
+        raise UsageError(f"--stream {given['stream']!r}: expected auto, always or never")
+    if given.get("max_reply_time_s", 1) <= 0:
+        raise UsageError("--max-reply-time must be positive (seconds)")
+    return given
 
 
 def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[float | None, ...] | None:
@@ -426,7 +431,9 @@ def _from_file(inputs: PlanInputs, epochs: int | None, max_cost: float | None) -
                                    ("max_attempts", provider.max_attempts),
                                    ("attempt_timeout_s", provider.attempt_timeout_s),
                                    ("max_stated_wait_s", provider.max_stated_wait_s),
-                                   ("max_reply_bytes", provider.max_reply_bytes)) if v is not None}
+                                   ("max_reply_bytes", provider.max_reply_bytes),
+                                   ("max_reply_time_s", provider.max_reply_time_s),
+                                   ("stream", provider.stream)) if v is not None}
         a.limits = replace(a.limits, **(table | overrides))
         key = f"table:{name}" if name in run.providers else None  # models on one table share its limits
         models.append(ModelRun(a, epochs or m.epochs or run.epochs, key, _price_of(a, m.price)))

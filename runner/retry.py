@@ -15,6 +15,12 @@ wait longer than ``max_stated_wait_s``) halts the provider's limiter at once, or
 form after the model has answered others is that request's own failure: Fatal, kept): attempts waiting for it
 end without being sent (raising the same ProviderStop), and the runner stops the provider or the model
 (``runner.stops``).
+The HTTP adapters time their own attempts (``Adapter.own_timeout``): ``Limits.attempt_timeout_s``
+is an idle timeout (no byte of the reply for that long), ``Limits.max_reply_time_s`` bounds the whole
+reply, and a streamed reply cut after it began arrives here as a Transient with ``should_retry``
+False: part of it arrived (and was billed), so it is not sent again in this run; the next run sends
+it (``adapters.http.cut_stream``). Each attempt's ``adapters.Progress`` gives the Outcome its time to
+first token.
 A reply larger than ``Limits.max_reply_bytes`` is recorded as an invalid reply (every answer "reply
 larger than N bytes") with its first bytes as the raw reply.
 
@@ -43,6 +49,7 @@ from dxi.adapters import (
     Answer,
     Fatal,
     Limits,
+    Progress,
     ProviderStop,
     RateLimited,
     Reply,
@@ -68,11 +75,14 @@ class Outcome:
     """What came of one request: a decoded ``reply``, or the final ``error``.
 
     ``attempts`` counts attempts made (1 = no retry); ``rate_limited`` the 429s among them;
-    ``latency_ms`` is the duration of the final attempt; ``body`` the final raw reply, when one arrived;
-    ``cost_usd`` what the attempts cost (``runner.cost.Charge.settle``; 0 without a price); ``waits_s`` the
-    seconds waited before each attempt after the first, measured from the end of the attempt before it to
-    the start of its own (the backoff or the provider's stated wait, and any pause or pacing of the provider
-    meanwhile): ``attempts - 1`` values; ``ended``: ``time.perf_counter()`` at the end of the last attempt.
+    ``latency_ms`` is the duration of the final attempt; ``body`` the final raw reply, when one
+    arrived; ``cost_usd`` what the attempts cost (``runner.cost.Charge.settle``; 0 without a price);
+    ``waits_s`` the seconds waited before each attempt after the first, measured from the end of the
+    attempt before it to the start of its own (the backoff or the provider's stated wait, and any
+    pause or pacing of the provider meanwhile): ``attempts - 1`` values; ``ended``:
+    ``time.perf_counter()`` at the end of the last attempt; ``ttft_s`` the final attempt's time to
+    first token in seconds (a streamed reply's first generated token; None when it was not streamed
+    or no token came); ``streamed``: the final attempt was streamed.
     """
 
     reply: Reply | None = None
@@ -84,6 +94,8 @@ class Outcome:
     cost_usd: float = 0.0
     waits_s: list[float] = field(default_factory=list)
     ended: float | None = None
+    ttft_s: float | None = None
+    streamed: bool = False
 
 
 def _waiter(limits: Limits, limiter: ProviderLimiter):
@@ -165,19 +177,21 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
         out.waits_s.append(started - out.ended)
     out.attempts += 1
     out.body = None
+    progress = Progress(started)
     ok, error, reply = False, None, None
     try:
         try:
-            if adapter.own_timeout:
-                out.body = await adapter.send(request)
+            if adapter.own_timeout:  # (idle timeout and total bound: adapters.http)
+                out.body = await adapter.transmit(request, progress)
             else:
                 async with asyncio.timeout(timeout):
-                    out.body = await adapter.send(request)
+                    out.body = await adapter.transmit(request, progress)
         except TimeoutError:
             raise Transient(f"{adapter.label}: no reply within {timeout:g} s") from None
         finally:
             out.ended = time.perf_counter()
             out.latency_ms = (out.ended - started) * 1000
+            out.ttft_s, out.streamed = progress.ttft_s, progress.streamed
         out.reply = reply = adapter.decode(task, out.body)
         ok = True
         limiter.model_replies[adapter.label] += 1

@@ -21,6 +21,7 @@ def make_row(task: Task, request: Request, outcome: Outcome, transport: str = "s
         "request_body": request.body.decode("utf-8"),
         "attempts": outcome.attempts, "retry_waits_s": [round(w, 3) for w in outcome.waits_s],
         "latency_ms": outcome.latency_ms, "created_at": time.time(),
+        "ttft_s": None if outcome.ttft_s is None else round(outcome.ttft_s, 6),
         "raw_reply": outcome.body.decode("utf-8", "replace") if outcome.body is not None else None,
         "status": None, "error": None, "error_kind": None, "http_status": None,
         "served_model": None, "input_tokens": None, "output_tokens": None, "answers": None, "repaired": None,

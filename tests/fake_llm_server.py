@@ -14,12 +14,21 @@ error body. Each POST takes the next behaviour from ``script`` (then ``default``
 * ``"malformed"``: 200 with a body that is not JSON; ``"drop"``: the connection closed without a reply;
 * ``"echo401"``: 401 whose message quotes the key the request carried, as providers do.
 
+A streamed request (``"stream": true``, or Gemini's ``:streamGenerateContent``) is answered with the
+reply's server-sent events (``tests/sse_streams.py``: each text in ``pieces`` pieces, ``pace_s``
+seconds between two events), or with a stream fault: ``"cut:N"`` (the connection closed after N
+events), ``"stall:S"`` (S seconds of silence after the first two events, then the rest),
+``"slow:T"`` (T seconds between events), ``"error_event"`` (the provider's error event after the
+first event), ``"error_first"`` (the error event and nothing else). ``"delay:S"``: the reply (mode
+ok, streamed or not) after S seconds of silence.
+
 ``requests`` records ``(path, parsed body)`` of every POST, ``times`` their arrival (``time.monotonic()``),
 ``headers`` their headers. ``auth`` (optional) decides from a request's headers whether its key or token is
 accepted; a refused one is answered 401 quoting the credential sent, as providers do (before any behaviour).
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
@@ -28,6 +37,7 @@ from functools import partial
 import orjson
 from aiohttp import web
 
+from . import sse_streams
 from .wire_formats import Refused, anthropic_messages, error_body, gemini_decisions, gemini_generate, openai_chat, openai_decisions
 
 
@@ -42,6 +52,9 @@ class FakeLLM:
         self.headers: list[dict[str, str]] = []
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.pieces = 3
+        self.pace_s = 0.0
+        self.streamed: list[bool] = []  # per POST: answered with a stream
 
     async def _handle(self, request: web.Request, fmt: str) -> web.StreamResponse:
         payload = orjson.loads(await request.read())
@@ -53,6 +66,15 @@ class FakeLLM:
             return web.json_response(error_body(fmt, 401, message=f"Incorrect API key provided: {sent}"), status=401)
         behaviour = self.script.popleft() if self.script else self.default
         kind, _, arg = behaviour.partition(":")
+        stream = payload.get("stream") is True if isinstance(payload, dict) else False
+        if fmt == "gemini":
+            stream = request.match_info["name"].endswith(":streamGenerateContent")
+        self.streamed.append(stream)
+        if kind == "delay":  # the reply (mode ok) after S seconds of silence
+            await asyncio.sleep(float(arg))
+            kind = "ok"
+        if stream and kind in ("cut", "stall", "slow", "error_event", "error_first"):
+            return await self._stream(request, payload, fmt, "ok", kind, arg)
         if kind.isdigit():
             status = int(kind)
             headers = {"Retry-After": arg} if arg else {}
@@ -68,6 +90,11 @@ class FakeLLM:
         if kind == "drop":
             request.transport.close()
             return web.Response()
+        if stream and fmt in ("openai", "anthropic", "gemini"):
+            try:
+                return await self._stream(request, payload, fmt, kind)
+            except Refused as refused:
+                return web.json_response(refused.body, status=refused.status)
         try:
             if fmt == "openai":
                 return web.json_response(openai_chat(payload, kind))
@@ -81,6 +108,37 @@ class FakeLLM:
             return web.json_response(openai_decisions(payload, kind))
         except Refused as refused:
             return web.json_response(refused.body, status=refused.status)
+
+    async def _stream(self, request: web.Request, payload: dict, fmt: str, mode: str,
+                      fault: str = "", arg: str = "") -> web.StreamResponse:
+        """The reply to ``payload`` in ``mode`` as server-sent events, with the stream ``fault``
+        (``arg``)."""
+        if fmt == "openai":
+            events = sse_streams.openai_events(openai_chat(payload, mode), self.pieces)
+        elif fmt == "anthropic":
+            events = sse_streams.anthropic_events(anthropic_messages(payload, mode), self.pieces)
+        else:
+            model = request.match_info["name"].removesuffix(":streamGenerateContent")
+            events = sse_streams.gemini_events(gemini_generate(payload, mode, model), self.pieces)
+        if fault == "error_first":
+            events = [sse_streams.error_event(fmt)]
+        elif fault == "error_event":
+            events = [events[0], sse_streams.error_event(fmt)]
+        headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        response = web.StreamResponse(headers=headers)
+        await response.prepare(request)
+        pace = float(arg) if fault == "slow" else self.pace_s
+        for n, event in enumerate(events):
+            if fault == "cut" and n == int(arg):
+                request.transport.close()  # mid-way: no end of the chunked body
+                return response
+            if fault == "stall" and n == 2:
+                await asyncio.sleep(float(arg))
+            elif n and pace:
+                await asyncio.sleep(pace)
+            await response.write(event)
+        await response.write_eof()
+        return response
 
     async def __aenter__(self) -> FakeLLM:
         app = web.Application()

@@ -234,6 +234,7 @@ def write_cache(root: Path, tasks: list[Task], n_models: int, seed: int = 11, in
             "cache_write_1h_tokens": pa.nulls(n_tasks, pa.int64()), "cut_off": pa.nulls(n_tasks, pa.string()),
             "transport": ["sync"] * n_tasks, "batch_id": pa.nulls(n_tasks, pa.string()),
             "retry_waits_s": pa.array([[]] * n_tasks, pa.list_(pa.float64())),
+            "ttft_s": pa.nulls(n_tasks, pa.float64()),
         }
         table = pa.table({c: columns[c] for c in SCHEMA.names}).cast(SCHEMA)
         path = shards / f"synthetic-{m:03d}.parquet"

@@ -79,8 +79,9 @@ async def test_a_failing_command_names_its_status_and_stderr_never_its_output(tm
         KeyCommand("  ", "m")
 
 
+@pytest.mark.parametrize("stream", ["auto", "always"])  # always: renewed for streamed requests too
 async def test_a_401_renews_the_token_and_the_run_goes_on_with_it_nowhere_but_the_header(
-        data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+        data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture, stream: str):
     command = token_script(tmp_path, f'print(json.dumps({{"accessToken": f"tok-{{n}}-{SECRET}"}}))')
     accepted: list[str] = []
     valid = {"token": f"tok-1-{SECRET}"}
@@ -102,9 +103,11 @@ async def test_a_401_renews_the_token_and_the_run_goes_on_with_it_nowhere_but_th
                        '[[models]]\nprovider = "vertex"\nmodel = "gpt-fake"\n')
         text = run.read_text().replace("https://vertex.example.test/v1", f"{server.url}/v1")
         run.write_text(text)
-        code = await asyncio.to_thread(main, ["run", str(run), "--data-dir", str(data_dir), "--cache-dir", str(cache),
-                                              "--out", str(out), "--max-in-flight", "1"])
+        args = ["run", str(run), "--data-dir", str(data_dir), "--cache-dir", str(cache),
+                "--out", str(out), "--max-in-flight", "1", "--stream", stream]
+        code = await asyncio.to_thread(main, args)
         sent = [h["Authorization"] for h in server.headers]
+        assert set(server.streamed) == {stream == "always"}  # (the refused request is not answered)
     captured = capsys.readouterr()
     n = len(accepted)
     assert code == 0 and runs(tmp_path) == 2

@@ -311,20 +311,22 @@ def test_a_shard_written_before_a_column_existed_reads_beside_newer_ones(tmp_pat
     from dxi.cache.schema import SCHEMA
 
     newer = ("repaired", "cached_input_tokens", "cache_write_tokens", "cache_write_1h_tokens", "cut_off", "transport",
-             "batch_id", "retry_waits_s")
+             "batch_id", "retry_waits_s", "ttft_s")
     old_schema = pa.schema([f for f in SCHEMA if f.name not in newer])
     (tmp_path / "shards").mkdir(parents=True)
     old = pl.DataFrame([{k: v for k, v in row("old").items() if k != "repaired"}]).to_arrow()
     pq.write_table(old.select(old_schema.names).cast(old_schema), tmp_path / "shards" / "0000-old.parquet")
     with Cache(tmp_path) as cache:
         cache.append(row("new", repaired=False, cache_write_tokens=20, cache_write_1h_tokens=5, cut_off="thinking",
-                         transport="batch", batch_id="batch_1", retry_waits_s=[1.5, 3.25]))
+                         transport="batch", batch_id="batch_1", retry_waits_s=[1.5, 3.25],
+                         ttft_s=0.25))
     cache = Cache(tmp_path)
     assert cache.has("old") and cache.has("new") and len(cache) == 2
     rows = cache.scan().select("key", "repaired", "cache_write_tokens", "cache_write_1h_tokens", "cut_off", "transport",
-                               "batch_id", "retry_waits_s").collect()
-    assert rows.sort("key").rows() == [("new", False, 20, 5, "thinking", "batch", "batch_1", [1.5, 3.25]),
-                                       ("old", None, None, None, None, None, None, None)]
+                               "batch_id", "retry_waits_s", "ttft_s").collect()
+    assert rows.sort("key").rows() == [
+        ("new", False, 20, 5, "thinking", "batch", "batch_1", [1.5, 3.25], 0.25),
+                                       ("old", None, None, None, None, None, None, None, None)]
 
 
 def test_a_cache_that_cannot_be_written_is_still_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

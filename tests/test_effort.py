@@ -16,7 +16,7 @@ import pytest
 
 from dxi import adapters
 from dxi.adapters import EFFORTS, ModelSpec, budgets, llm
-from dxi.adapters.logprobs import NO_LOGPROBS
+from dxi.adapters.logprobs import NO_LOGPROBS, NO_LOGPROBS_AT_NONE
 from dxi.evals import Suite, discover
 from dxi.runner import export, rescore, session
 from dxi.runner import plan as plans
@@ -326,6 +326,25 @@ async def test_logprobs_on_a_current_openai_reasoning_model(data_dir: Path, tmp_
     assert (refused.refused, refused.not_sent, stop.scope, stop.field) == (1, 2, "model", "logprobs")
     assert str(stop).endswith(NO_LOGPROBS) and "gpt-6-luna" in NO_LOGPROBS
     assert "logprobs are not supported with reasoning_effort 'low'" in str(stop)
+
+
+async def test_a_model_that_refuses_effort_none_is_never_advised_effort_none(
+        data_dir: Path, tmp_path: Path, openai_host_on_loopback):
+    """gpt-5-mini has no effort none: its refusal of the none sent for logprobs says it cannot give
+    logprobs at any effort, and names only the models known to accept none; never "--effort none",
+    the value just refused."""
+    async with FakeLLM() as server:
+        base = f"http://eu.api.openai.com:{server.url.rsplit(':', 1)[1]}/v1"
+        limiters: dict = {}
+        _, refused, _ = await run_model(f"logprobs:gpt-5-mini@{base}", data_dir, tmp_path / "m",
+                                        replace(FAST, max_in_flight=1), limit=2, limiters=limiters)
+        assert [b["reasoning_effort"] for _, b in server.requests] == ["none"]
+    (limiter,) = limiters.values()
+    ((stop, _),) = limiter.stopped_models.values()
+    assert "'reasoning_effort' does not support 'none'" in str(stop)
+    assert str(stop).endswith(NO_LOGPROBS_AT_NONE)
+    assert "--effort none" not in str(stop) and "gpt-6-luna, gpt-6.1-terra" in NO_LOGPROBS_AT_NONE
+    assert refused.refused == 1
 
 
 async def test_max_tokens_is_refused_by_a_reasoning_model_with_the_providers_message(data_dir: Path, tmp_path: Path):

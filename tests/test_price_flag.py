@@ -100,8 +100,10 @@ def test_help_states_the_limits_real_defaults(capsys: pytest.CaptureFixture):
         http, embedded = Limits(), Embedded.default_limits()
         assert f"concurrent requests per provider (default: {http.max_in_flight}; embedded: 2 per CPU core" in text
         assert embedded.max_in_flight == 2 * max(1, os.cpu_count() or 1)
-        assert f"seconds to wait for one reply (default: {http.attempt_timeout_s:g}; embedded " \
+        assert "a reply still arriving is never cut (default: " \
+               f"{http.attempt_timeout_s:g}; embedded " \
                f"{embedded.attempt_timeout_s:g}, llamacpp 600)" in text
+        assert f"the longest one reply may take in all (default: {http.max_reply_time_s:g})" in text
         assert f"1 = no retry (default: {http.max_attempts}; embedded {embedded.max_attempts}, llamacpp 2)" in text
         assert f"(default: {http.backoff_s:g})" in text and f"at most {http.max_wait_s:g}" in text
         assert "requests per minute per provider (default: no limit)" in text

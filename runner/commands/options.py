@@ -169,7 +169,16 @@ def add_limits(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--rpm", type=numbers.RPM, help="requests per minute per provider (default: no limit)")
     g.add_argument("--tpm", type=numbers.TPM, help="tokens per minute per provider, input + output (default: no limit)")
     g.add_argument("--timeout", type=numbers.TIMEOUT, metavar="SECONDS",
-                   help=f"seconds to wait for one reply (default: {_HTTP.attempt_timeout_s:g}; embedded 60, llamacpp 600)")
+                   help="idle timeout: seconds without a byte of the reply that end an attempt; "
+                        "a reply still arriving is never cut (default: "
+                        f"{_HTTP.attempt_timeout_s:g}; embedded 60, llamacpp 600)")
+    g.add_argument("--max-reply-time", type=numbers.MAX_REPLY_TIME, metavar="SECONDS",
+                   help="the longest one reply may take in all (default: "
+                        f"{_HTTP.max_reply_time_s:g})")
+    g.add_argument("--stream", choices=("auto", "always", "never"), metavar="MODE",
+                   help="stream the language models' replies: auto (where a reply can be long: "
+                        "thinking on, a large output budget, what the provider's SDK streams), "
+                        "always, never (default: auto); not in the cache key")
     g.add_argument("--max-attempts", type=numbers.MAX_ATTEMPTS, metavar="N",
                    help=f"attempts per request; 1 = no retry (default: {_HTTP.max_attempts}; embedded 1, llamacpp 2)")
     g.add_argument("--backoff", type=numbers.BACKOFF, metavar="SECONDS",
