@@ -81,8 +81,9 @@ def f1_bounds(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, open_yes: np.ndarr
     """One yes/no question's F1 bounds (0-100) from the replies' TP, FP, FN and the open answers with
     gold yes and gold no: ``(lowest, highest, can_be_undefined)``, the extremes over the completions
     whose F1 is defined (NaN where none is) and whether a completion leaves it undefined (0/0)."""
-    low = f1_from(tp, fp + open_no, fn + open_yes)
-    high = f1_from(tp + open_yes, fp, fn)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        low = f1_from(tp, fp + open_no, fn + open_yes)
+        high = f1_from(tp + open_yes, fp, fn)
     high = np.where(np.isnan(high) & (open_no > 0), 0.0, high)  # undefined at best: the others give 0
     return low, high, (tp + fp + fn + open_yes) == 0
 
