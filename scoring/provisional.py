@@ -90,10 +90,11 @@ def notes(summary: Summary) -> list[str]:
         rerun = sum(b.get("rerun", 0) for b in blocks.values())
         counts = " and ".join(t for t in (f"{failed} failed" if failed else "", f"{missing} missing" if missing else "")
                               if t)
-        text = (f"{m.model}: provisional ({MARK}): {counts} answer(s) in {', '.join(_title(n) for n in blocks)}; "
-                "its figures are over the answered questions, and whatever those answers turn out to be they lie "
-                f"within their bounds: {'; '.join(bounds(m))}; the next `dxi run` with these options requests "
-                f"{rerun} of them again")
+        spans = bounds(m)
+        text = (f"{m.model}: provisional ({MARK}): {counts} answer(s) in {', '.join(_title(n) for n in blocks)}, "
+                "left out: its figures are over the answered questions"
+                + (f"; whatever those answers turn out to be, they lie within: {'; '.join(spans)}" if spans else "")
+                + f"; the next `dxi run` with these options requests {rerun} of them again")
         kept = failed + missing - rerun
         if kept:
             text += f" ({kept} deterministic failure(s) are kept: --retry-failed requests them too)"
@@ -113,17 +114,20 @@ def bounds(entry: ModelEntry) -> list[str]:
     (low rounded down, high up, so the text never narrows them)."""
     out = []
     if unset(entry.decision_index_bounds) is not None:
-        out.append(f"decision_index {_span(entry.decision_index_bounds)}")
+        out.append(f"decision_index {span(entry.decision_index_bounds)}")
     for name, block in entry.evals.items():
         for key, value in block.items():
             if key.endswith("_bounds") and value is not None:
-                out.append(f"{_title(name)} {key[:-len('_bounds')]} {_span(value)}")
+                out.append(f"{_title(name)} {key[:-len('_bounds')]} {span(value)}")
     return out
 
 
-def _span(bounds: list[float]) -> str:
-    low, high = (round(b * 10, 6) for b in bounds)  # 33.3 * 10 is 332.99999999999994 in floating point
-    return f"[{math.floor(low) / 10:.1f}, {math.ceil(high) / 10:.1f}]"
+def span(bounds: list[float], digits: int = 1) -> str:
+    """Bounds [lowest, highest] as text with ``digits`` decimals, the lowest rounded down and the highest
+    up, so the text never narrows them (and a figure shown rounded to the nearest stays inside)."""
+    scale = 10 ** digits
+    low, high = (round(b * scale, 6) for b in bounds)  # 33.3 * 10 is 332.99999999999994 in floating point
+    return f"[{math.floor(low) / scale:.{digits}f}, {math.ceil(high) / scale:.{digits}f}]"
 
 
 def _tolerance(tolerance: dict | None) -> str:
