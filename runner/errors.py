@@ -9,7 +9,7 @@ class UsageError(Exception):
     traceback and exits with ``EXIT_USAGE`` (2); nothing has been sent."""
 
 
-EXIT_FAILED_REQUESTS = 1  # done, but provisional: answers failed or are missing (left out; figures with bounds)
+EXIT_FAILED_REQUESTS = 1  # done, but provisional: answers failed or are missing (left out)
 EXIT_USAGE = 2  # bad input (UsageError, a dataset error, argparse's own)
 EXIT_COST_BOUND = 3  # stopped at the cost bound
 EXIT_CACHE_WRITE = 4  # the cache could not be written

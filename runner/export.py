@@ -76,9 +76,10 @@ ANSWER_COLUMNS = {
 }
 EXPORT_COLUMNS = {**ANSWER_COLUMNS, "effort": "the effort level the model's requests carried (summary.json's "
                                               "effort: none, minimal, low, medium, high, xhigh, max; null: unset)"}
-PROVISIONAL = ("provisional: {} failed and {} missing answer(s) are left out (the figures are over the answered "
-               "questions, with their bounds whatever those answers turn out to be in score_details.details); the "
-               "figure is not final (summary.json: complete false)")
+PROVISIONAL = ("provisional: {} failed and {} missing answer(s) are left out (the figures are "
+               "over the answered questions, with their bounds whatever those answers turn out "
+               "to be in score_details.details); the figure is not final (summary.json: complete "
+               "false)")
 _OMNISCIENCE_SOURCE = "Artificial Analysis AA-Omniscience (the published Decision Index uses 500 private questions)"
 
 
@@ -246,10 +247,10 @@ def _result(result_id: str, name: str, source: dict, metric: str, block: dict, s
         if intervals.get("resamples") and "bootstrap" in method:
             uncertainty["num_bootstrap_samples"] = int(intervals["resamples"])
     details = {k: str(block[k]) for k in ("invalid", "failed", "missing", "repaired", "rerun") if k in block}
-    if "complete" in block:  # false: a provisional figure (over the answered questions, with bounds)
+    if "complete" in block:  # false: provisional (over the answered questions, with bounds)
         details["complete"] = str(block["complete"]).lower()
     bounds = block.get(f"{metric}_bounds")
-    if bounds is not None:  # its lowest and highest whatever the failed and missing answers are (scoring.bounds)
+    if bounds is not None:  # whatever the failed and missing answers are (scoring.bounds)
         details["bounds_lowest"], details["bounds_highest"] = str(bounds[0]), str(bounds[1])
     if block.get(f"{metric}_sd") is not None:
         details["sd_over_epochs"] = str(block[f"{metric}_sd"])

@@ -4,8 +4,9 @@
     + 0.25·accuracy(HLE-MultiChoice) + 0.25·accuracy(When2Call) + 0.25·mean F1(WildGuardTest)
 
 All terms are 0-100, so the index is 0-100. It is null (with the reason) whenever any term is null:
-never a partial index presented as whole. An index with a provisional term (failed or missing answers)
-is provisional, with bounds: the same weighted sum of its terms' bounds (``scoring.bounds``).
+never a partial index presented as whole. An index with a provisional term (failed or missing
+answers) is provisional, with bounds: the same weighted sum of its terms' bounds
+(``scoring.bounds``).
 """
 from __future__ import annotations
 
@@ -46,9 +47,10 @@ def decision_index(evals: dict[str, dict], exact: dict[str, dict] | None = None)
 
 
 def index_bounds(exact: dict[str, dict | None]) -> tuple[float, float] | None:
-    """The bounds (lowest, highest) of a provisional index (``scoring.bounds``: the weighted sum of its
-    terms' bounds, a complete term at its value) from each evaluation's ``metrics`` row (``exact``, with
-    ``<metric>_lowest``/``_highest``); None when every term is complete or one is missing."""
+    """The bounds (lowest, highest) of a provisional index (``scoring.bounds``: the weighted sum of
+    its terms' bounds, a complete term at its value) from each evaluation's ``metrics`` row
+    (``exact``, with ``<metric>_lowest``/``_highest``); None when every term is complete or one is
+    missing."""
     low = high = 0.0
     provisional = False
     for (name, metric), weight in WEIGHTS.items():
@@ -65,10 +67,10 @@ def index_bounds(exact: dict[str, dict | None]) -> tuple[float, float] | None:
 @dataclass(frozen=True, slots=True)
 class IndexValues:
     """The Decision Index of every label, before it becomes a table: ``point`` (labels,) the mean over
-    epochs, ``per_epoch`` (labels, epochs), ``replicates`` (resamples, labels; (1, labels) zeros without a
-    bootstrap), ``unavailable``: per label the terms that are null (the index is null when any is);
-    ``lowest``/``highest`` (labels,): its bounds (``scoring.bounds``: each term's, a complete term at its
-    value), NaN where every term is complete."""
+    epochs, ``per_epoch`` (labels, epochs), ``replicates`` (resamples, labels; (1, labels) zeros
+    without a bootstrap), ``unavailable``: per label the terms that are null (the index is null when
+    any is); ``lowest``/``highest`` (labels,): its bounds (``scoring.bounds``: each term's, a
+    complete term at its value), NaN where every term is complete."""
 
     point: np.ndarray
     per_epoch: np.ndarray
@@ -111,11 +113,12 @@ def index_values(estimates: dict[str, EvalMetrics], labels: list[str], boot: Boo
 
 def index_table(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap | None = None) -> pl.DataFrame:
     """Per label: ``decision_index`` (mean over epochs), ``decision_index_sd`` (spread of the per-epoch
-    index; null for one epoch) and, with a bootstrap, ``decision_index_low``/``_high`` (the percentile
-    interval of the index recomputed on each resample: one resample of each evaluation) and, when it is
-    provisional, its bounds ``decision_index_lowest``/``_highest`` (``scoring.bounds``). Null with a
-    ``reason`` when any term is unavailable (an evaluation without data, or without any reply).
-    ``estimates`` maps evaluation -> ``scoring.sums.EvalMetrics`` over ``labels``."""
+    index; null for one epoch) and, with a bootstrap, ``decision_index_low``/``_high`` (the
+    percentile interval of the index recomputed on each resample: one resample of each evaluation)
+    and, when it is provisional, its bounds ``decision_index_lowest``/``_highest``
+    (``scoring.bounds``). Null with a ``reason`` when any term is unavailable (an evaluation without
+    data, or without any reply). ``estimates`` maps evaluation -> ``scoring.sums.EvalMetrics`` over
+    ``labels``."""
     n = len(labels)
     values = index_values(estimates, labels, boot)
     low, high = boot.interval(values.replicates) if boot is not None else (np.full(n, np.nan), np.full(n, np.nan))
@@ -123,8 +126,8 @@ def index_table(estimates: dict[str, EvalMetrics], labels: list[str], boot: Boot
     return pl.DataFrame({
         "label": labels,
         **{f"decision_index{suffix}": np.where(bad, np.nan, v)
-           for suffix, v in (("", values.point), ("_sd", epoch_sd(values.per_epoch)), ("_low", low), ("_high", high),
-                             ("_lowest", values.lowest), ("_highest", values.highest))},
+           for suffix, v in (("", values.point), ("_sd", epoch_sd(values.per_epoch)), ("_low", low),
+                             ("_high", high), ("_lowest", values.lowest), ("_highest", values.highest))},
         "reason": [f"not computed: {', '.join(u)} unavailable (see each evaluation's reason)" if u else None
                    for u in values.unavailable],
     }, schema_overrides={"reason": pl.String}).fill_nan(None)

@@ -3,19 +3,20 @@
 SPEC §6: a failed answer (no valid reply after its retries) and a missing one (never sent: the run
 stopped, a provider was stopped, a smaller selection was run) are not answers, and every figure they
 touch is *provisional*. A provisional figure is computed over the answered questions only
-(``scoring.metrics``) and carries its bounds: the lowest and highest value it could take whatever the
-failed and missing answers turn out to be (``scoring.bounds``), so a failure never raises a figure. A
-comparison or rank involving a provisional figure claims a difference only where no outcome of those
-answers could overturn it (``scoring.bounds.settle``).
+(``scoring.metrics``) and carries its bounds: the lowest and highest value it could take whatever
+the failed and missing answers turn out to be (``scoring.bounds``), so a failure never raises a
+figure. A comparison or rank involving a provisional figure claims a difference only where no
+outcome of those answers could overturn it (``scoring.bounds.settle``).
 
-summary.json says ``complete: false`` (per evaluation block, per model and at the top) with the counts
-and the bounds beside each provisional figure; the terminal table, the report and ``dxi view`` mark it
-(``MARK``) and give its bounds; ``dxi run`` / ``dxi score`` exit non-zero, unless the user accepted a
-tolerance (``--allow-failed N|FRACTION``, or ``allow_failed`` in a run file): each model's evaluation may
-then have up to N failed or missing answers, or up to that fraction of its answers. The tolerance accepts
-the figures over the answered questions as they are (with the count of failed and missing answers beside
-them); they stay marked provisional, with their bounds, either way: it only decides whether the result is
-*accepted* (the exit code), and it is recorded in summary.json (``allow_failed``).
+summary.json says ``complete: false`` (per evaluation block, per model and at the top) with the
+counts and the bounds beside each provisional figure; the terminal table, the report and ``dxi
+view`` mark it (``MARK``) and give its bounds; ``dxi run`` / ``dxi score`` exit non-zero, unless the
+user accepted a tolerance (``--allow-failed N|FRACTION``, or ``allow_failed`` in a run file): each
+model's evaluation may then have up to N failed or missing answers, or up to that fraction of its
+answers. The tolerance accepts the figures over the answered questions as they are (with the count
+of failed and missing answers beside them); they stay marked provisional, with their bounds, either
+way: it only decides whether the result is *accepted* (the exit code), and it is recorded in
+summary.json (``allow_failed``).
 
 Invalid answers are the model's reply (SPEC §6): they never make a figure provisional.
 """
@@ -75,11 +76,11 @@ MARK = "*"
 
 def notes(summary: Summary) -> list[str]:
     """What a reader is told about the provisional figures of a summary (plain text, one sentence each):
-    per model with failed or missing answers, how many, in which evaluations, that its figures are over
-    the answered questions, each provisional figure's bounds (``bounds``) and how many answers the next
-    ``dxi run`` requests again; then, when the result is not accepted, what to do. Empty when every
-    figure is complete. The terminal prints them under the table, the report's banner and ``dxi view``'s
-    overview show them."""
+    per model with failed or missing answers, how many, in which evaluations, that its figures are
+    over the answered questions, each provisional figure's bounds (``bounds``) and how many answers
+    the next ``dxi run`` requests again; then, when the result is not accepted, what to do. Empty
+    when every figure is complete. The terminal prints them under the table, the report's banner and
+    ``dxi view``'s overview show them."""
     lines = []
     tolerance = summary.allow_failed
     for m in summary.models:
@@ -91,16 +92,17 @@ def notes(summary: Summary) -> list[str]:
         counts = " and ".join(t for t in (f"{failed} failed" if failed else "", f"{missing} missing" if missing else "")
                               if t)
         spans = bounds(m)
-        text = (f"{m.model}: provisional ({MARK}): {counts} answer(s) in {', '.join(_title(n) for n in blocks)}, "
-                "left out: its figures are over the answered questions"
-                + (f"; whatever those answers turn out to be, they lie within: {'; '.join(spans)}" if spans else "")
-                + f"; the next `dxi run` with these options requests {rerun} of them again")
+        within = f"; whatever those answers turn out to be, they lie within: {'; '.join(spans)}"
+        text = (f"{m.model}: provisional ({MARK}): {counts} answer(s) in "
+                f"{', '.join(_title(n) for n in blocks)}, left out: its figures are over the answered "
+                f"questions{within if spans else ''}; the next `dxi run` with these options requests "
+                f"{rerun} of them again")
         kept = failed + missing - rerun
         if kept:
             text += f" ({kept} deterministic failure(s) are kept: --retry-failed requests them too)"
         if m.within_tolerance is True:
-            text += (f"; accepted as they are (the figures over the answered questions, {counts} answer(s) "
-                     f"beside them): within --allow-failed {_tolerance(tolerance)}")
+            text += (f"; accepted as they are (the figures over the answered questions, {counts} "
+                     f"answer(s) beside them): within --allow-failed {_tolerance(tolerance)}")
         lines.append(text + ".")
     if lines and not summary.accepted:
         lines.append("The result is provisional: rerun to complete it, or accept the failed and missing answers "
@@ -109,9 +111,9 @@ def notes(summary: Summary) -> list[str]:
 
 
 def bounds(entry: ModelEntry) -> list[str]:
-    """The bounds of a model's provisional figures as text (``summary.json``'s names): "decision_index
-    [31.2, 47.9]", then "<evaluation title> <metric> [low, high]" per provisional figure, one decimal
-    (low rounded down, high up, so the text never narrows them)."""
+    """The bounds of a model's provisional figures as text (``summary.json``'s names):
+    "decision_index [31.2, 47.9]", then "<evaluation title> <metric> [low, high]" per provisional
+    figure, one decimal (low rounded down, high up, so the text never narrows them)."""
     out = []
     if unset(entry.decision_index_bounds) is not None:
         out.append(f"decision_index {span(entry.decision_index_bounds)}")
@@ -123,10 +125,11 @@ def bounds(entry: ModelEntry) -> list[str]:
 
 
 def span(bounds: list[float], digits: int = 1) -> str:
-    """Bounds [lowest, highest] as text with ``digits`` decimals, the lowest rounded down and the highest
-    up, so the text never narrows them (and a figure shown rounded to the nearest stays inside)."""
+    """Bounds [lowest, highest] as text with ``digits`` decimals, the lowest rounded down and the
+    highest up, so the text never narrows them (and a figure shown rounded to the nearest stays
+    inside)."""
     scale = 10 ** digits
-    low, high = (round(b * scale, 6) for b in bounds)  # 33.3 * 10 is 332.99999999999994 in floating point
+    low, high = (round(b * scale, 6) for b in bounds)  # 33.3 * 10 is 332.99999999999994
     return f"[{math.floor(low) / scale:.{digits}f}, {math.ceil(high) / scale:.{digits}f}]"
 
 

@@ -38,11 +38,11 @@ class Scored:
     * ``statuses``: answer counts per status, per (label, eval); ``errors``: the most frequent errors.
     * ``invalid``: the invalid answers' reasons counted per (label, shape) (``summary.invalid_counts``).
     * ``comparisons``: every pair of models, the difference of the index and of each metric with its
-      paired-bootstrap interval and p-values (``scoring.compare``; empty unless asked for, and without
-      a bootstrap), and ``settled`` (``scoring.bounds.settle``: false where the failed and missing
-      answers could overturn the difference, which is then not claimed). The index table then also has
-      each model's ``rank``, ``rank_low``, ``rank_high`` and ``tied_group`` (``scoring.bounds.settle_ranks``
-      applied).
+      paired-bootstrap interval and p-values (``scoring.compare``; empty unless asked for, and
+      without a bootstrap), and ``settled`` (``scoring.bounds.settle``: false where the failed and
+      missing answers could overturn the difference, which is then not claimed). The index table
+      then also has each model's ``rank``, ``rank_low``, ``rank_high`` and ``tied_group``
+      (``scoring.bounds.settle_ranks`` applied).
     """
 
     answers: pl.DataFrame
@@ -154,14 +154,16 @@ class Scorer:
             self.discordants[name] = discordant(cube)
         return cubes
 
-    def _settled(self, pairs: pl.DataFrame, ranks: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """``compare``'s comparisons and ranks with the rule for provisional figures applied (SPEC §6,
-        ``scoring.bounds``): a difference the failed and missing answers could overturn is not claimed
-        (``settled`` false), and the ranks' intervals and tied groups follow."""
+    def _settled(self, pairs: pl.DataFrame, ranks: pl.DataFrame
+                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """``compare``'s comparisons and ranks with the rule for provisional figures applied (SPEC
+        §6, ``scoring.bounds``): a difference the failed and missing answers could overturn is not
+        claimed (``settled`` false), and the ranks' intervals and tied groups follow."""
         index = index_values(self.estimates, self.labels)
         point = np.where([bool(u) for u in index.unavailable], np.nan, index.point)
         figures = figure_bounds(self.estimates, (point, index.lowest, index.highest))
-        return settle(pairs, self.labels, figures), settle_ranks(ranks, self.labels, figures[(None, "decision_index")])
+        return (settle(pairs, self.labels, figures),
+                settle_ranks(ranks, self.labels, figures[(None, "decision_index")]))
 
     def result(self, answers: pl.DataFrame | None = None, comparisons: bool = False, **tables: pl.DataFrame) -> Scored:
         """The tables of everything added, as ``Scored`` (``answers`` the frame to keep in it, or an empty

@@ -1,11 +1,11 @@
 """Sums over answers: every metric, its spread over epochs and its bootstrap interval from the same sums.
 
 ``build_cubes(answers)`` splits the answers frame by evaluation into ``Cube``s. Each answer carries
-the statistics ``ALL_STATS``: ``metrics.STATS`` (n, correct, hallucinated, tp, fp, fn, open_yes), its status
-counts (invalid, failed, missing) and its calibration terms (``calibration.answer_calibration``: pn,
-brier, log_loss, and its confidence bin's ECE gap), and its place: task ``t`` (sorted id order),
-model label ``l``, epoch ``s`` and metric unit ``u`` (WildGuardTest: the question, each with its own F1;
-other evaluations: one unit, "all").
+the statistics ``ALL_STATS``: ``metrics.STATS`` (n, correct, hallucinated, tp, fp, fn, open_yes),
+its status counts (invalid, failed, missing) and its calibration terms
+(``calibration.answer_calibration``: pn, brier, log_loss, and its confidence bin's ECE gap), and its
+place: task ``t`` (sorted id order), model label ``l``, epoch ``s`` and metric unit ``u``
+(WildGuardTest: the question, each with its own F1; other evaluations: one unit, "all").
 
 * Point estimates: the statistics summed per (label, epoch, unit) — ``Cube.sums`` — then the metric
   formulas (``metrics.*_from``, ``calibration.*_from``), then the mean and spread over epochs.
@@ -49,8 +49,8 @@ COUNTS = ("invalid", "failed", "missing", "repaired", "rerun")  # answers by sta
 CALIBRATION = ("pn", "brier", "log_loss")
 ECE_GAPS = tuple(f"gap{b}" for b in range(cal.ECE_BINS))
 ALL_STATS = (*STATS, *COUNTS, *CALIBRATION, *ECE_GAPS)
-FLAGS = (*STATS[1:], *COUNTS, "pn")  # the 0/1 statistics of an answer, bit k = FLAGS[k] (``n``, 1 for a reply,
-# is 1 − failed − missing)
+# the 0/1 statistics of an answer, bit k = FLAGS[k] (``n``, 1 for a reply, is 1 − failed − missing)
+FLAGS = (*STATS[1:], *COUNTS, "pn")
 assert ALL_STATS[1:1 + len(FLAGS)] == FLAGS
 RESAMPLED = {  # the statistics a resample needs, per kind of evaluation
     "choice": ("n", "correct", "hallucinated", *CALIBRATION, *ECE_GAPS),
@@ -65,7 +65,7 @@ BREAKDOWNS: dict[str, dict[str, str]] = {
 }
 TABLE_METRICS = (*ALL_METRICS, *cal.CALIBRATION_METRICS)
 SUFFIXES = ("", "_sd", "_low", "_high")
-BOUND_SUFFIXES = ("_lowest", "_highest")  # a provisional figure's bounds (``scoring.bounds``); null when complete
+BOUND_SUFFIXES = ("_lowest", "_highest")  # a provisional figure's bounds (``scoring.bounds``)
 EVERY_FAILED = "every request failed"  # the reason an evaluation's metrics are null when no reply came
 NONE_CACHED = "no answer in the cache"  # ... when none of its requests is in the cache
 NO_REPLY = "no reply: every answer failed or is missing"  # ... when some failed and the rest are missing
@@ -132,15 +132,16 @@ class Cube:
 
     @cached_property
     def _replied(self) -> np.ndarray:
-        """(labels, tasks) bool: the label has a reply (not failed or missing) to the task in some epoch."""
+        """(labels, tasks) bool: the label has a reply (not failed or missing) to the task in some
+        epoch."""
         out = np.zeros((len(self.labels), self.n_tasks), bool)
         r = self.stat("n") > 0
         out[self.l[r], self.t[r]] = True
         return out
 
     def replied_tasks(self, tasks: np.ndarray | None = None) -> np.ndarray:
-        """(labels,) the tasks (of ``tasks``, else all) each label has a reply to: the *n* of an interval
-        over the answered questions (a provisional figure's, SPEC §6)."""
+        """(labels,) the tasks (of ``tasks``, else all) each label has a reply to: the *n* of an
+        interval over the answered questions (a provisional figure's, SPEC §6)."""
         replied = self._replied if tasks is None else self._replied[:, tasks]
         return replied.sum(1)
 
@@ -170,7 +171,8 @@ class Cube:
         out = np.empty((n_groups, len(ALL_STATS), cells))
         out[:, 0] = np.bincount(key, minlength=size).reshape(n_groups, cells)
         out[:, 1:1 + len(FLAGS)] = _flag_sums(key, flags, size).reshape(len(FLAGS), n_groups, cells).swapaxes(0, 1)
-        out[:, 0] -= out[:, ALL_STATS.index("failed")] + out[:, ALL_STATS.index("missing")]  # ``n``: the replies
+        # ``n``: the replies
+        out[:, 0] -= out[:, ALL_STATS.index("failed")] + out[:, ALL_STATS.index("missing")]
         first = 1 + len(FLAGS)
         for k, values in enumerate((brier, log_loss)):
             out[:, first + k] = np.bincount(key, weights=values, minlength=size).reshape(n_groups, cells)
@@ -316,7 +318,8 @@ def build_cubes(ans: pl.DataFrame) -> dict[str, Cube]:
 
 
 def all_answers(sums: Sums) -> np.ndarray:
-    """Every answer expected, whatever its status: the replies (``n``) plus the failed and missing ones."""
+    """Every answer expected, whatever its status: the replies (``n``) plus the failed and missing
+    ones."""
     return sums["n"] + sums["failed"] + sums["missing"]
 
 
@@ -359,9 +362,10 @@ def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
 
 
 def eval_bounds(cube: Cube, sums: Sums) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The bounds of ``cube``'s index metrics from ``sums`` (``scoring.bounds``): ``(lowest, highest)``,
-    each metric -> (labels,), the mean over epochs of each epoch's bounds; NaN for a label without
-    failed or missing answers (a complete figure has no bounds) and where no completion is defined."""
+    """The bounds of ``cube``'s index metrics from ``sums`` (``scoring.bounds``): ``(lowest,
+    highest)``, each metric -> (labels,), the mean over epochs of each epoch's bounds; NaN for a
+    label without failed or missing answers (a complete figure has no bounds) and where no
+    completion is defined."""
     open_ = sums["failed"] + sums["missing"]  # (labels, epochs, units)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -370,21 +374,23 @@ def eval_bounds(cube: Cube, sums: Sums) -> tuple[dict[str, np.ndarray], dict[str
             n, right, k = _pooled(sums["n"]), _pooled(sums["correct"]), _pooled(open_)
             per_epoch["accuracy"] = bnd.accuracy_bounds(right, n, k)
             if cube.eval == OMNISCIENCE:
-                per_epoch["non_hallucination_rate"] = bnd.non_hallucination_bounds(_pooled(sums["hallucinated"]),
-                                                                                  n - right, k)
+                per_epoch["non_hallucination_rate"] = bnd.non_hallucination_bounds(
+                    _pooled(sums["hallucinated"]), n - right, k)
         else:
             yes = _f64(sums["open_yes"])
-            low, high, undefined = bnd.f1_bounds(_f64(sums["tp"]), _f64(sums["fp"]), _f64(sums["fn"]), yes,
-                                                 _f64(open_) - yes)  # (labels, epochs, units)
+            low, high, undefined = bnd.f1_bounds(_f64(sums["tp"]), _f64(sums["fp"]),
+                                                 _f64(sums["fn"]), yes, _f64(open_) - yes)
             stacked = []
             for q, metric in WILDGUARD_F1.items():
                 if q in cube.units:
                     u = cube.units.index(q)
                     stacked.append((low[..., u], high[..., u], undefined[..., u]))
                 else:  # a question never asked: its F1 is undefined whatever happens
-                    stacked.append((np.full(low.shape[:-1], np.nan),) * 2 + (np.ones(low.shape[:-1], bool),))
+                    never = np.full(low.shape[:-1], np.nan)
+                    stacked.append((never, never, np.ones(low.shape[:-1], bool)))
                 per_epoch[metric] = stacked[-1][:2]
-            per_epoch["mean_f1"] = bnd.mean_f1_bounds(*(np.stack(v, -1) for v in zip(*stacked, strict=True)))
+            per_epoch["mean_f1"] = bnd.mean_f1_bounds(
+                *(np.stack(v, -1) for v in zip(*stacked, strict=True)))
         provisional = open_.sum(axis=(1, 2)) > 0  # (labels,)
         lowest, highest = {}, {}
         for metric, (low, high) in per_epoch.items():
@@ -425,11 +431,12 @@ def epoch_sd(v: np.ndarray) -> np.ndarray:
 class EvalMetrics:
     """One evaluation's (or breakdown group's) metrics for every label: ``point``/``sd``/``low``/
     ``high`` map metric -> (labels,); ``per_epoch`` -> (labels, epochs); ``replicates`` ->
-    (resamples, labels); ``counts`` (labels, ``COUNTS``); ``n`` tasks; ``answered`` labels with answers;
-    ``answers`` (labels,) the answers expected of each (questions × epochs, whatever their status);
-    ``no_reply`` labels none of whose answers is a reply (every one failed or missing: null metrics);
-    ``replied`` (labels,) the tasks each label has a reply to; ``lowest``/``highest`` map metric ->
-    (labels,), a provisional figure's bounds (``scoring.bounds``; NaN for a complete one)."""
+    (resamples, labels); ``counts`` (labels, ``COUNTS``); ``n`` tasks; ``answered`` labels with
+    answers; ``answers`` (labels,) the answers expected of each (questions × epochs, whatever their
+    status); ``no_reply`` labels none of whose answers is a reply (every one failed or missing: null
+    metrics); ``replied`` (labels,) the tasks each label has a reply to; ``lowest``/``highest`` map
+    metric -> (labels,), a provisional figure's bounds (``scoring.bounds``; NaN for a complete
+    one)."""
 
     point: dict[str, np.ndarray]
     sd: dict[str, np.ndarray]
@@ -481,7 +488,8 @@ def eval_metrics(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray 
             reps = epoch_mean(v)  # (resamples, labels)
             est.replicates[m] = reps
             if m in WILSON_METRICS:
-                est.low[m], est.high[m] = wilson(est.point[m], est.replied, boot.confidence)  # answered tasks
+                # over the tasks answered (a provisional figure's, SPEC §6)
+                est.low[m], est.high[m] = wilson(est.point[m], est.replied, boot.confidence)
             else:
                 est.low[m], est.high[m] = boot.interval(reps)
     return est
@@ -505,13 +513,15 @@ def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
     for m in METRICS.get(cube.eval, ()):
         for suffix, source in zip(BOUND_SUFFIXES, (est.lowest, est.highest), strict=True):
             v = source.get(m)
-            columns[m + suffix] = np.full(n_labels, np.nan) if v is None else np.where(unscored, np.nan, v)
+            columns[m + suffix] = (np.full(n_labels, np.nan) if v is None
+                                   else np.where(unscored, np.nan, v))
     columns["reason"] = pl.Series(est.reason(), dtype=pl.String)
     return pl.DataFrame(columns).fill_nan(None).filter(pl.Series(est.answered))
 
 
 def _table(frames: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
-    columns = [*keys, "n", "answers", *COUNTS, "epochs", *[m + s for m in TABLE_METRICS for s in SUFFIXES],
+    columns = [*keys, "n", "answers", *COUNTS, "epochs",
+               *[m + s for m in TABLE_METRICS for s in SUFFIXES],
                *[m + s for m in ALL_METRICS for s in BOUND_SUFFIXES], "reason"]
     if not frames:
         return pl.DataFrame(schema={c: (pl.String if c in keys or c == "reason" else pl.Float64) for c in columns})
@@ -527,10 +537,10 @@ def eval_metrics_all(cubes: dict[str, Cube], boot: Bootstrap | None = None) -> d
 
 def metric_table(cubes: dict[str, Cube], estimates: dict[str, EvalMetrics]) -> pl.DataFrame:
     """Per (label, eval): ``n`` tasks, ``invalid``/``failed``/``missing`` answer counts, ``epochs``, and
-    every metric (index metrics 0-100, calibration in its own units) with ``_sd`` over epochs and the
-    interval ``_low``/``_high`` (null without a bootstrap); the index metrics of a provisional figure
-    (failed or missing answers) with its bounds ``_lowest``/``_highest`` (``scoring.bounds``; null when
-    complete). Labels with no answers in an evaluation have no row for it."""
+    every metric (index metrics 0-100, calibration in its own units) with ``_sd`` over epochs and
+    the interval ``_low``/``_high`` (null without a bootstrap); the index metrics of a provisional
+    figure (failed or missing answers) with its bounds ``_lowest``/``_highest`` (``scoring.bounds``;
+    null when complete). Labels with no answers in an evaluation have no row for it."""
     return _table([_frame(cubes[name], est) for name, est in estimates.items()], ["label", "eval"])
 
 
