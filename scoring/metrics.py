@@ -37,7 +37,7 @@ import polars as pl
 
 PRED, GOLD = pl.col("predicted"), pl.col("gold")
 IDK = "E"  # AA-Omniscience-Decision's "I don't know" option
-NOT_ANSWERS = ("failed", "missing")  # statuses of answers that answered nothing (never a hallucination)
+NOT_ANSWERS = ("failed", "missing")  # statuses of answers that answered nothing (left out)
 STATS = ("n", "correct", "hallucinated", "tp", "fp", "fn", "open_yes")
 
 X = TypeVar("X")  # a pl.Expr or a NumPy array of sums

@@ -120,7 +120,7 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int, label: str 
               "repaired": row["repaired"], "complete": row["failed"] + row["missing"] == 0}
     if not block["complete"]:  # provisional (``scoring.provisional``): what the next `dxi run` requests again
         block["rerun"] = row["rerun"]
-    if row["missing"]:  # scored as not correct (provisional); why they are missing, and what to do
+    if row["missing"]:  # left out (provisional); why they are missing, and what to do
         block["reason"] = _missing_reason(row["missing"], data, label)
     if row.get("reason"):  # no answer is a reply: nothing to score, so no metric (never 0.0 as a score)
         block["reason"] = _no_reply(row, block.get("reason"))
