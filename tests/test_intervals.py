@@ -173,15 +173,18 @@ def test_a_missing_answer_is_left_out_and_only_no_reply_at_all_makes_a_metric_nu
              for i, s in enumerate(("missing", "failed"))]
     scored = score(frame(rows), Bootstrap(resamples=20))
     omni = scored.metrics.filter(pl.col("eval") == "aa_omniscience_decision").row(0, named=True)
-    # Omniscience: task 0 (right) missing, left out; task 1 wrong, a hallucination: over the one answered,
-    # accuracy 0 and non-hallucination 0; bounds: accuracy [0, 50], non-hallucination [1 − 2/2, 1 − 1/2]
-    assert (omni["accuracy"], omni["non_hallucination_rate"], omni["missing"], omni["rerun"]) == (0.0, 0.0, 1, 1)
+    # Omniscience: task 0 (right) missing, left out; task 1 wrong, a hallucination: over the one
+    # answered, accuracy 0 and non-hallucination 0; bounds: accuracy [0, 50], non-hallucination
+    # [1 − 2/2, 1 − 1/2]
+    assert (omni["accuracy"], omni["non_hallucination_rate"]) == (0.0, 0.0)
+    assert (omni["missing"], omni["rerun"]) == (1, 1)
     assert (omni["accuracy_lowest"], omni["accuracy_highest"]) == (0.0, 50.0)
-    assert (omni["non_hallucination_rate_lowest"], omni["non_hallucination_rate_highest"]) == (0.0, 50.0)
+    nh = (omni["non_hallucination_rate_lowest"], omni["non_hallucination_rate_highest"])
+    assert nh == (0.0, 50.0)
     assert omni["accuracy_low"] is not None
     idx = scored.index.row(0, named=True)
     # HLE and When2Call 50; WildGuardTest: each question one TP and one FP, F1 = 2 / 3
-    assert idx["decision_index"] == pytest.approx(0.125 * 0 + 0.125 * 0 + 0.25 * 50 + 0.25 * 50 + 0.25 * 200 / 3)
+    assert idx["decision_index"] == pytest.approx(0.25 * 50 + 0.25 * 50 + 0.25 * 200 / 3)
     assert (idx["decision_index_lowest"], idx["decision_index_highest"]) == pytest.approx(
         (idx["decision_index"], idx["decision_index"] + 0.125 * 50 + 0.125 * 50))
     nothing = scored.metrics.filter(pl.col("label") == N).row(0, named=True)  # no reply: null, with the reason

@@ -106,8 +106,9 @@ def test_metrics_table_and_summary_by_hand():
     # not correct: 3 (E, C, invalid); hallucinated: C and invalid -> 2/3
     assert omni["non_hallucination_rate"] == pytest.approx(100 / 3)
     assert (omni["n"], omni["invalid"], omni["failed"]) == (4, 1, 0)
-    hle = by_eval["hle_multichoice"]  # 1 of its 2 answers failed: the figure is over the 1 answered, right
-    assert (hle["accuracy"], hle["failed"], hle["accuracy_lowest"], hle["accuracy_highest"]) == (100.0, 1, 50.0, 100.0)
+    hle = by_eval["hle_multichoice"]  # 1 of its 2 answers failed: over the 1 answered, right
+    assert (hle["accuracy"], hle["failed"]) == (100.0, 1)
+    assert (hle["accuracy_lowest"], hle["accuracy_highest"]) == (50.0, 100.0)
     assert omni["accuracy_lowest"] is None  # complete: no bounds
     assert by_eval["when2call"]["accuracy"] == 75.0
     wgm = by_eval["wildguardtest"]
@@ -121,7 +122,8 @@ def test_metrics_table_and_summary_by_hand():
     assert entry["decision_index"] == pytest.approx(expected, abs=1e-6)
     assert entry["evals"]["hle_multichoice"]["accuracy_bounds"] == [50.0, 100.0]
     assert "accuracy_bounds" not in entry["evals"]["when2call"]
-    assert entry["decision_index_bounds"] == pytest.approx([expected - 0.25 * 50, expected], abs=1e-6)
+    bounds = entry["decision_index_bounds"]
+    assert bounds == pytest.approx([expected - 0.25 * 50, expected], abs=1e-6)
     assert "undefined" in entry["evals"]["wildguardtest"]["reason"]
     assert entry["requests"] == {"sent": 10}
 
