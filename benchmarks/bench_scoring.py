@@ -46,11 +46,11 @@ GOAL_RESCORE, GOAL_BOOTSTRAP = 0.5, 5.0
 
 def plain_index(shards: list[Path], tasks: list, models: list[str]) -> dict[str, float | None]:
     """The Decision Index per model label, computed row by row in plain Python (no Polars, no NumPy):
-    the reference a vectorised scorer is measured against, written from the methodology's words and SPEC
-    §6: current rows only (prompt version, task digest, epoch 0), the newest row per request; invalid
-    answers wrong (a hallucination in Omniscience: the model's reply, not "I don't know"; the wrong side of
-    F1); failed and missing answers not correct and the wrong side of F1, but never a hallucination (they
-    answered nothing); null when no answer of an evaluation is a reply."""
+    the reference a vectorised scorer is measured against, written from the methodology's words and
+    SPEC §6: current rows only (prompt version, task digest, epoch 0), the newest row per request;
+    invalid answers wrong (a hallucination in Omniscience: the model's reply, not "I don't know";
+    the wrong side of F1); failed and missing answers left out (they answered nothing: every figure
+    is over the replies); null when no answer of an evaluation is a reply."""
     digest = {t.id: t.digest for t in tasks}
     wanted = {f"{PROVIDER}:{m}" for m in models}
     newest: dict[tuple[str, str], dict] = {}
@@ -77,8 +77,10 @@ def plain_index(shards: list[Path], tasks: list, models: list[str]) -> dict[str,
                 gold = task.gold[q.id]
                 unit = q.id if task.eval == "wildguardtest" else "all"
                 s = sums[(label, task.eval, unit)]
-                s["n"] += 1
                 s["replies"] += replied
+                if not replied:
+                    continue
+                s["n"] += 1
                 s["correct"] += predicted == gold
                 s["hallucinated"] += replied and predicted != gold and predicted != "E"
                 positive = (predicted == "yes") if predicted is not None else gold != "yes"

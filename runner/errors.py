@@ -3,7 +3,7 @@ them without importing what planning a run needs (Polars, the scoring, the cache
 ``dxi --help`` lists the exit codes (``runner.commands.options.EXIT_CODES``)."""
 from __future__ import annotations
 
-EXIT_FAILED_REQUESTS = 1  # done, but provisional: answers failed or are missing (scored as not correct)
+EXIT_FAILED_REQUESTS = 1  # done, but provisional: answers failed or are missing (left out)
 EXIT_USAGE = 2  # bad input (UsageError, a dataset error, argparse's own)
 EXIT_COST_BOUND = 3  # stopped at the cost bound
 EXIT_CACHE_WRITE = 4  # the cache could not be written

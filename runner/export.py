@@ -20,7 +20,8 @@ it never sends a request. Metrics are 0-100 (``metric_unit`` "percent"); a metri
 undefined F1, no reply at all) has no result, and its reason is in the record's
 ``source_metadata.additional_details`` under ``<metric>_reason``. An evaluation without data has no record.
 A provisional figure (answers failed or missing, ``scoring.provisional``) is marked: ``complete`` "false"
-in its result's ``score_details.details`` (with the counts) and a ``provisional`` note in the record's
+in its result's ``score_details.details`` (with the counts and its bounds, ``bounds_lowest`` and
+``bounds_highest``: ``scoring.bounds``) and a ``provisional`` note in the record's
 ``source_metadata.additional_details``; each interval names its method (Wilson or bootstrap).
 """
 from __future__ import annotations
@@ -75,8 +76,10 @@ ANSWER_COLUMNS = {
 }
 EXPORT_COLUMNS = {**ANSWER_COLUMNS, "effort": "the effort level the model's requests carried (summary.json's "
                                               "effort: none, minimal, low, medium, high, xhigh, max; null: unset)"}
-PROVISIONAL = ("provisional: {} failed and {} missing answer(s) are scored as not correct (never as hallucinations); "
-               "the figure is not final (summary.json: complete false)")
+PROVISIONAL = ("provisional: {} failed and {} missing answer(s) are left out (the figures are "
+               "over the answered questions, with their bounds whatever those answers turn out "
+               "to be in score_details.details); the figure is not final (summary.json: complete "
+               "false)")
 _OMNISCIENCE_SOURCE = "Artificial Analysis AA-Omniscience (the published Decision Index uses 500 private questions)"
 
 
@@ -244,8 +247,11 @@ def _result(result_id: str, name: str, source: dict, metric: str, block: dict, s
         if intervals.get("resamples") and "bootstrap" in method:
             uncertainty["num_bootstrap_samples"] = int(intervals["resamples"])
     details = {k: str(block[k]) for k in ("invalid", "failed", "missing", "repaired", "rerun") if k in block}
-    if "complete" in block:  # false: a provisional figure (failed or missing answers scored as not correct)
+    if "complete" in block:  # false: provisional (over the answered questions, with bounds)
         details["complete"] = str(block["complete"]).lower()
+    bounds = block.get(f"{metric}_bounds")
+    if bounds is not None:  # whatever the failed and missing answers are (scoring.bounds)
+        details["bounds_lowest"], details["bounds_highest"] = str(bounds[0]), str(bounds[1])
     if block.get(f"{metric}_sd") is not None:
         details["sd_over_epochs"] = str(block[f"{metric}_sd"])
     return {"evaluation_result_id": result_id, "evaluation_name": name, "source_data": source,
@@ -379,6 +385,7 @@ def write_eee(target: Path, summary: Summary, scored: scoring.Scored, models: pl
         if entry.decision_index is not None:
             block = {"decision_index": entry.decision_index, "decision_index_ci": unset(entry.decision_index_ci),
                      "decision_index_sd": unset(entry.decision_index_sd),
+                     "decision_index_bounds": unset(entry.decision_index_bounds),
                      "n": sum(b.get("n", 0) for b in entry.evals.values()), "complete": entry.complete}
             if not entry.complete:
                 failed = sum(b.get("failed", 0) for b in entry.evals.values())

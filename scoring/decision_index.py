@@ -4,7 +4,9 @@
     + 0.25·accuracy(HLE-MultiChoice) + 0.25·accuracy(When2Call) + 0.25·mean F1(WildGuardTest)
 
 All terms are 0-100, so the index is 0-100. It is null (with the reason) whenever any term is null:
-never a partial index presented as whole.
+never a partial index presented as whole. An index with a provisional term (failed or missing
+answers) is provisional, with bounds: the same weighted sum of its terms' bounds
+(``scoring.bounds``).
 """
 from __future__ import annotations
 
@@ -45,16 +47,38 @@ def decision_index(evals: dict[str, dict], exact: dict[str, dict] | None = None)
 
 
 
+def index_bounds(exact: dict[str, dict | None]) -> tuple[float, float] | None:
+    """The bounds (lowest, highest) of a provisional index (``scoring.bounds``: the weighted sum of
+    its terms' bounds, a complete term at its value) from each evaluation's ``metrics`` row
+    (``exact``, with ``<metric>_lowest``/``_highest``); None when every term is complete or one is
+    missing."""
+    low = high = 0.0
+    provisional = False
+    for (name, metric), weight in WEIGHTS.items():
+        row = exact.get(name)
+        if row is None or row.get(metric) is None:
+            return None
+        lo, hi = row.get(f"{metric}_lowest"), row.get(f"{metric}_highest")
+        provisional |= lo is not None
+        low += weight * (row[metric] if lo is None else lo)
+        high += weight * (row[metric] if hi is None else hi)
+    return (low, high) if provisional else None
+
+
 @dataclass(frozen=True, slots=True)
 class IndexValues:
     """The Decision Index of every label, before it becomes a table: ``point`` (labels,) the mean over
-    epochs, ``per_epoch`` (labels, epochs), ``replicates`` (resamples, labels; (1, labels) zeros without a
-    bootstrap), ``unavailable``: per label the terms that are null (the index is null when any is)."""
+    epochs, ``per_epoch`` (labels, epochs), ``replicates`` (resamples, labels; (1, labels) zeros
+    without a bootstrap), ``unavailable``: per label the terms that are null (the index is null when
+    any is); ``lowest``/``highest`` (labels,): its bounds (``scoring.bounds``: each term's, a
+    complete term at its value), NaN where every term is complete."""
 
     point: np.ndarray
     per_epoch: np.ndarray
     replicates: np.ndarray
     unavailable: list[list[str]]
+    lowest: np.ndarray
+    highest: np.ndarray
 
 
 def index_values(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap | None = None) -> IndexValues:
@@ -63,6 +87,7 @@ def index_values(estimates: dict[str, EvalMetrics], labels: list[str], boot: Boo
     n = len(labels)
     point, per_epoch, replicates = np.zeros(n), np.zeros((n, 1)), np.zeros((1, n))
     unavailable: list[list[str]] = [[] for _ in range(n)]
+    lowest, highest, provisional = np.zeros(n), np.zeros(n), np.zeros(n, bool)
     for (name, metric), weight in WEIGHTS.items():
         est = estimates.get(name)
         if est is None:
@@ -73,16 +98,25 @@ def index_values(estimates: dict[str, EvalMetrics], labels: list[str], boot: Boo
         for i in np.flatnonzero(np.isnan(value)):
             unavailable[i].append(f"{name}.{metric}")
         point = point + weight * value
+        low, high = est.lowest.get(metric), est.highest.get(metric)
+        if low is not None:
+            provisional |= ~np.isnan(low)
+            lowest = lowest + weight * np.where(np.isnan(low), value, low)
+            highest = highest + weight * np.where(np.isnan(high), value, high)
+        else:
+            lowest, highest = lowest + weight * value, highest + weight * value
         per_epoch = per_epoch + weight * est.per_epoch[metric]
         if boot is not None:
             replicates = replicates + weight * est.replicates[metric]
-    return IndexValues(point, per_epoch, replicates, unavailable)
+    lowest, highest = np.where(provisional, lowest, np.nan), np.where(provisional, highest, np.nan)
+    return IndexValues(point, per_epoch, replicates, unavailable, lowest, highest)
 
 
 def index_table(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap | None = None) -> pl.DataFrame:
     """Per label: ``decision_index`` (mean over epochs), ``decision_index_sd`` (spread of the per-epoch
     index; null for one epoch) and, with a bootstrap, ``decision_index_low``/``_high``: the MOVER
-    combination of the five weighted terms' own intervals (``index_interval``). Null with a
+    combination of the five weighted terms' own intervals (``index_interval``), and, when it is
+    provisional, its bounds ``decision_index_lowest``/``_highest`` (``scoring.bounds``). Null with a
     ``reason`` when any term is unavailable (an evaluation without data, or without any reply).
     ``estimates`` maps evaluation -> ``scoring.sums.EvalMetrics`` over ``labels``."""
     n = len(labels)
@@ -93,7 +127,8 @@ def index_table(estimates: dict[str, EvalMetrics], labels: list[str], boot: Boot
     return pl.DataFrame({
         "label": labels,
         **{f"decision_index{suffix}": np.where(bad, np.nan, v)
-           for suffix, v in (("", values.point), ("_sd", epoch_sd(values.per_epoch)), ("_low", low), ("_high", high))},
+           for suffix, v in (("", values.point), ("_sd", epoch_sd(values.per_epoch)), ("_low", low),
+                             ("_high", high), ("_lowest", values.lowest), ("_highest", values.highest))},
         "reason": [f"not computed: {', '.join(u)} unavailable (see each evaluation's reason)" if u else None
                    for u in values.unavailable],
     }, schema_overrides={"reason": pl.String}).fill_nan(None)

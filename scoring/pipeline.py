@@ -9,11 +9,12 @@ metric per model and evaluation, averaged over epochs (``scoring.scored.score`` 
 calibration and breakdowns).
 
 Status of an answer: ``ok``; ``invalid`` (a reply came but this answer was unusable); ``failed`` (no
-reply after the retry budget, or a deterministic error); ``missing`` (not in the cache: never sent, or
-the run stopped). Invalid answers are the model's reply, scored as wrong (SPEC §6). Failed and missing
-answers are not answers: scored as not correct, never as hallucinations, and they make the evaluation's
-figures provisional (``scoring.provisional``); ``rerun`` marks those whose request the next ``dxi run``
-sends again (missing ones, and failures that were not deterministic).
+reply after the retry budget, or a deterministic error); ``missing`` (not in the cache: never sent,
+or the run stopped). Invalid answers are the model's reply, scored as wrong (SPEC §6). Failed and
+missing answers are not answers: left out of every figure, which they make provisional, with bounds
+for whatever they turn out to be (``scoring.provisional``, ``scoring.bounds``); ``rerun`` marks
+those whose request the next ``dxi run`` sends again (missing ones, and failures that were not
+deterministic).
 
 Speed: every expected answer has an integer place ``(m·G + g)·E + s`` — model ``m`` (labels in sorted
 order), gold row ``g`` (sorted by eval, task id, question id), epoch ``s`` — so cache rows are placed,

@@ -1,26 +1,37 @@
 """Provisional figures: an evaluation with failed or missing answers, and the tolerance a user accepts.
 
 SPEC §6: a failed answer (no valid reply after its retries) and a missing one (never sent: the run
-stopped, a provider was stopped, a smaller selection was run) are not answers. They are scored as not
-correct, never as hallucinations (``scoring.metrics``), and every figure they touch is *provisional*:
-summary.json says ``complete: false`` (per evaluation block, per model and at the top) with the counts,
-the terminal table, the report and ``dxi view`` mark it, and ``dxi run`` / ``dxi score`` exit non-zero,
-unless the user accepted a tolerance (``--allow-failed N|FRACTION``, or ``allow_failed`` in a run file):
-each model's evaluation may then have up to N failed or missing answers, or up to that fraction of its
-answers. The figures stay marked provisional either way; the tolerance only decides whether the result
-is *accepted* (the exit code), and it is recorded in summary.json (``allow_failed``).
+stopped, a provider was stopped, a smaller selection was run) are not answers, and every figure they
+touch is *provisional*. A provisional figure is computed over the answered questions only
+(``scoring.metrics``) and carries its bounds: the lowest and highest value it could take whatever
+the failed and missing answers turn out to be (``scoring.bounds``), so a failure never raises a
+figure. A comparison or rank involving a provisional figure claims a difference only where no
+outcome of those answers could overturn it (``scoring.bounds.settle``).
+
+summary.json says ``complete: false`` (per evaluation block, per model and at the top) with the
+counts and the bounds beside each provisional figure; the terminal table, the report and ``dxi
+view`` mark it (``MARK``) and give its bounds; ``dxi run`` / ``dxi score`` exit non-zero, unless the
+user accepted a tolerance (``--allow-failed N|FRACTION``, or ``allow_failed`` in a run file): each
+model's evaluation may then have up to N failed or missing answers, or up to that fraction of its
+answers. The tolerance accepts the figures over the answered questions as they are (with the count
+of failed and missing answers beside them); they stay marked provisional, with their bounds, either
+way: it only decides whether the result is *accepted* (the exit code), and it is recorded in
+summary.json (``allow_failed``).
 
 Invalid answers are the model's reply (SPEC §6): they never make a figure provisional.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dxi.evals import EVALS
 
+from .records import unset
+
 if TYPE_CHECKING:
-    from .records import Summary
+    from .records import ModelEntry, Summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +76,11 @@ MARK = "*"
 
 def notes(summary: Summary) -> list[str]:
     """What a reader is told about the provisional figures of a summary (plain text, one sentence each):
-    per model with failed or missing answers, how many, how they were scored, in which evaluations and how
-    many answers the next ``dxi run`` requests again; then, when the result is not accepted, what to do.
-    Empty when every figure is complete. The terminal prints them under the table, the report's banner
-    and ``dxi view``'s overview show them."""
+    per model with failed or missing answers, how many, in which evaluations, that its figures are
+    over the answered questions, each provisional figure's bounds (``bounds``) and how many answers
+    the next ``dxi run`` requests again; then, when the result is not accepted, what to do. Empty
+    when every figure is complete. The terminal prints them under the table, the report's banner and
+    ``dxi view``'s overview show them."""
     lines = []
     tolerance = summary.allow_failed
     for m in summary.models:
@@ -79,19 +91,46 @@ def notes(summary: Summary) -> list[str]:
         rerun = sum(b.get("rerun", 0) for b in blocks.values())
         counts = " and ".join(t for t in (f"{failed} failed" if failed else "", f"{missing} missing" if missing else "")
                               if t)
-        text = (f"{m.model}: provisional ({MARK}): {counts} answer(s) in {', '.join(_title(n) for n in blocks)}, scored as not "
-                f"correct (never as hallucinations); the next `dxi run` with these options requests {rerun} of them "
-                "again")
+        spans = bounds(m)
+        within = f"; whatever those answers turn out to be, they lie within: {'; '.join(spans)}"
+        text = (f"{m.model}: provisional ({MARK}): {counts} answer(s) in "
+                f"{', '.join(_title(n) for n in blocks)}, left out: its figures are over the answered "
+                f"questions{within if spans else ''}; the next `dxi run` with these options requests "
+                f"{rerun} of them again")
         kept = failed + missing - rerun
         if kept:
             text += f" ({kept} deterministic failure(s) are kept: --retry-failed requests them too)"
         if m.within_tolerance is True:
-            text += f"; accepted: within --allow-failed {_tolerance(tolerance)}"
+            text += (f"; accepted as they are (the figures over the answered questions, {counts} "
+                     f"answer(s) beside them): within --allow-failed {_tolerance(tolerance)}")
         lines.append(text + ".")
     if lines and not summary.accepted:
         lines.append("The result is provisional: rerun to complete it, or accept the failed and missing answers "
                      "explicitly with --allow-failed N (answers per model and evaluation) or a fraction of them.")
     return lines
+
+
+def bounds(entry: ModelEntry) -> list[str]:
+    """The bounds of a model's provisional figures as text (``summary.json``'s names):
+    "decision_index [31.2, 47.9]", then "<evaluation title> <metric> [low, high]" per provisional
+    figure, one decimal (low rounded down, high up, so the text never narrows them)."""
+    out = []
+    if unset(entry.decision_index_bounds) is not None:
+        out.append(f"decision_index {span(entry.decision_index_bounds)}")
+    for name, block in entry.evals.items():
+        for key, value in block.items():
+            if key.endswith("_bounds") and value is not None:
+                out.append(f"{_title(name)} {key[:-len('_bounds')]} {span(value)}")
+    return out
+
+
+def span(bounds: list[float], digits: int = 1) -> str:
+    """Bounds [lowest, highest] as text with ``digits`` decimals, the lowest rounded down and the
+    highest up, so the text never narrows them (and a figure shown rounded to the nearest stays
+    inside)."""
+    scale = 10 ** digits
+    low, high = (round(b * scale, 6) for b in bounds)  # 33.3 * 10 is 332.99999999999994
+    return f"[{math.floor(low) / scale:.{digits}f}, {math.ceil(high) / scale:.{digits}f}]"
 
 
 def _tolerance(tolerance: dict | None) -> str:

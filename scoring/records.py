@@ -37,32 +37,39 @@ Interval = list[float | None]  # [low, high], 0-100
 
 class EvalBlock(TypedDict, total=False):
     """One evaluation's block of one model (``scoring.summary.eval_block``): a mapping, since which keys it
-    has and their order depend on the evaluation and on what was computed (summary.json writes them in the
-    order they were added). ``n`` tasks (WildGuardTest: rows); each metric of the evaluation
-    (``scoring.sums.METRICS``; 0-100 or None) with ``<metric>_sd`` (several epochs) and ``<metric>_ci``
-    (intervals); the answer counts ``invalid``, ``failed``, ``missing``, ``repaired``; ``complete`` and
-    ``rerun``; ``reason`` (a null metric, or missing answers); ``calibration`` (``scoring.summary.calibration_block``)
-    and ``ties`` (``scoring.ties``)."""
+    has and their order depend on the evaluation and on what was computed (summary.json writes them
+    in the order they were added). ``n`` tasks (WildGuardTest: rows); each metric of the evaluation
+    (``scoring.sums.METRICS``; 0-100 or None) with ``<metric>_sd`` (several epochs) and
+    ``<metric>_ci`` (intervals) and ``<metric>_bounds`` (a provisional figure's [lowest, highest],
+    ``scoring.bounds``); the answer counts ``invalid``, ``failed``, ``missing``, ``repaired``;
+    ``complete`` and ``rerun``; ``reason`` (a null metric, or missing answers); ``calibration``
+    (``scoring.summary.calibration_block``) and ``ties`` (``scoring.ties``)."""
 
     n: int
     accuracy: float | None
     accuracy_sd: float | None
     accuracy_ci: Interval | None
+    accuracy_bounds: Interval
     non_hallucination_rate: float | None
     non_hallucination_rate_sd: float | None
     non_hallucination_rate_ci: Interval | None
+    non_hallucination_rate_bounds: Interval
     f1_prompt_harm: float | None
     f1_prompt_harm_sd: float | None
     f1_prompt_harm_ci: Interval | None
+    f1_prompt_harm_bounds: Interval
     f1_response_refusal: float | None
     f1_response_refusal_sd: float | None
     f1_response_refusal_ci: Interval | None
+    f1_response_refusal_bounds: Interval
     f1_response_harm: float | None
     f1_response_harm_sd: float | None
     f1_response_harm_ci: Interval | None
+    f1_response_harm_bounds: Interval
     mean_f1: float | None
     mean_f1_sd: float | None
     mean_f1_ci: Interval | None
+    mean_f1_bounds: Interval
     invalid: int
     failed: int
     missing: int
@@ -80,7 +87,8 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     ``model`` is its label; ``epochs`` its number of epochs; ``decision_index`` 0-100 or None with
     ``decision_index_reason``; ``complete`` (no failed or missing answer, ``scoring.provisional``) and, when
     not, ``within_tolerance``; with intervals ``decision_index_ci`` [low, high] (and ``decision_index_sd``
-    with several epochs); with comparisons ``rank``, ``rank_ci`` [low, high] and ``tied_group``
+    with several epochs); ``decision_index_bounds`` [lowest, highest] when it is provisional
+    (``scoring.bounds``); with comparisons ``rank``, ``rank_ci`` [low, high] and ``tied_group``
     (``scoring.compare``); ``evals`` (evaluation name -> ``EvalBlock``); ``invalid_reasons``
     ([{"error", "count"}], ``scoring.summary.invalid_reasons``); ``requests`` (the request counts);
     ``usage`` (tokens and USD, ``scoring.cost``); ``served_models``, ``served_differs`` and ``cut_off``
@@ -94,6 +102,7 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     within_tolerance: bool | UnsetType = UNSET
     decision_index_ci: Interval | None | UnsetType = UNSET
     decision_index_sd: float | None | UnsetType = UNSET
+    decision_index_bounds: Interval | UnsetType = UNSET
     rank: int | UnsetType = UNSET
     rank_ci: list[int | None] | UnsetType = UNSET
     tied_group: int | UnsetType = UNSET
@@ -112,7 +121,9 @@ class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One entry of ``Summary.comparisons`` (``scoring.summary.comparisons``): models ``a`` and ``b``,
     ``eval`` (None for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high] or None,
     ``p_value``, ``p_holm``, for accuracy with one epoch ``discordant`` [a only right, b only right] and
-    ``mcnemar_p``, and ``complete`` (false: a figure compared is provisional)."""
+    ``mcnemar_p``, ``complete`` (false: a figure compared is provisional) and, when not complete,
+    ``settled`` (false: the failed and missing answers could overturn the difference, not claimed;
+    ``scoring.bounds``)."""
 
     a: str
     b: str
@@ -125,6 +136,7 @@ class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
     discordant: list[int] | UnsetType = UNSET
     mcnemar_p: float | None | UnsetType = UNSET
     complete: bool
+    settled: bool | UnsetType = UNSET
 
 
 class Ranking(msgspec.Struct, kw_only=True):

@@ -16,8 +16,9 @@ import polars as pl
 
 from . import breakdowns, calibration
 from .bootstrap import Bootstrap
+from .bounds import figure_bounds, settle, settle_ranks
 from .compare import COMPARISON_SCHEMA, compare, discordant
-from .decision_index import index_table
+from .decision_index import index_table, index_values
 from .summary import invalid_counts
 from .sums import Cube, breakdown_table, build_cubes, calibration_table, eval_metrics_all, metric_table, reliability_table
 
@@ -37,9 +38,11 @@ class Scored:
     * ``statuses``: answer counts per status, per (label, eval); ``errors``: the most frequent errors.
     * ``invalid``: the invalid answers' reasons counted per (label, shape) (``summary.invalid_counts``).
     * ``comparisons``: every pair of models, the difference of the index and of each metric with its
-      paired-bootstrap interval and p-values (``scoring.compare``; empty unless asked for, and without
-      a bootstrap). The index table then also has each model's ``rank``, ``rank_low``, ``rank_high``
-      and ``tied_group``.
+      paired-bootstrap interval and p-values (``scoring.compare``; empty unless asked for, and
+      without a bootstrap), and ``settled`` (``scoring.bounds.settle``: false where the failed and
+      missing answers could overturn the difference, which is then not claimed). The index table
+      then also has each model's ``rank``, ``rank_low``, ``rank_high`` and ``tied_group``
+      (``scoring.bounds.settle_ranks`` applied).
     """
 
     answers: pl.DataFrame
@@ -151,6 +154,17 @@ class Scorer:
             self.discordants[name] = discordant(cube)
         return cubes
 
+    def _settled(self, pairs: pl.DataFrame, ranks: pl.DataFrame
+                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """``compare``'s comparisons and ranks with the rule for provisional figures applied (SPEC
+        §6, ``scoring.bounds``): a difference the failed and missing answers could overturn is not
+        claimed (``settled`` false), and the ranks' intervals and tied groups follow."""
+        index = index_values(self.estimates, self.labels)
+        point = np.where([bool(u) for u in index.unavailable], np.nan, index.point)
+        figures = figure_bounds(self.estimates, (point, index.lowest, index.highest))
+        return (settle(pairs, self.labels, figures),
+                settle_ranks(ranks, self.labels, figures[(None, "decision_index")]))
+
     def result(self, answers: pl.DataFrame | None = None, comparisons: bool = False, **tables: pl.DataFrame) -> Scored:
         """The tables of everything added, as ``Scored`` (``answers`` the frame to keep in it, or an empty
         one; ``tables`` the breakdown tables, ``breakdowns``, ``confusion``, ``statuses``, ``errors``, to
@@ -161,6 +175,7 @@ class Scorer:
         pairs = pl.DataFrame(schema=COMPARISON_SCHEMA)
         if comparisons and self.bootstrap is not None:
             pairs, ranks = compare(self.estimates, self.labels, self.bootstrap, self.discordants)
+            pairs, ranks = self._settled(pairs, ranks)
             index = index.with_columns(pl.col("label").cast(pl.String)).join(
                 ranks.rename({"group": "tied_group"}), on="label", how="left", maintain_order="left")
         return Scored(

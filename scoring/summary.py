@@ -33,24 +33,30 @@ top-level ``epochs`` is the run's default) and ``usage`` (tokens and USD, ``scor
 run's ``usage``. A model with invalid answers gets ``invalid_reasons``: its three most frequent reasons
 (``[{"error", "count"}]``, every evaluation pooled; the text can quote model output).
 
-Added with provisional figures (``scoring.provisional``): each evaluation block's ``complete`` (no failed
-or missing answer) and, when false, ``rerun`` (the answers the next ``dxi run`` requests again); each
-model's ``complete`` and, when false, ``within_tolerance``; the summary's ``complete``, ``allow_failed``
-(``{"answers": N}``, ``{"fraction": x}`` or null) and ``accepted`` (every model complete or within it).
-Failed and missing answers are scored as not correct (never as hallucinations); an evaluation none of
-whose answers is a reply has null metrics with the reason.
+Added with provisional figures (``scoring.provisional``): each evaluation block's ``complete`` (no
+failed or missing answer) and, when false, ``rerun`` (the answers the next ``dxi run`` requests
+again); each model's ``complete`` and, when false, ``within_tolerance``; the summary's ``complete``,
+``allow_failed`` (``{"answers": N}``, ``{"fraction": x}`` or null) and ``accepted`` (every model
+complete or within it). Failed and missing answers are not answers: every figure is computed over
+the answered questions, and a provisional one (an evaluation block with ``complete`` false, a
+model's index with a provisional term) carries its bounds ``<metric>_bounds`` /
+``decision_index_bounds`` = [lowest, highest] beside it: the values it could take whatever the
+failed and missing answers turn out to be (``scoring.bounds``; absent for a complete figure). An
+evaluation none of whose answers is a reply has null metrics with the reason.
 
 Added with paired comparisons (``scoring.compare``): each model's ``rank`` by the index, ``rank_ci`` and
 ``tied_group``; the summary's ``comparisons`` (every pair of models, the index and every metric:
 ``{"a", "b", "eval", "metric", "difference", "ci", "p_value", "p_holm", "complete"}``, plus
-``discordant`` and ``mcnemar_p`` for accuracy) and ``ranking`` (the tied groups).
+``discordant`` and ``mcnemar_p`` for accuracy, and ``settled`` where ``complete`` is false: whether
+no outcome of the failed and missing answers could overturn the difference, ``scoring.bounds``; a
+difference not settled is not claimed) and ``ranking`` (the tied groups).
 """
 from __future__ import annotations
 
 import polars as pl
 
 from . import calibration as cal
-from .decision_index import decision_index
+from .decision_index import decision_index, index_bounds
 from .provisional import Tolerance, judge
 from .records import Comparison, EvalBlock, ModelEntry, Ranking, Summary, unset
 from .sums import EVERY_FAILED, METRICS, NONE_CACHED
@@ -114,7 +120,7 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int, label: str 
               "repaired": row["repaired"], "complete": row["failed"] + row["missing"] == 0}
     if not block["complete"]:  # provisional (``scoring.provisional``): what the next `dxi run` requests again
         block["rerun"] = row["rerun"]
-    if row["missing"]:  # scored as not correct (provisional); why they are missing, and what to do
+    if row["missing"]:  # left out (provisional); why they are missing, and what to do
         block["reason"] = _missing_reason(row["missing"], data, label)
     if row.get("reason"):  # no answer is a reply: nothing to score, so no metric (never 0.0 as a score)
         block["reason"] = _no_reply(row, block.get("reason"))
@@ -126,11 +132,23 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int, label: str 
             block[f"{m}_sd"] = _round(row[f"{m}_sd"])
         if f"{m}_low" in row:
             block[f"{m}_ci"] = _interval(row, m)
+        bounds = _bounds(row, m)
+        if bounds is not None:  # provisional: what it could be whatever the open answers are
+            block[f"{m}_bounds"] = bounds
         if block[m] is None and m != "mean_f1":
             reasons.append(f"{m}: {UNDEFINED_F1}")
     if reasons:
         block["reason"] = "; ".join([*([block["reason"]] if block.get("reason") else []), *reasons])
     return block
+
+
+def _bounds(row: dict, metric: str) -> list[float] | None:
+    """A provisional figure's bounds [lowest, highest] (``scoring.bounds``) from its table row; None
+    for a complete or null figure."""
+    low, high = row.get(f"{metric}_lowest"), row.get(f"{metric}_highest")
+    if row.get(metric) is None or low is None or high is None:
+        return None
+    return [_round(low), _round(high)]
 
 
 def _no_reply(row: dict, missing: str | None) -> str:
@@ -225,6 +243,9 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
                                tolerance)
         entry = ModelEntry(model=label, epochs=n_epochs, decision_index=_round(index), complete=done, evals=evals,
                            requests=requests.get(label, {}))
+        bounds = index_bounds({name: by_key.get((label, name)) for name in METRICS})
+        if index is not None and bounds is not None:
+            entry.decision_index_bounds = [_round(bounds[0]), _round(bounds[1])]
         if reason:
             entry.decision_index_reason = reason
         if not done:
@@ -261,10 +282,12 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
 
 def comparisons(table: pl.DataFrame) -> list[Comparison]:
     """summary.json's ``comparisons``, one entry per row of ``scoring.compare``'s table: ``a``, ``b``,
-    ``eval`` (null for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high] (the paired
-    bootstrap's), ``p_value``, ``p_holm``, for accuracy with one epoch ``discordant`` [a right and b wrong,
-    the other way] and ``mcnemar_p``, and ``complete`` (false: a figure compared is provisional).
-    Differences are rounded to 6 decimals, p-values kept whole (a small one must not read 0)."""
+    ``eval`` (null for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high]
+    (the paired bootstrap's), ``p_value``, ``p_holm``, for accuracy with one epoch ``discordant`` [a
+    right and b wrong, the other way] and ``mcnemar_p``, ``complete`` (false: a figure compared is
+    provisional) and, when not complete, ``settled`` (``scoring.bounds.settle``: false where the
+    open answers could overturn it). Differences are rounded to 6 decimals, p-values kept whole (a
+    small one must not read 0)."""
     def rounded(name: str) -> list[float | None]:  # column by column: 11,025 entries for 50 models
         return [None if v is None else round(v, 6) for v in table[name].to_list()]
 
@@ -272,11 +295,14 @@ def comparisons(table: pl.DataFrame) -> list[Comparison]:
     columns = (table["a"].to_list(), table["b"].to_list(), table["eval"].to_list(), table["metric"].to_list(),
                rounded("difference"), rounded("low"), rounded("high"), table["p_value"].to_list(),
                table["p_holm"].to_list(), table["a_only"].to_list(), table["b_only"].to_list(),
-               table["mcnemar_p"].to_list(), table["complete"].to_list())
-    for a, b, name, metric, difference, low, high, p, p_holm, a_only, b_only, mcnemar, complete in zip(*columns,
-                                                                                                   strict=True):
+               table["mcnemar_p"].to_list(), table["complete"].to_list(),
+               (table["settled"] if "settled" in table.columns else table["complete"]).to_list())
+    for (a, b, name, metric, difference, low, high, p, p_holm, a_only, b_only, mcnemar, complete,
+         settled) in zip(*columns, strict=True):
         entry = Comparison(a=a, b=b, eval=name, metric=metric, difference=difference,
                            ci=[low, high] if low is not None else None, p_value=p, p_holm=p_holm, complete=complete)
+        if not complete:
+            entry.settled = bool(settled)
         if a_only is not None:
             entry.discordant, entry.mcnemar_p = [a_only, b_only], mcnemar
         out.append(entry)
@@ -293,4 +319,6 @@ def ranking(models: list[ModelEntry]) -> Ranking:
     return Ranking(by="decision_index", groups=[groups[g] for g in sorted(groups)],
                    method=("rank: 1 + the models with a higher index; rank_ci: its 95% interval over the bootstrap "
                        "resamples; groups: consecutive in rank order, a model joins the group above unless its index "
-                       "is significantly lower (paired bootstrap, Holm-adjusted p < 0.05) than that group's first"))
+                       "is significantly lower (paired bootstrap, Holm-adjusted p < 0.05) than that group's first"
+                       "; where an index is provisional, only a difference its failed and missing answers "
+                       "could not overturn separates groups, and rank_ci covers every rank its bounds allow"))

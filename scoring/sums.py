@@ -1,11 +1,11 @@
 """Sums over answers: every metric, its spread over epochs and its bootstrap interval from the same sums.
 
 ``build_cubes(answers)`` splits the answers frame by evaluation into ``Cube``s. Each answer carries
-the statistics ``ALL_STATS``: ``metrics.STATS`` (n, correct, hallucinated, tp, fp, fn), its status
-counts (invalid, failed, missing) and its calibration terms (``calibration.answer_calibration``: pn,
-brier, log_loss, and its confidence bin's ECE gap), and its place: task ``t`` (sorted id order),
-model label ``l``, epoch ``s`` and metric unit ``u`` (WildGuardTest: the question, each with its own F1;
-other evaluations: one unit, "all").
+the statistics ``ALL_STATS``: ``metrics.STATS`` (n, correct, hallucinated, tp, fp, fn, open_yes),
+its status counts (invalid, failed, missing) and its calibration terms
+(``calibration.answer_calibration``: pn, brier, log_loss, and its confidence bin's ECE gap), and its
+place: task ``t`` (sorted id order), model label ``l``, epoch ``s`` and metric unit ``u``
+(WildGuardTest: the question, each with its own F1; other evaluations: one unit, "all").
 
 * Point estimates: the statistics summed per (label, epoch, unit) — ``Cube.sums`` — then the metric
   formulas (``metrics.*_from``, ``calibration.*_from``), then the mean and spread over epochs.
@@ -14,6 +14,9 @@ other evaluations: one unit, "all").
   per task, weighted by bootstrap resample counts (``bootstrap.Bootstrap``): one matrix product
   ``W @ X`` for every model at once (``Cube.resampled``), then the same formulas (the paired
   comparisons use every metric's resampled values).
+* Failed and missing answers are not answers: every metric is over the replies (``n`` counts them),
+  the intervals too (their *n* is the answers replied), and a provisional figure gets its bounds
+  from the same sums (``eval_bounds``, ``scoring.bounds``).
 * Breakdowns (HLE category, Omniscience domain, When2Call reply type, WildGuardTest subcategory and
   adversarial flag) are sets of tasks: the same sums over a group's tasks only.
 """
@@ -27,6 +30,7 @@ from functools import cached_property
 import numpy as np
 import polars as pl
 
+from . import bounds as bnd
 from . import calibration as cal
 from .bootstrap import Bootstrap
 from .columns import canonical_order
@@ -48,7 +52,8 @@ COUNTS = ("invalid", "failed", "missing", "repaired", "rerun")  # answers by sta
 CALIBRATION = ("pn", "brier", "log_loss")
 ECE_GAPS = tuple(f"gap{b}" for b in range(cal.ECE_BINS))
 ALL_STATS = (*STATS, *COUNTS, *CALIBRATION, *ECE_GAPS)
-FLAGS = (*STATS[1:], *COUNTS, "pn")  # the 0/1 statistics of an answer, bit k = FLAGS[k] (``n`` is always 1)
+# the 0/1 statistics of an answer, bit k = FLAGS[k] (``n``, 1 for a reply, is 1 − failed − missing)
+FLAGS = (*STATS[1:], *COUNTS, "pn")
 assert ALL_STATS[1:1 + len(FLAGS)] == FLAGS
 RESAMPLED = {  # the statistics a resample needs, per kind of evaluation
     "choice": ("n", "correct", "hallucinated", *CALIBRATION, *ECE_GAPS),
@@ -63,6 +68,7 @@ BREAKDOWNS: dict[str, dict[str, str]] = {
 }
 TABLE_METRICS = (*ALL_METRICS, *cal.CALIBRATION_METRICS)
 SUFFIXES = ("", "_sd", "_low", "_high")
+BOUND_SUFFIXES = ("_lowest", "_highest")  # a provisional figure's bounds (``scoring.bounds``)
 EVERY_FAILED = "every request failed"  # the reason an evaluation's metrics are null when no reply came
 NONE_CACHED = "no answer in the cache"  # ... when none of its requests is in the cache
 NO_REPLY = "no reply: every answer failed or is missing"  # ... when some failed and the rest are missing
@@ -127,10 +133,25 @@ class Cube:
     def shape(self) -> tuple[int, int, int]:
         return len(self.labels), self.n_epochs, len(self.units)
 
+    @cached_property
+    def _replied(self) -> np.ndarray:
+        """(labels, tasks) bool: the label has a reply (not failed or missing) to the task in some
+        epoch."""
+        out = np.zeros((len(self.labels), self.n_tasks), bool)
+        r = self.stat("n") > 0
+        out[self.l[r], self.t[r]] = True
+        return out
+
+    def replied_tasks(self, tasks: np.ndarray | None = None) -> np.ndarray:
+        """(labels,) the tasks (of ``tasks``, else all) each label has a reply to: the *n* of an
+        interval over the answered questions (a provisional figure's, SPEC §6)."""
+        replied = self._replied if tasks is None else self._replied[:, tasks]
+        return replied.sum(1)
+
     def stat(self, name: str) -> np.ndarray:
         """One statistic of ``ALL_STATS`` but the ECE gaps, per answer (float64)."""
-        if name == "n":
-            return np.ones(len(self.flags))
+        if name == "n":  # a reply: neither failed nor missing
+            return 1.0 - self.stat("failed") - self.stat("missing")
         if name in ("brier", "log_loss"):
             return getattr(self, name)
         return ((self.flags >> FLAGS.index(name)) & 1).astype(np.float64)
@@ -153,6 +174,8 @@ class Cube:
         out = np.empty((n_groups, len(ALL_STATS), cells))
         out[:, 0] = np.bincount(key, minlength=size).reshape(n_groups, cells)
         out[:, 1:1 + len(FLAGS)] = _flag_sums(key, flags, size).reshape(len(FLAGS), n_groups, cells).swapaxes(0, 1)
+        # ``n``: the replies
+        out[:, 0] -= out[:, ALL_STATS.index("failed")] + out[:, ALL_STATS.index("missing")]
         first = 1 + len(FLAGS)
         for k, values in enumerate((brier, log_loss)):
             out[:, first + k] = np.bincount(key, weights=values, minlength=size).reshape(n_groups, cells)
@@ -297,6 +320,12 @@ def build_cubes(ans: pl.DataFrame) -> dict[str, Cube]:
     return cubes
 
 
+def all_answers(sums: Sums) -> np.ndarray:
+    """Every answer expected, whatever its status: the replies (``n``) plus the failed and missing
+    ones."""
+    return sums["n"] + sums["failed"] + sums["missing"]
+
+
 def _pooled(a: np.ndarray) -> np.ndarray:
     """Sum over the last (units) axis, as float64."""
     return _f64(a[..., 0] if a.shape[-1] == 1 else a.sum(-1))
@@ -344,6 +373,46 @@ def hallucination_counts(pooled: Callable[[str], np.ndarray]) -> tuple[np.ndarra
     return pooled("hallucinated"), n - right
 
 
+def eval_bounds(cube: Cube, sums: Sums) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The bounds of ``cube``'s index metrics from ``sums`` (``scoring.bounds``): ``(lowest,
+    highest)``, each metric -> (labels,), the mean over epochs of each epoch's bounds; NaN for a
+    label without failed or missing answers (a complete figure has no bounds) and where no
+    completion is defined."""
+    open_ = sums["failed"] + sums["missing"]  # (labels, epochs, units)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        per_epoch: dict[str, bnd.Bounds] = {}
+        if cube.kind == "choice":
+            n, right, k = _pooled(sums["n"]), _pooled(sums["correct"]), _pooled(open_)
+            per_epoch["accuracy"] = bnd.accuracy_bounds(right, n, k)
+            if cube.eval == OMNISCIENCE:
+                per_epoch["non_hallucination_rate"] = bnd.non_hallucination_bounds(
+                    _pooled(sums["hallucinated"]), n - right, k)
+        else:
+            yes = _f64(sums["open_yes"])
+            low, high, undefined = bnd.f1_bounds(_f64(sums["tp"]), _f64(sums["fp"]),
+                                                 _f64(sums["fn"]), yes, _f64(open_) - yes)
+            stacked = []
+            for q, metric in WILDGUARD_F1.items():
+                if q in cube.units:
+                    u = cube.units.index(q)
+                    stacked.append((low[..., u], high[..., u], undefined[..., u]))
+                else:  # a question never asked: its F1 is undefined whatever happens
+                    never = np.full(low.shape[:-1], np.nan)
+                    stacked.append((never, never, np.ones(low.shape[:-1], bool)))
+                per_epoch[metric] = stacked[-1][:2]
+            per_epoch["mean_f1"] = bnd.mean_f1_bounds(
+                *(np.stack(v, -1) for v in zip(*stacked, strict=True)))
+        provisional = open_.sum(axis=(1, 2)) > 0  # (labels,)
+        lowest, highest = {}, {}
+        for metric, (low, high) in per_epoch.items():
+            if cube.absent.any():
+                low, high = np.where(cube.absent, np.nan, low), np.where(cube.absent, np.nan, high)
+            lowest[metric] = np.where(provisional, epoch_mean(low), np.nan)
+            highest[metric] = np.where(provisional, epoch_mean(high), np.nan)
+        return lowest, highest
+
+
 def unit_calibration(sums: Sums) -> dict[str, np.ndarray]:
     """Calibration metrics per unit (WildGuardTest: per question), each (..., labels, epochs, units)."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -374,9 +443,12 @@ def epoch_sd(v: np.ndarray) -> np.ndarray:
 class EvalMetrics:
     """One evaluation's (or breakdown group's) metrics for every label: ``point``/``sd``/``low``/
     ``high`` map metric -> (labels,); ``per_epoch`` -> (labels, epochs); ``replicates`` ->
-    (resamples, labels); ``counts`` (labels, ``COUNTS``); ``n`` tasks; ``answered`` labels with answers;
-    ``answers`` (labels,) the answers expected of each (questions × epochs, whatever their status);
-    ``no_reply`` labels none of whose answers is a reply (every one failed or missing: null metrics)."""
+    (resamples, labels); ``counts`` (labels, ``COUNTS``); ``n`` tasks; ``answered`` labels with
+    answers; ``answers`` (labels,) the answers expected of each (questions × epochs, whatever their
+    status); ``no_reply`` labels none of whose answers is a reply (every one failed or missing: null
+    metrics); ``replied`` (labels,) the tasks each label has a reply to; ``lowest``/``highest`` map
+    metric -> (labels,), a provisional figure's bounds (``scoring.bounds``; NaN for a complete
+    one)."""
 
     point: dict[str, np.ndarray]
     sd: dict[str, np.ndarray]
@@ -389,6 +461,9 @@ class EvalMetrics:
     replicates: dict[str, np.ndarray] = field(default_factory=dict)
     answers: np.ndarray | None = None
     no_reply: np.ndarray | None = None
+    replied: np.ndarray | None = None
+    lowest: dict[str, np.ndarray] = field(default_factory=dict)
+    highest: dict[str, np.ndarray] = field(default_factory=dict)
 
     def unscored(self) -> np.ndarray:
         """Labels whose metrics are null: no answer of theirs is a reply (every one failed or is missing).
@@ -414,12 +489,13 @@ def eval_metrics(cube: Cube, boot: Bootstrap | None = None, weights: np.ndarray 
     sums = cube.sums() if sums is None else sums
     per_epoch = values(cube, sums)
     counts = np.stack([sums[c].sum(axis=(1, 2)) for c in COUNTS], -1)  # (labels, COUNTS)
-    total = sums["n"].sum(axis=(1, 2))
+    total = all_answers(sums).sum(axis=(1, 2))
     answered = (total + counts.sum(-1)) > 0
     no_reply = answered & (counts[:, COUNTS.index("failed")] + counts[:, COUNTS.index("missing")] == total)
     est = EvalMetrics({m: epoch_mean(v) for m, v in per_epoch.items()}, {m: epoch_sd(v) for m, v in per_epoch.items()},
                     per_epoch, counts, cube.n_tasks if tasks is None else len(tasks), answered, answers=total,
-                    no_reply=no_reply)
+                    no_reply=no_reply, replied=cube.replied_tasks(tasks))
+    est.lowest, est.highest = eval_bounds(cube, sums)
     if boot is not None and weights is not None:
         for m, v in values(cube, cube.resampled(weights, tasks)).items():
             reps = epoch_mean(v)  # (resamples, labels)
@@ -491,12 +567,19 @@ def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
         for suffix, source in zip(SUFFIXES, (est.point, est.sd, est.low, est.high), strict=True):
             v = source.get(m)
             columns[m + suffix] = np.full(n_labels, np.nan) if v is None else np.where(unscored, np.nan, v)
+    for m in METRICS.get(cube.eval, ()):
+        for suffix, source in zip(BOUND_SUFFIXES, (est.lowest, est.highest), strict=True):
+            v = source.get(m)
+            columns[m + suffix] = (np.full(n_labels, np.nan) if v is None
+                                   else np.where(unscored, np.nan, v))
     columns["reason"] = pl.Series(est.reason(), dtype=pl.String)
     return pl.DataFrame(columns).fill_nan(None).filter(pl.Series(est.answered))
 
 
 def _table(frames: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
-    columns = [*keys, "n", "answers", *COUNTS, "epochs", *[m + s for m in TABLE_METRICS for s in SUFFIXES], "reason"]
+    columns = [*keys, "n", "answers", *COUNTS, "epochs",
+               *[m + s for m in TABLE_METRICS for s in SUFFIXES],
+               *[m + s for m in ALL_METRICS for s in BOUND_SUFFIXES], "reason"]
     if not frames:
         return pl.DataFrame(schema={c: (pl.String if c in keys or c == "reason" else pl.Float64) for c in columns})
     table = pl.concat(frames, how="diagonal_relaxed")
@@ -511,9 +594,10 @@ def eval_metrics_all(cubes: dict[str, Cube], boot: Bootstrap | None = None) -> d
 
 def metric_table(cubes: dict[str, Cube], estimates: dict[str, EvalMetrics]) -> pl.DataFrame:
     """Per (label, eval): ``n`` tasks, ``invalid``/``failed``/``missing`` answer counts, ``epochs``, and
-    every metric (index metrics 0-100, calibration in its own units) with ``_sd`` over epochs and the
-    interval ``_low``/``_high`` (null without a bootstrap). Labels with no answers in an evaluation
-    have no row for it."""
+    every metric (index metrics 0-100, calibration in its own units) with ``_sd`` over epochs and
+    the interval ``_low``/``_high`` (null without a bootstrap); the index metrics of a provisional
+    figure (failed or missing answers) with its bounds ``_lowest``/``_highest`` (``scoring.bounds``;
+    null when complete). Labels with no answers in an evaluation have no row for it."""
     return _table([_frame(cubes[name], est) for name, est in estimates.items()], ["label", "eval"])
 
 
@@ -545,7 +629,7 @@ def calibration_table(cubes: dict[str, Cube], estimates: dict[str, EvalMetrics],
     frames = []
     for name, cube in cubes.items():
         sums = cube.sums()
-        counted, total = sums["pn"].sum(axis=1), sums["n"].sum(axis=1)  # (labels, units)
+        counted, total = sums["pn"].sum(axis=1), all_answers(sums).sum(axis=1)  # (labels, units)
         est = estimates[name]
         rows = {"all": ({m: est.point[m] for m in cal.CALIBRATION_METRICS}, {m: est.sd[m] for m in cal.CALIBRATION_METRICS},
                         {m: est.low.get(m) for m in cal.CALIBRATION_METRICS},

@@ -17,6 +17,7 @@ from dxi.runner.cli import main
 from dxi.runner.config import allow_failed
 from dxi.runner.inputs import PlanInputs
 from dxi.scoring import records
+from dxi.scoring.provisional import span
 
 from .conftest import REAL_DATA, requires_real_data, without_requests
 
@@ -177,13 +178,22 @@ def test_failed_requests_make_the_figures_provisional_and_a_rerun_requests_the_t
     assert (w2c["failed"], w2c["complete"], w2c["rerun"]) == (2, False, 2)
     assert (hle["failed"], hle["complete"], hle["rerun"]) == (1, False, 0)  # a deterministic failure is kept
     assert m["evals"]["wildguardtest"]["complete"] is True and "rerun" not in m["evals"]["wildguardtest"]
-    # not correct, so at most what they were; the index is there, marked incomplete
-    assert w2c["accuracy"] <= whole["models"][0]["evals"]["when2call"]["accuracy"]
+    # over the answered questions, with bounds that hold the complete figure; the index too, marked
+    full = whole["models"][0]
+    low, high = w2c["accuracy_bounds"]
+    assert low <= full["evals"]["when2call"]["accuracy"] <= high
+    assert w2c["accuracy_bounds"][0] <= w2c["accuracy"] <= w2c["accuracy_bounds"][1]
+    assert m["decision_index_bounds"][0] <= full["decision_index"] <= m["decision_index_bounds"][1]
     assert m["decision_index"] is not None and (m["complete"], m["within_tolerance"]) == (False, False)
     assert (s["complete"], s["accepted"], s["allow_failed"]) == (False, False, None)
     out = capsys.readouterr().out
     assert f"{MODEL}: provisional (*): 3 failed answer(s) in HLE-MultiChoice, When2Call" in out
     assert "the next `dxi run` with these options requests 2 of them again (1 deterministic failure(s) are kept" in out
+    flat = " ".join(out.split())  # the terminal wraps the note: each provisional figure's bounds
+    assert ("whatever those answers turn out to be, they lie within: decision_index "
+            f"{span(m['decision_index_bounds'])}; HLE-MultiChoice accuracy "
+            f"{span(hle['accuracy_bounds'])}; When2Call accuracy "
+            f"{span(w2c['accuracy_bounds'])};") in flat
     row = next(line for line in out.splitlines() if line.startswith("│ embedded"))
     assert f"{m['decision_index']:.1f}*" in row and f"{w2c['accuracy']:.1f}*" in row
     assert f"{m['evals']['wildguardtest']['mean_f1']:.1f}*" not in row  # a complete figure is not marked
@@ -192,6 +202,12 @@ def test_failed_requests_make_the_figures_provisional_and_a_rerun_requests_the_t
     tolerated = summary(tmp_path / "tolerated")
     assert (tolerated["accepted"], tolerated["allow_failed"], tolerated["complete"]) == (True, {"answers": 2}, False)
     assert rescore_cache(data_dir, tmp_path, "short", allow_failed=allow_failed("1")).exit_code == 1  # 2 in When2Call: > 1
+    capsys.readouterr()
+    # the figures accepted as they are, the count of failed answers beside them
+    assert main([*score_args(data_dir, tmp_path, "accepted"), "--allow-failed", "2"]) == 0
+    assert summary(tmp_path / "accepted")["models"][0]["evals"] == tolerated["models"][0]["evals"]
+    assert ("accepted as they are (the figures over the answered questions, 3 failed answer(s) "
+            "beside them): within --allow-failed 2") in " ".join(capsys.readouterr().out.split())
     assert dxi(*score_args(data_dir, tmp_path, "bad"), "--allow-failed", "-3") == 2  # a usage error
     # the next run sends the two transient failures only, and stays provisional on the kept one
     rerun = run_plan(data_dir, tmp_path, "again")

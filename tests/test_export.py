@@ -209,12 +209,18 @@ def test_eee_marks_provisional_figures(data_dir: Path, tmp_path: Path):
         log = orjson.loads(path.read_bytes())
         assert list(aggregate.iter_errors(log)) == []
         logs[log["evaluation_results"][0]["evaluation_name"]] = log
-    note = ("provisional: 2 failed and 0 missing answer(s) are scored as not correct (never as hallucinations); the "
-            "figure is not final (summary.json: complete false)")
+    note = ("provisional: 2 failed and 0 missing answer(s) are left out (the figures are over the "
+            "answered questions, with their bounds whatever those answers turn out to be in "
+            "score_details.details); the figure is not final (summary.json: complete false)")
     for name in ("when2call", "decision_index"):
         assert logs[name]["source_metadata"]["additional_details"]["provisional"] == note
         assert logs[name]["evaluation_results"][0]["score_details"]["details"]["complete"] == "false"
     assert logs["when2call"]["evaluation_results"][0]["score_details"]["details"]["rerun"] == "2"
+    for name in ("when2call", "decision_index"):  # each provisional figure with its bounds
+        result = logs[name]["evaluation_results"][0]["score_details"]
+        details = result["details"]
+        low, high = float(details["bounds_lowest"]), float(details["bounds_highest"])
+        assert low <= result["score"] <= high and low < high
     hle = logs["hle_multichoice"]
     assert "provisional" not in hle["source_metadata"].get("additional_details", {})
     assert hle["evaluation_results"][0]["score_details"]["details"]["complete"] == "true"

@@ -419,20 +419,27 @@ def test_epochs_give_the_index_a_spread():
     assert summary["models"][0]["evals"]["wildguardtest"]["mean_f1"] == 65.0
 
 
-def test_a_missing_answer_is_scored_as_not_correct_and_only_no_reply_at_all_makes_a_metric_null():
+def test_a_missing_answer_is_left_out_and_only_no_reply_at_all_makes_a_metric_null():
     rows = suite_answers(M, {name: [True, False] for name in EVALS})
     rows[0] = {**rows[0], "status": "missing", "predicted": None, "probabilities": None, "p_predicted": None}
     rows += [choice(N, "hle_multichoice", f"hle_multichoice/{i}", "A", None, status=s)
              for i, s in enumerate(("missing", "failed"))]
     scored = score(frame(rows), Bootstrap(resamples=20))
     omni = scored.metrics.filter(pl.col("eval") == "aa_omniscience_decision").row(0, named=True)
-    # Omniscience: task 0 (right) missing, task 1 wrong: accuracy 0; the one wrong reply hallucinated of
-    # two not correct: non-hallucination 50
-    assert (omni["accuracy"], omni["non_hallucination_rate"], omni["missing"], omni["rerun"]) == (0.0, 50.0, 1, 1)
+    # Omniscience: task 0 (right) missing, left out; task 1 wrong, a hallucination: over the one
+    # answered, accuracy 0 and non-hallucination 0; bounds: accuracy [0, 50], non-hallucination
+    # [1 − 2/2, 1 − 1/2]
+    assert (omni["accuracy"], omni["non_hallucination_rate"]) == (0.0, 0.0)
+    assert (omni["missing"], omni["rerun"]) == (1, 1)
+    assert (omni["accuracy_lowest"], omni["accuracy_highest"]) == (0.0, 50.0)
+    nh = (omni["non_hallucination_rate_lowest"], omni["non_hallucination_rate_highest"])
+    assert nh == (0.0, 50.0)
     assert omni["accuracy_low"] is not None
     idx = scored.index.row(0, named=True)
     # HLE and When2Call 50; WildGuardTest: each question one TP and one FP, F1 = 2 / 3
-    assert idx["decision_index"] == pytest.approx(0.125 * 0 + 0.125 * 50 + 0.25 * 50 + 0.25 * 50 + 0.25 * 200 / 3)
+    assert idx["decision_index"] == pytest.approx(0.25 * 50 + 0.25 * 50 + 0.25 * 200 / 3)
+    assert (idx["decision_index_lowest"], idx["decision_index_highest"]) == pytest.approx(
+        (idx["decision_index"], idx["decision_index"] + 0.125 * 50 + 0.125 * 50))
     nothing = scored.metrics.filter(pl.col("label") == N).row(0, named=True)  # no reply: null, with the reason
     assert nothing["accuracy"] is None and nothing["reason"] == "no reply: every answer failed or is missing"
 

@@ -60,9 +60,11 @@ def test_the_fixture_is_an_old_nested_shard_and_scores_as_the_plain_scorer_does(
     assert exported.height == 48
     assert dict(exported.group_by("status").len().iter_rows()) == {"ok": 29, "invalid": 5, "failed": 14}
     assert exported.equals(pl.read_parquet(BEFORE))
-    # b30692d scored them 9.375 and 36.806: their failed Omniscience answers counted as hallucinations, which they are
-    # not (SPEC §6: they answered nothing); the plain scorer below agrees with the new figure
-    assert tables["index"]["decision_index"].to_list() == [17.708333333333336, 43.05555555555556]
+    # b30692d scored them 9.375 and 36.806: their failed Omniscience answers counted as
+    # hallucinations; then 17.708 and 43.056: as not correct, never hallucinations. Now failed
+    # answers are left out (SPEC §6: the figures are over the answered questions, with bounds); the
+    # plain scorer below agrees with the new figure
+    assert tables["index"]["decision_index"].to_list() == [12.5, 50.00000000000001]
     plain = plain_index([shard], TASKS, [model_name(0), model_name(1)])
     index = dict(tables["index"].select("model", "decision_index").iter_rows())
     assert index.keys() == plain.keys()

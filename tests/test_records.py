@@ -35,7 +35,7 @@ def test_summary_json_has_the_bytes_the_dict_based_summary_had(summary: Summary)
                          "intervals", "calibration", "usage", "models", "comparisons", "ranking", "cost_bound",
                          "stopped_providers"]
     assert [m["complete"] for m in doc["models"]] == [False, False, False, False]
-    assert [m.get("rank") for m in doc["models"]] == [2, 3, 1, None]
+    assert [m.get("rank") for m in doc["models"]] == [3, 2, 1, None]
     assert doc["models"][3]["decision_index"] is None and doc["models"][3]["p_yes_range"] == [0.01, 0.99]
     assert doc["models"][1]["requests"]["batches"] == {"submitted": 2, "collected": 1, "running": 1, "given_back": 3}
     assert sum("discordant" in c for c in doc["comparisons"]) == 3  # accuracy of the two one-epoch models

@@ -18,6 +18,7 @@ from dxi.runner import plan, rescore, session
 from dxi.runner.cli import main
 from dxi.runner.inputs import PlanInputs
 from dxi.scoring import records
+from dxi.scoring.provisional import span
 from dxi.scoring.records import ModelEntry, Summary
 
 from .conftest import fixture_data
@@ -263,15 +264,16 @@ def test_the_banner_says_why_the_numbers_are_not_the_full_index(four: FourModels
                        [_entry("m", None, {"hle_multichoice": {**done, "invalid": 5}, "when2call": dict(done)})])
     assert banner(summary, scored) == []  # 5% invalid is at the threshold, not above it
     summary.models[0].evals["hle_multichoice"]["invalid"] = 6
-    assert banner(summary, scored) == ["m, HLE-MultiChoice: 6 of 100 answers (6%) are invalid or failed (more than "
-                                       "5%), scored as not correct."]
+    assert banner(summary, scored) == [
+        "m, HLE-MultiChoice: 6 of 100 answers (6%) are invalid or failed (more than 5%): the "
+        "invalid ones are scored as wrong, the failed ones left out."]
     summary.models[0].complete, summary.models[0].within_tolerance = False, False
     summary.models[0].evals["hle_multichoice"] = {"invalid": 0, "failed": 2, "missing": 7, "complete": False, "rerun": 8}
     summary.complete, summary.accepted = False, False
     assert banner(summary, scored) == [
-        "m: provisional (*): 2 failed and 7 missing answer(s) in HLE-MultiChoice, scored as not correct (never as "
-        "hallucinations); the next `dxi run` with these options requests 8 of them again (1 deterministic failure(s) "
-        "are kept: --retry-failed requests them too).",
+        "m: provisional (*): 2 failed and 7 missing answer(s) in HLE-MultiChoice, left out: its "
+        "figures are over the answered questions; the next `dxi run` with these options requests 8 "
+        "of them again (1 deterministic failure(s) are kept: --retry-failed requests them too).",
         "The result is provisional: rerun to complete it, or accept the failed and missing answers explicitly with "
         "--allow-failed N (answers per model and evaluation) or a fraction of them."]
     summary.models[0].evals["hle_multichoice"] = dict(done)
@@ -377,13 +379,25 @@ def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(data_dir: 
     summary = orjson.loads((out / "summary.json").read_bytes())
     m = summary["models"][0]
     assert "These numbers are not the full Decision Index." in html
-    assert (f"{MODEL}: provisional (*): 2 failed answer(s) in When2Call, scored as not correct (never as "
-            "hallucinations); the next `dxi run` with these options requests 2 of them again.") in html
+    w2c = m["evals"]["when2call"]
+    assert w2c["accuracy_bounds"][0] < w2c["accuracy"] <= w2c["accuracy_bounds"][1]
+    spans = [f"decision_index {span(m['decision_index_bounds'])}",
+             f"When2Call accuracy {span(w2c['accuracy_bounds'])}"]
+    assert (f"{MODEL}: provisional (*): 2 failed answer(s) in When2Call, left out: its figures are "
+            "over the answered questions; whatever those answers turn out to be, they lie within: "
+            f"{'; '.join(spans)}; the next `dxi run` with these options requests 2 of them "
+            "again.") in html
     index = html[html.index('<table class="index">'):]
     index = index[:index.index("</table>")]
-    assert f"<td>{m['decision_index']:.1f}*<span" in index
-    assert f"<td>{m['evals']['when2call']['accuracy']:.1f}*<span" in index
+    # every provisional figure with its bounds under it; a complete one with none
+    index_bounds = f'<span class="ci bounds">bounds {span(m["decision_index_bounds"])}</span>'
+    w2c_bounds = f'<span class="ci bounds">bounds {span(w2c["accuracy_bounds"])}</span>'
+    assert f"<td>{m['decision_index']:.1f}*<span" in index and index_bounds in index
+    assert f"<td>{w2c['accuracy']:.1f}*<span" in index and w2c_bounds in index
     assert f"<td>{m['evals']['hle_multichoice']['accuracy']:.1f}<span" in index  # complete: not marked
+    assert index.count('class="ci bounds"') == 2
+    section = html[html.index('<h2 id="when2call">'):html.index('<h2 id="wildguardtest">')]
+    assert w2c_bounds in section
 
 
 def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_significant_ones(four: FourModels):

@@ -33,14 +33,18 @@ def test_hallucination_rate_with_idk_and_invalid():
     assert df.select(non_hallucination_rate()).item() == 50.0
 
 
-def test_failed_and_missing_answers_are_not_correct_and_never_hallucinations():
-    # the same 6 plus one failed and one missing: 8 questions, 2 correct (25%); 6 not correct, of which
-    # the wrong guess and the invalid reply hallucinated: 2 / 6 -> non-hallucination 66.67
+def test_failed_and_missing_answers_are_left_out_of_every_figure():
+    # the same 6 plus one failed and one missing (SPEC §6: not answers): the figures are over the 6
+    # replies, 2 correct (33.3); 4 not correct, of which the wrong guess and the invalid reply
+    # hallucinated: 2 / 4 -> non-hallucination 50, as without the two
     df = frame([("A", "A"), ("B", "B"), ("E", "C"), ("E", "D"), ("C", "A"), (None, "B"), (None, "C", "failed"),
                 (None, "D", "missing")])
-    assert df.select(accuracy()).item() == 25.0
-    assert df.select(hallucination_rate()).item() == 2 / 6
-    assert df.select(non_hallucination_rate()).item() == pytest.approx(100 * 4 / 6)
+    assert df.select(accuracy()).item() == pytest.approx(100 * 2 / 6)
+    assert df.select(hallucination_rate()).item() == 2 / 4
+    assert df.select(non_hallucination_rate()).item() == 50.0
+    # a yes/no answer that failed is no side of F1: TP 1, FP 1, FN 0 of the replies
+    yn = frame([("yes", "yes"), ("yes", "no"), (None, "yes", "failed"), (None, "no", "missing")])
+    assert yn.select(*f1_counts()).row(0) == (1, 1, 0)
 
 
 def test_hallucination_rate_is_zero_when_all_correct():
@@ -102,7 +106,10 @@ def test_metrics_table_and_summary_by_hand():
     # not correct: 3 (E, C, invalid); hallucinated: C and invalid -> 2/3
     assert omni["non_hallucination_rate"] == pytest.approx(100 / 3)
     assert (omni["n"], omni["invalid"], omni["failed"]) == (4, 1, 0)
-    assert by_eval["hle_multichoice"]["accuracy"] == 50.0 and by_eval["hle_multichoice"]["failed"] == 1
+    hle = by_eval["hle_multichoice"]  # 1 of its 2 answers failed: over the 1 answered, right
+    assert (hle["accuracy"], hle["failed"]) == (100.0, 1)
+    assert (hle["accuracy_lowest"], hle["accuracy_highest"]) == (50.0, 100.0)
+    assert omni["accuracy_lowest"] is None  # complete: no bounds
     assert by_eval["when2call"]["accuracy"] == 75.0
     wgm = by_eval["wildguardtest"]
     assert (wgm["f1_prompt_harm"], wgm["f1_response_refusal"], wgm["f1_response_harm"]) == (100.0, 0.0, None)
@@ -111,8 +118,12 @@ def test_metrics_table_and_summary_by_hand():
     data = {name: {"files": []} for name in ("aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest")}
     summary = records.to_builtins(build(table, [m], data, "p1", 1, {m: {"sent": 10}}))
     entry = summary["models"][0]
-    expected = 0.125 * 25 + 0.125 * (100 / 3) + 0.25 * 50 + 0.25 * 75 + 0.25 * 50
+    expected = 0.125 * 25 + 0.125 * (100 / 3) + 0.25 * 100 + 0.25 * 75 + 0.25 * 50
     assert entry["decision_index"] == pytest.approx(expected, abs=1e-6)
+    assert entry["evals"]["hle_multichoice"]["accuracy_bounds"] == [50.0, 100.0]
+    assert "accuracy_bounds" not in entry["evals"]["when2call"]
+    bounds = entry["decision_index_bounds"]
+    assert bounds == pytest.approx([expected - 0.25 * 50, expected], abs=1e-6)
     assert "undefined" in entry["evals"]["wildguardtest"]["reason"]
     assert entry["requests"] == {"sent": 10}
 
@@ -128,7 +139,9 @@ def test_missing_answers_or_data_make_the_index_null():
     entry = summary["models"][0]
     assert entry["decision_index"] is None and "unavailable" in entry["decision_index_reason"]
     hle = entry["evals"]["hle_multichoice"]
-    assert (hle["accuracy"], hle["missing"], hle["complete"], hle["rerun"]) == (50.0, 1, False, 1)  # provisional
+    # provisional: over the 1 answered (right), bounds [50, 100]
+    assert (hle["accuracy"], hle["missing"], hle["complete"], hle["rerun"]) == (100.0, 1, False, 1)
+    assert hle["accuracy_bounds"] == [50.0, 100.0] and "decision_index_bounds" not in entry
     assert entry["evals"]["when2call"]["reason"] == "no data: no file"
     assert (entry["complete"], entry["within_tolerance"]) == (False, False)
     assert (summary["complete"], summary["allow_failed"], summary["accepted"]) == (False, None, False)

@@ -90,7 +90,8 @@ def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(data_
     finally:
         b.close()
     # --all-tasks: every task, and the answers the sample did not send are missing, with the flags to add
-    # (a provisional result, SPEC §6: those answers are scored as not correct, marked, exit code 1)
+    # (a provisional result, SPEC §6: those answers are left out, the figures marked with bounds,
+    # exit code 1)
     assert score(data_dir, tmp_path, "all", all_tasks=True).exit_code == EXIT_FAILED_REQUESTS
     every = summary(tmp_path, "all")["models"][0]["evals"]
     assert every["when2call"]["missing"] == 1 and every["when2call"]["reason"] == (

@@ -19,6 +19,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+import msgspec
 import orjson
 import polars as pl
 import pytest
@@ -32,6 +33,7 @@ from dxi.runner import plan, rescore, session
 from dxi.runner.cli import main
 from dxi.runner.inputs import PlanInputs
 from dxi.scoring import records
+from dxi.scoring.provisional import span
 from dxi.view.app import CSP, is_loopback_host, make_app, task_url
 from dxi.view.data import Browser, EvalQuery
 
@@ -189,8 +191,9 @@ def test_the_view_shows_what_dxi_score_computes(browser: Browser, built: dict):
     assert status == 200
     # the hostile model's When2Call requests all failed: its figures are provisional, and the page says so
     assert built["summary"]["models"][0]["complete"] is False
-    assert ("provisional (*): 3 failed answer(s) in When2Call, scored as not correct (never as hallucinations); the "
-            "next `dxi run` with these options requests 0 of them again (3 deterministic failure(s) are kept") in page
+    assert ("provisional (*): 3 failed answer(s) in When2Call, left out: its figures are over the "
+            "answered questions; the next `dxi run` with these options requests 0 of them again (3 "
+            "deterministic failure(s) are kept") in page
     for m in built["summary"]["models"]:
         value = m["decision_index"]
         assert (f"{value:.1f}" if value is not None else "—") in page
@@ -338,6 +341,33 @@ def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
         assert d["difference"] == sign * stored["difference"] and f"{d['difference']:+.1f}" in html
     back = browser.differences("hle_multichoice", LLM, MODEL)
     assert [-d["difference"] for d in back] == [d["difference"] for d in differences]
+
+
+def test_the_compare_page_claims_no_difference_the_missing_answers_could_overturn(
+        browser: Browser, monkeypatch: pytest.MonkeyPatch):
+    # the summary as it would be with MODEL's HLE answers mostly missing: its accuracy provisional,
+    # over its answered questions, with bounds that reach past LLM's; the comparison is not settled
+    summary = browser.summary
+    mine = next(c for c in summary.comparisons
+                if c.eval == "hle_multichoice" and {c.a, c.b} == {MODEL, LLM})
+    entries = {m.model: m for m in summary.models}
+    hle = dict(entries[MODEL].evals["hle_multichoice"], complete=False,
+               accuracy_bounds=[0.0, 100.0])
+    model = msgspec.structs.replace(entries[MODEL],
+                                    evals={**entries[MODEL].evals, "hle_multichoice": hle})
+    open_one = msgspec.structs.replace(mine, complete=False, settled=False, p_value=0.0001,
+                                      p_holm=0.0001)
+    monkeypatch.setattr(browser, "summary", msgspec.structs.replace(
+        summary, models=[model if m.model == MODEL else m for m in summary.models],
+        comparisons=[open_one if c is mine else c for c in summary.comparisons]))
+    (d,) = [d for d in browser.differences("hle_multichoice", MODEL, LLM)
+            if d["metric"] == "accuracy"]
+    llm = entries[LLM].evals["hle_multichoice"]["accuracy"]
+    assert (d["settled"], d["bounds"]) == (False, {"a": [0.0, 100.0], "b": [llm, llm]})
+    (status, _, html), = get(browser, f"/compare/hle_multichoice?a={quote(MODEL)}&b={quote(LLM)}")
+    row = next(r for r in html.split("<tr>") if r.startswith("<th>accuracy"))
+    assert status == 200 and "< 0.001" not in row and "0.0001" not in row
+    assert f"not claimed: bounds A [0.0, 100.0], B {span([llm, llm])} overlap" in row
 
 
 def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
@@ -773,8 +803,13 @@ def test_provisional_figures_are_marked_on_the_overview(tmp_path: Path, monkeypa
         mark = '<span class="provisional" title="provisional: answers failed or missing">*</span>'
         assert status == 200 and m["complete"] is False
         assert f"{m['decision_index']:.1f}{mark}" in page  # the index, and When2Call's accuracy, marked
-        assert f"{m['evals']['when2call']['accuracy']:.1f}</a>{mark}" in page
-        assert f"{m['evals']['hle_multichoice']['accuracy']:.1f}</a>{mark}" not in page  # complete: not marked
+        assert f"\">{m['evals']['when2call']['accuracy']:.1f}</a>{mark}" in page
+        hle = m["evals"]["hle_multichoice"]["accuracy"]
+        assert f"\">{hle:.1f}</a>{mark}" not in page  # complete: not marked
         assert "requests 1 of them again" in page
+        # each provisional figure with its bounds beside it, and no complete one with any
+        shown = re.findall(r'<span class="bounds"[^>]*>([^<]*)</span>', page)
+        assert shown == [f"bounds {span(m['decision_index_bounds'])}",
+                         span(m["evals"]["when2call"]["accuracy_bounds"])]
     finally:
         b.close()

@@ -91,7 +91,8 @@ def _environment() -> jinja2.Environment:
     env.filters["breakable"] = _breakable
     env.globals.update(url=_url, task_url=task_url, num=_num, when=_when, EVALS=EVALS, METRICS=METRICS, METRIC_TITLES=METRIC_TITLES,
                        STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS, MARK=provisional.MARK, pvalue=_pvalue,
-                       provisional_notes=provisional.notes, model_notes=model_notes)
+                       provisional_notes=provisional.notes, model_notes=model_notes,
+                       span=provisional.span)
     return env
 
 

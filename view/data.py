@@ -408,15 +408,21 @@ class Browser:
 
     def differences(self, name: str, a: str, b: str) -> list[dict]:
         """The summary's paired comparisons of ``a`` and ``b`` (``scoring.compare``): the Decision Index's
-        and each metric of ``name``'s, as a − b (an entry stored as b − a is turned round): ``metric``,
-        ``eval``, ``difference``, ``ci``, ``p_value``, ``p_holm``, ``complete`` and, for accuracy,
-        ``discordant`` [a only, b only] and ``mcnemar_p``. Empty for a model compared with itself."""
+        and each metric of ``name``'s, as a − b (an entry stored as b − a is turned round):
+        ``metric``, ``eval``, ``difference``, ``ci``, ``p_value``, ``p_holm``, ``complete`` and, for
+        accuracy, ``discordant`` [a only, b only] and ``mcnemar_p``; where a figure is provisional,
+        ``settled`` (false: its failed and missing answers could overturn the difference, which is
+        not claimed, ``scoring.bounds``) and ``bounds`` {"a": [lowest, highest], "b": [...]} (a
+        complete figure's [value, value]). Empty for a model compared with itself."""
         self.model(a), self.model(b)
         out = []
         for comparison in unset(self.summary.comparisons) or []:
             if comparison.eval not in (None, name) or {comparison.a, comparison.b} != {a, b} or a == b:
                 continue
             c = records.to_builtins(comparison)
+            if not c["complete"]:
+                c["bounds"] = {"a": self._bounds(a, comparison.eval, comparison.metric),
+                               "b": self._bounds(b, comparison.eval, comparison.metric)}
             if c["a"] == a:
                 out.append(c)
                 continue
@@ -426,6 +432,17 @@ class Browser:
                 turned["discordant"] = c["discordant"][::-1]
             out.append(turned)
         return out
+
+    def _bounds(self, label: str, name: str | None, metric: str) -> list[float] | None:
+        """A figure's bounds in the summary (``scoring.bounds``): a provisional one's [lowest,
+        highest], a complete one's [value, value]; None when it is null."""
+        entry = next(m for m in self.summary.models if m.model == label)
+        if name is None:
+            value, bounds = entry.decision_index, unset(entry.decision_index_bounds)
+        else:
+            block = entry.evals.get(name, {})
+            value, bounds = block.get(metric), block.get(f"{metric}_bounds")
+        return None if value is None else (list(bounds) if bounds is not None else [value, value])
 
     # ---- calibration ----------------------------------------------------------------------------------
     def reliability_bins(self, label: str) -> dict[str, list[dict]]:

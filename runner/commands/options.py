@@ -38,8 +38,9 @@ POLL_S = 30.0  # batch mode's first wait between two status reads of a batch (se
 _EXIT_LINES = {
     0: "0    done",
     EXIT_FAILED_REQUESTS: f"{EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply "
-                          "after the retries) or are\n       missing from the cache, scored as not correct and marked (*); "
-                          "rerun to request them, or accept them\n       with --allow-failed",
+                          "after the retries) or are\n       missing from the cache: the figures are "
+                          "over the answered questions, marked (*) with their\n       bounds; "
+                          "rerun to request them, or accept them with --allow-failed",
     EXIT_USAGE: f"{EXIT_USAGE}    bad input (flags, run file, model string, data, an output path that cannot be written), "
                 "with a\n       message; nothing was sent",
     EXIT_COST_BOUND: f"{EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)",

@@ -108,7 +108,8 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
         transient = s.failed - s.failed_fatal
         parts = ([f"{transient} transient (sent again by the next run)"] if transient else []) + (
             [f"{s.failed_fatal} deterministic, 4xx-class (kept; --retry-failed sends them again)"] if s.failed_fatal else [])
-        console.print(f"[red]{escape(label)}: {s.failed} request(s) failed[/], scored as not correct: {'; '.join(parts)}. "
+        console.print(f"[red]{escape(label)}: {s.failed} request(s) failed[/], left out "
+                      f"(provisional): {'; '.join(parts)}. "
                       "First errors:")
         for e in s.errors[:5]:
             console.print(f"    {e}", highlight=False, markup=False)
