@@ -17,7 +17,7 @@ from rich.table import Table
 from dxi import adapters, scoring
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite
-from dxi.scoring import provisional, records
+from dxi.scoring import measures, provisional, records
 from dxi.scoring.provisional import Tolerance
 from dxi.scoring.records import UNSET, ModelEntry, ScoredRun, Summary, unset
 from dxi.scoring.replies import add_replies, model_notes, usage_and_replies
@@ -88,12 +88,14 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     model_epochs = (dict(zip(labels, models["epochs"].fill_null(epochs).to_list(), strict=True))
                     if "epochs" in models.columns else None)
     # usage first: its read of the cache rows (scalar columns only) then comes before the answers are held
-    used, served = cache.read(lambda rows: usage_and_replies(rows, models, gold, epochs))
+    used, served, calls = cache.read(lambda rows: usage_and_replies(rows, models, gold, epochs, with_calls=True))
+    confidence = []  # each answers frame's tied confidence groups (``scoring.measures``: risk-coverage)
     if each is None:
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
         scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns, with_comparisons=True)
         counts = scoring.request_counts(answers) if requests is None else requests
         ties = tie_counts(answers)
+        confidence.append(measures.confidence_groups(answers))
         del answers
     else:
         scorer, ties = scoring.Scorer(scoring.Bootstrap()), {}
@@ -104,6 +106,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
             if requests is None:
                 counts = _added(counts, scoring.request_counts(answers))
             ties |= tie_counts(answers)
+            confidence.append(measures.confidence_groups(answers))
             each(answers)
             part = scorer.part(answers)
             del answers  # before the intervals' resampled sums are computed: never both held
@@ -115,6 +118,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
                                     counts, scored, model_epochs, usage, tolerance)
     summary = add_ties(summary, ties)
     summary = add_replies(summary, served, dict(zip(labels, models["model"].to_list(), strict=True)))
+    summary = measures.add_measures(summary, measures.call_measures(calls), measures.confidence_measures(confidence))
     summary = msgspec.structs.replace(model_settings(summary, models), **(extra or {}))
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked here,
     # when the result is written, never before the first request
