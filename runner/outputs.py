@@ -88,7 +88,8 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     model_epochs = (dict(zip(labels, models["epochs"].fill_null(epochs).to_list(), strict=True))
                     if "epochs" in models.columns else None)
     # usage first: its read of the cache rows (scalar columns only) then comes before the answers are held
-    used, served, calls = cache.read(lambda rows: usage_and_replies(rows, models, gold, epochs, with_calls=True))
+    used, served, calls = cache.read(
+        lambda rows: usage_and_replies(rows, models, gold, epochs, with_calls=True))
     confidence = []  # each answers frame's tied confidence groups (``scoring.measures``: risk-coverage)
     if each is None:
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
@@ -118,7 +119,8 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
                                     counts, scored, model_epochs, usage, tolerance)
     summary = add_ties(summary, ties)
     summary = add_replies(summary, served, dict(zip(labels, models["model"].to_list(), strict=True)))
-    summary = measures.add_measures(summary, measures.call_measures(calls), measures.confidence_measures(confidence))
+    summary = measures.add_measures(summary, measures.call_measures(calls),
+                                    measures.confidence_measures(confidence))
     summary = msgspec.structs.replace(model_settings(summary, models), **(extra or {}))
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked here,
     # when the result is written, never before the first request
@@ -221,6 +223,43 @@ def print_usage(summary: Summary, console: Console, keys: list[str] | None = Non
     console.print(_fitted(console, _variants("Usage (the scored answers' requests, from the cache)", columns, rows)))
     if run.get("cost_reason"):
         console.print(escape(f"  cost: {run['cost_reason']}"))
+
+
+def _seconds(value: float | None) -> str:
+    """Seconds as the measures table prints them: three decimals below 1 s (a local model's milliseconds)."""
+    return "—" if value is None else f"{value:.3f}" if value < 1 else f"{value:.2f}"
+
+
+def print_measures(summary: Summary, console: Console, keys: list[str] | None = None) -> None:
+    """One row per model, every evaluation pooled (``scoring.measures``): latency p50 and p95 per call
+    (seconds; batch answers left out), the cost of 1,000 decisions, AURC and accuracy at confidence ≥ 0.9
+    with the share it covers. Per evaluation: summary.json, the report and ``dxi view``."""
+    if not any(unset(m.measures) for m in summary.models):
+        return
+    keys = keys or summary.labels
+    columns = [("model", "model", "left"), ("p50 s", "p50\ns", "right"), ("p95 s", "p95\ns", "right"),
+               ("$ / 1k decisions", "$ per 1k\ndecisions", "right"), ("AURC", "AURC", "right"),
+               ("acc @ conf ≥ 0.9 (coverage)", "acc@0.9\n(cov.)", "right")]
+    rows: Rows = []
+    for key, m in zip(keys, summary.models, strict=True):
+        x = unset(m.measures) or {}
+        lat, rc = x.get("latency") or {}, x.get("risk_coverage")
+        cost = x.get("cost_per_1000_decisions_usd")
+        at = next((a for a in rc["at"] if a["tau"] == 0.9), None) if rc else None
+        conf = ("no conf." if rc is None else
+                f"{_fmt(at['accuracy'])} ({100 * at['coverage']:.0f}%)" if at else "—")
+        rows.append(([escape(key), _seconds(lat.get("p50_s")), _seconds(lat.get("p95_s")),
+                      "—" if cost is None else f"${cost:.4f}",
+                      "—" if rc is None else f"{rc['aurc']:.3f}", conf], None))
+    title = "Measures (every evaluation pooled; per evaluation in summary.json and the report)"
+    console.print(_fitted(console, _variants(title, columns, rows)))
+    batch = sum((unset(m.measures) or {}).get("latency", {}).get("batch_excluded", 0) for m in summary.models)
+    if batch:
+        console.print(f"  latency: {batch} answer call(s) from provider batches are left out (a batch's "
+                      "time is not a per-call latency)")
+    if any((unset(m.measures) or {}).get("risk_coverage") is None for m in summary.models):
+        console.print("  no conf.: the model's answers carry no probability (structured outputs): no "
+                      "risk-coverage figures")
 
 
 def print_estimate(doc: dict, console: Console) -> None:
@@ -397,6 +436,7 @@ def print_summary(summary: Summary, console: Console, out: Path | None = None) -
                 text = r["error"] if len(r["error"]) <= 200 else r["error"][:200] + "…"
                 console.print(f"    {r['count']} × {text}", highlight=False, markup=False)
     print_usage(summary, console, keys)
+    print_measures(summary, console, keys)
     written = f"; written to {out}/summary.json and {out}/answers.parquet" if out else ""
     made = unset(summary.provenance) or {}
     git = made.get("git")

@@ -31,7 +31,7 @@ from dxi.cache import Cache, CacheWriteError
 from dxi.runner import plan, rescore, session
 from dxi.runner.cli import main
 from dxi.runner.inputs import PlanInputs
-from dxi.scoring import records
+from dxi.scoring import measures, records
 from dxi.view.app import CSP, is_loopback_host, make_app, task_url
 from dxi.view.data import Browser, EvalQuery
 
@@ -777,3 +777,16 @@ def test_provisional_figures_are_marked_on_the_overview(tmp_path: Path, monkeypa
         assert "requests 1 of them again" in page
     finally:
         b.close()
+
+
+def test_the_overview_shows_each_models_latency_cost_and_risk_coverage(browser: Browser, built: dict):
+    (status, _, page), = get(browser, "/")
+    assert status == 200 and 'id="measures"' in page
+    by_model = {m["model"]: m for m in built["summary"]["models"]}
+    decision = by_model[MODEL]["measures"]
+    assert f"{decision['risk_coverage']['aurc']:.4f}" in page  # the pooled AURC of the decision model
+    assert f"{decision['latency']['p50_s']:.3f}" in page
+    # the language model (structured outputs) has no confidence: said, not invented
+    llm = by_model[LLM]["measures"]
+    assert llm["risk_coverage"] is None and llm["risk_coverage_reason"] == measures.NO_CONFIDENCE
+    assert f"{escape(LLM)}: {escape(measures.NO_CONFIDENCE)}" in page
