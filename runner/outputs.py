@@ -22,7 +22,7 @@ from dxi.scoring.provisional import Tolerance
 from dxi.scoring.records import UNSET, ModelEntry, ScoredRun, Summary, unset
 from dxi.scoring.replies import add_replies, model_notes, usage_and_replies
 from dxi.scoring.summary import selection_flags
-from dxi.scoring.ties import add_ties, tie_counts
+from dxi.scoring.ties import add_ties, rounded_counts, tie_counts
 
 from .provenance import provenance
 
@@ -95,11 +95,11 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
         scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns, with_comparisons=True)
         counts = scoring.request_counts(answers) if requests is None else requests
-        ties = tie_counts(answers)
+        ties, rounded = tie_counts(answers), rounded_counts(answers)
         confidence.append(measures.confidence_groups(answers))
         del answers
     else:
-        scorer, ties = scoring.Scorer(scoring.Bootstrap()), {}
+        scorer, ties, rounded = scoring.Scorer(scoring.Bootstrap()), {}, {}
         counts = {} if requests is None else requests
         for name in gold["eval"].unique().sort().to_list() or [None]:  # None: no tasks (``each`` gets no rows)
             mine = gold if name is None else gold.filter(pl.col("eval") == name)
@@ -107,6 +107,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
             if requests is None:
                 counts = _added(counts, scoring.request_counts(answers))
             ties |= tie_counts(answers)
+            rounded |= rounded_counts(answers)
             confidence.append(measures.confidence_groups(answers))
             each(answers)
             part = scorer.part(answers)
@@ -117,7 +118,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     usage = scoring.usage_blocks(used, labels, prices or {}, batch_prices)
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs,
                                     counts, scored, model_epochs, usage, tolerance)
-    summary = add_ties(summary, ties)
+    summary = add_ties(summary, ties, rounded)
     summary = add_replies(summary, served, dict(zip(labels, models["model"].to_list(), strict=True)))
     summary = measures.add_measures(summary, measures.call_measures(calls),
                                     measures.confidence_measures(confidence))
@@ -426,6 +427,10 @@ def print_summary(summary: Summary, console: Console, out: Path | None = None) -
         if ties:
             console.print(f"  {escape(m.model)}: {ties} pick(s) decided by a tie of the highest probabilities "
                           "(scored: the returned choice when tied, else the first tied option in option order)")
+        rounded = sum(b.get("rounded", 0) for b in m.evals.values())
+        if rounded:
+            console.print(f"  {escape(m.model)}: {rounded} answer(s) with probabilities rounded to fewer than 4 "
+                          "decimals, accepted as their sum is within N × ½ × 10^-k of 1 (a `rounded` warning)")
         for note in model_notes(m):
             console.print(f"  [yellow]{escape(m.model)}: {escape(note)}[/]")
         if m.invalid_reasons:

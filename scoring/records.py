@@ -42,7 +42,7 @@ class EvalBlock(TypedDict, total=False):
     (``scoring.sums.METRICS``; 0-100 or None) with ``<metric>_sd`` (several epochs) and ``<metric>_ci``
     (intervals); the answer counts ``invalid``, ``failed``, ``missing``, ``repaired``; ``complete`` and
     ``rerun``; ``reason`` (a null metric, or missing answers); ``calibration`` (``scoring.summary.calibration_block``)
-    ``ties`` (``scoring.ties``) and ``measures`` (``scoring.measures``)."""
+    ``ties`` and ``rounded`` (``scoring.ties``) and ``measures`` (``scoring.measures``)."""
 
     n: int
     accuracy: float | None
@@ -72,6 +72,7 @@ class EvalBlock(TypedDict, total=False):
     reason: str
     calibration: dict[str, Any] | None
     ties: int
+    rounded: int
     measures: dict[str, Any]
 
 
