@@ -294,6 +294,9 @@ def print_estimate(doc: dict, console: Console) -> None:
             console.print(escape(f"  {m['model']}: tokens from " + ", ".join(f"{b} ({n})" for b, n in m["basis"].items())))
     console.print("Tokens and cost are expected values (estimated from the request bytes and the usage the cache "
                   "has seen); \"at most\" is what the cost bound reserves for them: the most they can cost.")
+    if any("thinking prior" in b for m in doc["models"] for b in m.get("basis", {})):
+        console.print("A thinking model's output, until its usage at these parameters is cached, is the prior of "
+                      "its effort level: the project's own assumption (docs: Estimates), not a provider's figure.")
     for problem in doc.get("problems", {}).values():
         console.print(f"[yellow]dxi run will refuse to start[/]: {escape(problem)}")
     for label, why in doc.get("unreachable", {}).items():
