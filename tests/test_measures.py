@@ -1,7 +1,8 @@
-"""The measures a decision-model user reads (``scoring.measures``): latency percentiles, the cost of 1,000
-decisions, the risk–coverage curve, AURC and accuracy at confidence ≥ τ, each checked against figures
-computed by hand for a small case; AURC's tie rule against the mean over every order of the ties; the
-measures in summary.json through ``runner.outputs.summarize``."""
+"""The measures a decision-model user reads (``scoring.measures``): latency percentiles, the cost of
+1,000 decisions, the risk–coverage curve, AURC and accuracy at confidence ≥ τ, each checked against
+figures computed by hand for a small case; AURC's tie rule against the mean over every order of the
+ties; the measures in summary.json through ``runner.outputs.summarize``."""
+
 from __future__ import annotations
 
 import itertools
@@ -23,18 +24,29 @@ from tests.synthetic import SyntheticSuite, suite, write_cache
 
 def _answers(rows: list[tuple]) -> pl.DataFrame:
     """An answers frame of (label, eval, status, correct, p_predicted) rows."""
-    return pl.DataFrame(rows, schema={"label": pl.String, "eval": pl.String, "status": pl.String,
-                                      "correct": pl.Boolean, "p_predicted": pl.Float64}, orient="row")
+    return pl.DataFrame(
+        rows,
+        schema={
+            "label": pl.String,
+            "eval": pl.String,
+            "status": pl.String,
+            "correct": pl.Boolean,
+            "p_predicted": pl.Float64,
+        },
+        orient="row",
+    )
 
 
-SMALL = _answers([
-    ("a", "hle_multichoice", "ok", True, 0.9),
-    ("a", "hle_multichoice", "ok", False, 0.8),
-    ("a", "hle_multichoice", "ok", True, 0.8),
-    ("a", "hle_multichoice", "ok", False, 0.6),
-    ("a", "hle_multichoice", "invalid", False, None),
-    ("a", "hle_multichoice", "failed", False, None),
-])
+SMALL = _answers(
+    [
+        ("a", "hle_multichoice", "ok", True, 0.9),
+        ("a", "hle_multichoice", "ok", False, 0.8),
+        ("a", "hle_multichoice", "ok", True, 0.8),
+        ("a", "hle_multichoice", "ok", False, 0.6),
+        ("a", "hle_multichoice", "invalid", False, None),
+        ("a", "hle_multichoice", "failed", False, None),
+    ]
+)
 
 
 def _row(table: pl.DataFrame, label: str, name: str) -> dict:
@@ -42,9 +54,9 @@ def _row(table: pl.DataFrame, label: str, name: str) -> dict:
 
 
 def test_risk_coverage_of_a_small_case_by_hand():
-    # sorted by confidence: 0.9 right; 0.8 one right, one wrong (a tie); 0.6 wrong. n = 4 ranked answers.
-    # risk(1) = 0/1; risk(2) = (0 + 1 x 1/2)/2 = 1/4 (the tie's expected errors); risk(3) = 1/3; risk(4) = 2/4
-    # AURC = (0 + 1/4 + 1/3 + 1/2) / 4 = 13/48
+    # sorted by confidence: 0.9 right; 0.8 one right, one wrong (a tie); 0.6 wrong. n = 4 ranked
+    # answers. risk(1) = 0/1; risk(2) = (0 + 1 x 1/2)/2 = 1/4 (the tie's expected errors); risk(3) =
+    # 1/3; risk(4) = 2/4 AURC = (0 + 1/4 + 1/3 + 1/2) / 4 = 13/48
     table = measures.confidence_measures(measures.confidence_groups(SMALL))
     row = _row(table, "a", "hle_multichoice")
     assert (row["answers"], row["excluded"], row["valid"]) == (4, 2, 4)
@@ -53,14 +65,25 @@ def test_risk_coverage_of_a_small_case_by_hand():
     expected = [[j / 20, [0.0, 0.25, 1 / 3, 0.5][(j - 1) // 5]] for j in range(1, 21)]
     assert np.allclose(row["curve"], expected, rtol=0, atol=1e-15)
     # tau 0.5: all 4, 2 right; 0.8: 0.9, 0.8, 0.8 (3), 2 right; 0.9: 1, right; 0.95: none
-    assert [(row[f"covered_{t}"], row[f"correct_{t}"]) for t in measures.TAUS] == [(4, 2), (3, 2), (1, 1), (0, 0)]
+    assert [(row[f"covered_{t}"], row[f"correct_{t}"]) for t in measures.TAUS] == [
+        (4, 2),
+        (3, 2),
+        (1, 1),
+        (0, 0),
+    ]
     block = measures.block(None, row, None, None)["risk_coverage"]
-    assert block == {"answers": 4, "excluded": 2, "aurc": 0.270833, "curve": [[round(c, 6), round(r, 6)]
-                                                                               for c, r in expected],
-                     "at": [{"tau": 0.5, "answers": 4, "coverage": 1.0, "accuracy": 50.0},
-                            {"tau": 0.8, "answers": 3, "coverage": 0.75, "accuracy": 66.666667},
-                            {"tau": 0.9, "answers": 1, "coverage": 0.25, "accuracy": 100.0},
-                            {"tau": 0.95, "answers": 0, "coverage": 0.0, "accuracy": None}]}
+    assert block == {
+        "answers": 4,
+        "excluded": 2,
+        "aurc": 0.270833,
+        "curve": [[round(c, 6), round(r, 6)] for c, r in expected],
+        "at": [
+            {"tau": 0.5, "answers": 4, "coverage": 1.0, "accuracy": 50.0},
+            {"tau": 0.8, "answers": 3, "coverage": 0.75, "accuracy": 66.666667},
+            {"tau": 0.9, "answers": 1, "coverage": 0.25, "accuracy": 100.0},
+            {"tau": 0.95, "answers": 0, "coverage": 0.0, "accuracy": None},
+        ],
+    }
     # the pooled row of the model ("all") is the same here: one evaluation
     assert _row(table, "a", measures.ALL)["aurc"] == row["aurc"]
 
@@ -74,23 +97,43 @@ def test_ties_count_as_the_mean_over_every_order_of_them():
     rng = np.random.default_rng(3)
     conf = rng.choice([0.5, 0.7, 0.9], size=7)
     correct = rng.random(7) < 0.6
-    frame = _answers([("m", "when2call", "ok", bool(c), float(p)) for c, p in zip(correct, conf, strict=True)])
-    got = _row(measures.confidence_measures(measures.confidence_groups(frame)), "m", "when2call")["aurc"]
+    frame = _answers(
+        [("m", "when2call", "ok", bool(c), float(p)) for c, p in zip(correct, conf, strict=True)]
+    )
+    got = _row(measures.confidence_measures(measures.confidence_groups(frame)), "m", "when2call")[
+        "aurc"
+    ]
     # every order of the answers that sorts them by confidence (descending), each equally likely
-    orders = [p for p in itertools.permutations(range(7)) if all(conf[p[i]] >= conf[p[i + 1]] for i in range(6))]
+    orders = [
+        p
+        for p in itertools.permutations(range(7))
+        if all(conf[p[i]] >= conf[p[i + 1]] for i in range(6))
+    ]
     want = np.mean([_aurc_of_order([bool(correct[i]) for i in p]) for p in orders])
     assert got == pytest.approx(want, abs=1e-12)
     # the order the rows arrive in does not matter
     again = frame.reverse()
-    assert _row(measures.confidence_measures(measures.confidence_groups(again)), "m", "when2call")["aurc"] == got
+    assert (
+        _row(measures.confidence_measures(measures.confidence_groups(again)), "m", "when2call")[
+            "aurc"
+        ]
+        == got
+    )
 
 
 def test_without_ties_the_curve_is_the_sorted_error_rate():
     rng = np.random.default_rng(9)
     conf = rng.permutation(50) / 100 + 0.3
     correct = rng.random(50) < conf
-    frame = _answers([("m", "hle_multichoice", "ok", bool(c), float(p)) for c, p in zip(correct, conf, strict=True)])
-    row = _row(measures.confidence_measures(measures.confidence_groups(frame)), "m", "hle_multichoice")
+    frame = _answers(
+        [
+            ("m", "hle_multichoice", "ok", bool(c), float(p))
+            for c, p in zip(correct, conf, strict=True)
+        ]
+    )
+    row = _row(
+        measures.confidence_measures(measures.confidence_groups(frame)), "m", "hle_multichoice"
+    )
     order = np.argsort(-conf)
     assert row["aurc"] == pytest.approx(_aurc_of_order(list(correct[order])), abs=1e-12)
     errors = np.cumsum(~correct[order])
@@ -100,8 +143,13 @@ def test_without_ties_the_curve_is_the_sorted_error_rate():
 
 
 def test_a_language_model_without_probabilities_has_no_curve_and_says_so():
-    frame = _answers([("llm", "hle_multichoice", "ok", True, None), ("llm", "hle_multichoice", "invalid", False, None),
-                      ("bad", "hle_multichoice", "invalid", False, None)])
+    frame = _answers(
+        [
+            ("llm", "hle_multichoice", "ok", True, None),
+            ("llm", "hle_multichoice", "invalid", False, None),
+            ("bad", "hle_multichoice", "invalid", False, None),
+        ]
+    )
     table = measures.confidence_measures(measures.confidence_groups(frame))
     llm = measures.block(None, _row(table, "llm", "hle_multichoice"), None, None)
     assert llm["risk_coverage"] is None and llm["risk_coverage_reason"] == measures.NO_CONFIDENCE
@@ -114,39 +162,56 @@ def _calls(rows: list[tuple]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=measures.CALLS_SCHEMA, orient="row")
 
 
-CALLS = _calls([
-    ("a", "wildguardtest", "ok", 0.1, None, False, 3),
-    ("a", "wildguardtest", "ok", 0.2, 0.05, False, 3),
-    ("a", "wildguardtest", "invalid", 0.3, None, False, 3),
-    ("a", "wildguardtest", "ok", 0.4, 0.15, False, 2),
-    ("a", "wildguardtest", "ok", 1.0, None, False, 3),
-    ("a", "wildguardtest", "ok", 30.0, None, True, 3),   # a batch answer: no per-call latency
-    ("a", "wildguardtest", "failed", 9.0, None, False, 3),  # no reply: not timed, no decision
-])
+CALLS = _calls(
+    [
+        ("a", "wildguardtest", "ok", 0.1, None, False, 3),
+        ("a", "wildguardtest", "ok", 0.2, 0.05, False, 3),
+        ("a", "wildguardtest", "invalid", 0.3, None, False, 3),
+        ("a", "wildguardtest", "ok", 0.4, 0.15, False, 2),
+        ("a", "wildguardtest", "ok", 1.0, None, False, 3),
+        ("a", "wildguardtest", "ok", 30.0, None, True, 3),  # a batch answer: no per-call latency
+        ("a", "wildguardtest", "failed", 9.0, None, False, 3),  # no reply: not timed, no decision
+    ]
+)
 
 
 def test_latency_percentiles_and_the_cost_of_1000_decisions_by_hand():
     row = _row(measures.call_measures(CALLS), "a", "wildguardtest")
     # five timed calls 0.1 0.2 0.3 0.4 1.0 s; linear (numpy's default): p at rank (5 - 1) q
-    # p50 = rank 2 = 0.3; p95 = rank 3.8 = 0.4 + 0.8 x 0.6 = 0.88; p99 = rank 3.96 = 0.4 + 0.96 x 0.6 = 0.976
+    # p50 = rank 2 = 0.3; p95 = rank 3.8 = 0.4 + 0.8 x 0.6 = 0.88; p99 = rank 3.96 = 0.4 + 0.96 x
+    # 0.6 = 0.976
     assert (row["calls"], row["batch_excluded"], row["failed_excluded"]) == (5, 1, 1)
-    assert [row[f"p{q}_s"] for q in measures.PERCENTILES] == pytest.approx([0.3, 0.88, 0.976], abs=1e-12)
     assert [row[f"p{q}_s"] for q in measures.PERCENTILES] == pytest.approx(
-        list(np.percentile([0.1, 0.2, 0.3, 0.4, 1.0], measures.PERCENTILES)), abs=1e-12)
+        [0.3, 0.88, 0.976], abs=1e-12
+    )
+    assert [row[f"p{q}_s"] for q in measures.PERCENTILES] == pytest.approx(
+        list(np.percentile([0.1, 0.2, 0.3, 0.4, 1.0], measures.PERCENTILES)), abs=1e-12
+    )
     # time to first token of the two streamed calls: 0.05 and 0.15 -> p50 0.1, p95 0.145, p99 0.149
     assert row["ttft_calls"] == 2
-    assert [row[f"ttft_p{q}_s"] for q in measures.PERCENTILES] == pytest.approx([0.1, 0.145, 0.149], abs=1e-12)
+    assert [row[f"ttft_p{q}_s"] for q in measures.PERCENTILES] == pytest.approx(
+        [0.1, 0.145, 0.149], abs=1e-12
+    )
     # decisions: the questions of the calls with a reply, the batch one included: 3+3+3+2+3+3 = 17
     assert row["decisions"] == 17
     block = measures.block(row, None, 0.0034, None)
     assert block["cost_per_1000_decisions_usd"] == 0.2  # 1000 x 0.0034 / 17
-    assert block["latency"] == {"calls": 5, "p50_s": 0.3, "p95_s": 0.88, "p99_s": 0.976, "batch_excluded": 1,
-                                "failed_excluded": 1, "ttft": {"calls": 2, "p50_s": 0.1, "p95_s": 0.145,
-                                                               "p99_s": 0.149},
-                                "note": "1 answer call(s) from a provider batch are left out: a batch's time is "
-                                        "not a per-call latency"}
+    assert block["latency"] == {
+        "calls": 5,
+        "p50_s": 0.3,
+        "p95_s": 0.88,
+        "p99_s": 0.976,
+        "batch_excluded": 1,
+        "failed_excluded": 1,
+        "ttft": {"calls": 2, "p50_s": 0.1, "p95_s": 0.145, "p99_s": 0.149},
+        "note": "1 answer call(s) from a provider batch are left out: a batch's time is "
+        "not a per-call latency",
+    }
     unpriced = measures.block(row, None, None, "no price for this model")
-    assert unpriced["cost_per_1000_decisions_usd"] is None and unpriced["cost_reason"] == "no price for this model"
+    assert (
+        unpriced["cost_per_1000_decisions_usd"] is None
+        and unpriced["cost_reason"] == "no price for this model"
+    )
 
 
 def test_a_model_answered_only_by_batches_has_no_latency_and_says_why():
@@ -157,13 +222,29 @@ def test_a_model_answered_only_by_batches_has_no_latency_and_says_why():
 
 
 def test_add_measures_fills_the_model_and_its_evaluations():
-    entry = ModelEntry(model="a", epochs=1, decision_index=None, complete=True, requests={},
-                       evals={"wildguardtest": {"n": 5}, "hle_multichoice": {"n": 0}},
-                       usage={"cost_usd": 0.0068, "evals": {"wildguardtest": {"cost_usd": 0.0034}}})
-    summary = Summary(prompt_version="p", epochs=1, complete=True, allow_failed=None, accepted=True, data={},
-                      models=[entry])
-    measures.add_measures(summary, measures.call_measures(CALLS),
-                          measures.confidence_measures(measures.confidence_groups(SMALL)))
+    entry = ModelEntry(
+        model="a",
+        epochs=1,
+        decision_index=None,
+        complete=True,
+        requests={},
+        evals={"wildguardtest": {"n": 5}, "hle_multichoice": {"n": 0}},
+        usage={"cost_usd": 0.0068, "evals": {"wildguardtest": {"cost_usd": 0.0034}}},
+    )
+    summary = Summary(
+        prompt_version="p",
+        epochs=1,
+        complete=True,
+        allow_failed=None,
+        accepted=True,
+        data={},
+        models=[entry],
+    )
+    measures.add_measures(
+        summary,
+        measures.call_measures(CALLS),
+        measures.confidence_measures(measures.confidence_groups(SMALL)),
+    )
     assert entry.evals["wildguardtest"]["measures"]["cost_per_1000_decisions_usd"] == 0.2
     assert "measures" not in entry.evals["hle_multichoice"]  # no tasks: no block
     assert entry.measures["cost_per_1000_decisions_usd"] == 0.4  # 1000 x 0.0068 / 17
@@ -172,18 +253,29 @@ def test_add_measures_fills_the_model_and_its_evaluations():
 
 
 def test_summary_json_has_the_measures_of_each_model_and_evaluation():
-    sizes = {"aa_omniscience_decision": 12, "hle_multichoice": 10, "when2call": 8, "wildguardtest": 6}
+    sizes = {
+        "aa_omniscience_decision": 12,
+        "hle_multichoice": 10,
+        "when2call": 8,
+        "wildguardtest": 6,
+    }
     root = Path(tempfile.mkdtemp())
     write_cache(root, suite(sizes), 1, invalid_rate=0.1, failed_rate=0.05)
     with Cache(root, read_only=True) as cache:
         models = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
         label = models["label"][0]
-        summary, scored = summarize(cache, SyntheticSuite(sizes), models, None, prices={label: (1.0, 2.0)})
-        rows = cache.read(lambda r: r.select("eval", "status", "latency_ms", "input_tokens", "output_tokens",
-                                             "answers").collect())
+        summary, scored = summarize(
+            cache, SyntheticSuite(sizes), models, None, prices={label: (1.0, 2.0)}
+        )
+        rows = cache.read(
+            lambda r: r.select(
+                "eval", "status", "latency_ms", "input_tokens", "output_tokens", "answers"
+            ).collect()
+        )
     entry = summary.entry(label)
     replied = rows.filter(pl.col("status") != "failed")
-    # every request of the synthetic cache is current (one epoch, one row per task): the latency by numpy
+    # every request of the synthetic cache is current (one epoch, one row per task): the latency by
+    # numpy
     expected = np.percentile(replied["latency_ms"].to_numpy() / 1000, measures.PERCENTILES)
     got = entry.measures["latency"]
     assert got["calls"] == replied.height and got["failed_excluded"] == rows.height - replied.height
@@ -192,10 +284,16 @@ def test_summary_json_has_the_measures_of_each_model_and_evaluation():
     decisions = int(replied["answers"].list.len().sum())
     assert entry.measures["decisions"] == decisions
     assert entry.measures["cost_per_1000_decisions_usd"] == pytest.approx(
-        1000 * entry.usage["cost_usd"] / decisions, abs=1e-9)
+        1000 * entry.usage["cost_usd"] / decisions, abs=1e-9
+    )
     # the risk-coverage block counts every answer of the model: ranked + excluded
     rc = entry.measures["risk_coverage"]
     assert rc["answers"] + rc["excluded"] == scored.answers.height
     for name, block in entry.evals.items():
-        assert block["measures"]["risk_coverage"]["answers"] == scored.answers.filter(
-            (pl.col("eval").cast(pl.String) == name) & (pl.col("status").cast(pl.String) == "ok")).height
+        assert (
+            block["measures"]["risk_coverage"]["answers"]
+            == scored.answers.filter(
+                (pl.col("eval").cast(pl.String) == name)
+                & (pl.col("status").cast(pl.String) == "ok")
+            ).height
+        )
