@@ -7,14 +7,15 @@ yes/no question ``{"type": "noul", "instructions"}``. Reply: ``{"model", "answer
 answer}, "usage", "latency_ms"}`` with ``{"type": "choice", "choice", "probabilities": {option: p}}`` or
 ``{"type": "noul", "noul": P(yes)}``.
 
-Question types: a server that answers only some question types (a yes/no-only decider) says so in its
-``GET /health`` reply, ``"question_types": ["noul"]`` (the wire format's type names; ``choice``, ``noul``,
-``score``). dxi reads it at start; a request asking a type the server does not list is not sent and is the
-request's deterministic failure (``Fatal``: stored, kept on reruns, counted as failed), with a message
-naming what the server answers (``unsupported``). So such a model runs the evaluations it can (here
-WildGuardTest's yes/no questions) and the others say why they have no figures; ``--evals wildguardtest``
-runs only what it can. A server that lists nothing is asked every type (its 422 for a type it lacks is then
-that request's deterministic failure, with its own message).
+Question types: a server that answers only some question types (a yes/no-only decider) says so in
+its ``GET /health`` reply, ``"question_types": ["noul"]`` (the wire format's type names; ``choice``,
+``noul``, ``score``). dxi reads it at start; a request asking a type the server does not list is not
+sent and is the request's deterministic failure (``Fatal``: stored, kept on reruns, counted as
+failed), with a message naming what the server answers (``unsupported``). So such a model runs the
+evaluations it can (here WildGuardTest's yes/no questions) and the others say why they have no
+figures; ``--evals wildguardtest`` runs only what it can. A server that lists nothing is asked every
+type (its 422 for a type it lacks is then that request's deterministic failure, with its own
+message).
 
 Model strings: ``systemone:http://127.0.0.1:8000`` (the server's reported name identifies the model),
 ``systemone:NAME@http://host:port`` or ``systemone:NAME`` (default URL http://127.0.0.1:8000). The
@@ -66,8 +67,9 @@ QUESTION_TYPES = ("choice", "noul", "score")
 
 
 def question_types(health: object) -> frozenset[str] | None:
-    """The question types a server's ``GET /health`` reply declares it answers (``"question_types"``: a list
-    of type names), or None when it declares none (every type is asked)."""
+    """The question types a server's ``GET /health`` reply declares it answers
+    (``"question_types"``: a list of type names), or None when it declares none (every type is
+    asked)."""
     declared = health.get("question_types") if isinstance(health, dict) else None
     if not isinstance(declared, list):
         return None
@@ -75,18 +77,21 @@ def question_types(health: object) -> frozenset[str] | None:
 
 
 def unsupported(body: bytes, answered: frozenset[str] | None, where: str) -> str | None:
-    """Why a request (its System One ``body``) is not sent to a server that answers only ``answered``
-    question types (None: every type, never refused), or None when it asks nothing else."""
+    """Why a request (its System One ``body``) is not sent to a server that answers only
+    ``answered`` question types (None: every type, never refused), or None when it asks nothing
+    else."""
     if answered is None:
         return None
     asked = {q.get("type") for q in orjson.loads(body)["questions"].values() if isinstance(q, dict)}
     missing = sorted(str(t) for t in asked - answered)
     if not missing:
         return None
-    return (f"not sent: the System One server at {where} answers {', '.join(sorted(answered)) or 'no'} questions "
+    types = ", ".join(sorted(answered)) or "no"
+    kind = "a choice among options" if missing == ["choice"] else "questions it does not answer"
+    return (f"not sent: the System One server at {where} answers {types} questions "
             f"only (its /health question_types), and this task asks {', '.join(missing)} "
-            f"({'a choice among options' if missing == ['choice'] else 'questions it does not answer'}); "
-            "run it with --evals naming the evaluations it can answer (yes/no questions: wildguardtest)")
+            f"({kind}); run it with --evals naming the evaluations it can answer (yes/no "
+            "questions: wildguardtest)")
 
 
 def _text(body: bytes) -> str:
@@ -153,7 +158,8 @@ class SystemOne(Adapter):
         key = os.environ.get(API_KEY_ENV)
         self._headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
         self._secrets = http.secrets_in(self._headers)
-        self.question_types: frozenset[str] | None = None  # declared by GET /health (``question_types``)
+        # the question types GET /health declares the server answers (None: it declares none)
+        self.question_types: frozenset[str] | None = None
 
     @property
     def limits_key(self) -> str:

@@ -10,9 +10,10 @@ job on a fresh cache: ``dxi run`` (summary.json, answers.parquet), ``dxi run`` a
 then ``dxi report`` (report.html, tables/*, and its summary.json and answers.parquet), each into its
 own folder, and compares every output file byte for byte. Exit status 0 when all are identical.
 
-Nothing legitimately varies between the two but the call latencies of summary.json's ``measures`` and the
-report's section showing them (``_timeless`` leaves those out): the outputs hold no other timings, dates or
-paths of temporary folders (both sides use the same cache and output paths, so the data block's file paths match too). A
+Nothing legitimately varies between the two but the call latencies of summary.json's ``measures``
+and the report's section showing them (``_timeless`` leaves those out): the outputs hold no other
+timings, dates or paths of temporary folders (both sides use the same cache and output paths, so the
+data block's file paths match too). A
 run's ``requests`` block counts what this invocation sent, so the fresh and the cached run differ from
 each other, but each must match the same step of the other side.
 """
@@ -74,15 +75,16 @@ def _job(pythonpath: Path, work: Path, args: argparse.Namespace) -> dict[str, fl
 
 
 def _timeless(path: Path) -> bytes:
-    """A file's bytes with the measured call latencies left out (``scoring.measures``: each run's own
-    timings, the one thing that legitimately varies): in a summary.json every ``measures.latency`` block
-    becomes null; in report.html the "Latency, cost and confidence" section is cut (its figures are the
-    summary's, compared there). Other files as they are."""
+    """A file's bytes with the measured call latencies left out (``scoring.measures``: each run's
+    own timings, the one thing that legitimately varies): in a summary.json every
+    ``measures.latency`` block becomes null; in report.html the "Latency, cost and confidence"
+    section is cut (its figures are the summary's, compared there). Other files as they are."""
     raw = path.read_bytes()
     if path.name == "summary.json":
         doc = json.loads(raw)
         for m in doc.get("models", []):
-            for block in [m.get("measures") or {}, *((e.get("measures") or {}) for e in m.get("evals", {}).values())]:
+            evals = m.get("evals", {}).values()
+            for block in [m.get("measures") or {}, *((e.get("measures") or {}) for e in evals)]:
                 if "latency" in block:
                     block["latency"] = None
         return json.dumps(doc, sort_keys=False).encode()
@@ -119,7 +121,8 @@ def main() -> int:
             names = _files(a) | _files(b)
             for name in sorted(names):
                 same = (a / name).is_file() and (b / name).is_file() and (
-                    filecmp.cmp(a / name, b / name, shallow=False) or _timeless(a / name) == _timeless(b / name))
+                    filecmp.cmp(a / name, b / name, shallow=False)
+                    or _timeless(a / name) == _timeless(b / name))
                 if not same:
                     differ.append(f"{step}/{name}")
             print(f"{step}: {len(names)} file(s) compared; base {results['base'][step]:.2f} s, "

@@ -137,8 +137,9 @@ def reliability(title: str, panels: dict[str, dict[str, Sequence[float]]]) -> st
 
 
 def risk_coverage(title: str, curves: dict[str, Sequence[Sequence[float]]]) -> str:
-    """Risk–coverage curves (``scoring.measures``), one line per evaluation: ``curves[name]`` is a list of
-    [coverage, risk] points (both 0-1). Lower is better; the area under a curve is its AURC."""
+    """Risk–coverage curves (``scoring.measures``), one line per evaluation: ``curves[name]`` is a
+    list of [coverage, risk] points (both 0-1). Lower is better; the area under a curve is its
+    AURC."""
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(4.2, 2.8))
         ax = fig.add_subplot()

@@ -315,10 +315,10 @@ def _seconds(value: float | None) -> str:
 
 
 def _measures_section(summary: Summary, labels: list[str]) -> dict:
-    """The measures a decision-model user reads (``scoring.measures``): per model and evaluation (and every
-    evaluation pooled) latency, the cost of 1,000 decisions, AURC and accuracy at confidence ≥ τ with its
-    coverage; a risk–coverage chart per model with confidence; the notes (batch answers left out, models
-    without confidence)."""
+    """The measures a decision-model user reads (``scoring.measures``): per model and evaluation
+    (and every evaluation pooled) latency, the cost of 1,000 decisions, AURC and accuracy at
+    confidence ≥ τ with its coverage; a risk–coverage chart per model with confidence; the notes
+    (batch answers left out, models without confidence)."""
     rows, charts_, notes = [], [], []
     entries = {m.model: m for m in summary.models}
     for label in labels:
@@ -328,11 +328,11 @@ def _measures_section(summary: Summary, labels: list[str]) -> dict:
             lat, rc = block["latency"], block["risk_coverage"]
             ttft = lat.get("ttft") or {}
             cost = block["cost_per_1000_decisions_usd"]
-            at = [("—" if a["accuracy"] is None else f"{a['accuracy']:.1f}") + f" ({100 * a['coverage']:.0f}%)"
-                  for a in rc["at"]] if rc else ["—"] * len(measures.TAUS)
+            at = [("—" if a["accuracy"] is None else f"{a['accuracy']:.1f}")
+                  + f" ({100 * a['coverage']:.0f}%)" for a in rc["at"]] if rc else ["—"] * len(measures.TAUS)
             title = "all evaluations" if name == measures.ALL else EVALS[name].title
-            rows.append([label, title, lat["calls"], *(_seconds(lat[f"p{q}_s"]) for q in measures.PERCENTILES),
-                         _seconds(ttft.get("p50_s")), lat["batch_excluded"], block["decisions"],
+            latency = [_seconds(lat[f"p{q}_s"]) for q in measures.PERCENTILES]
+            rows.append([label, title, lat["calls"], *latency, _seconds(ttft.get("p50_s")), lat["batch_excluded"], block["decisions"],
                          "—" if cost is None else f"${cost:.4f}",
                          "—" if rc is None else f"{rc['aurc']:.4f}", *at])
             if rc and name != measures.ALL:
@@ -340,13 +340,14 @@ def _measures_section(summary: Summary, labels: list[str]) -> dict:
             if name == measures.ALL and rc is None:
                 notes.append(f"{label}: {block['risk_coverage_reason']}")
             if name == measures.ALL and lat["batch_excluded"]:
-                notes.append(f"{label}: {lat['batch_excluded']} call(s) answered in a provider batch are left "
-                             "out of the latency figures (a batch's time is not a per-call latency)")
+                notes.append(f"{label}: {lat['batch_excluded']} call(s) answered in a provider batch are "
+                             "left out of the latency figures (a batch's time is not a per-call latency)")
         if curves:
-            charts_.append({"model": label, "chart": _uri(charts.risk_coverage(f"Risk–coverage: {label}", curves))})
+            chart = charts.risk_coverage(f"Risk–coverage: {label}", curves)
+            charts_.append({"model": label, "chart": _uri(chart)})
     taus = [f"acc ≥ {t:g} (cov.)" for t in measures.TAUS]
-    columns = ["model", "evaluation", "calls", "p50 s", "p95 s", "p99 s", "TTFT p50 s", "batch (not timed)",
-               "decisions", "$ / 1,000 decisions", "AURC", *taus]
+    columns = ["model", "evaluation", "calls", "p50 s", "p95 s", "p99 s", "TTFT p50 s",
+               "batch (not timed)", "decisions", "$ / 1,000 decisions", "AURC", *taus]
     return {"table": _table(columns, rows), "charts": charts_, "notes": notes,
             "methods": unset(summary.measures)}
 

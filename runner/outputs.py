@@ -90,7 +90,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     # usage first: its read of the cache rows (scalar columns only) then comes before the answers are held
     used, served, calls = cache.read(
         lambda rows: usage_and_replies(rows, models, gold, epochs, with_calls=True))
-    confidence = []  # each answers frame's tied confidence groups (``scoring.measures``: risk-coverage)
+    confidence = []  # each answers frame's tied confidence groups (``scoring.measures``)
     if each is None:
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
         scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns, with_comparisons=True)
@@ -227,18 +227,21 @@ def print_usage(summary: Summary, console: Console, keys: list[str] | None = Non
 
 
 def _seconds(value: float | None) -> str:
-    """Seconds as the measures table prints them: three decimals below 1 s (a local model's milliseconds)."""
+    """Seconds as the measures table prints them: three decimals below 1 s (a local model's
+    milliseconds)."""
     return "—" if value is None else f"{value:.3f}" if value < 1 else f"{value:.2f}"
 
 
 def print_measures(summary: Summary, console: Console, keys: list[str] | None = None) -> None:
-    """One row per model, every evaluation pooled (``scoring.measures``): latency p50 and p95 per call
-    (seconds; batch answers left out), the cost of 1,000 decisions, AURC and accuracy at confidence ≥ 0.9
-    with the share it covers. Per evaluation: summary.json, the report and ``dxi view``."""
+    """One row per model, every evaluation pooled (``scoring.measures``): latency p50 and p95 per
+    call (seconds; batch answers left out), the cost of 1,000 decisions, AURC and accuracy at
+    confidence ≥ 0.9 with the share it covers. Per evaluation: summary.json, the report and ``dxi
+    view``."""
     if not any(unset(m.measures) for m in summary.models):
         return
     keys = keys or summary.labels
-    columns = [("model", "model", "left"), ("p50 s", "p50\ns", "right"), ("p95 s", "p95\ns", "right"),
+    columns = [("model", "model", "left"), ("p50 s", "p50\ns", "right"),
+               ("p95 s", "p95\ns", "right"),
                ("$ / 1k decisions", "$ per 1k\ndecisions", "right"), ("AURC", "AURC", "right"),
                ("acc @ conf ≥ 0.9 (coverage)", "acc@0.9\n(cov.)", "right")]
     rows: Rows = []
@@ -254,13 +257,14 @@ def print_measures(summary: Summary, console: Console, keys: list[str] | None = 
                       "—" if rc is None else f"{rc['aurc']:.3f}", conf], None))
     title = "Measures (every evaluation pooled; per evaluation in summary.json and the report)"
     console.print(_fitted(console, _variants(title, columns, rows)))
-    batch = sum((unset(m.measures) or {}).get("latency", {}).get("batch_excluded", 0) for m in summary.models)
+    pooled = [unset(m.measures) or {} for m in summary.models]
+    batch = sum(x.get("latency", {}).get("batch_excluded", 0) for x in pooled)
     if batch:
-        console.print(f"  latency: {batch} answer call(s) from provider batches are left out (a batch's "
-                      "time is not a per-call latency)")
-    if any((unset(m.measures) or {}).get("risk_coverage") is None for m in summary.models):
-        console.print("  no conf.: the model's answers carry no probability (structured outputs): no "
-                      "risk-coverage figures")
+        console.print(f"  latency: {batch} answer call(s) from provider batches are left out (a "
+                      "batch's time is not a per-call latency)")
+    if any(x.get("risk_coverage") is None for x in pooled):
+        console.print("  no conf.: the model's answers carry no probability (structured outputs): "
+                      "no risk-coverage figures")
 
 
 def print_estimate(doc: dict, console: Console) -> None:
@@ -295,8 +299,9 @@ def print_estimate(doc: dict, console: Console) -> None:
     console.print("Tokens and cost are expected values (estimated from the request bytes and the usage the cache "
                   "has seen); \"at most\" is what the cost bound reserves for them: the most they can cost.")
     if any("thinking prior" in b for m in doc["models"] for b in m.get("basis", {})):
-        console.print("A thinking model's output, until its usage at these parameters is cached, is the prior of "
-                      "its effort level: the project's own assumption (docs: Estimates), not a provider's figure.")
+        console.print("A thinking model's output, until its usage at these parameters is cached, is "
+                      "the prior of its effort level: the project's own assumption (docs: Estimates), "
+                      "not a provider's figure.")
     for problem in doc.get("problems", {}).values():
         console.print(f"[yellow]dxi run will refuse to start[/]: {escape(problem)}")
     for label, why in doc.get("unreachable", {}).items():
@@ -432,8 +437,9 @@ def print_summary(summary: Summary, console: Console, out: Path | None = None) -
                           "(scored: the returned choice when tied, else the first tied option in option order)")
         rounded = sum(b.get("rounded", 0) for b in m.evals.values())
         if rounded:
-            console.print(f"  {escape(m.model)}: {rounded} answer(s) with probabilities rounded to fewer than 4 "
-                          "decimals, accepted as their sum is within N × ½ × 10^-k of 1 (a `rounded` warning)")
+            console.print(f"  {escape(m.model)}: {rounded} answer(s) with probabilities rounded to "
+                          "fewer than 4 decimals, accepted as their sum is within N × ½ × 10^-k of 1 "
+                          "(a `rounded` warning)")
         for note in model_notes(m):
             console.print(f"  [yellow]{escape(m.model)}: {escape(note)}[/]")
         if m.invalid_reasons:

@@ -86,8 +86,9 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     (``scoring.compare``); ``evals`` (evaluation name -> ``EvalBlock``); ``invalid_reasons``
     ([{"error", "count"}], ``scoring.summary.invalid_reasons``); ``requests`` (the request counts);
     ``usage`` (tokens and USD, ``scoring.cost``); ``served_models``, ``served_differs`` and ``cut_off``
-    (``scoring.replies.add_replies``); ``effort`` and ``p_yes_range`` (``runner.outputs.model_settings``); ``measures`` (latency, cost of 1,000
-    decisions, risk–coverage: ``scoring.measures``)."""
+    (``scoring.replies.add_replies``); ``effort`` and ``p_yes_range``
+    (``runner.outputs.model_settings``); ``measures`` (latency, cost of 1,000 decisions,
+    risk–coverage: ``scoring.measures``)."""
 
     model: str
     epochs: int

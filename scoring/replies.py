@@ -38,16 +38,17 @@ def usage_and_replies(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epoc
                       with_calls: bool = False) -> tuple[pl.DataFrame, ...]:
     """``(scoring.usage(rows, models, gold, epochs), the replies table)`` from one read of the current cache rows.
     The replies table: per (label, served_model, cut_off), the scored requests with a reply (``replies``: ok or
-    invalid, one per task and epoch) and the ``answers`` they hold (``REPLIES_SCHEMA``). ``with_calls`` adds
-    a third table from the same read: one row per call (``scoring.measures.calls_table``: latency, time to
-    first token, batch, questions)."""
+    invalid, one per task and epoch) and the ``answers`` they hold (``REPLIES_SCHEMA``).
+    ``with_calls`` adds a third table from the same read: one row per call
+    (``scoring.measures.calls_table``: latency, time to first token, batch, questions)."""
     models = models.sort("label").with_row_index("m")
     task_frame = _task_frame(gold.sort("eval", "task_id", "question_id"))
-    extra = (*measures.CALLS_READ, *((measures.TTFT,) if measures.has_column(rows, measures.TTFT) else ())
-             ) if with_calls else ()
+    ttft = (measures.TTFT,) if with_calls and measures.has_column(rows, measures.TTFT) else ()
+    extra = (*measures.CALLS_READ, *ttft) if with_calls else ()
     found, m, t, _, _ = _current(rows, models, task_frame, _model_epochs(models, epochs),
                                  (*USAGE_READ, "served_model", "cut_off", *extra), each_task=False)
-    tables = usage_table(found.select(USAGE_READ), m, models), _replies_table(found, m, t, models, task_frame)
+    tables = (usage_table(found.select(USAGE_READ), m, models),
+              _replies_table(found, m, t, models, task_frame))
     if not with_calls:
         return tables
     questions = task_frame["nq"].to_numpy().astype(np.int64)

@@ -45,10 +45,11 @@ Added with paired comparisons (``scoring.compare``): each model's ``rank`` by th
 ``{"a", "b", "eval", "metric", "difference", "ci", "p_value", "p_holm", "complete"}``, plus
 ``discordant`` and ``mcnemar_p`` for accuracy) and ``ranking`` (the tied groups).
 
-Added with the measures (``scoring.measures.add_measures``, after ``build``): each model's and each evaluation
-block's ``measures`` (latency per call, the cost of 1,000 decisions, the risk–coverage curve with AURC and
-accuracy at confidence ≥ τ) and the summary's ``measures`` (how); each evaluation block's ``rounded`` (answers
-accepted with probabilities rounded to fewer than 4 decimals, ``scoring.ties``) when it has any.
+Added with the measures (``scoring.measures.add_measures``, after ``build``): each model's and each
+evaluation block's ``measures`` (latency per call, the cost of 1,000 decisions, the risk–coverage
+curve with AURC and accuracy at confidence ≥ τ) and the summary's ``measures`` (how); each
+evaluation block's ``rounded`` (answers accepted with probabilities rounded to fewer than 4
+decimals, ``scoring.ties``) when it has any.
 """
 from __future__ import annotations
 

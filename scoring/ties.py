@@ -8,9 +8,10 @@ Values that differ, however little, are no tie: the higher one was scored. Ties 
 answer, and counted here, per model and evaluation, for summary.json (``ties`` in each evaluation
 block).
 
-Rounded replies: a server that rounds each probability to k < 4 decimals (a gateway's two) is accepted
-when the sum is within what that rounding explains (``adapters.decision``), with a warning that starts
-``rounded:``; such answers are counted here too (``rounded`` in an evaluation block that has any)."""
+Rounded replies: a server that rounds each probability to k < 4 decimals (a gateway's two) is
+accepted when the sum is within what that rounding explains (``adapters.decision``), with a warning
+that starts ``rounded:``; such answers are counted here too (``rounded`` in an evaluation block that
+has any)."""
 from __future__ import annotations
 
 import polars as pl
@@ -44,10 +45,11 @@ ROUNDED_PREFIX = "rounded:"  # ``adapters.decision.ROUNDED``'s warning, as answe
 
 
 def rounded_counts(answers: pl.DataFrame) -> dict[tuple[str, str], int]:
-    """``(label, eval) -> answers`` accepted as rounded replies (their warning starts ``rounded:``), every
-    epoch counted; pairs without one are absent."""
+    """``(label, eval) -> answers`` accepted as rounded replies (their warning starts ``rounded:``),
+    every epoch counted; pairs without one are absent."""
     found = (answers.lazy().filter(pl.col("warning").str.starts_with(ROUNDED_PREFIX))
-             .group_by(pl.col("label").cast(pl.String), pl.col("eval").cast(pl.String)).agg(pl.len())
+             .group_by(pl.col("label").cast(pl.String), pl.col("eval").cast(pl.String))
+             .agg(pl.len())
              .collect())
     return {(label, name): n for label, name, n in found.iter_rows()}
 

@@ -237,7 +237,7 @@ class FakeProvider:
                  routes: dict[str, Responder] | None = None, route_factories: dict[str, str] | None = None,
                  batch: dict | None = None, question_types: list[str] | None = None):
         self.script = deque(script or [])
-        self.question_types = question_types  # declared by /health: a server answering only these types
+        self.question_types = question_types  # declared by /health: it answers these types only
         self.default, self.model, self.seed, self.latency = default, model, seed, latency
         self.faults = Faults(**faults) if isinstance(faults, dict) else faults
         self.rpm, self.rate_headers, self.hang_s, self.record = rpm, rate_headers, hang_s, record
@@ -441,8 +441,9 @@ class FakeProvider:
         return resp
 
     async def _health(self, request: web.Request) -> web.Response:
+        declared = {"question_types": list(self.question_types)} if self.question_types else {}
         return web.json_response({"status": "ok"} | ({"model": self.model} if self.model else {})
-                                 | ({"question_types": list(self.question_types)} if self.question_types else {}))
+                                 | declared)
 
     def stats(self) -> dict[str, int]:
         """The counters (see the module docstring)."""

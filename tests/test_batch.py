@@ -51,8 +51,8 @@ def summary(path: Path) -> dict:
 
 
 def same_answers(s: dict) -> dict:
-    """A summary without what depends on the run (``requests`` and the measured latencies: ``without_requests``)
-    or records the transport (``usage.batch``)."""
+    """A summary without what depends on the run (``requests`` and the measured latencies:
+    ``without_requests``) or records the transport (``usage.batch``)."""
     out = without_requests(s)
     for m in out["models"]:
         m["usage"] = {k: v for k, v in m["usage"].items() if k != "batch"}

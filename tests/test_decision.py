@@ -159,13 +159,14 @@ def test_a_server_returning_a_choice_just_below_the_highest_is_scored_on_the_hig
 
 
 def test_a_reply_rounded_to_two_decimals_is_accepted_with_a_rounded_warning():
-    # a gateway rounds each of 5 probabilities to 2 decimals: 0.21 x 4 + 0.17 = 1.01, off by 1e-2 (the
-    # ordinary tolerance is 1e-3), within 5 x 1/2 x 10^-2 = 0.025
+    # a gateway rounds each of 5 probabilities to 2 decimals: 0.21 x 4 + 0.17 = 1.01, off by 1e-2
+    # (the ordinary tolerance is 1e-3), within 5 x 1/2 x 10^-2 = 0.025
     a = choice_answer(FIVE, {"A": 0.21, "B": 0.21, "C": 0.21, "D": 0.21, "E": 0.17}, "C")
     assert (a.status, a.predicted, a.p_predicted) == ("ok", "C", 0.21)  # a 4-way tie: the returned choice
     assert a.warning == ("rounded: probabilities given to 2 decimals sum to 1.010000; accepted (within "
                          "N x 1/2 x 10^-2 = 0.025 of 1)")
-    # a tie made by rounding whose returned choice is not tied: the first tied option, and both warnings
+    # a tie made by rounding whose returned choice is not tied: the first tied option, and both
+    # warnings
     b = choice_answer(FIVE, {"A": 0.1, "B": 0.33, "C": 0.33, "D": 0.1, "E": 0.12}, "E")
     assert (b.status, b.predicted) == ("ok", "B")
     assert b.warning.startswith("rounded: probabilities given to 2 decimals sum to 0.980000; accepted")
@@ -196,9 +197,9 @@ def test_decimals_are_decided_robustly_for_floats_that_are_not_exact():
 
 
 def rounding_gateway(model: str):
-    """A System One responder behind a gateway that rounds every probability to 2 decimals: each choice's
-    first two options 0.331 and 0.334 (both 0.33 once rounded: a tie made by rounding), the second
-    returned as the choice, the rest sharing 0.335 before rounding; P(yes) 0.7."""
+    """A System One responder behind a gateway that rounds every probability to 2 decimals: each
+    choice's first two options 0.331 and 0.334 (both 0.33 once rounded: a tie made by rounding), the
+    second returned as the choice, the rest sharing 0.335 before rounding; P(yes) 0.7."""
     def respond(payload: dict) -> dict:
         answers = {}
         for name, q in payload["questions"].items():

@@ -339,7 +339,8 @@ async def test_max_tokens_is_refused_by_a_reasoning_model_with_the_providers_mes
     assert "Use 'max_completion_tokens' instead." in str(stop)
 
 
-# ---- estimates of thinking models --------------------------------------------------------------------------------
+# ---- estimates of thinking models
+# --------------------------------------------------------------------------------
 def _estimate(argv: list[str], capsys: pytest.CaptureFixture) -> dict:
     capsys.readouterr()
     assert main(["estimate", *argv, "--json"]) == 0
@@ -355,8 +356,9 @@ async def test_a_thinking_models_output_is_estimated_from_its_effort_then_from_i
     async with FakeLLM() as server:
         where = ["--data-dir", str(data_dir), "--cache-dir", str(cache), "--evals", "when2call"]
         openai = ["--model", f"openai:gpt-6-luna@{server.url}/v1", *where]
-        # nothing cached: the prior of effort low (3,000 thinking tokens) plus the answer (8 per question + 4),
-        # below the request's cap of 16,000 (issue 34: 18 tokens were expected where ~3,000 were used)
+        # nothing cached: the prior of effort low (3,000 thinking tokens) plus the answer (8 per
+        # question + 4), below the request's cap of 16,000 (issue 34: 18 tokens were expected where
+        # ~3,000 were used)
         low = await asyncio.to_thread(_estimate, [*openai, "--effort", "low", "--param",
                                                    "max_completion_tokens=16000"], capsys)
         n = low["new"]
@@ -368,7 +370,8 @@ async def test_a_thinking_models_output_is_estimated_from_its_effort_then_from_i
         capped = await asyncio.to_thread(_estimate, [*openai, "--effort", "high", "--param",
                                                       "max_completion_tokens=2000"], capsys)
         assert capped["output_tokens"] == n * 2_000
-        # Anthropic's current models think by default at effort high (12,000), within the 16,000 default cap
+        # Anthropic's current models think by default at effort high (12,000), within the 16,000
+        # default cap
         claude = await asyncio.to_thread(_estimate, ["--model", f"anthropic:claude-sonnet-5-5@{server.url}",
                                                       *where], capsys)
         assert claude["output_tokens"] == n * (12_000 + OUTPUT_PER_QUESTION + 4)
@@ -386,7 +389,8 @@ async def test_a_thinking_models_output_is_estimated_from_its_effort_then_from_i
     again = await asyncio.to_thread(_estimate, [*openai, "--effort", "low", "--epochs", "2"], capsys)
     assert again["new"] == n and again["basis"] == {"this model's cached usage": n}
     assert again["output_tokens"] == round(n * used["output_tokens"].mean())
-    # another level of the same model: its cached usage at effort low says nothing of medium's thinking
+    # another level of the same model: its cached usage at effort low says nothing of medium's
+    # thinking
     medium = await asyncio.to_thread(_estimate, [*openai, "--effort", "medium"], capsys)
     assert medium["output_tokens"] == n * (6_000 + OUTPUT_PER_QUESTION + 4)
     assert medium["basis"] == {"this model's cached usage; output: the thinking prior at effort medium (6,000 "

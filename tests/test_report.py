@@ -121,8 +121,8 @@ def test_the_report_opens_in_a_headless_browser_and_shows_its_charts(report: Pat
         finally:
             browser.close()
     assert problems == [] and requests == [url]
-    # the index, one chart per evaluation, one heatmap per breakdown, one reliability figure per model with
-    # probabilities and one risk-coverage figure per such model
+    # the index, one chart per evaluation, one heatmap per breakdown, one reliability figure per
+    # model with probabilities and one risk-coverage figure per such model
     breakdowns = pl.read_parquet(report / "tables" / "breakdowns.parquet").select("eval", "dimension").n_unique()
     assert breakdowns == 5 and len(charts) == 1 + 4 + breakdowns + 2 + 2
     assert sum(alt.startswith("Risk–coverage curves of ") for *_, alt in charts) == 2

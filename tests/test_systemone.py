@@ -241,7 +241,8 @@ async def test_a_yes_no_only_server_runs_the_evaluations_it_can_and_says_which_i
         adapter, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c", limit=None,
                                                evals=None)
         assert adapter.question_types == frozenset({"noul"})
-        # only WildGuardTest's 3 tasks (all yes/no) reached it; the 9 tasks with a choice were not sent
+        # only WildGuardTest's 3 tasks (all yes/no) reached it; the 9 tasks with a choice were not
+        # sent
         sent = [body for _, body in server.requests]
         assert len(sent) == 3 and all(q["type"] == "noul" for b in sent for q in b["questions"].values())
         assert (stats.ok, stats.failed) == (3, 9)

@@ -92,7 +92,7 @@ def _environment() -> jinja2.Environment:
     env.globals.update(url=_url, task_url=task_url, num=_num, when=_when, EVALS=EVALS, METRICS=METRICS, METRIC_TITLES=METRIC_TITLES,
                        STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS, MARK=provisional.MARK, pvalue=_pvalue,
                        provisional_notes=provisional.notes, model_notes=model_notes)
-    env.globals["measure_rows"] = measures.model_rows  # (evaluation or "all", measures block) of a model
+    env.globals["measure_rows"] = measures.model_rows  # (evaluation or "all", block) of a model
     return env
 
 
