@@ -82,8 +82,9 @@ def test_a_batch_run_stores_the_rows_and_summary_a_synchronous_run_does(kind: st
                                                                         "given_back": 0, "from_earlier_runs": 0}
     assert "batch" not in sync["models"][0]["usage"]
     # a batch's time is no per-call latency: the batch answers are left out of it, and counted
-    assert (m["measures"]["latency"]["calls"], m["measures"]["latency"]["batch_excluded"]) == (0, 12)
-    assert m["measures"]["latency"]["p50_s"] is None and "provider batch" in m["measures"]["latency"]["reason"]
+    latency = m["measures"]["latency"]
+    assert (latency["calls"], latency["batch_excluded"]) == (0, 12)
+    assert latency["p50_s"] is None and "provider batch" in latency["reason"]
     timed = sync["models"][0]["measures"]["latency"]
     assert (timed["calls"], timed["batch_excluded"]) == (12, 0) and timed["p50_s"] > 0
     b, s = rows(tmp_path / "cache"), rows(tmp_path / "sync")

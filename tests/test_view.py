@@ -779,12 +779,13 @@ def test_provisional_figures_are_marked_on_the_overview(tmp_path: Path, monkeypa
         b.close()
 
 
-def test_the_overview_shows_each_models_latency_cost_and_risk_coverage(browser: Browser, built: dict):
+def test_the_overview_shows_each_models_latency_cost_and_risk_coverage(browser: Browser,
+                                                                        built: dict):
     (status, _, page), = get(browser, "/")
     assert status == 200 and 'id="measures"' in page
     by_model = {m["model"]: m for m in built["summary"]["models"]}
     decision = by_model[MODEL]["measures"]
-    assert f"{decision['risk_coverage']['aurc']:.4f}" in page  # the pooled AURC of the decision model
+    assert f"{decision['risk_coverage']['aurc']:.4f}" in page  # the decision model's pooled AURC
     assert f"{decision['latency']['p50_s']:.3f}" in page
     # the language model (structured outputs) has no confidence: said, not invented
     llm = by_model[LLM]["measures"]
