@@ -184,10 +184,10 @@ def confidence_groups(ans: pl.DataFrame) -> pl.DataFrame:
     groups of several answers frames (evaluations scored apart) concatenate: ``confidence_measures``
     takes them."""
     valid = pl.col("status").cast(pl.String) == "ok"
-    return (
+    return (  # grouped on the label and eval as they come (Enums: integer keys), then named
         ans.select(
-            pl.col("label").cast(pl.String),
-            pl.col("eval").cast(pl.String),
+            "label",
+            "eval",
             pl.when(valid).then(pl.col("p_predicted")).alias("conf"),
             valid.alias("valid"),
             (~pl.col("correct").fill_null(False)).alias("wrong"),
@@ -196,6 +196,7 @@ def confidence_groups(ans: pl.DataFrame) -> pl.DataFrame:
         .agg(
             pl.len().cast(pl.Int64).alias("n"), pl.col("wrong").sum().cast(pl.Int64).alias("errors")
         )
+        .with_columns(pl.col("label", "eval").cast(pl.String))
     )
 
 
@@ -265,40 +266,33 @@ def _curves(ranked: pl.DataFrame) -> pl.DataFrame:
     }
     if ranked.is_empty():
         return pl.DataFrame(schema=schema)
-    # one row per tied group, most confident first within each (label, eval)
-    groups = (
-        ranked.select(
-            "label",
-            "eval",
-            "conf",
-            pl.col("n").alias("ng"),
-            pl.col("errors").cast(pl.Float64).alias("eg"),
+    # one row per tied group, most confident first within each (label, eval): each (label, eval) is
+    # one block of rows; within it, k0 answers (e0 errors) are more confident than the group
+    groups = ranked.sort(["label", "eval", "conf"], descending=[False, False, True])
+    ng = groups["n"].to_numpy().astype(np.int64)
+    eg = groups["errors"].to_numpy().astype(np.float64)
+    first = (
+        groups.select(
+            (pl.col("label") != pl.col("label").shift()) | (pl.col("eval") != pl.col("eval").shift())
         )
-        .sort(["label", "eval", "conf"], descending=[False, False, True])
-        .with_columns(
-            pl.col("ng").cum_sum().over("label", "eval").alias("k_end"),
-            pl.col("eg").cum_sum().over("label", "eval").alias("e_end"),
-        )
-        .with_columns(
-            (pl.col("k_end") - pl.col("ng")).alias("k0"),
-            (pl.col("e_end") - pl.col("eg")).alias("e0"),
-        )
+        .to_series()
+        .fill_null(True)
+        .to_numpy()
     )
-    k0, ng = groups["k0"].to_numpy().astype(np.int64), groups["ng"].to_numpy().astype(np.int64)
-    e0, eg = groups["e0"].to_numpy(), groups["eg"].to_numpy()
+    block = np.cumsum(first) - 1
+    k_before, e_before = np.cumsum(ng) - ng, np.cumsum(eg) - eg  # over every block before
+    k0, e0 = k_before - k_before[first][block], e_before - e_before[first][block]
     h = _harmonic(int((k0 + ng).max()))
     dh = h[k0 + ng] - h[k0]
     # Σ_{j=1..ng} (e0 + j·eg/ng) / (k0 + j) = e0·ΔH + eg − (eg/ng)·k0·ΔH
-    groups = groups.with_columns(pl.Series("area", e0 * dh + eg - eg / ng * k0 * dh))
-    aurc = groups.group_by("label", "eval").agg(
-        (pl.col("area").sum() / pl.col("ng").sum()).alias("aurc"), pl.col("ng").sum().alias("n")
+    area = e0 * dh + eg - eg / ng * k0 * dh
+    n = np.bincount(block, weights=ng).astype(np.int64)
+    aurc = groups.filter(pl.Series(first)).select(
+        "label", "eval", pl.Series("aurc", np.bincount(block, weights=area) / n)
     )
-    # the curve: risk at k = ceil(n·j/CURVE_POINTS), in the tied group that holds the k-th answer.
-    # Each (label, eval)'s groups are one block of ``groups``: answer k of a block is answer offset
-    # + k overall.
-    aurc = aurc.sort("label", "eval")
-    n = aurc["n"].to_numpy().astype(np.int64)
-    offset = np.cumsum(n) - n
+    # the curve: risk at k = ceil(n·j/CURVE_POINTS), in the tied group that holds the k-th answer
+    # (answer k of a block is answer offset + k overall)
+    offset = k_before[first]
     j = np.arange(1, CURVE_POINTS + 1)
     k = (n[:, None] * j[None, :] + CURVE_POINTS - 1) // CURVE_POINTS  # (keys, points)
     g = np.searchsorted(np.cumsum(ng), (offset[:, None] + k).ravel(), side="left")
