@@ -297,3 +297,31 @@ def test_summary_json_has_the_measures_of_each_model_and_evaluation():
                 & (pl.col("status").cast(pl.String) == "ok")
             ).height
         )
+
+
+def test_the_terminal_shows_one_row_per_model_and_says_what_is_left_out():
+    import io
+
+    from rich.console import Console
+
+    from dxi.runner.outputs import print_measures
+
+    entry = ModelEntry(model="a", epochs=1, decision_index=None, complete=True, requests={},
+                       evals={"wildguardtest": {"n": 5}}, usage={"cost_usd": 0.0068, "evals": {}})
+    llm = ModelEntry(model="llm", epochs=1, decision_index=None, complete=True, requests={},
+                     evals={"wildguardtest": {"n": 5}}, usage={"cost_usd": None, "evals": {}})
+    summary = Summary(prompt_version="p", epochs=1, complete=True, allow_failed=None, accepted=True,
+                      data={}, models=[entry, llm])
+    confidence = measures.confidence_measures(measures.confidence_groups(pl.concat([
+        SMALL, _answers([("llm", "wildguardtest", "ok", True, None)])])))
+    calls = pl.concat([CALLS, _calls([("llm", "wildguardtest", "ok", 2.5, None, False, 3)])])
+    measures.add_measures(summary, measures.call_measures(calls), confidence)
+    console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
+    print_measures(summary, console)
+    text = console.export_text()
+    # a: p50 0.3 s, p95 0.88 s, $0.4 per 1,000 decisions, AURC 13/48, at 0.9: 100% of 1 in 4 (25%)
+    assert "│ a     │ 0.300 │ 0.880 │          $0.4000 │ 0.271 │" in text and "100.0 (25%)" in text
+    # llm: 2.5 s, no price, no confidence
+    assert "│ llm   │  2.50 │  2.50 │                — │     — │" in text and "no conf." in text
+    assert "latency: 1 answer call(s) from provider batches are left out" in text
+    assert "no conf.: the model's answers carry no probability (structured outputs)" in text
