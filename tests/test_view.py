@@ -49,7 +49,7 @@ HOSTILE_ID = 'q 2/<i>"?#%'  # a question id that needs escaping in HTML and quot
 SAFE_TAGS = {"html", "head", "meta", "title", "link", "script", "body", "header", "nav", "main", "footer", "a", "span", "h1",
              "h2", "h3", "h4", "h5", "p", "code", "div", "table", "thead", "tbody", "tr", "th", "td", "form", "fieldset",
              "legend", "select", "option", "input", "label", "button", "section", "pre", "details", "summary", "ul", "li",
-             "strong", "svg", "rect", "line", "circle", "text", "figure", "figcaption", "dl", "dt", "dd",
+             "strong", "svg", "rect", "line", "polyline", "circle", "text", "figure", "figcaption", "dl", "dt", "dd",
              "article", "br", "wbr"}  # the app's own markup: model or dataset text never adds a tag
 
 
@@ -791,3 +791,10 @@ def test_the_overview_shows_each_models_latency_cost_and_risk_coverage(browser: 
     llm = by_model[LLM]["measures"]
     assert llm["risk_coverage"] is None and llm["risk_coverage_reason"] == measures.NO_CONFIDENCE
     assert f"{escape(LLM)}: {escape(measures.NO_CONFIDENCE)}" in page
+    # the calibration page draws each evaluation's risk-coverage curve from the same figures
+    (status, _, calibration), = get(browser, f"/calibration?m={quote(MODEL)}")
+    assert status == 200 and 'id="risk-coverage"' in calibration
+    curve = by_model[MODEL]["evals"]["wildguardtest"]["measures"]["risk_coverage"]["curve"]
+    first = f'points="{40 + 200 * curve[0][0]:.1f},{210 - 200 * curve[0][1]:.1f} '
+    assert first in calibration and calibration.count('<polyline class="risk"') == sum(
+        1 for b in by_model[MODEL]["evals"].values() if (b.get("measures") or {}).get("risk_coverage"))

@@ -188,8 +188,11 @@ def make_app(target: Browser | Live, refresh: float | None = None) -> web.Applic
             listing = live.browser.in_bin(name, label, _int(request, "bin", 0), epoch, _int(request, "page", 1))
         entry = live.browser.summary.entry(label)
         figures = {e: ((entry.evals.get(e) or {}).get("calibration") or None) for e in bins}  # dxi score's
+        # the risk-coverage curve of each evaluation with one (summary.json's measures)
+        risk = {e: b["measures"]["risk_coverage"] for e, b in entry.evals.items()
+                if (b.get("measures") or {}).get("risk_coverage")}
         return page("calibration.html.j2", title=f"Calibration: {label}", section="calibration", label=label, bins=bins,
-                    figures=figures, name=name, p_yes_range=unset(entry.p_yes_range),
+                    figures=figures, risk=risk, name=name, p_yes_range=unset(entry.p_yes_range),
                     bin=None if b is None else int(b), listing=listing, epoch=epoch,
                     params={"m": label, "eval": name, "bin": b, "epoch": epoch or None})
 
