@@ -325,3 +325,21 @@ def test_the_terminal_shows_one_row_per_model_and_says_what_is_left_out():
     assert "│ llm   │  2.50 │  2.50 │                — │     — │" in text and "no conf." in text
     assert "latency: 1 answer call(s) from provider batches are left out" in text
     assert "no conf.: the model's answers carry no probability (structured outputs)" in text
+
+
+def test_time_to_first_token_is_read_where_the_cache_has_the_column_and_null_otherwise():
+    models = pl.DataFrame({"label": ["a"]})
+    found = pl.DataFrame({"eval": ["when2call", "when2call"], "status": ["ok", "ok"],
+                          "transport": ["sync", None], "latency_ms": [1500.0, 250.0]})
+    m, t, questions = np.array([0, 0]), np.array([0, 1]), np.array([1, 3])
+    plain = measures.calls_table(found, m, t, models, questions)
+    assert plain.to_dicts() == [
+        {"label": "a", "eval": "when2call", "status": "ok", "latency_s": 1.5, "ttft_s": None,
+         "batch": False, "questions": 1},
+        {"label": "a", "eval": "when2call", "status": "ok", "latency_s": 0.25, "ttft_s": None,
+         "batch": False, "questions": 3}]
+    streamed = measures.calls_table(found.with_columns(pl.Series("ttft_s", [0.4, None])), m, t, models,
+                                    questions)
+    assert streamed["ttft_s"].to_list() == [0.4, None]
+    assert measures.has_column(found.lazy(), "latency_ms")
+    assert not measures.has_column([found.lazy()], measures.TTFT) and not measures.has_column([], "x")
