@@ -9,6 +9,11 @@ Rules:
 * choice: every option present once (an option named twice is invalid, with the key), no unknown option,
   each probability a finite number in [0, 1] (``NaN`` and ``Infinity`` are refused), summing to 1
   within ``sum_tolerance(n)`` = max(1e-3, n × 5e-5) (servers round to 4 decimals, SPEC §7);
+* a server that rounds each probability to k decimals (gateways round to two) can sum further from
+  1: a reply whose every probability has at most k decimals (1 <= k <= 3; ``decimals``) and whose
+  sum is within N × ½ × 10^-k of 1 (each of the N values is at most ½ × 10^-k from the one it
+  rounds) is accepted with a ``rounded`` warning (``ROUNDED``); any other sum outside the tolerance
+  is invalid;
 * the scored option is the option with the highest probability as returned (the seed methodology,
   "Decision models": "We score the option it picks, which is the option it gives the highest
   probability"). No tolerance widens the maximum: 0.3 beats 0.2999. Only an exact tie (equal values as
@@ -32,6 +37,32 @@ from .json_body import duplicates
 def sum_tolerance(n_options: int) -> float:
     """How far from 1 the probabilities of ``n_options`` options may sum: max(1e-3, n × 5e-5)."""
     return max(1e-3, n_options * 5e-5)
+
+
+ROUNDED = "rounded"
+"""The first word of the warning on a reply accepted because its probabilities are rounded
+(``choice_answer``)."""
+MAX_ROUNDED_DECIMALS = 3
+"""The most decimals a rounded reply may have (4 decimals is the ordinary tolerance,
+``sum_tolerance``)."""
+DECIMALS_SLACK = 1e-12
+
+
+def decimals(values: Sequence[float], most: int = MAX_ROUNDED_DECIMALS) -> int | None:
+    """The fewest decimals ``k`` (0..``most``) that every value has at most: ``round(v, k)`` equals
+    ``v`` within 1e-12 (a float such as 0.29 is not exactly 29/100, and a JSON ``0.29`` decodes to
+    the float ``round(0.29, 2)`` is). None when some value has more than ``most`` decimals."""
+    for k in range(most + 1):
+        if all(abs(round(v, k) - v) <= DECIMALS_SLACK for v in values):
+            return k
+    return None
+
+
+def rounded_tolerance(n_options: int, k: int) -> float:
+    """How far from 1 the probabilities of ``n_options`` options rounded to ``k`` decimals may sum:
+    N × ½ × 10^-k (each rounded value is at most half a unit of its last decimal from the true
+    one)."""
+    return n_options * 0.5 * 10.0 ** -k
 
 
 def _probability(value: Any) -> float | None:
@@ -70,13 +101,22 @@ def choice_answer(question: Question, probabilities: Any, choice: Any = None) ->
             return Answer.invalid(qid, f"probabilities.{i}: {probabilities[i]!r} is not a number in [0, 1]")
         probs.append((i, p))
     total = math.fsum(p for _, p in probs)
+    warnings = []
     if abs(total - 1.0) > sum_tolerance(len(ids)):
-        return Answer.invalid(qid, f"probabilities sum to {total:.6f}, not 1 (tolerance {sum_tolerance(len(ids)):g})")
+        k = decimals([p for _, p in probs])
+        within = rounded_tolerance(len(ids), k) if k else None
+        if within is None or abs(total - 1.0) > within + DECIMALS_SLACK:
+            rounded = f"; rounded to {k} decimals: {within:g}" if within is not None else ""
+            return Answer.invalid(qid, f"probabilities sum to {total:.6f}, not 1 (tolerance "
+                                       f"{sum_tolerance(len(ids)):g}{rounded})")
+        warnings.append(f"{ROUNDED}: probabilities given to {k} decimals sum to {total:.6f}; "
+                        f"accepted (within N x 1/2 x 10^-{k} = {within:g} of 1)")
     predicted = pick(probs, choice)
     table = dict(probs)
-    warning = None
     if choice is not None and predicted != choice:
-        warning = f"returned choice {choice!r} is not the most probable option; scored {predicted}"
+        warnings.append(f"returned choice {choice!r} is not the most probable option; "
+                        f"scored {predicted}")
+    warning = "; ".join(warnings) or None
     return Answer(qid, OK, predicted=predicted, p_predicted=table[predicted], probabilities=tuple(probs),
                   warning=warning)
 

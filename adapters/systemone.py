@@ -7,6 +7,16 @@ yes/no question ``{"type": "noul", "instructions"}``. Reply: ``{"model", "answer
 answer}, "usage", "latency_ms"}`` with ``{"type": "choice", "choice", "probabilities": {option: p}}`` or
 ``{"type": "noul", "noul": P(yes)}``.
 
+Question types: a server that answers only some question types (a yes/no-only decider) says so in
+its ``GET /health`` reply, ``"question_types": ["noul"]`` (the wire format's type names; ``choice``,
+``noul``, ``score``). dxi reads it at start; a request asking a type the server does not list is not
+sent and is the request's deterministic failure (``Fatal``: stored, kept on reruns, counted as
+failed), with a message naming what the server answers (``unsupported``). So such a model runs the
+evaluations it can (here WildGuardTest's yes/no questions) and the others say why they have no
+figures; ``--evals wildguardtest`` runs only what it can. A server that lists nothing is asked every
+type (its 422 for a type it lacks is then that request's deterministic failure, with its own
+message).
+
 Model strings: ``systemone:http://127.0.0.1:8000`` (the server's reported name identifies the model),
 ``systemone:NAME@http://host:port`` or ``systemone:NAME`` (default URL http://127.0.0.1:8000). The
 environment variable ``SYSTEMONE_API_KEY``, when set, is sent as a Bearer token (LiteLLM).
@@ -50,6 +60,38 @@ def encode_questions(task: Task) -> dict:
 def encode_body(task: Task, model: str) -> bytes:
     """The System One request body for ``task``: options become ordered ``criteria``."""
     return orjson.dumps({"model": model, "state": task.state, "questions": encode_questions(task)})
+
+
+QUESTION_TYPES = ("choice", "noul", "score")
+"""The System One question types (``shared/PROTOCOLS.md`` §A)."""
+
+
+def question_types(health: object) -> frozenset[str] | None:
+    """The question types a server's ``GET /health`` reply declares it answers
+    (``"question_types"``: a list of type names), or None when it declares none (every type is
+    asked)."""
+    declared = health.get("question_types") if isinstance(health, dict) else None
+    if not isinstance(declared, list):
+        return None
+    return frozenset(t for t in declared if isinstance(t, str))
+
+
+def unsupported(body: bytes, answered: frozenset[str] | None, where: str) -> str | None:
+    """Why a request (its System One ``body``) is not sent to a server that answers only
+    ``answered`` question types (None: every type, never refused), or None when it asks nothing
+    else."""
+    if answered is None:
+        return None
+    asked = {q.get("type") for q in orjson.loads(body)["questions"].values() if isinstance(q, dict)}
+    missing = sorted(str(t) for t in asked - answered)
+    if not missing:
+        return None
+    types = ", ".join(sorted(answered)) or "no"
+    kind = "a choice among options" if missing == ["choice"] else "questions it does not answer"
+    return (f"not sent: the System One server at {where} answers {types} questions "
+            f"only (its /health question_types), and this task asks {', '.join(missing)} "
+            f"({kind}); run it with --evals naming the evaluations it can answer (yes/no "
+            "questions: wildguardtest)")
 
 
 def _text(body: bytes) -> str:
@@ -116,6 +158,8 @@ class SystemOne(Adapter):
         key = os.environ.get(API_KEY_ENV)
         self._headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
         self._secrets = http.secrets_in(self._headers)
+        # the question types GET /health declares the server answers (None: it declares none)
+        self.question_types: frozenset[str] | None = None
 
     @property
     def limits_key(self) -> str:
@@ -143,6 +187,7 @@ class SystemOne(Adapter):
             raise Fatal(message) from None
         except orjson.JSONDecodeError:
             doc = None
+        self.question_types = question_types(doc)
         served = doc.get("model") if isinstance(doc, dict) else None
         served = served if isinstance(served, str) and served else None
         if self.model:
@@ -171,6 +216,9 @@ class SystemOne(Adapter):
     async def send(self, request: Request) -> bytes:
         if self._session is None:
             raise RuntimeError("SystemOne.send() before start()")
+        refused = unsupported(request.body, self.question_types, self.base_url)
+        if refused is not None:
+            raise Fatal(refused)
         return await http.post(self._session, self._url, request.body, self._headers, self.label, secrets=self._secrets,
                                max_bytes=self.limits.max_reply_bytes)
 

@@ -139,3 +139,23 @@ def reliability(title: str, panels: dict[str, dict[str, Sequence[float]]]) -> st
         axes[0].set_ylabel("accuracy", fontsize=8)
         fig.suptitle(title, x=0.01, y=1.0, ha="left", va="bottom", fontsize=9, fontweight="bold")
         return _svg(fig)
+
+
+def risk_coverage(title: str, curves: dict[str, Sequence[Sequence[float]]]) -> str:
+    """Risk–coverage curves (``scoring.measures``), one line per evaluation: ``curves[name]`` is a
+    list of [coverage, risk] points (both 0-1). Lower is better; the area under a curve is its
+    AURC."""
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(4.2, 2.8))
+        ax = fig.add_subplot()
+        for j, (name, points) in enumerate(curves.items()):
+            ax.plot([p[0] for p in points], [p[1] for p in points], "-o", markersize=2, linewidth=1,
+                    color=COLORS[j % len(COLORS)], label=name)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("coverage (share of answers, most confident first)", fontsize=8)
+        ax.set_ylabel("risk (error rate)", fontsize=8)
+        if curves:
+            ax.legend(fontsize=7, frameon=False)
+        ax.set_title(title, loc="left", fontsize=9, fontweight="bold")
+        return _svg(fig)

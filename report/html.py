@@ -16,7 +16,7 @@ import jinja2
 import polars as pl
 
 from dxi.evals import EVALS, INDEX_TASKS
-from dxi.scoring import WEIGHTS, Scored, breakdowns, provisional
+from dxi.scoring import WEIGHTS, Scored, breakdowns, measures, provisional
 from dxi.scoring.calibration import CALIBRATION_METRICS
 from dxi.scoring.records import Summary, unset
 from dxi.scoring.replies import model_notes
@@ -340,6 +340,48 @@ def _calibration_section(summary: Summary, scored: Scored, labels: list[str]) ->
                              "AUROC"], rows), "diagrams": diagrams, "notes": clamps}
 
 
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def _measures_section(summary: Summary, labels: list[str]) -> dict:
+    """The measures a decision-model user reads (``scoring.measures``): per model and evaluation
+    (and every evaluation pooled) latency, the cost of 1,000 decisions, AURC and accuracy at
+    confidence ≥ τ with its coverage; a risk–coverage chart per model with confidence; the notes
+    (batch answers left out, models without confidence)."""
+    rows, charts_, notes = [], [], []
+    entries = {m.model: m for m in summary.models}
+    for label in labels:
+        entry = entries[label]
+        curves = {}
+        for name, block in measures.model_rows(entry):
+            lat, rc = block["latency"], block["risk_coverage"]
+            ttft = lat.get("ttft") or {}
+            cost = block["cost_per_1000_decisions_usd"]
+            at = [("—" if a["accuracy"] is None else f"{a['accuracy']:.1f}")
+                  + f" ({100 * a['coverage']:.0f}%)" for a in rc["at"]] if rc else ["—"] * len(measures.TAUS)
+            title = "all evaluations" if name == measures.ALL else EVALS[name].title
+            latency = [_seconds(lat[f"p{q}_s"]) for q in measures.PERCENTILES]
+            rows.append([label, title, lat["calls"], *latency, _seconds(ttft.get("p50_s")), lat["batch_excluded"], block["decisions"],
+                         "—" if cost is None else f"${cost:.4f}",
+                         "—" if rc is None else f"{rc['aurc']:.4f}", *at])
+            if rc and name != measures.ALL:
+                curves[title] = rc["curve"]
+            if name == measures.ALL and rc is None:
+                notes.append(f"{label}: {block['risk_coverage_reason']}")
+            if name == measures.ALL and lat["batch_excluded"]:
+                notes.append(f"{label}: {lat['batch_excluded']} call(s) answered in a provider batch are "
+                             "left out of the latency figures (a batch's time is not a per-call latency)")
+        if curves:
+            chart = charts.risk_coverage(f"Risk–coverage: {label}", curves)
+            charts_.append({"model": label, "chart": _uri(chart)})
+    taus = [f"acc ≥ {t:g} (cov.)" for t in measures.TAUS]
+    columns = ["model", "evaluation", "calls", "p50 s", "p95 s", "p99 s", "TTFT p50 s",
+               "batch (not timed)", "decisions", "$ / 1,000 decisions", "AURC", *taus]
+    return {"table": _table(columns, rows), "charts": charts_, "notes": notes,
+            "methods": unset(summary.measures)}
+
+
 def _status_section(scored: Scored, labels: list[str]) -> dict:
     statuses = scored.statuses.sort(_order(labels), "eval") if not scored.statuses.is_empty() else scored.statuses
     kinds = {(r["label"], r["eval"]): r for r in breakdowns.warning_kinds(scored.answers).iter_rows(named=True)}
@@ -367,6 +409,7 @@ def _contents(evals: list[dict]) -> list[dict]:
                       "children": [{"id": b["id"], "title": f"by {b['title']}"} for b in e["breakdowns"]]
                       + ([{"id": "when2call-confusion", "title": "confusion matrix"}] if e.get("confusion") else [])})
     items += [{"id": "calibration", "title": "Calibration", "children": []},
+              {"id": "measures", "title": "Latency, cost and confidence", "children": []},
               {"id": "answers", "title": "Invalid and failed answers", "children": []}]
     return items
 
@@ -396,6 +439,7 @@ def render(summary: Summary, scored: Scored, ranked: bool = False) -> str:
     return _ENV.get_template("report.html.j2").render(
         summary=summary, data=data, index=_index_section(summary, scored, labels), evals=evals,
         calibration=_calibration_section(summary, scored, labels), status=_status_section(scored, labels),
+        measures=_measures_section(summary, labels),
         intervals=unset(summary.intervals), calibration_methods=unset(summary.calibration),
         banner=banner(summary, scored), contents=_contents(evals), min_group_tasks=MIN_GROUP_TASKS,
         scoring_rule=SCORING_RULE, warning_note=WARNING_NOTE, ties_note=TIES_NOTE, order_note=(

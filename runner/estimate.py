@@ -16,6 +16,11 @@ rest: the model has no answer of the evaluation yet).
 Expected tokens (``runner.tokens.TokenEstimate``): input = request bytes / 4 × the tokens-per-byte ratio
 that the cache's replies of the same model and evaluation reported, else those of the adapter's other
 models on that evaluation, else 1; output = their mean reported output, else ``runner.tokens.prior_output``.
+A model that thinks (an effort level, or a Claude model that thinks by default:
+``runner.tokens.thinking_effort``) spends most of its output thinking, and how much depends on its
+level: its output is the mean that its own replies at these parameters (effort included) reported,
+else the level's prior (``runner.tokens.THINKING_PRIOR``, capped by the request's output cap); never
+other models' or other levels' usage. ``basis`` says which.
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ from dxi.scoring.cost import max_input_price
 
 from .run import ModelRun
 from .shard import Shard
-from .tokens import TokenEstimate, input_bound, prior_output
+from .tokens import TokenEstimate, input_bound, prior_output, thinking_effort, thinking_prior
 
 
 async def unreachable(models: Sequence[ModelRun]) -> dict[str, str]:
@@ -87,14 +92,20 @@ class Estimate:
 
 
 def learned_rates(cache: Cache) -> dict[tuple[str, ...], TokenEstimate]:
-    """TokenEstimates taught by the usage in the cache: per (adapter, model, eval) and per (adapter, eval),
-    from every reply (ok or invalid) that reported input tokens."""
+    """TokenEstimates taught by the usage in the cache: per (adapter, model, params, eval), per
+    (adapter, model, eval) and per (adapter, eval), from every reply (ok or invalid) that reported
+    input tokens."""
     usage = cache.read(lambda rows: rows.filter(pl.col("status").is_in(["ok", "invalid"]) & pl.col("input_tokens").is_not_null())
-                       .group_by("provider", "model", "eval")
+                       .group_by("provider", "model", "params", "eval")
                        .agg(pl.col("request_body").str.len_bytes().sum().alias("bytes"), pl.col("input_tokens").sum(),
                             pl.col("output_tokens").fill_null(0).sum(), pl.len().alias("n"))
                        .collect())
     rates: dict[tuple[str, ...], TokenEstimate] = {}
+    for r in usage.iter_rows(named=True):  # this model at these parameters (its effort among them)
+        rates[(r["provider"], r["model"], r["params"], r["eval"])] = TokenEstimate.learned(
+            r["bytes"], r["input_tokens"], r["output_tokens"], r["n"])
+    usage = usage.group_by("provider", "model", "eval").agg(
+        pl.col("bytes", "input_tokens", "output_tokens", "n").sum())
     for r in usage.iter_rows(named=True):
         rates[(r["provider"], r["model"], r["eval"])] = TokenEstimate.learned(r["bytes"], r["input_tokens"],
                                                                               r["output_tokens"], r["n"])
@@ -138,6 +149,8 @@ def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, hist
     a = model.adapter
     est = Estimate(a.label)
     rows = []
+    effort = thinking_effort(a.kind, a.model, a.params, a.effort)
+    thinking = thinking_prior(a.kind, effort)
     stream: Iterable = ((task, a.encode(task, sample)) for task in suite.tasks() for sample in range(model.epochs))
     if shard is not None:
         stream = ((task, request) for task, request in stream if shard.owns(request.key))
@@ -154,9 +167,20 @@ def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, hist
             if rate is None:
                 rate, basis = TokenEstimate(), "bytes / 4 (no usage in the cache yet)"
             out_bound = a.output_tokens_bound(task)
+            output = rate.output
+            # a thinking model's output: its own usage at these parameters, else the prior
+            if thinking is not None:
+                mine = rates.get((a.kind, a.model, a.params_key, task.eval))
+                output = mine.output if mine is not None else None
+                if output is None:
+                    basis += (f"; output: the thinking prior at effort {effort} ({thinking:,} tokens, "
+                              "runner.tokens)")
+                elif basis != "this model's cached usage":
+                    basis += "; output: this model's cached usage at these parameters"
+            if output is None:
+                output = prior_output(out_bound, len(task.questions), thinking)
             rows.append((task.eval, task.id, task.digest, request.sample, cache.status(request.key), rate.input(size),
-                         rate.output if rate.output is not None else prior_output(out_bound, len(task.questions)),
-                         input_bound(size, a.HIDDEN_INPUT_TOKENS), out_bound, basis))
+                         output, input_bound(size, a.HIDDEN_INPUT_TOKENS), out_bound, basis))
     est.new = len(rows)
     if not rows:
         est.cost_usd = 0.0 if model.price is not None else None

@@ -17,12 +17,12 @@ from rich.table import Table
 from dxi import adapters, scoring
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite
-from dxi.scoring import provisional, records
+from dxi.scoring import measures, provisional, records
 from dxi.scoring.provisional import Tolerance
 from dxi.scoring.records import UNSET, ModelEntry, ScoredRun, Summary, unset
 from dxi.scoring.replies import add_replies, model_notes, usage_and_replies
 from dxi.scoring.summary import selection_flags
-from dxi.scoring.ties import add_ties, tie_counts
+from dxi.scoring.ties import add_ties, rounded_counts, tie_counts
 
 from .provenance import provenance
 
@@ -88,15 +88,18 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     model_epochs = (dict(zip(labels, models["epochs"].fill_null(epochs).to_list(), strict=True))
                     if "epochs" in models.columns else None)
     # usage first: its read of the cache rows (scalar columns only) then comes before the answers are held
-    used, served = cache.read(lambda rows: usage_and_replies(rows, models, gold, epochs))
+    used, served, calls = cache.read(
+        lambda rows: usage_and_replies(rows, models, gold, epochs, with_calls=True))
+    confidence = []  # each answers frame's tied confidence groups (``scoring.measures``)
     if each is None:
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
         scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns, with_comparisons=True)
         counts = scoring.request_counts(answers) if requests is None else requests
-        ties = tie_counts(answers)
+        ties, rounded = tie_counts(answers), rounded_counts(answers)
+        confidence.append(measures.confidence_groups(answers))
         del answers
     else:
-        scorer, ties = scoring.Scorer(scoring.Bootstrap()), {}
+        scorer, ties, rounded = scoring.Scorer(scoring.Bootstrap()), {}, {}
         counts = {} if requests is None else requests
         for name in gold["eval"].unique().sort().to_list() or [None]:  # None: no tasks (``each`` gets no rows)
             mine = gold if name is None else gold.filter(pl.col("eval") == name)
@@ -104,6 +107,8 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
             if requests is None:
                 counts = _added(counts, scoring.request_counts(answers))
             ties |= tie_counts(answers)
+            rounded |= rounded_counts(answers)
+            confidence.append(measures.confidence_groups(answers))
             each(answers)
             part = scorer.part(answers)
             del answers  # before the intervals' resampled sums are computed: never both held
@@ -113,8 +118,10 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     usage = scoring.usage_blocks(used, labels, prices or {}, batch_prices)
     summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs,
                                     counts, scored, model_epochs, usage, tolerance)
-    summary = add_ties(summary, ties)
+    summary = add_ties(summary, ties, rounded)
     summary = add_replies(summary, served, dict(zip(labels, models["model"].to_list(), strict=True)))
+    summary = measures.add_measures(summary, measures.call_measures(calls),
+                                    measures.confidence_measures(confidence))
     summary = msgspec.structs.replace(model_settings(summary, models), **(extra or {}))
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked here,
     # when the result is written, never before the first request
@@ -219,6 +226,47 @@ def print_usage(summary: Summary, console: Console, keys: list[str] | None = Non
         console.print(escape(f"  cost: {run['cost_reason']}"))
 
 
+def _seconds(value: float | None) -> str:
+    """Seconds as the measures table prints them: three decimals below 1 s (a local model's
+    milliseconds)."""
+    return "—" if value is None else f"{value:.3f}" if value < 1 else f"{value:.2f}"
+
+
+def print_measures(summary: Summary, console: Console, keys: list[str] | None = None) -> None:
+    """One row per model, every evaluation pooled (``scoring.measures``): latency p50 and p95 per
+    call (seconds; batch answers left out), the cost of 1,000 decisions, AURC and accuracy at
+    confidence ≥ 0.9 with the share it covers. Per evaluation: summary.json, the report and ``dxi
+    view``."""
+    if not any(unset(m.measures) for m in summary.models):
+        return
+    keys = keys or summary.labels
+    columns = [("model", "model", "left"), ("p50 s", "p50\ns", "right"),
+               ("p95 s", "p95\ns", "right"),
+               ("$ / 1k decisions", "$ per 1k\ndecisions", "right"), ("AURC", "AURC", "right"),
+               ("acc @ conf ≥ 0.9 (coverage)", "acc@0.9\n(cov.)", "right")]
+    rows: Rows = []
+    for key, m in zip(keys, summary.models, strict=True):
+        x = unset(m.measures) or {}
+        lat, rc = x.get("latency") or {}, x.get("risk_coverage")
+        cost = x.get("cost_per_1000_decisions_usd")
+        at = next((a for a in rc["at"] if a["tau"] == 0.9), None) if rc else None
+        conf = ("no conf." if rc is None else
+                f"{_fmt(at['accuracy'])} ({100 * at['coverage']:.0f}%)" if at else "—")
+        rows.append(([escape(key), _seconds(lat.get("p50_s")), _seconds(lat.get("p95_s")),
+                      "—" if cost is None else f"${cost:.4f}",
+                      "—" if rc is None else f"{rc['aurc']:.3f}", conf], None))
+    title = "Measures (every evaluation pooled; per evaluation in summary.json and the report)"
+    console.print(_fitted(console, _variants(title, columns, rows)))
+    pooled = [unset(m.measures) or {} for m in summary.models]
+    batch = sum(x.get("latency", {}).get("batch_excluded", 0) for x in pooled)
+    if batch:
+        console.print(f"  latency: {batch} answer call(s) from provider batches are left out (a "
+                      "batch's time is not a per-call latency)")
+    if any(x.get("risk_coverage") is None for x in pooled):
+        console.print("  no conf.: the model's answers carry no probability (structured outputs): "
+                      "no risk-coverage figures")
+
+
 def print_estimate(doc: dict, console: Console) -> None:
     """The dry run (``runner.estimate``) as a table, then why requests are new, the totals and the cost
     bound, if any."""
@@ -250,6 +298,10 @@ def print_estimate(doc: dict, console: Console) -> None:
             console.print(escape(f"  {m['model']}: tokens from " + ", ".join(f"{b} ({n})" for b, n in m["basis"].items())))
     console.print("Tokens and cost are expected values (estimated from the request bytes and the usage the cache "
                   "has seen); \"at most\" is what the cost bound reserves for them: the most they can cost.")
+    if any("thinking prior" in b for m in doc["models"] for b in m.get("basis", {})):
+        console.print("A thinking model's output, until its usage at these parameters is cached, is "
+                      "the prior of its effort level: the project's own assumption (docs: Estimates), "
+                      "not a provider's figure.")
     for problem in doc.get("problems", {}).values():
         console.print(f"[yellow]dxi run will refuse to start[/]: {escape(problem)}")
     for label, why in doc.get("unreachable", {}).items():
@@ -383,6 +435,11 @@ def print_summary(summary: Summary, console: Console, out: Path | None = None) -
         if ties:
             console.print(f"  {escape(m.model)}: {ties} pick(s) decided by a tie of the highest probabilities "
                           "(scored: the returned choice when tied, else the first tied option in option order)")
+        rounded = sum(b.get("rounded", 0) for b in m.evals.values())
+        if rounded:
+            console.print(f"  {escape(m.model)}: {rounded} answer(s) with probabilities rounded to "
+                          "fewer than 4 decimals, accepted as their sum is within N × ½ × 10^-k of 1 "
+                          "(a `rounded` warning)")
         for note in model_notes(m):
             console.print(f"  [yellow]{escape(m.model)}: {escape(note)}[/]")
         if m.invalid_reasons:
@@ -393,6 +450,7 @@ def print_summary(summary: Summary, console: Console, out: Path | None = None) -
                 text = r["error"] if len(r["error"]) <= 200 else r["error"][:200] + "…"
                 console.print(f"    {r['count']} × {text}", highlight=False, markup=False)
     print_usage(summary, console, keys)
+    print_measures(summary, console, keys)
     written = f"; written to {out}/summary.json and {out}/answers.parquet" if out else ""
     made = unset(summary.provenance) or {}
     git = made.get("git")

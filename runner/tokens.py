@@ -5,7 +5,8 @@ Two figures, for two uses:
 
 * **Expected** tokens (``TokenEstimate``): input = request bytes / ``BYTES_PER_TOKEN`` × a ratio learned
   from the usage replies report (1 before any is known), output = the mean reported output (before any:
-  ``prior_output``). The TPM pacer learns the ratio as replies arrive; the dry run starts from the usage
+  ``prior_output``, with ``THINKING_PRIOR`` for a model that thinks at an effort level). The TPM
+  pacer learns the ratio as replies arrive; the dry run starts from the usage
   already in the cache (``TokenEstimate.learned``), per model and evaluation where it has some. No
   tokenizer is needed, so nothing is downloaded; the README gives the measured error against the usage
   real providers returned.
@@ -29,10 +30,66 @@ def input_bound(body_bytes: int, hidden: int = 0) -> int:
     return body_bytes + hidden
 
 
-def prior_output(bound: int | None, questions: int) -> float:
+THINKING_PRIOR: dict[str, dict[str, int]] = {
+    "openai": {"minimal": 500, "low": 3_000, "medium": 6_000, "high": 12_000, "xhigh": 24_000,
+               "max": 32_000},
+    "anthropic": {"low": 3_000, "medium": 6_000, "high": 12_000, "xhigh": 24_000, "max": 32_000},
+    "gemini": {"minimal": 500, "low": 3_000, "medium": 6_000, "high": 12_000, "xhigh": 24_000},
+}
+"""Expected thinking (reasoning) tokens of one request, per provider and effort level, before any
+usage of the model at that level is cached: **the project's own assumption**, not a provider's
+figure. No provider publishes how many tokens a level spends on average (OpenAI: "Reducing reasoning
+effort can result in faster responses and fewer tokens used on reasoning", openai SDK
+``ReasoningEffort``; Anthropic and Google give caps and budgets, not averages), and the spend
+depends on the task. It rests on one measurement of this suite (issue 34: an OpenAI reasoning model
+at ``reasoning_effort`` low used ~3,000 output tokens per request) and doubles with each level above
+it (as the budget-based mappings of effort levels grow: roughly twofold or more per level), with
+``minimal`` a sixth of ``low``. The three providers share the numbers because nothing measured tells
+them apart; each has only its own levels (``Adapter.EFFORT_LEVELS``). The figure is capped by the
+request's own output cap (``max_tokens``, ..., ``adapters.budgets``) and replaced by the cache's
+usage as soon as this model has replies at these parameters (``runner.estimate``)."""
+THINKING_FAMILY = {"openai": "openai", "logprobs": "openai", "anthropic": "anthropic",
+                   "gemini": "gemini"}
+"""The adapter kinds whose effort levels ``THINKING_PRIOR`` covers (an OpenAI-compatible logprobs
+model thinks as the OpenAI one does; a local llama.cpp model's thinking is its template's, not
+covered)."""
+ANTHROPIC_DEFAULT_EFFORT = "high"
+"""The effort of a Claude model that thinks by default when the request sets none (Anthropic's
+effort parameter: "high" is the default)."""
+
+
+def thinking_effort(kind: str, model: str, params: dict, effort: str | None) -> str | None:
+    """The effort level a model's requests think at, for ``THINKING_PRIOR``; None when they do not
+    think (``none``), or nothing says they do: ``effort`` (the adapter's ``effort``, its provider's
+    field) when set, else for a Claude model that thinks by default (``adapters.budgets``) without
+    ``thinking`` turned off, ``ANTHROPIC_DEFAULT_EFFORT``."""
+    from dxi.adapters.budgets import anthropic_thinks_by_default
+
+    family = THINKING_FAMILY.get(kind)
+    if family is None or effort == "none":
+        return None
+    if effort is not None:
+        return effort.lower() if effort.lower() in THINKING_PRIOR[family] else None
+    thinking = params.get("thinking") if isinstance(params.get("thinking"), dict) else {}
+    off = thinking.get("type") in ("disabled", "between_tools")
+    if family == "anthropic" and anthropic_thinks_by_default(model) and not off:
+        return ANTHROPIC_DEFAULT_EFFORT
+    return None
+
+
+def thinking_prior(kind: str, effort: str | None) -> int | None:
+    """``THINKING_PRIOR`` of adapter ``kind`` at ``effort`` (``thinking_effort``'s); None: no
+    prior."""
+    family = THINKING_FAMILY.get(kind)
+    return None if family is None or effort is None else THINKING_PRIOR[family].get(effort)
+
+
+def prior_output(bound: int | None, questions: int, thinking: int | None = None) -> float:
     """Expected output tokens of one request before any usage is known: ``OUTPUT_PER_QUESTION`` per
-    question plus 4 (the braces), never above the request's ``bound`` (decision models: one per question)."""
-    guess = OUTPUT_PER_QUESTION * questions + 4
+    question plus 4 (the braces), plus ``thinking`` tokens for a model that thinks
+    (``thinking_prior``), never above the request's ``bound`` (decision models: one per question; a
+    language model's output cap)."""
+    guess = OUTPUT_PER_QUESTION * questions + 4 + (thinking or 0)
     return float(guess if bound is None else min(bound, guess))
 
 

@@ -43,7 +43,8 @@ class EvalBlock(TypedDict, total=False):
     ``<metric>_ci`` (intervals) and ``<metric>_bounds`` (a provisional figure's [lowest, highest],
     ``scoring.bounds``); the answer counts ``invalid``, ``failed``, ``missing``, ``repaired``;
     ``complete`` and ``rerun``; ``reason`` (a null metric, or missing answers); ``calibration``
-    (``scoring.summary.calibration_block``) and ``ties`` (``scoring.ties``)."""
+    (``scoring.summary.calibration_block``), ``ties`` and ``rounded`` (``scoring.ties``) and
+    ``measures`` (``scoring.measures``)."""
 
     n: int
     accuracy: float | None
@@ -79,6 +80,8 @@ class EvalBlock(TypedDict, total=False):
     reason: str
     calibration: dict[str, Any] | None
     ties: int
+    rounded: int
+    measures: dict[str, Any]
 
 
 class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -92,7 +95,9 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     (``scoring.compare``); ``evals`` (evaluation name -> ``EvalBlock``); ``invalid_reasons``
     ([{"error", "count"}], ``scoring.summary.invalid_reasons``); ``requests`` (the request counts);
     ``usage`` (tokens and USD, ``scoring.cost``); ``served_models``, ``served_differs`` and ``cut_off``
-    (``scoring.replies.add_replies``); ``effort`` and ``p_yes_range`` (``runner.outputs.model_settings``)."""
+    (``scoring.replies.add_replies``); ``effort`` and ``p_yes_range``
+    (``runner.outputs.model_settings``); ``measures`` (latency, cost of 1,000 decisions,
+    risk–coverage: ``scoring.measures``)."""
 
     model: str
     epochs: int
@@ -115,6 +120,7 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     cut_off: dict[str, int] | UnsetType = UNSET
     effort: str | None | UnsetType = UNSET
     p_yes_range: list[float] | UnsetType = UNSET
+    measures: dict[str, Any] | UnsetType = UNSET
 
 
 class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -156,7 +162,8 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     and ``models``. Sometimes: ``provenance`` (``runner.provenance``; added when the outputs are written),
     ``intervals`` and ``calibration`` (with the scored tables), ``usage`` (the run's tokens and USD),
     ``comparisons`` and ``ranking`` (with paired comparisons), ``cost_bound`` (``dxi run --max-cost``) and
-    ``stopped_providers`` (``runner.stops``)."""
+    ``stopped_providers`` (``runner.stops``), ``measures`` (how the models' measures are computed:
+    ``scoring.measures.describe``)."""
 
     prompt_version: str
     provenance: dict[str, Any] | UnsetType = UNSET
@@ -173,6 +180,7 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     ranking: Ranking | UnsetType = UNSET
     cost_bound: dict[str, Any] | UnsetType = UNSET
     stopped_providers: list[dict[str, Any]] | UnsetType = UNSET
+    measures: dict[str, Any] | UnsetType = UNSET
 
     def entry(self, label: str) -> ModelEntry:
         """The model entry of ``label``; KeyError when the summary has none."""

@@ -23,6 +23,7 @@ import re
 import numpy as np
 import polars as pl
 
+from . import measures
 from .pipeline import USAGE_READ, Rows, _current, _model_epochs, _task_frame, usage_table
 from .records import ModelEntry, Summary, unset
 
@@ -33,16 +34,25 @@ CUT_OFF_HINT = "raise the output budget (max_tokens, max_completion_tokens, maxO
 _SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{3,4}|v\d+(?::\d+)?|latest)$")
 
 
-def usage_and_replies(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1
-                      ) -> tuple[pl.DataFrame, pl.DataFrame]:
+def usage_and_replies(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1,
+                      with_calls: bool = False) -> tuple[pl.DataFrame, ...]:
     """``(scoring.usage(rows, models, gold, epochs), the replies table)`` from one read of the current cache rows.
     The replies table: per (label, served_model, cut_off), the scored requests with a reply (``replies``: ok or
-    invalid, one per task and epoch) and the ``answers`` they hold (``REPLIES_SCHEMA``)."""
+    invalid, one per task and epoch) and the ``answers`` they hold (``REPLIES_SCHEMA``).
+    ``with_calls`` adds a third table from the same read: one row per call
+    (``scoring.measures.calls_table``: latency, time to first token, batch, questions)."""
     models = models.sort("label").with_row_index("m")
     task_frame = _task_frame(gold.sort("eval", "task_id", "question_id"))
+    ttft = (measures.TTFT,) if with_calls and measures.has_column(rows, measures.TTFT) else ()
+    extra = (*measures.CALLS_READ, *ttft) if with_calls else ()
     found, m, t, _, _ = _current(rows, models, task_frame, _model_epochs(models, epochs),
-                                 (*USAGE_READ, "served_model", "cut_off"), each_task=False)
-    return usage_table(found.select(USAGE_READ), m, models), _replies_table(found, m, t, models, task_frame)
+                                 (*USAGE_READ, "served_model", "cut_off", *extra), each_task=False)
+    tables = (usage_table(found.select(USAGE_READ), m, models),
+              _replies_table(found, m, t, models, task_frame))
+    if not with_calls:
+        return tables
+    questions = task_frame["nq"].to_numpy().astype(np.int64)
+    return (*tables, measures.calls_table(found, m, t, models, questions))
 
 
 def _replies_table(found: pl.DataFrame, m: np.ndarray, t: np.ndarray, models: pl.DataFrame,

@@ -50,6 +50,12 @@ Added with paired comparisons (``scoring.compare``): each model's ``rank`` by th
 ``discordant`` and ``mcnemar_p`` for accuracy, and ``settled`` where ``complete`` is false: whether
 no outcome of the failed and missing answers could overturn the difference, ``scoring.bounds``; a
 difference not settled is not claimed) and ``ranking`` (the tied groups).
+
+Added with the measures (``scoring.measures.add_measures``, after ``build``): each model's and each
+evaluation block's ``measures`` (latency per call, the cost of 1,000 decisions, the risk–coverage
+curve with AURC and accuracy at confidence ≥ τ) and the summary's ``measures`` (how); each
+evaluation block's ``rounded`` (answers accepted with probabilities rounded to fewer than 4
+decimals, ``scoring.ties``) when it has any.
 """
 from __future__ import annotations
 

@@ -6,7 +6,12 @@ probabilities: the returned choice was scored when it is one of them, else the f
 order (SPEC §6, ``adapters.decision.pick``). A yes/no answer with P(yes) = 0.5 is a tie too (scored yes).
 Values that differ, however little, are no tie: the higher one was scored. Ties are scored as any
 answer, and counted here, per model and evaluation, for summary.json (``ties`` in each evaluation
-block)."""
+block).
+
+Rounded replies: a server that rounds each probability to k < 4 decimals (a gateway's two) is
+accepted when the sum is within what that rounding explains (``adapters.decision``), with a warning
+that starts ``rounded:``; such answers are counted here too (``rounded`` in an evaluation block that
+has any)."""
 from __future__ import annotations
 
 import polars as pl
@@ -36,10 +41,26 @@ def tie_counts(answers: pl.DataFrame) -> dict[tuple[str, str], int]:
     return counts
 
 
-def add_ties(summary: Summary, counts: dict[tuple[str, str], int]) -> Summary:
+ROUNDED_PREFIX = "rounded:"  # ``adapters.decision.ROUNDED``'s warning, as answers carry it
+
+
+def rounded_counts(answers: pl.DataFrame) -> dict[tuple[str, str], int]:
+    """``(label, eval) -> answers`` accepted as rounded replies (their warning starts ``rounded:``),
+    every epoch counted; pairs without one are absent."""
+    found = (answers.lazy().filter(pl.col("warning").str.starts_with(ROUNDED_PREFIX))
+             .group_by(pl.col("label").cast(pl.String), pl.col("eval").cast(pl.String))
+             .agg(pl.len())
+             .collect())
+    return {(label, name): n for label, name, n in found.iter_rows()}
+
+
+def add_ties(summary: Summary, counts: dict[tuple[str, str], int],
+             rounded: dict[tuple[str, str], int] | None = None) -> Summary:
     """``summary`` with ``ties`` (``counts``, from ``tie_counts``; 0 when none) in every evaluation block
-    of every model."""
+    of every model, and ``rounded`` (``rounded_counts``) in the blocks that have rounded replies."""
     for m in summary.models:
         for name, block in m.evals.items():
             block["ties"] = counts.get((m.model, name), 0)
+            if (rounded or {}).get((m.model, name)):
+                block["rounded"] = rounded[(m.model, name)]
     return summary

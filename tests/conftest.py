@@ -18,8 +18,19 @@ DXI = str(Path(sys.executable).with_name("dxi"))  # the installed command, for r
 
 
 def without_requests(summary: dict) -> dict:
-    """A summary.json without each model's ``requests`` block (which differs between a run and its rerun)."""
-    return {**summary, "models": [{k: v for k, v in m.items() if k != "requests"} for m in summary["models"]]}
+    """A summary.json without each model's ``requests`` block (which differs between a run and its
+    rerun) and without the measured call latencies of its ``measures`` blocks (``scoring.measures``:
+    two runs that send the same requests take their own time)."""
+    def timeless(m: dict) -> dict:
+        m = {k: v for k, v in m.items() if k != "requests"}
+        if "measures" in m:
+            m["measures"] = {k: v for k, v in m["measures"].items() if k != "latency"}
+            m["evals"] = {
+                name: {**e, "measures": {k: v for k, v in e["measures"].items() if k != "latency"}}
+                if "measures" in e else e for name, e in m["evals"].items()}
+        return m
+
+    return {**summary, "models": [timeless(m) for m in summary["models"]]}
 
 
 def write_wildguard_parquet(path: Path) -> Path:

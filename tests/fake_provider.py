@@ -235,8 +235,9 @@ class FakeProvider:
                  faults: Faults | dict | None = None, rpm: float | None = None, burst: float | None = None,
                  rate_headers: bool = True, hang_s: float = 30.0, record: bool = True, window_s: float | None = None,
                  routes: dict[str, Responder] | None = None, route_factories: dict[str, str] | None = None,
-                 batch: dict | None = None):
+                 batch: dict | None = None, question_types: list[str] | None = None):
         self.script = deque(script or [])
+        self.question_types = question_types  # declared by /health: it answers these types only
         self.default, self.model, self.seed, self.latency = default, model, seed, latency
         self.faults = Faults(**faults) if isinstance(faults, dict) else faults
         self.rpm, self.rate_headers, self.hang_s, self.record = rpm, rate_headers, hang_s, record
@@ -440,7 +441,9 @@ class FakeProvider:
         return resp
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"} | ({"model": self.model} if self.model else {}))
+        declared = {"question_types": list(self.question_types)} if self.question_types else {}
+        return web.json_response({"status": "ok"} | ({"model": self.model} if self.model else {})
+                                 | declared)
 
     def stats(self) -> dict[str, int]:
         """The counters (see the module docstring)."""

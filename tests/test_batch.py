@@ -51,7 +51,8 @@ def summary(path: Path) -> dict:
 
 
 def same_answers(s: dict) -> dict:
-    """A summary without what depends on the run (``requests``) or records the transport (``usage.batch``)."""
+    """A summary without what depends on the run (``requests`` and the measured latencies:
+    ``without_requests``) or records the transport (``usage.batch``)."""
     out = without_requests(s)
     for m in out["models"]:
         m["usage"] = {k: v for k, v in m["usage"].items() if k != "batch"}
@@ -80,6 +81,12 @@ def test_a_batch_run_stores_the_rows_and_summary_a_synchronous_run_does(kind: st
     assert m["requests"]["sent"] == 12 and m["requests"]["batches"] == {"submitted": 1, "collected": 1, "running": 0,
                                                                         "given_back": 0, "from_earlier_runs": 0}
     assert "batch" not in sync["models"][0]["usage"]
+    # a batch's time is no per-call latency: the batch answers are left out of it, and counted
+    latency = m["measures"]["latency"]
+    assert (latency["calls"], latency["batch_excluded"]) == (0, 12)
+    assert latency["p50_s"] is None and "provider batch" in latency["reason"]
+    timed = sync["models"][0]["measures"]["latency"]
+    assert (timed["calls"], timed["batch_excluded"]) == (12, 0) and timed["p50_s"] > 0
     b, s = rows(tmp_path / "cache"), rows(tmp_path / "sync")
     assert b["key"].to_list() == s["key"].to_list() and b.height == 12
     assert b["transport"].unique().to_list() == ["batch"] and s["transport"].unique().to_list() == ["sync"]

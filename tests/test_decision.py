@@ -8,7 +8,7 @@ import orjson
 import polars as pl
 import pytest
 
-from dxi.adapters.decision import choice_answer, sum_tolerance, yes_no_answer
+from dxi.adapters.decision import choice_answer, decimals, rounded_tolerance, sum_tolerance, yes_no_answer
 from dxi.adapters.errors import MalformedReply
 from dxi.adapters.systemone import decode_body, encode_body
 from dxi.evals import CHOICE, YES_NO, Option, Question, Task
@@ -156,3 +156,131 @@ def test_a_server_returning_a_choice_just_below_the_highest_is_scored_on_the_hig
         "hle_multichoice": 0, "when2call": 0}
     hle = answers.filter(pl.col("eval") == "hle_multichoice")
     assert summary["models"][0]["evals"]["hle_multichoice"]["accuracy"] == 100 * hle["correct"].mean()
+
+
+def test_a_reply_rounded_to_two_decimals_is_accepted_with_a_rounded_warning():
+    # a gateway rounds each of 5 probabilities to 2 decimals: 0.21 x 4 + 0.17 = 1.01, off by 1e-2
+    # (the ordinary tolerance is 1e-3), within 5 x 1/2 x 10^-2 = 0.025
+    a = choice_answer(FIVE, {"A": 0.21, "B": 0.21, "C": 0.21, "D": 0.21, "E": 0.17}, "C")
+    assert (a.status, a.predicted, a.p_predicted) == (
+        "ok",
+        "C",
+        0.21,
+    )  # a 4-way tie: the returned choice
+    assert a.warning == (
+        "rounded: probabilities given to 2 decimals sum to 1.010000; accepted (within "
+        "N x 1/2 x 10^-2 = 0.025 of 1)"
+    )
+    # a tie made by rounding whose returned choice is not tied: the first tied option, and both
+    # warnings
+    b = choice_answer(FIVE, {"A": 0.1, "B": 0.33, "C": 0.33, "D": 0.1, "E": 0.12}, "E")
+    assert (b.status, b.predicted) == ("ok", "B")
+    assert b.warning.startswith(
+        "rounded: probabilities given to 2 decimals sum to 0.980000; accepted"
+    )
+    assert b.warning.endswith("; returned choice 'E' is not the most probable option; scored B")
+
+
+def test_an_off_sum_that_rounding_does_not_explain_is_still_invalid():
+    # 4 decimals (not rounded to fewer): the ordinary tolerance, 1e-3
+    off = choice_answer(FIVE, {"A": 0.2013, "B": 0.2, "C": 0.2, "D": 0.2, "E": 0.21}, "A")
+    assert off.status == "invalid"
+    assert off.error == "probabilities sum to 1.011300, not 1 (tolerance 0.001)"
+    # 2 decimals but further than 5 x 0.005 from 1
+    far = choice_answer(FIVE, {"A": 0.25, "B": 0.25, "C": 0.25, "D": 0.25, "E": 0.03}, "A")
+    assert far.status == "invalid"
+    assert (
+        far.error
+        == "probabilities sum to 1.030000, not 1 (tolerance 0.001; rounded to 2 decimals: 0.025)"
+    )
+    # 0 decimals (every value 0 or 1) is no rounding to accept: two options at 1
+    ones = choice_answer(FIVE, {"A": 1, "B": 1, "C": 0, "D": 0, "E": 0}, "A")
+    assert (
+        ones.status == "invalid"
+        and ones.error == "probabilities sum to 2.000000, not 1 (tolerance 0.001)"
+    )
+    # unrounded floats
+    assert (
+        choice_answer(FIVE, {"A": 0.2071, "B": 0.2, "C": 0.2, "D": 0.2, "E": 0.2071}, "A").status
+        == "invalid"
+    )
+
+
+def test_decimals_are_decided_robustly_for_floats_that_are_not_exact():
+    assert decimals([0.07, 0.29, 0.57, 0.07]) == 2  # none of them is exactly k/100 as a float
+    assert decimals([0.1 + 0.2, 0.7]) == 1  # 0.30000000000000004: within 1e-12 of 0.3
+    assert decimals([0.125]) == 3 and decimals([0.1234]) is None and decimals([1.0, 0.0]) == 0
+    assert rounded_tolerance(5, 2) == pytest.approx(0.025) and rounded_tolerance(
+        26, 3
+    ) == pytest.approx(0.013)
+
+
+def rounding_gateway(model: str):
+    """A System One responder behind a gateway that rounds every probability to 2 decimals: each
+    choice's first two options 0.331 and 0.334 (both 0.33 once rounded: a tie made by rounding), the
+    second returned as the choice, the rest sharing 0.335 before rounding; P(yes) 0.7."""
+
+    def respond(payload: dict) -> dict:
+        answers = {}
+        for name, q in payload["questions"].items():
+            if q.get("type") == "choice":
+                options = list(q["criteria"])
+                raw = [0.331, 0.334] + [0.335 / (len(options) - 2)] * (len(options) - 2)
+                answers[name] = {
+                    "type": "choice",
+                    "choice": options[1],
+                    "probabilities": {o: round(p, 2) for o, p in zip(options, raw, strict=True)},
+                }
+            else:
+                answers[name] = {"type": "noul", "noul": 0.7}
+        return {
+            "model": model or "rounding",
+            "answers": answers,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
+
+    return respond
+
+
+def test_a_gateway_that_rounds_to_two_decimals_is_scored_and_its_rounded_replies_counted(
+    data_dir: Path, tmp_path: Path
+):
+    with serve(
+        model="rounding", route_factories={"/v1/systemone": "tests.test_decision:rounding_gateway"}
+    ) as server:
+        ran = session.run(
+            plan.build(
+                models=[f"systemone:{server.url}"],
+                data_dir=data_dir,
+                cache_dir=tmp_path / "c",
+                out=tmp_path / "out",
+                evals=["hle_multichoice", "when2call"],
+            )
+        )
+        assert ran.exit_code == 0
+    answers = pl.read_parquet(tmp_path / "out" / "answers.parquet").filter(
+        pl.col("kind") == "choice"
+    )
+    assert answers.height == 5 and (answers["status"] == "ok").all()  # none invalid
+    # the tie made by rounding: scored as the returned choice (the second option)
+    second = [r["probabilities"][1]["option"] for r in answers.iter_rows(named=True)]
+    assert (
+        answers["predicted"].to_list() == second and answers["p_predicted"].to_list() == [0.33] * 5
+    )
+    # which replies sum outside the ordinary tolerance, computed here from the probabilities
+    off = {}
+    for r in answers.iter_rows(named=True):
+        ps = [p["p"] for p in r["probabilities"]]
+        if abs(sum(ps) - 1) > sum_tolerance(len(ps)):
+            off[r["eval"]] = off.get(r["eval"], 0) + 1
+            assert r["warning"].startswith("rounded: probabilities given to 2 decimals")
+        else:
+            assert r["warning"] is None
+    assert sum(off.values()) > 0
+    summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    evals = summary["models"][0]["evals"]
+    assert {e: b["rounded"] for e, b in evals.items() if b.get("rounded")} == off
+    assert {e: b["ties"] for e, b in evals.items() if b.get("n")} == {
+        "hle_multichoice": 2,
+        "when2call": 3,
+    }

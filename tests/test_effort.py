@@ -356,3 +356,81 @@ async def test_max_tokens_is_refused_by_a_reasoning_model_with_the_providers_mes
     ((stop, _),) = next(iter(limiters.values())).stopped_models.values()
     assert (stats.refused, stats.not_sent, rows.height, stop.field) == (1, 1, 0, "max_tokens")
     assert "Use 'max_completion_tokens' instead." in str(stop)
+
+
+# ---- estimates of thinking models
+# --------------------------------------------------------------------------------
+def _estimate(argv: list[str], capsys: pytest.CaptureFixture) -> dict:
+    capsys.readouterr()
+    assert main(["estimate", *argv, "--json"]) == 0
+    (m,) = orjson.loads(capsys.readouterr().out)["models"]
+    return m
+
+
+async def test_a_thinking_models_output_is_estimated_from_its_effort_then_from_its_own_usage(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    from dxi.runner.tokens import OUTPUT_PER_QUESTION, THINKING_PRIOR
+
+    cache = tmp_path / "c"
+    async with FakeLLM() as server:
+        where = ["--data-dir", str(data_dir), "--cache-dir", str(cache), "--evals", "when2call"]
+        openai = ["--model", f"openai:gpt-6-luna@{server.url}/v1", *where]
+        # nothing cached: the prior of effort low (3,000 thinking tokens) plus the answer (8 per
+        # question + 4), below the request's cap of 16,000 (issue 34: 18 tokens were expected where
+        # ~3,000 were used)
+        low = await asyncio.to_thread(
+            _estimate,
+            [*openai, "--effort", "low", "--param", "max_completion_tokens=16000"],
+            capsys,
+        )
+        n = low["new"]
+        assert n == 3 and THINKING_PRIOR["openai"]["low"] == 3_000
+        assert low["output_tokens"] == n * (3_000 + OUTPUT_PER_QUESTION + 4)
+        assert low["basis"] == {
+            "bytes / 4 (no usage in the cache yet); output: the thinking prior at effort low "
+            "(3,000 tokens, runner.tokens)": n
+        }
+        # a cap below the prior bounds it
+        capped = await asyncio.to_thread(
+            _estimate,
+            [*openai, "--effort", "high", "--param", "max_completion_tokens=2000"],
+            capsys,
+        )
+        assert capped["output_tokens"] == n * 2_000
+        # Anthropic's current models think by default at effort high (12,000), within the 16,000
+        # default cap
+        claude = await asyncio.to_thread(
+            _estimate, ["--model", f"anthropic:claude-sonnet-5-5@{server.url}", *where], capsys
+        )
+        assert claude["output_tokens"] == n * (12_000 + OUTPUT_PER_QUESTION + 4)
+        # no effort on an OpenAI model: nothing says it thinks, the answer alone as before
+        plain = await asyncio.to_thread(_estimate, openai, capsys)
+        assert plain["output_tokens"] == n * (OUTPUT_PER_QUESTION + 4)
+        # a run at effort low puts its usage in the cache: a new epoch is then estimated from it
+        assert (
+            await asyncio.to_thread(
+                main, ["run", *openai, "--effort", "low", "--out", str(tmp_path / "o"), "-q"]
+            )
+            == 0
+        )
+    from dxi.cache import Cache
+
+    with Cache(cache, read_only=True) as opened:
+        used = opened.read(
+            lambda rows: rows.filter(pl.col("status") == "ok").select("output_tokens").collect()
+        )
+    assert used.height == n and used["output_tokens"].min() > 0
+    again = await asyncio.to_thread(
+        _estimate, [*openai, "--effort", "low", "--epochs", "2"], capsys
+    )
+    assert again["new"] == n and again["basis"] == {"this model's cached usage": n}
+    assert again["output_tokens"] == round(n * used["output_tokens"].mean())
+    # another level of the same model: its cached usage at effort low says nothing of medium's
+    # thinking
+    medium = await asyncio.to_thread(_estimate, [*openai, "--effort", "medium"], capsys)
+    assert medium["output_tokens"] == n * (6_000 + OUTPUT_PER_QUESTION + 4)
+    assert medium["basis"] == {
+        "this model's cached usage; output: the thinking prior at effort medium (6,000 "
+        "tokens, runner.tokens)": n
+    }

@@ -27,13 +27,15 @@ def summary(tmp_path_factory: pytest.TempPathFactory) -> Summary:
 
 
 def test_summary_json_has_the_bytes_the_dict_based_summary_had(summary: Summary):
-    # the golden file is what the code before the records wrote for the same scenario (tests.realistic_summary)
+    # the golden file is what the code before the records wrote for the same scenario
+    # (tests.realistic_summary), plus the keys added since: the measures (``scoring.measures``: each
+    # model's and evaluation's ``measures`` and the top-level description), nothing else changed
     golden = GOLDEN.read_bytes()
     assert records.to_json(summary) == golden
     doc = orjson.loads(golden)  # the scenario holds what the test is for
     assert list(doc) == ["prompt_version", "provenance", "epochs", "complete", "allow_failed", "accepted", "data",
                          "intervals", "calibration", "usage", "models", "comparisons", "ranking", "cost_bound",
-                         "stopped_providers"]
+                         "stopped_providers", "measures"]
     assert [m["complete"] for m in doc["models"]] == [False, False, False, False]
     assert [m.get("rank") for m in doc["models"]] == [3, 2, 1, None]
     assert doc["models"][3]["decision_index"] is None and doc["models"][3]["p_yes_range"] == [0.01, 0.99]

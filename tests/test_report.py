@@ -118,9 +118,11 @@ def test_the_report_opens_in_a_headless_browser_and_shows_its_charts(report: Pat
         finally:
             browser.close()
     assert problems == [] and requests == [url]
-    # the index, one chart per evaluation, one heatmap per breakdown, one reliability figure per model
+    # the index, one chart per evaluation, one heatmap per breakdown, one reliability figure per
+    # model with probabilities and one risk-coverage figure per such model
     breakdowns = pl.read_parquet(report / "tables" / "breakdowns.parquet").select("eval", "dimension").n_unique()
-    assert breakdowns == 5 and len(charts) == 1 + 4 + breakdowns + 2
+    assert breakdowns == 5 and len(charts) == 1 + 4 + breakdowns + 2 + 2
+    assert sum(alt.startswith("Risk–coverage curves of ") for *_, alt in charts) == 2
     assert all(complete and width > 100 and height > 50 for complete, width, height, _ in charts)
     assert HOSTILE_ERROR in text and HOSTILE_MODEL in text  # shown as text
     assert title == "Decision Index report (dxi-prompt-1)"
@@ -174,7 +176,7 @@ def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(four: F
     assert rows == four.labels  # the run's order
     ids = ["data", "index", "index-pairs", "aa_omniscience_decision", "aa_omniscience_decision-domain", "hle_multichoice",
            "hle_multichoice-category", "when2call", "when2call-reply_type", "when2call-confusion", "wildguardtest",
-           "wildguardtest-adversarial", "wildguardtest-subcategory", "calibration", "answers"]
+           "wildguardtest-adversarial", "wildguardtest-subcategory", "calibration", "measures", "answers"]
     assert sorted(links) == sorted(f"#{i}" for i in ids)
     # every link's target exists and is scrolled to the top of the window (the last ones as far as the page goes)
     assert None not in landed and all(top < 900 for top in landed) and sum(top <= 20 for top in landed) >= 10, landed

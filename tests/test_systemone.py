@@ -232,3 +232,65 @@ def test_a_base_url_without_its_scheme_is_refused_not_taken_for_a_model_name():
     # version suffixes stay part of the model name
     assert adapters.parse_model("anthropic:claude-3-5-sonnet@20240620").model == "claude-3-5-sonnet@20240620"
     assert adapters.parse_model("openai:gemma@1.5").model == "gemma@1.5"
+
+
+async def test_a_yes_no_only_server_runs_the_evaluations_it_can_and_says_which_it_cannot(
+    data_dir: Path, tmp_path: Path
+):
+    # the server declares in GET /health that it answers yes/no (noul) questions only
+    async with FakeProvider(model="yes-no", question_types=["noul"]) as server:
+        adapter, stats, rows = await run_model(
+            f"systemone:{server.url}", data_dir, tmp_path / "c", limit=None, evals=None
+        )
+        assert adapter.question_types == frozenset({"noul"})
+        # only WildGuardTest's 3 tasks (all yes/no) reached it; the 9 tasks with a choice were not
+        # sent
+        sent = [body for _, body in server.requests]
+        assert len(sent) == 3 and all(
+            q["type"] == "noul" for b in sent for q in b["questions"].values()
+        )
+        assert (stats.ok, stats.failed) == (3, 9)
+        failed = rows.filter(pl.col("status") == "failed")
+        assert sorted(set(failed["eval"].to_list())) == [
+            "aa_omniscience_decision",
+            "hle_multichoice",
+            "when2call",
+        ]
+        assert set(failed["error_kind"].to_list()) == {"fatal"}
+        assert set(failed["attempts"].to_list()) == {1}
+        assert set(failed["error"].to_list()) == {
+            f"not sent: the System One server at {server.url} answers noul questions only (its "
+            "/health question_types), and this task asks choice (a choice among options); run it "
+            "with --evals naming the evaluations it can answer (yes/no questions: wildguardtest)"
+        }
+        # deterministic: a rerun sends nothing again
+        _, again, _ = await run_model(
+            f"systemone:{server.url}", data_dir, tmp_path / "c", limit=None, evals=None
+        )
+        assert (again.sent, again.cache_hits, len(server.requests)) == (0, 12, 3)
+    # a server that declares every type it answers, or declares nothing, is asked everything
+    for declared in (["noul", "choice"], None):
+        async with FakeProvider(model="both", question_types=declared) as server:
+            _, stats, _ = await run_model(
+                f"systemone:{server.url}",
+                data_dir,
+                tmp_path / f"c{declared}",
+                limit=None,
+                evals=None,
+            )
+            assert (stats.ok, stats.failed, len(server.requests)) == (12, 0, 12)
+
+
+def test_question_types_are_read_from_health_and_refuse_only_what_is_not_declared():
+    from dxi.adapters.systemone import question_types, unsupported
+
+    assert question_types({"status": "ok", "question_types": ["noul", 3]}) == frozenset({"noul"})
+    assert question_types({"status": "ok"}) is None and question_types(None) is None
+    body = orjson.dumps(
+        {"questions": {"a": {"type": "noul"}, "b": {"type": "choice", "criteria": {}}}}
+    )
+    assert unsupported(body, None, "u") is None
+    assert unsupported(body, frozenset({"noul", "choice"}), "u") is None
+    assert unsupported(body, frozenset({"noul"}), "u").startswith(
+        "not sent: the System One server at u answers noul questions only"
+    )

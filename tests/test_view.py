@@ -32,7 +32,7 @@ from dxi.cache import Cache, CacheWriteError
 from dxi.runner import plan, rescore, session
 from dxi.runner.cli import main
 from dxi.runner.inputs import PlanInputs
-from dxi.scoring import records
+from dxi.scoring import measures, records
 from dxi.scoring.provisional import span
 from dxi.view.app import CSP, is_loopback_host, make_app, task_url
 from dxi.view.data import Browser, EvalQuery
@@ -51,7 +51,7 @@ HOSTILE_ID = 'q 2/<i>"?#%'  # a question id that needs escaping in HTML and quot
 SAFE_TAGS = {"html", "head", "meta", "title", "link", "script", "body", "header", "nav", "main", "footer", "a", "span", "h1",
              "h2", "h3", "h4", "h5", "p", "code", "div", "table", "thead", "tbody", "tr", "th", "td", "form", "fieldset",
              "legend", "select", "option", "input", "label", "button", "section", "pre", "details", "summary", "ul", "li",
-             "strong", "svg", "rect", "line", "circle", "text", "figure", "figcaption", "dl", "dt", "dd",
+             "strong", "svg", "rect", "line", "polyline", "circle", "text", "figure", "figcaption", "dl", "dt", "dd",
              "article", "br", "wbr"}  # the app's own markup: model or dataset text never adds a tag
 
 
@@ -813,3 +813,25 @@ def test_provisional_figures_are_marked_on_the_overview(tmp_path: Path, monkeypa
                          span(m["evals"]["when2call"]["accuracy_bounds"])]
     finally:
         b.close()
+
+
+def test_the_overview_shows_each_models_latency_cost_and_risk_coverage(browser: Browser,
+                                                                        built: dict):
+    (status, _, page), = get(browser, "/")
+    assert status == 200 and 'id="measures"' in page
+    by_model = {m["model"]: m for m in built["summary"]["models"]}
+    decision = by_model[MODEL]["measures"]
+    assert f"{decision['risk_coverage']['aurc']:.4f}" in page  # the decision model's pooled AURC
+    assert f"{decision['latency']['p50_s']:.3f}" in page
+    # the language model (structured outputs) has no confidence: said, not invented
+    llm = by_model[LLM]["measures"]
+    assert llm["risk_coverage"] is None and llm["risk_coverage_reason"] == measures.NO_CONFIDENCE
+    assert f"{escape(LLM)}: {escape(measures.NO_CONFIDENCE)}" in page
+    # the calibration page draws each evaluation's risk-coverage curve from the same figures
+    (status, _, calibration), = get(browser, f"/calibration?m={quote(MODEL)}")
+    assert status == 200 and 'id="risk-coverage"' in calibration
+    curve = by_model[MODEL]["evals"]["wildguardtest"]["measures"]["risk_coverage"]["curve"]
+    first = f'points="{40 + 200 * curve[0][0]:.1f},{210 - 200 * curve[0][1]:.1f} '
+    curves = sum(1 for b in by_model[MODEL]["evals"].values()
+                 if (b.get("measures") or {}).get("risk_coverage"))
+    assert first in calibration and calibration.count('<polyline class="risk"') == curves > 0

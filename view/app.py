@@ -32,7 +32,7 @@ from aiohttp import web
 
 from dxi.evals import EVALS
 from dxi.hosts import is_loopback_host  # noqa: F401  (dxi view and its tests use it)
-from dxi.scoring import provisional
+from dxi.scoring import measures, provisional
 from dxi.scoring.calibration import ECE_BINS
 from dxi.scoring.records import unset
 from dxi.scoring.replies import model_notes
@@ -93,6 +93,7 @@ def _environment() -> jinja2.Environment:
                        STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS, MARK=provisional.MARK, pvalue=_pvalue,
                        provisional_notes=provisional.notes, model_notes=model_notes,
                        span=provisional.span)
+    env.globals["measure_rows"] = measures.model_rows  # (evaluation or "all", block) of a model
     return env
 
 
@@ -188,8 +189,11 @@ def make_app(target: Browser | Live, refresh: float | None = None) -> web.Applic
             listing = live.browser.in_bin(name, label, _int(request, "bin", 0), epoch, _int(request, "page", 1))
         entry = live.browser.summary.entry(label)
         figures = {e: ((entry.evals.get(e) or {}).get("calibration") or None) for e in bins}  # dxi score's
+        # the risk-coverage curve of each evaluation with one (summary.json's measures)
+        risk = {e: b["measures"]["risk_coverage"] for e, b in entry.evals.items()
+                if (b.get("measures") or {}).get("risk_coverage")}
         return page("calibration.html.j2", title=f"Calibration: {label}", section="calibration", label=label, bins=bins,
-                    figures=figures, name=name, p_yes_range=unset(entry.p_yes_range),
+                    figures=figures, risk=risk, name=name, p_yes_range=unset(entry.p_yes_range),
                     bin=None if b is None else int(b), listing=listing, epoch=epoch,
                     params={"m": label, "eval": name, "bin": b, "epoch": epoch or None})
 
