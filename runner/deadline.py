@@ -28,7 +28,7 @@ def parse_deadline(text: str, now: float | None = None) -> float:
     except ValueError:
         pass
     else:
-        today = datetime.fromtimestamp(now).date()  # the local calendar day now
+        today = datetime.fromtimestamp(now).date()  # noqa: DTZ006 (naive on purpose: the local calendar day now)
         for days in (0, 1, 2):  # tomorrow's is always later, unless the clock skips a day (Samoa, 2011)
             # a naive local time converts through the local zone's rules on that day (fold 0: the first
             # of a time shown twice; a skipped time: the offset before the skip)
