@@ -28,7 +28,8 @@ def parse_deadline(text: str, now: float | None = None) -> float:
     except ValueError:
         pass
     else:
-        today = datetime.fromtimestamp(now).date()  # noqa: DTZ006 (naive on purpose: the local calendar day now)
+        # naive on purpose: the local calendar day now
+        today = datetime.fromtimestamp(now).date()  # noqa: DTZ006
         for days in (0, 1, 2):  # tomorrow's is always later, unless the clock skips a day (Samoa, 2011)
             # a naive local time converts through the local zone's rules on that day (fold 0: the first
             # of a time shown twice; a skipped time: the offset before the skip)
@@ -39,4 +40,5 @@ def parse_deadline(text: str, now: float | None = None) -> float:
         when = datetime.fromisoformat(text)
         return (when if when.tzinfo is not None else when.astimezone()).timestamp()  # naive: local time
     except ValueError:
-        raise ValueError(f"--deadline {text!r}: expected HH:MM (e.g. 07:00) or an ISO time (2026-12-02T07:00)") from None
+        raise ValueError(f"--deadline {text!r}: expected HH:MM (e.g. 07:00) or an ISO time "
+                         "(2026-12-02T07:00)") from None
