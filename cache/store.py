@@ -74,6 +74,7 @@ log = logging.getLogger("dxi.cache")
 _write, _dumps, _LINE = os.write, orjson.dumps, orjson.OPT_APPEND_NEWLINE  # looked up once: append is hot
 ROLL_ROWS = 5_000  # rows per log before it is compacted into a shard (~10 MB of log)
 COMPACT_ROWS = 1_000_000  # rows per shard that ``compact_shards`` merges small shards into
+COMPACT_LOCK = "compact.lock"  # flocked by ``compact_shards`` while it runs
 PART_ROWS = 50_000  # rows per part of ``scan_parts`` (whole shards: a larger one is a part alone)
 
 
@@ -474,7 +475,8 @@ class Cache:
         frames = [layout.logical(pl.from_arrow(pa.concat_tables(tables)).lazy(), layout.NESTED)] if tables else []
         return self._verified(shards), frames  # every page checked against its checksum, once per open cache
 
-    def compact_shards(self, target_rows: int = COMPACT_ROWS) -> list[tuple[Path, int, list[Path]]]:
+    def compact_shards(self, target_rows: int = COMPACT_ROWS, on_wait: Callable[[], None] | None = None
+                       ) -> list[tuple[Path, int, list[Path]]]:
         """Rewrite the local shards as fewer shards of the flat layout (``cache.layout``): consecutive shards
         (in name order) below ``target_rows`` rows are merged, up to ``target_rows`` rows each, into one
         written under the name of the last of them, so every row keeps its place in the cache's order (ties
@@ -487,12 +489,34 @@ class Cache:
         newest-wins rule reads as one), never not at all, and a running writer only ever adds shards under
         new names, so no row is lost. A shard that fails its checksums is moved to quarantine/ (its requests
         are sent again) and its group left as it is. Idempotent: with every shard flat and no two
-        consecutive ones small, nothing is written. Memory: one shard and one row group at a time. Run one
-        at a time (two at once lose nothing but may keep copies of some rows). The remote's shards
-        (``remote/``, copies) are the remote compaction's. Raises CacheWriteError on a read-only cache,
-        OSError when a shard cannot be written (its group then stays as it was)."""
+        consecutive ones small, nothing is written. Memory: one shard and one row group at a time.
+
+        Two compactions never run at once on one cache: each holds an exclusive ``flock`` on
+        ``compact.lock`` in the cache folder from before it lists the shards until its last delete, and a
+        second one waits for it (then lists what the first left). Without it, two compactions grouping
+        differently (``--target-rows``) each deleted shards the other had merged into its own: 600 keys
+        became 350 (issue 32). ``on_wait()`` is called once when another compaction holds it. The remote's
+        shards (``remote/``, copies) are the remote compaction's. Raises CacheWriteError on a read-only
+        cache, OSError when a shard cannot be written (its group then stays as it was)."""
         if self.read_only:
             raise CacheWriteError(f"the cache {self.root} is open read-only")
+        try:
+            fd = os.open(self.root / COMPACT_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise CacheWriteError(f"cannot create {self.root / COMPACT_LOCK}: {exc.strerror or exc}", exc.errno) from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None:
+                    on_wait()
+                fcntl.flock(fd, fcntl.LOCK_EX)  # released by the close below
+            return self._compact_shards(target_rows)
+        finally:
+            os.close(fd)
+
+    def _compact_shards(self, target_rows: int) -> list[tuple[Path, int, list[Path]]]:
+        """``compact_shards`` under its lock."""
         groups: list[list[tuple[Path, int, int]]] = [[]]
         for shard in sorted(self.root.glob("shards/*.parquet")):
             try:
