@@ -35,6 +35,19 @@ ABSENT, CODE_OK, CODE_INVALID, CODE_FATAL, CODE_TRANSIENT = 0, 1, 2, 3, 4
 NAMES = {CODE_OK: OK, CODE_INVALID: INVALID, CODE_FATAL: FATAL, CODE_TRANSIENT: "transient"}
 MERGE_AT = 65_536
 
+# Which row of a request counts (SPEC §4: "the newest final row wins"), the one rule that the key index,
+# scoring, export, the view and rescoring all follow (``newest``): a request's rows are ordered by their
+# RANK, then ``created_at``, then their order in the cache (shards in name order, then the logs; within a
+# file, the order written), and the last wins. RANK: a transient failure (0) is not final (the request is
+# sent again), so it never outranks a final row: an invalid reply or a deterministic failure (1), or an ok
+# reply (2), which dxi never sends again, so any later row of it is a copy sent by a race, not a retry.
+# ``created_at`` (wall-clock seconds) only orders rows of one rank: a clock that was ahead when a
+# transient failure was written (a restored VM snapshot, an NTP step, machines with skewed clocks sharing
+# a remote cache) can no longer make it beat every later successful retry (issue 32: a request paid for
+# and reported failed on every run). Between an invalid reply and a deterministic failure of one request
+# (only ``--retry-invalid`` / ``--retry-failed`` send such a request again) the clock still decides.
+RANK = (-1, 2, 1, 1, 0)  # by status code: ABSENT, OK, INVALID, FATAL, TRANSIENT
+
 
 def prefix(key: str) -> int:
     """The first 64 bits of a sha256 hex key, as an unsigned integer (any other string: its BLAKE2b-64)."""
@@ -67,6 +80,23 @@ def code_of(status: str, error_kind: str | None) -> int:
     if status == INVALID:
         return CODE_INVALID
     return CODE_FATAL if status == FAILED and error_kind == FATAL else CODE_TRANSIENT
+
+
+def rank_expr() -> pl.Expr:
+    """``RANK`` of each row from its ``status`` and ``error_kind`` columns (Int8), named ``rank``."""
+    status = pl.col("status")
+    return (pl.when(status == OK).then(2).when(status == INVALID).then(1)
+            .when((status == FAILED) & (pl.col("error_kind") == FATAL)).then(1)
+            .otherwise(0).cast(pl.Int8).alias("rank"))
+
+
+def newest(request: np.ndarray, rank: np.ndarray, created: np.ndarray) -> np.ndarray:
+    """The row that counts for each request (see ``RANK``): of rows numbered 0..n-1 in cache order, with
+    their ``request`` (any integers), ``rank`` (``RANK``) and ``created`` (Unix seconds, NaN for none), the
+    numbers of the winning rows in ascending order, one per distinct request."""
+    order = np.lexsort((np.nan_to_num(created, nan=-np.inf), rank, request))  # stable: cache order last
+    last = np.r_[request[order][1:] != request[order][:-1], True] if len(order) else np.empty(0, bool)
+    return np.sort(order[last])
 
 
 def _prefix_expr() -> pl.Expr:
@@ -104,8 +134,8 @@ class KeyIndex:
 
     @classmethod
     def from_frames(cls, frames: Sequence[pl.LazyFrame]) -> KeyIndex:
-        """Build from frames of ``index_columns`` form; where a key has several rows the newest
-        ``created_at`` wins."""
+        """Build from frames of ``index_columns`` form, in cache order; where a key has several rows the one
+        ``newest`` picks wins (its rank, then ``created_at``, then the cache order)."""
         index = cls()
         if not frames:
             return index
@@ -113,17 +143,16 @@ class KeyIndex:
         if small.height == 0:
             return index
         odd = small["prefix"].is_null()
-        if odd.any():  # keys that are not sha256 hex: hash them (hand-made keys; a few rows)
-            fixed = small.filter(odd).with_columns(pl.col("key").map_elements(prefix, return_dtype=pl.UInt64)
-                                                   .alias("prefix"))
-            small = pl.concat([small.filter(~odd), fixed])
-        small = small.select("prefix", "code", "created_at").sort(["prefix", "created_at"])
+        if odd.any():  # keys that are not sha256 hex: hash them (hand-made keys; a few rows), in place
+            small = small.with_columns(pl.when(odd).then(pl.col("key").map_elements(prefix, return_dtype=pl.UInt64))
+                                       .otherwise(pl.col("prefix")).alias("prefix"))
         keys = small["prefix"].cast(pl.UInt64).to_numpy().astype(np.uint64, copy=False)  # never a float array
         codes = small["code"].to_numpy()
-        last = np.ones(len(keys), bool)
-        last[:-1] = keys[1:] != keys[:-1]
-        index._keys = np.ascontiguousarray(keys[last])
-        index._codes = np.ascontiguousarray(codes[last])
+        won = newest(keys, np.asarray(RANK, np.int8)[codes], small["created_at"].to_numpy())
+        index._keys = np.ascontiguousarray(keys[won])
+        index._codes = np.ascontiguousarray(codes[won])
+        order = np.argsort(index._keys)  # ``newest`` gives cache order; lookups need the prefixes sorted
+        index._keys, index._codes = index._keys[order], index._codes[order]
         return index
 
     def __len__(self) -> int:
@@ -151,12 +180,7 @@ class KeyIndex:
     def get_many(self, keys: Sequence[str]) -> np.ndarray:
         """Codes of ``keys``, as a uint8 array in the same order."""
         ps = np.fromiter((prefix(k) for k in keys), np.uint64, len(keys))
-        out = np.zeros(len(ps), np.uint8)
-        if self._keys is not None and len(self._keys):
-            i = self._keys.searchsorted(ps)
-            np.minimum(i, len(self._keys) - 1, out=i)
-            found = self._keys[i] == ps
-            out[found] = self._codes[i[found]]
+        out = self._lookup(ps)
         if self._recent:
             recent = self._recent
             for n, p in enumerate(ps.tolist()):
@@ -166,9 +190,50 @@ class KeyIndex:
         return out
 
     def set(self, key: str, code: int) -> None:
-        self._recent[prefix(key)] = code
+        """Record a row appended now (the last in cache order) of status ``code``: it wins unless the key's
+        row so far outranks it (``RANK``: an ok row is never replaced by a failure appended after it)."""
+        p = prefix(key)
+        if code != CODE_OK:  # ok outranks every row: nothing to look up (the usual row)
+            old = self._recent.get(p)
+            if old is None:
+                old = int(self._lookup(np.array([p], np.uint64))[0]) if self._keys is not None else ABSENT
+            if RANK[old] > RANK[code]:
+                return
+        self._recent[p] = code
         if len(self._recent) >= MERGE_AT:
             self._merge()
+
+    def _lookup(self, ps: np.ndarray) -> np.ndarray:
+        """Codes of the sorted arrays (not ``_recent``) for prefixes ``ps`` (uint64), ABSENT where none."""
+        out = np.zeros(len(ps), np.uint8)
+        if self._keys is not None and len(self._keys):
+            i = self._keys.searchsorted(ps)
+            np.minimum(i, len(self._keys) - 1, out=i)
+            found = self._keys[i] == ps
+            out[found] = self._codes[i[found]]
+        return out
+
+    def update(self, newer: KeyIndex) -> bool:
+        """Fold in ``newer``, an index of rows read after this one's (``Cache.refresh``: what other processes
+        appended since), as if its rows came after this one's in cache order: per key the higher ``RANK``
+        wins, and on equal rank ``newer``'s row. False (nothing changed) when that cannot be decided without
+        the rows' ``created_at``, which the index does not keep: a key with an invalid row on one side and a
+        deterministic failure on the other (``--retry-invalid`` / ``--retry-failed`` cases); the caller
+        then reads the index whole."""
+        newer._merge()
+        if newer._keys is None or not len(newer._keys):
+            return True
+        self._merge()
+        ps, codes = newer._keys, newer._codes
+        old = self._lookup(ps)
+        rank = np.asarray(RANK, np.int8)
+        new_rank, old_rank = rank[codes], rank[old]
+        if ((new_rank == old_rank) & (codes != old) & (old != ABSENT)).any():
+            return False
+        wins = new_rank >= old_rank
+        self._recent = dict(zip(ps[wins].tolist(), codes[wins].tolist(), strict=True))
+        self._merge()
+        return True
 
     def _merge(self) -> None:
         if not self._recent:

@@ -22,8 +22,9 @@ fails (or whose reader fails, a panic included) is moved to ``quarantine/`` and 
 Concurrency: safe concurrent appends, no shared lock. Each process appends only to its own logs and
 holds an exclusive ``flock`` on each until it is compacted; a log whose lock is free belongs to a dead
 process and is recovered by whoever takes the lock first. Readers never write. Two runs on one cache
-directory therefore never corrupt it; they may both send a request neither had cached when it started
-(the newest row then wins).
+directory therefore never corrupt it; that they never both send a request is the claims' doing
+(``cache.claims``, ``runner.dispatch``), with ``refresh`` after every claim. Where a request has several
+rows, the one ``cache.index.newest`` picks counts (a final row over a transient failure, then the newest).
 
 Remote tier (``cache.remote``, optional): every shard renamed into place is also uploaded, and the remote's
 objects, copied under ``remote/``, are read with the local ones (``_shards``); a shard of a run holds only the
@@ -151,6 +152,8 @@ class Cache:
             self._remove_abandoned()
             self._recover_orphans()
         self._index: KeyIndex | None = None  # loaded on first use (``_keys``): scoring only scans
+        self._log_ends: dict[Path, tuple[int, int]] = {}  # what the index read of each log: (inode, bytes)
+        self._files_read: dict[Path, tuple[int, int, int]] = {}  # the shards it read: (inode, size, mtime)
         self._verifier = verify.Verifier()  # which shards' page checksums were verified
 
     # ---- reading ------------------------------------------------------------------------------
@@ -186,15 +189,26 @@ class Cache:
             os.replace(path, target)
             self._warn(f"cache: {path} {why}; moved to {target}. {what}")
 
-    def _read_log(self, path: Path, live: bool, threads: bool = True) -> tuple[pa.Table | None, bool]:
+    def _read_log(self, path: Path, live: bool, threads: bool = True, since: dict[Path, tuple[int, int]] | None = None
+                  ) -> tuple[pa.Table | None, bool]:
         """The rows of one log as a table (None if the log is gone: compacted meanwhile, its shard holds
         the rows) and whether it was damaged. A truncated last line is dropped (silently for a live
-        writer, which may be mid-write); corrupt lines elsewhere are skipped with a warning."""
+        writer, which may be mid-write); corrupt lines elsewhere are skipped with a warning. ``since``
+        (path -> (inode, bytes)): only the lines after those bytes are read, and the log's entry is set to
+        where the complete lines read end (the key index's ``refresh``)."""
+        start = 0
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as f:
+                inode = os.fstat(f.fileno()).st_ino
+                if since is not None and since.get(path, (None, 0))[0] == inode:
+                    start = since[path][1]
+                    f.seek(start)
+                data = f.read()
         except FileNotFoundError:
             return None, False
         end = data.rfind(b"\n") + 1
+        if since is not None:
+            since[path] = (inode, start + end)
         damaged = False
         if end < len(data) and not live:
             damaged = True
@@ -292,20 +306,36 @@ class Cache:
         return self._index
 
     def _load_index(self) -> KeyIndex:
-        # Logs first, then shards: a log compacted meanwhile has its shard in place before it is deleted,
-        # so every row is seen (some twice, which the newest-wins rule absorbs).
+        self._log_ends, self._files_read = {}, {}
+        return self._index_of_new_rows()
+
+    def _index_of_new_rows(self) -> KeyIndex:
+        """The index of the rows not read into the key index yet: the lines appended to the logs since
+        (``_log_ends``) and the shards (and remote key files) not read yet or replaced since
+        (``_files_read``: path -> inode, size, mtime), all of them on the first load. Logs first, then
+        shards: a log compacted meanwhile has its shard in place before it is deleted, so every row is seen
+        (some twice: copies, which read as one). The rows are put in cache order (shards, then logs)."""
         frames = []
         for path in self._logs():
-            table, _ = self._read_log(path, live=True)
+            if path == self._wal:  # this process's own log: its rows are in the index as appended
+                continue
+            table, _ = self._read_log(path, live=True, since=self._log_ends)
             if table is not None and table.num_rows:
                 frames.append(index_columns(pl.from_arrow(table.select(INDEX_COLUMNS)).lazy()))
-        shards = self._verified(self._shards() + self._key_files(), INDEX_COLUMNS)
+        self._log_ends = {p: end for p, end in self._log_ends.items() if p.exists()}
+        listed = {}
+        for path in self._shards() + self._key_files():
+            with contextlib.suppress(FileNotFoundError):
+                st = path.stat()
+                listed[path] = (st.st_ino, st.st_size, st.st_mtime_ns)
+        shards = self._verified([p for p, seen in listed.items() if self._files_read.get(p) != seen], INDEX_COLUMNS)
+        self._files_read = listed
         try:  # all shards at once (fast); only if that fails is each shard checked alone
-            return KeyIndex.from_frames(frames + self._index_frames(shards))
+            return KeyIndex.from_frames(self._index_frames(shards) + frames)
         except verify.damaged() as exc:  # pyarrow and polars raise several types for a damaged file (polars: a panic)
             if not verify.is_damage(exc):
                 raise
-        return KeyIndex.from_frames(frames + self._index_frames(self._readable(shards)))
+        return KeyIndex.from_frames(self._index_frames(self._readable(shards)) + frames)
 
     @staticmethod
     def _index_frames(shards: list[Path]) -> list[pl.LazyFrame]:
@@ -409,9 +439,15 @@ class Cache:
         return moved
 
     def refresh(self) -> None:
-        """Forget the key index, so that the next ``has`` reads it again from every log and shard: the rows
-        another process appended meanwhile (a claim waited for, ``cache.claims``) count as cached."""
-        self._index = None
+        """Read into the key index the rows other processes appended since it was read (called after every
+        claim is taken, ``cache.claims``: what the claim's last holder stored counts as cached), reading
+        only what is new: the lines appended to the logs since, and the shards that were not there (or were
+        rewritten) when it was last read. An index not loaded yet is left to load whole when first needed;
+        one that cannot fold the new rows in exactly (``KeyIndex.update``) is read again whole."""
+        if self._index is None:
+            return
+        if not self._index.update(self._index_of_new_rows()):
+            self._index = None
 
     def status(self, key: str) -> str | None:
         """The newest row's class for ``key``: "ok", "invalid", "fatal", "transient", or None if absent."""
@@ -432,8 +468,8 @@ class Cache:
     def scan(self) -> pl.LazyFrame:
         """Every row (shards, and the logs of this and other live writers) as one LazyFrame in the logical
         shape (``cache.layout``): the columns of ``cache.schema.SCHEMA``, then the flat answer columns
-        (``cache.layout.FLAT``), whatever each shard's layout. Several rows may share a key; the newest
-        ``created_at`` wins."""
+        (``cache.layout.FLAT``), whatever each shard's layout, in cache order (shards in name order, then
+        the logs). Several rows may share a key; the one ``cache.index.newest`` picks counts."""
         shards, logged = self._sources()
         frames = ([verify.scan(shards)] if shards else []) + logged  # older shards: nulls in the newer columns
         if not frames:

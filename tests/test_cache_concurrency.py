@@ -39,3 +39,46 @@ def test_two_compactions_at_once_with_different_groups_lose_no_row(tmp_path: Pat
             assert sorted(keys) == sorted(_key(i) for i in range(600))
             assert all(cache.has_many([_key(i) for i in range(600)]))
         assert list(root.glob("quarantine/*")) == []
+
+
+def test_refresh_reads_only_what_other_processes_appended_since(tmp_path: Path):
+    """``Cache.refresh`` (after every claim): the lines appended to another writer's log since, and the shards
+    that appeared (or were rewritten) since, nothing read before."""
+    from dxi.cache import index as index_mod
+    from dxi.cache import store
+
+    with Cache(tmp_path, roll_rows=10_000) as first:
+        for i in range(100):
+            first.append(row(_key(i)))
+    (old_shard,) = tmp_path.glob("shards/*.parquet")
+    reader = Cache(tmp_path)
+    assert reader.has(_key(0)) and not reader.has(_key(100))
+    read_shards: list[list[Path]] = []
+    real = store.Cache._index_frames
+    reader._index_frames = lambda shards: read_shards.append(shards) or real(shards)  # the reader's reads only
+    writer = Cache(tmp_path)  # another writer, its log live (locked) until it closes
+    writer.append(row(_key(100)))
+    writer.append(row(_key(101), "failed", "transient"))
+    reader.refresh()
+    assert reader.has(_key(100)) and reader.status(_key(101)) == "transient" and read_shards == [[]]
+    writer.append(row(_key(101)))  # its retry, answered
+    reader.refresh()  # only the line appended since
+    assert reader.status(_key(101)) == "ok" and read_shards == [[], []]
+    writer.close()  # its log becomes a shard: the only one read
+    reader.refresh()
+    (new_shard,) = set(tmp_path.glob("shards/*.parquet")) - {old_shard}
+    assert read_shards[-1] == [new_shard] and reader.status(_key(101)) == "ok" and len(reader) == 102
+    reader.refresh()  # nothing new
+    assert read_shards[-1] == [] and len(reader) == 102
+    # a key whose rows are an invalid reply and a deterministic failure: only their times decide, which the
+    # index does not keep; it is read again whole, and the newer row counts
+    with Cache(tmp_path) as other:
+        other.append(row(_key(0), "failed", "fatal", created_at=0.5))  # older than _key(0)'s ok: ok still wins
+        other.append(row(_key(200), "invalid", created_at=5.0))
+    reader.refresh()
+    assert reader.status(_key(0)) == "ok" and reader.status(_key(200)) == "invalid" and reader._index is not None
+    with Cache(tmp_path) as other:
+        other.append(row(_key(200), "failed", "fatal", created_at=4.0))  # appended later, but older
+    reader.refresh()
+    assert reader._index is None and reader.status(_key(200)) == "invalid"  # read whole: the newer row counts
+    assert index_mod.RANK[index_mod.CODE_INVALID] == index_mod.RANK[index_mod.CODE_FATAL]
