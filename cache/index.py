@@ -90,13 +90,30 @@ def rank_expr() -> pl.Expr:
             .otherwise(0).cast(pl.Int8).alias("rank"))
 
 
-def newest(request: np.ndarray, rank: np.ndarray, created: np.ndarray) -> np.ndarray:
+def newest(request: np.ndarray, rank: np.ndarray, created: np.ndarray, in_cache_order: bool = True) -> np.ndarray:
     """The row that counts for each request (see ``RANK``): of rows numbered 0..n-1 in cache order, with
-    their ``request`` (any integers), ``rank`` (``RANK``) and ``created`` (Unix seconds, NaN for none), the
-    numbers of the winning rows in ascending order, one per distinct request."""
-    order = np.lexsort((np.nan_to_num(created, nan=-np.inf), rank, request))  # stable: cache order last
-    last = np.r_[request[order][1:] != request[order][:-1], True] if len(order) else np.empty(0, bool)
-    return np.sort(order[last])
+    their ``request`` (integers), ``rank`` (``RANK``) and ``created`` (Unix seconds, NaN for none), the
+    numbers of the winning rows, one per distinct request: in ascending order, or with ``in_cache_order``
+    False in the order of their requests. Times are compared to the microsecond (rows written within one
+    microsecond of each other go by cache order). One sort by request (Polars, every core), then the rows of
+    the requests that have several (usually few) by rank, time and row: as fast as the sort by (request,
+    time) this rule replaced."""
+    if len(request) == 0:
+        return np.empty(0, np.int64)
+    by_request = pl.DataFrame({"request": request}).with_row_index("row").sort("request")
+    requests, rows = by_request["request"].to_numpy(), by_request["row"].to_numpy().astype(np.int64)
+    same = requests[1:] == requests[:-1]
+    last = np.r_[~same, True]  # the last row of each request's run
+    if same.any():  # requests with several rows (usually few): only theirs are ordered by rank and time
+        several = np.r_[same, False] | np.r_[False, same]
+        mine = rows[several]
+        micros = np.clip(np.nan_to_num(np.asarray(created, np.float64)[mine] * 1e6, nan=0.0), 0, 2.0**55)
+        order = np.asarray(rank, np.int64)[mine] * (1 << 56) + micros.astype(np.int64)
+        ties = pl.DataFrame({"request": requests[several], "order": order, "row": mine}).sort(["request", "order", "row"])
+        tied = ties["request"].to_numpy()
+        rows[last & several] = ties["row"].to_numpy()[np.r_[tied[1:] != tied[:-1], True]]
+    won = rows[last]
+    return np.sort(won) if in_cache_order else won
 
 
 def _prefix_expr() -> pl.Expr:
@@ -148,11 +165,9 @@ class KeyIndex:
                                        .otherwise(pl.col("prefix")).alias("prefix"))
         keys = small["prefix"].cast(pl.UInt64).to_numpy().astype(np.uint64, copy=False)  # never a float array
         codes = small["code"].to_numpy()
-        won = newest(keys, np.asarray(RANK, np.int8)[codes], small["created_at"].to_numpy())
-        index._keys = np.ascontiguousarray(keys[won])
+        won = newest(keys, np.asarray(RANK, np.int8)[codes], small["created_at"].to_numpy(), in_cache_order=False)
+        index._keys = np.ascontiguousarray(keys[won])  # sorted: in the order of their prefixes
         index._codes = np.ascontiguousarray(codes[won])
-        order = np.argsort(index._keys)  # ``newest`` gives cache order; lookups need the prefixes sorted
-        index._keys, index._codes = index._keys[order], index._codes[order]
         return index
 
     def __len__(self) -> int:
