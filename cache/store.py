@@ -154,6 +154,7 @@ class Cache:
         self._index: KeyIndex | None = None  # loaded on first use (``_keys``): scoring only scans
         self._log_ends: dict[Path, tuple[int, int]] = {}  # what the index read of each log: (inode, bytes)
         self._files_read: dict[Path, tuple[int, int, int]] = {}  # the shards it read: (inode, size, mtime)
+        self._lost = False  # one of them was set aside in quarantine/ since (``refresh`` reads the index whole)
         self._verifier = verify.Verifier()  # which shards' page checksums were verified
 
     # ---- reading ------------------------------------------------------------------------------
@@ -328,7 +329,12 @@ class Cache:
             with contextlib.suppress(FileNotFoundError):
                 st = path.stat()
                 listed[path] = (st.st_ino, st.st_size, st.st_mtime_ns)
-        shards = self._verified([p for p, seen in listed.items() if self._files_read.get(p) != seen], INDEX_COLUMNS)
+        self._lost = any(any(self.root.glob(f"quarantine/{p.name}.*")) for p in set(self._files_read) - set(listed))
+        new = [p for p, seen in listed.items() if self._files_read.get(p) != seen]
+        for path in new:
+            if path in self._files_read:  # rewritten under its name since: its pages are checked again
+                self._verifier.forget(path)
+        shards = self._verified(new, INDEX_COLUMNS)
         self._files_read = listed
         try:  # all shards at once (fast); only if that fails is each shard checked alone
             return KeyIndex.from_frames(self._index_frames(shards) + frames)
@@ -443,10 +449,12 @@ class Cache:
         claim is taken, ``cache.claims``: what the claim's last holder stored counts as cached), reading
         only what is new: the lines appended to the logs since, and the shards that were not there (or were
         rewritten) when it was last read. An index not loaded yet is left to load whole when first needed;
-        one that cannot fold the new rows in exactly (``KeyIndex.update``) is read again whole."""
+        one that cannot fold the new rows in exactly (``KeyIndex.update``), or that holds the keys of a
+        shard set aside in quarantine/ since (by another process), is read again whole."""
         if self._index is None:
             return
-        if not self._index.update(self._index_of_new_rows()):
+        newer = self._index_of_new_rows()
+        if self._lost or not self._index.update(newer):  # a shard read before was set aside since
             self._index = None
 
     def status(self, key: str) -> str | None:

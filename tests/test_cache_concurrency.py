@@ -82,3 +82,7 @@ def test_refresh_reads_only_what_other_processes_appended_since(tmp_path: Path):
     reader.refresh()
     assert reader._index is None and reader.status(_key(200)) == "invalid"  # read whole: the newer row counts
     assert index_mod.RANK[index_mod.CODE_INVALID] == index_mod.RANK[index_mod.CODE_FATAL]
+    # a shard another process set aside as damaged: its keys leave the index (read again whole)
+    new_shard.rename(tmp_path / "quarantine" / f"{new_shard.name}.0badf00d")
+    reader.refresh()
+    assert reader._index is None and not reader.has(_key(100)) and reader.has(_key(99))
