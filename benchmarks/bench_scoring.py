@@ -56,7 +56,7 @@ def plain_index(shards: list[Path], tasks: list, models: list[str]) -> dict[str,
 
     def counts(row: dict) -> tuple[int, float]:
         final = row["status"] != "failed" or row["error_kind"] == "fatal"
-        return (2 if row["status"] == "ok" else 1 if final else 0), row["created_at"]
+        return (1 if final else 0), row["created_at"]
 
     newest: dict[tuple[str, str], dict] = {}
     for shard in shards:
@@ -68,7 +68,7 @@ def plain_index(shards: list[Path], tasks: list, models: list[str]) -> dict[str,
                 continue
             key = (label, row["task_id"])
             # SPEC §4, "the newest final row wins": a final row (a reply, or a deterministic failure) over a
-            # transient failure, an ok reply over the rest, then the newest; a tie: the later in cache order
+            # transient failure, then the newest; a tie: the later in cache order
             if key not in newest or counts(row) >= counts(newest[key]):
                 newest[key] = row
     sums: dict[tuple[str, str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))

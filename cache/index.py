@@ -39,14 +39,13 @@ MERGE_AT = 65_536
 # scoring, export, the view and rescoring all follow (``newest``): a request's rows are ordered by their
 # RANK, then ``created_at``, then their order in the cache (shards in name order, then the logs; within a
 # file, the order written), and the last wins. RANK: a transient failure (0) is not final (the request is
-# sent again), so it never outranks a final row: an invalid reply or a deterministic failure (1), or an ok
-# reply (2), which dxi never sends again, so any later row of it is a copy sent by a race, not a retry.
+# sent again), so it never outranks a final row (1: an ok or invalid reply, or a deterministic failure).
 # ``created_at`` (wall-clock seconds) only orders rows of one rank: a clock that was ahead when a
 # transient failure was written (a restored VM snapshot, an NTP step, machines with skewed clocks sharing
 # a remote cache) can no longer make it beat every later successful retry (issue 32: a request paid for
-# and reported failed on every run). Between an invalid reply and a deterministic failure of one request
-# (only ``--retry-invalid`` / ``--retry-failed`` send such a request again) the clock still decides.
-RANK = (-1, 2, 1, 1, 0)  # by status code: ABSENT, OK, INVALID, FATAL, TRANSIENT
+# and reported failed on every run). Between two final rows of one request (sent again only by
+# ``--retry-invalid`` / ``--retry-failed``, or by two processes at once) the newer wins, by the clock.
+RANK = (-1, 1, 1, 1, 0)  # by status code: ABSENT, OK, INVALID, FATAL, TRANSIENT
 
 
 def prefix(key: str) -> int:
@@ -85,9 +84,8 @@ def code_of(status: str, error_kind: str | None) -> int:
 def rank_expr() -> pl.Expr:
     """``RANK`` of each row from its ``status`` and ``error_kind`` columns (Int8), named ``rank``."""
     status = pl.col("status")
-    return (pl.when(status == OK).then(2).when(status == INVALID).then(1)
-            .when((status == FAILED) & (pl.col("error_kind") == FATAL)).then(1)
-            .otherwise(0).cast(pl.Int8).alias("rank"))
+    return (pl.when(status.is_in([OK, INVALID]) | ((status == FAILED) & (pl.col("error_kind") == FATAL)))
+            .then(1).otherwise(0).cast(pl.Int8).alias("rank"))
 
 
 def newest(request: np.ndarray, rank: np.ndarray, created: np.ndarray, in_cache_order: bool = True) -> np.ndarray:
@@ -206,9 +204,9 @@ class KeyIndex:
 
     def set(self, key: str, code: int) -> None:
         """Record a row appended now (the last in cache order) of status ``code``: it wins unless the key's
-        row so far outranks it (``RANK``: an ok row is never replaced by a failure appended after it)."""
+        row so far outranks it (``RANK``: a transient failure never replaces a final row)."""
         p = prefix(key)
-        if code != CODE_OK:  # ok outranks every row: nothing to look up (the usual row)
+        if code == CODE_TRANSIENT:  # a final row wins over any row: nothing to look up (the usual row)
             old = self._recent.get(p)
             if old is None:
                 old = int(self._lookup(np.array([p], np.uint64))[0]) if self._keys is not None else ABSENT
@@ -232,9 +230,9 @@ class KeyIndex:
         """Fold in ``newer``, an index of rows read after this one's (``Cache.refresh``: what other processes
         appended since), as if its rows came after this one's in cache order: per key the higher ``RANK``
         wins, and on equal rank ``newer``'s row. False (nothing changed) when that cannot be decided without
-        the rows' ``created_at``, which the index does not keep: a key with an invalid row on one side and a
-        deterministic failure on the other (``--retry-invalid`` / ``--retry-failed`` cases); the caller
-        then reads the index whole."""
+        the rows' ``created_at``, which the index does not keep: a key with final rows of different kinds on
+        the two sides (an ok or invalid reply, a deterministic failure: ``--retry-invalid`` /
+        ``--retry-failed`` cases); the caller then reads the index whole."""
         newer._merge()
         if newer._keys is None or not len(newer._keys):
             return True

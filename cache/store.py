@@ -308,17 +308,18 @@ class Cache:
 
     def _load_index(self) -> KeyIndex:
         self._log_ends, self._files_read = {}, {}
-        return self._index_of_new_rows()
+        return self._index_of_new_rows(own=True)
 
-    def _index_of_new_rows(self) -> KeyIndex:
+    def _index_of_new_rows(self, own: bool = False) -> KeyIndex:
         """The index of the rows not read into the key index yet: the lines appended to the logs since
         (``_log_ends``) and the shards (and remote key files) not read yet or replaced since
         (``_files_read``: path -> inode, size, mtime), all of them on the first load. Logs first, then
         shards: a log compacted meanwhile has its shard in place before it is deleted, so every row is seen
-        (some twice: copies, which read as one). The rows are put in cache order (shards, then logs)."""
+        (some twice: copies, which read as one). The rows are put in cache order (shards, then logs).
+        ``own``: this process's current log too (a whole load; a refresh has its rows, set as appended)."""
         frames = []
         for path in self._logs():
-            if path == self._wal:  # this process's own log: its rows are in the index as appended
+            if path == self._wal and not own:  # this process's own log: its rows are in the index as appended
                 continue
             table, _ = self._read_log(path, live=True, since=self._log_ends)
             if table is not None and table.num_rows:

@@ -73,7 +73,7 @@ def test_refresh_reads_only_what_other_processes_appended_since(tmp_path: Path):
     # a key whose rows are an invalid reply and a deterministic failure: only their times decide, which the
     # index does not keep; it is read again whole, and the newer row counts
     with Cache(tmp_path) as other:
-        other.append(row(_key(0), "failed", "fatal", created_at=0.5))  # older than _key(0)'s ok: ok still wins
+        other.append(row(_key(0), "failed", "transient", created_at=99.0))  # a clock ahead: ok still counts
         other.append(row(_key(200), "invalid", created_at=5.0))
     reader.refresh()
     assert reader.status(_key(0)) == "ok" and reader.status(_key(200)) == "invalid" and reader._index is not None
@@ -86,3 +86,28 @@ def test_refresh_reads_only_what_other_processes_appended_since(tmp_path: Path):
     new_shard.rename(tmp_path / "quarantine" / f"{new_shard.name}.0badf00d")
     reader.refresh()
     assert reader._index is None and not reader.has(_key(100)) and reader.has(_key(99))
+
+
+def test_the_key_index_ranks_an_appended_row_as_scoring_does(tmp_path: Path):
+    """``KeyIndex.set`` (a row appended in this process) follows ``cache.index.newest``: a transient failure
+    appended after a final row (a race) leaves the key cached, before and after the index's merge, and on
+    disk; a final row after a final row is the newer."""
+    from dxi.cache import index as index_mod
+
+    idx = index_mod.KeyIndex()
+    a, b = _key(1), _key(2)
+    idx.set(a, index_mod.CODE_OK)
+    idx.set(a, index_mod.CODE_TRANSIENT)
+    idx.set(b, index_mod.CODE_TRANSIENT)
+    idx.set(b, index_mod.CODE_INVALID)
+    assert [idx.get(a), idx.get(b)] == [index_mod.CODE_OK, index_mod.CODE_INVALID]
+    idx._merge()  # in the sorted arrays now
+    idx.set(a, index_mod.CODE_TRANSIENT)
+    idx.set(b, index_mod.CODE_FATAL)  # a final row after a final row: the newer
+    assert [idx.get(a), idx.get(b)] == [index_mod.CODE_OK, index_mod.CODE_FATAL]
+    with Cache(tmp_path) as cache:
+        cache.append(row(a, created_at=1.0))
+        cache.append(row(a, "failed", "transient", created_at=2.0))
+        assert cache.has(a)
+    with Cache(tmp_path) as cache:
+        assert cache.status(a) == "ok"
