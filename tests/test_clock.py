@@ -59,6 +59,9 @@ async def test_a_transient_failure_written_a_day_ahead_does_not_beat_its_later_r
     retried = failed.join(stamped.filter(pl.col("status") == "ok"), on="key", suffix="_retry")
     assert failed.height == retried.height == failing
     assert (retried["created_at"] - retried["created_at_retry"]).min() > DAY - 60  # each failure looks newer
+    rescored = await asyncio.to_thread(main, ["score", "--data-dir", str(data_dir), "--cache-dir", str(cache),
+                                              "--out", str(tmp_path / "score")])
+    assert rescored == 0 and requests("score")["failed"] == 0  # rescoring: not provisional, no failure
     target = tmp_path / "answers.csv"
     assert await asyncio.to_thread(main, ["export", "--model", f"openai:gpt-fake@{server.url}/v1", "--data-dir",
                                           str(data_dir), "--cache-dir", str(cache), "--format", "csv",
