@@ -47,22 +47,29 @@ GOAL_RESCORE, GOAL_BOOTSTRAP = 0.5, 5.0
 def plain_index(shards: list[Path], tasks: list, models: list[str]) -> dict[str, float | None]:
     """The Decision Index per model label, computed row by row in plain Python (no Polars, no NumPy):
     the reference a vectorised scorer is measured against, written from the methodology's words and
-    SPEC §6: current rows only (prompt version, task digest, epoch 0), the newest row per request;
+    SPEC §6: current rows only (prompt version, task digest, epoch 0), the newest final row per request;
     invalid answers wrong (a hallucination in Omniscience: the model's reply, not "I don't know";
     the wrong side of F1); failed and missing answers left out (they answered nothing: every figure
     is over the replies); null when no answer of an evaluation is a reply."""
     digest = {t.id: t.digest for t in tasks}
     wanted = {f"{PROVIDER}:{m}" for m in models}
+
+    def counts(row: dict) -> tuple[int, float]:
+        final = row["status"] != "failed" or row["error_kind"] == "fatal"
+        return (1 if final else 0), row["created_at"]
+
     newest: dict[tuple[str, str], dict] = {}
     for shard in shards:
         for row in read_nested(shard, ["provider", "model", "params", "prompt_version", "sample", "eval", "task_id",
-                                       "task_digest", "status", "created_at", "answers"]).to_pylist():
+                                       "task_digest", "status", "error_kind", "created_at", "answers"]).to_pylist():
             label = f"{row['provider']}:{row['model']}"
             if (row["prompt_version"] != PROMPT_VERSION or row["sample"] != 0 or label not in wanted
                     or digest.get(row["task_id"]) != row["task_digest"]):
                 continue
             key = (label, row["task_id"])
-            if key not in newest or row["created_at"] >= newest[key]["created_at"]:
+            # SPEC §4, "the newest final row wins": a final row (a reply, or a deterministic failure) over a
+            # transient failure, then the newest; a tie: the later in cache order
+            if key not in newest or counts(row) >= counts(newest[key]):
                 newest[key] = row
     sums: dict[tuple[str, str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for label in wanted:

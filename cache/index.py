@@ -35,6 +35,18 @@ ABSENT, CODE_OK, CODE_INVALID, CODE_FATAL, CODE_TRANSIENT = 0, 1, 2, 3, 4
 NAMES = {CODE_OK: OK, CODE_INVALID: INVALID, CODE_FATAL: FATAL, CODE_TRANSIENT: "transient"}
 MERGE_AT = 65_536
 
+# Which row of a request counts (SPEC §4: "the newest final row wins"), the one rule that the key index,
+# scoring, export, the view and rescoring all follow (``newest``): a request's rows are ordered by their
+# RANK, then ``created_at``, then their order in the cache (shards in name order, then the logs; within a
+# file, the order written), and the last wins. RANK: a transient failure (0) is not final (the request is
+# sent again), so it never outranks a final row (1: an ok or invalid reply, or a deterministic failure).
+# ``created_at`` (wall-clock seconds) only orders rows of one rank: a clock that was ahead when a
+# transient failure was written (a restored VM snapshot, an NTP step, machines with skewed clocks sharing
+# a remote cache) can no longer make it beat every later successful retry (issue 32: a request paid for
+# and reported failed on every run). Between two final rows of one request (sent again only by
+# ``--retry-invalid`` / ``--retry-failed``, or by two processes at once) the newer wins, by the clock.
+RANK = (-1, 1, 1, 1, 0)  # by status code: ABSENT, OK, INVALID, FATAL, TRANSIENT
+
 
 def prefix(key: str) -> int:
     """The first 64 bits of a sha256 hex key, as an unsigned integer (any other string: its BLAKE2b-64)."""
@@ -67,6 +79,39 @@ def code_of(status: str, error_kind: str | None) -> int:
     if status == INVALID:
         return CODE_INVALID
     return CODE_FATAL if status == FAILED and error_kind == FATAL else CODE_TRANSIENT
+
+
+def rank_expr() -> pl.Expr:
+    """``RANK`` of each row from its ``status`` and ``error_kind`` columns (Int8), named ``rank``."""
+    status = pl.col("status")
+    return (pl.when(status.is_in([OK, INVALID]) | ((status == FAILED) & (pl.col("error_kind") == FATAL)))
+            .then(1).otherwise(0).cast(pl.Int8).alias("rank"))
+
+
+def newest(request: np.ndarray, rank: np.ndarray, created: np.ndarray, in_cache_order: bool = True) -> np.ndarray:
+    """The row that counts for each request (see ``RANK``): of rows numbered 0..n-1 in cache order, with
+    their ``request`` (integers), ``rank`` (``RANK``) and ``created`` (Unix seconds, NaN for none), the
+    numbers of the winning rows, one per distinct request: in ascending order, or with ``in_cache_order``
+    False in the order of their requests. Times are compared to the microsecond (rows written within one
+    microsecond of each other go by cache order). One sort by request (Polars, every core), then the rows of
+    the requests that have several (usually few) by rank, time and row: as fast as the sort by (request,
+    time) this rule replaced."""
+    if len(request) == 0:
+        return np.empty(0, np.int64)
+    by_request = pl.DataFrame({"request": request}).with_row_index("row").sort("request")
+    requests, rows = by_request["request"].to_numpy(), by_request["row"].to_numpy().astype(np.int64)
+    same = requests[1:] == requests[:-1]
+    last = np.r_[~same, True]  # the last row of each request's run
+    if same.any():  # requests with several rows (usually few): only theirs are ordered by rank and time
+        several = np.r_[same, False] | np.r_[False, same]
+        mine = rows[several]
+        micros = np.clip(np.nan_to_num(np.asarray(created, np.float64)[mine] * 1e6, nan=0.0), 0, 2.0**55)
+        order = np.asarray(rank, np.int64)[mine] * (1 << 56) + micros.astype(np.int64)
+        ties = pl.DataFrame({"request": requests[several], "order": order, "row": mine}).sort(["request", "order", "row"])
+        tied = ties["request"].to_numpy()
+        rows[last & several] = ties["row"].to_numpy()[np.r_[tied[1:] != tied[:-1], True]]
+    won = rows[last]
+    return np.sort(won) if in_cache_order else won
 
 
 def _prefix_expr() -> pl.Expr:
@@ -104,8 +149,8 @@ class KeyIndex:
 
     @classmethod
     def from_frames(cls, frames: Sequence[pl.LazyFrame]) -> KeyIndex:
-        """Build from frames of ``index_columns`` form; where a key has several rows the newest
-        ``created_at`` wins."""
+        """Build from frames of ``index_columns`` form, in cache order; where a key has several rows the one
+        ``newest`` picks wins (its rank, then ``created_at``, then the cache order)."""
         index = cls()
         if not frames:
             return index
@@ -113,17 +158,14 @@ class KeyIndex:
         if small.height == 0:
             return index
         odd = small["prefix"].is_null()
-        if odd.any():  # keys that are not sha256 hex: hash them (hand-made keys; a few rows)
-            fixed = small.filter(odd).with_columns(pl.col("key").map_elements(prefix, return_dtype=pl.UInt64)
-                                                   .alias("prefix"))
-            small = pl.concat([small.filter(~odd), fixed])
-        small = small.select("prefix", "code", "created_at").sort(["prefix", "created_at"])
+        if odd.any():  # keys that are not sha256 hex: hash them (hand-made keys; a few rows), in place
+            small = small.with_columns(pl.when(odd).then(pl.col("key").map_elements(prefix, return_dtype=pl.UInt64))
+                                       .otherwise(pl.col("prefix")).alias("prefix"))
         keys = small["prefix"].cast(pl.UInt64).to_numpy().astype(np.uint64, copy=False)  # never a float array
         codes = small["code"].to_numpy()
-        last = np.ones(len(keys), bool)
-        last[:-1] = keys[1:] != keys[:-1]
-        index._keys = np.ascontiguousarray(keys[last])
-        index._codes = np.ascontiguousarray(codes[last])
+        won = newest(keys, np.asarray(RANK, np.int8)[codes], small["created_at"].to_numpy(), in_cache_order=False)
+        index._keys = np.ascontiguousarray(keys[won])  # sorted: in the order of their prefixes
+        index._codes = np.ascontiguousarray(codes[won])
         return index
 
     def __len__(self) -> int:
@@ -151,12 +193,7 @@ class KeyIndex:
     def get_many(self, keys: Sequence[str]) -> np.ndarray:
         """Codes of ``keys``, as a uint8 array in the same order."""
         ps = np.fromiter((prefix(k) for k in keys), np.uint64, len(keys))
-        out = np.zeros(len(ps), np.uint8)
-        if self._keys is not None and len(self._keys):
-            i = self._keys.searchsorted(ps)
-            np.minimum(i, len(self._keys) - 1, out=i)
-            found = self._keys[i] == ps
-            out[found] = self._codes[i[found]]
+        out = self._lookup(ps)
         if self._recent:
             recent = self._recent
             for n, p in enumerate(ps.tolist()):
@@ -166,9 +203,50 @@ class KeyIndex:
         return out
 
     def set(self, key: str, code: int) -> None:
-        self._recent[prefix(key)] = code
+        """Record a row appended now (the last in cache order) of status ``code``: it wins unless the key's
+        row so far outranks it (``RANK``: a transient failure never replaces a final row)."""
+        p = prefix(key)
+        if code == CODE_TRANSIENT:  # a final row wins over any row: nothing to look up (the usual row)
+            old = self._recent.get(p)
+            if old is None:
+                old = int(self._lookup(np.array([p], np.uint64))[0]) if self._keys is not None else ABSENT
+            if RANK[old] > RANK[code]:
+                return
+        self._recent[p] = code
         if len(self._recent) >= MERGE_AT:
             self._merge()
+
+    def _lookup(self, ps: np.ndarray) -> np.ndarray:
+        """Codes of the sorted arrays (not ``_recent``) for prefixes ``ps`` (uint64), ABSENT where none."""
+        out = np.zeros(len(ps), np.uint8)
+        if self._keys is not None and len(self._keys):
+            i = self._keys.searchsorted(ps)
+            np.minimum(i, len(self._keys) - 1, out=i)
+            found = self._keys[i] == ps
+            out[found] = self._codes[i[found]]
+        return out
+
+    def update(self, newer: KeyIndex) -> bool:
+        """Fold in ``newer``, an index of rows read after this one's (``Cache.refresh``: what other processes
+        appended since), as if its rows came after this one's in cache order: per key the higher ``RANK``
+        wins, and on equal rank ``newer``'s row. False (nothing changed) when that cannot be decided without
+        the rows' ``created_at``, which the index does not keep: a key with final rows of different kinds on
+        the two sides (an ok or invalid reply, a deterministic failure: ``--retry-invalid`` /
+        ``--retry-failed`` cases); the caller then reads the index whole."""
+        newer._merge()
+        if newer._keys is None or not len(newer._keys):
+            return True
+        self._merge()
+        ps, codes = newer._keys, newer._codes
+        old = self._lookup(ps)
+        rank = np.asarray(RANK, np.int8)
+        new_rank, old_rank = rank[codes], rank[old]
+        if ((new_rank == old_rank) & (codes != old) & (old != ABSENT)).any():
+            return False
+        wins = new_rank >= old_rank
+        self._recent = dict(zip(ps[wins].tolist(), codes[wins].tolist(), strict=True))
+        self._merge()
+        return True
 
     def _merge(self) -> None:
         if not self._recent:

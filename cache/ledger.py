@@ -35,7 +35,6 @@ re-reads only what was appended since it last read.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import socket
@@ -47,6 +46,7 @@ from pathlib import Path
 
 import orjson
 
+from .lines import ShortWrite, append_line
 from .store import _try_lock
 
 log = logging.getLogger("dxi.cache")
@@ -197,26 +197,12 @@ class Ledger:
         line = orjson.dumps({"at": time.time(), **event}, option=orjson.OPT_APPEND_NEWLINE)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            append_line(self.path, line, fsync=self.fsync)  # a line cut by a kill is ended first (cache.lines)
+        except ShortWrite as exc:
+            raise LedgerError(f"cannot write the batch ledger {self.path}: only {exc.written} of {exc.wanted} bytes "
+                              "were written (is the disk full?)") from None
         except OSError as exc:
             raise LedgerError(f"cannot write the batch ledger {self.path}: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":  # a line cut by a kill: end it, keep ours whole
-                line = b"\n" + line
-            written = os.write(fd, line)
-            if written != len(line):
-                raise LedgerError(f"cannot write the batch ledger {self.path}: only {written} of {len(line)} bytes "
-                                  "were written (is the disk full?)")
-            if self.fsync:
-                os.fsync(fd)
-        except OSError as exc:
-            if isinstance(exc, LedgerError):
-                raise
-            raise LedgerError(f"cannot write the batch ledger {self.path}: {exc.strerror or exc}") from None
-        finally:
-            os.close(fd)
 
     def intent(self, entry_id: str, keys: Iterable[str], **fields: object) -> None:
         """Record a batch about to be made: its keys file first (written whole, fsync'd, renamed into place),

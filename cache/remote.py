@@ -654,8 +654,12 @@ class Remote:
         finds it gone and lists again). Its local copies here are dropped. Failures are warned about."""
         names = [m.path("rows")] + ([m.path("keys")] if m.node is not None else [])
         try:
+            if isinstance(self.fs, pafs.LocalFileSystem):  # a folder must exist before a file is copied into
+                # it (an object store has none): without it the copy failed as "not found" and was taken
+                # for an object moved aside meanwhile, so the object was deleted, not moved (issue 32)
+                self.fs.create_dir(self._remote("quarantine"), recursive=True)
             for path in names:
-                with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(FileNotFoundError):  # the object gone: moved aside by another process
                     self.fs.copy_file(self._remote(path), self._remote("quarantine", path.rsplit("/", 1)[-1]))
             self._put(f"quarantine/{m.stem}.json", orjson.dumps({"manifest": orjson.loads(m.to_json()), "reason": why,
                                                                  "at": time.time(), "by": socket.gethostname()}))

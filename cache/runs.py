@@ -14,7 +14,9 @@ the runs selected). A line::
 first N tasks of each, or ``sample``/``seed`` a stratified sample (``runner.sample``), both null for every
 task. A run whose record equals one already there (``at`` aside) adds no line, so the file grows with the
 distinct selections, not with the runs. Each line is one ``write(2)`` to a file opened ``O_APPEND`` (Linux
-serialises the writes to one file), so two runs appending at once never interleave their lines.
+serialises the writes to one file), so two runs appending at once never interleave their lines; a line
+cut by a kill (or a full disk) is ended with a newline by the next writer, so it never swallows the next
+run's record (``cache.lines``, as the batch ledger does).
 Exclusion lists and data files are not recorded.
 
 The file is only read and appended: a line that is not a record (a torn write, an edit) is skipped with
@@ -24,11 +26,12 @@ runs on this machine's cache folder are recorded here.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+
+from .lines import append_line
 
 RUNS_FILE = "runs.jsonl"
 MODEL_FIELDS = ("provider", "model", "endpoint", "params")
@@ -106,15 +109,10 @@ def read(root: Path) -> tuple[list[RunRecord], list[str]]:
 
 def append(root: Path, record: RunRecord) -> bool:
     """Add ``record`` to ``root``'s runs.jsonl unless a record of the same selection is there (True when a
-    line was written). OSError when the file cannot be written (the caller decides whether that matters)."""
+    line was written), as one whole line after any line a killed writer left cut (``cache.lines``). OSError
+    when the file cannot be written (the caller decides whether that matters)."""
     records, _ = read(root)
     if any(r.same_selection(record) for r in records):
         return False
-    line = orjson.dumps(record.as_json()) + b"\n"
-    fd = os.open(Path(root) / RUNS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        if os.write(fd, line) != len(line):  # a full disk: the torn line is skipped by ``read``
-            raise OSError(f"{Path(root) / RUNS_FILE}: short write")
-    finally:
-        os.close(fd)
+    append_line(Path(root) / RUNS_FILE, orjson.dumps(record.as_json()) + b"\n")  # a cut line is ended first
     return True

@@ -3,7 +3,8 @@
 Row status: ``ok`` (every answer valid), ``invalid`` (a reply arrived; at least one answer invalid, see
 ``answers[].error``), ``failed`` (no usable reply: ``error_kind`` is ``transient`` after the retry
 budget, or ``fatal`` for a deterministic 4xx-class failure). ``created_at`` is Unix time in seconds;
-where a key has several rows the newest wins. Columns are only ever added (nullable), so shards written
+where a key has several rows the newest final row wins (``cache.index.newest``: ranked first).
+Columns are only ever added (nullable), so shards written
 by an older version read with nulls in the new columns.
 
 The Arrow types (``SCHEMA``, ``ANSWER``, ``PROBABILITY``) and ``COLUMNS`` are built when first used

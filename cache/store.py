@@ -22,8 +22,9 @@ fails (or whose reader fails, a panic included) is moved to ``quarantine/`` and 
 Concurrency: safe concurrent appends, no shared lock. Each process appends only to its own logs and
 holds an exclusive ``flock`` on each until it is compacted; a log whose lock is free belongs to a dead
 process and is recovered by whoever takes the lock first. Readers never write. Two runs on one cache
-directory therefore never corrupt it; they may both send a request neither had cached when it started
-(the newest row then wins).
+directory therefore never corrupt it; that they never both send a request is the claims' doing
+(``cache.claims``, ``runner.dispatch``), with ``refresh`` after every claim. Where a request has several
+rows, the one ``cache.index.newest`` picks counts (a final row over a transient failure, then the newest).
 
 Remote tier (``cache.remote``, optional): every shard renamed into place is also uploaded, and the remote's
 objects, copied under ``remote/``, are read with the local ones (``_shards``); a shard of a run holds only the
@@ -74,6 +75,7 @@ log = logging.getLogger("dxi.cache")
 _write, _dumps, _LINE = os.write, orjson.dumps, orjson.OPT_APPEND_NEWLINE  # looked up once: append is hot
 ROLL_ROWS = 5_000  # rows per log before it is compacted into a shard (~10 MB of log)
 COMPACT_ROWS = 1_000_000  # rows per shard that ``compact_shards`` merges small shards into
+COMPACT_LOCK = "compact.lock"  # flocked by ``compact_shards`` while it runs
 PART_ROWS = 50_000  # rows per part of ``scan_parts`` (whole shards: a larger one is a part alone)
 
 
@@ -150,6 +152,9 @@ class Cache:
             self._remove_abandoned()
             self._recover_orphans()
         self._index: KeyIndex | None = None  # loaded on first use (``_keys``): scoring only scans
+        self._log_ends: dict[Path, tuple[int, int]] = {}  # what the index read of each log: (inode, bytes)
+        self._files_read: dict[Path, tuple[int, int, int]] = {}  # the shards it read: (inode, size, mtime)
+        self._lost = False  # one of them was set aside in quarantine/ since (``refresh`` reads the index whole)
         self._verifier = verify.Verifier()  # which shards' page checksums were verified
 
     # ---- reading ------------------------------------------------------------------------------
@@ -185,15 +190,26 @@ class Cache:
             os.replace(path, target)
             self._warn(f"cache: {path} {why}; moved to {target}. {what}")
 
-    def _read_log(self, path: Path, live: bool, threads: bool = True) -> tuple[pa.Table | None, bool]:
+    def _read_log(self, path: Path, live: bool, threads: bool = True, since: dict[Path, tuple[int, int]] | None = None
+                  ) -> tuple[pa.Table | None, bool]:
         """The rows of one log as a table (None if the log is gone: compacted meanwhile, its shard holds
         the rows) and whether it was damaged. A truncated last line is dropped (silently for a live
-        writer, which may be mid-write); corrupt lines elsewhere are skipped with a warning."""
+        writer, which may be mid-write); corrupt lines elsewhere are skipped with a warning. ``since``
+        (path -> (inode, bytes)): only the lines after those bytes are read, and the log's entry is set to
+        where the complete lines read end (the key index's ``refresh``)."""
+        start = 0
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as f:
+                inode = os.fstat(f.fileno()).st_ino
+                if since is not None and since.get(path, (None, 0))[0] == inode:
+                    start = since[path][1]
+                    f.seek(start)
+                data = f.read()
         except FileNotFoundError:
             return None, False
         end = data.rfind(b"\n") + 1
+        if since is not None:
+            since[path] = (inode, start + end)
         damaged = False
         if end < len(data) and not live:
             damaged = True
@@ -291,20 +307,42 @@ class Cache:
         return self._index
 
     def _load_index(self) -> KeyIndex:
-        # Logs first, then shards: a log compacted meanwhile has its shard in place before it is deleted,
-        # so every row is seen (some twice, which the newest-wins rule absorbs).
+        self._log_ends, self._files_read = {}, {}
+        return self._index_of_new_rows(own=True)
+
+    def _index_of_new_rows(self, own: bool = False) -> KeyIndex:
+        """The index of the rows not read into the key index yet: the lines appended to the logs since
+        (``_log_ends``) and the shards (and remote key files) not read yet or replaced since
+        (``_files_read``: path -> inode, size, mtime), all of them on the first load. Logs first, then
+        shards: a log compacted meanwhile has its shard in place before it is deleted, so every row is seen
+        (some twice: copies, which read as one). The rows are put in cache order (shards, then logs).
+        ``own``: this process's current log too (a whole load; a refresh has its rows, set as appended)."""
         frames = []
         for path in self._logs():
-            table, _ = self._read_log(path, live=True)
+            if path == self._wal and not own:  # this process's own log: its rows are in the index as appended
+                continue
+            table, _ = self._read_log(path, live=True, since=self._log_ends)
             if table is not None and table.num_rows:
                 frames.append(index_columns(pl.from_arrow(table.select(INDEX_COLUMNS)).lazy()))
-        shards = self._verified(self._shards() + self._key_files(), INDEX_COLUMNS)
+        self._log_ends = {p: end for p, end in self._log_ends.items() if p.exists()}
+        listed = {}
+        for path in self._shards() + self._key_files():
+            with contextlib.suppress(FileNotFoundError):
+                st = path.stat()
+                listed[path] = (st.st_ino, st.st_size, st.st_mtime_ns)
+        self._lost = any(any(self.root.glob(f"quarantine/{p.name}.*")) for p in set(self._files_read) - set(listed))
+        new = [p for p, seen in listed.items() if self._files_read.get(p) != seen]
+        for path in new:
+            if path in self._files_read:  # rewritten under its name since: its pages are checked again
+                self._verifier.forget(path)
+        shards = self._verified(new, INDEX_COLUMNS)
+        self._files_read = listed
         try:  # all shards at once (fast); only if that fails is each shard checked alone
-            return KeyIndex.from_frames(frames + self._index_frames(shards))
+            return KeyIndex.from_frames(self._index_frames(shards) + frames)
         except verify.damaged() as exc:  # pyarrow and polars raise several types for a damaged file (polars: a panic)
             if not verify.is_damage(exc):
                 raise
-        return KeyIndex.from_frames(frames + self._index_frames(self._readable(shards)))
+        return KeyIndex.from_frames(self._index_frames(self._readable(shards)) + frames)
 
     @staticmethod
     def _index_frames(shards: list[Path]) -> list[pl.LazyFrame]:
@@ -408,9 +446,17 @@ class Cache:
         return moved
 
     def refresh(self) -> None:
-        """Forget the key index, so that the next ``has`` reads it again from every log and shard: the rows
-        another process appended meanwhile (a claim waited for, ``cache.claims``) count as cached."""
-        self._index = None
+        """Read into the key index the rows other processes appended since it was read (called after every
+        claim is taken, ``cache.claims``: what the claim's last holder stored counts as cached), reading
+        only what is new: the lines appended to the logs since, and the shards that were not there (or were
+        rewritten) when it was last read. An index not loaded yet is left to load whole when first needed;
+        one that cannot fold the new rows in exactly (``KeyIndex.update``), or that holds the keys of a
+        shard set aside in quarantine/ since (by another process), is read again whole."""
+        if self._index is None:
+            return
+        newer = self._index_of_new_rows()
+        if self._lost or not self._index.update(newer):  # a shard read before was set aside since
+            self._index = None
 
     def status(self, key: str) -> str | None:
         """The newest row's class for ``key``: "ok", "invalid", "fatal", "transient", or None if absent."""
@@ -431,8 +477,8 @@ class Cache:
     def scan(self) -> pl.LazyFrame:
         """Every row (shards, and the logs of this and other live writers) as one LazyFrame in the logical
         shape (``cache.layout``): the columns of ``cache.schema.SCHEMA``, then the flat answer columns
-        (``cache.layout.FLAT``), whatever each shard's layout. Several rows may share a key; the newest
-        ``created_at`` wins."""
+        (``cache.layout.FLAT``), whatever each shard's layout, in cache order (shards in name order, then
+        the logs). Several rows may share a key; the one ``cache.index.newest`` picks counts."""
         shards, logged = self._sources()
         frames = ([verify.scan(shards)] if shards else []) + logged  # older shards: nulls in the newer columns
         if not frames:
@@ -474,7 +520,8 @@ class Cache:
         frames = [layout.logical(pl.from_arrow(pa.concat_tables(tables)).lazy(), layout.NESTED)] if tables else []
         return self._verified(shards), frames  # every page checked against its checksum, once per open cache
 
-    def compact_shards(self, target_rows: int = COMPACT_ROWS) -> list[tuple[Path, int, list[Path]]]:
+    def compact_shards(self, target_rows: int = COMPACT_ROWS, on_wait: Callable[[], None] | None = None
+                       ) -> list[tuple[Path, int, list[Path]]]:
         """Rewrite the local shards as fewer shards of the flat layout (``cache.layout``): consecutive shards
         (in name order) below ``target_rows`` rows are merged, up to ``target_rows`` rows each, into one
         written under the name of the last of them, so every row keeps its place in the cache's order (ties
@@ -487,12 +534,34 @@ class Cache:
         newest-wins rule reads as one), never not at all, and a running writer only ever adds shards under
         new names, so no row is lost. A shard that fails its checksums is moved to quarantine/ (its requests
         are sent again) and its group left as it is. Idempotent: with every shard flat and no two
-        consecutive ones small, nothing is written. Memory: one shard and one row group at a time. Run one
-        at a time (two at once lose nothing but may keep copies of some rows). The remote's shards
-        (``remote/``, copies) are the remote compaction's. Raises CacheWriteError on a read-only cache,
-        OSError when a shard cannot be written (its group then stays as it was)."""
+        consecutive ones small, nothing is written. Memory: one shard and one row group at a time.
+
+        Two compactions never run at once on one cache: each holds an exclusive ``flock`` on
+        ``compact.lock`` in the cache folder from before it lists the shards until its last delete, and a
+        second one waits for it (then lists what the first left). Without it, two compactions grouping
+        differently (``--target-rows``) each deleted shards the other had merged into its own: 600 keys
+        became 350 (issue 32). ``on_wait()`` is called once when another compaction holds it. The remote's
+        shards (``remote/``, copies) are the remote compaction's. Raises CacheWriteError on a read-only
+        cache, OSError when a shard cannot be written (its group then stays as it was)."""
         if self.read_only:
             raise CacheWriteError(f"the cache {self.root} is open read-only")
+        try:
+            fd = os.open(self.root / COMPACT_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise CacheWriteError(f"cannot create {self.root / COMPACT_LOCK}: {exc.strerror or exc}", exc.errno) from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None:
+                    on_wait()
+                fcntl.flock(fd, fcntl.LOCK_EX)  # released by the close below
+            return self._compact_shards(target_rows)
+        finally:
+            os.close(fd)
+
+    def _compact_shards(self, target_rows: int) -> list[tuple[Path, int, list[Path]]]:
+        """``compact_shards`` under its lock."""
         groups: list[list[tuple[Path, int, int]]] = [[]]
         for shard in sorted(self.root.glob("shards/*.parquet")):
             try:

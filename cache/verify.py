@@ -91,6 +91,10 @@ class Verifier:
     def __init__(self) -> None:
         self._done: dict[Path, frozenset[str] | None] = {}  # shard -> columns verified (None: all)
 
+    def forget(self, shard: Path) -> None:
+        """``shard`` was rewritten under its name (``dxi cache compact``): its pages are verified again."""
+        self._done.pop(shard, None)
+
     def damaged(self, shards: Sequence[Path], columns: Sequence[str] | None = None
                 ) -> list[tuple[Path, BaseException]]:
         """The shards among ``shards`` whose pages of ``columns`` (None: all) fail their checksums (or

@@ -10,7 +10,8 @@ exception is the block ``if __name__ == "__main__":``, which runs only when the 
 
 The rules read bottom-up: the leaves (``dxi.lazy``, ``dxi.hosts``) import only the standard library and third
 parties; ``evals`` and ``cache`` stand on them; ``adapters`` (the wire formats) and ``scoring`` read tasks
-from ``evals`` and never each other, nor ``runner``; ``report`` and ``view`` present scoring's tables
+from ``evals`` and never each other, nor ``runner`` (``scoring`` takes from ``cache`` the rule of which of a
+request's rows counts, ``cache.index.newest``); ``report`` and ``view`` present scoring's tables
 (``view`` also reads the cache); ``runner`` (the scheduler, the command line, the distributed code) uses them
 all; ``dxi.__main__`` is the program's entry. ``dxi.embedded_worker`` runs in the embedded model's worker
 processes (``adapters.embedded`` starts them) and imports nothing of dxi (each worker would pay for it at
@@ -31,7 +32,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "evals": LEAVES,
     "cache": LEAVES,
     "adapters": ("evals", "dxi.embedded_worker", *LEAVES),
-    "scoring": ("evals", *LEAVES),
+    "scoring": ("cache", "evals", *LEAVES),
     "report": ("scoring", "evals", *LEAVES),
     "view": ("scoring", "cache", "evals", *LEAVES),
     "runner": ("view", "report", "scoring", "adapters", "cache", "evals", *LEAVES),

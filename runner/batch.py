@@ -64,7 +64,6 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
@@ -77,6 +76,7 @@ from dxi.cache.ledger import Entry, Ledger, new_id
 from dxi.evals import Suite, Task
 
 from .cost import Budget, Charge, CostBoundReached
+from .deadline import parse_deadline  # noqa: F401 (where --deadline was parsed before: runner.deadline)
 from .retry import Outcome
 from .rows import make_row
 from .run import ModelRun, Stats
@@ -91,29 +91,6 @@ def failpoint(name: str) -> None:
     """Kill this process with SIGKILL when ``DXI_FAILPOINT`` names ``name`` (tests of kill -9 at each step)."""
     if os.environ.get("DXI_FAILPOINT") == name:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def parse_deadline(text: str, now: float | None = None) -> float:
-    """``--deadline``: ``HH:MM`` (the next such local time: 07:00 tonight is tomorrow morning) or an ISO date
-    and time (``2026-12-02T07:00``, local time unless it gives its offset); Unix seconds. ValueError otherwise."""
-    now = time.time() if now is None else now
-    text = text.strip()
-    try:
-        hours, minutes = (int(x) for x in text.split(":"))
-        if not (0 <= hours < 24 and 0 <= minutes < 60):
-            raise ValueError
-        base = datetime.fromtimestamp(now, UTC).astimezone()  # the local time now
-        when = base.replace(hour=hours, minute=minutes, second=0, microsecond=0)
-        if when.timestamp() <= now:
-            when += timedelta(days=1)
-        return when.timestamp()
-    except ValueError:
-        pass
-    try:
-        when = datetime.fromisoformat(text)
-        return (when if when.tzinfo is not None else when.astimezone()).timestamp()  # naive: local time
-    except ValueError:
-        raise ValueError(f"--deadline {text!r}: expected HH:MM (e.g. 07:00) or an ISO time (2026-12-02T07:00)") from None
 
 
 @dataclass(frozen=True)

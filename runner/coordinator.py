@@ -389,6 +389,11 @@ class Coordinator:
                     seconds, provider = rest.split(" ", 1)
                     if provider in self._limiters:
                         self._limiters[provider].paused_by_other(float(seconds))
+                elif kind == "clock":  # seconds the Redis host's clock stepped back (absorbed by the script)
+                    message = (f"coordinator {self.name}: the Redis host's clock stepped back {float(rest):.1f} s; "
+                               "the shared pacing went on from where it was (no process waits for the step)")
+                    self.warnings.append(message)
+                    log.warning(message)
         except asyncio.CancelledError:
             raise
         except _REDIS_ERRORS as exc:

@@ -14,7 +14,11 @@ share ``f`` of the limits the shards alive (or done) may use, ``(alive + done) /
 * ``refresh`` (the heartbeat: leases renewed, queues a dead process's slots can serve now served), ``join``,
   ``done``.
 
-Rates are units per second; times are Redis's clock (seconds). Floats go back to Python as strings (a Lua
+Rates are units per second; times are the run's clock (seconds): Redis's ``TIME``, kept from going back
+(``skew``, ``clock``: a step back of the Redis host's clock is absorbed, and time goes on from where it
+was, so a step back of an hour no longer stalls every process for an hour; a step forward is taken as
+time passing, as any clock does: leases and memberships it spans lapse early, bookings are not
+affected). Floats go back to Python as strings (a Lua
 number returned to Redis is truncated to an integer). The keys are named in the arguments (one Redis, or a
 primary; not a Redis Cluster).
 """
@@ -23,12 +27,26 @@ from __future__ import annotations
 from .limits import BACKOFF, MIN_FRACTION
 
 _LIBRARY = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local TTL = @TTL@
 local pre, shard, n, proc, mttl = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 
 local function keep(key) redis.call('EXPIRE', key, TTL) end
+
+-- the run's clock: Redis's, never going back. A step back of the host's clock (an NTP step, a VM restored)
+-- is absorbed into 'skew' and time goes on from where it was: without it every booking, pause and lease
+-- made before the step lay that much further ahead, and every process waited as long as the step.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6 @SHIFT@
+local skew = tonumber(redis.call('GET', pre .. 'skew')) or 0
+now = now + skew
+local last = tonumber(redis.call('GET', pre .. 'clock'))
+if last and now < last then
+  if last - now > 1 then redis.call('PUBLISH', pre .. 'events', 'clock ' .. tostring(last - now)) end
+  skew = skew + (last - now)
+  now = last
+  redis.call('SET', pre .. 'skew', tostring(skew), 'EX', TTL)
+end
+redis.call('SET', pre .. 'clock', tostring(now), 'EX', TTL)
 
 redis.call('ZADD', pre .. 'members', now + mttl, shard)
 redis.call('SREM', pre .. 'done', shard)
@@ -323,8 +341,11 @@ return out
 """
 
 
-def library(ttl_s: float, claim_s: float) -> str:
+def library(ttl_s: float, claim_s: float, shift_key: str | None = None) -> str:
     """The script: keys expire ``ttl_s`` seconds after their last use; a slot handed to another process is
-    leased ``claim_s`` seconds until its holder's heartbeat renews it."""
+    leased ``claim_s`` seconds until its holder's heartbeat renews it. ``shift_key`` (tests: the time source
+    injected) names a Redis key whose value, seconds, is added to Redis's clock (a step of the host's
+    clock, made by setting it)."""
+    shift = "" if shift_key is None else f"+ (tonumber(redis.call('GET', {shift_key!r})) or 0)"
     return (_LIBRARY.replace("@TTL@", str(int(ttl_s))).replace("@CLAIM@", repr(claim_s))
-            .replace("@MIN@", repr(MIN_FRACTION)).replace("@BACKOFF@", repr(BACKOFF)))
+            .replace("@MIN@", repr(MIN_FRACTION)).replace("@BACKOFF@", repr(BACKOFF)).replace("@SHIFT@", shift))

@@ -6,8 +6,12 @@ For each model, before anything is sent:
 
 1. **The claim.** The model's requests (those of the process's shard) are claimed in the cache folder. A
    claim held by another live process is waited for, with a message naming it (its process id, and host
-   when another); the other models go on meanwhile. Once it is taken, the cache's key index is read again,
-   so that what the other process stored counts as cached: total requests sent equals distinct requests.
+   when another); the other models go on meanwhile. Once it is taken (at once or after a wait), the rows
+   appended to the cache since its key index was read are read into it (``Cache.refresh``: only what is
+   new), so that what another process stored counts as cached: total requests sent equals distinct
+   requests. (The index may have been read long before: a run's start-up reads it to find the models
+   whose every request is cached, then starts the others' adapters, which may take seconds; a run that
+   found the claim free after another run had ended sent again what that run stored: issue 32.)
 2. **The path.** A model in batch mode (``--batch``, or ``batch = true`` in the run file) whose provider has
    a batch API goes through ``runner.batch``; one without (decision models, the embedded model, local
    servers, logprob decisions) is sent synchronously, and the run says so once. A model sent
@@ -184,6 +188,8 @@ async def send(models: Sequence[ModelRun], suite: Suite, cache: Cache, *, budget
                 direct.append(m)
             else:
                 others.append((m, got))
+        if direct or any(isinstance(got, claims_mod.Claim) for _, got in others):
+            cache.refresh()  # what the claims' last holders stored since the index was read counts as cached
         try:
             async with asyncio.TaskGroup() as tasks:
                 if direct:

@@ -2,7 +2,8 @@
 
 ``answers(rows, models, gold, categories, epochs)`` selects the cache rows the current tasks and
 configuration would send (matching provider, model, sampling parameters and prompt version, and each
-task's content digest; ``sample`` below ``epochs``), keeps the newest row per request (two tasks whose
+task's content digest; ``sample`` below ``epochs``), keeps the row that counts per request (the cache's
+rule, ``cache.index.newest``: a final row over a transient failure, then the newest; two tasks whose
 requests are byte-identical share one row, as they share its cache key), and lays them out
 as one row per (model, question, epoch) beside the gold label. ``metrics(answers)`` computes every
 metric per model and evaluation, averaged over epochs (``scoring.scored.score`` adds intervals,
@@ -28,6 +29,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
+
+from dxi.cache.index import newest, rank_expr
 
 from .columns import explode, filtered_parts
 from .sums import _codes, build_cubes, eval_metrics_all, metric_table
@@ -167,7 +170,9 @@ def _current(rows: Rows, models: pl.DataFrame, task_frame: pl.DataFrame, model_e
     # id and digest repeat over many rows, and as strings they were the largest part of the read.
     lookup = [pl.col(c).cast(pl.Categorical) if c not in columns else pl.col(c)
               for c in (*CONFIG_COLUMNS, "task_id", "task_digest")]
-    found = _read(rows, task_frame, [*lookup, "sample", "created_at", *(c for c in columns if c not in LOOKUP_COLUMNS)])
+    order = ("created_at", "status", "error_kind")  # what ``newest`` orders a request's rows by
+    found = _read(rows, task_frame, [*lookup, "sample", *(c for c in order if c not in columns),
+                                     *(c for c in columns if c not in LOOKUP_COLUMNS)])
     i, m = _configured(found, models)
     content, content_of_task, n_contents = _content(found, task_frame)
     sample = found["sample"].fill_null(-1).to_numpy()
@@ -176,11 +181,9 @@ def _current(rows: Rows, models: pl.DataFrame, task_frame: pl.DataFrame, model_e
     c = content[i]
     s = sample[i].astype(np.int64)
     request = (m * n_contents + c) * n_epochs + s
-    if len(request) and np.bincount(request).max() > 1:  # several rows for one request: the newest wins
-        created = found["created_at"].to_numpy()[i]
-        by_age = np.lexsort((created, request))
-        newest = np.r_[request[by_age][1:] != request[by_age][:-1], True]
-        keep = np.sort(by_age[newest])
+    if len(request) and np.bincount(request).max() > 1:  # several rows for one request: the cache's rule
+        rank = found.select(rank_expr())["rank"].to_numpy()[i]
+        keep = newest(request, rank, found["created_at"].to_numpy()[i])
         i, m, c, s = i[keep], m[keep], c[keep], s[keep]
     tasks_by_content = np.argsort(content_of_task, kind="stable")  # tasks of content k: a run in this order
     shared = np.bincount(content_of_task, minlength=n_contents)

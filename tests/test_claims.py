@@ -140,3 +140,61 @@ def test_a_second_run_goes_on_at_once_when_the_first_is_killed(tmp_path: Path):
     rows = Cache(cache).scan().select("key").collect()
     assert rows["key"].n_unique() == TASKS
     assert pl.Series(rows["key"]).len() <= TASKS + 4
+
+
+SLOW_KEY = """
+import pathlib, sys, time
+here = pathlib.Path(sys.argv[0]).parent
+(here / "started").touch()
+deadline = time.monotonic() + 120
+while not (here / "go").exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("tok-slow")
+"""
+
+
+async def test_a_second_run_whose_start_up_is_slow_sends_nothing_the_first_stored(tmp_path: Path):
+    """Issue 32, item 3: a run reads the cache's key index at start-up (to find the models whose every request
+    is cached), then starts its adapters: an ``api_key_command`` may take seconds. A first run that started
+    meanwhile, sent everything and ended left the claim free, so the second took it at once and sent every
+    request again (230-232 in the report). Here the second run's key command waits until the first run has
+    ended (deterministic: the slow start-up spans the whole first run); every request reaches the provider
+    exactly once, and the second run counts them all as cache hits."""
+    import asyncio
+
+    from .fake_llm_server import FakeLLM
+
+    n = 120
+    data = data_dir(tmp_path / "data", n, seed=7)
+    cache = tmp_path / "cache"
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "key.py").write_text(SLOW_KEY)
+    (tmp_path / "fast.py").write_text("print('tok-fast')\n")
+
+    def argv(url: str, out: str, key: Path) -> list[str]:
+        return [DXI, "run", "--model", f"openai:gpt-fake@{url}/v1", "--option", f"api_key_command={sys.executable} {key}",
+                "--data-dir", str(data), "--cache-dir", str(cache), "--out", str(tmp_path / out), "--max-in-flight", "8",
+                "--timeout", "10"]
+
+    async with FakeLLM() as server:
+        slow = await asyncio.create_subprocess_exec(*argv(server.url, "slow-out", tmp_path / "slow" / "key.py"),
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "slow" / "started").exists():  # its index is read: it is starting its adapter
+            assert time.monotonic() < deadline and slow.returncode is None
+            await asyncio.sleep(0.05)
+        first = await asyncio.create_subprocess_exec(*argv(server.url, "first-out", tmp_path / "fast.py"),
+                                                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out_first = (await asyncio.wait_for(first.communicate(), 240))[0].decode()
+        assert first.returncode == 0, out_first[-2000:]
+        assert len(server.requests) == n  # the first run sent every request; the slow one is still starting
+        (tmp_path / "slow" / "go").touch()
+        out_slow = (await asyncio.wait_for(slow.communicate(), 240))[0].decode()
+        assert slow.returncode == 0, out_slow[-2000:]
+        bodies = [orjson.dumps(body, option=orjson.OPT_SORT_KEYS) for _, body in server.requests]
+    assert len(bodies) == len(set(bodies)) == n  # every request sent exactly once, over both runs
+    requests = [orjson.loads((tmp_path / o / "summary.json").read_bytes())["models"][0]["requests"]
+                for o in ("first-out", "slow-out")]
+    assert [(r["sent"], r["cache_hits"]) for r in requests] == [(n, 0), (0, n)]
+    rows = Cache(cache).scan().select("key").collect()
+    assert rows.height == rows["key"].n_unique() == n

@@ -422,3 +422,47 @@ async def test_limits_hold_through_a_partition_of_one_shard(redis_url: str, tmp_
     assert b"falls back to 1/3" in errs[2] and b"reachable again" in errs[2]
     assert b"falls back" not in errs[0] + errs[1]
     assert back <= 2 * 2.0 + 3
+
+
+SHIFT = "dxi-test:clock-shift"  # seconds added to Redis's clock by the script under test: a step of the host's
+
+
+async def test_a_backward_step_of_the_redis_hosts_clock_does_not_stall_the_processes(redis_url: str, monkeypatch,
+                                                                                      caplog: pytest.LogCaptureFixture):
+    """Issue 32: the bookings (GCRA), pauses and leases are instants of Redis's clock; after the host's clock
+    stepped back an hour every booking lay an hour ahead and every process waited an hour, silently. The
+    script keeps the run's clock from going back (time goes on from where it was), with a warning, and the
+    shared rate still holds. The step is injected: the script's clock is Redis's plus a key's value."""
+    import redis
+
+    from dxi.runner import coordinator as coordinator_mod
+    from dxi.runner.coordinator_script import library
+
+    monkeypatch.setattr(coordinator_mod, "LIBRARY", library(coordinator_mod.TTL_S, 2 * coordinator_mod.HEARTBEAT_S,
+                                                            shift_key=SHIFT))
+    a, b = two(redis_url)
+    limits = Limits(rpm=1200, max_in_flight=8)  # 20 per second together: one every 50 ms
+    la, lb = a.limiters([_Model(limits)])["p"], b.limiters([_Model(limits)])["p"]
+    sent: list[float] = []
+
+    async def go(limiter, n: int) -> None:
+        for _ in range(n):
+            ticket = await limiter.acquire(REQUEST)
+            sent.append(time.monotonic())
+            limiter.finish(ticket, True)
+
+    await asyncio.wait_for(asyncio.gather(go(la, 5), go(lb, 5)), 10)
+    with redis.Redis.from_url(redis_url) as client:
+        client.set(SHIFT, -3600)  # the host's clock steps back an hour
+    sent.clear()
+    started = time.monotonic()
+    await asyncio.wait_for(asyncio.gather(go(la, 10), go(lb, 10)), 10)  # not an hour
+    took = time.monotonic() - started
+    await asyncio.sleep(0.2)  # the warning's message (pub/sub) heard
+    await a.close()
+    await b.close()
+    sent.sort()
+    gaps = [t2 - t1 for t1, t2 in zip(sent, sent[1:], strict=False)]
+    assert sum(gaps) >= 19 * 0.05 * 0.97 and took <= 19 * 0.05 * 1.5 + 0.5  # the shared rate, as before the step
+    stepped = [m for m in a.warnings + b.warnings if "clock stepped back 3600" in m]
+    assert len(stepped) == 2 and "the shared pacing went on from where it was" in stepped[0]

@@ -580,3 +580,29 @@ def test_a_damaged_object_is_requested_again_once_and_put_back_by_the_shard_that
         # then merged at its end with the rows sent again: two rows of each of those requests (the newest read)
         assert [m.rows for m in check_whole(s3).values() if m.node == Node(2, 0)] == [2 * damaged.rows]
         assert without_requests(score("after")) == without_requests(whole)
+
+
+def test_a_file_remotes_first_damaged_object_is_moved_aside_not_deleted(tmp_path: Path):
+    """Issue 32: on a ``file://`` remote the folder ``quarantine/`` did not exist yet when the first damaged
+    object was copied into it; the copy failed as "not found", was taken for an object another process had
+    moved aside, and the object was deleted. It is moved aside, byte for byte, with its record."""
+    shared = tmp_path / "shared"
+    writer = Remote(f"file://{shared}", tmp_path / "w")
+    with Cache(tmp_path / "w", remote=writer) as c:
+        c.append(_row("k1", 1.0))
+    assert writer.finish() == []
+    (manifest,) = writer.listing().manifests.values()
+    rows = shared / manifest.path("rows")
+    good = rows.read_bytes()
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF  # the same size: only the sha256 shows it
+    rows.write_bytes(bytes(bad))
+    assert not (shared / "quarantine").exists()
+    reader = Remote(f"file://{shared}", tmp_path / "r")
+    assert reader.pull() == 0
+    assert "does not match its manifest" in reader.warnings[0] and "moved to" in reader.warnings[0]
+    assert not rows.exists() and not (shared / manifest.path("manifest")).exists()
+    assert (shared / "quarantine" / rows.name).read_bytes() == bytes(bad)  # moved aside, as it was
+    assert (shared / "quarantine" / manifest.path("keys").rsplit("/", 1)[-1]).is_file()
+    record = orjson.loads((shared / "quarantine" / f"{manifest.stem}.json").read_bytes())
+    assert "does not match its manifest" in record["reason"] and record["manifest"]["sha256"] == manifest.sha256

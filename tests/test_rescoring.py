@@ -57,30 +57,35 @@ def test_with_answers_missing_the_vectorised_and_plain_scorers_agree(tmp_path: P
     assert all(vectorised[k] == pytest.approx(answered[k], abs=1e-9) for k in plain)
 
 
-def test_the_newest_row_wins_and_stale_rows_are_ignored(tmp_path: Path):
+def test_the_newest_final_row_wins_and_stale_rows_are_ignored(tmp_path: Path):
     tasks = suite(SIZES)
     write_cache(tmp_path, tasks, 2)
     before = index_of(rescore(tmp_path, tasks))
+    first, second = f"synthetic:{model_name(0)}", f"synthetic:{model_name(1)}"
     shard = pl.from_arrow(read_nested(tmp_path / "shards" / "synthetic-000.parquet", SCHEMA.names))  # flat on disk
     failed = shard.with_columns(pl.lit("failed").alias("status"), pl.lit("HTTP 500").alias("error"),
-                                pl.col("answers").list.head(0))
+                                pl.lit("transient").alias("error_kind"), pl.col("answers").list.head(0))
+    # model 1's replies, as model 0's rows: the same requests (configuration, task content, epoch), other answers
+    replies = pl.from_arrow(read_nested(tmp_path / "shards" / "synthetic-001.parquet", SCHEMA.names)).with_columns(
+        pl.lit(model_name(0)).alias("model"))
 
     def add(name: str, frame: pl.DataFrame) -> None:
         pq.write_table(frame.to_arrow().cast(SCHEMA), tmp_path / "shards" / f"{name}.parquet")
 
-    add("older", failed.with_columns(pl.col("created_at") - 100))                       # older: ignored
-    add("old-prompt", failed.with_columns(pl.lit("dxi-prompt-0").alias("prompt_version"),
-                                          pl.col("created_at") + 100))                  # other prompt version
-    add("changed-task", failed.with_columns(pl.lit("0" * 64).alias("task_digest"),
-                                            pl.col("created_at") + 100))                # task content changed
+    add("older", replies.with_columns(pl.col("created_at") - 100))                      # older: ignored
+    add("old-prompt", replies.with_columns(pl.lit("dxi-prompt-0").alias("prompt_version"),
+                                           pl.col("created_at") + 100))                 # other prompt version
+    add("changed-task", replies.with_columns(pl.lit("0" * 64).alias("task_digest"),
+                                             pl.col("created_at") + 100))               # task content changed
     assert index_of(rescore(tmp_path, tasks)) == before
-    add("newer", failed.with_columns(pl.col("created_at") + 100))                       # newer: wins
+    # a transient failure never replaces a final row, however far ahead its clock was (issue 32)
+    add("transient-a-day-ahead", failed.with_columns(pl.col("created_at") + 86_400))
+    assert index_of(rescore(tmp_path, tasks)) == before
+    add("newer", replies.with_columns(pl.col("created_at") + 100))                      # newer final rows: win
     after = index_of(rescore(tmp_path, tasks))
-    first = f"synthetic:{model_name(0)}"
-    # every request of model 0 failed: no reply to score, so no index (never 0.0 presented as a score)
-    assert after[first] is None and after[f"synthetic:{model_name(1)}"] == before[f"synthetic:{model_name(1)}"]
+    assert after[first] == before[second] != before[first] and after[second] == before[second]
     plain = plain_index(sorted(tmp_path.glob("shards/*.parquet")), tasks, [model_name(0), model_name(1)])
-    assert plain[first] is None
+    assert plain == after
 
 
 def test_the_order_of_rows_in_the_cache_does_not_change_a_single_bit(tmp_path: Path):

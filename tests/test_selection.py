@@ -262,3 +262,23 @@ def test_after_several_samples_the_hint_is_the_latest_and_the_list_is_in_numeric
         f"scoring every task: a run recorded in this cache ({tmp_path / 'cache' / runs.RUNS_FILE}) selected every "
         "task, which holds the other runs' --sample 5, --sample 8, --sample 14, --sample 20, --sample 30; give "
         "--sample 30 (the latest) to score only those"]
+
+
+def test_a_torn_last_line_does_not_swallow_the_next_runs_record(tmp_path: Path):
+    """Issue 32: a run killed mid-write left ``runs.jsonl`` ending in a cut line; the next run's record was
+    appended to it and the two read as one damaged line (the next run's selection lost). The next record is
+    written after a newline, as the batch ledger does (``cache.lines``)."""
+    first = RunRecord("dxi-prompt-1", (("embedded", "m", "/v1/systemone", "{}"),), ("when2call",), sample=2, at=1.0)
+    second = RunRecord("dxi-prompt-1", (("embedded", "m", "/v1/systemone", "{}"),), ("hle_multichoice",), limit=3,
+                       at=2.0)
+    assert runs.append(tmp_path, first)
+    whole = (tmp_path / runs.RUNS_FILE).read_bytes()
+    with open(tmp_path / runs.RUNS_FILE, "ab") as f:  # a third run killed in the middle of its write(2)
+        f.write(whole[:25])
+    assert runs.append(tmp_path, second)
+    data = (tmp_path / runs.RUNS_FILE).read_bytes()
+    assert data == whole + whole[:25] + b"\n" + orjson.dumps(second.as_json()) + b"\n"
+    records, warnings = runs.read(tmp_path)
+    assert records == [first, second]
+    assert len(warnings) == 1 and warnings[0].startswith(f"{tmp_path / runs.RUNS_FILE} line 2 is not a run record")
+    assert not runs.append(tmp_path, second)  # read back whole: the same selection adds nothing

@@ -60,7 +60,8 @@ def _compact_local(cache_dir: Path, target_rows: int, console) -> int:
         raise UsageError(f"{cache_dir} is not a cache (it has no shards/ folder)")
     try:
         with Cache(cache_dir) as cache:
-            done = cache.compact_shards(target_rows)
+            done = cache.compact_shards(target_rows, on_wait=lambda: console.print(
+                f"{cache_dir}: another `dxi cache compact` is compacting this cache; waiting for it to end"))
     except (CacheWriteError, OSError) as exc:
         raise UsageError(f"cache {cache_dir}: cannot compact its shards ({exc.strerror or exc})") from None
     for shard, rows, held in done:
