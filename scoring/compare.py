@@ -10,16 +10,18 @@ evaluation metric (``sums.METRICS``) that both have (not null):
 * ``difference`` = metric(a) − metric(b), in points of the 0-100 scale;
 * ``low``/``high``: its 95% interval (``scoring.simultaneous``): for accuracy between two models of one
   epoch each, Newcombe's paired interval (1998, method 10) from the 2×2 table of right and wrong
-  answers; otherwise the symmetric studentised bootstrap interval over the resamples (never of zero
+  answers; otherwise the symmetric bootstrap interval over the resamples (never of zero
   width); ``interval`` names which;
+* ``se``: the standard deviation of the resampled difference;
 * ``p_value``, the pair's own two-sided test, ``test`` names which: for accuracy between two models of
   one epoch each, the exact McNemar test (McNemar 1947) on the discordant answers ``a_only`` (a right,
   b wrong) and ``b_only``: p = min(1, 2·P(X ≤ min(a_only, b_only))), X ~ Binomial(a_only + b_only, ½)
-  (``mcnemar_p``, as ``scipy.stats.binomtest`` computes it); otherwise the studentised bootstrap test
-  (1 + #{|Δ*_b − Δ| / se ≥ |Δ| / se}) / (B + 1) over the B resamples (never 0: at least 1 / (B + 1));
+  (``mcnemar_p``, as ``scipy.stats.binomtest`` computes it); otherwise the paired bootstrap test
+  (1 + #{|Δ*_b − Δ| ≥ |Δ|}) / (B + 1) over the B resamples (never 0: at least 1 / (B + 1));
 * ``p_adjusted``, valid for every pair of one figure (metric) at once — the family is the pairs of
   models that both have the figure: the max-T step-down of Westfall & Young (1993) and Romano & Wolf
-  (2005) on the studentised paired differences over the same resamples (``simultaneous.max_t``), whose
+  (2005) on the paired differences over the same resamples (``simultaneous.max_t``: unstudentised, as
+  measured studentised statistics over one set of resamples inflate the family-wise error), whose
   smallest value is 1 / (B + 1) whatever the number of pairs; for accuracy with McNemar's test, the
   larger of that and the exact McNemar p (a pair is then separated only when both separate it, so
   the family-wise error rate is at most the step-down's, and no pair is separated on fewer discordant
@@ -56,21 +58,22 @@ from .sums import COUNTS, FLAGS, METRICS, Cube, EvalMetrics
 ACCURACY = "accuracy"  # the metric of accuracy type: McNemar's test applies
 INDEX = "decision_index"
 MCNEMAR = "McNemar exact"
-BOOTSTRAP_T = "studentised bootstrap"
+BOOTSTRAP_T = "paired bootstrap"
 MAX_T = "max-T step-down"
 MAX_T_MCNEMAR = "max-T step-down and McNemar exact"
 NEWCOMBE = "Newcombe paired (method 10)"
-SYMMETRIC = "symmetric studentised bootstrap"
+SYMMETRIC = "symmetric bootstrap"
 METHOD = {
     "adjustment": ("max-T step-down (Westfall & Young 1993; Romano & Wolf 2005, JASA 100:94-108) on the "
-                   "studentised paired differences over the bootstrap resamples; for accuracy with McNemar's "
-                   "test, p_adjusted is the larger of the step-down's and the exact McNemar p"),
+                   "paired differences over the bootstrap resamples (max-|Δ| form), smallest p_adjusted "
+                   "1/(B + 1) whatever the number of pairs; for accuracy with McNemar's test, p_adjusted is "
+                   "the larger of the step-down's and the exact McNemar p"),
     "family": "per figure (the index, each evaluation metric): every pair of models that both have it",
     "significant": "p_adjusted < 1 − confidence",
     "p_value": {"accuracy (one epoch each)": "exact McNemar test (two-sided binomial, p = ½)",
-                "otherwise": "studentised bootstrap test, (1 + #{|T*| ≥ |T|}) / (B + 1)"},
+                "otherwise": "bootstrap test, (1 + #{|Δ* − Δ| ≥ |Δ|}) / (B + 1)"},
     "ci": {"accuracy (one epoch each)": "Newcombe's paired interval (Statistics in Medicine 1998, method 10)",
-           "otherwise": "symmetric studentised bootstrap interval d ± q, q the 95% quantile of |Δ* − Δ|, "
+           "otherwise": "symmetric bootstrap interval d ± q, q the 95% quantile of |Δ* − Δ|, "
                         "at least 100·z²/(n + z²) points (never zero width)"},
     "rank_set": ("simultaneous rank sets (Mogstad, Romano, Shaikh & Wilhelm 2024, Review of Economic Studies): "
                  "[1 + models significantly above, N − models significantly below], by the index's "
