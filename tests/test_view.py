@@ -335,6 +335,9 @@ def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
                       and c["eval"] in (None, "hle_multichoice") and {c["a"], c["b"]} == {MODEL, LLM})
         sign = 1 if stored["a"] == MODEL else -1
         assert d["difference"] == sign * stored["difference"] and f"{d['difference']:+.1f}" in html
+        assert d["significant"] is (d["p_adjusted"] < 0.05)
+    # the page says which procedure adjusted the p-values (summary.json's comparison_method)
+    assert "p adjusted (every pair)" in html and "max-T step-down of Westfall &amp; Young / Romano &amp; Wolf" in html
     back = browser.differences("hle_multichoice", LLM, MODEL)
     assert [-d["difference"] for d in back] == [d["difference"] for d in differences]
 
