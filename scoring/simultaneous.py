@@ -19,9 +19,12 @@ resamples; the same resamples of the tasks for both models of a pair, ``scoring.
   ``s`` = that standard error.
 * **Newcombe's paired interval** (Newcombe 1998, "Improved confidence intervals for the difference
   between binomial proportions based on paired data", Statistics in Medicine 17:2635-2650, method 10:
-  the Wilson score intervals of both proportions combined with the 2×2 table's correlation φ). Where
-  its width would be zero (no discordant answer and both proportions exactly ½, φ = 1) φ is replaced
-  by his continuity-corrected φ* (method 11's), so no interval on a sample has zero width.
+  the Wilson score intervals of both proportions combined with the 2×2 table's correlation φ). With
+  at most one discordant answer its width collapses towards 0 (φ near 1: measured, 69% coverage for
+  20 questions where the two models agree on 95% of them), so there it is widened to its hull with
+  Bonett & Price's adjusted Wald interval (Bonett & Price 2012, "Adjusted Wald confidence interval for
+  a difference of binomial proportions based on paired data", Journal of Educational and Behavioral
+  Statistics 37:479-488: (b + 1)/(n + 2) − (c + 1)/(n + 2) ± z·se), which never has zero width.
 * **Symmetric bootstrap interval** (Hall 1988, "Theoretical comparison of bootstrap
   confidence intervals", Annals of Statistics 16:927-953, the symmetric percentile-t; here with the
   resamples' standard error as the scale): ``d ± q`` with ``q`` the (1 − α) quantile of
@@ -112,8 +115,9 @@ def newcombe(a_only: np.ndarray, b_only: np.ndarray, both_right: np.ndarray, bot
     """Newcombe's interval (method 10; the module docstring) for the difference of two paired
     proportions, p(a right) − p(b right), in points (−100..100), from the 2×2 table's counts
     (non-negative integers, arrays of one shape): ``both_right``, ``a_only`` (a right, b wrong),
-    ``b_only``, ``both_wrong``. NaN where the table is empty. The bounds contain the point
-    (a_only − b_only)/n exactly (clipped against floating-point escape) and lie in [−100, 100]."""
+    ``b_only``, ``both_wrong``; with at most one discordant answer, its hull with Bonett & Price's
+    interval. NaN where the table is empty. The bounds contain the point (a_only − b_only)/n exactly
+    (clipped against floating-point escape) and lie in [−100, 100]."""
     a, b, c, d = (np.asarray(x, np.float64) for x in (both_right, a_only, b_only, both_wrong))
     n = a + b + c + d
     z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
@@ -122,19 +126,19 @@ def newcombe(a_only: np.ndarray, b_only: np.ndarray, both_right: np.ndarray, bot
         l1, u1 = _wilson(p1, n, z)
         l2, u2 = _wilson(p2, n, z)
         margins = (a + b) * (c + d) * (a + c) * (b + d)
-        root = np.sqrt(margins)
-        phi = np.where(margins > 0, (a * d - b * c) / root, 0.0)
-        corrected = np.where(a * d > b * c, np.maximum(a * d - b * c - n / 2, 0) / root, phi)  # method 11's φ*
+        phi = np.where(margins > 0, (a * d - b * c) / np.sqrt(margins), 0.0)
         theta = p1 - p2
-        for_low = (p1 - l1) ** 2 + (u2 - p2) ** 2
-        for_high = (u1 - p1) ** 2 + (p2 - l2) ** 2
-        degenerate = (b + c == 0) & (np.abs(for_low - 2 * phi * (p1 - l1) * (u2 - p2)) < 1e-15)
-        phi = np.where(degenerate, corrected, phi)
-        delta = np.sqrt(np.maximum(for_low - 2 * phi * (p1 - l1) * (u2 - p2), 0))
-        eps = np.sqrt(np.maximum(for_high - 2 * phi * (u1 - p1) * (p2 - l2), 0))
+        delta = np.sqrt(np.maximum((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0))
+        eps = np.sqrt(np.maximum((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2, 0))
+        low, high = theta - delta, theta + eps
+        few = b + c <= 1  # Bonett & Price's adjusted Wald interval, the hull with it
+        first, second = (b + 1) / (n + 2), (c + 1) / (n + 2)
+        centre = first - second
+        half = z * np.sqrt((first + second - centre ** 2) / (n + 2))
+        low, high = np.where(few, np.minimum(low, centre - half), low), np.where(few, np.maximum(high, centre + half), high)
         point = 100 * (b - c) / n
-        low = np.clip(np.minimum(100 * (theta - delta), point), -100, 100)
-        high = np.clip(np.maximum(100 * (theta + eps), point), -100, 100)
+        low = np.clip(np.minimum(100 * low, point), -100, 100)
+        high = np.clip(np.maximum(100 * high, point), -100, 100)
     empty = n == 0
     return np.where(empty, np.nan, low), np.where(empty, np.nan, high)
 

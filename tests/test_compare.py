@@ -121,24 +121,27 @@ def test_two_discordant_answers_one_way_get_newcombes_interval_not_a_bound_stuck
 
 
 def test_newcombe_never_has_zero_width_and_contains_its_point():
-    # no discordant answer at all, both proportions exactly 1/2: method 10's width would be 0 (phi = 1); the
-    # continuity-corrected phi of method 11 is used there. 100% and 0% keep their point inside.
+    # no discordant answer: method 10's width collapses (phi = 1; zero at exactly 1/2), so with at most one
+    # discordant answer the interval is its hull with Bonett & Price's adjusted Wald interval:
+    # (b + 1)/(n + 2) - (c + 1)/(n + 2) +- z * sqrt((p12 + p21 - theta**2)/(n + 2)) = 0 +- 1.96 * sqrt(2/62/62)
     low, high = newcombe(np.array([0, 0, 0, 60, 0]), np.array([0, 0, 0, 0, 60]), np.array([30, 60, 0, 0, 0]),
                          np.array([30, 0, 60, 0, 0]), 0.95)
     assert (high - low > 0).all()
-    assert list(zip(np.round(low, 4), np.round(high, 4), strict=True))[0] == (-3.1668, 3.1668)
+    half = 100 * 1.959963984540054 * np.sqrt(2 / 62 / 62)
+    assert (low[0], high[0]) == (pytest.approx(-half), pytest.approx(half))
     point = np.array([0, 0, 0, 100, -100])
     assert (low <= point).all() and (point <= high).all() and low[3] < 100 and high[4] > -100
 
 
 def test_newcombe_covers_at_least_093_by_seeded_simulation():
     rng = np.random.default_rng(5)
-    for n, p1, p2 in [(20, 0.9, 0.85), (60, 0.95, 0.9), (60, 0.5, 0.5), (60, 0.995, 0.99), (500, 0.7, 0.68)]:
-        # correlated pairs: the second model agrees with the first on most questions
+    for n, p1, p2, same in [(20, 0.9, 0.85, 0.8), (60, 0.95, 0.9, 0.8), (60, 0.5, 0.5, 0.8), (60, 0.995, 0.99, 0.8),
+                            (500, 0.7, 0.68, 0.8), (20, 0.5, 0.45, 0.95), (60, 0.9, 0.89, 0.95)]:
+        # correlated pairs: the second model repeats the first's answer on most questions (``same`` of them)
         first = rng.random((4000, n)) < p1
-        agree = rng.random((4000, n)) < 0.8
-        second = np.where(agree, first, rng.random((4000, n)) < (p2 - 0.8 * p1) / 0.2)
-        truth = 100 * (p1 - (0.8 * p1 + 0.2 * (p2 - 0.8 * p1) / 0.2))
+        other = np.clip((p2 - same * p1) / (1 - same), 0, 1)
+        second = np.where(rng.random((4000, n)) < same, first, rng.random((4000, n)) < other)
+        truth = 100 * (p1 - (same * p1 + (1 - same) * other))
         low, high = newcombe((first & ~second).sum(1), (~first & second).sum(1), (first & second).sum(1),
                              (~first & ~second).sum(1), 0.95)
         covered = ((low <= truth) & (truth <= high)).mean()
