@@ -9,9 +9,9 @@ evaluation metric (``sums.METRICS``) that both have (not null):
 
 * ``difference`` = metric(a) − metric(b), in points of the 0-100 scale;
 * ``low``/``high``: its 95% interval (``scoring.simultaneous``): for accuracy between two models of one
-  epoch each, Newcombe's paired interval (1998, method 10) from the 2×2 table of right and wrong
-  answers (with at most one discordant answer, its hull with Bonett & Price's 2012 adjusted Wald
-  interval, as Newcombe's collapses there); otherwise the symmetric bootstrap interval over the resamples (never of zero
+  epoch each, the hull of Newcombe's paired interval (1998, method 10) and Bonett & Price's (2012)
+  adjusted Wald interval, from the 2×2 table of right and wrong answers (``simultaneous.newcombe``:
+  method 10 alone measured 0.917 coverage at 20 questions); otherwise the symmetric bootstrap interval over the resamples (never of zero
   width); ``interval`` names which;
 * ``se``: the standard deviation of the resampled difference;
 * ``p_value``, the pair's own two-sided test, ``test`` names which: for accuracy between two models of
@@ -62,7 +62,7 @@ MCNEMAR = "McNemar exact"
 BOOTSTRAP_T = "paired bootstrap"
 MAX_T = "max-T step-down"
 MAX_T_MCNEMAR = "max-T step-down and McNemar exact"
-NEWCOMBE = "Newcombe paired (method 10)"
+NEWCOMBE = "Newcombe (method 10) and Bonett-Price hull"
 SYMMETRIC = "symmetric bootstrap"
 METHOD = {
     "adjustment": ("max-T step-down (Westfall & Young 1993; Romano & Wolf 2005, JASA 100:94-108) on the "
@@ -73,8 +73,8 @@ METHOD = {
     "significant": "p_adjusted < 1 − confidence",
     "p_value": {"accuracy (one epoch each)": "exact McNemar test (two-sided binomial, p = ½)",
                 "otherwise": "bootstrap test, (1 + #{|Δ* − Δ| ≥ |Δ|}) / (B + 1)"},
-    "ci": {"accuracy (one epoch each)": ("Newcombe's paired interval (Statistics in Medicine 1998, method 10); with "
-                                         "at most one discordant answer, its hull with Bonett & Price's (2012)"),
+    "ci": {"accuracy (one epoch each)": ("the hull of Newcombe's paired interval (Statistics in Medicine 1998, method "
+                                         "10) and Bonett & Price's adjusted Wald interval (2012)"),
            "otherwise": "symmetric bootstrap interval d ± q, q the 95% quantile of |Δ* − Δ|, "
                         "at least 100·z²/(n + z²) points (never zero width)"},
     "rank_set": ("simultaneous rank sets (Mogstad, Romano, Shaikh & Wilhelm 2024, Review of Economic Studies): "

@@ -75,9 +75,10 @@ def test_two_models_difference_interval_p_value_and_mcnemar_by_hand():
     assert (row["a_only"], row["b_only"]) == (a_only, b_only)
     assert row["mcnemar_p"] == pytest.approx(binomtest(a_only, a_only + b_only).pvalue, rel=1e-9)
     assert row["p_value"] == row["mcnemar_p"] and row["test"] == "McNemar exact"
-    # Newcombe's interval (method 10) by hand from the 2x2 table
-    assert (row["low"], row["high"]) == pytest.approx(_newcombe(both_right, a_only, b_only, both_wrong))
-    assert row["interval"] == "Newcombe paired (method 10)"
+    # the hull of Newcombe's interval (method 10) and Bonett & Price's, by hand from the 2x2 table
+    (n_low, n_high), (b_low, b_high) = _newcombe(both_right, a_only, b_only, both_wrong), _bonett_price(a_only, b_only)
+    assert (row["low"], row["high"]) == pytest.approx((min(n_low, b_low), max(n_high, b_high)))
+    assert row["interval"] == "Newcombe (method 10) and Bonett-Price hull"
     # one pair: the step-down is the bootstrap test (1 + #{|D* - d| >= |d|}) / (B + 1); accuracy takes the larger
     # of it and McNemar's
     step = (1 + (np.abs(diff - d) >= abs(d) - 1e-9).sum()) / 501
@@ -108,24 +109,36 @@ def _newcombe(a: int, b: int, c: int, d: int, z: float = 1.959963984540054) -> t
     return 100 * (p1 - p2 - delta), 100 * (p1 - p2 + eps)
 
 
-def test_two_discordant_answers_one_way_get_newcombes_interval_not_a_bound_stuck_at_zero():
+def _bonett_price(b: int, c: int, n: int = N_TASKS, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Bonett & Price (2012)'s adjusted Wald interval, in points, written out for the test."""
+    first, second = (b + 1) / (n + 2), (c + 1) / (n + 2)
+    half = z * np.sqrt((first + second - (first - second) ** 2) / (n + 2))
+    return 100 * (first - second - half), 100 * (first - second + half)
+
+
+def test_two_discordant_answers_one_way_get_an_interval_around_zero_not_a_bound_stuck_at_it():
     # the issue's case: 60 questions, b right on two more (a: 30 right, b: 32), so 0 and 2 discordant answers;
-    # the percentile bootstrap gave [-8.33, 0.0], Newcombe's interval is [-7.71, +1.11]
+    # the percentile bootstrap gave [-8.33, 0.0]; Newcombe's method 10 gives [-7.71, +1.11], Bonett & Price's
+    # [-9.50, +3.05]: the hull of the two (hand-computed: centre -2/62, se sqrt((4/62 - (2/62)**2)/62))
+    assert tuple(round(v, 4) for v in _newcombe(30, 0, 2, 28)) == (-7.7064, 1.1095)
+    assert tuple(round(v, 4) for v in _bonett_price(0, 2, 60)) == (-9.4971, 3.0455)
+    low, high = newcombe(np.array([0]), np.array([2]), np.array([30]), np.array([28]), 0.95, hull=False)
+    assert (round(low[0], 4), round(high[0], 4)) == (-7.7064, 1.1095)  # method 10 alone, as the paper gives it
     a_right = [i < 30 for i in range(60)]
     b_right = [i < 32 for i in range(60)]
     scored = score(frame(answers("m:a", a_right) + answers("m:b", b_right)), Bootstrap(), with_comparisons=True)
     row = scored.comparisons.row(0, named=True)
     assert row["difference"] == pytest.approx(-100 / 30)
-    assert (round(row["low"], 4), round(row["high"], 4)) == (-7.7064, 1.1095)
+    assert (round(row["low"], 4), round(row["high"], 4)) == (-9.4971, 3.0455)
     assert row["p_value"] == pytest.approx(0.5) and row["significant"] is False
 
 
 def test_newcombe_never_has_zero_width_and_contains_its_point():
-    # no discordant answer: method 10's width collapses (phi = 1; zero at exactly 1/2), so with at most one
-    # discordant answer the interval is its hull with Bonett & Price's adjusted Wald interval:
+    # no discordant answer: method 10's width collapses (phi = 1; zero at exactly 1/2), so even without the hull
+    # the interval is then the hull with Bonett & Price's adjusted Wald interval:
     # (b + 1)/(n + 2) - (c + 1)/(n + 2) +- z * sqrt((p12 + p21 - theta**2)/(n + 2)) = 0 +- 1.96 * sqrt(2/62/62)
     low, high = newcombe(np.array([0, 0, 0, 60, 0]), np.array([0, 0, 0, 0, 60]), np.array([30, 60, 0, 0, 0]),
-                         np.array([30, 0, 60, 0, 0]), 0.95)
+                         np.array([30, 0, 60, 0, 0]), 0.95, hull=False)
     assert (high - low > 0).all()
     half = 100 * 1.959963984540054 * np.sqrt(2 / 62 / 62)
     assert (low[0], high[0]) == (pytest.approx(-half), pytest.approx(half))
@@ -133,10 +146,11 @@ def test_newcombe_never_has_zero_width_and_contains_its_point():
     assert (low <= point).all() and (point <= high).all() and low[3] < 100 and high[4] > -100
 
 
-def test_newcombe_covers_at_least_093_by_seeded_simulation():
+def test_the_paired_accuracy_interval_covers_at_least_093_by_seeded_simulation():
     rng = np.random.default_rng(5)
     for n, p1, p2, same in [(20, 0.9, 0.85, 0.8), (60, 0.95, 0.9, 0.8), (60, 0.5, 0.5, 0.8), (60, 0.995, 0.99, 0.8),
-                            (500, 0.7, 0.68, 0.8), (20, 0.5, 0.45, 0.95), (60, 0.9, 0.89, 0.95)]:
+                            (500, 0.7, 0.68, 0.8), (20, 0.5, 0.45, 0.95), (60, 0.9, 0.89, 0.95),
+                            (20, 0.5, 0.49, 0.5), (500, 0.5, 0.45, 0.95)]:  # method 10 alone: 0.917, 0.923
         # correlated pairs: the second model repeats the first's answer on most questions (``same`` of them)
         first = rng.random((4000, n)) < p1
         other = np.clip((p2 - same * p1) / (1 - same), 0, 1)
