@@ -49,7 +49,7 @@ def _fwer(models: int, n: int, p: float, sims: int, mcnemar: bool, studentise: b
         counts = rng.multinomial(n, np.full(n, 1 / n), size=RESAMPLES).astype(np.float64)
         per_model = (100 * counts @ right.T / n).T
         d = 100 * (right[first].mean(1) - right[second].mean(1))
-        _, _, adjusted = max_t(d, lambda rows: per_model[first[rows]] - per_model[second[rows]], len(d), RESAMPLES,
+        _, _, adjusted = max_t(d, lambda rows, m=per_model: m[first[rows]] - m[second[rows]], len(d), RESAMPLES,
                                studentise=studentise)
         if mcnemar:
             a_only = (right[first] * (1 - right[second])).sum(1).astype(np.int64)
@@ -161,19 +161,20 @@ def run() -> list[Result]:
     scorer = scoring.Scorer(boot)
     scorer.add(answers)
     cubes = build_cubes(answers)
-    best_plain = best_compared = best_counted = float("inf")
-    for _ in range(3):  # the best of three: the machine is shared
-        t = time.perf_counter()
-        scorer.result(comparisons=False)
-        best_plain = min(best_plain, time.perf_counter() - t)
-        t = time.perf_counter()
-        with_ = scorer.result(comparisons=True)
-        best_compared = min(best_compared, time.perf_counter() - t)
-        t = time.perf_counter()
-        for cube in cubes.values():
-            discordant(cube)
-        best_counted = min(best_counted, time.perf_counter() - t)
-    added = best_compared - best_plain + best_counted
+    best = {"plain": (np.inf, np.inf), "compared": (np.inf, np.inf), "counted": (np.inf, np.inf)}
+
+    def timed(name: str, work):  # keeps the best (wall, CPU) of the repeats: the machine is shared
+        wall, cpu = time.perf_counter(), time.process_time()
+        out = work()
+        best[name] = (min(best[name][0], time.perf_counter() - wall), min(best[name][1], time.process_time() - cpu))
+        return out
+
+    for _ in range(3):
+        timed("plain", lambda: scorer.result(comparisons=False))
+        with_ = timed("compared", lambda: scorer.result(comparisons=True))
+        timed("counted", lambda: [discordant(cube) for cube in cubes.values()])
+    added = best["compared"][0] - best["plain"][0] + best["counted"][0]
+    added_cpu = best["compared"][1] - best["plain"][1] + best["counted"][1]
     index = with_.index
     groups = index["tied_group"].n_unique()
     width = float((index["rank_set_high"] - index["rank_set_low"] + 1).mean())
@@ -187,7 +188,7 @@ def run() -> list[Result]:
         Result("stats_compare", "… the studentised step-down (not used), 10 identical models", fwer_studentised,
                "share", "", None, "60 questions at 50%: each pair's standard error fixed over the resamples "
                                   "understates the tails of d / se; why compare uses the max-|Δ| form"),
-        Result("stats_compare", "coverage of Newcombe's paired interval (lowest cell)", newcombe_worst, "share",
+        Result("stats_compare", "coverage of the paired accuracy interval, Newcombe ∪ Bonett-Price (lowest cell)", newcombe_worst, "share",
                "≥ 0.93", newcombe_worst >= 0.93, f"nominal 0.95; n 20/60/500 × p 50-99.5% × gap 0/1/5 points × "
                f"50/80/95% answered alike, 4,000 datasets each; lowest at {newcombe_where}"),
         Result("stats_compare", "coverage of the symmetric bootstrap interval, F1 difference (lowest cell)", f1_worst,
@@ -196,9 +197,9 @@ def run() -> list[Result]:
         Result("stats_compare", "tied groups, 50 models with true indices 1 point apart (ideal 50)", groups, "groups",
                "", None, f"whole-data sizes ({sum(WHOLE.values()):,} tasks), 1,000 resamples; rank sets "
                f"{width:.1f} ranks wide on average (marginal rank intervals {marginal:.1f})"),
-        Result("stats_compare", "comparisons and ranks added to scoring, 50 models", added, "s", "≤ 1 s", added <= 1.0,
-               f"{with_.comparisons.height:,} comparisons; tables {best_compared - best_plain:.3f} s, discordant "
-               f"counts {best_counted:.3f} s; best of 3"),
+        Result("stats_compare", "comparisons and ranks added to scoring, 50 models (CPU)", added_cpu, "s", "≤ 1 s",
+               added_cpu <= 1.0, f"{with_.comparisons.height:,} comparisons; wall {added:.3f} s (a shared machine's "
+               f"wall time; CPU is the figure to read), discordant counts {best['counted'][1]:.3f} s CPU; best of 3"),
     ]
 
 

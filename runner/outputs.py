@@ -342,7 +342,7 @@ def _adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> st
             found[(c.a, c.b)] = (c.difference, c.p_adjusted, c.significant)
             found[(c.b, c.a)] = (-c.difference, c.p_adjusted, c.significant)
     parts = []
-    for a, b in zip(ranked, ranked[1:]):
+    for a, b in zip(ranked, ranked[1:], strict=False):
         if (a, b) not in found:
             continue
         d, p, sig = found[(a, b)]

@@ -142,21 +142,6 @@ def mcnemar_p(a_only: np.ndarray, b_only: np.ndarray) -> np.ndarray:
     return out
 
 
-def holm(p: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjusted p-values of one family (NaN entries left out of it and kept NaN); for
-    reference (the benchmark compares it with the max-T step-down), no longer what ``compare`` uses."""
-    p = np.asarray(p, np.float64)
-    out = np.full(p.shape, np.nan)
-    ok = np.flatnonzero(~np.isnan(p))
-    if len(ok) == 0:
-        return out
-    order = ok[np.argsort(p[ok], kind="stable")]
-    m = len(order)
-    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
-    out[order] = adjusted
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class Figure:
     """One metric of every model: ``point`` (labels,), ``replicates`` (resamples, labels), ``complete``
@@ -230,7 +215,7 @@ def compare(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstra
             low[rows_], high[rows_] = symmetric_interval(d[rows_], pair_replicates(rows_), boot.confidence, fig.floor)
         if paired.any():
             tasks = estimates[fig.eval].n
-            right_a, right_b = table[i, i], table[j, j]
+            right_a = table[i, i]
             both_right = right_a - a_only
             both_wrong = tasks - right_a - b_only
             n_low, n_high = newcombe(a_only, b_only, both_right, both_wrong, boot.confidence)

@@ -149,7 +149,8 @@ def newcombe(a_only: np.ndarray, b_only: np.ndarray, both_right: np.ndarray, bot
         first, second = (b + 1) / (n + 2), (c + 1) / (n + 2)
         centre = first - second
         half = z * np.sqrt((first + second - centre ** 2) / (n + 2))
-        low, high = np.where(few, np.minimum(low, centre - half), low), np.where(few, np.maximum(high, centre + half), high)
+        low = np.where(few, np.minimum(low, centre - half), low)
+        high = np.where(few, np.maximum(high, centre + half), high)
         point = 100 * (b - c) / n
         low = np.clip(np.minimum(100 * low, point), -100, 100)
         high = np.clip(np.maximum(100 * high, point), -100, 100)
