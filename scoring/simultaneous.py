@@ -92,7 +92,7 @@ def max_t(d: np.ndarray, pair_replicates, n_pairs: int, resamples: int, studenti
     ``BLOCK`` pairs' replicates are held at a time. ``studentise`` False (the default) takes every pair's
     scale as 1 (the max-|Δ| step-down: ``T = d``, ``Z*_b = |D*_b − d|``): measured, the studentised
     statistics over one set of resamples (each pair's ``se`` fixed, not re-estimated per resample)
-    separate identical models too often (family-wise error 8.7% for 10 models on 60 tasks, 7.3% for 20
+    separate identical models too often (family-wise error 8.7–13% for 10 models on 60 tasks, 7.3% for 20
     on 200; ``benchmarks/stats_compare.py``), the unstudentised ones about 5%."""
     if 0 < n_pairs <= BLOCK:  # one block: the replicates are made once, not once per pass
         held = pair_replicates(np.arange(n_pairs))
