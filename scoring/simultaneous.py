@@ -13,11 +13,12 @@ pair, the point difference ``d`` (points of the 0-100 scale) and its bootstrap r
   between pairs, which share models and tasks, is used). Pairs are taken in decreasing ``|T|``; the
   k-th pair's adjusted p-value is
   ``(1 + #{b : max over pairs k, k+1, … of Z*_b ≥ |T_k|}) / (B + 1)``, made non-decreasing along
-  that order. It controls the family-wise error rate (asymptotically) over all pairs of one figure at once, and its smallest value is 1 / (B + 1)
-  whatever the number of pairs (Holm's adjustment of a resampling p-value is at least m / (B + 1)
-  for m pairs). The scale ``s`` is 1 by default (the max-|Δ| form: measured, studentising by each
-  pair's bootstrap standard error, fixed over the resamples, separates identical models too often;
-  ``max_t``); ``studentise`` takes ``s`` = that standard error.
+  that order. It controls the family-wise error rate (asymptotically) over all pairs of one figure
+  at once, and its smallest value is 1 / (B + 1) whatever the number of pairs (Holm's adjustment
+  of a resampling p-value is at least m / (B + 1) for m pairs). The scale ``s`` is 1 by default
+  (the max-|Δ| form: measured, studentising by each pair's bootstrap standard error, fixed over the
+  resamples, separates identical models too often; ``max_t``); ``studentise`` takes ``s`` = that
+  standard error.
 * **Paired proportions: Newcombe's interval and Bonett & Price's, their hull** (Newcombe 1998,
   "Improved confidence intervals for the difference between binomial proportions based on paired
   data", Statistics in Medicine 17:2635-2650, method 10: the Wilson score intervals of both
