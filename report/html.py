@@ -178,7 +178,7 @@ def _index_section(summary: Summary, scored: Scored, labels: list[str]) -> dict:
                              if entry.decision_index is not None else _cell({}, "decision_index")]
         if unset(entry.rank) is not None:  # its rank by the index, with the rank's 95% interval (scoring.compare)
             row[1]["rank"] = f"rank {entry.rank} [{entry.rank_ci[0]}–{entry.rank_ci[1]}]"
-            if unset(entry.rank_set) is not None:  # the simultaneous rank set (every model's at once)
+            if unset(entry.rank_set) is not None:  # the simultaneous rank set (all models' at once)
                 row[1]["rank"] += f", jointly [{entry.rank_set[0]}–{entry.rank_set[1]}]"
         row += [_cell(metrics.get((label, name), {}), m, incomplete=entry.evals[name].get("complete") is False)
                 if entry.evals[name].get(m) is not None else _cell({}, m) for name, m in cells]
@@ -197,9 +197,9 @@ def _index_section(summary: Summary, scored: Scored, labels: list[str]) -> dict:
 
 def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
     """The pairwise matrix of Decision Index differences (row − column, points) over the models with an
-    index, each cell ``{"v", "ci", "p", "sig"}``: the difference, its interval, the adjusted p-value and
-    whether the pair is significant (``scoring.compare``: the max-T step-down over every pair, the table's
-    ``significant``); None with fewer than two such models."""
+    index, each cell ``{"v", "ci", "p", "sig"}``: the difference, its interval, the adjusted
+    p-value and whether the pair is significant (``scoring.compare``: the max-T step-down over
+    every pair, the table's ``significant``); None with fewer than two such models."""
     pairs = scored.comparisons.filter(pl.col("metric") == "decision_index")
     ranked = [lb for lb in labels if any(m.model == lb and m.decision_index is not None for m in summary.models)]
     if pairs.is_empty() or len(ranked) < 2:
@@ -218,8 +218,9 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
                 cells.append(None)
                 continue
             d, low, high, p, sig = found[(a, b)]
-            cells.append({"v": f"{d:+.1f}", "ci": f"[{low:+.1f}, {high:+.1f}]",
-                          "p": "—" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3f}"), "sig": sig})
+            shown = "—" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3f}")
+            cells.append({"v": f"{d:+.1f}", "ci": f"[{low:+.1f}, {high:+.1f}]", "p": shown,
+                          "sig": sig})
         rows.append({"model": a, "cells": cells})
     return {"models": ranked, "rows": rows, "alpha": alpha}
 

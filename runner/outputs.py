@@ -333,9 +333,9 @@ def _index_rows(summary: Summary, keys: list[str]) -> Rows:
 
 
 def _adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> str:
-    """"; adjacent: A − B +3.2 (p_adj < 0.001), …": for each pair adjacent in rank order (``ranked``), the
-    index's difference and its adjusted p-value from the summary's comparisons (``scoring.compare``; †
-    where significant); "" without comparisons."""
+    """"; adjacent: A − B +3.2 (p_adj < 0.001), …": for each pair adjacent in rank order
+    (``ranked``), the index's difference and its adjusted p-value from the summary's comparisons
+    (``scoring.compare``; † where significant); "" without comparisons."""
     found = {}
     for c in unset(summary.comparisons) or []:
         if c.metric == "decision_index" and c.difference is not None:
@@ -364,8 +364,9 @@ def print_summary(summary: Summary, console: Console, out: Path | None = None) -
     groups = summary.ranking.groups if summary.ranking else []
     if sum(map(len, groups)) > 1:
         key_of = dict(zip(names, keys, strict=True))
-        console.print("Ranked by Decision Index in statistically tied groups (max-T step-down over every pair, "
-                      "adjusted p < 0.05): " + " > ".join("{" + ", ".join(key_of[m] for m in g) + "}" for g in groups)
+        named = " > ".join("{" + ", ".join(key_of[m] for m in g) + "}" for g in groups)
+        console.print("Ranked by Decision Index in statistically tied groups (max-T step-down over "
+                      f"every pair, adjusted p < 0.05): {named}"
                       + _adjacent(summary, [m for g in groups for m in g], key_of), markup=False)
     console.print("Data used:")
     for name, d in summary.data.items():

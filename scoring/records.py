@@ -80,8 +80,9 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     ``model`` is its label; ``epochs`` its number of epochs; ``decision_index`` 0-100 or None with
     ``decision_index_reason``; ``complete`` (no failed or missing answer, ``scoring.provisional``) and, when
     not, ``within_tolerance``; with intervals ``decision_index_ci`` [low, high] (and ``decision_index_sd``
-    with several epochs); with comparisons ``rank``, ``rank_ci`` [low, high] (marginal 95% interval),
-    ``rank_set`` [low, high] (simultaneous: every model's rank in its set at once) and ``tied_group``
+    with several epochs); with comparisons ``rank``, ``rank_ci`` [low, high] (marginal 95%
+    interval), ``rank_set`` [low, high] (simultaneous: every model's rank in its set at once) and
+    ``tied_group``
     (``scoring.compare``); ``evals`` (evaluation name -> ``EvalBlock``); ``invalid_reasons``
     ([{"error", "count"}], ``scoring.summary.invalid_reasons``); ``requests`` (the request counts);
     ``usage`` (tokens and USD, ``scoring.cost``); ``served_models``, ``served_differs`` and ``cut_off``
@@ -114,9 +115,9 @@ class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One entry of ``Summary.comparisons`` (``scoring.summary.comparisons``): models ``a`` and ``b``,
     ``eval`` (None for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high] or None,
     ``p_value`` (the pair's own test), ``p_adjusted`` (the simultaneous procedure's, summary.json's
-    ``comparison_method``), ``significant`` (``p_adjusted`` < 1 − confidence), for accuracy with one epoch
-    ``discordant`` [a only right, b only right] and ``mcnemar_p``, and ``complete`` (false: a figure
-    compared is provisional)."""
+    ``comparison_method``), ``significant`` (``p_adjusted`` < 1 − confidence), for accuracy with
+    one epoch ``discordant`` [a only right, b only right] and ``mcnemar_p``, and ``complete``
+    (false: a figure compared is provisional)."""
 
     a: str
     b: str
@@ -148,7 +149,8 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     (``{"answers": N}``, ``{"fraction": x}`` or None), ``accepted``, ``data`` (evaluation -> its data block)
     and ``models``. Sometimes: ``provenance`` (``runner.provenance``; added when the outputs are written),
     ``intervals`` and ``calibration`` (with the scored tables), ``usage`` (the run's tokens and USD),
-    ``comparison_method``, ``comparisons`` and ``ranking`` (with paired comparisons), ``cost_bound`` (``dxi run --max-cost``) and
+    ``comparison_method``, ``comparisons`` and ``ranking`` (with paired comparisons),
+    ``cost_bound`` (``dxi run --max-cost``) and
     ``stopped_providers`` (``runner.stops``)."""
 
     prompt_version: str

@@ -42,10 +42,10 @@ whose answers is a reply has null metrics with the reason.
 
 Added with paired comparisons (``scoring.compare``): each model's ``rank`` by the index, ``rank_ci``
 (marginal), ``rank_set`` (simultaneous) and ``tied_group``; the summary's ``comparison_method`` (the
-procedures and the family, ``compare.METHOD``), ``comparisons`` (every pair of models in the summary's
-order, the index and every metric: ``{"a", "b", "eval", "metric", "difference", "ci", "p_value",
-"p_adjusted", "significant", "complete"}``, plus ``discordant`` and ``mcnemar_p`` for accuracy) and
-``ranking`` (the tied groups).
+procedures and the family, ``compare.METHOD``), ``comparisons`` (every pair of models in the
+summary's order, the index and every metric: ``{"a", "b", "eval", "metric", "difference", "ci",
+"p_value", "p_adjusted", "significant", "complete"}``, plus ``discordant`` and ``mcnemar_p`` for
+accuracy) and ``ranking`` (the tied groups).
 """
 from __future__ import annotations
 
@@ -267,22 +267,25 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
 def comparisons(table: pl.DataFrame, labels: list[str] | None = None) -> list[Comparison]:
     """summary.json's ``comparisons``, one entry per row of ``scoring.compare``'s table: ``a``, ``b``,
     ``eval`` (null for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high],
-    ``p_value`` (the pair's own test), ``p_adjusted`` and ``significant`` (the simultaneous procedure),
-    for accuracy with one epoch ``discordant`` [a right and b wrong, the other way] and ``mcnemar_p``, and
-    ``complete`` (false: a figure compared is provisional). Figures in the table's order; within one,
-    pairs in ``labels``' order (a before b; a pair the table has the other way round is turned: the
-    difference and interval negated, the discordant counts swapped), the table's order without
-    ``labels``. Differences are rounded to 6 decimals, p-values kept whole (a small one must not read 0)."""
+    ``p_value`` (the pair's own test), ``p_adjusted`` and ``significant`` (the simultaneous
+    procedure), for accuracy with one epoch ``discordant`` [a right and b wrong, the other way] and
+    ``mcnemar_p``, and ``complete`` (false: a figure compared is provisional). Figures in the
+    table's order; within one, pairs in ``labels``' order (a before b; a pair the table has the
+    other way round is turned: the difference and interval negated, the discordant counts swapped),
+    the table's order without ``labels``. Differences are rounded to 6 decimals, p-values kept
+    whole (a small one must not read 0)."""
     if labels is not None and not table.is_empty():
         place = {lb: k for k, lb in enumerate(labels)}
         pa = pl.col("a").replace_strict(place, default=None, return_dtype=pl.Int64)
         pb = pl.col("b").replace_strict(place, default=None, return_dtype=pl.Int64)
         turned = pa > pb
-        swap = {"a": pl.col("b"), "b": pl.col("a"), "difference": -pl.col("difference"), "low": -pl.col("high"),
-                "high": -pl.col("low"), "a_only": pl.col("b_only"), "b_only": pl.col("a_only")}
+        swap = {"a": pl.col("b"), "b": pl.col("a"), "difference": -pl.col("difference"),
+                "low": -pl.col("high"), "high": -pl.col("low"), "a_only": pl.col("b_only"),
+                "b_only": pl.col("a_only")}
         table = (table.with_row_index("row")
                  .with_columns(pl.col("row").min().over("eval", "metric").alias("figure"))
-                 .with_columns(*(pl.when(turned).then(v).otherwise(pl.col(k)).alias(k) for k, v in swap.items()))
+                 .with_columns(*(pl.when(turned).then(v).otherwise(pl.col(k)).alias(k)
+                                 for k, v in swap.items()))
                  .with_columns(pa.alias("pa"), pb.alias("pb"))
                  .sort("figure", "pa", "pb", nulls_last=True, maintain_order=True)
                  .drop("row", "figure", "pa", "pb"))
@@ -293,10 +296,11 @@ def comparisons(table: pl.DataFrame, labels: list[str] | None = None) -> list[Co
     out = []
     columns = (table["a"].to_list(), table["b"].to_list(), table["eval"].to_list(), table["metric"].to_list(),
                rounded("difference"), rounded("low"), rounded("high"), table["p_value"].to_list(),
-               table["p_adjusted"].to_list(), table["significant"].to_list(), table["a_only"].to_list(),
-               table["b_only"].to_list(), table["mcnemar_p"].to_list(), table["complete"].to_list())
-    for a, b, name, metric, difference, low, high, p, p_adj, sig, a_only, b_only, mcnemar, complete in zip(
-            *columns, strict=True):
+               table["p_adjusted"].to_list(), table["significant"].to_list(),
+               table["a_only"].to_list(), table["b_only"].to_list(), table["mcnemar_p"].to_list(),
+               table["complete"].to_list())
+    for (a, b, name, metric, difference, low, high, p, p_adj, sig, a_only, b_only, mcnemar,
+         complete) in zip(*columns, strict=True):
         entry = Comparison(a=a, b=b, eval=name, metric=metric, difference=difference,
                            ci=[low, high] if low is not None else None, p_value=p, p_adjusted=p_adj,
                            significant=bool(sig), complete=complete)
@@ -314,8 +318,9 @@ def ranking(models: list[ModelEntry]) -> Ranking:
     for m in ranked:
         groups.setdefault(m.tied_group, []).append(m.model)
     return Ranking(by="decision_index", groups=[groups[g] for g in sorted(groups)],
-                   method=("rank: 1 + the models with a higher index; rank_ci: its marginal 95% interval over the "
-                           "bootstrap resamples; rank_set: the simultaneous 95% rank set (Mogstad, Romano, Shaikh & "
-                           "Wilhelm 2024); groups: consecutive in rank order, a model joins the group above unless "
-                           "that group's first is significantly higher (the comparisons' significant: max-T "
-                           "step-down over every pair, p_adjusted < 0.05)"))
+                   method=("rank: 1 + the models with a higher index; rank_ci: its marginal "
+                           "95% interval over the bootstrap resamples; rank_set: the simultaneous "
+                           "95% rank set (Mogstad, Romano, Shaikh & Wilhelm 2024); groups: "
+                           "consecutive in rank order, a model joins the group above unless that "
+                           "group's first is significantly higher (the comparisons' significant: "
+                           "max-T step-down over every pair, p_adjusted < 0.05)"))

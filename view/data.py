@@ -409,7 +409,8 @@ class Browser:
     def differences(self, name: str, a: str, b: str) -> list[dict]:
         """The summary's paired comparisons of ``a`` and ``b`` (``scoring.compare``): the Decision Index's
         and each metric of ``name``'s, as a − b (an entry stored as b − a is turned round): ``metric``,
-        ``eval``, ``difference``, ``ci``, ``p_value``, ``p_adjusted``, ``significant``, ``complete`` and, for accuracy,
+        ``eval``, ``difference``, ``ci``, ``p_value``, ``p_adjusted``, ``significant``,
+        ``complete`` and, for accuracy,
         ``discordant`` [a only, b only] and ``mcnemar_p``. Empty for a model compared with itself."""
         self.model(a), self.model(b)
         out = []
