@@ -19,8 +19,10 @@ each evaluation metric (``sums.METRICS``) that both have (not null):
   of one epoch each, the exact McNemar test (McNemar 1947) on the discordant answers ``a_only`` (a
   right, b wrong) and ``b_only``: p = min(1, 2·P(X ≤ min(a_only, b_only))), X ~ Binomial(a_only +
   b_only, ½) (``mcnemar_p``, as ``scipy.stats.binomtest`` computes it); otherwise the paired
-  bootstrap test (1 + #{|Δ*_b − Δ| ≥ |Δ|}) / (B + 1) over the B resamples (never 0: at least 1 / (B
-  + 1));
+  bootstrap test (1 + #{|Δ*_b − Δ| ≥ |Δ|}) / (B + 1) over the B resamples (never 0: at least
+  1 / (B + 1)); where no resample moves a nonzero difference (every task favours one model
+  alike), at least the sign test's 2 · ½ⁿ over the n tasks, as is ``p_adjusted``, and its
+  interval runs from d · (n − z²)/(n + z²) to d;
 * ``p_adjusted``, valid for every pair of one figure (metric) at once — the family is the pairs of
   models that both have the figure: the max-T step-down of Westfall & Young (1993) and Romano & Wolf
   (2005) on the paired differences over the same resamples (``simultaneous.max_t``: unstudentised,
@@ -51,6 +53,7 @@ missing) has ``complete`` false.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 import polars as pl
@@ -193,7 +196,8 @@ class Figure:
     """One metric of every model: ``point`` (labels,), ``replicates`` (resamples, labels),
     ``complete`` (labels,): no failed or missing answer behind the figure; ``floor``: the
     half-width, in points, of a difference's symmetric interval where no resample moves it
-    (``simultaneous.floor_width``)."""
+    (``simultaneous.floor_width``); ``tasks``: its number of tasks (the index: the fewest of its
+    evaluations')."""
 
     eval: str | None
     metric: str
@@ -201,6 +205,7 @@ class Figure:
     replicates: np.ndarray
     complete: np.ndarray
     floor: float
+    tasks: int
 
 
 def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap) -> list[Figure]:
@@ -224,6 +229,7 @@ def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstra
             index.replicates,
             np.logical_and.reduce([complete[n] for n in complete], initial=True),
             index_floor,
+            min((est.n for est in estimates.values()), default=0),
         )
     ]
     for name, metrics in METRICS.items():
@@ -240,6 +246,7 @@ def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstra
                     est.replicates[metric],
                     complete[name],
                     floor_width(est.n, boot.confidence),
+                    est.n,
                 )
             )
     return out
@@ -299,6 +306,18 @@ def compare(
             both_wrong = tasks - right_a - b_only
             n_low, n_high = newcombe(a_only, b_only, both_right, both_wrong, boot.confidence)
             low, high = np.where(paired, n_low, low), np.where(paired, n_high, high)
+        # a difference no resample moves (every task favours the same model alike): the bootstrap
+        # cannot judge it, the sign test over the tasks can: at least 2 · ½**tasks
+        constant = (se == 0) & (d != 0) & ~paired
+        sign_test = min(1.0, 2.0 * 0.5 ** fig.tasks) if fig.tasks > 0 else 1.0
+        p_boot = np.where(constant, np.fmax(p_boot, sign_test), p_boot)
+        # and its interval: from d · (n − z²)/(n + z²) (Wilson's lower bound of the share of tasks
+        # favouring that model, when all n do, as a difference) to d
+        z2 = NormalDist().inv_cdf(1 - alpha / 2) ** 2
+        near = d * (fig.tasks - z2) / (fig.tasks + z2) if fig.tasks > 0 else np.full(len(d), np.nan)
+        low = np.where(constant, np.fmin(near, d), low)
+        high = np.where(constant, np.fmax(near, d), high)
+        p_step = np.where(constant, np.fmax(p_step, sign_test), p_step)
         p_value = np.where(paired, mcnemar, p_boot)
         p_adjusted = np.where(paired, np.fmax(p_step, mcnemar), p_step)
         rows.append(

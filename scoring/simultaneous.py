@@ -197,8 +197,8 @@ def symmetric_interval(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The symmetric bootstrap interval ``d ± q`` (module docstring) per pair: ``d``
     (pairs,), ``replicates`` (pairs, resamples; NaN undefined), ``floor`` the half-width used where
-    no resample moves the difference (``floor_width``). NaN where ``d`` is NaN or no resample is
-    defined."""
+    no resample moves the difference (``floor_width``); clipped to [−100, 100] (differences of
+    0-100 figures), always containing ``d``. NaN where ``d`` is NaN or no resample is defined."""
     dev = np.abs(replicates - d[:, None])
     count = (~np.isnan(dev)).sum(1)
     k = np.maximum(count - 1, 0)
@@ -217,7 +217,8 @@ def symmetric_interval(
         q = dev[rows, lo] + (dev[rows, hi] - dev[rows, lo]) * (pos - lo) if len(d) else np.empty(0)
     q = np.where(q > 1e-9, q, floor)
     bad = np.isnan(d) | (count == 0)
-    return np.where(bad, np.nan, d - q), np.where(bad, np.nan, d + q)
+    low, high = np.clip(d - q, -100, np.minimum(d, 100)), np.clip(d + q, np.maximum(d, -100), 100)
+    return np.where(bad, np.nan, low), np.where(bad, np.nan, high)
 
 
 def rank_sets(

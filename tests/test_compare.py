@@ -259,6 +259,24 @@ def test_a_100_percent_model_and_a_0_percent_one_among_eleven_are_separated():
     assert top["p_adjusted"] == pytest.approx(1 / 1001)
 
 
+@pytest.mark.parametrize(("tasks", "separated"), [(2, False), (60, True)])
+def test_a_difference_no_resample_moves_falls_back_to_the_sign_test(tasks: int, separated: bool):
+    # 100% against 0% everywhere: every resample gives 100, so the bootstrap cannot judge; the sign test over the
+    # tasks can (2 * 0.5**2 = 0.5 on 2 tasks), and the interval runs from 100 (n - z^2)/(n + z^2) to 100
+    scored = score(frame(suite("m:a", [True] * tasks) + suite("m:b", [False] * tasks)), Bootstrap(),
+                   with_comparisons=True)
+    z2 = 1.959963984540054 ** 2
+    for row in scored.comparisons.iter_rows(named=True):
+        assert row["difference"] == 100.0 and row["significant"] is separated
+        assert -100 <= row["low"] <= row["difference"] <= row["high"] == 100.0
+        if row["metric"] != "accuracy":  # accuracy: McNemar's exact test and the paired interval
+            assert row["p_adjusted"] == pytest.approx(max(2 * 0.5 ** tasks, 1 / 1001))
+            assert row["low"] == pytest.approx(100 * (tasks - z2) / (tasks + z2))
+    one = score(frame(suite("m:a", [True] * tasks)), Bootstrap(resamples=50), with_comparisons=True)
+    assert one.comparisons.is_empty()
+    assert one.index.select("rank", "rank_set_low", "rank_set_high", "tied_group").row(0) == (1, 1, 1, 1)
+
+
 def test_the_family_wise_error_rate_with_identical_models_by_seeded_simulation():
     # 10 models of the same accuracy (answers drawn independently), 60 questions, 200 datasets: how often is any
     # of the 45 pairs separated (max-T step-down over the resamples and McNemar's exact p)? Goal 5%.
