@@ -44,7 +44,7 @@ resamples (each resample's competition rank; the percentile bounds rounded outwa
 joins the group of the model ranked above it unless that group's first model is significantly above
 it, when it starts the next group. Groups and rank sets read the same ``significant`` pairs, so
 they agree: a model that starts a group has at least one model significantly above it, and its rank
-set starts below 1.
+set starts at rank 2 or later.
 
 A comparison that involves a provisional figure (``scoring.provisional``: answers failed or
 missing) has ``complete`` false.
