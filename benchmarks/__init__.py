@@ -1,4 +1,5 @@
-"""Benchmarks: ``make bench`` (``python -m benchmarks``) runs every ``benchmarks/bench_*.py`` module.
+"""Benchmarks: ``make bench`` (``python -m benchmarks``) runs every ``benchmarks/bench_*.py`` module and
+every ``benchmarks/stats_*.py`` one (the statistics' seeded simulations).
 
 Each module defines ``run() -> list[Result]``; figures are measured side by side in one run on this
 machine (ratios against a baseline where the goal is a ratio), never asserted in unit tests.

@@ -15,7 +15,9 @@ HERE = Path(__file__).parent
 
 
 def main() -> None:
-    names = sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
+    modules = {p.stem.removeprefix("bench_"): p.stem for p in HERE.glob("bench_*.py")}
+    modules |= {p.stem: p.stem for p in HERE.glob("stats_*.py")}  # the statistics' own (seeded simulations)
+    names = sorted(modules)
     p = argparse.ArgumentParser(prog="python -m benchmarks")
     p.add_argument("only", nargs="*", help=f"benchmarks to run (default all): {', '.join(names)}")
     p.add_argument("--out", type=Path, default=Path("out/bench"), help="where results.json and results.md go")
@@ -28,7 +30,7 @@ def main() -> None:
     for name in args.only or names:
         console.print(f"[bold]{name}[/] …")
         started = time.perf_counter()
-        results += importlib.import_module(f"benchmarks.bench_{name}").run()
+        results += importlib.import_module(f"benchmarks.{modules[name]}").run()
         console.print(f"  done in {time.perf_counter() - started:.1f} s")
     table = Table(title=f"Benchmarks ({platform.node()}, {time.strftime('%Y-%m-%d %H:%M')})")
     for col in ("benchmark", "figure", "value", "unit", "goal", "met", "note"):

@@ -4,7 +4,7 @@ whole index (1,225 pairs), synthetic answers written through the real cache sche
 Figures (the best of ``REPEATS``, as the machine is shared):
 
 * added to scoring: the scoring's tables with comparisons minus without (``Scorer.result(comparisons=...)``:
-  every pair's paired-bootstrap interval, p-values, Holm's adjustment and McNemar's test for the index and
+  every pair's interval, p-values, the max-T step-down and McNemar's test for the index and
   the 7 metrics, the ranks and tied groups), plus the discordant counts each evaluation's cube gives
   (``compare.discordant``, computed while the evaluations are added), plus summary.json's ``comparisons``
   and ``ranking`` (``build_summary`` with and without them) — goal ≤ 1 s;

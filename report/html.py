@@ -203,6 +203,8 @@ def _index_section(summary: Summary, scored: Scored, labels: list[str]) -> dict:
                              if entry.decision_index is not None else _cell({}, "decision_index")]
         if unset(entry.rank) is not None:  # its rank by the index, with the rank's 95% interval (scoring.compare)
             row[1]["rank"] = f"rank {entry.rank} [{entry.rank_ci[0]}–{entry.rank_ci[1]}]"
+            if unset(entry.rank_set) is not None:  # the simultaneous rank set (all models' at once)
+                row[1]["rank"] += f", jointly [{entry.rank_set[0]}–{entry.rank_set[1]}]"
         row += [_cell(metrics.get((label, name), {}), m, incomplete=entry.evals[name].get("complete") is False)
                 if entry.evals[name].get(m) is not None else _cell({}, m) for name, m in cells]
         row += [sum(b.get("invalid", 0) for b in entry.evals.values()),
@@ -220,10 +222,11 @@ def _index_section(summary: Summary, scored: Scored, labels: list[str]) -> dict:
 
 def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
     """The pairwise matrix of Decision Index differences (row − column, points) over the models with an
-    index, each cell ``{"v", "ci", "sig", "open"}``: the difference, its paired-bootstrap interval,
-    whether it is claimed (significant after Holm's adjustment, p_holm < 1 − confidence, and
-    settled: no outcome of the failed and missing answers could overturn it, ``scoring.bounds``) and
-    whether such answers could (``open``); None with fewer than two such models."""
+    index, each cell ``{"v", "ci", "p", "sig", "open"}``: the difference, its interval, the
+    adjusted p-value, whether the pair is significant (``scoring.compare``: the max-T step-down
+    over every pair, the table's ``significant``, which a difference a provisional index's failed
+    and missing answers could overturn never is) and whether such answers could (``open``); None
+    with fewer than two such models."""
     pairs = scored.comparisons.filter(pl.col("metric") == "decision_index")
     ranked = [lb for lb in labels if any(m.model == lb and m.decision_index is not None for m in summary.models)]
     if pairs.is_empty() or len(ranked) < 2:
@@ -231,9 +234,9 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
     alpha = 1 - (unset(summary.intervals) or {}).get("confidence", 0.95)
     found = {}
     for r in pairs.iter_rows(named=True):
-        settled = r.get("settled", True) is not False
-        found[(r["a"], r["b"])] = (r["difference"], r["low"], r["high"], r["p_holm"], settled)
-        found[(r["b"], r["a"])] = (-r["difference"], -r["high"], -r["low"], r["p_holm"], settled)
+        sig, settled = bool(r["significant"]), r.get("settled", True) is not False
+        found[(r["a"], r["b"])] = (r["difference"], r["low"], r["high"], r["p_adjusted"], sig, settled)
+        found[(r["b"], r["a"])] = (-r["difference"], -r["high"], -r["low"], r["p_adjusted"], sig, settled)
     rows = []
     for a in ranked:
         cells = []
@@ -241,9 +244,10 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
             if a == b or (a, b) not in found:
                 cells.append(None)
                 continue
-            d, low, high, p, settled = found[(a, b)]
-            cells.append({"v": f"{d:+.1f}", "ci": f"[{low:+.1f}, {high:+.1f}]",
-                          "sig": p is not None and p < alpha and settled, "open": not settled})
+            d, low, high, p, sig, settled = found[(a, b)]
+            shown = "—" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3f}")
+            cells.append({"v": f"{d:+.1f}", "ci": f"[{low:+.1f}, {high:+.1f}]", "p": shown,
+                          "sig": sig, "open": not settled})
         rows.append({"model": a, "cells": cells})
     return {"models": ranked, "rows": rows, "alpha": alpha,
             "open": any(c is not None and c["open"] for r in rows for c in r["cells"])}

@@ -384,6 +384,25 @@ def _index_rows(summary: Summary, keys: list[str]) -> Rows:
     return rows
 
 
+def _adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> str:
+    """"; adjacent: A − B +3.2 (p_adj < 0.001), …": for each pair adjacent in rank order
+    (``ranked``), the index's difference and its adjusted p-value from the summary's comparisons
+    (``scoring.compare``; † where significant); "" without comparisons."""
+    found = {}
+    for c in unset(summary.comparisons) or []:
+        if c.metric == "decision_index" and c.difference is not None:
+            found[(c.a, c.b)] = (c.difference, c.p_adjusted, c.significant)
+            found[(c.b, c.a)] = (-c.difference, c.p_adjusted, c.significant)
+    parts = []
+    for a, b in zip(ranked, ranked[1:], strict=False):
+        if (a, b) not in found:
+            continue
+        d, p, sig = found[(a, b)]
+        shown = "—" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
+        parts.append(f"{key_of[a]} − {key_of[b]} {d:+.1f} (p_adj {shown}{' †' if sig else ''})")
+    return "; adjacent: " + ", ".join(parts) if parts else ""
+
+
 def print_summary(summary: Summary, console: Console, out: Path | None = None) -> None:
     """The index table (fitted to the terminal: long or short headers, full model names or keys with a
     legend), then what data was used and anything the reader must know (once per model: another model served
@@ -397,8 +416,10 @@ def print_summary(summary: Summary, console: Console, out: Path | None = None) -
     groups = summary.ranking.groups if summary.ranking else []
     if sum(map(len, groups)) > 1:
         key_of = dict(zip(names, keys, strict=True))
-        console.print("Ranked by Decision Index in statistically tied groups (paired bootstrap, Holm-adjusted): "
-                      + " > ".join("{" + ", ".join(key_of[m] for m in g) + "}" for g in groups), markup=False)
+        named = " > ".join("{" + ", ".join(key_of[m] for m in g) + "}" for g in groups)
+        console.print("Ranked by Decision Index in statistically tied groups (max-T step-down over "
+                      f"every pair, adjusted p < 0.05): {named}"
+                      + _adjacent(summary, [m for g in groups for m in g], key_of), markup=False)
     console.print("Data used:")
     for name, d in summary.data.items():
         title = EVALS[name].title

@@ -160,17 +160,14 @@ def settle(comparisons: pl.DataFrame, labels: Sequence[str],
 
 
 def settle_ranks(ranks: pl.DataFrame, labels: Sequence[str], bounds: Bounds) -> pl.DataFrame:
-    """The ranks (``scoring.compare.RANK_SCHEMA``: ``label``, ``rank``, ``rank_low``,
-    ``rank_high``, ``group``) made to claim nothing the open answers could overturn, from the
-    index's ``bounds`` over ``labels`` (a complete index at its value); unchanged when every
-    index ranked is complete.
-
-    * ``rank_low``/``rank_high`` widen to every rank the bounds allow: as good as 1 + the models
-      whose lowest exceeds this one's highest, as poor as 1 + the models whose highest exceeds
-      its lowest;
-    * tied groups: a boundary between consecutive groups stands on the comparison of the lower
-      group's first model with the upper group's first (``scoring.compare``); where those two
-      are not settled (``settled``), the lower group joins the upper one."""
+    """The ranks (``scoring.compare.RANK_SCHEMA``) with their intervals widened so they claim
+    nothing the open answers could overturn, from the index's ``bounds`` over ``labels`` (a
+    complete index at its value); unchanged when every index ranked is complete. ``rank_low`` /
+    ``rank_high`` and ``rank_set_low`` / ``rank_set_high`` cover every rank the bounds allow: as
+    good as 1 + the models whose lowest exceeds this one's highest, as poor as 1 + the models
+    whose highest exceeds its lowest. The tied groups need nothing here: they are read from the
+    comparisons' ``significant``, which ``settle``'s rule has already cleared where a difference
+    is not settled (``scoring.scored``)."""
     if ranks.is_empty():
         return ranks
     at = {label: i for i, label in enumerate(labels)}
@@ -180,18 +177,8 @@ def settle_ranks(ranks: pl.DataFrame, labels: Sequence[str], bounds: Bounds) -> 
         return ranks
     best = 1 + (low[None, :] > high[:, None]).sum(1)
     worst = 1 + ((high[None, :] > low[:, None]) & ~np.eye(len(idx), dtype=bool)).sum(1)
-    rank_low = np.minimum(ranks["rank_low"].to_numpy(), best)
-    rank_high = np.maximum(ranks["rank_high"].to_numpy(), worst)
-    group = ranks["group"].to_numpy()
-    first: dict[int, int] = {}  # each group's first model (best rank, then labels order)
-    for k in np.lexsort((np.arange(len(idx)), ranks["rank"].to_numpy())):
-        first.setdefault(int(group[k]), int(k))
-    new_of, current, above = {}, 0, None
-    for g in sorted(first):
-        x, y = (first[above], first[g]) if above is not None else (0, 0)
-        if above is None or settled(low[x], high[x], low[y], high[y]):
-            current += 1
-        new_of[g], above = current, g
-    return ranks.with_columns(pl.Series("rank_low", rank_low, dtype=pl.Int64),
-                              pl.Series("rank_high", rank_high, dtype=pl.Int64),
-                              pl.Series("group", [new_of[int(g)] for g in group], dtype=pl.Int64))
+    return ranks.with_columns(
+        *(pl.Series(name, np.minimum(ranks[name].to_numpy(), best), dtype=pl.Int64)
+          for name in ("rank_low", "rank_set_low")),
+        *(pl.Series(name, np.maximum(ranks[name].to_numpy(), worst), dtype=pl.Int64)
+          for name in ("rank_high", "rank_set_high")))

@@ -1,77 +1,165 @@
-"""Paired comparisons of the models scored together, and their ranks with intervals.
+"""Paired comparisons of the models scored together, and their ranks with sets that hold jointly.
 
-Every model of a scoring is scored on the same tasks, and every model's bootstrap intervals come from the
-same resamples of those tasks (``scoring.bootstrap``): so a difference between two models can be
-resampled *paired*, each resample's difference computed on the same tasks for both.
+Every model of a scoring is scored on the same tasks, and every model's bootstrap intervals come
+from the same resamples of those tasks (``scoring.bootstrap``): so a difference between two models
+can be resampled *paired*, each resample's difference computed on the same tasks for both.
 
-For every pair (a, b) of models, in the summary's order (a before b), and for the Decision Index and each
-evaluation metric (``sums.METRICS``) that both have (not null):
+For every pair (a, b) of models (a before b in ``labels``' order), and for the Decision Index and
+each evaluation metric (``sums.METRICS``) that both have (not null):
 
 * ``difference`` = metric(a) − metric(b), in points of the 0-100 scale;
-* ``low``/``high``: the percentile interval of the difference over the resamples (the intervals'
-  resamples: ``Bootstrap.counts``; a resample where either value is undefined, an F1 without positives,
-  is left out);
-* ``p_value``: two-sided, from the same resamples: p = min(1, 2·min(1 + #{Δ* ≤ 0}, 1 + #{Δ* ≥ 0}) / (B + 1))
-  over the B defined resamples, the percentile interval inverted (the interval at level 1 − α excludes 0
-  about when p < α) with the (1 + #)/(B + 1) of Davison & Hinkley 1997, "Bootstrap Methods and their
-  Application", §4.4.1, so no p-value is 0 (the smallest is 2 / (B + 1));
-* ``p_holm``: Holm's step-down adjustment (Holm 1979, "A simple sequentially rejective multiple test
-  procedure") of the p-values of one metric across every pair of the run;
-* for the accuracy metrics, between two models of one epoch each: the exact McNemar test (McNemar 1947) on the discordant
-  answers: ``a_only`` (a right, b wrong) and ``b_only``; under the null each discordant answer is either
-  with probability ½, so p = min(1, 2·P(X ≤ min(a_only, b_only))) with X ~ Binomial(a_only + b_only, ½)
-  (the two-sided exact binomial test, as ``scipy.stats.binomtest`` computes it for p = ½), evaluated
-  exactly in log space (``mcnemar_p``). With several epochs the answers of one task are not independent
-  pairs, and the test is left out.
+* ``low``/``high``: its 95% interval (``scoring.simultaneous``): for accuracy between two models of
+  one epoch each, the hull of Newcombe's paired interval (1998, method 10) and Bonett & Price's
+  (2012) adjusted Wald interval, from the 2×2 table of right and wrong answers
+  (``simultaneous.newcombe``: method 10 alone measured 0.917 coverage at 20 questions); otherwise
+  the symmetric bootstrap interval over the resamples (never of zero width); ``interval`` names
+  which;
+* ``se``: the standard deviation of the resampled difference;
+* ``p_value``, the pair's own two-sided test, ``test`` names which: for accuracy between two models
+  of one epoch each, the exact McNemar test (McNemar 1947) on the discordant answers ``a_only`` (a
+  right, b wrong) and ``b_only``: p = min(1, 2·P(X ≤ min(a_only, b_only))), X ~ Binomial(a_only +
+  b_only, ½) (``mcnemar_p``, as ``scipy.stats.binomtest`` computes it); otherwise the paired
+  bootstrap test (1 + #{|Δ*_b − Δ| ≥ |Δ|}) / (B + 1) over the B resamples (never 0: at least
+  1 / (B + 1)); where no resample moves a nonzero difference (every task favours one model
+  alike), at least the sign test's 2 · ½ⁿ over the n tasks, as is ``p_adjusted``, and its
+  interval runs from d · (n − z²)/(n + z²) to d;
+* ``p_adjusted``, valid for every pair of one figure (metric) at once — the family is the pairs of
+  models that both have the figure: the max-T step-down of Westfall & Young (1993) and Romano & Wolf
+  (2005) on the paired differences over the same resamples (``simultaneous.max_t``: unstudentised,
+  as measured studentised statistics over one set of resamples inflate the family-wise error), whose
+  smallest value is 1 / (B + 1) whatever the number of pairs; for accuracy with McNemar's test, the
+  larger of that and the exact McNemar p (a pair is then separated only when both separate it, so
+  the family-wise error rate is at most the step-down's, and no pair is separated on fewer
+  discordant answers than the exact test allows); ``adjustment`` names it;
+* ``significant``: ``p_adjusted`` < 1 − confidence. Every significance claim (the tied groups, the
+  rank sets, the report's and ``dxi view``'s marks, the terminal's ranking line) reads this one
+  boolean; a filter can AND another condition into it before ``ranks`` is computed again.
 
-Ranks (by the Decision Index, among the models that have one): ``rank`` = 1 + the number of models with
-a higher index; ``rank_low``/``rank_high``: the 95% interval of the rank over the same resamples (each
-resample's competition rank; the percentile bounds rounded outward to whole ranks); ``group``: models
-that are statistically tied, consecutive in rank order: a model joins the group of the model ranked above
-it unless its index is significantly lower (Holm-adjusted p < 1 − confidence) than that group's first
-model's, when it starts the next group.
+Ranks (by the Decision Index, among the models that have one; ``ranks``): ``rank`` = 1 + the number
+of models with a higher index; ``rank_low``/``rank_high``: its marginal 95% interval over the same
+resamples (each resample's competition rank; the percentile bounds rounded outward to whole ranks);
+``rank_set_low``/``rank_set_high``: the simultaneous rank set of Mogstad, Romano, Shaikh & Wilhelm
+(2024) from the index's ``significant`` pairs: every model's true rank lies in its set at once with
+95% confidence; ``group``: models that are statistically tied, consecutive in rank order: a model
+joins the group of the model ranked above it unless that group's first model is significantly above
+it, when it starts the next group. Groups and rank sets read the same ``significant`` pairs, so
+they agree: a model that starts a group has at least one model significantly above it, and its rank
+set starts at rank 2 or later.
 
-A comparison that involves a provisional figure (``scoring.provisional``: answers failed or missing) has
-``complete`` false.
+A comparison that involves a provisional figure (``scoring.provisional``: answers failed or
+missing) has ``complete`` false.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 import polars as pl
 
-from .bootstrap import Bootstrap, nan_quantiles, ordered_quantiles
-from .decision_index import index_values
+from .bootstrap import Bootstrap, nan_quantiles
+from .decision_index import WEIGHTS, index_values
+from .simultaneous import floor_width, max_t, newcombe, rank_sets, symmetric_interval
 from .sums import COUNTS, FLAGS, METRICS, Cube, EvalMetrics
 
 ACCURACY = "accuracy"  # the metric of accuracy type: McNemar's test applies
 INDEX = "decision_index"
-COMPARISON_SCHEMA = {"a": pl.String, "b": pl.String, "eval": pl.String, "metric": pl.String, "difference": pl.Float64,
-                     "low": pl.Float64, "high": pl.Float64, "p_value": pl.Float64, "p_holm": pl.Float64,
-                     "a_only": pl.Int64, "b_only": pl.Int64, "mcnemar_p": pl.Float64, "complete": pl.Boolean}
-RANK_SCHEMA = {"label": pl.String, "rank": pl.Int64, "rank_low": pl.Int64, "rank_high": pl.Int64, "group": pl.Int64}
-PAIRS_AT_ONCE = 4096  # pairs whose resampled differences are held at a time (resamples × pairs float64)
+MCNEMAR = "McNemar exact"
+BOOTSTRAP_T = "paired bootstrap"
+MAX_T = "max-T step-down"
+MAX_T_MCNEMAR = "max-T step-down and McNemar exact"
+NEWCOMBE = "Newcombe (method 10) and Bonett-Price hull"
+SYMMETRIC = "symmetric bootstrap"
+METHOD = {
+    "adjustment": (
+        "max-T step-down (Westfall & Young 1993; Romano & Wolf 2005, JASA 100:94-108) on the "
+        "paired differences over the bootstrap resamples (max-|Δ| form), smallest p_adjusted "
+        "1/(B + 1) whatever the number of pairs; for accuracy with McNemar's test, p_adjusted is "
+        "the larger of the step-down's and the exact McNemar p"
+    ),
+    "family": (
+        "per figure (the index, each evaluation metric): every pair of models that both have it"
+    ),
+    "significant": "p_adjusted < 1 − confidence",
+    "p_value": {
+        "accuracy (one epoch each)": "exact McNemar test (two-sided binomial, p = ½)",
+        "otherwise": "bootstrap test, (1 + #{|Δ* − Δ| ≥ |Δ|}) / (B + 1)",
+    },
+    "ci": {
+        "accuracy (one epoch each)": (
+            "the hull of Newcombe's paired interval (Statistics in Medicine 1998, method "
+            "10) and Bonett & Price's adjusted Wald interval (2012)"
+        ),
+        "otherwise": "symmetric bootstrap interval d ± q, q the 95% quantile of |Δ* − Δ|, "
+        "at least 100·z²/(n + z²) points (never zero width)",
+    },
+    "rank_set": (
+        "simultaneous rank sets (Mogstad, Romano, Shaikh & Wilhelm 2024, Review of Economic "
+        "Studies): "
+        "[1 + models significantly above, N − models significantly below], by the index's "
+        "significant pairs; every model's rank lies in its set at once with 95% confidence"
+    ),
+}
+"""summary.json's ``comparison_method``: the procedures, in words, with their sources."""
+COMPARISON_SCHEMA = {
+    "a": pl.String,
+    "b": pl.String,
+    "eval": pl.String,
+    "metric": pl.String,
+    "difference": pl.Float64,
+    "low": pl.Float64,
+    "high": pl.Float64,
+    "interval": pl.String,
+    "se": pl.Float64,
+    "p_value": pl.Float64,
+    "test": pl.String,
+    "p_adjusted": pl.Float64,
+    "adjustment": pl.String,
+    "significant": pl.Boolean,
+    "a_only": pl.Int64,
+    "b_only": pl.Int64,
+    "mcnemar_p": pl.Float64,
+    "complete": pl.Boolean,
+}
+RANK_SCHEMA = {
+    "label": pl.String,
+    "rank": pl.Int64,
+    "rank_low": pl.Int64,
+    "rank_high": pl.Int64,
+    "rank_set_low": pl.Int64,
+    "rank_set_high": pl.Int64,
+    "group": pl.Int64,
+}
 TASKS_AT_ONCE = 65_536  # tasks whose right/wrong matrix is held at a time (``discordant``)
 
 
 def discordant(cube: Cube) -> np.ndarray | None:
-    """For an accuracy (choice) evaluation: ``d[i, j]`` = the answers label ``i`` got right and label
-    ``j`` wrong, paired by question (labels × labels, int64; a failed, missing or invalid answer is not
-    right); −1 where either label has several epochs (the answers of one task are then not independent
-    pairs). None for yes/no evaluations."""
+    """For an accuracy (choice) evaluation: ``d[i, j]`` = the answers label ``i`` got right and
+    label ``j`` wrong, paired by question, and on the diagonal ``d[i, i]`` the answers label ``i``
+    got right (labels × labels, int64; a failed, missing or invalid answer is not right); −1 where
+    either label has several epochs (the answers of one task are then not independent pairs). None
+    for yes/no evaluations."""
     if cube.kind != "choice":
         return None
     n_labels = len(cube.labels)
     right = ((cube.flags >> FLAGS.index("correct")) & 1).astype(bool)
     first = cube.s == 0
     out = np.zeros((n_labels, n_labels), np.int64)
-    for start in range(0, cube.n_tasks, TASKS_AT_ONCE):  # a task is one question in a choice evaluation
+    total = np.zeros(n_labels, np.int64)
+    for start in range(
+        0, cube.n_tasks, TASKS_AT_ONCE
+    ):  # a task is one question in a choice evaluation
         stop = min(start + TASKS_AT_ONCE, cube.n_tasks)
         mine = first & (cube.t >= start) & (cube.t < stop)
         r = np.zeros((n_labels, stop - start), np.float32)
         r[cube.l[mine], cube.t[mine] - start] = right[mine]
-        out += np.rint(r @ (1 - r).T).astype(np.int64)  # exact: integer sums far below 2**24 per block
+        out += np.rint(r @ (1 - r).T).astype(
+            np.int64
+        )  # exact: integer sums far below 2**24 per block
+        total += np.rint(r.sum(1)).astype(np.int64)
+    out[np.diag_indices(n_labels)] = total
     several = (~cube.absent).sum(1) > 1 if cube.n_epochs > 1 else np.zeros(n_labels, bool)
     out[several, :] = -1
     out[:, several] = -1
@@ -80,8 +168,9 @@ def discordant(cube: Cube) -> np.ndarray | None:
 
 def mcnemar_p(a_only: np.ndarray, b_only: np.ndarray) -> np.ndarray:
     """The exact two-sided McNemar p-values for arrays of discordant counts (non-negative integers):
-    min(1, 2·P(X ≤ min(a, b))), X ~ Binomial(a + b, ½); 1 where there is no discordant answer. Summed in
-    log space from log-factorials (relative error ~1e-12; tested against ``scipy.stats.binomtest``)."""
+    min(1, 2·P(X ≤ min(a, b))), X ~ Binomial(a + b, ½); 1 where there is no discordant answer.
+    Summed in log space from log-factorials (relative error ~1e-12; tested against
+    ``scipy.stats.binomtest``)."""
     a_only, b_only = np.asarray(a_only, np.int64), np.asarray(b_only, np.int64)
     n, k = a_only + b_only, np.minimum(a_only, b_only)
     out = np.ones(n.shape)
@@ -95,148 +184,235 @@ def mcnemar_p(a_only: np.ndarray, b_only: np.ndarray) -> np.ndarray:
     test = np.repeat(np.arange(len(todo)), sizes)
     j = np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)  # 0..k of each test
     terms = log_fact[nn[test]] - log_fact[j] - log_fact[nn[test] - j] - nn[test] * np.log(2.0)
-    peak = terms[np.cumsum(sizes) - 1]  # the pmf rises up to n/2, so the term j = k is each test's largest
+    peak = terms[
+        np.cumsum(sizes) - 1
+    ]  # the pmf rises up to n/2, so the term j = k is each test's largest
     sums = np.add.reduceat(np.exp(terms - peak[test]), np.cumsum(sizes) - sizes)
     out[todo] = np.minimum(1.0, 2.0 * np.exp(peak + np.log(sums)))
     return out
 
 
-def holm(p: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjusted p-values of one family (NaN entries left out of it and kept NaN)."""
-    p = np.asarray(p, np.float64)
-    out = np.full(p.shape, np.nan)
-    ok = np.flatnonzero(~np.isnan(p))
-    if len(ok) == 0:
-        return out
-    order = ok[np.argsort(p[ok], kind="stable")]
-    m = len(order)
-    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
-    out[order] = adjusted
-    return out
-
-
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, boot: Bootstrap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The paired bootstrap of ``a − b``: ``a``, ``b`` are (pairs, resamples) replicates of the two models
-    of each pair on the same resamples (NaN: undefined there), one pair per row. Returns (low, high,
-    p_value) per pair, as the module docstring defines them; NaN where no resample is defined."""
-    d = a - b  # (pairs, resamples)
-    count = (~np.isnan(d)).sum(1)
-    below, above = (d <= 0).sum(1), (d >= 0).sum(1)
-    d.sort(axis=1)  # NaN last; a whole sort of these rows measured faster than numpy's partition at 4 places
-    alpha = (1 - boot.confidence) / 2
-    low, high = ordered_quantiles(d, count, (alpha, 1 - alpha))  # as ``Bootstrap.interval``'s percentiles
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = np.minimum(1.0, 2.0 * (1.0 + np.minimum(below, above)) / (count + 1.0))
-    return low, high, np.where(count > 0, p, np.nan)
-
-
 @dataclass(frozen=True, slots=True)
 class Figure:
-    """One metric of every model: ``point`` (labels,), ``replicates`` (resamples, labels), ``complete``
-    (labels,): no failed or missing answer behind the figure."""
+    """One metric of every model: ``point`` (labels,), ``replicates`` (resamples, labels),
+    ``complete`` (labels,): no failed or missing answer behind the figure; ``floor``: the
+    half-width, in points, of a difference's symmetric interval where no resample moves it
+    (``simultaneous.floor_width``); ``tasks``: its number of tasks (the index: the fewest of its
+    evaluations')."""
 
     eval: str | None
     metric: str
     point: np.ndarray
     replicates: np.ndarray
     complete: np.ndarray
+    floor: float
+    tasks: int
 
 
 def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap) -> list[Figure]:
-    """The Decision Index and every evaluation metric of ``estimates`` (over ``labels``, with replicates
-    from ``boot``), in summary order; a null metric is NaN."""
-    complete = {name: (est.counts[:, COUNTS.index("failed")] + est.counts[:, COUNTS.index("missing")]) == 0
-                for name, est in estimates.items()}
+    """The Decision Index and every evaluation metric of ``estimates`` (over ``labels``, with
+    replicates from ``boot``), in summary order; a null metric is NaN."""
+    complete = {
+        name: (est.counts[:, COUNTS.index("failed")] + est.counts[:, COUNTS.index("missing")]) == 0
+        for name, est in estimates.items()
+    }
     index = index_values(estimates, labels, boot)
     unavailable = np.array([bool(u) for u in index.unavailable], dtype=bool)
-    out = [Figure(None, INDEX, np.where(unavailable, np.nan, index.point), index.replicates,
-                  np.logical_and.reduce([complete[n] for n in complete], initial=True))]
+    index_floor = sum(
+        w * floor_width(estimates[name].n, boot.confidence) if name in estimates else 0.0
+        for (name, _), w in WEIGHTS.items()
+    )
+    out = [
+        Figure(
+            None,
+            INDEX,
+            np.where(unavailable, np.nan, index.point),
+            index.replicates,
+            np.logical_and.reduce([complete[n] for n in complete], initial=True),
+            index_floor,
+            min((est.n for est in estimates.values()), default=0),
+        )
+    ]
     for name, metrics in METRICS.items():
         est = estimates.get(name)
         if est is None:
             continue
         for metric in metrics:
             point = np.where(est.unscored() | ~est.answered, np.nan, est.point[metric])
-            out.append(Figure(name, metric, point, est.replicates[metric], complete[name]))
+            out.append(
+                Figure(
+                    name,
+                    metric,
+                    point,
+                    est.replicates[metric],
+                    complete[name],
+                    floor_width(est.n, boot.confidence),
+                    est.n,
+                )
+            )
     return out
 
 
-def compare(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap,
-            discordants: dict[str, np.ndarray | None] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every pair's comparisons (``COMPARISON_SCHEMA``) and every model's rank (``RANK_SCHEMA``), as the
-    module docstring defines them. ``estimates`` maps evaluation -> ``sums.EvalMetrics`` over ``labels``
-    with replicates from ``boot``; ``discordants`` maps an accuracy evaluation -> ``discordant`` of its
-    cube (None or absent: no McNemar test)."""
+def compare(
+    estimates: dict[str, EvalMetrics],
+    labels: list[str],
+    boot: Bootstrap,
+    discordants: dict[str, np.ndarray | None] | None = None,
+    claim: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every pair's comparisons (``COMPARISON_SCHEMA``) and every model's rank (``RANK_SCHEMA``),
+    as the module docstring defines them. ``estimates`` maps evaluation -> ``sums.EvalMetrics``
+    over ``labels`` with replicates from ``boot``; ``discordants`` maps an accuracy evaluation ->
+    ``discordant`` of its cube (None or absent: no McNemar test, no Newcombe interval);
+    ``claim``, given, turns the comparisons into those that may be claimed (it may add columns
+    and only ever clears ``significant``: ``scoring.scored``'s rule for provisional figures)
+    before the ranks, tied groups and rank sets are read from them."""
     discordants = discordants or {}
     rows: list[pl.DataFrame] = []
     n = len(labels)
     first, second = np.triu_indices(n, 1)
     alpha = 1 - boot.confidence
     found = figures(estimates, labels, boot) if n else []
-    index_holm = np.full(len(first), np.nan)
     for fig in found:
         both = ~np.isnan(fig.point[first]) & ~np.isnan(fig.point[second])
         i, j = first[both], second[both]
-        low, high, p = np.empty(len(i)), np.empty(len(i)), np.empty(len(i))
-        per_model = np.ascontiguousarray(fig.replicates.T)  # (labels, resamples): a pair's rows are gathered
-        for start in range(0, len(i), PAIRS_AT_ONCE):
-            part = slice(start, start + PAIRS_AT_ONCE)
-            low[part], high[part], p[part] = paired_bootstrap(per_model[i[part]], per_model[j[part]], boot)
-        adjusted = holm(p)
-        if fig.metric == INDEX:
-            index_holm[both] = adjusted
+        per_model = np.ascontiguousarray(
+            fig.replicates.T
+        )  # (labels, resamples): a pair's rows are gathered
+        d = fig.point[i] - fig.point[j]
+
+        def pair_replicates(
+            rows: np.ndarray,
+            i: np.ndarray = i,
+            j: np.ndarray = j,
+            per_model: np.ndarray = per_model,
+        ) -> np.ndarray:
+            return per_model[i[rows]] - per_model[j[rows]]
+
+        se, p_boot, p_step = max_t(d, pair_replicates, len(i), per_model.shape[1])
         table = discordants.get(fig.eval) if fig.metric == ACCURACY else None
-        a_only = table[i, j] if table is not None else None
-        b_only = table[j, i] if table is not None else None
-        paired = a_only >= 0 if a_only is not None else np.zeros(len(i), bool)  # -1: several epochs, no test
-        rows.append(pl.DataFrame({
-            "a": [labels[x] for x in i], "b": [labels[x] for x in j], "eval": pl.Series([fig.eval] * len(i), dtype=pl.String),
-            "metric": [fig.metric] * len(i), "difference": fig.point[i] - fig.point[j], "low": low, "high": high,
-            "p_value": p, "p_holm": adjusted,
-            "a_only": _where(paired, a_only), "b_only": _where(paired, b_only),
-            "mcnemar_p": np.where(paired, mcnemar_p(np.maximum(a_only, 0), np.maximum(b_only, 0)), np.nan)
-            if a_only is not None else np.full(len(i), np.nan),
-            "complete": fig.complete[i] & fig.complete[j],
-        }, schema=COMPARISON_SCHEMA).fill_nan(None))
+        if table is not None:
+            a_only, b_only = table[i, j], table[j, i]
+            paired = a_only >= 0  # -1: several epochs, no test
+        else:
+            a_only = b_only = np.full(len(i), -1, np.int64)
+            paired = np.zeros(len(i), bool)
+        mcnemar = np.where(paired, mcnemar_p(np.maximum(a_only, 0), np.maximum(b_only, 0)), np.nan)
+        low, high = np.empty(len(i)), np.empty(len(i))
+        for start in range(0, len(i), 4096):
+            rows_ = np.arange(start, min(start + 4096, len(i)))
+            low[rows_], high[rows_] = symmetric_interval(
+                d[rows_], pair_replicates(rows_), boot.confidence, fig.floor
+            )
+        if paired.any():
+            tasks = estimates[fig.eval].n
+            right_a = table[i, i]
+            both_right = right_a - a_only
+            both_wrong = tasks - right_a - b_only
+            n_low, n_high = newcombe(a_only, b_only, both_right, both_wrong, boot.confidence)
+            low, high = np.where(paired, n_low, low), np.where(paired, n_high, high)
+        # a difference no resample moves (every task favours the same model alike): the bootstrap
+        # cannot judge it, the sign test over the tasks can: at least 2 · ½**tasks
+        constant = (se == 0) & (d != 0) & ~paired
+        sign_test = min(1.0, 2.0 * 0.5 ** fig.tasks) if fig.tasks > 0 else 1.0
+        p_boot = np.where(constant, np.fmax(p_boot, sign_test), p_boot)
+        # and its interval: from d · (n − z²)/(n + z²) (Wilson's lower bound of the share of tasks
+        # favouring that model, when all n do, as a difference) to d
+        z2 = NormalDist().inv_cdf(1 - alpha / 2) ** 2
+        near = d * (fig.tasks - z2) / (fig.tasks + z2) if fig.tasks > 0 else np.full(len(d), np.nan)
+        low = np.where(constant, np.fmin(near, d), low)
+        high = np.where(constant, np.fmax(near, d), high)
+        p_step = np.where(constant, np.fmax(p_step, sign_test), p_step)
+        p_value = np.where(paired, mcnemar, p_boot)
+        p_adjusted = np.where(paired, np.fmax(p_step, mcnemar), p_step)
+        rows.append(
+            pl.DataFrame(
+                {
+                    "a": [labels[x] for x in i],
+                    "b": [labels[x] for x in j],
+                    "eval": pl.Series([fig.eval] * len(i), dtype=pl.String),
+                    "metric": [fig.metric] * len(i),
+                    "difference": d,
+                    "low": low,
+                    "high": high,
+                    "interval": np.where(paired, NEWCOMBE, SYMMETRIC).tolist() if len(i) else [],
+                    "se": se,
+                    "p_value": p_value,
+                    "test": np.where(paired, MCNEMAR, BOOTSTRAP_T).tolist() if len(i) else [],
+                    "p_adjusted": p_adjusted,
+                    "adjustment": np.where(paired, MAX_T_MCNEMAR, MAX_T).tolist() if len(i) else [],
+                    "significant": np.nan_to_num(p_adjusted, nan=1.0) < alpha,
+                    "a_only": _where(paired, a_only),
+                    "b_only": _where(paired, b_only),
+                    "mcnemar_p": mcnemar,
+                    "complete": fig.complete[i] & fig.complete[j],
+                },
+                schema=COMPARISON_SCHEMA,
+            ).fill_nan(None)
+        )
     comparisons = pl.concat(rows) if rows else pl.DataFrame(schema=COMPARISON_SCHEMA)
-    ranks = _ranks(found[0], labels, first, second, index_holm, alpha) if found else pl.DataFrame(schema=RANK_SCHEMA)
-    return comparisons, ranks
+    if claim is not None:
+        comparisons = claim(comparisons)
+    return comparisons, (
+        ranks(found[0], labels, comparisons, boot.confidence)
+        if found
+        else pl.DataFrame(schema=RANK_SCHEMA)
+    )
 
 
-def _where(keep: np.ndarray, counts: np.ndarray | None) -> pl.Series:
-    """``counts`` as an Int64 column, null where not ``keep`` (or everywhere without counts)."""
-    if counts is None:
-        return pl.Series([None] * len(keep), dtype=pl.Int64)
-    return pl.Series(counts, dtype=pl.Int64).scatter(np.flatnonzero(~keep), None) if (~keep).any() else \
-        pl.Series(counts, dtype=pl.Int64)
+def _where(keep: np.ndarray, counts: np.ndarray) -> pl.Series:
+    """``counts`` as an Int64 column, null where not ``keep``."""
+    out = pl.Series(counts, dtype=pl.Int64)
+    return out.scatter(np.flatnonzero(~keep), None) if (~keep).any() else out
 
 
-def _ranks(index: Figure, labels: list[str], first: np.ndarray, second: np.ndarray, p_holm: np.ndarray,
-           alpha: float) -> pl.DataFrame:
-    """``RANK_SCHEMA`` rows for the models with an index (in ``labels`` order), from its point values,
-    replicates and the Holm-adjusted p-values of its pairs (``p_holm[k]`` of pair ``(first[k], second[k])``)."""
+def ranks(
+    index: Figure, labels: list[str], comparisons: pl.DataFrame, confidence: float
+) -> pl.DataFrame:
+    """``RANK_SCHEMA`` rows for the models with an index (in ``labels`` order), from its point
+    values, replicates and the ``significant`` column of the index's rows of ``comparisons``
+    (``compare``'s table, or that table after a filter has ANDed a condition into
+    ``significant``)."""
     ranked = np.flatnonzero(~np.isnan(index.point))
     if len(ranked) == 0:
         return pl.DataFrame(schema=RANK_SCHEMA)
+    alpha = 1 - confidence
     point = index.point[ranked]
     rank = 1 + (point[None, :] > point[:, None]).sum(1)
     reps = index.replicates[:, ranked]
     per_resample = np.empty(reps.shape)
     for start in range(0, reps.shape[0], 64):  # (64, models, models) comparisons at a time
-        r = reps[start:start + 64]
-        per_resample[start:start + 64] = 1 + (r[:, None, :] > r[:, :, None]).sum(2)
+        r = reps[start : start + 64]
+        per_resample[start : start + 64] = 1 + (r[:, None, :] > r[:, :, None]).sum(2)
     per_resample[np.isnan(reps)] = np.nan
     low, high = nan_quantiles(per_resample, (alpha / 2, 1 - alpha / 2))
     low = np.where(np.isnan(low), rank, np.floor(low)).astype(np.int64)
     high = np.where(np.isnan(high), rank, np.ceil(high)).astype(np.int64)
-    holm_of = np.full((len(labels), len(labels)), np.nan)
-    holm_of[first, second] = holm_of[second, first] = p_holm
+    place = {labels[x]: k for k, x in enumerate(ranked)}  # label -> position among the ranked
+    pairs = comparisons.filter(pl.col("metric") == INDEX).select("a", "b", "significant")
+    a = np.array([place.get(x, -1) for x in pairs["a"].to_list()], np.int64)
+    b = np.array([place.get(x, -1) for x in pairs["b"].to_list()], np.int64)
+    sig = pairs["significant"].fill_null(False).to_numpy().astype(bool) & (a >= 0) & (b >= 0)
+    set_low, set_high = rank_sets(point, a, b, sig)
+    separated = np.zeros((len(ranked), len(ranked)), bool)
+    separated[a[sig], b[sig]] = separated[b[sig], a[sig]] = True
     group = np.zeros(len(ranked), np.int64)
     leader, current = None, 0
     for k in np.argsort(-point, kind="stable"):
-        model = ranked[k]
-        if leader is None or holm_of[leader, model] < alpha:  # significantly below the group's first: a new group
-            leader, current = model, current + 1
+        if leader is None or (
+            separated[leader, k] and point[leader] > point[k]
+        ):  # below the group's first
+            leader, current = k, current + 1
         group[k] = current
-    return pl.DataFrame({"label": [labels[x] for x in ranked], "rank": rank, "rank_low": low, "rank_high": high,
-                         "group": group}, schema=RANK_SCHEMA)
+    return pl.DataFrame(
+        {
+            "label": [labels[x] for x in ranked],
+            "rank": rank,
+            "rank_low": low,
+            "rank_high": high,
+            "rank_set_low": set_low,
+            "rank_set_high": set_high,
+            "group": group,
+        },
+        schema=RANK_SCHEMA,
+    )

@@ -91,7 +91,9 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     ``decision_index_reason``; ``complete`` (no failed or missing answer, ``scoring.provisional``) and, when
     not, ``within_tolerance``; with intervals ``decision_index_ci`` [low, high] (and ``decision_index_sd``
     with several epochs); ``decision_index_bounds`` [lowest, highest] when it is provisional
-    (``scoring.bounds``); with comparisons ``rank``, ``rank_ci`` [low, high] and ``tied_group``
+    (``scoring.bounds``); with comparisons ``rank``, ``rank_ci`` [low, high] (marginal 95%
+    interval), ``rank_set`` [low, high] (simultaneous: every model's rank in its set at once) and
+    ``tied_group``
     (``scoring.compare``); ``evals`` (evaluation name -> ``EvalBlock``); ``invalid_reasons``
     ([{"error", "count"}], ``scoring.summary.invalid_reasons``); ``requests`` (the request counts);
     ``usage`` (tokens and USD, ``scoring.cost``); ``served_models``, ``served_differs`` and ``cut_off``
@@ -110,6 +112,7 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     decision_index_bounds: Interval | UnsetType = UNSET
     rank: int | UnsetType = UNSET
     rank_ci: list[int | None] | UnsetType = UNSET
+    rank_set: list[int] | UnsetType = UNSET
     tied_group: int | UnsetType = UNSET
     evals: dict[str, EvalBlock]
     invalid_reasons: list[dict[str, Any]] | UnsetType = UNSET
@@ -126,10 +129,12 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
 class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One entry of ``Summary.comparisons`` (``scoring.summary.comparisons``): models ``a`` and ``b``,
     ``eval`` (None for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high] or None,
-    ``p_value``, ``p_holm``, for accuracy with one epoch ``discordant`` [a only right, b only right] and
-    ``mcnemar_p``, ``complete`` (false: a figure compared is provisional) and, when not complete,
-    ``settled`` (false: the failed and missing answers could overturn the difference, not claimed;
-    ``scoring.bounds``)."""
+    ``p_value`` (the pair's own test), ``p_adjusted`` (the simultaneous procedure's, summary.json's
+    ``comparison_method``), ``significant`` (``p_adjusted`` < 1 − confidence and, where a figure is
+    provisional, settled), for accuracy with one epoch ``discordant`` [a only right, b only right]
+    and ``mcnemar_p``, ``complete`` (false: a figure compared is provisional) and, when not
+    complete, ``settled`` (false: the failed and missing answers could overturn the difference,
+    not claimed; ``scoring.bounds``)."""
 
     a: str
     b: str
@@ -138,7 +143,8 @@ class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
     difference: float | None
     ci: Interval | None
     p_value: float | None
-    p_holm: float | None
+    p_adjusted: float | None
+    significant: bool
     discordant: list[int] | UnsetType = UNSET
     mcnemar_p: float | None | UnsetType = UNSET
     complete: bool
@@ -161,9 +167,9 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     (``{"answers": N}``, ``{"fraction": x}`` or None), ``accepted``, ``data`` (evaluation -> its data block)
     and ``models``. Sometimes: ``provenance`` (``runner.provenance``; added when the outputs are written),
     ``intervals`` and ``calibration`` (with the scored tables), ``usage`` (the run's tokens and USD),
-    ``comparisons`` and ``ranking`` (with paired comparisons), ``cost_bound`` (``dxi run --max-cost``) and
-    ``stopped_providers`` (``runner.stops``), ``measures`` (how the models' measures are computed:
-    ``scoring.measures.describe``)."""
+    ``comparison_method``, ``comparisons`` and ``ranking`` (with paired comparisons), ``cost_bound``
+    (``dxi run --max-cost``), ``stopped_providers`` (``runner.stops``) and ``measures`` (how the
+    models' measures are computed: ``scoring.measures.describe``)."""
 
     prompt_version: str
     provenance: dict[str, Any] | UnsetType = UNSET
@@ -176,6 +182,7 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     calibration: dict[str, Any] | UnsetType = UNSET
     usage: dict[str, Any] | UnsetType = UNSET
     models: list[ModelEntry]
+    comparison_method: dict[str, Any] | UnsetType = UNSET
     comparisons: list[Comparison] | UnsetType = UNSET
     ranking: Ranking | UnsetType = UNSET
     cost_bound: dict[str, Any] | UnsetType = UNSET

@@ -8,6 +8,7 @@ time to hold one evaluation's answers only); ``score`` is a Scorer given one fra
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -154,16 +155,23 @@ class Scorer:
             self.discordants[name] = discordant(cube)
         return cubes
 
-    def _settled(self, pairs: pl.DataFrame, ranks: pl.DataFrame
-                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """``compare``'s comparisons and ranks with the rule for provisional figures applied (SPEC
-        §6, ``scoring.bounds``): a difference the failed and missing answers could overturn is not
-        claimed (``settled`` false), and the ranks' intervals and tied groups follow."""
+    def _claim(self) -> tuple[Callable[[pl.DataFrame], pl.DataFrame], Callable[[pl.DataFrame], pl.DataFrame]]:
+        """The rule for provisional figures (SPEC §6, ``scoring.bounds``) as two steps: on
+        ``compare``'s comparisons, ``settled`` added and a difference the failed and missing
+        answers could overturn made not significant (so the tied groups and rank sets never
+        claim it); on its ranks, the rank intervals widened to every rank the bounds allow."""
         index = index_values(self.estimates, self.labels)
         point = np.where([bool(u) for u in index.unavailable], np.nan, index.point)
         figures = figure_bounds(self.estimates, (point, index.lowest, index.highest))
-        return (settle(pairs, self.labels, figures),
-                settle_ranks(ranks, self.labels, figures[(None, "decision_index")]))
+
+        def comparisons(pairs: pl.DataFrame) -> pl.DataFrame:
+            pairs = settle(pairs, self.labels, figures)
+            return pairs.with_columns(pl.col("significant") & pl.col("settled").fill_null(True))
+
+        def ranks(table: pl.DataFrame) -> pl.DataFrame:
+            return settle_ranks(table, self.labels, figures[(None, "decision_index")])
+
+        return comparisons, ranks
 
     def result(self, answers: pl.DataFrame | None = None, comparisons: bool = False, **tables: pl.DataFrame) -> Scored:
         """The tables of everything added, as ``Scored`` (``answers`` the frame to keep in it, or an empty
@@ -174,8 +182,9 @@ class Scorer:
         index = index_table(self.estimates, self.labels, self.bootstrap)
         pairs = pl.DataFrame(schema=COMPARISON_SCHEMA)
         if comparisons and self.bootstrap is not None:
-            pairs, ranks = compare(self.estimates, self.labels, self.bootstrap, self.discordants)
-            pairs, ranks = self._settled(pairs, ranks)
+            claim, widen = self._claim()
+            pairs, ranks = compare(self.estimates, self.labels, self.bootstrap, self.discordants, claim)
+            ranks = widen(ranks)
             index = index.with_columns(pl.col("label").cast(pl.String)).join(
                 ranks.rename({"group": "tied_group"}), on="label", how="left", maintain_order="left")
         return Scored(

@@ -44,12 +44,14 @@ model's index with a provisional term) carries its bounds ``<metric>_bounds`` /
 failed and missing answers turn out to be (``scoring.bounds``; absent for a complete figure). An
 evaluation none of whose answers is a reply has null metrics with the reason.
 
-Added with paired comparisons (``scoring.compare``): each model's ``rank`` by the index, ``rank_ci`` and
-``tied_group``; the summary's ``comparisons`` (every pair of models, the index and every metric:
-``{"a", "b", "eval", "metric", "difference", "ci", "p_value", "p_holm", "complete"}``, plus
-``discordant`` and ``mcnemar_p`` for accuracy, and ``settled`` where ``complete`` is false: whether
-no outcome of the failed and missing answers could overturn the difference, ``scoring.bounds``; a
-difference not settled is not claimed) and ``ranking`` (the tied groups).
+Added with paired comparisons (``scoring.compare``): each model's ``rank`` by the index, ``rank_ci``
+(marginal), ``rank_set`` (simultaneous) and ``tied_group``; the summary's ``comparison_method`` (the
+procedures and the family, ``compare.METHOD``), ``comparisons`` (every pair of models in the
+summary's order, the index and every metric: ``{"a", "b", "eval", "metric", "difference", "ci",
+"p_value", "p_adjusted", "significant", "complete"}``, plus ``discordant`` and ``mcnemar_p`` for
+accuracy, and ``settled`` where ``complete`` is false: whether no outcome of the failed and missing
+answers could overturn the difference, ``scoring.bounds``; a difference not settled is not
+significant) and ``ranking`` (the tied groups).
 
 Added with the measures (``scoring.measures.add_measures``, after ``build``): each model's and each
 evaluation block's ``measures`` (latency per call, the cost of 1,000 decisions, the risk–coverage
@@ -62,6 +64,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import calibration as cal
+from .compare import METHOD
 from .decision_index import decision_index, index_bounds
 from .provisional import Tolerance, judge
 from .records import Comparison, EvalBlock, ModelEntry, Ranking, Summary, unset
@@ -264,6 +267,7 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
                 entry.decision_index_sd = _round(row.get("decision_index_sd")) if index is not None else None
             if row.get("rank") is not None:  # with comparisons (``scoring.compare``): the rank by the index
                 entry.rank, entry.rank_ci, entry.tied_group = row["rank"], [row["rank_low"], row["rank_high"]], row["tied_group"]
+                entry.rank_set = [row["rank_set_low"], row["rank_set_high"]]
             for name, block in evals.items():
                 if block.get("n"):
                     block["calibration"] = calibration_block(calibration.get((label, name), []), n_epochs)
@@ -281,32 +285,54 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
     if usage is not None:
         summary.usage = usage[1]
     if scored is not None and "rank" in scored.index.columns:  # comparisons computed (one model: no pairs)
-        summary.comparisons = comparisons(scored.comparisons)
+        summary.comparison_method = dict(METHOD)
+        summary.comparisons = comparisons(scored.comparisons, labels)
         summary.ranking = ranking(models)
     return summary
 
 
-def comparisons(table: pl.DataFrame) -> list[Comparison]:
+def comparisons(table: pl.DataFrame, labels: list[str] | None = None) -> list[Comparison]:
     """summary.json's ``comparisons``, one entry per row of ``scoring.compare``'s table: ``a``, ``b``,
-    ``eval`` (null for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high]
-    (the paired bootstrap's), ``p_value``, ``p_holm``, for accuracy with one epoch ``discordant`` [a
-    right and b wrong, the other way] and ``mcnemar_p``, ``complete`` (false: a figure compared is
-    provisional) and, when not complete, ``settled`` (``scoring.bounds.settle``: false where the
-    open answers could overturn it). Differences are rounded to 6 decimals, p-values kept whole (a
-    small one must not read 0)."""
+    ``eval`` (null for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high],
+    ``p_value`` (the pair's own test), ``p_adjusted`` and ``significant`` (the simultaneous
+    procedure), for accuracy with one epoch ``discordant`` [a right and b wrong, the other way] and
+    ``mcnemar_p``, ``complete`` (false: a figure compared is provisional) and, when not complete,
+    ``settled`` (``scoring.bounds.settle``: false where the open answers could overturn it). Figures in the
+    table's order; within one, pairs in ``labels``' order (a before b; a pair the table has the
+    other way round is turned: the difference and interval negated, the discordant counts swapped),
+    the table's order without ``labels``. Differences are rounded to 6 decimals, p-values kept
+    whole (a small one must not read 0)."""
+    if labels is not None and not table.is_empty():
+        place = {lb: k for k, lb in enumerate(labels)}
+        pa = pl.col("a").replace_strict(place, default=None, return_dtype=pl.Int64)
+        pb = pl.col("b").replace_strict(place, default=None, return_dtype=pl.Int64)
+        turned = pa > pb
+        swap = {"a": pl.col("b"), "b": pl.col("a"), "difference": -pl.col("difference"),
+                "low": -pl.col("high"), "high": -pl.col("low"), "a_only": pl.col("b_only"),
+                "b_only": pl.col("a_only")}
+        table = (table.with_row_index("row")
+                 .with_columns(pl.col("row").min().over("eval", "metric").alias("figure"))
+                 .with_columns(*(pl.when(turned).then(v).otherwise(pl.col(k)).alias(k)
+                                 for k, v in swap.items()))
+                 .with_columns(pa.alias("pa"), pb.alias("pb"))
+                 .sort("figure", "pa", "pb", nulls_last=True, maintain_order=True)
+                 .drop("row", "figure", "pa", "pb"))
+
     def rounded(name: str) -> list[float | None]:  # column by column: 11,025 entries for 50 models
         return [None if v is None else round(v, 6) for v in table[name].to_list()]
 
     out = []
     columns = (table["a"].to_list(), table["b"].to_list(), table["eval"].to_list(), table["metric"].to_list(),
                rounded("difference"), rounded("low"), rounded("high"), table["p_value"].to_list(),
-               table["p_holm"].to_list(), table["a_only"].to_list(), table["b_only"].to_list(),
-               table["mcnemar_p"].to_list(), table["complete"].to_list(),
+               table["p_adjusted"].to_list(), table["significant"].to_list(),
+               table["a_only"].to_list(), table["b_only"].to_list(), table["mcnemar_p"].to_list(),
+               table["complete"].to_list(),
                (table["settled"] if "settled" in table.columns else table["complete"]).to_list())
-    for (a, b, name, metric, difference, low, high, p, p_holm, a_only, b_only, mcnemar, complete,
-         settled) in zip(*columns, strict=True):
+    for (a, b, name, metric, difference, low, high, p, p_adj, sig, a_only, b_only, mcnemar,
+         complete, settled) in zip(*columns, strict=True):
         entry = Comparison(a=a, b=b, eval=name, metric=metric, difference=difference,
-                           ci=[low, high] if low is not None else None, p_value=p, p_holm=p_holm, complete=complete)
+                           ci=[low, high] if low is not None else None, p_value=p, p_adjusted=p_adj,
+                           significant=bool(sig), complete=complete)
         if not complete:
             entry.settled = bool(settled)
         if a_only is not None:
@@ -323,8 +349,12 @@ def ranking(models: list[ModelEntry]) -> Ranking:
     for m in ranked:
         groups.setdefault(m.tied_group, []).append(m.model)
     return Ranking(by="decision_index", groups=[groups[g] for g in sorted(groups)],
-                   method=("rank: 1 + the models with a higher index; rank_ci: its 95% interval over the bootstrap "
-                       "resamples; groups: consecutive in rank order, a model joins the group above unless its index "
-                       "is significantly lower (paired bootstrap, Holm-adjusted p < 0.05) than that group's first"
-                       "; where an index is provisional, only a difference its failed and missing answers "
-                       "could not overturn separates groups, and rank_ci covers every rank its bounds allow"))
+                   method=("rank: 1 + the models with a higher index; rank_ci: its marginal "
+                           "95% interval over the bootstrap resamples; rank_set: the simultaneous "
+                           "95% rank set (Mogstad, Romano, Shaikh & Wilhelm 2024); groups: "
+                           "consecutive in rank order, a model joins the group above unless that "
+                           "group's first is significantly higher (the comparisons' significant: "
+                           "max-T step-down over every pair, p_adjusted < 0.05); where an index is "
+                           "provisional, only a difference its failed and missing answers could not "
+                           "overturn is significant, and rank_ci and rank_set cover every rank its "
+                           "bounds allow"))

@@ -279,9 +279,8 @@ def test_a_difference_the_missing_answers_could_overturn_is_not_claimed():
     scored = score(_two_models(38, 0), Bootstrap(resamples=200), with_comparisons=True)
     row = scored.comparisons.filter(pl.col("metric") == "accuracy").row(0, named=True)
     assert (row["difference"], row["complete"], row["settled"]) == (90.0, False, False)
-    assert (
-        row["p_holm"] < 0.05
-    )  # significant by the bootstrap alone: the bounds are what stops the claim
+    # significant by the tests alone (adjusted p < 0.05): the bounds are what stops the claim
+    assert row["p_adjusted"] < 0.05 and row["significant"] is False
     summary = records.to_builtins(build(scored.metrics, ["a", "b"], DATA, "p", 1, {}, scored))
     (entry,) = [c for c in summary["comparisons"] if c["metric"] == "accuracy"]
     assert entry["settled"] is False
@@ -344,7 +343,8 @@ def test_the_reports_matrix_marks_no_pair_the_open_answers_could_overturn():
             "difference": [20.0, 10.0, 30.0],
             "low": [15.0, 5.0, 25.0],
             "high": [25.0, 15.0, 35.0],
-            "p_holm": [0.001, 0.001, 0.5],
+            "p_adjusted": [0.001, 0.001, 0.5],
+            "significant": [True, False, False],  # y - z: not settled, so not significant
             "settled": [True, False, True],
         }
     )

@@ -8,7 +8,8 @@ import pytest
 from scipy.stats import binomtest
 
 from dxi.scoring import Bootstrap, build_summary, records, score
-from dxi.scoring.compare import holm, mcnemar_p
+from dxi.scoring.compare import mcnemar_p
+from dxi.scoring.simultaneous import max_t, newcombe, rank_sets
 
 from .answers import choice, frame, yes_no
 
@@ -48,12 +49,6 @@ def test_mcnemar_vectorised_matches_one_at_a_time():
                                              rel=1e-9, abs=1e-300) for k in range(200))
 
 
-def test_holm_by_hand():
-    # sorted: 0.005 (x4 = 0.02), 0.01 (x3 = 0.03), 0.03 (x2 = 0.06), 0.04 (x1 = 0.04, raised to 0.06: monotone)
-    assert holm(np.array([0.01, 0.04, 0.03, 0.005])).tolist() == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert holm(np.array([0.5, np.nan, 0.6])).tolist()[0] == 1.0 and np.isnan(holm(np.array([np.nan]))[0])
-
-
 def test_two_models_difference_interval_p_value_and_mcnemar_by_hand():
     rng = np.random.default_rng(11)
     a_right = rng.random(N_TASKS) < 0.7
@@ -65,50 +60,239 @@ def test_two_models_difference_interval_p_value_and_mcnemar_by_hand():
     # the point difference, and the same resamples for both: resample b's accuracy is counts[b] @ right / n
     w = boot.counts("hle_multichoice", N_TASKS).astype(np.float64)
     diff = 100 * (w @ a_right - w @ b_right) / N_TASKS
-    assert row["difference"] == pytest.approx(100 * (a_right.mean() - b_right.mean()))
-    assert (row["low"], row["high"]) == (pytest.approx(np.quantile(diff, 0.025)), pytest.approx(np.quantile(diff, 0.975)))
-    p = min(1.0, 2 * (1 + min((diff <= 0).sum(), (diff >= 0).sum())) / (500 + 1))
-    assert row["p_value"] == pytest.approx(p) and row["p_holm"] == pytest.approx(p)  # one pair: Holm changes nothing
-    # McNemar on the discordant answers: a right and b wrong, and the other way
+    d = 100 * (a_right.mean() - b_right.mean())
+    assert row["difference"] == pytest.approx(d)
+    assert row["se"] == pytest.approx(diff.std(ddof=1))
+    # McNemar on the discordant answers (a right and b wrong, and the other way) is the raw p-value
     a_only, b_only = int((a_right & ~b_right).sum()), int((~a_right & b_right).sum())
+    both_right, both_wrong = int((a_right & b_right).sum()), int((~a_right & ~b_right).sum())
     assert (row["a_only"], row["b_only"]) == (a_only, b_only)
     assert row["mcnemar_p"] == pytest.approx(binomtest(a_only, a_only + b_only).pvalue, rel=1e-9)
+    assert row["p_value"] == row["mcnemar_p"] and row["test"] == "McNemar exact"
+    # the hull of Newcombe's interval (method 10) and Bonett & Price's, by hand from the 2x2 table
+    (n_low, n_high), (b_low, b_high) = _newcombe(both_right, a_only, b_only, both_wrong), _bonett_price(a_only, b_only)
+    assert (row["low"], row["high"]) == pytest.approx((min(n_low, b_low), max(n_high, b_high)))
+    assert row["interval"] == "Newcombe (method 10) and Bonett-Price hull"
+    # one pair: the step-down is the bootstrap test (1 + #{|D* - d| >= |d|}) / (B + 1); accuracy takes the larger
+    # of it and McNemar's
+    step = (1 + (np.abs(diff - d) >= abs(d) - 1e-9).sum()) / 501
+    assert row["p_adjusted"] == pytest.approx(max(step, row["mcnemar_p"]))
+    assert row["significant"] is (row["p_adjusted"] < 0.05) and row["adjustment"] == "max-T step-down and McNemar exact"
     assert row["complete"] is True
+    # a metric without McNemar's test: the symmetric bootstrap interval d +- q, q the 95% quantile of |D* - d|
+    omni = scored.comparisons.filter(pl.col("metric") == "decision_index")
+    assert omni.is_empty()  # one evaluation only: no index
 
 
-def test_an_identical_pair_differs_by_nothing_and_is_tied():
+def _newcombe(a: int, b: int, c: int, d: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Newcombe (1998) method 10, written out from the paper for the test: the 2x2 table a (both right), b (first
+    only), c (second only), d (both wrong); the difference in points."""
+    n = a + b + c + d
+
+    def wilson(x: int) -> tuple[float, float]:
+        p = x / n
+        centre, half = p + z * z / (2 * n), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+
+    p1, p2 = (a + b) / n, (a + c) / n
+    (l1, u1), (l2, u2) = wilson(a + b), wilson(a + c)
+    margins = (a + b) * (c + d) * (a + c) * (b + d)
+    phi = (a * d - b * c) / np.sqrt(margins) if margins else 0.0
+    delta = np.sqrt((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2)
+    eps = np.sqrt((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2)
+    return 100 * (p1 - p2 - delta), 100 * (p1 - p2 + eps)
+
+
+def _bonett_price(b: int, c: int, n: int = N_TASKS, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Bonett & Price (2012)'s adjusted Wald interval, in points, written out for the test."""
+    first, second = (b + 1) / (n + 2), (c + 1) / (n + 2)
+    half = z * np.sqrt((first + second - (first - second) ** 2) / (n + 2))
+    return 100 * (first - second - half), 100 * (first - second + half)
+
+
+def test_two_discordant_answers_one_way_get_an_interval_around_zero_not_a_bound_stuck_at_it():
+    # the issue's case: 60 questions, b right on two more (a: 30 right, b: 32), so 0 and 2 discordant answers;
+    # the percentile bootstrap gave [-8.33, 0.0]; Newcombe's method 10 gives [-7.71, +1.11], Bonett & Price's
+    # [-9.50, +3.05]: the hull of the two (hand-computed: centre -2/62, se sqrt((4/62 - (2/62)**2)/62))
+    assert tuple(round(v, 4) for v in _newcombe(30, 0, 2, 28)) == (-7.7064, 1.1095)
+    assert tuple(round(v, 4) for v in _bonett_price(0, 2, 60)) == (-9.4971, 3.0455)
+    low, high = newcombe(np.array([0]), np.array([2]), np.array([30]), np.array([28]), 0.95, hull=False)
+    assert (round(low[0], 4), round(high[0], 4)) == (-7.7064, 1.1095)  # method 10 alone, as the paper gives it
+    a_right = [i < 30 for i in range(60)]
+    b_right = [i < 32 for i in range(60)]
+    scored = score(frame(answers("m:a", a_right) + answers("m:b", b_right)), Bootstrap(), with_comparisons=True)
+    row = scored.comparisons.row(0, named=True)
+    assert row["difference"] == pytest.approx(-100 / 30)
+    assert (round(row["low"], 4), round(row["high"], 4)) == (-9.4971, 3.0455)
+    assert row["p_value"] == pytest.approx(0.5) and row["significant"] is False
+
+
+def test_newcombe_never_has_zero_width_and_contains_its_point():
+    # no discordant answer: method 10's width collapses (phi = 1; zero at exactly 1/2), so even without the hull
+    # the interval is then the hull with Bonett & Price's adjusted Wald interval:
+    # (b + 1)/(n + 2) - (c + 1)/(n + 2) +- z * sqrt((p12 + p21 - theta**2)/(n + 2)) = 0 +- 1.96 * sqrt(2/62/62)
+    low, high = newcombe(np.array([0, 0, 0, 60, 0]), np.array([0, 0, 0, 0, 60]), np.array([30, 60, 0, 0, 0]),
+                         np.array([30, 0, 60, 0, 0]), 0.95, hull=False)
+    assert (high - low > 0).all()
+    half = 100 * 1.959963984540054 * np.sqrt(2 / 62 / 62)
+    assert (low[0], high[0]) == (pytest.approx(-half), pytest.approx(half))
+    point = np.array([0, 0, 0, 100, -100])
+    assert (low <= point).all() and (point <= high).all() and low[3] < 100 and high[4] > -100
+
+
+def test_the_paired_accuracy_interval_covers_at_least_093_by_seeded_simulation():
+    rng = np.random.default_rng(5)
+    for n, p1, p2, same in [(20, 0.9, 0.85, 0.8), (60, 0.95, 0.9, 0.8), (60, 0.5, 0.5, 0.8), (60, 0.995, 0.99, 0.8),
+                            (500, 0.7, 0.68, 0.8), (20, 0.5, 0.45, 0.95), (60, 0.9, 0.89, 0.95),
+                            (20, 0.5, 0.49, 0.5), (500, 0.5, 0.45, 0.95)]:  # method 10 alone: 0.917, 0.923
+        # correlated pairs: the second model repeats the first's answer on most questions (``same`` of them)
+        first = rng.random((4000, n)) < p1
+        other = np.clip((p2 - same * p1) / (1 - same), 0, 1)
+        second = np.where(rng.random((4000, n)) < same, first, rng.random((4000, n)) < other)
+        truth = 100 * (p1 - (same * p1 + (1 - same) * other))
+        low, high = newcombe((first & ~second).sum(1), (~first & second).sum(1), (first & second).sum(1),
+                             (~first & ~second).sum(1), 0.95)
+        covered = ((low <= truth) & (truth <= high)).mean()
+        assert covered >= 0.93, (n, p1, p2, covered)
+
+
+def test_an_identical_pair_differs_by_nothing_and_is_never_separated():
     right = list(np.random.default_rng(1).random(N_TASKS) < 0.5)
     scored = score(frame(suite("m:a", right) + suite("m:b", right)), Bootstrap(resamples=200), with_comparisons=True)
     for row in scored.comparisons.iter_rows(named=True):
-        assert (row["difference"], row["low"], row["high"], row["p_value"], row["p_holm"]) == (0.0, 0.0, 0.0, 1.0, 1.0)
-    ranks = dict(scored.index.select("label", "tied_group").iter_rows())
-    assert ranks == {"m:a": 1, "m:b": 1}
-    assert scored.index["rank"].to_list() == [1, 1] and scored.index["rank_high"].to_list() == [1, 1]
+        assert (row["difference"], row["p_value"], row["p_adjusted"], row["significant"]) == (0.0, 1.0, 1.0, False)
+        assert row["low"] < 0 < row["high"] and row["low"] == -row["high"]  # never of zero width
+    ranks = {r["label"]: r for r in scored.index.iter_rows(named=True)}
+    assert [(r["tied_group"], r["rank"], r["rank_high"], r["rank_set_low"], r["rank_set_high"])
+            for r in ranks.values()] == [(1, 1, 1, 1, 2), (1, 1, 1, 1, 2)]
 
 
-def test_ranks_intervals_and_tied_groups():
-    # a and b close (one HLE task apart), c far below both: c is its own group, ranked 3 in every resample
-    base = [i % 4 != 0 for i in range(N_TASKS)]  # 75% right
-    near = list(base)
-    near[1] = False  # one task fewer right
-    far = [i % 4 == 0 for i in range(N_TASKS)]  # 25% right, wrong wherever the others are right
-    b_rows = [r for r in suite("m:b", base) if r["eval"] != "hle_multichoice"] + answers("m:b", near)  # HLE only
-    scored = score(frame(suite("m:a", base) + b_rows + suite("m:c", far)), Bootstrap(resamples=300),
-                   with_comparisons=True)
+def test_the_symmetric_interval_by_hand():
+    # an index difference: d +- the 95% quantile of |D* - d| over the resamples (linear interpolation)
+    rng = np.random.default_rng(2)
+    a, b = list(rng.random(N_TASKS) < 0.6), list(rng.random(N_TASKS) < 0.6)
+    boot = Bootstrap(resamples=300, seed=9)
+    scored = score(frame(suite("m:a", a) + suite("m:b", b)), boot, with_comparisons=True)
+    from dxi.scoring.compare import figures
+    from dxi.scoring.scored import Scorer
+    scorer = Scorer(boot)
+    scorer.add(frame(suite("m:a", a) + suite("m:b", b)))
+    index = figures(scorer.estimates, scorer.labels, boot)[0]
+    d = index.point[0] - index.point[1]
+    q = np.quantile(np.abs(index.replicates[:, 0] - index.replicates[:, 1] - d), 0.95)
+    row = scored.comparisons.filter(pl.col("metric") == "decision_index").row(0, named=True)
+    assert (row["low"], row["high"]) == (pytest.approx(d - q), pytest.approx(d + q))
+    assert row["interval"] == "symmetric bootstrap" and row["test"] == "paired bootstrap"
+
+
+def test_max_t_step_down_by_hand():
+    # three pairs, four resamples: |d| = 5, 3, 1; centred |D* - d| per pair and resample below
+    d = np.array([3.0, -5.0, 1.0])
+    dev = np.array([[1.0, 4.0, 0.5, 2.0], [2.0, 6.0, 1.0, 0.0], [0.2, 0.1, 1.5, 0.3]])
+    reps = d[:, None] + dev * np.array([1, -1, 1, -1])
+    _, raw, adjusted = max_t(d, lambda rows: reps[rows], 3, 4)
+    # raw: (1 + #{dev >= |d|}) / 5 -> pair 0: 4 >= 3 once; pair 1: 6 >= 5 once; pair 2: 1.5 >= 1 once
+    assert raw.tolist() == pytest.approx([0.4, 0.4, 0.4])
+    # step 1 (pair 1, |d| 5): max over all pairs per resample = 2, 6, 1.5, 2 -> one >= 5: 2/5
+    # step 2 (pair 0, |d| 3): max over pairs 0, 2 = 1, 4, 1.5, 2 -> one >= 3: 2/5, kept >= step 1's
+    # step 3 (pair 2, |d| 1): pair 2 alone = 0.2, 0.1, 1.5, 0.3 -> one >= 1: 2/5
+    assert adjusted.tolist() == pytest.approx([0.4, 0.4, 0.4])
+    _, _, adjusted = max_t(np.array([3.0, -5.0, 0.1]), lambda rows: reps[rows], 3, 4)
+    assert adjusted.tolist() == pytest.approx([0.4, 0.4, 1.0])  # |d| 0.1: all four resamples reach it
+
+
+def test_rank_sets_by_hand():
+    point = np.array([10.0, 8.0, 5.0, 1.0])
+    first, second = np.triu_indices(4, 1)  # (0,1) (0,2) (0,3) (1,2) (1,3) (2,3)
+    low, high = rank_sets(point, first, second, np.array([False, True, True, False, True, False]))
+    # 0 is above 2 and 3; 1 above 3; 0-1, 1-2 and 2-3 not separated
+    assert low.tolist() == [1, 1, 2, 3] and high.tolist() == [2, 3, 4, 4]
+
+
+def _nested(models: int, step: int, n_tasks: int, block: int = 1) -> tuple[pl.DataFrame, list[str]]:
+    """``models`` models on every evaluation, model k right on the first n_tasks − step·(k // block) tasks (so
+    models of one block answer alike and the blocks are ``step`` tasks apart, all one way)."""
+    labels = [f"m:{k:02d}" for k in range(models)]
+    rows = [r for k, label in enumerate(labels)
+            for r in suite(label, [i < n_tasks - step * (k // block) for i in range(n_tasks)])]
+    return frame(rows), labels
+
+
+def test_21_models_fall_into_the_groups_a_bonferroni_bound_guarantees():
+    # 7 blocks of 3 models answering alike, blocks 25 tasks of 200 apart (all one way). Within a block the
+    # differences are 0: never separated. Between blocks, HLE accuracy's McNemar p is at most 2 * 0.5**25, so a
+    # Bonferroni bound over the 210 pairs (210 * 6e-8 < 0.05) separates every two blocks: the groups must be the
+    # blocks, each model's rank set its block's ranks.
+    answers_, labels = _nested(21, 25, 200, block=3)
+    scored = score(answers_, Bootstrap(), with_breakdowns=False, with_comparisons=True)
+    hle = scored.comparisons.filter(pl.col("eval") == "hle_multichoice")
+    bonferroni = hle["mcnemar_p"].to_numpy() * len(hle) < 0.05
+    assert bonferroni.sum() == 210 - 7 * 3
+    assert (hle["significant"].to_numpy() >= bonferroni).all()
     index = {r["label"]: r for r in scored.index.iter_rows(named=True)}
-    assert [index[m]["rank"] for m in ("m:a", "m:b", "m:c")] == [1, 2, 3]
-    # b is never above a (a tie when the one task between them is not drawn: both rank 1 then)
-    assert (index["m:a"]["rank_low"], index["m:a"]["rank_high"]) == (1, 1)
-    assert (index["m:b"]["rank_low"], index["m:b"]["rank_high"]) == (1, 2)
-    assert (index["m:c"]["rank_low"], index["m:c"]["rank_high"]) == (3, 3)
-    assert [index[m]["tied_group"] for m in ("m:a", "m:b", "m:c")] == [1, 1, 2]
+    assert [index[lb]["tied_group"] for lb in labels] == [k // 3 + 1 for k in range(21)]
+    assert [(index[lb]["rank_set_low"], index[lb]["rank_set_high"]) for lb in labels] == \
+        [(3 * (k // 3) + 1, 3 * (k // 3) + 3) for k in range(21)]
+
+
+@pytest.mark.parametrize("models", [8, 11, 20, 50])
+def test_models_with_large_differences_are_all_separated(models: int):
+    # models 8 tasks of 400 apart on every evaluation (2 index points, all one way): every model its own group
+    # and rank set. Holm over the resampling p-values could not do this (28 pairs x 2/1001 > 0.05 already at 8).
+    answers_, labels = _nested(models, 8, 400)
+    scored = score(answers_, Bootstrap(), with_breakdowns=False, with_comparisons=True)
+    index = {r["label"]: r for r in scored.index.iter_rows(named=True)}
+    assert [index[lb]["tied_group"] for lb in labels] == list(range(1, models + 1))
+    assert [(index[lb]["rank_set_low"], index[lb]["rank_set_high"]) for lb in labels] == \
+        [(k, k) for k in range(1, models + 1)]
     pairs = scored.comparisons.filter(pl.col("metric") == "decision_index")
-    assert pairs.select("a", "b").rows() == [("m:a", "m:b"), ("m:a", "m:c"), ("m:b", "m:c")]
-    holm_by_hand = holm(pairs["p_value"].to_numpy())
-    assert pairs["p_holm"].to_list() == pytest.approx(holm_by_hand.tolist())
-    assert pairs.filter(pl.col("b") == "m:c")["p_holm"].max() < 0.05
-    # the index's difference is the difference of the two indices, each as the index table has it
-    assert pairs["difference"][0] == pytest.approx(index["m:a"]["decision_index"] - index["m:b"]["decision_index"])
+    assert pairs["significant"].all() and pairs["p_adjusted"].max() < 0.05
+
+
+def test_a_100_percent_model_and_a_0_percent_one_among_eleven_are_separated():
+    # the issue's run: 11 models, one right everywhere, one wrong everywhere, the rest between
+    answers_, labels = _nested(11, 6, 60)
+    scored = score(answers_, Bootstrap(), with_breakdowns=False, with_comparisons=True)
+    top = scored.comparisons.filter((pl.col("metric") == "decision_index") & (pl.col("a") == "m:00")
+                                    & (pl.col("b") == "m:10")).row(0, named=True)
+    assert top["difference"] == pytest.approx(100.0) and top["significant"] is True
+    assert top["p_adjusted"] == pytest.approx(1 / 1001)
+
+
+@pytest.mark.parametrize(("tasks", "separated"), [(2, False), (60, True)])
+def test_a_difference_no_resample_moves_falls_back_to_the_sign_test(tasks: int, separated: bool):
+    # 100% against 0% everywhere: every resample gives 100, so the bootstrap cannot judge; the sign test over the
+    # tasks can (2 * 0.5**2 = 0.5 on 2 tasks), and the interval runs from 100 (n - z^2)/(n + z^2) to 100
+    scored = score(frame(suite("m:a", [True] * tasks) + suite("m:b", [False] * tasks)), Bootstrap(),
+                   with_comparisons=True)
+    z2 = 1.959963984540054 ** 2
+    for row in scored.comparisons.iter_rows(named=True):
+        assert row["difference"] == 100.0 and row["significant"] is separated
+        assert -100 <= row["low"] <= row["difference"] <= row["high"] == 100.0
+        if row["metric"] != "accuracy":  # accuracy: McNemar's exact test and the paired interval
+            assert row["p_adjusted"] == pytest.approx(max(2 * 0.5 ** tasks, 1 / 1001))
+            assert row["low"] == pytest.approx(100 * (tasks - z2) / (tasks + z2))
+    one = score(frame(suite("m:a", [True] * tasks)), Bootstrap(resamples=50), with_comparisons=True)
+    assert one.comparisons.is_empty()
+    assert one.index.select("rank", "rank_set_low", "rank_set_high", "tied_group").row(0) == (1, 1, 1, 1)
+
+
+def test_the_family_wise_error_rate_with_identical_models_by_seeded_simulation():
+    # 10 models of the same accuracy (answers drawn independently), 60 questions, 200 datasets: how often is any
+    # of the 45 pairs separated (max-T step-down over the resamples and McNemar's exact p)? Goal 5%.
+    rng = np.random.default_rng(7)
+    first, second = np.triu_indices(10, 1)
+    wrong = 0
+    for _ in range(200):
+        right = (rng.random((10, 60)) < 0.7).astype(np.float64)
+        counts = rng.multinomial(60, np.full(60, 1 / 60), size=1000).astype(np.float64)
+        per_model = (100 * counts @ right.T / 60).T
+        d = 100 * (right[first].mean(1) - right[second].mean(1))
+        _, _, adjusted = max_t(d, lambda rows, m=per_model: m[first[rows]] - m[second[rows]], len(d), 1000)
+        a_only = (right[first] * (1 - right[second])).sum(1).astype(int)
+        b_only = (right[second] * (1 - right[first])).sum(1).astype(int)
+        wrong += bool((np.fmax(adjusted, mcnemar_p(a_only, b_only)) < 0.05).any())
+    assert wrong / 200 <= 0.06
 
 
 def test_summary_carries_the_comparisons_and_each_models_rank():
@@ -123,10 +307,19 @@ def test_summary_carries_the_comparisons_and_each_models_rank():
                        ("when2call", "accuracy"), ("wildguardtest", "f1_prompt_harm"), ("wildguardtest", "f1_response_refusal"),
                        ("wildguardtest", "f1_response_harm"), ("wildguardtest", "mean_f1")]
     first = summary["comparisons"][0]
-    assert set(first) == {"a", "b", "eval", "metric", "difference", "ci", "p_value", "p_holm", "complete"}
+    assert set(first) == {"a", "b", "eval", "metric", "difference", "ci", "p_value", "p_adjusted", "significant",
+                          "complete"}
     hle = next(c for c in summary["comparisons"] if c["eval"] == "hle_multichoice")
     assert set(hle) == set(first) | {"discordant", "mcnemar_p"} and hle["discordant"] == [30, 10]
     assert summary["ranking"]["groups"] == [["m:a"], ["m:c"]]
+    assert [m["rank_set"] for m in summary["models"]] == [[1, 1], [2, 2]]
+    assert summary["comparison_method"]["adjustment"].startswith("max-T step-down")
+    # the summary's model order, not the labels' sorted order: c before a, every pair turned round
+    turned = records.to_builtins(build_summary(scored.metrics, ["m:c", "m:a"], DATA, "p", 1, {}, scored))
+    assert [(c["a"], c["b"]) for c in turned["comparisons"]] == [("m:c", "m:a")] * 9
+    again = next(c for c in turned["comparisons"] if c["eval"] == "hle_multichoice")
+    assert again["difference"] == -hle["difference"] and again["ci"] == [-hle["ci"][1], -hle["ci"][0]]
+    assert again["discordant"] == [10, 30] and again["p_adjusted"] == hle["p_adjusted"]
 
 
 def test_mcnemar_is_left_out_for_a_model_of_several_epochs_and_kept_for_the_others():

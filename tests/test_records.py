@@ -34,8 +34,8 @@ def test_summary_json_has_the_bytes_the_dict_based_summary_had(summary: Summary)
     assert records.to_json(summary) == golden
     doc = orjson.loads(golden)  # the scenario holds what the test is for
     assert list(doc) == ["prompt_version", "provenance", "epochs", "complete", "allow_failed", "accepted", "data",
-                         "intervals", "calibration", "usage", "models", "comparisons", "ranking", "cost_bound",
-                         "stopped_providers", "measures"]
+                         "intervals", "calibration", "usage", "models", "comparison_method", "comparisons", "ranking",
+                         "cost_bound", "stopped_providers", "measures"]
     assert [m["complete"] for m in doc["models"]] == [False, False, False, False]
     assert [m.get("rank") for m in doc["models"]] == [3, 2, 1, None]
     assert doc["models"][3]["decision_index"] is None and doc["models"][3]["p_yes_range"] == [0.01, 0.99]

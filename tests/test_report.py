@@ -414,14 +414,19 @@ def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_si
     alpha = 1 - summary["intervals"]["confidence"]
     pairs = [c for c in summary["comparisons"] if c["metric"] == "decision_index"]
     assert len(pairs) == 6  # 4 models: every pair once
-    for c in pairs:
+    assert [(c["a"], c["b"]) for c in pairs] == [(x, y) for k, x in enumerate(four.labels) for y in four.labels[k + 1:]]
+    for c in pairs:  # in the summary's order (a before b), as the matrix's rows and columns
         a, b = four.labels.index(c["a"]), four.labels.index(c["b"])
         cells = rows[a].split("<td")[2:]  # the model's name first
-        text = f"{c['difference']:+.1f}" + (" †" if c["p_holm"] < alpha else "")
-        assert text in cells[b] and (' class="sig"' in cells[b]) == (c["p_holm"] < alpha)
+        assert c["significant"] is (c["p_adjusted"] < alpha)
+        text = f"{c['difference']:+.1f}" + (" †" if c["significant"] else "")
+        assert text in cells[b] and (' class="sig"' in cells[b]) == c["significant"]
+        p = "< 0.001" if c["p_adjusted"] < 0.001 else f"{c['p_adjusted']:.3f}"
+        assert f"p<sub>adj</sub> {p}" in cells[b]
         mirrored = rows[b].split("<td")[2:][a]  # the other way round: the opposite difference
         assert f"{-c['difference']:+.1f}" in mirrored
     index = html[html.index('<table class="index">'):]
     for m in summary["models"]:
-        assert f"rank {m['rank']} [{m['rank_ci'][0]}–{m['rank_ci'][1]}]" in index[:index.index("</table>")]
+        assert (f"rank {m['rank']} [{m['rank_ci'][0]}–{m['rank_ci'][1]}], jointly [{m['rank_set'][0]}–"
+                f"{m['rank_set'][1]}]") in index[:index.index("</table>")]
     assert (out / "tables" / "comparisons.parquet").exists()

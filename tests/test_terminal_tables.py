@@ -113,6 +113,12 @@ def test_each_model_has_its_rank_with_its_interval_and_the_tied_groups_are_named
     ranks = [(1, [1, 2], 1), (2, [1, 2], 1), (3, [3, 4], 2), (4, [3, 4], 2)]
     ranked["models"] = [dict(m, rank=r, rank_ci=ci, tied_group=g) for m, (r, ci, g)
                         in zip(summary["models"], ranks, strict=True)]
+    # the index's comparisons of the adjacent pairs (one stored the other way round: turned for the line)
+    entry = {"eval": None, "metric": "decision_index", "ci": [0.0, 1.0], "p_value": 0.5, "complete": True}
+    ranked["comparisons"] = [dict(entry, a=NAMES[0], b=NAMES[1], difference=0.4, p_adjusted=0.82, significant=False),
+                             dict(entry, a=NAMES[2], b=NAMES[1], difference=-3.25, p_adjusted=0.0004,
+                                  significant=True),
+                             dict(entry, a=NAMES[2], b=NAMES[3], difference=1.0, p_adjusted=0.2, significant=False)]
     lines = render(width, summary_json, ranked)
     keyed = any(re.fullmatch(r"  M1 = .+", line) for line in lines)
     for k, (name, (rank, (low, high), _)) in enumerate(zip(NAMES, ranks, strict=True)):
@@ -120,5 +126,9 @@ def test_each_model_has_its_rank_with_its_interval_and_the_tied_groups_are_named
         assert any(line.lstrip(" │").startswith(label) and f"{rank} [{low}–{high}]" in line for line in lines), label
     groups = "{M1, M2} > {M3, M4}" if keyed else "{" + ", ".join(NAMES[:2]) + "} > {" + ", ".join(NAMES[2:]) + "}"
     text = re.sub(r"\s+", " ", " ".join(lines))  # the line wraps at the terminal's width
-    assert f"Ranked by Decision Index in statistically tied groups (paired bootstrap, Holm-adjusted): {groups}" in text
+    assert ("Ranked by Decision Index in statistically tied groups (max-T step-down over every pair, adjusted "
+            f"p < 0.05): {groups}") in text
+    key = [f"M{k}" for k in range(1, 5)] if keyed else NAMES
+    assert (f"; adjacent: {key[0]} − {key[1]} +0.4 (p_adj 0.820), {key[1]} − {key[2]} +3.2 (p_adj < 0.001 †), "
+            f"{key[2]} − {key[3]} +1.0 (p_adj 0.200)") in text
     assert max(len(line) for line in lines if "─" in line or "━" in line) <= width

@@ -339,6 +339,9 @@ def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
                       and c["eval"] in (None, "hle_multichoice") and {c["a"], c["b"]} == {MODEL, LLM})
         sign = 1 if stored["a"] == MODEL else -1
         assert d["difference"] == sign * stored["difference"] and f"{d['difference']:+.1f}" in html
+        assert d["significant"] is (d["p_adjusted"] < 0.05)
+    # the page says which procedure adjusted the p-values (summary.json's comparison_method)
+    assert "p adjusted (every pair)" in html and "max-T step-down of Westfall &amp; Young / Romano &amp; Wolf" in html
     back = browser.differences("hle_multichoice", LLM, MODEL)
     assert [-d["difference"] for d in back] == [d["difference"] for d in differences]
 
@@ -356,7 +359,7 @@ def test_the_compare_page_claims_no_difference_the_missing_answers_could_overtur
     model = msgspec.structs.replace(entries[MODEL],
                                     evals={**entries[MODEL].evals, "hle_multichoice": hle})
     open_one = msgspec.structs.replace(mine, complete=False, settled=False, p_value=0.0001,
-                                      p_holm=0.0001)
+                                      p_adjusted=0.0001, significant=False)
     monkeypatch.setattr(browser, "summary", msgspec.structs.replace(
         summary, models=[model if m.model == MODEL else m for m in summary.models],
         comparisons=[open_one if c is mine else c for c in summary.comparisons]))

@@ -173,6 +173,7 @@ def make_app(target: Browser | Live, refresh: float | None = None) -> web.Applic
         return page("compare.html.j2", title=f"Compare: {EVALS[name].title}", section="compare", name=name, a=a, b=b, table=table,
                     cell=cell, result=result, epoch=epoch, epochs=live.browser.epochs_of(name),
                     differences=live.browser.differences(name, a, b),
+                    method=unset(live.browser.summary.comparison_method),
                     params={"a": a, "b": b, "cell": cell, "epoch": epoch or None})
 
     def calibration(request: web.Request) -> web.Response:

@@ -408,12 +408,13 @@ class Browser:
 
     def differences(self, name: str, a: str, b: str) -> list[dict]:
         """The summary's paired comparisons of ``a`` and ``b`` (``scoring.compare``): the Decision Index's
-        and each metric of ``name``'s, as a − b (an entry stored as b − a is turned round):
-        ``metric``, ``eval``, ``difference``, ``ci``, ``p_value``, ``p_holm``, ``complete`` and, for
-        accuracy, ``discordant`` [a only, b only] and ``mcnemar_p``; where a figure is provisional,
-        ``settled`` (false: its failed and missing answers could overturn the difference, which is
-        not claimed, ``scoring.bounds``) and ``bounds`` {"a": [lowest, highest], "b": [...]} (a
-        complete figure's [value, value]). Empty for a model compared with itself."""
+        and each metric of ``name``'s, as a − b (an entry stored as b − a is turned round): ``metric``,
+        ``eval``, ``difference``, ``ci``, ``p_value``, ``p_adjusted``, ``significant``, ``complete``
+        and, for accuracy, ``discordant`` [a only, b only] and ``mcnemar_p``; where a figure is
+        provisional, ``settled`` (false: its failed and missing answers could overturn the
+        difference, which is not claimed, ``scoring.bounds``) and ``bounds`` {"a": [lowest,
+        highest], "b": [...]} (a complete figure's [value, value]). Empty for a model compared with
+        itself."""
         self.model(a), self.model(b)
         out = []
         for comparison in unset(self.summary.comparisons) or []:

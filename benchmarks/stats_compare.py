@@ -1,0 +1,338 @@
+"""The statistics of the paired comparisons (``scoring.compare``, ``scoring.simultaneous``), by
+seeded simulation: ``python -m benchmarks stats_compare`` (and ``make bench``), about 40 s.
+
+Figures:
+
+* **family-wise error rate** with identical models (the same true accuracy, answers drawn
+  independently): the share of simulated datasets in which any pair is separated, for accuracy (the
+  max-T step-down and the exact McNemar p, as ``compare`` decides) with 10 models on 60 questions,
+  and for a metric without McNemar's test (the step-down alone) with 50 models on 100 questions —
+  goal ≤ 5%; beside it the studentised variant of the step-down (``max_t(studentise=True)``), which
+  compare does not use;
+* **coverage** of the paired-difference intervals at nominal 95%: Newcombe's (accuracy) over a grid
+  of sizes (20, 60, 500) and accuracies (50% to 99.5%), and the symmetric bootstrap interval for a
+  difference of F1 scores (sizes 20, 60, 500; F1 near 90% and 99%) — goal ≥ 0.93 (the lowest cell);
+* **groups for 50 models whose true indices are 1 point apart**, scored on the whole data's sizes
+  (500, 513, 3,423 and 835 tasks) with 1,000 resamples: the tied groups found (ideal: 50) and the
+  rank sets' mean width;
+* **time added to scoring** by the comparisons and ranks for those 50 models (``Scorer.result`` with
+  comparisons minus without, plus the discordant counts) — goal ≤ 1 s.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import polars as pl
+
+from dxi import scoring
+from dxi.scoring.compare import discordant, mcnemar_p
+from dxi.scoring.simultaneous import floor_width, max_t, newcombe, symmetric_interval
+from dxi.scoring.sums import build_cubes
+from tests.answers import SCHEMA
+
+from . import Result
+
+SEED = 20250607
+RESAMPLES = 1000
+WHOLE = {
+    "aa_omniscience_decision": 500,
+    "hle_multichoice": 513,
+    "when2call": 3423,
+    "wildguardtest": 835,
+}
+INDEX_STEP = (
+    1 / 0.875
+)  # accuracy points per model: the index moves 0.875 x the accuracies here (module docs)
+
+
+def _fwer(
+    models: int,
+    n: int,
+    p: float,
+    sims: int,
+    mcnemar: bool,
+    studentise: bool,
+    rng: np.random.Generator,
+) -> float:
+    """The share of ``sims`` datasets of ``models`` identical models (accuracy ``p``, ``n``
+    questions) in which any pair is separated at 5%."""
+    first, second = np.triu_indices(models, 1)
+    wrong = 0
+    for _ in range(sims):
+        right = (rng.random((models, n)) < p).astype(np.float64)
+        counts = rng.multinomial(n, np.full(n, 1 / n), size=RESAMPLES).astype(np.float64)
+        per_model = (100 * counts @ right.T / n).T
+        d = 100 * (right[first].mean(1) - right[second].mean(1))
+        _, _, adjusted = max_t(
+            d,
+            lambda rows, m=per_model: m[first[rows]] - m[second[rows]],
+            len(d),
+            RESAMPLES,
+            studentise=studentise,
+        )
+        if mcnemar:
+            a_only = (right[first] * (1 - right[second])).sum(1).astype(np.int64)
+            b_only = (right[second] * (1 - right[first])).sum(1).astype(np.int64)
+            adjusted = np.fmax(adjusted, mcnemar_p(a_only, b_only))
+        wrong += bool((np.nan_to_num(adjusted, nan=1.0) < 0.05).any())
+    return wrong / sims
+
+
+def _newcombe_coverage(rng: np.random.Generator, sims: int = 4000) -> tuple[float, str]:
+    """The lowest coverage of Newcombe's interval over the grid, and where."""
+    worst, where = 1.0, ""
+    for n in (20, 60, 500):
+        for p1 in (0.5, 0.7, 0.9, 0.95, 0.99, 0.995):
+            for gap in (0.0, 0.01, 0.05):
+                for same in (0.5, 0.8, 0.95):
+                    p2 = max(p1 - gap, 0.0)
+                    # correlated answers: the second model repeats the first's on a share
+                    # ``same`` of the questions
+                    first = rng.random((sims, n)) < p1
+                    other = np.clip((p2 - same * p1) / (1 - same), 0, 1)
+                    second = np.where(
+                        rng.random((sims, n)) < same, first, rng.random((sims, n)) < other
+                    )
+                    truth = 100 * (p1 - (same * p1 + (1 - same) * other))
+                    low, high = newcombe(
+                        (first & ~second).sum(1),
+                        (~first & second).sum(1),
+                        (first & second).sum(1),
+                        (~first & ~second).sum(1),
+                        0.95,
+                    )
+                    covered = float(((low <= truth + 1e-9) & (truth - 1e-9 <= high)).mean())
+                    if covered < worst:
+                        worst, where = (
+                            covered,
+                            f"n {n}, p {p1:g} vs {p2:g}, {same:.0%} answered alike",
+                        )
+    return worst, where
+
+
+def _f1_coverage(rng: np.random.Generator, sims: int = 400) -> tuple[float, str]:
+    """The lowest coverage of the symmetric bootstrap interval of a difference of F1 scores (yes/no
+    questions, half of them yes; each model right on a question with its own probability, the two
+    models correlated)."""
+    worst, where = 1.0, ""
+    for n in (20, 60, 500):
+        for q1, q2 in ((0.9, 0.88), (0.99, 0.98)):
+            truth = 100 * (
+                q1 - q2
+            )  # F1 = 2q / (2q + 2(1 − q)) = q: errors independent of gold, half the gold yes
+            hits = 0
+            for _ in range(sims):
+                gold = np.arange(n) % 2 == 0
+                a = rng.random(n) < q1
+                b = np.where(rng.random(n) < 0.8, a & (rng.random(n) < q2 / q1), rng.random(n) < q2)
+                pred_a, pred_b = np.where(a, gold, ~gold), np.where(b, gold, ~gold)
+                x = np.stack(
+                    [
+                        pred_a & gold,
+                        pred_a & ~gold,
+                        ~pred_a & gold,
+                        pred_b & gold,
+                        pred_b & ~gold,
+                        ~pred_b & gold,
+                    ],
+                    1,
+                ).astype(np.float64)
+                s = x[rng.integers(0, n, (RESAMPLES, n))].sum(1)  # the resampled sums
+
+                def f1(tp, fp, fn):
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        return np.where(2 * tp + fp + fn > 0, 200 * tp / (2 * tp + fp + fn), np.nan)
+
+                point = f1(*x.sum(0)[:3]) - f1(*x.sum(0)[3:])
+                reps = f1(s[:, 0], s[:, 1], s[:, 2]) - f1(s[:, 3], s[:, 4], s[:, 5])
+                low, high = symmetric_interval(
+                    np.array([point]), reps[None, :], 0.95, floor_width(n, 0.95)
+                )
+                hits += bool(low[0] <= truth <= high[0])
+            covered = hits / sims
+            if covered < worst:
+                worst, where = covered, f"n {n}, F1 {100 * q1:g} − {100 * q2:g}"
+    return worst, where
+
+
+def _one_point_apart(models: int, rng: np.random.Generator) -> pl.DataFrame:
+    """An answers frame (``tests.answers.SCHEMA``) of ``models`` models over ``WHOLE``'s task
+    counts, model k right on each question with probability 0.97 − k·INDEX_STEP/100, so the true
+    indices are 1 point apart (wrong answers are never the abstention: non-hallucination is 0 for
+    all; F1 at half the gold yes equals the accuracy)."""
+    parts = []
+    for name, n in WHOLE.items():
+        questions = (
+            ["prompt_harmful", "response_refusal", "response_harmful"]
+            if name == "wildguardtest"
+            else ["answer"]
+        )
+        tasks = np.repeat([f"{name}/{i:05d}" for i in range(n)], len(questions))
+        qids = np.tile(questions, n)
+        k = len(tasks)
+        for m in range(models):
+            right = rng.random(k) < 0.97 - m * INDEX_STEP / 100
+            if name == "wildguardtest":
+                gold = np.where(np.arange(k) // 3 % 2 == 0, "yes", "no")
+                other = np.where(gold == "yes", "no", "yes")
+                kind, p_right = "yes_no", 0.9
+            else:
+                gold, other, kind, p_right = np.full(k, "A"), np.full(k, "B"), "choice", 0.8
+            predicted = np.where(right, gold, other)
+            p_pred = np.full(k, p_right)
+            p_yes = np.where(predicted == "yes", p_pred, 1 - p_pred) if kind == "yes_no" else None
+            parts.append(
+                pl.DataFrame(
+                    {
+                        "label": f"m:{m:02d}",
+                        "eval": name,
+                        "task_id": tasks,
+                        "question_id": qids,
+                        "sample": 0,
+                        "kind": kind,
+                        "status": "ok",
+                        "predicted": predicted,
+                        "gold": gold,
+                        "p_predicted": p_pred,
+                        "p_yes": p_yes,
+                    }
+                ).with_columns(
+                    pl.concat_list(
+                        pl.struct(
+                            pl.col("predicted").alias("option"), pl.col("p_predicted").alias("p")
+                        ),
+                        pl.struct(
+                            pl.when(pl.col("predicted") == pl.col("gold"))
+                            .then(pl.Series(other))
+                            .otherwise(pl.col("gold"))
+                            .alias("option"),
+                            (1 - pl.col("p_predicted")).alias("p"),
+                        ),
+                    ).alias("probabilities")
+                )
+            )
+    frame = pl.concat(parts, how="diagonal_relaxed")
+    frame = frame.with_columns(
+        *(pl.lit(None, dtype).alias(c) for c, dtype in SCHEMA.items() if c not in frame.columns)
+    )
+    return frame.select(pl.col(c).cast(t) for c, t in SCHEMA.items()).with_columns(
+        pl.col("predicted").eq_missing(pl.col("gold")).alias("correct")
+    )
+
+
+def run() -> list[Result]:
+    rng = np.random.default_rng(SEED)
+    started = time.perf_counter()
+    fwer_acc = _fwer(10, 60, 0.7, 200, True, False, rng)
+    fwer_mean = _fwer(50, 100, 0.8, 40, False, False, rng)
+    fwer_studentised = _fwer(10, 60, 0.5, 100, False, True, rng)
+    fwer_time = time.perf_counter() - started
+    newcombe_worst, newcombe_where = _newcombe_coverage(rng)
+    f1_worst, f1_where = _f1_coverage(rng)
+
+    answers = _one_point_apart(50, rng)
+    boot = scoring.Bootstrap(resamples=RESAMPLES, seed=SEED)
+    scorer = scoring.Scorer(boot)
+    scorer.add(answers)
+    cubes = build_cubes(answers)
+    best = {"plain": (np.inf, np.inf), "compared": (np.inf, np.inf), "counted": (np.inf, np.inf)}
+
+    def timed(name: str, work):  # keeps the best (wall, CPU) of the repeats: the machine is shared
+        wall, cpu = time.perf_counter(), time.process_time()
+        out = work()
+        best[name] = (
+            min(best[name][0], time.perf_counter() - wall),
+            min(best[name][1], time.process_time() - cpu),
+        )
+        return out
+
+    for _ in range(3):
+        timed("plain", lambda: scorer.result(comparisons=False))
+        with_ = timed("compared", lambda: scorer.result(comparisons=True))
+        timed("counted", lambda: [discordant(cube) for cube in cubes.values()])
+    added = best["compared"][0] - best["plain"][0] + best["counted"][0]
+    added_cpu = best["compared"][1] - best["plain"][1] + best["counted"][1]
+    index = with_.index
+    groups = index["tied_group"].n_unique()
+    width = float((index["rank_set_high"] - index["rank_set_low"] + 1).mean())
+    marginal = float((index["rank_high"] - index["rank_low"] + 1).mean())
+    return [
+        Result(
+            "stats_compare",
+            "family-wise error, 10 identical models, accuracy (step-down + McNemar)",
+            fwer_acc,
+            "share",
+            "≤ 0.05",
+            fwer_acc <= 0.05,
+            "60 questions at 70%, 200 seeded datasets, 1,000 resamples "
+            f"(binomial s.e. ≈ 0.015); {fwer_time:.0f} s for the three error-rate figures",
+        ),
+        Result(
+            "stats_compare",
+            "family-wise error, 50 identical models, step-down alone",
+            fwer_mean,
+            "share",
+            "≤ 0.05",
+            fwer_mean <= 0.05,
+            "100 questions at 80%, 1,225 pairs, 40 seeded datasets (s.e. ≈ 0.035)",
+        ),
+        Result(
+            "stats_compare",
+            "… the studentised step-down (not used), 10 identical models",
+            fwer_studentised,
+            "share",
+            "",
+            None,
+            "60 questions at 50%: each pair's standard error fixed over the resamples "
+            "understates the tails of d / se; why compare uses the max-|Δ| form",
+        ),
+        Result(
+            "stats_compare",
+            "coverage of the paired accuracy interval, Newcombe ∪ Bonett-Price (lowest cell)",
+            newcombe_worst,
+            "share",
+            "≥ 0.93",
+            newcombe_worst >= 0.93,
+            f"nominal 0.95; n 20/60/500 × p 50-99.5% × gap 0/1/5 points × "
+            f"50/80/95% answered alike, 4,000 datasets each; lowest at {newcombe_where}",
+        ),
+        Result(
+            "stats_compare",
+            "coverage of the symmetric bootstrap interval, F1 difference (lowest cell)",
+            f1_worst,
+            "share",
+            "≥ 0.93",
+            f1_worst >= 0.93,
+            f"nominal 0.95; n 20/60/500 × F1 near 90 and 99, 400 datasets "
+            f"each; lowest at {f1_where}",
+        ),
+        Result(
+            "stats_compare",
+            "tied groups, 50 models with true indices 1 point apart (ideal 50)",
+            groups,
+            "groups",
+            "",
+            None,
+            f"whole-data sizes ({sum(WHOLE.values()):,} tasks), 1,000 resamples; rank sets "
+            f"{width:.1f} ranks wide on average (marginal rank intervals {marginal:.1f})",
+        ),
+        Result(
+            "stats_compare",
+            "comparisons and ranks added to scoring, 50 models (CPU)",
+            added_cpu,
+            "s",
+            "≤ 1 s",
+            added_cpu <= 1.0,
+            f"{with_.comparisons.height:,} comparisons; wall {added:.3f} s (a shared machine's "
+            f"wall time; CPU is the figure to read), discordant counts "
+            f"{best['counted'][1]:.3f} s CPU; best of 3",
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    for r in run():
+        met = "" if r.met is None else r.met
+        print(f"{r.figure}: {r.value:.4g} {r.unit} {r.goal} {met} — {r.note}")
