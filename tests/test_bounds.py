@@ -283,7 +283,7 @@ def test_a_difference_the_missing_answers_could_overturn_is_not_claimed():
     assert row["p_adjusted"] < 0.05 and row["significant"] is False
     summary = records.to_builtins(build(scored.metrics, ["a", "b"], DATA, "p", 1, {}, scored))
     (entry,) = [c for c in summary["comparisons"] if c["metric"] == "accuracy"]
-    assert entry["settled"] is False
+    assert (entry["settled"], entry["significant"]) == (False, False)
     # b: 36 answered, all wrong, 4 missing -> bounds [0, 10]: below a's 90 whatever they are:
     # settled
     scored = score(_two_models(4, 0), Bootstrap(resamples=200), with_comparisons=True)
@@ -302,23 +302,24 @@ def test_settled_and_ranks_by_hand():
     assert settled(
         np.array([50.0]), np.array([60.0]), np.array([60.0]), np.array([70.0])
     ).tolist() == [False]
-    # three models by index 80 (complete), 70 (provisional, [40, 85]), 20 (complete); compare's
-    # groups
-    # {80} > {70} > {20}: the second boundary stands (70's lowest 40 > 20), the first does not (85 >
-    # 80)
+    # three models by index 80 (complete), 70 (provisional, [40, 85]), 20 (complete): y could be
+    # first (85 > 80) but never last (40 > 20); the marginal intervals and the rank sets widen alike
     ranks = pl.DataFrame(
         {
             "label": ["x", "y", "z"],
             "rank": [1, 2, 3],
             "rank_low": [1, 2, 3],
             "rank_high": [1, 2, 3],
+            "rank_set_low": [1, 2, 3],
+            "rank_set_high": [1, 3, 3],
             "group": [1, 2, 3],
         }
     )
     bounds = (np.array([80.0, 40.0, 20.0]), np.array([80.0, 85.0, 20.0]))
     out = settle_ranks(ranks, ["x", "y", "z"], bounds)
-    assert out["group"].to_list() == [1, 1, 2]
+    assert out["group"].to_list() == [1, 2, 3]  # groups follow the claimed comparisons, not this
     assert list(zip(out["rank_low"], out["rank_high"], strict=True)) == [(1, 2), (1, 2), (3, 3)]
+    assert list(zip(out["rank_set_low"], out["rank_set_high"], strict=True)) == [(1, 2), (1, 3), (3, 3)]
     # every index complete: unchanged
     assert settle_ranks(ranks, ["x", "y", "z"], (bounds[0], bounds[0])).equals(ranks)
 
