@@ -23,7 +23,20 @@ from pathlib import Path
 
 import orjson
 
-from .batches import CANCELLED, COMPLETED, EXPIRED, BatchAPI, BatchLimits, BatchStatus, ResultLine, chunks, iso_time
+from .batches import (
+    CANCELLED,
+    COMPLETED,
+    EXPIRED,
+    MAX_PAGES,
+    BatchAPI,
+    BatchLimits,
+    BatchLost,
+    BatchStatus,
+    NoBatchAPI,
+    ResultLine,
+    chunks,
+    iso_time,
+)
 from .errors import MalformedReply
 from .http import error_for
 
@@ -32,6 +45,7 @@ from .http import error_for
 STATUS_OF = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
              "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
              "timeout_error": 504, "overloaded_error": 529}
+CLOCK_S = 120  # how far this machine's clock is taken to be from Anthropic's (``find``)
 
 
 def status_of(doc: dict) -> BatchStatus:
@@ -52,6 +66,7 @@ class AnthropicBatch(BatchAPI):
     LIMITS = BatchLimits(100_000, 256_000_000)
     taggable = False
     name = "anthropic"
+    RETENTION = "Anthropic keeps a batch's results 29 days after its creation"
 
     @property
     def url(self) -> str:
@@ -61,23 +76,34 @@ class AnthropicBatch(BatchAPI):
         return b'{"custom_id":"' + key.encode() + b'","params":'
 
     async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
-        return status_of(await self.call("POST", self.url, chunks(path, b'{"requests":[', b",", b"]}")))
+        try:
+            return status_of(await self.call("POST", self.url, chunks(path, b'{"requests":[', b",", b"]}")))
+        except BatchLost:
+            raise NoBatchAPI(f"{self.what}: {self.adapter.base_url} has no batch API (POST /v1/messages/batches "
+                             "answered 404: a server without Message Batches); batch mode stopped for this model",
+                             404) from None
 
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.url}/{batch_id}"))
 
     async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
         found, after = [], None
-        while True:
+        self.listed, self.listed_all = 0, False
+        for _ in range(MAX_PAGES):
             page = await self.call("GET", f"{self.url}?limit=100" + (f"&after_id={after}" if after else ""))
             data = [status_of(d) for d in page.get("data") or [] if isinstance(d, dict)]
+            self.listed += len(data)
             for status in data:
-                if (status.created or 0) >= since - 120 and status.total == n and status.batch_id not in known:
+                if (status.created or 0) >= since - CLOCK_S and status.total == n and status.batch_id not in known:
                     found.append(status)
-            older = any((s.created or 0) < since - 600 for s in data)  # newest first: past the intent
-            if not data or not page.get("has_more") or older:
+            if not data or not page.get("has_more"):
+                self.listed_all = True
+                return found
+            # newest first (documented): past the intent by more than clocks differ, older pages cannot hold it
+            if any((s.created or 0) < since - 5 * CLOCK_S for s in data):
                 return found
             after = page.get("last_id") or data[-1].batch_id
+        return found
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("POST", f"{self.url}/{batch_id}/cancel", {}))

@@ -78,7 +78,8 @@ def test_a_batch_run_stores_the_rows_and_summary_a_synchronous_run_does(kind: st
     (m,) = batch["models"]
     assert m["usage"]["batch"] == {"requests": 12, "cost_usd": None, "price": None}
     assert m["requests"]["sent"] == 12 and m["requests"]["batches"] == {"submitted": 1, "collected": 1, "running": 0,
-                                                                        "given_back": 0, "from_earlier_runs": 0}
+                                                                        "given_back": 0, "from_earlier_runs": 0,
+                                                                        "unknown_results": 0, "duplicate_results": 0}
     assert "batch" not in sync["models"][0]["usage"]
     b, s = rows(tmp_path / "cache"), rows(tmp_path / "sync")
     assert b["key"].to_list() == s["key"].to_list() and b.height == 12
