@@ -42,7 +42,8 @@ is left is sent synchronously (``runner.dispatch``). Without a deadline the run 
 Ctrl-C leaves them running and the next run collects them.
 
 Test hooks: ``DXI_FAILPOINT=NAME`` kills the process (SIGKILL) at a named step: ``intent`` (after the
-intent is recorded), ``uploaded``, ``created`` (after the provider's reply, before it is recorded: the
+intent is recorded), ``upload_reply`` (after the provider's reply to the upload, before it is recorded),
+``uploaded``, ``created`` (after the provider's reply, before it is recorded: the
 window no tag closes for Anthropic), ``submitted``, ``append:N`` (after the append that stored the N-th row
 of this process's collections: a piece of results is appended at once).
 
@@ -516,6 +517,7 @@ class ModelBatches:
         try:
             file_id = await with_retries(lambda: self.api.upload(entry_id, builder.path, n, builder.bytes),
                                           self.adapter, "upload")
+            failpoint("upload_reply")
             if file_id is not None:
                 self.ledger.record(entry_id, "uploaded", file_id=file_id)
             failpoint("uploaded")

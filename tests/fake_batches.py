@@ -30,7 +30,9 @@ Behaviour (``FakeProvider(batch={...})``, JSON-able):
   none of its requests' and M lines repeating a request's id with another answer (a 400 error);
 * ``no_files`` (default False): the host has no Files endpoint (``/v1/files`` answers 404, as a server that
   implements Chat Completions only does);
-* ``cancel_polls`` (default 0): the status reads a cancelled batch stays ``cancelling`` before it ends.
+* ``cancel_polls`` (default 0): the status reads a cancelled batch stays ``cancelling`` before it ends;
+* ``old_batches`` (default 0): Gemini batches of another client, created two hours before the server started;
+  ``list_oldest_first`` (default False): Gemini's listing oldest first (its order is not documented).
 
 Input files are listed and deleted as the providers' Files APIs do (OpenAI ``GET /v1/files``, ``DELETE
 /v1/files/{id}``; Gemini ``GET /v1beta/files``, ``DELETE /v1beta/files/{name}``); ``input_files`` lists the
@@ -109,6 +111,8 @@ class BatchServer:
         self.extra_results = {k: int(v) for k, v in (config.get("extra_results") or {}).items()}
         self.no_files = bool(config.get("no_files", False))
         self.cancel_polls = int(config.get("cancel_polls", 0))
+        self.list_oldest_first = bool(config.get("list_oldest_first", False))
+        self.old_batches = int(config.get("old_batches", 0))
         self.responders, self.seed = responders, seed
         self.batches: dict[str, Batch] = {}
         self.files: dict[str, bytes] = {}
@@ -119,6 +123,10 @@ class BatchServer:
         self.counts: Counter[str] = Counter()
         self.problems: list[str] = []
         self.url = ""
+        for n in range(self.old_batches):  # another client's Gemini batches, made two hours ago, ended
+            old = Batch(f"batches/old{n:06d}", GEMINI, [(f"old-{n}", {})], time.time() - 7200, model="models/other",
+                        inline=True, ended_as="completed", counts={"ok": 1})
+            self.batches[old.id] = old
 
     # ---- routes ---------------------------------------------------------------------------------
     def add_routes(self, app: web.Application) -> None:
@@ -674,7 +682,7 @@ class BatchServer:
         await self._stall("list")
         self.counts["batch_lists"] += 1
         found = sorted((b for b in self.batches.values() if b.fmt == GEMINI and b.outcome != "lost"),
-                       key=lambda b: b.created, reverse=True)
+                       key=lambda b: b.created, reverse=not self.list_oldest_first)
         start, size = int(request.query.get("pageToken") or 0), int(request.query.get("pageSize", 20))
         page = found[start:start + size]
         doc: dict = {"operations": [self._gemini_op(b, with_output=False) for b in page]}
