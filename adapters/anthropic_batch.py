@@ -7,9 +7,10 @@
 * **No tag**: a Message Batch carries nothing of the client's (no metadata, no name). A kill between the
   provider's reply to the create and the ledger's record of it leaves a batch only the provider knows: a
   rerun looks for it by listing (``GET {base}/v1/messages/batches``, newest first) the batches created
-  since the intent with the entry's number of requests that no other ledger entry knows (``find``), and
-  adopts it when exactly one matches (its results are matched by custom id, so a wrong match stores
-  nothing wrong); when none or several match it submits again, and says so (docs/batch.md, "the window").
+  since the intent (less ``CLOCK_S``: this machine's clock against Anthropic's) with the entry's number of
+  requests that no other ledger entry knows (``find``), and adopts every one that matches (results are
+  matched by custom id, so a batch that was another client's stores nothing); when none matches it submits
+  again, saying what the search covered (docs/batch.md, "the window").
 * **Status**: ``processing_status`` ``in_progress``, ``canceling``, ``ended`` (within 24 hours: requests not
   processed by then are ``expired``); ``request_counts``: processing, succeeded, errored, canceled, expired.
 * **Results**: ``GET results_url`` (JSONL, in no set order): ``{"custom_id", "result": {"type":

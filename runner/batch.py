@@ -22,9 +22,12 @@ the entry id where the provider allows (``submitted``, written the instant the r
 whose reply was lost (a timeout, a broken connection) is looked for by its tag before it is tried again.
 
 **Reconciling** at start: an entry with an intent but no batch id is looked for at the provider (``find``:
-by its tag; Anthropic, which has none, by creation time and size) and adopted, else abandoned (its
-requests go in a new batch). An entry whose batch the provider no longer knows (404) ends ``lost``: its
-requests are given back.
+by its tag; Anthropic, which has none, by creation time and size): every batch found is adopted (one
+entry each, sharing the keys), else the entry is abandoned (its requests go in a new batch, its uploaded
+input file is deleted at the provider). An entry whose batch the provider no longer knows (404) ends
+``lost``, and one whose results it no longer has (404, past its retention) is collected empty: their
+requests are given back. A ledger event or input file that cannot be written raises ``LedgerError`` (a
+``CacheWriteError``: exit code 4).
 
 **Collecting** an ended batch: each result line, as read, goes through the adapter's ``decode`` and the same
 row as a synchronous reply (``runner.rows.make_row``, ``transport`` "batch" and the batch id); the rows of
