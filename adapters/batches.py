@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
 from urllib.parse import urlsplit
 
 import aiohttp

@@ -815,12 +815,13 @@ class ModelBatches:
         elif gone is not None:
             self._say(f"the results of batch {entry.batch_id} are gone at the provider ({gone}: {self.api.RETENTION}): "
                       f"its {len(keys - seen):,} request(s) not stored are given back and sent again")
-        open_claims = None
+        others: set[str] | None = None  # the keys other open entries claim (candidates of one lost create)
         for key in keys - seen:
             if key in self.waiting and not self.cache.has(key):
-                if open_claims is None:  # another open entry claims it (a candidate of one lost create): it answers
-                    open_claims = self.ledger.claimed(self.identity)
-                if open_claims.get(key, entry.id) != entry.id:
+                if others is None:
+                    others = {k for e in self.ledger.open_entries(self.identity) if e.id != entry.id
+                              for k in self.ledger.keys(e.id) if k not in e.returned}
+                if key in others:  # another candidate may still answer it: given back once none can
                     continue
                 given.append(key)
                 self.stats.attempts += 1

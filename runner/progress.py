@@ -7,8 +7,9 @@ count that stands still) plus one when a model finishes, e.g.::
 
 A model in batch mode adds its batches: submitted, running (with the time each has been running) and
 done; in place of the rate and the time left (answers come a batch at a time, hours apart: neither means
-anything), it shows its batches open and the answers collected so far. The rate counts requests sent (not cache hits) over the time since the run started (so the first line
-cannot read thousands of requests a second); the time left is the requests still to do at that rate. A
+anything), it shows its batches open and the answers collected so far. The rate counts requests sent
+(not cache hits) over the time since the run started (so the first line cannot read thousands of
+requests a second); the time left is the requests still to do at that rate. A
 model that costs nothing (a local model, or priced at 0) shows no spend; with a cost bound, the spend of
 the whole run is shown against it. ``start_line`` is the line printed before the run: what is about to run.
 
