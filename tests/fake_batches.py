@@ -42,7 +42,8 @@ Counters (in ``FakeProvider.stats()``): ``batch_creates``, ``batch_uploads``, ``
 ``batch_cancels``, ``batch_downloads``, ``batch_lines`` (requests received in batches), ``batch_keys``
 (distinct keys), ``batch_resubmitted`` (submissions beyond the first per key: requests submitted twice),
 ``batch_answers`` (answers produced), ``batch_file_deletes``, ``input_files`` (the names of the input files
-held), ``batch_line_<fault>`` (result lines of each kind: ok, transient, rate_limited, fatal, malformed), ``arrived_<step>``, ``sdk_problems`` and ``sdk_problem_lines``.
+held), ``batch_line_<fault>`` (result lines of each kind: ok, transient, rate_limited, fatal, malformed),
+``arrived_<step>``, ``sdk_problems`` and ``sdk_problem_lines``.
 """
 from __future__ import annotations
 
