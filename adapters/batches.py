@@ -11,9 +11,10 @@ cache key as the line's id (``custom_id``, Gemini's ``key``): a 64-character hex
 through the adapter's own ``decode``; a per-request error is classified by ``http.error_for`` as the
 synchronous reply with that status would be.
 
-The shapes here (``BatchStatus``, ``ResultLine``) are what the runner sees of any provider. Errors: the
-adapter error tree (``adapters.errors``); ``BatchLost`` when the provider no longer knows a batch or its
-results (404); ``NoBatchAPI`` when the host has no batch endpoints at all (a 404 to the upload or create).
+The shapes here (``BatchStatus``, ``ResultLine``) are what the runner sees of any provider. Errors:
+the adapter error tree (``adapters.errors``); ``BatchLost`` when the provider no longer knows a
+batch or its results (404); ``NoBatchAPI`` when the host has no batch endpoints at all (a 404 to the
+upload or create).
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ RUNNING = None
 COMPLETED, EXPIRED, CANCELLED, FAILED, LOST = "completed", "expired", "cancelled", "failed", "lost"
 OUTCOMES = (COMPLETED, EXPIRED, CANCELLED, FAILED, LOST)
 LINE_BYTES = 64 << 20  # the longest result line read; a longer one is given back (its reply is read no further)
-MAX_PAGES = 100  # pages of the provider's batch (or file) listing read by ``find`` / ``delete_input`` at most
+# the pages of the provider's batch (or file) listing that ``find`` / ``delete_input`` read at most
+MAX_PAGES = 100
 
 # adapter kind -> "module:Class" of its batch protocol, imported on first use
 KINDS = {
@@ -61,14 +63,15 @@ def iso_time(value: object) -> float | None:
 
 
 class BatchLost(AdapterError):
-    """The provider answers 404 for a batch it accepted, or for its results: gone (deleted, or past the
-    provider's retention: OpenAI keeps output files 30 days, Anthropic results 29 days after creation,
-    Gemini files 48 hours)."""
+    """The provider answers 404 for a batch it accepted, or for its results: gone (deleted, or past
+    the provider's retention: OpenAI keeps output files 30 days, Anthropic results 29 days after
+    creation, Gemini files 48 hours)."""
 
 
 class NoBatchAPI(Fatal):
-    """The host answers 404 where the batch API uploads or creates: it has no batch API (a server that
-    implements the synchronous endpoint only). Batch mode stops for the model; nothing is sent twice."""
+    """The host answers 404 where the batch API uploads or creates: it has no batch API (a server
+    that implements the synchronous endpoint only). Batch mode stops for the model; nothing is sent
+    twice."""
 
 
 def not_found(what: str, method: str, url: str) -> str:
@@ -133,8 +136,9 @@ class BatchAPI:
         self.adapter = adapter
         self.limits = self.LIMITS
         self._head_bytes: int | None = None  # len(head(key)), the same for every key (``split``)
-        # what the last ``find`` read of the provider's listing: whether every batch it lists (False: it stopped
-        # at MAX_PAGES, or where its order says older batches begin), and how many it read
+        # what the last ``find`` read of the provider's listing: whether every batch it lists
+        # (False: it stopped at MAX_PAGES, or where its order says older batches begin), and how
+        # many it read
         self.listed_all = False
         self.listed = 0
 
@@ -164,7 +168,7 @@ class BatchAPI:
             payload = await post(self.session(), url, data, headers or self.headers(), self.what,
                                  self.adapter.retry_after_from_body, self.adapter._secrets, max_bytes, method)
         except ProviderStop as exc:
-            if exc.status == 404:  # (not "unknown model": the URL names a batch or a file, not the model)
+            if exc.status == 404:  # (not "unknown model": the URL names a batch or a file)
                 raise BatchLost(not_found(self.what, method, url), 404) from None
             raise
         try:
@@ -253,21 +257,22 @@ class BatchAPI:
         raise NotImplementedError
 
     async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
-        """The provider's batches that may be the ledger entry ``entry_id`` whose ``create`` was cut before
-        its reply was recorded: those tagged ``entry_id``; where there is no tag, those of ``n`` requests
-        created since ``since`` (Unix seconds) that no other entry knows (``known``: batch ids). Sets
-        ``listed_all`` and ``listed`` (what the listing covered: an empty result is proof that no such batch
-        exists only when ``listed_all`` and the provider has a tag)."""
+        """The provider's batches that may be the ledger entry ``entry_id`` whose ``create`` was cut
+        before its reply was recorded: those tagged ``entry_id``; where there is no tag, those of
+        ``n`` requests created since ``since`` (Unix seconds) that no other entry knows (``known``:
+        batch ids). Sets ``listed_all`` and ``listed`` (what the listing covered: an empty result is
+        proof that no such batch exists only when ``listed_all`` and the provider has a tag)."""
         raise NotImplementedError
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         raise NotImplementedError
 
     async def delete_input(self, entry_id: str, file_id: str | None) -> int:
-        """Delete the input file of the ledger entry ``entry_id`` at the provider, for an entry that never
-        became a batch: ``file_id`` when the ledger recorded it, else the files this protocol's ``upload`` names
-        after the entry (found by listing the provider's files: only a file dxi uploaded carries that name).
-        Returns how many were deleted (0 where the provider takes no file). Raises the adapter errors."""
+        """Delete the input file of the ledger entry ``entry_id`` at the provider, for an entry that
+        never became a batch: ``file_id`` when the ledger recorded it, else the files this
+        protocol's ``upload`` names after the entry (found by listing the provider's files: only a
+        file dxi uploaded carries that name). Returns how many were deleted (0 where the provider
+        takes no file). Raises the adapter errors."""
         return 0
 
     def results(self, status: BatchStatus) -> AsyncIterator[list[ResultLine]]:

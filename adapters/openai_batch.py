@@ -8,15 +8,15 @@ OpenAI's Files and Batches endpoints (Azure OpenAI's v1 API, the OpenAI-compatib
   ``POST {base}/files`` (multipart, ``purpose=batch``). At most 50,000 requests and 200 MB per file
   (``BatchCreateParams.input_file_id``).
 * **Create**: ``POST {base}/batches`` ``{"input_file_id", "endpoint": "/v1/chat/completions",
-  "completion_window": "24h", "metadata": {"dxi_entry": ENTRY}}``: the metadata tag (16 pairs, values up
-  to 512 characters) finds the batch again by listing (``GET {base}/batches``, newest first) when a kill
-  came between the provider's reply and the ledger's record of it. The listing's order is not relied on:
-  every page is read (up to ``MAX_PAGES`` of 100).
-* **No batch API**: a host that answers 404 to ``POST {base}/files`` or ``POST {base}/batches`` implements
-  the synchronous endpoint only: ``NoBatchAPI`` (batch mode stops for the model).
-* **Input files** are named ``{ENTRY}.jsonl`` (``purpose=batch``): one uploaded for an entry that never
-  became a batch (a kill between the upload and the create) is found by that name (``GET {base}/files``)
-  and deleted (``DELETE {base}/files/{id}``).
+  "completion_window": "24h", "metadata": {"dxi_entry": ENTRY}}``: the metadata tag (16 pairs,
+  values up to 512 characters) finds the batch again by listing (``GET {base}/batches``) when a kill
+  came between the provider's reply and the ledger's record of it. The listing's order is not relied
+  on: every page is read (up to ``MAX_PAGES`` of 100).
+* **No batch API**: a host that answers 404 to ``POST {base}/files`` or ``POST {base}/batches``
+  implements the synchronous endpoint only: ``NoBatchAPI`` (batch mode stops for the model).
+* **Input files** are named ``{ENTRY}.jsonl`` (``purpose=batch``): one uploaded for an entry that
+  never became a batch (a kill between the upload and the create) is found by that name (``GET
+  {base}/files``) and deleted (``DELETE {base}/files/{id}``).
 * **Status** ``validating``, ``in_progress``, ``finalizing``, ``cancelling``; it ends ``completed``,
   ``expired`` (after the 24-hour window; what was done is in the output file), ``cancelled`` or ``failed``
   (the input was refused whole: ``errors``).
@@ -83,7 +83,8 @@ class OpenAIBatch(BatchAPI):
             form.add_field("purpose", "batch")
             form.add_field("file", f, filename=f"{entry_id}.jsonl", content_type="application/jsonl")
             try:
-                doc = await self.call("POST", f"{self.adapter.base_url}/files", form, self.headers(**{"Content-Type": ""}))
+                doc = await self.call("POST", f"{self.adapter.base_url}/files", form,
+                                      self.headers(**{"Content-Type": ""}))
             except BatchLost:
                 raise self._no_api("POST /files") from None
         if not isinstance(doc.get("id"), str):
@@ -93,15 +94,16 @@ class OpenAIBatch(BatchAPI):
     async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
         try:
             doc = await self.call("POST", f"{self.adapter.base_url}/batches",
-                                  {"input_file_id": file_id, "endpoint": ENDPOINT, "completion_window": "24h",
-                                   "metadata": {TAG: entry_id}})
+                                  {"input_file_id": file_id, "endpoint": ENDPOINT,
+                                   "completion_window": "24h", "metadata": {TAG: entry_id}})
         except BatchLost:
             raise self._no_api("POST /batches") from None
         return status_of(doc)
 
     def _no_api(self, where: str) -> NoBatchAPI:
-        return NoBatchAPI(f"{self.what}: {self.adapter.base_url} has no batch API ({where} answered 404: a server "
-                          "without OpenAI's Files and Batches endpoints); batch mode stopped for this model", 404)
+        return NoBatchAPI(f"{self.what}: {self.adapter.base_url} has no batch API ({where} answered "
+                          "404: a server without OpenAI's Files and Batches endpoints); batch mode "
+                          "stopped for this model", 404)
 
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.adapter.base_url}/batches/{batch_id}"))
@@ -127,8 +129,8 @@ class OpenAIBatch(BatchAPI):
             page = await self.call("GET", f"{self.adapter.base_url}/files?purpose=batch&limit=1000"
                                    + (f"&after={after}" if after else ""))
             data = [d for d in page.get("data") or [] if isinstance(d, dict)]
-            ids += [d["id"] for d in data if d.get("filename") == f"{entry_id}.jsonl" and d.get("purpose") == "batch"
-                    and isinstance(d.get("id"), str)]
+            ids += [d["id"] for d in data if d.get("filename") == f"{entry_id}.jsonl"
+                    and d.get("purpose") == "batch" and isinstance(d.get("id"), str)]
             if not data or not page.get("has_more"):
                 break
             after = data[-1].get("id")

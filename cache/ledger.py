@@ -57,9 +57,9 @@ EVENTS = ("intent", "uploaded", "submitted", "state", "ended", "collected", "aba
 
 
 class LedgerError(CacheWriteError):
-    """The ledger (or a batch's input file) cannot be written (a read-only or full disk): nothing is submitted
-    without its record. A ``CacheWriteError``: ``dxi run`` stops as when a row cannot be written (exit code 4,
-    "make room"); ``errno`` is the system's error number when there is one."""
+    """The ledger (or a batch's input file) cannot be written (a read-only or full disk): nothing is
+    submitted without its record. A ``CacheWriteError``: ``dxi run`` stops as when a row cannot be
+    written (exit code 4, "make room"); ``errno`` is the system's error number when there is one."""
 
 
 @dataclass(slots=True)
@@ -69,9 +69,9 @@ class Entry:
     ``identity``: the model configuration's digest (``runner.dispatch.identity``); ``label``: the model's
     name in reports; ``kind`` / ``base_url``: the adapter and server; ``requests`` / ``bytes``: the batch's
     size; ``reserved_usd``: its worst-case cost reserved under ``--max-cost`` (None: no bound);
-    ``file_id``: the uploaded input file; ``batch_id``: the provider's; ``guessed``: the batch was adopted by
-    its size and creation time (a provider without a tag), so it may be another client's; ``state``: the
-    provider's last state;
+    ``file_id``: the uploaded input file; ``batch_id``: the provider's; ``guessed``: the batch was
+    adopted by its size and creation time (a provider without a tag), so it may be another client's;
+    ``state``: the provider's last state;
     ``outcome``: how it ended (None while running); ``output``: where its results are (provider-specific);
     ``returned``: the keys given back when it was collected; ``unmatched``: results not stored for want of
     their task; ``cancel_at``: when a cancellation was asked for."""
@@ -205,7 +205,8 @@ class Ledger:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:
-            raise LedgerError(f"cannot write the batch ledger {self.path}: {exc.strerror or exc}", exc.errno) from None
+            raise LedgerError(f"cannot write the batch ledger {self.path}: {exc.strerror or exc}",
+                              exc.errno) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
@@ -220,7 +221,8 @@ class Ledger:
         except OSError as exc:
             if isinstance(exc, LedgerError):
                 raise
-            raise LedgerError(f"cannot write the batch ledger {self.path}: {exc.strerror or exc}", exc.errno) from None
+            raise LedgerError(f"cannot write the batch ledger {self.path}: {exc.strerror or exc}",
+                              exc.errno) from None
         finally:
             os.close(fd)
 

@@ -21,13 +21,13 @@ are written (fsync'd), then the input file is uploaded (``uploaded``), then the 
 the entry id where the provider allows (``submitted``, written the instant the reply is read). A create
 whose reply was lost (a timeout, a broken connection) is looked for by its tag before it is tried again.
 
-**Reconciling** at start: an entry with an intent but no batch id is looked for at the provider (``find``:
-by its tag; Anthropic, which has none, by creation time and size): every batch found is adopted (one
-entry each, sharing the keys), else the entry is abandoned (its requests go in a new batch, its uploaded
-input file is deleted at the provider). An entry whose batch the provider no longer knows (404) ends
-``lost``, and one whose results it no longer has (404, past its retention) is collected empty: their
-requests are given back. A ledger event or input file that cannot be written raises ``LedgerError`` (a
-``CacheWriteError``: exit code 4).
+**Reconciling** at start: an entry with an intent but no batch id is looked for at the provider
+(``find``: by its tag; Anthropic, which has none, by creation time and size): every batch found is
+adopted (one entry each, sharing the keys), else the entry is abandoned (its requests go in a new
+batch, its uploaded input file is deleted at the provider). An entry whose batch the provider no
+longer knows (404) ends ``lost``, and one whose results it no longer has (404, past its retention)
+is collected empty: their requests are given back. A ledger event or input file that cannot be
+written raises ``LedgerError`` (a ``CacheWriteError``: exit code 4).
 
 **Collecting** an ended batch: each result line, as read, goes through the adapter's ``decode`` and the same
 row as a synchronous reply (``runner.rows.make_row``, ``transport`` "batch" and the batch id); the rows of
@@ -144,10 +144,11 @@ class BatchStats(Stats):
     ``running`` (open now: entry id -> when submitted, Unix seconds), ``collected`` (batches collected),
     ``given_back`` (requests given back, to be sent again), ``claimed`` (requests in another live process's
     open batch: it collects them), ``from_earlier`` (requests answered by a batch an earlier run submitted,
-    stored by this one: neither sent by this run nor found in the cache), ``unknown_results`` (result lines
-    whose id is none of their batch's requests', or that carry none: dropped, with a warning),
-    ``duplicate_results`` (result lines repeating an id read already in their batch: the first one kept),
-    ``in_batch`` (the model is in batch mode, not only collecting an earlier run's batches)."""
+    stored by this one: neither sent by this run nor found in the cache), ``unknown_results``
+    (result lines whose id is none of their batch's requests', or that carry none: dropped, with a
+    warning), ``duplicate_results`` (result lines repeating an id read already in their batch: the
+    first one kept), ``in_batch`` (the model is in batch mode, not only collecting an earlier run's
+    batches)."""
 
     submitted: int = 0
     running: dict[str, float] = field(default_factory=dict)
@@ -318,12 +319,13 @@ class ModelBatches:
                 self.entry_tokens[entry_id] = one.bytes / BYTES_PER_TOKEN
 
     async def _find(self, entry: Entry, known: set[str]) -> list[str]:
-        """An entry whose create may have reached the provider without its reply being recorded: every batch
-        that may be it is adopted (the entry takes the first; each other one gets an entry of its own, with
-        the same keys): results are matched by custom id, so a batch that was not ours stores nothing, and a
-        request is given back only once no open entry claims it (``_collect``). Returns the entry ids adopted
-        (to poll); [] when none was found (the entry is abandoned, its input file deleted at the provider) or
-        the provider could not be asked (left open for the next run)."""
+        """An entry whose create may have reached the provider without its reply being recorded:
+        every batch that may be it is adopted (the entry takes the first; each other one gets an
+        entry of its own, with the same keys): results are matched by custom id, so a batch that was
+        not ours stores nothing, and a request is given back only once no open entry claims it
+        (``_collect``). Returns the entry ids adopted (to poll); [] when none was found (the entry
+        is abandoned, its input file deleted at the provider) or the provider could not be asked
+        (left open for the next run)."""
         try:
             found = await with_retries(lambda: self.api.find(entry.id, entry.created, entry.requests, known),
                                         self.adapter, "find")
@@ -744,12 +746,13 @@ class ModelBatches:
     async def _collect(self, entry: Entry, status: BatchStatus | None) -> None:
         """Store an ended batch's results as they are read; give back what has none (module docstring).
 
-        A result whose id is none of the batch's requests' (or that has none) and one repeating an id read
-        already (the first is kept) are counted (``BatchStats.unknown_results``, ``duplicate_results``) and
-        said. A batch the provider says succeeded none of whose results carries one of its requests' ids
-        stops the model's batch mode (its requests are not submitted again: they would be lost the same
-        way), unless it was adopted by size (``Entry.guessed``: then it was another client's). Results the
-        provider no longer has (404: past its retention) give the batch's requests back, once."""
+        A result whose id is none of the batch's requests' (or that has none) and one repeating an
+        id read already (the first is kept) are counted (``BatchStats.unknown_results``,
+        ``duplicate_results``) and said. A batch the provider says succeeded none of whose results
+        carries one of its requests' ids stops the model's batch mode (its requests are not
+        submitted again: they would be lost the same way), unless it was adopted by size
+        (``Entry.guessed``: then it was another client's). Results the provider no longer has (404:
+        past its retention) give the batch's requests back, once."""
         keys = set(self.ledger.keys(entry.id))
         bodies = self._bodies(entry.id)
         seen: set[str] = set()
