@@ -341,35 +341,40 @@ class ModelBatches:
                 if i:  # another candidate: an entry of its own, claiming the same keys
                     entry_id = new_id()
                     self._lock(entry_id)
-                    self.ledger.intent(entry_id, self.ledger.keys(entry.id), identity=self.identity, label=self.label,
-                                       kind=self.adapter.kind, base_url=getattr(self.adapter, "base_url", ""),
-                                       model=self.adapter.spec.model, api_key_env=getattr(self.adapter, "key_env", None),
-                                       requests=entry.requests, bytes=entry.bytes, reserved_usd=None, candidate_of=entry.id)
-                self.ledger.record(entry_id, "submitted", batch_id=status.batch_id, state=status.state, adopted=True,
-                                   guessed=guessed)
+                    a = self.adapter
+                    self.ledger.intent(entry_id, self.ledger.keys(entry.id), identity=self.identity,
+                                       label=self.label, kind=a.kind, base_url=getattr(a, "base_url", ""),
+                                       model=a.spec.model, api_key_env=getattr(a, "key_env", None),
+                                       requests=entry.requests, bytes=entry.bytes, reserved_usd=None,
+                                       candidate_of=entry.id)
+                self.ledger.record(entry_id, "submitted", batch_id=status.batch_id, state=status.state,
+                                   adopted=True, guessed=guessed)
                 known.add(status.batch_id)
                 adopted.append(entry_id)
             if len(found) == 1:
-                self._say(f"found batch {found[0].batch_id} of {entry.id} again {how}; its results will be collected")
+                self._say(f"found batch {found[0].batch_id} of {entry.id} again {how}; its results will "
+                          "be collected")
             else:
                 self._say(f"{len(found)} batches may be entry {entry.id}, found {how} "
-                          f"({', '.join(s.batch_id for s in found)}): each is adopted and collected; the results "
-                          "carrying its requests' ids are kept, the others' left out, and a request none of them "
-                          "answers is sent again")
+                          f"({', '.join(s.batch_id for s in found)}): each is adopted and collected; the "
+                          "results carrying its requests' ids are kept, the others' left out, and a request "
+                          "none of them answers is sent again")
             return adopted
         api = self.api
         if api.taggable and api.listed_all:
-            reason = (f"not found at the provider (none of the {api.listed:,} batches it lists carries the entry's "
-                      "tag): it was never created; its requests are submitted in a new batch")
+            reason = (f"not found at the provider (none of the {api.listed:,} batches it lists carries "
+                      "the entry's tag): it was never created; its requests are submitted in a new batch")
         elif api.taggable:
-            reason = (f"not found among the {api.listed:,} most recent batches the provider lists (it lists more: "
-                      "not proof that it was never created); its requests are submitted in a new batch")
+            reason = (f"not found among the {api.listed:,} batches of the provider's listing read (it "
+                      "lists more: not proof that it was never created); its requests are submitted in a "
+                      "new batch")
         else:
             since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(entry.created - 120))
-            reason = (f"no batch of {entry.requests:,} requests created since {since} (this machine's clock, less "
-                      "120 s) that no other entry knows is listed by the provider, which tags nothing: taken as not "
-                      "created, its requests are submitted in a new batch (were this machine's clock more than 120 s "
-                      "ahead of the provider's, such a batch would exist, unknown to dxi: see the provider's console)")
+            reason = (f"no batch of {entry.requests:,} requests created since {since} (this machine's "
+                      "clock, less 120 s) that no other entry knows is listed by the provider, which tags "
+                      "nothing: taken as not created, its requests are submitted in a new batch (were this "
+                      "machine's clock more than 120 s ahead of the provider's, such a batch would exist, "
+                      "unknown to dxi: see the provider's console)")
         self.ledger.record(entry.id, "abandoned", reason=reason)
         self._unlock(entry.id)
         self.ledger.forget_keys(entry.id)
@@ -378,16 +383,18 @@ class ModelBatches:
         return []
 
     async def _delete_input(self, entry: Entry) -> None:
-        """Delete at the provider the input file of an entry that never became a batch (uploaded just before a
-        kill, or before a create that failed): by the file id the ledger recorded, else by the name dxi gave it
-        (``BatchAPI.delete_input``: only a file named after this ledger's entry)."""
+        """Delete at the provider the input file of an entry that never became a batch (uploaded just
+        before a kill, or before a create that failed): by the file id the ledger recorded, else by the
+        name dxi gave it (``BatchAPI.delete_input``: only a file named after this ledger's entry)."""
         try:
-            deleted = await with_retries(lambda: self.api.delete_input(entry.id, entry.file_id), self.adapter, "delete")
+            deleted = await with_retries(lambda: self.api.delete_input(entry.id, entry.file_id),
+                                         self.adapter, "delete")
         except AdapterError as exc:
             self._say(f"could not delete the input file of entry {entry.id} at the provider ({exc})")
             return
         if deleted:
-            self._say(f"deleted the input file of entry {entry.id} at the provider (it never became a batch)")
+            self._say(f"deleted the input file of entry {entry.id} at the provider (it never became a "
+                      "batch)")
 
     # ---- streaming and submitting -------------------------------------------------------------
     async def _stream(self) -> None:
@@ -468,7 +475,8 @@ class ModelBatches:
         except OSError as exc:  # a full or read-only disk: stopped as a cache write is (exit code 4)
             self.budget.settle(reserved, 0.0)
             where = builder.path if builder is not None else self.ledger.folder
-            raise LedgerError(f"cannot write the batch input file in {where}: {exc.strerror or exc}", exc.errno) from None
+            raise LedgerError(f"cannot write the batch input file in {where}: {exc.strerror or exc}",
+                              exc.errno) from None
         builder.keys.append(request.key)
         builder.bytes += len(line)
         builder.tokens += tokens
@@ -500,7 +508,8 @@ class ModelBatches:
         try:
             builder.fd.close()
         except OSError as exc:
-            raise LedgerError(f"cannot write the batch input file {builder.path}: {exc.strerror or exc}", exc.errno) from None
+            raise LedgerError(f"cannot write the batch input file {builder.path}: {exc.strerror or exc}",
+                              exc.errno) from None
         entry_id, n = builder.entry, len(builder.keys)
         if not n or self._past_deadline():  # past the deadline nothing more is submitted: left for the fallback
             builder.path.unlink(missing_ok=True)
@@ -585,7 +594,7 @@ class ModelBatches:
         for key in keys:
             self.budget.settle(self.reserved.pop(key, 0.0), 0.0)
             item = self.waiting.pop(key, None)
-            if item is not None:  # (counted as not sent once, with the rest left: ``runner.dispatch``)
+            if item is not None:  # (counted as not sent once, with the rest left: runner.dispatch)
                 self.left.append(item)
 
     # ---- polling and collecting ---------------------------------------------------------------
@@ -697,9 +706,9 @@ class ModelBatches:
         return ", ".join(f"{k} {v}" for k, v in status.counts.items() if isinstance(v, int)) or ""
 
     def _schedule(self, entry_id: str) -> None:
-        """The next status read of an entry: the wait grows by half each time, from ``poll_s`` to ``max_poll_s``;
-        once its cancel was asked (a deadline, ``dxi batches cancel``), every ``poll_s`` (at most 5 s): what it
-        leaves is sent by the synchronous fallback as soon as it has ended."""
+        """The next status read of an entry: the wait grows by half each time, from ``poll_s`` to
+        ``max_poll_s``; once its cancel was asked (a deadline, ``dxi batches cancel``), every ``poll_s``
+        (at most 5 s): what it leaves is sent by the synchronous fallback as soon as it has ended."""
         running = time.time() - self.stats.running.get(entry_id, time.time())
         wait = min(self.options.max_poll_s, max(self.options.poll_s, running / 2))
         entry = self.ledger.entries().get(entry_id)
@@ -791,34 +800,36 @@ class ModelBatches:
                         if entry.id not in self.fresh:
                             self.stats.from_earlier += len(rows)
                         actual += sum(cost for *_, cost in rows)
-            except BatchLost as exc:  # the results are past the provider's retention: its requests are given back
+            except BatchLost as exc:  # past the provider's retention: its requests are given back
                 gone = exc
             except AdapterError as exc:
                 self._say(f"could not read all results of batch {entry.batch_id} ({exc}); trying again later")
                 self._schedule(entry.id)
                 return
-        foreign = entry.guessed and not seen  # adopted by size, and none of ours: another client's batch
+        foreign = entry.guessed and not seen  # adopted by size, none of ours: another client's batch
         if unknown and not foreign:
             self.stats.unknown_results += unknown
-            self._say(f"batch {entry.batch_id}: {unknown:,} result(s) whose id is none of its requests' (or that "
-                      "carry none) left out")
+            self._say(f"batch {entry.batch_id}: {unknown:,} result(s) whose id is none of its requests' "
+                      "(or that carry none) left out")
         if duplicate:
             self.stats.duplicate_results += duplicate
-            self._say(f"batch {entry.batch_id}: {duplicate:,} result(s) repeating an id read already left out (the "
-                      "first result of each id is kept)")
-        mismatch = (status is not None and status.outcome == COMPLETED_BATCH and gone is None and keys and not seen
-                    and not entry.guessed)
+            self._say(f"batch {entry.batch_id}: {duplicate:,} result(s) repeating an id read already left "
+                      "out (the first result of each id is kept)")
+        mismatch = (status is not None and status.outcome == COMPLETED_BATCH and gone is None and keys
+                    and not seen and not entry.guessed)
         if mismatch:  # submitting them again would lose them the same way, and pay again
-            self.stopped = Fatal(f"{self.label}: batch {entry.batch_id} succeeded but none of its {unknown:,} "
-                                 f"result(s) carries one of its {len(keys):,} requests' ids: nothing could be stored; "
-                                 "batch mode stopped for this model (its requests are not submitted again: run without "
-                                 "--batch to send them one call at a time)")
+            self.stopped = Fatal(f"{self.label}: batch {entry.batch_id} succeeded but none of its "
+                                 f"{unknown:,} result(s) carries one of its {len(keys):,} requests' ids: "
+                                 "nothing could be stored; batch mode stopped for this model (its requests "
+                                 "are not submitted again: run without --batch to send them one call at a "
+                                 "time)")
             self.stats.stopped = str(self.stopped)
             self._say(str(self.stopped))
         elif gone is not None:
-            self._say(f"the results of batch {entry.batch_id} are gone at the provider ({gone}: {self.api.RETENTION}): "
-                      f"its {len(keys - seen):,} request(s) not stored are given back and sent again")
-        others: set[str] | None = None  # the keys other open entries claim (candidates of one lost create)
+            self._say(f"the results of batch {entry.batch_id} are gone at the provider ({gone}: "
+                      f"{self.api.RETENTION}): its {len(keys - seen):,} request(s) not stored are given "
+                      "back and sent again")
+        others: set[str] | None = None  # keys other open entries claim (candidates of one lost create)
         for key in keys - seen:
             if key in self.waiting and not self.cache.has(key):
                 if others is None:
@@ -843,10 +854,10 @@ class ModelBatches:
         self.entry_tokens.pop(entry.id, None)
         self.stats.collected += 1
         if foreign:
-            self._say(f"batch {entry.batch_id} (adopted by its size and time) was not this run's: none of its results "
-                      "carries one of the entry's ids; nothing stored from it")
+            self._say(f"batch {entry.batch_id} (adopted by its size and time) was not this run's: none of "
+                      "its results carries one of the entry's ids; nothing stored from it")
         for key in returned:
-            if mismatch:  # stopped: left for the next run (or a synchronous run), never submitted again here
+            if mismatch:  # stopped: left for the next run (or a synchronous one), never submitted here
                 continue
             self._give_back(key)
         _trim()
