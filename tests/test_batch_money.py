@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import orjson
@@ -25,22 +24,25 @@ from .test_batch_kills import command
 
 
 def dxi_run(kind: str, url: str, data: Path, tmp: Path, *extra: str) -> list[str]:
-    """``dxi run --batch --poll 0.02`` of ``kind:m`` at ``url`` (in this process, through ``main``)."""
+    """``dxi run --batch --poll 0.02`` of ``kind:m`` at ``url`` (in this process, through
+    ``main``)."""
     return ["run", "--batch", *POLL, "--model", model(kind, url), "--data-dir", str(data), "--cache-dir",
             str(tmp / "cache"), "--out", str(tmp / "out"), *extra]
 
 
 def killed_at(failpoint: str, kind: str, url: str, data: Path, tmp: Path) -> None:
-    """``dxi run --batch`` killed (SIGKILL) right after the step ``failpoint`` (``runner.batch.failpoint``)."""
+    """``dxi run --batch`` killed (SIGKILL) right after the step ``failpoint``
+    (``runner.batch.failpoint``)."""
     env = dict(os.environ, DXI_FAILPOINT=failpoint)
     assert subprocess.run(command(kind, url, data, tmp), env=env, timeout=300).returncode == -9
 
 
-# ---- 1. Gemini: matched by the key the file carries, never by position ---------------------------------------
+# ---- 1. Gemini: matched by the key the file carries, never by position ---------------------------
 def test_gemini_answers_are_matched_by_the_keys_of_its_jsonl_file_when_inline_metadata_is_dropped(
         data_dir: Path, tmp_path: Path):
-    """The backend drops inline responses' ``metadata`` and their order (python-genai #2008, #1909): dxi sends a
-    JSONL file, whose result lines carry each request's ``key``: one batch, every answer under its own key."""
+    """The backend drops inline responses' ``metadata`` and their order (python-genai #2008, #1909):
+    dxi sends a JSONL file, whose result lines carry each request's ``key``: one batch, every answer
+    under its own key."""
     with serve(model=None, record=False, batch={"inline_metadata": False}) as server:
         assert run("gemini", server.url, data_dir, tmp_path) == 0
         assert run("gemini", server.url, data_dir, tmp_path, cache="sync", out="sync-out", batch=False) == 0
@@ -52,8 +54,9 @@ def test_gemini_answers_are_matched_by_the_keys_of_its_jsonl_file_when_inline_me
 
 def test_a_batch_that_succeeded_and_matches_none_of_its_ids_stops_the_model_and_is_never_resubmitted(
         data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
-    """Inline requests (as earlier versions sent them) whose responses come back without their metadata: not one
-    result can be matched. The model stops (exit code 6), nothing is submitted again, nothing is stored."""
+    """Inline requests (as earlier versions sent them) whose responses come back without their
+    metadata: not one result can be matched. The model stops (exit code 6), nothing is submitted
+    again, nothing is stored."""
     monkeypatch.setattr(GeminiBatch, "LIMITS", GeminiBatch.LIMITS.__class__(200_000, 2_000_000_000,
                                                                             inline_bytes=19_000_000))
     with serve(model=None, record=False, batch={"inline_metadata": False}) as server:
@@ -70,12 +73,13 @@ def test_a_batch_that_succeeded_and_matches_none_of_its_ids_stops_the_model_and_
     assert (entry.phase, len(entry.returned)) == ("collected", 12)  # closed: the next run may send them
 
 
-# ---- 2. several batches that may be one lost create ----------------------------------------------------------
+# ---- 2. several batches that may be one lost create ----------------------------------------------
 def test_every_batch_that_may_be_a_lost_anthropic_create_is_adopted_and_only_its_own_results_kept(
         data_dir: Path, tmp_path: Path):
-    """Killed between Anthropic's reply to the create and the ledger's record; meanwhile another client made a
-    batch of the same size. Both are adopted (not abandoned, not submitted again): ours answers every request;
-    the other's results carry ids of its own, left out; no request is given back or submitted twice."""
+    """Killed between Anthropic's reply to the create and the ledger's record; meanwhile another
+    client made a batch of the same size. Both are adopted (not abandoned, not submitted again):
+    ours answers every request; the other's results carry ids of its own, left out; no request is
+    given back or submitted twice."""
     import anthropic
 
     from dxi import adapters
@@ -100,8 +104,9 @@ def test_every_batch_that_may_be_a_lost_anthropic_create_is_adopted_and_only_its
 
 
 def test_a_lost_gemini_create_is_found_whatever_order_the_listing_gives(data_dir: Path, tmp_path: Path):
-    """Gemini's batch listing has no documented order: here it lists 250 older batches of another client first.
-    The batch is found by its tag on the last page and adopted; nothing is submitted twice."""
+    """Gemini's batch listing has no documented order: here it lists 250 older batches of another
+    client first. The batch is found by its tag on the last page and adopted; nothing is submitted
+    twice."""
     with serve(model=None, record=False, batch={"old_batches": 250, "list_oldest_first": True}) as server:
         killed_at("created", "gemini", server.url, data_dir, tmp_path)
         assert run("gemini", server.url, data_dir, tmp_path) == 0
@@ -113,9 +118,10 @@ def test_a_lost_gemini_create_is_found_whatever_order_the_listing_gives(data_dir
 
 def test_a_batch_is_never_said_never_created_on_a_search_that_proves_nothing(data_dir: Path, tmp_path: Path,
                                                                              capsys: pytest.CaptureFixture):
-    """Anthropic's batches carry no tag: a lost create is looked for by size and creation time, within 120 s of
-    this machine's clock. With the clock an hour ahead at the intent, the batch is not found; the run says what
-    it knows (the search and its assumption), not that the batch was never created."""
+    """Anthropic's batches carry no tag: a lost create is looked for by size and creation time,
+    within 120 s of this machine's clock. With the clock an hour ahead at the intent, the batch is
+    not found; the run says what it knows (the search and its assumption), not that the batch was
+    never created."""
     with serve(model=None, record=False) as server:
         killed_at("created", "anthropic", server.url, data_dir, tmp_path)
         ledger = tmp_path / "cache" / "batches" / "ledger.jsonl"
@@ -131,12 +137,13 @@ def test_a_batch_is_never_said_never_created_on_a_search_that_proves_nothing(dat
         assert "more than 120 s ahead of the provider's" in text
 
 
-# ---- 4. results past the provider's retention ----------------------------------------------------------------
+# ---- 4. results past the provider's retention ----------------------------------------------------
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_results_gone_at_the_provider_give_the_requests_back_once(kind: str, data_dir: Path, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture):
-    """The first batch's results answer 404 (past the provider's retention): said as such, its 12 requests are
-    submitted once more and answered; the run ends (a deadline 60 s away is never reached)."""
+    """The first batch's results answer 404 (past the provider's retention): said as such, its 12
+    requests are submitted once more and answered; the run ends (a deadline 60 s away is never
+    reached)."""
     retention = {"openai": "30 days", "anthropic": "29 days", "gemini": "48 hours"}[kind]
     with serve(model=None, record=False, batch={"gone": 1}) as server:
         code = main(dxi_run(kind, server.url, data_dir, tmp_path, "--deadline", iso_in(60)))
@@ -149,7 +156,7 @@ def test_results_gone_at_the_provider_give_the_requests_back_once(kind: str, dat
     assert rows(tmp_path / "cache").height == 12
 
 
-# ---- 5. a host without a batch API ---------------------------------------------------------------------------
+# ---- 5. a host without a batch API ---------------------------------------------------------------
 def test_a_host_without_the_files_endpoint_stops_the_models_batch_mode_and_counts_its_requests_once(
         data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     with serve(model=None, record=False, batch={"no_files": True}) as server:
@@ -165,7 +172,7 @@ def test_a_host_without_the_files_endpoint_stops_the_models_batch_mode_and_count
     assert entry.phase == "abandoned"
 
 
-# ---- 6. dxi estimate of a run file in batch mode -------------------------------------------------------------
+# ---- 6. dxi estimate of a run file in batch mode -------------------------------------------------
 def test_estimate_prices_a_run_files_batch_models_at_the_batch_price(data_dir: Path, tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture):
     def run_file(batch: str) -> Path:
@@ -201,7 +208,7 @@ batch = {batch}
     assert batched["openai:sync"]["cost_usd"] == plain["openai:sync"]["cost_usd"]  # batch = false: its own price
 
 
-# ---- 7. result lines of unknown and repeated ids --------------------------------------------------------------
+# ---- 7. result lines of unknown and repeated ids -------------------------------------------------
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_result_lines_of_unknown_or_repeated_ids_are_counted_and_said(kind: str, data_dir: Path, tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture):
@@ -218,14 +225,14 @@ def test_result_lines_of_unknown_or_repeated_ids_are_counted_and_said(kind: str,
     assert same_answers(summary(tmp_path / "out")) == same_answers(summary(tmp_path / "sync-out"))
 
 
-# ---- 9. input files uploaded just before a kill ---------------------------------------------------------------
+# ---- 9. input files uploaded just before a kill --------------------------------------------------
 @pytest.mark.parametrize(("kind", "failpoint"), [("openai", "upload_reply"), ("openai", "uploaded"),
                                                  ("gemini", "upload_reply"), ("gemini", "uploaded")])
 def test_an_input_file_uploaded_just_before_a_kill_is_deleted_by_the_rerun(kind: str, failpoint: str, data_dir: Path,
                                                                           tmp_path: Path):
-    """Killed after the upload (before or after its record): the rerun finds no batch with the entry's tag,
-    abandons the entry and deletes its input file at the provider (by its id, or by the name dxi gave it), and
-    no other file: a user's own batch file stays."""
+    """Killed after the upload (before or after its record): the rerun finds no batch with the
+    entry's tag, abandons the entry and deletes its input file at the provider (by its id, or by the
+    name dxi gave it), and no other file: a user's own batch file stays."""
     import openai
 
     with serve(model=None, record=False) as server:
@@ -247,12 +254,12 @@ def test_an_input_file_uploaded_just_before_a_kill_is_deleted_by_the_rerun(kind:
     assert (stats["batch_creates"], stats["batch_resubmitted"]) == (1, 0)
 
 
-# ---- a full disk ---------------------------------------------------------------------------------------------
+# ---- a full disk ---------------------------------------------------------------------------------
 def test_a_full_disk_under_batch_mode_stops_as_a_synchronous_run_does(data_dir: Path, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture):
-    """The ledger's write(2) fails with ENOSPC: exit code 4 with "make room", as a cache write; no traceback and
-    nothing submitted."""
+    """The ledger's write(2) fails with ENOSPC: exit code 4 with "make room", as a cache write; no
+    traceback and nothing submitted."""
     import dxi.cache.ledger as ledger_module
 
     class FullDisk:
@@ -274,11 +281,11 @@ def test_a_full_disk_under_batch_mode_stops_as_a_synchronous_run_does(data_dir: 
     assert (stats["batch_uploads"], stats["batch_creates"]) == (0, 0)
 
 
-# ---- after the deadline --------------------------------------------------------------------------------------
+# ---- after the deadline --------------------------------------------------------------------------
 def test_a_cancelled_batch_is_polled_promptly_after_the_deadline(data_dir: Path, tmp_path: Path):
-    """At the deadline the batch (running for a few seconds: its status reads were growing apart) is cancelled;
-    it stays ``cancelling`` for three reads. Those reads come every --poll, not at the grown interval: the
-    synchronous fallback starts within a second of the cancel."""
+    """At the deadline the batch (running for a few seconds: its status reads were growing apart) is
+    cancelled; it stays ``cancelling`` for three reads. Those reads come every --poll, not at the
+    grown interval: the synchronous fallback starts within a second of the cancel."""
     with serve(model=None, record=False, batch={"polls": 100000, "cancel_polls": 3}) as server:
         code = run("openai", server.url, data_dir, tmp_path, deadline=iso_in(5), fallback="sync")
     (entry,) = Ledger(tmp_path / "cache").entries().values()
@@ -303,4 +310,3 @@ def test_the_batch_progress_line_shows_batches_open_and_answers_collected_not_a_
     lines = [line for line in log.getvalue().splitlines() if "openai:m: " in line and "/12 " in line]
     assert lines and not [line for line in lines if "req/s" in line or "ETA" in line]
     assert lines[-1].split("openai:m: ")[1].startswith("12/12 100% 0 batch(es) open 12 answer(s) collected ")
-    assert time.time() > 0
