@@ -4,12 +4,14 @@
 * **Create**: ``POST {base}/v1/messages/batches`` ``{"requests": [{"custom_id": KEY, "params": BODY}]}``
   (BODY byte for byte the synchronous body): at most 100,000 requests or 256 MB, whichever comes first;
   ``custom_id`` 1-64 characters of ``[A-Za-z0-9_-]`` (the cache key is 64 hex digits).
-* **No tag**: a Message Batch carries nothing of the client's (no metadata, no name). A kill between the
-  provider's reply to the create and the ledger's record of it leaves a batch only the provider knows: a
-  rerun looks for it by listing (``GET {base}/v1/messages/batches``, newest first) the batches created
-  since the intent with the entry's number of requests that no other ledger entry knows (``find``), and
-  adopts it when exactly one matches (its results are matched by custom id, so a wrong match stores
-  nothing wrong); when none or several match it submits again, and says so (docs/batch.md, "the window").
+* **No tag**: a Message Batch carries nothing of the client's (no metadata, no name). A kill between
+  the provider's reply to the create and the ledger's record of it leaves a batch only the provider
+  knows: a rerun looks for it by listing (``GET {base}/v1/messages/batches``: "most recently created
+  batches are returned first", platform.claude.com/docs/en/api/listing-message-batches) the batches
+  created since the intent (less ``CLOCK_S``: this machine's clock against Anthropic's) with the
+  entry's number of requests that no other ledger entry knows (``find``), and adopts every one that
+  matches (results are matched by custom id, so a batch that was another client's stores nothing);
+  when none matches it submits again, saying what the search covered (docs/batch.md, "the window").
 * **Status**: ``processing_status`` ``in_progress``, ``canceling``, ``ended`` (within 24 hours: requests not
   processed by then are ``expired``); ``request_counts``: processing, succeeded, errored, canceled, expired.
 * **Results**: ``GET results_url`` (JSONL, in no set order): ``{"custom_id", "result": {"type":
@@ -23,7 +25,20 @@ from pathlib import Path
 
 import orjson
 
-from .batches import CANCELLED, COMPLETED, EXPIRED, BatchAPI, BatchLimits, BatchStatus, ResultLine, chunks, iso_time
+from .batches import (
+    CANCELLED,
+    COMPLETED,
+    EXPIRED,
+    MAX_PAGES,
+    BatchAPI,
+    BatchLimits,
+    BatchLost,
+    BatchStatus,
+    NoBatchAPI,
+    ResultLine,
+    chunks,
+    iso_time,
+)
 from .errors import MalformedReply
 from .http import error_for
 
@@ -32,6 +47,7 @@ from .http import error_for
 STATUS_OF = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
              "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
              "timeout_error": 504, "overloaded_error": 529}
+CLOCK_S = 120  # how far this machine's clock is taken to be from Anthropic's (``find``)
 
 
 def status_of(doc: dict) -> BatchStatus:
@@ -52,6 +68,7 @@ class AnthropicBatch(BatchAPI):
     LIMITS = BatchLimits(100_000, 256_000_000)
     taggable = False
     name = "anthropic"
+    RETENTION = "Anthropic keeps a batch's results 29 days after its creation"
 
     @property
     def url(self) -> str:
@@ -61,23 +78,37 @@ class AnthropicBatch(BatchAPI):
         return b'{"custom_id":"' + key.encode() + b'","params":'
 
     async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
-        return status_of(await self.call("POST", self.url, chunks(path, b'{"requests":[', b",", b"]}")))
+        body = chunks(path, b'{"requests":[', b",", b"]}")
+        try:
+            return status_of(await self.call("POST", self.url, body))
+        except BatchLost:
+            raise NoBatchAPI(f"{self.what}: {self.adapter.base_url} has no batch API (POST "
+                             "/v1/messages/batches answered 404: a server without Message Batches); "
+                             "batch mode stopped for this model", 404) from None
 
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.url}/{batch_id}"))
 
     async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
         found, after = [], None
-        while True:
+        self.listed, self.listed_all = 0, False
+        for _ in range(MAX_PAGES):
             page = await self.call("GET", f"{self.url}?limit=100" + (f"&after_id={after}" if after else ""))
             data = [status_of(d) for d in page.get("data") or [] if isinstance(d, dict)]
+            self.listed += len(data)
             for status in data:
-                if (status.created or 0) >= since - 120 and status.total == n and status.batch_id not in known:
+                recent = (status.created or 0) >= since - CLOCK_S
+                if recent and status.total == n and status.batch_id not in known:
                     found.append(status)
-            older = any((s.created or 0) < since - 600 for s in data)  # newest first: past the intent
-            if not data or not page.get("has_more") or older:
+            if not data or not page.get("has_more"):
+                self.listed_all = True
+                return found
+            # newest first (documented): once past the intent by more than clocks differ, no older page
+            # can hold it
+            if any((s.created or 0) < since - 5 * CLOCK_S for s in data):
                 return found
             after = page.get("last_id") or data[-1].batch_id
+        return found
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("POST", f"{self.url}/{batch_id}/cancel", {}))

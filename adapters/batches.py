@@ -11,8 +11,10 @@ cache key as the line's id (``custom_id``, Gemini's ``key``): a 64-character hex
 through the adapter's own ``decode``; a per-request error is classified by ``http.error_for`` as the
 synchronous reply with that status would be.
 
-The shapes here (``BatchStatus``, ``ResultLine``) are what the runner sees of any provider. Errors: the
-adapter error tree (``adapters.errors``); ``BatchLost`` when the provider no longer knows a batch (404).
+The shapes here (``BatchStatus``, ``ResultLine``) are what the runner sees of any provider. Errors:
+the adapter error tree (``adapters.errors``); ``BatchLost`` when the provider no longer knows a
+batch or its results (404); ``NoBatchAPI`` when the host has no batch endpoints at all (a 404 to the
+upload or create).
 """
 from __future__ import annotations
 
@@ -22,11 +24,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
 
-from .errors import AdapterError, ProviderStop, Transient
+from .errors import AdapterError, Fatal, ProviderStop, Transient
 from .http import error_for, post, redact
 
 if TYPE_CHECKING:
@@ -37,6 +40,8 @@ RUNNING = None
 COMPLETED, EXPIRED, CANCELLED, FAILED, LOST = "completed", "expired", "cancelled", "failed", "lost"
 OUTCOMES = (COMPLETED, EXPIRED, CANCELLED, FAILED, LOST)
 LINE_BYTES = 64 << 20  # the longest result line read; a longer one is given back (its reply is read no further)
+# the pages of the provider's batch (or file) listing that ``find`` / ``delete_input`` read at most
+MAX_PAGES = 100
 
 # adapter kind -> "module:Class" of its batch protocol, imported on first use
 KINDS = {
@@ -58,7 +63,20 @@ def iso_time(value: object) -> float | None:
 
 
 class BatchLost(AdapterError):
-    """The provider answers 404 for a batch it accepted: it is gone (deleted, or past its retention)."""
+    """The provider answers 404 for a batch it accepted, or for its results: gone (deleted, or past
+    the provider's retention: OpenAI keeps output files 30 days, Anthropic results 29 days after
+    creation, Gemini files 48 hours)."""
+
+
+class NoBatchAPI(Fatal):
+    """The host answers 404 where the batch API uploads or creates: it has no batch API (a server
+    that implements the synchronous endpoint only). Batch mode stops for the model; nothing is sent
+    twice."""
+
+
+def not_found(what: str, method: str, url: str) -> str:
+    """The words of a 404 from the batch API: what asked, and where (the path only: no query, no key)."""
+    return f"{what}: {method} {urlsplit(url).path}: HTTP 404 (not found)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +130,17 @@ class BatchAPI:
     LIMITS = BatchLimits(50_000, 200 << 20)
     taggable = True
     name = ""
+    RETENTION = "the provider keeps results for a limited time"  # how long, in words, for messages
 
     def __init__(self, adapter: HTTPAdapter):
         self.adapter = adapter
         self.limits = self.LIMITS
         self._head_bytes: int | None = None  # len(head(key)), the same for every key (``split``)
+        # what the last ``find`` read of the provider's listing: whether every batch it lists
+        # (False: it stopped at MAX_PAGES, or where its order says older batches begin), and how
+        # many it read
+        self.listed_all = False
+        self.listed = 0
 
     # ---- HTTP ---------------------------------------------------------------------------------
     @property
@@ -144,8 +168,8 @@ class BatchAPI:
             payload = await post(self.session(), url, data, headers or self.headers(), self.what,
                                  self.adapter.retry_after_from_body, self.adapter._secrets, max_bytes, method)
         except ProviderStop as exc:
-            if exc.status == 404:
-                raise BatchLost(str(exc), 404) from None
+            if exc.status == 404:  # (not "unknown model": the URL names a batch or a file)
+                raise BatchLost(not_found(self.what, method, url), 404) from None
             raise
         try:
             doc = orjson.loads(payload) if payload.strip() else {}
@@ -165,7 +189,7 @@ class BatchAPI:
                     payload = redact(await resp.content.read(64 << 10), secrets)
                     error = error_for(resp.status, payload, resp.headers, self.what, self.adapter.retry_after_from_body)
                     if resp.status == 404:
-                        raise BatchLost(str(error), 404)
+                        raise BatchLost(not_found(self.what, "GET", url), 404)
                     raise error
                 held = bytearray()  # the start of a line the last piece did not complete
                 skipping = False  # within a line longer than LINE_BYTES
@@ -233,13 +257,23 @@ class BatchAPI:
         raise NotImplementedError
 
     async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
-        """The provider's batches that may be the ledger entry ``entry_id`` whose ``create`` was cut before
-        its reply was recorded: those tagged ``entry_id``; where there is no tag, those of ``n`` requests
-        created since ``since`` (Unix seconds) that no other entry knows (``known``: batch ids)."""
+        """The provider's batches that may be the ledger entry ``entry_id`` whose ``create`` was cut
+        before its reply was recorded: those tagged ``entry_id``; where there is no tag, those of
+        ``n`` requests created since ``since`` (Unix seconds) that no other entry knows (``known``:
+        batch ids). Sets ``listed_all`` and ``listed`` (what the listing covered: an empty result is
+        proof that no such batch exists only when ``listed_all`` and the provider has a tag)."""
         raise NotImplementedError
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         raise NotImplementedError
+
+    async def delete_input(self, entry_id: str, file_id: str | None) -> int:
+        """Delete the input file of the ledger entry ``entry_id`` at the provider, for an entry that
+        never became a batch: ``file_id`` when the ledger recorded it, else the files this
+        protocol's ``upload`` names after the entry (found by listing the provider's files: only a
+        file dxi uploaded carries that name). Returns how many were deleted (0 where the provider
+        takes no file). Raises the adapter errors."""
+        return 0
 
     def results(self, status: BatchStatus) -> AsyncIterator[list[ResultLine]]:
         """The results of an ended batch as they are read: a list for each piece of the results read (those of

@@ -2,20 +2,31 @@
 ``batches.py`` (its ``_mldev`` converters give the REST shapes) and ``types.py`` (``BatchJob``,
 ``InlinedRequest``, ``InlinedResponse``, ``JobState``, ``File``); ai.google.dev/api/batch-mode.
 
-* **Create**: ``POST {base}/v1beta/models/{model}:batchGenerateContent`` ``{"batch": {"displayName": ENTRY,
-  "inputConfig": ...}}``: the requests inline (``{"requests": {"requests": [{"request": BODY, "metadata":
-  {"key": KEY}}]}}``) while the create request stays under 20 MB, else a JSONL file of ``{"key": KEY,
-  "request": BODY}`` lines uploaded through the Files API (resumable upload, ``POST
-  {base}/upload/v1beta/files``) and named by ``{"fileName": "files/..."}``. BODY is byte for byte the
-  synchronous body. The reply is an Operation whose ``metadata`` is the batch (``GenerateContentBatch``).
-* **Tag**: ``displayName`` is the ledger entry's id; ``GET {base}/v1beta/batches`` lists batches (newest first).
+* **Create**: ``POST {base}/v1beta/models/{model}:batchGenerateContent`` ``{"batch": {"displayName":
+  ENTRY, "inputConfig": {"fileName": "files/..."}}}``: a JSONL file of ``{"key": KEY, "request":
+  BODY}`` lines uploaded through the Files API (resumable upload, ``POST
+  {base}/upload/v1beta/files``, ``displayName`` ENTRY). BODY is byte for byte the synchronous body.
+  The reply is an Operation whose ``metadata`` is the batch (``GenerateContentBatch``). **Always a
+  file**: the inline form (``{"requests": {"requests": [{"request": BODY, "metadata": {"key":
+  KEY}}]}}``, under 20 MB) is documented to return each request's ``metadata`` with its response, in
+  input order, but the backend has been reported to do neither (python-genai #2008: no metadata;
+  #1909: out of order past ~10,000 requests), leaving nothing to match a response to its request by.
+  The file's result lines carry the ``key``. The inline form stays available
+  (``BatchLimits.inline_bytes``) and inline results are read (batches of earlier versions): a
+  response without its ``metadata.key`` is matched to nothing (never by position).
+* **Tag**: ``displayName`` is the ledger entry's id; ``GET {base}/v1beta/batches`` lists batches.
+  Its order is not documented: ``find`` reads every page (up to ``MAX_PAGES`` of 100).
+* **Input files** that never became a batch (a kill between the upload and the create) are found by
+  their ``displayName`` (``GET {base}/v1beta/files``) and deleted (``DELETE
+  {base}/v1beta/files/...``).
 * **Status**: ``BATCH_STATE_PENDING``, ``_RUNNING``; it ends ``_SUCCEEDED``, ``_FAILED``, ``_CANCELLED`` or
   ``_EXPIRED`` (batches pending or running for 48 hours expire). ``batchStats``: request counts.
 * **Results**: in the batch's ``output``: ``inlinedResponses.inlinedResponses[]`` (``{"response"} |
   {"error"}``, with the request's ``metadata``) or ``responsesFile``, downloaded from ``GET
-  {base}/download/v1beta/{file}:download?alt=media``: JSONL lines ``{"key", "response"} | {"key", "error"}``.
-  Responses are said to come in input order; they are matched by key all the same. An error is a
-  ``google.rpc.Status`` (a gRPC code), classified as the HTTP status the synchronous API answers it with.
+  {base}/download/v1beta/{file}:download?alt=media``: JSONL lines ``{"key", "response"} | {"key",
+  "error"}``, matched by key. Files are kept 48 hours (a 404 after that: ``BatchLost``). An error is
+  a ``google.rpc.Status`` (a gRPC code), classified as the HTTP status the synchronous API answers
+  it with.
 """
 from __future__ import annotations
 
@@ -30,10 +41,12 @@ from .batches import (
     COMPLETED,
     EXPIRED,
     FAILED,
+    MAX_PAGES,
     BatchAPI,
     BatchLimits,
     BatchLost,
     BatchStatus,
+    NoBatchAPI,
     ResultLine,
     chunks,
     iso_time,
@@ -98,8 +111,9 @@ def _inline(line: bytes) -> bytes:
 class GeminiBatch(BatchAPI):
     """The Gemini Batch API under the adapter's base URL."""
 
-    LIMITS = BatchLimits(200_000, 2_000_000_000, inline_bytes=19_000_000)
+    LIMITS = BatchLimits(200_000, 2_000_000_000, inline_bytes=None)  # always a file (see above)
     name = "gemini"
+    RETENTION = "Google keeps a file of the Gemini API 48 hours"
 
     @property
     def model_path(self) -> str:
@@ -118,6 +132,10 @@ class GeminiBatch(BatchAPI):
             async with self.session().post(f"{self.adapter.base_url}/upload/v1beta/files", headers=start,
                                            data=orjson.dumps({"file": {"displayName": entry_id}})) as resp:
                 payload = await resp.read()
+                if resp.status == 404:
+                    raise NoBatchAPI(f"{self.what}: {self.adapter.base_url} has no batch API (POST "
+                                     "/upload/v1beta/files answered 404: a server without the Gemini "
+                                     "Files API); batch mode stopped for this model", 404)
                 if resp.status >= 300:
                     raise error_for(resp.status, redact(payload, self.adapter._secrets), resp.headers, self.what)
                 target = resp.headers.get("X-Goog-Upload-URL")
@@ -152,14 +170,39 @@ class GeminiBatch(BatchAPI):
 
     async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
         found, token = [], None
-        while True:
+        self.listed, self.listed_all = 0, False
+        for _ in range(MAX_PAGES):  # every page: the listing's order is not documented
             page = await self.call("GET", f"{self.adapter.base_url}/v1beta/batches?pageSize=100"
                                    + (f"&pageToken={token}" if token else ""))
             data = [status_of(op) for op in page.get("operations") or [] if isinstance(op, dict)]
+            self.listed += len(data)
             found += [s for s in data if s.tag == entry_id]
             token = page.get("nextPageToken")
-            if not data or not token or any((s.created or 0) < since - 600 for s in data):
+            if not data or not token:
+                self.listed_all = True
                 return found
+        return found
+
+    async def delete_input(self, entry_id: str, file_id: str | None) -> int:
+        names = [file_id] if file_id else []
+        token = None
+        for _ in range(MAX_PAGES if not file_id else 0):
+            page = await self.call("GET", f"{self.adapter.base_url}/v1beta/files?pageSize=100"
+                                   + (f"&pageToken={token}" if token else ""))
+            files = [f for f in page.get("files") or [] if isinstance(f, dict)]
+            names += [f["name"] for f in files
+                      if f.get("displayName") == entry_id and isinstance(f.get("name"), str)]
+            token = page.get("nextPageToken")
+            if not files or not token:
+                break
+        deleted = 0
+        for name in names:
+            try:
+                await self.call("DELETE", f"{self.adapter.base_url}/v1beta/{name}")
+                deleted += 1
+            except BatchLost:  # gone already
+                pass
+        return deleted
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         await self.call("POST", f"{self.adapter.base_url}/v1beta/{batch_id}:cancel", {})

@@ -8,9 +8,15 @@ OpenAI's Files and Batches endpoints (Azure OpenAI's v1 API, the OpenAI-compatib
   ``POST {base}/files`` (multipart, ``purpose=batch``). At most 50,000 requests and 200 MB per file
   (``BatchCreateParams.input_file_id``).
 * **Create**: ``POST {base}/batches`` ``{"input_file_id", "endpoint": "/v1/chat/completions",
-  "completion_window": "24h", "metadata": {"dxi_entry": ENTRY}}``: the metadata tag (16 pairs, values up
-  to 512 characters) finds the batch again by listing (``GET {base}/batches``, newest first) when a kill
-  came between the provider's reply and the ledger's record of it.
+  "completion_window": "24h", "metadata": {"dxi_entry": ENTRY}}``: the metadata tag (16 pairs,
+  values up to 512 characters) finds the batch again by listing (``GET {base}/batches``) when a kill
+  came between the provider's reply and the ledger's record of it. The listing's order is not relied
+  on: every page is read (up to ``MAX_PAGES`` of 100).
+* **No batch API**: a host that answers 404 to ``POST {base}/files`` or ``POST {base}/batches``
+  implements the synchronous endpoint only: ``NoBatchAPI`` (batch mode stops for the model).
+* **Input files** are named ``{ENTRY}.jsonl`` (``purpose=batch``): one uploaded for an entry that
+  never became a batch (a kill between the upload and the create) is found by that name (``GET
+  {base}/files``) and deleted (``DELETE {base}/files/{id}``).
 * **Status** ``validating``, ``in_progress``, ``finalizing``, ``cancelling``; it ends ``completed``,
   ``expired`` (after the 24-hour window; what was done is in the output file), ``cancelled`` or ``failed``
   (the input was refused whole: ``errors``).
@@ -27,7 +33,19 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from .batches import CANCELLED, COMPLETED, EXPIRED, FAILED, BatchAPI, BatchLimits, BatchStatus, ResultLine
+from .batches import (
+    CANCELLED,
+    COMPLETED,
+    EXPIRED,
+    FAILED,
+    MAX_PAGES,
+    BatchAPI,
+    BatchLimits,
+    BatchLost,
+    BatchStatus,
+    NoBatchAPI,
+    ResultLine,
+)
 from .errors import MalformedReply, Transient
 from .http import error_for
 
@@ -54,6 +72,7 @@ class OpenAIBatch(BatchAPI):
 
     LIMITS = BatchLimits(50_000, 200_000_000)
     name = "openai"
+    RETENTION = "OpenAI keeps a batch's output file 30 days"
 
     def head(self, key: str) -> bytes:
         return b'{"custom_id":"' + key.encode() + b'","method":"POST","url":"' + ENDPOINT.encode() + b'","body":'
@@ -63,33 +82,66 @@ class OpenAIBatch(BatchAPI):
             form = aiohttp.FormData()
             form.add_field("purpose", "batch")
             form.add_field("file", f, filename=f"{entry_id}.jsonl", content_type="application/jsonl")
-            doc = await self.call("POST", f"{self.adapter.base_url}/files", form, self.headers(**{"Content-Type": ""}))
+            try:
+                doc = await self.call("POST", f"{self.adapter.base_url}/files", form,
+                                      self.headers(**{"Content-Type": ""}))
+            except BatchLost:
+                raise self._no_api("POST /files") from None
         if not isinstance(doc.get("id"), str):
             raise Transient(f"{self.what}: the upload's reply has no file id")
         return doc["id"]
 
     async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
-        doc = await self.call("POST", f"{self.adapter.base_url}/batches",
-                              {"input_file_id": file_id, "endpoint": ENDPOINT, "completion_window": "24h",
-                               "metadata": {TAG: entry_id}})
+        try:
+            doc = await self.call("POST", f"{self.adapter.base_url}/batches",
+                                  {"input_file_id": file_id, "endpoint": ENDPOINT,
+                                   "completion_window": "24h", "metadata": {TAG: entry_id}})
+        except BatchLost:
+            raise self._no_api("POST /batches") from None
         return status_of(doc)
+
+    def _no_api(self, where: str) -> NoBatchAPI:
+        return NoBatchAPI(f"{self.what}: {self.adapter.base_url} has no batch API ({where} answered "
+                          "404: a server without OpenAI's Files and Batches endpoints); batch mode "
+                          "stopped for this model", 404)
 
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.adapter.base_url}/batches/{batch_id}"))
 
     async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
         found, after = [], None
-        while True:
+        self.listed, self.listed_all = 0, False
+        for _ in range(MAX_PAGES):  # every page: the listing's order is not documented
             page = await self.call("GET", f"{self.adapter.base_url}/batches?limit=100" + (f"&after={after}" if after else ""))
             data = [d for d in page.get("data") or [] if isinstance(d, dict)]
-            for doc in data:
-                status = status_of(doc)
-                if status.tag == entry_id:
-                    found.append(status)
-            older = any((d.get("created_at") or 0) < since - 600 for d in data)  # newest first: past the intent
-            if not data or not page.get("has_more") or older:
+            self.listed += len(data)
+            found += [s for s in map(status_of, data) if s.tag == entry_id]
+            if not data or not page.get("has_more"):
+                self.listed_all = True
                 return found
             after = data[-1].get("id")
+        return found
+
+    async def delete_input(self, entry_id: str, file_id: str | None) -> int:
+        ids = [file_id] if file_id else []
+        after = None
+        for _ in range(MAX_PAGES if not file_id else 0):
+            page = await self.call("GET", f"{self.adapter.base_url}/files?purpose=batch&limit=1000"
+                                   + (f"&after={after}" if after else ""))
+            data = [d for d in page.get("data") or [] if isinstance(d, dict)]
+            ids += [d["id"] for d in data if d.get("filename") == f"{entry_id}.jsonl"
+                    and d.get("purpose") == "batch" and isinstance(d.get("id"), str)]
+            if not data or not page.get("has_more"):
+                break
+            after = data[-1].get("id")
+        deleted = 0
+        for one in ids:
+            try:
+                await self.call("DELETE", f"{self.adapter.base_url}/files/{one}")
+                deleted += 1
+            except BatchLost:  # gone already
+                pass
+        return deleted
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("POST", f"{self.adapter.base_url}/batches/{batch_id}/cancel", {}))

@@ -47,7 +47,7 @@ from pathlib import Path
 import orjson
 
 from .lines import ShortWrite, append_line
-from .store import _try_lock
+from .store import CacheWriteError, _try_lock
 
 log = logging.getLogger("dxi.cache")
 
@@ -56,8 +56,10 @@ OPEN, CLOSED = "open", "closed"
 EVENTS = ("intent", "uploaded", "submitted", "state", "ended", "collected", "abandoned", "cancel")
 
 
-class LedgerError(OSError):
-    """The ledger cannot be written (a read-only or full disk): nothing is submitted without its record."""
+class LedgerError(CacheWriteError):
+    """The ledger (or a batch's input file) cannot be written (a read-only or full disk): nothing is
+    submitted without its record. A ``CacheWriteError``: ``dxi run`` stops as when a row cannot be
+    written (exit code 4, "make room"); ``errno`` is the system's error number when there is one."""
 
 
 @dataclass(slots=True)
@@ -67,7 +69,9 @@ class Entry:
     ``identity``: the model configuration's digest (``runner.dispatch.identity``); ``label``: the model's
     name in reports; ``kind`` / ``base_url``: the adapter and server; ``requests`` / ``bytes``: the batch's
     size; ``reserved_usd``: its worst-case cost reserved under ``--max-cost`` (None: no bound);
-    ``file_id``: the uploaded input file; ``batch_id``: the provider's; ``state``: the provider's last state;
+    ``file_id``: the uploaded input file; ``batch_id``: the provider's; ``guessed``: the batch was
+    adopted by its size and creation time (a provider without a tag), so it may be another client's;
+    ``state``: the provider's last state;
     ``outcome``: how it ended (None while running); ``output``: where its results are (provider-specific);
     ``returned``: the keys given back when it was collected; ``unmatched``: results not stored for want of
     their task; ``cancel_at``: when a cancellation was asked for."""
@@ -85,6 +89,7 @@ class Entry:
     reserved_usd: float | None = None
     file_id: str | None = None
     batch_id: str | None = None
+    guessed: bool = False
     submitted_at: float | None = None
     state: str = "intent"
     counts: dict = field(default_factory=dict)
@@ -134,6 +139,7 @@ class Entry:
             self.state = "uploaded" if self.batch_id is None else self.state
         elif kind == "submitted":
             self.batch_id, self.submitted_at = event.get("batch_id"), at
+            self.guessed = bool(event.get("guessed"))
             self.state = event.get("state") or "submitted"
         elif kind == "state":
             self.state, self.counts = event.get("state") or self.state, event.get("counts") or self.counts
@@ -202,16 +208,17 @@ class Ledger:
             raise LedgerError(f"cannot write the batch ledger {self.path}: only {exc.written} of {exc.wanted} bytes "
                               "were written (is the disk full?)") from None
         except OSError as exc:
-            raise LedgerError(f"cannot write the batch ledger {self.path}: {exc.strerror or exc}") from None
+            raise LedgerError(f"cannot write the batch ledger {self.path}: {exc.strerror or exc}",
+                              exc.errno) from None
 
     def intent(self, entry_id: str, keys: Iterable[str], **fields: object) -> None:
         """Record a batch about to be made: its keys file first (written whole, fsync'd, renamed into place),
         then its ``intent`` event (``fields``: ``identity``, ``label``, ``kind``, ``base_url``, ``requests``,
         ``bytes``, ``reserved_usd``). Nothing is sent to the provider before this returns."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         target = self.folder / f"{entry_id}.keys"
         tmp = self.folder / f".{entry_id}.keys.{os.getpid()}.tmp"
         try:
+            self.folder.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as f:
                 f.write(b"".join(k.encode() + b"\n" for k in keys))
                 f.flush()
@@ -222,7 +229,8 @@ class Ledger:
                 _fsync_dir(self.folder)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise LedgerError(f"cannot write the batch ledger's keys file {target}: {exc.strerror or exc}") from None
+            raise LedgerError(f"cannot write the batch ledger's keys file {target}: {exc.strerror or exc}",
+                              exc.errno) from None
         self.append({"event": "intent", "entry": entry_id, "host": socket.gethostname(), "pid": os.getpid(), **fields})
 
     def record(self, entry_id: str, event: str, **fields: object) -> None:

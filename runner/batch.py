@@ -21,10 +21,13 @@ are written (fsync'd), then the input file is uploaded (``uploaded``), then the 
 the entry id where the provider allows (``submitted``, written the instant the reply is read). A create
 whose reply was lost (a timeout, a broken connection) is looked for by its tag before it is tried again.
 
-**Reconciling** at start: an entry with an intent but no batch id is looked for at the provider (``find``:
-by its tag; Anthropic, which has none, by creation time and size) and adopted, else abandoned (its
-requests go in a new batch). An entry whose batch the provider no longer knows (404) ends ``lost``: its
-requests are given back.
+**Reconciling** at start: an entry with an intent but no batch id is looked for at the provider
+(``find``: by its tag; Anthropic, which has none, by creation time and size): every batch found is
+adopted (one entry each, sharing the keys), else the entry is abandoned (its requests go in a new
+batch, its uploaded input file is deleted at the provider). An entry whose batch the provider no
+longer knows (404) ends ``lost``, and one whose results it no longer has (404, past its retention)
+is collected empty: their requests are given back. A ledger event or input file that cannot be
+written raises ``LedgerError`` (a ``CacheWriteError``: exit code 4).
 
 **Collecting** an ended batch: each result line, as read, goes through the adapter's ``decode`` and the same
 row as a synchronous reply (``runner.rows.make_row``, ``transport`` "batch" and the batch id); the rows of
@@ -42,7 +45,8 @@ is left is sent synchronously (``runner.dispatch``). Without a deadline the run 
 Ctrl-C leaves them running and the next run collects them.
 
 Test hooks: ``DXI_FAILPOINT=NAME`` kills the process (SIGKILL) at a named step: ``intent`` (after the
-intent is recorded), ``uploaded``, ``created`` (after the provider's reply, before it is recorded: the
+intent is recorded), ``upload_reply`` (after the provider's reply to the upload, before it is recorded),
+``uploaded``, ``created`` (after the provider's reply, before it is recorded: the
 window no tag closes for Anthropic), ``submitted``, ``append:N`` (after the append that stored the N-th row
 of this process's collections: a piece of results is appended at once).
 
@@ -68,11 +72,12 @@ from itertools import islice
 from pathlib import Path
 
 from dxi.adapters import Adapter, AdapterError, Answer, Fatal, ProviderStop, RateLimited, Reply, Request, Retryable
+from dxi.adapters.batches import COMPLETED as COMPLETED_BATCH
 from dxi.adapters.batches import FAILED as FAILED_BATCH
 from dxi.adapters.batches import BatchAPI, BatchLost, BatchStatus, ResultLine
 from dxi.adapters.errors import REQUEST
 from dxi.cache import Cache
-from dxi.cache.ledger import Entry, Ledger, new_id
+from dxi.cache.ledger import Entry, Ledger, LedgerError, new_id
 from dxi.evals import Suite, Task
 
 from .cost import Budget, Charge, CostBoundReached
@@ -116,7 +121,11 @@ class BatchStats(Stats):
     ``running`` (open now: entry id -> when submitted, Unix seconds), ``collected`` (batches collected),
     ``given_back`` (requests given back, to be sent again), ``claimed`` (requests in another live process's
     open batch: it collects them), ``from_earlier`` (requests answered by a batch an earlier run submitted,
-    stored by this one: neither sent by this run nor found in the cache)."""
+    stored by this one: neither sent by this run nor found in the cache), ``unknown_results``
+    (result lines whose id is none of their batch's requests', or that carry none: dropped, with a
+    warning), ``duplicate_results`` (result lines repeating an id read already in their batch: the
+    first one kept), ``in_batch`` (the model is in batch mode, not only collecting an earlier run's
+    batches)."""
 
     submitted: int = 0
     running: dict[str, float] = field(default_factory=dict)
@@ -124,6 +133,9 @@ class BatchStats(Stats):
     given_back: int = 0
     claimed: int = 0
     from_earlier: int = 0
+    unknown_results: int = 0
+    duplicate_results: int = 0
+    in_batch: bool = False
     stopped: str | None = None
 
 
@@ -201,6 +213,7 @@ class ModelBatches:
         self.appended = 0
         self.failpoint = os.environ.get("DXI_FAILPOINT")  # the test hook, read once: a row's append looks it up
         self.params_key = self.adapter.params_key  # (each result's request is rebuilt with it: computed once)
+        self.stats.in_batch = self.stats.in_batch or not options.collect_only
 
     # ---- helpers ------------------------------------------------------------------------------
     @property
@@ -269,38 +282,96 @@ class ModelBatches:
             if not self._lock(entry.id):
                 self.watched.add(entry.id)  # another live process polls it
                 continue
+            adopted = [entry.id]
             if entry.batch_id is None:
-                await self._find(entry, known)
+                adopted = await self._find(entry, known)
                 entry = self.ledger.entries()[entry.id]
                 if entry.closed:
                     self._unlock(entry.id)
                     continue
-            self.mine[entry.id] = 0.0
-            self.stats.running[entry.id] = entry.submitted_at or entry.created
-            self.entry_tokens[entry.id] = entry.bytes / BYTES_PER_TOKEN
+            for entry_id in adopted:
+                one = self.ledger.entries()[entry_id]
+                self.mine[entry_id] = 0.0
+                self.stats.running[entry_id] = one.submitted_at or one.created
+                self.entry_tokens[entry_id] = one.bytes / BYTES_PER_TOKEN
 
-    async def _find(self, entry: Entry, known: set[str]) -> None:
-        """An entry whose create may have reached the provider without its reply being recorded."""
+    async def _find(self, entry: Entry, known: set[str]) -> list[str]:
+        """An entry whose create may have reached the provider without its reply being recorded:
+        every batch that may be it is adopted (the entry takes the first; each other one gets an
+        entry of its own, with the same keys): results are matched by custom id, so a batch that was
+        not ours stores nothing, and a request is given back only once no open entry claims it
+        (``_collect``). Returns the entry ids adopted (to poll); [] when none was found (the entry
+        is abandoned, its input file deleted at the provider) or the provider could not be asked
+        (left open for the next run)."""
         try:
             found = await with_retries(lambda: self.api.find(entry.id, entry.created, entry.requests, known),
                                         self.adapter, "find")
         except AdapterError as exc:
             self._say(f"could not look for batch {entry.id} at the provider ({exc}); left open for the next run")
-            return
-        how = "by its tag" if self.api.taggable else "by creation time and size (the provider has no tag)"
-        if len(found) == 1:
-            status = found[0]
-            self.ledger.record(entry.id, "submitted", batch_id=status.batch_id, state=status.state, adopted=True)
-            known.add(status.batch_id)
-            self._say(f"found batch {status.batch_id} of {entry.id} again {how}; its results will be collected")
-            return
-        reason = ("not found at the provider: it was never created" if not found else
-                  f"several batches match ({', '.join(s.batch_id for s in found)}): not adopted; its requests are "
-                  "submitted again (cancel those batches in the provider's console if they are yours)")
+            return []
+        guessed = not self.api.taggable
+        how = "by its tag" if not guessed else "by creation time and size (the provider has no tag)"
+        if found:
+            adopted = []
+            for i, status in enumerate(found):
+                entry_id = entry.id
+                if i:  # another candidate: an entry of its own, claiming the same keys
+                    entry_id = new_id()
+                    self._lock(entry_id)
+                    a = self.adapter
+                    self.ledger.intent(entry_id, self.ledger.keys(entry.id), identity=self.identity,
+                                       label=self.label, kind=a.kind, base_url=getattr(a, "base_url", ""),
+                                       model=a.spec.model, api_key_env=getattr(a, "key_env", None),
+                                       requests=entry.requests, bytes=entry.bytes, reserved_usd=None,
+                                       candidate_of=entry.id)
+                self.ledger.record(entry_id, "submitted", batch_id=status.batch_id, state=status.state,
+                                   adopted=True, guessed=guessed)
+                known.add(status.batch_id)
+                adopted.append(entry_id)
+            if len(found) == 1:
+                self._say(f"found batch {found[0].batch_id} of {entry.id} again {how}; its results will "
+                          "be collected")
+            else:
+                self._say(f"{len(found)} batches may be entry {entry.id}, found {how} "
+                          f"({', '.join(s.batch_id for s in found)}): each is adopted and collected; the "
+                          "results carrying its requests' ids are kept, the others' left out, and a request "
+                          "none of them answers is sent again")
+            return adopted
+        api = self.api
+        if api.taggable and api.listed_all:
+            reason = (f"not found at the provider (none of the {api.listed:,} batches it lists carries "
+                      "the entry's tag): it was never created; its requests are submitted in a new batch")
+        elif api.taggable:
+            reason = (f"not found among the {api.listed:,} batches of the provider's listing read (it "
+                      "lists more: not proof that it was never created); its requests are submitted in a "
+                      "new batch")
+        else:
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(entry.created - 120))
+            reason = (f"no batch of {entry.requests:,} requests created since {since} (this machine's "
+                      "clock, less 120 s) that no other entry knows is listed by the provider, which tags "
+                      "nothing: taken as not created, its requests are submitted in a new batch (were this "
+                      "machine's clock more than 120 s ahead of the provider's, such a batch would exist, "
+                      "unknown to dxi: see the provider's console)")
         self.ledger.record(entry.id, "abandoned", reason=reason)
         self._unlock(entry.id)
         self.ledger.forget_keys(entry.id)
         self._say(f"entry {entry.id} {reason}")
+        await self._delete_input(entry)
+        return []
+
+    async def _delete_input(self, entry: Entry) -> None:
+        """Delete at the provider the input file of an entry that never became a batch (uploaded just
+        before a kill, or before a create that failed): by the file id the ledger recorded, else by the
+        name dxi gave it (``BatchAPI.delete_input``: only a file named after this ledger's entry)."""
+        try:
+            deleted = await with_retries(lambda: self.api.delete_input(entry.id, entry.file_id),
+                                         self.adapter, "delete")
+        except AdapterError as exc:
+            self._say(f"could not delete the input file of entry {entry.id} at the provider ({exc})")
+            return
+        if deleted:
+            self._say(f"deleted the input file of entry {entry.id} at the provider (it never became a "
+                      "batch)")
 
     # ---- streaming and submitting -------------------------------------------------------------
     async def _stream(self) -> None:
@@ -374,9 +445,15 @@ class ModelBatches:
             await self._submit(builder)  # what is built goes first: its results may free room under the bound
             builder = None
         reserved = await self.charge.reserve(self.adapter, task, request)
-        if builder is None:
-            builder = self._new_builder()
-        builder.fd.write(line)
+        try:
+            if builder is None:
+                builder = self._new_builder()
+            builder.fd.write(line)
+        except OSError as exc:  # a full or read-only disk: stopped as a cache write is (exit code 4)
+            self.budget.settle(reserved, 0.0)
+            where = builder.path if builder is not None else self.ledger.folder
+            raise LedgerError(f"cannot write the batch input file in {where}: {exc.strerror or exc}",
+                              exc.errno) from None
         builder.keys.append(request.key)
         builder.bytes += len(line)
         builder.tokens += tokens
@@ -405,7 +482,11 @@ class ModelBatches:
 
     async def _submit(self, builder: _Builder) -> None:
         """Record the intent, upload, create, record the batch id (see the module docstring)."""
-        builder.fd.close()
+        try:
+            builder.fd.close()
+        except OSError as exc:
+            raise LedgerError(f"cannot write the batch input file {builder.path}: {exc.strerror or exc}",
+                              exc.errno) from None
         entry_id, n = builder.entry, len(builder.keys)
         if not n or self._past_deadline():  # past the deadline nothing more is submitted: left for the fallback
             builder.path.unlink(missing_ok=True)
@@ -427,6 +508,7 @@ class ModelBatches:
         try:
             file_id = await with_retries(lambda: self.api.upload(entry_id, builder.path, n, builder.bytes),
                                           self.adapter, "upload")
+            failpoint("upload_reply")
             if file_id is not None:
                 self.ledger.record(entry_id, "uploaded", file_id=file_id)
             failpoint("uploaded")
@@ -436,6 +518,9 @@ class ModelBatches:
             self._unlock(entry_id)
             self.ledger.forget_keys(entry_id)
             self._refused(exc, builder.keys)
+            entry = self.ledger.entries().get(entry_id)
+            if entry is not None and entry.file_id is not None:  # uploaded, never a batch
+                await self._delete_input(entry)
             return
         failpoint("created")
         self.ledger.record(entry_id, "submitted", batch_id=status.batch_id, state=status.state)
@@ -486,9 +571,8 @@ class ModelBatches:
         for key in keys:
             self.budget.settle(self.reserved.pop(key, 0.0), 0.0)
             item = self.waiting.pop(key, None)
-            if item is not None:
+            if item is not None:  # (counted as not sent once, with the rest left: runner.dispatch)
                 self.left.append(item)
-                self.stats.not_sent += 1
 
     # ---- polling and collecting ---------------------------------------------------------------
     async def _poll_until_done(self, streaming: asyncio.Task) -> None:
@@ -599,9 +683,14 @@ class ModelBatches:
         return ", ".join(f"{k} {v}" for k, v in status.counts.items() if isinstance(v, int)) or ""
 
     def _schedule(self, entry_id: str) -> None:
-        """The next status read of an entry: the wait grows by half each time, from ``poll_s`` to ``max_poll_s``."""
+        """The next status read of an entry: the wait grows by half each time, from ``poll_s`` to
+        ``max_poll_s``; once its cancel was asked (a deadline, ``dxi batches cancel``), every ``poll_s``
+        (at most 5 s): what it leaves is sent by the synchronous fallback as soon as it has ended."""
         running = time.time() - self.stats.running.get(entry_id, time.time())
         wait = min(self.options.max_poll_s, max(self.options.poll_s, running / 2))
+        entry = self.ledger.entries().get(entry_id)
+        if self.cancelled or (entry is not None and entry.cancel_at is not None):
+            wait = min(self.options.poll_s, 5.0)
         self.mine[entry_id] = time.monotonic() + wait
 
     async def _cancel_all(self) -> None:
@@ -641,20 +730,33 @@ class ModelBatches:
         return self.adapter.encode(task, sample)
 
     async def _collect(self, entry: Entry, status: BatchStatus | None) -> None:
-        """Store an ended batch's results as they are read; give back what has none (module docstring)."""
+        """Store an ended batch's results as they are read; give back what has none (module docstring).
+
+        A result whose id is none of the batch's requests' (or that has none) and one repeating an
+        id read already (the first is kept) are counted (``BatchStats.unknown_results``,
+        ``duplicate_results``) and said. A batch the provider says succeeded none of whose results
+        carries one of its requests' ids stops the model's batch mode (its requests are not
+        submitted again: they would be lost the same way), unless it was adopted by size
+        (``Entry.guessed``: then it was another client's). Results the provider no longer has (404:
+        past its retention) give the batch's requests back, once."""
         keys = set(self.ledger.keys(entry.id))
         bodies = self._bodies(entry.id)
         seen: set[str] = set()
         given: list[str] = []
-        stored = unmatched = 0
+        stored = unmatched = unknown = duplicate = 0
         actual = 0.0
+        gone: BatchLost | None = None
         if status is not None:
             try:
                 async for results in self.api.results(status):  # a piece of the results at a time
                     rows: list[tuple[str, Task, dict, float]] = []
                     for result in results:
                         key = result.key
-                        if key not in keys or key in seen:
+                        if key not in keys:
+                            unknown += 1
+                            continue
+                        if key in seen:
+                            duplicate += 1
                             continue
                         seen.add(key)
                         item = self.waiting.get(key)
@@ -675,17 +777,52 @@ class ModelBatches:
                         if entry.id not in self.fresh:
                             self.stats.from_earlier += len(rows)
                         actual += sum(cost for *_, cost in rows)
+            except BatchLost as exc:  # past the provider's retention: its requests are given back
+                gone = exc
             except AdapterError as exc:
                 self._say(f"could not read all results of batch {entry.batch_id} ({exc}); trying again later")
                 self._schedule(entry.id)
                 return
+        foreign = entry.guessed and not seen  # adopted by size, none of ours: another client's batch
+        if unknown and not foreign:
+            self.stats.unknown_results += unknown
+            self._say(f"batch {entry.batch_id}: {unknown:,} result(s) whose id is none of its requests' "
+                      "(or that carry none) left out")
+        if duplicate:
+            self.stats.duplicate_results += duplicate
+            self._say(f"batch {entry.batch_id}: {duplicate:,} result(s) repeating an id read already left "
+                      "out (the first result of each id is kept)")
+        mismatch = (status is not None and status.outcome == COMPLETED_BATCH and gone is None and keys
+                    and not seen and not entry.guessed)
+        if mismatch:  # submitting them again would lose them the same way, and pay again
+            self.stopped = Fatal(f"{self.label}: batch {entry.batch_id} succeeded but none of its "
+                                 f"{unknown:,} result(s) carries one of its {len(keys):,} requests' ids: "
+                                 "nothing could be stored; batch mode stopped for this model (its requests "
+                                 "are not submitted again: run without --batch to send them one call at a "
+                                 "time)")
+            self.stats.stopped = str(self.stopped)
+            self._say(str(self.stopped))
+        elif gone is not None:
+            self._say(f"the results of batch {entry.batch_id} are gone at the provider ({gone}: "
+                      f"{self.api.RETENTION}): its {len(keys - seen):,} request(s) not stored are given "
+                      "back and sent again")
+        others: set[str] | None = None  # keys other open entries claim (candidates of one lost create)
         for key in keys - seen:
             if key in self.waiting and not self.cache.has(key):
+                if others is None:
+                    others = {k for e in self.ledger.open_entries(self.identity) if e.id != entry.id
+                              for k in self.ledger.keys(e.id) if k not in e.returned}
+                if key in others:  # another candidate may still answer it: given back once none can
+                    continue
                 given.append(key)
                 self.stats.attempts += 1
         returned = sorted(set(given))
+        extra = {"results_gone": str(gone)} if gone is not None else {}
+        if mismatch:
+            extra["mismatch"] = True
         self.ledger.record(entry.id, "collected", stored=stored, returned=returned, unmatched=unmatched,
-                           cost_usd=round(actual, 9) if self.charge.price is not None else None)
+                           cost_usd=round(actual, 9) if self.charge.price is not None else None,
+                           unknown=unknown, duplicate=duplicate, **extra)
         self._unlock(entry.id)
         if self.ledger.entries()[entry.id].closed:
             self.ledger.forget_keys(entry.id)
@@ -693,7 +830,12 @@ class ModelBatches:
         self.stats.running.pop(entry.id, None)
         self.entry_tokens.pop(entry.id, None)
         self.stats.collected += 1
+        if foreign:
+            self._say(f"batch {entry.batch_id} (adopted by its size and time) was not this run's: none of "
+                      "its results carries one of the entry's ids; nothing stored from it")
         for key in returned:
+            if mismatch:  # stopped: left for the next run (or a synchronous one), never submitted here
+                continue
             self._give_back(key)
         _trim()
         if returned:

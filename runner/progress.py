@@ -6,8 +6,10 @@ count that stands still) plus one when a model finishes, e.g.::
     03:12:09 gpt-6.1-terra: 1200/2193 55% 3.9 req/s ETA 4m15s $0.4210 retries 3 429s 1 invalid 2 failed 0 cached 400
 
 A model in batch mode adds its batches: submitted, running (with the time each has been running) and
-done. The rate counts requests sent (not cache hits) over the time since the run started (so the first line
-cannot read thousands of requests a second); the time left is the requests still to do at that rate. A
+done; in place of the rate and the time left (answers come a batch at a time, hours apart: neither means
+anything), it shows its batches open and the answers collected so far. The rate counts requests sent
+(not cache hits) over the time since the run started (so the first line cannot read thousands of
+requests a second); the time left is the requests still to do at that rate. A
 model that costs nothing (a local model, or priced at 0) shows no spend; with a cost bound, the spend of
 the whole run is shown against it. ``start_line`` is the line printed before the run: what is about to run.
 
@@ -181,7 +183,11 @@ class RunProgress:
             if self.budget is not None and self.budget.max_usd is not None:
                 spend = spend[:-1] + f" (run ${self.budget.spent:.4f} of ${self.budget.max_usd:g}) "
         retries = s.attempts - (s.ok + s.invalid + s.failed)
-        return (f"{s.done}/{'?' if total is None else total} {share} {rate:.1f} req/s {eta} {spend}retries {retries} "
+        if getattr(s, "in_batch", False):  # answers come a batch at a time: a rate and a time left would mislead
+            pace = f"{len(s.running)} batch(es) open {s.done - s.cache_hits} answer(s) collected"
+        else:
+            pace = f"{rate:.1f} req/s {eta}"
+        return (f"{s.done}/{'?' if total is None else total} {share} {pace} {spend}retries {retries} "
                 f"429s {s.rate_limited} "
                 f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}" + batches(s))
 

@@ -161,7 +161,8 @@ def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:
                  "refused": s.refused}
         if isinstance(s, BatchStats):
             block["batches"] = {"submitted": s.submitted, "collected": s.collected, "running": len(s.running),
-                                "given_back": s.given_back, "from_earlier_runs": s.from_earlier}
+                                "given_back": s.given_back, "from_earlier_runs": s.from_earlier,
+                                "unknown_results": s.unknown_results, "duplicate_results": s.duplicate_results}
         blocks[label] = block
     return blocks
 

@@ -20,13 +20,30 @@ Behaviour (``FakeProvider(batch={...})``, JSON-able):
 * ``hold``: seconds to stall the first arrival at ``upload``, ``create``, ``poll``, ``list`` or ``download``
   (``download``: after half the lines), for kills at a given step; ``arrived_<step>`` counts the arrivals;
 * ``validate`` (default True): every request body and every reply is checked against the SDKs' types
-  (``tests.sdk_types``); problems are counted (``sdk_problems``) and their first lines kept.
+  (``tests.sdk_types``); problems are counted (``sdk_problems``) and their first lines kept;
+* ``inline_metadata`` (default True): Gemini's inline responses carry their request's ``metadata``; False:
+  they do not, and come in an order of their own, as python-genai #2008 and #1909 report of the backend;
+* ``gone`` (default 0): the results of the first N batches created are gone when read (404: past the
+  provider's retention: OpenAI's output files after 30 days, Anthropic's results after 29, Gemini's files
+  after 48 hours);
+* ``extra_results``: ``{"unknown": N, "duplicate": M}``: each batch's results end with N lines whose id is
+  none of its requests' and M lines repeating a request's id with another answer (a 400 error);
+* ``no_files`` (default False): the host has no Files endpoint (``/v1/files`` answers 404, as a server that
+  implements Chat Completions only does);
+* ``cancel_polls`` (default 0): the status reads a cancelled batch stays ``cancelling`` before it ends;
+* ``old_batches`` (default 0): Gemini batches of another client, created two hours before the server started;
+  ``list_oldest_first`` (default False): Gemini's listing oldest first (its order is not documented).
+
+Input files are listed and deleted as the providers' Files APIs do (OpenAI ``GET /v1/files``, ``DELETE
+/v1/files/{id}``; Gemini ``GET /v1beta/files``, ``DELETE /v1beta/files/{name}``); ``input_files`` lists the
+names of the input files still held.
 
 Counters (in ``FakeProvider.stats()``): ``batch_creates``, ``batch_uploads``, ``batch_polls``, ``batch_lists``,
 ``batch_cancels``, ``batch_downloads``, ``batch_lines`` (requests received in batches), ``batch_keys``
 (distinct keys), ``batch_resubmitted`` (submissions beyond the first per key: requests submitted twice),
-``batch_answers`` (answers produced), ``batch_line_<fault>`` (result lines of each kind: ok, transient,
-rate_limited, fatal, malformed), ``arrived_<step>``, ``sdk_problems`` and ``sdk_problem_lines``.
+``batch_answers`` (answers produced), ``batch_file_deletes``, ``input_files`` (the names of the input files
+held), ``batch_line_<fault>`` (result lines of each kind: ok, transient, rate_limited, fatal, malformed),
+``arrived_<step>``, ``sdk_problems`` and ``sdk_problem_lines``.
 """
 from __future__ import annotations
 
@@ -66,6 +83,8 @@ class Batch:
     outcome: str = "completed"
     polls: int = 0
     cancelled: bool = False
+    cancel_reads: int = 0  # status reads since the cancel
+    gone: bool = False  # its results are past the provider's retention (404)
     ended_as: str | None = None  # completed, expired, cancelled, failed
     results: list[bytes] = field(default_factory=list)  # the result lines, once ended
     output_file: str | None = None
@@ -88,15 +107,27 @@ class BatchServer:
         self.shuffle = bool(config.get("shuffle", True))
         self.hold = {k: float(v) for k, v in (config.get("hold") or {}).items()}
         self.validate = bool(config.get("validate", True))
+        self.inline_metadata = bool(config.get("inline_metadata", True))
+        self.gone = int(config.get("gone", 0))
+        self.extra_results = {k: int(v) for k, v in (config.get("extra_results") or {}).items()}
+        self.no_files = bool(config.get("no_files", False))
+        self.cancel_polls = int(config.get("cancel_polls", 0))
+        self.list_oldest_first = bool(config.get("list_oldest_first", False))
+        self.old_batches = int(config.get("old_batches", 0))
         self.responders, self.seed = responders, seed
         self.batches: dict[str, Batch] = {}
         self.files: dict[str, bytes] = {}
+        self.gone_files: set[str] = set()  # output files past their retention (``gone``)
         self.file_meta: dict[str, dict] = {}
         self.uploads: dict[str, dict] = {}  # Gemini resumable uploads in progress
         self.submissions: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
         self.problems: list[str] = []
         self.url = ""
+        for n in range(self.old_batches):  # another client's Gemini batches, made two hours ago, ended
+            old = Batch(f"batches/old{n:06d}", GEMINI, [(f"old-{n}", {})], time.time() - 7200, model="models/other",
+                        inline=True, ended_as="completed", counts={"ok": 1})
+            self.batches[old.id] = old
 
     # ---- routes ---------------------------------------------------------------------------------
     def add_routes(self, app: web.Application) -> None:
@@ -104,6 +135,8 @@ class BatchServer:
         r.add_post("/v1/files", self._openai_upload)
         r.add_get("/v1/files/{file_id}/content", self._openai_content)
         r.add_get("/v1/files/{file_id}", self._openai_file)
+        r.add_get("/v1/files", self._openai_files)
+        r.add_delete("/v1/files/{file_id}", self._openai_delete)
         r.add_post("/v1/batches", self._openai_create)
         r.add_get("/v1/batches", self._openai_list)
         r.add_get("/v1/batches/{batch_id}", self._openai_get)
@@ -119,6 +152,8 @@ class BatchServer:
         r.add_post("/upload/v1beta/files", self._gemini_upload)
         r.add_get("/download/v1beta/files/{name}", self._gemini_download)
         r.add_get("/v1beta/files/{name}", self._gemini_download)  # where google-genai's files.download asks
+        r.add_get("/v1beta/files", self._gemini_files)
+        r.add_delete("/v1beta/files/{name}", self._gemini_delete)
 
     async def _stall(self, step: str) -> None:
         """Count an arrival at ``step``; the first one stalls ``hold[step]`` seconds (a kill lands there)."""
@@ -138,6 +173,7 @@ class BatchServer:
         out["batch_keys"] = len(self.submissions)
         out["batch_resubmitted"] = sum(n - 1 for n in self.submissions.values())
         out["sdk_problem_lines"] = list(self.problems)
+        out["input_files"] = sorted(m["filename"] for f, m in self.file_meta.items() if m.get("input"))
         return out
 
     # ---- the batches' course ----------------------------------------------------------------------
@@ -145,6 +181,7 @@ class BatchServer:
         prefix = {OPENAI: "batch_", ANTHROPIC: "msgbatch_", GEMINI: "batches/"}[fmt]
         batch = Batch(prefix + uuid.uuid4().hex[:24], fmt, lines, time.time(), **kw)
         batch.outcome = self.script.pop(0) if self.script else self.outcome
+        batch.gone = self.counts["batch_creates"] < self.gone
         self.batches[batch.id] = batch
         self.counts["batch_creates"] += 1
         self.counts["batch_lines"] += len(lines)
@@ -162,7 +199,9 @@ class BatchServer:
             return
         batch.polls += 1
         if batch.cancelled:
-            self._end(batch, "cancelled")
+            batch.cancel_reads += 1
+            if batch.cancel_reads > self.cancel_polls:
+                self._end(batch, "cancelled")
         elif batch.outcome == "failed":
             self._end(batch, "failed")
         elif batch.polls > self.polls:
@@ -182,7 +221,8 @@ class BatchServer:
         batch.ended_as = how
         answered = len(batch.lines) if how == "completed" else 0 if how == "failed" else len(batch.lines) // 2
         order = list(range(len(batch.lines)))
-        if self.shuffle and batch.fmt != GEMINI:  # Gemini keeps the input order; the others promise none
+        # Gemini keeps the input order (but without its inline metadata, #1909); the others promise none
+        if self.shuffle and (batch.fmt != GEMINI or batch.inline and not self.inline_metadata):
             random.Random(f"{self.seed}:{batch.id}").shuffle(order)
         ok = errored = not_run = 0
         output, errors = [], []
@@ -209,6 +249,11 @@ class BatchServer:
         if how == "failed":
             batch.results = []
             return
+        keys = [key for key, _ in batch.lines]
+        for n in range(self.extra_results.get("unknown", 0)):  # an id none of its requests has
+            errors.append(self._line(batch, f"{n:064x}", None, "fatal"))
+        for key in keys[:self.extra_results.get("duplicate", 0)]:  # an id read already, another answer
+            errors.append(self._line(batch, key, {}, "fatal"))
         batch.results = output + errors
         if batch.fmt == OPENAI:
             batch.output_file = self._store(b"".join(x + b"\n" for x in output), "batch_output", f"{batch.id}_output.jsonl")
@@ -216,6 +261,8 @@ class BatchServer:
         elif batch.fmt == GEMINI and not batch.inline:
             batch.output_file = self._store(b"".join(x + b"\n" for x in batch.results), None, f"{batch.id}.jsonl",
                                             gemini=True)
+        if batch.gone:
+            self.gone_files |= {f for f in (batch.output_file, batch.error_file) if f}
 
     def _validate_openai_line(self, line: bytes) -> None:
         """An output or error line: its response body a ChatCompletion, or an error object (``ErrorObject``)."""
@@ -270,15 +317,24 @@ class BatchServer:
             item = {"error": {"code": {500: 13, 429: 8, 400: 3}[status], "message": f"injected {status}", "details": []}}
         else:
             item = {"response": {"unexpected": 1} if fault == "malformed" else self._answer(batch, body)}
-        if batch.inline:  # the request's metadata comes back with its response
-            return orjson.dumps({**item, **({"metadata": {"key": key}} if key is not None else {})})
+        if batch.inline:  # the request's metadata comes back with its response (unless the backend drops it)
+            keep = key is not None and self.inline_metadata
+            return orjson.dumps({**item, **({"metadata": {"key": key}} if keep else {})})
         return orjson.dumps({"key": key, **item})
 
-    def _store(self, data: bytes, purpose: str | None, name: str, gemini: bool = False) -> str:
+    def _store(self, data: bytes, purpose: str | None, name: str, gemini: bool = False, input: bool = False) -> str:
         file_id = f"files/{uuid.uuid4().hex[:16]}" if gemini else f"file-{uuid.uuid4().hex[:24]}"
         self.files[file_id] = data
-        self.file_meta[file_id] = {"purpose": purpose, "filename": name, "created": time.time()}
+        self.file_meta[file_id] = {"purpose": purpose, "filename": name, "created": time.time(), "input": input}
         return file_id
+
+    def _delete(self, file_id: str) -> bool:
+        if file_id not in self.files:
+            return False
+        del self.files[file_id]
+        del self.file_meta[file_id]
+        self.counts["batch_file_deletes"] += 1
+        return True
 
     # ---- OpenAI -----------------------------------------------------------------------------------
     def _openai_file_object(self, file_id: str) -> dict:
@@ -319,6 +375,9 @@ class BatchServer:
         return doc
 
     async def _openai_upload(self, request: web.Request) -> web.Response:
+        if self.no_files:  # as OpenAI answers a route it does not have
+            return web.json_response(wire_formats.error_body("openai", 404, message="Invalid URL (POST /v1/files)"),
+                                     status=404)
         await self._stall("upload")
         form = await request.post()
         upload, purpose = form.get("file"), form.get("purpose")
@@ -326,9 +385,35 @@ class BatchServer:
             return web.json_response(wire_formats.error_body("openai", 400, message="file and purpose=batch are required"),
                                      status=400)
         data = upload.file.read()
-        file_id = self._store(data, "batch", upload.filename or "input.jsonl")
+        file_id = self._store(data, "batch", upload.filename or "input.jsonl", input=True)
         self.counts["batch_uploads"] += 1
         return web.json_response(self._openai_file_object(file_id))
+
+    async def _openai_files(self, request: web.Request) -> web.Response:
+        """``GET /v1/files`` (``purpose``, ``limit``, ``after``; newest first), a ``SyncCursorPage[FileObject]``."""
+        purpose = request.query.get("purpose")
+        found = sorted((f for f, m in self.file_meta.items() if not f.startswith("files/")
+                        and (purpose is None or m["purpose"] == purpose)),
+                       key=lambda f: self.file_meta[f]["created"], reverse=True)
+        after, limit = request.query.get("after"), int(request.query.get("limit", 10000))
+        if after:
+            found = found[found.index(after) + 1:] if after in found else []
+        page = found[:limit]
+        return web.json_response({"object": "list", "data": [self._openai_file_object(f) for f in page],
+                                  "first_id": page[0] if page else None, "last_id": page[-1] if page else None,
+                                  "has_more": len(found) > limit})
+
+    async def _openai_delete(self, request: web.Request) -> web.Response:
+        file_id = request.match_info["file_id"]
+        if not self._delete(file_id):
+            return web.json_response(wire_formats.error_body("openai", 404, message="No such File object"), status=404)
+        doc = {"id": file_id, "object": "file", "deleted": True}
+        if self.validate:
+            from openai.types import FileDeleted
+
+            from .sdk_types import reply_problems
+            self._problem("openai FileDeleted", reply_problems(FileDeleted, doc))
+        return web.json_response(doc)
 
     async def _openai_file(self, request: web.Request) -> web.Response:
         file_id = request.match_info["file_id"]
@@ -407,7 +492,7 @@ class BatchServer:
 
     async def _download(self, request: web.Request, file_id: str, fmt: str) -> web.StreamResponse:
         data = self.files.get(file_id)
-        if data is None:
+        if data is None or file_id in self.gone_files:
             return web.json_response(wire_formats.error_body(fmt, 404, message="no such file"), status=404)
         self.counts["batch_downloads"] += 1
         resp = web.StreamResponse(headers={"Content-Type": "application/jsonl" if fmt != ANTHROPIC else "application/binary"})
@@ -492,7 +577,7 @@ class BatchServer:
 
     async def _anthropic_results(self, request: web.Request) -> web.StreamResponse:
         batch = self._get(request)
-        if batch is None or batch.ended_as is None:
+        if batch is None or batch.ended_as is None or batch.gone:
             return web.json_response(wire_formats.error_body("anthropic", 404, message="no results"), status=404)
         if self.validate:
             from anthropic.types.messages import MessageBatchIndividualResponse
@@ -598,7 +683,7 @@ class BatchServer:
         await self._stall("list")
         self.counts["batch_lists"] += 1
         found = sorted((b for b in self.batches.values() if b.fmt == GEMINI and b.outcome != "lost"),
-                       key=lambda b: b.created, reverse=True)
+                       key=lambda b: b.created, reverse=not self.list_oldest_first)
         start, size = int(request.query.get("pageToken") or 0), int(request.query.get("pageSize", 20))
         page = found[start:start + size]
         doc: dict = {"operations": [self._gemini_op(b, with_output=False) for b in page]}
@@ -634,7 +719,7 @@ class BatchServer:
         upload["data"] += await request.read()
         if "finalize" not in command:
             return web.json_response({}, headers={"X-Goog-Upload-Status": "active"})
-        file_id = self._store(bytes(upload["data"]), None, upload["name"], gemini=True)
+        file_id = self._store(bytes(upload["data"]), None, upload["name"], gemini=True, input=True)
         self.counts["batch_uploads"] += 1
         meta = self.file_meta[file_id]
         doc = {"file": {"name": file_id, "displayName": upload["name"], "mimeType": "application/jsonl",
@@ -651,6 +736,23 @@ class BatchServer:
                 self._problem("gemini File", [str(exc)[:300]])
             self._problem("gemini File", unknown_keys(doc["file"], genai.File))
         return web.json_response(doc, headers={"X-Goog-Upload-Status": "final"})
+
+    async def _gemini_files(self, request: web.Request) -> web.Response:
+        """``GET /v1beta/files`` (``pageSize``, ``pageToken``), a ``ListFilesResponse``."""
+        found = sorted((f for f in self.file_meta if f.startswith("files/")), key=lambda f: self.file_meta[f]["created"])
+        start, size = int(request.query.get("pageToken") or 0), int(request.query.get("pageSize", 10))
+        page = found[start:start + size]
+        doc: dict = {"files": [{"name": f, "displayName": self.file_meta[f]["filename"], "mimeType": "application/jsonl",
+                                "sizeBytes": str(len(self.files[f])), "state": "ACTIVE", "source": "UPLOADED",
+                                "createTime": _iso(self.file_meta[f]["created"])} for f in page]}
+        if start + size < len(found):
+            doc["nextPageToken"] = str(start + size)
+        return web.json_response(doc)
+
+    async def _gemini_delete(self, request: web.Request) -> web.Response:
+        if not self._delete("files/" + request.match_info["name"]):
+            return web.json_response(wire_formats.error_body("gemini", 404, message="no such file"), status=404)
+        return web.json_response({})
 
     async def _gemini_download(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]

@@ -11,7 +11,6 @@ import orjson
 import polars as pl
 import pytest
 
-from dxi.adapters.gemini_batch import GeminiBatch
 from dxi.cache import Cache
 from dxi.cache.ledger import Ledger
 from dxi.runner import plan, session
@@ -79,7 +78,8 @@ def test_a_batch_run_stores_the_rows_and_summary_a_synchronous_run_does(kind: st
     (m,) = batch["models"]
     assert m["usage"]["batch"] == {"requests": 12, "cost_usd": None, "price": None}
     assert m["requests"]["sent"] == 12 and m["requests"]["batches"] == {"submitted": 1, "collected": 1, "running": 0,
-                                                                        "given_back": 0, "from_earlier_runs": 0}
+                                                                        "given_back": 0, "from_earlier_runs": 0,
+                                                                        "unknown_results": 0, "duplicate_results": 0}
     assert "batch" not in sync["models"][0]["usage"]
     # a batch's time is no per-call latency: the batch answers are left out of it, and counted
     latency = m["measures"]["latency"]
@@ -98,9 +98,8 @@ def test_a_batch_run_stores_the_rows_and_summary_a_synchronous_run_does(kind: st
     assert [(e.phase, e.requests, e.stored, e.kind) for e in entries] == [("collected", 12, 12, kind)]
 
 
-def test_gemini_sends_a_file_through_the_files_api_when_the_requests_do_not_fit_inline(data_dir: Path, tmp_path: Path,
-                                                                                       monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(GeminiBatch, "LIMITS", GeminiBatch.LIMITS.__class__(200_000, 2_000_000_000, inline_bytes=1000))
+def test_gemini_sends_its_requests_in_a_file_through_the_files_api(data_dir: Path, tmp_path: Path):
+    """Always a file, whose result lines carry each request's key (inline responses may lose their metadata)."""
     with serve(model=None, record=False) as server:
         assert run("gemini", server.url, data_dir, tmp_path) == 0
         assert run("gemini", server.url, data_dir, tmp_path, cache="sync", out="sync-out", batch=False) == 0

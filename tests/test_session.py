@@ -141,7 +141,8 @@ def test_requests_block_counts_each_model_as_summary_json_records_it():
               "rate_limited": 3, "repaired": 1, "input_tokens": 700, "output_tokens": 90, "cost_usd": 0.001235,
               "not_sent": 0, "refused": 0},
         "b": EVERY | {"sent": 4, "attempts": 4, "cost_usd": None,
-                      "batches": {"submitted": 2, "collected": 1, "running": 1, "given_back": 3, "from_earlier_runs": 0}}}
+                      "batches": {"submitted": 2, "collected": 1, "running": 1, "given_back": 3, "from_earlier_runs": 0,
+                                  "unknown_results": 0, "duplicate_results": 0}}}
 
 
 def test_the_cost_bound_block_adds_what_remains_once_stopped():

@@ -60,13 +60,13 @@ def main(args: argparse.Namespace, console: Console) -> int:
             uvloop.run(learn_names())
         plan.check_labels()
         plan.check_cost_bound()  # what `dxi run` would refuse under --max-cost, refused here too
-        models = batch_priced(plan) if args.batch else plan.models
+        models = batch_priced(plan) if plan.batch else plan.models  # --batch, or batch = true in the run file
         estimates = estimate(models, plan.suite, cache, dist.shard)
     total = totals(estimates)
     doc = {"models": [e.as_dict() for e in estimates], "total": total, "max_cost_usd": plan.max_cost,
            "problems": {m.adapter.label: p for m in plan.models if (p := m.adapter.missing_setup())},
            "unreachable": uvloop.run(unreachable([m for m, e in zip(plan.models, estimates, strict=True) if e.new]))}
-    if args.batch:
+    if plan.batch:
         doc["batch"] = batch_note(plan)
     if args.json:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -76,21 +76,24 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
 
 def batch_priced(plan: Plan) -> list:
-    """``--batch``: the plan's models, those whose provider has a batch API priced at the batch rate."""
+    """The plan's models, those in batch mode (``--batch``, or ``batch = true`` in the run file: ``Plan.batch``)
+    whose provider has a batch API priced at the batch rate (``Plan.batch_prices``, the price ``dxi run``
+    charges them: the run file's ``batch_input`` / ``batch_output``, else half the price)."""
     import dataclasses
 
     from dxi.adapters.batches import supports
 
     prices = plan.batch_prices()
-    return [dataclasses.replace(m, price=prices[m.label]) if supports(m.adapter.kind) else m for m in plan.models]
+    return [dataclasses.replace(m, price=prices[m.label]) if m.label in plan.batch and supports(m.adapter.kind) else m
+            for m in plan.models]
 
 
 def batch_note(plan: Plan) -> dict:
-    """``--batch``'s ``batch`` block: which models go by batch (priced at the batch rate) and which stay
-    synchronous (no batch API)."""
+    """The ``batch`` block: which models go by batch (priced at the batch rate) and which stay synchronous (no
+    batch API, or not in batch mode: ``batch = false`` in the run file)."""
     from dxi.adapters.batches import supports
 
-    return {"models": [m.label for m in plan.models if supports(m.adapter.kind)],
-            "synchronous": [m.label for m in plan.models if not supports(m.adapter.kind)],
+    batched = [m.label for m in plan.models if m.label in plan.batch and supports(m.adapter.kind)]
+    return {"models": batched, "synchronous": [m.label for m in plan.models if m.label not in batched],
             "note": "new requests priced at the batch rate (half the price unless the run file gives batch_input / "
                     "batch_output); models without a batch API at their own price"}
