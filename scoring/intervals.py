@@ -84,7 +84,9 @@ METHODS = {
     "ece": BOOTSTRAP,
     "log_loss": BOOTSTRAP,
     "auroc": "DeLong's variance, normal approximation",
-    "differences": "paired percentile bootstrap over tasks (the same resamples for both models)",
+    "differences": ("accuracy of one epoch each: the hull of Newcombe's (1998, method 10) and "
+                    "Bonett & Price's (2012) paired intervals; otherwise the symmetric paired "
+                    "bootstrap interval (summary.json's comparison_method)"),
 }
 """summary.json's ``intervals.methods``: each metric's interval method, by metric name (the one
 place summary.json names them)."""

@@ -260,7 +260,7 @@ def test_a_full_disk_under_batch_mode_stops_as_a_synchronous_run_does(data_dir: 
                                                                       capsys: pytest.CaptureFixture):
     """The ledger's write(2) fails with ENOSPC: exit code 4 with "make room", as a cache write; no
     traceback and nothing submitted."""
-    import dxi.cache.ledger as ledger_module
+    import dxi.cache.lines as lines_module  # where the ledger appends its events
 
     class FullDisk:
         def __getattr__(self, name: str):
@@ -270,7 +270,7 @@ def test_a_full_disk_under_batch_mode_stops_as_a_synchronous_run_does(data_dir: 
         def write(fd: int, data: bytes) -> int:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(ledger_module, "os", FullDisk())
+    monkeypatch.setattr(lines_module, "os", FullDisk())
     with serve(model=None, record=False) as server:
         code = main(dxi_run("openai", server.url, data_dir, tmp_path))
         stats = server.stats()

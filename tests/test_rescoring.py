@@ -59,7 +59,8 @@ def test_with_answers_missing_the_vectorised_and_plain_scorers_agree(tmp_path: P
 
 def test_the_newest_final_row_wins_and_stale_rows_are_ignored(tmp_path: Path):
     tasks = suite(SIZES)
-    write_cache(tmp_path, tasks, 2)
+    # every row final (no transient failure written): model 1's rows given to model 0 replace all of its own
+    write_cache(tmp_path, tasks, 2, failed_rate=0.0)
     before = index_of(rescore(tmp_path, tasks))
     first, second = f"synthetic:{model_name(0)}", f"synthetic:{model_name(1)}"
     shard = pl.from_arrow(read_nested(tmp_path / "shards" / "synthetic-000.parquet", SCHEMA.names))  # flat on disk

@@ -614,7 +614,7 @@ def test_the_cli_takes_stream_and_max_reply_time_and_refuses_bad_values(
     assert main([*base, "--stream", "sometimes"]) == 2
     assert "invalid choice: 'sometimes'" in capsys.readouterr().err
     assert main([*base, "--max-reply-time", "0"]) == 2
-    assert "--max-reply-time must be positive" in capsys.readouterr().err
+    assert "argument --max-reply-time: expected a number above 0" in capsys.readouterr().err
     run = tmp_path / "run.toml"
     run.write_text(
         '[providers.p]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
