@@ -83,5 +83,8 @@ def test_a_slurm_array_with_a_task_killed_and_resubmitted_scores_as_one_process(
         one.write_text(run_file.read_text().replace(server.url, single.url))
         assert subprocess.run([DXI, "run", str(one), "--cache-dir", str(tmp_path / "c1"), "--out", str(tmp_path / "single"),
                                "-q"]).returncode == 0
-    summary = lambda out: without_requests(orjson.loads((tmp_path / out / "summary.json").read_bytes()))  # noqa: E731
+
+    def summary(out: str) -> dict:
+        return without_requests(orjson.loads((tmp_path / out / "summary.json").read_bytes()))
+
     assert summary("scored") == summary("single")
