@@ -331,23 +331,23 @@ def _apply(lines: list[str], edits: list[Edit]) -> list[str]:
 def rewrap(source: str, width: int = WIDTH) -> str:
     """``source`` with its docstrings and comments re-wrapped to ``width``. Raises ValueError when
     the result's syntax tree differs from the source's (a bug of this tool: nothing is written)."""
-    before = normalised(ast.parse(source))
     lines = source.split("\n")
+    if all(len(line) <= width for line in lines):
+        return source
     moved = sorted(trailing_edits(source, lines, width), key=lambda e: e.start)
     # where each moved comment lands, counting the lines the moves above it added
     alone = {e.start + n + (not e.lines[0].lstrip().startswith("#")) for n, e in enumerate(moved)}
     lines = _apply(lines, moved)
-    source = "\n".join(lines)
-    tree = ast.parse(source)
-    edits = list(docstring_edits(lines, tree, width))
+    text = "\n".join(lines)
+    edits = list(docstring_edits(lines, ast.parse(text), width))
     taken = {r for e in edits for r in range(e.start, e.end + 1)}
     edits += [
         e
-        for e in comment_edits(source, lines, width, alone)
+        for e in comment_edits(text, lines, width, alone)
         if not taken & set(range(e.start, e.end + 1))
     ]
     result = "\n".join(_apply(lines, edits))
-    if normalised(ast.parse(result)) != before:
+    if result != source and normalised(ast.parse(result)) != normalised(ast.parse(source)):
         raise ValueError("re-wrapping would change the code")
     return result
 
@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         source = path.read_text(encoding="utf-8")
         try:
             result = rewrap(source, args.width)
-        except (ValueError, SyntaxError) as exc:
+        except (ValueError, SyntaxError, tokenize.TokenError) as exc:
             failed.append(f"{path}: {exc}")
             continue
         if result != source:
