@@ -367,12 +367,12 @@ def python_files(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
-def kind_of_long_lines(source: str, width: int = WIDTH) -> Counter[str]:
-    """The lines over ``width`` by kind: docstring, comment, trailing comment, string, code."""
-    lines = source.splitlines()
+def long_lines(source: str, width: int = WIDTH) -> list[tuple[int, str]]:
+    """(line number from 1, kind) of each line over ``width``; kinds: docstring, comment, trailing
+    comment, string (a literal in code), code."""
     doc = {r for n in _docstrings(ast.parse(source)) for r in range(n.lineno, n.end_lineno + 1)}
     strings: set[int] = set()
-    comments: dict[int, bool] = {}
+    comments: dict[int, bool] = {}  # line -> a full-line comment (True) or an end comment
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.STRING or tok.type in (
             getattr(tokenize, "FSTRING_START", -1),
@@ -381,21 +381,17 @@ def kind_of_long_lines(source: str, width: int = WIDTH) -> Counter[str]:
             strings.update(range(tok.start[0], tok.end[0] + 1))
         elif tok.type == tokenize.COMMENT:
             comments[tok.start[0]] = not tok.line[: tok.start[1]].strip()
-    kinds: Counter[str] = Counter()
-    for n, line in enumerate(lines, 1):
+    found = []
+    for n, line in enumerate(source.splitlines(), 1):
         if len(line) > width:
-            kinds[
-                "docstring"
-                if n in doc
-                else "comment"
-                if comments.get(n)
-                else "trailing comment"
-                if n in comments
-                else "string"
-                if n in strings
-                else "code"
-            ] += 1
-    return kinds
+            if n in doc:
+                kind = "docstring"
+            elif n in comments:
+                kind = "comment" if comments[n] else "trailing comment"
+            else:
+                kind = "string" if n in strings else "code"
+            found.append((n, kind))
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -421,12 +417,10 @@ def main(argv: list[str] | None = None) -> int:
         for path in files:
             source = path.read_text(encoding="utf-8")
             total += len(source.splitlines())
-            found = kind_of_long_lines(source, args.width)
-            kinds += found
-            if args.report:
-                for n, line in enumerate(source.splitlines(), 1):
-                    if len(line) > args.width:
-                        print(f"{path}:{n}: {len(line)} columns")
+            for n, kind in long_lines(source, args.width):
+                kinds[kind] += 1
+                if args.report:
+                    print(f"{path}:{n}: {kind}")
         over = sum(kinds.values())
         share = 100 * over / max(total, 1)
         print(
