@@ -670,7 +670,7 @@ class Cache:
 
     def append_many(self, rows: Sequence[dict]) -> None:
         """Store rows (dicts with the columns of ``SCHEMA``) durably before returning, in one write(2): a batch's
-        results read together (``runner.batch``) cost one system call, not one each. Raises CacheWriteError
+        results read together (``runner.batch.driver``) cost one system call, not one each. Raises CacheWriteError
         (nothing of ``rows`` is then counted as stored; the complete lines a full disk took are read back by
         the next start-up, a cut one dropped)."""
         fd = self._fd
@@ -702,7 +702,7 @@ class Cache:
 
     def roll_if_due(self) -> None:
         """Roll the log over if it holds rows and is ``roll_s`` old (with a remote tier: called every second
-        from the thread that appends, ``runner.distributed``, so ``append`` itself pays nothing for it)."""
+        from the thread that appends, ``runner.distributed.setup``, so ``append`` itself pays nothing for it)."""
         if self._fd is not None and self._log_rows and self.roll_s is not None and \
                 time.monotonic() - self._opened >= self.roll_s:
             self._roll()

@@ -1,7 +1,7 @@
 """``dxi``, the command line: the parser (grouped options, exit codes, "did you mean", completion), built from
 the command modules (``runner.commands``, one per command: its options and the library calls it makes), and
 ``main``, which parses, sets up the consoles and logging, and dispatches. ``dxi --help`` and ``dxi COMMAND
---help`` are its user documentation; a run file's flags override it as ``runner.plan`` describes.
+--help`` are its user documentation; a run file's flags override it as ``runner.planning.plan`` describes.
 """
 from __future__ import annotations
 

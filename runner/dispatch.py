@@ -1,5 +1,5 @@
-"""What ``dxi run`` sends, and by which path: each model's requests synchronously (``runner.run``) or through
-its provider's batch API (``runner.batch``), under the model's claim on the cache folder (``cache.claims``),
+"""What ``dxi run`` sends, and by which path: each model's requests synchronously (``runner.sending.scheduler``) or through
+its provider's batch API (``runner.batch.driver``), under the model's claim on the cache folder (``cache.claims``),
 so that two processes on one cache never both send a request (issue 23).
 
 For each model, before anything is sent:
@@ -13,7 +13,7 @@ For each model, before anything is sent:
    whose every request is cached, then starts the others' adapters, which may take seconds; a run that
    found the claim free after another run had ended sent again what that run stored: issue 32.)
 2. **The path.** A model in batch mode (``--batch``, or ``batch = true`` in the run file) whose provider has
-   a batch API goes through ``runner.batch``; one without (decision models, the embedded model, local
+   a batch API goes through ``runner.batch.driver``; one without (decision models, the embedded model, local
    servers, logprob decisions) is sent synchronously, and the run says so once. A model sent
    synchronously whose requests are in open batches of the ledger (an earlier ``--batch`` run stopped
    before collecting them) has those collected from their batches (never sent again) while the rest are
@@ -22,7 +22,7 @@ For each model, before anything is sent:
    deadline is sent synchronously.
 
 Models that are claimed at once, have no open batches and are not in batch mode (the usual case) go through
-one ``runner.run.run`` call together, exactly as without this module. ``send`` returns each model's Stats,
+one ``runner.sending.scheduler.run`` call together, exactly as without this module. ``send`` returns each model's Stats,
 merged over the paths it took (``BatchStats`` for a model that has batches).
 """
 from __future__ import annotations
@@ -38,12 +38,12 @@ from dxi.cache import claims as claims_mod
 from dxi.cache.ledger import Ledger
 from dxi.evals import PROMPT_VERSION, Suite
 
-from .batch import BatchOptions, BatchStats, ModelBatches
-from .cost import Budget
-from .limits import ProviderLimiter
-from .run import ModelRun, Stats, run
-from .shard import Shard
-from .stops import RunStop
+from .batch.driver import BatchOptions, BatchStats, ModelBatches
+from .planning.shard import Shard
+from .sending.cost import Budget
+from .sending.limits import ProviderLimiter
+from .sending.scheduler import ModelRun, Stats, run
+from .sending.stops import RunStop
 
 
 def identity(model: ModelRun) -> str:
@@ -55,7 +55,7 @@ def identity(model: ModelRun) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KeyFilter:
-    """A ``runner.shard.Shard``-like filter for ``runner.run.run``: the keys of ``shard`` (all without one)
+    """A ``runner.planning.shard.Shard``-like filter for ``runner.sending.scheduler.run``: the keys of ``shard`` (all without one)
     that are in ``keys`` (``keep`` True) or not in them (``keep`` False)."""
 
     keys: frozenset[str]
@@ -98,17 +98,17 @@ async def send(models: Sequence[ModelRun], suite: Suite, cache: Cache, *, budget
     batch_output) prices (default: half the price, ``scoring.cost.batch_price``); ``limits_of``: label ->
     (requests per batch, enqueued tokens); ``options``: how batch mode runs; ``fallback_sync``: what batches
     left at the deadline is sent synchronously; ``say`` prints a line (waits, batch state changes, notes);
-    ``stop``: the run's drain (``runner.stops.RunStop``): once requested nothing new is sent synchronously,
+    ``stop``: the run's drain (``runner.sending.stops.RunStop``): once requested nothing new is sent synchronously,
     and the models waiting for a claim or going through batches end at once (their open batches keep
     running at the provider: the ledger has them and the next run collects them).
     Raises CacheWriteError when the claims cannot be written (a read-only cache), and what
-    ``runner.run.run`` raises."""
+    ``runner.sending.scheduler.run`` raises."""
     options = options or BatchOptions()
     say = say or (lambda text: None)
     ledger = ledger or Ledger(cache.root)
     parts: dict[str, list[Stats]] = {m.label: [] for m in models}
     known_tasks: dict = {}  # task id -> Task, shared by the models' batches (a task awaited by 20 models is held once)
-    collecting = asyncio.Lock()  # the models' batches are collected one at a time (runner.batch.ModelBatches)
+    collecting = asyncio.Lock()  # the models' batches are collected one at a time (runner.batch.driver.ModelBatches)
     held: list[claims_mod.Claim] = []
     part = None if shard is None else (shard.index, shard.count)
 
@@ -197,7 +197,7 @@ async def send(models: Sequence[ModelRun], suite: Suite, cache: Cache, *, budget
                 batched = [tasks.create_task(one(m, got)) for m, got in others]
                 if stop is not None and batched:  # stopping: a batch being polled is left to the next run
                     stop.on_request(lambda: [t.cancel() for t in batched])
-        except ExceptionGroup as group_error:  # raise the first error as itself, as runner.run.run does
+        except ExceptionGroup as group_error:  # raise the first error as itself, as runner.sending.scheduler.run does
             first = group_error
             while isinstance(first, ExceptionGroup):
                 first = first.exceptions[0]

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from dxi.adapters.batches import BatchAPI
     from dxi.cache.ledger import Entry, Ledger
 
-    from .batch import BatchStats
-    from .plan import Plan
+    from .batch.driver import BatchStats
+    from .planning.plan import Plan
 
 def has_batches(cache_dir: Path) -> bool:
     """Whether the cache at ``cache_dir`` has a ledger (a batch run used it)."""
@@ -64,7 +64,7 @@ def collect(plan: Plan, *, wait: bool = False, poll_s: float | None = None,
     from dxi.cache import Cache
     from dxi.cache.ledger import Ledger
 
-    from .batch import BatchOptions
+    from .batch.driver import BatchOptions
     from .dispatch import collect as collect_models
     from .session import start_adapters
 
@@ -205,7 +205,7 @@ async def cancel_entries(ledger: Ledger, entries: list[Entry], api_for: Callable
     from dxi.adapters import AdapterError
     from dxi.adapters.batches import BatchLost
 
-    from .batch import with_retries
+    from .batch.driver import with_retries
 
     done = 0
     for entry in entries:

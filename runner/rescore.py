@@ -4,9 +4,9 @@ the remote tier; ``models_to_score``: the models under the names ``dxi run`` giv
 epochs) and ``rescore``, which scores that selection into summary.json and answers.parquet (with ``html``:
 report.html and its tables too) and returns a ``Rescored``; ``browse``, the browser ``dxi view`` serves over it.
 
-``select`` takes the selection as ``runner.inputs.PlanInputs`` (from a program or a test:
+``select`` takes the selection as ``runner.planning.inputs.PlanInputs`` (from a program or a test:
 ``select(PlanInputs(cache_dir=..., data_dir=..., out=..., sample=2))``), or as ``dxi score`` parses it (an
-``argparse.Namespace``, turned into ``PlanInputs`` by ``runner.inputs.inputs_of``).
+``argparse.Namespace``, turned into ``PlanInputs`` by ``runner.planning.inputs.inputs_of``).
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from dxi import adapters
 from dxi.evals import PROMPT_VERSION
 
-from . import distributed
+from .distributed import setup as distributed
 from .errors import UsageError
-from .inputs import PlanInputs, inputs_of
+from .planning.inputs import PlanInputs, inputs_of
 
 if TYPE_CHECKING:
     from tempfile import TemporaryDirectory
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from dxi.scoring.records import Summary
     from dxi.view.data import Browser
 
-    from .plan import Plan
+    from .planning.plan import Plan
 
 
 @dataclass
@@ -80,8 +80,8 @@ def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) 
     flags): the models of ``inputs.run_file`` or ``inputs.models``, else every model in the cache; the remote
     cache tier (``cache_remote``) has its shards pulled into the cache folder, which it creates, or into
     ``mirror`` (``dxi view`` never writes to the cache folder). UsageError for a run file beside models, a bad
-    setting (``runner.plan``), or no cache."""
-    from .plan import from_inputs, suite_of
+    setting (``runner.planning.plan``), or no cache."""
+    from .planning.plan import from_inputs, suite_of
 
     if isinstance(inputs, argparse.Namespace):
         inputs = inputs_of(inputs)
@@ -107,7 +107,7 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
 
     from dxi import scoring
 
-    from .plan import with_effort
+    from .planning.plan import with_effort
 
     plan, inputs = selection.plan, selection.inputs
     found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
@@ -154,8 +154,8 @@ def more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:
 
 def scored_suite(selection: Selection, to_score: ToScore) -> Suite:
     """The suite scored over the models ``to_score``: the selection's, or with no selection given the tasks the
-    runs recorded in the cache selected (``runner.selection``; its notes are added to ``to_score.notes``)."""
-    from .selection import choose
+    runs recorded in the cache selected (``runner.planning.selection``; its notes are added to ``to_score.notes``)."""
+    from .planning.selection import choose
 
     chosen = choose(selection.inputs, selection.plan, selection.suite, to_score.frame, selection.cache_dir)
     to_score.notes += chosen.notes
@@ -169,8 +169,8 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
     from dxi.cache import Cache
 
     from .errors import EXIT_FAILED_REQUESTS
-    from .outputs import score, score_all
-    from .plan import tolerance
+    from .outputs.files import score, score_all
+    from .planning.plan import tolerance
 
     plan, out = selection.plan, selection.out
     allowed: Tolerance | None = plan.tolerance() if plan else tolerance(selection.inputs.allow_failed)
@@ -197,8 +197,8 @@ def browse(selection: Selection, home: TemporaryDirectory) -> tuple[Browser, lis
     from dxi.cache import Cache
     from dxi.view.data import Browser
 
-    from .outputs import summarize
-    from .selection import choose
+    from .outputs.files import summarize
+    from .planning.selection import choose
 
     plan, cache_dir, given = selection.plan, selection.cache_dir, selection.suite
     with Cache(cache_dir, read_only=True, remote=selection.remote) as cache:

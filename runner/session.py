@@ -1,6 +1,6 @@
 """One run of a plan, end to end, as a library call: ``run(plan, ...)`` starts the adapters, sends what is not
 cached (``runner.dispatch``, under ``runner.signals.Graceful``), counts the tasks and prepares the scoring while
-the requests are on the wire, scores (``runner.outputs``), uploads (``runner.distributed``) and decides the exit
+the requests are on the wire, scores (``runner.outputs.files``), uploads (``runner.distributed.setup``) and decides the exit
 code; it returns a ``RunResult``. ``dxi run`` (``runner.commands.run``) is this call plus its messages.
 
 The pieces are public for the other callers: ``start_adapters`` (``dxi estimate`` learns a server's model name,
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from dxi import adapters
 from dxi.evals import EVALS
 
-from . import distributed
+from .distributed import setup as distributed
 from .errors import EXIT_COST_BOUND, EXIT_FAILED_REQUESTS, EXIT_PROVIDER_STOPPED, UsageError
 from .signals import GRACE_S
 
@@ -29,23 +29,23 @@ if TYPE_CHECKING:
     from dxi.cache import Cache
     from dxi.scoring.records import Summary
 
-    from .batch import BatchOptions
-    from .cost import Budget
-    from .estimate import Estimate
-    from .plan import Plan
-    from .run import ModelRun, Stats
-    from .stops import RunStop
+    from .batch.driver import BatchOptions
+    from .planning.estimate import Estimate
+    from .planning.plan import Plan
+    from .sending.cost import Budget
+    from .sending.scheduler import ModelRun, Stats
+    from .sending.stops import RunStop
 
 SURVEY_WAIT_S = 0.5  # the longest the survey waits for the run's first outcome before starting anyway
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """What ``run`` did: ``stats`` (model label -> its ``runner.run.Stats``, or ``runner.batch.BatchStats``),
+    """What ``run`` did: ``stats`` (model label -> its ``runner.sending.scheduler.Stats``, or ``runner.batch.driver.BatchStats``),
     ``summary`` (summary.json's document, as written to ``plan.out``), ``stopped`` (summary.json's
-    ``stopped_providers`` blocks, ``runner.stops``), ``cost_bound`` (its ``cost_bound`` block; None without
+    ``stopped_providers`` blocks, ``runner.sending.stops``), ``cost_bound`` (its ``cost_bound`` block; None without
     ``--max-cost``), ``spent_usd`` (what this run's requests cost, USD), ``refused`` / ``unanswered`` (a batch
-    API refused a model's batches / batches left requests unanswered: ``runner.batch``), ``upload_failed``
+    API refused a model's batches / batches left requests unanswered: ``runner.batch.driver``), ``upload_failed``
     (``runner.errors.EXIT_UPLOAD`` when shards could not be uploaded to the remote cache, else None) and
     ``exit_code`` (``dxi run``'s, from ``exit_code``)."""
 
@@ -76,7 +76,7 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
     requests in flight get to finish after the first Ctrl-C or SIGTERM; ``fsync``, ``retry_invalid``,
     ``retry_failed``: as ``cache.Cache`` takes them; ``dist``: the shard, remote tier and coordinator
     (``distributed.setup``; None: the plan's own remote tier and coordinator, ``plan.cache_remote`` and
-    ``plan.coordinator``, and no shard); ``batch_options``: batch mode's (``runner.batch``);
+    ``plan.coordinator``, and no shard); ``batch_options``: batch mode's (``runner.batch.driver``);
     ``fallback_sync``: what batches leave at the deadline is sent one call at a time; ``on_summary``: called
     with summary.json's document once it is written, before the uploads finish.
 
@@ -87,7 +87,7 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
 
     from dxi.cache import Cache
 
-    from .stops import stopped_providers
+    from .sending.stops import stopped_providers
 
     dist = dist if dist is not None else distributed.setup(None, plan, sending=True)
     budget = dist.budget(plan.max_cost)
@@ -110,8 +110,8 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
         # the last log parsed once, before scoring (which reads its rows from memory instead of parsing the
         # log twice) and written as a shard on the compactor thread while the scoring runs
         cache.close(wait=False)
-        from .outputs import score  # imported during the run already (``prepare_scoring``)
-        from .selection import annotate
+        from .outputs.files import score  # imported during the run already (``prepare_scoring``)
+        from .planning.selection import annotate
 
         models = plan.models_frame()
         annotate(plan.suite, models=models, cache_dir=plan.cache_dir)  # models whose other runs selected other tasks
@@ -150,7 +150,7 @@ def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:
     """summary.json's per-model ``requests`` blocks (label -> counts) from a run's Stats: sent, cache hits,
     outcomes, attempts, retry waits (seconds, 3 decimals), 429s, repairs, tokens, cost (USD, 6 decimals; None
     without a price), not sent and refused; with batches, their ``batches`` block too."""
-    from .batch import BatchStats
+    from .batch.driver import BatchStats
 
     blocks = {}
     for label, s in stats.items():
@@ -170,7 +170,7 @@ def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:
 def batch_outcome(stats: dict[str, Stats]) -> tuple[bool, bool]:
     """(a batch API refused some model's batches, batches left some model's requests unanswered: the deadline
     without ``--deadline-fallback sync``, or the cost bound)."""
-    from .batch import BatchStats
+    from .batch.driver import BatchStats
 
     batched = [s for s in stats.values() if isinstance(s, BatchStats)]
     return any(s.stopped for s in batched), any(not s.stopped and s.not_sent for s in batched)
@@ -178,7 +178,7 @@ def batch_outcome(stats: dict[str, Stats]) -> tuple[bool, bool]:
 
 def bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
     """summary.json's ``cost_bound``: the bound, what this run spent, whether it stopped, what remains."""
-    from .estimate import totals
+    from .planning.estimate import totals
 
     block = {"max_cost_usd": budget.max_usd, "spent_usd": round(budget.spent, 6), "stopped": budget.stopped}
     if remaining is not None:
@@ -192,7 +192,7 @@ async def start_adapters(models: list[ModelRun]
                          ) -> tuple[list[ModelRun], list[tuple[ModelRun, adapters.ProviderStop]]]:
     """Start every adapter (closing those started if one fails); UsageError for one that cannot start. A model
     whose server cannot be reached (a ProviderStop) is not started: it is returned beside the started ones
-    with its stop, for its provider to be stopped alone (``runner.stops``)."""
+    with its stop, for its provider to be stopped alone (``runner.sending.stops``)."""
     started, unreachable = [], []
     try:
         for m in models:
@@ -232,7 +232,7 @@ def counted(plan: Plan, models: list[ModelRun], idle: set[str], budget: Budget, 
             ) -> tuple[str, dict[str, int]]:
     """The start line (what is running) and each model's number of requests (with a ``shard``: the
     requests it owns), from the suite's survey."""
-    from .progress import start_line
+    from .sending.progress import start_line
 
     suite = plan.suite
     tasks = {EVALS[name].title: n for name, n in suite.survey().tasks.items()}
@@ -265,12 +265,12 @@ def prepare_scoring(suite) -> None:
     bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
     scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept as float32 by ``Bootstrap.prepare``); what
     closing the cache needs to compact its last log (``cache.store.prepare_compaction``); and the summary's
-    provenance (``runner.provenance``: git is asked here, never before the first request)."""
+    provenance (``runner.outputs.provenance``: git is asked here, never before the first request)."""
     from dxi import scoring
     from dxi.cache.store import prepare_compaction
 
-    from . import outputs  # noqa: F401
-    from .provenance import provenance
+    from .outputs import files as outputs  # noqa: F401
+    from .outputs.provenance import provenance
 
     prepare_compaction()
     provenance()  # git, the version and the platform, asked now rather than after the last reply
@@ -284,10 +284,10 @@ async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: B
                     dist: distributed.Distributed, limiters: dict, batch_options, fallback_sync: bool
                     ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan (``_send``) under ``runner.signals.Graceful``: the first Ctrl-C or SIGTERM drains it
-    (``runner.stops.RunStop``), a second one or the end of ``grace`` cuts it short; either way it raises
+    (``runner.sending.stops.RunStop``), a second one or the end of ``grace`` cuts it short; either way it raises
     ``signals.Interrupted`` once stopped."""
+    from .sending.stops import RunStop
     from .signals import Graceful
-    from .stops import RunStop
 
     stop = RunStop()
     with Graceful(stop.request, grace, stop.abandon) as graceful:
@@ -306,17 +306,17 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
                 dist: distributed.Distributed, limiters: dict, stop: RunStop, batch_options, fallback_sync: bool
                 ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
-    ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.stops``).
+    ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.sending.stops``).
     A model whose requests are all cached is not started: a server that is down, or a key not set, does
     not stop a run that needs neither. Each model is sent under its claim on the cache, synchronously or
-    through its batch API (``runner.dispatch``; ``batch_options``: ``runner.batch.BatchOptions``). Once
+    through its batch API (``runner.dispatch``; ``batch_options``: ``runner.batch.driver.BatchOptions``). Once
     ``stop`` is requested nothing more is sent and it returns as soon as the requests in flight are stored
     (open batches keep running at the provider: the next run collects them)."""
     from .dispatch import send, settle_cached
-    from .limits import ProviderLimiter
-    from .progress import RunProgress
-    from .run import Stats
-    from .selection import remember
+    from .planning.selection import remember
+    from .sending.limits import ProviderLimiter
+    from .sending.progress import RunProgress
+    from .sending.scheduler import Stats
     from .signals import describe
 
     cached = {m.label: n for m in plan.models if (n := all_cached(m, plan, cache, dist.shard)) is not None}
@@ -327,9 +327,9 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
     roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
     try:
         plan.check_labels()
-        remember(plan)  # what this run selects, for `dxi score` without a selection (runner.selection)
+        remember(plan)  # what this run selects, for `dxi score` without a selection (runner.planning.selection)
         limiters.update(dist.limiters(models))
-        for m, problem in unreachable:  # its provider stops alone (runner.stops): the others run
+        for m, problem in unreachable:  # its provider stops alone (runner.sending.stops): the others run
             limiters.setdefault(m.limits_key, ProviderLimiter(m.adapter.limits)).halt(problem)
         shard = dist.shard
         if len(idle) == len(models):  # nothing to send: the counts are known, the run loop is not needed
@@ -386,7 +386,7 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
             raise
         remaining = None
         if budget.stopped:
-            from .estimate import estimate
+            from .planning.estimate import estimate
 
             remaining = estimate(models, plan.suite, cache, shard)
         return stats, remaining

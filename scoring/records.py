@@ -1,5 +1,5 @@
 """The typed records one stage hands the next: the summary (``scoring.summary.build`` makes it;
-``runner.outputs`` writes it as summary.json, ``report.html``, ``runner.export`` and ``view`` read it).
+``runner.outputs.files`` writes it as summary.json, ``report.html``, ``runner.export`` and ``view`` read it).
 
 ``Summary`` holds one ``ModelEntry`` per model and, with comparisons, ``Comparison`` rows and a ``Ranking``.
 Each record's fields are declared in the order summary.json has always written its keys, so
@@ -98,7 +98,7 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     ([{"error", "count"}], ``scoring.summary.invalid_reasons``); ``requests`` (the request counts);
     ``usage`` (tokens and USD, ``scoring.cost``); ``served_models``, ``served_differs`` and ``cut_off``
     (``scoring.replies.add_replies``); ``effort`` and ``p_yes_range``
-    (``runner.outputs.model_settings``); ``measures`` (latency, cost of 1,000 decisions,
+    (``runner.outputs.files.model_settings``); ``measures`` (latency, cost of 1,000 decisions,
     risk–coverage: ``scoring.measures``)."""
 
     model: str
@@ -165,10 +165,10 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     Always present: ``prompt_version``, ``epochs`` (the run's default), ``complete``, ``allow_failed``
     (``{"answers": N}``, ``{"fraction": x}`` or None), ``accepted``, ``data`` (evaluation -> its data block)
-    and ``models``. Sometimes: ``provenance`` (``runner.provenance``; added when the outputs are written),
+    and ``models``. Sometimes: ``provenance`` (``runner.outputs.provenance``; added when the outputs are written),
     ``intervals`` and ``calibration`` (with the scored tables), ``usage`` (the run's tokens and USD),
     ``comparison_method``, ``comparisons`` and ``ranking`` (with paired comparisons), ``cost_bound``
-    (``dxi run --max-cost``), ``stopped_providers`` (``runner.stops``) and ``measures`` (how the
+    (``dxi run --max-cost``), ``stopped_providers`` (``runner.sending.stops``) and ``measures`` (how the
     models' measures are computed: ``scoring.measures.describe``)."""
 
     prompt_version: str
@@ -203,7 +203,7 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class ScoredRun(NamedTuple):
-    """A scored run as scoring hands it on (``runner.outputs.summarize``, ``score_all``; ``dxi view``'s
+    """A scored run as scoring hands it on (``runner.outputs.files.summarize``, ``score_all``; ``dxi view``'s
     ``Summarize``): the ``summary`` (summary.json) and the ``scored`` tables (``scoring.Scored``). A tuple:
     ``summary, scored = ...`` reads it."""
 

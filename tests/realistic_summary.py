@@ -6,7 +6,7 @@ paired comparisons (McNemar's for the two one-epoch models) and ranks, prices (u
 an effort, a model with batch counts, a cost bound and a stopped provider, with a fixed provenance.
 
 It uses only what summary.json was built from before the summary became a record
-(``runner.outputs.summarize``), so the same function run on the older code gave
+(``runner.outputs.files.summarize``), so the same function run on the older code gave
 ``tests/fixtures/summary_realistic.json``: from a checkout, with the older tree first on PYTHONPATH
 (``benchmarks.same_outputs._baseline(rev, folder)``), ``python -m tests.realistic_summary OUT.json``."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION
-from dxi.runner import outputs
+from dxi.runner.outputs import files as outputs
 from dxi.scoring.provisional import Tolerance
 from tests.synthetic import SyntheticSuite, suite, write_cache
 
@@ -40,7 +40,7 @@ def _requests(label: str, i: int) -> dict:
 
 
 def realistic(root: Path):
-    """The summary ``runner.outputs.summarize`` returns for the scenario of the module docstring, its cache
+    """The summary ``runner.outputs.files.summarize`` returns for the scenario of the module docstring, its cache
     written under ``root``."""
     write_cache(root, suite(SIZES), 4, invalid_rate=0.1, failed_rate=0.08)
     with Cache(root, read_only=True) as cache:

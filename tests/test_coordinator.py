@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from dxi.adapters import Limits, RateLimited, Request
-from dxi.runner.coordinator import Coordinator, run_id
-from dxi.runner.cost import CostBoundReached
+from dxi.runner.distributed.coordinator import Coordinator, run_id
+from dxi.runner.sending.cost import CostBoundReached
 
 from .conftest import DXI
 from .fake_provider import FakeProvider
@@ -286,8 +286,8 @@ if sys.platform != "linux":  # pragma: no cover
 
 
 async def test_redis_lost_during_the_run_falls_back_with_a_warning_once_its_share_has_lapsed(monkeypatch):
-    from dxi.runner import coordinator
-    from dxi.runner.shared_limits import SharedTicket
+    from dxi.runner.distributed import coordinator
+    from dxi.runner.distributed.shared_limits import SharedTicket
 
     monkeypatch.setattr(coordinator, "MEMBER_TTL", 1.0)
     with redis_server() as url:
@@ -324,7 +324,7 @@ async def test_a_shared_limiter_counts_replies_and_honours_a_stated_wait_as_the_
     a, b = two(redis_url)
     la = a.limiters([_Model(Limits(rpm=6000, max_in_flight=4))])["p"]
     la.finish(await la.acquire(REQUEST), True)
-    assert la.replies == 1  # a provider that has answered is not stopped by one request's 400 (runner.retry)
+    assert la.replies == 1  # a provider that has answered is not stopped by one request's 400 (runner.sending.retry)
     la.finish(await la.acquire(REQUEST), False, RateLimited("429", status=429, retry_after=300.0))
     assert la._paused_until - time.monotonic() > 290  # honoured exactly (up to --max-stated-wait), not cut to 60 s
     await a.close()
@@ -435,8 +435,8 @@ async def test_a_backward_step_of_the_redis_hosts_clock_does_not_stall_the_proce
     shared rate still holds. The step is injected: the script's clock is Redis's plus a key's value."""
     import redis
 
-    from dxi.runner import coordinator as coordinator_mod
-    from dxi.runner.coordinator_script import library
+    from dxi.runner.distributed import coordinator as coordinator_mod
+    from dxi.runner.distributed.coordinator_script import library
 
     monkeypatch.setattr(coordinator_mod, "LIBRARY", library(coordinator_mod.TTL_S, 2 * coordinator_mod.HEARTBEAT_S,
                                                             shift_key=SHIFT))

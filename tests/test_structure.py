@@ -1,11 +1,11 @@
-"""The scheduler readable in parts (issue 20): ``runner.run.run`` builds a ``Scheduler`` whose state is named
+"""The scheduler readable in parts (issue 20): ``runner.sending.scheduler.run`` builds a ``Scheduler`` whose state is named
 attributes and whose parts are methods, none holding nested functions that share variables."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from dxi.runner import run as run_module
+from dxi.runner.sending import scheduler as run_module
 
 SOURCE = Path(run_module.__file__).read_text()
 

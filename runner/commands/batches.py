@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import numbers, paths
+from ..planning import numbers, paths
 from . import options
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import numbers
 from ..errors import UsageError
+from ..planning import numbers
 
 if TYPE_CHECKING:
     from rich.console import Console

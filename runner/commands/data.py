@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 from dxi.evals import EVALS
 
-from .. import completion, paths
-from ..datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT, default_data_dir
+from .. import completion
 from ..errors import UsageError
+from ..planning import paths
+from ..planning.datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT, default_data_dir
 from . import options
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     from dxi.evals import fetch
 
-    from ..plan import selected_evals
+    from ..planning.plan import selected_evals
 
     selected = selected_evals(args.evals) if getattr(args, "evals", None) else None
     if args.data_command == "fetch":

@@ -6,8 +6,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import distributed, paths
+from ..distributed import setup as distributed
 from ..errors import EXIT_FAILED_REQUESTS, UsageError
+from ..planning import paths
 from . import options
 
 if TYPE_CHECKING:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from dxi.adapters import local_models
 
-from .. import paths
 from ..errors import EXIT_FAILED_REQUESTS
+from ..planning import paths
 from . import options
 
 if TYPE_CHECKING:

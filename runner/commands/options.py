@@ -14,8 +14,8 @@ from dxi.adapters import EFFORTS
 from dxi.evals import EVALS
 from dxi.evals.wildguardtest import SUBSETS
 
-from .. import completion, distributed, numbers
-from ..datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
+from .. import completion
+from ..distributed import setup as distributed
 from ..errors import (
     EXIT_CACHE_WRITE,
     EXIT_COST_BOUND,
@@ -28,10 +28,12 @@ from ..errors import (
     EXIT_USAGE,
     UsageError,
 )
+from ..planning import numbers
+from ..planning.datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
 
 if TYPE_CHECKING:
-    from ..batch import BatchOptions
-    from ..plan import Plan
+    from ..batch.driver import BatchOptions
+    from ..planning.plan import Plan
 
 POLL_S = 30.0  # batch mode's first wait between two status reads of a batch (seconds)
 
@@ -214,7 +216,7 @@ def add_cache(g: argparse._ArgumentGroup) -> None:
 
 def allow_failed(text: str) -> dict:
     """``--allow-failed``'s value (``config.allow_failed``), or argparse's usage error."""
-    from ..config import allow_failed
+    from ..planning.config import allow_failed
 
     try:
         return allow_failed(text)
@@ -267,7 +269,7 @@ def add_batch_flags(g: argparse._ArgumentGroup, run: bool) -> None:
 
 def batch_options(args: argparse.Namespace) -> BatchOptions:
     """The BatchOptions of ``dxi run``'s flags; UsageError for a bad value."""
-    from ..batch import BatchOptions, parse_deadline
+    from ..batch.driver import BatchOptions, parse_deadline
 
     deadline = None
     if getattr(args, "deadline", None):
@@ -293,9 +295,9 @@ def named(args: argparse.Namespace, dest: str, flag: str) -> str:
 
 
 def plan_of(args: argparse.Namespace) -> Plan:
-    """The plan of ``dxi run``, ``estimate`` and ``batches collect`` (``runner.plan.from_args``); UsageError when
+    """The plan of ``dxi run``, ``estimate`` and ``batches collect`` (``runner.planning.plan.from_args``); UsageError when
     neither a run file nor ``--model`` names the models."""
-    from ..plan import from_args
+    from ..planning.plan import from_args
 
     if args.run_file is None and not args.model:
         raise UsageError("name the models: a run file (dxi run run.toml) or --model ADAPTER:MODEL")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .. import paths
+from ..planning import paths
 from . import options
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace, console: Console) -> int:
     from rich.markup import escape
 
-    from ..outputs import print_summary
+    from ..outputs.files import print_summary
     from ..rescore import rescore, select
 
     selection = select(args)

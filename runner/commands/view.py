@@ -6,8 +6,10 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import distributed, numbers, signals
+from .. import signals
+from ..distributed import setup as distributed
 from ..errors import EXIT_INTERRUPTED, EXIT_SOFTWARE, EXIT_TERMINATED, EXIT_USAGE, UsageError
+from ..planning import numbers
 from . import options
 
 if TYPE_CHECKING:

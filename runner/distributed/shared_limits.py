@@ -1,9 +1,9 @@
 """The processes' side of ``--coordinator``: a limiter and a cost budget whose state is in Redis
-(``runner.coordinator``: the connection, the calls, the shares and the fallback; its module docstring says
+(``runner.distributed.coordinator``: the connection, the calls, the shares and the fallback; its module docstring says
 what is shared and how).
 
-``SharedLimiter`` is a ``runner.limits.ProviderLimiter`` whose pacing, pause, narrowed rates and in-flight
-slots go through the coordinator; ``SharedBudget`` a ``runner.cost.Budget`` whose bound holds for every
+``SharedLimiter`` is a ``runner.sending.limits.ProviderLimiter`` whose pacing, pause, narrowed rates and in-flight
+slots go through the coordinator; ``SharedBudget`` a ``runner.sending.cost.Budget`` whose bound holds for every
 process of the run. Both take the local path of their base class while the coordinator is down. They are
 made by ``Coordinator.limiters`` and ``Coordinator.budget``.
 """
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from dxi.adapters import AdapterError, Limits, RateLimited, Request
 
+from ..planning.shard import divide
+from ..sending.cost import Budget, CostBoundReached
+from ..sending.limits import BACKOFF, RECOVERY_S, ProviderLimiter, Ticket
 from . import coordinator as hub
 from .coordinator import POLL_S, Coordinator, _Down
-from .cost import Budget, CostBoundReached
-from .limits import BACKOFF, RECOVERY_S, ProviderLimiter, Ticket
-from .shard import divide
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ One ``ModelBatches`` per model, holding the model's claim (``cache.claims``), ru
   claimed by an open ledger entry (``cache.ledger``: submitted by an earlier run, or by this one) waits for
   that batch's results; any other uncached one goes into the batch being built: its line written to the
   entry's input file (``batches/<entry>.input.jsonl``), its worst-case cost reserved under ``--max-cost``
-  (``runner.cost``, at the batch price) before it is added. A batch is submitted when it reaches the
+  (``runner.sending.cost``, at the batch price) before it is added. A batch is submitted when it reaches the
   provider's request-count or byte limit (``BatchLimits``), the ``batch_max_requests`` of the run file or
   ``--batch-size``, or the end of the suite; with ``batch_enqueued_tokens`` (the provider's enqueued-token
   limit) no more than that many input tokens are in open batches at once.
@@ -30,7 +30,7 @@ is collected empty: their requests are given back. A ledger event or input file 
 written raises ``LedgerError`` (a ``CacheWriteError``: exit code 4).
 
 **Collecting** an ended batch: each result line, as read, goes through the adapter's ``decode`` and the same
-row as a synchronous reply (``runner.rows.make_row``, ``transport`` "batch" and the batch id); the rows of
+row as a synchronous reply (``runner.sending.rows.make_row``, ``transport`` "batch" and the batch id); the rows of
 each piece read from the network (up to 64 KiB of lines, ``BatchAPI.lines``) are appended to the cache in one
 write before the next piece is read; a deterministic error (400-class) is stored as a failure; a transient one
 (5xx, 429, a body that is not the wire format), a request the batch did not run (it expired or was
@@ -80,13 +80,13 @@ from dxi.cache import Cache
 from dxi.cache.ledger import Entry, Ledger, LedgerError, new_id
 from dxi.evals import Suite, Task
 
-from .cost import Budget, Charge, CostBoundReached
-from .deadline import parse_deadline  # noqa: F401 (where --deadline was parsed before: runner.deadline)
-from .retry import Outcome
-from .rows import make_row
-from .run import ModelRun, Stats
-from .shard import Shard
-from .tokens import BYTES_PER_TOKEN
+from ..planning.deadline import parse_deadline  # noqa: F401 (where --deadline was parsed before: runner.planning.deadline)
+from ..planning.shard import Shard
+from ..planning.tokens import BYTES_PER_TOKEN
+from ..sending.cost import Budget, Charge, CostBoundReached
+from ..sending.retry import Outcome
+from ..sending.rows import make_row
+from ..sending.scheduler import ModelRun, Stats
 
 LOOKUP = 256  # requests encoded and looked up in the cache at a time
 BATCH = "batch"
@@ -867,7 +867,7 @@ class ModelBatches:
             except AdapterError as exc:
                 error = exc
         if isinstance(error, ProviderStop) and error.cause == REQUEST:  # the batch ran the others of this form:
-            error = Fatal(str(error), error.status)                      # this one's own refusal (as runner.retry)
+            error = Fatal(str(error), error.status)                      # this one's own refusal (as runner.sending.retry)
         elif isinstance(error, ProviderStop):  # a quota or key stop inside a batch: no new batch is submitted
             self.stopped = self.stopped or error
             st.stopped = st.stopped or str(error)

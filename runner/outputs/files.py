@@ -131,7 +131,7 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
 
 def model_settings(summary: Summary, models: pl.DataFrame) -> Summary:
     """``summary`` with each model entry's ``effort`` (the level its requests carry: the frame's ``effort``
-    column, ``runner.plan``; null where unset or unknown) and, for a provider that clamps P(yes)
+    column, ``runner.planning.plan``; null where unset or unknown) and, for a provider that clamps P(yes)
     (``Adapter.P_YES_RANGE``: Gemini Decisions), its ``p_yes_range``."""
     rows = {r["label"]: r for r in models.iter_rows(named=True)}
     for entry in summary.models:
@@ -268,7 +268,7 @@ def print_measures(summary: Summary, console: Console, keys: list[str] | None = 
 
 
 def print_estimate(doc: dict, console: Console) -> None:
-    """The dry run (``runner.estimate``) as a table, then why requests are new, the totals and the cost
+    """The dry run (``runner.planning.estimate``) as a table, then why requests are new, the totals and the cost
     bound, if any."""
     names = [m["model"] for m in doc["models"]]
     columns = [("model", "model", "left"), ("requests", "requests", "right"), ("cached", "cached", "right"),

@@ -3,7 +3,7 @@
 Every process of a run (the shards of a job array, or several processes on one shard) shares, per
 limits key (``ModelRun.limits_key``):
 
-* **pacing**: the same GCRA booking as ``runner.limits`` (each attempt books the next free instant at the
+* **pacing**: the same GCRA booking as ``runner.sending.limits`` (each attempt books the next free instant at the
   current rate, requests and tokens), done atomically in a Lua script on Redis's clock, so N processes
   together keep to the provider's rate as one would;
 * **the in-flight slots** (``Limits.max_in_flight`` for all processes together): an attempt takes a slot
@@ -13,7 +13,7 @@ limits key (``ModelRun.limits_key``):
   process through its pub/sub channel: no polling. A dead process's slots come back when their leases end
   (``?lease=SECONDS`` in the URI, default 30);
 * **the pause a 429 states** (``Retry-After`` and the like), told to every process at once (pub/sub);
-* **the narrowed rate after 429s** (× ``runner.limits.BACKOFF`` once per round of 429s, recovering
+* **the narrowed rate after 429s** (× ``runner.sending.limits.BACKOFF`` once per round of 429s, recovering
   linearly over ``RECOVERY_S``) and a limit a 429's headers state;
 * **the spend under ``--max-cost``**: reservations and spend are kept in Redis; an attempt reserves its
   cost bound there, and once the bound leaves no room with nothing in flight anywhere, every process stops.
@@ -40,11 +40,11 @@ reservation. ``make bench`` counts them with Redis's ``INFO commandstats``.
 
 **Where things are.** This module is the connection (``Coordinator``: connecting, the batched calls, the
 heartbeat, the pub/sub hand-overs, falling back and rejoining); the limiter and the budget that use it are
-``runner.shared_limits``. It is longer than the ~400 lines modules keep to because ``Coordinator`` is one
+``runner.distributed.shared_limits``. It is longer than the ~400 lines modules keep to because ``Coordinator`` is one
 state machine (down / local / shared) whose transitions share its connection, its pending calls and its
 waiters: split, each part would reach into the other's state.
 
-What each process keeps to itself: its window of attempts (AIMD, ``runner.limits.Window``) and its token
+What each process keeps to itself: its window of attempts (AIMD, ``runner.sending.limits.Window``) and its token
 estimate. Keys live under ``dxi:<run id>:``, expiring a day after their last use. The run id is
 ``DXI_RUN_ID``, else Slurm's ``SLURM_ARRAY_JOB_ID``, else a digest of the command line without its
 ``--shard``, ``--cache-dir``, ``--out`` and ``-q`` (the shards of one run are otherwise the same command).
@@ -67,9 +67,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
+from ..sending.cost import Budget
+from ..sending.limits import RECOVERY_S, ProviderLimiter
 from .coordinator_script import library
-from .cost import Budget
-from .limits import RECOVERY_S, ProviderLimiter
 
 if TYPE_CHECKING:
     from .shared_limits import SharedBudget, SharedLimiter
@@ -501,7 +501,7 @@ class Coordinator:
 
     # ---- what the runner uses ---------------------------------------------------------------
     def limiters(self, models: Sequence) -> dict[str, ProviderLimiter]:
-        """A SharedLimiter per limits key of ``models`` (``runner.run.ModelRun``), for ``run(limiters=)``.
+        """A SharedLimiter per limits key of ``models`` (``runner.sending.scheduler.ModelRun``), for ``run(limiters=)``.
         Called inside the event loop: the background work (``start``) begins."""
         if not self._started:
             task = asyncio.get_running_loop().create_task(self.start())

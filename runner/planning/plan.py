@@ -4,7 +4,7 @@ started), their epochs, limits and prices, the suite, the locations and the cost
 A plan is built from ``PlanInputs``, the typed settings of a run (one field per flag of ``dxi run``, with its
 default): ``build(models=["embedded"], data_dir=..., limit=3)`` from a program or a test, ``from_args(args)``
 from the command line (``inputs_of`` turns the parsed flags into ``PlanInputs``; the rules below are applied
-once, by ``from_inputs``). It reads the run file (``run_file``: TOML, ``runner.config``) when given, else the
+once, by ``from_inputs``). It reads the run file (``run_file``: TOML, ``runner.planning.config``) when given, else the
 models (``--model``). With a run file, these flags override it (paths given on the command line are relative
 to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
@@ -17,7 +17,7 @@ per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epoc
 
 Raises ``UsageError`` (a usage error: exit code 2) with a message naming the file and key where it can.
 
-The module stays whole (about 450 lines, over the runner's 400; the inputs' record is ``runner.inputs``): the
+The module stays whole (about 450 lines, over the runner's 400; the inputs' record is ``runner.planning.inputs``): the
 run file's path (``_from_file``) and the flags' path (``_from_flags``) must give the same ``Plan`` for the same
 settings, and each override rule above is read beside its twin; the prices (``price_flags``, ``_priced``) and the
 suite (``_suite``) are the two parts that could move out if it grows.
@@ -36,11 +36,11 @@ import orjson
 from dxi import adapters
 from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, discover
 
+from ..errors import UsageError
+from ..sending.scheduler import ModelRun
 from . import config
 from .datadir import DATA_DIR_ENV, default_data_dir
-from .errors import UsageError
 from .inputs import LIMITS_FLAGS, PlanInputs, inputs_of
-from .run import ModelRun
 from .sample import SampledSuite
 
 if TYPE_CHECKING:
@@ -62,9 +62,9 @@ class Plan:
     epochs: int
     max_cost: float | None
     source: Path | None
-    cache_remote: str | None = None  # the inputs', else a run file's (``runner.distributed``)
+    cache_remote: str | None = None  # the inputs', else a run file's (``runner.distributed.setup``)
     coordinator: str | None = None
-    batch: frozenset[str] = frozenset()  # the labels sent through their provider's batch API (``runner.batch``)
+    batch: frozenset[str] = frozenset()  # the labels sent through their provider's batch API (``runner.batch.driver``)
     batch_overrides: dict = field(default_factory=dict)  # label -> the run file's (batch_input, batch_output)
     batch_limits: dict = field(default_factory=dict)  # label -> (requests per batch, enqueued tokens), None: the provider's
     allow_failed: dict | None = None  # the tolerance of provisional figures (``config.allow_failed``)
@@ -284,7 +284,7 @@ def _priced(models: list[ModelRun], prices: dict[str, config.Price], texts: dict
 
 
 def build(**inputs) -> Plan:
-    """The plan of ``PlanInputs(**inputs)`` (``runner.inputs``: the keywords are its fields, e.g.
+    """The plan of ``PlanInputs(**inputs)`` (``runner.planning.inputs``: the keywords are its fields, e.g.
     ``build(models=["embedded"], data_dir=Path("data"), cache_dir=tmp / "cache", limit=3)``), as ``from_inputs``
     builds it; TypeError for a keyword that is no field, UsageError as ``from_inputs``."""
     return from_inputs(PlanInputs(**inputs))
