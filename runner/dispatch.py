@@ -39,10 +39,11 @@ from dxi.cache.ledger import Ledger
 from dxi.evals import PROMPT_VERSION, Suite
 
 from .batch.driver import BatchOptions, BatchStats, ModelBatches
+from .planning.plan import ModelRun
 from .planning.shard import Shard
 from .sending.cost import Budget
 from .sending.limits import ProviderLimiter
-from .sending.scheduler import ModelRun, Stats, run
+from .sending.scheduler import Stats, run
 from .sending.stops import RunStop
 
 

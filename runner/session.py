@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 
     from .batch.driver import BatchOptions
     from .planning.estimate import Estimate
-    from .planning.plan import Plan
+    from .planning.plan import ModelRun, Plan
     from .sending.cost import Budget
-    from .sending.scheduler import ModelRun, Stats
+    from .sending.scheduler import Stats
     from .sending.stops import RunStop
 
 SURVEY_WAIT_S = 0.5  # the longest the survey waits for the run's first outcome before starting anyway
@@ -213,15 +213,11 @@ def all_cached(model: ModelRun, plan: Plan, cache: Cache, shard=None) -> int | N
     """The number of requests of ``model`` (with a ``shard``: of those it owns) when every one is in the
     cache (it needs no server, no key), else None; None too for a model that must be started to know its
     name (a System One server that names its model)."""
-    a = model.adapter
-    if not a.model:
+    if not model.adapter.model:
         return None
     n = 0
-    stream = ((task, sample) for task in plan.suite.tasks() for sample in range(model.epochs))
-    while batch := list(islice(stream, 256)):
-        keys = [a.encode(task, sample).key for task, sample in batch]
-        if shard is not None:
-            keys = [k for k in keys if shard.owns(k)]
+    keys_ = (request.key for _, _, request in model.requests(plan.suite, shard))
+    while keys := list(islice(keys_, 256)):
         if not all(cache.has_many(keys)):
             return None
         n += len(keys)
@@ -238,7 +234,7 @@ def counted(plan: Plan, models: list[ModelRun], idle: set[str], budget: Budget, 
     tasks = {EVALS[name].title: n for name, n in suite.survey().tasks.items()}
     n_tasks = sum(tasks.values())
     totals_ = ({m.label: n_tasks * m.epochs for m in models} if shard is None else
-               {m.label: shard.owned(m.adapter, suite, m.epochs) for m in models})
+               {m.label: sum(1 for _ in m.requests(suite, shard)) for m in models})
     return start_line(totals_, tasks, {m.label: m.epochs for m in models}, idle, plan.cache_dir, plan.out, budget), totals_
 
 

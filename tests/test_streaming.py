@@ -683,8 +683,9 @@ async def test_the_final_events_usage_is_charged_and_a_cut_stream_its_reservatio
     reply's would); a stream cut mid-way, whose usage never came, is charged the attempt's
     reservation (its bound)."""
     from dxi.cache import Cache
+    from dxi.runner.planning.plan import ModelRun
     from dxi.runner.sending.cost import Budget
-    from dxi.runner.sending.scheduler import ModelRun, run
+    from dxi.runner.sending.scheduler import run
 
     price = (1000.0, 2000.0)  # USD per million input / output tokens
     spent = {}

@@ -81,12 +81,13 @@ from dxi.cache.ledger import Entry, Ledger, LedgerError, new_id
 from dxi.evals import Suite, Task
 
 from ..planning.deadline import parse_deadline  # noqa: F401 (where --deadline was parsed before: runner.planning.deadline)
+from ..planning.plan import ModelRun
 from ..planning.shard import Shard
 from ..planning.tokens import BYTES_PER_TOKEN
 from ..sending.cost import Budget, Charge, CostBoundReached
 from ..sending.retry import Outcome
 from ..sending.rows import make_row
-from ..sending.scheduler import ModelRun, Stats
+from ..sending.scheduler import Stats
 
 LOOKUP = 256  # requests encoded and looked up in the cache at a time
 BATCH = "batch"
@@ -241,11 +242,7 @@ class ModelBatches:
             stack.close()
 
     def _requests(self) -> Iterator[tuple[Task, int, Request]]:
-        stream = ((task, sample, self.adapter.encode(task, sample)) for task in self.suite.tasks()
-                  for sample in range(self.model.epochs))
-        if self.shard is not None:
-            stream = (item for item in stream if self.shard.owns(item[2].key))
-        return stream
+        return self.model.requests(self.suite, self.shard)
 
     # ---- the run ------------------------------------------------------------------------------
     async def run(self) -> list[tuple[Task, int]]:

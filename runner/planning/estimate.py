@@ -25,7 +25,7 @@ other models' or other levels' usage. ``basis`` says which.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -37,7 +37,7 @@ from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import cost_usd
 from dxi.scoring.cost import max_input_price
 
-from ..sending.scheduler import ModelRun
+from .plan import ModelRun
 from .shard import Shard
 from .tokens import TokenEstimate, input_bound, prior_output, thinking_effort, thinking_prior
 
@@ -151,9 +151,7 @@ def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, hist
     rows = []
     effort = thinking_effort(a.kind, a.model, a.params, a.effort)
     thinking = thinking_prior(a.kind, effort)
-    stream: Iterable = ((task, a.encode(task, sample)) for task in suite.tasks() for sample in range(model.epochs))
-    if shard is not None:
-        stream = ((task, request) for task, request in stream if shard.owns(request.key))
+    stream = ((task, request) for task, _, request in model.requests(suite, shard))
     while batch := list(islice(stream, BATCH)):
         est.requests += len(batch)
         for (task, request), hit in zip(batch, cache.has_many([r.key for _, r in batch]), strict=True):

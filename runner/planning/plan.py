@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,19 +34,64 @@ from typing import TYPE_CHECKING
 import orjson
 
 from dxi import adapters
-from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, discover
+from dxi.adapters import Adapter, ModelIdentity, Request
+from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, Task, discover
 
 from ..errors import UsageError
-from ..sending.scheduler import ModelRun
 from . import config
 from .datadir import DATA_DIR_ENV, default_data_dir
 from .inputs import LIMITS_FLAGS, PlanInputs, inputs_of
 from .sample import SampledSuite
+from .shard import Shard
 
 if TYPE_CHECKING:
     import polars as pl
 
     from dxi.scoring.provisional import Tolerance
+
+
+@dataclass
+class ModelRun:
+    """One model of a run: its (started) ``adapter``, its number of ``epochs``, its ``provider`` (the name of
+    the run file's provider, a ``[providers.*]`` table or an adapter kind), whose limits it shares with the
+    other models on that provider (None: the adapter's own, ``Adapter.limits_key``), and its ``price``
+    in USD per million (input, output) tokens (None: none given)."""
+
+    adapter: Adapter
+    epochs: int = 1
+    provider: str | None = None
+    price: tuple[float, float] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.adapter.label
+
+    @property
+    def limits_key(self) -> str:
+        """The key of the limits this model shares: its ``provider``, else ``Adapter.limits_key``."""
+        return self.provider or self.adapter.limits_key
+
+    @property
+    def identity(self) -> ModelIdentity:
+        """The model as the cache and the scoring tell it apart (``Adapter.identity``)."""
+        return self.adapter.identity
+
+    def requests(self, suite: Suite, shard: Shard | None = None) -> Iterator[tuple[Task, int, Request]]:
+        """The model's requests: every task of ``suite`` times each of its ``epochs`` (``sample`` 0 to
+        ``epochs - 1``), encoded by its adapter (``Adapter.encode``), only those whose cache key ``shard``
+        owns (None: all), as ``(task, sample, request)`` in the suite's order, a task's epochs together.
+
+        A generator: the tasks are read and encoded as it is consumed, so memory stays one task's worth.
+        The one definition of "a model's requests" that the scheduler (``runner.sending.scheduler``),
+        batch mode (``runner.batch.driver``), the dry run (``runner.planning.estimate``), the session's
+        survey (``runner.session``) and ``Shard.owned`` read; errors are the task stream's and the
+        adapter's (``Suite.tasks``, ``Adapter.encode``)."""
+        encode = self.adapter.encode
+        for task in suite.tasks():
+            for sample in range(self.epochs):
+                request = encode(task, sample)
+                if shard is None or shard.owns(request.key):
+                    yield task, sample, request
 
 
 @dataclass

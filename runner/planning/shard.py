@@ -57,10 +57,6 @@ class Shard:
 
         return shard_range(self.index, self.count)
 
-    def owned(self, adapter, suite, epochs: int) -> int:
-        """How many of ``adapter``'s requests over ``suite`` (``epochs`` each) this shard owns (for progress)."""
-        return sum(self.owns(adapter.encode(task, s).key) for task in suite.tasks() for s in range(epochs))
-
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
 

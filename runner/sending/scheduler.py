@@ -41,10 +41,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
-from dxi.adapters import Adapter, ModelIdentity, ProviderStop, Request, Transient
+from dxi.adapters import Adapter, ProviderStop, Request, Transient
 from dxi.cache import FAILED, FATAL, INVALID, OK, Cache
 from dxi.evals import Suite, Task
 
+from ..planning.plan import ModelRun
 from ..planning.shard import Shard
 from .cost import Budget, Charge, CostBoundReached
 from .limits import ProviderLimiter
@@ -112,33 +113,6 @@ class Stats:
             self.failed_fatal += row["error_kind"] == FATAL
             if len(self.errors) < 20:
                 self.errors.append(f"{task_id}: {row['error']}")
-
-
-@dataclass
-class ModelRun:
-    """One model of a run: its (started) ``adapter``, its number of ``epochs``, its ``provider`` (the name of
-    the run file's provider, a ``[providers.*]`` table or an adapter kind), whose limits it shares with the
-    other models on that provider (None: the adapter's own, ``Adapter.limits_key``), and its ``price``
-    in USD per million (input, output) tokens (None: none given)."""
-
-    adapter: Adapter
-    epochs: int = 1
-    provider: str | None = None
-    price: tuple[float, float] | None = None
-
-    @property
-    def label(self) -> str:
-        return self.adapter.label
-
-    @property
-    def limits_key(self) -> str:
-        """The key of the limits this model shares: its ``provider``, else ``Adapter.limits_key``."""
-        return self.provider or self.adapter.limits_key
-
-    @property
-    def identity(self) -> ModelIdentity:
-        """The model as the cache and the scoring tell it apart (``Adapter.identity``)."""
-        return self.adapter.identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,10 +194,7 @@ class Scheduler:
         """The requests of one model that need sending, each marked in flight as it is handed out."""
         adapter, cache, in_flight = model.adapter, self.cache, self.in_flight
         limiter, st, charge = self.limiters[model.limits_key], self.stats[model.label], Charge(self.budget, model.price)
-        stream = ((task, adapter.encode(task, sample)) for task in self.suite.tasks() for sample in range(model.epochs))
-        if self.shard is not None:
-            shard = self.shard
-            stream = ((task, request) for task, request in stream if shard.owns(request.key))
+        stream = ((task, request) for task, _, request in model.requests(self.suite, self.shard))
         while batch := list(islice(stream, BATCH)):
             cached = cache.has_many([request.key for _, request in batch])
             for (task, request), hit in zip(batch, cached, strict=True):
