@@ -265,7 +265,7 @@ def prepare_scoring(suite) -> None:
     from dxi import scoring
     from dxi.cache.store import prepare_compaction
 
-    from .outputs import files as outputs  # noqa: F401
+    from .outputs import files, terminal  # noqa: F401
     from .outputs.provenance import provenance
 
     prepare_compaction()

@@ -304,7 +304,7 @@ def test_the_terminal_shows_one_row_per_model_and_says_what_is_left_out():
 
     from rich.console import Console
 
-    from dxi.runner.outputs.files import print_measures
+    from dxi.runner.outputs.terminal import print_measures
 
     entry = ModelEntry(model="a", epochs=1, decision_index=None, complete=True, requests={},
                        evals={"wildguardtest": {"n": 5}}, usage={"cost_usd": 0.0068, "evals": {}})

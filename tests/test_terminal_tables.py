@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from dxi.runner import session
-from dxi.runner.outputs.files import print_estimate, print_summary
+from dxi.runner.outputs.terminal import print_estimate, print_summary
 from dxi.runner.planning import plan
 from dxi.scoring import records
 

@@ -39,7 +39,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     from dxi.cache import Cache
 
-    from ..outputs.files import print_estimate
+    from ..outputs.terminal import print_estimate
     from ..planning.estimate import estimate, totals, unreachable
     from ..session import start_adapters
 

@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace, console: Console) -> int:
     from rich.markup import escape
 
-    from ..outputs.files import print_summary
+    from ..outputs.terminal import print_summary
     from ..rescore import rescore, select
 
     selection = select(args)

@@ -90,10 +90,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
 
 def _print_summary(summary, console: Console, out) -> None:
-    """``runner.outputs.files.print_summary``, imported when the summary is ready: the outputs module loads Polars and
+    """``runner.outputs.terminal.print_summary``, imported when the summary is ready: the outputs module loads Polars and
     the scoring, which must not delay the first request (``tests/test_startup.py``; the run's survey imports
     them on a thread while the requests are on the wire)."""
-    from ..outputs.files import print_summary
+    from ..outputs.terminal import print_summary
 
     print_summary(summary, console, out)
 
