@@ -38,7 +38,8 @@ from dxi.cache import claims as claims_mod
 from dxi.cache.ledger import Ledger
 from dxi.evals import PROMPT_VERSION, Suite
 
-from .batch.driver import BatchOptions, BatchStats, ModelBatches
+from .batch.driver import ModelBatches
+from .batch.options import BatchOptions, BatchStats
 from .planning.plan import ModelRun
 from .planning.shard import Shard
 from .sending.cost import Budget

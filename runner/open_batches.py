@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from dxi.adapters.batches import BatchAPI
     from dxi.cache.ledger import Entry, Ledger
 
-    from .batch.driver import BatchStats
+    from .batch.options import BatchStats
     from .planning.plan import Plan
 
 def has_batches(cache_dir: Path) -> bool:
@@ -64,7 +64,7 @@ def collect(plan: Plan, *, wait: bool = False, poll_s: float | None = None,
     from dxi.cache import Cache
     from dxi.cache.ledger import Ledger
 
-    from .batch.driver import BatchOptions
+    from .batch.options import BatchOptions
     from .dispatch import collect as collect_models
     from .session import start_adapters
 
@@ -205,7 +205,7 @@ async def cancel_entries(ledger: Ledger, entries: list[Entry], api_for: Callable
     from dxi.adapters import AdapterError
     from dxi.adapters.batches import BatchLost
 
-    from .batch.driver import with_retries
+    from .batch.options import with_retries
 
     done = 0
     for entry in entries:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from dxi.cache import Cache
     from dxi.scoring.records import Summary
 
-    from .batch.driver import BatchOptions
+    from .batch.options import BatchOptions
     from .planning.estimate import Estimate
     from .planning.plan import ModelRun, Plan
     from .sending.cost import Budget
@@ -150,7 +150,7 @@ def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:
     """summary.json's per-model ``requests`` blocks (label -> counts) from a run's Stats: sent, cache hits,
     outcomes, attempts, retry waits (seconds, 3 decimals), 429s, repairs, tokens, cost (USD, 6 decimals; None
     without a price), not sent and refused; with batches, their ``batches`` block too."""
-    from .batch.driver import BatchStats
+    from .batch.options import BatchStats
 
     blocks = {}
     for label, s in stats.items():
@@ -170,7 +170,7 @@ def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:
 def batch_outcome(stats: dict[str, Stats]) -> tuple[bool, bool]:
     """(a batch API refused some model's batches, batches left some model's requests unanswered: the deadline
     without ``--deadline-fallback sync``, or the cost bound)."""
-    from .batch.driver import BatchStats
+    from .batch.options import BatchStats
 
     batched = [s for s in stats.values() if isinstance(s, BatchStats)]
     return any(s.stopped for s in batched), any(not s.stopped and s.not_sent for s in batched)

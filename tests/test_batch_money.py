@@ -299,7 +299,7 @@ def test_the_batch_progress_line_shows_batches_open_and_answers_collected_not_a_
     from rich.console import Console
 
     from dxi.runner import session
-    from dxi.runner.batch.driver import BatchOptions
+    from dxi.runner.batch.options import BatchOptions
     from dxi.runner.planning import plan
 
     log = io.StringIO()

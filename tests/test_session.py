@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dxi.runner import rescore, session
-from dxi.runner.batch.driver import BatchStats
+from dxi.runner.batch.options import BatchStats
 from dxi.runner.cli import parser
 from dxi.runner.errors import EXIT_COST_BOUND, EXIT_FAILED_REQUESTS, EXIT_PROVIDER_STOPPED, EXIT_UPLOAD, UsageError
 from dxi.runner.planning.estimate import Estimate

@@ -4,6 +4,11 @@ batch API, at the batch price. This package holds the runner's side; every batch
 * ``runner/batch/driver.py``: the driver, one ``ModelBatches`` per model: requests grouped into batches,
   the cost reserved, submitted, polled, the results downloaded and appended as rows, expired or failed
   requests given back to the synchronous path;
+* ``runner/batch/submit.py``: the batches built, submitted in the ledger's intent-first order, and the
+  entries of earlier runs reconciled with the provider at start;
+* ``runner/batch/collect.py``: an ended batch's results stored as rows, what has none given back;
+* ``runner/batch/options.py``: the settings (``BatchOptions``), counts (``BatchStats``) and helpers
+  the driver's parts share;
 * ``runner/batch/memory.py``: the memory allocators a batch run sets before Polars and PyArrow load;
 * ``runner/open_batches.py``: ``dxi batches list / collect / cancel``, the open batches of a cache;
 * ``runner/dispatch.py``: which of a model's requests go by batch and which synchronously;

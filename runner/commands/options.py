@@ -32,7 +32,7 @@ from ..planning import numbers
 from ..planning.datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
 
 if TYPE_CHECKING:
-    from ..batch.driver import BatchOptions
+    from ..batch.options import BatchOptions
     from ..planning.plan import Plan
 
 POLL_S = 30.0  # batch mode's first wait between two status reads of a batch (seconds)
@@ -269,7 +269,8 @@ def add_batch_flags(g: argparse._ArgumentGroup, run: bool) -> None:
 
 def batch_options(args: argparse.Namespace) -> BatchOptions:
     """The BatchOptions of ``dxi run``'s flags; UsageError for a bad value."""
-    from ..batch.driver import BatchOptions, parse_deadline
+    from ..batch.options import BatchOptions
+    from ..planning.deadline import parse_deadline
 
     deadline = None
     if getattr(args, "deadline", None):

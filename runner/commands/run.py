@@ -103,7 +103,7 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
     the providers stopped, the batches refused, unanswered or still open."""
     from rich.markup import escape
 
-    from ..batch.driver import BatchStats
+    from ..batch.options import BatchStats
     from ..sending.stops import describe
 
     for label, s in result.failed.items():
