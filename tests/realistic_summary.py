@@ -34,7 +34,7 @@ def _requests(label: str, i: int) -> dict:
     counts = {"sent": 40 + i, "cache_hits": 3, "failed": 2, "invalid": 1, "attempts": 44 + i, "retry_wait_s": 1.25,
               "rate_limited": 1, "repaired": 0, "input_tokens": 1000 * (i + 1), "output_tokens": 50, "cost_usd": 0.001234,
               "not_sent": 0, "refused": 0}
-    if i == 1:  # a model sent in provider batches (``runner.batch_commands.requests_block``)
+    if i == 1:  # a model sent in provider batches (``runner.session.requests_block``)
         counts["batches"] = {"submitted": 2, "collected": 1, "running": 1, "given_back": 3}
     return counts
 
