@@ -15,21 +15,18 @@ answers comes before the intervals, one for an undefined F1 after them), which a
 cannot keep. The other nested blocks (``data``, ``usage``, ``requests``, ``provenance``...) are documented
 where they are made and stay mappings.
 
-``ScoredRun`` is a scored run as scoring hands it on: the summary beside the tables (``scoring.Scored``).
+(``scoring.scored.ScoredRun``, a scored run as scoring hands it on, is the summary beside the tables.)
 ``decode(raw)`` reads a summary back (summary.json, or the view's ``meta.json``) into the records.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
+from typing import Any, TypedDict
 
 import msgspec
 import orjson
 from msgspec import UNSET, UnsetType
 
-if TYPE_CHECKING:
-    from .scored import Scored
-
-__all__ = ["UNSET", "Comparison", "EvalBlock", "Interval", "ModelEntry", "Ranking", "ScoredRun", "Summary", "decode", "to_json",
+__all__ = ["UNSET", "Comparison", "EvalBlock", "Interval", "ModelEntry", "Ranking", "Summary", "decode", "to_json",
            "unset"]
 
 Interval = list[float | None]  # [low, high], 0-100
@@ -200,15 +197,6 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     def labels(self) -> list[str]:
         """The models' labels, in the summary's order."""
         return [m.model for m in self.models]
-
-
-class ScoredRun(NamedTuple):
-    """A scored run as scoring hands it on (``runner.outputs.files.summarize``, ``score_all``; ``dxi view``'s
-    ``Summarize``): the ``summary`` (summary.json) and the ``scored`` tables (``scoring.Scored``). A tuple:
-    ``summary, scored = ...`` reads it."""
-
-    summary: Summary
-    scored: Scored
 
 
 def unset(value: Any, default: Any = None) -> Any:

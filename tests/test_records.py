@@ -12,7 +12,8 @@ import pytest
 
 from dxi.runner.outputs.files import summarize
 from dxi.scoring import build_summary, records
-from dxi.scoring.records import UNSET, Comparison, EvalBlock, ModelEntry, Ranking, ScoredRun, Summary
+from dxi.scoring.records import UNSET, Comparison, EvalBlock, ModelEntry, Ranking, Summary
+from dxi.scoring.scored import ScoredRun
 from dxi.scoring.sums import METRICS
 from dxi.view.data import Summarize
 

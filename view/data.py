@@ -46,12 +46,13 @@ from dxi.scoring.calibration import ECE_BINS, answer_terms
 from dxi.scoring.compare import mcnemar_p
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 from dxi.scoring.pipeline import CONFIG_COLUMNS, STATUSES, current_rows
-from dxi.scoring.records import ScoredRun, Summary, unset
+from dxi.scoring.records import Summary, unset
 
 from .home import private_home
 
 if TYPE_CHECKING:
     from dxi.cache.remote import Remote
+    from dxi.scoring.scored import ScoredRun
 
 PAGE_SIZE = 50
 ROW_GROUP = 2_048  # rows per row group of the temporary files: a question's rows span one or two

@@ -83,13 +83,22 @@ class Distributed:
         """The run's Budget: shared through the coordinator when there is one."""
         from ..sending.cost import Budget
 
-        self._budget = self.coordinator.budget(max_cost) if self.coordinator is not None else Budget(max_cost)
+        if self.coordinator is None:
+            self._budget = Budget(max_cost)
+        else:
+            from .shared_limits import budget
+
+            self._budget = budget(self.coordinator, max_cost)
         return self._budget
 
     def limiters(self, models: list) -> dict[str, ProviderLimiter]:
         """Limiters shared through the coordinator (empty without one: ``run`` makes local ones). Call
         inside the event loop."""
-        return self.coordinator.limiters(models) if self.coordinator is not None else {}
+        if self.coordinator is None:
+            return {}
+        from .shared_limits import limiters
+
+        return limiters(self.coordinator, models)
 
     async def rolling(self, cache: Cache) -> None:
         """With a remote tier: roll the log over once it is ``roll_s`` old, looking every second (or every

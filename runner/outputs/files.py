@@ -15,8 +15,9 @@ from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import measures, records
 from dxi.scoring.provisional import Tolerance
-from dxi.scoring.records import ScoredRun, Summary
+from dxi.scoring.records import Summary
 from dxi.scoring.replies import add_replies, usage_and_replies
+from dxi.scoring.scored import ScoredRun
 from dxi.scoring.ties import add_ties, rounded_counts, tie_counts
 
 from .provenance import provenance
