@@ -19,14 +19,18 @@
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
 
+from dxi.lazy import LazyModule
+
 from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+
+# asyncio is used inside a run only: `dxi --help` and the signals taken at start-up need none of it
+asyncio = LazyModule("asyncio")
 
 GRACE_S = 25.0
 _received: list[int] = []  # the signals that stopped dxi, in order (see ``received``)

@@ -35,6 +35,21 @@ def test_the_command_line_and_help_import_none_of_the_heavy_modules():
     assert sorted(m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY)) == []
 
 
+def test_dxi_help_imports_no_command_module_nor_the_library():
+    """``dxi --help`` lists the commands from their declarations (``runner.commands.HELP``): it imports no
+    command's module, no evaluations, adapters or asyncio (issue 33: 0.20 s when it built every command)."""
+    loaded = _imported_by("import contextlib, io\nimport dxi.__main__\nfrom dxi.runner import signals\n"
+                          "from dxi.runner.cli import main\n"
+                          "with contextlib.redirect_stdout(io.StringIO()):\n    assert main(['--help']) == 0")
+    dxi = sorted(m for m in loaded if m.startswith("dxi."))
+    assert dxi == ["dxi.__main__", "dxi.lazy", "dxi.runner", "dxi.runner.cli", "dxi.runner.commands",
+                   "dxi.runner.errors", "dxi.runner.signals"]
+    assert not {"asyncio", "dxi.evals", "dxi.adapters", *HEAVY} & loaded
+    only_run = _imported_by("from dxi.runner import cli\ncli.parser(['run'])")
+    assert {"dxi.runner.commands.run", "dxi.runner.commands.options"} <= only_run
+    assert not {f"dxi.runner.commands.{m}" for m in ("view", "export", "batches", "score")} & only_run
+
+
 def test_reading_tasks_imports_no_polars():
     loaded = _imported_by("from pathlib import Path\nfrom dxi.evals import Suite, discover\n"
                           f"print(sum(1 for _ in Suite(discover(Path({str(Path(__file__).parent / 'fixtures')!r}))).tasks()))")

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> None:
-    d = options.command(sub, "data", "fetch the evaluation data from the Hugging Face hub, or check a data folder")
+    d = options.command(sub, "data")
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="fetch|check", parser_class=type(d))
     f = options.command(dsub, "fetch", "download HLE, When2Call and WildGuardTest (HF_TOKEN for gated sets), then "
                                        "check them")

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> None:
-    s = options.command(sub, "estimate", "a dry run: what is not cached, why, and its expected tokens and cost "
-                                         "(sends nothing)", None, options.exit_codes(0, EXIT_USAGE, EXIT_CACHE_WRITE,
+    s = options.command(sub, "estimate", None, None, options.exit_codes(0, EXIT_USAGE, EXIT_CACHE_WRITE,
                                                                                        EXIT_SOFTWARE))
     options.add_models(s.add_argument_group("models"), True, False)
     options.add_data(s.add_argument_group("data"))

@@ -16,8 +16,7 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> None:
-    x = options.command(sub, "export", "score from the cache only and export the answers (csv, parquet, jsonl) or "
-                                       "the Every Eval Ever records (eee)")
+    x = options.command(sub, "export")
     options.add_models(x.add_argument_group("models"), True, True)
     options.add_data(x.add_argument_group("data"))
     options.add_cache(x.add_argument_group("cache"))

@@ -13,8 +13,7 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> None:
-    s = options.command(sub, "report", "score from the cache only and write OUT/report.html with CSV/Parquet tables",
-                        None, options.SCORING_EXIT_CODES)
+    s = options.command(sub, "report", None, None, options.SCORING_EXIT_CODES)
     options.add_scoring(s, "report")
 
 

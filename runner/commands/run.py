@@ -31,7 +31,7 @@ examples:
 
 
 def add_parser(sub) -> None:
-    s = options.command(sub, "run", "send what is not cached, then score", DESCRIPTION, options.EXIT_CODES)
+    s = options.command(sub, "run", None, DESCRIPTION, options.EXIT_CODES)
     options.add_models(s.add_argument_group("models"), True, False)
     options.add_data(s.add_argument_group("data"))
     limits = s.add_argument_group("limits, retries and cost", "A limit given here applies to every provider, "

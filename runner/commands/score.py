@@ -13,8 +13,7 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> None:
-    s = options.command(sub, "score", "score from the cache only, without the network (default: every model in the "
-                                      "cache)", None, options.SCORING_EXIT_CODES)
+    s = options.command(sub, "score", None, None, options.SCORING_EXIT_CODES)
     options.add_scoring(s, "score")
 
 
