@@ -33,6 +33,9 @@ index columns of its part of the remote, which only its key index reads (``_key_
 Memory: the key index is compact (``cache.index``: ~9 bytes a key) and loaded only when first needed
 (rescoring never needs it), logs are bounded by ``roll_rows``,
 and ``scan`` is lazy over the shards: O(``roll_rows``), not O(rows).
+
+Why one module over 600 lines: ``Cache`` (most of it) is one folder's write-ahead log, shards,
+key index and locks, whose durability order (append, fsync, roll over, compact) is read in one place.
 """
 from __future__ import annotations
 

@@ -19,6 +19,9 @@ not held while serving:
 
 Model labels are the summary's; in frames a model is its position ``i`` in that order (columns
 ``pick{i}``, ``status{i}``, ...), so untrusted names never become column names.
+
+Why one module over 600 lines: ``Browser`` and ``write_snapshot`` are the two sides (the server's
+queries, the child that writes what they read) of one set of files whose layout they must agree on.
 """
 from __future__ import annotations
 

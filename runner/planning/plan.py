@@ -17,7 +17,7 @@ per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epoc
 
 Raises ``UsageError`` (a usage error: exit code 2) with a message naming the file and key where it can.
 
-The module stays whole (about 450 lines, over the runner's 400; the inputs' record is ``runner.planning.inputs``): the
+The module stays whole (about 510 lines with ``ModelRun``, over the runner's 400; the inputs' record is ``runner.planning.inputs``): the
 run file's path (``_from_file``) and the flags' path (``_from_flags``) must give the same ``Plan`` for the same
 settings, and each override rule above is read beside its twin; the prices (``price_flags``, ``_priced``) and the
 suite (``_suite``) are the two parts that could move out if it grows.
