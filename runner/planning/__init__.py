@@ -9,10 +9,11 @@ The modules, in the order a plan is built:
 * ``datadir``: the default data folder (light: the command line's help reads it);
 * ``deadline``: ``--deadline TIME`` resolved to Unix seconds once;
 * ``paths``: the output and cache folders checked writable before work;
-* ``plan``: ``Plan`` and ``ModelRun``, the models (adapters built, not started), their epochs, limits
-  and prices, the suite, the locations and the cost bound;
+* ``plan``: ``Plan`` and ``ModelRun``, the models (adapters built, not started), their epochs,
+  limits and prices, the suite, the locations and the cost bound;
 * ``sample``: ``--sample N --seed S``, a stratified seeded sample of each evaluation;
-* ``selection``: which tasks the scoring commands score when given no selection (what the runs selected);
+* ``selection``: which tasks the scoring commands score when given no selection (what the runs
+  selected);
 * ``shard``: ``--shard K/N``, the requests whose cache key falls in shard K;
 * ``tokens``: token counts before a reply arrives (pacing, dry run, cost bound);
 * ``estimate``: ``dxi estimate``, the dry run: what is not cached, why, its tokens and cost.

@@ -2,7 +2,8 @@
 cost bound, each outcome appended to the cache.
 
 * ``scheduler``: the job queue, every task of every model through one asyncio queue (``run``);
-* ``retry``: one request attempted until it succeeds, fails deterministically or runs out of attempts;
+* ``retry``: one request attempted until it succeeds, fails deterministically or runs out of
+  attempts;
 * ``limits``: per-provider requests and tokens per minute and requests in flight, adapted to 429s;
 * ``outage``: a provider that cannot be reached, paused and probed one request at a time;
 * ``stops``: a provider or a model stopped (quota, key, a stated wait), or the run stopping;
