@@ -49,7 +49,7 @@ class Limits:
     ``max_attempts``: attempts per request including the first; ``backoff_s``: the first backoff wait
     (doubling, plus up to ``backoff_s`` of jitter); ``max_wait_s``: cap on one backoff wait;
     ``max_stated_wait_s``: the longest wait a provider may state (``Retry-After``, a reset header, Gemini's
-    ``RetryInfo``) that is honoured exactly, a longer one stops the provider (``runner.stops``);
+    ``RetryInfo``) that is honoured exactly, a longer one stops the provider (``runner.sending.stops``);
     ``max_reply_bytes``: the largest reply body read (decoded), a larger one is stored invalid.
 
     The HTTP adapters read ``attempt_timeout_s`` as an idle timeout: no byte of the reply for that
@@ -204,7 +204,7 @@ class ModelIdentity:
 
     @property
     def key(self) -> tuple[str, str, str, str]:
-        """(adapter, model, endpoint, params): what no two models of one run may share (``runner.plan``)."""
+        """(adapter, model, endpoint, params): what no two models of one run may share (``runner.planning.plan``)."""
         return self.kind, self.model, self.endpoint, self.params
 
     def row(self, prompt_version: str = PROMPT_VERSION) -> tuple[str, str, str, str, str, str]:
@@ -243,7 +243,7 @@ class Adapter(abc.ABC):
     sampling parameters, decision formats have none; ``OPTIONS``: the settings (``ModelSpec.options``) the
     adapter reads; ``free``: the model runs on this machine (no bill: its price is 0 unless a run file says
     otherwise); ``HIDDEN_INPUT_TOKENS``: input tokens a provider adds to every request beyond what the body
-    holds (an upper bound; see ``runner.tokens``); ``CACHE_PRICES``: the prices of prompt-cache reads and writes
+    holds (an upper bound; see ``runner.planning.tokens``); ``CACHE_PRICES``: the prices of prompt-cache reads and writes
     (``cached_input``, ``cache_write``, ``cache_write_1h``) as multiples of the input price, where the
     provider's pricing fixes them for every model (Anthropic); a run file's price overrides them, and a part
     priced by neither is priced as input.

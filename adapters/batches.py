@@ -1,4 +1,4 @@
-"""The providers' batch APIs: what ``dxi run --batch`` (``runner.batch``) uses to send the requests of a
+"""The providers' batch APIs: what ``dxi run --batch`` (``runner.batch.driver``) uses to send the requests of a
 model asynchronously at the batch price, one module per wire format beside the adapter whose bodies its
 lines carry: ``openai_batch`` (OpenAI's Files and Batches endpoints, and the servers that implement them),
 ``anthropic_batch`` (Message Batches), ``gemini_batch`` (the Gemini Batch API, inline or through the Files

@@ -1,4 +1,4 @@
-"""The adapter error tree. Adapters classify; the runner alone decides to retry (``runner/retry.py``).
+"""The adapter error tree. Adapters classify; the runner alone decides to retry (``runner/sending/retry.py``).
 
     AdapterError
     ├── Retryable                  retried with backoff; if retries run out, stored as a transient
@@ -22,7 +22,7 @@
     │                              the run accepts, a server that cannot be reached (at start, or for longer
     │                              than the run waits); or to this model alone (``scope`` "model"): unknown
     │                              model (404), a 400 for a schema or parameter it does not support. The
-    │                              runner stops sending to that provider or model (``runner.stops``); the
+    │                              runner stops sending to that provider or model (``runner.sending.stops``); the
     │                              request is not stored, so the next run sends it
     └── ReplyTooLarge              the reply passed ``Limits.max_reply_bytes``: read no further, stored
                                    ``invalid`` with a bounded prefix
@@ -33,7 +33,7 @@ words say about the provider or model: a ProviderStop), then ``status_kind`` (th
 OpenAI and Anthropic SDKs retry (408, 409, 429, 5xx; their ``_should_retry``), plus 425 Too Early (RFC 8470
 §5.2: the request may be retried) and 529.
 
-The runner re-classifies two errors after an attempt, for what only it knows (``runner.retry.reclassify``):
+The runner re-classifies two errors after an attempt, for what only it knows (``runner.sending.retry.reclassify``):
 a RateLimited whose stated wait is longer than ``Limits.max_stated_wait_s`` becomes a ProviderStop (cause
 ``WAIT``: the run does not wait that long), and a ProviderStop of cause ``REQUEST`` (a form of request the
 model refuses) becomes Fatal once that model has answered other requests in this run (the refusal is this
@@ -87,7 +87,7 @@ class MalformedReply(Transient):
 class Unreachable(Transient):
     """No connection to the server could be opened (refused, no route, a host name that does not resolve,
     none within the connect timeout): the request never reached it, so nothing was billed. When every
-    attempt to a provider meets it, the runner pauses the provider and probes it (``runner.outage``)."""
+    attempt to a provider meets it, the runner pauses the provider and probes it (``runner.sending.outage``)."""
 
 
 class Fatal(AdapterError):
@@ -125,7 +125,7 @@ class ProviderStop(AdapterError):
     provider says access resumes (measured against the reply's ``Date`` header), when it says so. ``scope``
     is ``SCOPE_MODEL`` for what names one model (an unknown model, a form of request that model refuses: its
     parameters, its schema, its effort level), which stops that model alone, and ``SCOPE_PROVIDER`` otherwise
-    (quota, key, a stated wait: the account's), which stops every model on the provider (``runner.stops``).
+    (quota, key, a stated wait: the account's), which stops every model on the provider (``runner.sending.stops``).
     ``field`` is the request field the provider names as refused (OpenAI's ``error.param``), when it names one."""
 
     def __init__(self, message: str, cause: str, status: int | None = None, resets_in_s: float | None = None,

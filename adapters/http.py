@@ -350,7 +350,7 @@ def cut_stream(what: str, progress: Progress, why: str) -> Transient:
     """The failure of a stream that ended (``why``) after part of its reply arrived: Transient with
     ``should_retry`` False (stored as a transient failure; the next run sends the request again) and
     no status (no whole reply came: the cost bound charges the attempt its reservation,
-    ``runner.cost.Charge.settle``)."""
+    ``runner.sending.cost.Charge.settle``)."""
     error = Transient(CUT.format(what=what, size=progress.received, why=why))
     error.should_retry = False
     return error
@@ -467,7 +467,7 @@ async def check_reachable(url: str, what: str, timeout_s: float = 10.0) -> None:
     """Open and close a TCP connection to ``url``'s host and port, sending nothing; raises ProviderStop (cause
     ``UNREACHABLE``) naming ``what`` and the URL when the host name does not resolve, the connection is
     refused, or it does not open within ``timeout_s`` seconds. A server down (or no network) at the start of
-    a run stops its provider at once (``runner.stops``; the others run), rather than every request retrying
+    a run stops its provider at once (``runner.sending.stops``; the others run), rather than every request retrying
     to the end of its budget."""
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)

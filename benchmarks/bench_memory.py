@@ -1,7 +1,7 @@
 """Memory: peak RSS of the runner with 1,000,000 tasks (goal ≤ 300 MB), and of the all-cached rerun.
 
 Each figure is measured in a fresh process (its ``VmHWM``, the peak resident set of that process alone;
-``ru_maxrss`` would carry over the parent's peak across ``exec``): the run stage of ``dxi run`` (``runner.run``
+``ru_maxrss`` would carry over the parent's peak across ``exec``): the run stage of ``dxi run`` (``runner.sending.scheduler``
 with the cache) over a million synthetic When2Call tasks streamed from a generator, answered in-process by
 the fake provider's System One responder (no HTTP, so a million requests take a minute, not an hour);
 then the same million again, now all cached. The import baseline (aiohttp, polars, pyarrow, numpy) is
@@ -38,7 +38,7 @@ def _child(n: int, cache_dir: str) -> None:
 
     from dxi.adapters import Limits, ModelSpec
     from dxi.cache import Cache
-    from dxi.runner.run import run
+    from dxi.runner.sending.scheduler import run
     from tests.fake_provider import InProcess
     from tests.synthetic import SyntheticSuite
 

@@ -185,7 +185,7 @@ def _load() -> str:
 def help_time() -> list[Result]:
     dxi = str(Path(sys.executable).with_name("dxi"))
     times, bare = [], []
-    for _ in range(5):
+    for _ in range(10):
         started = time.perf_counter()
         subprocess.run([dxi, "--help"], check=True, capture_output=True)
         times.append(time.perf_counter() - started)
@@ -193,8 +193,9 @@ def help_time() -> list[Result]:
         subprocess.run([sys.executable, "-c", "pass"], check=True, capture_output=True)
         bare.append(time.perf_counter() - started)
     t = statistics.median(times)
-    return [Result("process", "dxi --help, start to exit", t, "s", "≤ 0.15 s", t <= 0.15,
-                   f"median of 5 ({', '.join(f'{x:.3f}' for x in times)} s); the interpreter alone (python -c pass): "
+    # goal 0.10 s (issue 33): the parser lists the commands from their declarations, importing none
+    return [Result("process", "dxi --help, start to exit", t, "s", "≤ 0.10 s", t <= 0.10,
+                   f"median of 10 ({', '.join(f'{x:.3f}' for x in times)} s); the interpreter alone (python -c pass): "
                    f"{statistics.median(bare):.3f} s; {_load()}")]
 
 

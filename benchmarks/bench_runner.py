@@ -1,7 +1,7 @@
 """The runner against the fault-injecting provider in its own process (``tests/fake_provider.py``), each
 figure measured side by side in one run:
 
-* overhead: 20,000 requests against the 0 ms provider, the runner (``runner.run``: tasks read and encoded,
+* overhead: 20,000 requests against the 0 ms provider, the runner (``runner.sending.scheduler``: tasks read and encoded,
   cache lookups, limits, retries, decoding, a durable row per reply) vs a bare aiohttp loop posting the
   same bodies at the same concurrency (goal ≥ 0.8× the bare loop's throughput);
 * latency-bound: 200 ms latency, concurrency 256 (goal ≥ 95% of concurrency / latency);
@@ -26,7 +26,7 @@ from dxi.adapters import Limits
 from dxi.adapters.http import parse_retry_after
 from dxi.cache import Cache
 from dxi.evals import Suite, discover
-from dxi.runner.run import run as run_tasks
+from dxi.runner.sending.scheduler import run as run_tasks
 from tests.fake_provider import serve
 from tests.synthetic import data_dir
 
@@ -40,7 +40,7 @@ def _suite(root: Path, n: int) -> Suite:
 
 
 async def _runner(url: str, suite: Suite, cache_dir: Path, limits: Limits) -> tuple[float, float, dict]:
-    """Wall seconds and CPU seconds of one ``runner.run`` (cache closed, i.e. compacted, included)."""
+    """Wall seconds and CPU seconds of one ``runner.sending.scheduler`` (cache closed, i.e. compacted, included)."""
     adapter = adapters.get(f"systemone:bench@{url}", limits)
     await adapter.start()
     limiters: dict = {}

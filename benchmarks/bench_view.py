@@ -61,7 +61,7 @@ def _serve(cache_dir: str, port: int) -> None:
     from dxi import scoring
     from dxi.cache import Cache
     from dxi.evals import PROMPT_VERSION
-    from dxi.runner.outputs import summarize
+    from dxi.runner.outputs.files import summarize
     from dxi.view.app import serve
     from dxi.view.data import Browser
 

@@ -40,7 +40,7 @@ MAIN = "import sys; from dxi.runner.cli import main; sys.exit(main())"
 def _baseline(rev: str | None, where: Path) -> Path:
     """A folder to put first on PYTHONPATH that imports ``dxi`` from commit ``rev`` (None: this working tree
     as it is, uncommitted changes included). Both sides are copies outside any git checkout, so that
-    summary.json's ``provenance.git`` (``runner.provenance``) is null on both and only the code differs."""
+    summary.json's ``provenance.git`` (``runner.outputs.provenance``) is null on both and only the code differs."""
     src = where / "src"
     src.mkdir(parents=True)
     if rev is None:

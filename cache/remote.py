@@ -57,6 +57,10 @@ S3 endpoint of an S3-compatible store (MinIO, Ceph, moto) is read from ``?endpoi
 ``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``, and passed explicitly: pyarrow's S3 filesystem itself
 ignores those variables (apache/arrow#49643). The region: ``?region=``, else ``AWS_REGION`` /
 ``AWS_DEFAULT_REGION``.
+
+Why one module over 600 lines: ``Remote`` (most of it) is one object store's protocol, its
+manifests, uploads, pulls, compaction and quarantine sharing the object layout and the rule of which
+manifest is live; split by operation, each part would re-read that rule from another module.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The runs record: ``runs.jsonl`` in the cache folder, what each ``dxi run`` on this cache selected.
 
 One JSON object a line, appended by ``dxi run`` once its models are started (before its first request),
-read by the commands that score the cache (``runner.selection``: with no selection given, they score what
+read by the commands that score the cache (``runner.planning.selection``: with no selection given, they score what
 the runs selected). A line::
 
     {"at": 1796151260.5, "prompt_version": "dxi-prompt-1",
@@ -11,7 +11,7 @@ the runs selected). A line::
 
 ``at`` is Unix seconds; ``models`` are the configurations as the cache rows name them (the columns
 ``provider``, ``model``, ``endpoint``, ``params``); ``evals`` the evaluations the run read; ``limit`` the
-first N tasks of each, or ``sample``/``seed`` a stratified sample (``runner.sample``), both null for every
+first N tasks of each, or ``sample``/``seed`` a stratified sample (``runner.planning.sample``), both null for every
 task. A run whose record equals one already there (``at`` aside) adds no line, so the file grows with the
 distinct selections, not with the runs. Each line is one ``write(2)`` to a file opened ``O_APPEND`` (Linux
 serialises the writes to one file), so two runs appending at once never interleave their lines; a line

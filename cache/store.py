@@ -33,6 +33,9 @@ index columns of its part of the remote, which only its key index reads (``_key_
 Memory: the key index is compact (``cache.index``: ~9 bytes a key) and loaded only when first needed
 (rescoring never needs it), logs are bounded by ``roll_rows``,
 and ``scan`` is lazy over the shards: O(``roll_rows``), not O(rows).
+
+Why one module over 600 lines: ``Cache`` (most of it) is one folder's write-ahead log, shards,
+key index and locks, whose durability order (append, fsync, roll over, compact) is read in one place.
 """
 from __future__ import annotations
 
@@ -670,7 +673,7 @@ class Cache:
 
     def append_many(self, rows: Sequence[dict]) -> None:
         """Store rows (dicts with the columns of ``SCHEMA``) durably before returning, in one write(2): a batch's
-        results read together (``runner.batch``) cost one system call, not one each. Raises CacheWriteError
+        results read together (``runner.batch.driver``) cost one system call, not one each. Raises CacheWriteError
         (nothing of ``rows`` is then counted as stored; the complete lines a full disk took are read back by
         the next start-up, a cut one dropped)."""
         fd = self._fd
@@ -702,7 +705,7 @@ class Cache:
 
     def roll_if_due(self) -> None:
         """Roll the log over if it holds rows and is ``roll_s`` old (with a remote tier: called every second
-        from the thread that appends, ``runner.distributed``, so ``append`` itself pays nothing for it)."""
+        from the thread that appends, ``runner.distributed.setup``, so ``append`` itself pays nothing for it)."""
         if self._fd is not None and self._log_rows and self.roll_s is not None and \
                 time.monotonic() - self._opened >= self.roll_s:
             self._roll()

@@ -2,7 +2,9 @@
 in docs/architecture.md (``table()``; the test asserts the page shows it as it is here).
 
 A *unit* is a top-level folder installed under ``dxi`` (``runner``, ``adapters``, ...: every module under it
-and its subfolders) or one module of the ``dxi`` package itself (``dxi.lazy``, ``dxi.hosts``, ...). ``RULES``
+and its subfolders), one stage of ``runner`` (``runner.planning``, ..., ``RUNNER_UNITS``: a sub-package,
+or the modules ``runner.errors`` and ``runner.cli``; the rest of ``runner``'s top level, the library's
+entries, is the unit ``runner``) or one module of the ``dxi`` package itself (``dxi.lazy``, ``dxi.hosts``, ...). ``RULES``
 maps each unit to the units its modules may import; a unit always imports itself. Every import counts:
 at the top of a module, inside a function (deferred for start-up time), under ``TYPE_CHECKING``, and a
 module named to ``dxi.lazy.LazyModule`` or ``importlib.import_module`` as a literal. The one
@@ -13,7 +15,17 @@ parties; ``evals`` and ``cache`` stand on them; ``adapters`` (the wire formats) 
 from ``evals`` and never each other, nor ``runner`` (``scoring`` takes from ``cache`` the rule of which of a
 request's rows counts, ``cache.index.newest``); ``report`` and ``view`` present scoring's tables
 (``view`` also reads the cache); ``runner`` (the scheduler, the command line, the distributed code) uses them
-all; ``dxi.__main__`` is the program's entry. ``dxi.embedded_worker`` runs in the embedded model's worker
+all; ``dxi.__main__`` is the program's entry.
+
+Inside ``runner`` the stages import in the order data flows: ``runner.errors`` (the exit codes, imported
+everywhere) <- ``runner.outputs`` <- ``runner.planning`` (nothing sleeps or sends) <- ``runner.sending``
+<- ``runner.batch`` and ``runner.distributed`` (neither imports the other) <- ``runner`` (the library's
+entries: session, dispatch, rescore, export, open_batches, signals, crash, completion) <-
+``runner.commands`` <- ``runner.cli``.
+
+The tree read is every top-level folder holding Python but ``NOT_PRODUCT`` (``source_files``);
+``unknown`` reports a folder that is neither installed by pyproject.toml nor known here, and an
+installed one with no rule. ``dxi.embedded_worker`` runs in the embedded model's worker
 processes (``adapters.embedded`` starts them) and imports nothing of dxi (each worker would pay for it at
 start-up)."""
 from __future__ import annotations
@@ -23,6 +35,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 LEAVES = ("dxi.hosts", "dxi.lazy")
+PACKAGES = ("dxi", "dxi.runner")  # packages whose __init__ holds nothing: a name imported from one is a module
+
+_BELOW_RUNNER = ("view", "report", "scoring", "adapters", "cache", "evals", *LEAVES)
 
 RULES: dict[str, tuple[str, ...]] = {
     "dxi.hosts": (),
@@ -35,20 +50,38 @@ RULES: dict[str, tuple[str, ...]] = {
     "scoring": ("cache", "evals", *LEAVES),
     "report": ("scoring", "evals", *LEAVES),
     "view": ("scoring", "cache", "evals", *LEAVES),
-    "runner": ("view", "report", "scoring", "adapters", "cache", "evals", *LEAVES),
-    "dxi.__main__": ("runner",),
+    "runner.errors": (),
+    "runner.outputs": ("runner.errors", *_BELOW_RUNNER),
+    "runner.planning": ("runner.outputs", "runner.errors", *_BELOW_RUNNER),
+    "runner.sending": ("runner.planning", "runner.outputs", "runner.errors", *_BELOW_RUNNER),
+    "runner.batch": ("runner.sending", "runner.planning", "runner.outputs", "runner.errors", *_BELOW_RUNNER),
+    "runner.distributed": ("runner.sending", "runner.planning", "runner.outputs", "runner.errors",
+                           *_BELOW_RUNNER),
+    "runner": ("runner.batch", "runner.distributed", "runner.sending", "runner.planning", "runner.outputs",
+               "runner.errors", *_BELOW_RUNNER),
+    "runner.commands": ("runner", "runner.batch", "runner.distributed", "runner.sending", "runner.planning",
+                        "runner.outputs", "runner.errors", *_BELOW_RUNNER),
+    "runner.cli": ("runner.commands", "runner", "runner.errors", *_BELOW_RUNNER),
+    "dxi.__main__": ("runner.cli", "runner", "runner.errors"),
 }
 
 FOLDERS = ("runner", "adapters", "scoring", "cache", "evals", "report", "view")  # installed as dxi.<folder>
+# runner's stages, each a unit: its sub-packages, and two of its top-level modules (dxi.runner.errors, .cli)
+RUNNER_UNITS = ("errors", "outputs", "planning", "sending", "batch", "distributed", "commands", "cli")
+# the top-level folders holding Python that are not installed (nor read for the layering)
+NOT_PRODUCT = ("tests", "benchmarks", "examples", "docs", "site", "build", "dist")
 
 
 def unit_of(module: str, folders: Iterable[str] = FOLDERS) -> str | None:
-    """The unit of a dotted module name (``dxi.runner.cli`` -> ``runner``, ``dxi.lazy`` -> ``dxi.lazy``), given
-    the installed ``folders``; None for a module outside dxi and for the ``dxi`` package itself (its
-    ``__init__`` imports nothing)."""
+    """The unit of a dotted module name (``dxi.view.app`` -> ``view``, ``dxi.runner.session`` -> ``runner``,
+    ``dxi.runner.sending.limits`` -> ``runner.sending``, ``dxi.runner.cli`` -> ``runner.cli``, ``dxi.lazy``
+    -> ``dxi.lazy``), given the installed ``folders``; None for a module outside dxi and for the ``dxi``
+    package itself (its ``__init__`` imports nothing)."""
     parts = module.split(".")
     if parts[0] != "dxi" or len(parts) == 1:
         return None
+    if parts[1] == "runner" and len(parts) > 2 and parts[2] in RUNNER_UNITS:
+        return f"runner.{parts[2]}"
     return parts[1] if parts[1] in folders else f"dxi.{parts[1]}"
 
 
@@ -61,8 +94,9 @@ def _is_main_block(node: ast.AST) -> bool:
 def imports(source: str, module: str) -> list[tuple[int, str]]:
     """``(line, dotted name)`` of every dxi module or package that ``source`` (the text of module ``module``,
     e.g. ``dxi.view.app``; a package's ``__init__`` as ``dxi.cache.__init__``) imports, relative imports
-    resolved; ``from dxi import adapters`` names ``dxi.adapters``. Raises SyntaxError for text that is not
-    Python."""
+    resolved; ``from dxi import adapters`` names ``dxi.adapters`` and ``from dxi.runner import cli``
+    ``dxi.runner.cli`` (the names imported from a package split into units, ``PACKAGES``, are its modules).
+    Raises SyntaxError for text that is not Python."""
     package = module.rsplit(".", 1)[0]
     found: list[tuple[int, str]] = []
 
@@ -79,7 +113,7 @@ def imports(source: str, module: str) -> list[tuple[int, str]]:
                     name = ".".join([*base, child.module] if child.module else base)
                 else:
                     name = child.module or ""
-                if name == "dxi" or not child.module:  # from dxi import adapters; from .. import scoring
+                if name in PACKAGES or not child.module:  # from dxi import adapters; from .. import scoring
                     found.extend((child.lineno, f"{name}.{alias.name}") for alias in child.names)
                 else:
                     found.append((child.lineno, name))
@@ -98,8 +132,9 @@ def imports(source: str, module: str) -> list[tuple[int, str]]:
 def violations(graph: Iterable[tuple[str, int, str]], rules: Mapping[str, Iterable[str]] = RULES) -> list[str]:
     """The imports of ``graph`` (``(importing module, line, imported module)``, dotted names under ``dxi``)
     that ``rules`` forbid, one sentence each (``"dxi.view.app:33 imports dxi.adapters.http: view may import
-    only ..."``); empty when none does. A module whose unit has no rule is itself reported: a new folder or
-    ``dxi`` module is placed in the layering before it imports anything."""
+    only ..."``); empty when none does. An import of dxi by a module whose unit has no rule is reported
+    too (``"dxi.new.x:3: dxi.new has no rule ..."``); a folder whose modules import nothing of dxi is
+    ``unknown``'s to report."""
     found = []
     folders = {*FOLDERS, *(unit for unit in rules if not unit.startswith("dxi."))}
     for importer, line, imported in graph:
@@ -123,9 +158,42 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts if parts[0] == "dxi" else ["dxi", *parts])
 
 
+def python_folders(root: Path) -> list[str]:
+    """The top-level folders of the source tree ``root`` that hold Python (a ``.py`` file anywhere under
+    them), but ``NOT_PRODUCT`` and hidden ones (``.venv``, ``.git``)."""
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                  and p.name not in NOT_PRODUCT and not p.name.endswith(".egg-info")
+                  and next(p.rglob("*.py"), None) is not None)
+
+
+def installed(root: Path) -> dict[str, str]:
+    """The top-level packages pyproject.toml (in ``root``) installs and their folders, from
+    ``[tool.setuptools.package-dir]``: ``{"dxi": "dxi", "dxi.runner": "runner", ...}``. Raises
+    FileNotFoundError without a pyproject.toml, KeyError without that table."""
+    import tomllib
+
+    table = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    return dict(table)
+
+
+def unknown(root: Path) -> list[str]:
+    """What the layering does not know in the source tree ``root``, one sentence each: a top-level
+    folder holding Python that pyproject.toml does not install (nor ``NOT_PRODUCT``), and an installed
+    folder that has no rule (not in ``FOLDERS``); empty when it knows every folder."""
+    packages = installed(root)
+    folders = set(packages.values())
+    found = [f"{top}/ holds Python but pyproject.toml does not install it (nor is it in NOT_PRODUCT)"
+             for top in python_folders(root) if top not in folders]
+    found += [f"{folder}/ is installed as {name} but has no rule in dxi.layers.RULES"
+              for name, folder in sorted(packages.items()) if folder != "dxi" and folder not in FOLDERS]
+    return found
+
+
 def source_files(root: Path) -> list[Path]:
-    """Every module of dxi in the source tree ``root`` (the repository): ``dxi/`` and the installed folders."""
-    return sorted(p for top in ("dxi", *FOLDERS) for p in (root / top).rglob("*.py"))
+    """Every module of the source tree ``root`` (the repository) the layering reads: every top-level
+    folder holding Python (``python_folders``: ``dxi/``, the installed folders, and any folder new to
+    the tree, whose modules ``violations`` and ``unknown`` then report)."""
+    return sorted(p for top in python_folders(root) for p in (root / top).rglob("*.py"))
 
 
 def graph(root: Path) -> list[tuple[str, int, str]]:

@@ -191,7 +191,7 @@ class Suite:
     ``limit`` keeps the first N tasks of each evaluation (after exclusions); ``wildguard_subset`` is
     "agreed" (the default, all three agreement fields equal to 3) or "all". ``evals`` restricts the
     suite to some evaluations (the others are reported as not selected). ``runs`` (evaluation -> model
-    label -> flags) says what each model's recorded runs selected of each evaluation (``runner.selection``),
+    label -> flags) says what each model's recorded runs selected of each evaluation (``runner.planning.selection``),
     shown in the data block.
     """
 

@@ -1,7 +1,9 @@
 """``dxi``, the command line: the parser (grouped options, exit codes, "did you mean", completion), built from
 the command modules (``runner.commands``, one per command: its options and the library calls it makes), and
-``main``, which parses, sets up the consoles and logging, and dispatches. ``dxi --help`` and ``dxi COMMAND
---help`` are its user documentation; a run file's flags override it as ``runner.plan`` describes.
+``main``, which parses, sets up the consoles and logging, and dispatches. ``main`` builds in full only the
+command it runs (``dxi --help`` lists the others from their declarations, ``runner.commands.HELP``, and
+imports no command module); shell completion builds every command, as completing may walk any. ``dxi --help`` and ``dxi COMMAND
+--help`` are its user documentation; a run file's flags override it as ``runner.planning.plan`` describes.
 """
 from __future__ import annotations
 
@@ -10,13 +12,15 @@ import difflib
 import importlib
 import os
 import sys
+from collections.abc import Collection
 from types import ModuleType
 
-from dxi.evals import DatasetError
+from dxi.lazy import LazyModule
 
-from .commands import COMMANDS
-from .commands.options import EXIT_CODES, Formatter
+from .commands import COMMANDS, EXIT_CODES, HELP, Formatter
 from .errors import EXIT_SOFTWARE, EXIT_USAGE, CommandError
+
+evals = LazyModule("dxi.evals")  # DatasetError, read only when a command fails (it has imported the evals)
 
 # What a command needs is imported when it runs, not here: parsing the command line and `dxi --help`
 # need none of Polars, PyArrow, NumPy, the scoring, the cache, uvloop or Rich.
@@ -91,16 +95,28 @@ def _did_you_mean(word: str, choices: list[str] | dict) -> str:
     return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
-def parser() -> argparse.ArgumentParser:
-    """The parser of ``dxi`` and of every command (``runner.commands``)."""
+def parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of ``dxi`` and of every command (``runner.commands``); with ``commands``, only those in full,
+    the others declared (their name and help line in ``dxi --help``, ``runner.commands.HELP``; their modules
+    not imported, their words not parsed)."""
     p = _Parser(prog="dxi", description="The Decision Index evaluation runner: runs decision models and language models\n"
                                         "on the four evaluations, caches every reply, scores from the cache.",
                 epilog="Run `dxi COMMAND --help` for a command's options.\n\n" + EXIT_CODES)
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser, title="commands")
     for name in COMMANDS:
-        _module(name).add_parser(sub)
+        if commands is None or name in commands:
+            _module(name).add_parser(sub)
+        else:
+            sub.add_parser(name, help=HELP[name])
     return p
+
+
+def _command(argv: list[str]) -> list[str]:
+    """The command ``argv`` runs (its first word: ``dxi`` takes no option with a value), as a list: empty when
+    it names none (``dxi --help``, a mistyped command)."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return [word] if word in COMMANDS else []
 
 
 def _module(command: str) -> ModuleType:
@@ -117,11 +133,11 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser()
     if argv is None and "_ARGCOMPLETE" in os.environ:  # completing a word (`dxi completion`'s script): answers, exits
         import argcomplete
 
-        argcomplete.autocomplete(p)
+        argcomplete.autocomplete(parser())
+    p = parser(_command(sys.argv[1:] if argv is None else list(argv)))
     try:
         args = p.parse_args(argv)
     except SystemExit as stop:  # --help, --version, a usage error (printed): its exit code, as a return value
@@ -143,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                         handlers=[handler])
     try:
         return _module(args.command).main(args, console)
-    except (CommandError, DatasetError) as exc:  # bad input (2), a cache folder that cannot be written (4)
+    except (CommandError, evals.DatasetError) as exc:  # bad input (2), a cache folder that cannot be written (4)
         errors.print(f"[red]error:[/] {escape(str(exc))}")
         return getattr(exc, "exit_code", EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 (a bug: one line, the trace in a file, never exit 1)

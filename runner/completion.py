@@ -81,7 +81,7 @@ def cached_models(cache_dir: Path) -> list[str]:
 
 def _run_file(path: Path) -> tuple[list[str], Path | None]:
     """The model strings of the run file ``path`` and its cache folder; nothing when it does not parse."""
-    from . import config
+    from .planning import config
 
     try:
         run = config.load(path)

@@ -49,7 +49,7 @@ def redacted(text: str, env: dict[str, str] | None = None) -> str:
 
 
 def where(exc: BaseException) -> str:
-    """Where ``exc`` was raised, as ``runner/outputs.py:60 (score_all)``: the innermost frame of
+    """Where ``exc`` was raised, as ``runner/outputs/files.py:60 (score_all)``: the innermost frame of
     dxi's own code (else the innermost frame), its path relative to the package."""
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
@@ -65,7 +65,7 @@ def report(exc: BaseException, argv: list[str] | None = None, folder: Path | Non
     """Write ``exc``'s full trace (with the command line ``argv`` and the versions, redacted) to a
     new file in ``folder`` (default: the temporary folder) and return the one line to print, e.g.
     ``unexpected error: NotADirectoryError: [Errno 20] Not a directory: 'a/b' at
-    runner/outputs.py:60 (score_all); the full trace is in /tmp/dxi-crash-20261203T190000Z-4242.txt.
+    runner/outputs/files.py:60 (score_all); the full trace is in /tmp/dxi-crash-20261203T190000Z-4242.txt.
     This is a bug in dxi: please report it with that file.`` Never raises."""
     argv = sys.argv if argv is None else argv
     what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,5 +1,5 @@
-"""What ``dxi run`` sends, and by which path: each model's requests synchronously (``runner.run``) or through
-its provider's batch API (``runner.batch``), under the model's claim on the cache folder (``cache.claims``),
+"""What ``dxi run`` sends, and by which path: each model's requests synchronously (``runner.sending.scheduler``) or through
+its provider's batch API (``runner.batch.driver``), under the model's claim on the cache folder (``cache.claims``),
 so that two processes on one cache never both send a request (issue 23).
 
 For each model, before anything is sent:
@@ -13,7 +13,7 @@ For each model, before anything is sent:
    whose every request is cached, then starts the others' adapters, which may take seconds; a run that
    found the claim free after another run had ended sent again what that run stored: issue 32.)
 2. **The path.** A model in batch mode (``--batch``, or ``batch = true`` in the run file) whose provider has
-   a batch API goes through ``runner.batch``; one without (decision models, the embedded model, local
+   a batch API goes through ``runner.batch.driver``; one without (decision models, the embedded model, local
    servers, logprob decisions) is sent synchronously, and the run says so once. A model sent
    synchronously whose requests are in open batches of the ledger (an earlier ``--batch`` run stopped
    before collecting them) has those collected from their batches (never sent again) while the rest are
@@ -22,7 +22,7 @@ For each model, before anything is sent:
    deadline is sent synchronously.
 
 Models that are claimed at once, have no open batches and are not in batch mode (the usual case) go through
-one ``runner.run.run`` call together, exactly as without this module. ``send`` returns each model's Stats,
+one ``runner.sending.scheduler.run`` call together, exactly as without this module. ``send`` returns each model's Stats,
 merged over the paths it took (``BatchStats`` for a model that has batches).
 """
 from __future__ import annotations
@@ -32,18 +32,23 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
-from dxi.adapters.batches import batch_api, supports
+from dxi.adapters.batches import BatchAPI, batch_api, supports
 from dxi.cache import Cache, CacheWriteError
 from dxi.cache import claims as claims_mod
 from dxi.cache.ledger import Ledger
 from dxi.evals import PROMPT_VERSION, Suite
+from dxi.lazy import LazyModule
 
-from .batch import BatchOptions, BatchStats, ModelBatches
-from .cost import Budget
-from .limits import ProviderLimiter
-from .run import ModelRun, Stats, run
-from .shard import Shard
-from .stops import RunStop
+from .batch.driver import ModelBatches
+from .batch.options import BatchOptions, BatchStats
+from .planning.plan import ModelRun
+from .planning.shard import Shard
+from .sending.cost import Budget
+from .sending.limits import ProviderLimiter
+from .sending.scheduler import Stats, run
+from .sending.stops import RunStop
+
+scoring_cost = LazyModule("dxi.scoring.cost")  # batch_price; Polars: imported once a batch is in play
 
 
 def identity(model: ModelRun) -> str:
@@ -55,7 +60,7 @@ def identity(model: ModelRun) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KeyFilter:
-    """A ``runner.shard.Shard``-like filter for ``runner.run.run``: the keys of ``shard`` (all without one)
+    """A ``runner.planning.shard.Shard``-like filter for ``runner.sending.scheduler.run``: the keys of ``shard`` (all without one)
     that are in ``keys`` (``keep`` True) or not in them (``keep`` False)."""
 
     keys: frozenset[str]
@@ -98,114 +103,182 @@ async def send(models: Sequence[ModelRun], suite: Suite, cache: Cache, *, budget
     batch_output) prices (default: half the price, ``scoring.cost.batch_price``); ``limits_of``: label ->
     (requests per batch, enqueued tokens); ``options``: how batch mode runs; ``fallback_sync``: what batches
     left at the deadline is sent synchronously; ``say`` prints a line (waits, batch state changes, notes);
-    ``stop``: the run's drain (``runner.stops.RunStop``): once requested nothing new is sent synchronously,
+    ``stop``: the run's drain (``runner.sending.stops.RunStop``): once requested nothing new is sent synchronously,
     and the models waiting for a claim or going through batches end at once (their open batches keep
     running at the provider: the ledger has them and the next run collects them).
     Raises CacheWriteError when the claims cannot be written (a read-only cache), and what
-    ``runner.run.run`` raises."""
-    options = options or BatchOptions()
-    say = say or (lambda text: None)
-    ledger = ledger or Ledger(cache.root)
-    parts: dict[str, list[Stats]] = {m.label: [] for m in models}
-    known_tasks: dict = {}  # task id -> Task, shared by the models' batches (a task awaited by 20 models is held once)
-    collecting = asyncio.Lock()  # the models' batches are collected one at a time (runner.batch.ModelBatches)
-    held: list[claims_mod.Claim] = []
-    part = None if shard is None else (shard.index, shard.count)
-
-    def progress(label: str) -> None:
-        if on_progress is not None and parts[label]:
-            on_progress(label, merged(parts[label]) if len(parts[label]) > 1 else parts[label][0])
-
-    def sync_progress(label: str, stats: Stats) -> None:
-        if stats not in parts[label]:
-            parts[label].append(stats)
-        progress(label)
-
-    async def sync(group: list[ModelRun], key_filter: KeyFilter | Shard | None) -> None:
-        stats = await run(group, suite, cache, on_progress=sync_progress, budget=budget, limiters=limiters,
-                          shard=key_filter, stop=stop)
-        for label, s in stats.items():
-            if s not in parts[label]:
-                parts[label].append(s)
-
-    def take(model: ModelRun) -> claims_mod.Claim | claims_mod.Holder:
-        try:
-            return claims_mod.take(cache.root, identity(model), model.label, part)
-        except OSError as exc:
-            raise CacheWriteError(f"the cache cannot be written: cannot create a file in {cache.root / claims_mod.CLAIMS_DIR} "
-                                  f"({exc.strerror or exc}) to claim {model.label}'s requests", exc.errno) from None
-
-    async def one(model: ModelRun, got: claims_mod.Claim | claims_mod.Holder) -> None:
-        label, ident = model.label, identity(model)
-        if isinstance(got, claims_mod.Holder):
-            say(f"{label}: {got} is sending this model's requests to {cache.root}; waiting for it to end (what it "
-                "stores is read from the cache, not sent again)")
-            got = await claims_mod.wait(cache.root, ident, label, part)
-            held.append(got)
-            cache.refresh()
-            say(f"{label}: the other process is done; going on with what it left")
-        else:
-            held.append(got)
-        in_batch = label in batch and supports(model.adapter.kind)
-        api = batch_api(model.adapter) if in_batch or ledger.open_entries(ident) else None
-        if api is None:
-            await sync([model], KeyFilter(frozenset(ledger.claimed(ident)), shard, keep=False))
-            return
-        from dxi.scoring.cost import batch_price  # (Polars: imported once a batch is in play)
-
-        price = batch_price(model.price, *(batch_overrides or {}).get(label, (None, None)))
-        stats = BatchStats(cost_usd=None if price is None else 0.0)
-        parts[label].append(stats)
-        size, tokens = (limits_of or {}).get(label, (None, None))
-        mine = replace(options, max_requests=size or options.max_requests, enqueued_tokens=tokens or options.enqueued_tokens)
-        batches = ModelBatches(model, api, suite, cache, ledger, ident, budget=budget, batch_price=price, shard=shard,
-                               options=mine if in_batch else replace(mine, collect_only=True, wait=True),
-                               stats=stats, events=say, on_progress=lambda: progress(label), tasks=known_tasks,
-                               collecting=collecting)
-        if in_batch:
-            left = await batches.run()
-        else:  # an earlier batch run's open batches are collected while the rest is sent synchronously
-            claimed = frozenset(ledger.claimed(ident))
-            left, _ = await asyncio.gather(batches.run(), sync([model], KeyFilter(claimed, shard, keep=False)))
-        if left and (fallback_sync and batches.cancelled or not in_batch):
-            keys = frozenset(model.adapter.encode(task, sample).key for task, sample in left)
-            say(f"{label}: sending the {len(keys):,} request(s) left synchronously")
-            await sync([model], KeyFilter(keys, shard, keep=True))
-        elif left:
-            stats.not_sent += len(left)
-
-    notes = sorted(m.label for m in models if m.label in batch and not supports(m.adapter.kind))
-    if notes:
-        say(f"--batch: {', '.join(notes)} ha{'s' if len(notes) == 1 else 've'} no batch API (decision models, the embedded "
-            "model, local servers and logprob decisions are sent one call at a time): sent synchronously")
-    direct, others = [], []
+    ``runner.sending.scheduler.run`` raises."""
+    sending = _Sending(models, suite, cache, budget=budget, limiters=limiters, shard=shard, on_progress=on_progress,
+                       batch=batch, batch_overrides=batch_overrides or {}, limits_of=limits_of or {},
+                       options=options or BatchOptions(), fallback_sync=fallback_sync,
+                       say=say or (lambda text: None), ledger=ledger or Ledger(cache.root), stop=stop)
+    sending.note_models_without_batch_api()
     try:
-        for m in models:
-            got = take(m)
-            plain = not (m.label in batch and supports(m.adapter.kind)) and not ledger.open_entries(identity(m))
-            if isinstance(got, claims_mod.Claim) and plain:
-                held.append(got)
+        direct, others = sending.claim_all()
+        await sending.send_all(direct, others)
+    finally:
+        sending.release()
+    return sending.stats()
+
+
+class _Sending:
+    """One ``send`` call, in named steps: ``note_models_without_batch_api``, ``claim_all`` (each model's claim
+    taken: the plain models claimed at once go together, the others one by one), ``send_all``, ``release``
+    and ``stats``. Its state, set here only: the arguments of ``send`` (``models``, ``suite``, ``cache``,
+    ``budget``, ``limiters``, ``shard``, ``on_progress``, ``batch``, ``batch_overrides``, ``limits_of``,
+    ``options``, ``fallback_sync``, ``say``, ``ledger``, ``stop``), ``part`` (the shard as the claims name
+    it), ``parts`` (label -> the Stats of each path the model took), ``known_tasks`` (task id -> Task,
+    shared by the models' batches: a task awaited by 20 models is held once), ``collecting`` (the models'
+    batches are collected one at a time, ``runner.batch.driver.ModelBatches``) and ``held`` (the claims
+    taken, released at the end)."""
+
+    def __init__(self, models: Sequence[ModelRun], suite: Suite, cache: Cache, *, budget: Budget,
+                 limiters: dict[str, ProviderLimiter], shard: Shard | None,
+                 on_progress: Callable[[str, Stats], None] | None, batch: frozenset[str], batch_overrides: dict,
+                 limits_of: dict, options: BatchOptions, fallback_sync: bool, say: Callable[[str], None],
+                 ledger: Ledger, stop: RunStop | None):
+        self.models, self.suite, self.cache, self.budget, self.limiters = models, suite, cache, budget, limiters
+        self.shard, self.on_progress, self.batch, self.stop = shard, on_progress, batch, stop
+        self.batch_overrides, self.limits_of, self.options = batch_overrides, limits_of, options
+        self.fallback_sync, self.say, self.ledger = fallback_sync, say, ledger
+        self.part = None if shard is None else (shard.index, shard.count)
+        self.parts: dict[str, list[Stats]] = {m.label: [] for m in models}
+        self.known_tasks: dict = {}
+        self.collecting = asyncio.Lock()
+        self.held: list[claims_mod.Claim] = []
+
+    def note_models_without_batch_api(self) -> None:
+        """Say once which models in batch mode have no batch API (they are sent synchronously)."""
+        notes = sorted(m.label for m in self.models if m.label in self.batch and not supports(m.adapter.kind))
+        if notes:
+            self.say(f"--batch: {', '.join(notes)} ha{'s' if len(notes) == 1 else 've'} no batch API (decision "
+                     "models, the embedded model, local servers and logprob decisions are sent one call at a "
+                     "time): sent synchronously")
+
+    def claim_all(self) -> tuple[list[ModelRun], list[tuple[ModelRun, claims_mod.Claim | claims_mod.Holder]]]:
+        """Each model's claim taken: ``(direct, others)``, the models claimed at once with no batch in play
+        (sent together) and the others with their claim or its holder. Then what the claims' last holders
+        stored since the index was read is read into it (it counts as cached)."""
+        direct, others = [], []
+        for m in self.models:
+            got = self.take(m)
+            if isinstance(got, claims_mod.Claim) and self.plain(m):
+                self.held.append(got)
                 direct.append(m)
             else:
                 others.append((m, got))
         if direct or any(isinstance(got, claims_mod.Claim) for _, got in others):
-            cache.refresh()  # what the claims' last holders stored since the index was read counts as cached
+            self.cache.refresh()
+        return direct, others
+
+    def plain(self, model: ModelRun) -> bool:
+        """Whether ``model`` is sent synchronously only: not in batch mode (or no batch API) and no open batches."""
+        in_batch = model.label in self.batch and supports(model.adapter.kind)
+        return not in_batch and not self.ledger.open_entries(identity(model))
+
+    def take(self, model: ModelRun) -> claims_mod.Claim | claims_mod.Holder:
+        """``model``'s claim, or the live process holding it; CacheWriteError when it cannot be written."""
+        try:
+            return claims_mod.take(self.cache.root, identity(model), model.label, self.part)
+        except OSError as exc:
+            raise CacheWriteError(f"the cache cannot be written: cannot create a file in "
+                                  f"{self.cache.root / claims_mod.CLAIMS_DIR} ({exc.strerror or exc}) to claim "
+                                  f"{model.label}'s requests", exc.errno) from None
+
+    async def send_all(self, direct: list[ModelRun],
+                       others: list[tuple[ModelRun, claims_mod.Claim | claims_mod.Holder]]) -> None:
+        """The direct models through one scheduler run, each other model on its own path, side by side; the
+        first error raised as itself (as ``runner.sending.scheduler.run`` does)."""
         try:
             async with asyncio.TaskGroup() as tasks:
                 if direct:
-                    tasks.create_task(sync(direct, shard))
-                batched = [tasks.create_task(one(m, got)) for m, got in others]
-                if stop is not None and batched:  # stopping: a batch being polled is left to the next run
-                    stop.on_request(lambda: [t.cancel() for t in batched])
-        except ExceptionGroup as group_error:  # raise the first error as itself, as runner.run.run does
+                    tasks.create_task(self.sync(direct, self.shard))
+                batched = [tasks.create_task(self.one(m, got)) for m, got in others]
+                if self.stop is not None and batched:  # stopping: a batch being polled is left to the next run
+                    self.stop.on_request(lambda: [t.cancel() for t in batched])
+        except ExceptionGroup as group_error:
             first = group_error
             while isinstance(first, ExceptionGroup):
                 first = first.exceptions[0]
             raise first from group_error
-    finally:
-        for claim in held:
+
+    async def one(self, model: ModelRun, got: claims_mod.Claim | claims_mod.Holder) -> None:
+        """One model not sent with the direct ones: its claim waited for, then synchronously, or through its
+        batches (``through_batches``)."""
+        label, ident = model.label, identity(model)
+        if isinstance(got, claims_mod.Holder):
+            self.say(f"{label}: {got} is sending this model's requests to {self.cache.root}; waiting for it to "
+                     "end (what it stores is read from the cache, not sent again)")
+            got = await claims_mod.wait(self.cache.root, ident, label, self.part)
+            self.held.append(got)
+            self.cache.refresh()
+            self.say(f"{label}: the other process is done; going on with what it left")
+        else:
+            self.held.append(got)
+        in_batch = label in self.batch and supports(model.adapter.kind)
+        api = batch_api(model.adapter) if in_batch or self.ledger.open_entries(ident) else None
+        if api is None:
+            await self.sync([model], KeyFilter(frozenset(self.ledger.claimed(ident)), self.shard, keep=False))
+        else:
+            await self.through_batches(model, api, in_batch)
+
+    async def through_batches(self, model: ModelRun, api: BatchAPI, in_batch: bool) -> None:
+        """``model``'s batches: in batch mode, its requests through them; otherwise an earlier batch run's open
+        batches collected while the rest is sent synchronously. What they leave is sent synchronously (after
+        a deadline with ``fallback_sync``, or when not in batch mode) or counted not sent."""
+        label, ident = model.label, identity(model)
+        price = scoring_cost.batch_price(model.price, *self.batch_overrides.get(label, (None, None)))
+        stats = BatchStats(cost_usd=None if price is None else 0.0)
+        self.parts[label].append(stats)
+        size, tokens = self.limits_of.get(label, (None, None))
+        mine = replace(self.options, max_requests=size or self.options.max_requests,
+                       enqueued_tokens=tokens or self.options.enqueued_tokens)
+        batches = ModelBatches(model, api, self.suite, self.cache, self.ledger, ident, budget=self.budget,
+                               batch_price=price, shard=self.shard,
+                               options=mine if in_batch else replace(mine, collect_only=True, wait=True),
+                               stats=stats, events=self.say, on_progress=lambda: self.progress(label),
+                               tasks=self.known_tasks, collecting=self.collecting)
+        if in_batch:
+            left = await batches.run()
+        else:
+            claimed = frozenset(self.ledger.claimed(ident))
+            left, _ = await asyncio.gather(batches.run(),
+                                           self.sync([model], KeyFilter(claimed, self.shard, keep=False)))
+        if left and (self.fallback_sync and batches.cancelled or not in_batch):
+            keys = frozenset(model.adapter.encode(task, sample).key for task, sample in left)
+            self.say(f"{label}: sending the {len(keys):,} request(s) left synchronously")
+            await self.sync([model], KeyFilter(keys, self.shard, keep=True))
+        elif left:
+            stats.not_sent += len(left)
+
+    async def sync(self, group: list[ModelRun], key_filter: KeyFilter | Shard | None) -> None:
+        """``group`` through one scheduler run (``runner.sending.scheduler.run``), its requests those
+        ``key_filter`` owns; each model's Stats kept among its parts."""
+        stats = await run(group, self.suite, self.cache, on_progress=self.sync_progress, budget=self.budget,
+                          limiters=self.limiters, shard=key_filter, stop=self.stop)
+        for label, s in stats.items():
+            if s not in self.parts[label]:
+                self.parts[label].append(s)
+
+    def sync_progress(self, label: str, stats: Stats) -> None:
+        if stats not in self.parts[label]:
+            self.parts[label].append(stats)
+        self.progress(label)
+
+    def progress(self, label: str) -> None:
+        """Hand ``on_progress`` the model's Stats so far, merged over its paths."""
+        parts = self.parts[label]
+        if self.on_progress is not None and parts:
+            self.on_progress(label, merged(parts) if len(parts) > 1 else parts[0])
+
+    def release(self) -> None:
+        for claim in self.held:
             claim.release()
-    return {m.label: (merged(parts[m.label]) if len(parts[m.label]) != 1 else parts[m.label][0]) for m in models}
+
+    def stats(self) -> dict[str, Stats]:
+        """Each model's Stats, merged over the paths it took."""
+        return {m.label: (merged(self.parts[m.label]) if len(self.parts[m.label]) != 1 else self.parts[m.label][0])
+                for m in self.models}
 
 
 async def collect(models: Sequence[ModelRun], suite: Suite, cache: Cache, ledger: Ledger, options: BatchOptions,
@@ -213,8 +286,6 @@ async def collect(models: Sequence[ModelRun], suite: Suite, cache: Cache, ledger
     """``dxi batches collect``: for each of ``models`` (started) with open ledger entries, poll them (once, or
     until they end with ``options.wait``) and store the results of those that ended; nothing new is
     submitted. Returns each such model's BatchStats (``given_back``: requests the next run sends)."""
-    from dxi.scoring.cost import batch_price
-
     out = {}
     for model in models:
         ident = identity(model)
@@ -223,7 +294,7 @@ async def collect(models: Sequence[ModelRun], suite: Suite, cache: Cache, ledger
         api = batch_api(model.adapter)
         if api is None:
             continue
-        price = batch_price(model.price, *(batch_overrides or {}).get(model.label, (None, None)))
+        price = scoring_cost.batch_price(model.price, *(batch_overrides or {}).get(model.label, (None, None)))
         stats = BatchStats(cost_usd=None if price is None else 0.0)
         await ModelBatches(model, api, suite, cache, ledger, ident, budget=Budget(), batch_price=price,
                            options=replace(options, collect_only=True), stats=stats, events=say).run()

@@ -7,7 +7,7 @@ EXIT_FAILED_REQUESTS = 1  # done, but provisional: answers failed or are missing
 EXIT_USAGE = 2  # bad input (UsageError, a dataset error, argparse's own)
 EXIT_COST_BOUND = 3  # stopped at the cost bound
 EXIT_CACHE_WRITE = 4  # the cache could not be written
-EXIT_UPLOAD = 5  # done, but shards could not be uploaded to the remote cache (runner.distributed)
+EXIT_UPLOAD = 5  # done, but shards could not be uploaded to the remote cache (runner.distributed.setup)
 EXIT_PROVIDER_STOPPED = 6  # a provider (or a model alone) was stopped; the others went on
 EXIT_SOFTWARE = 70  # an unexpected error (a bug): one line, the full trace in a file (runner.crash); sysexits' EX_SOFTWARE
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # stopped by SIGINT (Ctrl-C), by SIGTERM: 128 + the signal's number
@@ -28,7 +28,7 @@ class UsageError(CommandError):
 
 class CacheFolderError(CommandError):
     """The cache folder cannot be written (read-only, no permission, no room): checked before the first
-    request (``runner.paths.cache_folder``); exit code ``EXIT_CACHE_WRITE`` (4), as a cache write that fails
+    request (``runner.planning.paths.cache_folder``); exit code ``EXIT_CACHE_WRITE`` (4), as a cache write that fails
     during a run."""
 
     exit_code = EXIT_CACHE_WRITE

@@ -15,7 +15,7 @@
   record's ``model_info.additional_details`` has the model's ``effort`` (summary.json's) where its requests
   carry one, and ``generation_args.reasoning`` says whether they asked for reasoning (an effort other than none).
 
-The export reads the same selection and the same scoring as ``dxi score`` (``runner.outputs.score_all``):
+The export reads the same selection and the same scoring as ``dxi score`` (``runner.outputs.files.score_all``):
 it never sends a request. Metrics are 0-100 (``metric_unit`` "percent"); a metric that is null (an
 undefined F1, no reply at all) has no result, and its reason is in the record's
 ``source_metadata.additional_details`` under ``<metric>_reason``. An evaluation without data has no record.
@@ -108,7 +108,7 @@ class Missing:
 
 
 def missing_answers(summary: Summary) -> Missing:
-    """The answers missing from the cache in ``summary`` (``runner.outputs.score_all``'s)."""
+    """The answers missing from the cache in ``summary`` (``runner.outputs.files.score_all``'s)."""
     counts = {(m.model, name): block["missing"] for m in summary.models for name, block in m.evals.items()
               if block.get("missing")}
     first = next(iter(counts), None)
@@ -140,7 +140,7 @@ def export(selection: Selection, fmt: str, target: Path, include_missing: bool =
     from dxi.cache import Cache
 
     from .errors import EXIT_FAILED_REQUESTS
-    from .outputs import score_all
+    from .outputs.files import score_all
     from .rescore import models_to_score, scored_suite
 
     with Cache(selection.cache_dir, remote=selection.remote) as cache:
@@ -155,7 +155,7 @@ def export(selection: Selection, fmt: str, target: Path, include_missing: bool =
 def write(fmt: str, target: Path, summary: Summary, scored: scoring.Scored, models: pl.DataFrame, suite: Suite,
           now: float | None = None, include_missing: bool = True) -> list[Path]:
     """Write the export ``fmt`` (one of ``FORMATS``) to ``target`` (a file for the answer tables, a
-    folder for ``eee``) from ``summary`` and ``scored`` (``runner.outputs.score_all``); ``models`` is the
+    folder for ``eee``) from ``summary`` and ``scored`` (``runner.outputs.files.score_all``); ``models`` is the
     ``scoring.MODELS_SCHEMA`` frame that was scored, ``suite`` its tasks (for the instances' inputs),
     ``now`` the Unix time recorded as ``retrieved_timestamp`` (default: the clock). Without
     ``include_missing`` the rows of answers missing from the cache (status ``missing``) are left out of

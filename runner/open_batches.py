@@ -18,14 +18,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
+
+from dxi import adapters
+from dxi.adapters import AdapterError
+from dxi.cache import Cache
+from dxi.cache.ledger import Entry, Ledger
+from dxi.lazy import LazyModule
+
+from .batch.options import BatchOptions, BatchStats, with_retries
 from .errors import UsageError
+from .session import start_adapters
+
+# Imported on first use (``dxi.lazy``): the batch APIs and the dispatch load aiohttp, uvloop its loop;
+# ``dxi batches list`` needs none of them
+uvloop = LazyModule("uvloop")
+_batches = LazyModule("dxi.adapters.batches")
+_dispatch = LazyModule("dxi.runner.dispatch")
 
 if TYPE_CHECKING:
     from dxi.adapters.batches import BatchAPI
-    from dxi.cache.ledger import Entry, Ledger
 
-    from .batch import BatchStats
-    from .plan import Plan
+    from .planning.plan import Plan
 
 def has_batches(cache_dir: Path) -> bool:
     """Whether the cache at ``cache_dir`` has a ledger (a batch run used it)."""
@@ -34,8 +48,6 @@ def has_batches(cache_dir: Path) -> bool:
 
 def listed(cache_dir: Path, every: bool = False) -> list[Entry]:
     """The ledger's entries, oldest first: the open ones, or with ``every`` also those collected or abandoned."""
-    from dxi.cache.ledger import Ledger
-
     entries = sorted(Ledger(cache_dir).entries().values(), key=lambda e: e.created)
     return entries if every else [e for e in entries if not e.closed]
 
@@ -59,15 +71,6 @@ def collect(plan: Plan, *, wait: bool = False, poll_s: float | None = None,
     (its batches stay open). Returns each collected model's BatchStats by label (``given_back``: requests the
     next run sends; ``running``: its batches still open); {} when the cache has no ledger. Raises UsageError
     when ``poll_s`` is not positive."""
-    import uvloop
-
-    from dxi.cache import Cache
-    from dxi.cache.ledger import Ledger
-
-    from .batch import BatchOptions
-    from .dispatch import collect as collect_models
-    from .session import start_adapters
-
     poll_s = BatchOptions().poll_s if poll_s is None else poll_s
     if poll_s <= 0:
         raise UsageError("--poll must be positive (seconds)")
@@ -83,7 +86,7 @@ def collect(plan: Plan, *, wait: bool = False, poll_s: float | None = None,
             for m, stop in unreachable:  # its batches stay open: collected once it can be reached
                 say(f"{m.label}: not collected ({stop})")
             try:
-                return await collect_models(models, plan.suite, cache, ledger, options, plan.batch_overrides, say)
+                return await _dispatch.collect(models, plan.suite, cache, ledger, options, plan.batch_overrides, say)
             finally:
                 for m in models:
                     await m.adapter.close()
@@ -113,10 +116,6 @@ def cancel(cache_dir: Path, *, model: str | None = None, entry: str | None = Non
     reached it (its model, server and key variable, from the entry's intent). Raises UsageError when the cache
     has no ledger, or no open batch matches ``model`` or ``entry`` (with ``every`` and none open: nothing to do,
     ``Cancelled(0, 0)``)."""
-    import uvloop
-
-    from dxi.cache.ledger import Ledger
-
     if not has_batches(cache_dir):
         raise UsageError(f"{cache_dir} holds no batches (no {Path(cache_dir) / 'batches'} folder)")
     say = say or (lambda text: None)
@@ -143,8 +142,6 @@ def cancel(cache_dir: Path, *, model: str | None = None, entry: str | None = Non
 def _of_model(entry: Entry, model: str) -> bool:
     """Whether ``entry`` is a batch of ``model``: its label, or a model string naming its adapter and model (and,
     when it gives one, its server)."""
-    from dxi import adapters
-
     if model == entry.label:
         return True
     try:
@@ -158,9 +155,6 @@ def _of_model(entry: Entry, model: str) -> bool:
 async def _apis(ledger: Ledger, entries: list[Entry], say: Callable[[str], None]) -> dict[str, BatchAPI | None]:
     """Entry id -> the started batch API its batch was submitted through (one per model, server and key
     variable), None when it cannot be started (its key not set, say)."""
-    from dxi import adapters
-    from dxi.adapters.batches import batch_api
-
     made: dict[tuple, BatchAPI | None] = {}
     out: dict[str, BatchAPI | None] = {}
     for e in entries:
@@ -176,15 +170,13 @@ async def _apis(ledger: Ledger, entries: list[Entry], say: Callable[[str], None]
                 say(f"{e.label}: {exc}")
                 made[key] = None
             else:
-                made[key] = batch_api(adapter)
+                made[key] = _batches.batch_api(adapter)
         out[e.id] = made[key]
     return out
 
 
 def _intent(ledger: Ledger, entry_id: str) -> dict:
     """The intent event of an entry (its model's name and key variable), read from the ledger."""
-    import orjson
-
     with open(ledger.path, "rb") as f:
         for line in f:
             if entry_id.encode() in line and b'"intent"' in line:
@@ -202,11 +194,6 @@ async def cancel_entries(ledger: Ledger, entries: list[Entry], api_for: Callable
     """Ask the provider to cancel each open, submitted entry (``api_for`` gives its started batch API, None when
     it cannot be had); records ``cancel``, or ``ended`` (lost) for a batch the provider no longer knows.
     Returns how many were cancelled."""
-    from dxi.adapters import AdapterError
-    from dxi.adapters.batches import BatchLost
-
-    from .batch import with_retries
-
     done = 0
     for entry in entries:
         if entry.closed or entry.batch_id is None or entry.ended:
@@ -217,7 +204,7 @@ async def cancel_entries(ledger: Ledger, entries: list[Entry], api_for: Callable
             continue
         try:
             status = await with_retries(lambda a=api, e=entry: a.cancel(e.batch_id), api.adapter, "cancel")
-        except BatchLost:
+        except _batches.BatchLost:
             ledger.record(entry.id, "ended", outcome="lost", state="not found", output={})
             say(f"{entry.label}: batch {entry.batch_id} is gone at the provider")
             continue

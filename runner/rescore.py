@@ -4,9 +4,9 @@ the remote tier; ``models_to_score``: the models under the names ``dxi run`` giv
 epochs) and ``rescore``, which scores that selection into summary.json and answers.parquet (with ``html``:
 report.html and its tables too) and returns a ``Rescored``; ``browse``, the browser ``dxi view`` serves over it.
 
-``select`` takes the selection as ``runner.inputs.PlanInputs`` (from a program or a test:
+``select`` takes the selection as ``runner.planning.inputs.PlanInputs`` (from a program or a test:
 ``select(PlanInputs(cache_dir=..., data_dir=..., out=..., sample=2))``), or as ``dxi score`` parses it (an
-``argparse.Namespace``, turned into ``PlanInputs`` by ``runner.inputs.inputs_of``).
+``argparse.Namespace``, turned into ``PlanInputs`` by ``runner.planning.inputs.inputs_of``).
 """
 from __future__ import annotations
 
@@ -16,25 +16,34 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dxi import adapters
+from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION
+from dxi.lazy import LazyModule
 
-from . import distributed
-from .errors import UsageError
-from .inputs import PlanInputs, inputs_of
+from .distributed import setup as distributed
+from .errors import EXIT_FAILED_REQUESTS, UsageError
+from .planning.inputs import PlanInputs, inputs_of
+from .planning.plan import from_inputs, suite_of, tolerance, with_effort
+from .planning.selection import choose
+
+# Imported on first use (``dxi.lazy``): Polars and the scoring once the cache is read, matplotlib and
+# Jinja2 only for a report, the view's data only for ``dxi view``; ``dxi score --help`` needs none
+pl = LazyModule("polars")
+scoring = LazyModule("dxi.scoring")
+_files = LazyModule("dxi.runner.outputs.files")
+_report = LazyModule("dxi.report.html")
+_view_data = LazyModule("dxi.view.data")
 
 if TYPE_CHECKING:
     from tempfile import TemporaryDirectory
 
-    import polars as pl
-
-    from dxi.cache import Cache
     from dxi.cache.remote import Remote
     from dxi.evals import Suite
     from dxi.scoring.provisional import Tolerance
     from dxi.scoring.records import Summary
     from dxi.view.data import Browser
 
-    from .plan import Plan
+    from .planning.plan import Plan
 
 
 @dataclass
@@ -80,9 +89,7 @@ def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) 
     flags): the models of ``inputs.run_file`` or ``inputs.models``, else every model in the cache; the remote
     cache tier (``cache_remote``) has its shards pulled into the cache folder, which it creates, or into
     ``mirror`` (``dxi view`` never writes to the cache folder). UsageError for a run file beside models, a bad
-    setting (``runner.plan``), or no cache."""
-    from .plan import from_inputs, suite_of
-
+    setting (``runner.planning.plan``), or no cache."""
     if isinstance(inputs, argparse.Namespace):
         inputs = inputs_of(inputs)
     if inputs.run_file is not None and inputs.models:
@@ -103,12 +110,6 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
     the names ``dxi run`` gives them, else every model in the cache. UsageError for a ``--model`` whose
     configuration (adapter, model, endpoint, parameters) has no rows in the cache, and for a cache with no
     model at all unless ``empty_ok`` (``dxi view``, which shows the models as a run adds them)."""
-    import polars as pl
-
-    from dxi import scoring
-
-    from .plan import with_effort
-
     plan, inputs = selection.plan, selection.inputs
     found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
     if plan is None:
@@ -146,17 +147,13 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
 
 def more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:
     """A note for each model whose cache holds more epochs than are scored."""
-    import polars as pl
-
     return [f"{label}: the cache holds {n} epochs; --epochs {n} scores them all (scored: {epochs})"
             for label, n in found.filter(pl.col("cached_epochs") > epochs).select("label", "cached_epochs").iter_rows()]
 
 
 def scored_suite(selection: Selection, to_score: ToScore) -> Suite:
     """The suite scored over the models ``to_score``: the selection's, or with no selection given the tasks the
-    runs recorded in the cache selected (``runner.selection``; its notes are added to ``to_score.notes``)."""
-    from .selection import choose
-
+    runs recorded in the cache selected (``runner.planning.selection``; its notes are added to ``to_score.notes``)."""
     chosen = choose(selection.inputs, selection.plan, selection.suite, to_score.frame, selection.cache_dir)
     to_score.notes += chosen.notes
     return chosen.suite
@@ -166,12 +163,6 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
     """Score ``selection`` from the cache alone into ``selection.out`` (summary.json, answers.parquet; with
     ``html``: report.html and tables/, models ranked by Decision Index unless a plan gives their order). The
     tolerance of failed answers is the plan's ``allow_failed``, else the inputs' (``--allow-failed``)."""
-    from dxi.cache import Cache
-
-    from .errors import EXIT_FAILED_REQUESTS
-    from .outputs import score, score_all
-    from .plan import tolerance
-
     plan, out = selection.plan, selection.out
     allowed: Tolerance | None = plan.tolerance() if plan else tolerance(selection.inputs.allow_failed)
     path = None
@@ -180,13 +171,12 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
         suite = scored_suite(selection, to_score)
         batch_prices = plan.batch_prices() if plan is not None else None
         if not html:
-            summary = score(cache, suite, to_score.frame, out, None, to_score.epochs, to_score.prices,
+            summary = _files.score(cache, suite, to_score.frame, out, None, to_score.epochs, to_score.prices,
                             batch_prices=batch_prices, tolerance=allowed)
         else:
-            from dxi.report.html import write  # matplotlib and Jinja2 load only for reports
-            summary, scored = score_all(cache, suite, to_score.frame, out, None, to_score.epochs, breakdowns=True,
+            summary, scored = _files.score_all(cache, suite, to_score.frame, out, None, to_score.epochs, breakdowns=True,
                                         prices=to_score.prices, batch_prices=batch_prices, tolerance=allowed)
-            path = write(summary, scored, out, ranked=plan is None)  # no order given: by Decision Index
+            path = _report.write(summary, scored, out, ranked=plan is None)  # no order given: by Decision Index
     return Rescored(summary, out, path, to_score.notes, 0 if summary.accepted else EXIT_FAILED_REQUESTS)
 
 
@@ -194,12 +184,6 @@ def browse(selection: Selection, home: TemporaryDirectory) -> tuple[Browser, lis
     """``dxi view``'s browser over ``selection`` (``view.data.Browser``, its snapshots in ``home``, the view's
     private folder: nothing is written to the cache folder) and the notes for the user. With no plan it follows
     the cache: each rescoring takes every model in it again and the tasks their runs selected."""
-    from dxi.cache import Cache
-    from dxi.view.data import Browser
-
-    from .outputs import summarize
-    from .selection import choose
-
     plan, cache_dir, given = selection.plan, selection.cache_dir, selection.suite
     with Cache(cache_dir, read_only=True, remote=selection.remote) as cache:
         to_score = models_to_score(cache, selection, empty_ok=True)
@@ -215,6 +199,6 @@ def browse(selection: Selection, home: TemporaryDirectory) -> tuple[Browser, lis
         kept.suite.runs = now.suite.runs
         return now_scored.frame, now_scored.prices, now_scored.epochs, kept.suite
 
-    browser = Browser.build(cache_dir, kept.suite, to_score.frame, summarize, to_score.epochs, to_score.prices,
+    browser = _view_data.Browser.build(cache_dir, kept.suite, to_score.frame, _files.summarize, to_score.epochs, to_score.prices,
                             home=home, remote=selection.remote, select=again if plan is None else None)
     return browser, notes

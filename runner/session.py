@@ -1,6 +1,6 @@
 """One run of a plan, end to end, as a library call: ``run(plan, ...)`` starts the adapters, sends what is not
 cached (``runner.dispatch``, under ``runner.signals.Graceful``), counts the tasks and prepares the scoring while
-the requests are on the wire, scores (``runner.outputs``), uploads (``runner.distributed``) and decides the exit
+the requests are on the wire, scores (``runner.outputs.files``), uploads (``runner.distributed.setup``) and decides the exit
 code; it returns a ``RunResult``. ``dxi run`` (``runner.commands.run``) is this call plus its messages.
 
 The pieces are public for the other callers: ``start_adapters`` (``dxi estimate`` learns a server's model name,
@@ -17,35 +17,52 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from dxi import adapters
+from dxi.cache import Cache
+from dxi.cache.store import prepare_compaction
 from dxi.evals import EVALS
+from dxi.lazy import LazyModule
 
-from . import distributed
+from .batch.options import BatchStats
+from .distributed import setup as distributed
 from .errors import EXIT_COST_BOUND, EXIT_FAILED_REQUESTS, EXIT_PROVIDER_STOPPED, UsageError
-from .signals import GRACE_S
+from .outputs.provenance import provenance
+from .planning.selection import annotate, remember
+from .sending.limits import ProviderLimiter
+from .sending.scheduler import Stats
+from .sending.stops import RunStop, stopped_providers
+from .signals import GRACE_S, Graceful, describe
+
+# Imported on first use (``dxi.lazy``): each loads Polars, the scoring, Rich or aiohttp, which ``dxi run``
+# needs only once its first requests are out (tests/test_startup.py); ``prepare_scoring`` imports the
+# outputs' modules during the run
+uvloop = LazyModule("uvloop")
+_scoring = LazyModule("dxi.scoring")
+_files = LazyModule("dxi.runner.outputs.files")
+_terminal = LazyModule("dxi.runner.outputs.terminal")
+_estimate = LazyModule("dxi.runner.planning.estimate")
+_progress = LazyModule("dxi.runner.sending.progress")
+_dispatch = LazyModule("dxi.runner.dispatch")
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from dxi.cache import Cache
     from dxi.scoring.records import Summary
 
-    from .batch import BatchOptions
-    from .cost import Budget
-    from .estimate import Estimate
-    from .plan import Plan
-    from .run import ModelRun, Stats
-    from .stops import RunStop
+    from .batch.options import BatchOptions
+    from .planning.estimate import Estimate
+    from .planning.plan import ModelRun, Plan
+    from .sending.cost import Budget
 
 SURVEY_WAIT_S = 0.5  # the longest the survey waits for the run's first outcome before starting anyway
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """What ``run`` did: ``stats`` (model label -> its ``runner.run.Stats``, or ``runner.batch.BatchStats``),
+    """What ``run`` did: ``stats`` (model label -> its ``runner.sending.scheduler.Stats``, or ``runner.batch.driver.BatchStats``),
     ``summary`` (summary.json's document, as written to ``plan.out``), ``stopped`` (summary.json's
-    ``stopped_providers`` blocks, ``runner.stops``), ``cost_bound`` (its ``cost_bound`` block; None without
+    ``stopped_providers`` blocks, ``runner.sending.stops``), ``cost_bound`` (its ``cost_bound`` block; None without
     ``--max-cost``), ``spent_usd`` (what this run's requests cost, USD), ``refused`` / ``unanswered`` (a batch
-    API refused a model's batches / batches left requests unanswered: ``runner.batch``), ``upload_failed``
+    API refused a model's batches / batches left requests unanswered: ``runner.batch.driver``), ``upload_failed``
     (``runner.errors.EXIT_UPLOAD`` when shards could not be uploaded to the remote cache, else None) and
     ``exit_code`` (``dxi run``'s, from ``exit_code``)."""
 
@@ -76,19 +93,13 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
     requests in flight get to finish after the first Ctrl-C or SIGTERM; ``fsync``, ``retry_invalid``,
     ``retry_failed``: as ``cache.Cache`` takes them; ``dist``: the shard, remote tier and coordinator
     (``distributed.setup``; None: the plan's own remote tier and coordinator, ``plan.cache_remote`` and
-    ``plan.coordinator``, and no shard); ``batch_options``: batch mode's (``runner.batch``);
+    ``plan.coordinator``, and no shard); ``batch_options``: batch mode's (``runner.batch.driver``);
     ``fallback_sync``: what batches leave at the deadline is sent one call at a time; ``on_summary``: called
     with summary.json's document once it is written, before the uploads finish.
 
     Raises ``UsageError`` (an adapter that cannot start, two models with one name), ``signals.Interrupted`` or
     ``KeyboardInterrupt`` (stopped by a signal: everything that arrived is cached) and
     ``cache.CacheWriteError`` (the cache could not be written)."""
-    import uvloop
-
-    from dxi.cache import Cache
-
-    from .stops import stopped_providers
-
     dist = dist if dist is not None else distributed.setup(None, plan, sending=True)
     budget = dist.budget(plan.max_cost)
     limiters: dict = {}
@@ -110,12 +121,9 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
         # the last log parsed once, before scoring (which reads its rows from memory instead of parsing the
         # log twice) and written as a shard on the compactor thread while the scoring runs
         cache.close(wait=False)
-        from .outputs import score  # imported during the run already (``prepare_scoring``)
-        from .selection import annotate
-
         models = plan.models_frame()
         annotate(plan.suite, models=models, cache_dir=plan.cache_dir)  # models whose other runs selected other tasks
-        summary = score(cache, plan.suite, models, plan.out, requests, plan.epochs, plan.prices(), extra,
+        summary = _files.score(cache, plan.suite, models, plan.out, requests, plan.epochs, plan.prices(), extra,
                         batch_prices=plan.batch_prices(), tolerance=plan.tolerance())
     if on_summary is not None:
         on_summary(summary)
@@ -150,8 +158,6 @@ def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:
     """summary.json's per-model ``requests`` blocks (label -> counts) from a run's Stats: sent, cache hits,
     outcomes, attempts, retry waits (seconds, 3 decimals), 429s, repairs, tokens, cost (USD, 6 decimals; None
     without a price), not sent and refused; with batches, their ``batches`` block too."""
-    from .batch import BatchStats
-
     blocks = {}
     for label, s in stats.items():
         block = {"sent": s.sent, "cache_hits": s.cache_hits, "failed": s.failed, "invalid": s.invalid,
@@ -170,19 +176,15 @@ def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:
 def batch_outcome(stats: dict[str, Stats]) -> tuple[bool, bool]:
     """(a batch API refused some model's batches, batches left some model's requests unanswered: the deadline
     without ``--deadline-fallback sync``, or the cost bound)."""
-    from .batch import BatchStats
-
     batched = [s for s in stats.values() if isinstance(s, BatchStats)]
     return any(s.stopped for s in batched), any(not s.stopped and s.not_sent for s in batched)
 
 
 def bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
     """summary.json's ``cost_bound``: the bound, what this run spent, whether it stopped, what remains."""
-    from .estimate import totals
-
     block = {"max_cost_usd": budget.max_usd, "spent_usd": round(budget.spent, 6), "stopped": budget.stopped}
     if remaining is not None:
-        total = totals(remaining)
+        total = _estimate.totals(remaining)
         block |= {"remaining_requests": total["new"], "remaining_cost_usd": total["cost_usd"],
                   "remaining_bound_usd": total["bound_usd"]}
     return block
@@ -192,7 +194,7 @@ async def start_adapters(models: list[ModelRun]
                          ) -> tuple[list[ModelRun], list[tuple[ModelRun, adapters.ProviderStop]]]:
     """Start every adapter (closing those started if one fails); UsageError for one that cannot start. A model
     whose server cannot be reached (a ProviderStop) is not started: it is returned beside the started ones
-    with its stop, for its provider to be stopped alone (``runner.stops``)."""
+    with its stop, for its provider to be stopped alone (``runner.sending.stops``)."""
     started, unreachable = [], []
     try:
         for m in models:
@@ -213,15 +215,11 @@ def all_cached(model: ModelRun, plan: Plan, cache: Cache, shard=None) -> int | N
     """The number of requests of ``model`` (with a ``shard``: of those it owns) when every one is in the
     cache (it needs no server, no key), else None; None too for a model that must be started to know its
     name (a System One server that names its model)."""
-    a = model.adapter
-    if not a.model:
+    if not model.adapter.model:
         return None
     n = 0
-    stream = ((task, sample) for task in plan.suite.tasks() for sample in range(model.epochs))
-    while batch := list(islice(stream, 256)):
-        keys = [a.encode(task, sample).key for task, sample in batch]
-        if shard is not None:
-            keys = [k for k in keys if shard.owns(k)]
+    keys_ = (request.key for _, _, request in model.requests(plan.suite, shard))
+    while keys := list(islice(keys_, 256)):
         if not all(cache.has_many(keys)):
             return None
         n += len(keys)
@@ -232,14 +230,12 @@ def counted(plan: Plan, models: list[ModelRun], idle: set[str], budget: Budget, 
             ) -> tuple[str, dict[str, int]]:
     """The start line (what is running) and each model's number of requests (with a ``shard``: the
     requests it owns), from the suite's survey."""
-    from .progress import start_line
-
     suite = plan.suite
     tasks = {EVALS[name].title: n for name, n in suite.survey().tasks.items()}
     n_tasks = sum(tasks.values())
     totals_ = ({m.label: n_tasks * m.epochs for m in models} if shard is None else
-               {m.label: shard.owned(m.adapter, suite, m.epochs) for m in models})
-    return start_line(totals_, tasks, {m.label: m.epochs for m in models}, idle, plan.cache_dir, plan.out, budget), totals_
+               {m.label: sum(1 for _ in m.requests(suite, shard)) for m in models})
+    return _progress.start_line(totals_, tasks, {m.label: m.epochs for m in models}, idle, plan.cache_dir, plan.out, budget), totals_
 
 
 async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], budget: Budget, console,
@@ -265,17 +261,12 @@ def prepare_scoring(suite) -> None:
     bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
     scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept as float32 by ``Bootstrap.prepare``); what
     closing the cache needs to compact its last log (``cache.store.prepare_compaction``); and the summary's
-    provenance (``runner.provenance``: git is asked here, never before the first request)."""
-    from dxi import scoring
-    from dxi.cache.store import prepare_compaction
-
-    from . import outputs  # noqa: F401
-    from .provenance import provenance
-
+    provenance (``runner.outputs.provenance``: git is asked here, never before the first request)."""
+    _files.score, _terminal.print_summary  # noqa: B018 (the outputs' modules imported now, not after the run)
     prepare_compaction()
     provenance()  # git, the version and the platform, asked now rather than after the last reply
     suite.gold_frames()
-    boot = scoring.Bootstrap()  # as outputs.score_all scores
+    boot = _scoring.Bootstrap()  # as outputs.score_all scores
     for name, n_tasks in suite.survey().tasks.items():
         boot.prepare(name, n_tasks)
 
@@ -284,11 +275,8 @@ async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: B
                     dist: distributed.Distributed, limiters: dict, batch_options, fallback_sync: bool
                     ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan (``_send``) under ``runner.signals.Graceful``: the first Ctrl-C or SIGTERM drains it
-    (``runner.stops.RunStop``), a second one or the end of ``grace`` cuts it short; either way it raises
+    (``runner.sending.stops.RunStop``), a second one or the end of ``grace`` cuts it short; either way it raises
     ``signals.Interrupted`` once stopped."""
-    from .signals import Graceful
-    from .stops import RunStop
-
     stop = RunStop()
     with Graceful(stop.request, grace, stop.abandon) as graceful:
         try:
@@ -306,30 +294,23 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
                 dist: distributed.Distributed, limiters: dict, stop: RunStop, batch_options, fallback_sync: bool
                 ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
-    ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.stops``).
+    ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.sending.stops``).
     A model whose requests are all cached is not started: a server that is down, or a key not set, does
     not stop a run that needs neither. Each model is sent under its claim on the cache, synchronously or
-    through its batch API (``runner.dispatch``; ``batch_options``: ``runner.batch.BatchOptions``). Once
+    through its batch API (``runner.dispatch``; ``batch_options``: ``runner.batch.driver.BatchOptions``). Once
     ``stop`` is requested nothing more is sent and it returns as soon as the requests in flight are stored
     (open batches keep running at the provider: the next run collects them)."""
-    from .dispatch import send, settle_cached
-    from .limits import ProviderLimiter
-    from .progress import RunProgress
-    from .run import Stats
-    from .selection import remember
-    from .signals import describe
-
     cached = {m.label: n for m in plan.models if (n := all_cached(m, plan, cache, dist.shard)) is not None}
     idle = set(cached)
-    settle_cached([m for m in plan.models if m.label in idle], cache)  # a batch whose rows are all in: closed
+    _dispatch.settle_cached([m for m in plan.models if m.label in idle], cache)  # a batch whose rows are all in: closed
     started, unreachable = await start_adapters([m for m in plan.models if m.label not in idle])
     models = plan.models
     roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
     try:
         plan.check_labels()
-        remember(plan)  # what this run selects, for `dxi score` without a selection (runner.selection)
+        remember(plan)  # what this run selects, for `dxi score` without a selection (runner.planning.selection)
         limiters.update(dist.limiters(models))
-        for m, problem in unreachable:  # its provider stops alone (runner.stops): the others run
+        for m, problem in unreachable:  # its provider stops alone (runner.sending.stops): the others run
             limiters.setdefault(m.limits_key, ProviderLimiter(m.adapter.limits)).halt(problem)
         shard = dist.shard
         if len(idle) == len(models):  # nothing to send: the counts are known, the run loop is not needed
@@ -341,7 +322,7 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
                               highlight=False, markup=False)
             return stats, None
         free = frozenset(m.label for m in models if m.price == (0.0, 0.0))
-        progress = None if console is None else RunProgress(console, {}, budget=budget, free=free)
+        progress = None if console is None else _progress.RunProgress(console, {}, budget=budget, free=free)
         if progress is not None:
             stop.on_change = lambda: progress.stopping(describe(stop.signum), stop.in_flight, grace)
         # The tasks are counted (for the start line and the progress totals) and their gold rows kept (for
@@ -358,7 +339,7 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
                 console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, markup=False)
 
         def sending():
-            return send(models, plan.suite, cache, on_progress=on_progress, budget=budget, limiters=limiters, shard=shard,
+            return _dispatch.send(models, plan.suite, cache, on_progress=on_progress, budget=budget, limiters=limiters, shard=shard,
                         batch=plan.batch, batch_overrides=plan.batch_overrides, limits_of=plan.batch_limits,
                         options=batch_options, fallback_sync=fallback_sync, say=say, stop=stop)
 
@@ -386,9 +367,7 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
             raise
         remaining = None
         if budget.stopped:
-            from .estimate import estimate
-
-            remaining = estimate(models, plan.suite, cache, shard)
+            remaining = _estimate.estimate(models, plan.suite, cache, shard)
         return stats, remaining
     finally:
         roller.cancel()

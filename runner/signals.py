@@ -11,7 +11,7 @@
   an interrupted import leaves nothing to save. Until ``take_signals`` has run, ``dxi.__main__``'s own
   handler does the same.
 * **During a run** (``Graceful``, around ``runner.session``'s event loop): the first signal *drains*: nothing new
-  is sent, the requests on the wire finish and are stored (``runner.stops.RunStop``), the progress says so
+  is sent, the requests on the wire finish and are stored (``runner.sending.stops.RunStop``), the progress says so
   and counts them down, then the run stops with its resume message. A second signal aborts at once (the
   replies still on the wire are abandoned; the next run sends them), and so does the end of the grace
   period, ``--grace`` seconds (default ``GRACE_S`` = 25): inside the 30 s that Kubernetes
@@ -19,14 +19,18 @@
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
 
+from dxi.lazy import LazyModule
+
 from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+
+# asyncio is used inside a run only: `dxi --help` and the signals taken at start-up need none of it
+asyncio = LazyModule("asyncio")
 
 GRACE_S = 25.0
 _received: list[int] = []  # the signals that stopped dxi, in order (see ``received``)

@@ -5,7 +5,7 @@ within each evaluation the tasks are resampled with replacement ``resamples`` ti
 is a row of counts ``W[b, t]`` (how often task ``t`` was drawn; each row sums to the number of tasks;
 kept as small integers, ``Bootstrap.counts``).
 Every metric is a function of sums over tasks, so the resampled sums of all models at once are one
-matrix product ``W @ X`` (``scoring.cube``), and the interval is the (α/2, 1 − α/2) percentile of the
+matrix product ``W @ X`` (``scoring.sums.Cube.resampled``), and the interval is the (α/2, 1 − α/2) percentile of the
 resampled metric (linear interpolation between order statistics, as ``numpy.nanquantile``).
 
 * The resamples depend only on the seed, the evaluation's name and its number of tasks (tasks in

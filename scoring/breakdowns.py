@@ -1,7 +1,7 @@
 """Tables that explain a score: When2Call's confusion matrix, answer statuses and error messages.
 
 (Per-group metrics — HLE category, Omniscience domain, When2Call reply type, WildGuardTest subcategory
-and adversarial flag — come from ``scoring.cube.breakdown_table``, with intervals.)
+and adversarial flag — come from ``scoring.sums.breakdown_table``, with intervals.)
 """
 from __future__ import annotations
 

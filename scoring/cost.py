@@ -1,7 +1,7 @@
 """Token usage and its cost in USD, per model, evaluation and run (summary.json ``usage`` blocks).
 
 Prices are USD per million tokens: a model's ``price`` is the tuple ``(input, output[, cached_input[,
-cache_write[, cache_write_1h]]])`` (``runner.plan`` builds it from a run file's ``price = {input, output,
+cache_write[, cache_write_1h]]])`` (``runner.planning.plan`` builds it from a run file's ``price = {input, output,
 ...}`` and the provider's own rules, ``Adapter.CACHE_PRICES``); a part that is absent or None is priced
 as input. The input tokens of a reply (``input_tokens``, every input token billed) include those read from
 the provider's prompt cache (``cached_input_tokens``, priced at ``cached_input``) and those written to it

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 class Tolerance:
     """How many failed or missing answers a model's evaluation may have and still be accepted: ``answers``
     (a count, ≥ 0) or ``fraction`` (of the evaluation's answers, in [0, 1]); exactly one is set. Built
-    from the user's value by ``runner.config.allow_failed`` (which validates it): ``Tolerance(**d)``."""
+    from the user's value by ``runner.planning.config.allow_failed`` (which validates it): ``Tolerance(**d)``."""
 
     answers: int | None = None
     fraction: float | None = None

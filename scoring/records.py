@@ -1,5 +1,5 @@
 """The typed records one stage hands the next: the summary (``scoring.summary.build`` makes it;
-``runner.outputs`` writes it as summary.json, ``report.html``, ``runner.export`` and ``view`` read it).
+``runner.outputs.files`` writes it as summary.json, ``report.html``, ``runner.export`` and ``view`` read it).
 
 ``Summary`` holds one ``ModelEntry`` per model and, with comparisons, ``Comparison`` rows and a ``Ranking``.
 Each record's fields are declared in the order summary.json has always written its keys, so
@@ -15,21 +15,18 @@ answers comes before the intervals, one for an undefined F1 after them), which a
 cannot keep. The other nested blocks (``data``, ``usage``, ``requests``, ``provenance``...) are documented
 where they are made and stay mappings.
 
-``ScoredRun`` is a scored run as scoring hands it on: the summary beside the tables (``scoring.Scored``).
+(``scoring.scored.ScoredRun``, a scored run as scoring hands it on, is the summary beside the tables.)
 ``decode(raw)`` reads a summary back (summary.json, or the view's ``meta.json``) into the records.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
+from typing import Any, TypedDict
 
 import msgspec
 import orjson
 from msgspec import UNSET, UnsetType
 
-if TYPE_CHECKING:
-    from .scored import Scored
-
-__all__ = ["UNSET", "Comparison", "EvalBlock", "Interval", "ModelEntry", "Ranking", "ScoredRun", "Summary", "decode", "to_json",
+__all__ = ["UNSET", "Comparison", "EvalBlock", "Interval", "ModelEntry", "Ranking", "Summary", "decode", "to_json",
            "unset"]
 
 Interval = list[float | None]  # [low, high], 0-100
@@ -98,7 +95,7 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     ([{"error", "count"}], ``scoring.summary.invalid_reasons``); ``requests`` (the request counts);
     ``usage`` (tokens and USD, ``scoring.cost``); ``served_models``, ``served_differs`` and ``cut_off``
     (``scoring.replies.add_replies``); ``effort`` and ``p_yes_range``
-    (``runner.outputs.model_settings``); ``measures`` (latency, cost of 1,000 decisions,
+    (``runner.outputs.files.model_settings``); ``measures`` (latency, cost of 1,000 decisions,
     risk–coverage: ``scoring.measures``)."""
 
     model: str
@@ -165,10 +162,10 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     Always present: ``prompt_version``, ``epochs`` (the run's default), ``complete``, ``allow_failed``
     (``{"answers": N}``, ``{"fraction": x}`` or None), ``accepted``, ``data`` (evaluation -> its data block)
-    and ``models``. Sometimes: ``provenance`` (``runner.provenance``; added when the outputs are written),
+    and ``models``. Sometimes: ``provenance`` (``runner.outputs.provenance``; added when the outputs are written),
     ``intervals`` and ``calibration`` (with the scored tables), ``usage`` (the run's tokens and USD),
     ``comparison_method``, ``comparisons`` and ``ranking`` (with paired comparisons), ``cost_bound``
-    (``dxi run --max-cost``), ``stopped_providers`` (``runner.stops``) and ``measures`` (how the
+    (``dxi run --max-cost``), ``stopped_providers`` (``runner.sending.stops``) and ``measures`` (how the
     models' measures are computed: ``scoring.measures.describe``)."""
 
     prompt_version: str
@@ -200,15 +197,6 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     def labels(self) -> list[str]:
         """The models' labels, in the summary's order."""
         return [m.model for m in self.models]
-
-
-class ScoredRun(NamedTuple):
-    """A scored run as scoring hands it on (``runner.outputs.summarize``, ``score_all``; ``dxi view``'s
-    ``Summarize``): the ``summary`` (summary.json) and the ``scored`` tables (``scoring.Scored``). A tuple:
-    ``summary, scored = ...`` reads it."""
-
-    summary: Summary
-    scored: Scored
 
 
 def unset(value: Any, default: Any = None) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -20,6 +21,7 @@ from .bootstrap import Bootstrap
 from .bounds import figure_bounds, settle, settle_ranks
 from .compare import COMPARISON_SCHEMA, compare, discordant
 from .decision_index import index_table, index_values
+from .records import Summary
 from .summary import invalid_counts
 from .sums import Cube, breakdown_table, build_cubes, calibration_table, eval_metrics_all, metric_table, reliability_table
 
@@ -204,3 +206,12 @@ def _joined(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
         return parts[0]
     filled = [p for p in parts if not p.is_empty()] or parts[:1]  # an empty part's schema may be a stub
     return filled[0] if len(filled) == 1 else pl.concat(filled, how="diagonal_relaxed").sort(keys)
+
+
+class ScoredRun(NamedTuple):
+    """A scored run as scoring hands it on (``runner.outputs.files.summarize``, ``score_all``; ``dxi view``'s
+    ``Summarize``): the ``summary`` (summary.json) and the ``scored`` tables (``Scored``). A tuple:
+    ``summary, scored = ...`` reads it."""
+
+    summary: Summary
+    scored: Scored

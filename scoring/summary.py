@@ -99,7 +99,7 @@ def selection_flags(data: dict) -> str:
 
 def _missing_reason(missing: int, data: dict, label: str | None) -> str:
     """Why ``missing`` answers are not in the cache, and what to do: when the model's recorded runs
-    (``data["runs"]``, ``runner.selection``) selected other tasks than those scored, the flags that score
+    (``data["runs"]``, ``runner.planning.selection``) selected other tasks than those scored, the flags that score
     what they ran."""
     scored = selection_flags(data)
     ran = (data.get("runs") or {}).get(label) if label is not None else None

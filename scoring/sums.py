@@ -19,6 +19,9 @@ place: task ``t`` (sorted id order), model label ``l``, epoch ``s`` and metric u
   from the same sums (``eval_bounds``, ``scoring.bounds``).
 * Breakdowns (HLE category, Omniscience domain, When2Call reply type, WildGuardTest subcategory and
   adversarial flag) are sets of tasks: the same sums over a group's tasks only.
+
+Why one module over 600 lines: every metric's sums, its epoch spread and its bootstrap interval are
+computed from the same ``Cube``; kept together so a metric's point value and interval cannot diverge.
 """
 from __future__ import annotations
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dxi.runner import export, plan, rescore, session
-from dxi.runner.inputs import PlanInputs
+from dxi.runner import export, rescore, session
+from dxi.runner.planning import plan
+from dxi.runner.planning.inputs import PlanInputs
 
 from .fake_provider import serve
 

@@ -6,7 +6,7 @@ paired comparisons (McNemar's for the two one-epoch models) and ranks, prices (u
 an effort, a model with batch counts, a cost bound and a stopped provider, with a fixed provenance.
 
 It uses only what summary.json was built from before the summary became a record
-(``runner.outputs.summarize``), so the same function run on the older code gave
+(``runner.outputs.files.summarize``), so the same function run on the older code gave
 ``tests/fixtures/summary_realistic.json``: from a checkout, with the older tree first on PYTHONPATH
 (``benchmarks.same_outputs._baseline(rev, folder)``), ``python -m tests.realistic_summary OUT.json``."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION
-from dxi.runner import outputs
+from dxi.runner.outputs import files as outputs
 from dxi.scoring.provisional import Tolerance
 from tests.synthetic import SyntheticSuite, suite, write_cache
 
@@ -34,13 +34,13 @@ def _requests(label: str, i: int) -> dict:
     counts = {"sent": 40 + i, "cache_hits": 3, "failed": 2, "invalid": 1, "attempts": 44 + i, "retry_wait_s": 1.25,
               "rate_limited": 1, "repaired": 0, "input_tokens": 1000 * (i + 1), "output_tokens": 50, "cost_usd": 0.001234,
               "not_sent": 0, "refused": 0}
-    if i == 1:  # a model sent in provider batches (``runner.batch_commands.requests_block``)
+    if i == 1:  # a model sent in provider batches (``runner.session.requests_block``)
         counts["batches"] = {"submitted": 2, "collected": 1, "running": 1, "given_back": 3}
     return counts
 
 
 def realistic(root: Path):
-    """The summary ``runner.outputs.summarize`` returns for the scenario of the module docstring, its cache
+    """The summary ``runner.outputs.files.summarize`` returns for the scenario of the module docstring, its cache
     written under ``root``."""
     write_cache(root, suite(SIZES), 4, invalid_rate=0.1, failed_rate=0.08)
     with Cache(root, read_only=True) as cache:

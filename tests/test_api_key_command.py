@@ -17,7 +17,7 @@ from dxi.adapters import Fatal, ModelSpec
 from dxi.adapters.credentials import KeyCommand, parse_output
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_PROVIDER_STOPPED, EXIT_USAGE, UsageError
-from dxi.runner.plan import from_args
+from dxi.runner.planning.plan import from_args
 
 from .fake_llm_server import FakeLLM
 

@@ -13,9 +13,11 @@ import pytest
 
 from dxi.cache import Cache
 from dxi.cache.ledger import Ledger
-from dxi.runner import plan, session
-from dxi.runner.batch import BatchOptions, parse_deadline
+from dxi.runner import session
+from dxi.runner.batch.options import BatchOptions
 from dxi.runner.cli import main
+from dxi.runner.planning import plan
+from dxi.runner.planning.deadline import parse_deadline
 
 from .conftest import without_requests
 from .fake_provider import serve
@@ -393,7 +395,7 @@ def test_dxi_batches_lists_collects_and_cancels(data_dir: Path, tmp_path: Path, 
 
 def test_the_deadline_is_the_next_such_time_or_an_iso_time_and_bad_values_are_refused(data_dir: Path, tmp_path: Path,
                                                                                        capsys: pytest.CaptureFixture):
-    from dxi.runner.batch import parse_deadline
+    from dxi.runner.planning.deadline import parse_deadline
 
     def local(*when: int) -> float:
         return time.mktime((*when, 0, 0, 0, -1))

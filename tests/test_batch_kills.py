@@ -4,7 +4,7 @@ the cache) and zero requests submitted twice (each key in one batch only), with 
 synchronous run. Also two ``dxi run --batch`` started together on one cache, and kill -9 at ten random
 moments of a run of many batches.
 
-Steps: ``DXI_FAILPOINT`` (``runner.batch.failpoint``) kills the process right after a named step; the fake's
+Steps: ``DXI_FAILPOINT`` (``runner.batch.driver.failpoint``) kills the process right after a named step; the fake's
 ``hold`` stalls the first arrival at a step (the upload, a status read, the download of the results half
 read) while the test kills the process there. ``created`` is the window between the provider's reply to the
 create and the ledger's record of it: OpenAI and Gemini find the batch again by its tag; Anthropic, which

@@ -32,7 +32,7 @@ def dxi_run(kind: str, url: str, data: Path, tmp: Path, *extra: str) -> list[str
 
 def killed_at(failpoint: str, kind: str, url: str, data: Path, tmp: Path) -> None:
     """``dxi run --batch`` killed (SIGKILL) right after the step ``failpoint``
-    (``runner.batch.failpoint``)."""
+    (``runner.batch.driver.failpoint``)."""
     env = dict(os.environ, DXI_FAILPOINT=failpoint)
     assert subprocess.run(command(kind, url, data, tmp), env=env, timeout=300).returncode == -9
 
@@ -298,8 +298,9 @@ def test_the_batch_progress_line_shows_batches_open_and_answers_collected_not_a_
 
     from rich.console import Console
 
-    from dxi.runner import plan, session
-    from dxi.runner.batch import BatchOptions
+    from dxi.runner import session
+    from dxi.runner.batch.options import BatchOptions
+    from dxi.runner.planning import plan
 
     log = io.StringIO()
     with serve(model=None, record=False, batch={"polls": 3}) as server:

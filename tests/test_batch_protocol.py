@@ -194,7 +194,7 @@ def test_each_providers_batch_states_map_to_one_outcome():
 def test_a_results_file_is_read_a_piece_at_a_time_as_it_arrives(monkeypatch: pytest.MonkeyPatch):
     """``BatchAPI.lines`` over a real server on loopback that sends the file in pieces, each only once the
     reader has handed on the lines of the one before: every piece's complete lines come as one list before the
-    next piece is sent (what ``runner.batch`` appends in one write). A line cut between pieces is joined, blank
+    next piece is sent (what ``runner.batch.driver`` appends in one write). A line cut between pieces is joined, blank
     lines are left out, a line longer than ``LINE_BYTES`` comes as ``b""``, the API key is redacted, and the
     last line needs no newline."""
     import asyncio

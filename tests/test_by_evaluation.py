@@ -14,7 +14,7 @@ from dxi import scoring
 from dxi.cache import Cache
 from dxi.cache.layout import NESTED
 from dxi.evals import PROMPT_VERSION
-from dxi.runner.outputs import summarize
+from dxi.runner.outputs.files import summarize
 from dxi.scoring import records
 from tests.synthetic import SyntheticSuite, model_name, suite, write_cache
 

@@ -12,10 +12,11 @@ import pytest
 
 from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
-from dxi.runner import plan, rescore, session
+from dxi.runner import rescore, session
 from dxi.runner.cli import main
-from dxi.runner.config import allow_failed
-from dxi.runner.inputs import PlanInputs
+from dxi.runner.planning import plan
+from dxi.runner.planning.config import allow_failed
+from dxi.runner.planning.inputs import PlanInputs
 from dxi.scoring import records
 from dxi.scoring.provisional import span
 
@@ -73,7 +74,7 @@ def score_args(data: Path, tmp: Path, out: str = "scored") -> list[str]:
 
 
 RUN_OPTIONS = {"console", "grace", "fsync", "retry_invalid", "retry_failed", "dist", "batch_options", "fallback_sync",
-               "on_summary"}  # session.run's keywords; the others are the plan's (runner.inputs.PlanInputs)
+               "on_summary"}  # session.run's keywords; the others are the plan's (runner.planning.inputs.PlanInputs)
 
 
 def run_plan(data: Path, tmp: Path, out: str = "out", **fields) -> session.RunResult:
@@ -86,7 +87,7 @@ def run_plan(data: Path, tmp: Path, out: str = "out", **fields) -> session.RunRe
 
 def rescore_cache(data: Path, tmp: Path, out: str = "scored", **fields) -> rescore.Rescored:
     """``dxi score``'s work as a library call: ``rescore.rescore`` of the selection ``fields`` make
-    (``runner.inputs.PlanInputs``), the cache in ``tmp/cache``, the outputs in ``tmp/out``."""
+    (``runner.planning.inputs.PlanInputs``), the cache in ``tmp/cache``, the outputs in ``tmp/out``."""
     return rescore.rescore(rescore.select(PlanInputs(data_dir=data, cache_dir=tmp / "cache", out=tmp / out, **fields)))
 
 

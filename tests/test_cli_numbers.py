@@ -1,4 +1,4 @@
-"""Every numeric flag of every command is checked when the command line is parsed (``runner.numbers``): zero
+"""Every numeric flag of every command is checked when the command line is parsed (``runner.planning.numbers``): zero
 where it means nothing, a negative, NaN, an infinity or a value too large to use is refused with the flag
 named and exit code 2, before anything is read, planned or sent (issue 32: ``--max-in-flight 0`` and
 ``--tpm -1`` made a run hang silently, ``--timeout nan`` a traceback, ``--max-stated-wait nan`` a circuit
@@ -14,7 +14,7 @@ import pytest
 
 from dxi.runner.cli import main, parser
 from dxi.runner.errors import EXIT_USAGE
-from dxi.runner.numbers import Number
+from dxi.runner.planning.numbers import Number
 
 from .conftest import DXI
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from dxi.runner import plan, rescore, session
+from dxi.runner import rescore, session
 from dxi.runner.cli import main, parser
 from dxi.runner.errors import EXIT_PROVIDER_STOPPED, EXIT_USAGE
-from dxi.runner.inputs import PlanInputs
+from dxi.runner.planning import plan
+from dxi.runner.planning.inputs import PlanInputs
 
 from .conftest import DXI
 from .servers import need
@@ -245,8 +246,8 @@ def test_a_run_with_everything_cached_needs_no_server(data_dir: Path, tmp_path: 
 def test_progress_counts_the_rate_from_the_run_start_and_shows_no_spend_for_free_models():
     from rich.console import Console
 
-    from dxi.runner.progress import RunProgress
-    from dxi.runner.run import Stats
+    from dxi.runner.sending.progress import RunProgress
+    from dxi.runner.sending.scheduler import Stats
 
     start = 1000.0
     progress = RunProgress(Console(), {"local": 100, "paid": 100}, free=frozenset({"local"}), started=start)

@@ -1,7 +1,7 @@
 """A clock that was ahead (issue 32, item 8): a transient failure written while the clock was a day ahead (a
 restored VM snapshot, an NTP step back, machines with skewed clocks sharing a cache) no longer beats the
 later successful retry. Real ``dxi run`` / ``dxi export`` against a loopback fake provider, with the clock
-that stamps cache rows (``runner.rows``) moved a day ahead for the first run."""
+that stamps cache rows (``runner.sending.rows``) moved a day ahead for the first run."""
 from __future__ import annotations
 
 import asyncio
@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 
 from dxi.cache import Cache
-from dxi.runner import rows as rows_mod
 from dxi.runner.cli import main
+from dxi.runner.sending import rows as rows_mod
 
 from .fake_llm_server import FakeLLM
 
@@ -22,7 +22,7 @@ DAY = 86_400.0
 
 
 class _Ahead:
-    """``time`` as ``runner.rows`` uses it, a day ahead."""
+    """``time`` as ``runner.sending.rows`` uses it, a day ahead."""
 
     @staticmethod
     def time() -> float:

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from dxi.runner import numbers
-from dxi.runner.config import ConfigError, Price, load
+from dxi.runner.planning import numbers
+from dxi.runner.planning.config import ConfigError, Price, load
 
 GOOD = """\
 data_dir = "data"
@@ -82,7 +82,7 @@ BAD_NUMBERS = ["0", "-3", "nan", "inf", "-inf", "10000000000000"]  # zero, negat
 def test_every_limit_of_a_provider_table_refuses_zero_negative_nan_infinite_and_too_large(tmp_path: Path, key: str,
                                                                                            value: str):
     """Each number of ``[providers.NAME]`` (the keys the limit flags override) is checked as the flag is
-    (``runner.numbers``): before issue 32 ``rpm = nan`` or ``max_stated_wait_s = inf`` passed (``nan <= 0`` is
+    (``runner.planning.numbers``): before issue 32 ``rpm = nan`` or ``max_stated_wait_s = inf`` passed (``nan <= 0`` is
     false) and made a run that never gives up."""
     if key in ("rpm", "max_in_flight"):
         text = GOOD.replace(f"{key} = ", f"{key} = {value}\n# was: ", 1)

@@ -14,8 +14,9 @@ import orjson
 import pytest
 
 from dxi.adapters import Limits, RateLimited, Request
-from dxi.runner.coordinator import Coordinator, run_id
-from dxi.runner.cost import CostBoundReached
+from dxi.runner.distributed import shared_limits as shared
+from dxi.runner.distributed.coordinator import Coordinator, run_id
+from dxi.runner.sending.cost import CostBoundReached
 
 from .conftest import DXI
 from .fake_provider import FakeProvider
@@ -56,7 +57,7 @@ REQUEST = Request("systemone", "m", "e", b"{}", 0, "{}", "v")
 async def test_two_processes_share_one_request_rate(redis_url: str):
     a, b = two(redis_url)
     limits = Limits(rpm=1200, max_in_flight=8)  # 20 per second: one every 50 ms
-    la, lb = a.limiters([_Model(limits)])["p"], b.limiters([_Model(limits)])["p"]
+    la, lb = shared.limiters(a, [_Model(limits)])["p"], shared.limiters(b, [_Model(limits)])["p"]
     sent: list[float] = []
 
     async def go(limiter) -> None:
@@ -77,7 +78,7 @@ async def test_two_processes_share_one_request_rate(redis_url: str):
 async def test_a_429_seen_by_one_pauses_the_other_and_narrows_the_shared_rate(redis_url: str):
     a, b = two(redis_url)
     limits = Limits(rpm=6000, max_in_flight=4)
-    la, lb = a.limiters([_Model(limits)])["p"], b.limiters([_Model(limits)])["p"]
+    la, lb = shared.limiters(a, [_Model(limits)])["p"], shared.limiters(b, [_Model(limits)])["p"]
     ticket = await la.acquire(REQUEST)
     la.finish(ticket, False, RateLimited("429", status=429, retry_after=0.6))
     await b.call("join", [])
@@ -99,7 +100,7 @@ async def test_a_429_seen_by_one_pauses_the_other_and_narrows_the_shared_rate(re
 async def test_a_dead_process_slots_come_back_when_their_leases_end(redis_url: str):
     a, b = two(redis_url, lease=0.6)
     limits = Limits(max_in_flight=2)
-    la, lb = a.limiters([_Model(limits)])["p"], b.limiters([_Model(limits)])["p"]
+    la, lb = shared.limiters(a, [_Model(limits)])["p"], shared.limiters(b, [_Model(limits)])["p"]
     await la.acquire(REQUEST)
     await la.acquire(REQUEST)
     with pytest.raises(TimeoutError):  # both held: b waits
@@ -115,7 +116,7 @@ async def test_a_dead_process_slots_come_back_when_their_leases_end(redis_url: s
 async def test_a_slot_given_back_is_handed_to_the_first_waiter_of_any_process(redis_url: str):
     a, b = two(redis_url)
     limits = Limits(max_in_flight=1)
-    la, lb = a.limiters([_Model(limits)])["p"], b.limiters([_Model(limits)])["p"]
+    la, lb = shared.limiters(a, [_Model(limits)])["p"], shared.limiters(b, [_Model(limits)])["p"]
     held = await la.acquire(REQUEST)
     order: list[str] = []
 
@@ -170,7 +171,7 @@ async def test_a_cancel_at_any_step_of_a_redis_call_is_not_lost(redis_url: str):
 async def test_an_acquire_or_a_reservation_cancelled_at_any_step_leaves_nothing_in_redis(redis_url: str):
     c = Coordinator(redis_url, "t")
     assert c.connect()
-    limiter, budget = c.limiters([_Model(Limits(max_in_flight=1))])["p"], c.budget(1.0)
+    limiter, budget = shared.limiters(c, [_Model(Limits(max_in_flight=1))])["p"], shared.budget(c, 1.0)
     await c.call("join", [])
     client = c._client
     for steps in range(40):
@@ -191,7 +192,7 @@ async def test_an_acquire_or_a_reservation_cancelled_at_any_step_leaves_nothing_
 
 async def test_the_cost_bound_holds_for_both_and_stops_both(redis_url: str):
     a, b = two(redis_url)
-    ba, bb = a.budget(1.0), b.budget(1.0)
+    ba, bb = shared.budget(a, 1.0), shared.budget(b, 1.0)
     for c in (a, b):  # both shards in Redis: the whole bound is theirs
         await c.call("join", [])
     await ba.reserve(0.6)
@@ -216,14 +217,14 @@ async def test_redis_unreachable_falls_back_to_one_nth_of_each_limit(caplog):
     c = Coordinator(f"redis://127.0.0.1:{free_port()}/0", "t", shares=4)
     assert not c.connect()
     assert c.down and "falls back to 1/4" in c.warnings[0]
-    limiter = c.limiters([_Model(Limits(rpm=600, max_in_flight=16))])["p"]
+    limiter = shared.limiters(c, [_Model(Limits(rpm=600, max_in_flight=16))])["p"]
     assert (limiter.fallback.limits.rpm, limiter.fallback.limits.max_in_flight) == (150, 4)
     c._local_from = time.monotonic()  # (it waits MEMBER_TTL first, for a share it may still hold in Redis)
     ticket = await limiter.acquire(REQUEST)
     assert limiter.fallback.window.held == 1  # the local quarter's window
     limiter.finish(ticket, True)
     assert limiter.fallback.window.held == 0
-    budget = c.budget(8.0)
+    budget = shared.budget(c, 8.0)
     await budget.reserve(1.0)
     assert budget.max_usd == 2.0
     await c.close()
@@ -273,7 +274,7 @@ async def test_two_dxi_runs_stop_at_one_global_cost_bound(redis_url: str, tmp_pa
 
 
 class _Model:
-    """What Coordinator.limiters reads of a ModelRun."""
+    """What shared_limits.limiters reads of a ModelRun."""
 
     limits_key = "p"
 
@@ -286,14 +287,14 @@ if sys.platform != "linux":  # pragma: no cover
 
 
 async def test_redis_lost_during_the_run_falls_back_with_a_warning_once_its_share_has_lapsed(monkeypatch):
-    from dxi.runner import coordinator
-    from dxi.runner.shared_limits import SharedTicket
+    from dxi.runner.distributed import coordinator
+    from dxi.runner.distributed.shared_limits import SharedTicket
 
     monkeypatch.setattr(coordinator, "MEMBER_TTL", 1.0)
     with redis_server() as url:
         c = Coordinator(url, "t", shares=2)
         assert c.connect()
-        limiter = c.limiters([_Model(Limits(rpm=6000, max_in_flight=8))])["p"]
+        limiter = shared.limiters(c, [_Model(Limits(rpm=6000, max_in_flight=8))])["p"]
         limiter.finish(await limiter.acquire(REQUEST), True)
         assert not c.down
     # the server is gone: the next booking falls back to this process's half, once its share lapsed in Redis
@@ -322,9 +323,9 @@ async def test_a_429_one_dxi_run_sees_pauses_the_other(redis_url: str, tmp_path:
 
 async def test_a_shared_limiter_counts_replies_and_honours_a_stated_wait_as_the_local_one_does(redis_url: str):
     a, b = two(redis_url)
-    la = a.limiters([_Model(Limits(rpm=6000, max_in_flight=4))])["p"]
+    la = shared.limiters(a, [_Model(Limits(rpm=6000, max_in_flight=4))])["p"]
     la.finish(await la.acquire(REQUEST), True)
-    assert la.replies == 1  # a provider that has answered is not stopped by one request's 400 (runner.retry)
+    assert la.replies == 1  # a provider that has answered is not stopped by one request's 400 (runner.sending.retry)
     la.finish(await la.acquire(REQUEST), False, RateLimited("429", status=429, retry_after=300.0))
     assert la._paused_until - time.monotonic() > 290  # honoured exactly (up to --max-stated-wait), not cut to 60 s
     await a.close()
@@ -435,14 +436,14 @@ async def test_a_backward_step_of_the_redis_hosts_clock_does_not_stall_the_proce
     shared rate still holds. The step is injected: the script's clock is Redis's plus a key's value."""
     import redis
 
-    from dxi.runner import coordinator as coordinator_mod
-    from dxi.runner.coordinator_script import library
+    from dxi.runner.distributed import coordinator as coordinator_mod
+    from dxi.runner.distributed.coordinator_script import library
 
     monkeypatch.setattr(coordinator_mod, "LIBRARY", library(coordinator_mod.TTL_S, 2 * coordinator_mod.HEARTBEAT_S,
                                                             shift_key=SHIFT))
     a, b = two(redis_url)
     limits = Limits(rpm=1200, max_in_flight=8)  # 20 per second together: one every 50 ms
-    la, lb = a.limiters([_Model(limits)])["p"], b.limiters([_Model(limits)])["p"]
+    la, lb = shared.limiters(a, [_Model(limits)])["p"], shared.limiters(b, [_Model(limits)])["p"]
     sent: list[float] = []
 
     async def go(limiter, n: int) -> None:

@@ -12,12 +12,13 @@ from rich.console import Console
 from dxi import adapters
 from dxi.adapters import Fatal, RateLimited, Reply, Transient
 from dxi.evals import CHOICE, YES_NO, Question, Task
-from dxi.runner import plan, session
+from dxi.runner import session
 from dxi.runner.cli import main
-from dxi.runner.cost import Budget, Charge, CostBoundReached
-from dxi.runner.progress import RunProgress
-from dxi.runner.run import Stats
-from dxi.runner.tokens import TokenEstimate, input_bound, prior_output
+from dxi.runner.planning import plan
+from dxi.runner.planning.tokens import TokenEstimate, input_bound, prior_output
+from dxi.runner.sending.cost import Budget, Charge, CostBoundReached
+from dxi.runner.sending.progress import RunProgress
+from dxi.runner.sending.scheduler import Stats
 from dxi.scoring import cost_usd
 
 TASK = Task("when2call/x", "when2call", "state", (Question("q", CHOICE, "Which?", ()), Question("r", YES_NO, "Yes?")),
@@ -101,8 +102,8 @@ async def test_a_cost_bound_reserves_input_at_the_dearest_price_a_token_can_cost
 
 
 def test_a_run_files_price_takes_the_providers_prompt_cache_rule_where_it_gives_none(tmp_path: Path, data_dir: Path):
-    from dxi.runner import plan
     from dxi.runner.cli import parser
+    from dxi.runner.planning import plan
 
     def prices(kind: str, price: str) -> tuple:
         (tmp_path / "run.toml").write_text(f'data_dir = "{data_dir}"\n[[models]]\nprovider = "{kind}"\nmodel = "m"\n'

@@ -1,5 +1,5 @@
 """``--deadline HH:MM`` across a daylight-saving change (issue 32): resolved on the local zone's calendar
-(``runner.deadline``), checked against ``zoneinfo`` with ``TZ`` set to Europe/Berlin and a fixed "now" the
+(``runner.planning.deadline``), checked against ``zoneinfo`` with ``TZ`` set to Europe/Berlin and a fixed "now" the
 evening before each change of 2026 (29 March: 02:00 -> 03:00; 25 October: 03:00 -> 02:00)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from dxi.runner.deadline import parse_deadline
+from dxi.runner.planning.deadline import parse_deadline
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

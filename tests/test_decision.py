@@ -12,7 +12,8 @@ from dxi.adapters.decision import choice_answer, decimals, rounded_tolerance, su
 from dxi.adapters.errors import MalformedReply
 from dxi.adapters.systemone import decode_body, encode_body
 from dxi.evals import CHOICE, YES_NO, Option, Question, Task
-from dxi.runner import plan, session
+from dxi.runner import session
+from dxi.runner.planning import plan
 from dxi.scoring.ties import tie_counts
 from tests.answers import choice, frame, yes_no
 from tests.fake_provider import serve

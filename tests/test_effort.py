@@ -19,11 +19,11 @@ from dxi.adapters import EFFORTS, ModelSpec, budgets, llm
 from dxi.adapters.logprobs import NO_LOGPROBS, NO_LOGPROBS_AT_NONE
 from dxi.evals import Suite, discover
 from dxi.runner import export, rescore, session
-from dxi.runner import plan as plans
 from dxi.runner.cli import main, parser
 from dxi.runner.errors import EXIT_PROVIDER_STOPPED, UsageError
-from dxi.runner.inputs import PlanInputs
-from dxi.runner.plan import from_args
+from dxi.runner.planning import plan as plans
+from dxi.runner.planning.inputs import PlanInputs
+from dxi.runner.planning.plan import from_args
 
 from . import wire_formats
 from .fake_llm_server import FakeLLM
@@ -370,7 +370,7 @@ def _estimate(argv: list[str], capsys: pytest.CaptureFixture) -> dict:
 async def test_a_thinking_models_output_is_estimated_from_its_effort_then_from_its_own_usage(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ):
-    from dxi.runner.tokens import OUTPUT_PER_QUESTION, THINKING_PRIOR
+    from dxi.runner.planning.tokens import OUTPUT_PER_QUESTION, THINKING_PRIOR
 
     cache = tmp_path / "c"
     async with FakeLLM() as server:
@@ -389,7 +389,7 @@ async def test_a_thinking_models_output_is_estimated_from_its_effort_then_from_i
         assert low["output_tokens"] == n * (3_000 + OUTPUT_PER_QUESTION + 4)
         assert low["basis"] == {
             "bytes / 4 (no usage in the cache yet); output: the thinking prior at effort low "
-            "(3,000 tokens, runner.tokens)": n
+            "(3,000 tokens, runner.planning.tokens)": n
         }
         # a cap below the prior bounds it
         capped = await asyncio.to_thread(
@@ -432,5 +432,5 @@ async def test_a_thinking_models_output_is_estimated_from_its_effort_then_from_i
     assert medium["output_tokens"] == n * (6_000 + OUTPUT_PER_QUESTION + 4)
     assert medium["basis"] == {
         "this model's cached usage; output: the thinking prior at effort medium (6,000 "
-        "tokens, runner.tokens)": n
+        "tokens, runner.planning.tokens)": n
     }

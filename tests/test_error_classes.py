@@ -1,6 +1,6 @@
 """The retry classification, per HTTP status, as adapters/errors.py's tree states it: one table
 (``errors.status_kind``) that ``http.error_for`` and ``http.post`` follow, and the runner's two
-re-classifications (``runner.retry.reclassify``), asserted one status at a time."""
+re-classifications (``runner.sending.retry.reclassify``), asserted one status at a time."""
 from __future__ import annotations
 
 import aiohttp
@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestServer
 from dxi.adapters import errors
 from dxi.adapters.errors import WAIT, Fatal, ProviderStop, RateLimited, Transient
 from dxi.adapters.http import error_for, post
-from dxi.runner.retry import reclassify
+from dxi.runner.sending.retry import reclassify
 
 # The tree's words, written out by hand: 429 and 529 rate limits; 408, 409, 425 and every 5xx transient;
 # 401/403 (key), 402 (quota), 404 (model) stop; every other 4xx fatal.
@@ -61,7 +61,7 @@ def test_the_tree_names_every_transient_status():
     tree = errors.__doc__.split("├── Fatal")[0]
     assert errors.TRANSIENT_STATUSES == {408, 409, 425} and errors.RATE_LIMIT_STATUSES == {429, 529}
     assert all(str(status) in tree for status in (*errors.TRANSIENT_STATUSES, *errors.RATE_LIMIT_STATUSES))
-    assert "runner.retry.reclassify" in errors.__doc__
+    assert "runner.sending.retry.reclassify" in errors.__doc__
 
 
 @pytest.mark.parametrize("status", [409, 425, 408, 529, 422, 418])

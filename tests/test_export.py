@@ -13,7 +13,7 @@ import pytest
 from dxi.runner import export, rescore
 from dxi.runner.cli import main
 from dxi.runner.export import ANSWER_COLUMNS, EXPORT_COLUMNS
-from dxi.runner.inputs import PlanInputs
+from dxi.runner.planning.inputs import PlanInputs
 from dxi.scoring.intervals import METHODS
 
 from .conftest import fixture_data

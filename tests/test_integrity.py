@@ -23,8 +23,8 @@ from dxi.adapters import Limits, ModelSpec
 from dxi.cache import Cache, CacheWriteError, schema, verify
 from dxi.evals import PROMPT_VERSION, DatasetError, Exclusions, Suite, Task, discover, fetch, gold_frames, hle
 from dxi.runner.cli import main
-from dxi.runner.outputs import score
-from dxi.runner.run import run
+from dxi.runner.outputs.files import score
+from dxi.runner.sending.scheduler import run
 from dxi.scoring import records
 from dxi.scoring.sums import METRICS
 

@@ -17,6 +17,29 @@ def test_the_tree_keeps_the_layering():
     edges = layers.graph(ROOT)
     assert len(edges) > 300  # the graph was read: ~400 imports of dxi modules by dxi modules
     assert layers.violations(edges) == []
+    assert layers.unknown(ROOT) == []
+
+
+def test_the_layering_reads_every_folder_pyproject_installs():
+    folders = set(layers.installed(ROOT).values())
+    assert folders == {"dxi", *layers.FOLDERS}
+    assert set(layers.python_folders(ROOT)) == folders
+    read = {p.relative_to(ROOT).parts[0] for p in layers.source_files(ROOT)}
+    assert read == folders
+
+
+def test_runner_s_stages_are_units_in_the_order_data_flows():
+    assert layers.unit_of("dxi.runner.sending.limits") == "runner.sending"
+    assert layers.unit_of("dxi.runner.cli") == "runner.cli"
+    assert layers.unit_of("dxi.runner.session") == "runner"
+    assert layers.unit_of("dxi.runner") == "runner"
+    stages = ["runner.errors", "runner.outputs", "runner.planning", "runner.sending", "runner.batch", "runner",
+              "runner.commands", "runner.cli"]
+    for low, high in zip(stages, stages[1:], strict=False):
+        assert low in layers.RULES[high] and high not in layers.RULES[low], (low, high)
+    assert "runner.distributed" not in layers.RULES["runner.batch"]
+    assert "runner.batch" not in layers.RULES["runner.distributed"]
+    assert "runner.sending" not in layers.RULES["runner.planning"]  # planning sleeps and sends nothing
 
 
 def test_every_unit_of_the_tree_has_a_rule_and_every_rule_a_unit():
@@ -61,10 +84,53 @@ def test_a_planted_sideways_import_fails(tmp_path: Path):
         f"dxi.adapters.lazy:3 imports dxi.cache.store: adapters may import only {allowed['adapters']}",
         f"dxi.cache.store:2 imports dxi.scoring.sums: cache may import only {allowed['cache']}",
         "dxi.extra:1: dxi.extra has no rule in dxi.layers.RULES",
-        f"dxi.scoring.late:2 imports dxi.runner: scoring may import only {allowed['scoring']}",
+        f"dxi.scoring.late:2 imports dxi.runner.plan: scoring may import only {allowed['scoring']}",
         f"dxi.scoring.ties:3 imports dxi.adapters.decision: scoring may import only {allowed['scoring']}",
         f"dxi.view.app:1 imports dxi.adapters: view may import only {allowed['view']}",
     ]
+
+
+def test_a_planted_import_against_runner_s_stages_fails(tmp_path: Path):
+    """Inside runner: a stage importing a later one is reported, by each way of naming it; the order's own
+    imports are not."""
+    plant(tmp_path, "runner/__init__.py", "")
+    plant(tmp_path, "runner/sending/limits.py", "from dxi.runner import cli\nfrom ..planning.tokens import x\n")
+    plant(tmp_path, "runner/sending/retry.py", "def f():\n    from ..cli import main\n    return main\n")
+    plant(tmp_path, "runner/planning/plan.py", "from ..sending.scheduler import run\nfrom ..errors import E\n")
+    plant(tmp_path, "runner/batch/driver.py", "from dxi.runner.distributed import setup\n")
+    plant(tmp_path, "runner/outputs/files.py", "from .. import session\n")
+    plant(tmp_path, "runner/commands/run.py", "from .. import session\nfrom ..sending import scheduler\n")
+    plant(tmp_path, "runner/session.py", "from .commands import run\n")
+    found = layers.violations(layers.graph(tmp_path))
+    assert [f.split(": ")[0] for f in found] == [
+        "dxi.runner.batch.driver:1 imports dxi.runner.distributed",
+        "dxi.runner.outputs.files:1 imports dxi.runner.session",
+        "dxi.runner.planning.plan:1 imports dxi.runner.sending.scheduler",
+        "dxi.runner.sending.limits:1 imports dxi.runner.cli",
+        "dxi.runner.sending.retry:2 imports dxi.runner.cli",
+        "dxi.runner.session:1 imports dxi.runner.commands",
+    ]
+    assert found[3].endswith("runner.sending may import only " + ", ".join(layers.RULES["runner.sending"]))
+
+
+def test_a_planted_folder_the_layering_does_not_know_fails(tmp_path: Path):
+    """A new top-level folder (``batches/``) is reported whether it imports anything or not: not installed,
+    then installed without a rule; and its modules' imports are read."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    for top in ("dxi", *layers.FOLDERS):
+        plant(tmp_path, f"{top}/__init__.py", "")
+    assert layers.unknown(tmp_path) == []
+    plant(tmp_path, "batches/__init__.py", "")
+    plant(tmp_path, "batches/open.py", "from dxi.cache import ledger\n")
+    assert layers.unknown(tmp_path) == [
+        "batches/ holds Python but pyproject.toml does not install it (nor is it in NOT_PRODUCT)"]
+    assert "batches" in {p.relative_to(tmp_path).parts[0] for p in layers.source_files(tmp_path)}
+    assert layers.violations(layers.graph(tmp_path)) == [
+        "dxi.batches.open:1: dxi.batches has no rule in dxi.layers.RULES"]
+    (tmp_path / "pyproject.toml").write_text(pyproject.replace('"dxi.view" = "view"\n',
+                                                               '"dxi.view" = "view"\n"dxi.batches" = "batches"\n'))
+    assert layers.unknown(tmp_path) == ["batches/ is installed as dxi.batches but has no rule in dxi.layers.RULES"]
 
 
 def test_the_rule_function_on_a_synthetic_graph():

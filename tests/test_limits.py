@@ -10,13 +10,13 @@ import pytest
 
 from dxi.adapters import Limits, RateLimited, Request
 from dxi.adapters.http import parse_reset, rate_limit_quota, rate_limit_wait
-from dxi.runner import limits
-from dxi.runner.limits import AdaptiveRate, Pacer, ProviderLimiter, Window
-from dxi.runner.tokens import TokenEstimate
+from dxi.runner.planning.tokens import TokenEstimate
+from dxi.runner.sending import limits
+from dxi.runner.sending.limits import AdaptiveRate, Pacer, ProviderLimiter, Window
 
 
 class Clock:
-    """Stands in for the ``time`` module inside runner.limits: ``monotonic()`` returns ``now``."""
+    """Stands in for the ``time`` module inside runner.sending.limits: ``monotonic()`` returns ``now``."""
 
     def __init__(self, now: float = 1000.0):
         self.now = now

@@ -17,7 +17,7 @@ from dxi.adapters.errors import UNREACHABLE
 from dxi.evals import Suite, discover
 from dxi.runner import rescore
 from dxi.runner.cli import main
-from dxi.runner.inputs import PlanInputs
+from dxi.runner.planning.inputs import PlanInputs
 
 from . import wire_formats
 from .fake_llm_server import FakeLLM
@@ -350,7 +350,7 @@ async def test_a_server_that_cannot_be_reached_fails_at_start(kind: str):
         port = s.getsockname()[1]
     with pytest.raises(adapters.ProviderStop, match=rf"cannot reach http://127.0.0.1:{port}/v1 \(ConnectionRefusedError") as stop:
         await adapters.get(f"{kind}:{NAMES[kind]}@http://127.0.0.1:{port}/v1").start()
-    assert stop.value.cause == UNREACHABLE  # its provider alone is stopped (runner.stops)
+    assert stop.value.cause == UNREACHABLE  # its provider alone is stopped (runner.sending.stops)
 
 
 # ---- the CLI: --param, --option, invalid and repaired counted per model and evaluation -------------------------
@@ -473,7 +473,7 @@ def test_odd_bodies_give_invalid_answers_or_a_malformed_reply_never_a_crash(data
 
 def test_param_and_option_take_several_settings_at_once(data_dir: Path):
     from dxi.runner.cli import parser
-    from dxi.runner.plan import from_args
+    from dxi.runner.planning.plan import from_args
 
     args = parser().parse_args(["run", "--model", "openai:m@http://127.0.0.1:1/v1", "--data-dir", str(data_dir),
                                 "--param", "seed=1", "temperature=0", "--param", "max_tokens=9",

@@ -19,7 +19,8 @@ import pytest
 from dxi import adapters
 from dxi.adapters import local_models
 from dxi.evals import Suite, discover
-from dxi.runner import plan, session
+from dxi.runner import session
+from dxi.runner.planning import plan
 
 from .conftest import REAL_DATA, requires_real_data
 

@@ -1,7 +1,7 @@
 """The measures a decision-model user reads (``scoring.measures``): latency percentiles, the cost of
 1,000 decisions, the risk–coverage curve, AURC and accuracy at confidence ≥ τ, each checked against
 figures computed by hand for a small case; AURC's tie rule against the mean over every order of the
-ties; the measures in summary.json through ``runner.outputs.summarize``."""
+ties; the measures in summary.json through ``runner.outputs.files.summarize``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION
-from dxi.runner.outputs import summarize
+from dxi.runner.outputs.files import summarize
 from dxi.scoring import measures
 from dxi.scoring.records import ModelEntry, Summary
 from tests.synthetic import SyntheticSuite, suite, write_cache
@@ -304,7 +304,7 @@ def test_the_terminal_shows_one_row_per_model_and_says_what_is_left_out():
 
     from rich.console import Console
 
-    from dxi.runner.outputs import print_measures
+    from dxi.runner.outputs.terminal import print_measures
 
     entry = ModelEntry(model="a", epochs=1, decision_index=None, complete=True, requests={},
                        evals={"wildguardtest": {"n": 5}}, usage={"cost_usd": 0.0068, "evals": {}})

@@ -1,14 +1,14 @@
-"""runner.memory: the allocators ``dxi run --batch`` sets before Polars and PyArrow are imported."""
+"""runner.batch.memory: the allocators ``dxi run --batch`` sets before Polars and PyArrow are imported."""
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from dxi.runner import memory
+from dxi.runner.batch import memory
 
 
 def test_tune_sets_jemalloc_and_pyarrow_in_a_fresh_process_and_keeps_what_the_user_set():
-    code = ("import os; from dxi.runner.memory import tune; done = tune(); "
+    code = ("import os; from dxi.runner.batch.memory import tune; done = tune(); "
             "import pyarrow as pa, polars; print(os.environ['_RJEM_MALLOC_CONF']); "
             "print(pa.default_memory_pool().backend_name); print(len(done))")
     env = {"PATH": "/usr/bin:/bin", "_RJEM_MALLOC_CONF": "narenas:4"}
@@ -66,5 +66,5 @@ def test_only_a_batch_run_tunes_the_allocators(tmp_path):
         return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                               check=True).stdout.strip()
 
-    assert jemalloc_at_send() == "unset"  # a synchronous run keeps the defaults (runner.memory: they cost CPU)
+    assert jemalloc_at_send() == "unset"  # a synchronous run keeps the defaults (runner.batch.memory: they cost CPU)
     assert jemalloc_at_send("--batch") == memory.JEMALLOC

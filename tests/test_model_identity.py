@@ -12,8 +12,8 @@ from dxi.evals import PROMPT_VERSION, Suite, discover
 from dxi.runner.cli import parser
 from dxi.runner.dispatch import identity
 from dxi.runner.errors import UsageError
-from dxi.runner.plan import from_args
-from dxi.runner.selection import record_of
+from dxi.runner.planning.plan import from_args
+from dxi.runner.planning.selection import record_of
 
 
 def _plan(data_dir: Path, *argv: str):

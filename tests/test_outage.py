@@ -1,4 +1,4 @@
-"""A server that dies mid-run (``runner.outage``): a real loopback server (the fault-injecting provider in its own
+"""A server that dies mid-run (``runner.sending.outage``): a real loopback server (the fault-injecting provider in its own
 process) killed with SIGKILL during the run and brought back on the same port. The provider is paused and
 probed one request at a time instead of every request spending its retries; it resumes when the server
 answers; a server that stays away is stopped after the run's patience (exit 6) while the other providers go on.
@@ -19,9 +19,9 @@ from dxi.adapters import Limits, ProviderStop
 from dxi.adapters.errors import UNREACHABLE
 from dxi.cache import Cache
 from dxi.evals import Suite, discover
-from dxi.runner.limits import ProviderLimiter
-from dxi.runner.outage import THRESHOLD, Outage
-from dxi.runner.run import run
+from dxi.runner.sending.limits import ProviderLimiter
+from dxi.runner.sending.outage import THRESHOLD, Outage
+from dxi.runner.sending.scheduler import run
 
 from .conftest import DXI
 from .fake_provider import serve

@@ -16,9 +16,9 @@ from dxi.adapters import Limits
 from dxi.adapters.embedded import Embedded
 from dxi.adapters.llamacpp import LlamaCpp
 from dxi.runner.cli import main, parser
-from dxi.runner.config import Price
 from dxi.runner.errors import EXIT_COST_BOUND, EXIT_USAGE, UsageError
-from dxi.runner.plan import price_flags
+from dxi.runner.planning.config import Price
+from dxi.runner.planning.plan import price_flags
 
 from .fake_provider import FakeProvider
 from .synthetic import data_dir

@@ -11,8 +11,9 @@ import orjson
 import pytest
 
 import dxi
-from dxi.runner import export, provenance, rescore
-from dxi.runner.inputs import PlanInputs
+from dxi.runner import export, rescore
+from dxi.runner.outputs import provenance
+from dxi.runner.planning.inputs import PlanInputs
 
 from .test_cli import MODEL, run_plan
 

@@ -21,9 +21,10 @@ from dxi.adapters import Limits, ProviderStop
 from dxi.adapters.errors import KEY, MODEL, QUOTA, REQUEST, WAIT
 from dxi.adapters.http import parse_reset, parse_retry_after, rate_limit_wait
 from dxi.adapters.provider_errors import provider_stop
-from dxi.runner import plan, session
+from dxi.runner import session
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_PROVIDER_STOPPED
+from dxi.runner.planning import plan
 
 from . import synthetic, wire_formats
 from .fake_llm_server import FakeLLM
@@ -113,7 +114,7 @@ async def test_a_stopped_providers_rest_is_counted_not_sent_in_batches_beside_th
                                                                                       monkeypatch: pytest.MonkeyPatch):
     # the requests left when a provider stops are counted (each encoded and looked up) DRAIN_BATCH per
     # event-loop turn, not all in one turn with requests in flight (seconds for a big suite)
-    from dxi.runner import run as run_module
+    from dxi.runner.sending import scheduler as run_module
 
     monkeypatch.setattr(run_module, "DRAIN_BATCH", 50)
     data = synthetic.data_dir(tmp_path / "data", 2_000)
@@ -466,8 +467,8 @@ params = {{ {"max_tokens = 64" if kind != "gemini" else "maxOutputTokens = 64"} 
 
 
 def test_the_bounds_come_from_flags_or_a_run_file(tmp_path: Path, data_dir: Path):
-    from dxi.runner import plan
     from dxi.runner.cli import parser
+    from dxi.runner.planning import plan
 
     args = parser().parse_args(["run", "--model", "openai:m@http://127.0.0.1:1/v1", "--data-dir", str(data_dir),
                                 "--max-stated-wait", "1200", "--max-reply-bytes", "1048576"])

@@ -10,9 +10,10 @@ import orjson
 import polars as pl
 import pytest
 
-from dxi.runner.outputs import summarize
+from dxi.runner.outputs.files import summarize
 from dxi.scoring import build_summary, records
-from dxi.scoring.records import UNSET, Comparison, EvalBlock, ModelEntry, Ranking, ScoredRun, Summary
+from dxi.scoring.records import UNSET, Comparison, EvalBlock, ModelEntry, Ranking, Summary
+from dxi.scoring.scored import ScoredRun
 from dxi.scoring.sums import METRICS
 from dxi.view.data import Summarize
 
@@ -79,7 +80,7 @@ def test_a_document_that_is_not_a_summary_is_refused_naming_the_field():
 
 
 def test_the_views_scoring_pipeline_is_what_runner_outputs_summarize_is():
-    # dxi view is handed ``runner.outputs.summarize`` as a ``view.data.Summarize``: every parameter the
+    # dxi view is handed ``runner.outputs.files.summarize`` as a ``view.data.Summarize``: every parameter the
     # protocol names, of the same kind and default, and the same result (a ScoredRun: summary and tables)
     protocol = inspect.signature(Summarize.__call__)
     given = inspect.signature(summarize)

@@ -25,8 +25,10 @@ from dxi.cache.index import prefixes
 from dxi.cache.partition import Node, nodes_meeting, shard_range
 from dxi.cache.remote import MAX_OBJECTS, Manifest, Remote, RemoteError, live, open_uri
 from dxi.cache.store import ROLL_ROWS
-from dxi.runner import distributed, plan, session
-from dxi.runner.shard import Shard
+from dxi.runner import session
+from dxi.runner.distributed import setup as distributed
+from dxi.runner.planning import plan
+from dxi.runner.planning.shard import Shard
 
 from .conftest import DXI, FIXTURES, without_requests
 from .fake_provider import serve

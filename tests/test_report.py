@@ -14,9 +14,10 @@ import pytest
 from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
 from dxi.report.html import MIN_GROUP_TASKS, banner, model_order
-from dxi.runner import plan, rescore, session
+from dxi.runner import rescore, session
 from dxi.runner.cli import main
-from dxi.runner.inputs import PlanInputs
+from dxi.runner.planning import plan
+from dxi.runner.planning.inputs import PlanInputs
 from dxi.scoring import records
 from dxi.scoring.provisional import span
 from dxi.scoring.records import ModelEntry, Summary

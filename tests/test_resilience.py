@@ -16,8 +16,9 @@ from dxi import adapters
 from dxi.adapters import Limits
 from dxi.cache import Cache
 from dxi.evals import DatasetError, Suite, discover
-from dxi.runner import plan, session
-from dxi.runner.run import run
+from dxi.runner import session
+from dxi.runner.planning import plan
+from dxi.runner.sending.scheduler import run
 
 from .conftest import DXI, FIXTURES, without_requests
 from .fake_provider import FakeProvider, serve

@@ -17,7 +17,7 @@ from dxi.cache import Cache
 from dxi.runner import session
 from dxi.runner.cli import main, parser
 from dxi.runner.errors import EXIT_COST_BOUND
-from dxi.runner.plan import from_args
+from dxi.runner.planning.plan import from_args
 from dxi.scoring import records
 
 from .fake_provider import FakeProvider

@@ -9,10 +9,11 @@ import pytest
 
 from dxi.evals import discover
 from dxi.evals.task import CHOICE, Option, Question, Task
-from dxi.runner import plan, session
+from dxi.runner import session
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_USAGE
-from dxi.runner.sample import SampledSuite, allocate, choose, stratum
+from dxi.runner.planning import plan
+from dxi.runner.planning.sample import SampledSuite, allocate, choose, stratum
 
 from .conftest import REAL_DATA, requires_real_data
 

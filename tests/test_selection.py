@@ -1,6 +1,6 @@
 """A sampled or limited run is remembered (issue 23, item 8): ``dxi run`` records what it selected in the
 cache folder (``runs.jsonl``); with no selection given, ``dxi score``, ``report``, ``export`` and ``view``
-score what the runs selected (``runner.selection``); where answers are missing the reason names the flags
+score what the runs selected (``runner.planning.selection``); where answers are missing the reason names the flags
 the model's runs used; ``export`` counts the rows missing and exits 1 unless ``--include-missing``.
 
 The fixture data: 4 Omniscience, 2 HLE, 3 When2Call and 3 agreed WildGuardTest tasks."""
@@ -15,11 +15,12 @@ import pytest
 from dxi.cache import runs
 from dxi.cache.runs import RunRecord
 from dxi.evals import EVALS, Suite, discover
-from dxi.runner import export, plan, rescore, session
+from dxi.runner import export, rescore, session
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_FAILED_REQUESTS, EXIT_USAGE
-from dxi.runner.inputs import PlanInputs
-from dxi.runner.sample import choose
+from dxi.runner.planning import plan
+from dxi.runner.planning.inputs import PlanInputs
+from dxi.runner.planning.sample import choose
 from dxi.scoring import records
 
 from .test_cli import MODEL

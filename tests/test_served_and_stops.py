@@ -18,7 +18,7 @@ from dxi.evals import PROMPT_VERSION, Suite, discover
 from dxi.runner import rescore
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_PROVIDER_STOPPED
-from dxi.runner.inputs import PlanInputs
+from dxi.runner.planning.inputs import PlanInputs
 from dxi.scoring.replies import same_model, usage_and_replies
 
 from . import wire_formats

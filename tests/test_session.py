@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from dxi.runner import rescore, session
-from dxi.runner.batch import BatchStats
+from dxi.runner.batch.options import BatchStats
 from dxi.runner.cli import parser
-from dxi.runner.cost import Budget
 from dxi.runner.errors import EXIT_COST_BOUND, EXIT_FAILED_REQUESTS, EXIT_PROVIDER_STOPPED, EXIT_UPLOAD, UsageError
-from dxi.runner.estimate import Estimate
-from dxi.runner.inputs import PlanInputs, inputs_of
-from dxi.runner.plan import Plan, build, from_args
-from dxi.runner.run import Stats
+from dxi.runner.planning.estimate import Estimate
+from dxi.runner.planning.inputs import PlanInputs, inputs_of
+from dxi.runner.planning.plan import Plan, build, from_args
+from dxi.runner.sending.cost import Budget
+from dxi.runner.sending.scheduler import Stats
 from dxi.scoring import records
 
 MODEL = "embedded:sparrow-nano-general-v1.1"

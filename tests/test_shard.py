@@ -11,13 +11,13 @@ import orjson
 import pytest
 
 from dxi.adapters import Limits
-from dxi.runner.shard import Shard, ShardError, divide, parse
+from dxi.runner.planning.shard import Shard, ShardError, divide, parse
 
 KEYS = [hashlib.sha256(f"request {i}".encode()).hexdigest() for i in range(2000)] + ["hand-made", "k1", "k2"]
 
 ASSIGN = """
 import hashlib, sys
-from dxi.runner.shard import Shard
+from dxi.runner.planning.shard import Shard
 keys = [hashlib.sha256(f"request {i}".encode()).hexdigest() for i in range(2000)] + ["hand-made", "k1", "k2"]
 print(",".join(str(next(k for k in range(5) if Shard(k, 5).owns(key))) for key in keys))
 """

@@ -185,7 +185,7 @@ sys.meta_path.insert(0, SignalOnImport())
 
 
 @pytest.mark.parametrize("module", ["dxi.runner", "asyncio", "dxi.runner.cli", "dxi.adapters", "rich.console",
-                                    "dxi.runner.plan"])
+                                    "dxi.runner.planning.plan"])
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_during_an_import_stops_dxi_with_one_line(tmp_path: Path, module: str, sig: str):
     """The installed ``dxi`` command, signalled while it imports ``runner.signals`` (``dxi.runner``, and the
@@ -251,7 +251,7 @@ def test_the_progress_says_the_run_is_stopping_and_counts_down():
 
     from rich.console import Console
 
-    from dxi.runner.progress import RunProgress
+    from dxi.runner.sending.progress import RunProgress
 
     logs = StringIO()
     p = RunProgress(Console(file=logs, width=200), {"m": 10}, interval_s=3600)

@@ -15,8 +15,8 @@ import orjson
 from rich.console import Console
 
 from dxi.evals import EVALS, Exclusions, Suite, discover, gold_frames, when2call
-from dxi.runner.progress import RunProgress
-from dxi.runner.run import Stats
+from dxi.runner.sending.progress import RunProgress
+from dxi.runner.sending.scheduler import Stats
 
 from .synthetic import data_dir as synthetic_data
 
@@ -33,6 +33,21 @@ def test_the_command_line_and_help_import_none_of_the_heavy_modules():
     loaded = _imported_by("from dxi.runner import cli\n"
                           "try:\n    cli.parser().parse_args(['run', '--help'])\nexcept SystemExit:\n    pass")
     assert sorted(m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY)) == []
+
+
+def test_dxi_help_imports_no_command_module_nor_the_library():
+    """``dxi --help`` lists the commands from their declarations (``runner.commands.HELP``): it imports no
+    command's module, no evaluations, adapters or asyncio (issue 33: 0.20 s when it built every command)."""
+    loaded = _imported_by("import contextlib, io\nimport dxi.__main__\nfrom dxi.runner import signals\n"
+                          "from dxi.runner.cli import main\n"
+                          "with contextlib.redirect_stdout(io.StringIO()):\n    assert main(['--help']) == 0")
+    dxi = sorted(m for m in loaded if m.startswith("dxi."))
+    assert dxi == ["dxi.__main__", "dxi.lazy", "dxi.runner", "dxi.runner.cli", "dxi.runner.commands",
+                   "dxi.runner.errors", "dxi.runner.signals"]
+    assert not {"asyncio", "dxi.evals", "dxi.adapters", *HEAVY} & loaded
+    only_run = _imported_by("from dxi.runner import cli\ncli.parser(['run'])")
+    assert {"dxi.runner.commands.run", "dxi.runner.commands.options"} <= only_run
+    assert not {f"dxi.runner.commands.{m}" for m in ("view", "export", "batches", "score")} & only_run
 
 
 def test_reading_tasks_imports_no_polars():
@@ -130,8 +145,9 @@ def test_a_first_run_reaches_its_first_request_without_polars_pyarrow_numpy_or_t
     # compaction, tenacity with the first retry.
     data = synthetic_data(tmp_path / "data", 5)
     loaded = _imported_by(
-        "from pathlib import Path\nfrom dxi.runner import cli\nfrom dxi.runner.commands import options\nfrom dxi.runner.run import run\n"
-        "from dxi.runner.cost import Budget\nfrom dxi.runner.progress import RunProgress\n"
+        "from pathlib import Path\nfrom dxi.runner import cli\nfrom dxi.runner.commands import options\n"
+        "from dxi.runner.sending.scheduler import run\n"
+        "from dxi.runner.sending.cost import Budget\nfrom dxi.runner.sending.progress import RunProgress\n"
         "from dxi.cache import Cache\n"
         f"args = cli.parser().parse_args(['run', '--model', 'systemone:m@http://127.0.0.1:9', '--data-dir', {str(data)!r}])\n"
         "plan = options.plan_of(args)\n"
@@ -143,7 +159,7 @@ def test_a_first_run_reaches_its_first_request_without_polars_pyarrow_numpy_or_t
         "assert cache.has_many([r.key for r in requests]) == [True] + [False] * 4")
     heavy = sorted(m for m in loaded if m.split(".")[0] in ("polars", "pyarrow", "numpy", "tenacity"))
     assert heavy == [] and "dxi.scoring" not in loaded
-    assert "dxi.runner.provenance" not in loaded  # git is asked when the result is written, not before
+    assert "dxi.runner.outputs.provenance" not in loaded  # git is asked when the result is written, not before
     assert "dxi.cache.store" in loaded  # the probe did open the cache
 
 
@@ -161,7 +177,7 @@ def test_dxi_run_hands_its_plan_to_the_session_before_polars_or_the_scoring_is_i
         "except SystemExit as stop:\n    sys.modules = dict.fromkeys(str(stop.code).split())")
     assert "dxi.runner.commands.run" in loaded  # the probe did reach the session through the command
     assert sorted(m for m in loaded if m.split(".")[0] in ("polars", "pyarrow", "numpy")) == []
-    assert "dxi.scoring" not in loaded and "dxi.runner.outputs" not in loaded
+    assert "dxi.scoring" not in loaded and "dxi.runner.outputs.files" not in loaded
 
 
 async def test_progress_lines_go_on_while_no_reply_arrives():

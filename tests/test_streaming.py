@@ -626,8 +626,8 @@ def test_the_cli_takes_stream_and_max_reply_time_and_refuses_bad_values(
 
 
 def test_a_run_file_and_the_flags_set_the_stream_mode(data_dir: Path, tmp_path: Path):
-    from dxi.runner.inputs import PlanInputs
-    from dxi.runner.plan import from_inputs
+    from dxi.runner.planning.inputs import PlanInputs
+    from dxi.runner.planning.plan import from_inputs
 
     run = tmp_path / "run.toml"
     run.write_text(
@@ -683,8 +683,9 @@ async def test_the_final_events_usage_is_charged_and_a_cut_stream_its_reservatio
     reply's would); a stream cut mid-way, whose usage never came, is charged the attempt's
     reservation (its bound)."""
     from dxi.cache import Cache
-    from dxi.runner.cost import Budget
-    from dxi.runner.run import ModelRun, run
+    from dxi.runner.planning.plan import ModelRun
+    from dxi.runner.sending.cost import Budget
+    from dxi.runner.sending.scheduler import run
 
     price = (1000.0, 2000.0)  # USD per million input / output tokens
     spent = {}

@@ -1,11 +1,11 @@
-"""The scheduler readable in parts (issue 20): ``runner.run.run`` builds a ``Scheduler`` whose state is named
+"""The scheduler readable in parts (issue 20): ``runner.sending.scheduler.run`` builds a ``Scheduler`` whose state is named
 attributes and whose parts are methods, none holding nested functions that share variables."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from dxi.runner import run as run_module
+from dxi.runner.sending import scheduler as run_module
 
 SOURCE = Path(run_module.__file__).read_text()
 
@@ -39,3 +39,20 @@ def test_the_scheduler_s_state_is_set_in_its_constructor_only():
     assert read - methods == set_in_init
     documented = ast.get_docstring(scheduler)
     assert all(f"``{name}``" in documented for name in set_in_init), sorted(n for n in set_in_init if f"``{n}``" not in documented)
+
+
+def test_dispatch_send_is_named_steps_with_no_nested_functions():
+    """``runner.dispatch.send`` (issue 33: 118 lines, five nested functions) is a short function over
+    ``_Sending``, whose steps are methods; none defines a function inside it (a lambda is not one)."""
+    from dxi.runner import dispatch
+
+    module = ast.parse(Path(dispatch.__file__).read_text())
+    send = next(n for n in module.body if isinstance(n, ast.AsyncFunctionDef) and n.name == "send")
+    sending = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "_Sending")
+    methods = [n for n in sending.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    for function in (send, *methods):
+        nested = set(_functions(function)) - {function.name}
+        assert not nested, f"{function.name} defines {sorted(nested)} inside it"
+        assert function.end_lineno - function.lineno < 60, function.name
+    assert {m.name for m in methods} >= {"claim_all", "take", "send_all", "one", "through_batches", "sync",
+                                         "progress", "release", "stats"}

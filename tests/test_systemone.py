@@ -18,7 +18,7 @@ from dxi.adapters import Limits
 from dxi.adapters.errors import UNREACHABLE
 from dxi.cache import Cache
 from dxi.evals import Suite, discover
-from dxi.runner.run import run
+from dxi.runner.sending.scheduler import run
 
 from .fake_provider import FakeProvider
 

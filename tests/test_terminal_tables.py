@@ -9,8 +9,9 @@ import orjson
 import pytest
 from rich.console import Console
 
-from dxi.runner import plan, session
-from dxi.runner.outputs import print_estimate, print_summary
+from dxi.runner import session
+from dxi.runner.outputs.terminal import print_estimate, print_summary
+from dxi.runner.planning import plan
 from dxi.scoring import records
 
 NAMES = ["embedded:sparrow-nano-general-v1.1", "openai:gpt-5-mini (t=0)", "openai:gpt-5-mini (t=0.7)",

@@ -29,9 +29,10 @@ from markupsafe import escape
 from scipy.stats import binomtest
 
 from dxi.cache import Cache, CacheWriteError
-from dxi.runner import plan, rescore, session
+from dxi.runner import rescore, session
 from dxi.runner.cli import main
-from dxi.runner.inputs import PlanInputs
+from dxi.runner.planning import plan
+from dxi.runner.planning.inputs import PlanInputs
 from dxi.scoring import measures, records
 from dxi.scoring.provisional import span
 from dxi.view.app import CSP, is_loopback_host, make_app, task_url

@@ -23,7 +23,8 @@ from dxi.cache import Cache
 from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
 from dxi.evals import EVALS
-from dxi.runner import plan, session
+from dxi.runner import session
+from dxi.runner.planning import plan
 from dxi.scoring.calibration import ECE_BINS
 from dxi.view.app import make_app, task_url
 from dxi.view.data import Browser

@@ -2,7 +2,7 @@
 
 Built once at start-up (``Browser.build``) from what ``dxi score`` computes (the summary and the scored
 tables: one code path, nothing recomputed) and the cache, opened read-only. The scoring and the writing of
-the snapshot run in a child process (``write_snapshot``; it scores one evaluation at a time, ``runner.outputs.summarize``'s
+the snapshot run in a child process (``write_snapshot``; it scores one evaluation at a time, ``runner.outputs.files.summarize``'s
 ``each``), which writes the files below and exits, so that scoring's peak memory over a large cache is
 not held while serving:
 
@@ -19,6 +19,9 @@ not held while serving:
 
 Model labels are the summary's; in frames a model is its position ``i`` in that order (columns
 ``pick{i}``, ``status{i}``, ...), so untrusted names never become column names.
+
+Why one module over 600 lines: ``Browser`` and ``write_snapshot`` are the two sides (the server's
+queries, the child that writes what they read) of one set of files whose layout they must agree on.
 """
 from __future__ import annotations
 
@@ -46,12 +49,13 @@ from dxi.scoring.calibration import ECE_BINS, answer_terms
 from dxi.scoring.compare import mcnemar_p
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 from dxi.scoring.pipeline import CONFIG_COLUMNS, STATUSES, current_rows
-from dxi.scoring.records import ScoredRun, Summary, unset
+from dxi.scoring.records import Summary, unset
 
 from .home import private_home
 
 if TYPE_CHECKING:
     from dxi.cache.remote import Remote
+    from dxi.scoring.scored import ScoredRun
 
 PAGE_SIZE = 50
 ROW_GROUP = 2_048  # rows per row group of the temporary files: a question's rows span one or two
@@ -84,7 +88,7 @@ ANSWER_FILE_COLUMNS = ("label", "task_id", "question_id", "sample", "status", "e
 
 
 class Summarize(Protocol):
-    """How the view scores (``runner.outputs.summarize``): the cache (opened read-only), the suite, the models
+    """How the view scores (``runner.outputs.files.summarize``): the cache (opened read-only), the suite, the models
     (``scoring.MODELS_SCHEMA`` rows), ``requests`` (None: counted from the cache), the run's epochs, the prices
     (label -> USD per million input and output tokens) and ``each`` (called with each evaluation's answers
     frame, one at a time) -> the summary and the scored tables (without answers)."""
@@ -137,7 +141,7 @@ class Page:
     size: int = PAGE_SIZE
 
 
-# the cache -> (models, prices, epochs) to score, and optionally the suite (the tasks the runs selected: ``runner.selection``)
+# the cache -> (models, prices, epochs) to score, and optionally the suite (the tasks the runs selected: ``runner.planning.selection``)
 Select = Callable[[Cache], tuple]
 
 
@@ -196,7 +200,7 @@ class Browser:
               home: tempfile.TemporaryDirectory | None = None, remote: Remote | None = None,
               select: Select | None = None) -> Browser:
         """Score ``models`` over ``suite`` from the cache in ``cache_dir`` (opened read-only; with the
-        ``remote`` tier's shards mirrored in ``home``) with ``summarize`` (``runner.outputs.summarize``:
+        ``remote`` tier's shards mirrored in ``home``) with ``summarize`` (``runner.outputs.files.summarize``:
         what ``dxi score`` computes) and lay the results out for the pages (``write_snapshot``) in a new folder of
         ``home`` (the view's private folder, ``view.home.private_home``; None: one made for this Browser).
         With ``child`` (the default) that runs in a child process, so that scoring's peak memory over a

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import numbers, paths
+from ..planning import numbers, paths
 from . import options
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def add_parser(sub) -> None:
     """``dxi batches list|collect|cancel``; collect takes the model and data options as ``dxi run`` has them."""
-    b = sub.add_parser("batches", help="the batches the cache's ledger holds: list, collect their results, cancel them",
+    b = sub.add_parser("batches", help=options.HELP["batches"],
                        description="The batches the cache's ledger holds (docs/batch.md).")
     bsub = b.add_subparsers(dest="batches_command", required=True, metavar="list|collect|cancel")
     ls = bsub.add_parser("list", help="every batch of the ledger and where it stands")

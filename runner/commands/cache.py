@@ -7,8 +7,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import numbers
 from ..errors import UsageError
+from ..planning import numbers
+from . import options
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 def add_parser(sub) -> None:
     """``dxi cache compact``: merge a local cache's small shards and rewrite its old ones in the flat
     layout, or merge the remote cache's small shards."""
-    c = sub.add_parser("cache", help="maintain the cache (dxi cache compact [--cache-dir DIR | --cache-remote URI])")
+    c = sub.add_parser("cache", help=options.HELP["cache"])
     csub = c.add_subparsers(dest="cache_command", required=True)
     k = csub.add_parser("compact", help="merge a local cache's small shards into fewer and rewrite those of the old "
                                         "nested layout in the flat one, or with --cache-remote rewrite the remote "

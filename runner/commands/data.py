@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 from dxi.evals import EVALS
 
-from .. import completion, paths
-from ..datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT, default_data_dir
+from .. import completion
 from ..errors import UsageError
+from ..planning import paths
+from ..planning.datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT, default_data_dir
 from . import options
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> None:
-    d = options.command(sub, "data", "fetch the evaluation data from the Hugging Face hub, or check a data folder")
+    d = options.command(sub, "data")
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="fetch|check", parser_class=type(d))
     f = options.command(dsub, "fetch", "download HLE, When2Call and WildGuardTest (HF_TOKEN for gated sets), then "
                                        "check them")
@@ -45,7 +46,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     from dxi.evals import fetch
 
-    from ..plan import selected_evals
+    from ..planning.plan import selected_evals
 
     selected = selected_evals(args.evals) if getattr(args, "evals", None) else None
     if args.data_command == "fetch":

@@ -1,4 +1,4 @@
-"""``dxi estimate``: a dry run (``runner.estimate``): what is not cached, why, and its expected tokens and cost;
+"""``dxi estimate``: a dry run (``runner.planning.estimate``): what is not cached, why, and its expected tokens and cost;
 nothing is sent. Its options, and ``main``: the estimate printed as a table, or as JSON."""
 from __future__ import annotations
 
@@ -6,19 +6,19 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from .. import distributed, paths
+from ..distributed import setup as distributed
 from ..errors import EXIT_CACHE_WRITE, EXIT_SOFTWARE, EXIT_USAGE
+from ..planning import paths
 from . import options
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..plan import Plan
+    from ..planning.plan import Plan
 
 
 def add_parser(sub) -> None:
-    s = options.command(sub, "estimate", "a dry run: what is not cached, why, and its expected tokens and cost "
-                                         "(sends nothing)", None, options.exit_codes(0, EXIT_USAGE, EXIT_CACHE_WRITE,
+    s = options.command(sub, "estimate", None, None, options.exit_codes(0, EXIT_USAGE, EXIT_CACHE_WRITE,
                                                                                        EXIT_SOFTWARE))
     options.add_models(s.add_argument_group("models"), True, False)
     options.add_data(s.add_argument_group("data"))
@@ -38,8 +38,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     from dxi.cache import Cache
 
-    from ..estimate import estimate, totals, unreachable
-    from ..outputs import print_estimate
+    from ..outputs.terminal import print_estimate
+    from ..planning.estimate import estimate, totals, unreachable
     from ..session import start_adapters
 
     plan = options.plan_of(args)

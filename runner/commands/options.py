@@ -1,7 +1,9 @@
 """The options several commands share, in one place: the models (``add_models``), the data (``add_data``),
 the limits (``add_limits``), the cache (``add_cache``), the outputs (``add_output``), batch mode
-(``add_batch_flags``, ``batch_options``), the help's formatter and exit codes, and ``plan_of`` (a run's plan
-from them). Light at import: ``dxi --help`` loads none of Polars, aiohttp, the scoring or the cache.
+(``add_batch_flags``, ``batch_options``), and ``plan_of`` (a run's plan from them); the help's formatter,
+exit codes and each command's help line are declared in ``runner.commands`` (light: ``dxi --help`` reads
+them without importing a command) and read here by the commands. Light at import: a command's parser
+loads none of Polars, aiohttp, the scoring or the cache.
 """
 from __future__ import annotations
 
@@ -14,77 +16,23 @@ from dxi.adapters import EFFORTS
 from dxi.evals import EVALS
 from dxi.evals.wildguardtest import SUBSETS
 
-from .. import completion, distributed, numbers
-from ..datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
+from .. import completion
+from ..distributed import setup as distributed
 from ..errors import (
-    EXIT_CACHE_WRITE,
     EXIT_COST_BOUND,
     EXIT_FAILED_REQUESTS,
-    EXIT_INTERRUPTED,
     EXIT_PROVIDER_STOPPED,
-    EXIT_SOFTWARE,
-    EXIT_TERMINATED,
-    EXIT_UPLOAD,
-    EXIT_USAGE,
     UsageError,
 )
+from ..planning import numbers
+from ..planning.datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
+from . import EXIT_CODES, HELP, SCORING_EXIT_CODES, Formatter, exit_codes  # noqa: F401 (the commands read them here)
 
 if TYPE_CHECKING:
-    from ..batch import BatchOptions
-    from ..plan import Plan
+    from ..batch.options import BatchOptions
+    from ..planning.plan import Plan
 
 POLL_S = 30.0  # batch mode's first wait between two status reads of a batch (seconds)
-
-_EXIT_LINES = {
-    0: "0    done",
-    EXIT_FAILED_REQUESTS: f"{EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply "
-                          "after the retries) or are\n       missing from the cache: the figures are "
-                          "over the answered questions, marked (*) with their\n       bounds; "
-                          "rerun to request them, or accept them with --allow-failed",
-    EXIT_USAGE: f"{EXIT_USAGE}    bad input (flags, run file, model string, data, an output path that cannot be written), "
-                "with a\n       message; nothing was sent",
-    EXIT_COST_BOUND: f"{EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)",
-    EXIT_CACHE_WRITE: f"{EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun",
-    EXIT_UPLOAD: f"{EXIT_UPLOAD}    done, but shards could not be uploaded to --cache-remote (all in the local cache; the next "
-                 "run uploads them)",
-    EXIT_PROVIDER_STOPPED: f"{EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, a stated wait "
-                           "over --max-stated-wait),\n       or a model alone (unknown model, refused request form); the "
-                           "others went on; the next run sends what was not sent",
-    EXIT_SOFTWARE: f"{EXIT_SOFTWARE}   an unexpected error (a bug in dxi): one line says what failed and where, and the file "
-                   "holding\n       the full trace (secrets redacted) to report",
-    EXIT_INTERRUPTED: f"{EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun "
-                      "the same command)",
-    EXIT_TERMINATED: f"{EXIT_TERMINATED}  stopped by SIGTERM (kill, a scheduler's time limit), as for {EXIT_INTERRUPTED}",
-}
-_DRAIN = """  The first Ctrl-C or SIGTERM of a run lets the requests in flight finish and be stored (at most --grace
-  seconds); a second stops at once.
-"""
-
-
-def exit_codes(*codes: int) -> str:
-    """The help's "exit codes:" section for a command that returns ``codes`` (``runner.errors``), in that
-    order; a command that sends requests (returns ``EXIT_INTERRUPTED``) also says how a stop drains."""
-    lines = "".join(f"  {_EXIT_LINES[c]}\n" for c in codes)
-    return "exit codes:\n" + lines + (_DRAIN if EXIT_INTERRUPTED in codes else "")
-
-
-EXIT_CODES = exit_codes(*_EXIT_LINES)
-"""Every exit code of ``dxi`` (``dxi run`` returns them all)."""
-SCORING_EXIT_CODES = exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_SOFTWARE)
-"""What ``dxi score`` and ``dxi report`` return: they read the cache and send nothing."""
-
-
-
-class Formatter(argparse.RawDescriptionHelpFormatter):
-    """Descriptions as written (paragraphs, examples); each option's default appended when it has a real one."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if (action.option_strings and "default" not in text and action.default not in (None, False, [], argparse.SUPPRESS)):
-            text += " (default: %(default)s)"
-        return text
-
-
 
 class KeyValues(argparse.Action):
     """``--param KEY=VALUE [KEY=VALUE ...]``: the values up to the next flag. A value that is not KEY=VALUE
@@ -214,7 +162,7 @@ def add_cache(g: argparse._ArgumentGroup) -> None:
 
 def allow_failed(text: str) -> dict:
     """``--allow-failed``'s value (``config.allow_failed``), or argparse's usage error."""
-    from ..config import allow_failed
+    from ..planning.config import allow_failed
 
     try:
         return allow_failed(text)
@@ -238,10 +186,12 @@ def add_output(g: argparse._ArgumentGroup, out: bool = True, scores: bool = Fals
                             "run file's allow_failed)")
 
 
-def command(sub, name: str, help: str, description: str | None = None, epilog: str | None = None
-             ) -> argparse.ArgumentParser:
-    """A command's parser under ``sub``: its one-line ``help`` (in ``dxi --help``), its ``description`` (by
-    default that line, capitalised, with a full stop) and ``epilog`` (the exit codes, usually)."""
+def command(sub, name: str, help: str | None = None, description: str | None = None, epilog: str | None = None
+            ) -> argparse.ArgumentParser:
+    """A command's parser under ``sub``: its one-line ``help`` (in ``dxi --help``; None: the line
+    ``runner.commands.HELP`` declares for ``name``), its ``description`` (by default that line,
+    capitalised, with a full stop) and ``epilog`` (the exit codes, usually)."""
+    help = HELP[name] if help is None else help
     return sub.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".",
                           epilog=epilog, formatter_class=Formatter)
 
@@ -267,7 +217,8 @@ def add_batch_flags(g: argparse._ArgumentGroup, run: bool) -> None:
 
 def batch_options(args: argparse.Namespace) -> BatchOptions:
     """The BatchOptions of ``dxi run``'s flags; UsageError for a bad value."""
-    from ..batch import BatchOptions, parse_deadline
+    from ..batch.options import BatchOptions
+    from ..planning.deadline import parse_deadline
 
     deadline = None
     if getattr(args, "deadline", None):
@@ -293,9 +244,9 @@ def named(args: argparse.Namespace, dest: str, flag: str) -> str:
 
 
 def plan_of(args: argparse.Namespace) -> Plan:
-    """The plan of ``dxi run``, ``estimate`` and ``batches collect`` (``runner.plan.from_args``); UsageError when
+    """The plan of ``dxi run``, ``estimate`` and ``batches collect`` (``runner.planning.plan.from_args``); UsageError when
     neither a run file nor ``--model`` names the models."""
-    from ..plan import from_args
+    from ..planning.plan import from_args
 
     if args.run_file is None and not args.model:
         raise UsageError("name the models: a run file (dxi run run.toml) or --model ADAPTER:MODEL")

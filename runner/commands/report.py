@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .. import paths
+from ..planning import paths
 from . import options
 
 if TYPE_CHECKING:
@@ -13,15 +13,14 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> None:
-    s = options.command(sub, "report", "score from the cache only and write OUT/report.html with CSV/Parquet tables",
-                        None, options.SCORING_EXIT_CODES)
+    s = options.command(sub, "report", None, None, options.SCORING_EXIT_CODES)
     options.add_scoring(s, "report")
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
     from rich.markup import escape
 
-    from ..outputs import print_summary
+    from ..outputs.terminal import print_summary
     from ..rescore import rescore, select
 
     selection = select(args)

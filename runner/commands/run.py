@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .. import distributed, numbers, paths, signals
+from .. import signals
+from ..distributed import setup as distributed
 from ..errors import EXIT_CACHE_WRITE, UsageError
+from ..planning import numbers, paths
 from . import options
 
 if TYPE_CHECKING:
@@ -29,7 +31,7 @@ examples:
 
 
 def add_parser(sub) -> None:
-    s = options.command(sub, "run", "send what is not cached, then score", DESCRIPTION, options.EXIT_CODES)
+    s = options.command(sub, "run", None, DESCRIPTION, options.EXIT_CODES)
     options.add_models(s.add_argument_group("models"), True, False)
     options.add_data(s.add_argument_group("data"))
     limits = s.add_argument_group("limits, retries and cost", "A limit given here applies to every provider, "
@@ -56,8 +58,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from .. import session
 
     plan = options.plan_of(args)
-    if plan.batch:  # before Polars and PyArrow are imported; batch mode only (runner.memory says why)
-        from ..memory import tune
+    if plan.batch:  # before Polars and PyArrow are imported; batch mode only (runner.batch.memory says why)
+        from ..batch.memory import tune
 
         tune()
     plan.check_cost_bound()
@@ -88,10 +90,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
 
 def _print_summary(summary, console: Console, out) -> None:
-    """``runner.outputs.print_summary``, imported when the summary is ready: the outputs module loads Polars and
+    """``runner.outputs.terminal.print_summary``, imported when the summary is ready: the outputs module loads Polars and
     the scoring, which must not delay the first request (``tests/test_startup.py``; the run's survey imports
     them on a thread while the requests are on the wire)."""
-    from ..outputs import print_summary
+    from ..outputs.terminal import print_summary
 
     print_summary(summary, console, out)
 
@@ -101,8 +103,8 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
     the providers stopped, the batches refused, unanswered or still open."""
     from rich.markup import escape
 
-    from ..batch import BatchStats
-    from ..stops import describe
+    from ..batch.options import BatchStats
+    from ..sending.stops import describe
 
     for label, s in result.failed.items():
         transient = s.failed - s.failed_fatal

@@ -6,8 +6,10 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import distributed, numbers, signals
+from .. import signals
+from ..distributed import setup as distributed
 from ..errors import EXIT_INTERRUPTED, EXIT_SOFTWARE, EXIT_TERMINATED, EXIT_USAGE, UsageError
+from ..planning import numbers
 from . import options
 
 if TYPE_CHECKING:
@@ -30,8 +32,7 @@ exit codes:
 
 
 def add_parser(sub) -> None:
-    s = options.command(sub, "view", "browse every answer in a local web app (read-only, from the cache only)",
-                        DESCRIPTION, EXIT_CODES)
+    s = options.command(sub, "view", None, DESCRIPTION, EXIT_CODES)
     options.add_models(s.add_argument_group("models"), True, True)
     options.add_data(s.add_argument_group("data"))
     options.add_cache(s.add_argument_group("cache"))

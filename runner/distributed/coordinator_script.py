@@ -1,4 +1,4 @@
-"""The Lua side of ``--coordinator`` (``runner.coordinator``): one script, run atomically by Redis, with every
+"""The Lua side of ``--coordinator`` (``runner.distributed.coordinator``): one script, run atomically by Redis, with every
 operation a process has for Redis (``library``).
 
 Each call carries the operations of one event-loop turn of one process (a batch) and first says the caller is
@@ -24,7 +24,7 @@ primary; not a Redis Cluster).
 """
 from __future__ import annotations
 
-from .limits import BACKOFF, MIN_FRACTION
+from ..sending.limits import BACKOFF, MIN_FRACTION
 
 _LIBRARY = """
 local TTL = @TTL@

@@ -3,10 +3,10 @@
 A ``ProviderStop`` (``adapters.errors``; read from the providers' documented error bodies by
 ``adapters.provider_errors``) is an exhausted quota or spend limit, a refused key (401/403), a stated wait
 longer than ``Limits.max_stated_wait_s`` (``too_long``), or a server that cannot be reached (at the start of
-the run, or down for longer than ``max_stated_wait_s``: ``runner.outage``): the provider's, every model on it
+the run, or down for longer than ``max_stated_wait_s``: ``runner.sending.outage``): the provider's, every model on it
 stops; or, when it names one model (``ProviderStop.scope`` "model"), an unknown model (404) or a 400 refusing
 the form of its requests (an unsupported schema, parameter or effort level): that model alone stops, and the
-other models on the same base URL go on. When one arrives (``runner.retry``):
+other models on the same base URL go on. When one arrives (``runner.sending.retry``):
 
 * the provider's limiter is halted (``ProviderLimiter.halt``), or the model stopped on it
   (``ProviderLimiter.halt_model``): attempts waiting for a turn, a pause or a retry's backoff end without
@@ -37,7 +37,7 @@ class RunStopping(Exception):  # noqa: N818 (a stop, not an error)
 class RunStop:
     """The whole run asked to stop from outside: the first Ctrl-C or SIGTERM (``runner.signals.Graceful``).
 
-    Once ``request`` is called, ``runner.run.run`` hands out nothing more and every provider's limiter is
+    Once ``request`` is called, ``runner.sending.scheduler.run`` hands out nothing more and every provider's limiter is
     closed (``ProviderLimiter.close``): attempts waiting for their turn, a pause or a retry's backoff end
     without being sent (``RunStopping``; counted ``not_sent``, no row; a request whose earlier attempt had
     failed is stored as that transient failure), while the attempts on the wire finish and are stored; then

@@ -19,7 +19,7 @@ import errno
 import os
 from pathlib import Path
 
-from .errors import CacheFolderError, UsageError
+from ..errors import CacheFolderError, UsageError
 
 _IN_THE_WAY = (errno.ENOTDIR, errno.EEXIST)  # a file where a folder is expected
 

@@ -14,7 +14,7 @@ run has): ``--shard auto/N``, else ``DXI_SHARD_COUNT``; without either it refuse
 * Slurm job arrays: K = ``SLURM_ARRAY_TASK_ID`` (the array numbered from 0: ``--array=0-7`` for 8 shards);
 * Kubernetes Indexed Jobs: K = ``JOB_COMPLETION_INDEX`` (N is the Job's ``completions``).
 
-Without a shared coordinator (``runner.coordinator``) each shard keeps to 1/N of each provider's limits
+Without a shared coordinator (``runner.distributed.coordinator``) each shard keeps to 1/N of each provider's limits
 (requests and tokens per minute, requests in flight; at least one in flight) and of the cost bound, so N
 shards together never exceed what one process would be allowed: ``divide``.
 """
@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from dxi.adapters import Limits
 
 # cache.index and cache.partition are imported where a shard is used, not here: the command line checks
-# --shard's value as it parses (runner.distributed), before the cache is loaded
+# --shard's value as it parses (runner.distributed.setup), before the cache is loaded
 
 
 class ShardError(ValueError):
@@ -56,10 +56,6 @@ class Shard:
         from dxi.cache.partition import shard_range
 
         return shard_range(self.index, self.count)
-
-    def owned(self, adapter, suite, epochs: int) -> int:
-        """How many of ``adapter``'s requests over ``suite`` (``epochs`` each) this shard owns (for progress)."""
-        return sum(self.owns(adapter.encode(task, s).key) for task in suite.tasks() for s in range(epochs))
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"

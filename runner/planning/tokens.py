@@ -1,5 +1,5 @@
 """Token counts before a reply arrives: the one estimator behind the tokens-per-minute pacing
-(``runner.limits``), the dry run (``dxi estimate``, ``runner.estimate``) and the cost bound (``runner.cost``).
+(``runner.sending.limits``), the dry run (``dxi estimate``, ``runner.planning.estimate``) and the cost bound (``runner.sending.cost``).
 
 Two figures, for two uses:
 
@@ -47,7 +47,7 @@ it (as the budget-based mappings of effort levels grow: roughly twofold or more 
 ``minimal`` a sixth of ``low``. The three providers share the numbers because nothing measured tells
 them apart; each has only its own levels (``Adapter.EFFORT_LEVELS``). The figure is capped by the
 request's own output cap (``max_tokens``, ..., ``adapters.budgets``) and replaced by the cache's
-usage as soon as this model has replies at these parameters (``runner.estimate``)."""
+usage as soon as this model has replies at these parameters (``runner.planning.estimate``)."""
 THINKING_FAMILY = {"openai": "openai", "logprobs": "openai", "anthropic": "anthropic",
                    "gemini": "gemini"}
 """The adapter kinds whose effort levels ``THINKING_PRIOR`` covers (an OpenAI-compatible logprobs

@@ -4,7 +4,7 @@ Shape: each provider has a *feed* of the requests its models still need: the sui
 each request (and epoch) encoded, looked up in the cache in batches, cached ones skipped; the provider's
 models take turns. A feeder reserves an admission slot of the provider for each request it takes from
 the feed and puts it on the one shared queue. Workers take requests off the queue, attempt them
-(``runner.retry``, under ``runner.limits``) and append the outcome to the cache before taking the next;
+(``runner.sending.retry``, under ``runner.sending.limits``) and append the outcome to the cache before taking the next;
 a worker that finishes a request goes straight on to the next request of the same provider's feed,
 keeping its slot, and takes from the queue again only when that feed is empty. (Going back through the
 feeder would cost two event-loop turns between a reply and the next request, which under a burst of
@@ -16,7 +16,7 @@ cannot starve another provider; and memory stays O(concurrency) however many tas
 holds a per-task object beyond the batch being looked up and the requests in flight. An all-cached run
 goes through the same loop and sends nothing.
 
-Stopping from outside (``runner.stops.RunStop``: the first Ctrl-C or SIGTERM): nothing more is handed out
+Stopping from outside (``runner.sending.stops.RunStop``: the first Ctrl-C or SIGTERM): nothing more is handed out
 or sent, the attempts on the wire finish and are stored, then ``run`` returns. Cancellation (a second
 Ctrl-C): workers stop where they are; every row appended is in the cache, and a reply that was decoded just
 as the cancellation came is appended before the worker stops. An error that stops
@@ -26,11 +26,11 @@ whole (``Suite.validate``), and before the first request the cache is checked wr
 
 Models: each is a ``ModelRun`` (or a bare Adapter: its defaults): its own number of epochs, the key of the
 limits it shares (a run file's provider table; default ``Adapter.limits_key``) and its price. The cost bound
-(``runner.cost``): each attempt reserves its cost bound before it is sent, waiting for attempts in flight to
+(``runner.sending.cost``): each attempt reserves its cost bound before it is sent, waiting for attempts in flight to
 settle when it does not fit; once it cannot fit with nothing in flight, the feeders hand out nothing more,
 requests already handed out are not sent (their attempts cannot reserve either), the attempts in flight
 finish and are recorded, and ``run`` returns (``Budget.stopped``). A provider stops the same way, alone,
-on a failure every request to it would meet, and a model on a failure that names it alone (``runner.stops``).
+on a failure every request to it would meet, and a model on a failure that names it alone (``runner.sending.stops``).
 """
 from __future__ import annotations
 
@@ -41,15 +41,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
-from dxi.adapters import Adapter, ModelIdentity, ProviderStop, Request, Transient
+from dxi.adapters import Adapter, ProviderStop, Request, Transient
 from dxi.cache import FAILED, FATAL, INVALID, OK, Cache
 from dxi.evals import Suite, Task
 
+from ..planning.plan import ModelRun
+from ..planning.shard import Shard
 from .cost import Budget, Charge, CostBoundReached
 from .limits import ProviderLimiter
 from .retry import Outcome, attempt
 from .rows import make_row
-from .shard import Shard
 from .stops import RunStop, RunStopping
 
 BATCH = 32  # requests encoded and looked up in the cache at a time, per model (~1 ms of work)
@@ -66,8 +67,8 @@ class Stats:
     requests stored waited before their retries (the sum of their rows' ``retry_waits_s``); ``rate_limited``: 429s received;
     ``repaired``: replies accepted from a Markdown code fence (language models, SPEC §6);
     ``input_tokens`` / ``output_tokens``: the usage the replies of this run reported; ``cost_usd``: what
-    this run's attempts cost (``runner.cost``; None for a model without a price); ``not_sent``: requests
-    not sent because the cost bound was reached or the provider stopped (``runner.stops``); ``refused``:
+    this run's attempts cost (``runner.sending.cost``; None for a model without a price); ``not_sent``: requests
+    not sent because the cost bound was reached or the provider stopped (``runner.sending.stops``); ``refused``:
     requests sent that met the provider's stop (no row either): the next run sends both;
     ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class: kept, not sent
     again unless asked); the others are transient and sent again by the next run. ``invalid`` counts
@@ -114,33 +115,6 @@ class Stats:
                 self.errors.append(f"{task_id}: {row['error']}")
 
 
-@dataclass
-class ModelRun:
-    """One model of a run: its (started) ``adapter``, its number of ``epochs``, its ``provider`` (the name of
-    the run file's provider, a ``[providers.*]`` table or an adapter kind), whose limits it shares with the
-    other models on that provider (None: the adapter's own, ``Adapter.limits_key``), and its ``price``
-    in USD per million (input, output) tokens (None: none given)."""
-
-    adapter: Adapter
-    epochs: int = 1
-    provider: str | None = None
-    price: tuple[float, float] | None = None
-
-    @property
-    def label(self) -> str:
-        return self.adapter.label
-
-    @property
-    def limits_key(self) -> str:
-        """The key of the limits this model shares: its ``provider``, else ``Adapter.limits_key``."""
-        return self.provider or self.adapter.limits_key
-
-    @property
-    def identity(self) -> ModelIdentity:
-        """The model as the cache and the scoring tell it apart (``Adapter.identity``)."""
-        return self.adapter.identity
-
-
 @dataclass(frozen=True, slots=True)
 class _Job:
     adapter: Adapter
@@ -162,9 +136,9 @@ async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, 
     a repeated task id raises ``evals.DatasetError``), and before the first request is handed out the
     cache must be writable (``CacheWriteError``; a run with nothing to send needs no writing). An error
     that stops the run later (a task stream's, the cache's) stops handing out requests; the requests in
-    flight finish and are stored, then it is raised. ``shard`` (``runner.shard``): only the requests whose
+    flight finish and are stored, then it is raised. ``shard`` (``runner.planning.shard``): only the requests whose
     cache key it owns are counted and sent. ``stop``: once requested (the first Ctrl-C or SIGTERM), the run
-    drains and returns (``runner.stops.RunStop``)."""
+    drains and returns (``runner.sending.stops.RunStop``)."""
     suite.validate()
     runs = [m if isinstance(m, ModelRun) else ModelRun(m, epochs) for m in models]
     limiters = {} if limiters is None else limiters
@@ -220,10 +194,7 @@ class Scheduler:
         """The requests of one model that need sending, each marked in flight as it is handed out."""
         adapter, cache, in_flight = model.adapter, self.cache, self.in_flight
         limiter, st, charge = self.limiters[model.limits_key], self.stats[model.label], Charge(self.budget, model.price)
-        stream = ((task, adapter.encode(task, sample)) for task in self.suite.tasks() for sample in range(model.epochs))
-        if self.shard is not None:
-            shard = self.shard
-            stream = ((task, request) for task, request in stream if shard.owns(request.key))
+        stream = ((task, request) for task, _, request in model.requests(self.suite, self.shard))
         while batch := list(islice(stream, BATCH)):
             cached = cache.has_many([request.key for _, request in batch])
             for (task, request), hit in zip(batch, cached, strict=True):
@@ -247,7 +218,7 @@ class Scheduler:
             return None
         streams = self.feeds[provider]
         limiter = self.limiters[provider]
-        if limiter.halted is not None:  # the provider stopped (runner.stops): count the rest not sent
+        if limiter.halted is not None:  # the provider stopped (runner.sending.stops): count the rest not sent
             if streams:  # by its feeder (``fill``), beside the requests still in flight (a big suite's rest takes seconds)
                 self.unsent.setdefault(provider, []).extend(stream for _, stream in streams)
                 streams.clear()
@@ -302,7 +273,7 @@ class Scheduler:
         st.add(row, job.task.id)
 
     async def send(self, job: _Job) -> None:
-        """Attempt ``job`` (``runner.retry.attempt``) and store its outcome; a request not sent (the cost
+        """Attempt ``job`` (``runner.sending.retry.attempt``) and store its outcome; a request not sent (the cost
         bound, the run stopping) or refused by a stopped provider is counted and leaves no row."""
         st = self.stats[job.adapter.label]
         outcome = Outcome()

@@ -1,9 +1,9 @@
 """The settings a plan is built from, typed: ``PlanInputs``, one field per option of ``dxi run`` (and of ``score``,
 ``report``, ``export``, ``view``, which take a subset), each with the default the command line has. A program or a
 test builds one with keywords, ``PlanInputs(models=["embedded"], data_dir=Path("data"), limit=3)``, and hands it to
-``runner.plan.from_inputs`` (a ``Plan``: ``runner.plan.build`` does both) or ``runner.rescore.select``;
+``runner.planning.plan.from_inputs`` (a ``Plan``: ``runner.planning.plan.build`` does both) or ``runner.rescore.select``;
 ``inputs_of`` turns the command line's parsed flags into one, so both take the same path through the same rules
-(``runner.plan``). Nothing is checked here: the plan checks the values, with the flags' names in its errors.
+(``runner.planning.plan``). Nothing is checked here: the plan checks the values, with the flags' names in its errors.
 Light at import (``dxi --help`` loads it): no Polars, no adapters.
 """
 from __future__ import annotations
@@ -31,18 +31,18 @@ class PlanInputs:
     the default the plan applies.
 
     ``models``: model strings ``ADAPTER:MODEL[@BASE_URL]`` (``--model``; a single string is one model);
-    ``run_file``: a TOML run file (``runner.config``), instead of ``models``; ``data_dir``, ``cache_dir``,
-    ``out``: folders (default: ``runner.datadir.default_data_dir()``, ``.dxi-cache``, ``out``, or the run
+    ``run_file``: a TOML run file (``runner.planning.config``), instead of ``models``; ``data_dir``, ``cache_dir``,
+    ``out``: folders (default: ``runner.planning.datadir.default_data_dir()``, ``.dxi-cache``, ``out``, or the run
     file's); ``files``: evaluation name -> its file, over the one found under ``data_dir``; ``evals``: the
     evaluations (names, or one comma-separated text; default: all four); ``limit``: the first N tasks of each;
     ``sample`` / ``seed``: a stratified sample of N tasks of each and its seed; ``all_tasks``: every task
-    (``dxi score`` otherwise scores what the runs selected, ``runner.selection``); ``exclude``: exclusion
+    (``dxi score`` otherwise scores what the runs selected, ``runner.planning.selection``); ``exclude``: exclusion
     lists, ``[EVAL=]FILE`` each; ``wildguard_subset``: ``agreed`` (default) or ``all``; ``epochs``: requests
     per task (default 1, or the run file's); ``effort``: the reasoning effort of every language model
     (``adapters.EFFORTS``); ``params`` / ``options``: sampling parameters and adapter settings, a dict or
     ``KEY=VALUE`` texts (VALUE read as JSON); ``prices``: ``MODEL=IN/OUT[/CACHED]`` texts, USD per million
     tokens; ``max_cost``: the cost bound, USD; ``allow_failed``: the tolerance of failed answers, as
-    ``runner.config.allow_failed`` returns it; ``limits``: ``adapters.Limits`` fields (``rpm``,
+    ``runner.planning.config.allow_failed`` returns it; ``limits``: ``adapters.Limits`` fields (``rpm``,
     ``attempt_timeout_s``, ...) over every provider's; ``batch``: every model through its provider's batch
     API; ``batch_size``: requests per batch; ``cache_remote``: a remote cache tier's URI (a run uploads to it, scoring reads it).
 

@@ -11,13 +11,13 @@ shares it. It holds four things:
 * **Pacers** for requests and tokens per minute: each attempt reserves the next free instant at the
   current rate (virtual scheduling, as in GCRA) and sleeps until it: no polling, no burst above the
   rate, first come first served. The token cost of an attempt is estimated before sending
-  (``runner.tokens.TokenEstimate``: request bytes / 4, times a ratio learned from the usage replies
+  (``runner.planning.tokens.TokenEstimate``: request bytes / 4, times a ratio learned from the usage replies
   report, plus the mean output so far) and corrected once the reply's usage is known.
 * **A shared pause**: a 429's ``Retry-After`` (or reset header) holds every attempt of the provider, for
   exactly the stated wait up to ``Limits.max_stated_wait_s``.
-* **A stop** (``halt``): once the provider is stopped (``runner.stops``), every wait ends and nothing more
-  is sent to it; the same once the whole run is stopping (``close``: ``runner.stops.RunStop``).
-* **An outage** (``outage``, ``runner.outage``): a provider that cannot be reached is paused and probed one
+* **A stop** (``halt``): once the provider is stopped (``runner.sending.stops``), every wait ends and nothing more
+  is sent to it; the same once the whole run is stopping (``close``: ``runner.sending.stops.RunStop``).
+* **An outage** (``outage``, ``runner.sending.outage``): a provider that cannot be reached is paused and probed one
   request at a time, and stopped once it has been down longer than ``Limits.max_stated_wait_s``.
 
 Adaptation (AIMD, as in TCP congestion control): a 429 for an attempt sent after the last decrease
@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 from dxi.adapters import AdapterError, Limits, ProviderStop, RateLimited, Request
 
+from ..planning.tokens import TokenEstimate
 from .outage import Outage
-from .tokens import TokenEstimate
 
 BACKOFF = 0.7          # a 429 multiplies the window and the rates by this (as TCP CUBIC's beta)
 RECOVERY_S = 30.0      # seconds for a reduced rate to climb back to its ceiling
@@ -198,16 +198,16 @@ class ProviderLimiter:
         self.rate_limited = self.decreases = self.replies = 0
         self.paused_s = 0.0
         self.halted: ProviderStop | None = None
-        """Set once the provider is stopped (``runner.stops``): no attempt is sent to it any more."""
+        """Set once the provider is stopped (``runner.sending.stops``): no attempt is sent to it any more."""
         self.halted_at: float | None = None  # Unix time of the stop
         self.closed = False
-        """Set once the run is stopping (``runner.stops.RunStop``): no attempt is sent any more."""
+        """Set once the run is stopping (``runner.sending.stops.RunStop``): no attempt is sent any more."""
         self._halt: asyncio.Event | None = None
         self.outage = Outage(limits, self.halt, lambda: self.ending)
         self.stopped_models: dict[str, tuple[ProviderStop, float]] = {}
-        """Models stopped alone (``ProviderStop.scope`` "model": label -> (the stop, Unix time); ``runner.stops``);
+        """Models stopped alone (``ProviderStop.scope`` "model": label -> (the stop, Unix time); ``runner.sending.stops``);
         the provider's other models go on."""
-        self.model_replies: Counter[str] = Counter()  # attempts that got a reply, per model label (``runner.retry``)
+        self.model_replies: Counter[str] = Counter()  # attempts that got a reply, per model label (``runner.sending.retry``)
 
     def halt_model(self, label: str, error: ProviderStop) -> None:
         """Stop the model ``label`` alone (its first stop is kept): its attempts check ``stop_for``."""
@@ -231,7 +231,7 @@ class ProviderLimiter:
         self.outage.wake()
 
     def close(self) -> None:
-        """Send nothing more: the run is stopping (``runner.stops.RunStop``). Every wait of this limiter ends
+        """Send nothing more: the run is stopping (``runner.sending.stops.RunStop``). Every wait of this limiter ends
         at once, as on a ``halt``, and the attempts check ``closed``."""
         self.closed = True
         if self._halt is not None:

@@ -1,7 +1,7 @@
 """The cost bound (``--max-cost USD``, a run file's ``max_cost``): spent plus in-flight cost never passes it.
 
-Per attempt (``runner.retry``): before it is sent, an **upper bound** of its cost is reserved —
-``runner.tokens.input_bound`` input tokens (the body's UTF-8 bytes, plus what the provider adds unseen)
+Per attempt (``runner.sending.retry``): before it is sent, an **upper bound** of its cost is reserved —
+``runner.planning.tokens.input_bound`` input tokens (the body's UTF-8 bytes, plus what the provider adds unseen)
 and ``Adapter.output_tokens_bound`` output tokens (the request's ``max_tokens`` or the like), at the
 model's price (input tokens at the highest price one can cost: a cache write's, when it is above the input
 price, ``scoring.cost.max_input_price``). When the attempt ends the reservation is released and its actual cost added to what was
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from dxi.adapters import Adapter, AdapterError, Reply, Request
 from dxi.evals import Task
 
-from .tokens import input_bound
+from ..planning.tokens import input_bound
 
 
 class CostBoundReached(Exception):  # noqa: N818 (a stop, not an error)
@@ -106,7 +106,7 @@ class Charge:
     async def reserve(self, adapter: Adapter, task: Task, request: Request) -> float:
         """Reserve the attempt's cost bound (``bound``; see the module docstring); returns it. Raises
         CostBoundReached. A model with output tokens priced but no cap on them cannot run under a bound
-        (``runner.plan`` refuses it before the run starts)."""
+        (``runner.planning.plan`` refuses it before the run starts)."""
         return await self.budget.reserve(self.bound(adapter, task, request))
 
     def settle(self, reserved: float, reply: Reply | None, error: AdapterError | None) -> float:

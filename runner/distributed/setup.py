@@ -1,5 +1,5 @@
-"""The command line's part in running past one machine (docs/distributed.md): ``--shard`` (``runner.shard``),
-``--cache-remote`` (``cache.remote``) and ``--coordinator`` (``runner.coordinator``).
+"""The command line's part in running past one machine (docs/distributed.md): ``--shard`` (``runner.planning.shard``),
+``--cache-remote`` (``cache.remote``) and ``--coordinator`` (``runner.distributed.coordinator``).
 
 Without these flags (or their run-file keys ``cache_remote`` and ``coordinator``) nothing here runs: the
 commands take exactly their single-machine path.
@@ -17,27 +17,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import numbers
-from .errors import EXIT_UPLOAD, UsageError
+from ..errors import EXIT_UPLOAD, UsageError
+from ..planning import numbers
 
 # Light at import (the command line's parser reads add_flags): what a run needs is imported when it runs.
 if TYPE_CHECKING:
     from dxi.cache import Cache
     from dxi.cache.remote import Remote
 
-    from .cost import Budget
-    from .limits import ProviderLimiter
-    from .plan import Plan
-    from .shard import Shard
+    from ..planning.plan import Plan
+    from ..planning.shard import Shard
+    from ..sending.cost import Budget
+    from ..sending.limits import ProviderLimiter
 
 ROLL_S = 60.0  # with a remote tier, a log rolls over (and its shard is uploaded) at least this often
 
 
 def _shard_text(text: str) -> str:
-    """``--shard``'s value, checked as it is parsed (``runner.shard.parse``: K/N with 0 <= K < N <= 1,000,000,
+    """``--shard``'s value, checked as it is parsed (``runner.planning.shard.parse``: K/N with 0 <= K < N <= 1,000,000,
     auto or auto/N; auto's index comes from the scheduler's environment when the run starts, ``setup``);
     argparse's usage error otherwise."""
-    from .shard import ShardError, parse
+    from ..planning.shard import ShardError, parse
 
     auto = text.strip().partition("/")[0] == "auto"
     try:
@@ -75,21 +75,30 @@ class Distributed:
 
     shard: Shard | None = None
     remote: Remote | None = None
-    coordinator: object | None = None  # runner.coordinator.Coordinator (imported only when asked for)
+    coordinator: object | None = None  # runner.distributed.coordinator.Coordinator (imported only when asked for)
     roll_s: float | None = None
     notes: list[str] = field(default_factory=list)
 
     def budget(self, max_cost: float | None) -> Budget:
         """The run's Budget: shared through the coordinator when there is one."""
-        from .cost import Budget
+        from ..sending.cost import Budget
 
-        self._budget = self.coordinator.budget(max_cost) if self.coordinator is not None else Budget(max_cost)
+        if self.coordinator is None:
+            self._budget = Budget(max_cost)
+        else:
+            from .shared_limits import budget
+
+            self._budget = budget(self.coordinator, max_cost)
         return self._budget
 
     def limiters(self, models: list) -> dict[str, ProviderLimiter]:
         """Limiters shared through the coordinator (empty without one: ``run`` makes local ones). Call
         inside the event loop."""
-        return self.coordinator.limiters(models) if self.coordinator is not None else {}
+        if self.coordinator is None:
+            return {}
+        from .shared_limits import limiters
+
+        return limiters(self.coordinator, models)
 
     async def rolling(self, cache: Cache) -> None:
         """With a remote tier: roll the log over once it is ``roll_s`` old, looking every second (or every
@@ -162,7 +171,7 @@ def setup(args: argparse.Namespace | None, plan: Plan, sending: bool) -> Distrib
     plan's own ``coordinator`` and ``cache_remote``) (``sending``: a run, not an estimate): divide
     the limits and the cost bound by N when no coordinator shares them (saying so), connect the
     coordinator, pull the remote's shards. UsageError (exit code 2) for a bad value."""
-    from .shard import ShardError, keep_share, parse
+    from ..planning.shard import ShardError, keep_share, parse
 
     d = Distributed()
     if getattr(args, "shard", None):

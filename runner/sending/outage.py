@@ -10,13 +10,13 @@ a transient failure, to be sent again by the next run. Instead, per provider (``
   as usual). The first probe goes after ``Limits.backoff_s``, each failed one doubles the wait before the
   next, up to ``Limits.max_wait_s`` (as a retry's backoff, without jitter: only one attempt is out).
 * An attempt that cannot connect while the provider is down is not one of its request's retries
-  (``runner.retry``): the request waits for the provider and goes again, its retry budget intact (its
+  (``runner.sending.retry``): the request waits for the provider and goes again, its retry budget intact (its
   ``attempts`` count every attempt made, and ``retry_waits_s`` the waits).
 * **Back**: the first reply (any HTTP status) ends the outage; every waiting request goes on, within the
   provider's window and rates as usual.
 * **Gone**: once the provider has been down for longer than the run's patience, ``Limits.max_stated_wait_s``
   (``--max-stated-wait``, default 600 s: the longest the run waits on a provider, whether it states the wait
-  or is silent), the provider is stopped (``ProviderStop``, cause ``UNREACHABLE``; ``runner.stops``): its
+  or is silent), the provider is stopped (``ProviderStop``, cause ``UNREACHABLE``; ``runner.sending.stops``): its
   requests not sent get no row and the next run sends them, the other providers go on, and the run ends
   with exit code 6.
 

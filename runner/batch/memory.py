@@ -18,7 +18,7 @@ threshold 291 MB (287-294 MB over three runs of the benchmark). A fully cached r
 * **Polars' jemalloc**: one arena, freed pages given back after 10 ms (``_RJEM_MALLOC_CONF``, which Polars
   reads when it is imported; ``view.data`` gives its start-up child the same settings, measured there).
 * **PyArrow**: glibc's malloc (``ARROW_DEFAULT_MEMORY_POOL=system``, read when PyArrow is imported), whose
-  free pages ``malloc_trim`` returns (``runner.batch`` calls it after each collection) and which the other
+  free pages ``malloc_trim`` returns (``runner.batch.driver`` calls it after each collection) and which the other
   threads' allocations already share.
 * **glibc**: at most two arenas (``M_ARENA_MAX``: the threads of the cache's compaction, the scoring's
   preparation and aiohttp's resolver otherwise each keep their own heap) and a fixed 128 KiB threshold for

@@ -1,26 +1,28 @@
 """The processes' side of ``--coordinator``: a limiter and a cost budget whose state is in Redis
-(``runner.coordinator``: the connection, the calls, the shares and the fallback; its module docstring says
+(``runner.distributed.coordinator``: the connection, the calls, the shares and the fallback; its module docstring says
 what is shared and how).
 
-``SharedLimiter`` is a ``runner.limits.ProviderLimiter`` whose pacing, pause, narrowed rates and in-flight
-slots go through the coordinator; ``SharedBudget`` a ``runner.cost.Budget`` whose bound holds for every
+``SharedLimiter`` is a ``runner.sending.limits.ProviderLimiter`` whose pacing, pause, narrowed rates and in-flight
+slots go through the coordinator; ``SharedBudget`` a ``runner.sending.cost.Budget`` whose bound holds for every
 process of the run. Both take the local path of their base class while the coordinator is down. They are
-made by ``Coordinator.limiters`` and ``Coordinator.budget``.
+made by ``limiters`` and ``budget`` here, which register them with their ``Coordinator`` (this module
+imports the coordinator; the coordinator never imports this module).
 """
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dxi.adapters import AdapterError, Limits, RateLimited, Request
 
+from ..planning.shard import divide
+from ..sending.cost import Budget, CostBoundReached
+from ..sending.limits import BACKOFF, RECOVERY_S, ProviderLimiter, Ticket
 from . import coordinator as hub
 from .coordinator import POLL_S, Coordinator, _Down
-from .cost import Budget, CostBoundReached
-from .limits import BACKOFF, RECOVERY_S, ProviderLimiter, Ticket
-from .shard import divide
 
 
 @dataclass(slots=True)
@@ -256,3 +258,22 @@ class SharedBudget(Budget):
         except hub._REDIS_ERRORS:
             return None
         return float(value or 0)
+
+
+def limiters(coordinator: Coordinator, models: Sequence) -> dict[str, ProviderLimiter]:
+    """A SharedLimiter per limits key of ``models`` (``runner.planning.plan.ModelRun``), for the
+    scheduler's ``run(limiters=)``, each registered with ``coordinator`` (``Coordinator.limiters``:
+    the other processes' events reach it there). Called inside the event loop: the coordinator's
+    background work (``Coordinator.start``) begins."""
+    coordinator.start_soon()
+    for m in models:
+        if m.limits_key not in coordinator.limiters:
+            coordinator.limiters[m.limits_key] = SharedLimiter(m.adapter.limits, coordinator, m.limits_key)
+    return dict(coordinator.limiters)
+
+
+def budget(coordinator: Coordinator, max_usd: float | None) -> SharedBudget:
+    """The run's cost bound (``max_usd``, USD; None: none) shared through ``coordinator``, registered with
+    it (``Coordinator.budget``)."""
+    coordinator.budget = SharedBudget(max_usd, coordinator)
+    return coordinator.budget

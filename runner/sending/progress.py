@@ -13,7 +13,7 @@ requests a second); the time left is the requests still to do at that rate. A
 model that costs nothing (a local model, or priced at 0) shows no spend; with a cost bound, the spend of
 the whole run is shown against it. ``start_line`` is the line printed before the run: what is about to run.
 
-Once the run is stopping (the first Ctrl-C or SIGTERM, ``runner.stops.RunStop``), a line says so and counts
+Once the run is stopping (the first Ctrl-C or SIGTERM, ``runner.sending.stops.RunStop``), a line says so and counts
 the requests still in flight down (on a terminal under the bars; in logs one line at once, then at most one
 a second while the count falls, and one when none is left), e.g.::
 
@@ -31,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .cost import Budget
-from .run import Stats
+from .scheduler import Stats
 
 
 def _duration(seconds: float) -> str:
@@ -42,7 +42,7 @@ def _duration(seconds: float) -> str:
 
 
 def batches(s: Stats) -> str:
-    """A model's batches in its progress line (``runner.batch.BatchStats``): submitted, running (each one's
+    """A model's batches in its progress line (``runner.batch.driver.BatchStats``): submitted, running (each one's
     time running so far) and collected, and the requests given back; "" for a model sent synchronously."""
     running = getattr(s, "running", None)
     if running is None:

@@ -5,7 +5,7 @@ tenacity drives the retries: exponential backoff with jitter (``Limits.backoff_s
 malformed bodies, errors inside a 200: ``adapters.errors`` classifies) unless the provider said
 ``x-should-retry: false``; a 429's stated wait (``Retry-After``, ``retry-after-ms``, a reset header,
 Gemini's ``RetryInfo``), when given, is the wait instead, honoured exactly up to ``Limits.max_stated_wait_s``, and pauses the whole provider
-(``runner.limits``). Fatal errors (other 4xx) end at once.
+(``runner.sending.limits``). Fatal errors (other 4xx) end at once.
 
 After each failed attempt ``reclassify`` applies the runner's two re-classifications (a stated wait too long
 becomes a ProviderStop; a refused form of request of a model that has answered others becomes Fatal).
@@ -14,7 +14,7 @@ wait longer than ``max_stated_wait_s``) halts the provider's limiter at once, or
 (``ProviderStop.scope`` "model": an unknown model, a refused form), that model alone (``halt_model``; a refused
 form after the model has answered others is that request's own failure: Fatal, kept): attempts waiting for it
 end without being sent (raising the same ProviderStop), and the runner stops the provider or the model
-(``runner.stops``).
+(``runner.sending.stops``).
 The HTTP adapters time their own attempts (``Adapter.own_timeout``): ``Limits.attempt_timeout_s``
 is an idle timeout (no byte of the reply for that long), ``Limits.max_reply_time_s`` bounds the whole
 reply, and a streamed reply cut after it began arrives here as a Transient with ``should_retry``
@@ -25,7 +25,7 @@ A reply larger than ``Limits.max_reply_bytes`` is recorded as an invalid reply (
 larger than N bytes") with its first bytes as the raw reply.
 
 A provider whose attempts cannot connect (``Unreachable``) is paused and probed one request at a time
-(``runner.outage``): while it is down an attempt that cannot connect is not a retry of its request, which
+(``runner.sending.outage``): while it is down an attempt that cannot connect is not a retry of its request, which
 waits for the provider and goes again (``_patient``); once it has been down longer than
 ``max_stated_wait_s`` it is stopped like any other ProviderStop.
 
@@ -76,7 +76,7 @@ class Outcome:
 
     ``attempts`` counts attempts made (1 = no retry); ``rate_limited`` the 429s among them;
     ``latency_ms`` is the duration of the final attempt; ``body`` the final raw reply, when one
-    arrived; ``cost_usd`` what the attempts cost (``runner.cost.Charge.settle``; 0 without a price);
+    arrived; ``cost_usd`` what the attempts cost (``runner.sending.cost.Charge.settle``; 0 without a price);
     ``waits_s`` the seconds waited before each attempt after the first, measured from the end of the
     attempt before it to the start of its own (the backoff or the provider's stated wait, and any
     pause or pacing of the provider meanwhile): ``attempts - 1`` values; ``ended``:
@@ -120,7 +120,7 @@ def _waiter(limits: Limits, limiter: ProviderLimiter):
 def reclassify(error: AdapterError, max_stated_wait_s: float, model_answered: bool) -> AdapterError:
     """The runner's two re-classifications of an adapter's error (``adapters.errors`` describes them beside
     the tree): a RateLimited whose stated wait (``retry_after`` seconds) is longer than ``max_stated_wait_s``
-    becomes a ProviderStop of cause ``WAIT`` (``runner.stops.too_long``); a ProviderStop of cause ``REQUEST`` (a
+    becomes a ProviderStop of cause ``WAIT`` (``runner.sending.stops.too_long``); a ProviderStop of cause ``REQUEST`` (a
     form of request the model refuses) becomes Fatal (this request's own failure, stored and kept) when
     ``model_answered`` (the model has answered other requests in this run). Any other error is returned as
     it is."""
@@ -138,11 +138,11 @@ def _worth_retrying(exc: BaseException) -> bool:
 async def _once(adapter: Adapter, task: Task, request: Request, limiter: ProviderLimiter, out: Outcome,
                 charge: Charge | None) -> None:
     """One attempt: wait for the provider's limits, reserve its cost bound (``charge``), send, decode into
-    ``out``; raises AdapterError, or CostBoundReached or RunStopping (the run is stopping: ``runner.stops``)
+    ``out``; raises AdapterError, or CostBoundReached or RunStopping (the run is stopping: ``runner.sending.stops``)
     before sending anything."""
     timeout = adapter.limits.attempt_timeout_s
     outage = limiter.outage
-    while True:  # while the provider is down, only its probe goes (runner.outage)
+    while True:  # while the provider is down, only its probe goes (runner.sending.outage)
         probe = outage.down and await outage.turn()  # (up: no wait, no coroutine)
         try:
             ticket = await limiter.acquire(request)
@@ -225,7 +225,7 @@ async def _once(adapter: Adapter, task: Task, request: Request, limiter: Provide
 
 async def _patient(adapter: Adapter, task: Task, request: Request, limiter: ProviderLimiter, out: Outcome,
                    charge: Charge | None) -> None:
-    """``_once``, again for as long as the provider is down (``runner.outage``): an attempt that could not
+    """``_once``, again for as long as the provider is down (``runner.sending.outage``): an attempt that could not
     connect while the provider is down is not one of the request's retries; it waits for the provider (its
     turn to probe it, or its return, or its stop) and goes again."""
     while True:

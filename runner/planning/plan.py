@@ -4,7 +4,7 @@ started), their epochs, limits and prices, the suite, the locations and the cost
 A plan is built from ``PlanInputs``, the typed settings of a run (one field per flag of ``dxi run``, with its
 default): ``build(models=["embedded"], data_dir=..., limit=3)`` from a program or a test, ``from_args(args)``
 from the command line (``inputs_of`` turns the parsed flags into ``PlanInputs``; the rules below are applied
-once, by ``from_inputs``). It reads the run file (``run_file``: TOML, ``runner.config``) when given, else the
+once, by ``from_inputs``). It reads the run file (``run_file``: TOML, ``runner.planning.config``) when given, else the
 models (``--model``). With a run file, these flags override it (paths given on the command line are relative
 to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
@@ -17,7 +17,7 @@ per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epoc
 
 Raises ``UsageError`` (a usage error: exit code 2) with a message naming the file and key where it can.
 
-The module stays whole (about 450 lines, over the runner's 400; the inputs' record is ``runner.inputs``): the
+The module stays whole (about 510 lines with ``ModelRun``, over the runner's 400; the inputs' record is ``runner.planning.inputs``): the
 run file's path (``_from_file``) and the flags' path (``_from_flags``) must give the same ``Plan`` for the same
 settings, and each override rule above is read beside its twin; the prices (``price_flags``, ``_priced``) and the
 suite (``_suite``) are the two parts that could move out if it grows.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,19 +34,64 @@ from typing import TYPE_CHECKING
 import orjson
 
 from dxi import adapters
-from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, discover
+from dxi.adapters import Adapter, ModelIdentity, Request
+from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, Task, discover
 
+from ..errors import UsageError
 from . import config
 from .datadir import DATA_DIR_ENV, default_data_dir
-from .errors import UsageError
 from .inputs import LIMITS_FLAGS, PlanInputs, inputs_of
-from .run import ModelRun
 from .sample import SampledSuite
+from .shard import Shard
 
 if TYPE_CHECKING:
     import polars as pl
 
     from dxi.scoring.provisional import Tolerance
+
+
+@dataclass
+class ModelRun:
+    """One model of a run: its (started) ``adapter``, its number of ``epochs``, its ``provider`` (the name of
+    the run file's provider, a ``[providers.*]`` table or an adapter kind), whose limits it shares with the
+    other models on that provider (None: the adapter's own, ``Adapter.limits_key``), and its ``price``
+    in USD per million (input, output) tokens (None: none given)."""
+
+    adapter: Adapter
+    epochs: int = 1
+    provider: str | None = None
+    price: tuple[float, float] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.adapter.label
+
+    @property
+    def limits_key(self) -> str:
+        """The key of the limits this model shares: its ``provider``, else ``Adapter.limits_key``."""
+        return self.provider or self.adapter.limits_key
+
+    @property
+    def identity(self) -> ModelIdentity:
+        """The model as the cache and the scoring tell it apart (``Adapter.identity``)."""
+        return self.adapter.identity
+
+    def requests(self, suite: Suite, shard: Shard | None = None) -> Iterator[tuple[Task, int, Request]]:
+        """The model's requests: every task of ``suite`` times each of its ``epochs`` (``sample`` 0 to
+        ``epochs - 1``), encoded by its adapter (``Adapter.encode``), only those whose cache key ``shard``
+        owns (None: all), as ``(task, sample, request)`` in the suite's order, a task's epochs together.
+
+        A generator: the tasks are read and encoded as it is consumed, so memory stays one task's worth.
+        The one definition of "a model's requests" that the scheduler (``runner.sending.scheduler``),
+        batch mode (``runner.batch.driver``), the dry run (``runner.planning.estimate``), the session's
+        survey (``runner.session``) and ``Shard.owned`` read; errors are the task stream's and the
+        adapter's (``Suite.tasks``, ``Adapter.encode``)."""
+        encode = self.adapter.encode
+        for task in suite.tasks():
+            for sample in range(self.epochs):
+                request = encode(task, sample)
+                if shard is None or shard.owns(request.key):
+                    yield task, sample, request
 
 
 @dataclass
@@ -62,9 +107,9 @@ class Plan:
     epochs: int
     max_cost: float | None
     source: Path | None
-    cache_remote: str | None = None  # the inputs', else a run file's (``runner.distributed``)
+    cache_remote: str | None = None  # the inputs', else a run file's (``runner.distributed.setup``)
     coordinator: str | None = None
-    batch: frozenset[str] = frozenset()  # the labels sent through their provider's batch API (``runner.batch``)
+    batch: frozenset[str] = frozenset()  # the labels sent through their provider's batch API (``runner.batch.driver``)
     batch_overrides: dict = field(default_factory=dict)  # label -> the run file's (batch_input, batch_output)
     batch_limits: dict = field(default_factory=dict)  # label -> (requests per batch, enqueued tokens), None: the provider's
     allow_failed: dict | None = None  # the tolerance of provisional figures (``config.allow_failed``)
@@ -284,7 +329,7 @@ def _priced(models: list[ModelRun], prices: dict[str, config.Price], texts: dict
 
 
 def build(**inputs) -> Plan:
-    """The plan of ``PlanInputs(**inputs)`` (``runner.inputs``: the keywords are its fields, e.g.
+    """The plan of ``PlanInputs(**inputs)`` (``runner.planning.inputs``: the keywords are its fields, e.g.
     ``build(models=["embedded"], data_dir=Path("data"), cache_dir=tmp / "cache", limit=3)``), as ``from_inputs``
     builds it; TypeError for a keyword that is no field, UsageError as ``from_inputs``."""
     return from_inputs(PlanInputs(**inputs))

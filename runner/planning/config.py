@@ -88,7 +88,7 @@ class Provider(_Struct):
     max_reply_bytes: int | None = None      # the largest reply read; larger is stored invalid
     max_reply_time_s: float | None = None   # the longest one reply may take in all (seconds)
     stream: str | None = None               # auto | always | never (adapters.streaming)
-    batch: bool | None = None               # send through the batch API (runner.batch)
+    batch: bool | None = None               # send through the batch API (runner.batch.driver)
     batch_max_requests: int | None = None   # at most this many requests per batch
     batch_enqueued_tokens: int | None = None  # input tokens in open batches at once, per model
 
@@ -125,7 +125,7 @@ class Model(_Struct):
 class Evals(_Struct):
     select: list[str] | None = None
     limit: int | None = None
-    sample: int | None = None  # a stratified sample of N tasks per evaluation (runner.sample)
+    sample: int | None = None  # a stratified sample of N tasks per evaluation (runner.planning.sample)
     seed: int | None = None
     wildguard_subset: str = "agreed"
     exclude: list[str] = []
@@ -217,7 +217,7 @@ def load(path: Path | str) -> RunFile:
         return ConfigError(f"{_where(path, text, key)}: {_dotted(key) or 'top level'}: {problem}")
 
     def number(key: tuple, value: Any, kind: Number) -> None:
-        """A number of the run file in ``kind``'s range (``runner.numbers``: that of the flag that
+        """A number of the run file in ``kind``'s range (``runner.planning.numbers``: that of the flag that
         overrides it), else the error naming the key and line."""
         if value is not None and not kind.accepts(value):
             raise fail(key, f"must be {kind.expected()}, got {value!r}")

@@ -3,7 +3,7 @@
 Every process of a run (the shards of a job array, or several processes on one shard) shares, per
 limits key (``ModelRun.limits_key``):
 
-* **pacing**: the same GCRA booking as ``runner.limits`` (each attempt books the next free instant at the
+* **pacing**: the same GCRA booking as ``runner.sending.limits`` (each attempt books the next free instant at the
   current rate, requests and tokens), done atomically in a Lua script on Redis's clock, so N processes
   together keep to the provider's rate as one would;
 * **the in-flight slots** (``Limits.max_in_flight`` for all processes together): an attempt takes a slot
@@ -13,7 +13,7 @@ limits key (``ModelRun.limits_key``):
   process through its pub/sub channel: no polling. A dead process's slots come back when their leases end
   (``?lease=SECONDS`` in the URI, default 30);
 * **the pause a 429 states** (``Retry-After`` and the like), told to every process at once (pub/sub);
-* **the narrowed rate after 429s** (× ``runner.limits.BACKOFF`` once per round of 429s, recovering
+* **the narrowed rate after 429s** (× ``runner.sending.limits.BACKOFF`` once per round of 429s, recovering
   linearly over ``RECOVERY_S``) and a limit a 429's headers state;
 * **the spend under ``--max-cost``**: reservations and spend are kept in Redis; an attempt reserves its
   cost bound there, and once the bound leaves no room with nothing in flight anywhere, every process stops.
@@ -40,11 +40,11 @@ reservation. ``make bench`` counts them with Redis's ``INFO commandstats``.
 
 **Where things are.** This module is the connection (``Coordinator``: connecting, the batched calls, the
 heartbeat, the pub/sub hand-overs, falling back and rejoining); the limiter and the budget that use it are
-``runner.shared_limits``. It is longer than the ~400 lines modules keep to because ``Coordinator`` is one
+``runner.distributed.shared_limits``. It is longer than the ~400 lines modules keep to because ``Coordinator`` is one
 state machine (down / local / shared) whose transitions share its connection, its pending calls and its
 waiters: split, each part would reach into the other's state.
 
-What each process keeps to itself: its window of attempts (AIMD, ``runner.limits.Window``) and its token
+What each process keeps to itself: its window of attempts (AIMD, ``runner.sending.limits.Window``) and its token
 estimate. Keys live under ``dxi:<run id>:``, expiring a day after their last use. The run id is
 ``DXI_RUN_ID``, else Slurm's ``SLURM_ARRAY_JOB_ID``, else a digest of the command line without its
 ``--shard``, ``--cache-dir``, ``--out`` and ``-q`` (the shards of one run are otherwise the same command).
@@ -64,15 +64,11 @@ import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
+from ..sending.cost import Budget
+from ..sending.limits import RECOVERY_S, ProviderLimiter
 from .coordinator_script import library
-from .cost import Budget
-from .limits import RECOVERY_S, ProviderLimiter
-
-if TYPE_CHECKING:
-    from .shared_limits import SharedBudget, SharedLimiter
 
 log = logging.getLogger("dxi.coordinator")
 
@@ -172,8 +168,10 @@ class Coordinator:
         self._tasks: list[asyncio.Task] = []  # heartbeat and listener (while up), rejoin (while down)
         self._waiting: dict[str, asyncio.Future] = {}  # waiter -> its hand-over (a grant message)
         self._waiting_for: dict[str, str] = {}  # waiter -> the provider it waits for
-        self._limiters: dict[str, SharedLimiter] = {}
-        self._budget: SharedBudget | None = None
+        # the SharedLimiters and the SharedBudget of this process (``runner.distributed.shared_limits``
+        # makes and registers them here): the other processes' events are handed to them
+        self.limiters: dict[str, ProviderLimiter] = {}
+        self.budget: Budget | None = None
         self._local_from = 0.0  # monotonic time after which a process that fell back may send on its own
         self._rejoining = False
         self._started = False
@@ -235,7 +233,7 @@ class Coordinator:
     def _horizon(self) -> float:
         """How far ahead of now the bookings of the shards in Redis can reach: each slot booked at most one
         request interval after the last (seconds; the slowest provider's)."""
-        return max((lim.size / lim._ceilings[0] for lim in self._limiters.values() if lim._ceilings[0]), default=0.0)
+        return max((lim.size / lim._ceilings[0] for lim in self.limiters.values() if lim._ceilings[0]), default=0.0)
 
     async def start(self) -> None:
         """Begin the background work (inside the event loop): heartbeat and listener while Redis answers, the
@@ -360,7 +358,7 @@ class Coordinator:
             for zset, members in groups:
                 args += [zset, len(members), *members]
             waiting = set(self._waiting_for.values())
-            for limiter in self._limiters.values():
+            for limiter in self.limiters.values():
                 if limiter.limits_key in waiting:
                     args += [limiter.limits_key, limiter.size, self.lease_s, *limiter._ceilings, RECOVERY_S]
             try:
@@ -383,12 +381,12 @@ class Coordinator:
                     self._waiting_for.pop(waiter, None)
                     if fut is not None and not fut.done():
                         fut.set_result((float(wait), float(booked_at), float(rate)))
-                    elif provider in self._limiters:  # its waiter gave up meanwhile: the slot goes back
-                        self._limiters[provider].give_back(waiter)
+                    elif provider in self.limiters:  # its waiter gave up meanwhile: the slot goes back
+                        self.limiters[provider].give_back(waiter)
                 elif kind == "pause":  # seconds, provider
                     seconds, provider = rest.split(" ", 1)
-                    if provider in self._limiters:
-                        self._limiters[provider].paused_by_other(float(seconds))
+                    if provider in self.limiters:
+                        self.limiters[provider].paused_by_other(float(seconds))
                 elif kind == "clock":  # seconds the Redis host's clock stepped back (absorbed by the script)
                     message = (f"coordinator {self.name}: the Redis host's clock stepped back {float(rest):.1f} s; "
                                "the shared pacing went on from where it was (no process waits for the step)")
@@ -432,13 +430,13 @@ class Coordinator:
     def _local_idle(self) -> bool:
         """No attempt sent on its own is in flight, and no local pacer has booked ahead of now."""
         now = time.monotonic()
-        for limiter in self._limiters.values():
+        for limiter in self.limiters.values():
             fb = limiter.fallback
             if fb.window.held:
                 return False
             if any(rate.pacer is not None and rate.pacer._next > now for rate in (fb.requests, fb.tokens)):
                 return False
-        return self._budget is None or not self._budget.local_in_flight
+        return self.budget is None or not self.budget.local_in_flight
 
     async def _rejoin(self) -> None:
         """While fallen back: try Redis every ``REJOIN_S`` seconds; once it answers, stop taking local turns,
@@ -472,8 +470,8 @@ class Coordinator:
             finally:
                 self._rejoining = False
             self.rejoined += 1
-            if self._budget is not None:
-                self._budget.rejoin()
+            if self.budget is not None:
+                self.budget.rejoin()
             message = f"coordinator {self.name} reachable again: this process rejoins the limits shared by run {self.run}"
             self.warnings.append(message)
             log.warning(message)
@@ -500,22 +498,10 @@ class Coordinator:
             self._script = None
 
     # ---- what the runner uses ---------------------------------------------------------------
-    def limiters(self, models: Sequence) -> dict[str, ProviderLimiter]:
-        """A SharedLimiter per limits key of ``models`` (``runner.run.ModelRun``), for ``run(limiters=)``.
-        Called inside the event loop: the background work (``start``) begins."""
+    def start_soon(self) -> None:
+        """Begin the background work (``start``) in the running event loop, once: the first shared
+        limiter made (``runner.distributed.shared_limits.limiters``) calls it from inside the loop."""
         if not self._started:
             task = asyncio.get_running_loop().create_task(self.start())
             self._background.add(task)
             task.add_done_callback(self._background.discard)
-        from .shared_limits import SharedLimiter  # (it imports this module's Coordinator: imported when first used)
-
-        for m in models:
-            if m.limits_key not in self._limiters:
-                self._limiters[m.limits_key] = SharedLimiter(m.adapter.limits, self, m.limits_key)
-        return dict(self._limiters)
-
-    def budget(self, max_usd: float | None) -> Budget:
-        from .shared_limits import SharedBudget
-
-        self._budget = SharedBudget(max_usd, self)
-        return self._budget

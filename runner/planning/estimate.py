@@ -1,6 +1,6 @@
 """``dxi estimate``: a dry run that sends nothing. Per model: the requests not yet cached (and how many are),
 why each is new, and their expected tokens and cost, plus the most they can cost (the cost bound's
-reservations, ``runner.cost``).
+reservations, ``runner.sending.cost``).
 
 Requests are encoded exactly as ``dxi run`` would encode them and looked up in the cache by key, so the
 count of new requests is exact. Why a request is new is told by comparing it with the cache's rows, in
@@ -13,19 +13,19 @@ model, with these parameters, has answers of the evaluation in the cache but not
 before it, Ctrl-C or the cost bound, or ran a smaller ``--limit`` / ``--sample``), ``new evaluation`` (the
 rest: the model has no answer of the evaluation yet).
 
-Expected tokens (``runner.tokens.TokenEstimate``): input = request bytes / 4 × the tokens-per-byte ratio
+Expected tokens (``runner.planning.tokens.TokenEstimate``): input = request bytes / 4 × the tokens-per-byte ratio
 that the cache's replies of the same model and evaluation reported, else those of the adapter's other
-models on that evaluation, else 1; output = their mean reported output, else ``runner.tokens.prior_output``.
+models on that evaluation, else 1; output = their mean reported output, else ``runner.planning.tokens.prior_output``.
 A model that thinks (an effort level, or a Claude model that thinks by default:
-``runner.tokens.thinking_effort``) spends most of its output thinking, and how much depends on its
+``runner.planning.tokens.thinking_effort``) spends most of its output thinking, and how much depends on its
 level: its output is the mean that its own replies at these parameters (effort included) reported,
-else the level's prior (``runner.tokens.THINKING_PRIOR``, capped by the request's output cap); never
+else the level's prior (``runner.planning.tokens.THINKING_PRIOR``, capped by the request's output cap); never
 other models' or other levels' usage. ``basis`` says which.
 """
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -37,7 +37,7 @@ from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import cost_usd
 from dxi.scoring.cost import max_input_price
 
-from .run import ModelRun
+from .plan import ModelRun
 from .shard import Shard
 from .tokens import TokenEstimate, input_bound, prior_output, thinking_effort, thinking_prior
 
@@ -151,9 +151,7 @@ def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, hist
     rows = []
     effort = thinking_effort(a.kind, a.model, a.params, a.effort)
     thinking = thinking_prior(a.kind, effort)
-    stream: Iterable = ((task, a.encode(task, sample)) for task in suite.tasks() for sample in range(model.epochs))
-    if shard is not None:
-        stream = ((task, request) for task, request in stream if shard.owns(request.key))
+    stream = ((task, request) for task, _, request in model.requests(suite, shard))
     while batch := list(islice(stream, BATCH)):
         est.requests += len(batch)
         for (task, request), hit in zip(batch, cache.has_many([r.key for _, r in batch]), strict=True):
@@ -174,7 +172,7 @@ def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, hist
                 output = mine.output if mine is not None else None
                 if output is None:
                     basis += (f"; output: the thinking prior at effort {effort} ({thinking:,} tokens, "
-                              "runner.tokens)")
+                              "runner.planning.tokens)")
                 elif basis != "this model's cached usage":
                     basis += "; output: this model's cached usage at these parameters"
             if output is None:
@@ -212,7 +210,7 @@ def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, hist
 
 def estimate(models: list[ModelRun], suite: Suite, cache: Cache, shard: Shard | None = None) -> list[Estimate]:
     """The dry run of ``models`` (adapters built; a System One model must know its name) over ``suite``
-    (only the requests ``shard`` owns, when given: ``runner.shard``)."""
+    (only the requests ``shard`` owns, when given: ``runner.planning.shard``)."""
     rates, history = learned_rates(cache), _history(cache)
     return [_estimate_one(m, suite, cache, rates, history, shard) for m in models]
 

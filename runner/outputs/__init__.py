@@ -1,0 +1,6 @@
+"""What a run or a scoring leaves: the files, the terminal's tables and what produced them.
+
+* ``files``: the cache scored, ``OUT/summary.json`` and ``OUT/answers.parquet`` written;
+* ``terminal``: the terminal's tables (summary, usage, measures, the dry run), fitted to its width;
+* ``provenance``: what produced a result (``dxi_version``, the checkout's git state, the machine).
+"""
