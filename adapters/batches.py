@@ -42,6 +42,9 @@ OUTCOMES = (COMPLETED, EXPIRED, CANCELLED, FAILED, LOST)
 LINE_BYTES = 64 << 20  # the longest result line read; a longer one is given back (its reply is read no further)
 # the pages of the provider's batch (or file) listing that ``find`` / ``delete_input`` read at most
 MAX_PAGES = 100
+# a provider without a tag, an entry recorded without a reference (``BatchAPI.find``): the batches created
+# within this many seconds before its intent, by this machine's clock, are candidates
+WIDE_S = 86_400
 
 # adapter kind -> "module:Class" of its batch protocol, imported on first use
 KINDS = {
@@ -256,12 +259,22 @@ class BatchAPI:
     async def get(self, batch_id: str) -> BatchStatus:
         raise NotImplementedError
 
-    async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
+    async def reference(self) -> dict | None:
+        """Where the provider's batch listing stood just before a create, in the provider's own
+        terms (never this machine's clock), recorded with the entry's intent (``ref``) so that
+        ``find`` can tell the batches created after it; None where the provider tags batches (the
+        tag finds them) or the listing could not be read. Raises the adapter errors."""
+        return None
+
+    async def find(self, entry_id: str, since: float, n: int, known: set[str],
+                   ref: dict | None = None) -> list[BatchStatus]:
         """The provider's batches that may be the ledger entry ``entry_id`` whose ``create`` was cut
         before its reply was recorded: those tagged ``entry_id``; where there is no tag, those of
-        ``n`` requests created since ``since`` (Unix seconds) that no other entry knows (``known``:
-        batch ids). Sets ``listed_all`` and ``listed`` (what the listing covered: an empty result is
-        proof that no such batch exists only when ``listed_all`` and the provider has a tag)."""
+        ``n`` requests that no other entry knows (``known``: batch ids) created after the listing's
+        state ``ref`` (``reference``), or, without one, within a wide window around ``since`` (Unix
+        seconds, this machine's clock). Sets ``listed_all`` (the listing covered every batch that
+        could be the entry: an empty result is then proof that none was created) and ``listed``
+        (how many batches it read)."""
         raise NotImplementedError
 
     async def cancel(self, batch_id: str) -> BatchStatus:

@@ -168,7 +168,8 @@ class GeminiBatch(BatchAPI):
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.adapter.base_url}/v1beta/{batch_id}"))
 
-    async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
+    async def find(self, entry_id: str, since: float, n: int, known: set[str],
+                   ref: dict | None = None) -> list[BatchStatus]:
         found, token = [], None
         self.listed, self.listed_all = 0, False
         for _ in range(MAX_PAGES):  # every page: the listing's order is not documented

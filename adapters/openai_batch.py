@@ -108,7 +108,8 @@ class OpenAIBatch(BatchAPI):
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.adapter.base_url}/batches/{batch_id}"))
 
-    async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
+    async def find(self, entry_id: str, since: float, n: int, known: set[str],
+                   ref: dict | None = None) -> list[BatchStatus]:
         found, after = [], None
         self.listed, self.listed_all = 0, False
         for _ in range(MAX_PAGES):  # every page: the listing's order is not documented

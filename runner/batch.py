@@ -22,7 +22,8 @@ the entry id where the provider allows (``submitted``, written the instant the r
 whose reply was lost (a timeout, a broken connection) is looked for by its tag before it is tried again.
 
 **Reconciling** at start: an entry with an intent but no batch id is looked for at the provider
-(``find``: by its tag; Anthropic, which has none, by creation time and size): every batch found is
+(``find``: by its tag; Anthropic, which has none, by size among the batches its listing gives as
+created after the newest one it listed before the create): every batch found is
 adopted (one entry each, sharing the keys), else the entry is abandoned (its requests go in a new
 batch, its uploaded input file is deleted at the provider). An entry whose batch the provider no
 longer knows (404) ends ``lost``, and one whose results it no longer has (404, past its retention)
@@ -64,6 +65,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shlex
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -74,7 +76,7 @@ from pathlib import Path
 from dxi.adapters import Adapter, AdapterError, Answer, Fatal, ProviderStop, RateLimited, Reply, Request, Retryable
 from dxi.adapters.batches import COMPLETED as COMPLETED_BATCH
 from dxi.adapters.batches import FAILED as FAILED_BATCH
-from dxi.adapters.batches import BatchAPI, BatchLost, BatchStatus, ResultLine
+from dxi.adapters.batches import WIDE_S, BatchAPI, BatchLost, BatchStatus, ResultLine
 from dxi.adapters.errors import REQUEST
 from dxi.cache import Cache
 from dxi.cache.ledger import Entry, Ledger, LedgerError, new_id
@@ -223,6 +225,11 @@ class ModelBatches:
     def _say(self, text: str) -> None:
         self.events(f"{self.label}: {text}")
 
+    def _resume_hint(self) -> str:
+        """The command that lifts a stop of this model's batch mode kept in the ledger."""
+        return (f"`dxi batches resume --model {shlex.quote(self.label)} "
+                f"--cache-dir {shlex.quote(str(self.ledger.root))}`")
+
     def _lock(self, entry_id: str) -> bool:
         """Take the collector lock of ``entry_id`` (kept until the entry is closed); False if another live
         process holds it."""
@@ -276,6 +283,16 @@ class ModelBatches:
         """Entries of this model left open by earlier runs: those cut before their batch id was recorded
         looked for at the provider (adopted, or abandoned); the others polled from now on."""
         known = {e.batch_id for e in self.ledger.entries().values() if e.batch_id}
+        stops = self.ledger.stops(self.identity) if not self.options.collect_only else []
+        if stops:  # a collection of an earlier run stopped this model's batch mode
+            first = stops[0]
+            self.stopped = Fatal(f"{self.label}: batch mode stays stopped for this model: batch {first.batch_id} "
+                                 f"(entry {first.id}) succeeded but none of its results carried one of its "
+                                 "requests' ids; its requests are not submitted in a batch (run without "
+                                 f"--batch to send them one call at a time, or {self._resume_hint()} once "
+                                 "the cause is fixed)")
+            self.stats.stopped = str(self.stopped)
+            self._say(str(self.stopped))
         if self.ledger.folder.is_dir():
             self.ledger.sweep_inputs({e.id for e in self.ledger.open_entries()})
         for entry in self.ledger.open_entries(self.identity):
@@ -304,13 +321,13 @@ class ModelBatches:
         is abandoned, its input file deleted at the provider) or the provider could not be asked
         (left open for the next run)."""
         try:
-            found = await with_retries(lambda: self.api.find(entry.id, entry.created, entry.requests, known),
-                                        self.adapter, "find")
+            found = await with_retries(lambda: self.api.find(entry.id, entry.created, entry.requests, known,
+                                                             entry.ref), self.adapter, "find")
         except AdapterError as exc:
             self._say(f"could not look for batch {entry.id} at the provider ({exc}); left open for the next run")
             return []
         guessed = not self.api.taggable
-        how = "by its tag" if not guessed else "by creation time and size (the provider has no tag)"
+        how = "by its tag" if not guessed else "by its size and creation (the provider has no tag)"
         if found:
             adopted = []
             for i, status in enumerate(found):
@@ -338,20 +355,24 @@ class ModelBatches:
                           "none of them answers is sent again")
             return adopted
         api = self.api
-        if api.taggable and api.listed_all:
-            reason = (f"not found at the provider (none of the {api.listed:,} batches it lists carries "
-                      "the entry's tag): it was never created; its requests are submitted in a new batch")
-        elif api.taggable:
+        if api.listed_all:
+            what = ("carries the entry's tag" if api.taggable else
+                    f"has its {entry.requests:,} requests (of those created after the newest batch it listed "
+                    "before the create, by its own clock)")
+            reason = (f"not found at the provider (none of the {api.listed:,} batches it lists {what}): "
+                      "it was never created; its requests are submitted in a new batch")
+        elif api.taggable or entry.ref is not None:
             reason = (f"not found among the {api.listed:,} batches of the provider's listing read (it "
                       "lists more: not proof that it was never created); its requests are submitted in a "
                       "new batch")
         else:
-            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(entry.created - 120))
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(entry.created - WIDE_S))
             reason = (f"no batch of {entry.requests:,} requests created since {since} (this machine's "
-                      "clock, less 120 s) that no other entry knows is listed by the provider, which tags "
-                      "nothing: taken as not created, its requests are submitted in a new batch (were this "
-                      "machine's clock more than 120 s ahead of the provider's, such a batch would exist, "
-                      "unknown to dxi: see the provider's console)")
+                      "clock, a day before the intent: the entry was recorded without the provider's "
+                      "listing to go by) that no other entry knows is listed by the provider, which tags "
+                      "nothing: taken as not created, its requests are submitted in a new batch (were "
+                      "this machine's clock more than a day ahead of the provider's, such a batch would "
+                      "exist, unknown to dxi: see the provider's console)")
         self.ledger.record(entry.id, "abandoned", reason=reason)
         self._unlock(entry.id)
         self.ledger.forget_keys(entry.id)
@@ -497,10 +518,12 @@ class ModelBatches:
             return
         spec = self.adapter.spec
         reserved = sum(builder.reserved.values())
+        ref = await self._reference()
         self.ledger.intent(entry_id, builder.keys, identity=self.identity, label=self.label, kind=self.adapter.kind,
                            base_url=getattr(self.adapter, "base_url", ""), model=spec.model,
                            api_key_env=getattr(self.adapter, "key_env", None), requests=n, bytes=builder.bytes,
-                           reserved_usd=round(reserved, 6) if self.budget.max_usd is not None else None)
+                           reserved_usd=round(reserved, 6) if self.budget.max_usd is not None else None,
+                           **({"ref": ref} if ref is not None else {}))
         self.reserved.update(builder.reserved)
         for key in builder.keys:
             self.attempts[key] = self.attempts.get(key, 0) + 1
@@ -512,7 +535,7 @@ class ModelBatches:
             if file_id is not None:
                 self.ledger.record(entry_id, "uploaded", file_id=file_id)
             failpoint("uploaded")
-            status = await self._create(entry_id, builder, file_id, n)
+            status = await self._create(entry_id, builder, file_id, n, ref)
         except AdapterError as exc:
             self.ledger.record(entry_id, "abandoned", reason=f"the batch could not be submitted: {exc}")
             self._unlock(entry_id)
@@ -537,7 +560,21 @@ class ModelBatches:
         self.wake.set()
         self.on_progress()
 
-    async def _create(self, entry_id: str, builder: _Builder, file_id: str | None, n: int) -> BatchStatus:
+    async def _reference(self) -> dict | None:
+        """Where the provider's batch listing stands before a create (``BatchAPI.reference``), to find
+        the batch by if the create's reply is lost; None when the provider tags batches or the listing
+        cannot be read (then a lost create is looked for by this machine's clock, said as such)."""
+        try:
+            return await with_retries(self.api.reference, self.adapter, "reference")
+        except BatchLost:  # no batch API here: the create says so
+            return None
+        except AdapterError as exc:
+            self._say(f"could not read the provider's batch listing before a create ({exc}); were its reply "
+                      "lost, its batch would be looked for by this machine's clock")
+            return None
+
+    async def _create(self, entry_id: str, builder: _Builder, file_id: str | None, n: int,
+                      ref: dict | None = None) -> BatchStatus:
         """Create the batch; after a create whose reply was lost, look for it (by tag; Anthropic: by time and
         size) before trying again, so that one entry never becomes two batches."""
         created_after = time.time() - 5
@@ -551,8 +588,8 @@ class ModelBatches:
                     raise
                 if not isinstance(exc, RateLimited):  # the create may have been made: look before creating again
                     known = {e.batch_id for e in self.ledger.entries().values() if e.batch_id}
-                    found = await with_retries(lambda known=known: self.api.find(entry_id, created_after, n, known),
-                                                self.adapter, "find")
+                    found = await with_retries(lambda known=known: self.api.find(entry_id, created_after, n, known,
+                                                                                 ref), self.adapter, "find")
                     if len(found) == 1:
                         return found[0]
                 wait = exc.retry_after if isinstance(exc, RateLimited) and exc.retry_after is not None else \
@@ -797,9 +834,10 @@ class ModelBatches:
         if mismatch:  # submitting them again would lose them the same way, and pay again
             self.stopped = Fatal(f"{self.label}: batch {entry.batch_id} succeeded but none of its "
                                  f"{unknown:,} result(s) carries one of its {len(keys):,} requests' ids: "
-                                 "nothing could be stored; batch mode stopped for this model (its requests "
-                                 "are not submitted again: run without --batch to send them one call at a "
-                                 "time)")
+                                 "nothing could be stored; batch mode stopped for this model, in this run "
+                                 "and the next ones (its requests are not submitted in a batch again: run "
+                                 "without --batch to send them one call at a time; once the cause is "
+                                 f"fixed, {self._resume_hint()} lets batch mode submit them again)")
             self.stats.stopped = str(self.stopped)
             self._say(str(self.stopped))
         elif gone is not None:
@@ -818,8 +856,9 @@ class ModelBatches:
                 self.stats.attempts += 1
         returned = sorted(set(given))
         extra = {"results_gone": str(gone)} if gone is not None else {}
-        if mismatch:
+        if mismatch:  # the stop outlives this run: every run reads it from the ledger (``_reconcile``)
             extra["mismatch"] = True
+            extra["stop"] = str(self.stopped)
         self.ledger.record(entry.id, "collected", stored=stored, returned=returned, unmatched=unmatched,
                            cost_usd=round(actual, 9) if self.charge.price is not None else None,
                            unknown=unknown, duplicate=duplicate, **extra)
