@@ -96,9 +96,9 @@ class AnthropicBatch(BatchAPI):
         return status_of(await self.call("GET", f"{self.url}/{batch_id}"))
 
     async def reference(self) -> dict | None:
-        """The newest batch listed now: ``{"newest": its id, "created_at": its RFC 3339 creation time
-        (the provider's clock)}``, or ``{"empty": True}`` when there is none (every batch listed later
-        is newer than a create made now)."""
+        """The newest batch listed now: ``{"newest": its id, "created_at": its RFC 3339 creation
+        time (the provider's clock)}``, or ``{"empty": True}`` when there is none (every batch
+        listed later is newer than a create made now)."""
         page = await self.call("GET", f"{self.url}?limit=1")
         data = [d for d in page.get("data") or [] if isinstance(d, dict)]
         if not data:
@@ -110,16 +110,17 @@ class AnthropicBatch(BatchAPI):
         found, after = [], None
         self.listed, self.listed_all = 0, False
         newest = ref.get("newest") if ref else None
-        # the oldest a candidate may be: the reference's creation (the provider's clock), or, without a
-        # reference, WIDE_S before the intent by this machine's clock
+        # the oldest a candidate may be: the reference's creation (the provider's clock), or,
+        # without a reference, WIDE_S before the intent by this machine's clock
         floor = iso_time(ref.get("created_at")) if ref else since - WIDE_S
         for _ in range(MAX_PAGES):
             page = await self.call("GET", f"{self.url}?limit=100" + (f"&after_id={after}" if after else ""))
             data = [status_of(d) for d in page.get("data") or [] if isinstance(d, dict)]
             for status in data:
-                # newest first (documented): from the reference on, every batch listed is older than
-                # the create
-                if status.batch_id == newest or (floor is not None and (status.created or 0) < floor):
+                # newest first (documented): from the reference on, every batch listed is older
+                # than the create
+                older = floor is not None and (status.created or 0) < floor
+                if status.batch_id == newest or older:
                     self.listed_all = ref is not None
                     return found
                 self.listed += 1

@@ -42,8 +42,8 @@ OUTCOMES = (COMPLETED, EXPIRED, CANCELLED, FAILED, LOST)
 LINE_BYTES = 64 << 20  # the longest result line read; a longer one is given back (its reply is read no further)
 # the pages of the provider's batch (or file) listing that ``find`` / ``delete_input`` read at most
 MAX_PAGES = 100
-# a provider without a tag, an entry recorded without a reference (``BatchAPI.find``): the batches created
-# within this many seconds before its intent, by this machine's clock, are candidates
+# a provider without a tag, an entry recorded without a reference (``BatchAPI.find``): the batches
+# created within this many seconds before its intent, by this machine's clock, are candidates
 WIDE_S = 86_400
 
 # adapter kind -> "module:Class" of its batch protocol, imported on first use
@@ -279,6 +279,30 @@ class BatchAPI:
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         raise NotImplementedError
+
+    def file_url(self, file_id: str) -> str:
+        """Where a file of the provider's Files API is deleted (``DELETE``); providers without one
+        never call it."""
+        raise NotImplementedError
+
+    def files_of(self, file_id: str | None, output: dict) -> list[str]:
+        """The provider's files of a batch: its input ``file_id`` (when uploaded) and the result
+        files named in its ``output`` (``BatchStatus.output``, as the ledger keeps it); [] where the
+        provider holds no file of ours (Anthropic: the results are the batch's own)."""
+        return []
+
+    async def delete_files(self, ids: list[str]) -> int:
+        """Delete the files ``ids`` at the provider (``DELETE file_url(id)``): how many it deleted;
+        a file it no longer knows (404) is gone already, not counted. Raises the other adapter
+        errors."""
+        deleted = 0
+        for one in ids:
+            try:
+                await self.call("DELETE", self.file_url(one))
+                deleted += 1
+            except BatchLost:  # gone already
+                pass
+        return deleted
 
     async def delete_input(self, entry_id: str, file_id: str | None) -> int:
         """Delete the input file of the ledger entry ``entry_id`` at the provider, for an entry that

@@ -18,7 +18,9 @@
   Its order is not documented: ``find`` reads every page (up to ``MAX_PAGES`` of 100).
 * **Input files** that never became a batch (a kill between the upload and the create) are found by
   their ``displayName`` (``GET {base}/v1beta/files``) and deleted (``DELETE
-  {base}/v1beta/files/...``).
+  {base}/v1beta/files/...``). Once a batch's results are collected (or it ended without any), its
+  input file and responses file are deleted (``files_of``) rather than left to the 48-hour expiry,
+  counted against the project's 20 GB of files until then.
 * **Status**: ``BATCH_STATE_PENDING``, ``_RUNNING``; it ends ``_SUCCEEDED``, ``_FAILED``, ``_CANCELLED`` or
   ``_EXPIRED`` (batches pending or running for 48 hours expire). ``batchStats``: request counts.
 * **Results**: in the batch's ``output``: ``inlinedResponses.inlinedResponses[]`` (``{"response"} |
@@ -196,14 +198,13 @@ class GeminiBatch(BatchAPI):
             token = page.get("nextPageToken")
             if not files or not token:
                 break
-        deleted = 0
-        for name in names:
-            try:
-                await self.call("DELETE", f"{self.adapter.base_url}/v1beta/{name}")
-                deleted += 1
-            except BatchLost:  # gone already
-                pass
-        return deleted
+        return await self.delete_files(names)
+
+    def file_url(self, file_id: str) -> str:
+        return f"{self.adapter.base_url}/v1beta/{file_id}"
+
+    def files_of(self, file_id: str | None, output: dict) -> list[str]:
+        return [f for f in (file_id, output.get("responses_file")) if isinstance(f, str)]
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         await self.call("POST", f"{self.adapter.base_url}/v1beta/{batch_id}:cancel", {})

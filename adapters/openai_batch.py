@@ -16,7 +16,9 @@ OpenAI's Files and Batches endpoints (Azure OpenAI's v1 API, the OpenAI-compatib
   implements the synchronous endpoint only: ``NoBatchAPI`` (batch mode stops for the model).
 * **Input files** are named ``{ENTRY}.jsonl`` (``purpose=batch``): one uploaded for an entry that
   never became a batch (a kill between the upload and the create) is found by that name (``GET
-  {base}/files``) and deleted (``DELETE {base}/files/{id}``).
+  {base}/files``) and deleted (``DELETE {base}/files/{id}``). Once a batch's results are collected
+  (or it ended without any), its input, output and error files are deleted (``files_of``): OpenAI
+  keeps a file until it is deleted, counted against the organisation's storage.
 * **Status** ``validating``, ``in_progress``, ``finalizing``, ``cancelling``; it ends ``completed``,
   ``expired`` (after the 24-hour window; what was done is in the output file), ``cancelled`` or ``failed``
   (the input was refused whole: ``errors``).
@@ -135,14 +137,14 @@ class OpenAIBatch(BatchAPI):
             if not data or not page.get("has_more"):
                 break
             after = data[-1].get("id")
-        deleted = 0
-        for one in ids:
-            try:
-                await self.call("DELETE", f"{self.adapter.base_url}/files/{one}")
-                deleted += 1
-            except BatchLost:  # gone already
-                pass
-        return deleted
+        return await self.delete_files(ids)
+
+    def file_url(self, file_id: str) -> str:
+        return f"{self.adapter.base_url}/files/{file_id}"
+
+    def files_of(self, file_id: str | None, output: dict) -> list[str]:
+        return [f for f in (file_id, output.get("output_file_id"), output.get("error_file_id"))
+                if isinstance(f, str)]
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("POST", f"{self.adapter.base_url}/batches/{batch_id}/cancel", {}))

@@ -11,9 +11,10 @@ Layout, under ``batches/`` in the cache folder::
 
 An **entry** is one batch of ours. Its events, in order (``Entry`` folds them):
 
-* ``intent``: the entry's id (``dxi-...``, the tag a provider that allows one carries: OpenAI ``metadata``,
-  a Gemini ``displayName``), the model, how many requests and bytes, what its worst case was reserved at,
-  and (Anthropic, which tags nothing) ``ref``: the newest batch the provider listed just before;
+* ``intent``: the entry's id (``dxi-...``, the tag a provider that allows one carries: OpenAI
+  ``metadata``, a Gemini ``displayName``), the model, how many requests and bytes, what its worst
+  case was reserved at, and (Anthropic, which tags nothing) ``ref``: the newest batch the provider
+  listed just before;
 * ``uploaded``: the input file's id (OpenAI, Gemini: the Files API);
 * ``submitted``: the provider's batch id, written the instant the provider's reply is read;
 * ``state``: the provider's state when it changed (and its request counts);
@@ -24,6 +25,9 @@ An **entry** is one batch of ours. Its events, in order (``Entry`` folds them):
   the run did not know (the entry stays open until a run that knows them collects it);
 * ``abandoned``: the entry never became a batch (reconciled: nothing found with its tag), or was given up;
 * ``cancel``: a cancellation was asked for (``dxi batches cancel``, a deadline);
+* ``cleaned``: the batch's files at the provider (its input file, its result files) were deleted
+  once it was collected, or their deletion was tried and failed (``failed``): never tried again
+  either way;
 * ``resume``: the user lifted the stop a collection put on the model's batch mode (``dxi batches
   resume``): a ``collected`` event with ``stop`` (a batch the provider said succeeded whose results
   carry none of its requests' ids) keeps every later run from submitting that model's requests in a
@@ -58,7 +62,8 @@ log = logging.getLogger("dxi.cache")
 
 LEDGER_DIR = "batches"
 OPEN, CLOSED = "open", "closed"
-EVENTS = ("intent", "uploaded", "submitted", "state", "ended", "collected", "abandoned", "cancel", "resume")
+EVENTS = ("intent", "uploaded", "submitted", "state", "ended", "collected", "abandoned", "cancel",
+          "resume", "cleaned")
 
 
 class LedgerError(CacheWriteError):
@@ -79,10 +84,12 @@ class Entry:
     ``file_id``: the uploaded input file; ``batch_id``: the provider's; ``guessed``: the batch was
     adopted by its size and creation time (a provider without a tag), so it may be another client's;
     ``state``: the provider's last state;
-    ``outcome``: how it ended (None while running); ``output``: where its results are (provider-specific);
-    ``returned``: the keys given back when it was collected; ``unmatched``: results not stored for want of
-    their task; ``cancel_at``: when a cancellation was asked for; ``stop``: why its collection stopped
-    the model's batch mode, for every run until ``dxi batches resume`` (None: it did not, or resumed)."""
+    ``outcome``: how it ended (None while running); ``output``: where its results are
+    (provider-specific); ``returned``: the keys given back when it was collected; ``unmatched``:
+    results not stored for want of their task; ``cancel_at``: when a cancellation was asked for;
+    ``stop``: why its collection stopped the model's batch mode, for every run until ``dxi batches
+    resume`` (None: it did not, or resumed); ``cleaned``: its files at the provider were deleted (or
+    that was tried)."""
 
     id: str
     identity: str = ""
@@ -113,6 +120,7 @@ class Entry:
     cancel_at: float | None = None
     cost_usd: float | None = None
     stop: str | None = None
+    cleaned: bool = False
 
     @property
     def closed(self) -> bool:
@@ -142,8 +150,8 @@ class Entry:
         """Fold one event of this entry into it."""
         kind, at = event.get("event"), event.get("at")
         if kind == "intent":
-            for name in ("identity", "label", "kind", "base_url", "requests", "bytes", "host", "pid", "reserved_usd",
-                         "ref"):
+            for name in ("identity", "label", "kind", "base_url", "requests", "bytes", "host",
+                         "pid", "reserved_usd", "ref"):
                 if name in event:
                     setattr(self, name, event[name])
             self.created = at or 0.0
@@ -172,6 +180,8 @@ class Entry:
                 self.stop = str(event["stop"])
         elif kind == "resume":
             self.stop = None
+        elif kind == "cleaned":
+            self.cleaned = True
         elif kind == "abandoned":
             self.abandoned = event.get("reason") or "abandoned"
         elif kind == "cancel":
@@ -304,10 +314,11 @@ class Ledger:
                       key=lambda e: e.created)
 
     def stops(self, identity: str | None = None) -> list[Entry]:
-        """The entries whose collection stopped the batch mode of model ``identity`` (of every model:
-        None) and that were not resumed since (``Entry.stop``), oldest first."""
-        return sorted((e for e in self.entries().values() if e.stop and (identity is None or e.identity == identity)),
-                      key=lambda e: e.created)
+        """The entries whose collection stopped the batch mode of model ``identity`` (of every
+        model: None) and that were not resumed since (``Entry.stop``), oldest first."""
+        chosen = (e for e in self.entries().values()
+                  if e.stop and (identity is None or e.identity == identity))
+        return sorted(chosen, key=lambda e: e.created)
 
     def claimed(self, identity: str) -> dict[str, str]:
         """The keys the open entries of model ``identity`` claim: key -> entry id (keys returned excluded)."""

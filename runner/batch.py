@@ -286,15 +286,20 @@ class ModelBatches:
         stops = self.ledger.stops(self.identity) if not self.options.collect_only else []
         if stops:  # a collection of an earlier run stopped this model's batch mode
             first = stops[0]
-            self.stopped = Fatal(f"{self.label}: batch mode stays stopped for this model: batch {first.batch_id} "
-                                 f"(entry {first.id}) succeeded but none of its results carried one of its "
-                                 "requests' ids; its requests are not submitted in a batch (run without "
-                                 f"--batch to send them one call at a time, or {self._resume_hint()} once "
-                                 "the cause is fixed)")
+            self.stopped = Fatal(
+                f"{self.label}: batch mode stays stopped for this model: batch {first.batch_id} "
+                f"(entry {first.id}) succeeded but none of its results carried one of its "
+                "requests' ids; its requests are not submitted in a batch (run without --batch "
+                f"to send them one call at a time, or {self._resume_hint()} once the cause is "
+                "fixed)")
             self.stats.stopped = str(self.stopped)
             self._say(str(self.stopped))
         if self.ledger.folder.is_dir():
             self.ledger.sweep_inputs({e.id for e in self.ledger.open_entries()})
+        for entry in list(self.ledger.entries().values()):  # a run killed before cleaning
+            mine = entry.identity == self.identity
+            if mine and entry.closed and not entry.abandoned and not entry.cleaned:
+                await self._clean(entry)
         for entry in self.ledger.open_entries(self.identity):
             if not self._lock(entry.id):
                 self.watched.add(entry.id)  # another live process polls it
@@ -321,8 +326,9 @@ class ModelBatches:
         is abandoned, its input file deleted at the provider) or the provider could not be asked
         (left open for the next run)."""
         try:
-            found = await with_retries(lambda: self.api.find(entry.id, entry.created, entry.requests, known,
-                                                             entry.ref), self.adapter, "find")
+            found = await with_retries(
+                lambda: self.api.find(entry.id, entry.created, entry.requests, known, entry.ref),
+                self.adapter, "find")
         except AdapterError as exc:
             self._say(f"could not look for batch {entry.id} at the provider ({exc}); left open for the next run")
             return []
@@ -357,28 +363,49 @@ class ModelBatches:
         api = self.api
         if api.listed_all:
             what = ("carries the entry's tag" if api.taggable else
-                    f"has its {entry.requests:,} requests (of those created after the newest batch it listed "
-                    "before the create, by its own clock)")
-            reason = (f"not found at the provider (none of the {api.listed:,} batches it lists {what}): "
-                      "it was never created; its requests are submitted in a new batch")
+                    f"has its {entry.requests:,} requests (of those created after the newest "
+                    "batch it listed before the create, by its own clock)")
+            reason = (f"not found at the provider (none of the {api.listed:,} batches it lists "
+                      f"{what}): it was never created; its requests are submitted in a new batch")
         elif api.taggable or entry.ref is not None:
-            reason = (f"not found among the {api.listed:,} batches of the provider's listing read (it "
-                      "lists more: not proof that it was never created); its requests are submitted in a "
-                      "new batch")
+            reason = (f"not found among the {api.listed:,} batches of the provider's listing read "
+                      "(it lists more: not proof that it was never created); its requests are "
+                      "submitted in a new batch")
         else:
             since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(entry.created - WIDE_S))
-            reason = (f"no batch of {entry.requests:,} requests created since {since} (this machine's "
-                      "clock, a day before the intent: the entry was recorded without the provider's "
-                      "listing to go by) that no other entry knows is listed by the provider, which tags "
-                      "nothing: taken as not created, its requests are submitted in a new batch (were "
-                      "this machine's clock more than a day ahead of the provider's, such a batch would "
-                      "exist, unknown to dxi: see the provider's console)")
+            reason = (f"no batch of {entry.requests:,} requests created since {since} "
+                      "(this machine's clock, a day before the intent: the entry was recorded "
+                      "without the provider's listing to go by) that no other entry knows is "
+                      "listed by the provider, which tags nothing: taken as not created, its "
+                      "requests are submitted in a new batch (were this machine's clock more "
+                      "than a day ahead of the provider's, such a batch would exist, unknown to "
+                      "dxi: see the provider's console)")
         self.ledger.record(entry.id, "abandoned", reason=reason)
         self._unlock(entry.id)
         self.ledger.forget_keys(entry.id)
         self._say(f"entry {entry.id} {reason}")
         await self._delete_input(entry)
         return []
+
+    async def _clean(self, entry: Entry) -> None:
+        """Delete at the provider the files of a batch that ran and was collected (its input file,
+        its result files: ``BatchAPI.files_of``), best effort: the ``cleaned`` event records what
+        was deleted, or why not, and the deletion is never tried again (``_reconcile`` tries it
+        once for an entry closed by a run killed before it)."""
+        if entry.cleaned or entry.batch_id is None:
+            return
+        files = self.api.files_of(entry.file_id, entry.output)
+        if not files:
+            return
+        try:
+            deleted = await with_retries(lambda: self.api.delete_files(files), self.adapter,
+                                         "delete")
+        except AdapterError as exc:
+            self.ledger.record(entry.id, "cleaned", files=files, failed=str(exc))
+            self._say(f"could not delete the files of batch {entry.batch_id} at the provider "
+                      f"({exc}); left there (not tried again)")
+            return
+        self.ledger.record(entry.id, "cleaned", files=files, deleted=deleted)
 
     async def _delete_input(self, entry: Entry) -> None:
         """Delete at the provider the input file of an entry that never became a batch (uploaded just
@@ -522,7 +549,8 @@ class ModelBatches:
         self.ledger.intent(entry_id, builder.keys, identity=self.identity, label=self.label, kind=self.adapter.kind,
                            base_url=getattr(self.adapter, "base_url", ""), model=spec.model,
                            api_key_env=getattr(self.adapter, "key_env", None), requests=n, bytes=builder.bytes,
-                           reserved_usd=round(reserved, 6) if self.budget.max_usd is not None else None,
+                           reserved_usd=(round(reserved, 6) if self.budget.max_usd is not None
+                                         else None),
                            **({"ref": ref} if ref is not None else {}))
         self.reserved.update(builder.reserved)
         for key in builder.keys:
@@ -561,16 +589,17 @@ class ModelBatches:
         self.on_progress()
 
     async def _reference(self) -> dict | None:
-        """Where the provider's batch listing stands before a create (``BatchAPI.reference``), to find
-        the batch by if the create's reply is lost; None when the provider tags batches or the listing
-        cannot be read (then a lost create is looked for by this machine's clock, said as such)."""
+        """Where the provider's batch listing stands before a create (``BatchAPI.reference``), to
+        find the batch by if the create's reply is lost; None when the provider tags batches or
+        the listing cannot be read (then a lost create is looked for by this machine's clock,
+        said as such)."""
         try:
             return await with_retries(self.api.reference, self.adapter, "reference")
         except BatchLost:  # no batch API here: the create says so
             return None
         except AdapterError as exc:
-            self._say(f"could not read the provider's batch listing before a create ({exc}); were its reply "
-                      "lost, its batch would be looked for by this machine's clock")
+            self._say(f"could not read the provider's batch listing before a create ({exc}); "
+                      "were its reply lost, its batch would be looked for by this machine's clock")
             return None
 
     async def _create(self, entry_id: str, builder: _Builder, file_id: str | None, n: int,
@@ -588,8 +617,9 @@ class ModelBatches:
                     raise
                 if not isinstance(exc, RateLimited):  # the create may have been made: look before creating again
                     known = {e.batch_id for e in self.ledger.entries().values() if e.batch_id}
-                    found = await with_retries(lambda known=known: self.api.find(entry_id, created_after, n, known,
-                                                                                 ref), self.adapter, "find")
+                    found = await with_retries(
+                        lambda known=known: self.api.find(entry_id, created_after, n, known, ref),
+                        self.adapter, "find")
                     if len(found) == 1:
                         return found[0]
                 wait = exc.retry_after if isinstance(exc, RateLimited) and exc.retry_after is not None else \
@@ -832,12 +862,13 @@ class ModelBatches:
         mismatch = (status is not None and status.outcome == COMPLETED_BATCH and gone is None and keys
                     and not seen and not entry.guessed)
         if mismatch:  # submitting them again would lose them the same way, and pay again
-            self.stopped = Fatal(f"{self.label}: batch {entry.batch_id} succeeded but none of its "
-                                 f"{unknown:,} result(s) carries one of its {len(keys):,} requests' ids: "
-                                 "nothing could be stored; batch mode stopped for this model, in this run "
-                                 "and the next ones (its requests are not submitted in a batch again: run "
-                                 "without --batch to send them one call at a time; once the cause is "
-                                 f"fixed, {self._resume_hint()} lets batch mode submit them again)")
+            self.stopped = Fatal(
+                f"{self.label}: batch {entry.batch_id} succeeded but none of its {unknown:,} "
+                f"result(s) carries one of its {len(keys):,} requests' ids: nothing could be "
+                "stored; batch mode stopped for this model, in this run and the next ones (its "
+                "requests are not submitted in a batch again: run without --batch to send them one "
+                f"call at a time; once the cause is fixed, {self._resume_hint()} lets batch mode "
+                "submit them again)")
             self.stats.stopped = str(self.stopped)
             self._say(str(self.stopped))
         elif gone is not None:
@@ -856,7 +887,7 @@ class ModelBatches:
                 self.stats.attempts += 1
         returned = sorted(set(given))
         extra = {"results_gone": str(gone)} if gone is not None else {}
-        if mismatch:  # the stop outlives this run: every run reads it from the ledger (``_reconcile``)
+        if mismatch:  # the stop outlives this run: every run reads it (``_reconcile``)
             extra["mismatch"] = True
             extra["stop"] = str(self.stopped)
         self.ledger.record(entry.id, "collected", stored=stored, returned=returned, unmatched=unmatched,
@@ -865,6 +896,7 @@ class ModelBatches:
         self._unlock(entry.id)
         if self.ledger.entries()[entry.id].closed:
             self.ledger.forget_keys(entry.id)
+            await self._clean(self.ledger.entries()[entry.id])
         self.mine.pop(entry.id, None)
         self.stats.running.pop(entry.id, None)
         self.entry_tokens.pop(entry.id, None)

@@ -75,12 +75,13 @@ def test_a_batch_that_succeeded_and_matches_none_of_its_ids_stops_the_model_and_
 
 
 def test_the_stop_of_a_batch_that_matched_none_of_its_ids_holds_for_the_next_run_until_resumed(
-        data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
+        data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture):
     """The stop is kept in the ledger: a second run submits no batch for the model (exit code 6,
     saying how to lift the stop), ``dxi batches list`` shows the entry, and only after ``dxi batches
     resume --model`` does a third run submit its requests in a batch again."""
-    monkeypatch.setattr(GeminiBatch, "LIMITS", GeminiBatch.LIMITS.__class__(200_000, 2_000_000_000,
-                                                                            inline_bytes=19_000_000))
+    inline = GeminiBatch.LIMITS.__class__(200_000, 2_000_000_000, inline_bytes=19_000_000)
+    monkeypatch.setattr(GeminiBatch, "LIMITS", inline)
     with serve(model=None, record=False, batch={"inline_metadata": False}) as server:
         args = dxi_run("gemini", server.url, data_dir, tmp_path)
         assert main(args) == 6
@@ -163,7 +164,8 @@ def _other_clients_batch(url: str, data: Path) -> str:
 
 
 def _shift_intent(cache: Path, seconds: float) -> None:
-    """Move the ``at`` of the ledger's intent by ``seconds``: this machine's clock was that far off."""
+    """Move the ``at`` of the ledger's intent by ``seconds``: this machine's clock was that far
+    off."""
     ledger = cache / "batches" / "ledger.jsonl"
     events = [orjson.loads(line) for line in ledger.read_bytes().splitlines()]
     (intent,) = [e for e in events if e["event"] == "intent"]
@@ -173,8 +175,8 @@ def _shift_intent(cache: Path, seconds: float) -> None:
 
 @pytest.mark.parametrize(("clock", "offset"), [("provider", 600), ("provider", -600), ("ours", 600),
                                                ("ours", -600)])
-def test_a_lost_anthropic_create_is_found_however_far_the_clocks_differ(clock: str, offset: int,
-                                                                        data_dir: Path, tmp_path: Path):
+def test_a_lost_anthropic_create_is_found_however_far_the_clocks_differ(
+        clock: str, offset: int, data_dir: Path, tmp_path: Path):
     """Killed between Anthropic's reply to the create and the ledger's record, with the provider's
     clock (or this machine's, when the intent was recorded) 10 minutes ahead or behind: the batch
     is found among those listed after the newest one listed before the create (the provider's own
@@ -346,10 +348,36 @@ def test_an_input_file_uploaded_just_before_a_kill_is_deleted_by_the_rerun(kind:
     entries = Ledger(tmp_path / "cache").entries()
     (used,) = [e for e in entries.values() if e.id != lost.id]
     used_name = f"{used.id}.jsonl" if kind == "openai" else used.id
-    assert entries[lost.id].phase == "abandoned" and stats["batch_file_deletes"] == 1
-    assert stats["input_files"] == sorted([used_name] + (["mine.jsonl"] if kind == "openai" else []))
-    assert lost_name not in stats["input_files"]
+    # the lost entry's input file, then the used batch's input and result files once collected
+    assert entries[lost.id].phase == "abandoned"
+    assert stats["batch_file_deletes"] == 1 + (3 if kind == "openai" else 2)
+    assert stats["input_files"] == (["mine.jsonl"] if kind == "openai" else [])
+    assert lost_name not in stats["input_files"] and used_name not in stats["input_files"]
     assert (stats["batch_creates"], stats["batch_resubmitted"]) == (1, 0)
+
+
+@pytest.mark.parametrize("kind", ["openai", "gemini"])
+def test_the_files_of_a_batch_are_deleted_at_the_provider_once_it_is_collected_and_only_once(
+        kind: str, data_dir: Path, tmp_path: Path):
+    """A batch that ran: once its results are stored, its input file and its result files (OpenAI's
+    output and error files, Gemini's responses file) are deleted at the provider, recorded in the
+    ledger (``cleaned``); a rerun deletes nothing more. A batch that failed (its input refused
+    whole) has its input file deleted too."""
+    files = {"openai": 3, "gemini": 2}[kind]
+    with serve(model=None, record=False) as server:
+        assert run(kind, server.url, data_dir, tmp_path) == 0
+        first = server.stats()
+        assert run(kind, server.url, data_dir, tmp_path) == 0
+        second = server.stats()
+    assert (first["batch_creates"], first["batch_file_deletes"]) == (1, files)
+    assert first["input_files"] == []
+    assert second["batch_file_deletes"] == files and second["batch_creates"] == 1
+    (entry,) = Ledger(tmp_path / "cache").entries().values()
+    assert (entry.phase, entry.cleaned, entry.stored) == ("collected", True, 12)
+    with serve(model=None, record=False, batch={"outcome": "failed"}) as server:
+        assert run(kind, server.url, data_dir, tmp_path, cache="failed") == 6
+        stats = server.stats()
+    assert (stats["batch_creates"], stats["batch_file_deletes"], stats["input_files"]) == (1, 1, [])
 
 
 # ---- a full disk ---------------------------------------------------------------------------------

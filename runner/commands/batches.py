@@ -1,7 +1,8 @@
-"""``dxi batches list|collect|cancel|resume``: what the cache's batch ledger holds, collecting the results of
-open batches without starting new work, cancelling a model's open batches, lifting the stop a batch whose
-results matched none of its requests put on a model's batch mode (``runner.open_batches``, docs/batch.md).
-Its options, and ``main``, which prints what the library returns."""
+"""``dxi batches list|collect|cancel|resume``: what the cache's batch ledger holds, collecting the
+results of open batches without starting new work, cancelling a model's open batches, lifting the
+stop a batch whose results matched none of its requests put on a model's batch mode
+(``runner.open_batches``, docs/batch.md). Its options, and ``main``, which prints what the library
+returns."""
 from __future__ import annotations
 
 import argparse
@@ -19,11 +20,12 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> None:
-    """``dxi batches list|collect|cancel|resume``; collect takes the model and data options as ``dxi run``
-    has them."""
+    """``dxi batches list|collect|cancel|resume``; collect takes the model and data options as
+    ``dxi run`` has them."""
     b = sub.add_parser("batches", help="the batches the cache's ledger holds: list, collect their results, cancel them",
                        description="The batches the cache's ledger holds (docs/batch.md).")
-    bsub = b.add_subparsers(dest="batches_command", required=True, metavar="list|collect|cancel|resume")
+    bsub = b.add_subparsers(dest="batches_command", required=True,
+                            metavar="list|collect|cancel|resume")
     ls = bsub.add_parser("list", help="every batch of the ledger and where it stands")
     ls.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR", help="the cache (default .dxi-cache)")
     ls.add_argument("--all", action="store_true", help="also the batches collected or abandoned (default: open ones)")
@@ -44,14 +46,16 @@ def add_parser(sub) -> None:
                                                        "model string given to dxi run)")
     which.add_argument("--entry", metavar="ID", help="one entry of the ledger (dxi-...) or batch id")
     which.add_argument("--all", action="store_true", help="every open batch")
-    re = bsub.add_parser("resume", help="let batch mode submit a model's requests again after a batch whose "
-                                        "results carried none of its requests' ids stopped it")
-    re.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR",
+    rs = bsub.add_parser("resume", help="let batch mode submit a model's requests again after a "
+                                        "batch whose results carried none of its requests' ids "
+                                        "stopped it")
+    rs.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR",
                     help="the cache (default .dxi-cache)")
-    which = re.add_mutually_exclusive_group(required=True)
-    which.add_argument("--model", metavar="NAME", help="this model (its name in reports, or the model string "
-                                                       "given to dxi run)")
-    which.add_argument("--entry", metavar="ID", help="the entry (dxi-...) or batch id that stopped it")
+    which = rs.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", metavar="NAME", help="this model (its name in reports, or the "
+                                                       "model string given to dxi run)")
+    which.add_argument("--entry", metavar="ID",
+                       help="the entry (dxi-...) or batch id that stopped it")
     which.add_argument("--all", action="store_true", help="every model stopped")
 
 
@@ -94,11 +98,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
         return 0 if done.complete else 1
     if args.batches_command == "resume":
         paths.cache_to_read(args.cache_dir)
-        done = open_batches.resume(args.cache_dir, model=args.model, entry=args.entry, every=args.all)
+        done = open_batches.resume(args.cache_dir, model=args.model, entry=args.entry,
+                                   every=args.all)
         for e in done:
-            console.print(escape(f"{e.label}: batch mode resumed (stopped by batch {e.batch_id}, entry {e.id}); "
-                                 "the next `dxi run --batch` submits its requests in a batch again"),
-                          highlight=False)
+            console.print(escape(f"{e.label}: batch mode resumed (stopped by batch {e.batch_id}, "
+                                 f"entry {e.id}); the next `dxi run --batch` submits its requests "
+                                 "in a batch again"), highlight=False)
         if not done:
             console.print("no model's batch mode is stopped")
         return 0
