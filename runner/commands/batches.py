@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import numbers, paths
+from ..errors import (
+    EXIT_CACHE_WRITE,
+    EXIT_FAILED_REQUESTS,
+    EXIT_INTERRUPTED,
+    EXIT_SOFTWARE,
+    EXIT_USAGE,
+)
 from . import options
 
 if TYPE_CHECKING:
@@ -19,19 +26,45 @@ if TYPE_CHECKING:
     from dxi.cache.ledger import Entry
 
 
+_SAY = {
+    0: "done",
+    EXIT_FAILED_REQUESTS: "cancel: a provider refused a cancel (the others were asked; run it "
+                          "again)",
+    EXIT_USAGE: "bad input (flags, a cache without batches, no open batch or stopped model "
+                "matching\n       --model or --entry), with a message",
+    EXIT_CACHE_WRITE: "collect: the cache could not be written (disk full, permissions): make "
+                      "room and rerun",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C or kill -INT; 143: by SIGTERM): what was stored is "
+                      "kept; the batches\n       stay open at the provider, collected by the next "
+                      "run",
+}
+
+
+def _exit_codes(*codes: int) -> str:
+    return options.exit_codes(*sorted({*codes, EXIT_SOFTWARE}), say=_SAY, drain=False)
+
+
+EXIT_CODES = _exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_CACHE_WRITE, EXIT_INTERRUPTED)
+
+
 def add_parser(sub) -> None:
     """``dxi batches list|collect|cancel|resume``; collect takes the model and data options as
     ``dxi run`` has them."""
     b = sub.add_parser("batches", help="the batches the cache's ledger holds: list, collect their results, cancel them",
-                       description="The batches the cache's ledger holds (docs/batch.md).")
+                       description="The batches the cache's ledger holds (docs/batch.md).",
+                       epilog=EXIT_CODES, formatter_class=options.Formatter)
+    formatter = options.Formatter
     bsub = b.add_subparsers(dest="batches_command", required=True,
                             metavar="list|collect|cancel|resume")
-    ls = bsub.add_parser("list", help="every batch of the ledger and where it stands")
+    ls = bsub.add_parser("list", help="every batch of the ledger and where it stands",
+                         epilog=_exit_codes(0, EXIT_USAGE), formatter_class=formatter)
     ls.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR", help="the cache (default .dxi-cache)")
     ls.add_argument("--all", action="store_true", help="also the batches collected or abandoned (default: open ones)")
     ls.add_argument("--json", action="store_true", help="print the entries as JSON")
     co = bsub.add_parser("collect", help="poll the open batches of the models named and store the results of those "
-                                         "that ended (submits nothing)")
+                                         "that ended (submits nothing)",
+                         epilog=_exit_codes(0, EXIT_USAGE, EXIT_CACHE_WRITE, EXIT_INTERRUPTED),
+                         formatter_class=formatter)
     options.add_models(co.add_argument_group("models"), True, False)
     options.add_data(co.add_argument_group("data"))
     co.add_argument("--cache-dir", type=Path, metavar="DIR", help="the cache (default .dxi-cache, or the run file's)")
@@ -39,7 +72,10 @@ def add_parser(sub) -> None:
     co.add_argument("--poll", type=numbers.POLL, default=options.POLL_S, metavar="SECONDS", help="with --wait: the first wait between "
                                                                                   "two status reads")
     co.set_defaults(out=None)  # collects into the cache; writes no outputs
-    ca = bsub.add_parser("cancel", help="cancel open batches (their results so far are collected by the next run)")
+    ca = bsub.add_parser("cancel", help="cancel open batches (their results so far are "
+                                        "collected by the next run)",
+                         epilog=_exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED),
+                         formatter_class=formatter)
     ca.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR", help="the cache (default .dxi-cache)")
     which = ca.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", metavar="NAME", help="every open batch of this model (its name in reports, or the "
@@ -48,7 +84,8 @@ def add_parser(sub) -> None:
     which.add_argument("--all", action="store_true", help="every open batch")
     rs = bsub.add_parser("resume", help="let batch mode submit a model's requests again after a "
                                         "batch whose results carried none of its requests' ids "
-                                        "stopped it")
+                                        "stopped it", epilog=_exit_codes(0, EXIT_USAGE),
+                         formatter_class=formatter)
     rs.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR",
                     help="the cache (default .dxi-cache)")
     which = rs.add_mutually_exclusive_group(required=True)

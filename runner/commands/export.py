@@ -7,16 +7,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import distributed, paths
-from ..errors import EXIT_FAILED_REQUESTS, UsageError
+from ..errors import EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_SOFTWARE, EXIT_USAGE, UsageError
 from . import options
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
+EXIT_CODES = options.exit_codes(
+    0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_SOFTWARE, EXIT_INTERRUPTED, drain=False, say={
+        0: "written: every answer the selection holds (with --include-missing, the missing ones "
+           "too)",
+        EXIT_FAILED_REQUESTS: "written, but answers missing from the cache were left out (counted; "
+                              "--include-missing\n       writes them)",
+        EXIT_USAGE: "bad input (flags, run file, data, a TARGET that cannot be written), with a "
+                    "message",
+        EXIT_INTERRUPTED: options.STOPPED})
+
+
 def add_parser(sub) -> None:
     x = options.command(sub, "export", "score from the cache only and export the answers (csv, parquet, jsonl) or "
-                                       "the Every Eval Ever records (eee)")
+                                       "the Every Eval Ever records (eee)", None, EXIT_CODES)
     options.add_models(x.add_argument_group("models"), True, True)
     options.add_data(x.add_argument_group("data"))
     options.add_cache(x.add_argument_group("cache"))
