@@ -35,7 +35,6 @@ from .batches import (
     CANCELLED,
     COMPLETED,
     EXPIRED,
-    MAX_PAGES,
     WIDE_S,
     BatchAPI,
     BatchLimits,
@@ -107,16 +106,14 @@ class AnthropicBatch(BatchAPI):
 
     async def find(self, entry_id: str, since: float, n: int, known: set[str],
                    ref: dict | None = None) -> list[BatchStatus]:
-        found, after = [], None
+        found = []
         self.listed, self.listed_all = 0, False
         newest = ref.get("newest") if ref else None
         # the oldest a candidate may be: the reference's creation (the provider's clock), or,
         # without a reference, WIDE_S before the intent by this machine's clock
         floor = iso_time(ref.get("created_at")) if ref else since - WIDE_S
-        for _ in range(MAX_PAGES):
-            page = await self.call("GET", f"{self.url}?limit=100" + (f"&after_id={after}" if after else ""))
-            data = [status_of(d) for d in page.get("data") or [] if isinstance(d, dict)]
-            for status in data:
+        async for items, last in self.pages(f"{self.url}?limit=100", "data"):
+            for status in map(status_of, items):
                 # newest first (documented): from the reference on, every batch listed is older
                 # than the create
                 older = floor is not None and (status.created or 0) < floor
@@ -126,11 +123,13 @@ class AnthropicBatch(BatchAPI):
                 self.listed += 1
                 if status.total == n and status.batch_id not in known:
                     found.append(status)
-            if not data or not page.get("has_more"):
-                self.listed_all = True
-                return found
-            after = page.get("last_id") or data[-1].batch_id
+            self.listed_all = last
         return found
+
+    def next_page(self, page: dict, items: list[dict]) -> str | None:
+        if not page.get("has_more"):
+            return None
+        return f"after_id={page.get('last_id') or items[-1].get('id')}"
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("POST", f"{self.url}/{batch_id}/cancel", {}))

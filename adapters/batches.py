@@ -304,13 +304,43 @@ class BatchAPI:
                 pass
         return deleted
 
+    def next_page(self, page: dict, items: list[dict]) -> str | None:
+        """The query parameter that asks a listing for the page after ``page`` (whose items are
+        ``items``: not empty), as the provider pages (``after=ID``, ``pageToken=T``); None when
+        ``page`` is the last."""
+        raise NotImplementedError
+
+    async def pages(self, url: str, field: str) -> AsyncIterator[tuple[list[dict], bool]]:
+        """The pages of the provider's listing at ``url`` (its query begun: ``?limit=100``), each
+        as its items (the objects under ``field``) and whether it is the last one; at most
+        ``MAX_PAGES`` pages. Raises as ``call`` does."""
+        query = None
+        for _ in range(MAX_PAGES):
+            page = await self.call("GET", url + (f"&{query}" if query else ""))
+            items = [d for d in page.get(field) or [] if isinstance(d, dict)]
+            query = self.next_page(page, items) if items else None
+            yield items, query is None
+            if query is None:
+                return
+
+    # where the provider lists its files (``pages``' url and field), and the id of a listed file
+    # when it is the input file dxi uploaded for an entry (``upload`` names it after the entry)
+    FILES: tuple[str, str] | None = None
+
+    def input_of(self, item: dict, entry_id: str) -> str | None:
+        return None
+
     async def delete_input(self, entry_id: str, file_id: str | None) -> int:
         """Delete the input file of the ledger entry ``entry_id`` at the provider, for an entry that
         never became a batch: ``file_id`` when the ledger recorded it, else the files this
-        protocol's ``upload`` names after the entry (found by listing the provider's files: only a
-        file dxi uploaded carries that name). Returns how many were deleted (0 where the provider
-        takes no file). Raises the adapter errors."""
-        return 0
+        protocol's ``upload`` names after the entry (found by listing the provider's files,
+        ``FILES`` and ``input_of``: only a file dxi uploaded carries that name). Returns how many
+        were deleted (0 where the provider takes no file). Raises the adapter errors."""
+        ids = [file_id] if file_id else []
+        if not file_id and self.FILES is not None:
+            async for items, _ in self.pages(self.adapter.base_url + self.FILES[0], self.FILES[1]):
+                ids += [one for item in items if (one := self.input_of(item, entry_id))]
+        return await self.delete_files(ids)
 
     def results(self, status: BatchStatus) -> AsyncIterator[list[ResultLine]]:
         """The results of an ended batch as they are read: a list for each piece of the results read (those of

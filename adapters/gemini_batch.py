@@ -43,7 +43,6 @@ from .batches import (
     COMPLETED,
     EXPIRED,
     FAILED,
-    MAX_PAGES,
     BatchAPI,
     BatchLimits,
     BatchLost,
@@ -170,35 +169,27 @@ class GeminiBatch(BatchAPI):
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.adapter.base_url}/v1beta/{batch_id}"))
 
+    def next_page(self, page: dict, items: list[dict]) -> str | None:
+        token = page.get("nextPageToken")
+        return f"pageToken={token}" if token else None
+
     async def find(self, entry_id: str, since: float, n: int, known: set[str],
                    ref: dict | None = None) -> list[BatchStatus]:
-        found, token = [], None
+        found = []
         self.listed, self.listed_all = 0, False
-        for _ in range(MAX_PAGES):  # every page: the listing's order is not documented
-            page = await self.call("GET", f"{self.adapter.base_url}/v1beta/batches?pageSize=100"
-                                   + (f"&pageToken={token}" if token else ""))
-            data = [status_of(op) for op in page.get("operations") or [] if isinstance(op, dict)]
-            self.listed += len(data)
-            found += [s for s in data if s.tag == entry_id]
-            token = page.get("nextPageToken")
-            if not data or not token:
-                self.listed_all = True
-                return found
+        # every page: the listing's order is not documented
+        url = f"{self.adapter.base_url}/v1beta/batches?pageSize=100"
+        async for ops, last in self.pages(url, "operations"):
+            self.listed += len(ops)
+            found += [s for s in map(status_of, ops) if s.tag == entry_id]
+            self.listed_all = last
         return found
 
-    async def delete_input(self, entry_id: str, file_id: str | None) -> int:
-        names = [file_id] if file_id else []
-        token = None
-        for _ in range(MAX_PAGES if not file_id else 0):
-            page = await self.call("GET", f"{self.adapter.base_url}/v1beta/files?pageSize=100"
-                                   + (f"&pageToken={token}" if token else ""))
-            files = [f for f in page.get("files") or [] if isinstance(f, dict)]
-            names += [f["name"] for f in files
-                      if f.get("displayName") == entry_id and isinstance(f.get("name"), str)]
-            token = page.get("nextPageToken")
-            if not files or not token:
-                break
-        return await self.delete_files(names)
+    FILES = ("/v1beta/files?pageSize=100", "files")
+
+    def input_of(self, item: dict, entry_id: str) -> str | None:
+        named = item.get("displayName") == entry_id and isinstance(item.get("name"), str)
+        return item["name"] if named else None
 
     def file_url(self, file_id: str) -> str:
         return f"{self.adapter.base_url}/v1beta/{file_id}"

@@ -40,7 +40,6 @@ from .batches import (
     COMPLETED,
     EXPIRED,
     FAILED,
-    MAX_PAGES,
     BatchAPI,
     BatchLimits,
     BatchLost,
@@ -110,34 +109,25 @@ class OpenAIBatch(BatchAPI):
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.adapter.base_url}/batches/{batch_id}"))
 
+    def next_page(self, page: dict, items: list[dict]) -> str | None:
+        return f"after={items[-1].get('id')}" if page.get("has_more") else None
+
     async def find(self, entry_id: str, since: float, n: int, known: set[str],
                    ref: dict | None = None) -> list[BatchStatus]:
-        found, after = [], None
+        found = []
         self.listed, self.listed_all = 0, False
-        for _ in range(MAX_PAGES):  # every page: the listing's order is not documented
-            page = await self.call("GET", f"{self.adapter.base_url}/batches?limit=100" + (f"&after={after}" if after else ""))
-            data = [d for d in page.get("data") or [] if isinstance(d, dict)]
+        # every page: the listing's order is not documented
+        async for data, last in self.pages(f"{self.adapter.base_url}/batches?limit=100", "data"):
             self.listed += len(data)
             found += [s for s in map(status_of, data) if s.tag == entry_id]
-            if not data or not page.get("has_more"):
-                self.listed_all = True
-                return found
-            after = data[-1].get("id")
+            self.listed_all = last
         return found
 
-    async def delete_input(self, entry_id: str, file_id: str | None) -> int:
-        ids = [file_id] if file_id else []
-        after = None
-        for _ in range(MAX_PAGES if not file_id else 0):
-            page = await self.call("GET", f"{self.adapter.base_url}/files?purpose=batch&limit=1000"
-                                   + (f"&after={after}" if after else ""))
-            data = [d for d in page.get("data") or [] if isinstance(d, dict)]
-            ids += [d["id"] for d in data if d.get("filename") == f"{entry_id}.jsonl"
-                    and d.get("purpose") == "batch" and isinstance(d.get("id"), str)]
-            if not data or not page.get("has_more"):
-                break
-            after = data[-1].get("id")
-        return await self.delete_files(ids)
+    FILES = ("/files?purpose=batch&limit=1000", "data")
+
+    def input_of(self, item: dict, entry_id: str) -> str | None:
+        named = item.get("filename") == f"{entry_id}.jsonl" and item.get("purpose") == "batch"
+        return item["id"] if named and isinstance(item.get("id"), str) else None
 
     def file_url(self, file_id: str) -> str:
         return f"{self.adapter.base_url}/files/{file_id}"
