@@ -246,6 +246,72 @@ def test_ctrl_c_at_any_moment_of_the_start_up_prints_one_line(tmp_path: Path, de
         assert len(lines) == 1, lines
 
 
+def _status(pid: int) -> dict[str, str]:
+    """``/proc/PID/status`` as a dict ({} once the process is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+
+
+def _caught(pid: int, sig: signal.Signals) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``sig`` (``SigCgt``)."""
+    caught = _status(pid).get("SigCgt")
+    return caught is not None and bool(int(caught, 16) >> (sig - 1) & 1)
+
+
+def _runs_python(pid: int) -> bool:
+    """Whether process ``pid`` runs the interpreter (``env`` has exec'd it)."""
+    try:
+        return "python" in os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+
+
+# the events of the start-up of ``dxi``, in order: each is polled for as fast as /proc can be read,
+# and SIGINT sent the moment it is seen
+START_UP = {
+    "spawned": lambda pid: True,  # the command's process exists (exec'd, nothing of it run yet)
+    "interpreter": _runs_python,  # the Python interpreter is starting
+    "interpreter's handler": lambda pid: _caught(pid, signal.SIGINT),  # its frozen modules, site
+    "dxi's handler": lambda pid: _caught(pid, signal.SIGTERM),  # dxi.__main__ has begun
+}
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize("event", list(START_UP))
+def test_ctrl_c_while_python_itself_starts_prints_one_line(tmp_path: Path, event: str):
+    """SIGINT sent the moment an event of the start-up is seen: the process exists; the interpreter
+    runs; it has installed its own SIGINT handler (and imports its frozen modules, ``site`` and the
+    editable install's finder: before issue 32's last fix, a KeyboardInterrupt traceback from inside
+    ``site`` and exit 1 in the first ~30 ms); ``dxi.__main__`` has installed dxi's. Each time: exit
+    130 and "Interrupted (Ctrl-C)." alone, never a traceback. The ``dxi`` script ``make install``
+    writes starts Python with SIGINT and SIGTERM blocked (GNU env's ``--block-signal``) until dxi's
+    handler is in place. Only a signal that lands before ``env`` has blocked them (the first event)
+    may end the process by the signal itself, with no output (a shell reports 130)."""
+    if subprocess.run(["env", "--block-signal=INT", "true"], capture_output=True).returncode:
+        pytest.skip("env has no --block-signal (GNU coreutils 9 and later): make install "
+                    "leaves the script as the installer wrote it")
+    proc = started([DXI, "run", "--help"], tmp_path)
+    try:
+        seen = START_UP[event]
+        deadline = time.monotonic() + 30
+        while not seen(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            pass  # as fast as /proc answers: these windows last milliseconds
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stdout, stderr = output(tmp_path)
+    assert "Traceback" not in stdout + stderr, stdout + stderr
+    if event == "spawned" and code == -signal.SIGINT:
+        assert (stdout, stderr) == ("", "")
+    else:
+        assert (code, stdout, stderr) == (130, "", "Interrupted (Ctrl-C).\n")
+
+
 def test_the_progress_says_the_run_is_stopping_and_counts_down():
     from io import StringIO
 
