@@ -204,15 +204,31 @@ def test_a_signal_during_an_import_stops_dxi_with_one_line(tmp_path: Path, modul
     assert not (tmp_path / "c").exists()  # stopped before anything was written
 
 
-def _catches_sigterm(pid: int) -> bool:
-    """Whether process ``pid`` has a handler of its own for SIGTERM (``SigCgt`` of /proc/PID/status): Python
-    installs none, so it means ``dxi.__main__`` has begun to run (its first statement installs one)."""
+def _caught(pid: int, sig: signal.Signals) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``sig`` (``SigCgt`` of /proc/PID/status;
+    False once it is gone). Python installs one for SIGINT as it starts, none for SIGTERM: a SIGTERM
+    handler means ``dxi.__main__`` has begun to run (its first statement installs one)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
-    return bool(caught >> (signal.SIGTERM - 1) & 1)
+    lines = status.splitlines()
+    caught = next((line.split()[1] for line in lines if line.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) >> (sig - 1) & 1)
+
+
+def _interrupted(proc: subprocess.Popen, tmp_path: Path) -> tuple[int, str, str]:
+    """SIGINT to ``proc`` (``started`` in ``tmp_path``) now; its exit code and output, which never
+    holds a traceback."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stdout, stderr = output(tmp_path)
+    assert "Traceback" not in stdout + stderr, stdout + stderr
+    return code, stdout, stderr
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.005, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.6])
@@ -225,16 +241,10 @@ def test_ctrl_c_at_any_moment_of_the_start_up_prints_one_line(tmp_path: Path, de
     data = data_dir(tmp_path / "data", 3)
     proc = started([DXI, "run", "--model", "embedded", "--data-dir", str(data), "--cache-dir", str(tmp_path / "c"),
                     "--out", str(tmp_path / "out")], tmp_path)
-    try:
-        wait_for(lambda: _catches_sigterm(proc.pid) or proc.poll() is not None, 30, "dxi to start")
-        time.sleep(delay)
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    stdout, stderr = output(tmp_path)
-    assert "Traceback" not in stdout + stderr, stdout + stderr
+    wait_for(lambda: _caught(proc.pid, signal.SIGTERM) or proc.poll() is not None, 30,
+             "dxi to start")
+    time.sleep(delay)
+    code, stdout, stderr = _interrupted(proc, tmp_path)
     assert code == 130, (stdout, stderr)
     # one line of its own: "Interrupted (Ctrl-C)." before the run began, else the run's resume message,
     # after whatever the run had printed by then (its "Running N model..." line, progress lines, the
@@ -244,21 +254,6 @@ def test_ctrl_c_at_any_moment_of_the_start_up_prints_one_line(tmp_path: Path, de
     assert lines[-1].startswith("Interrupted (Ctrl-C)"), lines
     if delay < 0.1:  # dxi's own start-up: nothing else printed yet
         assert len(lines) == 1, lines
-
-
-def _status(pid: int) -> dict[str, str]:
-    """``/proc/PID/status`` as a dict ({} once the process is gone)."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return {}
-    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
-
-
-def _caught(pid: int, sig: signal.Signals) -> bool:
-    """Whether process ``pid`` has a handler of its own for ``sig`` (``SigCgt``)."""
-    caught = _status(pid).get("SigCgt")
-    return caught is not None and bool(int(caught, 16) >> (sig - 1) & 1)
 
 
 def _runs_python(pid: int) -> bool:
@@ -294,18 +289,10 @@ def test_ctrl_c_while_python_itself_starts_prints_one_line(tmp_path: Path, event
         pytest.skip("env has no --block-signal (GNU coreutils 9 and later): make install "
                     "leaves the script as the installer wrote it")
     proc = started([DXI, "run", "--help"], tmp_path)
-    try:
-        seen = START_UP[event]
-        deadline = time.monotonic() + 30
-        while not seen(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
-            pass  # as fast as /proc answers: these windows last milliseconds
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    stdout, stderr = output(tmp_path)
-    assert "Traceback" not in stdout + stderr, stdout + stderr
+    seen, deadline = START_UP[event], time.monotonic() + 30
+    while not seen(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        pass  # as fast as /proc answers: these windows last milliseconds
+    code, stdout, stderr = _interrupted(proc, tmp_path)
     if event == "spawned" and code == -signal.SIGINT:
         assert (stdout, stderr) == ("", "")
     else:

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import numbers
-from ..errors import EXIT_INTERRUPTED, EXIT_SOFTWARE, EXIT_USAGE, UsageError
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from . import options
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
-EXIT_CODES = options.exit_codes(0, EXIT_USAGE, EXIT_SOFTWARE, EXIT_INTERRUPTED, drain=False, say={
+EXIT_CODES = options.tool_exit_codes({
     0: "compacted, or nothing to compact",
     EXIT_USAGE: "not a cache, a remote cache that cannot be used, or shards that cannot "
                 "be rewritten\n       (permissions, a full disk), with a message; the cache is "

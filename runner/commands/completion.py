@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from ..errors import EXIT_SOFTWARE, EXIT_USAGE
+from ..errors import EXIT_USAGE
 from . import options
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
                         "  bash:  eval \"$(dxi completion bash)\"          (or add it to ~/.bashrc)\n"
                         "  zsh:   eval \"$(dxi completion zsh)\"           (in ~/.zshrc)\n"
                         "  fish:  dxi completion fish > ~/.config/fish/completions/dxi.fish\n",
-                        options.exit_codes(0, EXIT_USAGE, EXIT_SOFTWARE, say={
+                        options.tool_exit_codes({
                             0: "the script printed",
                             EXIT_USAGE: "a shell other than bash, zsh or fish"}))
     k.add_argument("shell", choices=("bash", "zsh", "fish"))

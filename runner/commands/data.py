@@ -10,21 +10,19 @@ from dxi.evals import EVALS
 
 from .. import completion, paths
 from ..datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT, default_data_dir
-from ..errors import EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_SOFTWARE, EXIT_USAGE, UsageError
+from ..errors import EXIT_FAILED_REQUESTS, EXIT_USAGE, UsageError
 from . import options
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
-EXIT_CODES = options.exit_codes(
-    0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_SOFTWARE, EXIT_INTERRUPTED, drain=False, say={
+EXIT_CODES = options.tool_exit_codes({
         0: "done: every evaluation's files fetched (or checked) and sound",
         EXIT_FAILED_REQUESTS: "an evaluation's files could not be fetched, or failed the check "
                               "(the table says which and\n       why); the others were kept",
         EXIT_USAGE: "bad input (flags, no data folder, a --data-dir that cannot be written), "
-                    "with a message",
-        EXIT_INTERRUPTED: options.STOPPED})
+                    "with a message"})
 
 
 def add_parser(sub) -> None:

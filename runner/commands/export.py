@@ -7,22 +7,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import distributed, paths
-from ..errors import EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_SOFTWARE, EXIT_USAGE, UsageError
+from ..errors import EXIT_FAILED_REQUESTS, EXIT_USAGE, UsageError
 from . import options
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
-EXIT_CODES = options.exit_codes(
-    0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_SOFTWARE, EXIT_INTERRUPTED, drain=False, say={
+EXIT_CODES = options.tool_exit_codes({
         0: "written: every answer the selection holds (with --include-missing, the missing ones "
            "too)",
         EXIT_FAILED_REQUESTS: "written, but answers missing from the cache were left out (counted; "
                               "--include-missing\n       writes them)",
         EXIT_USAGE: "bad input (flags, run file, data, a TARGET that cannot be written), with a "
-                    "message",
-        EXIT_INTERRUPTED: options.STOPPED})
+                    "message"})
 
 
 def add_parser(sub) -> None:

@@ -11,15 +11,14 @@ from typing import TYPE_CHECKING
 from dxi.adapters import local_models
 
 from .. import paths
-from ..errors import EXIT_INTERRUPTED, EXIT_PROVIDER_STOPPED, EXIT_SOFTWARE, EXIT_USAGE, UsageError
+from ..errors import EXIT_INTERRUPTED, EXIT_PROVIDER_STOPPED, EXIT_USAGE, UsageError
 from . import options
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
-EXIT_CODES = options.exit_codes(
-    0, EXIT_USAGE, EXIT_PROVIDER_STOPPED, EXIT_SOFTWARE, EXIT_INTERRUPTED, drain=False, say={
+EXIT_CODES = options.tool_exit_codes({
         0: "the model file is there and verified (its path printed)",
         EXIT_USAGE: "bad input: a --dir that cannot be written, or a file there by the model's "
                     "name that is\n       not the model (its size or sha256): delete it and rerun",

@@ -75,6 +75,13 @@ STOPPED = f"interrupted (Ctrl-C or kill -INT; {EXIT_TERMINATED}: by SIGTERM)"
 """What ``EXIT_INTERRUPTED`` means for a command that sends no request: it stopped where it was."""
 
 
+def tool_exit_codes(say: dict[int, str]) -> str:
+    """The "exit codes:" section of a command that sends no request: 0, 2, 70 and 130 (``STOPPED``)
+    and the codes of ``say``, in increasing order, each with its line of ``say`` when given."""
+    codes = sorted({0, EXIT_USAGE, EXIT_SOFTWARE, EXIT_INTERRUPTED, *say})
+    return exit_codes(*codes, say={EXIT_INTERRUPTED: STOPPED, **say}, drain=False)
+
+
 EXIT_CODES = exit_codes(*_EXIT_LINES)
 """Every exit code of ``dxi`` (``dxi run`` returns them all)."""
 SCORING_EXIT_CODES = exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_SOFTWARE)
