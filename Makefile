@@ -21,11 +21,22 @@ install: $(VENV)/.installed
 
 # uv installs in a few seconds what pip takes ~20 s for; pip alone is the fallback. Bytecode is compiled
 # at install (as pip does), so that no run pays for it: dxi's start-up drops from ~1.8 s to ~1.0 s.
-$(VENV)/.installed: pyproject.toml
+# The `dxi` script then starts Python with SIGINT and SIGTERM blocked, through GNU env's
+# --block-signal (coreutils 9 and later; elsewhere the script stays as written): a Ctrl-C while the
+# interpreter starts (its own modules, site, the editable install's finder: ~30 ms) is held until
+# dxi.__main__ has put its handler in place, then ends dxi with one line and exit code 130, never a
+# traceback (docs/cli.md). Every install below writes the script again, then this.
+HOLD = -S --block-signal=INT --block-signal=TERM
+SIGNALS_HELD = if env --block-signal=INT true 2>/dev/null && \
+	  ! head -1 $(BIN)/dxi | grep -q block-signal; then \
+	  sed -i "1s|^\#!\(/.*\)|\#!$$(command -v env) $(HOLD) \1|" $(BIN)/dxi; fi
+
+$(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	( $(BIN)/pip install --quiet --disable-pip-version-check uv && \
 	  $(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -e '.[test]' ) || \
 	  $(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(SIGNALS_HELD)
 	touch $@
 
 # The optional extra for the local language model (xllamacpp, a 32 MB CPU wheel); `make run` does without.
@@ -34,6 +45,7 @@ install-llm: $(VENV)/.installed-llm
 $(VENV)/.installed-llm: $(VENV)/.installed
 	$(BIN)/uv pip install --python $(BIN)/python --quiet -e '.[test,local-llm]' || \
 	  $(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,local-llm]'
+	$(SIGNALS_HELD)
 	touch $@
 
 # The local model's GGUF file, fetched once per machine into ~/.cache/decision-index/models (checked by sha256).
@@ -100,6 +112,7 @@ docs: $(VENV)/.installed-docs
 $(VENV)/.installed-docs: $(VENV)/.installed
 	$(BIN)/uv pip install --python $(BIN)/python --quiet -e '.[test,docs]' || \
 	  $(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,docs]'
+	$(SIGNALS_HELD)
 	touch $@
 
 clean:

@@ -6,12 +6,18 @@
   ``custom_id`` 1-64 characters of ``[A-Za-z0-9_-]`` (the cache key is 64 hex digits).
 * **No tag**: a Message Batch carries nothing of the client's (no metadata, no name). A kill between
   the provider's reply to the create and the ledger's record of it leaves a batch only the provider
-  knows: a rerun looks for it by listing (``GET {base}/v1/messages/batches``: "most recently created
-  batches are returned first", platform.claude.com/docs/en/api/listing-message-batches) the batches
-  created since the intent (less ``CLOCK_S``: this machine's clock against Anthropic's) with the
-  entry's number of requests that no other ledger entry knows (``find``), and adopts every one that
-  matches (results are matched by custom id, so a batch that was another client's stores nothing);
-  when none matches it submits again, saying what the search covered (docs/batch.md, "the window").
+  knows. So before each create, the newest batch of the listing (``GET {base}/v1/messages/batches
+  ?limit=1``: "most recently created batches are returned first",
+  platform.claude.com/docs/en/api/listing-message-batches) is recorded with the entry's intent: its
+  id and its ``created_at``, the provider's own clock (``reference``). A rerun looks for the batch
+  (``find``) among those listed before that one (created after it, by the provider's clock: this
+  machine's clock plays no part) with the entry's number of requests that no other ledger entry
+  knows, and adopts every one that matches (results are matched by custom id, so a batch that was
+  another client's stores nothing). Reading the listing back to the reference without a match is
+  proof that the create made no batch; only then is the entry abandoned as never created. An entry
+  recorded without a reference (by an earlier version, or when the listing could not be read) is
+  looked for within ``WIDE_S`` of the intent by this machine's clock, said as such (docs/batch.md,
+  "the window").
 * **Status**: ``processing_status`` ``in_progress``, ``canceling``, ``ended`` (within 24 hours: requests not
   processed by then are ``expired``); ``request_counts``: processing, succeeded, errored, canceled, expired.
 * **Results**: ``GET results_url`` (JSONL, in no set order): ``{"custom_id", "result": {"type":
@@ -29,7 +35,7 @@ from .batches import (
     CANCELLED,
     COMPLETED,
     EXPIRED,
-    MAX_PAGES,
+    WIDE_S,
     BatchAPI,
     BatchLimits,
     BatchLost,
@@ -47,7 +53,6 @@ from .http import error_for
 STATUS_OF = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
              "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
              "timeout_error": 504, "overloaded_error": 529}
-CLOCK_S = 120  # how far this machine's clock is taken to be from Anthropic's (``find``)
 
 
 def status_of(doc: dict) -> BatchStatus:
@@ -89,26 +94,42 @@ class AnthropicBatch(BatchAPI):
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.url}/{batch_id}"))
 
-    async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
-        found, after = [], None
+    async def reference(self) -> dict | None:
+        """The newest batch listed now: ``{"newest": its id, "created_at": its RFC 3339 creation
+        time (the provider's clock)}``, or ``{"empty": True}`` when there is none (every batch
+        listed later is newer than a create made now)."""
+        page = await self.call("GET", f"{self.url}?limit=1")
+        data = [d for d in page.get("data") or [] if isinstance(d, dict)]
+        if not data:
+            return {"empty": True}
+        return {"newest": str(data[0].get("id")), "created_at": data[0].get("created_at")}
+
+    async def find(self, entry_id: str, since: float, n: int, known: set[str],
+                   ref: dict | None = None) -> list[BatchStatus]:
+        found = []
         self.listed, self.listed_all = 0, False
-        for _ in range(MAX_PAGES):
-            page = await self.call("GET", f"{self.url}?limit=100" + (f"&after_id={after}" if after else ""))
-            data = [status_of(d) for d in page.get("data") or [] if isinstance(d, dict)]
-            self.listed += len(data)
-            for status in data:
-                recent = (status.created or 0) >= since - CLOCK_S
-                if recent and status.total == n and status.batch_id not in known:
+        newest = ref.get("newest") if ref else None
+        # the oldest a candidate may be: the reference's creation (the provider's clock), or,
+        # without a reference, WIDE_S before the intent by this machine's clock
+        floor = iso_time(ref.get("created_at")) if ref else since - WIDE_S
+        async for items, last in self.pages(f"{self.url}?limit=100", "data"):
+            for status in map(status_of, items):
+                # newest first (documented): from the reference on, every batch listed is older
+                # than the create
+                older = floor is not None and (status.created or 0) < floor
+                if status.batch_id == newest or older:
+                    self.listed_all = ref is not None
+                    return found
+                self.listed += 1
+                if status.total == n and status.batch_id not in known:
                     found.append(status)
-            if not data or not page.get("has_more"):
-                self.listed_all = True
-                return found
-            # newest first (documented): once past the intent by more than clocks differ, no older page
-            # can hold it
-            if any((s.created or 0) < since - 5 * CLOCK_S for s in data):
-                return found
-            after = page.get("last_id") or data[-1].batch_id
+            self.listed_all = last
         return found
+
+    def next_page(self, page: dict, items: list[dict]) -> str | None:
+        if not page.get("has_more"):
+            return None
+        return f"after_id={page.get('last_id') or items[-1].get('id')}"
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("POST", f"{self.url}/{batch_id}/cancel", {}))

@@ -42,6 +42,9 @@ OUTCOMES = (COMPLETED, EXPIRED, CANCELLED, FAILED, LOST)
 LINE_BYTES = 64 << 20  # the longest result line read; a longer one is given back (its reply is read no further)
 # the pages of the provider's batch (or file) listing that ``find`` / ``delete_input`` read at most
 MAX_PAGES = 100
+# a provider without a tag, an entry recorded without a reference (``BatchAPI.find``): the batches
+# created within this many seconds before its intent, by this machine's clock, are candidates
+WIDE_S = 86_400
 
 # adapter kind -> "module:Class" of its batch protocol, imported on first use
 KINDS = {
@@ -256,24 +259,88 @@ class BatchAPI:
     async def get(self, batch_id: str) -> BatchStatus:
         raise NotImplementedError
 
-    async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
+    async def reference(self) -> dict | None:
+        """Where the provider's batch listing stood just before a create, in the provider's own
+        terms (never this machine's clock), recorded with the entry's intent (``ref``) so that
+        ``find`` can tell the batches created after it; None where the provider tags batches (the
+        tag finds them) or the listing could not be read. Raises the adapter errors."""
+        return None
+
+    async def find(self, entry_id: str, since: float, n: int, known: set[str],
+                   ref: dict | None = None) -> list[BatchStatus]:
         """The provider's batches that may be the ledger entry ``entry_id`` whose ``create`` was cut
         before its reply was recorded: those tagged ``entry_id``; where there is no tag, those of
-        ``n`` requests created since ``since`` (Unix seconds) that no other entry knows (``known``:
-        batch ids). Sets ``listed_all`` and ``listed`` (what the listing covered: an empty result is
-        proof that no such batch exists only when ``listed_all`` and the provider has a tag)."""
+        ``n`` requests that no other entry knows (``known``: batch ids) created after the listing's
+        state ``ref`` (``reference``), or, without one, within a wide window around ``since`` (Unix
+        seconds, this machine's clock). Sets ``listed_all`` (the listing covered every batch that
+        could be the entry: an empty result is then proof that none was created) and ``listed``
+        (how many batches it read)."""
         raise NotImplementedError
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         raise NotImplementedError
 
+    def file_url(self, file_id: str) -> str:
+        """Where a file of the provider's Files API is deleted (``DELETE``); providers without one
+        never call it."""
+        raise NotImplementedError
+
+    def files_of(self, file_id: str | None, output: dict) -> list[str]:
+        """The provider's files of a batch: its input ``file_id`` (when uploaded) and the result
+        files named in its ``output`` (``BatchStatus.output``, as the ledger keeps it); [] where the
+        provider holds no file of ours (Anthropic: the results are the batch's own)."""
+        return []
+
+    async def delete_files(self, ids: list[str]) -> int:
+        """Delete the files ``ids`` at the provider (``DELETE file_url(id)``): how many it deleted;
+        a file it no longer knows (404) is gone already, not counted. Raises the other adapter
+        errors."""
+        deleted = 0
+        for one in ids:
+            try:
+                await self.call("DELETE", self.file_url(one))
+                deleted += 1
+            except BatchLost:  # gone already
+                pass
+        return deleted
+
+    def next_page(self, page: dict, items: list[dict]) -> str | None:
+        """The query parameter that asks a listing for the page after ``page`` (whose items are
+        ``items``: not empty), as the provider pages (``after=ID``, ``pageToken=T``); None when
+        ``page`` is the last."""
+        raise NotImplementedError
+
+    async def pages(self, url: str, field: str) -> AsyncIterator[tuple[list[dict], bool]]:
+        """The pages of the provider's listing at ``url`` (its query begun: ``?limit=100``), each
+        as its items (the objects under ``field``) and whether it is the last one; at most
+        ``MAX_PAGES`` pages. Raises as ``call`` does."""
+        query = None
+        for _ in range(MAX_PAGES):
+            page = await self.call("GET", url + (f"&{query}" if query else ""))
+            items = [d for d in page.get(field) or [] if isinstance(d, dict)]
+            query = self.next_page(page, items) if items else None
+            yield items, query is None
+            if query is None:
+                return
+
+    # where the provider lists its files (``pages``' url and field), and the id of a listed file
+    # when it is the input file dxi uploaded for an entry (``upload`` names it after the entry)
+    FILES: tuple[str, str] | None = None
+
+    def input_of(self, item: dict, entry_id: str) -> str | None:
+        return None
+
     async def delete_input(self, entry_id: str, file_id: str | None) -> int:
         """Delete the input file of the ledger entry ``entry_id`` at the provider, for an entry that
         never became a batch: ``file_id`` when the ledger recorded it, else the files this
-        protocol's ``upload`` names after the entry (found by listing the provider's files: only a
-        file dxi uploaded carries that name). Returns how many were deleted (0 where the provider
-        takes no file). Raises the adapter errors."""
-        return 0
+        protocol's ``upload`` names after the entry (found by listing the provider's files,
+        ``FILES`` and ``input_of``: only a file dxi uploaded carries that name). Returns how many
+        were deleted (0 where the provider takes no file). Raises the adapter errors."""
+        ids = [file_id] if file_id else []
+        if not file_id and self.FILES is not None:
+            async for items, _ in self.pages(self.adapter.base_url + self.FILES[0], self.FILES[1]):
+                ids += [one for item in items if (one := self.input_of(item, entry_id))]
+        return await self.delete_files(ids)
 
     def results(self, status: BatchStatus) -> AsyncIterator[list[ResultLine]]:
         """The results of an ended batch as they are read: a list for each piece of the results read (those of

@@ -18,7 +18,9 @@
   Its order is not documented: ``find`` reads every page (up to ``MAX_PAGES`` of 100).
 * **Input files** that never became a batch (a kill between the upload and the create) are found by
   their ``displayName`` (``GET {base}/v1beta/files``) and deleted (``DELETE
-  {base}/v1beta/files/...``).
+  {base}/v1beta/files/...``). Once a batch's results are collected (or it ended without any), its
+  input file and responses file are deleted (``files_of``) rather than left to the 48-hour expiry,
+  counted against the project's 20 GB of files until then.
 * **Status**: ``BATCH_STATE_PENDING``, ``_RUNNING``; it ends ``_SUCCEEDED``, ``_FAILED``, ``_CANCELLED`` or
   ``_EXPIRED`` (batches pending or running for 48 hours expire). ``batchStats``: request counts.
 * **Results**: in the batch's ``output``: ``inlinedResponses.inlinedResponses[]`` (``{"response"} |
@@ -41,7 +43,6 @@ from .batches import (
     COMPLETED,
     EXPIRED,
     FAILED,
-    MAX_PAGES,
     BatchAPI,
     BatchLimits,
     BatchLost,
@@ -168,41 +169,33 @@ class GeminiBatch(BatchAPI):
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.adapter.base_url}/v1beta/{batch_id}"))
 
-    async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
-        found, token = [], None
+    def next_page(self, page: dict, items: list[dict]) -> str | None:
+        token = page.get("nextPageToken")
+        return f"pageToken={token}" if token else None
+
+    async def find(self, entry_id: str, since: float, n: int, known: set[str],
+                   ref: dict | None = None) -> list[BatchStatus]:
+        found = []
         self.listed, self.listed_all = 0, False
-        for _ in range(MAX_PAGES):  # every page: the listing's order is not documented
-            page = await self.call("GET", f"{self.adapter.base_url}/v1beta/batches?pageSize=100"
-                                   + (f"&pageToken={token}" if token else ""))
-            data = [status_of(op) for op in page.get("operations") or [] if isinstance(op, dict)]
-            self.listed += len(data)
-            found += [s for s in data if s.tag == entry_id]
-            token = page.get("nextPageToken")
-            if not data or not token:
-                self.listed_all = True
-                return found
+        # every page: the listing's order is not documented
+        url = f"{self.adapter.base_url}/v1beta/batches?pageSize=100"
+        async for ops, last in self.pages(url, "operations"):
+            self.listed += len(ops)
+            found += [s for s in map(status_of, ops) if s.tag == entry_id]
+            self.listed_all = last
         return found
 
-    async def delete_input(self, entry_id: str, file_id: str | None) -> int:
-        names = [file_id] if file_id else []
-        token = None
-        for _ in range(MAX_PAGES if not file_id else 0):
-            page = await self.call("GET", f"{self.adapter.base_url}/v1beta/files?pageSize=100"
-                                   + (f"&pageToken={token}" if token else ""))
-            files = [f for f in page.get("files") or [] if isinstance(f, dict)]
-            names += [f["name"] for f in files
-                      if f.get("displayName") == entry_id and isinstance(f.get("name"), str)]
-            token = page.get("nextPageToken")
-            if not files or not token:
-                break
-        deleted = 0
-        for name in names:
-            try:
-                await self.call("DELETE", f"{self.adapter.base_url}/v1beta/{name}")
-                deleted += 1
-            except BatchLost:  # gone already
-                pass
-        return deleted
+    FILES = ("/v1beta/files?pageSize=100", "files")
+
+    def input_of(self, item: dict, entry_id: str) -> str | None:
+        named = item.get("displayName") == entry_id and isinstance(item.get("name"), str)
+        return item["name"] if named else None
+
+    def file_url(self, file_id: str) -> str:
+        return f"{self.adapter.base_url}/v1beta/{file_id}"
+
+    def files_of(self, file_id: str | None, output: dict) -> list[str]:
+        return [f for f in (file_id, output.get("responses_file")) if isinstance(f, str)]
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         await self.call("POST", f"{self.adapter.base_url}/v1beta/{batch_id}:cancel", {})

@@ -39,6 +39,11 @@ class ModelFileError(RuntimeError):
     """A model file could not be fetched or does not match its pinned size and sha256."""
 
 
+class ModelFileInTheWay(ModelFileError):
+    """A file already in the models folder under the model's name is not the model (its size or
+    sha256 differ): nothing is fetched over it."""
+
+
 @dataclass(frozen=True, slots=True)
 class ModelFile:
     """A pinned model file: ``filename`` of ``size`` bytes with ``sha256`` (hex); ``hub_repo`` holds it on the
@@ -156,7 +161,10 @@ def fetch(name: str, dest: Path | None = None, *, hub: bool | None = None, hub_e
     dest = dest or models_dir()
     target = dest / model.filename
     if target.exists():
-        check(target, model)
+        try:
+            check(target, model)
+        except ModelFileError as exc:
+            raise ModelFileInTheWay(str(exc)) from None
         log(f"{model.name}: {target} is present and verified")
         return target
     dest.mkdir(parents=True, exist_ok=True)

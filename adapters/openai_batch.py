@@ -16,7 +16,9 @@ OpenAI's Files and Batches endpoints (Azure OpenAI's v1 API, the OpenAI-compatib
   implements the synchronous endpoint only: ``NoBatchAPI`` (batch mode stops for the model).
 * **Input files** are named ``{ENTRY}.jsonl`` (``purpose=batch``): one uploaded for an entry that
   never became a batch (a kill between the upload and the create) is found by that name (``GET
-  {base}/files``) and deleted (``DELETE {base}/files/{id}``).
+  {base}/files``) and deleted (``DELETE {base}/files/{id}``). Once a batch's results are collected
+  (or it ended without any), its input, output and error files are deleted (``files_of``): OpenAI
+  keeps a file until it is deleted, counted against the organisation's storage.
 * **Status** ``validating``, ``in_progress``, ``finalizing``, ``cancelling``; it ends ``completed``,
   ``expired`` (after the 24-hour window; what was done is in the output file), ``cancelled`` or ``failed``
   (the input was refused whole: ``errors``).
@@ -38,7 +40,6 @@ from .batches import (
     COMPLETED,
     EXPIRED,
     FAILED,
-    MAX_PAGES,
     BatchAPI,
     BatchLimits,
     BatchLost,
@@ -108,40 +109,32 @@ class OpenAIBatch(BatchAPI):
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.adapter.base_url}/batches/{batch_id}"))
 
-    async def find(self, entry_id: str, since: float, n: int, known: set[str]) -> list[BatchStatus]:
-        found, after = [], None
+    def next_page(self, page: dict, items: list[dict]) -> str | None:
+        return f"after={items[-1].get('id')}" if page.get("has_more") else None
+
+    async def find(self, entry_id: str, since: float, n: int, known: set[str],
+                   ref: dict | None = None) -> list[BatchStatus]:
+        found = []
         self.listed, self.listed_all = 0, False
-        for _ in range(MAX_PAGES):  # every page: the listing's order is not documented
-            page = await self.call("GET", f"{self.adapter.base_url}/batches?limit=100" + (f"&after={after}" if after else ""))
-            data = [d for d in page.get("data") or [] if isinstance(d, dict)]
+        # every page: the listing's order is not documented
+        async for data, last in self.pages(f"{self.adapter.base_url}/batches?limit=100", "data"):
             self.listed += len(data)
             found += [s for s in map(status_of, data) if s.tag == entry_id]
-            if not data or not page.get("has_more"):
-                self.listed_all = True
-                return found
-            after = data[-1].get("id")
+            self.listed_all = last
         return found
 
-    async def delete_input(self, entry_id: str, file_id: str | None) -> int:
-        ids = [file_id] if file_id else []
-        after = None
-        for _ in range(MAX_PAGES if not file_id else 0):
-            page = await self.call("GET", f"{self.adapter.base_url}/files?purpose=batch&limit=1000"
-                                   + (f"&after={after}" if after else ""))
-            data = [d for d in page.get("data") or [] if isinstance(d, dict)]
-            ids += [d["id"] for d in data if d.get("filename") == f"{entry_id}.jsonl"
-                    and d.get("purpose") == "batch" and isinstance(d.get("id"), str)]
-            if not data or not page.get("has_more"):
-                break
-            after = data[-1].get("id")
-        deleted = 0
-        for one in ids:
-            try:
-                await self.call("DELETE", f"{self.adapter.base_url}/files/{one}")
-                deleted += 1
-            except BatchLost:  # gone already
-                pass
-        return deleted
+    FILES = ("/files?purpose=batch&limit=1000", "data")
+
+    def input_of(self, item: dict, entry_id: str) -> str | None:
+        named = item.get("filename") == f"{entry_id}.jsonl" and item.get("purpose") == "batch"
+        return item["id"] if named and isinstance(item.get("id"), str) else None
+
+    def file_url(self, file_id: str) -> str:
+        return f"{self.adapter.base_url}/files/{file_id}"
+
+    def files_of(self, file_id: str | None, output: dict) -> list[str]:
+        return [f for f in (file_id, output.get("output_file_id"), output.get("error_file_id"))
+                if isinstance(f, str)]
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("POST", f"{self.adapter.base_url}/batches/{batch_id}/cancel", {}))

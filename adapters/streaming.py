@@ -162,15 +162,17 @@ def _join(target: dict, delta: dict, texts: tuple[str, ...]) -> bool:
     return token
 
 
-class ChatAssembler(Assembler):
-    """OpenAI Chat Completions chunks into a ``chat.completion`` (see the module docstring)."""
+class _ListAssembler(Assembler):
+    """A reply whose chunks are JSON objects: top-level fields (``_field``) and a list ``LIST`` of
+    items, each chunk of an item joined into the item of its index (``_item``): OpenAI's
+    ``choices``, Gemini's ``candidates``. ``doc`` holds the fields, ``items`` the items by index."""
 
-    TEXTS = ("content", "refusal", "reasoning_content", "reasoning")
+    LIST = ""
 
     def __init__(self) -> None:
         super().__init__()
         self.doc: dict = {}
-        self.choices: dict[int, dict] = {}
+        self.items: dict[int, dict] = {}
 
     def _feed(self, event: str, doc: Any) -> bool:
         if not isinstance(doc, dict):
@@ -178,20 +180,50 @@ class ChatAssembler(Assembler):
         self.began = True
         token = False
         for key, value in doc.items():
-            if key == "choices":
-                self.doc.setdefault("choices", None)
-                for chunk in value if isinstance(value, list) else []:
+            if key == self.LIST:
+                self.doc.setdefault(key, None)
+                for position, chunk in enumerate(value if isinstance(value, list) else []):
                     if isinstance(chunk, dict):
-                        token = self._choice(chunk) or token
-            elif key == "object":
-                self.doc[key] = "chat.completion"
-            elif value is not None or key not in self.doc:
-                self.doc[key] = value
+                        token = self._item(chunk, position) or token
+            else:
+                self._field(key, value)
+        self._fed()
         return token
 
-    def _choice(self, chunk: dict) -> bool:
+    def _item(self, chunk: dict, position: int) -> bool:
+        """Join the chunk of the item at ``position`` in its list (its own ``index`` when it has
+        one); True when it brought generated output."""
+        raise NotImplementedError
+
+    def _field(self, key: str, value: Any) -> None:
+        if value is not None or key not in self.doc:
+            self.doc[key] = value
+
+    def _fed(self) -> None:
+        """After each chunk (a reply that ends without its items' stop sets ``complete`` here)."""
+
+    def _doc(self) -> dict:
+        doc = dict(self.doc)
+        if self.LIST in doc or self.items:
+            doc[self.LIST] = [self.items[i] for i in sorted(self.items)]
+        return doc
+
+
+class ChatAssembler(_ListAssembler):
+    """OpenAI Chat Completions chunks into a ``chat.completion`` (see the module docstring)."""
+
+    TEXTS = ("content", "refusal", "reasoning_content", "reasoning")
+    LIST = "choices"
+
+    def _field(self, key: str, value: Any) -> None:
+        if key == "object":
+            self.doc[key] = "chat.completion"
+        else:
+            super()._field(key, value)
+
+    def _item(self, chunk: dict, position: int) -> bool:
         index = chunk.get("index", 0)
-        choice = self.choices.setdefault(index if isinstance(index, int) else 0, {})
+        choice = self.items.setdefault(index if isinstance(index, int) else 0, {})
         token = False
         for key, value in chunk.items():
             if key == "delta":
@@ -207,12 +239,6 @@ class ChatAssembler(Assembler):
         if choice.get("finish_reason") is not None:
             self.complete = True
         return token
-
-    def _doc(self) -> dict:
-        doc = dict(self.doc)
-        if "choices" in doc or self.choices:
-            doc["choices"] = [self.choices[i] for i in sorted(self.choices)]
-        return doc
 
 
 class MessagesAssembler(Assembler):
@@ -282,36 +308,24 @@ class MessagesAssembler(Assembler):
         return self.message or {}
 
 
-class GenerateAssembler(Assembler):
+class GenerateAssembler(_ListAssembler):
     """Gemini ``streamGenerateContent`` chunks into one ``GenerateContentResponse`` (see the module
     docstring)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.doc: dict = {}
-        self.candidates: dict[int, dict] = {}
+    LIST = "candidates"
 
-    def _feed(self, event: str, doc: Any) -> bool:
-        if not isinstance(doc, dict):
-            return False
-        self.began = True
-        token = False
-        for key, value in doc.items():
-            if key == "candidates" and isinstance(value, list):
-                self.doc.setdefault("candidates", None)
-                for i, candidate in enumerate(value):
-                    if isinstance(candidate, dict):
-                        token = self._candidate(candidate, i) or token
-            elif value is not None:
-                self.doc[key] = value
+    def _field(self, key: str, value: Any) -> None:
+        if value is not None:
+            self.doc[key] = value
+
+    def _fed(self) -> None:
         feedback = self.doc.get("promptFeedback")
         if isinstance(feedback, dict) and feedback.get("blockReason"):
             self.complete = True
-        return token
 
-    def _candidate(self, chunk: dict, position: int) -> bool:
+    def _item(self, chunk: dict, position: int) -> bool:
         index = chunk.get("index", position)
-        candidate = self.candidates.setdefault(index if isinstance(index, int) else position, {})
+        candidate = self.items.setdefault(index if isinstance(index, int) else position, {})
         token = False
         for key, value in chunk.items():
             if key == "content" and isinstance(value, dict):
@@ -328,12 +342,6 @@ class GenerateAssembler(Assembler):
         if candidate.get("finishReason") not in (None, "FINISH_REASON_UNSPECIFIED"):
             self.complete = True
         return token
-
-    def _doc(self) -> dict:
-        doc = dict(self.doc)
-        if "candidates" in doc or self.candidates:
-            doc["candidates"] = [self.candidates[i] for i in sorted(self.candidates)]
-        return doc
 
 
 def _add_part(parts: list, part: Any) -> bool:

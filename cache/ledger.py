@@ -11,8 +11,10 @@ Layout, under ``batches/`` in the cache folder::
 
 An **entry** is one batch of ours. Its events, in order (``Entry`` folds them):
 
-* ``intent``: the entry's id (``dxi-...``, the tag a provider that allows one carries: OpenAI ``metadata``,
-  a Gemini ``displayName``), the model, how many requests and bytes, what its worst case was reserved at;
+* ``intent``: the entry's id (``dxi-...``, the tag a provider that allows one carries: OpenAI
+  ``metadata``, a Gemini ``displayName``), the model, how many requests and bytes, what its worst
+  case was reserved at, and (Anthropic, which tags nothing) ``ref``: the newest batch the provider
+  listed just before;
 * ``uploaded``: the input file's id (OpenAI, Gemini: the Files API);
 * ``submitted``: the provider's batch id, written the instant the provider's reply is read;
 * ``state``: the provider's state when it changed (and its request counts);
@@ -22,7 +24,14 @@ An **entry** is one batch of ours. Its events, in order (``Entry`` folds them):
   given back (expired, cancelled, transient errors: sent again), ``unmatched`` counts results whose task
   the run did not know (the entry stays open until a run that knows them collects it);
 * ``abandoned``: the entry never became a batch (reconciled: nothing found with its tag), or was given up;
-* ``cancel``: a cancellation was asked for (``dxi batches cancel``, a deadline).
+* ``cancel``: a cancellation was asked for (``dxi batches cancel``, a deadline);
+* ``cleaned``: the batch's files at the provider (its input file, its result files) were deleted
+  once it was collected, or their deletion was tried and failed (``failed``): never tried again
+  either way;
+* ``resume``: the user lifted the stop a collection put on the model's batch mode (``dxi batches
+  resume``): a ``collected`` event with ``stop`` (a batch the provider said succeeded whose results
+  carry none of its requests' ids) keeps every later run from submitting that model's requests in a
+  batch until then.
 
 A key is **claimed** by an entry while the entry is open (not collected whole, not abandoned) and the key
 was not returned: nothing else sends it, synchronously or in another batch, in this process or another.
@@ -53,7 +62,8 @@ log = logging.getLogger("dxi.cache")
 
 LEDGER_DIR = "batches"
 OPEN, CLOSED = "open", "closed"
-EVENTS = ("intent", "uploaded", "submitted", "state", "ended", "collected", "abandoned", "cancel")
+EVENTS = ("intent", "uploaded", "submitted", "state", "ended", "collected", "abandoned", "cancel",
+          "resume", "cleaned")
 
 
 class LedgerError(CacheWriteError):
@@ -69,12 +79,17 @@ class Entry:
     ``identity``: the model configuration's digest (``runner.dispatch.identity``); ``label``: the model's
     name in reports; ``kind`` / ``base_url``: the adapter and server; ``requests`` / ``bytes``: the batch's
     size; ``reserved_usd``: its worst-case cost reserved under ``--max-cost`` (None: no bound);
+    ``ref``: where the provider's batch listing stood before the create (``BatchAPI.reference``: a
+    provider without a tag; None elsewhere);
     ``file_id``: the uploaded input file; ``batch_id``: the provider's; ``guessed``: the batch was
     adopted by its size and creation time (a provider without a tag), so it may be another client's;
     ``state``: the provider's last state;
-    ``outcome``: how it ended (None while running); ``output``: where its results are (provider-specific);
-    ``returned``: the keys given back when it was collected; ``unmatched``: results not stored for want of
-    their task; ``cancel_at``: when a cancellation was asked for."""
+    ``outcome``: how it ended (None while running); ``output``: where its results are
+    (provider-specific); ``returned``: the keys given back when it was collected; ``unmatched``:
+    results not stored for want of their task; ``cancel_at``: when a cancellation was asked for;
+    ``stop``: why its collection stopped the model's batch mode, for every run until ``dxi batches
+    resume`` (None: it did not, or resumed); ``cleaned``: its files at the provider were deleted (or
+    that was tried)."""
 
     id: str
     identity: str = ""
@@ -87,6 +102,7 @@ class Entry:
     host: str = ""
     pid: int = 0
     reserved_usd: float | None = None
+    ref: dict | None = None
     file_id: str | None = None
     batch_id: str | None = None
     guessed: bool = False
@@ -103,6 +119,8 @@ class Entry:
     abandoned: str | None = None
     cancel_at: float | None = None
     cost_usd: float | None = None
+    stop: str | None = None
+    cleaned: bool = False
 
     @property
     def closed(self) -> bool:
@@ -118,6 +136,8 @@ class Entry:
         """Where the entry stands, in words: intent, uploaded, submitted, running, ended, collected, abandoned."""
         if self.abandoned is not None:
             return "abandoned"
+        if self.collected_at is not None and self.stop:
+            return "collected: stopped its model's batch mode"
         if self.collected_at is not None:
             return "collected" if self.unmatched == 0 else "collected in part"
         if self.outcome is not None:
@@ -130,7 +150,8 @@ class Entry:
         """Fold one event of this entry into it."""
         kind, at = event.get("event"), event.get("at")
         if kind == "intent":
-            for name in ("identity", "label", "kind", "base_url", "requests", "bytes", "host", "pid", "reserved_usd"):
+            for name in ("identity", "label", "kind", "base_url", "requests", "bytes", "host",
+                         "pid", "reserved_usd", "ref"):
                 if name in event:
                     setattr(self, name, event[name])
             self.created = at or 0.0
@@ -155,6 +176,12 @@ class Entry:
             self.unmatched = int(event.get("unmatched") or 0)
             if event.get("cost_usd") is not None:
                 self.cost_usd = (self.cost_usd or 0.0) + float(event["cost_usd"])
+            if event.get("stop"):
+                self.stop = str(event["stop"])
+        elif kind == "resume":
+            self.stop = None
+        elif kind == "cleaned":
+            self.cleaned = True
         elif kind == "abandoned":
             self.abandoned = event.get("reason") or "abandoned"
         elif kind == "cancel":
@@ -165,7 +192,7 @@ class Entry:
         out = {k: getattr(self, k) for k in ("id", "label", "kind", "base_url", "batch_id", "requests", "bytes",
                                               "created", "submitted_at", "state", "counts", "outcome", "ended_at",
                                               "collected_at", "stored", "unmatched", "abandoned", "cancel_at",
-                                              "reserved_usd", "cost_usd", "host", "pid")}
+                                              "reserved_usd", "cost_usd", "host", "pid", "stop")}
         return out | {"phase": self.phase, "returned": len(self.returned)}
 
 
@@ -285,6 +312,13 @@ class Ledger:
         """The entries not closed (of the model ``identity``, or of every model), oldest first."""
         return sorted((e for e in self.entries().values() if not e.closed and (identity is None or e.identity == identity)),
                       key=lambda e: e.created)
+
+    def stops(self, identity: str | None = None) -> list[Entry]:
+        """The entries whose collection stopped the batch mode of model ``identity`` (of every
+        model: None) and that were not resumed since (``Entry.stop``), oldest first."""
+        chosen = (e for e in self.entries().values()
+                  if e.stop and (identity is None or e.identity == identity))
+        return sorted(chosen, key=lambda e: e.created)
 
     def claimed(self, identity: str) -> dict[str, str]:
         """The keys the open entries of model ``identity`` claim: key -> entry id (keys returned excluded)."""

@@ -6,9 +6,13 @@ no traceback from inside an import: the first thing it does, before importing an
 SIGINT and SIGTERM end the process at once with that line (``_early``); ``command`` then hands them to
 ``runner.signals``, which stops cleanly.
 
-Before this module runs nothing of dxi's can act: a signal during the interpreter's own start-up ends
-the process by the signal itself (no output; a shell reports 130, or 143) or, while ``site`` imports the
-interpreter's ``.pth`` files (an editable install's finder), with Python's own traceback."""
+Before this module runs nothing of dxi's can act, so the ``dxi`` script ``make install`` writes
+starts the interpreter with SIGINT and SIGTERM blocked (``env --block-signal``, GNU coreutils 9 and
+later): one that comes while Python starts (its frozen modules, ``site``, the editable install's
+finder: the first ~30 ms) is held until this module has installed ``_early`` and unblocks them. Only
+one that comes before ``env`` has blocked them ends the process by the signal itself (no output; a
+shell reports 130, or 143). Installed otherwise (pip, uv, an ``env`` without ``--block-signal``), a
+signal while ``site`` runs may still end the interpreter with its own traceback."""
 from __future__ import annotations
 
 import os
@@ -26,6 +30,10 @@ def _early(signum: int, frame: object) -> None:
 
 for _signum in (signal.SIGINT, signal.SIGTERM):  # an ignored SIGINT (a script's background job) taken back too
     signal.signal(_signum, _early)
+# the `dxi` script make install writes starts Python with both blocked (GNU env's --block-signal): a
+# signal that came while the interpreter started (its own modules, site, the editable install's
+# finder) was held, and is delivered now, to _early: one line and 130 (143), never a traceback
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def command() -> None:

@@ -6,6 +6,8 @@
   end) and the results of those that ended stored; nothing new is submitted.
 * ``cancel(cache_dir, model, entry, every, say)``: the provider asked to cancel the chosen open batches;
   what they produced before is collected by the next run (or ``collect``).
+* ``resume(cache_dir, model, entry, every)``: the stops of models' batch mode the ledger keeps
+  (``Ledger.stops``) lifted.
 
 ``say`` gets a line for each batch state change and each problem met (a model that cannot be reached, a
 cancel refused); None: nothing is said.
@@ -47,9 +49,30 @@ def has_batches(cache_dir: Path) -> bool:
 
 
 def listed(cache_dir: Path, every: bool = False) -> list[Entry]:
-    """The ledger's entries, oldest first: the open ones, or with ``every`` also those collected or abandoned."""
+    """The ledger's entries, oldest first: the open ones and those whose collection stopped their
+    model's batch mode (``Entry.stop``), or with ``every`` also those collected or abandoned."""
     entries = sorted(Ledger(cache_dir).entries().values(), key=lambda e: e.created)
-    return entries if every else [e for e in entries if not e.closed]
+    return entries if every else [e for e in entries if not e.closed or e.stop]
+
+
+def resume(cache_dir: Path, *, model: str | None = None, entry: str | None = None,
+           every: bool = False) -> list[Entry]:
+    """Lift the stops the ledger keeps on models' batch mode (``Ledger.stops``): those of the model
+    ``model`` (as ``cancel`` takes it), of the entry or batch id ``entry``, or ``every`` one; a
+    ``resume`` event each. Returns the entries resumed. Raises UsageError when the cache has no
+    ledger, or no stop matches ``model`` or ``entry`` (with ``every`` and none: [])."""
+    if not has_batches(cache_dir):
+        raise UsageError(f"{cache_dir} holds no batches (no {Path(cache_dir) / 'batches'} folder)")
+    ledger = Ledger(cache_dir)
+    chosen = [e for e in ledger.stops() if every or (model and _of_model(e, model))
+              or (entry and entry in (e.id, e.batch_id))]
+    if not chosen and not every:
+        raise UsageError("no stopped batch mode matches" + (f" the model {model!r}" if model else
+                                                           f" {entry!r}" if entry else "")
+                         + " (dxi batches list)")
+    for e in chosen:
+        ledger.record(e.id, "resume")
+    return chosen
 
 
 def rows(entries: list[Entry]) -> list[dict]:

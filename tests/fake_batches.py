@@ -31,6 +31,8 @@ Behaviour (``FakeProvider(batch={...})``, JSON-able):
 * ``no_files`` (default False): the host has no Files endpoint (``/v1/files`` answers 404, as a server that
   implements Chat Completions only does);
 * ``cancel_polls`` (default 0): the status reads a cancelled batch stays ``cancelling`` before it ends;
+* ``clock_offset`` (default 0): seconds the provider's clock is ahead of this machine's (negative:
+  behind): the ``created_at`` (``createTime``) of every batch it makes;
 * ``old_batches`` (default 0): Gemini batches of another client, created two hours before the server started;
   ``list_oldest_first`` (default False): Gemini's listing oldest first (its order is not documented).
 
@@ -114,6 +116,7 @@ class BatchServer:
         self.cancel_polls = int(config.get("cancel_polls", 0))
         self.list_oldest_first = bool(config.get("list_oldest_first", False))
         self.old_batches = int(config.get("old_batches", 0))
+        self.clock_offset = float(config.get("clock_offset", 0))
         self.responders, self.seed = responders, seed
         self.batches: dict[str, Batch] = {}
         self.files: dict[str, bytes] = {}
@@ -179,7 +182,8 @@ class BatchServer:
     # ---- the batches' course ----------------------------------------------------------------------
     def _new(self, fmt: str, lines: list[tuple[str, dict]], **kw: object) -> Batch:
         prefix = {OPENAI: "batch_", ANTHROPIC: "msgbatch_", GEMINI: "batches/"}[fmt]
-        batch = Batch(prefix + uuid.uuid4().hex[:24], fmt, lines, time.time(), **kw)
+        created = time.time() + self.clock_offset
+        batch = Batch(prefix + uuid.uuid4().hex[:24], fmt, lines, created, **kw)
         batch.outcome = self.script.pop(0) if self.script else self.outcome
         batch.gone = self.counts["batch_creates"] < self.gone
         self.batches[batch.id] = batch

@@ -70,7 +70,39 @@ def test_a_batch_that_succeeded_and_matches_none_of_its_ids_stops_the_model_and_
     (m,) = summary(tmp_path / "out")["models"]
     assert (m["requests"]["not_sent"], m["requests"]["batches"]["unknown_results"]) == (12, 12)
     (entry,) = Ledger(tmp_path / "cache").entries().values()
-    assert (entry.phase, len(entry.returned)) == ("collected", 12)  # closed: the next run may send them
+    assert (entry.phase, len(entry.returned)) == ("collected: stopped its model's batch mode", 12)
+    assert entry.closed  # a synchronous run may send them
+
+
+def test_the_stop_of_a_batch_that_matched_none_of_its_ids_holds_for_the_next_run_until_resumed(
+        data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture):
+    """The stop is kept in the ledger: a second run submits no batch for the model (exit code 6,
+    saying how to lift the stop), ``dxi batches list`` shows the entry, and only after ``dxi batches
+    resume --model`` does a third run submit its requests in a batch again."""
+    inline = GeminiBatch.LIMITS.__class__(200_000, 2_000_000_000, inline_bytes=19_000_000)
+    monkeypatch.setattr(GeminiBatch, "LIMITS", inline)
+    with serve(model=None, record=False, batch={"inline_metadata": False}) as server:
+        args = dxi_run("gemini", server.url, data_dir, tmp_path)
+        assert main(args) == 6
+        capsys.readouterr()
+        assert main(args) == 6
+        second = " ".join(capsys.readouterr().out.split())
+        creates = server.stats()["batch_creates"]
+        assert main(["batches", "list", "--cache-dir", str(tmp_path / "cache"), "--json"]) == 0
+        listed = orjson.loads(capsys.readouterr().out)
+        assert main(["batches", "resume", "--model", model("gemini", server.url), "--cache-dir",
+                     str(tmp_path / "cache")]) == 0
+        resumed = " ".join(capsys.readouterr().out.split())
+        assert main(args) == 6  # submitted again, and (the backend unchanged) stopped again
+        after = server.stats()["batch_creates"]
+    assert creates == 1 and after == 2
+    assert "batch mode stays stopped for this model" in second
+    assert f"dxi batches resume --model gemini:m --cache-dir {tmp_path / 'cache'}" in second
+    assert (summary(tmp_path / "out")["models"][0]["requests"]["not_sent"]) == 12
+    assert [e["phase"] for e in listed] == ["collected: stopped its model's batch mode"]
+    assert "gemini:m: batch mode resumed" in resumed
+    assert len(Ledger(tmp_path / "cache").stops()) == 1  # the third run's batch stopped it again
 
 
 # ---- 2. several batches that may be one lost create ----------------------------------------------
@@ -116,25 +148,93 @@ def test_a_lost_gemini_create_is_found_whatever_order_the_listing_gives(data_dir
     assert (entry.phase, entry.stored, entry.guessed) == ("collected", 12, False)
 
 
+def _other_clients_batch(url: str, data: Path) -> str:
+    """A batch of 12 requests (the suite's size) made by another client through the anthropic SDK:
+    its id."""
+    import anthropic
+
+    from dxi import adapters
+    from dxi.evals import Suite, discover
+
+    client = anthropic.Anthropic(base_url=url, api_key="sk-ant-test-0123456789")
+    theirs = adapters.get(adapters.ModelSpec("anthropic", "theirs", url, {}, {}))
+    params = orjson.loads(theirs.encode(next(iter(Suite(discover(data)).tasks()))).body)
+    return client.messages.batches.create(requests=[{"custom_id": f"theirs-{n}", "params": params}
+                                                    for n in range(12)]).id
+
+
+def _shift_intent(cache: Path, seconds: float) -> None:
+    """Move the ``at`` of the ledger's intent by ``seconds``: this machine's clock was that far
+    off."""
+    ledger = cache / "batches" / "ledger.jsonl"
+    events = [orjson.loads(line) for line in ledger.read_bytes().splitlines()]
+    (intent,) = [e for e in events if e["event"] == "intent"]
+    intent["at"] += seconds
+    ledger.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+
+
+@pytest.mark.parametrize(("clock", "offset"), [("provider", 600), ("provider", -600), ("ours", 600),
+                                               ("ours", -600)])
+def test_a_lost_anthropic_create_is_found_however_far_the_clocks_differ(
+        clock: str, offset: int, data_dir: Path, tmp_path: Path):
+    """Killed between Anthropic's reply to the create and the ledger's record, with the provider's
+    clock (or this machine's, when the intent was recorded) 10 minutes ahead or behind: the batch
+    is found among those listed after the newest one listed before the create (the provider's own
+    order and clock), adopted and collected; nothing is submitted twice."""
+    config = {"clock_offset": offset} if clock == "provider" else {}
+    with serve(model=None, record=False, batch=config) as server:
+        killed_at("created", "anthropic", server.url, data_dir, tmp_path)
+        if clock == "ours":
+            _shift_intent(tmp_path / "cache", offset)
+        assert run("anthropic", server.url, data_dir, tmp_path) == 0
+        stats = server.stats()
+    assert (stats["batch_creates"], stats["batch_resubmitted"], stats["batch_keys"]) == (1, 0, 12)
+    (entry,) = Ledger(tmp_path / "cache").entries().values()
+    assert (entry.phase, entry.stored, entry.guessed) == ("collected", 12, True)
+
+
+def test_a_create_that_never_happened_is_proven_so_and_an_older_batch_is_not_adopted(
+        data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    """Another client made a batch of the same size a moment before dxi's intent; dxi was killed
+    before its create. The listing read back to that batch (the newest before the create) holds
+    nothing newer: the entry was never created, said as such; the other client's batch is not
+    adopted."""
+    with serve(model=None, record=False, batch={"clock_offset": -600}) as server:
+        other = _other_clients_batch(server.url, data_dir)
+        killed_at("intent", "anthropic", server.url, data_dir, tmp_path)
+        assert main(dxi_run("anthropic", server.url, data_dir, tmp_path)) == 0
+        stats = server.stats()
+    out = " ".join(capsys.readouterr().out.split())
+    assert (stats["batch_creates"], stats["batch_resubmitted"], stats["batch_keys"]) == (2, 0, 24)
+    entries = Ledger(tmp_path / "cache").entries().values()
+    assert other not in {e.batch_id for e in entries}
+    (abandoned,) = [e for e in entries if e.abandoned]
+    assert abandoned.ref == {"newest": other, "created_at": abandoned.ref["created_at"]}
+    assert "none of the 0 batches it lists has its 12 requests" in abandoned.abandoned
+    assert "it was never created" in out
+    assert sorted(e.phase for e in entries) == ["abandoned", "collected"]
+
+
 def test_a_batch_is_never_said_never_created_on_a_search_that_proves_nothing(data_dir: Path, tmp_path: Path,
                                                                              capsys: pytest.CaptureFixture):
-    """Anthropic's batches carry no tag: a lost create is looked for by size and creation time,
-    within 120 s of this machine's clock. With the clock an hour ahead at the intent, the batch is
-    not found; the run says what it knows (the search and its assumption), not that the batch was
-    never created."""
+    """An entry recorded without the provider's listing to go by (an earlier version's ledger): a
+    lost create is looked for by size within a day before the intent by this machine's clock. With
+    that clock two days ahead at the intent, the batch is not found; the run says what it knows
+    (the search and its assumption), not that the batch was never created."""
     with serve(model=None, record=False) as server:
         killed_at("created", "anthropic", server.url, data_dir, tmp_path)
         ledger = tmp_path / "cache" / "batches" / "ledger.jsonl"
         events = [orjson.loads(line) for line in ledger.read_bytes().splitlines()]
         (intent,) = [e for e in events if e["event"] == "intent"]
-        intent["at"] += 3600  # the clock was an hour ahead when the intent was recorded
+        del intent["ref"]
         ledger.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+        _shift_intent(tmp_path / "cache", 2 * 86_400)
         assert main(dxi_run("anthropic", server.url, data_dir, tmp_path)) == 0
     out = " ".join(capsys.readouterr().out.split())
     (abandoned,) = [e for e in Ledger(tmp_path / "cache").entries().values() if e.abandoned]
     for text in (out, abandoned.abandoned):
         assert "never created" not in text and "taken as not created" in text
-        assert "more than 120 s ahead of the provider's" in text
+        assert "more than a day ahead of the provider's" in text
 
 
 # ---- 4. results past the provider's retention ----------------------------------------------------
@@ -248,10 +348,36 @@ def test_an_input_file_uploaded_just_before_a_kill_is_deleted_by_the_rerun(kind:
     entries = Ledger(tmp_path / "cache").entries()
     (used,) = [e for e in entries.values() if e.id != lost.id]
     used_name = f"{used.id}.jsonl" if kind == "openai" else used.id
-    assert entries[lost.id].phase == "abandoned" and stats["batch_file_deletes"] == 1
-    assert stats["input_files"] == sorted([used_name] + (["mine.jsonl"] if kind == "openai" else []))
-    assert lost_name not in stats["input_files"]
+    # the lost entry's input file, then the used batch's input and result files once collected
+    assert entries[lost.id].phase == "abandoned"
+    assert stats["batch_file_deletes"] == 1 + (3 if kind == "openai" else 2)
+    assert stats["input_files"] == (["mine.jsonl"] if kind == "openai" else [])
+    assert lost_name not in stats["input_files"] and used_name not in stats["input_files"]
     assert (stats["batch_creates"], stats["batch_resubmitted"]) == (1, 0)
+
+
+@pytest.mark.parametrize("kind", ["openai", "gemini"])
+def test_the_files_of_a_batch_are_deleted_at_the_provider_once_it_is_collected_and_only_once(
+        kind: str, data_dir: Path, tmp_path: Path):
+    """A batch that ran: once its results are stored, its input file and its result files (OpenAI's
+    output and error files, Gemini's responses file) are deleted at the provider, recorded in the
+    ledger (``cleaned``); a rerun deletes nothing more. A batch that failed (its input refused
+    whole) has its input file deleted too."""
+    files = {"openai": 3, "gemini": 2}[kind]
+    with serve(model=None, record=False) as server:
+        assert run(kind, server.url, data_dir, tmp_path) == 0
+        first = server.stats()
+        assert run(kind, server.url, data_dir, tmp_path) == 0
+        second = server.stats()
+    assert (first["batch_creates"], first["batch_file_deletes"]) == (1, files)
+    assert first["input_files"] == []
+    assert second["batch_file_deletes"] == files and second["batch_creates"] == 1
+    (entry,) = Ledger(tmp_path / "cache").entries().values()
+    assert (entry.phase, entry.cleaned, entry.stored) == ("collected", True, 12)
+    with serve(model=None, record=False, batch={"outcome": "failed"}) as server:
+        assert run(kind, server.url, data_dir, tmp_path, cache="failed") == 6
+        stats = server.stats()
+    assert (stats["batch_creates"], stats["batch_file_deletes"], stats["input_files"]) == (1, 1, [])
 
 
 # ---- a full disk ---------------------------------------------------------------------------------

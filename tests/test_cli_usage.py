@@ -2,6 +2,7 @@
 after ``--param``, ``--version``, shell completion, the data folder's default, ``--sample``."""
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import shutil
@@ -41,6 +42,33 @@ def test_help_is_grouped_lists_every_exit_code_and_cites_nothing_internal(comman
         assert f"\n  {code} " in text, code  # tests/test_exit_codes.py
     assert "``" not in text and "dxi." not in text and "runner." not in text and "SPEC" not in text
     assert "(default: .dxi-cache" in text and "$DXI_DATA_DIR" in text
+
+
+def _commands(p: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command and sub-command of the parser ``p``, as the words that name it."""
+    found = []
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += [(*words, name), *_commands(sub, (*words, name))]
+    return found
+
+
+def test_every_command_and_sub_command_lists_its_exit_codes(capsys):
+    """Each command's --help ends with an "exit codes:" section: at least 0, 2 (bad input) and 70
+    (an unexpected error), each code once, in increasing order, its meaning beside it."""
+    commands = _commands(parser())
+    assert len(commands) == 18
+    assert ("batches", "resume") in commands and ("cache", "compact") in commands
+    for words in commands:
+        text = help_of(*words, capsys=capsys)
+        assert "\nexit codes:\n" in text, words
+        section = text.split("\nexit codes:\n", 1)[1]
+        codes = [int(line.split()[0]) for line in section.splitlines()
+                 if line[2:3].isdigit() and line.startswith("  ")]
+        assert codes == sorted(set(codes)) and {0, 2, 70} <= set(codes), (words, codes)
+        numbered = [line for line in section.splitlines() if line[2:3].isdigit()]
+        assert all(len(line.split()) > 1 for line in numbered), words
 
 
 def test_top_level_help_lists_the_commands_and_exit_codes(capsys):

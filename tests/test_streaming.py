@@ -412,19 +412,27 @@ async def test_thinking_deltas_and_the_final_usage_reach_the_cache(data_dir: Pat
     assert (row["status"], b["stream"], stats.ok) == ("ok", True, 1)
 
 
+@pytest.fixture
+def one_request(data_dir: Path, tmp_path: Path):
+    """``run_model`` of the first task (``limit=1``) for the model ``kind`` at ``server``, into the
+    cache ``tmp_path / "c"``, with ``FAST``'s limits, streamed (``stream="always"``) unless the
+    keyword ``limits`` say otherwise: ``(plan, stats, rows)``."""
+
+    async def run(kind: str, server: FakeLLM, **limits):
+        limits = {"stream": "always", **limits}
+        return await run_model(model_string(kind, server), data_dir, tmp_path / "c",
+                               replace(FAST, **limits), limit=1)
+
+    return run
+
+
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 async def test_a_stream_cut_mid_way_is_a_transient_failure_not_sent_again_in_the_run(
-    data_dir: Path, tmp_path: Path, kind: str
+    one_request, kind: str
 ):
     async with FakeLLM(["cut:3"]) as server:
         server.pieces = 6
-        _, stats, rows = await run_model(
-            model_string(kind, server),
-            data_dir,
-            tmp_path / "c",
-            replace(FAST, stream="always"),
-            limit=1,
-        )
+        _, stats, rows = await one_request(kind, server)
         assert len(server.requests) == 1  # part of it arrived (billed): not resent in this run
         row = rows.row(0, named=True)
         assert (row["status"], row["error_kind"], row["attempts"], row["answers"]) == (
@@ -436,43 +444,25 @@ async def test_a_stream_cut_mid_way_is_a_transient_failure_not_sent_again_in_the
         assert "the streamed reply was cut after" in row["error"] and "never scored" in row["error"]
         assert row["raw_reply"] is None  # the partial text is not kept as a reply
         # the next run requests it again
-        _, again, rows = await run_model(
-            model_string(kind, server),
-            data_dir,
-            tmp_path / "c",
-            replace(FAST, stream="always"),
-            limit=1,
-        )
+        _, again, rows = await one_request(kind, server)
         assert (again.sent, again.ok, len(server.requests)) == (1, 1, 2)
 
 
 @pytest.mark.parametrize("fault", ["cut:0", "error_first"])
 async def test_a_stream_that_fails_before_any_of_its_reply_is_retried(
-    data_dir: Path, tmp_path: Path, fault: str
+    one_request, fault: str
 ):
     async with FakeLLM([fault]) as server:
-        _, stats, rows = await run_model(
-            model_string("anthropic", server),
-            data_dir,
-            tmp_path / "c",
-            replace(FAST, stream="always"),
-            limit=1,
-        )
+        _, stats, rows = await one_request("anthropic", server)
         assert (stats.ok, stats.attempts, len(server.requests)) == (1, 2, 2)
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 async def test_an_error_event_mid_stream_is_final_for_the_run(
-    data_dir: Path, tmp_path: Path, kind: str
+    one_request, kind: str
 ):
     async with FakeLLM(["error_event"]) as server:
-        _, stats, rows = await run_model(
-            model_string(kind, server),
-            data_dir,
-            tmp_path / "c",
-            replace(FAST, stream="always"),
-            limit=1,
-        )
+        _, stats, rows = await one_request(kind, server)
         assert (stats.failed, stats.attempts, len(server.requests)) == (1, 1, 1)
     error = rows["error"][0]
     assert "an error event" in error and (
@@ -481,17 +471,11 @@ async def test_an_error_event_mid_stream_is_final_for_the_run(
 
 
 async def test_an_idle_stall_ends_the_attempt_after_the_idle_timeout(
-    data_dir: Path, tmp_path: Path
+    one_request
 ):
     async with FakeLLM(["stall:3"]) as server:
         began = time.monotonic()
-        _, stats, rows = await run_model(
-            model_string("openai", server),
-            data_dir,
-            tmp_path / "c",
-            replace(FAST, stream="always", attempt_timeout_s=0.5),
-            limit=1,
-        )
+        _, stats, rows = await one_request("openai", server, attempt_timeout_s=0.5)
         took = time.monotonic() - began
         assert (stats.failed, len(server.requests)) == (1, 1)
     assert "no byte of the reply within the idle timeout (--timeout)" in rows["error"][0]
@@ -499,19 +483,14 @@ async def test_an_idle_stall_ends_the_attempt_after_the_idle_timeout(
 
 
 async def test_a_whole_reply_slower_than_the_idle_timeout_is_sent_again(
-    data_dir: Path, tmp_path: Path
+    one_request
 ):
     """Not streamed, nothing of a reply arrives while it is generated: the idle timeout ends the
     attempt and, nothing having arrived, the request is sent again (as the issue's capture server
     saw). Streamed, the same slow reply arrives steadily and is stored once (the next test)."""
     async with FakeLLM(["delay:1.2", "delay:1.2"]) as server:
-        _, stats, rows = await run_model(
-            model_string("anthropic", server),
-            data_dir,
-            tmp_path / "c",
-            replace(FAST, stream="never", attempt_timeout_s=0.4, max_attempts=3),
-            limit=1,
-        )
+        _, stats, rows = await one_request("anthropic", server, stream="never",
+                                           attempt_timeout_s=0.4, max_attempts=3)
         assert (stats.ok, stats.attempts, len(server.requests), server.streamed) == (
             1,
             3,
@@ -559,22 +538,17 @@ async def test_a_reply_slower_than_any_timeout_but_steadily_arriving_is_stored_o
     assert 0.85 <= rows["ttft_s"][0] and rows["ttft_s"][0] * 1000 < rows["latency_ms"][0] - 3000
 
 
-async def test_the_total_bound_ends_a_reply_that_is_still_arriving(data_dir: Path, tmp_path: Path):
+async def test_the_total_bound_ends_a_reply_that_is_still_arriving(one_request):
     async with FakeLLM(default="slow:0.3") as server:
         server.pieces = 8
-        _, stats, rows = await run_model(
-            model_string("gemini", server),
-            data_dir,
-            tmp_path / "c",
-            replace(FAST, stream="always", attempt_timeout_s=1, max_reply_time_s=1.0),
-            limit=1,
-        )
+        _, stats, rows = await one_request("gemini", server, attempt_timeout_s=1,
+                                           max_reply_time_s=1.0)
         assert (stats.failed, len(server.requests)) == (1, 1)
     assert "the reply took longer than --max-reply-time 1 s" in rows["error"][0]
 
 
 async def test_a_server_that_answers_a_streamed_request_whole_is_read_whole(
-    data_dir: Path, tmp_path: Path
+    one_request
 ):
     """An OpenAI-compatible server that ignores ``stream`` and replies with one JSON body."""
     async with FakeLLM() as server:
@@ -586,13 +560,7 @@ async def test_a_server_that_answers_a_streamed_request_whole_is_read_whole(
             return web.json_response(wire_formats.openai_chat(payload, mode))
 
         server._stream = whole
-        _, stats, rows = await run_model(
-            model_string("openai", server),
-            data_dir,
-            tmp_path / "c",
-            replace(FAST, stream="always"),
-            limit=1,
-        )
+        _, stats, rows = await one_request("openai", server)
         server._stream = original
     assert (stats.ok, rows["ttft_s"][0]) == (1, None)
 

@@ -112,11 +112,13 @@ class Collecting:
         mismatch = (status is not None and status.outcome == COMPLETED_BATCH and gone is None and keys
                     and not seen and not entry.guessed)
         if mismatch:  # submitting them again would lose them the same way, and pay again
-            self.stopped = Fatal(f"{self.label}: batch {entry.batch_id} succeeded but none of its "
-                                 f"{unknown:,} result(s) carries one of its {len(keys):,} requests' ids: "
-                                 "nothing could be stored; batch mode stopped for this model (its requests "
-                                 "are not submitted again: run without --batch to send them one call at a "
-                                 "time)")
+            self.stopped = Fatal(
+                f"{self.label}: batch {entry.batch_id} succeeded but none of its {unknown:,} "
+                f"result(s) carries one of its {len(keys):,} requests' ids: nothing could be "
+                "stored; batch mode stopped for this model, in this run and the next ones (its "
+                "requests are not submitted in a batch again: run without --batch to send them one "
+                f"call at a time; once the cause is fixed, {self._resume_hint()} lets batch mode "
+                "submit them again)")
             self.stats.stopped = str(self.stopped)
             self._say(str(self.stopped))
         elif gone is not None:
@@ -135,14 +137,16 @@ class Collecting:
                 self.stats.attempts += 1
         returned = sorted(set(given))
         extra = {"results_gone": str(gone)} if gone is not None else {}
-        if mismatch:
+        if mismatch:  # the stop outlives this run: every run reads it (``_reconcile``)
             extra["mismatch"] = True
+            extra["stop"] = str(self.stopped)
         self.ledger.record(entry.id, "collected", stored=stored, returned=returned, unmatched=unmatched,
                            cost_usd=round(actual, 9) if self.charge.price is not None else None,
                            unknown=unknown, duplicate=duplicate, **extra)
         self._unlock(entry.id)
         if self.ledger.entries()[entry.id].closed:
             self.ledger.forget_keys(entry.id)
+            await self._clean(self.ledger.entries()[entry.id])
         self.mine.pop(entry.id, None)
         self.stats.running.pop(entry.id, None)
         self.entry_tokens.pop(entry.id, None)

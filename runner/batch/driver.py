@@ -22,7 +22,8 @@ the entry id where the provider allows (``submitted``, written the instant the r
 whose reply was lost (a timeout, a broken connection) is looked for by its tag before it is tried again.
 
 **Reconciling** at start: an entry with an intent but no batch id is looked for at the provider
-(``find``: by its tag; Anthropic, which has none, by creation time and size): every batch found is
+(``find``: by its tag; Anthropic, which has none, by size among the batches its listing gives as
+created after the newest one it listed before the create): every batch found is
 adopted (one entry each, sharing the keys), else the entry is abandoned (its requests go in a new
 batch, its uploaded input file is deleted at the provider). An entry whose batch the provider no
 longer knows (404) ends ``lost``, and one whose results it no longer has (404, past its retention)
@@ -65,6 +66,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from itertools import islice
@@ -136,6 +138,11 @@ class ModelBatches(Submitting, Collecting):
 
     def _say(self, text: str) -> None:
         self.events(f"{self.label}: {text}")
+
+    def _resume_hint(self) -> str:
+        """The command that lifts a stop of this model's batch mode kept in the ledger."""
+        return (f"`dxi batches resume --model {shlex.quote(self.label)} "
+                f"--cache-dir {shlex.quote(str(self.ledger.root))}`")
 
     def _lock(self, entry_id: str) -> bool:
         """Take the collector lock of ``entry_id`` (kept until the entry is closed); False if another live

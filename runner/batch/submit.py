@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dxi.adapters import AdapterError, Fatal, ProviderStop, RateLimited, Request, Retryable
-from dxi.adapters.batches import BatchStatus
+from dxi.adapters.batches import WIDE_S, BatchStatus
 from dxi.cache.ledger import Entry, LedgerError, new_id
 from dxi.evals import Task
 
@@ -40,8 +40,23 @@ class Submitting:
         """Entries of this model left open by earlier runs: those cut before their batch id was recorded
         looked for at the provider (adopted, or abandoned); the others polled from now on."""
         known = {e.batch_id for e in self.ledger.entries().values() if e.batch_id}
+        stops = self.ledger.stops(self.identity) if not self.options.collect_only else []
+        if stops:  # a collection of an earlier run stopped this model's batch mode
+            first = stops[0]
+            self.stopped = Fatal(
+                f"{self.label}: batch mode stays stopped for this model: batch {first.batch_id} "
+                f"(entry {first.id}) succeeded but none of its results carried one of its "
+                "requests' ids; its requests are not submitted in a batch (run without --batch "
+                f"to send them one call at a time, or {self._resume_hint()} once the cause is "
+                "fixed)")
+            self.stats.stopped = str(self.stopped)
+            self._say(str(self.stopped))
         if self.ledger.folder.is_dir():
             self.ledger.sweep_inputs({e.id for e in self.ledger.open_entries()})
+        for entry in list(self.ledger.entries().values()):  # a run killed before cleaning
+            mine = entry.identity == self.identity
+            if mine and entry.closed and not entry.abandoned and not entry.cleaned:
+                await self._clean(entry)
         for entry in self.ledger.open_entries(self.identity):
             if not self._lock(entry.id):
                 self.watched.add(entry.id)  # another live process polls it
@@ -68,13 +83,14 @@ class Submitting:
         is abandoned, its input file deleted at the provider) or the provider could not be asked
         (left open for the next run)."""
         try:
-            found = await with_retries(lambda: self.api.find(entry.id, entry.created, entry.requests, known),
-                                        self.adapter, "find")
+            found = await with_retries(
+                lambda: self.api.find(entry.id, entry.created, entry.requests, known, entry.ref),
+                self.adapter, "find")
         except AdapterError as exc:
             self._say(f"could not look for batch {entry.id} at the provider ({exc}); left open for the next run")
             return []
         guessed = not self.api.taggable
-        how = "by its tag" if not guessed else "by creation time and size (the provider has no tag)"
+        how = "by its tag" if not guessed else "by its size and creation (the provider has no tag)"
         if found:
             adopted = []
             for i, status in enumerate(found):
@@ -102,26 +118,51 @@ class Submitting:
                           "none of them answers is sent again")
             return adopted
         api = self.api
-        if api.taggable and api.listed_all:
-            reason = (f"not found at the provider (none of the {api.listed:,} batches it lists carries "
-                      "the entry's tag): it was never created; its requests are submitted in a new batch")
-        elif api.taggable:
-            reason = (f"not found among the {api.listed:,} batches of the provider's listing read (it "
-                      "lists more: not proof that it was never created); its requests are submitted in a "
-                      "new batch")
+        if api.listed_all:
+            what = ("carries the entry's tag" if api.taggable else
+                    f"has its {entry.requests:,} requests (of those created after the newest "
+                    "batch it listed before the create, by its own clock)")
+            reason = (f"not found at the provider (none of the {api.listed:,} batches it lists "
+                      f"{what}): it was never created; its requests are submitted in a new batch")
+        elif api.taggable or entry.ref is not None:
+            reason = (f"not found among the {api.listed:,} batches of the provider's listing read "
+                      "(it lists more: not proof that it was never created); its requests are "
+                      "submitted in a new batch")
         else:
-            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(entry.created - 120))
-            reason = (f"no batch of {entry.requests:,} requests created since {since} (this machine's "
-                      "clock, less 120 s) that no other entry knows is listed by the provider, which tags "
-                      "nothing: taken as not created, its requests are submitted in a new batch (were this "
-                      "machine's clock more than 120 s ahead of the provider's, such a batch would exist, "
-                      "unknown to dxi: see the provider's console)")
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(entry.created - WIDE_S))
+            reason = (f"no batch of {entry.requests:,} requests created since {since} "
+                      "(this machine's clock, a day before the intent: the entry was recorded "
+                      "without the provider's listing to go by) that no other entry knows is "
+                      "listed by the provider, which tags nothing: taken as not created, its "
+                      "requests are submitted in a new batch (were this machine's clock more "
+                      "than a day ahead of the provider's, such a batch would exist, unknown to "
+                      "dxi: see the provider's console)")
         self.ledger.record(entry.id, "abandoned", reason=reason)
         self._unlock(entry.id)
         self.ledger.forget_keys(entry.id)
         self._say(f"entry {entry.id} {reason}")
         await self._delete_input(entry)
         return []
+
+    async def _clean(self, entry: Entry) -> None:
+        """Delete at the provider the files of a batch that ran and was collected (its input file,
+        its result files: ``BatchAPI.files_of``), best effort: the ``cleaned`` event records what
+        was deleted, or why not, and the deletion is never tried again (``_reconcile`` tries it
+        once for an entry closed by a run killed before it)."""
+        if entry.cleaned or entry.batch_id is None:
+            return
+        files = self.api.files_of(entry.file_id, entry.output)
+        if not files:
+            return
+        try:
+            deleted = await with_retries(lambda: self.api.delete_files(files), self.adapter,
+                                         "delete")
+        except AdapterError as exc:
+            self.ledger.record(entry.id, "cleaned", files=files, failed=str(exc))
+            self._say(f"could not delete the files of batch {entry.batch_id} at the provider "
+                      f"({exc}); left there (not tried again)")
+            return
+        self.ledger.record(entry.id, "cleaned", files=files, deleted=deleted)
 
     async def _delete_input(self, entry: Entry) -> None:
         """Delete at the provider the input file of an entry that never became a batch (uploaded just
@@ -205,10 +246,13 @@ class Submitting:
             return
         spec = self.adapter.spec
         reserved = sum(builder.reserved.values())
+        ref = await self._reference()
         self.ledger.intent(entry_id, builder.keys, identity=self.identity, label=self.label, kind=self.adapter.kind,
                            base_url=getattr(self.adapter, "base_url", ""), model=spec.model,
                            api_key_env=getattr(self.adapter, "key_env", None), requests=n, bytes=builder.bytes,
-                           reserved_usd=round(reserved, 6) if self.budget.max_usd is not None else None)
+                           reserved_usd=(round(reserved, 6) if self.budget.max_usd is not None
+                                         else None),
+                           **({"ref": ref} if ref is not None else {}))
         self.reserved.update(builder.reserved)
         for key in builder.keys:
             self.attempts[key] = self.attempts.get(key, 0) + 1
@@ -220,7 +264,7 @@ class Submitting:
             if file_id is not None:
                 self.ledger.record(entry_id, "uploaded", file_id=file_id)
             failpoint("uploaded")
-            status = await self._create(entry_id, builder, file_id, n)
+            status = await self._create(entry_id, builder, file_id, n, ref)
         except AdapterError as exc:
             self.ledger.record(entry_id, "abandoned", reason=f"the batch could not be submitted: {exc}")
             self._unlock(entry_id)
@@ -245,7 +289,22 @@ class Submitting:
         self.wake.set()
         self.on_progress()
 
-    async def _create(self, entry_id: str, builder: _Builder, file_id: str | None, n: int) -> BatchStatus:
+    async def _reference(self) -> dict | None:
+        """Where the provider's batch listing stands before a create (``BatchAPI.reference``), to
+        find the batch by if the create's reply is lost; None when the provider tags batches or
+        the listing cannot be read (then a lost create is looked for by this machine's clock,
+        said as such)."""
+        try:
+            return await with_retries(self.api.reference, self.adapter, "reference")
+        except BatchLost:  # no batch API here: the create says so
+            return None
+        except AdapterError as exc:
+            self._say(f"could not read the provider's batch listing before a create ({exc}); "
+                      "were its reply lost, its batch would be looked for by this machine's clock")
+            return None
+
+    async def _create(self, entry_id: str, builder: _Builder, file_id: str | None, n: int,
+                      ref: dict | None = None) -> BatchStatus:
         """Create the batch; after a create whose reply was lost, look for it (by tag; Anthropic: by time and
         size) before trying again, so that one entry never becomes two batches."""
         created_after = time.time() - 5
@@ -259,8 +318,9 @@ class Submitting:
                     raise
                 if not isinstance(exc, RateLimited):  # the create may have been made: look before creating again
                     known = {e.batch_id for e in self.ledger.entries().values() if e.batch_id}
-                    found = await with_retries(lambda known=known: self.api.find(entry_id, created_after, n, known),
-                                                self.adapter, "find")
+                    found = await with_retries(
+                        lambda known=known: self.api.find(entry_id, created_after, n, known, ref),
+                        self.adapter, "find")
                     if len(found) == 1:
                         return found[0]
                 wait = exc.retry_after if isinstance(exc, RateLimited) and exc.retry_after is not None else \

@@ -73,11 +73,25 @@ _DRAIN = """  The first Ctrl-C or SIGTERM of a run lets the requests in flight f
 """
 
 
-def exit_codes(*codes: int) -> str:
+def exit_codes(*codes: int, say: dict[int, str] | None = None, drain: bool = True) -> str:
     """The help's "exit codes:" section for a command that returns ``codes`` (``runner.errors``), in that
-    order; a command that sends requests (returns ``EXIT_INTERRUPTED``) also says how a stop drains."""
-    lines = "".join(f"  {_EXIT_LINES[c]}\n" for c in codes)
-    return "exit codes:\n" + lines + (_DRAIN if EXIT_INTERRUPTED in codes else "")
+    order, each with its line of ``say`` when given (what that code means for this command: wrapped
+    lines indented by 7), else the line ``dxi run`` gives it; a command that sends requests (returns
+    ``EXIT_INTERRUPTED``, ``drain``) also says how a stop drains."""
+    say = say or {}
+    lines = "".join(f"  {f'{c:<5}{say[c]}' if c in say else _EXIT_LINES[c]}\n" for c in codes)
+    return "exit codes:\n" + lines + (_DRAIN if EXIT_INTERRUPTED in codes and drain else "")
+
+
+STOPPED = f"interrupted (Ctrl-C or kill -INT; {EXIT_TERMINATED}: by SIGTERM)"
+"""What ``EXIT_INTERRUPTED`` means for a command that sends no request: it stopped where it was."""
+
+
+def tool_exit_codes(say: dict[int, str]) -> str:
+    """The "exit codes:" section of a command that sends no request: 0, 2, 70 and 130 (``STOPPED``)
+    and the codes of ``say``, in increasing order, each with its line of ``say`` when given."""
+    codes = sorted({0, EXIT_USAGE, EXIT_SOFTWARE, EXIT_INTERRUPTED, *say})
+    return exit_codes(*codes, say={EXIT_INTERRUPTED: STOPPED, **say}, drain=False)
 
 
 EXIT_CODES = exit_codes(*_EXIT_LINES)

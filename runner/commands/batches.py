@@ -1,6 +1,8 @@
-"""``dxi batches list|collect|cancel``: what the cache's batch ledger holds, collecting the results of open
-batches without starting new work, cancelling a model's open batches (``runner.open_batches``, docs/batch.md).
-Its options, and ``main``, which prints what the library returns."""
+"""``dxi batches list|collect|cancel|resume``: what the cache's batch ledger holds, collecting the
+results of open batches without starting new work, cancelling a model's open batches, lifting the
+stop a batch whose results matched none of its requests put on a model's batch mode
+(``runner.open_batches``, docs/batch.md). Its options, and ``main``, which prints what the library
+returns."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +10,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import (
+    EXIT_CACHE_WRITE,
+    EXIT_FAILED_REQUESTS,
+    EXIT_INTERRUPTED,
+    EXIT_SOFTWARE,
+    EXIT_USAGE,
+)
 from ..planning import numbers, paths
 from . import options
 
@@ -17,17 +26,45 @@ if TYPE_CHECKING:
     from dxi.cache.ledger import Entry
 
 
+_SAY = {
+    0: "done",
+    EXIT_FAILED_REQUESTS: "cancel: a provider refused a cancel (the others were asked; run it "
+                          "again)",
+    EXIT_USAGE: "bad input (flags, a cache without batches, no open batch or stopped model "
+                "matching\n       --model or --entry), with a message",
+    EXIT_CACHE_WRITE: "collect: the cache could not be written (disk full, permissions): make "
+                      "room and rerun",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C or kill -INT; 143: by SIGTERM): what was stored is "
+                      "kept; the batches\n       stay open at the provider, collected by the next "
+                      "run",
+}
+
+
+def _exit_codes(*codes: int) -> str:
+    return options.exit_codes(*sorted({*codes, EXIT_SOFTWARE}), say=_SAY, drain=False)
+
+
+EXIT_CODES = _exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_CACHE_WRITE, EXIT_INTERRUPTED)
+
+
 def add_parser(sub) -> None:
-    """``dxi batches list|collect|cancel``; collect takes the model and data options as ``dxi run`` has them."""
+    """``dxi batches list|collect|cancel|resume``; collect takes the model and data options as
+    ``dxi run`` has them."""
     b = sub.add_parser("batches", help=options.HELP["batches"],
-                       description="The batches the cache's ledger holds (docs/batch.md).")
-    bsub = b.add_subparsers(dest="batches_command", required=True, metavar="list|collect|cancel")
-    ls = bsub.add_parser("list", help="every batch of the ledger and where it stands")
+                       description="The batches the cache's ledger holds (docs/batch.md).",
+                       epilog=EXIT_CODES, formatter_class=options.Formatter)
+    formatter = options.Formatter
+    bsub = b.add_subparsers(dest="batches_command", required=True,
+                            metavar="list|collect|cancel|resume")
+    ls = bsub.add_parser("list", help="every batch of the ledger and where it stands",
+                         epilog=_exit_codes(0, EXIT_USAGE), formatter_class=formatter)
     ls.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR", help="the cache (default .dxi-cache)")
     ls.add_argument("--all", action="store_true", help="also the batches collected or abandoned (default: open ones)")
     ls.add_argument("--json", action="store_true", help="print the entries as JSON")
     co = bsub.add_parser("collect", help="poll the open batches of the models named and store the results of those "
-                                         "that ended (submits nothing)")
+                                         "that ended (submits nothing)",
+                         epilog=_exit_codes(0, EXIT_USAGE, EXIT_CACHE_WRITE, EXIT_INTERRUPTED),
+                         formatter_class=formatter)
     options.add_models(co.add_argument_group("models"), True, False)
     options.add_data(co.add_argument_group("data"))
     co.add_argument("--cache-dir", type=Path, metavar="DIR", help="the cache (default .dxi-cache, or the run file's)")
@@ -35,13 +72,28 @@ def add_parser(sub) -> None:
     co.add_argument("--poll", type=numbers.POLL, default=options.POLL_S, metavar="SECONDS", help="with --wait: the first wait between "
                                                                                   "two status reads")
     co.set_defaults(out=None)  # collects into the cache; writes no outputs
-    ca = bsub.add_parser("cancel", help="cancel open batches (their results so far are collected by the next run)")
+    ca = bsub.add_parser("cancel", help="cancel open batches (their results so far are "
+                                        "collected by the next run)",
+                         epilog=_exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED),
+                         formatter_class=formatter)
     ca.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR", help="the cache (default .dxi-cache)")
     which = ca.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", metavar="NAME", help="every open batch of this model (its name in reports, or the "
                                                        "model string given to dxi run)")
     which.add_argument("--entry", metavar="ID", help="one entry of the ledger (dxi-...) or batch id")
     which.add_argument("--all", action="store_true", help="every open batch")
+    rs = bsub.add_parser("resume", help="let batch mode submit a model's requests again after a "
+                                        "batch whose results carried none of its requests' ids "
+                                        "stopped it", epilog=_exit_codes(0, EXIT_USAGE),
+                         formatter_class=formatter)
+    rs.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR",
+                    help="the cache (default .dxi-cache)")
+    which = rs.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", metavar="NAME", help="this model (its name in reports, or the "
+                                                       "model string given to dxi run)")
+    which.add_argument("--entry", metavar="ID",
+                       help="the entry (dxi-...) or batch id that stopped it")
+    which.add_argument("--all", action="store_true", help="every model stopped")
 
 
 def _ago(t: float | None) -> str:
@@ -52,7 +104,7 @@ def _ago(t: float | None) -> str:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
-    """``dxi batches list|collect|cancel``: prints what ``runner.open_batches`` returns."""
+    """``dxi batches list|collect|cancel|resume``: prints what ``runner.open_batches`` returns."""
     from rich.markup import escape
 
     from .. import open_batches
@@ -81,6 +133,17 @@ def main(args: argparse.Namespace, console: Console) -> int:
         console.print(f"cancel asked for {done.cancelled} of {done.submitted} running batch(es); they end at the provider's "
                       "pace, and the results they produced are collected by the next `dxi run` or `dxi batches collect`.")
         return 0 if done.complete else 1
+    if args.batches_command == "resume":
+        paths.cache_to_read(args.cache_dir)
+        done = open_batches.resume(args.cache_dir, model=args.model, entry=args.entry,
+                                   every=args.all)
+        for e in done:
+            console.print(escape(f"{e.label}: batch mode resumed (stopped by batch {e.batch_id}, "
+                                 f"entry {e.id}); the next `dxi run --batch` submits its requests "
+                                 "in a batch again"), highlight=False)
+        if not done:
+            console.print("no model's batch mode is stopped")
+        return 0
     paths.cache_to_read(args.cache_dir)
     return _list(args, console, open_batches.listed(args.cache_dir, every=args.all))
 

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import UsageError
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from ..planning import numbers
 from . import options
 
@@ -15,14 +15,25 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+EXIT_CODES = options.tool_exit_codes({
+    0: "compacted, or nothing to compact",
+    EXIT_USAGE: "not a cache, a remote cache that cannot be used, or shards that cannot "
+                "be rewritten\n       (permissions, a full disk), with a message; the cache is "
+                "left as it was",
+    EXIT_INTERRUPTED: options.STOPPED + "; the cache is left whole"})
+
+
 def add_parser(sub) -> None:
     """``dxi cache compact``: merge a local cache's small shards and rewrite its old ones in the flat
     layout, or merge the remote cache's small shards."""
-    c = sub.add_parser("cache", help=options.HELP["cache"])
+    c = sub.add_parser("cache", help=options.HELP["cache"], description="Maintain the cache.",
+                       epilog=EXIT_CODES, formatter_class=options.Formatter)
     csub = c.add_subparsers(dest="cache_command", required=True)
     k = csub.add_parser("compact", help="merge a local cache's small shards into fewer and rewrite those of the old "
                                         "nested layout in the flat one, or with --cache-remote rewrite the remote "
-                                        "cache, one object a key partition (idempotent; safe beside running writers)")
+                                        "cache, one object a key partition (idempotent; "
+                                        "safe beside running writers)",
+                        epilog=EXIT_CODES, formatter_class=options.Formatter)
     k.add_argument("--cache-remote", metavar="URI", help="the remote cache (as for dxi run): rewrite it whole, each "
                    "partition's objects merged, split into finer partitions where they are large, the old layout moved in")
     k.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"),

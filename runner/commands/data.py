@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from dxi.evals import EVALS
 
 from .. import completion
-from ..errors import UsageError
+from ..errors import EXIT_FAILED_REQUESTS, EXIT_USAGE, UsageError
 from ..planning import paths
 from ..planning.datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT, default_data_dir
 from . import options
@@ -18,11 +18,19 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+EXIT_CODES = options.tool_exit_codes({
+        0: "done: every evaluation's files fetched (or checked) and sound",
+        EXIT_FAILED_REQUESTS: "an evaluation's files could not be fetched, or failed the check "
+                              "(the table says which and\n       why); the others were kept",
+        EXIT_USAGE: "bad input (flags, no data folder, a --data-dir that cannot be written), "
+                    "with a message"})
+
+
 def add_parser(sub) -> None:
-    d = options.command(sub, "data")
+    d = options.command(sub, "data", None, None, EXIT_CODES)
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="fetch|check", parser_class=type(d))
     f = options.command(dsub, "fetch", "download HLE, When2Call and WildGuardTest (HF_TOKEN for gated sets), then "
-                                       "check them")
+                                       "check them", None, EXIT_CODES)
     f.add_argument("--data-dir", type=Path, required=True, metavar="DIR",
                    help="where the files go (the layout --data-dir reads)")
     f.add_argument("--mirror", type=Path, metavar="DIR",
@@ -34,7 +42,8 @@ def add_parser(sub) -> None:
                    help="the dataset revision to fetch (a branch, tag or commit), repeatable: EVAL=REV for one "
                         "evaluation, REV for every one (default: each repository's default branch); the commit it "
                         "resolves to is recorded beside the file and in summary.json's data block")
-    c = options.command(dsub, "check", "load every evaluation file in a data folder and report rows, tasks and problems")
+    c = options.command(dsub, "check", "load every evaluation file in a data folder and report "
+                                       "rows, tasks and problems", None, EXIT_CODES)
     c.add_argument("--data-dir", type=Path, metavar="DIR",
                    help=f"the data folder to check (default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIRS_TEXT}, as for "
                         "every other command)")

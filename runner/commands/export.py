@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..distributed import setup as distributed
-from ..errors import EXIT_FAILED_REQUESTS, UsageError
+from ..errors import EXIT_FAILED_REQUESTS, EXIT_USAGE, UsageError
 from ..planning import paths
 from . import options
 
@@ -15,8 +15,17 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+EXIT_CODES = options.tool_exit_codes({
+        0: "written: every answer the selection holds (with --include-missing, the missing ones "
+           "too)",
+        EXIT_FAILED_REQUESTS: "written, but answers missing from the cache were left out (counted; "
+                              "--include-missing\n       writes them)",
+        EXIT_USAGE: "bad input (flags, run file, data, a TARGET that cannot be written), with a "
+                    "message"})
+
+
 def add_parser(sub) -> None:
-    x = options.command(sub, "export")
+    x = options.command(sub, "export", None, None, EXIT_CODES)
     options.add_models(x.add_argument_group("models"), True, True)
     options.add_data(x.add_argument_group("data"))
     options.add_cache(x.add_argument_group("cache"))

@@ -26,7 +26,15 @@ from ..errors import (
 )
 from ..planning import numbers
 from ..planning.datadir import DATA_DIR_ENV, DEFAULT_DATA_DIRS_TEXT
-from . import EXIT_CODES, HELP, SCORING_EXIT_CODES, Formatter, exit_codes  # noqa: F401 (the commands read them here)
+from . import (  # noqa: F401 (the commands read them here)
+    EXIT_CODES,
+    HELP,
+    SCORING_EXIT_CODES,
+    STOPPED,
+    Formatter,
+    exit_codes,
+    tool_exit_codes,
+)
 
 if TYPE_CHECKING:
     from ..batch.options import BatchOptions
