@@ -53,12 +53,13 @@ async def run_on(kind: str, server: FakeProvider, data_dir: Path, tmp_path: Path
 
 
 # ---- 2. an exhausted quota stops the provider ---------------------------------------------------------------
+SERVER_NOW = 1_771_074_030.0  # 2026-02-14 13:00:30 UTC: the fake's Date (its clock stands still there)
 QUOTA_MESSAGE = {"anthropic": "Your organization has reached its monthly usage limit."}
 
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_an_exhausted_quota_stops_the_provider(data_dir: Path, tmp_path: Path, kind: str):
-    async with FakeProvider(default="quota") as server:
+    async with FakeProvider(default="quota", date=SERVER_NOW) as server:
         stats, rows, limiter = await run_on(kind, server, data_dir, tmp_path, ONE, limit=3)
     assert server.stats()["arrivals"] == 1  # one request met the quota; nothing more was sent
     assert (stats.refused, stats.not_sent, stats.sent, stats.attempts, rows.height) == (1, 2, 0, 1, 0)
@@ -70,8 +71,7 @@ async def test_an_exhausted_quota_stops_the_provider(data_dir: Path, tmp_path: P
         assert stop.resets_in_s == 43200.0  # its RetryInfo
         assert "GenerateRequestsPerDayPerProjectPerModel" in str(stop)
     elif kind == "anthropic":  # enforced_spend_limit_reached: 00:00 UTC on the first of next month, from Date
-        now = time.time()
-        assert 0 < stop.resets_in_s <= 31 * 86400 and time.gmtime(now + stop.resets_in_s)[2:6] == (1, 0, 0, 0)
+        assert stop.resets_in_s == 14 * 86400 + 11 * 3600 - 30  # from 2026-02-14 13:00:30 to 2026-03-01
     else:
         assert stop.resets_in_s is None
 
