@@ -21,6 +21,7 @@ from dxi.runner.run import run
 
 from .conftest import DXI, FIXTURES, without_requests
 from .fake_provider import FakeProvider, serve
+from .helpers.clock import VirtualLimiter
 from .synthetic import data_dir
 
 
@@ -147,23 +148,27 @@ def _provider(**config: object) -> FakeProvider:
 
 async def test_a_token_budget_spaces_requests_by_the_usage_replies_report(tmp_path: Path):
     """100 tokens a second, one request at a time: each request books its estimated tokens, corrected to
-    the usage its reply reports before the next is booked, so request i+1 cannot reach the provider
-    sooner than (tokens used by request i) / 100 s after request i."""
+    the usage its reply reports before the next is booked, so request i+1 is let through exactly (tokens
+    used by request i) / 100 s after request i. The limiter runs on a virtual clock (``VirtualLimiter``:
+    its waits advance the clock, nothing else does), so the load of the machine cannot move its decisions."""
     data = data_dir(tmp_path / "data", 6)
     limits = Limits(max_in_flight=1, tpm=6000, attempt_timeout_s=10)
     async with _provider() as server:
         adapter = adapters.get(f"systemone:fake@{server.url}", limits)
         await adapter.start()
+        limiter = VirtualLimiter(limits)
         with Cache(tmp_path / "cache") as cache:
-            await run([adapter], Suite(discover(data), evals=("when2call",)), cache)
+            await run([adapter], Suite(discover(data), evals=("when2call",)), cache,
+                      limiters={adapter.limits_key: limiter})
             rows = cache.scan().collect()
         await adapter.close()
-    arrivals = [t for t, _ in server.requests]
     used = {orjson.loads(r["request_body"])["state"]: r["input_tokens"] + r["output_tokens"] for r in rows.to_dicts()}
-    spent = [used[payload["state"]] for _, payload in server.requests]
-    assert len(arrivals) == 6 and min(spent) > 30
-    for i in range(5):  # gaps of 0.3 to 1.4 s; unpaced they would be milliseconds. The slack covers the time
-        assert arrivals[i + 1] - arrivals[i] >= spent[i] / 100 - 0.05  # from booking to the provider's clock
+    spent = [used[payload["state"]] for _, payload in server.requests]  # in the order they were sent
+    sent = [t.sent_at for t in limiter.tickets]
+    assert len(sent) == len(spent) == 6 and min(spent) > 30 and sent[0] == 0.0
+    assert limiter.tickets[0].tokens == pytest.approx(limiter.tickets[0].body_bytes / 4)  # booked by estimate
+    for i in range(5):  # unpaced they would all be sent at 0.0
+        assert sent[i + 1] - sent[i] == pytest.approx(spent[i] / 100, abs=1e-9)
 
 
 async def test_a_request_two_tasks_share_is_sent_once(tmp_path: Path):
