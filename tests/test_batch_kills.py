@@ -29,6 +29,8 @@ from .conftest import DXI, without_requests
 from .fake_provider import serve
 from .synthetic import data_dir as synthetic_data
 
+pytestmark = pytest.mark.process
+
 URLS = {"openai": "{}/v1", "anthropic": "{}", "gemini": "{}"}
 _REFERENCE: dict[tuple, dict] = {}
 

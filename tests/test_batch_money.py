@@ -38,6 +38,7 @@ def killed_at(failpoint: str, kind: str, url: str, data: Path, tmp: Path) -> Non
 
 
 # ---- 1. Gemini: matched by the key the file carries, never by position ---------------------------
+@pytest.mark.process
 def test_gemini_answers_are_matched_by_the_keys_of_its_jsonl_file_when_inline_metadata_is_dropped(
         data_dir: Path, tmp_path: Path):
     """The backend drops inline responses' ``metadata`` and their order (python-genai #2008, #1909):
@@ -52,6 +53,7 @@ def test_gemini_answers_are_matched_by_the_keys_of_its_jsonl_file_when_inline_me
     assert same_answers(summary(tmp_path / "out")) == same_answers(summary(tmp_path / "sync-out"))
 
 
+@pytest.mark.process
 def test_a_batch_that_succeeded_and_matches_none_of_its_ids_stops_the_model_and_is_never_resubmitted(
         data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
     """Inline requests (as earlier versions sent them) whose responses come back without their
@@ -74,6 +76,7 @@ def test_a_batch_that_succeeded_and_matches_none_of_its_ids_stops_the_model_and_
 
 
 # ---- 2. several batches that may be one lost create ----------------------------------------------
+@pytest.mark.process
 def test_every_batch_that_may_be_a_lost_anthropic_create_is_adopted_and_only_its_own_results_kept(
         data_dir: Path, tmp_path: Path):
     """Killed between Anthropic's reply to the create and the ledger's record; meanwhile another
@@ -103,6 +106,7 @@ def test_every_batch_that_may_be_a_lost_anthropic_create_is_adopted_and_only_its
     assert m["batches"]["unknown_results"] == 0 and m["batches"]["given_back"] == 0  # the other's: not counted
 
 
+@pytest.mark.process
 def test_a_lost_gemini_create_is_found_whatever_order_the_listing_gives(data_dir: Path, tmp_path: Path):
     """Gemini's batch listing has no documented order: here it lists 250 older batches of another
     client first. The batch is found by its tag on the last page and adopted; nothing is submitted
@@ -116,6 +120,7 @@ def test_a_lost_gemini_create_is_found_whatever_order_the_listing_gives(data_dir
     assert (entry.phase, entry.stored, entry.guessed) == ("collected", 12, False)
 
 
+@pytest.mark.process
 def test_a_batch_is_never_said_never_created_on_a_search_that_proves_nothing(data_dir: Path, tmp_path: Path,
                                                                              capsys: pytest.CaptureFixture):
     """Anthropic's batches carry no tag: a lost create is looked for by size and creation time,
@@ -138,6 +143,7 @@ def test_a_batch_is_never_said_never_created_on_a_search_that_proves_nothing(dat
 
 
 # ---- 4. results past the provider's retention ----------------------------------------------------
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_results_gone_at_the_provider_give_the_requests_back_once(kind: str, data_dir: Path, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture):
@@ -157,6 +163,7 @@ def test_results_gone_at_the_provider_give_the_requests_back_once(kind: str, dat
 
 
 # ---- 5. a host without a batch API ---------------------------------------------------------------
+@pytest.mark.process
 def test_a_host_without_the_files_endpoint_stops_the_models_batch_mode_and_counts_its_requests_once(
         data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     with serve(model=None, record=False, batch={"no_files": True}) as server:
@@ -209,6 +216,7 @@ batch = {batch}
 
 
 # ---- 7. result lines of unknown and repeated ids -------------------------------------------------
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_result_lines_of_unknown_or_repeated_ids_are_counted_and_said(kind: str, data_dir: Path, tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture):
@@ -226,6 +234,7 @@ def test_result_lines_of_unknown_or_repeated_ids_are_counted_and_said(kind: str,
 
 
 # ---- 9. input files uploaded just before a kill --------------------------------------------------
+@pytest.mark.process
 @pytest.mark.parametrize(("kind", "failpoint"), [("openai", "upload_reply"), ("openai", "uploaded"),
                                                  ("gemini", "upload_reply"), ("gemini", "uploaded")])
 def test_an_input_file_uploaded_just_before_a_kill_is_deleted_by_the_rerun(kind: str, failpoint: str, data_dir: Path,
@@ -255,6 +264,7 @@ def test_an_input_file_uploaded_just_before_a_kill_is_deleted_by_the_rerun(kind:
 
 
 # ---- a full disk ---------------------------------------------------------------------------------
+@pytest.mark.process
 def test_a_full_disk_under_batch_mode_stops_as_a_synchronous_run_does(data_dir: Path, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture):
@@ -282,6 +292,7 @@ def test_a_full_disk_under_batch_mode_stops_as_a_synchronous_run_does(data_dir: 
 
 
 # ---- after the deadline --------------------------------------------------------------------------
+@pytest.mark.process
 def test_a_cancelled_batch_is_polled_promptly_after_the_deadline(data_dir: Path, tmp_path: Path):
     """At the deadline the batch (running for a few seconds: its status reads were growing apart) is
     cancelled; it stays ``cancelling`` for three reads. Those reads come every --poll, not at the
@@ -293,6 +304,7 @@ def test_a_cancelled_batch_is_polled_promptly_after_the_deadline(data_dir: Path,
     assert entry.ended_at - entry.cancel_at < 1.0
 
 
+@pytest.mark.process
 def test_the_batch_progress_line_shows_batches_open_and_answers_collected_not_a_rate(data_dir: Path, tmp_path: Path):
     import io
 

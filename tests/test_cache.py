@@ -125,6 +125,7 @@ KILLED_WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.process
 def test_rows_survive_sigkill_and_a_truncated_record_is_dropped(tmp_path: Path):
     root = str(Path(__file__).parents[1])
     proc = subprocess.run([sys.executable, "-c", KILLED_WRITER.format(root=root, path=str(tmp_path))])
@@ -170,6 +171,7 @@ def test_empty_cache_scans_with_the_schema(tmp_path: Path):
     assert frame.height == 0 and "answers" in frame.columns
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_two_writers_on_one_cache(tmp_path: Path):
     code = textwrap.dedent(f"""
@@ -287,6 +289,7 @@ APPENDER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.process
 def test_rows_appended_survive_kills_at_random_moments_while_logs_roll_and_compact(tmp_path: Path):
     root = str(Path(__file__).parents[1])
     rng = random.Random(11)

@@ -12,12 +12,15 @@ from pathlib import Path
 
 import orjson
 import polars as pl
+import pytest
 
 from dxi.cache import Cache
 
 from .conftest import DXI, without_requests
 from .fake_provider import serve
 from .synthetic import data_dir
+
+pytestmark = pytest.mark.process
 
 TASKS = 5000
 MAX_IN_FLIGHT = 64

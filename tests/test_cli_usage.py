@@ -96,6 +96,8 @@ def test_version(capsys):
 
 
 
+@pytest.mark.server
+@pytest.mark.process
 @pytest.mark.parametrize("shell,marker", [("bash", "complete -o nospace -o default -o bashdefault -F _python_argcomplete dxi"),
                                           ("zsh", "#compdef dxi"), ("fish", "complete --command dxi")])
 def test_completion_scripts(shell: str, marker: str, capsys):
@@ -105,6 +107,8 @@ def test_completion_scripts(shell: str, marker: str, capsys):
     subprocess.run([need(shell), "-n"], input=script, text=True, check=True, timeout=60)  # its syntax
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_fish_completes_through_the_installed_dxi():
     script = 'dxi completion fish | source; complete -C "dxi run --sam"; complete -C "dxi sc"'
     env = dict(os.environ, PATH=f"{Path(DXI).parent}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -140,6 +144,8 @@ def zsh_completes(tmp_path: Path, line: str, load: bool = True) -> str:
     return out.read_text().rstrip("\n")
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_zsh_completes_through_the_installed_dxi(tmp_path: Path):
     """The generated script, loaded by a real interactive zsh (compinit), completes a subcommand's flag and a
     subcommand by asking the installed ``dxi``; without it, zsh completes nothing of dxi's."""
@@ -148,6 +154,7 @@ def test_zsh_completes_through_the_installed_dxi(tmp_path: Path):
     assert zsh_completes(tmp_path, "dxi run --mo", load=False) == "[dxi run --mo]"  # the test sees a missing one
 
 
+@pytest.mark.process
 def test_bash_completes_a_subcommands_flags_through_the_installed_dxi(tmp_path: Path):
     """The generated script, sourced in a real bash, asks the installed ``dxi`` for the completions."""
     script = tmp_path / "t.sh"
@@ -196,6 +203,7 @@ def test_an_evaluation_not_selected_is_not_read(data_dir: Path, tmp_path: Path):
                  "--out", str(tmp_path / "o"), "-q"]) == EXIT_USAGE  # selected, it is refused
 
 
+@pytest.mark.process
 def test_help_runs_in_a_process_of_its_own():
     out = subprocess.run([DXI, "run", "--help"], capture_output=True, text=True, check=True,
                          env={**os.environ, "COLUMNS": "100"}).stdout
@@ -215,6 +223,7 @@ def test_estimate_tells_requests_not_sent_yet_from_a_new_evaluation(data_dir: Pa
     assert (m["requests"], m["cached"], m["new"]) == (12, 2, 10)
 
 
+@pytest.mark.process
 def test_a_run_with_everything_cached_needs_no_server(data_dir: Path, tmp_path: Path, capsys):
     """The server answers the first run, then is gone: the rerun (all cached) still scores, and says so."""
     from .fake_provider import serve
@@ -297,6 +306,7 @@ def test_export_without_a_run_file_still_refuses_a_word_too_many(capsys):
     assert (parsed.run_file, parsed.target) == (None, Path("answers.csv"))
 
 
+@pytest.mark.process
 def test_export_with_a_run_file_before_the_flags_in_a_real_dxi(tmp_path: Path):
     from .synthetic import data_dir
 
@@ -313,6 +323,7 @@ def test_export_with_a_run_file_before_the_flags_in_a_real_dxi(tmp_path: Path):
     assert len((tmp_path / "answers.csv").read_text().splitlines()) == 1 + 3  # the header, one row per task
 
 
+@pytest.mark.process
 def test_data_check_finds_the_data_folder_as_every_other_command_does(tmp_path: Path):
     """Issue 32: ``dxi data check`` alone required --data-dir; it now takes $DXI_DATA_DIR, else ./data, else
     ../shared/data, and says so when none exists."""

@@ -70,6 +70,7 @@ def _env() -> dict[str, str]:
     return dict(os.environ, PATH=f"{Path(DXI).parent}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
+@pytest.mark.process
 def test_bash_completes_model_prefixes_and_evaluation_names(cache: Path, tmp_path: Path):
     """The generated script in a real bash: ``_python_argcomplete`` with the line as bash gives it."""
     script = tmp_path / "t.sh"
@@ -85,6 +86,8 @@ def test_bash_completes_model_prefixes_and_evaluation_names(cache: Path, tmp_pat
         ["openai:", "openai-decisions:"], ["systemone:", "systemone:fake-decider"], ["when2call"]]
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_fish_completes_a_cached_model_an_embedded_model_and_an_evaluation_list(cache: Path):
     script = (f'dxi completion fish | source; complete -C "dxi score --cache-dir {cache} --model systemone:f"; '
               'complete -C "dxi run --model embedded:sparrow-nano-g"; complete -C "dxi run --evals when2call,hle"; '

@@ -148,6 +148,7 @@ def _expected(data: Path, subset: str = "agreed") -> dict:
     return acc
 
 
+@pytest.mark.process
 async def test_the_whole_index_end_to_end_through_dxi_run(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     out = tmp_path / "out"
     async with FakeProvider() as server:

@@ -378,6 +378,7 @@ async def test_a_reply_larger_than_the_bound_is_invalid_with_a_bounded_prefix(da
     assert row["raw_reply"] == '{"padding": "' + "x" * (2000 - 13)
 
 
+@pytest.mark.process
 def test_peak_memory_does_not_grow_with_the_size_of_a_reply(data_dir: Path, tmp_path: Path):
     with serve(default=f"huge:{30 << 20}") as server:
         tracemalloc.start()
@@ -390,6 +391,7 @@ def test_peak_memory_does_not_grow_with_the_size_of_a_reply(data_dir: Path, tmp_
     assert peak < 12 << 20  # the 4 MiB bound (and its copies), not the 30 MiB reply
 
 
+@pytest.mark.process
 def test_picks_decided_by_a_tie_are_counted_per_model_and_evaluation(data_dir: Path, tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture):
     # every When2Call question has 4 options at 0.25 each; WildGuardTest's P(yes) is 0.5: all ties
@@ -481,6 +483,7 @@ def test_the_bounds_come_from_flags_or_a_run_file(tmp_path: Path, data_dir: Path
     assert (Limits().max_stated_wait_s, Limits().max_reply_bytes) == (600.0, 4 << 20)  # the defaults: 10 min, 4 MiB
 
 
+@pytest.mark.process
 def test_a_server_that_stops_answering_mid_run_leaves_a_provisional_result_that_the_rerun_completes(
         data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     # the first WildGuardTest request is answered, then every one gets a 503 (a server going down): the

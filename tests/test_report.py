@@ -95,6 +95,7 @@ def test_model_output_in_the_report_is_text_not_markup(report: Path):
     assert "Content-Security-Policy" in html and "http://" not in html and "https://" not in html
 
 
+@pytest.mark.server
 def test_the_report_opens_in_a_headless_browser_and_shows_its_charts(report: Path, tmp_path: Path):
     from playwright.sync_api import sync_playwright
 
@@ -144,6 +145,7 @@ def four_report(four: FourModels) -> Path:
     return out
 
 
+@pytest.mark.server
 def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(four: FourModels, four_report: Path,
                                                                         tmp_path: Path):
     from playwright.sync_api import sync_playwright
@@ -316,6 +318,7 @@ def _eval_table(html: str, name: str) -> tuple[list[str], dict[str, list[str]]]:
     return head, {r[0]: r for r in rows if r}
 
 
+@pytest.mark.process
 def test_the_report_shows_each_models_ties_per_evaluation_as_summary_json_counts_them(data_dir: Path, tmp_path: Path):
     from .fake_provider import serve
 

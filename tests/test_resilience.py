@@ -48,6 +48,7 @@ def _sigint_blocked() -> None:  # a signal mask inherited with SIGINT blocked
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("inherited", [None, _sigint_ignored, _sigint_blocked], ids=["default", "ignored", "blocked"])
 def test_ctrl_c_stops_cleanly_keeps_what_arrived_and_the_rerun_completes(tmp_path: Path, inherited):
     """SIGINT stops the run cleanly (exit 130, every reply kept) also when dxi was started with SIGINT ignored
@@ -82,6 +83,7 @@ def test_ctrl_c_stops_cleanly_keeps_what_arrived_and_the_rerun_completes(tmp_pat
     assert Cache(cache).scan().collect().height == tasks
 
 
+@pytest.mark.process
 def test_two_runs_at_once_share_one_cache_and_a_third_sends_nothing(tmp_path: Path):
     tasks = 800
     data = data_dir(tmp_path / "data", tasks)
@@ -103,6 +105,7 @@ def test_two_runs_at_once_share_one_cache_and_a_third_sends_nothing(tmp_path: Pa
     assert without_requests(summary(tmp_path / "out2")) == without_requests(summary(tmp_path / "out0"))
 
 
+@pytest.mark.process
 def test_a_damaged_shard_is_set_aside_and_only_its_requests_are_sent_again(tmp_path: Path,
                                                                            caplog: pytest.LogCaptureFixture):
     data = data_dir(tmp_path / "data", 300)
@@ -200,6 +203,7 @@ async def test_a_task_id_twice_is_refused_before_anything_is_sent(tmp_path: Path
     assert server.stats()["arrivals"] == 0
 
 
+@pytest.mark.process
 def test_a_language_model_through_the_same_faults_ends_with_one_valid_row_per_task(tmp_path: Path):
     """The openai adapter (structured outputs) against the fault-injecting provider's Chat Completions route:
     10% 429 with Retry-After, 5% 5xx, 2% timeouts, 2% resets, 3% malformed bodies; every task ends with one

@@ -197,6 +197,7 @@ def sparrow_server():
     proc.wait(10)
 
 
+@pytest.mark.process
 async def test_systemone_against_sparrow_serve_matches_embedded(data_dir: Path, tmp_path: Path, sparrow_server: str):
     from .conftest import REAL_DATA
     source = REAL_DATA if REAL_DATA.is_dir() else data_dir

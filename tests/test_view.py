@@ -184,6 +184,7 @@ def routes(browser: Browser, built: dict) -> list[str]:
     return paths + [task_url(t) for t in browser.tasks]
 
 
+@pytest.mark.process
 def test_the_view_shows_what_dxi_score_computes(browser: Browser, built: dict):
     assert records.to_builtins(browser.summary) == built["summary"]  # one code path: the same summary, every number
     assert browser.labels == [f"embedded:{HOSTILE_MODEL}", MODEL, LLM]
@@ -202,6 +203,7 @@ def test_the_view_shows_what_dxi_score_computes(browser: Browser, built: dict):
                 assert f'href="/eval/{name}?m={quote(m["model"], safe="")}"' in page.replace("&amp;", "&")
 
 
+@pytest.mark.process
 def test_every_route_answers_with_a_strict_policy_and_no_inline_script_or_style(browser: Browser, built: dict):
     for path, (status, headers, body) in zip(routes(browser, built), get(browser, *routes(browser, built)), strict=True):
         assert status == 200, (path, body[:500])
@@ -217,6 +219,7 @@ def test_every_route_answers_with_a_strict_policy_and_no_inline_script_or_style(
     assert "script-src 'self'" in CSP and "default-src 'none'" in CSP and "unsafe" not in CSP
 
 
+@pytest.mark.process
 def test_unknown_ids_are_404_and_bad_queries_400(browser: Browser):
     not_found = ["/eval/nope", "/task/hle_multichoice/nope", "/task/nope", "/compare/nope", "/calibration?m=nobody",
                  "/eval/when2call?m=nobody", "/eval/when2call?epoch=3", "/calibration?m=nobody&eval=when2call&bin=1",
@@ -239,6 +242,7 @@ def test_unknown_ids_are_404_and_bad_queries_400(browser: Browser):
     assert [(s, h["Content-Security-Policy"]) for s, h, _ in posted] == [(405, CSP), (405, CSP)]
 
 
+@pytest.mark.process
 def test_hostile_model_and_dataset_text_is_escaped_everywhere(browser: Browser, built: dict):
     pages = {path: body for path, (_, _, body) in zip(routes(browser, built), get(browser, *routes(browser, built)),
                                                         strict=True)}
@@ -257,6 +261,7 @@ def test_hostile_model_and_dataset_text_is_escaped_everywhere(browser: Browser, 
     assert "invalid" in page and 'class="invalid-reason"' in page
 
 
+@pytest.mark.process
 def test_the_evaluation_page_filters_on_the_server(browser: Browser, built: dict):
     ans = built["answers"]
     llm_w2c = ans.filter((pl.col("model") == LLM) & (pl.col("eval") == "when2call"))
@@ -292,6 +297,7 @@ def test_the_evaluation_page_filters_on_the_server(browser: Browser, built: dict
     assert shown(body) == sorted(p_gold, key=lambda t: -p_gold[t])
 
 
+@pytest.mark.process
 def test_the_question_page_shows_the_probabilities_of_answers_parquet(browser: Browser, built: dict):
     ans = built["answers"].filter(pl.col("model") == MODEL)
     for task_id in (ans.filter(pl.col("eval") == "hle_multichoice")["task_id"][0],
@@ -316,6 +322,7 @@ def test_the_question_page_shows_the_probabilities_of_answers_parquet(browser: B
     assert status == 200 and f"<dt>attempts</dt><dd>2 (waited {wait:.1f} s before the retries)</dd>" in body
 
 
+@pytest.mark.process
 def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
     ans = built["answers"].filter(pl.col("eval") == "hle_multichoice")
     right = {m: dict(ans.filter(pl.col("model") == m).select("task_id", "correct").iter_rows()) for m in (MODEL, LLM)}
@@ -346,6 +353,7 @@ def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
     assert [-d["difference"] for d in back] == [d["difference"] for d in differences]
 
 
+@pytest.mark.process
 def test_the_compare_page_claims_no_difference_the_missing_answers_could_overturn(
         browser: Browser, monkeypatch: pytest.MonkeyPatch):
     # the summary as it would be with MODEL's HLE answers mostly missing: its accuracy provisional,
@@ -373,6 +381,7 @@ def test_the_compare_page_claims_no_difference_the_missing_answers_could_overtur
     assert f"not claimed: bounds A [0.0, 100.0], B {span([llm, llm])} overlap" in row
 
 
+@pytest.mark.process
 def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
     bins = browser.reliability_bins(MODEL)
     assert set(bins) == {"aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest"}
@@ -394,6 +403,7 @@ def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
     assert "AUROC " + ", ".join(f"{q} {v['auroc']:.3f}" for q, v in wild.items()) in page
 
 
+@pytest.mark.process
 def test_a_run_file_names_the_models_and_their_names(built: dict, monkeypatch: pytest.MonkeyPatch):
     run = built["tmp"] / "view.toml"
     run.write_text(f'data_dir = "{built["data"]}"\ncache_dir = "{built["cache"]}"\n\n[[models]]\nname = "sparrow <nano>"\n'
@@ -409,6 +419,7 @@ def test_a_run_file_names_the_models_and_their_names(built: dict, monkeypatch: p
         b.close()
 
 
+@pytest.mark.process
 def test_quiet_leaves_out_the_notes_on_the_selection(built: dict, monkeypatch: pytest.MonkeyPatch):
     loud = {**built, "common": [a for a in built["common"] if a != "-q"]}
     b, printed = _browser(loud, monkeypatch)
@@ -420,6 +431,7 @@ def test_quiet_leaves_out_the_notes_on_the_selection(built: dict, monkeypatch: p
     assert not [p for p in printed if "note:" in p]
 
 
+@pytest.mark.process
 def test_epochs_side_by_side(built: dict, monkeypatch: pytest.MonkeyPatch):
     b, printed = _browser(built, monkeypatch, "--model", built["llm"], "--epochs", "2")
     try:
@@ -438,6 +450,7 @@ def test_epochs_side_by_side(built: dict, monkeypatch: pytest.MonkeyPatch):
         b.close()
 
 
+@pytest.mark.process
 def test_the_view_never_writes_to_the_cache(built: dict, monkeypatch: pytest.MonkeyPatch):
     cache_dir: Path = built["cache"]
     # a log left by a killed writer: a writing Cache would compact it into a shard at start-up
@@ -462,6 +475,7 @@ def test_the_view_never_writes_to_the_cache(built: dict, monkeypatch: pytest.Mon
     assert not (built["tmp"] / "nowhere").exists()
 
 
+@pytest.mark.process
 def test_a_damaged_shard_is_skipped_not_moved_when_read_only(built: dict, tmp_path: Path):
     cache_dir = tmp_path / "cache"
     shutil.copytree(built["cache"], cache_dir)
@@ -476,6 +490,7 @@ def test_a_damaged_shard_is_skipped_not_moved_when_read_only(built: dict, tmp_pa
     assert [w for w in cache.warnings if str(shard) in w and "skipped (read-only: left in place)" in w]
 
 
+@pytest.mark.process
 def test_only_loopback_by_default_and_a_warning_for_another_host(built: dict, monkeypatch: pytest.MonkeyPatch):
     b, printed = _browser(built, monkeypatch)
     b.close()
@@ -489,6 +504,8 @@ def test_only_loopback_by_default_and_a_warning_for_another_host(built: dict, mo
     assert main(["view", "--data-dir", str(built["data"]), "--cache-dir", str(built["tmp"] / "none"), "-q"]) == 2
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_a_walk_through_the_pages_in_a_headless_browser(browser: Browser, built: dict, tmp_path: Path):
     from playwright.sync_api import sync_playwright
 
@@ -569,6 +586,7 @@ def test_a_walk_through_the_pages_in_a_headless_browser(browser: Browser, built:
         assert (shots / f"{name}.png").stat().st_size > 10_000, name
 
 
+@pytest.mark.process
 def test_a_port_that_cannot_be_served_is_a_usage_error_not_a_traceback(built: dict, capsys: pytest.CaptureFixture):
     import socket
 
@@ -668,6 +686,7 @@ class _Folder:
         shutil.rmtree(Path(self.name).parent, ignore_errors=True)
 
 
+@pytest.mark.process
 def test_a_killed_views_private_folder_is_removed_by_the_next_view(tmp_path: Path):
     import signal
     import subprocess
@@ -695,6 +714,8 @@ def test_a_killed_views_private_folder_is_removed_by_the_next_view(tmp_path: Pat
         mine.cleanup()
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch):
     from .servers import moto_s3
@@ -723,6 +744,7 @@ def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(tmp_pa
         assert not (tmp_path / "none").exists()
 
 
+@pytest.mark.process
 def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(browser: Browser, monkeypatch: pytest.MonkeyPatch):
     from dxi.view.live import Live
 
@@ -749,6 +771,7 @@ def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(browser: Browser, mo
     assert '<span class="building">rescoring newer rows…</span>' in building
 
 
+@pytest.mark.process
 def test_requests_parquet_written_in_parts_holds_every_current_row_sorted_by_task(browser: Browser, built: dict):
     """The snapshot reads the cache's rows in ``REQUEST_PARTS`` ranges of task ids (12 tasks: 6 parts of
     2): the file holds exactly the rows one read of the whole cache gives, sorted by task id, rows of one
@@ -795,6 +818,7 @@ def test_the_start_up_child_is_spawned_with_its_allocator_options_and_the_enviro
     assert JEMALLOC_VAR not in os.environ and os.environ[glibc] == "1048576"
 
 
+@pytest.mark.process
 def test_provisional_figures_are_marked_on_the_overview(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     data, cache_dir = _data(tmp_path / "data"), tmp_path / "cache"
     assert run(models=[MODEL], out=tmp_path / "out", data_dir=data, cache_dir=cache_dir) == 0
@@ -818,6 +842,7 @@ def test_provisional_figures_are_marked_on_the_overview(tmp_path: Path, monkeypa
         b.close()
 
 
+@pytest.mark.process
 def test_the_overview_shows_each_models_latency_cost_and_risk_coverage(browser: Browser,
                                                                         built: dict):
     (status, _, page), = get(browser, "/")

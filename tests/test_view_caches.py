@@ -103,6 +103,7 @@ def routes(b: Browser) -> list[str]:
     return paths + [task_url(t) for t in b.tasks]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", CACHES)
 def test_every_route_answers_200_on_each_cache(caches: dict, name: str, monkeypatch: pytest.MonkeyPatch):
     b = _view(caches, name, monkeypatch)
@@ -147,6 +148,8 @@ def test_the_calibration_page_of_a_run_of_ten_tasks_renders(tmp_path: Path, monk
     assert status == 200 and "AUROC" in body
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_every_route_in_the_browser_and_the_evaluation_page_at_1280_px(caches: dict, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch):
     """Every route of every cache in headless chromium: 200, no script error; then WildGuardTest's page of the
