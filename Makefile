@@ -14,7 +14,12 @@ SEED   ?= 0
 # what `dxi score` / `dxi report` read: the first LIMIT tasks, or the stratified SAMPLE (seed SEED)
 SUBSET  = $(if $(LIMIT),--limit $(LIMIT)) $(if $(SAMPLE),--sample $(SAMPLE) --seed $(SEED))
 
-.PHONY: install install-llm model run run-llm smoke score report test test-quick lint bench docs clean
+.PHONY: help install install-llm model run run-llm smoke score report test test-quick test-fast lint bench docs clean
+
+# The targets, each with the comment above it.
+help:
+	@awk '/^# /{c = c substr($$0, 3) " "} /^[a-z-]+:/{if (c) printf "%-12s %s\n", $$1, c; c = ""} /^$$/{c = ""}' \
+	  $(MAKEFILE_LIST)
 
 install: $(VENV)/.installed
 	@echo "dxi is installed in $(VENV)/bin. Put it on PATH with:  source $(VENV)/bin/activate"
@@ -68,9 +73,15 @@ report: $(VENV)/.installed
 test: install-llm model
 	$(BIN)/pytest
 
-# Every test but the local language model's (a faster loop while developing).
+# Every test but the local language model's.
 test-quick: $(VENV)/.installed
 	$(BIN)/pytest -m "not local_llm"
+
+# The inner loop (≤ 3 minutes on 2 cores): the library and unit tests, none marked server (Redis, Slurm,
+# moto, Chromium, zsh/fish), process (dxi or a fake in a process of its own), slow, local_llm or wheel;
+# it names at the end any test of that set over 2 s (mark it). `make test` is still the whole suite.
+test-fast: $(VENV)/.installed
+	$(BIN)/pytest --fast
 
 # Every benchmarks/bench_*.py, measured side by side; results in out/bench/.
 bench: $(VENV)/.installed

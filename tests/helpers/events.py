@@ -4,6 +4,8 @@ a few points of dxi's own code and appends one JSON line per occurrence to ``log
 
 * ``["compaction", n, pid]``: a log's rows were written as a shard file (``cache.layout.write_shard``
   returned), before the shard is renamed into place and the log deleted: *mid-compaction*;
+* ``["append", n, pid, rows]``: rows were appended to the cache in one write (``Cache.append_many``
+  returned: batch mode stores each piece of results so);
 * ``["booking", n, pid, booked_at, turn]``: the coordinator booked an attempt's turn
   (``SharedLimiter._slot``): when Redis booked it and when it may go, both on Redis's clock (seconds).
 
@@ -14,6 +16,8 @@ was reached. Batch mode has its own named steps for that (``DXI_FAILPOINT``, ``r
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import orjson
@@ -45,3 +49,13 @@ def reached(log: Path, point: str) -> bool:
     """Whether ``point`` (``"<event>:<n>"``) occurred in some process writing to ``log``."""
     name, _, n = point.rpartition(":")
     return any(e[1] == int(n) for e in read(log, name))
+
+
+def wait(log: Path, point: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until ``point`` (``"<event>:<n>"``) is reached; fails if ``proc`` ends first or ``timeout``
+    seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not reached(log, point):
+        assert proc.poll() is None, f"the run ended before {point}"
+        assert time.monotonic() < deadline, f"no {point} within {timeout} s"
+        time.sleep(0.02)

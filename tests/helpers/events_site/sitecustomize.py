@@ -58,7 +58,20 @@ def _shared_limits(module) -> None:
     cls._slot = watched
 
 
-WATCH = {"layout": _layout, "shared_limits": _shared_limits}  # by the module's last name (dxi.cache.layout, ...)
+def _store(module) -> None:
+    cls = module.Cache
+    append_many = cls.append_many
+
+    @functools.wraps(append_many)
+    def watched(self, rows, *args, **kwargs):
+        result = append_many(self, rows, *args, **kwargs)
+        event("append", len(rows))
+        return result
+
+    cls.append_many = watched
+
+
+WATCH = {"layout": _layout, "shared_limits": _shared_limits, "store": _store}  # by the module's last name (dxi.cache.layout, ...)
 
 
 class _Finder:
