@@ -14,9 +14,9 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from typing import NoReturn
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 

@@ -11,55 +11,14 @@ import orjson
 import polars as pl
 import pytest
 
-from dxi.cache import Cache
 from dxi.cache.ledger import Ledger
 from dxi.runner import plan, session
-from dxi.runner.batch import BatchOptions, parse_deadline
+from dxi.runner.batch import BatchOptions
 from dxi.runner.cli import main
 
-from .conftest import without_requests
 from .fake_provider import serve
+from .helpers.batches import POLL, iso_in, model, rows, run, run_plan, same_answers, summary
 from .synthetic import data_dir as synthetic_data
-
-URLS = {"openai": "{}/v1", "anthropic": "{}", "gemini": "{}"}
-POLL = ("--poll", "0.02")
-
-
-def model(kind: str, url: str) -> str:
-    return f"{kind}:m@{URLS[kind].format(url)}"
-
-
-def run(kind: str, url: str, data: Path, tmp: Path, cache: str = "cache", out: str = "out", batch: bool = True,
-        deadline: str | None = None, fallback: str = "none", **fields) -> int:
-    """``dxi run [--batch --poll 0.02] --model KIND:m@URL -q``'s work (``session.run``) with ``fields``
-    (``PlanInputs``) and ``deadline`` / ``fallback`` as ``--deadline`` / ``--deadline-fallback`` take them: its
-    exit code."""
-    return run_plan(plan.build(models=[model(kind, url)], data_dir=data, cache_dir=tmp / cache, out=tmp / out,
-                               batch=batch, **fields), deadline, fallback, poll=batch)
-
-
-def run_plan(p: plan.Plan, deadline: str | None = None, fallback: str = "none", poll: bool = True) -> int:
-    """``session.run`` of ``p`` as ``dxi run [--poll 0.02] -q`` runs it (``poll``: the short wait): its exit code."""
-    options = BatchOptions(deadline=None if deadline is None else parse_deadline(deadline),
-                           **({"poll_s": float(POLL[1])} if poll else {}))
-    return session.run(p, batch_options=options, fallback_sync=fallback == "sync").exit_code
-
-
-def summary(path: Path) -> dict:
-    return orjson.loads((path / "summary.json").read_bytes())
-
-
-def same_answers(s: dict) -> dict:
-    """A summary without what depends on the run (``requests`` and the measured latencies:
-    ``without_requests``) or records the transport (``usage.batch``)."""
-    out = without_requests(s)
-    for m in out["models"]:
-        m["usage"] = {k: v for k, v in m["usage"].items() if k != "batch"}
-    return out
-
-
-def rows(cache: Path) -> pl.DataFrame:
-    return Cache(cache).scan().collect().sort("key")
 
 
 @pytest.mark.process
@@ -144,10 +103,6 @@ def test_a_batch_the_provider_loses_is_submitted_again(data_dir: Path, tmp_path:
     assert sorted(e.outcome for e in Ledger(tmp_path / "cache").entries().values()) == ["completed", "lost"]
     assert rows(tmp_path / "cache").height == 12
 
-
-def iso_in(seconds: float) -> str:
-    """A local ISO time ``seconds`` from now (as a user writes --deadline)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + seconds))
 
 
 @pytest.mark.process

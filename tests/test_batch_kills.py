@@ -24,27 +24,15 @@ from dxi.cache import Cache
 from dxi.cache.ledger import Ledger
 from dxi.runner.cli import main
 
-from .conftest import DXI, without_requests
 from .fake_provider import serve
 from .helpers import events
+from .helpers.batches import URLS, command, same_answers
 from .synthetic import data_dir as synthetic_data
 
 pytestmark = pytest.mark.process
 
-URLS = {"openai": "{}/v1", "anthropic": "{}", "gemini": "{}"}
 _REFERENCE: dict[tuple, dict] = {}
 
-
-def command(kind: str, url: str, data: Path, tmp: Path, *extra: str, quiet: bool = True) -> list[str]:
-    return [DXI, "run", "--batch", "--poll", "0.05", "--model", f"{kind}:m@{URLS[kind].format(url)}", "--data-dir",
-            str(data), "--cache-dir", str(tmp / "cache"), "--out", str(tmp / "out"), *(["-q"] if quiet else []), *extra]
-
-
-def same_answers(s: dict) -> dict:
-    out = without_requests(s)
-    for m in out["models"]:
-        m["usage"] = {k: v for k, v in m["usage"].items() if k != "batch"}
-    return out
 
 
 def reference(kind: str, data: Path, tmp: Path) -> dict:

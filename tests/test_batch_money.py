@@ -19,8 +19,7 @@ from dxi.cache.ledger import Ledger
 from dxi.runner.cli import main
 
 from .fake_provider import serve
-from .test_batch import POLL, iso_in, model, rows, run, same_answers, summary
-from .test_batch_kills import command
+from .helpers.batches import POLL, command, iso_in, model, rows, run, same_answers, summary
 
 
 def dxi_run(kind: str, url: str, data: Path, tmp: Path, *extra: str) -> list[str]:

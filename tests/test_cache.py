@@ -19,17 +19,7 @@ import pytest
 from dxi.adapters import Request
 from dxi.cache import SCHEMA, Cache, layout
 
-
-def row(key: str, status: str = "ok", error_kind: str | None = None, created_at: float = 1.0, **extra) -> dict:
-    base = {"key": key, "provider": "embedded", "model": "m", "endpoint": "/v1/systemone", "params": "{}",
-            "sample": 0, "prompt_version": "p", "eval": "when2call", "task_id": f"when2call/{key}",
-            "task_digest": "d", "request_body": "{}", "status": status, "error": None, "error_kind": error_kind,
-            "http_status": None, "attempts": 1, "raw_reply": None, "served_model": None, "input_tokens": None,
-            "output_tokens": None, "latency_ms": 1.0, "created_at": created_at,
-            "answers": [{"question_id": "answer", "status": "ok", "predicted": "A", "p_predicted": 0.9, "p_yes": None,
-                         "probabilities": [{"option": "A", "p": 0.9}, {"option": "B", "p": 0.1}],
-                         "error": None, "warning": None}] if status != "failed" else None}
-    return base | extra
+from .helpers.rows import read_only_files, row
 
 
 def test_request_key_covers_everything_but_secrets():
@@ -116,7 +106,7 @@ KILLED_WRITER = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})
     from dxi.cache import Cache
-    from tests.test_cache import row
+    from tests.helpers.rows import row
     cache = Cache({path!r})
     for i in range(5):
         cache.append(row(f"k{{i}}"))
@@ -178,7 +168,7 @@ def test_two_writers_on_one_cache(tmp_path: Path):
         import sys
         sys.path.insert(0, {str(Path(__file__).parents[1])!r})
         from dxi.cache import Cache
-        from tests.test_cache import row
+        from tests.helpers.rows import row
         with Cache({str(tmp_path)!r}) as cache:
             for i in range(2000):
                 cache.append(row(f"{{sys.argv[1]}}{{i}}"))
@@ -280,7 +270,7 @@ APPENDER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
     from dxi.cache import Cache
-    from tests.test_cache import row
+    from tests.helpers.rows import row
     cache = Cache({path!r}, roll_rows=40)
     for i in range(100_000):
         key = f"{{sys.argv[1]}}-{{i}}"
@@ -350,15 +340,3 @@ def test_a_cache_that_cannot_be_written_is_still_read(tmp_path: Path, monkeypatc
         cache.append(row("k2"))
 
 
-def read_only_files(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cache's ``os.open`` as on a read-only file system: creating a file fails with EROFS."""
-    from dxi.cache import store
-
-    real_open = os.open
-
-    def read_only(path, flags, *args):
-        if flags & os.O_CREAT:
-            raise OSError(30, "Read-only file system")
-        return real_open(path, flags, *args)
-
-    monkeypatch.setattr(store.os, "open", read_only)

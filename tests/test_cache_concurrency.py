@@ -12,7 +12,7 @@ import pytest
 from dxi.cache import Cache
 
 from .conftest import DXI
-from .test_cache import row
+from .helpers.rows import row
 
 
 def _key(i: int) -> str:

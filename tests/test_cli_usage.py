@@ -17,6 +17,7 @@ from dxi.runner.errors import EXIT_PROVIDER_STOPPED, EXIT_USAGE
 from dxi.runner.inputs import PlanInputs
 
 from .conftest import DXI
+from .helpers.shells import zsh_completes
 from .servers import need
 
 COMMANDS = ("run", "estimate", "score", "report")
@@ -115,33 +116,6 @@ def test_fish_completes_through_the_installed_dxi():
     out = subprocess.run([need("fish"), "-c", script], capture_output=True, text=True, check=True, timeout=60, env=env)
     assert [line.split("\t")[0] for line in out.stdout.splitlines()] == ["--sample", "score"]
 
-
-ZSH_DRIVER = r"""
-# drive an interactive zsh in a pseudo-terminal (zsh/zpty): type $2 and a TAB, then ^X, bound to a widget that
-# writes the edited line to $1
-zmodload zsh/zpty || exit 3
-zpty z zsh -f -i
-zpty -w z 'PS1="> "; autoload -U compinit; compinit -u -D'
-[[ -n $3 ]] && zpty -w z 'eval "$(dxi completion zsh)"'
-zpty -w z 'show() { print -r -- "[$BUFFER]" > '"$1"'; }; zle -N show; bindkey "^X" show'
-zpty -w -n z "$2"$'\t\x18'
-for i in {1..600}; do [[ -s $1 ]] && break; sleep 0.1; done
-zpty -d z
-[[ -s $1 ]] || exit 4
-"""
-
-
-def zsh_completes(tmp_path: Path, line: str, load: bool = True) -> str:
-    """The command line a real interactive zsh shows after typing ``line`` and TAB, with dxi's completion
-    loaded (``eval "$(dxi completion zsh)"``, the installed dxi on PATH) or, ``load=False``, without it."""
-    out = tmp_path / f"buffer-{len(list(tmp_path.glob('buffer-*')))}"
-    env = dict(os.environ, PATH=f"{Path(DXI).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run([need("zsh"), "-f", "-c", ZSH_DRIVER, "zsh", str(out), line, "1" if load else ""],
-                          capture_output=True, text=True, timeout=120, env=env)
-    if done.returncode == 3:
-        pytest.skip("zsh has no zsh/zpty module to drive a completion with")
-    assert done.returncode == 0, done.stderr
-    return out.read_text().rstrip("\n")
 
 
 @pytest.mark.server

@@ -19,7 +19,8 @@ from dxi.runner import completion
 from dxi.runner.cli import main
 
 from .conftest import DXI
-from .test_cli_usage import need, zsh_completes
+from .helpers.shells import zsh_completes
+from .servers import need
 
 EMBEDDED = "embedded:sparrow-nano-general-v1.1"
 
@@ -98,6 +99,7 @@ def test_fish_completes_a_cached_model_an_embedded_model_and_an_evaluation_list(
         "systemone:fake-decider", EMBEDDED, "when2call,hle_multichoice", "embedded:sparrow-nano-robot-v1.2="]
 
 
+@pytest.mark.server
 def test_zsh_completes_a_model_the_cache_has_seen(cache: Path, tmp_path: Path):
     assert zsh_completes(tmp_path, f"dxi score --cache-dir {cache} --model systemone:fa") \
         == f"[dxi score --cache-dir {cache} --model systemone:fake-decider ]"

@@ -160,6 +160,7 @@ async def test_the_outage_probes_with_backoff_resumes_on_a_reply_and_gives_up_af
 
 
 # ---- one endpoint unreachable at start stops only its provider -------------------------------------------------
+@pytest.mark.slow
 def test_an_endpoint_unreachable_at_start_stops_only_its_provider_and_estimate_warns(data_dir: Path, tmp_path: Path,
                                                                                      capsys):
     """A System One server that is not running beside the embedded model: the embedded model runs whole, the

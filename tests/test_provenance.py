@@ -14,7 +14,7 @@ import dxi
 from dxi.runner import export, provenance, rescore
 from dxi.runner.inputs import PlanInputs
 
-from .test_cli import MODEL, run_plan
+from .helpers.runs import MODEL, run_plan
 
 requires_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (apt-get install git)")
 

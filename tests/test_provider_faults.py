@@ -28,13 +28,12 @@ from dxi.runner.errors import EXIT_PROVIDER_STOPPED
 from . import synthetic, wire_formats
 from .fake_llm_server import FakeLLM
 from .fake_provider import FakeProvider, serve
-from .test_systemone import FAST, run_model
+from .helpers.runs import FAST, ONE, run_model
 
 KINDS = ("openai", "anthropic", "gemini", "openai-decisions", "logprobs", "systemone", "gemini-decisions")
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
            "openai-decisions": "OPENAI_API_KEY", "logprobs": "OPENAI_API_KEY", "systemone": "SYSTEMONE_API_KEY",
            "gemini-decisions": "GEMINI_API_KEY"}
-ONE = replace(FAST, max_in_flight=1)
 
 
 def model(kind: str, url: str) -> str:

@@ -124,6 +124,7 @@ def test_a_damaged_shard_is_set_aside_and_only_its_requests_are_sent_again(tmp_p
     assert without_requests(summary(tmp_path / "again")) == without_requests(summary(tmp_path / "full"))
 
 
+@pytest.mark.slow
 async def test_a_429_storm_does_not_become_a_retry_storm(tmp_path: Path):
     """A provider allowing 120 requests a minute (one every 0.5 s, bursts of 2), hit by 8 requests at once, twice: once
     stating its limit in x-ratelimit headers, once not. A client retrying each 429 after its small backoff

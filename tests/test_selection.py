@@ -22,8 +22,8 @@ from dxi.runner.inputs import PlanInputs
 from dxi.runner.sample import choose
 from dxi.scoring import records
 
-from .test_cli import MODEL
-from .test_view import view_of
+from .helpers.runs import MODEL
+from .helpers.view import view_of
 
 ROBOT = "embedded:sparrow-nano-robot-v1.2"  # a second model that needs no server
 QUESTIONS = {"aa_omniscience_decision": 1, "hle_multichoice": 1, "when2call": 1, "wildguardtest": 3}
@@ -56,6 +56,7 @@ def exported(data: Path, tmp: Path, fmt: str, target: Path, include_missing: boo
     return export.export(rescore.select(inputs), fmt, target, include_missing=include_missing)
 
 
+@pytest.mark.slow
 def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(data_dir: Path, tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture,
                                                                           monkeypatch: pytest.MonkeyPatch):

@@ -39,8 +39,8 @@ from dxi.runner.cli import main
 
 from . import sse_streams, wire_formats
 from .fake_llm_server import FakeLLM
+from .helpers.runs import FAST, run_model
 from .sdk_types import reply_problems
-from .test_systemone import FAST, run_model
 
 NAMES = {"openai": "gpt-6-luna", "anthropic": "claude-sonnet-5-5", "gemini": "gemini-3.5-flash"}
 TIMING = ("created_at", "latency_ms", "ttft_s", "retry_waits_s")

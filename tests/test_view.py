@@ -40,8 +40,9 @@ from dxi.view.data import Browser, EvalQuery
 from . import wire_formats
 from .conftest import FIXTURES, write_wildguard_parquet
 from .fake_provider import serve
-from .test_cli import MODEL, fail_rows
-from .test_report import CHROMIUM_FLAGS, HOSTILE_ERROR, HOSTILE_MODEL, add_hostile_model, chromium
+from .helpers.report import CHROMIUM_FLAGS, HOSTILE_ERROR, HOSTILE_MODEL, add_hostile_model, chromium
+from .helpers.runs import MODEL, fail_rows
+from .helpers.view import get, view_of
 
 LLM = "openai:fake-chat"
 HOSTILE_REPLY = "<script>alert('reply')</script><img src=x onerror=alert(2)> I think the answer is B."
@@ -97,20 +98,6 @@ def run(**fields) -> int:
     return session.run(plan.build(**fields)).exit_code
 
 
-def view_of(**fields) -> Browser:
-    """The Browser ``dxi view`` serves over the selection ``fields`` make (``PlanInputs``): ``rescore.browse``,
-    its snapshots (and a remote cache's mirror) in a private folder removed with the browser."""
-    from dxi.view.home import private_home
-
-    home = private_home()
-    try:
-        browser, _ = rescore.browse(rescore.select(PlanInputs(**fields), mirror=Path(home.name) / "remote"), home)
-    except BaseException:
-        home.cleanup()
-        raise
-    browser.source.owns_home = True
-    return browser
-
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:
     """Every file and folder under ``root``: (size, mtime in ns)."""
@@ -156,18 +143,6 @@ def browser(built: dict) -> Browser:
     yield b
     b.close()
 
-
-async def fetch(browser: Browser, *paths: str, method: str = "GET") -> list[tuple[int, dict, str]]:
-    async with TestClient(TestServer(make_app(browser))) as client:
-        out = []
-        for path in paths:
-            async with client.request(method, path) as resp:
-                out.append((resp.status, dict(resp.headers), await resp.text()))
-        return out
-
-
-def get(browser: Browser, *paths: str, method: str = "GET") -> list[tuple[int, dict, str]]:
-    return asyncio.run(fetch(browser, *paths, method=method))
 
 
 def routes(browser: Browser, built: dict) -> list[str]:
@@ -615,13 +590,6 @@ def test_the_view_has_no_out_option_and_score_keeps_it(capsys: pytest.CaptureFix
     assert main(["view", "--out", "somewhere", "-q"]) == 2
     assert "--out" in capsys.readouterr().err
 
-
-def _caught_view(monkeypatch: pytest.MonkeyPatch, *argv: str) -> Browser:
-    """The Browser ``dxi view ARGV`` builds (its server replaced by a catcher)."""
-    caught: dict = {}
-    monkeypatch.setattr("dxi.view.app.serve", lambda browser, host, port, print_: caught.update(browser=browser))
-    assert main(["view", *argv]) == 0
-    return caught["browser"]
 
 
 def test_the_view_rescores_rows_appended_while_it_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -30,9 +30,9 @@ from dxi.view.data import Browser
 
 from .conftest import FIXTURES, REAL_DATA, requires_real_data
 from .fake_provider import serve
-from .test_cli import MODEL
-from .test_report import CHROMIUM_FLAGS, chromium
-from .test_view import get, view_of
+from .helpers.report import CHROMIUM_FLAGS, chromium
+from .helpers.runs import MODEL
+from .helpers.view import get, view_of
 
 LONG_CATEGORY = "disseminating_false_or_misleading_information_encouraging_disinformation_campaigns"
 LONG_MODEL = "sparrow-nano-general-v1.1-with-a-long-fine-tuned-checkpoint-name-2026-11-30-rc2"
