@@ -11,6 +11,7 @@ LLM_SAMPLE ?= 10
 LIMIT  ?=
 SAMPLE ?=
 SEED   ?= 0
+JOBS   ?= auto
 # what `dxi score` / `dxi report` read: the first LIMIT tasks, or the stratified SAMPLE (seed SEED)
 SUBSET  = $(if $(LIMIT),--limit $(LIMIT)) $(if $(SAMPLE),--sample $(SAMPLE) --seed $(SEED))
 
@@ -69,9 +70,10 @@ score: $(VENV)/.installed
 report: $(VENV)/.installed
 	$(BIN)/dxi report --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT) $(SUBSET)
 
-# Every test, the real local language model's included (installs the extra and fetches the model once).
+# Every test, the real local language model's included (installs the extra and fetches the model once),
+# on JOBS processes (pytest-xdist: tests go to whichever is free; tests marked with one xdist_group share one).
 test: install-llm model
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(JOBS) --dist loadgroup
 
 # Every test but the local language model's.
 test-quick: $(VENV)/.installed
@@ -81,7 +83,7 @@ test-quick: $(VENV)/.installed
 # moto, Chromium, zsh/fish), process (dxi or a fake in a process of its own), slow, local_llm or wheel;
 # it names at the end any test of that set over 2 s (mark it). `make test` is still the whole suite.
 test-fast: $(VENV)/.installed
-	$(BIN)/pytest --fast
+	$(BIN)/pytest --fast -n $(JOBS) --dist loadgroup
 
 # Every benchmarks/bench_*.py, measured side by side; results in out/bench/.
 bench: $(VENV)/.installed
