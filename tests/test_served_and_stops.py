@@ -39,6 +39,7 @@ def test_a_snapshot_of_the_model_asked_for_is_the_same_model():
     assert not same_model("gpt-6-luna", "gpt-6-luna-fast")
 
 
+@pytest.mark.slow
 async def test_a_rerouted_retired_model_is_said_once_per_model_and_recorded(data_dir: Path, tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture):
     out, cache = tmp_path / "out", tmp_path / "c"

@@ -521,6 +521,7 @@ async def test_a_whole_reply_slower_than_the_idle_timeout_is_sent_again(
     assert rows["ttft_s"][0] is None
 
 
+@pytest.mark.slow
 async def test_a_reply_slower_than_any_timeout_but_steadily_arriving_is_stored_once(
     data_dir: Path, tmp_path: Path
 ):

@@ -592,6 +592,7 @@ def test_the_view_has_no_out_option_and_score_keeps_it(capsys: pytest.CaptureFix
 
 
 
+@pytest.mark.slow
 def test_the_view_rescores_rows_appended_while_it_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from dxi.view.live import Live
 

@@ -134,6 +134,7 @@ def test_every_route_answers_200_on_each_cache(caches: dict, name: str, monkeypa
         assert failed > 0 and "failed" in pages["/eval/hle_multichoice?status=failed"]
 
 
+@pytest.mark.slow
 @requires_real_data
 def test_the_calibration_page_of_a_run_of_ten_tasks_renders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The report's case: ``dxi run --limit 10`` of the embedded model, then ``dxi view --limit 10``: a yes/no
@@ -228,6 +229,7 @@ def test_every_route_in_the_browser_and_the_evaluation_page_at_1280_px(caches: d
     assert len(seen["selects"]) == 2 and all(s["width"] >= s["text"] for s in seen["selects"]), seen["selects"]
 
 
+@pytest.mark.slow
 def test_a_view_of_an_empty_cache_fills_in_with_the_tasks_the_run_selects(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch):
     """Started before the run: no model, every task; rebuilt once a `--sample 2` run has written (as
