@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
+import signal
 import subprocess
 import sys
 import textwrap
@@ -19,6 +19,7 @@ import pytest
 from dxi.adapters import Request
 from dxi.cache import SCHEMA, Cache, layout
 
+from .helpers import events
 from .helpers.rows import read_only_files, row
 
 
@@ -279,23 +280,35 @@ APPENDER = textwrap.dedent("""
 """)
 
 
+# Each run is killed at a point of its own events: after its N-th append returned (the appender prints the
+# key), or mid-compaction (``tests.helpers.events``: a log's shard written, not yet in place, the log kept),
+# of a log it rolled or of the killed writer's log it recovered at start.
+KILL_POINTS = ["append:97", "compaction:1", "append:260", "compaction:3"]
+
+
 @pytest.mark.process
-def test_rows_appended_survive_kills_at_random_moments_while_logs_roll_and_compact(tmp_path: Path):
+def test_rows_appended_survive_kills_at_points_of_the_run_while_logs_roll_and_compact(tmp_path: Path):
     root = str(Path(__file__).parents[1])
-    rng = random.Random(11)
     appended: list[str] = []
-    for run in range(4):
+    for run, point in enumerate(KILL_POINTS):
+        event, n = point.split(":")
+        log = tmp_path.parent / f"events-{run}.jsonl"
+        env = events.env(log, kill_at=point if event == "compaction" else None)
         proc = subprocess.Popen([sys.executable, "-c", APPENDER.format(root=root, path=str(tmp_path)), f"r{run}"],
-                                stdout=subprocess.PIPE)
-        for _ in range(rng.randrange(60, 400)):
-            appended.append(proc.stdout.readline().decode().strip())
-        proc.kill()
-        proc.wait()
+                                stdout=subprocess.PIPE, env=env)
+        if event == "append":
+            appended += [proc.stdout.readline().decode().strip() for _ in range(int(n))]
+            proc.kill()
+        else:  # it kills itself there: every whole line it printed is a row whose append had returned
+            appended += [line.decode().strip() for line in proc.stdout if line.endswith(b"\n")]
+        assert proc.wait() == -signal.SIGKILL
+        assert event == "append" or events.reached(log, point)
         cache = Cache(tmp_path)  # recovers the killed writer's logs
         assert all(cache.has_many(appended))  # every row whose append had returned
         keys = cache.scan().select("key").collect()["key"]
         assert keys.n_unique() == keys.len()  # and none twice
     assert list(tmp_path.glob("wal/*.jsonl")) == []
+    assert len(appended) > 97 + 260
 
 
 def test_a_shard_written_before_a_column_existed_reads_beside_newer_ones(tmp_path: Path):
