@@ -1,12 +1,13 @@
-"""A virtual monotonic clock for the limiter's decisions (``runner.limits``), so that a timing test checks
-what the limiter decided, not when a loaded machine got round to it.
+"""A virtual monotonic clock for the limiter's decisions (``runner.limits``), so that a timing test
+checks what the limiter decided, not when a loaded machine got round to it.
 
-``VirtualLimiter`` is a ``ProviderLimiter`` on a ``VirtualClock``: its waits (a pacer's turn, a pause, a
-retry's backoff: everything that goes through ``ProviderLimiter.sleep``) advance the clock at once instead
-of sleeping, and nothing else moves it, so the time a request is sent, the network and the machine's load
-take no virtual time. ``tickets`` records every attempt it let through (``Ticket.sent_at`` in virtual
-seconds), in order.
+``VirtualLimiter`` is a ``ProviderLimiter`` on a ``VirtualClock``: its waits (a pacer's turn, a
+pause, a retry's backoff: everything that goes through ``ProviderLimiter.sleep``) advance the clock
+at once instead of sleeping, and nothing else moves it, so the time a request is sent, the network
+and the machine's load take no virtual time. ``tickets`` records every attempt it let through
+(``Ticket.sent_at`` in virtual seconds), in order.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +17,8 @@ from dxi.runner.limits import ProviderLimiter, Ticket
 
 
 class VirtualClock:
-    """Monotonic seconds that move only when told: ``clock()`` is ``now``; ``advance(s)`` adds ``s``."""
+    """Monotonic seconds that move only when told: ``clock()`` is ``now``; ``advance(s)`` adds
+    ``s``."""
 
     def __init__(self, now: float = 0.0):
         self.now = now
@@ -25,7 +27,8 @@ class VirtualClock:
         return self.now
 
     def monotonic(self) -> float:
-        """``now``, for code that reads ``time.monotonic()`` (a stand-in for the ``time`` module)."""
+        """``now``, for code that reads ``time.monotonic()`` (a stand-in for the ``time``
+        module)."""
         return self.now
 
     def advance(self, seconds: float) -> None:
@@ -33,8 +36,9 @@ class VirtualClock:
 
 
 class VirtualLimiter(ProviderLimiter):
-    """A ProviderLimiter whose clock is ``clock`` (a VirtualClock) and whose ``sleep`` advances it (yielding
-    to the event loop once, as a sleep would). ``tickets``: the attempts let through, in order."""
+    """A ProviderLimiter whose clock is ``clock`` (a VirtualClock) and whose ``sleep`` advances it
+    (yielding to the event loop once, as a sleep would). ``tickets``: the attempts let through, in
+    order."""
 
     def __init__(self, limits: Limits, clock: VirtualClock | None = None):
         self.virtual = clock or VirtualClock()

@@ -1,4 +1,6 @@
-"""Real shells driving dxi's completion: ``zsh_completes`` types a line and a TAB in an interactive zsh."""
+"""Real shells driving dxi's completion: ``zsh_completes`` types a line and a TAB in an interactive
+zsh."""
+
 from __future__ import annotations
 
 import os
@@ -26,12 +28,18 @@ zpty -d z
 
 
 def zsh_completes(tmp_path: Path, line: str, load: bool = True) -> str:
-    """The command line a real interactive zsh shows after typing ``line`` and TAB, with dxi's completion
-    loaded (``eval "$(dxi completion zsh)"``, the installed dxi on PATH) or, ``load=False``, without it."""
+    """The command line a real interactive zsh shows after typing ``line`` and TAB, with dxi's
+    completion loaded (``eval "$(dxi completion zsh)"``, the installed dxi on PATH) or,
+    ``load=False``, without it."""
     out = tmp_path / f"buffer-{len(list(tmp_path.glob('buffer-*')))}"
     env = dict(os.environ, PATH=f"{Path(DXI).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run([need("zsh"), "-f", "-c", ZSH_DRIVER, "zsh", str(out), line, "1" if load else ""],
-                          capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(
+        [need("zsh"), "-f", "-c", ZSH_DRIVER, "zsh", str(out), line, "1" if load else ""],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     if done.returncode == 3:
         pytest.skip("zsh has no zsh/zpty module to drive a completion with")
     assert done.returncode == 0, done.stderr

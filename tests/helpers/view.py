@@ -1,6 +1,7 @@
-"""``dxi view``'s app as the tests drive it: the Browser over a selection (``view_of``), its pages fetched
-in-process (``get``, ``fetch``: aiohttp's test client, no port), and the Browser ``dxi view ARGV`` builds
-(``caught_view``)."""
+"""``dxi view``'s app as the tests drive it: the Browser over a selection (``view_of``), its pages
+fetched in-process (``get``, ``fetch``: aiohttp's test client, no port), and the Browser
+``dxi view ARGV`` builds (``caught_view``)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,13 +18,16 @@ from dxi.view.data import Browser
 
 
 def view_of(**fields) -> Browser:
-    """The Browser ``dxi view`` serves over the selection ``fields`` make (``PlanInputs``): ``rescore.browse``,
-    its snapshots (and a remote cache's mirror) in a private folder removed with the browser."""
+    """The Browser ``dxi view`` serves over the selection ``fields`` make (``PlanInputs``):
+    ``rescore.browse``, its snapshots (and a remote cache's mirror) in a private folder removed with
+    the browser."""
     from dxi.view.home import private_home
 
     home = private_home()
     try:
-        browser, _ = rescore.browse(rescore.select(PlanInputs(**fields), mirror=Path(home.name) / "remote"), home)
+        browser, _ = rescore.browse(
+            rescore.select(PlanInputs(**fields), mirror=Path(home.name) / "remote"), home
+        )
     except BaseException:
         home.cleanup()
         raise
@@ -49,6 +53,8 @@ def get(browser: Browser, *paths: str, method: str = "GET") -> list[tuple[int, d
 def caught_view(monkeypatch: pytest.MonkeyPatch, *argv: str) -> Browser:
     """The Browser ``dxi view ARGV`` builds (its server replaced by a catcher)."""
     caught: dict = {}
-    monkeypatch.setattr("dxi.view.app.serve", lambda browser, host, port, print_: caught.update(browser=browser))
+    monkeypatch.setattr(
+        "dxi.view.app.serve", lambda browser, host, port, print_: caught.update(browser=browser)
+    )
     assert main(["view", *argv]) == 0
     return caught["browser"]

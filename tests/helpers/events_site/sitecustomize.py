@@ -3,6 +3,7 @@
 
 Nothing of dxi is imported here (start-up stays as it is): each watched module is wrapped as it is
 imported, through a finder on ``sys.meta_path``. Without ``DXI_TEST_EVENTS`` this does nothing."""
+
 from __future__ import annotations
 
 import functools
@@ -17,8 +18,8 @@ _counts: Counter[str] = Counter()
 
 
 def event(name: str, *data: object) -> None:
-    """Append ``[name, n, pid, *data]`` to the log (one write: lines of processes sharing it stay whole);
-    kill this process if it is the point ``DXI_TEST_KILL_AT`` names."""
+    """Append ``[name, n, pid, *data]`` to the log (one write: lines of processes sharing it stay
+    whole); kill this process if it is the point ``DXI_TEST_KILL_AT`` names."""
     import json
 
     _counts[name] += 1
@@ -71,7 +72,11 @@ def _store(module) -> None:
     cls.append_many = watched
 
 
-WATCH = {"layout": _layout, "shared_limits": _shared_limits, "store": _store}  # by the module's last name (dxi.cache.layout, ...)
+WATCH = {
+    "layout": _layout,
+    "shared_limits": _shared_limits,
+    "store": _store,
+}  # by the module's last name (dxi.cache.layout, ...)
 
 
 class _Finder:
