@@ -272,8 +272,8 @@ def leave_a_batch_running(url: str, data: Path, cache: Path, out: Path) -> None:
            "--cache-dir", str(cache), "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     for line in proc.stdout:  # the batch is submitted: stop the run as Ctrl-C would, leaving it running
-        if "submitted" in line:
-            break
+        if " submitted (" in line:  # its own line ("batch ID submitted (12 requests, ...)"), not the progress
+            break  # line's count ("batches 0 submitted"), which may come first
     proc.send_signal(signal.SIGINT)
     assert proc.wait(60) == 130
 
