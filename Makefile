@@ -11,10 +11,16 @@ LLM_SAMPLE ?= 10
 LIMIT  ?=
 SAMPLE ?=
 SEED   ?= 0
+JOBS   ?= auto
 # what `dxi score` / `dxi report` read: the first LIMIT tasks, or the stratified SAMPLE (seed SEED)
 SUBSET  = $(if $(LIMIT),--limit $(LIMIT)) $(if $(SAMPLE),--sample $(SAMPLE) --seed $(SEED))
 
-.PHONY: install install-llm model run run-llm smoke score report test test-quick lint format bench docs clean
+.PHONY: help install install-llm model run run-llm smoke score report test test-quick test-fast lint format bench docs clean
+
+# The targets, each with the comment above it.
+help:
+	@awk '/^# /{c = c substr($$0, 3) " "} /^[a-z-]+:/{if (c) printf "%-12s %s\n", $$1, c; c = ""} /^$$/{c = ""}' \
+	  $(MAKEFILE_LIST)
 
 install: $(VENV)/.installed
 	@echo "dxi is installed in $(VENV)/bin. Put it on PATH with:  source $(VENV)/bin/activate"
@@ -76,13 +82,20 @@ score: $(VENV)/.installed
 report: $(VENV)/.installed
 	$(BIN)/dxi report --data-dir $(DATA) --cache-dir $(CACHE) --out $(OUT) $(SUBSET)
 
-# Every test, the real local language model's included (installs the extra and fetches the model once).
+# Every test, the real local language model's included (installs the extra and fetches the model once),
+# on JOBS processes (pytest-xdist: tests go to whichever is free; tests marked with one xdist_group share one).
 test: install-llm model
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(JOBS) --dist loadgroup
 
-# Every test but the local language model's (a faster loop while developing).
+# Every test but the local language model's.
 test-quick: $(VENV)/.installed
 	$(BIN)/pytest -m "not local_llm"
+
+# The inner loop (≤ 3 minutes on 2 cores): the library and unit tests, none marked server (Redis, Slurm,
+# moto, Chromium, zsh/fish), process (dxi or a fake in a process of its own), slow, local_llm or wheel;
+# it names at the end any test of that set over 2 s (mark it). `make test` is still the whole suite.
+test-fast: $(VENV)/.installed
+	$(BIN)/pytest --fast -n $(JOBS) --dist loadgroup
 
 # Every benchmarks/bench_*.py, measured side by side; results in out/bench/.
 bench: $(VENV)/.installed

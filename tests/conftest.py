@@ -64,3 +64,40 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     mark = item.get_closest_marker("needs_in_ci")
     if mark is not None:
         pytest.fail(f"CI must run this test: {mark.args[0]} (.ci/run installs it)", pytrace=False)
+
+
+# ---- `pytest --fast` (`make test-fast`): the inner loop ---------------------------------------------------
+FAST_EXCLUDES = ("server", "process", "slow", "local_llm", "wheel")
+SLOW_S = 2.0  # a test of the fast set over this long (its call alone) is named at the end: mark it ``slow``
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true",
+                     help=f"the library and unit tests only: none marked {', '.join(FAST_EXCLUDES)} "
+                          f"(make test-fast); tests of that set over {SLOW_S:g} s are named at the end")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``--fast``, deselect every test carrying one of ``FAST_EXCLUDES``' marks."""
+    if not config.getoption("fast"):
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if any(item.get_closest_marker(m) for m in FAST_EXCLUDES) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """With ``--fast``, name the tests whose call took over ``SLOW_S`` seconds: the fast set stays fast only
+    if they are marked ``slow`` (or ``process`` / ``server``, for what they start)."""
+    if not config.getoption("fast"):
+        return
+    slow = sorted(((r.duration, r.nodeid) for stat in ("passed", "failed")
+                   for r in terminalreporter.stats.get(stat, []) if r.when == "call" and r.duration > SLOW_S),
+                  reverse=True)
+    if slow:
+        terminalreporter.section(f"tests over {SLOW_S:g} s in --fast: mark them slow")
+        for duration, nodeid in slow:
+            terminalreporter.line(f"{duration:6.1f} s  {nodeid}")

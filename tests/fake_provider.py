@@ -52,7 +52,9 @@ Behaviour of each request, in order:
    * ``"drop"``: close the connection without a reply; ``"reset"``: reset it (TCP RST).
 
 ``latency`` is ``"0"``, ``"<seconds>"``, ``"uniform:<lo>:<hi>"``, ``"lognormal:<median>:<sigma>"`` or
-``"exp:<mean>"`` (seconds; drawn per request, seeded like the faults).
+``"exp:<mean>"`` (seconds; drawn per request, seeded like the faults). ``date`` (Unix seconds) stands the
+server's clock still: every reply's ``Date`` header states that time, so what a client computes from it
+(a quota's reset) is exact.
 
 Counters (``stats()``, or ``GET /stats`` on a served process): ``arrivals``; ``ok`` (replies written out
 whole to the socket); ``aborted`` (the client was gone before the reply was written); each fault kind;
@@ -235,8 +237,10 @@ class FakeProvider:
                  faults: Faults | dict | None = None, rpm: float | None = None, burst: float | None = None,
                  rate_headers: bool = True, hang_s: float = 30.0, record: bool = True, window_s: float | None = None,
                  routes: dict[str, Responder] | None = None, route_factories: dict[str, str] | None = None,
-                 batch: dict | None = None, question_types: list[str] | None = None):
+                 batch: dict | None = None, question_types: list[str] | None = None,
+                 date: float | None = None):
         self.script = deque(script or [])
+        self.date = date  # Unix seconds every reply's Date header states (None: the real clock's)
         self.question_types = question_types  # declared by /health: it answers these types only
         self.default, self.model, self.seed, self.latency = default, model, seed, latency
         self.faults = Faults(**faults) if isinstance(faults, dict) else faults
@@ -302,6 +306,8 @@ class FakeProvider:
     async def _reply(self, request: web.Request, key: bytes, body: bytes, status: int = 200,
                      headers: dict[str, str] | None = None, kind: str = "ok") -> web.StreamResponse:
         """Write a reply out whole; count it as ``kind`` only if it was (else as ``aborted``)."""
+        if self.date is not None:  # a server clock that stands still: replies a test can compute
+            headers = (headers or {}) | {"Date": formatdate(self.date, usegmt=True)}
         resp = web.Response(body=body, status=status, content_type="application/json", headers=headers)
         try:
             await resp.prepare(request)

@@ -15,7 +15,14 @@ from typing import Any
 
 import orjson
 import pydantic
+from anthropic.types import message_create_params
+from openai.types.chat import completion_create_params
 from typing_extensions import is_typeddict
+
+OPENAI_BODY = completion_create_params.CompletionCreateParamsNonStreaming
+"""The OpenAI SDK's type of a Chat Completions request body (non-streaming)."""
+ANTHROPIC_BODY = message_create_params.MessageCreateParamsNonStreaming
+"""The Anthropic SDK's type of a Messages request body (non-streaming)."""
 
 _STRIP = {typing.Required, typing.NotRequired, typing.ReadOnly} if hasattr(typing, "ReadOnly") else {
     typing.Required, typing.NotRequired}

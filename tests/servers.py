@@ -1,6 +1,7 @@
-"""Real servers on 127.0.0.1 for the distributed tests: moto's S3 server (``moto[server]``, the test extra)
-and Debian's ``redis-server`` (started here when it is on PATH, persistence off; skipped otherwise, failed under
-CI: ``needs``), and a TCP proxy in front of one to cut a client off from it (``TcpProxy``: a server down, a network partition)."""
+"""Real servers on 127.0.0.1 for the distributed tests: moto's S3 server (``moto[server]``, the test
+extra) and Debian's ``redis-server`` (started here when it is on PATH, persistence off), each skipped
+when missing and failed under CI (``needs``, ``need``, ``unavailable``), and a TCP proxy in front of one
+to cut a client off from it (``TcpProxy``: a server down, a network partition)."""
 from __future__ import annotations
 
 import asyncio
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -49,12 +51,18 @@ class S3:
 @contextlib.contextmanager
 def moto_s3(monkeypatch: pytest.MonkeyPatch | None = None) -> Iterator[S3]:
     """A ThreadedMotoServer on 127.0.0.1 (a random port) with one bucket; with ``monkeypatch``, this
-    process's environment gets the credentials and ``AWS_ENDPOINT_URL_S3`` too."""
-    from moto.server import ThreadedMotoServer
-
+    process's environment gets the credentials and ``AWS_ENDPOINT_URL_S3`` too. A moto that is missing
+    or cannot start skips the test, and fails it under CI (``CI`` set), as ``need`` does."""
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError as exc:
+        unavailable(f"moto[server] is not installed ({exc}): the test extra has it")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
+    try:
+        server.start()
+    except Exception as exc:  # noqa: BLE001 - whatever stops it, the test cannot run
+        unavailable(f"moto's S3 server did not start: {type(exc).__name__}: {exc}")
     try:
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
@@ -86,14 +94,19 @@ def needs(why: str | None) -> pytest.MarkDecorator:
     return pytest.mark.skip(reason=why)
 
 
+def unavailable(message: str) -> NoReturn:
+    """A real server or program the test needs is missing: skip, or under CI (``CI`` set) fail, saying
+    ``message``: CI installs every such server, so a failed install cannot pass as skipped tests."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (.ci/run installs it)", pytrace=False)
+    pytest.skip(message)
+
+
 def need(program: str, why: str = "a test runs it") -> str:
     """The path of ``program``, else a skip (a failure under CI) saying ``why`` it is needed."""
     path = shutil.which(program) or (f"/usr/bin/{program}" if Path(f"/usr/bin/{program}").exists() else None)
     if path is None:
-        message = f"{program} is not installed: {why}"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message} (.ci/run installs it)")
-        pytest.skip(message)
+        unavailable(f"{program} is not installed: {why}")
     return path
 
 

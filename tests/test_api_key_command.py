@@ -52,6 +52,7 @@ def test_the_commands_output_is_read_as_documented():
         assert SECRET not in str(caught.value)
 
 
+@pytest.mark.process
 async def test_the_token_is_renewed_before_its_stated_expiry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     command = KeyCommand(token_script(tmp_path, 'print(json.dumps({"access_token": f"tok-{n}", "expires_in": 3600}))'),
                          "m")
@@ -67,6 +68,7 @@ async def test_the_token_is_renewed_before_its_stated_expiry(tmp_path: Path, mon
     assert command.secrets == (b"tok-1", b"tok-2", b"tok-3")
 
 
+@pytest.mark.process
 async def test_a_failing_command_names_its_status_and_stderr_never_its_output(tmp_path: Path):
     command = KeyCommand(token_script(tmp_path, f"print({SECRET!r})\nprint('not logged in', file=sys.stderr)\n"
                                                 "sys.exit(3)\n"), "openai:m")
@@ -79,6 +81,7 @@ async def test_a_failing_command_names_its_status_and_stderr_never_its_output(tm
         KeyCommand("  ", "m")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("stream", ["auto", "always"])  # always: renewed for streamed requests too
 async def test_a_401_renews_the_token_and_the_run_goes_on_with_it_nowhere_but_the_header(
         data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture, stream: str):
@@ -116,6 +119,7 @@ async def test_a_401_renews_the_token_and_the_run_goes_on_with_it_nowhere_but_th
     _nowhere(SECRET, [cache, out], captured.out + captured.err)
 
 
+@pytest.mark.process
 async def test_a_token_refused_again_stops_the_provider_and_its_echo_is_redacted(data_dir: Path, tmp_path: Path,
                                                                                  capsys: pytest.CaptureFixture):
     command = token_script(tmp_path, f"print('tok-{SECRET}')\n")
@@ -140,6 +144,7 @@ def _nowhere(secret: str, folders: list[Path], text: str) -> None:
     assert secret not in text
 
 
+@pytest.mark.process
 async def test_a_command_that_fails_at_the_start_is_a_usage_error(data_dir: Path, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture):
     command = token_script(tmp_path, f"print({SECRET!r})\nprint('run gcloud auth login', file=sys.stderr)\nsys.exit(1)\n")

@@ -11,7 +11,6 @@ import orjson
 import polars as pl
 import pytest
 
-from dxi.cache import Cache
 from dxi.cache.ledger import Ledger
 from dxi.runner import session
 from dxi.runner.batch.options import BatchOptions
@@ -19,51 +18,12 @@ from dxi.runner.cli import main
 from dxi.runner.planning import plan
 from dxi.runner.planning.deadline import parse_deadline
 
-from .conftest import without_requests
 from .fake_provider import serve
+from .helpers.batches import POLL, iso_in, model, rows, run, run_plan, same_answers, summary
 from .synthetic import data_dir as synthetic_data
 
-URLS = {"openai": "{}/v1", "anthropic": "{}", "gemini": "{}"}
-POLL = ("--poll", "0.02")
 
-
-def model(kind: str, url: str) -> str:
-    return f"{kind}:m@{URLS[kind].format(url)}"
-
-
-def run(kind: str, url: str, data: Path, tmp: Path, cache: str = "cache", out: str = "out", batch: bool = True,
-        deadline: str | None = None, fallback: str = "none", **fields) -> int:
-    """``dxi run [--batch --poll 0.02] --model KIND:m@URL -q``'s work (``session.run``) with ``fields``
-    (``PlanInputs``) and ``deadline`` / ``fallback`` as ``--deadline`` / ``--deadline-fallback`` take them: its
-    exit code."""
-    return run_plan(plan.build(models=[model(kind, url)], data_dir=data, cache_dir=tmp / cache, out=tmp / out,
-                               batch=batch, **fields), deadline, fallback, poll=batch)
-
-
-def run_plan(p: plan.Plan, deadline: str | None = None, fallback: str = "none", poll: bool = True) -> int:
-    """``session.run`` of ``p`` as ``dxi run [--poll 0.02] -q`` runs it (``poll``: the short wait): its exit code."""
-    options = BatchOptions(deadline=None if deadline is None else parse_deadline(deadline),
-                           **({"poll_s": float(POLL[1])} if poll else {}))
-    return session.run(p, batch_options=options, fallback_sync=fallback == "sync").exit_code
-
-
-def summary(path: Path) -> dict:
-    return orjson.loads((path / "summary.json").read_bytes())
-
-
-def same_answers(s: dict) -> dict:
-    """A summary without what depends on the run (``requests`` and the measured latencies:
-    ``without_requests``) or records the transport (``usage.batch``)."""
-    out = without_requests(s)
-    for m in out["models"]:
-        m["usage"] = {k: v for k, v in m["usage"].items() if k != "batch"}
-    return out
-
-
-def rows(cache: Path) -> pl.DataFrame:
-    return Cache(cache).scan().collect().sort("key")
-
-
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_a_batch_run_stores_the_rows_and_summary_a_synchronous_run_does(kind: str, data_dir: Path, tmp_path: Path):
     with serve(model=None, record=False) as server:
@@ -100,6 +60,7 @@ def test_a_batch_run_stores_the_rows_and_summary_a_synchronous_run_does(kind: st
     assert [(e.phase, e.requests, e.stored, e.kind) for e in entries] == [("collected", 12, 12, kind)]
 
 
+@pytest.mark.process
 def test_gemini_sends_its_requests_in_a_file_through_the_files_api(data_dir: Path, tmp_path: Path):
     """Always a file, whose result lines carry each request's key (inline responses may lose their metadata)."""
     with serve(model=None, record=False) as server:
@@ -110,6 +71,7 @@ def test_gemini_sends_its_requests_in_a_file_through_the_files_api(data_dir: Pat
     assert same_answers(summary(tmp_path / "out")) == same_answers(summary(tmp_path / "sync-out"))
 
 
+@pytest.mark.process
 def test_several_batches_per_model_are_in_flight_at_once(tmp_path: Path):
     data = synthetic_data(tmp_path / "data", 50, seed=1)
     with serve(model=None, record=False, batch={"polls": 3}) as server:
@@ -122,6 +84,7 @@ def test_several_batches_per_model_are_in_flight_at_once(tmp_path: Path):
     assert stats["batch_polls"] <= 5 * 5  # a few reads per batch, never a busy loop
 
 
+@pytest.mark.process
 def test_a_batch_that_expires_half_done_gives_back_the_rest_for_the_next_batch(data_dir: Path, tmp_path: Path):
     with serve(model=None, record=False, batch={"script": ["expired"]}) as server:
         assert run("anthropic", server.url, data_dir, tmp_path) == 0
@@ -133,6 +96,7 @@ def test_a_batch_that_expires_half_done_gives_back_the_rest_for_the_next_batch(d
     assert rows(tmp_path / "cache")["status"].to_list() == ["ok"] * 12
 
 
+@pytest.mark.process
 def test_a_batch_the_provider_loses_is_submitted_again(data_dir: Path, tmp_path: Path):
     with serve(model=None, record=False, batch={"script": ["lost"]}) as server:
         assert run("openai", server.url, data_dir, tmp_path) == 0
@@ -142,11 +106,8 @@ def test_a_batch_the_provider_loses_is_submitted_again(data_dir: Path, tmp_path:
     assert rows(tmp_path / "cache").height == 12
 
 
-def iso_in(seconds: float) -> str:
-    """A local ISO time ``seconds`` from now (as a user writes --deadline)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + seconds))
 
-
+@pytest.mark.process
 @pytest.mark.parametrize("fallback", ["none", "sync"])
 def test_at_the_deadline_the_batches_are_cancelled_and_what_they_did_is_kept(data_dir: Path, tmp_path: Path,
                                                                               fallback: str):
@@ -166,6 +127,7 @@ def test_at_the_deadline_the_batches_are_cancelled_and_what_they_did_is_kept(dat
         assert summary(tmp_path / "out")["models"][0]["decision_index"] is None  # answers missing: no index
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_per_line_errors_are_classified_as_synchronous_replies_are(kind: str, tmp_path: Path):
     """Out of 200 requests, seeded per key and submission: 400s are stored as deterministic failures; 500s,
@@ -188,6 +150,7 @@ def test_per_line_errors_are_classified_as_synchronous_replies_are(kind: str, tm
     assert stats["batch_creates"] >= 3 and stats["sdk_problems"] == 0
 
 
+@pytest.mark.process
 def test_the_cost_bound_reserves_each_batch_worst_case_before_submitting_it(data_dir: Path, tmp_path: Path):
     run_file = tmp_path / "run.toml"
     with serve(model=None, record=False) as server:
@@ -253,6 +216,7 @@ provider = "embedded"
     assert docs[1]["batch"]["synchronous"] == ["embedded:sparrow-nano-general-v1.1"] and "batch" not in docs[0]
 
 
+@pytest.mark.process
 def test_models_without_a_batch_api_stay_synchronous_and_the_run_says_so(data_dir: Path, tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture):
     with serve(model=None, record=False) as server:
@@ -266,6 +230,7 @@ def test_models_without_a_batch_api_stay_synchronous_and_the_run_says_so(data_di
     assert transports.rows() == [("embedded", ["sync"]), ("openai", ["batch"])]
 
 
+@pytest.mark.process
 def test_a_run_without_batch_collects_open_batches_instead_of_sending_them_again(data_dir: Path, tmp_path: Path):
     """An earlier --batch run stopped (Ctrl-C leaves its batch running); the rerun without --batch collects it."""
     with serve(model=None, record=False, batch={"polls": 2}) as server:
@@ -277,6 +242,7 @@ def test_a_run_without_batch_collects_open_batches_instead_of_sending_them_again
     assert stats["batch_lines"] == 4 and stats["arrivals"] == 8  # 1 of each evaluation by batch, 8 one call at a time
 
 
+@pytest.mark.process
 def test_in_log_mode_a_models_last_progress_line_follows_its_last_collection(data_dir: Path, tmp_path: Path):
     """Logs (no terminal): the model's last line comes once its batch is collected, saying so, not when its last
     row is stored (the batch still shown running)."""
@@ -308,12 +274,13 @@ def leave_a_batch_running(url: str, data: Path, cache: Path, out: Path) -> None:
            "--cache-dir", str(cache), "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     for line in proc.stdout:  # the batch is submitted: stop the run as Ctrl-C would, leaving it running
-        if "submitted" in line:
-            break
+        if " submitted (" in line:  # its own line ("batch ID submitted (12 requests, ...)"), not the progress
+            break  # line's count ("batches 0 submitted"), which may come first
     proc.send_signal(signal.SIGINT)
     assert proc.wait(60) == 130
 
 
+@pytest.mark.process
 def test_open_batches_are_listed_collected_and_cancelled_from_python(data_dir: Path, tmp_path: Path):
     """``runner.open_batches``, the library under ``dxi batches``: a batch left running is listed, polled without
     being collected, cancelled (half its requests answered by then) and collected; nothing is submitted."""
@@ -349,6 +316,7 @@ def test_open_batches_are_listed_collected_and_cancelled_from_python(data_dir: P
     assert any("(cancel asked)" in line for line in said) and rows(cache).height == 6
 
 
+@pytest.mark.process
 def test_answers_collected_from_an_earlier_runs_batch_are_counted_in_the_requests_block(data_dir: Path,
                                                                                      tmp_path: Path):
     """A batch left running, then cancelled (half its 12 requests answered): the rerun without --batch collects
@@ -366,6 +334,7 @@ def test_answers_collected_from_an_earlier_runs_batch_are_counted_in_the_request
     assert (requests["batches"]["collected"], requests["batches"]["given_back"]) == (1, 6)
 
 
+@pytest.mark.process
 def test_dxi_batches_lists_collects_and_cancels(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     cache = tmp_path / "cache"
     with serve(model=None, record=False, batch={"polls": 100000}) as server:
@@ -417,6 +386,7 @@ def test_the_deadline_is_the_next_such_time_or_an_iso_time_and_bad_values_are_re
     assert "expected HH:MM" in err and "give --batch too" in err and "argument --poll: expected a number above 0" in err
 
 
+@pytest.mark.process
 def test_a_batch_whose_rows_are_all_in_the_cache_is_closed_without_the_network(data_dir: Path, tmp_path: Path):
     """Killed after the last row of a collection and before its record: the next run needs nothing of that
     model (it is all cached, not even started), and closes the entry from the cache alone."""
@@ -436,6 +406,7 @@ def test_a_batch_whose_rows_are_all_in_the_cache_is_closed_without_the_network(d
     assert (entry.phase, entry.closed) == ("collected", True)
 
 
+@pytest.mark.process
 def test_the_enqueued_token_limit_keeps_open_batches_under_it(tmp_path: Path):
     data = synthetic_data(tmp_path / "data", 60, seed=9)
     with serve(model=None, record=False, batch={"polls": 2}) as server:

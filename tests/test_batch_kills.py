@@ -1,8 +1,8 @@
 """Batch mode under kill -9 (docs/batch.md, "What the ledger guarantees"): ``dxi run --batch`` killed at each
 step of a batch's life, then run again, checked at the fake server: zero lost answers (every request ends in
 the cache) and zero requests submitted twice (each key in one batch only), with the summary of a
-synchronous run. Also two ``dxi run --batch`` started together on one cache, and kill -9 at ten random
-moments of a run of many batches.
+synchronous run. Also two ``dxi run --batch`` started together on one cache, and kill -9 at ten points
+of a run of many batches, each chosen from the run's events.
 
 Steps: ``DXI_FAILPOINT`` (``runner.batch.driver.failpoint``) kills the process right after a named step; the fake's
 ``hold`` stalls the first arrival at a step (the upload, a status read, the download of the results half
@@ -12,7 +12,6 @@ has none, by its creation time and size (the window no tag closes, tested here w
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import time
@@ -25,24 +24,15 @@ from dxi.cache import Cache
 from dxi.cache.ledger import Ledger
 from dxi.runner.cli import main
 
-from .conftest import DXI, without_requests
 from .fake_provider import serve
+from .helpers import events
+from .helpers.batches import URLS, command, same_answers
 from .synthetic import data_dir as synthetic_data
 
-URLS = {"openai": "{}/v1", "anthropic": "{}", "gemini": "{}"}
+pytestmark = pytest.mark.process
+
 _REFERENCE: dict[tuple, dict] = {}
 
-
-def command(kind: str, url: str, data: Path, tmp: Path, *extra: str, quiet: bool = True) -> list[str]:
-    return [DXI, "run", "--batch", "--poll", "0.05", "--model", f"{kind}:m@{URLS[kind].format(url)}", "--data-dir",
-            str(data), "--cache-dir", str(tmp / "cache"), "--out", str(tmp / "out"), *(["-q"] if quiet else []), *extra]
-
-
-def same_answers(s: dict) -> dict:
-    out = without_requests(s)
-    for m in out["models"]:
-        m["usage"] = {k: v for k, v in m["usage"].items() if k != "batch"}
-    return out
 
 
 def reference(kind: str, data: Path, tmp: Path) -> dict:
@@ -108,10 +98,11 @@ def test_kill_9_right_after_a_step_then_rerun(kind: str, point: str, data_dir: P
 def test_kill_9_while_uploading_polling_or_downloading_then_rerun(step: str, tmp_path: Path):
     data = synthetic_data(tmp_path / "data", 40, seed=3)
     with serve(model=None, record=False, batch={"polls": 1, "hold": {step: 60}}) as server:
-        proc = subprocess.Popen(command("openai", server.url, data, tmp_path))
+        log = tmp_path / "events.jsonl"
+        proc = subprocess.Popen(command("openai", server.url, data, tmp_path), env=events.env(log))
         wait_for(server, f"arrived_{step}", proc)
         if step == "download":
-            time.sleep(0.5)  # the first half of the results read and appended
+            events.wait(log, "append:1", proc)  # the first half of the results read and appended
         proc.send_signal(signal.SIGKILL)
         assert proc.wait() == -signal.SIGKILL
         if step == "download":
@@ -133,20 +124,32 @@ def test_two_batch_runs_started_together_on_one_cache_submit_each_request_once(t
     assert sum("waiting for it to end" in o for o in outs) == 1  # the second waited for the first, naming it
 
 
-def test_kill_9_at_ten_random_moments_loses_no_answer_and_submits_nothing_twice(tmp_path: Path):
-    """The acceptance test: 160 requests in batches of 16, kill -9 at ten random moments, each followed by a
-    rerun that is killed in turn, then a last run to the end."""
+# Ten kills in a row, each chosen from the events of the run it cuts (each run is killed the first time it
+# reaches its point; its rerun starts from what it left). First the steps of making a batch: before and
+# after an upload, between the provider's create and its record, after a submit; a run killed there has
+# made one batch at most, so 7 such runs leave work for every later point, whatever the timing. Then after
+# the append that stored a run's N-th answer (mid-collection: more results still to read), and last,
+# mid-compaction of the cache's log.
+KILL_POINTS = ["intent", "uploaded", "upload_reply", "created", "submitted", "created", "submitted", "append:5",
+               "append:20", "compaction:1"]
+
+
+def test_kill_9_at_ten_points_of_the_run_loses_no_answer_and_submits_nothing_twice(tmp_path: Path):
+    """The acceptance test: 160 requests in batches of 16, ten runs each killed with SIGKILL at a point of
+    its own run (``KILL_POINTS``: a batch step through ``DXI_FAILPOINT``, a compaction through
+    ``tests.helpers.events``), each point asserted reached, then a last run to the end."""
     tasks = 160
     data = synthetic_data(tmp_path / "data", tasks, seed=8)
-    rng = random.Random(20261201)
-    kills = []
+    log = tmp_path / "events.jsonl"
     with serve(model=None, record=False, batch={"polls": 4, "line_faults": {"transient": 0.03}}) as server:
-        for _ in range(10):
-            proc = subprocess.Popen(command("openai", server.url, data, tmp_path, "--batch-size", "16"))
-            time.sleep(rng.uniform(0.4, 3.0))
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-            kills.append(proc.wait())
+        for i, point in enumerate(KILL_POINTS):
+            env = events.env(log, kill_at=point if point.startswith("compaction") else None)
+            if not point.startswith("compaction"):
+                env["DXI_FAILPOINT"] = point
+            killed = subprocess.run(command("openai", server.url, data, tmp_path, "--batch-size", "16"), env=env,
+                                    timeout=300)
+            assert killed.returncode == -signal.SIGKILL, f"kill {i + 1} at {point}: the run ended before it"
+        assert events.reached(log, "compaction:1")
         final = subprocess.run(command("openai", server.url, data, tmp_path, "--batch-size", "16"), timeout=300)
         assert final.returncode == 0
         stats = server.stats()
@@ -156,7 +159,6 @@ def test_kill_9_at_ten_random_moments_loses_no_answer_and_submits_nothing_twice(
         # submitted twice only when a batch gave a request back (a transient error inside it): never by a kill
         assert stats["batch_resubmitted"] == stats["batch_line_transient"]
         assert stats["batch_answers"] == tasks  # each request answered once
-    assert kills.count(-signal.SIGKILL) >= 5  # most runs were cut (a fast one may end first)
     assert same_answers(orjson.loads((tmp_path / "out" / "summary.json").read_bytes())) == reference("openai", data, tmp_path)
 
 

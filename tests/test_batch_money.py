@@ -19,8 +19,7 @@ from dxi.cache.ledger import Ledger
 from dxi.runner.cli import main
 
 from .fake_provider import serve
-from .test_batch import POLL, iso_in, model, rows, run, same_answers, summary
-from .test_batch_kills import command
+from .helpers.batches import POLL, command, iso_in, model, rows, run, same_answers, summary
 
 
 def dxi_run(kind: str, url: str, data: Path, tmp: Path, *extra: str) -> list[str]:
@@ -38,6 +37,7 @@ def killed_at(failpoint: str, kind: str, url: str, data: Path, tmp: Path) -> Non
 
 
 # ---- 1. Gemini: matched by the key the file carries, never by position ---------------------------
+@pytest.mark.process
 def test_gemini_answers_are_matched_by_the_keys_of_its_jsonl_file_when_inline_metadata_is_dropped(
         data_dir: Path, tmp_path: Path):
     """The backend drops inline responses' ``metadata`` and their order (python-genai #2008, #1909):
@@ -52,6 +52,7 @@ def test_gemini_answers_are_matched_by_the_keys_of_its_jsonl_file_when_inline_me
     assert same_answers(summary(tmp_path / "out")) == same_answers(summary(tmp_path / "sync-out"))
 
 
+@pytest.mark.process
 def test_a_batch_that_succeeded_and_matches_none_of_its_ids_stops_the_model_and_is_never_resubmitted(
         data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
     """Inline requests (as earlier versions sent them) whose responses come back without their
@@ -106,6 +107,7 @@ def test_the_stop_of_a_batch_that_matched_none_of_its_ids_holds_for_the_next_run
 
 
 # ---- 2. several batches that may be one lost create ----------------------------------------------
+@pytest.mark.process
 def test_every_batch_that_may_be_a_lost_anthropic_create_is_adopted_and_only_its_own_results_kept(
         data_dir: Path, tmp_path: Path):
     """Killed between Anthropic's reply to the create and the ledger's record; meanwhile another
@@ -135,6 +137,7 @@ def test_every_batch_that_may_be_a_lost_anthropic_create_is_adopted_and_only_its
     assert m["batches"]["unknown_results"] == 0 and m["batches"]["given_back"] == 0  # the other's: not counted
 
 
+@pytest.mark.process
 def test_a_lost_gemini_create_is_found_whatever_order_the_listing_gives(data_dir: Path, tmp_path: Path):
     """Gemini's batch listing has no documented order: here it lists 250 older batches of another
     client first. The batch is found by its tag on the last page and adopted; nothing is submitted
@@ -148,73 +151,7 @@ def test_a_lost_gemini_create_is_found_whatever_order_the_listing_gives(data_dir
     assert (entry.phase, entry.stored, entry.guessed) == ("collected", 12, False)
 
 
-def _other_clients_batch(url: str, data: Path) -> str:
-    """A batch of 12 requests (the suite's size) made by another client through the anthropic SDK:
-    its id."""
-    import anthropic
-
-    from dxi import adapters
-    from dxi.evals import Suite, discover
-
-    client = anthropic.Anthropic(base_url=url, api_key="sk-ant-test-0123456789")
-    theirs = adapters.get(adapters.ModelSpec("anthropic", "theirs", url, {}, {}))
-    params = orjson.loads(theirs.encode(next(iter(Suite(discover(data)).tasks()))).body)
-    return client.messages.batches.create(requests=[{"custom_id": f"theirs-{n}", "params": params}
-                                                    for n in range(12)]).id
-
-
-def _shift_intent(cache: Path, seconds: float) -> None:
-    """Move the ``at`` of the ledger's intent by ``seconds``: this machine's clock was that far
-    off."""
-    ledger = cache / "batches" / "ledger.jsonl"
-    events = [orjson.loads(line) for line in ledger.read_bytes().splitlines()]
-    (intent,) = [e for e in events if e["event"] == "intent"]
-    intent["at"] += seconds
-    ledger.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
-
-
-@pytest.mark.parametrize(("clock", "offset"), [("provider", 600), ("provider", -600), ("ours", 600),
-                                               ("ours", -600)])
-def test_a_lost_anthropic_create_is_found_however_far_the_clocks_differ(
-        clock: str, offset: int, data_dir: Path, tmp_path: Path):
-    """Killed between Anthropic's reply to the create and the ledger's record, with the provider's
-    clock (or this machine's, when the intent was recorded) 10 minutes ahead or behind: the batch
-    is found among those listed after the newest one listed before the create (the provider's own
-    order and clock), adopted and collected; nothing is submitted twice."""
-    config = {"clock_offset": offset} if clock == "provider" else {}
-    with serve(model=None, record=False, batch=config) as server:
-        killed_at("created", "anthropic", server.url, data_dir, tmp_path)
-        if clock == "ours":
-            _shift_intent(tmp_path / "cache", offset)
-        assert run("anthropic", server.url, data_dir, tmp_path) == 0
-        stats = server.stats()
-    assert (stats["batch_creates"], stats["batch_resubmitted"], stats["batch_keys"]) == (1, 0, 12)
-    (entry,) = Ledger(tmp_path / "cache").entries().values()
-    assert (entry.phase, entry.stored, entry.guessed) == ("collected", 12, True)
-
-
-def test_a_create_that_never_happened_is_proven_so_and_an_older_batch_is_not_adopted(
-        data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
-    """Another client made a batch of the same size a moment before dxi's intent; dxi was killed
-    before its create. The listing read back to that batch (the newest before the create) holds
-    nothing newer: the entry was never created, said as such; the other client's batch is not
-    adopted."""
-    with serve(model=None, record=False, batch={"clock_offset": -600}) as server:
-        other = _other_clients_batch(server.url, data_dir)
-        killed_at("intent", "anthropic", server.url, data_dir, tmp_path)
-        assert main(dxi_run("anthropic", server.url, data_dir, tmp_path)) == 0
-        stats = server.stats()
-    out = " ".join(capsys.readouterr().out.split())
-    assert (stats["batch_creates"], stats["batch_resubmitted"], stats["batch_keys"]) == (2, 0, 24)
-    entries = Ledger(tmp_path / "cache").entries().values()
-    assert other not in {e.batch_id for e in entries}
-    (abandoned,) = [e for e in entries if e.abandoned]
-    assert abandoned.ref == {"newest": other, "created_at": abandoned.ref["created_at"]}
-    assert "none of the 0 batches it lists has its 12 requests" in abandoned.abandoned
-    assert "it was never created" in out
-    assert sorted(e.phase for e in entries) == ["abandoned", "collected"]
-
-
+@pytest.mark.process
 def test_a_batch_is_never_said_never_created_on_a_search_that_proves_nothing(data_dir: Path, tmp_path: Path,
                                                                              capsys: pytest.CaptureFixture):
     """An entry recorded without the provider's listing to go by (an earlier version's ledger): a
@@ -238,6 +175,7 @@ def test_a_batch_is_never_said_never_created_on_a_search_that_proves_nothing(dat
 
 
 # ---- 4. results past the provider's retention ----------------------------------------------------
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_results_gone_at_the_provider_give_the_requests_back_once(kind: str, data_dir: Path, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture):
@@ -257,6 +195,7 @@ def test_results_gone_at_the_provider_give_the_requests_back_once(kind: str, dat
 
 
 # ---- 5. a host without a batch API ---------------------------------------------------------------
+@pytest.mark.process
 def test_a_host_without_the_files_endpoint_stops_the_models_batch_mode_and_counts_its_requests_once(
         data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     with serve(model=None, record=False, batch={"no_files": True}) as server:
@@ -309,6 +248,7 @@ batch = {batch}
 
 
 # ---- 7. result lines of unknown and repeated ids -------------------------------------------------
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_result_lines_of_unknown_or_repeated_ids_are_counted_and_said(kind: str, data_dir: Path, tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture):
@@ -326,6 +266,7 @@ def test_result_lines_of_unknown_or_repeated_ids_are_counted_and_said(kind: str,
 
 
 # ---- 9. input files uploaded just before a kill --------------------------------------------------
+@pytest.mark.process
 @pytest.mark.parametrize(("kind", "failpoint"), [("openai", "upload_reply"), ("openai", "uploaded"),
                                                  ("gemini", "upload_reply"), ("gemini", "uploaded")])
 def test_an_input_file_uploaded_just_before_a_kill_is_deleted_by_the_rerun(kind: str, failpoint: str, data_dir: Path,
@@ -381,6 +322,7 @@ def test_the_files_of_a_batch_are_deleted_at_the_provider_once_it_is_collected_a
 
 
 # ---- a full disk ---------------------------------------------------------------------------------
+@pytest.mark.process
 def test_a_full_disk_under_batch_mode_stops_as_a_synchronous_run_does(data_dir: Path, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture):
@@ -408,6 +350,7 @@ def test_a_full_disk_under_batch_mode_stops_as_a_synchronous_run_does(data_dir: 
 
 
 # ---- after the deadline --------------------------------------------------------------------------
+@pytest.mark.process
 def test_a_cancelled_batch_is_polled_promptly_after_the_deadline(data_dir: Path, tmp_path: Path):
     """At the deadline the batch (running for a few seconds: its status reads were growing apart) is
     cancelled; it stays ``cancelling`` for three reads. Those reads come every --poll, not at the
@@ -419,6 +362,7 @@ def test_a_cancelled_batch_is_polled_promptly_after_the_deadline(data_dir: Path,
     assert entry.ended_at - entry.cancel_at < 1.0
 
 
+@pytest.mark.process
 def test_the_batch_progress_line_shows_batches_open_and_answers_collected_not_a_rate(data_dir: Path, tmp_path: Path):
     import io
 

@@ -31,6 +31,7 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> list:
     return list(Suite(discover(fixture_data(tmp_path_factory.mktemp("data")))).tasks())
 
 
+@pytest.mark.process
 def test_the_official_clients_drive_the_fake_batch_servers(tasks: list):
     import anthropic
     import openai

@@ -156,6 +156,7 @@ def _check_against_enumeration(
     return row
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_omniscience_bounds_are_the_extremes_over_every_completion(seed: int):
     # gold A everywhere; each open answer right (A), a wrong pick (B) or "I don't know" (E): 3^k

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
+import signal
 import subprocess
 import sys
 import textwrap
@@ -19,17 +19,8 @@ import pytest
 from dxi.adapters import Request
 from dxi.cache import SCHEMA, Cache, layout
 
-
-def row(key: str, status: str = "ok", error_kind: str | None = None, created_at: float = 1.0, **extra) -> dict:
-    base = {"key": key, "provider": "embedded", "model": "m", "endpoint": "/v1/systemone", "params": "{}",
-            "sample": 0, "prompt_version": "p", "eval": "when2call", "task_id": f"when2call/{key}",
-            "task_digest": "d", "request_body": "{}", "status": status, "error": None, "error_kind": error_kind,
-            "http_status": None, "attempts": 1, "raw_reply": None, "served_model": None, "input_tokens": None,
-            "output_tokens": None, "latency_ms": 1.0, "created_at": created_at,
-            "answers": [{"question_id": "answer", "status": "ok", "predicted": "A", "p_predicted": 0.9, "p_yes": None,
-                         "probabilities": [{"option": "A", "p": 0.9}, {"option": "B", "p": 0.1}],
-                         "error": None, "warning": None}] if status != "failed" else None}
-    return base | extra
+from .helpers import events
+from .helpers.rows import read_only_files, row
 
 
 def test_request_key_covers_everything_but_secrets():
@@ -116,7 +107,7 @@ KILLED_WRITER = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})
     from dxi.cache import Cache
-    from tests.test_cache import row
+    from tests.helpers.rows import row
     cache = Cache({path!r})
     for i in range(5):
         cache.append(row(f"k{{i}}"))
@@ -125,6 +116,7 @@ KILLED_WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.process
 def test_rows_survive_sigkill_and_a_truncated_record_is_dropped(tmp_path: Path):
     root = str(Path(__file__).parents[1])
     proc = subprocess.run([sys.executable, "-c", KILLED_WRITER.format(root=root, path=str(tmp_path))])
@@ -170,13 +162,14 @@ def test_empty_cache_scans_with_the_schema(tmp_path: Path):
     assert frame.height == 0 and "answers" in frame.columns
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_two_writers_on_one_cache(tmp_path: Path):
     code = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).parents[1])!r})
         from dxi.cache import Cache
-        from tests.test_cache import row
+        from tests.helpers.rows import row
         with Cache({str(tmp_path)!r}) as cache:
             for i in range(2000):
                 cache.append(row(f"{{sys.argv[1]}}{{i}}"))
@@ -278,7 +271,7 @@ APPENDER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
     from dxi.cache import Cache
-    from tests.test_cache import row
+    from tests.helpers.rows import row
     cache = Cache({path!r}, roll_rows=40)
     for i in range(100_000):
         key = f"{{sys.argv[1]}}-{{i}}"
@@ -287,22 +280,35 @@ APPENDER = textwrap.dedent("""
 """)
 
 
-def test_rows_appended_survive_kills_at_random_moments_while_logs_roll_and_compact(tmp_path: Path):
+# Each run is killed at a point of its own events: after its N-th append returned (the appender prints the
+# key), or mid-compaction (``tests.helpers.events``: a log's shard written, not yet in place, the log kept),
+# of a log it rolled or of the killed writer's log it recovered at start.
+KILL_POINTS = ["append:97", "compaction:1", "append:260", "compaction:3"]
+
+
+@pytest.mark.process
+def test_rows_appended_survive_kills_at_points_of_the_run_while_logs_roll_and_compact(tmp_path: Path):
     root = str(Path(__file__).parents[1])
-    rng = random.Random(11)
     appended: list[str] = []
-    for run in range(4):
+    for run, point in enumerate(KILL_POINTS):
+        event, n = point.split(":")
+        log = tmp_path.parent / f"events-{run}.jsonl"
+        env = events.env(log, kill_at=point if event == "compaction" else None)
         proc = subprocess.Popen([sys.executable, "-c", APPENDER.format(root=root, path=str(tmp_path)), f"r{run}"],
-                                stdout=subprocess.PIPE)
-        for _ in range(rng.randrange(60, 400)):
-            appended.append(proc.stdout.readline().decode().strip())
-        proc.kill()
-        proc.wait()
+                                stdout=subprocess.PIPE, env=env)
+        if event == "append":
+            appended += [proc.stdout.readline().decode().strip() for _ in range(int(n))]
+            proc.kill()
+        else:  # it kills itself there: every whole line it printed is a row whose append had returned
+            appended += [line.decode().strip() for line in proc.stdout if line.endswith(b"\n")]
+        assert proc.wait() == -signal.SIGKILL
+        assert event == "append" or events.reached(log, point)
         cache = Cache(tmp_path)  # recovers the killed writer's logs
         assert all(cache.has_many(appended))  # every row whose append had returned
         keys = cache.scan().select("key").collect()["key"]
         assert keys.n_unique() == keys.len()  # and none twice
     assert list(tmp_path.glob("wal/*.jsonl")) == []
+    assert len(appended) > 97 + 260
 
 
 def test_a_shard_written_before_a_column_existed_reads_beside_newer_ones(tmp_path: Path):
@@ -347,15 +353,3 @@ def test_a_cache_that_cannot_be_written_is_still_read(tmp_path: Path, monkeypatc
         cache.append(row("k2"))
 
 
-def read_only_files(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cache's ``os.open`` as on a read-only file system: creating a file fails with EROFS."""
-    from dxi.cache import store
-
-    real_open = os.open
-
-    def read_only(path, flags, *args):
-        if flags & os.O_CREAT:
-            raise OSError(30, "Read-only file system")
-        return real_open(path, flags, *args)
-
-    monkeypatch.setattr(store.os, "open", read_only)

@@ -7,17 +7,19 @@ import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from dxi.cache import Cache
 
 from .conftest import DXI
-from .test_cache import row
+from .helpers.rows import row
 
 
 def _key(i: int) -> str:
     return hashlib.sha256(f"k{i}".encode()).hexdigest()
 
 
+@pytest.mark.process
 def test_two_compactions_at_once_with_different_groups_lose_no_row(tmp_path: Path):
     """600 keys in 200 shards of 3 rows; ``--target-rows 7`` and ``--target-rows 11`` group them differently,
     so without the lock each deleted shards whose rows the other had just merged (600 keys became 350).

@@ -1,10 +1,10 @@
 """The chaos test: 5,000 tasks against the fault-injecting provider, ``dxi run`` killed with SIGKILL at five
-seeded random moments and resumed each time. It must end with exactly one record per task, every answer
+points of the run (after 700, 1,600, 2,600 and 3,700 answers sent; mid-compaction of the log as a run
+ends) and resumed each time. It must end with exactly one record per task, every answer
 the provider sent either in the cache or re-requested only because it was in flight at a kill, a summary
 identical to an uninterrupted run, and no more requests than tasks + retries + what was in flight."""
 from __future__ import annotations
 
-import random
 import signal
 import subprocess
 import time
@@ -12,16 +12,21 @@ from pathlib import Path
 
 import orjson
 import polars as pl
+import pytest
 
 from dxi.cache import Cache
 
 from .conftest import DXI, without_requests
 from .fake_provider import serve
+from .helpers import events
 from .synthetic import data_dir
+
+pytestmark = pytest.mark.process
 
 TASKS = 5000
 MAX_IN_FLIGHT = 64
-KILLS = 5
+KILL_AT_ANSWERS = (700, 1600, 2600, 3700)  # then a fifth kill, mid-compaction
+KILLS = len(KILL_AT_ANSWERS) + 1
 # per attempt: 10% 429 (Retry-After 0.01 s), 5% 5xx, 2% timeouts, 2% connection resets, 3% malformed bodies
 FAULTS = {"rate_limit": 0.10, "server_error": 0.05, "hang": 0.02, "reset": 0.02, "malformed": 0.03,
           "retry_after": "0.01"}
@@ -40,24 +45,27 @@ def test_kill_9_five_times_then_resume(tmp_path: Path):
     assert done.returncode == 0
     reference = orjson.loads((tmp_path / "ref" / "summary.json").read_bytes())
 
-    rng = random.Random(20261130)
-    targets = sorted(rng.sample(range(200, TASKS - 300), KILLS))  # answers sent when each kill comes
     cache_dir, out = tmp_path / "cache", tmp_path / "out"
+    log = tmp_path / "events.jsonl"
     with serve(model="chaos", p_first=None, p_yes=None, record=False, seed=3, faults=FAULTS, hang_s=10) as server:
-        for target in targets:
+        for target in KILL_AT_ANSWERS:  # killed the moment the provider has sent that many answers in all
             proc = subprocess.Popen(dxi_run(server.url, data, cache_dir, out))
             deadline = time.monotonic() + 120
             while server.stats()["ok"] < target:
                 assert proc.poll() is None, f"the run ended before its kill at {target} answers"
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
-            time.sleep(rng.uniform(0, 0.05))
             proc.send_signal(signal.SIGKILL)
             assert proc.wait() == -signal.SIGKILL
             at_kill = server.stats()
             with Cache(cache_dir) as cache:  # what the next run starts from (it recovers the killed run's log)
                 held = cache.scan().select("key").unique().collect().height
             assert at_kill["keys_ok"] - held <= MAX_IN_FLIGHT  # answers not in the cache were in flight
+        # the last kill: mid-compaction of the run's log as it ends (its shard written, not yet in place)
+        killed = subprocess.run(dxi_run(server.url, data, cache_dir, out), env=events.env(log, "compaction:1"),
+                                timeout=300)
+        assert killed.returncode == -signal.SIGKILL and events.reached(log, "compaction:1")
+        assert list(cache_dir.glob("wal/*.jsonl"))  # the log is still there: the next run compacts it
         final = subprocess.run(dxi_run(server.url, data, cache_dir, out), timeout=300)
         stats = server.stats()
     assert final.returncode == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 import polars as pl
+import pytest
 
 from dxi.cache import Cache
 from dxi.cache import claims as claims_mod
@@ -34,6 +35,7 @@ def holder(root: Path, part: str) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.process
 def test_a_claim_excludes_another_process_until_it_dies_by_kill_9(tmp_path: Path):
     proc = holder(tmp_path, "all")
     try:
@@ -67,6 +69,7 @@ def test_shards_of_one_run_claim_side_by_side_and_overlapping_claims_exclude_eac
     whole.release()
 
 
+@pytest.mark.process
 def test_a_shard_claimed_in_another_process_excludes_the_whole_model_here(tmp_path: Path):
     proc = holder(tmp_path, "1/4")
     try:
@@ -85,6 +88,7 @@ def dxi_run(url: str, data: Path, cache: Path, out: Path) -> list[str]:
             "--out", str(out), "--max-in-flight", "4", "--timeout", "10"]
 
 
+@pytest.mark.process
 def test_two_runs_started_together_on_one_cache_send_each_request_once(tmp_path: Path):
     """The report's case: two `dxi run` on one model and cache, started together. The second waits for the
     first, naming its process id, then finds everything cached: arrivals = distinct requests."""
@@ -111,6 +115,7 @@ def test_two_runs_started_together_on_one_cache_send_each_request_once(tmp_path:
     assert sorted(sent) == [0, TASKS]
 
 
+@pytest.mark.process
 def test_a_second_run_goes_on_at_once_when_the_first_is_killed(tmp_path: Path):
     data = data_dir(tmp_path / "data", TASKS, seed=6)
     cache = tmp_path / "cache"
@@ -153,6 +158,7 @@ print("tok-slow")
 """
 
 
+@pytest.mark.process
 async def test_a_second_run_whose_start_up_is_slow_sends_nothing_the_first_stored(tmp_path: Path):
     """Issue 32, item 3: a run reads the cache's key index at start-up (to find the models whose every request
     is cached), then starts its adapters: an ``api_key_command`` may take seconds. A first run that started

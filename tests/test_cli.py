@@ -10,9 +10,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from dxi.cache.layout import read_nested
-from dxi.cache.schema import SCHEMA
-from dxi.runner import rescore, session
+from dxi.runner import rescore
 from dxi.runner.cli import main
 from dxi.runner.planning import plan
 from dxi.runner.planning.config import allow_failed
@@ -21,8 +19,7 @@ from dxi.scoring import records
 from dxi.scoring.provisional import span
 
 from .conftest import REAL_DATA, requires_real_data, without_requests
-
-MODEL = "embedded:sparrow-nano-general-v1.1"
+from .helpers.runs import MODEL, fail_rows, run_plan
 
 
 def dxi(*args: str) -> int:
@@ -47,23 +44,6 @@ def drop_rows(cache_dir: Path, n: int) -> list[str]:
     return dropped
 
 
-def fail_rows(cache_dir: Path, eval_name: str, n: int, kind: str = "transient") -> list[str]:
-    """Turn the first ``n`` cache rows of ``eval_name`` into final failures of ``kind`` (transient: requested
-    again by the next run; fatal: kept), as a provider that stopped answering leaves them; their task ids."""
-    failed = []
-    for shard in sorted(cache_dir.glob("shards/*.parquet")):
-        frame = pl.from_arrow(read_nested(shard, SCHEMA.names))
-        mine = (pl.col("eval") == eval_name) & (pl.int_range(pl.len()).over("eval") < n - len(failed))
-        failed += frame.filter(mine)["task_id"].to_list()
-        frame = frame.with_columns(
-            pl.when(mine).then(pl.lit("failed")).otherwise(pl.col("status")).alias("status"),
-            pl.when(mine).then(pl.lit("HTTP 503")).otherwise(pl.col("error")).alias("error"),
-            pl.when(mine).then(pl.lit(kind)).otherwise(pl.col("error_kind")).alias("error_kind"),
-            pl.when(mine).then(pl.col("answers").list.head(0)).otherwise(pl.col("answers")).alias("answers"))
-        shard.unlink()
-        pq.write_table(frame.to_arrow().cast(SCHEMA), shard)
-    return failed
-
 
 def run_args(data: Path, tmp: Path, out: str = "out") -> list[str]:
     return ["run", "--model", MODEL, "--data-dir", str(data), "--cache-dir", str(tmp / "cache"), "--out", str(tmp / out)]
@@ -72,17 +52,6 @@ def run_args(data: Path, tmp: Path, out: str = "out") -> list[str]:
 def score_args(data: Path, tmp: Path, out: str = "scored") -> list[str]:
     return ["score", "--data-dir", str(data), "--cache-dir", str(tmp / "cache"), "--out", str(tmp / out)]
 
-
-RUN_OPTIONS = {"console", "grace", "fsync", "retry_invalid", "retry_failed", "dist", "batch_options", "fallback_sync",
-               "on_summary"}  # session.run's keywords; the others are the plan's (runner.planning.inputs.PlanInputs)
-
-
-def run_plan(data: Path, tmp: Path, out: str = "out", **fields) -> session.RunResult:
-    """``dxi run``'s work as a library call: ``session.run`` (no console) of ``plan.build(**fields)`` with the
-    embedded model (unless ``models`` is given) on ``data``, caching in ``tmp/cache`` and writing to ``tmp/out``."""
-    options = {k: fields.pop(k) for k in RUN_OPTIONS & set(fields)}
-    fields.setdefault("models", [MODEL])
-    return session.run(plan.build(data_dir=data, cache_dir=tmp / "cache", out=tmp / out, **fields), **options)
 
 
 def rescore_cache(data: Path, tmp: Path, out: str = "scored", **fields) -> rescore.Rescored:
@@ -145,6 +114,7 @@ def test_rerun_sends_nothing_and_score_reproduces_the_summary(data_dir: Path, tm
     assert pl.read_parquet(tmp_path / "scored" / "answers.parquet").equals(pl.read_parquet(tmp_path / "out" / "answers.parquet"))
 
 
+@pytest.mark.slow
 def test_rerun_after_losing_part_of_the_cache_sends_exactly_the_missing(data_dir: Path, tmp_path: Path):
     assert run_plan(data_dir, tmp_path).exit_code == 0
     lost = drop_rows(tmp_path / "cache", 5)
@@ -166,6 +136,7 @@ def test_rerun_after_losing_part_of_the_cache_sends_exactly_the_missing(data_dir
     assert without_requests(summary(tmp_path / "out2")) == without_requests(summary(tmp_path / "out"))
 
 
+@pytest.mark.slow
 def test_failed_requests_make_the_figures_provisional_and_a_rerun_requests_the_transient_ones(
         data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     assert run_plan(data_dir, tmp_path).exit_code == 0
@@ -255,6 +226,7 @@ def test_missing_data_and_bad_input_exit_2(tmp_path: Path, capsys: pytest.Captur
     assert "when2call_test_mcq.jsonl, row 1, field 'question': missing" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @requires_real_data
 def test_real_data_end_to_end(tmp_path: Path):
     assert run_plan(REAL_DATA, tmp_path).exit_code == 0
@@ -301,6 +273,7 @@ def test_estimate_warns_of_an_unknown_embedded_model_and_run_refuses_it(data_dir
                                          "sparrow-nano-robot-v1.2"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["estimate", "score", "report"])
 def test_a_truncated_shard_is_set_aside_by_every_command_that_reads_the_cache(data_dir: Path, tmp_path: Path,
                                                                              command: str, caplog: pytest.LogCaptureFixture):
@@ -410,6 +383,7 @@ def test_a_selection_with_no_tasks_scores_empty_beside_a_full_cache(data_dir: Pa
     assert m["evals"]["hle_multichoice"]["reason"] == "no answers for this evaluation" and m["decision_index"] is None
 
 
+@pytest.mark.slow
 def test_exclusion_lists_name_their_mistakes(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     listing = tmp_path / "exclude.txt"
     listing.write_text("when2call/u-2\nwhen2call/no-such-task\n")

@@ -85,6 +85,7 @@ def test_messages_say_what_is_expected():
     assert numbers["--epochs"].accepts(3) and not numbers["--epochs"].accepts(2.5) and not numbers["--epochs"].accepts(True)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("args", "message"), [
     (["run", "--model", "embedded", "--max-in-flight", "0"], "argument --max-in-flight: expected a whole number from 1"),
     (["run", "--model", "embedded", "--max-in-flight", "-3"], "argument --max-in-flight: expected"),
@@ -106,6 +107,7 @@ def test_the_cases_of_issue_32_in_a_real_dxi(tmp_path, args, message):
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.process
 def test_view_refuses_a_port_it_cannot_serve_before_reading_the_cache(tmp_path):
     """Issue 32: ``dxi view --port 99999`` scored the cache for 10 s before refusing the port. A port out of range
     is refused as the command line is parsed; a port taken, before the cache is read (here there is none: the

@@ -21,8 +21,9 @@ from dxi.runner.errors import EXIT_CACHE_WRITE, EXIT_USAGE
 from .conftest import DXI
 from .synthetic import data_dir
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self").exists() or not Path("/sys").is_dir(),
-                                reason="uses /proc and /sys as places nothing can be written")
+pytestmark = [pytest.mark.process,
+              pytest.mark.skipif(not Path("/proc/self").exists() or not Path("/sys").is_dir(),
+                                 reason="uses /proc and /sys as places nothing can be written")]
 
 
 def dxi(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:

@@ -19,6 +19,7 @@ from dxi.runner.planning import plan
 from dxi.runner.planning.inputs import PlanInputs
 
 from .conftest import DXI
+from .helpers.shells import zsh_completes
 from .servers import need
 
 COMMANDS = ("run", "estimate", "score", "report")
@@ -125,6 +126,8 @@ def test_version(capsys):
 
 
 
+@pytest.mark.server
+@pytest.mark.process
 @pytest.mark.parametrize("shell,marker", [("bash", "complete -o nospace -o default -o bashdefault -F _python_argcomplete dxi"),
                                           ("zsh", "#compdef dxi"), ("fish", "complete --command dxi")])
 def test_completion_scripts(shell: str, marker: str, capsys):
@@ -134,6 +137,8 @@ def test_completion_scripts(shell: str, marker: str, capsys):
     subprocess.run([need(shell), "-n"], input=script, text=True, check=True, timeout=60)  # its syntax
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_fish_completes_through_the_installed_dxi():
     script = 'dxi completion fish | source; complete -C "dxi run --sam"; complete -C "dxi sc"'
     env = dict(os.environ, PATH=f"{Path(DXI).parent}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -141,34 +146,9 @@ def test_fish_completes_through_the_installed_dxi():
     assert [line.split("\t")[0] for line in out.stdout.splitlines()] == ["--sample", "score"]
 
 
-ZSH_DRIVER = r"""
-# drive an interactive zsh in a pseudo-terminal (zsh/zpty): type $2 and a TAB, then ^X, bound to a widget that
-# writes the edited line to $1
-zmodload zsh/zpty || exit 3
-zpty z zsh -f -i
-zpty -w z 'PS1="> "; autoload -U compinit; compinit -u -D'
-[[ -n $3 ]] && zpty -w z 'eval "$(dxi completion zsh)"'
-zpty -w z 'show() { print -r -- "[$BUFFER]" > '"$1"'; }; zle -N show; bindkey "^X" show'
-zpty -w -n z "$2"$'\t\x18'
-for i in {1..600}; do [[ -s $1 ]] && break; sleep 0.1; done
-zpty -d z
-[[ -s $1 ]] || exit 4
-"""
 
-
-def zsh_completes(tmp_path: Path, line: str, load: bool = True) -> str:
-    """The command line a real interactive zsh shows after typing ``line`` and TAB, with dxi's completion
-    loaded (``eval "$(dxi completion zsh)"``, the installed dxi on PATH) or, ``load=False``, without it."""
-    out = tmp_path / f"buffer-{len(list(tmp_path.glob('buffer-*')))}"
-    env = dict(os.environ, PATH=f"{Path(DXI).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run([need("zsh"), "-f", "-c", ZSH_DRIVER, "zsh", str(out), line, "1" if load else ""],
-                          capture_output=True, text=True, timeout=120, env=env)
-    if done.returncode == 3:
-        pytest.skip("zsh has no zsh/zpty module to drive a completion with")
-    assert done.returncode == 0, done.stderr
-    return out.read_text().rstrip("\n")
-
-
+@pytest.mark.server
+@pytest.mark.process
 def test_zsh_completes_through_the_installed_dxi(tmp_path: Path):
     """The generated script, loaded by a real interactive zsh (compinit), completes a subcommand's flag and a
     subcommand by asking the installed ``dxi``; without it, zsh completes nothing of dxi's."""
@@ -177,6 +157,7 @@ def test_zsh_completes_through_the_installed_dxi(tmp_path: Path):
     assert zsh_completes(tmp_path, "dxi run --mo", load=False) == "[dxi run --mo]"  # the test sees a missing one
 
 
+@pytest.mark.process
 def test_bash_completes_a_subcommands_flags_through_the_installed_dxi(tmp_path: Path):
     """The generated script, sourced in a real bash, asks the installed ``dxi`` for the completions."""
     script = tmp_path / "t.sh"
@@ -225,6 +206,7 @@ def test_an_evaluation_not_selected_is_not_read(data_dir: Path, tmp_path: Path):
                  "--out", str(tmp_path / "o"), "-q"]) == EXIT_USAGE  # selected, it is refused
 
 
+@pytest.mark.process
 def test_help_runs_in_a_process_of_its_own():
     out = subprocess.run([DXI, "run", "--help"], capture_output=True, text=True, check=True,
                          env={**os.environ, "COLUMNS": "100"}).stdout
@@ -244,6 +226,7 @@ def test_estimate_tells_requests_not_sent_yet_from_a_new_evaluation(data_dir: Pa
     assert (m["requests"], m["cached"], m["new"]) == (12, 2, 10)
 
 
+@pytest.mark.process
 def test_a_run_with_everything_cached_needs_no_server(data_dir: Path, tmp_path: Path, capsys):
     """The server answers the first run, then is gone: the rerun (all cached) still scores, and says so."""
     from .fake_provider import serve
@@ -326,6 +309,7 @@ def test_export_without_a_run_file_still_refuses_a_word_too_many(capsys):
     assert (parsed.run_file, parsed.target) == (None, Path("answers.csv"))
 
 
+@pytest.mark.process
 def test_export_with_a_run_file_before_the_flags_in_a_real_dxi(tmp_path: Path):
     from .synthetic import data_dir
 
@@ -342,6 +326,7 @@ def test_export_with_a_run_file_before_the_flags_in_a_real_dxi(tmp_path: Path):
     assert len((tmp_path / "answers.csv").read_text().splitlines()) == 1 + 3  # the header, one row per task
 
 
+@pytest.mark.process
 def test_data_check_finds_the_data_folder_as_every_other_command_does(tmp_path: Path):
     """Issue 32: ``dxi data check`` alone required --data-dir; it now takes $DXI_DATA_DIR, else ./data, else
     ../shared/data, and says so when none exists."""

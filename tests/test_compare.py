@@ -235,6 +235,7 @@ def test_21_models_fall_into_the_groups_a_bonferroni_bound_guarantees():
         [(3 * (k // 3) + 1, 3 * (k // 3) + 3) for k in range(21)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("models", [8, 11, 20, 50])
 def test_models_with_large_differences_are_all_separated(models: int):
     # models 8 tasks of 400 apart on every evaluation (2 index points, all one way): every model its own group
@@ -277,6 +278,7 @@ def test_a_difference_no_resample_moves_falls_back_to_the_sign_test(tasks: int, 
     assert one.index.select("rank", "rank_set_low", "rank_set_high", "tied_group").row(0) == (1, 1, 1, 1)
 
 
+@pytest.mark.slow
 def test_the_family_wise_error_rate_with_identical_models_by_seeded_simulation():
     # 10 models of the same accuracy (answers drawn independently), 60 questions, 200 datasets: how often is any
     # of the 45 pairs separated (max-T step-down over the resamples and McNemar's exact p)? Goal 5%.

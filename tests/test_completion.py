@@ -19,7 +19,8 @@ from dxi.runner import completion
 from dxi.runner.cli import main
 
 from .conftest import DXI
-from .test_cli_usage import need, zsh_completes
+from .helpers.shells import zsh_completes
+from .servers import need
 
 EMBEDDED = "embedded:sparrow-nano-general-v1.1"
 
@@ -70,6 +71,7 @@ def _env() -> dict[str, str]:
     return dict(os.environ, PATH=f"{Path(DXI).parent}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
+@pytest.mark.process
 def test_bash_completes_model_prefixes_and_evaluation_names(cache: Path, tmp_path: Path):
     """The generated script in a real bash: ``_python_argcomplete`` with the line as bash gives it."""
     script = tmp_path / "t.sh"
@@ -85,6 +87,8 @@ def test_bash_completes_model_prefixes_and_evaluation_names(cache: Path, tmp_pat
         ["openai:", "openai-decisions:"], ["systemone:", "systemone:fake-decider"], ["when2call"]]
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_fish_completes_a_cached_model_an_embedded_model_and_an_evaluation_list(cache: Path):
     script = (f'dxi completion fish | source; complete -C "dxi score --cache-dir {cache} --model systemone:f"; '
               'complete -C "dxi run --model embedded:sparrow-nano-g"; complete -C "dxi run --evals when2call,hle"; '
@@ -95,6 +99,7 @@ def test_fish_completes_a_cached_model_an_embedded_model_and_an_evaluation_list(
         "systemone:fake-decider", EMBEDDED, "when2call,hle_multichoice", "embedded:sparrow-nano-robot-v1.2="]
 
 
+@pytest.mark.server
 def test_zsh_completes_a_model_the_cache_has_seen(cache: Path, tmp_path: Path):
     assert zsh_completes(tmp_path, f"dxi score --cache-dir {cache} --model systemone:fa") \
         == f"[dxi score --cache-dir {cache} --model systemone:fake-decider ]"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import redis.asyncio
 
 from dxi.adapters import Limits, RateLimited, Request
 from dxi.runner.distributed import shared_limits as shared
@@ -20,10 +21,11 @@ from dxi.runner.sending.cost import CostBoundReached
 
 from .conftest import DXI
 from .fake_provider import FakeProvider
+from .helpers import events
 from .servers import free_port, redis_server, requires_redis
 from .synthetic import data_dir
 
-pytestmark = requires_redis
+pytestmark = [requires_redis, pytest.mark.server]
 
 
 @pytest.fixture
@@ -40,11 +42,13 @@ def two(url: str, run: str = "t", shares: int = 2, lease: float = 30.0) -> list[
 
 
 async def two_shards(url: str, data: Path, tmp_path: Path, redis_url: str, run_id: str) -> list[bytes]:
-    """``dxi run --shard K/2`` for K = 0 and 1 at once, sharing one coordinator at 600 RPM; their stderr."""
+    """``dxi run --shard K/2`` for K = 0 and 1 at once, sharing one coordinator at 600 RPM; their stderr.
+    Their bookings go to ``tmp_path / "events.jsonl"`` (``tests.helpers.events``: "booking")."""
+    env = events.env(tmp_path / "events.jsonl", base={**os.environ, "DXI_RUN_ID": run_id})
     procs = [await asyncio.create_subprocess_exec(
         DXI, "run", "--model", f"systemone:fake@{url}", "--data-dir", str(data), "--cache-dir",
         str(tmp_path / f"cache{k}"), "--out", str(tmp_path / f"out{k}"), "-q", "--rpm", "600", "--shard", f"{k}/2",
-        "--coordinator", redis_url, env={**os.environ, "DXI_RUN_ID": run_id}, stderr=asyncio.subprocess.PIPE)
+        "--coordinator", redis_url, env=env, stderr=asyncio.subprocess.PIPE)
         for k in range(2)]
     errs = [(await p.communicate())[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errs
@@ -54,25 +58,41 @@ async def two_shards(url: str, data: Path, tmp_path: Path, redis_url: str, run_i
 REQUEST = Request("systemone", "m", "e", b"{}", 0, "{}", "v")
 
 
+def bookings(limiter) -> list[tuple[float, float]]:
+    """Record each turn Redis books for ``limiter`` (a SharedLimiter): ``(booked_at, turn)`` on Redis's clock,
+    the turn being when the attempt may go (``booked_at`` + the wait). The decisions, whatever the load."""
+    booked: list[tuple[float, float]] = []
+    slot = limiter._slot
+
+    async def recorded(cost: float):
+        wait, booked_at, rate, member = await slot(cost)
+        booked.append((booked_at, booked_at + wait))
+        return wait, booked_at, rate, member
+
+    limiter._slot = recorded
+    return booked
+
+
 async def test_two_processes_share_one_request_rate(redis_url: str):
     a, b = two(redis_url)
     limits = Limits(rpm=1200, max_in_flight=8)  # 20 per second: one every 50 ms
-    la, lb = shared.limiters(a, [_Model(limits)])["p"], shared.limiters(b, [_Model(limits)])["p"]
-    sent: list[float] = []
+    la, lb = a.limiters([_Model(limits)])["p"], b.limiters([_Model(limits)])["p"]
+    await a.call("join", [])
+    await b.call("join", [])  # both present: each books at the whole rate, shared
+    ba, bb = bookings(la), bookings(lb)
 
     async def go(limiter) -> None:
         for _ in range(10):
-            ticket = await limiter.acquire(REQUEST)
-            sent.append(time.monotonic())
-            limiter.finish(ticket, True)
+            limiter.finish(await limiter.acquire(REQUEST), True)
 
     await asyncio.gather(go(la), go(lb))
     await a.close()
     await b.close()
-    sent.sort()
-    gaps = [t2 - t1 for t1, t2 in zip(sent, sent[1:], strict=False)]
-    assert sum(gaps) >= 19 * 0.05 * 0.97  # 20 attempts at 20/s together, not 40/s
-    assert sum(gaps) <= 19 * 0.05 * 1.5
+    booked = sorted(ba + bb)  # Redis runs one script at a time: in the order booked
+    assert len(booked) == 20 and len(ba) == len(bb) == 10
+    for (_, previous), (at, turn) in zip(booked, booked[1:], strict=False):
+        # the next free instant at 20/s for both together (GCRA): never sooner, and no later than needed
+        assert turn == pytest.approx(max(at, previous + 0.05), abs=1e-3)
 
 
 async def test_a_429_seen_by_one_pauses_the_other_and_narrows_the_shared_rate(redis_url: str):
@@ -87,10 +107,12 @@ async def test_a_429_seen_by_one_pauses_the_other_and_narrows_the_shared_rate(re
         if await client.hget(b.key("provider", "p"), "rate_limited") == b"1":
             break
         await asyncio.sleep(0.01)
-    started = time.monotonic()
+    booked = bookings(lb)
     lb.finish(await lb.acquire(REQUEST), True)
-    assert time.monotonic() - started >= 0.4  # b waited out (most of) the pause a's 429 stated, 0.6 s from its report
     state = {k.decode(): v.decode() for k, v in (await client.hgetall(b.key("provider", "p"))).items()}
+    # b's turn (Redis's clock) is no sooner than the end of the pause a's 429 stated, 0.6 s from its report
+    assert float(state["paused_s"]) == pytest.approx(0.6)
+    assert booked[0][1] >= float(state["paused"]) - 1e-3
     assert float(state["rlow"]) == pytest.approx(6000 / 60 * 0.7)  # the shared rate, cut once
     assert (state["decreases"], state["rate_limited"]) == ("1", "1")
     await a.close()
@@ -239,21 +261,27 @@ def test_the_run_id_is_the_command_without_its_shard():
     assert run_id(cmd, {"DXI_RUN_ID": "nightly", "SLURM_ARRAY_JOB_ID": "77"}) == "nightly"
 
 
+@pytest.mark.process
 async def test_two_dxi_runs_with_the_coordinator_keep_to_600_rpm_together(redis_url: str, tmp_path: Path):
+    """The turns Redis booked for the two processes (on its clock, whatever the load): one every 0.1 s for
+    both together, never sooner; slower (0.2 s: half the rate) only while one process has not yet joined
+    (until then its share may be in use elsewhere)."""
     tasks = 50
     data = data_dir(tmp_path / "data", tasks)
     async with FakeProvider(model="fake", p_first=None, p_yes=None, rpm=600) as server:  # a burst of 10, as providers allow
         errs = await two_shards(server.url, data, tmp_path, redis_url, "rpm-test")
         stats = server.stats()
-        arrivals = sorted(t for t, _ in server.requests)
     assert all(b"shared by every process of run rpm-test" in e for e in errs)
-    assert (stats["rate_limited"], stats["arrivals"], stats["ok"]) == (0, tasks, tasks)  # no 429 at all
-    span, floor = arrivals[-1] - arrivals[0], (tasks - 1) * 0.1
-    # never faster than the limit; slower only while one process waits for the other to reach Redis (until
-    # then its share may be in use elsewhere: the first process keeps to half the limit)
-    assert floor * 0.98 <= span <= floor * 1.5
+    assert stats["ok"] == tasks and stats["arrivals"] == tasks + stats["rate_limited"]
+    booked = sorted((at, turn) for _, _, _, at, turn in events.read(tmp_path / "events.jsonl", "booking"))
+    assert len(booked) >= stats["arrivals"]  # one per attempt (and one more for an attempt booked again)
+    assert len({e[2] for e in events.read(tmp_path / "events.jsonl", "booking")}) == 2  # both booked
+    for (_, previous), (at, turn) in zip(booked, booked[1:], strict=False):
+        assert turn >= previous + 0.1 - 1e-3  # never faster than 600 a minute together
+        assert turn <= max(at, previous + 0.2) + 1e-3  # and never slower than half of it
 
 
+@pytest.mark.process
 async def test_two_dxi_runs_stop_at_one_global_cost_bound(redis_url: str, tmp_path: Path):
     tasks = 200
     data = data_dir(tmp_path / "data", tasks)
@@ -307,18 +335,28 @@ async def test_redis_lost_during_the_run_falls_back_with_a_warning_once_its_shar
     await c.close()
 
 
+@pytest.mark.process
 async def test_a_429_one_dxi_run_sees_pauses_the_other(redis_url: str, tmp_path: Path):
+    """The first request is answered 429 with Retry-After: 1. No turn Redis booked after that report for
+    either process falls within the pause (on Redis's clock, whatever the load)."""
     tasks = 40
     data = data_dir(tmp_path / "data", tasks)
     async with FakeProvider(model="fake", p_first=None, p_yes=None, script=["429:1"]) as server:  # the first: wait 1 s
         await two_shards(server.url, data, tmp_path, redis_url, "pause-test")
         stats = server.stats()
-        arrivals = sorted(t for t, _ in server.requests)
     assert (stats["rate_limited"], stats["ok"]) == (1, tasks)
-    first = arrivals[0]  # the one answered 429
-    during = [t - first for t in arrivals[1:] if first + 0.05 < t < first + 0.95]
-    assert during == []  # neither process sent while the stated pause lasted
-    assert sum(1 for t in arrivals if t >= first + 0.95) >= tasks - 2
+    async with redis.asyncio.from_url(redis_url) as client:
+        hashes = [k async for k in client.scan_iter("dxi:pause-test:provider:*")]
+        assert len(hashes) == 1
+        state = {k.decode(): float(v) for k, v in (await client.hgetall(hashes[0])).items()
+                 if k in (b"paused", b"paused_s")}
+    assert state["paused_s"] == pytest.approx(1.0)  # the stated wait, reported once
+    paused_from, paused_until = state["paused"] - 1.0, state["paused"]
+    booked = [(at, turn) for _, _, _, at, turn in events.read(tmp_path / "events.jsonl", "booking")]
+    assert len(booked) >= tasks + 1  # one per attempt (and one more for an attempt booked again)
+    during = [(at, turn) for at, turn in booked if at >= paused_from and turn < paused_until - 1e-3]
+    assert during == []  # booked after the report: not one turn before the pause ended
+    assert sum(1 for _, turn in booked if turn >= paused_until - 1e-3) >= 1
 
 
 async def test_a_shared_limiter_counts_replies_and_honours_a_stated_wait_as_the_local_one_does(redis_url: str):
@@ -385,6 +423,7 @@ async def _three_shards(redis_url: str, tmp_path: Path, run: str, tasks: int):
         yield server, (p0, p1, p2), procs
 
 
+@pytest.mark.process
 async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fallback(redis_url: str, tmp_path: Path):
     tasks, run = 600, "mix"
     async with _three_shards(redis_url, tmp_path, run, tasks) as (server, (p0, p1, p2), procs):
@@ -408,6 +447,7 @@ async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fal
     assert max(back) <= 2 * 2.0 + 3  # rejoined within a few seconds of Redis coming back (a try every 2 s)
 
 
+@pytest.mark.process
 async def test_limits_hold_through_a_partition_of_one_shard(redis_url: str, tmp_path: Path):
     tasks, run = 600, "partition"
     async with _three_shards(redis_url, tmp_path, run, tasks) as (server, (_, _, p2), procs):

@@ -195,6 +195,7 @@ def test_run_file_mistakes_exit_2_with_a_clear_message(tmp_path: Path, data_dir:
         assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_run_file_paths_are_relative_to_the_file_and_flags_override(tmp_path: Path, data_dir: Path):
     sub = tmp_path / "conf"
     sub.mkdir()

@@ -140,6 +140,7 @@ def near_but_lower(model: str):
     return respond
 
 
+@pytest.mark.process
 def test_a_server_returning_a_choice_just_below_the_highest_is_scored_on_the_highest(data_dir: Path, tmp_path: Path):
     # end to end, over a real HTTP server on 127.0.0.1: every scored pick is the first option (0.3), never
     # the returned second (0.2999); each is a warning, none is a tie
@@ -243,6 +244,7 @@ def rounding_gateway(model: str):
     return respond
 
 
+@pytest.mark.process
 def test_a_gateway_that_rounds_to_two_decimals_is_scored_and_its_rounded_replies_counted(
     data_dir: Path, tmp_path: Path
 ):

@@ -95,6 +95,7 @@ def named_ports_taken():
         yield
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("page", [p for p in PAGES if runnable(p) and p.name != "index.md"], ids=lambda p: p.name)
 def test_the_runnable_snippets_work_when_pasted(page: Path, tmp_path: Path, named_ports_taken: None):
     work = workspace(tmp_path)
@@ -128,6 +129,7 @@ def test_the_sites_home_page_is_the_readme():
     assert len((ROOT / "README.md").read_text()) <= 10_000
 
 
+@pytest.mark.process
 def test_the_readme_tour_after_make_run_scores_its_own_sample_and_leaves_make_runs_summary(tmp_path: Path):
     """Issue 32: after ``make run`` (every task, in the same cache) the tour's ``dxi score --out out/tour`` and
     ``dxi report`` scored every task and overwrote the tour's 20-task summary. Here ``make run``'s command (the

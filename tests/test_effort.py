@@ -27,9 +27,8 @@ from dxi.runner.planning.plan import from_args
 
 from . import wire_formats
 from .fake_llm_server import FakeLLM
-from .sdk_types import conforms
-from .test_sdk_conformance import ANTHROPIC_BODY, OPENAI_BODY, gemini_problems
-from .test_systemone import FAST, run_model
+from .helpers.runs import FAST, run_model
+from .sdk_types import ANTHROPIC_BODY, OPENAI_BODY, conforms, gemini_problems
 
 # the provider's own field of each adapter's effort, read back from a request body
 NATIVE = {"openai": lambda body: body["reasoning_effort"],

@@ -50,6 +50,7 @@ command()
 '''
 
 
+@pytest.mark.process
 def test_an_unexpected_error_exits_70_with_one_line_and_the_trace_in_a_redacted_file(tmp_path):
     """A bug (here a scoring function that raises) is neither exit 1 ("provisional") nor a traceback: one line
     saying what failed, where, and the file holding the full trace; the API keys of the environment, a bearer

@@ -18,7 +18,7 @@ from dxi.scoring.intervals import METHODS
 
 from .conftest import fixture_data
 from .four_models import FourModels, four_models
-from .test_cli import fail_rows, run_plan
+from .helpers.runs import fail_rows, run_plan
 
 SCHEMAS = Path(__file__).parent / "eee_schema"
 DOCS = Path(__file__).parents[1] / "docs" / "outputs.md"

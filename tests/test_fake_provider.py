@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import aiohttp
 import orjson
+import pytest
 
 from dxi.adapters.decision import sum_tolerance
 
@@ -93,6 +94,7 @@ async def test_routes_are_pluggable_and_the_server_counts_what_it_sent():
     assert (stats["arrivals"], stats["ok"], stats["server_error"], stats["keys_ok"], stats["duplicates"]) == (3, 2, 1, 1, 1)
 
 
+@pytest.mark.process
 def test_a_served_process_reports_its_counts():
     with serve(model="m", latency="0") as server:
         import urllib.request

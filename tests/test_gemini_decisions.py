@@ -20,8 +20,8 @@ from . import wire_formats
 from .conftest import REAL_DATA, requires_real_data
 from .fake_llm_server import FakeLLM
 from .fake_provider import FakeProvider
+from .helpers.runs import run_model
 from .sdk_types import conforms, reply_problems
-from .test_systemone import run_model
 
 MODES = ("ok", "blocked", "bad_sum", "missing", "sure")
 
@@ -148,6 +148,7 @@ def _expected(data: Path, subset: str = "agreed") -> dict:
     return acc
 
 
+@pytest.mark.process
 async def test_the_whole_index_end_to_end_through_dxi_run(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     out = tmp_path / "out"
     async with FakeProvider() as server:
@@ -171,6 +172,7 @@ async def test_the_whole_index_end_to_end_through_dxi_run(data_dir: Path, tmp_pa
     assert "gemini-decisions:gemini-decision-1: P(yes) is clamped by the provider to [0.01, 0.99]" in printed
 
 
+@pytest.mark.slow
 @requires_real_data
 async def test_the_whole_index_on_the_real_data(tmp_path: Path):
     out = tmp_path / "out"

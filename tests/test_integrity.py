@@ -30,7 +30,7 @@ from dxi.scoring.sums import METRICS
 
 from .conftest import FIXTURES, REAL_DATA
 from .fake_provider import FakeProvider, InProcess
-from .test_cache import read_only_files, row
+from .helpers.rows import read_only_files, row
 
 
 class Counting(InProcess):
@@ -315,6 +315,7 @@ def column_chunks(shard: Path) -> list[tuple[str, int, int]]:
     return out
 
 
+@pytest.mark.slow
 async def test_a_flipped_byte_in_any_column_chunk_is_never_scored(tmp_path: Path, data_dir: Path):
     suite = Suite(discover(data_dir))
     adapter = Counting(ModelSpec("systemone", "m", "http://in-process"), Limits(max_in_flight=4))

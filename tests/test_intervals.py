@@ -583,6 +583,7 @@ def _held(summary: dict) -> int:
     return checked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [60, 500])
 def test_the_report_of_a_100_and_a_0_percent_model_is_written_and_every_bound_holds_its_point(
     n: int, tmp_path
@@ -666,6 +667,7 @@ def _extreme_models(cache: Path, data: Path) -> None:
         )
 
 
+@pytest.mark.slow
 @requires_real_data
 def test_dxi_report_exits_0_on_a_100_and_a_0_percent_model_over_60_and_500_questions(
     tmp_path: Path,

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from dxi.cache.ledger import Ledger, new_id
 
 
@@ -52,6 +54,7 @@ os.kill(os.getpid(), 9)
 """
 
 
+@pytest.mark.process
 def test_a_line_cut_by_a_kill_is_skipped_and_the_next_writer_keeps_its_own_line_whole(tmp_path: Path):
     ledger = Ledger(tmp_path)
     e = new_id()
@@ -75,6 +78,7 @@ with Ledger(sys.argv[1]).collector(sys.argv[2]) as held:
 """
 
 
+@pytest.mark.process
 def test_one_process_collects_an_entry_and_its_death_frees_it(tmp_path: Path):
     ledger = Ledger(tmp_path)
     e = new_id()

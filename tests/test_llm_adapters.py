@@ -22,7 +22,7 @@ from dxi.runner.planning.inputs import PlanInputs
 from . import wire_formats
 from .fake_llm_server import FakeLLM
 from .fake_provider import FakeProvider
-from .test_systemone import FAST, run_model
+from .helpers.runs import FAST, run_model
 
 KINDS = ("openai", "anthropic", "gemini", "openai-decisions", "logprobs")
 NAMES = {"openai": "gpt-fake", "anthropic": "claude-fake", "gemini": "gemini-fake", "openai-decisions": "luna-fake",
@@ -367,6 +367,7 @@ async def _cli(server: FakeLLM, default: str, data_dir: Path, tmp_path: Path, *e
     return await asyncio.to_thread(main, args)
 
 
+@pytest.mark.slow
 async def test_cli_counts_repaired_and_invalid_per_model_and_evaluation(data_dir: Path, tmp_path: Path):
     async with FakeLLM() as server:
         assert await _cli(server, "fenced", data_dir, tmp_path, "--param", "temperature=0", "--param", "seed=7") == 0
@@ -409,6 +410,7 @@ def test_parameters_in_any_order_or_form_make_the_same_request(data_dir: Path):
     assert b'"max_tokens":64,"temperature":0' in body and params_key == '{"max_tokens":64,"temperature":0}'
 
 
+@pytest.mark.slow
 async def test_score_and_report_find_a_language_model_as_run_named_it(data_dir: Path, tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture):
     """``dxi score --model M --param ...`` scores the configuration ``dxi run --model M --param ...`` ran, under

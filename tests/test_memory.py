@@ -4,9 +4,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from dxi.runner.batch import memory
 
 
+@pytest.mark.process
 def test_tune_sets_jemalloc_and_pyarrow_in_a_fresh_process_and_keeps_what_the_user_set():
     code = ("import os; from dxi.runner.batch.memory import tune; done = tune(); "
             "import pyarrow as pa, polars; print(os.environ['_RJEM_MALLOC_CONF']); "
@@ -49,6 +52,7 @@ def test_a_task_digest_is_computed_once_and_a_changed_copy_has_its_own():
     assert changed.digest == Task("t/1", "e", "other", task.questions, task.gold).digest
 
 
+@pytest.mark.process
 def test_only_a_batch_run_tunes_the_allocators(tmp_path):
     from .synthetic import data_dir
 

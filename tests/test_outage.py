@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from dxi import adapters
 from dxi.adapters import Limits, ProviderStop
@@ -40,6 +41,7 @@ async def _until(condition, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.02)
 
 
+@pytest.mark.process
 async def test_a_server_killed_mid_run_is_probed_one_request_at_a_time_and_the_run_resumes_when_it_is_back(tmp_path: Path):
     """Killed after 100 replies, back 1.5 s later on the same port. With 3 attempts a request and 50 ms of
     backoff, every request would use up its attempts in the outage and be stored failed; instead no request
@@ -81,6 +83,7 @@ async def test_a_server_killed_mid_run_is_probed_one_request_at_a_time_and_the_r
     assert max(sum(w) for w in rows["retry_waits_s"].to_list()) >= 1.0  # a request waited out the outage
 
 
+@pytest.mark.process
 def test_a_server_that_stays_away_is_stopped_after_the_runs_patience_and_the_others_go_on(tmp_path: Path):
     """Two providers; one is killed mid-run and stays away: past --max-stated-wait it is stopped (exit 6,
     the terminal and summary.json say which and why), the other completes; its requests not sent have no
@@ -157,6 +160,7 @@ async def test_the_outage_probes_with_backoff_resumes_on_a_reply_and_gives_up_af
 
 
 # ---- one endpoint unreachable at start stops only its provider -------------------------------------------------
+@pytest.mark.slow
 def test_an_endpoint_unreachable_at_start_stops_only_its_provider_and_estimate_warns(data_dir: Path, tmp_path: Path,
                                                                                      capsys):
     """A System One server that is not running beside the embedded model: the embedded model runs whole, the

@@ -21,8 +21,8 @@ from dxi.runner.planning.config import Price
 from dxi.runner.planning.plan import price_flags
 
 from .fake_provider import FakeProvider
+from .helpers.runs import fake_usage, write_run_file
 from .synthetic import data_dir
-from .test_run_file import fake_usage, write_run_file
 
 TASKS = 24
 

@@ -15,7 +15,7 @@ from dxi.runner import export, rescore
 from dxi.runner.outputs import provenance
 from dxi.runner.planning.inputs import PlanInputs
 
-from .test_cli import MODEL, run_plan
+from .helpers.runs import MODEL, run_plan
 
 requires_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed (apt-get install git)")
 
@@ -24,6 +24,7 @@ def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
+@pytest.mark.process
 @requires_git
 def test_git_state_names_the_commit_and_whether_tracked_files_changed(tmp_path: Path):
     repo = tmp_path / "repo"
@@ -44,6 +45,7 @@ def test_git_state_names_the_commit_and_whether_tracked_files_changed(tmp_path: 
     assert provenance.git_state.__wrapped__(tmp_path / "elsewhere") is None
 
 
+@pytest.mark.process
 def test_summary_and_export_record_what_produced_them(data_dir: Path, tmp_path: Path):
     assert run_plan(data_dir, tmp_path).exit_code == 0
     summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())

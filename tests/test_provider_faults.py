@@ -29,13 +29,12 @@ from dxi.runner.planning import plan
 from . import synthetic, wire_formats
 from .fake_llm_server import FakeLLM
 from .fake_provider import FakeProvider, serve
-from .test_systemone import FAST, run_model
+from .helpers.runs import FAST, ONE, run_model
 
 KINDS = ("openai", "anthropic", "gemini", "openai-decisions", "logprobs", "systemone", "gemini-decisions")
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
            "openai-decisions": "OPENAI_API_KEY", "logprobs": "OPENAI_API_KEY", "systemone": "SYSTEMONE_API_KEY",
            "gemini-decisions": "GEMINI_API_KEY"}
-ONE = replace(FAST, max_in_flight=1)
 
 
 def model(kind: str, url: str) -> str:
@@ -54,12 +53,13 @@ async def run_on(kind: str, server: FakeProvider, data_dir: Path, tmp_path: Path
 
 
 # ---- 2. an exhausted quota stops the provider ---------------------------------------------------------------
+SERVER_NOW = 1_771_074_030.0  # 2026-02-14 13:00:30 UTC: the fake's Date (its clock stands still there)
 QUOTA_MESSAGE = {"anthropic": "Your organization has reached its monthly usage limit."}
 
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_an_exhausted_quota_stops_the_provider(data_dir: Path, tmp_path: Path, kind: str):
-    async with FakeProvider(default="quota") as server:
+    async with FakeProvider(default="quota", date=SERVER_NOW) as server:
         stats, rows, limiter = await run_on(kind, server, data_dir, tmp_path, ONE, limit=3)
     assert server.stats()["arrivals"] == 1  # one request met the quota; nothing more was sent
     assert (stats.refused, stats.not_sent, stats.sent, stats.attempts, rows.height) == (1, 2, 0, 1, 0)
@@ -71,8 +71,7 @@ async def test_an_exhausted_quota_stops_the_provider(data_dir: Path, tmp_path: P
         assert stop.resets_in_s == 43200.0  # its RetryInfo
         assert "GenerateRequestsPerDayPerProjectPerModel" in str(stop)
     elif kind == "anthropic":  # enforced_spend_limit_reached: 00:00 UTC on the first of next month, from Date
-        now = time.time()
-        assert 0 < stop.resets_in_s <= 31 * 86400 and time.gmtime(now + stop.resets_in_s)[2:6] == (1, 0, 0, 0)
+        assert stop.resets_in_s == 14 * 86400 + 11 * 3600 - 30  # from 2026-02-14 13:00:30 to 2026-03-01
     else:
         assert stop.resets_in_s is None
 
@@ -379,6 +378,7 @@ async def test_a_reply_larger_than_the_bound_is_invalid_with_a_bounded_prefix(da
     assert row["raw_reply"] == '{"padding": "' + "x" * (2000 - 13)
 
 
+@pytest.mark.process
 def test_peak_memory_does_not_grow_with_the_size_of_a_reply(data_dir: Path, tmp_path: Path):
     with serve(default=f"huge:{30 << 20}") as server:
         tracemalloc.start()
@@ -391,6 +391,7 @@ def test_peak_memory_does_not_grow_with_the_size_of_a_reply(data_dir: Path, tmp_
     assert peak < 12 << 20  # the 4 MiB bound (and its copies), not the 30 MiB reply
 
 
+@pytest.mark.process
 def test_picks_decided_by_a_tie_are_counted_per_model_and_evaluation(data_dir: Path, tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture):
     # every When2Call question has 4 options at 0.25 each; WildGuardTest's P(yes) is 0.5: all ties
@@ -482,6 +483,7 @@ def test_the_bounds_come_from_flags_or_a_run_file(tmp_path: Path, data_dir: Path
     assert (Limits().max_stated_wait_s, Limits().max_reply_bytes) == (600.0, 4 << 20)  # the defaults: 10 min, 4 MiB
 
 
+@pytest.mark.process
 def test_a_server_that_stops_answering_mid_run_leaves_a_provisional_result_that_the_rerun_completes(
         data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     # the first WildGuardTest request is answered, then every one gets a 503 (a server going down): the

@@ -83,6 +83,8 @@ def check_whole(s3, prefix: str = "dxi") -> dict[str, Manifest]:
     return live(manifests)
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_three_shards_at_once_on_s3_then_score_from_an_empty_cache_equals_one_process(tmp_path: Path):
     data = data_dir(tmp_path / "data", TASKS)
     with moto_s3() as s3, serve(model="fake", p_first=None, p_yes=None, record=False, latency="0.002") as server:
@@ -112,6 +114,7 @@ def test_three_shards_at_once_on_s3_then_score_from_an_empty_cache_equals_one_pr
 
 
 
+@pytest.mark.process
 def test_a_file_remote_is_read_by_estimate_and_run_and_a_rerun_sends_nothing(tmp_path: Path):
     data = data_dir(tmp_path / "data", 60)
     remote = f"file://{tmp_path / 'shared'}"
@@ -134,6 +137,7 @@ def _keys(n: int, seed: str = "k") -> list[str]:
     return [hashlib.sha256(f"{seed}{i}".encode()).hexdigest() for i in range(n)]
 
 
+@pytest.mark.server
 def test_a_shard_reads_only_the_index_of_its_part(tmp_path: Path, monkeypatch):
     keys = _keys(800)
     with moto_s3(monkeypatch) as s3:
@@ -158,6 +162,8 @@ def test_a_shard_reads_only_the_index_of_its_part(tmp_path: Path, monkeypatch):
         assert Cache(tmp_path / "f", remote=full).scan().collect()["key"].sort().to_list() == sorted(keys)
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_a_remote_of_the_old_layout_is_scored_resumed_and_moved_into_the_partitions(tmp_path: Path):
     data = data_dir(tmp_path / "data", 40)  # the fixture's 40 tasks (tests/fixtures/make_remote_layout1.py)
     embedded = ["--model", "embedded:sparrow-nano-general-v1.1", "--data-dir", str(data), "-q"]
@@ -200,6 +206,8 @@ def test_a_remote_of_the_old_layout_is_scored_resumed_and_moved_into_the_partiti
     assert sorted(p.parts[-4] for p in shared.rglob("*") if p.is_file()) == ["parts"] * 3
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_sigkill_during_uploads_leaves_only_whole_objects_and_the_rerun_sends_only_what_is_missing(tmp_path: Path):
     tasks = 600
     data = data_dir(tmp_path / "data", tasks)
@@ -227,6 +235,7 @@ def test_sigkill_during_uploads_leaves_only_whole_objects_and_the_rerun_sends_on
         assert len(manifests) == 1 and sum(m.rows for m in manifests.values()) == tasks  # merged at the end
 
 
+@pytest.mark.server
 def test_uploads_that_fail_give_exit_code_5_and_the_next_run_uploads_the_rest(tmp_path: Path, monkeypatch):
     cache = tmp_path / "cache"
     with moto_s3(monkeypatch) as s3:
@@ -251,6 +260,7 @@ def test_uploads_that_fail_give_exit_code_5_and_the_next_run_uploads_the_rest(tm
         assert sum(m.rows for m in check_whole(s3).values()) == 6
 
 
+@pytest.mark.server
 def test_merges_keep_each_node_to_a_few_objects_beside_other_writers_and_readers(tmp_path: Path, monkeypatch):
     # 60 keys in node (4, 5) of the key space, which shards 0 and 1 of 3 share (its owner: shard 0, its first key's)
     keys = ["5" + k[1:] for k in _keys(60)]
@@ -283,6 +293,7 @@ def test_merges_keep_each_node_to_a_few_objects_beside_other_writers_and_readers
         assert sorted(Cache(tmp_path / "fresh", remote=fresh).scan().collect()["key"]) == sorted(keys)  # every row once
 
 
+@pytest.mark.server
 def test_a_shard_that_does_not_match_its_manifest_is_moved_aside_and_put_back_by_its_uploader(tmp_path: Path, monkeypatch):
     with moto_s3(monkeypatch) as s3:
         _write_through(s3, tmp_path / "w", [_row("k1", 1.0)])
@@ -365,6 +376,7 @@ def _row(key: str, created_at: float, status: str = "ok") -> dict:
             "latency_ms": 1.0, "created_at": created_at, "answers": [], "repaired": False}
 
 
+@pytest.mark.server
 def test_compaction_merges_small_objects_and_readers_see_the_same_rows(tmp_path: Path, monkeypatch):
     with moto_s3(monkeypatch) as s3:
         _upload_each(s3, tmp_path / "w", [*(_row(f"k{i}", float(i)) for i in range(10)),
@@ -399,6 +411,7 @@ def test_compaction_merges_small_objects_and_readers_see_the_same_rows(tmp_path:
         assert Cache(tmp_path / "fresh", remote=fresh).scan().collect().sort("key", "created_at").equals(before)
 
 
+@pytest.mark.server
 def test_a_remote_shard_damaged_here_is_quarantined_like_a_local_one_and_fetched_again_at_once(tmp_path: Path,
                                                                                                monkeypatch):
     with moto_s3(monkeypatch) as s3:
@@ -430,6 +443,7 @@ def test_a_remote_shard_damaged_here_is_quarantined_like_a_local_one_and_fetched
             assert list(check_whole(s3)) == [m.stem]  # the remote's object was whole: left in place
 
 
+@pytest.mark.server
 def test_a_shards_copy_of_the_index_damaged_here_is_fetched_again(tmp_path: Path, monkeypatch):
     keys = _keys(40)
     with moto_s3(monkeypatch) as s3:
@@ -445,6 +459,7 @@ def test_a_shards_copy_of_the_index_damaged_here_is_fetched_again(tmp_path: Path
         assert copies[0].read_bytes() == original
 
 
+@pytest.mark.server
 def test_an_object_damaged_on_the_remote_with_a_manifest_agreeing_is_moved_aside_at_once(tmp_path: Path, monkeypatch):
     with moto_s3(monkeypatch) as s3:
         _write_through(s3, tmp_path / "w", [_row("k1", 1.0)])
@@ -463,6 +478,7 @@ def test_an_object_damaged_on_the_remote_with_a_manifest_agreeing_is_moved_aside
         assert check_whole(s3) == {} and Remote(s3.uri(), tmp_path / "r2").pull() == 0
 
 
+@pytest.mark.process
 def test_dxi_cache_compact_merges_the_shards_of_a_run_file(tmp_path: Path):
     data = data_dir(tmp_path / "data", 40)
     shared = tmp_path / "shared"
@@ -486,6 +502,7 @@ def test_dxi_cache_compact_merges_the_shards_of_a_run_file(tmp_path: Path):
     assert summary(tmp_path / "scored")["models"][0]["usage"]["replies"] == 40  # both shards' rows, once each
 
 
+@pytest.mark.process
 def test_a_run_whose_uploads_fail_exits_5_and_the_next_run_uploads_them_sending_nothing(tmp_path: Path):
     data = data_dir(tmp_path / "data", 30)
     remote = tmp_path / "shared"
@@ -504,6 +521,8 @@ def test_a_run_whose_uploads_fail_exits_5_and_the_next_run_uploads_them_sending_
     assert len(list(remote.rglob("*.json"))) == 1
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_a_missing_bucket_or_folder_stops_a_run_before_anything_is_sent(tmp_path: Path):
     data = data_dir(tmp_path / "data", 10)
     with moto_s3() as s3, serve(model="fake", p_first=None, p_yes=None, record=False) as server:
@@ -520,6 +539,7 @@ def test_a_missing_bucket_or_folder_stops_a_run_before_anything_is_sent(tmp_path
         assert server.stats()["arrivals"] == 0
 
 
+@pytest.mark.server
 def test_a_reader_that_listed_before_a_compaction_lists_again_and_loses_no_row(tmp_path: Path, monkeypatch):
     with moto_s3(monkeypatch) as s3:
         _upload_each(s3, tmp_path / "w", [_row(f"k{i}", float(i)) for i in range(6)], roll_rows=2)
@@ -538,6 +558,8 @@ def test_a_reader_that_listed_before_a_compaction_lists_again_and_loses_no_row(t
         assert sorted(Cache(tmp_path / "r", remote=reader).scan().collect()["key"]) == [f"k{i}" for i in range(6)]
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_a_damaged_object_is_requested_again_once_and_put_back_by_the_shard_that_uploaded_it(tmp_path: Path):
     data = data_dir(tmp_path / "data", 60)
     with moto_s3() as s3, serve(model="fake", p_first=None, p_yes=None, record=False) as server:

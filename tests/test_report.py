@@ -8,11 +8,8 @@ from types import SimpleNamespace
 
 import orjson
 import polars as pl
-import pyarrow.parquet as pq
 import pytest
 
-from dxi.cache.layout import read_nested
-from dxi.cache.schema import SCHEMA
 from dxi.report.html import MIN_GROUP_TASKS, banner, model_order
 from dxi.runner import rescore, session
 from dxi.runner.cli import main
@@ -24,38 +21,18 @@ from dxi.scoring.records import ModelEntry, Summary
 
 from .conftest import fixture_data
 from .four_models import FourModels, four_models
-from .servers import need
-from .test_cli import MODEL, fail_rows, run_plan
+from .helpers.report import CHROMIUM_FLAGS, HOSTILE_ERROR, HOSTILE_MODEL, add_hostile_model, chromium
+from .helpers.runs import MODEL, fail_rows, run_plan
 
-HOSTILE_MODEL = '<script>alert("model")</script>$x$'
-HOSTILE_ERROR = "<script>alert(1)</script> & <b>not bold</b>"
 TABLES = ("index", "metrics", "calibration", "reliability", "breakdowns", "when2call_confusion", "answer_statuses",
           "errors")
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
 
-
-def add_hostile_model(cache_dir: Path) -> None:
-    """A second model in the cache (as a server-reported name could be): the embedded model's rows under
-    a name holding markup, its When2Call requests failed with an error quoting markup."""
-    rows = pl.concat([pl.from_arrow(read_nested(p, SCHEMA.names)) for p in sorted(cache_dir.glob("shards/*.parquet"))])
-    w2c = pl.col("eval") == "when2call"
-    evil = rows.with_columns(
-        pl.lit(HOSTILE_MODEL).alias("model"),
-        pl.when(w2c).then(pl.lit("failed")).otherwise(pl.col("status")).alias("status"),
-        pl.when(w2c).then(pl.lit(HOSTILE_ERROR)).otherwise(pl.col("error")).alias("error"),
-        pl.when(w2c).then(pl.lit("fatal")).otherwise(pl.col("error_kind")).alias("error_kind"),
-        pl.when(w2c).then(pl.col("answers").list.head(0)).otherwise(pl.col("answers")).alias("answers"))
-    pq.write_table(evil.to_arrow().cast(SCHEMA), cache_dir / "shards" / "hostile.parquet")
 
 
 def report_of(data_dir: Path, cache_dir: Path, out: Path) -> rescore.Rescored:
     """``dxi report``'s work as a library call: ``rescore.rescore`` with ``html``."""
     return rescore.rescore(rescore.select(PlanInputs(data_dir=data_dir, cache_dir=cache_dir, out=out)), html=True)
 
-
-def chromium() -> str:
-    return need("chromium", "the report is opened in Debian's headless chromium (apt-get install chromium)")
 
 
 @pytest.fixture
@@ -96,6 +73,7 @@ def test_model_output_in_the_report_is_text_not_markup(report: Path):
     assert "Content-Security-Policy" in html and "http://" not in html and "https://" not in html
 
 
+@pytest.mark.server
 def test_the_report_opens_in_a_headless_browser_and_shows_its_charts(report: Path, tmp_path: Path):
     from playwright.sync_api import sync_playwright
 
@@ -145,6 +123,7 @@ def four_report(four: FourModels) -> Path:
     return out
 
 
+@pytest.mark.server
 def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(four: FourModels, four_report: Path,
                                                                         tmp_path: Path):
     from playwright.sync_api import sync_playwright
@@ -222,6 +201,7 @@ def test_every_table_and_chart_has_the_runs_model_order(four: FourModels, four_r
     assert "Models are in the order they were given" in html
 
 
+@pytest.mark.slow
 def test_without_a_given_order_models_are_ranked_by_the_index(four: FourModels):
     summary = _summary({}, [_entry("b", 10.0), _entry("a", None), _entry("c", 30.0), _entry("d", 10.0)])
     assert model_order(summary, ranked=False) == ["b", "a", "c", "d"]
@@ -258,6 +238,7 @@ def test_breakdowns_are_one_table_per_breakdown_with_intervals_and_small_groups_
     assert html.count('alt="Heatmap of') == 5
 
 
+@pytest.mark.slow
 def test_the_banner_says_why_the_numbers_are_not_the_full_index(four: FourModels):
     scored = SimpleNamespace(statuses=pl.DataFrame({"label": ["m", "m"], "eval": ["hle_multichoice", "when2call"],
                                                     "answers": [100, 100]}))
@@ -317,6 +298,7 @@ def _eval_table(html: str, name: str) -> tuple[list[str], dict[str, list[str]]]:
     return head, {r[0]: r for r in rows if r}
 
 
+@pytest.mark.process
 def test_the_report_shows_each_models_ties_per_evaluation_as_summary_json_counts_them(data_dir: Path, tmp_path: Path):
     from .fake_provider import serve
 
@@ -373,6 +355,7 @@ def test_the_banner_names_every_evaluation_that_is_not_the_published_set():
     assert not any(n.startswith("WildGuardTest") for n in banner(_summary(data, []), scored))
 
 
+@pytest.mark.slow
 def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(data_dir: Path, tmp_path: Path):
     assert run_plan(data_dir, tmp_path).exit_code == 0
     fail_rows(tmp_path / "cache", "when2call", 2)
@@ -403,6 +386,7 @@ def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(data_dir: 
     assert w2c_bounds in section
 
 
+@pytest.mark.slow
 def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_significant_ones(four: FourModels):
     out = four.cache.parent / "pairs"
     assert four.rescore(out, html=True, models=four.models).exit_code == 0

@@ -43,6 +43,7 @@ def test_vectorised_and_plain_scorers_agree(tmp_path: Path):
     assert vectorised.keys() == plain.keys() and all(vectorised[k] == pytest.approx(plain[k], abs=1e-9) for k in plain)
 
 
+@pytest.mark.slow
 def test_with_answers_missing_the_vectorised_and_plain_scorers_agree(tmp_path: Path):
     # every 7th task never cached (a stopped run): left out, provisional
     tasks = suite(SIZES)
@@ -57,6 +58,7 @@ def test_with_answers_missing_the_vectorised_and_plain_scorers_agree(tmp_path: P
     assert all(vectorised[k] == pytest.approx(answered[k], abs=1e-9) for k in plain)
 
 
+@pytest.mark.slow
 def test_the_newest_final_row_wins_and_stale_rows_are_ignored(tmp_path: Path):
     tasks = suite(SIZES)
     # every row final (no transient failure written): model 1's rows given to model 0 replace all of its own

@@ -22,6 +22,7 @@ from dxi.runner.sending.scheduler import run
 
 from .conftest import DXI, FIXTURES, without_requests
 from .fake_provider import FakeProvider, serve
+from .helpers.clock import VirtualLimiter
 from .synthetic import data_dir
 
 
@@ -48,6 +49,7 @@ def _sigint_blocked() -> None:  # a signal mask inherited with SIGINT blocked
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("inherited", [None, _sigint_ignored, _sigint_blocked], ids=["default", "ignored", "blocked"])
 def test_ctrl_c_stops_cleanly_keeps_what_arrived_and_the_rerun_completes(tmp_path: Path, inherited):
     """SIGINT stops the run cleanly (exit 130, every reply kept) also when dxi was started with SIGINT ignored
@@ -82,6 +84,7 @@ def test_ctrl_c_stops_cleanly_keeps_what_arrived_and_the_rerun_completes(tmp_pat
     assert Cache(cache).scan().collect().height == tasks
 
 
+@pytest.mark.process
 def test_two_runs_at_once_share_one_cache_and_a_third_sends_nothing(tmp_path: Path):
     tasks = 800
     data = data_dir(tmp_path / "data", tasks)
@@ -103,6 +106,7 @@ def test_two_runs_at_once_share_one_cache_and_a_third_sends_nothing(tmp_path: Pa
     assert without_requests(summary(tmp_path / "out2")) == without_requests(summary(tmp_path / "out0"))
 
 
+@pytest.mark.process
 def test_a_damaged_shard_is_set_aside_and_only_its_requests_are_sent_again(tmp_path: Path,
                                                                            caplog: pytest.LogCaptureFixture):
     data = data_dir(tmp_path / "data", 300)
@@ -121,6 +125,7 @@ def test_a_damaged_shard_is_set_aside_and_only_its_requests_are_sent_again(tmp_p
     assert without_requests(summary(tmp_path / "again")) == without_requests(summary(tmp_path / "full"))
 
 
+@pytest.mark.slow
 async def test_a_429_storm_does_not_become_a_retry_storm(tmp_path: Path):
     """A provider allowing 120 requests a minute (one every 0.5 s, bursts of 2), hit by 8 requests at once, twice: once
     stating its limit in x-ratelimit headers, once not. A client retrying each 429 after its small backoff
@@ -148,23 +153,27 @@ def _provider(**config: object) -> FakeProvider:
 
 async def test_a_token_budget_spaces_requests_by_the_usage_replies_report(tmp_path: Path):
     """100 tokens a second, one request at a time: each request books its estimated tokens, corrected to
-    the usage its reply reports before the next is booked, so request i+1 cannot reach the provider
-    sooner than (tokens used by request i) / 100 s after request i."""
+    the usage its reply reports before the next is booked, so request i+1 is let through exactly (tokens
+    used by request i) / 100 s after request i. The limiter runs on a virtual clock (``VirtualLimiter``:
+    its waits advance the clock, nothing else does), so the load of the machine cannot move its decisions."""
     data = data_dir(tmp_path / "data", 6)
     limits = Limits(max_in_flight=1, tpm=6000, attempt_timeout_s=10)
     async with _provider() as server:
         adapter = adapters.get(f"systemone:fake@{server.url}", limits)
         await adapter.start()
+        limiter = VirtualLimiter(limits)
         with Cache(tmp_path / "cache") as cache:
-            await run([adapter], Suite(discover(data), evals=("when2call",)), cache)
+            await run([adapter], Suite(discover(data), evals=("when2call",)), cache,
+                      limiters={adapter.limits_key: limiter})
             rows = cache.scan().collect()
         await adapter.close()
-    arrivals = [t for t, _ in server.requests]
     used = {orjson.loads(r["request_body"])["state"]: r["input_tokens"] + r["output_tokens"] for r in rows.to_dicts()}
-    spent = [used[payload["state"]] for _, payload in server.requests]
-    assert len(arrivals) == 6 and min(spent) > 30
-    for i in range(5):  # gaps of 0.3 to 1.4 s; unpaced they would be milliseconds. The slack covers the time
-        assert arrivals[i + 1] - arrivals[i] >= spent[i] / 100 - 0.05  # from booking to the provider's clock
+    spent = [used[payload["state"]] for _, payload in server.requests]  # in the order they were sent
+    sent = [t.sent_at for t in limiter.tickets]
+    assert len(sent) == len(spent) == 6 and min(spent) > 30 and sent[0] == 0.0
+    assert limiter.tickets[0].tokens == pytest.approx(limiter.tickets[0].body_bytes / 4)  # booked by estimate
+    for i in range(5):  # unpaced they would all be sent at 0.0
+        assert sent[i + 1] - sent[i] == pytest.approx(spent[i] / 100, abs=1e-9)
 
 
 async def test_a_request_two_tasks_share_is_sent_once(tmp_path: Path):
@@ -196,6 +205,7 @@ async def test_a_task_id_twice_is_refused_before_anything_is_sent(tmp_path: Path
     assert server.stats()["arrivals"] == 0
 
 
+@pytest.mark.process
 def test_a_language_model_through_the_same_faults_ends_with_one_valid_row_per_task(tmp_path: Path):
     """The openai adapter (structured outputs) against the fault-injecting provider's Chat Completions route:
     10% 429 with Retry-After, 5% 5xx, 2% timeouts, 2% resets, 3% malformed bodies; every task ends with one

@@ -21,25 +21,11 @@ from dxi.runner.planning.plan import from_args
 from dxi.scoring import records
 
 from .fake_provider import FakeProvider
+from .helpers.runs import fake_usage, write_run_file
 from .synthetic import data_dir
 
 TASKS = 24
 
-
-def write_run_file(tmp: Path, providers: dict[str, tuple[str, int]], models: list[dict], **top: object) -> Path:
-    """A run file in ``tmp``: ``providers`` name -> (url, rpm); ``models`` as TOML inline values."""
-    lines = ['data_dir = "data"', 'cache_dir = "cache"', 'out = "out"']
-    lines += [f"{k} = {orjson.dumps(v).decode()}" for k, v in top.items()]
-    for name, (url, rpm) in providers.items():
-        lines += [f"[providers.{name}]", 'kind = "systemone"', f'base_url = "{url}"', f"rpm = {rpm}", "max_in_flight = 4", ""]
-    for m in models:
-        lines.append("[[models]]")
-        for k, v in m.items():
-            value = ("{ " + ", ".join(f"{a} = {b}" for a, b in v.items()) + " }") if isinstance(v, dict) else orjson.dumps(v).decode()
-            lines.append(f"{k} = {value}")
-    path = tmp / "run.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 async def dxi(*args: str) -> int:
@@ -55,15 +41,8 @@ def summary(tmp: Path, out: str = "out") -> dict:
     return orjson.loads((tmp / out / "summary.json").read_bytes())
 
 
-def fake_usage(cache_dir: Path, model: str | None = None) -> tuple[int, int]:
-    """(input, output) tokens the fake provider reported for the cached rows (of ``model``)."""
-    with Cache(cache_dir) as cache:
-        rows = cache.scan().collect()
-    if model is not None:
-        rows = rows.filter(pl.col("model") == model)
-    return int(rows["input_tokens"].sum()), int(rows["output_tokens"].sum())
 
-
+@pytest.mark.slow
 async def test_three_models_on_two_providers_each_held_to_its_own_limit(tmp_path: Path):
     data_dir(tmp_path / "data", TASKS)
     # the servers refuse (429) anything faster than their limits, 10/s and 5/s (allowing a burst of 3 for

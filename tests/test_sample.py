@@ -42,6 +42,7 @@ def test_the_choice_depends_on_the_seed_and_the_ids_only():
     assert choose(tasks, 6, seed=2) != first
 
 
+@pytest.mark.slow
 def test_a_sampled_run_and_its_rescoring(data_dir: Path, tmp_path: Path, capsys):
     where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o"), "-q"]
     assert main(["run", "--model", "embedded", "--sample", "2", "--seed", "3", *where]) == 0

@@ -8,21 +8,19 @@ from pathlib import Path
 import orjson
 import pydantic
 import pytest
-from anthropic.types import Message, message_create_params
+from anthropic.types import Message
 from anthropic.types.shared import ErrorResponse
 from anthropic.types.shared.error_details import ErrorDetails
 from google.genai import types as genai
-from openai.types.chat import ChatCompletion, completion_create_params
+from openai.types.chat import ChatCompletion
 from openai.types.shared import ErrorObject
 
 from dxi import adapters
 from dxi.evals import Suite, discover
 
 from . import wire_formats
-from .sdk_types import conforms, gemini_problems, reply_problems
+from .sdk_types import ANTHROPIC_BODY, OPENAI_BODY, conforms, gemini_problems, reply_problems
 
-OPENAI_BODY = completion_create_params.CompletionCreateParamsNonStreaming
-ANTHROPIC_BODY = message_create_params.MessageCreateParamsNonStreaming
 # a field servers add that the SDK does not declare: vLLM/DeepSeek reasoning
 GATEWAY_EXTRAS = ("$.choices[0].message.reasoning_content",)
 

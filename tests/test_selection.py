@@ -23,8 +23,8 @@ from dxi.runner.planning.inputs import PlanInputs
 from dxi.runner.planning.sample import choose
 from dxi.scoring import records
 
-from .test_cli import MODEL
-from .test_view import view_of
+from .helpers.runs import MODEL
+from .helpers.view import view_of
 
 ROBOT = "embedded:sparrow-nano-robot-v1.2"  # a second model that needs no server
 QUESTIONS = {"aa_omniscience_decision": 1, "hle_multichoice": 1, "when2call": 1, "wildguardtest": 3}
@@ -57,6 +57,7 @@ def exported(data: Path, tmp: Path, fmt: str, target: Path, include_missing: boo
     return export.export(rescore.select(inputs), fmt, target, include_missing=include_missing)
 
 
+@pytest.mark.slow
 def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(data_dir: Path, tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture,
                                                                           monkeypatch: pytest.MonkeyPatch):
@@ -114,6 +115,7 @@ def test_a_cache_without_records_scores_every_task_and_the_reason_names_sample(d
                                "--all-tasks sends what is missing")
 
 
+@pytest.mark.slow
 def test_export_counts_the_missing_rows_and_exits_1_unless_asked_to_include_them(data_dir: Path, tmp_path: Path,
                                                                                  capsys: pytest.CaptureFixture):
     assert run(data_dir, tmp_path, "run", sample=2) == 0
@@ -154,6 +156,7 @@ def _ids(data: Path, name: str, limit: int | None = None, sample: int | None = N
     return {t.id for t in tasks[:limit]} if sample is None else choose(tasks, sample, 0)
 
 
+@pytest.mark.slow
 def test_runs_of_two_selections_are_scored_as_their_union(data_dir: Path, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture):
     assert run(data_dir, tmp_path, "a", limit=1) == 0
@@ -192,6 +195,7 @@ def test_runs_of_two_selections_are_scored_as_their_union(data_dir: Path, tmp_pa
     assert summary(tmp_path, "mine")["data"]["when2call"]["tasks"] == 3
 
 
+@pytest.mark.slow
 def test_the_run_record(data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture):
     cache = tmp_path / "cache"
     assert run(data_dir, tmp_path, "run", sample=2, seed=3, evals=["when2call", "hle_multichoice"]) == 0
@@ -248,6 +252,7 @@ def test_answers_missing_from_a_selection_one_of_the_runs_made_are_an_incomplete
         "5 answer(s) not in the cache: this model's runs selected --sample 5 here, not --limit 30; score with --sample 5")
 
 
+@pytest.mark.slow
 def test_after_several_samples_the_hint_is_the_latest_and_the_list_is_in_numeric_order(tmp_path: Path):
     """Runs of every task, then of --sample 5, 8, 14, 20 and 30 (in that order) on one cache: ``dxi score``
     scores every task and says which samples the cache holds in numeric order, hinting at the latest run's

@@ -23,8 +23,7 @@ from dxi.scoring.replies import same_model, usage_and_replies
 
 from . import wire_formats
 from .fake_llm_server import FakeLLM
-from .test_provider_faults import ONE
-from .test_systemone import run_model
+from .helpers.runs import ONE, run_model
 
 
 def n_tasks(data_dir: Path) -> int:
@@ -40,6 +39,7 @@ def test_a_snapshot_of_the_model_asked_for_is_the_same_model():
     assert not same_model("gpt-6-luna", "gpt-6-luna-fast")
 
 
+@pytest.mark.slow
 async def test_a_rerouted_retired_model_is_said_once_per_model_and_recorded(data_dir: Path, tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture):
     out, cache = tmp_path / "out", tmp_path / "c"
@@ -77,14 +77,14 @@ async def test_the_view_shows_the_served_model_and_the_clamp_on_the_calibration_
         data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from urllib.parse import quote
 
-    from .test_view import _caught_view, fetch
+    from .helpers.view import caught_view, fetch
 
     common = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"), "-q"]
     async with FakeLLM() as server:
         models = ["--model", f"gemini:gemini-2.5-flash@{server.url}", "--model",
                   f"gemini-decisions:gemini-decision-1@{server.url}"]
         assert await asyncio.to_thread(main, ["run", *models, "--out", str(tmp_path / "o"), *common]) == 0
-    browser = await asyncio.to_thread(_caught_view, monkeypatch, *common)
+    browser = await asyncio.to_thread(caught_view, monkeypatch, *common)
     try:
         (_, _, overview), (_, _, calibration) = await fetch(
             browser, "/", f"/calibration?m={quote('gemini-decisions:gemini-decision-1')}")

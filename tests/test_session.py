@@ -95,6 +95,7 @@ def test_a_cost_bound_is_recorded_in_the_result(data_dir: Path, tmp_path: Path):
     assert done.summary.cost_bound == done.cost_bound and done.exit_code == 0
 
 
+@pytest.mark.slow
 def test_rescore_scores_the_cache_without_the_network(data_dir: Path, tmp_path: Path):
     ran = session.run(plan(data_dir, tmp_path))
     done = rescore.rescore(selection(data_dir, tmp_path))

@@ -23,6 +23,7 @@ print(",".join(str(next(k for k in range(5) if Shard(k, 5).owns(key))) for key i
 """
 
 
+@pytest.mark.process
 def test_assignment_is_identical_under_two_hash_seeds():
     runs = [subprocess.run([sys.executable, "-c", ASSIGN], env={**os.environ, "PYTHONHASHSEED": seed},
                            capture_output=True, text=True, check=True).stdout for seed in ("1", "2")]
@@ -79,6 +80,7 @@ def test_each_shard_keeps_one_nth_of_the_limits():
     assert divide(whole, 1) == whole
 
 
+@pytest.mark.process
 def test_estimate_by_shard_counts_each_request_once(tmp_path):
     from tests.synthetic import data_dir
 
@@ -117,6 +119,7 @@ def test_the_recipes_commands_are_ones_dxi_accepts():
     assert "SLURM_ARRAY_JOB_ID}/" not in script and "task-${SLURM_ARRAY_TASK_ID" in script  # survives resubmission
 
 
+@pytest.mark.process
 def test_a_coordinator_that_cannot_be_reached_leaves_one_nth_of_each_limit(tmp_path, data_dir):
     from tests.servers import free_port
 

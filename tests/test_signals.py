@@ -69,6 +69,7 @@ def embedded_run(tmp_path: Path, tasks: int, *extra: str) -> subprocess.Popen:
 
 
 # ---- the embedded model's worker processes die with their parent, whatever kills it -----------------------
+@pytest.mark.process
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["INT", "TERM", "KILL"])
 def test_no_embedded_worker_nor_resource_tracker_outlives_dxi(tmp_path: Path, sig: signal.Signals):
     from dxi.adapters.embedded import WORKERS
@@ -106,6 +107,7 @@ def served_run(url: str, tmp_path: Path, tasks: int, *extra: str) -> list[str]:
             "--out", str(tmp_path / "out"), "--max-in-flight", "8", *extra]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
 def test_the_first_signal_lets_the_requests_in_flight_finish_and_stores_them(tmp_path: Path, sig: signal.Signals):
     """Every request takes 1.5 s, 8 at a time, so requests go in waves 1.5 s apart: the signal comes just
@@ -142,6 +144,7 @@ def test_the_first_signal_lets_the_requests_in_flight_finish_and_stores_them(tmp
     assert (after["duplicates"], after["keys_ok"]) == (0, tasks)  # none sent twice over both runs
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("how", ["again", "grace"])
 def test_a_second_signal_or_the_end_of_the_grace_period_stops_at_once(tmp_path: Path, how: str):
     """Replies that take a minute: a second Ctrl-C, or the end of --grace, stops the run without them,
@@ -184,6 +187,7 @@ sys.meta_path.insert(0, SignalOnImport())
 '''
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("module", ["dxi.runner", "asyncio", "dxi.runner.cli", "dxi.adapters", "rich.console",
                                     "dxi.runner.planning.plan"])
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
@@ -231,6 +235,7 @@ def _interrupted(proc: subprocess.Popen, tmp_path: Path) -> tuple[int, str, str]
     return code, stdout, stderr
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("delay", [0.0, 0.005, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.6])
 def test_ctrl_c_at_any_moment_of_the_start_up_prints_one_line(tmp_path: Path, delay: float):
     """A real ``dxi run`` sent SIGINT ``delay`` s after dxi's own code began to run (while it still imports the

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from .conftest import DXI, without_requests
 from .fake_provider import serve
@@ -20,7 +21,8 @@ from .slurm import missing, slurm_cluster
 from .synthetic import data_dir
 
 ROOT = Path(__file__).parents[1]
-pytestmark = [requires_redis, needs(None if missing() is None else f"no Slurm cluster: {missing()}")]
+pytestmark = [requires_redis, needs(None if missing() is None else f"no Slurm cluster: {missing()}"),
+              pytest.mark.process, pytest.mark.server]
 
 TASKS = 400
 IN_FLIGHT = 4  # for the whole run (the coordinator shares it): at most this many sent twice by the killed task

@@ -12,6 +12,7 @@ from itertools import islice
 from pathlib import Path
 
 import orjson
+import pytest
 from rich.console import Console
 
 from dxi.evals import EVALS, Exclusions, Suite, discover, gold_frames, when2call
@@ -29,12 +30,14 @@ def _imported_by(code: str) -> set[str]:
     return set(out.split())
 
 
+@pytest.mark.process
 def test_the_command_line_and_help_import_none_of_the_heavy_modules():
     loaded = _imported_by("from dxi.runner import cli\n"
                           "try:\n    cli.parser().parse_args(['run', '--help'])\nexcept SystemExit:\n    pass")
     assert sorted(m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY)) == []
 
 
+@pytest.mark.process
 def test_dxi_help_imports_no_command_module_nor_the_library():
     """``dxi --help`` lists the commands from their declarations (``runner.commands.HELP``): it imports no
     command's module, no evaluations, adapters or asyncio (issue 33: 0.20 s when it built every command)."""
@@ -50,6 +53,8 @@ def test_dxi_help_imports_no_command_module_nor_the_library():
     assert not {f"dxi.runner.commands.{m}" for m in ("view", "export", "batches", "score")} & only_run
 
 
+
+@pytest.mark.process
 def test_reading_tasks_imports_no_polars():
     loaded = _imported_by("from pathlib import Path\nfrom dxi.evals import Suite, discover\n"
                           f"print(sum(1 for _ in Suite(discover(Path({str(Path(__file__).parent / 'fixtures')!r}))).tasks()))")
@@ -116,6 +121,7 @@ def test_progress_without_a_total_until_it_is_given():
     assert line.startswith("5/5 100% ") and line.endswith(" req/s done $0.0000 retries 0 429s 0 invalid replies 0 failed 0 cached 0\n")
 
 
+@pytest.mark.process
 def test_the_command_exits_with_mains_code_and_flushes(tmp_path: Path):
     def dxi(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", "from dxi.__main__ import command; command()", *args],
@@ -139,6 +145,7 @@ def test_the_command_exits_with_mains_code_and_flushes(tmp_path: Path):
     assert len(list((tmp_path / "cache" / "shards").iterdir())) == 1
 
 
+@pytest.mark.process
 def test_a_first_run_reaches_its_first_request_without_polars_pyarrow_numpy_or_the_scoring(tmp_path: Path):
     # what `dxi run` does before its first request: plan (the files checked whole), open an empty cache,
     # look keys up, encode; then its first replies' rows appended. PyArrow and NumPy come with the first
@@ -163,6 +170,7 @@ def test_a_first_run_reaches_its_first_request_without_polars_pyarrow_numpy_or_t
     assert "dxi.cache.store" in loaded  # the probe did open the cache
 
 
+@pytest.mark.process
 def test_dxi_run_hands_its_plan_to_the_session_before_polars_or_the_scoring_is_imported(tmp_path: Path):
     # `dxi run`'s own command module (runner.commands.run.main), up to the call that sends: what it imports
     # first delays the first request (the summary's printer loads Polars: imported once the summary is ready)

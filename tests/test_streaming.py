@@ -39,8 +39,8 @@ from dxi.runner.cli import main
 
 from . import sse_streams, wire_formats
 from .fake_llm_server import FakeLLM
+from .helpers.runs import FAST, run_model
 from .sdk_types import reply_problems
-from .test_systemone import FAST, run_model
 
 NAMES = {"openai": "gpt-6-luna", "anthropic": "claude-sonnet-5-5", "gemini": "gemini-3.5-flash"}
 TIMING = ("created_at", "latency_ms", "ttft_s", "retry_waits_s")
@@ -500,6 +500,7 @@ async def test_a_whole_reply_slower_than_the_idle_timeout_is_sent_again(
     assert rows["ttft_s"][0] is None
 
 
+@pytest.mark.slow
 async def test_a_reply_slower_than_any_timeout_but_steadily_arriving_is_stored_once(
     data_dir: Path, tmp_path: Path
 ):

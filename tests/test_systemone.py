@@ -16,26 +16,9 @@ import pytest
 from dxi import adapters
 from dxi.adapters import Limits
 from dxi.adapters.errors import UNREACHABLE
-from dxi.cache import Cache
-from dxi.evals import Suite, discover
-from dxi.runner.sending.scheduler import run
 
 from .fake_provider import FakeProvider
-
-FAST = Limits(max_in_flight=4, attempt_timeout_s=5, max_attempts=4, backoff_s=0.01, max_wait_s=5)
-
-
-async def run_model(model: str, data_dir: Path, cache_dir: Path, limits: Limits = FAST, limit: int | None = 1,
-                    evals: tuple[str, ...] | None = ("when2call",), limiters: dict | None = None, **cache_options):
-    adapter = adapters.get(model, limits)
-    await adapter.start()
-    try:
-        with Cache(cache_dir, **cache_options) as cache:
-            stats = await run([adapter], Suite(discover(data_dir), limit=limit, evals=evals), cache, limiters=limiters)
-            rows = cache.scan().collect()
-    finally:
-        await adapter.close()
-    return adapter, stats[adapter.label], rows
+from .helpers.runs import FAST, run_model
 
 
 async def test_success_parses_answers_usage_and_learns_the_model_name(data_dir: Path, tmp_path: Path):
@@ -197,6 +180,7 @@ def sparrow_server():
     proc.wait(10)
 
 
+@pytest.mark.process
 async def test_systemone_against_sparrow_serve_matches_embedded(data_dir: Path, tmp_path: Path, sparrow_server: str):
     from .conftest import REAL_DATA
     source = REAL_DATA if REAL_DATA.is_dir() else data_dir

@@ -41,8 +41,9 @@ from dxi.view.data import Browser, EvalQuery
 from . import wire_formats
 from .conftest import FIXTURES, write_wildguard_parquet
 from .fake_provider import serve
-from .test_cli import MODEL, fail_rows
-from .test_report import CHROMIUM_FLAGS, HOSTILE_ERROR, HOSTILE_MODEL, add_hostile_model, chromium
+from .helpers.report import CHROMIUM_FLAGS, HOSTILE_ERROR, HOSTILE_MODEL, add_hostile_model, chromium
+from .helpers.runs import MODEL, fail_rows
+from .helpers.view import get, view_of
 
 LLM = "openai:fake-chat"
 HOSTILE_REPLY = "<script>alert('reply')</script><img src=x onerror=alert(2)> I think the answer is B."
@@ -98,20 +99,6 @@ def run(**fields) -> int:
     return session.run(plan.build(**fields)).exit_code
 
 
-def view_of(**fields) -> Browser:
-    """The Browser ``dxi view`` serves over the selection ``fields`` make (``PlanInputs``): ``rescore.browse``,
-    its snapshots (and a remote cache's mirror) in a private folder removed with the browser."""
-    from dxi.view.home import private_home
-
-    home = private_home()
-    try:
-        browser, _ = rescore.browse(rescore.select(PlanInputs(**fields), mirror=Path(home.name) / "remote"), home)
-    except BaseException:
-        home.cleanup()
-        raise
-    browser.source.owns_home = True
-    return browser
-
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:
     """Every file and folder under ``root``: (size, mtime in ns)."""
@@ -158,18 +145,6 @@ def browser(built: dict) -> Browser:
     b.close()
 
 
-async def fetch(browser: Browser, *paths: str, method: str = "GET") -> list[tuple[int, dict, str]]:
-    async with TestClient(TestServer(make_app(browser))) as client:
-        out = []
-        for path in paths:
-            async with client.request(method, path) as resp:
-                out.append((resp.status, dict(resp.headers), await resp.text()))
-        return out
-
-
-def get(browser: Browser, *paths: str, method: str = "GET") -> list[tuple[int, dict, str]]:
-    return asyncio.run(fetch(browser, *paths, method=method))
-
 
 def routes(browser: Browser, built: dict) -> list[str]:
     """One URL of every page kind, with every filter."""
@@ -185,6 +160,7 @@ def routes(browser: Browser, built: dict) -> list[str]:
     return paths + [task_url(t) for t in browser.tasks]
 
 
+@pytest.mark.process
 def test_the_view_shows_what_dxi_score_computes(browser: Browser, built: dict):
     assert records.to_builtins(browser.summary) == built["summary"]  # one code path: the same summary, every number
     assert browser.labels == [f"embedded:{HOSTILE_MODEL}", MODEL, LLM]
@@ -203,6 +179,7 @@ def test_the_view_shows_what_dxi_score_computes(browser: Browser, built: dict):
                 assert f'href="/eval/{name}?m={quote(m["model"], safe="")}"' in page.replace("&amp;", "&")
 
 
+@pytest.mark.process
 def test_every_route_answers_with_a_strict_policy_and_no_inline_script_or_style(browser: Browser, built: dict):
     for path, (status, headers, body) in zip(routes(browser, built), get(browser, *routes(browser, built)), strict=True):
         assert status == 200, (path, body[:500])
@@ -218,6 +195,7 @@ def test_every_route_answers_with_a_strict_policy_and_no_inline_script_or_style(
     assert "script-src 'self'" in CSP and "default-src 'none'" in CSP and "unsafe" not in CSP
 
 
+@pytest.mark.process
 def test_unknown_ids_are_404_and_bad_queries_400(browser: Browser):
     not_found = ["/eval/nope", "/task/hle_multichoice/nope", "/task/nope", "/compare/nope", "/calibration?m=nobody",
                  "/eval/when2call?m=nobody", "/eval/when2call?epoch=3", "/calibration?m=nobody&eval=when2call&bin=1",
@@ -240,6 +218,7 @@ def test_unknown_ids_are_404_and_bad_queries_400(browser: Browser):
     assert [(s, h["Content-Security-Policy"]) for s, h, _ in posted] == [(405, CSP), (405, CSP)]
 
 
+@pytest.mark.process
 def test_hostile_model_and_dataset_text_is_escaped_everywhere(browser: Browser, built: dict):
     pages = {path: body for path, (_, _, body) in zip(routes(browser, built), get(browser, *routes(browser, built)),
                                                         strict=True)}
@@ -258,6 +237,7 @@ def test_hostile_model_and_dataset_text_is_escaped_everywhere(browser: Browser, 
     assert "invalid" in page and 'class="invalid-reason"' in page
 
 
+@pytest.mark.process
 def test_the_evaluation_page_filters_on_the_server(browser: Browser, built: dict):
     ans = built["answers"]
     llm_w2c = ans.filter((pl.col("model") == LLM) & (pl.col("eval") == "when2call"))
@@ -293,6 +273,7 @@ def test_the_evaluation_page_filters_on_the_server(browser: Browser, built: dict
     assert shown(body) == sorted(p_gold, key=lambda t: -p_gold[t])
 
 
+@pytest.mark.process
 def test_the_question_page_shows_the_probabilities_of_answers_parquet(browser: Browser, built: dict):
     ans = built["answers"].filter(pl.col("model") == MODEL)
     for task_id in (ans.filter(pl.col("eval") == "hle_multichoice")["task_id"][0],
@@ -317,6 +298,7 @@ def test_the_question_page_shows_the_probabilities_of_answers_parquet(browser: B
     assert status == 200 and f"<dt>attempts</dt><dd>2 (waited {wait:.1f} s before the retries)</dd>" in body
 
 
+@pytest.mark.process
 def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
     ans = built["answers"].filter(pl.col("eval") == "hle_multichoice")
     right = {m: dict(ans.filter(pl.col("model") == m).select("task_id", "correct").iter_rows()) for m in (MODEL, LLM)}
@@ -347,6 +329,7 @@ def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
     assert [-d["difference"] for d in back] == [d["difference"] for d in differences]
 
 
+@pytest.mark.process
 def test_the_compare_page_claims_no_difference_the_missing_answers_could_overturn(
         browser: Browser, monkeypatch: pytest.MonkeyPatch):
     # the summary as it would be with MODEL's HLE answers mostly missing: its accuracy provisional,
@@ -374,6 +357,7 @@ def test_the_compare_page_claims_no_difference_the_missing_answers_could_overtur
     assert f"not claimed: bounds A [0.0, 100.0], B {span([llm, llm])} overlap" in row
 
 
+@pytest.mark.process
 def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
     bins = browser.reliability_bins(MODEL)
     assert set(bins) == {"aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest"}
@@ -395,6 +379,7 @@ def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
     assert "AUROC " + ", ".join(f"{q} {v['auroc']:.3f}" for q, v in wild.items()) in page
 
 
+@pytest.mark.process
 def test_a_run_file_names_the_models_and_their_names(built: dict, monkeypatch: pytest.MonkeyPatch):
     run = built["tmp"] / "view.toml"
     run.write_text(f'data_dir = "{built["data"]}"\ncache_dir = "{built["cache"]}"\n\n[[models]]\nname = "sparrow <nano>"\n'
@@ -410,6 +395,7 @@ def test_a_run_file_names_the_models_and_their_names(built: dict, monkeypatch: p
         b.close()
 
 
+@pytest.mark.process
 def test_quiet_leaves_out_the_notes_on_the_selection(built: dict, monkeypatch: pytest.MonkeyPatch):
     loud = {**built, "common": [a for a in built["common"] if a != "-q"]}
     b, printed = _browser(loud, monkeypatch)
@@ -421,6 +407,7 @@ def test_quiet_leaves_out_the_notes_on_the_selection(built: dict, monkeypatch: p
     assert not [p for p in printed if "note:" in p]
 
 
+@pytest.mark.process
 def test_epochs_side_by_side(built: dict, monkeypatch: pytest.MonkeyPatch):
     b, printed = _browser(built, monkeypatch, "--model", built["llm"], "--epochs", "2")
     try:
@@ -439,6 +426,7 @@ def test_epochs_side_by_side(built: dict, monkeypatch: pytest.MonkeyPatch):
         b.close()
 
 
+@pytest.mark.process
 def test_the_view_never_writes_to_the_cache(built: dict, monkeypatch: pytest.MonkeyPatch):
     cache_dir: Path = built["cache"]
     # a log left by a killed writer: a writing Cache would compact it into a shard at start-up
@@ -463,6 +451,7 @@ def test_the_view_never_writes_to_the_cache(built: dict, monkeypatch: pytest.Mon
     assert not (built["tmp"] / "nowhere").exists()
 
 
+@pytest.mark.process
 def test_a_damaged_shard_is_skipped_not_moved_when_read_only(built: dict, tmp_path: Path):
     cache_dir = tmp_path / "cache"
     shutil.copytree(built["cache"], cache_dir)
@@ -477,6 +466,7 @@ def test_a_damaged_shard_is_skipped_not_moved_when_read_only(built: dict, tmp_pa
     assert [w for w in cache.warnings if str(shard) in w and "skipped (read-only: left in place)" in w]
 
 
+@pytest.mark.process
 def test_only_loopback_by_default_and_a_warning_for_another_host(built: dict, monkeypatch: pytest.MonkeyPatch):
     b, printed = _browser(built, monkeypatch)
     b.close()
@@ -490,6 +480,8 @@ def test_only_loopback_by_default_and_a_warning_for_another_host(built: dict, mo
     assert main(["view", "--data-dir", str(built["data"]), "--cache-dir", str(built["tmp"] / "none"), "-q"]) == 2
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_a_walk_through_the_pages_in_a_headless_browser(browser: Browser, built: dict, tmp_path: Path):
     from playwright.sync_api import sync_playwright
 
@@ -570,6 +562,7 @@ def test_a_walk_through_the_pages_in_a_headless_browser(browser: Browser, built:
         assert (shots / f"{name}.png").stat().st_size > 10_000, name
 
 
+@pytest.mark.process
 def test_a_port_that_cannot_be_served_is_a_usage_error_not_a_traceback(built: dict, capsys: pytest.CaptureFixture):
     import socket
 
@@ -599,14 +592,8 @@ def test_the_view_has_no_out_option_and_score_keeps_it(capsys: pytest.CaptureFix
     assert "--out" in capsys.readouterr().err
 
 
-def _caught_view(monkeypatch: pytest.MonkeyPatch, *argv: str) -> Browser:
-    """The Browser ``dxi view ARGV`` builds (its server replaced by a catcher)."""
-    caught: dict = {}
-    monkeypatch.setattr("dxi.view.app.serve", lambda browser, host, port, print_: caught.update(browser=browser))
-    assert main(["view", *argv]) == 0
-    return caught["browser"]
 
-
+@pytest.mark.slow
 def test_the_view_rescores_rows_appended_while_it_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from dxi.view.live import Live
 
@@ -669,6 +656,7 @@ class _Folder:
         shutil.rmtree(Path(self.name).parent, ignore_errors=True)
 
 
+@pytest.mark.process
 def test_a_killed_views_private_folder_is_removed_by_the_next_view(tmp_path: Path):
     import signal
     import subprocess
@@ -696,6 +684,8 @@ def test_a_killed_views_private_folder_is_removed_by_the_next_view(tmp_path: Pat
         mine.cleanup()
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch):
     from .servers import moto_s3
@@ -724,6 +714,7 @@ def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(tmp_pa
         assert not (tmp_path / "none").exists()
 
 
+@pytest.mark.process
 def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(browser: Browser, monkeypatch: pytest.MonkeyPatch):
     from dxi.view.live import Live
 
@@ -750,6 +741,7 @@ def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(browser: Browser, mo
     assert '<span class="building">rescoring newer rows…</span>' in building
 
 
+@pytest.mark.process
 def test_requests_parquet_written_in_parts_holds_every_current_row_sorted_by_task(browser: Browser, built: dict):
     """The snapshot reads the cache's rows in ``REQUEST_PARTS`` ranges of task ids (12 tasks: 6 parts of
     2): the file holds exactly the rows one read of the whole cache gives, sorted by task id, rows of one
@@ -796,6 +788,7 @@ def test_the_start_up_child_is_spawned_with_its_allocator_options_and_the_enviro
     assert JEMALLOC_VAR not in os.environ and os.environ[glibc] == "1048576"
 
 
+@pytest.mark.process
 def test_provisional_figures_are_marked_on_the_overview(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     data, cache_dir = _data(tmp_path / "data"), tmp_path / "cache"
     assert run(models=[MODEL], out=tmp_path / "out", data_dir=data, cache_dir=cache_dir) == 0
@@ -819,6 +812,7 @@ def test_provisional_figures_are_marked_on_the_overview(tmp_path: Path, monkeypa
         b.close()
 
 
+@pytest.mark.process
 def test_the_overview_shows_each_models_latency_cost_and_risk_coverage(browser: Browser,
                                                                         built: dict):
     (status, _, page), = get(browser, "/")

@@ -31,9 +31,9 @@ from dxi.view.data import Browser
 
 from .conftest import FIXTURES, REAL_DATA, requires_real_data
 from .fake_provider import serve
-from .test_cli import MODEL
-from .test_report import CHROMIUM_FLAGS, chromium
-from .test_view import get, view_of
+from .helpers.report import CHROMIUM_FLAGS, chromium
+from .helpers.runs import MODEL
+from .helpers.view import get, view_of
 
 LONG_CATEGORY = "disseminating_false_or_misleading_information_encouraging_disinformation_campaigns"
 LONG_MODEL = "sparrow-nano-general-v1.1-with-a-long-fine-tuned-checkpoint-name-2026-11-30-rc2"
@@ -104,6 +104,7 @@ def routes(b: Browser) -> list[str]:
     return paths + [task_url(t) for t in b.tasks]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", CACHES)
 def test_every_route_answers_200_on_each_cache(caches: dict, name: str, monkeypatch: pytest.MonkeyPatch):
     b = _view(caches, name, monkeypatch)
@@ -134,6 +135,7 @@ def test_every_route_answers_200_on_each_cache(caches: dict, name: str, monkeypa
         assert failed > 0 and "failed" in pages["/eval/hle_multichoice?status=failed"]
 
 
+@pytest.mark.slow
 @requires_real_data
 def test_the_calibration_page_of_a_run_of_ten_tasks_renders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The report's case: ``dxi run --limit 10`` of the embedded model, then ``dxi view --limit 10``: a yes/no
@@ -148,6 +150,8 @@ def test_the_calibration_page_of_a_run_of_ten_tasks_renders(tmp_path: Path, monk
     assert status == 200 and "AUROC" in body
 
 
+@pytest.mark.server
+@pytest.mark.process
 def test_every_route_in_the_browser_and_the_evaluation_page_at_1280_px(caches: dict, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch):
     """Every route of every cache in headless chromium: 200, no script error; then WildGuardTest's page of the
@@ -226,6 +230,7 @@ def test_every_route_in_the_browser_and_the_evaluation_page_at_1280_px(caches: d
     assert len(seen["selects"]) == 2 and all(s["width"] >= s["text"] for s in seen["selects"]), seen["selects"]
 
 
+@pytest.mark.slow
 def test_a_view_of_an_empty_cache_fills_in_with_the_tasks_the_run_selects(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch):
     """Started before the run: no model, every task; rebuilt once a `--sample 2` run has written (as

@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dxi.adapters import AdapterError, Limits, ProviderStop, RateLimited, Request
@@ -57,17 +58,19 @@ class Pacer:
 
     ``reserve(cost)`` books the next ``cost`` units and returns the seconds to wait before using them;
     ``correct(delta)`` books ``delta`` more units (or gives them back, when negative) once the real
-    cost is known; ``hold_until(t)`` lets nothing start before monotonic time ``t``.
+    cost is known; ``hold_until(t)`` lets nothing start before monotonic time ``t``. ``clock``: the
+    monotonic clock in seconds (default ``time.monotonic``; tests pass a fake one).
     """
 
-    __slots__ = ("rate", "_next")
+    __slots__ = ("rate", "_next", "clock")
 
-    def __init__(self, rate: float):
+    def __init__(self, rate: float, clock: Callable[[], float] | None = None):
         self.rate = rate
         self._next = 0.0
+        self.clock = clock or time.monotonic
 
     def reserve(self, cost: float = 1.0) -> float:
-        now = time.monotonic()
+        now = self.clock()
         start = max(self._next, now)
         self._next = start + cost / self.rate
         return start - now
@@ -82,12 +85,14 @@ class Pacer:
 class AdaptiveRate:
     """One rate (requests or tokens per second) that is cut on congestion and recovers linearly.
 
-    ``ceiling`` is units per second (None: unlimited, no pacing, until a 429 states a limit).
+    ``ceiling`` is units per second (None: unlimited, no pacing, until a 429 states a limit); ``clock``
+    as ``Pacer``'s.
     """
 
-    def __init__(self, per_minute: float | None):
+    def __init__(self, per_minute: float | None, clock: Callable[[], float] | None = None):
+        self.clock = clock or time.monotonic
         self.ceiling = per_minute / 60 if per_minute else None
-        self.pacer = Pacer(self.ceiling) if self.ceiling else None
+        self.pacer = Pacer(self.ceiling, self.clock) if self.ceiling else None
         self._low, self._since = self.ceiling, 0.0
 
     @property
@@ -104,7 +109,7 @@ class AdaptiveRate:
         """Reserve ``cost`` units; seconds to wait before using them."""
         if self.pacer is None:
             return 0.0
-        self._recover(time.monotonic())
+        self._recover(self.clock())
         return self.pacer.reserve(cost)
 
     def decrease(self, now: float) -> None:
@@ -124,7 +129,7 @@ class AdaptiveRate:
             return False
         self.ceiling = rate
         if self.pacer is None:
-            self.pacer = Pacer(rate)
+            self.pacer = Pacer(rate, self.clock)
         else:
             self.pacer.rate = min(self.pacer.rate, rate)
         self._low, self._since = self.pacer.rate, now
@@ -184,14 +189,18 @@ class ProviderLimiter:
 
     Counters for reports: ``rate_limited`` (429s heard), ``decreases`` (times the window and rates were
     cut), ``paused_s`` (total seconds the provider was paused), ``replies`` (attempts that got a reply).
+
+    ``clock`` is the monotonic clock (seconds) its decisions read: default ``time.monotonic``; a test
+    passes a fake one, and overrides ``sleep`` to advance it, to check the decisions whatever the load.
     """
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: Limits, clock: Callable[[], float] | None = None):
         self.limits = limits
+        self.clock = clock or time.monotonic
         self.slots = asyncio.Semaphore(max(1, limits.max_in_flight))
         self.window = Window(max(1, limits.max_in_flight))
-        self.requests = AdaptiveRate(limits.rpm)
-        self.tokens = AdaptiveRate(limits.tpm)
+        self.requests = AdaptiveRate(limits.rpm, self.clock)
+        self.tokens = AdaptiveRate(limits.tpm, self.clock)
         self.estimate = TokenEstimate()
         self._paused_until = 0.0
         self._decreased_at = float("-inf")
@@ -255,7 +264,7 @@ class ProviderLimiter:
 
     def pause(self, seconds: float) -> None:
         """Hold every attempt of this provider for ``seconds`` from now."""
-        now = time.monotonic()
+        now = self.clock()
         until = now + seconds
         if until > self._paused_until:
             self.paused_s += until - max(now, self._paused_until)
@@ -265,7 +274,7 @@ class ProviderLimiter:
                     rate.pacer.hold_until(until)
 
     async def _unpaused(self) -> None:
-        while (delay := self._paused_until - time.monotonic()) > 0 and not self.ending:
+        while (delay := self._paused_until - self.clock()) > 0 and not self.ending:
             await self.sleep(delay)
 
     async def acquire(self, request: Request) -> Ticket:
@@ -281,13 +290,13 @@ class ProviderLimiter:
                 delay = max(self.requests.wait(1.0), self.tokens.wait(cost))
                 if delay > 0:
                     await self.sleep(delay)
-                if self._paused_until <= time.monotonic() or self.ending:
+                if self._paused_until <= self.clock() or self.ending:
                     break
                 await self._unpaused()  # a 429 came in while we waited our turn: book again after it
         except BaseException:
             self.window.release()
             raise
-        return Ticket(time.monotonic(), size, cost)
+        return Ticket(self.clock(), size, cost)
 
     def finish(self, ticket: Ticket, ok: bool, error: AdapterError | None = None,
                input_tokens: int | None = None, output_tokens: int | None = None) -> None:
@@ -308,7 +317,7 @@ class ProviderLimiter:
         if not isinstance(error, RateLimited):
             return
         self.rate_limited += 1
-        now = time.monotonic()
+        now = self.clock()
         learned = False
         if error.rpm:
             learned |= self.requests.learn(error.rpm, now)

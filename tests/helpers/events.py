@@ -1,0 +1,69 @@
+"""Events of a ``dxi`` process that a test can see and kill at: ``env(...)`` gives the environment
+for a process started by the test; Python then loads ``events_site/sitecustomize.py`` at start-up,
+which watches a few points of dxi's own code and appends one JSON line per occurrence to ``log``:
+
+* ``["compaction", n, pid]``: a log's rows were written as a shard file
+  (``cache.layout.write_shard`` returned), before the shard is renamed into place and the log
+  deleted: *mid-compaction*;
+* ``["append", n, pid, rows]``: rows were appended to the cache in one write (``Cache.append_many``
+  returned: batch mode stores each piece of results so);
+* ``["booking", n, pid, booked_at, turn]``: the coordinator booked an attempt's turn
+  (``SharedLimiter._slot``): when Redis booked it and when it may go, both on Redis's clock
+  (seconds).
+
+``kill_at="compaction:2"`` kills the process (SIGKILL) right after the 2nd occurrence is written, so
+a kill test chooses its kill points from the run's events instead of a random delay, and ``reached``
+proves each was reached. Batch mode has its own named steps for that (``DXI_FAILPOINT``,
+``runner.batch.failpoint``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+
+SITE = Path(__file__).with_name("events_site")
+
+
+def env(
+    log: Path, kill_at: str | None = None, base: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a process whose events go to ``log`` (appended: several processes may
+    share it), killed at ``kill_at`` (``"<event>:<n>"``; None: never), on top of ``base`` (default:
+    this one's)."""
+    out = dict(os.environ if base is None else base)
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE), out.get("PYTHONPATH", "")) if p)
+    out["DXI_TEST_EVENTS"] = str(log)
+    out.pop("DXI_TEST_KILL_AT", None)
+    if kill_at is not None:
+        out["DXI_TEST_KILL_AT"] = kill_at
+    return out
+
+
+def read(log: Path, name: str | None = None) -> list[list]:
+    """The events written to ``log`` (all, or those called ``name``), in the order they were
+    written."""
+    if not log.exists():
+        return []
+    events = [orjson.loads(line) for line in log.read_bytes().splitlines() if line.strip()]
+    return [e for e in events if name is None or e[0] == name]
+
+
+def reached(log: Path, point: str) -> bool:
+    """Whether ``point`` (``"<event>:<n>"``) occurred in some process writing to ``log``."""
+    name, _, n = point.rpartition(":")
+    return any(e[1] == int(n) for e in read(log, name))
+
+
+def wait(log: Path, point: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until ``point`` (``"<event>:<n>"``) is reached; fails if ``proc`` ends first or
+    ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not reached(log, point):
+        assert proc.poll() is None, f"the run ended before {point}"
+        assert time.monotonic() < deadline, f"no {point} within {timeout} s"
+        time.sleep(0.02)

@@ -1,0 +1,145 @@
+"""Runs as the tests make them, through the library: ``run_model`` (one adapter through the
+scheduler, ``runner.run``, against a fake) with the fast limits ``FAST`` / ``ONE``, and ``run_plan``
+(``dxi run``'s work, ``session.run``, with the embedded model ``MODEL`` unless told otherwise);
+``fail_rows`` turns cached rows into failures, as a provider that stopped answering leaves them;
+``write_run_file`` writes a run file, ``fake_usage`` sums the tokens a fake reported."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pyarrow.parquet as pq
+
+from dxi import adapters
+from dxi.adapters import Limits
+from dxi.cache import Cache
+from dxi.cache.layout import read_nested
+from dxi.cache.schema import SCHEMA
+from dxi.evals import Suite, discover
+from dxi.runner import session
+from dxi.runner.planning import plan
+from dxi.runner.sending.scheduler import run
+
+MODEL = "embedded:sparrow-nano-general-v1.1"
+FAST = Limits(max_in_flight=4, attempt_timeout_s=5, max_attempts=4, backoff_s=0.01, max_wait_s=5)
+"""Limits for a fake on 127.0.0.1: short timeouts and backoffs (seconds), 4 attempts."""
+ONE = replace(FAST, max_in_flight=1)
+"""``FAST``, one request at a time."""
+RUN_OPTIONS = {
+    "console",
+    "grace",
+    "fsync",
+    "retry_invalid",
+    "retry_failed",
+    "dist",
+    "batch_options",
+    "fallback_sync",
+    "on_summary",
+}  # session.run's keywords; the others are the plan's (runner.inputs.PlanInputs)
+
+
+async def run_model(
+    model: str,
+    data_dir: Path,
+    cache_dir: Path,
+    limits: Limits = FAST,
+    limit: int | None = 1,
+    evals: tuple[str, ...] | None = ("when2call",),
+    limiters: dict | None = None,
+    **cache_options,
+):
+    """Run ``model`` (a model string) on the first ``limit`` tasks (None: all) of ``evals`` in
+    ``data_dir``, caching in ``cache_dir`` (``Cache(cache_dir, **cache_options)``): ``(adapter, its
+    Stats, the cache's rows)``. ``limiters`` as ``runner.run.run`` takes them (filled in: the
+    limiter used, for its counters)."""
+    adapter = adapters.get(model, limits)
+    await adapter.start()
+    try:
+        with Cache(cache_dir, **cache_options) as cache:
+            stats = await run(
+                [adapter],
+                Suite(discover(data_dir), limit=limit, evals=evals),
+                cache,
+                limiters=limiters,
+            )
+            rows = cache.scan().collect()
+    finally:
+        await adapter.close()
+    return adapter, stats[adapter.label], rows
+
+
+def run_plan(data: Path, tmp: Path, out: str = "out", **fields) -> session.RunResult:
+    """``dxi run``'s work as a library call: ``session.run`` (no console) of
+    ``plan.build(**fields)`` with the embedded model (unless ``models`` is given) on ``data``,
+    caching in ``tmp/cache`` and writing to ``tmp/out``."""
+    options = {k: fields.pop(k) for k in RUN_OPTIONS & set(fields)}
+    fields.setdefault("models", [MODEL])
+    return session.run(
+        plan.build(data_dir=data, cache_dir=tmp / "cache", out=tmp / out, **fields), **options
+    )
+
+
+def fail_rows(cache_dir: Path, eval_name: str, n: int, kind: str = "transient") -> list[str]:
+    """Turn the first ``n`` cache rows of ``eval_name`` into final failures of ``kind`` (transient:
+    requested again by the next run; fatal: kept), as a provider that stopped answering leaves them;
+    their task ids."""
+    failed = []
+    for shard in sorted(cache_dir.glob("shards/*.parquet")):
+        frame = pl.from_arrow(read_nested(shard, SCHEMA.names))
+        mine = (pl.col("eval") == eval_name) & (
+            pl.int_range(pl.len()).over("eval") < n - len(failed)
+        )
+        failed += frame.filter(mine)["task_id"].to_list()
+        frame = frame.with_columns(
+            pl.when(mine).then(pl.lit("failed")).otherwise(pl.col("status")).alias("status"),
+            pl.when(mine).then(pl.lit("HTTP 503")).otherwise(pl.col("error")).alias("error"),
+            pl.when(mine).then(pl.lit(kind)).otherwise(pl.col("error_kind")).alias("error_kind"),
+            pl.when(mine)
+            .then(pl.col("answers").list.head(0))
+            .otherwise(pl.col("answers"))
+            .alias("answers"),
+        )
+        shard.unlink()
+        pq.write_table(frame.to_arrow().cast(SCHEMA), shard)
+    return failed
+
+
+def write_run_file(
+    tmp: Path, providers: dict[str, tuple[str, int]], models: list[dict], **top: object
+) -> Path:
+    """A run file in ``tmp``: ``providers`` name -> (url, rpm); ``models`` as TOML inline values."""
+    lines = ['data_dir = "data"', 'cache_dir = "cache"', 'out = "out"']
+    lines += [f"{k} = {orjson.dumps(v).decode()}" for k, v in top.items()]
+    for name, (url, rpm) in providers.items():
+        lines += [
+            f"[providers.{name}]",
+            'kind = "systemone"',
+            f'base_url = "{url}"',
+            f"rpm = {rpm}",
+            "max_in_flight = 4",
+            "",
+        ]
+    for m in models:
+        lines.append("[[models]]")
+        for k, v in m.items():
+            value = (
+                ("{ " + ", ".join(f"{a} = {b}" for a, b in v.items()) + " }")
+                if isinstance(v, dict)
+                else orjson.dumps(v).decode()
+            )
+            lines.append(f"{k} = {value}")
+    path = tmp / "run.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def fake_usage(cache_dir: Path, model: str | None = None) -> tuple[int, int]:
+    """(input, output) tokens the fake provider reported for the cached rows (of ``model``)."""
+    with Cache(cache_dir) as cache:
+        rows = cache.scan().collect()
+    if model is not None:
+        rows = rows.filter(pl.col("model") == model)
+    return int(rows["input_tokens"].sum()), int(rows["output_tokens"].sum())
