@@ -69,7 +69,7 @@ FOLDERS = ("runner", "adapters", "scoring", "cache", "evals", "report", "view") 
 # runner's stages, each a unit: its sub-packages, and two of its top-level modules (dxi.runner.errors, .cli)
 RUNNER_UNITS = ("errors", "outputs", "planning", "sending", "batch", "distributed", "commands", "cli")
 # the top-level folders holding Python that are not installed (nor read for the layering)
-NOT_PRODUCT = ("tests", "benchmarks", "examples", "docs", "site", "build", "dist")
+NOT_PRODUCT = ("tests", "benchmarks", "tools", "examples", "docs", "site", "build", "dist")
 
 
 def unit_of(module: str, folders: Iterable[str] = FOLDERS) -> str | None:
