@@ -12,8 +12,11 @@ each evaluation metric (``sums.METRICS``) that both have (not null):
   one epoch each, the hull of Newcombe's paired interval (1998, method 10) and Bonett & Price's
   (2012) adjusted Wald interval, from the 2×2 table of right and wrong answers
   (``simultaneous.newcombe``: method 10 alone measured 0.917 coverage at 20 questions); otherwise
-  the symmetric bootstrap interval over the resamples (never of zero width); ``interval`` names
-  which;
+  the symmetric bootstrap interval over the resamples (never of zero width), for a figure with a
+  score-type interval of its own (``Figure.low``: the index, non-hallucination, the F1s, mean F1,
+  accuracy of several epochs) its hull with the MOVER interval of the difference
+  (``simultaneous.mover_difference``, Zou & Donner 2008; the bootstrap interval alone covered an F1
+  difference 0.925 of the time at 60 questions); ``interval`` names which;
 * ``se``: the standard deviation of the resampled difference;
 * ``p_value``, the pair's own two-sided test, ``test`` names which: for accuracy between two models
   of one epoch each, the exact McNemar test (McNemar 1947) on the discordant answers ``a_only`` (a
@@ -60,8 +63,17 @@ import numpy as np
 import polars as pl
 
 from .bootstrap import Bootstrap, nan_quantiles
-from .decision_index import WEIGHTS, index_values
-from .simultaneous import floor_width, max_t, newcombe, rank_sets, symmetric_interval
+from .decision_index import WEIGHTS, index_interval, index_values
+from .intervals import SCORE_METRICS
+from .simultaneous import (
+    correlation,
+    floor_width,
+    max_t,
+    mover_difference,
+    newcombe,
+    rank_sets,
+    symmetric_interval,
+)
 from .sums import COUNTS, FLAGS, METRICS, Cube, EvalMetrics
 
 ACCURACY = "accuracy"  # the metric of accuracy type: McNemar's test applies
@@ -72,6 +84,7 @@ MAX_T = "max-T step-down"
 MAX_T_MCNEMAR = "max-T step-down and McNemar exact"
 NEWCOMBE = "Newcombe (method 10) and Bonett-Price hull"
 SYMMETRIC = "symmetric bootstrap"
+SYMMETRIC_MOVER = "symmetric bootstrap and MOVER hull"
 METHOD = {
     "adjustment": (
         "max-T step-down (Westfall & Young 1993; Romano & Wolf 2005, JASA 100:94-108) on the "
@@ -93,7 +106,10 @@ METHOD = {
             "10) and Bonett & Price's adjusted Wald interval (2012)"
         ),
         "otherwise": "symmetric bootstrap interval d ± q, q the 95% quantile of |Δ* − Δ|, "
-        "at least 100·z²/(n + z²) points (never zero width)",
+        "at least 100·z²/(n + z²) points (never zero width); for the index, non-hallucination, "
+        "the F1s and mean F1 (and accuracy of several epochs) its hull with the MOVER interval "
+        "of the difference from the two models' own intervals and the correlation of their "
+        "resampled figures (Zou & Donner 2008, Statistics in Medicine 27:1693-1702)",
     },
     "rank_set": (
         "simultaneous rank sets (Mogstad, Romano, Shaikh & Wilhelm 2024, Review of Economic "
@@ -198,7 +214,9 @@ class Figure:
     ``complete`` (labels,): no failed or missing answer behind the figure; ``floor``: the
     half-width, in points, of a difference's symmetric interval where no resample moves it
     (``simultaneous.floor_width``); ``tasks``: its number of tasks (the index: the fewest of its
-    evaluations')."""
+    evaluations'); ``low``/``high`` (labels,): each model's own score-type interval of the figure
+    (``scoring.intervals``; the index's MOVER interval), None for a figure without one (the
+    differences' interval is then the symmetric bootstrap's alone)."""
 
     eval: str | None
     metric: str
@@ -207,6 +225,8 @@ class Figure:
     complete: np.ndarray
     floor: float
     tasks: int
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
 
 
 def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap) -> list[Figure]:
@@ -218,6 +238,8 @@ def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstra
     }
     index = index_values(estimates, labels, boot)
     unavailable = np.array([bool(u) for u in index.unavailable], dtype=bool)
+    index_point = np.where(unavailable, np.nan, index.point)
+    index_low, index_high = index_interval(estimates, len(labels), index_point)
     index_floor = sum(
         w * floor_width(estimates[name].n, boot.confidence) if name in estimates else 0.0
         for (name, _), w in WEIGHTS.items()
@@ -226,11 +248,13 @@ def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstra
         Figure(
             None,
             INDEX,
-            np.where(unavailable, np.nan, index.point),
+            index_point,
             index.replicates,
             np.logical_and.reduce([complete[n] for n in complete], initial=True),
             index_floor,
             min((est.n for est in estimates.values()), default=0),
+            index_low,
+            index_high,
         )
     ]
     for name, metrics in METRICS.items():
@@ -248,6 +272,8 @@ def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstra
                     complete[name],
                     floor_width(est.n, boot.confidence),
                     est.n,
+                    est.low.get(metric) if metric in SCORE_METRICS else None,
+                    est.high.get(metric) if metric in SCORE_METRICS else None,
                 )
             )
     return out
@@ -304,6 +330,16 @@ def compare(
             low[rows_], high[rows_] = symmetric_interval(
                 d[rows_], pair_replicates(rows_), boot.confidence, fig.floor
             )
+            if fig.low is not None:  # the hull with the MOVER interval of the models' own
+                a, b = i[rows_], j[rows_]
+                r = correlation(per_model[a], per_model[b])
+                m_low, m_high = mover_difference(
+                    (fig.point[a], fig.low[a], fig.high[a]),
+                    (fig.point[b], fig.low[b], fig.high[b]),
+                    r,
+                )
+                low[rows_] = np.fmin(low[rows_], m_low)
+                high[rows_] = np.fmax(high[rows_], m_high)
         if paired.any():
             tasks = estimates[fig.eval].n
             right_a = table[i, i]
@@ -335,7 +371,11 @@ def compare(
                     "difference": d,
                     "low": low,
                     "high": high,
-                    "interval": np.where(paired, NEWCOMBE, SYMMETRIC).tolist() if len(i) else [],
+                    "interval": np.where(
+                        paired, NEWCOMBE, SYMMETRIC if fig.low is None else SYMMETRIC_MOVER
+                    ).tolist()
+                    if len(i)
+                    else [],
                     "se": se,
                     "p_value": p_value,
                     "test": np.where(paired, MCNEMAR, BOOTSTRAP_T).tolist() if len(i) else [],

@@ -49,7 +49,8 @@ or 100% a score interval keeps its width.
 * Calibration metrics (Brier score, ECE, log loss) keep the **percentile bootstrap over tasks**
   (``scoring.bootstrap``); AUROC uses DeLong's variance (``scoring.calibration``).
 * Differences between two models (``scoring.compare``): the paired bootstrap over the same
-  resamples.
+  resamples, hulled with the MOVER interval of the difference for the metrics above
+  (``simultaneous.mover_difference``).
 
 The bootstrap resamples stay the same for every metric: the paired comparisons and ranks use the
 resampled metrics, whatever interval a metric itself reports.
@@ -86,7 +87,9 @@ METHODS = {
     "auroc": "DeLong's variance, normal approximation",
     "differences": ("accuracy of one epoch each: the hull of Newcombe's (1998, method 10) and "
                     "Bonett & Price's (2012) paired intervals; otherwise the symmetric paired "
-                    "bootstrap interval (summary.json's comparison_method)"),
+                    "bootstrap interval, for a metric with a score-type interval its hull with "
+                    "the MOVER interval of the difference (Zou & Donner 2008; summary.json's "
+                    "comparison_method)"),
 }
 """summary.json's ``intervals.methods``: each metric's interval method, by metric name (the one
 place summary.json names them)."""

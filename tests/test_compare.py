@@ -9,7 +9,7 @@ from scipy.stats import binomtest
 
 from dxi.scoring import Bootstrap, build_summary, records, score
 from dxi.scoring.compare import mcnemar_p
-from dxi.scoring.simultaneous import max_t, newcombe, rank_sets
+from dxi.scoring.simultaneous import correlation, max_t, mover_difference, newcombe, rank_sets
 
 from .answers import choice, frame, yes_no
 
@@ -168,7 +168,9 @@ def test_an_identical_pair_differs_by_nothing_and_is_never_separated():
 
 
 def test_the_symmetric_interval_by_hand():
-    # an index difference: d +- the 95% quantile of |D* - d| over the resamples (linear interpolation)
+    # an index difference: the hull of d +- the 95% quantile of |D* - d| over the resamples (linear
+    # interpolation) and the MOVER interval of the two models' own index intervals, their correlation
+    # the replicates' (Pearson)
     rng = np.random.default_rng(2)
     a, b = list(rng.random(N_TASKS) < 0.6), list(rng.random(N_TASKS) < 0.6)
     boot = Bootstrap(resamples=300, seed=9)
@@ -180,9 +182,55 @@ def test_the_symmetric_interval_by_hand():
     index = figures(scorer.estimates, scorer.labels, boot)[0]
     d = index.point[0] - index.point[1]
     q = np.quantile(np.abs(index.replicates[:, 0] - index.replicates[:, 1] - d), 0.95)
+    r = np.corrcoef(index.replicates[:, 0], index.replicates[:, 1])[0, 1]
+    (pa, pb), (la, lb), (ha, hb) = index.point, index.low, index.high
+    m_low = d - np.sqrt((pa - la) ** 2 + (hb - pb) ** 2 - 2 * r * (pa - la) * (hb - pb))
+    m_high = d + np.sqrt((ha - pa) ** 2 + (pb - lb) ** 2 - 2 * r * (ha - pa) * (pb - lb))
+    per_model = {r_["label"]: r_ for r_ in scored.index.iter_rows(named=True)}
+    assert (la, ha) == (per_model["m:a"]["decision_index_low"], per_model["m:a"]["decision_index_high"])
     row = scored.comparisons.filter(pl.col("metric") == "decision_index").row(0, named=True)
-    assert (row["low"], row["high"]) == (pytest.approx(d - q), pytest.approx(d + q))
-    assert row["interval"] == "symmetric bootstrap" and row["test"] == "paired bootstrap"
+    assert (row["low"], row["high"]) == (pytest.approx(min(d - q, m_low)), pytest.approx(max(d + q, m_high)))
+    assert m_low < d - q  # here the MOVER side is the wider one: the hull is not the bootstrap's alone
+    assert row["interval"] == "symmetric bootstrap and MOVER hull" and row["test"] == "paired bootstrap"
+
+
+def test_mover_difference_by_hand_and_as_newcombes_method_10():
+    # a = (90, 80, 95), b = (85, 75, 92), r = 0.5: low = 5 - sqrt(10² + 7² - 2·0.5·10·7) = 5 - sqrt(79),
+    # high = 5 + sqrt(5² + 10² - 2·0.5·5·10) = 5 + sqrt(75)
+    low, high = mover_difference((np.array([90.0]), np.array([80.0]), np.array([95.0])),
+                                 (np.array([85.0]), np.array([75.0]), np.array([92.0])), np.array([0.5]))
+    assert (low[0], high[0]) == (pytest.approx(5 - 79 ** 0.5), pytest.approx(5 + 75 ** 0.5))
+    # with each model's Wilson interval and the 2x2 table's phi it is Newcombe's method 10
+    both_right, a_only, b_only, both_wrong = 30, 6, 2, 22
+    n = 60
+    z = 1.959963984540054
+    p1, p2 = (both_right + a_only) / n, (both_right + b_only) / n
+
+    def wilson(p):
+        c, h = (p + z * z / (2 * n)) / (1 + z * z / n), z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        return 100 * (c - h), 100 * (c + h)
+
+    phi = (both_right * both_wrong - a_only * b_only) / np.sqrt(
+        (both_right + a_only) * (b_only + both_wrong) * (both_right + b_only) * (a_only + both_wrong))
+    (l1, u1), (l2, u2) = wilson(p1), wilson(p2)
+    low, high = mover_difference((np.array([100 * p1]), np.array([l1]), np.array([u1])),
+                                 (np.array([100 * p2]), np.array([l2]), np.array([u2])), np.array([phi]))
+    n_low, n_high = newcombe(np.array([a_only]), np.array([b_only]), np.array([both_right]), np.array([both_wrong]),
+                             0.95, hull=False)
+    assert (low[0], high[0]) == (pytest.approx(n_low[0]), pytest.approx(n_high[0]))
+
+
+def test_correlation_is_pearsons_over_the_defined_resamples():
+    rng = np.random.default_rng(5)
+    a, b = rng.random((3, 50)), rng.random((3, 50))
+    b[0] = a[0] * 2 + rng.random(50) * 0.1
+    a[1, 7] = np.nan
+    b[2] = 4.0  # no spread: 0
+    r = correlation(a, b)
+    keep = ~np.isnan(a[1])
+    assert r[0] == pytest.approx(np.corrcoef(a[0], b[0])[0, 1])
+    assert r[1] == pytest.approx(np.corrcoef(a[1, keep], b[1, keep])[0, 1])
+    assert r[2] == 0.0
 
 
 def test_max_t_step_down_by_hand():
