@@ -30,11 +30,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import orjson
+import polars as pl
 
 from dxi.evals import INDEX_TASKS
+from dxi.scoring.calibration import LOG_LOSS_FLOOR, auroc
 from dxi.scoring.decision_index import index_interval
 from dxi.scoring.intervals import wilson
 from dxi.scoring.sums import FLAGS, WILDGUARD_F1, Cube, eval_metrics, score_intervals
@@ -60,6 +63,9 @@ METRICS = (
     *WILDGUARD_F1.values(),
     "mean_f1",
     "decision_index",
+    "brier",
+    "log_loss",
+    "auroc",
     "accuracy (plain Wilson, before)",
 )
 
@@ -80,6 +86,8 @@ def _cube(
     l: np.ndarray,  # noqa: E741
     u: np.ndarray,
     flags: np.ndarray,
+    brier: np.ndarray | None = None,
+    log_loss: np.ndarray | None = None,
 ) -> Cube:
     size = len(t)
     return Cube(
@@ -93,8 +101,8 @@ def _cube(
         np.zeros(size, np.int64),
         u,
         flags,
-        np.zeros(size),
-        np.zeros(size),
+        np.zeros(size) if brier is None else brier,
+        np.zeros(size) if log_loss is None else log_loss,
         np.full(size, -1, np.int64),
         np.zeros(size),
     )
@@ -114,8 +122,32 @@ def choice_cube(
     right = rng.random((r, n)) < accuracy
     abstains = ~right & (rng.random((r, n)) < abstain)
     l, t = np.divmod(np.arange(r * n), n)  # noqa: E741
-    flags = _bits(correct=right.ravel(), hallucinated=(~right & ~abstains).ravel())
-    return _cube(name, labels, ["all"], n, t, l, np.zeros(r * n, np.int64), flags)
+    # calibrated probabilities over two options: the answer given has probability ``accuracy``, so
+    # p(gold) = accuracy when right, 1 − accuracy when wrong; Brier ½Σ(p − y)² = (1 − p(gold))², its
+    # true mean accuracy·(1 − accuracy); log loss −ln p(gold), true mean the binary entropy
+    p_gold = np.where(right, accuracy, 1 - accuracy).ravel()
+    flags = _bits(correct=right.ravel(), hallucinated=(~right & ~abstains).ravel(),
+                  pn=np.ones(r * n, bool))
+    return _cube(name, labels, ["all"], n, t, l, np.zeros(r * n, np.int64), flags,
+                 (1 - p_gold) ** 2, -np.log(np.maximum(p_gold, LOG_LOSS_FLOOR)))
+
+
+def auroc_frame(rng: np.random.Generator, labels: list[str], n: int, auroc: float) -> pl.DataFrame:
+    """``len(labels)`` models' P(yes) over ``n`` yes/no questions (gold yes on a share
+    ``PREVALENCE[0]``, at least one of each class): a positive's score ~ N(δ, 1), a negative's
+    ~ N(0, 1), δ = √2·Φ⁻¹(``auroc``), so the true AUROC is ``auroc``; P(yes) the logistic function
+    of the score (AUROC is a rank statistic: any monotone map gives the same)."""
+    r = len(labels)
+    positives = min(max(1, round(PREVALENCE[0] * n)), n - 1)
+    gold = np.arange(n) < positives
+    delta = np.sqrt(2) * NormalDist().inv_cdf(auroc)
+    score = rng.standard_normal((r, n)) + np.where(gold, delta, 0.0)
+    p_yes = 1 / (1 + np.exp(-score))
+    return pl.DataFrame({
+        "label": np.repeat(labels, n), "eval": "wildguardtest", "question_id": "prompt_harmful",
+        "sample": 0, "kind": "yes_no", "status": "ok", "task_id": np.tile(np.arange(n), r).astype(str),
+        "gold": np.tile(np.where(gold, "yes", "no"), r), "p_yes": p_yes.ravel()})
+
 
 
 def wildguard_cube(rng: np.random.Generator, labels: list[str], n: int, f1: float) -> Cube:
@@ -196,6 +228,16 @@ def simulate(
         figures[m] = (wg.point[m], wg.low[m], wg.high[m])
     figures["decision_index"] = (index_point, *index_interval(estimates, replicates, index_point))
     hle = estimates["hle_multichoice"]
+    truth = {m: v for m in figures}
+    for m in ("brier", "log_loss"):
+        figures[m] = (hle.point[m], hle.low[m], hle.high[m])
+    truth["brier"] = p * (1 - p)
+    truth["log_loss"] = -p * np.log(p) - (1 - p) * np.log(1 - p)
+    if v != 50:  # AUROC 0.5-0.995 and the mirrored 0.005-0.3 (50% is 0.5 from each side)
+        table = auroc(auroc_frame(rng, labels, n["wildguardtest"], p), CONFIDENCE)
+        figures["auroc"] = tuple(table[c].to_numpy().astype(np.float64)
+                                 for c in ("auroc", "auroc_low", "auroc_high"))
+        truth["auroc"] = p
     figures["accuracy (plain Wilson, before)"] = (
         hle.point["accuracy"],
         *wilson(hle.point["accuracy"], n["hle_multichoice"], CONFIDENCE),
@@ -204,8 +246,9 @@ def simulate(
     for metric, (point, low, high) in figures.items():
         defined = ~np.isnan(point)
         point, low, high = point[defined], low[defined], high[defined]
+        true = truth.get(metric, v)
         out[metric] = {
-            "coverage": float(np.mean((low <= v) & (v <= high))) if len(point) else float("nan"),
+            "coverage": float(np.mean((low <= true) & (true <= high))) if len(point) else float("nan"),
             "zero_width": int(np.sum(high <= low)),
             "outside": int(np.sum((low > point) | (point > high))),
             "defined": int(defined.sum()),
@@ -237,7 +280,7 @@ def run() -> list[Result]:
     results = []
     for metric in METRICS:
         for size in SIZES:
-            by_value = {v: cells[size][v][metric] for v in cells[size]}
+            by_value = {v: cells[size][v][metric] for v in cells[size] if metric in cells[size][v]}
             worst = min(by_value, key=lambda v: by_value[v]["coverage"])
             zero = sum(c["zero_width"] for c in by_value.values())
             outside = sum(c["outside"] for c in by_value.values())
