@@ -50,7 +50,9 @@ they agree: a model that starts a group has at least one model significantly abo
 set starts at rank 2 or later.
 
 A comparison that involves a provisional figure (``scoring.provisional``: answers failed or
-missing) has ``complete`` false.
+missing) has ``complete`` false; for accuracy its exact McNemar p is the largest any outcome of the
+open answers could give (``worst_mcnemar``), so the test's claim holds whatever they would have
+been.
 """
 
 from __future__ import annotations
@@ -182,6 +184,55 @@ def discordant(cube: Cube) -> np.ndarray | None:
     return out
 
 
+def open_pairs(cube: Cube) -> np.ndarray | None:
+    """For an accuracy (choice) evaluation where some label's answer failed or is missing (no
+    reply, whatever it would have been), what those answers could make of each pair's discordant
+    counts: shape (3, labels, labels) int64, ``[0][i, j]`` the answers surely i-right-j-wrong (both
+    replies), ``[1][i, j]`` those that could still be (i's open and j's a wrong reply, or i's right
+    and j's open), ``[2][i, j]`` the questions both left open (either way, or concordant). None when
+    every answer is a reply (``discordant`` is then exact) or for yes/no evaluations. One epoch (the
+    first), as ``discordant``; ``worst_mcnemar`` reads it."""
+    if cube.kind != "choice":
+        return None
+    first = cube.s == 0
+    reply = first & (cube.stat("n") > 0)
+    if reply.sum() == len(cube.labels) * cube.n_tasks:
+        return None
+    n_labels = len(cube.labels)
+    right = ((cube.flags >> FLAGS.index("correct")) & 1).astype(bool) & reply
+    out = np.zeros((3, n_labels, n_labels), np.int64)
+    for start in range(0, cube.n_tasks, TASKS_AT_ONCE):
+        stop = min(start + TASKS_AT_ONCE, cube.n_tasks)
+        mine = (cube.t >= start) & (cube.t < stop)
+        r = np.zeros((n_labels, stop - start), np.float32)
+        q = np.zeros_like(r)
+        r[cube.l[mine & right], cube.t[mine & right] - start] = 1
+        wrong = mine & reply & ~right
+        q[cube.l[wrong], cube.t[wrong] - start] = 1
+        m = 1 - r - q  # no reply: failed, missing, or no row at all
+        out[0] += np.rint(r @ q.T).astype(np.int64)
+        out[1] += np.rint(m @ q.T + r @ m.T).astype(np.int64)
+        out[2] += np.rint(m @ m.T).astype(np.int64)
+    return out
+
+
+def worst_mcnemar(sure_a: np.ndarray, sure_b: np.ndarray, could_a: np.ndarray,
+                  could_b: np.ndarray, both_open: np.ndarray) -> np.ndarray:
+    """The largest exact McNemar p any outcome of the open answers could give (issue 31, item 5:
+    a difference is claimed only where no outcome of the missing answers could overturn it): with
+    ``sure_a``/``sure_b`` the discordant answers both replies make (a right b wrong, the other
+    way), ``could_a``/``could_b`` the answers that could join each side and ``both_open`` those
+    that could join either. Adding a discordant answer to the larger side lowers p, to the smaller
+    side raises it (2·P(Bin(n + 1, ½) ≤ k + 1) ≥ 2·P(Bin(n, ½) ≤ k)), so the worst case adds every
+    open answer it can to the smaller side: p = 1 where that reaches the larger side, else
+    ``mcnemar_p(larger, smaller + could_smaller + both_open)``. Arrays of one shape, counts ≥ 0."""
+    a, b = np.asarray(sure_a, np.int64), np.asarray(sure_b, np.int64)
+    a_larger = a >= b
+    larger = np.where(a_larger, a, b)
+    smaller = np.where(a_larger, b, a) + np.where(a_larger, could_b, could_a) + both_open
+    return np.where(smaller >= larger, 1.0, mcnemar_p(larger, np.minimum(smaller, larger)))
+
+
 def mcnemar_p(a_only: np.ndarray, b_only: np.ndarray) -> np.ndarray:
     """The exact two-sided McNemar p-values for arrays of discordant counts (non-negative integers):
     min(1, 2·P(X ≤ min(a, b))), X ~ Binomial(a + b, ½); 1 where there is no discordant answer.
@@ -285,6 +336,7 @@ def compare(
     boot: Bootstrap,
     discordants: dict[str, np.ndarray | None] | None = None,
     claim: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+    opens: dict[str, np.ndarray | None] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every pair's comparisons (``COMPARISON_SCHEMA``) and every model's rank (``RANK_SCHEMA``),
     as the module docstring defines them. ``estimates`` maps evaluation -> ``sums.EvalMetrics``
@@ -292,8 +344,12 @@ def compare(
     ``discordant`` of its cube (None or absent: no McNemar test, no Newcombe interval);
     ``claim``, given, turns the comparisons into those that may be claimed (it may add columns
     and only ever clears ``significant``: ``scoring.scored``'s rule for provisional figures)
-    before the ranks, tied groups and rank sets are read from them."""
-    discordants = discordants or {}
+    before the ranks, tied groups and rank sets are read from them; ``opens`` maps an accuracy
+    evaluation with failed or missing answers -> ``open_pairs`` of its cube: the exact McNemar p
+    of such a pair (``mcnemar_p`` and what enters ``p_adjusted``) is then the worst any outcome
+    of the open answers could give (``worst_mcnemar``), while ``a_only``/``b_only`` stay the
+    counts with the open answers as not right."""
+    discordants, opens = discordants or {}, opens or {}
     rows: list[pl.DataFrame] = []
     n = len(labels)
     first, second = np.triu_indices(n, 1)
@@ -324,6 +380,11 @@ def compare(
             a_only = b_only = np.full(len(i), -1, np.int64)
             paired = np.zeros(len(i), bool)
         mcnemar = np.where(paired, mcnemar_p(np.maximum(a_only, 0), np.maximum(b_only, 0)), np.nan)
+        open_ = opens.get(fig.eval) if table is not None else None
+        if open_ is not None:  # the worst outcome of the open answers (complete pairs: the same p)
+            worst = worst_mcnemar(open_[0][i, j], open_[0][j, i], open_[1][i, j], open_[1][j, i],
+                                  open_[2][i, j])
+            mcnemar = np.where(paired, np.fmax(mcnemar, worst), np.nan)
         low, high = np.empty(len(i)), np.empty(len(i))
         for start in range(0, len(i), 4096):
             rows_ = np.arange(start, min(start + 4096, len(i)))

@@ -381,3 +381,53 @@ def test_mcnemar_is_left_out_for_a_model_of_several_epochs_and_kept_for_the_othe
     b_only = sum(y and not x for x, y in zip(right, other, strict=True))
     assert tests[("m:a", "m:b")] == (a_only, b_only, pytest.approx(binomtest(a_only, a_only + b_only).pvalue))
     assert tests[("m:a", "m:c")] == (None, None, None) and tests[("m:b", "m:c")] == (None, None, None)
+
+
+def test_mcnemar_on_a_provisional_pair_holds_whatever_the_failed_answers_would_have_been():
+    # 30 HLE questions. q0-9 both right; q10-21 a right, b wrong (12); q22 a wrong, b right (1);
+    # q23-26 a wrong, b failed (4: b's answers could have been right); q27-29 both wrong.
+    # Counting b's failed answers as wrong gives 12 against 1: p = 2 * 14 / 2**13 = 0.0034.
+    # The worst case makes b right on all 4: 12 against 5, p = 2 * P(Bin(17, 1/2) <= 5)
+    # = 2 * (1 + 17 + 136 + 680 + 2380 + 6188) / 2**17 = 18804 / 131072 = 0.1435: not claimed.
+    rows = []
+    for i in range(30):
+        a_right = i < 22
+        b_right = i < 10 or i == 22
+        rows.append(choice("m:a", "hle_multichoice", f"h/{i:02d}", "A",
+                           {"A": 0.8, "B": 0.2} if a_right else {"A": 0.2, "B": 0.8}))
+        if 23 <= i <= 26:
+            rows.append(choice("m:b", "hle_multichoice", f"h/{i:02d}", "A", None, status="failed", error="x"))
+        else:
+            rows.append(choice("m:b", "hle_multichoice", f"h/{i:02d}", "A",
+                               {"A": 0.8, "B": 0.2} if b_right else {"A": 0.2, "B": 0.8}))
+    scored = score(frame(rows), Bootstrap(resamples=200), with_comparisons=True)
+    row = scored.comparisons.filter(pl.col("metric") == "accuracy").row(0, named=True)
+    assert (row["a_only"], row["b_only"]) == (12, 1)  # the counts, failed answers as not right
+    assert 2 * 14 / 2 ** 13 == pytest.approx(binomtest(1, 13).pvalue)  # what the counts alone would give
+    assert row["mcnemar_p"] == pytest.approx(18804 / 131072) == pytest.approx(binomtest(5, 17).pvalue)
+    assert row["p_value"] == row["mcnemar_p"] and row["p_adjusted"] >= row["mcnemar_p"]
+    assert row["significant"] is False and row["complete"] is False
+
+
+def test_open_pairs_and_the_worst_mcnemar_by_hand():
+    from dxi.scoring.compare import open_pairs, worst_mcnemar
+    from dxi.scoring.sums import build_cubes
+    # a: R R W F F ; b: W F R R F  (R right, W wrong reply, F failed)
+    a, b = "RRWFF", "WFRRF"
+    rows = []
+    for label, pattern in (("m:a", a), ("m:b", b)):
+        for i, s in enumerate(pattern):
+            rows.append(choice(label, "hle_multichoice", f"h/{i}", "A", None, status="failed", error="x")
+                        if s == "F" else choice(label, "hle_multichoice", f"h/{i}", "A",
+                                                {"A": 0.9, "B": 0.1} if s == "R" else {"A": 0.1, "B": 0.9}))
+    o = open_pairs(build_cubes(frame(rows))["hle_multichoice"])
+    # surely a-only: q0 (R, W) = 1; surely b-only: q2 (W, R) = 1
+    # could be a-only: a open & b wrong (none) + a right & b open (q1) = 1; could be b-only: b open & a
+    # wrong (none) + b right & a open (q3) = 1; both open: q4 = 1
+    assert o[:, 0, 1].tolist() == [1, 1, 1] and o[:, 1, 0].tolist() == [1, 1, 1]
+    assert worst_mcnemar(np.array([8]), np.array([2]), np.array([0]), np.array([6]), np.array([0]))[0] == 1.0
+    assert worst_mcnemar(np.array([8]), np.array([2]), np.array([9]), np.array([1]), np.array([2]))[0] == \
+        pytest.approx(binomtest(5, 13).pvalue)  # 2 + 1 + 2 on the smaller side; a's 9 never added
+    complete = frame([choice(lb, "hle_multichoice", f"h/{i}", "A", {"A": 0.9, "B": 0.1})
+                      for lb in ("m:a", "m:b") for i in range(3)])
+    assert open_pairs(build_cubes(complete)["hle_multichoice"]) is None
