@@ -45,7 +45,10 @@ from dxi.scoring.sums import FLAGS, WILDGUARD_F1, Cube, eval_metrics, score_inte
 from . import Result
 
 SEED = 31
-REPLICATES = 1000
+# simulated models per cell, by size: 2,000 at 20 and 60 tasks (where coverage is hardest and a cell
+# costs ~0.2 s; Monte-Carlo s.e. of a coverage of 0.95: 0.005), 500 on the whole index (the
+# intervals' asymptotic regime; a cell is 7.4 million answers and ~10 s; s.e. 0.010)
+REPLICATES = {"20": 2000, "60": 2000, "full": 500}
 CONFIDENCE = 0.95
 GOAL = 0.93
 HIGH = (50.0, 70.0, 90.0, 95.0, 99.0, 99.5)
@@ -143,10 +146,13 @@ def auroc_frame(rng: np.random.Generator, labels: list[str], n: int, auroc: floa
     delta = np.sqrt(2) * NormalDist().inv_cdf(auroc)
     score = rng.standard_normal((r, n)) + np.where(gold, delta, 0.0)
     p_yes = 1 / (1 + np.exp(-score))
-    return pl.DataFrame({
-        "label": np.repeat(labels, n), "eval": "wildguardtest", "question_id": "prompt_harmful",
-        "sample": 0, "kind": "yes_no", "status": "ok", "task_id": np.tile(np.arange(n), r).astype(str),
-        "gold": np.tile(np.where(gold, "yes", "no"), r), "p_yes": p_yes.ravel()})
+    model = np.repeat(np.arange(r), n)
+    return pl.DataFrame({  # strings by gathering (building r·n Python strings is the slow part)
+        "label": pl.Series(labels).gather(model), "eval": "wildguardtest",
+        "question_id": "prompt_harmful", "sample": 0, "kind": "yes_no", "status": "ok",
+        "task_id": np.tile(np.arange(n), r),
+        "gold": pl.Series(["no", "yes"]).gather(np.tile(gold.astype(np.int64), r)),
+        "p_yes": p_yes.ravel()})
 
 
 
@@ -257,19 +263,22 @@ def simulate(
 
 
 def grid(
-    replicates: int = REPLICATES, seed: int = SEED
+    replicates: dict[str, int] | None = None, seed: int = SEED
 ) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
-    """The whole grid: size -> true value (as text) -> metric -> figures (``simulate``); seeded."""
+    """The whole grid: size -> true value (as text) -> metric -> figures (``simulate``); seeded;
+    ``replicates`` the simulated models per cell by size (default ``REPLICATES``)."""
     rng = np.random.default_rng(seed)
+    per_size = REPLICATES if replicates is None else replicates
     return {
-        size: {f"{v:g}": simulate(size, v, rng, replicates) for v in TRUE_VALUES} for size in SIZES
+        size: {f"{v:g}": simulate(size, v, rng, per_size[size]) for v in TRUE_VALUES}
+        for size in SIZES
     }
 
 
 def run() -> list[Result]:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     cells = grid()
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     GRID_FILE.parent.mkdir(parents=True, exist_ok=True)
     GRID_FILE.write_bytes(
         orjson.dumps(
@@ -296,18 +305,19 @@ def run() -> list[Result]:
                     if before
                     else by_value[worst]["coverage"] >= GOAL and zero == 0 and outside == 0,
                     f"at a true {worst}%; {zero} of zero width, {outside} not holding the point "
-                    f"({REPLICATES} models a cell)",
+                    f"({REPLICATES[size]:,} models a cell, s.e. "
+                    f"{(0.95 * 0.05 / REPLICATES[size]) ** 0.5:.3f})",
                 )
             )
     results.append(
         Result(
             "stats_intervals",
-            "simulation time (the whole grid)",
-            elapsed,
+            "simulation time (the whole grid, CPU)",
+            cpu,
             "s",
             "≤ 60 s",
-            elapsed <= 60,
-            f"seed {SEED}; grid in {GRID_FILE}",
+            cpu <= 60,
+            f"seed {SEED}; wall {elapsed:.0f} s (a shared machine's); grid in {GRID_FILE}",
         )
     )
     return results
