@@ -254,7 +254,9 @@ def simulate(
         point, low, high = point[defined], low[defined], high[defined]
         true = truth.get(metric, v)
         out[metric] = {
-            "coverage": float(np.mean((low <= true) & (true <= high))) if len(point) else float("nan"),
+            "coverage": (
+                float(np.mean((low <= true) & (true <= high))) if len(point) else float("nan")
+            ),
             "zero_width": int(np.sum(high <= low)),
             "outside": int(np.sum((low > point) | (point > high))),
             "defined": int(defined.sum()),

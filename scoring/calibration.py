@@ -20,9 +20,10 @@ Per answer, with ``p_k`` the probability of option ``k`` (yes/no questions: P(ye
 * AUROC for each yes/no question (WildGuardTest): the probability that a random positive (gold "yes")
   gets a higher P(yes) than a random negative, ties counting ½ (Mann–Whitney); null with one class only.
   Its 95% interval uses DeLong's variance (DeLong, DeLong & Clarke-Pearson 1988, Biometrics 44) in the
-  midrank form of Sun & Xu (2014, IEEE Signal Processing Letters 21): AUROC ± z·SE, clipped to [0, 1],
-  hulled with Newcombe's score-type interval (2006, method 5; ``intervals.auroc_score_interval``), which
-  keeps a width where DeLong's variance is 0 (AUROC 0 or 1).
+  midrank form of Sun & Xu (2014, IEEE Signal Processing Letters 21): AUROC ± z·SE, clipped to
+  [0, 1], hulled with Newcombe's score-type interval (2006, method 5;
+  ``intervals.auroc_score_interval``), which keeps a width where DeLong's variance is 0 (AUROC 0
+  or 1).
 
 Brier score, log loss and ECE are sums over answers (``answer_calibration``); Brier's and the log
 loss's intervals are the bounded-mean score interval (``intervals.bounded_mean_interval``), ECE has
@@ -47,15 +48,19 @@ CALIBRATION_METRICS = ("brier", "ece", "log_loss")
 
 def describe() -> dict:
     """The ``calibration`` block of summary.json (how the calibration metrics are computed)."""
-    bounded = "; interval: Wilson score interval with continuity correction of the mean over its bound"
+    bounded = ("; interval: Wilson score interval with continuity correction of the mean over its "
+               "bound")
     return {"answers": "status ok with probabilities; invalid and failed answers are excluded and counted as 'excluded'",
-            "brier": "1/2 * sum over options of (p - y)^2, in [0, 1] (binary Brier for yes/no questions)" + bounded,
-            "ece": (f"top-label, {ECE_BINS} equal-width confidence bins on [0, 1], in [0, 1]; no interval (null): "
-                    "the binned estimate is biased upwards at every size (Kumar, Liang & Ma 2019)"),
+            "brier": ("1/2 * sum over options of (p - y)^2, in [0, 1] (binary Brier for yes/no "
+                      "questions)" + bounded),
+            "ece": (f"top-label, {ECE_BINS} equal-width confidence bins on [0, 1], in [0, 1]; no "
+                    "interval (null): the binned estimate is biased upwards at every size (Kumar, "
+                    "Liang & Ma 2019)"),
             "log_loss": f"-ln p(gold) in nats, p clipped to at least {LOG_LOSS_FLOOR:g}" + bounded
                         + f" ({-np.log(LOG_LOSS_FLOOR):.2f} nats)",
-            "auroc": ("P(yes) against gold yes/no per WildGuardTest question, ties count 1/2; interval: "
-                      "hull of DeLong's and Newcombe's (2006, method 5) score-type interval"),
+            "auroc": ("P(yes) against gold yes/no per WildGuardTest question, ties count 1/2; "
+                      "interval: hull of DeLong's and Newcombe's (2006, method 5) score-type "
+                      "interval"),
             "epochs": "computed per epoch, then averaged"}
 
 

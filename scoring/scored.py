@@ -115,7 +115,8 @@ class Scorer:
         self._reliability: list[pl.DataFrame] = []
         self._invalid: list[pl.DataFrame] = []
         self.discordants: dict[str, np.ndarray | None] = {}  # per accuracy evaluation (``compare.discordant``)
-        self.opens: dict[str, np.ndarray | None] = {}  # the same with open answers (``compare.open_pairs``)
+        # the same with the open (failed, missing) answers apart (``compare.open_pairs``)
+        self.opens: dict[str, np.ndarray | None] = {}
 
     def add(self, answers: pl.DataFrame) -> dict[str, Cube]:
         """Score the evaluations in ``answers``; returns their cubes (``scoring.sums.Cube`` by evaluation).
@@ -185,8 +186,8 @@ class Scorer:
         pairs = pl.DataFrame(schema=COMPARISON_SCHEMA)
         if comparisons and self.bootstrap is not None:
             claim, widen = self._claim()
-            pairs, ranks = compare(self.estimates, self.labels, self.bootstrap, self.discordants, claim,
-                                   self.opens)
+            pairs, ranks = compare(self.estimates, self.labels, self.bootstrap, self.discordants,
+                                   claim, self.opens)
             ranks = widen(ranks)
             index = index.with_columns(pl.col("label").cast(pl.String)).join(
                 ranks.rename({"group": "tied_group"}), on="label", how="left", maintain_order="left")

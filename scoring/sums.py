@@ -34,7 +34,14 @@ from . import bounds as bnd
 from . import calibration as cal
 from .bootstrap import Bootstrap
 from .columns import canonical_order
-from .intervals import SCORE_METRICS, bounded_mean_interval, contain, f1_interval, mover, score_interval
+from .intervals import (
+    SCORE_METRICS,
+    bounded_mean_interval,
+    contain,
+    f1_interval,
+    mover,
+    score_interval,
+)
 from .metrics import STATS, accuracy_from, answer_stats, f1_from, non_hallucination_from
 
 OMNISCIENCE, WILDGUARD = "aa_omniscience_decision", "wildguardtest"
@@ -660,7 +667,7 @@ def calibration_table(cubes: dict[str, Cube], estimates: dict[str, EvalMetrics],
                 point = {m: epoch_mean(v[..., k]) for m, v in per_epoch.items()}
                 sd = {m: epoch_sd(v[..., k]) for m, v in per_epoch.items()}
                 low, high = {}, {}
-                if boot is not None:  # the same intervals as the pooled row's, over this question's answers
+                if boot is not None:  # the pooled row's intervals, over this question's answers
                     for m, (lo, hi) in calibration_intervals(point, counted[:, k] / epochs,
                                                              boot.confidence).items():
                         low[m], high[m] = lo, hi

@@ -362,7 +362,8 @@ def test_the_reports_matrix_marks_no_pair_the_open_answers_could_overturn():
     assert (cells[("x", "z")]["sig"], pairs["open"]) == (False, True)
 
 
-def _models(failed_hle: dict[str, int], models: int = 4, n: int = 400, step: int = 8) -> pl.DataFrame:
+def _models(failed_hle: dict[str, int], models: int = 4, n: int = 400,
+            step: int = 8) -> pl.DataFrame:
     """``models`` models on every evaluation, model k right on the first n − step·k tasks (index 2
     points apart, all one way; each its own group when complete); ``failed_hle`` label -> how many
     of its first HLE answers (all right ones) failed instead."""
@@ -397,12 +398,14 @@ def test_tied_groups_merge_where_a_provisional_index_could_overturn_the_differen
     scored = score(_models({"m:01": 40}), Bootstrap(), with_breakdowns=False, with_comparisons=True)
     index = {r["label"]: r for r in scored.index.iter_rows(named=True)}
     one = index["m:01"]
-    assert one["decision_index"] - one["decision_index_lowest"] == pytest.approx(0.25 * (352 / 3.6 - 88))
-    assert one["decision_index_highest"] - one["decision_index"] == pytest.approx(0.25 * (98 - 352 / 3.6))
+    point = one["decision_index"]
+    assert point - one["decision_index_lowest"] == pytest.approx(0.25 * (352 / 3.6 - 88))
+    assert one["decision_index_highest"] - point == pytest.approx(0.25 * (98 - 352 / 3.6))
     assert one["decision_index_lowest"] < index["m:02"]["decision_index"] < one["decision_index"]
     assert one["decision_index_highest"] < index["m:00"]["decision_index"]
     pairs = scored.comparisons.filter(pl.col("metric") == "decision_index")
-    settled_ = {(r["a"], r["b"]): (r["settled"], r["significant"]) for r in pairs.iter_rows(named=True)}
+    settled_ = {(r["a"], r["b"]): (r["settled"], r["significant"])
+                for r in pairs.iter_rows(named=True)}
     assert settled_[("m:00", "m:01")] == (True, True)  # m:01 below m:00 whatever its failed answers
     assert settled_[("m:01", "m:02")] == (False, False)  # could be overturned: not claimed
     assert settled_[("m:01", "m:03")] == (True, True)  # 0.25 x 9.78 < 4 points: still above m:03

@@ -77,7 +77,8 @@ def test_auroc_delong_interval_by_hand():
     assert row["auroc"] == 0.875
     assert 0.875 - half == pytest.approx(0.5921035664809571, abs=1e-12)  # DeLong's low
     # the hull with Newcombe's score interval (method 5): its low solves (0.875 - t)^2 = z^2 V(t),
-    # V(t) = t(1 - t)(1 + (N* - 1)((1 - t)/(2 - t) + t/(1 + t))) / 16, N* = 4; here the lower of the two
+    # V(t) = t(1 - t)(1 + (N* - 1)((1 - t)/(2 - t) + t/(1 + t))) / 16, N* = 4; here the lower
+    # of the two
     z2 = 1.959963984540054 ** 2
 
     def v(t: float) -> float:
@@ -101,7 +102,8 @@ def test_a_perfect_auroc_keeps_an_interval_of_nonzero_width():
     t = low
     variance = t * (1 - t) * (1 + 2 * ((1 - t) / (2 - t) + t / (1 + t))) / 9
     assert (row["auroc"], row["auroc_high"]) == (1.0, 1.0)
-    assert 0 < low < 1 and (1 - low) ** 2 == pytest.approx(1.959963984540054 ** 2 * variance, rel=1e-9)
+    z2 = 1.959963984540054 ** 2
+    assert 0 < low < 1 and (1 - low) ** 2 == pytest.approx(z2 * variance, rel=1e-9)
 
 
 def test_auroc_with_ties_counts_half():
@@ -126,7 +128,8 @@ def test_all_correct_and_certain_is_perfectly_calibrated():
     # (z^2 + 1 + z sqrt(z^2 + 2 - 1/5)) / (2 (5 + z^2)); the log loss's the same times -ln 5e-5
     z = 1.959963984540054
     upper = (z * z + 1 + z * math.sqrt(z * z + 2 - 1 / 5)) / (2 * (5 + z * z))
-    assert row["brier_high"] == pytest.approx(upper, rel=1e-12) and upper == pytest.approx(0.537056, abs=1e-6)
+    assert row["brier_high"] == pytest.approx(upper, rel=1e-12)
+    assert upper == pytest.approx(0.537056, abs=1e-6)
     assert row["log_loss"] == 0.0 and row["log_loss_low"] == 0.0
     assert row["log_loss_high"] == pytest.approx(-math.log(5e-5) * upper, rel=1e-12)
     assert row["ece_low"] is None and row["ece_high"] is None  # no interval: biased estimator
