@@ -30,11 +30,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import orjson
+import polars as pl
 
 from dxi.evals import INDEX_TASKS
+from dxi.scoring.calibration import LOG_LOSS_FLOOR, auroc
 from dxi.scoring.decision_index import index_interval
 from dxi.scoring.intervals import wilson
 from dxi.scoring.sums import FLAGS, WILDGUARD_F1, Cube, eval_metrics, score_intervals
@@ -42,7 +45,10 @@ from dxi.scoring.sums import FLAGS, WILDGUARD_F1, Cube, eval_metrics, score_inte
 from . import Result
 
 SEED = 31
-REPLICATES = 1000
+# simulated models per cell, by size: 2,000 at 20 and 60 tasks (where coverage is hardest and a cell
+# costs ~0.2 s; Monte-Carlo s.e. of a coverage of 0.95: 0.005), 500 on the whole index (the
+# intervals' asymptotic regime; a cell is 7.4 million answers and ~10 s; s.e. 0.010)
+REPLICATES = {"20": 2000, "60": 2000, "full": 500}
 CONFIDENCE = 0.95
 GOAL = 0.93
 HIGH = (50.0, 70.0, 90.0, 95.0, 99.0, 99.5)
@@ -60,6 +66,9 @@ METRICS = (
     *WILDGUARD_F1.values(),
     "mean_f1",
     "decision_index",
+    "brier",
+    "log_loss",
+    "auroc",
     "accuracy (plain Wilson, before)",
 )
 
@@ -80,6 +89,8 @@ def _cube(
     l: np.ndarray,  # noqa: E741
     u: np.ndarray,
     flags: np.ndarray,
+    brier: np.ndarray | None = None,
+    log_loss: np.ndarray | None = None,
 ) -> Cube:
     size = len(t)
     return Cube(
@@ -93,8 +104,8 @@ def _cube(
         np.zeros(size, np.int64),
         u,
         flags,
-        np.zeros(size),
-        np.zeros(size),
+        np.zeros(size) if brier is None else brier,
+        np.zeros(size) if log_loss is None else log_loss,
         np.full(size, -1, np.int64),
         np.zeros(size),
     )
@@ -114,8 +125,35 @@ def choice_cube(
     right = rng.random((r, n)) < accuracy
     abstains = ~right & (rng.random((r, n)) < abstain)
     l, t = np.divmod(np.arange(r * n), n)  # noqa: E741
-    flags = _bits(correct=right.ravel(), hallucinated=(~right & ~abstains).ravel())
-    return _cube(name, labels, ["all"], n, t, l, np.zeros(r * n, np.int64), flags)
+    # calibrated probabilities over two options: the answer given has probability ``accuracy``, so
+    # p(gold) = accuracy when right, 1 − accuracy when wrong; Brier ½Σ(p − y)² = (1 − p(gold))², its
+    # true mean accuracy·(1 − accuracy); log loss −ln p(gold), true mean the binary entropy
+    p_gold = np.where(right, accuracy, 1 - accuracy).ravel()
+    flags = _bits(correct=right.ravel(), hallucinated=(~right & ~abstains).ravel(),
+                  pn=np.ones(r * n, bool))
+    return _cube(name, labels, ["all"], n, t, l, np.zeros(r * n, np.int64), flags,
+                 (1 - p_gold) ** 2, -np.log(np.maximum(p_gold, LOG_LOSS_FLOOR)))
+
+
+def auroc_frame(rng: np.random.Generator, labels: list[str], n: int, auroc: float) -> pl.DataFrame:
+    """``len(labels)`` models' P(yes) over ``n`` yes/no questions (gold yes on a share
+    ``PREVALENCE[0]``, at least one of each class): a positive's score ~ N(δ, 1), a negative's
+    ~ N(0, 1), δ = √2·Φ⁻¹(``auroc``), so the true AUROC is ``auroc``; P(yes) the logistic function
+    of the score (AUROC is a rank statistic: any monotone map gives the same)."""
+    r = len(labels)
+    positives = min(max(1, round(PREVALENCE[0] * n)), n - 1)
+    gold = np.arange(n) < positives
+    delta = np.sqrt(2) * NormalDist().inv_cdf(auroc)
+    score = rng.standard_normal((r, n)) + np.where(gold, delta, 0.0)
+    p_yes = 1 / (1 + np.exp(-score))
+    model = np.repeat(np.arange(r), n)
+    return pl.DataFrame({  # strings by gathering (building r·n Python strings is the slow part)
+        "label": pl.Series(labels).gather(model), "eval": "wildguardtest",
+        "question_id": "prompt_harmful", "sample": 0, "kind": "yes_no", "status": "ok",
+        "task_id": np.tile(np.arange(n), r),
+        "gold": pl.Series(["no", "yes"]).gather(np.tile(gold.astype(np.int64), r)),
+        "p_yes": p_yes.ravel()})
+
 
 
 def wildguard_cube(rng: np.random.Generator, labels: list[str], n: int, f1: float) -> Cube:
@@ -196,6 +234,16 @@ def simulate(
         figures[m] = (wg.point[m], wg.low[m], wg.high[m])
     figures["decision_index"] = (index_point, *index_interval(estimates, replicates, index_point))
     hle = estimates["hle_multichoice"]
+    truth = {m: v for m in figures}
+    for m in ("brier", "log_loss"):
+        figures[m] = (hle.point[m], hle.low[m], hle.high[m])
+    truth["brier"] = p * (1 - p)
+    truth["log_loss"] = -p * np.log(p) - (1 - p) * np.log(1 - p)
+    if v != 50:  # AUROC 0.5-0.995 and the mirrored 0.005-0.3 (50% is 0.5 from each side)
+        table = auroc(auroc_frame(rng, labels, n["wildguardtest"], p), CONFIDENCE)
+        figures["auroc"] = tuple(table[c].to_numpy().astype(np.float64)
+                                 for c in ("auroc", "auroc_low", "auroc_high"))
+        truth["auroc"] = p
     figures["accuracy (plain Wilson, before)"] = (
         hle.point["accuracy"],
         *wilson(hle.point["accuracy"], n["hle_multichoice"], CONFIDENCE),
@@ -204,8 +252,11 @@ def simulate(
     for metric, (point, low, high) in figures.items():
         defined = ~np.isnan(point)
         point, low, high = point[defined], low[defined], high[defined]
+        true = truth.get(metric, v)
         out[metric] = {
-            "coverage": float(np.mean((low <= v) & (v <= high))) if len(point) else float("nan"),
+            "coverage": (
+                float(np.mean((low <= true) & (true <= high))) if len(point) else float("nan")
+            ),
             "zero_width": int(np.sum(high <= low)),
             "outside": int(np.sum((low > point) | (point > high))),
             "defined": int(defined.sum()),
@@ -214,19 +265,22 @@ def simulate(
 
 
 def grid(
-    replicates: int = REPLICATES, seed: int = SEED
+    replicates: dict[str, int] | None = None, seed: int = SEED
 ) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
-    """The whole grid: size -> true value (as text) -> metric -> figures (``simulate``); seeded."""
+    """The whole grid: size -> true value (as text) -> metric -> figures (``simulate``); seeded;
+    ``replicates`` the simulated models per cell by size (default ``REPLICATES``)."""
     rng = np.random.default_rng(seed)
+    per_size = REPLICATES if replicates is None else replicates
     return {
-        size: {f"{v:g}": simulate(size, v, rng, replicates) for v in TRUE_VALUES} for size in SIZES
+        size: {f"{v:g}": simulate(size, v, rng, per_size[size]) for v in TRUE_VALUES}
+        for size in SIZES
     }
 
 
 def run() -> list[Result]:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     cells = grid()
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     GRID_FILE.parent.mkdir(parents=True, exist_ok=True)
     GRID_FILE.write_bytes(
         orjson.dumps(
@@ -237,7 +291,7 @@ def run() -> list[Result]:
     results = []
     for metric in METRICS:
         for size in SIZES:
-            by_value = {v: cells[size][v][metric] for v in cells[size]}
+            by_value = {v: cells[size][v][metric] for v in cells[size] if metric in cells[size][v]}
             worst = min(by_value, key=lambda v: by_value[v]["coverage"])
             zero = sum(c["zero_width"] for c in by_value.values())
             outside = sum(c["outside"] for c in by_value.values())
@@ -253,18 +307,19 @@ def run() -> list[Result]:
                     if before
                     else by_value[worst]["coverage"] >= GOAL and zero == 0 and outside == 0,
                     f"at a true {worst}%; {zero} of zero width, {outside} not holding the point "
-                    f"({REPLICATES} models a cell)",
+                    f"({REPLICATES[size]:,} models a cell, s.e. "
+                    f"{(0.95 * 0.05 / REPLICATES[size]) ** 0.5:.3f})",
                 )
             )
     results.append(
         Result(
             "stats_intervals",
-            "simulation time (the whole grid)",
-            elapsed,
+            "simulation time (the whole grid, CPU)",
+            cpu,
             "s",
             "≤ 60 s",
-            elapsed <= 60,
-            f"seed {SEED}; grid in {GRID_FILE}",
+            cpu <= 60,
+            f"seed {SEED}; wall {elapsed:.0f} s (a shared machine's); grid in {GRID_FILE}",
         )
     )
     return results

@@ -118,8 +118,9 @@ class Bootstrap:
                          "each one (scoring/intervals.py gives the sources): accuracy, the "
                          "non-hallucination rate and each F1 a score interval (Wilson's with "
                          "continuity correction), mean F1 and the Decision Index the MOVER "
-                         "combination of their terms' intervals, AUROC DeLong's; the calibration "
-                         "metrics and the paired comparisons use the bootstrap: tasks resampled "
+                         "combination of their terms' intervals, Brier and log loss the same score "
+                         "interval of a bounded mean, ECE none, AUROC the hull of DeLong's and "
+                         "Newcombe's; the paired comparisons use the bootstrap: tasks resampled "
                          "with replacement within each evaluation, the same resamples for every "
                          "model")}
 

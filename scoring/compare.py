@@ -12,8 +12,11 @@ each evaluation metric (``sums.METRICS``) that both have (not null):
   one epoch each, the hull of Newcombe's paired interval (1998, method 10) and Bonett & Price's
   (2012) adjusted Wald interval, from the 2×2 table of right and wrong answers
   (``simultaneous.newcombe``: method 10 alone measured 0.917 coverage at 20 questions); otherwise
-  the symmetric bootstrap interval over the resamples (never of zero width); ``interval`` names
-  which;
+  the symmetric bootstrap interval over the resamples (never of zero width), for a figure with a
+  score-type interval of its own (``Figure.low``: the index, non-hallucination, the F1s, mean F1,
+  accuracy of several epochs) its hull with the MOVER interval of the difference
+  (``simultaneous.mover_difference``, Zou & Donner 2008; the bootstrap interval alone covered an F1
+  difference 0.925 of the time at 60 questions); ``interval`` names which;
 * ``se``: the standard deviation of the resampled difference;
 * ``p_value``, the pair's own two-sided test, ``test`` names which: for accuracy between two models
   of one epoch each, the exact McNemar test (McNemar 1947) on the discordant answers ``a_only`` (a
@@ -47,7 +50,9 @@ they agree: a model that starts a group has at least one model significantly abo
 set starts at rank 2 or later.
 
 A comparison that involves a provisional figure (``scoring.provisional``: answers failed or
-missing) has ``complete`` false.
+missing) has ``complete`` false; for accuracy its exact McNemar p is the largest any outcome of the
+open answers could give (``worst_mcnemar``), so the test's claim holds whatever they would have
+been.
 """
 
 from __future__ import annotations
@@ -60,8 +65,17 @@ import numpy as np
 import polars as pl
 
 from .bootstrap import Bootstrap, nan_quantiles
-from .decision_index import WEIGHTS, index_values
-from .simultaneous import floor_width, max_t, newcombe, rank_sets, symmetric_interval
+from .decision_index import WEIGHTS, index_interval, index_values
+from .intervals import SCORE_METRICS
+from .simultaneous import (
+    correlation,
+    floor_width,
+    max_t,
+    mover_difference,
+    newcombe,
+    rank_sets,
+    symmetric_interval,
+)
 from .sums import COUNTS, FLAGS, METRICS, Cube, EvalMetrics
 
 ACCURACY = "accuracy"  # the metric of accuracy type: McNemar's test applies
@@ -72,6 +86,7 @@ MAX_T = "max-T step-down"
 MAX_T_MCNEMAR = "max-T step-down and McNemar exact"
 NEWCOMBE = "Newcombe (method 10) and Bonett-Price hull"
 SYMMETRIC = "symmetric bootstrap"
+SYMMETRIC_MOVER = "symmetric bootstrap and MOVER hull"
 METHOD = {
     "adjustment": (
         "max-T step-down (Westfall & Young 1993; Romano & Wolf 2005, JASA 100:94-108) on the "
@@ -93,7 +108,10 @@ METHOD = {
             "10) and Bonett & Price's adjusted Wald interval (2012)"
         ),
         "otherwise": "symmetric bootstrap interval d ± q, q the 95% quantile of |Δ* − Δ|, "
-        "at least 100·z²/(n + z²) points (never zero width)",
+        "at least 100·z²/(n + z²) points (never zero width); for the index, non-hallucination, "
+        "the F1s and mean F1 (and accuracy of several epochs) its hull with the MOVER interval "
+        "of the difference from the two models' own intervals and the correlation of their "
+        "resampled figures (Zou & Donner 2008, Statistics in Medicine 27:1693-1702)",
     },
     "rank_set": (
         "simultaneous rank sets (Mogstad, Romano, Shaikh & Wilhelm 2024, Review of Economic "
@@ -166,6 +184,55 @@ def discordant(cube: Cube) -> np.ndarray | None:
     return out
 
 
+def open_pairs(cube: Cube) -> np.ndarray | None:
+    """For an accuracy (choice) evaluation where some label's answer failed or is missing (no
+    reply, whatever it would have been), what those answers could make of each pair's discordant
+    counts: shape (3, labels, labels) int64, ``[0][i, j]`` the answers surely i-right-j-wrong (both
+    replies), ``[1][i, j]`` those that could still be (i's open and j's a wrong reply, or i's right
+    and j's open), ``[2][i, j]`` the questions both left open (either way, or concordant). None when
+    every answer is a reply (``discordant`` is then exact) or for yes/no evaluations. One epoch (the
+    first), as ``discordant``; ``worst_mcnemar`` reads it."""
+    if cube.kind != "choice":
+        return None
+    first = cube.s == 0
+    reply = first & (cube.stat("n") > 0)
+    if reply.sum() == len(cube.labels) * cube.n_tasks:
+        return None
+    n_labels = len(cube.labels)
+    right = ((cube.flags >> FLAGS.index("correct")) & 1).astype(bool) & reply
+    out = np.zeros((3, n_labels, n_labels), np.int64)
+    for start in range(0, cube.n_tasks, TASKS_AT_ONCE):
+        stop = min(start + TASKS_AT_ONCE, cube.n_tasks)
+        mine = (cube.t >= start) & (cube.t < stop)
+        r = np.zeros((n_labels, stop - start), np.float32)
+        q = np.zeros_like(r)
+        r[cube.l[mine & right], cube.t[mine & right] - start] = 1
+        wrong = mine & reply & ~right
+        q[cube.l[wrong], cube.t[wrong] - start] = 1
+        m = 1 - r - q  # no reply: failed, missing, or no row at all
+        out[0] += np.rint(r @ q.T).astype(np.int64)
+        out[1] += np.rint(m @ q.T + r @ m.T).astype(np.int64)
+        out[2] += np.rint(m @ m.T).astype(np.int64)
+    return out
+
+
+def worst_mcnemar(sure_a: np.ndarray, sure_b: np.ndarray, could_a: np.ndarray,
+                  could_b: np.ndarray, both_open: np.ndarray) -> np.ndarray:
+    """The largest exact McNemar p any outcome of the open answers could give (issue 31, item 5:
+    a difference is claimed only where no outcome of the missing answers could overturn it): with
+    ``sure_a``/``sure_b`` the discordant answers both replies make (a right b wrong, the other
+    way), ``could_a``/``could_b`` the answers that could join each side and ``both_open`` those
+    that could join either. Adding a discordant answer to the larger side lowers p, to the smaller
+    side raises it (2·P(Bin(n + 1, ½) ≤ k + 1) ≥ 2·P(Bin(n, ½) ≤ k)), so the worst case adds every
+    open answer it can to the smaller side: p = 1 where that reaches the larger side, else
+    ``mcnemar_p(larger, smaller + could_smaller + both_open)``. Arrays of one shape, counts ≥ 0."""
+    a, b = np.asarray(sure_a, np.int64), np.asarray(sure_b, np.int64)
+    a_larger = a >= b
+    larger = np.where(a_larger, a, b)
+    smaller = np.where(a_larger, b, a) + np.where(a_larger, could_b, could_a) + both_open
+    return np.where(smaller >= larger, 1.0, mcnemar_p(larger, np.minimum(smaller, larger)))
+
+
 def mcnemar_p(a_only: np.ndarray, b_only: np.ndarray) -> np.ndarray:
     """The exact two-sided McNemar p-values for arrays of discordant counts (non-negative integers):
     min(1, 2·P(X ≤ min(a, b))), X ~ Binomial(a + b, ½); 1 where there is no discordant answer.
@@ -198,7 +265,9 @@ class Figure:
     ``complete`` (labels,): no failed or missing answer behind the figure; ``floor``: the
     half-width, in points, of a difference's symmetric interval where no resample moves it
     (``simultaneous.floor_width``); ``tasks``: its number of tasks (the index: the fewest of its
-    evaluations')."""
+    evaluations'); ``low``/``high`` (labels,): each model's own score-type interval of the figure
+    (``scoring.intervals``; the index's MOVER interval), None for a figure without one (the
+    differences' interval is then the symmetric bootstrap's alone)."""
 
     eval: str | None
     metric: str
@@ -207,6 +276,8 @@ class Figure:
     complete: np.ndarray
     floor: float
     tasks: int
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
 
 
 def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap) -> list[Figure]:
@@ -218,6 +289,8 @@ def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstra
     }
     index = index_values(estimates, labels, boot)
     unavailable = np.array([bool(u) for u in index.unavailable], dtype=bool)
+    index_point = np.where(unavailable, np.nan, index.point)
+    index_low, index_high = index_interval(estimates, len(labels), index_point)
     index_floor = sum(
         w * floor_width(estimates[name].n, boot.confidence) if name in estimates else 0.0
         for (name, _), w in WEIGHTS.items()
@@ -226,11 +299,13 @@ def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstra
         Figure(
             None,
             INDEX,
-            np.where(unavailable, np.nan, index.point),
+            index_point,
             index.replicates,
             np.logical_and.reduce([complete[n] for n in complete], initial=True),
             index_floor,
             min((est.n for est in estimates.values()), default=0),
+            index_low,
+            index_high,
         )
     ]
     for name, metrics in METRICS.items():
@@ -248,6 +323,8 @@ def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstra
                     complete[name],
                     floor_width(est.n, boot.confidence),
                     est.n,
+                    est.low.get(metric) if metric in SCORE_METRICS else None,
+                    est.high.get(metric) if metric in SCORE_METRICS else None,
                 )
             )
     return out
@@ -259,6 +336,7 @@ def compare(
     boot: Bootstrap,
     discordants: dict[str, np.ndarray | None] | None = None,
     claim: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+    opens: dict[str, np.ndarray | None] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every pair's comparisons (``COMPARISON_SCHEMA``) and every model's rank (``RANK_SCHEMA``),
     as the module docstring defines them. ``estimates`` maps evaluation -> ``sums.EvalMetrics``
@@ -266,8 +344,12 @@ def compare(
     ``discordant`` of its cube (None or absent: no McNemar test, no Newcombe interval);
     ``claim``, given, turns the comparisons into those that may be claimed (it may add columns
     and only ever clears ``significant``: ``scoring.scored``'s rule for provisional figures)
-    before the ranks, tied groups and rank sets are read from them."""
-    discordants = discordants or {}
+    before the ranks, tied groups and rank sets are read from them; ``opens`` maps an accuracy
+    evaluation with failed or missing answers -> ``open_pairs`` of its cube: the exact McNemar p
+    of such a pair (``mcnemar_p`` and what enters ``p_adjusted``) is then the worst any outcome
+    of the open answers could give (``worst_mcnemar``), while ``a_only``/``b_only`` stay the
+    counts with the open answers as not right."""
+    discordants, opens = discordants or {}, opens or {}
     rows: list[pl.DataFrame] = []
     n = len(labels)
     first, second = np.triu_indices(n, 1)
@@ -298,12 +380,27 @@ def compare(
             a_only = b_only = np.full(len(i), -1, np.int64)
             paired = np.zeros(len(i), bool)
         mcnemar = np.where(paired, mcnemar_p(np.maximum(a_only, 0), np.maximum(b_only, 0)), np.nan)
+        open_ = opens.get(fig.eval) if table is not None else None
+        if open_ is not None:  # the worst outcome of the open answers (complete pairs: the same p)
+            worst = worst_mcnemar(open_[0][i, j], open_[0][j, i], open_[1][i, j], open_[1][j, i],
+                                  open_[2][i, j])
+            mcnemar = np.where(paired, np.fmax(mcnemar, worst), np.nan)
         low, high = np.empty(len(i)), np.empty(len(i))
         for start in range(0, len(i), 4096):
             rows_ = np.arange(start, min(start + 4096, len(i)))
             low[rows_], high[rows_] = symmetric_interval(
                 d[rows_], pair_replicates(rows_), boot.confidence, fig.floor
             )
+            if fig.low is not None:  # the hull with the MOVER interval of the models' own
+                a, b = i[rows_], j[rows_]
+                r = correlation(per_model[a], per_model[b])
+                m_low, m_high = mover_difference(
+                    (fig.point[a], fig.low[a], fig.high[a]),
+                    (fig.point[b], fig.low[b], fig.high[b]),
+                    r,
+                )
+                low[rows_] = np.fmin(low[rows_], m_low)
+                high[rows_] = np.fmax(high[rows_], m_high)
         if paired.any():
             tasks = estimates[fig.eval].n
             right_a = table[i, i]
@@ -335,7 +432,11 @@ def compare(
                     "difference": d,
                     "low": low,
                     "high": high,
-                    "interval": np.where(paired, NEWCOMBE, SYMMETRIC).tolist() if len(i) else [],
+                    "interval": np.where(
+                        paired, NEWCOMBE, SYMMETRIC if fig.low is None else SYMMETRIC_MOVER
+                    ).tolist()
+                    if len(i)
+                    else [],
                     "se": se,
                     "p_value": p_value,
                     "test": np.where(paired, MCNEMAR, BOOTSTRAP_T).tolist() if len(i) else [],

@@ -46,10 +46,26 @@ or 100% a score interval keeps its width.
   come from independent task sets, except accuracy and non-hallucination on the same Omniscience
   tasks, which are uncorrelated (the non-hallucination estimate's mean given W does not depend on
   W): r = 0.
-* Calibration metrics (Brier score, ECE, log loss) keep the **percentile bootstrap over tasks**
-  (``scoring.bootstrap``); AUROC uses DeLong's variance (``scoring.calibration``).
+* **Brier score** and **log loss** are means of per-answer losses bounded to [0, M] (M = 1 for
+  Brier's ½Σ(p − y)², M = −ln 5e-5 = 9.90 nats for the log loss with its probability floor,
+  ``calibration.LOG_LOSS_FLOOR``): ``bounded_mean_interval``, M times the continuity-corrected
+  Wilson interval of the mean / M over the tasks. A [0, 1] variable of mean μ has variance at most
+  μ(1 − μ) (Bhatia & Davis 2000, "A better bound on the variance", American Mathematical Monthly
+  107:353-357), the binomial case, so the binomial score interval is conservative for it, keeps
+  its width at 0 (every answer right at the same confidence gives a percentile bootstrap interval
+  of zero width) and never leaves [0, M] (coverage in ``benchmarks/bench_stats_intervals.py``).
+* **ECE** has no interval (null): the binned estimator is biased upwards at every finite size (its
+  expectation exceeds the true calibration error, and a well-calibrated model's true ECE of 0 is
+  never covered; Kumar, Liang & Ma 2019, "Verified Uncertainty Calibration", NeurIPS), so no
+  interval around it covers honestly.
+* **AUROC**: the hull of DeLong's interval (DeLong, DeLong & Clarke-Pearson 1988, Biometrics
+  44:837-845; ``scoring.calibration``) and Newcombe's score-type interval (2006, "Confidence
+  intervals for an effect size measure based on the Mann-Whitney statistic. Part 2: asymptotic
+  methods and evaluation", Statistics in Medicine 25:559-573, method 5), which keeps its width at
+  an AUROC of 0 or 1 where DeLong's variance is 0.
 * Differences between two models (``scoring.compare``): the paired bootstrap over the same
-  resamples.
+  resamples, hulled with the MOVER interval of the difference for the metrics above
+  (``simultaneous.mover_difference``).
 
 The bootstrap resamples stay the same for every metric: the paired comparisons and ranks use the
 resampled metrics, whatever interval a metric itself reports.
@@ -72,6 +88,10 @@ F1_SCORE = (
 )
 MOVER = "MOVER combination of the terms' intervals (Zou & Donner 2008)"
 BOOTSTRAP = "percentile bootstrap over tasks"
+BOUNDED = (
+    "Wilson score interval with continuity correction of the mean loss / its bound over the "
+    "tasks (conservative for a bounded mean: Bhatia & Davis 2000)"
+)
 METHODS = {
     "accuracy": WILSON,
     "non_hallucination_rate": CONDITIONAL,
@@ -80,13 +100,21 @@ METHODS = {
     "f1_response_harm": F1_SCORE,
     "mean_f1": MOVER + " of the three F1 scores, fully correlated (the mean of their bounds)",
     "decision_index": MOVER + " of its five weighted terms, independent",
-    "brier": BOOTSTRAP,
-    "ece": BOOTSTRAP,
-    "log_loss": BOOTSTRAP,
-    "auroc": "DeLong's variance, normal approximation",
+    "brier": BOUNDED + ", bound 1",
+    "ece": (
+        "none (null): the binned ECE is biased upwards at every finite size (Kumar, Liang & Ma "
+        "2019), so no interval around it covers the true calibration error honestly"
+    ),
+    "log_loss": BOUNDED + ", bound −ln 5e-5 = 9.90 nats (the probability floor)",
+    "auroc": (
+        "hull of DeLong's interval and Newcombe's (2006, method 5) score-type interval (never "
+        "of zero width at 0 or 1)"
+    ),
     "differences": ("accuracy of one epoch each: the hull of Newcombe's (1998, method 10) and "
                     "Bonett & Price's (2012) paired intervals; otherwise the symmetric paired "
-                    "bootstrap interval (summary.json's comparison_method)"),
+                    "bootstrap interval, for a metric with a score-type interval its hull with "
+                    "the MOVER interval of the difference (Zou & Donner 2008; summary.json's "
+                    "comparison_method)"),
 }
 """summary.json's ``intervals.methods``: each metric's interval method, by metric name (the one
 place summary.json names them)."""
@@ -98,9 +126,13 @@ SCORE_METRICS = frozenset(
         "f1_response_refusal",
         "f1_response_harm",
         "mean_f1",
+        "brier",
+        "log_loss",
+        "ece",
     }
 )
-"""The metrics whose interval is not the bootstrap's (``scoring.sums.score_intervals``)."""
+"""The metrics whose interval is not the bootstrap's (``scoring.sums.score_intervals``; ECE's is
+none)."""
 
 
 def z_value(confidence: float) -> float:
@@ -164,6 +196,55 @@ def score_interval(
         empty = ~(n > 0)
         low, high = np.where(empty, 0.0, low), np.where(empty, 1.0, high)
     return np.clip(low, 0, 1), np.clip(high, 0, 1)
+
+
+def bounded_mean_interval(
+    mean: np.ndarray, n: np.ndarray, bound: float, confidence: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The interval (low, high), in the mean's units, of a mean of per-task values in [0,
+    ``bound``] over ``n`` tasks (may be fractional: answers per epoch over units): ``bound`` times
+    ``score_interval`` of (``mean`` / ``bound``) · n successes over n (the module docstring: a
+    bounded variable's variance is at most the binomial's, Bhatia & Davis 2000). Never of zero
+    width for n < ∞; NaN where ``mean`` is NaN or n = 0. Not yet bounded by ``contain``."""
+    mean, n = np.broadcast_arrays(np.asarray(mean, np.float64), np.asarray(n, np.float64))
+    share = np.clip(mean / bound, 0, 1)
+    low, high = score_interval(np.nan_to_num(share) * n, n, confidence)
+    bad = np.isnan(mean) | ~(n > 0)
+    return np.where(bad, np.nan, bound * low), np.where(bad, np.nan, bound * high)
+
+
+def auroc_score_interval(
+    auroc: np.ndarray, positives: np.ndarray, negatives: np.ndarray, confidence: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Newcombe's score-type interval for an AUROC θ̂ (2006, Statistics in Medicine 25:559-573,
+    method 5): the θ in [0, 1] with (θ̂ − θ)² ≤ z² V(θ), where V is Hanley & McNeil's (1982,
+    Radiology 143:29-36) variance with its exponential-model terms Q₁ = θ/(2 − θ), Q₂ = 2θ²/(1 + θ)
+    and both m − 1 and n − 1 replaced by N* − 1, N* = (m + n)/2:
+    V(θ) = θ(1 − θ)[1 + (N* − 1)((1 − θ)/(2 − θ) + θ/(1 + θ))] / (m n), m positives, n
+    negatives. Solved by bisection (60 steps, to ~1e-18) on each side of θ̂; arrays of one shape;
+    NaN where either class is empty or θ̂ is NaN. Its width at θ̂ = 1 is that of V's root, never
+    zero."""
+    theta = np.asarray(auroc, np.float64)
+    m, n = np.asarray(positives, np.float64), np.asarray(negatives, np.float64)
+    z2 = z_value(confidence) ** 2
+    star = (m + n) / 2 - 1
+
+    def outside(t: np.ndarray) -> np.ndarray:  # True where t is rejected
+        with np.errstate(invalid="ignore", divide="ignore"):
+            v = t * (1 - t) * (1 + star * ((1 - t) / (2 - t) + t / (1 + t))) / (m * n)
+            return (theta - t) ** 2 > z2 * v
+
+    bounds = []
+    for end in (0.0, 1.0):
+        inner, outer = theta.copy(), np.full(theta.shape, end)  # inner accepted, outer maybe not
+        for _ in range(60):
+            mid = (inner + outer) / 2
+            rejected = outside(mid)
+            outer, inner = np.where(rejected, mid, outer), np.where(rejected, inner, mid)
+        # the end itself is accepted when not rejected (V = 0 there: only when θ̂ is the end)
+        bounds.append(np.where(outside(np.full(theta.shape, end)), outer, end))
+    bad = np.isnan(theta) | ~(m > 0) | ~(n > 0)
+    return np.where(bad, np.nan, bounds[0]), np.where(bad, np.nan, bounds[1])
 
 
 def f1_interval(

@@ -215,9 +215,46 @@ def to_json(summary: Summary) -> bytes:
     return orjson.dumps(to_builtins(summary), option=orjson.OPT_INDENT_2) + b"\n"
 
 
+LEGACY_ADJUSTMENT = (
+    "Holm's step-down over each figure's pairs, from a summary written before the max-T step-down "
+    "(read back: p_adjusted is its p_holm, significant p_holm < 1 − confidence)"
+)
+
+
 def decode(raw: bytes | dict[str, Any]) -> Summary:
     """A summary read back: summary.json's bytes, or the dict they decode to. Raises
-    ``msgspec.ValidationError`` naming the field when it is not a summary."""
+    ``msgspec.ValidationError`` naming the field when it is not a summary. A summary written before
+    the max-T step-down (its comparisons carry ``p_holm``, no ``p_adjusted`` nor ``significant``)
+    is read as ``legacy`` maps it."""
     if isinstance(raw, dict):
-        return msgspec.convert(raw, Summary)
+        return msgspec.convert(legacy(raw), Summary)
+    if b'"p_holm"' in raw:
+        return msgspec.convert(legacy(msgspec.json.decode(raw)), Summary)
     return msgspec.json.decode(raw, type=Summary)
+
+
+def legacy(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` (summary.json as a dict) with an older summary's comparisons mapped to today's
+    fields (the dict unchanged when no comparison has ``p_holm``): ``p_adjusted`` = its ``p_holm``
+    (Holm's adjustment, valid for the family of a figure's pairs: a conservative stand-in for the
+    step-down's), ``significant`` = ``p_holm`` < 1 − the summary's confidence (``intervals``, else
+    0.95); and the mark: ``comparison_method`` (absent in such a summary) says so in its
+    ``adjustment`` (``LEGACY_ADJUSTMENT``), with ``read_from`` "p_holm". Rank sets, ``settled``
+    and the step-down's other fields were never computed: they stay absent."""
+    pairs = doc.get("comparisons")
+    if not isinstance(pairs, list) or not any(isinstance(c, dict) and "p_holm" in c for c in pairs):
+        return doc
+    intervals = doc.get("intervals") if isinstance(doc.get("intervals"), dict) else {}
+    alpha = 1 - float(intervals.get("confidence", 0.95))
+    mapped = []
+    for c in pairs:
+        if isinstance(c, dict) and "p_holm" in c:
+            c = dict(c)
+            holm = c.pop("p_holm")
+            c.setdefault("p_adjusted", holm)
+            c.setdefault("significant", holm is not None and holm < alpha)
+        mapped.append(c)
+    method = dict(doc.get("comparison_method") or {})
+    method.setdefault("adjustment", LEGACY_ADJUSTMENT)
+    method.setdefault("read_from", "p_holm")
+    return {**doc, "comparisons": mapped, "comparison_method": method}

@@ -19,7 +19,7 @@ import polars as pl
 from . import breakdowns, calibration
 from .bootstrap import Bootstrap
 from .bounds import figure_bounds, settle, settle_ranks
-from .compare import COMPARISON_SCHEMA, compare, discordant
+from .compare import COMPARISON_SCHEMA, compare, discordant, open_pairs
 from .decision_index import index_table, index_values
 from .records import Summary
 from .summary import invalid_counts
@@ -117,6 +117,8 @@ class Scorer:
         self._reliability: list[pl.DataFrame] = []
         self._invalid: list[pl.DataFrame] = []
         self.discordants: dict[str, np.ndarray | None] = {}  # per accuracy evaluation (``compare.discordant``)
+        # the same with the open (failed, missing) answers apart (``compare.open_pairs``)
+        self.opens: dict[str, np.ndarray | None] = {}
 
     def add(self, answers: pl.DataFrame) -> dict[str, Cube]:
         """Score the evaluations in ``answers``; returns their cubes (``scoring.sums.Cube`` by evaluation).
@@ -155,6 +157,7 @@ class Scorer:
         self._invalid.append(part.invalid)
         for name, cube in cubes.items():
             self.discordants[name] = discordant(cube)
+            self.opens[name] = open_pairs(cube)
         return cubes
 
     def _claim(self) -> tuple[Callable[[pl.DataFrame], pl.DataFrame], Callable[[pl.DataFrame], pl.DataFrame]]:
@@ -185,7 +188,8 @@ class Scorer:
         pairs = pl.DataFrame(schema=COMPARISON_SCHEMA)
         if comparisons and self.bootstrap is not None:
             claim, widen = self._claim()
-            pairs, ranks = compare(self.estimates, self.labels, self.bootstrap, self.discordants, claim)
+            pairs, ranks = compare(self.estimates, self.labels, self.bootstrap, self.discordants,
+                                   claim, self.opens)
             ranks = widen(ranks)
             index = index.with_columns(pl.col("label").cast(pl.String)).join(
                 ranks.rename({"group": "tied_group"}), on="label", how="left", maintain_order="left")

@@ -37,7 +37,14 @@ from . import bounds as bnd
 from . import calibration as cal
 from .bootstrap import Bootstrap
 from .columns import canonical_order
-from .intervals import SCORE_METRICS, contain, f1_interval, mover, score_interval
+from .intervals import (
+    SCORE_METRICS,
+    bounded_mean_interval,
+    contain,
+    f1_interval,
+    mover,
+    score_interval,
+)
 from .metrics import STATS, accuracy_from, answer_stats, f1_from, non_hallucination_from
 
 OMNISCIENCE, WILDGUARD = "aa_omniscience_decision", "wildguardtest"
@@ -525,6 +532,11 @@ def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float)
     def mean(stat: str) -> np.ndarray:  # (labels, units): the count per epoch
         return _f64(sums[stat]).sum(axis=1) / epochs[:, None]
 
+    counted = mean("pn")  # (labels, units): answers counted for calibration, per epoch
+    for m, (low, high) in calibration_intervals(
+            {m: est.point[m] for m in ("brier", "log_loss")}, counted.sum(-1) / counted.shape[-1],
+            confidence).items():
+        est.low[m], est.high[m] = low, high
     if cube.kind == "choice":
         n, right = mean("n").sum(-1), mean("correct").sum(-1)
         bounds = {"accuracy": score_interval(right, n, confidence)}
@@ -553,6 +565,20 @@ def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float)
     low, high = mover(centre, np.nan_to_num(points), np.nan_to_num(lows), np.nan_to_num(highs),
                       weights, r)
     est.low["mean_f1"], est.high["mean_f1"] = contain(est.point["mean_f1"], low, high)
+
+
+def calibration_intervals(point: dict[str, np.ndarray], tasks: np.ndarray, confidence: float
+                          ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The intervals (low, high) of the calibration metrics, each (labels,) like its ``point``
+    (``point`` maps "brier" and "log_loss" -> (labels,)), over ``tasks`` (labels,): the tasks with
+    counted answers (fractional: answers per epoch over the units a task has), every bound holding
+    its point: Brier score and log loss ``intervals.bounded_mean_interval`` with bounds 1 and
+    −ln ``calibration.LOG_LOSS_FLOOR``; ECE NaN (no interval: ``intervals.METHODS`` says why)."""
+    bounds = {"brier": 1.0, "log_loss": -np.log(cal.LOG_LOSS_FLOOR)}
+    out = {m: contain(point[m], *bounded_mean_interval(point[m], tasks, bound, confidence))
+           for m, bound in bounds.items()}
+    out["ece"] = (np.full(len(tasks), np.nan), np.full(len(tasks), np.nan))
+    return out
 
 
 def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
@@ -639,16 +665,15 @@ def calibration_table(cubes: dict[str, Cube], estimates: dict[str, EvalMetrics],
                         {m: est.high.get(m) for m in cal.CALIBRATION_METRICS}, counted.sum(-1), total.sum(-1))}
         if cube.kind == "yes_no":
             per_epoch = unit_calibration(sums)  # (labels, epochs, units)
-            reps = None
-            if boot is not None:
-                reps = unit_calibration(cube.resampled(boot.counts(name, cube.n_tasks)))  # (B, labels, epochs, units)
+            epochs = np.maximum((~cube.absent).sum(-1), 1)  # (labels,)
             for k, unit in enumerate(cube.units):
                 point = {m: epoch_mean(v[..., k]) for m, v in per_epoch.items()}
                 sd = {m: epoch_sd(v[..., k]) for m, v in per_epoch.items()}
                 low, high = {}, {}
-                if reps is not None:
-                    for m, v in reps.items():
-                        low[m], high[m] = boot.interval(epoch_mean(v[..., k]))
+                if boot is not None:  # the pooled row's intervals, over this question's answers
+                    for m, (lo, hi) in calibration_intervals(point, counted[:, k] / epochs,
+                                                             boot.confidence).items():
+                        low[m], high[m] = lo, hi
                 rows[unit] = (point, sd, low, high, counted[:, k], total[:, k])
         for question, (point, sd, low, high, n_counted, n_total) in rows.items():
             columns: dict[str, object] = {"label": cube.labels, "eval": name, "question": question,

@@ -75,9 +75,35 @@ def test_auroc_delong_interval_by_hand():
     row = auroc(ans).row(0, named=True)
     half = 1.959963984540054 * math.sqrt(1 / 48)
     assert row["auroc"] == 0.875
-    assert row["auroc_low"] == pytest.approx(0.875 - half, abs=1e-12)
+    assert 0.875 - half == pytest.approx(0.5921035664809571, abs=1e-12)  # DeLong's low
+    # the hull with Newcombe's score interval (method 5): its low solves (0.875 - t)^2 = z^2 V(t),
+    # V(t) = t(1 - t)(1 + (N* - 1)((1 - t)/(2 - t) + t/(1 + t))) / 16, N* = 4; here the lower
+    # of the two
+    z2 = 1.959963984540054 ** 2
+
+    def v(t: float) -> float:
+        return t * (1 - t) * (1 + 3 * ((1 - t) / (2 - t) + t / (1 + t))) / 16
+
+    low = row["auroc_low"]
+    assert low < 0.875 - half and (0.875 - low) ** 2 == pytest.approx(z2 * v(low), rel=1e-9)
+    assert low == pytest.approx(0.452827057, abs=1e-8)
     assert row["auroc_high"] == 1.0
     assert (row["positives"], row["negatives"]) == (4, 4)
+
+
+def test_a_perfect_auroc_keeps_an_interval_of_nonzero_width():
+    # every positive above every negative: DeLong's variance is 0 (an interval [1, 1]); the score
+    # interval's low solves (1 - t)^2 = z^2 V(t) with N* = 3 (3 positives, 3 negatives)
+    ans = frame([yes_no(M, f"g/{i}", "prompt_harmful", g, p)
+                 for i, (g, p) in enumerate([("yes", 0.9), ("yes", 0.8), ("yes", 0.7), ("no", 0.3),
+                                             ("no", 0.2), ("no", 0.1)])])
+    row = auroc(ans).row(0, named=True)
+    low = row["auroc_low"]
+    t = low
+    variance = t * (1 - t) * (1 + 2 * ((1 - t) / (2 - t) + t / (1 + t))) / 9
+    assert (row["auroc"], row["auroc_high"]) == (1.0, 1.0)
+    z2 = 1.959963984540054 ** 2
+    assert 0 < low < 1 and (1 - low) ** 2 == pytest.approx(z2 * variance, rel=1e-9)
 
 
 def test_auroc_with_ties_counts_half():
@@ -96,8 +122,17 @@ def test_one_class_only_has_no_auroc():
 def test_all_correct_and_certain_is_perfectly_calibrated():
     ans = frame([choice(M, HLE, f"h/{i}", "B", {"A": 0.0, "B": 1.0}) for i in range(5)])
     row = score(ans, Bootstrap(resamples=50)).calibration.row(0, named=True)
-    assert (row["brier"], row["ece"], row["brier_low"], row["brier_high"]) == (0.0, 0.0, 0.0, 0.0)
-    assert row["log_loss"] == 0.0
+    assert (row["brier"], row["ece"], row["brier_low"]) == (0.0, 0.0, 0.0)
+    # every resample gives 0 (the percentile bootstrap's interval had zero width); the bounded-mean
+    # score interval over 5 tasks: Wilson's with continuity correction at 0 of 5,
+    # (z^2 + 1 + z sqrt(z^2 + 2 - 1/5)) / (2 (5 + z^2)); the log loss's the same times -ln 5e-5
+    z = 1.959963984540054
+    upper = (z * z + 1 + z * math.sqrt(z * z + 2 - 1 / 5)) / (2 * (5 + z * z))
+    assert row["brier_high"] == pytest.approx(upper, rel=1e-12)
+    assert upper == pytest.approx(0.537056, abs=1e-6)
+    assert row["log_loss"] == 0.0 and row["log_loss_low"] == 0.0
+    assert row["log_loss_high"] == pytest.approx(-math.log(5e-5) * upper, rel=1e-12)
+    assert row["ece_low"] is None and row["ece_high"] is None  # no interval: biased estimator
 
 
 def test_log_loss_clips_a_reported_zero():

@@ -9,7 +9,7 @@ from scipy.stats import binomtest
 
 from dxi.scoring import Bootstrap, build_summary, records, score
 from dxi.scoring.compare import mcnemar_p
-from dxi.scoring.simultaneous import max_t, newcombe, rank_sets
+from dxi.scoring.simultaneous import correlation, max_t, mover_difference, newcombe, rank_sets
 
 from .answers import choice, frame, yes_no
 
@@ -168,7 +168,9 @@ def test_an_identical_pair_differs_by_nothing_and_is_never_separated():
 
 
 def test_the_symmetric_interval_by_hand():
-    # an index difference: d +- the 95% quantile of |D* - d| over the resamples (linear interpolation)
+    # an index difference: the hull of d +- the 95% quantile of |D* - d| over the resamples (linear
+    # interpolation) and the MOVER interval of the two models' own index intervals, their
+    # correlation the replicates' (Pearson)
     rng = np.random.default_rng(2)
     a, b = list(rng.random(N_TASKS) < 0.6), list(rng.random(N_TASKS) < 0.6)
     boot = Bootstrap(resamples=300, seed=9)
@@ -180,9 +182,61 @@ def test_the_symmetric_interval_by_hand():
     index = figures(scorer.estimates, scorer.labels, boot)[0]
     d = index.point[0] - index.point[1]
     q = np.quantile(np.abs(index.replicates[:, 0] - index.replicates[:, 1] - d), 0.95)
+    r = np.corrcoef(index.replicates[:, 0], index.replicates[:, 1])[0, 1]
+    (pa, pb), (la, lb), (ha, hb) = index.point, index.low, index.high
+    m_low = d - np.sqrt((pa - la) ** 2 + (hb - pb) ** 2 - 2 * r * (pa - la) * (hb - pb))
+    m_high = d + np.sqrt((ha - pa) ** 2 + (pb - lb) ** 2 - 2 * r * (ha - pa) * (pb - lb))
+    per_model = {r_["label"]: r_ for r_ in scored.index.iter_rows(named=True)}
+    first = per_model["m:a"]
+    assert (la, ha) == (first["decision_index_low"], first["decision_index_high"])
     row = scored.comparisons.filter(pl.col("metric") == "decision_index").row(0, named=True)
-    assert (row["low"], row["high"]) == (pytest.approx(d - q), pytest.approx(d + q))
-    assert row["interval"] == "symmetric bootstrap" and row["test"] == "paired bootstrap"
+    assert row["low"] == pytest.approx(min(d - q, m_low))
+    assert row["high"] == pytest.approx(max(d + q, m_high))
+    assert m_low < d - q  # the MOVER side is the wider one here: not the bootstrap's alone
+    assert row["interval"] == "symmetric bootstrap and MOVER hull"
+    assert row["test"] == "paired bootstrap"
+
+
+def test_mover_difference_by_hand_and_as_newcombes_method_10():
+    # a = (90, 80, 95), b = (85, 75, 92), r = 0.5: low = 5 - sqrt(10² + 7² - 2·0.5·10·7)
+    # = 5 - sqrt(79), high = 5 + sqrt(5² + 10² - 2·0.5·5·10) = 5 + sqrt(75)
+    def arrays(*values: float) -> tuple[np.ndarray, ...]:
+        return tuple(np.array([v]) for v in values)
+
+    low, high = mover_difference(arrays(90, 80, 95), arrays(85, 75, 92), np.array([0.5]))
+    assert (low[0], high[0]) == (pytest.approx(5 - 79 ** 0.5), pytest.approx(5 + 75 ** 0.5))
+    # with each model's Wilson interval and the 2x2 table's phi it is Newcombe's method 10
+    both_right, a_only, b_only, both_wrong = 30, 6, 2, 22
+    n = 60
+    z = 1.959963984540054
+    p1, p2 = (both_right + a_only) / n, (both_right + b_only) / n
+
+    def wilson(p):
+        c = (p + z * z / (2 * n)) / (1 + z * z / n)
+        h = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        return 100 * (c - h), 100 * (c + h)
+
+    margins = ((both_right + a_only) * (b_only + both_wrong) * (both_right + b_only)
+               * (a_only + both_wrong))
+    phi = (both_right * both_wrong - a_only * b_only) / np.sqrt(margins)
+    (l1, u1), (l2, u2) = wilson(p1), wilson(p2)
+    low, high = mover_difference(arrays(100 * p1, l1, u1), arrays(100 * p2, l2, u2),
+                                 np.array([phi]))
+    n_low, n_high = newcombe(*arrays(a_only, b_only, both_right, both_wrong), 0.95, hull=False)
+    assert (low[0], high[0]) == (pytest.approx(n_low[0]), pytest.approx(n_high[0]))
+
+
+def test_correlation_is_pearsons_over_the_defined_resamples():
+    rng = np.random.default_rng(5)
+    a, b = rng.random((3, 50)), rng.random((3, 50))
+    b[0] = a[0] * 2 + rng.random(50) * 0.1
+    a[1, 7] = np.nan
+    b[2] = 4.0  # no spread: 0
+    r = correlation(a, b)
+    keep = ~np.isnan(a[1])
+    assert r[0] == pytest.approx(np.corrcoef(a[0], b[0])[0, 1])
+    assert r[1] == pytest.approx(np.corrcoef(a[1, keep], b[1, keep])[0, 1])
+    assert r[2] == 0.0
 
 
 def test_max_t_step_down_by_hand():
@@ -335,3 +389,59 @@ def test_mcnemar_is_left_out_for_a_model_of_several_epochs_and_kept_for_the_othe
     b_only = sum(y and not x for x, y in zip(right, other, strict=True))
     assert tests[("m:a", "m:b")] == (a_only, b_only, pytest.approx(binomtest(a_only, a_only + b_only).pvalue))
     assert tests[("m:a", "m:c")] == (None, None, None) and tests[("m:b", "m:c")] == (None, None, None)
+
+
+def test_mcnemar_on_a_provisional_pair_holds_whatever_the_failed_answers_would_have_been():
+    # 30 HLE questions. q0-9 both right; q10-21 a right, b wrong (12); q22 a wrong, b right (1);
+    # q23-26 a wrong, b failed (4: b's answers could have been right); q27-29 both wrong.
+    # Counting b's failed answers as wrong gives 12 against 1: p = 2 * 14 / 2**13 = 0.0034.
+    # The worst case makes b right on all 4: 12 against 5, p = 2 * P(Bin(17, 1/2) <= 5)
+    # = 2 * (1 + 17 + 136 + 680 + 2380 + 6188) / 2**17 = 18804 / 131072 = 0.1435: not claimed.
+    rows = []
+    for i in range(30):
+        a_right = i < 22
+        b_right = i < 10 or i == 22
+        rows.append(choice("m:a", "hle_multichoice", f"h/{i:02d}", "A",
+                           {"A": 0.8, "B": 0.2} if a_right else {"A": 0.2, "B": 0.8}))
+        if 23 <= i <= 26:
+            rows.append(choice("m:b", "hle_multichoice", f"h/{i:02d}", "A", None, status="failed",
+                               error="x"))
+        else:
+            rows.append(choice("m:b", "hle_multichoice", f"h/{i:02d}", "A",
+                               {"A": 0.8, "B": 0.2} if b_right else {"A": 0.2, "B": 0.8}))
+    scored = score(frame(rows), Bootstrap(resamples=200), with_comparisons=True)
+    row = scored.comparisons.filter(pl.col("metric") == "accuracy").row(0, named=True)
+    assert (row["a_only"], row["b_only"]) == (12, 1)  # the counts, failed answers as not right
+    assert 2 * 14 / 2 ** 13 == pytest.approx(binomtest(1, 13).pvalue)  # the counts alone
+    assert row["mcnemar_p"] == pytest.approx(18804 / 131072)
+    assert row["mcnemar_p"] == pytest.approx(binomtest(5, 17).pvalue)
+    assert row["p_value"] == row["mcnemar_p"] and row["p_adjusted"] >= row["mcnemar_p"]
+    assert row["significant"] is False and row["complete"] is False
+
+
+def test_open_pairs_and_the_worst_mcnemar_by_hand():
+    from dxi.scoring.compare import open_pairs, worst_mcnemar
+    from dxi.scoring.sums import build_cubes
+    # a: R R W F F ; b: W F R R F  (R right, W wrong reply, F failed)
+    a, b = "RRWFF", "WFRRF"
+    rows = []
+    for label, pattern in (("m:a", a), ("m:b", b)):
+        for i, s in enumerate(pattern):
+            probs = {"A": 0.9, "B": 0.1} if s == "R" else {"A": 0.1, "B": 0.9}
+            rows.append(choice(label, "hle_multichoice", f"h/{i}", "A", None if s == "F" else probs,
+                               status="failed" if s == "F" else "ok",
+                               error="x" if s == "F" else None))
+    o = open_pairs(build_cubes(frame(rows))["hle_multichoice"])
+    # surely a-only: q0 (R, W) = 1; surely b-only: q2 (W, R) = 1
+    # could be a-only: a open & b wrong (none) + a right & b open (q1) = 1; could be b-only: b
+    # open & a wrong (none) + b right & a open (q3) = 1; both open: q4 = 1
+    assert o[:, 0, 1].tolist() == [1, 1, 1] and o[:, 1, 0].tolist() == [1, 1, 1]
+    def counts(*values: int) -> list[np.ndarray]:
+        return [np.array([v]) for v in values]
+
+    assert worst_mcnemar(*counts(8, 2, 0, 6, 0))[0] == 1.0
+    # 2 + 1 + 2 on the smaller side; a's 9 never added
+    assert worst_mcnemar(*counts(8, 2, 9, 1, 2))[0] == pytest.approx(binomtest(5, 13).pvalue)
+    complete = frame([choice(lb, "hle_multichoice", f"h/{i}", "A", {"A": 0.9, "B": 0.1})
+                      for lb in ("m:a", "m:b") for i in range(3)])
+    assert open_pairs(build_cubes(complete)["hle_multichoice"]) is None

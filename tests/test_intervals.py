@@ -63,7 +63,15 @@ def test_intervals_are_reproducible_with_a_seed_and_change_with_it():
     again = score(frame(rows), Bootstrap(resamples=300, seed=9))
     other = score(frame(rows), Bootstrap(resamples=300, seed=10))
     assert first.metrics.equals(again.metrics) and first.index.equals(again.index)
-    assert not first.metrics.equals(other.metrics)
+    # every interval the metrics table writes is now a score-type one (the calibration metrics'
+    # too): none depends on the resamples; the bootstrap-based figures (the spread of the
+    # resampled metrics, what the comparisons use) do
+    assert first.metrics.equals(other.metrics) and first.calibration.equals(other.calibration)
+    many = [*rows, *suite_answers("m:b", {name: list(rng.random(40) < 0.6) for name in EVALS})]
+    seeded = [score(frame(many), Bootstrap(resamples=300, seed=s), with_comparisons=True)
+              for s in (9, 9, 10)]
+    assert seeded[0].comparisons.equals(seeded[1].comparisons)
+    assert not seeded[0].comparisons.equals(seeded[2].comparisons)
     row = first.metrics.filter(pl.col("eval") == "hle_multichoice").row(0, named=True)
     assert row["accuracy_low"] < row["accuracy"] < row["accuracy_high"]
     idx = first.index.row(0, named=True)
@@ -175,7 +183,9 @@ def test_all_correct_gives_every_interval_width_below_100_and_the_index_the_move
         "Wilson score interval with continuity correction of the"
     )
     assert methods["mean_f1"].startswith("MOVER") and methods["decision_index"].startswith("MOVER")
-    assert methods["brier"] == "percentile bootstrap over tasks"
+    assert methods["brier"].startswith("Wilson score interval with continuity correction of")
+    assert methods["ece"].startswith("none (null)")
+    assert methods["auroc"].startswith("hull of DeLong's")
 
 
 @pytest.mark.parametrize("right", [0, 7, 20])

@@ -106,3 +106,29 @@ def test_an_evaluation_blocks_type_names_every_metric_with_its_spread_and_interv
     block = {"n": "many"}
     with pytest.raises(msgspec.ValidationError, match=r"\$\.models\[0\]\.evals\[\.\.\.\]\.n"):
         records.decode(doc | {"models": [doc["models"][0] | {"evals": {"hle_multichoice": block}}]})
+
+
+OLD = Path(__file__).parent / "fixtures" / "summary_p_holm.json"
+
+
+def test_a_summary_written_before_the_step_down_is_read_with_p_holm_mapped_and_marked():
+    # tests/fixtures/summary_p_holm.json: the shape summary.json had with Holm's adjustment
+    # (comparisons with ``p_holm``, no ``p_adjusted``, ``significant`` or ``comparison_method``)
+    raw = OLD.read_bytes()
+    with pytest.raises(msgspec.ValidationError):  # the record alone does not take it
+        msgspec.json.decode(raw, type=Summary)
+    for summary in (records.decode(raw), records.decode(orjson.loads(raw))):
+        first, second = summary.comparisons
+        assert (first.p_adjusted, first.significant) == (0.001998001998001998, True)
+        assert (second.p_adjusted, second.significant) == (0.6, False)
+        assert (first.discordant, first.mcnemar_p) == ([17, 1], 0.0001373291015625)
+        assert first.settled is records.UNSET
+        assert summary.comparison_method == {"adjustment": records.LEGACY_ADJUSTMENT,
+                                             "read_from": "p_holm"}
+        assert [m.rank for m in summary.models] == [1, 2]
+        # written again, it is today's shape (no p_holm) and reads back the same
+        again = records.to_json(summary)
+        assert b'"p_holm":' not in again and records.decode(again) == summary
+    # a summary of today's shape is left as it is
+    doc = orjson.loads(GOLDEN.read_bytes())
+    assert records.legacy(doc) is doc

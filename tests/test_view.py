@@ -372,8 +372,10 @@ def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
     entry = next(m for m in built["summary"]["models"] if m["model"] == MODEL)
     for name in bins:
         block = entry["evals"][name]["calibration"]
-        low, high = block["ece_ci"]
-        assert f"ECE {block['ece']:.3f} [{low:.3f}, {high:.3f}]" in page
+        assert block["ece_ci"] is None  # no interval: the binned ECE is biased (intervals.py)
+        low, high = block["brier_ci"]
+        brier = f"Brier {block['brier']:.3f} [{low:.3f}, {high:.3f}]"
+        assert f"ECE {block['ece']:.3f} · {brier}" in page
         assert f"{block['answers']} answers counted, {block['excluded']} without probabilities" in page
     wild = entry["evals"]["wildguardtest"]["calibration"]["questions"]
     assert "AUROC " + ", ".join(f"{q} {v['auroc']:.3f}" for q, v in wild.items()) in page
