@@ -17,7 +17,7 @@ from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION
 from dxi.report.html import render
-from dxi.runner.outputs import summarize
+from dxi.runner.outputs.files import summarize
 from dxi.view.app import make_app
 from dxi.view.data import Browser
 from tests.synthetic import SyntheticSuite, suite, write_cache
