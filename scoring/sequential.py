@@ -160,37 +160,42 @@ class Standing:
 
 def cs_path(x: np.ndarray, population: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """The WoR empirical-Bernstein confidence sequence (module docstring) of the mean of a
-    population of ``population`` values in [0, 1], from the values ``x`` (t,) in the order they
-    were drawn: ``(low, high)``, each (t,), the (1 − ``alpha``) interval after each draw,
-    intersected with the certain bounds and with every earlier interval. Raises ValueError when
-    a value lies outside [0, 1] or there are more draws than the population."""
+    population of ``population`` values in [0, 1], from the values ``x`` (..., t) in the order
+    they were drawn (leading axes: independent sequences): ``(low, high)``, each (..., t), the
+    (1 − ``alpha``) interval after each draw, intersected with the certain bounds and with every
+    earlier interval. Raises ValueError when a value lies outside [0, 1] or there are more draws
+    than the population."""
     x = np.asarray(x, dtype=np.float64)
-    t = len(x)
+    t = x.shape[-1]
     if t > population:
         raise ValueError(f"{t} draws from a population of {population}")
     if t == 0:
-        return np.empty(0), np.empty(0)
-    if np.nanmin(x) < 0 or np.nanmax(x) > 1:
+        return np.empty(x.shape), np.empty(x.shape)
+    if x.min() < 0 or x.max() > 1:
         raise ValueError("values must lie in [0, 1]")
     i = np.arange(1, t + 1, dtype=np.float64)
-    s = np.cumsum(x)
+    s = np.cumsum(x, -1)
     s_prev = s - x
-    mu_hat = (0.5 + s) / (i + 1)  # μ̂_i after draw i
-    mu_prev = np.r_[0.5, mu_hat[:-1]]
-    var = (0.25 + np.cumsum((x - mu_hat) ** 2)) / (i + 1)
-    var_prev = np.r_[0.25, var[:-1]]
+    mu_prev = (0.5 + s_prev) / i  # μ̂_{i−1}
+    dev = x - (0.5 + s) / (i + 1)  # X_i − μ̂_i
+    dev *= dev
+    c = np.cumsum(dev, -1)
+    var_prev = (0.25 + c - dev) / i  # σ̂²_{i−1}
     log_term = math.log(2 / alpha)
     remaining = population - i + 1
     slope = population / remaining  # how much draw i tells about μ (N/(N − i + 1))
-    lam = np.minimum(CAP, slope * np.sqrt(2 * log_term / (var_prev * i * np.log1p(i))))
-    a = np.cumsum(lam * (x + s_prev / remaining))
-    b = np.cumsum(lam * population / remaining)
-    psi = np.cumsum((-np.log1p(-lam) - lam) * (x - mu_prev) ** 2)
-    low = (a - psi - log_term) / b
-    high = (a + psi + log_term) / b
-    low = np.maximum(low, s / population)
-    high = np.minimum(high, (s + population - i) / population)
-    low, high = np.maximum.accumulate(low), np.minimum.accumulate(high)
+    lam = np.minimum(CAP, slope * np.sqrt(2 * log_term / (var_prev * (i * np.log1p(i)))))
+    b = np.cumsum(lam * slope, -1)
+    a = np.cumsum(lam * (x + s_prev / remaining), -1)
+    x = x - mu_prev
+    x *= x
+    x *= -np.log1p(-lam) - lam
+    psi = np.cumsum(x, -1)
+    psi += log_term
+    low = np.maximum((a - psi) / b, s / population)
+    high = np.minimum((a + psi) / b, (s + (population - i)) / population)
+    np.maximum.accumulate(low, -1, out=low)
+    np.minimum.accumulate(high, -1, out=high)
     high = np.maximum(high, low)  # a crossing (probability ≤ α) keeps a point, not an empty set
     return low, high
 
@@ -308,24 +313,108 @@ def _f1(tp: float, err: float, undefined: float) -> float:
     return undefined if d <= 1e-12 else 2 * tp / d
 
 
-def _figures(box: Mapping[str, tuple[float, float]], name: str
-             ) -> dict[str, tuple[float, float]]:
-    """Each metric of evaluation ``name`` (0-1) as (lowest, highest) over the ``box`` of its
-    components' whole-set means."""
+GRID = 25  # points of each stage of the search for a ratio's interval (two stages: ~1e-3 apart)
+
+
+def ratio_interval(make_x, population: int, alpha: float, exact: tuple[float, float] | None
+                   ) -> tuple[float, float]:
+    """The (1 − ``alpha``) interval (0-1) of a whole-set ratio ``r*``, by inverting a test of each
+    candidate ``r``: ``make_x(r, high)`` gives, for candidates ``r`` (R,), per-task values
+    (R, t) in [0, 1] whose whole-set mean equals ``target`` (R,) exactly when ``r = r*`` (returned
+    as ``(x, target)``), with the open answers at the ratio's lowest (``high`` False) or highest
+    completion. The interval is every ``r`` whose sequence holds its target: one sequence, at the
+    true ``r*``, has to hold, so no multiplicity over ``r`` is spent. Found on a grid in two
+    stages (``GRID`` points each, ~1e-3 apart at the end), rounded outwards. ``exact``: the
+    value's (lowest, highest) when every task is asked (returned as it is)."""
+    if exact is not None:
+        return exact
+    grids = [np.linspace(0.0, 1.0, GRID)] * 2  # (lowest end, highest end)
+    ends = [0.0, 1.0]
+    for stage in range(2):
+        x0, t0 = make_x(grids[0], False)
+        x1, t1 = make_x(grids[1], True)
+        lo, hi = cs_path(np.concatenate([x0, x1]), population, alpha)
+        target = np.concatenate([t0, t1])
+        ok = (lo[:, -1] <= target + 1e-12) & (target <= hi[:, -1] + 1e-12)
+        for side in (0, 1):
+            grid, accepted = grids[side], ok[side * GRID:(side + 1) * GRID]
+            if not accepted.any():  # every candidate rejected (probability ≤ α): the closest
+                gap = np.abs(np.where(lo[:, -1] > target, lo[:, -1] - target,
+                                      target - hi[:, -1]))[side * GRID:(side + 1) * GRID]
+                k = int(np.argmin(gap))
+            else:
+                k = int(np.flatnonzero(accepted)[-1 if side else 0])
+            k = min(GRID - 1, k + 1) if side else max(0, k - 1)  # outwards
+            if stage == 0:
+                a, b = (grid[max(0, k - 1)], grid[k]) if side else (grid[k], grid[min(GRID - 1,
+                                                                                      k + 1)])
+                grids[side] = np.linspace(a, b, GRID)
+            else:
+                ends[side] = float(grid[k])
+    return ends[0], max(ends[0], ends[1])
+
+
+def _nh_interval(part: _Part, n: int, population: int, alpha: float) -> tuple[float, float]:
+    """Non-hallucination NH = 1 − H/W (0-1; W = 1 − C the not-correct share): NH ≥ r exactly when
+    the whole-set mean of ``(1 − r)·w − h + r`` (in [0, 1], as h ≤ w) is at least r. Open
+    answers: a wrong pick (w = h = 1) at the lowest, "I don't know" (w = 1, h = 0) at the
+    highest."""
+    c_lo = part.comps["c"][0][:n]
+    h_lo, h_hi = part.comps["h"][0][:n], part.comps["h"][1][:n]
+    w = 1 - c_lo
+
+    def make_x(r: np.ndarray, high: bool) -> tuple[np.ndarray, np.ndarray]:
+        h = h_lo if high else h_hi
+        return np.clip((1 - r[:, None]) * w[None] - h[None] + r[:, None], 0, 1), r
+
+    exact = None
+    if n == population:
+        exact = (_nh(h_hi.mean(), c_lo.mean()), _nh(h_lo.mean(), c_lo.mean()))
+    return ratio_interval(make_x, population, alpha, exact)
+
+
+def _f1_interval(part: _Part, q: str, n: int, population: int, alpha: float
+                 ) -> tuple[float, float]:
+    """One F1 = 2TP/(2TP + E) (0-1): F1 ≥ r exactly when the whole-set mean of
+    ``(2(1 − r)·tp − r·e + r)/(2 − r)`` (in [0, 1]) is at least r/(2 − r). Open answers: a
+    false negative or a false positive at the lowest, a true positive or a true negative at
+    the highest."""
+    tp_lo, tp_hi = part.comps[f"tp:{q}"][0][:n], part.comps[f"tp:{q}"][1][:n]
+    e_lo, e_hi = part.comps[f"err:{q}"][0][:n], part.comps[f"err:{q}"][1][:n]
+
+    def make_x(r: np.ndarray, high: bool) -> tuple[np.ndarray, np.ndarray]:
+        tp, e = (tp_hi, e_lo) if high else (tp_lo, e_hi)
+        rr = r[:, None]
+        x = (2 * (1 - rr) * tp[None] - rr * e[None] + rr) / (2 - rr)
+        return np.clip(x, 0, 1), r / (2 - r)
+
+    exact = None
+    if n == population:
+        exact = (_f1(tp_lo.mean(), e_hi.mean(), 0.0), _f1(tp_hi.mean(), e_lo.mean(), 1.0))
+    return ratio_interval(make_x, population, alpha, exact)
+
+
+def _terms(part: _Part, name: str, n: int, population: int, alpha: float
+           ) -> dict[str, tuple[float, float]]:
+    """Each metric of evaluation ``name`` (0-1) as (low, high) from its first ``n`` tasks, each
+    primary metric (accuracy, non-hallucination, each F1) at ``alpha``, mean F1 the box of the
+    three F1s."""
     out: dict[str, tuple[float, float]] = {}
     if name == WILDGUARD:
-        f1s = []
         for q, metric in WILDGUARD_F1.items():
-            (tl, th), (el, eh) = box[f"tp:{q}"], box[f"err:{q}"]
-            out[metric] = (_f1(tl, eh, 0.0), _f1(th, el, 1.0))
-            f1s.append(out[metric])
+            out[metric] = _f1_interval(part, q, n, population, alpha)
+        f1s = [out[m] for m in WILDGUARD_F1.values()]
         out["mean_f1"] = (float(np.mean([f[0] for f in f1s])), float(np.mean([f[1] for f in f1s])))
         return out
-    out["accuracy"] = box["c"]
+    out["accuracy"] = interval(part.comps["c"][0][:n], part.comps["c"][1][:n], population, alpha)
     if name == OMNISCIENCE:
-        (cl, ch), (hl, hh) = box["c"], box["h"]
-        out["non_hallucination_rate"] = (_nh(hh, ch), _nh(hl, cl))
+        out["non_hallucination_rate"] = _nh_interval(part, n, population, alpha)
     return out
+
+
+def _primaries(name: str) -> int:
+    """How many metrics of evaluation ``name`` get their own sequence (mean F1 is from its F1s)."""
+    return len(WILDGUARD_F1) if name == WILDGUARD else 1 + (name == OMNISCIENCE)
 
 
 def _points(part: _Part, name: str) -> dict[str, float | None]:
@@ -363,15 +452,16 @@ def _estimate(point: float | None, low: float, high: float) -> Estimate:
 
 def _model_figures(parts: Mapping[str, _Part], populations: Mapping[str, int], alpha: float
                    ) -> tuple[Estimate, dict[str, Estimate]]:
-    """One model's index and metrics, simultaneous (1 − ``alpha``) over every component."""
-    k = sum(len(p.comps) for p in parts.values())
+    """One model's index and metrics, simultaneous (1 − ``alpha``): each of the K primary
+    metrics at α/K (Bonferroni), the index the weighted sum of its terms' ends."""
+    k = sum(_primaries(name) for name in parts)
     a = alpha / max(k, 1)
     metrics: dict[str, Estimate] = {}
-    index_ok = all(e in parts for e, _ in WEIGHTS) and all(e in populations for e, _ in WEIGHTS)
+    index_ok = all(e in parts and e in populations for e, _ in WEIGHTS)
     low = high = point = 0.0
     for name, part in parts.items():
-        box = {c: interval(lo, hi, populations[name], a) for c, (lo, hi) in part.comps.items()}
-        figures, points = _figures(box, name), _points(part, name)
+        figures = _terms(part, name, len(part.tasks), populations[name], a)
+        points = _points(part, name)
         for metric in METRICS.get(name, ()):
             lo, hi = figures[metric]
             metrics[f"{name}.{metric}"] = _estimate(points.get(metric), lo, hi)
@@ -390,50 +480,44 @@ def _model_figures(parts: Mapping[str, _Part], populations: Mapping[str, int], a
 # ---------------------------------------------------------------------------------------------
 # pairs
 
-LINEAR = "c"  # the component whose paired difference is a mean (accuracy)
-
-
 def _pair_interval(pa: Mapping[str, _Part], pb: Mapping[str, _Part],
-                   populations: Mapping[str, int], alpha: float) -> tuple[float, float] | None:
+                   populations: Mapping[str, int], alpha: float, memo: dict | None = None
+                   ) -> tuple[float, float] | None:
     """The (1 − ``alpha``) interval of index(a) − index(b) (points) over the whole set, from the
-    tasks both were asked (the common prefix of the one order); None when the index of either is
-    not computable."""
-    if not all(e in pa and e in pb and e in populations for e, _ in WEIGHTS):
+    tasks both were asked (the common prefix of the one order): each accuracy term from the
+    paired differences (one sequence), each ratio term from each model's own sequence, all at
+    α/K (Bonferroni); None when the index of either is not computable. ``memo`` keeps each
+    model's terms per (evaluation, tasks) across the pairs of one look."""
+    memo = {} if memo is None else memo
+
+    def terms(part: _Part, name: str, n: int) -> dict[str, tuple[float, float]]:
+        key = (id(part), name, n)
+        if key not in memo:
+            memo[key] = _terms(part, name, n, populations[name], a)
+        return memo[key]
+
+    names = sorted({e for e, _ in WEIGHTS})
+    if not all(e in pa and e in pb and e in populations for e in names):
         return None
-    names = {e for e, _ in WEIGHTS}
-    # the paired C, and each model's own other components (and C, for non-hallucination)
-    k = sum(1 + 2 * (len(pa[e].comps) - 1) + 2 * (e == OMNISCIENCE) for e in names)
+    k = sum(1 + 2 * (_primaries(e) - 1) if e != WILDGUARD else 2 * _primaries(e) for e in names)
     a = alpha / k
     low = high = 0.0
-    for name in sorted(names):
+    for name in names:
         A, B = pa[name], pb[name]
         n = min(len(A.tasks), len(B.tasks))
         if A.tasks[:n] != B.tasks[:n]:
             raise ValueError(f"{name}: the two models were not asked in the same order")
         N = populations[name]
-        box_a: dict[str, tuple[float, float]] = {}
-        box_b: dict[str, tuple[float, float]] = {}
-        for comp in A.comps:
-            if comp == LINEAR:
-                continue
-            box_a[comp] = interval(A.comps[comp][0][:n], A.comps[comp][1][:n], N, a)
-            box_b[comp] = interval(B.comps[comp][0][:n], B.comps[comp][1][:n], N, a)
-        if LINEAR in A.comps:  # paired: (x_a − x_b + 1)/2, lowest with a low and b high
-            d_lo = (A.comps[LINEAR][0][:n] - B.comps[LINEAR][1][:n] + 1) / 2
-            d_hi = (A.comps[LINEAR][1][:n] - B.comps[LINEAR][0][:n] + 1) / 2
-            lo, hi = interval(d_lo, d_hi, N, a) if n else (0.0, 1.0)
-            diff_c = (2 * lo - 1, 2 * hi - 1)
-            if name == OMNISCIENCE:
-                box_a["c"] = interval(A.comps[LINEAR][0][:n], A.comps[LINEAR][1][:n], N, a)
-                box_b["c"] = interval(B.comps[LINEAR][0][:n], B.comps[LINEAR][1][:n], N, a)
         for (ename, metric), w in WEIGHTS.items():
             if ename != name:
                 continue
-            if metric == "accuracy":
-                low += w * 100 * diff_c[0]
-                high += w * 100 * diff_c[1]
+            if metric == "accuracy":  # paired: (x_a − x_b + 1)/2, lowest with a low and b high
+                ca, cb = A.comps["c"], B.comps["c"]
+                lo, hi = interval((ca[0][:n] - cb[1][:n] + 1) / 2, (ca[1][:n] - cb[0][:n] + 1) / 2,
+                                  N, a)
+                low, high = low + w * 100 * (2 * lo - 1), high + w * 100 * (2 * hi - 1)
             else:
-                fa, fb = _figures(box_a, name)[metric], _figures(box_b, name)[metric]
+                fa, fb = terms(A, name, n)[metric], terms(B, name, n)[metric]
                 low += w * 100 * (fa[0] - fb[1])
                 high += w * 100 * (fa[1] - fb[0])
     return low, high
@@ -478,10 +562,12 @@ def standings(answers: pl.DataFrame, populations: Mapping[str, int], until: Unti
     decided: dict[str, list[str]] = {m: [] for m in labels}  # models not yet decided against m
     if until.rule == "separated":
         pairs = list(combinations(labels, 2))
+        memo: dict = {}
         for a, b in pairs:
             if exhausted[a] and exhausted[b]:
                 continue
-            iv = _pair_interval(parts[a], parts[b], populations, alpha / max(len(pairs), 1))
+            iv = _pair_interval(parts[a], parts[b], populations, alpha / max(len(pairs), 1),
+                                memo)
             if iv is not None and (iv[0] > 0 or iv[1] < 0
                                    or (iv[0] >= -until.points and iv[1] <= until.points)):
                 continue
