@@ -182,11 +182,11 @@ class Simulated:
 
 def simulate(answers: pl.DataFrame, populations: Mapping[str, int], until: Until,
              order: Mapping[str, Sequence[str]], *, alpha: float = 0.05,
-             max_rounds: int = 200) -> Simulated:
+             max_rounds: int = 200, trace: list | None = None) -> Simulated:
     """The adaptive loop of ``dxi run --until`` over whole sets of ``answers`` (every task): each
     round asks every running model ``sequential.round_sizes`` more tasks down ``order``, then
     ``sequential.standings`` over what each model was asked settles some; the loop ends when
-    every model is settled."""
+    every model is settled. ``trace``, when given, receives each look's standings."""
     pos = pl.concat([pl.DataFrame({"eval": e, "task_id": list(ts), "pos": range(len(ts))},
                                   schema={"eval": pl.String, "task_id": pl.String,
                                           "pos": pl.Int64})
@@ -206,6 +206,8 @@ def simulate(answers: pl.DataFrame, populations: Mapping[str, int], until: Until
                               orient="row")
         view = full.join(limits, on=["label", "eval"]).filter(pl.col("pos") < pl.col("limit"))
         result = standings(view, populations, until, alpha=alpha, order=order)
+        if trace is not None:
+            trace.append(result)
         for m, st in result.items():
             if m in running and st.settled:
                 running.discard(m)
