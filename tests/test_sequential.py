@@ -266,3 +266,40 @@ def test_plan_bad_input_exits_2(tmp_path, capsys, flags, message):
                  "--cache-dir", str(tmp_path / "c"), *flags])
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_index_coverage_at_a_random_look():
+    """Seeded: 40 runs of a model on small sets (40/30/20/50 tasks), stopped at a random round: the
+    whole-set index (and every metric) lies inside its interval in ≥ 95% of runs."""
+    rng = np.random.default_rng(8)
+    covered = metrics_covered = 0
+    for k in range(40):
+        s = 0.2 + 0.6 * (k % 4) / 3
+        model = planner.Profile("m", {e: s for e in planner.CHOICE_EVALS}, (1 - s) / 3,
+                                {q: 0.5 + 0.4 * s for q in planner.POSITIVES},
+                                {q: 0.5 + 0.4 * s for q in planner.POSITIVES})
+        ans = planner.synthetic([model], POPS, rng)
+        truth = standings(ans, POPS, Until("precision", 100.0))["m"]
+        trace: list = []
+        planner.simulate(ans, POPS, Until("precision", 0.01), planner.random_order(POPS, rng, ans),
+                         trace=trace)
+        st = trace[int(rng.integers(0, len(trace)))]["m"]
+        covered += st.index.low - 1e-9 <= truth.index.point <= st.index.high + 1e-9
+        metrics_covered += all(e.low - 1e-9 <= truth.metrics[m].point <= e.high + 1e-9
+                               for m, e in st.metrics.items())
+    assert covered / 40 >= 0.95
+    assert metrics_covered / 40 >= 0.95
+
+
+def test_precision_all_waits_for_every_metric():
+    rng = np.random.default_rng(9)
+    ans = _answers(_whole("m", 0.5, rng))
+    order = {e: [f"{e}/{k}" for k in range(n)] for e, n in POPS.items()}
+    half = ans.filter(pl.col("task_id").str.split("/").list.get(1).cast(pl.Int64)
+                      < pl.col("eval").replace_strict(POPS, return_dtype=pl.Int64) // 2)
+    st = standings(half, POPS, Until("precision", 100.0), order=order)["m"]
+    widest = max(e.half_width for e in st.metrics.values())
+    assert widest > st.index.half_width
+    between = (st.index.half_width + widest) / 2
+    assert standings(half, POPS, Until("precision", between), order=order)["m"].settled
+    assert not standings(half, POPS, Until("precision", between, True), order=order)["m"].settled
