@@ -92,7 +92,8 @@ def validity(rng: np.random.Generator) -> list[Result]:
         out.append(Result(NAME, f"validity: index inside its interval at stopping, {name}", share,
                           "share of runs", "≥ 0.95", share >= 0.95,
                           f"{runs[name]} runs of --until precision=5"))
-        out.append(Result(NAME, f"validity: inside at every look, {name}", always[name] / runs[name],
+        out.append(Result(NAME, f"validity: inside at every look, {name}",
+                          always[name] / runs[name],
                           "share of runs", "≥ 0.95", always[name] / runs[name] >= 0.95,
                           "the anytime statement: every round of the run at once"))
     a, b = skill(TYPICAL, "a"), skill(TYPICAL - 0.03, "b")
@@ -108,8 +109,8 @@ def validity(rng: np.random.Generator) -> list[Result]:
             wrong += (ia.point > ib.point) != (truth["a"] > truth["b"])
     out.append(Result(NAME, "validity: separated orders the pair wrongly", wrong / PAIR_RUNS,
                       "share of runs", "≤ 0.05", wrong / PAIR_RUNS <= 0.05,
-                      f"{PAIR_RUNS} runs of two models 3 points apart; {decided} settled before the "
-                      "data ran out"))
+                      f"{PAIR_RUNS} runs of two models 3 points apart; {decided} settled "
+                      "before the data ran out"))
     return out
 
 
@@ -119,7 +120,8 @@ def saving(rng: np.random.Generator) -> tuple[list[Result], float]:
     shares = []
     for _ in range(LEADER_RUNS):
         ans = synthetic(profiles, POPULATIONS, rng)
-        sim = simulate(ans, POPULATIONS, Until("separated", 1.0), random_order(POPULATIONS, rng, ans))
+        sim = simulate(ans, POPULATIONS, Until("separated", 1.0),
+                       random_order(POPULATIONS, rng, ans))
         shares.append(sum(sum(a.values()) for a in sim.asked.values()) / (whole * len(profiles)))
     out = [Result(NAME, "saving: requests of --until separated / whole index, 20 models",
                   float(np.mean(shares)), "share", "≤ 0.40", float(np.mean(shares)) <= 0.40,
@@ -131,7 +133,8 @@ def saving(rng: np.random.Generator) -> tuple[list[Result], float]:
     for _ in range(PRECISION_RUNS):
         ans = synthetic([typical], POPULATIONS, rng)
         trace: list = []
-        sim = simulate(ans, POPULATIONS, Until("precision", 5.0), random_order(POPULATIONS, rng, ans))
+        sim = simulate(ans, POPULATIONS, Until("precision", 5.0),
+                       random_order(POPULATIONS, rng, ans))
         spent.append(sum(sim.asked["t"].values()))
         simulate(ans, POPULATIONS, Until("precision", 0.01), random_order(POPULATIONS, rng, ans),
                  trace=trace)
@@ -153,7 +156,8 @@ def saving(rng: np.random.Generator) -> tuple[list[Result], float]:
     for p, firsts in needed.items():
         # fixed sample: 1.96·S·sqrt((1 − f)/f) ≤ p  ⇔  f ≥ 1/(1 + (p/(1.96·S))²)
         ideal = 1 / (1 + (p / (1.96 * sd)) ** 2)
-        out.append(Result(NAME, f"curve: share of requests for ±{p}", float(np.mean(firsts)) / whole,
+        out.append(Result(NAME, f"curve: share of requests for ±{p}",
+                          float(np.mean(firsts)) / whole,
                           "share", "", None, f"fixed-sample ideal {ideal:.3f}"))
     return out, float(np.mean(spent))
 
@@ -167,7 +171,8 @@ def planner(rng: np.random.Generator, actual_precision5: float) -> list[Result]:
     error = predicted / actual_precision5 - 1
     out = [Result(NAME, "planner: predicted / spent requests, precision=5", 1 + error, "ratio",
                   "within 1 ± 0.20", abs(error) <= 0.20,
-                  f"plan {predicted:.0f} requests (${doc['models'][0]['adaptive']['cost_usd']:.2f}) vs "
+                  f"plan {predicted:.0f} requests "
+                  f"(${doc['models'][0]['adaptive']['cost_usd']:.2f}) vs "
                   f"{actual_precision5:.0f} spent; the cost follows the requests")]
     return out
 

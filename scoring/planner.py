@@ -150,7 +150,8 @@ def random_order(populations: Mapping[str, int], rng: np.random.Generator,
     for e, n in populations.items():
         perm = rng.permutation(n)
         if e == WILDGUARD and answers is not None:
-            gold = (answers.filter((pl.col("eval") == e) & (pl.col("question_id") == "prompt_harmful"))
+            gold = (answers.filter((pl.col("eval") == e)
+                                   & (pl.col("question_id") == "prompt_harmful"))
                     .unique("task_id").sort("task_id"))
             yes = {int(t.split("/")[1]) for t, g in gold.select("task_id", "gold").iter_rows()
                    if g == "yes"}
@@ -277,7 +278,8 @@ def plan(profiles: Sequence[Profile], populations: Mapping[str, int], until: Unt
         if quantile is None:
             questions = {e: float(np.mean([a[e] for a in per_run[p.label]])) for e in populations}
         else:  # the run at that quantile of the total asked
-            k = int(np.argsort(totals)[min(len(totals) - 1, int(np.ceil(quantile * len(totals))) - 1)])
+            at = min(len(totals) - 1, int(np.ceil(quantile * len(totals))) - 1)
+            k = int(np.argsort(totals)[at])
             questions = {e: float(per_run[p.label][k][e]) for e in populations}
         u = usage.get(p.label, Usage({}, None))
         adaptive, whole = spend(questions, epochs, u), spend(populations, epochs, u)

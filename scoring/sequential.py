@@ -36,21 +36,37 @@ intersection of a confidence sequence is one). Bets: ``λ_i = min(CAP, N/(N − 
 sqrt(2 log(2/α) / (σ̂²_{i−1} · i · log(1 + i))))`` with ``σ̂²`` and ``μ̂`` the regularised running
 variance and mean of Waudby-Smith & Ramdas 2023 (eq. 15-16); the factor N/(N − i + 1), the weight
 of draw i in ``B_t``, bets more as the draws left tell more about the whole (measured: 5-10%
-narrower late in the run than the with-replacement bets, coverage unchanged). Because the sequence holds at every ``t``, it holds at
+narrower late in the run than the with-replacement bets, coverage unchanged). Because the
+sequence holds at every ``t``, it holds at
 the rounds of a run whatever rule chose them, and at the round a model is stopped.
 
-**Metrics from their components.** Each figure is a function of the whole-set means of per-task
-quantities (its *components*; a task's value is its mean over epochs, the population unit is the
-task): accuracy = C (correct); non-hallucination = 1 − H/(1 − C) (H hallucinated: a reply not
-correct and not "I don't know"); each WildGuardTest F1 = 2·TP/(2·TP + E) (E = FP + FN: the wrong
-replies of that yes/no question); mean F1 their mean; the index the weighted sum of
-``decision_index.WEIGHTS``. Every component of a model gets its confidence sequence at α/K (K
-components: Bonferroni), so all hold at once with probability ≥ 1 − α, and each figure's interval
-is its lowest and highest value over that box (each figure is monotone in each component: F1 rises
-with TP and falls with E, non-hallucination falls with H and rises with 1 − C). Every figure and the
-index are then simultaneous (1 − α) statements. With several epochs the ratio figures are the
-ratios of the epoch-averaged counts (the scorer's are means of per-epoch ratios; equal for one
-epoch).
+**Metrics.** Each figure is a function of whole-set means of per-task quantities (a task's value
+is its mean over epochs; the population unit is the task): accuracy is the mean of C (correct); a
+ratio — non-hallucination 1 − H/W (H hallucinated: a reply not correct and not "I don't know"; W
+not correct), each WildGuardTest F1 = 2TP/(2TP + E) (E = FP + FN of that yes/no question) — by
+inverting a test: "F1 ≥ r" is "the whole-set mean of 2(1 − r)·tp − r·e is ≥ 0", one bounded
+per-task mean (rescaled to [0, 1]), so the interval is every r whose sequence holds its target
+(``ratio_interval``; one sequence, at the true r, has to hold: nothing is spent on the grid). Every
+such sequence of a model runs at α'/K (K sequences: Bonferroni), so its metrics hold at once
+(mean F1 is the mean of its three F1s' ends). With several epochs the ratios are those of the
+epoch-averaged counts (the scorer's are means of per-epoch ratios; equal for one epoch).
+
+**The index** gets one sequence across the four evaluations (a weighted sum of per-evaluation
+intervals would add their widths). Each term is written as a ratio N/D of per-task means (D = 1
+for an accuracy; non-hallucination enters as −w·H/W) and linearised at predictable references
+r̂ (the ratio) and D̂ (its denominator), refreshed every 1/``BLOCK`` of an evaluation from the draws
+before: a task's contribution is ``y = Σ_k (w_k/D̂_k)(num_k − r̂_k·den_k)``, bounded, rescaled to
+[0, 1] per draw. Its conditional mean given the past is linear in the unknown whole-set means (the
+same without-replacement algebra), so each evaluation gives the supermartingale above, and since
+the evaluations are independent random orders, the product of the four is one
+(``product_interval``). Ville's inequality at ``PRODUCT_SHARE``·α gives
+``Σ_k β_k·D_k·(T_k − r̃_k) ∈ [Q − Ψ − log(2/α), Q + Ψ + log(2/α)]`` with computable β, r̃, Q,
+Ψ. The bets are the same function of the share asked in every evaluation (÷ its size), so
+``κ_k = β_k·D_k/w_k`` is nearly the same for every term, and the index ``Σ w_k·T_k`` follows up to
+the remainder ``Σ (1 − κ_k/κ̄)·w_k·(T_k − r̃_k)``, bounded by the metrics' intervals (run at the
+rest of α; ``_box``; with each F1's denominator). The index's interval is the intersection of
+this one and the weighted sum of the metrics' (both hold together with probability ≥ 1 − α), and
+its point the weighted sum of the metrics' points.
 
 **Failed and missing answers** inside the asked part (``scoring.bounds``): a component's sequence is
 computed twice, every open answer at its lowest (not correct, not hallucinated, not a TP, not an
@@ -58,12 +74,12 @@ error) and at its highest, and the interval is the union (the lower end of the f
 of the second).
 
 **Separation** (``Until("separated", Δ)``): for each pair of models, the difference of their
-whole-set indices over the tasks both were asked: the accuracy terms from the paired per-task
-differences ``(x_a − x_b + 1)/2`` (one sequence each: pairing removes the tasks' shared
-difficulty), the ratio terms from each model's components; each at α/(K·P) for P pairs
-(Bonferroni over the pairs and components), so every pair's interval holds at once, at every look,
-with probability ≥ 1 − α. A pair is *decided* when its interval excludes 0 (their order is known)
-or lies within [−Δ, Δ] (their difference does not matter), or when both models have been asked
+whole-set indices over the tasks both were asked, by the index's construction applied to both
+models' terms at once (the second's weights negated): the per-task contribution is then a paired
+difference, so the tasks' shared difficulty cancels. Each pair runs at α/P for P pairs
+(Bonferroni over the pairs), so every pair's interval holds at once, at every look, with
+probability ≥ 1 − α. A pair is *decided* when its interval excludes 0 (their order is known) or
+lies within [−Δ, Δ] (their difference does not matter), or when both models have been asked
 everything; a model is settled when every pair it is in is decided.
 
 **Order caveat.** The guarantee is for a uniformly random order within each evaluation. An order
@@ -246,7 +262,8 @@ def _components(ans: pl.DataFrame) -> pl.DataFrame:
         pl.col("task_id").cast(pl.String), pl.col("question_id").cast(pl.String),
         right.cast(f).alias("c_lo"), (right | opened).cast(f).alias("c_hi"),
         hall.cast(f).alias("h_lo"), (hall | opened).cast(f).alias("h_hi"),
-        tp.cast(f).alias("tp_lo"), (tp | (opened & gold_pos.fill_null(False))).cast(f).alias("tp_hi"),
+        tp.cast(f).alias("tp_lo"),
+        (tp | (opened & gold_pos.fill_null(False))).cast(f).alias("tp_hi"),
         err.cast(f).alias("err_lo"), (err | opened).cast(f).alias("err_hi"),
         replied.cast(f).alias("n"))
         .group_by("label", "eval", "task_id", "question_id")
@@ -271,8 +288,9 @@ def _parts(ans: pl.DataFrame, order: Mapping[str, Sequence[str]] | None
         pos = np.array([at[t] for t in g["task_id"].to_list()], np.int64)
         part = _Part(tasks)
 
-        def put(name_: str, lo: np.ndarray, hi: np.ndarray, rows: np.ndarray) -> None:
-            a, b = np.zeros(len(tasks)), np.zeros(len(tasks))
+        def put(name_: str, lo: np.ndarray, hi: np.ndarray, rows: np.ndarray,
+                part: _Part = part, pos: np.ndarray = pos) -> None:
+            a, b = np.zeros(len(part.tasks)), np.zeros(len(part.tasks))
             a[pos[rows]], b[pos[rows]] = lo[rows], hi[rows]
             part.comps[name_] = (a, b)
 
@@ -779,7 +797,7 @@ def standings(answers: pl.DataFrame, populations: Mapping[str, int], until: Unti
     figures = {m: _model_figures(parts[m], populations, alpha) for m in labels}
     exhausted = {m: all(len(parts[m].get(e, _Part([])).tasks) >= n for e, n in populations.items())
                  for m in labels}
-    decided: dict[str, list[str]] = {m: [] for m in labels}  # models not yet decided against m
+    undecided: dict[str, list[str]] = {m: [] for m in labels}  # models not yet told from m
     if until.rule == "separated":
         pairs = list(combinations(labels, 2))
         memo: dict = {}
@@ -791,8 +809,8 @@ def standings(answers: pl.DataFrame, populations: Mapping[str, int], until: Unti
             if iv is not None and (iv[0] > 0 or iv[1] < 0
                                    or (iv[0] >= -until.points and iv[1] <= until.points)):
                 continue
-            decided[a].append(b)
-            decided[b].append(a)
+            undecided[a].append(b)
+            undecided[b].append(a)
     for m in labels:
         index, metrics = figures[m]
         asked = {e: len(parts[m][e].tasks) if e in parts[m] else 0 for e in populations}
@@ -811,11 +829,12 @@ def standings(answers: pl.DataFrame, populations: Mapping[str, int], until: Unti
                 reason = (f"index ±{index.half_width:.2f} > ±{until.points:g} points"
                           if index.half_width is not None else "index not computable yet")
         else:
-            if not decided[m]:
+            if not undecided[m]:
                 settled, rule = True, str(until)
                 reason = f"every other model ordered or within {until.points:g} points"
             else:
-                reason = f"not yet told apart from {len(decided[m])}: {', '.join(decided[m][:3])}"
+                reason = (f"not yet told apart from {len(undecided[m])}: "
+                          f"{', '.join(undecided[m][:3])}")
         out[m] = Standing(m, asked, dict(populations), index, metrics, settled, rule, reason)
     return out
 

@@ -154,7 +154,8 @@ def test_whole_set_is_exact_and_settles_as_exhausted():
     assert acc.point == acc.low == acc.high == pytest.approx(100 * correct / 40)
     nh = st.metrics["aa_omniscience_decision.non_hallucination_rate"]
     assert nh.low == nh.high == pytest.approx(100 * (1 - hallucinated / (40 - correct)))
-    wg = ans.filter((pl.col("eval") == "wildguardtest") & (pl.col("question_id") == "prompt_harmful"))
+    wg = ans.filter((pl.col("eval") == "wildguardtest")
+                    & (pl.col("question_id") == "prompt_harmful"))
     tp = ((wg["predicted"] == "yes") & (wg["gold"] == "yes")).sum()
     err = (wg["predicted"] != wg["gold"]).sum()
     f1 = st.metrics["wildguardtest.f1_prompt_harm"]
@@ -197,7 +198,8 @@ def test_separated_settles_far_apart_models_and_not_twins():
     pops = {"aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 300,
             "wildguardtest": 880}
     strong = planner.Profile("strong", {e: 0.9 for e in planner.CHOICE_EVALS}, 0.05,
-                             {q: 0.95 for q in planner.POSITIVES}, {q: 0.95 for q in planner.POSITIVES})
+                             {q: 0.95 for q in planner.POSITIVES},
+                             {q: 0.95 for q in planner.POSITIVES})
     weak = planner.Profile("weak", {e: 0.1 for e in planner.CHOICE_EVALS}, 0.1,
                            {q: 0.3 for q in planner.POSITIVES}, {q: 0.3 for q in planner.POSITIVES})
     twin = planner.replace(weak, label="twin")

@@ -22,9 +22,9 @@ POWER = 0.8  # a separation plan's runs: the questions by which 80% of them told
 
 
 def add_parser(sub) -> None:
-    s = options.command(sub, "plan", "what an adaptive run (--until) would take: questions, requests, "
-                                     "tokens and dollars to reach a precision or to separate two "
-                                     "models (sends nothing)", None,
+    s = options.command(sub, "plan", "what an adaptive run (--until) would take: questions, "
+                                     "requests, tokens and dollars to reach a precision or to "
+                                     "separate two models (sends nothing)", None,
                         options.exit_codes(0, EXIT_USAGE, EXIT_SOFTWARE))
     options.add_models(s.add_argument_group("models"), True, False)
     options.add_data(s.add_argument_group("data"))
@@ -36,7 +36,8 @@ def add_parser(sub) -> None:
     g.add_argument("--separate", nargs=2, metavar=("A", "B"),
                    help="tell model A from model B (labels as `dxi run` names them)")
     g.add_argument("--difference", type=float, metavar="D",
-                   help="with --separate: the true difference of their indices to plan for (points)")
+                   help="with --separate: the true difference of their indices to plan for "
+                        "(points)")
     g.add_argument("--tolerance", type=float, default=1.0, metavar="Δ",
                    help="with --separate: a difference within ±Δ points settles them too "
                         "(--until separated=Δ; default 1)")
@@ -159,7 +160,8 @@ def _print(doc: dict, console: Console) -> None:
     for m in doc["models"]:
         a, w = m["adaptive"], m["whole"]
         t.add_row(escape(m["model"]), f"{sum(m['questions'].values()):,.0f}", str(m["epochs"]),
-                  f"{a['requests']:,.0f}", f"{a['input_tokens']:,.0f}", f"{a['output_tokens']:,.0f}",
+                  f"{a['requests']:,.0f}", f"{a['input_tokens']:,.0f}",
+                  f"{a['output_tokens']:,.0f}",
                   _usd(a["cost_usd"]), _usd(a["batch_cost_usd"]), f"{w['requests']:,.0f}",
                   _usd(w["cost_usd"]), f"{m['saving']:.0%}")
     console.print(t)
