@@ -95,7 +95,7 @@ def profile_of(answers: pl.DataFrame, label: str) -> Profile:
         yes, no = qa.filter(gold == "yes"), qa.filter(gold == "no")
         sens[q] = float(yes.select((pred == "yes").fill_null(False).mean()).item() or 0.0)
         spec[q] = float(no.select((pred == "no").fill_null(False).mean()).item() or 0.0)
-    return Profile(label, acc, idk, sens, spec, "the cache")
+    return Profile(label, acc, idk, sens, spec, "its answers in the cache")
 
 
 # ---------------------------------------------------------------------------------------------
