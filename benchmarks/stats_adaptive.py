@@ -11,8 +11,9 @@ Figures:
   each model), and inside at *every* look (the stronger anytime statement); ``PAIR_RUNS`` runs
   of two models 3 index points apart under ``--until separated``: the share that ordered them
   wrongly (goal ≤ 0.05; a run that settles them orders them by their estimates).
-* **saving**: ``LEADER_RUNS`` runs of 20 models with indices from about 10 to 60 (some within a
-  point of each other) under ``--until separated``: requests against the whole index (goal ≤
+* **saving**: ``GAP_RUNS`` runs of a pair of models 20, 10 and 5 skill points apart (about as many
+  index points) under ``--until separated``; ``LEADER_RUNS`` runs of 20 models with indices
+  from about 10 to 60 (some within a point of each other) under ``--until separated``: requests against the whole index (goal ≤
   0.40); ``--until precision=5`` for a typical model (goal ≤ 0.40); the requests each P from 1 to
   10 needs beside the fixed-sample ideal (the share f of the set at which
   1.96·S·sqrt((1 − f)/f) ≤ P, S the superpopulation standard deviation of the whole-set index,
@@ -39,6 +40,7 @@ VALID_RUNS = 1000
 PAIR_RUNS = 200
 LEADER_RUNS = 2
 PRECISION_RUNS = 20
+GAP_RUNS = 5
 PLAN_RUNS = 10
 SEED = 35
 NAME = "adaptive"
@@ -117,15 +119,26 @@ def validity(rng: np.random.Generator) -> list[Result]:
 def saving(rng: np.random.Generator) -> tuple[list[Result], float]:
     whole = sum(POPULATIONS.values())
     profiles = [skill(s, f"m{k:02d}") for k, s in enumerate(LEADERBOARD)]
-    shares = []
+    shares: list[float] = []
+    gaps: list[Result] = []
     for _ in range(LEADER_RUNS):
         ans = synthetic(profiles, POPULATIONS, rng)
         sim = simulate(ans, POPULATIONS, Until("separated", 1.0),
                        random_order(POPULATIONS, rng, ans))
         shares.append(sum(sum(a.values()) for a in sim.asked.values()) / (whole * len(profiles)))
+    for gap in (0.2, 0.1, 0.05):  # one pair: how the saving grows with their difference
+        pair = []
+        for _ in range(GAP_RUNS):
+            ans = synthetic([skill(TYPICAL, "a"), skill(TYPICAL - gap, "b")], POPULATIONS, rng)
+            sim = simulate(ans, POPULATIONS, Until("separated", 1.0),
+                           random_order(POPULATIONS, rng, ans))
+            pair.append(sum(sim.asked["a"].values()) / whole)
+        gaps.append(Result(NAME, f"saving: requests of --until separated / whole index, two "
+                                 f"models {100 * gap:.0f} skill points apart", float(np.mean(pair)),
+                           "share", "", None, f"{GAP_RUNS} runs"))
     out = [Result(NAME, "saving: requests of --until separated / whole index, 20 models",
                   float(np.mean(shares)), "share", "≤ 0.40", float(np.mean(shares)) <= 0.40,
-                  f"{LEADER_RUNS} runs; indices 8 to 58, three pairs within a point")]
+                  f"{LEADER_RUNS} runs; indices 8 to 58, three pairs within a point"), *gaps]
     # precision: one typical model, traced to the end; each P's first settled look
     typical = skill(TYPICAL, "t")
     needed = {p: [] for p in range(1, 11)}
