@@ -20,7 +20,7 @@ dollars are ``cost.cost_usd`` at the model's price, synchronous and at ``cost.ba
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace  # noqa: F401 (replace: for callers)
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 import numpy as np

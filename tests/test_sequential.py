@@ -4,6 +4,7 @@ the whole set, bounds for open answers, the stopping rules, the rounds, seeded c
 random stopping time, and the plan's figures by hand."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -202,7 +203,7 @@ def test_separated_settles_far_apart_models_and_not_twins():
                              {q: 0.95 for q in planner.POSITIVES})
     weak = planner.Profile("weak", {e: 0.1 for e in planner.CHOICE_EVALS}, 0.1,
                            {q: 0.3 for q in planner.POSITIVES}, {q: 0.3 for q in planner.POSITIVES})
-    twin = planner.replace(weak, label="twin")
+    twin = dataclasses.replace(weak, label="twin")
     ans = planner.synthetic([strong, weak, twin], pops, rng)
     order = planner.random_order(pops, rng, ans)
     sim = planner.simulate(ans, pops, Until.parse("separated"), order)

@@ -74,6 +74,8 @@ def _until(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
+    import dataclasses
+
     import orjson
     import polars as pl
 
@@ -113,7 +115,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         try:
             profiles[m.label] = planner.profile_of(answers, m.label)
         except ValueError:
-            profiles[m.label] = planner.replace(planner.PRIOR, label=m.label)
+            profiles[m.label] = dataclasses.replace(planner.PRIOR, label=m.label)
         tokens = {}
         for e in populations:
             mine = used.filter((pl.col("label") == m.label) & (pl.col("eval") == e))
