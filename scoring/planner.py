@@ -9,7 +9,7 @@ the adaptive loop (``simulate``) asks them down a random order in the rounds of
 ``sequential.round_sizes``, stopping each model where ``sequential.standings`` settles it: the
 same functions ``dxi run --until`` calls, so the plan is what the run would do with answers like
 the model's. The profile is measured from the model's answers in the cache (``profile_of``), or,
-for a model never run, the prior ``PRIOR`` (a model of index about 40: the middle of a leaderboard
+for a model never run, the prior ``PRIOR`` (a model of index about 46: the middle of a leaderboard
 of decision models; say so to the user). Tasks differ in difficulty alike for every model (a
 shared latent per task, correlation ``RHO``), which is what makes paired differences precise.
 
@@ -68,7 +68,7 @@ class Profile:
 PRIOR = Profile("prior", {e: 0.4 for e in CHOICE_EVALS}, 0.2,
                 {q: 0.7 for q in WILDGUARD_F1}, {q: 0.85 for q in WILDGUARD_F1},
                 "prior: 40% correct on each choice evaluation, 20% 'I don't know', WildGuardTest "
-                "sensitivity 0.70 and specificity 0.85 (index about 43)")
+                "sensitivity 0.70 and specificity 0.85 (index about 46)")
 
 
 def profile_of(answers: pl.DataFrame, label: str) -> Profile:
