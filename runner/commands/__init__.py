@@ -28,7 +28,8 @@ from ..errors import (
 )
 
 # command -> its module under runner/commands/, in the order `dxi --help` lists them
-COMMANDS = {"run": "run", "estimate": "estimate", "score": "score", "report": "report", "view": "view",
+COMMANDS = {"run": "run", "estimate": "estimate", "plan": "plan", "score": "score",
+            "report": "report", "view": "view",
             "export": "export", "data": "data", "fetch-model": "fetch_model", "cache": "cache", "batches": "batches",
             "completion": "completion"}
 # command -> its one line in `dxi --help` (the command's module gives it to its parser: ``options.command``)

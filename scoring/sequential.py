@@ -1,0 +1,867 @@
+"""Anytime-valid estimates of the whole-set index from the part of it asked so far, and the
+stopping rules of an adaptive run (``dxi run --until``; issue 35).
+
+**What is estimated.** The Decision Index is defined on the whole of each evaluation (its
+*population*: the N tasks of this run). An adaptive run asks the tasks of each evaluation in a
+uniformly random order (the order of ``runner``'s adaptive module), so after ``t`` tasks it holds a
+sample drawn *without replacement*, and every figure here is an interval for the value the figure
+would take over the whole set, not over a superpopulation: it shrinks to the exact value as the
+asked part reaches the whole set.
+
+**Confidence sequences for sampling without replacement** (Waudby-Smith & Ramdas 2020,
+"Confidence sequences for sampling without replacement", NeurIPS 33, §3; the empirical-Bernstein
+supermartingale of Howard, Ramdas, McAuliffe & Sekhon 2021, "Time-uniform, nonparametric,
+nonasymptotic confidence sequences", Annals of Statistics 49:1055-1080, with the predictable
+plug-in bets of Waudby-Smith & Ramdas 2023, "Estimating means of bounded random variables by
+betting", JRSS B 86:1-27, §3.2). For values ``x_1..x_N`` in [0, 1] with mean ``μ`` drawn in a
+random order ``X_1, X_2, ...``, the mean of the tasks not yet drawn is
+``m_i = (N·μ − S_{i−1}) / (N − i + 1)`` (``S`` the running sum) and ``E[X_i | past] = m_i``. With
+predictable bets ``λ_i ∈ [0, 1)`` and predictable centres ``μ̂_{i−1} ∈ [0, 1]``,
+
+    M_t = Π_{i≤t} exp(λ_i (X_i − m_i) − ψ(λ_i) (X_i − μ̂_{i−1})²),  ψ(λ) = −log(1 − λ) − λ,
+
+is a nonnegative supermartingale (Fan, Grama & Liu 2015's inequality
+``exp(λξ − ψ(λ)ξ²) ≤ 1 + λξ`` for ξ ≥ −1, as in Howard et al. 2021 §A.8), and so is its mirror on
+``1 − X``. Ville's inequality on both at α/2 each, solved for ``μ`` (``m_i`` is linear in it),
+gives at every ``t`` at once with probability ≥ 1 − α:
+
+    μ ∈ [(A_t − Ψ_t − log(2/α)) / B_t,  (A_t + Ψ_t + log(2/α)) / B_t],
+    A_t = Σ λ_i (X_i + S_{i−1}/(N − i + 1)),  B_t = Σ λ_i N/(N − i + 1),
+    Ψ_t = Σ ψ(λ_i) (X_i − μ̂_{i−1})²,
+
+the closed-form WoR empirical-Bernstein confidence sequence. Each is intersected with the bounds
+that hold with certainty, ``[S_t/N, (S_t + N − t)/N]`` (the tasks not asked at their extremes: the
+interval is the exact value when ``t = N``), and with every earlier look's (the running
+intersection of a confidence sequence is one). Bets: ``λ_i = min(CAP, N/(N − i + 1) ·
+sqrt(2 log(2/α) / (σ̂²_{i−1} · i · log(1 + i))))`` with ``σ̂²`` and ``μ̂`` the regularised running
+variance and mean of Waudby-Smith & Ramdas 2023 (eq. 15-16); the factor N/(N − i + 1), the weight
+of draw i in ``B_t``, bets more as the draws left tell more about the whole (measured: 5-10%
+narrower late in the run than the with-replacement bets, coverage unchanged). Because the
+sequence holds at every ``t``, it holds at
+the rounds of a run whatever rule chose them, and at the round a model is stopped.
+
+**Metrics.** Each figure is a function of whole-set means of per-task quantities (a task's value
+is its mean over epochs; the population unit is the task): accuracy is the mean of C (correct); a
+ratio — non-hallucination 1 − H/W (H hallucinated: a reply not correct and not "I don't know"; W
+not correct), each WildGuardTest F1 = 2TP/(2TP + E) (E = FP + FN of that yes/no question) — by
+inverting a test: "F1 ≥ r" is "the whole-set mean of 2(1 − r)·tp − r·e is ≥ 0", one bounded
+per-task mean (rescaled to [0, 1]), so the interval is every r whose sequence holds its target
+(``ratio_interval``; one sequence, at the true r, has to hold: nothing is spent on the grid). Every
+such sequence of a model runs at α'/K (K sequences: Bonferroni), so its metrics hold at once
+(mean F1 is the mean of its three F1s' ends). With several epochs the ratios are those of the
+epoch-averaged counts (the scorer's are means of per-epoch ratios; equal for one epoch).
+
+**The index** gets one sequence across the four evaluations (a weighted sum of per-evaluation
+intervals would add their widths). Each term is written as a ratio N/D of per-task means (D = 1
+for an accuracy; non-hallucination enters as −w·H/W) and linearised at predictable references
+r̂ (the ratio) and D̂ (its denominator), refreshed every 1/``BLOCK`` of an evaluation from the draws
+before: a task's contribution is ``y = Σ_k (w_k/D̂_k)(num_k − r̂_k·den_k)``, bounded, rescaled to
+[0, 1] per draw. Its conditional mean given the past is linear in the unknown whole-set means (the
+same without-replacement algebra), so each evaluation gives the supermartingale above, and since
+the evaluations are independent random orders, the product of the four is one
+(``product_interval``). Ville's inequality at ``PRODUCT_SHARE``·α gives
+``Σ_k β_k·D_k·(T_k − r̃_k) ∈ [Q − Ψ − log(2/α), Q + Ψ + log(2/α)]`` with computable β, r̃, Q,
+Ψ. The bets are the same function of the share asked in every evaluation (÷ its size), so
+``κ_k = β_k·D_k/w_k`` is nearly the same for every term, and the index ``Σ w_k·T_k`` follows up to
+the remainder ``Σ (1 − κ_k/κ̄)·w_k·(T_k − r̃_k)``, bounded by the metrics' intervals (run at the
+rest of α; ``_box``; with each F1's denominator). The index's interval is the intersection of
+this one and the weighted sum of the metrics' (both hold together with probability ≥ 1 − α), and
+its point the weighted sum of the metrics' points.
+
+**Failed and missing answers** inside the asked part (``scoring.bounds``): a component's sequence is
+computed twice, every open answer at its lowest (not correct, not hallucinated, not a TP, not an
+error) and at its highest, and the interval is the union (the lower end of the first, the upper end
+of the second).
+
+**Separation** (``Until("separated", Δ)``): for each pair of models, the difference of their
+whole-set indices over the tasks both were asked, by the index's construction applied to both
+models' terms at once (the second's weights negated): the per-task contribution is then a paired
+difference, so the tasks' shared difficulty cancels. Each pair runs at α/P for P pairs
+(Bonferroni over the pairs), so every pair's interval holds at once, at every look, with
+probability ≥ 1 − α. A pair is *decided* when its interval excludes 0 (their order is known) or
+lies within [−Δ, Δ] (their difference does not matter), or when both models have been asked
+everything; a model is settled when every pair it is in is decided.
+
+**Order caveat.** The guarantee is for a uniformly random order within each evaluation. An order
+stratified by WildGuardTest's label mix is a proportionally stratified sample, which is no less
+precise; its coverage is measured by simulation in ``benchmarks/adaptive.py``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+
+import numpy as np
+import polars as pl
+
+from .decision_index import WEIGHTS
+from .metrics import IDK, NOT_ANSWERS
+from .sums import METRICS, OMNISCIENCE, WILDGUARD, WILDGUARD_F1
+
+CAP = 0.5  # the largest bet λ (Waudby-Smith & Ramdas 2023 use 1/2 or 3/4)
+FIRST_ROUND = 0.04  # the share of each evaluation the first round asks
+GROWTH = 1.25  # each round asks this many times what the one before asked
+UNTIL_FORMS = "precision=P (e.g. precision=5), precision=P:all, separated, separated=Δ"
+
+
+@dataclass(frozen=True)
+class Until:
+    """A stopping rule for an adaptive run (``dxi run --until``, run-file key ``until``).
+
+    ``rule``: "precision" (stop a model once its whole-set index is known to ±``points``, and with
+    ``every_metric`` every metric too) or "separated" (stop once every other model's order is known
+    or their difference is within ``points``, Δ, default 1). ``points`` are index points (0-100)."""
+
+    rule: str
+    points: float
+    every_metric: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> Until:
+        """``"precision=5"``, ``"precision=2.5:all"``, ``"separated"``, ``"separated=0.5"`` ->
+        Until. Raises ValueError naming ``--until`` and the accepted forms on anything else (a
+        precision must be above 0 and at most 100; Δ at least 0)."""
+        m = re.fullmatch(r"\s*(precision|separated)\s*(?:=\s*([0-9]*\.?[0-9]+)\s*)?(:all)?\s*",
+                         str(text))
+        if m is None or (m[1] == "precision" and m[2] is None) or (m[1] == "separated" and m[3]):
+            raise ValueError(f"--until {text!r}: expected one of {UNTIL_FORMS}")
+        points = float(m[2]) if m[2] is not None else 1.0
+        if m[1] == "precision" and not 0 < points <= 100:
+            raise ValueError(f"--until {text!r}: the precision P must be above 0 and at most 100 "
+                             f"(index points); accepted forms: {UNTIL_FORMS}")
+        return cls(m[1], points, bool(m[3]))
+
+    def __str__(self) -> str:
+        return f"{self.rule}={self.points:g}" + (":all" if self.every_metric else "")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A whole-set figure (0-100): ``point`` from the asked part (over its replies), ``low`` /
+    ``high`` its anytime-valid (1 − α) interval for the value over the whole set; None where the
+    figure cannot be computed (an evaluation with no data or no reply)."""
+
+    point: float | None
+    low: float | None
+    high: float | None
+
+    @property
+    def half_width(self) -> float | None:
+        """(high − low) / 2 in points; None when unknown."""
+        return None if self.low is None or self.high is None else (self.high - self.low) / 2
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One model after a round: the tasks ``asked`` per evaluation (answered or failed) out of its
+    ``population``, the index and every metric (``"<evaluation>.<metric>"``) as ``Estimate``s,
+    whether it is ``settled``, the ``rule`` that settled it ("precision=5", "separated=1",
+    "exhausted"; None while running) and a one-line ``reason``."""
+
+    model: str
+    asked: dict[str, int]
+    population: dict[str, int]
+    index: Estimate
+    metrics: dict[str, Estimate]
+    settled: bool
+    rule: str | None
+    reason: str
+
+
+# ---------------------------------------------------------------------------------------------
+# the confidence sequence of one bounded mean, sampled without replacement
+
+def cs_path(x: np.ndarray, population: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """The WoR empirical-Bernstein confidence sequence (module docstring) of the mean of a
+    population of ``population`` values in [0, 1], from the values ``x`` (..., t) in the order
+    they were drawn (leading axes: independent sequences): ``(low, high)``, each (..., t), the
+    (1 − ``alpha``) interval after each draw, intersected with the certain bounds and with every
+    earlier interval. Raises ValueError when a value lies outside [0, 1] or there are more draws
+    than the population."""
+    x = np.asarray(x, dtype=np.float64)
+    t = x.shape[-1]
+    if t > population:
+        raise ValueError(f"{t} draws from a population of {population}")
+    if t == 0:
+        return np.empty(x.shape), np.empty(x.shape)
+    if x.min() < 0 or x.max() > 1:
+        raise ValueError("values must lie in [0, 1]")
+    i = np.arange(1, t + 1, dtype=np.float64)
+    s = np.cumsum(x, -1)
+    s_prev = s - x
+    mu_prev = (0.5 + s_prev) / i  # μ̂_{i−1}
+    dev = x - (0.5 + s) / (i + 1)  # X_i − μ̂_i
+    dev *= dev
+    c = np.cumsum(dev, -1)
+    var_prev = (0.25 + c - dev) / i  # σ̂²_{i−1}
+    log_term = math.log(2 / alpha)
+    remaining = population - i + 1
+    slope = population / remaining  # how much draw i tells about μ (N/(N − i + 1))
+    lam = np.minimum(CAP, slope * np.sqrt(2 * log_term / (var_prev * (i * np.log1p(i)))))
+    b = np.cumsum(lam * slope, -1)
+    a = np.cumsum(lam * (x + s_prev / remaining), -1)
+    x = x - mu_prev
+    x *= x
+    x *= -np.log1p(-lam) - lam
+    psi = np.cumsum(x, -1)
+    psi += log_term
+    low = np.maximum((a - psi) / b, s / population)
+    high = np.minimum((a + psi) / b, (s + (population - i)) / population)
+    np.maximum.accumulate(low, -1, out=low)
+    np.minimum.accumulate(high, -1, out=high)
+    high = np.maximum(high, low)  # a crossing (probability ≤ α) keeps a point, not an empty set
+    return low, high
+
+
+def interval(x_low: np.ndarray, x_high: np.ndarray, population: int, alpha: float
+             ) -> tuple[float, float]:
+    """The (1 − ``alpha``) interval for a whole-set mean (0-1) after the draws so far, with open
+    answers: ``x_low`` / ``x_high`` (t,) the draws with every open answer at its lowest / highest
+    value; the union of the two sequences' intervals (``scoring.bounds``'s rule). With no draw,
+    [0, 1]."""
+    if len(x_low) == 0:
+        return 0.0, 1.0
+    lo = cs_path(x_low, population, alpha)[0][-1]
+    hi = cs_path(x_high, population, alpha)[1][-1]
+    return float(lo), float(hi)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-task components
+
+@dataclass
+class _Part:
+    """One model's components on one evaluation, in asking order: name -> (low fill, high fill),
+    each (tasks,) in [0, 1]; and the replies' sums for the point estimate."""
+
+    tasks: list[str]
+    comps: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    sums: dict[str, float] = field(default_factory=dict)
+
+
+def _components(ans: pl.DataFrame) -> pl.DataFrame:
+    """Per (label, eval, task_id, question_id): the epoch means of each component with open
+    answers low (``*_lo``) and high (``*_hi``), and the replies' counts (``n``, ``c``, ``h``,
+    ``tp``, ``err``)."""
+    status = pl.col("status").cast(pl.String)
+    replied = ~status.is_in(NOT_ANSWERS)
+    opened = ~replied
+    pred, gold = pl.col("predicted").cast(pl.String), pl.col("gold").cast(pl.String)
+    right = pred.eq_missing(gold) & replied
+    hall = replied & ~right & pred.ne_missing(pl.lit(IDK))
+    gold_pos = gold == "yes"
+    pred_pos = pl.when(pred.is_null()).then(~gold_pos).otherwise(pred == "yes")
+    tp = replied & pred_pos & gold_pos
+    err = replied & (pred_pos != gold_pos)
+    f = pl.Float64
+    return (ans.lazy().select(
+        pl.col("label").cast(pl.String), pl.col("eval").cast(pl.String),
+        pl.col("task_id").cast(pl.String), pl.col("question_id").cast(pl.String),
+        right.cast(f).alias("c_lo"), (right | opened).cast(f).alias("c_hi"),
+        hall.cast(f).alias("h_lo"), (hall | opened).cast(f).alias("h_hi"),
+        tp.cast(f).alias("tp_lo"),
+        (tp | (opened & gold_pos.fill_null(False))).cast(f).alias("tp_hi"),
+        err.cast(f).alias("err_lo"), (err | opened).cast(f).alias("err_hi"),
+        replied.cast(f).alias("n"))
+        .group_by("label", "eval", "task_id", "question_id")
+        .agg(pl.col("c_lo", "c_hi", "h_lo", "h_hi", "tp_lo", "tp_hi", "err_lo", "err_hi").mean(),
+             (pl.col("c_lo") * pl.col("n")).sum().alias("c"),
+             (pl.col("h_lo") * pl.col("n")).sum().alias("h"),
+             (pl.col("tp_lo") * pl.col("n")).sum().alias("tp"),
+             (pl.col("err_lo") * pl.col("n")).sum().alias("err"),
+             pl.col("n").sum())
+        .collect())
+
+
+def _parts(ans: pl.DataFrame, order: Mapping[str, Sequence[str]] | None
+           ) -> dict[str, dict[str, _Part]]:
+    """label -> eval -> its ``_Part`` (tasks in ``order``; tasks not in it after, by id)."""
+    table = _components(ans)
+    out: dict[str, dict[str, _Part]] = {}
+    for (label, name), g in table.group_by("label", "eval", maintain_order=False):
+        rank = {t: k for k, t in enumerate((order or {}).get(name, ()))}
+        tasks = sorted(set(g["task_id"].to_list()), key=lambda t: (rank.get(t, len(rank)), t))
+        at = {t: k for k, t in enumerate(tasks)}
+        pos = np.array([at[t] for t in g["task_id"].to_list()], np.int64)
+        part = _Part(tasks)
+
+        def put(name_: str, lo: np.ndarray, hi: np.ndarray, rows: np.ndarray,
+                part: _Part = part, pos: np.ndarray = pos) -> None:
+            a, b = np.zeros(len(part.tasks)), np.zeros(len(part.tasks))
+            a[pos[rows]], b[pos[rows]] = lo[rows], hi[rows]
+            part.comps[name_] = (a, b)
+
+        every = np.ones(g.height, bool)
+        col = {c: g[c].to_numpy() for c in ("c_lo", "c_hi", "h_lo", "h_hi", "tp_lo", "tp_hi",
+                                              "err_lo", "err_hi", "n", "c", "h", "tp", "err")}
+        if name == WILDGUARD:
+            qs = g["question_id"].to_numpy()
+            for q in WILDGUARD_F1:
+                rows = qs == q
+                put(f"tp:{q}", col["tp_lo"], col["tp_hi"], rows)
+                put(f"err:{q}", col["err_lo"], col["err_hi"], rows)
+                part.sums[f"tp:{q}"] = float(col["tp"][rows].sum())
+                part.sums[f"err:{q}"] = float(col["err"][rows].sum())
+                part.sums[f"n:{q}"] = float(col["n"][rows].sum())
+        else:
+            put("c", col["c_lo"], col["c_hi"], every)
+            part.sums["c"], part.sums["n"] = float(col["c"].sum()), float(col["n"].sum())
+            if name == OMNISCIENCE:
+                put("h", col["h_lo"], col["h_hi"], every)
+                part.sums["h"] = float(col["h"].sum())
+        out.setdefault(label, {})[name] = part
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# figures over a box of components
+
+def _nh(h: float, c: float) -> float:
+    """Non-hallucination (0-1) from whole-set means H and C: 1 − H/(1 − C); 1 when 1 − C ≤ 0."""
+    wrong = 1 - c
+    return 1.0 if wrong <= 1e-12 else float(min(1.0, max(0.0, 1 - h / wrong)))
+
+
+def _f1(tp: float, err: float, undefined: float) -> float:
+    """F1 (0-1) = 2TP/(2TP + E); ``undefined`` where 2TP + E is 0."""
+    d = 2 * tp + err
+    return undefined if d <= 1e-12 else 2 * tp / d
+
+
+GRID = 25  # points of each stage of the search for a ratio's interval (two stages: ~1e-3 apart)
+
+
+def ratio_interval(make_x, population: int, alpha: float, exact: tuple[float, float] | None
+                   ) -> tuple[float, float]:
+    """The (1 − ``alpha``) interval (0-1) of a whole-set ratio ``r*``, by inverting a test of each
+    candidate ``r``: ``make_x(r, high)`` gives, for candidates ``r`` (R,), per-task values
+    (R, t) in [0, 1] whose whole-set mean equals ``target`` (R,) exactly when ``r = r*`` (returned
+    as ``(x, target)``), with the open answers at the ratio's lowest (``high`` False) or highest
+    completion. The interval is every ``r`` whose sequence holds its target: one sequence, at the
+    true ``r*``, has to hold, so no multiplicity over ``r`` is spent. Found on a grid in two
+    stages (``GRID`` points each, ~1e-3 apart at the end), rounded outwards. ``exact``: the
+    value's (lowest, highest) when every task is asked (returned as it is)."""
+    if exact is not None:
+        return exact
+    grids = [np.linspace(0.0, 1.0, GRID)] * 2  # (lowest end, highest end)
+    ends = [0.0, 1.0]
+    for stage in range(2):
+        x0, t0 = make_x(grids[0], False)
+        x1, t1 = make_x(grids[1], True)
+        lo, hi = cs_path(np.concatenate([x0, x1]), population, alpha)
+        target = np.concatenate([t0, t1])
+        ok = (lo[:, -1] <= target + 1e-12) & (target <= hi[:, -1] + 1e-12)
+        for side in (0, 1):
+            grid, accepted = grids[side], ok[side * GRID:(side + 1) * GRID]
+            if not accepted.any():  # every candidate rejected (probability ≤ α): the closest
+                gap = np.abs(np.where(lo[:, -1] > target, lo[:, -1] - target,
+                                      target - hi[:, -1]))[side * GRID:(side + 1) * GRID]
+                k = int(np.argmin(gap))
+            else:
+                k = int(np.flatnonzero(accepted)[-1 if side else 0])
+            k = min(GRID - 1, k + 1) if side else max(0, k - 1)  # outwards
+            if stage == 0:
+                a, b = (grid[max(0, k - 1)], grid[k]) if side else (grid[k], grid[min(GRID - 1,
+                                                                                      k + 1)])
+                grids[side] = np.linspace(a, b, GRID)
+            else:
+                ends[side] = float(grid[k])
+    return ends[0], max(ends[0], ends[1])
+
+
+def _nh_interval(part: _Part, n: int, population: int, alpha: float) -> tuple[float, float]:
+    """Non-hallucination NH = 1 − H/W (0-1; W = 1 − C the not-correct share): NH ≥ r exactly when
+    the whole-set mean of ``(1 − r)·w − h + r`` (in [0, 1], as h ≤ w) is at least r. Open
+    answers: a wrong pick (w = h = 1) at the lowest, "I don't know" (w = 1, h = 0) at the
+    highest."""
+    c_lo = part.comps["c"][0][:n]
+    h_lo, h_hi = part.comps["h"][0][:n], part.comps["h"][1][:n]
+    w = 1 - c_lo
+
+    def make_x(r: np.ndarray, high: bool) -> tuple[np.ndarray, np.ndarray]:
+        h = h_lo if high else h_hi
+        return np.clip((1 - r[:, None]) * w[None] - h[None] + r[:, None], 0, 1), r
+
+    exact = None
+    if n == population:
+        exact = (_nh(h_hi.mean(), c_lo.mean()), _nh(h_lo.mean(), c_lo.mean()))
+    return ratio_interval(make_x, population, alpha, exact)
+
+
+def _f1_interval(part: _Part, q: str, n: int, population: int, alpha: float
+                 ) -> tuple[float, float]:
+    """One F1 = 2TP/(2TP + E) (0-1): F1 ≥ r exactly when the whole-set mean of
+    ``(2(1 − r)·tp − r·e + r)/(2 − r)`` (in [0, 1]) is at least r/(2 − r). Open answers: a
+    false negative or a false positive at the lowest, a true positive or a true negative at
+    the highest."""
+    tp_lo, tp_hi = part.comps[f"tp:{q}"][0][:n], part.comps[f"tp:{q}"][1][:n]
+    e_lo, e_hi = part.comps[f"err:{q}"][0][:n], part.comps[f"err:{q}"][1][:n]
+
+    def make_x(r: np.ndarray, high: bool) -> tuple[np.ndarray, np.ndarray]:
+        tp, e = (tp_hi, e_lo) if high else (tp_lo, e_hi)
+        rr = r[:, None]
+        x = (2 * (1 - rr) * tp[None] - rr * e[None] + rr) / (2 - rr)
+        return np.clip(x, 0, 1), r / (2 - r)
+
+    exact = None
+    if n == population:
+        exact = (_f1(tp_lo.mean(), e_hi.mean(), 0.0), _f1(tp_hi.mean(), e_lo.mean(), 1.0))
+    return ratio_interval(make_x, population, alpha, exact)
+
+
+def _terms(part: _Part, name: str, n: int, population: int, alpha: float
+           ) -> dict[str, tuple[float, float]]:
+    """Each metric of evaluation ``name`` (0-1) as (low, high) from its first ``n`` tasks, each
+    primary metric (accuracy, non-hallucination, each F1) at ``alpha``, mean F1 the box of the
+    three F1s."""
+    out: dict[str, tuple[float, float]] = {}
+    if name == WILDGUARD:
+        for q, metric in WILDGUARD_F1.items():
+            out[metric] = _f1_interval(part, q, n, population, alpha)
+        f1s = [out[m] for m in WILDGUARD_F1.values()]
+        out["mean_f1"] = (float(np.mean([f[0] for f in f1s])), float(np.mean([f[1] for f in f1s])))
+        return out
+    out["accuracy"] = interval(part.comps["c"][0][:n], part.comps["c"][1][:n], population, alpha)
+    if name == OMNISCIENCE:
+        out["non_hallucination_rate"] = _nh_interval(part, n, population, alpha)
+    return out
+
+
+def _primaries(name: str) -> int:
+    """How many metrics of evaluation ``name`` get their own sequence (mean F1 is from its F1s)."""
+    return len(WILDGUARD_F1) if name == WILDGUARD else 1 + (name == OMNISCIENCE)
+
+
+def _points(part: _Part, name: str) -> dict[str, float | None]:
+    """Each metric (0-1) over the replies of the asked part (None without a reply)."""
+    s = part.sums
+    out: dict[str, float | None] = {}
+    if name == WILDGUARD:
+        f1s = []
+        for q, metric in WILDGUARD_F1.items():
+            n = s[f"n:{q}"]
+            value = _f1(s[f"tp:{q}"], s[f"err:{q}"], float("nan")) if n else float("nan")
+            out[metric] = None if math.isnan(value) else value
+            f1s.append(value)
+        defined = [f for f in f1s if not math.isnan(f)]
+        out["mean_f1"] = float(np.mean(defined)) if defined else None
+        return out
+    n = s["n"]
+    out["accuracy"] = s["c"] / n if n else None
+    if name == OMNISCIENCE:
+        wrong = n - s["c"]
+        out["non_hallucination_rate"] = (1 - s["h"] / wrong if wrong else 1.0) if n else None
+    return out
+
+
+def _pct(v: float | None) -> float | None:
+    return None if v is None else round(100 * v, 10)
+
+
+def _estimate(point: float | None, low: float, high: float) -> Estimate:
+    """An Estimate in points with the point held inside its interval."""
+    if point is not None:
+        point = min(max(point, low), high)
+    return Estimate(_pct(point), _pct(low), _pct(high))
+
+
+# ---------------------------------------------------------------------------------------------
+# the index: one confidence sequence across the evaluations (a product of supermartingales)
+
+PRODUCT_SHARE = 0.6  # the share of α the index's own sequence spends (the rest: the box)
+BLOCK = 50  # references are refreshed every 1/BLOCK of an evaluation (predictably)
+D_FLOOR = 0.1  # the smallest reference denominator (bounds the per-task contribution)
+
+
+@dataclass
+class _Term:
+    """One term of the index in one evaluation, as a per-task ratio num/den (den = 1 for an
+    accuracy): ``weight`` its signed weight in the index (non-hallucination enters as
+    −w·H/W), per-task ``num``/``den`` at the index's lowest (``low``) and highest completion,
+    ``zmax(r)``'s form (``kind``: "lin", "hall", "f1"), priors of the ratio and of den's mean, and
+    its box: the ratio's and den's whole-set (low, high)."""
+
+    kind: str
+    weight: float
+    num: dict[bool, np.ndarray]
+    den: dict[bool, np.ndarray]
+    prior_r: float
+    prior_d: float
+    ratio_box: tuple[float, float]
+    den_box: tuple[float, float]
+
+
+def _z_range(kind: str, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The range of a task's ``num − r·den``: accuracy [0, 1]; H − r·W with 0 ≤ h ≤ w ≤ 1:
+    [−r, 1 − r]; 2TP − r(2TP + E) with tp + e ≤ 1: [−r, 2(1 − r)]."""
+    if kind == "lin":
+        return np.zeros_like(r), np.ones_like(r)
+    return -r, (1 - r) * (2 if kind == "f1" else 1)
+
+
+def _references(t: _Term, high: bool, n: int, population: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per draw, the reference ratio r̂ and den's mean D̂ from the draws before its block
+    (blocks of ``population/BLOCK`` draws: predictable), regularised by the priors."""
+    if t.kind == "lin":
+        return np.zeros(n), np.ones(n)
+    k = max(1, math.ceil(population / BLOCK))
+    start = (np.arange(n) // k) * k  # draws before the block
+    cnum = np.r_[0.0, np.cumsum(t.num[high][:n])]
+    cden = np.r_[0.0, np.cumsum(t.den[high][:n])]
+    r = (t.prior_r + cnum[start]) / (1 + cden[start])
+    d = np.maximum((t.prior_d + cden[start]) / (1 + start), D_FLOOR)
+    return np.clip(r, 0.0, 1.0), d
+
+
+def _variance(terms: Sequence[_Term]) -> float:
+    """A prior variance of one evaluation's per-task index contribution (each term's
+    num − r·den taken at variance 1/4)."""
+    return float(sum((t.weight / t.prior_d) ** 2 * 0.25 for t in terms))
+
+
+def _sequence(terms: Sequence[_Term], n: int, population: int, high: bool, scale: float,
+              cap: float) -> tuple[float, float, dict[int, tuple[float, float]]]:
+    """One evaluation's part of the index's supermartingale (module docstring, "The index"):
+    ``(Q, Ψ, {term: (β, γ)})`` over its first ``n`` draws with the open answers at the index's
+    lowest (``high`` False) or highest completion."""
+    if n == 0:
+        return 0.0, 0.0, {id(t): (0.0, 0.0) for t in terms}
+    j = np.arange(n, dtype=np.float64)
+    remaining = population - j
+    slope = population / remaining
+    y = np.zeros(n)
+    lo = np.zeros(n)
+    hi = np.zeros(n)
+    back = np.zeros(n)  # Σ_k coef·P_k / (N − j): the draws before, at this draw's reference
+    parts = []
+    for t in terms:
+        r, d = _references(t, high, n, population)
+        coef = t.weight / d
+        num, den = t.num[high][:n], t.den[high][:n]
+        y += coef * (num - r * den)
+        zmin, zmax = _z_range(t.kind, r)
+        lo += np.minimum(coef * zmin, coef * zmax)
+        hi += np.maximum(coef * zmin, coef * zmax)
+        before = (np.cumsum(num) - num) - r * (np.cumsum(den) - den)
+        back += coef * before / remaining
+        parts.append((t, coef, r))
+    width = np.maximum(hi - lo, 1e-12)
+    x = np.clip((y - lo) / width, 0.0, 1.0)
+    # the bet on y, the same function of the share asked in every evaluation (÷ N): each
+    # evaluation's coefficients then grow alike and the index's weights hold (``κ``); capped
+    # where the largest width the references allow would take λ past CAP
+    f = (j + 1) / population
+    g = scale / np.sqrt(np.maximum(f * np.log1p(f * 1000.0), 1e-12)) / population
+    g = np.minimum(g, cap / population)
+    lam = np.minimum(CAP, g * width)
+    g = lam / width
+    mu_prev = (0.5 + np.cumsum(x) - x) / (j + 1)
+    psi = float(np.sum((-np.log1p(-lam) - lam) * (x - mu_prev) ** 2))
+    q = float(np.sum(g * (y + back)))
+    coefs = {id(t): (float(np.sum(g * slope * coef)), float(np.sum(g * slope * coef * r)))
+             for t, coef, r in parts}
+    return q, psi, coefs
+
+
+def product_interval(strata: Mapping[str, tuple[Sequence[_Term], int, int]], alpha: float,
+                     offset: float) -> tuple[float, float]:
+    """The (1 − ``alpha``) interval (0-1) of ``offset + Σ weight·ratio`` over every term of
+    ``strata`` (evaluation -> (terms, draws, population)), from one supermartingale across the
+    evaluations (module docstring, "The index"), the terms' boxes bounding the remainder."""
+    log_term = math.log(2 / alpha)
+    var = sum(_variance(ts) / population for ts, _, population in strata.values())
+    scale = math.sqrt(2 * log_term / max(var, 1e-12))
+    # the width an evaluation's contribution has at the priors: the bet per share that keeps
+    # λ ≤ CAP there in every evaluation (a draw whose width is larger is clipped at CAP)
+    cap = min(CAP * population / max(1e-12, sum(abs(t.weight) / t.prior_d
+                                                  * (2.0 if t.kind == "f1" else 1.0)
+                                                  for t in ts))
+              for ts, _, population in strata.values())
+    ends = []
+    for high in (False, True):
+        q = psi = 0.0
+        coefs: dict[int, tuple[float, float]] = {}
+        for ts, n, population in strata.values():
+            qe, pe, ce = _sequence(ts, n, population, high, scale, cap)
+            q, psi = q + qe, psi + pe
+            coefs |= ce
+        bound = q + psi + log_term if high else q - psi - log_term
+        terms = [t for ts, _, _ in strata.values() for t in ts]
+        base = offset
+        kappas, values = [], []
+        for t in terms:
+            beta, gamma = coefs[id(t)]
+            if beta == 0:
+                kappas.append((0.0, 0.0))
+                values.append((0.0, 0.0))
+                continue
+            rr = gamma / beta
+            base += t.weight * rr
+            k = sorted((beta * t.den_box[0] / t.weight, beta * t.den_box[1] / t.weight))
+            v = sorted((t.weight * (t.ratio_box[0] - rr), t.weight * (t.ratio_box[1] - rr)))
+            kappas.append((k[0], k[1]))
+            values.append((v[0], v[1]))
+        mids = [(a + b) / 2 for a, b in kappas if b > 0]
+        if not mids:
+            return (0.0, 1.0)
+        best = None
+        for kbar in {*mids, float(np.mean(mids))}:
+            if kbar <= 0:
+                continue
+            rest = 0.0
+            for (k0, k1), (v0, v1) in zip(kappas, values, strict=True):
+                corners = [(1 - k / kbar) * v for k in (k0, k1) for v in (v0, v1)]
+                rest += max(corners) if high else min(corners)
+            value = base + bound / kbar + rest
+            best = value if best is None else (min(best, value) if high else max(best, value))
+        ends.append(best)
+    return ends[0], ends[1]
+
+
+def _box(part: _Part, name: str, n: int, population: int, alpha: float
+         ) -> dict[str, tuple[float, float]]:
+    """Every metric of evaluation ``name`` (0-1, ``_terms``) from the first ``n`` tasks, each
+    primary one at ``alpha``, and for WildGuardTest each F1's denominator 2TP + E
+    (``den:<question>``, its whole-set mean, 0-2) at ``alpha`` too."""
+    out = _terms(part, name, n, population, alpha)
+    if name == WILDGUARD:
+        for q in WILDGUARD_F1:
+            (tl, th), (el, eh) = part.comps[f"tp:{q}"], part.comps[f"err:{q}"]
+            lo, hi = interval((2 * tl[:n] + el[:n]) / 2, np.minimum(1, (2 * th[:n] + eh[:n]) / 2),
+                              population, alpha)
+            out[f"den:{q}"] = (2 * lo, 2 * hi)
+    return out
+
+
+def _boxed(name: str) -> int:
+    """How many sequences ``_box`` spends α on for evaluation ``name``."""
+    return _primaries(name) + (len(WILDGUARD_F1) if name == WILDGUARD else 0)
+
+
+def _index_terms(part: _Part, name: str, box: Mapping[str, tuple[float, float]], sign: float
+                 ) -> list[_Term]:
+    """The index's terms of evaluation ``name`` for one model, with ``sign`` (−1: the second model
+    of a difference): per term the per-task arrays at the lowest (False) and highest (True)
+    completion of ``sign``·index, and its box. The index's constant (0.125 of
+    non-hallucination's 1 −) is added by the caller."""
+    def by_sign(weight: float, lowest: np.ndarray, highest: np.ndarray) -> dict[bool, np.ndarray]:
+        return {False: lowest, True: highest} if weight > 0 else {False: highest, True: lowest}
+
+    weights = {metric: w for (e, metric), w in WEIGHTS.items() if e == name}
+    ones = np.ones(len(part.tasks))
+    terms = []
+    if name == WILDGUARD:
+        w = sign * weights["mean_f1"] / len(WILDGUARD_F1)
+        for q, metric in WILDGUARD_F1.items():
+            (tl, th), (el, eh) = part.comps[f"tp:{q}"], part.comps[f"err:{q}"]
+            terms.append(_Term("f1", w, by_sign(w, 2 * tl, 2 * th),
+                               by_sign(w, 2 * tl + eh, 2 * th + el), 0.5, 0.6, box[metric],
+                               box[f"den:{q}"]))
+        return terms
+    cl, ch = part.comps["c"]
+    w = sign * weights["accuracy"]
+    terms.append(_Term("lin", w, by_sign(w, cl, ch), {False: ones, True: ones}, 0.0, 1.0,
+                       box["accuracy"], (1.0, 1.0)))
+    if name == OMNISCIENCE:
+        w = -sign * weights["non_hallucination_rate"]  # −w·H/W
+        hl, hh = part.comps["h"]
+        nh = box["non_hallucination_rate"]
+        acc = box["accuracy"]
+        terms.append(_Term("hall", w, by_sign(w, hl, hh), {False: 1 - cl, True: 1 - cl}, 0.5,
+                           0.6, (1 - nh[1], 1 - nh[0]), (1 - acc[1], 1 - acc[0])))
+    return terms
+
+
+def _offset(sign: float) -> float:
+    """The index's constant: the 1 of non-hallucination's 1 − H/W, at its weight."""
+    return sign * WEIGHTS[(OMNISCIENCE, "non_hallucination_rate")]
+
+
+def _model_figures(parts: Mapping[str, _Part], populations: Mapping[str, int], alpha: float
+                   ) -> tuple[Estimate, dict[str, Estimate]]:
+    """One model's index and metrics, simultaneous (1 − ``alpha``): the metrics' box (each
+    sequence at (1 − ``PRODUCT_SHARE``)·α/K, Bonferroni over the K sequences) and the index's own
+    sequence at ``PRODUCT_SHARE``·α; the index's interval is the intersection of that sequence's
+    and the box's weighted sum."""
+    k = sum(_boxed(name) for name in parts)
+    a = (1 - PRODUCT_SHARE) * alpha / max(k, 1)
+    metrics: dict[str, Estimate] = {}
+    index_ok = all(e in parts and e in populations for e, _ in WEIGHTS)
+    boxes = {}
+    for name, part in parts.items():
+        boxes[name] = _box(part, name, len(part.tasks), populations[name], a)
+        points = _points(part, name)
+        for metric in METRICS.get(name, ()):
+            lo, hi = boxes[name][metric]
+            metrics[f"{name}.{metric}"] = _estimate(points.get(metric), lo, hi)
+    low = high = point = 0.0
+    for (name, metric), w in WEIGHTS.items():
+        est = metrics.get(f"{name}.{metric}")
+        if est is None or est.point is None:
+            index_ok = False
+            continue
+        point += w * est.point
+        low += w * est.low
+        high += w * est.high
+    if not index_ok:
+        return Estimate(None, None, None), metrics
+    strata = {name: (_index_terms(parts[name], name, boxes[name], 1.0), len(parts[name].tasks),
+                     populations[name]) for name in {e for e, _ in WEIGHTS}}
+    plo, phi = product_interval(strata, PRODUCT_SHARE * alpha, _offset(1.0))
+    low, high = max(low, 100 * plo), min(high, 100 * phi)
+    high = max(high, low)
+    return _estimate(point / 100, low / 100, high / 100), metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# pairs
+
+def _pair_interval(pa: Mapping[str, _Part], pb: Mapping[str, _Part],
+                   populations: Mapping[str, int], alpha: float, memo: dict | None = None
+                   ) -> tuple[float, float] | None:
+    """The (1 − ``alpha``) interval of index(a) − index(b) (points) over the whole set, from the
+    tasks both were asked (the common prefix of the one order): one sequence across the
+    evaluations of the paired per-task differences of the index's terms (at ``PRODUCT_SHARE``·α;
+    pairing removes the tasks' shared difficulty), its remainder bounded by both models' boxes
+    (the rest of α, Bonferroni over their sequences), intersected with the difference of the
+    boxes' indices; None when the index of either is not computable. ``memo`` keeps each model's
+    box per (evaluation, tasks) across the pairs of one look."""
+    names = sorted({e for e, _ in WEIGHTS})
+    if not all(e in pa and e in pb and e in populations for e in names):
+        return None
+    memo = {} if memo is None else memo
+    k = 2 * sum(_boxed(e) for e in names)
+    a = (1 - PRODUCT_SHARE) * alpha / k
+
+    def box(part: _Part, name: str, n: int) -> dict[str, tuple[float, float]]:
+        key = (id(part), name, n, a)
+        if key not in memo:
+            memo[key] = _box(part, name, n, populations[name], a)
+        return memo[key]
+
+    strata = {}
+    low = high = 0.0
+    for name in names:
+        A, B = pa[name], pb[name]
+        n = min(len(A.tasks), len(B.tasks))
+        if A.tasks[:n] != B.tasks[:n]:
+            raise ValueError(f"{name}: the two models were not asked in the same order")
+        ba, bb = box(A, name, n), box(B, name, n)
+        strata[name] = (_index_terms(A, name, ba, 1.0) + _index_terms(B, name, bb, -1.0), n,
+                        populations[name])
+        for (ename, metric), w in WEIGHTS.items():
+            if ename == name:
+                low += w * (ba[metric][0] - bb[metric][1])
+                high += w * (ba[metric][1] - bb[metric][0])
+    plo, phi = product_interval(strata, PRODUCT_SHARE * alpha, 0.0)
+    low, high = 100 * max(low, plo), 100 * min(high, phi)
+    return low, max(low, high)
+
+
+# ---------------------------------------------------------------------------------------------
+# the public API
+
+def standings(answers: pl.DataFrame, populations: Mapping[str, int], until: Until, *,
+              alpha: float = 0.05, order: Mapping[str, Sequence[str]] | None = None
+              ) -> dict[str, Standing]:
+    """Every model's ``Standing`` after a round.
+
+    ``answers``: the per-answer frame of ``scoring.pipeline.answers`` (columns label, eval,
+    task_id, question_id, sample, status, predicted, gold) for every model of the run, restricted
+    to the tasks each model has been asked so far (failed and missing answers included: bounds).
+    ``populations``: evaluation -> its whole-set task count. ``order``: evaluation -> its task
+    ids in the order the run asks them (the sequence's validity needs the asking order; tasks not
+    in it come after, by id). ``alpha``: 1 − the confidence (0.05: 95%).
+
+    A model whose asked part is the whole set is settled with rule "exhausted" (its interval is
+    its exact value). Under "precision=P" a model is settled when its index's half-width is at
+    most P (and, with ``every_metric``, every metric's). Under "separated=Δ" when every pair it is
+    in is decided (module docstring; Bonferroni over the pairs). Raises ValueError when a model
+    was asked more tasks of an evaluation than its population, or an evaluation has no population.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    parts = _parts(answers, order)
+    for label, by_eval in parts.items():
+        for name, part in by_eval.items():
+            if name not in populations:
+                raise ValueError(f"{label}: evaluation {name!r} has no population")
+            if len(part.tasks) > populations[name]:
+                raise ValueError(f"{label}: {len(part.tasks)} tasks of {name} asked, more than its "
+                                 f"population of {populations[name]}")
+    labels = sorted(parts)
+    out: dict[str, Standing] = {}
+    figures = {m: _model_figures(parts[m], populations, alpha) for m in labels}
+    exhausted = {m: all(len(parts[m].get(e, _Part([])).tasks) >= n for e, n in populations.items())
+                 for m in labels}
+    undecided: dict[str, list[str]] = {m: [] for m in labels}  # models not yet told from m
+    if until.rule == "separated":
+        pairs = list(combinations(labels, 2))
+        memo: dict = {}
+        for a, b in pairs:
+            if exhausted[a] and exhausted[b]:
+                continue
+            iv = _pair_interval(parts[a], parts[b], populations, alpha / max(len(pairs), 1),
+                                memo)
+            if iv is not None and (iv[0] > 0 or iv[1] < 0
+                                   or (iv[0] >= -until.points and iv[1] <= until.points)):
+                continue
+            undecided[a].append(b)
+            undecided[b].append(a)
+    for m in labels:
+        index, metrics = figures[m]
+        asked = {e: len(parts[m][e].tasks) if e in parts[m] else 0 for e in populations}
+        settled, rule, reason = False, None, ""
+        if exhausted[m]:
+            settled, rule, reason = True, "exhausted", "every task of the whole set was asked"
+        elif until.rule == "precision":
+            widths = [index.half_width]
+            if until.every_metric:
+                widths += [e.half_width for e in metrics.values()]
+            known = [w for w in widths if w is not None]
+            if len(known) == len(widths) and max(known) <= until.points:
+                settled, rule = True, str(until)
+                reason = f"index ±{index.half_width:.2f} ≤ ±{until.points:g} points"
+            else:
+                reason = (f"index ±{index.half_width:.2f} > ±{until.points:g} points"
+                          if index.half_width is not None else "index not computable yet")
+        else:
+            if not undecided[m]:
+                settled, rule = True, str(until)
+                reason = f"every other model ordered or within {until.points:g} points"
+            else:
+                reason = (f"not yet told apart from {len(undecided[m])}: "
+                          f"{', '.join(undecided[m][:3])}")
+        out[m] = Standing(m, asked, dict(populations), index, metrics, settled, rule, reason)
+    return out
+
+
+def schedule(round_index: int, *, first: float = FIRST_ROUND, growth: float = GROWTH) -> float:
+    """The share of every evaluation asked after round ``round_index`` (0-based): round k asks
+    ``first·growth^k`` of each; the shares add up (capped at 1)."""
+    if round_index < 0:
+        raise ValueError(f"round_index must be ≥ 0, got {round_index}")
+    return min(1.0, first * (growth ** (round_index + 1) - 1) / (growth - 1))
+
+
+def round_sizes(asked: Mapping[str, int], populations: Mapping[str, int], *, round_index: int
+                ) -> dict[str, int]:
+    """How many MORE tasks of each evaluation the next round asks a running model: every
+    evaluation is brought to the same share of its population, ``schedule(round_index)`` (4% of
+    the set first, each round 1.25× the one before), or the next share of the schedule above what
+    it was already asked (a resumed run still progresses), never past the population. All zero
+    only when every evaluation is exhausted."""
+    for name, n in populations.items():
+        if not 0 <= asked.get(name, 0) <= n:
+            raise ValueError(f"{name}: {asked.get(name, 0)} asked of a population of {n}")
+    k = round_index
+    while True:
+        share = schedule(k)
+        sizes = {e: max(0, min(n, math.ceil(share * n - 1e-9)) - asked.get(e, 0))
+                 for e, n in populations.items()}
+        if any(sizes.values()) or share >= 1.0:
+            return sizes
+        k += 1
