@@ -59,7 +59,7 @@ def test_every_command_and_sub_command_lists_its_exit_codes(capsys):
     """Each command's --help ends with an "exit codes:" section: at least 0, 2 (bad input) and 70
     (an unexpected error), each code once, in increasing order, its meaning beside it."""
     commands = _commands(parser())
-    assert len(commands) == 18
+    assert len(commands) == 19  # 12 commands, 7 sub-commands (data 2, cache 1, batches 4)
     assert ("batches", "resume") in commands and ("cache", "compact") in commands
     for words in commands:
         text = help_of(*words, capsys=capsys)

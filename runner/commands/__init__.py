@@ -36,6 +36,8 @@ COMMANDS = {"run": "run", "estimate": "estimate", "plan": "plan", "score": "scor
 HELP = {
     "run": "send what is not cached, then score",
     "estimate": "a dry run: what is not cached, why, and its expected tokens and cost (sends nothing)",
+    "plan": "what an adaptive run (--until) would take: questions, requests, tokens and dollars to "
+            "reach a precision or to separate two models (sends nothing)",
     "score": "score from the cache only, without the network (default: every model in the cache)",
     "report": "score from the cache only and write OUT/report.html with CSV/Parquet tables",
     "view": "browse every answer in a local web app (read-only, from the cache only)",

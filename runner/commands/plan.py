@@ -22,10 +22,7 @@ POWER = 0.8  # a separation plan's runs: the questions by which 80% of them told
 
 
 def add_parser(sub) -> None:
-    s = options.command(sub, "plan", "what an adaptive run (--until) would take: questions, "
-                                     "requests, tokens and dollars to reach a precision or to "
-                                     "separate two models (sends nothing)", None,
-                        options.exit_codes(0, EXIT_USAGE, EXIT_SOFTWARE))
+    s = options.command(sub, "plan", None, None, options.exit_codes(0, EXIT_USAGE, EXIT_SOFTWARE))
     options.add_models(s.add_argument_group("models"), True, False)
     options.add_data(s.add_argument_group("data"))
     options.add_limits(s.add_argument_group("prices and limits (--price gives a model's price)"))
@@ -84,7 +81,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from dxi.scoring import planner
     from dxi.scoring.cost import batch_price
 
-    from ..estimate import estimate
+    from ..planning.estimate import estimate
 
     until, quantile = _until(args)
     plan = options.plan_of(args)
