@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .batch import BatchOptions
     from .cost import Budget
     from .estimate import Estimate
+    from .adaptive.rounds import Rounds
     from .plan import Plan
     from .run import ModelRun, Stats
     from .stops import RunStop
@@ -91,11 +92,16 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
 
     dist = dist if dist is not None else distributed.setup(None, plan, sending=True)
     budget = dist.budget(plan.max_cost)
+    rounds = None
+    if plan.until is not None:  # an adaptive run (``runner.adaptive``): rounds down the order
+        from .adaptive.rounds import Rounds
+
+        rounds = Rounds(plan)
     limiters: dict = {}
     with Cache(plan.cache_dir, fsync=fsync, retry_invalid=retry_invalid, retry_failed=retry_failed,
                remote=dist.remote, roll_s=dist.roll_s) as cache:
         stats, remaining = uvloop.run(_graceful(plan, cache, console, budget, grace, dist, limiters, batch_options,
-                                                fallback_sync))
+                                                fallback_sync, rounds))
         requests = requests_block(stats)
         extra = {}
         if plan.max_cost is not None:
@@ -107,6 +113,8 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
                                     {label: s.refused for label, s in stats.items()})
         if stopped:
             extra["stopped_providers"] = stopped
+        if rounds is not None and rounds.order is not None:
+            extra["adaptive"] = rounds.block()
         # the last log parsed once, before scoring (which reads its rows from memory instead of parsing the
         # log twice) and written as a shard on the compactor thread while the scoring runs
         cache.close(wait=False)
@@ -116,14 +124,16 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
         models = plan.models_frame()
         annotate(plan.suite, models=models, cache_dir=plan.cache_dir)  # models whose other runs selected other tasks
         summary = score(cache, plan.suite, models, plan.out, requests, plan.epochs, plan.prices(), extra,
-                        batch_prices=plan.batch_prices(), tolerance=plan.tolerance())
+                        batch_prices=plan.batch_prices(), tolerance=plan.tolerance(),
+                        entries=None if rounds is None else rounds.entries())
     if on_summary is not None:
         on_summary(summary)
     upload_failed = dist.finish()  # the run ends when its uploads are done
     dist.shard_note()
     refused, unanswered = batch_outcome(stats)
     sharded = dist.shard is not None and dist.shard.count > 1
-    code = exit_code(summary.accepted, stats, budget_stopped=budget.stopped, stopped=bool(stopped), refused=refused,
+    accepted = summary.accepted or (rounds is not None and rounds.accepted(summary))
+    code = exit_code(accepted, stats, budget_stopped=budget.stopped, stopped=bool(stopped), refused=refused,
                      unanswered=unanswered, sharded=sharded, upload_failed=upload_failed)
     return RunResult(stats, summary, stopped, extra.get("cost_bound"), budget.spent, refused, unanswered, upload_failed, code)
 
@@ -281,8 +291,8 @@ def prepare_scoring(suite) -> None:
 
 
 async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: Budget, grace: float,
-                    dist: distributed.Distributed, limiters: dict, batch_options, fallback_sync: bool
-                    ) -> tuple[dict[str, Stats], list[Estimate] | None]:
+                    dist: distributed.Distributed, limiters: dict, batch_options, fallback_sync: bool,
+                    rounds: Rounds | None = None) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan (``_send``) under ``runner.signals.Graceful``: the first Ctrl-C or SIGTERM drains it
     (``runner.stops.RunStop``), a second one or the end of ``grace`` cuts it short; either way it raises
     ``signals.Interrupted`` once stopped."""
@@ -292,7 +302,8 @@ async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: B
     stop = RunStop()
     with Graceful(stop.request, grace, stop.abandon) as graceful:
         try:
-            result = await _send(plan, cache, console, budget, grace, dist, limiters, stop, batch_options, fallback_sync)
+            result = await _send(plan, cache, console, budget, grace, dist, limiters, stop, batch_options, fallback_sync,
+                                 rounds)
         except asyncio.CancelledError:
             if graceful.aborted is None:
                 raise
@@ -303,15 +314,16 @@ async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: B
 
 
 async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budget, grace: float,
-                dist: distributed.Distributed, limiters: dict, stop: RunStop, batch_options, fallback_sync: bool
-                ) -> tuple[dict[str, Stats], list[Estimate] | None]:
+                dist: distributed.Distributed, limiters: dict, stop: RunStop, batch_options, fallback_sync: bool,
+                rounds: Rounds | None = None) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
     ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.stops``).
     A model whose requests are all cached is not started: a server that is down, or a key not set, does
     not stop a run that needs neither. Each model is sent under its claim on the cache, synchronously or
     through its batch API (``runner.dispatch``; ``batch_options``: ``runner.batch.BatchOptions``). Once
     ``stop`` is requested nothing more is sent and it returns as soon as the requests in flight are stored
-    (open batches keep running at the provider: the next run collects them)."""
+    (open batches keep running at the provider: the next run collects them). With ``rounds`` (an adaptive
+    run), the models are sent in rounds down the order, each round one ``send`` (``runner.adaptive``)."""
     from .dispatch import send, settle_cached
     from .limits import ProviderLimiter
     from .progress import RunProgress
@@ -332,7 +344,7 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
         for m, problem in unreachable:  # its provider stops alone (runner.stops): the others run
             limiters.setdefault(m.limits_key, ProviderLimiter(m.adapter.limits)).halt(problem)
         shard = dist.shard
-        if len(idle) == len(models):  # nothing to send: the counts are known, the run loop is not needed
+        if len(idle) == len(models) and rounds is None:  # nothing to send: the counts are known, the run loop is not needed
             stats = {m.label: Stats(total=cached[m.label], cache_hits=cached[m.label],
                                     cost_usd=None if m.price is None else 0.0) for m in models}
             if console is not None:
@@ -357,8 +369,10 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
             if console is not None:
                 console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, markup=False)
 
-        def sending():
-            return send(models, plan.suite, cache, on_progress=on_progress, budget=budget, limiters=limiters, shard=shard,
+        def sending(group=models, suite=plan.suite):
+            if rounds is not None and suite is plan.suite:  # each round sends its part (the same call)
+                return rounds.run(models, cache, sending, stop=stop, budget=budget, limiters=limiters)
+            return send(group, suite, cache, on_progress=on_progress, budget=budget, limiters=limiters, shard=shard,
                         batch=plan.batch, batch_overrides=plan.batch_overrides, limits_of=plan.batch_limits,
                         options=batch_options, fallback_sync=fallback_sync, say=say, stop=stop)
 

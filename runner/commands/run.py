@@ -23,6 +23,7 @@ examples:
   dxi run --model embedded                              the whole index on the embedded decision model
   dxi run --model embedded --sample 20 --seed 1         20 tasks of each evaluation, stratified
   dxi run examples/run.toml --max-cost 5                every model of a run file, under a cost bound
+  dxi run examples/run.toml --until separated           stop each model once its place is settled
   dxi run --model anthropic:claude-sonnet-5-5 --effort low --sample 20
                                                         a current hosted model at low effort (needs its key)
 """
@@ -43,9 +44,27 @@ def add_parser(sub) -> None:
     options.add_cache(c)
     c.add_argument("--fsync", action="store_true",
                    help="fsync each reply (survives power loss, not just a killed process; slower)")
+    a = s.add_argument_group("adaptive run (docs/adaptive.md)")
+    a.add_argument("--until", type=_until, metavar="RULE",
+                   help="ask the questions in rounds down a seeded random order (--seed) and stop each model "
+                        "once settled: precision=P (its whole-set index known to +-P points, 95%% anytime-valid; "
+                        "precision=P:all: every metric too) or separated[=D] (its place among the others "
+                        "settled, ties within D points, default 1)")
     options.add_batch_flags(s.add_argument_group("batch mode (docs/batch.md)"), run=True)
     options.add_output(s.add_argument_group("output"), scores=True)
     distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "run")
+
+
+def _until(text: str) -> str:
+    """``--until``'s type: the text, checked by ``scoring.sequential.Until.parse`` (an error exits 2 with its
+    message). The scoring is imported only when the flag is given."""
+    from dxi.scoring.sequential import Until
+
+    try:
+        Until.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def main(args: argparse.Namespace, console: Console) -> int:

@@ -1,0 +1,80 @@
+"""What an adaptive run decided, recorded twice: as it goes, in a journal in the cache folder (one JSON line
+per round: the models that stopped after it, their questions asked and intervals; appended with one
+write(2) and fsynced, so that a Ctrl-C, a provider stop or a kill -9 later leaves every decision taken),
+and at the end in summary.json (``model_block``: each model's ``adaptive`` block; the run's own block is
+``Rounds.block``).
+
+The journal is ``<cache>/adaptive/decisions-<order digest>.jsonl``: the runs that ask the same sequence
+share it, each line naming its ``until``. A rerun replays the rounds from the cache and appends its own
+lines; the journal is a record for people and tools (``jq``), never read back to decide anything.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orjson
+
+if TYPE_CHECKING:
+    from dxi.scoring.sequential import Estimate, Standing, Until
+
+    from .order import Order
+
+
+def until_text(until: Until) -> str:
+    """``until`` as ``--until`` takes it: "precision=5", "precision=2.5:all", "separated=1"."""
+    return f"{until.rule}={until.points:g}" + (":all" if until.every_metric else "")
+
+
+def estimate(e: Estimate | None) -> dict | None:
+    """``{"point", "low", "high"}`` (0-100, 4 decimals; None where unknown) of a whole-set estimate."""
+    if e is None:
+        return None
+    return {k: None if v is None else round(v, 4) for k, v in (("point", e.point), ("low", e.low), ("high", e.high))}
+
+
+def model_block(asked: Mapping[str, int], standing: Standing | None, settled_at: int | None,
+                stopped: str | None) -> dict:
+    """One model's ``adaptive`` block of summary.json (fields: ``Rounds.model_blocks``)."""
+    block: dict = {"asked": dict(asked), "settled": bool(standing is not None and standing.settled),
+                   "rule": None if standing is None else standing.rule, "round": settled_at}
+    if stopped is not None:
+        block["reason"] = stopped
+    elif standing is None:
+        block["reason"] = "no round finished: nothing was decided"
+    else:
+        block["reason"] = standing.reason
+    block["index"] = estimate(None if standing is None else standing.index)
+    block["metrics"] = {} if standing is None else {k: estimate(v) for k, v in sorted(standing.metrics.items())}
+    return block
+
+
+@dataclass(frozen=True)
+class Journal:
+    """The journal of decisions (``path``) of one order, for one ``until`` (text)."""
+
+    path: Path
+    until: str
+
+    @classmethod
+    def of(cls, order: Order, until: Until) -> Journal:
+        name = order.path.name.replace("order-", "decisions-").replace(".json", ".jsonl")
+        return cls(order.path.with_name(name), until_text(until))
+
+    def append(self, round_: int, settled: Mapping[str, Standing], asked: Mapping[str, Mapping[str, int]]) -> None:
+        """One line for round ``round_`` (1-based): the models ``settled`` after it (label -> Standing) with
+        what each was asked. A line is written even when none settled (the round is then on record)."""
+        line = {"at": round(time.time(), 3), "until": self.until, "round": round_,
+                "settled": {label: {"asked": dict(asked[label]), "rule": s.rule, "reason": s.reason,
+                                    "index": estimate(s.index)} for label, s in settled.items()}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, orjson.dumps(line) + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
