@@ -50,9 +50,10 @@ class Order:
         """Evaluation -> its number of tasks (the whole set the run estimates)."""
         return {name: len(ids) for name, ids in self.evals.items()}
 
-    def prefix(self, name: str, n: int) -> tuple[str, ...]:
-        """The first ``n`` task ids of evaluation ``name`` (all of them when ``n`` exceeds its size)."""
-        return self.evals[name][:max(n, 0)]
+    def prefix(self, name: str, n: int, start: int = 0) -> tuple[str, ...]:
+        """The task ids of evaluation ``name`` from position ``start`` up to ``n`` (0-based, end excluded):
+        the first ``n`` by default (all of them when ``n`` exceeds its size)."""
+        return self.evals[name][max(start, 0):max(n, 0)]
 
 
 def _rank(seed: int, task_id: str) -> bytes:
@@ -129,16 +130,20 @@ def record(order: Order) -> None:
 @dataclass
 class PrefixSuite(Suite):
     """A ``Suite`` of the first ``counts[name]`` tasks of ``order`` for each evaluation of ``base`` (the
-    run's suite, whose files, exclusions and selection it keeps), streamed in ``base``'s order."""
+    run's suite, whose files, exclusions and selection it keeps), or of those after the first
+    ``start[name]`` (a round's new tasks), streamed in ``base``'s order."""
 
     base: Suite | None = None
     keep: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def of(cls, base: Suite, order: Order, counts: Mapping[str, int]) -> PrefixSuite:
-        """The prefix suite of ``counts`` (evaluation -> tasks asked) down ``order`` over ``base``."""
-        suite = cls(base.data, base.exclusions, base.limit, base.wildguard_subset, base.evals, base=base,
-                    keep={n: frozenset(order.prefix(n, counts.get(n, 0))) for n in order.evals})
+    def of(cls, base: Suite, order: Order, counts: Mapping[str, int],
+           start: Mapping[str, int] | None = None) -> PrefixSuite:
+        """The suite of ``order``'s first ``counts[e]`` tasks of each evaluation ``e`` over ``base``, less
+        the first ``start[e]`` (None: none left out)."""
+        start = start or {}
+        keep = {n: frozenset(order.prefix(n, counts.get(n, 0), start.get(n, 0))) for n in order.evals}
+        suite = cls(base.data, base.exclusions, base.limit, base.wildguard_subset, base.evals, base=base, keep=keep)
         suite._validated = base._validated  # the same files: checked already
         return suite
 

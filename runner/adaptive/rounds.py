@@ -4,7 +4,8 @@ The questions are asked in rounds down the order (``runner.adaptive.order``): be
 running model has been asked the first ``asked[e]`` tasks of each evaluation ``e``; round ``k`` asks the
 next ``scoring.sequential.round_sizes(asked, populations, round_index=k)`` of each (every evaluation at the
 same fraction), one ``send`` per round over the running models (``runner.dispatch.send``: under each
-model's claim on the cache, synchronously or as one batch per model with ``--batch``). After the round the
+model's claim on the cache, synchronously or as one batch per model with ``--batch``) over the round's new
+tasks only. After the round the
 asked part is scored from the cache, by the pipeline ``dxi score`` uses (``scoring.answers``: failed and
 missing answers stay in, for the bounds), each model restricted to the tasks it was asked, and
 ``scoring.sequential.standings`` says which models are settled: those stop receiving requests. The run ends
@@ -89,7 +90,7 @@ class Rounds:
             target = {n: min(populations[n], asked[n] + max(0, more.get(n, 0))) for n in populations}
             if target == asked:  # nothing left to ask: standings below has settled them as exhausted
                 break
-            stats = await send_round(running, PrefixSuite.of(self.plan.suite, order, target))
+            stats = await send_round(running, PrefixSuite.of(self.plan.suite, order, target, start=asked))
             for label, s in stats.items():
                 parts[label].append(s)
             for m in running:
