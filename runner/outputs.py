@@ -128,10 +128,20 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     for entry in summary.models:  # fields of a model entry the run sets (an adaptive run's ``adaptive``)
         for name, value in (entries or {}).get(entry.model, {}).items():
             setattr(entry, name, value)
+    if requests is None:  # the cache alone: models an adaptive run left part-asked are marked (its record)
+        from .adaptive.record import attach
+
+        summary = attach(summary, configs(models), cache.root)
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked here,
     # when the result is written, never before the first request
     summary.provenance = provenance()
     return ScoredRun(summary, scored)
+
+
+def configs(models: pl.DataFrame) -> dict[str, tuple]:
+    """Label -> (provider, model, endpoint, params) of a ``scoring.MODELS_SCHEMA`` frame: a model's
+    configuration as the cache tells models apart."""
+    return {r["label"]: (r["provider"], r["model"], r["endpoint"], r["params"]) for r in models.iter_rows(named=True)}
 
 
 def model_settings(summary: Summary, models: pl.DataFrame) -> Summary:

@@ -126,6 +126,8 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
         summary = score(cache, plan.suite, models, plan.out, requests, plan.epochs, plan.prices(), extra,
                         batch_prices=plan.batch_prices(), tolerance=plan.tolerance(),
                         entries=None if rounds is None else rounds.entries())
+    if rounds is not None and rounds.order is not None:  # for `dxi score`, `report` and `view` (its record)
+        rounds.remember(models)
     if on_summary is not None:
         on_summary(summary)
     upload_failed = dist.finish()  # the run ends when its uploads are done

@@ -57,3 +57,17 @@ def rows(summary: Summary) -> list[tuple[str, ...]]:
         out.append((m.model, f"{asked:,} of {total:,}{share}", _number(index.get("point")), interval,
                     block.get("rule") or "running", "—" if block.get("round") is None else str(block["round"])))
     return out
+
+
+def sentences(summary: Summary) -> list[str]:
+    """The note and one sentence per model (``rows`` in words), for the report's banner and ``dxi view``'s
+    overview; empty for a summary that is not an adaptive run's."""
+    text = note(summary)
+    if text is None:
+        return []
+    out = [text]
+    for model, asked, point, interval, rule, round_ in rows(summary):
+        stop = ("still running when the run ended" if rule == "running"
+                else f"stopped by {rule}" + ("" if round_ == "—" else f" after round {round_}"))
+        out.append(f"{model}: asked {asked}; whole-set index {point} {interval}; {stop}.")
+    return out

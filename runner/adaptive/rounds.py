@@ -162,6 +162,14 @@ class Rounds:
                                    self.stopped.get(label))
                 for label, asked in self.asked.items()}
 
+    def remember(self, models: pl.DataFrame) -> None:
+        """Record the outcome in the cache folder (``record.remember``) for the commands that rescore it;
+        ``models``: the plan's ``models_frame``."""
+        from ..outputs import configs
+        from .record import remember
+
+        remember(self.plan.cache_dir, self.block(), self.model_blocks(), configs(models))
+
     def entries(self) -> dict[str, dict] | None:
         """Label -> {"adaptive": its block}, as ``runner.outputs.score`` sets them on the model entries
         (None before the order was read: the run stopped before its first round)."""
