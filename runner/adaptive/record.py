@@ -30,11 +30,6 @@ if TYPE_CHECKING:
     from .order import Order
 
 
-def until_text(until: Until) -> str:
-    """``until`` as ``--until`` takes it: "precision=5", "precision=2.5:all", "separated=1"."""
-    return f"{until.rule}={until.points:g}" + (":all" if until.every_metric else "")
-
-
 def estimate(e: Estimate | None) -> dict | None:
     """``{"point", "low", "high"}`` (0-100, 4 decimals; None where unknown) of a whole-set estimate."""
     if e is None:
@@ -68,7 +63,7 @@ class Journal:
     @classmethod
     def of(cls, order: Order, until: Until) -> Journal:
         name = order.path.name.replace("order-", "decisions-").replace(".json", ".jsonl")
-        return cls(order.path.with_name(name), until_text(until))
+        return cls(order.path.with_name(name), str(until))
 
     def append(self, round_: int, settled: Mapping[str, Standing], asked: Mapping[str, Mapping[str, int]]) -> None:
         """One line for round ``round_`` (1-based): the models ``settled`` after it (label -> Standing) with

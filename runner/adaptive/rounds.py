@@ -119,7 +119,7 @@ class Rounds:
         from dxi.scoring.sequential import standings
 
         assert self.order is not None
-        return standings(self.answers_asked(cache), self.order.populations(), self.until)
+        return standings(self.answers_asked(cache), self.order.populations(), self.until, order=self.order.evals)
 
     def answers_asked(self, cache: Cache) -> pl.DataFrame:
         """The per-answer frame (``scoring.answers``: one row per model, question and epoch, failed and
@@ -145,9 +145,7 @@ class Rounds:
         ``order`` (the file in the cache folder recording the sequence) and ``populations`` (evaluation ->
         tasks of the whole set)."""
         assert self.order is not None
-        from .record import until_text
-
-        return {"until": until_text(self.until), "seed": self.seed, "rounds": self.rounds,
+        return {"until": str(self.until), "seed": self.seed, "rounds": self.rounds,
                 "order": str(self.order.path), "populations": self.order.populations()}
 
     def model_blocks(self) -> dict[str, dict]:
