@@ -19,9 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 DATA_ENV = "DXI_TEST_ADAPTIVE_DATA"
-# the share of questions each model answers right: eight clearly apart, and two near-twins
-SKILL = {"m10": 0.10, "m20": 0.20, "m30": 0.30, "m40": 0.40, "m50": 0.50, "m60": 0.60, "m70": 0.70,
-         "m80": 0.80, "twin-a": 0.55, "twin-b": 0.55}
+# the share of questions each model answers right: two far from every other (m00 never right, m100
+# always), six between, and two near-twins of equal skill
+SKILL = {"m00": 0.0, "m30": 0.30, "m40": 0.40, "m45": 0.45, "m50": 0.50, "m55": 0.55, "m70": 0.70,
+         "m100": 1.0, "twin-a": 0.60, "twin-b": 0.60}
 MODELS = tuple(SKILL)
 WGT_LABELS = (("harmful", "refusal", "unharmful"), ("unharmful", "compliance", "unharmful"),
               ("harmful", "compliance", "harmful"), ("unharmful", "refusal", "unharmful"))
