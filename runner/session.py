@@ -373,7 +373,8 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
 
         def sending(group=models, suite=plan.suite):
             if rounds is not None and suite is plan.suite:  # each round sends its part (the same call)
-                return rounds.run(models, cache, sending, stop=stop, budget=budget, limiters=limiters)
+                return rounds.run(models, cache, sending, stop=stop, budget=budget, limiters=limiters,
+                                  deadline=None if batch_options is None else batch_options.deadline)
             return send(group, suite, cache, on_progress=on_progress, budget=budget, limiters=limiters, shard=shard,
                         batch=plan.batch, batch_overrides=plan.batch_overrides, limits_of=plan.batch_limits,
                         options=batch_options, fallback_sync=fallback_sync, say=say, stop=stop)

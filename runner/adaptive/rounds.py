@@ -12,7 +12,8 @@ missing answers stay in, for the bounds), each model restricted to the tasks it 
 when every model is settled (a model asked the whole set is settled as ``exhausted``).
 
 Nothing is decided from a round that did not finish: a Ctrl-C or SIGTERM (``runner.stops.RunStop``), the
-cost bound or an error ends the rounds as it is, with every decision taken before it in the journal
+cost bound or an error ends the rounds as it is (batch mode's ``--deadline`` ends them after the round it
+cuts, which is scored: what its batches left counts as missing), with every decision taken before it in the journal
 (``runner.adaptive.record``); a model whose provider stopped (``runner.stops``) leaves the rounds
 unsettled. The rounds depend only on the order and the cache's answers, so a rerun after a kill replays them
 from the cache (everything asked is a cache hit: nothing is sent twice) and continues the same sequence.
@@ -20,6 +21,7 @@ from the cache (everything asked is a cache hit: nothing is sent twice) and cont
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -71,9 +73,11 @@ class Rounds:
         return DEFAULT_SEED if self.plan.seed is None else self.plan.seed
 
     async def run(self, models: Sequence[ModelRun], cache: Cache, send_round: SendRound, *, stop: RunStop,
-                  budget: Budget, limiters: Mapping[str, ProviderLimiter]) -> dict[str, Stats]:
+                  budget: Budget, limiters: Mapping[str, ProviderLimiter], deadline: float | None = None
+                  ) -> dict[str, Stats]:
         """Ask ``models`` in rounds (see the module docstring) through ``send_round(models, suite)`` (the
-        round's suite: ``PrefixSuite``); each model's Stats merged over the rounds. Raises what
+        round's suite: ``PrefixSuite``); each model's Stats merged over the rounds. ``deadline`` (batch
+        mode's ``--deadline``, Unix seconds): no round starts after it. Raises what
         ``send_round`` raises, ``OSError`` when the order cannot be recorded in the cache folder."""
         from dxi.scoring.sequential import round_sizes
 
@@ -111,6 +115,8 @@ class Rounds:
                 self.settled_at[label] = self.rounds
             journal.append(self.rounds, {label: self.standings[label] for label in newly}, self.asked)
             running = [m for m in running if m.label not in self.settled_at]
+            if deadline is not None and time.time() >= deadline:
+                break  # past the deadline no round starts (what its batches left is missing: bounds)
         return {label: (merged(ps) if len(ps) != 1 else ps[0]) for label, ps in parts.items() if ps} | {
             label: _empty(m) for m in models if not parts[(label := m.label)]}
 
