@@ -28,6 +28,7 @@ from dxi.runner.adaptive.order import ORDER_DIR, Order, PrefixSuite, digest, ord
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_COST_BOUND, UsageError
 from dxi.runner.sample import stratum
+from dxi.scoring import records
 from dxi.scoring.sequential import Until, round_sizes, standings
 
 from . import synthetic
@@ -193,6 +194,8 @@ def test_precision_stops_each_model_where_the_interval_says_and_a_plain_run_comp
     assert dxi_run(server.url, data, tmp_path / "cache", tmp_path / "out", "--until", "precision=5") == 0
     s = summary(tmp_path / "out")
     order_file = Path(s["adaptive"]["order"])
+    raw = (tmp_path / "out" / "summary.json").read_bytes()
+    assert records.to_json(records.decode(raw)) == raw  # the adaptive blocks typed, read back byte for byte
     assert s["adaptive"] == {"until": "precision=5", "seed": 0, "rounds": s["adaptive"]["rounds"],
                              "order": str(order_file), "populations": dict.fromkeys(evals_of(data), N)}
     by_hand = replay(data, tmp_path / "cache", Until("precision", 5), order_file)
