@@ -34,6 +34,7 @@ from dxi.scoring.sequential import Until, round_sizes, standings
 from . import synthetic
 from .adaptive_models import DATA_ENV, MODELS, knows, write_data
 from .fake_provider import serve
+from .servers import free_port
 
 N = 100  # tasks of each evaluation: 400 in all, so each model asks between 16 and 400
 ROUTE = {"/v1/systemone": "tests.adaptive_models:knowing"}
@@ -264,27 +265,30 @@ from dxi.runner.adaptive import record
 append = record.Journal.append
 def append_then_die(self, round_, settled, asked):
     append(self, round_, settled, asked)
-    if round_ == int(os.environ["KILL_AFTER_ROUND"]):
-        os.kill(os.getpid(), signal.SIGKILL)  # between two rounds: this round decided, the next not begun
+    if round_ == int(os.environ["KILL_AFTER_ROUND"]):  # between two rounds: this one decided, the next not begun
+        os.kill(os.getpid(), getattr(signal, os.environ["KILL_SIGNAL"]))
 record.Journal.append = append_then_die
 from dxi.runner.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.parametrize(("signal", "code"), [("SIGKILL", -9), ("SIGINT", 130)])
 def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequence(
-        small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        signal: str, code: int, small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """kill -9, or a Ctrl-C (the run drains: nothing of the next round is sent), just after round 3's
+    decisions are in the journal; the rerun of the same command replays the rounds from the cache."""
     monkeypatch.setenv(DATA_ENV, str(small))
     args = ["--until", "precision=5", "--seed", "11"]
     with serve(model=None, route_factories=ROUTE, record=False) as server:  # the reference: one run
         assert dxi_run(server.url, small, tmp_path / "ref", tmp_path / "ref-out", *args, models=THREE) == 0
         reference = server.stats()["ok"]
     with serve(model=None, route_factories=ROUTE, record=False) as server:
-        env = dict(os.environ, KILL_AFTER_ROUND="3", PYTHONPATH=str(Path(__file__).parents[1]))
+        env = dict(os.environ, KILL_AFTER_ROUND="3", KILL_SIGNAL=signal, PYTHONPATH=str(Path(__file__).parents[1]))
         cmd = [sys.executable, "-c", KILL_AFTER_ROUND, "run", *flags(server.url, THREE), "--data-dir", str(small),
                "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), *args, "-q"]
         killed = subprocess.run(cmd, env=env, capture_output=True, timeout=300)
-        assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+        assert killed.returncode == code, killed.stderr.decode()[-2000:]
         assert not (tmp_path / "out" / "summary.json").exists()
         first = server.stats()["ok"]
         journal = next((tmp_path / "cache" / ORDER_DIR).glob("decisions-*.jsonl"))
@@ -380,3 +384,31 @@ def test_with_batch_the_deadline_still_holds_and_no_round_starts_after_it(tmp_pa
         assert (m["adaptive"]["asked"], m["adaptive"]["rule"], m["adaptive"]["round"]) == ({"when2call": first}, None,
                                                                                           None)
         assert m["requests"]["not_sent"] == first - first // 2  # a cancelled batch answers its first half
+
+
+def test_a_provider_stop_leaves_its_models_unsettled_and_the_next_run_continues(small: Path, tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(DATA_ENV, str(small))
+    args = ["--until", "precision=5", "--max-in-flight", "1"]  # one request at a time: the 401 is the 60th
+    with serve(model=None, route_factories=ROUTE, record=False) as server:
+        assert dxi_run(server.url, small, tmp_path / "ref", tmp_path / "ref-out", *args, models=THREE) == 0
+    ref = summary(tmp_path / "ref-out")
+    # rounds 1-2 of the three models are 48 requests, rounds 1-3 84: the 60th request falls in round 3
+    assert 3 * sum(after_rounds(small, 2).values()) < 60 <= 3 * sum(after_rounds(small, 3).values())
+    port = free_port()  # the rerun's server on the same port: the same endpoint, so the same cache keys
+    with serve(port, model=None, route_factories=ROUTE, record=False, script=["ok"] * 59 + ["401"]) as server:
+        code = dxi_run(server.url, small, tmp_path / "cache", tmp_path / "out", *args, models=THREE)
+        assert server.stats()["ok"] == 59
+    s = summary(tmp_path / "out")
+    assert code == 6 and s["stopped_providers"] and s["adaptive"]["rounds"] == 3
+    for m in s["models"]:
+        block = m["adaptive"]
+        assert (block["settled"], block["rule"], block["round"]) == (False, None, None)
+        assert block["reason"].startswith("its provider stopped") and block["asked"] == after_rounds(small, 3)
+    journal = next((tmp_path / "cache" / ORDER_DIR).glob("decisions-*.jsonl")).read_bytes().splitlines()
+    lines = [orjson.loads(line) for line in journal]  # round 3 was cut: nothing decided from it for them
+    assert [(line["round"], line["settled"]) for line in lines] == [(1, {}), (2, {}), (3, {})]
+    with serve(port, model=None, route_factories=ROUTE, record=False) as server:
+        assert dxi_run(server.url, small, tmp_path / "cache", tmp_path / "out", *args, models=THREE) == 0
+        assert server.stats()["ok"] == sum(m["requests"]["sent"] for m in ref["models"]) - 59
+    assert [m["adaptive"] for m in summary(tmp_path / "out")["models"]] == [m["adaptive"] for m in ref["models"]]
