@@ -160,37 +160,42 @@ class Standing:
 
 def cs_path(x: np.ndarray, population: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """The WoR empirical-Bernstein confidence sequence (module docstring) of the mean of a
-    population of ``population`` values in [0, 1], from the values ``x`` (t,) in the order they
-    were drawn: ``(low, high)``, each (t,), the (1 − ``alpha``) interval after each draw,
-    intersected with the certain bounds and with every earlier interval. Raises ValueError when
-    a value lies outside [0, 1] or there are more draws than the population."""
+    population of ``population`` values in [0, 1], from the values ``x`` (..., t) in the order
+    they were drawn (leading axes: independent sequences): ``(low, high)``, each (..., t), the
+    (1 − ``alpha``) interval after each draw, intersected with the certain bounds and with every
+    earlier interval. Raises ValueError when a value lies outside [0, 1] or there are more draws
+    than the population."""
     x = np.asarray(x, dtype=np.float64)
-    t = len(x)
+    t = x.shape[-1]
     if t > population:
         raise ValueError(f"{t} draws from a population of {population}")
     if t == 0:
-        return np.empty(0), np.empty(0)
-    if np.nanmin(x) < 0 or np.nanmax(x) > 1:
+        return np.empty(x.shape), np.empty(x.shape)
+    if x.min() < 0 or x.max() > 1:
         raise ValueError("values must lie in [0, 1]")
     i = np.arange(1, t + 1, dtype=np.float64)
-    s = np.cumsum(x)
+    s = np.cumsum(x, -1)
     s_prev = s - x
-    mu_hat = (0.5 + s) / (i + 1)  # μ̂_i after draw i
-    mu_prev = np.r_[0.5, mu_hat[:-1]]
-    var = (0.25 + np.cumsum((x - mu_hat) ** 2)) / (i + 1)
-    var_prev = np.r_[0.25, var[:-1]]
+    mu_prev = (0.5 + s_prev) / i  # μ̂_{i−1}
+    dev = x - (0.5 + s) / (i + 1)  # X_i − μ̂_i
+    dev *= dev
+    c = np.cumsum(dev, -1)
+    var_prev = (0.25 + c - dev) / i  # σ̂²_{i−1}
     log_term = math.log(2 / alpha)
     remaining = population - i + 1
     slope = population / remaining  # how much draw i tells about μ (N/(N − i + 1))
-    lam = np.minimum(CAP, slope * np.sqrt(2 * log_term / (var_prev * i * np.log1p(i))))
-    a = np.cumsum(lam * (x + s_prev / remaining))
-    b = np.cumsum(lam * population / remaining)
-    psi = np.cumsum((-np.log1p(-lam) - lam) * (x - mu_prev) ** 2)
-    low = (a - psi - log_term) / b
-    high = (a + psi + log_term) / b
-    low = np.maximum(low, s / population)
-    high = np.minimum(high, (s + population - i) / population)
-    low, high = np.maximum.accumulate(low), np.minimum.accumulate(high)
+    lam = np.minimum(CAP, slope * np.sqrt(2 * log_term / (var_prev * (i * np.log1p(i)))))
+    b = np.cumsum(lam * slope, -1)
+    a = np.cumsum(lam * (x + s_prev / remaining), -1)
+    x = x - mu_prev
+    x *= x
+    x *= -np.log1p(-lam) - lam
+    psi = np.cumsum(x, -1)
+    psi += log_term
+    low = np.maximum((a - psi) / b, s / population)
+    high = np.minimum((a + psi) / b, (s + (population - i)) / population)
+    np.maximum.accumulate(low, -1, out=low)
+    np.minimum.accumulate(high, -1, out=high)
     high = np.maximum(high, low)  # a crossing (probability ≤ α) keeps a point, not an empty set
     return low, high
 
@@ -308,24 +313,108 @@ def _f1(tp: float, err: float, undefined: float) -> float:
     return undefined if d <= 1e-12 else 2 * tp / d
 
 
-def _figures(box: Mapping[str, tuple[float, float]], name: str
-             ) -> dict[str, tuple[float, float]]:
-    """Each metric of evaluation ``name`` (0-1) as (lowest, highest) over the ``box`` of its
-    components' whole-set means."""
+GRID = 25  # points of each stage of the search for a ratio's interval (two stages: ~1e-3 apart)
+
+
+def ratio_interval(make_x, population: int, alpha: float, exact: tuple[float, float] | None
+                   ) -> tuple[float, float]:
+    """The (1 − ``alpha``) interval (0-1) of a whole-set ratio ``r*``, by inverting a test of each
+    candidate ``r``: ``make_x(r, high)`` gives, for candidates ``r`` (R,), per-task values
+    (R, t) in [0, 1] whose whole-set mean equals ``target`` (R,) exactly when ``r = r*`` (returned
+    as ``(x, target)``), with the open answers at the ratio's lowest (``high`` False) or highest
+    completion. The interval is every ``r`` whose sequence holds its target: one sequence, at the
+    true ``r*``, has to hold, so no multiplicity over ``r`` is spent. Found on a grid in two
+    stages (``GRID`` points each, ~1e-3 apart at the end), rounded outwards. ``exact``: the
+    value's (lowest, highest) when every task is asked (returned as it is)."""
+    if exact is not None:
+        return exact
+    grids = [np.linspace(0.0, 1.0, GRID)] * 2  # (lowest end, highest end)
+    ends = [0.0, 1.0]
+    for stage in range(2):
+        x0, t0 = make_x(grids[0], False)
+        x1, t1 = make_x(grids[1], True)
+        lo, hi = cs_path(np.concatenate([x0, x1]), population, alpha)
+        target = np.concatenate([t0, t1])
+        ok = (lo[:, -1] <= target + 1e-12) & (target <= hi[:, -1] + 1e-12)
+        for side in (0, 1):
+            grid, accepted = grids[side], ok[side * GRID:(side + 1) * GRID]
+            if not accepted.any():  # every candidate rejected (probability ≤ α): the closest
+                gap = np.abs(np.where(lo[:, -1] > target, lo[:, -1] - target,
+                                      target - hi[:, -1]))[side * GRID:(side + 1) * GRID]
+                k = int(np.argmin(gap))
+            else:
+                k = int(np.flatnonzero(accepted)[-1 if side else 0])
+            k = min(GRID - 1, k + 1) if side else max(0, k - 1)  # outwards
+            if stage == 0:
+                a, b = (grid[max(0, k - 1)], grid[k]) if side else (grid[k], grid[min(GRID - 1,
+                                                                                      k + 1)])
+                grids[side] = np.linspace(a, b, GRID)
+            else:
+                ends[side] = float(grid[k])
+    return ends[0], max(ends[0], ends[1])
+
+
+def _nh_interval(part: _Part, n: int, population: int, alpha: float) -> tuple[float, float]:
+    """Non-hallucination NH = 1 − H/W (0-1; W = 1 − C the not-correct share): NH ≥ r exactly when
+    the whole-set mean of ``(1 − r)·w − h + r`` (in [0, 1], as h ≤ w) is at least r. Open
+    answers: a wrong pick (w = h = 1) at the lowest, "I don't know" (w = 1, h = 0) at the
+    highest."""
+    c_lo = part.comps["c"][0][:n]
+    h_lo, h_hi = part.comps["h"][0][:n], part.comps["h"][1][:n]
+    w = 1 - c_lo
+
+    def make_x(r: np.ndarray, high: bool) -> tuple[np.ndarray, np.ndarray]:
+        h = h_lo if high else h_hi
+        return np.clip((1 - r[:, None]) * w[None] - h[None] + r[:, None], 0, 1), r
+
+    exact = None
+    if n == population:
+        exact = (_nh(h_hi.mean(), c_lo.mean()), _nh(h_lo.mean(), c_lo.mean()))
+    return ratio_interval(make_x, population, alpha, exact)
+
+
+def _f1_interval(part: _Part, q: str, n: int, population: int, alpha: float
+                 ) -> tuple[float, float]:
+    """One F1 = 2TP/(2TP + E) (0-1): F1 ≥ r exactly when the whole-set mean of
+    ``(2(1 − r)·tp − r·e + r)/(2 − r)`` (in [0, 1]) is at least r/(2 − r). Open answers: a
+    false negative or a false positive at the lowest, a true positive or a true negative at
+    the highest."""
+    tp_lo, tp_hi = part.comps[f"tp:{q}"][0][:n], part.comps[f"tp:{q}"][1][:n]
+    e_lo, e_hi = part.comps[f"err:{q}"][0][:n], part.comps[f"err:{q}"][1][:n]
+
+    def make_x(r: np.ndarray, high: bool) -> tuple[np.ndarray, np.ndarray]:
+        tp, e = (tp_hi, e_lo) if high else (tp_lo, e_hi)
+        rr = r[:, None]
+        x = (2 * (1 - rr) * tp[None] - rr * e[None] + rr) / (2 - rr)
+        return np.clip(x, 0, 1), r / (2 - r)
+
+    exact = None
+    if n == population:
+        exact = (_f1(tp_lo.mean(), e_hi.mean(), 0.0), _f1(tp_hi.mean(), e_lo.mean(), 1.0))
+    return ratio_interval(make_x, population, alpha, exact)
+
+
+def _terms(part: _Part, name: str, n: int, population: int, alpha: float
+           ) -> dict[str, tuple[float, float]]:
+    """Each metric of evaluation ``name`` (0-1) as (low, high) from its first ``n`` tasks, each
+    primary metric (accuracy, non-hallucination, each F1) at ``alpha``, mean F1 the box of the
+    three F1s."""
     out: dict[str, tuple[float, float]] = {}
     if name == WILDGUARD:
-        f1s = []
         for q, metric in WILDGUARD_F1.items():
-            (tl, th), (el, eh) = box[f"tp:{q}"], box[f"err:{q}"]
-            out[metric] = (_f1(tl, eh, 0.0), _f1(th, el, 1.0))
-            f1s.append(out[metric])
+            out[metric] = _f1_interval(part, q, n, population, alpha)
+        f1s = [out[m] for m in WILDGUARD_F1.values()]
         out["mean_f1"] = (float(np.mean([f[0] for f in f1s])), float(np.mean([f[1] for f in f1s])))
         return out
-    out["accuracy"] = box["c"]
+    out["accuracy"] = interval(part.comps["c"][0][:n], part.comps["c"][1][:n], population, alpha)
     if name == OMNISCIENCE:
-        (cl, ch), (hl, hh) = box["c"], box["h"]
-        out["non_hallucination_rate"] = (_nh(hh, ch), _nh(hl, cl))
+        out["non_hallucination_rate"] = _nh_interval(part, n, population, alpha)
     return out
+
+
+def _primaries(name: str) -> int:
+    """How many metrics of evaluation ``name`` get their own sequence (mean F1 is from its F1s)."""
+    return len(WILDGUARD_F1) if name == WILDGUARD else 1 + (name == OMNISCIENCE)
 
 
 def _points(part: _Part, name: str) -> dict[str, float | None]:
@@ -361,20 +450,236 @@ def _estimate(point: float | None, low: float, high: float) -> Estimate:
     return Estimate(_pct(point), _pct(low), _pct(high))
 
 
+# ---------------------------------------------------------------------------------------------
+# the index: one confidence sequence across the evaluations (a product of supermartingales)
+
+PRODUCT_SHARE = 0.6  # the share of α the index's own sequence spends (the rest: the box)
+BLOCK = 50  # references are refreshed every 1/BLOCK of an evaluation (predictably)
+D_FLOOR = 0.1  # the smallest reference denominator (bounds the per-task contribution)
+
+
+@dataclass
+class _Term:
+    """One term of the index in one evaluation, as a per-task ratio num/den (den = 1 for an
+    accuracy): ``weight`` its signed weight in the index (non-hallucination enters as
+    −w·H/W), per-task ``num``/``den`` at the index's lowest (``low``) and highest completion,
+    ``zmax(r)``'s form (``kind``: "lin", "hall", "f1"), priors of the ratio and of den's mean, and
+    its box: the ratio's and den's whole-set (low, high)."""
+
+    kind: str
+    weight: float
+    num: dict[bool, np.ndarray]
+    den: dict[bool, np.ndarray]
+    prior_r: float
+    prior_d: float
+    ratio_box: tuple[float, float]
+    den_box: tuple[float, float]
+
+
+def _z_range(kind: str, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The range of a task's ``num − r·den``: accuracy [0, 1]; H − r·W with 0 ≤ h ≤ w ≤ 1:
+    [−r, 1 − r]; 2TP − r(2TP + E) with tp + e ≤ 1: [−r, 2(1 − r)]."""
+    if kind == "lin":
+        return np.zeros_like(r), np.ones_like(r)
+    return -r, (1 - r) * (2 if kind == "f1" else 1)
+
+
+def _references(t: _Term, high: bool, n: int, population: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per draw, the reference ratio r̂ and den's mean D̂ from the draws before its block
+    (blocks of ``population/BLOCK`` draws: predictable), regularised by the priors."""
+    if t.kind == "lin":
+        return np.zeros(n), np.ones(n)
+    k = max(1, math.ceil(population / BLOCK))
+    start = (np.arange(n) // k) * k  # draws before the block
+    cnum = np.r_[0.0, np.cumsum(t.num[high][:n])]
+    cden = np.r_[0.0, np.cumsum(t.den[high][:n])]
+    r = (t.prior_r + cnum[start]) / (1 + cden[start])
+    d = np.maximum((t.prior_d + cden[start]) / (1 + start), D_FLOOR)
+    return np.clip(r, 0.0, 1.0), d
+
+
+def _variance(terms: Sequence[_Term]) -> float:
+    """A prior variance of one evaluation's per-task index contribution (each term's
+    num − r·den taken at variance 1/4)."""
+    return float(sum((t.weight / t.prior_d) ** 2 * 0.25 for t in terms))
+
+
+def _sequence(terms: Sequence[_Term], n: int, population: int, high: bool, scale: float,
+              cap: float) -> tuple[float, float, dict[int, tuple[float, float]]]:
+    """One evaluation's part of the index's supermartingale (module docstring, "The index"):
+    ``(Q, Ψ, {term: (β, γ)})`` over its first ``n`` draws with the open answers at the index's
+    lowest (``high`` False) or highest completion."""
+    if n == 0:
+        return 0.0, 0.0, {id(t): (0.0, 0.0) for t in terms}
+    j = np.arange(n, dtype=np.float64)
+    remaining = population - j
+    slope = population / remaining
+    y = np.zeros(n)
+    lo = np.zeros(n)
+    hi = np.zeros(n)
+    back = np.zeros(n)  # Σ_k coef·P_k / (N − j): the draws before, at this draw's reference
+    parts = []
+    for t in terms:
+        r, d = _references(t, high, n, population)
+        coef = t.weight / d
+        num, den = t.num[high][:n], t.den[high][:n]
+        y += coef * (num - r * den)
+        zmin, zmax = _z_range(t.kind, r)
+        lo += np.minimum(coef * zmin, coef * zmax)
+        hi += np.maximum(coef * zmin, coef * zmax)
+        before = (np.cumsum(num) - num) - r * (np.cumsum(den) - den)
+        back += coef * before / remaining
+        parts.append((t, coef, r))
+    width = np.maximum(hi - lo, 1e-12)
+    x = np.clip((y - lo) / width, 0.0, 1.0)
+    # the bet on y, the same function of the share asked in every evaluation (÷ N): each
+    # evaluation's coefficients then grow alike and the index's weights hold (``κ``); capped
+    # where the largest width the references allow would take λ past CAP
+    f = (j + 1) / population
+    g = scale / np.sqrt(np.maximum(f * np.log1p(f * 1000.0), 1e-12)) / population
+    g = np.minimum(g, cap / population)
+    lam = np.minimum(CAP, g * width)
+    g = lam / width
+    mu_prev = (0.5 + np.cumsum(x) - x) / (j + 1)
+    psi = float(np.sum((-np.log1p(-lam) - lam) * (x - mu_prev) ** 2))
+    q = float(np.sum(g * (y + back)))
+    coefs = {id(t): (float(np.sum(g * slope * coef)), float(np.sum(g * slope * coef * r)))
+             for t, coef, r in parts}
+    return q, psi, coefs
+
+
+def product_interval(strata: Mapping[str, tuple[Sequence[_Term], int, int]], alpha: float,
+                     offset: float) -> tuple[float, float]:
+    """The (1 − ``alpha``) interval (0-1) of ``offset + Σ weight·ratio`` over every term of
+    ``strata`` (evaluation -> (terms, draws, population)), from one supermartingale across the
+    evaluations (module docstring, "The index"), the terms' boxes bounding the remainder."""
+    log_term = math.log(2 / alpha)
+    var = sum(_variance(ts) / population for ts, _, population in strata.values())
+    scale = math.sqrt(2 * log_term / max(var, 1e-12))
+    # the width an evaluation's contribution has at the priors: the bet per share that keeps
+    # λ ≤ CAP there in every evaluation (a draw whose width is larger is clipped at CAP)
+    cap = min(CAP * population / max(1e-12, sum(abs(t.weight) / t.prior_d
+                                                  * (2.0 if t.kind == "f1" else 1.0)
+                                                  for t in ts))
+              for ts, _, population in strata.values())
+    ends = []
+    for high in (False, True):
+        q = psi = 0.0
+        coefs: dict[int, tuple[float, float]] = {}
+        for ts, n, population in strata.values():
+            qe, pe, ce = _sequence(ts, n, population, high, scale, cap)
+            q, psi = q + qe, psi + pe
+            coefs |= ce
+        bound = q + psi + log_term if high else q - psi - log_term
+        terms = [t for ts, _, _ in strata.values() for t in ts]
+        base = offset
+        kappas, values = [], []
+        for t in terms:
+            beta, gamma = coefs[id(t)]
+            if beta == 0:
+                kappas.append((0.0, 0.0))
+                values.append((0.0, 0.0))
+                continue
+            rr = gamma / beta
+            base += t.weight * rr
+            k = sorted((beta * t.den_box[0] / t.weight, beta * t.den_box[1] / t.weight))
+            v = sorted((t.weight * (t.ratio_box[0] - rr), t.weight * (t.ratio_box[1] - rr)))
+            kappas.append((k[0], k[1]))
+            values.append((v[0], v[1]))
+        mids = [(a + b) / 2 for a, b in kappas if b > 0]
+        if not mids:
+            return (0.0, 1.0)
+        best = None
+        for kbar in {*mids, float(np.mean(mids))}:
+            if kbar <= 0:
+                continue
+            rest = 0.0
+            for (k0, k1), (v0, v1) in zip(kappas, values, strict=True):
+                corners = [(1 - k / kbar) * v for k in (k0, k1) for v in (v0, v1)]
+                rest += max(corners) if high else min(corners)
+            value = base + bound / kbar + rest
+            best = value if best is None else (min(best, value) if high else max(best, value))
+        ends.append(best)
+    return ends[0], ends[1]
+
+
+def _box(part: _Part, name: str, n: int, population: int, alpha: float
+         ) -> dict[str, tuple[float, float]]:
+    """Every metric of evaluation ``name`` (0-1, ``_terms``) from the first ``n`` tasks, each
+    primary one at ``alpha``, and for WildGuardTest each F1's denominator 2TP + E
+    (``den:<question>``, its whole-set mean, 0-2) at ``alpha`` too."""
+    out = _terms(part, name, n, population, alpha)
+    if name == WILDGUARD:
+        for q in WILDGUARD_F1:
+            (tl, th), (el, eh) = part.comps[f"tp:{q}"], part.comps[f"err:{q}"]
+            lo, hi = interval((2 * tl[:n] + el[:n]) / 2, np.minimum(1, (2 * th[:n] + eh[:n]) / 2),
+                              population, alpha)
+            out[f"den:{q}"] = (2 * lo, 2 * hi)
+    return out
+
+
+def _boxed(name: str) -> int:
+    """How many sequences ``_box`` spends α on for evaluation ``name``."""
+    return _primaries(name) + (len(WILDGUARD_F1) if name == WILDGUARD else 0)
+
+
+def _index_terms(part: _Part, name: str, box: Mapping[str, tuple[float, float]], sign: float
+                 ) -> list[_Term]:
+    """The index's terms of evaluation ``name`` for one model, with ``sign`` (−1: the second model
+    of a difference): per term the per-task arrays at the lowest (False) and highest (True)
+    completion of ``sign``·index, and its box. The index's constant (0.125 of
+    non-hallucination's 1 −) is added by the caller."""
+    def by_sign(weight: float, lowest: np.ndarray, highest: np.ndarray) -> dict[bool, np.ndarray]:
+        return {False: lowest, True: highest} if weight > 0 else {False: highest, True: lowest}
+
+    weights = {metric: w for (e, metric), w in WEIGHTS.items() if e == name}
+    ones = np.ones(len(part.tasks))
+    terms = []
+    if name == WILDGUARD:
+        w = sign * weights["mean_f1"] / len(WILDGUARD_F1)
+        for q, metric in WILDGUARD_F1.items():
+            (tl, th), (el, eh) = part.comps[f"tp:{q}"], part.comps[f"err:{q}"]
+            terms.append(_Term("f1", w, by_sign(w, 2 * tl, 2 * th),
+                               by_sign(w, 2 * tl + eh, 2 * th + el), 0.5, 0.6, box[metric],
+                               box[f"den:{q}"]))
+        return terms
+    cl, ch = part.comps["c"]
+    w = sign * weights["accuracy"]
+    terms.append(_Term("lin", w, by_sign(w, cl, ch), {False: ones, True: ones}, 0.0, 1.0,
+                       box["accuracy"], (1.0, 1.0)))
+    if name == OMNISCIENCE:
+        w = -sign * weights["non_hallucination_rate"]  # −w·H/W
+        hl, hh = part.comps["h"]
+        nh = box["non_hallucination_rate"]
+        acc = box["accuracy"]
+        terms.append(_Term("hall", w, by_sign(w, hl, hh), {False: 1 - cl, True: 1 - cl}, 0.5,
+                           0.6, (1 - nh[1], 1 - nh[0]), (1 - acc[1], 1 - acc[0])))
+    return terms
+
+
+def _offset(sign: float) -> float:
+    """The index's constant: the 1 of non-hallucination's 1 − H/W, at its weight."""
+    return sign * WEIGHTS[(OMNISCIENCE, "non_hallucination_rate")]
+
+
 def _model_figures(parts: Mapping[str, _Part], populations: Mapping[str, int], alpha: float
                    ) -> tuple[Estimate, dict[str, Estimate]]:
-    """One model's index and metrics, simultaneous (1 − ``alpha``) over every component."""
-    k = sum(len(p.comps) for p in parts.values())
-    a = alpha / max(k, 1)
+    """One model's index and metrics, simultaneous (1 − ``alpha``): the metrics' box (each
+    sequence at (1 − ``PRODUCT_SHARE``)·α/K, Bonferroni over the K sequences) and the index's own
+    sequence at ``PRODUCT_SHARE``·α; the index's interval is the intersection of that sequence's
+    and the box's weighted sum."""
+    k = sum(_boxed(name) for name in parts)
+    a = (1 - PRODUCT_SHARE) * alpha / max(k, 1)
     metrics: dict[str, Estimate] = {}
-    index_ok = all(e in parts for e, _ in WEIGHTS) and all(e in populations for e, _ in WEIGHTS)
-    low = high = point = 0.0
+    index_ok = all(e in parts and e in populations for e, _ in WEIGHTS)
+    boxes = {}
     for name, part in parts.items():
-        box = {c: interval(lo, hi, populations[name], a) for c, (lo, hi) in part.comps.items()}
-        figures, points = _figures(box, name), _points(part, name)
+        boxes[name] = _box(part, name, len(part.tasks), populations[name], a)
+        points = _points(part, name)
         for metric in METRICS.get(name, ()):
-            lo, hi = figures[metric]
+            lo, hi = boxes[name][metric]
             metrics[f"{name}.{metric}"] = _estimate(points.get(metric), lo, hi)
+    low = high = point = 0.0
     for (name, metric), w in WEIGHTS.items():
         est = metrics.get(f"{name}.{metric}")
         if est is None or est.point is None:
@@ -383,60 +688,59 @@ def _model_figures(parts: Mapping[str, _Part], populations: Mapping[str, int], a
         point += w * est.point
         low += w * est.low
         high += w * est.high
-    index = Estimate(point, low, high) if index_ok else Estimate(None, None, None)
-    return index, metrics
+    if not index_ok:
+        return Estimate(None, None, None), metrics
+    strata = {name: (_index_terms(parts[name], name, boxes[name], 1.0), len(parts[name].tasks),
+                     populations[name]) for name in {e for e, _ in WEIGHTS}}
+    plo, phi = product_interval(strata, PRODUCT_SHARE * alpha, _offset(1.0))
+    low, high = max(low, 100 * plo), min(high, 100 * phi)
+    high = max(high, low)
+    return _estimate(point / 100, low / 100, high / 100), metrics
 
 
 # ---------------------------------------------------------------------------------------------
 # pairs
 
-LINEAR = "c"  # the component whose paired difference is a mean (accuracy)
-
-
 def _pair_interval(pa: Mapping[str, _Part], pb: Mapping[str, _Part],
-                   populations: Mapping[str, int], alpha: float) -> tuple[float, float] | None:
+                   populations: Mapping[str, int], alpha: float, memo: dict | None = None
+                   ) -> tuple[float, float] | None:
     """The (1 − ``alpha``) interval of index(a) − index(b) (points) over the whole set, from the
-    tasks both were asked (the common prefix of the one order); None when the index of either is
-    not computable."""
-    if not all(e in pa and e in pb and e in populations for e, _ in WEIGHTS):
+    tasks both were asked (the common prefix of the one order): one sequence across the
+    evaluations of the paired per-task differences of the index's terms (at ``PRODUCT_SHARE``·α;
+    pairing removes the tasks' shared difficulty), its remainder bounded by both models' boxes
+    (the rest of α, Bonferroni over their sequences), intersected with the difference of the
+    boxes' indices; None when the index of either is not computable. ``memo`` keeps each model's
+    box per (evaluation, tasks) across the pairs of one look."""
+    names = sorted({e for e, _ in WEIGHTS})
+    if not all(e in pa and e in pb and e in populations for e in names):
         return None
-    names = {e for e, _ in WEIGHTS}
-    # the paired C, and each model's own other components (and C, for non-hallucination)
-    k = sum(1 + 2 * (len(pa[e].comps) - 1) + 2 * (e == OMNISCIENCE) for e in names)
-    a = alpha / k
+    memo = {} if memo is None else memo
+    k = 2 * sum(_boxed(e) for e in names)
+    a = (1 - PRODUCT_SHARE) * alpha / k
+
+    def box(part: _Part, name: str, n: int) -> dict[str, tuple[float, float]]:
+        key = (id(part), name, n, a)
+        if key not in memo:
+            memo[key] = _box(part, name, n, populations[name], a)
+        return memo[key]
+
+    strata = {}
     low = high = 0.0
-    for name in sorted(names):
+    for name in names:
         A, B = pa[name], pb[name]
         n = min(len(A.tasks), len(B.tasks))
         if A.tasks[:n] != B.tasks[:n]:
             raise ValueError(f"{name}: the two models were not asked in the same order")
-        N = populations[name]
-        box_a: dict[str, tuple[float, float]] = {}
-        box_b: dict[str, tuple[float, float]] = {}
-        for comp in A.comps:
-            if comp == LINEAR:
-                continue
-            box_a[comp] = interval(A.comps[comp][0][:n], A.comps[comp][1][:n], N, a)
-            box_b[comp] = interval(B.comps[comp][0][:n], B.comps[comp][1][:n], N, a)
-        if LINEAR in A.comps:  # paired: (x_a − x_b + 1)/2, lowest with a low and b high
-            d_lo = (A.comps[LINEAR][0][:n] - B.comps[LINEAR][1][:n] + 1) / 2
-            d_hi = (A.comps[LINEAR][1][:n] - B.comps[LINEAR][0][:n] + 1) / 2
-            lo, hi = interval(d_lo, d_hi, N, a) if n else (0.0, 1.0)
-            diff_c = (2 * lo - 1, 2 * hi - 1)
-            if name == OMNISCIENCE:
-                box_a["c"] = interval(A.comps[LINEAR][0][:n], A.comps[LINEAR][1][:n], N, a)
-                box_b["c"] = interval(B.comps[LINEAR][0][:n], B.comps[LINEAR][1][:n], N, a)
+        ba, bb = box(A, name, n), box(B, name, n)
+        strata[name] = (_index_terms(A, name, ba, 1.0) + _index_terms(B, name, bb, -1.0), n,
+                        populations[name])
         for (ename, metric), w in WEIGHTS.items():
-            if ename != name:
-                continue
-            if metric == "accuracy":
-                low += w * 100 * diff_c[0]
-                high += w * 100 * diff_c[1]
-            else:
-                fa, fb = _figures(box_a, name)[metric], _figures(box_b, name)[metric]
-                low += w * 100 * (fa[0] - fb[1])
-                high += w * 100 * (fa[1] - fb[0])
-    return low, high
+            if ename == name:
+                low += w * (ba[metric][0] - bb[metric][1])
+                high += w * (ba[metric][1] - bb[metric][0])
+    plo, phi = product_interval(strata, PRODUCT_SHARE * alpha, 0.0)
+    low, high = 100 * max(low, plo), 100 * min(high, phi)
+    return low, max(low, high)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,10 +782,12 @@ def standings(answers: pl.DataFrame, populations: Mapping[str, int], until: Unti
     decided: dict[str, list[str]] = {m: [] for m in labels}  # models not yet decided against m
     if until.rule == "separated":
         pairs = list(combinations(labels, 2))
+        memo: dict = {}
         for a, b in pairs:
             if exhausted[a] and exhausted[b]:
                 continue
-            iv = _pair_interval(parts[a], parts[b], populations, alpha / max(len(pairs), 1))
+            iv = _pair_interval(parts[a], parts[b], populations, alpha / max(len(pairs), 1),
+                                memo)
             if iv is not None and (iv[0] > 0 or iv[1] < 0
                                    or (iv[0] >= -until.points and iv[1] <= until.points)):
                 continue

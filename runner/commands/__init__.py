@@ -7,6 +7,7 @@ parser from them in ``COMMANDS``' order and dispatches. Light at import: parsing
 from __future__ import annotations
 
 # command -> its module under runner/commands/, in the order `dxi --help` lists them
-COMMANDS = {"run": "run", "estimate": "estimate", "score": "score", "report": "report", "view": "view",
+COMMANDS = {"run": "run", "estimate": "estimate", "plan": "plan", "score": "score", "report": "report",
+            "view": "view",
             "export": "export", "data": "data", "fetch-model": "fetch_model", "cache": "cache", "batches": "batches",
             "completion": "completion"}

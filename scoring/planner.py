@@ -1,0 +1,291 @@
+"""The planner of an adaptive run (``dxi plan``; issue 35): how many questions, epochs, requests,
+tokens and dollars it takes to know a model's whole-set index to ±P points, or to tell two models
+apart at a given true difference, and what ``--until`` saves against the whole index.
+
+**How.** By simulation of the run itself: a model's *profile* (its share of correct answers per
+evaluation, of "I don't know" on AA-Omniscience-Decision, and its sensitivity and specificity on
+each WildGuardTest question) makes whole sets of answers of the run's sizes (``synthetic``), and
+the adaptive loop (``simulate``) asks them down a random order in the rounds of
+``sequential.round_sizes``, stopping each model where ``sequential.standings`` settles it: the
+same functions ``dxi run --until`` calls, so the plan is what the run would do with answers like
+the model's. The profile is measured from the model's answers in the cache (``profile_of``), or,
+for a model never run, the prior ``PRIOR`` (a model of index about 40: the middle of a leaderboard
+of decision models; say so to the user). Tasks differ in difficulty alike for every model (a
+shared latent per task, correlation ``RHO``), which is what makes paired differences precise.
+
+Requests are questions × epochs (one request per task and epoch, SPEC §6); tokens are the
+model's mean per request of each evaluation (``dxi estimate``'s figures, ``runner.estimate``);
+dollars are ``cost.cost_usd`` at the model's price, synchronous and at ``cost.batch_price``.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace  # noqa: F401 (replace: for callers)
+from statistics import NormalDist
+
+import numpy as np
+import polars as pl
+
+from .cost import batch_price, cost_usd
+from .sequential import Standing, Until, round_sizes, standings
+from .sums import OMNISCIENCE, WILDGUARD, WILDGUARD_F1
+
+RHO = 0.5  # the share of a task's latent that every model shares (tasks are hard for all alike)
+POSITIVES = {"prompt_harmful": 0.418, "response_refusal": 0.285, "response_harmful": 0.163}
+"""WildGuardTest's share of gold "yes" per question, measured on the 880 agreed rows of
+../shared/data (the suite's own gold is used where the command has it)."""
+CHOICE_EVALS = ("aa_omniscience_decision", "hle_multichoice", "when2call")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one model's answers look like: ``accuracy`` per choice evaluation (share correct,
+    0-1), ``idk`` its share of "I don't know" on AA-Omniscience-Decision (0-1), and per
+    WildGuardTest question its ``sensitivity`` (P(yes | gold yes)) and ``specificity``
+    (P(no | gold no)); ``source`` says where it comes from (the cache, or the prior)."""
+
+    label: str
+    accuracy: dict[str, float]
+    idk: float
+    sensitivity: dict[str, float]
+    specificity: dict[str, float]
+    source: str = "prior"
+
+    def shifted(self, points: float, label: str) -> Profile:
+        """The same model ``points`` index points lower (every share moved by points/100, kept in
+        [0.01, 0.99]), named ``label``: the second model of a separation plan."""
+        d = points / 100
+
+        def move(v: float) -> float:
+            return float(min(0.99, max(0.01, v - d)))
+
+        return replace(self, label=label, accuracy={k: move(v) for k, v in self.accuracy.items()},
+                       sensitivity={k: move(v) for k, v in self.sensitivity.items()},
+                       specificity={k: move(v) for k, v in self.specificity.items()},
+                       source=f"{self.source}, {points:g} points lower")
+
+
+PRIOR = Profile("prior", {e: 0.4 for e in CHOICE_EVALS}, 0.2,
+                {q: 0.7 for q in WILDGUARD_F1}, {q: 0.85 for q in WILDGUARD_F1},
+                "prior: 40% correct on each choice evaluation, 20% 'I don't know', WildGuardTest "
+                "sensitivity 0.70 and specificity 0.85 (index about 43)")
+
+
+def profile_of(answers: pl.DataFrame, label: str) -> Profile:
+    """The profile measured from one model's answers (``scoring.pipeline.answers``; its replies
+    only, failed and missing answers left out). Raises ValueError when the model has no reply of
+    some evaluation of the index."""
+    ans = answers.filter((pl.col("label").cast(pl.String) == label)
+                         & ~pl.col("status").cast(pl.String).is_in(["failed", "missing"]))
+    pred, gold = pl.col("predicted").cast(pl.String), pl.col("gold").cast(pl.String)
+    acc, sens, spec = {}, {}, {}
+    idk = 0.0
+    for e in CHOICE_EVALS:
+        part = ans.filter(pl.col("eval").cast(pl.String) == e)
+        if part.is_empty():
+            raise ValueError(f"{label}: no reply of {e} in the cache")
+        acc[e] = float(part.select(pred.eq_missing(gold).mean()).item())
+        if e == OMNISCIENCE:
+            idk = float(part.select((pred == "E").fill_null(False).mean()).item())
+    part = ans.filter(pl.col("eval").cast(pl.String) == WILDGUARD)
+    if part.is_empty():
+        raise ValueError(f"{label}: no reply of {WILDGUARD} in the cache")
+    for q in WILDGUARD_F1:
+        qa = part.filter(pl.col("question_id").cast(pl.String) == q)
+        yes, no = qa.filter(gold == "yes"), qa.filter(gold == "no")
+        sens[q] = float(yes.select((pred == "yes").fill_null(False).mean()).item() or 0.0)
+        spec[q] = float(no.select((pred == "no").fill_null(False).mean()).item() or 0.0)
+    return Profile(label, acc, idk, sens, spec, "the cache")
+
+
+# ---------------------------------------------------------------------------------------------
+# whole sets of answers, and the adaptive loop
+
+def synthetic(profiles: Sequence[Profile], populations: Mapping[str, int],
+              rng: np.random.Generator, *, positives: Mapping[str, float] = POSITIVES,
+              epochs: int = 1, rho: float = RHO) -> pl.DataFrame:
+    """Whole sets of answers, one row per (model, question, epoch) in the shape of
+    ``scoring.pipeline.answers`` (label, eval, task_id, question_id, sample, status "ok",
+    predicted, gold): each model's correct answers drawn with its profile's shares through a
+    latent ``sqrt(rho)·d_task + sqrt(1 − rho)·e_model`` (``d`` shared by every model: hard tasks
+    are hard for all). Task ids are ``<eval>/<k>``."""
+    inv = NormalDist().inv_cdf
+    frames = []
+    for e, n in populations.items():
+        questions = list(WILDGUARD_F1) if e == WILDGUARD else ["answer"]
+        for q in questions:
+            d = rng.standard_normal(n)
+            gold_yes = rng.random(n) < positives.get(q, 0.5) if e == WILDGUARD else None
+            for p in profiles:
+                for s in range(epochs):
+                    z = np.sqrt(rho) * d + np.sqrt(1 - rho) * rng.standard_normal(n)
+                    if e == WILDGUARD:
+                        cut = [inv(min(max(v, 1e-6), 1 - 1e-6))
+                               for v in (p.sensitivity[q], p.specificity[q])]
+                        right = z < np.where(gold_yes, cut[0], cut[1])
+                        gold = np.where(gold_yes, "yes", "no")
+                        pred = np.where(right, gold, np.where(gold_yes, "no", "yes"))
+                    else:
+                        acc = p.accuracy.get(e, 0.4)
+                        right = z < inv(min(max(acc, 1e-6), 1 - 1e-6))
+                        gold = np.full(n, "A")
+                        wrong = "B"
+                        if e == OMNISCIENCE:  # among the wrong, "I don't know" at its share
+                            share = min(1.0, p.idk / max(1e-9, 1 - acc))
+                            wrong = np.where(rng.random(n) < share, "E", "B")
+                        pred = np.where(right, "A", wrong)
+                    frames.append(pl.DataFrame({
+                        "label": p.label, "eval": e, "task_id": [f"{e}/{k}" for k in range(n)],
+                        "question_id": q, "sample": s, "status": "ok", "predicted": pred,
+                        "gold": gold}))
+    return pl.concat(frames)
+
+
+def random_order(populations: Mapping[str, int], rng: np.random.Generator,
+                 answers: pl.DataFrame | None = None) -> dict[str, list[str]]:
+    """A random asking order of each evaluation's tasks (``<eval>/<k>``): uniform, except
+    WildGuardTest, stratified by its prompt-harm label (from ``answers``' gold) so that its
+    label mix progresses at the same rate, as the run's order is."""
+    order = {}
+    for e, n in populations.items():
+        perm = rng.permutation(n)
+        if e == WILDGUARD and answers is not None:
+            gold = (answers.filter((pl.col("eval") == e) & (pl.col("question_id") == "prompt_harmful"))
+                    .unique("task_id").sort("task_id"))
+            yes = {int(t.split("/")[1]) for t, g in gold.select("task_id", "gold").iter_rows()
+                   if g == "yes"}
+            a = [k for k in perm if k in yes]
+            b = [k for k in perm if k not in yes]
+            # interleave by the share of each label so far
+            merged, i, j = [], 0, 0
+            while i < len(a) or j < len(b):
+                if j >= len(b) or (i < len(a) and i * len(b) <= j * len(a)):
+                    merged.append(a[i])
+                    i += 1
+                else:
+                    merged.append(b[j])
+                    j += 1
+            perm = np.array(merged)
+        order[e] = [f"{e}/{k}" for k in perm]
+    return order
+
+
+@dataclass
+class Simulated:
+    """One simulated adaptive run: per model its ``asked`` tasks per evaluation, the ``rounds``
+    it took part in and its final ``standing``."""
+
+    asked: dict[str, dict[str, int]] = field(default_factory=dict)
+    rounds: dict[str, int] = field(default_factory=dict)
+    standing: dict[str, Standing] = field(default_factory=dict)
+
+
+def simulate(answers: pl.DataFrame, populations: Mapping[str, int], until: Until,
+             order: Mapping[str, Sequence[str]], *, alpha: float = 0.05,
+             max_rounds: int = 200, trace: list | None = None) -> Simulated:
+    """The adaptive loop of ``dxi run --until`` over whole sets of ``answers`` (every task): each
+    round asks every running model ``sequential.round_sizes`` more tasks down ``order``, then
+    ``sequential.standings`` over what each model was asked settles some; the loop ends when
+    every model is settled. ``trace``, when given, receives each look's standings."""
+    pos = pl.concat([pl.DataFrame({"eval": e, "task_id": list(ts), "pos": range(len(ts))},
+                                  schema={"eval": pl.String, "task_id": pl.String,
+                                          "pos": pl.Int64})
+                     for e, ts in order.items()])
+    full = answers.join(pos, on=["eval", "task_id"], how="inner")
+    labels = sorted(set(full["label"].unique().to_list()))
+    asked = {m: {e: 0 for e in populations} for m in labels}
+    out = Simulated()
+    running = set(labels)
+    for k in range(max_rounds):
+        for m in running:
+            sizes = round_sizes(asked[m], populations, round_index=k)
+            asked[m] = {e: asked[m][e] + sizes[e] for e in populations}
+            out.rounds[m] = k + 1
+        limits = pl.DataFrame([(m, e, n) for m in labels for e, n in asked[m].items()],
+                              schema={"label": pl.String, "eval": pl.String, "limit": pl.Int64},
+                              orient="row")
+        view = full.join(limits, on=["label", "eval"]).filter(pl.col("pos") < pl.col("limit"))
+        result = standings(view, populations, until, alpha=alpha, order=order)
+        if trace is not None:
+            trace.append(result)
+        for m, st in result.items():
+            if m in running and st.settled:
+                running.discard(m)
+                out.standing[m] = st
+        if not running:
+            break
+    for m in labels:
+        out.asked[m] = asked[m]
+        out.standing.setdefault(m, result[m])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan
+
+@dataclass(frozen=True)
+class Usage:
+    """A model's mean tokens per request of each evaluation (input, output) and its price
+    (``cost.cost_usd``'s tuple, USD per million tokens; None: unknown) with its batch price."""
+
+    tokens: dict[str, tuple[float, float]]
+    price: tuple[float | None, ...] | None
+    batch: tuple[float | None, ...] | None = None
+
+
+def spend(questions: Mapping[str, float], epochs: int, usage: Usage) -> dict:
+    """Requests, tokens and dollars (synchronous and batch) of asking ``questions`` tasks per
+    evaluation for ``epochs`` epochs: requests = tasks × epochs; tokens at ``usage``'s means;
+    dollars None without a price."""
+    requests = sum(questions.values()) * epochs
+    tin = sum(q * epochs * usage.tokens.get(e, (0.0, 0.0))[0] for e, q in questions.items())
+    tout = sum(q * epochs * usage.tokens.get(e, (0.0, 0.0))[1] for e, q in questions.items())
+    price = usage.price
+    batch = usage.batch if usage.batch is not None else batch_price(price)
+    return {"requests": requests, "input_tokens": tin, "output_tokens": tout,
+            "cost_usd": None if price is None else cost_usd(tin, tout, *price),
+            "batch_cost_usd": None if batch is None else cost_usd(tin, tout, *batch)}
+
+
+def plan(profiles: Sequence[Profile], populations: Mapping[str, int], until: Until,
+         usage: Mapping[str, Usage], *, epochs: int = 1, runs: int = 10, seed: int = 0,
+         quantile: float | None = None, positives: Mapping[str, float] = POSITIVES,
+         alpha: float = 0.05) -> dict:
+    """The plan for ``profiles`` under ``until``: ``runs`` simulated adaptive runs (seeded), and
+    per model the questions per evaluation it takes (their mean over the runs, or with
+    ``quantile`` that quantile: 0.8 for "with 80% power"), with ``spend``'s requests, tokens and
+    dollars, the same for the whole index, and the saving (1 − adaptive/whole requests). Raises
+    ValueError for no profile, ``runs`` < 1 or a quantile outside (0, 1]."""
+    if not profiles:
+        raise ValueError("no model to plan for")
+    if runs < 1:
+        raise ValueError(f"runs must be at least 1, got {runs}")
+    if quantile is not None and not 0 < quantile <= 1:
+        raise ValueError(f"quantile must lie in (0, 1], got {quantile}")
+    rng = np.random.default_rng(seed)
+    per_run: dict[str, list[dict[str, int]]] = {p.label: [] for p in profiles}
+    settled_by: dict[str, list[str | None]] = {p.label: [] for p in profiles}
+    for _ in range(runs):
+        ans = synthetic(profiles, populations, rng, positives=positives, epochs=epochs)
+        sim = simulate(ans, populations, until, random_order(populations, rng, ans), alpha=alpha)
+        for p in profiles:
+            per_run[p.label].append(sim.asked[p.label])
+            settled_by[p.label].append(sim.standing[p.label].rule)
+    models = []
+    for p in profiles:
+        totals = np.array([sum(a.values()) for a in per_run[p.label]], float)
+        if quantile is None:
+            questions = {e: float(np.mean([a[e] for a in per_run[p.label]])) for e in populations}
+        else:  # the run at that quantile of the total asked
+            k = int(np.argsort(totals)[min(len(totals) - 1, int(np.ceil(quantile * len(totals))) - 1)])
+            questions = {e: float(per_run[p.label][k][e]) for e in populations}
+        u = usage.get(p.label, Usage({}, None))
+        adaptive, whole = spend(questions, epochs, u), spend(populations, epochs, u)
+        exhausted = sum(r == "exhausted" for r in settled_by[p.label]) / runs
+        models.append({"model": p.label, "profile": p.source, "epochs": epochs,
+                       "questions": {e: round(v, 1) for e, v in questions.items()},
+                       "adaptive": adaptive, "whole": whole,
+                       "saving": 1 - adaptive["requests"] / whole["requests"],
+                       "exhausted_share": exhausted})
+    return {"until": str(until), "runs": runs, "seed": seed, "alpha": alpha,
+            "quantile": quantile, "populations": dict(populations), "models": models}

@@ -1,0 +1,268 @@
+"""Adaptive runs' statistics (``scoring.sequential``) and planner (``scoring.planner``, ``dxi
+plan``): the confidence sequence against a step-by-step computation of its formulas, exactness on
+the whole set, bounds for open answers, the stopping rules, the rounds, seeded coverage at a
+random stopping time, and the plan's figures by hand."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import orjson
+import polars as pl
+import pytest
+
+from dxi.runner.cli import main
+from dxi.scoring import planner
+from dxi.scoring.sequential import (
+    Until,
+    cs_path,
+    interval,
+    round_sizes,
+    schedule,
+    standings,
+)
+
+POPS = {"aa_omniscience_decision": 40, "hle_multichoice": 30, "when2call": 20,
+        "wildguardtest": 50}
+
+
+def reference_path(x: list[float], n: int, alpha: float) -> tuple[list[float], list[float]]:
+    """The module docstring's formulas, one draw at a time (no NumPy)."""
+    log_term = math.log(2 / alpha)
+    a = b = psi = s = dev = 0.0
+    lows, highs = [], []
+    best_low, best_high = -math.inf, math.inf
+    for i, xi in enumerate(x, 1):
+        mu_prev, var_prev = (0.5 + s) / i, (0.25 + dev) / i
+        slope = n / (n - i + 1)
+        lam = min(0.5, slope * math.sqrt(2 * log_term / (var_prev * i * math.log(1 + i))))
+        a += lam * (xi + s / (n - i + 1))
+        b += lam * slope
+        psi += (-math.log(1 - lam) - lam) * (xi - mu_prev) ** 2
+        s += xi
+        dev += (xi - (0.5 + s) / (i + 1)) ** 2
+        best_low = max(best_low, (a - psi - log_term) / b, s / n)
+        best_high = min(best_high, (a + psi + log_term) / b, (s + n - i) / n)
+        lows.append(best_low)
+        highs.append(max(best_high, best_low))
+    return lows, highs
+
+
+def test_until_parse_accepts_the_documented_forms():
+    assert Until.parse("precision=5") == Until("precision", 5.0, False)
+    assert Until.parse("precision=2.5:all") == Until("precision", 2.5, True)
+    assert Until.parse("separated") == Until("separated", 1.0, False)
+    assert Until.parse("separated=0.5") == Until("separated", 0.5, False)
+    assert str(Until.parse("precision=2.5:all")) == "precision=2.5:all"
+
+
+@pytest.mark.parametrize("text", ["precision", "precision=0", "precision=101", "separated:all",
+                                  "sep", "precision=-1", "precision=5:some", ""])
+def test_until_parse_rejects_the_rest_naming_the_flag(text):
+    with pytest.raises(ValueError, match=r"--until .*precision=P"):
+        Until.parse(text)
+
+
+def test_sequence_matches_its_formulas_step_by_step():
+    rng = np.random.default_rng(1)
+    x = (rng.random(150) < 0.3).astype(float).tolist()
+    lo, hi = cs_path(np.array(x), 200, 0.05)
+    ref_lo, ref_hi = reference_path(x, 200, 0.05)
+    assert np.allclose(lo, ref_lo, rtol=0, atol=1e-12)
+    assert np.allclose(hi, ref_hi, rtol=0, atol=1e-12)
+
+
+def test_sequence_on_two_draws_is_the_certain_bounds():
+    # x = 1, 0 of N = 4: the sequence's own ends are far outside (hand: −2.72, 3.87), so the
+    # interval is what the two unseen values allow: [1/4, 3/4]
+    lo, hi = cs_path(np.array([1.0, 0.0]), 4, 0.05)
+    assert lo.tolist() == [0.25, 0.25]
+    assert hi.tolist() == [1.0, 0.75]
+
+
+def test_sequence_is_exact_on_the_whole_set_and_never_widens():
+    rng = np.random.default_rng(2)
+    x = rng.random(300)
+    lo, hi = cs_path(x, 300, 0.05)
+    assert lo[-1] == pytest.approx(x.mean(), abs=1e-12)
+    assert hi[-1] == pytest.approx(x.mean(), abs=1e-12)
+    assert (np.diff(lo) >= 0).all() and (np.diff(hi) <= 0).all()
+
+
+def test_sequence_rejects_bad_input():
+    with pytest.raises(ValueError, match="values must lie in"):
+        cs_path(np.array([0.5, 1.5]), 10, 0.05)
+    with pytest.raises(ValueError, match="3 draws from a population of 2"):
+        cs_path(np.zeros(3), 2, 0.05)
+
+
+def test_open_answers_give_the_union_of_both_completions():
+    # 10 of 10 asked, 6 correct, 2 open: the whole-set value lies in [6/10, 8/10] (bounds.py)
+    low_fill = np.array([1] * 6 + [0] * 4, float)
+    high_fill = np.array([1] * 6 + [0] * 2 + [1] * 2, float)
+    assert interval(low_fill, high_fill, 10, 0.05) == (0.6, 0.8)
+
+
+def test_coverage_at_a_random_stopping_time():
+    """Seeded: 400 populations of 300 (shares 0.05-0.95), a random stopping time each: the whole-set
+    mean lies inside the 95% interval at that time, and at every time, in ≥ 95% of runs."""
+    rng = np.random.default_rng(3)
+    at_stop = everywhere = 0
+    for _ in range(400):
+        pop = (rng.random(300) < rng.uniform(0.05, 0.95)).astype(float)
+        x = rng.permutation(pop)
+        lo, hi = cs_path(x, 300, 0.05)
+        t = int(rng.integers(1, 300))
+        mean = pop.mean()
+        at_stop += lo[t - 1] - 1e-12 <= mean <= hi[t - 1] + 1e-12
+        everywhere += bool(((lo - 1e-12 <= mean) & (mean <= hi + 1e-12)).all())
+    assert at_stop / 400 >= 0.95
+    assert everywhere / 400 >= 0.95
+
+
+def _answers(rows: list[tuple]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=["label", "eval", "task_id", "question_id", "sample", "status",
+                                      "predicted", "gold"], orient="row")
+
+
+def _whole(model: str, acc: float, rng: np.random.Generator) -> list[tuple]:
+    rows = []
+    for e, n in POPS.items():
+        for t in range(n):
+            if e == "wildguardtest":
+                for q in ("prompt_harmful", "response_refusal", "response_harmful"):
+                    gold = "yes" if rng.random() < 0.4 else "no"
+                    pred = gold if rng.random() < acc else ("no" if gold == "yes" else "yes")
+                    rows.append((model, e, f"{e}/{t}", q, 0, "ok", pred, gold))
+            else:
+                r = rng.random()
+                pred = "A" if r < acc else ("E" if r < acc + 0.2 else "B")
+                rows.append((model, e, f"{e}/{t}", "answer", 0, "ok", pred, "A"))
+    return rows
+
+
+def test_whole_set_is_exact_and_settles_as_exhausted():
+    rng = np.random.default_rng(4)
+    ans = _answers(_whole("m", 0.5, rng))
+    st = standings(ans, POPS, Until.parse("precision=0.1"))["m"]
+    assert st.settled and st.rule == "exhausted"
+    assert st.asked == POPS
+    omni = ans.filter(pl.col("eval") == "aa_omniscience_decision")
+    correct = (omni["predicted"] == "A").sum()
+    hallucinated = (omni["predicted"] == "B").sum()
+    acc = st.metrics["aa_omniscience_decision.accuracy"]
+    assert acc.point == acc.low == acc.high == pytest.approx(100 * correct / 40)
+    nh = st.metrics["aa_omniscience_decision.non_hallucination_rate"]
+    assert nh.low == nh.high == pytest.approx(100 * (1 - hallucinated / (40 - correct)))
+    wg = ans.filter((pl.col("eval") == "wildguardtest") & (pl.col("question_id") == "prompt_harmful"))
+    tp = ((wg["predicted"] == "yes") & (wg["gold"] == "yes")).sum()
+    err = (wg["predicted"] != wg["gold"]).sum()
+    f1 = st.metrics["wildguardtest.f1_prompt_harm"]
+    assert f1.low == f1.high == pytest.approx(100 * 2 * tp / (2 * tp + err))
+    assert st.index.low == st.index.high == pytest.approx(st.index.point)
+
+
+def test_failed_answers_on_the_whole_set_give_the_bounds():
+    rng = np.random.default_rng(5)
+    ans = _answers(_whole("m", 0.5, rng)).with_columns(
+        pl.when((pl.col("eval") == "hle_multichoice") & pl.col("task_id").is_in(
+            ["hle_multichoice/0", "hle_multichoice/1", "hle_multichoice/2"]))
+        .then(pl.lit("failed")).otherwise(pl.col("status")).alias("status"))
+    st = standings(ans, POPS, Until.parse("precision=5"))["m"]
+    hle = ans.filter((pl.col("eval") == "hle_multichoice") & (pl.col("status") == "ok"))
+    c = int((hle["predicted"] == "A").sum())
+    est = st.metrics["hle_multichoice.accuracy"]
+    assert (est.low, est.high) == (pytest.approx(100 * c / 30), pytest.approx(100 * (c + 3) / 30))
+    assert est.point == pytest.approx(100 * c / 27)  # over the replies (SPEC §6)
+
+
+def test_precision_settles_where_the_half_width_says_and_order_matters():
+    rng = np.random.default_rng(6)
+    whole = _answers(_whole("m", 0.5, rng))
+    order = {e: [f"{e}/{k}" for k in rng.permutation(n)] for e, n in POPS.items()}
+    asked = {e: set(order[e][: n // 2]) for e, n in POPS.items()}
+    half = whole.filter(pl.struct("eval", "task_id").map_elements(
+        lambda r: r["task_id"] in asked[r["eval"]], return_dtype=pl.Boolean))
+    st = standings(half, POPS, Until("precision", 100.0), order=order)["m"]
+    assert st.asked == {e: n // 2 for e, n in POPS.items()}
+    assert st.settled and st.rule == "precision=100"
+    width = st.index.half_width
+    tight = standings(half, POPS, Until("precision", width * 0.99), order=order)["m"]
+    assert not tight.settled and tight.rule is None
+    assert standings(half, POPS, Until("precision", width), order=order)["m"].settled
+
+
+def test_separated_settles_far_apart_models_and_not_twins():
+    rng = np.random.default_rng(7)
+    pops = {"aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 300,
+            "wildguardtest": 880}
+    strong = planner.Profile("strong", {e: 0.9 for e in planner.CHOICE_EVALS}, 0.05,
+                             {q: 0.95 for q in planner.POSITIVES}, {q: 0.95 for q in planner.POSITIVES})
+    weak = planner.Profile("weak", {e: 0.1 for e in planner.CHOICE_EVALS}, 0.1,
+                           {q: 0.3 for q in planner.POSITIVES}, {q: 0.3 for q in planner.POSITIVES})
+    twin = planner.replace(weak, label="twin")
+    ans = planner.synthetic([strong, weak, twin], pops, rng)
+    order = planner.random_order(pops, rng, ans)
+    sim = planner.simulate(ans, pops, Until.parse("separated"), order)
+    assert sim.standing["strong"].rule == "separated=1"
+    assert sum(sim.asked["strong"].values()) < sum(pops.values()) // 2
+    assert sim.standing["weak"].rule == "exhausted"  # its twin is never told apart
+
+
+def test_round_sizes_progress_every_evaluation_alike():
+    pops = {"a": 500, "b": 300}
+    assert schedule(0) == pytest.approx(0.04)
+    assert schedule(1) == pytest.approx(0.09)
+    assert round_sizes({}, pops, round_index=0) == {"a": 20, "b": 12}
+    assert round_sizes({"a": 20, "b": 12}, pops, round_index=1) == {"a": 25, "b": 15}
+    # a resumed run already past the schedule still progresses: to the next share, 0.230625
+    # (ceil(115.3) = 116 of a, ceil(69.2) = 70 of b)
+    assert round_sizes({"a": 100, "b": 60}, pops, round_index=0) == {"a": 16, "b": 10}
+    assert round_sizes({"a": 500, "b": 300}, pops, round_index=3) == {"a": 0, "b": 0}
+    with pytest.raises(ValueError, match="b: 301 asked of a population of 300"):
+        round_sizes({"a": 1, "b": 301}, pops, round_index=0)
+
+
+def test_spend_by_hand():
+    usage = planner.Usage({"a": (100.0, 10.0), "b": (200.0, 20.0)}, (1.0, 4.0))
+    got = planner.spend({"a": 10, "b": 5}, 2, usage)
+    # requests (10 + 5)·2; input 10·2·100 + 5·2·200; output 10·2·10 + 5·2·20;
+    # USD (4000·1 + 400·4)/1e6, the batch price half
+    assert got == {"requests": 30, "input_tokens": 4000.0, "output_tokens": 400.0,
+                   "cost_usd": pytest.approx(0.0056), "batch_cost_usd": pytest.approx(0.0028)}
+
+
+def test_plan_command_by_hand(tmp_path, capsys):
+    # 3 tasks per evaluation (--limit 3) and ±0.01 points: every run must ask everything, so the
+    # plan is the whole index: 12 questions, 2 epochs, 24 requests, no saving; the cost is the
+    # price times the tokens it reports
+    code = main(["plan", "--model", "openai:m", "--price", "openai:m=2/8", "--data-dir",
+                 "../shared/data", "--limit", "3", "--cache-dir", str(tmp_path / "c"),
+                 "--epochs", "2", "--precision", "0.01", "--runs", "2", "--json"])
+    assert code == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    m = doc["models"][0]
+    assert m["questions"] == {"aa_omniscience_decision": 3.0, "hle_multichoice": 3.0,
+                              "when2call": 3.0, "wildguardtest": 3.0}
+    assert m["adaptive"]["requests"] == 24 and m["whole"]["requests"] == 24
+    assert m["saving"] == 0
+    a = m["adaptive"]
+    assert a["cost_usd"] == pytest.approx((a["input_tokens"] * 2 + a["output_tokens"] * 8) / 1e6)
+    assert a["batch_cost_usd"] == pytest.approx(a["cost_usd"] / 2)
+    assert m["profile"].startswith("prior")
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ([], "give one of --precision P or --separate"),
+    (["--precision", "0"], "--precision 0: P must be above 0"),
+    (["--precision", "5", "--separate", "a", "b"], "give one of"),
+    (["--separate", "openai:m", "openai:m", "--difference", "3"], "two different models"),
+    (["--separate", "openai:m", "x"], "needs --difference D"),
+    (["--separate", "openai:m", "x", "--difference", "3"], "x not among the models"),
+    (["--precision", "5", "--runs", "0"], "--runs 0"),
+])
+def test_plan_bad_input_exits_2(tmp_path, capsys, flags, message):
+    code = main(["plan", "--model", "openai:m", "--data-dir", "../shared/data", "--limit", "3",
+                 "--cache-dir", str(tmp_path / "c"), *flags])
+    assert code == 2
+    assert message in capsys.readouterr().err
