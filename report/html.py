@@ -130,8 +130,9 @@ def banner(summary: Summary, scored: Scored) -> list[str]:
     selection of tasks (``--limit``, ``--sample``), a stand-in dataset, a file holding fewer rows than the
     published index scores (When2Call's 300 of 3,423), more tasks than it scores (WildGuardTest's 880 against
     835), an evaluation without data or not selected, provisional figures (answers failed or missing:
-    ``provisional.notes``), an adaptive run's estimates (``scoring.adaptive``), or invalid plus failed answers above ``NOT_SCORED_SHARE`` of a model's answers in an evaluation."""
-    notes: list[str] = adaptive.sentences(summary)  # an adaptive run's figures are estimates of the whole set
+    ``provisional.notes``), an adaptive run's estimates (``scoring.adaptive``), or invalid plus
+    failed answers above ``NOT_SCORED_SHARE`` of a model's answers in an evaluation."""
+    notes: list[str] = adaptive.sentences(summary)  # an adaptive run's figures: whole-set estimates
     data = summary.data
     limits = sorted({d["limit"] for d in data.values() if d.get("limit") is not None})
     if limits:

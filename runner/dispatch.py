@@ -67,9 +67,9 @@ class KeyFilter:
 
 
 def merged(parts: Sequence[Stats]) -> Stats:
-    """One Stats summing ``parts`` (a model's synchronous and batch Stats, or an adaptive run's rounds'); a
-    BatchStats, with the batches' own counts (summed; the open batches joined; ``in_batch`` and ``stopped``
-    the last part's that has them), when one of them is."""
+    """One Stats summing ``parts`` (a model's synchronous and batch Stats, or an adaptive run's
+    rounds'); a BatchStats, with the batches' own counts (summed; the open batches joined;
+    ``in_batch`` and ``stopped`` the last part's that has them), when one of them is."""
     batches = [p for p in parts if isinstance(p, BatchStats)]
     out: Stats = BatchStats() if batches else Stats()
     for f in fields(BatchStats) if batches else ():

@@ -39,8 +39,9 @@ def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests:
     tokens; None or absent: no price) make the usage blocks' costs (``batch_prices``: of the requests a
     provider batch answered; default half, ``scoring.cost.batch_price``); ``extra`` sets the summary's optional
     fields (``cost_bound``, ``stopped_providers``: ``scoring.records.Summary``);
-    ``tolerance`` is ``--allow-failed``'s (``scoring.provisional``); ``entries`` (label -> {field: value})
-    sets model entries' optional fields (an adaptive run's ``adaptive`` blocks, ``runner.adaptive``).
+    ``tolerance`` is ``--allow-failed``'s (``scoring.provisional``); ``entries`` (label ->
+    {field: value}) sets model entries' optional fields (an adaptive run's ``adaptive`` blocks,
+    ``runner.adaptive``).
 
     A shard damaged where start-up does not look (outside the index columns) fails here: it is moved to
     the cache's quarantine/ (``Cache.read``) and scoring goes on without it; its answers count as
@@ -52,7 +53,8 @@ def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests:
 def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None, requests: dict[str, dict] | None,
               epochs: int = 1, breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
               extra: dict | None = None, batch_prices: dict | None = None,
-              tolerance: Tolerance | None = None, entries: dict[str, dict] | None = None) -> ScoredRun:
+              tolerance: Tolerance | None = None, entries: dict[str, dict] | None = None
+              ) -> ScoredRun:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
     that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own files)."""
     summary, scored = summarize(cache, suite, models, requests, epochs, breakdowns, prices, extra,
@@ -125,10 +127,10 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     summary = measures.add_measures(summary, measures.call_measures(calls),
                                     measures.confidence_measures(confidence))
     summary = msgspec.structs.replace(model_settings(summary, models), **(extra or {}))
-    for entry in summary.models:  # fields of a model entry the run sets (an adaptive run's ``adaptive``)
+    for entry in summary.models:  # the fields the run sets (an adaptive run's ``adaptive``)
         for name, value in (entries or {}).get(entry.model, {}).items():
             setattr(entry, name, value)
-    if requests is None:  # the cache alone: models an adaptive run left part-asked are marked (its record)
+    if requests is None:  # the cache alone: an adaptive run's part-asked models marked (its record)
         from .adaptive.record import attach
 
         summary = attach(summary, configs(models), cache.root)
@@ -141,7 +143,8 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
 def configs(models: pl.DataFrame) -> dict[str, tuple]:
     """Label -> (provider, model, endpoint, params) of a ``scoring.MODELS_SCHEMA`` frame: a model's
     configuration as the cache tells models apart."""
-    return {r["label"]: (r["provider"], r["model"], r["endpoint"], r["params"]) for r in models.iter_rows(named=True)}
+    return {r["label"]: (r["provider"], r["model"], r["endpoint"], r["params"])
+            for r in models.iter_rows(named=True)}
 
 
 def model_settings(summary: Summary, models: pl.DataFrame) -> Summary:
@@ -419,17 +422,18 @@ def _adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> st
 
 
 def print_adaptive(summary: Summary, console: Console, keys: list[str] | None = None) -> None:
-    """An adaptive run's note and table (``scoring.adaptive``): each model's questions asked, whole-set
-    index estimate with its anytime-valid interval, and the rule and round that stopped it; nothing for
-    another run."""
+    """An adaptive run's note and table (``scoring.adaptive``): each model's questions asked,
+    whole-set index estimate with its anytime-valid interval, and the rule and round that stopped
+    it; nothing for another run."""
     text = adaptive.note(summary)
     if text is None:
         return
     console.print(f"[yellow]{escape(text)}[/]")
     key_of = dict(zip(summary.labels, keys or summary.labels, strict=True))
     rows: Rows = [([key_of.get(r[0], r[0]), *r[1:]], None) for r in adaptive.rows(summary)]
-    columns = [(h, h, "left" if i == 0 or i == 4 else "right") for i, h in enumerate(adaptive.HEADERS)]
-    console.print(_fitted(console, _variants("Adaptive run: estimates of the whole set", columns, rows)))
+    columns = [(h, h, "left" if i in (0, 4) else "right") for i, h in enumerate(adaptive.HEADERS)]
+    title = "Adaptive run: estimates of the whole set"
+    console.print(_fitted(console, _variants(title, columns, rows)))
 
 
 def print_summary(summary: Summary, console: Console, out: Path | None = None) -> None:

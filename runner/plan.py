@@ -8,8 +8,9 @@ once, by ``from_inputs``). It reads the run file (``run_file``: TOML, ``runner.c
 models (``--model``). With a run file, these flags override it (paths given on the command line are relative
 to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
-``--effort`` (every model with an effort setting), ``--max-cost``, ``--allow-failed``, ``--until``, and the
-limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``, ``--max-attempts``, ``--backoff``,
+``--effort`` (every model with an effort setting), ``--max-cost``, ``--allow-failed``, ``--until``, and
+the limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``, ``--max-attempts``,
+``--backoff``,
 ``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--sample`` /
 ``--seed`` and ``--all-tasks`` (instead of the file's ``limit`` or ``sample``); ``--price`` (over a model's
 ``price``); ``--exclude`` adds to the file's lists; ``--model``,
@@ -69,8 +70,8 @@ class Plan:
     batch_overrides: dict = field(default_factory=dict)  # label -> the run file's (batch_input, batch_output)
     batch_limits: dict = field(default_factory=dict)  # label -> (requests per batch, enqueued tokens), None: the provider's
     allow_failed: dict | None = None  # the tolerance of provisional figures (``config.allow_failed``)
-    until: Until | None = None  # an adaptive run's stopping rule (``runner.adaptive``; None: every task)
-    seed: int | None = None  # the seed of the adaptive order (``runner.adaptive.order``; None: its default)
+    until: Until | None = None  # an adaptive run's rule (``runner.adaptive``; None: every task)
+    seed: int | None = None  # the adaptive order's seed (``runner.adaptive.order``; None: default)
 
     def tolerance(self) -> Tolerance | None:
         """``allow_failed`` as scoring takes it (imports the scoring: call it when scoring)."""
@@ -187,7 +188,8 @@ def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[st
         raise UsageError("--sample and --limit do not combine: --limit N takes the first N tasks of each evaluation, "
                         "--sample N a stratified sample of N; give one")
     if seed is not None and sample is None and not until:
-        raise UsageError("--seed is the seed of --sample (or of --until's order): give --sample N or --until too")
+        raise UsageError("--seed is the seed of --sample (or of --until's order): give --sample N or "
+                         "--until too")
     if all_tasks and (sample is not None or limit is not None):
         raise UsageError(f"--all-tasks and --{'sample' if sample is not None else 'limit'} do not combine: --all-tasks "
                         "takes every task of each evaluation; give one")
@@ -316,7 +318,8 @@ def from_inputs(inputs: PlanInputs) -> Plan:
                 inputs.cache_dir or Path(".dxi-cache"), inputs.out or Path("out"), epochs or 1, max_cost, None,
                 batch=frozenset(m.label for m in models) if inputs.batch else frozenset(),
                 batch_limits={m.label: (size, None) for m in models}, allow_failed=inputs.allow_failed,
-                cache_remote=inputs.cache_remote, until=until_of(inputs.until, "--until"), seed=inputs.seed)
+                cache_remote=inputs.cache_remote, until=until_of(inputs.until, "--until"),
+                seed=inputs.seed)
 
 
 def _allow_failed(inputs: PlanInputs, run: config.RunFile) -> dict | None:
@@ -326,9 +329,9 @@ def _allow_failed(inputs: PlanInputs, run: config.RunFile) -> dict | None:
 
 
 def until_of(text: str | None, where: str) -> Until | None:
-    """``--until``'s (or a run file's ``until``) text as ``scoring.sequential.Until`` (None: not given);
-    UsageError naming ``where`` and the accepted forms for a bad one. Imports the scoring (Polars): an
-    adaptive run scores between its rounds anyway."""
+    """``--until``'s (or a run file's ``until``) text as ``scoring.sequential.Until`` (None: not
+    given); UsageError naming ``where`` and the accepted forms for a bad one. Imports the scoring
+    (Polars): an adaptive run scores between its rounds anyway."""
     if text is None:
         return None
     from dxi.scoring.sequential import Until
@@ -353,8 +356,8 @@ def suite_of(inputs: PlanInputs) -> Suite:
     selected = selected_evals(inputs.evals) if inputs.evals else None
     data_dir = inputs.data_dir if inputs.data_dir is not None else default_data_dir()
     return _suite(data_dir, dict(inputs.files), [_exclude_item(e) for e in inputs.exclude], inputs.limit,
-                  inputs.wildguard_subset or "agreed", selected, inputs.sample, inputs.seed, inputs.all_tasks,
-                  until=inputs.until is not None)
+                  inputs.wildguard_subset or "agreed", selected, inputs.sample, inputs.seed,
+                  inputs.all_tasks, until=inputs.until is not None)
 
 
 def with_effort(frame: pl.DataFrame) -> pl.DataFrame:

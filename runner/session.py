@@ -29,10 +29,10 @@ if TYPE_CHECKING:
     from dxi.cache import Cache
     from dxi.scoring.records import Summary
 
+    from .adaptive.rounds import Rounds
     from .batch import BatchOptions
     from .cost import Budget
     from .estimate import Estimate
-    from .adaptive.rounds import Rounds
     from .plan import Plan
     from .run import ModelRun, Stats
     from .stops import RunStop
@@ -126,7 +126,7 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
         summary = score(cache, plan.suite, models, plan.out, requests, plan.epochs, plan.prices(), extra,
                         batch_prices=plan.batch_prices(), tolerance=plan.tolerance(),
                         entries=None if rounds is None else rounds.entries())
-    if rounds is not None and rounds.order is not None:  # for `dxi score`, `report` and `view` (its record)
+    if rounds is not None and rounds.order is not None:  # for `dxi score`, `report` and `view`
         rounds.remember(models)
     if on_summary is not None:
         on_summary(summary)
@@ -135,7 +135,8 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
     refused, unanswered = batch_outcome(stats)
     sharded = dist.shard is not None and dist.shard.count > 1
     accepted = summary.accepted or (rounds is not None and rounds.accepted(summary))
-    code = exit_code(accepted, stats, budget_stopped=budget.stopped, stopped=bool(stopped), refused=refused,
+    code = exit_code(accepted, stats, budget_stopped=budget.stopped, stopped=bool(stopped),
+                     refused=refused,
                      unanswered=unanswered, sharded=sharded, upload_failed=upload_failed)
     return RunResult(stats, summary, stopped, extra.get("cost_bound"), budget.spent, refused, unanswered, upload_failed, code)
 
@@ -293,8 +294,9 @@ def prepare_scoring(suite) -> None:
 
 
 async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: Budget, grace: float,
-                    dist: distributed.Distributed, limiters: dict, batch_options, fallback_sync: bool,
-                    rounds: Rounds | None = None) -> tuple[dict[str, Stats], list[Estimate] | None]:
+                    dist: distributed.Distributed, limiters: dict, batch_options,
+                    fallback_sync: bool, rounds: Rounds | None = None
+                    ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan (``_send``) under ``runner.signals.Graceful``: the first Ctrl-C or SIGTERM drains it
     (``runner.stops.RunStop``), a second one or the end of ``grace`` cuts it short; either way it raises
     ``signals.Interrupted`` once stopped."""
@@ -304,8 +306,8 @@ async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: B
     stop = RunStop()
     with Graceful(stop.request, grace, stop.abandon) as graceful:
         try:
-            result = await _send(plan, cache, console, budget, grace, dist, limiters, stop, batch_options, fallback_sync,
-                                 rounds)
+            result = await _send(plan, cache, console, budget, grace, dist, limiters, stop,
+                                 batch_options, fallback_sync, rounds)
         except asyncio.CancelledError:
             if graceful.aborted is None:
                 raise
@@ -316,16 +318,18 @@ async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: B
 
 
 async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budget, grace: float,
-                dist: distributed.Distributed, limiters: dict, stop: RunStop, batch_options, fallback_sync: bool,
-                rounds: Rounds | None = None) -> tuple[dict[str, Stats], list[Estimate] | None]:
+                dist: distributed.Distributed, limiters: dict, stop: RunStop, batch_options,
+                fallback_sync: bool, rounds: Rounds | None = None
+                ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
     ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.stops``).
     A model whose requests are all cached is not started: a server that is down, or a key not set, does
     not stop a run that needs neither. Each model is sent under its claim on the cache, synchronously or
     through its batch API (``runner.dispatch``; ``batch_options``: ``runner.batch.BatchOptions``). Once
     ``stop`` is requested nothing more is sent and it returns as soon as the requests in flight are stored
-    (open batches keep running at the provider: the next run collects them). With ``rounds`` (an adaptive
-    run), the models are sent in rounds down the order, each round one ``send`` (``runner.adaptive``)."""
+    (open batches keep running at the provider: the next run collects them). With ``rounds`` (an
+    adaptive run), the models are sent in rounds down the order, each round one ``send``
+    (``runner.adaptive``)."""
     from .dispatch import send, settle_cached
     from .limits import ProviderLimiter
     from .progress import RunProgress
@@ -346,7 +350,7 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
         for m, problem in unreachable:  # its provider stops alone (runner.stops): the others run
             limiters.setdefault(m.limits_key, ProviderLimiter(m.adapter.limits)).halt(problem)
         shard = dist.shard
-        if len(idle) == len(models) and rounds is None:  # nothing to send: the counts are known, the run loop is not needed
+        if len(idle) == len(models) and rounds is None:  # nothing to send (the counts are known)
             stats = {m.label: Stats(total=cached[m.label], cache_hits=cached[m.label],
                                     cost_usd=None if m.price is None else 0.0) for m in models}
             if console is not None:
@@ -372,10 +376,12 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
                 console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, markup=False)
 
         def sending(group=models, suite=plan.suite):
-            if rounds is not None and suite is plan.suite:  # each round sends its part (the same call)
-                return rounds.run(models, cache, sending, stop=stop, budget=budget, limiters=limiters,
-                                  deadline=None if batch_options is None else batch_options.deadline)
-            return send(group, suite, cache, on_progress=on_progress, budget=budget, limiters=limiters, shard=shard,
+            if rounds is not None and suite is plan.suite:  # each round: its part, through here
+                deadline = None if batch_options is None else batch_options.deadline
+                return rounds.run(models, cache, sending, stop=stop, budget=budget,
+                                  limiters=limiters, deadline=deadline)
+            return send(group, suite, cache, on_progress=on_progress, budget=budget,
+                        limiters=limiters, shard=shard,
                         batch=plan.batch, batch_overrides=plan.batch_overrides, limits_of=plan.batch_limits,
                         options=batch_options, fallback_sync=fallback_sync, say=say, stop=stop)
 

@@ -101,7 +101,7 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     (``runner.outputs.model_settings``); ``measures`` (latency, cost of 1,000 decisions,
     risk–coverage: ``scoring.measures``); ``adaptive`` (an adaptive run's: the questions asked per
     evaluation, the rule that stopped the model, the whole-set estimates with their anytime-valid
-    intervals at stopping; ``runner.adaptive.rounds.Rounds.model_blocks``)."""
+    intervals at stopping; written by the runner's adaptive rounds)."""
 
     model: str
     epochs: int
@@ -172,9 +172,10 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     ``intervals`` and ``calibration`` (with the scored tables), ``usage`` (the run's tokens and USD),
     ``comparison_method``, ``comparisons`` and ``ranking`` (with paired comparisons), ``cost_bound``
     (``dxi run --max-cost``), ``stopped_providers`` (``runner.stops``), ``measures`` (how the
-    models' measures are computed: ``scoring.measures.describe``) and ``adaptive`` (``dxi run --until``:
-    its rule, the order's seed, the rounds asked; ``runner.adaptive.rounds.Rounds.block``; the models'
-    figures are then estimates of the whole set from the part each was asked)."""
+    models' measures are computed: ``scoring.measures.describe``) and ``adaptive`` (``dxi run
+    --until``: its rule, the order's seed, the rounds asked; written by the runner's adaptive
+    rounds; the models' figures are then estimates of the whole set from the part each was
+    asked)."""
 
     prompt_version: str
     provenance: dict[str, Any] | UnsetType = UNSET

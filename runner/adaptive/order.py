@@ -1,22 +1,23 @@
 """The order in which an adaptive run asks each evaluation's tasks: seeded, random, stratified, and
 recorded in the cache folder so that a resumed or extended run continues the same sequence.
 
-Each evaluation has its own sequence of task ids (``ordered``). Within a stratum the tasks come in the
-order of sha256(seed, task id) (as ``runner.sample.choose`` ranks them: it depends on the seed and the ids
-only, never on the file's order or the machine); WildGuardTest's strata are its gold label combinations
-(``runner.sample.stratum``), the other evaluations are one stratum each. The strata are interleaved so
-that every prefix holds each stratum in proportion to its size: position ``i`` (1-based) takes the next
-task of the stratum furthest behind its share, ``i·size/N - taken`` largest (ties by stratum name), so
-after any ``n`` tasks each stratum has within one task of ``n·size/N``. A prefix of ``n`` tasks is
-therefore a proportionally stratified random sample without replacement of the evaluation, and each
-evaluation progresses at the same fraction because rounds ask the same fraction of each
-(``scoring.sequential.round_sizes``).
+Each evaluation has its own sequence of task ids (``ordered``). Within a stratum the tasks come in
+the order of sha256(seed, task id) (as ``runner.sample.choose`` ranks them: it depends on the seed
+and the ids only, never on the file's order or the machine); WildGuardTest's strata are its gold
+label combinations (``runner.sample.stratum``), the other evaluations are one stratum each. The
+strata are interleaved so that every prefix holds each stratum in proportion to its size: position
+``i`` (1-based) takes the next task of the stratum furthest behind its share, ``i·size/N - taken``
+largest (ties by stratum name), so after any ``n`` tasks each stratum has within one task of
+``n·size/N``. A prefix of ``n`` tasks is therefore a proportionally stratified random sample without
+replacement of the evaluation, and each evaluation progresses at the same fraction because rounds
+ask the same fraction of each (``scoring.sequential.round_sizes``).
 
-The order is written to ``<cache>/adaptive/order-<digest>.json`` (``record``): digest of the seed and
-every evaluation's set of task ids, written to a temporary name then renamed, so a file is whole or absent.
-A later run with the same seed over the same tasks reads it (and checks it holds exactly those tasks);
-tasks added or excluded make another set, hence another file.
+The order is written to ``<cache>/adaptive/order-<digest>.json`` (``record``): digest of the seed
+and every evaluation's set of task ids, written to a temporary name then renamed, so a file is whole
+or absent. A later run with the same seed over the same tasks reads it (and checks it holds exactly
+those tasks); tasks added or excluded make another set, hence another file.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,8 +34,10 @@ from dxi.evals.wildguardtest import NAME as WILDGUARDTEST
 
 from ..sample import stratum
 
-ORDER_DIR = "adaptive"  # under the cache folder: the orders and the journal of decisions (``record``)
-DEFAULT_SEED = 0  # the order's seed when --seed is not given (recorded in summary.json's adaptive block)
+# under the cache folder: the orders and the journal of decisions (``record``)
+ORDER_DIR = "adaptive"
+# the order's seed when --seed is not given (recorded in summary.json's adaptive block)
+DEFAULT_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,9 @@ class Order:
         return {name: len(ids) for name, ids in self.evals.items()}
 
     def prefix(self, name: str, n: int, start: int = 0) -> tuple[str, ...]:
-        """The task ids of evaluation ``name`` from position ``start`` up to ``n`` (0-based, end excluded):
-        the first ``n`` by default (all of them when ``n`` exceeds its size)."""
-        return self.evals[name][max(start, 0):max(n, 0)]
+        """The task ids of evaluation ``name`` from position ``start`` up to ``n`` (0-based, end
+        excluded): the first ``n`` by default (all of them when ``n`` exceeds its size)."""
+        return self.evals[name][max(start, 0) : max(n, 0)]
 
 
 def _rank(seed: int, task_id: str) -> bytes:
@@ -61,8 +64,9 @@ def _rank(seed: int, task_id: str) -> bytes:
 
 
 def ordered(tasks: list[Task], seed: int, stratified: bool) -> list[str]:
-    """The asking order of one evaluation's ``tasks`` (ids), see the module docstring; ``stratified``:
-    interleave the gold strata (``runner.sample.stratum``) in proportion, else one random sequence."""
+    """The asking order of one evaluation's ``tasks`` (ids), see the module docstring;
+    ``stratified``: interleave the gold strata (``runner.sample.stratum``) in proportion, else one
+    random sequence."""
     strata: dict[str, list[str]] = defaultdict(list)
     for t in tasks:
         strata[stratum(t) if stratified else ""].append(t.id)
@@ -73,16 +77,20 @@ def ordered(tasks: list[Task], seed: int, stratified: bool) -> list[str]:
     out: list[str] = []
     names = sorted(queues)
     for i in range(1, total + 1):
-        # the stratum furthest behind its share i·size/N (ties: the first name); compared as integers
-        best = max((s for s in names if taken[s] < sizes[s]),
-                   key=lambda s: (i * sizes[s] - taken[s] * total, -names.index(s)))
+        # the stratum furthest behind its share i·size/N (ties: the first name); compared as
+        # integers
+        best = max(
+            (s for s in names if taken[s] < sizes[s]),
+            key=lambda s: (i * sizes[s] - taken[s] * total, -names.index(s)),
+        )
         out.append(queues[best][taken[best]])
         taken[best] += 1
     return out
 
 
 def digest(seed: int, ids: Mapping[str, list[str] | tuple[str, ...]]) -> str:
-    """16 hex digits of sha256 over the seed and each evaluation's sorted task ids: the order file's key."""
+    """16 hex digits of sha256 over the seed and each evaluation's sorted task ids: the order file's
+    key."""
     h = hashlib.sha256(f"order\0{seed}".encode())
     for name in sorted(ids):
         h.update(f"\0{name}\0".encode())
@@ -93,9 +101,10 @@ def digest(seed: int, ids: Mapping[str, list[str] | tuple[str, ...]]) -> str:
 
 def order_of(suite: Suite, seed: int, cache_dir: Path) -> Order:
     """The order of ``suite``'s tasks (every selected evaluation) with ``seed``: the one recorded in
-    ``cache_dir`` for this seed and these tasks, else computed and recorded there (``record``). A recorded
-    file that is unreadable or does not hold exactly these tasks is computed again and replaced.
-    Raises OSError when the file cannot be written (the run cannot promise to continue its sequence)."""
+    ``cache_dir`` for this seed and these tasks, else computed and recorded there (``record``). A
+    recorded file that is unreadable or does not hold exactly these tasks is computed again and
+    replaced. Raises OSError when the file cannot be written (the run cannot promise to continue its
+    sequence)."""
     tasks = {name: list(suite.tasks(name)) for name in suite.selected()}
     ids = {name: [t.id for t in ts] for name, ts in tasks.items()}
     path = cache_dir / ORDER_DIR / f"order-{digest(seed, ids)}.json"
@@ -114,8 +123,11 @@ def _read(path: Path, seed: int, ids: Mapping[str, list[str]]) -> Order | None:
         evals = {name: tuple(seq) for name, seq in doc["evals"].items()}
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         return None
-    same = (doc.get("seed") == seed and set(evals) == set(ids)
-            and all(len(evals[n]) == len(ids[n]) and set(evals[n]) == set(ids[n]) for n in ids))
+    same = (
+        doc.get("seed") == seed
+        and set(evals) == set(ids)
+        and all(len(evals[n]) == len(ids[n]) and set(evals[n]) == set(ids[n]) for n in ids)
+    )
     return Order(seed, evals, path) if same else None
 
 
@@ -123,33 +135,50 @@ def record(order: Order) -> None:
     """Write ``order`` to ``order.path`` atomically (a temporary name, then renamed)."""
     order.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = order.path.with_name(f".{order.path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(orjson.dumps({"seed": order.seed, "evals": {n: list(s) for n, s in order.evals.items()}}))
+    tmp.write_bytes(
+        orjson.dumps({"seed": order.seed, "evals": {n: list(s) for n, s in order.evals.items()}})
+    )
     os.replace(tmp, order.path)
 
 
 @dataclass
 class PrefixSuite(Suite):
-    """A ``Suite`` of the first ``counts[name]`` tasks of ``order`` for each evaluation of ``base`` (the
-    run's suite, whose files, exclusions and selection it keeps), or of those after the first
+    """A ``Suite`` of the first ``counts[name]`` tasks of ``order`` for each evaluation of ``base``
+    (the run's suite, whose files, exclusions and selection it keeps), or of those after the first
     ``start[name]`` (a round's new tasks), streamed in ``base``'s order."""
 
     base: Suite | None = None
     keep: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def of(cls, base: Suite, order: Order, counts: Mapping[str, int],
-           start: Mapping[str, int] | None = None) -> PrefixSuite:
-        """The suite of ``order``'s first ``counts[e]`` tasks of each evaluation ``e`` over ``base``, less
-        the first ``start[e]`` (None: none left out)."""
+    def of(
+        cls,
+        base: Suite,
+        order: Order,
+        counts: Mapping[str, int],
+        start: Mapping[str, int] | None = None,
+    ) -> PrefixSuite:
+        """The suite of ``order``'s first ``counts[e]`` tasks of each evaluation ``e`` over
+        ``base``, less the first ``start[e]`` (None: none left out)."""
         start = start or {}
-        keep = {n: frozenset(order.prefix(n, counts.get(n, 0), start.get(n, 0))) for n in order.evals}
-        suite = cls(base.data, base.exclusions, base.limit, base.wildguard_subset, base.evals, base=base, keep=keep)
+        keep = {
+            n: frozenset(order.prefix(n, counts.get(n, 0), start.get(n, 0))) for n in order.evals
+        }
+        suite = cls(
+            base.data,
+            base.exclusions,
+            base.limit,
+            base.wildguard_subset,
+            base.evals,
+            base=base,
+            keep=keep,
+        )
         suite._validated = base._validated  # the same files: checked already
         return suite
 
     def tasks(self, name: str | None = None) -> Iterator[Task]:
         assert self.base is not None
-        for n in ([name] if name else self.selected()):
+        for n in [name] if name else self.selected():
             keep = self.keep.get(n, frozenset())
             if keep:
                 yield from (t for t in self.base.tasks(n) if t.id in keep)

@@ -46,18 +46,19 @@ def add_parser(sub) -> None:
                    help="fsync each reply (survives power loss, not just a killed process; slower)")
     a = s.add_argument_group("adaptive run (docs/adaptive.md)")
     a.add_argument("--until", type=_until, metavar="RULE",
-                   help="ask the questions in rounds down a seeded random order (--seed) and stop each model "
-                        "once settled: precision=P (its whole-set index known to +-P points, 95%% anytime-valid; "
-                        "precision=P:all: every metric too) or separated[=D] (its place among the others "
-                        "settled, ties within D points, default 1)")
+                   help="ask the questions in rounds down a seeded random order (--seed) and stop "
+                        "each model once settled: precision=P (its whole-set index known to +-P "
+                        "points, 95%% anytime-valid; precision=P:all: every metric too) or "
+                        "separated[=D] (its place among the others settled, ties within D points, "
+                        "default 1)")
     options.add_batch_flags(s.add_argument_group("batch mode (docs/batch.md)"), run=True)
     options.add_output(s.add_argument_group("output"), scores=True)
     distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "run")
 
 
 def _until(text: str) -> str:
-    """``--until``'s type: the text, checked by ``scoring.sequential.Until.parse`` (an error exits 2 with its
-    message). The scoring is imported only when the flag is given."""
+    """``--until``'s type: the text, checked by ``scoring.sequential.Until.parse`` (an error exits 2
+    with its message). The scoring is imported only when the flag is given."""
     from dxi.scoring.sequential import Until
 
     try:
