@@ -9,6 +9,7 @@ without ``--until`` completes the models from where they stopped."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import subprocess
@@ -346,6 +347,7 @@ def test_precision_stops_each_model_where_the_interval_says_and_a_plain_run_comp
         f"systemone:m00: asked {sum(m00['asked'].values())} of {4 * N} (" in page
         and f"stopped by precision=5 after round {m00['round']}." in page
     )
+    assert "Adaptive run (--until precision=5, order seed 0" in overview(data, tmp_path / "cache")
     # a later run without --until asks what each model was not asked, and nothing twice
     before = server.stats()["ok"]
     assert dxi_run(server.url, data, tmp_path / "cache", tmp_path / "full") == 0
@@ -357,6 +359,28 @@ def test_precision_stops_each_model_where_the_interval_says_and_a_plain_run_comp
         asked = sum(by_hand[m["model"]][1].values())
         assert (m["requests"]["sent"], m["requests"]["cache_hits"]) == (4 * N - asked, asked)
     assert server.stats()["ok"] - before == 10 * 4 * N - sent and server.stats()["duplicates"] == 0
+
+
+def overview(data: Path, cache: Path) -> str:
+    """``dxi view``'s overview page over ``cache`` (its browser, served in process)."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from dxi.view.app import make_app
+    from dxi.view.home import private_home
+
+    home = private_home()
+    browser, _ = rescore.browse(rescore.select(PlanInputs(data_dir=data, cache_dir=cache)), home)
+    browser.source.owns_home = True
+
+    async def fetch() -> str:
+        async with TestClient(TestServer(make_app(browser))) as client, client.get("/") as resp:
+            assert resp.status == 200
+            return await resp.text()
+
+    try:
+        return asyncio.run(fetch())
+    finally:
+        browser.close()
 
 
 def evals_of(data: Path) -> list[str]:
