@@ -148,6 +148,8 @@ def test_until_is_checked_when_parsed(tmp_path: Path, capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert "--until" in err and "precision=P" in err and "separated=Δ" in err
     assert not (tmp_path / "c").exists()  # nothing was sent
+    assert main([*base, "--until", "separated", "--shard", "0/2"]) == 2
+    assert "--until and --shard do not combine" in capsys.readouterr().err
     with pytest.raises(UsageError, match="--until 'fast'"):
         plan.build(models=["embedded"], data_dir=data, until="fast")
     # --seed: the order's seed

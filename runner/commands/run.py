@@ -86,6 +86,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
         raise UsageError("--deadline is for batch mode: give --batch too (or batch = true in the run file)")
     paths.cache_folder(plan.cache_dir, options.named(args, "cache_dir", "--cache-dir"))  # before the first request
     paths.output_folder(plan.out, options.named(args, "out", "--out"))
+    if plan.until is not None and getattr(args, "shard", None):
+        raise UsageError("--until and --shard do not combine: each round is decided on every answer of a "
+                         "model, which one shard does not hold; run an adaptive run in one process")
     dist = distributed.setup(args, plan, sending=True)  # a remote cache's mirror goes into the cache folder
     try:
         result = session.run(plan, console=None if args.quiet else console, grace=args.grace, fsync=args.fsync,
