@@ -379,7 +379,7 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
             if rounds is not None and suite is plan.suite:  # each round: its part, through here
                 deadline = None if batch_options is None else batch_options.deadline
                 return rounds.run(models, cache, sending, stop=stop, budget=budget,
-                                  limiters=limiters, deadline=deadline)
+                                  limiters=limiters, deadline=deadline, say=say)
             return send(group, suite, cache, on_progress=on_progress, budget=budget,
                         limiters=limiters, shard=shard,
                         batch=plan.batch, batch_overrides=plan.batch_overrides, limits_of=plan.batch_limits,

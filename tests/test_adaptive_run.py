@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -578,58 +579,33 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
 
 
 def test_with_batch_each_round_is_one_batch_per_model_with_the_same_decisions(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-adaptive")
-    # When2Call alone: the index is not computed, so
+    # When2Call alone: the index is not computed, so precision asks every task, round after round
     data = synthetic.data_dir(tmp_path / "w2c", 120)
-    models = ["openai:a", "openai:b"]  # precision asks every task, round after round
+    models = ["openai:a", "openai:b"]
     with serve(model=None, record=False) as server:
         urls = [a for m in models for a in ("--model", f"{m}@{server.url}/v1")]
-        common = [
-            *urls,
-            "--data-dir",
-            str(data),
-            "--until",
-            "precision=5",
-            "--max-in-flight",
-            "8",
-            "-q",
-        ]
-        assert (
-            main(
-                [
-                    "run",
-                    *common,
-                    "--cache-dir",
-                    str(tmp_path / "sync"),
-                    "--out",
-                    str(tmp_path / "sync-out"),
-                ]
-            )
-            == 0
-        )
-        assert (
-            main(
-                [
-                    "run",
-                    *common,
-                    "--batch",
-                    "--poll",
-                    "0.02",
-                    "--cache-dir",
-                    str(tmp_path / "batch"),
-                    "--out",
-                    str(tmp_path / "batch-out"),
-                ]
-            )
-            == 0
-        )
+        common = ["run", *urls, "--data-dir", str(data), "--until", "precision=5"]
+        sync = ["--cache-dir", str(tmp_path / "sync"), "--out", str(tmp_path / "sync-out")]
+        assert main([*common, *sync]) == 0
+        out = capsys.readouterr().out.splitlines()
+        lines = [line[9:] for line in out if re.match(r"\d\d:\d\d:\d\d round ", line)]
+        batched = ["--batch", "--poll", "0.02", "--cache-dir", str(tmp_path / "batch")]
+        assert main([*common, *batched, "--out", str(tmp_path / "batch-out"), "-q"]) == 0
         stats = server.stats()
+    # one line after each round (after the time of day): who stopped, who runs on
+    assert lines[0] == "round 1 (4% of the whole set asked): none stopped; 2 running"
+    assert lines[-1] == (
+        f"round {len(lines)} (100% of the whole set asked): openai:a stopped by exhausted "
+        "(index —); openai:b stopped by exhausted (index —); 0 running"
+    )
     sync, batch = summary(tmp_path / "sync-out"), summary(tmp_path / "batch-out")
     assert [m["adaptive"] for m in batch["models"]] == [m["adaptive"] for m in sync["models"]]
     rounds = batch["adaptive"]["rounds"]
-    assert rounds > 1 and all(m["adaptive"]["rule"] == "exhausted" for m in batch["models"])
+    assert rounds == len(lines) > 1
+    assert all(m["adaptive"]["rule"] == "exhausted" for m in batch["models"])
     for m in batch["models"]:
         assert m["requests"]["batches"]["submitted"] == rounds and m["requests"]["sent"] == 120
     assert stats["batch_creates"] == 2 * rounds and stats["batch_lines"] == 240

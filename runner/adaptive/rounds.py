@@ -85,10 +85,12 @@ class Rounds:
         budget: Budget,
         limiters: Mapping[str, ProviderLimiter],
         deadline: float | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> dict[str, Stats]:
         """Ask ``models`` in rounds (see the module docstring) through ``send_round(models, suite)``
         (the round's suite: ``PrefixSuite``); each model's Stats merged over the rounds.
-        ``deadline`` (batch mode's ``--deadline``, Unix seconds): no round starts after it. Raises
+        ``deadline`` (batch mode's ``--deadline``, Unix seconds): no round starts after it; ``say``
+        prints one line after each round (``round_line``: who stopped, who runs on). Raises
         what ``send_round`` raises, ``OSError`` when the order cannot be recorded in the cache
         folder."""
         from dxi.scoring.sequential import round_sizes
@@ -140,12 +142,36 @@ class Rounds:
                 self.rounds, {label: self.standings[label] for label in newly}, self.asked
             )
             running = [m for m in running if m.label not in self.settled_at]
+            if say is not None:
+                say(self.round_line(newly, len(running)))
             if deadline is not None and time.time() >= deadline:
                 # past the deadline no round starts (what its batches left is missing: bounds)
                 break
         return {
             label: (merged(ps) if len(ps) != 1 else ps[0]) for label, ps in parts.items() if ps
         } | {label: _empty(m) for m in models if not parts[(label := m.label)]}
+
+    def round_line(self, newly: Sequence[str], running: int) -> str:
+        """The line after a round: "round 3 (15% of the whole set asked): m00 stopped by
+        precision=5 (index 0.0 [0.0, 4.6]); 9 running" (the share: of every evaluation's tasks)."""
+        assert self.order is not None
+        populations = self.order.populations()
+        asked = max((sum(a.values()) for a in self.asked.values()), default=0)
+        share = 100 * asked / max(sum(populations.values()), 1)
+        parts = []
+        for label in newly:
+            s = self.standings[label]
+            index = s.index
+            figure = (
+                "—"
+                if index.point is None
+                else f"{index.point:.1f} [{index.low:.1f}, {index.high:.1f}]"
+            )
+            parts.append(f"{label} stopped by {s.rule} (index {figure})")
+        return (
+            f"round {self.rounds} ({share:.0f}% of the whole set asked): "
+            f"{'; '.join(parts) or 'none stopped'}; {running} running"
+        )
 
     def assess(self, cache: Cache) -> dict[str, Standing]:
         """Score what each model was asked (``answers_asked``) and return ``standings`` of every
