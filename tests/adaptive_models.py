@@ -5,9 +5,9 @@ shapes, all rows distinct; WildGuardTest's labels in four combinations of unequa
 fully agreed). ``knowing(model)`` is a System One responder (``tests.fake_provider``:
 ``route_factories={"/v1/systemone": "tests.adaptive_models:knowing"}``) that reads the data folder
 named by ``$DXI_TEST_ADAPTIVE_DATA`` and answers each question of task ``t`` right exactly when
-``knows(model, t, question)``: sha256(model, task, question) below the model's ``SKILL``. A right
-answer puts 0.9 on the gold option (P(yes) 0.9 for a gold "yes"), a wrong one 0.9 on the first other
-option (P(yes) 0.1).
+``knows(model, t, question)``: sha256(model, task, question) below the model's ``SKILL`` (the
+near-twins share most of their draws). A right answer puts 0.9 on the gold option (P(yes) 0.9 for
+a gold "yes"), a wrong one 0.9 on the first other option (P(yes) 0.1).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 DATA_ENV = "DXI_TEST_ADAPTIVE_DATA"
 # the share of questions each model answers right: two far from every other (m00 never right, m100
-# always), six between, and two near-twins of equal skill
+# always), six between, and two near-twins of equal skill that agree on 98% of the questions
 SKILL = {
     "m00": 0.0,
     "m30": 0.30,
@@ -44,10 +44,19 @@ WGT_LABELS = (
 )
 
 
+def _draw(key: str, task_id: str, question: str) -> float:
+    digest = hashlib.sha256(f"{key}\0{task_id}\0{question}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
 def knows(model: str, task_id: str, question: str) -> bool:
-    """Whether ``model`` answers ``question`` of ``task_id`` right (see the module docstring)."""
-    digest = hashlib.sha256(f"{model}\0{task_id}\0{question}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < SKILL[model]
+    """Whether ``model`` answers ``question`` of ``task_id`` right (see the module docstring). The
+    near-twins draw from one shared key, except on 1 question in 50 where each draws its own: they
+    agree on about 98% of the questions."""
+    key = model
+    if model.startswith("twin-") and _draw(model, task_id, question + "\0own") >= 0.02:
+        key = "twin"
+    return _draw(key, task_id, question) < SKILL[model]
 
 
 def write_data(root: Path, n: int) -> Path:
