@@ -16,7 +16,7 @@ import jinja2
 import polars as pl
 
 from dxi.evals import EVALS, INDEX_TASKS
-from dxi.scoring import WEIGHTS, Scored, breakdowns, measures, provisional
+from dxi.scoring import WEIGHTS, Scored, adaptive, breakdowns, measures, provisional
 from dxi.scoring.calibration import CALIBRATION_METRICS
 from dxi.scoring.records import Summary, unset
 from dxi.scoring.replies import model_notes
@@ -130,8 +130,9 @@ def banner(summary: Summary, scored: Scored) -> list[str]:
     selection of tasks (``--limit``, ``--sample``), a stand-in dataset, a file holding fewer rows than the
     published index scores (When2Call's 300 of 3,423), more tasks than it scores (WildGuardTest's 880 against
     835), an evaluation without data or not selected, provisional figures (answers failed or missing:
-    ``provisional.notes``), or invalid plus failed answers above ``NOT_SCORED_SHARE`` of a model's answers in an evaluation."""
-    notes: list[str] = []
+    ``provisional.notes``), an adaptive run's estimates (``scoring.adaptive``), or invalid plus
+    failed answers above ``NOT_SCORED_SHARE`` of a model's answers in an evaluation."""
+    notes: list[str] = adaptive.sentences(summary)  # an adaptive run's figures: whole-set estimates
     data = summary.data
     limits = sorted({d["limit"] for d in data.values() if d.get("limit") is not None})
     if limits:

@@ -72,14 +72,21 @@ class KeyFilter:
 
 
 def merged(parts: Sequence[Stats]) -> Stats:
-    """One Stats summing ``parts`` (a model's synchronous and batch Stats); a BatchStats, with the batches'
-    own counts, when one of them is."""
-    batch = next((p for p in parts if isinstance(p, BatchStats)), None)
-    out: Stats = BatchStats() if batch is not None else Stats()
-    if batch is not None:
-        for f in fields(BatchStats):
-            if not any(f.name == g.name for g in fields(Stats)):
-                setattr(out, f.name, getattr(batch, f.name))
+    """One Stats summing ``parts`` (a model's synchronous and batch Stats, or an adaptive run's
+    rounds'); a BatchStats, with the batches' own counts (summed; the open batches joined;
+    ``in_batch`` and ``stopped`` the last part's that has them), when one of them is."""
+    batches = [p for p in parts if isinstance(p, BatchStats)]
+    out: Stats = BatchStats() if batches else Stats()
+    for f in fields(BatchStats) if batches else ():
+        if any(f.name == g.name for g in fields(Stats)):
+            continue
+        values = [getattr(b, f.name) for b in batches]
+        if f.name == "running":
+            out.running = {k: v for b in batches for k, v in b.running.items()}
+        elif f.name in ("in_batch", "stopped"):
+            setattr(out, f.name, next((v for v in reversed(values) if v), values[-1]))
+        else:
+            setattr(out, f.name, sum(values))
     for f in fields(Stats):
         if f.name not in ("errors", "started", "cost_usd"):
             setattr(out, f.name, sum(getattr(p, f.name) for p in parts))

@@ -42,6 +42,7 @@ _terminal = LazyModule("dxi.runner.outputs.terminal")
 _estimate = LazyModule("dxi.runner.planning.estimate")
 _progress = LazyModule("dxi.runner.sending.progress")
 _dispatch = LazyModule("dxi.runner.dispatch")
+_rounds = LazyModule("dxi.runner.adaptive.rounds")
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from .planning.estimate import Estimate
     from .planning.plan import ModelRun, Plan
     from .sending.cost import Budget
+    from .adaptive.rounds import Rounds
 
 SURVEY_WAIT_S = 0.5  # the longest the survey waits for the run's first outcome before starting anyway
 
@@ -102,11 +104,14 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
     ``cache.CacheWriteError`` (the cache could not be written)."""
     dist = dist if dist is not None else distributed.setup(None, plan, sending=True)
     budget = dist.budget(plan.max_cost)
+    rounds = None
+    if plan.until is not None:  # an adaptive run (``runner.adaptive``): rounds down the order
+        rounds = _rounds.Rounds(plan)
     limiters: dict = {}
     with Cache(plan.cache_dir, fsync=fsync, retry_invalid=retry_invalid, retry_failed=retry_failed,
                remote=dist.remote, roll_s=dist.roll_s) as cache:
         stats, remaining = uvloop.run(_graceful(plan, cache, console, budget, grace, dist, limiters, batch_options,
-                                                fallback_sync))
+                                                fallback_sync, rounds))
         requests = requests_block(stats)
         extra = {}
         if plan.max_cost is not None:
@@ -118,20 +123,27 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
                                     {label: s.refused for label, s in stats.items()})
         if stopped:
             extra["stopped_providers"] = stopped
+        if rounds is not None and rounds.order is not None:
+            extra["adaptive"] = rounds.block()
         # the last log parsed once, before scoring (which reads its rows from memory instead of parsing the
         # log twice) and written as a shard on the compactor thread while the scoring runs
         cache.close(wait=False)
         models = plan.models_frame()
         annotate(plan.suite, models=models, cache_dir=plan.cache_dir)  # models whose other runs selected other tasks
         summary = _files.score(cache, plan.suite, models, plan.out, requests, plan.epochs, plan.prices(), extra,
-                        batch_prices=plan.batch_prices(), tolerance=plan.tolerance())
+                               batch_prices=plan.batch_prices(), tolerance=plan.tolerance(),
+                               entries=None if rounds is None else rounds.entries())
+    if rounds is not None and rounds.order is not None:  # for `dxi score`, `report` and `view`
+        rounds.remember(models)
     if on_summary is not None:
         on_summary(summary)
     upload_failed = dist.finish()  # the run ends when its uploads are done
     dist.shard_note()
     refused, unanswered = batch_outcome(stats)
     sharded = dist.shard is not None and dist.shard.count > 1
-    code = exit_code(summary.accepted, stats, budget_stopped=budget.stopped, stopped=bool(stopped), refused=refused,
+    accepted = summary.accepted or (rounds is not None and rounds.accepted(summary))
+    code = exit_code(accepted, stats, budget_stopped=budget.stopped, stopped=bool(stopped),
+                     refused=refused,
                      unanswered=unanswered, sharded=sharded, upload_failed=upload_failed)
     return RunResult(stats, summary, stopped, extra.get("cost_bound"), budget.spent, refused, unanswered, upload_failed, code)
 
@@ -272,7 +284,8 @@ def prepare_scoring(suite) -> None:
 
 
 async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: Budget, grace: float,
-                    dist: distributed.Distributed, limiters: dict, batch_options, fallback_sync: bool
+                    dist: distributed.Distributed, limiters: dict, batch_options,
+                    fallback_sync: bool, rounds: Rounds | None = None
                     ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan (``_send``) under ``runner.signals.Graceful``: the first Ctrl-C or SIGTERM drains it
     (``runner.sending.stops.RunStop``), a second one or the end of ``grace`` cuts it short; either way it raises
@@ -280,7 +293,8 @@ async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: B
     stop = RunStop()
     with Graceful(stop.request, grace, stop.abandon) as graceful:
         try:
-            result = await _send(plan, cache, console, budget, grace, dist, limiters, stop, batch_options, fallback_sync)
+            result = await _send(plan, cache, console, budget, grace, dist, limiters, stop,
+                                 batch_options, fallback_sync, rounds)
         except asyncio.CancelledError:
             if graceful.aborted is None:
                 raise
@@ -291,7 +305,8 @@ async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: B
 
 
 async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budget, grace: float,
-                dist: distributed.Distributed, limiters: dict, stop: RunStop, batch_options, fallback_sync: bool
+                dist: distributed.Distributed, limiters: dict, stop: RunStop, batch_options,
+                fallback_sync: bool, rounds: Rounds | None = None
                 ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
     ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.sending.stops``).
@@ -299,7 +314,9 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
     not stop a run that needs neither. Each model is sent under its claim on the cache, synchronously or
     through its batch API (``runner.dispatch``; ``batch_options``: ``runner.batch.driver.BatchOptions``). Once
     ``stop`` is requested nothing more is sent and it returns as soon as the requests in flight are stored
-    (open batches keep running at the provider: the next run collects them)."""
+    (open batches keep running at the provider: the next run collects them). With ``rounds`` (an
+    adaptive run), the models are sent in rounds down the order, each round one ``send``
+    (``runner.adaptive``)."""
     cached = {m.label: n for m in plan.models if (n := all_cached(m, plan, cache, dist.shard)) is not None}
     idle = set(cached)
     _dispatch.settle_cached([m for m in plan.models if m.label in idle], cache)  # a batch whose rows are all in: closed
@@ -313,7 +330,7 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
         for m, problem in unreachable:  # its provider stops alone (runner.sending.stops): the others run
             limiters.setdefault(m.limits_key, ProviderLimiter(m.adapter.limits)).halt(problem)
         shard = dist.shard
-        if len(idle) == len(models):  # nothing to send: the counts are known, the run loop is not needed
+        if len(idle) == len(models) and rounds is None:  # nothing to send (the counts are known)
             stats = {m.label: Stats(total=cached[m.label], cache_hits=cached[m.label],
                                     cost_usd=None if m.price is None else 0.0) for m in models}
             if console is not None:
@@ -338,8 +355,13 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
             if console is not None:
                 console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, markup=False)
 
-        def sending():
-            return _dispatch.send(models, plan.suite, cache, on_progress=on_progress, budget=budget, limiters=limiters, shard=shard,
+        def sending(group=models, suite=plan.suite):
+            if rounds is not None and suite is plan.suite:  # each round: its part, through here
+                deadline = None if batch_options is None else batch_options.deadline
+                return rounds.run(models, cache, sending, stop=stop, budget=budget,
+                                  limiters=limiters, deadline=deadline, say=say)
+            return _dispatch.send(group, suite, cache, on_progress=on_progress, budget=budget,
+                        limiters=limiters, shard=shard,
                         batch=plan.batch, batch_overrides=plan.batch_overrides, limits_of=plan.batch_limits,
                         options=batch_options, fallback_sync=fallback_sync, say=say, stop=stop)
 

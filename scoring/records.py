@@ -96,7 +96,9 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     ``usage`` (tokens and USD, ``scoring.cost``); ``served_models``, ``served_differs`` and ``cut_off``
     (``scoring.replies.add_replies``); ``effort`` and ``p_yes_range``
     (``runner.outputs.files.model_settings``); ``measures`` (latency, cost of 1,000 decisions,
-    risk–coverage: ``scoring.measures``)."""
+    risk–coverage: ``scoring.measures``); ``adaptive`` (an adaptive run's: the questions asked per
+    evaluation, the rule that stopped the model, the whole-set estimates with their anytime-valid
+    intervals at stopping; written by the runner's adaptive rounds)."""
 
     model: str
     epochs: int
@@ -121,6 +123,7 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     effort: str | None | UnsetType = UNSET
     p_yes_range: list[float] | UnsetType = UNSET
     measures: dict[str, Any] | UnsetType = UNSET
+    adaptive: dict[str, Any] | UnsetType = UNSET
 
 
 class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -165,8 +168,11 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     and ``models``. Sometimes: ``provenance`` (``runner.outputs.provenance``; added when the outputs are written),
     ``intervals`` and ``calibration`` (with the scored tables), ``usage`` (the run's tokens and USD),
     ``comparison_method``, ``comparisons`` and ``ranking`` (with paired comparisons), ``cost_bound``
-    (``dxi run --max-cost``), ``stopped_providers`` (``runner.sending.stops``) and ``measures`` (how the
-    models' measures are computed: ``scoring.measures.describe``)."""
+    (``dxi run --max-cost``), ``stopped_providers`` (``runner.sending.stops``), ``measures`` (how the
+    models' measures are computed: ``scoring.measures.describe``) and ``adaptive`` (``dxi run
+    --until``: its rule, the order's seed, the rounds asked; written by the runner's adaptive
+    rounds; the models' figures are then estimates of the whole set from the part each was
+    asked)."""
 
     prompt_version: str
     provenance: dict[str, Any] | UnsetType = UNSET
@@ -185,6 +191,7 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     cost_bound: dict[str, Any] | UnsetType = UNSET
     stopped_providers: list[dict[str, Any]] | UnsetType = UNSET
     measures: dict[str, Any] | UnsetType = UNSET
+    adaptive: dict[str, Any] | UnsetType = UNSET
 
     def entry(self, label: str) -> ModelEntry:
         """The model entry of ``label``; KeyError when the summary has none."""

@@ -32,7 +32,7 @@ from aiohttp import web
 
 from dxi.evals import EVALS
 from dxi.hosts import is_loopback_host  # noqa: F401  (dxi view and its tests use it)
-from dxi.scoring import measures, provisional
+from dxi.scoring import adaptive, measures, provisional
 from dxi.scoring.calibration import ECE_BINS
 from dxi.scoring.records import unset
 from dxi.scoring.replies import model_notes
@@ -92,6 +92,7 @@ def _environment() -> jinja2.Environment:
     env.globals.update(url=_url, task_url=task_url, num=_num, when=_when, EVALS=EVALS, METRICS=METRICS, METRIC_TITLES=METRIC_TITLES,
                        STATUSES=VIEW_STATUSES, SORTS=SORTS, CELLS=CELLS, BINS=ECE_BINS, MARK=provisional.MARK, pvalue=_pvalue,
                        provisional_notes=provisional.notes, model_notes=model_notes,
+                       adaptive_notes=adaptive.sentences,
                        span=provisional.span)
     env.globals["measure_rows"] = measures.model_rows  # (evaluation or "all", block) of a model
     return env

@@ -100,7 +100,8 @@ def add_data(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--sample", type=numbers.TASKS, metavar="N",
                    help="a seeded sample of N tasks of each evaluation, stratified by its gold classes (When2Call "
                         "reply type, WildGuardTest labels, HLE category, Omniscience domain)")
-    g.add_argument("--seed", type=numbers.SEED, metavar="S", help="the seed of --sample (default: 0)")
+    g.add_argument("--seed", type=numbers.SEED, metavar="S",
+                   help="the seed of --sample, and of --until's order (default: 0)")
     g.add_argument("--all-tasks", action="store_true",
                    help="every task of each evaluation (the default of run and estimate; score, report, export and "
                         "view otherwise score the tasks the runs recorded in the cache selected)")

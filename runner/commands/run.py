@@ -25,6 +25,7 @@ examples:
   dxi run --model embedded                              the whole index on the embedded decision model
   dxi run --model embedded --sample 20 --seed 1         20 tasks of each evaluation, stratified
   dxi run examples/run.toml --max-cost 5                every model of a run file, under a cost bound
+  dxi run examples/run.toml --until separated           stop each model once its place is settled
   dxi run --model anthropic:claude-sonnet-5-5 --effort low --sample 20
                                                         a current hosted model at low effort (needs its key)
 """
@@ -45,9 +46,28 @@ def add_parser(sub) -> None:
     options.add_cache(c)
     c.add_argument("--fsync", action="store_true",
                    help="fsync each reply (survives power loss, not just a killed process; slower)")
+    a = s.add_argument_group("adaptive run (docs/adaptive.md)")
+    a.add_argument("--until", type=_until, metavar="RULE",
+                   help="ask the questions in rounds down a seeded random order (--seed) and stop "
+                        "each model once settled: precision=P (its whole-set index known to +-P "
+                        "points, 95%% anytime-valid; precision=P:all: every metric too) or "
+                        "separated[=D] (its place among the others settled, ties within D points, "
+                        "default 1)")
     options.add_batch_flags(s.add_argument_group("batch mode (docs/batch.md)"), run=True)
     options.add_output(s.add_argument_group("output"), scores=True)
     distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "run")
+
+
+def _until(text: str) -> str:
+    """``--until``'s type: the text, checked by ``scoring.sequential.Until.parse`` (an error exits 2
+    with its message). The scoring is imported only when the flag is given."""
+    from dxi.scoring.sequential import Until
+
+    try:
+        Until.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -68,6 +88,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
         raise UsageError("--deadline is for batch mode: give --batch too (or batch = true in the run file)")
     paths.cache_folder(plan.cache_dir, options.named(args, "cache_dir", "--cache-dir"))  # before the first request
     paths.output_folder(plan.out, options.named(args, "out", "--out"))
+    if plan.until is not None and getattr(args, "shard", None):
+        raise UsageError("--until and --shard do not combine: each round is decided on every answer of a "
+                         "model, which one shard does not hold; run an adaptive run in one process")
     dist = distributed.setup(args, plan, sending=True)  # a remote cache's mirror goes into the cache folder
     try:
         result = session.run(plan, console=None if args.quiet else console, grace=args.grace, fsync=args.fsync,

@@ -20,12 +20,14 @@ from dxi.scoring.replies import add_replies, usage_and_replies
 from dxi.scoring.scored import ScoredRun
 from dxi.scoring.ties import add_ties, rounded_counts, tie_counts
 
+from .adaptive import attach
 from .provenance import provenance
 
 
 def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
           epochs: int = 1, prices: dict[str, tuple[float, float] | None] | None = None, extra: dict | None = None,
-          batch_prices: dict | None = None, tolerance: Tolerance | None = None) -> Summary:
+          batch_prices: dict | None = None, tolerance: Tolerance | None = None,
+          entries: dict[str, dict] | None = None) -> Summary:
     """Score ``models`` (``scoring.MODELS_SCHEMA`` rows, plus an optional ``epochs`` column: a model's own
     number of epochs, else ``epochs``) from the cache over the suite's tasks, write ``out/summary.json``
     and ``out/answers.parquet`` (each written to a temporary name, then renamed) and return the summary.
@@ -34,23 +36,26 @@ def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests:
     tokens; None or absent: no price) make the usage blocks' costs (``batch_prices``: of the requests a
     provider batch answered; default half, ``scoring.cost.batch_price``); ``extra`` sets the summary's optional
     fields (``cost_bound``, ``stopped_providers``: ``scoring.records.Summary``);
-    ``tolerance`` is ``--allow-failed``'s (``scoring.provisional``).
+    ``tolerance`` is ``--allow-failed``'s (``scoring.provisional``); ``entries`` (label ->
+    {field: value}) sets model entries' optional fields (an adaptive run's ``adaptive`` blocks,
+    ``runner.adaptive``).
 
     A shard damaged where start-up does not look (outside the index columns) fails here: it is moved to
     the cache's quarantine/ (``Cache.read``) and scoring goes on without it; its answers count as
     missing, and the next ``dxi run`` sends those requests again."""
     return score_all(cache, suite, models, out, requests, epochs, prices=prices, extra=extra, batch_prices=batch_prices,
-                     tolerance=tolerance)[0]
+                     tolerance=tolerance, entries=entries)[0]
 
 
 def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None, requests: dict[str, dict] | None,
               epochs: int = 1, breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
               extra: dict | None = None, batch_prices: dict | None = None,
-              tolerance: Tolerance | None = None) -> ScoredRun:
+              tolerance: Tolerance | None = None, entries: dict[str, dict] | None = None
+              ) -> ScoredRun:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
     that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own files)."""
     summary, scored = summarize(cache, suite, models, requests, epochs, breakdowns, prices, extra,
-                                batch_prices=batch_prices, tolerance=tolerance)
+                                batch_prices=batch_prices, tolerance=tolerance, entries=entries)
     if out is None:
         return ScoredRun(summary, scored)
     out.mkdir(parents=True, exist_ok=True)
@@ -66,8 +71,8 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None
 def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[str, dict] | None, epochs: int = 1,
               breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
               extra: dict | None = None, each: Callable[[pl.DataFrame], None] | None = None,
-              batch_prices: dict | None = None, tolerance: Tolerance | None = None
-              ) -> ScoredRun:
+              batch_prices: dict | None = None, tolerance: Tolerance | None = None,
+              entries: dict[str, dict] | None = None) -> ScoredRun:
     """``score_all`` without writing anything: the summary (as summary.json holds it) and the tables
     (``dxi view`` shows them; the cache is only read).
 
@@ -119,10 +124,22 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     summary = measures.add_measures(summary, measures.call_measures(calls),
                                     measures.confidence_measures(confidence))
     summary = msgspec.structs.replace(model_settings(summary, models), **(extra or {}))
+    for entry in summary.models:  # the fields the run sets (an adaptive run's ``adaptive``)
+        for name, value in (entries or {}).get(entry.model, {}).items():
+            setattr(entry, name, value)
+    if requests is None:  # the cache alone: an adaptive run's part-asked models marked (its record)
+        summary = attach(summary, configs(models), cache.root)
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked here,
     # when the result is written, never before the first request
     summary.provenance = provenance()
     return ScoredRun(summary, scored)
+
+
+def configs(models: pl.DataFrame) -> dict[str, tuple]:
+    """Label -> (provider, model, endpoint, params) of a ``scoring.MODELS_SCHEMA`` frame: a model's
+    configuration as the cache tells models apart."""
+    return {r["label"]: (r["provider"], r["model"], r["endpoint"], r["params"])
+            for r in models.iter_rows(named=True)}
 
 
 def model_settings(summary: Summary, models: pl.DataFrame) -> Summary:

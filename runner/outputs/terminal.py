@@ -14,7 +14,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from dxi.evals import EVALS
-from dxi.scoring import provisional
+from dxi.scoring import adaptive, provisional
 from dxi.scoring.records import UNSET, ModelEntry, Summary, unset
 from dxi.scoring.replies import model_notes
 from dxi.scoring.summary import selection_flags
@@ -269,6 +269,21 @@ def _adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> st
     return "; adjacent: " + ", ".join(parts) if parts else ""
 
 
+def print_adaptive(summary: Summary, console: Console, keys: list[str] | None = None) -> None:
+    """An adaptive run's note and table (``scoring.adaptive``): each model's questions asked,
+    whole-set index estimate with its anytime-valid interval, and the rule and round that stopped
+    it; nothing for another run."""
+    text = adaptive.note(summary)
+    if text is None:
+        return
+    console.print(f"[yellow]{escape(text)}[/]")
+    key_of = dict(zip(summary.labels, keys or summary.labels, strict=True))
+    rows: Rows = [([key_of.get(r[0], r[0]), *r[1:]], None) for r in adaptive.rows(summary)]
+    columns = [(h, h, "left" if i in (0, 4) else "right") for i, h in enumerate(adaptive.HEADERS)]
+    title = "Adaptive run: estimates of the whole set"
+    console.print(_fitted(console, _variants(title, columns, rows)))
+
+
 def print_summary(summary: Summary, console: Console, out: Path | None = None) -> None:
     """The index table (fitted to the terminal: long or short headers, full model names or keys with a
     legend), then what data was used and anything the reader must know (once per model: another model served
@@ -286,6 +301,7 @@ def print_summary(summary: Summary, console: Console, out: Path | None = None) -
         console.print("Ranked by Decision Index in statistically tied groups (max-T step-down over "
                       f"every pair, adjusted p < 0.05): {named}"
                       + _adjacent(summary, [m for g in groups for m in g], key_of), markup=False)
+    print_adaptive(summary, console, keys)
     console.print("Data used:")
     for name, d in summary.data.items():
         title = EVALS[name].title

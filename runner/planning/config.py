@@ -7,6 +7,7 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     cache_dir = ".dxi-cache"
     out = "out"
     max_cost = 20.0                  # USD; optional
+    until = "precision=5"            # optional: an adaptive run (docs/adaptive.md); or "separated"
     allow_failed = 5                 # optional: failed or missing answers accepted per model and evaluation
                                      # (or a fraction of its answers: 0.01, "1%"); see --allow-failed
     cache_remote = "s3://team-bucket/dxi"   # optional: a shared remote cache (docs/distributed.md)
@@ -144,6 +145,7 @@ class RunFile(_Struct):
     epochs: int = 1
     cache_remote: str | None = None  # s3://bucket/prefix, gs://..., file:///dir (docs/distributed.md)
     coordinator: str | None = None   # redis://HOST:PORT/DB
+    until: str | None = None         # an adaptive run's rule (``scoring.sequential.Until.parse``)
     evals: Evals = Evals()
     providers: dict[str, Provider] = {}
     path: str = ""
@@ -285,8 +287,16 @@ def load(path: Path | str) -> RunFile:
     number(("evals", "seed"), evals.seed, numbers.SEED)
     if evals.sample is not None and evals.limit is not None:
         raise fail(("evals", "sample"), "sample and limit do not combine: give one")
-    if evals.seed is not None and evals.sample is None:
-        raise fail(("evals", "seed"), "seed is the seed of sample: give sample too")
+    if evals.seed is not None and evals.sample is None and run.until is None:
+        raise fail(("evals", "seed"),
+                   "seed is the seed of sample (or of until's order): give sample or until too")
+    if run.until is not None:
+        from dxi.scoring.sequential import Until  # (Polars: adaptive runs score between rounds)
+
+        try:
+            Until.parse(run.until)
+        except ValueError as exc:
+            raise fail(("until",), str(exc)) from None
     number(("epochs",), run.epochs, numbers.EPOCHS)
     number(("max_cost",), run.max_cost, numbers.MAX_COST)
     if run.allow_failed is not None:

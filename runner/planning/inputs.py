@@ -35,7 +35,8 @@ class PlanInputs:
     ``out``: folders (default: ``runner.planning.datadir.default_data_dir()``, ``.dxi-cache``, ``out``, or the run
     file's); ``files``: evaluation name -> its file, over the one found under ``data_dir``; ``evals``: the
     evaluations (names, or one comma-separated text; default: all four); ``limit``: the first N tasks of each;
-    ``sample`` / ``seed``: a stratified sample of N tasks of each and its seed; ``all_tasks``: every task
+    ``sample`` / ``seed``: a stratified sample of N tasks of each and its seed (``seed`` is also
+    the seed of ``until``'s order); ``all_tasks``: every task
     (``dxi score`` otherwise scores what the runs selected, ``runner.planning.selection``); ``exclude``: exclusion
     lists, ``[EVAL=]FILE`` each; ``wildguard_subset``: ``agreed`` (default) or ``all``; ``epochs``: requests
     per task (default 1, or the run file's); ``effort``: the reasoning effort of every language model
@@ -44,7 +45,10 @@ class PlanInputs:
     tokens; ``max_cost``: the cost bound, USD; ``allow_failed``: the tolerance of failed answers, as
     ``runner.planning.config.allow_failed`` returns it; ``limits``: ``adapters.Limits`` fields (``rpm``,
     ``attempt_timeout_s``, ...) over every provider's; ``batch``: every model through its provider's batch
-    API; ``batch_size``: requests per batch; ``cache_remote``: a remote cache tier's URI (a run uploads to it, scoring reads it).
+    API; ``batch_size``: requests per batch; ``until``: an adaptive run's stopping rule, as
+    ``--until`` takes it ("precision=5", "separated": ``scoring.sequential.Until.parse``;
+    docs/adaptive.md); ``cache_remote``: a remote cache tier's URI (a run uploads to it, scoring
+    reads it).
 
     Strings are accepted where paths are expected, lists where tuples are.
     """
@@ -73,6 +77,7 @@ class PlanInputs:
     batch: bool = False
     batch_size: int | None = None
     cache_remote: str | None = None
+    until: str | None = None
 
     def __post_init__(self):
         for name in _PATHS:

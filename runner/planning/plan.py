@@ -8,8 +8,9 @@ once, by ``from_inputs``). It reads the run file (``run_file``: TOML, ``runner.p
 models (``--model``). With a run file, these flags override it (paths given on the command line are relative
 to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
 per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
-``--effort`` (every model with an effort setting), ``--max-cost``, ``--allow-failed``, and the limits flags
-(``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``, ``--max-attempts``, ``--backoff``,
+``--effort`` (every model with an effort setting), ``--max-cost``, ``--allow-failed``, ``--until``, and
+the limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``, ``--max-attempts``,
+``--backoff``,
 ``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--sample`` /
 ``--seed`` and ``--all-tasks`` (instead of the file's ``limit`` or ``sample``); ``--price`` (over a model's
 ``price``); ``--exclude`` adds to the file's lists; ``--model``,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from dxi.scoring.provisional import Tolerance
+    from dxi.scoring.sequential import Until
 
 
 @dataclass
@@ -113,6 +115,8 @@ class Plan:
     batch_overrides: dict = field(default_factory=dict)  # label -> the run file's (batch_input, batch_output)
     batch_limits: dict = field(default_factory=dict)  # label -> (requests per batch, enqueued tokens), None: the provider's
     allow_failed: dict | None = None  # the tolerance of provisional figures (``config.allow_failed``)
+    until: Until | None = None  # an adaptive run's rule (``runner.adaptive``; None: every task)
+    seed: int | None = None  # the adaptive order's seed (``runner.adaptive.order``; None: default)
 
     def tolerance(self) -> Tolerance | None:
         """``allow_failed`` as scoring takes it (imports the scoring: call it when scoring)."""
@@ -220,7 +224,7 @@ def _exclude_item(item: str, base: Path | None = None) -> tuple[str | None, Path
 
 def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[str | None, Path]], limit: int | None,
            subset: str, selected: tuple[str, ...] | None, sample: int | None = None, seed: int | None = None,
-           all_tasks: bool = False) -> Suite:
+           all_tasks: bool = False, until: bool = False) -> Suite:
     if limit is not None and limit < 1:
         raise UsageError("--limit must be at least 1")
     if sample is not None and sample < 1:
@@ -228,8 +232,9 @@ def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[st
     if sample is not None and limit is not None:
         raise UsageError("--sample and --limit do not combine: --limit N takes the first N tasks of each evaluation, "
                         "--sample N a stratified sample of N; give one")
-    if seed is not None and sample is None:
-        raise UsageError("--seed is the seed of --sample: give --sample N too")
+    if seed is not None and sample is None and not until:
+        raise UsageError("--seed is the seed of --sample (or of --until's order): give --sample N or "
+                         "--until too")
     if all_tasks and (sample is not None or limit is not None):
         raise UsageError(f"--all-tasks and --{'sample' if sample is not None else 'limit'} do not combine: --all-tasks "
                         "takes every task of each evaluation; give one")
@@ -358,13 +363,29 @@ def from_inputs(inputs: PlanInputs) -> Plan:
                 inputs.cache_dir or Path(".dxi-cache"), inputs.out or Path("out"), epochs or 1, max_cost, None,
                 batch=frozenset(m.label for m in models) if inputs.batch else frozenset(),
                 batch_limits={m.label: (size, None) for m in models}, allow_failed=inputs.allow_failed,
-                cache_remote=inputs.cache_remote)
+                cache_remote=inputs.cache_remote, until=until_of(inputs.until, "--until"),
+                seed=inputs.seed)
 
 
 def _allow_failed(inputs: PlanInputs, run: config.RunFile) -> dict | None:
     """``--allow-failed`` (already parsed by ``config.allow_failed``), else the run file's."""
     given = inputs.allow_failed
     return given if given is not None else (None if run.allow_failed is None else config.allow_failed(run.allow_failed))
+
+
+def until_of(text: str | None, where: str) -> Until | None:
+    """``--until``'s (or a run file's ``until``) text as ``scoring.sequential.Until`` (None: not
+    given); UsageError naming ``where`` and the accepted forms for a bad one. Imports the scoring
+    (Polars): an adaptive run scores between its rounds anyway."""
+    if text is None:
+        return None
+    from dxi.scoring.sequential import Until
+
+    try:
+        return Until.parse(text)
+    except ValueError as exc:
+        message = str(exc)
+        raise UsageError(message if message.startswith(where) else f"{where}: {message}") from None
 
 
 def tolerance(allow_failed: dict | None) -> Tolerance | None:
@@ -380,7 +401,8 @@ def suite_of(inputs: PlanInputs) -> Suite:
     selected = selected_evals(inputs.evals) if inputs.evals else None
     data_dir = inputs.data_dir if inputs.data_dir is not None else default_data_dir()
     return _suite(data_dir, dict(inputs.files), [_exclude_item(e) for e in inputs.exclude], inputs.limit,
-                  inputs.wildguard_subset or "agreed", selected, inputs.sample, inputs.seed, inputs.all_tasks)
+                  inputs.wildguard_subset or "agreed", selected, inputs.sample, inputs.seed,
+                  inputs.all_tasks, until=inputs.until is not None)
 
 
 def with_effort(frame: pl.DataFrame) -> pl.DataFrame:
@@ -499,9 +521,12 @@ def _from_file(inputs: PlanInputs, epochs: int | None, max_cost: float | None) -
     limit = inputs.limit if inputs.limit is not None else (run.evals.limit if sample is None and not all_tasks else None)
     if inputs.limit is None and sample is None and not all_tasks:  # the file's sample, unless the command line chose
         sample, seed = run.evals.sample, run.evals.seed if seed is None else seed
+    until_text = inputs.until if inputs.until is not None else run.until
     suite = _suite(data_dir, files, exclude, limit, inputs.wildguard_subset or run.evals.wildguard_subset, selected,
                    sample, seed if sample is not None else None, all_tasks)
+    until = until_of(until_text, "--until" if inputs.until is not None else f"{path}: until")
     return Plan(models, suite, data_dir, inputs.cache_dir or run.resolve(run.cache_dir),
                 inputs.out or run.resolve(run.out), epochs or run.epochs, max_cost if max_cost is not None else run.max_cost,
                 path, inputs.cache_remote or run.cache_remote, run.coordinator, frozenset(batch), overrides_of, batch_limits,
-                allow_failed=_allow_failed(inputs, run))
+                allow_failed=_allow_failed(inputs, run), until=until,
+                seed=inputs.seed if inputs.seed is not None else run.evals.seed)

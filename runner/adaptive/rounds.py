@@ -1,0 +1,265 @@
+"""An adaptive run's rounds (``dxi run --until``; docs/adaptive.md).
+
+The questions are asked in rounds down the order (``runner.adaptive.order``): before round ``k``
+every running model has been asked the first ``asked[e]`` tasks of each evaluation ``e``; round
+``k`` asks the next ``scoring.sequential.round_sizes(asked, populations, round_index=k)`` of each
+(every evaluation at the same fraction), one ``send`` per round over the running models
+(``runner.dispatch.send``: under each model's claim on the cache, synchronously or as one batch per
+model with ``--batch``) over the round's new tasks only. After the round the asked part is scored
+from the cache, by the pipeline ``dxi score`` uses (``scoring.answers``: failed and missing answers
+stay in, for the bounds), each model restricted to the tasks it was asked, and
+``scoring.sequential.standings`` says which models are settled: those stop receiving requests. The
+run ends when every model is settled (a model asked the whole set is settled as ``exhausted``).
+
+Nothing is decided from a round that did not finish: a Ctrl-C or SIGTERM (``runner.stops.RunStop``),
+the cost bound or an error ends the rounds as it is (batch mode's ``--deadline`` ends them after the
+round it cuts, which is scored: what its batches left counts as missing), with every decision taken
+before it in the journal (``runner.outputs.adaptive``); a model whose provider stopped
+(``runner.stops``) leaves the rounds unsettled. The rounds depend only on the order and the cache's
+answers, so a rerun after a kill replays them from the cache (everything asked is a cache hit:
+nothing is sent twice) and continues the same sequence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from dxi import scoring
+from dxi.scoring.sequential import round_sizes, standings
+
+from ..dispatch import merged
+from ..outputs.adaptive import Journal, model_block, remember
+from ..outputs.files import configs
+from ..sending.scheduler import Stats
+from .order import DEFAULT_SEED, Order, PrefixSuite, order_of
+
+if TYPE_CHECKING:
+    from dxi.cache import Cache
+    from dxi.evals import Suite
+    from dxi.scoring.records import Summary
+    from dxi.scoring.sequential import Standing, Until
+
+    from ..planning.plan import ModelRun, Plan
+    from ..sending.cost import Budget
+    from ..sending.limits import ProviderLimiter
+    from ..sending.stops import RunStop
+
+SendRound = Callable[[list["ModelRun"], "Suite"], Awaitable[dict[str, "Stats"]]]
+
+
+@dataclass
+class Rounds:
+    """One adaptive run's state: ``plan`` (its ``until`` and ``seed``), then, as the rounds go,
+    ``order`` (read or recorded before the first round), ``asked`` (model label -> evaluation ->
+    tasks asked, its prefix of the order), ``standings`` (label -> its latest
+    ``scoring.sequential.Standing``), ``settled_at`` (label -> the round, 1-based, after which it
+    stopped), ``stopped`` (label -> why it left the rounds unsettled: its provider stopped) and
+    ``rounds`` (the rounds asked)."""
+
+    plan: Plan
+    order: Order | None = None
+    asked: dict[str, dict[str, int]] = field(default_factory=dict)
+    standings: dict[str, Standing] = field(default_factory=dict)
+    settled_at: dict[str, int] = field(default_factory=dict)
+    stopped: dict[str, str] = field(default_factory=dict)
+    rounds: int = 0
+
+    @property
+    def until(self) -> Until:
+        assert self.plan.until is not None
+        return self.plan.until
+
+    @property
+    def seed(self) -> int:
+        return DEFAULT_SEED if self.plan.seed is None else self.plan.seed
+
+    async def run(
+        self,
+        models: Sequence[ModelRun],
+        cache: Cache,
+        send_round: SendRound,
+        *,
+        stop: RunStop,
+        budget: Budget,
+        limiters: Mapping[str, ProviderLimiter],
+        deadline: float | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> dict[str, Stats]:
+        """Ask ``models`` in rounds (see the module docstring) through ``send_round(models, suite)``
+        (the round's suite: ``PrefixSuite``); each model's Stats merged over the rounds.
+        ``deadline`` (batch mode's ``--deadline``, Unix seconds): no round starts after it; ``say``
+        prints one line after each round (``round_line``: who stopped, who runs on). Raises
+        what ``send_round`` raises, ``OSError`` when the order cannot be recorded in the cache
+        folder."""
+        self.order = order = await asyncio.to_thread(
+            order_of, self.plan.suite, self.seed, self.plan.cache_dir
+        )
+        journal = Journal.of(order.path, self.until)
+        populations = order.populations()
+        parts: dict[str, list[Stats]] = {m.label: [] for m in models}
+        running = list(models)
+        asked = dict.fromkeys(populations, 0)
+        for m in models:
+            self.asked[m.label] = dict(asked)
+        while running:
+            more = round_sizes(asked, populations, round_index=self.rounds)
+            target = {
+                n: min(populations[n], asked[n] + max(0, more.get(n, 0))) for n in populations
+            }
+            # nothing left to ask: standings below has settled them as exhausted
+            if target == asked:
+                break
+            stats = await send_round(
+                running, PrefixSuite.of(self.plan.suite, order, target, start=asked)
+            )
+            for label, s in stats.items():
+                parts[label].append(s)
+            for m in running:
+                self.asked[m.label] = dict(target)
+            asked = target
+            self.rounds += 1
+            if stop.requested or budget.stopped:
+                break  # an unfinished round decides nothing
+            for m in running:
+                limiter = limiters.get(m.limits_key)
+                if limiter is not None and (
+                    limiter.halted is not None or m.label in limiter.stopped_models
+                ):
+                    self.stopped[m.label] = (
+                        "its provider stopped (runner.stops): the next run continues it"
+                    )
+            running = [m for m in running if m.label not in self.stopped]
+            standings = await asyncio.to_thread(self.assess, cache)
+            self.standings |= standings
+            newly = [m.label for m in running if standings[m.label].settled]
+            for label in newly:
+                self.settled_at[label] = self.rounds
+            journal.append(
+                self.rounds, {label: self.standings[label] for label in newly}, self.asked
+            )
+            running = [m for m in running if m.label not in self.settled_at]
+            if say is not None:
+                say(self.round_line(newly, len(running)))
+            if deadline is not None and time.time() >= deadline:
+                # past the deadline no round starts (what its batches left is missing: bounds)
+                break
+        return {
+            label: (merged(ps) if len(ps) != 1 else ps[0]) for label, ps in parts.items() if ps
+        } | {label: _empty(m) for m in models if not parts[(label := m.label)]}
+
+    def round_line(self, newly: Sequence[str], running: int) -> str:
+        """The line after a round: "round 3 (15% of the whole set asked): m00 stopped by
+        precision=5 (index 0.0 [0.0, 4.6]); 9 running" (the share: of every evaluation's tasks)."""
+        assert self.order is not None
+        populations = self.order.populations()
+        asked = max((sum(a.values()) for a in self.asked.values()), default=0)
+        share = 100 * asked / max(sum(populations.values()), 1)
+        parts = []
+        for label in newly:
+            s = self.standings[label]
+            index = s.index
+            figure = (
+                "—"
+                if index.point is None
+                else f"{index.point:.1f} [{index.low:.1f}, {index.high:.1f}]"
+            )
+            parts.append(f"{label} stopped by {s.rule} (index {figure})")
+        return (
+            f"round {self.rounds} ({share:.0f}% of the whole set asked): "
+            f"{'; '.join(parts) or 'none stopped'}; {running} running"
+        )
+
+    def assess(self, cache: Cache) -> dict[str, Standing]:
+        """Score what each model was asked (``answers_asked``) and return ``standings`` of every
+        model."""
+        assert self.order is not None
+        return standings(
+            self.answers_asked(cache), self.order.populations(), self.until, order=self.order.evals
+        )
+
+    def answers_asked(self, cache: Cache) -> pl.DataFrame:
+        """The per-answer frame (``scoring.answers``: one row per model, question and epoch, failed
+        and missing answers included) of every model of the plan over the tasks it was asked."""
+        assert self.order is not None
+        widest = {n: max(a.get(n, 0) for a in self.asked.values()) for n in self.order.evals}
+        gold, categories = PrefixSuite.of(self.plan.suite, self.order, widest).gold_frames()
+        models = self.plan.models_frame()
+        answers = cache.read(
+            lambda rows: scoring.answers(rows, models, gold, categories, self.plan.epochs)
+        )
+        pairs = pl.DataFrame(
+            [
+                (label, task_id)
+                for label, counts in self.asked.items()
+                for name, n in counts.items()
+                for task_id in self.order.prefix(name, n)
+            ],
+            schema={"label": pl.String, "task_id": pl.String},
+            orient="row",
+        )
+        keys = answers.select(pl.col("label").cast(pl.String), pl.col("task_id").cast(pl.String))
+        keep = keys.with_row_index("_row").join(pairs, on=["label", "task_id"], how="semi")["_row"]
+        return answers[keep.sort()]
+
+    def block(self) -> dict:
+        """summary.json's top-level ``adaptive`` block: ``until`` (as given), ``seed``, ``rounds``
+        asked, ``order`` (the file in the cache folder recording the sequence) and ``populations``
+        (evaluation -> tasks of the whole set)."""
+        assert self.order is not None
+        return {
+            "until": str(self.until),
+            "seed": self.seed,
+            "rounds": self.rounds,
+            "order": str(self.order.path),
+            "populations": self.order.populations(),
+        }
+
+    def model_blocks(self) -> dict[str, dict]:
+        """Label -> summary.json's ``models[i].adaptive``: ``asked`` (evaluation -> tasks asked),
+        ``settled``, ``rule`` (what stopped it: "precision=5", "separated=1", "exhausted"; None
+        while it was still running), ``round`` (the round after which it stopped, or None),
+        ``reason``, ``index`` (the whole-set estimate ``{"point", "low", "high"}``, 0-100, with its
+        anytime-valid 95% interval at stopping) and ``metrics`` ("<evaluation>.<metric>" -> the
+        same)."""
+        return {
+            label: model_block(
+                asked,
+                self.standings.get(label),
+                self.settled_at.get(label),
+                self.stopped.get(label),
+            )
+            for label, asked in self.asked.items()
+        }
+
+    def remember(self, models: pl.DataFrame) -> None:
+        """Record the outcome in the cache folder (``runner.outputs.adaptive.remember``) for the commands that
+        rescore it; ``models``: the plan's ``models_frame``."""
+        remember(self.plan.cache_dir, self.block(), self.model_blocks(), configs(models))
+
+    def entries(self) -> dict[str, dict] | None:
+        """Label -> {"adaptive": its block}, as ``runner.outputs.files.score`` sets them on the model
+        entries (None before the order was read: the run stopped before its first round)."""
+        if self.order is None:
+            return None
+        return {label: {"adaptive": block} for label, block in self.model_blocks().items()}
+
+    def accepted(self, summary: Summary) -> bool:
+        """Whether the adaptive run's result stands although the summary is not complete (its models
+        were not asked the whole set, by design): every model settled and no failed answer in what
+        was asked (the summary's per-evaluation ``failed`` counts; the questions not asked are
+        ``missing``)."""
+        if self.order is None or set(self.settled_at) != set(self.asked):
+            return False
+        return all(
+            block.get("failed", 0) == 0 for m in summary.models for block in m.evals.values()
+        )
+
+
+def _empty(model: ModelRun) -> Stats:
+    return Stats(cost_usd=None if model.price is None else 0.0)

@@ -1,0 +1,709 @@
+"""Adaptive runs, the runner's side (issue 35; docs/adaptive.md): the seeded stratified order
+recorded in the cache (``runner.adaptive.order``), ``--until`` and the run file's ``until`` checked
+when parsed, the rounds (``runner.adaptive.rounds``) against a loopback System One server whose ten
+models have known per-question answers (``tests.helpers.adaptive_models``): each model stops exactly where
+``scoring.sequential.standings`` says when the rounds are replayed by hand from the recorded order
+and the cache's answers; a kill -9 between two rounds loses nothing and the rerun asks the same
+sequence without sending anything twice; ``--max-cost`` and ``--batch`` combine with it; a later run
+without ``--until`` completes the models from where they stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import msgspec
+import orjson
+import polars as pl
+import pytest
+
+from dxi import scoring
+from dxi.cache import Cache
+from dxi.evals import PROMPT_VERSION, Suite, discover
+from dxi.runner import rescore
+from dxi.runner.planning import plan
+from dxi.runner.adaptive.order import Order, PrefixSuite, digest, order_of, ordered
+from dxi.runner.outputs.adaptive import ORDER_DIR
+from dxi.runner.cli import main
+from dxi.runner.errors import EXIT_COST_BOUND, UsageError
+from dxi.runner.planning.inputs import PlanInputs
+from dxi.runner.planning.sample import stratum
+from dxi.scoring import records
+from dxi.scoring.sequential import Until, round_sizes, standings
+
+from . import synthetic
+from .helpers.adaptive_models import DATA_ENV, MODELS, write_data
+from .fake_provider import serve
+from .servers import free_port
+
+N = 100  # tasks of each evaluation: 400 in all, so each model asks between 16 and 400
+ROUTE = {"/v1/systemone": "tests.helpers.adaptive_models:knowing"}
+
+
+# ---- the order
+# ------------------------------------------------------------------------------------------
+
+
+def _rank(seed: int, task_id: str) -> bytes:
+    return hashlib.sha256(f"{seed}\0{task_id}".encode()).digest()
+
+
+def test_an_evaluation_s_order_is_its_tasks_by_their_seeded_hash():
+    tasks = synthetic.suite({"when2call": 50})
+    expected = [t.id for t in sorted(tasks, key=lambda t: _rank(7, t.id))]
+    assert ordered(tasks, 7, stratified=False) == expected
+    assert ordered(list(reversed(tasks)), 7, stratified=False) == expected  # not the file's order
+    assert ordered(tasks, 8, stratified=False) != expected
+
+
+def test_every_prefix_of_wildguardtest_keeps_its_label_mix_within_one_task():
+    tasks = synthetic.suite({"wildguardtest": 240})
+    order = ordered(tasks, 3, stratified=True)
+    by_id = {t.id: t for t in tasks}
+    sizes = Counter(stratum(t) for t in tasks)
+    assert sorted(order) == sorted(by_id) and len(sizes) >= 5
+    seen: Counter[str] = Counter()
+    for n, task_id in enumerate(order, 1):
+        seen[stratum(by_id[task_id])] += 1
+        for s, size in sizes.items():
+            assert abs(seen[s] - n * size / len(tasks)) < 1, (n, s)
+    for s in sizes:  # within a stratum: the seeded hash order
+        mine = [i for i in order if stratum(by_id[i]) == s]
+        assert mine == sorted(mine, key=lambda i: _rank(3, i))
+
+
+def test_the_order_is_recorded_in_the_cache_and_read_back(tmp_path: Path):
+    data = write_data(tmp_path / "data", 12)
+    suite = Suite(discover(data))
+    first = order_of(suite, 5, tmp_path / "cache")
+    ids = {n: [t.id for t in suite.tasks(n)] for n in suite.selected()}
+    assert first.path == tmp_path / "cache" / ORDER_DIR / f"order-{digest(5, ids)}.json"
+    assert orjson.loads(first.path.read_bytes()) == {
+        "seed": 5,
+        "evals": {n: list(s) for n, s in first.evals.items()},
+    }
+    assert first.populations() == dict.fromkeys(suite.selected(), 12)
+    # what is recorded is what a later run asks (a valid order written by an earlier version, say)
+    doc = orjson.loads(first.path.read_bytes())
+    doc["evals"]["when2call"].reverse()
+    first.path.write_bytes(orjson.dumps(doc))
+    again = order_of(suite, 5, tmp_path / "cache")
+    assert again.evals["when2call"] == tuple(reversed(first.evals["when2call"]))
+    # a record that does not hold exactly these tasks is made again; another seed is another file
+    doc["evals"]["when2call"] = doc["evals"]["when2call"][:-1]
+    first.path.write_bytes(orjson.dumps(doc))
+    assert order_of(suite, 5, tmp_path / "cache").evals == first.evals
+    assert order_of(suite, 6, tmp_path / "cache").path != first.path
+    # no temporary
+    assert sorted(p.name.startswith(".") for p in first.path.parent.iterdir()) == [False, False]
+
+
+def test_a_prefix_suite_streams_the_order_s_part_in_file_order(tmp_path: Path):
+    suite = Suite(discover(write_data(tmp_path / "data", 10)))
+    order = Order(
+        0,
+        {n: tuple(t.id for t in reversed(list(suite.tasks(n)))) for n in suite.selected()},
+        tmp_path,
+    )
+    part = PrefixSuite.of(
+        suite, order, dict.fromkeys(suite.selected(), 4), start={"hle_multichoice": 2}
+    )
+    got = [t.id for t in part.tasks()]
+    assert got == [
+        t.id
+        for t in suite.tasks()
+        if t.id
+        in {
+            i
+            for n in suite.selected()
+            for i in order.prefix(n, 4, 2 if n == "hle_multichoice" else 0)
+        }
+    ]
+    assert len(got) == 14 and part.survey().tasks == {
+        **dict.fromkeys(suite.selected(), 4),
+        "hle_multichoice": 2,
+    }
+
+
+# ---- parsing
+# -------------------------------------------------------------------------------------------
+
+
+def test_until_is_checked_when_parsed(tmp_path: Path, capsys: pytest.CaptureFixture):
+    data = write_data(tmp_path / "data", 4)
+    base = [
+        "run",
+        "--model",
+        "embedded",
+        "--data-dir",
+        str(data),
+        "--cache-dir",
+        str(tmp_path / "c"),
+    ]
+    assert main([*base, "--until", "precision=0"]) == 2
+    err = capsys.readouterr().err
+    assert "--until" in err and "precision=P" in err and "separated=Δ" in err
+    assert not (tmp_path / "c").exists()  # nothing was sent
+    assert main([*base, "--until", "separated", "--shard", "0/2"]) == 2
+    assert "--until and --shard do not combine" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="--until 'fast'"):
+        plan.build(models=["embedded"], data_dir=data, until="fast")
+    # --seed: the order's seed
+    p = plan.build(models=["embedded"], data_dir=data, until="separated", seed=3)
+    assert (p.until, p.seed) == (Until("separated", 1.0), 3)
+    with pytest.raises(UsageError, match="--seed is the seed of --sample"):
+        plan.build(models=["embedded"], data_dir=data, seed=3)
+    run_file = tmp_path / "run.toml"
+    run_file.write_text(
+        f'data_dir = "{data}"\nuntil = "precision"\n\n[[models]]\nprovider = "embedded"\n'
+    )
+    assert main(["run", str(run_file), "--cache-dir", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert f"{run_file}, line 2: until: --until 'precision': expected one of" in " ".join(
+        err.split()
+    )
+    run_file.write_text(
+        f'data_dir = "{data}"\nuntil = "precision=2.5:all"\n\n[evals]\nseed = 4\n\n'
+        '[[models]]\nprovider = "embedded"\n'
+    )
+    p = plan.build(run_file=run_file)
+    assert (p.until, p.seed) == (Until("precision", 2.5, True), 4)
+    # the flag first
+    assert plan.build(run_file=run_file, until="separated=0.5").until == Until("separated", 0.5)
+
+
+# ---- runs against the ten models
+# ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_data(tmp_path_factory.mktemp("adaptive") / "data", N)
+
+
+@pytest.fixture
+def server(data: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(DATA_ENV, str(data))
+    with serve(model=None, route_factories=ROUTE, record=False) as served:
+        yield served
+
+
+def flags(url: str, models=MODELS) -> list[str]:
+    return [a for m in models for a in ("--model", f"systemone:{m}@{url}")]
+
+
+def dxi_run(url: str, data: Path, cache: Path, out: Path, *extra: str, models=MODELS) -> int:
+    return main(
+        [
+            "run",
+            *flags(url, models),
+            "--data-dir",
+            str(data),
+            "--cache-dir",
+            str(cache),
+            "--out",
+            str(out),
+            "--max-in-flight",
+            "32",
+            *extra,
+            "-q",
+        ]
+    )
+
+
+def summary(out: Path) -> dict:
+    return orjson.loads((out / "summary.json").read_bytes())
+
+
+def replay(
+    data: Path, cache: Path, until: Until, order_file: Path
+) -> dict[str, tuple[int, dict, object]]:
+    """The rounds by hand: the recorded order, ``round_sizes`` and ``standings`` over every answer
+    the cache holds (``scoring.answers``), each model cut to what it was asked. Label -> (the round
+    it stopped after, what it was asked, its Standing then)."""
+    evals = {n: list(s) for n, s in orjson.loads(order_file.read_bytes())["evals"].items()}
+    populations = {n: len(s) for n, s in evals.items()}
+    gold, categories = Suite(discover(data)).gold_frames()
+    with Cache(cache) as c:
+        models = c.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
+        answers = c.read(lambda rows: scoring.answers(rows, models, gold, categories, 1))
+    answers = answers.with_columns(
+        pl.col("label").cast(pl.String), pl.col("task_id").cast(pl.String)
+    )
+    asked_of = {label: dict.fromkeys(evals, 0) for label in models["label"].to_list()}
+    running, asked, stopped, k = set(asked_of), dict.fromkeys(evals, 0), {}, 0
+    while running:
+        more = round_sizes(asked, populations, round_index=k)
+        asked = {n: asked[n] + more[n] for n in evals}
+        k += 1
+        for label in running:
+            asked_of[label] = dict(asked)
+        keep = pl.DataFrame(
+            [
+                (label, t)
+                for label, a in asked_of.items()
+                for n, c in a.items()
+                for t in evals[n][:c]
+            ],
+            schema={"label": pl.String, "task_id": pl.String},
+            orient="row",
+        )
+        now = standings(
+            answers.join(keep, on=["label", "task_id"], how="semi"), populations, until, order=evals
+        )
+        for label in sorted(running):
+            if now[label].settled:
+                stopped[label] = (k, dict(asked), now[label])
+        running -= set(stopped)
+    return stopped
+
+
+def estimate(e) -> dict:
+    """An Estimate as summary.json's adaptive block writes it (4 decimals; None where unknown)."""
+    pairs = (("point", e.point), ("low", e.low), ("high", e.high))
+    return {k: None if v is None else round(float(v), 4) for k, v in pairs}
+
+
+def test_precision_stops_each_model_where_the_interval_says_and_a_plain_run_completes_them(
+    data: Path, server, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    assert (
+        dxi_run(server.url, data, tmp_path / "cache", tmp_path / "out", "--until", "precision=5")
+        == 0
+    )
+    s = summary(tmp_path / "out")
+    order_file = Path(s["adaptive"]["order"])
+    raw = (tmp_path / "out" / "summary.json").read_bytes()
+    # the adaptive blocks typed, read back byte for byte
+    assert records.to_json(records.decode(raw)) == raw
+    assert s["adaptive"] == {
+        "until": "precision=5",
+        "seed": 0,
+        "rounds": s["adaptive"]["rounds"],
+        "order": str(order_file),
+        "populations": dict.fromkeys(evals_of(data), N),
+    }
+    by_hand = replay(data, tmp_path / "cache", Until("precision", 5), order_file)
+    populations = s["adaptive"]["populations"]
+    assert set(by_hand) == {f"systemone:{m}" for m in MODELS}
+    sent = 0
+    for m in s["models"]:
+        k, asked, standing = by_hand[m["model"]]
+        block = m["adaptive"]
+        assert (block["round"], block["asked"], block["rule"], block["settled"]) == (
+            k,
+            asked,
+            standing.rule,
+            True,
+        )
+        assert block["index"] == estimate(standing.index) and block["reason"] == standing.reason
+        assert block["metrics"] == {name: estimate(e) for name, e in standing.metrics.items()}
+        assert m["requests"]["sent"] == sum(asked.values()) and m["requests"]["cache_hits"] == 0
+        sent += sum(asked.values())
+    assert (
+        server.stats()["ok"] == sent
+        and max(k for k, _, _ in by_hand.values()) == s["adaptive"]["rounds"]
+    )
+    early = {label for label, (_, _, st) in by_hand.items() if st.rule == "precision=5"}
+    assert "systemone:m00" in early  # never right: known first
+    # the others: stopped by the rule, or asked everything
+    for _, asked, st in by_hand.values():
+        assert st.rule in ("precision=5", "exhausted") and (st.rule == "exhausted") == (
+            asked == populations
+        )
+    out = capsys.readouterr().out
+    assert (
+        "Adaptive run (--until precision=5, order seed 0" in out
+        and "estimates of the whole set" in out
+    )
+    journal = [
+        orjson.loads(line)
+        for line in order_file.with_name(order_file.name.replace("order-", "decisions-") + "l")
+        .read_bytes()
+        .splitlines()
+    ]
+    assert [line["round"] for line in journal] == list(range(1, s["adaptive"]["rounds"] + 1))
+    assert {label for line in journal for label in line["settled"]} == set(by_hand)
+    # dxi report (the cache alone) marks the part-asked models' figures as estimates (the run's record)
+    done = rescore.rescore(
+        rescore.select(
+            PlanInputs(data_dir=data, cache_dir=tmp_path / "cache", out=tmp_path / "report")
+        ),
+        html=True,
+    )
+    assert (
+        done.summary.adaptive == s["adaptive"] and done.exit_code == 1
+    )  # answers missing, by design
+    # a model asked everything has exact figures: no block; the others have the run's
+    assert {
+        m.model: m.adaptive for m in done.summary.models if m.adaptive is not msgspec.UNSET
+    } == {m["model"]: m["adaptive"] for m in s["models"] if m["adaptive"]["rule"] != "exhausted"}
+    page = (tmp_path / "report" / "report.html").read_text()
+    m00 = next(m["adaptive"] for m in s["models"] if m["model"] == "systemone:m00")
+    assert "Adaptive run (--until precision=5, order seed 0" in page
+    assert (
+        f"systemone:m00: asked {sum(m00['asked'].values())} of {4 * N} (" in page
+        and f"stopped by precision=5 after round {m00['round']}." in page
+    )
+    assert "Adaptive run (--until precision=5, order seed 0" in overview(data, tmp_path / "cache")
+    # a later run without --until asks what each model was not asked, and nothing twice
+    before = server.stats()["ok"]
+    assert dxi_run(server.url, data, tmp_path / "cache", tmp_path / "full") == 0
+    full = summary(tmp_path / "full")
+    assert "adaptive" not in full and all(
+        m["complete"] and "adaptive" not in m for m in full["models"]
+    )
+    for m in full["models"]:
+        asked = sum(by_hand[m["model"]][1].values())
+        assert (m["requests"]["sent"], m["requests"]["cache_hits"]) == (4 * N - asked, asked)
+    assert server.stats()["ok"] - before == 10 * 4 * N - sent and server.stats()["duplicates"] == 0
+
+
+def overview(data: Path, cache: Path) -> str:
+    """``dxi view``'s overview page over ``cache`` (its browser, served in process)."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from dxi.view.app import make_app
+    from dxi.view.home import private_home
+
+    home = private_home()
+    browser, _ = rescore.browse(rescore.select(PlanInputs(data_dir=data, cache_dir=cache)), home)
+    browser.source.owns_home = True
+
+    async def fetch() -> str:
+        async with TestClient(TestServer(make_app(browser))) as client, client.get("/") as resp:
+            assert resp.status == 200
+            return await resp.text()
+
+    try:
+        return asyncio.run(fetch())
+    finally:
+        browser.close()
+
+
+def evals_of(data: Path) -> list[str]:
+    return Suite(discover(data)).selected()
+
+
+def test_separated_stops_the_clearly_different_models_first_and_the_near_twins_last(
+    data: Path, server, tmp_path: Path
+):
+    assert (
+        dxi_run(server.url, data, tmp_path / "cache", tmp_path / "out", "--until", "separated") == 0
+    )
+    s = summary(tmp_path / "out")
+    by_hand = replay(
+        data, tmp_path / "cache", Until("separated", 1.0), Path(s["adaptive"]["order"])
+    )
+    blocks = {m["model"]: m["adaptive"] for m in s["models"]}
+    assert {label: (b["round"], b["asked"], b["rule"]) for label, b in blocks.items()} == {
+        label: (k, asked, st.rule) for label, (k, asked, st) in by_hand.items()
+    }
+    rounds = {label.split(":")[1]: b["round"] for label, b in blocks.items()}
+    assert rounds["m00"] < rounds["twin-a"] and rounds["m100"] < rounds["twin-a"]
+    assert rounds["twin-a"] == rounds["twin-b"] == max(rounds.values())
+    assert blocks["systemone:m00"]["rule"] == blocks["systemone:m100"]["rule"] == "separated=1"
+    assert blocks["systemone:twin-a"]["rule"] == "exhausted"
+
+
+THREE = ("m00", "m50", "m100")
+SMALL = 40
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_data(tmp_path_factory.mktemp("adaptive-small") / "data", SMALL)
+
+
+KILL_AFTER_ROUND = """\
+import os, signal, sys
+from dxi.runner.outputs import adaptive as record
+append = record.Journal.append
+def append_then_die(self, round_, settled, asked):
+    append(self, round_, settled, asked)
+    # between two rounds: this one decided, the next not begun
+    if round_ == int(os.environ["KILL_AFTER_ROUND"]):
+        os.kill(os.getpid(), getattr(signal, os.environ["KILL_SIGNAL"]))
+record.Journal.append = append_then_die
+from dxi.runner.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(("signal", "code"), [("SIGKILL", -9), ("SIGINT", 130)])
+def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequence(
+    signal: str, code: int, small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """kill -9, or a Ctrl-C (the run drains: nothing of the next round is sent), just after round
+    3's decisions are in the journal; the rerun of the same command replays the rounds from the
+    cache."""
+    monkeypatch.setenv(DATA_ENV, str(small))
+    args = ["--until", "precision=5", "--seed", "11"]
+    with serve(model=None, route_factories=ROUTE, record=False) as server:  # the reference: one run
+        assert (
+            dxi_run(server.url, small, tmp_path / "ref", tmp_path / "ref-out", *args, models=THREE)
+            == 0
+        )
+        reference = server.stats()["ok"]
+    with serve(model=None, route_factories=ROUTE, record=False) as server:
+        env = dict(
+            os.environ,
+            KILL_AFTER_ROUND="3",
+            KILL_SIGNAL=signal,
+            PYTHONPATH=str(Path(__file__).parents[1]),
+        )
+        cmd = [
+            sys.executable,
+            "-c",
+            KILL_AFTER_ROUND,
+            "run",
+            *flags(server.url, THREE),
+            "--data-dir",
+            str(small),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+            *args,
+            "-q",
+        ]
+        killed = subprocess.run(cmd, env=env, capture_output=True, timeout=300)
+        assert killed.returncode == code, killed.stderr.decode()[-2000:]
+        assert not (tmp_path / "out" / "summary.json").exists()
+        first = server.stats()["ok"]
+        journal = next((tmp_path / "cache" / ORDER_DIR).glob("decisions-*.jsonl"))
+        assert [orjson.loads(line)["round"] for line in journal.read_bytes().splitlines()] == [
+            1,
+            2,
+            3,
+        ]
+        assert (
+            dxi_run(server.url, small, tmp_path / "cache", tmp_path / "out", *args, models=THREE)
+            == 0
+        )
+        stats = server.stats()
+    ref, again = summary(tmp_path / "ref-out"), summary(tmp_path / "out")
+    assert [m["adaptive"] for m in again["models"]] == [m["adaptive"] for m in ref["models"]]
+    assert again["adaptive"] | {"order": ""} == ref["adaptive"] | {"order": ""}
+    # every request once, over the two runs
+    assert stats["duplicates"] == 0 and stats["ok"] == reference
+    stops = {m["model"]: m["adaptive"]["round"] for m in again["models"]}
+    asked = {m["model"]: sum(m["adaptive"]["asked"].values()) for m in again["models"]}
+    assert min(stops.values()) > 3  # every model was still running when the run was killed
+    assert first == 3 * sum(after_rounds(small, 3).values())  # rounds 1-3 whole, nothing of round 4
+    assert {
+        label: m["requests"]["sent"] for label, m in zip(stops, again["models"], strict=True)
+    } == {label: n - sum(after_rounds(small, 3).values()) for label, n in asked.items()}
+
+
+def after_rounds(data: Path, k: int) -> dict[str, int]:
+    """What each running model has been asked after ``k`` rounds."""
+    asked = dict.fromkeys(evals_of(data), 0)
+    for r in range(k):
+        more = round_sizes(asked, dict.fromkeys(asked, SMALL), round_index=r)
+        asked = {n: asked[n] + more[n] for n in asked}
+    return asked
+
+
+def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv(DATA_ENV, str(small))
+    # $0.01 a request (10 tokens)
+    prices = [a for m in THREE for a in ("--price", f"systemone:{m}=1000/0")]
+    # (rounds 1-3 ask 8, 16 and 28 tasks of a model: 84 requests; $1 buys 100 at most)
+    args = ["--until", "precision=5", *prices]
+    with serve(model=None, route_factories=ROUTE, record=False) as server:
+        assert (
+            dxi_run(server.url, small, tmp_path / "ref", tmp_path / "ref-out", *args, models=THREE)
+            == 0
+        )
+    ref = summary(tmp_path / "ref-out")
+    with serve(model=None, route_factories=ROUTE, record=False) as server:
+        code = dxi_run(
+            server.url,
+            small,
+            tmp_path / "cache",
+            tmp_path / "out",
+            *args,
+            "--max-cost",
+            "1",
+            models=THREE,
+        )
+        s = summary(tmp_path / "out")
+        assert (
+            code == EXIT_COST_BOUND
+            and s["cost_bound"]["stopped"]
+            and s["cost_bound"]["spent_usd"] <= 1
+        )
+        sent = sum(m["requests"]["sent"] for m in s["models"])
+        # 10 input tokens a request
+        assert s["cost_bound"]["spent_usd"] == pytest.approx(sent * 0.01)
+        assert (
+            0 < sent < sum(m["requests"]["sent"] for m in ref["models"])
+            and s["cost_bound"]["remaining_requests"] > 0
+        )
+        decided = [
+            orjson.loads(line)
+            for p in (tmp_path / "cache" / ORDER_DIR).glob("decisions-*.jsonl")
+            for line in p.read_bytes().splitlines()
+        ]
+        assert (
+            dxi_run(
+                server.url,
+                small,
+                tmp_path / "cache",
+                tmp_path / "out",
+                *args,
+                "--max-cost",
+                "100",
+                models=THREE,
+            )
+            == 0
+        )
+        stats = server.stats()
+    again = summary(tmp_path / "out")
+    assert [m["adaptive"] for m in again["models"]] == [m["adaptive"] for m in ref["models"]]
+    assert stats["duplicates"] == 0 and stats["ok"] == sum(
+        m["requests"]["sent"] for m in ref["models"]
+    )
+    # the rounds the bounded run finished are on record (its decisions: none settled so early)
+    assert [line["round"] for line in decided] == list(range(1, len(decided) + 1)) and len(
+        decided
+    ) >= 2
+
+
+def test_with_batch_each_round_is_one_batch_per_model_with_the_same_decisions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-adaptive")
+    # When2Call alone: the index is not computed, so precision asks every task, round after round
+    data = synthetic.data_dir(tmp_path / "w2c", 120)
+    models = ["openai:a", "openai:b"]
+    with serve(model=None, record=False) as server:
+        urls = [a for m in models for a in ("--model", f"{m}@{server.url}/v1")]
+        common = ["run", *urls, "--data-dir", str(data), "--until", "precision=5"]
+        sync = ["--cache-dir", str(tmp_path / "sync"), "--out", str(tmp_path / "sync-out")]
+        assert main([*common, *sync]) == 0
+        out = capsys.readouterr().out.splitlines()
+        lines = [line[9:] for line in out if re.match(r"\d\d:\d\d:\d\d round ", line)]
+        batched = ["--batch", "--poll", "0.02", "--cache-dir", str(tmp_path / "batch")]
+        assert main([*common, *batched, "--out", str(tmp_path / "batch-out"), "-q"]) == 0
+        stats = server.stats()
+    # one line after each round (after the time of day): who stopped, who runs on
+    assert lines[0] == "round 1 (4% of the whole set asked): none stopped; 2 running"
+    assert lines[-1] == (
+        f"round {len(lines)} (100% of the whole set asked): openai:a stopped by exhausted "
+        "(index —); openai:b stopped by exhausted (index —); 0 running"
+    )
+    sync, batch = summary(tmp_path / "sync-out"), summary(tmp_path / "batch-out")
+    assert [m["adaptive"] for m in batch["models"]] == [m["adaptive"] for m in sync["models"]]
+    rounds = batch["adaptive"]["rounds"]
+    assert rounds == len(lines) > 1
+    assert all(m["adaptive"]["rule"] == "exhausted" for m in batch["models"])
+    for m in batch["models"]:
+        assert m["requests"]["batches"]["submitted"] == rounds and m["requests"]["sent"] == 120
+    assert stats["batch_creates"] == 2 * rounds and stats["batch_lines"] == 240
+
+
+def test_with_batch_the_deadline_still_holds_and_no_round_starts_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-adaptive")
+    data = synthetic.data_dir(tmp_path / "w2c", 120)
+    # batches that would never end
+    with serve(model=None, record=False, batch={"polls": 100000}) as server:
+        deadline = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 4))
+        code = main(
+            [
+                "run",
+                "--model",
+                f"openai:a@{server.url}/v1",
+                "--model",
+                f"openai:b@{server.url}/v1",
+                "--data-dir",
+                str(data),
+                "--until",
+                "separated",
+                "--batch",
+                "--poll",
+                "0.02",
+                "--deadline",
+                deadline,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--out",
+                str(tmp_path / "out"),
+                "-q",
+            ]
+        )
+        stats = server.stats()
+    s = summary(tmp_path / "out")
+    first = round_sizes({"when2call": 0}, {"when2call": 120}, round_index=0)["when2call"]  # 5 tasks
+    # the batches' unanswered half: the next run sends it
+    assert code == 1 and s["adaptive"]["rounds"] == 1
+    assert (
+        stats["batch_creates"] == stats["batch_cancels"] == 2 and stats["batch_lines"] == 2 * first
+    )
+    for m in s["models"]:
+        assert (m["adaptive"]["asked"], m["adaptive"]["rule"], m["adaptive"]["round"]) == (
+            {"when2call": first},
+            None,
+            None,
+        )
+        # a cancelled batch answers its first half
+        assert m["requests"]["not_sent"] == first - first // 2
+
+
+def test_a_provider_stop_leaves_its_models_unsettled_and_the_next_run_continues(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv(DATA_ENV, str(small))
+    # one request at a time: the 401 is the 60th
+    args = ["--until", "precision=5", "--max-in-flight", "1"]
+    with serve(model=None, route_factories=ROUTE, record=False) as server:
+        assert (
+            dxi_run(server.url, small, tmp_path / "ref", tmp_path / "ref-out", *args, models=THREE)
+            == 0
+        )
+    ref = summary(tmp_path / "ref-out")
+    # rounds 1-2 of the three models are 48 requests, rounds 1-3 84: the 60th request falls in round
+    # 3
+    assert 3 * sum(after_rounds(small, 2).values()) < 60 <= 3 * sum(after_rounds(small, 3).values())
+    # the rerun's server on the same port: the same endpoint, so the same cache keys
+    port = free_port()
+    with serve(
+        port, model=None, route_factories=ROUTE, record=False, script=["ok"] * 59 + ["401"]
+    ) as server:
+        code = dxi_run(server.url, small, tmp_path / "cache", tmp_path / "out", *args, models=THREE)
+        assert server.stats()["ok"] == 59
+    s = summary(tmp_path / "out")
+    assert code == 6 and s["stopped_providers"] and s["adaptive"]["rounds"] == 3
+    for m in s["models"]:
+        block = m["adaptive"]
+        assert (block["settled"], block["rule"], block["round"]) == (False, None, None)
+        assert block["reason"].startswith("its provider stopped") and block[
+            "asked"
+        ] == after_rounds(small, 3)
+    journal = (
+        next((tmp_path / "cache" / ORDER_DIR).glob("decisions-*.jsonl")).read_bytes().splitlines()
+    )
+    # round 3 was cut: nothing decided from it for them
+    lines = [orjson.loads(line) for line in journal]
+    assert [(line["round"], line["settled"]) for line in lines] == [(1, {}), (2, {}), (3, {})]
+    with serve(port, model=None, route_factories=ROUTE, record=False) as server:
+        assert (
+            dxi_run(server.url, small, tmp_path / "cache", tmp_path / "out", *args, models=THREE)
+            == 0
+        )
+        assert server.stats()["ok"] == sum(m["requests"]["sent"] for m in ref["models"]) - 59
+    assert [m["adaptive"] for m in summary(tmp_path / "out")["models"]] == [
+        m["adaptive"] for m in ref["models"]
+    ]
