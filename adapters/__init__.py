@@ -4,6 +4,7 @@
 returns the adapter, importing its module only then. An unknown adapter name fails with the list of
 known ones.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -32,9 +33,30 @@ from .errors import (
     Unreachable,
 )
 
-__all__ = ["EFFORTS", "Adapter", "AdapterError", "Answer", "Fatal", "Limits", "MalformedReply", "ModelIdentity", "ModelSpec", "RateLimited",
-           "ProviderStop", "Reply", "ReplyTooLarge", "Request", "Retryable", "Transient", "Unreachable", "adapter_class",
-           "get", "parse_model", "KINDS", "Progress"]
+__all__ = [
+    "EFFORTS",
+    "Adapter",
+    "AdapterError",
+    "Answer",
+    "Fatal",
+    "Limits",
+    "MalformedReply",
+    "ModelIdentity",
+    "ModelSpec",
+    "RateLimited",
+    "ProviderStop",
+    "Reply",
+    "ReplyTooLarge",
+    "Request",
+    "Retryable",
+    "Transient",
+    "Unreachable",
+    "adapter_class",
+    "get",
+    "parse_model",
+    "KINDS",
+    "Progress",
+]
 
 # adapter name -> "module:Class", imported on first use
 KINDS: dict[str, str] = {
@@ -52,15 +74,18 @@ KINDS: dict[str, str] = {
 
 
 def parse_model(text: str) -> ModelSpec:
-    """Parse ``ADAPTER:MODEL[@BASE_URL]`` (``systemone:http://host:port`` leaves the model to the server).
+    """Parse ``ADAPTER:MODEL[@BASE_URL]`` (``systemone:http://host:port`` leaves the model to the
+    server).
 
     Raises ValueError naming the string and the known adapters when it cannot be parsed.
     """
     kind, sep, rest = text.partition(":")
     kind = kind.strip()
     if kind not in KINDS:
-        raise ValueError(f"unknown adapter {kind!r} in model {text!r}; known adapters: {', '.join(KINDS)} "
-                         f"(write ADAPTER:MODEL[@BASE_URL], e.g. embedded:sparrow-nano-general-v1.1)")
+        raise ValueError(
+            f"unknown adapter {kind!r} in model {text!r}; known adapters: {', '.join(KINDS)} "
+            f"(write ADAPTER:MODEL[@BASE_URL], e.g. embedded:sparrow-nano-general-v1.1)"
+        )
     rest = rest.strip() if sep else ""
     model, base_url = rest, None
     if rest.startswith(("http://", "https://")):
@@ -73,17 +98,23 @@ def parse_model(text: str) -> ModelSpec:
                 break
         else:
             _, at, tail = rest.rpartition("@")
-            if at and _HOST_WITHOUT_SCHEME.match(tail):  # not a version suffix such as claude-x@20240620
-                raise ValueError(f"model {text!r}: {tail!r} looks like a base URL without its scheme; write "
-                                 f"@http://{tail} (or @https://...), or the model name would include it and the "
-                                 "requests would go to the adapter's default server")
+            if at and _HOST_WITHOUT_SCHEME.match(
+                tail
+            ):  # not a version suffix such as claude-x@20240620
+                raise ValueError(
+                    f"model {text!r}: {tail!r} looks like a base URL without its scheme; write "
+                    f"@http://{tail} (or @https://...), or the model name would include it and the "
+                    "requests would go to the adapter's default server"
+                )
     return ModelSpec(kind, model or None, base_url)
 
 
-# host[:port][/path] after "@": localhost, an IPv4 address, a host name ending in a top-level domain, or
-# anything with a port (not "@20240620" or "@1.5", which are model versions)
-_HOST_WITHOUT_SCHEME = re.compile(r"^(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:]+\]|[\w-]+(?:\.[\w-]+)*\.[A-Za-z]{2,})"
-                                  r"(?::\d+)?(?:/.*)?$|^[\w.-]+:\d+(?:/.*)?$")
+# host[:port][/path] after "@": localhost, an IPv4 address, a host name ending in a top-level
+# domain, or anything with a port (not "@20240620" or "@1.5", which are model versions)
+_HOST_WITHOUT_SCHEME = re.compile(
+    r"^(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:]+\]|[\w-]+(?:\.[\w-]+)*\.[A-Za-z]{2,})"
+    r"(?::\d+)?(?:/.*)?$|^[\w.-]+:\d+(?:/.*)?$"
+)
 
 
 def adapter_class(kind: str) -> type[Adapter]:
@@ -93,7 +124,8 @@ def adapter_class(kind: str) -> type[Adapter]:
 
 
 def get(text: str | ModelSpec, limits: Limits | None = None) -> Adapter:
-    """The adapter for a model string (or parsed spec), with its default limits unless ``limits`` is given.
-    Raises ValueError for a model string the adapter cannot use (no model name, unknown option, ...)."""
+    """The adapter for a model string (or parsed spec), with its default limits unless ``limits`` is
+    given. Raises ValueError for a model string the adapter cannot use (no model name, unknown
+    option, ...)."""
     spec = parse_model(text) if isinstance(text, str) else text
     return adapter_class(spec.kind)(spec, limits)

@@ -1,8 +1,9 @@
 """Language models over the Anthropic Messages API, with the answer schema as a structured output
 (PROTOCOLS.md §C).
 
-``POST {base_url}/v1/messages`` (default https://api.anthropic.com) with headers ``x-api-key:
-$ANTHROPIC_API_KEY`` and ``anthropic-version: 2023-06-01``. Body (the default, ``structured=output_config``)::
+``POST {base_url}/v1/messages`` (default https://api.anthropic.com) with headers
+``x-api-key: $ANTHROPIC_API_KEY`` and ``anthropic-version: 2023-06-01``. Body (the default,
+``structured=output_config``)::
 
     {"model", "max_tokens": <adapters.budgets>, **params, "system": <adapters.llm.SYSTEM_PROMPT>,
      "messages": [{"role": "user", "content": <adapters.llm.render>}],
@@ -10,16 +11,17 @@ $ANTHROPIC_API_KEY`` and ``anthropic-version: 2023-06-01``. Body (the default, `
                                                             "schema": <adapters.llm.answer_schema>}}}
 
 (the anthropic SDK's ``types/output_config_param.py`` and ``json_output_format_param.py``; the
-structured-outputs page of Anthropic's docs). The current models (``claude-opus-5-5``, ``claude-sonnet-5-5``,
-``claude-fable-5-1``, ``claude-mythos-5-1``) refuse forced tool use (``tool_choice`` of type ``tool`` or
-``any``) with HTTP 400. Reply: the text blocks, read by ``adapters.llm.decode_text`` with the reply rules of
-every language model (the object alone is valid, one Markdown fence is ``repaired``, anything else invalid
-with its reason).
+structured-outputs page of Anthropic's docs). The current models (``claude-opus-5-5``,
+``claude-sonnet-5-5``, ``claude-fable-5-1``, ``claude-mythos-5-1``) refuse forced tool use
+(``tool_choice`` of type ``tool`` or ``any``) with HTTP 400. Reply: the text blocks, read by
+``adapters.llm.decode_text`` with the reply rules of every language model (the object alone is
+valid, one Markdown fence is ``repaired``, anything else invalid with its reason).
 
 ``--option structured=tool`` (older models without structured outputs) sends the schema as a forced
-tool instead: ``"tools": [{"name": "answer", "description", "input_schema": <schema>}], "tool_choice":
-{"type": "tool", "name": "answer"}``; the reply's ``tool_use`` block named "answer" carries the answers as
-``input`` (an object, never "repaired"); a reply without the tool call (text only, thinking only) is invalid.
+tool instead: ``"tools": [{"name": "answer", "description", "input_schema": <schema>}],
+"tool_choice": {"type": "tool", "name": "answer"}``; the reply's ``tool_use`` block named "answer"
+carries the answers as ``input`` (an object, never "repaired"); a reply without the tool call (text
+only, thinking only) is invalid.
 
 Either way ``stop_reason`` "max_tokens" or "model_context_window_exceeded" (cut off: while thinking
 when thinking blocks came, or ``usage.output_tokens_details.thinking_tokens`` counted thinking, and
@@ -40,6 +42,7 @@ and 529 (overloaded) are retried, honouring ``retry-after``; a spend limit stops
 
 Model strings: ``anthropic:claude-sonnet-5-5``, ``anthropic:NAME@https://proxy.example/anthropic``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -63,13 +66,14 @@ STRUCTURED = ("output_config", "tool")
 
 
 def usage_of(doc: dict) -> dict:
-    """``input_tokens`` (cache reads and writes included: Anthropic counts them outside ``input_tokens``),
-    ``cached_input_tokens`` (the cache reads, ``cache_read_input_tokens``), ``cache_write_tokens`` and
-    ``cache_write_1h_tokens`` (the writes, ``cache_creation_input_tokens``, split by TTL as
-    ``cache_creation.ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens`` say; without that split all
-    are 5-minute writes, the default TTL), ``output_tokens`` and ``served_model`` of a Messages reply (the
-    anthropic SDK's ``types/usage.py`` and ``cache_creation.py``). Anthropic prices cache reads at 0.1x the
-    input price, 5-minute writes at 1.25x and 1-hour writes at 2x (``CACHE_PRICES``)."""
+    """``input_tokens`` (cache reads and writes included: Anthropic counts them outside
+    ``input_tokens``), ``cached_input_tokens`` (the cache reads, ``cache_read_input_tokens``),
+    ``cache_write_tokens`` and ``cache_write_1h_tokens`` (the writes,
+    ``cache_creation_input_tokens``, split by TTL as ``cache_creation.ephemeral_5m_input_tokens`` /
+    ``ephemeral_1h_input_tokens`` say; without that split all are 5-minute writes, the default TTL),
+    ``output_tokens`` and ``served_model`` of a Messages reply (the anthropic SDK's
+    ``types/usage.py`` and ``cache_creation.py``). Anthropic prices cache reads at 0.1x the input
+    price, 5-minute writes at 1.25x and 1-hour writes at 2x (``CACHE_PRICES``)."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
     fresh = as_count(usage.get("input_tokens"))
     read = as_count(usage.get("cache_read_input_tokens")) or 0
@@ -77,12 +81,14 @@ def usage_of(doc: dict) -> dict:
     split = usage.get("cache_creation") if isinstance(usage.get("cache_creation"), dict) else {}
     hour = min(as_count(split.get("ephemeral_1h_input_tokens")) or 0, written)
     known = fresh is not None
-    return {"input_tokens": fresh + read + written if known else None,
-            "cached_input_tokens": read if known else None,
-            "cache_write_tokens": written - hour if known else None,
-            "cache_write_1h_tokens": hour if known else None,
-            "output_tokens": as_count(usage.get("output_tokens")),
-            "served_model": doc.get("model") if isinstance(doc.get("model"), str) else None}
+    return {
+        "input_tokens": fresh + read + written if known else None,
+        "cached_input_tokens": read if known else None,
+        "cache_write_tokens": written - hour if known else None,
+        "cache_write_1h_tokens": hour if known else None,
+        "output_tokens": as_count(usage.get("output_tokens")),
+        "served_model": doc.get("model") if isinstance(doc.get("model"), str) else None,
+    }
 
 
 def thinking_tokens_of(doc: dict) -> int | None:
@@ -94,7 +100,9 @@ def thinking_tokens_of(doc: dict) -> int | None:
     return as_count(details.get("thinking_tokens")) if isinstance(details, dict) else None
 
 
-def decode_messages(task: Task, body: bytes, structured: str = "output_config", doc: Any = None) -> Reply:
+def decode_messages(
+    task: Task, body: bytes, structured: str = "output_config", doc: Any = None
+) -> Reply:
     """Parse a Messages reply to a structured-output request (``structured="output_config"``) or a
     forced-tool one (``"tool"``); see the module docstring. ``doc``: ``body`` parsed already
     (``Adapter.decode_parsed``), else None."""
@@ -106,9 +114,14 @@ def decode_messages(task: Task, body: bytes, structured: str = "output_config", 
     meta = usage_of(doc)
     blocks = [b for b in doc["content"] if isinstance(b, dict)]
     stop = doc.get("stop_reason")
-    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
-    thinking = (any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks)
-                or bool(thinking_tokens_of(doc)))  # thinking counted, though none returned
+    text = "".join(
+        b.get("text", "")
+        for b in blocks
+        if b.get("type") == "text" and isinstance(b.get("text"), str)
+    )
+    thinking = any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks) or bool(
+        thinking_tokens_of(doc)
+    )  # thinking counted, though none returned
     if stop == "refusal":
         return llm.invalid_reply(task, "refusal (stop_reason refusal)", **meta)
     if stop in ("max_tokens", "model_context_window_exceeded"):
@@ -126,8 +139,9 @@ def decode_messages(task: Task, body: bytes, structured: str = "output_config", 
 
 
 class Anthropic(HTTPAdapter):
-    """The Anthropic Messages API with the answer schema as ``output_config.format`` (structured outputs),
-    or, with the option ``structured=tool``, as a forced tool's ``input_schema`` (older models)."""
+    """The Anthropic Messages API with the answer schema as ``output_config.format`` (structured
+    outputs), or, with the option ``structured=tool``, as a forced tool's ``input_schema`` (older
+    models)."""
 
     kind = "anthropic"
     default_base_url = "https://api.anthropic.com"
@@ -136,42 +150,61 @@ class Anthropic(HTTPAdapter):
     OPTIONS = frozenset({"api_key_env", "api_key_command", "structured"})
     RESERVED = frozenset({"model", "system", "messages", "tools", "tool_choice", "stream"})
     EFFORT_FIELD = "output_config.effort"
-    EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")  # OutputConfigParam.effort (anthropic 2.15.0)
-    # Anthropic adds a system prompt to every request with tools or a structured output, billed as input; the
-    # largest its pricing page lists is 530 tokens (Claude 3 Opus, tool_choice auto; 313-340 for a forced tool): 600 bounds it.
+    EFFORT_LEVELS = (
+        "low",
+        "medium",
+        "high",
+        "xhigh",
+        "max",
+    )  # OutputConfigParam.effort (anthropic 2.15.0)
+    # Anthropic adds a system prompt to every request with tools or a structured output, billed as
+    # input; the largest its pricing page lists is 530 tokens (Claude 3 Opus, tool_choice auto;
+    # 313-340 for a forced tool): 600 bounds it.
     HIDDEN_INPUT_TOKENS = 600
-    # Anthropic's pricing, the same for every model (its prompt-caching docs): cache reads cost 0.1x the input
-    # price, writes to the 5-minute cache 1.25x and to the 1-hour cache 2x
+    # Anthropic's pricing, the same for every model (its prompt-caching docs): cache reads cost 0.1x
+    # the input price, writes to the 5-minute cache 1.25x and to the 1-hour cache 2x
     CACHE_PRICES = {"cached_input": 0.1, "cache_write": 1.25, "cache_write_1h": 2.0}
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         super().__init__(spec, limits)
         self.structured = str(spec.options.get("structured") or STRUCTURED[0])
         if self.structured not in STRUCTURED:
-            raise ValueError(f"anthropic: the option structured is one of {', '.join(STRUCTURED)} "
-                             f"(tool: a forced tool, for older models), not {self.structured!r}")
+            raise ValueError(
+                f"anthropic: the option structured is one of {', '.join(STRUCTURED)} "
+                f"(tool: a forced tool, for older models), not {self.structured!r}"
+            )
 
     def default_params(self, model: str, params: dict) -> dict:
-        """``max_tokens`` leaving room for the model's thinking at its effort (``adapters.budgets``)."""
+        """``max_tokens`` leaving room for the model's thinking at its effort
+        (``adapters.budgets``)."""
         config = params.get("output_config")
         if "output_config" in params and not isinstance(config, dict):
             raise ValueError(f"anthropic: output_config must be an object, not {config!r}")
         if isinstance(config, dict) and "format" in config:
-            raise ValueError("anthropic: output_config.format is set by the adapter itself (the answer schema); "
-                             "the other keys of output_config (effort, ...) are merged with it")
+            raise ValueError(
+                "anthropic: output_config.format is set by the adapter itself (the answer schema); "
+                "the other keys of output_config (effort, ...) are merged with it"
+            )
         return {"max_tokens": budgets.anthropic_max_tokens(model, params)}
 
     @classmethod
     def effort_hint(cls, effort: str) -> str:
-        return ("; to turn thinking off where the model allows it, give --param thinking='{\"type\": \"disabled\"}'"
-                if effort in ("none", "minimal") else "")
+        return (
+            '; to turn thinking off where the model allows it, give --param thinking=\'{"type": "disabled"}\''
+            if effort in ("none", "minimal")
+            else ""
+        )
 
     @classmethod
     def _with_effort(cls, params: dict, effort: str) -> dict:
-        config = params.get("output_config") if isinstance(params.get("output_config"), dict) else {}
+        config = (
+            params.get("output_config") if isinstance(params.get("output_config"), dict) else {}
+        )
         given = config.get("effort")
         if given is not None and given != effort:
-            raise ValueError(f"--effort {effort} and the parameter output_config.effort={given} disagree: give one")
+            raise ValueError(
+                f"--effort {effort} and the parameter output_config.effort={given} disagree: give one"
+            )
         return params | {"output_config": {**config, "effort": effort}}
 
     @classmethod
@@ -188,16 +221,31 @@ class Anthropic(HTTPAdapter):
 
     def encode(self, task: Task, sample: int = 0) -> Request:
         config = self.params.get("output_config") or {}
-        payload = {"model": self.model, **{k: v for k, v in self.params.items() if k != "output_config"},
-                   "system": llm.SYSTEM_PROMPT, "messages": [{"role": "user", "content": llm.render(task)}]}
+        payload = {
+            "model": self.model,
+            **{k: v for k, v in self.params.items() if k != "output_config"},
+            "system": llm.SYSTEM_PROMPT,
+            "messages": [{"role": "user", "content": llm.render(task)}],
+        }
         if self.structured == "tool":
-            payload |= {"tools": [{"name": TOOL, "description": "Record the answer picked for every question.",
-                                   "input_schema": llm.answer_schema(task)}],
-                        "tool_choice": {"type": "tool", "name": TOOL}}
+            payload |= {
+                "tools": [
+                    {
+                        "name": TOOL,
+                        "description": "Record the answer picked for every question.",
+                        "input_schema": llm.answer_schema(task),
+                    }
+                ],
+                "tool_choice": {"type": "tool", "name": TOOL},
+            }
             if config:
                 payload["output_config"] = config
-        else:  # the user's output_config (effort, ...) merged with ours: only format is the adapter's
-            payload["output_config"] = {**config, "format": {"type": "json_schema", "schema": llm.answer_schema(task)}}
+        else:
+            # the user's output_config (effort, ...) merged with ours: only format is the adapter's
+            payload["output_config"] = {
+                **config,
+                "format": {"type": "json_schema", "schema": llm.answer_schema(task)},
+            }
         return self.request(payload, sample)
 
     def decode(self, task: Task, body: bytes) -> Reply:
@@ -221,10 +269,12 @@ class Anthropic(HTTPAdapter):
         given = self.params.get("thinking")
         kind = given.get("type") if isinstance(given, dict) else None
         thinks = kind in ("enabled", "adaptive") or (
-            kind is None and budgets.anthropic_thinks_by_default(self.model))
+            kind is None and budgets.anthropic_thinks_by_default(self.model)
+        )
         cap = llm.token_cap(self.params, "max_tokens")
         return thinks or (cap is not None and anthropic_sdk_refuses(self.model, cap))
 
     def output_tokens_bound(self, task: Task) -> int | None:
-        """``max_tokens`` (its default leaves room for thinking, ``adapters.budgets``; thinking counts within it)."""
+        """``max_tokens`` (its default leaves room for thinking, ``adapters.budgets``; thinking
+        counts within it)."""
         return llm.token_cap(self.params, "max_tokens")

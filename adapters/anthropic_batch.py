@@ -1,9 +1,10 @@
-"""Anthropic's Message Batches for the ``anthropic`` adapter's Messages requests. Types: the anthropic SDK's
-``types/messages/message_batch*.py`` and ``batch_create_params.py``; resource ``resources/messages/batches.py``.
+"""Anthropic's Message Batches for the ``anthropic`` adapter's Messages requests. Types: the
+anthropic SDK's ``types/messages/message_batch*.py`` and ``batch_create_params.py``; resource
+``resources/messages/batches.py``.
 
-* **Create**: ``POST {base}/v1/messages/batches`` ``{"requests": [{"custom_id": KEY, "params": BODY}]}``
-  (BODY byte for byte the synchronous body): at most 100,000 requests or 256 MB, whichever comes first;
-  ``custom_id`` 1-64 characters of ``[A-Za-z0-9_-]`` (the cache key is 64 hex digits).
+* **Create**: ``POST {base}/v1/messages/batches`` ``{"requests": [{"custom_id": KEY, "params":
+  BODY}]}`` (BODY byte for byte the synchronous body): at most 100,000 requests or 256 MB, whichever
+  comes first; ``custom_id`` 1-64 characters of ``[A-Za-z0-9_-]`` (the cache key is 64 hex digits).
 * **No tag**: a Message Batch carries nothing of the client's (no metadata, no name). A kill between
   the provider's reply to the create and the ledger's record of it leaves a batch only the provider
   knows. So before each create, the newest batch of the listing (``GET {base}/v1/messages/batches
@@ -18,12 +19,14 @@
   recorded without a reference (by an earlier version, or when the listing could not be read) is
   looked for within ``WIDE_S`` of the intent by this machine's clock, said as such (docs/batch.md,
   "the window").
-* **Status**: ``processing_status`` ``in_progress``, ``canceling``, ``ended`` (within 24 hours: requests not
-  processed by then are ``expired``); ``request_counts``: processing, succeeded, errored, canceled, expired.
+* **Status**: ``processing_status`` ``in_progress``, ``canceling``, ``ended`` (within 24 hours:
+  requests not processed by then are ``expired``); ``request_counts``: processing, succeeded,
+  errored, canceled, expired.
 * **Results**: ``GET results_url`` (JSONL, in no set order): ``{"custom_id", "result": {"type":
   "succeeded", "message"} | {"type": "errored", "error": ErrorResponse} | {"type": "canceled"} |
   {"type": "expired"}}``; available for 29 days after creation.
 """
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
@@ -48,11 +51,21 @@ from .batches import (
 from .errors import MalformedReply
 from .http import error_for
 
-# an errored result's error type -> the HTTP status the synchronous API answers it with (platform.claude.com
-# /docs/en/api/errors), so that it is classified as the synchronous reply would be
-STATUS_OF = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
-             "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
-             "timeout_error": 504, "overloaded_error": 529}
+# an errored result's error type -> the HTTP status the synchronous API answers it with
+# (platform.claude.com /docs/en/api/errors), so that it is classified as the synchronous reply would
+# be
+STATUS_OF = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
 
 
 def status_of(doc: dict) -> BatchStatus:
@@ -61,10 +74,25 @@ def status_of(doc: dict) -> BatchStatus:
     state = str(doc.get("processing_status") or "")
     outcome = None
     if state == "ended":
-        outcome = CANCELLED if doc.get("cancel_initiated_at") else EXPIRED if counts.get("expired") else COMPLETED
+        outcome = (
+            CANCELLED
+            if doc.get("cancel_initiated_at")
+            else EXPIRED
+            if counts.get("expired")
+            else COMPLETED
+        )
     output = {"results_url": doc["results_url"]} if doc.get("results_url") else {}
     total = sum(v for v in counts.values() if isinstance(v, int)) if counts else None
-    return BatchStatus(str(doc.get("id")), state, outcome, dict(counts), output, None, iso_time(doc.get("created_at")), total)
+    return BatchStatus(
+        str(doc.get("id")),
+        state,
+        outcome,
+        dict(counts),
+        output,
+        None,
+        iso_time(doc.get("created_at")),
+        total,
+    )
 
 
 class AnthropicBatch(BatchAPI):
@@ -82,14 +110,19 @@ class AnthropicBatch(BatchAPI):
     def head(self, key: str) -> bytes:
         return b'{"custom_id":"' + key.encode() + b'","params":'
 
-    async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
+    async def create(
+        self, entry_id: str, path: Path, file_id: str | None, n: int, size: int
+    ) -> BatchStatus:
         body = chunks(path, b'{"requests":[', b",", b"]}")
         try:
             return status_of(await self.call("POST", self.url, body))
         except BatchLost:
-            raise NoBatchAPI(f"{self.what}: {self.adapter.base_url} has no batch API (POST "
-                             "/v1/messages/batches answered 404: a server without Message Batches); "
-                             "batch mode stopped for this model", 404) from None
+            raise NoBatchAPI(
+                f"{self.what}: {self.adapter.base_url} has no batch API (POST "
+                "/v1/messages/batches answered 404: a server without Message Batches); "
+                "batch mode stopped for this model",
+                404,
+            ) from None
 
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.url}/{batch_id}"))
@@ -104,8 +137,9 @@ class AnthropicBatch(BatchAPI):
             return {"empty": True}
         return {"newest": str(data[0].get("id")), "created_at": data[0].get("created_at")}
 
-    async def find(self, entry_id: str, since: float, n: int, known: set[str],
-                   ref: dict | None = None) -> list[BatchStatus]:
+    async def find(
+        self, entry_id: str, since: float, n: int, known: set[str], ref: dict | None = None
+    ) -> list[BatchStatus]:
         found = []
         self.listed, self.listed_all = 0, False
         newest = ref.get("newest") if ref else None
@@ -150,13 +184,22 @@ class AnthropicBatch(BatchAPI):
             key, result = doc["custom_id"], doc["result"]
             kind = result["type"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
-            return ResultLine("", error=MalformedReply("a result line that is not a MessageBatchIndividualResponse",
-                                                       raw[:2000].decode("utf-8", "replace")))
+            return ResultLine(
+                "",
+                error=MalformedReply(
+                    "a result line that is not a MessageBatchIndividualResponse",
+                    raw[:2000].decode("utf-8", "replace"),
+                ),
+            )
         if kind == "succeeded":
             return ResultLine(key, orjson.dumps(result.get("message")), doc=result.get("message"))
         if kind == "errored":
             error = result.get("error") if isinstance(result.get("error"), dict) else {}
             inner = error.get("error") if isinstance(error.get("error"), dict) else {}
-            return ResultLine(key, error=error_for(STATUS_OF.get(str(inner.get("type")), 500), orjson.dumps(error), {},
-                                                   self.what))
+            return ResultLine(
+                key,
+                error=error_for(
+                    STATUS_OF.get(str(inner.get("type")), 500), orjson.dumps(error), {}, self.what
+                ),
+            )
         return ResultLine(key)  # canceled, expired: not run, given back

@@ -1,4 +1,6 @@
-"""What every adapter shares: the request record and its cache key, limits, parsed replies, the interface."""
+"""What every adapter shares: the request record and its cache key, limits, parsed replies, the
+interface."""
+
 from __future__ import annotations
 
 import abc
@@ -18,9 +20,9 @@ class Request:
 
     ``body`` is the exact bytes sent (built deterministically; keys never sorted, since option order
     is meaningful). ``params`` is the canonical JSON of the sampling parameters ("{}" for none).
-    ``sample`` is the epoch index. ``kind`` is the adapter's (``Adapter.kind``: the wire format); the cache
-    stores it in its ``provider`` column (the column's name since the first shards). Secrets never appear
-    here: adapters add them as headers in ``send``.
+    ``sample`` is the epoch index. ``kind`` is the adapter's (``Adapter.kind``: the wire format);
+    the cache stores it in its ``provider`` column (the column's name since the first shards).
+    Secrets never appear here: adapters add them as headers in ``send``.
     """
 
     kind: str
@@ -35,8 +37,16 @@ class Request:
     parameters and the body bytes; computed once, when the request is made."""
 
     def __post_init__(self) -> None:
-        head = "\0".join((self.kind, self.model, self.endpoint, str(self.sample), self.prompt_version,
-                          self.params)).encode()
+        head = "\0".join(
+            (
+                self.kind,
+                self.model,
+                self.endpoint,
+                str(self.sample),
+                self.prompt_version,
+                self.params,
+            )
+        ).encode()
         object.__setattr__(self, "key", hashlib.sha256(head + b"\0" + self.body).hexdigest())
 
 
@@ -46,11 +56,12 @@ class Limits:
 
     ``rpm``: requests per minute (None: unlimited); ``tpm``: tokens per minute (None: unlimited);
     ``max_in_flight``: concurrent requests; ``attempt_timeout_s``: seconds to wait for one reply;
-    ``max_attempts``: attempts per request including the first; ``backoff_s``: the first backoff wait
-    (doubling, plus up to ``backoff_s`` of jitter); ``max_wait_s``: cap on one backoff wait;
-    ``max_stated_wait_s``: the longest wait a provider may state (``Retry-After``, a reset header, Gemini's
-    ``RetryInfo``) that is honoured exactly, a longer one stops the provider (``runner.sending.stops``);
-    ``max_reply_bytes``: the largest reply body read (decoded), a larger one is stored invalid.
+    ``max_attempts``: attempts per request including the first; ``backoff_s``: the first backoff
+    wait (doubling, plus up to ``backoff_s`` of jitter); ``max_wait_s``: cap on one backoff wait;
+    ``max_stated_wait_s``: the longest wait a provider may state (``Retry-After``, a reset header,
+    Gemini's ``RetryInfo``) that is honoured exactly, a longer one stops the provider
+    (``runner.sending.stops``); ``max_reply_bytes``: the largest reply body read (decoded), a larger
+    one is stored invalid.
 
     The HTTP adapters read ``attempt_timeout_s`` as an idle timeout: no byte of the reply for that
     long ends the attempt, however long the reply has been arriving; ``max_reply_time_s`` bounds one
@@ -100,10 +111,11 @@ OK, INVALID = "ok", "invalid"
 class Answer:
     """One question's parsed answer.
 
-    ``status`` is "ok" or "invalid" (then ``predicted`` is None and ``error`` says why). ``predicted`` is an
-    option id or "yes"/"no"; ``p_predicted`` its probability; ``p_yes`` P(yes) for yes/no questions;
-    ``probabilities`` every option's probability as returned (decision models; empty otherwise);
-    ``warning`` notes an accepted oddity (e.g. the returned choice was not the most probable).
+    ``status`` is "ok" or "invalid" (then ``predicted`` is None and ``error`` says why).
+    ``predicted`` is an option id or "yes"/"no"; ``p_predicted`` its probability; ``p_yes`` P(yes)
+    for yes/no questions; ``probabilities`` every option's probability as returned (decision models;
+    empty otherwise); ``warning`` notes an accepted oddity (e.g. the returned choice was not the
+    most probable).
     """
 
     question_id: str
@@ -121,26 +133,33 @@ class Answer:
 
     def as_row(self) -> dict:
         """The cache's per-question struct."""
-        return {"question_id": self.question_id, "status": self.status, "predicted": self.predicted,
-                "p_predicted": self.p_predicted, "p_yes": self.p_yes,
-                "probabilities": [{"option": o, "p": p} for o, p in self.probabilities],
-                "error": self.error, "warning": self.warning}
+        return {
+            "question_id": self.question_id,
+            "status": self.status,
+            "predicted": self.predicted,
+            "p_predicted": self.p_predicted,
+            "p_yes": self.p_yes,
+            "probabilities": [{"option": o, "p": p} for o, p in self.probabilities],
+            "error": self.error,
+            "warning": self.warning,
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class Reply:
     """A decoded reply: one Answer per question of the task, in task order, plus usage.
 
-    ``repaired`` is True when a language model's JSON object arrived wrapped in one Markdown code fence:
-    accepted and scored normally, but counted (SPEC §6). ``input_tokens`` counts every input token billed;
-    ``cached_input_tokens`` those of them read from the provider's prompt cache (OpenAI
-    ``prompt_tokens_details.cached_tokens``, Anthropic ``cache_read_input_tokens``, Gemini
+    ``repaired`` is True when a language model's JSON object arrived wrapped in one Markdown code
+    fence: accepted and scored normally, but counted (SPEC §6). ``input_tokens`` counts every input
+    token billed; ``cached_input_tokens`` those of them read from the provider's prompt cache
+    (OpenAI ``prompt_tokens_details.cached_tokens``, Anthropic ``cache_read_input_tokens``, Gemini
     ``cachedContentTokenCount``), ``cache_write_tokens`` those written to it (OpenAI
-    ``prompt_tokens_details.cache_write_tokens``, Anthropic's 5-minute cache) and ``cache_write_1h_tokens``
-    those written to Anthropic's 1-hour cache; each priced at its own price (``scoring.cost``).
-    ``served_model`` is the model the reply says answered (``model``, Gemini's ``modelVersion``), None when it
-    names none. ``cut_off`` says where a reply cut off at the token limit was cut: ``"thinking"`` (the limit
-    was spent before any answer text), ``"answer"`` (within the answer), None when it was not cut off.
+    ``prompt_tokens_details.cache_write_tokens``, Anthropic's 5-minute cache) and
+    ``cache_write_1h_tokens`` those written to Anthropic's 1-hour cache; each priced at its own
+    price (``scoring.cost``). ``served_model`` is the model the reply says answered (``model``,
+    Gemini's ``modelVersion``), None when it names none. ``cut_off`` says where a reply cut off at
+    the token limit was cut: ``"thinking"`` (the limit was spent before any answer text),
+    ``"answer"`` (within the answer), None when it was not cut off.
     """
 
     answers: tuple[Answer, ...]
@@ -155,7 +174,7 @@ class Reply:
 
     @property
     def status(self) -> str:
-        """"ok" when every answer is valid, else "invalid"."""
+        """ "ok" when every answer is valid, else "invalid"."""
         return OK if all(a.status == OK for a in self.answers) else INVALID
 
     @property
@@ -167,14 +186,16 @@ class Reply:
 
 @dataclass
 class ModelSpec:
-    """A parsed model string ``ADAPTER:MODEL[@BASE_URL]``; ``model`` may be None where the server names it.
+    """A parsed model string ``ADAPTER:MODEL[@BASE_URL]``; ``model`` may be None where the server
+    names it.
 
-    ``params``: sampling parameters (temperature, max tokens, seed, reasoning effort, ... in the provider's
-    own names), sent in the request body and part of the cache key. ``options``: settings that do not change
-    the answers (the API key's environment variable, a local server's context size), never in the key.
-    ``name``: the model's name in reports (a run file's ``name``); None: ``ADAPTER:MODEL``. Never in the key.
-    ``effort``: one of ``EFFORTS`` (``--effort``, a run file's ``effort``), mapped by the adapter onto the
-    provider's own field in ``params`` (``Adapter.apply_effort``), so it is in the body and the key.
+    ``params``: sampling parameters (temperature, max tokens, seed, reasoning effort, ... in the
+    provider's own names), sent in the request body and part of the cache key. ``options``: settings
+    that do not change the answers (the API key's environment variable, a local server's context
+    size), never in the key. ``name``: the model's name in reports (a run file's ``name``); None:
+    ``ADAPTER:MODEL``. Never in the key. ``effort``: one of ``EFFORTS`` (``--effort``, a run file's
+    ``effort``), mapped by the adapter onto the provider's own field in ``params``
+    (``Adapter.apply_effort``), so it is in the body and the key.
     """
 
     kind: str
@@ -188,12 +209,13 @@ class ModelSpec:
 
 @dataclass(frozen=True, slots=True)
 class ModelIdentity:
-    """A started model as the cache and the scoring tell it apart (``Adapter.identity``): ``label`` (its name in
-    reports), ``kind`` (the adapter), ``model`` (the provider's name; a server-named model's once started),
-    ``endpoint``, ``params`` (the canonical JSON of its sampling parameters, ``Adapter.params_key``) and the
-    ``effort`` level its requests carry (None: the provider's default). ``key`` is the configuration every cache
-    key and cache row holds (the cache's ``provider``, ``model``, ``endpoint`` and ``params`` columns); ``row``
-    the model's row of the frame scoring selects cache rows by (``scoring.MODELS_SCHEMA``)."""
+    """A started model as the cache and the scoring tell it apart (``Adapter.identity``): ``label``
+    (its name in reports), ``kind`` (the adapter), ``model`` (the provider's name; a server-named
+    model's once started), ``endpoint``, ``params`` (the canonical JSON of its sampling parameters,
+    ``Adapter.params_key``) and the ``effort`` level its requests carry (None: the provider's
+    default). ``key`` is the configuration every cache key and cache row holds (the cache's
+    ``provider``, ``model``, ``endpoint`` and ``params`` columns); ``row`` the model's row of the
+    frame scoring selects cache rows by (``scoring.MODELS_SCHEMA``)."""
 
     label: str
     kind: str
@@ -204,25 +226,28 @@ class ModelIdentity:
 
     @property
     def key(self) -> tuple[str, str, str, str]:
-        """(adapter, model, endpoint, params): what no two models of one run may share (``runner.planning.plan``)."""
+        """(adapter, model, endpoint, params): what no two models of one run may share
+        (``runner.planning.plan``)."""
         return self.kind, self.model, self.endpoint, self.params
 
     def row(self, prompt_version: str = PROMPT_VERSION) -> tuple[str, str, str, str, str, str]:
-        """The model's ``scoring.MODELS_SCHEMA`` row: label, provider (the adapter), model, endpoint, params and
-        ``prompt_version``."""
+        """The model's ``scoring.MODELS_SCHEMA`` row: label, provider (the adapter), model,
+        endpoint, params and ``prompt_version``."""
         return self.label, *self.key, prompt_version
 
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
-"""The one effort vocabulary of ``--effort`` and a run file's ``effort``, lowest first: the values of the
-openai SDK's ``ReasoningEffort`` (``types/shared/reasoning_effort.py``, openai 3.57.0). Each adapter maps a level
-onto its provider's own field (``Adapter.apply_effort``) and refuses the levels that field does not have."""
+"""The one effort vocabulary of ``--effort`` and a run file's ``effort``, lowest first: the values
+of the openai SDK's ``ReasoningEffort`` (``types/shared/reasoning_effort.py``, openai 3.57.0). Each
+adapter maps a level onto its provider's own field (``Adapter.apply_effort``) and refuses the levels
+that field does not have."""
 
 
 def canonical_params(value: Any) -> Any:
-    """Sampling parameters in one canonical form, so equal settings give equal requests and cache keys:
-    object keys sorted (at every depth) and whole-number floats as integers (``temperature=0.0`` is
-    ``temperature=0``). Whatever order ``--param`` flags or run-file keys come in, the bytes sent are the same."""
+    """Sampling parameters in one canonical form, so equal settings give equal requests and cache
+    keys: object keys sorted (at every depth) and whole-number floats as integers
+    (``temperature=0.0`` is ``temperature=0``). Whatever order ``--param`` flags or run-file keys
+    come in, the bytes sent are the same."""
     if isinstance(value, dict):
         return {k: canonical_params(value[k]) for k in sorted(value)}
     if isinstance(value, list):
@@ -233,20 +258,21 @@ def canonical_params(value: Any) -> Any:
 
 
 class Adapter(abc.ABC):
-    """One wire format. ``encode`` and ``decode`` are pure; ``send`` does the I/O and raises the errors of
-    ``adapters.errors``. ``start`` runs once before the first request (open sessions, learn the served
-    model's name) and ``close`` once after the last.
+    """One wire format. ``encode`` and ``decode`` are pure; ``send`` does the I/O and raises the
+    errors of ``adapters.errors``. ``start`` runs once before the first request (open sessions,
+    learn the served model's name) and ``close`` once after the last.
 
-    ``kind``: the adapter name in model strings (the wire format); ``limits_key``: the key of the rate limits
-    this adapter's requests share (e.g. one per base URL; a run file's provider overrides it, ``ModelRun``);
-    ``model``: the model's name, part of every cache key; ``takes_params``: language-model adapters send
-    sampling parameters, decision formats have none; ``OPTIONS``: the settings (``ModelSpec.options``) the
-    adapter reads; ``free``: the model runs on this machine (no bill: its price is 0 unless a run file says
-    otherwise); ``HIDDEN_INPUT_TOKENS``: input tokens a provider adds to every request beyond what the body
-    holds (an upper bound; see ``runner.planning.tokens``); ``CACHE_PRICES``: the prices of prompt-cache reads and writes
-    (``cached_input``, ``cache_write``, ``cache_write_1h``) as multiples of the input price, where the
-    provider's pricing fixes them for every model (Anthropic); a run file's price overrides them, and a part
-    priced by neither is priced as input.
+    ``kind``: the adapter name in model strings (the wire format); ``limits_key``: the key of the
+    rate limits this adapter's requests share (e.g. one per base URL; a run file's provider
+    overrides it, ``ModelRun``); ``model``: the model's name, part of every cache key;
+    ``takes_params``: language-model adapters send sampling parameters, decision formats have none;
+    ``OPTIONS``: the settings (``ModelSpec.options``) the adapter reads; ``free``: the model runs on
+    this machine (no bill: its price is 0 unless a run file says otherwise);
+    ``HIDDEN_INPUT_TOKENS``: input tokens a provider adds to every request beyond what the body
+    holds (an upper bound; see ``runner.planning.tokens``); ``CACHE_PRICES``: the prices of
+    prompt-cache reads and writes (``cached_input``, ``cache_write``, ``cache_write_1h``) as
+    multiples of the input price, where the provider's pricing fixes them for every model
+    (Anthropic); a run file's price overrides them, and a part priced by neither is priced as input.
     """
 
     kind: str = ""
@@ -257,14 +283,17 @@ class Adapter(abc.ABC):
     HIDDEN_INPUT_TOKENS: int = 0
     CACHE_PRICES: Mapping[str, float] = {}
     P_YES_RANGE: tuple[float, float] | None = None
-    """The range the provider clamps a yes/no answer's P(yes) to, when it clamps (Gemini Decisions: 0.01-0.99)."""
+    """The range the provider clamps a yes/no answer's P(yes) to, when it clamps (Gemini Decisions:
+    0.01-0.99)."""
     EFFORT_FIELD: str = ""
-    """The provider's own field an effort level is written to (``apply_effort``); "" when the adapter has none."""
+    """The provider's own field an effort level is written to (``apply_effort``); "" when the
+    adapter has none."""
     EFFORT_LEVELS: tuple[str, ...] = ()
     """The levels of ``EFFORTS`` that ``EFFORT_FIELD`` takes (from the provider's SDK types)."""
     own_timeout: bool = False
-    """True when ``send`` itself gives up after ``limits.attempt_timeout_s`` without a reply (raising
-    Transient), as the HTTP adapters' sessions do; otherwise the runner times each attempt."""
+    """True when ``send`` itself gives up after ``limits.attempt_timeout_s`` without a reply
+    (raising Transient), as the HTTP adapters' sessions do; otherwise the runner times each
+    attempt."""
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         self.spec = spec
@@ -278,22 +307,28 @@ class Adapter(abc.ABC):
 
     @classmethod
     def apply_effort(cls, params: dict, effort: str) -> dict:
-        """``params`` with the effort level ``effort`` (one of ``EFFORTS``) written to the provider's own field.
-        Raises ValueError when the adapter has no effort setting, the level is not one its field takes, or
-        ``params`` already set that field to something else (give one: ``--effort`` or the native parameter)."""
+        """``params`` with the effort level ``effort`` (one of ``EFFORTS``) written to the
+        provider's own field. Raises ValueError when the adapter has no effort setting, the level is
+        not one its field takes, or ``params`` already set that field to something else (give one:
+        ``--effort`` or the native parameter)."""
         if effort not in EFFORTS:
             raise ValueError(f"effort {effort!r} is not one of {', '.join(EFFORTS)}")
         if not cls.EFFORT_FIELD:
-            raise ValueError(f"{cls.kind}: this adapter has no effort setting (--effort is for the hosted language "
-                             "models: openai, anthropic, gemini, logprobs)")
+            raise ValueError(
+                f"{cls.kind}: this adapter has no effort setting (--effort is for the hosted language "
+                "models: openai, anthropic, gemini, logprobs)"
+            )
         if effort not in cls.EFFORT_LEVELS:
-            raise ValueError(f"{cls.kind}: effort {effort!r} is not a level of {cls.EFFORT_FIELD} (it takes "
-                             f"{', '.join(cls.EFFORT_LEVELS)}){cls.effort_hint(effort)}")
+            raise ValueError(
+                f"{cls.kind}: effort {effort!r} is not a level of {cls.EFFORT_FIELD} (it takes "
+                f"{', '.join(cls.EFFORT_LEVELS)}){cls.effort_hint(effort)}"
+            )
         return cls._with_effort(dict(params), effort)
 
     @classmethod
     def effort_hint(cls, effort: str) -> str:
-        """What to give instead of a level the provider's field does not have (appended to the error)."""
+        """What to give instead of a level the provider's field does not have (appended to the
+        error)."""
         return ""
 
     @classmethod
@@ -302,13 +337,15 @@ class Adapter(abc.ABC):
 
     @classmethod
     def effort_of(cls, params: dict) -> str | None:
-        """The effort level ``params`` set in the provider's own field (however it was given: ``--effort`` or
-        the native parameter), in the vocabulary of ``EFFORTS`` where it is one of them; None when unset."""
+        """The effort level ``params`` set in the provider's own field (however it was given:
+        ``--effort`` or the native parameter), in the vocabulary of ``EFFORTS`` where it is one of
+        them; None when unset."""
         return None
 
     @property
     def effort(self) -> str | None:
-        """The effort level this model's requests carry (``effort_of`` its parameters); None: the provider's default."""
+        """The effort level this model's requests carry (``effort_of`` its parameters); None: the
+        provider's default."""
         return self.effort_of(self.params)
 
     @property
@@ -317,8 +354,9 @@ class Adapter(abc.ABC):
         return self.spec.name or f"{self.kind}:{self.model}"
 
     def output_tokens_bound(self, task: Task) -> int | None:
-        """An upper bound of the output tokens of one request for ``task`` (what the provider may bill),
-        from the request's own cap (``max_tokens`` and the like); None when nothing caps the reply."""
+        """An upper bound of the output tokens of one request for ``task`` (what the provider may
+        bill), from the request's own cap (``max_tokens`` and the like); None when nothing caps the
+        reply."""
         return None
 
     @property
@@ -332,24 +370,27 @@ class Adapter(abc.ABC):
 
     @property
     def identity(self) -> ModelIdentity:
-        """This model as the cache and the scoring tell it apart (as it is now: a server-named model's name is
-        known once started)."""
-        return ModelIdentity(self.label, self.kind, self.model, self.endpoint, self.params_key, self.effort)
+        """This model as the cache and the scoring tell it apart (as it is now: a server-named
+        model's name is known once started)."""
+        return ModelIdentity(
+            self.label, self.kind, self.model, self.endpoint, self.params_key, self.effort
+        )
 
     def missing_setup(self) -> str | None:
-        """What ``start`` will refuse for lack of local set-up (an API key's environment variable not
-        set), as the message it will give; None when nothing is missing. Checked without the network."""
+        """What ``start`` will refuse for lack of local set-up (an API key's environment variable
+        not set), as the message it will give; None when nothing is missing. Checked without the
+        network."""
         return None
 
     async def start(self) -> None:
-        """Prepare for sending; raises Fatal when the model cannot be used (unknown, no key), ProviderStop
-        (cause ``UNREACHABLE``) when its server cannot be reached."""
+        """Prepare for sending; raises Fatal when the model cannot be used (unknown, no key),
+        ProviderStop (cause ``UNREACHABLE``) when its server cannot be reached."""
         return None
 
     async def check_reachable(self) -> None:
-        """Raise ProviderStop (cause ``UNREACHABLE``) when the model's server cannot be reached now (a
-        connection opened and closed, nothing sent: ``dxi estimate`` warns with it); nothing to check for a
-        model that runs in this process."""
+        """Raise ProviderStop (cause ``UNREACHABLE``) when the model's server cannot be reached now
+        (a connection opened and closed, nothing sent: ``dxi estimate`` warns with it); nothing to
+        check for a model that runs in this process."""
         return None
 
     async def close(self) -> None:
@@ -362,7 +403,8 @@ class Adapter(abc.ABC):
 
     @abc.abstractmethod
     async def send(self, request: Request) -> bytes:
-        """Send one request and return the raw reply body; raises RateLimited, Transient or Fatal."""
+        """Send one request and return the raw reply body; raises RateLimited, Transient or
+        Fatal."""
 
     async def transmit(self, request: Request, progress: Progress) -> bytes:
         """``send``, noting in ``progress`` what of the reply arrived (the runner's entry point).
@@ -378,11 +420,13 @@ class Adapter(abc.ABC):
 
     @abc.abstractmethod
     def decode(self, task: Task, body: bytes) -> Reply:
-        """Parse a reply body into one Answer per question; raises MalformedReply when the body is not
-        the wire format. Problems with single answers are recorded as invalid answers, not raised."""
+        """Parse a reply body into one Answer per question; raises MalformedReply when the body is
+        not the wire format. Problems with single answers are recorded as invalid answers, not
+        raised."""
 
     def decode_parsed(self, task: Task, body: bytes, doc: Any) -> Reply:
-        """``decode`` of a body parsed already: ``doc`` is ``body`` as ``json_body.load_json`` reads it (a batch
-        result line's own parse, ``adapters.batches.ResultLine.doc``). The adapters whose decoder starts from the
-        parsed body read ``doc`` instead of parsing ``body`` again; the others (this default) decode ``body``."""
+        """``decode`` of a body parsed already: ``doc`` is ``body`` as ``json_body.load_json`` reads
+        it (a batch result line's own parse, ``adapters.batches.ResultLine.doc``). The adapters
+        whose decoder starts from the parsed body read ``doc`` instead of parsing ``body`` again;
+        the others (this default) decode ``body``."""
         return self.decode(task, body)

@@ -1,21 +1,23 @@
-"""The providers' batch APIs: what ``dxi run --batch`` (``runner.batch.driver``) uses to send the requests of a
-model asynchronously at the batch price, one module per wire format beside the adapter whose bodies its
-lines carry: ``openai_batch`` (OpenAI's Files and Batches endpoints, and the servers that implement them),
-``anthropic_batch`` (Message Batches), ``gemini_batch`` (the Gemini Batch API, inline or through the Files
-API). ``batch_api(adapter)`` gives an adapter's, or None when its provider has no batch API (decision
-models, the embedded model, local servers, logprob requests).
+"""The providers' batch APIs: what ``dxi run --batch`` (``runner.batch.driver``) uses to send the
+requests of a model asynchronously at the batch price, one module per wire format beside the adapter
+whose bodies its lines carry: ``openai_batch`` (OpenAI's Files and Batches endpoints, and the
+servers that implement them), ``anthropic_batch`` (Message Batches), ``gemini_batch`` (the Gemini
+Batch API, inline or through the Files API). ``batch_api(adapter)`` gives an adapter's, or None when
+its provider has no batch API (decision models, the embedded model, local servers, logprob
+requests).
 
-Every batch line carries the request's body **as is** (the same bytes a synchronous call sends) and its
-cache key as the line's id (``custom_id``, Gemini's ``key``): a 64-character hex sha256, within Anthropic's
-``[A-Za-z0-9_-]{1,64}``. Results are matched to requests by that id, never by position. A result's body goes
-through the adapter's own ``decode``; a per-request error is classified by ``http.error_for`` as the
-synchronous reply with that status would be.
+Every batch line carries the request's body **as is** (the same bytes a synchronous call sends) and
+its cache key as the line's id (``custom_id``, Gemini's ``key``): a 64-character hex sha256, within
+Anthropic's ``[A-Za-z0-9_-]{1,64}``. Results are matched to requests by that id, never by position.
+A result's body goes through the adapter's own ``decode``; a per-request error is classified by
+``http.error_for`` as the synchronous reply with that status would be.
 
 The shapes here (``BatchStatus``, ``ResultLine``) are what the runner sees of any provider. Errors:
 the adapter error tree (``adapters.errors``); ``BatchLost`` when the provider no longer knows a
 batch or its results (404); ``NoBatchAPI`` when the host has no batch endpoints at all (a 404 to the
 upload or create).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -39,7 +41,9 @@ if TYPE_CHECKING:
 RUNNING = None
 COMPLETED, EXPIRED, CANCELLED, FAILED, LOST = "completed", "expired", "cancelled", "failed", "lost"
 OUTCOMES = (COMPLETED, EXPIRED, CANCELLED, FAILED, LOST)
-LINE_BYTES = 64 << 20  # the longest result line read; a longer one is given back (its reply is read no further)
+LINE_BYTES = (
+    64 << 20
+)  # the longest result line read; a longer one is given back (its reply is read no further)
 # the pages of the provider's batch (or file) listing that ``find`` / ``delete_input`` read at most
 MAX_PAGES = 100
 # a provider without a tag, an entry recorded without a reference (``BatchAPI.find``): the batches
@@ -55,8 +59,8 @@ KINDS = {
 
 
 def iso_time(value: object) -> float | None:
-    """Unix seconds of an RFC 3339 time (``2026-12-02T03:12:09.5Z``, as Anthropic and Google write them); None
-    when it is not one."""
+    """Unix seconds of an RFC 3339 time (``2026-12-02T03:12:09.5Z``, as Anthropic and Google write
+    them); None when it is not one."""
     if not isinstance(value, str):
         return None
     try:
@@ -78,15 +82,17 @@ class NoBatchAPI(Fatal):
 
 
 def not_found(what: str, method: str, url: str) -> str:
-    """The words of a 404 from the batch API: what asked, and where (the path only: no query, no key)."""
+    """The words of a 404 from the batch API: what asked, and where (the path only: no query, no
+    key)."""
     return f"{what}: {method} {urlsplit(url).path}: HTTP 404 (not found)"
 
 
 @dataclass(frozen=True, slots=True)
 class BatchLimits:
-    """What one batch may hold, as each provider documents it: ``max_requests`` requests and ``max_bytes``
-    bytes of input (the file uploaded, or the create request's body); ``inline_bytes``: up to this, the
-    requests go inline in the create request (Gemini), above it through the Files API."""
+    """What one batch may hold, as each provider documents it: ``max_requests`` requests and
+    ``max_bytes`` bytes of input (the file uploaded, or the create request's body);
+    ``inline_bytes``: up to this, the requests go inline in the create request (Gemini), above it
+    through the Files API."""
 
     max_requests: int
     max_bytes: int
@@ -97,8 +103,9 @@ class BatchLimits:
 class BatchStatus:
     """A batch as the provider reports it: ``batch_id`` (the provider's), ``state`` (its own word),
     ``outcome`` (None while it runs; else one of ``OUTCOMES``), ``counts`` (its request counts),
-    ``output`` (where the results are: file ids, a results URL, inline), ``tag`` (the ledger entry id it
-    carries; None where the provider has no tag), ``created`` (Unix seconds) and ``total`` (requests held)."""
+    ``output`` (where the results are: file ids, a results URL, inline), ``tag`` (the ledger entry
+    id it carries; None where the provider has no tag), ``created`` (Unix seconds) and ``total``
+    (requests held)."""
 
     batch_id: str
     state: str
@@ -112,10 +119,11 @@ class BatchStatus:
 
 @dataclass(frozen=True, slots=True)
 class ResultLine:
-    """One request's result: ``key`` (its custom id = cache key) and either ``body`` (the reply, as the
-    synchronous endpoint returns it) or ``error`` (a per-request error, classified as synchronously); both
-    None: not attempted (the batch expired or was cancelled first), given back. ``doc`` is ``body`` parsed,
-    from the line's own parse (``Adapter.decode_parsed`` reads it rather than parsing ``body`` again)."""
+    """One request's result: ``key`` (its custom id = cache key) and either ``body`` (the reply, as
+    the synchronous endpoint returns it) or ``error`` (a per-request error, classified as
+    synchronously); both None: not attempted (the batch expired or was cancelled first), given back.
+    ``doc`` is ``body`` parsed, from the line's own parse (``Adapter.decode_parsed`` reads it rather
+    than parsing ``body`` again)."""
 
     key: str
     body: bytes | None = None
@@ -124,11 +132,13 @@ class ResultLine:
 
 
 class BatchAPI:
-    """One provider's batch protocol over a started ``HTTPAdapter`` (its session, headers and base URL).
+    """One provider's batch protocol over a started ``HTTPAdapter`` (its session, headers and base
+    URL).
 
-    Subclasses give ``LIMITS``, ``taggable`` (whether a batch carries our tag) and ``line`` / ``upload`` /
-    ``create`` / ``get`` / ``find`` / ``cancel`` / ``results``. The input of a batch is a file of lines
-    (``line(request)`` each, in ``lines`` order), written by the runner before anything is sent."""
+    Subclasses give ``LIMITS``, ``taggable`` (whether a batch carries our tag) and ``line`` /
+    ``upload`` / ``create`` / ``get`` / ``find`` / ``cancel`` / ``results``. The input of a batch is
+    a file of lines (``line(request)`` each, in ``lines`` order), written by the runner before
+    anything is sent."""
 
     LIMITS = BatchLimits(50_000, 200 << 20)
     taggable = True
@@ -162,14 +172,29 @@ class BatchAPI:
             raise RuntimeError(f"{type(self).__name__} used before the adapter was started")
         return session
 
-    async def call(self, method: str, url: str, body: object = None, headers: dict[str, str] | None = None,
-                   max_bytes: int = 64 << 20) -> dict:
-        """One request to the batch API, its JSON reply as a dict; raises the adapter errors (``post``), and
-        BatchLost for a 404 (the batch or file is unknown to the provider)."""
+    async def call(
+        self,
+        method: str,
+        url: str,
+        body: object = None,
+        headers: dict[str, str] | None = None,
+        max_bytes: int = 64 << 20,
+    ) -> dict:
+        """One request to the batch API, its JSON reply as a dict; raises the adapter errors
+        (``post``), and BatchLost for a 404 (the batch or file is unknown to the provider)."""
         data = orjson.dumps(body) if isinstance(body, (dict, list)) else body
         try:
-            payload = await post(self.session(), url, data, headers or self.headers(), self.what,
-                                 self.adapter.retry_after_from_body, self.adapter._secrets, max_bytes, method)
+            payload = await post(
+                self.session(),
+                url,
+                data,
+                headers or self.headers(),
+                self.what,
+                self.adapter.retry_after_from_body,
+                self.adapter._secrets,
+                max_bytes,
+                method,
+            )
         except ProviderStop as exc:
             if exc.status == 404:  # (not "unknown model": the URL names a batch or a file)
                 raise BatchLost(not_found(self.what, method, url), 404) from None
@@ -177,20 +202,31 @@ class BatchAPI:
         try:
             doc = orjson.loads(payload) if payload.strip() else {}
         except orjson.JSONDecodeError:
-            raise Transient(f"{self.what}: {method} {url}: the reply is not JSON: "
-                            f"{payload[:200].decode('utf-8', 'replace')}") from None
+            raise Transient(
+                f"{self.what}: {method} {url}: the reply is not JSON: "
+                f"{payload[:200].decode('utf-8', 'replace')}"
+            ) from None
         return doc if isinstance(doc, dict) else {"value": doc}
 
-    async def lines(self, url: str, headers: dict[str, str] | None = None) -> AsyncIterator[list[bytes]]:
-        """The lines of a JSONL file at ``url`` as they arrive, a list for each piece read from the network (up
-        to 64 KiB: the lines it completes; never the whole file in memory). A line longer than ``LINE_BYTES``
-        is given as ``b""``, read no further; blank lines are left out. Raises as ``call`` does."""
+    async def lines(
+        self, url: str, headers: dict[str, str] | None = None
+    ) -> AsyncIterator[list[bytes]]:
+        """The lines of a JSONL file at ``url`` as they arrive, a list for each piece read from the
+        network (up to 64 KiB: the lines it completes; never the whole file in memory). A line
+        longer than ``LINE_BYTES`` is given as ``b""``, read no further; blank lines are left out.
+        Raises as ``call`` does."""
         secrets = self.adapter._secrets
         try:
             async with self.session().get(url, headers=headers or self.headers()) as resp:
                 if resp.status >= 300:
                     payload = redact(await resp.content.read(64 << 10), secrets)
-                    error = error_for(resp.status, payload, resp.headers, self.what, self.adapter.retry_after_from_body)
+                    error = error_for(
+                        resp.status,
+                        payload,
+                        resp.headers,
+                        self.what,
+                        self.adapter.retry_after_from_body,
+                    )
                     if resp.status == 404:
                         raise BatchLost(not_found(self.what, "GET", url), 404)
                     raise error
@@ -229,8 +265,8 @@ class BatchAPI:
 
     # ---- the protocol -------------------------------------------------------------------------
     def line(self, request: Request) -> bytes:
-        """The input line of ``request`` (no newline), its body embedded byte for byte: ``head(key)``, the
-        body, then ``}``."""
+        """The input line of ``request`` (no newline), its body embedded byte for byte:
+        ``head(key)``, the body, then ``}``."""
         return self.head(request.key) + request.body + b"}"
 
     def head(self, key: str) -> bytes:
@@ -238,22 +274,24 @@ class BatchAPI:
         raise NotImplementedError
 
     def split(self, line: bytes) -> tuple[str, bytes]:
-        """An input line back into (key, body bytes): the inverse of ``line`` (a cache key is 64 characters, so
-        every line's head has one length)."""
+        """An input line back into (key, body bytes): the inverse of ``line`` (a cache key is 64
+        characters, so every line's head has one length)."""
         start = line.index(b'"') + 1
         start = line.index(b'"', start) + 3  # past the id's name, '":"'
         if self._head_bytes is None:
             self._head_bytes = len(self.head("0" * 64))
-        return line[start:start + 64].decode(), line[self._head_bytes:-1]
+        return line[start : start + 64].decode(), line[self._head_bytes : -1]
 
     async def upload(self, entry_id: str, path: Path, n: int, size: int) -> str | None:
-        """Upload the input file ``path`` (``n`` lines, ``size`` bytes) where the provider takes a file; its
-        file id, or None when the requests go in the create request itself."""
+        """Upload the input file ``path`` (``n`` lines, ``size`` bytes) where the provider takes a
+        file; its file id, or None when the requests go in the create request itself."""
         return None
 
-    async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
-        """Create the batch of the lines in ``path`` (or of the uploaded ``file_id``), tagged ``entry_id``
-        where the provider allows a tag."""
+    async def create(
+        self, entry_id: str, path: Path, file_id: str | None, n: int, size: int
+    ) -> BatchStatus:
+        """Create the batch of the lines in ``path`` (or of the uploaded ``file_id``), tagged
+        ``entry_id`` where the provider allows a tag."""
         raise NotImplementedError
 
     async def get(self, batch_id: str) -> BatchStatus:
@@ -266,8 +304,9 @@ class BatchAPI:
         tag finds them) or the listing could not be read. Raises the adapter errors."""
         return None
 
-    async def find(self, entry_id: str, since: float, n: int, known: set[str],
-                   ref: dict | None = None) -> list[BatchStatus]:
+    async def find(
+        self, entry_id: str, since: float, n: int, known: set[str], ref: dict | None = None
+    ) -> list[BatchStatus]:
         """The provider's batches that may be the ledger entry ``entry_id`` whose ``create`` was cut
         before its reply was recorded: those tagged ``entry_id``; where there is no tag, those of
         ``n`` requests that no other entry knows (``known``: batch ids) created after the listing's
@@ -343,15 +382,22 @@ class BatchAPI:
         return await self.delete_files(ids)
 
     def results(self, status: BatchStatus) -> AsyncIterator[list[ResultLine]]:
-        """The results of an ended batch as they are read: a list for each piece of the results read (those of
-        ``lines``), each line's result in it."""
+        """The results of an ended batch as they are read: a list for each piece of the results read
+        (those of ``lines``), each line's result in it."""
         raise NotImplementedError
 
 
-async def chunks(path: Path, head: bytes = b"", sep: bytes = b",", tail: bytes = b"",
-                 frame: Callable[[bytes], bytes] | None = None, size: int = 1 << 20) -> AsyncIterator[bytes]:
-    """A create request's body streamed from the input file ``path``: ``head``, the lines (each through
-    ``frame``, when given) joined by ``sep``, then ``tail``, in pieces of about ``size`` bytes."""
+async def chunks(
+    path: Path,
+    head: bytes = b"",
+    sep: bytes = b",",
+    tail: bytes = b"",
+    frame: Callable[[bytes], bytes] | None = None,
+    size: int = 1 << 20,
+) -> AsyncIterator[bytes]:
+    """A create request's body streamed from the input file ``path``: ``head``, the lines (each
+    through ``frame``, when given) joined by ``sep``, then ``tail``, in pieces of about ``size``
+    bytes."""
     held = bytearray(head)
     first = True
     with open(path, "rb") as f:
@@ -369,7 +415,8 @@ async def chunks(path: Path, head: bytes = b"", sep: bytes = b",", tail: bytes =
 
 
 def batch_api(adapter: Adapter) -> BatchAPI | None:
-    """The batch protocol of ``adapter`` (started before use), or None when its provider has none."""
+    """The batch protocol of ``adapter`` (started before use), or None when its provider has
+    none."""
     ref = KINDS.get(adapter.kind)
     if ref is None:
         return None

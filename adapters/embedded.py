@@ -2,12 +2,13 @@
 
 ``embedded:sparrow-nano-general-v1.1`` (the default; ``embedded`` alone means it) or any other model
 ``sparrow_decider.available_models()`` lists (``sparrow-nano-robot-v1.2``). Requests are System One
-bodies (the same bytes as ``systemone``), answered by ``Decider.ask`` in a pool of worker processes, one
-per core (sparrow's tokenizer is pure Python, so threads would share one core), so the event loop never
-blocks. The reply is the System One JSON a ``sparrow-decider serve`` would return, decoded and validated
-by the same code as the HTTP adapter. What a worker runs is ``dxi.embedded_worker`` (outside this
-package, so that a worker does not import aiohttp).
+bodies (the same bytes as ``systemone``), answered by ``Decider.ask`` in a pool of worker processes,
+one per core (sparrow's tokenizer is pure Python, so threads would share one core), so the event
+loop never blocks. The reply is the System One JSON a ``sparrow-decider serve`` would return,
+decoded and validated by the same code as the HTTP adapter. What a worker runs is
+``dxi.embedded_worker`` (outside this package, so that a worker does not import aiohttp).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,8 +25,10 @@ from .systemone import ENDPOINT, SystemOne
 DEFAULT_MODEL = "sparrow-nano-general-v1.1"
 WORKERS = max(1, os.cpu_count() or 1)
 
+
 class Embedded(SystemOne):
-    """sparrow-decider in worker processes. ``start`` raises Fatal for an unknown model, listing the known."""
+    """sparrow-decider in worker processes. ``start`` raises Fatal for an unknown model, listing the
+    known."""
 
     kind = "embedded"
     own_timeout = False  # no session: the runner times each attempt
@@ -50,11 +53,14 @@ class Embedded(SystemOne):
         return ENDPOINT  # in-process, no server: the endpoint its cache keys have always had
 
     def missing_setup(self) -> str | None:
-        """An unknown model (sparrow-decider has no such file), naming those it has; None when it is there."""
+        """An unknown model (sparrow-decider has no such file), naming those it has; None when it is
+        there."""
         from sparrow_decider import available_models
 
         if self.model not in available_models():
-            return f"unknown embedded model {self.model!r}; available: {', '.join(available_models())}"
+            return (
+                f"unknown embedded model {self.model!r}; available: {', '.join(available_models())}"
+            )
         return None
 
     async def check_reachable(self) -> None:
@@ -64,8 +70,12 @@ class Embedded(SystemOne):
         problem = self.missing_setup()
         if problem is not None:
             raise Fatal(problem)
-        self._pool = ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=embedded_worker.load, initargs=(self.model,))
+        self._pool = ProcessPoolExecutor(
+            WORKERS,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=embedded_worker.load,
+            initargs=(self.model,),
+        )
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -75,7 +85,9 @@ class Embedded(SystemOne):
     async def send(self, request: Request) -> bytes:
         if self._pool is None:
             raise RuntimeError("Embedded.send() before start()")
-        ok, result = await asyncio.get_running_loop().run_in_executor(self._pool, embedded_worker.ask, request.body)
+        ok, result = await asyncio.get_running_loop().run_in_executor(
+            self._pool, embedded_worker.ask, request.body
+        )
         if not ok:
             raise Fatal(f"{self.label}: the model rejected the request: {result}")
         return result

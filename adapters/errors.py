@@ -1,4 +1,5 @@
-"""The adapter error tree. Adapters classify; the runner alone decides to retry (``runner/sending/retry.py``).
+"""The adapter error tree. Adapters classify; the runner alone decides to retry
+(``runner/sending/retry.py``).
 
     AdapterError
     ├── Retryable                  retried with backoff; if retries run out, stored as a transient
@@ -27,21 +28,23 @@
     └── ReplyTooLarge              the reply passed ``Limits.max_reply_bytes``: read no further, stored
                                    ``invalid`` with a bounded prefix
 
-A status is classified in one place: ``provider_errors.provider_stop`` first (what the reply's status and
-words say about the provider or model: a ProviderStop), then ``status_kind`` (the table above), both through
-``http.error_for``, which every HTTP adapter and batch call uses. The statuses retried are those the official
-OpenAI and Anthropic SDKs retry (408, 409, 429, 5xx; their ``_should_retry``), plus 425 Too Early (RFC 8470
-§5.2: the request may be retried) and 529.
+A status is classified in one place: ``provider_errors.provider_stop`` first (what the reply's
+status and words say about the provider or model: a ProviderStop), then ``status_kind`` (the table
+above), both through ``http.error_for``, which every HTTP adapter and batch call uses. The statuses
+retried are those the official OpenAI and Anthropic SDKs retry (408, 409, 429, 5xx; their
+``_should_retry``), plus 425 Too Early (RFC 8470 §5.2: the request may be retried) and 529.
 
-The runner re-classifies two errors after an attempt, for what only it knows (``runner.sending.retry.reclassify``):
-a RateLimited whose stated wait is longer than ``Limits.max_stated_wait_s`` becomes a ProviderStop (cause
-``WAIT``: the run does not wait that long), and a ProviderStop of cause ``REQUEST`` (a form of request the
-model refuses) becomes Fatal once that model has answered other requests in this run (the refusal is this
-request's own, so it is stored and kept rather than stopping the model).
+The runner re-classifies two errors after an attempt, for what only it knows
+(``runner.sending.retry.reclassify``): a RateLimited whose stated wait is longer than
+``Limits.max_stated_wait_s`` becomes a ProviderStop (cause ``WAIT``: the run does not wait that
+long), and a ProviderStop of cause ``REQUEST`` (a form of request the model refuses) becomes Fatal
+once that model has answered other requests in this run (the refusal is this request's own, so it is
+stored and kept rather than stopping the model).
 
 Messages carry the status and at most 300 bytes of the response body, never request headers, so an
 API key cannot leak into the cache, logs or reports.
 """
+
 from __future__ import annotations
 
 
@@ -54,19 +57,27 @@ class AdapterError(Exception):
 
 
 class Retryable(AdapterError):
-    """A failure worth retrying. ``should_retry`` False (the provider said ``x-should-retry: false``): not
-    retried in this run, stored as a transient failure (sent again by the next run)."""
+    """A failure worth retrying. ``should_retry`` False (the provider said
+    ``x-should-retry: false``): not retried in this run, stored as a transient failure (sent again
+    by the next run)."""
 
     should_retry: bool = True
 
 
 class RateLimited(Retryable):
-    """The provider asked us to slow down. ``retry_after`` (seconds) is the provider's own wait, if given
-    (``Retry-After``, ``retry-after-ms`` or a rate-limit reset header); ``rpm`` / ``tpm`` are the
-    provider's own requests / tokens per minute, when its headers state them (``x-ratelimit-limit-*``)."""
+    """The provider asked us to slow down. ``retry_after`` (seconds) is the provider's own wait, if
+    given (``Retry-After``, ``retry-after-ms`` or a rate-limit reset header); ``rpm`` / ``tpm`` are
+    the provider's own requests / tokens per minute, when its headers state them
+    (``x-ratelimit-limit-*``)."""
 
-    def __init__(self, message: str, retry_after: float | None = None, status: int | None = 429,
-                 rpm: float | None = None, tpm: float | None = None):
+    def __init__(
+        self,
+        message: str,
+        retry_after: float | None = None,
+        status: int | None = 429,
+        rpm: float | None = None,
+        tpm: float | None = None,
+    ):
         super().__init__(message, status)
         self.retry_after = retry_after
         self.rpm, self.tpm = rpm, tpm
@@ -77,7 +88,8 @@ class Transient(Retryable):
 
 
 class MalformedReply(Transient):
-    """The body is not the provider's wire format (e.g. not JSON). ``raw`` holds the text received."""
+    """The body is not the provider's wire format (e.g. not JSON). ``raw`` holds the text
+    received."""
 
     def __init__(self, message: str, raw: str | None = None, status: int | None = None):
         super().__init__(message, status)
@@ -85,9 +97,10 @@ class MalformedReply(Transient):
 
 
 class Unreachable(Transient):
-    """No connection to the server could be opened (refused, no route, a host name that does not resolve,
-    none within the connect timeout): the request never reached it, so nothing was billed. When every
-    attempt to a provider meets it, the runner pauses the provider and probes it (``runner.sending.outage``)."""
+    """No connection to the server could be opened (refused, no route, a host name that does not
+    resolve, none within the connect timeout): the request never reached it, so nothing was billed.
+    When every attempt to a provider meets it, the runner pauses the provider and probes it
+    (``runner.sending.outage``)."""
 
 
 class Fatal(AdapterError):
@@ -95,14 +108,19 @@ class Fatal(AdapterError):
 
 
 RATE_LIMIT_STATUSES = frozenset({429, 529})  # 529: Anthropic's "overloaded"
-TRANSIENT_STATUSES = frozenset({408, 409, 425})  # and every 5xx: timeout, conflict, too early (RFC 8470)
+TRANSIENT_STATUSES = frozenset(
+    {408, 409, 425}
+)  # and every 5xx: timeout, conflict, too early (RFC 8470)
 
 
-def status_kind(status: int, stated_wait: bool = False, should_retry: str = "") -> type[RateLimited | Transient | Fatal]:
-    """The error class of a non-2xx HTTP ``status`` that is no ProviderStop (``provider_errors`` decides
-    that first): RateLimited for 429 and 529, and for a 503 whose headers state a wait (``stated_wait``);
-    Transient for ``TRANSIENT_STATUSES``, every other 5xx and, whatever the status, ``should_retry`` "true"
-    (the ``x-should-retry`` header, lower-cased); Fatal for every other status."""
+def status_kind(
+    status: int, stated_wait: bool = False, should_retry: str = ""
+) -> type[RateLimited | Transient | Fatal]:
+    """The error class of a non-2xx HTTP ``status`` that is no ProviderStop (``provider_errors``
+    decides that first): RateLimited for 429 and 529, and for a 503 whose headers state a wait
+    (``stated_wait``); Transient for ``TRANSIENT_STATUSES``, every other 5xx and, whatever the
+    status, ``should_retry`` "true" (the ``x-should-retry`` header, lower-cased); Fatal for every
+    other status."""
     if status in RATE_LIMIT_STATUSES or (status == 503 and stated_wait):
         return RateLimited
     if status in TRANSIENT_STATUSES or status >= 500 or should_retry == "true":
@@ -110,26 +128,42 @@ def status_kind(status: int, stated_wait: bool = False, should_retry: str = "") 
     return Fatal
 
 
-QUOTA, KEY, MODEL, REQUEST, WAIT = "quota exhausted", "API key refused", "unknown model", "request refused", "wait too long"
+QUOTA, KEY, MODEL, REQUEST, WAIT = (
+    "quota exhausted",
+    "API key refused",
+    "unknown model",
+    "request refused",
+    "wait too long",
+)
 UNREACHABLE = "server unreachable"
 SCOPE_PROVIDER, SCOPE_MODEL = "provider", "model"
-MODEL_CAUSES = frozenset({MODEL, REQUEST})  # what one model meets alone: the other models on its base URL go on
+MODEL_CAUSES = frozenset(
+    {MODEL, REQUEST}
+)  # what one model meets alone: the other models on its base URL go on
 
 
 class ProviderStop(AdapterError):
-    """A failure that every request to this provider (or to this model on it) would meet alike: nothing more
-    is sent to it.
+    """A failure that every request to this provider (or to this model on it) would meet alike:
+    nothing more is sent to it.
 
-    ``cause`` is one of ``QUOTA``, ``KEY``, ``MODEL``, ``REQUEST``, ``WAIT``, ``UNREACHABLE``; the message carries the
-    provider's own words (at most 300 bytes, the key redacted). ``resets_in_s`` is the seconds until the
-    provider says access resumes (measured against the reply's ``Date`` header), when it says so. ``scope``
-    is ``SCOPE_MODEL`` for what names one model (an unknown model, a form of request that model refuses: its
-    parameters, its schema, its effort level), which stops that model alone, and ``SCOPE_PROVIDER`` otherwise
-    (quota, key, a stated wait: the account's), which stops every model on the provider (``runner.sending.stops``).
-    ``field`` is the request field the provider names as refused (OpenAI's ``error.param``), when it names one."""
+    ``cause`` is one of ``QUOTA``, ``KEY``, ``MODEL``, ``REQUEST``, ``WAIT``, ``UNREACHABLE``; the
+    message carries the provider's own words (at most 300 bytes, the key redacted). ``resets_in_s``
+    is the seconds until the provider says access resumes (measured against the reply's ``Date``
+    header), when it says so. ``scope`` is ``SCOPE_MODEL`` for what names one model (an unknown
+    model, a form of request that model refuses: its parameters, its schema, its effort level),
+    which stops that model alone, and ``SCOPE_PROVIDER`` otherwise (quota, key, a stated wait: the
+    account's), which stops every model on the provider (``runner.sending.stops``). ``field`` is the
+    request field the provider names as refused (OpenAI's ``error.param``), when it names one."""
 
-    def __init__(self, message: str, cause: str, status: int | None = None, resets_in_s: float | None = None,
-                 scope: str | None = None, field: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        cause: str,
+        status: int | None = None,
+        resets_in_s: float | None = None,
+        scope: str | None = None,
+        field: str | None = None,
+    ):
         super().__init__(message, status)
         self.cause = cause
         self.resets_in_s = resets_in_s
@@ -138,7 +172,8 @@ class ProviderStop(AdapterError):
 
 
 class ReplyTooLarge(AdapterError):
-    """The reply body passed ``limit`` bytes (decoded); ``prefix`` holds its first bytes (at most 2000)."""
+    """The reply body passed ``limit`` bytes (decoded); ``prefix`` holds its first bytes (at most
+    2000)."""
 
     def __init__(self, message: str, prefix: bytes, limit: int, status: int | None = None):
         super().__init__(message, status)

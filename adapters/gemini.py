@@ -1,35 +1,38 @@
-"""Language models over the Google Gemini API: generateContent with a JSON response schema (PROTOCOLS.md §C).
+"""Language models over the Google Gemini API: generateContent with a JSON response schema
+(PROTOCOLS.md §C).
 
-``POST {base_url}/v1beta/models/{model}:generateContent`` (default https://generativelanguage.googleapis.com)
-with header ``x-goog-api-key: $GEMINI_API_KEY``. Body::
+``POST {base_url}/v1beta/models/{model}:generateContent`` (default
+https://generativelanguage.googleapis.com) with header ``x-goog-api-key: $GEMINI_API_KEY``. Body::
 
     {"systemInstruction": {"parts": [{"text": <adapters.llm.SYSTEM_PROMPT>}]},
      "contents": [{"role": "user", "parts": [{"text": <adapters.llm.render>}]}],
      "generationConfig": {"responseMimeType": "application/json",
                           "responseJsonSchema": <adapters.llm.answer_schema>, **params}}
 
-``responseJsonSchema`` takes standard JSON Schema (``additionalProperties`` included, which the older
-OpenAPI-subset ``responseSchema`` rejects). ``params`` are ``generationConfig`` fields sent as given
-(``maxOutputTokens``, ``thinkingConfig``, ...; Google no longer recommends setting ``temperature`` on Gemini 3
-models). No ``maxOutputTokens`` is sent unless given: the model's own maximum then leaves room for thinking.
-``--effort LEVEL`` is ``thinkingConfig.thinkingLevel`` (Gemini 3 and later; minimal, low, medium, high, xhigh: the
-SDK's ``ThinkingLevel``, sent as its enum value, ``"LOW"``); a user's ``thinkingConfig.thinkingBudget`` (Gemini
-2.5) is sent as given and does not combine with ``--effort``. The key is ``GOOGLE_API_KEY`` or
-``GEMINI_API_KEY`` (the first, as the SDK, when both are set). Reply: the text parts of
-``candidates[0].content`` (parts marked ``thought`` are reasoning, never answers) parsed by
-``adapters.llm.decode_text``; ``finishReason`` "MAX_TOKENS" (cut off: while thinking when no answer text came
-and thoughts were counted) or a safety/recitation stop, and a
-prompt blocked by ``promptFeedback.blockReason``, make every answer invalid; an error body in a 200 is a
-transient failure. Usage: ``promptTokenCount`` (``cachedContentTokenCount`` of them cached), and
-``candidatesTokenCount`` + ``thoughtsTokenCount`` as output (as billed). A 429 without Retry-After is
-retried after the ``google.rpc.RetryInfo`` ``retryDelay`` of its body, when given; a per-day quota
-(``QuotaFailure``) stops the provider (``adapters.provider_errors``).
+``responseJsonSchema`` takes standard JSON Schema (``additionalProperties`` included, which the
+older OpenAPI-subset ``responseSchema`` rejects). ``params`` are ``generationConfig`` fields sent as
+given (``maxOutputTokens``, ``thinkingConfig``, ...; Google no longer recommends setting
+``temperature`` on Gemini 3 models). No ``maxOutputTokens`` is sent unless given: the model's own
+maximum then leaves room for thinking. ``--effort LEVEL`` is ``thinkingConfig.thinkingLevel``
+(Gemini 3 and later; minimal, low, medium, high, xhigh: the SDK's ``ThinkingLevel``, sent as its
+enum value, ``"LOW"``); a user's ``thinkingConfig.thinkingBudget`` (Gemini 2.5) is sent as given and
+does not combine with ``--effort``. The key is ``GOOGLE_API_KEY`` or ``GEMINI_API_KEY`` (the first,
+as the SDK, when both are set). Reply: the text parts of ``candidates[0].content`` (parts marked
+``thought`` are reasoning, never answers) parsed by ``adapters.llm.decode_text``; ``finishReason``
+"MAX_TOKENS" (cut off: while thinking when no answer text came and thoughts were counted) or a
+safety/recitation stop, and a prompt blocked by ``promptFeedback.blockReason``, make every answer
+invalid; an error body in a 200 is a transient failure. Usage: ``promptTokenCount``
+(``cachedContentTokenCount`` of them cached), and ``candidatesTokenCount`` + ``thoughtsTokenCount``
+as output (as billed). A 429 without Retry-After is retried after the ``google.rpc.RetryInfo``
+``retryDelay`` of its body, when given; a per-day quota (``QuotaFailure``) stops the provider
+(``adapters.provider_errors``).
 
-A reply names the model that answered in ``modelVersion`` (a retired model's requests are rerouted to its
-replacement: ``Reply.served_model``).
+A reply names the model that answered in ``modelVersion`` (a retired model's requests are rerouted
+to its replacement: ``Reply.served_model``).
 
 Model strings: ``gemini:gemini-3.5-flash``, ``gemini:NAME@https://proxy.example``.
 """
+
 from __future__ import annotations
 
 import re
@@ -46,8 +49,8 @@ from .streaming import LONG_REPLY_TOKENS, GenerateAssembler, gemini_stream_path
 
 
 def retry_delay(body: bytes) -> float | None:
-    """Seconds from a Google error body's ``RetryInfo`` detail (``"retryDelay": "32s"``), else None (also
-    for a negative or non-finite delay)."""
+    """Seconds from a Google error body's ``RetryInfo`` detail (``"retryDelay": "32s"``), else None
+    (also for a negative or non-finite delay)."""
     return provider_errors.retry_delay(provider_errors.error_doc(body))
 
 
@@ -57,7 +60,11 @@ def _usage(doc: dict) -> tuple[int | None, int | None, int | None]:
     thoughts = as_count(usage.get("thoughtsTokenCount")) or 0
     prompt = as_count(usage.get("promptTokenCount"))
     cached = as_count(usage.get("cachedContentTokenCount"))  # within promptTokenCount
-    return prompt, None if out is None else out + thoughts, (cached or 0) if prompt is not None else None
+    return (
+        prompt,
+        None if out is None else out + thoughts,
+        (cached or 0) if prompt is not None else None,
+    )
 
 
 def decode_generate(task: Task, body: bytes, doc: Any = None) -> Reply:
@@ -69,28 +76,54 @@ def decode_generate(task: Task, body: bytes, doc: Any = None) -> Reply:
     if not isinstance(doc, dict):
         raise MalformedReply("reply is not a JSON object", body[:2000].decode("utf-8", "replace"))
     tokens_in, tokens_out, cached = _usage(doc)
-    meta = {"input_tokens": tokens_in, "output_tokens": tokens_out, "cached_input_tokens": cached,
-            "served_model": doc.get("modelVersion") if isinstance(doc.get("modelVersion"), str) else None}
+    meta = {
+        "input_tokens": tokens_in,
+        "output_tokens": tokens_out,
+        "cached_input_tokens": cached,
+        "served_model": doc.get("modelVersion")
+        if isinstance(doc.get("modelVersion"), str)
+        else None,
+    }
     candidates = doc.get("candidates")
     if not isinstance(candidates, list) or not candidates:
         feedback = doc.get("promptFeedback") if isinstance(doc.get("promptFeedback"), dict) else {}
         if feedback.get("blockReason"):
-            return llm.invalid_reply(task, f"prompt blocked (promptFeedback.blockReason {feedback['blockReason']})", **meta)
+            return llm.invalid_reply(
+                task,
+                f"prompt blocked (promptFeedback.blockReason {feedback['blockReason']})",
+                **meta,
+            )
         raise MalformedReply("reply has no 'candidates'", body[:2000].decode("utf-8", "replace"))
     candidate = candidates[0] if isinstance(candidates[0], dict) else {}
     finish = candidate.get("finishReason")
     content = candidate.get("content") if isinstance(candidate.get("content"), dict) else {}
-    parts = [p for p in content.get("parts") or [] if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    parts = [
+        p
+        for p in content.get("parts") or []
+        if isinstance(p, dict) and isinstance(p.get("text"), str)
+    ]
     text = "".join(p["text"] for p in parts if not p.get("thought"))
     reasoning = any(p.get("thought") and p["text"].strip() for p in parts)
     problem = cut_off = None
-    if finish == "MAX_TOKENS":  # cut off while thinking: no answer text, the limit spent on thoughts
-        thoughts = usage.get("thoughtsTokenCount") if isinstance(usage := doc.get("usageMetadata"), dict) else None
-        problem, cut_off = llm.truncated("finishReason MAX_TOKENS", "maxOutputTokens", bool(text.strip()),
-                                         reasoning or bool(as_count(thoughts)))
+    if (
+        finish == "MAX_TOKENS"
+    ):  # cut off while thinking: no answer text, the limit spent on thoughts
+        thoughts = (
+            usage.get("thoughtsTokenCount")
+            if isinstance(usage := doc.get("usageMetadata"), dict)
+            else None
+        )
+        problem, cut_off = llm.truncated(
+            "finishReason MAX_TOKENS",
+            "maxOutputTokens",
+            bool(text.strip()),
+            reasoning or bool(as_count(thoughts)),
+        )
     elif finish not in (None, "STOP", "FINISH_REASON_UNSPECIFIED"):
         problem = f"no usable answer (finishReason {finish})"
-    return llm.decode_text(task, text, problem=problem, reasoning=reasoning, cut_off=cut_off, **meta)
+    return llm.decode_text(
+        task, text, problem=problem, reasoning=reasoning, cut_off=cut_off, **meta
+    )
 
 
 _VERSION = re.compile(r"gemini-(\d+)(?:\.(\d+))?")
@@ -107,12 +140,14 @@ def gemini_thinks_by_default(model: str) -> bool:
     return version >= (3, 0) or (version == (2, 5) and "flash-lite" not in model)
 
 
-# The Gemini API's key: GOOGLE_API_KEY wins when both are set, as in the google-genai SDK (``_api_client.py``)
+# The Gemini API's key: GOOGLE_API_KEY wins when both are set, as in the google-genai SDK
+# (``_api_client.py``)
 API_KEY_ENVS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 
 
 class Gemini(HTTPAdapter):
-    """Gemini generateContent with ``responseMimeType`` application/json and ``responseJsonSchema``."""
+    """Gemini generateContent with ``responseMimeType`` application/json and
+    ``responseJsonSchema``."""
 
     kind = "gemini"
     default_base_url = "https://generativelanguage.googleapis.com"
@@ -120,22 +155,37 @@ class Gemini(HTTPAdapter):
     API_KEY_ENVS = API_KEY_ENVS
     RESERVED = frozenset({"responseMimeType", "responseJsonSchema", "responseSchema"})
     EFFORT_FIELD = "thinkingConfig.thinkingLevel"
-    EFFORT_LEVELS = ("minimal", "low", "medium", "high", "xhigh")  # google-genai 3.6.1 types.ThinkingLevel
+    EFFORT_LEVELS = (
+        "minimal",
+        "low",
+        "medium",
+        "high",
+        "xhigh",
+    )  # google-genai 3.6.1 types.ThinkingLevel
 
     @classmethod
     def effort_hint(cls, effort: str) -> str:
-        return ("; on a Gemini 2.5 model, thinking is set by a budget: --param thinkingConfig='{\"thinkingBudget\": 0}'"
-                if effort == "none" else "")
+        return (
+            "; on a Gemini 2.5 model, thinking is set by a budget: --param thinkingConfig='{\"thinkingBudget\": 0}'"
+            if effort == "none"
+            else ""
+        )
 
     @classmethod
     def _with_effort(cls, params: dict, effort: str) -> dict:
-        thinking = params.get("thinkingConfig") if isinstance(params.get("thinkingConfig"), dict) else {}
+        thinking = (
+            params.get("thinkingConfig") if isinstance(params.get("thinkingConfig"), dict) else {}
+        )
         if "thinkingBudget" in thinking:
-            raise ValueError(f"--effort {effort} and thinkingConfig.thinkingBudget do not combine (Gemini refuses a "
-                             "request with both thinkingLevel and thinkingBudget): give one")
+            raise ValueError(
+                f"--effort {effort} and thinkingConfig.thinkingBudget do not combine (Gemini refuses a "
+                "request with both thinkingLevel and thinkingBudget): give one"
+            )
         given = thinking.get("thinkingLevel")
         if isinstance(given, str) and given.lower() != effort:
-            raise ValueError(f"--effort {effort} and the parameter thinkingConfig.thinkingLevel={given} disagree: give one")
+            raise ValueError(
+                f"--effort {effort} and the parameter thinkingConfig.thinkingLevel={given} disagree: give one"
+            )
         # the enum's own value, as the SDK sends it ("LOW"; the API reads it in any case)
         return params | {"thinkingConfig": {**thinking, "thinkingLevel": effort.upper()}}
 
@@ -156,10 +206,15 @@ class Gemini(HTTPAdapter):
         return retry_delay(body)
 
     def encode(self, task: Task, sample: int = 0) -> Request:
-        payload = {"systemInstruction": {"parts": [{"text": llm.SYSTEM_PROMPT}]},
-                   "contents": [{"role": "user", "parts": [{"text": llm.render(task)}]}],
-                   "generationConfig": {"responseMimeType": "application/json",
-                                        "responseJsonSchema": llm.answer_schema(task), **self.params}}
+        payload = {
+            "systemInstruction": {"parts": [{"text": llm.SYSTEM_PROMPT}]},
+            "contents": [{"role": "user", "parts": [{"text": llm.render(task)}]}],
+            "generationConfig": {
+                "responseMimeType": "application/json",
+                "responseJsonSchema": llm.answer_schema(task),
+                **self.params,
+            },
+        }
         return self.request(payload, sample)
 
     def decode(self, task: Task, body: bytes) -> Reply:
@@ -192,8 +247,8 @@ class Gemini(HTTPAdapter):
         return thinks or (cap is not None and cap > LONG_REPLY_TOKENS)
 
     def output_tokens_bound(self, task: Task) -> int | None:
-        """``maxOutputTokens`` plus ``thinkingConfig.thinkingBudget`` (thoughts are billed as output);
-        None when ``maxOutputTokens`` is unset, or thinking is on without a budget."""
+        """``maxOutputTokens`` plus ``thinkingConfig.thinkingBudget`` (thoughts are billed as
+        output); None when ``maxOutputTokens`` is unset, or thinking is on without a budget."""
         cap = llm.token_cap(self.params, "maxOutputTokens")
         thinking = self.params.get("thinkingConfig")
         if cap is None or not isinstance(thinking, dict) or "thinkingBudget" not in thinking:

@@ -21,8 +21,9 @@
   {base}/v1beta/files/...``). Once a batch's results are collected (or it ended without any), its
   input file and responses file are deleted (``files_of``) rather than left to the 48-hour expiry,
   counted against the project's 20 GB of files until then.
-* **Status**: ``BATCH_STATE_PENDING``, ``_RUNNING``; it ends ``_SUCCEEDED``, ``_FAILED``, ``_CANCELLED`` or
-  ``_EXPIRED`` (batches pending or running for 48 hours expire). ``batchStats``: request counts.
+* **Status**: ``BATCH_STATE_PENDING``, ``_RUNNING``; it ends ``_SUCCEEDED``, ``_FAILED``,
+  ``_CANCELLED`` or ``_EXPIRED`` (batches pending or running for 48 hours expire). ``batchStats``:
+  request counts.
 * **Results**: in the batch's ``output``: ``inlinedResponses.inlinedResponses[]`` (``{"response"} |
   {"error"}``, with the request's ``metadata``) or ``responsesFile``, downloaded from ``GET
   {base}/download/v1beta/{file}:download?alt=media``: JSONL lines ``{"key", "response"} | {"key",
@@ -30,6 +31,7 @@
   a ``google.rpc.Status`` (a gRPC code), classified as the HTTP status the synchronous API answers
   it with.
 """
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
@@ -55,12 +57,35 @@ from .batches import (
 from .errors import MalformedReply, Transient
 from .http import error_for, redact
 
-ENDED = {"BATCH_STATE_SUCCEEDED": COMPLETED, "BATCH_STATE_FAILED": FAILED, "BATCH_STATE_CANCELLED": CANCELLED,
-         "BATCH_STATE_EXPIRED": EXPIRED, "JOB_STATE_SUCCEEDED": COMPLETED, "JOB_STATE_FAILED": FAILED,
-         "JOB_STATE_CANCELLED": CANCELLED, "JOB_STATE_EXPIRED": EXPIRED}
+ENDED = {
+    "BATCH_STATE_SUCCEEDED": COMPLETED,
+    "BATCH_STATE_FAILED": FAILED,
+    "BATCH_STATE_CANCELLED": CANCELLED,
+    "BATCH_STATE_EXPIRED": EXPIRED,
+    "JOB_STATE_SUCCEEDED": COMPLETED,
+    "JOB_STATE_FAILED": FAILED,
+    "JOB_STATE_CANCELLED": CANCELLED,
+    "JOB_STATE_EXPIRED": EXPIRED,
+}
 # google.rpc.Code -> the HTTP status Google's APIs map it to (google/rpc/code.proto)
-HTTP_OF_GRPC = {1: 499, 2: 500, 3: 400, 4: 504, 5: 404, 6: 409, 7: 403, 8: 429, 9: 400, 10: 409, 11: 400, 12: 501,
-                13: 500, 14: 503, 15: 500, 16: 401}
+HTTP_OF_GRPC = {
+    1: 499,
+    2: 500,
+    3: 400,
+    4: 504,
+    5: 404,
+    6: 409,
+    7: 403,
+    8: 429,
+    9: 400,
+    10: 409,
+    11: 400,
+    12: 501,
+    13: 500,
+    14: 503,
+    15: 500,
+    16: 401,
+}
 KEY_HEAD = b'{"key":"'
 REQUEST_HEAD = b'","request":'
 KEY_LEN = 64
@@ -74,18 +99,33 @@ def _batch_of(op: dict) -> dict:
 
 
 def status_of(op: dict) -> BatchStatus:
-    """An Operation (or a batch) as a BatchStatus; inline responses are left out (``results`` reads them)."""
+    """An Operation (or a batch) as a BatchStatus; inline responses are left out (``results`` reads
+    them)."""
     batch = _batch_of(op)
     stats = batch.get("batchStats") if isinstance(batch.get("batchStats"), dict) else {}
     counts = {k: int(v) for k, v in stats.items() if str(v).isdigit()}
-    output = batch.get("output") if isinstance(batch.get("output"), dict) else (
-        op.get("response") if isinstance(op.get("response"), dict) else {})
-    where = {"responses_file": output["responsesFile"]} if output.get("responsesFile") else (
-        {"inline": True} if "inlinedResponses" in output else {})
+    output = (
+        batch.get("output")
+        if isinstance(batch.get("output"), dict)
+        else (op.get("response") if isinstance(op.get("response"), dict) else {})
+    )
+    where = (
+        {"responses_file": output["responsesFile"]}
+        if output.get("responsesFile")
+        else ({"inline": True} if "inlinedResponses" in output else {})
+    )
     state = str(batch.get("state") or "")
     name = str(op.get("name") or batch.get("name") or "")
-    return BatchStatus(name, state, ENDED.get(state), counts, where, batch.get("displayName"),
-                       iso_time(batch.get("createTime")), counts.get("requestCount"))
+    return BatchStatus(
+        name,
+        state,
+        ENDED.get(state),
+        counts,
+        where,
+        batch.get("displayName"),
+        iso_time(batch.get("createTime")),
+        counts.get("requestCount"),
+    )
 
 
 def _parsed(raw: bytes) -> object:
@@ -97,15 +137,17 @@ def _parsed(raw: bytes) -> object:
 
 
 def _keyed(item: object) -> object:
-    """An inline response with its request's key (``metadata.key``) on top, as the file's lines carry it."""
+    """An inline response with its request's key (``metadata.key``) on top, as the file's lines
+    carry it."""
     meta = item.get("metadata") if isinstance(item, dict) else None
     return {**item, "key": meta.get("key")} if isinstance(meta, dict) else item
 
 
 def _inline(line: bytes) -> bytes:
-    """An input line ``{"key": K, "request": B}`` as an inline request ``{"request": B, "metadata": {"key": K}}``."""
-    key = line[len(KEY_HEAD):len(KEY_HEAD) + KEY_LEN]
-    body = line[len(KEY_HEAD) + KEY_LEN + len(REQUEST_HEAD):-1]
+    """An input line ``{"key": K, "request": B}`` as an inline request
+    ``{"request": B, "metadata": {"key": K}}``."""
+    key = line[len(KEY_HEAD) : len(KEY_HEAD) + KEY_LEN]
+    body = line[len(KEY_HEAD) + KEY_LEN + len(REQUEST_HEAD) : -1]
     return b'{"request":' + body + b',"metadata":{"key":"' + key + b'"}}'
 
 
@@ -126,29 +168,56 @@ class GeminiBatch(BatchAPI):
     async def upload(self, entry_id: str, path: Path, n: int, size: int) -> str | None:
         if self.limits.inline_bytes is not None and size <= self.limits.inline_bytes:
             return None
-        start = self.headers(**{"X-Goog-Upload-Protocol": "resumable", "X-Goog-Upload-Command": "start",
-                                "X-Goog-Upload-Header-Content-Length": str(size),
-                                "X-Goog-Upload-Header-Content-Type": "application/jsonl"})
+        start = self.headers(
+            **{
+                "X-Goog-Upload-Protocol": "resumable",
+                "X-Goog-Upload-Command": "start",
+                "X-Goog-Upload-Header-Content-Length": str(size),
+                "X-Goog-Upload-Header-Content-Type": "application/jsonl",
+            }
+        )
         try:
-            async with self.session().post(f"{self.adapter.base_url}/upload/v1beta/files", headers=start,
-                                           data=orjson.dumps({"file": {"displayName": entry_id}})) as resp:
+            async with self.session().post(
+                f"{self.adapter.base_url}/upload/v1beta/files",
+                headers=start,
+                data=orjson.dumps({"file": {"displayName": entry_id}}),
+            ) as resp:
                 payload = await resp.read()
                 if resp.status == 404:
-                    raise NoBatchAPI(f"{self.what}: {self.adapter.base_url} has no batch API (POST "
-                                     "/upload/v1beta/files answered 404: a server without the Gemini "
-                                     "Files API); batch mode stopped for this model", 404)
+                    raise NoBatchAPI(
+                        f"{self.what}: {self.adapter.base_url} has no batch API (POST "
+                        "/upload/v1beta/files answered 404: a server without the Gemini "
+                        "Files API); batch mode stopped for this model",
+                        404,
+                    )
                 if resp.status >= 300:
-                    raise error_for(resp.status, redact(payload, self.adapter._secrets), resp.headers, self.what)
+                    raise error_for(
+                        resp.status, redact(payload, self.adapter._secrets), resp.headers, self.what
+                    )
                 target = resp.headers.get("X-Goog-Upload-URL")
             if not target:
                 raise Transient(f"{self.what}: the upload was not given an upload URL")
             with open(path, "rb") as f:
-                async with self.session().post(target, data=f, headers=self.headers(
-                        **{"Content-Type": "", "Content-Length": str(size), "X-Goog-Upload-Offset": "0",
-                           "X-Goog-Upload-Command": "upload, finalize"})) as resp:
+                async with self.session().post(
+                    target,
+                    data=f,
+                    headers=self.headers(
+                        **{
+                            "Content-Type": "",
+                            "Content-Length": str(size),
+                            "X-Goog-Upload-Offset": "0",
+                            "X-Goog-Upload-Command": "upload, finalize",
+                        }
+                    ),
+                ) as resp:
                     payload = await resp.read()
                     if resp.status >= 300:
-                        raise error_for(resp.status, redact(payload, self.adapter._secrets), resp.headers, self.what)
+                        raise error_for(
+                            resp.status,
+                            redact(payload, self.adapter._secrets),
+                            resp.headers,
+                            self.what,
+                        )
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
             raise Transient(f"{self.what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
         try:
@@ -157,14 +226,21 @@ class GeminiBatch(BatchAPI):
             raise Transient(f"{self.what}: the upload's reply names no file") from None
         return name
 
-    async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
+    async def create(
+        self, entry_id: str, path: Path, file_id: str | None, n: int, size: int
+    ) -> BatchStatus:
         url = f"{self.adapter.base_url}/v1beta/{self.model_path}:batchGenerateContent"
         head = b'{"batch":{"displayName":' + orjson.dumps(entry_id) + b',"inputConfig":'
         if file_id is not None:
             body = head + b'{"fileName":' + orjson.dumps(file_id) + b"}}}"
             return status_of(await self.call("POST", url, body))
-        return status_of(await self.call("POST", url, chunks(path, head + b'{"requests":{"requests":[', b",",
-                                                             b"]}}}}", _inline)))
+        return status_of(
+            await self.call(
+                "POST",
+                url,
+                chunks(path, head + b'{"requests":{"requests":[', b",", b"]}}}}", _inline),
+            )
+        )
 
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.adapter.base_url}/v1beta/{batch_id}"))
@@ -173,8 +249,9 @@ class GeminiBatch(BatchAPI):
         token = page.get("nextPageToken")
         return f"pageToken={token}" if token else None
 
-    async def find(self, entry_id: str, since: float, n: int, known: set[str],
-                   ref: dict | None = None) -> list[BatchStatus]:
+    async def find(
+        self, entry_id: str, since: float, n: int, known: set[str], ref: dict | None = None
+    ) -> list[BatchStatus]:
         found = []
         self.listed, self.listed_all = 0, False
         # every page: the listing's order is not documented
@@ -209,21 +286,35 @@ class GeminiBatch(BatchAPI):
             return
         if not status.output.get("inline"):
             return
-        op = await self.call("GET", f"{self.adapter.base_url}/v1beta/{status.batch_id}", max_bytes=1 << 30)
+        op = await self.call(
+            "GET", f"{self.adapter.base_url}/v1beta/{status.batch_id}", max_bytes=1 << 30
+        )
         batch = _batch_of(op)
-        output = batch.get("output") if isinstance(batch.get("output"), dict) else op.get("response") or {}
+        output = (
+            batch.get("output")
+            if isinstance(batch.get("output"), dict)
+            else op.get("response") or {}
+        )
         inline = output.get("inlinedResponses") if isinstance(output, dict) else None
         items = inline.get("inlinedResponses") if isinstance(inline, dict) else None
         if not isinstance(items, list):
-            raise BatchLost(f"{self.what}: batch {status.batch_id} ended without its inline responses")
+            raise BatchLost(
+                f"{self.what}: batch {status.batch_id} ended without its inline responses"
+            )
         for start in range(0, len(items), INLINE_PIECE):
-            yield [self.result(_keyed(item), b"") for item in items[start:start + INLINE_PIECE]]
+            yield [self.result(_keyed(item), b"") for item in items[start : start + INLINE_PIECE]]
 
     def result(self, doc: object, raw: bytes) -> ResultLine:
-        """One response: ``{"key", "response"}`` or ``{"key", "error"}`` (a ``google.rpc.Status``)."""
+        """One response: ``{"key", "response"}`` or ``{"key", "error"}`` (a
+        ``google.rpc.Status``)."""
         if not isinstance(doc, dict) or not isinstance(doc.get("key"), str):
-            return ResultLine("", error=MalformedReply("a result that is not a keyed GenerateContentResponse",
-                                                       raw[:2000].decode("utf-8", "replace")))
+            return ResultLine(
+                "",
+                error=MalformedReply(
+                    "a result that is not a keyed GenerateContentResponse",
+                    raw[:2000].decode("utf-8", "replace"),
+                ),
+            )
         key = doc["key"]
         if isinstance(doc.get("response"), dict):
             return ResultLine(key, orjson.dumps(doc["response"]), doc=doc["response"])
@@ -231,4 +322,6 @@ class GeminiBatch(BatchAPI):
         error = error if isinstance(error, dict) else {}
         code = error.get("code") if isinstance(error.get("code"), int) else 13
         status = code if code >= 100 else HTTP_OF_GRPC.get(code, 500)
-        return ResultLine(key, error=error_for(status, orjson.dumps({"error": error}), {}, self.what))
+        return ResultLine(
+            key, error=error_for(status, orjson.dumps({"error": error}), {}, self.what)
+        )

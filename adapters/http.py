@@ -1,6 +1,7 @@
 """HTTP plumbing shared by the network adapters: one POST that maps statuses to the error tree, and
-reading a 429's headers (how long to wait; the provider's own limits), and ``HTTPAdapter``, the base of
-the hosted-model adapters (base URL, API key from the environment, session)."""
+reading a 429's headers (how long to wait; the provider's own limits), and ``HTTPAdapter``, the base
+of the hosted-model adapters (base URL, API key from the environment, session)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -46,8 +47,9 @@ _DELTA_SECONDS = re.compile(r"\d+(?:\.\d+)?")  # RFC 9110 §10.2.3 delay-seconds
 
 
 def reply_time(headers: Mapping[str, str] | None) -> float:
-    """The reply's own time as Unix seconds: its ``Date`` header (RFC 9110 §6.6.1), so that absolute reset
-    times are measured against the server's clock, not ours; the local clock when it has none."""
+    """The reply's own time as Unix seconds: its ``Date`` header (RFC 9110 §6.6.1), so that absolute
+    reset times are measured against the server's clock, not ours; the local clock when it has
+    none."""
     value = None
     if headers is not None:
         value = next((v for k, v in headers.items() if k.lower() == "date"), None)
@@ -59,9 +61,10 @@ def reply_time(headers: Mapping[str, str] | None) -> float:
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delay-seconds ("7", "1.5") or an HTTP date, measured
-    against ``now`` (the reply's ``Date``, Unix seconds; default the local clock). None when absent or not
-    one of those forms: a negative, non-finite ("inf", "nan") or otherwise unreadable value is ignored."""
+    """Seconds to wait from a ``Retry-After`` header: delay-seconds ("7", "1.5") or an HTTP date,
+    measured against ``now`` (the reply's ``Date``, Unix seconds; default the local clock). None
+    when absent or not one of those forms: a negative, non-finite ("inf", "nan") or otherwise
+    unreadable value is ignored."""
     if value is None:
         return None
     text = value.strip()
@@ -84,9 +87,9 @@ _EPOCH = 1e9  # a bare number above this is a Unix time, not a number of seconds
 def parse_reset(value: str | None, now: float | None = None) -> float | None:
     """Seconds until a rate-limit window resets, from a reset header: a duration as OpenAI sends it
     (``"20ms"``, ``"1s"``, ``"6m0s"``, ``"1h2m3.5s"``), a bare number of seconds, a Unix time, or an
-    RFC 3339 / HTTP date (Anthropic's ``anthropic-ratelimit-*-reset``); absolute times are measured against
-    ``now`` (the reply's ``Date``; default the local clock). None when absent, unreadable, negative or not
-    finite; an absolute time already past is 0."""
+    RFC 3339 / HTTP date (Anthropic's ``anthropic-ratelimit-*-reset``); absolute times are measured
+    against ``now`` (the reply's ``Date``; default the local clock). None when absent, unreadable,
+    negative or not finite; an absolute time already past is 0."""
     if value is None:
         return None
     now = time.time() if now is None else now
@@ -109,38 +112,45 @@ def parse_reset(value: str | None, now: float | None = None) -> float | None:
 
 
 # (reset header, the matching "remaining" header): OpenAI-compatible servers, then Anthropic
-_RESETS = (("x-ratelimit-reset-requests", "x-ratelimit-remaining-requests"),
-           ("x-ratelimit-reset-tokens", "x-ratelimit-remaining-tokens"),
-           ("anthropic-ratelimit-requests-reset", "anthropic-ratelimit-requests-remaining"),
-           ("anthropic-ratelimit-tokens-reset", "anthropic-ratelimit-tokens-remaining"),
-           ("anthropic-ratelimit-input-tokens-reset", "anthropic-ratelimit-input-tokens-remaining"),
-           ("anthropic-ratelimit-output-tokens-reset", "anthropic-ratelimit-output-tokens-remaining"))
+_RESETS = (
+    ("x-ratelimit-reset-requests", "x-ratelimit-remaining-requests"),
+    ("x-ratelimit-reset-tokens", "x-ratelimit-remaining-tokens"),
+    ("anthropic-ratelimit-requests-reset", "anthropic-ratelimit-requests-remaining"),
+    ("anthropic-ratelimit-tokens-reset", "anthropic-ratelimit-tokens-remaining"),
+    ("anthropic-ratelimit-input-tokens-reset", "anthropic-ratelimit-input-tokens-remaining"),
+    ("anthropic-ratelimit-output-tokens-reset", "anthropic-ratelimit-output-tokens-remaining"),
+)
 
 
 def rate_limit_wait(headers: Mapping[str, str]) -> float | None:
     """Seconds a 429's headers ask us to wait, in order of precedence: ``retry-after-ms``
-    (milliseconds), ``Retry-After`` (seconds or an HTTP date, measured against the reply's ``Date``), then
-    the reset headers
-    (``x-ratelimit-reset-requests`` / ``-tokens``, ``anthropic-ratelimit-*-reset``): of those whose
-    ``remaining`` is 0 the longest, else the longest of all. None when no header says."""
+    (milliseconds), ``Retry-After`` (seconds or an HTTP date, measured against the reply's
+    ``Date``), then the reset headers (``x-ratelimit-reset-requests`` / ``-tokens``,
+    ``anthropic-ratelimit-*-reset``): of those whose ``remaining`` is 0 the longest, else the
+    longest of all. None when no header says."""
     h = {k.lower(): v for k, v in headers.items()}
     now = reply_time(h)
     ms = h.get("retry-after-ms", "").strip()
-    if _DELTA_SECONDS.fullmatch(ms):  # OpenAI's; negative or non-finite values are ignored like Retry-After's
+    if _DELTA_SECONDS.fullmatch(
+        ms
+    ):  # OpenAI's; negative or non-finite values are ignored like Retry-After's
         return float(ms) / 1000
     if (wait := parse_retry_after(h.get("retry-after"), now)) is not None:
         return wait
-    resets = [(parse_reset(h.get(reset), now), h.get(remaining, "").strip() == "0") for reset, remaining in _RESETS]
+    resets = [
+        (parse_reset(h.get(reset), now), h.get(remaining, "").strip() == "0")
+        for reset, remaining in _RESETS
+    ]
     exhausted = [w for w, empty in resets if w is not None and empty]
     known = exhausted or [w for w, _ in resets if w is not None]
     return max(known) if known else None
 
 
 def rate_limit_quota(headers: Mapping[str, str]) -> tuple[float | None, float | None]:
-    """The provider's own (requests per minute, tokens per minute) from ``x-ratelimit-limit-requests``
-    / ``-tokens`` or ``anthropic-ratelimit-requests-limit`` / ``-tokens-limit``; None where not stated.
-    (Some providers state a per-day request limit here: the runner treats these figures as ceilings only,
-    and still slows down on every 429.)"""
+    """The provider's own (requests per minute, tokens per minute) from
+    ``x-ratelimit-limit-requests`` / ``-tokens`` or ``anthropic-ratelimit-requests-limit`` /
+    ``-tokens-limit``; None where not stated. (Some providers state a per-day request limit here:
+    the runner treats these figures as ceilings only, and still slows down on every 429.)"""
     h = {k.lower(): v for k, v in headers.items()}
 
     def number(*names: str) -> float | None:
@@ -151,8 +161,10 @@ def rate_limit_quota(headers: Mapping[str, str]) -> tuple[float | None, float | 
                     return value
         return None
 
-    return (number("x-ratelimit-limit-requests", "anthropic-ratelimit-requests-limit"),
-            number("x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit"))
+    return (
+        number("x-ratelimit-limit-requests", "anthropic-ratelimit-requests-limit"),
+        number("x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit"),
+    )
 
 
 def rate_limited(message: str, headers: Mapping[str, str], status: int = 429) -> RateLimited:
@@ -162,14 +174,15 @@ def rate_limited(message: str, headers: Mapping[str, str], status: int = 429) ->
 
 
 def session(max_in_flight: int, attempt_timeout_s: float) -> aiohttp.ClientSession:
-    """A client session whose connection pool matches the provider's in-flight limit, with a per-read
-    timeout and no total timeout (a long run is never cut off by aiohttp's 5-minute default). Bodies are
-    decompressed by ``read_body``, not by aiohttp (which accepts a gzip body cut before its trailer), and
-    only gzip and deflate are asked for."""
+    """A client session whose connection pool matches the provider's in-flight limit, with a
+    per-read timeout and no total timeout (a long run is never cut off by aiohttp's 5-minute
+    default). Bodies are decompressed by ``read_body``, not by aiohttp (which accepts a gzip body
+    cut before its trailer), and only gzip and deflate are asked for."""
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=max(1, max_in_flight)),
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=attempt_timeout_s),
-        auto_decompress=False, headers={"Accept-Encoding": "gzip, deflate"},
+        auto_decompress=False,
+        headers={"Accept-Encoding": "gzip, deflate"},
     )
 
 
@@ -180,18 +193,22 @@ _WBITS = zlib.MAX_WBITS | 32  # gzip or zlib, told by the header
 async def read_body(resp: aiohttp.ClientResponse, max_bytes: int, what: str) -> bytes:
     """The body of ``resp``, decoded (``Content-Encoding`` gzip or deflate), read no further than
     ``max_bytes`` decoded bytes: memory never grows with the size of a reply. A gzip body of several
-    members (RFC 1952 §2.2: "a gzip file consists of a series of members", as a server that compresses
-    its reply in parts writes it) is decoded member after member, as ``gzip.decompress`` and curl do.
-    Raises ReplyTooLarge (with the first ``PREFIX_BYTES``) past the bound, and Transient for a compressed
-    body that ends before its end (a member's trailer: CRC and length) or fails its check (bytes after a
-    member that do not start another), or an encoding not asked for."""
+    members (RFC 1952 §2.2: "a gzip file consists of a series of members", as a server that
+    compresses its reply in parts writes it) is decoded member after member, as ``gzip.decompress``
+    and curl do. Raises ReplyTooLarge (with the first ``PREFIX_BYTES``) past the bound, and
+    Transient for a compressed body that ends before its end (a member's trailer: CRC and length) or
+    fails its check (bytes after a member that do not start another), or an encoding not asked
+    for."""
     encoding = resp.headers.get("Content-Encoding", "").strip().lower()
     if encoding in ("", "identity"):
         decoder = None
     elif encoding in ("gzip", "x-gzip", "deflate"):
         decoder = zlib.decompressobj(_WBITS)
     else:
-        raise Transient(f"{what}: a reply in Content-Encoding {encoding!r}, which was not asked for", resp.status)
+        raise Transient(
+            f"{what}: a reply in Content-Encoding {encoding!r}, which was not asked for",
+            resp.status,
+        )
     if decoder is None and resp.content_length is not None and resp.content_length <= max_bytes:
         return await resp.read()  # its length is stated and within the bound: read it at once
     out = bytearray()
@@ -199,7 +216,12 @@ async def read_body(resp: aiohttp.ClientResponse, max_bytes: int, what: str) -> 
     def add(data: bytes) -> None:
         out.extend(data)
         if len(out) > max_bytes:
-            raise ReplyTooLarge(f"reply larger than {max_bytes} bytes", bytes(out[:PREFIX_BYTES]), max_bytes, resp.status)
+            raise ReplyTooLarge(
+                f"reply larger than {max_bytes} bytes",
+                bytes(out[:PREFIX_BYTES]),
+                max_bytes,
+                resp.status,
+            )
 
     try:
         async for chunk in resp.content.iter_chunked(1 << 16):
@@ -215,8 +237,11 @@ async def read_body(resp: aiohttp.ClientResponse, max_bytes: int, what: str) -> 
         if decoder is not None:
             add(decoder.flush())
             if not decoder.eof:
-                raise Transient(f"{what}: the {encoding} body ended before its end (its trailer is missing): "
-                                "a transport error", resp.status)
+                raise Transient(
+                    f"{what}: the {encoding} body ended before its end (its trailer is missing): "
+                    "a transport error",
+                    resp.status,
+                )
     except zlib.error as exc:
         raise Transient(f"{what}: the {encoding} body is damaged ({exc})", resp.status) from None
     except ReplyTooLarge:
@@ -234,8 +259,8 @@ REDACTED = b"[REDACTED]"
 
 
 def secrets_in(headers: Mapping[str, str]) -> tuple[bytes, ...]:
-    """The API keys ``headers`` carry (the token of ``Authorization: Bearer KEY``, ``x-api-key`` and the
-    like), as bytes to redact from what comes back."""
+    """The API keys ``headers`` carry (the token of ``Authorization: Bearer KEY``, ``x-api-key`` and
+    the like), as bytes to redact from what comes back."""
     found = []
     for name, value in headers.items():
         if name.lower() in _KEY_HEADERS and value:
@@ -246,8 +271,9 @@ def secrets_in(headers: Mapping[str, str]) -> tuple[bytes, ...]:
 
 
 def redact(payload: bytes, secrets: tuple[bytes, ...]) -> bytes:
-    """``payload`` with every occurrence of each secret replaced by ``[REDACTED]``: a provider that echoes
-    the key ("Incorrect API key provided: sk-...") must not put it in the cache, logs or reports."""
+    """``payload`` with every occurrence of each secret replaced by ``[REDACTED]``: a provider that
+    echoes the key ("Incorrect API key provided: sk-...") must not put it in the cache, logs or
+    reports."""
     for secret in secrets:
         if secret in payload:
             payload = payload.replace(secret, REDACTED)
@@ -258,14 +284,20 @@ DEFAULT_MAX_REPLY_BYTES = Limits.max_reply_bytes
 ERROR_BYTES = 64 << 10  # what is read of an error reply
 
 
-def error_for(status: int, payload: bytes, headers: Mapping[str, str], what: str,
-              retry_after_from_body: Callable[[bytes], float | None] | None = None) -> AdapterError:
-    """The error a non-2xx reply means (``payload``: its body, redacted already): ProviderStop for what every
-    request to the provider would meet alike (``provider_errors.provider_stop``), RateLimited (429, 529, and
-    503 with a Retry-After, with that wait, or the one ``retry_after_from_body`` reads from the body),
-    Transient (408, 409, 425, other 5xx) or Fatal (other 4xx, with what to check), as ``errors.status_kind``
-    classifies them; ``x-should-retry`` as
-    ``post`` describes. The one reading of an error reply: ``post`` and the batch calls (``adapters.batches``)."""
+def error_for(
+    status: int,
+    payload: bytes,
+    headers: Mapping[str, str],
+    what: str,
+    retry_after_from_body: Callable[[bytes], float | None] | None = None,
+) -> AdapterError:
+    """The error a non-2xx reply means (``payload``: its body, redacted already): ProviderStop for
+    what every request to the provider would meet alike (``provider_errors.provider_stop``),
+    RateLimited (429, 529, and 503 with a Retry-After, with that wait, or the one
+    ``retry_after_from_body`` reads from the body), Transient (408, 409, 425, other 5xx) or Fatal
+    (other 4xx, with what to check), as ``errors.status_kind`` classifies them; ``x-should-retry``
+    as ``post`` describes. The one reading of an error reply: ``post`` and the batch calls
+    (``adapters.batches``)."""
     snippet = _snippet(payload)
     stop = provider_stop(status, payload, what, snippet, reply_time(headers))
     if stop is not None:
@@ -274,14 +306,18 @@ def error_for(status: int, payload: bytes, headers: Mapping[str, str], what: str
     wait = rate_limit_wait(headers) if status == 503 else None
     kind = status_kind(status, wait is not None, should_retry)  # the one table: adapters.errors
     if kind is RateLimited:  # a 503 that says when to come back is a rate limit
-        error: Retryable = rate_limited(f"{what}: HTTP {status} rate limited: {snippet}", headers, status)
+        error: Retryable = rate_limited(
+            f"{what}: HTTP {status} rate limited: {snippet}", headers, status
+        )
         if error.retry_after is None and retry_after_from_body is not None:
             error.retry_after = retry_after_from_body(payload)
     elif kind is Transient:
         error = Transient(f"{what}: HTTP {status}: {snippet}", status)
     else:
-        hint = {400: "check the model's parameters and that the server supports this request",
-                422: "check the request and model"}.get(status, "check the request and model")
+        hint = {
+            400: "check the model's parameters and that the server supports this request",
+            422: "check the request and model",
+        }.get(status, "check the request and model")
         return Fatal(f"{what}: HTTP {status} ({hint}): {snippet}", status)
     if should_retry == "false":
         error.should_retry = False
@@ -289,28 +325,39 @@ def error_for(status: int, payload: bytes, headers: Mapping[str, str], what: str
     return error
 
 
-async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, headers: dict[str, str],
-               what: str, retry_after_from_body: Callable[[bytes], float | None] | None = None,
-               secrets: tuple[bytes, ...] = (), max_bytes: int = DEFAULT_MAX_REPLY_BYTES, method: str = "POST") -> bytes:
-    """POST ``body`` to ``url`` (or another ``method``: the batch APIs' GET) and return the response body of
-    a 2xx (read by ``read_body``: at most ``max_bytes``, else ReplyTooLarge).
+async def post(
+    client: aiohttp.ClientSession,
+    url: str | yarl.URL,
+    body: bytes,
+    headers: dict[str, str],
+    what: str,
+    retry_after_from_body: Callable[[bytes], float | None] | None = None,
+    secrets: tuple[bytes, ...] = (),
+    max_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+    method: str = "POST",
+) -> bytes:
+    """POST ``body`` to ``url`` (or another ``method``: the batch APIs' GET) and return the response
+    body of a 2xx (read by ``read_body``: at most ``max_bytes``, else ReplyTooLarge).
 
-    ``what`` names the model in messages. Raises ProviderStop for what every request to the provider would
-    meet alike (``provider_errors.provider_stop``: an exhausted quota, a refused key, an unknown model, a
-    refused form of request), RateLimited (429, 529, and 503 with a Retry-After, with that wait, or the one
-    ``retry_after_from_body`` reads from the error body when the header is absent), Transient (408, 409,
-    425, other 5xx, timeouts, connection errors, a damaged compressed body; Unreachable when no connection
-    could be opened at all) or Fatal (other 4xx, with what to check): ``error_for``. ``x-should-retry: false``
-    (the OpenAI and Anthropic SDKs' header) makes a retryable failure final for this run; ``true`` makes
-    another 4xx retryable. Messages never include the request headers,
-    and ``secrets`` (the API key the headers carry, ``secrets_in(headers)``, computed once per adapter) are
-    redacted from every body returned or quoted.
+    ``what`` names the model in messages. Raises ProviderStop for what every request to the provider
+    would meet alike (``provider_errors.provider_stop``: an exhausted quota, a refused key, an
+    unknown model, a refused form of request), RateLimited (429, 529, and 503 with a Retry-After,
+    with that wait, or the one ``retry_after_from_body`` reads from the error body when the header
+    is absent), Transient (408, 409, 425, other 5xx, timeouts, connection errors, a damaged
+    compressed body; Unreachable when no connection could be opened at all) or Fatal (other 4xx,
+    with what to check): ``error_for``. ``x-should-retry: false`` (the OpenAI and Anthropic SDKs'
+    header) makes a retryable failure final for this run; ``true`` makes another 4xx retryable.
+    Messages never include the request headers, and ``secrets`` (the API key the headers carry,
+    ``secrets_in(headers)``, computed once per adapter) are redacted from every body returned or
+    quoted.
     """
     try:
         async with client.request(method, url, data=body, headers=headers) as resp:
             status = resp.status
             try:
-                payload = redact(await read_body(resp, max_bytes if status < 300 else ERROR_BYTES, what), secrets)
+                payload = redact(
+                    await read_body(resp, max_bytes if status < 300 else ERROR_BYTES, what), secrets
+                )
             except ReplyTooLarge as exc:
                 exc.prefix = redact(exc.prefix, secrets)
                 if status < 300:
@@ -323,7 +370,10 @@ async def post(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes, 
         raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
     except aiohttp.ClientSSLError as exc:  # a connection opened, refused by TLS: not an outage
         raise Transient(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # the server was not reached
+    except (
+        aiohttp.ClientConnectorError,
+        aiohttp.ConnectionTimeoutError,
+    ) as exc:  # the server was not reached
         raise Unreachable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
         raise Transient(f"{what}: {_why(exc)}") from None
@@ -337,13 +387,16 @@ def _decoder(resp: aiohttp.ClientResponse, what: str) -> Any:
         return None
     if encoding in ("gzip", "x-gzip", "deflate"):
         return zlib.decompressobj(_WBITS)
-    raise Transient(f"{what}: a reply in Content-Encoding {encoding!r}, which was not asked for",
-                    resp.status)
+    raise Transient(
+        f"{what}: a reply in Content-Encoding {encoding!r}, which was not asked for", resp.status
+    )
 
 
-CUT = ("{what}: the streamed reply was cut after {size:,} bytes ({why}); its partial text is never "
-       "scored. Not sent again in this run (the part that arrived was billed): the next run "
-       "requests it again")
+CUT = (
+    "{what}: the streamed reply was cut after {size:,} bytes ({why}); its partial text is never "
+    "scored. Not sent again in this run (the part that arrived was billed): the next run "
+    "requests it again"
+)
 
 
 def cut_stream(what: str, progress: Progress, why: str) -> Transient:
@@ -356,11 +409,18 @@ def cut_stream(what: str, progress: Progress, why: str) -> Transient:
     return error
 
 
-async def post_stream(client: aiohttp.ClientSession, url: str | yarl.URL, body: bytes,
-                      headers: dict[str, str], what: str, assembler: Assembler, progress: Progress,
-                      retry_after_from_body: Callable[[bytes], float | None] | None = None,
-                      secrets: tuple[bytes, ...] = (),
-                      max_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> bytes:
+async def post_stream(
+    client: aiohttp.ClientSession,
+    url: str | yarl.URL,
+    body: bytes,
+    headers: dict[str, str],
+    what: str,
+    assembler: Assembler,
+    progress: Progress,
+    retry_after_from_body: Callable[[bytes], float | None] | None = None,
+    secrets: tuple[bytes, ...] = (),
+    max_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+) -> bytes:
     """POST a streamed request and return its reply assembled from the server-sent events by
     ``assembler`` (``adapters.streaming``): the bytes a non-streamed request returns, redacted of
     ``secrets``. ``progress`` notes what arrived (``began``, ``first_token``, ``received``).
@@ -397,11 +457,15 @@ async def post_stream(client: aiohttp.ClientSession, url: str | yarl.URL, body: 
                     size += len(data)
                     progress.received = size
                     if len(prefix) < PREFIX_BYTES:
-                        prefix.extend(data[:PREFIX_BYTES - len(prefix)])
+                        prefix.extend(data[: PREFIX_BYTES - len(prefix)])
                     if size > max_bytes:
                         resp.close()
-                        raise ReplyTooLarge(f"reply larger than {max_bytes} bytes",
-                                            redact(bytes(prefix), secrets), max_bytes, status)
+                        raise ReplyTooLarge(
+                            f"reply larger than {max_bytes} bytes",
+                            redact(bytes(prefix), secrets),
+                            max_bytes,
+                            status,
+                        )
                     for event, text in parser.feed(data):
                         if assembler.feed(event, text) and progress.first_token is None:
                             progress.first_token = time.perf_counter()
@@ -416,8 +480,12 @@ async def post_stream(client: aiohttp.ClientSession, url: str | yarl.URL, body: 
                 if progress.began:
                     raise cut_stream(what, progress, f"an event that is not JSON: {exc}") from None
                 raise
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError,
-                    zlib.error) as exc:
+            except (
+                aiohttp.ClientConnectionError,
+                aiohttp.ClientPayloadError,
+                TimeoutError,
+                zlib.error,
+            ) as exc:
                 if progress.began:
                     raise cut_stream(what, progress, _why(exc)) from None
                 raise
@@ -430,8 +498,9 @@ async def post_stream(client: aiohttp.ClientSession, url: str | yarl.URL, body: 
             if not assembler.complete:
                 if progress.began:
                     raise cut_stream(what, progress, "the stream ended before its stop")
-                raise Transient(f"{what}: the streamed reply ended before any event of the reply",
-                                status)
+                raise Transient(
+                    f"{what}: the streamed reply ended before any event of the reply", status
+                )
             return redact(assembler.body(), secrets)
     except aiohttp.ClientResponseError as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
@@ -451,7 +520,8 @@ def _why(exc: BaseException) -> str:
 
 
 async def _stop_if_failed(token: Awaitable[str]) -> str:
-    """The token an ``api_key_command`` gives; its failure mid-run (``Fatal``) stops the provider, as a refused key does."""
+    """The token an ``api_key_command`` gives; its failure mid-run (``Fatal``) stops the provider,
+    as a refused key does."""
     try:
         return await token
     except Fatal as exc:
@@ -464,11 +534,11 @@ def as_count(value: Any) -> int | None:
 
 
 async def check_reachable(url: str, what: str, timeout_s: float = 10.0) -> None:
-    """Open and close a TCP connection to ``url``'s host and port, sending nothing; raises ProviderStop (cause
-    ``UNREACHABLE``) naming ``what`` and the URL when the host name does not resolve, the connection is
-    refused, or it does not open within ``timeout_s`` seconds. A server down (or no network) at the start of
-    a run stops its provider at once (``runner.sending.stops``; the others run), rather than every request retrying
-    to the end of its budget."""
+    """Open and close a TCP connection to ``url``'s host and port, sending nothing; raises
+    ProviderStop (cause ``UNREACHABLE``) naming ``what`` and the URL when the host name does not
+    resolve, the connection is refused, or it does not open within ``timeout_s`` seconds. A server
+    down (or no network) at the start of a run stops its provider at once (``runner.sending.stops``;
+    the others run), rather than every request retrying to the end of its budget."""
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
@@ -478,31 +548,41 @@ async def check_reachable(url: str, what: str, timeout_s: float = 10.0) -> None:
         with contextlib.suppress(OSError):
             await writer.wait_closed()
     except OSError as exc:  # also socket.gaierror and TimeoutError
-        reason = f"no connection within {timeout_s:g} s" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-        raise ProviderStop(f"{what}: cannot reach {url} ({reason}); check the base URL, that the server is running, "
-                           "and the network", UNREACHABLE) from None
+        reason = (
+            f"no connection within {timeout_s:g} s"
+            if isinstance(exc, TimeoutError)
+            else f"{type(exc).__name__}: {exc}"
+        )
+        raise ProviderStop(
+            f"{what}: cannot reach {url} ({reason}); check the base URL, that the server is running, "
+            "and the network",
+            UNREACHABLE,
+        ) from None
 
 
 class HTTPAdapter(Adapter):
     """A model behind an HTTP API: ``POST {base_url}{path}`` with a JSON body.
 
-    Subclasses set ``kind``, ``default_base_url``, ``path``, ``api_key_env`` (the environment variable the
-    key is read from, or ``API_KEY_ENVS``, several tried in order; the option ``api_key_env`` names another; the
-    option ``api_key_command`` gives a command that prints an expiring token instead, ``adapters.credentials``),
-    ``auth_headers`` and ``encode``/``decode``.
-    ``DEFAULT_PARAMS`` are merged under the user's sampling parameters; ``RESERVED`` are body fields the
-    adapter sets itself, which parameters may not replace. The cache key's endpoint is the full URL, so
-    one model name on two servers never shares cache rows; the key is only in headers.
+    Subclasses set ``kind``, ``default_base_url``, ``path``, ``api_key_env`` (the environment
+    variable the key is read from, or ``API_KEY_ENVS``, several tried in order; the option
+    ``api_key_env`` names another; the option ``api_key_command`` gives a command that prints an
+    expiring token instead, ``adapters.credentials``), ``auth_headers`` and ``encode``/``decode``.
+    ``DEFAULT_PARAMS`` are merged under the user's sampling parameters; ``RESERVED`` are body fields
+    the adapter sets itself, which parameters may not replace. The cache key's endpoint is the full
+    URL, so one model name on two servers never shares cache rows; the key is only in headers.
 
-    Raises ValueError (bad model string, unknown option, reserved parameter) from the constructor, Fatal
-    from ``start`` when the key's environment variable is unset (except for a loopback base URL), and
-    ProviderStop (cause ``UNREACHABLE``) when the server cannot be reached (``check_reachable``).
+    Raises ValueError (bad model string, unknown option, reserved parameter) from the constructor,
+    Fatal from ``start`` when the key's environment variable is unset (except for a loopback base
+    URL), and ProviderStop (cause ``UNREACHABLE``) when the server cannot be reached
+    (``check_reachable``).
     """
 
     default_base_url = ""
     path = ""
     api_key_env = ""
-    API_KEY_ENVS: tuple[str, ...] = ()  # several variables, the first set wins (default: ``api_key_env``)
+    API_KEY_ENVS: tuple[
+        str, ...
+    ] = ()  # several variables, the first set wins (default: ``api_key_env``)
     takes_params = True
     own_timeout = True  # the session's read timeout is the idle timeout; transmit bounds the reply
     OPTIONS: frozenset[str] = frozenset({"api_key_env", "api_key_command"})
@@ -513,15 +593,21 @@ class HTTPAdapter(Adapter):
         super().__init__(spec, limits)
         unknown = sorted(set(spec.options) - self.OPTIONS)
         if unknown:
-            raise ValueError(f"{self.kind}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(self.OPTIONS))}")
+            raise ValueError(
+                f"{self.kind}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(self.OPTIONS))}"
+            )
         clash = sorted(set(self.params) & self.RESERVED)
         if clash:
-            raise ValueError(f"{self.kind}: the parameter(s) {', '.join(clash)} are set by the adapter itself")
+            raise ValueError(
+                f"{self.kind}: the parameter(s) {', '.join(clash)} are set by the adapter itself"
+            )
         params = self.apply_effort(self.params, spec.effort) if spec.effort else self.params
         self.params = canonical_params(self.default_params(spec.model or "", params) | params)
         self.base_url = (spec.base_url or self.default_base_url).rstrip("/")
         given = spec.options.get("api_key_env")
-        self.key_envs: tuple[str, ...] = (str(given),) if given else (self.API_KEY_ENVS or (self.api_key_env,))
+        self.key_envs: tuple[str, ...] = (
+            (str(given),) if given else (self.API_KEY_ENVS or (self.api_key_env,))
+        )
         command = spec.options.get("api_key_command")
         self.key_command = KeyCommand(command, self.label) if command else None
         self._session: aiohttp.ClientSession | None = None
@@ -530,8 +616,9 @@ class HTTPAdapter(Adapter):
         self.check_model()
 
     def default_params(self, model: str, params: dict) -> dict:
-        """The parameters merged under the user's ``params`` (which win): ``DEFAULT_PARAMS``; an adapter whose
-        default output budget depends on the model and its effort overrides this (``adapters.budgets``)."""
+        """The parameters merged under the user's ``params`` (which win): ``DEFAULT_PARAMS``; an
+        adapter whose default output budget depends on the model and its effort overrides this
+        (``adapters.budgets``)."""
         return dict(self.DEFAULT_PARAMS)
 
     def check_model(self) -> None:
@@ -561,19 +648,25 @@ class HTTPAdapter(Adapter):
 
     @property
     def key_env(self) -> str:
-        """The environment variable the key is read from: the first of ``key_envs`` that is set (else the first)."""
+        """The environment variable the key is read from: the first of ``key_envs`` that is set
+        (else the first)."""
         return next((e for e in self.key_envs if e and os.environ.get(e)), self.key_envs[0])
 
     def missing_setup(self) -> str | None:
-        if self.key_command is not None or (os.environ.get(self.key_env) if self.key_env else None) \
-                or is_loopback(self.base_url):
+        if (
+            self.key_command is not None
+            or (os.environ.get(self.key_env) if self.key_env else None)
+            or is_loopback(self.base_url)
+        ):
             return None
         main = self.api_key_env if self.api_key_env in self.key_envs else self.key_envs[0]
         others = [e for e in self.key_envs if e != main]
         names = main + (f" (or {' or '.join(others)})" if others else "")
-        return (f"{self.label}: the environment variable {names} is not set; export the API key "
-                f"for {self.base_url} as {main} (or name another variable with --option api_key_env=NAME, "
-                "or give a command that prints a token: api_key_command)")
+        return (
+            f"{self.label}: the environment variable {names} is not set; export the API key "
+            f"for {self.base_url} as {main} (or name another variable with --option api_key_env=NAME, "
+            "or give a command that prints a token: api_key_command)"
+        )
 
     async def start(self) -> None:
         problem = self.missing_setup()
@@ -582,9 +675,14 @@ class HTTPAdapter(Adapter):
         await self.check_reachable()
         key = os.environ.get(self.key_env) if self.key_env else None
         if self.key_command is not None:
-            key = await self.key_command.token()  # Fatal when the command fails: the run does not start
-        self._headers = {"Content-Type": "application/json", **self.extra_headers(),
-                         **(self.auth_headers(key) if key else {})}
+            key = (
+                await self.key_command.token()
+            )  # Fatal when the command fails: the run does not start
+        self._headers = {
+            "Content-Type": "application/json",
+            **self.extra_headers(),
+            **(self.auth_headers(key) if key else {}),
+        }
         self._secrets = secrets_in(self._headers)
         self._session = session(self.limits.max_in_flight, self.limits.attempt_timeout_s)
 
@@ -599,23 +697,36 @@ class HTTPAdapter(Adapter):
 
     def request(self, payload: Any, sample: int) -> Request:
         """The Request for a JSON ``payload`` (serialised as built: keys never sorted)."""
-        return Request(self.kind, self.model, self.endpoint, orjson.dumps(payload), sample, self.params_key)
+        return Request(
+            self.kind, self.model, self.endpoint, orjson.dumps(payload), sample, self.params_key
+        )
 
     def retry_after_from_body(self, body: bytes) -> float | None:
-        """The wait a rate-limit error body asks for, when the provider puts it there (None: not given)."""
+        """The wait a rate-limit error body asks for, when the provider puts it there (None: not
+        given)."""
         return None
 
     async def post(self, body: bytes, url: str | None = None) -> bytes:
         """POST ``body`` to ``url`` (default ``self.url``) with this adapter's headers. With an
-        ``api_key_command``, the current token is sent, and a 401 runs the command again and sends once more
-        with the new token (a second 401 stops the provider as a refused key does); a command that fails
-        then stops the provider (``ProviderStop``, the key refused)."""
-        return await self._keyed(lambda headers, secrets: post(
-            self._session, url or self.url, body, headers, self.label, self.retry_after_from_body,
-            secrets, self.limits.max_reply_bytes))
+        ``api_key_command``, the current token is sent, and a 401 runs the command again and sends
+        once more with the new token (a second 401 stops the provider as a refused key does); a
+        command that fails then stops the provider (``ProviderStop``, the key refused)."""
+        return await self._keyed(
+            lambda headers, secrets: post(
+                self._session,
+                url or self.url,
+                body,
+                headers,
+                self.label,
+                self.retry_after_from_body,
+                secrets,
+                self.limits.max_reply_bytes,
+            )
+        )
 
-    async def _keyed(self, call: Callable[[dict[str, str], tuple[bytes, ...]], Awaitable[bytes]]
-                     ) -> bytes:
+    async def _keyed(
+        self, call: Callable[[dict[str, str], tuple[bytes, ...]], Awaitable[bytes]]
+    ) -> bytes:
         """``call(headers, secrets)`` with this adapter's headers and the secrets to redact, under
         the ``api_key_command`` rule of ``post``."""
         if self._session is None:
@@ -676,9 +787,20 @@ class HTTPAdapter(Adapter):
                 if not progress.streamed:
                     return await self.send(request)
                 body = self.stream_body(request.body)
-                return await self._keyed(lambda headers, secrets: post_stream(
-                    self._session, self.stream_url, body, headers, self.label, self.assembler(),
-                    progress, self.retry_after_from_body, secrets, self.limits.max_reply_bytes))
+                return await self._keyed(
+                    lambda headers, secrets: post_stream(
+                        self._session,
+                        self.stream_url,
+                        body,
+                        headers,
+                        self.label,
+                        self.assembler(),
+                        progress,
+                        self.retry_after_from_body,
+                        secrets,
+                        self.limits.max_reply_bytes,
+                    )
+                )
         except TimeoutError:
             why = f"the reply took longer than --max-reply-time {bound:g} s"
             if progress.began:

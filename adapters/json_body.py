@@ -1,6 +1,7 @@
-"""Reading JSON replies strictly: a key named twice is reported, never silently resolved (the last value
-winning), and ``NaN`` / ``Infinity`` are read as numbers so that the answers they touch are refused one by
-one. Used for reply bodies and for the JSON object a language model writes."""
+"""Reading JSON replies strictly: a key named twice is reported, never silently resolved (the last
+value winning), and ``NaN`` / ``Infinity`` are read as numbers so that the answers they touch are
+refused one by one. Used for reply bodies and for the JSON object a language model writes."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,9 @@ from .errors import MalformedReply
 
 
 class DuplicateKeys(dict):
-    """A JSON object that named some keys more than once: the last value of each is kept, as JSON parsers
-    do, and ``duplicates`` names the keys, so a decoder can refuse the answers they touch."""
+    """A JSON object that named some keys more than once: the last value of each is kept, as JSON
+    parsers do, and ``duplicates`` names the keys, so a decoder can refuse the answers they
+    touch."""
 
     duplicates: tuple[str, ...] = ()
 
@@ -38,7 +40,9 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict:
     return marked
 
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"(\s*:)?')  # every JSON string, and whether a colon follows (a key)
+_STRING = re.compile(
+    rb'"(?:[^"\\]|\\.)*"(\s*:)?'
+)  # every JSON string, and whether a colon follows (a key)
 
 
 def _keys_in(value: Any) -> int:
@@ -51,12 +55,12 @@ def _keys_in(value: Any) -> int:
 
 def load_json(body: bytes | str) -> Any:
     """Parse a reply body (or a model's JSON text). Objects that name a key twice come back as
-    ``DuplicateKeys`` (see ``duplicates``); ``NaN``, ``Infinity`` and ``-Infinity`` (not JSON, but some
-    servers send them) are read as floats, so the values they touch are refused one by one rather than
-    the whole reply. Raises MalformedReply (with the text received) when it is not JSON.
+    ``DuplicateKeys`` (see ``duplicates``); ``NaN``, ``Infinity`` and ``-Infinity`` (not JSON, but
+    some servers send them) are read as floats, so the values they touch are refused one by one
+    rather than the whole reply. Raises MalformedReply (with the text received) when it is not JSON.
 
-    The fast path is orjson; the body is parsed again by the standard library only when it holds more
-    keys than the parsed value (a duplicate) or orjson refuses it."""
+    The fast path is orjson; the body is parsed again by the standard library only when it holds
+    more keys than the parsed value (a duplicate) or orjson refuses it."""
     raw = body.encode() if isinstance(body, str) else body
     try:
         doc = orjson.loads(raw)
@@ -64,12 +68,16 @@ def load_json(body: bytes | str) -> Any:
         try:
             return json.loads(raw, object_pairs_hook=_pairs)
         except (ValueError, RecursionError):
-            raise MalformedReply(f"reply is not JSON ({exc})", raw[:2000].decode("utf-8", "replace")) from None
+            raise MalformedReply(
+                f"reply is not JSON ({exc})", raw[:2000].decode("utf-8", "replace")
+            ) from None
     if isinstance(doc, (dict, list)):
-        # A key named twice drops a key (and its colon) from the parsed value: the body then holds more colons
-        # than the value written back. Equal counts prove there is none unless a colon hid as \u003a, so
-        # bodies with \u escapes are counted exactly (every key token against every key parsed).
-        if raw.count(b":") != orjson.dumps(doc).count(b":") or (b"\\u" in raw and
-                                                                 sum(1 for m in _STRING.finditer(raw) if m.group(1)) != _keys_in(doc)):
+        # A key named twice drops a key (and its colon) from the parsed value: the body then holds
+        # more colons than the value written back. Equal counts prove there is none unless a colon
+        # hid as \u003a, so bodies with \u escapes are counted exactly (every key token against
+        # every key parsed).
+        if raw.count(b":") != orjson.dumps(doc).count(b":") or (
+            b"\\u" in raw and sum(1 for m in _STRING.finditer(raw) if m.group(1)) != _keys_in(doc)
+        ):
             return json.loads(raw, object_pairs_hook=_pairs)
     return doc

@@ -1,24 +1,27 @@
 """A real local language model: a GGUF file served by llama.cpp (xllamacpp, the optional extra
 ``local-llm``) on a free 127.0.0.1 port for the duration of the run, in a child process.
 
-Two adapters share the server (one per GGUF file in a run, started by the first ``start`` and stopped by
-the last ``close``):
+Two adapters share the server (one per GGUF file in a run, started by the first ``start`` and
+stopped by the last ``close``):
 
-* ``llamacpp:NAME`` — structured outputs through the ``openai`` adapter (``response_format`` json_schema,
-  enforced by llama.cpp's grammar); default parameters ``temperature`` 0, ``max_tokens`` 256;
+* ``llamacpp:NAME`` — structured outputs through the ``openai`` adapter (``response_format``
+  json_schema, enforced by llama.cpp's grammar); default parameters ``temperature`` 0,
+  ``max_tokens`` 256;
 * ``llamacpp-logprobs:NAME`` — logprob decisions through the ``logprobs`` adapter.
 
-``NAME`` is a known model of ``adapters.local_models`` (``qwen2.5-coder-0.5b``, fetched by ``make model`` /
-``dxi fetch-model``) or the path of any ``.gguf`` file. The model's identity in the cache key is the known
-name (its file pinned by sha256), or for a path the file's stem and the first 12 hex digits of its sha256;
-the endpoint in the key is ``/v1/chat/completions``, never the random port.
+``NAME`` is a known model of ``adapters.local_models`` (``qwen2.5-coder-0.5b``, fetched by
+``make model`` / ``dxi fetch-model``) or the path of any ``.gguf`` file. The model's identity in the
+cache key is the known name (its file pinned by sha256), or for a path the file's stem and the first
+12 hex digits of its sha256; the endpoint in the key is ``/v1/chat/completions``, never the random
+port.
 
 Options (``--option KEY=VALUE``; they do not change the answers, so they are not in the cache key):
-``ctx_size`` (tokens of context per request, default 16384: every prompt of the index fits, the longest
-HLE one has about 12,300 tokens; a longer prompt fails with the server's 400, stored as a deterministic
-failure), ``parallel`` (requests decoded together, default 1), ``threads``
-(CPU threads, default: all cores).
+``ctx_size`` (tokens of context per request, default 16384: every prompt of the index fits, the
+longest HLE one has about 12,300 tokens; a longer prompt fails with the server's 400, stored as a
+deterministic failure), ``parallel`` (requests decoded together, default 1), ``threads`` (CPU
+threads, default: all cores).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -44,30 +47,45 @@ START_TIMEOUT_S = 120.0
 
 
 class _Server:
-    """One llama.cpp server for one GGUF file, in a child process (``python -m adapters.llamacpp``), shared
-    by reference count.
+    """One llama.cpp server for one GGUF file, in a child process (``python -m adapters.llamacpp``),
+    shared by reference count.
 
-    A child process because llama.cpp's in-process shutdown can hang (a race in xllamacpp's destructor,
-    seen here about once in a dozen stops): the child leaves with ``os._exit`` when its stdin closes, so
-    stopping never waits on it, and a runner killed outright closes that stdin too, so no server outlives
-    its run.
+    A child process because llama.cpp's in-process shutdown can hang (a race in xllamacpp's
+    destructor, seen here about once in a dozen stops): the child leaves with ``os._exit`` when its
+    stdin closes, so stopping never waits on it, and a runner killed outright closes that stdin too,
+    so no server outlives its run.
     """
 
     def __init__(self, path: Path, alias: str, ctx_size: int, parallel: int, threads: int):
-        self.path, self.alias, self.ctx_size, self.parallel, self.threads = path, alias, ctx_size, parallel, threads
+        self.path, self.alias, self.ctx_size, self.parallel, self.threads = (
+            path,
+            alias,
+            ctx_size,
+            parallel,
+            threads,
+        )
         self.users = 0
         self.url = ""
         self._proc: asyncio.subprocess.Process | None = None
         self._log = tempfile.TemporaryFile()
 
     async def start(self, label: str) -> str:
-        """Start the child, wait for its address and for ``GET /health``; returns the base URL. Raises
-        Fatal (with the end of the child's log) when it does not come up."""
+        """Start the child, wait for its address and for ``GET /health``; returns the base URL.
+        Raises Fatal (with the end of the child's log) when it does not come up."""
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "dxi.adapters.llamacpp", str(self.path), self.alias, str(self.ctx_size),
-            str(self.parallel), str(self.threads),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self._log,
-            cwd=Path(__file__).resolve().parents[1])
+            sys.executable,
+            "-m",
+            "dxi.adapters.llamacpp",
+            str(self.path),
+            self.alias,
+            str(self.ctx_size),
+            str(self.parallel),
+            str(self.threads),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=self._log,
+            cwd=Path(__file__).resolve().parents[1],
+        )
         try:
             line = await asyncio.wait_for(self._proc.stdout.readline(), START_TIMEOUT_S)
         except TimeoutError:
@@ -104,10 +122,14 @@ class _Server:
 
 
 def serve(path: str, alias: str, ctx_size: str, parallel: str, threads: str) -> None:
-    """The child process: load the model, print ``LISTENING <url>``, serve until stdin closes, then leave
-    at once without llama.cpp's shutdown (which can hang)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C and SIGTERM are the parent's (a terminal or a scheduler
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # signals the whole group): it finishes its requests, closes our stdin
+    """The child process: load the model, print ``LISTENING <url>``, serve until stdin closes, then
+    leave at once without llama.cpp's shutdown (which can hang)."""
+    signal.signal(
+        signal.SIGINT, signal.SIG_IGN
+    )  # Ctrl-C and SIGTERM are the parent's (a terminal or a scheduler
+    signal.signal(
+        signal.SIGTERM, signal.SIG_IGN
+    )  # signals the whole group): it finishes its requests, closes our stdin
     import xllamacpp
 
     params = xllamacpp.CommonParams()
@@ -124,14 +146,18 @@ def serve(path: str, alias: str, ctx_size: str, parallel: str, threads: str) -> 
     try:
         server = xllamacpp.Server(params)
     except RuntimeError as exc:
-        sys.exit(f"{exc} (is {path} a GGUF model llama.cpp can load, with {ctx_size} tokens of context?)")
+        sys.exit(
+            f"{exc} (is {path} a GGUF model llama.cpp can load, with {ctx_size} tokens of context?)"
+        )
     print("LISTENING", server.listening_address, flush=True)
     sys.stdin.buffer.read()
     os._exit(0)
 
 
 _servers: dict[Path, _Server] = {}
-_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _lock() -> asyncio.Lock:
@@ -159,18 +185,25 @@ class _Local:
             spec.model = f"{self.file.stem}@{local_models.sha256_of(self.file)[:12]}"
             self.known = None
         else:
-            raise ValueError(f"{spec.kind}: unknown local model {name!r}; use one of {', '.join(local_models.KNOWN)} "
-                             f"or the path of a .gguf file")
+            raise ValueError(
+                f"{spec.kind}: unknown local model {name!r}; use one of {', '.join(local_models.KNOWN)} "
+                f"or the path of a .gguf file"
+            )
         opts = spec.options
         try:
             self.ctx_size = int(opts.get("ctx_size", DEFAULT_CTX))
             self.parallel = int(opts.get("parallel", DEFAULT_PARALLEL))
             self.threads = int(opts.get("threads", os.cpu_count() or 1))
         except (TypeError, ValueError):
-            raise ValueError(f"{spec.kind}: ctx_size, parallel and threads must be integers") from None
+            raise ValueError(
+                f"{spec.kind}: ctx_size, parallel and threads must be integers"
+            ) from None
         if min(self.ctx_size, self.parallel, self.threads) < 1:
             raise ValueError(f"{spec.kind}: ctx_size, parallel and threads must be at least 1")
-        super().__init__(spec, limits or Limits(max_in_flight=self.parallel, attempt_timeout_s=600.0, max_attempts=2))
+        super().__init__(
+            spec,
+            limits or Limits(max_in_flight=self.parallel, attempt_timeout_s=600.0, max_attempts=2),
+        )
         self.base_url = ""
         self._server: _Server | None = None
 
@@ -190,14 +223,20 @@ class _Local:
         try:
             import xllamacpp  # noqa: F401
         except ImportError:
-            raise Fatal(f"{self.label}: xllamacpp is not installed; install the extra: "
-                        "pip install -e '.[local-llm]' (or make install-llm)") from None
+            raise Fatal(
+                f"{self.label}: xllamacpp is not installed; install the extra: "
+                "pip install -e '.[local-llm]' (or make install-llm)"
+            ) from None
         if not self.file.is_file():
-            raise Fatal(f"{self.label}: model file {self.file} not found; fetch it with `make model` "
-                        f"(or `dxi fetch-model {self.spec.model}`)")
+            raise Fatal(
+                f"{self.label}: model file {self.file} not found; fetch it with `make model` "
+                f"(or `dxi fetch-model {self.spec.model}`)"
+            )
         if self.known is not None and self.file.stat().st_size != self.known.size:
-            raise Fatal(f"{self.label}: {self.file} has {self.file.stat().st_size:,} bytes, expected "
-                        f"{self.known.size:,}; delete it and run `make model` again")
+            raise Fatal(
+                f"{self.label}: {self.file} has {self.file.stat().st_size:,} bytes, expected "
+                f"{self.known.size:,}; delete it and run `make model` again"
+            )
         async with _lock():
             server = _servers.get(self.file)
             if server is None:
@@ -222,7 +261,8 @@ class _Local:
 
 
 async def _wait_healthy(url: str, label: str) -> None:
-    """Wait until the server answers ``GET /health`` with 200 (its loop is running); Fatal after a while."""
+    """Wait until the server answers ``GET /health`` with 200 (its loop is running); Fatal after a
+    while."""
     deadline = time.monotonic() + START_TIMEOUT_S
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as client:
         while True:
@@ -238,7 +278,8 @@ async def _wait_healthy(url: str, label: str) -> None:
 
 
 class LlamaCpp(_Local, OpenAI):
-    """A local GGUF model answering with structured outputs (JSON Schema enforced by llama.cpp's grammar)."""
+    """A local GGUF model answering with structured outputs (JSON Schema enforced by llama.cpp's
+    grammar)."""
 
     kind = "llamacpp"
     DEFAULT_PARAMS = {"temperature": 0, "max_tokens": 256}
@@ -248,7 +289,9 @@ class LlamaCppLogprobs(_Local, Logprobs):
     """A local GGUF model as a decision model, from its first-token logprobs."""
 
     kind = "llamacpp-logprobs"
-    default_base_url = ""  # the local server's, set at start: never OpenAI's (whose cap is max_completion_tokens)
+    default_base_url = (
+        ""  # the local server's, set at start: never OpenAI's (whose cap is max_completion_tokens)
+    )
 
 
 if __name__ == "__main__":

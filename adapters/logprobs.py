@@ -1,12 +1,14 @@
-"""Logprob decisions: any OpenAI-compatible Chat Completions server that returns ``top_logprobs`` becomes a
-decision model, with a probability for every allowed answer (so calibration metrics apply to open models).
+"""Logprob decisions: any OpenAI-compatible Chat Completions server that returns ``top_logprobs``
+becomes a decision model, with a probability for every allowed answer (so calibration metrics apply
+to open models).
 
-Each question of a task is its own chat request: ``adapters.llm.LOGPROB_SYSTEM_PROMPT``, then the state and
-that one question (``adapters.llm.render(task, [question])``), with ``"logprobs": true`` and the sampling
-parameters (default ``top_logprobs`` 20, OpenAI's maximum, and a cap of 1 token: ``max_completion_tokens``
-for OpenAI's API, its regional hosts and Azure OpenAI (``adapters.openai.is_openai_host``), where
-``max_tokens`` is deprecated and refused by reasoning models, and for any server when the user gives
-``max_completion_tokens``; ``max_tokens`` for every other server, which llama.cpp, vLLM and Ollama honour).
+Each question of a task is its own chat request: ``adapters.llm.LOGPROB_SYSTEM_PROMPT``, then the
+state and that one question (``adapters.llm.render(task, [question])``), with ``"logprobs": true``
+and the sampling parameters (default ``top_logprobs`` 20, OpenAI's maximum, and a cap of 1 token:
+``max_completion_tokens`` for OpenAI's API, its regional hosts and Azure OpenAI
+(``adapters.openai.is_openai_host``), where ``max_tokens`` is deprecated and refused by reasoning
+models, and for any server when the user gives ``max_completion_tokens``; ``max_tokens`` for every
+other server, which llama.cpp, vLLM and Ollama honour).
 
 OpenAI gives ``logprobs`` on a reasoning model only at ``reasoning_effort`` "none" (the API
 reference: logprobs, temperature and top_p are available on GPT-5.1 and later at reasoning effort
@@ -22,13 +24,15 @@ them (an answer missing from the top list gets the share the list leaves it, ``l
 the mass they held is noted in the answer's warning). The server's grammar, if any, plays no part:
 its logprobs come before it.
 
-Wire format of one stored request: the request body is the JSON array of the per-question chat bodies,
-sent one after another (so a server's prompt cache reuses the shared state prefix); the raw reply is the
-JSON array of their reply bodies, in the same order. A task is one cache row, as for every adapter.
+Wire format of one stored request: the request body is the JSON array of the per-question chat
+bodies, sent one after another (so a server's prompt cache reuses the shared state prefix); the raw
+reply is the JSON array of their reply bodies, in the same order. A task is one cache row, as for
+every adapter.
 
 Model strings: ``logprobs:gpt-6-luna`` (https://api.openai.com/v1, ``OPENAI_API_KEY``) or
 ``logprobs:MODEL@http://127.0.0.1:8080/v1``.
 """
+
 from __future__ import annotations
 
 import orjson
@@ -39,22 +43,35 @@ from . import llm
 from .base import Answer, Limits, ModelSpec, Reply, Request
 from .errors import MalformedReply, ProviderStop, Retryable
 from .http import HTTPAdapter, load_json
-from .openai import ReasoningEffort, cache_writes_of, cached_of, choice_of, is_openai_host, raise_body_error, reasons_by_default, usage_of
+from .openai import (
+    ReasoningEffort,
+    cache_writes_of,
+    cached_of,
+    choice_of,
+    is_openai_host,
+    raise_body_error,
+    reasons_by_default,
+    usage_of,
+)
 
 NONE_EFFORT_MODELS = ("gpt-6-luna", "gpt-6.1-terra")
 """The OpenAI models known to accept ``reasoning_effort`` "none" (and so to give logprobs while
 reasoning by default): those whose levels the API reference lists with none. Others may; these are
 the ones known."""
 _KNOWN = ", ".join(NONE_EFFORT_MODELS)
-NO_LOGPROBS = ("this model cannot give logprobs with these settings. OpenAI gives logprobs on a "
-               "reasoning model only at reasoning_effort none (the models known to accept it: "
-               f"{_KNOWN}: --effort none, the default here) and on models that do not reason; the "
-               "o-series and gpt-5, gpt-5-mini, gpt-5-nano have no effort none and give none "
-               "(docs/models.md, \"Logprob decisions\")")
-NO_LOGPROBS_AT_NONE = ("this model refused reasoning_effort none, the only effort at which OpenAI "
-                       "gives a reasoning model's logprobs, so it cannot give logprobs at any "
-                       f"effort. The models known to accept none: {_KNOWN}; models that do not "
-                       "reason give logprobs too (docs/models.md, \"Logprob decisions\")")
+NO_LOGPROBS = (
+    "this model cannot give logprobs with these settings. OpenAI gives logprobs on a "
+    "reasoning model only at reasoning_effort none (the models known to accept it: "
+    f"{_KNOWN}: --effort none, the default here) and on models that do not reason; the "
+    "o-series and gpt-5, gpt-5-mini, gpt-5-nano have no effort none and give none "
+    '(docs/models.md, "Logprob decisions")'
+)
+NO_LOGPROBS_AT_NONE = (
+    "this model refused reasoning_effort none, the only effort at which OpenAI "
+    "gives a reasoning model's logprobs, so it cannot give logprobs at any "
+    f"effort. The models known to accept none: {_KNOWN}; models that do not "
+    'reason give logprobs too (docs/models.md, "Logprob decisions")'
+)
 LOGPROB_FIELDS = ("logprobs", "top_logprobs", "reasoning_effort")
 
 
@@ -67,24 +84,36 @@ def _top_logprobs(choice: dict) -> list[tuple[str, float]] | None:
     top = content[0].get("top_logprobs")
     if not isinstance(top, list):
         return None
-    return [(t["token"], t["logprob"]) for t in top
-            if isinstance(t, dict) and isinstance(t.get("token"), str) and isinstance(t.get("logprob"), (int, float))]
+    return [
+        (t["token"], t["logprob"])
+        for t in top
+        if isinstance(t, dict)
+        and isinstance(t.get("token"), str)
+        and isinstance(t.get("logprob"), (int, float))
+    ]
 
 
 def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
     """Parse the array of per-question Chat Completions replies into one decision per question."""
     docs = load_json(body)
     if not isinstance(docs, list) or len(docs) != len(task.questions):
-        raise MalformedReply(f"expected a JSON array of {len(task.questions)} replies",
-                             body[:2000].decode("utf-8", "replace"))
+        raise MalformedReply(
+            f"expected a JSON array of {len(task.questions)} replies",
+            body[:2000].decode("utf-8", "replace"),
+        )
     answers, tokens_in, tokens_out, cached, written, served = [], 0, 0, 0, 0, None
     for q, doc in zip(task.questions, docs, strict=True):
         raise_body_error(doc)
         choice = choice_of(doc, orjson.dumps(doc))
         top = _top_logprobs(choice)
         if top is None:
-            answers.append(Answer.invalid(q.id, "the reply has no top_logprobs (does the server support "
-                                                "logprobs and top_logprobs?)"))
+            answers.append(
+                Answer.invalid(
+                    q.id,
+                    "the reply has no top_logprobs (does the server support "
+                    "logprobs and top_logprobs?)",
+                )
+            )
         else:
             answers.append(llm.logprob_answer(q, top, n_top))
         used_in, used_out = usage_of(doc)
@@ -94,8 +123,14 @@ def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
         written += cache_writes_of(doc) or 0
         served = served or (doc.get("model") if isinstance(doc.get("model"), str) else None)
     known = tokens_in is not None
-    return Reply(tuple(answers), tokens_in, tokens_out, served, cached_input_tokens=cached if known else None,
-                 cache_write_tokens=written if known and written else None)
+    return Reply(
+        tuple(answers),
+        tokens_in,
+        tokens_out,
+        served,
+        cached_input_tokens=cached if known else None,
+        cache_write_tokens=written if known and written else None,
+    )
 
 
 class Logprobs(ReasoningEffort, HTTPAdapter):
@@ -114,15 +149,18 @@ class Logprobs(ReasoningEffort, HTTPAdapter):
         if not isinstance(top, int) or isinstance(top, bool) or top < 1:
             raise ValueError(f"{self.kind}: top_logprobs must be a positive integer, not {top!r}")
         self.n_top = top
-        self._answered: dict[str, list[bytes]] = {}  # request key -> replies to its first questions so far
+        self._answered: dict[
+            str, list[bytes]
+        ] = {}  # request key -> replies to its first questions so far
 
     def default_params(self, model: str, params: dict) -> dict:
-        """``top_logprobs`` 20, a cap of one token unless one is given (``max_completion_tokens`` on an OpenAI or
-        Azure host, or when the user names that field; else ``max_tokens``: OpenAI's API reference: max_tokens
-        "is now deprecated in favor of max_completion_tokens, and is not compatible with o-series models"), and on
-        an OpenAI or Azure host ``reasoning_effort`` "none" for a model that reasons by default."""
+        """``top_logprobs`` 20, a cap of one token unless one is given (``max_completion_tokens`` on
+        an OpenAI or Azure host, or when the user names that field; else ``max_tokens``: OpenAI's
+        API reference: max_tokens "is now deprecated in favor of max_completion_tokens, and is not
+        compatible with o-series models"), and on an OpenAI or Azure host ``reasoning_effort``
+        "none" for a model that reasons by default."""
         defaults = dict(self.DEFAULT_PARAMS)
-        base = (self.spec.base_url or self.default_base_url)
+        base = self.spec.base_url or self.default_base_url
         hosted = is_openai_host(base)
         if "max_tokens" not in params and "max_completion_tokens" not in params:
             defaults["max_completion_tokens" if hosted else "max_tokens"] = 1
@@ -131,29 +169,44 @@ class Logprobs(ReasoningEffort, HTTPAdapter):
         return defaults
 
     def encode(self, task: Task, sample: int = 0) -> Request:
-        bodies = [{"model": self.model, "messages": llm.logprob_messages(task, q), "logprobs": True, **self.params}
-                  for q in task.questions]
+        bodies = [
+            {
+                "model": self.model,
+                "messages": llm.logprob_messages(task, q),
+                "logprobs": True,
+                **self.params,
+            }
+            for q in task.questions
+        ]
         return self.request(bodies, sample)
 
     async def post(self, body: bytes, url: str | None = None) -> bytes:
-        """As ``HTTPAdapter.post``; a 400 that refuses logprobs (or the effort they need) says so (``NO_LOGPROBS``)."""
+        """As ``HTTPAdapter.post``; a 400 that refuses logprobs (or the effort they need) says so
+        (``NO_LOGPROBS``)."""
         try:
             return await super().post(body, url)
         except ProviderStop as exc:
             if exc.status == 400 and _names_logprobs(exc):  # never advise the effort just refused
                 at_none = self.params.get("reasoning_effort") == "none"
                 advice = NO_LOGPROBS_AT_NONE if at_none else NO_LOGPROBS
-                raise ProviderStop(f"{exc} — {advice}", exc.cause, exc.status, exc.resets_in_s,
-                                   exc.scope, exc.field) from None
+                raise ProviderStop(
+                    f"{exc} — {advice}",
+                    exc.cause,
+                    exc.status,
+                    exc.resets_in_s,
+                    exc.scope,
+                    exc.field,
+                ) from None
             raise
 
     async def send(self, request: Request) -> bytes:
-        """One request per question, in order. When one fails, the replies already received are kept for
-        the retry of this request, which sends only the questions still unanswered (each is paid once)."""
+        """One request per question, in order. When one fails, the replies already received are kept
+        for the retry of this request, which sends only the questions still unanswered (each is paid
+        once)."""
         bodies = orjson.loads(request.body)
         replies = self._answered.setdefault(request.key, [])
         try:
-            for body in bodies[len(replies):]:
+            for body in bodies[len(replies) :]:
                 replies.append((await self.post(orjson.dumps(body))).strip())
         except Retryable:
             raise  # kept for the retry
@@ -173,8 +226,8 @@ class Logprobs(ReasoningEffort, HTTPAdapter):
 
 
 def _names_logprobs(stop: ProviderStop) -> bool:
-    """Whether a refusal names one of ``LOGPROB_FIELDS``: its ``field`` (OpenAI's ``error.param``), else the
-    provider's own words (quoted after the model's label, which itself says "logprobs")."""
+    """Whether a refusal names one of ``LOGPROB_FIELDS``: its ``field`` (OpenAI's ``error.param``),
+    else the provider's own words (quoted after the model's label, which itself says "logprobs")."""
     if stop.field:
         return stop.field.split(".")[0] in LOGPROB_FIELDS
     said = str(stop).split(": ", 1)[-1].lower()

@@ -1,27 +1,31 @@
-"""Language models over OpenAI-compatible Chat Completions with structured outputs: OpenAI, vLLM, SGLang,
-llama.cpp server, Ollama, LiteLLM, OpenRouter, Together, Groq, Fireworks, DeepSeek (PROTOCOLS.md §C).
+"""Language models over OpenAI-compatible Chat Completions with structured outputs: OpenAI, vLLM,
+SGLang, llama.cpp server, Ollama, LiteLLM, OpenRouter, Together, Groq, Fireworks, DeepSeek
+(PROTOCOLS.md §C).
 
-``POST {base_url}/chat/completions`` with ``Authorization: Bearer $OPENAI_API_KEY`` (not needed for a
-loopback base URL; ``--option api_key_env=NAME`` reads another variable). Body::
+``POST {base_url}/chat/completions`` with ``Authorization: Bearer $OPENAI_API_KEY`` (not needed for
+a loopback base URL; ``--option api_key_env=NAME`` reads another variable). Body::
 
     {"model", "messages": [system, user], "response_format": {"type": "json_schema",
      "json_schema": {"name": "answers", "strict": true, "schema": <adapters.llm.answer_schema>}}, **params}
 
 ``params`` are the provider's own sampling fields, sent as given (``max_completion_tokens``,
-``reasoning_effort``, ...; OpenAI's API deprecates ``max_tokens``, which its reasoning models refuse). No cap is
-sent unless given: the model's own output maximum then leaves room for its reasoning (``adapters.budgets``).
-``--effort LEVEL`` is ``reasoning_effort``. Reply: ``choices[0].message.content``
-parsed by ``adapters.llm.decode_text``; ``message.refusal`` (structured-outputs refusal) and
-``finish_reason`` "length" (cut off: while thinking when no content came and reasoning tokens were spent,
-``usage.completion_tokens_details.reasoning_tokens``) or "content_filter" make every answer invalid; content only in
-``reasoning_content``/``reasoning`` is invalid too; an error inside a 200 (an ``error`` body, a choice with
-``finish_reason: "error"``, as OpenRouter sends) is a transient failure with the provider's message. Usage:
-``prompt_tokens`` (``prompt_tokens_details.cached_tokens`` of them read from the prompt cache and
-``cache_write_tokens`` written to it, each at its price when the run file gives one: OpenAI prices them per
-model), ``completion_tokens`` (reasoning tokens included, as billed).
+``reasoning_effort``, ...; OpenAI's API deprecates ``max_tokens``, which its reasoning models
+refuse). No cap is sent unless given: the model's own output maximum then leaves room for its
+reasoning (``adapters.budgets``). ``--effort LEVEL`` is ``reasoning_effort``. Reply:
+``choices[0].message.content`` parsed by ``adapters.llm.decode_text``; ``message.refusal``
+(structured-outputs refusal) and ``finish_reason`` "length" (cut off: while thinking when no content
+came and reasoning tokens were spent, ``usage.completion_tokens_details.reasoning_tokens``) or
+"content_filter" make every answer invalid; content only in ``reasoning_content``/``reasoning`` is
+invalid too; an error inside a 200 (an ``error`` body, a choice with ``finish_reason: "error"``, as
+OpenRouter sends) is a transient failure with the provider's message. Usage: ``prompt_tokens``
+(``prompt_tokens_details.cached_tokens`` of them read from the prompt cache and
+``cache_write_tokens`` written to it, each at its price when the run file gives one: OpenAI prices
+them per model), ``completion_tokens`` (reasoning tokens included, as billed).
 
-Model strings: ``openai:gpt-6.1-terra`` (https://api.openai.com/v1), ``openai:qwen2.5@http://127.0.0.1:8080/v1``.
+Model strings: ``openai:gpt-6.1-terra`` (https://api.openai.com/v1),
+``openai:qwen2.5@http://127.0.0.1:8080/v1``.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,9 +45,10 @@ from .streaming import LONG_REPLY_TOKENS, ChatAssembler
 
 
 def raise_body_error(doc: Any) -> None:
-    """Raise Transient with the provider's message when a 200 reply carries an error instead of an answer
-    (``provider_errors.body_error``: an ``error`` body, a choice with ``finish_reason: "error"``): a
-    gateway's failure is retried and sent again by the next run, never stored as an answer."""
+    """Raise Transient with the provider's message when a 200 reply carries an error instead of an
+    answer (``provider_errors.body_error``: an ``error`` body, a choice with
+    ``finish_reason: "error"``): a gateway's failure is retried and sent again by the next run,
+    never stored as an answer."""
     if (error := body_error(doc)) is not None:
         raise Transient(f"an error inside a 200 reply: {error}", 200)
 
@@ -63,34 +68,46 @@ def usage_of(doc: dict) -> tuple[int | None, int | None]:
 
 
 def cached_of(doc: dict) -> int | None:
-    """``usage.prompt_tokens_details.cached_tokens`` of a Chat Completions reply: the prompt tokens read from
-    OpenAI's prompt cache (counted within ``prompt_tokens``, billed at the cached-input price); None if absent."""
+    """``usage.prompt_tokens_details.cached_tokens`` of a Chat Completions reply: the prompt tokens
+    read from OpenAI's prompt cache (counted within ``prompt_tokens``, billed at the cached-input
+    price); None if absent."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    details = (
+        usage.get("prompt_tokens_details")
+        if isinstance(usage.get("prompt_tokens_details"), dict)
+        else {}
+    )
     return as_count(details.get("cached_tokens"))
 
 
 def cache_writes_of(doc: dict) -> int | None:
-    """``usage.prompt_tokens_details.cache_write_tokens`` of a Chat Completions reply (the openai SDK's
-    ``types/completion_usage.py``): the prompt tokens written to OpenAI's prompt cache (within
-    ``prompt_tokens``; priced at a run file's ``cache_write`` price, else as input); None if absent."""
+    """``usage.prompt_tokens_details.cache_write_tokens`` of a Chat Completions reply (the openai
+    SDK's ``types/completion_usage.py``): the prompt tokens written to OpenAI's prompt cache (within
+    ``prompt_tokens``; priced at a run file's ``cache_write`` price, else as input); None if
+    absent."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    details = (
+        usage.get("prompt_tokens_details")
+        if isinstance(usage.get("prompt_tokens_details"), dict)
+        else {}
+    )
     return as_count(details.get("cache_write_tokens"))
 
 
 def reasoning_tokens_of(doc: dict) -> int | None:
-    """``usage.completion_tokens_details.reasoning_tokens`` of a Chat Completions reply (the openai SDK's
-    ``types/completion_usage.py``): the completion tokens spent reasoning; None if absent."""
+    """``usage.completion_tokens_details.reasoning_tokens`` of a Chat Completions reply (the openai
+    SDK's ``types/completion_usage.py``): the completion tokens spent reasoning; None if absent."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
     details = usage.get("completion_tokens_details")
     return as_count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
 
 
-def decode_chat(task: Task, body: bytes, cap: str = "max_completion_tokens", doc: Any = None) -> Reply:
-    """Parse a Chat Completions reply to a structured request (see the module docstring); ``cap`` names the
-    request's token cap in the reason of a reply cut off at it; ``doc``: ``body`` parsed already
-    (``Adapter.decode_parsed``), else None."""
+def decode_chat(
+    task: Task, body: bytes, cap: str = "max_completion_tokens", doc: Any = None
+) -> Reply:
+    """Parse a Chat Completions reply to a structured request (see the module docstring); ``cap``
+    names the request's token cap in the reason of a reply cut off at it; ``doc``: ``body`` parsed
+    already (``Adapter.decode_parsed``), else None."""
     doc = load_json(body) if doc is None else doc
     raise_body_error(doc)
     choice = choice_of(doc, body)
@@ -98,21 +115,38 @@ def decode_chat(task: Task, body: bytes, cap: str = "max_completion_tokens", doc
     finish = choice.get("finish_reason")
     content = message.get("content")
     content = content if isinstance(content, str) else None
-    reasoning = any(isinstance(message.get(f), str) and message[f].strip() for f in ("reasoning_content", "reasoning"))
+    reasoning = any(
+        isinstance(message.get(f), str) and message[f].strip()
+        for f in ("reasoning_content", "reasoning")
+    )
     problem = cut_off = None
     if isinstance(message.get("refusal"), str) and message["refusal"]:
         problem = f"refusal: {message['refusal'][:200]}"
-    elif finish == "length":  # cut off while thinking: no answer text, the completion spent on reasoning
-        problem, cut_off = llm.truncated("finish_reason length", cap, bool((content or "").strip()),
-                                         reasoning or bool(reasoning_tokens_of(doc)))
+    elif (
+        finish == "length"
+    ):  # cut off while thinking: no answer text, the completion spent on reasoning
+        problem, cut_off = llm.truncated(
+            "finish_reason length",
+            cap,
+            bool((content or "").strip()),
+            reasoning or bool(reasoning_tokens_of(doc)),
+        )
     elif finish == "content_filter":
         problem = "blocked by the provider's content filter (finish_reason content_filter)"
     served = doc.get("model") if isinstance(doc.get("model"), str) else None
     input_tokens, output_tokens = usage_of(doc)
-    return llm.decode_text(task, content, problem=problem,
-                           reasoning=reasoning, input_tokens=input_tokens, output_tokens=output_tokens,
-                           served_model=served, cached_input_tokens=cached_of(doc),
-                           cache_write_tokens=cache_writes_of(doc), cut_off=cut_off)
+    return llm.decode_text(
+        task,
+        content,
+        problem=problem,
+        reasoning=reasoning,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        served_model=served,
+        cached_input_tokens=cached_of(doc),
+        cache_write_tokens=cache_writes_of(doc),
+        cut_off=cut_off,
+    )
 
 
 _AZURE_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
@@ -121,25 +155,31 @@ _REASONS = re.compile(r"^(?:o\d+(?:-|$)|gpt-(?:[5-9]|\d{2,})(?:[.-]|$))")
 
 
 def is_openai_host(url: str) -> bool:
-    """Whether ``url`` is served by OpenAI (``api.openai.com`` and its regional hosts ``eu.api.openai.com``,
-    ``us.api.openai.com``) or Azure OpenAI (``*.openai.azure.com``, ``*.cognitiveservices.azure.com``,
-    ``*.services.ai.azure.com``): the servers where ``max_tokens`` is deprecated for ``max_completion_tokens``
-    and refused by reasoning models."""
+    """Whether ``url`` is served by OpenAI (``api.openai.com`` and its regional hosts
+    ``eu.api.openai.com``, ``us.api.openai.com``) or Azure OpenAI (``*.openai.azure.com``,
+    ``*.cognitiveservices.azure.com``, ``*.services.ai.azure.com``): the servers where
+    ``max_tokens`` is deprecated for ``max_completion_tokens`` and refused by reasoning models."""
     host = (urlsplit(url).hostname or "").lower()
-    return host == "api.openai.com" or host.endswith(".api.openai.com") or host.endswith(_AZURE_SUFFIXES)
+    return (
+        host == "api.openai.com"
+        or host.endswith(".api.openai.com")
+        or host.endswith(_AZURE_SUFFIXES)
+    )
 
 
 def reasons_by_default(model: str) -> bool:
-    """Whether the OpenAI ``model`` reasons unless told otherwise (the o-series, GPT-5 and later: ``gpt-5-mini``,
-    ``gpt-6-luna``, ``gpt-6.1-terra``); not ``gpt-4.1-mini`` or ``gpt-4o``, nor the ``-chat`` variants."""
+    """Whether the OpenAI ``model`` reasons unless told otherwise (the o-series, GPT-5 and later:
+    ``gpt-5-mini``, ``gpt-6-luna``, ``gpt-6.1-terra``); not ``gpt-4.1-mini`` or ``gpt-4o``, nor the
+    ``-chat`` variants."""
     name = model.lower()
     return _REASONS.match(name) is not None and "-chat" not in name
 
 
 class ReasoningEffort:
-    """The effort setting of the OpenAI-compatible adapters: ``reasoning_effort``, whose levels are the openai
-    SDK's ``ReasoningEffort`` (none, minimal, low, medium, high, xhigh, max; "Not all reasoning models support
-    every value": a level the model refuses stops it with the provider's message)."""
+    """The effort setting of the OpenAI-compatible adapters: ``reasoning_effort``, whose levels are
+    the openai SDK's ``ReasoningEffort`` (none, minimal, low, medium, high, xhigh, max; "Not all
+    reasoning models support every value": a level the model refuses stops it with the provider's
+    message)."""
 
     EFFORT_FIELD = "reasoning_effort"
     EFFORT_LEVELS = EFFORTS
@@ -148,7 +188,9 @@ class ReasoningEffort:
     def _with_effort(cls, params: dict, effort: str) -> dict:
         given = params.get("reasoning_effort")
         if given is not None and given != effort:
-            raise ValueError(f"--effort {effort} and the parameter reasoning_effort={given} disagree: give one")
+            raise ValueError(
+                f"--effort {effort} and the parameter reasoning_effort={given} disagree: give one"
+            )
         return params | {"reasoning_effort": effort}
 
     @classmethod
@@ -168,10 +210,19 @@ class OpenAI(ReasoningEffort, HTTPAdapter):
     STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
 
     def encode(self, task: Task, sample: int = 0) -> Request:
-        payload = {"model": self.model, "messages": llm.messages(task),
-                   "response_format": {"type": "json_schema", "json_schema": {
-                       "name": llm.SCHEMA_NAME, "strict": True, "schema": llm.answer_schema(task)}},
-                   **self.params}
+        payload = {
+            "model": self.model,
+            "messages": llm.messages(task),
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": llm.SCHEMA_NAME,
+                    "strict": True,
+                    "schema": llm.answer_schema(task),
+                },
+            },
+            **self.params,
+        }
         return self.request(payload, sample)
 
     def decode(self, task: Task, body: bytes) -> Reply:
@@ -199,11 +250,16 @@ class OpenAI(ReasoningEffort, HTTPAdapter):
 
     @property
     def cap_field(self) -> str:
-        """The token cap the requests carry (named in the reason of a reply cut off at it): ``max_tokens`` when
-        that is the one given, else ``max_completion_tokens`` (OpenAI's, reasoning tokens included)."""
-        return "max_tokens" if "max_tokens" in self.params and "max_completion_tokens" not in self.params \
+        """The token cap the requests carry (named in the reason of a reply cut off at it):
+        ``max_tokens`` when that is the one given, else ``max_completion_tokens`` (OpenAI's,
+        reasoning tokens included)."""
+        return (
+            "max_tokens"
+            if "max_tokens" in self.params and "max_completion_tokens" not in self.params
             else "max_completion_tokens"
+        )
 
     def output_tokens_bound(self, task: Task) -> int | None:
-        """``max_completion_tokens`` (reasoning tokens included), else ``max_tokens``; None when unset."""
+        """``max_completion_tokens`` (reasoning tokens included), else ``max_tokens``; None when
+        unset."""
         return llm.token_cap(self.params, "max_completion_tokens", "max_tokens")

@@ -1,7 +1,7 @@
-"""OpenAI's Batch API for the ``openai`` adapter's Chat Completions requests, and any server implementing
-OpenAI's Files and Batches endpoints (Azure OpenAI's v1 API, the OpenAI-compatible hosts that document
-``/v1/batches``). Types: the openai SDK's ``types/batch*.py``, ``file_object.py``; resources
-``batches.py``, ``files.py``.
+"""OpenAI's Batch API for the ``openai`` adapter's Chat Completions requests, and any server
+implementing OpenAI's Files and Batches endpoints (Azure OpenAI's v1 API, the OpenAI-compatible
+hosts that document ``/v1/batches``). Types: the openai SDK's ``types/batch*.py``,
+``file_object.py``; resources ``batches.py``, ``files.py``.
 
 * **Input**: a JSONL file, one line per request ``{"custom_id": KEY, "method": "POST", "url":
   "/v1/chat/completions", "body": BODY}`` (BODY byte for byte the synchronous body), uploaded to
@@ -20,13 +20,14 @@ OpenAI's Files and Batches endpoints (Azure OpenAI's v1 API, the OpenAI-compatib
   (or it ended without any), its input, output and error files are deleted (``files_of``): OpenAI
   keeps a file until it is deleted, counted against the organisation's storage.
 * **Status** ``validating``, ``in_progress``, ``finalizing``, ``cancelling``; it ends ``completed``,
-  ``expired`` (after the 24-hour window; what was done is in the output file), ``cancelled`` or ``failed``
-  (the input was refused whole: ``errors``).
+  ``expired`` (after the 24-hour window; what was done is in the output file), ``cancelled`` or
+  ``failed`` (the input was refused whole: ``errors``).
 * **Results**: ``GET {base}/files/{output_file_id}/content`` then the ``error_file_id``'s: lines
   ``{"id", "custom_id", "response": {"status_code", "request_id", "body"} | null, "error": {"code",
-  "message"} | null}``, in no set order. A request not run before the batch expired or was cancelled has
-  the error code ``batch_expired`` / ``batch_cancelled``: given back.
+  "message"} | null}``, in no set order. A request not run before the batch expired or was cancelled
+  has the error code ``batch_expired`` / ``batch_cancelled``: given back.
 """
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
@@ -64,8 +65,16 @@ def status_of(doc: dict) -> BatchStatus:
     if doc.get("errors"):
         output["errors"] = doc["errors"]
     state = str(doc.get("status") or "")
-    return BatchStatus(str(doc.get("id")), state, ENDED.get(state), dict(counts), output, metadata.get(TAG),
-                       doc.get("created_at"), counts.get("total"))
+    return BatchStatus(
+        str(doc.get("id")),
+        state,
+        ENDED.get(state),
+        dict(counts),
+        output,
+        metadata.get(TAG),
+        doc.get("created_at"),
+        counts.get("total"),
+    )
 
 
 class OpenAIBatch(BatchAPI):
@@ -76,35 +85,59 @@ class OpenAIBatch(BatchAPI):
     RETENTION = "OpenAI keeps a batch's output file 30 days"
 
     def head(self, key: str) -> bytes:
-        return b'{"custom_id":"' + key.encode() + b'","method":"POST","url":"' + ENDPOINT.encode() + b'","body":'
+        return (
+            b'{"custom_id":"'
+            + key.encode()
+            + b'","method":"POST","url":"'
+            + ENDPOINT.encode()
+            + b'","body":'
+        )
 
     async def upload(self, entry_id: str, path: Path, n: int, size: int) -> str | None:
         with open(path, "rb") as f:
             form = aiohttp.FormData()
             form.add_field("purpose", "batch")
-            form.add_field("file", f, filename=f"{entry_id}.jsonl", content_type="application/jsonl")
+            form.add_field(
+                "file", f, filename=f"{entry_id}.jsonl", content_type="application/jsonl"
+            )
             try:
-                doc = await self.call("POST", f"{self.adapter.base_url}/files", form,
-                                      self.headers(**{"Content-Type": ""}))
+                doc = await self.call(
+                    "POST",
+                    f"{self.adapter.base_url}/files",
+                    form,
+                    self.headers(**{"Content-Type": ""}),
+                )
             except BatchLost:
                 raise self._no_api("POST /files") from None
         if not isinstance(doc.get("id"), str):
             raise Transient(f"{self.what}: the upload's reply has no file id")
         return doc["id"]
 
-    async def create(self, entry_id: str, path: Path, file_id: str | None, n: int, size: int) -> BatchStatus:
+    async def create(
+        self, entry_id: str, path: Path, file_id: str | None, n: int, size: int
+    ) -> BatchStatus:
         try:
-            doc = await self.call("POST", f"{self.adapter.base_url}/batches",
-                                  {"input_file_id": file_id, "endpoint": ENDPOINT,
-                                   "completion_window": "24h", "metadata": {TAG: entry_id}})
+            doc = await self.call(
+                "POST",
+                f"{self.adapter.base_url}/batches",
+                {
+                    "input_file_id": file_id,
+                    "endpoint": ENDPOINT,
+                    "completion_window": "24h",
+                    "metadata": {TAG: entry_id},
+                },
+            )
         except BatchLost:
             raise self._no_api("POST /batches") from None
         return status_of(doc)
 
     def _no_api(self, where: str) -> NoBatchAPI:
-        return NoBatchAPI(f"{self.what}: {self.adapter.base_url} has no batch API ({where} answered "
-                          "404: a server without OpenAI's Files and Batches endpoints); batch mode "
-                          "stopped for this model", 404)
+        return NoBatchAPI(
+            f"{self.what}: {self.adapter.base_url} has no batch API ({where} answered "
+            "404: a server without OpenAI's Files and Batches endpoints); batch mode "
+            "stopped for this model",
+            404,
+        )
 
     async def get(self, batch_id: str) -> BatchStatus:
         return status_of(await self.call("GET", f"{self.adapter.base_url}/batches/{batch_id}"))
@@ -112,8 +145,9 @@ class OpenAIBatch(BatchAPI):
     def next_page(self, page: dict, items: list[dict]) -> str | None:
         return f"after={items[-1].get('id')}" if page.get("has_more") else None
 
-    async def find(self, entry_id: str, since: float, n: int, known: set[str],
-                   ref: dict | None = None) -> list[BatchStatus]:
+    async def find(
+        self, entry_id: str, since: float, n: int, known: set[str], ref: dict | None = None
+    ) -> list[BatchStatus]:
         found = []
         self.listed, self.listed_all = 0, False
         # every page: the listing's order is not documented
@@ -133,11 +167,16 @@ class OpenAIBatch(BatchAPI):
         return f"{self.adapter.base_url}/files/{file_id}"
 
     def files_of(self, file_id: str | None, output: dict) -> list[str]:
-        return [f for f in (file_id, output.get("output_file_id"), output.get("error_file_id"))
-                if isinstance(f, str)]
+        return [
+            f
+            for f in (file_id, output.get("output_file_id"), output.get("error_file_id"))
+            if isinstance(f, str)
+        ]
 
     async def cancel(self, batch_id: str) -> BatchStatus:
-        return status_of(await self.call("POST", f"{self.adapter.base_url}/batches/{batch_id}/cancel", {}))
+        return status_of(
+            await self.call("POST", f"{self.adapter.base_url}/batches/{batch_id}/cancel", {})
+        )
 
     async def results(self, status: BatchStatus) -> AsyncIterator[list[ResultLine]]:
         for name in ("output_file_id", "error_file_id"):
@@ -153,8 +192,13 @@ class OpenAIBatch(BatchAPI):
             doc = orjson.loads(raw)
             key = doc["custom_id"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
-            return ResultLine("", error=MalformedReply("a result line that is not a batch output line",
-                                                       raw[:2000].decode("utf-8", "replace")))
+            return ResultLine(
+                "",
+                error=MalformedReply(
+                    "a result line that is not a batch output line",
+                    raw[:2000].decode("utf-8", "replace"),
+                ),
+            )
         response, error = doc.get("response"), doc.get("error")
         if isinstance(response, dict) and isinstance(response.get("status_code"), int):
             body = orjson.dumps(response.get("body"))
@@ -164,5 +208,10 @@ class OpenAIBatch(BatchAPI):
         if isinstance(error, dict) and error.get("code") in NOT_RUN:
             return ResultLine(key)
         message = error.get("message") if isinstance(error, dict) else None
-        return ResultLine(key, error=Transient(f"{self.what}: the batch could not run this request "
-                                               f"({(error or {}).get('code') if isinstance(error, dict) else None}: {message})"))
+        return ResultLine(
+            key,
+            error=Transient(
+                f"{self.what}: the batch could not run this request "
+                f"({(error or {}).get('code') if isinstance(error, dict) else None}: {message})"
+            ),
+        )

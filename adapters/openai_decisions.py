@@ -1,23 +1,25 @@
 """Decision models in the OpenAI Decisions format: ``POST {base_url}/decisions`` (PROTOCOLS.md §B).
 
-Default base URL https://api.openai.com/v1, ``Authorization: Bearer $OPENAI_API_KEY`` (not needed for a
-loopback base URL). Request::
+Default base URL https://api.openai.com/v1, ``Authorization: Bearer $OPENAI_API_KEY`` (not needed
+for a loopback base URL). Request::
 
     {"model", "input": <the task's state>, "questions": [
         {"type": "choice", "name": <question id>, "instructions": <question text>,
          "choices": [{"value": <option id>, "description": <option text>}, ...]}   # in option order
       | {"type": "predicate", "name": <question id>, "instructions": <question text>}], **params}
 
-Reply: ``{"model", "answers": [...] in question order, "usage"}``; a choice answer's ``probabilities``
-(``[{"value", "probability"}]``) and ``choice``, a predicate's ``probability`` = P(yes), are validated by
-``adapters.decision``. A ``refusal`` answer (the model declined that question) is invalid; the others are
-kept. Answers are matched to questions by ``name``, or by position when a name is absent; a question
-answered twice, or an option named twice in ``probabilities``, is invalid with the name; ``NaN`` and
-``Infinity`` make the answers they touch invalid; an error body in a 200 is a transient failure. Usage:
-``input_tokens``, ``output_tokens``.
+Reply: ``{"model", "answers": [...] in question order, "usage"}``; a choice answer's
+``probabilities`` (``[{"value", "probability"}]``) and ``choice``, a predicate's ``probability`` =
+P(yes), are validated by ``adapters.decision``. A ``refusal`` answer (the model declined that
+question) is invalid; the others are kept. Answers are matched to questions by ``name``, or by
+position when a name is absent; a question answered twice, or an option named twice in
+``probabilities``, is invalid with the name; ``NaN`` and ``Infinity`` make the answers they touch
+invalid; an error body in a 200 is a transient failure. Usage: ``input_tokens``, ``output_tokens``.
 
-Model strings: ``openai-decisions:gpt-6-luna``, ``openai-decisions:NAME@http://127.0.0.1:4000/v1`` (LiteLLM).
+Model strings: ``openai-decisions:gpt-6-luna``, ``openai-decisions:NAME@http://127.0.0.1:4000/v1``
+(LiteLLM).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -32,12 +34,19 @@ from .provider_errors import body_error
 
 
 def encode_questions(task: Task) -> list[dict]:
-    """The ``questions`` list: one choice (options as ordered ``choices``) or predicate per question."""
+    """The ``questions`` list: one choice (options as ordered ``choices``) or predicate per
+    question."""
     out = []
     for q in task.questions:
         if q.kind == CHOICE:
-            out.append({"type": "choice", "name": q.id, "instructions": q.text,
-                        "choices": [{"value": o.id, "description": o.text} for o in q.options]})
+            out.append(
+                {
+                    "type": "choice",
+                    "name": q.id,
+                    "instructions": q.text,
+                    "choices": [{"value": o.id, "description": o.text} for o in q.options],
+                }
+            )
         else:
             out.append({"type": "predicate", "name": q.id, "instructions": q.text})
     return out
@@ -60,8 +69,13 @@ def decode_decisions(task: Task, body: bytes) -> Reply:
             a = listed[i]
         want = "choice" if q.kind == CHOICE else "predicate"
         if names[q.id] > 1:
-            parsed.append(Answer.invalid(q.id, f"the answers name {q.id!r} {names[q.id]} times: which answer is "
-                                               "meant is ambiguous"))
+            parsed.append(
+                Answer.invalid(
+                    q.id,
+                    f"the answers name {q.id!r} {names[q.id]} times: which answer is "
+                    "meant is ambiguous",
+                )
+            )
         elif a is None:
             parsed.append(Answer.invalid(q.id, "no answer for this question"))
         elif a.get("type") == "refusal":
@@ -70,37 +84,70 @@ def decode_decisions(task: Task, body: bytes) -> Reply:
             parsed.append(Answer.invalid(q.id, f"answer type {a.get('type')!r}, expected {want!r}"))
         elif q.kind == CHOICE:
             probs = a.get("probabilities")
-            values = ([p["value"] for p in probs if isinstance(p, dict) and isinstance(p.get("value"), str)]
-                      if isinstance(probs, list) else [])
+            values = (
+                [
+                    p["value"]
+                    for p in probs
+                    if isinstance(p, dict) and isinstance(p.get("value"), str)
+                ]
+                if isinstance(probs, list)
+                else []
+            )
             twice = sorted(v for v, n in Counter(values).items() if n > 1)
             if twice:
-                parsed.append(Answer.invalid(q.id, f"probabilities: option(s) {', '.join(map(repr, twice))} named more "
-                                                   "than once: which probability is meant is ambiguous"))
+                parsed.append(
+                    Answer.invalid(
+                        q.id,
+                        f"probabilities: option(s) {', '.join(map(repr, twice))} named more "
+                        "than once: which probability is meant is ambiguous",
+                    )
+                )
                 continue
-            table = ({p["value"]: p.get("probability") for p in probs if isinstance(p, dict) and isinstance(p.get("value"), str)}
-                     if isinstance(probs, list) else None)
+            table = (
+                {
+                    p["value"]: p.get("probability")
+                    for p in probs
+                    if isinstance(p, dict) and isinstance(p.get("value"), str)
+                }
+                if isinstance(probs, list)
+                else None
+            )
             choice = a.get("choice")
             parsed.append(choice_answer(q, table, choice if isinstance(choice, str) else None))
         else:
             parsed.append(yes_no_answer(q, a.get("probability")))
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
     served = doc.get("model") if isinstance(doc.get("model"), str) else None
-    return Reply(tuple(parsed), as_count(usage.get("input_tokens")), as_count(usage.get("output_tokens")), served)
+    return Reply(
+        tuple(parsed),
+        as_count(usage.get("input_tokens")),
+        as_count(usage.get("output_tokens")),
+        served,
+    )
 
 
 class OpenAIDecisions(HTTPAdapter):
     """The OpenAI Decisions format."""
 
     kind = "openai-decisions"
-    takes_params = False  # a decision model: no sampling parameters (``--param`` is for language models)
+    takes_params = (
+        False  # a decision model: no sampling parameters (``--param`` is for language models)
+    )
     default_base_url = "https://api.openai.com/v1"
     path = "/decisions"
     api_key_env = "OPENAI_API_KEY"
     RESERVED = frozenset({"model", "input", "questions"})
 
     def encode(self, task: Task, sample: int = 0) -> Request:
-        return self.request({"model": self.model, "input": task.state, "questions": encode_questions(task),
-                             **self.params}, sample)
+        return self.request(
+            {
+                "model": self.model,
+                "input": task.state,
+                "questions": encode_questions(task),
+                **self.params,
+            },
+            sample,
+        )
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_decisions(task, body)

@@ -38,6 +38,7 @@ partial text is never scored. ``began`` says whether any event of the reply arri
 before any does not count): a stream that began is never sent again in the same run
 (``adapters.http``).
 """
+
 from __future__ import annotations
 
 import re
@@ -55,9 +56,13 @@ from .provider_errors import body_error
 SDK_HOUR_TOKENS = 128_000
 SDK_NONSTREAMING_S = 600.0
 MODEL_NONSTREAMING_TOKENS = {
-    "claude-opus-4-20250514": 8_192, "claude-opus-4-0": 8_192, "claude-4-opus-20250514": 8_192,
-    "anthropic.claude-opus-4-20250514-v1:0": 8_192, "claude-opus-4@20250514": 8_192,
-    "anthropic.claude-opus-4-1-20250805-v1:0": 8_192, "claude-opus-4-1@20250805": 8_192,
+    "claude-opus-4-20250514": 8_192,
+    "claude-opus-4-0": 8_192,
+    "claude-4-opus-20250514": 8_192,
+    "anthropic.claude-opus-4-20250514-v1:0": 8_192,
+    "claude-opus-4@20250514": 8_192,
+    "anthropic.claude-opus-4-1-20250805-v1:0": 8_192,
+    "claude-opus-4-1@20250805": 8_192,
 }
 LONG_REPLY_TOKENS = int(SDK_HOUR_TOKENS * SDK_NONSTREAMING_S / 3600)
 """21,333: an output budget above it may take longer than ten minutes at the Anthropic SDK's rate
@@ -229,8 +234,9 @@ class ChatAssembler(_ListAssembler):
             if key == "delta":
                 message = choice.setdefault("message", {})
                 token = _join(message, value, self.TEXTS) if isinstance(value, dict) else False
-            elif (key == "logprobs" and isinstance(value, dict)
-                  and isinstance(choice.get(key), dict)):
+            elif (
+                key == "logprobs" and isinstance(value, dict) and isinstance(choice.get(key), dict)
+            ):
                 for part, items in value.items():  # token logprobs arrive a few per chunk
                     if isinstance(items, list):
                         choice[key][part] = (choice[key].get(part) or []) + items
@@ -351,8 +357,12 @@ def _add_part(parts: list, part: Any) -> bool:
         return False
     text = part.get("text")
     last = parts[-1] if parts else None
-    if (isinstance(text, str) and isinstance(last, dict) and isinstance(last.get("text"), str)
-            and bool(last.get("thought")) == bool(part.get("thought"))):
+    if (
+        isinstance(text, str)
+        and isinstance(last, dict)
+        and isinstance(last.get("text"), str)
+        and bool(last.get("thought")) == bool(part.get("thought"))
+    ):
         last["text"] += text
         last.update((k, v) for k, v in part.items() if k != "text")
     else:

@@ -1,11 +1,11 @@
-"""System One decision models: ``POST {base_url}/v1/systemone`` (Strands Decider, sparrow-decider serve,
-LiteLLM proxy). Wire format: ``shared/PROTOCOLS.md`` §A.
+"""System One decision models: ``POST {base_url}/v1/systemone`` (Strands Decider, sparrow-decider
+serve, LiteLLM proxy). Wire format: ``shared/PROTOCOLS.md`` §A.
 
 Request: ``{"model", "state", "questions": {question_id: question}}``; a choice question is
-``{"type": "choice", "instructions", "criteria": {option_id: option_text}}`` (ordered as the options), a
-yes/no question ``{"type": "noul", "instructions"}``. Reply: ``{"model", "answers": {question_id:
-answer}, "usage", "latency_ms"}`` with ``{"type": "choice", "choice", "probabilities": {option: p}}`` or
-``{"type": "noul", "noul": P(yes)}``.
+``{"type": "choice", "instructions", "criteria": {option_id: option_text}}`` (ordered as the
+options), a yes/no question ``{"type": "noul", "instructions"}``. Reply: ``{"model", "answers":
+{question_id: answer}, "usage", "latency_ms"}`` with ``{"type": "choice", "choice", "probabilities":
+{option: p}}`` or ``{"type": "noul", "noul": P(yes)}``.
 
 Question types: a server that answers only some question types (a yes/no-only decider) says so in
 its ``GET /health`` reply, ``"question_types": ["noul"]`` (the wire format's type names; ``choice``,
@@ -17,10 +17,12 @@ figures; ``--evals wildguardtest`` runs only what it can. A server that lists no
 type (its 422 for a type it lacks is then that request's deterministic failure, with its own
 message).
 
-Model strings: ``systemone:http://127.0.0.1:8000`` (the server's reported name identifies the model),
-``systemone:NAME@http://host:port`` or ``systemone:NAME`` (default URL http://127.0.0.1:8000). The
-environment variable ``SYSTEMONE_API_KEY``, when set, is sent as a Bearer token (LiteLLM).
+Model strings: ``systemone:http://127.0.0.1:8000`` (the server's reported name identifies the
+model), ``systemone:NAME@http://host:port`` or ``systemone:NAME`` (default URL
+http://127.0.0.1:8000). The environment variable ``SYSTEMONE_API_KEY``, when set, is sent as a
+Bearer token (LiteLLM).
 """
+
 from __future__ import annotations
 
 import os
@@ -44,14 +46,18 @@ API_KEY_ENV = "SYSTEMONE_API_KEY"
 
 
 def encode_questions(task: Task) -> dict:
-    """The ``questions`` map keyed by question id: a choice is ``{"type": "choice", "instructions", "criteria":
-    {option_id: option_text}}`` (ordered as the options), a yes/no question ``{"type": "noul", "instructions"}``.
-    System One's and the Gemini Decisions API's (``adapters.gemini_decisions``) alike."""
+    """The ``questions`` map keyed by question id: a choice is ``{"type": "choice", "instructions",
+    "criteria": {option_id: option_text}}`` (ordered as the options), a yes/no question
+    ``{"type": "noul", "instructions"}``. System One's and the Gemini Decisions API's
+    (``adapters.gemini_decisions``) alike."""
     questions = {}
     for q in task.questions:
         if q.kind == CHOICE:
-            questions[q.id] = {"type": "choice", "instructions": q.text,
-                               "criteria": {o.id: o.text for o in q.options}}
+            questions[q.id] = {
+                "type": "choice",
+                "instructions": q.text,
+                "criteria": {o.id: o.text for o in q.options},
+            }
         else:
             questions[q.id] = {"type": "noul", "instructions": q.text}
     return questions
@@ -88,10 +94,12 @@ def unsupported(body: bytes, answered: frozenset[str] | None, where: str) -> str
         return None
     types = ", ".join(sorted(answered)) or "no"
     kind = "a choice among options" if missing == ["choice"] else "questions it does not answer"
-    return (f"not sent: the System One server at {where} answers {types} questions "
-            f"only (its /health question_types), and this task asks {', '.join(missing)} "
-            f"({kind}); run it with --evals naming the evaluations it can answer (yes/no "
-            "questions: wildguardtest)")
+    return (
+        f"not sent: the System One server at {where} answers {types} questions "
+        f"only (its /health question_types), and this task asks {', '.join(missing)} "
+        f"({kind}); run it with --evals naming the evaluations it can answer (yes/no "
+        "questions: wildguardtest)"
+    )
 
 
 def _text(body: bytes) -> str:
@@ -99,9 +107,10 @@ def _text(body: bytes) -> str:
 
 
 def decode_body(task: Task, body: bytes) -> Reply:
-    """Parse a System One reply; raises MalformedReply when it is not a JSON object with ``answers``, and
-    Transient when it is an error body. A missing, duplicated or malformed answer to one question makes
-    that answer invalid, with the reason (``NaN``/``Infinity`` too: ``adapters.decision``)."""
+    """Parse a System One reply; raises MalformedReply when it is not a JSON object with
+    ``answers``, and Transient when it is an error body. A missing, duplicated or malformed answer
+    to one question makes that answer invalid, with the reason (``NaN``/``Infinity`` too:
+    ``adapters.decision``)."""
     doc = load_json(body)
     if (error := body_error(doc)) is not None:
         raise Transient(f"an error inside a 200 reply: {error}", 200)
@@ -109,25 +118,33 @@ def decode_body(task: Task, body: bytes) -> Reply:
         raise MalformedReply("reply has no 'answers' object", _text(body))
     parsed = decode_answers(task, doc["answers"])
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    tokens = [v if isinstance(v, int) and not isinstance(v, bool) else None
-              for v in (usage.get("input_tokens"), usage.get("output_tokens"))]
+    tokens = [
+        v if isinstance(v, int) and not isinstance(v, bool) else None
+        for v in (usage.get("input_tokens"), usage.get("output_tokens"))
+    ]
     served = doc.get("model") if isinstance(doc.get("model"), str) else None
     return Reply(parsed, tokens[0], tokens[1], served)
 
 
 def decode_answers(task: Task, answers: dict) -> tuple[Answer, ...]:
-    """One validated Answer per question of ``task`` from an ``answers`` map keyed by question id (System One's,
-    the Gemini Decisions API's): ``{"type": "choice", "choice", "probabilities": {option: p}}`` or ``{"type":
-    "noul", "noul": P(yes)}`` (``adapters.decision``). A question missing, answered twice (a duplicate key) or
-    answered with another type is invalid, with the reason."""
+    """One validated Answer per question of ``task`` from an ``answers`` map keyed by question id
+    (System One's, the Gemini Decisions API's): ``{"type": "choice", "choice", "probabilities":
+    {option: p}}`` or ``{"type":     "noul", "noul": P(yes)}`` (``adapters.decision``). A question
+    missing, answered twice (a duplicate key) or answered with another type is invalid, with the
+    reason."""
     twice = set(duplicates(answers))
     parsed = []
     for q in task.questions:
         a = answers.get(q.id)
         want = "choice" if q.kind == CHOICE else "noul"
         if q.id in twice:
-            parsed.append(Answer.invalid(q.id, f"duplicate key {q.id!r} in answers: the question is answered more "
-                                               "than once, which answer is meant is ambiguous"))
+            parsed.append(
+                Answer.invalid(
+                    q.id,
+                    f"duplicate key {q.id!r} in answers: the question is answered more "
+                    "than once, which answer is meant is ambiguous",
+                )
+            )
         elif not isinstance(a, dict):
             parsed.append(Answer.invalid(q.id, "no answer for this question"))
         elif a.get("type", want) != want:
@@ -140,11 +157,12 @@ def decode_answers(task: Task, answers: dict) -> tuple[Answer, ...]:
 
 
 class SystemOne(Adapter):
-    """A System One server over aiohttp. ``start`` asks ``GET /health`` for the model the server serves:
-    it becomes the model name when the model string names none; a named model the server does not serve
-    fails fast (Fatal) rather than scoring another model under its name. An unreachable server fails with
-    a clear message. The cache key's endpoint is the full URL (base URL included), as for the hosted
-    adapters: one model name on two servers never shares cache rows."""
+    """A System One server over aiohttp. ``start`` asks ``GET /health`` for the model the server
+    serves: it becomes the model name when the model string names none; a named model the server
+    does not serve fails fast (Fatal) rather than scoring another model under its name. An
+    unreachable server fails with a clear message. The cache key's endpoint is the full URL (base
+    URL included), as for the hosted adapters: one model name on two servers never shares cache
+    rows."""
 
     kind = "systemone"
     own_timeout = True  # the session's read timeout is the attempt timeout
@@ -156,7 +174,9 @@ class SystemOne(Adapter):
         self._url = yarl.URL(self.base_url + ENDPOINT)  # parsed once, not per request
         self._session: aiohttp.ClientSession | None = None
         key = os.environ.get(API_KEY_ENV)
-        self._headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+        self._headers = {"Content-Type": "application/json"} | (
+            {"Authorization": f"Bearer {key}"} if key else {}
+        )
         self._secrets = http.secrets_in(self._headers)
         # the question types GET /health declares the server answers (None: it declares none)
         self.question_types: frozenset[str] | None = None
@@ -180,9 +200,13 @@ class SystemOne(Adapter):
                 doc = orjson.loads(await resp.read()) if resp.status == 200 else None
         except (aiohttp.ClientError, TimeoutError) as exc:
             await self.close()
-            message = (f"cannot reach the System One server at {self.base_url} ({type(exc).__name__}: "
-                       f"{exc}); is it running? e.g. sparrow-decider serve --port 8000")
-            if isinstance(exc, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):  # no connection
+            message = (
+                f"cannot reach the System One server at {self.base_url} ({type(exc).__name__}: "
+                f"{exc}); is it running? e.g. sparrow-decider serve --port 8000"
+            )
+            if isinstance(
+                exc, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+            ):  # no connection
                 raise ProviderStop(message, UNREACHABLE) from None
             raise Fatal(message) from None
         except orjson.JSONDecodeError:
@@ -191,18 +215,23 @@ class SystemOne(Adapter):
         served = doc.get("model") if isinstance(doc, dict) else None
         served = served if isinstance(served, str) and served else None
         if self.model:
-            # A server that reports one model answers with it whatever the request names (sparrow-decider
-            # serve ignores the request's model): another name would file its answers under the wrong model.
-            # A proxy serving many models (LiteLLM) reports none here, and is trusted.
+            # A server that reports one model answers with it whatever the request names
+            # (sparrow-decider serve ignores the request's model): another name would file its
+            # answers under the wrong model. A proxy serving many models (LiteLLM) reports none
+            # here, and is trusted.
             if served is not None and served != self.model:
                 await self.close()
-                raise Fatal(f"the System One server at {self.base_url} serves {served!r}, not {self.model!r}; "
-                            f"name the model it serves (systemone:{served}@{self.base_url}) or leave the name out")
+                raise Fatal(
+                    f"the System One server at {self.base_url} serves {served!r}, not {self.model!r}; "
+                    f"name the model it serves (systemone:{served}@{self.base_url}) or leave the name out"
+                )
             return
         if served is None:
             await self.close()
-            raise Fatal(f"{url} did not report a model name; name the model in the model string: "
-                        f"systemone:NAME@{self.base_url}")
+            raise Fatal(
+                f"{url} did not report a model name; name the model in the model string: "
+                f"systemone:NAME@{self.base_url}"
+            )
         self.model = served
 
     async def close(self) -> None:
@@ -211,7 +240,14 @@ class SystemOne(Adapter):
             self._session = None
 
     def encode(self, task: Task, sample: int = 0) -> Request:
-        return Request(self.kind, self.model, self.endpoint, encode_body(task, self.model), sample, self.params_key)
+        return Request(
+            self.kind,
+            self.model,
+            self.endpoint,
+            encode_body(task, self.model),
+            sample,
+            self.params_key,
+        )
 
     async def send(self, request: Request) -> bytes:
         if self._session is None:
@@ -219,13 +255,20 @@ class SystemOne(Adapter):
         refused = unsupported(request.body, self.question_types, self.base_url)
         if refused is not None:
             raise Fatal(refused)
-        return await http.post(self._session, self._url, request.body, self._headers, self.label, secrets=self._secrets,
-                               max_bytes=self.limits.max_reply_bytes)
+        return await http.post(
+            self._session,
+            self._url,
+            request.body,
+            self._headers,
+            self.label,
+            secrets=self._secrets,
+            max_bytes=self.limits.max_reply_bytes,
+        )
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_body(task, body)
 
     def output_tokens_bound(self, task: Task) -> int | None:
-        """System One servers count one output token per question (Strands Decider; sparrow reports 0):
-        ``shared/PROTOCOLS.md`` §A."""
+        """System One servers count one output token per question (Strands Decider; sparrow reports
+        0): ``shared/PROTOCOLS.md`` §A."""
         return len(task.questions)

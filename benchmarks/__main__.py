@@ -1,4 +1,5 @@
 """Run the benchmarks and write the table: ``python -m benchmarks [NAME ...] [--out DIR]``."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,11 +17,15 @@ HERE = Path(__file__).parent
 
 def main() -> None:
     modules = {p.stem.removeprefix("bench_"): p.stem for p in HERE.glob("bench_*.py")}
-    modules |= {p.stem: p.stem for p in HERE.glob("stats_*.py")}  # the statistics' own (seeded simulations)
+    modules |= {
+        p.stem: p.stem for p in HERE.glob("stats_*.py")
+    }  # the statistics' own (seeded simulations)
     names = sorted(modules)
     p = argparse.ArgumentParser(prog="python -m benchmarks")
     p.add_argument("only", nargs="*", help=f"benchmarks to run (default all): {', '.join(names)}")
-    p.add_argument("--out", type=Path, default=Path("out/bench"), help="where results.json and results.md go")
+    p.add_argument(
+        "--out", type=Path, default=Path("out/bench"), help="where results.json and results.md go"
+    )
     args = p.parse_args()
     unknown = set(args.only) - set(names)
     if unknown:
@@ -40,10 +45,18 @@ def main() -> None:
         table.add_row(r.benchmark, r.figure, f"{r.value:,.3f}", r.unit, r.goal, met, r.note)
     console.print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_bytes(orjson.dumps([r.as_dict() for r in results], option=orjson.OPT_INDENT_2))
-    lines = ["| benchmark | figure | value | unit | goal | met | note |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r.benchmark} | {r.figure} | {r.value:,.3f} | {r.unit} | {r.goal} | "
-              f"{'' if r.met is None else ('yes' if r.met else 'NO')} | {r.note} |" for r in results]
+    (args.out / "results.json").write_bytes(
+        orjson.dumps([r.as_dict() for r in results], option=orjson.OPT_INDENT_2)
+    )
+    lines = [
+        "| benchmark | figure | value | unit | goal | met | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r.benchmark} | {r.figure} | {r.value:,.3f} | {r.unit} | {r.goal} | "
+        f"{'' if r.met is None else ('yes' if r.met else 'NO')} | {r.note} |"
+        for r in results
+    ]
     (args.out / "results.md").write_text("\n".join(lines) + "\n")
     console.print(f"written to {args.out}/results.json and results.md")
 

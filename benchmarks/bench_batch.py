@@ -1,16 +1,19 @@
-"""Batch mode (docs/batch.md): ``MODELS`` models × ``TASKS`` requests (one model-epoch of the index: 2,193)
-through the fake batch server (``tests.fake_batches``, OpenAI's Files and Batches endpoints, in its own
-process) in one ``dxi run --batch``: the run's peak memory (the ``dxi run`` process's own peak RSS, from
-``wait4``: not the server's, nor a process an earlier benchmark started), the requests made to the provider per answer
-beyond the upload and the download (creates, status reads, lists), and the time from a batch's end (the
-status read that finds it ended) to its answers being in the cache (the ledger's ``ended`` and
-``collected`` events: the time some batch is being collected, those collected side by side counted once),
-per 10,000 answers. The fake makes a batch's answers when it is created, so that ending twenty batches at once
-does not take the shared machine's CPU from the collections being timed.
+"""Batch mode (docs/batch.md): ``MODELS`` models × ``TASKS`` requests (one model-epoch of the index:
+2,193) through the fake batch server (``tests.fake_batches``, OpenAI's Files and Batches endpoints,
+in its own process) in one ``dxi run --batch``: the run's peak memory (the ``dxi run`` process's own
+peak RSS, from ``wait4``: not the server's, nor a process an earlier benchmark started), the
+requests made to the provider per answer beyond the upload and the download (creates, status reads,
+lists), and the time from a batch's end (the status read that finds it ended) to its answers being
+in the cache (the ledger's ``ended`` and ``collected`` events: the time some batch is being
+collected, those collected side by side counted once), per 10,000 answers. The fake makes a batch's
+answers when it is created, so that ending twenty batches at once does not take the shared machine's
+CPU from the collections being timed.
 
-``DXI_BENCH_BATCH_MODELS`` / ``DXI_BENCH_BATCH_TASKS`` scale it (defaults 20 and 2,193; the tasks are the
-real data's first evaluation rows when ``../shared/data`` is there, else synthetic When2Call rows).
+``DXI_BENCH_BATCH_MODELS`` / ``DXI_BENCH_BATCH_TASKS`` scale it (defaults 20 and 2,193; the tasks
+are the real data's first evaluation rows when ``../shared/data`` is there, else synthetic When2Call
+rows).
 """
+
 from __future__ import annotations
 
 import os
@@ -35,8 +38,8 @@ def _data(tmp: Path) -> Path:
 
 
 def _busy(spans: list[tuple[float, float]]) -> float:
-    """Seconds covered by the union of ``spans`` ((start, end) pairs): the time some batch was between its end
-    and its answers all in the cache (batches collected side by side count once)."""
+    """Seconds covered by the union of ``spans`` ((start, end) pairs): the time some batch was
+    between its end and its answers all in the cache (batches collected side by side count once)."""
     total, reach = 0.0, float("-inf")
     for start, end in sorted(spans):
         if end > reach:
@@ -45,9 +48,11 @@ def _busy(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-def _sample_cpu(proc: subprocess.Popen, out: list[tuple[float, float]], every: float = 0.05) -> None:
-    """Append (Unix seconds, CPU seconds of ``proc`` so far: user + system, all its threads) every ``every``
-    seconds until it ends (``/proc/PID/stat``; nothing elsewhere)."""
+def _sample_cpu(
+    proc: subprocess.Popen, out: list[tuple[float, float]], every: float = 0.05
+) -> None:
+    """Append (Unix seconds, CPU seconds of ``proc`` so far: user + system, all its threads) every
+    ``every`` seconds until it ends (``/proc/PID/stat``; nothing elsewhere)."""
     tick = os.sysconf("SC_CLK_TCK")
     while proc.poll() is None:
         try:
@@ -59,7 +64,8 @@ def _sample_cpu(proc: subprocess.Popen, out: list[tuple[float, float]], every: f
 
 
 def _cpu_in(spans: list[tuple[float, float]], cpu: list[tuple[float, float]]) -> float:
-    """CPU seconds the run spent while some span of ``spans`` was open (from the samples ``cpu``)."""
+    """CPU seconds the run spent while some span of ``spans`` was open (from the samples
+    ``cpu``)."""
     total = 0.0
     for (t0, c0), (t1, c1) in zip(cpu, cpu[1:], strict=False):
         if any(start <= (t0 + t1) / 2 <= end for start, end in spans):
@@ -77,17 +83,33 @@ def run() -> list[Result]:
         data = _data(tmp)
         with serve(model=None, record=False, batch={"polls": 1, "validate": False}) as server:
             run_file = tmp / "run.toml"
-            run_file.write_text(f'data_dir = "{data}"\ncache_dir = "{tmp / "cache"}"\nout = "{tmp / "out"}"\n'
-                                f'[providers.fake]\nkind = "openai"\nbase_url = "{server.url}/v1"\nbatch = true\n'
-                                + "".join(f'[[models]]\nprovider = "fake"\nmodel = "m{i:02d}"\n' for i in range(MODELS)))
+            run_file.write_text(
+                f'data_dir = "{data}"\ncache_dir = "{tmp / "cache"}"\nout = "{tmp / "out"}"\n'
+                f'[providers.fake]\nkind = "openai"\nbase_url = "{server.url}/v1"\nbatch = true\n'
+                + "".join(
+                    f'[[models]]\nprovider = "fake"\nmodel = "m{i:02d}"\n' for i in range(MODELS)
+                )
+            )
             started = time.perf_counter()
             with open(tmp / "stderr", "w+b") as err:
-                proc = subprocess.Popen([str(Path(sys.executable).with_name("dxi")), "run", str(run_file), "-q", "--poll",
-                                         str(POLL_S)], stdout=subprocess.DEVNULL, stderr=err)
+                proc = subprocess.Popen(
+                    [
+                        str(Path(sys.executable).with_name("dxi")),
+                        "run",
+                        str(run_file),
+                        "-q",
+                        "--poll",
+                        str(POLL_S),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                )
                 cpu: list[tuple[float, float]] = []  # (Unix seconds, the run's CPU seconds so far)
                 sampler = threading.Thread(target=_sample_cpu, args=(proc, cpu), daemon=True)
                 sampler.start()
-                _, status, usage = os.wait4(proc.pid, 0)  # this process's own peak (and its children's, none here)
+                _, status, usage = os.wait4(
+                    proc.pid, 0
+                )  # this process's own peak (and its children's, none here)
                 sampler.join()
                 proc.returncode = os.waitstatus_to_exitcode(status)
                 err.seek(0)
@@ -100,23 +122,59 @@ def run() -> list[Result]:
         answers = Cache(tmp / "cache").scan().select("key").collect().height
         entries = list(Ledger(tmp / "cache").entries().values())
     expected = MODELS * TASKS
-    extra_calls = stats["batch_creates"] + stats["batch_polls"] + stats["batch_lists"] + stats["batch_cancels"]
+    extra_calls = (
+        stats["batch_creates"]
+        + stats["batch_polls"]
+        + stats["batch_lists"]
+        + stats["batch_cancels"]
+    )
     spans = [(e.ended_at, e.collected_at) for e in entries if e.collected_at and e.ended_at]
     lag = _busy(spans)
     per_10k = lag / max(1, answers) * 10_000
     cpu_10k = _cpu_in(spans, cpu) / max(1, answers) * 10_000
     load = os.getloadavg()[0]
-    note = (f"{MODELS} models x {TASKS:,} requests, {len(entries)} batches, {stats['batch_uploads']} uploads, "
-            f"{stats['batch_polls']} status reads, {stats['batch_downloads']} downloads; wall {wall:.1f} s")
+    note = (
+        f"{MODELS} models x {TASKS:,} requests, {len(entries)} batches, {stats['batch_uploads']} uploads, "
+        f"{stats['batch_polls']} status reads, {stats['batch_downloads']} downloads; wall {wall:.1f} s"
+    )
     return [
-        Result("batch", "answers stored", answers, "answers", f"= {expected:,}", answers == expected, note),
-        Result("batch", "peak RSS of dxi run --batch", peak_mb, "MB", "≤ 300 MB", peak_mb <= 300, note),
-        Result("batch", "provider calls per answer beyond upload and download", extra_calls / max(1, answers), "calls",
-               "≤ 0.01", extra_calls / max(1, answers) <= 0.01, "creates + status reads + lists + cancels"),
-        Result("batch", "from a batch's end to its answers in the cache", per_10k, "s per 10,000 answers", "≤ 2 s",
-               per_10k <= 2.0, "download, decode and append of every result line; the time any batch is being "
-               f"collected, per 10,000 answers (load average {load:.1f} on {os.cpu_count()} cores)"),
-        Result("batch", "CPU time of dxi run while batches are being collected", cpu_10k, "s per 10,000 answers",
-               note="user + system, every thread of the run (the time above less what other processes took); "
-                    f"load average {load:.1f}"),
+        Result(
+            "batch",
+            "answers stored",
+            answers,
+            "answers",
+            f"= {expected:,}",
+            answers == expected,
+            note,
+        ),
+        Result(
+            "batch", "peak RSS of dxi run --batch", peak_mb, "MB", "≤ 300 MB", peak_mb <= 300, note
+        ),
+        Result(
+            "batch",
+            "provider calls per answer beyond upload and download",
+            extra_calls / max(1, answers),
+            "calls",
+            "≤ 0.01",
+            extra_calls / max(1, answers) <= 0.01,
+            "creates + status reads + lists + cancels",
+        ),
+        Result(
+            "batch",
+            "from a batch's end to its answers in the cache",
+            per_10k,
+            "s per 10,000 answers",
+            "≤ 2 s",
+            per_10k <= 2.0,
+            "download, decode and append of every result line; the time any batch is being "
+            f"collected, per 10,000 answers (load average {load:.1f} on {os.cpu_count()} cores)",
+        ),
+        Result(
+            "batch",
+            "CPU time of dxi run while batches are being collected",
+            cpu_10k,
+            "s per 10,000 answers",
+            note="user + system, every thread of the run (the time above less what other processes took); "
+            f"load average {load:.1f}",
+        ),
     ]

@@ -1,15 +1,19 @@
-"""Paired comparisons and ranks (``scoring.compare``): what they add to ``dxi score`` for 50 models on the
-whole index (1,225 pairs), synthetic answers written through the real cache schema (``tests.synthetic``).
+"""Paired comparisons and ranks (``scoring.compare``): what they add to ``dxi score`` for 50 models
+on the whole index (1,225 pairs), synthetic answers written through the real cache schema
+(``tests.synthetic``).
 
 Figures (the best of ``REPEATS``, as the machine is shared):
 
-* added to scoring: the scoring's tables with comparisons minus without (``Scorer.result(comparisons=...)``:
-  every pair's interval, p-values, the max-T step-down and McNemar's test for the index and
-  the 7 metrics, the ranks and tied groups), plus the discordant counts each evaluation's cube gives
-  (``compare.discordant``, computed while the evaluations are added), plus summary.json's ``comparisons``
-  and ``ranking`` (``build_summary`` with and without them) — goal ≤ 1 s;
-* for information: the whole scoring with 1,000-resample intervals, beside it, and summary.json's size.
+* added to scoring: the scoring's tables with comparisons minus without
+  (``Scorer.result(comparisons=...)``: every pair's interval, p-values, the max-T step-down and
+  McNemar's test for the index and the 7 metrics, the ranks and tied groups), plus the discordant
+  counts each evaluation's cube gives (``compare.discordant``, computed while the evaluations are
+  added), plus summary.json's ``comparisons`` and ``ranking`` (``build_summary`` with and without
+  them) — goal ≤ 1 s;
+* for information: the whole scoring with 1,000-resample intervals, beside it, and summary.json's
+  size.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -26,7 +30,12 @@ from tests.synthetic import suite, write_cache
 from . import Result
 from .bench_scoring import _best
 
-SIZES = {"aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 3423, "wildguardtest": 835}
+SIZES = {
+    "aa_omniscience_decision": 500,
+    "hle_multichoice": 513,
+    "when2call": 3423,
+    "wildguardtest": 835,
+}
 MODELS = 50
 REPEATS = 3
 GOAL_S = 1.0
@@ -50,24 +59,60 @@ def run() -> list[Result]:
     plain, plain_cpu, without = _best(lambda: scorer.result(comparisons=False), REPEATS)
     compared, compared_cpu, with_ = _best(lambda: scorer.result(comparisons=True), REPEATS)
     summary_plain, summary_plain_cpu, _ = _best(
-        lambda: scoring.build_summary(without.metrics, labels, data, PROMPT_VERSION, 1, {}, without), REPEATS)
+        lambda: scoring.build_summary(
+            without.metrics, labels, data, PROMPT_VERSION, 1, {}, without
+        ),
+        REPEATS,
+    )
     summary_with, summary_with_cpu, summary = _best(
-        lambda: scoring.build_summary(with_.metrics, labels, data, PROMPT_VERSION, 1, {}, with_), REPEATS)
+        lambda: scoring.build_summary(with_.metrics, labels, data, PROMPT_VERSION, 1, {}, with_),
+        REPEATS,
+    )
     written, written_cpu, text = _best(lambda: records.to_json(summary), REPEATS)
-    whole, whole_cpu, _ = _best(lambda: scoring.score(answers, boot, with_breakdowns=False, with_comparisons=True), 1)
+    whole, whole_cpu, _ = _best(
+        lambda: scoring.score(answers, boot, with_breakdowns=False, with_comparisons=True), 1
+    )
     added = (compared - plain) + counted + (summary_with - summary_plain) + written
-    added_cpu = (compared_cpu - plain_cpu) + counted_cpu + (summary_with_cpu - summary_plain_cpu) + written_cpu
+    added_cpu = (
+        (compared_cpu - plain_cpu)
+        + counted_cpu
+        + (summary_with_cpu - summary_plain_cpu)
+        + written_cpu
+    )
     pairs = MODELS * (MODELS - 1) // 2
-    shape = (f"{MODELS} models, {len(tasks):,} tasks ({answers.height:,} answers), {pairs:,} pairs × "
-             f"{with_.comparisons.select('eval', 'metric').n_unique()} figures = {with_.comparisons.height:,} comparisons")
+    shape = (
+        f"{MODELS} models, {len(tasks):,} tasks ({answers.height:,} answers), {pairs:,} pairs × "
+        f"{with_.comparisons.select('eval', 'metric').n_unique()} figures = {with_.comparisons.height:,} comparisons"
+    )
     return [
-        Result("compare", "paired comparisons and ranks added to dxi score", added, "s", f"≤ {GOAL_S} s", added <= GOAL_S,
-               f"{shape}; 1,000 resamples; tables {compared - plain:.3f} s, discordant counts {counted:.3f} s, "
-               f"summary.json entries {summary_with - summary_plain + written:.3f} s; best of {REPEATS}; "
-               f"CPU {added_cpu:.2f} s"),
-        Result("compare", "… the whole scoring with intervals and comparisons", whole, "s", "", None,
-               "scoring.score with 1,000-resample intervals, without the report's breakdowns (dxi score's work "
-               f"after reading the cache); CPU {whole_cpu:.2f} s"),
-        Result("compare", "… summary.json with every comparison", len(text) / 1e6, "MB", "", None,
-               f"{len(summary.comparisons):,} entries in comparisons"),
+        Result(
+            "compare",
+            "paired comparisons and ranks added to dxi score",
+            added,
+            "s",
+            f"≤ {GOAL_S} s",
+            added <= GOAL_S,
+            f"{shape}; 1,000 resamples; tables {compared - plain:.3f} s, discordant counts {counted:.3f} s, "
+            f"summary.json entries {summary_with - summary_plain + written:.3f} s; best of {REPEATS}; "
+            f"CPU {added_cpu:.2f} s",
+        ),
+        Result(
+            "compare",
+            "… the whole scoring with intervals and comparisons",
+            whole,
+            "s",
+            "",
+            None,
+            "scoring.score with 1,000-resample intervals, without the report's breakdowns (dxi score's work "
+            f"after reading the cache); CPU {whole_cpu:.2f} s",
+        ),
+        Result(
+            "compare",
+            "… summary.json with every comparison",
+            len(text) / 1e6,
+            "MB",
+            "",
+            None,
+            f"{len(summary.comparisons):,} entries in comparisons",
+        ),
     ]

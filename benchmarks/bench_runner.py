@@ -1,14 +1,16 @@
-"""The runner against the fault-injecting provider in its own process (``tests/fake_provider.py``), each
-figure measured side by side in one run:
+"""The runner against the fault-injecting provider in its own process (``tests/fake_provider.py``),
+each figure measured side by side in one run:
 
-* overhead: 20,000 requests against the 0 ms provider, the runner (``runner.sending.scheduler``: tasks read and encoded,
-  cache lookups, limits, retries, decoding, a durable row per reply) vs a bare aiohttp loop posting the
-  same bodies at the same concurrency (goal ≥ 0.8× the bare loop's throughput);
+* overhead: 20,000 requests against the 0 ms provider, the runner (``runner.sending.scheduler``:
+  tasks read and encoded, cache lookups, limits, retries, decoding, a durable row per reply) vs a
+  bare aiohttp loop posting the same bodies at the same concurrency (goal ≥ 0.8× the bare loop's
+  throughput);
 * latency-bound: 200 ms latency, concurrency 256 (goal ≥ 95% of concurrency / latency);
-* rate-limited: a provider enforcing 600 requests a minute (wall time ≤ 1.03× the floor, no avoidable
-  429s), with the limit configured, with the limit learned from the first 429's headers, and with
-  asyncio-throttle's sliding window (the design card's library) as the baseline.
+* rate-limited: a provider enforcing 600 requests a minute (wall time ≤ 1.03× the floor, no
+  avoidable 429s), with the limit configured, with the limit learned from the first 429's headers,
+  and with asyncio-throttle's sliding window (the design card's library) as the baseline.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -39,8 +41,11 @@ def _suite(root: Path, n: int) -> Suite:
     return Suite(discover(data_dir(root, n)), evals=("when2call",))
 
 
-async def _runner(url: str, suite: Suite, cache_dir: Path, limits: Limits) -> tuple[float, float, dict]:
-    """Wall seconds and CPU seconds of one ``runner.sending.scheduler`` (cache closed, i.e. compacted, included)."""
+async def _runner(
+    url: str, suite: Suite, cache_dir: Path, limits: Limits
+) -> tuple[float, float, dict]:
+    """Wall seconds and CPU seconds of one ``runner.sending.scheduler`` (cache closed, i.e.
+    compacted, included)."""
     adapter = adapters.get(f"systemone:bench@{url}", limits)
     await adapter.start()
     limiters: dict = {}
@@ -53,8 +58,11 @@ async def _runner(url: str, suite: Suite, cache_dir: Path, limits: Limits) -> tu
     return wall, cpu, {"stats": stats, "limiter": next(iter(limiters.values()))}
 
 
-async def _bare(url: str, bodies: list[bytes], concurrency: int, throttler: Throttler | None = None) -> tuple[float, float, int]:
-    """Wall and CPU seconds of a plain aiohttp loop posting ``bodies`` (retrying 429s after Retry-After)."""
+async def _bare(
+    url: str, bodies: list[bytes], concurrency: int, throttler: Throttler | None = None
+) -> tuple[float, float, int]:
+    """Wall and CPU seconds of a plain aiohttp loop posting ``bodies`` (retrying 429s after
+    Retry-After)."""
     rate_limited = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
         todo = iter(bodies)
@@ -65,14 +73,19 @@ async def _bare(url: str, bodies: list[bytes], concurrency: int, throttler: Thro
                 while True:
                     if throttler is not None:
                         await throttler.acquire()
-                    async with session.post(f"{url}/v1/systemone", data=body,
-                                            headers={"Content-Type": "application/json"}) as resp:
+                    async with session.post(
+                        f"{url}/v1/systemone",
+                        data=body,
+                        headers={"Content-Type": "application/json"},
+                    ) as resp:
                         payload = await resp.read()
                         if resp.status != 429:
                             orjson.loads(payload)
                             break
                         rate_limited += 1
-                        await asyncio.sleep(parse_retry_after(resp.headers.get("Retry-After")) or 1.0)
+                        await asyncio.sleep(
+                            parse_retry_after(resp.headers.get("Retry-After")) or 1.0
+                        )
 
         started, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -90,16 +103,28 @@ def overhead(tmp: Path) -> list:
         bare, runner = [], []
         for r in range(ROUNDS):  # alternate, so that load from elsewhere hits both alike
             bare.append(uvloop.run(_bare(server.url, bodies, c))[:2])
-            runner.append(uvloop.run(_runner(server.url, suite, tmp / f"overhead-cache-{r}", Limits(max_in_flight=c)))[:2])
+            runner.append(
+                uvloop.run(
+                    _runner(server.url, suite, tmp / f"overhead-cache-{r}", Limits(max_in_flight=c))
+                )[:2]
+            )
     (bare_wall, bare_cpu), (run_wall, run_cpu) = min(bare), min(runner)
     ratio = bare_wall / run_wall
-    return [Result("runner", "overhead: runner / bare aiohttp loop throughput (0 ms provider, concurrency 64)",
-                   ratio, "×", "≥ 0.8×", ratio >= 0.8,
-                   f"runner {n / run_wall:,.0f} req/s ({run_cpu / n * 1e6:.0f} µs CPU a request), bare loop "
-                   f"{n / bare_wall:,.0f} req/s ({bare_cpu / n * 1e6:.0f} µs); best of {ROUNDS} each; "
-                   "the client saturates one core in both: the ratio is the bare loop's CPU per request over the "
-                   "runner's (task reading, encoding, hashing, validation and a durable row cost about as much "
-                   "again as aiohttp's own request)")]
+    return [
+        Result(
+            "runner",
+            "overhead: runner / bare aiohttp loop throughput (0 ms provider, concurrency 64)",
+            ratio,
+            "×",
+            "≥ 0.8×",
+            ratio >= 0.8,
+            f"runner {n / run_wall:,.0f} req/s ({run_cpu / n * 1e6:.0f} µs CPU a request), bare loop "
+            f"{n / bare_wall:,.0f} req/s ({bare_cpu / n * 1e6:.0f} µs); best of {ROUNDS} each; "
+            "the client saturates one core in both: the ratio is the bare loop's CPU per request over the "
+            "runner's (task reading, encoding, hashing, validation and a durable row cost about as much "
+            "again as aiohttp's own request)",
+        )
+    ]
 
 
 def latency_bound(tmp: Path) -> list:
@@ -108,18 +133,32 @@ def latency_bound(tmp: Path) -> list:
     c = LATENCY_CONCURRENCY
     n = c * LATENCY_ROUNDS
     suite = _suite(tmp / "latency", n)
-    with serve(model="bench", p_first=None, p_yes=None, record=False, latency=str(LATENCY_S)) as server:
-        wall, cpu, _ = uvloop.run(_runner(server.url, suite, tmp / "latency-cache", Limits(max_in_flight=c)))
+    with serve(
+        model="bench", p_first=None, p_yes=None, record=False, latency=str(LATENCY_S)
+    ) as server:
+        wall, cpu, _ = uvloop.run(
+            _runner(server.url, suite, tmp / "latency-cache", Limits(max_in_flight=c))
+        )
         peak = server.stats()["peak_concurrency"]
         encoder = adapters.get(f"systemone:bench@{server.url}")
-        bare_wall = uvloop.run(_bare(server.url, [encoder.encode(t).body for t in suite.tasks()], c))[0]
+        bare_wall = uvloop.run(
+            _bare(server.url, [encoder.encode(t).body for t in suite.tasks()], c)
+        )[0]
     ideal = c / LATENCY_S
     share = n / wall / ideal
-    return [Result("runner", "latency-bound: throughput / (concurrency / latency) (200 ms, concurrency 256)",
-                   100 * share, "%", "≥ 95%", share >= 0.95,
-                   f"{n / wall:,.0f} req/s of an ideal {ideal:,.0f}; {n:,} requests in {wall:.2f} s (ideal "
-                   f"{n / ideal:.2f} s); {peak} requests at once at the provider at the peak; a bare aiohttp loop "
-                   f"on the same provider: {100 * n / bare_wall / ideal:.1f}%")]
+    return [
+        Result(
+            "runner",
+            "latency-bound: throughput / (concurrency / latency) (200 ms, concurrency 256)",
+            100 * share,
+            "%",
+            "≥ 95%",
+            share >= 0.95,
+            f"{n / wall:,.0f} req/s of an ideal {ideal:,.0f}; {n:,} requests in {wall:.2f} s (ideal "
+            f"{n / ideal:.2f} s); {peak} requests at once at the provider at the peak; a bare aiohttp loop "
+            f"on the same provider: {100 * n / bare_wall / ideal:.1f}%",
+        )
+    ]
 
 
 def rate_limited(tmp: Path) -> list:
@@ -129,29 +168,58 @@ def rate_limited(tmp: Path) -> list:
     floor = n / (RPM / 60)
     suite = _suite(tmp / "rate", n)
     results = []
-    variants = (("limit configured (--rpm 600)", Limits(max_in_flight=RATE_CONCURRENCY, rpm=RPM)),
-                ("limit not configured, learned from the first 429's headers", Limits(max_in_flight=RATE_CONCURRENCY)))
+    variants = (
+        ("limit configured (--rpm 600)", Limits(max_in_flight=RATE_CONCURRENCY, rpm=RPM)),
+        (
+            "limit not configured, learned from the first 429's headers",
+            Limits(max_in_flight=RATE_CONCURRENCY),
+        ),
+    )
     for i, (what, limits) in enumerate(variants):
         with serve(model="bench", p_first=None, p_yes=None, record=False, rpm=RPM) as server:
             wall, _, info = uvloop.run(_runner(server.url, suite, tmp / f"rate-cache-{i}", limits))
             got = server.stats()["rate_limited"]
         ratio = wall / floor
         goal_met = ratio <= 1.03 and (got == 0 if limits.rpm else True)
-        results.append(Result("runner", f"rate-limited 600 RPM, {what}: wall / floor", ratio, "×",
-                               "≤ 1.03× floor, no avoidable 429" if limits.rpm else "≤ 1.03× floor",
-                               goal_met, f"{n} requests in {wall:.2f} s, floor {floor:.0f} s (n / rate); "
-                                         f"{got} × 429 ({info['limiter'].paused_s:.2f} s paused)"))
+        results.append(
+            Result(
+                "runner",
+                f"rate-limited 600 RPM, {what}: wall / floor",
+                ratio,
+                "×",
+                "≤ 1.03× floor, no avoidable 429" if limits.rpm else "≤ 1.03× floor",
+                goal_met,
+                f"{n} requests in {wall:.2f} s, floor {floor:.0f} s (n / rate); "
+                f"{got} × 429 ({info['limiter'].paused_s:.2f} s paused)",
+            )
+        )
     with serve(model="bench", p_first=None, p_yes=None, record=False, rpm=RPM) as server:
         encoder = adapters.get(f"systemone:bench@{server.url}")
         bodies = [encoder.encode(t).body for t in suite.tasks()]
-        burst = RPM // 60  # as the runner used it before: rpm/60 requests per second, in one burst each second
-        wall, _, got = uvloop.run(_bare(server.url, bodies, RATE_CONCURRENCY,
-                                        Throttler(rate_limit=burst, period=60.0 * burst / RPM, retry_interval=0.005)))
-    results.append(Result("runner", "rate-limited 600 RPM, asyncio-throttle baseline (10 a second): wall / floor",
-                          wall / floor, "×", "", None,
-                          f"{n} requests in {wall:.2f} s; {got} × 429. It lets each second's {burst} requests out "
-                          f"together, which this provider accepts (it allows bursts of {burst}); it has no token budget, "
-                          "no adaptation and no pause, which the runner's pacer adds"))
+        burst = (
+            RPM // 60
+        )  # as the runner used it before: rpm/60 requests per second, in one burst each second
+        wall, _, got = uvloop.run(
+            _bare(
+                server.url,
+                bodies,
+                RATE_CONCURRENCY,
+                Throttler(rate_limit=burst, period=60.0 * burst / RPM, retry_interval=0.005),
+            )
+        )
+    results.append(
+        Result(
+            "runner",
+            "rate-limited 600 RPM, asyncio-throttle baseline (10 a second): wall / floor",
+            wall / floor,
+            "×",
+            "",
+            None,
+            f"{n} requests in {wall:.2f} s; {got} × 429. It lets each second's {burst} requests out "
+            f"together, which this provider accepts (it allows bursts of {burst}); it has no token budget, "
+            "no adaptation and no pause, which the runner's pacer adds",
+        )
+    )
     return results
 
 

@@ -129,10 +129,21 @@ def choice_cube(
     # p(gold) = accuracy when right, 1 − accuracy when wrong; Brier ½Σ(p − y)² = (1 − p(gold))², its
     # true mean accuracy·(1 − accuracy); log loss −ln p(gold), true mean the binary entropy
     p_gold = np.where(right, accuracy, 1 - accuracy).ravel()
-    flags = _bits(correct=right.ravel(), hallucinated=(~right & ~abstains).ravel(),
-                  pn=np.ones(r * n, bool))
-    return _cube(name, labels, ["all"], n, t, l, np.zeros(r * n, np.int64), flags,
-                 (1 - p_gold) ** 2, -np.log(np.maximum(p_gold, LOG_LOSS_FLOOR)))
+    flags = _bits(
+        correct=right.ravel(), hallucinated=(~right & ~abstains).ravel(), pn=np.ones(r * n, bool)
+    )
+    return _cube(
+        name,
+        labels,
+        ["all"],
+        n,
+        t,
+        l,
+        np.zeros(r * n, np.int64),
+        flags,
+        (1 - p_gold) ** 2,
+        -np.log(np.maximum(p_gold, LOG_LOSS_FLOOR)),
+    )
 
 
 def auroc_frame(rng: np.random.Generator, labels: list[str], n: int, auroc: float) -> pl.DataFrame:
@@ -147,13 +158,19 @@ def auroc_frame(rng: np.random.Generator, labels: list[str], n: int, auroc: floa
     score = rng.standard_normal((r, n)) + np.where(gold, delta, 0.0)
     p_yes = 1 / (1 + np.exp(-score))
     model = np.repeat(np.arange(r), n)
-    return pl.DataFrame({  # strings by gathering (building r·n Python strings is the slow part)
-        "label": pl.Series(labels).gather(model), "eval": "wildguardtest",
-        "question_id": "prompt_harmful", "sample": 0, "kind": "yes_no", "status": "ok",
-        "task_id": np.tile(np.arange(n), r),
-        "gold": pl.Series(["no", "yes"]).gather(np.tile(gold.astype(np.int64), r)),
-        "p_yes": p_yes.ravel()})
-
+    return pl.DataFrame(
+        {  # strings by gathering (building r·n Python strings is the slow part)
+            "label": pl.Series(labels).gather(model),
+            "eval": "wildguardtest",
+            "question_id": "prompt_harmful",
+            "sample": 0,
+            "kind": "yes_no",
+            "status": "ok",
+            "task_id": np.tile(np.arange(n), r),
+            "gold": pl.Series(["no", "yes"]).gather(np.tile(gold.astype(np.int64), r)),
+            "p_yes": p_yes.ravel(),
+        }
+    )
 
 
 def wildguard_cube(rng: np.random.Generator, labels: list[str], n: int, f1: float) -> Cube:
@@ -241,8 +258,9 @@ def simulate(
     truth["log_loss"] = -p * np.log(p) - (1 - p) * np.log(1 - p)
     if v != 50:  # AUROC 0.5-0.995 and the mirrored 0.005-0.3 (50% is 0.5 from each side)
         table = auroc(auroc_frame(rng, labels, n["wildguardtest"], p), CONFIDENCE)
-        figures["auroc"] = tuple(table[c].to_numpy().astype(np.float64)
-                                 for c in ("auroc", "auroc_low", "auroc_high"))
+        figures["auroc"] = tuple(
+            table[c].to_numpy().astype(np.float64) for c in ("auroc", "auroc_low", "auroc_high")
+        )
         truth["auroc"] = p
     figures["accuracy (plain Wilson, before)"] = (
         hle.point["accuracy"],

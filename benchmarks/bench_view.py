@@ -1,21 +1,22 @@
-"""``dxi view`` on a large cache: 20 models × 50,000 questions (1,000,000 answers, synthetic, through the
-real cache schema: ``tests.synthetic``), served by the real app in its own process and asked over
-HTTP on 127.0.0.1.
+"""``dxi view`` on a large cache: 20 models × 50,000 questions (1,000,000 answers, synthetic,
+through the real cache schema: ``tests.synthetic``), served by the real app in its own process and
+asked over HTTP on 127.0.0.1.
 
 Figures:
 
-* start-up: from starting the server process until it answers (scoring the cache as ``dxi score`` does,
-  with intervals, and laying the answers out for the pages; for information);
+* start-up: from starting the server process until it answers (scoring the cache as ``dxi score``
+  does, with intervals, and laying the answers out for the pages; for information);
 * the overview, first request after start-up — goal ≤ 1 s;
 * an evaluation page with filters (model, wrong answers, a category, a page further on; and with a
-  disagreement of two models and a search in the state), each the slowest of its ``REPEATS`` runs over
-  different pages — goal ≤ 300 ms;
+  disagreement of two models and a search in the state), each the slowest of its ``REPEATS`` runs
+  over different pages — goal ≤ 300 ms;
 * a question page (a WildGuardTest task: three questions, 20 models) — goal ≤ 100 ms, the slowest of
   ``REPEATS`` different tasks;
 * memory: the server process's peak resident set (``VmHWM``: start-up included), its resident set
   while serving, after every request, and the start-up child's peak (``VmHWM`` of the process that
   scores the cache and writes the snapshot) — goal ≤ 500 MB each: every process ``dxi view`` starts.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,12 @@ from tests.synthetic import PROVIDER, SyntheticSuite, model_name, suite, write_c
 
 from . import Result
 
-SIZES = {"aa_omniscience_decision": 12_500, "hle_multichoice": 12_500, "when2call": 12_500, "wildguardtest": 4_167}
+SIZES = {
+    "aa_omniscience_decision": 12_500,
+    "hle_multichoice": 12_500,
+    "when2call": 12_500,
+    "wildguardtest": 4_167,
+}
 MODELS = 20
 REPEATS = 5
 GOAL_OVERVIEW, GOAL_EVAL, GOAL_QUESTION, GOAL_MB = 1.0, 0.3, 0.1, 500.0
@@ -50,14 +56,15 @@ def _status(pid: int) -> dict[str, float]:
 
 
 def _cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) of process ``pid`` and of its children it has waited for, in seconds."""
+    """CPU time (user + system) of process ``pid`` and of its children it has waited for, in
+    seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def _serve(cache_dir: str, port: int) -> None:
-    """The child: what ``dxi view`` does (``runner.commands.view.main``) over the synthetic tasks; prints the
-    start-up child's peak memory (MB) before serving."""
+    """The child: what ``dxi view`` does (``runner.commands.view.main``) over the synthetic tasks;
+    prints the start-up child's peak memory (MB) before serving."""
     from dxi import scoring
     from dxi.cache import Cache
     from dxi.evals import PROMPT_VERSION
@@ -96,8 +103,11 @@ def run() -> list[Result]:
         port = _free_port()
         base = f"http://127.0.0.1:{port}"
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_view", str(root), str(port)],
-                                cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.bench_view", str(root), str(port)],
+            cwd=Path(__file__).resolve().parents[1],
+            stdout=subprocess.PIPE,
+        )
         try:
             while True:
                 if proc.poll() is not None:
@@ -113,14 +123,26 @@ def run() -> list[Result]:
             overview, status, size = _get(base + "/")
             assert status == 200 and size > 10_000
             m, other = quote(f"{PROVIDER}:{model_name(7)}"), quote(f"{PROVIDER}:{model_name(12)}")
-            filtered = [_get(f"{base}/eval/hle_multichoice?m={m}&result=wrong&category=Math&page={p}")[0]
-                        for p in range(1, REPEATS + 1)]
-            differ = [_get(f"{base}/eval/aa_omniscience_decision?a={m}&b={other}&sort=p_gold&m={m}&page={p}")[0]
-                      for p in range(1, REPEATS + 1)]
-            search = [_get(f"{base}/eval/when2call?q={quote(f'request {p}1')}&status=invalid")[0]
-                      for p in range(1, REPEATS + 1)]
-            question = [_get(f"{base}/task/wildguardtest/{i * 701}")[0] for i in range(1, REPEATS + 1)]
-            question += [_get(f"{base}/task/hle_multichoice/h{i * 977}")[0] for i in range(1, REPEATS + 1)]
+            filtered = [
+                _get(f"{base}/eval/hle_multichoice?m={m}&result=wrong&category=Math&page={p}")[0]
+                for p in range(1, REPEATS + 1)
+            ]
+            differ = [
+                _get(
+                    f"{base}/eval/aa_omniscience_decision?a={m}&b={other}&sort=p_gold&m={m}&page={p}"
+                )[0]
+                for p in range(1, REPEATS + 1)
+            ]
+            search = [
+                _get(f"{base}/eval/when2call?q={quote(f'request {p}1')}&status=invalid")[0]
+                for p in range(1, REPEATS + 1)
+            ]
+            question = [
+                _get(f"{base}/task/wildguardtest/{i * 701}")[0] for i in range(1, REPEATS + 1)
+            ]
+            question += [
+                _get(f"{base}/task/hle_multichoice/h{i * 977}")[0] for i in range(1, REPEATS + 1)
+            ]
             compare = _get(f"{base}/compare/hle_multichoice?a={m}&b={other}")[0]
             calibration = _get(f"{base}/calibration?m={m}&eval=hle_multichoice&bin=9")[0]
             memory = _status(proc.pid)
@@ -131,31 +153,101 @@ def run() -> list[Result]:
     load = f"machine load {Path('/proc/loadavg').read_text().split()[0]} on 2 cores (shared with other work)"
     shape = f"{n_answers:,} answers, {MODELS} models"
     return [
-        Result("view", "start-up: score the cache and lay out the pages", startup, "s", "", None,
-               f"{shape}; until the server answers; includes the bootstrap intervals dxi score computes; {load}"),
-        Result("view", "… its CPU time (server and start-up child)", startup_cpu, "s", "", None,
-               "user + system seconds, less sensitive to the machine's load than the wall time"),
-        Result("view", "overview, first request after start-up", overview, "s", f"≤ {GOAL_OVERVIEW:g} s",
-               overview <= GOAL_OVERVIEW, "the Decision Index table from the summary computed at start-up"),
-        Result("view", "evaluation page: model, wrong, category, page N", max(filtered), "s", f"≤ {GOAL_EVAL:g} s",
-               max(filtered) <= GOAL_EVAL, f"slowest of {REPEATS} pages; 12,500 HLE questions × {MODELS} models"),
-        Result("view", "evaluation page: picks differ, sorted by p(gold)", max(differ), "s", f"≤ {GOAL_EVAL:g} s",
-               max(differ) <= GOAL_EVAL, f"slowest of {REPEATS} pages"),
-        Result("view", "evaluation page: search in the state, invalid", max(search), "s", f"≤ {GOAL_EVAL:g} s",
-               max(search) <= GOAL_EVAL, f"slowest of {REPEATS} searches"),
-        Result("view", "question page", max(question), "s", f"≤ {GOAL_QUESTION:g} s", max(question) <= GOAL_QUESTION,
-               f"slowest of {len(question)} tasks (WildGuardTest: 3 questions; HLE: up to 12 options) × {MODELS} models, "
-               "with each one's cache row; median "
-               f"{sorted(question)[len(question) // 2] * 1000:.0f} ms"),
+        Result(
+            "view",
+            "start-up: score the cache and lay out the pages",
+            startup,
+            "s",
+            "",
+            None,
+            f"{shape}; until the server answers; includes the bootstrap intervals dxi score computes; {load}",
+        ),
+        Result(
+            "view",
+            "… its CPU time (server and start-up child)",
+            startup_cpu,
+            "s",
+            "",
+            None,
+            "user + system seconds, less sensitive to the machine's load than the wall time",
+        ),
+        Result(
+            "view",
+            "overview, first request after start-up",
+            overview,
+            "s",
+            f"≤ {GOAL_OVERVIEW:g} s",
+            overview <= GOAL_OVERVIEW,
+            "the Decision Index table from the summary computed at start-up",
+        ),
+        Result(
+            "view",
+            "evaluation page: model, wrong, category, page N",
+            max(filtered),
+            "s",
+            f"≤ {GOAL_EVAL:g} s",
+            max(filtered) <= GOAL_EVAL,
+            f"slowest of {REPEATS} pages; 12,500 HLE questions × {MODELS} models",
+        ),
+        Result(
+            "view",
+            "evaluation page: picks differ, sorted by p(gold)",
+            max(differ),
+            "s",
+            f"≤ {GOAL_EVAL:g} s",
+            max(differ) <= GOAL_EVAL,
+            f"slowest of {REPEATS} pages",
+        ),
+        Result(
+            "view",
+            "evaluation page: search in the state, invalid",
+            max(search),
+            "s",
+            f"≤ {GOAL_EVAL:g} s",
+            max(search) <= GOAL_EVAL,
+            f"slowest of {REPEATS} searches",
+        ),
+        Result(
+            "view",
+            "question page",
+            max(question),
+            "s",
+            f"≤ {GOAL_QUESTION:g} s",
+            max(question) <= GOAL_QUESTION,
+            f"slowest of {len(question)} tasks (WildGuardTest: 3 questions; HLE: up to 12 options) × {MODELS} models, "
+            "with each one's cache row; median "
+            f"{sorted(question)[len(question) // 2] * 1000:.0f} ms",
+        ),
         Result("view", "compare page (2×2 and the differing list)", compare, "s", "", None, ""),
         Result("view", "calibration page with one bin's questions", calibration, "s", "", None, ""),
-        Result("view", "memory: peak resident set of the server", memory["VmHWM"], "MB", f"≤ {GOAL_MB:g} MB",
-               memory["VmHWM"] <= GOAL_MB, "VmHWM of the serving process over its whole life (start-up included)"),
-        Result("view", "memory: peak of the start-up child (scoring)", child_mb, "MB", f"≤ {GOAL_MB:g} MB",
-               child_mb <= GOAL_MB, "VmHWM of the child process that scores the cache (as dxi score does, one "
-               "evaluation at a time) and writes the snapshot, then exits; what its peak is made of: docs/view.md"),
-        Result("view", "memory: resident set while serving", memory["VmRSS"], "MB", f"≤ {GOAL_MB:g} MB",
-               memory["VmRSS"] <= GOAL_MB, "VmRSS after every request above"),
+        Result(
+            "view",
+            "memory: peak resident set of the server",
+            memory["VmHWM"],
+            "MB",
+            f"≤ {GOAL_MB:g} MB",
+            memory["VmHWM"] <= GOAL_MB,
+            "VmHWM of the serving process over its whole life (start-up included)",
+        ),
+        Result(
+            "view",
+            "memory: peak of the start-up child (scoring)",
+            child_mb,
+            "MB",
+            f"≤ {GOAL_MB:g} MB",
+            child_mb <= GOAL_MB,
+            "VmHWM of the child process that scores the cache (as dxi score does, one "
+            "evaluation at a time) and writes the snapshot, then exits; what its peak is made of: docs/view.md",
+        ),
+        Result(
+            "view",
+            "memory: resident set while serving",
+            memory["VmRSS"],
+            "MB",
+            f"≤ {GOAL_MB:g} MB",
+            memory["VmRSS"] <= GOAL_MB,
+            "VmRSS after every request above",
+        ),
     ]
 
 

@@ -1,22 +1,24 @@
-"""Before/after check: the main job's outputs are byte-identical between a baseline commit and this tree.
+"""Before/after check: the main job's outputs are byte-identical between a baseline commit and this
+tree.
 
     python -m benchmarks.same_outputs [BASE_REV] [--data-dir ../shared/data] [--model MODEL] [--limit N]
 
-For the baseline (default ``main``, extracted with ``git archive`` into a temporary folder and imported
-from there ahead of the installed package) and for this working tree (copied likewise, uncommitted changes
-included: neither side runs from a git checkout, so summary.json's ``provenance.git`` is null on both), in
-that order, it runs the main
-job on a fresh cache: ``dxi run`` (summary.json, answers.parquet), ``dxi run`` again (all cached),
-then ``dxi report`` (report.html, tables/*, and its summary.json and answers.parquet), each into its
-own folder, and compares every output file byte for byte. Exit status 0 when all are identical.
+For the baseline (default ``main``, extracted with ``git archive`` into a temporary folder and
+imported from there ahead of the installed package) and for this working tree (copied likewise,
+uncommitted changes included: neither side runs from a git checkout, so summary.json's
+``provenance.git`` is null on both), in that order, it runs the main job on a fresh cache:
+``dxi run`` (summary.json, answers.parquet), ``dxi run`` again (all cached), then ``dxi report``
+(report.html, tables/*, and its summary.json and answers.parquet), each into its own folder, and
+compares every output file byte for byte. Exit status 0 when all are identical.
 
 Nothing legitimately varies between the two but the call latencies of summary.json's ``measures``
 and the report's section showing them (``_timeless`` leaves those out): the outputs hold no other
 timings, dates or paths of temporary folders (both sides use the same cache and output paths, so the
-data block's file paths match too). A
-run's ``requests`` block counts what this invocation sent, so the fresh and the cached run differ from
-each other, but each must match the same step of the other side.
+data block's file paths match too). A run's ``requests`` block counts what this invocation sent, so
+the fresh and the cached run differ from each other, but each must match the same step of the other
+side.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,22 +34,32 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"runner": "runner", "adapters": "adapters", "scoring": "scoring", "cache": "cache", "evals": "evals",
-            "report": "report", "view": "view"}
+PACKAGES = {
+    "runner": "runner",
+    "adapters": "adapters",
+    "scoring": "scoring",
+    "cache": "cache",
+    "evals": "evals",
+    "report": "report",
+    "view": "view",
+}
 MAIN = "import sys; from dxi.runner.cli import main; sys.exit(main())"
 
 
 def _baseline(rev: str | None, where: Path) -> Path:
-    """A folder to put first on PYTHONPATH that imports ``dxi`` from commit ``rev`` (None: this working tree
-    as it is, uncommitted changes included). Both sides are copies outside any git checkout, so that
-    summary.json's ``provenance.git`` (``runner.outputs.provenance``) is null on both and only the code differs."""
+    """A folder to put first on PYTHONPATH that imports ``dxi`` from commit ``rev`` (None: this
+    working tree as it is, uncommitted changes included). Both sides are copies outside any git
+    checkout, so that summary.json's ``provenance.git`` (``runner.outputs.provenance``) is null on
+    both and only the code differs."""
     src = where / "src"
     src.mkdir(parents=True)
     if rev is None:
         for name in {"dxi", *PACKAGES.values()}:
             shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     else:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     pkg = where / "pkg"
     shutil.copytree(src / "dxi", pkg / "dxi")
@@ -63,13 +75,21 @@ def _job(pythonpath: Path, work: Path, args: argparse.Namespace) -> dict[str, fl
     common = ["--data-dir", str(args.data_dir), "--cache-dir", str(work / "cache"), "-q"]
     if args.limit:
         common += ["--limit", str(args.limit)]
-    steps = {"run": ["run", "--model", args.model, *common, "--out", str(work / "run")],
-             "cached": ["run", "--model", args.model, *common, "--out", str(work / "cached")],
-             "report": ["report", *common, "--out", str(work / "report")]}
+    steps = {
+        "run": ["run", "--model", args.model, *common, "--out", str(work / "run")],
+        "cached": ["run", "--model", args.model, *common, "--out", str(work / "cached")],
+        "report": ["report", *common, "--out", str(work / "report")],
+    }
     walls = {}
     for name, argv in steps.items():
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", MAIN, *argv], env=env, check=True, cwd=work, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-c", MAIN, *argv],
+            env=env,
+            check=True,
+            cwd=work,
+            stdout=subprocess.DEVNULL,
+        )
         walls[name] = time.perf_counter() - started
     return walls
 
@@ -120,13 +140,20 @@ def main() -> int:
             a, b = tmp / "base" / step, tmp / "this" / step
             names = _files(a) | _files(b)
             for name in sorted(names):
-                same = (a / name).is_file() and (b / name).is_file() and (
-                    filecmp.cmp(a / name, b / name, shallow=False)
-                    or _timeless(a / name) == _timeless(b / name))
+                same = (
+                    (a / name).is_file()
+                    and (b / name).is_file()
+                    and (
+                        filecmp.cmp(a / name, b / name, shallow=False)
+                        or _timeless(a / name) == _timeless(b / name)
+                    )
+                )
                 if not same:
                     differ.append(f"{step}/{name}")
-            print(f"{step}: {len(names)} file(s) compared; base {results['base'][step]:.2f} s, "
-                  f"this {results['this'][step]:.2f} s")
+            print(
+                f"{step}: {len(names)} file(s) compared; base {results['base'][step]:.2f} s, "
+                f"this {results['this'][step]:.2f} s"
+            )
     if differ:
         print("DIFFERENT: " + ", ".join(differ))
         return 1

@@ -22,6 +22,7 @@ Figures:
   on one whole set) against the mean the simulated runs spent on fresh whole sets (goal within
   20%); the cost follows the requests (same tokens per request).
 """
+
 from __future__ import annotations
 
 import time
@@ -34,8 +35,12 @@ from dxi.scoring.sums import WILDGUARD_F1
 
 from . import Result
 
-POPULATIONS = {"aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 300,
-               "wildguardtest": 880}
+POPULATIONS = {
+    "aa_omniscience_decision": 500,
+    "hle_multichoice": 513,
+    "when2call": 300,
+    "wildguardtest": 880,
+}
 VALID_RUNS = 1000
 PAIR_RUNS = 200
 LEADER_RUNS = 2
@@ -50,14 +55,39 @@ def skill(s: float, label: str) -> Profile:
     """A model of skill ``s`` (0-1): ``s`` correct on each choice evaluation, a third of its
     wrong Omniscience answers "I don't know", WildGuardTest sensitivity and specificity
     0.45 + 0.5·s (index about 14 + 73·s: 17 at 0.08, 40 at 0.40, 54 at 0.58)."""
-    return Profile(label, {"aa_omniscience_decision": s, "hle_multichoice": s, "when2call": s},
-                   (1 - s) / 3, {q: 0.45 + 0.5 * s for q in WILDGUARD_F1},
-                   {q: 0.45 + 0.5 * s for q in WILDGUARD_F1}, f"skill {s:.3f}")
+    return Profile(
+        label,
+        {"aa_omniscience_decision": s, "hle_multichoice": s, "when2call": s},
+        (1 - s) / 3,
+        {q: 0.45 + 0.5 * s for q in WILDGUARD_F1},
+        {q: 0.45 + 0.5 * s for q in WILDGUARD_F1},
+        f"skill {s:.3f}",
+    )
 
 
 # 20 models, indices spread as in a leaderboard (17 to 54), three pairs within half a point
-LEADERBOARD = [0.08, 0.12, 0.17, 0.21, 0.24, 0.245, 0.28, 0.31, 0.33, 0.335, 0.36, 0.39, 0.41,
-               0.43, 0.44, 0.445, 0.48, 0.51, 0.54, 0.58]
+LEADERBOARD = [
+    0.08,
+    0.12,
+    0.17,
+    0.21,
+    0.24,
+    0.245,
+    0.28,
+    0.31,
+    0.33,
+    0.335,
+    0.36,
+    0.39,
+    0.41,
+    0.43,
+    0.44,
+    0.445,
+    0.48,
+    0.51,
+    0.54,
+    0.58,
+]
 TYPICAL = 0.40
 
 
@@ -81,38 +111,68 @@ def validity(rng: np.random.Generator) -> list[Result]:
         ans = synthetic([model], POPULATIONS, rng)
         truth = _true_index(ans)["m"]
         trace: list = []
-        sim = simulate(ans, POPULATIONS, Until("precision", 5.0),
-                       random_order(POPULATIONS, rng, ans), trace=trace)
+        sim = simulate(
+            ans,
+            POPULATIONS,
+            Until("precision", 5.0),
+            random_order(POPULATIONS, rng, ans),
+            trace=trace,
+        )
         est = sim.standing["m"].index
         runs[name] += 1
         inside[name] += est.low - 1e-9 <= truth <= est.high + 1e-9
-        always[name] += all(t["m"].index.low - 1e-9 <= truth <= t["m"].index.high + 1e-9
-                            for t in trace)
+        always[name] += all(
+            t["m"].index.low - 1e-9 <= truth <= t["m"].index.high + 1e-9 for t in trace
+        )
     out = []
     for name in skills:
         share = inside[name] / runs[name]
-        out.append(Result(NAME, f"validity: index inside its interval at stopping, {name}", share,
-                          "share of runs", "≥ 0.95", share >= 0.95,
-                          f"{runs[name]} runs of --until precision=5"))
-        out.append(Result(NAME, f"validity: inside at every look, {name}",
-                          always[name] / runs[name],
-                          "share of runs", "≥ 0.95", always[name] / runs[name] >= 0.95,
-                          "the anytime statement: every round of the run at once"))
+        out.append(
+            Result(
+                NAME,
+                f"validity: index inside its interval at stopping, {name}",
+                share,
+                "share of runs",
+                "≥ 0.95",
+                share >= 0.95,
+                f"{runs[name]} runs of --until precision=5",
+            )
+        )
+        out.append(
+            Result(
+                NAME,
+                f"validity: inside at every look, {name}",
+                always[name] / runs[name],
+                "share of runs",
+                "≥ 0.95",
+                always[name] / runs[name] >= 0.95,
+                "the anytime statement: every round of the run at once",
+            )
+        )
     a, b = skill(TYPICAL, "a"), skill(TYPICAL - 0.03, "b")
     wrong = decided = 0
     for _ in range(PAIR_RUNS):
         ans = synthetic([a, b], POPULATIONS, rng)
         truth = _true_index(ans)
-        sim = simulate(ans, POPULATIONS, Until("separated", 1.0),
-                       random_order(POPULATIONS, rng, ans))
+        sim = simulate(
+            ans, POPULATIONS, Until("separated", 1.0), random_order(POPULATIONS, rng, ans)
+        )
         ia, ib = sim.standing["a"].index, sim.standing["b"].index
         if sim.standing["a"].rule != "exhausted":  # the run claimed their order (or a tie)
             decided += 1
             wrong += (ia.point > ib.point) != (truth["a"] > truth["b"])
-    out.append(Result(NAME, "validity: separated orders the pair wrongly", wrong / PAIR_RUNS,
-                      "share of runs", "≤ 0.05", wrong / PAIR_RUNS <= 0.05,
-                      f"{PAIR_RUNS} runs of two models about 2 points apart; {decided} settled "
-                      "before the data ran out"))
+    out.append(
+        Result(
+            NAME,
+            "validity: separated orders the pair wrongly",
+            wrong / PAIR_RUNS,
+            "share of runs",
+            "≤ 0.05",
+            wrong / PAIR_RUNS <= 0.05,
+            f"{PAIR_RUNS} runs of two models about 2 points apart; {decided} settled "
+            "before the data ran out",
+        )
+    )
     return out
 
 
@@ -123,22 +183,42 @@ def saving(rng: np.random.Generator) -> tuple[list[Result], float]:
     gaps: list[Result] = []
     for _ in range(LEADER_RUNS):
         ans = synthetic(profiles, POPULATIONS, rng)
-        sim = simulate(ans, POPULATIONS, Until("separated", 1.0),
-                       random_order(POPULATIONS, rng, ans))
+        sim = simulate(
+            ans, POPULATIONS, Until("separated", 1.0), random_order(POPULATIONS, rng, ans)
+        )
         shares.append(sum(sum(a.values()) for a in sim.asked.values()) / (whole * len(profiles)))
     for gap in (0.2, 0.1, 0.05):  # one pair: how the saving grows with their difference
         pair = []
         for _ in range(GAP_RUNS):
             ans = synthetic([skill(TYPICAL, "a"), skill(TYPICAL - gap, "b")], POPULATIONS, rng)
-            sim = simulate(ans, POPULATIONS, Until("separated", 1.0),
-                           random_order(POPULATIONS, rng, ans))
+            sim = simulate(
+                ans, POPULATIONS, Until("separated", 1.0), random_order(POPULATIONS, rng, ans)
+            )
             pair.append(sum(sim.asked["a"].values()) / whole)
-        gaps.append(Result(NAME, f"saving: requests of --until separated / whole index, two "
-                                 f"models {100 * gap:.0f} skill points apart", float(np.mean(pair)),
-                           "share", "", None, f"{GAP_RUNS} runs"))
-    out = [Result(NAME, "saving: requests of --until separated / whole index, 20 models",
-                  float(np.mean(shares)), "share", "≤ 0.40", float(np.mean(shares)) <= 0.40,
-                  f"{LEADER_RUNS} runs; indices 17 to 54, three pairs within half a point"), *gaps]
+        gaps.append(
+            Result(
+                NAME,
+                f"saving: requests of --until separated / whole index, two "
+                f"models {100 * gap:.0f} skill points apart",
+                float(np.mean(pair)),
+                "share",
+                "",
+                None,
+                f"{GAP_RUNS} runs",
+            )
+        )
+    out = [
+        Result(
+            NAME,
+            "saving: requests of --until separated / whole index, 20 models",
+            float(np.mean(shares)),
+            "share",
+            "≤ 0.40",
+            float(np.mean(shares)) <= 0.40,
+            f"{LEADER_RUNS} runs; indices 17 to 54, three pairs within half a point",
+        ),
+        *gaps,
+    ]
     # precision: one typical model, traced to the end; each P's first settled look
     typical = skill(TYPICAL, "t")
     needed = {p: [] for p in range(1, 11)}
@@ -146,32 +226,71 @@ def saving(rng: np.random.Generator) -> tuple[list[Result], float]:
     for _ in range(PRECISION_RUNS):
         ans = synthetic([typical], POPULATIONS, rng)
         trace: list = []
-        sim = simulate(ans, POPULATIONS, Until("precision", 5.0),
-                       random_order(POPULATIONS, rng, ans))
+        sim = simulate(
+            ans, POPULATIONS, Until("precision", 5.0), random_order(POPULATIONS, rng, ans)
+        )
         spent.append(sum(sim.asked["t"].values()))
-        simulate(ans, POPULATIONS, Until("precision", 0.01), random_order(POPULATIONS, rng, ans),
-                 trace=trace)
+        simulate(
+            ans,
+            POPULATIONS,
+            Until("precision", 0.01),
+            random_order(POPULATIONS, rng, ans),
+            trace=trace,
+        )
         for p in needed:
-            first = next((sum(t["t"].asked.values()) for t in trace
-                          if t["t"].index.half_width <= p), whole)
+            first = next(
+                (sum(t["t"].asked.values()) for t in trace if t["t"].index.half_width <= p), whole
+            )
             needed[p].append(first)
     share5 = float(np.mean(spent)) / whole
-    out.append(Result(NAME, "saving: requests of --until precision=5 / whole index, typical model",
-                      share5, "share", "≤ 0.40", share5 <= 0.40,
-                      f"{PRECISION_RUNS} runs of a model of index about 40"))
+    out.append(
+        Result(
+            NAME,
+            "saving: requests of --until precision=5 / whole index, typical model",
+            share5,
+            "share",
+            "≤ 0.40",
+            share5 <= 0.40,
+            f"{PRECISION_RUNS} runs of a model of index about 40",
+        )
+    )
     # the superpopulation spread of the whole-set index, for the fixed-sample ideal
     order = {e: [f"{e}/{k}" for k in range(n)] for e, n in POPULATIONS.items()}
-    values = [standings(synthetic([typical], POPULATIONS, rng), POPULATIONS,
-                        Until("precision", 100.0), order=order)["t"].index.point for _ in range(60)]
+    values = [
+        standings(
+            synthetic([typical], POPULATIONS, rng),
+            POPULATIONS,
+            Until("precision", 100.0),
+            order=order,
+        )["t"].index.point
+        for _ in range(60)
+    ]
     sd = float(np.std(values, ddof=1))
-    out.append(Result(NAME, "superpopulation half-width of the whole-set index (1.96·S)", 1.96 * sd,
-                      "points", "", None, "60 whole sets of the typical model"))
+    out.append(
+        Result(
+            NAME,
+            "superpopulation half-width of the whole-set index (1.96·S)",
+            1.96 * sd,
+            "points",
+            "",
+            None,
+            "60 whole sets of the typical model",
+        )
+    )
     for p, firsts in needed.items():
         # fixed sample: 1.96·S·sqrt((1 − f)/f) ≤ p  ⇔  f ≥ 1/(1 + (p/(1.96·S))²)
         ideal = 1 / (1 + (p / (1.96 * sd)) ** 2)
-        out.append(Result(NAME, f"curve: share of requests for ±{p}",
-                          float(np.mean(firsts)) / whole,
-                          "share", "", None, f"fixed-sample ideal {ideal:.3f}"))
+        out.append(
+            Result(
+                NAME,
+                f"curve: share of requests for ±{p}",
+                float(np.mean(firsts)) / whole,
+                "share",
+                "",
+                None,
+                f"fixed-sample ideal {ideal:.3f}",
+            )
+        )
     return out, float(np.mean(spent))
 
 
@@ -182,11 +301,19 @@ def planner(rng: np.random.Generator, actual_precision5: float) -> list[Result]:
     doc = plan([measured], POPULATIONS, Until("precision", 5.0), usage, runs=PLAN_RUNS, seed=SEED)
     predicted = doc["models"][0]["adaptive"]["requests"]
     error = predicted / actual_precision5 - 1
-    out = [Result(NAME, "planner: predicted / spent requests, precision=5", 1 + error, "ratio",
-                  "within 1 ± 0.20", abs(error) <= 0.20,
-                  f"plan {predicted:.0f} requests "
-                  f"(${doc['models'][0]['adaptive']['cost_usd']:.2f}) vs "
-                  f"{actual_precision5:.0f} spent; the cost follows the requests")]
+    out = [
+        Result(
+            NAME,
+            "planner: predicted / spent requests, precision=5",
+            1 + error,
+            "ratio",
+            "within 1 ± 0.20",
+            abs(error) <= 0.20,
+            f"plan {predicted:.0f} requests "
+            f"(${doc['models'][0]['adaptive']['cost_usd']:.2f}) vs "
+            f"{actual_precision5:.0f} spent; the cost follows the requests",
+        )
+    ]
     return out
 
 
@@ -197,6 +324,15 @@ def run() -> list[Result]:
     saved, spent5 = saving(rng)
     results += saved
     results += planner(rng, spent5)
-    results.append(Result(NAME, "wall time", time.perf_counter() - started, "s", "≤ 90", None,
-                          "on the shared machine"))
+    results.append(
+        Result(
+            NAME,
+            "wall time",
+            time.perf_counter() - started,
+            "s",
+            "≤ 90",
+            None,
+            "on the shared machine",
+        )
+    )
     return results

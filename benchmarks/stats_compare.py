@@ -165,12 +165,19 @@ def _f1_coverage(rng: np.random.Generator, sims: int = 1000) -> tuple[float, str
             gold = (np.arange(n) % 2 == 0)[None, :]
             a = rng.random((sims, n)) < q1
             b = np.where(
-                rng.random((sims, n)) < 0.8, a & (rng.random((sims, n)) < q2 / q1),
+                rng.random((sims, n)) < 0.8,
+                a & (rng.random((sims, n)) < q2 / q1),
                 rng.random((sims, n)) < q2,
             )
             pred_a, pred_b = np.where(a, gold, ~gold), np.where(b, gold, ~gold)
-            cells = [pred_a & gold, pred_a & ~gold, ~pred_a & gold,
-                     pred_b & gold, pred_b & ~gold, ~pred_b & gold]  # tp fp fn of a, then of b
+            cells = [
+                pred_a & gold,
+                pred_a & ~gold,
+                ~pred_a & gold,
+                pred_b & gold,
+                pred_b & ~gold,
+                ~pred_b & gold,
+            ]  # tp fp fn of a, then of b
             x = np.stack(cells, 0).astype(np.float32)  # (6, sims, n)
             total = x.sum(2, dtype=np.float64)  # (6, sims)
             # (6, sims, resamples): the resampled sums

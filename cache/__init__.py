@@ -1,9 +1,21 @@
-"""The content-addressed Parquet cache: ``Cache(dir)`` with ``has(key)``, ``append(row)``, ``scan()``."""
+"""The content-addressed Parquet cache: ``Cache(dir)`` with ``has(key)``, ``append(row)``,
+``scan()``."""
+
 from . import schema
 from .schema import FAILED, FATAL, INVALID, OK, TRANSIENT
 from .store import Cache, CacheWriteError
 
-__all__ = ["COLUMNS", "FAILED", "FATAL", "INVALID", "OK", "SCHEMA", "TRANSIENT", "Cache", "CacheWriteError"]
+__all__ = [
+    "COLUMNS",
+    "FAILED",
+    "FATAL",
+    "INVALID",
+    "OK",
+    "SCHEMA",
+    "TRANSIENT",
+    "Cache",
+    "CacheWriteError",
+]
 
 
 def __getattr__(name: str) -> object:

@@ -1,18 +1,21 @@
-"""The cache's key index: what the newest row of each request says, for millions of keys in ~9 bytes each.
+"""The cache's key index: what the newest row of each request says, for millions of keys in ~9 bytes
+each.
 
-A key is the sha256 (hex) of a request; the index keeps only its first 64 bits (``prefix``), in a sorted
-NumPy ``uint64`` array beside a ``uint8`` array of status codes, plus a small dict of the rows appended
-since the last merge (merged in batches of ``MERGE_AT``). A million keys take ~9 MB and load from the
-shards' index columns in a fraction of a second; a Python dict of the hex strings would take ~150 MB.
+A key is the sha256 (hex) of a request; the index keeps only its first 64 bits (``prefix``), in a
+sorted NumPy ``uint64`` array beside a ``uint8`` array of status codes, plus a small dict of the
+rows appended since the last merge (merged in batches of ``MERGE_AT``). A million keys take ~9 MB
+and load from the shards' index columns in a fraction of a second; a Python dict of the hex strings
+would take ~150 MB.
 
 Two different requests share a prefix with probability ~n²/2⁶⁵ (3·10⁻⁸ for a million keys): then the
-second would be taken as cached. Keys that are not 64 hex digits (hand-made ones in tests) are hashed
-to 64 bits with BLAKE2b instead.
+second would be taken as cached. Keys that are not 64 hex digits (hand-made ones in tests) are
+hashed to 64 bits with BLAKE2b instead.
 
-NumPy is imported when the index first holds sorted arrays (loaded from rows on disk, or ``MERGE_AT``
-rows appended): an index built empty (a first run's fresh cache) is the dict alone, and the run's start-up
-does without NumPy's import (issue 14).
+NumPy is imported when the index first holds sorted arrays (loaded from rows on disk, or
+``MERGE_AT`` rows appended): an index built empty (a first run's fresh cache) is the dict alone, and
+the run's start-up does without NumPy's import (issue 14).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,21 +38,23 @@ ABSENT, CODE_OK, CODE_INVALID, CODE_FATAL, CODE_TRANSIENT = 0, 1, 2, 3, 4
 NAMES = {CODE_OK: OK, CODE_INVALID: INVALID, CODE_FATAL: FATAL, CODE_TRANSIENT: "transient"}
 MERGE_AT = 65_536
 
-# Which row of a request counts (SPEC §4: "the newest final row wins"), the one rule that the key index,
-# scoring, export, the view and rescoring all follow (``newest``): a request's rows are ordered by their
-# RANK, then ``created_at``, then their order in the cache (shards in name order, then the logs; within a
-# file, the order written), and the last wins. RANK: a transient failure (0) is not final (the request is
-# sent again), so it never outranks a final row (1: an ok or invalid reply, or a deterministic failure).
-# ``created_at`` (wall-clock seconds) only orders rows of one rank: a clock that was ahead when a
-# transient failure was written (a restored VM snapshot, an NTP step, machines with skewed clocks sharing
-# a remote cache) can no longer make it beat every later successful retry (issue 32: a request paid for
-# and reported failed on every run). Between two final rows of one request (sent again only by
-# ``--retry-invalid`` / ``--retry-failed``, or by two processes at once) the newer wins, by the clock.
+# Which row of a request counts (SPEC §4: "the newest final row wins"), the one rule that the key
+# index, scoring, export, the view and rescoring all follow (``newest``): a request's rows are
+# ordered by their RANK, then ``created_at``, then their order in the cache (shards in name order,
+# then the logs; within a file, the order written), and the last wins. RANK: a transient failure (0)
+# is not final (the request is sent again), so it never outranks a final row (1: an ok or invalid
+# reply, or a deterministic failure). ``created_at`` (wall-clock seconds) only orders rows of one
+# rank: a clock that was ahead when a transient failure was written (a restored VM snapshot, an NTP
+# step, machines with skewed clocks sharing a remote cache) can no longer make it beat every later
+# successful retry (issue 32: a request paid for and reported failed on every run). Between two
+# final rows of one request (sent again only by ``--retry-invalid`` / ``--retry-failed``, or by two
+# processes at once) the newer wins, by the clock.
 RANK = (-1, 1, 1, 1, 0)  # by status code: ABSENT, OK, INVALID, FATAL, TRANSIENT
 
 
 def prefix(key: str) -> int:
-    """The first 64 bits of a sha256 hex key, as an unsigned integer (any other string: its BLAKE2b-64)."""
+    """The first 64 bits of a sha256 hex key, as an unsigned integer (any other string: its
+    BLAKE2b-64)."""
     if len(key) == 64:
         try:
             return int(key[:16], 16)
@@ -59,7 +64,8 @@ def prefix(key: str) -> int:
 
 
 def prefixes(keys: Sequence[str] | pl.Series) -> np.ndarray:
-    """``prefix`` of each key (hex keys vectorised, any other string hashed one by one), as a uint64 array."""
+    """``prefix`` of each key (hex keys vectorised, any other string hashed one by one), as a uint64
+    array."""
     column = keys if isinstance(keys, pl.Series) else pl.Series("key", keys, dtype=pl.String)
     frame = pl.DataFrame({"key": column}).select(_prefix_expr(), pl.col("key"))
     out = frame["prefix"]
@@ -82,32 +88,48 @@ def code_of(status: str, error_kind: str | None) -> int:
 
 
 def rank_expr() -> pl.Expr:
-    """``RANK`` of each row from its ``status`` and ``error_kind`` columns (Int8), named ``rank``."""
+    """``RANK`` of each row from its ``status`` and ``error_kind`` columns (Int8), named
+    ``rank``."""
     status = pl.col("status")
-    return (pl.when(status.is_in([OK, INVALID]) | ((status == FAILED) & (pl.col("error_kind") == FATAL)))
-            .then(1).otherwise(0).cast(pl.Int8).alias("rank"))
+    return (
+        pl.when(
+            status.is_in([OK, INVALID]) | ((status == FAILED) & (pl.col("error_kind") == FATAL))
+        )
+        .then(1)
+        .otherwise(0)
+        .cast(pl.Int8)
+        .alias("rank")
+    )
 
 
-def newest(request: np.ndarray, rank: np.ndarray, created: np.ndarray, in_cache_order: bool = True) -> np.ndarray:
-    """The row that counts for each request (see ``RANK``): of rows numbered 0..n-1 in cache order, with
-    their ``request`` (integers), ``rank`` (``RANK``) and ``created`` (Unix seconds, NaN for none), the
-    numbers of the winning rows, one per distinct request: in ascending order, or with ``in_cache_order``
-    False in the order of their requests. Times are compared to the microsecond (rows written within one
-    microsecond of each other go by cache order). One sort by request (Polars, every core), then the rows of
-    the requests that have several (usually few) by rank, time and row: as fast as the sort by (request,
-    time) this rule replaced."""
+def newest(
+    request: np.ndarray, rank: np.ndarray, created: np.ndarray, in_cache_order: bool = True
+) -> np.ndarray:
+    """The row that counts for each request (see ``RANK``): of rows numbered 0..n-1 in cache order,
+    with their ``request`` (integers), ``rank`` (``RANK``) and ``created`` (Unix seconds, NaN for
+    none), the numbers of the winning rows, one per distinct request: in ascending order, or with
+    ``in_cache_order`` False in the order of their requests. Times are compared to the microsecond
+    (rows written within one microsecond of each other go by cache order). One sort by request
+    (Polars, every core), then the rows of the requests that have several (usually few) by rank,
+    time and row: as fast as the sort by (request, time) this rule replaced."""
     if len(request) == 0:
         return np.empty(0, np.int64)
     by_request = pl.DataFrame({"request": request}).with_row_index("row").sort("request")
     requests, rows = by_request["request"].to_numpy(), by_request["row"].to_numpy().astype(np.int64)
     same = requests[1:] == requests[:-1]
     last = np.r_[~same, True]  # the last row of each request's run
-    if same.any():  # requests with several rows (usually few): only theirs are ordered by rank and time
+    if (
+        same.any()
+    ):  # requests with several rows (usually few): only theirs are ordered by rank and time
         several = np.r_[same, False] | np.r_[False, same]
         mine = rows[several]
-        micros = np.clip(np.nan_to_num(np.asarray(created, np.float64)[mine] * 1e6, nan=0.0), 0, 2.0**55)
+        micros = np.clip(
+            np.nan_to_num(np.asarray(created, np.float64)[mine] * 1e6, nan=0.0), 0, 2.0**55
+        )
         order = np.asarray(rank, np.int64)[mine] * (1 << 56) + micros.astype(np.int64)
-        ties = pl.DataFrame({"request": requests[several], "order": order, "row": mine}).sort(["request", "order", "row"])
+        ties = pl.DataFrame({"request": requests[several], "order": order, "row": mine}).sort(
+            ["request", "order", "row"]
+        )
         tied = ties["request"].to_numpy()
         rows[last & several] = ties["row"].to_numpy()[np.r_[tied[1:] != tied[:-1], True]]
     won = rows[last]
@@ -116,41 +138,58 @@ def newest(request: np.ndarray, rank: np.ndarray, created: np.ndarray, in_cache_
 
 def _prefix_expr() -> pl.Expr:
     key = pl.col("key")
-    return (pl.when(key.str.len_bytes() == 64)
-            .then(key.str.slice(0, 16).str.to_integer(base=16, dtype=pl.UInt64, strict=False))
-            .alias("prefix"))
+    return (
+        pl.when(key.str.len_bytes() == 64)
+        .then(key.str.slice(0, 16).str.to_integer(base=16, dtype=pl.UInt64, strict=False))
+        .alias("prefix")
+    )
 
 
 def _code_expr() -> pl.Expr:
     status = pl.col("status")
-    return (pl.when(status == OK).then(CODE_OK).when(status == INVALID).then(CODE_INVALID)
-            .when((status == FAILED) & (pl.col("error_kind") == FATAL)).then(CODE_FATAL)
-            .otherwise(CODE_TRANSIENT).cast(pl.UInt8).alias("code"))
+    return (
+        pl.when(status == OK)
+        .then(CODE_OK)
+        .when(status == INVALID)
+        .then(CODE_INVALID)
+        .when((status == FAILED) & (pl.col("error_kind") == FATAL))
+        .then(CODE_FATAL)
+        .otherwise(CODE_TRANSIENT)
+        .cast(pl.UInt8)
+        .alias("code")
+    )
 
 
 def index_columns(rows: pl.LazyFrame) -> pl.LazyFrame:
-    """Rows with ``key, status, error_kind, created_at`` -> ``prefix (UInt64), code (UInt8), created_at``:
-    the small form the index is built from (the hex strings are dropped as early as possible). Rows that
-    are not cache rows (no key, an unknown status: ``cache.verify.valid_rows``) are left out."""
-    odd = pl.when(_prefix_expr().is_null()).then(pl.col("key")).alias("key")  # kept only where not hex
+    """Rows with ``key, status, error_kind, created_at`` -> ``prefix (UInt64), code (UInt8),
+    created_at``: the small form the index is built from (the hex strings are dropped as early as
+    possible). Rows that are not cache rows (no key, an unknown status: ``cache.verify.valid_rows``)
+    are left out."""
+    odd = (
+        pl.when(_prefix_expr().is_null()).then(pl.col("key")).alias("key")
+    )  # kept only where not hex
     row = (pl.col("key").str.len_bytes() > 0) & pl.col("status").is_in([OK, INVALID, FAILED])
-    return rows.filter(row.fill_null(False)).select(_prefix_expr(), _code_expr(),
-                                                    pl.col("created_at").cast(pl.Float64), odd)
+    return rows.filter(row.fill_null(False)).select(
+        _prefix_expr(), _code_expr(), pl.col("created_at").cast(pl.Float64), odd
+    )
 
 
 class KeyIndex:
-    """Status code per key (``ABSENT`` when unknown). ``get`` / ``get_many`` look up, ``set`` records an
-    appended row (the newest for its key), ``from_frames`` builds the index from rows on disk."""
+    """Status code per key (``ABSENT`` when unknown). ``get`` / ``get_many`` look up, ``set``
+    records an appended row (the newest for its key), ``from_frames`` builds the index from rows on
+    disk."""
 
     def __init__(self) -> None:
-        self._keys: np.ndarray | None = None  # sorted uint64 prefixes (None: none yet, NumPy not needed)
+        self._keys: np.ndarray | None = (
+            None  # sorted uint64 prefixes (None: none yet, NumPy not needed)
+        )
         self._codes: np.ndarray | None = None  # uint8 codes beside them
         self._recent: dict[int, int] = {}
 
     @classmethod
     def from_frames(cls, frames: Sequence[pl.LazyFrame]) -> KeyIndex:
-        """Build from frames of ``index_columns`` form, in cache order; where a key has several rows the one
-        ``newest`` picks wins (its rank, then ``created_at``, then the cache order)."""
+        """Build from frames of ``index_columns`` form, in cache order; where a key has several rows
+        the one ``newest`` picks wins (its rank, then ``created_at``, then the cache order)."""
         index = cls()
         if not frames:
             return index
@@ -158,12 +197,25 @@ class KeyIndex:
         if small.height == 0:
             return index
         odd = small["prefix"].is_null()
-        if odd.any():  # keys that are not sha256 hex: hash them (hand-made keys; a few rows), in place
-            small = small.with_columns(pl.when(odd).then(pl.col("key").map_elements(prefix, return_dtype=pl.UInt64))
-                                       .otherwise(pl.col("prefix")).alias("prefix"))
-        keys = small["prefix"].cast(pl.UInt64).to_numpy().astype(np.uint64, copy=False)  # never a float array
+        if (
+            odd.any()
+        ):  # keys that are not sha256 hex: hash them (hand-made keys; a few rows), in place
+            small = small.with_columns(
+                pl.when(odd)
+                .then(pl.col("key").map_elements(prefix, return_dtype=pl.UInt64))
+                .otherwise(pl.col("prefix"))
+                .alias("prefix")
+            )
+        keys = (
+            small["prefix"].cast(pl.UInt64).to_numpy().astype(np.uint64, copy=False)
+        )  # never a float array
         codes = small["code"].to_numpy()
-        won = newest(keys, np.asarray(RANK, np.int8)[codes], small["created_at"].to_numpy(), in_cache_order=False)
+        won = newest(
+            keys,
+            np.asarray(RANK, np.int8)[codes],
+            small["created_at"].to_numpy(),
+            in_cache_order=False,
+        )
         index._keys = np.ascontiguousarray(keys[won])  # sorted: in the order of their prefixes
         index._codes = np.ascontiguousarray(codes[won])
         return index
@@ -184,7 +236,8 @@ class KeyIndex:
         return int(self._codes[i]) if i < len(keys) and keys[i] == p else ABSENT
 
     def codes(self, keys: Sequence[str]) -> list[int]:
-        """Codes of ``keys`` in the same order, as a list (``get_many``; without arrays yet, the dict alone)."""
+        """Codes of ``keys`` in the same order, as a list (``get_many``; without arrays yet, the
+        dict alone)."""
         if self._keys is None:
             recent = self._recent
             return [recent.get(prefix(k), ABSENT) for k in keys]
@@ -203,13 +256,20 @@ class KeyIndex:
         return out
 
     def set(self, key: str, code: int) -> None:
-        """Record a row appended now (the last in cache order) of status ``code``: it wins unless the key's
-        row so far outranks it (``RANK``: a transient failure never replaces a final row)."""
+        """Record a row appended now (the last in cache order) of status ``code``: it wins unless
+        the key's row so far outranks it (``RANK``: a transient failure never replaces a final
+        row)."""
         p = prefix(key)
-        if code == CODE_TRANSIENT:  # a final row wins over any row: nothing to look up (the usual row)
+        if (
+            code == CODE_TRANSIENT
+        ):  # a final row wins over any row: nothing to look up (the usual row)
             old = self._recent.get(p)
             if old is None:
-                old = int(self._lookup(np.array([p], np.uint64))[0]) if self._keys is not None else ABSENT
+                old = (
+                    int(self._lookup(np.array([p], np.uint64))[0])
+                    if self._keys is not None
+                    else ABSENT
+                )
             if RANK[old] > RANK[code]:
                 return
         self._recent[p] = code
@@ -217,7 +277,8 @@ class KeyIndex:
             self._merge()
 
     def _lookup(self, ps: np.ndarray) -> np.ndarray:
-        """Codes of the sorted arrays (not ``_recent``) for prefixes ``ps`` (uint64), ABSENT where none."""
+        """Codes of the sorted arrays (not ``_recent``) for prefixes ``ps`` (uint64), ABSENT where
+        none."""
         out = np.zeros(len(ps), np.uint8)
         if self._keys is not None and len(self._keys):
             i = self._keys.searchsorted(ps)
@@ -227,12 +288,13 @@ class KeyIndex:
         return out
 
     def update(self, newer: KeyIndex) -> bool:
-        """Fold in ``newer``, an index of rows read after this one's (``Cache.refresh``: what other processes
-        appended since), as if its rows came after this one's in cache order: per key the higher ``RANK``
-        wins, and on equal rank ``newer``'s row. False (nothing changed) when that cannot be decided without
-        the rows' ``created_at``, which the index does not keep: a key with final rows of different kinds on
-        the two sides (an ok or invalid reply, a deterministic failure: ``--retry-invalid`` /
-        ``--retry-failed`` cases); the caller then reads the index whole."""
+        """Fold in ``newer``, an index of rows read after this one's (``Cache.refresh``: what other
+        processes appended since), as if its rows came after this one's in cache order: per key the
+        higher ``RANK`` wins, and on equal rank ``newer``'s row. False (nothing changed) when that
+        cannot be decided without the rows' ``created_at``, which the index does not keep: a key
+        with final rows of different kinds on the two sides (an ok or invalid reply, a deterministic
+        failure: ``--retry-invalid`` / ``--retry-failed`` cases); the caller then reads the index
+        whole."""
         newer._merge()
         if newer._keys is None or not len(newer._keys):
             return True

@@ -1,22 +1,26 @@
-"""The key space and its parts: which shard of a run owns a request, and where a remote cache keeps it.
+"""The key space and its parts: which shard of a run owns a request, and where a remote cache keeps
+it.
 
-A request's place is the first 64 bits of its cache key (``cache.index.prefix``: the key is a sha256, so
-the bits are uniform), read as an unsigned integer ``p`` in ``[0, 2**64)``.
+A request's place is the first 64 bits of its cache key (``cache.index.prefix``: the key is a
+sha256, so the bits are uniform), read as an unsigned integer ``p`` in ``[0, 2**64)``.
 
-**Shards** (``dxi run --shard K/N``): shard K of N owns the ``p`` with ``floor(p * N / 2**64) == K``, the
-K-th of N equal, contiguous ranges of the key space (``shard_of``, ``shard_range``). Every process on
-every machine computes the same assignment; the shards are disjoint and together cover every request;
-and a shard's keys lie in one range, which is what lets a remote cache give each shard only its part.
+**Shards** (``dxi run --shard K/N``): shard K of N owns the ``p`` with
+``floor(p * N / 2**64) == K``, the K-th of N equal, contiguous ranges of the key space
+(``shard_of``, ``shard_range``). Every process on every machine computes the same assignment; the
+shards are disjoint and together cover every request; and a shard's keys lie in one range, which is
+what lets a remote cache give each shard only its part.
 
-**Nodes** (the remote cache's partitions, ``cache.remote``): the key space split by its top bits at each
-of the levels ``LEVELS`` (0, 2, 4, ... 10 bits): node ``(level, index)`` holds the keys whose top
-``level`` bits are ``index`` (a range of ``2**(64 - level)`` prefixes); level 0 is the whole key space,
-level 10 one of 1,024 parts. Each remote object lies in one node. A reader of one shard lists only the
-nodes its range meets (``nodes_meeting``: coarse levels first), so at level 10 shard K of N reads at most
-``1024 / N + 1`` parts: for N = 100, 11 or 12 of 1,024 (at most 1.17× its share of the key space); for N
-up to 1,024, at most 2×. A writer puts a small upload at a coarse level (``upload_level``: a few objects
-per upload, whatever N) and compaction moves rows to finer levels as they grow (``split_level``).
+**Nodes** (the remote cache's partitions, ``cache.remote``): the key space split by its top bits at
+each of the levels ``LEVELS`` (0, 2, 4, ... 10 bits): node ``(level, index)`` holds the keys whose
+top ``level`` bits are ``index`` (a range of ``2**(64 - level)`` prefixes); level 0 is the whole key
+space, level 10 one of 1,024 parts. Each remote object lies in one node. A reader of one shard lists
+only the nodes its range meets (``nodes_meeting``: coarse levels first), so at level 10 shard K of N
+reads at most ``1024 / N + 1`` parts: for N = 100, 11 or 12 of 1,024 (at most 1.17× its share of the
+key space); for N up to 1,024, at most 2×. A writer puts a small upload at a coarse level
+(``upload_level``: a few objects per upload, whatever N) and compaction moves rows to finer levels
+as they grow (``split_level``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +40,8 @@ def shard_of(p: int, count: int) -> int:
 
 
 def shard_range(index: int, count: int) -> tuple[int, int]:
-    """The prefixes shard ``index`` of ``count`` owns: ``[lo, hi)`` (``shard_of(p, count) == index`` exactly
-    for ``lo <= p < hi``)."""
+    """The prefixes shard ``index`` of ``count`` owns: ``[lo, hi)`` (``shard_of(p, count) == index``
+    exactly for ``lo <= p < hi``)."""
     return -((-index * SPACE) // count), -((-(index + 1) * SPACE) // count)
 
 
@@ -58,7 +62,8 @@ class Node:
 
     @property
     def path(self) -> str:
-        """Its folder under ``parts/`` on the remote: ``b10/3ff`` (the level, then the index in hex)."""
+        """Its folder under ``parts/`` on the remote: ``b10/3ff`` (the level, then the index in
+        hex)."""
         return f"b{self.level:02d}/{self.index:03x}"
 
     @property
@@ -88,8 +93,8 @@ class Node:
         return self.lo < hi and lo < self.hi
 
     def owned_by(self, lo: int, hi: int) -> bool:
-        """Whether the node's first prefix lies in ``[lo, hi)``: the process reading that range is the one
-        that compacts the node (one owner per node among the shards of a run)."""
+        """Whether the node's first prefix lies in ``[lo, hi)``: the process reading that range is
+        the one that compacts the node (one owner per node among the shards of a run)."""
         return lo <= self.lo < hi
 
 
@@ -97,8 +102,8 @@ ROOT = Node(0, 0)
 
 
 def nodes_meeting(lo: int, hi: int) -> list[list[Node]]:
-    """The nodes that hold any prefix of ``[lo, hi)``, one list per level, coarse levels first (the order a
-    reader lists them in: see ``cache.remote``)."""
+    """The nodes that hold any prefix of ``[lo, hi)``, one list per level, coarse levels first (the
+    order a reader lists them in: see ``cache.remote``)."""
     out = []
     for level in LEVELS:
         shift = 64 - level
@@ -107,9 +112,9 @@ def nodes_meeting(lo: int, hi: int) -> list[list[Node]]:
 
 
 def upload_level(count: int) -> int:
-    """The level a process that is one of ``count`` shards writes its uploads at: the coarsest with at least
-    two nodes per shard (so a shard's range meets at most a few nodes, and its reader lists a few), at
-    most ``FINEST``; a single process writes at level 0 (one object per upload)."""
+    """The level a process that is one of ``count`` shards writes its uploads at: the coarsest with
+    at least two nodes per shard (so a shard's range meets at most a few nodes, and its reader lists
+    a few), at most ``FINEST``; a single process writes at level 0 (one object per upload)."""
     if count <= 1:
         return 0
     for level in LEVELS:
@@ -119,9 +124,9 @@ def upload_level(count: int) -> int:
 
 
 def split_level(rows: int, level: int, target_rows: int) -> int:
-    """The level to write ``rows`` rows held at ``level`` at: the coarsest at or below ``level`` (and at most
-    ``FINEST``) whose nodes hold about ``target_rows`` rows or fewer each (rows spread evenly over the key
-    space)."""
+    """The level to write ``rows`` rows held at ``level`` at: the coarsest at or below ``level``
+    (and at most ``FINEST``) whose nodes hold about ``target_rows`` rows or fewer each (rows spread
+    evenly over the key space)."""
     out = level
     while out < FINEST and rows > target_rows * (1 << (out - level)):
         out += 2

@@ -1,5 +1,6 @@
-"""A remote tier for the cache: rows shared on object storage (``s3://``, ``gs://``) or a shared folder
-(``file://``), through pyarrow's filesystems, partitioned by key so that a shard reads only its part.
+"""A remote tier for the cache: rows shared on object storage (``s3://``, ``gs://``) or a shared
+folder (``file://``), through pyarrow's filesystems, partitioned by key so that a shard reads only
+its part.
 
 Layout under the URI's prefix (layout 2; ``cache.partition`` for the nodes)::
 
@@ -10,58 +11,62 @@ Layout under the URI's prefix (layout 2; ``cache.partition`` for the nodes)::
     quarantine/<stem>.*                     damaged objects moved aside, with <stem>.json saying why
     shards/<stem>.parquet, manifests/<stem>.json   layout 1 (dxi before the partitions): read, never written
 
-**Writing stays local.** Rows go to the local cache exactly as without a remote (log, flock, shard by
-rename: ``cache.store``). Each shard, once compacted, is uploaded in a background thread (``shard_written``),
-split by node at the writer's level (``partition.upload_level``: one object per upload for a single process,
-a few for one shard of N): per node its rows, their index columns, then the manifest. A reader reads only
-objects a manifest names, so it never sees a part of one (an object store's upload is whole or absent; on
-a ``file://`` folder each file is written to a temporary name and renamed). ``finish`` waits for the
-uploads, uploads whatever local shard was not (a failed upload, an earlier run's, a killed process's
-recovered log), puts back any of its own objects the remote lost or set aside (``recheck``), and compacts.
+**Writing stays local.** Rows go to the local cache exactly as without a remote (log, flock, shard
+by rename: ``cache.store``). Each shard, once compacted, is uploaded in a background thread
+(``shard_written``), split by node at the writer's level (``partition.upload_level``: one object per
+upload for a single process, a few for one shard of N): per node its rows, their index columns, then
+the manifest. A reader reads only objects a manifest names, so it never sees a part of one (an
+object store's upload is whole or absent; on a ``file://`` folder each file is written to a
+temporary name and renamed). ``finish`` waits for the uploads, uploads whatever local shard was not
+(a failed upload, an earlier run's, a killed process's recovered log), puts back any of its own
+objects the remote lost or set aside (``recheck``), and compacts.
 
-**Reading** (``pull``). A process that reads everything (scoring, ``dxi view``, export, a run that is not a
-shard) lists every node and copies each live object's rows it lacks into ``<cache-dir>/remote/shards/``.
-Shard K of N (``part``) lists only the nodes its key range meets and copies only their index columns
-(``remote/keys/``): its key index, nothing it does not own, and nothing but what says whether a request
-is cached. Nodes are listed coarse levels first, so an object a compaction moved to a finer node is seen
-in one place or the other, never in neither. Every object is checked against its manifest (size, sha256)
-and its pages against their checksums before it is read; the cache then reads the copies through the same
-functions as its own shards (``Cache._shards`` -> ``visible``; ``key_files`` for the index), so its
-integrity checks apply to them too. Objects are read in name order, so a tie between two rows of one
-request (the same ``created_at``) is broken the same way on every machine.
+**Reading** (``pull``). A process that reads everything (scoring, ``dxi view``, export, a run that
+is not a shard) lists every node and copies each live object's rows it lacks into
+``<cache-dir>/remote/shards/``. Shard K of N (``part``) lists only the nodes its key range meets and
+copies only their index columns (``remote/keys/``): its key index, nothing it does not own, and
+nothing but what says whether a request is cached. Nodes are listed coarse levels first, so an
+object a compaction moved to a finer node is seen in one place or the other, never in neither. Every
+object is checked against its manifest (size, sha256) and its pages against their checksums before
+it is read; the cache then reads the copies through the same functions as its own shards
+(``Cache._shards`` -> ``visible``; ``key_files`` for the index), so its integrity checks apply to
+them too. Objects are read in name order, so a tie between two rows of one request (the same
+``created_at``) is broken the same way on every machine.
 
 **Damage** (``quarantine``). An object whose bytes do not match its manifest (twice: once may be the
-transfer), whose listed size does not, or whose pages fail their checksums is moved to ``quarantine/``
-on the remote: copied there, then its manifest, index and rows deleted (an object store has no rename;
-two processes doing it at once both succeed). No process reads it again, its keys count as cached nowhere,
-and the next run of the shard that owns them sends them again and uploads a good copy; the process that
-uploaded it puts it back from its own local shard at its next ``finish``. A local copy found damaged is
-set aside by the cache and downloaded again at once (``refetch``, once per object and process); when the
-fresh copy is damaged too, the remote object is moved aside (``condemn``).
+transfer), whose listed size does not, or whose pages fail their checksums is moved to
+``quarantine/`` on the remote: copied there, then its manifest, index and rows deleted (an object
+store has no rename; two processes doing it at once both succeed). No process reads it again, its
+keys count as cached nowhere, and the next run of the shard that owns them sends them again and
+uploads a good copy; the process that uploaded it puts it back from its own local shard at its next
+``finish``. A local copy found damaged is set aside by the cache and downloaded again at once
+(``refetch``, once per object and process); when the fresh copy is damaged too, the remote object is
+moved aside (``condemn``).
 
 **Compaction.** Each node's objects stay few without a person: at the end of a run (``finish``), and
-during it once a node holds more than ``MAX_OBJECTS``, the process that owns a node (the shard whose range
-holds the node's first key; every node for a single process) merges the node's small objects, and every
-process merges its own uploads in the nodes it does not own. A merge larger than ``TARGET_ROWS`` is split
-into the finer nodes it covers (``partition.split_level``). ``compact`` (``dxi cache compact``) rewrites
-the whole remote that way, layout 1 included. A merged object's manifest ``replaces`` the objects it holds
-the rows of, within its node's range: a reader that sees both reads only the new one where every part of
-its range the old one held is replaced (``live``); then the old objects are deleted. Two merges of one node
-at once lose nothing but may keep copies of some rows, which scoring ignores (one row per request, newest
-first) and the next merge drops.
+during it once a node holds more than ``MAX_OBJECTS``, the process that owns a node (the shard whose
+range holds the node's first key; every node for a single process) merges the node's small objects,
+and every process merges its own uploads in the nodes it does not own. A merge larger than
+``TARGET_ROWS`` is split into the finer nodes it covers (``partition.split_level``). ``compact``
+(``dxi cache compact``) rewrites the whole remote that way, layout 1 included. A merged object's
+manifest ``replaces`` the objects it holds the rows of, within its node's range: a reader that sees
+both reads only the new one where every part of its range the old one held is replaced (``live``);
+then the old objects are deleted. Two merges of one node at once lose nothing but may keep copies of
+some rows, which scoring ignores (one row per request, newest first) and the next merge drops.
 
-Credentials come from the standard environment (S3: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
-``AWS_SESSION_TOKEN``, ``AWS_PROFILE``, instance roles; GCS: ``GOOGLE_APPLICATION_CREDENTIALS`` or the
-metadata server) and are never part of the URI (refused), of the cache, of messages or of reports. The
-S3 endpoint of an S3-compatible store (MinIO, Ceph, moto) is read from ``?endpoint=URL`` in the URI, else
-``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``, and passed explicitly: pyarrow's S3 filesystem itself
-ignores those variables (apache/arrow#49643). The region: ``?region=``, else ``AWS_REGION`` /
-``AWS_DEFAULT_REGION``.
+Credentials come from the standard environment (S3: ``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``, instance roles; GCS:
+``GOOGLE_APPLICATION_CREDENTIALS`` or the metadata server) and are never part of the URI (refused),
+of the cache, of messages or of reports. The S3 endpoint of an S3-compatible store (MinIO, Ceph,
+moto) is read from ``?endpoint=URL`` in the URI, else ``AWS_ENDPOINT_URL_S3``, else
+``AWS_ENDPOINT_URL``, and passed explicitly: pyarrow's S3 filesystem itself ignores those variables
+(apache/arrow#49643). The region: ``?region=``, else ``AWS_REGION`` / ``AWS_DEFAULT_REGION``.
 
 Why one module over 600 lines: ``Remote`` (most of it) is one object store's protocol, its
 manifests, uploads, pulls, compaction and quarantine sharing the object layout and the rule of which
 manifest is live; split by operation, each part would re-read that rule from another module.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -85,27 +90,45 @@ import pyarrow.parquet as pq
 
 from . import layout, verify
 from .index import prefixes
-from .partition import LEVELS, ROOT, SPACE, Node, covered, node_indexes, nodes_meeting, shard_range, split_level, upload_level
+from .partition import (
+    LEVELS,
+    ROOT,
+    SPACE,
+    Node,
+    covered,
+    node_indexes,
+    nodes_meeting,
+    shard_range,
+    split_level,
+    upload_level,
+)
 from .schema import INDEX_COLUMNS
 
 log = logging.getLogger("dxi.cache")
 
-MIRROR = "remote"  # <cache-dir>/remote/{shards,keys,manifests,uploaded}: the local copies of remote objects
+# <cache-dir>/remote/{shards,keys,manifests,uploaded}: the local copies of remote objects
+MIRROR = "remote"
 PARALLEL = 8  # manifests and objects fetched at once
-TARGET_ROWS = 20_000  # rows per node a merge aims at (about 14 MB of realistic rows): 10M rows reach level 10
-MAX_OBJECTS = 16  # objects in a node past which a run merges them (its owner all small ones, another its own)
+TARGET_ROWS = (
+    20_000  # rows per node a merge aims at (about 14 MB of realistic rows): 10M rows reach level 10
+)
+MAX_OBJECTS = (
+    16  # objects in a node past which a run merges them (its owner all small ones, another its own)
+)
 
 
 class RemoteError(OSError):
-    """The remote tier cannot be reached or used; the message names the URI (without credentials)."""
+    """The remote tier cannot be reached or used; the message names the URI (without
+    credentials)."""
 
 
 @dataclass(frozen=True)
 class Manifest:
-    """One remote object: its ``stem``, the size in ``bytes`` and ``sha256`` (hex) of its rows' file, its
-    ``rows``, the stems of the objects whose rows it holds within its node (``replaces``: empty for an
-    upload, the merged objects for a compacted one), its ``node`` (None: layout 1, the whole key space) and
-    the size and sha256 of its index file (``keys_bytes``, ``keys_sha256``; layout 2 only)."""
+    """One remote object: its ``stem``, the size in ``bytes`` and ``sha256`` (hex) of its rows'
+    file, its ``rows``, the stems of the objects whose rows it holds within its node (``replaces``:
+    empty for an upload, the merged objects for a compacted one), its ``node`` (None: layout 1, the
+    whole key space) and the size and sha256 of its index file (``keys_bytes``, ``keys_sha256``;
+    layout 2 only)."""
 
     stem: str
     bytes: int
@@ -117,10 +140,20 @@ class Manifest:
     keys_sha256: str | None = None
 
     def to_json(self) -> bytes:
-        doc = {"shard": f"{self.stem}.parquet", "bytes": self.bytes, "sha256": self.sha256, "rows": self.rows,
-               "replaces": list(self.replaces), "version": 1}
+        doc = {
+            "shard": f"{self.stem}.parquet",
+            "bytes": self.bytes,
+            "sha256": self.sha256,
+            "rows": self.rows,
+            "replaces": list(self.replaces),
+            "version": 1,
+        }
         if self.node is not None:
-            doc |= {"node": self.node.path, "keys": {"bytes": self.keys_bytes, "sha256": self.keys_sha256}, "version": 2}
+            doc |= {
+                "node": self.node.path,
+                "keys": {"bytes": self.keys_bytes, "sha256": self.keys_sha256},
+                "version": 2,
+            }
         return orjson.dumps(doc)
 
     @classmethod
@@ -132,9 +165,16 @@ class Manifest:
         node = keys = None
         if doc.get("node") is not None:
             node, keys = Node.parse(str(doc["node"])), doc["keys"]
-        return cls(shard[: -len(".parquet")], int(doc["bytes"]), str(doc["sha256"]), int(doc["rows"]),
-                   tuple(str(s) for s in doc.get("replaces") or ()), node,
-                   None if keys is None else int(keys["bytes"]), None if keys is None else str(keys["sha256"]))
+        return cls(
+            shard[: -len(".parquet")],
+            int(doc["bytes"]),
+            str(doc["sha256"]),
+            int(doc["rows"]),
+            tuple(str(s) for s in doc.get("replaces") or ()),
+            node,
+            None if keys is None else int(keys["bytes"]),
+            None if keys is None else str(keys["sha256"]),
+        )
 
     @property
     def span(self) -> tuple[int, int]:
@@ -149,14 +189,19 @@ class Manifest:
     def path(self, kind: str = "rows") -> str:
         """Its object's path under the prefix: ``kind`` "rows", "keys" or "manifest"."""
         if self.node is None:
-            return f"manifests/{self.stem}.json" if kind == "manifest" else f"shards/{self.stem}.parquet"
+            return (
+                f"manifests/{self.stem}.json"
+                if kind == "manifest"
+                else f"shards/{self.stem}.parquet"
+            )
         suffix = {"rows": ".parquet", "keys": ".keys.parquet", "manifest": ".json"}[kind]
         return f"parts/{self.node.path}/{self.stem}{suffix}"
 
 
 def live(manifests: dict[str, Manifest], lo: int = 0, hi: int = SPACE) -> dict[str, Manifest]:
-    """The manifests a reader of key range ``[lo, hi)`` reads: those meeting the range, less those whose part
-    of the range is covered by the nodes of manifests that replace them (a merge's pieces)."""
+    """The manifests a reader of key range ``[lo, hi)`` reads: those meeting the range, less those
+    whose part of the range is covered by the nodes of manifests that replace them (a merge's
+    pieces)."""
     replacing: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for m in manifests.values():
         for stem in m.replaces:
@@ -176,43 +221,64 @@ def display(uri: str) -> str:
 
 
 def open_uri(uri: str, env: dict[str, str] | None = None) -> tuple[pafs.FileSystem, str]:
-    """``(filesystem, base path)`` for ``s3://bucket/prefix``, ``gs://bucket/prefix`` or ``file:///dir``
-    (see the module docstring for endpoints and credentials). Raises RemoteError for another scheme or
-    credentials written into the URI."""
+    """``(filesystem, base path)`` for ``s3://bucket/prefix``, ``gs://bucket/prefix`` or
+    ``file:///dir`` (see the module docstring for endpoints and credentials). Raises RemoteError for
+    another scheme or credentials written into the URI."""
     env = dict(os.environ) if env is None else env
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
     if "@" in parts.netloc:
-        raise RemoteError(f"--cache-remote {scheme}://...: credentials do not belong in the URI; give them in the "
-                          "environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS)")
+        raise RemoteError(
+            f"--cache-remote {scheme}://...: credentials do not belong in the URI; give them in the "
+            "environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS)"
+        )
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     path = unquote(parts.path).strip("/")
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
-            raise RemoteError(f"--cache-remote {uri}: a file:// URI names a folder on this machine (file:///dir)")
+            raise RemoteError(
+                f"--cache-remote {uri}: a file:// URI names a folder on this machine (file:///dir)"
+            )
         return pafs.LocalFileSystem(), "/" + path
     if scheme in ("s3", "gs", "gcs"):
         if not parts.netloc:
-            raise RemoteError(f"--cache-remote {display(uri)}: name the bucket ({scheme}://BUCKET/PREFIX)")
+            raise RemoteError(
+                f"--cache-remote {display(uri)}: name the bucket ({scheme}://BUCKET/PREFIX)"
+            )
         base = f"{parts.netloc}/{path}".rstrip("/")
     else:
-        raise RemoteError(f"--cache-remote {display(uri)}: unknown scheme {scheme!r}; use s3://, gs:// or file://")
+        raise RemoteError(
+            f"--cache-remote {display(uri)}: unknown scheme {scheme!r}; use s3://, gs:// or file://"
+        )
     if scheme == "s3":
-        endpoint = query.get("endpoint") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-        options: dict = {"region": query.get("region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-                         or "us-east-1", "connect_timeout": 10.0, "request_timeout": 60.0}
+        endpoint = (
+            query.get("endpoint") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+        )
+        options: dict = {
+            "region": query.get("region")
+            or env.get("AWS_REGION")
+            or env.get("AWS_DEFAULT_REGION")
+            or "us-east-1",
+            "connect_timeout": 10.0,
+            "request_timeout": 60.0,
+        }
         if endpoint:
             ep = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
             options |= {"endpoint_override": ep.netloc, "scheme": ep.scheme or "https"}
         return pafs.S3FileSystem(**options), base
-    return pafs.GcsFileSystem(**({"endpoint_override": query["endpoint"], "scheme": "http"}
-                                 if "endpoint" in query else {})), base
+    return pafs.GcsFileSystem(
+        **(
+            {"endpoint_override": query["endpoint"], "scheme": "http"}
+            if "endpoint" in query
+            else {}
+        )
+    ), base
 
 
 @dataclass
 class Listing:
-    """What one listing of the remote found: the ``manifests`` (by stem), the ``sizes`` of the objects
-    listed (by path under the prefix), and the ``nodes`` listed (None: all of them)."""
+    """What one listing of the remote found: the ``manifests`` (by stem), the ``sizes`` of the
+    objects listed (by path under the prefix), and the ``nodes`` listed (None: all of them)."""
 
     manifests: dict[str, Manifest]
     sizes: dict[str, int]
@@ -220,12 +286,14 @@ class Listing:
 
 
 def local_stem(stem: str) -> str:
-    """The local shard an uploaded object came from: its stem up to the node tag (``<shard>.p08-03f``)."""
+    """The local shard an uploaded object came from: its stem up to the node tag
+    (``<shard>.p08-03f``)."""
     return stem.split(".", 1)[0]
 
 
 def _parquet(table: pa.Table, keys: bool = False) -> bytes:
-    """``table`` as the bytes of a rows file (the flat shard layout) or, with ``keys``, of an index file."""
+    """``table`` as the bytes of a rows file (the flat shard layout) or, with ``keys``, of an index
+    file."""
     sink = pa.BufferOutputStream()
     if keys:
         pq.write_table(table.select(INDEX_COLUMNS), sink, **layout.WRITE_OPTIONS)
@@ -239,7 +307,8 @@ def _sha(data: bytes) -> str:
 
 
 def _by_node(table: pa.Table, level: int) -> list[tuple[Node, pa.Table]]:
-    """``table``'s rows split by their node at ``level``, in node order (each part keeps the rows' order)."""
+    """``table``'s rows split by their node at ``level``, in node order (each part keeps the rows'
+    order)."""
     if level == 0 or not table.num_rows:
         return [(ROOT, table)] if table.num_rows else []
     import numpy as np
@@ -255,14 +324,15 @@ def _by_node(table: pa.Table, level: int) -> list[tuple[Node, pa.Table]]:
 class Remote:
     """The remote tier at ``uri`` for the local cache at ``root`` (see the module docstring).
 
-    ``part``: ``(K, N)`` when this process is shard K of N (it reads only its key range, index columns
-    only, and uploads at ``partition.upload_level(N)``); None: it reads everything. ``mirror_root``: where
-    copies go (default ``<root>/remote``; ``dxi view``: its own folder).
+    ``part``: ``(K, N)`` when this process is shard K of N (it reads only its key range, index
+    columns only, and uploads at ``partition.upload_level(N)``); None: it reads everything.
+    ``mirror_root``: where copies go (default ``<root>/remote``; ``dxi view``: its own folder).
 
-    ``pull()`` brings the remote's objects here; ``visible(local_shards)`` is what the cache scans and
-    ``key_files()`` what only its key index reads; ``shard_written(path)`` uploads a new local shard in the
-    background; ``finish()`` waits for the uploads, uploads what is still missing, compacts, and returns the
-    shards not uploaded (empty when all is done). ``warnings`` lists what went wrong (also logged)."""
+    ``pull()`` brings the remote's objects here; ``visible(local_shards)`` is what the cache scans
+    and ``key_files()`` what only its key index reads; ``shard_written(path)`` uploads a new local
+    shard in the background; ``finish()`` waits for the uploads, uploads what is still missing,
+    compacts, and returns the shards not uploaded (empty when all is done). ``warnings`` lists what
+    went wrong (also logged)."""
 
     uri: str
     root: Path
@@ -283,7 +353,9 @@ class Remote:
         self._pending: list[Future] = []
         self._failed: list[str] = []
         self._mirrored: dict[str, Manifest] | None = None  # the manifests held here
-        self._refetched: set[str] = set()  # stems whose damaged local copy was downloaded again (once each)
+        self._refetched: set[str] = (
+            set()
+        )  # stems whose damaged local copy was downloaded again (once each)
         self._mine: set[str] = set()  # objects this process uploaded or wrote by merging
         self.uploaded = 0  # local shards this process uploaded
         self.downloaded = 0
@@ -307,8 +379,8 @@ class Remote:
         log.warning(message)
 
     def _put(self, path: str, data: bytes) -> None:
-        """Write ``data`` at ``path`` (under the prefix) whole or not at all: an object store's upload is
-        atomic; on a local folder it is written to a temporary name and renamed."""
+        """Write ``data`` at ``path`` (under the prefix) whole or not at all: an object store's
+        upload is atomic; on a local folder it is written to a temporary name and renamed."""
         path = self._remote(path)
         if isinstance(self.fs, pafs.LocalFileSystem):
             self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
@@ -326,8 +398,8 @@ class Remote:
             out.write(data)
 
     def _get(self, path: str) -> bytes:
-        # a random-access file read whole: one ranged GET (a stream reads in small parts, one request each:
-        # measured 60 times slower for a 40 MB shard)
+        # a random-access file read whole: one ranged GET (a stream reads in small parts, one
+        # request each: measured 60 times slower for a 40 MB shard)
         self.requests += 1
         with self.fs.open_input_file(self._remote(path)) as f:
             data = f.read()
@@ -340,20 +412,27 @@ class Remote:
 
     # ---- start-up checks ---------------------------------------------------------------------
     def check(self, writable: bool = False) -> None:
-        """Raise RemoteError (naming the URI) unless the remote's bucket (or, on ``file://``, the folder
-        holding the cache's folder) exists and can be listed, and with ``writable`` unless an object can be
-        written and deleted there: called before a run sends anything, so that a missing bucket or refused
-        credentials stop it at once rather than when its first upload fails."""
-        top = self.base.split("/", 1)[0] if not isinstance(self.fs, pafs.LocalFileSystem) else \
-            str(Path(self.base).parent)
+        """Raise RemoteError (naming the URI) unless the remote's bucket (or, on ``file://``, the
+        folder holding the cache's folder) exists and can be listed, and with ``writable`` unless an
+        object can be written and deleted there: called before a run sends anything, so that a
+        missing bucket or refused credentials stop it at once rather than when its first upload
+        fails."""
+        top = (
+            self.base.split("/", 1)[0]
+            if not isinstance(self.fs, pafs.LocalFileSystem)
+            else str(Path(self.base).parent)
+        )
         try:
             info = self.fs.get_file_info(top)
         except (OSError, pa.ArrowException):
-            info = None  # (credentials allowed on the prefix only may not see the bucket: the listing decides)
+            # (credentials allowed on the prefix only may not see the bucket: the listing decides)
+            info = None
         if info is not None and info.type == pafs.FileType.NotFound:
             what = "the bucket" if not isinstance(self.fs, pafs.LocalFileSystem) else "the folder"
             raise RemoteError(f"{what} {top} of {self.name} does not exist")
-        self._files("parts")  # RemoteError when it cannot be listed (refused credentials, not a folder)
+        self._files(
+            "parts"
+        )  # RemoteError when it cannot be listed (refused credentials, not a folder)
         if writable:
             probe = f"probes/{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             try:
@@ -366,16 +445,21 @@ class Remote:
     def _files(self, path: str, recursive: bool = False) -> list[pafs.FileInfo]:
         self.requests += 1
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(self._remote(path), allow_not_found=True, recursive=recursive))
+            infos = self.fs.get_file_info(
+                pafs.FileSelector(self._remote(path), allow_not_found=True, recursive=recursive)
+            )
         except (OSError, pa.ArrowException) as exc:
             raise RemoteError(f"cannot list {self.name}/{path}: {exc}") from None
-        return [i for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith(".")]
+        return [
+            i for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith(".")
+        ]
 
     def listing(self, nodes: list[list[Node]] | None = None) -> Listing:
-        """Every manifest of the remote (``nodes`` None), or those of layout 1 and of ``nodes`` (lists of one
-        level each, listed coarse levels first), with the sizes of the objects beside them. Manifests held
-        here are not fetched again (one never changes under its name); unreadable ones are skipped with a
-        warning. Raises RemoteError when the remote cannot be listed."""
+        """Every manifest of the remote (``nodes`` None), or those of layout 1 and of ``nodes``
+        (lists of one level each, listed coarse levels first), with the sizes of the objects beside
+        them. Manifests held here are not fetched again (one never changes under its name);
+        unreadable ones are skipped with a warning. Raises RemoteError when the remote cannot be
+        listed."""
         start = len(self.base) + 1 if self.base else 0
         files: list[pafs.FileInfo] = self._files("manifests") + self._files("shards")
         if nodes is None:
@@ -392,26 +476,34 @@ class Remote:
             if not path.endswith(".json"):
                 continue
             if path.startswith("manifests/"):
-                wanted.append((path[len("manifests/"): -len(".json")], None))
+                wanted.append((path[len("manifests/") : -len(".json")], None))
             elif path.startswith("parts/"):
-                folder, _, name = path[len("parts/"):].rpartition("/")
+                folder, _, name = path[len("parts/") :].rpartition("/")
                 with contextlib.suppress(ValueError):
                     wanted.append((name[: -len(".json")], Node.parse(folder)))
         known = self._mirror_manifests()
-        out = {stem: known[stem] for stem, node in wanted if stem in known and known[stem].node == node}
+        out = {
+            stem: known[stem] for stem, node in wanted if stem in known and known[stem].node == node
+        }
 
         def fetch(item: tuple[str, Node | None]) -> Manifest | None:
             stem, node = item
-            path = f"parts/{node.path}/{stem}.json" if node is not None else f"manifests/{stem}.json"
+            path = (
+                f"parts/{node.path}/{stem}.json" if node is not None else f"manifests/{stem}.json"
+            )
             try:
                 m = Manifest.from_json(self._get(path))
             except FileNotFoundError:
                 return None  # deleted by a compaction meanwhile
             except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
-                self._warn(f"cache: remote manifest {self.name}/{path} is unreadable ({exc}); skipped")
+                self._warn(
+                    f"cache: remote manifest {self.name}/{path} is unreadable ({exc}); skipped"
+                )
                 return None
             if m.stem != stem or m.node != node:
-                self._warn(f"cache: remote manifest {self.name}/{path} names another object ({m.path()}); skipped")
+                self._warn(
+                    f"cache: remote manifest {self.name}/{path} names another object ({m.path()}); skipped"
+                )
                 return None
             return m
 
@@ -431,8 +523,8 @@ class Remote:
         return nodes_meeting(*self.range) if self.keys_only else None
 
     def _sized(self, m: Manifest, sizes: dict[str, int]) -> str | None:
-        """Why the listed sizes of ``m``'s objects do not match its manifest (None when they do); it starts
-        with "missing" when an object is not there at all."""
+        """Why the listed sizes of ``m``'s objects do not match its manifest (None when they do); it
+        starts with "missing" when an object is not there at all."""
         got = sizes.get(m.path("rows"))
         if got is None:
             return "missing: its rows are not there"
@@ -441,13 +533,17 @@ class Remote:
         if m.node is not None:
             got = sizes.get(m.path("keys"))
             if got != m.keys_bytes:
-                return "missing: its index file is not there" if got is None else \
-                    f"its index file is {got} bytes, its manifest says {m.keys_bytes}"
+                return (
+                    "missing: its index file is not there"
+                    if got is None
+                    else f"its index file is {got} bytes, its manifest says {m.keys_bytes}"
+                )
         return None
 
     # ---- reading ------------------------------------------------------------------------------
     def _held(self, m: Manifest) -> Path | None:
-        """This cache's copy of ``m`` that this process reads (its rows, or in a shard its index), if any."""
+        """This cache's copy of ``m`` that this process reads (its rows, or in a shard its index),
+        if any."""
         for folder in ("keys", "shards") if self.keys_only else ("shards",):
             path = self.mirror / folder / f"{m.stem}.parquet"
             if path.exists():
@@ -455,12 +551,15 @@ class Remote:
         return None
 
     def _prepare_mirror(self) -> None:
-        """Create the mirror's folders; if they hold another remote's copies (``source`` names the remote they
-        came from), empty them first, with a warning: copies, manifests and upload records describe one remote."""
+        """Create the mirror's folders; if they hold another remote's copies (``source`` names the
+        remote they came from), empty them first, with a warning: copies, manifests and upload
+        records describe one remote."""
         source = self.mirror / "source"
         with contextlib.suppress(FileNotFoundError):
             if source.read_text() != self.name:
-                self._warn(f"cache: {self.mirror} held the copies of {source.read_text()}; emptied for {self.name}")
+                self._warn(
+                    f"cache: {self.mirror} held the copies of {source.read_text()}; emptied for {self.name}"
+                )
                 for sub in ("shards", "keys", "manifests", "uploaded"):
                     shutil.rmtree(self.mirror / sub, ignore_errors=True)
                 source.unlink()
@@ -472,11 +571,12 @@ class Remote:
         self._remove_abandoned()
 
     def pull(self) -> int:
-        """Copy every live object this process reads (see the module docstring) that the local cache lacks,
-        each checked against its manifest and its page checksums (a damaged one is moved aside on the
-        remote: ``quarantine``); drop copies the remote no longer has (merged, or moved aside). Returns the
-        number of objects downloaded. An object deleted meanwhile (a merge) makes it list again, up to three
-        times. Raises RemoteError when the remote cannot be listed."""
+        """Copy every live object this process reads (see the module docstring) that the local cache
+        lacks, each checked against its manifest and its page checksums (a damaged one is moved
+        aside on the remote: ``quarantine``); drop copies the remote no longer has (merged, or moved
+        aside). Returns the number of objects downloaded. An object deleted meanwhile (a merge)
+        makes it list again, up to three times. Raises RemoteError when the remote cannot be
+        listed."""
         self._prepare_mirror()
         own = {p.stem for p in self._local_shards()}
         fetched = 0
@@ -506,16 +606,21 @@ class Remote:
                 break
         self._prune(listing, current)
         if self.keys_only and (old := [m for m in current.values() if m.node is None]):
-            self._warn(f"cache: {len(old)} object(s) of {self.name} ({sum(m.rows for m in old):,} rows) have the layout "
-                       "before key partitions and are read whole by every shard; `dxi cache compact --cache-remote` "
-                       "moves them into the partitions")
+            self._warn(
+                f"cache: {len(old)} object(s) of {self.name} ({sum(m.rows for m in old):,} rows) have the layout "
+                "before key partitions and are read whole by every shard; `dxi cache compact --cache-remote` "
+                "moves them into the partitions"
+            )
         self.downloaded += fetched
         return fetched
 
     def _prune(self, listing: Listing, current: dict[str, Manifest]) -> None:
-        """Drop the copies (and manifests) of objects in the nodes listed that are no longer live there."""
+        """Drop the copies (and manifests) of objects in the nodes listed that are no longer live
+        there."""
         for stem, m in list(self._mirror_manifests().items()):
-            if stem in current or (m.node is not None and listing.nodes is not None and m.node not in listing.nodes):
+            if stem in current or (
+                m.node is not None and listing.nodes is not None and m.node not in listing.nodes
+            ):
                 continue
             if m.node is not None and not m.place.meets(*self.range):
                 continue
@@ -526,9 +631,14 @@ class Remote:
         self._mirrored = None
 
     def _fetch(self, m: Manifest, kind: str) -> bytes | str:
-        """``m``'s rows (``kind`` "rows") or index ("keys") checked against its manifest: the bytes, or
-        "gone" (deleted meanwhile), "failed" (could not be read; warned) or "damaged" (moved aside)."""
-        size, sha = (m.bytes, m.sha256) if kind == "rows" or m.node is None else (m.keys_bytes, m.keys_sha256)
+        """``m``'s rows (``kind`` "rows") or index ("keys") checked against its manifest: the bytes,
+        or "gone" (deleted meanwhile), "failed" (could not be read; warned) or "damaged" (moved
+        aside)."""
+        size, sha = (
+            (m.bytes, m.sha256)
+            if kind == "rows" or m.node is None
+            else (m.keys_bytes, m.keys_sha256)
+        )
         path = m.path(kind)
         for _ in range(2):  # a mismatch once may be the transfer's: fetched again before judging
             try:
@@ -536,7 +646,9 @@ class Remote:
             except FileNotFoundError:
                 return "gone"
             except (OSError, pa.ArrowException) as exc:
-                self._warn(f"cache: could not download {self.name}/{path} ({exc}); its rows are not read this time")
+                self._warn(
+                    f"cache: could not download {self.name}/{path} ({exc}); its rows are not read this time"
+                )
                 return "failed"
             if len(data) == size and _sha(data) == sha:
                 return data
@@ -544,10 +656,10 @@ class Remote:
         return "damaged"
 
     def _download(self, m: Manifest, folder: str | None = None) -> str:
-        """Fetch one object into the mirror's ``folder`` (default: "keys" in a shard, else "shards"): its index
-        file into keys/ (a layout-1 object's rows, whole), its rows into shards/; "ok", "gone", "failed" or
-        "damaged" (its pages failed their checksums, or it does not match its manifest: moved aside on the
-        remote)."""
+        """Fetch one object into the mirror's ``folder`` (default: "keys" in a shard, else
+        "shards"): its index file into keys/ (a layout-1 object's rows, whole), its rows into
+        shards/; "ok", "gone", "failed" or "damaged" (its pages failed their checksums, or it does
+        not match its manifest: moved aside on the remote)."""
         folder = folder or ("keys" if self.keys_only else "shards")
         kind = "keys" if folder == "keys" and m.node is not None else "rows"
         data = self._fetch(m, kind)
@@ -568,16 +680,21 @@ class Remote:
 
     def is_copy(self, path: Path) -> bool:
         """Whether ``path`` is this cache's copy of a remote object (its manifest held here)."""
-        return path.parent in (self.mirror / "shards", self.mirror / "keys") and path.stem in self._mirror_manifests()
+        return (
+            path.parent in (self.mirror / "shards", self.mirror / "keys")
+            and path.stem in self._mirror_manifests()
+        )
 
     def can_refetch(self, shard: Path) -> bool:
-        """Whether ``shard`` is a copy of a remote object not yet downloaded again by this process."""
+        """Whether ``shard`` is a copy of a remote object not yet downloaded again by this
+        process."""
         return self.is_copy(shard) and shard.stem not in self._refetched
 
     def refetch(self, shard: Path) -> bool:
-        """Download the remote object ``shard`` is a copy of again (its damaged copy was set aside by the
-        cache), checked against its manifest: True when a fresh copy is in place. Once per object and process
-        (``can_refetch``); a copy damaged again is for ``condemn``. A failed download is warned about."""
+        """Download the remote object ``shard`` is a copy of again (its damaged copy was set aside
+        by the cache), checked against its manifest: True when a fresh copy is in place. Once per
+        object and process (``can_refetch``); a copy damaged again is for ``condemn``. A failed
+        download is warned about."""
         if not self.can_refetch(shard):
             return False
         self._refetched.add(shard.stem)
@@ -587,11 +704,15 @@ class Remote:
         return True
 
     def condemn(self, shard: Path, why: str) -> None:
-        """The copy ``shard``, fetched again by this process (``refetch``), was damaged again: the remote object
-        is damaged in a way its sha256 and checksums did not show; move it aside there (``quarantine``), so
-        no process reads it again. Nothing for a copy not fetched again."""
+        """The copy ``shard``, fetched again by this process (``refetch``), was damaged again: the
+        remote object is damaged in a way its sha256 and checksums did not show; move it aside there
+        (``quarantine``), so no process reads it again. Nothing for a copy not fetched again."""
         m = self._mirror_manifests().get(shard.stem)
-        if m is not None and shard.stem in self._refetched and local_stem(m.stem) not in {p.stem for p in self._local_shards()}:
+        if (
+            m is not None
+            and shard.stem in self._refetched
+            and local_stem(m.stem) not in {p.stem for p in self._local_shards()}
+        ):
             self.quarantine(m, f"a fresh copy is damaged too ({why})")
 
     def _keep_manifest(self, m: Manifest) -> None:
@@ -601,11 +722,15 @@ class Remote:
             tmp = path.with_name(f".{m.stem}.{uuid.uuid4().hex[:8]}.tmp")
             tmp.write_bytes(m.to_json())
             os.replace(tmp, path)
-            self._mirrored = None  # read again when next needed (never changed in place: readers hold the old one)
+            # read again when next needed (never changed in place: readers hold the old one)
+            self._mirrored = None
 
     def _remove_abandoned(self) -> None:
-        for tmp in [*self.mirror.glob("shards/.*.tmp"), *self.mirror.glob("keys/.*.tmp"),
-                    *self.mirror.glob("manifests/.*.tmp")]:
+        for tmp in [
+            *self.mirror.glob("shards/.*.tmp"),
+            *self.mirror.glob("keys/.*.tmp"),
+            *self.mirror.glob("manifests/.*.tmp"),
+        ]:
             with contextlib.suppress(FileNotFoundError):
                 if time.time() - tmp.stat().st_mtime > 60:
                     tmp.unlink()
@@ -621,8 +746,8 @@ class Remote:
         return self._mirrored
 
     def _copies(self, folders: tuple[str, ...], own: set[str]) -> list[Path]:
-        """The copies held in ``folders`` of the live objects this process reads, less those of ``own`` local
-        shards (their rows are read from the shards), in name order."""
+        """The copies held in ``folders`` of the live objects this process reads, less those of
+        ``own`` local shards (their rows are read from the shards), in name order."""
         current = live(self._mirror_manifests(), *self.range)
         out = []
         for stem in current:
@@ -636,63 +761,98 @@ class Remote:
         return sorted(out, key=lambda p: p.name)
 
     def visible(self, local: list[Path]) -> list[Path]:
-        """The shards the cache scans: ``local`` ones and, for a process that reads everything, the copies of
-        the remote's live objects held here, in name order (local and remote alike). A shard scans only its
-        local shards: it holds only the index of the remote's rows (``key_files``)."""
+        """The shards the cache scans: ``local`` ones and, for a process that reads everything, the
+        copies of the remote's live objects held here, in name order (local and remote alike). A
+        shard scans only its local shards: it holds only the index of the remote's rows
+        (``key_files``)."""
         if self.keys_only:
             return list(local)
         shards = list(local) + self._copies(("shards",), {p.stem for p in local})
         return sorted(shards, key=lambda p: p.name)
 
     def key_files(self, local: list[Path]) -> list[Path]:
-        """The files whose index columns a shard's key index also reads: its copies of the index of the live
-        objects in its range (or their rows, when held), in name order. Empty for a process that reads
-        everything (``visible`` has them)."""
+        """The files whose index columns a shard's key index also reads: its copies of the index of
+        the live objects in its range (or their rows, when held), in name order. Empty for a process
+        that reads everything (``visible`` has them)."""
         return self._copies(("keys", "shards"), {p.stem for p in local}) if self.keys_only else []
 
     # ---- damage -------------------------------------------------------------------------------
     def quarantine(self, m: Manifest, why: str) -> None:
-        """Move ``m``'s objects aside on the remote: each copied under ``quarantine/`` with a record of why,
-        then its manifest, index and rows deleted (manifest first: readers stop seeing it at once). Safe
-        beside other processes doing the same (both succeed) and beside readers (a reader that listed it
-        finds it gone and lists again). Its local copies here are dropped. Failures are warned about."""
+        """Move ``m``'s objects aside on the remote: each copied under ``quarantine/`` with a record
+        of why, then its manifest, index and rows deleted (manifest first: readers stop seeing it at
+        once). Safe beside other processes doing the same (both succeed) and beside readers (a
+        reader that listed it finds it gone and lists again). Its local copies here are dropped.
+        Failures are warned about."""
         names = [m.path("rows")] + ([m.path("keys")] if m.node is not None else [])
         try:
-            if isinstance(self.fs, pafs.LocalFileSystem):  # a folder must exist before a file is copied into
-                # it (an object store has none): without it the copy failed as "not found" and was taken
-                # for an object moved aside meanwhile, so the object was deleted, not moved (issue 32)
+            if isinstance(
+                self.fs, pafs.LocalFileSystem
+            ):  # a folder must exist before a file is copied into
+                # it (an object store has none): without it the copy failed as "not found" and was
+                # taken for an object moved aside meanwhile, so the object was deleted, not moved
+                # (issue 32)
                 self.fs.create_dir(self._remote("quarantine"), recursive=True)
             for path in names:
-                with contextlib.suppress(FileNotFoundError):  # the object gone: moved aside by another process
-                    self.fs.copy_file(self._remote(path), self._remote("quarantine", path.rsplit("/", 1)[-1]))
-            self._put(f"quarantine/{m.stem}.json", orjson.dumps({"manifest": orjson.loads(m.to_json()), "reason": why,
-                                                                 "at": time.time(), "by": socket.gethostname()}))
+                with contextlib.suppress(
+                    FileNotFoundError
+                ):  # the object gone: moved aside by another process
+                    self.fs.copy_file(
+                        self._remote(path), self._remote("quarantine", path.rsplit("/", 1)[-1])
+                    )
+            self._put(
+                f"quarantine/{m.stem}.json",
+                orjson.dumps(
+                    {
+                        "manifest": orjson.loads(m.to_json()),
+                        "reason": why,
+                        "at": time.time(),
+                        "by": socket.gethostname(),
+                    }
+                ),
+            )
             self._delete(m.path("manifest"))
             for path in names:
                 self._delete(path)
         except (OSError, pa.ArrowException) as exc:
-            self._warn(f"cache: {self.name}/{m.path()} is damaged ({why}) and could not be moved aside ({exc}); "
-                       "it is not read here")
+            self._warn(
+                f"cache: {self.name}/{m.path()} is damaged ({why}) and could not be moved aside ({exc}); "
+                "it is not read here"
+            )
             return
         for folder in ("shards", "keys"):
             (self.mirror / folder / f"{m.stem}.parquet").unlink(missing_ok=True)
         if local_stem(m.stem) not in {p.stem for p in self._local_shards()}:
             (self.mirror / "manifests" / f"{m.stem}.json").unlink(missing_ok=True)
         self._mirrored = None
-        self._warn(f"cache: {self.name}/{m.path()} is damaged ({why}); moved to {self.name}/quarantine/. Its requests "
-                   "count as not cached: the next run of the shard that owns them sends them again")
+        self._warn(
+            f"cache: {self.name}/{m.path()} is damaged ({why}); moved to {self.name}/quarantine/. Its requests "
+            "count as not cached: the next run of the shard that owns them sends them again"
+        )
 
     def _quarantined(self) -> set[str]:
-        """The stems moved aside whose record is still in ``quarantine/`` (not yet put back by their uploader)."""
-        return {i.base_name[: -len(".json")] for i in self._files("quarantine") if i.base_name.endswith(".json")}
+        """The stems moved aside whose record is still in ``quarantine/`` (not yet put back by their
+        uploader)."""
+        return {
+            i.base_name[: -len(".json")]
+            for i in self._files("quarantine")
+            if i.base_name.endswith(".json")
+        }
 
     # ---- writing ------------------------------------------------------------------------------
-    def _put_object(self, node: Node, stem: str, table: pa.Table, replaces: tuple[str, ...] = (),
-                    data: bytes | None = None) -> Manifest:
-        """Upload ``table`` (rows of ``node``) as object ``stem``: rows (``data``: the bytes of a flat shard file
-        holding exactly them, else written here), index, then manifest."""
+    def _put_object(
+        self,
+        node: Node,
+        stem: str,
+        table: pa.Table,
+        replaces: tuple[str, ...] = (),
+        data: bytes | None = None,
+    ) -> Manifest:
+        """Upload ``table`` (rows of ``node``) as object ``stem``: rows (``data``: the bytes of a
+        flat shard file holding exactly them, else written here), index, then manifest."""
         data, keys = data if data is not None else _parquet(table), _parquet(table, keys=True)
-        m = Manifest(stem, len(data), _sha(data), table.num_rows, replaces, node, len(keys), _sha(keys))
+        m = Manifest(
+            stem, len(data), _sha(data), table.num_rows, replaces, node, len(keys), _sha(keys)
+        )
         self._put(m.path("rows"), data)
         self._put(m.path("keys"), keys)
         self._put(m.path("manifest"), m.to_json())
@@ -701,38 +861,51 @@ class Remote:
         return m
 
     def _read_local(self, shard: Path) -> pa.Table:
-        """A local shard's rows, pages verified (RemoteError for a damaged one: never uploaded, as every
-        reader would set it aside)."""
+        """A local shard's rows, pages verified (RemoteError for a damaged one: never uploaded, as
+        every reader would set it aside)."""
         try:
             return pq.read_table(shard, page_checksum_verification=True)
         except FileNotFoundError:
             raise
         except Exception as exc:
             if verify.is_damage(exc):
-                raise RemoteError(f"{shard} is damaged ({type(exc).__name__}: {exc}); not uploaded") from None
+                raise RemoteError(
+                    f"{shard} is damaged ({type(exc).__name__}: {exc}); not uploaded"
+                ) from None
             raise
 
     def upload(self, shard: Path) -> list[Manifest]:
-        """Upload one local shard, split by node at this process's level (idempotent: the same names hold the
-        same rows), and record its objects in ``remote/uploaded/``. Raises OSError / ArrowException when the
-        remote refuses, and RemoteError for a shard whose pages fail their checksums (never uploaded)."""
+        """Upload one local shard, split by node at this process's level (idempotent: the same names
+        hold the same rows), and record its objects in ``remote/uploaded/``. Raises OSError /
+        ArrowException when the remote refuses, and RemoteError for a shard whose pages fail their
+        checksums (never uploaded)."""
         if (damage := verify.page_checksums(shard)) is not None:
-            raise RemoteError(f"{shard} is damaged ({type(damage).__name__}: {damage}); not uploaded")
-        pieces = [self._put_object(node, f"{shard.stem}.{node.tag}", part, data=data)
-                  for node, (part, data) in self._pieces(shard, self.level).items()]
+            raise RemoteError(
+                f"{shard} is damaged ({type(damage).__name__}: {damage}); not uploaded"
+            )
+        pieces = [
+            self._put_object(node, f"{shard.stem}.{node.tag}", part, data=data)
+            for node, (part, data) in self._pieces(shard, self.level).items()
+        ]
         self._write_record(shard.stem, pieces)
         self.uploaded += 1
         return pieces
 
     def _pieces(self, shard: Path, level: int) -> dict[Node, tuple[pa.Table, bytes | None]]:
-        """A local shard's rows split by node at ``level``: per node its rows and, when one node holds them
-        all and the shard is flat, the shard's own bytes (uploaded as they are, not written again)."""
+        """A local shard's rows split by node at ``level``: per node its rows and, when one node
+        holds them all and the shard is flat, the shard's own bytes (uploaded as they are, not
+        written again)."""
         parts = _by_node(self._read_local(shard), level)
-        whole = shard.read_bytes() if len(parts) == 1 and layout.layout_of(shard) == layout.FLAT_LAYOUT else None
+        whole = (
+            shard.read_bytes()
+            if len(parts) == 1 and layout.layout_of(shard) == layout.FLAT_LAYOUT
+            else None
+        )
         return {node: (part, whole) for node, part in parts}
 
     def _write_record(self, stem: str, pieces: list[Manifest]) -> None:
-        """Record (or rewrite) the objects the local shard ``stem`` was uploaded as (``remote/uploaded/``)."""
+        """Record (or rewrite) the objects the local shard ``stem`` was uploaded as
+        (``remote/uploaded/``)."""
         record = self.mirror / "uploaded" / f"{stem}.json"
         record.parent.mkdir(parents=True, exist_ok=True)
         tmp = record.with_name(f".{stem}.{uuid.uuid4().hex[:8]}.tmp")
@@ -740,10 +913,13 @@ class Remote:
         os.replace(tmp, record)
 
     def _record(self, stem: str) -> list[Manifest] | None:
-        """The objects the local shard ``stem`` was uploaded as (None: not uploaded by this layout)."""
+        """The objects the local shard ``stem`` was uploaded as (None: not uploaded by this
+        layout)."""
         try:
-            return [Manifest.from_json(orjson.dumps(doc)) for doc in
-                    orjson.loads((self.mirror / "uploaded" / f"{stem}.json").read_bytes())]
+            return [
+                Manifest.from_json(orjson.dumps(doc))
+                for doc in orjson.loads((self.mirror / "uploaded" / f"{stem}.json").read_bytes())
+            ]
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
@@ -754,17 +930,21 @@ class Remote:
             return self.upload(shard)
         except FileNotFoundError:
             pass  # moved to quarantine meanwhile
-        except RemoteError as exc:  # damaged here: set aside when the cache is read, its requests sent again
+        except (
+            RemoteError
+        ) as exc:  # damaged here: set aside when the cache is read, its requests sent again
             self._warn(f"cache: {exc}")
         except (OSError, pa.ArrowException) as exc:
             self._failed.append(shard.name)
-            self._warn(f"cache: could not upload {shard.name} to {self.name} ({exc}); it stays in the local cache "
-                       "and the next run uploads it")
+            self._warn(
+                f"cache: could not upload {shard.name} to {self.name} ({exc}); it stays in the local cache "
+                "and the next run uploads it"
+            )
         return []
 
     def shard_written(self, shard: Path) -> None:
-        """A shard was renamed into place in the local cache: upload it in the background (then merge a node
-        that passed ``MAX_OBJECTS``)."""
+        """A shard was renamed into place in the local cache: upload it in the background (then
+        merge a node that passed ``MAX_OBJECTS``)."""
         if self._uploader is None:
             self._uploader = ThreadPoolExecutor(1, thread_name_prefix="dxi-upload")
         self._pending = [f for f in self._pending if not f.done()]
@@ -776,12 +956,15 @@ class Remote:
             try:
                 self.self_compact([[m.node for m in pieces if m.node is not None]], final=False)
             except (OSError, pa.ArrowException) as exc:
-                self._warn(f"cache: merging objects on {self.name} failed ({exc}); left for a later run")
+                self._warn(
+                    f"cache: merging objects on {self.name} failed ({exc}); left for a later run"
+                )
 
     def finish(self) -> list[str]:
-        """Wait for the background uploads; upload every local shard not yet uploaded; put back those of its
-        objects the remote lost or moved aside (``recheck``); then merge (``self_compact``). Returns the names
-        of the shards not uploaded (empty: all done); the reasons are in ``warnings``."""
+        """Wait for the background uploads; upload every local shard not yet uploaded; put back
+        those of its objects the remote lost or moved aside (``recheck``); then merge
+        (``self_compact``). Returns the names of the shards not uploaded (empty: all done); the
+        reasons are in ``warnings``."""
         if self._uploader is not None:
             self._uploader.shutdown(wait=True)
             self._uploader = None
@@ -793,7 +976,9 @@ class Remote:
         except RemoteError as exc:
             self._warn(f"cache: {exc}")
             return [p.name for p in self._local_shards()]
-        old = set(listing.manifests) | {s for m in listing.manifests.values() if m.node is None for s in m.replaces}
+        old = set(listing.manifests) | {
+            s for m in listing.manifests.values() if m.node is None for s in m.replaces
+        }
         for shard in self._local_shards():
             record = self._record(shard.stem)
             if record is None:
@@ -804,20 +989,26 @@ class Remote:
         try:
             self.self_compact(self._reading(), final=True)
         except (OSError, pa.ArrowException) as exc:
-            self._warn(f"cache: merging objects on {self.name} failed ({exc}); left for a later run")
+            self._warn(
+                f"cache: merging objects on {self.name} failed ({exc}); left for a later run"
+            )
         return sorted(set(self._failed))
 
-    def recheck(self, shard: Path, record: list[Manifest], listing: Listing, quarantined: set[str]) -> None:
-        """Put back, under a new name, those of ``shard``'s uploaded objects (``record``) the remote lost or set
-        aside: one listed whose sizes do not match its manifest (moved aside first), one moved to
-        ``quarantine/`` (its record there is then deleted), one gone whose keys no live object holds. One gone
-        whose keys another object holds was merged: it leaves the record (never checked again)."""
+    def recheck(
+        self, shard: Path, record: list[Manifest], listing: Listing, quarantined: set[str]
+    ) -> None:
+        """Put back, under a new name, those of ``shard``'s uploaded objects (``record``) the remote
+        lost or set aside: one listed whose sizes do not match its manifest (moved aside first), one
+        moved to ``quarantine/`` (its record there is then deleted), one gone whose keys no live
+        object holds. One gone whose keys another object holds was merged: it leaves the record
+        (never checked again)."""
         redo, merged = [], set()
         rows: dict[Node, tuple[pa.Table, bytes | None]] | None = None
         try:
             for m in record:
                 if listing.nodes is not None and m.node not in listing.nodes:
-                    continue  # not listed here (the shard's range changed): left to a process that reads it
+                    # not listed here (the shard's range changed): left to a process that reads it
+                    continue
                 if m.stem in listing.manifests:
                     if (why := self._sized(m, listing.sizes)) is not None:
                         self.quarantine(m, why)
@@ -835,27 +1026,35 @@ class Remote:
             for m in redo:
                 if rows is None:
                     rows = self._pieces(shard, m.node.level)
-                if m.node in rows:  # under a new name: an object never changes under its name (readers hold manifests)
+                if (
+                    m.node in rows
+                ):  # under a new name: an object never changes under its name (readers hold manifests)
                     stem = f"{m.stem.split('.r', 1)[0]}.r{uuid.uuid4().hex[:8]}"
                     again = self._put_object(m.node, stem, rows[m.node][0], data=rows[m.node][1])
                     record = [again if r.stem == m.stem else r for r in record]
                     self._delete(f"quarantine/{m.stem}.json")
-                    self._warn(f"cache: {self.name}/{m.path()} was missing or damaged; uploaded again from {shard} "
-                               f"as {again.path()}")
+                    self._warn(
+                        f"cache: {self.name}/{m.path()} was missing or damaged; uploaded again from {shard} "
+                        f"as {again.path()}"
+                    )
         except RemoteError as exc:
             self._warn(f"cache: {exc}")
         except (OSError, pa.ArrowException) as exc:
             self._failed.append(shard.name)
-            self._warn(f"cache: could not upload {shard.name} again to {self.name} ({exc}); the next run tries again")
+            self._warn(
+                f"cache: could not upload {shard.name} again to {self.name} ({exc}); the next run tries again"
+            )
         if merged or redo:
             self._write_record(shard.stem, [m for m in record if m.stem not in merged])
 
     def _held_elsewhere(self, rows: pa.Table, m: Manifest, listing: Listing) -> bool:
-        """Whether every key of ``rows`` (``m``'s, gone from the remote) is in a live object listed in its node
-        (read from the copies held here, or their index files fetched)."""
+        """Whether every key of ``rows`` (``m``'s, gone from the remote) is in a live object listed
+        in its node (read from the copies held here, or their index files fetched)."""
         want = set(prefixes(rows["key"].to_pylist()).tolist())
         for other in sorted(live(listing.manifests, *m.span).values(), key=lambda o: o.stem):
-            copies = (self.mirror / folder / f"{other.stem}.parquet" for folder in ("shards", "keys"))
+            copies = (
+                self.mirror / folder / f"{other.stem}.parquet" for folder in ("shards", "keys")
+            )
             path = next((p for p in copies if p.exists()), None)
             if path is not None:
                 keys = pq.read_table(path, columns=["key"])["key"]
@@ -870,11 +1069,13 @@ class Remote:
         return not want
 
     # ---- compaction ---------------------------------------------------------------------------
-    def self_compact(self, nodes: list[list[Node]] | None, final: bool, target_rows: int = TARGET_ROWS) -> int:
-        """Merge, in the nodes listed (``nodes``; None: all), the small objects of each node this process owns
-        (``Node.owned_by`` its range) and its own uploads in the others: at the end of a run (``final``) where
-        there are two or more, during it where a node holds more than ``MAX_OBJECTS``. Returns the objects
-        merged."""
+    def self_compact(
+        self, nodes: list[list[Node]] | None, final: bool, target_rows: int = TARGET_ROWS
+    ) -> int:
+        """Merge, in the nodes listed (``nodes``; None: all), the small objects of each node this
+        process owns (``Node.owned_by`` its range) and its own uploads in the others: at the end of
+        a run (``final``) where there are two or more, during it where a node holds more than
+        ``MAX_OBJECTS``. Returns the objects merged."""
         listing = self.listing(nodes)
         groups: dict[Node, list[Manifest]] = defaultdict(list)
         for m in live(listing.manifests, *self.range).values():
@@ -892,11 +1093,11 @@ class Remote:
         return merged
 
     def compact(self, target_rows: int = TARGET_ROWS, min_shards: int = 2) -> tuple[int, int]:
-        """Rewrite the whole remote as ``self_compact`` leaves a node, every node and every object (layout 1
-        included, moved into the partitions): per node, coarse levels first, its objects merged and split into
-        the finer nodes their rows fill (``target_rows`` a node). Returns (objects merged, objects written).
-        Idempotent: a node holding one object at its level (and fewer than ``min_shards`` small ones) is left
-        as it is."""
+        """Rewrite the whole remote as ``self_compact`` leaves a node, every node and every object
+        (layout 1 included, moved into the partitions): per node, coarse levels first, its objects
+        merged and split into the finer nodes their rows fill (``target_rows`` a node). Returns
+        (objects merged, objects written). Idempotent: a node holding one object at its level (and
+        fewer than ``min_shards`` small ones) is left as it is."""
         self._remove_stale_uploads()
         listing = self.listing()
         groups: dict[Node, list[Manifest]] = defaultdict(list)
@@ -907,7 +1108,11 @@ class Remote:
             for node in sorted(n for n in list(groups) if n.level == level):
                 group = groups.pop(node)
                 out = split_level(sum(m.rows for m in group), node.level, target_rows)
-                if len(group) < min_shards and out == node.level and all(m.node is not None for m in group):
+                if (
+                    len(group) < min_shards
+                    and out == node.level
+                    and all(m.node is not None for m in group)
+                ):
                     continue
                 new = self._merge(node, group, target_rows)
                 if new is None:
@@ -920,23 +1125,27 @@ class Remote:
         return merged, written
 
     def _merge(self, node: Node, group: list[Manifest], target_rows: int) -> list[Manifest] | None:
-        """Merge ``group`` (objects of ``node``) into new objects at the level their rows call for, then delete
-        them. Each is read checked against its manifest and its checksums (a damaged one is moved aside and
-        left out); returns the new objects, or None when one was gone (merged by another process meanwhile:
-        nothing was written)."""
+        """Merge ``group`` (objects of ``node``) into new objects at the level their rows call for,
+        then delete them. Each is read checked against its manifest and its checksums (a damaged one
+        is moved aside and left out); returns the new objects, or None when one was gone (merged by
+        another process meanwhile: nothing was written)."""
         group = sorted(group, key=lambda m: m.stem)
         level = split_level(sum(m.rows for m in group), node.level, target_rows)
         work = self.root / f".remote-merge-{uuid.uuid4().hex[:8]}"
         kept: list[Manifest] = []
         try:
-            for n, m in enumerate(group):  # each object's rows split by node into files on disk: one object in memory
+            for n, m in enumerate(
+                group
+            ):  # each object's rows split by node into files on disk: one object in memory
                 data = self._fetch(m, "rows")
                 if data == "gone":
                     return None
                 if isinstance(data, str):
                     continue
                 try:
-                    table = layout.to_shard(pq.read_table(pa.BufferReader(data), page_checksum_verification=True))
+                    table = layout.to_shard(
+                        pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
+                    )
                 except Exception as exc:
                     if not verify.is_damage(exc):
                         raise
@@ -953,11 +1162,15 @@ class Remote:
             new = []
             for folder in sorted(work.iterdir()) if work.exists() else []:
                 sub = Node.from_tag(folder.name)
-                table = _dedupe(pa.concat_tables([pq.read_table(p) for p in sorted(folder.iterdir())]))
+                table = _dedupe(
+                    pa.concat_tables([pq.read_table(p) for p in sorted(folder.iterdir())])
+                )
                 new.append(self._put_object(sub, f"{name}.{sub.tag}", table, stems))
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        for m in kept:  # manifests first: a reader never finds a manifest without its objects for long
+        for (
+            m
+        ) in kept:  # manifests first: a reader never finds a manifest without its objects for long
             self._delete(m.path("manifest"))
         for m in kept:
             self._delete(m.path("rows"))
@@ -966,8 +1179,8 @@ class Remote:
         return new
 
     def _remove_stale_uploads(self, age_s: float = 3600) -> None:
-        """On a ``file://`` remote: delete temporary files a killed upload left (older than ``age_s``). An
-        object store keeps no part of an upload that did not complete."""
+        """On a ``file://`` remote: delete temporary files a killed upload left (older than
+        ``age_s``). An object store keeps no part of an upload that did not complete."""
         if not isinstance(self.fs, pafs.LocalFileSystem):
             return
         for path in Path(self.base).rglob(".*.tmp"):
@@ -977,8 +1190,13 @@ class Remote:
 
 
 def _dedupe(table: pa.Table) -> pa.Table:
-    """``table`` less exact copies of a row (same key and created_at: a row held twice), first kept."""
+    """``table`` less exact copies of a row (same key and created_at: a row held twice), first
+    kept."""
     import polars as pl
 
     frame = pl.from_arrow(table)
-    return frame.unique(subset=["key", "created_at"], keep="first", maintain_order=True).to_arrow().cast(table.schema)
+    return (
+        frame.unique(subset=["key", "created_at"], keep="first", maintain_order=True)
+        .to_arrow()
+        .cast(table.schema)
+    )

@@ -1,25 +1,29 @@
 """What the cache checks when it reads: page checksums of shards, and the form of every logged row.
 
-Shards are written with a CRC-32 of every page (``cache.layout.WRITE_OPTIONS``: the ``crc`` field of each Parquet page
-header). Polars, which reads the shards, cannot verify those checksums, so before a shard is read its
-pages are verified here (``Verifier``): the page headers are walked straight from the file (a compact
-Thrift struct before each page) and each page's bytes checked against its CRC with zlib, about a
-gigabyte a second. A shard is judged damaged only when pyarrow's own verified read (``check``:
-``page_checksum_verification``) fails too, so a quirk of this walk can never set an intact shard aside.
-Each shard is verified once per ``Verifier`` (one per open cache: shards are immutable once in place):
-the columns the key index reads when it loads, every column before the first scan.
+Shards are written with a CRC-32 of every page (``cache.layout.WRITE_OPTIONS``: the ``crc`` field of
+each Parquet page header). Polars, which reads the shards, cannot verify those checksums, so before
+a shard is read its pages are verified here (``Verifier``): the page headers are walked straight
+from the file (a compact Thrift struct before each page) and each page's bytes checked against its
+CRC with zlib, about a gigabyte a second. A shard is judged damaged only when pyarrow's own verified
+read (``check``: ``page_checksum_verification``) fails too, so a quirk of this walk can never set an
+intact shard aside. Each shard is verified once per ``Verifier`` (one per open cache: shards are
+immutable once in place): the columns the key index reads when it loads, every column before the
+first scan.
 
-What a failed read means is ``is_damage(exc)``: only what reading damaged bytes raises — a page that fails its
-checksum here, pyarrow's reader errors (``ArrowException``, and the bare ``OSError`` without an errno its
-Parquet reader raises for bad bytes), Polars' decoding errors (``ComputeError``, ``InvalidOperationError``:
-"parquet: File out of specification", an unreadable ``ARROW:schema``) and its ``PanicException`` (a Rust
-panic, which derives from ``BaseException``). Anything else (a bug in a query, a missing column, a
-``KeyError``, a file that cannot be opened: ``PermissionError``, ``FileNotFoundError``, a full memory) is not
-damage: it propagates unchanged and sets nothing aside. ``except damaged()`` catches the candidate types.
+What a failed read means is ``is_damage(exc)``: only what reading damaged bytes raises — a page that
+fails its checksum here, pyarrow's reader errors (``ArrowException``, and the bare ``OSError``
+without an errno its Parquet reader raises for bad bytes), Polars' decoding errors
+(``ComputeError``, ``InvalidOperationError``: "parquet: File out of specification", an unreadable
+``ARROW:schema``) and its ``PanicException`` (a Rust panic, which derives from ``BaseException``).
+Anything else (a bug in a query, a missing column, a ``KeyError``, a file that cannot be opened:
+``PermissionError``, ``FileNotFoundError``, a full memory) is not damage: it propagates unchanged
+and sets nothing aside. ``except damaged()`` catches the candidate types.
 
-``valid_rows`` checks rows read from a write-ahead log against the schema: a line can be valid JSON and
-still not a row (``{}``, ``[1, 2, 3]``, a row without its key); those are dropped, never indexed or scored.
+``valid_rows`` checks rows read from a write-ahead log against the schema: a line can be valid JSON
+and still not a row (``{}``, ``[1, 2, 3]``, a row without its key); those are dropped, never indexed
+or scored.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -45,16 +49,23 @@ layout = LazyModule("dxi.cache.layout")  # PyArrow and NumPy: imported when a sh
 
 @cache
 def damaged() -> tuple[type[BaseException], ...]:
-    """The exception types reading a damaged shard may raise (``except damaged()``; then ``is_damage``
-    decides): see above."""
-    return (_Damaged, pa.ArrowException, OSError, pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError,
-            pl.exceptions.PanicException)
+    """The exception types reading a damaged shard may raise (``except damaged()``; then
+    ``is_damage`` decides): see above."""
+    return (
+        _Damaged,
+        pa.ArrowException,
+        OSError,
+        pl.exceptions.ComputeError,
+        pl.exceptions.InvalidOperationError,
+        pl.exceptions.PanicException,
+    )
 
 
 def is_damage(exc: BaseException) -> bool:
     """Whether ``exc``, raised while reading a shard, says its bytes are damaged (see above): one of
-    ``damaged()``, and an ``OSError`` only when it is pyarrow's bare ``OSError`` without an errno (its
-    subclasses, such as ``PermissionError`` or ``FileNotFoundError``, and system errors are not damage)."""
+    ``damaged()``, and an ``OSError`` only when it is pyarrow's bare ``OSError`` without an errno
+    (its subclasses, such as ``PermissionError`` or ``FileNotFoundError``, and system errors are not
+    damage)."""
     if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowException):
         return type(exc) is OSError and exc.errno is None
     return isinstance(exc, damaged())
@@ -66,17 +77,22 @@ __all__ = ["Verifier", "check", "damaged", "is_damage", "page_checksums", "scan"
 
 
 def scan(shards: Sequence[Path]) -> pl.LazyFrame:
-    """The shards (verified first: ``Verifier``) as one Polars LazyFrame in the cache's logical shape,
-    whatever their layout (``cache.layout.scan``; a column an older shard lacks reads as nulls)."""
+    """The shards (verified first: ``Verifier``) as one Polars LazyFrame in the cache's logical
+    shape, whatever their layout (``cache.layout.scan``; a column an older shard lacks reads as
+    nulls)."""
     return layout.scan(shards)
 
 
 def check(shard: Path, columns: Sequence[str] | None = None) -> BaseException | None:
-    """Read one shard whole (or ``columns`` of it) with pyarrow, page checksums verified, and with Polars:
-    None when both read it, else the damage one of them found (a checksum, a panic: ``is_damage``). Any
-    other error (the file cannot be opened, memory runs out) propagates."""
+    """Read one shard whole (or ``columns`` of it) with pyarrow, page checksums verified, and with
+    Polars: None when both read it, else the damage one of them found (a checksum, a panic:
+    ``is_damage``). Any other error (the file cannot be opened, memory runs out) propagates."""
     try:
-        pq.read_table(shard, columns=list(columns) if columns is not None else None, page_checksum_verification=True)
+        pq.read_table(
+            shard,
+            columns=list(columns) if columns is not None else None,
+            page_checksum_verification=True,
+        )
         scan([shard]).select(list(columns) if columns is not None else pl.all()).collect()
     except damaged() as exc:
         if is_damage(exc):
@@ -92,14 +108,16 @@ class Verifier:
         self._done: dict[Path, frozenset[str] | None] = {}  # shard -> columns verified (None: all)
 
     def forget(self, shard: Path) -> None:
-        """``shard`` was rewritten under its name (``dxi cache compact``): its pages are verified again."""
+        """``shard`` was rewritten under its name (``dxi cache compact``): its pages are verified
+        again."""
         self._done.pop(shard, None)
 
-    def damaged(self, shards: Sequence[Path], columns: Sequence[str] | None = None
-                ) -> list[tuple[Path, BaseException]]:
-        """The shards among ``shards`` whose pages of ``columns`` (None: all) fail their checksums (or
-        cannot be read) and whose verified read (``check``) fails too, with the error; the rest are
-        recorded as verified."""
+    def damaged(
+        self, shards: Sequence[Path], columns: Sequence[str] | None = None
+    ) -> list[tuple[Path, BaseException]]:
+        """The shards among ``shards`` whose pages of ``columns`` (None: all) fail their checksums
+        (or cannot be read) and whose verified read (``check``) fails too, with the error; the rest
+        are recorded as verified."""
         wanted = None if columns is None else frozenset(columns)
         out = []
         for shard in shards:
@@ -118,9 +136,9 @@ class Verifier:
 
 
 def page_checksums(shard: Path, columns: frozenset[str] | None = None) -> BaseException | None:
-    """Verify every page of ``columns`` (top-level names; None: every column) of ``shard`` against its
-    CRC-32, reading the page headers from the file: None when each page that has a checksum matches it
-    (a page written without one cannot be checked), else the problem found."""
+    """Verify every page of ``columns`` (top-level names; None: every column) of ``shard`` against
+    its CRC-32, reading the page headers from the file: None when each page that has a checksum
+    matches it (a page written without one cannot be checked), else the problem found."""
     try:
         meta = pq.read_metadata(shard)
         buf = shard.read_bytes()
@@ -131,14 +149,21 @@ def page_checksums(shard: Path, columns: frozenset[str] | None = None) -> BaseEx
                 chunk = group.column(c)
                 if columns is None or chunk.path_in_schema.split(".", 1)[0] in columns:
                     _check_chunk(buf, view, chunk)
-    except (*damaged(), IndexError, RecursionError) as exc:  # a page header running past the file's end
+    except (
+        *damaged(),
+        IndexError,
+        RecursionError,
+    ) as exc:  # a page header running past the file's end
         return exc
     return None
 
 
 def _check_chunk(buf: bytes, view: memoryview, chunk: pq.ColumnChunkMetaData) -> None:
-    start = (chunk.dictionary_page_offset if chunk.has_dictionary_page and chunk.dictionary_page_offset
-             else chunk.data_page_offset)
+    start = (
+        chunk.dictionary_page_offset
+        if chunk.has_dictionary_page and chunk.dictionary_page_offset
+        else chunk.data_page_offset
+    )
     end = start + chunk.total_compressed_size
     if start < 4 or end > len(buf) - 8:
         raise _Damaged(f"column {chunk.path_in_schema}: its pages lie outside the file")
@@ -147,15 +172,20 @@ def _check_chunk(buf: bytes, view: memoryview, chunk: pq.ColumnChunkMetaData) ->
         pos, fields = _struct(buf, pos, (3, 4))  # PageHeader: 3 compressed_page_size, 4 crc
         size = fields.get(3)
         if size is None or size < 0 or pos + size > end:
-            raise _Damaged(f"column {chunk.path_in_schema}: a page header at byte {pos} does not fit its column chunk")
+            raise _Damaged(
+                f"column {chunk.path_in_schema}: a page header at byte {pos} does not fit its column chunk"
+            )
         crc = fields.get(4)
-        if crc is not None and zlib.crc32(view[pos:pos + size]) != crc & 0xFFFFFFFF:
-            raise _Damaged(f"column {chunk.path_in_schema}: the page at byte {pos} does not match its CRC-32 checksum")
+        if crc is not None and zlib.crc32(view[pos : pos + size]) != crc & 0xFFFFFFFF:
+            raise _Damaged(
+                f"column {chunk.path_in_schema}: the page at byte {pos} does not match its CRC-32 checksum"
+            )
         pos += size
 
 
 class _Damaged(Exception):
-    """A page header that cannot be parsed, a page that runs past its column chunk, or a CRC mismatch."""
+    """A page header that cannot be parsed, a page that runs past its column chunk, or a CRC
+    mismatch."""
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -211,8 +241,8 @@ def _skip(buf: bytes, pos: int, kind: int) -> int:
 
 
 def _struct(buf: bytes, pos: int, wanted: tuple[int, ...] = ()) -> tuple[int, dict[int, int]]:
-    """Read one compact-protocol struct at ``pos``: (position after it, its i32 fields whose ids are in
-    ``wanted``); every other field is skipped."""
+    """Read one compact-protocol struct at ``pos``: (position after it, its i32 fields whose ids are
+    in ``wanted``); every other field is skipped."""
     found: dict[int, int] = {}
     field_id = 0
     while True:
@@ -234,13 +264,18 @@ def _struct(buf: bytes, pos: int, wanted: tuple[int, ...] = ()) -> tuple[int, di
 
 
 def valid_rows(table: pa.Table) -> tuple[pa.Table, list[int]]:
-    """The rows of ``table`` (read from a log, ``SCHEMA``) that are cache rows, and the 0-based positions
-    of those that are not: a row needs a ``key`` (a string of visible characters: a sha256 in hex, as
-    ``adapters.Request.key`` makes them, or a hand-made key in tests), a known ``status`` (ok, invalid,
-    failed) and, when it has one, a known ``error_kind`` (transient, fatal)."""
+    """The rows of ``table`` (read from a log, ``SCHEMA``) that are cache rows, and the 0-based
+    positions of those that are not: a row needs a ``key`` (a string of visible characters: a sha256
+    in hex, as ``adapters.Request.key`` makes them, or a hand-made key in tests), a known ``status``
+    (ok, invalid, failed) and, when it has one, a known ``error_kind`` (transient, fatal)."""
     key, status, kind = table["key"], table["status"], table["error_kind"]
-    good = pc.and_kleene(pc.match_substring_regex(key, r"^\S+$"), pc.is_in(status, value_set=pa.array(STATUSES)))
-    good = pc.and_(pc.fill_null(good, False), pc.or_(pc.is_null(kind), pc.is_in(kind, value_set=pa.array(ERROR_KINDS))))
+    good = pc.and_kleene(
+        pc.match_substring_regex(key, r"^\S+$"), pc.is_in(status, value_set=pa.array(STATUSES))
+    )
+    good = pc.and_(
+        pc.fill_null(good, False),
+        pc.or_(pc.is_null(kind), pc.is_in(kind, value_set=pa.array(ERROR_KINDS))),
+    )
     good = pc.fill_null(good, False)
     if pc.all(good).as_py() is not False:
         return table, []

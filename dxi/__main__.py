@@ -1,10 +1,10 @@
 """The ``dxi`` command (``python -m dxi`` too): signals taken first, then the command line.
 
-This module imports nothing heavy, so that a Ctrl-C (or SIGTERM) that comes while the command line and
-what it needs are still being imported stops ``dxi`` as one anywhere else does: one line, exit 130 (143),
-no traceback from inside an import: the first thing it does, before importing anything else, is to make
-SIGINT and SIGTERM end the process at once with that line (``_early``); ``command`` then hands them to
-``runner.signals``, which stops cleanly.
+This module imports nothing heavy, so that a Ctrl-C (or SIGTERM) that comes while the command line
+and what it needs are still being imported stops ``dxi`` as one anywhere else does: one line, exit
+130 (143), no traceback from inside an import: the first thing it does, before importing anything
+else, is to make SIGINT and SIGTERM end the process at once with that line (``_early``); ``command``
+then hands them to ``runner.signals``, which stops cleanly.
 
 Before this module runs nothing of dxi's can act, so the ``dxi`` script ``make install`` writes
 starts the interpreter with SIGINT and SIGTERM blocked (``env --block-signal``, GNU coreutils 9 and
@@ -13,6 +13,7 @@ finder: the first ~30 ms) is held until this module has installed ``_early`` and
 one that comes before ``env`` has blocked them ends the process by the signal itself (no output; a
 shell reports 130, or 143). Installed otherwise (pip, uv, an ``env`` without ``--block-signal``), a
 signal while ``site`` runs may still end the interpreter with its own traceback."""
+
 from __future__ import annotations
 
 import os
@@ -21,14 +22,17 @@ import sys
 
 
 def _early(signum: int, frame: object) -> None:
-    """SIGINT or SIGTERM while ``dxi`` is still importing its command line: nothing is planned, sent or
-    written yet, so one line on standard error and exit 130 (143 for SIGTERM) at once."""
+    """SIGINT or SIGTERM while ``dxi`` is still importing its command line: nothing is planned, sent
+    or written yet, so one line on standard error and exit 130 (143 for SIGTERM) at once."""
     name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
     os.write(2, f"Interrupted ({name}).\n".encode())
     os._exit(128 + signum)
 
 
-for _signum in (signal.SIGINT, signal.SIGTERM):  # an ignored SIGINT (a script's background job) taken back too
+for _signum in (
+    signal.SIGINT,
+    signal.SIGTERM,
+):  # an ignored SIGINT (a script's background job) taken back too
     signal.signal(_signum, _early)
 # the `dxi` script make install writes starts Python with both blocked (GNU env's --block-signal): a
 # signal that came while the interpreter started (its own modules, site, the editable install's
@@ -37,17 +41,18 @@ signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def command() -> None:
-    """The ``dxi`` command: ``runner.signals.take_signals``, ``runner.cli.main`` on ``sys.argv``, then exit
-    without tearing the interpreter down.
+    """The ``dxi`` command: ``runner.signals.take_signals``, ``runner.cli.main`` on ``sys.argv``,
+    then exit without tearing the interpreter down.
 
-    A ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM) that reaches here, from an import, planning or scoring
-    (``dxi run`` handles its own during the run), prints "Interrupted." on standard error and exits 130
-    (SIGINT) or 143 (SIGTERM). Once ``main`` has returned, every output is written and the cache is
-    closed; the exit handlers run (logging's flush, the thread pools' joins) after the other threads have
-    ended, standard output and error are flushed, and the process ends with ``os._exit``: freeing every
-    module and object one by one (Polars, PyArrow, the frames) would take ~60 ms of the tail after the last
-    reply, for nothing (issue 14). An unexpected error outside ``main`` (``main`` handles its own) prints
-    one line, writes its trace to a file (``runner.crash``) and exits 70."""
+    A ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM) that reaches here, from an import, planning or
+    scoring (``dxi run`` handles its own during the run), prints "Interrupted." on standard error
+    and exits 130 (SIGINT) or 143 (SIGTERM). Once ``main`` has returned, every output is written and
+    the cache is closed; the exit handlers run (logging's flush, the thread pools' joins) after the
+    other threads have ended, standard output and error are flushed, and the process ends with
+    ``os._exit``: freeing every module and object one by one (Polars, PyArrow, the frames) would
+    take ~60 ms of the tail after the last reply, for nothing (issue 14). An unexpected error
+    outside ``main`` (``main`` handles its own) prints one line, writes its trace to a file
+    (``runner.crash``) and exits 70."""
     from dxi.runner import signals  # a signal until take_signals: _early, one line and exit at once
 
     try:
@@ -72,8 +77,8 @@ def command() -> None:
     import threading
 
     signals.exit_at_once(code)  # from here a signal ends dxi at once: nothing is left to save
-    # the interpreter's own exit sequence, less the teardown: the thread pools are told to stop and every
-    # non-daemon thread is joined (threading._shutdown), then the exit handlers run
+    # the interpreter's own exit sequence, less the teardown: the thread pools are told to stop and
+    # every non-daemon thread is joined (threading._shutdown), then the exit handlers run
     shutdown = getattr(threading, "_shutdown", None)
     if shutdown is not None:
         shutdown()

@@ -1,13 +1,15 @@
 """The four evaluations of the Decision Index, read from local files as streams of tasks.
 
-``discover(data_dir)`` finds each evaluation's file under a data directory (or takes explicit paths),
-``Suite`` streams their tasks with exclusion lists and a per-evaluation limit applied, and reports the
-``data`` block of summary.json (each file, its sha256 and row count).
+``discover(data_dir)`` finds each evaluation's file under a data directory (or takes explicit
+paths), ``Suite`` streams their tasks with exclusion lists and a per-evaluation limit applied, and
+reports the ``data`` block of summary.json (each file, its sha256 and row count).
 
-Prompt version: ``PROMPT_VERSION`` names how states and questions are rendered (the loaders' state and
-question texts, and each adapter's request rendering). It is part of every cache key and recorded in
-summary.json; change it whenever a rendering changes, so old cache rows are never mixed in.
+Prompt version: ``PROMPT_VERSION`` names how states and questions are rendered (the loaders' state
+and question texts, and each adapter's request rendering). It is part of every cache key and
+recorded in summary.json; change it whenever a rendering changes, so old cache rows are never mixed
+in.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,44 +32,84 @@ if TYPE_CHECKING:
 log = logging.getLogger("dxi.data")
 _warned: set[tuple[str, tuple[Path, ...]]] = set()  # each ambiguity is reported once per process
 
-__all__ = ["EVALS", "PROMPT_VERSION", "DataFile", "DatasetError", "EvalData", "Exclusions", "Option",
-           "Question", "Suite", "Task", "CHOICE", "YES_NO", "discover", "gold_frames"]
+__all__ = [
+    "EVALS",
+    "PROMPT_VERSION",
+    "DataFile",
+    "DatasetError",
+    "EvalData",
+    "Exclusions",
+    "Option",
+    "Question",
+    "Suite",
+    "Task",
+    "CHOICE",
+    "YES_NO",
+    "discover",
+    "gold_frames",
+]
 
 PROMPT_VERSION = "dxi-prompt-1"
 
 
 @dataclass(frozen=True, slots=True)
 class EvalSpec:
-    """How to find and read one evaluation: ``patterns`` are globs under the data directory, best first."""
+    """How to find and read one evaluation: ``patterns`` are globs under the data directory, best
+    first."""
 
     name: str
     title: str
     patterns: tuple[str, ...]
     load: Callable[..., Iterator[Task]]
     flag: str  # the command line's option naming its file: --<flag> FILE
-    numbered: Callable[..., Iterator[tuple[int, Task]]]  # (row number, Task): for ``Suite.validate``
+    numbered: Callable[
+        ..., Iterator[tuple[int, Task]]
+    ]  # (row number, Task): for ``Suite.validate``
     id_field: str | None  # the row field the task id is made from (None: the row number)
 
 
 EVALS: dict[str, EvalSpec] = {
-    s.name: s for s in (
-        EvalSpec(omniscience.NAME, "AA-Omniscience-Decision", omniscience.PATTERNS, omniscience.load, "omniscience",
-                 omniscience.numbered, "question_id"),
+    s.name: s
+    for s in (
+        EvalSpec(
+            omniscience.NAME,
+            "AA-Omniscience-Decision",
+            omniscience.PATTERNS,
+            omniscience.load,
+            "omniscience",
+            omniscience.numbered,
+            "question_id",
+        ),
         EvalSpec(hle.NAME, "HLE-MultiChoice", hle.PATTERNS, hle.load, "hle", hle.numbered, "id"),
-        EvalSpec(when2call.NAME, "When2Call", when2call.PATTERNS, when2call.load, "when2call", when2call.numbered,
-                 "uuid"),
-        EvalSpec(wildguardtest.NAME, "WildGuardTest", wildguardtest.PATTERNS, wildguardtest.load, "wildguardtest",
-                 wildguardtest.numbered, None),
+        EvalSpec(
+            when2call.NAME,
+            "When2Call",
+            when2call.PATTERNS,
+            when2call.load,
+            "when2call",
+            when2call.numbered,
+            "uuid",
+        ),
+        EvalSpec(
+            wildguardtest.NAME,
+            "WildGuardTest",
+            wildguardtest.PATTERNS,
+            wildguardtest.load,
+            "wildguardtest",
+            wildguardtest.numbered,
+            None,
+        ),
     )
 }
 
 
 @dataclass(frozen=True, slots=True)
 class DataFile:
-    """A dataset file as used: path, sha256 (hex) of its bytes, its row count and, for a file ``dxi data
-    fetch`` downloaded, ``source``: where from (``{"hf_repo", "revision", "requested_revision"}``: the hub
-    repository, the commit it was fetched at, the revision asked for), read from the record
-    ``<file>.dxi-source`` it wrote beside it (``evals.fetch``) when that record is of these bytes."""
+    """A dataset file as used: path, sha256 (hex) of its bytes, its row count and, for a file
+    ``dxi data     fetch`` downloaded, ``source``: where from (``{"hf_repo", "revision",
+    "requested_revision"}``: the hub repository, the commit it was fetched at, the revision asked
+    for), read from the record ``<file>.dxi-source`` it wrote beside it (``evals.fetch``) when that
+    record is of these bytes."""
 
     path: Path
     sha256: str
@@ -84,12 +126,16 @@ class DataFile:
         suffix = path.suffix.lower()
         if suffix == ".parquet":
             import pyarrow.parquet as pq
+
             try:
                 rows = pq.ParquetFile(path).metadata.num_rows
             except Exception as exc:
-                raise DatasetError(path, None, None, f"not a readable Parquet file ({exc})") from None
+                raise DatasetError(
+                    path, None, None, f"not a readable Parquet file ({exc})"
+                ) from None
         elif suffix == ".json":
             import orjson
+
             try:
                 doc = orjson.loads(path.read_bytes())
             except orjson.JSONDecodeError as exc:
@@ -101,20 +147,27 @@ class DataFile:
         return cls(path, digest.hexdigest(), rows, fetched_from(path, digest.hexdigest()))
 
 
-INDEX_TASKS = {"aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 3423, "wildguardtest": 835}
-"""The tasks the published Decision Index scores per evaluation (seed methodology, "Artificial Analysis
-Decision Indexの評価": 500 private questions, 513 of HLE's 2,500, 3,423 of When2Call's 3,652 after 229
-ambiguous ones are dropped, 835 of WildGuardTest's 1,725 rows); a file with fewer rows is a subset,
-which summary.json's ``data`` block notes (``Suite.data_block``). ``evals.fetch.HubFile.rows`` / ``tasks`` are what the
-hub's file holds and what the product's default selection makes of it (no exclusion list)."""
+INDEX_TASKS = {
+    "aa_omniscience_decision": 500,
+    "hle_multichoice": 513,
+    "when2call": 3423,
+    "wildguardtest": 835,
+}
+"""The tasks the published Decision Index scores per evaluation (seed methodology, "Artificial
+Analysis Decision Indexの評価": 500 private questions, 513 of HLE's 2,500, 3,423 of When2Call's 3,652
+after 229 ambiguous ones are dropped, 835 of WildGuardTest's 1,725 rows); a file with fewer rows is
+a subset, which summary.json's ``data`` block notes (``Suite.data_block``).
+``evals.fetch.HubFile.rows`` / ``tasks`` are what the hub's file holds and what the product's
+default selection makes of it (no exclusion list)."""
 
-SOURCE_SUFFIX = ".dxi-source"  # the record ``dxi data fetch`` writes beside a file (no data file pattern matches it)
+# the record ``dxi data fetch`` writes beside a file (no data file pattern matches it)
+SOURCE_SUFFIX = ".dxi-source"
 
 
 def fetched_from(path: Path, sha256: str) -> dict | None:
     """Where ``path`` was fetched from, as ``dxi data fetch`` recorded it in ``<path>.dxi-source``
-    (``{"hf_repo", "revision", "requested_revision"}``), or None: no record, an unreadable one, or one of
-    other bytes (the file was replaced since: the record no longer describes it)."""
+    (``{"hf_repo", "revision", "requested_revision"}``), or None: no record, an unreadable one, or
+    one of other bytes (the file was replaced since: the record no longer describes it)."""
     import orjson
 
     record = path.with_name(path.name + SOURCE_SUFFIX)
@@ -136,13 +189,17 @@ class EvalData:
     missing: str | None = None
 
 
-def discover(data_dir: Path | None, paths: dict[str, Path] | None = None,
-             selected: Iterable[str] | None = None) -> dict[str, EvalData]:
-    """Find each evaluation's file: an explicit path in ``paths`` wins, else the first glob match under
-    ``data_dir`` (``EvalSpec.patterns``, best first; ties broken by name). Returns every evaluation, in
-    index order, with ``missing`` set where nothing was found. Raises FileNotFoundError for an explicit
-    path that does not exist. With ``selected`` (evaluation names), the others are not looked at (a
-    damaged file of an evaluation not selected stops nothing): they are missing, "not selected"."""
+def discover(
+    data_dir: Path | None,
+    paths: dict[str, Path] | None = None,
+    selected: Iterable[str] | None = None,
+) -> dict[str, EvalData]:
+    """Find each evaluation's file: an explicit path in ``paths`` wins, else the first glob match
+    under ``data_dir`` (``EvalSpec.patterns``, best first; ties broken by name). Returns every
+    evaluation, in index order, with ``missing`` set where nothing was found. Raises
+    FileNotFoundError for an explicit path that does not exist. With ``selected`` (evaluation
+    names), the others are not looked at (a damaged file of an evaluation not selected stops
+    nothing): they are missing, "not selected"."""
     paths = paths or {}
     found: dict[str, EvalData] = {}
     for name, spec in EVALS.items():
@@ -154,18 +211,28 @@ def discover(data_dir: Path | None, paths: dict[str, Path] | None = None,
             if not path.is_file():
                 raise FileNotFoundError(f"{spec.title} data file not found: {path}")
         elif data_dir is not None and data_dir.is_dir():
-            candidates = list(dict.fromkeys(m for pattern in spec.patterns for m in sorted(data_dir.glob(pattern))
-                                            if m.is_file()))
+            candidates = list(
+                dict.fromkeys(
+                    m
+                    for pattern in spec.patterns
+                    for m in sorted(data_dir.glob(pattern))
+                    if m.is_file()
+                )
+            )
             path = candidates[0] if candidates else None
             if len(candidates) > 1 and (name, tuple(candidates)) not in _warned:
                 _warned.add((name, tuple(candidates)))
-                log.warning(f"{spec.title}: {len(candidates)} files under {data_dir} could be it "
-                            f"({', '.join(str(c.relative_to(data_dir)) for c in candidates)}); using {path}. "
-                            f"Name the one you mean with --{spec.flag} FILE.")
+                log.warning(
+                    f"{spec.title}: {len(candidates)} files under {data_dir} could be it "
+                    f"({', '.join(str(c.relative_to(data_dir)) for c in candidates)}); using {path}. "
+                    f"Name the one you mean with --{spec.flag} FILE."
+                )
         if path is None:
             where = f"under {data_dir}" if data_dir is not None else "(no --data-dir given)"
-            found[name] = EvalData(name, missing=f"no {spec.title} file {where} "
-                                                  f"(looked for {', '.join(spec.patterns)})")
+            found[name] = EvalData(
+                name,
+                missing=f"no {spec.title} file {where} (looked for {', '.join(spec.patterns)})",
+            )
         else:
             found[name] = EvalData(name, file=DataFile.inspect(path))
     return found
@@ -173,11 +240,11 @@ def discover(data_dir: Path | None, paths: dict[str, Path] | None = None,
 
 @dataclass(frozen=True, slots=True)
 class Survey:
-    """One pass over a suite's tasks (``Suite.survey``): ``tasks`` per selected evaluation, and the rows
-    of ``gold_frames`` (``gold``: one tuple per question; ``categories``: one per When2Call option).
-    Once ``Suite.gold_frames`` has made its frames of them, the suite keeps a Survey with ``gold`` and
-    ``categories`` empty: as Python tuples they took several times the frames' memory (74 MB for
-    50,001 questions, held through scoring)."""
+    """One pass over a suite's tasks (``Suite.survey``): ``tasks`` per selected evaluation, and the
+    rows of ``gold_frames`` (``gold``: one tuple per question; ``categories``: one per When2Call
+    option). Once ``Suite.gold_frames`` has made its frames of them, the suite keeps a Survey with
+    ``gold`` and ``categories`` empty: as Python tuples they took several times the frames' memory
+    (74 MB for 50,001 questions, held through scoring)."""
 
     tasks: dict[str, int]
     gold: list[tuple]
@@ -190,9 +257,9 @@ class Suite:
 
     ``limit`` keeps the first N tasks of each evaluation (after exclusions); ``wildguard_subset`` is
     "agreed" (the default, all three agreement fields equal to 3) or "all". ``evals`` restricts the
-    suite to some evaluations (the others are reported as not selected). ``runs`` (evaluation -> model
-    label -> flags) says what each model's recorded runs selected of each evaluation (``runner.planning.selection``),
-    shown in the data block.
+    suite to some evaluations (the others are reported as not selected). ``runs`` (evaluation ->
+    model label -> flags) says what each model's recorded runs selected of each evaluation
+    (``runner.planning.selection``), shown in the data block.
     """
 
     data: dict[str, EvalData]
@@ -202,16 +269,19 @@ class Suite:
     evals: tuple[str, ...] | None = None
     runs: dict[str, dict[str, str]] = field(default_factory=dict, compare=False)
     _survey: Survey | None = field(default=None, init=False, repr=False, compare=False)
-    _gold: tuple[pl.DataFrame, pl.DataFrame] | None = field(default=None, init=False, repr=False, compare=False)
+    _gold: tuple[pl.DataFrame, pl.DataFrame] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
     _validated: bool = field(default=False, init=False, repr=False, compare=False)
 
     def validate(self) -> None:
-        """Read every selected file whole, once per Suite (a fast pass, before a run's first request; the
-        run still streams): raises DatasetError for a malformed row anywhere in a file, or for two rows
-        that make one task id (naming both rows). Exclusions and ``limit`` do not apply: the file is
-        checked, not the selection. The same pass makes the survey (``survey``: the selection's counts
-        and gold rows), so the tasks need not be read again for it; not for a subclass that selects its
-        tasks itself (``tasks`` overridden: a sample), which is surveyed by reading its ``tasks``."""
+        """Read every selected file whole, once per Suite (a fast pass, before a run's first
+        request; the run still streams): raises DatasetError for a malformed row anywhere in a file,
+        or for two rows that make one task id (naming both rows). Exclusions and ``limit`` do not
+        apply: the file is checked, not the selection. The same pass makes the survey (``survey``:
+        the selection's counts and gold rows), so the tasks need not be read again for it; not for a
+        subclass that selects its tasks itself (``tasks`` overridden: a sample), which is surveyed
+        by reading its ``tasks``."""
         if self._validated:
             return
         surveying = type(self).tasks is Suite.tasks and self._survey is None
@@ -225,7 +295,9 @@ class Suite:
             passes = []
 
             def rows(n=n, spec=spec, kwargs=kwargs, passes=passes) -> Iterator[tuple[int, Task]]:
-                first = surveying and not passes  # check_file reads again only to name a repeated id
+                first = (
+                    surveying and not passes
+                )  # check_file reads again only to name a repeated id
                 passes.append(1)
                 for row, task in spec.numbered(self.data[n].file.path, **kwargs):
                     if first and (self.limit is None or counts[n] < self.limit):
@@ -242,11 +314,15 @@ class Suite:
 
     def selected(self) -> list[str]:
         """The evaluations that will be run and scored: selected and with data."""
-        return [n for n, d in self.data.items() if d.file is not None and (self.evals is None or n in self.evals)]
+        return [
+            n
+            for n, d in self.data.items()
+            if d.file is not None and (self.evals is None or n in self.evals)
+        ]
 
     def tasks(self, name: str | None = None) -> Iterator[Task]:
         """Stream the tasks of one evaluation, or of all selected ones in index order."""
-        for n in ([name] if name else self.selected()):
+        for n in [name] if name else self.selected():
             data = self.data[n]
             if data.file is None:
                 continue
@@ -255,10 +331,10 @@ class Suite:
             yield from islice(stream, self.limit)
 
     def surveying(self, every: int = 256) -> Iterator[None]:
-        """Read every task once, yielding ``None`` after each ``every`` tasks (so that an event loop can
-        interleave the pass with its requests: ``dxi run`` does it while the first requests are on the
-        wire), and keep what ``survey`` returns. Nothing to do when the survey is kept already. Raises what
-        the task streams raise (``DatasetError``)."""
+        """Read every task once, yielding ``None`` after each ``every`` tasks (so that an event loop
+        can interleave the pass with its requests: ``dxi run`` does it while the first requests are
+        on the wire), and keep what ``survey`` returns. Nothing to do when the survey is kept
+        already. Raises what the task streams raise (``DatasetError``)."""
         if self._survey is not None:
             return
         counts: dict[str, int] = {}
@@ -276,8 +352,9 @@ class Suite:
         self._survey = Survey(counts, gold, categories)
 
     def survey(self) -> Survey:
-        """The number of tasks of each selected evaluation and their gold rows, from one pass over the tasks
-        (made the first time it is needed, then kept: the files are read once however often it is asked)."""
+        """The number of tasks of each selected evaluation and their gold rows, from one pass over
+        the tasks (made the first time it is needed, then kept: the files are read once however
+        often it is asked)."""
         for _ in self.surveying():
             pass
         assert self._survey is not None
@@ -288,13 +365,16 @@ class Suite:
         if self._gold is None:
             s = self.survey()
             self._gold = _frames(s.gold, s.categories)
-            self._survey = Survey(s.tasks, [], [])  # the rows are in the frames now (see ``Survey``)
+            self._survey = Survey(
+                s.tasks, [], []
+            )  # the rows are in the frames now (see ``Survey``)
         return self._gold
 
     def data_block(self) -> dict[str, dict]:
-        """The ``data`` block of summary.json: per evaluation, the file used (path, sha256, rows and, for a
-        file fetched from the hub, its ``hf_repo``, ``revision`` and ``requested_revision``) and the number
-        of tasks, or the reason it is missing; ``runs`` where ``runs`` has it."""
+        """The ``data`` block of summary.json: per evaluation, the file used (path, sha256, rows
+        and, for a file fetched from the hub, its ``hf_repo``, ``revision`` and
+        ``requested_revision``) and the number of tasks, or the reason it is missing; ``runs`` where
+        ``runs`` has it."""
         block: dict[str, dict] = {}
         for n, d in self.data.items():
             if self.evals is not None and n not in self.evals:
@@ -303,9 +383,17 @@ class Suite:
             if d.file is None:
                 block[n] = {"missing": d.missing}
                 continue
-            entry: dict = {"files": [{"path": str(d.file.path), "sha256": d.file.sha256, "rows": d.file.rows,
-                                      **(d.file.source or {})}],
-                           "tasks": self.survey().tasks[n]}
+            entry: dict = {
+                "files": [
+                    {
+                        "path": str(d.file.path),
+                        "sha256": d.file.sha256,
+                        "rows": d.file.rows,
+                        **(d.file.source or {}),
+                    }
+                ],
+                "tasks": self.survey().tasks[n],
+            }
             if self.limit is not None:
                 entry["limit"] = self.limit
             if n == omniscience.NAME:
@@ -325,22 +413,24 @@ class Suite:
 
 
 def subset_note(name: str, rows: int) -> str:
-    """What every report says of a file of evaluation ``name`` holding fewer rows (``rows``) than the published
-    Decision Index scores (``INDEX_TASKS``), e.g. When2Call's 300-row LLM-as-judge file beside the 3,652-row
-    MCQ set the index takes 3,423 tasks of."""
-    return (f"The published Decision Index scores {INDEX_TASKS[name]:,} {EVALS[name].title} tasks; this file holds "
-            f"{rows:,} rows, a subset, so results are not comparable to published numbers (`dxi data fetch` "
-            "downloads the full set).")
+    """What every report says of a file of evaluation ``name`` holding fewer rows (``rows``) than
+    the published Decision Index scores (``INDEX_TASKS``), e.g. When2Call's 300-row LLM-as-judge
+    file beside the 3,652-row MCQ set the index takes 3,423 tasks of."""
+    return (
+        f"The published Decision Index scores {INDEX_TASKS[name]:,} {EVALS[name].title} tasks; this file holds "
+        f"{rows:,} rows, a subset, so results are not comparable to published numbers (`dxi data fetch` "
+        "downloads the full set)."
+    )
 
 
 def gold_frames(tasks: Iterable[Task]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The gold labels of ``tasks`` as two frames.
 
-    ``gold``: one row per question: eval, task_id, task_digest, question_id, kind
-    ("choice" | "yes_no"), gold (option id or "yes"/"no"), group (HLE category, Omniscience domain or
-    WildGuardTest subcategory), adversarial (WildGuardTest), task_id_digest (``Task.id_digest``: the digest
-    older cache rows carry). ``categories``: When2Call's option-to-reply-
-    category map, one row per (task_id, option).
+    ``gold``: one row per question: eval, task_id, task_digest, question_id, kind ("choice" |
+    "yes_no"), gold (option id or "yes"/"no"), group (HLE category, Omniscience domain or
+    WildGuardTest subcategory), adversarial (WildGuardTest), task_id_digest (``Task.id_digest``: the
+    digest older cache rows carry). ``categories``: When2Call's option-to-reply- category map, one
+    row per (task_id, option).
     """
     gold: list[tuple] = []
     categories: list[tuple] = []
@@ -354,17 +444,40 @@ def _gold_rows(t: Task, gold: list[tuple], categories: list[tuple]) -> None:
     digest, id_digest = t.digest, t.id_digest
     group = t.meta.get("category") or t.meta.get("domain") or t.meta.get("subcategory")
     for q in t.questions:
-        gold.append((t.eval, t.id, digest, q.id, q.kind, t.gold[q.id], group, t.meta.get("adversarial"), id_digest))
+        gold.append(
+            (
+                t.eval,
+                t.id,
+                digest,
+                q.id,
+                q.kind,
+                t.gold[q.id],
+                group,
+                t.meta.get("adversarial"),
+                id_digest,
+            )
+        )
     for option, category in (t.meta.get("categories") or {}).items():
         categories.append((t.id, option, category))
 
 
 def _frames(gold: list[tuple], categories: list[tuple]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    import polars as pl  # imported where scoring needs it: reading tasks (and `dxi --help`) does without
+    # imported where scoring needs it: reading tasks (and `dxi --help`) does without
+    import polars as pl
 
-    gold_schema = {"eval": pl.String, "task_id": pl.String, "task_digest": pl.String, "question_id": pl.String,
-                   "kind": pl.String, "gold": pl.String, "group": pl.String, "adversarial": pl.Boolean,
-                   "task_id_digest": pl.String}
+    gold_schema = {
+        "eval": pl.String,
+        "task_id": pl.String,
+        "task_digest": pl.String,
+        "question_id": pl.String,
+        "kind": pl.String,
+        "gold": pl.String,
+        "group": pl.String,
+        "adversarial": pl.Boolean,
+        "task_id_digest": pl.String,
+    }
     category_schema = {"task_id": pl.String, "option": pl.String, "category": pl.String}
-    return (pl.DataFrame(gold, schema=gold_schema, orient="row"),
-            pl.DataFrame(categories, schema=category_schema, orient="row"))
+    return (
+        pl.DataFrame(gold, schema=gold_schema, orient="row"),
+        pl.DataFrame(categories, schema=category_schema, orient="row"),
+    )

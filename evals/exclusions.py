@@ -2,11 +2,13 @@
 whitespace starts a comment (so ``q#1`` is an id).
 
 A line is a task id (``when2call/<uuid>``) or ``task_id:question_id`` to drop a single question
-(``wildguardtest/17:response_harmful``). A line is matched against each task's id first, then against
-``<task id>:<question id>`` for each of its questions, so task ids that themselves contain ``:`` or ``#``
-(``omniscience/q:1``) can be excluded, whole or per question. A list loaded for one evaluation
-(``--exclude when2call=FILE``) may also use bare ids (``<uuid>``), which are namespaced to that evaluation.
+(``wildguardtest/17:response_harmful``). A line is matched against each task's id first, then
+against ``<task id>:<question id>`` for each of its questions, so task ids that themselves contain
+``:`` or ``#`` (``omniscience/q:1``) can be excluded, whole or per question. A list loaded for one
+evaluation (``--exclude when2call=FILE``) may also use bare ids (``<uuid>``), which are namespaced
+to that evaluation.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,7 +23,8 @@ _COMMENT = re.compile(r"(?:^|\s)#.*")
 
 @dataclass
 class Exclusions:
-    """The ids listed (task ids, or ``task_id:question_id``); records which of them matched a task."""
+    """The ids listed (task ids, or ``task_id:question_id``); records which of them matched a
+    task."""
 
     ids: set[str] = field(default_factory=set)
     _matched: set[str] = field(default_factory=set, repr=False)
@@ -44,8 +47,10 @@ class Exclusions:
                 raise ValueError(f"{path}, line {n}: expected one id per line, got {line!r}")
             if "/" not in line:
                 if eval_name is None:
-                    raise ValueError(f"{path}, line {n}: {line!r} is not a namespaced task id "
-                                     "(write <eval>/<id>, or pass the list as --exclude EVAL=FILE)")
+                    raise ValueError(
+                        f"{path}, line {n}: {line!r} is not a namespaced task id "
+                        "(write <eval>/<id>, or pass the list as --exclude EVAL=FILE)"
+                    )
                 line = f"{eval_name}/{line}"
             self.ids.add(line)
 
@@ -60,7 +65,8 @@ class Exclusions:
                 yield kept
 
     def keep(self, t: Task) -> Task | None:
-        """``t`` less its excluded questions, or None when the task is excluded (or left with no question)."""
+        """``t`` less its excluded questions, or None when the task is excluded (or left with no
+        question)."""
         ids = self.ids
         if not ids:
             return t

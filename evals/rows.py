@@ -1,4 +1,6 @@
-"""Reading dataset rows from JSONL, JSON and Parquet files, with errors that name file, row and field."""
+"""Reading dataset rows from JSONL, JSON and Parquet files, with errors that name file, row and
+field."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -9,16 +11,22 @@ import orjson
 
 
 class DatasetError(ValueError):
-    """A dataset file or row is malformed. The message names the file, the row (1-based) and the field."""
+    """A dataset file or row is malformed. The message names the file, the row (1-based) and the
+    field."""
 
     def __init__(self, path: Path | str, row: int | None, field: str | None, problem: str):
-        where = str(path) + (f", row {row}" if row is not None else "") + (f", field {field!r}" if field else "")
+        where = (
+            str(path)
+            + (f", row {row}" if row is not None else "")
+            + (f", field {field!r}" if field else "")
+        )
         super().__init__(f"{where}: {problem}")
         self.path, self.row, self.field = str(path), row, field
 
 
 def read_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(row_number, row)`` from a ``.jsonl``, ``.json`` (a list of objects) or ``.parquet`` file.
+    """Yield ``(row_number, row)`` from a ``.jsonl``, ``.json`` (a list of objects) or ``.parquet``
+    file.
 
     Row numbers are 1-based (JSONL: the line number; JSON/Parquet: the position). Blank JSONL lines
     are skipped but keep their number. Raises DatasetError for unreadable files and non-object rows.
@@ -60,12 +68,22 @@ def read_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 n += 1
                 yield n, row
     else:
-        raise DatasetError(path, None, None, "unsupported file type (expected .jsonl, .json or .parquet)")
+        raise DatasetError(
+            path, None, None, "unsupported file type (expected .jsonl, .json or .parquet)"
+        )
 
 
-def field(path: Path, n: int, row: dict[str, Any], name: str, kind: type | tuple[type, ...],
-          *, optional: bool = False) -> Any:
-    """Return ``row[name]`` checked against ``kind``; raise DatasetError naming file, row and field."""
+def field(
+    path: Path,
+    n: int,
+    row: dict[str, Any],
+    name: str,
+    kind: type | tuple[type, ...],
+    *,
+    optional: bool = False,
+) -> Any:
+    """Return ``row[name]`` checked against ``kind``; raise DatasetError naming file, row and
+    field."""
     if name not in row or row[name] is None:
         if optional:
             return None

@@ -1,10 +1,12 @@
-"""``dxi``, the command line: the parser (grouped options, exit codes, "did you mean", completion), built from
-the command modules (``runner.commands``, one per command: its options and the library calls it makes), and
-``main``, which parses, sets up the consoles and logging, and dispatches. ``main`` builds in full only the
-command it runs (``dxi --help`` lists the others from their declarations, ``runner.commands.HELP``, and
-imports no command module); shell completion builds every command, as completing may walk any. ``dxi --help`` and ``dxi COMMAND
---help`` are its user documentation; a run file's flags override it as ``runner.planning.plan`` describes.
+"""``dxi``, the command line: the parser (grouped options, exit codes, "did you mean", completion),
+built from the command modules (``runner.commands``, one per command: its options and the library
+calls it makes), and ``main``, which parses, sets up the consoles and logging, and dispatches.
+``main`` builds in full only the command it runs (``dxi --help`` lists the others from their
+declarations, ``runner.commands.HELP``, and imports no command module); shell completion builds
+every command, as completing may walk any. ``dxi --help`` and ``dxi COMMAND --help`` are its user
+documentation; a run file's flags override it as ``runner.planning.plan`` describes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,15 +22,17 @@ from dxi.lazy import LazyModule
 from .commands import COMMANDS, EXIT_CODES, HELP, Formatter
 from .errors import EXIT_SOFTWARE, EXIT_USAGE, CommandError
 
-evals = LazyModule("dxi.evals")  # DatasetError, read only when a command fails (it has imported the evals)
+evals = LazyModule(
+    "dxi.evals"
+)  # DatasetError, read only when a command fails (it has imported the evals)
 
 # What a command needs is imported when it runs, not here: parsing the command line and `dxi --help`
 # need none of Polars, PyArrow, NumPy, the scoring, the cache, uvloop or Rich.
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with a "did you mean" for a mistyped flag or command, reported by the subcommand it belongs to
-    (argparse alone reports a subcommand's unknown flags with the top-level usage)."""
+    """argparse with a "did you mean" for a mistyped flag or command, reported by the subcommand it
+    belongs to (argparse alone reports a subcommand's unknown flags with the top-level usage)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", Formatter)
@@ -38,14 +42,24 @@ class _Parser(argparse.ArgumentParser):
         argv = sys.argv[1:] if args is None else list(args)
         words = next((a for a in argv if not a.startswith("-")), None)
         commands = self._subcommands()
-        if commands and words is not None and words not in commands and not any(a in ("-h", "--help") for a in argv):
+        if (
+            commands
+            and words is not None
+            and words not in commands
+            and not any(a in ("-h", "--help") for a in argv)
+        ):
             self.error(f"unknown command {words!r}{_did_you_mean(words, commands)}")
         parsed, extras = self.parse_known_args(argv, namespace)
         target = getattr(parsed, "target", None)
-        if (len(extras) == 1 and not extras[0].startswith("-") and getattr(parsed, "run_file", 0) is None
-                and target is not None and target.suffix == ".toml"):
-            # `dxi export RUN_FILE --format csv TARGET`: argparse gives the word before the flags to TARGET
-            # (RUN_FILE being optional) and leaves the real TARGET over; it is the run file
+        if (
+            len(extras) == 1
+            and not extras[0].startswith("-")
+            and getattr(parsed, "run_file", 0) is None
+            and target is not None
+            and target.suffix == ".toml"
+        ):
+            # `dxi export RUN_FILE --format csv TARGET`: argparse gives the word before the flags to
+            # TARGET (RUN_FILE being optional) and leaves the real TARGET over; it is the run file
             parsed.run_file, parsed.target, extras = target, type(target)(extras[0]), []
         if extras:
             target = self
@@ -69,9 +83,14 @@ class _Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
-        """argparse's error (this parser's usage, exit code 2); a missing required flag also names a mistyped one."""
+        """argparse's error (this parser's usage, exit code 2); a missing required flag also names a
+        mistyped one."""
         if "required" in message:
-            unknown = [a for a in getattr(self, "_argv", []) if a.startswith("--") and a.split("=", 1)[0] not in self._flags()]
+            unknown = [
+                a
+                for a in getattr(self, "_argv", [])
+                if a.startswith("--") and a.split("=", 1)[0] not in self._flags()
+            ]
             if unknown:
                 message += f"; unrecognized arguments: {' '.join(unknown)}{self._hint(unknown)}"
         super().error(message)
@@ -96,14 +115,19 @@ def _did_you_mean(word: str, choices: list[str] | dict) -> str:
 
 
 def parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
-    """The parser of ``dxi`` and of every command (``runner.commands``); with ``commands``, only those in full,
-    the others declared (their name and help line in ``dxi --help``, ``runner.commands.HELP``; their modules
-    not imported, their words not parsed)."""
-    p = _Parser(prog="dxi", description="The Decision Index evaluation runner: runs decision models and language models\n"
-                                        "on the four evaluations, caches every reply, scores from the cache.",
-                epilog="Run `dxi COMMAND --help` for a command's options.\n\n" + EXIT_CODES)
+    """The parser of ``dxi`` and of every command (``runner.commands``); with ``commands``, only
+    those in full, the others declared (their name and help line in ``dxi --help``,
+    ``runner.commands.HELP``; their modules not imported, their words not parsed)."""
+    p = _Parser(
+        prog="dxi",
+        description="The Decision Index evaluation runner: runs decision models and language models\n"
+        "on the four evaluations, caches every reply, scores from the cache.",
+        epilog="Run `dxi COMMAND --help` for a command's options.\n\n" + EXIT_CODES,
+    )
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser, title="commands")
+    sub = p.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser, title="commands"
+    )
     for name in COMMANDS:
         if commands is None or name in commands:
             _module(name).add_parser(sub)
@@ -113,8 +137,8 @@ def parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _command(argv: list[str]) -> list[str]:
-    """The command ``argv`` runs (its first word: ``dxi`` takes no option with a value), as a list: empty when
-    it names none (``dxi --help``, a mistyped command)."""
+    """The command ``argv`` runs (its first word: ``dxi`` takes no option with a value), as a list:
+    empty when it names none (``dxi --help``, a mistyped command)."""
     word = next((a for a in argv if not a.startswith("-")), None)
     return [word] if word in COMMANDS else []
 
@@ -126,6 +150,7 @@ def _module(command: str) -> ModuleType:
 
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("decision-index")
     except PackageNotFoundError:
@@ -133,14 +158,18 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and "_ARGCOMPLETE" in os.environ:  # completing a word (`dxi completion`'s script): answers, exits
+    if (
+        argv is None and "_ARGCOMPLETE" in os.environ
+    ):  # completing a word (`dxi completion`'s script): answers, exits
         import argcomplete
 
         argcomplete.autocomplete(parser())
     p = parser(_command(sys.argv[1:] if argv is None else list(argv)))
     try:
         args = p.parse_args(argv)
-    except SystemExit as stop:  # --help, --version, a usage error (printed): its exit code, as a return value
+    except (
+        SystemExit
+    ) as stop:  # --help, --version, a usage error (printed): its exit code, as a return value
         return stop.code if isinstance(stop.code, int) else EXIT_USAGE
     import logging
 
@@ -151,21 +180,35 @@ def main(argv: list[str] | None = None) -> int:
     # emoji=False: model names like "openai:m" must not become emoji codes (":m:" is Ⓜ)
     console = Console(highlight=False, soft_wrap=True, emoji=False)
     if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=True, emoji=False, width=180)  # logs: don't squeeze the table
+        console = Console(
+            highlight=False, soft_wrap=True, emoji=False, width=180
+        )  # logs: don't squeeze the table
     errors = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
     # warnings: Rich on a terminal; in logs one plain line each ("WARNING cache: ..."), easy to grep
-    handler = RichHandler(console=errors, show_path=False) if errors.is_terminal else logging.StreamHandler()
-    logging.basicConfig(level=logging.WARNING, format="%(message)s" if errors.is_terminal else "%(levelname)s %(message)s",
-                        handlers=[handler])
+    handler = (
+        RichHandler(console=errors, show_path=False)
+        if errors.is_terminal
+        else logging.StreamHandler()
+    )
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(message)s" if errors.is_terminal else "%(levelname)s %(message)s",
+        handlers=[handler],
+    )
     try:
         return _module(args.command).main(args, console)
-    except (CommandError, evals.DatasetError) as exc:  # bad input (2), a cache folder that cannot be written (4)
+    except (
+        CommandError,
+        evals.DatasetError,
+    ) as exc:  # bad input (2), a cache folder that cannot be written (4)
         errors.print(f"[red]error:[/] {escape(str(exc))}")
         return getattr(exc, "exit_code", EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 (a bug: one line, the trace in a file, never exit 1)
         from .crash import report
 
-        errors.print(f"[red]error:[/] {escape(report(exc, ['dxi', *(sys.argv[1:] if argv is None else argv)]))}")
+        errors.print(
+            f"[red]error:[/] {escape(report(exc, ['dxi', *(sys.argv[1:] if argv is None else argv)]))}"
+        )
         return EXIT_SOFTWARE
 
 

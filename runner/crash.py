@@ -9,6 +9,7 @@ variables whose names hold KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL, the passw
 (``redis://:PASSWORD@host``), a bearer token and an ``sk-`` key. When the redaction cannot be done,
 no file is written and the line says so.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,8 @@ def redacted(text: str, env: dict[str, str] | None = None) -> str:
 
 
 def where(exc: BaseException) -> str:
-    """Where ``exc`` was raised, as ``runner/outputs/files.py:60 (score_all)``: the innermost frame of
-    dxi's own code (else the innermost frame), its path relative to the package."""
+    """Where ``exc`` was raised, as ``runner/outputs/files.py:60 (score_all)``: the innermost frame
+    of dxi's own code (else the innermost frame), its path relative to the package."""
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
         return "an unknown place"
@@ -65,8 +66,9 @@ def report(exc: BaseException, argv: list[str] | None = None, folder: Path | Non
     """Write ``exc``'s full trace (with the command line ``argv`` and the versions, redacted) to a
     new file in ``folder`` (default: the temporary folder) and return the one line to print, e.g.
     ``unexpected error: NotADirectoryError: [Errno 20] Not a directory: 'a/b' at
-    runner/outputs/files.py:60 (score_all); the full trace is in /tmp/dxi-crash-20261203T190000Z-4242.txt.
-    This is a bug in dxi: please report it with that file.`` Never raises."""
+    runner/outputs/files.py:60 (score_all); the full trace is in
+    /tmp/dxi-crash-20261203T190000Z-4242.txt. This is a bug in dxi: please report it with that
+    file.`` Never raises."""
     argv = sys.argv if argv is None else argv
     what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     try:
@@ -82,9 +84,11 @@ def report(exc: BaseException, argv: list[str] | None = None, folder: Path | Non
             release = version("decision-index")
         except Exception:  # noqa: BLE001
             release = "unknown"
-        body = (f"dxi {release}, Python {sys.version.split()[0]} on {sys.platform}\n"
-                f"command: {' '.join(argv)}\ncwd: {os.getcwd()}\n\n"
-                + "".join(traceback.format_exception(exc)))
+        body = (
+            f"dxi {release}, Python {sys.version.split()[0]} on {sys.platform}\n"
+            f"command: {' '.join(argv)}\ncwd: {os.getcwd()}\n\n"
+            + "".join(traceback.format_exception(exc))
+        )
         body = redacted(body)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         path = Path(folder or tempfile.gettempdir()) / f"dxi-crash-{stamp}-{os.getpid()}.txt"
@@ -93,5 +97,7 @@ def report(exc: BaseException, argv: list[str] | None = None, folder: Path | Non
             f.write(body)
     except Exception as failed:  # noqa: BLE001 (the one line still goes out)
         return f"{head}; the full trace could not be written ({type(failed).__name__}: {failed})."
-    return (f"{head}; the full trace is in {path}. This is a bug in dxi: please report it with that "
-            "file.")
+    return (
+        f"{head}; the full trace is in {path}. This is a bug in dxi: please report it with that "
+        "file."
+    )

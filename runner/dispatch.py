@@ -1,30 +1,34 @@
-"""What ``dxi run`` sends, and by which path: each model's requests synchronously (``runner.sending.scheduler``) or through
-its provider's batch API (``runner.batch.driver``), under the model's claim on the cache folder (``cache.claims``),
-so that two processes on one cache never both send a request (issue 23).
+"""What ``dxi run`` sends, and by which path: each model's requests synchronously
+(``runner.sending.scheduler``) or through its provider's batch API (``runner.batch.driver``), under
+the model's claim on the cache folder (``cache.claims``), so that two processes on one cache never
+both send a request (issue 23).
 
 For each model, before anything is sent:
 
-1. **The claim.** The model's requests (those of the process's shard) are claimed in the cache folder. A
-   claim held by another live process is waited for, with a message naming it (its process id, and host
-   when another); the other models go on meanwhile. Once it is taken (at once or after a wait), the rows
-   appended to the cache since its key index was read are read into it (``Cache.refresh``: only what is
-   new), so that what another process stored counts as cached: total requests sent equals distinct
-   requests. (The index may have been read long before: a run's start-up reads it to find the models
-   whose every request is cached, then starts the others' adapters, which may take seconds; a run that
-   found the claim free after another run had ended sent again what that run stored: issue 32.)
-2. **The path.** A model in batch mode (``--batch``, or ``batch = true`` in the run file) whose provider has
-   a batch API goes through ``runner.batch.driver``; one without (decision models, the embedded model, local
-   servers, logprob decisions) is sent synchronously, and the run says so once. A model sent
-   synchronously whose requests are in open batches of the ledger (an earlier ``--batch`` run stopped
-   before collecting them) has those collected from their batches (never sent again) while the rest are
-   sent synchronously.
-3. **The deadline fallback** (``--deadline-fallback sync``): what a model's batches left unanswered at the
-   deadline is sent synchronously.
+1. **The claim.** The model's requests (those of the process's shard) are claimed in the cache
+   folder. A claim held by another live process is waited for, with a message naming it (its process
+   id, and host when another); the other models go on meanwhile. Once it is taken (at once or after
+   a wait), the rows appended to the cache since its key index was read are read into it
+   (``Cache.refresh``: only what is new), so that what another process stored counts as cached:
+   total requests sent equals distinct requests. (The index may have been read long before: a run's
+   start-up reads it to find the models whose every request is cached, then starts the others'
+   adapters, which may take seconds; a run that found the claim free after another run had ended
+   sent again what that run stored: issue 32.)
+2. **The path.** A model in batch mode (``--batch``, or ``batch = true`` in the run file) whose
+   provider has a batch API goes through ``runner.batch.driver``; one without (decision models, the
+   embedded model, local servers, logprob decisions) is sent synchronously, and the run says so
+   once. A model sent synchronously whose requests are in open batches of the ledger (an earlier
+   ``--batch`` run stopped before collecting them) has those collected from their batches (never
+   sent again) while the rest are sent synchronously.
+3. **The deadline fallback** (``--deadline-fallback sync``): what a model's batches left unanswered
+   at the deadline is sent synchronously.
 
-Models that are claimed at once, have no open batches and are not in batch mode (the usual case) go through
-one ``runner.sending.scheduler.run`` call together, exactly as without this module. ``send`` returns each model's Stats,
-merged over the paths it took (``BatchStats`` for a model that has batches).
+Models that are claimed at once, have no open batches and are not in batch mode (the usual case) go
+through one ``runner.sending.scheduler.run`` call together, exactly as without this module. ``send``
+returns each model's Stats, merged over the paths it took (``BatchStats`` for a model that has
+batches).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -48,20 +52,23 @@ from .sending.limits import ProviderLimiter
 from .sending.scheduler import Stats, run
 from .sending.stops import RunStop
 
-scoring_cost = LazyModule("dxi.scoring.cost")  # batch_price; Polars: imported once a batch is in play
+scoring_cost = LazyModule(
+    "dxi.scoring.cost"
+)  # batch_price; Polars: imported once a batch is in play
 
 
 def identity(model: ModelRun) -> str:
-    """The model configuration's digest (32 hex): adapter, model, endpoint, sampling parameters and prompt
-    version, as in every cache key. Its claims and ledger entries go by it."""
+    """The model configuration's digest (32 hex): adapter, model, endpoint, sampling parameters and
+    prompt version, as in every cache key. Its claims and ledger entries go by it."""
     head = "\0".join((*model.identity.key, PROMPT_VERSION))
     return hashlib.sha256(head.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)
 class KeyFilter:
-    """A ``runner.planning.shard.Shard``-like filter for ``runner.sending.scheduler.run``: the keys of ``shard`` (all without one)
-    that are in ``keys`` (``keep`` True) or not in them (``keep`` False)."""
+    """A ``runner.planning.shard.Shard``-like filter for ``runner.sending.scheduler.run``: the keys
+    of ``shard`` (all without one) that are in ``keys`` (``keep`` True) or not in them (``keep``
+    False)."""
 
     keys: frozenset[str]
     shard: Shard | None = None
@@ -98,27 +105,52 @@ def merged(parts: Sequence[Stats]) -> Stats:
     return out
 
 
-async def send(models: Sequence[ModelRun], suite: Suite, cache: Cache, *, budget: Budget,
-               limiters: dict[str, ProviderLimiter], shard: Shard | None = None,
-               on_progress: Callable[[str, Stats], None] | None = None, batch: frozenset[str] = frozenset(),
-               batch_overrides: dict | None = None, limits_of: dict | None = None,
-               options: BatchOptions | None = None,
-               fallback_sync: bool = False, say: Callable[[str], None] | None = None,
-               ledger: Ledger | None = None, stop: RunStop | None = None) -> dict[str, Stats]:
-    """Send what ``models`` need over ``suite`` (see the module docstring) and return each model's Stats.
-    ``batch``: the labels in batch mode; ``batch_overrides``: label -> the run file's (batch_input,
-    batch_output) prices (default: half the price, ``scoring.cost.batch_price``); ``limits_of``: label ->
-    (requests per batch, enqueued tokens); ``options``: how batch mode runs; ``fallback_sync``: what batches
-    left at the deadline is sent synchronously; ``say`` prints a line (waits, batch state changes, notes);
-    ``stop``: the run's drain (``runner.sending.stops.RunStop``): once requested nothing new is sent synchronously,
-    and the models waiting for a claim or going through batches end at once (their open batches keep
-    running at the provider: the ledger has them and the next run collects them).
-    Raises CacheWriteError when the claims cannot be written (a read-only cache), and what
-    ``runner.sending.scheduler.run`` raises."""
-    sending = _Sending(models, suite, cache, budget=budget, limiters=limiters, shard=shard, on_progress=on_progress,
-                       batch=batch, batch_overrides=batch_overrides or {}, limits_of=limits_of or {},
-                       options=options or BatchOptions(), fallback_sync=fallback_sync,
-                       say=say or (lambda text: None), ledger=ledger or Ledger(cache.root), stop=stop)
+async def send(
+    models: Sequence[ModelRun],
+    suite: Suite,
+    cache: Cache,
+    *,
+    budget: Budget,
+    limiters: dict[str, ProviderLimiter],
+    shard: Shard | None = None,
+    on_progress: Callable[[str, Stats], None] | None = None,
+    batch: frozenset[str] = frozenset(),
+    batch_overrides: dict | None = None,
+    limits_of: dict | None = None,
+    options: BatchOptions | None = None,
+    fallback_sync: bool = False,
+    say: Callable[[str], None] | None = None,
+    ledger: Ledger | None = None,
+    stop: RunStop | None = None,
+) -> dict[str, Stats]:
+    """Send what ``models`` need over ``suite`` (see the module docstring) and return each model's
+    Stats. ``batch``: the labels in batch mode; ``batch_overrides``: label -> the run file's
+    (batch_input, batch_output) prices (default: half the price, ``scoring.cost.batch_price``);
+    ``limits_of``: label -> (requests per batch, enqueued tokens); ``options``: how batch mode runs;
+    ``fallback_sync``: what batches left at the deadline is sent synchronously; ``say`` prints a
+    line (waits, batch state changes, notes); ``stop``: the run's drain
+    (``runner.sending.stops.RunStop``): once requested nothing new is sent synchronously, and the
+    models waiting for a claim or going through batches end at once (their open batches keep running
+    at the provider: the ledger has them and the next run collects them). Raises CacheWriteError
+    when the claims cannot be written (a read-only cache), and what ``runner.sending.scheduler.run``
+    raises."""
+    sending = _Sending(
+        models,
+        suite,
+        cache,
+        budget=budget,
+        limiters=limiters,
+        shard=shard,
+        on_progress=on_progress,
+        batch=batch,
+        batch_overrides=batch_overrides or {},
+        limits_of=limits_of or {},
+        options=options or BatchOptions(),
+        fallback_sync=fallback_sync,
+        say=say or (lambda text: None),
+        ledger=ledger or Ledger(cache.root),
+        stop=stop,
+    )
     sending.note_models_without_batch_api()
     try:
         direct, others = sending.claim_all()
@@ -129,22 +161,43 @@ async def send(models: Sequence[ModelRun], suite: Suite, cache: Cache, *, budget
 
 
 class _Sending:
-    """One ``send`` call, in named steps: ``note_models_without_batch_api``, ``claim_all`` (each model's claim
-    taken: the plain models claimed at once go together, the others one by one), ``send_all``, ``release``
-    and ``stats``. Its state, set here only: the arguments of ``send`` (``models``, ``suite``, ``cache``,
-    ``budget``, ``limiters``, ``shard``, ``on_progress``, ``batch``, ``batch_overrides``, ``limits_of``,
-    ``options``, ``fallback_sync``, ``say``, ``ledger``, ``stop``), ``part`` (the shard as the claims name
-    it), ``parts`` (label -> the Stats of each path the model took), ``known_tasks`` (task id -> Task,
-    shared by the models' batches: a task awaited by 20 models is held once), ``collecting`` (the models'
-    batches are collected one at a time, ``runner.batch.driver.ModelBatches``) and ``held`` (the claims
-    taken, released at the end)."""
+    """One ``send`` call, in named steps: ``note_models_without_batch_api``, ``claim_all`` (each
+    model's claim taken: the plain models claimed at once go together, the others one by one),
+    ``send_all``, ``release`` and ``stats``. Its state, set here only: the arguments of ``send``
+    (``models``, ``suite``, ``cache``, ``budget``, ``limiters``, ``shard``, ``on_progress``,
+    ``batch``, ``batch_overrides``, ``limits_of``, ``options``, ``fallback_sync``, ``say``,
+    ``ledger``, ``stop``), ``part`` (the shard as the claims name it), ``parts`` (label -> the Stats
+    of each path the model took), ``known_tasks`` (task id -> Task, shared by the models' batches: a
+    task awaited by 20 models is held once), ``collecting`` (the models' batches are collected one
+    at a time, ``runner.batch.driver.ModelBatches``) and ``held`` (the claims taken, released at the
+    end)."""
 
-    def __init__(self, models: Sequence[ModelRun], suite: Suite, cache: Cache, *, budget: Budget,
-                 limiters: dict[str, ProviderLimiter], shard: Shard | None,
-                 on_progress: Callable[[str, Stats], None] | None, batch: frozenset[str], batch_overrides: dict,
-                 limits_of: dict, options: BatchOptions, fallback_sync: bool, say: Callable[[str], None],
-                 ledger: Ledger, stop: RunStop | None):
-        self.models, self.suite, self.cache, self.budget, self.limiters = models, suite, cache, budget, limiters
+    def __init__(
+        self,
+        models: Sequence[ModelRun],
+        suite: Suite,
+        cache: Cache,
+        *,
+        budget: Budget,
+        limiters: dict[str, ProviderLimiter],
+        shard: Shard | None,
+        on_progress: Callable[[str, Stats], None] | None,
+        batch: frozenset[str],
+        batch_overrides: dict,
+        limits_of: dict,
+        options: BatchOptions,
+        fallback_sync: bool,
+        say: Callable[[str], None],
+        ledger: Ledger,
+        stop: RunStop | None,
+    ):
+        self.models, self.suite, self.cache, self.budget, self.limiters = (
+            models,
+            suite,
+            cache,
+            budget,
+            limiters,
+        )
         self.shard, self.on_progress, self.batch, self.stop = shard, on_progress, batch, stop
         self.batch_overrides, self.limits_of, self.options = batch_overrides, limits_of, options
         self.fallback_sync, self.say, self.ledger = fallback_sync, say, ledger
@@ -156,16 +209,22 @@ class _Sending:
 
     def note_models_without_batch_api(self) -> None:
         """Say once which models in batch mode have no batch API (they are sent synchronously)."""
-        notes = sorted(m.label for m in self.models if m.label in self.batch and not supports(m.adapter.kind))
+        notes = sorted(
+            m.label for m in self.models if m.label in self.batch and not supports(m.adapter.kind)
+        )
         if notes:
-            self.say(f"--batch: {', '.join(notes)} ha{'s' if len(notes) == 1 else 've'} no batch API (decision "
-                     "models, the embedded model, local servers and logprob decisions are sent one call at a "
-                     "time): sent synchronously")
+            self.say(
+                f"--batch: {', '.join(notes)} ha{'s' if len(notes) == 1 else 've'} no batch API (decision "
+                "models, the embedded model, local servers and logprob decisions are sent one call at a "
+                "time): sent synchronously"
+            )
 
-    def claim_all(self) -> tuple[list[ModelRun], list[tuple[ModelRun, claims_mod.Claim | claims_mod.Holder]]]:
-        """Each model's claim taken: ``(direct, others)``, the models claimed at once with no batch in play
-        (sent together) and the others with their claim or its holder. Then what the claims' last holders
-        stored since the index was read is read into it (it counts as cached)."""
+    def claim_all(
+        self,
+    ) -> tuple[list[ModelRun], list[tuple[ModelRun, claims_mod.Claim | claims_mod.Holder]]]:
+        """Each model's claim taken: ``(direct, others)``, the models claimed at once with no batch
+        in play (sent together) and the others with their claim or its holder. Then what the claims'
+        last holders stored since the index was read is read into it (it counts as cached)."""
         direct, others = [], []
         for m in self.models:
             got = self.take(m)
@@ -179,29 +238,39 @@ class _Sending:
         return direct, others
 
     def plain(self, model: ModelRun) -> bool:
-        """Whether ``model`` is sent synchronously only: not in batch mode (or no batch API) and no open batches."""
+        """Whether ``model`` is sent synchronously only: not in batch mode (or no batch API) and no
+        open batches."""
         in_batch = model.label in self.batch and supports(model.adapter.kind)
         return not in_batch and not self.ledger.open_entries(identity(model))
 
     def take(self, model: ModelRun) -> claims_mod.Claim | claims_mod.Holder:
-        """``model``'s claim, or the live process holding it; CacheWriteError when it cannot be written."""
+        """``model``'s claim, or the live process holding it; CacheWriteError when it cannot be
+        written."""
         try:
             return claims_mod.take(self.cache.root, identity(model), model.label, self.part)
         except OSError as exc:
-            raise CacheWriteError(f"the cache cannot be written: cannot create a file in "
-                                  f"{self.cache.root / claims_mod.CLAIMS_DIR} ({exc.strerror or exc}) to claim "
-                                  f"{model.label}'s requests", exc.errno) from None
+            raise CacheWriteError(
+                f"the cache cannot be written: cannot create a file in "
+                f"{self.cache.root / claims_mod.CLAIMS_DIR} ({exc.strerror or exc}) to claim "
+                f"{model.label}'s requests",
+                exc.errno,
+            ) from None
 
-    async def send_all(self, direct: list[ModelRun],
-                       others: list[tuple[ModelRun, claims_mod.Claim | claims_mod.Holder]]) -> None:
-        """The direct models through one scheduler run, each other model on its own path, side by side; the
-        first error raised as itself (as ``runner.sending.scheduler.run`` does)."""
+    async def send_all(
+        self,
+        direct: list[ModelRun],
+        others: list[tuple[ModelRun, claims_mod.Claim | claims_mod.Holder]],
+    ) -> None:
+        """The direct models through one scheduler run, each other model on its own path, side by
+        side; the first error raised as itself (as ``runner.sending.scheduler.run`` does)."""
         try:
             async with asyncio.TaskGroup() as tasks:
                 if direct:
                     tasks.create_task(self.sync(direct, self.shard))
                 batched = [tasks.create_task(self.one(m, got)) for m, got in others]
-                if self.stop is not None and batched:  # stopping: a batch being polled is left to the next run
+                if (
+                    self.stop is not None and batched
+                ):  # stopping: a batch being polled is left to the next run
                     self.stop.on_request(lambda: [t.cancel() for t in batched])
         except ExceptionGroup as group_error:
             first = group_error
@@ -210,12 +279,14 @@ class _Sending:
             raise first from group_error
 
     async def one(self, model: ModelRun, got: claims_mod.Claim | claims_mod.Holder) -> None:
-        """One model not sent with the direct ones: its claim waited for, then synchronously, or through its
-        batches (``through_batches``)."""
+        """One model not sent with the direct ones: its claim waited for, then synchronously, or
+        through its batches (``through_batches``)."""
         label, ident = model.label, identity(model)
         if isinstance(got, claims_mod.Holder):
-            self.say(f"{label}: {got} is sending this model's requests to {self.cache.root}; waiting for it to "
-                     "end (what it stores is read from the cache, not sent again)")
+            self.say(
+                f"{label}: {got} is sending this model's requests to {self.cache.root}; waiting for it to "
+                "end (what it stores is read from the cache, not sent again)"
+            )
             got = await claims_mod.wait(self.cache.root, ident, label, self.part)
             self.held.append(got)
             self.cache.refresh()
@@ -225,32 +296,53 @@ class _Sending:
         in_batch = label in self.batch and supports(model.adapter.kind)
         api = batch_api(model.adapter) if in_batch or self.ledger.open_entries(ident) else None
         if api is None:
-            await self.sync([model], KeyFilter(frozenset(self.ledger.claimed(ident)), self.shard, keep=False))
+            await self.sync(
+                [model], KeyFilter(frozenset(self.ledger.claimed(ident)), self.shard, keep=False)
+            )
         else:
             await self.through_batches(model, api, in_batch)
 
     async def through_batches(self, model: ModelRun, api: BatchAPI, in_batch: bool) -> None:
-        """``model``'s batches: in batch mode, its requests through them; otherwise an earlier batch run's open
-        batches collected while the rest is sent synchronously. What they leave is sent synchronously (after
-        a deadline with ``fallback_sync``, or when not in batch mode) or counted not sent."""
+        """``model``'s batches: in batch mode, its requests through them; otherwise an earlier batch
+        run's open batches collected while the rest is sent synchronously. What they leave is sent
+        synchronously (after a deadline with ``fallback_sync``, or when not in batch mode) or
+        counted not sent."""
         label, ident = model.label, identity(model)
-        price = scoring_cost.batch_price(model.price, *self.batch_overrides.get(label, (None, None)))
+        price = scoring_cost.batch_price(
+            model.price, *self.batch_overrides.get(label, (None, None))
+        )
         stats = BatchStats(cost_usd=None if price is None else 0.0)
         self.parts[label].append(stats)
         size, tokens = self.limits_of.get(label, (None, None))
-        mine = replace(self.options, max_requests=size or self.options.max_requests,
-                       enqueued_tokens=tokens or self.options.enqueued_tokens)
-        batches = ModelBatches(model, api, self.suite, self.cache, self.ledger, ident, budget=self.budget,
-                               batch_price=price, shard=self.shard,
-                               options=mine if in_batch else replace(mine, collect_only=True, wait=True),
-                               stats=stats, events=self.say, on_progress=lambda: self.progress(label),
-                               tasks=self.known_tasks, collecting=self.collecting)
+        mine = replace(
+            self.options,
+            max_requests=size or self.options.max_requests,
+            enqueued_tokens=tokens or self.options.enqueued_tokens,
+        )
+        batches = ModelBatches(
+            model,
+            api,
+            self.suite,
+            self.cache,
+            self.ledger,
+            ident,
+            budget=self.budget,
+            batch_price=price,
+            shard=self.shard,
+            options=mine if in_batch else replace(mine, collect_only=True, wait=True),
+            stats=stats,
+            events=self.say,
+            on_progress=lambda: self.progress(label),
+            tasks=self.known_tasks,
+            collecting=self.collecting,
+        )
         if in_batch:
             left = await batches.run()
         else:
             claimed = frozenset(self.ledger.claimed(ident))
-            left, _ = await asyncio.gather(batches.run(),
-                                           self.sync([model], KeyFilter(claimed, self.shard, keep=False)))
+            left, _ = await asyncio.gather(
+                batches.run(), self.sync([model], KeyFilter(claimed, self.shard, keep=False))
+            )
         if left and (self.fallback_sync and batches.cancelled or not in_batch):
             keys = frozenset(model.adapter.encode(task, sample).key for task, sample in left)
             self.say(f"{label}: sending the {len(keys):,} request(s) left synchronously")
@@ -259,10 +351,18 @@ class _Sending:
             stats.not_sent += len(left)
 
     async def sync(self, group: list[ModelRun], key_filter: KeyFilter | Shard | None) -> None:
-        """``group`` through one scheduler run (``runner.sending.scheduler.run``), its requests those
-        ``key_filter`` owns; each model's Stats kept among its parts."""
-        stats = await run(group, self.suite, self.cache, on_progress=self.sync_progress, budget=self.budget,
-                          limiters=self.limiters, shard=key_filter, stop=self.stop)
+        """``group`` through one scheduler run (``runner.sending.scheduler.run``), its requests
+        those ``key_filter`` owns; each model's Stats kept among its parts."""
+        stats = await run(
+            group,
+            self.suite,
+            self.cache,
+            on_progress=self.sync_progress,
+            budget=self.budget,
+            limiters=self.limiters,
+            shard=key_filter,
+            stop=self.stop,
+        )
         for label, s in stats.items():
             if s not in self.parts[label]:
                 self.parts[label].append(s)
@@ -284,15 +384,29 @@ class _Sending:
 
     def stats(self) -> dict[str, Stats]:
         """Each model's Stats, merged over the paths it took."""
-        return {m.label: (merged(self.parts[m.label]) if len(self.parts[m.label]) != 1 else self.parts[m.label][0])
-                for m in self.models}
+        return {
+            m.label: (
+                merged(self.parts[m.label])
+                if len(self.parts[m.label]) != 1
+                else self.parts[m.label][0]
+            )
+            for m in self.models
+        }
 
 
-async def collect(models: Sequence[ModelRun], suite: Suite, cache: Cache, ledger: Ledger, options: BatchOptions,
-                  batch_overrides: dict | None = None, say: Callable[[str], None] | None = None) -> dict[str, BatchStats]:
-    """``dxi batches collect``: for each of ``models`` (started) with open ledger entries, poll them (once, or
-    until they end with ``options.wait``) and store the results of those that ended; nothing new is
-    submitted. Returns each such model's BatchStats (``given_back``: requests the next run sends)."""
+async def collect(
+    models: Sequence[ModelRun],
+    suite: Suite,
+    cache: Cache,
+    ledger: Ledger,
+    options: BatchOptions,
+    batch_overrides: dict | None = None,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, BatchStats]:
+    """``dxi batches collect``: for each of ``models`` (started) with open ledger entries, poll them
+    (once, or until they end with ``options.wait``) and store the results of those that ended;
+    nothing new is submitted. Returns each such model's BatchStats (``given_back``: requests the
+    next run sends)."""
     out = {}
     for model in models:
         ident = identity(model)
@@ -301,18 +415,32 @@ async def collect(models: Sequence[ModelRun], suite: Suite, cache: Cache, ledger
         api = batch_api(model.adapter)
         if api is None:
             continue
-        price = scoring_cost.batch_price(model.price, *(batch_overrides or {}).get(model.label, (None, None)))
+        price = scoring_cost.batch_price(
+            model.price, *(batch_overrides or {}).get(model.label, (None, None))
+        )
         stats = BatchStats(cost_usd=None if price is None else 0.0)
-        await ModelBatches(model, api, suite, cache, ledger, ident, budget=Budget(), batch_price=price,
-                           options=replace(options, collect_only=True), stats=stats, events=say).run()
+        await ModelBatches(
+            model,
+            api,
+            suite,
+            cache,
+            ledger,
+            ident,
+            budget=Budget(),
+            batch_price=price,
+            options=replace(options, collect_only=True),
+            stats=stats,
+            events=say,
+        ).run()
         out[model.label] = stats
     return out
 
 
 def settle_cached(models: Sequence[ModelRun], cache: Cache, ledger: Ledger | None = None) -> int:
-    """Close, without the network, the open ledger entries of ``models`` whose every request is in the cache
-    (a run killed after the last row of a collection and before its ``collected`` record): their models
-    need nothing more, so no run would collect them otherwise. Returns how many were closed."""
+    """Close, without the network, the open ledger entries of ``models`` whose every request is in
+    the cache (a run killed after the last row of a collection and before its ``collected`` record):
+    their models need nothing more, so no run would collect them otherwise. Returns how many were
+    closed."""
     ledger = ledger or Ledger(cache.root)
     if not ledger.folder.is_dir():
         return 0
@@ -323,8 +451,14 @@ def settle_cached(models: Sequence[ModelRun], cache: Cache, ledger: Ledger | Non
             if entry.batch_id is not None and keys and all(cache.has_many(keys)):
                 with ledger.collector(entry.id) as mine:
                     if mine:
-                        ledger.record(entry.id, "collected", stored=0, returned=[], unmatched=0,
-                                      note="every request of the batch was in the cache")
+                        ledger.record(
+                            entry.id,
+                            "collected",
+                            stored=0,
+                            returned=[],
+                            unmatched=0,
+                            note="every request of the batch was in the cache",
+                        )
                         ledger.forget_keys(entry.id)
                         closed += 1
     return closed

@@ -1,17 +1,18 @@
-"""The batches a cache's ledger holds (``cache.ledger``), as ``dxi batches`` lists, collects and cancels them
-(docs/batch.md); the command prints what these return.
+"""The batches a cache's ledger holds (``cache.ledger``), as ``dxi batches`` lists, collects and
+cancels them (docs/batch.md); the command prints what these return.
 
 * ``listed(cache_dir, every)``: the entries, oldest first, each with where it stands (``rows``).
-* ``collect(plan, wait, poll_s, say)``: the open batches of the plan's models polled (once, or until they
-  end) and the results of those that ended stored; nothing new is submitted.
-* ``cancel(cache_dir, model, entry, every, say)``: the provider asked to cancel the chosen open batches;
-  what they produced before is collected by the next run (or ``collect``).
+* ``collect(plan, wait, poll_s, say)``: the open batches of the plan's models polled (once, or until
+  they end) and the results of those that ended stored; nothing new is submitted.
+* ``cancel(cache_dir, model, entry, every, say)``: the provider asked to cancel the chosen open
+  batches; what they produced before is collected by the next run (or ``collect``).
 * ``resume(cache_dir, model, entry, every)``: the stops of models' batch mode the ledger keeps
   (``Ledger.stops``) lifted.
 
-``say`` gets a line for each batch state change and each problem met (a model that cannot be reached, a
-cancel refused); None: nothing is said.
+``say`` gets a line for each batch state change and each problem met (a model that cannot be
+reached, a cancel refused); None: nothing is said.
 """
+
 from __future__ import annotations
 
 import time
@@ -32,8 +33,8 @@ from .batch.options import BatchOptions, BatchStats, with_retries
 from .errors import UsageError
 from .session import start_adapters
 
-# Imported on first use (``dxi.lazy``): the batch APIs and the dispatch load aiohttp, uvloop its loop;
-# ``dxi batches list`` needs none of them
+# Imported on first use (``dxi.lazy``): the batch APIs and the dispatch load aiohttp, uvloop its
+# loop; ``dxi batches list`` needs none of them
 uvloop = LazyModule("uvloop")
 _batches = LazyModule("dxi.adapters.batches")
 _dispatch = LazyModule("dxi.runner.dispatch")
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from dxi.adapters.batches import BatchAPI
 
     from .planning.plan import Plan
+
 
 def has_batches(cache_dir: Path) -> bool:
     """Whether the cache at ``cache_dir`` has a ledger (a batch run used it)."""
@@ -55,8 +57,9 @@ def listed(cache_dir: Path, every: bool = False) -> list[Entry]:
     return entries if every else [e for e in entries if not e.closed or e.stop]
 
 
-def resume(cache_dir: Path, *, model: str | None = None, entry: str | None = None,
-           every: bool = False) -> list[Entry]:
+def resume(
+    cache_dir: Path, *, model: str | None = None, entry: str | None = None, every: bool = False
+) -> list[Entry]:
     """Lift the stops the ledger keeps on models' batch mode (``Ledger.stops``): those of the model
     ``model`` (as ``cancel`` takes it), of the entry or batch id ``entry``, or ``every`` one; a
     ``resume`` event each. Returns the entries resumed. Raises UsageError when the cache has no
@@ -64,43 +67,57 @@ def resume(cache_dir: Path, *, model: str | None = None, entry: str | None = Non
     if not has_batches(cache_dir):
         raise UsageError(f"{cache_dir} holds no batches (no {Path(cache_dir) / 'batches'} folder)")
     ledger = Ledger(cache_dir)
-    chosen = [e for e in ledger.stops() if every or (model and _of_model(e, model))
-              or (entry and entry in (e.id, e.batch_id))]
+    chosen = [
+        e
+        for e in ledger.stops()
+        if every or (model and _of_model(e, model)) or (entry and entry in (e.id, e.batch_id))
+    ]
     if not chosen and not every:
-        raise UsageError("no stopped batch mode matches" + (f" the model {model!r}" if model else
-                                                           f" {entry!r}" if entry else "")
-                         + " (dxi batches list)")
+        raise UsageError(
+            "no stopped batch mode matches"
+            + (f" the model {model!r}" if model else f" {entry!r}" if entry else "")
+            + " (dxi batches list)"
+        )
     for e in chosen:
         ledger.record(e.id, "resume")
     return chosen
 
 
 def rows(entries: list[Entry]) -> list[dict]:
-    """Entries as ``dxi batches list --json`` prints them: ``Entry.as_dict`` and ``running_s`` (seconds since a
-    submitted batch that has not ended was submitted; None otherwise)."""
+    """Entries as ``dxi batches list --json`` prints them: ``Entry.as_dict`` and ``running_s``
+    (seconds since a submitted batch that has not ended was submitted; None otherwise)."""
     out = []
     for e in entries:
-        running = None if e.ended or e.batch_id is None else time.time() - (e.submitted_at or e.created)
+        running = (
+            None if e.ended or e.batch_id is None else time.time() - (e.submitted_at or e.created)
+        )
         out.append(e.as_dict() | {"running_s": None if running is None else round(running, 1)})
     return out
 
 
-def collect(plan: Plan, *, wait: bool = False, poll_s: float | None = None,
-            say: Callable[[str], None] | None = None) -> dict[str, BatchStats]:
-    """Poll the open batches of ``plan``'s models (once each, or until every one has ended with ``wait``; the
-    first wait between status reads ``poll_s`` seconds, ``BatchOptions``' by default, growing by half each
-    time up to 300 s) and store the
-    results of those that ended; nothing new is submitted. A model that cannot be reached is said and left
-    (its batches stay open). Returns each collected model's BatchStats by label (``given_back``: requests the
-    next run sends; ``running``: its batches still open); {} when the cache has no ledger. Raises UsageError
-    when ``poll_s`` is not positive."""
+def collect(
+    plan: Plan,
+    *,
+    wait: bool = False,
+    poll_s: float | None = None,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, BatchStats]:
+    """Poll the open batches of ``plan``'s models (once each, or until every one has ended with
+    ``wait``; the first wait between status reads ``poll_s`` seconds, ``BatchOptions``' by default,
+    growing by half each time up to 300 s) and store the results of those that ended; nothing new is
+    submitted. A model that cannot be reached is said and left (its batches stay open). Returns each
+    collected model's BatchStats by label (``given_back``: requests the next run sends; ``running``:
+    its batches still open); {} when the cache has no ledger. Raises UsageError when ``poll_s`` is
+    not positive."""
     poll_s = BatchOptions().poll_s if poll_s is None else poll_s
     if poll_s <= 0:
         raise UsageError("--poll must be positive (seconds)")
     if not has_batches(plan.cache_dir):
         return {}
     say = say or (lambda text: None)
-    options = BatchOptions(poll_s=poll_s, max_poll_s=max(poll_s, 300.0), collect_only=True, wait=wait)
+    options = BatchOptions(
+        poll_s=poll_s, max_poll_s=max(poll_s, 300.0), collect_only=True, wait=wait
+    )
     with Cache(plan.cache_dir) as cache:
         ledger = Ledger(plan.cache_dir)
 
@@ -109,7 +126,9 @@ def collect(plan: Plan, *, wait: bool = False, poll_s: float | None = None,
             for m, stop in unreachable:  # its batches stay open: collected once it can be reached
                 say(f"{m.label}: not collected ({stop})")
             try:
-                return await _dispatch.collect(models, plan.suite, cache, ledger, options, plan.batch_overrides, say)
+                return await _dispatch.collect(
+                    models, plan.suite, cache, ledger, options, plan.batch_overrides, say
+                )
             finally:
                 for m in models:
                     await m.adapter.close()
@@ -119,9 +138,9 @@ def collect(plan: Plan, *, wait: bool = False, poll_s: float | None = None,
 
 @dataclass(frozen=True)
 class Cancelled:
-    """What ``cancel`` did: ``cancelled`` batches whose cancel the provider accepted (each ends at the provider's
-    pace: its results so far are kept), of ``submitted`` chosen ones that were running (the others chosen had no
-    batch id yet, or had ended)."""
+    """What ``cancel`` did: ``cancelled`` batches whose cancel the provider accepted (each ends at
+    the provider's pace: its results so far are kept), of ``submitted`` chosen ones that were
+    running (the others chosen had no batch id yet, or had ended)."""
 
     cancelled: int
     submitted: int
@@ -131,24 +150,37 @@ class Cancelled:
         return self.cancelled == self.submitted
 
 
-def cancel(cache_dir: Path, *, model: str | None = None, entry: str | None = None, every: bool = False,
-           say: Callable[[str], None] | None = None) -> Cancelled:
-    """Ask the provider to cancel the open batches chosen: every one of the model ``model`` (its name in reports,
-    or the model string ``dxi run --model`` took: ``openai:gpt-x@http://host/v1``), the entry (``dxi-...``) or
-    provider batch id ``entry``, or ``every`` one. Each provider is reached as the run that submitted the batch
-    reached it (its model, server and key variable, from the entry's intent). Raises UsageError when the cache
-    has no ledger, or no open batch matches ``model`` or ``entry`` (with ``every`` and none open: nothing to do,
-    ``Cancelled(0, 0)``)."""
+def cancel(
+    cache_dir: Path,
+    *,
+    model: str | None = None,
+    entry: str | None = None,
+    every: bool = False,
+    say: Callable[[str], None] | None = None,
+) -> Cancelled:
+    """Ask the provider to cancel the open batches chosen: every one of the model ``model`` (its
+    name in reports, or the model string ``dxi run --model`` took: ``openai:gpt-x@http://host/v1``),
+    the entry (``dxi-...``) or provider batch id ``entry``, or ``every`` one. Each provider is
+    reached as the run that submitted the batch reached it (its model, server and key variable, from
+    the entry's intent). Raises UsageError when the cache has no ledger, or no open batch matches
+    ``model`` or ``entry`` (with ``every`` and none open: nothing to do, ``Cancelled(0, 0)``)."""
     if not has_batches(cache_dir):
         raise UsageError(f"{cache_dir} holds no batches (no {Path(cache_dir) / 'batches'} folder)")
     say = say or (lambda text: None)
     ledger = Ledger(cache_dir)
-    chosen = [e for e in listed(cache_dir) if every or (model and _of_model(e, model)) or (entry and entry in (e.id, e.batch_id))]
+    chosen = [
+        e
+        for e in listed(cache_dir)
+        if every or (model and _of_model(e, model)) or (entry and entry in (e.id, e.batch_id))
+    ]
     if not chosen and every:
         return Cancelled(0, 0)
     if not chosen:
-        raise UsageError("no open batch matches" + (f" the model {model!r}" if model else f" {entry!r}" if entry else "")
-                         + " (dxi batches list)")
+        raise UsageError(
+            "no open batch matches"
+            + (f" the model {model!r}" if model else f" {entry!r}" if entry else "")
+            + " (dxi batches list)"
+        )
 
     async def go() -> int:
         apis = await _apis(ledger, chosen, say)
@@ -163,29 +195,38 @@ def cancel(cache_dir: Path, *, model: str | None = None, entry: str | None = Non
 
 
 def _of_model(entry: Entry, model: str) -> bool:
-    """Whether ``entry`` is a batch of ``model``: its label, or a model string naming its adapter and model (and,
-    when it gives one, its server)."""
+    """Whether ``entry`` is a batch of ``model``: its label, or a model string naming its adapter
+    and model (and, when it gives one, its server)."""
     if model == entry.label:
         return True
     try:
         spec = adapters.parse_model(model)
     except ValueError:
         return False
-    same_server = spec.base_url is None or (entry.base_url or "").rstrip("/") == spec.base_url.rstrip("/")
+    same_server = spec.base_url is None or (entry.base_url or "").rstrip(
+        "/"
+    ) == spec.base_url.rstrip("/")
     return f"{spec.kind}:{spec.model}" == entry.label and same_server
 
 
-async def _apis(ledger: Ledger, entries: list[Entry], say: Callable[[str], None]) -> dict[str, BatchAPI | None]:
-    """Entry id -> the started batch API its batch was submitted through (one per model, server and key
-    variable), None when it cannot be started (its key not set, say)."""
+async def _apis(
+    ledger: Ledger, entries: list[Entry], say: Callable[[str], None]
+) -> dict[str, BatchAPI | None]:
+    """Entry id -> the started batch API its batch was submitted through (one per model, server and
+    key variable), None when it cannot be started (its key not set, say)."""
     made: dict[tuple, BatchAPI | None] = {}
     out: dict[str, BatchAPI | None] = {}
     for e in entries:
         doc = _intent(ledger, e.id)
         key = (e.kind, e.base_url, doc.get("model"), doc.get("api_key_env"))
         if key not in made:
-            spec = adapters.ModelSpec(e.kind, doc.get("model") or "model", e.base_url or None, {},
-                                      {"api_key_env": doc["api_key_env"]} if doc.get("api_key_env") else {})
+            spec = adapters.ModelSpec(
+                e.kind,
+                doc.get("model") or "model",
+                e.base_url or None,
+                {},
+                {"api_key_env": doc["api_key_env"]} if doc.get("api_key_env") else {},
+            )
             adapter = adapters.get(spec)
             try:
                 await adapter.start()
@@ -212,11 +253,15 @@ def _intent(ledger: Ledger, entry_id: str) -> dict:
     return {}
 
 
-async def cancel_entries(ledger: Ledger, entries: list[Entry], api_for: Callable[[Entry], BatchAPI | None],
-                         say: Callable[[str], None]) -> int:
-    """Ask the provider to cancel each open, submitted entry (``api_for`` gives its started batch API, None when
-    it cannot be had); records ``cancel``, or ``ended`` (lost) for a batch the provider no longer knows.
-    Returns how many were cancelled."""
+async def cancel_entries(
+    ledger: Ledger,
+    entries: list[Entry],
+    api_for: Callable[[Entry], BatchAPI | None],
+    say: Callable[[str], None],
+) -> int:
+    """Ask the provider to cancel each open, submitted entry (``api_for`` gives its started batch
+    API, None when it cannot be had); records ``cancel``, or ``ended`` (lost) for a batch the
+    provider no longer knows. Returns how many were cancelled."""
     done = 0
     for entry in entries:
         if entry.closed or entry.batch_id is None or entry.ended:
@@ -226,7 +271,9 @@ async def cancel_entries(ledger: Ledger, entries: list[Entry], api_for: Callable
             say(f"{entry.label}: batch {entry.batch_id}: no API key or server to cancel it with")
             continue
         try:
-            status = await with_retries(lambda a=api, e=entry: a.cancel(e.batch_id), api.adapter, "cancel")
+            status = await with_retries(
+                lambda a=api, e=entry: a.cancel(e.batch_id), api.adapter, "cancel"
+            )
         except _batches.BatchLost:
             ledger.record(entry.id, "ended", outcome="lost", state="not found", output={})
             say(f"{entry.label}: batch {entry.batch_id} is gone at the provider")
@@ -235,7 +282,9 @@ async def cancel_entries(ledger: Ledger, entries: list[Entry], api_for: Callable
             say(f"{entry.label}: batch {entry.batch_id}: could not cancel ({exc})")
             continue
         ledger.record(entry.id, "cancel", reason="dxi batches cancel")
-        if status.state and status.state != entry.state:  # (cancelling, canceling, ...: where it stands now)
+        if (
+            status.state and status.state != entry.state
+        ):  # (cancelling, canceling, ...: where it stands now)
             ledger.record(entry.id, "state", state=status.state, counts=status.counts)
         say(f"{entry.label}: batch {entry.batch_id} {status.state} (cancel asked)")
         done += 1

@@ -1,13 +1,15 @@
-"""Scoring from the cache alone, without the network, as library calls: what ``dxi score``, ``report``, ``export``
-and ``view`` score (``select``: the plan or every model in the cache, the cache and output folders, the tasks,
-the remote tier; ``models_to_score``: the models under the names ``dxi run`` gives them, their prices and
-epochs) and ``rescore``, which scores that selection into summary.json and answers.parquet (with ``html``:
-report.html and its tables too) and returns a ``Rescored``; ``browse``, the browser ``dxi view`` serves over it.
+"""Scoring from the cache alone, without the network, as library calls: what ``dxi score``,
+``report``, ``export`` and ``view`` score (``select``: the plan or every model in the cache, the
+cache and output folders, the tasks, the remote tier; ``models_to_score``: the models under the
+names ``dxi run`` gives them, their prices and epochs) and ``rescore``, which scores that selection
+into summary.json and answers.parquet (with ``html``: report.html and its tables too) and returns a
+``Rescored``; ``browse``, the browser ``dxi view`` serves over it.
 
 ``select`` takes the selection as ``runner.planning.inputs.PlanInputs`` (from a program or a test:
-``select(PlanInputs(cache_dir=..., data_dir=..., out=..., sample=2))``), or as ``dxi score`` parses it (an
-``argparse.Namespace``, turned into ``PlanInputs`` by ``runner.planning.inputs.inputs_of``).
+``select(PlanInputs(cache_dir=..., data_dir=..., out=..., sample=2))``), or as ``dxi score`` parses
+it (an ``argparse.Namespace``, turned into ``PlanInputs`` by ``runner.planning.inputs.inputs_of``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +28,9 @@ from .planning.inputs import PlanInputs, inputs_of
 from .planning.plan import from_inputs, suite_of, tolerance, with_effort
 from .planning.selection import choose
 
-# Imported on first use (``dxi.lazy``): Polars and the scoring once the cache is read, matplotlib and
-# Jinja2 only for a report, the view's data only for ``dxi view``; ``dxi score --help`` needs none
+# Imported on first use (``dxi.lazy``): Polars and the scoring once the cache is read, matplotlib
+# and Jinja2 only for a report, the view's data only for ``dxi view``; ``dxi score --help`` needs
+# none
 pl = LazyModule("polars")
 scoring = LazyModule("dxi.scoring")
 _files = LazyModule("dxi.runner.outputs.files")
@@ -48,9 +51,10 @@ if TYPE_CHECKING:
 
 @dataclass
 class Selection:
-    """What is scored: ``plan`` (a run file's or the ``--model`` flags'; None: every model in the cache),
-    ``cache_dir`` and ``out`` (folders), ``suite`` (the tasks the inputs name; ``scored_suite`` narrows it to
-    those the runs selected), ``remote`` (the remote cache tier, or None) and ``inputs`` (as given)."""
+    """What is scored: ``plan`` (a run file's or the ``--model`` flags'; None: every model in the
+    cache), ``cache_dir`` and ``out`` (folders), ``suite`` (the tasks the inputs name;
+    ``scored_suite`` narrows it to those the runs selected), ``remote`` (the remote cache tier, or
+    None) and ``inputs`` (as given)."""
 
     plan: Plan | None
     cache_dir: Path
@@ -62,8 +66,8 @@ class Selection:
 
 @dataclass
 class ToScore:
-    """The models to score (a ``scoring.MODELS_SCHEMA`` frame), their prices (label -> USD per million input,
-    output tokens; None: unknown), the default epochs and notes for the user."""
+    """The models to score (a ``scoring.MODELS_SCHEMA`` frame), their prices (label -> USD per
+    million input, output tokens; None: unknown), the default epochs and notes for the user."""
 
     frame: pl.DataFrame
     prices: dict
@@ -73,9 +77,10 @@ class ToScore:
 
 @dataclass(frozen=True)
 class Rescored:
-    """What ``rescore`` wrote: ``summary`` (summary.json's document, ``scoring.records.Summary``), ``out`` (its folder), ``report`` (the
-    report.html written, or None), ``notes`` (for the user: epochs left out, the selection the runs made) and
-    ``exit_code`` (0, or ``runner.errors.EXIT_FAILED_REQUESTS`` for a provisional result not accepted)."""
+    """What ``rescore`` wrote: ``summary`` (summary.json's document, ``scoring.records.Summary``),
+    ``out`` (its folder), ``report`` (the report.html written, or None), ``notes`` (for the user:
+    epochs left out, the selection the runs made) and ``exit_code`` (0, or
+    ``runner.errors.EXIT_FAILED_REQUESTS`` for a provisional result not accepted)."""
 
     summary: Summary
     out: Path
@@ -85,60 +90,86 @@ class Rescored:
 
 
 def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) -> Selection:
-    """What ``dxi score`` (and ``report``, ``export``, ``view``) scores, from ``inputs`` (or the command's parsed
-    flags): the models of ``inputs.run_file`` or ``inputs.models``, else every model in the cache; the remote
-    cache tier (``cache_remote``) has its shards pulled into the cache folder, which it creates, or into
-    ``mirror`` (``dxi view`` never writes to the cache folder). UsageError for a run file beside models, a bad
-    setting (``runner.planning.plan``), or no cache."""
+    """What ``dxi score`` (and ``report``, ``export``, ``view``) scores, from ``inputs`` (or the
+    command's parsed flags): the models of ``inputs.run_file`` or ``inputs.models``, else every
+    model in the cache; the remote cache tier (``cache_remote``) has its shards pulled into the
+    cache folder, which it creates, or into ``mirror`` (``dxi view`` never writes to the cache
+    folder). UsageError for a run file beside models, a bad setting (``runner.planning.plan``), or
+    no cache."""
     if isinstance(inputs, argparse.Namespace):
         inputs = inputs_of(inputs)
     if inputs.run_file is not None and inputs.models:
-        raise UsageError(f"--model cannot be combined with a run file ({inputs.run_file}): the file names the models")
+        raise UsageError(
+            f"--model cannot be combined with a run file ({inputs.run_file}): the file names the models"
+        )
     plan = from_inputs(inputs) if inputs.run_file is not None or inputs.models else None
     cache_dir = plan.cache_dir if plan else (inputs.cache_dir or Path(".dxi-cache"))
     out = plan.out if plan else (inputs.out or Path("out"))
     suite = plan.suite if plan else suite_of(inputs)
     uri = inputs.cache_remote or (plan.cache_remote if plan else None)
-    if not cache_dir.is_dir() and (not uri or mirror is not None):  # a remote tier pulled into it creates it
+    if not cache_dir.is_dir() and (
+        not uri or mirror is not None
+    ):  # a remote tier pulled into it creates it
         raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
     remote = distributed.remote_for(uri, cache_dir, mirror)
     return Selection(plan, cache_dir, out, suite, remote, replace(inputs, cache_dir=cache_dir))
 
 
 def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) -> ToScore:
-    """The models to score: the plan's (a run file's, or the ``--model`` flags' with their ``--param``) under
-    the names ``dxi run`` gives them, else every model in the cache. UsageError for a ``--model`` whose
-    configuration (adapter, model, endpoint, parameters) has no rows in the cache, and for a cache with no
-    model at all unless ``empty_ok`` (``dxi view``, which shows the models as a run adds them)."""
+    """The models to score: the plan's (a run file's, or the ``--model`` flags' with their
+    ``--param``) under the names ``dxi run`` gives them, else every model in the cache. UsageError
+    for a ``--model`` whose configuration (adapter, model, endpoint, parameters) has no rows in the
+    cache, and for a cache with no model at all unless ``empty_ok`` (``dxi view``, which shows the
+    models as a run adds them)."""
     plan, inputs = selection.plan, selection.inputs
     found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
     if plan is None:
         if found.is_empty() and not empty_ok:
-            raise UsageError(f"no models in {selection.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first")
-        prices = {label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
-                  for label, kind in found.select("label", "provider").iter_rows()}
+            raise UsageError(
+                f"no models in {selection.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first"
+            )
+        prices = {
+            label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
+            for label, kind in found.select("label", "provider").iter_rows()
+        }
         epochs = inputs.epochs or 1
         return ToScore(with_effort(found), prices, epochs, more_epochs(found, epochs))
     same = []
     for m in plan.models:
         a = m.adapter
-        config = ((pl.col("provider") == a.kind) & (pl.col("endpoint") == a.endpoint)
-                  & (pl.col("params") == a.params_key))
-        if not a.model:  # a System One server that names its model: the one model cached from that server
+        config = (
+            (pl.col("provider") == a.kind)
+            & (pl.col("endpoint") == a.endpoint)
+            & (pl.col("params") == a.params_key)
+        )
+        if (
+            not a.model
+        ):  # a System One server that names its model: the one model cached from that server
             kinds = found.filter(config)
             if kinds.height != 1:
-                raise UsageError(f"{m.label}: no model name is given and the cache holds {kinds.height} models from "
-                                 f"{a.endpoint}; name it ({a.kind}:NAME@URL, or model = NAME in a run file)")
+                raise UsageError(
+                    f"{m.label}: no model name is given and the cache holds {kinds.height} models from "
+                    f"{a.endpoint}; name it ({a.kind}:NAME@URL, or model = NAME in a run file)"
+                )
             a.model = kinds["model"].item()
         match = found.filter(config & (pl.col("model") == a.model))
         if inputs.models and match.is_empty():
-            near = (found.filter((pl.col("provider") == a.kind) & (pl.col("model") == a.model))
-                    .select("endpoint", "params").unique().sort("endpoint", "params"))
-            cached = (f" It is cached with: {'; '.join(f'endpoint {e}, parameters {p}' for e, p in near.iter_rows())}."
-                      if near.height else f" Models there: {', '.join(found['label'].to_list()) or 'none'}.")
-            raise UsageError(f"{m.label}: no such model in {selection.cache_dir} (endpoint {a.endpoint or '-'}, "
-                             f"parameters {a.params_key}, prompt version {PROMPT_VERSION}); give the model string and "
-                             f"--param as `dxi run` was given them.{cached}")
+            near = (
+                found.filter((pl.col("provider") == a.kind) & (pl.col("model") == a.model))
+                .select("endpoint", "params")
+                .unique()
+                .sort("endpoint", "params")
+            )
+            cached = (
+                f" It is cached with: {'; '.join(f'endpoint {e}, parameters {p}' for e, p in near.iter_rows())}."
+                if near.height
+                else f" Models there: {', '.join(found['label'].to_list()) or 'none'}."
+            )
+            raise UsageError(
+                f"{m.label}: no such model in {selection.cache_dir} (endpoint {a.endpoint or '-'}, "
+                f"parameters {a.params_key}, prompt version {PROMPT_VERSION}); give the model string and "
+                f"--param as `dxi run` was given them.{cached}"
+            )
         same.append(match.with_columns(pl.lit(m.label).alias("label")))
     plan.check_labels()
     notes = more_epochs(pl.concat(same), plan.epochs) if inputs.models and not inputs.epochs else []
@@ -147,50 +178,86 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
 
 def more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:
     """A note for each model whose cache holds more epochs than are scored."""
-    return [f"{label}: the cache holds {n} epochs; --epochs {n} scores them all (scored: {epochs})"
-            for label, n in found.filter(pl.col("cached_epochs") > epochs).select("label", "cached_epochs").iter_rows()]
+    return [
+        f"{label}: the cache holds {n} epochs; --epochs {n} scores them all (scored: {epochs})"
+        for label, n in found.filter(pl.col("cached_epochs") > epochs)
+        .select("label", "cached_epochs")
+        .iter_rows()
+    ]
 
 
 def scored_suite(selection: Selection, to_score: ToScore) -> Suite:
-    """The suite scored over the models ``to_score``: the selection's, or with no selection given the tasks the
-    runs recorded in the cache selected (``runner.planning.selection``; its notes are added to ``to_score.notes``)."""
-    chosen = choose(selection.inputs, selection.plan, selection.suite, to_score.frame, selection.cache_dir)
+    """The suite scored over the models ``to_score``: the selection's, or with no selection given
+    the tasks the runs recorded in the cache selected (``runner.planning.selection``; its notes are
+    added to ``to_score.notes``)."""
+    chosen = choose(
+        selection.inputs, selection.plan, selection.suite, to_score.frame, selection.cache_dir
+    )
     to_score.notes += chosen.notes
     return chosen.suite
 
 
 def rescore(selection: Selection, html: bool = False) -> Rescored:
-    """Score ``selection`` from the cache alone into ``selection.out`` (summary.json, answers.parquet; with
-    ``html``: report.html and tables/, models ranked by Decision Index unless a plan gives their order). The
-    tolerance of failed answers is the plan's ``allow_failed``, else the inputs' (``--allow-failed``)."""
+    """Score ``selection`` from the cache alone into ``selection.out`` (summary.json,
+    answers.parquet; with ``html``: report.html and tables/, models ranked by Decision Index unless
+    a plan gives their order). The tolerance of failed answers is the plan's ``allow_failed``, else
+    the inputs' (``--allow-failed``)."""
     plan, out = selection.plan, selection.out
-    allowed: Tolerance | None = plan.tolerance() if plan else tolerance(selection.inputs.allow_failed)
+    allowed: Tolerance | None = (
+        plan.tolerance() if plan else tolerance(selection.inputs.allow_failed)
+    )
     path = None
     with Cache(selection.cache_dir, remote=selection.remote) as cache:
         to_score = models_to_score(cache, selection)
         suite = scored_suite(selection, to_score)
         batch_prices = plan.batch_prices() if plan is not None else None
         if not html:
-            summary = _files.score(cache, suite, to_score.frame, out, None, to_score.epochs, to_score.prices,
-                            batch_prices=batch_prices, tolerance=allowed)
+            summary = _files.score(
+                cache,
+                suite,
+                to_score.frame,
+                out,
+                None,
+                to_score.epochs,
+                to_score.prices,
+                batch_prices=batch_prices,
+                tolerance=allowed,
+            )
         else:
-            summary, scored = _files.score_all(cache, suite, to_score.frame, out, None, to_score.epochs, breakdowns=True,
-                                        prices=to_score.prices, batch_prices=batch_prices, tolerance=allowed)
-            path = _report.write(summary, scored, out, ranked=plan is None)  # no order given: by Decision Index
-    return Rescored(summary, out, path, to_score.notes, 0 if summary.accepted else EXIT_FAILED_REQUESTS)
+            summary, scored = _files.score_all(
+                cache,
+                suite,
+                to_score.frame,
+                out,
+                None,
+                to_score.epochs,
+                breakdowns=True,
+                prices=to_score.prices,
+                batch_prices=batch_prices,
+                tolerance=allowed,
+            )
+            path = _report.write(
+                summary, scored, out, ranked=plan is None
+            )  # no order given: by Decision Index
+    return Rescored(
+        summary, out, path, to_score.notes, 0 if summary.accepted else EXIT_FAILED_REQUESTS
+    )
 
 
 def browse(selection: Selection, home: TemporaryDirectory) -> tuple[Browser, list[str]]:
-    """``dxi view``'s browser over ``selection`` (``view.data.Browser``, its snapshots in ``home``, the view's
-    private folder: nothing is written to the cache folder) and the notes for the user. With no plan it follows
-    the cache: each rescoring takes every model in it again and the tasks their runs selected."""
+    """``dxi view``'s browser over ``selection`` (``view.data.Browser``, its snapshots in ``home``,
+    the view's private folder: nothing is written to the cache folder) and the notes for the user.
+    With no plan it follows the cache: each rescoring takes every model in it again and the tasks
+    their runs selected."""
     plan, cache_dir, given = selection.plan, selection.cache_dir, selection.suite
     with Cache(cache_dir, read_only=True, remote=selection.remote) as cache:
         to_score = models_to_score(cache, selection, empty_ok=True)
         kept = choose(selection.inputs, plan, given, to_score.frame, cache_dir)
     notes = to_score.notes + kept.notes
 
-    def again(cache: Cache) -> tuple:  # every model in the cache again, and the tasks their runs selected
+    def again(
+        cache: Cache,
+    ) -> tuple:  # every model in the cache again, and the tasks their runs selected
         nonlocal kept
         now_scored = models_to_score(cache, selection, empty_ok=True)
         now = choose(selection.inputs, plan, given, now_scored.frame, cache_dir)
@@ -199,6 +266,15 @@ def browse(selection: Selection, home: TemporaryDirectory) -> tuple[Browser, lis
         kept.suite.runs = now.suite.runs
         return now_scored.frame, now_scored.prices, now_scored.epochs, kept.suite
 
-    browser = _view_data.Browser.build(cache_dir, kept.suite, to_score.frame, _files.summarize, to_score.epochs, to_score.prices,
-                            home=home, remote=selection.remote, select=again if plan is None else None)
+    browser = _view_data.Browser.build(
+        cache_dir,
+        kept.suite,
+        to_score.frame,
+        _files.summarize,
+        to_score.epochs,
+        to_score.prices,
+        home=home,
+        remote=selection.remote,
+        select=again if plan is None else None,
+    )
     return browser, notes

@@ -1,11 +1,14 @@
-"""One run of a plan, end to end, as a library call: ``run(plan, ...)`` starts the adapters, sends what is not
-cached (``runner.dispatch``, under ``runner.signals.Graceful``), counts the tasks and prepares the scoring while
-the requests are on the wire, scores (``runner.outputs.files``), uploads (``runner.distributed.setup``) and decides the exit
-code; it returns a ``RunResult``. ``dxi run`` (``runner.commands.run``) is this call plus its messages.
+"""One run of a plan, end to end, as a library call: ``run(plan, ...)`` starts the adapters, sends
+what is not cached (``runner.dispatch``, under ``runner.signals.Graceful``), counts the tasks and
+prepares the scoring while the requests are on the wire, scores (``runner.outputs.files``), uploads
+(``runner.distributed.setup``) and decides the exit code; it returns a ``RunResult``. ``dxi run``
+(``runner.commands.run``) is this call plus its messages.
 
-The pieces are public for the other callers: ``start_adapters`` (``dxi estimate`` learns a server's model name,
-``dxi batches collect`` starts the models it polls), ``all_cached`` and ``requests_block``.
+The pieces are public for the other callers: ``start_adapters`` (``dxi estimate`` learns a server's
+model name, ``dxi batches collect`` starts the models it polls), ``all_cached`` and
+``requests_block``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,9 +35,9 @@ from .sending.scheduler import Stats
 from .sending.stops import RunStop, stopped_providers
 from .signals import GRACE_S, Graceful, describe
 
-# Imported on first use (``dxi.lazy``): each loads Polars, the scoring, Rich or aiohttp, which ``dxi run``
-# needs only once its first requests are out (tests/test_startup.py); ``prepare_scoring`` imports the
-# outputs' modules during the run
+# Imported on first use (``dxi.lazy``): each loads Polars, the scoring, Rich or aiohttp, which
+# ``dxi run`` needs only once its first requests are out (tests/test_startup.py);
+# ``prepare_scoring`` imports the outputs' modules during the run
 uvloop = LazyModule("uvloop")
 _scoring = LazyModule("dxi.scoring")
 _files = LazyModule("dxi.runner.outputs.files")
@@ -49,24 +52,28 @@ if TYPE_CHECKING:
 
     from dxi.scoring.records import Summary
 
+    from .adaptive.rounds import Rounds
     from .batch.options import BatchOptions
     from .planning.estimate import Estimate
     from .planning.plan import ModelRun, Plan
     from .sending.cost import Budget
-    from .adaptive.rounds import Rounds
 
-SURVEY_WAIT_S = 0.5  # the longest the survey waits for the run's first outcome before starting anyway
+SURVEY_WAIT_S = (
+    0.5  # the longest the survey waits for the run's first outcome before starting anyway
+)
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """What ``run`` did: ``stats`` (model label -> its ``runner.sending.scheduler.Stats``, or ``runner.batch.driver.BatchStats``),
-    ``summary`` (summary.json's document, as written to ``plan.out``), ``stopped`` (summary.json's
-    ``stopped_providers`` blocks, ``runner.sending.stops``), ``cost_bound`` (its ``cost_bound`` block; None without
-    ``--max-cost``), ``spent_usd`` (what this run's requests cost, USD), ``refused`` / ``unanswered`` (a batch
-    API refused a model's batches / batches left requests unanswered: ``runner.batch.driver``), ``upload_failed``
-    (``runner.errors.EXIT_UPLOAD`` when shards could not be uploaded to the remote cache, else None) and
-    ``exit_code`` (``dxi run``'s, from ``exit_code``)."""
+    """What ``run`` did: ``stats`` (model label -> its ``runner.sending.scheduler.Stats``, or
+    ``runner.batch.driver.BatchStats``), ``summary`` (summary.json's document, as written to
+    ``plan.out``), ``stopped`` (summary.json's ``stopped_providers`` blocks,
+    ``runner.sending.stops``), ``cost_bound`` (its ``cost_bound`` block; None without
+    ``--max-cost``), ``spent_usd`` (what this run's requests cost, USD), ``refused`` /
+    ``unanswered`` (a batch API refused a model's batches / batches left requests unanswered:
+    ``runner.batch.driver``), ``upload_failed`` (``runner.errors.EXIT_UPLOAD`` when shards could not
+    be uploaded to the remote cache, else None) and ``exit_code`` (``dxi run``'s, from
+    ``exit_code``)."""
 
     stats: dict[str, Stats]
     summary: Summary
@@ -84,34 +91,62 @@ class RunResult:
         return {label: s for label, s in self.stats.items() if s.failed}
 
 
-def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, fsync: bool = False,
-        retry_invalid: bool = False, retry_failed: bool = False, dist: distributed.Distributed | None = None,
-        batch_options: BatchOptions | None = None, fallback_sync: bool = False,
-        on_summary: Callable[[Summary], None] | None = None) -> RunResult:
-    """Run ``plan``: send what is not cached into its cache folder, score into ``plan.out`` (summary.json,
-    answers.parquet), upload (with a remote tier) and decide the exit code.
+def run(
+    plan: Plan,
+    *,
+    console: Console | None = None,
+    grace: float = GRACE_S,
+    fsync: bool = False,
+    retry_invalid: bool = False,
+    retry_failed: bool = False,
+    dist: distributed.Distributed | None = None,
+    batch_options: BatchOptions | None = None,
+    fallback_sync: bool = False,
+    on_summary: Callable[[Summary], None] | None = None,
+) -> RunResult:
+    """Run ``plan``: send what is not cached into its cache folder, score into ``plan.out``
+    (summary.json, answers.parquet), upload (with a remote tier) and decide the exit code.
 
-    ``console``: where the start line and the progress go (None: nothing is printed); ``grace``: seconds the
-    requests in flight get to finish after the first Ctrl-C or SIGTERM; ``fsync``, ``retry_invalid``,
-    ``retry_failed``: as ``cache.Cache`` takes them; ``dist``: the shard, remote tier and coordinator
-    (``distributed.setup``; None: the plan's own remote tier and coordinator, ``plan.cache_remote`` and
-    ``plan.coordinator``, and no shard); ``batch_options``: batch mode's (``runner.batch.driver``);
-    ``fallback_sync``: what batches leave at the deadline is sent one call at a time; ``on_summary``: called
-    with summary.json's document once it is written, before the uploads finish.
+    ``console``: where the start line and the progress go (None: nothing is printed); ``grace``:
+    seconds the requests in flight get to finish after the first Ctrl-C or SIGTERM; ``fsync``,
+    ``retry_invalid``, ``retry_failed``: as ``cache.Cache`` takes them; ``dist``: the shard, remote
+    tier and coordinator (``distributed.setup``; None: the plan's own remote tier and coordinator,
+    ``plan.cache_remote`` and ``plan.coordinator``, and no shard); ``batch_options``: batch mode's
+    (``runner.batch.driver``); ``fallback_sync``: what batches leave at the deadline is sent one
+    call at a time; ``on_summary``: called with summary.json's document once it is written, before
+    the uploads finish.
 
-    Raises ``UsageError`` (an adapter that cannot start, two models with one name), ``signals.Interrupted`` or
-    ``KeyboardInterrupt`` (stopped by a signal: everything that arrived is cached) and
-    ``cache.CacheWriteError`` (the cache could not be written)."""
+    Raises ``UsageError`` (an adapter that cannot start, two models with one name),
+    ``signals.Interrupted`` or ``KeyboardInterrupt`` (stopped by a signal: everything that arrived
+    is cached) and ``cache.CacheWriteError`` (the cache could not be written)."""
     dist = dist if dist is not None else distributed.setup(None, plan, sending=True)
     budget = dist.budget(plan.max_cost)
     rounds = None
     if plan.until is not None:  # an adaptive run (``runner.adaptive``): rounds down the order
         rounds = _rounds.Rounds(plan)
     limiters: dict = {}
-    with Cache(plan.cache_dir, fsync=fsync, retry_invalid=retry_invalid, retry_failed=retry_failed,
-               remote=dist.remote, roll_s=dist.roll_s) as cache:
-        stats, remaining = uvloop.run(_graceful(plan, cache, console, budget, grace, dist, limiters, batch_options,
-                                                fallback_sync, rounds))
+    with Cache(
+        plan.cache_dir,
+        fsync=fsync,
+        retry_invalid=retry_invalid,
+        retry_failed=retry_failed,
+        remote=dist.remote,
+        roll_s=dist.roll_s,
+    ) as cache:
+        stats, remaining = uvloop.run(
+            _graceful(
+                plan,
+                cache,
+                console,
+                budget,
+                grace,
+                dist,
+                limiters,
+                batch_options,
+                fallback_sync,
+                rounds,
+            )
+        )
         requests = requests_block(stats)
         extra = {}
         if plan.max_cost is not None:
@@ -119,20 +154,37 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
         on_provider: dict[str, list[str]] = {}
         for m in plan.models:
             on_provider.setdefault(m.limits_key, []).append(m.label)
-        stopped = stopped_providers(limiters, on_provider, {label: s.not_sent for label, s in stats.items()},
-                                    {label: s.refused for label, s in stats.items()})
+        stopped = stopped_providers(
+            limiters,
+            on_provider,
+            {label: s.not_sent for label, s in stats.items()},
+            {label: s.refused for label, s in stats.items()},
+        )
         if stopped:
             extra["stopped_providers"] = stopped
         if rounds is not None and rounds.order is not None:
             extra["adaptive"] = rounds.block()
-        # the last log parsed once, before scoring (which reads its rows from memory instead of parsing the
-        # log twice) and written as a shard on the compactor thread while the scoring runs
+        # the last log parsed once, before scoring (which reads its rows from memory instead of
+        # parsing the log twice) and written as a shard on the compactor thread while the scoring
+        # runs
         cache.close(wait=False)
         models = plan.models_frame()
-        annotate(plan.suite, models=models, cache_dir=plan.cache_dir)  # models whose other runs selected other tasks
-        summary = _files.score(cache, plan.suite, models, plan.out, requests, plan.epochs, plan.prices(), extra,
-                               batch_prices=plan.batch_prices(), tolerance=plan.tolerance(),
-                               entries=None if rounds is None else rounds.entries())
+        annotate(
+            plan.suite, models=models, cache_dir=plan.cache_dir
+        )  # models whose other runs selected other tasks
+        summary = _files.score(
+            cache,
+            plan.suite,
+            models,
+            plan.out,
+            requests,
+            plan.epochs,
+            plan.prices(),
+            extra,
+            batch_prices=plan.batch_prices(),
+            tolerance=plan.tolerance(),
+            entries=None if rounds is None else rounds.entries(),
+        )
     if rounds is not None and rounds.order is not None:  # for `dxi score`, `report` and `view`
         rounds.remember(models)
     if on_summary is not None:
@@ -142,18 +194,45 @@ def run(plan: Plan, *, console: Console | None = None, grace: float = GRACE_S, f
     refused, unanswered = batch_outcome(stats)
     sharded = dist.shard is not None and dist.shard.count > 1
     accepted = summary.accepted or (rounds is not None and rounds.accepted(summary))
-    code = exit_code(accepted, stats, budget_stopped=budget.stopped, stopped=bool(stopped),
-                     refused=refused,
-                     unanswered=unanswered, sharded=sharded, upload_failed=upload_failed)
-    return RunResult(stats, summary, stopped, extra.get("cost_bound"), budget.spent, refused, unanswered, upload_failed, code)
+    code = exit_code(
+        accepted,
+        stats,
+        budget_stopped=budget.stopped,
+        stopped=bool(stopped),
+        refused=refused,
+        unanswered=unanswered,
+        sharded=sharded,
+        upload_failed=upload_failed,
+    )
+    return RunResult(
+        stats,
+        summary,
+        stopped,
+        extra.get("cost_bound"),
+        budget.spent,
+        refused,
+        unanswered,
+        upload_failed,
+        code,
+    )
 
 
-def exit_code(accepted: bool, stats: dict[str, Stats], *, budget_stopped: bool, stopped: bool, refused: bool,
-              unanswered: bool, sharded: bool, upload_failed: int | None) -> int:
-    """``dxi run``'s exit code (``dxi --help`` lists them): the cost bound (3) first, then a stopped provider or
-    a refused batch (6), then requests batches left unanswered (1); else the uploads' failure (5) or, without
-    it, 0 when the summary is ``accepted`` (``Summary.accepted``) and 1 when it is provisional. One shard of several scores only its
-    part (the others' answers are missing by design): it is provisional only for requests that failed."""
+def exit_code(
+    accepted: bool,
+    stats: dict[str, Stats],
+    *,
+    budget_stopped: bool,
+    stopped: bool,
+    refused: bool,
+    unanswered: bool,
+    sharded: bool,
+    upload_failed: int | None,
+) -> int:
+    """``dxi run``'s exit code (``dxi --help`` lists them): the cost bound (3) first, then a stopped
+    provider or a refused batch (6), then requests batches left unanswered (1); else the uploads'
+    failure (5) or, without it, 0 when the summary is ``accepted`` (``Summary.accepted``) and 1 when
+    it is provisional. One shard of several scores only its part (the others' answers are missing by
+    design): it is provisional only for requests that failed."""
     if budget_stopped:
         return EXIT_COST_BOUND
     if stopped or refused:
@@ -167,46 +246,73 @@ def exit_code(accepted: bool, stats: dict[str, Stats], *, budget_stopped: bool, 
 
 
 def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:
-    """summary.json's per-model ``requests`` blocks (label -> counts) from a run's Stats: sent, cache hits,
-    outcomes, attempts, retry waits (seconds, 3 decimals), 429s, repairs, tokens, cost (USD, 6 decimals; None
-    without a price), not sent and refused; with batches, their ``batches`` block too."""
+    """summary.json's per-model ``requests`` blocks (label -> counts) from a run's Stats: sent,
+    cache hits, outcomes, attempts, retry waits (seconds, 3 decimals), 429s, repairs, tokens, cost
+    (USD, 6 decimals; None without a price), not sent and refused; with batches, their ``batches``
+    block too."""
     blocks = {}
     for label, s in stats.items():
-        block = {"sent": s.sent, "cache_hits": s.cache_hits, "failed": s.failed, "invalid": s.invalid,
-                 "attempts": s.attempts, "retry_wait_s": round(s.retry_wait_s, 3), "rate_limited": s.rate_limited,
-                 "repaired": s.repaired, "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
-                 "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6), "not_sent": s.not_sent,
-                 "refused": s.refused}
+        block = {
+            "sent": s.sent,
+            "cache_hits": s.cache_hits,
+            "failed": s.failed,
+            "invalid": s.invalid,
+            "attempts": s.attempts,
+            "retry_wait_s": round(s.retry_wait_s, 3),
+            "rate_limited": s.rate_limited,
+            "repaired": s.repaired,
+            "input_tokens": s.input_tokens,
+            "output_tokens": s.output_tokens,
+            "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6),
+            "not_sent": s.not_sent,
+            "refused": s.refused,
+        }
         if isinstance(s, BatchStats):
-            block["batches"] = {"submitted": s.submitted, "collected": s.collected, "running": len(s.running),
-                                "given_back": s.given_back, "from_earlier_runs": s.from_earlier,
-                                "unknown_results": s.unknown_results, "duplicate_results": s.duplicate_results}
+            block["batches"] = {
+                "submitted": s.submitted,
+                "collected": s.collected,
+                "running": len(s.running),
+                "given_back": s.given_back,
+                "from_earlier_runs": s.from_earlier,
+                "unknown_results": s.unknown_results,
+                "duplicate_results": s.duplicate_results,
+            }
         blocks[label] = block
     return blocks
 
 
 def batch_outcome(stats: dict[str, Stats]) -> tuple[bool, bool]:
-    """(a batch API refused some model's batches, batches left some model's requests unanswered: the deadline
-    without ``--deadline-fallback sync``, or the cost bound)."""
+    """(a batch API refused some model's batches, batches left some model's requests unanswered: the
+    deadline without ``--deadline-fallback sync``, or the cost bound)."""
     batched = [s for s in stats.values() if isinstance(s, BatchStats)]
     return any(s.stopped for s in batched), any(not s.stopped and s.not_sent for s in batched)
 
 
 def bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
-    """summary.json's ``cost_bound``: the bound, what this run spent, whether it stopped, what remains."""
-    block = {"max_cost_usd": budget.max_usd, "spent_usd": round(budget.spent, 6), "stopped": budget.stopped}
+    """summary.json's ``cost_bound``: the bound, what this run spent, whether it stopped, what
+    remains."""
+    block = {
+        "max_cost_usd": budget.max_usd,
+        "spent_usd": round(budget.spent, 6),
+        "stopped": budget.stopped,
+    }
     if remaining is not None:
         total = _estimate.totals(remaining)
-        block |= {"remaining_requests": total["new"], "remaining_cost_usd": total["cost_usd"],
-                  "remaining_bound_usd": total["bound_usd"]}
+        block |= {
+            "remaining_requests": total["new"],
+            "remaining_cost_usd": total["cost_usd"],
+            "remaining_bound_usd": total["bound_usd"],
+        }
     return block
 
 
-async def start_adapters(models: list[ModelRun]
-                         ) -> tuple[list[ModelRun], list[tuple[ModelRun, adapters.ProviderStop]]]:
-    """Start every adapter (closing those started if one fails); UsageError for one that cannot start. A model
-    whose server cannot be reached (a ProviderStop) is not started: it is returned beside the started ones
-    with its stop, for its provider to be stopped alone (``runner.sending.stops``)."""
+async def start_adapters(
+    models: list[ModelRun],
+) -> tuple[list[ModelRun], list[tuple[ModelRun, adapters.ProviderStop]]]:
+    """Start every adapter (closing those started if one fails); UsageError for one that cannot
+    start. A model whose server cannot be reached (a ProviderStop) is not started: it is returned
+    beside the started ones with its stop, for its provider to be stopped alone
+    (``runner.sending.stops``)."""
     started, unreachable = [], []
     try:
         for m in models:
@@ -224,9 +330,9 @@ async def start_adapters(models: list[ModelRun]
 
 
 def all_cached(model: ModelRun, plan: Plan, cache: Cache, shard=None) -> int | None:
-    """The number of requests of ``model`` (with a ``shard``: of those it owns) when every one is in the
-    cache (it needs no server, no key), else None; None too for a model that must be started to know its
-    name (a System One server that names its model)."""
+    """The number of requests of ``model`` (with a ``shard``: of those it owns) when every one is in
+    the cache (it needs no server, no key), else None; None too for a model that must be started to
+    know its name (a System One server that names its model)."""
     if not model.adapter.model:
         return None
     n = 0
@@ -238,30 +344,46 @@ def all_cached(model: ModelRun, plan: Plan, cache: Cache, shard=None) -> int | N
     return n
 
 
-def counted(plan: Plan, models: list[ModelRun], idle: set[str], budget: Budget, shard=None
-            ) -> tuple[str, dict[str, int]]:
+def counted(
+    plan: Plan, models: list[ModelRun], idle: set[str], budget: Budget, shard=None
+) -> tuple[str, dict[str, int]]:
     """The start line (what is running) and each model's number of requests (with a ``shard``: the
     requests it owns), from the suite's survey."""
     suite = plan.suite
     tasks = {EVALS[name].title: n for name, n in suite.survey().tasks.items()}
     n_tasks = sum(tasks.values())
-    totals_ = ({m.label: n_tasks * m.epochs for m in models} if shard is None else
-               {m.label: sum(1 for _ in m.requests(suite, shard)) for m in models})
-    return _progress.start_line(totals_, tasks, {m.label: m.epochs for m in models}, idle, plan.cache_dir, plan.out, budget), totals_
+    totals_ = (
+        {m.label: n_tasks * m.epochs for m in models}
+        if shard is None
+        else {m.label: sum(1 for _ in m.requests(suite, shard)) for m in models}
+    )
+    return _progress.start_line(
+        totals_, tasks, {m.label: m.epochs for m in models}, idle, plan.cache_dir, plan.out, budget
+    ), totals_
 
 
-async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], budget: Budget, console,
-                  first: asyncio.Event, shard=None) -> None:
+async def _survey(
+    plan: Plan,
+    progress,
+    models: list[ModelRun],
+    idle: set[str],
+    budget: Budget,
+    console,
+    first: asyncio.Event,
+    shard=None,
+) -> None:
     """Once the run's first outcome is in (``first``: the first requests are on the wire; at most
-    ``SURVEY_WAIT_S``), ``suite.survey()`` a few hundred tasks per event-loop turn, then the start line and
-    the progress totals (on a thread: with a shard, counting what it owns encodes every request); then
-    what scoring needs is prepared on a thread (``prepare_scoring``), while the requests are on the wire,
-    instead of before the first request or after the last reply."""
+    ``SURVEY_WAIT_S``), ``suite.survey()`` a few hundred tasks per event-loop turn, then the start
+    line and the progress totals (on a thread: with a shard, counting what it owns encodes every
+    request); then what scoring needs is prepared on a thread (``prepare_scoring``), while the
+    requests are on the wire, instead of before the first request or after the last reply."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(first.wait(), SURVEY_WAIT_S)
     for _ in plan.suite.surveying():
         await asyncio.sleep(0)
-    if progress is not None:  # on a thread: with a shard, its requests are encoded to count those it owns
+    if (
+        progress is not None
+    ):  # on a thread: with a shard, its requests are encoded to count those it owns
         line, totals_ = await asyncio.to_thread(counted, plan, models, idle, budget, shard)
         console.print(line, highlight=False, markup=False)
         progress.set_totals(totals_)
@@ -269,11 +391,12 @@ async def _survey(plan: Plan, progress, models: list[ModelRun], idle: set[str], 
 
 
 def prepare_scoring(suite) -> None:
-    """What the scoring after the run needs and can have before it: its imports, the gold frames and the
-    bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
-    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept as float32 by ``Bootstrap.prepare``); what
-    closing the cache needs to compact its last log (``cache.store.prepare_compaction``); and the summary's
-    provenance (``runner.outputs.provenance``: git is asked here, never before the first request)."""
+    """What the scoring after the run needs and can have before it: its imports, the gold frames and
+    the bootstrap's resample counts for each evaluation's number of tasks (the draws are most of the
+    scoring's time for large evaluations: 10⁸ for 100,000 tasks; kept as float32 by
+    ``Bootstrap.prepare``); what closing the cache needs to compact its last log
+    (``cache.store.prepare_compaction``); and the summary's provenance
+    (``runner.outputs.provenance``: git is asked here, never before the first request)."""
     _files.score, _terminal.print_summary  # noqa: B018 (the outputs' modules imported now, not after the run)
     prepare_compaction()
     provenance()  # git, the version and the platform, asked now rather than after the last reply
@@ -283,18 +406,37 @@ def prepare_scoring(suite) -> None:
         boot.prepare(name, n_tasks)
 
 
-async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: Budget, grace: float,
-                    dist: distributed.Distributed, limiters: dict, batch_options,
-                    fallback_sync: bool, rounds: Rounds | None = None
-                    ) -> tuple[dict[str, Stats], list[Estimate] | None]:
-    """Run the plan (``_send``) under ``runner.signals.Graceful``: the first Ctrl-C or SIGTERM drains it
-    (``runner.sending.stops.RunStop``), a second one or the end of ``grace`` cuts it short; either way it raises
-    ``signals.Interrupted`` once stopped."""
+async def _graceful(
+    plan: Plan,
+    cache: Cache,
+    console: Console | None,
+    budget: Budget,
+    grace: float,
+    dist: distributed.Distributed,
+    limiters: dict,
+    batch_options,
+    fallback_sync: bool,
+    rounds: Rounds | None = None,
+) -> tuple[dict[str, Stats], list[Estimate] | None]:
+    """Run the plan (``_send``) under ``runner.signals.Graceful``: the first Ctrl-C or SIGTERM
+    drains it (``runner.sending.stops.RunStop``), a second one or the end of ``grace`` cuts it
+    short; either way it raises ``signals.Interrupted`` once stopped."""
     stop = RunStop()
     with Graceful(stop.request, grace, stop.abandon) as graceful:
         try:
-            result = await _send(plan, cache, console, budget, grace, dist, limiters, stop,
-                                 batch_options, fallback_sync, rounds)
+            result = await _send(
+                plan,
+                cache,
+                console,
+                budget,
+                grace,
+                dist,
+                limiters,
+                stop,
+                batch_options,
+                fallback_sync,
+                rounds,
+            )
         except asyncio.CancelledError:
             if graceful.aborted is None:
                 raise
@@ -304,46 +446,80 @@ async def _graceful(plan: Plan, cache: Cache, console: Console | None, budget: B
     return result
 
 
-async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budget, grace: float,
-                dist: distributed.Distributed, limiters: dict, stop: RunStop, batch_options,
-                fallback_sync: bool, rounds: Rounds | None = None
-                ) -> tuple[dict[str, Stats], list[Estimate] | None]:
-    """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what remains.
-    ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped, ``runner.sending.stops``).
-    A model whose requests are all cached is not started: a server that is down, or a key not set, does
-    not stop a run that needs neither. Each model is sent under its claim on the cache, synchronously or
-    through its batch API (``runner.dispatch``; ``batch_options``: ``runner.batch.driver.BatchOptions``). Once
-    ``stop`` is requested nothing more is sent and it returns as soon as the requests in flight are stored
-    (open batches keep running at the provider: the next run collects them). With ``rounds`` (an
-    adaptive run), the models are sent in rounds down the order, each round one ``send``
-    (``runner.adaptive``)."""
-    cached = {m.label: n for m in plan.models if (n := all_cached(m, plan, cache, dist.shard)) is not None}
+async def _send(
+    plan: Plan,
+    cache: Cache,
+    console: Console | None,
+    budget: Budget,
+    grace: float,
+    dist: distributed.Distributed,
+    limiters: dict,
+    stop: RunStop,
+    batch_options,
+    fallback_sync: bool,
+    rounds: Rounds | None = None,
+) -> tuple[dict[str, Stats], list[Estimate] | None]:
+    """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what
+    remains. ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped,
+    ``runner.sending.stops``). A model whose requests are all cached is not started: a server that
+    is down, or a key not set, does not stop a run that needs neither. Each model is sent under its
+    claim on the cache, synchronously or through its batch API (``runner.dispatch``;
+    ``batch_options``: ``runner.batch.driver.BatchOptions``). Once ``stop`` is requested nothing
+    more is sent and it returns as soon as the requests in flight are stored (open batches keep
+    running at the provider: the next run collects them). With ``rounds`` (an adaptive run), the
+    models are sent in rounds down the order, each round one ``send`` (``runner.adaptive``)."""
+    cached = {
+        m.label: n for m in plan.models if (n := all_cached(m, plan, cache, dist.shard)) is not None
+    }
     idle = set(cached)
-    _dispatch.settle_cached([m for m in plan.models if m.label in idle], cache)  # a batch whose rows are all in: closed
+    _dispatch.settle_cached(
+        [m for m in plan.models if m.label in idle], cache
+    )  # a batch whose rows are all in: closed
     started, unreachable = await start_adapters([m for m in plan.models if m.label not in idle])
     models = plan.models
     roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
     try:
         plan.check_labels()
-        remember(plan)  # what this run selects, for `dxi score` without a selection (runner.planning.selection)
+        remember(
+            plan
+        )  # what this run selects, for `dxi score` without a selection (runner.planning.selection)
         limiters.update(dist.limiters(models))
-        for m, problem in unreachable:  # its provider stops alone (runner.sending.stops): the others run
+        for (
+            m,
+            problem,
+        ) in unreachable:  # its provider stops alone (runner.sending.stops): the others run
             limiters.setdefault(m.limits_key, ProviderLimiter(m.adapter.limits)).halt(problem)
         shard = dist.shard
         if len(idle) == len(models) and rounds is None:  # nothing to send (the counts are known)
-            stats = {m.label: Stats(total=cached[m.label], cache_hits=cached[m.label],
-                                    cost_usd=None if m.price is None else 0.0) for m in models}
+            stats = {
+                m.label: Stats(
+                    total=cached[m.label],
+                    cache_hits=cached[m.label],
+                    cost_usd=None if m.price is None else 0.0,
+                )
+                for m in models
+            }
             if console is not None:
-                console.print(counted(plan, models, idle, budget, shard)[0], highlight=False, markup=False)
-                console.print(f"Every request is in the cache ({sum(cached.values()):,}): nothing to send.",
-                              highlight=False, markup=False)
+                console.print(
+                    counted(plan, models, idle, budget, shard)[0], highlight=False, markup=False
+                )
+                console.print(
+                    f"Every request is in the cache ({sum(cached.values()):,}): nothing to send.",
+                    highlight=False,
+                    markup=False,
+                )
             return stats, None
         free = frozenset(m.label for m in models if m.price == (0.0, 0.0))
-        progress = None if console is None else _progress.RunProgress(console, {}, budget=budget, free=free)
+        progress = (
+            None
+            if console is None
+            else _progress.RunProgress(console, {}, budget=budget, free=free)
+        )
         if progress is not None:
             stop.on_change = lambda: progress.stopping(describe(stop.signum), stop.in_flight, grace)
-        # The tasks are counted (for the start line and the progress totals) and their gold rows kept (for
-        # scoring) in one pass interleaved with the run, not before the first request nor after the last reply.
+        # The tasks are counted (for the start line and the progress totals) and their gold rows
+        # kept (for scoring) in one pass interleaved with the run, not before the first request nor
+        # after the last reply.
         first = asyncio.Event()
 
         def on_progress(label: str, stats: Stats) -> None:
@@ -351,21 +527,45 @@ async def _send(plan: Plan, cache: Cache, console: Console | None, budget: Budge
             if progress is not None:
                 progress.update(label, stats)
 
-        def say(text: str) -> None:  # a wait for another process, a batch's state change: one line each
+        def say(
+            text: str,
+        ) -> None:  # a wait for another process, a batch's state change: one line each
             if console is not None:
                 console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, markup=False)
 
         def sending(group=models, suite=plan.suite):
             if rounds is not None and suite is plan.suite:  # each round: its part, through here
                 deadline = None if batch_options is None else batch_options.deadline
-                return rounds.run(models, cache, sending, stop=stop, budget=budget,
-                                  limiters=limiters, deadline=deadline, say=say)
-            return _dispatch.send(group, suite, cache, on_progress=on_progress, budget=budget,
-                        limiters=limiters, shard=shard,
-                        batch=plan.batch, batch_overrides=plan.batch_overrides, limits_of=plan.batch_limits,
-                        options=batch_options, fallback_sync=fallback_sync, say=say, stop=stop)
+                return rounds.run(
+                    models,
+                    cache,
+                    sending,
+                    stop=stop,
+                    budget=budget,
+                    limiters=limiters,
+                    deadline=deadline,
+                    say=say,
+                )
+            return _dispatch.send(
+                group,
+                suite,
+                cache,
+                on_progress=on_progress,
+                budget=budget,
+                limiters=limiters,
+                shard=shard,
+                batch=plan.batch,
+                batch_overrides=plan.batch_overrides,
+                limits_of=plan.batch_limits,
+                options=batch_options,
+                fallback_sync=fallback_sync,
+                say=say,
+                stop=stop,
+            )
 
-        survey = asyncio.create_task(_survey(plan, progress, models, idle, budget, console, first, shard))
+        survey = asyncio.create_task(
+            _survey(plan, progress, models, idle, budget, console, first, shard)
+        )
 
         def drop_survey() -> None:
             survey.cancel()

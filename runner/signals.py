@@ -1,22 +1,25 @@
-"""How ``dxi`` stops on Ctrl-C (SIGINT) and SIGTERM (a plain ``kill``, a scheduler's time limit or preemption).
+"""How ``dxi`` stops on Ctrl-C (SIGINT) and SIGTERM (a plain ``kill``, a scheduler's time limit or
+preemption).
 
-* **Taken however dxi was started** (``take_signals``, first thing in ``dxi.__main__.command``): a SIGINT
-  inherited ignored or blocked (a script's background job) is taken back; SIGTERM raises
-  ``KeyboardInterrupt`` as SIGINT does, remembering which signal came (``received``), so it stops as cleanly
-  and says so, with exit code 143 instead of 130 (``exit_code``).
-* **Outside a run's event loop** (imports, planning, scoring, writing outputs): the command stops where it
-  is, prints one line (never a traceback) and exits 130 or 143. A signal that lands inside an import ends
-  the process at once with that line (``_on_signal``): an exception raised into a C extension's
-  initialisation can crash the interpreter (a ``KeyboardInterrupt`` inside orjson's made it segfault), and
-  an interrupted import leaves nothing to save. Until ``take_signals`` has run, ``dxi.__main__``'s own
-  handler does the same.
-* **During a run** (``Graceful``, around ``runner.session``'s event loop): the first signal *drains*: nothing new
-  is sent, the requests on the wire finish and are stored (``runner.sending.stops.RunStop``), the progress says so
-  and counts them down, then the run stops with its resume message. A second signal aborts at once (the
-  replies still on the wire are abandoned; the next run sends them), and so does the end of the grace
-  period, ``--grace`` seconds (default ``GRACE_S`` = 25): inside the 30 s that Kubernetes
-  (``terminationGracePeriodSeconds``) and Slurm (``KillWait``) leave between SIGTERM and SIGKILL.
+* **Taken however dxi was started** (``take_signals``, first thing in ``dxi.__main__.command``): a
+  SIGINT inherited ignored or blocked (a script's background job) is taken back; SIGTERM raises
+  ``KeyboardInterrupt`` as SIGINT does, remembering which signal came (``received``), so it stops as
+  cleanly and says so, with exit code 143 instead of 130 (``exit_code``).
+* **Outside a run's event loop** (imports, planning, scoring, writing outputs): the command stops
+  where it is, prints one line (never a traceback) and exits 130 or 143. A signal that lands inside
+  an import ends the process at once with that line (``_on_signal``): an exception raised into a C
+  extension's initialisation can crash the interpreter (a ``KeyboardInterrupt`` inside orjson's made
+  it segfault), and an interrupted import leaves nothing to save. Until ``take_signals`` has run,
+  ``dxi.__main__``'s own handler does the same.
+* **During a run** (``Graceful``, around ``runner.session``'s event loop): the first signal
+  *drains*: nothing new is sent, the requests on the wire finish and are stored
+  (``runner.sending.stops.RunStop``), the progress says so and counts them down, then the run stops
+  with its resume message. A second signal aborts at once (the replies still on the wire are
+  abandoned; the next run sends them), and so does the end of the grace period, ``--grace`` seconds
+  (default ``GRACE_S`` = 25): inside the 30 s that Kubernetes (``terminationGracePeriodSeconds``)
+  and Slurm (``KillWait``) leave between SIGTERM and SIGKILL.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,8 +40,8 @@ _received: list[int] = []  # the signals that stopped dxi, in order (see ``recei
 
 
 def _importing(frame: FrameType | None) -> bool:
-    """Whether ``frame`` (the frame a signal interrupted) is inside an import: an import machinery frame on
-    its stack."""
+    """Whether ``frame`` (the frame a signal interrupted) is inside an import: an import machinery
+    frame on its stack."""
     while frame is not None:
         if frame.f_code.co_filename.startswith("<frozen importlib"):
             return True
@@ -47,8 +50,9 @@ def _importing(frame: FrameType | None) -> bool:
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    """SIGINT or SIGTERM outside a run's event loop: ``KeyboardInterrupt``, remembering the signal; inside an
-    import, one line ("Interrupted (Ctrl-C).") and the exit code at once, standard output flushed first."""
+    """SIGINT or SIGTERM outside a run's event loop: ``KeyboardInterrupt``, remembering the signal;
+    inside an import, one line ("Interrupted (Ctrl-C).") and the exit code at once, standard output
+    flushed first."""
     _received.append(signum)
     if _importing(frame):
         import os
@@ -63,21 +67,22 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 def take_signals() -> None:
     """Make SIGINT and SIGTERM stop ``dxi`` cleanly however it was started (main thread only, before
-    anything runs). A job a non-interactive shell starts in the background (``dxi run ... &`` in a script)
-    inherits SIGINT ignored, and Python keeps an inherited ``SIG_IGN``, so ``kill -INT`` would do nothing; a
-    signal mask inherited with SIGINT or SIGTERM blocked would hold it for ever. Both are undone here, and
-    SIGTERM (whose default ends the process at once, silently, its embedded workers left behind) raises
-    ``KeyboardInterrupt`` as Ctrl-C does. A Ctrl-C in the terminal of such a script then stops its
-    background ``dxi`` cleanly too, which the next run continues. Either signal inside an import ends
-    ``dxi`` at once (``_on_signal``)."""
+    anything runs). A job a non-interactive shell starts in the background (``dxi run ... &`` in a
+    script) inherits SIGINT ignored, and Python keeps an inherited ``SIG_IGN``, so ``kill -INT``
+    would do nothing; a signal mask inherited with SIGINT or SIGTERM blocked would hold it for ever.
+    Both are undone here, and SIGTERM (whose default ends the process at once, silently, its
+    embedded workers left behind) raises ``KeyboardInterrupt`` as Ctrl-C does. A Ctrl-C in the
+    terminal of such a script then stops its background ``dxi`` cleanly too, which the next run
+    continues. Either signal inside an import ends ``dxi`` at once (``_on_signal``)."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # over dxi.__main__'s early handlers
         signal.signal(sig, _on_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def exit_at_once(code: int) -> None:
-    """Once everything is written (the command's tail): SIGINT and SIGTERM end the process at once, with
-    ``code`` when it already stopped on a signal, else the signal's own exit code (130, 143)."""
+    """Once everything is written (the command's tail): SIGINT and SIGTERM end the process at once,
+    with ``code`` when it already stopped on a signal, else the signal's own exit code (130,
+    143)."""
     import os
 
     def end(signum: int, frame: object) -> None:
@@ -88,14 +93,15 @@ def exit_at_once(code: int) -> None:
 
 
 def received() -> int:
-    """The first signal that stopped dxi: SIGTERM when one came, else SIGINT (a ``KeyboardInterrupt`` from
-    Python's own SIGINT handler records nothing)."""
+    """The first signal that stopped dxi: SIGTERM when one came, else SIGINT (a
+    ``KeyboardInterrupt`` from Python's own SIGINT handler records nothing)."""
     return _received[0] if _received else signal.SIGINT
 
 
 def exit_code(stop: BaseException | None = None) -> int:
-    """130 for SIGINT (128 + 2), 143 for SIGTERM (128 + 15), as a shell reports a process those signals end:
-    of the signal that stopped a run (``stop``: ``Interrupted``), else of the first one received."""
+    """130 for SIGINT (128 + 2), 143 for SIGTERM (128 + 15), as a shell reports a process those
+    signals end: of the signal that stopped a run (``stop``: ``Interrupted``), else of the first one
+    received."""
     signum = stop.signum if isinstance(stop, Interrupted) else received()
     return EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED
 
@@ -106,9 +112,10 @@ def describe(signum: int) -> str:
 
 
 class Interrupted(Exception):  # noqa: N818 (a stop, not an error)
-    """A run stopped by a signal. ``signum``: the first signal; ``drained``: True when every request on
-    the wire finished and was stored, False when it was cut short (``why``: "again", a second signal, or
-    "grace", the grace period over) with ``abandoned`` requests still in flight (the next run sends them)."""
+    """A run stopped by a signal. ``signum``: the first signal; ``drained``: True when every request
+    on the wire finished and was stored, False when it was cut short (``why``: "again", a second
+    signal, or "grace", the grace period over) with ``abandoned`` requests still in flight (the next
+    run sends them)."""
 
     def __init__(self, signum: int, drained: bool, abandoned: int = 0, why: str | None = None):
         super().__init__(f"stopped by {describe(signum)}")
@@ -116,31 +123,41 @@ class Interrupted(Exception):  # noqa: N818 (a stop, not an error)
 
 
 def resume_message(stop: BaseException, cache_dir: object, grace_s: float) -> tuple[str, str]:
-    """What ``dxi run`` prints when a signal stopped it (``stop``: ``Interrupted``, or a ``KeyboardInterrupt``
-    from outside the run's loop): ``(headline, the rest)``, e.g. ``("Interrupted (SIGTERM):", "the requests in
-    flight finished and are stored. Every reply that arrived is in .dxi-cache; rerun the same command to
-    continue.")``."""
+    """What ``dxi run`` prints when a signal stopped it (``stop``: ``Interrupted``, or a
+    ``KeyboardInterrupt`` from outside the run's loop): ``(headline, the rest)``, e.g.
+    ``("Interrupted (SIGTERM):", "the requests in flight finished and are stored. Every reply that
+    arrived is in .dxi-cache; rerun the same command to continue.")``."""
     rest = f"Every reply that arrived is in {cache_dir}; rerun the same command to continue."
     if not isinstance(stop, Interrupted):
         return f"Interrupted ({describe(received())}).", rest
     head = f"Interrupted ({describe(stop.signum)}):"
     if stop.drained:
         return head, f"the requests in flight finished and are stored. {rest}"
-    cut = "a second signal came" if stop.why == "again" else f"they took longer than --grace {grace_s:g} s"
-    return head, (f"{cut}, so {stop.abandoned} request(s) still in flight were abandoned (the next run sends them). "
-                  f"{rest}")
+    cut = (
+        "a second signal came"
+        if stop.why == "again"
+        else f"they took longer than --grace {grace_s:g} s"
+    )
+    return head, (
+        f"{cut}, so {stop.abandoned} request(s) still in flight were abandoned (the next run sends them). "
+        f"{rest}"
+    )
 
 
 class Graceful:
-    """Inside a run's event loop (``with Graceful(drain, grace_s, abort)`` in the task that runs it): the
-    first SIGINT or SIGTERM calls ``drain(signum)`` and starts the grace period of ``grace_s`` seconds; a
-    second signal, or the end of the grace period, calls ``abort()`` and cancels that task (``aborted``:
-    "again" or "grace"). ``signum`` is the first signal (None: none came). On leaving, the handlers are
-    those that were there before. Outside the main thread (where no signal handler can be set: a run started
-    from a thread) it does nothing."""
+    """Inside a run's event loop (``with Graceful(drain, grace_s, abort)`` in the task that runs
+    it): the first SIGINT or SIGTERM calls ``drain(signum)`` and starts the grace period of
+    ``grace_s`` seconds; a second signal, or the end of the grace period, calls ``abort()`` and
+    cancels that task (``aborted``: "again" or "grace"). ``signum`` is the first signal (None: none
+    came). On leaving, the handlers are those that were there before. Outside the main thread (where
+    no signal handler can be set: a run started from a thread) it does nothing."""
 
-    def __init__(self, drain: Callable[[int], None], grace_s: float = GRACE_S,
-                 abort: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        drain: Callable[[int], None],
+        grace_s: float = GRACE_S,
+        abort: Callable[[], None] | None = None,
+    ):
         self.drain, self.grace_s, self.abort = drain, grace_s, abort
         self.signum: int | None = None
         self.aborted: str | None = None
@@ -186,7 +203,8 @@ class Graceful:
             self._task.cancel()
 
     def interrupted(self, abandoned: int) -> Interrupted:
-        """What stopped the run, once it has: drained, or aborted with ``abandoned`` requests still out."""
+        """What stopped the run, once it has: drained, or aborted with ``abandoned`` requests still
+        out."""
         assert self.signum is not None
         if self.aborted is None:
             return Interrupted(self.signum, True)

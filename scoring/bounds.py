@@ -46,6 +46,7 @@ p-values stay as computed, but the report, ``dxi view`` and the ranking claim no
 ranks' intervals widen to every rank the bounds allow, and a tied-group boundary whose leading
 comparison is not settled is removed (``settle_ranks``).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -75,12 +76,15 @@ def accuracy_bounds(correct: Array, replies: Array, open_: Array) -> Bounds:
 def non_hallucination_bounds(hallucinated: Array, wrong: Array, open_: Array) -> Bounds:
     """The non-hallucination rate's bounds (0-100) from the hallucinated and the wrong replies
     and the open answers: every open answer a wrong pick; every one "I don't know"."""
-    return (non_hallucination_from(hallucinated + open_, wrong + open_),
-            non_hallucination_from(hallucinated, wrong + open_))
+    return (
+        non_hallucination_from(hallucinated + open_, wrong + open_),
+        non_hallucination_from(hallucinated, wrong + open_),
+    )
 
 
-def f1_bounds(tp: Array, fp: Array, fn: Array, open_yes: Array, open_no: Array
-              ) -> tuple[Array, Array, Array]:
+def f1_bounds(
+    tp: Array, fp: Array, fn: Array, open_yes: Array, open_no: Array
+) -> tuple[Array, Array, Array]:
     """One yes/no question's F1 bounds (0-100) from the replies' TP, FP, FN and the open answers
     with gold yes and gold no: ``(lowest, highest, can_be_undefined)``, the extremes over the
     completions whose F1 is defined (NaN where none is) and whether a completion leaves it
@@ -119,12 +123,14 @@ def settled(low_a: Array, high_a: Array, low_b: Array, high_b: Array) -> Array:
     return (low_a > high_b) | (high_a < low_b)
 
 
-def figure_bounds(estimates: dict[str, EvalMetrics], index: tuple[Array, Array, Array]
-                  ) -> dict[tuple[str | None, str], Bounds]:
+def figure_bounds(
+    estimates: dict[str, EvalMetrics], index: tuple[Array, Array, Array]
+) -> dict[tuple[str | None, str], Bounds]:
     """Per figure compared, ``(eval, metric)`` (``(None, "decision_index")`` for the index),
     every label's bounds with a complete figure at its value: from each evaluation's
     ``EvalMetrics`` (point, ``lowest``, ``highest``) and the index's ``(point, lowest,
     highest)`` (labels,) arrays."""
+
     def filled(point: Array, low: Array, high: Array) -> Bounds:
         return np.where(np.isnan(low), point, low), np.where(np.isnan(high), point, high)
 
@@ -136,8 +142,9 @@ def figure_bounds(estimates: dict[str, EvalMetrics], index: tuple[Array, Array, 
     return out
 
 
-def settle(comparisons: pl.DataFrame, labels: Sequence[str],
-           bounds: dict[tuple[str | None, str], Bounds]) -> pl.DataFrame:
+def settle(
+    comparisons: pl.DataFrame, labels: Sequence[str], bounds: dict[tuple[str | None, str], Bounds]
+) -> pl.DataFrame:
     """``comparisons`` (``scoring.compare``'s table: ``a``, ``b``, ``eval``, ``metric``,
     ``complete``) with ``settled``: true where both figures are complete, else whether the open
     answers could not overturn the difference (``settled``; ``bounds`` from ``figure_bounds``
@@ -178,7 +185,12 @@ def settle_ranks(ranks: pl.DataFrame, labels: Sequence[str], bounds: Bounds) -> 
     best = 1 + (low[None, :] > high[:, None]).sum(1)
     worst = 1 + ((high[None, :] > low[:, None]) & ~np.eye(len(idx), dtype=bool)).sum(1)
     return ranks.with_columns(
-        *(pl.Series(name, np.minimum(ranks[name].to_numpy(), best), dtype=pl.Int64)
-          for name in ("rank_low", "rank_set_low")),
-        *(pl.Series(name, np.maximum(ranks[name].to_numpy(), worst), dtype=pl.Int64)
-          for name in ("rank_high", "rank_set_high")))
+        *(
+            pl.Series(name, np.minimum(ranks[name].to_numpy(), best), dtype=pl.Int64)
+            for name in ("rank_low", "rank_set_low")
+        ),
+        *(
+            pl.Series(name, np.maximum(ranks[name].to_numpy(), worst), dtype=pl.Int64)
+            for name in ("rank_high", "rank_set_high")
+        ),
+    )

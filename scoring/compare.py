@@ -216,8 +216,13 @@ def open_pairs(cube: Cube) -> np.ndarray | None:
     return out
 
 
-def worst_mcnemar(sure_a: np.ndarray, sure_b: np.ndarray, could_a: np.ndarray,
-                  could_b: np.ndarray, both_open: np.ndarray) -> np.ndarray:
+def worst_mcnemar(
+    sure_a: np.ndarray,
+    sure_b: np.ndarray,
+    could_a: np.ndarray,
+    could_b: np.ndarray,
+    both_open: np.ndarray,
+) -> np.ndarray:
     """The largest exact McNemar p any outcome of the open answers could give (issue 31, item 5:
     a difference is claimed only where no outcome of the missing answers could overturn it): with
     ``sure_a``/``sure_b`` the discordant answers both replies make (a right b wrong, the other
@@ -382,8 +387,9 @@ def compare(
         mcnemar = np.where(paired, mcnemar_p(np.maximum(a_only, 0), np.maximum(b_only, 0)), np.nan)
         open_ = opens.get(fig.eval) if table is not None else None
         if open_ is not None:  # the worst outcome of the open answers (complete pairs: the same p)
-            worst = worst_mcnemar(open_[0][i, j], open_[0][j, i], open_[1][i, j], open_[1][j, i],
-                                  open_[2][i, j])
+            worst = worst_mcnemar(
+                open_[0][i, j], open_[0][j, i], open_[1][i, j], open_[1][j, i], open_[2][i, j]
+            )
             mcnemar = np.where(paired, np.fmax(mcnemar, worst), np.nan)
         low, high = np.empty(len(i)), np.empty(len(i))
         for start in range(0, len(i), 4096):
@@ -411,7 +417,7 @@ def compare(
         # a difference no resample moves (every task favours the same model alike): the bootstrap
         # cannot judge it, the sign test over the tasks can: at least 2 · ½**tasks
         constant = (se == 0) & (d != 0) & ~paired
-        sign_test = min(1.0, 2.0 * 0.5 ** fig.tasks) if fig.tasks > 0 else 1.0
+        sign_test = min(1.0, 2.0 * 0.5**fig.tasks) if fig.tasks > 0 else 1.0
         p_boot = np.where(constant, np.fmax(p_boot, sign_test), p_boot)
         # and its interval: from d · (n − z²)/(n + z²) (Wilson's lower bound of the share of tasks
         # favouring that model, when all n do, as a difference) to d

@@ -1,16 +1,18 @@
 """Token usage and its cost in USD, per model, evaluation and run (summary.json ``usage`` blocks).
 
-Prices are USD per million tokens: a model's ``price`` is the tuple ``(input, output[, cached_input[,
-cache_write[, cache_write_1h]]])`` (``runner.planning.plan`` builds it from a run file's ``price = {input, output,
-...}`` and the provider's own rules, ``Adapter.CACHE_PRICES``); a part that is absent or None is priced
-as input. The input tokens of a reply (``input_tokens``, every input token billed) include those read from
-the provider's prompt cache (``cached_input_tokens``, priced at ``cached_input``) and those written to it
-(``cache_write_tokens`` at ``cache_write``: Anthropic's 5-minute cache, OpenAI's cache writes;
-``cache_write_1h_tokens`` at ``cache_write_1h``: Anthropic's 1-hour cache). The usage is what the cache
-rows of the scored answers report (``scoring.pipeline.usage``), so ``dxi run`` and ``dxi score`` give the same
-figures. A model without a price has its tokens reported and ``cost_usd`` null with a ``cost_reason``; so
-has the run's total then.
+Prices are USD per million tokens: a model's ``price`` is the tuple ``(input, output[,
+cached_input[, cache_write[, cache_write_1h]]])`` (``runner.planning.plan`` builds it from a run
+file's ``price = {input, output, ...}`` and the provider's own rules, ``Adapter.CACHE_PRICES``); a
+part that is absent or None is priced as input. The input tokens of a reply (``input_tokens``, every
+input token billed) include those read from the provider's prompt cache (``cached_input_tokens``,
+priced at ``cached_input``) and those written to it (``cache_write_tokens`` at ``cache_write``:
+Anthropic's 5-minute cache, OpenAI's cache writes; ``cache_write_1h_tokens`` at ``cache_write_1h``:
+Anthropic's 1-hour cache). The usage is what the cache rows of the scored answers report
+(``scoring.pipeline.usage``), so ``dxi run`` and ``dxi score`` give the same figures. A model
+without a price has its tokens reported and ``cost_usd`` null with a ``cost_reason``; so has the
+run's total then.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -21,39 +23,65 @@ NO_PRICE = "no price for this model: give one in the run file (price = {input = 
 PRICE_PARTS = ("input", "output", "cached_input", "cache_write", "cache_write_1h")
 """The names of a price tuple's parts, in order (summary.json's ``price`` block uses them)."""
 CACHE_WRITES = ("cache_write_tokens", "cache_write_1h_tokens")
-"""The usage columns of cache writes: in a usage block only when a reply reported some (none is 0)."""
+"""The usage columns of cache writes: in a usage block only when a reply reported some (none is
+0)."""
 
 
-def cost_usd(input_tokens: float, output_tokens: float, price_input: float, price_output: float,
-             price_cached: float | None = None, price_write: float | None = None, price_write_1h: float | None = None,
-             *, cached_tokens: float = 0, written_tokens: float = 0, written_1h_tokens: float = 0) -> float:
-    """USD for the tokens at prices in USD per million tokens (a price tuple unpacked: see above). Of the
-    ``input_tokens``, ``cached_tokens`` were read from the provider's prompt cache (priced at ``price_cached``),
-    ``written_tokens`` and ``written_1h_tokens`` written to it (at ``price_write`` / ``price_write_1h``);
-    a price that is None is the input price."""
+def cost_usd(
+    input_tokens: float,
+    output_tokens: float,
+    price_input: float,
+    price_output: float,
+    price_cached: float | None = None,
+    price_write: float | None = None,
+    price_write_1h: float | None = None,
+    *,
+    cached_tokens: float = 0,
+    written_tokens: float = 0,
+    written_1h_tokens: float = 0,
+) -> float:
+    """USD for the tokens at prices in USD per million tokens (a price tuple unpacked: see above).
+    Of the ``input_tokens``, ``cached_tokens`` were read from the provider's prompt cache (priced at
+    ``price_cached``), ``written_tokens`` and ``written_1h_tokens`` written to it (at
+    ``price_write`` / ``price_write_1h``); a price that is None is the input price."""
+
     def extra(tokens: float, price: float | None) -> float:  # the difference from the input price
         return 0.0 if price is None or not tokens else tokens * (price - price_input)
 
-    return (input_tokens * price_input + output_tokens * price_output + extra(cached_tokens, price_cached)
-            + extra(written_tokens, price_write) + extra(written_1h_tokens, price_write_1h)) / 1e6
+    return (
+        input_tokens * price_input
+        + output_tokens * price_output
+        + extra(cached_tokens, price_cached)
+        + extra(written_tokens, price_write)
+        + extra(written_1h_tokens, price_write_1h)
+    ) / 1e6
 
 
 BATCH_SHARE = 0.5
-"""The batch APIs' price as a share of the synchronous one: OpenAI's Batch API, Anthropic's Message Batches
-and the Gemini Batch API each bill 50% of the model's price (their pricing pages), prompt-cache parts
-included (Anthropic: the discounts stack)."""
+"""The batch APIs' price as a share of the synchronous one: OpenAI's Batch API, Anthropic's Message
+Batches and the Gemini Batch API each bill 50% of the model's price (their pricing pages),
+prompt-cache parts included (Anthropic: the discounts stack)."""
 
 
-def batch_price(price: tuple[float | None, ...] | None, batch_input: float | None = None,
-                batch_output: float | None = None) -> tuple[float | None, ...] | None:
-    """The price tuple of a model's batch requests: ``batch_input`` / ``batch_output`` (USD per million
-    tokens, a run file's) where given, else ``BATCH_SHARE`` of ``price``'s; the prompt-cache parts scaled as
-    the input price is. None without a price."""
+def batch_price(
+    price: tuple[float | None, ...] | None,
+    batch_input: float | None = None,
+    batch_output: float | None = None,
+) -> tuple[float | None, ...] | None:
+    """The price tuple of a model's batch requests: ``batch_input`` / ``batch_output`` (USD per
+    million tokens, a run file's) where given, else ``BATCH_SHARE`` of ``price``'s; the prompt-cache
+    parts scaled as the input price is. None without a price."""
     if price is None:
         return None
-    share_in = (batch_input / price[0] if price[0] else BATCH_SHARE) if batch_input is not None else BATCH_SHARE
-    parts = [batch_input if batch_input is not None else round(price[0] * BATCH_SHARE, 12),
-             batch_output if batch_output is not None else round(price[1] * BATCH_SHARE, 12)]
+    share_in = (
+        (batch_input / price[0] if price[0] else BATCH_SHARE)
+        if batch_input is not None
+        else BATCH_SHARE
+    )
+    parts = [
+        batch_input if batch_input is not None else round(price[0] * BATCH_SHARE, 12),
+        batch_output if batch_output is not None else round(price[1] * BATCH_SHARE, 12),
+    ]
     parts += [None if p is None else round(p * share_in, 12) for p in price[2:]]
     return tuple(parts)
 
@@ -64,18 +92,26 @@ USAGE_COLUMNS = ("input_tokens", "output_tokens", "cached_input_tokens", *CACHE_
 
 def request_cost(usage: Mapping, price: tuple[float | None, ...]) -> float:
     """USD for one request's tokens: ``usage`` maps the ``USAGE_COLUMNS`` (a cache row, or a reply's
-    attributes as a dict; None or absent counts 0) and ``price`` is a price tuple (USD per million tokens).
-    The one rule by which a run's cost bound settles, and the view prices, each request."""
+    attributes as a dict; None or absent counts 0) and ``price`` is a price tuple (USD per million
+    tokens). The one rule by which a run's cost bound settles, and the view prices, each request."""
+
     def n(column: str) -> float:
         return usage.get(column) or 0
 
-    return cost_usd(n("input_tokens"), n("output_tokens"), *price, cached_tokens=n("cached_input_tokens"),
-                    written_tokens=n("cache_write_tokens"), written_1h_tokens=n("cache_write_1h_tokens"))
+    return cost_usd(
+        n("input_tokens"),
+        n("output_tokens"),
+        *price,
+        cached_tokens=n("cached_input_tokens"),
+        written_tokens=n("cache_write_tokens"),
+        written_1h_tokens=n("cache_write_1h_tokens"),
+    )
 
 
 def max_input_price(price: tuple[float | None, ...]) -> float:
-    """The most one input token can cost under ``price`` (a price tuple): its input price, or a cache
-    write's when higher (a provider may write any input token to its cache). What a cost bound reserves."""
+    """The most one input token can cost under ``price`` (a price tuple): its input price, or a
+    cache write's when higher (a provider may write any input token to its cache). What a cost bound
+    reserves."""
     return max(p for p in (price[0], *price[3:5]) if p is not None)
 
 
@@ -87,45 +123,76 @@ def _cost(row: Mapping, price: tuple[float | None, ...] | None) -> float | None:
     """USD of a usage row's tokens at ``price`` (None without one)."""
     if price is None:
         return None
-    return cost_usd(row["input_tokens"], row["output_tokens"], *price, cached_tokens=int(row.get("cached_input_tokens") or 0),
-                    written_tokens=int(row.get("cache_write_tokens") or 0),
-                    written_1h_tokens=int(row.get("cache_write_1h_tokens") or 0))
+    return cost_usd(
+        row["input_tokens"],
+        row["output_tokens"],
+        *price,
+        cached_tokens=int(row.get("cached_input_tokens") or 0),
+        written_tokens=int(row.get("cache_write_tokens") or 0),
+        written_1h_tokens=int(row.get("cache_write_1h_tokens") or 0),
+    )
 
 
 def _block(row: Mapping, cost: float | None) -> dict:
     """A usage block of token sums ``row`` that cost ``cost`` USD (None: no price)."""
     cached = int(row.get("cached_input_tokens") or 0)
     written, written_1h = (int(row.get(c) or 0) for c in CACHE_WRITES)
-    block = {"requests": int(row["requests"]), "replies": int(row["replies"]), "with_usage": int(row["with_usage"]),
-             "input_tokens": int(row["input_tokens"]), "output_tokens": int(row["output_tokens"]),
-             "cached_input_tokens": cached}
+    block = {
+        "requests": int(row["requests"]),
+        "replies": int(row["replies"]),
+        "with_usage": int(row["with_usage"]),
+        "input_tokens": int(row["input_tokens"]),
+        "output_tokens": int(row["output_tokens"]),
+        "cached_input_tokens": cached,
+    }
     block |= {c: n for c, n in zip(CACHE_WRITES, (written, written_1h), strict=True) if n}
     block["cost_usd"] = _round(cost)
     if block["replies"] > block["with_usage"]:
-        block["note"] = (f"{block['replies'] - block['with_usage']} replies reported no usage: their tokens "
-                         "(and cost) are not counted")
+        block["note"] = (
+            f"{block['replies'] - block['with_usage']} replies reported no usage: their tokens "
+            "(and cost) are not counted"
+        )
     return block
 
 
-def usage_blocks(table: pl.DataFrame, labels: list[str], prices: Mapping[str, tuple[float, ...] | None],
-                 batch_prices: Mapping[str, tuple[float | None, ...] | None] | None = None) -> tuple[dict[str, dict], dict]:
-    """``(per model, run)``: each model's ``usage`` block — requests, replies, with_usage, input_tokens,
-    output_tokens, ``price`` ({input, output} USD per million tokens, or null), ``cost_usd`` (null with
-    ``cost_reason`` without a price) and the same per evaluation under ``evals`` — and the run's total
-    (null cost, with the reason, when any model has no price). ``table`` is ``scoring.pipeline.usage``. The
-    requests a provider batch answered (its ``batch`` rows) cost ``batch_prices[label]`` (default
-    ``batch_price(price)``: half) and are counted in a ``batch`` block (requests, price); a model without
-    them has none, so a synchronous run's summary is as before."""
-    zero = {"requests": 0, "replies": 0, "with_usage": 0, "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0,
-            **dict.fromkeys(CACHE_WRITES, 0)}
+def usage_blocks(
+    table: pl.DataFrame,
+    labels: list[str],
+    prices: Mapping[str, tuple[float, ...] | None],
+    batch_prices: Mapping[str, tuple[float | None, ...] | None] | None = None,
+) -> tuple[dict[str, dict], dict]:
+    """``(per model, run)``: each model's ``usage`` block — requests, replies, with_usage,
+    input_tokens, output_tokens, ``price`` ({input, output} USD per million tokens, or null),
+    ``cost_usd`` (null with ``cost_reason`` without a price) and the same per evaluation under
+    ``evals`` — and the run's total (null cost, with the reason, when any model has no price).
+    ``table`` is ``scoring.pipeline.usage``. The requests a provider batch answered (its ``batch``
+    rows) cost ``batch_prices[label]`` (default ``batch_price(price)``: half) and are counted in a
+    ``batch`` block (requests, price); a model without them has none, so a synchronous run's summary
+    is as before."""
+    zero = {
+        "requests": 0,
+        "replies": 0,
+        "with_usage": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cached_input_tokens": 0,
+        **dict.fromkeys(CACHE_WRITES, 0),
+    }
     per_model, total, unpriced = {}, dict(zero), []
+
     def summed(rows: list[dict]) -> dict:
         return {k: sum(int(r.get(k) or 0) for r in rows) for k in zero}
 
-    def costed(rows: list[dict], price: tuple | None, in_batch: tuple | None) -> tuple[dict, float | None]:
-        """The sums of ``rows`` and their cost: the synchronous rows' tokens at ``price``, the batch rows' at
-        ``in_batch`` (each priced on its sums, so a synchronous model's cost is computed as it always was)."""
-        plain, batched = [r for r in rows if not r.get("batch")], [r for r in rows if r.get("batch")]
+    def costed(
+        rows: list[dict], price: tuple | None, in_batch: tuple | None
+    ) -> tuple[dict, float | None]:
+        """The sums of ``rows`` and their cost: the synchronous rows' tokens at ``price``, the batch
+        rows' at ``in_batch`` (each priced on its sums, so a synchronous model's cost is computed as
+        it always was)."""
+        plain, batched = (
+            [r for r in rows if not r.get("batch")],
+            [r for r in rows if r.get("batch")],
+        )
         if price is None:
             return summed(rows), None
         cost = _cost(summed(plain), price)
@@ -139,18 +206,27 @@ def usage_blocks(table: pl.DataFrame, labels: list[str], prices: Mapping[str, tu
         in_batch = (batch_prices or {}).get(label, batch_price(price))
         sums, cost = costed(rows, price, in_batch)
         block = _block(sums, cost)
-        block["price"] = None if price is None else {k: v for k, v in zip(PRICE_PARTS, price, strict=False) if v is not None}
+        block["price"] = (
+            None
+            if price is None
+            else {k: v for k, v in zip(PRICE_PARTS, price, strict=False) if v is not None}
+        )
         if price is None:
             block["cost_reason"] = NO_PRICE
             unpriced.append(label)
-        block["evals"] = {name: _block(*costed([r for r in rows if r["eval"] == name], price, in_batch))
-                          for name in sorted({r["eval"] for r in rows})}
+        block["evals"] = {
+            name: _block(*costed([r for r in rows if r["eval"] == name], price, in_batch))
+            for name in sorted({r["eval"] for r in rows})
+        }
         batched = [r for r in rows if r.get("batch")]
         if batched:
-            block["batch"] = {"requests": sum(int(r["requests"]) for r in batched),
-                              "cost_usd": None if price is None else _round(_cost(summed(batched), in_batch)),
-                              "price": None if in_batch is None else
-                              {k: v for k, v in zip(PRICE_PARTS, in_batch, strict=False) if v is not None}}
+            block["batch"] = {
+                "requests": sum(int(r["requests"]) for r in batched),
+                "cost_usd": None if price is None else _round(_cost(summed(batched), in_batch)),
+                "price": None
+                if in_batch is None
+                else {k: v for k, v in zip(PRICE_PARTS, in_batch, strict=False) if v is not None},
+            }
         per_model[label] = block
         for k in zero:
             total[k] += sums[k]

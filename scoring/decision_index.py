@@ -8,6 +8,7 @@ never a partial index presented as whole. An index with a provisional term (fail
 answers) is provisional, with bounds: the same weighted sum of its terms' bounds
 (``scoring.bounds``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,11 +30,14 @@ WEIGHTS: dict[tuple[str, str], float] = {
 }
 
 
-def decision_index(evals: dict[str, dict], exact: dict[str, dict] | None = None) -> tuple[float | None, str | None]:
-    """``(index, None)`` from a summary's ``evals`` block, or ``(None, reason)`` when a term is missing
-    (null there). ``exact`` (evaluation -> its ``metrics`` row, full precision) gives the terms' values:
-    the summary's are rounded to 6 decimals, and an index summed from rounded terms can differ from the
-    index table's in the last decimal; with ``exact`` the figure is rounded once, when written."""
+def decision_index(
+    evals: dict[str, dict], exact: dict[str, dict] | None = None
+) -> tuple[float | None, str | None]:
+    """``(index, None)`` from a summary's ``evals`` block, or ``(None, reason)`` when a term is
+    missing (null there). ``exact`` (evaluation -> its ``metrics`` row, full precision) gives the
+    terms' values: the summary's are rounded to 6 decimals, and an index summed from rounded terms
+    can differ from the index table's in the last decimal; with ``exact`` the figure is rounded
+    once, when written."""
     total, missing = 0.0, []
     for (name, metric), weight in WEIGHTS.items():
         value = evals.get(name, {}).get(metric)
@@ -42,9 +46,11 @@ def decision_index(evals: dict[str, dict], exact: dict[str, dict] | None = None)
         else:
             total += weight * (value if exact is None else exact[name][metric])
     if missing:
-        return None, f"not computed: {', '.join(missing)} unavailable (see each evaluation's reason)"
+        return (
+            None,
+            f"not computed: {', '.join(missing)} unavailable (see each evaluation's reason)",
+        )
     return total, None
-
 
 
 def index_bounds(exact: dict[str, dict | None]) -> tuple[float, float] | None:
@@ -67,11 +73,11 @@ def index_bounds(exact: dict[str, dict | None]) -> tuple[float, float] | None:
 
 @dataclass(frozen=True, slots=True)
 class IndexValues:
-    """The Decision Index of every label, before it becomes a table: ``point`` (labels,) the mean over
-    epochs, ``per_epoch`` (labels, epochs), ``replicates`` (resamples, labels; (1, labels) zeros
-    without a bootstrap), ``unavailable``: per label the terms that are null (the index is null when
-    any is); ``lowest``/``highest`` (labels,): its bounds (``scoring.bounds``: each term's, a
-    complete term at its value), NaN where every term is complete."""
+    """The Decision Index of every label, before it becomes a table: ``point`` (labels,) the mean
+    over epochs, ``per_epoch`` (labels, epochs), ``replicates`` (resamples, labels; (1, labels)
+    zeros without a bootstrap), ``unavailable``: per label the terms that are null (the index is
+    null when any is); ``lowest``/``highest`` (labels,): its bounds (``scoring.bounds``: each
+    term's, a complete term at its value), NaN where every term is complete."""
 
     point: np.ndarray
     per_epoch: np.ndarray
@@ -81,7 +87,9 @@ class IndexValues:
     highest: np.ndarray
 
 
-def index_values(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap | None = None) -> IndexValues:
+def index_values(
+    estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap | None = None
+) -> IndexValues:
     """The index's ``IndexValues`` from each evaluation's ``sums.EvalMetrics`` over ``labels`` (with
     ``boot``, each evaluation's replicates are combined resample by resample)."""
     n = len(labels)
@@ -112,30 +120,48 @@ def index_values(estimates: dict[str, EvalMetrics], labels: list[str], boot: Boo
     return IndexValues(point, per_epoch, replicates, unavailable, lowest, highest)
 
 
-def index_table(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap | None = None) -> pl.DataFrame:
-    """Per label: ``decision_index`` (mean over epochs), ``decision_index_sd`` (spread of the per-epoch
-    index; null for one epoch) and, with a bootstrap, ``decision_index_low``/``_high``: the MOVER
-    combination of the five weighted terms' own intervals (``index_interval``), and, when it is
-    provisional, its bounds ``decision_index_lowest``/``_highest`` (``scoring.bounds``). Null with a
-    ``reason`` when any term is unavailable (an evaluation without data, or without any reply).
-    ``estimates`` maps evaluation -> ``scoring.sums.EvalMetrics`` over ``labels``."""
+def index_table(
+    estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstrap | None = None
+) -> pl.DataFrame:
+    """Per label: ``decision_index`` (mean over epochs), ``decision_index_sd`` (spread of the
+    per-epoch index; null for one epoch) and, with a bootstrap, ``decision_index_low``/``_high``:
+    the MOVER combination of the five weighted terms' own intervals (``index_interval``), and, when
+    it is provisional, its bounds ``decision_index_lowest``/``_highest`` (``scoring.bounds``). Null
+    with a ``reason`` when any term is unavailable (an evaluation without data, or without any
+    reply). ``estimates`` maps evaluation -> ``scoring.sums.EvalMetrics`` over ``labels``."""
     n = len(labels)
     values = index_values(estimates, labels, boot)
     none = (np.full(n, np.nan),) * 2
     low, high = index_interval(estimates, n, values.point) if boot is not None else none
     bad = np.array([bool(u) for u in values.unavailable], dtype=bool)
-    return pl.DataFrame({
-        "label": labels,
-        **{f"decision_index{suffix}": np.where(bad, np.nan, v)
-           for suffix, v in (("", values.point), ("_sd", epoch_sd(values.per_epoch)), ("_low", low),
-                             ("_high", high), ("_lowest", values.lowest), ("_highest", values.highest))},
-        "reason": [f"not computed: {', '.join(u)} unavailable (see each evaluation's reason)" if u else None
-                   for u in values.unavailable],
-    }, schema_overrides={"reason": pl.String}).fill_nan(None)
+    return pl.DataFrame(
+        {
+            "label": labels,
+            **{
+                f"decision_index{suffix}": np.where(bad, np.nan, v)
+                for suffix, v in (
+                    ("", values.point),
+                    ("_sd", epoch_sd(values.per_epoch)),
+                    ("_low", low),
+                    ("_high", high),
+                    ("_lowest", values.lowest),
+                    ("_highest", values.highest),
+                )
+            },
+            "reason": [
+                f"not computed: {', '.join(u)} unavailable (see each evaluation's reason)"
+                if u
+                else None
+                for u in values.unavailable
+            ],
+        },
+        schema_overrides={"reason": pl.String},
+    ).fill_nan(None)
 
 
-def index_interval(estimates: dict[str, EvalMetrics], n: int,
-                   point: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def index_interval(
+    estimates: dict[str, EvalMetrics], n: int, point: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The index's interval (low, high), 0-100, (n,) for the ``n`` labels of ``estimates`` (each
     evaluation's ``EvalMetrics`` with its intervals): the MOVER combination (``intervals.mover``;
     Zou & Donner 2008) of the ``WEIGHTS``' terms, each with its own interval (accuracy and

@@ -110,11 +110,13 @@ METHODS = {
         "hull of DeLong's interval and Newcombe's (2006, method 5) score-type interval (never "
         "of zero width at 0 or 1)"
     ),
-    "differences": ("accuracy of one epoch each: the hull of Newcombe's (1998, method 10) and "
-                    "Bonett & Price's (2012) paired intervals; otherwise the symmetric paired "
-                    "bootstrap interval, for a metric with a score-type interval its hull with "
-                    "the MOVER interval of the difference (Zou & Donner 2008; summary.json's "
-                    "comparison_method)"),
+    "differences": (
+        "accuracy of one epoch each: the hull of Newcombe's (1998, method 10) and "
+        "Bonett & Price's (2012) paired intervals; otherwise the symmetric paired "
+        "bootstrap interval, for a metric with a score-type interval its hull with "
+        "the MOVER interval of the difference (Zou & Donner 2008; summary.json's "
+        "comparison_method)"
+    ),
 }
 """summary.json's ``intervals.methods``: each metric's interval method, by metric name (the one
 place summary.json names them)."""

@@ -273,7 +273,8 @@ def _curves(ranked: pl.DataFrame) -> pl.DataFrame:
     eg = groups["errors"].to_numpy().astype(np.float64)
     first = (
         groups.select(
-            (pl.col("label") != pl.col("label").shift()) | (pl.col("eval") != pl.col("eval").shift())
+            (pl.col("label") != pl.col("label").shift())
+            | (pl.col("eval") != pl.col("eval").shift())
         )
         .to_series()
         .fill_null(True)

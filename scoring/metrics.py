@@ -8,8 +8,8 @@ arrays of resampled sums (intervals, ``scoring.bootstrap``): a metric and its in
 apart.
 
 Definitions (SPEC §2, §6; seed methodology "Decision Index evaluation suite"). Input columns:
-``predicted`` (option id or "yes"/"no"; null when the answer was invalid, failed or missing), ``gold``
-and ``status`` (ok, invalid, failed, missing).
+``predicted`` (option id or "yes"/"no"; null when the answer was invalid, failed or missing),
+``gold`` and ``status`` (ok, invalid, failed, missing).
 
 Failed and missing answers are not answers (SPEC §6): every metric is computed over the *answered*
 questions only (``ok`` and ``invalid``: a reply came), and a figure with failed or missing answers
@@ -29,6 +29,7 @@ the replies, and a failed or missing answer enters no statistic here but ``open_
 * ``open_yes``: a failed or missing answer whose gold label is the positive class (the bounds of F1
   need how many of the open answers are positives).
 """
+
 from __future__ import annotations
 
 from typing import TypeVar
@@ -69,7 +70,8 @@ def correct() -> pl.Expr:
 
 
 def answered() -> pl.Expr:
-    """True where the answer is a reply (``ok`` or ``invalid``), false where it failed or is missing."""
+    """True where the answer is a reply (``ok`` or ``invalid``), false where it failed or is
+    missing."""
     return ~pl.col("status").cast(pl.String).is_in(NOT_ANSWERS)
 
 
@@ -83,11 +85,15 @@ def answer_stats(idk: str = IDK, positive: str = "yes") -> list[pl.Expr]:
     replied = answered()
     gold_pos = GOLD == positive
     pred_pos = pl.when(PRED.is_null()).then(~gold_pos).otherwise(PRED == positive)
-    indicators = {"n": replied, "correct": right,
-                  "hallucinated": ~right & PRED.ne_missing(pl.lit(idk)) & replied,
-                  "tp": pred_pos & gold_pos & replied, "fp": pred_pos & ~gold_pos & replied,
-                  "fn": ~pred_pos & gold_pos & replied,
-                  "open_yes": ~replied & gold_pos.fill_null(False)}
+    indicators = {
+        "n": replied,
+        "correct": right,
+        "hallucinated": ~right & PRED.ne_missing(pl.lit(idk)) & replied,
+        "tp": pred_pos & gold_pos & replied,
+        "fp": pred_pos & ~gold_pos & replied,
+        "fn": ~pred_pos & gold_pos & replied,
+        "open_yes": ~replied & gold_pos.fill_null(False),
+    }
     return [indicators[s].cast(pl.UInt32).alias(s) for s in STATS]
 
 

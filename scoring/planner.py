@@ -17,6 +17,7 @@ Requests are questions × epochs (one request per task and epoch, SPEC §6); tok
 model's mean per request of each evaluation (``dxi estimate``'s figures, ``runner.estimate``);
 dollars are ``cost.cost_usd`` at the model's price, synchronous and at ``cost.batch_price``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -59,24 +60,35 @@ class Profile:
         def move(v: float) -> float:
             return float(min(0.99, max(0.01, v - d)))
 
-        return replace(self, label=label, accuracy={k: move(v) for k, v in self.accuracy.items()},
-                       sensitivity={k: move(v) for k, v in self.sensitivity.items()},
-                       specificity={k: move(v) for k, v in self.specificity.items()},
-                       source=f"{self.source}, {points:g} points lower")
+        return replace(
+            self,
+            label=label,
+            accuracy={k: move(v) for k, v in self.accuracy.items()},
+            sensitivity={k: move(v) for k, v in self.sensitivity.items()},
+            specificity={k: move(v) for k, v in self.specificity.items()},
+            source=f"{self.source}, {points:g} points lower",
+        )
 
 
-PRIOR = Profile("prior", {e: 0.4 for e in CHOICE_EVALS}, 0.2,
-                {q: 0.7 for q in WILDGUARD_F1}, {q: 0.85 for q in WILDGUARD_F1},
-                "prior: 40% correct on each choice evaluation, 20% 'I don't know', WildGuardTest "
-                "sensitivity 0.70 and specificity 0.85 (index about 46)")
+PRIOR = Profile(
+    "prior",
+    {e: 0.4 for e in CHOICE_EVALS},
+    0.2,
+    {q: 0.7 for q in WILDGUARD_F1},
+    {q: 0.85 for q in WILDGUARD_F1},
+    "prior: 40% correct on each choice evaluation, 20% 'I don't know', WildGuardTest "
+    "sensitivity 0.70 and specificity 0.85 (index about 46)",
+)
 
 
 def profile_of(answers: pl.DataFrame, label: str) -> Profile:
     """The profile measured from one model's answers (``scoring.pipeline.answers``; its replies
     only, failed and missing answers left out). Raises ValueError when the model has no reply of
     some evaluation of the index."""
-    ans = answers.filter((pl.col("label").cast(pl.String) == label)
-                         & ~pl.col("status").cast(pl.String).is_in(["failed", "missing"]))
+    ans = answers.filter(
+        (pl.col("label").cast(pl.String) == label)
+        & ~pl.col("status").cast(pl.String).is_in(["failed", "missing"])
+    )
     pred, gold = pl.col("predicted").cast(pl.String), pl.col("gold").cast(pl.String)
     acc, sens, spec = {}, {}, {}
     idk = 0.0
@@ -101,9 +113,16 @@ def profile_of(answers: pl.DataFrame, label: str) -> Profile:
 # ---------------------------------------------------------------------------------------------
 # whole sets of answers, and the adaptive loop
 
-def synthetic(profiles: Sequence[Profile], populations: Mapping[str, int],
-              rng: np.random.Generator, *, positives: Mapping[str, float] = POSITIVES,
-              epochs: int = 1, rho: float = RHO) -> pl.DataFrame:
+
+def synthetic(
+    profiles: Sequence[Profile],
+    populations: Mapping[str, int],
+    rng: np.random.Generator,
+    *,
+    positives: Mapping[str, float] = POSITIVES,
+    epochs: int = 1,
+    rho: float = RHO,
+) -> pl.DataFrame:
     """Whole sets of answers, one row per (model, question, epoch) in the shape of
     ``scoring.pipeline.answers`` (label, eval, task_id, question_id, sample, status "ok",
     predicted, gold): each model's correct answers drawn with its profile's shares through a
@@ -120,8 +139,10 @@ def synthetic(profiles: Sequence[Profile], populations: Mapping[str, int],
                 for s in range(epochs):
                     z = np.sqrt(rho) * d + np.sqrt(1 - rho) * rng.standard_normal(n)
                     if e == WILDGUARD:
-                        cut = [inv(min(max(v, 1e-6), 1 - 1e-6))
-                               for v in (p.sensitivity[q], p.specificity[q])]
+                        cut = [
+                            inv(min(max(v, 1e-6), 1 - 1e-6))
+                            for v in (p.sensitivity[q], p.specificity[q])
+                        ]
                         right = z < np.where(gold_yes, cut[0], cut[1])
                         gold = np.where(gold_yes, "yes", "no")
                         pred = np.where(right, gold, np.where(gold_yes, "no", "yes"))
@@ -134,15 +155,26 @@ def synthetic(profiles: Sequence[Profile], populations: Mapping[str, int],
                             share = min(1.0, p.idk / max(1e-9, 1 - acc))
                             wrong = np.where(rng.random(n) < share, "E", "B")
                         pred = np.where(right, "A", wrong)
-                    frames.append(pl.DataFrame({
-                        "label": p.label, "eval": e, "task_id": [f"{e}/{k}" for k in range(n)],
-                        "question_id": q, "sample": s, "status": "ok", "predicted": pred,
-                        "gold": gold}))
+                    frames.append(
+                        pl.DataFrame(
+                            {
+                                "label": p.label,
+                                "eval": e,
+                                "task_id": [f"{e}/{k}" for k in range(n)],
+                                "question_id": q,
+                                "sample": s,
+                                "status": "ok",
+                                "predicted": pred,
+                                "gold": gold,
+                            }
+                        )
+                    )
     return pl.concat(frames)
 
 
-def random_order(populations: Mapping[str, int], rng: np.random.Generator,
-                 answers: pl.DataFrame | None = None) -> dict[str, list[str]]:
+def random_order(
+    populations: Mapping[str, int], rng: np.random.Generator, answers: pl.DataFrame | None = None
+) -> dict[str, list[str]]:
     """A random asking order of each evaluation's tasks (``<eval>/<k>``): uniform, except
     WildGuardTest, stratified by its prompt-harm label (from ``answers``' gold) so that its
     label mix progresses at the same rate, as the run's order is."""
@@ -150,11 +182,16 @@ def random_order(populations: Mapping[str, int], rng: np.random.Generator,
     for e, n in populations.items():
         perm = rng.permutation(n)
         if e == WILDGUARD and answers is not None:
-            gold = (answers.filter((pl.col("eval") == e)
-                                   & (pl.col("question_id") == "prompt_harmful"))
-                    .unique("task_id").sort("task_id"))
-            yes = {int(t.split("/")[1]) for t, g in gold.select("task_id", "gold").iter_rows()
-                   if g == "yes"}
+            gold = (
+                answers.filter((pl.col("eval") == e) & (pl.col("question_id") == "prompt_harmful"))
+                .unique("task_id")
+                .sort("task_id")
+            )
+            yes = {
+                int(t.split("/")[1])
+                for t, g in gold.select("task_id", "gold").iter_rows()
+                if g == "yes"
+            }
             a = [k for k in perm if k in yes]
             b = [k for k in perm if k not in yes]
             # interleave by the share of each label so far
@@ -181,17 +218,29 @@ class Simulated:
     standing: dict[str, Standing] = field(default_factory=dict)
 
 
-def simulate(answers: pl.DataFrame, populations: Mapping[str, int], until: Until,
-             order: Mapping[str, Sequence[str]], *, alpha: float = 0.05,
-             max_rounds: int = 200, trace: list | None = None) -> Simulated:
+def simulate(
+    answers: pl.DataFrame,
+    populations: Mapping[str, int],
+    until: Until,
+    order: Mapping[str, Sequence[str]],
+    *,
+    alpha: float = 0.05,
+    max_rounds: int = 200,
+    trace: list | None = None,
+) -> Simulated:
     """The adaptive loop of ``dxi run --until`` over whole sets of ``answers`` (every task): each
     round asks every running model ``sequential.round_sizes`` more tasks down ``order``, then
     ``sequential.standings`` over what each model was asked settles some; the loop ends when
     every model is settled. ``trace``, when given, receives each look's standings."""
-    pos = pl.concat([pl.DataFrame({"eval": e, "task_id": list(ts), "pos": range(len(ts))},
-                                  schema={"eval": pl.String, "task_id": pl.String,
-                                          "pos": pl.Int64})
-                     for e, ts in order.items()])
+    pos = pl.concat(
+        [
+            pl.DataFrame(
+                {"eval": e, "task_id": list(ts), "pos": range(len(ts))},
+                schema={"eval": pl.String, "task_id": pl.String, "pos": pl.Int64},
+            )
+            for e, ts in order.items()
+        ]
+    )
     full = answers.join(pos, on=["eval", "task_id"], how="inner")
     labels = sorted(set(full["label"].unique().to_list()))
     asked = {m: {e: 0 for e in populations} for m in labels}
@@ -202,9 +251,11 @@ def simulate(answers: pl.DataFrame, populations: Mapping[str, int], until: Until
             sizes = round_sizes(asked[m], populations, round_index=k)
             asked[m] = {e: asked[m][e] + sizes[e] for e in populations}
             out.rounds[m] = k + 1
-        limits = pl.DataFrame([(m, e, n) for m in labels for e, n in asked[m].items()],
-                              schema={"label": pl.String, "eval": pl.String, "limit": pl.Int64},
-                              orient="row")
+        limits = pl.DataFrame(
+            [(m, e, n) for m in labels for e, n in asked[m].items()],
+            schema={"label": pl.String, "eval": pl.String, "limit": pl.Int64},
+            orient="row",
+        )
         view = full.join(limits, on=["label", "eval"]).filter(pl.col("pos") < pl.col("limit"))
         result = standings(view, populations, until, alpha=alpha, order=order)
         if trace is not None:
@@ -223,6 +274,7 @@ def simulate(answers: pl.DataFrame, populations: Mapping[str, int], until: Until
 
 # ---------------------------------------------------------------------------------------------
 # the plan
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -243,15 +295,28 @@ def spend(questions: Mapping[str, float], epochs: int, usage: Usage) -> dict:
     tout = sum(q * epochs * usage.tokens.get(e, (0.0, 0.0))[1] for e, q in questions.items())
     price = usage.price
     batch = usage.batch if usage.batch is not None else batch_price(price)
-    return {"requests": requests, "input_tokens": tin, "output_tokens": tout,
-            "cost_usd": None if price is None else cost_usd(tin, tout, *price),
-            "batch_cost_usd": None if batch is None else cost_usd(tin, tout, *batch)}
+    return {
+        "requests": requests,
+        "input_tokens": tin,
+        "output_tokens": tout,
+        "cost_usd": None if price is None else cost_usd(tin, tout, *price),
+        "batch_cost_usd": None if batch is None else cost_usd(tin, tout, *batch),
+    }
 
 
-def plan(profiles: Sequence[Profile], populations: Mapping[str, int], until: Until,
-         usage: Mapping[str, Usage], *, epochs: int = 1, runs: int = 10, seed: int = 0,
-         quantile: float | None = None, positives: Mapping[str, float] = POSITIVES,
-         alpha: float = 0.05) -> dict:
+def plan(
+    profiles: Sequence[Profile],
+    populations: Mapping[str, int],
+    until: Until,
+    usage: Mapping[str, Usage],
+    *,
+    epochs: int = 1,
+    runs: int = 10,
+    seed: int = 0,
+    quantile: float | None = None,
+    positives: Mapping[str, float] = POSITIVES,
+    alpha: float = 0.05,
+) -> dict:
     """The plan for ``profiles`` under ``until``: ``runs`` simulated adaptive runs (seeded), and
     per model the questions per evaluation it takes (their mean over the runs, or with
     ``quantile`` that quantile: 0.8 for "with 80% power"), with ``spend``'s requests, tokens and
@@ -284,10 +349,24 @@ def plan(profiles: Sequence[Profile], populations: Mapping[str, int], until: Unt
         u = usage.get(p.label, Usage({}, None))
         adaptive, whole = spend(questions, epochs, u), spend(populations, epochs, u)
         exhausted = sum(r == "exhausted" for r in settled_by[p.label]) / runs
-        models.append({"model": p.label, "profile": p.source, "epochs": epochs,
-                       "questions": {e: round(v, 1) for e, v in questions.items()},
-                       "adaptive": adaptive, "whole": whole,
-                       "saving": 1 - adaptive["requests"] / whole["requests"],
-                       "exhausted_share": exhausted})
-    return {"until": str(until), "runs": runs, "seed": seed, "alpha": alpha,
-            "quantile": quantile, "populations": dict(populations), "models": models}
+        models.append(
+            {
+                "model": p.label,
+                "profile": p.source,
+                "epochs": epochs,
+                "questions": {e: round(v, 1) for e, v in questions.items()},
+                "adaptive": adaptive,
+                "whole": whole,
+                "saving": 1 - adaptive["requests"] / whole["requests"],
+                "exhausted_share": exhausted,
+            }
+        )
+    return {
+        "until": str(until),
+        "runs": runs,
+        "seed": seed,
+        "alpha": alpha,
+        "quantile": quantile,
+        "populations": dict(populations),
+        "models": models,
+    }

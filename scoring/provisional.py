@@ -1,4 +1,5 @@
-"""Provisional figures: an evaluation with failed or missing answers, and the tolerance a user accepts.
+"""Provisional figures: an evaluation with failed or missing answers, and the tolerance a user
+accepts.
 
 SPEC §6: a failed answer (no valid reply after its retries) and a missing one (never sent: the run
 stopped, a provider was stopped, a smaller selection was run) are not answers, and every figure they
@@ -20,6 +21,7 @@ summary.json (``allow_failed``).
 
 Invalid answers are the model's reply (SPEC §6): they never make a figure provisional.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,22 +38,27 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Tolerance:
-    """How many failed or missing answers a model's evaluation may have and still be accepted: ``answers``
-    (a count, ≥ 0) or ``fraction`` (of the evaluation's answers, in [0, 1]); exactly one is set. Built
-    from the user's value by ``runner.planning.config.allow_failed`` (which validates it): ``Tolerance(**d)``."""
+    """How many failed or missing answers a model's evaluation may have and still be accepted:
+    ``answers`` (a count, ≥ 0) or ``fraction`` (of the evaluation's answers, in [0, 1]); exactly one
+    is set. Built from the user's value by ``runner.planning.config.allow_failed`` (which validates
+    it): ``Tolerance(**d)``."""
 
     answers: int | None = None
     fraction: float | None = None
 
     def allows(self, not_answered: int, answers: int) -> bool:
-        """Whether ``not_answered`` failed or missing answers out of ``answers`` are within the tolerance."""
+        """Whether ``not_answered`` failed or missing answers out of ``answers`` are within the
+        tolerance."""
         if self.answers is not None:
             return not_answered <= self.answers
         return not_answered <= self.fraction * answers
 
     def describe(self) -> dict:
-        """summary.json's ``allow_failed``: ``{"answers": N}`` or ``{"fraction": x}``, per model and evaluation."""
-        return {"answers": self.answers} if self.answers is not None else {"fraction": self.fraction}
+        """summary.json's ``allow_failed``: ``{"answers": N}`` or ``{"fraction": x}``, per model and
+        evaluation."""
+        return (
+            {"answers": self.answers} if self.answers is not None else {"fraction": self.fraction}
+        )
 
 
 def not_answered(block: dict) -> int:
@@ -59,14 +66,17 @@ def not_answered(block: dict) -> int:
     return block.get("failed", 0) + block.get("missing", 0)
 
 
-def judge(evals: dict[str, dict], answers: dict[str, int], tolerance: Tolerance | None) -> tuple[bool, bool]:
-    """``(complete, accepted)`` of one model from its evaluation blocks (each with ``complete``, where it
-    has answers): complete when every block is; accepted when complete or when every incomplete block is
-    within ``tolerance`` (None: none accepted). ``answers`` maps evaluation -> the answers expected there
-    (questions × epochs), for a fractional tolerance."""
+def judge(
+    evals: dict[str, dict], answers: dict[str, int], tolerance: Tolerance | None
+) -> tuple[bool, bool]:
+    """``(complete, accepted)`` of one model from its evaluation blocks (each with ``complete``,
+    where it has answers): complete when every block is; accepted when complete or when every
+    incomplete block is within ``tolerance`` (None: none accepted). ``answers`` maps evaluation ->
+    the answers expected there (questions × epochs), for a fractional tolerance."""
     incomplete = [name for name, block in evals.items() if block.get("complete") is False]
-    accepted = tolerance is not None and all(tolerance.allows(not_answered(evals[name]), answers.get(name, 0))
-                                             for name in incomplete)
+    accepted = tolerance is not None and all(
+        tolerance.allows(not_answered(evals[name]), answers.get(name, 0)) for name in incomplete
+    )
     return not incomplete, not incomplete or accepted
 
 
@@ -75,38 +85,50 @@ MARK = "*"
 
 
 def notes(summary: Summary) -> list[str]:
-    """What a reader is told about the provisional figures of a summary (plain text, one sentence each):
-    per model with failed or missing answers, how many, in which evaluations, that its figures are
-    over the answered questions, each provisional figure's bounds (``bounds``) and how many answers
-    the next ``dxi run`` requests again; then, when the result is not accepted, what to do. Empty
-    when every figure is complete. The terminal prints them under the table, the report's banner and
-    ``dxi view``'s overview show them."""
+    """What a reader is told about the provisional figures of a summary (plain text, one sentence
+    each): per model with failed or missing answers, how many, in which evaluations, that its
+    figures are over the answered questions, each provisional figure's bounds (``bounds``) and how
+    many answers the next ``dxi run`` requests again; then, when the result is not accepted, what to
+    do. Empty when every figure is complete. The terminal prints them under the table, the report's
+    banner and ``dxi view``'s overview show them."""
     lines = []
     tolerance = summary.allow_failed
     for m in summary.models:
         if m.complete:
             continue
         blocks = {name: b for name, b in m.evals.items() if b.get("complete") is False}
-        failed, missing = sum(b["failed"] for b in blocks.values()), sum(b["missing"] for b in blocks.values())
+        failed, missing = (
+            sum(b["failed"] for b in blocks.values()),
+            sum(b["missing"] for b in blocks.values()),
+        )
         rerun = sum(b.get("rerun", 0) for b in blocks.values())
-        counts = " and ".join(t for t in (f"{failed} failed" if failed else "", f"{missing} missing" if missing else "")
-                              if t)
+        counts = " and ".join(
+            t
+            for t in (f"{failed} failed" if failed else "", f"{missing} missing" if missing else "")
+            if t
+        )
         spans = bounds(m)
         within = f"; whatever those answers turn out to be, they lie within: {'; '.join(spans)}"
-        text = (f"{m.model}: provisional ({MARK}): {counts} answer(s) in "
-                f"{', '.join(_title(n) for n in blocks)}, left out: its figures are over the answered "
-                f"questions{within if spans else ''}; the next `dxi run` with these options requests "
-                f"{rerun} of them again")
+        text = (
+            f"{m.model}: provisional ({MARK}): {counts} answer(s) in "
+            f"{', '.join(_title(n) for n in blocks)}, left out: its figures are over the answered "
+            f"questions{within if spans else ''}; the next `dxi run` with these options requests "
+            f"{rerun} of them again"
+        )
         kept = failed + missing - rerun
         if kept:
             text += f" ({kept} deterministic failure(s) are kept: --retry-failed requests them too)"
         if m.within_tolerance is True:
-            text += (f"; accepted as they are (the figures over the answered questions, {counts} "
-                     f"answer(s) beside them): within --allow-failed {_tolerance(tolerance)}")
+            text += (
+                f"; accepted as they are (the figures over the answered questions, {counts} "
+                f"answer(s) beside them): within --allow-failed {_tolerance(tolerance)}"
+            )
         lines.append(text + ".")
     if lines and not summary.accepted:
-        lines.append("The result is provisional: rerun to complete it, or accept the failed and missing answers "
-                     "explicitly with --allow-failed N (answers per model and evaluation) or a fraction of them.")
+        lines.append(
+            "The result is provisional: rerun to complete it, or accept the failed and missing answers "
+            "explicitly with --allow-failed N (answers per model and evaluation) or a fraction of them."
+        )
     return lines
 
 
@@ -120,7 +142,7 @@ def bounds(entry: ModelEntry) -> list[str]:
     for name, block in entry.evals.items():
         for key, value in block.items():
             if key.endswith("_bounds") and value is not None:
-                out.append(f"{_title(name)} {key[:-len('_bounds')]} {span(value)}")
+                out.append(f"{_title(name)} {key[: -len('_bounds')]} {span(value)}")
     return out
 
 
@@ -128,7 +150,7 @@ def span(bounds: list[float], digits: int = 1) -> str:
     """Bounds [lowest, highest] as text with ``digits`` decimals, the lowest rounded down and the
     highest up, so the text never narrows them (and a figure shown rounded to the nearest stays
     inside)."""
-    scale = 10 ** digits
+    scale = 10**digits
     low, high = (round(b * scale, 6) for b in bounds)  # 33.3 * 10 is 332.99999999999994
     return f"[{math.floor(low) / scale:.{digits}f}, {math.ceil(high) / scale:.{digits}f}]"
 
@@ -136,7 +158,11 @@ def span(bounds: list[float], digits: int = 1) -> str:
 def _tolerance(tolerance: dict | None) -> str:
     if not tolerance:
         return ""
-    return str(tolerance["answers"]) if tolerance.get("answers") is not None else f"{tolerance['fraction']:g}"
+    return (
+        str(tolerance["answers"])
+        if tolerance.get("answers") is not None
+        else f"{tolerance['fraction']:g}"
+    )
 
 
 def _title(name: str) -> str:

@@ -1,23 +1,27 @@
 """The typed records one stage hands the next: the summary (``scoring.summary.build`` makes it;
-``runner.outputs.files`` writes it as summary.json, ``report.html``, ``runner.export`` and ``view`` read it).
+``runner.outputs.files`` writes it as summary.json, ``report.html``, ``runner.export`` and ``view``
+read it).
 
-``Summary`` holds one ``ModelEntry`` per model and, with comparisons, ``Comparison`` rows and a ``Ranking``.
-Each record's fields are declared in the order summary.json has always written its keys, so
-``to_json(summary)`` gives the same bytes as the dict it replaces (``tests/test_records.py``). A key that
-summary.json holds only sometimes is a field defaulting to ``UNSET`` (``msgspec.UNSET``): absent from the
-file when unset, ``null`` when set to None. Every field that is always written has no default (a default
-other than UNSET would be left out of the file whenever it equals it: ``omit_defaults``).
+``Summary`` holds one ``ModelEntry`` per model and, with comparisons, ``Comparison`` rows and a
+``Ranking``. Each record's fields are declared in the order summary.json has always written its
+keys, so ``to_json(summary)`` gives the same bytes as the dict it replaces
+(``tests/test_records.py``). A key that summary.json holds only sometimes is a field defaulting to
+``UNSET`` (``msgspec.UNSET``): absent from the file when unset, ``null`` when set to None. Every
+field that is always written has no default (a default other than UNSET would be left out of the
+file whenever it equals it: ``omit_defaults``).
 
-An evaluation's block (``EvalBlock``) is a typed mapping (``TypedDict``): its keys are the evaluation's
-metrics (``scoring.sums.METRICS``: two for AA-Omniscience-Decision, one for HLE-MultiChoice...) each with its
-``_sd`` and ``_ci``, written in an order that depends on which were computed (a ``reason`` for missing
-answers comes before the intervals, one for an undefined F1 after them), which a record's fixed field order
-cannot keep. The other nested blocks (``data``, ``usage``, ``requests``, ``provenance``...) are documented
-where they are made and stay mappings.
+An evaluation's block (``EvalBlock``) is a typed mapping (``TypedDict``): its keys are the
+evaluation's metrics (``scoring.sums.METRICS``: two for AA-Omniscience-Decision, one for
+HLE-MultiChoice...) each with its ``_sd`` and ``_ci``, written in an order that depends on which
+were computed (a ``reason`` for missing answers comes before the intervals, one for an undefined F1
+after them), which a record's fixed field order cannot keep. The other nested blocks (``data``,
+``usage``, ``requests``, ``provenance``...) are documented where they are made and stay mappings.
 
-(``scoring.scored.ScoredRun``, a scored run as scoring hands it on, is the summary beside the tables.)
-``decode(raw)`` reads a summary back (summary.json, or the view's ``meta.json``) into the records.
+(``scoring.scored.ScoredRun``, a scored run as scoring hands it on, is the summary beside the
+tables.) ``decode(raw)`` reads a summary back (summary.json, or the view's ``meta.json``) into the
+records.
 """
+
 from __future__ import annotations
 
 from typing import Any, TypedDict
@@ -26,17 +30,27 @@ import msgspec
 import orjson
 from msgspec import UNSET, UnsetType
 
-__all__ = ["UNSET", "Comparison", "EvalBlock", "Interval", "ModelEntry", "Ranking", "Summary", "decode", "to_json",
-           "unset"]
+__all__ = [
+    "UNSET",
+    "Comparison",
+    "EvalBlock",
+    "Interval",
+    "ModelEntry",
+    "Ranking",
+    "Summary",
+    "decode",
+    "to_json",
+    "unset",
+]
 
 Interval = list[float | None]  # [low, high], 0-100
 
 
 class EvalBlock(TypedDict, total=False):
-    """One evaluation's block of one model (``scoring.summary.eval_block``): a mapping, since which keys it
-    has and their order depend on the evaluation and on what was computed (summary.json writes them
-    in the order they were added). ``n`` tasks (WildGuardTest: rows); each metric of the evaluation
-    (``scoring.sums.METRICS``; 0-100 or None) with ``<metric>_sd`` (several epochs) and
+    """One evaluation's block of one model (``scoring.summary.eval_block``): a mapping, since which
+    keys it has and their order depend on the evaluation and on what was computed (summary.json
+    writes them in the order they were added). ``n`` tasks (WildGuardTest: rows); each metric of the
+    evaluation (``scoring.sums.METRICS``; 0-100 or None) with ``<metric>_sd`` (several epochs) and
     ``<metric>_ci`` (intervals) and ``<metric>_bounds`` (a provisional figure's [lowest, highest],
     ``scoring.bounds``); the answer counts ``invalid``, ``failed``, ``missing``, ``repaired``;
     ``complete`` and ``rerun``; ``reason`` (a null metric, or missing answers); ``calibration``
@@ -85,20 +99,19 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One model's entry of ``Summary.models`` (summary.json's ``models[i]``).
 
     ``model`` is its label; ``epochs`` its number of epochs; ``decision_index`` 0-100 or None with
-    ``decision_index_reason``; ``complete`` (no failed or missing answer, ``scoring.provisional``) and, when
-    not, ``within_tolerance``; with intervals ``decision_index_ci`` [low, high] (and ``decision_index_sd``
-    with several epochs); ``decision_index_bounds`` [lowest, highest] when it is provisional
-    (``scoring.bounds``); with comparisons ``rank``, ``rank_ci`` [low, high] (marginal 95%
-    interval), ``rank_set`` [low, high] (simultaneous: every model's rank in its set at once) and
-    ``tied_group``
-    (``scoring.compare``); ``evals`` (evaluation name -> ``EvalBlock``); ``invalid_reasons``
-    ([{"error", "count"}], ``scoring.summary.invalid_reasons``); ``requests`` (the request counts);
-    ``usage`` (tokens and USD, ``scoring.cost``); ``served_models``, ``served_differs`` and ``cut_off``
-    (``scoring.replies.add_replies``); ``effort`` and ``p_yes_range``
-    (``runner.outputs.files.model_settings``); ``measures`` (latency, cost of 1,000 decisions,
-    risk–coverage: ``scoring.measures``); ``adaptive`` (an adaptive run's: the questions asked per
-    evaluation, the rule that stopped the model, the whole-set estimates with their anytime-valid
-    intervals at stopping; written by the runner's adaptive rounds)."""
+    ``decision_index_reason``; ``complete`` (no failed or missing answer, ``scoring.provisional``)
+    and, when not, ``within_tolerance``; with intervals ``decision_index_ci`` [low, high] (and
+    ``decision_index_sd`` with several epochs); ``decision_index_bounds`` [lowest, highest] when it
+    is provisional (``scoring.bounds``); with comparisons ``rank``, ``rank_ci`` [low, high]
+    (marginal 95% interval), ``rank_set`` [low, high] (simultaneous: every model's rank in its set
+    at once) and ``tied_group`` (``scoring.compare``); ``evals`` (evaluation name -> ``EvalBlock``);
+    ``invalid_reasons`` ([{"error", "count"}], ``scoring.summary.invalid_reasons``); ``requests``
+    (the request counts); ``usage`` (tokens and USD, ``scoring.cost``); ``served_models``,
+    ``served_differs`` and ``cut_off`` (``scoring.replies.add_replies``); ``effort`` and
+    ``p_yes_range`` (``runner.outputs.files.model_settings``); ``measures`` (latency, cost of 1,000
+    decisions, risk–coverage: ``scoring.measures``); ``adaptive`` (an adaptive run's: the questions
+    asked per evaluation, the rule that stopped the model, the whole-set estimates with their
+    anytime-valid intervals at stopping; written by the runner's adaptive rounds)."""
 
     model: str
     epochs: int
@@ -127,14 +140,14 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One entry of ``Summary.comparisons`` (``scoring.summary.comparisons``): models ``a`` and ``b``,
-    ``eval`` (None for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high] or None,
-    ``p_value`` (the pair's own test), ``p_adjusted`` (the simultaneous procedure's, summary.json's
-    ``comparison_method``), ``significant`` (``p_adjusted`` < 1 − confidence and, where a figure is
-    provisional, settled), for accuracy with one epoch ``discordant`` [a only right, b only right]
-    and ``mcnemar_p``, ``complete`` (false: a figure compared is provisional) and, when not
-    complete, ``settled`` (false: the failed and missing answers could overturn the difference,
-    not claimed; ``scoring.bounds``)."""
+    """One entry of ``Summary.comparisons`` (``scoring.summary.comparisons``): models ``a`` and
+    ``b``, ``eval`` (None for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low,
+    high] or None, ``p_value`` (the pair's own test), ``p_adjusted`` (the simultaneous procedure's,
+    summary.json's ``comparison_method``), ``significant`` (``p_adjusted`` < 1 − confidence and,
+    where a figure is provisional, settled), for accuracy with one epoch ``discordant`` [a only
+    right, b only right] and ``mcnemar_p``, ``complete`` (false: a figure compared is provisional)
+    and, when not complete, ``settled`` (false: the failed and missing answers could overturn the
+    difference, not claimed; ``scoring.bounds``)."""
 
     a: str
     b: str
@@ -152,8 +165,8 @@ class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class Ranking(msgspec.Struct, kw_only=True):
-    """``Summary.ranking`` (``scoring.summary.ranking``): ``by`` (the figure ranked), ``groups`` (the
-    statistically tied groups of labels, in rank order) and ``method`` (how, in words)."""
+    """``Summary.ranking`` (``scoring.summary.ranking``): ``by`` (the figure ranked), ``groups``
+    (the statistically tied groups of labels, in rank order) and ``method`` (how, in words)."""
 
     by: str
     groups: list[list[str]]
@@ -163,13 +176,14 @@ class Ranking(msgspec.Struct, kw_only=True):
 class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     """summary.json as a record (the key meanings: ``scoring.summary``'s docstring).
 
-    Always present: ``prompt_version``, ``epochs`` (the run's default), ``complete``, ``allow_failed``
-    (``{"answers": N}``, ``{"fraction": x}`` or None), ``accepted``, ``data`` (evaluation -> its data block)
-    and ``models``. Sometimes: ``provenance`` (``runner.outputs.provenance``; added when the outputs are written),
-    ``intervals`` and ``calibration`` (with the scored tables), ``usage`` (the run's tokens and USD),
+    Always present: ``prompt_version``, ``epochs`` (the run's default), ``complete``,
+    ``allow_failed`` (``{"answers": N}``, ``{"fraction": x}`` or None), ``accepted``, ``data``
+    (evaluation -> its data block) and ``models``. Sometimes: ``provenance``
+    (``runner.outputs.provenance``; added when the outputs are written), ``intervals`` and
+    ``calibration`` (with the scored tables), ``usage`` (the run's tokens and USD),
     ``comparison_method``, ``comparisons`` and ``ranking`` (with paired comparisons), ``cost_bound``
-    (``dxi run --max-cost``), ``stopped_providers`` (``runner.sending.stops``), ``measures`` (how the
-    models' measures are computed: ``scoring.measures.describe``) and ``adaptive`` (``dxi run
+    (``dxi run --max-cost``), ``stopped_providers`` (``runner.sending.stops``), ``measures`` (how
+    the models' measures are computed: ``scoring.measures.describe``) and ``adaptive`` (``dxi run
     --until``: its rule, the order's seed, the rounds asked; written by the runner's adaptive
     rounds; the models' figures are then estimates of the whole set from the part each was
     asked)."""
@@ -217,8 +231,8 @@ def to_builtins(record: Summary | ModelEntry | Comparison | Ranking) -> dict[str
 
 
 def to_json(summary: Summary) -> bytes:
-    """summary.json's bytes: ``summary`` as JSON indented by 2, with a final newline (orjson, as always:
-    floats in their shortest round-trip form)."""
+    """summary.json's bytes: ``summary`` as JSON indented by 2, with a final newline (orjson, as
+    always: floats in their shortest round-trip form)."""
     return orjson.dumps(to_builtins(summary), option=orjson.OPT_INDENT_2) + b"\n"
 
 

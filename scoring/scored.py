@@ -1,11 +1,14 @@
-"""Every table of a scoring: the entry point used by ``dxi score``, ``dxi report`` and the benchmarks.
+"""Every table of a scoring: the entry point used by ``dxi score``, ``dxi report`` and the
+benchmarks.
 
-``score(answers, bootstrap)`` computes, from one answers frame (``scoring.pipeline.answers``) and in one
-vectorised pass over all models, the tables below. ``Scored.tables()`` names each for export (CSV and
-Parquet files, the HTML report). ``Scorer`` computes the same tables from several answers frames, each
-holding whole evaluations, given one after another and not kept (``dxi view`` scores one evaluation at a
-time to hold one evaluation's answers only); ``score`` is a Scorer given one frame.
+``score(answers, bootstrap)`` computes, from one answers frame (``scoring.pipeline.answers``) and in
+one vectorised pass over all models, the tables below. ``Scored.tables()`` names each for export
+(CSV and Parquet files, the HTML report). ``Scorer`` computes the same tables from several answers
+frames, each holding whole evaluations, given one after another and not kept (``dxi view`` scores
+one evaluation at a time to hold one evaluation's answers only); ``score`` is a Scorer given one
+frame.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,7 +26,15 @@ from .compare import COMPARISON_SCHEMA, compare, discordant, open_pairs
 from .decision_index import index_table, index_values
 from .records import Summary
 from .summary import invalid_counts
-from .sums import Cube, breakdown_table, build_cubes, calibration_table, eval_metrics_all, metric_table, reliability_table
+from .sums import (
+    Cube,
+    breakdown_table,
+    build_cubes,
+    calibration_table,
+    eval_metrics_all,
+    metric_table,
+    reliability_table,
+)
 
 
 @dataclass
@@ -31,15 +42,18 @@ class Scored:
     """The results of scoring.
 
     * ``answers``: one row per (model, question, epoch) (``scoring.pipeline.ANSWER_COLUMNS``).
-    * ``metrics``: per (label, eval): n, answer counts, every metric with ``_sd``, ``_low``, ``_high``.
+    * ``metrics``: per (label, eval): n, answer counts, every metric with ``_sd``, ``_low``,
+      ``_high``.
     * ``index``: per label: the Decision Index with its spread over epochs and interval.
-    * ``calibration``: per (label, eval, question): Brier, ECE, log loss (+ intervals), and ``auroc``
-      (+ DeLong interval) for WildGuardTest's yes/no questions.
+    * ``calibration``: per (label, eval, question): Brier, ECE, log loss (+ intervals), and
+      ``auroc`` (+ DeLong interval) for WildGuardTest's yes/no questions.
     * ``reliability``: reliability-diagram bins per (label, eval).
     * ``breakdowns``: the metrics per (label, eval, dimension, group).
     * ``confusion``: When2Call gold reply type × predicted reply type (or status) per label.
-    * ``statuses``: answer counts per status, per (label, eval); ``errors``: the most frequent errors.
-    * ``invalid``: the invalid answers' reasons counted per (label, shape) (``summary.invalid_counts``).
+    * ``statuses``: answer counts per status, per (label, eval); ``errors``: the most frequent
+      errors.
+    * ``invalid``: the invalid answers' reasons counted per (label, shape)
+      (``summary.invalid_counts``).
     * ``comparisons``: every pair of models, the difference of the index and of each metric with its
       paired-bootstrap interval and p-values (``scoring.compare``; empty unless asked for, and
       without a bootstrap), and ``settled`` (``scoring.bounds.settle``: false where the failed and
@@ -59,38 +73,59 @@ class Scored:
     errors: pl.DataFrame
     bootstrap: Bootstrap | None
     invalid: pl.DataFrame
-    comparisons: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=COMPARISON_SCHEMA))
+    comparisons: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema=COMPARISON_SCHEMA)
+    )
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        """Every table except the answers, by file name (labels in a column named ``model``; ``comparisons``
-        only when computed)."""
-        tables = {"index": self.index, "metrics": self.metrics, "calibration": self.calibration,
-                  "reliability": self.reliability, "breakdowns": self.breakdowns,
-                  "when2call_confusion": self.confusion, "answer_statuses": self.statuses, "errors": self.errors}
+        """Every table except the answers, by file name (labels in a column named ``model``;
+        ``comparisons`` only when computed)."""
+        tables = {
+            "index": self.index,
+            "metrics": self.metrics,
+            "calibration": self.calibration,
+            "reliability": self.reliability,
+            "breakdowns": self.breakdowns,
+            "when2call_confusion": self.confusion,
+            "answer_statuses": self.statuses,
+            "errors": self.errors,
+        }
         if not self.comparisons.is_empty():
             tables["comparisons"] = self.comparisons
-        return {name: t.rename({"label": "model"}) if "label" in t.columns else t for name, t in tables.items()}
+        return {
+            name: t.rename({"label": "model"}) if "label" in t.columns else t
+            for name, t in tables.items()
+        }
 
 
-def score(answers: pl.DataFrame, bootstrap: Bootstrap | None = None, with_breakdowns: bool = True,
-          with_comparisons: bool = False) -> Scored:
+def score(
+    answers: pl.DataFrame,
+    bootstrap: Bootstrap | None = None,
+    with_breakdowns: bool = True,
+    with_comparisons: bool = False,
+) -> Scored:
     """Score an answers frame: every table of ``Scored``. ``bootstrap`` None skips the intervals;
-    ``with_breakdowns`` False skips the tables only the report shows (breakdowns, confusion, statuses,
-    errors: left empty); summary.json needs none of them. ``with_comparisons`` (with a bootstrap) adds
-    the paired comparisons and ranks (``scoring.compare``)."""
+    ``with_breakdowns`` False skips the tables only the report shows (breakdowns, confusion,
+    statuses, errors: left empty); summary.json needs none of them. ``with_comparisons`` (with a
+    bootstrap) adds the paired comparisons and ranks (``scoring.compare``)."""
     scorer = Scorer(bootstrap)
     cubes = scorer.add(answers)
     if not with_breakdowns:
         return scorer.result(answers, comparisons=with_comparisons)
-    return scorer.result(answers, comparisons=with_comparisons, breakdowns=breakdown_table(cubes, bootstrap),
-                         confusion=breakdowns.confusion(answers), statuses=breakdowns.statuses(answers),
-                         errors=breakdowns.errors(answers))
+    return scorer.result(
+        answers,
+        comparisons=with_comparisons,
+        breakdowns=breakdown_table(cubes, bootstrap),
+        confusion=breakdowns.confusion(answers),
+        statuses=breakdowns.statuses(answers),
+        errors=breakdowns.errors(answers),
+    )
 
 
 @dataclass
 class Part:
-    """One answers frame's share of a scoring (``Scorer.part``): its ``cubes`` by evaluation, ``auroc``
-    (``calibration.auroc``) and ``invalid`` (``summary.invalid_counts``)."""
+    """One answers frame's share of a scoring (``Scorer.part``): its ``cubes`` by evaluation,
+    ``auroc`` (``calibration.auroc``) and ``invalid`` (``summary.invalid_counts``)."""
 
     cubes: dict[str, Cube]
     auroc: pl.DataFrame
@@ -98,15 +133,15 @@ class Part:
 
 
 class Scorer:
-    """The tables of ``score`` from answers frames given one after another (``add``), each holding every
-    row of the evaluations in it (``scoring.pipeline.answers`` over one evaluation's gold: all its models,
-    questions and epochs) and no evaluation given twice. Every table but the index is per evaluation:
-    each frame's rows are computed as ``score`` computes them and the parts concatenated and sorted as
-    ``score`` sorts them; the index combines each evaluation's estimates (its point values and, with a
-    bootstrap, its replicates: an evaluation's resamples depend on its name and task count alone,
-    ``Bootstrap``). So ``result()`` equals ``score`` over all the frames at once, without the breakdown
-    tables and without holding any frame: a frame's memory is freed once ``add`` returns and its caller
-    drops it."""
+    """The tables of ``score`` from answers frames given one after another (``add``), each holding
+    every row of the evaluations in it (``scoring.pipeline.answers`` over one evaluation's gold: all
+    its models, questions and epochs) and no evaluation given twice. Every table but the index is
+    per evaluation: each frame's rows are computed as ``score`` computes them and the parts
+    concatenated and sorted as ``score`` sorts them; the index combines each evaluation's estimates
+    (its point values and, with a bootstrap, its replicates: an evaluation's resamples depend on its
+    name and task count alone, ``Bootstrap``). So ``result()`` equals ``score`` over all the frames
+    at once, without the breakdown tables and without holding any frame: a frame's memory is freed
+    once ``add`` returns and its caller drops it."""
 
     def __init__(self, bootstrap: Bootstrap | None = None):
         self.bootstrap = bootstrap
@@ -116,33 +151,42 @@ class Scorer:
         self._calibration: list[pl.DataFrame] = []
         self._reliability: list[pl.DataFrame] = []
         self._invalid: list[pl.DataFrame] = []
-        self.discordants: dict[str, np.ndarray | None] = {}  # per accuracy evaluation (``compare.discordant``)
+        self.discordants: dict[
+            str, np.ndarray | None
+        ] = {}  # per accuracy evaluation (``compare.discordant``)
         # the same with the open (failed, missing) answers apart (``compare.open_pairs``)
         self.opens: dict[str, np.ndarray | None] = {}
 
     def add(self, answers: pl.DataFrame) -> dict[str, Cube]:
-        """Score the evaluations in ``answers``; returns their cubes (``scoring.sums.Cube`` by evaluation).
-        Raises ValueError for an evaluation already added. ``add_part(part(answers))`` in two steps."""
+        """Score the evaluations in ``answers``; returns their cubes (``scoring.sums.Cube`` by
+        evaluation). Raises ValueError for an evaluation already added. ``add_part(part(answers))``
+        in two steps."""
         return self.add_part(self.part(answers))
 
     def part(self, answers: pl.DataFrame) -> Part:
-        """What ``add_part`` needs of ``answers``: their cubes, AUROCs and invalid reasons. The caller can
-        then drop the answers before the intervals are computed (their resampled sums are the
-        scoring's peak memory)."""
-        with ThreadPoolExecutor(1, thread_name_prefix="dxi-auroc") as beside:  # on a second core, when there is one
-            ranked = beside.submit(calibration.auroc, answers, self.bootstrap.confidence if self.bootstrap else 0.95)
+        """What ``add_part`` needs of ``answers``: their cubes, AUROCs and invalid reasons. The
+        caller can then drop the answers before the intervals are computed (their resampled sums are
+        the scoring's peak memory)."""
+        with ThreadPoolExecutor(
+            1, thread_name_prefix="dxi-auroc"
+        ) as beside:  # on a second core, when there is one
+            ranked = beside.submit(
+                calibration.auroc, answers, self.bootstrap.confidence if self.bootstrap else 0.95
+            )
             cubes = build_cubes(answers)
             invalid = invalid_counts(answers)
             return Part(cubes, ranked.result(), invalid)
 
     def add_part(self, part: Part) -> dict[str, Cube]:
-        """Score the evaluations of ``part`` (``Scorer.part``); returns their cubes. Raises ValueError
-        for an evaluation already added."""
+        """Score the evaluations of ``part`` (``Scorer.part``); returns their cubes. Raises
+        ValueError for an evaluation already added."""
         cubes, boot = part.cubes, self.bootstrap
         again = sorted(set(cubes) & set(self.estimates))
         if again:
-            raise ValueError(f"evaluation scored twice: {', '.join(again)} (each answers frame must hold whole "
-                             "evaluations, each in one frame)")
+            raise ValueError(
+                f"evaluation scored twice: {', '.join(again)} (each answers frame must hold whole "
+                "evaluations, each in one frame)"
+            )
         estimates = eval_metrics_all(cubes, boot)
         if cubes and not self.labels:
             self.labels = next(iter(cubes.values())).labels
@@ -150,8 +194,11 @@ class Scorer:
         self._metrics.append(metric_table(cubes, estimates))
         calib = calibration_table(cubes, estimates, boot)
         if not calib.is_empty():
-            calib = calib.join(part.auroc.rename({"question_id": "question"}), on=["label", "eval", "question"],
-                               how="left")
+            calib = calib.join(
+                part.auroc.rename({"question_id": "question"}),
+                on=["label", "eval", "question"],
+                how="left",
+            )
         self._calibration.append(calib)
         self._reliability.append(reliability_table(cubes))
         self._invalid.append(part.invalid)
@@ -160,7 +207,9 @@ class Scorer:
             self.opens[name] = open_pairs(cube)
         return cubes
 
-    def _claim(self) -> tuple[Callable[[pl.DataFrame], pl.DataFrame], Callable[[pl.DataFrame], pl.DataFrame]]:
+    def _claim(
+        self,
+    ) -> tuple[Callable[[pl.DataFrame], pl.DataFrame], Callable[[pl.DataFrame], pl.DataFrame]]:
         """The rule for provisional figures (SPEC §6, ``scoring.bounds``) as two steps: on
         ``compare``'s comparisons, ``settled`` added and a difference the failed and missing
         answers could overturn made not significant (so the tied groups and rank sets never
@@ -178,44 +227,61 @@ class Scorer:
 
         return comparisons, ranks
 
-    def result(self, answers: pl.DataFrame | None = None, comparisons: bool = False, **tables: pl.DataFrame) -> Scored:
-        """The tables of everything added, as ``Scored`` (``answers`` the frame to keep in it, or an empty
-        one; ``tables`` the breakdown tables, ``breakdowns``, ``confusion``, ``statuses``, ``errors``, to
-        keep in it, or empty ones). With ``comparisons`` (and a bootstrap), the paired comparisons of every
-        pair of models and, in the index table, each model's rank with its interval and tied group."""
+    def result(
+        self, answers: pl.DataFrame | None = None, comparisons: bool = False, **tables: pl.DataFrame
+    ) -> Scored:
+        """The tables of everything added, as ``Scored`` (``answers`` the frame to keep in it, or an
+        empty one; ``tables`` the breakdown tables, ``breakdowns``, ``confusion``, ``statuses``,
+        ``errors``, to keep in it, or empty ones). With ``comparisons`` (and a bootstrap), the
+        paired comparisons of every pair of models and, in the index table, each model's rank with
+        its interval and tied group."""
         empty = pl.DataFrame()
         index = index_table(self.estimates, self.labels, self.bootstrap)
         pairs = pl.DataFrame(schema=COMPARISON_SCHEMA)
         if comparisons and self.bootstrap is not None:
             claim, widen = self._claim()
-            pairs, ranks = compare(self.estimates, self.labels, self.bootstrap, self.discordants,
-                                   claim, self.opens)
+            pairs, ranks = compare(
+                self.estimates, self.labels, self.bootstrap, self.discordants, claim, self.opens
+            )
             ranks = widen(ranks)
             index = index.with_columns(pl.col("label").cast(pl.String)).join(
-                ranks.rename({"group": "tied_group"}), on="label", how="left", maintain_order="left")
+                ranks.rename({"group": "tied_group"}), on="label", how="left", maintain_order="left"
+            )
         return Scored(
-            answers=empty if answers is None else answers, metrics=_joined(self._metrics, ["label", "eval"]),
-            index=index, comparisons=pairs,
+            answers=empty if answers is None else answers,
+            metrics=_joined(self._metrics, ["label", "eval"]),
+            index=index,
+            comparisons=pairs,
             calibration=_joined(self._calibration, ["label", "eval", "question"]),
             reliability=_joined(self._reliability, ["label", "eval", "bin"]),
-            breakdowns=tables.get("breakdowns", empty), confusion=tables.get("confusion", empty),
-            statuses=tables.get("statuses", empty), errors=tables.get("errors", empty), bootstrap=self.bootstrap,
-            invalid=pl.concat(self._invalid) if self._invalid else invalid_counts(pl.DataFrame(
-                schema={"label": pl.String, "status": pl.String, "error": pl.String})))
+            breakdowns=tables.get("breakdowns", empty),
+            confusion=tables.get("confusion", empty),
+            statuses=tables.get("statuses", empty),
+            errors=tables.get("errors", empty),
+            bootstrap=self.bootstrap,
+            invalid=pl.concat(self._invalid)
+            if self._invalid
+            else invalid_counts(
+                pl.DataFrame(schema={"label": pl.String, "status": pl.String, "error": pl.String})
+            ),
+        )
 
 
 def _joined(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
-    """Per-evaluation tables as one, sorted by ``keys`` (unique per row) as each part is: one part as it is."""
+    """Per-evaluation tables as one, sorted by ``keys`` (unique per row) as each part is: one part
+    as it is."""
     if len(parts) == 1:
         return parts[0]
-    filled = [p for p in parts if not p.is_empty()] or parts[:1]  # an empty part's schema may be a stub
+    filled = [p for p in parts if not p.is_empty()] or parts[
+        :1
+    ]  # an empty part's schema may be a stub
     return filled[0] if len(filled) == 1 else pl.concat(filled, how="diagonal_relaxed").sort(keys)
 
 
 class ScoredRun(NamedTuple):
-    """A scored run as scoring hands it on (``runner.outputs.files.summarize``, ``score_all``; ``dxi view``'s
-    ``Summarize``): the ``summary`` (summary.json) and the ``scored`` tables (``Scored``). A tuple:
-    ``summary, scored = ...`` reads it."""
+    """A scored run as scoring hands it on (``runner.outputs.files.summarize``, ``score_all``;
+    ``dxi view``'s ``Summarize``): the ``summary`` (summary.json) and the ``scored`` tables
+    (``Scored``). A tuple: ``summary, scored = ...`` reads it."""
 
     summary: Summary
     scored: Scored

@@ -86,6 +86,7 @@ everything; a model is settled when every pair it is in is decided.
 stratified by WildGuardTest's label mix is a proportionally stratified sample, which is no less
 precise; its coverage is measured by simulation in ``benchmarks/adaptive.py``.
 """
+
 from __future__ import annotations
 
 import math
@@ -124,14 +125,17 @@ class Until:
         """``"precision=5"``, ``"precision=2.5:all"``, ``"separated"``, ``"separated=0.5"`` ->
         Until. Raises ValueError naming ``--until`` and the accepted forms on anything else (a
         precision must be above 0 and at most 100; Δ at least 0)."""
-        m = re.fullmatch(r"\s*(precision|separated)\s*(?:=\s*([0-9]*\.?[0-9]+)\s*)?(:all)?\s*",
-                         str(text))
+        m = re.fullmatch(
+            r"\s*(precision|separated)\s*(?:=\s*([0-9]*\.?[0-9]+)\s*)?(:all)?\s*", str(text)
+        )
         if m is None or (m[1] == "precision" and m[2] is None) or (m[1] == "separated" and m[3]):
             raise ValueError(f"--until {text!r}: expected one of {UNTIL_FORMS}")
         points = float(m[2]) if m[2] is not None else 1.0
         if m[1] == "precision" and not 0 < points <= 100:
-            raise ValueError(f"--until {text!r}: the precision P must be above 0 and at most 100 "
-                             f"(index points); accepted forms: {UNTIL_FORMS}")
+            raise ValueError(
+                f"--until {text!r}: the precision P must be above 0 and at most 100 "
+                f"(index points); accepted forms: {UNTIL_FORMS}"
+            )
         return cls(m[1], points, bool(m[3]))
 
     def __str__(self) -> str:
@@ -173,6 +177,7 @@ class Standing:
 
 # ---------------------------------------------------------------------------------------------
 # the confidence sequence of one bounded mean, sampled without replacement
+
 
 def cs_path(x: np.ndarray, population: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """The WoR empirical-Bernstein confidence sequence (module docstring) of the mean of a
@@ -216,8 +221,9 @@ def cs_path(x: np.ndarray, population: int, alpha: float) -> tuple[np.ndarray, n
     return low, high
 
 
-def interval(x_low: np.ndarray, x_high: np.ndarray, population: int, alpha: float
-             ) -> tuple[float, float]:
+def interval(
+    x_low: np.ndarray, x_high: np.ndarray, population: int, alpha: float
+) -> tuple[float, float]:
     """The (1 − ``alpha``) interval for a whole-set mean (0-1) after the draws so far, with open
     answers: ``x_low`` / ``x_high`` (t,) the draws with every open answer at its lowest / highest
     value; the union of the two sequences' intervals (``scoring.bounds``'s rule). With no draw,
@@ -231,6 +237,7 @@ def interval(x_low: np.ndarray, x_high: np.ndarray, population: int, alpha: floa
 
 # ---------------------------------------------------------------------------------------------
 # per-task components
+
 
 @dataclass
 class _Part:
@@ -257,27 +264,39 @@ def _components(ans: pl.DataFrame) -> pl.DataFrame:
     tp = replied & pred_pos & gold_pos
     err = replied & (pred_pos != gold_pos)
     f = pl.Float64
-    return (ans.lazy().select(
-        pl.col("label").cast(pl.String), pl.col("eval").cast(pl.String),
-        pl.col("task_id").cast(pl.String), pl.col("question_id").cast(pl.String),
-        right.cast(f).alias("c_lo"), (right | opened).cast(f).alias("c_hi"),
-        hall.cast(f).alias("h_lo"), (hall | opened).cast(f).alias("h_hi"),
-        tp.cast(f).alias("tp_lo"),
-        (tp | (opened & gold_pos.fill_null(False))).cast(f).alias("tp_hi"),
-        err.cast(f).alias("err_lo"), (err | opened).cast(f).alias("err_hi"),
-        replied.cast(f).alias("n"))
+    return (
+        ans.lazy()
+        .select(
+            pl.col("label").cast(pl.String),
+            pl.col("eval").cast(pl.String),
+            pl.col("task_id").cast(pl.String),
+            pl.col("question_id").cast(pl.String),
+            right.cast(f).alias("c_lo"),
+            (right | opened).cast(f).alias("c_hi"),
+            hall.cast(f).alias("h_lo"),
+            (hall | opened).cast(f).alias("h_hi"),
+            tp.cast(f).alias("tp_lo"),
+            (tp | (opened & gold_pos.fill_null(False))).cast(f).alias("tp_hi"),
+            err.cast(f).alias("err_lo"),
+            (err | opened).cast(f).alias("err_hi"),
+            replied.cast(f).alias("n"),
+        )
         .group_by("label", "eval", "task_id", "question_id")
-        .agg(pl.col("c_lo", "c_hi", "h_lo", "h_hi", "tp_lo", "tp_hi", "err_lo", "err_hi").mean(),
-             (pl.col("c_lo") * pl.col("n")).sum().alias("c"),
-             (pl.col("h_lo") * pl.col("n")).sum().alias("h"),
-             (pl.col("tp_lo") * pl.col("n")).sum().alias("tp"),
-             (pl.col("err_lo") * pl.col("n")).sum().alias("err"),
-             pl.col("n").sum())
-        .collect())
+        .agg(
+            pl.col("c_lo", "c_hi", "h_lo", "h_hi", "tp_lo", "tp_hi", "err_lo", "err_hi").mean(),
+            (pl.col("c_lo") * pl.col("n")).sum().alias("c"),
+            (pl.col("h_lo") * pl.col("n")).sum().alias("h"),
+            (pl.col("tp_lo") * pl.col("n")).sum().alias("tp"),
+            (pl.col("err_lo") * pl.col("n")).sum().alias("err"),
+            pl.col("n").sum(),
+        )
+        .collect()
+    )
 
 
-def _parts(ans: pl.DataFrame, order: Mapping[str, Sequence[str]] | None
-           ) -> dict[str, dict[str, _Part]]:
+def _parts(
+    ans: pl.DataFrame, order: Mapping[str, Sequence[str]] | None
+) -> dict[str, dict[str, _Part]]:
     """label -> eval -> its ``_Part`` (tasks in ``order``; tasks not in it after, by id)."""
     table = _components(ans)
     out: dict[str, dict[str, _Part]] = {}
@@ -288,15 +307,37 @@ def _parts(ans: pl.DataFrame, order: Mapping[str, Sequence[str]] | None
         pos = np.array([at[t] for t in g["task_id"].to_list()], np.int64)
         part = _Part(tasks)
 
-        def put(name_: str, lo: np.ndarray, hi: np.ndarray, rows: np.ndarray,
-                part: _Part = part, pos: np.ndarray = pos) -> None:
+        def put(
+            name_: str,
+            lo: np.ndarray,
+            hi: np.ndarray,
+            rows: np.ndarray,
+            part: _Part = part,
+            pos: np.ndarray = pos,
+        ) -> None:
             a, b = np.zeros(len(part.tasks)), np.zeros(len(part.tasks))
             a[pos[rows]], b[pos[rows]] = lo[rows], hi[rows]
             part.comps[name_] = (a, b)
 
         every = np.ones(g.height, bool)
-        col = {c: g[c].to_numpy() for c in ("c_lo", "c_hi", "h_lo", "h_hi", "tp_lo", "tp_hi",
-                                              "err_lo", "err_hi", "n", "c", "h", "tp", "err")}
+        col = {
+            c: g[c].to_numpy()
+            for c in (
+                "c_lo",
+                "c_hi",
+                "h_lo",
+                "h_hi",
+                "tp_lo",
+                "tp_hi",
+                "err_lo",
+                "err_hi",
+                "n",
+                "c",
+                "h",
+                "tp",
+                "err",
+            )
+        }
         if name == WILDGUARD:
             qs = g["question_id"].to_numpy()
             for q in WILDGUARD_F1:
@@ -319,6 +360,7 @@ def _parts(ans: pl.DataFrame, order: Mapping[str, Sequence[str]] | None
 # ---------------------------------------------------------------------------------------------
 # figures over a box of components
 
+
 def _nh(h: float, c: float) -> float:
     """Non-hallucination (0-1) from whole-set means H and C: 1 − H/(1 − C); 1 when 1 − C ≤ 0."""
     wrong = 1 - c
@@ -334,8 +376,9 @@ def _f1(tp: float, err: float, undefined: float) -> float:
 GRID = 25  # points of each stage of the search for a ratio's interval (two stages: ~1e-3 apart)
 
 
-def ratio_interval(make_x, population: int, alpha: float, exact: tuple[float, float] | None
-                   ) -> tuple[float, float]:
+def ratio_interval(
+    make_x, population: int, alpha: float, exact: tuple[float, float] | None
+) -> tuple[float, float]:
     """The (1 − ``alpha``) interval (0-1) of a whole-set ratio ``r*``, by inverting a test of each
     candidate ``r``: ``make_x(r, high)`` gives, for candidates ``r`` (R,), per-task values
     (R, t) in [0, 1] whose whole-set mean equals ``target`` (R,) exactly when ``r = r*`` (returned
@@ -355,17 +398,21 @@ def ratio_interval(make_x, population: int, alpha: float, exact: tuple[float, fl
         target = np.concatenate([t0, t1])
         ok = (lo[:, -1] <= target + 1e-12) & (target <= hi[:, -1] + 1e-12)
         for side in (0, 1):
-            grid, accepted = grids[side], ok[side * GRID:(side + 1) * GRID]
+            grid, accepted = grids[side], ok[side * GRID : (side + 1) * GRID]
             if not accepted.any():  # every candidate rejected (probability ≤ α): the closest
-                gap = np.abs(np.where(lo[:, -1] > target, lo[:, -1] - target,
-                                      target - hi[:, -1]))[side * GRID:(side + 1) * GRID]
+                gap = np.abs(np.where(lo[:, -1] > target, lo[:, -1] - target, target - hi[:, -1]))[
+                    side * GRID : (side + 1) * GRID
+                ]
                 k = int(np.argmin(gap))
             else:
                 k = int(np.flatnonzero(accepted)[-1 if side else 0])
             k = min(GRID - 1, k + 1) if side else max(0, k - 1)  # outwards
             if stage == 0:
-                a, b = (grid[max(0, k - 1)], grid[k]) if side else (grid[k], grid[min(GRID - 1,
-                                                                                      k + 1)])
+                a, b = (
+                    (grid[max(0, k - 1)], grid[k])
+                    if side
+                    else (grid[k], grid[min(GRID - 1, k + 1)])
+                )
                 grids[side] = np.linspace(a, b, GRID)
             else:
                 ends[side] = float(grid[k])
@@ -391,8 +438,7 @@ def _nh_interval(part: _Part, n: int, population: int, alpha: float) -> tuple[fl
     return ratio_interval(make_x, population, alpha, exact)
 
 
-def _f1_interval(part: _Part, q: str, n: int, population: int, alpha: float
-                 ) -> tuple[float, float]:
+def _f1_interval(part: _Part, q: str, n: int, population: int, alpha: float) -> tuple[float, float]:
     """One F1 = 2TP/(2TP + E) (0-1): F1 ≥ r exactly when the whole-set mean of
     ``(2(1 − r)·tp − r·e + r)/(2 − r)`` (in [0, 1]) is at least r/(2 − r). Open answers: a
     false negative or a false positive at the lowest, a true positive or a true negative at
@@ -412,8 +458,9 @@ def _f1_interval(part: _Part, q: str, n: int, population: int, alpha: float
     return ratio_interval(make_x, population, alpha, exact)
 
 
-def _terms(part: _Part, name: str, n: int, population: int, alpha: float
-           ) -> dict[str, tuple[float, float]]:
+def _terms(
+    part: _Part, name: str, n: int, population: int, alpha: float
+) -> dict[str, tuple[float, float]]:
     """Each metric of evaluation ``name`` (0-1) as (low, high) from its first ``n`` tasks, each
     primary metric (accuracy, non-hallucination, each F1) at ``alpha``, mean F1 the box of the
     three F1s."""
@@ -522,8 +569,9 @@ def _variance(terms: Sequence[_Term]) -> float:
     return float(sum((t.weight / t.prior_d) ** 2 * 0.25 for t in terms))
 
 
-def _sequence(terms: Sequence[_Term], n: int, population: int, high: bool, scale: float,
-              cap: float) -> tuple[float, float, dict[int, tuple[float, float]]]:
+def _sequence(
+    terms: Sequence[_Term], n: int, population: int, high: bool, scale: float, cap: float
+) -> tuple[float, float, dict[int, tuple[float, float]]]:
     """One evaluation's part of the index's supermartingale (module docstring, "The index"):
     ``(Q, Ψ, {term: (β, γ)})`` over its first ``n`` draws with the open answers at the index's
     lowest (``high`` False) or highest completion."""
@@ -561,13 +609,16 @@ def _sequence(terms: Sequence[_Term], n: int, population: int, high: bool, scale
     mu_prev = (0.5 + np.cumsum(x) - x) / (j + 1)
     psi = float(np.sum((-np.log1p(-lam) - lam) * (x - mu_prev) ** 2))
     q = float(np.sum(g * (y + back)))
-    coefs = {id(t): (float(np.sum(g * slope * coef)), float(np.sum(g * slope * coef * r)))
-             for t, coef, r in parts}
+    coefs = {
+        id(t): (float(np.sum(g * slope * coef)), float(np.sum(g * slope * coef * r)))
+        for t, coef, r in parts
+    }
     return q, psi, coefs
 
 
-def product_interval(strata: Mapping[str, tuple[Sequence[_Term], int, int]], alpha: float,
-                     offset: float) -> tuple[float, float]:
+def product_interval(
+    strata: Mapping[str, tuple[Sequence[_Term], int, int]], alpha: float, offset: float
+) -> tuple[float, float]:
     """The (1 − ``alpha``) interval (0-1) of ``offset + Σ weight·ratio`` over every term of
     ``strata`` (evaluation -> (terms, draws, population)), from one supermartingale across the
     evaluations (module docstring, "The index"), the terms' boxes bounding the remainder."""
@@ -576,10 +627,12 @@ def product_interval(strata: Mapping[str, tuple[Sequence[_Term], int, int]], alp
     scale = math.sqrt(2 * log_term / max(var, 1e-12))
     # the width an evaluation's contribution has at the priors: the bet per share that keeps
     # λ ≤ CAP there in every evaluation (a draw whose width is larger is clipped at CAP)
-    cap = min(CAP * population / max(1e-12, sum(abs(t.weight) / t.prior_d
-                                                  * (2.0 if t.kind == "f1" else 1.0)
-                                                  for t in ts))
-              for ts, _, population in strata.values())
+    cap = min(
+        CAP
+        * population
+        / max(1e-12, sum(abs(t.weight) / t.prior_d * (2.0 if t.kind == "f1" else 1.0) for t in ts))
+        for ts, _, population in strata.values()
+    )
     ends = []
     for high in (False, True):
         q = psi = 0.0
@@ -621,8 +674,9 @@ def product_interval(strata: Mapping[str, tuple[Sequence[_Term], int, int]], alp
     return ends[0], ends[1]
 
 
-def _box(part: _Part, name: str, n: int, population: int, alpha: float
-         ) -> dict[str, tuple[float, float]]:
+def _box(
+    part: _Part, name: str, n: int, population: int, alpha: float
+) -> dict[str, tuple[float, float]]:
     """Every metric of evaluation ``name`` (0-1, ``_terms``) from the first ``n`` tasks, each
     primary one at ``alpha``, and for WildGuardTest each F1's denominator 2TP + E
     (``den:<question>``, its whole-set mean, 0-2) at ``alpha`` too."""
@@ -630,8 +684,12 @@ def _box(part: _Part, name: str, n: int, population: int, alpha: float
     if name == WILDGUARD:
         for q in WILDGUARD_F1:
             (tl, th), (el, eh) = part.comps[f"tp:{q}"], part.comps[f"err:{q}"]
-            lo, hi = interval((2 * tl[:n] + el[:n]) / 2, np.minimum(1, (2 * th[:n] + eh[:n]) / 2),
-                              population, alpha)
+            lo, hi = interval(
+                (2 * tl[:n] + el[:n]) / 2,
+                np.minimum(1, (2 * th[:n] + eh[:n]) / 2),
+                population,
+                alpha,
+            )
             out[f"den:{q}"] = (2 * lo, 2 * hi)
     return out
 
@@ -641,12 +699,14 @@ def _boxed(name: str) -> int:
     return _primaries(name) + (len(WILDGUARD_F1) if name == WILDGUARD else 0)
 
 
-def _index_terms(part: _Part, name: str, box: Mapping[str, tuple[float, float]], sign: float
-                 ) -> list[_Term]:
+def _index_terms(
+    part: _Part, name: str, box: Mapping[str, tuple[float, float]], sign: float
+) -> list[_Term]:
     """The index's terms of evaluation ``name`` for one model, with ``sign`` (−1: the second model
     of a difference): per term the per-task arrays at the lowest (False) and highest (True)
     completion of ``sign``·index, and its box. The index's constant (0.125 of
     non-hallucination's 1 −) is added by the caller."""
+
     def by_sign(weight: float, lowest: np.ndarray, highest: np.ndarray) -> dict[bool, np.ndarray]:
         return {False: lowest, True: highest} if weight > 0 else {False: highest, True: lowest}
 
@@ -657,21 +717,50 @@ def _index_terms(part: _Part, name: str, box: Mapping[str, tuple[float, float]],
         w = sign * weights["mean_f1"] / len(WILDGUARD_F1)
         for q, metric in WILDGUARD_F1.items():
             (tl, th), (el, eh) = part.comps[f"tp:{q}"], part.comps[f"err:{q}"]
-            terms.append(_Term("f1", w, by_sign(w, 2 * tl, 2 * th),
-                               by_sign(w, 2 * tl + eh, 2 * th + el), 0.5, 0.6, box[metric],
-                               box[f"den:{q}"]))
+            terms.append(
+                _Term(
+                    "f1",
+                    w,
+                    by_sign(w, 2 * tl, 2 * th),
+                    by_sign(w, 2 * tl + eh, 2 * th + el),
+                    0.5,
+                    0.6,
+                    box[metric],
+                    box[f"den:{q}"],
+                )
+            )
         return terms
     cl, ch = part.comps["c"]
     w = sign * weights["accuracy"]
-    terms.append(_Term("lin", w, by_sign(w, cl, ch), {False: ones, True: ones}, 0.0, 1.0,
-                       box["accuracy"], (1.0, 1.0)))
+    terms.append(
+        _Term(
+            "lin",
+            w,
+            by_sign(w, cl, ch),
+            {False: ones, True: ones},
+            0.0,
+            1.0,
+            box["accuracy"],
+            (1.0, 1.0),
+        )
+    )
     if name == OMNISCIENCE:
         w = -sign * weights["non_hallucination_rate"]  # −w·H/W
         hl, hh = part.comps["h"]
         nh = box["non_hallucination_rate"]
         acc = box["accuracy"]
-        terms.append(_Term("hall", w, by_sign(w, hl, hh), {False: 1 - cl, True: 1 - cl}, 0.5,
-                           0.6, (1 - nh[1], 1 - nh[0]), (1 - acc[1], 1 - acc[0])))
+        terms.append(
+            _Term(
+                "hall",
+                w,
+                by_sign(w, hl, hh),
+                {False: 1 - cl, True: 1 - cl},
+                0.5,
+                0.6,
+                (1 - nh[1], 1 - nh[0]),
+                (1 - acc[1], 1 - acc[0]),
+            )
+        )
     return terms
 
 
@@ -680,8 +769,9 @@ def _offset(sign: float) -> float:
     return sign * WEIGHTS[(OMNISCIENCE, "non_hallucination_rate")]
 
 
-def _model_figures(parts: Mapping[str, _Part], populations: Mapping[str, int], alpha: float
-                   ) -> tuple[Estimate, dict[str, Estimate]]:
+def _model_figures(
+    parts: Mapping[str, _Part], populations: Mapping[str, int], alpha: float
+) -> tuple[Estimate, dict[str, Estimate]]:
     """One model's index and metrics, simultaneous (1 − ``alpha``): the metrics' box (each
     sequence at (1 − ``PRODUCT_SHARE``)·α/K, Bonferroni over the K sequences) and the index's own
     sequence at ``PRODUCT_SHARE``·α; the index's interval is the intersection of that sequence's
@@ -708,8 +798,14 @@ def _model_figures(parts: Mapping[str, _Part], populations: Mapping[str, int], a
         high += w * est.high
     if not index_ok:
         return Estimate(None, None, None), metrics
-    strata = {name: (_index_terms(parts[name], name, boxes[name], 1.0), len(parts[name].tasks),
-                     populations[name]) for name in {e for e, _ in WEIGHTS}}
+    strata = {
+        name: (
+            _index_terms(parts[name], name, boxes[name], 1.0),
+            len(parts[name].tasks),
+            populations[name],
+        )
+        for name in {e for e, _ in WEIGHTS}
+    }
     plo, phi = product_interval(strata, PRODUCT_SHARE * alpha, _offset(1.0))
     low, high = max(low, 100 * plo), min(high, 100 * phi)
     high = max(high, low)
@@ -719,9 +815,14 @@ def _model_figures(parts: Mapping[str, _Part], populations: Mapping[str, int], a
 # ---------------------------------------------------------------------------------------------
 # pairs
 
-def _pair_interval(pa: Mapping[str, _Part], pb: Mapping[str, _Part],
-                   populations: Mapping[str, int], alpha: float, memo: dict | None = None
-                   ) -> tuple[float, float] | None:
+
+def _pair_interval(
+    pa: Mapping[str, _Part],
+    pb: Mapping[str, _Part],
+    populations: Mapping[str, int],
+    alpha: float,
+    memo: dict | None = None,
+) -> tuple[float, float] | None:
     """The (1 − ``alpha``) interval of index(a) − index(b) (points) over the whole set, from the
     tasks both were asked (the common prefix of the one order): one sequence across the
     evaluations of the paired per-task differences of the index's terms (at ``PRODUCT_SHARE``·α;
@@ -750,8 +851,11 @@ def _pair_interval(pa: Mapping[str, _Part], pb: Mapping[str, _Part],
         if A.tasks[:n] != B.tasks[:n]:
             raise ValueError(f"{name}: the two models were not asked in the same order")
         ba, bb = box(A, name, n), box(B, name, n)
-        strata[name] = (_index_terms(A, name, ba, 1.0) + _index_terms(B, name, bb, -1.0), n,
-                        populations[name])
+        strata[name] = (
+            _index_terms(A, name, ba, 1.0) + _index_terms(B, name, bb, -1.0),
+            n,
+            populations[name],
+        )
         for (ename, metric), w in WEIGHTS.items():
             if ename == name:
                 low += w * (ba[metric][0] - bb[metric][1])
@@ -764,9 +868,15 @@ def _pair_interval(pa: Mapping[str, _Part], pb: Mapping[str, _Part],
 # ---------------------------------------------------------------------------------------------
 # the public API
 
-def standings(answers: pl.DataFrame, populations: Mapping[str, int], until: Until, *,
-              alpha: float = 0.05, order: Mapping[str, Sequence[str]] | None = None
-              ) -> dict[str, Standing]:
+
+def standings(
+    answers: pl.DataFrame,
+    populations: Mapping[str, int],
+    until: Until,
+    *,
+    alpha: float = 0.05,
+    order: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, Standing]:
     """Every model's ``Standing`` after a round.
 
     ``answers``: the per-answer frame of ``scoring.pipeline.answers`` (columns label, eval,
@@ -790,13 +900,17 @@ def standings(answers: pl.DataFrame, populations: Mapping[str, int], until: Unti
             if name not in populations:
                 raise ValueError(f"{label}: evaluation {name!r} has no population")
             if len(part.tasks) > populations[name]:
-                raise ValueError(f"{label}: {len(part.tasks)} tasks of {name} asked, more than its "
-                                 f"population of {populations[name]}")
+                raise ValueError(
+                    f"{label}: {len(part.tasks)} tasks of {name} asked, more than its "
+                    f"population of {populations[name]}"
+                )
     labels = sorted(parts)
     out: dict[str, Standing] = {}
     figures = {m: _model_figures(parts[m], populations, alpha) for m in labels}
-    exhausted = {m: all(len(parts[m].get(e, _Part([])).tasks) >= n for e, n in populations.items())
-                 for m in labels}
+    exhausted = {
+        m: all(len(parts[m].get(e, _Part([])).tasks) >= n for e, n in populations.items())
+        for m in labels
+    }
     undecided: dict[str, list[str]] = {m: [] for m in labels}  # models not yet told from m
     if until.rule == "separated":
         pairs = list(combinations(labels, 2))
@@ -804,10 +918,10 @@ def standings(answers: pl.DataFrame, populations: Mapping[str, int], until: Unti
         for a, b in pairs:
             if exhausted[a] and exhausted[b]:
                 continue
-            iv = _pair_interval(parts[a], parts[b], populations, alpha / max(len(pairs), 1),
-                                memo)
-            if iv is not None and (iv[0] > 0 or iv[1] < 0
-                                   or (iv[0] >= -until.points and iv[1] <= until.points)):
+            iv = _pair_interval(parts[a], parts[b], populations, alpha / max(len(pairs), 1), memo)
+            if iv is not None and (
+                iv[0] > 0 or iv[1] < 0 or (iv[0] >= -until.points and iv[1] <= until.points)
+            ):
                 continue
             undecided[a].append(b)
             undecided[b].append(a)
@@ -826,15 +940,19 @@ def standings(answers: pl.DataFrame, populations: Mapping[str, int], until: Unti
                 settled, rule = True, str(until)
                 reason = f"index ±{index.half_width:.2f} ≤ ±{until.points:g} points"
             else:
-                reason = (f"index ±{index.half_width:.2f} > ±{until.points:g} points"
-                          if index.half_width is not None else "index not computable yet")
+                reason = (
+                    f"index ±{index.half_width:.2f} > ±{until.points:g} points"
+                    if index.half_width is not None
+                    else "index not computable yet"
+                )
         else:
             if not undecided[m]:
                 settled, rule = True, str(until)
                 reason = f"every other model ordered or within {until.points:g} points"
             else:
-                reason = (f"not yet told apart from {len(undecided[m])}: "
-                          f"{', '.join(undecided[m][:3])}")
+                reason = (
+                    f"not yet told apart from {len(undecided[m])}: {', '.join(undecided[m][:3])}"
+                )
         out[m] = Standing(m, asked, dict(populations), index, metrics, settled, rule, reason)
     return out
 
@@ -847,8 +965,9 @@ def schedule(round_index: int, *, first: float = FIRST_ROUND, growth: float = GR
     return min(1.0, first * (growth ** (round_index + 1) - 1) / (growth - 1))
 
 
-def round_sizes(asked: Mapping[str, int], populations: Mapping[str, int], *, round_index: int
-                ) -> dict[str, int]:
+def round_sizes(
+    asked: Mapping[str, int], populations: Mapping[str, int], *, round_index: int
+) -> dict[str, int]:
     """How many MORE tasks of each evaluation the next round asks a running model: every
     evaluation is brought to the same share of its population, ``schedule(round_index)`` (4% of
     the set first, each round 1.25× the one before), or the next share of the schedule above what
@@ -860,8 +979,10 @@ def round_sizes(asked: Mapping[str, int], populations: Mapping[str, int], *, rou
     k = round_index
     while True:
         share = schedule(k)
-        sizes = {e: max(0, min(n, math.ceil(share * n - 1e-9)) - asked.get(e, 0))
-                 for e, n in populations.items()}
+        sizes = {
+            e: max(0, min(n, math.ceil(share * n - 1e-9)) - asked.get(e, 0))
+            for e, n in populations.items()
+        }
         if any(sizes.values()) or share >= 1.0:
             return sizes
         k += 1

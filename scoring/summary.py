@@ -1,6 +1,6 @@
 """summary.json: the contract users script against. ``build`` makes it as a typed record
-(``scoring.records.Summary``: its ``models`` are ``ModelEntry`` records, ``comparisons`` ``Comparison``
-records; each evaluation block stays a mapping), written with ``records.to_json``.
+(``scoring.records.Summary``: its ``models`` are ``ModelEntry`` records, ``comparisons``
+``Comparison`` records; each evaluation block stays a mapping), written with ``records.to_json``.
 
     {"prompt_version": str, "epochs": int, "complete": bool, "allow_failed": {...} | null, "accepted": bool,
      "data": {...},
@@ -14,24 +14,25 @@ records; each evaluation block stays a mapping), written with ``records.to_json`
                                              "f1_response_harm", "mean_f1"}},
                  "requests": {"sent", "cache_hits", "failed", "invalid", ...}}]}
 
-Metrics are 0-100, computed at full precision and rounded to 6 decimals when written (the index
-from the unrounded terms, so it equals ``tables/index.parquet``'s rounded); ``n`` counts tasks (WildGuardTest: rows). Each evaluation
-block also counts its ``invalid``, ``failed`` and ``missing`` answers, and the ``repaired`` ones (scored
-normally; a language model's JSON arrived in a Markdown code fence); a null metric comes with a
-``reason``. With several epochs each metric is the mean and ``<metric>_sd`` its standard deviation.
+Metrics are 0-100, computed at full precision and rounded to 6 decimals when written (the index from
+the unrounded terms, so it equals ``tables/index.parquet``'s rounded); ``n`` counts tasks
+(WildGuardTest: rows). Each evaluation block also counts its ``invalid``, ``failed`` and ``missing``
+answers, and the ``repaired`` ones (scored normally; a language model's JSON arrived in a Markdown
+code fence); a null metric comes with a ``reason``. With several epochs each metric is the mean and
+``<metric>_sd`` its standard deviation.
 
 Added with intervals and calibration (existing keys keep their meaning): each metric's 95% interval
 ``<metric>_ci`` = [low, high] (null when the metric is null), the index's ``decision_index_ci`` (and
-``decision_index_sd`` with several epochs), and per evaluation a ``calibration`` block for models that
-return probabilities: ``answers`` counted, ``excluded`` (without probabilities), ``brier``, ``ece``,
-``log_loss`` (each with ``_ci``), and for WildGuardTest ``questions``: the same per yes/no question plus
-``auroc`` and ``auroc_ci``. The top-level ``intervals`` and ``calibration`` blocks say how they are
-computed (``intervals.methods``: each metric's interval method by name).
+``decision_index_sd`` with several epochs), and per evaluation a ``calibration`` block for models
+that return probabilities: ``answers`` counted, ``excluded`` (without probabilities), ``brier``,
+``ece``, ``log_loss`` (each with ``_ci``), and for WildGuardTest ``questions``: the same per yes/no
+question plus ``auroc`` and ``auroc_ci``. The top-level ``intervals`` and ``calibration`` blocks say
+how they are computed (``intervals.methods``: each metric's interval method by name).
 
 Added with run files and costs: each model's ``epochs`` (a run file may give models their own; the
 top-level ``epochs`` is the run's default) and ``usage`` (tokens and USD, ``scoring.cost``), and the
-run's ``usage``. A model with invalid answers gets ``invalid_reasons``: its three most frequent reasons
-(``[{"error", "count"}]``, every evaluation pooled; the text can quote model output).
+run's ``usage``. A model with invalid answers gets ``invalid_reasons``: its three most frequent
+reasons (``[{"error", "count"}]``, every evaluation pooled; the text can quote model output).
 
 Added with provisional figures (``scoring.provisional``): each evaluation block's ``complete`` (no
 failed or missing answer) and, when false, ``rerun`` (the answers the next ``dxi run`` requests
@@ -59,6 +60,7 @@ curve with AURC and accuracy at confidence ≥ τ) and the summary's ``measures`
 evaluation block's ``rounded`` (answers accepted with probabilities rounded to fewer than 4
 decimals, ``scoring.ties``) when it has any.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -70,8 +72,10 @@ from .provisional import Tolerance, judge
 from .records import Comparison, EvalBlock, ModelEntry, Ranking, Summary, unset
 from .sums import EVERY_FAILED, METRICS, NONE_CACHED
 
-UNDEFINED_F1 = ("undefined (no positive gold label and no positive prediction); mean_f1 is the mean of "
-                "the defined F1 scores")
+UNDEFINED_F1 = (
+    "undefined (no positive gold label and no positive prediction); mean_f1 is the mean of "
+    "the defined F1 scores"
+)
 
 
 def _round(value: float | None) -> float | None:
@@ -86,38 +90,53 @@ def _interval(row: dict, metric: str) -> list[float | None] | None:
 
 
 def selection_flags(data: dict) -> str:
-    """The command-line flags that select the tasks a data-block entry describes (its ``limit``, ``sample``
-    or ``union`` of such entries): ``--sample N`` (``--seed S`` when not 0), ``--limit N``, a union's joined
-    by " + ", or ``--all-tasks`` for every task."""
+    """The command-line flags that select the tasks a data-block entry describes (its ``limit``,
+    ``sample`` or ``union`` of such entries): ``--sample N`` (``--seed S`` when not 0),
+    ``--limit N``, a union's joined by " + ", or ``--all-tasks`` for every task."""
     if data.get("union"):
         return " + ".join(selection_flags(p) for p in data["union"])
     sample = data.get("sample")
     if sample:
-        return f"--sample {sample['tasks']}" + (f" --seed {sample['seed']}" if sample.get("seed") else "")
+        return f"--sample {sample['tasks']}" + (
+            f" --seed {sample['seed']}" if sample.get("seed") else ""
+        )
     return "--all-tasks" if data.get("limit") is None else f"--limit {data['limit']}"
 
 
 def _missing_reason(missing: int, data: dict, label: str | None) -> str:
     """Why ``missing`` answers are not in the cache, and what to do: when the model's recorded runs
-    (``data["runs"]``, ``runner.planning.selection``) selected other tasks than those scored, the flags that score
-    what they ran."""
+    (``data["runs"]``, ``runner.planning.selection``) selected other tasks than those scored, the
+    flags that score what they ran."""
     scored = selection_flags(data)
     ran = (data.get("runs") or {}).get(label) if label is not None else None
-    if ran and ran != scored and scored not in ran.split(" + "):  # (one of its runs selected these: it is incomplete)
-        see = (f"score with {ran}" if " + " not in ran else  # a union: what no flag selects, the default does
-               "score this model without --limit, --sample or --all-tasks (the tasks its runs selected)")
-        return (f"{missing} answer(s) not in the cache: this model's runs selected {ran} here, not {scored}; "
-                f"{see} to see what they answered, or `dxi run` with {scored} to send what is missing")
+    if (
+        ran and ran != scored and scored not in ran.split(" + ")
+    ):  # (one of its runs selected these: it is incomplete)
+        see = (
+            f"score with {ran}"
+            if " + " not in ran
+            # a union: what no flag selects, the default does
+            else "score this model without --limit, --sample or --all-tasks (the tasks its runs selected)"
+        )
+        return (
+            f"{missing} answer(s) not in the cache: this model's runs selected {ran} here, not {scored}; "
+            f"{see} to see what they answered, or `dxi run` with {scored} to send what is missing"
+        )
     other = "" if ran else ", or it ran other tasks (--limit, --sample)"
-    return (f"{missing} answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer epochs than "
-            f"scored here{other}); `dxi run` with {scored} sends what is missing")
+    return (
+        f"{missing} answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer epochs than "
+        f"scored here{other}); `dxi run` with {scored} sends what is missing"
+    )
 
 
-def eval_block(name: str, row: dict | None, data: dict, epochs: int, label: str | None = None) -> EvalBlock:
-    """One evaluation's block for one model (``label``) from its ``scoring.pipeline.metrics`` row (None: no
-    answers): ``n`` tasks, the answer counts, ``complete`` (and ``rerun`` when not), each metric with its
-    interval (and spread over epochs), and a ``reason`` for a null metric or for answers missing from the
-    cache (``_missing_reason``: which flags score what the model's runs selected)."""
+def eval_block(
+    name: str, row: dict | None, data: dict, epochs: int, label: str | None = None
+) -> EvalBlock:
+    """One evaluation's block for one model (``label``) from its ``scoring.pipeline.metrics`` row
+    (None: no answers): ``n`` tasks, the answer counts, ``complete`` (and ``rerun`` when not), each
+    metric with its interval (and spread over epochs), and a ``reason`` for a null metric or for
+    answers missing from the cache (``_missing_reason``: which flags score what the model's runs
+    selected)."""
     block: EvalBlock = {"n": 0, **{m: None for m in METRICS[name]}}
     if "missing" in data:
         block["reason"] = f"no data: {data['missing']}"
@@ -125,13 +144,23 @@ def eval_block(name: str, row: dict | None, data: dict, epochs: int, label: str 
     if row is None:
         block["reason"] = "no answers for this evaluation"
         return block
-    block |= {"n": row["n"], "invalid": row["invalid"], "failed": row["failed"], "missing": row["missing"],
-              "repaired": row["repaired"], "complete": row["failed"] + row["missing"] == 0}
-    if not block["complete"]:  # provisional (``scoring.provisional``): what the next `dxi run` requests again
+    block |= {
+        "n": row["n"],
+        "invalid": row["invalid"],
+        "failed": row["failed"],
+        "missing": row["missing"],
+        "repaired": row["repaired"],
+        "complete": row["failed"] + row["missing"] == 0,
+    }
+    if not block[
+        "complete"
+    ]:  # provisional (``scoring.provisional``): what the next `dxi run` requests again
         block["rerun"] = row["rerun"]
     if row["missing"]:  # left out (provisional); why they are missing, and what to do
         block["reason"] = _missing_reason(row["missing"], data, label)
-    if row.get("reason"):  # no answer is a reply: nothing to score, so no metric (never 0.0 as a score)
+    if row.get(
+        "reason"
+    ):  # no answer is a reply: nothing to score, so no metric (never 0.0 as a score)
         block["reason"] = _no_reply(row, block.get("reason"))
         return block
     reasons = []
@@ -161,13 +190,16 @@ def _bounds(row: dict, metric: str) -> list[float] | None:
 
 
 def _no_reply(row: dict, missing: str | None) -> str:
-    """Why an evaluation whose answers are all failed or missing has no metrics (``sums.EvalMetrics.reason``);
-    ``missing``: why its missing answers are missing (``_missing_reason``), when it has some."""
+    """Why an evaluation whose answers are all failed or missing has no metrics
+    (``sums.EvalMetrics.reason``); ``missing``: why its missing answers are missing
+    (``_missing_reason``), when it has some."""
     if row["reason"] == NONE_CACHED:
         return missing or f"{NONE_CACHED} ({row['missing']} answer(s))"
     if row["reason"] == EVERY_FAILED:
         return f"{EVERY_FAILED} ({row['failed']} answer(s) failed; see each model's errors)"
-    return f"{row['reason']} ({row['failed']} failed, {row['missing']} missing)" + (f"; {missing}" if missing else "")
+    return f"{row['reason']} ({row['failed']} failed, {row['missing']} missing)" + (
+        f"; {missing}" if missing else ""
+    )
 
 
 def _calibration_entry(row: dict, epochs: int) -> dict:
@@ -183,59 +215,85 @@ def _calibration_entry(row: dict, epochs: int) -> dict:
 
 
 def calibration_block(rows: list[dict], epochs: int) -> dict | None:
-    """One evaluation's ``calibration`` block from its ``Scored.calibration`` rows (None: no probabilities)."""
+    """One evaluation's ``calibration`` block from its ``Scored.calibration`` rows (None: no
+    probabilities)."""
     pooled = next((r for r in rows if r["question"] == "all"), None)
     if pooled is None:
         return None
     block = _calibration_entry(pooled, epochs)
-    questions = {r["question"]: _calibration_entry(r, epochs) for r in rows if r["question"] != "all"}
+    questions = {
+        r["question"]: _calibration_entry(r, epochs) for r in rows if r["question"] != "all"
+    }
     if questions:
         block["questions"] = questions
     return block
 
 
 def invalid_counts(answers: pl.DataFrame) -> pl.DataFrame:
-    """The invalid answers' reasons per model label, every evaluation and epoch pooled: columns ``label``,
-    ``shape`` (the reason with its numbers replaced by ``#``: "probabilities sum to 1.4" and "... 1.37"
-    are one shape), ``count`` and ``error`` (the first reason of that shape in text order). Counts of
-    different answers frames (evaluations scored apart, ``scoring.Scorer``) add up: ``invalid_reasons``
-    takes them all."""
+    """The invalid answers' reasons per model label, every evaluation and epoch pooled: columns
+    ``label``, ``shape`` (the reason with its numbers replaced by ``#``: "probabilities sum to 1.4"
+    and "... 1.37" are one shape), ``count`` and ``error`` (the first reason of that shape in text
+    order). Counts of different answers frames (evaluations scored apart, ``scoring.Scorer``) add
+    up: ``invalid_reasons`` takes them all."""
     invalid = answers.filter(pl.col("status").cast(pl.String) == "invalid")
     error = pl.col("error").fill_null("")
-    return (invalid.select(pl.col("label").cast(pl.String), error.alias("error"),
-                           error.str.replace_all(r"[0-9]+(?:\.[0-9]+)?", "#").alias("shape"))
-            .group_by("label", "shape").agg(pl.len().cast(pl.Int64).alias("count"), pl.col("error").min()))
+    return (
+        invalid.select(
+            pl.col("label").cast(pl.String),
+            error.alias("error"),
+            error.str.replace_all(r"[0-9]+(?:\.[0-9]+)?", "#").alias("shape"),
+        )
+        .group_by("label", "shape")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("error").min())
+    )
 
 
 def invalid_reasons(counts: pl.DataFrame, top: int = 3) -> dict[str, list[dict]]:
-    """Per model label with invalid answers, its ``top`` most frequent reasons from ``invalid_counts``
-    (one frame, or several concatenated): ``[{"error": str, "count": int}]``, most frequent first, each
-    shape shown by one example. Reasons can quote model output: untrusted text."""
+    """Per model label with invalid answers, its ``top`` most frequent reasons from
+    ``invalid_counts`` (one frame, or several concatenated): ``[{"error": str, "count": int}]``,
+    most frequent first, each shape shown by one example. Reasons can quote model output: untrusted
+    text."""
     if counts.is_empty():
         return {}
-    counts = (counts.group_by("label", "shape").agg(pl.col("count").sum(), pl.col("error").min())
-              .sort(["label", "count", "error"], descending=[False, True, False])
-              .group_by("label", maintain_order=True).head(top))
+    counts = (
+        counts.group_by("label", "shape")
+        .agg(pl.col("count").sum(), pl.col("error").min())
+        .sort(["label", "count", "error"], descending=[False, True, False])
+        .group_by("label", maintain_order=True)
+        .head(top)
+    )
     out: dict[str, list[dict]] = {}
     for label, error, count in counts.select("label", "error", "count").iter_rows():
         out.setdefault(label, []).append({"error": error, "count": count})
     return out
 
 
-def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], prompt_version: str, epochs: int,
-          requests: dict[str, dict], scored: object | None = None, model_epochs: dict[str, int] | None = None,
-          usage: tuple[dict[str, dict], dict] | None = None, tolerance: Tolerance | None = None) -> Summary:
-    """The whole summary (``scoring.records.Summary``): one entry per model label (in ``labels`` order), from the metrics table, the
-    suite's data block and each model's request counts. With ``scored`` (a ``scoring.scored.Scored``)
-    the intervals, the index's spread and interval and the calibration blocks are added.
+def build(
+    metrics: pl.DataFrame,
+    labels: list[str],
+    data: dict[str, dict],
+    prompt_version: str,
+    epochs: int,
+    requests: dict[str, dict],
+    scored: object | None = None,
+    model_epochs: dict[str, int] | None = None,
+    usage: tuple[dict[str, dict], dict] | None = None,
+    tolerance: Tolerance | None = None,
+) -> Summary:
+    """The whole summary (``scoring.records.Summary``): one entry per model label (in ``labels``
+    order), from the metrics table, the suite's data block and each model's request counts. With
+    ``scored`` (a ``scoring.scored.Scored``) the intervals, the index's spread and interval and the
+    calibration blocks are added.
 
-    ``epochs`` is the run's number of epochs, ``model_epochs`` a model's own where it differs (each model
-    entry gets its ``epochs``); ``usage`` is ``scoring.cost.usage_blocks``' (per model, run): each model
-    gets its ``usage`` block and the summary the run's. ``tolerance`` is ``--allow-failed``'s
-    (``scoring.provisional``): recorded, and deciding ``accepted``."""
+    ``epochs`` is the run's number of epochs, ``model_epochs`` a model's own where it differs (each
+    model entry gets its ``epochs``); ``usage`` is ``scoring.cost.usage_blocks``' (per model, run):
+    each model gets its ``usage`` block and the summary the run's. ``tolerance`` is
+    ``--allow-failed``'s (``scoring.provisional``): recorded, and deciding ``accepted``."""
     model_epochs = model_epochs or {}
     by_key = {(r["label"], r["eval"]): r for r in metrics.iter_rows(named=True)}
-    index_rows = {r["label"]: r for r in scored.index.iter_rows(named=True)} if scored is not None else {}
+    index_rows = (
+        {r["label"]: r for r in scored.index.iter_rows(named=True)} if scored is not None else {}
+    )
     reasons = invalid_reasons(scored.invalid) if scored is not None else {}
     calibration: dict[tuple[str, str], list[dict]] = {}
     if scored is not None and not scored.calibration.is_empty():
@@ -245,13 +303,30 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
     complete = all_accepted = True
     for label in labels:
         n_epochs = model_epochs.get(label, epochs)
-        evals = {name: eval_block(name, by_key.get((label, name)), data.get(name, {"missing": "unknown"}), n_epochs,
-                                  label) for name in METRICS}
+        evals = {
+            name: eval_block(
+                name,
+                by_key.get((label, name)),
+                data.get(name, {"missing": "unknown"}),
+                n_epochs,
+                label,
+            )
+            for name in METRICS
+        }
         index, reason = decision_index(evals, {name: by_key.get((label, name)) for name in METRICS})
-        done, accepted = judge(evals, {name: (by_key.get((label, name)) or {}).get("answers", 0) for name in METRICS},
-                               tolerance)
-        entry = ModelEntry(model=label, epochs=n_epochs, decision_index=_round(index), complete=done, evals=evals,
-                           requests=requests.get(label, {}))
+        done, accepted = judge(
+            evals,
+            {name: (by_key.get((label, name)) or {}).get("answers", 0) for name in METRICS},
+            tolerance,
+        )
+        entry = ModelEntry(
+            model=label,
+            epochs=n_epochs,
+            decision_index=_round(index),
+            complete=done,
+            evals=evals,
+            requests=requests.get(label, {}),
+        )
         bounds = index_bounds({name: by_key.get((label, name)) for name in METRICS})
         if index is not None and bounds is not None:
             entry.decision_index_bounds = [_round(bounds[0]), _round(bounds[1])]
@@ -262,29 +337,49 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
         complete, all_accepted = complete and done, all_accepted and accepted
         if scored is not None:
             row = index_rows.get(label, {})
-            entry.decision_index_ci = _interval(row, "decision_index") if index is not None else None
+            entry.decision_index_ci = (
+                _interval(row, "decision_index") if index is not None else None
+            )
             if n_epochs > 1:
-                entry.decision_index_sd = _round(row.get("decision_index_sd")) if index is not None else None
-            if row.get("rank") is not None:  # with comparisons (``scoring.compare``): the rank by the index
-                entry.rank, entry.rank_ci, entry.tied_group = row["rank"], [row["rank_low"], row["rank_high"]], row["tied_group"]
+                entry.decision_index_sd = (
+                    _round(row.get("decision_index_sd")) if index is not None else None
+                )
+            if (
+                row.get("rank") is not None
+            ):  # with comparisons (``scoring.compare``): the rank by the index
+                entry.rank, entry.rank_ci, entry.tied_group = (
+                    row["rank"],
+                    [row["rank_low"], row["rank_high"]],
+                    row["tied_group"],
+                )
                 entry.rank_set = [row["rank_set_low"], row["rank_set_high"]]
             for name, block in evals.items():
                 if block.get("n"):
-                    block["calibration"] = calibration_block(calibration.get((label, name), []), n_epochs)
+                    block["calibration"] = calibration_block(
+                        calibration.get((label, name), []), n_epochs
+                    )
         if label in reasons:
             entry.invalid_reasons = reasons[label]
         if usage is not None:
             entry.usage = usage[0].get(label)
         models.append(entry)
-    summary = Summary(prompt_version=prompt_version, epochs=epochs, complete=complete,
-                      allow_failed=tolerance.describe() if tolerance is not None else None, accepted=all_accepted,
-                      data=data, models=models)
+    summary = Summary(
+        prompt_version=prompt_version,
+        epochs=epochs,
+        complete=complete,
+        allow_failed=tolerance.describe() if tolerance is not None else None,
+        accepted=all_accepted,
+        data=data,
+        models=models,
+    )
     if scored is not None:
         summary.intervals = scored.bootstrap.describe() if scored.bootstrap else None
         summary.calibration = cal.describe()
     if usage is not None:
         summary.usage = usage[1]
-    if scored is not None and "rank" in scored.index.columns:  # comparisons computed (one model: no pairs)
+    if (
+        scored is not None and "rank" in scored.index.columns
+    ):  # comparisons computed (one model: no pairs)
         summary.comparison_method = dict(METHOD)
         summary.comparisons = comparisons(scored.comparisons, labels)
         summary.ranking = ranking(models)
@@ -292,47 +387,91 @@ def build(metrics: pl.DataFrame, labels: list[str], data: dict[str, dict], promp
 
 
 def comparisons(table: pl.DataFrame, labels: list[str] | None = None) -> list[Comparison]:
-    """summary.json's ``comparisons``, one entry per row of ``scoring.compare``'s table: ``a``, ``b``,
-    ``eval`` (null for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low, high],
-    ``p_value`` (the pair's own test), ``p_adjusted`` and ``significant`` (the simultaneous
+    """summary.json's ``comparisons``, one entry per row of ``scoring.compare``'s table: ``a``,
+    ``b``, ``eval`` (null for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low,
+    high], ``p_value`` (the pair's own test), ``p_adjusted`` and ``significant`` (the simultaneous
     procedure), for accuracy with one epoch ``discordant`` [a right and b wrong, the other way] and
     ``mcnemar_p``, ``complete`` (false: a figure compared is provisional) and, when not complete,
-    ``settled`` (``scoring.bounds.settle``: false where the open answers could overturn it). Figures in the
-    table's order; within one, pairs in ``labels``' order (a before b; a pair the table has the
-    other way round is turned: the difference and interval negated, the discordant counts swapped),
-    the table's order without ``labels``. Differences are rounded to 6 decimals, p-values kept
-    whole (a small one must not read 0)."""
+    ``settled`` (``scoring.bounds.settle``: false where the open answers could overturn it). Figures
+    in the table's order; within one, pairs in ``labels``' order (a before b; a pair the table has
+    the other way round is turned: the difference and interval negated, the discordant counts
+    swapped), the table's order without ``labels``. Differences are rounded to 6 decimals, p-values
+    kept whole (a small one must not read 0)."""
     if labels is not None and not table.is_empty():
         place = {lb: k for k, lb in enumerate(labels)}
         pa = pl.col("a").replace_strict(place, default=None, return_dtype=pl.Int64)
         pb = pl.col("b").replace_strict(place, default=None, return_dtype=pl.Int64)
         turned = pa > pb
-        swap = {"a": pl.col("b"), "b": pl.col("a"), "difference": -pl.col("difference"),
-                "low": -pl.col("high"), "high": -pl.col("low"), "a_only": pl.col("b_only"),
-                "b_only": pl.col("a_only")}
-        table = (table.with_row_index("row")
-                 .with_columns(pl.col("row").min().over("eval", "metric").alias("figure"))
-                 .with_columns(*(pl.when(turned).then(v).otherwise(pl.col(k)).alias(k)
-                                 for k, v in swap.items()))
-                 .with_columns(pa.alias("pa"), pb.alias("pb"))
-                 .sort("figure", "pa", "pb", nulls_last=True, maintain_order=True)
-                 .drop("row", "figure", "pa", "pb"))
+        swap = {
+            "a": pl.col("b"),
+            "b": pl.col("a"),
+            "difference": -pl.col("difference"),
+            "low": -pl.col("high"),
+            "high": -pl.col("low"),
+            "a_only": pl.col("b_only"),
+            "b_only": pl.col("a_only"),
+        }
+        table = (
+            table.with_row_index("row")
+            .with_columns(pl.col("row").min().over("eval", "metric").alias("figure"))
+            .with_columns(
+                *(pl.when(turned).then(v).otherwise(pl.col(k)).alias(k) for k, v in swap.items())
+            )
+            .with_columns(pa.alias("pa"), pb.alias("pb"))
+            .sort("figure", "pa", "pb", nulls_last=True, maintain_order=True)
+            .drop("row", "figure", "pa", "pb")
+        )
 
     def rounded(name: str) -> list[float | None]:  # column by column: 11,025 entries for 50 models
         return [None if v is None else round(v, 6) for v in table[name].to_list()]
 
     out = []
-    columns = (table["a"].to_list(), table["b"].to_list(), table["eval"].to_list(), table["metric"].to_list(),
-               rounded("difference"), rounded("low"), rounded("high"), table["p_value"].to_list(),
-               table["p_adjusted"].to_list(), table["significant"].to_list(),
-               table["a_only"].to_list(), table["b_only"].to_list(), table["mcnemar_p"].to_list(),
-               table["complete"].to_list(),
-               (table["settled"] if "settled" in table.columns else table["complete"]).to_list())
-    for (a, b, name, metric, difference, low, high, p, p_adj, sig, a_only, b_only, mcnemar,
-         complete, settled) in zip(*columns, strict=True):
-        entry = Comparison(a=a, b=b, eval=name, metric=metric, difference=difference,
-                           ci=[low, high] if low is not None else None, p_value=p, p_adjusted=p_adj,
-                           significant=bool(sig), complete=complete)
+    columns = (
+        table["a"].to_list(),
+        table["b"].to_list(),
+        table["eval"].to_list(),
+        table["metric"].to_list(),
+        rounded("difference"),
+        rounded("low"),
+        rounded("high"),
+        table["p_value"].to_list(),
+        table["p_adjusted"].to_list(),
+        table["significant"].to_list(),
+        table["a_only"].to_list(),
+        table["b_only"].to_list(),
+        table["mcnemar_p"].to_list(),
+        table["complete"].to_list(),
+        (table["settled"] if "settled" in table.columns else table["complete"]).to_list(),
+    )
+    for (
+        a,
+        b,
+        name,
+        metric,
+        difference,
+        low,
+        high,
+        p,
+        p_adj,
+        sig,
+        a_only,
+        b_only,
+        mcnemar,
+        complete,
+        settled,
+    ) in zip(*columns, strict=True):
+        entry = Comparison(
+            a=a,
+            b=b,
+            eval=name,
+            metric=metric,
+            difference=difference,
+            ci=[low, high] if low is not None else None,
+            p_value=p,
+            p_adjusted=p_adj,
+            significant=bool(sig),
+            complete=complete,
+        )
         if not complete:
             entry.settled = bool(settled)
         if a_only is not None:
@@ -342,19 +481,27 @@ def comparisons(table: pl.DataFrame, labels: list[str] | None = None) -> list[Co
 
 
 def ranking(models: list[ModelEntry]) -> Ranking:
-    """summary.json's ``ranking``: the models by Decision Index in groups that are statistically tied
-    (``scoring.compare``: each group's models in rank order; models without an index are left out)."""
-    ranked = sorted((m for m in models if unset(m.rank) is not None), key=lambda m: (m.rank, m.model))
+    """summary.json's ``ranking``: the models by Decision Index in groups that are statistically
+    tied (``scoring.compare``: each group's models in rank order; models without an index are left
+    out)."""
+    ranked = sorted(
+        (m for m in models if unset(m.rank) is not None), key=lambda m: (m.rank, m.model)
+    )
     groups: dict[int, list[str]] = {}
     for m in ranked:
         groups.setdefault(m.tied_group, []).append(m.model)
-    return Ranking(by="decision_index", groups=[groups[g] for g in sorted(groups)],
-                   method=("rank: 1 + the models with a higher index; rank_ci: its marginal "
-                           "95% interval over the bootstrap resamples; rank_set: the simultaneous "
-                           "95% rank set (Mogstad, Romano, Shaikh & Wilhelm 2024); groups: "
-                           "consecutive in rank order, a model joins the group above unless that "
-                           "group's first is significantly higher (the comparisons' significant: "
-                           "max-T step-down over every pair, p_adjusted < 0.05); where an index is "
-                           "provisional, only a difference its failed and missing answers could not "
-                           "overturn is significant, and rank_ci and rank_set cover every rank its "
-                           "bounds allow"))
+    return Ranking(
+        by="decision_index",
+        groups=[groups[g] for g in sorted(groups)],
+        method=(
+            "rank: 1 + the models with a higher index; rank_ci: its marginal "
+            "95% interval over the bootstrap resamples; rank_set: the simultaneous "
+            "95% rank set (Mogstad, Romano, Shaikh & Wilhelm 2024); groups: "
+            "consecutive in rank order, a model joins the group above unless that "
+            "group's first is significantly higher (the comparisons' significant: "
+            "max-T step-down over every pair, p_adjusted < 0.05); where an index is "
+            "provisional, only a difference its failed and missing answers could not "
+            "overturn is significant, and rank_ci and rank_set cover every rank its "
+            "bounds allow"
+        ),
+    )

@@ -1,17 +1,20 @@
-"""A scriptable fake of the language-model and OpenAI Decisions APIs on 127.0.0.1: real HTTP, the pure
-responders of ``tests/wire_formats.py``, injected faults.
+"""A scriptable fake of the language-model and OpenAI Decisions APIs on 127.0.0.1: real HTTP, the
+pure responders of ``tests/wire_formats.py``, injected faults.
 
 Routes (one server speaks every format; the path picks it): ``POST /v1/chat/completions`` (OpenAI),
-``POST /v1/messages`` (Anthropic), ``POST /v1beta/models/{model}:generateContent`` (Gemini; the model from the
-path, so a retired one is rerouted), ``POST /v1/decisions`` (OpenAI Decisions), ``POST /v1beta/decisions`` (the
-Gemini Decisions API). A request the responder refuses (``wire_formats.Refused``) is answered with its status and
-error body. Each POST takes the next behaviour from ``script`` (then ``default``):
+``POST /v1/messages`` (Anthropic), ``POST /v1beta/models/{model}:generateContent`` (Gemini; the
+model from the path, so a retired one is rerouted), ``POST /v1/decisions`` (OpenAI Decisions),
+``POST /v1beta/decisions`` (the Gemini Decisions API). A request the responder refuses
+(``wire_formats.Refused``) is answered with its status and error body. Each POST takes the next
+behaviour from ``script`` (then ``default``):
 
-* a responder mode (``"ok"``, ``"fenced"``, ``"refusal"``, ... see ``tests/wire_formats.py``): 200 with that reply;
-* ``"429"`` / ``"429:<seconds>"`` (or any status): rate limited, with ``Retry-After`` when given; ``"429body:<seconds>"``: the
-  wait only in the error body (Gemini ``RetryInfo``); ``"529"``, ``"500"``, ``"503"``, ``"400"``, ``"401"``:
-  that status with the format's error body;
-* ``"malformed"``: 200 with a body that is not JSON; ``"drop"``: the connection closed without a reply;
+* a responder mode (``"ok"``, ``"fenced"``, ``"refusal"``, ... see ``tests/wire_formats.py``): 200
+  with that reply;
+* ``"429"`` / ``"429:<seconds>"`` (or any status): rate limited, with ``Retry-After`` when given;
+  ``"429body:<seconds>"``: the wait only in the error body (Gemini ``RetryInfo``); ``"529"``,
+  ``"500"``, ``"503"``, ``"400"``, ``"401"``: that status with the format's error body;
+* ``"malformed"``: 200 with a body that is not JSON; ``"drop"``: the connection closed without a
+  reply;
 * ``"echo401"``: 401 whose message quotes the key the request carried, as providers do.
 
 A streamed request (``"stream": true``, or Gemini's ``:streamGenerateContent``) is answered with the
@@ -22,10 +25,12 @@ events), ``"stall:S"`` (S seconds of silence after the first two events, then th
 first event), ``"error_first"`` (the error event and nothing else). ``"delay:S"``: the reply (mode
 ok, streamed or not) after S seconds of silence.
 
-``requests`` records ``(path, parsed body)`` of every POST, ``times`` their arrival (``time.monotonic()``),
-``headers`` their headers. ``auth`` (optional) decides from a request's headers whether its key or token is
-accepted; a refused one is answered 401 quoting the credential sent, as providers do (before any behaviour).
+``requests`` records ``(path, parsed body)`` of every POST, ``times`` their arrival
+(``time.monotonic()``), ``headers`` their headers. ``auth`` (optional) decides from a request's
+headers whether its key or token is accepted; a refused one is answered 401 quoting the credential
+sent, as providers do (before any behaviour).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -38,12 +43,24 @@ import orjson
 from aiohttp import web
 
 from . import sse_streams
-from .wire_formats import Refused, anthropic_messages, error_body, gemini_decisions, gemini_generate, openai_chat, openai_decisions
+from .wire_formats import (
+    Refused,
+    anthropic_messages,
+    error_body,
+    gemini_decisions,
+    gemini_generate,
+    openai_chat,
+    openai_decisions,
+)
 
 
 class FakeLLM:
-    def __init__(self, script: list[str] | None = None, default: str = "ok",
-                 auth: Callable[[dict[str, str]], bool] | None = None):
+    def __init__(
+        self,
+        script: list[str] | None = None,
+        default: str = "ok",
+        auth: Callable[[dict[str, str]], bool] | None = None,
+    ):
         self.script = deque(script or [])
         self.default = default
         self.auth = auth
@@ -63,7 +80,9 @@ class FakeLLM:
         self.headers.append(dict(request.headers))
         if self.auth is not None and not self.auth(dict(request.headers)):
             sent = request.headers.get("Authorization", "").removeprefix("Bearer ")
-            return web.json_response(error_body(fmt, 401, message=f"Incorrect API key provided: {sent}"), status=401)
+            return web.json_response(
+                error_body(fmt, 401, message=f"Incorrect API key provided: {sent}"), status=401
+            )
         behaviour = self.script.popleft() if self.script else self.default
         kind, _, arg = behaviour.partition(":")
         stream = payload.get("stream") is True if isinstance(payload, dict) else False
@@ -80,9 +99,14 @@ class FakeLLM:
             headers = {"Retry-After": arg} if arg else {}
             return web.json_response(error_body(fmt, status), status=status, headers=headers)
         if kind == "echo401":  # as providers do: "Incorrect API key provided: <the key>"
-            sent = " ".join(v for k, v in request.headers.items() if k.lower() in ("authorization", "x-api-key",
-                                                                                  "x-goog-api-key"))
-            return web.json_response(error_body(fmt, 401, message=f"Incorrect API key provided: {sent}"), status=401)
+            sent = " ".join(
+                v
+                for k, v in request.headers.items()
+                if k.lower() in ("authorization", "x-api-key", "x-goog-api-key")
+            )
+            return web.json_response(
+                error_body(fmt, 401, message=f"Incorrect API key provided: {sent}"), status=401
+            )
         if kind == "429body":
             return web.json_response(error_body(fmt, 429, float(arg)), status=429)
         if kind == "malformed":
@@ -109,8 +133,15 @@ class FakeLLM:
         except Refused as refused:
             return web.json_response(refused.body, status=refused.status)
 
-    async def _stream(self, request: web.Request, payload: dict, fmt: str, mode: str,
-                      fault: str = "", arg: str = "") -> web.StreamResponse:
+    async def _stream(
+        self,
+        request: web.Request,
+        payload: dict,
+        fmt: str,
+        mode: str,
+        fault: str = "",
+        arg: str = "",
+    ) -> web.StreamResponse:
         """The reply to ``payload`` in ``mode`` as server-sent events, with the stream ``fault``
         (``arg``)."""
         if fmt == "openai":

@@ -1,74 +1,83 @@
 """The fault-injecting provider for tests and benchmarks: a real aiohttp server on 127.0.0.1.
 
-Wire formats are pluggable. A *responder* is a pure function from the parsed request JSON to the response
-JSON; ``ROUTES`` maps each POST path to a responder factory ``factory(model) -> Responder``:
+Wire formats are pluggable. A *responder* is a pure function from the parsed request JSON to the
+response JSON; ``ROUTES`` maps each POST path to a responder factory
+``factory(model) -> Responder``:
 
 * ``/v1/systemone``: ``systemone`` (System One decision models, ``shared/PROTOCOLS.md`` §A);
-* ``/v1/chat/completions``, ``/v1/messages``, ``/v1/decisions``, ``/v1beta/models/{model}:generateContent``,
-  ``/v1beta/decisions``: the language-model and decision-API responders of ``tests.wire_formats``
-  (OpenAI-compatible Chat Completions, structured or logprob; Anthropic Messages; OpenAI Decisions; Gemini; the
-  Gemini Decisions API), as the providers document them. A request a responder refuses (``wire_formats.Refused``:
-  a model that refuses a parameter, an unknown model) is answered with that status and error body.
+* ``/v1/chat/completions``, ``/v1/messages``, ``/v1/decisions``,
+  ``/v1beta/models/{model}:generateContent``, ``/v1beta/decisions``: the language-model and
+  decision-API responders of ``tests.wire_formats`` (OpenAI-compatible Chat Completions, structured
+  or logprob; Anthropic Messages; OpenAI Decisions; Gemini; the Gemini Decisions API), as the
+  providers document them. A request a responder refuses (``wire_formats.Refused``: a model that
+  refuses a parameter, an unknown model) is answered with that status and error body.
 
-The batch APIs (OpenAI's Files and Batches, Anthropic's Message Batches, the Gemini Batch API and its Files
-API) are served beside them by ``tests.fake_batches`` (``batch={...}`` configures them; every batch line is
-answered by the same responder as its synchronous route).
+The batch APIs (OpenAI's Files and Batches, Anthropic's Message Batches, the Gemini Batch API and
+its Files API) are served beside them by ``tests.fake_batches`` (``batch={...}`` configures them;
+every batch line is answered by the same responder as its synchronous route).
 
 To serve another format, add a route: ``ROUTES["/v1/messages"] = my_factory`` (every server made
-afterwards has it), or pass ``routes={path: responder}`` to one server, or ``--route PATH=module:factory``
-to the server process. Answers are deterministic: seeded by the request's content (and the model), so a
-resumed run gets exactly the answers an uninterrupted one gets, from any server instance.
+afterwards has it), or pass ``routes={path: responder}`` to one server, or
+``--route PATH=module:factory`` to the server process. Answers are deterministic: seeded by the
+request's content (and the model), so a resumed run gets exactly the answers an uninterrupted one
+gets, from any server instance.
 
 Behaviour of each request, in order:
 
 1. ``rpm`` (optional) is enforced like a provider: a token bucket of ``burst`` requests refilled at
    ``rpm``/60 per second; over it, 429 with ``Retry-After`` (decimal seconds) and, unless
-   ``rate_headers=False``, ``x-ratelimit-limit-requests`` / ``-remaining-requests`` / ``-reset-requests``.
-   With ``window_s`` (e.g. 10) it is enforced per window instead, as providers that count requests per
-   interval do: at most ``rpm × window_s / 60`` requests let in within any ``window_s`` seconds (a sliding
-   window over the arrivals let in; over it, the same 429). ``stats()["window_peak"]`` is then the most
-   arrivals (let in or not) seen within any ``window_s`` seconds: the aggregate a set of clients sent.
-2. The next entry of ``script`` if any, else a fault drawn with the probabilities of ``faults`` (seeded
-   by the request content, the seed and how many times that content arrived, so a rerun draws the same
-   sequence), else ``default``. Behaviours:
+   ``rate_headers=False``, ``x-ratelimit-limit-requests`` / ``-remaining-requests`` /
+   ``-reset-requests``. With ``window_s`` (e.g. 10) it is enforced per window instead, as providers
+   that count requests per interval do: at most ``rpm × window_s / 60`` requests let in within any
+   ``window_s`` seconds (a sliding window over the arrivals let in; over it, the same 429).
+   ``stats()["window_peak"]`` is then the most arrivals (let in or not) seen within any ``window_s``
+   seconds: the aggregate a set of clients sent.
+2. The next entry of ``script`` if any, else a fault drawn with the probabilities of ``faults``
+   (seeded by the request content, the seed and how many times that content arrived, so a rerun
+   draws the same sequence), else ``default``. Behaviours:
 
    * ``"ok"``: the responder's reply, after the ``latency``;
-   * ``"429"`` / ``"429:<wait>"``: rate limited; ``<wait>`` is ``N`` (``Retry-After: N``), ``date:N`` (an
-     HTTP date N seconds ahead), ``ms:N`` (``retry-after-ms: N``) or ``reset:<duration>``
-     (``x-ratelimit-reset-requests`` with ``x-ratelimit-remaining-requests: 0``);
-   * ``"500"``, ``"503"``, ``"400"``, ``"401"``, ``"422"``, ...: that status with a small JSON error body;
+   * ``"429"`` / ``"429:<wait>"``: rate limited; ``<wait>`` is ``N`` (``Retry-After: N``),
+     ``date:N`` (an HTTP date N seconds ahead), ``ms:N`` (``retry-after-ms: N``) or
+     ``reset:<duration>`` (``x-ratelimit-reset-requests`` with
+     ``x-ratelimit-remaining-requests: 0``);
+   * ``"500"``, ``"503"``, ``"400"``, ``"401"``, ``"422"``, ...: that status with a small JSON error
+     body;
    * ``"malformed"``: 200 with a body that is not the wire format (HTML, or the reply cut in half);
-   * the hostile replies, in the format of the route (``tests.wire_formats``): ``"quota"`` (429 with the
-     provider's exhausted-quota body: OpenAI ``insufficient_quota``, Anthropic
-     ``enforced_spend_limit_reached``, Gemini's per-day ``QuotaFailure``), ``"error200"`` (an error inside
-     a 200), ``"gzip_cut"`` (the reply gzip-compressed, its 8-byte trailer missing), ``"gzip"`` (the whole
-     gzip reply; ``"gzip:<n>"`` / ``"gzip_cut:<n>"``: in ``n`` members, ``gzip_members``), ``"duplicate"``
-     (an answer named twice), ``"nan"`` (``NaN``/``Infinity`` in a decision reply), ``"huge:<bytes>"`` (a
-     reply of that many bytes, streamed, never held in memory),
-     ``"noretry:<status>"`` (that status with ``x-should-retry: false``), ``"unsupported"`` (a 400 refusing
-     the request's form: an unsupported parameter or schema);
-   * ``"sleep:<seconds>"``: wait, then reply ok; ``"hang"``: never reply (until the client gives up or
-     ``hang_s`` passes): a timeout;
+   * the hostile replies, in the format of the route (``tests.wire_formats``): ``"quota"`` (429 with
+     the provider's exhausted-quota body: OpenAI ``insufficient_quota``, Anthropic
+     ``enforced_spend_limit_reached``, Gemini's per-day ``QuotaFailure``), ``"error200"`` (an error
+     inside a 200), ``"gzip_cut"`` (the reply gzip-compressed, its 8-byte trailer missing),
+     ``"gzip"`` (the whole gzip reply; ``"gzip:<n>"`` / ``"gzip_cut:<n>"``: in ``n`` members,
+     ``gzip_members``), ``"duplicate"`` (an answer named twice), ``"nan"`` (``NaN``/``Infinity`` in
+     a decision reply), ``"huge:<bytes>"`` (a reply of that many bytes, streamed, never held in
+     memory), ``"noretry:<status>"`` (that status with ``x-should-retry: false``), ``"unsupported"``
+     (a 400 refusing the request's form: an unsupported parameter or schema);
+   * ``"sleep:<seconds>"``: wait, then reply ok; ``"hang"``: never reply (until the client gives up
+     or ``hang_s`` passes): a timeout;
    * ``"drop"``: close the connection without a reply; ``"reset"``: reset it (TCP RST).
 
-``latency`` is ``"0"``, ``"<seconds>"``, ``"uniform:<lo>:<hi>"``, ``"lognormal:<median>:<sigma>"`` or
-``"exp:<mean>"`` (seconds; drawn per request, seeded like the faults). ``date`` (Unix seconds) stands the
-server's clock still: every reply's ``Date`` header states that time, so what a client computes from it
-(a quota's reset) is exact.
+``latency`` is ``"0"``, ``"<seconds>"``, ``"uniform:<lo>:<hi>"``, ``"lognormal:<median>:<sigma>"``
+or ``"exp:<mean>"`` (seconds; drawn per request, seeded like the faults). ``date`` (Unix seconds)
+stands the server's clock still: every reply's ``Date`` header states that time, so what a client
+computes from it (a quota's reset) is exact.
 
-Counters (``stats()``, or ``GET /stats`` on a served process): ``arrivals``; ``ok`` (replies written out
-whole to the socket); ``aborted`` (the client was gone before the reply was written); each fault kind;
-``keys_ok`` (distinct request contents answered ok); ``duplicates`` (ok replies beyond the first per
-content: requests answered twice); ``peak_concurrency``; ``first_arrival`` / ``last_reply``: the
-``time.monotonic()`` of the first request's arrival and of the last ok reply written (None before; the
-clock is system-wide, so another process's timings compare with them: ``benchmarks/bench_process.py``).
-``requests`` / ``headers`` record every request (``record=False`` turns that off for long benchmarks).
+Counters (``stats()``, or ``GET /stats`` on a served process): ``arrivals``; ``ok`` (replies written
+out whole to the socket); ``aborted`` (the client was gone before the reply was written); each fault
+kind; ``keys_ok`` (distinct request contents answered ok); ``duplicates`` (ok replies beyond the
+first per content: requests answered twice); ``peak_concurrency``; ``first_arrival`` /
+``last_reply``: the ``time.monotonic()`` of the first request's arrival and of the last ok reply
+written (None before; the clock is system-wide, so another process's timings compare with them:
+``benchmarks/bench_process.py``). ``requests`` / ``headers`` record every request (``record=False``
+turns that off for long benchmarks).
 
-Run in-process (``async with FakeProvider(...) as server``) or as its own process, which keeps its CPU off
-the client's event loop and survives the client being killed: ``with serve(...) as server``, or
-``python -m tests.fake_provider --port 8091 --config '{"faults": {"rate_limit": 0.1}}'`` (prints the URL,
-serves until Ctrl-C or SIGTERM, also in the background; ``serve`` adds ``--until-stdin-closes``).
+Run in-process (``async with FakeProvider(...) as server``) or as its own process, which keeps its
+CPU off the client's event loop and survives the client being killed: ``with serve(...) as server``,
+or ``python -m tests.fake_provider --port 8091 --config '{"faults": {"rate_limit": 0.1}}'`` (prints
+the URL, serves until Ctrl-C or SIGTERM, also in the background; ``serve`` adds
+``--until-stdin-closes``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -107,13 +116,17 @@ Responder = Callable[[dict], dict]
 
 def content_seed(payload: dict, model: str = "") -> int:
     """A seed from the request's content: the same request gets the same answer from any server."""
-    return int.from_bytes(hashlib.sha256(model.encode() + b"\0" + orjson.dumps(payload)).digest()[:8], "big")
+    return int.from_bytes(
+        hashlib.sha256(model.encode() + b"\0" + orjson.dumps(payload)).digest()[:8], "big"
+    )
 
 
-def systemone(model: str | None = "fake-decider", p_first: float | None = None, p_yes: float | None = None) -> Responder:
-    """A System One server's replies, as ``model`` (None: as the model each request names, like a proxy
-    serving many models). ``p_first`` puts that probability on each choice's first option
-    (the rest spread evenly); ``p_yes`` answers every yes/no question; None (the default): both drawn
+def systemone(
+    model: str | None = "fake-decider", p_first: float | None = None, p_yes: float | None = None
+) -> Responder:
+    """A System One server's replies, as ``model`` (None: as the model each request names, like a
+    proxy serving many models). ``p_first`` puts that probability on each choice's first option (the
+    rest spread evenly); ``p_yes`` answers every yes/no question; None (the default): both drawn
     from the request's content (probabilities rounded to 4 decimals, like the real servers). Usage:
     ``len(state) // 4 + 8 × questions`` input tokens, one output token per question."""
 
@@ -133,14 +146,25 @@ def systemone(model: str | None = "fake-decider", p_first: float | None = None, 
                     probs = [round(w / sum(weights), 4) for w in weights]
                 best = max(range(len(options)), key=lambda i: probs[i])
                 n = len(options)
-                answers[name] = {"type": "choice", "choice": options[best], "probabilities": dict(zip(options, probs, strict=True)),
-                                 "confidence": round((n * probs[best] - 1) / (n - 1), 4)}
+                answers[name] = {
+                    "type": "choice",
+                    "choice": options[best],
+                    "probabilities": dict(zip(options, probs, strict=True)),
+                    "confidence": round((n * probs[best] - 1) / (n - 1), 4),
+                }
             else:
-                answers[name] = {"type": "noul", "noul": p_yes if p_yes is not None else round(rng.random(), 4)}
+                answers[name] = {
+                    "type": "noul",
+                    "noul": p_yes if p_yes is not None else round(rng.random(), 4),
+                }
         state = payload.get("state")
         tokens = len(state) // 4 + 8 * len(questions) if isinstance(state, str) else 10
-        return {"model": served, "answers": answers, "usage": {"input_tokens": tokens, "output_tokens": len(questions)},
-                "latency_ms": 1.0}
+        return {
+            "model": served,
+            "answers": answers,
+            "usage": {"input_tokens": tokens, "output_tokens": len(questions)},
+            "latency_ms": 1.0,
+        }
 
     return respond
 
@@ -162,15 +186,22 @@ ROUTES: dict[str, Callable[[str], Responder]] = {
     "/v1beta/decisions": wire_format(wire_formats.gemini_decisions),
 }
 # POST path -> the wire format's name in tests.wire_formats (its error bodies and hostile replies)
-FORMATS = {"/v1/systemone": "systemone", "/v1/chat/completions": "openai", "/v1/messages": "anthropic",
-           "/v1/decisions": "openai-decisions", GEMINI: "gemini", "/v1beta/decisions": "gemini-decisions"}
+FORMATS = {
+    "/v1/systemone": "systemone",
+    "/v1/chat/completions": "openai",
+    "/v1/messages": "anthropic",
+    "/v1/decisions": "openai-decisions",
+    GEMINI: "gemini",
+    "/v1beta/decisions": "gemini-decisions",
+}
 
 
 @dataclass
 class Faults:
     """Probabilities (0-1) of each injected fault per request, and the wait a 429 states
-    (``retry_after``: as in the ``"429:<wait>"`` behaviour, e.g. ``"0.02"``, ``"date:1"``, ``"ms:20"``,
-    ``"reset:20ms"``; ``""`` for none). ``hang`` is a timeout: no reply until the client gives up."""
+    (``retry_after``: as in the ``"429:<wait>"`` behaviour, e.g. ``"0.02"``, ``"date:1"``,
+    ``"ms:20"``, ``"reset:20ms"``; ``""`` for none). ``hang`` is a timeout: no reply until the
+    client gives up."""
 
     rate_limit: float = 0.0
     server_error: float = 0.0
@@ -181,9 +212,13 @@ class Faults:
 
     def draw(self, rng: random.Random) -> str:
         u = rng.random()
-        for behaviour, p in ((f"429:{self.retry_after}" if self.retry_after else "429", self.rate_limit),
-                             ("5xx", self.server_error), ("hang", self.hang), ("reset", self.reset),
-                             ("malformed", self.malformed)):
+        for behaviour, p in (
+            (f"429:{self.retry_after}" if self.retry_after else "429", self.rate_limit),
+            ("5xx", self.server_error),
+            ("hang", self.hang),
+            ("reset", self.reset),
+            ("malformed", self.malformed),
+        ):
             if u < p:
                 return behaviour
             u -= p
@@ -191,10 +226,10 @@ class Faults:
 
 
 def gzip_members(data: bytes, n: int) -> bytes:
-    """``data`` gzip-compressed as ``n`` members one after another (RFC 1952 §2.2), each holding a part of
-    ``data`` of about equal length (the last may be empty)."""
+    """``data`` gzip-compressed as ``n`` members one after another (RFC 1952 §2.2), each holding a
+    part of ``data`` of about equal length (the last may be empty)."""
     size = -(-len(data) // n) if data else 0
-    return b"".join(gzip.compress(data[i * size:(i + 1) * size]) for i in range(n))
+    return b"".join(gzip.compress(data[i * size : (i + 1) * size]) for i in range(n))
 
 
 def _latency(spec: str, rng: random.Random) -> float:
@@ -228,17 +263,33 @@ def _wait_headers(spec: str) -> dict[str, str]:
 
 
 class FakeProvider:
-    """The server (see the module docstring). ``url`` is set once started; ``stats()`` returns the counters.
-    ``model`` is the one model it serves (reported by ``GET /health``); None serves every model a request
-    names, like a proxy (``/health`` then reports none)."""
+    """The server (see the module docstring). ``url`` is set once started; ``stats()`` returns the
+    counters. ``model`` is the one model it serves (reported by ``GET /health``); None serves every
+    model a request names, like a proxy (``/health`` then reports none)."""
 
-    def __init__(self, script: list[str] | None = None, default: str = "ok", model: str | None = "fake-decider",
-                 p_first: float | None = 0.7, p_yes: float | None = 0.8, *, seed: int = 0, latency: str = "0",
-                 faults: Faults | dict | None = None, rpm: float | None = None, burst: float | None = None,
-                 rate_headers: bool = True, hang_s: float = 30.0, record: bool = True, window_s: float | None = None,
-                 routes: dict[str, Responder] | None = None, route_factories: dict[str, str] | None = None,
-                 batch: dict | None = None, question_types: list[str] | None = None,
-                 date: float | None = None):
+    def __init__(
+        self,
+        script: list[str] | None = None,
+        default: str = "ok",
+        model: str | None = "fake-decider",
+        p_first: float | None = 0.7,
+        p_yes: float | None = 0.8,
+        *,
+        seed: int = 0,
+        latency: str = "0",
+        faults: Faults | dict | None = None,
+        rpm: float | None = None,
+        burst: float | None = None,
+        rate_headers: bool = True,
+        hang_s: float = 30.0,
+        record: bool = True,
+        window_s: float | None = None,
+        routes: dict[str, Responder] | None = None,
+        route_factories: dict[str, str] | None = None,
+        batch: dict | None = None,
+        question_types: list[str] | None = None,
+        date: float | None = None,
+    ):
         self.script = deque(script or [])
         self.date = date  # Unix seconds every reply's Date header states (None: the real clock's)
         self.question_types = question_types  # declared by /health: it answers these types only
@@ -246,14 +297,23 @@ class FakeProvider:
         self.faults = Faults(**faults) if isinstance(faults, dict) else faults
         self.rpm, self.rate_headers, self.hang_s, self.record = rpm, rate_headers, hang_s, record
         self.burst = burst if burst is not None else (max(1.0, rpm / 60) if rpm else 1.0)
-        self.routes: dict[str, Responder] = {path: factory(model) for path, factory in ROUTES.items()}
+        self.routes: dict[str, Responder] = {
+            path: factory(model) for path, factory in ROUTES.items()
+        }
         self.routes["/v1/systemone"] = systemone(model, p_first, p_yes)
         for path, ref in (route_factories or {}).items():
             module, _, name = ref.partition(":")
             self.routes[path] = getattr(importlib.import_module(module), name)(model)
         self.routes.update(routes or {})
-        self.batch = BatchServer(batch, {"openai": self.routes["/v1/chat/completions"], "anthropic": self.routes["/v1/messages"],
-                                         "gemini": self.routes[GEMINI]}, seed)
+        self.batch = BatchServer(
+            batch,
+            {
+                "openai": self.routes["/v1/chat/completions"],
+                "anthropic": self.routes["/v1/messages"],
+                "gemini": self.routes[GEMINI],
+            },
+            seed,
+        )
         self.requests: list[tuple[float, dict]] = []
         self.headers: list[dict[str, str]] = []
         self.quota_at: float | None = None  # monotonic time the first quota 429 was written out
@@ -261,19 +321,26 @@ class FakeProvider:
         self._arrived: Counter[bytes] = Counter()
         self._answered: Counter[bytes] = Counter()
         self._concurrent = 0
-        self.first_arrival: float | None = None  # time.monotonic() of the first request (a system-wide clock)
+        self.first_arrival: float | None = (
+            None  # time.monotonic() of the first request (a system-wide clock)
+        )
         self.last_reply: float | None = None  # ... and of the last ok reply written out
         self._bucket_at = 0.0  # token bucket as a theoretical arrival time (GCRA)
         self.window_s = window_s
-        self._let_in: deque[float] = deque()  # arrivals let in within the last window_s (window mode)
-        self._seen: deque[float] = deque()  # every arrival within the last window_s (for window_peak)
+        self._let_in: deque[float] = (
+            deque()
+        )  # arrivals let in within the last window_s (window mode)
+        self._seen: deque[float] = (
+            deque()
+        )  # every arrival within the last window_s (for window_peak)
         self.arrival_times: list[float] = []  # every arrival's time.monotonic() (window mode)
         self._runner: web.AppRunner | None = None
         self.url = ""
 
     # ---- behaviour ------------------------------------------------------------------------------
     def _admit(self) -> float:
-        """0 when the rate limit lets this request in (and counts it), else seconds until it would."""
+        """0 when the rate limit lets this request in (and counts it), else seconds until it
+        would."""
         now = time.monotonic()
         if self.window_s:
             limit = self.rpm * self.window_s / 60
@@ -300,15 +367,27 @@ class FakeProvider:
             return {}
         h = {"x-ratelimit-limit-requests": f"{self.rpm:g}"}
         if wait is not None:
-            h |= {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": f"{max(1, round(wait * 1000))}ms"}
+            h |= {
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-requests": f"{max(1, round(wait * 1000))}ms",
+            }
         return h
 
-    async def _reply(self, request: web.Request, key: bytes, body: bytes, status: int = 200,
-                     headers: dict[str, str] | None = None, kind: str = "ok") -> web.StreamResponse:
+    async def _reply(
+        self,
+        request: web.Request,
+        key: bytes,
+        body: bytes,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+        kind: str = "ok",
+    ) -> web.StreamResponse:
         """Write a reply out whole; count it as ``kind`` only if it was (else as ``aborted``)."""
         if self.date is not None:  # a server clock that stands still: replies a test can compute
             headers = (headers or {}) | {"Date": formatdate(self.date, usegmt=True)}
-        resp = web.Response(body=body, status=status, content_type="application/json", headers=headers)
+        resp = web.Response(
+            body=body, status=status, content_type="application/json", headers=headers
+        )
         try:
             await resp.prepare(request)
             await resp.write_eof()
@@ -322,7 +401,9 @@ class FakeProvider:
         return resp
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
-        if request.path.endswith(":batchGenerateContent"):  # Gemini's batch create shares generateContent's route
+        if request.path.endswith(
+            ":batchGenerateContent"
+        ):  # Gemini's batch create shares generateContent's route
             return await self.batch.create_gemini(request, request.match_info["name"].split(":")[0])
         self._concurrent += 1
         self.counts["peak_concurrency"] = max(self.counts["peak_concurrency"], self._concurrent)
@@ -339,7 +420,9 @@ class FakeProvider:
         try:
             payload = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            return await self._reply(request, b"", b'{"error": "request body is not JSON"}', 400, kind="fatal")
+            return await self._reply(
+                request, b"", b'{"error": "request body is not JSON"}', 400, kind="fatal"
+            )
         if self.record:
             self.requests.append((time.monotonic(), payload))
             self.headers.append(dict(request.headers))
@@ -348,7 +431,9 @@ class FakeProvider:
         rng = random.Random(f"{self.seed}:{key.hex()}:{self._arrived[key]}")
         if self.rpm and (wait := self._admit()) > 0:
             headers = {"Retry-After": f"{wait:.3f}"} | self._rate_headers(wait)
-            return await self._reply(request, key, b'{"error": "rate limit exceeded"}', 429, headers, "rate_limited")
+            return await self._reply(
+                request, key, b'{"error": "rate limit exceeded"}', 429, headers, "rate_limited"
+            )
         if self.script:
             behaviour = self.script.popleft()
         elif self.faults is not None:
@@ -358,23 +443,39 @@ class FakeProvider:
         else:
             behaviour = self.default
         kind, _, arg = behaviour.partition(":")
-        route = request.match_info.route.resource.canonical if request.match_info.route.resource else request.path
+        route = (
+            request.match_info.route.resource.canonical
+            if request.match_info.route.resource
+            else request.path
+        )
         fmt = FORMATS.get(route, "openai")
         if kind == "quota":
-            response = await self._reply(request, key, orjson.dumps(wire_formats.quota_body(fmt)), 429, kind="quota")
+            response = await self._reply(
+                request, key, orjson.dumps(wire_formats.quota_body(fmt)), 429, kind="quota"
+            )
             if self.quota_at is None:
                 self.quota_at = time.monotonic()
             return response
         if kind == "huge":
             return await self._huge(request, int(arg))
         if kind == "unsupported":  # a 400 refusing the form of the request
-            return await self._reply(request, key, orjson.dumps(wire_formats.unsupported_body(fmt)), 400, kind="fatal")
+            return await self._reply(
+                request, key, orjson.dumps(wire_formats.unsupported_body(fmt)), 400, kind="fatal"
+            )
         if kind == "noretry":  # a retryable status the provider says not to retry
-            return await self._reply(request, key, orjson.dumps(wire_formats.error_body(fmt, int(arg))), int(arg),
-                                     {"x-should-retry": "false"}, kind="server_error")
+            return await self._reply(
+                request,
+                key,
+                orjson.dumps(wire_formats.error_body(fmt, int(arg))),
+                int(arg),
+                {"x-should-retry": "false"},
+                kind="server_error",
+            )
         if kind == "429":
             headers = _wait_headers(arg) | self._rate_headers(None)
-            return await self._reply(request, key, b'{"error": "rate limited"}', 429, headers, "rate_limited")
+            return await self._reply(
+                request, key, b'{"error": "rate limited"}', 429, headers, "rate_limited"
+            )
         if kind == "reset":
             self.counts["reset"] += 1
             sock = request.transport.get_extra_info("socket") if request.transport else None
@@ -390,7 +491,11 @@ class FakeProvider:
         if kind == "hang":
             self.counts["hang"] += 1
             deadline = time.monotonic() + self.hang_s
-            while time.monotonic() < deadline and request.transport is not None and not request.transport.is_closing():
+            while (
+                time.monotonic() < deadline
+                and request.transport is not None
+                and not request.transport.is_closing()
+            ):
                 await asyncio.sleep(0.02)
             if request.transport is not None:
                 request.transport.close()
@@ -400,27 +505,45 @@ class FakeProvider:
             await asyncio.sleep(delay)
         if kind == "5xx" or kind.isdigit():
             status = rng.choice((500, 502, 503)) if kind == "5xx" else int(kind)
-            return await self._reply(request, key, orjson.dumps(wire_formats.error_body(fmt, status)), status,
-                                     kind="server_error" if status >= 500 else "fatal")
+            return await self._reply(
+                request,
+                key,
+                orjson.dumps(wire_formats.error_body(fmt, status)),
+                status,
+                kind="server_error" if status >= 500 else "fatal",
+            )
         responder = self.routes.get(route)
         if responder is None:
             return await self._reply(request, key, b'{"error": "no such route"}', 404, kind="fatal")
         try:
             answer = responder(payload)
-        except wire_formats.Refused as refused:  # the provider refuses this request (its status and error body)
-            return await self._reply(request, key, orjson.dumps(refused.body), refused.status, kind="fatal")
+        except (
+            wire_formats.Refused
+        ) as refused:  # the provider refuses this request (its status and error body)
+            return await self._reply(
+                request, key, orjson.dumps(refused.body), refused.status, kind="fatal"
+            )
         reply = orjson.dumps(answer)
         if kind in ("error200", "duplicate", "nan"):
-            body = {"error200": lambda: orjson.dumps(wire_formats.error_in_200(fmt, answer)),
-                    "duplicate": lambda: wire_formats.duplicate_key(fmt, answer),
-                    "nan": lambda: wire_formats.with_nan(fmt, answer)}[kind]()
+            body = {
+                "error200": lambda: orjson.dumps(wire_formats.error_in_200(fmt, answer)),
+                "duplicate": lambda: wire_formats.duplicate_key(fmt, answer),
+                "nan": lambda: wire_formats.with_nan(fmt, answer),
+            }[kind]()
             return await self._reply(request, key, body, kind=kind)
         if kind in ("gzip", "gzip_cut"):
             packed = gzip_members(reply, int(arg or 1))
-            return await self._reply(request, key, packed[:-8] if kind == "gzip_cut" else packed,
-                                     headers={"Content-Encoding": "gzip"}, kind=kind)
+            return await self._reply(
+                request,
+                key,
+                packed[:-8] if kind == "gzip_cut" else packed,
+                headers={"Content-Encoding": "gzip"},
+                kind=kind,
+            )
         if kind == "malformed":
-            body = rng.choice((b"<html><body>502 upstream error</body></html>", reply[: len(reply) // 2]))
+            body = rng.choice(
+                (b"<html><body>502 upstream error</body></html>", reply[: len(reply) // 2])
+            )
             return await self._reply(request, key, body, kind="malformed")
         if kind not in ("ok", "sleep"):
             raise ValueError(f"unknown behaviour {behaviour!r}")
@@ -448,13 +571,28 @@ class FakeProvider:
 
     async def _health(self, request: web.Request) -> web.Response:
         declared = {"question_types": list(self.question_types)} if self.question_types else {}
-        return web.json_response({"status": "ok"} | ({"model": self.model} if self.model else {})
-                                 | declared)
+        return web.json_response(
+            {"status": "ok"} | ({"model": self.model} if self.model else {}) | declared
+        )
 
     def stats(self) -> dict[str, int]:
         """The counters (see the module docstring)."""
-        out = {k: 0 for k in ("arrivals", "ok", "aborted", "rate_limited", "server_error", "hang", "reset",
-                              "drop", "malformed", "fatal", "peak_concurrency")}
+        out = {
+            k: 0
+            for k in (
+                "arrivals",
+                "ok",
+                "aborted",
+                "rate_limited",
+                "server_error",
+                "hang",
+                "reset",
+                "drop",
+                "malformed",
+                "fatal",
+                "peak_concurrency",
+            )
+        }
         out.update(self.counts)
         out["keys_ok"] = len(self._answered)
         out["duplicates"] = sum(n - 1 for n in self._answered.values())
@@ -491,8 +629,8 @@ class FakeProvider:
 
 
 class InProcess(SystemOne):
-    """A System One adapter answered by ``systemone(model)`` in-process, without HTTP: the runner's own
-    cost, for benchmarks of a million requests (``InProcess(ModelSpec("systemone", "m"))``)."""
+    """A System One adapter answered by ``systemone(model)`` in-process, without HTTP: the runner's
+    own cost, for benchmarks of a million requests (``InProcess(ModelSpec("systemone", "m"))``)."""
 
     own_timeout = True  # answers at once
 
@@ -521,14 +659,27 @@ class Served:
 
 @contextlib.contextmanager
 def serve(port: int = 0, **config: object) -> Iterator[Served]:
-    """Run ``FakeProvider(**config)`` in its own process (JSON-able options only; plug wire formats in
-    with ``route_factories={path: "module:factory"}``) on ``port`` (0: a free one) and stop it on exit (if
-    it is still running: a test may kill it, and serve again on the same port)."""
+    """Run ``FakeProvider(**config)`` in its own process (JSON-able options only; plug wire formats
+    in with ``route_factories={path: "module:factory"}``) on ``port`` (0: a free one) and stop it on
+    exit (if it is still running: a test may kill it, and serve again on the same port)."""
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--config", orjson.dumps(config).decode(),
-                             "--port", str(port), "--until-stdin-closes"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            cwd=root, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.fake_provider",
+            "--config",
+            orjson.dumps(config).decode(),
+            "--port",
+            str(port),
+            "--until-stdin-closes",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=root,
+        env=env,
+    )
     try:
         line = proc.stdout.readline().decode().strip()
         if not line.startswith("http://"):
@@ -558,13 +709,23 @@ async def _main(config: dict, port: int, until_stdin_closes: bool) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m tests.fake_provider", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m tests.fake_provider", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--config", default="{}", help="FakeProvider options as JSON")
     p.add_argument("--port", type=int, default=0)
-    p.add_argument("--route", action="append", default=[], metavar="PATH=module:factory",
-                   help="serve another wire format at PATH")
-    p.add_argument("--until-stdin-closes", action="store_true",
-                   help="stop when standard input closes (how tests run it); default: until Ctrl-C or SIGTERM")
+    p.add_argument(
+        "--route",
+        action="append",
+        default=[],
+        metavar="PATH=module:factory",
+        help="serve another wire format at PATH",
+    )
+    p.add_argument(
+        "--until-stdin-closes",
+        action="store_true",
+        help="stop when standard input closes (how tests run it); default: until Ctrl-C or SIGTERM",
+    )
     args = p.parse_args()
     config = orjson.loads(args.config)
     for item in args.route:

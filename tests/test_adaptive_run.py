@@ -1,11 +1,11 @@
 """Adaptive runs, the runner's side (issue 35; docs/adaptive.md): the seeded stratified order
 recorded in the cache (``runner.adaptive.order``), ``--until`` and the run file's ``until`` checked
 when parsed, the rounds (``runner.adaptive.rounds``) against a loopback System One server whose ten
-models have known per-question answers (``tests.helpers.adaptive_models``): each model stops exactly where
-``scoring.sequential.standings`` says when the rounds are replayed by hand from the recorded order
-and the cache's answers; a kill -9 between two rounds loses nothing and the rerun asks the same
-sequence without sending anything twice; ``--max-cost`` and ``--batch`` combine with it; a later run
-without ``--until`` completes the models from where they stopped."""
+models have known per-question answers (``tests.helpers.adaptive_models``): each model stops exactly
+where ``scoring.sequential.standings`` says when the rounds are replayed by hand from the recorded
+order and the cache's answers; a kill -9 between two rounds loses nothing and the rerun asks the
+same sequence without sending anything twice; ``--max-cost`` and ``--batch`` combine with it; a
+later run without ``--until`` completes the models from where they stopped."""
 
 from __future__ import annotations
 
@@ -28,19 +28,19 @@ from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite, discover
 from dxi.runner import rescore
-from dxi.runner.planning import plan
 from dxi.runner.adaptive.order import Order, PrefixSuite, digest, order_of, ordered
-from dxi.runner.outputs.adaptive import ORDER_DIR
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_COST_BOUND, UsageError
+from dxi.runner.outputs.adaptive import ORDER_DIR
+from dxi.runner.planning import plan
 from dxi.runner.planning.inputs import PlanInputs
 from dxi.runner.planning.sample import stratum
 from dxi.scoring import records
 from dxi.scoring.sequential import Until, round_sizes, standings
 
 from . import synthetic
-from .helpers.adaptive_models import DATA_ENV, MODELS, write_data
 from .fake_provider import serve
+from .helpers.adaptive_models import DATA_ENV, MODELS, write_data
 from .servers import free_port
 
 N = 100  # tasks of each evaluation: 400 in all, so each model asks between 16 and 400
@@ -331,7 +331,8 @@ def test_precision_stops_each_model_where_the_interval_says_and_a_plain_run_comp
     ]
     assert [line["round"] for line in journal] == list(range(1, s["adaptive"]["rounds"] + 1))
     assert {label for line in journal for label in line["settled"]} == set(by_hand)
-    # dxi report (the cache alone) marks the part-asked models' figures as estimates (the run's record)
+    # dxi report (the cache alone) marks the part-asked models' figures as estimates (the run's
+    # record)
     done = rescore.rescore(
         rescore.select(
             PlanInputs(data_dir=data, cache_dir=tmp_path / "cache", out=tmp_path / "report")

@@ -1,7 +1,9 @@
-"""Batch mode end to end (``dxi run --batch``, docs/batch.md) against the fake batch servers of the three
-providers (``tests.fake_batches``, every request and reply checked against the official SDKs' types):
-the same rows and summary as a synchronous run, batches that expire, are cancelled at a deadline or lost,
-per-line errors of each class, the cost bound, ``dxi estimate --batch`` and ``dxi batches``."""
+"""Batch mode end to end (``dxi run --batch``, docs/batch.md) against the fake batch servers of the
+three providers (``tests.fake_batches``, every request and reply checked against the official SDKs'
+types): the same rows and summary as a synchronous run, batches that expire, are cancelled at a
+deadline or lost, per-line errors of each class, the cost bound, ``dxi estimate --batch`` and
+``dxi batches``."""
+
 from __future__ import annotations
 
 import time
@@ -25,23 +27,39 @@ from .synthetic import data_dir as synthetic_data
 
 @pytest.mark.process
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
-def test_a_batch_run_stores_the_rows_and_summary_a_synchronous_run_does(kind: str, data_dir: Path, tmp_path: Path):
+def test_a_batch_run_stores_the_rows_and_summary_a_synchronous_run_does(
+    kind: str, data_dir: Path, tmp_path: Path
+):
     with serve(model=None, record=False) as server:
-        assert run(kind, server.url, data_dir, tmp_path, cache="sync", out="sync-out", batch=False) == 0
+        assert (
+            run(kind, server.url, data_dir, tmp_path, cache="sync", out="sync-out", batch=False)
+            == 0
+        )
         assert run(kind, server.url, data_dir, tmp_path) == 0
         stats = server.stats()
         assert run(kind, server.url, data_dir, tmp_path, out="again") == 0  # a rerun sends nothing
         again = server.stats()
     assert stats["sdk_problems"] == 0, stats["sdk_problem_lines"]
-    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_keys"], stats["batch_resubmitted"]) == (1, 12, 12, 0)
+    assert (
+        stats["batch_creates"],
+        stats["batch_lines"],
+        stats["batch_keys"],
+        stats["batch_resubmitted"],
+    ) == (1, 12, 12, 0)
     assert again["batch_creates"] == 1 and again["batch_polls"] == stats["batch_polls"]
     batch, sync = summary(tmp_path / "out"), summary(tmp_path / "sync-out")
     assert same_answers(batch) == same_answers(sync)
     (m,) = batch["models"]
     assert m["usage"]["batch"] == {"requests": 12, "cost_usd": None, "price": None}
-    assert m["requests"]["sent"] == 12 and m["requests"]["batches"] == {"submitted": 1, "collected": 1, "running": 0,
-                                                                        "given_back": 0, "from_earlier_runs": 0,
-                                                                        "unknown_results": 0, "duplicate_results": 0}
+    assert m["requests"]["sent"] == 12 and m["requests"]["batches"] == {
+        "submitted": 1,
+        "collected": 1,
+        "running": 0,
+        "given_back": 0,
+        "from_earlier_runs": 0,
+        "unknown_results": 0,
+        "duplicate_results": 0,
+    }
     assert "batch" not in sync["models"][0]["usage"]
     # a batch's time is no per-call latency: the batch answers are left out of it, and counted
     latency = m["measures"]["latency"]
@@ -51,23 +69,47 @@ def test_a_batch_run_stores_the_rows_and_summary_a_synchronous_run_does(kind: st
     assert (timed["calls"], timed["batch_excluded"]) == (12, 0) and timed["p50_s"] > 0
     b, s = rows(tmp_path / "cache"), rows(tmp_path / "sync")
     assert b["key"].to_list() == s["key"].to_list() and b.height == 12
-    assert b["transport"].unique().to_list() == ["batch"] and s["transport"].unique().to_list() == ["sync"]
+    assert b["transport"].unique().to_list() == ["batch"] and s["transport"].unique().to_list() == [
+        "sync"
+    ]
     assert b["batch_id"].n_unique() == 1 and b["batch_id"].null_count() == 0
-    for column in ("request_body", "status", "answers", "input_tokens", "output_tokens", "served_model", "repaired",
-                   "cached_input_tokens", "task_id", "task_digest", "error"):
+    for column in (
+        "request_body",
+        "status",
+        "answers",
+        "input_tokens",
+        "output_tokens",
+        "served_model",
+        "repaired",
+        "cached_input_tokens",
+        "task_id",
+        "task_digest",
+        "error",
+    ):
         assert b[column].to_list() == s[column].to_list(), column
     entries = list(Ledger(tmp_path / "cache").entries().values())
-    assert [(e.phase, e.requests, e.stored, e.kind) for e in entries] == [("collected", 12, 12, kind)]
+    assert [(e.phase, e.requests, e.stored, e.kind) for e in entries] == [
+        ("collected", 12, 12, kind)
+    ]
 
 
 @pytest.mark.process
 def test_gemini_sends_its_requests_in_a_file_through_the_files_api(data_dir: Path, tmp_path: Path):
-    """Always a file, whose result lines carry each request's key (inline responses may lose their metadata)."""
+    """Always a file, whose result lines carry each request's key (inline responses may lose their
+    metadata)."""
     with serve(model=None, record=False) as server:
         assert run("gemini", server.url, data_dir, tmp_path) == 0
-        assert run("gemini", server.url, data_dir, tmp_path, cache="sync", out="sync-out", batch=False) == 0
+        assert (
+            run("gemini", server.url, data_dir, tmp_path, cache="sync", out="sync-out", batch=False)
+            == 0
+        )
         stats = server.stats()
-    assert (stats["batch_uploads"], stats["batch_creates"], stats["batch_downloads"], stats["sdk_problems"]) == (1, 1, 1, 0)
+    assert (
+        stats["batch_uploads"],
+        stats["batch_creates"],
+        stats["batch_downloads"],
+        stats["sdk_problems"],
+    ) == (1, 1, 1, 0)
     assert same_answers(summary(tmp_path / "out")) == same_answers(summary(tmp_path / "sync-out"))
 
 
@@ -80,18 +122,31 @@ def test_several_batches_per_model_are_in_flight_at_once(tmp_path: Path):
     assert (stats["batch_creates"], stats["batch_lines"], stats["batch_resubmitted"]) == (5, 50, 0)
     entries = Ledger(tmp_path / "cache").entries().values()
     assert sorted(e.requests for e in entries) == [2, 12, 12, 12, 12]
-    assert max(e.submitted_at for e in entries) < min(e.ended_at for e in entries)  # all submitted before one ended
+    assert max(e.submitted_at for e in entries) < min(
+        e.ended_at for e in entries
+    )  # all submitted before one ended
     assert stats["batch_polls"] <= 5 * 5  # a few reads per batch, never a busy loop
 
 
 @pytest.mark.process
-def test_a_batch_that_expires_half_done_gives_back_the_rest_for_the_next_batch(data_dir: Path, tmp_path: Path):
+def test_a_batch_that_expires_half_done_gives_back_the_rest_for_the_next_batch(
+    data_dir: Path, tmp_path: Path
+):
     with serve(model=None, record=False, batch={"script": ["expired"]}) as server:
         assert run("anthropic", server.url, data_dir, tmp_path) == 0
         stats = server.stats()
-    # the first batch answered 6 and expired; the 6 it did not run went in a second batch: none answered twice
-    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_answers"], stats["batch_keys"]) == (2, 18, 12, 12)
-    outcomes = sorted((e.outcome, e.stored, len(e.returned)) for e in Ledger(tmp_path / "cache").entries().values())
+    # the first batch answered 6 and expired; the 6 it did not run went in a second batch: none
+    # answered twice
+    assert (
+        stats["batch_creates"],
+        stats["batch_lines"],
+        stats["batch_answers"],
+        stats["batch_keys"],
+    ) == (2, 18, 12, 12)
+    outcomes = sorted(
+        (e.outcome, e.stored, len(e.returned))
+        for e in Ledger(tmp_path / "cache").entries().values()
+    )
     assert outcomes == [("completed", 6, 0), ("expired", 6, 6)]
     assert rows(tmp_path / "cache")["status"].to_list() == ["ok"] * 12
 
@@ -102,20 +157,30 @@ def test_a_batch_the_provider_loses_is_submitted_again(data_dir: Path, tmp_path:
         assert run("openai", server.url, data_dir, tmp_path) == 0
         stats = server.stats()
     assert (stats["batch_creates"], stats["batch_answers"]) == (2, 12)
-    assert sorted(e.outcome for e in Ledger(tmp_path / "cache").entries().values()) == ["completed", "lost"]
+    assert sorted(e.outcome for e in Ledger(tmp_path / "cache").entries().values()) == [
+        "completed",
+        "lost",
+    ]
     assert rows(tmp_path / "cache").height == 12
-
 
 
 @pytest.mark.process
 @pytest.mark.parametrize("fallback", ["none", "sync"])
-def test_at_the_deadline_the_batches_are_cancelled_and_what_they_did_is_kept(data_dir: Path, tmp_path: Path,
-                                                                              fallback: str):
-    with serve(model=None, record=False, batch={"polls": 100000}) as server:  # a batch that would never end
+def test_at_the_deadline_the_batches_are_cancelled_and_what_they_did_is_kept(
+    data_dir: Path, tmp_path: Path, fallback: str
+):
+    with serve(
+        model=None, record=False, batch={"polls": 100000}
+    ) as server:  # a batch that would never end
         code = run("openai", server.url, data_dir, tmp_path, deadline=iso_in(6), fallback=fallback)
         stats = server.stats()
     (entry,) = Ledger(tmp_path / "cache").entries().values()
-    assert (entry.outcome, entry.stored, len(entry.returned), entry.cancel_at is not None) == ("cancelled", 6, 6, True)
+    assert (entry.outcome, entry.stored, len(entry.returned), entry.cancel_at is not None) == (
+        "cancelled",
+        6,
+        6,
+        True,
+    )
     assert stats["batch_cancels"] == 1 and stats["batch_answers"] == 6
     cached = rows(tmp_path / "cache")
     if fallback == "sync":  # the 6 left were sent one call at a time: the index is complete
@@ -124,15 +189,18 @@ def test_at_the_deadline_the_batches_are_cancelled_and_what_they_did_is_kept(dat
         assert summary(tmp_path / "out")["models"][0]["decision_index"] is not None
     else:  # left to the next run, which sends them (in a batch)
         assert code == 1 and stats["arrivals"] == 0 and cached.height == 6
-        assert summary(tmp_path / "out")["models"][0]["decision_index"] is None  # answers missing: no index
+        assert (
+            summary(tmp_path / "out")["models"][0]["decision_index"] is None
+        )  # answers missing: no index
 
 
 @pytest.mark.process
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_per_line_errors_are_classified_as_synchronous_replies_are(kind: str, tmp_path: Path):
-    """Out of 200 requests, seeded per key and submission: 400s are stored as deterministic failures; 500s,
-    429s and bodies that are not the wire format go back into the next batch until they are answered. The
-    results come in an order of their own (Gemini's in input order): matched by key, never by position."""
+    """Out of 200 requests, seeded per key and submission: 400s are stored as deterministic
+    failures; 500s, 429s and bodies that are not the wire format go back into the next batch until
+    they are answered. The results come in an order of their own (Gemini's in input order): matched
+    by key, never by position."""
     data = synthetic_data(tmp_path / "data", 200, seed=2)
     faults = {"transient": 0.15, "rate_limited": 0.1, "fatal": 0.05, "malformed": 0.1}
     with serve(model=None, record=False, batch={"line_faults": faults}) as server:
@@ -142,16 +210,33 @@ def test_per_line_errors_are_classified_as_synchronous_replies_are(kind: str, tm
     assert cached.height == cached["key"].n_unique() == 200
     fatal = cached.filter(pl.col("status") == "failed")
     assert code == 1 and fatal.height == stats["batch_line_fatal"] > 0
-    assert set(fatal["error_kind"].to_list()) == {"fatal"} and set(fatal["http_status"].to_list()) == {400}
+    assert set(fatal["error_kind"].to_list()) == {"fatal"} and set(
+        fatal["http_status"].to_list()
+    ) == {400}
     assert cached.filter(pl.col("status") == "ok").height == 200 - fatal.height
-    given_back = stats["batch_line_transient"] + stats["batch_line_rate_limited"] + stats["batch_line_malformed"]
-    assert min(stats["batch_line_transient"], stats["batch_line_rate_limited"], stats["batch_line_malformed"]) > 0
-    assert stats["batch_lines"] == 200 + given_back  # each was submitted again exactly as often as it came back
+    given_back = (
+        stats["batch_line_transient"]
+        + stats["batch_line_rate_limited"]
+        + stats["batch_line_malformed"]
+    )
+    assert (
+        min(
+            stats["batch_line_transient"],
+            stats["batch_line_rate_limited"],
+            stats["batch_line_malformed"],
+        )
+        > 0
+    )
+    assert (
+        stats["batch_lines"] == 200 + given_back
+    )  # each was submitted again exactly as often as it came back
     assert stats["batch_creates"] >= 3 and stats["sdk_problems"] == 0
 
 
 @pytest.mark.process
-def test_the_cost_bound_reserves_each_batch_worst_case_before_submitting_it(data_dir: Path, tmp_path: Path):
+def test_the_cost_bound_reserves_each_batch_worst_case_before_submitting_it(
+    data_dir: Path, tmp_path: Path
+):
     run_file = tmp_path / "run.toml"
     with serve(model=None, record=False) as server:
         run_file.write_text(f"""
@@ -166,29 +251,59 @@ kind = "openai"
 base_url = "{server.url}/v1"
 batch = true
 """)
-        # at the batch price (half), one request's worst case is (its body's bytes x $50 + 100 x $100) / 1e6, $0.04
-        # to $0.09: a few fit under $0.3 at once; each batch's results settle far below (their usage), making room
-        code = run_plan(plan.build(run_file=run_file, cache_dir=tmp_path / "cache", out=tmp_path / "out", max_cost=0.3))
+        # at the batch price (half), one request's worst case is (its body's bytes x $50 + 100 x
+        # $100) / 1e6, $0.04 to $0.09: a few fit under $0.3 at once; each batch's results settle far
+        # below (their usage), making room
+        code = run_plan(
+            plan.build(
+                run_file=run_file, cache_dir=tmp_path / "cache", out=tmp_path / "out", max_cost=0.3
+            )
+        )
         stats = server.stats()
-        assert run_plan(plan.build(run_file=run_file, cache_dir=tmp_path / "none", out=tmp_path / "none-out",
-                                   max_cost=0.05)) == 3  # not one request's worst case fits: nothing is submitted
+        assert (
+            run_plan(
+                plan.build(
+                    run_file=run_file,
+                    cache_dir=tmp_path / "none",
+                    out=tmp_path / "none-out",
+                    max_cost=0.05,
+                )
+            )
+            == 3
+        )  # not one request's worst case fits: nothing is submitted
         assert server.stats()["batch_lines"] == stats["batch_lines"]
     s = summary(tmp_path / "out")
     entries = list(Ledger(tmp_path / "cache").entries().values())
-    assert code == 0 and len(entries) >= 2 and stats["batch_lines"] == 12 and stats["batch_resubmitted"] == 0
-    assert all(0 < e.reserved_usd <= 0.3 for e in entries)  # no batch was submitted that the bound could not hold
-    assert sum(e.reserved_usd for e in entries) > 0.3  # ... and the first ones' settling made room for the next
+    assert (
+        code == 0
+        and len(entries) >= 2
+        and stats["batch_lines"] == 12
+        and stats["batch_resubmitted"] == 0
+    )
+    assert all(
+        0 < e.reserved_usd <= 0.3 for e in entries
+    )  # no batch was submitted that the bound could not hold
+    assert (
+        sum(e.reserved_usd for e in entries) > 0.3
+    )  # ... and the first ones' settling made room for the next
     assert s["cost_bound"]["spent_usd"] <= 0.3
     usage = s["models"][0]["usage"]
-    assert usage["batch"]["price"] == {"input": 50.0, "output": 100.0} and usage["batch"]["requests"] == 12
-    assert usage["cost_usd"] == usage["batch"]["cost_usd"] == round(
-        (usage["input_tokens"] * 50.0 + usage["output_tokens"] * 100.0) / 1e6, 6)
+    assert (
+        usage["batch"]["price"] == {"input": 50.0, "output": 100.0}
+        and usage["batch"]["requests"] == 12
+    )
+    assert (
+        usage["cost_usd"]
+        == usage["batch"]["cost_usd"]
+        == round((usage["input_tokens"] * 50.0 + usage["output_tokens"] * 100.0) / 1e6, 6)
+    )
     assert s["cost_bound"]["spent_usd"] == pytest.approx(usage["cost_usd"], abs=1e-6)
     assert not Ledger(tmp_path / "none").entries()
 
 
-def test_estimate_batch_prices_what_is_new_at_the_batch_rate(data_dir: Path, tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture):
+def test_estimate_batch_prices_what_is_new_at_the_batch_rate(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
     run_file = tmp_path / "run.toml"
     run_file.write_text(f"""
 data_dir = "{data_dir}"
@@ -206,84 +321,172 @@ provider = "embedded"
 """)
     docs = []
     for extra in ((), ("--batch",)):
-        assert main(["estimate", str(run_file), "--cache-dir", str(tmp_path / "cache"), "--json", *extra]) == 0
+        assert (
+            main(
+                [
+                    "estimate",
+                    str(run_file),
+                    "--cache-dir",
+                    str(tmp_path / "cache"),
+                    "--json",
+                    *extra,
+                ]
+            )
+            == 0
+        )
         docs.append(orjson.loads(capsys.readouterr().out))
     plain, batch = ({m["model"]: m for m in d["models"]} for d in docs)
-    assert batch["openai:m"]["cost_usd"] == pytest.approx(plain["openai:m"]["cost_usd"] / 2, abs=2e-6)
-    assert batch["openai:m"]["bound_usd"] == pytest.approx(plain["openai:m"]["bound_usd"] / 2, abs=2e-6)
-    assert batch["anthropic:c"]["cost_usd"] == pytest.approx(plain["anthropic:c"]["cost_usd"] / 3, abs=2e-6)  # the file's own
-    assert batch["embedded:sparrow-nano-general-v1.1"]["cost_usd"] == plain["embedded:sparrow-nano-general-v1.1"]["cost_usd"]
-    assert docs[1]["batch"]["synchronous"] == ["embedded:sparrow-nano-general-v1.1"] and "batch" not in docs[0]
+    assert batch["openai:m"]["cost_usd"] == pytest.approx(
+        plain["openai:m"]["cost_usd"] / 2, abs=2e-6
+    )
+    assert batch["openai:m"]["bound_usd"] == pytest.approx(
+        plain["openai:m"]["bound_usd"] / 2, abs=2e-6
+    )
+    assert batch["anthropic:c"]["cost_usd"] == pytest.approx(
+        plain["anthropic:c"]["cost_usd"] / 3, abs=2e-6
+    )  # the file's own
+    assert (
+        batch["embedded:sparrow-nano-general-v1.1"]["cost_usd"]
+        == plain["embedded:sparrow-nano-general-v1.1"]["cost_usd"]
+    )
+    assert (
+        docs[1]["batch"]["synchronous"] == ["embedded:sparrow-nano-general-v1.1"]
+        and "batch" not in docs[0]
+    )
 
 
 @pytest.mark.process
-def test_models_without_a_batch_api_stay_synchronous_and_the_run_says_so(data_dir: Path, tmp_path: Path,
-                                                                          capsys: pytest.CaptureFixture):
+def test_models_without_a_batch_api_stay_synchronous_and_the_run_says_so(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
     with serve(model=None, record=False) as server:
-        code = main(["run", "--batch", *POLL, "--model", "embedded", "--model", model("openai", server.url), "--data-dir",
-                     str(data_dir), "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")])
+        code = main(
+            [
+                "run",
+                "--batch",
+                *POLL,
+                "--model",
+                "embedded",
+                "--model",
+                model("openai", server.url),
+                "--data-dir",
+                str(data_dir),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
         stats = server.stats()
     out = capsys.readouterr().out
-    assert code == 0 and out.count("has no batch API") == 1 and "embedded:sparrow-nano-general-v1.1" in out
+    assert (
+        code == 0
+        and out.count("has no batch API") == 1
+        and "embedded:sparrow-nano-general-v1.1" in out
+    )
     assert stats["batch_lines"] == 12 and stats["arrivals"] == 0
-    transports = rows(tmp_path / "cache").group_by("provider").agg(pl.col("transport").unique()).sort("provider")
+    transports = (
+        rows(tmp_path / "cache")
+        .group_by("provider")
+        .agg(pl.col("transport").unique())
+        .sort("provider")
+    )
     assert transports.rows() == [("embedded", ["sync"]), ("openai", ["batch"])]
 
 
 @pytest.mark.process
-def test_a_run_without_batch_collects_open_batches_instead_of_sending_them_again(data_dir: Path, tmp_path: Path):
-    """An earlier --batch run stopped (Ctrl-C leaves its batch running); the rerun without --batch collects it."""
+def test_a_run_without_batch_collects_open_batches_instead_of_sending_them_again(
+    data_dir: Path, tmp_path: Path
+):
+    """An earlier --batch run stopped (Ctrl-C leaves its batch running); the rerun without --batch
+    collects it."""
     with serve(model=None, record=False, batch={"polls": 2}) as server:
         cache = tmp_path / "cache"
         assert main(["batches", "list", "--cache-dir", str(cache)]) == 0  # none yet
         assert run("openai", server.url, data_dir, tmp_path, deadline=iso_in(100000), limit=1) == 0
-        assert run("openai", server.url, data_dir, tmp_path, batch=False) == 0  # sends the rest synchronously
+        assert (
+            run("openai", server.url, data_dir, tmp_path, batch=False) == 0
+        )  # sends the rest synchronously
         stats = server.stats()
-    assert stats["batch_lines"] == 4 and stats["arrivals"] == 8  # 1 of each evaluation by batch, 8 one call at a time
+    assert (
+        stats["batch_lines"] == 4 and stats["arrivals"] == 8
+    )  # 1 of each evaluation by batch, 8 one call at a time
 
 
 @pytest.mark.process
-def test_in_log_mode_a_models_last_progress_line_follows_its_last_collection(data_dir: Path, tmp_path: Path):
-    """Logs (no terminal): the model's last line comes once its batch is collected, saying so, not when its last
-    row is stored (the batch still shown running)."""
+def test_in_log_mode_a_models_last_progress_line_follows_its_last_collection(
+    data_dir: Path, tmp_path: Path
+):
+    """Logs (no terminal): the model's last line comes once its batch is collected, saying so, not
+    when its last row is stored (the batch still shown running)."""
     import io
 
     from rich.console import Console
 
     log = io.StringIO()
     with serve(model=None, record=False) as server:
-        p = plan.build(models=[model("openai", server.url)], data_dir=data_dir, cache_dir=tmp_path / "cache",
-                       out=tmp_path / "out", batch=True)
+        p = plan.build(
+            models=[model("openai", server.url)],
+            data_dir=data_dir,
+            cache_dir=tmp_path / "cache",
+            out=tmp_path / "out",
+            batch=True,
+        )
         console = Console(file=log, width=400, emoji=False)  # as dxi's own
-        assert session.run(p, console=console, batch_options=BatchOptions(poll_s=0.02)).exit_code == 0
+        assert (
+            session.run(p, console=console, batch_options=BatchOptions(poll_s=0.02)).exit_code == 0
+        )
     lines = log.getvalue().splitlines()
     collected = max(i for i, line in enumerate(lines) if "collected: 12 stored" in line)
     (last,) = [line for line in lines[collected:] if "openai:m: 12/12 100%" in line]
-    assert last.endswith(" cached 0 batches 1 submitted 0 running 1 done") and " 0.0 req/s" not in last
+    assert (
+        last.endswith(" cached 0 batches 1 submitted 0 running 1 done") and " 0.0 req/s" not in last
+    )
     assert not [line for line in lines[:collected] if "openai:m: 12/12" in line]  # none before it
 
 
 def leave_a_batch_running(url: str, data: Path, cache: Path, out: Path) -> None:
-    """A ``dxi run --batch`` stopped as Ctrl-C stops it once its batch (of 12 requests) is submitted."""
+    """A ``dxi run --batch`` stopped as Ctrl-C stops it once its batch (of 12 requests) is
+    submitted."""
     import signal
     import subprocess
 
     from .conftest import DXI
 
-    cmd = [DXI, "run", "--batch", "--poll", "0.05", "--model", model("openai", url), "--data-dir", str(data),
-           "--cache-dir", str(cache), "--out", str(out)]
+    cmd = [
+        DXI,
+        "run",
+        "--batch",
+        "--poll",
+        "0.05",
+        "--model",
+        model("openai", url),
+        "--data-dir",
+        str(data),
+        "--cache-dir",
+        str(cache),
+        "--out",
+        str(out),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    for line in proc.stdout:  # the batch is submitted: stop the run as Ctrl-C would, leaving it running
-        if " submitted (" in line:  # its own line ("batch ID submitted (12 requests, ...)"), not the progress
+    for (
+        line
+    ) in proc.stdout:  # the batch is submitted: stop the run as Ctrl-C would, leaving it running
+        if (
+            " submitted (" in line
+        ):  # its own line ("batch ID submitted (12 requests, ...)"), not the progress
             break  # line's count ("batches 0 submitted"), which may come first
     proc.send_signal(signal.SIGINT)
     assert proc.wait(60) == 130
 
 
 @pytest.mark.process
-def test_open_batches_are_listed_collected_and_cancelled_from_python(data_dir: Path, tmp_path: Path):
-    """``runner.open_batches``, the library under ``dxi batches``: a batch left running is listed, polled without
-    being collected, cancelled (half its requests answered by then) and collected; nothing is submitted."""
+def test_open_batches_are_listed_collected_and_cancelled_from_python(
+    data_dir: Path, tmp_path: Path
+):
+    """``runner.open_batches``, the library under ``dxi batches``: a batch left running is listed,
+    polled without being collected, cancelled (half its requests answered by then) and collected;
+    nothing is submitted."""
     from dxi.runner import open_batches
     from dxi.runner.errors import UsageError
 
@@ -296,19 +499,37 @@ def test_open_batches_are_listed_collected_and_cancelled_from_python(data_dir: P
         assert (entry.label, entry.requests, entry.phase) == ("openai:m", 12, "validating")
         (row,) = open_batches.rows([entry])
         assert row["running_s"] >= 0 and row["batch_id"] == entry.batch_id
-        the_plan = plan.build(models=[model("openai", server.url)], data_dir=data_dir, cache_dir=cache)
+        the_plan = plan.build(
+            models=[model("openai", server.url)], data_dir=data_dir, cache_dir=cache
+        )
         said: list[str] = []
-        assert open_batches.collect(the_plan, say=said.append)["openai:m"].running == {entry.id: entry.submitted_at}
+        assert open_batches.collect(the_plan, say=said.append)["openai:m"].running == {
+            entry.id: entry.submitted_at
+        }
         with pytest.raises(UsageError, match="no open batch matches the model 'other'"):
             open_batches.cancel(cache, model="other")
-        with pytest.raises(UsageError, match="no open batch matches the model 'openai:m@http://127.0.0.1:1/v1'"):
-            open_batches.cancel(cache, model="openai:m@http://127.0.0.1:1/v1")  # the model, on another server
-        assert open_batches.cancel(cache, entry=entry.batch_id, say=said.append) == open_batches.Cancelled(1, 1)
-        assert open_batches.listed(cache)[0].phase == "cancelling"  # where the provider says it stands
+        with pytest.raises(
+            UsageError, match="no open batch matches the model 'openai:m@http://127.0.0.1:1/v1'"
+        ):
+            open_batches.cancel(
+                cache, model="openai:m@http://127.0.0.1:1/v1"
+            )  # the model, on another server
+        assert open_batches.cancel(
+            cache, entry=entry.batch_id, say=said.append
+        ) == open_batches.Cancelled(1, 1)
+        assert (
+            open_batches.listed(cache)[0].phase == "cancelling"
+        )  # where the provider says it stands
         stats = open_batches.collect(the_plan, wait=True, poll_s=0.05, say=said.append)["openai:m"]
-        assert (stats.ok + stats.invalid + stats.failed, stats.given_back, stats.running) == (6, 6, {})
+        assert (stats.ok + stats.invalid + stats.failed, stats.given_back, stats.running) == (
+            6,
+            6,
+            {},
+        )
         assert open_batches.listed(cache) == []
-        assert open_batches.cancel(cache, every=True) == open_batches.Cancelled(0, 0)  # none open: nothing to do
+        assert open_batches.cancel(cache, every=True) == open_batches.Cancelled(
+            0, 0
+        )  # none open: nothing to do
         (done,) = open_batches.listed(cache, every=True)
         assert (done.phase, done.stored, len(done.returned)) == ("collected", 6, 6)
         counts = server.stats()
@@ -317,10 +538,12 @@ def test_open_batches_are_listed_collected_and_cancelled_from_python(data_dir: P
 
 
 @pytest.mark.process
-def test_answers_collected_from_an_earlier_runs_batch_are_counted_in_the_requests_block(data_dir: Path,
-                                                                                     tmp_path: Path):
-    """A batch left running, then cancelled (half its 12 requests answered): the rerun without --batch collects
-    those 6 and sends the other 6 one at a time; summary.json's requests block accounts for all 12."""
+def test_answers_collected_from_an_earlier_runs_batch_are_counted_in_the_requests_block(
+    data_dir: Path, tmp_path: Path
+):
+    """A batch left running, then cancelled (half its 12 requests answered): the rerun without
+    --batch collects those 6 and sends the other 6 one at a time; summary.json's requests block
+    accounts for all 12."""
     from dxi.runner import open_batches
 
     cache = tmp_path / "cache"
@@ -330,26 +553,77 @@ def test_answers_collected_from_an_earlier_runs_batch_are_counted_in_the_request
         assert run("openai", server.url, data_dir, tmp_path, batch=False) == 0
     (m,) = summary(tmp_path / "out")["models"]
     requests = m["requests"]
-    assert (requests["sent"], requests["cache_hits"], requests["batches"]["from_earlier_runs"]) == (6, 0, 6)
+    assert (requests["sent"], requests["cache_hits"], requests["batches"]["from_earlier_runs"]) == (
+        6,
+        0,
+        6,
+    )
     assert (requests["batches"]["collected"], requests["batches"]["given_back"]) == (1, 6)
 
 
 @pytest.mark.process
-def test_dxi_batches_lists_collects_and_cancels(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+def test_dxi_batches_lists_collects_and_cancels(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
     cache = tmp_path / "cache"
     with serve(model=None, record=False, batch={"polls": 100000}) as server:
         leave_a_batch_running(server.url, data_dir, cache, tmp_path / "out")
         capsys.readouterr()
         assert main(["batches", "list", "--cache-dir", str(cache), "--json"]) == 0
         (listed,) = orjson.loads(capsys.readouterr().out)
-        assert (listed["label"], listed["requests"], listed["phase"]) == ("openai:m", 12, "validating")
-        assert main(["batches", "collect", "--model", model("openai", server.url), "--data-dir", str(data_dir),
-                     "--cache-dir", str(cache)]) == 0
+        assert (listed["label"], listed["requests"], listed["phase"]) == (
+            "openai:m",
+            12,
+            "validating",
+        )
+        assert (
+            main(
+                [
+                    "batches",
+                    "collect",
+                    "--model",
+                    model("openai", server.url),
+                    "--data-dir",
+                    str(data_dir),
+                    "--cache-dir",
+                    str(cache),
+                ]
+            )
+            == 0
+        )
         assert "12 batch" not in capsys.readouterr().out
-        assert main(["batches", "cancel", "--cache-dir", str(cache), "--model", model("openai", server.url)]) == 0
+        assert (
+            main(
+                [
+                    "batches",
+                    "cancel",
+                    "--cache-dir",
+                    str(cache),
+                    "--model",
+                    model("openai", server.url),
+                ]
+            )
+            == 0
+        )
         assert "cancel asked for 1 of 1 running batch(es)" in capsys.readouterr().out
-        assert main(["batches", "collect", "--model", model("openai", server.url), "--data-dir", str(data_dir),
-                     "--cache-dir", str(cache), "--wait", "--poll", "0.05"]) == 0
+        assert (
+            main(
+                [
+                    "batches",
+                    "collect",
+                    "--model",
+                    model("openai", server.url),
+                    "--data-dir",
+                    str(data_dir),
+                    "--cache-dir",
+                    str(cache),
+                    "--wait",
+                    "--poll",
+                    "0.05",
+                ]
+            )
+            == 0
+        )
         out = capsys.readouterr().out
         assert "6 result(s) stored, 6 given back" in out
         assert main(["batches", "list", "--cache-dir", str(cache), "--json"]) == 0
@@ -362,43 +636,77 @@ def test_dxi_batches_lists_collects_and_cancels(data_dir: Path, tmp_path: Path, 
     assert rows(cache).height == 6
 
 
-def test_the_deadline_is_the_next_such_time_or_an_iso_time_and_bad_values_are_refused(data_dir: Path, tmp_path: Path,
-                                                                                       capsys: pytest.CaptureFixture):
-    from dxi.runner.planning.deadline import parse_deadline
+def test_the_deadline_is_the_next_such_time_or_an_iso_time_and_bad_values_are_refused(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
 
     def local(*when: int) -> float:
         return time.mktime((*when, 0, 0, 0, -1))
 
     now = local(2026, 12, 1, 22, 30)
-    assert parse_deadline("07:00", now) == local(2026, 12, 2, 7, 0)  # tonight's 07:00 is tomorrow morning
+    assert parse_deadline("07:00", now) == local(
+        2026, 12, 2, 7, 0
+    )  # tonight's 07:00 is tomorrow morning
     assert parse_deadline("23:15", now) == local(2026, 12, 1, 23, 15)
     assert parse_deadline("2026-12-02T06:30", now) == local(2026, 12, 2, 6, 30)
     assert parse_deadline("2026-12-02T06:30+00:00", now) == 1796193000.0
     for bad in ("25:00", "7am", "tomorrow"):
         with pytest.raises(ValueError, match="--deadline"):
             parse_deadline(bad, now)
-    base = ["run", "--model", "openai:m@http://127.0.0.1:1/v1", "--data-dir", str(data_dir), "--cache-dir",
-            str(tmp_path / "cache")]
+    base = [
+        "run",
+        "--model",
+        "openai:m@http://127.0.0.1:1/v1",
+        "--data-dir",
+        str(data_dir),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ]
     assert main([*base, "--batch", "--deadline", "7am"]) == 2
     assert main([*base, "--deadline", "07:00"]) == 2  # a deadline is for batch mode
     assert main([*base, "--batch", "--poll", "0"]) == 2
     err = capsys.readouterr().err
-    assert "expected HH:MM" in err and "give --batch too" in err and "argument --poll: expected a number above 0" in err
+    assert (
+        "expected HH:MM" in err
+        and "give --batch too" in err
+        and "argument --poll: expected a number above 0" in err
+    )
 
 
 @pytest.mark.process
-def test_a_batch_whose_rows_are_all_in_the_cache_is_closed_without_the_network(data_dir: Path, tmp_path: Path):
-    """Killed after the last row of a collection and before its record: the next run needs nothing of that
-    model (it is all cached, not even started), and closes the entry from the cache alone."""
+def test_a_batch_whose_rows_are_all_in_the_cache_is_closed_without_the_network(
+    data_dir: Path, tmp_path: Path
+):
+    """Killed after the last row of a collection and before its record: the next run needs nothing
+    of that model (it is all cached, not even started), and closes the entry from the cache
+    alone."""
     import os
     import subprocess
 
     from .conftest import DXI
 
     with serve(model=None, record=False) as server:
-        cmd = [DXI, "run", "--batch", *POLL, "--model", model("openai", server.url), "--data-dir", str(data_dir),
-               "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "-q"]
-        assert subprocess.run(cmd, env=dict(os.environ, DXI_FAILPOINT="append:12"), timeout=300).returncode == -9
+        cmd = [
+            DXI,
+            "run",
+            "--batch",
+            *POLL,
+            "--model",
+            model("openai", server.url),
+            "--data-dir",
+            str(data_dir),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+            "-q",
+        ]
+        assert (
+            subprocess.run(
+                cmd, env=dict(os.environ, DXI_FAILPOINT="append:12"), timeout=300
+            ).returncode
+            == -9
+        )
     (entry,) = Ledger(tmp_path / "cache").entries().values()
     assert entry.phase == "ended (completed)" and rows(tmp_path / "cache").height == 12
     assert run("openai", server.url, data_dir, tmp_path) == 0  # the server is gone: none is needed
@@ -423,14 +731,29 @@ batch = true
 batch_max_requests = 10
 batch_enqueued_tokens = 6000
 """)
-        assert run_plan(plan.build(run_file=run_file, cache_dir=tmp_path / "cache", out=tmp_path / "out")) == 0
+        assert (
+            run_plan(
+                plan.build(run_file=run_file, cache_dir=tmp_path / "cache", out=tmp_path / "out")
+            )
+            == 0
+        )
         stats = server.stats()
     entries = sorted(Ledger(tmp_path / "cache").entries().values(), key=lambda e: e.submitted_at)
     assert stats["batch_lines"] == 60 and stats["batch_resubmitted"] == 0 and len(entries) >= 6
     from dxi.adapters.openai_batch import OpenAIBatch
 
-    per_line = len(OpenAIBatch.head(None, "k" * 64)) + 2  # a line's bytes beyond its body: the id, "}" and "\n"
-    for e in entries:  # the input tokens (body bytes / 4) of the batches open when each was submitted, itself included
+    per_line = (
+        len(OpenAIBatch.head(None, "k" * 64)) + 2
+    )  # a line's bytes beyond its body: the id, "}" and "\n"
+    for e in entries:
+        # the input tokens (body bytes / 4) of the batches open when each was submitted, itself
+        # included
         open_then = [o for o in entries if o.submitted_at <= e.submitted_at < o.collected_at]
         assert sum(o.bytes - per_line * o.requests for o in open_then) / 4 <= 6000
-    assert max(len([o for o in entries if o.submitted_at <= e.submitted_at < o.collected_at]) for e in entries) >= 2
+    assert (
+        max(
+            len([o for o in entries if o.submitted_at <= e.submitted_at < o.collected_at])
+            for e in entries
+        )
+        >= 2
+    )

@@ -1,9 +1,10 @@
-"""Batch mode where money is spent twice or a run never ends (issue 32), against the fake batch servers of the
-three providers (``tests.fake_batches``, requests and replies checked against the official SDKs' types):
-Gemini results without their inline metadata, several batches that may be one lost create, results past
-the provider's retention, a host without a batch API, ``dxi estimate`` of a run file in batch mode, result
-lines of unknown or repeated ids, input files uploaded just before a kill, a full disk, a cancelled batch
-after the deadline and the progress line."""
+"""Batch mode where money is spent twice or a run never ends (issue 32), against the fake batch
+servers of the three providers (``tests.fake_batches``, requests and replies checked against the
+official SDKs' types): Gemini results without their inline metadata, several batches that may be one
+lost create, results past the provider's retention, a host without a batch API, ``dxi estimate`` of
+a run file in batch mode, result lines of unknown or repeated ids, input files uploaded just before
+a kill, a full disk, a cancelled batch after the deadline and the progress line."""
+
 from __future__ import annotations
 
 import errno
@@ -25,13 +26,25 @@ from .helpers.batches import POLL, command, iso_in, model, rows, run, same_answe
 def dxi_run(kind: str, url: str, data: Path, tmp: Path, *extra: str) -> list[str]:
     """``dxi run --batch --poll 0.02`` of ``kind:m`` at ``url`` (in this process, through
     ``main``)."""
-    return ["run", "--batch", *POLL, "--model", model(kind, url), "--data-dir", str(data), "--cache-dir",
-            str(tmp / "cache"), "--out", str(tmp / "out"), *extra]
+    return [
+        "run",
+        "--batch",
+        *POLL,
+        "--model",
+        model(kind, url),
+        "--data-dir",
+        str(data),
+        "--cache-dir",
+        str(tmp / "cache"),
+        "--out",
+        str(tmp / "out"),
+        *extra,
+    ]
 
 
 def killed_at(failpoint: str, kind: str, url: str, data: Path, tmp: Path) -> None:
     """``dxi run --batch`` killed (SIGKILL) right after the step ``failpoint``
-    (``runner.batch.driver.failpoint``)."""
+    (``runner.batch.options.failpoint``)."""
     env = dict(os.environ, DXI_FAILPOINT=failpoint)
     assert subprocess.run(command(kind, url, data, tmp), env=env, timeout=300).returncode == -9
 
@@ -39,32 +52,49 @@ def killed_at(failpoint: str, kind: str, url: str, data: Path, tmp: Path) -> Non
 # ---- 1. Gemini: matched by the key the file carries, never by position ---------------------------
 @pytest.mark.process
 def test_gemini_answers_are_matched_by_the_keys_of_its_jsonl_file_when_inline_metadata_is_dropped(
-        data_dir: Path, tmp_path: Path):
+    data_dir: Path, tmp_path: Path
+):
     """The backend drops inline responses' ``metadata`` and their order (python-genai #2008, #1909):
     dxi sends a JSONL file, whose result lines carry each request's ``key``: one batch, every answer
     under its own key."""
     with serve(model=None, record=False, batch={"inline_metadata": False}) as server:
         assert run("gemini", server.url, data_dir, tmp_path) == 0
-        assert run("gemini", server.url, data_dir, tmp_path, cache="sync", out="sync-out", batch=False) == 0
+        assert (
+            run("gemini", server.url, data_dir, tmp_path, cache="sync", out="sync-out", batch=False)
+            == 0
+        )
         stats = server.stats()
-    assert (stats["batch_uploads"], stats["batch_creates"], stats["batch_lines"], stats["batch_resubmitted"]) == (1, 1, 12, 0)
+    assert (
+        stats["batch_uploads"],
+        stats["batch_creates"],
+        stats["batch_lines"],
+        stats["batch_resubmitted"],
+    ) == (1, 1, 12, 0)
     assert stats["sdk_problems"] == 0, stats["sdk_problem_lines"]
     assert same_answers(summary(tmp_path / "out")) == same_answers(summary(tmp_path / "sync-out"))
 
 
 @pytest.mark.process
 def test_a_batch_that_succeeded_and_matches_none_of_its_ids_stops_the_model_and_is_never_resubmitted(
-        data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
     """Inline requests (as earlier versions sent them) whose responses come back without their
     metadata: not one result can be matched. The model stops (exit code 6), nothing is submitted
     again, nothing is stored."""
-    monkeypatch.setattr(GeminiBatch, "LIMITS", GeminiBatch.LIMITS.__class__(200_000, 2_000_000_000,
-                                                                            inline_bytes=19_000_000))
+    monkeypatch.setattr(
+        GeminiBatch,
+        "LIMITS",
+        GeminiBatch.LIMITS.__class__(200_000, 2_000_000_000, inline_bytes=19_000_000),
+    )
     with serve(model=None, record=False, batch={"inline_metadata": False}) as server:
         code = main(dxi_run("gemini", server.url, data_dir, tmp_path, "--max-attempts", "6"))
         stats = server.stats()
     out = " ".join(capsys.readouterr().out.split())
-    assert code == 6 and (stats["batch_creates"], stats["batch_lines"], stats["batch_uploads"]) == (1, 12, 0)
+    assert code == 6 and (stats["batch_creates"], stats["batch_lines"], stats["batch_uploads"]) == (
+        1,
+        12,
+        0,
+    )
     assert "succeeded but none of its 12 result(s) carries one of its 12 requests' ids" in out
     assert "batch mode stopped for this model" in out
     assert rows(tmp_path / "cache").height == 0
@@ -76,8 +106,8 @@ def test_a_batch_that_succeeded_and_matches_none_of_its_ids_stops_the_model_and_
 
 
 def test_the_stop_of_a_batch_that_matched_none_of_its_ids_holds_for_the_next_run_until_resumed(
-        data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture):
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
     """The stop is kept in the ledger: a second run submits no batch for the model (exit code 6,
     saying how to lift the stop), ``dxi batches list`` shows the entry, and only after ``dxi batches
     resume --model`` does a third run submit its requests in a batch again."""
@@ -92,8 +122,19 @@ def test_the_stop_of_a_batch_that_matched_none_of_its_ids_holds_for_the_next_run
         creates = server.stats()["batch_creates"]
         assert main(["batches", "list", "--cache-dir", str(tmp_path / "cache"), "--json"]) == 0
         listed = orjson.loads(capsys.readouterr().out)
-        assert main(["batches", "resume", "--model", model("gemini", server.url), "--cache-dir",
-                     str(tmp_path / "cache")]) == 0
+        assert (
+            main(
+                [
+                    "batches",
+                    "resume",
+                    "--model",
+                    model("gemini", server.url),
+                    "--cache-dir",
+                    str(tmp_path / "cache"),
+                ]
+            )
+            == 0
+        )
         resumed = " ".join(capsys.readouterr().out.split())
         assert main(args) == 6  # submitted again, and (the backend unchanged) stopped again
         after = server.stats()["batch_creates"]
@@ -109,7 +150,8 @@ def test_the_stop_of_a_batch_that_matched_none_of_its_ids_holds_for_the_next_run
 # ---- 2. several batches that may be one lost create ----------------------------------------------
 @pytest.mark.process
 def test_every_batch_that_may_be_a_lost_anthropic_create_is_adopted_and_only_its_own_results_kept(
-        data_dir: Path, tmp_path: Path):
+    data_dir: Path, tmp_path: Path
+):
     """Killed between Anthropic's reply to the create and the ledger's record; meanwhile another
     client made a batch of the same size. Both are adopted (not abandoned, not submitted again):
     ours answers every request; the other's results carry ids of its own, left out; no request is
@@ -124,25 +166,39 @@ def test_every_batch_that_may_be_a_lost_anthropic_create_is_adopted_and_only_its
         client = anthropic.Anthropic(base_url=server.url, api_key="sk-ant-test-0123456789")
         theirs = adapters.get(adapters.ModelSpec("anthropic", "theirs", server.url, {}, {}))
         params = orjson.loads(theirs.encode(next(iter(Suite(discover(data_dir)).tasks()))).body)
-        other = client.messages.batches.create(requests=[{"custom_id": f"theirs-{n}", "params": params}
-                                                         for n in range(12)])
+        other = client.messages.batches.create(
+            requests=[{"custom_id": f"theirs-{n}", "params": params} for n in range(12)]
+        )
         assert run("anthropic", server.url, data_dir, tmp_path) == 0
         stats = server.stats()
     assert (stats["batch_creates"], stats["batch_resubmitted"], stats["batch_keys"]) == (2, 0, 24)
-    entries = sorted(Ledger(tmp_path / "cache").entries().values(), key=lambda e: e.batch_id == other.id)
-    assert [(e.phase, e.guessed, e.stored, len(e.returned)) for e in entries] == [("collected", True, 12, 0),
-                                                                                  ("collected", True, 0, 0)]
-    assert entries[1].batch_id == other.id and rows(tmp_path / "cache")["status"].to_list() == ["ok"] * 12
+    entries = sorted(
+        Ledger(tmp_path / "cache").entries().values(), key=lambda e: e.batch_id == other.id
+    )
+    assert [(e.phase, e.guessed, e.stored, len(e.returned)) for e in entries] == [
+        ("collected", True, 12, 0),
+        ("collected", True, 0, 0),
+    ]
+    assert (
+        entries[1].batch_id == other.id
+        and rows(tmp_path / "cache")["status"].to_list() == ["ok"] * 12
+    )
     m = summary(tmp_path / "out")["models"][0]["requests"]
-    assert m["batches"]["unknown_results"] == 0 and m["batches"]["given_back"] == 0  # the other's: not counted
+    assert (
+        m["batches"]["unknown_results"] == 0 and m["batches"]["given_back"] == 0
+    )  # the other's: not counted
 
 
 @pytest.mark.process
-def test_a_lost_gemini_create_is_found_whatever_order_the_listing_gives(data_dir: Path, tmp_path: Path):
+def test_a_lost_gemini_create_is_found_whatever_order_the_listing_gives(
+    data_dir: Path, tmp_path: Path
+):
     """Gemini's batch listing has no documented order: here it lists 250 older batches of another
     client first. The batch is found by its tag on the last page and adopted; nothing is submitted
     twice."""
-    with serve(model=None, record=False, batch={"old_batches": 250, "list_oldest_first": True}) as server:
+    with serve(
+        model=None, record=False, batch={"old_batches": 250, "list_oldest_first": True}
+    ) as server:
         killed_at("created", "gemini", server.url, data_dir, tmp_path)
         assert run("gemini", server.url, data_dir, tmp_path) == 0
         stats = server.stats()
@@ -151,9 +207,83 @@ def test_a_lost_gemini_create_is_found_whatever_order_the_listing_gives(data_dir
     assert (entry.phase, entry.stored, entry.guessed) == ("collected", 12, False)
 
 
+def _other_clients_batch(url: str, data: Path) -> str:
+    """A batch of 12 requests (the suite's size) made by another client through the anthropic SDK:
+    its id."""
+    import anthropic
+
+    from dxi import adapters
+    from dxi.evals import Suite, discover
+
+    client = anthropic.Anthropic(base_url=url, api_key="sk-ant-test-0123456789")
+    theirs = adapters.get(adapters.ModelSpec("anthropic", "theirs", url, {}, {}))
+    params = orjson.loads(theirs.encode(next(iter(Suite(discover(data)).tasks()))).body)
+    return client.messages.batches.create(
+        requests=[{"custom_id": f"theirs-{n}", "params": params} for n in range(12)]
+    ).id
+
+
+def _shift_intent(cache: Path, seconds: float) -> None:
+    """Move the ``at`` of the ledger's intent by ``seconds``: this machine's clock was that far
+    off."""
+    ledger = cache / "batches" / "ledger.jsonl"
+    events = [orjson.loads(line) for line in ledger.read_bytes().splitlines()]
+    (intent,) = [e for e in events if e["event"] == "intent"]
+    intent["at"] += seconds
+    ledger.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+
+
 @pytest.mark.process
-def test_a_batch_is_never_said_never_created_on_a_search_that_proves_nothing(data_dir: Path, tmp_path: Path,
-                                                                             capsys: pytest.CaptureFixture):
+@pytest.mark.parametrize(
+    ("clock", "offset"), [("provider", 600), ("provider", -600), ("ours", 600), ("ours", -600)]
+)
+def test_a_lost_anthropic_create_is_found_however_far_the_clocks_differ(
+    clock: str, offset: int, data_dir: Path, tmp_path: Path
+):
+    """Killed between Anthropic's reply to the create and the ledger's record, with the provider's
+    clock (or this machine's, when the intent was recorded) 10 minutes ahead or behind: the batch
+    is found among those listed after the newest one listed before the create (the provider's own
+    order and clock), adopted and collected; nothing is submitted twice."""
+    config = {"clock_offset": offset} if clock == "provider" else {}
+    with serve(model=None, record=False, batch=config) as server:
+        killed_at("created", "anthropic", server.url, data_dir, tmp_path)
+        if clock == "ours":
+            _shift_intent(tmp_path / "cache", offset)
+        assert run("anthropic", server.url, data_dir, tmp_path) == 0
+        stats = server.stats()
+    assert (stats["batch_creates"], stats["batch_resubmitted"], stats["batch_keys"]) == (1, 0, 12)
+    (entry,) = Ledger(tmp_path / "cache").entries().values()
+    assert (entry.phase, entry.stored, entry.guessed) == ("collected", 12, True)
+
+
+@pytest.mark.process
+def test_a_create_that_never_happened_is_proven_so_and_an_older_batch_is_not_adopted(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """Another client made a batch of the same size a moment before dxi's intent; dxi was killed
+    before its create. The listing read back to that batch (the newest before the create) holds
+    nothing newer: the entry was never created, said as such; the other client's batch is not
+    adopted."""
+    with serve(model=None, record=False, batch={"clock_offset": -600}) as server:
+        other = _other_clients_batch(server.url, data_dir)
+        killed_at("intent", "anthropic", server.url, data_dir, tmp_path)
+        assert main(dxi_run("anthropic", server.url, data_dir, tmp_path)) == 0
+        stats = server.stats()
+    out = " ".join(capsys.readouterr().out.split())
+    assert (stats["batch_creates"], stats["batch_resubmitted"], stats["batch_keys"]) == (2, 0, 24)
+    entries = Ledger(tmp_path / "cache").entries().values()
+    assert other not in {e.batch_id for e in entries}
+    (abandoned,) = [e for e in entries if e.abandoned]
+    assert abandoned.ref == {"newest": other, "created_at": abandoned.ref["created_at"]}
+    assert "none of the 0 batches it lists has its 12 requests" in abandoned.abandoned
+    assert "it was never created" in out
+    assert sorted(e.phase for e in entries) == ["abandoned", "collected"]
+
+
+@pytest.mark.process
+def test_a_batch_is_never_said_never_created_on_a_search_that_proves_nothing(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
     """An entry recorded without the provider's listing to go by (an earlier version's ledger): a
     lost create is looked for by size within a day before the intent by this machine's clock. With
     that clock two days ahead at the intent, the batch is not found; the run says what it knows
@@ -177,8 +307,9 @@ def test_a_batch_is_never_said_never_created_on_a_search_that_proves_nothing(dat
 # ---- 4. results past the provider's retention ----------------------------------------------------
 @pytest.mark.process
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
-def test_results_gone_at_the_provider_give_the_requests_back_once(kind: str, data_dir: Path, tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture):
+def test_results_gone_at_the_provider_give_the_requests_back_once(
+    kind: str, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
     """The first batch's results answer 404 (past the provider's retention): said as such, its 12
     requests are submitted once more and answered; the run ends (a deadline 60 s away is never
     reached)."""
@@ -187,17 +318,24 @@ def test_results_gone_at_the_provider_give_the_requests_back_once(kind: str, dat
         code = main(dxi_run(kind, server.url, data_dir, tmp_path, "--deadline", iso_in(60)))
         stats = server.stats()
     out = " ".join(capsys.readouterr().out.split())
-    assert code == 0 and (stats["batch_creates"], stats["batch_lines"], stats["batch_keys"]) == (2, 24, 12)
+    assert code == 0 and (stats["batch_creates"], stats["batch_lines"], stats["batch_keys"]) == (
+        2,
+        24,
+        12,
+    )
     assert "are gone at the provider" in out and retention in out and "unknown model" not in out
     assert "12 request(s) not stored are given back" in out
-    assert sorted((e.stored, len(e.returned)) for e in Ledger(tmp_path / "cache").entries().values()) == [(0, 12), (12, 0)]
+    assert sorted(
+        (e.stored, len(e.returned)) for e in Ledger(tmp_path / "cache").entries().values()
+    ) == [(0, 12), (12, 0)]
     assert rows(tmp_path / "cache").height == 12
 
 
 # ---- 5. a host without a batch API ---------------------------------------------------------------
 @pytest.mark.process
 def test_a_host_without_the_files_endpoint_stops_the_models_batch_mode_and_counts_its_requests_once(
-        data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
     with serve(model=None, record=False, batch={"no_files": True}) as server:
         code = main(dxi_run("openai", server.url, data_dir, tmp_path))
         stats = server.stats()
@@ -212,8 +350,9 @@ def test_a_host_without_the_files_endpoint_stops_the_models_batch_mode_and_count
 
 
 # ---- 6. dxi estimate of a run file in batch mode -------------------------------------------------
-def test_estimate_prices_a_run_files_batch_models_at_the_batch_price(data_dir: Path, tmp_path: Path,
-                                                                     capsys: pytest.CaptureFixture):
+def test_estimate_prices_a_run_files_batch_models_at_the_batch_price(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
     def run_file(batch: str) -> Path:
         path = tmp_path / f"run-{batch}.toml"
         path.write_text(f"""
@@ -237,26 +376,44 @@ batch = {batch}
 
     docs = []
     for batch in ("false", "true"):
-        assert main(["estimate", str(run_file(batch)), "--cache-dir", str(tmp_path / "cache"), "--json"]) == 0
+        assert (
+            main(
+                ["estimate", str(run_file(batch)), "--cache-dir", str(tmp_path / "cache"), "--json"]
+            )
+            == 0
+        )
         docs.append({m["model"]: m for m in orjson.loads(capsys.readouterr().out)["models"]})
     plain, batched = docs
     assert sorted(plain) == ["openai:m", "openai:sync"], sorted(plain)
     assert plain["openai:m"]["cost_usd"] > 0
-    assert batched["openai:m"]["cost_usd"] == pytest.approx(plain["openai:m"]["cost_usd"] / 2, abs=2e-6)
-    assert batched["openai:m"]["bound_usd"] == pytest.approx(plain["openai:m"]["bound_usd"] / 2, abs=2e-6)
-    assert batched["openai:sync"]["cost_usd"] == plain["openai:sync"]["cost_usd"]  # batch = false: its own price
+    assert batched["openai:m"]["cost_usd"] == pytest.approx(
+        plain["openai:m"]["cost_usd"] / 2, abs=2e-6
+    )
+    assert batched["openai:m"]["bound_usd"] == pytest.approx(
+        plain["openai:m"]["bound_usd"] / 2, abs=2e-6
+    )
+    assert (
+        batched["openai:sync"]["cost_usd"] == plain["openai:sync"]["cost_usd"]
+    )  # batch = false: its own price
 
 
 # ---- 7. result lines of unknown and repeated ids -------------------------------------------------
 @pytest.mark.process
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
-def test_result_lines_of_unknown_or_repeated_ids_are_counted_and_said(kind: str, data_dir: Path, tmp_path: Path,
-                                                                      capsys: pytest.CaptureFixture):
-    """Each batch's results end with 2 lines of ids none of its requests has and 3 repeating a request's id with
-    another answer (a 400): the first answer of each id is kept; summary.json counts the others."""
-    with serve(model=None, record=False, batch={"extra_results": {"unknown": 2, "duplicate": 3}}) as server:
+def test_result_lines_of_unknown_or_repeated_ids_are_counted_and_said(
+    kind: str, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """Each batch's results end with 2 lines of ids none of its requests has and 3 repeating a
+    request's id with another answer (a 400): the first answer of each id is kept; summary.json
+    counts the others."""
+    with serve(
+        model=None, record=False, batch={"extra_results": {"unknown": 2, "duplicate": 3}}
+    ) as server:
         assert main(dxi_run(kind, server.url, data_dir, tmp_path)) == 0
-        assert run(kind, server.url, data_dir, tmp_path, cache="sync", out="sync-out", batch=False) == 0
+        assert (
+            run(kind, server.url, data_dir, tmp_path, cache="sync", out="sync-out", batch=False)
+            == 0
+        )
     out = " ".join(capsys.readouterr().out.split())
     assert "2 result(s) whose id is none of its requests'" in out
     assert "3 result(s) repeating an id read already left out" in out
@@ -267,10 +424,18 @@ def test_result_lines_of_unknown_or_repeated_ids_are_counted_and_said(kind: str,
 
 # ---- 9. input files uploaded just before a kill --------------------------------------------------
 @pytest.mark.process
-@pytest.mark.parametrize(("kind", "failpoint"), [("openai", "upload_reply"), ("openai", "uploaded"),
-                                                 ("gemini", "upload_reply"), ("gemini", "uploaded")])
-def test_an_input_file_uploaded_just_before_a_kill_is_deleted_by_the_rerun(kind: str, failpoint: str, data_dir: Path,
-                                                                          tmp_path: Path):
+@pytest.mark.parametrize(
+    ("kind", "failpoint"),
+    [
+        ("openai", "upload_reply"),
+        ("openai", "uploaded"),
+        ("gemini", "upload_reply"),
+        ("gemini", "uploaded"),
+    ],
+)
+def test_an_input_file_uploaded_just_before_a_kill_is_deleted_by_the_rerun(
+    kind: str, failpoint: str, data_dir: Path, tmp_path: Path
+):
     """Killed after the upload (before or after its record): the rerun finds no batch with the
     entry's tag, abandons the entry and deletes its input file at the provider (by its id, or by the
     name dxi gave it), and no other file: a user's own batch file stays."""
@@ -299,7 +464,8 @@ def test_an_input_file_uploaded_just_before_a_kill_is_deleted_by_the_rerun(kind:
 
 @pytest.mark.parametrize("kind", ["openai", "gemini"])
 def test_the_files_of_a_batch_are_deleted_at_the_provider_once_it_is_collected_and_only_once(
-        kind: str, data_dir: Path, tmp_path: Path):
+    kind: str, data_dir: Path, tmp_path: Path
+):
     """A batch that ran: once its results are stored, its input file and its result files (OpenAI's
     output and error files, Gemini's responses file) are deleted at the provider, recorded in the
     ledger (``cleaned``); a rerun deletes nothing more. A batch that failed (its input refused
@@ -323,9 +489,9 @@ def test_the_files_of_a_batch_are_deleted_at_the_provider_once_it_is_collected_a
 
 # ---- a full disk ---------------------------------------------------------------------------------
 @pytest.mark.process
-def test_a_full_disk_under_batch_mode_stops_as_a_synchronous_run_does(data_dir: Path, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch,
-                                                                      capsys: pytest.CaptureFixture):
+def test_a_full_disk_under_batch_mode_stops_as_a_synchronous_run_does(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
     """The ledger's write(2) fails with ENOSPC: exit code 4 with "make room", as a cache write; no
     traceback and nothing submitted."""
     import dxi.cache.lines as lines_module  # where the ledger appends its events
@@ -363,7 +529,9 @@ def test_a_cancelled_batch_is_polled_promptly_after_the_deadline(data_dir: Path,
 
 
 @pytest.mark.process
-def test_the_batch_progress_line_shows_batches_open_and_answers_collected_not_a_rate(data_dir: Path, tmp_path: Path):
+def test_the_batch_progress_line_shows_batches_open_and_answers_collected_not_a_rate(
+    data_dir: Path, tmp_path: Path
+):
     import io
 
     from rich.console import Console
@@ -374,10 +542,27 @@ def test_the_batch_progress_line_shows_batches_open_and_answers_collected_not_a_
 
     log = io.StringIO()
     with serve(model=None, record=False, batch={"polls": 3}) as server:
-        p = plan.build(models=[model("openai", server.url)], data_dir=data_dir, cache_dir=tmp_path / "cache",
-                       out=tmp_path / "out", batch=True)
-        assert session.run(p, console=Console(file=log, width=400, emoji=False),
-                           batch_options=BatchOptions(poll_s=0.02)).exit_code == 0
-    lines = [line for line in log.getvalue().splitlines() if "openai:m: " in line and "/12 " in line]
+        p = plan.build(
+            models=[model("openai", server.url)],
+            data_dir=data_dir,
+            cache_dir=tmp_path / "cache",
+            out=tmp_path / "out",
+            batch=True,
+        )
+        assert (
+            session.run(
+                p,
+                console=Console(file=log, width=400, emoji=False),
+                batch_options=BatchOptions(poll_s=0.02),
+            ).exit_code
+            == 0
+        )
+    lines = [
+        line for line in log.getvalue().splitlines() if "openai:m: " in line and "/12 " in line
+    ]
     assert lines and not [line for line in lines if "req/s" in line or "ETA" in line]
-    assert lines[-1].split("openai:m: ")[1].startswith("12/12 100% 0 batch(es) open 12 answer(s) collected ")
+    assert (
+        lines[-1]
+        .split("openai:m: ")[1]
+        .startswith("12/12 100% 0 batch(es) open 12 answer(s) collected ")
+    )

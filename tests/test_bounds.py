@@ -321,7 +321,11 @@ def test_settled_and_ranks_by_hand():
     out = settle_ranks(ranks, ["x", "y", "z"], bounds)
     assert out["group"].to_list() == [1, 2, 3]  # groups follow the claimed comparisons, not this
     assert list(zip(out["rank_low"], out["rank_high"], strict=True)) == [(1, 2), (1, 2), (3, 3)]
-    assert list(zip(out["rank_set_low"], out["rank_set_high"], strict=True)) == [(1, 2), (1, 3), (3, 3)]
+    assert list(zip(out["rank_set_low"], out["rank_set_high"], strict=True)) == [
+        (1, 2),
+        (1, 3),
+        (3, 3),
+    ]
     # every index complete: unchanged
     assert settle_ranks(ranks, ["x", "y", "z"], (bounds[0], bounds[0])).equals(ranks)
 
@@ -363,8 +367,9 @@ def test_the_reports_matrix_marks_no_pair_the_open_answers_could_overturn():
     assert (cells[("x", "z")]["sig"], pairs["open"]) == (False, True)
 
 
-def _models(failed_hle: dict[str, int], models: int = 4, n: int = 400,
-            step: int = 8) -> pl.DataFrame:
+def _models(
+    failed_hle: dict[str, int], models: int = 4, n: int = 400, step: int = 8
+) -> pl.DataFrame:
     """``models`` models on every evaluation, model k right on the first n − step·k tasks (index 2
     points apart, all one way; each its own group when complete); ``failed_hle`` label -> how many
     of its first HLE answers (all right ones) failed instead."""
@@ -375,16 +380,33 @@ def _models(failed_hle: dict[str, int], models: int = 4, n: int = 400,
         for name in (OMNI, "hle_multichoice", "when2call"):
             for i, ok in enumerate(right):
                 if name == "hle_multichoice" and i < failed_hle.get(label, 0):
-                    rows.append(choice(label, name, f"{name}/{i:03d}", "A", None, status="failed",
-                                       error="x"))
+                    rows.append(
+                        choice(
+                            label, name, f"{name}/{i:03d}", "A", None, status="failed", error="x"
+                        )
+                    )
                 else:
-                    rows.append(choice(label, name, f"{name}/{i:03d}", "A",
-                                       {"A": 0.8, "B": 0.2} if ok else {"A": 0.2, "B": 0.8}))
+                    rows.append(
+                        choice(
+                            label,
+                            name,
+                            f"{name}/{i:03d}",
+                            "A",
+                            {"A": 0.8, "B": 0.2} if ok else {"A": 0.2, "B": 0.8},
+                        )
+                    )
         for i, ok in enumerate(right):
             gold = "yes" if i % 2 == 0 else "no"
             for q in QUESTIONS:
-                rows.append(yes_no(label, f"{WILDGUARD}/{i:03d}", q, gold,
-                                   0.9 if (gold == "yes") == ok else 0.1))
+                rows.append(
+                    yes_no(
+                        label,
+                        f"{WILDGUARD}/{i:03d}",
+                        q,
+                        gold,
+                        0.9 if (gold == "yes") == ok else 0.1,
+                    )
+                )
     return answers(rows)
 
 
@@ -405,8 +427,9 @@ def test_tied_groups_merge_where_a_provisional_index_could_overturn_the_differen
     assert one["decision_index_lowest"] < index["m:02"]["decision_index"] < one["decision_index"]
     assert one["decision_index_highest"] < index["m:00"]["decision_index"]
     pairs = scored.comparisons.filter(pl.col("metric") == "decision_index")
-    settled_ = {(r["a"], r["b"]): (r["settled"], r["significant"])
-                for r in pairs.iter_rows(named=True)}
+    settled_ = {
+        (r["a"], r["b"]): (r["settled"], r["significant"]) for r in pairs.iter_rows(named=True)
+    }
     assert settled_[("m:00", "m:01")] == (True, True)  # m:01 below m:00 whatever its failed answers
     assert settled_[("m:01", "m:02")] == (False, False)  # could be overturned: not claimed
     assert settled_[("m:01", "m:03")] == (True, True)  # 0.25 x 9.78 < 4 points: still above m:03

@@ -1,4 +1,5 @@
 """The content-addressed cache: what counts as cached, durability of appended rows, recovery."""
+
 from __future__ import annotations
 
 import hashlib
@@ -25,11 +26,15 @@ from .helpers.rows import read_only_files, row
 
 def test_request_key_covers_everything_but_secrets():
     base = Request("systemone", "m", "/v1/systemone", b'{"a":1}')
-    variants = [Request("openai", "m", "/v1/systemone", b'{"a":1}'), Request("systemone", "n", "/v1/systemone", b'{"a":1}'),
-                Request("systemone", "m", "/x", b'{"a":1}'), Request("systemone", "m", "/v1/systemone", b'{"a":2}'),
-                Request("systemone", "m", "/v1/systemone", b'{"a":1}', sample=1),
-                Request("systemone", "m", "/v1/systemone", b'{"a":1}', params='{"temperature":0}'),
-                Request("systemone", "m", "/v1/systemone", b'{"a":1}', prompt_version="other")]
+    variants = [
+        Request("openai", "m", "/v1/systemone", b'{"a":1}'),
+        Request("systemone", "n", "/v1/systemone", b'{"a":1}'),
+        Request("systemone", "m", "/x", b'{"a":1}'),
+        Request("systemone", "m", "/v1/systemone", b'{"a":2}'),
+        Request("systemone", "m", "/v1/systemone", b'{"a":1}', sample=1),
+        Request("systemone", "m", "/v1/systemone", b'{"a":1}', params='{"temperature":0}'),
+        Request("systemone", "m", "/v1/systemone", b'{"a":1}', prompt_version="other"),
+    ]
     keys = {base.key} | {v.key for v in variants}
     assert len(keys) == 8
     assert base.key == Request("systemone", "m", "/v1/systemone", b'{"a":1}').key
@@ -42,9 +47,20 @@ def test_has_follows_what_counts_as_cached(tmp_path: Path):
         cache.append(row("inv", "invalid"))
         cache.append(row("fatal", "failed", "fatal"))
         cache.append(row("trans", "failed", "transient"))
-        assert [cache.has(k) for k in ("ok1", "inv", "fatal", "trans", "absent")] == [True, True, True, False, False]
+        assert [cache.has(k) for k in ("ok1", "inv", "fatal", "trans", "absent")] == [
+            True,
+            True,
+            True,
+            False,
+            False,
+        ]
     reopened = Cache(tmp_path, retry_invalid=True, retry_failed=True)
-    assert [reopened.has(k) for k in ("ok1", "inv", "fatal", "trans")] == [True, False, False, False]
+    assert [reopened.has(k) for k in ("ok1", "inv", "fatal", "trans")] == [
+        True,
+        False,
+        False,
+        False,
+    ]
     assert len(reopened) == 4
 
 
@@ -68,38 +84,58 @@ def test_close_compacts_the_log_into_one_shard(tmp_path: Path):
     assert list(tmp_path.glob("wal/*")) == []
     shards = list(tmp_path.glob("shards/*.parquet"))
     assert len(shards) == 1
-    assert layout.layout_of(shards[0]) == layout.FLAT_LAYOUT  # new shards have the flat answer layout
+    assert (
+        layout.layout_of(shards[0]) == layout.FLAT_LAYOUT
+    )  # new shards have the flat answer layout
     frame = pl.from_arrow(layout.read_nested(shards[0], SCHEMA.names))
     assert frame.height == 10 and frame["answers"].list.len().to_list() == [1] * 10
 
 
 def test_close_without_waiting_scans_the_last_log_from_memory_while_its_shard_is_written(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     from dxi.cache import store
 
     written = []
     real_compact = Cache._compact
 
-    def compact(self, wal, table, damaged=False):  # the last log's shard is written only once the scan is done
+    def compact(
+        self, wal, table, damaged=False
+    ):  # the last log's shard is written only once the scan is done
         while table.num_rows == 2 and not written:
             time.sleep(0.001)
         real_compact(self, wal, table, damaged)
 
     monkeypatch.setattr(Cache, "_compact", compact)
     with Cache(tmp_path, roll_rows=4) as cache:
-        for i in range(10):  # two logs rolled over (compacted in the background), the last one of 2 rows
+        for i in range(
+            10
+        ):  # two logs rolled over (compacted in the background), the last one of 2 rows
             cache.append(row(f"k{i}", created_at=float(i)))
-        cache.close(wait=False)  # the rolled logs' shards are in place; the last log is parsed, not yet written
-        assert len(list(tmp_path.glob("shards/*.parquet"))) == 2 and len(list(tmp_path.glob("wal/*.jsonl"))) == 1
+        cache.close(
+            wait=False
+        )  # the rolled logs' shards are in place; the last log is parsed, not yet written
+        assert (
+            len(list(tmp_path.glob("shards/*.parquet"))) == 2
+            and len(list(tmp_path.glob("wal/*.jsonl"))) == 1
+        )
         parsed = []
         real_read = store.Cache._read_log
-        monkeypatch.setattr(store.Cache, "_read_log", lambda self, *a, **k: parsed.append(1) or real_read(self, *a, **k))
+        monkeypatch.setattr(
+            store.Cache,
+            "_read_log",
+            lambda self, *a, **k: parsed.append(1) or real_read(self, *a, **k),
+        )
         keys = cache.scan().select("key").collect()["key"].to_list()
-        assert sorted(keys) == [f"k{i}" for i in range(10)] and parsed == []  # the last log's rows from memory
+        assert (
+            sorted(keys) == [f"k{i}" for i in range(10)] and parsed == []
+        )  # the last log's rows from memory
         written.append(True)
     assert list(tmp_path.glob("wal/*")) == [] and len(list(tmp_path.glob("shards/*.parquet"))) == 3
     again = Cache(tmp_path)
-    assert sorted(again.scan().select("key").collect()["key"].to_list()) == [f"k{i}" for i in range(10)]
+    assert sorted(again.scan().select("key").collect()["key"].to_list()) == [
+        f"k{i}" for i in range(10)
+    ]
     assert again.has_many([f"k{i}" for i in range(10)]) == [True] * 10
 
 
@@ -119,7 +155,9 @@ KILLED_WRITER = textwrap.dedent("""
 @pytest.mark.process
 def test_rows_survive_sigkill_and_a_truncated_record_is_dropped(tmp_path: Path):
     root = str(Path(__file__).parents[1])
-    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER.format(root=root, path=str(tmp_path))])
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER.format(root=root, path=str(tmp_path))]
+    )
     assert proc.returncode == -9
     assert len(list(tmp_path.glob("wal/*.jsonl"))) == 1  # left behind by the killed writer
     cache = Cache(tmp_path)
@@ -184,19 +222,27 @@ def test_logs_roll_over_into_shards_and_every_row_stays_visible(tmp_path: Path):
     with Cache(tmp_path, roll_rows=10) as cache:
         for i in range(35):
             cache.append(row(f"k{i}", created_at=float(i)))
-            assert cache.scan().select("key").collect().height == i + 1  # never a row missing mid-compaction
+            assert (
+                cache.scan().select("key").collect().height == i + 1
+            )  # never a row missing mid-compaction
         assert cache.has_many([f"k{i}" for i in range(35)] + ["absent"]) == [True] * 35 + [False]
     assert list(tmp_path.glob("wal/*")) == []
-    assert sorted(pl.read_parquet(s).height for s in tmp_path.glob("shards/*.parquet")) == [5, 10, 10, 10]
+    assert sorted(pl.read_parquet(s).height for s in tmp_path.glob("shards/*.parquet")) == [
+        5,
+        10,
+        10,
+        10,
+    ]
     again = Cache(tmp_path)
     assert len(again) == 35 and again.scan().collect()["key"].n_unique() == 35
 
 
-def test_rows_appended_together_are_one_write_of_their_lines_and_each_counts_as_cached(tmp_path: Path,
-                                                                                  monkeypatch: pytest.MonkeyPatch):
-    """``append_many`` (a batch's results read together): one write(2) of exactly the lines ``append`` would
-    write one by one, every key looked up as cached after it returns, and the log rolled over once past
-    ``roll_rows``."""
+def test_rows_appended_together_are_one_write_of_their_lines_and_each_counts_as_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """``append_many`` (a batch's results read together): one write(2) of exactly the lines
+    ``append`` would write one by one, every key looked up as cached after it returns, and the log
+    rolled over once past ``roll_rows``."""
     from dxi.cache import store
 
     writes: list[bytes] = []
@@ -205,15 +251,24 @@ def test_rows_appended_together_are_one_write_of_their_lines_and_each_counts_as_
         writes.append(bytes(data))
         return os.write(fd, data)
 
-    rows = [row("a"), row("b", "invalid"), row("c", "failed", "fatal"), row("d", "failed", "transient")]
+    rows = [
+        row("a"),
+        row("b", "invalid"),
+        row("c", "failed", "fatal"),
+        row("d", "failed", "transient"),
+    ]
     monkeypatch.setattr(store, "_write", write)
     with Cache(tmp_path / "many", roll_rows=6) as cache:
         cache.append_many(rows)
         assert writes == [b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows)]
         assert [cache.has(k) for k in "abcde"] == [True, True, True, False, False]
-        cache.append_many([row(f"k{i}") for i in range(3)])  # 7 rows: past roll_rows, the log rolls over
+        cache.append_many(
+            [row(f"k{i}") for i in range(3)]
+        )  # 7 rows: past roll_rows, the log rolls over
         assert len(writes) == 2 and cache.scan().select("key").collect().height == 7
-    assert sorted(pl.read_parquet(s).height for s in (tmp_path / "many").glob("shards/*.parquet")) == [7]
+    assert sorted(
+        pl.read_parquet(s).height for s in (tmp_path / "many").glob("shards/*.parquet")
+    ) == [7]
     with Cache(tmp_path / "one") as cache:
         for r in rows:
             cache.append(r)
@@ -245,7 +300,10 @@ def test_a_corrupt_log_line_is_skipped_and_the_log_set_aside(tmp_path: Path):
     cache = Cache(tmp_path)
     assert [cache.has(k) for k in "abc"] == [True, False, True]
     assert any("line 2 is corrupt" in w for w in cache.warnings)
-    assert list(tmp_path.glob("wal/*")) == [] and len(list(tmp_path.glob("quarantine/1-1-dead.jsonl.*"))) == 1
+    assert (
+        list(tmp_path.glob("wal/*")) == []
+        and len(list(tmp_path.glob("quarantine/1-1-dead.jsonl.*"))) == 1
+    )
     assert sorted(cache.scan().collect()["key"].to_list()) == ["a", "c"]
 
 
@@ -255,16 +313,29 @@ def test_verify_sets_aside_a_shard_damaged_outside_the_index_columns(tmp_path: P
             cache.append(row(f"k{i}", request_body="x" * (100 + i)))
     (shard,) = tmp_path.glob("shards/*.parquet")
     meta = pq.ParquetFile(shard).metadata.row_group(0)
-    body = next(meta.column(c) for c in range(meta.num_columns) if meta.column(c).path_in_schema == "request_body")
+    body = next(
+        meta.column(c)
+        for c in range(meta.num_columns)
+        if meta.column(c).path_in_schema == "request_body"
+    )
     data = bytearray(shard.read_bytes())
-    data[body.data_page_offset + 20: body.data_page_offset + 60] = b"\x00" * 40
+    data[body.data_page_offset + 20 : body.data_page_offset + 60] = b"\x00" * 40
     shard.write_bytes(bytes(data))
     cache = Cache(tmp_path)  # start-up verifies only the index columns' pages: they are intact
     assert cache.has("k0") and cache.warnings == []
-    assert cache.scan().collect().height == 0  # a scan verifies every page first: the shard is set aside
-    assert any("CRC checksum verification failed" in w and "quarantine" in w for w in cache.warnings)
-    assert list(tmp_path.glob("shards/*.parquet")) == [] and len(list(tmp_path.glob("quarantine/*"))) == 1
-    assert cache.has("k0") is False and Cache(tmp_path).has("k0") is False  # never left in the key index
+    assert (
+        cache.scan().collect().height == 0
+    )  # a scan verifies every page first: the shard is set aside
+    assert any(
+        "CRC checksum verification failed" in w and "quarantine" in w for w in cache.warnings
+    )
+    assert (
+        list(tmp_path.glob("shards/*.parquet")) == []
+        and len(list(tmp_path.glob("quarantine/*"))) == 1
+    )
+    assert (
+        cache.has("k0") is False and Cache(tmp_path).has("k0") is False
+    )  # never left in the key index
 
 
 APPENDER = textwrap.dedent("""
@@ -280,26 +351,32 @@ APPENDER = textwrap.dedent("""
 """)
 
 
-# Each run is killed at a point of its own events: after its N-th append returned (the appender prints the
-# key), or mid-compaction (``tests.helpers.events``: a log's shard written, not yet in place, the log kept),
-# of a log it rolled or of the killed writer's log it recovered at start.
+# Each run is killed at a point of its own events: after its N-th append returned (the appender
+# prints the key), or mid-compaction (``tests.helpers.events``: a log's shard written, not yet in
+# place, the log kept), of a log it rolled or of the killed writer's log it recovered at start.
 KILL_POINTS = ["append:97", "compaction:1", "append:260", "compaction:3"]
 
 
 @pytest.mark.process
-def test_rows_appended_survive_kills_at_points_of_the_run_while_logs_roll_and_compact(tmp_path: Path):
+def test_rows_appended_survive_kills_at_points_of_the_run_while_logs_roll_and_compact(
+    tmp_path: Path,
+):
     root = str(Path(__file__).parents[1])
     appended: list[str] = []
     for run, point in enumerate(KILL_POINTS):
         event, n = point.split(":")
         log = tmp_path.parent / f"events-{run}.jsonl"
         env = events.env(log, kill_at=point if event == "compaction" else None)
-        proc = subprocess.Popen([sys.executable, "-c", APPENDER.format(root=root, path=str(tmp_path)), f"r{run}"],
-                                stdout=subprocess.PIPE, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", APPENDER.format(root=root, path=str(tmp_path)), f"r{run}"],
+            stdout=subprocess.PIPE,
+            env=env,
+        )
         if event == "append":
             appended += [proc.stdout.readline().decode().strip() for _ in range(int(n))]
             proc.kill()
-        else:  # it kills itself there: every whole line it printed is a row whose append had returned
+        else:
+            # it kills itself there: every whole line it printed is a row whose append had returned
             appended += [line.decode().strip() for line in proc.stdout if line.endswith(b"\n")]
         assert proc.wait() == -signal.SIGKILL
         assert event == "append" or events.reached(log, point)
@@ -312,33 +389,70 @@ def test_rows_appended_survive_kills_at_points_of_the_run_while_logs_roll_and_co
 
 
 def test_a_shard_written_before_a_column_existed_reads_beside_newer_ones(tmp_path: Path):
-    """A shard without ``repaired`` (written before that column was added) first, then newer ones: the
-    key index and every scan read both, the old rows with nulls in the new column."""
+    """A shard without ``repaired`` (written before that column was added) first, then newer ones:
+    the key index and every scan read both, the old rows with nulls in the new column."""
     from dxi.cache.schema import SCHEMA
 
-    newer = ("repaired", "cached_input_tokens", "cache_write_tokens", "cache_write_1h_tokens", "cut_off", "transport",
-             "batch_id", "retry_waits_s", "ttft_s")
+    newer = (
+        "repaired",
+        "cached_input_tokens",
+        "cache_write_tokens",
+        "cache_write_1h_tokens",
+        "cut_off",
+        "transport",
+        "batch_id",
+        "retry_waits_s",
+        "ttft_s",
+    )
     old_schema = pa.schema([f for f in SCHEMA if f.name not in newer])
     (tmp_path / "shards").mkdir(parents=True)
     old = pl.DataFrame([{k: v for k, v in row("old").items() if k != "repaired"}]).to_arrow()
-    pq.write_table(old.select(old_schema.names).cast(old_schema), tmp_path / "shards" / "0000-old.parquet")
+    pq.write_table(
+        old.select(old_schema.names).cast(old_schema), tmp_path / "shards" / "0000-old.parquet"
+    )
     with Cache(tmp_path) as cache:
-        cache.append(row("new", repaired=False, cache_write_tokens=20, cache_write_1h_tokens=5, cut_off="thinking",
-                         transport="batch", batch_id="batch_1", retry_waits_s=[1.5, 3.25],
-                         ttft_s=0.25))
+        cache.append(
+            row(
+                "new",
+                repaired=False,
+                cache_write_tokens=20,
+                cache_write_1h_tokens=5,
+                cut_off="thinking",
+                transport="batch",
+                batch_id="batch_1",
+                retry_waits_s=[1.5, 3.25],
+                ttft_s=0.25,
+            )
+        )
     cache = Cache(tmp_path)
     assert cache.has("old") and cache.has("new") and len(cache) == 2
-    rows = cache.scan().select("key", "repaired", "cache_write_tokens", "cache_write_1h_tokens", "cut_off", "transport",
-                               "batch_id", "retry_waits_s", "ttft_s").collect()
+    rows = (
+        cache.scan()
+        .select(
+            "key",
+            "repaired",
+            "cache_write_tokens",
+            "cache_write_1h_tokens",
+            "cut_off",
+            "transport",
+            "batch_id",
+            "retry_waits_s",
+            "ttft_s",
+        )
+        .collect()
+    )
     assert rows.sort("key").rows() == [
         ("new", False, 20, 5, "thinking", "batch", "batch_1", [1.5, 3.25], 0.25),
-                                       ("old", None, None, None, None, None, None, None, None)]
+        ("old", None, None, None, None, None, None, None, None),
+    ]
 
 
-def test_a_cache_that_cannot_be_written_is_still_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A read-only cache (here: creating files fails with EROFS, as root ignores permissions): a killed
-    run's log cannot be compacted, so it stays and its rows are read from it; appending raises
-    CacheWriteError naming the directory."""
+def test_a_cache_that_cannot_be_written_is_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A read-only cache (here: creating files fails with EROFS, as root ignores permissions): a
+    killed run's log cannot be compacted, so it stays and its rows are read from it; appending
+    raises CacheWriteError naming the directory."""
     from dxi.cache import CacheWriteError
 
     with Cache(tmp_path) as cache:
@@ -349,7 +463,8 @@ def test_a_cache_that_cannot_be_written_is_still_read(tmp_path: Path, monkeypatc
     cache = Cache(tmp_path)
     assert any("could not compact" in w and "Read-only file system" in w for w in cache.warnings)
     assert cache.has("k1") and cache.scan().collect()["key"].to_list() == ["k1"]
-    with pytest.raises(CacheWriteError, match=f"cannot create a cache log in {tmp_path / 'wal'}: Read-only file system"):
+    with pytest.raises(
+        CacheWriteError,
+        match=f"cannot create a cache log in {tmp_path / 'wal'}: Read-only file system",
+    ):
         cache.append(row("k2"))
-
-

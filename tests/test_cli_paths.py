@@ -1,12 +1,14 @@
-"""Every path a command writes, made unwritable in turn, in a real ``dxi``: the command stops before the first
-request (or before scoring), with one line naming the flag and the path, exit code 2 (bad input) or 4 (a cache
-folder that cannot be written), never a traceback (issue 32: ``dxi run --out README.md/x`` sent every request,
-then died with ``NotADirectoryError``, exit 1; an unwritable ``--cache-dir`` printed three chained tracebacks;
-``dxi export --format csv /proc/x.csv`` a Polars traceback).
+"""Every path a command writes, made unwritable in turn, in a real ``dxi``: the command stops before
+the first request (or before scoring), with one line naming the flag and the path, exit code 2 (bad
+input) or 4 (a cache folder that cannot be written), never a traceback (issue 32:
+``dxi run --out README.md/x`` sent every request, then died with ``NotADirectoryError``, exit 1; an
+unwritable ``--cache-dir`` printed three chained tracebacks; ``dxi export --format csv /proc/x.csv``
+a Polars traceback).
 
-The tests run as root, whom permissions do not stop: the unwritable places are a path under a regular file,
-``/proc`` (nothing can be created there), ``/sys`` (refused to root too) and a read-only bind mount (where
-the machine lets root mount; skipped otherwise)."""
+The tests run as root, whom permissions do not stop: the unwritable places are a path under a
+regular file, ``/proc`` (nothing can be created there), ``/sys`` (refused to root too) and a
+read-only bind mount (where the machine lets root mount; skipped otherwise)."""
+
 from __future__ import annotations
 
 import os
@@ -21,22 +23,40 @@ from dxi.runner.errors import EXIT_CACHE_WRITE, EXIT_USAGE
 from .conftest import DXI
 from .synthetic import data_dir
 
-pytestmark = [pytest.mark.process,
-              pytest.mark.skipif(not Path("/proc/self").exists() or not Path("/sys").is_dir(),
-                                 reason="uses /proc and /sys as places nothing can be written")]
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.skipif(
+        not Path("/proc/self").exists() or not Path("/sys").is_dir(),
+        reason="uses /proc and /sys as places nothing can be written",
+    ),
+]
 
 
 def dxi(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([DXI, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return subprocess.run(
+        [DXI, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
 
 
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory) -> Path:
-    """A folder with ``data`` (3 When2Call tasks) and ``cache`` (the embedded model's replies to them)."""
+    """A folder with ``data`` (3 When2Call tasks) and ``cache`` (the embedded model's replies to
+    them)."""
     root = tmp_path_factory.mktemp("scored")
     data_dir(root / "data", 3)
-    done = dxi("run", "--model", "embedded", "--data-dir", "data", "--cache-dir", "cache", "--out", "out", "-q",
-               cwd=root)
+    done = dxi(
+        "run",
+        "--model",
+        "embedded",
+        "--data-dir",
+        "data",
+        "--cache-dir",
+        "cache",
+        "--out",
+        "out",
+        "-q",
+        cwd=root,
+    )
     assert done.returncode == 0, done.stderr
     return root
 
@@ -48,8 +68,18 @@ def read_only() -> Iterator[Path | None]:
 
     source = Path(tempfile.mkdtemp(prefix="dxi-ro-src-"))
     target = Path(tempfile.mkdtemp(prefix="dxi-ro-"))
-    mounted = subprocess.run(["mount", "--bind", str(source), str(target)], capture_output=True).returncode == 0
-    if mounted and subprocess.run(["mount", "-o", "remount,ro,bind", str(target)], capture_output=True).returncode:
+    mounted = (
+        subprocess.run(
+            ["mount", "--bind", str(source), str(target)], capture_output=True
+        ).returncode
+        == 0
+    )
+    if (
+        mounted
+        and subprocess.run(
+            ["mount", "-o", "remount,ro,bind", str(target)], capture_output=True
+        ).returncode
+    ):
         subprocess.run(["umount", str(target)], capture_output=True)
         mounted = False
     try:
@@ -62,7 +92,8 @@ def read_only() -> Iterator[Path | None]:
 
 
 def place(kind: str, root: Path, read_only: Path | None) -> Path:
-    """An unwritable folder path of ``kind``: under a regular file, in /proc, in /sys, on a read-only mount."""
+    """An unwritable folder path of ``kind``: under a regular file, in /proc, in /sys, on a
+    read-only mount."""
     if kind == "under-a-file":
         (root / "README.md").write_text("a file, not a folder\n")
         return root / "README.md" / "x"
@@ -92,24 +123,45 @@ def one_error_line(done: subprocess.CompletedProcess, code: int, *named: str) ->
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_run_out_that_cannot_be_written_stops_before_the_first_request(tmp_path: Path, read_only, kind: str):
+def test_run_out_that_cannot_be_written_stops_before_the_first_request(
+    tmp_path: Path, read_only, kind: str
+):
     data_dir(tmp_path / "data", 3)
     out = place(kind, tmp_path, read_only)
-    done = dxi("run", "--model", "embedded", "--data-dir", "data", "--cache-dir", "cache", "--out", out, cwd=tmp_path)
+    done = dxi(
+        "run",
+        "--model",
+        "embedded",
+        "--data-dir",
+        "data",
+        "--cache-dir",
+        "cache",
+        "--out",
+        out,
+        cwd=tmp_path,
+    )
     one_error_line(done, EXIT_USAGE, f"--out {out}: cannot write there")
     assert no_shard_written(tmp_path / "cache")  # nothing was sent
     if kind == "under-a-file":
         assert f"({tmp_path / 'README.md'} is a file, not a folder)" in done.stderr
 
 
-@pytest.mark.parametrize(("kind", "code"), [("under-a-file", EXIT_USAGE), ("proc", EXIT_CACHE_WRITE),
-                                            ("sys", EXIT_CACHE_WRITE), ("read-only", EXIT_CACHE_WRITE),
-                                            ("read-only-itself", EXIT_CACHE_WRITE)])
-def test_run_cache_that_cannot_be_written_stops_before_the_first_request(tmp_path: Path, read_only, kind: str,
-                                                                          code: int):
-    """A file in the way is a bad --cache-dir (2); a folder that cannot be created or written is exit code 4,
-    as a cache write that fails during a run (an empty read-only folder: a cache that was never made; before
-    issue 32 an OSError from the cache's own start-up)."""
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [
+        ("under-a-file", EXIT_USAGE),
+        ("proc", EXIT_CACHE_WRITE),
+        ("sys", EXIT_CACHE_WRITE),
+        ("read-only", EXIT_CACHE_WRITE),
+        ("read-only-itself", EXIT_CACHE_WRITE),
+    ],
+)
+def test_run_cache_that_cannot_be_written_stops_before_the_first_request(
+    tmp_path: Path, read_only, kind: str, code: int
+):
+    """A file in the way is a bad --cache-dir (2); a folder that cannot be created or written is
+    exit code 4, as a cache write that fails during a run (an empty read-only folder: a cache that
+    was never made; before issue 32 an OSError from the cache's own start-up)."""
     data_dir(tmp_path / "data", 3)
     if kind == "read-only-itself":
         if read_only is None:
@@ -117,7 +169,18 @@ def test_run_cache_that_cannot_be_written_stops_before_the_first_request(tmp_pat
         cache = read_only
     else:
         cache = place(kind, tmp_path, read_only)
-    done = dxi("run", "--model", "embedded", "--data-dir", "data", "--cache-dir", cache, "--out", "out", cwd=tmp_path)
+    done = dxi(
+        "run",
+        "--model",
+        "embedded",
+        "--data-dir",
+        "data",
+        "--cache-dir",
+        cache,
+        "--out",
+        "out",
+        cwd=tmp_path,
+    )
     one_error_line(done, code, f"--cache-dir {cache}: ", "nothing was sent")
     assert not (tmp_path / "out").exists()
 
@@ -125,14 +188,20 @@ def test_run_cache_that_cannot_be_written_stops_before_the_first_request(tmp_pat
 def test_a_run_files_paths_are_named_as_the_run_file_gives_them(tmp_path: Path):
     data_dir(tmp_path / "data", 3)
     (tmp_path / "README.md").write_text("a file\n")
-    (tmp_path / "run.toml").write_text('data_dir = "data"\nout = "README.md/out"\n\n[[models]]\nprovider = "embedded"\n')
+    (tmp_path / "run.toml").write_text(
+        'data_dir = "data"\nout = "README.md/out"\n\n[[models]]\nprovider = "embedded"\n'
+    )
     done = dxi("run", "run.toml", "--cache-dir", "cache", cwd=tmp_path)
-    one_error_line(done, EXIT_USAGE, "out of run.toml README.md/out: cannot write there (README.md is a file")
+    one_error_line(
+        done, EXIT_USAGE, "out of run.toml README.md/out: cannot write there (README.md is a file"
+    )
 
 
 @pytest.mark.parametrize("command", ["score", "report"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_score_and_report_out_that_cannot_be_written(scored: Path, read_only, command: str, kind: str, tmp_path):
+def test_score_and_report_out_that_cannot_be_written(
+    scored: Path, read_only, command: str, kind: str, tmp_path
+):
     out = place(kind, tmp_path, read_only)
     done = dxi(command, "--data-dir", "data", "--cache-dir", "cache", "--out", out, cwd=scored)
     one_error_line(done, EXIT_USAGE, f"--out {out}: cannot write there")
@@ -140,14 +209,28 @@ def test_score_and_report_out_that_cannot_be_written(scored: Path, read_only, co
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "jsonl", "eee"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_export_target_that_cannot_be_written(scored: Path, read_only, fmt: str, kind: str, tmp_path):
+def test_export_target_that_cannot_be_written(
+    scored: Path, read_only, fmt: str, kind: str, tmp_path
+):
     target = place(kind, tmp_path, read_only) / ("answers." + fmt if fmt != "eee" else "records")
-    done = dxi("export", "--format", fmt, target, "--data-dir", "data", "--cache-dir", "cache", cwd=scored)
+    done = dxi(
+        "export", "--format", fmt, target, "--data-dir", "data", "--cache-dir", "cache", cwd=scored
+    )
     one_error_line(done, EXIT_USAGE, f"TARGET {target}: cannot write there")
 
 
 def test_export_to_a_folder_where_a_file_is_expected(scored: Path):
-    done = dxi("export", "--format", "csv", "data", "--data-dir", "data", "--cache-dir", "cache", cwd=scored)
+    done = dxi(
+        "export",
+        "--format",
+        "csv",
+        "data",
+        "--data-dir",
+        "data",
+        "--cache-dir",
+        "cache",
+        cwd=scored,
+    )
     one_error_line(done, EXIT_USAGE, "TARGET data is a folder: give the file to write")
 
 
@@ -155,23 +238,44 @@ def test_export_to_a_folder_where_a_file_is_expected(scored: Path):
 def test_data_fetch_and_fetch_model_folders_that_cannot_be_written(tmp_path: Path, kind: str):
     """Checked before the first download (the mirror is never read)."""
     folder = place(kind, tmp_path, None)
-    done = dxi("data", "fetch", "--data-dir", folder, "--mirror", tmp_path / "no-mirror", cwd=tmp_path)
+    done = dxi(
+        "data", "fetch", "--data-dir", folder, "--mirror", tmp_path / "no-mirror", cwd=tmp_path
+    )
     one_error_line(done, EXIT_USAGE, f"--data-dir {folder}: cannot write there")
     done = dxi("fetch-model", "--dir", folder, "--no-hub", cwd=tmp_path)
     one_error_line(done, EXIT_USAGE, f"--dir {folder}: cannot write there")
 
 
-@pytest.mark.parametrize(("kind", "code"), [("under-a-file", EXIT_USAGE), ("proc", EXIT_CACHE_WRITE),
-                                            ("sys", EXIT_CACHE_WRITE), ("read-only", EXIT_CACHE_WRITE)])
-def test_estimate_of_a_cache_it_cannot_create(scored: Path, read_only, kind: str, code: int, tmp_path: Path):
-    """``dxi estimate`` opens (so creates) the cache it prices against: one it cannot create is said so."""
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [
+        ("under-a-file", EXIT_USAGE),
+        ("proc", EXIT_CACHE_WRITE),
+        ("sys", EXIT_CACHE_WRITE),
+        ("read-only", EXIT_CACHE_WRITE),
+    ],
+)
+def test_estimate_of_a_cache_it_cannot_create(
+    scored: Path, read_only, kind: str, code: int, tmp_path: Path
+):
+    """``dxi estimate`` opens (so creates) the cache it prices against: one it cannot create is said
+    so."""
     cache = place(kind, tmp_path, read_only)
-    done = dxi("estimate", "--model", "embedded", "--data-dir", "data", "--cache-dir", cache, cwd=scored)
+    done = dxi(
+        "estimate", "--model", "embedded", "--data-dir", "data", "--cache-dir", cache, cwd=scored
+    )
     one_error_line(done, code, f"--cache-dir {cache}: ")
 
 
-@pytest.mark.parametrize("args", [["estimate", "--model", "embedded", "--data-dir", "data"], ["batches", "list"],
-                                  ["batches", "cancel", "--all"], ["score", "--data-dir", "data"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["estimate", "--model", "embedded", "--data-dir", "data"],
+        ["batches", "list"],
+        ["batches", "cancel", "--all"],
+        ["score", "--data-dir", "data"],
+    ],
+)
 def test_a_cache_read_under_a_file_is_bad_input(scored: Path, args: list[str], tmp_path: Path):
     (tmp_path / "README.md").write_text("a file\n")
     cache = tmp_path / "README.md" / "cache"

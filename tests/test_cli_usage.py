@@ -1,5 +1,6 @@
-"""The command line as a user meets it: grouped help with every exit code, "did you mean", the run file
-after ``--param``, ``--version``, shell completion, the data folder's default, ``--sample``."""
+"""The command line as a user meets it: grouped help with every exit code, "did you mean", the run
+file after ``--param``, ``--version``, shell completion, the data folder's default, ``--sample``."""
+
 from __future__ import annotations
 
 import argparse
@@ -35,11 +36,14 @@ def help_of(*words: str, capsys) -> str:
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_is_grouped_lists_every_exit_code_and_cites_nothing_internal(command: str, capsys):
     text = help_of(command, capsys=capsys)
-    groups = ["models:", "data:", "cache:", "output:"] + (["limits, retries and cost:"] if command in ("run", "estimate")
-                                                          else [])
+    groups = ["models:", "data:", "cache:", "output:"] + (
+        ["limits, retries and cost:"] if command in ("run", "estimate") else []
+    )
     for g in groups:
         assert f"\n{g}\n" in text, g
-    for code in ("0", "1", "2", "3", "4", "6", "130", "143") if command == "run" else ("0", "2"):  # the others':
+    for code in (
+        ("0", "1", "2", "3", "4", "6", "130", "143") if command == "run" else ("0", "2")
+    ):  # the others':
         assert f"\n  {code} " in text, code  # tests/test_exit_codes.py
     assert "``" not in text and "dxi." not in text and "runner." not in text and "SPEC" not in text
     assert "(default: .dxi-cache" in text and "$DXI_DATA_DIR" in text
@@ -65,8 +69,11 @@ def test_every_command_and_sub_command_lists_its_exit_codes(capsys):
         text = help_of(*words, capsys=capsys)
         assert "\nexit codes:\n" in text, words
         section = text.split("\nexit codes:\n", 1)[1]
-        codes = [int(line.split()[0]) for line in section.splitlines()
-                 if line[2:3].isdigit() and line.startswith("  ")]
+        codes = [
+            int(line.split()[0])
+            for line in section.splitlines()
+            if line[2:3].isdigit() and line.startswith("  ")
+        ]
         assert codes == sorted(set(codes)) and {0, 2, 70} <= set(codes), (words, codes)
         numbered = [line for line in section.splitlines() if line[2:3].isdigit()]
         assert all(len(line.split()) > 1 for line in numbered), words
@@ -101,8 +108,14 @@ def test_a_mistyped_command_gets_a_suggestion(capsys):
 def test_a_run_file_after_param_is_the_run_file_not_a_parameter(tmp_path: Path, capsys):
     args = parser().parse_args(["score", "--param", "temperature=0", "seed=1", "runs/tonight.toml"])
     assert args.run_file == Path("runs/tonight.toml") and args.param == ["temperature=0", "seed=1"]
-    args = parser().parse_args(["run", "--option", "ctx_size=4096", "--param", "temperature=0", "--model", "m"])
-    assert args.run_file is None and args.param == ["temperature=0"] and args.option == ["ctx_size=4096"]
+    args = parser().parse_args(
+        ["run", "--option", "ctx_size=4096", "--param", "temperature=0", "--model", "m"]
+    )
+    assert (
+        args.run_file is None
+        and args.param == ["temperature=0"]
+        and args.option == ["ctx_size=4096"]
+    )
     with pytest.raises(SystemExit):
         parser().parse_args(["score", "--param", "temperature", "0"])
     assert "--param 'temperature': expected KEY=VALUE" in capsys.readouterr().err
@@ -121,20 +134,27 @@ def test_param_before_a_run_file_is_refused_for_what_it_is(tmp_path: Path, capsy
 def test_version(capsys):
     assert main(["--version"]) == 0
     from importlib.metadata import version
+
     assert capsys.readouterr().out == f"dxi {version('decision-index')}\n"
-
-
 
 
 @pytest.mark.server
 @pytest.mark.process
-@pytest.mark.parametrize("shell,marker", [("bash", "complete -o nospace -o default -o bashdefault -F _python_argcomplete dxi"),
-                                          ("zsh", "#compdef dxi"), ("fish", "complete --command dxi")])
+@pytest.mark.parametrize(
+    "shell,marker",
+    [
+        ("bash", "complete -o nospace -o default -o bashdefault -F _python_argcomplete dxi"),
+        ("zsh", "#compdef dxi"),
+        ("fish", "complete --command dxi"),
+    ],
+)
 def test_completion_scripts(shell: str, marker: str, capsys):
     assert main(["completion", shell]) == 0
     script = capsys.readouterr().out
     assert marker in script
-    subprocess.run([need(shell), "-n"], input=script, text=True, check=True, timeout=60)  # its syntax
+    subprocess.run(
+        [need(shell), "-n"], input=script, text=True, check=True, timeout=60
+    )  # its syntax
 
 
 @pytest.mark.server
@@ -142,42 +162,62 @@ def test_completion_scripts(shell: str, marker: str, capsys):
 def test_fish_completes_through_the_installed_dxi():
     script = 'dxi completion fish | source; complete -C "dxi run --sam"; complete -C "dxi sc"'
     env = dict(os.environ, PATH=f"{Path(DXI).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    out = subprocess.run([need("fish"), "-c", script], capture_output=True, text=True, check=True, timeout=60, env=env)
+    out = subprocess.run(
+        [need("fish"), "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
+    )
     assert [line.split("\t")[0] for line in out.stdout.splitlines()] == ["--sample", "score"]
-
 
 
 @pytest.mark.server
 @pytest.mark.process
 def test_zsh_completes_through_the_installed_dxi(tmp_path: Path):
-    """The generated script, loaded by a real interactive zsh (compinit), completes a subcommand's flag and a
-    subcommand by asking the installed ``dxi``; without it, zsh completes nothing of dxi's."""
+    """The generated script, loaded by a real interactive zsh (compinit), completes a subcommand's
+    flag and a subcommand by asking the installed ``dxi``; without it, zsh completes nothing of
+    dxi's."""
     assert zsh_completes(tmp_path, "dxi run --mo") == "[dxi run --model ]"
     assert zsh_completes(tmp_path, "dxi sc") == "[dxi score ]"
-    assert zsh_completes(tmp_path, "dxi run --mo", load=False) == "[dxi run --mo]"  # the test sees a missing one
+    assert (
+        zsh_completes(tmp_path, "dxi run --mo", load=False) == "[dxi run --mo]"
+    )  # the test sees a missing one
 
 
 @pytest.mark.process
 def test_bash_completes_a_subcommands_flags_through_the_installed_dxi(tmp_path: Path):
-    """The generated script, sourced in a real bash, asks the installed ``dxi`` for the completions."""
+    """The generated script, sourced in a real bash, asks the installed ``dxi`` for the
+    completions."""
     script = tmp_path / "t.sh"
-    script.write_text(f'PATH={Path(DXI).parent}:$PATH\nsource <(dxi completion bash)\n'
-                      'COMP_LINE="dxi run --sam"; COMP_POINT=${#COMP_LINE}; COMP_WORDS=(dxi run --sam); COMP_CWORD=2\n'
-                      '_python_argcomplete dxi --sam run\nprintf "%s\\n" "${COMPREPLY[@]}"\n'
-                      'COMP_LINE="dxi sc"; COMP_POINT=${#COMP_LINE}; COMP_WORDS=(dxi sc); COMP_CWORD=1\n'
-                      '_python_argcomplete dxi sc dxi\nprintf "%s\\n" "${COMPREPLY[@]}"\n')
-    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True, timeout=60).stdout
+    script.write_text(
+        f"PATH={Path(DXI).parent}:$PATH\nsource <(dxi completion bash)\n"
+        'COMP_LINE="dxi run --sam"; COMP_POINT=${#COMP_LINE}; COMP_WORDS=(dxi run --sam); COMP_CWORD=2\n'
+        '_python_argcomplete dxi --sam run\nprintf "%s\\n" "${COMPREPLY[@]}"\n'
+        'COMP_LINE="dxi sc"; COMP_POINT=${#COMP_LINE}; COMP_WORDS=(dxi sc); COMP_CWORD=1\n'
+        '_python_argcomplete dxi sc dxi\nprintf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    out = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     assert out.split() == ["--sample", "score"]
 
 
-def test_the_data_folder_defaults_to_the_environment_then_data(data_dir: Path, tmp_path: Path, monkeypatch):
+def test_the_data_folder_defaults_to_the_environment_then_data(
+    data_dir: Path, tmp_path: Path, monkeypatch
+):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
     monkeypatch.setenv("DXI_DATA_DIR", str(data_dir))
-    assert session.run(plan.build(models=["embedded"])).exit_code == 0  # the command line's defaults
+    assert (
+        session.run(plan.build(models=["embedded"])).exit_code == 0
+    )  # the command line's defaults
     s = orjson.loads((work / "out" / "summary.json").read_bytes())
-    assert s["data"]["hle_multichoice"]["files"][0]["path"] == str(data_dir / "hle" / "hle_mcqa.json")
+    assert s["data"]["hle_multichoice"]["files"][0]["path"] == str(
+        data_dir / "hle" / "hle_mcqa.json"
+    )
     monkeypatch.delenv("DXI_DATA_DIR")
     shutil.copytree(data_dir, work / "data")
     assert rescore.rescore(rescore.select(PlanInputs())).exit_code == 0
@@ -190,67 +230,139 @@ def test_no_data_anywhere_says_where_it_looked(tmp_path: Path, monkeypatch, caps
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DXI_DATA_DIR", raising=False)
     assert main(["run", "--model", "embedded", "-q"]) == EXIT_USAGE
-    assert "no --data-dir given, $DXI_DATA_DIR is not set and neither ./data nor ../shared/data exists" in (
-        capsys.readouterr().err)
+    assert (
+        "no --data-dir given, $DXI_DATA_DIR is not set and neither ./data nor ../shared/data exists"
+        in (capsys.readouterr().err)
+    )
 
 
 def test_an_evaluation_not_selected_is_not_read(data_dir: Path, tmp_path: Path):
     (data_dir / "wildguardtest" / "wildguardtest.parquet").write_bytes(b"not parquet")
-    ran = session.run(plan.build(models=["embedded"], data_dir=data_dir, evals=["hle_multichoice"],
-                                 cache_dir=tmp_path / "c", out=tmp_path / "o"))
+    ran = session.run(
+        plan.build(
+            models=["embedded"],
+            data_dir=data_dir,
+            evals=["hle_multichoice"],
+            cache_dir=tmp_path / "c",
+            out=tmp_path / "o",
+        )
+    )
     assert ran.exit_code == 0
     s = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())
     assert s["data"]["wildguardtest"] == {"missing": "not selected (--evals)"}
     assert s["models"][0]["evals"]["hle_multichoice"]["n"] == 2
-    assert main(["run", "--model", "embedded", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"),
-                 "--out", str(tmp_path / "o"), "-q"]) == EXIT_USAGE  # selected, it is refused
+    assert (
+        main(
+            [
+                "run",
+                "--model",
+                "embedded",
+                "--data-dir",
+                str(data_dir),
+                "--cache-dir",
+                str(tmp_path / "c"),
+                "--out",
+                str(tmp_path / "o"),
+                "-q",
+            ]
+        )
+        == EXIT_USAGE
+    )  # selected, it is refused
 
 
 @pytest.mark.process
 def test_help_runs_in_a_process_of_its_own():
-    out = subprocess.run([DXI, "run", "--help"], capture_output=True, text=True, check=True,
-                         env={**os.environ, "COLUMNS": "100"}).stdout
+    out = subprocess.run(
+        [DXI, "run", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "100"},
+    ).stdout
     assert out.startswith("usage: dxi run ")
 
 
-def test_estimate_tells_requests_not_sent_yet_from_a_new_evaluation(data_dir: Path, tmp_path: Path, capsys):
+def test_estimate_tells_requests_not_sent_yet_from_a_new_evaluation(
+    data_dir: Path, tmp_path: Path, capsys
+):
     where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c")]
-    ran = session.run(plan.build(models=["embedded"], limit=1, evals=["hle_multichoice", "when2call"],
-                                 data_dir=data_dir, cache_dir=tmp_path / "c", out=tmp_path / "o"))
+    ran = session.run(
+        plan.build(
+            models=["embedded"],
+            limit=1,
+            evals=["hle_multichoice", "when2call"],
+            data_dir=data_dir,
+            cache_dir=tmp_path / "c",
+            out=tmp_path / "o",
+        )
+    )
     assert ran.exit_code == 0
     capsys.readouterr()
     assert main(["estimate", "--model", "embedded", *where, "--json"]) == 0
     (m,) = orjson.loads(capsys.readouterr().out)["models"]
-    # HLE and When2Call were started (a run that stopped, or a smaller --limit); the other two never were
+    # HLE and When2Call were started (a run that stopped, or a smaller --limit); the other two never
+    # were
     assert m["reasons"] == {"new evaluation": 4 + 3, "not sent yet": 1 + 2}
     assert (m["requests"], m["cached"], m["new"]) == (12, 2, 10)
 
 
 @pytest.mark.process
 def test_a_run_with_everything_cached_needs_no_server(data_dir: Path, tmp_path: Path, capsys):
-    """The server answers the first run, then is gone: the rerun (all cached) still scores, and says so."""
+    """The server answers the first run, then is gone: the rerun (all cached) still scores, and says
+    so."""
     from .fake_provider import serve
 
-    where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
+    where = [
+        "--data-dir",
+        str(data_dir),
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     with serve(model="m", p_first=None, p_yes=None, record=False) as server:
         model = f"systemone:m@{server.url}"
-        ran = session.run(plan.build(models=[model, "embedded"], data_dir=data_dir, cache_dir=tmp_path / "c",
-                                     out=tmp_path / "o"))
+        ran = session.run(
+            plan.build(
+                models=[model, "embedded"],
+                data_dir=data_dir,
+                cache_dir=tmp_path / "c",
+                out=tmp_path / "o",
+            )
+        )
         assert ran.exit_code == 0
     first = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())
     capsys.readouterr()
     assert main(["run", "--model", model, "--model", "embedded", *where]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Running 2 models (systemone:m (all cached); embedded:sparrow-nano-general-v1.1 (all cached)) on "
-                          "12 tasks (AA-Omniscience-Decision 4, HLE-MultiChoice 2, When2Call 3, WildGuardTest 3): "
-                          "24 requests; cache ")
+    assert out.startswith(
+        "Running 2 models (systemone:m (all cached); embedded:sparrow-nano-general-v1.1 (all cached)) on "
+        "12 tasks (AA-Omniscience-Decision 4, HLE-MultiChoice 2, When2Call 3, WildGuardTest 3): "
+        "24 requests; cache "
+    )
     assert "\nEvery request is in the cache (24): nothing to send.\n" in out
     again = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())
-    assert [m["decision_index"] for m in again["models"]] == [m["decision_index"] for m in first["models"]]
+    assert [m["decision_index"] for m in again["models"]] == [
+        m["decision_index"] for m in first["models"]
+    ]
     assert [m["requests"]["cache_hits"] for m in again["models"]] == [12, 12]
     # a task not cached yet needs the server: its provider is stopped, with the reason, nothing sent
-    assert main(["run", "--model", model, *where[:2], "--cache-dir", str(tmp_path / "empty"), "--out",
-                 str(tmp_path / "o2"), "-q"]) == EXIT_PROVIDER_STOPPED
+    assert (
+        main(
+            [
+                "run",
+                "--model",
+                model,
+                *where[:2],
+                "--cache-dir",
+                str(tmp_path / "empty"),
+                "--out",
+                str(tmp_path / "o2"),
+                "-q",
+            ]
+        )
+        == EXIT_PROVIDER_STOPPED
+    )
     assert "cannot reach" in capsys.readouterr().out
 
 
@@ -261,11 +373,16 @@ def test_progress_counts_the_rate_from_the_run_start_and_shows_no_spend_for_free
     from dxi.runner.sending.scheduler import Stats
 
     start = 1000.0
-    progress = RunProgress(Console(), {"local": 100, "paid": 100}, free=frozenset({"local"}), started=start)
+    progress = RunProgress(
+        Console(), {"local": 100, "paid": 100}, free=frozenset({"local"}), started=start
+    )
     s = Stats(sent=10, ok=10, cache_hits=0, attempts=10, started=start + 9.999, cost_usd=0.0)
-    assert progress.line("local", s, now=start + 10) == ("10/100 10% 1.0 req/s ETA 1m30s retries 0 429s 0 "
-                                                         "invalid replies 0 failed 0 cached 0")
-    assert progress.line("paid", s, now=start + 10).startswith("10/100 10% 1.0 req/s ETA 1m30s $0.0000 retries 0")
+    assert progress.line("local", s, now=start + 10) == (
+        "10/100 10% 1.0 req/s ETA 1m30s retries 0 429s 0 invalid replies 0 failed 0 cached 0"
+    )
+    assert progress.line("paid", s, now=start + 10).startswith(
+        "10/100 10% 1.0 req/s ETA 1m30s $0.0000 retries 0"
+    )
 
 
 def test_the_command_modules_import_the_library_never_each_other():
@@ -275,36 +392,61 @@ def test_the_command_modules_import_the_library_never_each_other():
 
     folder = Path(commands.__file__).parent
     modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
-    assert modules == set(commands.COMMANDS.values()) | {"options"}  # one module per command, and the shared options
+    assert modules == set(commands.COMMANDS.values()) | {
+        "options"
+    }  # one module per command, and the shared options
     for name in sorted(modules - {"options"}):
         tree = ast.parse((folder / f"{name}.py").read_text())
         imported = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import x / from .x import y
+            if (
+                isinstance(node, ast.ImportFrom) and node.level == 1
+            ):  # from . import x / from .x import y
                 imported |= {node.module} if node.module else {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dxi.runner.commands"):
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "dxi.runner.commands"
+            ):
                 imported.add(node.module.rsplit(".", 1)[-1])
-        assert imported <= {"options"}, f"runner/commands/{name}.py imports {sorted(imported - {'options'})}"
+        assert imported <= {"options"}, (
+            f"runner/commands/{name}.py imports {sorted(imported - {'options'})}"
+        )
         assert hasattr(importlib.import_module(f"dxi.runner.commands.{name}"), "main")
-    assert len((folder.parent / "cli.py").read_text().splitlines()) <= 200  # the dispatcher stays small
+    assert (
+        len((folder.parent / "cli.py").read_text().splitlines()) <= 200
+    )  # the dispatcher stays small
 
 
-@pytest.mark.parametrize("argv", [
-    ["export", "runs/two.toml", "--format", "csv", "answers.csv"],  # the form docs/outputs.md gives
-    ["export", "--format", "csv", "runs/two.toml", "answers.csv"],
-    ["export", "runs/two.toml", "answers.csv", "--format", "csv"],
-    ["export", "--format", "csv", "--include-missing", "runs/two.toml", "-q", "answers.csv"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [
+            "export",
+            "runs/two.toml",
+            "--format",
+            "csv",
+            "answers.csv",
+        ],  # the form docs/outputs.md gives
+        ["export", "--format", "csv", "runs/two.toml", "answers.csv"],
+        ["export", "runs/two.toml", "answers.csv", "--format", "csv"],
+        ["export", "--format", "csv", "--include-missing", "runs/two.toml", "-q", "answers.csv"],
+    ],
+)
 def test_export_takes_its_run_file_and_target_with_the_flags_anywhere(argv: list[str]):
-    """Issue 32: ``dxi export runs/two.toml --format csv answers.csv`` was refused (argparse gave the run file
-    to TARGET, RUN_FILE being optional, and left answers.csv over)."""
+    """Issue 32: ``dxi export runs/two.toml --format csv answers.csv`` was refused (argparse gave
+    the run file to TARGET, RUN_FILE being optional, and left answers.csv over)."""
     parsed = parser().parse_args(argv)
-    assert (parsed.run_file, parsed.target, parsed.format) == (Path("runs/two.toml"), Path("answers.csv"), "csv")
+    assert (parsed.run_file, parsed.target, parsed.format) == (
+        Path("runs/two.toml"),
+        Path("answers.csv"),
+        "csv",
+    )
 
 
 def test_export_without_a_run_file_still_refuses_a_word_too_many(capsys):
     assert main(["export", "--format", "csv", "answers.csv", "-q", "more.csv"]) == EXIT_USAGE
-    assert "unrecognized arguments: more.csv" in capsys.readouterr().err  # answers.csv: not a run file
+    assert (
+        "unrecognized arguments: more.csv" in capsys.readouterr().err
+    )  # answers.csv: not a run file
     parsed = parser().parse_args(["export", "--format", "csv", "answers.csv"])
     assert (parsed.run_file, parsed.target) == (None, Path("answers.csv"))
 
@@ -315,34 +457,72 @@ def test_export_with_a_run_file_before_the_flags_in_a_real_dxi(tmp_path: Path):
 
     data_dir(tmp_path / "data", 3)
     (tmp_path / "runs").mkdir()
-    (tmp_path / "runs" / "two.toml").write_text('data_dir = "../data"\ncache_dir = "../cache"\n\n[[models]]\n'
-                                                'provider = "embedded"\n')
-    done = subprocess.run([DXI, "run", "runs/two.toml", "-q"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    (tmp_path / "runs" / "two.toml").write_text(
+        'data_dir = "../data"\ncache_dir = "../cache"\n\n[[models]]\nprovider = "embedded"\n'
+    )
+    done = subprocess.run(
+        [DXI, "run", "runs/two.toml", "-q"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
-    done = subprocess.run([DXI, "export", "runs/two.toml", "--format", "csv", "answers.csv"], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [DXI, "export", "runs/two.toml", "--format", "csv", "answers.csv"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("Exported 1 file(s) (csv) to answers.csv")
-    assert len((tmp_path / "answers.csv").read_text().splitlines()) == 1 + 3  # the header, one row per task
+    assert (
+        len((tmp_path / "answers.csv").read_text().splitlines()) == 1 + 3
+    )  # the header, one row per task
 
 
 @pytest.mark.process
 def test_data_check_finds_the_data_folder_as_every_other_command_does(tmp_path: Path):
-    """Issue 32: ``dxi data check`` alone required --data-dir; it now takes $DXI_DATA_DIR, else ./data, else
-    ../shared/data, and says so when none exists."""
+    """Issue 32: ``dxi data check`` alone required --data-dir; it now takes $DXI_DATA_DIR, else
+    ./data, else ../shared/data, and says so when none exists."""
     from .synthetic import data_dir
 
     env = {k: v for k, v in os.environ.items() if k != "DXI_DATA_DIR"}
     (tmp_path / "empty").mkdir()
-    done = subprocess.run([DXI, "data", "check"], capture_output=True, text=True, cwd=tmp_path / "empty", env=env,
-                          timeout=120)
+    done = subprocess.run(
+        [DXI, "data", "check"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path / "empty",
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == EXIT_USAGE and "Traceback" not in done.stderr
-    assert done.stderr.strip() == ("error: no data folder: give --data-dir DIR (default: $DXI_DATA_DIR, else ./data, "
-                                   "else ../shared/data, whichever exists)")
+    assert done.stderr.strip() == (
+        "error: no data folder: give --data-dir DIR (default: $DXI_DATA_DIR, else ./data, "
+        "else ../shared/data, whichever exists)"
+    )
     data_dir(tmp_path / "here" / "data", 3)
-    done = subprocess.run([DXI, "data", "check"], capture_output=True, text=True, cwd=tmp_path / "here", env=env,
-                          timeout=120)
-    assert "Evaluation data in data" in done.stdout and "when2call_test_mcq.jsonl" in done.stdout, done.stdout
-    done = subprocess.run([DXI, "data", "check"], capture_output=True, text=True, cwd=tmp_path / "empty", timeout=120,
-                          env={**env, "DXI_DATA_DIR": str(tmp_path / "here" / "data")})
-    assert f"Evaluation data in {tmp_path / 'here' / 'data'}" in " ".join(done.stdout.split()), done.stdout
+    done = subprocess.run(
+        [DXI, "data", "check"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path / "here",
+        env=env,
+        timeout=120,
+    )
+    assert "Evaluation data in data" in done.stdout and "when2call_test_mcq.jsonl" in done.stdout, (
+        done.stdout
+    )
+    done = subprocess.run(
+        [DXI, "data", "check"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path / "empty",
+        timeout=120,
+        env={**env, "DXI_DATA_DIR": str(tmp_path / "here" / "data")},
+    )
+    assert f"Evaluation data in {tmp_path / 'here' / 'data'}" in " ".join(done.stdout.split()), (
+        done.stdout
+    )

@@ -1,5 +1,6 @@
-"""Paired comparisons of models and their ranks (``scoring.compare``), by hand and against scipy (a test-only
-reference: scikit-learn's dependency, never the product's)."""
+"""Paired comparisons of models and their ranks (``scoring.compare``), by hand and against scipy (a
+test-only reference: scikit-learn's dependency, never the product's)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,34 +20,68 @@ N_TASKS = 40
 
 
 def answers(label: str, right: list[bool], name: str = "hle_multichoice") -> list[dict]:
-    return [choice(label, name, f"{name}/{i:03d}", "A", {"A": 0.8, "B": 0.2} if ok else {"A": 0.3, "B": 0.7})
-            for i, ok in enumerate(right)]
+    return [
+        choice(
+            label,
+            name,
+            f"{name}/{i:03d}",
+            "A",
+            {"A": 0.8, "B": 0.2} if ok else {"A": 0.3, "B": 0.7},
+        )
+        for i, ok in enumerate(right)
+    ]
 
 
 def suite(label: str, right: list[bool]) -> list[dict]:
-    """Every evaluation answered with the same right/wrong pattern over its tasks (WildGuardTest: a row's
-    three questions right or wrong together; gold yes on even rows)."""
+    """Every evaluation answered with the same right/wrong pattern over its tasks (WildGuardTest: a
+    row's three questions right or wrong together; gold yes on even rows)."""
     rows = [r for name in EVALS[:3] for r in answers(label, right, name)]
     for i, ok in enumerate(right):
         gold = "yes" if i % 2 == 0 else "no"
         for q in ("prompt_harmful", "response_refusal", "response_harmful"):
-            rows.append(yes_no(label, f"wildguardtest/{i:03d}", q, gold, 0.9 if (gold == "yes") == ok else 0.1))
+            rows.append(
+                yes_no(
+                    label, f"wildguardtest/{i:03d}", q, gold, 0.9 if (gold == "yes") == ok else 0.1
+                )
+            )
     return rows
 
 
-@pytest.mark.parametrize(("a", "b"), [(0, 0), (1, 0), (0, 3), (5, 5), (7, 2), (12, 30), (150, 171), (1000, 1100),
-                                      (2400, 2000), (3, 3000)])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (0, 0),
+        (1, 0),
+        (0, 3),
+        (5, 5),
+        (7, 2),
+        (12, 30),
+        (150, 171),
+        (1000, 1100),
+        (2400, 2000),
+        (3, 3000),
+    ],
+)
 def test_mcnemar_is_scipys_exact_two_sided_binomial_test(a: int, b: int):
     expected = binomtest(a, a + b, 0.5).pvalue if a + b else 1.0
-    assert mcnemar_p(np.array([a]), np.array([b]))[0] == pytest.approx(expected, rel=1e-9, abs=1e-300)
+    assert mcnemar_p(np.array([a]), np.array([b]))[0] == pytest.approx(
+        expected, rel=1e-9, abs=1e-300
+    )
 
 
 def test_mcnemar_vectorised_matches_one_at_a_time():
     rng = np.random.default_rng(3)
     a, b = rng.integers(0, 400, 200), rng.integers(0, 400, 200)
     together = mcnemar_p(a, b)
-    assert all(together[k] == pytest.approx(binomtest(int(a[k]), int(a[k] + b[k])).pvalue if a[k] + b[k] else 1.0,
-                                             rel=1e-9, abs=1e-300) for k in range(200))
+    assert all(
+        together[k]
+        == pytest.approx(
+            binomtest(int(a[k]), int(a[k] + b[k])).pvalue if a[k] + b[k] else 1.0,
+            rel=1e-9,
+            abs=1e-300,
+        )
+        for k in range(200)
+    )
 
 
 def test_two_models_difference_interval_p_value_and_mcnemar_by_hand():
@@ -54,10 +89,15 @@ def test_two_models_difference_interval_p_value_and_mcnemar_by_hand():
     a_right = rng.random(N_TASKS) < 0.7
     b_right = np.where(rng.random(N_TASKS) < 0.8, a_right, ~a_right)  # mostly the same answers
     boot = Bootstrap(resamples=500, seed=4)
-    scored = score(frame(answers("m:a", list(a_right)) + answers("m:b", list(b_right))), boot, with_comparisons=True)
+    scored = score(
+        frame(answers("m:a", list(a_right)) + answers("m:b", list(b_right))),
+        boot,
+        with_comparisons=True,
+    )
     row = scored.comparisons.filter(pl.col("metric") == "accuracy").row(0, named=True)
     assert (row["a"], row["b"], row["eval"]) == ("m:a", "m:b", "hle_multichoice")
-    # the point difference, and the same resamples for both: resample b's accuracy is counts[b] @ right / n
+    # the point difference, and the same resamples for both: resample b's accuracy is counts[b] @
+    # right / n
     w = boot.counts("hle_multichoice", N_TASKS).astype(np.float64)
     diff = 100 * (w @ a_right - w @ b_right) / N_TASKS
     d = 100 * (a_right.mean() - b_right.mean())
@@ -70,23 +110,30 @@ def test_two_models_difference_interval_p_value_and_mcnemar_by_hand():
     assert row["mcnemar_p"] == pytest.approx(binomtest(a_only, a_only + b_only).pvalue, rel=1e-9)
     assert row["p_value"] == row["mcnemar_p"] and row["test"] == "McNemar exact"
     # the hull of Newcombe's interval (method 10) and Bonett & Price's, by hand from the 2x2 table
-    (n_low, n_high), (b_low, b_high) = _newcombe(both_right, a_only, b_only, both_wrong), _bonett_price(a_only, b_only)
+    (n_low, n_high), (b_low, b_high) = (
+        _newcombe(both_right, a_only, b_only, both_wrong),
+        _bonett_price(a_only, b_only),
+    )
     assert (row["low"], row["high"]) == pytest.approx((min(n_low, b_low), max(n_high, b_high)))
     assert row["interval"] == "Newcombe (method 10) and Bonett-Price hull"
-    # one pair: the step-down is the bootstrap test (1 + #{|D* - d| >= |d|}) / (B + 1); accuracy takes the larger
-    # of it and McNemar's
+    # one pair: the step-down is the bootstrap test (1 + #{|D* - d| >= |d|}) / (B + 1); accuracy
+    # takes the larger of it and McNemar's
     step = (1 + (np.abs(diff - d) >= abs(d) - 1e-9).sum()) / 501
     assert row["p_adjusted"] == pytest.approx(max(step, row["mcnemar_p"]))
-    assert row["significant"] is (row["p_adjusted"] < 0.05) and row["adjustment"] == "max-T step-down and McNemar exact"
+    assert (
+        row["significant"] is (row["p_adjusted"] < 0.05)
+        and row["adjustment"] == "max-T step-down and McNemar exact"
+    )
     assert row["complete"] is True
-    # a metric without McNemar's test: the symmetric bootstrap interval d +- q, q the 95% quantile of |D* - d|
+    # a metric without McNemar's test: the symmetric bootstrap interval d +- q, q the 95% quantile
+    # of |D* - d|
     omni = scored.comparisons.filter(pl.col("metric") == "decision_index")
     assert omni.is_empty()  # one evaluation only: no index
 
 
 def _newcombe(a: int, b: int, c: int, d: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Newcombe (1998) method 10, written out from the paper for the test: the 2x2 table a (both right), b (first
-    only), c (second only), d (both wrong); the difference in points."""
+    """Newcombe (1998) method 10, written out from the paper for the test: the 2x2 table a (both
+    right), b (first only), c (second only), d (both wrong); the difference in points."""
     n = a + b + c + d
 
     def wilson(x: int) -> tuple[float, float]:
@@ -103,7 +150,9 @@ def _newcombe(a: int, b: int, c: int, d: int, z: float = 1.959963984540054) -> t
     return 100 * (p1 - p2 - delta), 100 * (p1 - p2 + eps)
 
 
-def _bonett_price(b: int, c: int, n: int = N_TASKS, z: float = 1.959963984540054) -> tuple[float, float]:
+def _bonett_price(
+    b: int, c: int, n: int = N_TASKS, z: float = 1.959963984540054
+) -> tuple[float, float]:
     """Bonett & Price (2012)'s adjusted Wald interval, in points, written out for the test."""
     first, second = (b + 1) / (n + 2), (c + 1) / (n + 2)
     half = z * np.sqrt((first + second - (first - second) ** 2) / (n + 2))
@@ -111,16 +160,24 @@ def _bonett_price(b: int, c: int, n: int = N_TASKS, z: float = 1.959963984540054
 
 
 def test_two_discordant_answers_one_way_get_an_interval_around_zero_not_a_bound_stuck_at_it():
-    # the issue's case: 60 questions, b right on two more (a: 30 right, b: 32), so 0 and 2 discordant answers;
-    # the percentile bootstrap gave [-8.33, 0.0]; Newcombe's method 10 gives [-7.71, +1.11], Bonett & Price's
-    # [-9.50, +3.05]: the hull of the two (hand-computed: centre -2/62, se sqrt((4/62 - (2/62)**2)/62))
+    # the issue's case: 60 questions, b right on two more (a: 30 right, b: 32), so 0 and 2
+    # discordant answers; the percentile bootstrap gave [-8.33, 0.0]; Newcombe's method 10 gives
+    # [-7.71, +1.11], Bonett & Price's [-9.50, +3.05]: the hull of the two (hand-computed: centre
+    # -2/62, se sqrt((4/62 - (2/62)**2)/62))
     assert tuple(round(v, 4) for v in _newcombe(30, 0, 2, 28)) == (-7.7064, 1.1095)
     assert tuple(round(v, 4) for v in _bonett_price(0, 2, 60)) == (-9.4971, 3.0455)
-    low, high = newcombe(np.array([0]), np.array([2]), np.array([30]), np.array([28]), 0.95, hull=False)
-    assert (round(low[0], 4), round(high[0], 4)) == (-7.7064, 1.1095)  # method 10 alone, as the paper gives it
+    low, high = newcombe(
+        np.array([0]), np.array([2]), np.array([30]), np.array([28]), 0.95, hull=False
+    )
+    assert (round(low[0], 4), round(high[0], 4)) == (
+        -7.7064,
+        1.1095,
+    )  # method 10 alone, as the paper gives it
     a_right = [i < 30 for i in range(60)]
     b_right = [i < 32 for i in range(60)]
-    scored = score(frame(answers("m:a", a_right) + answers("m:b", b_right)), Bootstrap(), with_comparisons=True)
+    scored = score(
+        frame(answers("m:a", a_right) + answers("m:b", b_right)), Bootstrap(), with_comparisons=True
+    )
     row = scored.comparisons.row(0, named=True)
     assert row["difference"] == pytest.approx(-100 / 30)
     assert (round(row["low"], 4), round(row["high"], 4)) == (-9.4971, 3.0455)
@@ -128,11 +185,18 @@ def test_two_discordant_answers_one_way_get_an_interval_around_zero_not_a_bound_
 
 
 def test_newcombe_never_has_zero_width_and_contains_its_point():
-    # no discordant answer: method 10's width collapses (phi = 1; zero at exactly 1/2), so even without the hull
-    # the interval is then the hull with Bonett & Price's adjusted Wald interval:
-    # (b + 1)/(n + 2) - (c + 1)/(n + 2) +- z * sqrt((p12 + p21 - theta**2)/(n + 2)) = 0 +- 1.96 * sqrt(2/62/62)
-    low, high = newcombe(np.array([0, 0, 0, 60, 0]), np.array([0, 0, 0, 0, 60]), np.array([30, 60, 0, 0, 0]),
-                         np.array([30, 0, 60, 0, 0]), 0.95, hull=False)
+    # no discordant answer: method 10's width collapses (phi = 1; zero at exactly 1/2), so even
+    # without the hull the interval is then the hull with Bonett & Price's adjusted Wald interval:
+    # (b + 1)/(n + 2) - (c + 1)/(n + 2) +- z * sqrt((p12 + p21 - theta**2)/(n + 2)) = 0 +- 1.96 *
+    # sqrt(2/62/62)
+    low, high = newcombe(
+        np.array([0, 0, 0, 60, 0]),
+        np.array([0, 0, 0, 0, 60]),
+        np.array([30, 60, 0, 0, 0]),
+        np.array([30, 0, 60, 0, 0]),
+        0.95,
+        hull=False,
+    )
     assert (high - low > 0).all()
     half = 100 * 1.959963984540054 * np.sqrt(2 / 62 / 62)
     assert (low[0], high[0]) == (pytest.approx(-half), pytest.approx(half))
@@ -142,29 +206,54 @@ def test_newcombe_never_has_zero_width_and_contains_its_point():
 
 def test_the_paired_accuracy_interval_covers_at_least_093_by_seeded_simulation():
     rng = np.random.default_rng(5)
-    for n, p1, p2, same in [(20, 0.9, 0.85, 0.8), (60, 0.95, 0.9, 0.8), (60, 0.5, 0.5, 0.8), (60, 0.995, 0.99, 0.8),
-                            (500, 0.7, 0.68, 0.8), (20, 0.5, 0.45, 0.95), (60, 0.9, 0.89, 0.95),
-                            (20, 0.5, 0.49, 0.5), (500, 0.5, 0.45, 0.95)]:  # method 10 alone: 0.917, 0.923
-        # correlated pairs: the second model repeats the first's answer on most questions (``same`` of them)
+    for n, p1, p2, same in [
+        (20, 0.9, 0.85, 0.8),
+        (60, 0.95, 0.9, 0.8),
+        (60, 0.5, 0.5, 0.8),
+        (60, 0.995, 0.99, 0.8),
+        (500, 0.7, 0.68, 0.8),
+        (20, 0.5, 0.45, 0.95),
+        (60, 0.9, 0.89, 0.95),
+        (20, 0.5, 0.49, 0.5),
+        (500, 0.5, 0.45, 0.95),
+    ]:  # method 10 alone: 0.917, 0.923
+        # correlated pairs: the second model repeats the first's answer on most questions (``same``
+        # of them)
         first = rng.random((4000, n)) < p1
         other = np.clip((p2 - same * p1) / (1 - same), 0, 1)
         second = np.where(rng.random((4000, n)) < same, first, rng.random((4000, n)) < other)
         truth = 100 * (p1 - (same * p1 + (1 - same) * other))
-        low, high = newcombe((first & ~second).sum(1), (~first & second).sum(1), (first & second).sum(1),
-                             (~first & ~second).sum(1), 0.95)
+        low, high = newcombe(
+            (first & ~second).sum(1),
+            (~first & second).sum(1),
+            (first & second).sum(1),
+            (~first & ~second).sum(1),
+            0.95,
+        )
         covered = ((low <= truth) & (truth <= high)).mean()
         assert covered >= 0.93, (n, p1, p2, covered)
 
 
 def test_an_identical_pair_differs_by_nothing_and_is_never_separated():
     right = list(np.random.default_rng(1).random(N_TASKS) < 0.5)
-    scored = score(frame(suite("m:a", right) + suite("m:b", right)), Bootstrap(resamples=200), with_comparisons=True)
+    scored = score(
+        frame(suite("m:a", right) + suite("m:b", right)),
+        Bootstrap(resamples=200),
+        with_comparisons=True,
+    )
     for row in scored.comparisons.iter_rows(named=True):
-        assert (row["difference"], row["p_value"], row["p_adjusted"], row["significant"]) == (0.0, 1.0, 1.0, False)
+        assert (row["difference"], row["p_value"], row["p_adjusted"], row["significant"]) == (
+            0.0,
+            1.0,
+            1.0,
+            False,
+        )
         assert row["low"] < 0 < row["high"] and row["low"] == -row["high"]  # never of zero width
     ranks = {r["label"]: r for r in scored.index.iter_rows(named=True)}
-    assert [(r["tied_group"], r["rank"], r["rank_high"], r["rank_set_low"], r["rank_set_high"])
-            for r in ranks.values()] == [(1, 1, 1, 1, 2), (1, 1, 1, 1, 2)]
+    assert [
+        (r["tied_group"], r["rank"], r["rank_high"], r["rank_set_low"], r["rank_set_high"])
+        for r in ranks.values()
+    ] == [(1, 1, 1, 1, 2), (1, 1, 1, 1, 2)]
 
 
 def test_the_symmetric_interval_by_hand():
@@ -177,6 +266,7 @@ def test_the_symmetric_interval_by_hand():
     scored = score(frame(suite("m:a", a) + suite("m:b", b)), boot, with_comparisons=True)
     from dxi.scoring.compare import figures
     from dxi.scoring.scored import Scorer
+
     scorer = Scorer(boot)
     scorer.add(frame(suite("m:a", a) + suite("m:b", b)))
     index = figures(scorer.estimates, scorer.labels, boot)[0]
@@ -204,7 +294,7 @@ def test_mover_difference_by_hand_and_as_newcombes_method_10():
         return tuple(np.array([v]) for v in values)
 
     low, high = mover_difference(arrays(90, 80, 95), arrays(85, 75, 92), np.array([0.5]))
-    assert (low[0], high[0]) == (pytest.approx(5 - 79 ** 0.5), pytest.approx(5 + 75 ** 0.5))
+    assert (low[0], high[0]) == (pytest.approx(5 - 79**0.5), pytest.approx(5 + 75**0.5))
     # with each model's Wilson interval and the 2x2 table's phi it is Newcombe's method 10
     both_right, a_only, b_only, both_wrong = 30, 6, 2, 22
     n = 60
@@ -216,12 +306,17 @@ def test_mover_difference_by_hand_and_as_newcombes_method_10():
         h = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
         return 100 * (c - h), 100 * (c + h)
 
-    margins = ((both_right + a_only) * (b_only + both_wrong) * (both_right + b_only)
-               * (a_only + both_wrong))
+    margins = (
+        (both_right + a_only)
+        * (b_only + both_wrong)
+        * (both_right + b_only)
+        * (a_only + both_wrong)
+    )
     phi = (both_right * both_wrong - a_only * b_only) / np.sqrt(margins)
     (l1, u1), (l2, u2) = wilson(p1), wilson(p2)
-    low, high = mover_difference(arrays(100 * p1, l1, u1), arrays(100 * p2, l2, u2),
-                                 np.array([phi]))
+    low, high = mover_difference(
+        arrays(100 * p1, l1, u1), arrays(100 * p2, l2, u2), np.array([phi])
+    )
     n_low, n_high = newcombe(*arrays(a_only, b_only, both_right, both_wrong), 0.95, hull=False)
     assert (low[0], high[0]) == (pytest.approx(n_low[0]), pytest.approx(n_high[0]))
 
@@ -245,14 +340,17 @@ def test_max_t_step_down_by_hand():
     dev = np.array([[1.0, 4.0, 0.5, 2.0], [2.0, 6.0, 1.0, 0.0], [0.2, 0.1, 1.5, 0.3]])
     reps = d[:, None] + dev * np.array([1, -1, 1, -1])
     _, raw, adjusted = max_t(d, lambda rows: reps[rows], 3, 4)
-    # raw: (1 + #{dev >= |d|}) / 5 -> pair 0: 4 >= 3 once; pair 1: 6 >= 5 once; pair 2: 1.5 >= 1 once
+    # raw: (1 + #{dev >= |d|}) / 5 -> pair 0: 4 >= 3 once; pair 1: 6 >= 5 once; pair 2: 1.5 >= 1
+    # once
     assert raw.tolist() == pytest.approx([0.4, 0.4, 0.4])
     # step 1 (pair 1, |d| 5): max over all pairs per resample = 2, 6, 1.5, 2 -> one >= 5: 2/5
     # step 2 (pair 0, |d| 3): max over pairs 0, 2 = 1, 4, 1.5, 2 -> one >= 3: 2/5, kept >= step 1's
     # step 3 (pair 2, |d| 1): pair 2 alone = 0.2, 0.1, 1.5, 0.3 -> one >= 1: 2/5
     assert adjusted.tolist() == pytest.approx([0.4, 0.4, 0.4])
     _, _, adjusted = max_t(np.array([3.0, -5.0, 0.1]), lambda rows: reps[rows], 3, 4)
-    assert adjusted.tolist() == pytest.approx([0.4, 0.4, 1.0])  # |d| 0.1: all four resamples reach it
+    assert adjusted.tolist() == pytest.approx(
+        [0.4, 0.4, 1.0]
+    )  # |d| 0.1: all four resamples reach it
 
 
 def test_rank_sets_by_hand():
@@ -264,19 +362,23 @@ def test_rank_sets_by_hand():
 
 
 def _nested(models: int, step: int, n_tasks: int, block: int = 1) -> tuple[pl.DataFrame, list[str]]:
-    """``models`` models on every evaluation, model k right on the first n_tasks − step·(k // block) tasks (so
-    models of one block answer alike and the blocks are ``step`` tasks apart, all one way)."""
+    """``models`` models on every evaluation, model k right on the first n_tasks − step·(k // block)
+    tasks (so models of one block answer alike and the blocks are ``step`` tasks apart, all one
+    way)."""
     labels = [f"m:{k:02d}" for k in range(models)]
-    rows = [r for k, label in enumerate(labels)
-            for r in suite(label, [i < n_tasks - step * (k // block) for i in range(n_tasks)])]
+    rows = [
+        r
+        for k, label in enumerate(labels)
+        for r in suite(label, [i < n_tasks - step * (k // block) for i in range(n_tasks)])
+    ]
     return frame(rows), labels
 
 
 def test_21_models_fall_into_the_groups_a_bonferroni_bound_guarantees():
-    # 7 blocks of 3 models answering alike, blocks 25 tasks of 200 apart (all one way). Within a block the
-    # differences are 0: never separated. Between blocks, HLE accuracy's McNemar p is at most 2 * 0.5**25, so a
-    # Bonferroni bound over the 210 pairs (210 * 6e-8 < 0.05) separates every two blocks: the groups must be the
-    # blocks, each model's rank set its block's ranks.
+    # 7 blocks of 3 models answering alike, blocks 25 tasks of 200 apart (all one way). Within a
+    # block the differences are 0: never separated. Between blocks, HLE accuracy's McNemar p is at
+    # most 2 * 0.5**25, so a Bonferroni bound over the 210 pairs (210 * 6e-8 < 0.05) separates every
+    # two blocks: the groups must be the blocks, each model's rank set its block's ranks.
     answers_, labels = _nested(21, 25, 200, block=3)
     scored = score(answers_, Bootstrap(), with_breakdowns=False, with_comparisons=True)
     hle = scored.comparisons.filter(pl.col("eval") == "hle_multichoice")
@@ -285,21 +387,24 @@ def test_21_models_fall_into_the_groups_a_bonferroni_bound_guarantees():
     assert (hle["significant"].to_numpy() >= bonferroni).all()
     index = {r["label"]: r for r in scored.index.iter_rows(named=True)}
     assert [index[lb]["tied_group"] for lb in labels] == [k // 3 + 1 for k in range(21)]
-    assert [(index[lb]["rank_set_low"], index[lb]["rank_set_high"]) for lb in labels] == \
-        [(3 * (k // 3) + 1, 3 * (k // 3) + 3) for k in range(21)]
+    assert [(index[lb]["rank_set_low"], index[lb]["rank_set_high"]) for lb in labels] == [
+        (3 * (k // 3) + 1, 3 * (k // 3) + 3) for k in range(21)
+    ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("models", [8, 11, 20, 50])
 def test_models_with_large_differences_are_all_separated(models: int):
-    # models 8 tasks of 400 apart on every evaluation (2 index points, all one way): every model its own group
-    # and rank set. Holm over the resampling p-values could not do this (28 pairs x 2/1001 > 0.05 already at 8).
+    # models 8 tasks of 400 apart on every evaluation (2 index points, all one way): every model its
+    # own group and rank set. Holm over the resampling p-values could not do this (28 pairs x 2/1001
+    # > 0.05 already at 8).
     answers_, labels = _nested(models, 8, 400)
     scored = score(answers_, Bootstrap(), with_breakdowns=False, with_comparisons=True)
     index = {r["label"]: r for r in scored.index.iter_rows(named=True)}
     assert [index[lb]["tied_group"] for lb in labels] == list(range(1, models + 1))
-    assert [(index[lb]["rank_set_low"], index[lb]["rank_set_high"]) for lb in labels] == \
-        [(k, k) for k in range(1, models + 1)]
+    assert [(index[lb]["rank_set_low"], index[lb]["rank_set_high"]) for lb in labels] == [
+        (k, k) for k in range(1, models + 1)
+    ]
     pairs = scored.comparisons.filter(pl.col("metric") == "decision_index")
     assert pairs["significant"].all() and pairs["p_adjusted"].max() < 0.05
 
@@ -308,34 +413,45 @@ def test_a_100_percent_model_and_a_0_percent_one_among_eleven_are_separated():
     # the issue's run: 11 models, one right everywhere, one wrong everywhere, the rest between
     answers_, labels = _nested(11, 6, 60)
     scored = score(answers_, Bootstrap(), with_breakdowns=False, with_comparisons=True)
-    top = scored.comparisons.filter((pl.col("metric") == "decision_index") & (pl.col("a") == "m:00")
-                                    & (pl.col("b") == "m:10")).row(0, named=True)
+    top = scored.comparisons.filter(
+        (pl.col("metric") == "decision_index") & (pl.col("a") == "m:00") & (pl.col("b") == "m:10")
+    ).row(0, named=True)
     assert top["difference"] == pytest.approx(100.0) and top["significant"] is True
     assert top["p_adjusted"] == pytest.approx(1 / 1001)
 
 
 @pytest.mark.parametrize(("tasks", "separated"), [(2, False), (60, True)])
 def test_a_difference_no_resample_moves_falls_back_to_the_sign_test(tasks: int, separated: bool):
-    # 100% against 0% everywhere: every resample gives 100, so the bootstrap cannot judge; the sign test over the
-    # tasks can (2 * 0.5**2 = 0.5 on 2 tasks), and the interval runs from 100 (n - z^2)/(n + z^2) to 100
-    scored = score(frame(suite("m:a", [True] * tasks) + suite("m:b", [False] * tasks)), Bootstrap(),
-                   with_comparisons=True)
-    z2 = 1.959963984540054 ** 2
+    # 100% against 0% everywhere: every resample gives 100, so the bootstrap cannot judge; the sign
+    # test over the tasks can (2 * 0.5**2 = 0.5 on 2 tasks), and the interval runs from 100 (n -
+    # z^2)/(n + z^2) to 100
+    scored = score(
+        frame(suite("m:a", [True] * tasks) + suite("m:b", [False] * tasks)),
+        Bootstrap(),
+        with_comparisons=True,
+    )
+    z2 = 1.959963984540054**2
     for row in scored.comparisons.iter_rows(named=True):
         assert row["difference"] == 100.0 and row["significant"] is separated
         assert -100 <= row["low"] <= row["difference"] <= row["high"] == 100.0
         if row["metric"] != "accuracy":  # accuracy: McNemar's exact test and the paired interval
-            assert row["p_adjusted"] == pytest.approx(max(2 * 0.5 ** tasks, 1 / 1001))
+            assert row["p_adjusted"] == pytest.approx(max(2 * 0.5**tasks, 1 / 1001))
             assert row["low"] == pytest.approx(100 * (tasks - z2) / (tasks + z2))
     one = score(frame(suite("m:a", [True] * tasks)), Bootstrap(resamples=50), with_comparisons=True)
     assert one.comparisons.is_empty()
-    assert one.index.select("rank", "rank_set_low", "rank_set_high", "tied_group").row(0) == (1, 1, 1, 1)
+    assert one.index.select("rank", "rank_set_low", "rank_set_high", "tied_group").row(0) == (
+        1,
+        1,
+        1,
+        1,
+    )
 
 
 @pytest.mark.slow
 def test_the_family_wise_error_rate_with_identical_models_by_seeded_simulation():
-    # 10 models of the same accuracy (answers drawn independently), 60 questions, 200 datasets: how often is any
-    # of the 45 pairs separated (max-T step-down over the resamples and McNemar's exact p)? Goal 5%.
+    # 10 models of the same accuracy (answers drawn independently), 60 questions, 200 datasets: how
+    # often is any of the 45 pairs separated (max-T step-down over the resamples and McNemar's exact
+    # p)? Goal 5%.
     rng = np.random.default_rng(7)
     first, second = np.triu_indices(10, 1)
     wrong = 0
@@ -344,7 +460,9 @@ def test_the_family_wise_error_rate_with_identical_models_by_seeded_simulation()
         counts = rng.multinomial(60, np.full(60, 1 / 60), size=1000).astype(np.float64)
         per_model = (100 * counts @ right.T / 60).T
         d = 100 * (right[first].mean(1) - right[second].mean(1))
-        _, _, adjusted = max_t(d, lambda rows, m=per_model: m[first[rows]] - m[second[rows]], len(d), 1000)
+        _, _, adjusted = max_t(
+            d, lambda rows, m=per_model: m[first[rows]] - m[second[rows]], len(d), 1000
+        )
         a_only = (right[first] * (1 - right[second])).sum(1).astype(int)
         b_only = (right[second] * (1 - right[first])).sum(1).astype(int)
         wrong += bool((np.fmax(adjusted, mcnemar_p(a_only, b_only)) < 0.05).any())
@@ -354,27 +472,58 @@ def test_the_family_wise_error_rate_with_identical_models_by_seeded_simulation()
 def test_summary_carries_the_comparisons_and_each_models_rank():
     base = [i % 4 != 0 for i in range(N_TASKS)]
     far = [i % 4 == 0 for i in range(N_TASKS)]
-    scored = score(frame(suite("m:a", base) + suite("m:c", far)), Bootstrap(resamples=100), with_comparisons=True)
-    summary = records.to_builtins(build_summary(scored.metrics, ["m:a", "m:c"], DATA, "p", 1, {}, scored))
-    assert [(m["rank"], m["rank_ci"], m["tied_group"]) for m in summary["models"]] == [(1, [1, 1], 1), (2, [2, 2], 2)]
+    scored = score(
+        frame(suite("m:a", base) + suite("m:c", far)),
+        Bootstrap(resamples=100),
+        with_comparisons=True,
+    )
+    summary = records.to_builtins(
+        build_summary(scored.metrics, ["m:a", "m:c"], DATA, "p", 1, {}, scored)
+    )
+    assert [(m["rank"], m["rank_ci"], m["tied_group"]) for m in summary["models"]] == [
+        (1, [1, 1], 1),
+        (2, [2, 2], 2),
+    ]
     metrics = [(c["eval"], c["metric"]) for c in summary["comparisons"]]
-    assert metrics == [(None, "decision_index"), ("aa_omniscience_decision", "accuracy"),
-                       ("aa_omniscience_decision", "non_hallucination_rate"), ("hle_multichoice", "accuracy"),
-                       ("when2call", "accuracy"), ("wildguardtest", "f1_prompt_harm"), ("wildguardtest", "f1_response_refusal"),
-                       ("wildguardtest", "f1_response_harm"), ("wildguardtest", "mean_f1")]
+    assert metrics == [
+        (None, "decision_index"),
+        ("aa_omniscience_decision", "accuracy"),
+        ("aa_omniscience_decision", "non_hallucination_rate"),
+        ("hle_multichoice", "accuracy"),
+        ("when2call", "accuracy"),
+        ("wildguardtest", "f1_prompt_harm"),
+        ("wildguardtest", "f1_response_refusal"),
+        ("wildguardtest", "f1_response_harm"),
+        ("wildguardtest", "mean_f1"),
+    ]
     first = summary["comparisons"][0]
-    assert set(first) == {"a", "b", "eval", "metric", "difference", "ci", "p_value", "p_adjusted", "significant",
-                          "complete"}
+    assert set(first) == {
+        "a",
+        "b",
+        "eval",
+        "metric",
+        "difference",
+        "ci",
+        "p_value",
+        "p_adjusted",
+        "significant",
+        "complete",
+    }
     hle = next(c for c in summary["comparisons"] if c["eval"] == "hle_multichoice")
     assert set(hle) == set(first) | {"discordant", "mcnemar_p"} and hle["discordant"] == [30, 10]
     assert summary["ranking"]["groups"] == [["m:a"], ["m:c"]]
     assert [m["rank_set"] for m in summary["models"]] == [[1, 1], [2, 2]]
     assert summary["comparison_method"]["adjustment"].startswith("max-T step-down")
     # the summary's model order, not the labels' sorted order: c before a, every pair turned round
-    turned = records.to_builtins(build_summary(scored.metrics, ["m:c", "m:a"], DATA, "p", 1, {}, scored))
+    turned = records.to_builtins(
+        build_summary(scored.metrics, ["m:c", "m:a"], DATA, "p", 1, {}, scored)
+    )
     assert [(c["a"], c["b"]) for c in turned["comparisons"]] == [("m:c", "m:a")] * 9
     again = next(c for c in turned["comparisons"] if c["eval"] == "hle_multichoice")
-    assert again["difference"] == -hle["difference"] and again["ci"] == [-hle["ci"][1], -hle["ci"][0]]
+    assert again["difference"] == -hle["difference"] and again["ci"] == [
+        -hle["ci"][1],
+        -hle["ci"][0],
+    ]
     assert again["discordant"] == [10, 30] and again["p_adjusted"] == hle["p_adjusted"]
 
 
@@ -382,13 +531,27 @@ def test_mcnemar_is_left_out_for_a_model_of_several_epochs_and_kept_for_the_othe
     right = [i % 3 != 0 for i in range(N_TASKS)]
     other = [i % 2 == 0 for i in range(N_TASKS)]
     epochs = [{**r, "sample": s} for s in (0, 1) for r in answers("m:c", right)]  # two epochs
-    scored = score(frame(answers("m:a", right) + answers("m:b", other) + epochs), Bootstrap(resamples=50),
-                   with_comparisons=True)
-    tests = {(r["a"], r["b"]): (r["a_only"], r["b_only"], r["mcnemar_p"]) for r in scored.comparisons.iter_rows(named=True)}
+    scored = score(
+        frame(answers("m:a", right) + answers("m:b", other) + epochs),
+        Bootstrap(resamples=50),
+        with_comparisons=True,
+    )
+    tests = {
+        (r["a"], r["b"]): (r["a_only"], r["b_only"], r["mcnemar_p"])
+        for r in scored.comparisons.iter_rows(named=True)
+    }
     a_only = sum(x and not y for x, y in zip(right, other, strict=True))
     b_only = sum(y and not x for x, y in zip(right, other, strict=True))
-    assert tests[("m:a", "m:b")] == (a_only, b_only, pytest.approx(binomtest(a_only, a_only + b_only).pvalue))
-    assert tests[("m:a", "m:c")] == (None, None, None) and tests[("m:b", "m:c")] == (None, None, None)
+    assert tests[("m:a", "m:b")] == (
+        a_only,
+        b_only,
+        pytest.approx(binomtest(a_only, a_only + b_only).pvalue),
+    )
+    assert tests[("m:a", "m:c")] == (None, None, None) and tests[("m:b", "m:c")] == (
+        None,
+        None,
+        None,
+    )
 
 
 def test_mcnemar_on_a_provisional_pair_holds_whatever_the_failed_answers_would_have_been():
@@ -401,18 +564,35 @@ def test_mcnemar_on_a_provisional_pair_holds_whatever_the_failed_answers_would_h
     for i in range(30):
         a_right = i < 22
         b_right = i < 10 or i == 22
-        rows.append(choice("m:a", "hle_multichoice", f"h/{i:02d}", "A",
-                           {"A": 0.8, "B": 0.2} if a_right else {"A": 0.2, "B": 0.8}))
+        rows.append(
+            choice(
+                "m:a",
+                "hle_multichoice",
+                f"h/{i:02d}",
+                "A",
+                {"A": 0.8, "B": 0.2} if a_right else {"A": 0.2, "B": 0.8},
+            )
+        )
         if 23 <= i <= 26:
-            rows.append(choice("m:b", "hle_multichoice", f"h/{i:02d}", "A", None, status="failed",
-                               error="x"))
+            rows.append(
+                choice(
+                    "m:b", "hle_multichoice", f"h/{i:02d}", "A", None, status="failed", error="x"
+                )
+            )
         else:
-            rows.append(choice("m:b", "hle_multichoice", f"h/{i:02d}", "A",
-                               {"A": 0.8, "B": 0.2} if b_right else {"A": 0.2, "B": 0.8}))
+            rows.append(
+                choice(
+                    "m:b",
+                    "hle_multichoice",
+                    f"h/{i:02d}",
+                    "A",
+                    {"A": 0.8, "B": 0.2} if b_right else {"A": 0.2, "B": 0.8},
+                )
+            )
     scored = score(frame(rows), Bootstrap(resamples=200), with_comparisons=True)
     row = scored.comparisons.filter(pl.col("metric") == "accuracy").row(0, named=True)
     assert (row["a_only"], row["b_only"]) == (12, 1)  # the counts, failed answers as not right
-    assert 2 * 14 / 2 ** 13 == pytest.approx(binomtest(1, 13).pvalue)  # the counts alone
+    assert 2 * 14 / 2**13 == pytest.approx(binomtest(1, 13).pvalue)  # the counts alone
     assert row["mcnemar_p"] == pytest.approx(18804 / 131072)
     assert row["mcnemar_p"] == pytest.approx(binomtest(5, 17).pvalue)
     assert row["p_value"] == row["mcnemar_p"] and row["p_adjusted"] >= row["mcnemar_p"]
@@ -422,26 +602,41 @@ def test_mcnemar_on_a_provisional_pair_holds_whatever_the_failed_answers_would_h
 def test_open_pairs_and_the_worst_mcnemar_by_hand():
     from dxi.scoring.compare import open_pairs, worst_mcnemar
     from dxi.scoring.sums import build_cubes
+
     # a: R R W F F ; b: W F R R F  (R right, W wrong reply, F failed)
     a, b = "RRWFF", "WFRRF"
     rows = []
     for label, pattern in (("m:a", a), ("m:b", b)):
         for i, s in enumerate(pattern):
             probs = {"A": 0.9, "B": 0.1} if s == "R" else {"A": 0.1, "B": 0.9}
-            rows.append(choice(label, "hle_multichoice", f"h/{i}", "A", None if s == "F" else probs,
-                               status="failed" if s == "F" else "ok",
-                               error="x" if s == "F" else None))
+            rows.append(
+                choice(
+                    label,
+                    "hle_multichoice",
+                    f"h/{i}",
+                    "A",
+                    None if s == "F" else probs,
+                    status="failed" if s == "F" else "ok",
+                    error="x" if s == "F" else None,
+                )
+            )
     o = open_pairs(build_cubes(frame(rows))["hle_multichoice"])
     # surely a-only: q0 (R, W) = 1; surely b-only: q2 (W, R) = 1
     # could be a-only: a open & b wrong (none) + a right & b open (q1) = 1; could be b-only: b
     # open & a wrong (none) + b right & a open (q3) = 1; both open: q4 = 1
     assert o[:, 0, 1].tolist() == [1, 1, 1] and o[:, 1, 0].tolist() == [1, 1, 1]
+
     def counts(*values: int) -> list[np.ndarray]:
         return [np.array([v]) for v in values]
 
     assert worst_mcnemar(*counts(8, 2, 0, 6, 0))[0] == 1.0
     # 2 + 1 + 2 on the smaller side; a's 9 never added
     assert worst_mcnemar(*counts(8, 2, 9, 1, 2))[0] == pytest.approx(binomtest(5, 13).pvalue)
-    complete = frame([choice(lb, "hle_multichoice", f"h/{i}", "A", {"A": 0.9, "B": 0.1})
-                      for lb in ("m:a", "m:b") for i in range(3)])
+    complete = frame(
+        [
+            choice(lb, "hle_multichoice", f"h/{i}", "A", {"A": 0.9, "B": 0.1})
+            for lb in ("m:a", "m:b")
+            for i in range(3)
+        ]
+    )
     assert open_pairs(build_cubes(complete)["hle_multichoice"]) is None

@@ -1,6 +1,7 @@
-"""``--coordinator redis://...``: limits and the cost bound shared through a real ``redis-server`` on
-127.0.0.1 (started here, persistence off). Two Coordinators in one test are two processes as far as Redis
-can tell (their own connections and ids); the last tests run two ``dxi run`` processes."""
+"""``--coordinator redis://...``: limits and the cost bound shared through a real ``redis-server``
+on 127.0.0.1 (started here, persistence off). Two Coordinators in one test are two processes as far
+as Redis can tell (their own connections and ids); the last tests run two ``dxi run`` processes."""
+
 from __future__ import annotations
 
 import asyncio
@@ -41,15 +42,37 @@ def two(url: str, run: str = "t", shares: int = 2, lease: float = 30.0) -> list[
     return cs
 
 
-async def two_shards(url: str, data: Path, tmp_path: Path, redis_url: str, run_id: str) -> list[bytes]:
-    """``dxi run --shard K/2`` for K = 0 and 1 at once, sharing one coordinator at 600 RPM; their stderr.
-    Their bookings go to ``tmp_path / "events.jsonl"`` (``tests.helpers.events``: "booking")."""
+async def two_shards(
+    url: str, data: Path, tmp_path: Path, redis_url: str, run_id: str
+) -> list[bytes]:
+    """``dxi run --shard K/2`` for K = 0 and 1 at once, sharing one coordinator at 600 RPM; their
+    stderr. Their bookings go to ``tmp_path / "events.jsonl"`` (``tests.helpers.events``:
+    "booking")."""
     env = events.env(tmp_path / "events.jsonl", base={**os.environ, "DXI_RUN_ID": run_id})
-    procs = [await asyncio.create_subprocess_exec(
-        DXI, "run", "--model", f"systemone:fake@{url}", "--data-dir", str(data), "--cache-dir",
-        str(tmp_path / f"cache{k}"), "--out", str(tmp_path / f"out{k}"), "-q", "--rpm", "600", "--shard", f"{k}/2",
-        "--coordinator", redis_url, env=env, stderr=asyncio.subprocess.PIPE)
-        for k in range(2)]
+    procs = [
+        await asyncio.create_subprocess_exec(
+            DXI,
+            "run",
+            "--model",
+            f"systemone:fake@{url}",
+            "--data-dir",
+            str(data),
+            "--cache-dir",
+            str(tmp_path / f"cache{k}"),
+            "--out",
+            str(tmp_path / f"out{k}"),
+            "-q",
+            "--rpm",
+            "600",
+            "--shard",
+            f"{k}/2",
+            "--coordinator",
+            redis_url,
+            env=env,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for k in range(2)
+    ]
     errs = [(await p.communicate())[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errs
     return errs
@@ -59,8 +82,9 @@ REQUEST = Request("systemone", "m", "e", b"{}", 0, "{}", "v")
 
 
 def bookings(limiter) -> list[tuple[float, float]]:
-    """Record each turn Redis books for ``limiter`` (a SharedLimiter): ``(booked_at, turn)`` on Redis's clock,
-    the turn being when the attempt may go (``booked_at`` + the wait). The decisions, whatever the load."""
+    """Record each turn Redis books for ``limiter`` (a SharedLimiter): ``(booked_at, turn)`` on
+    Redis's clock, the turn being when the attempt may go (``booked_at`` + the wait). The decisions,
+    whatever the load."""
     booked: list[tuple[float, float]] = []
     slot = limiter._slot
 
@@ -91,7 +115,8 @@ async def test_two_processes_share_one_request_rate(redis_url: str):
     booked = sorted(ba + bb)  # Redis runs one script at a time: in the order booked
     assert len(booked) == 20 and len(ba) == len(bb) == 10
     for (_, previous), (at, turn) in zip(booked, booked[1:], strict=False):
-        # the next free instant at 20/s for both together (GCRA): never sooner, and no later than needed
+        # the next free instant at 20/s for both together (GCRA): never sooner, and no later than
+        # needed
         assert turn == pytest.approx(max(at, previous + 0.05), abs=1e-3)
 
 
@@ -103,14 +128,19 @@ async def test_a_429_seen_by_one_pauses_the_other_and_narrows_the_shared_rate(re
     la.finish(ticket, False, RateLimited("429", status=429, retry_after=0.6))
     await b.call("join", [])
     client = b._client
-    for _ in range(500):  # the report reaches Redis (a background call: no fixed sleep, the machine may be loaded)
+    for _ in range(
+        500
+    ):  # the report reaches Redis (a background call: no fixed sleep, the machine may be loaded)
         if await client.hget(b.key("provider", "p"), "rate_limited") == b"1":
             break
         await asyncio.sleep(0.01)
     booked = bookings(lb)
     lb.finish(await lb.acquire(REQUEST), True)
-    state = {k.decode(): v.decode() for k, v in (await client.hgetall(b.key("provider", "p"))).items()}
-    # b's turn (Redis's clock) is no sooner than the end of the pause a's 429 stated, 0.6 s from its report
+    state = {
+        k.decode(): v.decode() for k, v in (await client.hgetall(b.key("provider", "p"))).items()
+    }
+    # b's turn (Redis's clock) is no sooner than the end of the pause a's 429 stated, 0.6 s from its
+    # report
     assert float(state["paused_s"]) == pytest.approx(0.6)
     assert booked[0][1] >= float(state["paused"]) - 1e-3
     assert float(state["rlow"]) == pytest.approx(6000 / 60 * 0.7)  # the shared rate, cut once
@@ -163,8 +193,8 @@ async def test_a_slot_given_back_is_handed_to_the_first_waiter_of_any_process(re
 
 
 async def _cancel_after(steps: int, coroutine) -> asyncio.Task | None:
-    """Run ``coroutine`` in a task for ``steps`` turns of the event loop, then cancel it; None if it was
-    cancelled (and ended cancelled, which it must), else the task that finished first."""
+    """Run ``coroutine`` in a task for ``steps`` turns of the event loop, then cancel it; None if it
+    was cancelled (and ended cancelled, which it must), else the task that finished first."""
     task = asyncio.create_task(coroutine)
     for _ in range(steps):
         await asyncio.sleep(0)
@@ -177,8 +207,9 @@ async def _cancel_after(steps: int, coroutine) -> asyncio.Task | None:
 
 
 async def test_a_cancel_at_any_step_of_a_redis_call_is_not_lost(redis_url: str):
-    # Python 3.11's wait_for, which redis-py wraps round each command's write, drops a cancel that lands as the
-    # write completes (CPython gh-86296): a's heartbeat renewed on after its cancel, about 1 run in 6 of the test above
+    # Python 3.11's wait_for, which redis-py wraps round each command's write, drops a cancel that
+    # lands as the write completes (CPython gh-86296): a's heartbeat renewed on after its cancel,
+    # about 1 run in 6 of the test above
     c = Coordinator(redis_url, "t")
     assert c.connect()
     await c.call("refresh", [1.0, 1, c.key("z"), 1, "m"])  # connected, script loaded
@@ -190,10 +221,15 @@ async def test_a_cancel_at_any_step_of_a_redis_call_is_not_lost(redis_url: str):
     await c.close()
 
 
-async def test_an_acquire_or_a_reservation_cancelled_at_any_step_leaves_nothing_in_redis(redis_url: str):
+async def test_an_acquire_or_a_reservation_cancelled_at_any_step_leaves_nothing_in_redis(
+    redis_url: str,
+):
     c = Coordinator(redis_url, "t")
     assert c.connect()
-    limiter, budget = shared.limiters(c, [_Model(Limits(max_in_flight=1))])["p"], shared.budget(c, 1.0)
+    limiter, budget = (
+        shared.limiters(c, [_Model(Limits(max_in_flight=1))])["p"],
+        shared.budget(c, 1.0),
+    )
     await c.call("join", [])
     client = c._client
     for steps in range(40):
@@ -205,7 +241,10 @@ async def test_an_acquire_or_a_reservation_cancelled_at_any_step_leaves_nothing_
         for _ in range(3):  # the releases and give-backs reach Redis
             c._flush()
             await asyncio.gather(*c._background)
-        assert (await client.zcard(limiter.slots_key), await client.zcard(budget.keys[1])) == (0, 0), steps
+        assert (await client.zcard(limiter.slots_key), await client.zcard(budget.keys[1])) == (
+            0,
+            0,
+        ), steps
         assert await client.zcard(c.key("waitq", "p")) == 0, steps
         assert float(await client.hget(budget.keys[0], "reserved") or 0) == 0.0
     assert limiter.window.held == 0 and await budget.spent_by_all() == 0.0
@@ -241,7 +280,9 @@ async def test_redis_unreachable_falls_back_to_one_nth_of_each_limit(caplog):
     assert c.down and "falls back to 1/4" in c.warnings[0]
     limiter = shared.limiters(c, [_Model(Limits(rpm=600, max_in_flight=16))])["p"]
     assert (limiter.fallback.limits.rpm, limiter.fallback.limits.max_in_flight) == (150, 4)
-    c._local_from = time.monotonic()  # (it waits MEMBER_TTL first, for a share it may still hold in Redis)
+    c._local_from = (
+        time.monotonic()
+    )  # (it waits MEMBER_TTL first, for a share it may still hold in Redis)
     ticket = await limiter.acquire(REQUEST)
     assert limiter.fallback.window.held == 1  # the local quarter's window
     limiter.finish(ticket, True)
@@ -254,28 +295,51 @@ async def test_redis_unreachable_falls_back_to_one_nth_of_each_limit(caplog):
 
 def test_the_run_id_is_the_command_without_its_shard():
     cmd = ["run", "--model", "m", "--shard", "0/4", "--coordinator", "redis://h:1/0"]
-    assert run_id(cmd, {}) == run_id(["run", "--model", "m", "--shard=3/4", "--coordinator", "redis://h:1/0", "--cache-dir",
-                                      "c3", "--out=o3", "-q"], {})
+    assert run_id(cmd, {}) == run_id(
+        [
+            "run",
+            "--model",
+            "m",
+            "--shard=3/4",
+            "--coordinator",
+            "redis://h:1/0",
+            "--cache-dir",
+            "c3",
+            "--out=o3",
+            "-q",
+        ],
+        {},
+    )
     assert run_id(cmd, {}) != run_id(["run", "--model", "other", "--shard", "0/4"], {})
     assert run_id(cmd, {"SLURM_ARRAY_JOB_ID": "77"}) == "77"
     assert run_id(cmd, {"DXI_RUN_ID": "nightly", "SLURM_ARRAY_JOB_ID": "77"}) == "nightly"
 
 
 @pytest.mark.process
-async def test_two_dxi_runs_with_the_coordinator_keep_to_600_rpm_together(redis_url: str, tmp_path: Path):
-    """The turns Redis booked for the two processes (on its clock, whatever the load): one every 0.1 s for
-    both together, never sooner; slower (0.2 s: half the rate) only while one process has not yet joined
-    (until then its share may be in use elsewhere)."""
+async def test_two_dxi_runs_with_the_coordinator_keep_to_600_rpm_together(
+    redis_url: str, tmp_path: Path
+):
+    """The turns Redis booked for the two processes (on its clock, whatever the load): one every 0.1
+    s for both together, never sooner; slower (0.2 s: half the rate) only while one process has not
+    yet joined (until then its share may be in use elsewhere)."""
     tasks = 50
     data = data_dir(tmp_path / "data", tasks)
-    async with FakeProvider(model="fake", p_first=None, p_yes=None, rpm=600) as server:  # a burst of 10, as providers allow
+    async with FakeProvider(
+        model="fake", p_first=None, p_yes=None, rpm=600
+    ) as server:  # a burst of 10, as providers allow
         errs = await two_shards(server.url, data, tmp_path, redis_url, "rpm-test")
         stats = server.stats()
     assert all(b"shared by every process of run rpm-test" in e for e in errs)
     assert stats["ok"] == tasks and stats["arrivals"] == tasks + stats["rate_limited"]
-    booked = sorted((at, turn) for _, _, _, at, turn in events.read(tmp_path / "events.jsonl", "booking"))
-    assert len(booked) >= stats["arrivals"]  # one per attempt (and one more for an attempt booked again)
-    assert len({e[2] for e in events.read(tmp_path / "events.jsonl", "booking")}) == 2  # both booked
+    booked = sorted(
+        (at, turn) for _, _, _, at, turn in events.read(tmp_path / "events.jsonl", "booking")
+    )
+    assert (
+        len(booked) >= stats["arrivals"]
+    )  # one per attempt (and one more for an attempt booked again)
+    assert (
+        len({e[2] for e in events.read(tmp_path / "events.jsonl", "booking")}) == 2
+    )  # both booked
     for (_, previous), (at, turn) in zip(booked, booked[1:], strict=False):
         assert turn >= previous + 0.1 - 1e-3  # never faster than 600 a minute together
         assert turn <= max(at, previous + 0.2) + 1e-3  # and never slower than half of it
@@ -287,17 +351,43 @@ async def test_two_dxi_runs_stop_at_one_global_cost_bound(redis_url: str, tmp_pa
     data = data_dir(tmp_path / "data", tasks)
     async with FakeProvider(model="fake", p_first=None, p_yes=None, latency="0.01") as server:
         runs = tmp_path / "run.toml"
-        runs.write_text(f'data_dir = "{data}"\n[providers.fake]\nkind = "systemone"\nbase_url = "{server.url}"\n'
-                        '[[models]]\nprovider = "fake"\nmodel = "fake"\nprice = { input = 1000.0, output = 0.0 }\n')
-        procs = [await asyncio.create_subprocess_exec(
-            DXI, "run", str(runs), "--cache-dir", str(tmp_path / f"cache{k}"), "--out", str(tmp_path / f"out{k}"), "-q",
-            "--max-cost", "5", "--shard", f"{k}/2", "--coordinator", redis_url, env={**os.environ, "DXI_RUN_ID": "cost"},
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE) for k in range(2)]
+        runs.write_text(
+            f'data_dir = "{data}"\n[providers.fake]\nkind = "systemone"\nbase_url = "{server.url}"\n'
+            '[[models]]\nprovider = "fake"\nmodel = "fake"\nprice = { input = 1000.0, output = 0.0 }\n'
+        )
+        procs = [
+            await asyncio.create_subprocess_exec(
+                DXI,
+                "run",
+                str(runs),
+                "--cache-dir",
+                str(tmp_path / f"cache{k}"),
+                "--out",
+                str(tmp_path / f"out{k}"),
+                "-q",
+                "--max-cost",
+                "5",
+                "--shard",
+                f"{k}/2",
+                "--coordinator",
+                redis_url,
+                env={**os.environ, "DXI_RUN_ID": "cost"},
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            for k in range(2)
+        ]
         outs = [await p.communicate() for p in procs]
         assert [p.returncode for p in procs] == [3, 3], outs  # both stopped at the bound
-    spent = [orjson.loads((tmp_path / f"out{k}" / "summary.json").read_bytes())["cost_bound"]["spent_usd"]
-             for k in range(2)]
-    assert 4.0 < sum(spent) <= 5.0  # one bound for both, not 5 each (how it splits depends on who started first)
+    spent = [
+        orjson.loads((tmp_path / f"out{k}" / "summary.json").read_bytes())["cost_bound"][
+            "spent_usd"
+        ]
+        for k in range(2)
+    ]
+    assert (
+        4.0 < sum(spent) <= 5.0
+    )  # one bound for both, not 5 each (how it splits depends on who started first)
     assert all(b"shared by every process of run cost" in err for _, err in outs)
 
 
@@ -314,7 +404,9 @@ if sys.platform != "linux":  # pragma: no cover
     pytestmark = pytest.mark.skip("redis-server tests run on Linux")
 
 
-async def test_redis_lost_during_the_run_falls_back_with_a_warning_once_its_share_has_lapsed(monkeypatch):
+async def test_redis_lost_during_the_run_falls_back_with_a_warning_once_its_share_has_lapsed(
+    monkeypatch,
+):
     from dxi.runner.distributed import coordinator
     from dxi.runner.distributed.shared_limits import SharedTicket
 
@@ -325,7 +417,8 @@ async def test_redis_lost_during_the_run_falls_back_with_a_warning_once_its_shar
         limiter = shared.limiters(c, [_Model(Limits(rpm=6000, max_in_flight=8))])["p"]
         limiter.finish(await limiter.acquire(REQUEST), True)
         assert not c.down
-    # the server is gone: the next booking falls back to this process's half, once its share lapsed in Redis
+    # the server is gone: the next booking falls back to this process's half, once its share lapsed
+    # in Redis
     started = time.monotonic()
     ticket = await limiter.acquire(REQUEST)
     assert time.monotonic() - started >= 1.0 and not isinstance(ticket, SharedTicket)
@@ -337,19 +430,24 @@ async def test_redis_lost_during_the_run_falls_back_with_a_warning_once_its_shar
 
 @pytest.mark.process
 async def test_a_429_one_dxi_run_sees_pauses_the_other(redis_url: str, tmp_path: Path):
-    """The first request is answered 429 with Retry-After: 1. No turn Redis booked after that report for
-    either process falls within the pause (on Redis's clock, whatever the load)."""
+    """The first request is answered 429 with Retry-After: 1. No turn Redis booked after that report
+    for either process falls within the pause (on Redis's clock, whatever the load)."""
     tasks = 40
     data = data_dir(tmp_path / "data", tasks)
-    async with FakeProvider(model="fake", p_first=None, p_yes=None, script=["429:1"]) as server:  # the first: wait 1 s
+    async with FakeProvider(
+        model="fake", p_first=None, p_yes=None, script=["429:1"]
+    ) as server:  # the first: wait 1 s
         await two_shards(server.url, data, tmp_path, redis_url, "pause-test")
         stats = server.stats()
     assert (stats["rate_limited"], stats["ok"]) == (1, tasks)
     async with redis.asyncio.from_url(redis_url) as client:
         hashes = [k async for k in client.scan_iter("dxi:pause-test:provider:*")]
         assert len(hashes) == 1
-        state = {k.decode(): float(v) for k, v in (await client.hgetall(hashes[0])).items()
-                 if k in (b"paused", b"paused_s")}
+        state = {
+            k.decode(): float(v)
+            for k, v in (await client.hgetall(hashes[0])).items()
+            if k in (b"paused", b"paused_s")
+        }
     assert state["paused_s"] == pytest.approx(1.0)  # the stated wait, reported once
     paused_from, paused_until = state["paused"] - 1.0, state["paused"]
     booked = [(at, turn) for _, _, _, at, turn in events.read(tmp_path / "events.jsonl", "booking")]
@@ -359,25 +457,60 @@ async def test_a_429_one_dxi_run_sees_pauses_the_other(redis_url: str, tmp_path:
     assert sum(1 for _, turn in booked if turn >= paused_until - 1e-3) >= 1
 
 
-async def test_a_shared_limiter_counts_replies_and_honours_a_stated_wait_as_the_local_one_does(redis_url: str):
+async def test_a_shared_limiter_counts_replies_and_honours_a_stated_wait_as_the_local_one_does(
+    redis_url: str,
+):
     a, b = two(redis_url)
     la = shared.limiters(a, [_Model(Limits(rpm=6000, max_in_flight=4))])["p"]
     la.finish(await la.acquire(REQUEST), True)
-    assert la.replies == 1  # a provider that has answered is not stopped by one request's 400 (runner.sending.retry)
+    assert (
+        la.replies == 1
+    )  # a provider that has answered is not stopped by one request's 400 (runner.sending.retry)
     la.finish(await la.acquire(REQUEST), False, RateLimited("429", status=429, retry_after=300.0))
-    assert la._paused_until - time.monotonic() > 290  # honoured exactly (up to --max-stated-wait), not cut to 60 s
+    assert (
+        la._paused_until - time.monotonic() > 290
+    )  # honoured exactly (up to --max-stated-wait), not cut to 60 s
     await a.close()
     await b.close()
 
 
-async def _shard(k: int, n: int, url: str, data: Path, tmp_path: Path, redis_port: int, run: str, rpm: int,
-                 tag: str = "") -> asyncio.subprocess.Process:
-    """``dxi run --shard k/n`` at ``rpm`` against ``url``, its coordinator reached through ``redis_port``."""
+async def _shard(
+    k: int,
+    n: int,
+    url: str,
+    data: Path,
+    tmp_path: Path,
+    redis_port: int,
+    run: str,
+    rpm: int,
+    tag: str = "",
+) -> asyncio.subprocess.Process:
+    """``dxi run --shard k/n`` at ``rpm`` against ``url``, its coordinator reached through
+    ``redis_port``."""
     return await asyncio.create_subprocess_exec(
-        DXI, "run", "--model", f"systemone:fake@{url}", "--data-dir", str(data), "--cache-dir", str(tmp_path / f"cache{k}"),
-        "--out", str(tmp_path / f"out{k}{tag}"), "-q", "--rpm", str(rpm), "--max-in-flight", "8", "--shard", f"{k}/{n}",
-        "--coordinator", f"redis://127.0.0.1:{redis_port}/0", env={**os.environ, "DXI_RUN_ID": run},
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        DXI,
+        "run",
+        "--model",
+        f"systemone:fake@{url}",
+        "--data-dir",
+        str(data),
+        "--cache-dir",
+        str(tmp_path / f"cache{k}"),
+        "--out",
+        str(tmp_path / f"out{k}{tag}"),
+        "-q",
+        "--rpm",
+        str(rpm),
+        "--max-in-flight",
+        "8",
+        "--shard",
+        f"{k}/{n}",
+        "--coordinator",
+        f"redis://127.0.0.1:{redis_port}/0",
+        env={**os.environ, "DXI_RUN_ID": run},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
 
 async def _alive(redis_url: str, run: str, shard: int, within: float) -> float:
@@ -396,8 +529,9 @@ async def _alive(redis_url: str, run: str, shard: int, within: float) -> float:
 
 
 RPM = 1200  # 200 requests in any 10 s window
-# the provider lets in 1.03 × that in any 10 s (the tolerance of the goal): GCRA pacing at exactly the limit
-# puts an arrival every 50 ms, and a few ms of jitter on the way puts 201 in some window now and then
+# the provider lets in 1.03 × that in any 10 s (the tolerance of the goal): GCRA pacing at exactly
+# the limit puts an arrival every 50 ms, and a few ms of jitter on the way puts 201 in some window
+# now and then
 ENFORCED = RPM * 1.03
 
 
@@ -409,30 +543,52 @@ async def _all_alive(redis_url: str, run: str, shards: int) -> None:
 
 @contextlib.asynccontextmanager
 async def _three_shards(redis_url: str, tmp_path: Path, run: str, tasks: int):
-    """Three ``dxi run`` shards of ``tasks`` requests at ``RPM`` against a provider enforcing it per 10 s window,
-    each reaching Redis through its own proxy (to cut it off), all alive in Redis: (server, proxies, procs)."""
+    """Three ``dxi run`` shards of ``tasks`` requests at ``RPM`` against a provider enforcing it per
+    10 s window, each reaching Redis through its own proxy (to cut it off), all alive in Redis:
+    (server, proxies, procs)."""
     from .servers import TcpProxy
 
     data = data_dir(tmp_path / "data", tasks)
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    async with FakeProvider(model="fake", p_first=None, p_yes=None, rpm=ENFORCED, window_s=10, latency="0.02",
-                            record=False) as server, TcpProxy(port) as p0, TcpProxy(port) as p1, TcpProxy(port) as p2:
-        procs = [await _shard(k, 3, server.url, data, tmp_path, p.port, run, RPM) for k, p in enumerate((p0, p1, p2))]
+    async with (
+        FakeProvider(
+            model="fake",
+            p_first=None,
+            p_yes=None,
+            rpm=ENFORCED,
+            window_s=10,
+            latency="0.02",
+            record=False,
+        ) as server,
+        TcpProxy(port) as p0,
+        TcpProxy(port) as p1,
+        TcpProxy(port) as p2,
+    ):
+        procs = [
+            await _shard(k, 3, server.url, data, tmp_path, p.port, run, RPM)
+            for k, p in enumerate((p0, p1, p2))
+        ]
         await _all_alive(redis_url, run, 3)
         await asyncio.sleep(2)
         yield server, (p0, p1, p2), procs
 
 
 @pytest.mark.process
-async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fallback(redis_url: str, tmp_path: Path):
+async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fallback(
+    redis_url: str, tmp_path: Path
+):
     tasks, run = 600, "mix"
     async with _three_shards(redis_url, tmp_path, run, tasks) as (server, (p0, p1, p2), procs):
         p1.cut()  # Redis gone for shards 1 and 2: they fall back to a third each
         p2.cut()
-        await asyncio.sleep(8)  # they fall back (once their shares lapsed in Redis, 6 s) and send on their own
+        await asyncio.sleep(
+            8
+        )  # they fall back (once their shares lapsed in Redis, 6 s) and send on their own
         procs[0].kill()
         await procs[0].wait()
-        procs[0] = await _shard(0, 3, server.url, tmp_path / "data", tmp_path, p0.port, run, RPM, "b")  # back, onto Redis
+        procs[0] = await _shard(
+            0, 3, server.url, tmp_path / "data", tmp_path, p0.port, run, RPM, "b"
+        )  # back, onto Redis
         await asyncio.sleep(10)
         p1.heal()
         p2.heal()
@@ -444,7 +600,9 @@ async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fal
     assert stats["window_peak"] <= 1.03 * RPM / 6, stats  # every 10 s window, the first included
     for err in errs[1:]:
         assert b"falls back to 1/3" in err and b"reachable again" in err
-    assert max(back) <= 2 * 2.0 + 3  # rejoined within a few seconds of Redis coming back (a try every 2 s)
+    assert (
+        max(back) <= 2 * 2.0 + 3
+    )  # rejoined within a few seconds of Redis coming back (a try every 2 s)
 
 
 @pytest.mark.process
@@ -452,7 +610,9 @@ async def test_limits_hold_through_a_partition_of_one_shard(redis_url: str, tmp_
     tasks, run = 600, "partition"
     async with _three_shards(redis_url, tmp_path, run, tasks) as (server, (_, _, p2), procs):
         p2.cut(blackhole=True)  # shard 2 partitioned: its calls time out, the others go on
-        await asyncio.sleep(16)  # its calls time out (5 s), its share lapses (6 s), it sends on its own
+        await asyncio.sleep(
+            16
+        )  # its calls time out (5 s), its share lapses (6 s), it sends on its own
         p2.heal()
         back = await _alive(redis_url, run, 2, 20)
         errs = [(await p.communicate())[1] for p in procs]
@@ -465,22 +625,28 @@ async def test_limits_hold_through_a_partition_of_one_shard(redis_url: str, tmp_
     assert back <= 2 * 2.0 + 3
 
 
-SHIFT = "dxi-test:clock-shift"  # seconds added to Redis's clock by the script under test: a step of the host's
+# seconds added to Redis's clock by the script under test: a step of the host's
+SHIFT = "dxi-test:clock-shift"
 
 
-async def test_a_backward_step_of_the_redis_hosts_clock_does_not_stall_the_processes(redis_url: str, monkeypatch,
-                                                                                      caplog: pytest.LogCaptureFixture):
-    """Issue 32: the bookings (GCRA), pauses and leases are instants of Redis's clock; after the host's clock
-    stepped back an hour every booking lay an hour ahead and every process waited an hour, silently. The
-    script keeps the run's clock from going back (time goes on from where it was), with a warning, and the
-    shared rate still holds. The step is injected: the script's clock is Redis's plus a key's value."""
+async def test_a_backward_step_of_the_redis_hosts_clock_does_not_stall_the_processes(
+    redis_url: str, monkeypatch, caplog: pytest.LogCaptureFixture
+):
+    """Issue 32: the bookings (GCRA), pauses and leases are instants of Redis's clock; after the
+    host's clock stepped back an hour every booking lay an hour ahead and every process waited an
+    hour, silently. The script keeps the run's clock from going back (time goes on from where it
+    was), with a warning, and the shared rate still holds. The step is injected: the script's clock
+    is Redis's plus a key's value."""
     import redis
 
     from dxi.runner.distributed import coordinator as coordinator_mod
     from dxi.runner.distributed.coordinator_script import library
 
-    monkeypatch.setattr(coordinator_mod, "LIBRARY", library(coordinator_mod.TTL_S, 2 * coordinator_mod.HEARTBEAT_S,
-                                                            shift_key=SHIFT))
+    monkeypatch.setattr(
+        coordinator_mod,
+        "LIBRARY",
+        library(coordinator_mod.TTL_S, 2 * coordinator_mod.HEARTBEAT_S, shift_key=SHIFT),
+    )
     a, b = two(redis_url)
     limits = Limits(rpm=1200, max_in_flight=8)  # 20 per second together: one every 50 ms
     la, lb = shared.limiters(a, [_Model(limits)])["p"], shared.limiters(b, [_Model(limits)])["p"]
@@ -504,6 +670,8 @@ async def test_a_backward_step_of_the_redis_hosts_clock_does_not_stall_the_proce
     await b.close()
     sent.sort()
     gaps = [t2 - t1 for t1, t2 in zip(sent, sent[1:], strict=False)]
-    assert sum(gaps) >= 19 * 0.05 * 0.97 and took <= 19 * 0.05 * 1.5 + 0.5  # the shared rate, as before the step
+    assert (
+        sum(gaps) >= 19 * 0.05 * 0.97 and took <= 19 * 0.05 * 1.5 + 0.5
+    )  # the shared rate, as before the step
     stepped = [m for m in a.warnings + b.warnings if "clock stepped back 3600" in m]
     assert len(stepped) == 2 and "the shared pacing went on from where it was" in stepped[0]

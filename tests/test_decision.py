@@ -1,4 +1,5 @@
 """Decision-model answer validation and the scored option (SPEC §3, §6, §7)."""
+
 from __future__ import annotations
 
 import string
@@ -8,7 +9,13 @@ import orjson
 import polars as pl
 import pytest
 
-from dxi.adapters.decision import choice_answer, decimals, rounded_tolerance, sum_tolerance, yes_no_answer
+from dxi.adapters.decision import (
+    choice_answer,
+    decimals,
+    rounded_tolerance,
+    sum_tolerance,
+    yes_no_answer,
+)
 from dxi.adapters.errors import MalformedReply
 from dxi.adapters.systemone import decode_body, encode_body
 from dxi.evals import CHOICE, YES_NO, Option, Question, Task
@@ -42,33 +49,70 @@ def test_a_returned_choice_within_1e4_of_the_highest_is_not_scored():
 
 def test_an_exact_tie_keeps_the_returned_choice_when_it_is_tied_else_the_first_tied_option():
     probs = {"A": 0.1, "B": 0.35, "C": 0.2, "D": 0.35, "E": 0.0}
-    assert (choice_answer(FIVE, probs, "D").predicted, choice_answer(FIVE, probs, "D").warning) == ("D", None)
-    assert (choice_answer(FIVE, probs, "B").predicted, choice_answer(FIVE, probs, "B").warning) == ("B", None)
-    lower = choice_answer(FIVE, probs, "C")  # not among the tied: the first tied option in option order
-    assert (lower.predicted, lower.warning) == ("B", "returned choice 'C' is not the most probable option; scored B")
-    assert choice_answer(FIVE, probs, None).predicted == "B"  # no choice returned (a logprob decision)
-    assert choice_answer(FIVE, {"A": 0.2, "B": 0.2, "C": 0.2, "D": 0.2, "E": 0.2}, None).predicted == "A"
+    assert (choice_answer(FIVE, probs, "D").predicted, choice_answer(FIVE, probs, "D").warning) == (
+        "D",
+        None,
+    )
+    assert (choice_answer(FIVE, probs, "B").predicted, choice_answer(FIVE, probs, "B").warning) == (
+        "B",
+        None,
+    )
+    lower = choice_answer(
+        FIVE, probs, "C"
+    )  # not among the tied: the first tied option in option order
+    assert (lower.predicted, lower.warning) == (
+        "B",
+        "returned choice 'C' is not the most probable option; scored B",
+    )
+    assert (
+        choice_answer(FIVE, probs, None).predicted == "B"
+    )  # no choice returned (a logprob decision)
+    assert (
+        choice_answer(FIVE, {"A": 0.2, "B": 0.2, "C": 0.2, "D": 0.2, "E": 0.2}, None).predicted
+        == "A"
+    )
 
 
 def test_ties_count_exact_ties_only():
-    rows = [choice("m", "hle_multichoice", "h/1", "A", {"A": 0.3, "B": 0.2999, "C": 0.4001}),  # near: no tie
-            choice("m", "hle_multichoice", "h/2", "A", {"A": 0.4, "B": 0.4, "C": 0.2}),  # exact: a tie
-            choice("m", "hle_multichoice", "h/3", "A", {"A": 0.2, "B": 0.4, "C": 0.4}),  # exact, not first: a tie
-            choice("m", "when2call", "w/1", "A", {"A": 0.25, "B": 0.25, "C": 0.25, "D": 0.25}),
-            choice("m", "when2call", "w/2", "A", {"A": 0.25, "B": 0.2501, "C": 0.2499, "D": 0.25}),
-            choice("m", "when2call", "w/3", "A", None, status="failed"),
-            yes_no("m", "g/1", "prompt_harmful", "yes", 0.5), yes_no("m", "g/1", "response_refusal", "no", 0.5001),
-            yes_no("n", "g/1", "prompt_harmful", "yes", 0.4999)]
-    assert tie_counts(frame(rows)) == {("m", "hle_multichoice"): 2, ("m", "when2call"): 1, ("m", "wildguardtest"): 1}
+    rows = [
+        choice(
+            "m", "hle_multichoice", "h/1", "A", {"A": 0.3, "B": 0.2999, "C": 0.4001}
+        ),  # near: no tie
+        choice("m", "hle_multichoice", "h/2", "A", {"A": 0.4, "B": 0.4, "C": 0.2}),  # exact: a tie
+        choice(
+            "m", "hle_multichoice", "h/3", "A", {"A": 0.2, "B": 0.4, "C": 0.4}
+        ),  # exact, not first: a tie
+        choice("m", "when2call", "w/1", "A", {"A": 0.25, "B": 0.25, "C": 0.25, "D": 0.25}),
+        choice("m", "when2call", "w/2", "A", {"A": 0.25, "B": 0.2501, "C": 0.2499, "D": 0.25}),
+        choice("m", "when2call", "w/3", "A", None, status="failed"),
+        yes_no("m", "g/1", "prompt_harmful", "yes", 0.5),
+        yes_no("m", "g/1", "response_refusal", "no", 0.5001),
+        yes_no("n", "g/1", "prompt_harmful", "yes", 0.4999),
+    ]
+    assert tie_counts(frame(rows)) == {
+        ("m", "hle_multichoice"): 2,
+        ("m", "when2call"): 1,
+        ("m", "wildguardtest"): 1,
+    }
 
 
 def test_missing_unknown_and_out_of_range_options_are_invalid():
-    assert "missing option(s) E" in choice_answer(FIVE, {"A": 0.25, "B": 0.25, "C": 0.25, "D": 0.25}, "A").error
-    assert "unknown option(s) F" in choice_answer(
-        FIVE, {"A": 0.2, "B": 0.2, "C": 0.2, "D": 0.2, "E": 0.2, "F": 0.0}, "A").error
+    assert (
+        "missing option(s) E"
+        in choice_answer(FIVE, {"A": 0.25, "B": 0.25, "C": 0.25, "D": 0.25}, "A").error
+    )
+    assert (
+        "unknown option(s) F"
+        in choice_answer(
+            FIVE, {"A": 0.2, "B": 0.2, "C": 0.2, "D": 0.2, "E": 0.2, "F": 0.0}, "A"
+        ).error
+    )
     bad = choice_answer(FIVE, {"A": 1.2, "B": -0.2, "C": 0.0, "D": 0.0, "E": 0.0}, "A")
     assert bad.status == "invalid" and bad.predicted is None and "probabilities.A" in bad.error
-    assert "not a number" in choice_answer(FIVE, {"A": True, "B": 0, "C": 0, "D": 0, "E": 0}, "A").error
+    assert (
+        "not a number"
+        in choice_answer(FIVE, {"A": True, "B": 0, "C": 0, "D": 0, "E": 0}, "A").error
+    )
 
 
 def test_sum_tolerance_follows_rounding_of_many_options():
@@ -92,22 +136,32 @@ def test_yes_no_threshold_is_inclusive():
     assert yes_no_answer(q, None).status == "invalid"
 
 
-TASK = Task("wildguardtest/0", "wildguardtest", "User: hi",
-            (Question("prompt_harmful", YES_NO, "Harmful?"),
-             Question("pick", CHOICE, "Which?", (Option("A", "first"), Option("B", "second")))),
-            gold={"prompt_harmful": "no", "pick": "A"})
+TASK = Task(
+    "wildguardtest/0",
+    "wildguardtest",
+    "User: hi",
+    (
+        Question("prompt_harmful", YES_NO, "Harmful?"),
+        Question("pick", CHOICE, "Which?", (Option("A", "first"), Option("B", "second"))),
+    ),
+    gold={"prompt_harmful": "no", "pick": "A"},
+)
 
 
 def test_encode_keeps_option_order_and_exact_bytes():
     body = encode_body(TASK, "m")
-    assert body == (b'{"model":"m","state":"User: hi","questions":{"prompt_harmful":{"type":"noul",'
-                    b'"instructions":"Harmful?"},"pick":{"type":"choice","instructions":"Which?",'
-                    b'"criteria":{"A":"first","B":"second"}}}}')
+    assert body == (
+        b'{"model":"m","state":"User: hi","questions":{"prompt_harmful":{"type":"noul",'
+        b'"instructions":"Harmful?"},"pick":{"type":"choice","instructions":"Which?",'
+        b'"criteria":{"A":"first","B":"second"}}}}'
+    )
 
 
 def test_decode_records_per_question_problems():
-    body = (b'{"model":"s","answers":{"prompt_harmful":{"type":"noul","noul":0.91},'
-            b'"pick":{"type":"choice","choice":"A","probabilities":{"A":0.5}}},"usage":{"input_tokens":7,"output_tokens":2}}')
+    body = (
+        b'{"model":"s","answers":{"prompt_harmful":{"type":"noul","noul":0.91},'
+        b'"pick":{"type":"choice","choice":"A","probabilities":{"A":0.5}}},"usage":{"input_tokens":7,"output_tokens":2}}'
+    )
     reply = decode_body(TASK, body)
     assert reply.status == "invalid"
     assert reply.answers[0].predicted == "yes"
@@ -124,8 +178,10 @@ def test_decode_rejects_bodies_that_are_not_the_wire_format(body: bytes):
 
 
 def near_but_lower(model: str):
-    """A System One responder that returns, for every choice, a choice 1e-4 below the highest probability
-    (the first option 0.3, the returned second 0.2999, the rest spread), and P(yes) 0.7."""
+    """A System One responder that returns, for every choice, a choice 1e-4 below the highest
+    probability (the first option 0.3, the returned second 0.2999, the rest spread), and P(yes)
+    0.7."""
+
     def respond(payload: dict) -> dict:
         answers = {}
         for name, q in payload["questions"].items():
@@ -133,31 +189,63 @@ def near_but_lower(model: str):
                 options = list(q["criteria"])
                 rest = round((1 - 0.3 - 0.2999) / (len(options) - 2), 4)
                 probs = [0.3, 0.2999] + [rest] * (len(options) - 2)
-                answers[name] = {"type": "choice", "choice": options[1], "probabilities": dict(zip(options, probs, strict=True))}
+                answers[name] = {
+                    "type": "choice",
+                    "choice": options[1],
+                    "probabilities": dict(zip(options, probs, strict=True)),
+                }
             else:
                 answers[name] = {"type": "noul", "noul": 0.7}
-        return {"model": model or "near-decider", "answers": answers, "usage": {"input_tokens": 1, "output_tokens": 1}}
+        return {
+            "model": model or "near-decider",
+            "answers": answers,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
+
     return respond
 
 
 @pytest.mark.process
-def test_a_server_returning_a_choice_just_below_the_highest_is_scored_on_the_highest(data_dir: Path, tmp_path: Path):
-    # end to end, over a real HTTP server on 127.0.0.1: every scored pick is the first option (0.3), never
-    # the returned second (0.2999); each is a warning, none is a tie
-    with serve(model="near-decider", route_factories={"/v1/systemone": "tests.test_decision:near_but_lower"}) as server:
-        ran = session.run(plan.build(models=[f"systemone:{server.url}"], data_dir=data_dir, cache_dir=tmp_path / "c",
-                                     out=tmp_path / "out", evals=["hle_multichoice", "when2call"]))
+def test_a_server_returning_a_choice_just_below_the_highest_is_scored_on_the_highest(
+    data_dir: Path, tmp_path: Path
+):
+    # end to end, over a real HTTP server on 127.0.0.1: every scored pick is the first option (0.3),
+    # never the returned second (0.2999); each is a warning, none is a tie
+    with serve(
+        model="near-decider",
+        route_factories={"/v1/systemone": "tests.test_decision:near_but_lower"},
+    ) as server:
+        ran = session.run(
+            plan.build(
+                models=[f"systemone:{server.url}"],
+                data_dir=data_dir,
+                cache_dir=tmp_path / "c",
+                out=tmp_path / "out",
+                evals=["hle_multichoice", "when2call"],
+            )
+        )
         assert ran.exit_code == 0
-    answers = pl.read_parquet(tmp_path / "out" / "answers.parquet").filter(pl.col("kind") == "choice")
+    answers = pl.read_parquet(tmp_path / "out" / "answers.parquet").filter(
+        pl.col("kind") == "choice"
+    )
     first = {r["task_id"]: r["probabilities"][0]["option"] for r in answers.iter_rows(named=True)}
-    assert answers.height == 5 and all(r["predicted"] == first[r["task_id"]] for r in answers.iter_rows(named=True))
+    assert answers.height == 5 and all(
+        r["predicted"] == first[r["task_id"]] for r in answers.iter_rows(named=True)
+    )
     assert answers["p_predicted"].to_list() == [0.3] * 5
-    assert all(w.startswith("returned choice ") and "is not the most probable option" in w for w in answers["warning"])
+    assert all(
+        w.startswith("returned choice ") and "is not the most probable option" in w
+        for w in answers["warning"]
+    )
     summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
     assert {e: b.get("ties") for e, b in summary["models"][0]["evals"].items() if b.get("n")} == {
-        "hle_multichoice": 0, "when2call": 0}
+        "hle_multichoice": 0,
+        "when2call": 0,
+    }
     hle = answers.filter(pl.col("eval") == "hle_multichoice")
-    assert summary["models"][0]["evals"]["hle_multichoice"]["accuracy"] == 100 * hle["correct"].mean()
+    assert (
+        summary["models"][0]["evals"]["hle_multichoice"]["accuracy"] == 100 * hle["correct"].mean()
+    )
 
 
 def test_a_reply_rounded_to_two_decimals_is_accepted_with_a_rounded_warning():

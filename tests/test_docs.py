@@ -1,15 +1,17 @@
-"""The commands in README.md and docs/*.md work when pasted: every fenced ``bash`` block preceded by the line
-``<!-- runnable -->`` is run, in order, page by page, in bash (``set -euo pipefail``) from a fresh folder
-holding the fixture data as ``./data`` (the default data folder), the repository's ``examples/`` and a
-``.venv`` that is this one, with this environment's ``dxi`` on PATH. A block that names a server on
-127.0.0.1:PORT gets the fake provider there (every model it is asked for). Blocks without the marker (API
-keys, hours-long runs, ``make test`` itself) are not run. docs/index.md is the README (asserted below), so
-its blocks are run once, as the README's.
+"""The commands in README.md and docs/*.md work when pasted: every fenced ``bash`` block preceded by
+the line ``<!-- runnable -->`` is run, in order, page by page, in bash (``set -euo pipefail``) from
+a fresh folder holding the fixture data as ``./data`` (the default data folder), the repository's
+``examples/`` and a ``.venv`` that is this one, with this environment's ``dxi`` on PATH. A block
+that names a server on 127.0.0.1:PORT gets the fake provider there (every model it is asked for).
+Blocks without the marker (API keys, hours-long runs, ``make test`` itself) are not run.
+docs/index.md is the README (asserted below), so its blocks are run once, as the README's.
 
-The pages name the servers' usual ports (8080 for an OpenAI-compatible server, 8000 for a System One one),
-which may be taken on the machine running the tests: each port a block names is served by a fake provider
-on a free port the system picks, and the block runs with that port in place of the named one (only in
-``127.0.0.1:PORT``, the server's address, so the text run is the page's but for that number)."""
+The pages name the servers' usual ports (8080 for an OpenAI-compatible server, 8000 for a System One
+one), which may be taken on the machine running the tests: each port a block names is served by a
+fake provider on a free port the system picks, and the block runs with that port in place of the
+named one (only in ``127.0.0.1:PORT``, the server's address, so the text run is the page's but for
+that number)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -46,8 +48,11 @@ def test_the_marker_is_used_as_documented():
 
 def workspace(tmp: Path) -> Path:
     work = tmp / "work"
-    for src, dst in (("omniscience.jsonl", "omniscience-standin/omniscience.jsonl"), ("hle_split.json", "hle/hle_mcqa.json"),
-                     ("when2call.jsonl", "when2call/when2call_test_mcq.jsonl")):
+    for src, dst in (
+        ("omniscience.jsonl", "omniscience-standin/omniscience.jsonl"),
+        ("hle_split.json", "hle/hle_mcqa.json"),
+        ("when2call.jsonl", "when2call/when2call_test_mcq.jsonl"),
+    ):
         (work / "data" / dst).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(FIXTURES / src, work / "data" / dst)
     write_wildguard_parquet(work / "data" / "wildguardtest" / "wildguardtest.parquet")
@@ -57,11 +62,25 @@ def workspace(tmp: Path) -> Path:
 
 
 def fake_provider() -> tuple[subprocess.Popen, int]:
-    """The fake provider (every model it is asked for) on a free port of 127.0.0.1, and that port."""
+    """The fake provider (every model it is asked for) on a free port of 127.0.0.1, and that
+    port."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", "--port", "0", "--config",
-                             '{"model": null, "p_first": null, "p_yes": null, "record": false}', "--until-stdin-closes"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.fake_provider",
+            "--port",
+            "0",
+            "--config",
+            '{"model": null, "p_first": null, "p_yes": null, "record": false}',
+            "--until-stdin-closes",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
     line = proc.stdout.readline().decode().strip()
     found = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/?", line)
     assert found, f"the fake provider did not start ({line!r})"
@@ -69,22 +88,26 @@ def fake_provider() -> tuple[subprocess.Popen, int]:
 
 
 def on_ports(block: str, ports: dict[str, int]) -> str:
-    """``block`` with each server address ``127.0.0.1:<named>`` on the port ``ports[named]`` instead."""
+    """``block`` with each server address ``127.0.0.1:<named>`` on the port ``ports[named]``
+    instead."""
     return SERVER.sub(lambda m: f"http://127.0.0.1:{ports[m.group(1)]}", block)
 
 
 def test_a_block_runs_on_the_ports_given_and_only_its_server_addresses_change():
-    block = ("dxi run --model openai:q@http://127.0.0.1:8080/v1 --port 8080\n"
-             "dxi run --model systemone:http://127.0.0.1:8000 --sample 8000\n")
+    block = (
+        "dxi run --model openai:q@http://127.0.0.1:8080/v1 --port 8080\n"
+        "dxi run --model systemone:http://127.0.0.1:8000 --sample 8000\n"
+    )
     assert on_ports(block, {"8080": 41234, "8000": 41235}) == (
         "dxi run --model openai:q@http://127.0.0.1:41234/v1 --port 8080\n"
-        "dxi run --model systemone:http://127.0.0.1:41235 --sample 8000\n")
+        "dxi run --model systemone:http://127.0.0.1:41235 --sample 8000\n"
+    )
 
 
 @pytest.fixture
 def named_ports_taken():
-    """The ports the pages name, held by this process (where they are free) for the test: a snippet must run
-    though they are taken, as they may be on a machine running the tests."""
+    """The ports the pages name, held by this process (where they are free) for the test: a snippet
+    must run though they are taken, as they may be on a machine running the tests."""
     with contextlib.ExitStack() as stack:
         for page in PAGES:
             for port in {int(p) for block in runnable(page) for p in SERVER.findall(block)}:
@@ -96,8 +119,12 @@ def named_ports_taken():
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("page", [p for p in PAGES if runnable(p) and p.name != "index.md"], ids=lambda p: p.name)
-def test_the_runnable_snippets_work_when_pasted(page: Path, tmp_path: Path, named_ports_taken: None):
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if runnable(p) and p.name != "index.md"], ids=lambda p: p.name
+)
+def test_the_runnable_snippets_work_when_pasted(
+    page: Path, tmp_path: Path, named_ports_taken: None
+):
     work = workspace(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("DXI_DATA_DIR", "VIRTUAL_ENV")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -107,34 +134,48 @@ def test_the_runnable_snippets_work_when_pasted(page: Path, tmp_path: Path, name
             for named in sorted(set(SERVER.findall(block))):
                 proc, ports[named] = fake_provider()
                 servers.append(proc)
-            done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + on_ports(block, ports)], cwd=work, env=env,
-                                  capture_output=True, text=True, timeout=300)
+            done = subprocess.run(
+                ["bash", "-c", "set -euo pipefail\n" + on_ports(block, ports)],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
         finally:
             for s in servers:
                 s.stdin.close()
                 s.wait(10)
-        assert done.returncode == 0, (f"{page.name}, runnable block {n} exited {done.returncode}:\n{block}\n"
-                                      f"--- stderr ---\n{done.stderr[-3000:]}\n--- stdout ---\n{done.stdout[-2000:]}")
+        assert done.returncode == 0, (
+            f"{page.name}, runnable block {n} exited {done.returncode}:\n{block}\n"
+            f"--- stderr ---\n{done.stderr[-3000:]}\n--- stdout ---\n{done.stdout[-2000:]}"
+        )
 
 
 def landing(readme: str) -> str:
     """The site's home page from the README: the same text, links relative to docs/."""
-    return (readme.replace("The reference is in [`docs/`](docs/index.md), a MkDocs site", "The reference is in these pages")
-            .replace("](docs/", "]("))
+    return readme.replace(
+        "The reference is in [`docs/`](docs/index.md), a MkDocs site",
+        "The reference is in these pages",
+    ).replace("](docs/", "](")
 
 
 def test_the_sites_home_page_is_the_readme():
-    """docs/index.md is README.md with its links made relative to docs/ (edit the README, then copy it so)."""
+    """docs/index.md is README.md with its links made relative to docs/ (edit the README, then copy
+    it so)."""
     assert (ROOT / "docs" / "index.md").read_text() == landing((ROOT / "README.md").read_text())
     assert len((ROOT / "README.md").read_text()) <= 10_000
 
 
 @pytest.mark.process
-def test_the_readme_tour_after_make_run_scores_its_own_sample_and_leaves_make_runs_summary(tmp_path: Path):
-    """Issue 32: after ``make run`` (every task, in the same cache) the tour's ``dxi score --out out/tour`` and
-    ``dxi report`` scored every task and overwrote the tour's 20-task summary. Here ``make run``'s command (the
-    Makefile's ``run`` target, on a data folder of 60 When2Call tasks), then the README's tour as written:
-    out/tour holds the 20 tasks the tour ran, out/ make run's 60."""
+def test_the_readme_tour_after_make_run_scores_its_own_sample_and_leaves_make_runs_summary(
+    tmp_path: Path,
+):
+    """Issue 32: after ``make run`` (every task, in the same cache) the tour's
+    ``dxi score --out out/tour`` and ``dxi report`` scored every task and overwrote the tour's
+    20-task summary. Here ``make run``'s command (the Makefile's ``run`` target, on a data folder of
+    60 When2Call tasks), then the README's tour as written: out/tour holds the 20 tasks the tour
+    ran, out/ make run's 60."""
     import orjson
 
     from .synthetic import data_dir
@@ -144,17 +185,31 @@ def test_the_readme_tour_after_make_run_scores_its_own_sample_and_leaves_make_ru
     (work / ".venv").symlink_to(Path(sys.prefix))
     env = {k: v for k, v in os.environ.items() if k not in ("DXI_DATA_DIR", "VIRTUAL_ENV")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    make_run = re.search(r"^run: .*\n\t\$\(BIN\)/(dxi run .*)$", (ROOT / "Makefile").read_text(), re.M).group(1)
-    make_run = (make_run.replace("$(MODEL)", "embedded:sparrow-nano-general-v1.1").replace("$(DATA)", "data")
-                .replace("$(CACHE)", ".dxi-cache").replace("$(OUT)", "out"))
+    make_run = re.search(
+        r"^run: .*\n\t\$\(BIN\)/(dxi run .*)$", (ROOT / "Makefile").read_text(), re.M
+    ).group(1)
+    make_run = (
+        make_run.replace("$(MODEL)", "embedded:sparrow-nano-general-v1.1")
+        .replace("$(DATA)", "data")
+        .replace("$(CACHE)", ".dxi-cache")
+        .replace("$(OUT)", "out")
+    )
     assert "$(" not in make_run, make_run
     tour = runnable(ROOT / "README.md")[0]
     assert "dxi score" in tour and "dxi report" in tour
     for script in (make_run + " -q", tour):
-        done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + script], cwd=work, env=env, capture_output=True,
-                              text=True, timeout=600)
+        done = subprocess.run(
+            ["bash", "-c", "set -euo pipefail\n" + script],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, (script, done.stderr[-3000:])
-    tasks = {out: orjson.loads((work / out / "summary.json").read_bytes())["data"]["when2call"]["tasks"]
-             for out in ("out", "out/tour")}
+    tasks = {
+        out: orjson.loads((work / out / "summary.json").read_bytes())["data"]["when2call"]["tasks"]
+        for out in ("out", "out/tour")
+    }
     assert tasks == {"out": 60, "out/tour": 20}
     assert (work / "out" / "tour" / "report.html").is_file()

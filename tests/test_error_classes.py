@@ -1,6 +1,7 @@
 """The retry classification, per HTTP status, as adapters/errors.py's tree states it: one table
 (``errors.status_kind``) that ``http.error_for`` and ``http.post`` follow, and the runner's two
 re-classifications (``runner.sending.retry.reclassify``), asserted one status at a time."""
+
 from __future__ import annotations
 
 import aiohttp
@@ -13,8 +14,8 @@ from dxi.adapters.errors import WAIT, Fatal, ProviderStop, RateLimited, Transien
 from dxi.adapters.http import error_for, post
 from dxi.runner.sending.retry import reclassify
 
-# The tree's words, written out by hand: 429 and 529 rate limits; 408, 409, 425 and every 5xx transient;
-# 401/403 (key), 402 (quota), 404 (model) stop; every other 4xx fatal.
+# The tree's words, written out by hand: 429 and 529 rate limits; 408, 409, 425 and every 5xx
+# transient; 401/403 (key), 402 (quota), 404 (model) stop; every other 4xx fatal.
 STOPS = {401: errors.KEY, 402: errors.QUOTA, 403: errors.KEY, 404: errors.MODEL}
 
 
@@ -39,7 +40,12 @@ def test_each_status_is_the_class_the_tree_names(status: int):
 
 def test_the_counts_per_class_over_4xx_and_5xx():
     kinds = [type(error_for(s, b"", {}, "m")).__name__ for s in range(400, 600)]
-    assert {k: kinds.count(k) for k in set(kinds)} == {"ProviderStop": 4, "RateLimited": 2, "Transient": 102, "Fatal": 92}
+    assert {k: kinds.count(k) for k in set(kinds)} == {
+        "ProviderStop": 4,
+        "RateLimited": 2,
+        "Transient": 102,
+        "Fatal": 92,
+    }
 
 
 def test_a_503_with_a_stated_wait_is_a_rate_limit_with_that_wait():
@@ -48,9 +54,17 @@ def test_a_503_with_a_stated_wait_is_a_rate_limit_with_that_wait():
     assert type(error_for(503, b"", {}, "m")) is Transient
 
 
-@pytest.mark.parametrize(("status", "header", "kind", "retried"), [
-    (400, "true", Transient, True), (418, "true", Transient, True), (409, "false", Transient, False),
-    (500, "false", Transient, False), (429, "false", RateLimited, False), (422, "false", Fatal, True)])
+@pytest.mark.parametrize(
+    ("status", "header", "kind", "retried"),
+    [
+        (400, "true", Transient, True),
+        (418, "true", Transient, True),
+        (409, "false", Transient, False),
+        (500, "false", Transient, False),
+        (429, "false", RateLimited, False),
+        (422, "false", Fatal, True),
+    ],
+)
 def test_x_should_retry_moves_a_status_as_the_tree_says(status, header, kind, retried):
     error = error_for(status, b"", {"x-should-retry": header}, "m")
     assert type(error) is kind
@@ -60,7 +74,9 @@ def test_x_should_retry_moves_a_status_as_the_tree_says(status, header, kind, re
 def test_the_tree_names_every_transient_status():
     tree = errors.__doc__.split("├── Fatal")[0]
     assert errors.TRANSIENT_STATUSES == {408, 409, 425} and errors.RATE_LIMIT_STATUSES == {429, 529}
-    assert all(str(status) in tree for status in (*errors.TRANSIENT_STATUSES, *errors.RATE_LIMIT_STATUSES))
+    assert all(
+        str(status) in tree for status in (*errors.TRANSIENT_STATUSES, *errors.RATE_LIMIT_STATUSES)
+    )
     assert "runner.sending.retry.reclassify" in errors.__doc__
 
 
@@ -80,14 +96,23 @@ async def test_post_raises_the_class_over_a_real_connection(status: int):
 def test_the_runner_re_classifies_a_wait_too_long_and_a_refusal_after_answers():
     long = RateLimited("m: HTTP 429", retry_after=600.0)
     stop = reclassify(long, 300.0, model_answered=False)
-    assert type(stop) is ProviderStop and stop.cause == WAIT and stop.resets_in_s == 600.0 and stop.status == 429
+    assert (
+        type(stop) is ProviderStop
+        and stop.cause == WAIT
+        and stop.resets_in_s == 600.0
+        and stop.status == 429
+    )
     short = RateLimited("m: HTTP 429", retry_after=300.0)
     assert reclassify(short, 300.0, model_answered=False) is short  # at the bound: waited
     refused = ProviderStop("m: HTTP 400 unsupported parameter", errors.REQUEST, 400)
-    assert reclassify(refused, 300.0, model_answered=False) is refused  # the model's first: stops the model
+    assert (
+        reclassify(refused, 300.0, model_answered=False) is refused
+    )  # the model's first: stops the model
     kept = reclassify(refused, 300.0, model_answered=True)
     assert type(kept) is Fatal and kept.status == 400 and str(kept) == str(refused)
     key = ProviderStop("m: HTTP 401", errors.KEY, 401)
-    assert reclassify(key, 300.0, model_answered=True) is key  # only a refused form becomes this request's own
+    assert (
+        reclassify(key, 300.0, model_answered=True) is key
+    )  # only a refused form becomes this request's own
     transient = Transient("m: HTTP 409", 409)
     assert reclassify(transient, 0.0, model_answered=True) is transient

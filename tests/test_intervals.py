@@ -1,4 +1,5 @@
 """Bootstrap intervals, the index's interval and spread, breakdowns and degenerate cases."""
+
 from __future__ import annotations
 
 import zlib
@@ -37,8 +38,16 @@ def suite_answers(label: str, right: dict[str, list[bool]], sample: int = 0) -> 
     rows = []
     for name in EVALS[:3]:
         for i, ok in enumerate(right[name]):
-            rows.append(choice(label, name, f"{name}/{i}", "A", {"A": 0.8, "B": 0.2} if ok else {"A": 0.3, "B": 0.7},
-                               sample=sample))
+            rows.append(
+                choice(
+                    label,
+                    name,
+                    f"{name}/{i}",
+                    "A",
+                    {"A": 0.8, "B": 0.2} if ok else {"A": 0.3, "B": 0.7},
+                    sample=sample,
+                )
+            )
     for i, ok in enumerate(right["wildguardtest"]):
         gold = "yes" if i % 2 == 0 else "no"
         for q in ("prompt_harmful", "response_refusal", "response_harmful"):
@@ -68,8 +77,10 @@ def test_intervals_are_reproducible_with_a_seed_and_change_with_it():
     # resampled metrics, what the comparisons use) do
     assert first.metrics.equals(other.metrics) and first.calibration.equals(other.calibration)
     many = [*rows, *suite_answers("m:b", {name: list(rng.random(40) < 0.6) for name in EVALS})]
-    seeded = [score(frame(many), Bootstrap(resamples=300, seed=s), with_comparisons=True)
-              for s in (9, 9, 10)]
+    seeded = [
+        score(frame(many), Bootstrap(resamples=300, seed=s), with_comparisons=True)
+        for s in (9, 9, 10)
+    ]
     assert seeded[0].comparisons.equals(seeded[1].comparisons)
     assert not seeded[0].comparisons.equals(seeded[2].comparisons)
     row = first.metrics.filter(pl.col("eval") == "hle_multichoice").row(0, named=True)
@@ -105,7 +116,9 @@ def test_percentile_interval_matches_numpy_with_and_without_undefined_resamples(
     a[:, 3] = np.nan
     low, high = nan_quantiles(a, (0.025, 0.975))
     expected = np.nanquantile(a[:, [0, 1, 2, 4, 5, 6]], [0.025, 0.975], axis=0)
-    assert np.allclose(low[[0, 1, 2, 4, 5, 6]], expected[0]) and np.allclose(high[[0, 1, 2, 4, 5, 6]], expected[1])
+    assert np.allclose(low[[0, 1, 2, 4, 5, 6]], expected[0]) and np.allclose(
+        high[[0, 1, 2, 4, 5, 6]], expected[1]
+    )
     assert np.isnan(low[3]) and np.isnan(high[3])
 
 
@@ -395,8 +408,12 @@ def test_mover_combines_independent_and_fully_correlated_terms():
 
 
 def test_f1_of_one_positive_has_an_interval_and_null_when_undefined_throughout():
-    # prompt_harmful: one positive (right) among 20 rows: resamples without it have no positive -> undefined
-    rows = [yes_no(M, f"g/{i}", "prompt_harmful", "yes" if i == 0 else "no", 0.9 if i == 0 else 0.1) for i in range(20)]
+    # prompt_harmful: one positive (right) among 20 rows: resamples without it have no positive ->
+    # undefined
+    rows = [
+        yes_no(M, f"g/{i}", "prompt_harmful", "yes" if i == 0 else "no", 0.9 if i == 0 else 0.1)
+        for i in range(20)
+    ]
     # response_harmful: no positive gold, no positive prediction -> undefined everywhere
     rows += [yes_no(M, f"g/{i}", "response_harmful", "no", 0.2) for i in range(20)]
     scored = score(frame(rows), Bootstrap(resamples=200))
@@ -408,7 +425,11 @@ def test_f1_of_one_positive_has_an_interval_and_null_when_undefined_throughout()
     assert row["f1_prompt_harm_low"] == pytest.approx(f1_bound(one), abs=1e-9)
     assert row["f1_response_harm"] is None and row["f1_response_harm_low"] is None
     assert row["mean_f1"] == 100.0  # the mean of the defined F1 scores
-    block = build_summary(scored.metrics, [M], DATA, "p", 1, {}, scored).models[0].evals["wildguardtest"]
+    block = (
+        build_summary(scored.metrics, [M], DATA, "p", 1, {}, scored)
+        .models[0]
+        .evals["wildguardtest"]
+    )
     assert block["f1_response_harm_ci"] is None and "undefined" in block["reason"]
 
 
@@ -416,24 +437,35 @@ def test_epochs_give_the_index_a_spread():
     a = suite_answers(M, {name: [True, True, False, False] for name in EVALS}, sample=0)
     b = suite_answers(M, {name: [True, True, True, False] for name in EVALS}, sample=1)
     scored = score(frame(a + b), Bootstrap(resamples=50))
-    # epoch 0: accuracies 50, Omniscience non-hallucination 0 (every wrong answer is a guess), WildGuardTest
-    # TP TN FN FP per question -> F1 50: index .125·50 + .125·0 + .25·(50 + 50 + 50) = 43.75
-    # epoch 1: accuracies 75, non-hallucination 0, TP TN TP FP -> F1 80: .125·75 + .25·(75 + 75 + 80) = 66.875
+    # epoch 0: accuracies 50, Omniscience non-hallucination 0 (every wrong answer is a guess),
+    # WildGuardTest TP TN FN FP per question -> F1 50: index .125·50 + .125·0 + .25·(50 + 50 + 50) =
+    # 43.75 epoch 1: accuracies 75, non-hallucination 0, TP TN TP FP -> F1 80: .125·75 + .25·(75 +
+    # 75 + 80) = 66.875
     idx = scored.index.row(0, named=True)
     assert idx["decision_index"] == pytest.approx((43.75 + 66.875) / 2)
     assert idx["decision_index_sd"] == pytest.approx(np.std([43.75, 66.875], ddof=1))
     summary = records.to_builtins(build_summary(scored.metrics, [M], DATA, "p", 2, {}, scored))
     assert summary["models"][0]["decision_index"] == 55.3125
     assert summary["models"][0]["decision_index_sd"] == pytest.approx(16.351844, abs=1e-6)
-    assert summary["models"][0]["evals"]["when2call"]["accuracy_sd"] == pytest.approx(17.677670, abs=1e-6)
+    assert summary["models"][0]["evals"]["when2call"]["accuracy_sd"] == pytest.approx(
+        17.677670, abs=1e-6
+    )
     assert summary["models"][0]["evals"]["wildguardtest"]["mean_f1"] == 65.0
 
 
 def test_a_missing_answer_is_left_out_and_only_no_reply_at_all_makes_a_metric_null():
     rows = suite_answers(M, {name: [True, False] for name in EVALS})
-    rows[0] = {**rows[0], "status": "missing", "predicted": None, "probabilities": None, "p_predicted": None}
-    rows += [choice(N, "hle_multichoice", f"hle_multichoice/{i}", "A", None, status=s)
-             for i, s in enumerate(("missing", "failed"))]
+    rows[0] = {
+        **rows[0],
+        "status": "missing",
+        "predicted": None,
+        "probabilities": None,
+        "p_predicted": None,
+    }
+    rows += [
+        choice(N, "hle_multichoice", f"hle_multichoice/{i}", "A", None, status=s)
+        for i, s in enumerate(("missing", "failed"))
+    ]
     scored = score(frame(rows), Bootstrap(resamples=20))
     omni = scored.metrics.filter(pl.col("eval") == "aa_omniscience_decision").row(0, named=True)
     # Omniscience: task 0 (right) missing, left out; task 1 wrong, a hallucination: over the one
@@ -449,9 +481,15 @@ def test_a_missing_answer_is_left_out_and_only_no_reply_at_all_makes_a_metric_nu
     # HLE and When2Call 50; WildGuardTest: each question one TP and one FP, F1 = 2 / 3
     assert idx["decision_index"] == pytest.approx(0.25 * 50 + 0.25 * 50 + 0.25 * 200 / 3)
     assert (idx["decision_index_lowest"], idx["decision_index_highest"]) == pytest.approx(
-        (idx["decision_index"], idx["decision_index"] + 0.125 * 50 + 0.125 * 50))
-    nothing = scored.metrics.filter(pl.col("label") == N).row(0, named=True)  # no reply: null, with the reason
-    assert nothing["accuracy"] is None and nothing["reason"] == "no reply: every answer failed or is missing"
+        (idx["decision_index"], idx["decision_index"] + 0.125 * 50 + 0.125 * 50)
+    )
+    nothing = scored.metrics.filter(pl.col("label") == N).row(
+        0, named=True
+    )  # no reply: null, with the reason
+    assert (
+        nothing["accuracy"] is None
+        and nothing["reason"] == "no reply: every answer failed or is missing"
+    )
 
 
 def test_an_empty_answers_frame_scores_to_empty_tables():
@@ -465,16 +503,19 @@ def test_an_empty_answers_frame_scores_to_empty_tables():
 
 def test_formulas_work_on_arrays_as_on_expressions():
     assert accuracy_from(np.array([3.0]), np.array([4.0]))[0] == 75.0
-    assert non_hallucination_from(np.array([0.0, 1.0]), np.array([0.0, 4.0])).tolist() == [100.0, 75.0]
+    assert non_hallucination_from(np.array([0.0, 1.0]), np.array([0.0, 4.0])).tolist() == [
+        100.0,
+        75.0,
+    ]
     with np.errstate(invalid="ignore"):
         assert np.isnan(f1_from(np.array([0.0]), np.array([0.0]), np.array([0.0]))[0])
     assert f1_from(np.array([1.0]), np.array([1.0]), np.array([1.0]))[0] == 50.0
 
 
 def test_resample_counts_are_the_draws_of_one_integers_call_counted_per_resample():
-    # the reference: one (resamples, n_tasks) draw, counted with one bincount over every resample's bins
-    # (how the counts were made before issue 14); block boundaries of the faster draw included (n = 5,000:
-    # 838 resamples a block)
+    # the reference: one (resamples, n_tasks) draw, counted with one bincount over every resample's
+    # bins (how the counts were made before issue 14); block boundaries of the faster draw included
+    # (n = 5,000: 838 resamples a block)
     for n, b in ((1, 5), (3, 1), (7, 1000), (880, 1000), (5_000, 1000)):
         boot = Bootstrap(resamples=b)
         rng = np.random.default_rng([boot.seed, zlib.crc32(b"hle_multichoice")])
@@ -493,7 +534,8 @@ def test_resample_counts_are_kept_small_and_give_the_same_weights():
     assert (counts.sum(axis=1, dtype=np.int64) == 400).all()
     w = boot.weights("when2call", 400)
     assert w.dtype == np.float32 and np.array_equal(w, counts.astype(np.float32))
-    # the draws of one integers() call over the whole (resamples, tasks) matrix, counted per resample
+    # the draws of one integers() call over the whole (resamples, tasks) matrix, counted per
+    # resample
     rng = np.random.default_rng([3, zlib.crc32(b"when2call")])
     drawn = rng.integers(0, 400, size=(300, 400), dtype=np.uint32)
     assert np.array_equal(counts, np.stack([np.bincount(row, minlength=400) for row in drawn]))
@@ -502,50 +544,102 @@ def test_resample_counts_are_kept_small_and_give_the_same_weights():
 def test_a_run_prepares_the_float32_matrix_in_blocks_with_the_same_values_and_the_same_sums():
     boot = Bootstrap(resamples=300, seed=4)
     counts = boot.counts("hle_multichoice", 50)
-    boot.prepare("hle_multichoice", 50, block_bytes=4 * 50 * 7)  # 7 resamples a block: the last block is short
+    boot.prepare(
+        "hle_multichoice", 50, block_bytes=4 * 50 * 7
+    )  # 7 resamples a block: the last block is short
     prepared = boot.counts("hle_multichoice", 50)
-    assert prepared.dtype == np.float32 and prepared.shape == (300, 50) and not prepared.flags.writeable
+    assert (
+        prepared.dtype == np.float32
+        and prepared.shape == (300, 50)
+        and not prepared.flags.writeable
+    )
     assert np.array_equal(prepared, counts.astype(np.float32))
     boot.prepare("hle_multichoice", 50)
     assert boot.counts("hle_multichoice", 50) is prepared  # kept, not made again
-    assert Bootstrap(resamples=300, seed=5).counts("hle_multichoice", 50).dtype == np.uint8  # another bootstrap's
+    assert (
+        Bootstrap(resamples=300, seed=5).counts("hle_multichoice", 50).dtype == np.uint8
+    )  # another bootstrap's
     x = np.random.default_rng(0).random((50, 6), dtype=np.float32)
-    assert np.array_equal(counts.astype(np.float32) @ x, prepared @ x)  # the product's bits do not change
+    assert np.array_equal(
+        counts.astype(np.float32) @ x, prepared @ x
+    )  # the product's bits do not change
 
 
 def test_request_counts_per_label_from_integer_codes():
     from dxi.scoring.pipeline import request_counts
 
-    ans = pl.DataFrame({  # two labels; task t1 has two questions; epochs 0 and 1
-        "label": ["b", "b", "b", "b", "a", "a", "a", "a", "a"],
-        "task_id": ["t1", "t1", "t2", "t1", "t1", "t1", "t2", "t3", "t3"],
-        "sample": [0, 0, 0, 1, 0, 0, 0, 0, 1],
-        "status": ["ok", "invalid", "missing", "failed", "ok", "ok", "invalid", "ok", "missing"],
-        "repaired": [True, False, False, False, False, None, False, True, False],
-    })
+    ans = pl.DataFrame(
+        {  # two labels; task t1 has two questions; epochs 0 and 1
+            "label": ["b", "b", "b", "b", "a", "a", "a", "a", "a"],
+            "task_id": ["t1", "t1", "t2", "t1", "t1", "t1", "t2", "t3", "t3"],
+            "sample": [0, 0, 0, 1, 0, 0, 0, 0, 1],
+            "status": [
+                "ok",
+                "invalid",
+                "missing",
+                "failed",
+                "ok",
+                "ok",
+                "invalid",
+                "ok",
+                "missing",
+            ],
+            "repaired": [True, False, False, False, False, None, False, True, False],
+        }
+    )
     assert request_counts(ans) == {
-        "a": {"sent": 0, "cache_hits": 3, "failed": 0, "invalid": 1, "repaired": 1},  # (t3, 1) missing
-        "b": {"sent": 0, "cache_hits": 2, "failed": 1, "invalid": 1, "repaired": 1},  # (t2, 0) missing
+        "a": {
+            "sent": 0,
+            "cache_hits": 3,
+            "failed": 0,
+            "invalid": 1,
+            "repaired": 1,
+        },  # (t3, 1) missing
+        "b": {
+            "sent": 0,
+            "cache_hits": 2,
+            "failed": 1,
+            "invalid": 1,
+            "repaired": 1,
+        },  # (t2, 0) missing
     }
     assert list(request_counts(ans)["a"]) == ["sent", "cache_hits", "failed", "invalid", "repaired"]
     assert request_counts(ans.head(0)) == {}
 
 
 def test_resampled_metrics_from_counts_are_exact_in_float64():
-    # 3 of 7 right: every resample's accuracy is 100 k / 7 as float64 computes it (float32 arithmetic gave
-    # values like 42.857143 where float64 gives 42.857142857142854), and the bounds are such values or
-    # their interpolation
-    rows = [choice(M, "hle_multichoice", f"h/{i}", "A", {"A": 0.9, "B": 0.1} if i < 3 else {"A": 0.1, "B": 0.9})
-            for i in range(7)]
-    rows += [choice(M, "aa_omniscience_decision", f"o/{i}", "A", {"A": 0.1, "E": 0.9} if i < 2 else
-                    {"A": 0.1, "C": 0.9}) for i in range(7)]
+    # 3 of 7 right: every resample's accuracy is 100 k / 7 as float64 computes it (float32
+    # arithmetic gave values like 42.857143 where float64 gives 42.857142857142854), and the bounds
+    # are such values or their interpolation
+    rows = [
+        choice(
+            M,
+            "hle_multichoice",
+            f"h/{i}",
+            "A",
+            {"A": 0.9, "B": 0.1} if i < 3 else {"A": 0.1, "B": 0.9},
+        )
+        for i in range(7)
+    ]
+    rows += [
+        choice(
+            M,
+            "aa_omniscience_decision",
+            f"o/{i}",
+            "A",
+            {"A": 0.1, "E": 0.9} if i < 2 else {"A": 0.1, "C": 0.9},
+        )
+        for i in range(7)
+    ]
     cubes = build_cubes(frame(rows))
     boot = Bootstrap(resamples=200)
     for name, cube in cubes.items():
         est = eval_metrics(cube, boot, boot.counts(name, cube.n_tasks))
         reps = est.replicates["accuracy"][:, 0]
         assert reps.dtype == np.float64 and set(reps.tolist()) <= {100 * k / 7 for k in range(8)}
-    nonhalluc = eval_metrics(cubes["aa_omniscience_decision"], boot, boot.counts("aa_omniscience_decision", 7))
+    nonhalluc = eval_metrics(
+        cubes["aa_omniscience_decision"], boot, boot.counts("aa_omniscience_decision", 7)
+    )
     exact = {100 * (1 - h / w) for w in range(1, 8) for h in range(w + 1)} | {100.0}
     assert set(nonhalluc.replicates["non_hallucination_rate"][:, 0].tolist()) <= exact
 

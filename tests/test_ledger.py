@@ -1,5 +1,6 @@
-"""The batch ledger (``cache.ledger``): events folded into entries, what an open entry claims, a line cut by a
-kill, the collector lock, and the input files of processes that died."""
+"""The batch ledger (``cache.ledger``): events folded into entries, what an open entry claims, a
+line cut by a kill, the collector lock, and the input files of processes that died."""
+
 from __future__ import annotations
 
 import os
@@ -17,24 +18,42 @@ def test_events_fold_into_entries_and_open_entries_claim_their_keys(tmp_path: Pa
     ledger = Ledger(tmp_path)
     a, b = new_id(), new_id()
     assert len(a) == 32 and a.startswith("dxi-") and a != b
-    ledger.intent(a, ["k1", "k2", "k3"], identity="model", label="m", kind="openai", requests=3, bytes=300)
+    ledger.intent(
+        a, ["k1", "k2", "k3"], identity="model", label="m", kind="openai", requests=3, bytes=300
+    )
     ledger.record(a, "uploaded", file_id="file-1")
     ledger.record(a, "submitted", batch_id="batch_1", state="validating")
     ledger.intent(b, ["k4"], identity="other", label="o", kind="anthropic", requests=1, bytes=100)
     entry = ledger.entries()[a]
-    assert (entry.phase, entry.file_id, entry.batch_id, entry.requests, entry.pid) == ("validating", "file-1", "batch_1", 3,
-                                                                                       os.getpid())
-    assert ledger.claimed("model") == {"k1": a, "k2": a, "k3": a} and ledger.claimed("other") == {"k4": b}
-    ledger.record(a, "ended", outcome="expired", state="expired", output={"output_file_id": "file-2"})
+    assert (entry.phase, entry.file_id, entry.batch_id, entry.requests, entry.pid) == (
+        "validating",
+        "file-1",
+        "batch_1",
+        3,
+        os.getpid(),
+    )
+    assert ledger.claimed("model") == {"k1": a, "k2": a, "k3": a} and ledger.claimed("other") == {
+        "k4": b
+    }
+    ledger.record(
+        a, "ended", outcome="expired", state="expired", output={"output_file_id": "file-2"}
+    )
     ledger.record(a, "collected", stored=2, returned=["k3"], unmatched=0, cost_usd=0.25)
     entry = ledger.entries()[a]
-    assert (entry.phase, entry.closed, entry.stored, entry.returned, entry.cost_usd) == ("collected", True, 2,
-                                                                                         frozenset({"k3"}), 0.25)
+    assert (entry.phase, entry.closed, entry.stored, entry.returned, entry.cost_usd) == (
+        "collected",
+        True,
+        2,
+        frozenset({"k3"}),
+        0.25,
+    )
     assert ledger.claimed("model") == {}  # closed: claims nothing
     ledger.record(b, "abandoned", reason="not found")
     assert [e.id for e in ledger.open_entries()] == []
     fresh = Ledger(tmp_path).entries()  # another reader folds the same file to the same entries
-    assert {k: v.as_dict() for k, v in fresh.items()} == {k: v.as_dict() for k, v in ledger.entries().items()}
+    assert {k: v.as_dict() for k, v in fresh.items()} == {
+        k: v.as_dict() for k, v in ledger.entries().items()
+    }
 
 
 def test_an_entry_collected_in_part_stays_open_and_claims_what_it_did_not_store(tmp_path: Path):
@@ -55,14 +74,18 @@ os.kill(os.getpid(), 9)
 
 
 @pytest.mark.process
-def test_a_line_cut_by_a_kill_is_skipped_and_the_next_writer_keeps_its_own_line_whole(tmp_path: Path):
+def test_a_line_cut_by_a_kill_is_skipped_and_the_next_writer_keeps_its_own_line_whole(
+    tmp_path: Path,
+):
     ledger = Ledger(tmp_path)
     e = new_id()
     ledger.intent(e, ["k"], identity="model", requests=1)
     done = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, str(ledger.path)])
     assert done.returncode == -signal.SIGKILL
     assert ledger.entries()[e].phase == "intent"  # the cut line is not read while it has no end
-    ledger.record(e, "submitted", batch_id="batch_9")  # ends the cut line first: this one stays whole
+    ledger.record(
+        e, "submitted", batch_id="batch_9"
+    )  # ends the cut line first: this one stays whole
     reader = Ledger(tmp_path)
     assert reader.entries()[e].batch_id == "batch_9"
     assert len(reader.warnings) == 1 and "damaged line" in reader.warnings[0]
@@ -82,7 +105,9 @@ with Ledger(sys.argv[1]).collector(sys.argv[2]) as held:
 def test_one_process_collects_an_entry_and_its_death_frees_it(tmp_path: Path):
     ledger = Ledger(tmp_path)
     e = new_id()
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path), e], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path), e], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "held"
         with ledger.collector(e) as mine:
@@ -90,8 +115,13 @@ def test_one_process_collects_an_entry_and_its_death_frees_it(tmp_path: Path):
         (ledger.folder / f"{e}.input.jsonl").write_bytes(b"{}\n")
         (ledger.folder / "dxi-dead.input.jsonl").write_bytes(b"{}\n")
         (ledger.folder / "dxi-open.input.jsonl").write_bytes(b"{}\n")
-        assert ledger.sweep_inputs(keep={"dxi-open"}) == 1  # the dead builder's; not the live one's, nor an open entry's
-        assert sorted(p.name for p in ledger.folder.glob("*.input.jsonl")) == [f"{e}.input.jsonl", "dxi-open.input.jsonl"]
+        assert (
+            ledger.sweep_inputs(keep={"dxi-open"}) == 1
+        )  # the dead builder's; not the live one's, nor an open entry's
+        assert sorted(p.name for p in ledger.folder.glob("*.input.jsonl")) == [
+            f"{e}.input.jsonl",
+            "dxi-open.input.jsonl",
+        ]
         proc.kill()
         proc.wait()
         with ledger.collector(e) as mine:

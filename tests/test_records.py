@@ -1,5 +1,7 @@
-"""The summary as a typed record (``scoring.records``): summary.json's bytes are those of the dict it replaced,
-keys written only sometimes stay absent when unset, and a summary read back is the same record."""
+"""The summary as a typed record (``scoring.records``): summary.json's bytes are those of the dict
+it replaced, keys written only sometimes stay absent when unset, and a summary read back is the same
+record."""
+
 from __future__ import annotations
 
 import inspect
@@ -34,34 +36,77 @@ def test_summary_json_has_the_bytes_the_dict_based_summary_had(summary: Summary)
     golden = GOLDEN.read_bytes()
     assert records.to_json(summary) == golden
     doc = orjson.loads(golden)  # the scenario holds what the test is for
-    assert list(doc) == ["prompt_version", "provenance", "epochs", "complete", "allow_failed", "accepted", "data",
-                         "intervals", "calibration", "usage", "models", "comparison_method", "comparisons", "ranking",
-                         "cost_bound", "stopped_providers", "measures"]
+    assert list(doc) == [
+        "prompt_version",
+        "provenance",
+        "epochs",
+        "complete",
+        "allow_failed",
+        "accepted",
+        "data",
+        "intervals",
+        "calibration",
+        "usage",
+        "models",
+        "comparison_method",
+        "comparisons",
+        "ranking",
+        "cost_bound",
+        "stopped_providers",
+        "measures",
+    ]
     assert [m["complete"] for m in doc["models"]] == [False, False, False, False]
     assert [m.get("rank") for m in doc["models"]] == [3, 2, 1, None]
-    assert doc["models"][3]["decision_index"] is None and doc["models"][3]["p_yes_range"] == [0.01, 0.99]
-    assert doc["models"][1]["requests"]["batches"] == {"submitted": 2, "collected": 1, "running": 1, "given_back": 3}
-    assert sum("discordant" in c for c in doc["comparisons"]) == 3  # accuracy of the two one-epoch models
+    assert doc["models"][3]["decision_index"] is None and doc["models"][3]["p_yes_range"] == [
+        0.01,
+        0.99,
+    ]
+    assert doc["models"][1]["requests"]["batches"] == {
+        "submitted": 2,
+        "collected": 1,
+        "running": 1,
+        "given_back": 3,
+    }
+    assert (
+        sum("discordant" in c for c in doc["comparisons"]) == 3
+    )  # accuracy of the two one-epoch models
 
 
 def test_a_summary_read_back_is_the_same_record_and_the_same_bytes(summary: Summary):
     again = records.decode(records.to_json(summary))
     assert again == summary
     assert records.to_json(again) == GOLDEN.read_bytes()
-    assert records.decode(orjson.loads(GOLDEN.read_bytes())) == summary  # the view's meta.json path: from a dict
+    assert (
+        records.decode(orjson.loads(GOLDEN.read_bytes())) == summary
+    )  # the view's meta.json path: from a dict
     assert isinstance(again.models[0], ModelEntry) and isinstance(again.comparisons[0], Comparison)
     assert isinstance(again.ranking, Ranking)
 
 
 def test_keys_written_only_sometimes_stay_absent_when_unset():
-    # without scored tables: no intervals, calibration, usage, comparisons, ranking, provenance; a model entry
-    # without its interval, spread, rank, usage, served models, effort
+    # without scored tables: no intervals, calibration, usage, comparisons, ranking, provenance; a
+    # model entry without its interval, spread, rank, usage, served models, effort
     data = {name: {"missing": "not selected (--evals)"} for name in METRICS}
     summary = build_summary(pl.DataFrame(), ["m"], data, "p1", 1, {})
     doc = records.to_builtins(summary)
-    assert list(doc) == ["prompt_version", "epochs", "complete", "allow_failed", "accepted", "data", "models"]
-    assert list(doc["models"][0]) == ["model", "epochs", "decision_index", "decision_index_reason", "complete",
-                                      "evals", "requests"]
+    assert list(doc) == [
+        "prompt_version",
+        "epochs",
+        "complete",
+        "allow_failed",
+        "accepted",
+        "data",
+        "models",
+    ]
+    assert list(doc["models"][0]) == [
+        "model",
+        "epochs",
+        "decision_index",
+        "decision_index_reason",
+        "complete",
+        "evals",
+        "requests",
+    ]
     assert summary.intervals is UNSET and summary.models[0].decision_index_ci is UNSET
     # set to None, a key is written as null (not left out)
     summary.models[0].usage = None
@@ -80,17 +125,30 @@ def test_a_document_that_is_not_a_summary_is_refused_naming_the_field():
 
 
 def test_the_views_scoring_pipeline_is_what_runner_outputs_summarize_is():
-    # dxi view is handed ``runner.outputs.files.summarize`` as a ``view.data.Summarize``: every parameter the
-    # protocol names, of the same kind and default, and the same result (a ScoredRun: summary and tables)
+    # dxi view is handed ``runner.outputs.files.summarize`` as a ``view.data.Summarize``: every
+    # parameter the protocol names, of the same kind and default, and the same result (a ScoredRun:
+    # summary and tables)
     protocol = inspect.signature(Summarize.__call__)
     given = inspect.signature(summarize)
     for name, p in list(protocol.parameters.items())[1:]:
         mine = given.parameters[name]
         assert (mine.default, mine.annotation) == (p.default, p.annotation), name
-        assert mine.kind == p.kind or (p.kind is p.KEYWORD_ONLY and mine.kind is mine.POSITIONAL_OR_KEYWORD), name
+        assert mine.kind == p.kind or (
+            p.kind is p.KEYWORD_ONLY and mine.kind is mine.POSITIONAL_OR_KEYWORD
+        ), name
     assert protocol.return_annotation == given.return_annotation == "ScoredRun"
-    summary, scored = ScoredRun(Summary(prompt_version="p", epochs=1, complete=True, allow_failed=None, accepted=True,
-                                        data={}, models=[]), None)
+    summary, scored = ScoredRun(
+        Summary(
+            prompt_version="p",
+            epochs=1,
+            complete=True,
+            allow_failed=None,
+            accepted=True,
+            data={},
+            models=[],
+        ),
+        None,
+    )
     assert summary.labels == [] and scored is None
 
 
@@ -102,7 +160,9 @@ def test_an_evaluation_blocks_type_names_every_metric_with_its_spread_and_interv
     doc = orjson.loads(GOLDEN.read_bytes())
     for m in doc["models"]:
         for block in m["evals"].values():
-            assert set(block) <= keys  # every key summary.json writes is typed (their order: the bytes test)
+            assert (
+                set(block) <= keys
+            )  # every key summary.json writes is typed (their order: the bytes test)
     block = {"n": "many"}
     with pytest.raises(msgspec.ValidationError, match=r"\$\.models\[0\]\.evals\[\.\.\.\]\.n"):
         records.decode(doc | {"models": [doc["models"][0] | {"evals": {"hle_multichoice": block}}]})
@@ -123,8 +183,10 @@ def test_a_summary_written_before_the_step_down_is_read_with_p_holm_mapped_and_m
         assert (second.p_adjusted, second.significant) == (0.6, False)
         assert (first.discordant, first.mcnemar_p) == ([17, 1], 0.0001373291015625)
         assert first.settled is records.UNSET
-        assert summary.comparison_method == {"adjustment": records.LEGACY_ADJUSTMENT,
-                                             "read_from": "p_holm"}
+        assert summary.comparison_method == {
+            "adjustment": records.LEGACY_ADJUSTMENT,
+            "read_from": "p_holm",
+        }
         assert [m.rank for m in summary.models] == [1, 2]
         # written again, it is today's shape (no p_holm) and reads back the same
         again = records.to_json(summary)

@@ -1,4 +1,6 @@
-"""``dxi report``: the HTML report and its tables, opened in a real headless browser (Debian's chromium)."""
+"""``dxi report``: the HTML report and its tables, opened in a real headless browser (Debian's
+chromium)."""
+
 from __future__ import annotations
 
 import os
@@ -21,18 +23,32 @@ from dxi.scoring.records import ModelEntry, Summary
 
 from .conftest import fixture_data
 from .four_models import FourModels, four_models
-from .helpers.report import CHROMIUM_FLAGS, HOSTILE_ERROR, HOSTILE_MODEL, add_hostile_model, chromium
+from .helpers.report import (
+    CHROMIUM_FLAGS,
+    HOSTILE_ERROR,
+    HOSTILE_MODEL,
+    add_hostile_model,
+    chromium,
+)
 from .helpers.runs import MODEL, fail_rows, run_plan
 
-TABLES = ("index", "metrics", "calibration", "reliability", "breakdowns", "when2call_confusion", "answer_statuses",
-          "errors")
-
+TABLES = (
+    "index",
+    "metrics",
+    "calibration",
+    "reliability",
+    "breakdowns",
+    "when2call_confusion",
+    "answer_statuses",
+    "errors",
+)
 
 
 def report_of(data_dir: Path, cache_dir: Path, out: Path) -> rescore.Rescored:
     """``dxi report``'s work as a library call: ``rescore.rescore`` with ``html``."""
-    return rescore.rescore(rescore.select(PlanInputs(data_dir=data_dir, cache_dir=cache_dir, out=out)), html=True)
-
+    return rescore.rescore(
+        rescore.select(PlanInputs(data_dir=data_dir, cache_dir=cache_dir, out=out)), html=True
+    )
 
 
 @pytest.fixture
@@ -55,11 +71,25 @@ def test_report_writes_every_table_as_csv_and_parquet(report: Path):
         csv = pl.read_csv(report / "tables" / f"{name}.csv", schema=parquet.schema)
         assert csv.equals(parquet), name
     metrics = pl.read_parquet(report / "tables" / "metrics.parquet")
-    assert metrics.height == 2 * 4 and {"accuracy_low", "accuracy_high", "brier", "ece", "log_loss"} <= set(metrics.columns)
-    index = pl.read_parquet(report / "tables" / "index.parquet").filter(pl.col("model") == MODEL).row(0, named=True)
-    assert index["decision_index"] == pytest.approx(summary["models"][1]["decision_index"], abs=1e-6)
+    assert metrics.height == 2 * 4 and {
+        "accuracy_low",
+        "accuracy_high",
+        "brier",
+        "ece",
+        "log_loss",
+    } <= set(metrics.columns)
+    index = (
+        pl.read_parquet(report / "tables" / "index.parquet")
+        .filter(pl.col("model") == MODEL)
+        .row(0, named=True)
+    )
+    assert index["decision_index"] == pytest.approx(
+        summary["models"][1]["decision_index"], abs=1e-6
+    )
     statuses = pl.read_parquet(report / "tables" / "answer_statuses.parquet")
-    hostile = statuses.filter((pl.col("model") == f"embedded:{HOSTILE_MODEL}") & (pl.col("eval") == "when2call"))
+    hostile = statuses.filter(
+        (pl.col("model") == f"embedded:{HOSTILE_MODEL}") & (pl.col("eval") == "when2call")
+    )
     assert hostile.select("answers", "failed").row(0) == (3, 3)
     errors = pl.read_parquet(report / "tables" / "errors.parquet")
     assert errors.select("status", "error", "count").rows() == [("failed", HOSTILE_ERROR, 3)]
@@ -84,13 +114,18 @@ def test_the_report_opens_in_a_headless_browser_and_shows_its_charts(report: Pat
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             problems, requests = [], []
-            page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+            page.on(
+                "console",
+                lambda m: problems.append(m.text) if m.type in ("error", "warning") else None,
+            )
             page.on("pageerror", lambda e: problems.append(str(e)))
             page.on("request", lambda r: requests.append(r.url))
             page.on("dialog", lambda d: problems.append(f"dialog: {d.message}"))
             page.goto(url)
             charts = page.eval_on_selector_all(
-                "img.chart", "els => els.map(e => [e.complete, e.naturalWidth, e.naturalHeight, e.alt])")
+                "img.chart",
+                "els => els.map(e => [e.complete, e.naturalWidth, e.naturalHeight, e.alt])",
+            )
             text = page.inner_text("body")
             title = page.title()
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
@@ -99,7 +134,11 @@ def test_the_report_opens_in_a_headless_browser_and_shows_its_charts(report: Pat
     assert problems == [] and requests == [url]
     # the index, one chart per evaluation, one heatmap per breakdown, one reliability figure per
     # model with probabilities and one risk-coverage figure per such model
-    breakdowns = pl.read_parquet(report / "tables" / "breakdowns.parquet").select("eval", "dimension").n_unique()
+    breakdowns = (
+        pl.read_parquet(report / "tables" / "breakdowns.parquet")
+        .select("eval", "dimension")
+        .n_unique()
+    )
     assert breakdowns == 5 and len(charts) == 1 + 4 + breakdowns + 2 + 2
     assert sum(alt.startswith("Risk–coverage curves of ") for *_, alt in charts) == 2
     assert all(complete and width > 100 and height > 50 for complete, width, height, _ in charts)
@@ -108,7 +147,7 @@ def test_the_report_opens_in_a_headless_browser_and_shows_its_charts(report: Pat
     assert (tmp_path / "report.png").stat().st_size > 20_000
 
 
-# ---- a publishable report: four models in a real browser at 1,280 px ----------------------------------------
+# ---- a publishable report: four models in a real browser at 1,280 px -----------------------------
 @pytest.fixture(scope="module")
 def four(tmp_path_factory: pytest.TempPathFactory) -> FourModels:
     root = tmp_path_factory.mktemp("four")
@@ -124,8 +163,9 @@ def four_report(four: FourModels) -> Path:
 
 
 @pytest.mark.server
-def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(four: FourModels, four_report: Path,
-                                                                        tmp_path: Path):
+def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(
+    four: FourModels, four_report: Path, tmp_path: Path
+):
     from playwright.sync_api import sync_playwright
 
     executable = chromium()
@@ -134,19 +174,33 @@ def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(four: F
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto((four_report / "report.html").as_uri())
-            index = page.eval_on_selector("table.index", "t => { const box = t.parentElement; return "
-                                          "[box.scrollWidth, box.clientWidth, t.getBoundingClientRect().right]; }")
-            page_width = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
-            rows = page.eval_on_selector_all("table.index tbody tr", "rs => rs.map(r => r.cells[0].innerText)")
-            links = page.eval_on_selector_all("nav.toc a", "as => as.map(a => a.getAttribute('href'))")
+            index = page.eval_on_selector(
+                "table.index",
+                "t => { const box = t.parentElement; return "
+                "[box.scrollWidth, box.clientWidth, t.getBoundingClientRect().right]; }",
+            )
+            page_width = page.evaluate(
+                "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+            )
+            rows = page.eval_on_selector_all(
+                "table.index tbody tr", "rs => rs.map(r => r.cells[0].innerText)"
+            )
+            links = page.eval_on_selector_all(
+                "nav.toc a", "as => as.map(a => a.getAttribute('href'))"
+            )
             page.screenshot(path=str(tmp_path / "top.png"))
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
             landed = []
             for href in links:
                 page.click(f"nav.toc a[href='{href}']")
                 page.wait_for_function("h => location.hash === h", arg=href)
-                landed.append(page.evaluate("h => { const e = document.getElementById(h.slice(1)); return e ? "
-                                            "Math.round(e.getBoundingClientRect().top) : null; }", href))
+                landed.append(
+                    page.evaluate(
+                        "h => { const e = document.getElementById(h.slice(1)); return e ? "
+                        "Math.round(e.getBoundingClientRect().top) : null; }",
+                        href,
+                    )
+                )
                 page.evaluate("window.scrollTo(0, 0)")
             banner = page.inner_text(".banner")
         finally:
@@ -154,15 +208,39 @@ def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(four: F
     assert index[0] <= index[1] and index[2] <= 1280, f"the index table overflows: {index}"
     assert page_width[0] <= page_width[1], f"the page scrolls sideways: {page_width}"
     assert rows == four.labels  # the run's order
-    ids = ["data", "index", "index-pairs", "aa_omniscience_decision", "aa_omniscience_decision-domain", "hle_multichoice",
-           "hle_multichoice-category", "when2call", "when2call-reply_type", "when2call-confusion", "wildguardtest",
-           "wildguardtest-adversarial", "wildguardtest-subcategory", "calibration", "measures", "answers"]
+    ids = [
+        "data",
+        "index",
+        "index-pairs",
+        "aa_omniscience_decision",
+        "aa_omniscience_decision-domain",
+        "hle_multichoice",
+        "hle_multichoice-category",
+        "when2call",
+        "when2call-reply_type",
+        "when2call-confusion",
+        "wildguardtest",
+        "wildguardtest-adversarial",
+        "wildguardtest-subcategory",
+        "calibration",
+        "measures",
+        "answers",
+    ]
     assert sorted(links) == sorted(f"#{i}" for i in ids)
-    # every link's target exists and is scrolled to the top of the window (the last ones as far as the page goes)
-    assert None not in landed and all(top < 900 for top in landed) and sum(top <= 20 for top in landed) >= 10, landed
+    # every link's target exists and is scrolled to the top of the window (the last ones as far as
+    # the page goes)
+    assert (
+        None not in landed
+        and all(top < 900 for top in landed)
+        and sum(top <= 20 for top in landed) >= 10
+    ), landed
     assert "AA-Omniscience-Decision is a stand-in dataset" in banner
-    assert (tmp_path / "top.png").stat().st_size > 20_000 and (tmp_path / "report.png").stat().st_size > 100_000
-    if os.environ.get("DXI_REPORT_SCREENSHOTS"):  # to look at them: DXI_REPORT_SCREENSHOTS=DIR pytest -k fits_1280
+    assert (tmp_path / "top.png").stat().st_size > 20_000 and (
+        tmp_path / "report.png"
+    ).stat().st_size > 100_000
+    if os.environ.get(
+        "DXI_REPORT_SCREENSHOTS"
+    ):  # to look at them: DXI_REPORT_SCREENSHOTS=DIR pytest -k fits_1280
         keep = Path(os.environ["DXI_REPORT_SCREENSHOTS"])
         keep.mkdir(parents=True, exist_ok=True)
         for name in ("top.png", "report.png"):
@@ -170,22 +248,37 @@ def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(four: F
 
 
 def _entry(label: str, index: float | None, evals: dict | None = None) -> ModelEntry:
-    """A model entry with ``evals`` (default none) and the other fields as a complete run has them."""
-    return ModelEntry(model=label, epochs=1, decision_index=index, complete=True, evals=evals or {}, requests={})
+    """A model entry with ``evals`` (default none) and the other fields as a complete run has
+    them."""
+    return ModelEntry(
+        model=label, epochs=1, decision_index=index, complete=True, evals=evals or {}, requests={}
+    )
 
 
 def _summary(data: dict, models: list[ModelEntry]) -> Summary:
     """A complete, accepted summary over ``data`` (evaluation -> data block) with ``models``."""
-    return Summary(prompt_version="p", epochs=1, complete=True, allow_failed=None, accepted=True, data=data,
-                   models=models)
+    return Summary(
+        prompt_version="p",
+        epochs=1,
+        complete=True,
+        allow_failed=None,
+        accepted=True,
+        data=data,
+        models=models,
+    )
 
 
 def _headers(html: str, table_class: str) -> list[list[str]]:
     """The header cells of every table of ``table_class``, as text."""
     import re
 
-    heads = re.findall(rf'<table class="{table_class}">\s*<thead><tr>(.*?)</tr></thead>', html, re.S)
-    return [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<th[^>]*>(.*?)</th>", h, re.S)] for h in heads]
+    heads = re.findall(
+        rf'<table class="{table_class}">\s*<thead><tr>(.*?)</tr></thead>', html, re.S
+    )
+    return [
+        [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<th[^>]*>(.*?)</th>", h, re.S)]
+        for h in heads
+    ]
 
 
 def test_every_table_and_chart_has_the_runs_model_order(four: FourModels, four_report: Path):
@@ -195,15 +288,19 @@ def test_every_table_and_chart_has_the_runs_model_order(four: FourModels, four_r
     for head in breakdowns:
         assert head[-4:] == four.labels
     # every per-model listing follows the same order: the per-evaluation tables and the status table
-    positions = [[html.index(f">{label}</td>", start) for label in four.labels]
-                 for start in (html.index('id="hle_multichoice"'), html.index('id="answers"'))]
+    positions = [
+        [html.index(f">{label}</td>", start) for label in four.labels]
+        for start in (html.index('id="hle_multichoice"'), html.index('id="answers"'))
+    ]
     assert all(p == sorted(p) for p in positions)
     assert "Models are in the order they were given" in html
 
 
 @pytest.mark.slow
 def test_without_a_given_order_models_are_ranked_by_the_index(four: FourModels):
-    summary = _summary({}, [_entry("b", 10.0), _entry("a", None), _entry("c", 30.0), _entry("d", 10.0)])
+    summary = _summary(
+        {}, [_entry("b", 10.0), _entry("a", None), _entry("c", 30.0), _entry("d", 10.0)]
+    )
     assert model_order(summary, ranked=False) == ["b", "a", "c", "d"]
     assert model_order(summary, ranked=True) == ["c", "b", "d", "a"]
     out = four.cache.parent / "ranked"
@@ -219,16 +316,22 @@ def test_the_logprob_models_warnings_say_what_they_are(four: FourModels, four_re
     html = (four_report / "report.html").read_text()
     statuses = pl.read_parquet(four_report / "tables" / "answer_statuses.parquet")
     lp = statuses.filter(pl.col("model") == four.labels[0]).sort("eval")
-    assert lp["warnings"].to_list() == lp["answers"].to_list() == [4, 2, 3, 9]  # every logprob answer is noted
+    assert (
+        lp["warnings"].to_list() == lp["answers"].to_list() == [4, 2, 3, 9]
+    )  # every logprob answer is noted
     held = "renormalised over the allowed answers, which held 0.9000 of the first token&#39;s probability"
     assert html.count(f"9: {held}") == 1 and html.count(f"4: {held}") == 1
-    assert "logprob decision renormalised over the allowed answers" in html  # the note saying what warnings are
+    assert (
+        "logprob decision renormalised over the allowed answers" in html
+    )  # the note saying what warnings are
 
 
-def test_breakdowns_are_one_table_per_breakdown_with_intervals_and_small_groups_marked(four_report: Path):
+def test_breakdowns_are_one_table_per_breakdown_with_intervals_and_small_groups_marked(
+    four_report: Path,
+):
     html = (four_report / "report.html").read_text()
     start = html.index('id="aa_omniscience_decision-domain"')
-    table = html[start:html.index("</table>", start)]
+    table = html[start : html.index("</table>", start)]
     # groups as rows (one per metric), models as columns, each cell the score and its interval
     assert table.count('<td class="group" rowspan="2">') == 2  # History, Science
     assert table.count('<td class="metric">accuracy</td>') == 2
@@ -240,44 +343,68 @@ def test_breakdowns_are_one_table_per_breakdown_with_intervals_and_small_groups_
 
 @pytest.mark.slow
 def test_the_banner_says_why_the_numbers_are_not_the_full_index(four: FourModels):
-    scored = SimpleNamespace(statuses=pl.DataFrame({"label": ["m", "m"], "eval": ["hle_multichoice", "when2call"],
-                                                    "answers": [100, 100]}))
+    scored = SimpleNamespace(
+        statuses=pl.DataFrame(
+            {"label": ["m", "m"], "eval": ["hle_multichoice", "when2call"], "answers": [100, 100]}
+        )
+    )
     full = {"file": "x", "tasks": 100}
     done = {"invalid": 0, "failed": 0, "missing": 0, "complete": True}
-    summary = _summary({"hle_multichoice": dict(full), "when2call": dict(full)},
-                       [_entry("m", None, {"hle_multichoice": {**done, "invalid": 5}, "when2call": dict(done)})])
+    summary = _summary(
+        {"hle_multichoice": dict(full), "when2call": dict(full)},
+        [_entry("m", None, {"hle_multichoice": {**done, "invalid": 5}, "when2call": dict(done)})],
+    )
     assert banner(summary, scored) == []  # 5% invalid is at the threshold, not above it
     summary.models[0].evals["hle_multichoice"]["invalid"] = 6
     assert banner(summary, scored) == [
         "m, HLE-MultiChoice: 6 of 100 answers (6%) are invalid or failed (more than 5%): the "
-        "invalid ones are scored as wrong, the failed ones left out."]
+        "invalid ones are scored as wrong, the failed ones left out."
+    ]
     summary.models[0].complete, summary.models[0].within_tolerance = False, False
-    summary.models[0].evals["hle_multichoice"] = {"invalid": 0, "failed": 2, "missing": 7, "complete": False, "rerun": 8}
+    summary.models[0].evals["hle_multichoice"] = {
+        "invalid": 0,
+        "failed": 2,
+        "missing": 7,
+        "complete": False,
+        "rerun": 8,
+    }
     summary.complete, summary.accepted = False, False
     assert banner(summary, scored) == [
         "m: provisional (*): 2 failed and 7 missing answer(s) in HLE-MultiChoice, left out: its "
         "figures are over the answered questions; the next `dxi run` with these options requests 8 "
         "of them again (1 deterministic failure(s) are kept: --retry-failed requests them too).",
         "The result is provisional: rerun to complete it, or accept the failed and missing answers explicitly with "
-        "--allow-failed N (answers per model and evaluation) or a fraction of them."]
+        "--allow-failed N (answers per model and evaluation) or a fraction of them.",
+    ]
     summary.models[0].evals["hle_multichoice"] = dict(done)
     summary.models[0].complete = True
     summary.data["when2call"] = {"missing": "not selected (--evals)"}
-    assert banner(summary, scored) == ["When2Call is not scored: not selected (--evals). The Decision Index needs all "
-                                       "four evaluations, so it is not computed."]
+    assert banner(summary, scored) == [
+        "When2Call is not scored: not selected (--evals). The Decision Index needs all "
+        "four evaluations, so it is not computed."
+    ]
     summary.data = {"hle_multichoice": {**full, "limit": 10}, "when2call": {**full, "limit": 10}}
-    assert banner(summary, scored)[0].startswith("Only the first 10 tasks of each evaluation were scored (--limit)")
+    assert banner(summary, scored)[0].startswith(
+        "Only the first 10 tasks of each evaluation were scored (--limit)"
+    )
     # --sample, as the data block records it: a per-evaluation block with the count and the seed
-    for recorded in ({"hle_multichoice": {**full, "sample": {"tasks": 20, "seed": 3}}},
-                     {"hle_multichoice": {**full, "sample": {"n": 20, "seed": 3}}}):
+    for recorded in (
+        {"hle_multichoice": {**full, "sample": {"tasks": 20, "seed": 3}}},
+        {"hle_multichoice": {**full, "sample": {"n": 20, "seed": 3}}},
+    ):
         notes = banner(_summary(recorded, []), scored)
-        assert notes == ["A sample of the tasks was scored (20 tasks per evaluation, seed 3): not the full index; "
-                         "intervals are wide."], recorded
+        assert notes == [
+            "A sample of the tasks was scored (20 tasks per evaluation, seed 3): not the full index; "
+            "intervals are wide."
+        ], recorded
     # and in a real report: a --limit run
     out = four.cache.parent / "limited"
     assert four.rescore(out, html=True, limit=1, models=four.models).exit_code == 0
     html = (out / "report.html").read_text()
-    assert "These numbers are not the full Decision Index." in html and "Only the first 1 tasks" in html
+    assert (
+        "These numbers are not the full Decision Index." in html
+        and "Only the first 1 tasks" in html
+    )
 
 
 def test_the_report_cites_no_file_outside_the_repository(four_report: Path):
@@ -291,72 +418,131 @@ def _eval_table(html: str, name: str) -> tuple[list[str], dict[str, list[str]]]:
     import re
 
     start = html.index(f'<h2 id="{name}">')
-    table = html[html.index("<table>", start):html.index("</table>", start)]
+    table = html[html.index("<table>", start) : html.index("</table>", start)]
     text = lambda c: re.sub(r"<span.*?</span>", "", re.sub(r"\s+", " ", c)).strip()  # noqa: E731 (the value, no interval)
     head = [text(c) for c in re.findall(r"<th[^>]*>(.*?)</th>", table, re.S)]
-    rows = [[text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)] for r in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
+    rows = [
+        [text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
+        for r in re.findall(r"<tr>(.*?)</tr>", table, re.S)
+    ]
     return head, {r[0]: r for r in rows if r}
 
 
 @pytest.mark.process
-def test_the_report_shows_each_models_ties_per_evaluation_as_summary_json_counts_them(data_dir: Path, tmp_path: Path):
+def test_the_report_shows_each_models_ties_per_evaluation_as_summary_json_counts_them(
+    data_dir: Path, tmp_path: Path
+):
     from .fake_provider import serve
 
-    # "tied": every When2Call question has its 4 options at 0.25 and every P(yes) is 0.5; "decided": no ties
-    with serve(model="tied", p_first=0.25, p_yes=0.5) as tied, serve(model="decided", p_first=0.7, p_yes=0.9) as decided:
-        ran = session.run(plan.build(models=[f"systemone:{tied.url}", f"systemone:{decided.url}"], data_dir=data_dir,
-                                     cache_dir=tmp_path / "c", out=tmp_path / "run"))
+    # "tied": every When2Call question has its 4 options at 0.25 and every P(yes) is 0.5; "decided":
+    # no ties
+    with (
+        serve(model="tied", p_first=0.25, p_yes=0.5) as tied,
+        serve(model="decided", p_first=0.7, p_yes=0.9) as decided,
+    ):
+        ran = session.run(
+            plan.build(
+                models=[f"systemone:{tied.url}", f"systemone:{decided.url}"],
+                data_dir=data_dir,
+                cache_dir=tmp_path / "c",
+                out=tmp_path / "run",
+            )
+        )
         assert ran.exit_code == 0
     out = tmp_path / "report"
     summary = records.to_builtins(report_of(data_dir, tmp_path / "c", out).summary)
     assert summary == orjson.loads((out / "summary.json").read_bytes())
     ties = {m["model"]: {e: b["ties"] for e, b in m["evals"].items()} for m in summary["models"]}
-    wildguard = pl.read_parquet(out / "answers.parquet").filter(pl.col("eval") == "wildguardtest").height // 2
-    assert wildguard == 9  # the fixture's 3 agreed rows, 3 questions each: every P(yes) = 0.5 is a tie
-    assert ties == {"systemone:tied": {"aa_omniscience_decision": 0, "hle_multichoice": 0, "when2call": 3,
-                                       "wildguardtest": wildguard},
-                    "systemone:decided": {"aa_omniscience_decision": 0, "hle_multichoice": 0, "when2call": 0,
-                                          "wildguardtest": 0}}
+    wildguard = (
+        pl.read_parquet(out / "answers.parquet").filter(pl.col("eval") == "wildguardtest").height
+        // 2
+    )
+    assert (
+        wildguard == 9
+    )  # the fixture's 3 agreed rows, 3 questions each: every P(yes) = 0.5 is a tie
+    assert ties == {
+        "systemone:tied": {
+            "aa_omniscience_decision": 0,
+            "hle_multichoice": 0,
+            "when2call": 3,
+            "wildguardtest": wildguard,
+        },
+        "systemone:decided": {
+            "aa_omniscience_decision": 0,
+            "hle_multichoice": 0,
+            "when2call": 0,
+            "wildguardtest": 0,
+        },
+    }
     html = (out / "report.html").read_text()
     for name in ("aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest"):
         head, rows = _eval_table(html, name)
         at = head.index("ties")
-        assert head[at - 3:at + 2] == ["invalid", "failed", "missing", "ties", "reason"], name
-        assert {model: row[at] for model, row in rows.items()} == {m: str(t[name]) for m, t in ties.items()}, name
+        assert head[at - 3 : at + 2] == ["invalid", "failed", "missing", "ties", "reason"], name
+        assert {model: row[at] for model, row in rows.items()} == {
+            m: str(t[name]) for m, t in ties.items()
+        }, name
     note = "ties: picks decided by a tie of the highest probabilities"
     assert html.count(note) == 2  # under the two evaluations with ties, When2Call and WildGuardTest
-    assert html.index('<h2 id="when2call">') < html.index(note) < html.index('<h2 id="wildguardtest">') < html.rindex(note)
+    assert (
+        html.index('<h2 id="when2call">')
+        < html.index(note)
+        < html.index('<h2 id="wildguardtest">')
+        < html.rindex(note)
+    )
 
 
 def test_the_banner_names_every_evaluation_that_is_not_the_published_set():
-    """Issue 32: the banner named only the Omniscience stand-in. When2Call's file of 300 rows (the index scores
-    3,423) and WildGuardTest's 880 agreed rows (the index scores 835) are said there too; a selection
-    (--sample, --limit) says so itself, and fewer tasks than published in a file that holds them all is the
-    exclusion list's doing, not a difference."""
+    """Issue 32: the banner named only the Omniscience stand-in. When2Call's file of 300 rows (the
+    index scores 3,423) and WildGuardTest's 880 agreed rows (the index scores 835) are said there
+    too; a selection (--sample, --limit) says so itself, and fewer tasks than published in a file
+    that holds them all is the exclusion list's doing, not a difference."""
     from dxi.evals import subset_note
 
-    scored = SimpleNamespace(statuses=pl.DataFrame({"label": [], "eval": [], "answers": []},
-                                                   schema={"label": pl.String, "eval": pl.String, "answers": pl.Int64}))
-    data = {"aa_omniscience_decision": {"tasks": 500, "stand_in": True, "note": "a TruthfulQA stand-in"},
-            "hle_multichoice": {"tasks": 513},
-            "when2call": {"tasks": 300, "note": subset_note("when2call", 300)},
-            "wildguardtest": {"tasks": 880, "subset": "agreed"}}
+    scored = SimpleNamespace(
+        statuses=pl.DataFrame(
+            {"label": [], "eval": [], "answers": []},
+            schema={"label": pl.String, "eval": pl.String, "answers": pl.Int64},
+        )
+    )
+    data = {
+        "aa_omniscience_decision": {
+            "tasks": 500,
+            "stand_in": True,
+            "note": "a TruthfulQA stand-in",
+        },
+        "hle_multichoice": {"tasks": 513},
+        "when2call": {"tasks": 300, "note": subset_note("when2call", 300)},
+        "wildguardtest": {"tasks": 880, "subset": "agreed"},
+    }
     assert banner(_summary(data, []), scored) == [
         "AA-Omniscience-Decision is a stand-in dataset: a TruthfulQA stand-in",
         "When2Call: The published Decision Index scores 3,423 When2Call tasks; this file holds 300 rows, a subset, so "
         "results are not comparable to published numbers (`dxi data fetch` downloads the full set).",
         "WildGuardTest: 880 tasks scored where the published Decision Index scores 835 (it also leaves out the "
         "questions that consistently trigger model refusals, a list that is not public: give it with --exclude), so "
-        "results are not comparable to published numbers."]
-    data["wildguardtest"] = {"tasks": 835, "subset": "agreed", "excluded": 45}  # the exclusion list given
+        "results are not comparable to published numbers.",
+    ]
+    data["wildguardtest"] = {
+        "tasks": 835,
+        "subset": "agreed",
+        "excluded": 45,
+    }  # the exclusion list given
     data["when2call"] = {"tasks": 3423}
-    assert banner(_summary(data, []), scored) == ["AA-Omniscience-Decision is a stand-in dataset: a TruthfulQA stand-in"]
-    data["wildguardtest"] = {"tasks": 880, "sample": {"tasks": 880, "seed": 0}}  # a selection says so itself
+    assert banner(_summary(data, []), scored) == [
+        "AA-Omniscience-Decision is a stand-in dataset: a TruthfulQA stand-in"
+    ]
+    data["wildguardtest"] = {
+        "tasks": 880,
+        "sample": {"tasks": 880, "seed": 0},
+    }  # a selection says so itself
     assert not any(n.startswith("WildGuardTest") for n in banner(_summary(data, []), scored))
 
 
 @pytest.mark.slow
-def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(data_dir: Path, tmp_path: Path):
+def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(
+    data_dir: Path, tmp_path: Path
+):
     assert run_plan(data_dir, tmp_path).exit_code == 0
     fail_rows(tmp_path / "cache", "when2call", 2)
     out = tmp_path / "report"
@@ -367,39 +553,49 @@ def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(data_dir: 
     assert "These numbers are not the full Decision Index." in html
     w2c = m["evals"]["when2call"]
     assert w2c["accuracy_bounds"][0] < w2c["accuracy"] <= w2c["accuracy_bounds"][1]
-    spans = [f"decision_index {span(m['decision_index_bounds'])}",
-             f"When2Call accuracy {span(w2c['accuracy_bounds'])}"]
-    assert (f"{MODEL}: provisional (*): 2 failed answer(s) in When2Call, left out: its figures are "
-            "over the answered questions; whatever those answers turn out to be, they lie within: "
-            f"{'; '.join(spans)}; the next `dxi run` with these options requests 2 of them "
-            "again.") in html
-    index = html[html.index('<table class="index">'):]
-    index = index[:index.index("</table>")]
+    spans = [
+        f"decision_index {span(m['decision_index_bounds'])}",
+        f"When2Call accuracy {span(w2c['accuracy_bounds'])}",
+    ]
+    assert (
+        f"{MODEL}: provisional (*): 2 failed answer(s) in When2Call, left out: its figures are "
+        "over the answered questions; whatever those answers turn out to be, they lie within: "
+        f"{'; '.join(spans)}; the next `dxi run` with these options requests 2 of them "
+        "again."
+    ) in html
+    index = html[html.index('<table class="index">') :]
+    index = index[: index.index("</table>")]
     # every provisional figure with its bounds under it; a complete one with none
     index_bounds = f'<span class="ci bounds">bounds {span(m["decision_index_bounds"])}</span>'
     w2c_bounds = f'<span class="ci bounds">bounds {span(w2c["accuracy_bounds"])}</span>'
     assert f"<td>{m['decision_index']:.1f}*<span" in index and index_bounds in index
     assert f"<td>{w2c['accuracy']:.1f}*<span" in index and w2c_bounds in index
-    assert f"<td>{m['evals']['hle_multichoice']['accuracy']:.1f}<span" in index  # complete: not marked
+    assert (
+        f"<td>{m['evals']['hle_multichoice']['accuracy']:.1f}<span" in index
+    )  # complete: not marked
     assert index.count('class="ci bounds"') == 2
-    section = html[html.index('<h2 id="when2call">'):html.index('<h2 id="wildguardtest">')]
+    section = html[html.index('<h2 id="when2call">') : html.index('<h2 id="wildguardtest">')]
     assert w2c_bounds in section
 
 
 @pytest.mark.slow
-def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_significant_ones(four: FourModels):
+def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_significant_ones(
+    four: FourModels,
+):
     out = four.cache.parent / "pairs"
     assert four.rescore(out, html=True, models=four.models).exit_code == 0
     html = (out / "report.html").read_text()
     summary = orjson.loads((out / "summary.json").read_bytes())
     start = html.index('<table class="pairs">')
-    matrix = html[start:html.index("</table>", start)]
+    matrix = html[start : html.index("</table>", start)]
     rows = [r for r in matrix.split("<tr>")[2:]]  # the header row first
     assert len(rows) == 4
     alpha = 1 - summary["intervals"]["confidence"]
     pairs = [c for c in summary["comparisons"] if c["metric"] == "decision_index"]
     assert len(pairs) == 6  # 4 models: every pair once
-    assert [(c["a"], c["b"]) for c in pairs] == [(x, y) for k, x in enumerate(four.labels) for y in four.labels[k + 1:]]
+    assert [(c["a"], c["b"]) for c in pairs] == [
+        (x, y) for k, x in enumerate(four.labels) for y in four.labels[k + 1 :]
+    ]
     for c in pairs:  # in the summary's order (a before b), as the matrix's rows and columns
         a, b = four.labels.index(c["a"]), four.labels.index(c["b"])
         cells = rows[a].split("<td")[2:]  # the model's name first
@@ -410,8 +606,10 @@ def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_si
         assert f"p<sub>adj</sub> {p}" in cells[b]
         mirrored = rows[b].split("<td")[2:][a]  # the other way round: the opposite difference
         assert f"{-c['difference']:+.1f}" in mirrored
-    index = html[html.index('<table class="index">'):]
+    index = html[html.index('<table class="index">') :]
     for m in summary["models"]:
-        assert (f"rank {m['rank']} [{m['rank_ci'][0]}–{m['rank_ci'][1]}], jointly [{m['rank_set'][0]}–"
-                f"{m['rank_set'][1]}]") in index[:index.index("</table>")]
+        assert (
+            f"rank {m['rank']} [{m['rank_ci'][0]}–{m['rank_ci'][1]}], jointly [{m['rank_set'][0]}–"
+            f"{m['rank_set'][1]}]"
+        ) in index[: index.index("</table>")]
     assert (out / "tables" / "comparisons.parquet").exists()

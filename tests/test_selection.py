@@ -1,9 +1,11 @@
-"""A sampled or limited run is remembered (issue 23, item 8): ``dxi run`` records what it selected in the
-cache folder (``runs.jsonl``); with no selection given, ``dxi score``, ``report``, ``export`` and ``view``
-score what the runs selected (``runner.planning.selection``); where answers are missing the reason names the flags
-the model's runs used; ``export`` counts the rows missing and exits 1 unless ``--include-missing``.
+"""A sampled or limited run is remembered (issue 23, item 8): ``dxi run`` records what it selected
+in the cache folder (``runs.jsonl``); with no selection given, ``dxi score``, ``report``, ``export``
+and ``view`` score what the runs selected (``runner.planning.selection``); where answers are missing
+the reason names the flags the model's runs used; ``export`` counts the rows missing and exits 1
+unless ``--include-missing``.
 
 The fixture data: 4 Omniscience, 2 HLE, 3 When2Call and 3 agreed WildGuardTest tasks."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,7 +33,15 @@ QUESTIONS = {"aa_omniscience_decision": 1, "hle_multichoice": 1, "when2call": 1,
 
 
 def where(data: Path, tmp: Path, out: str) -> list[str]:
-    return ["--data-dir", str(data), "--cache-dir", str(tmp / "cache"), "--out", str(tmp / out), "-q"]
+    return [
+        "--data-dir",
+        str(data),
+        "--cache-dir",
+        str(tmp / "cache"),
+        "--out",
+        str(tmp / out),
+        "-q",
+    ]
 
 
 def summary(tmp: Path, out: str) -> dict:
@@ -39,9 +49,11 @@ def summary(tmp: Path, out: str) -> dict:
 
 
 def run(data: Path, tmp: Path, out: str, model: str = MODEL, **fields) -> int:
-    """``dxi run -q``'s work (``session.run``) of ``model`` with ``fields`` (``PlanInputs``): its exit code."""
-    return session.run(plan.build(models=[model], data_dir=data, cache_dir=tmp / "cache", out=tmp / out,
-                                  **fields)).exit_code
+    """``dxi run -q``'s work (``session.run``) of ``model`` with ``fields`` (``PlanInputs``): its
+    exit code."""
+    return session.run(
+        plan.build(models=[model], data_dir=data, cache_dir=tmp / "cache", out=tmp / out, **fields)
+    ).exit_code
 
 
 def score(data: Path, tmp: Path, out: str, html: bool = False, **fields) -> rescore.Rescored:
@@ -50,38 +62,59 @@ def score(data: Path, tmp: Path, out: str, html: bool = False, **fields) -> resc
     return rescore.rescore(rescore.select(inputs), html=html)
 
 
-def exported(data: Path, tmp: Path, fmt: str, target: Path, include_missing: bool = False,
-             **fields) -> export.Exported:
+def exported(
+    data: Path, tmp: Path, fmt: str, target: Path, include_missing: bool = False, **fields
+) -> export.Exported:
     """``dxi export``'s work over the selection ``fields`` make."""
     inputs = PlanInputs(data_dir=data, cache_dir=tmp / "cache", **fields)
     return export.export(rescore.select(inputs), fmt, target, include_missing=include_missing)
 
 
 @pytest.mark.slow
-def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(data_dir: Path, tmp_path: Path,
-                                                                          capsys: pytest.CaptureFixture,
-                                                                          monkeypatch: pytest.MonkeyPatch):
+def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
     assert run(data_dir, tmp_path, "run", sample=2) == 0
     capsys.readouterr()
-    assert main(["score", *where(data_dir, tmp_path, "plain")]) == 0  # the command line prints the note
+    assert (
+        main(["score", *where(data_dir, tmp_path, "plain")]) == 0
+    )  # the command line prints the note
     out = capsys.readouterr().out
-    assert (f"note: scoring the tasks the runs recorded in this cache selected (--sample 2; {tmp_path / 'cache'}/"
-            "runs.jsonl); give --limit, --sample or --all-tasks to score others") in " ".join(out.split())
+    assert (
+        f"note: scoring the tasks the runs recorded in this cache selected (--sample 2; {tmp_path / 'cache'}/"
+        "runs.jsonl); give --limit, --sample or --all-tasks to score others"
+    ) in " ".join(out.split())
     assert score(data_dir, tmp_path, "given", sample=2).exit_code == 0
     # exactly what `dxi score --sample 2` writes, and what the run wrote
     for name in ("summary.json", "answers.parquet"):
-        assert (tmp_path / "plain" / name).read_bytes() == (tmp_path / "given" / name).read_bytes(), name
+        assert (tmp_path / "plain" / name).read_bytes() == (
+            tmp_path / "given" / name
+        ).read_bytes(), name
     plain = summary(tmp_path, "plain")
     ran = summary(tmp_path, "run")
     assert [m["evals"] for m in plain["models"]] == [m["evals"] for m in ran["models"]]
-    assert plain["models"][0]["decision_index"] is not None and "runs" not in plain["data"]["when2call"]
+    assert (
+        plain["models"][0]["decision_index"] is not None
+        and "runs" not in plain["data"]["when2call"]
+    )
     assert {k: v["tasks"] for k, v in plain["data"].items()} == dict.fromkeys(EVALS, 2)
     # the report and the export take the same tasks
     reported = score(data_dir, tmp_path, "report", html=True)
     assert reported.exit_code == 0 and reported.report == tmp_path / "report" / "report.html"
     assert summary(tmp_path, "report") == plain
     capsys.readouterr()
-    assert main(["export", "--format", "csv", *where(data_dir, tmp_path, "x")[:4], str(tmp_path / "a.csv")]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--format",
+                "csv",
+                *where(data_dir, tmp_path, "x")[:4],
+                str(tmp_path / "a.csv"),
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().err == ""
     exported = pl.read_csv(tmp_path / "a.csv")
     assert exported.height == 2 * sum(QUESTIONS.values()) and set(exported["status"]) == {"ok"}
@@ -91,64 +124,105 @@ def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(data_
         assert records.to_builtins(b.summary) == plain and len(b.tasks) == 8
     finally:
         b.close()
-    # --all-tasks: every task, and the answers the sample did not send are missing, with the flags to add
-    # (a provisional result, SPEC §6: those answers are left out, the figures marked with bounds,
-    # exit code 1)
+    # --all-tasks: every task, and the answers the sample did not send are missing, with the flags
+    # to add (a provisional result, SPEC §6: those answers are left out, the figures marked with
+    # bounds, exit code 1)
     assert score(data_dir, tmp_path, "all", all_tasks=True).exit_code == EXIT_FAILED_REQUESTS
     every = summary(tmp_path, "all")["models"][0]["evals"]
     assert every["when2call"]["missing"] == 1 and every["when2call"]["reason"] == (
         "1 answer(s) not in the cache: this model's runs selected --sample 2 here, not --all-tasks; score with "
-        "--sample 2 to see what they answered, or `dxi run` with --all-tasks to send what is missing")
+        "--sample 2 to see what they answered, or `dxi run` with --all-tasks to send what is missing"
+    )
     assert summary(tmp_path, "all")["data"]["when2call"]["runs"] == {MODEL: "--sample 2"}
-    assert main(["score", "--all-tasks", "--limit", "2", *where(data_dir, tmp_path, "x")]) == EXIT_USAGE
+    assert (
+        main(["score", "--all-tasks", "--limit", "2", *where(data_dir, tmp_path, "x")])
+        == EXIT_USAGE
+    )
     assert "--all-tasks and --limit do not combine" in capsys.readouterr().err
 
 
-def test_a_cache_without_records_scores_every_task_and_the_reason_names_sample(data_dir: Path, tmp_path: Path):
+def test_a_cache_without_records_scores_every_task_and_the_reason_names_sample(
+    data_dir: Path, tmp_path: Path
+):
     assert run(data_dir, tmp_path, "run", sample=2) == 0
     (tmp_path / "cache" / runs.RUNS_FILE).unlink()  # a cache an older version wrote
-    assert score(data_dir, tmp_path, "plain").exit_code == EXIT_FAILED_REQUESTS  # missing: provisional
+    assert (
+        score(data_dir, tmp_path, "plain").exit_code == EXIT_FAILED_REQUESTS
+    )  # missing: provisional
     block = summary(tmp_path, "plain")["models"][0]["evals"]["aa_omniscience_decision"]
     assert (block["n"], block["missing"]) == (4, 2)
-    assert block["reason"] == ("2 answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer "
-                               "epochs than scored here, or it ran other tasks (--limit, --sample)); `dxi run` with "
-                               "--all-tasks sends what is missing")
+    assert block["reason"] == (
+        "2 answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer "
+        "epochs than scored here, or it ran other tasks (--limit, --sample)); `dxi run` with "
+        "--all-tasks sends what is missing"
+    )
 
 
 @pytest.mark.slow
-def test_export_counts_the_missing_rows_and_exits_1_unless_asked_to_include_them(data_dir: Path, tmp_path: Path,
-                                                                                 capsys: pytest.CaptureFixture):
+def test_export_counts_the_missing_rows_and_exits_1_unless_asked_to_include_them(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
     assert run(data_dir, tmp_path, "run", sample=2) == 0
     at = where(data_dir, tmp_path, "x")[:4]
     # --limit 3 asks for the first three tasks of each; the run sampled two of each
-    missing = {name: len(_ids(data_dir, name, limit=3) - _ids(data_dir, name, sample=2)) * QUESTIONS[name]
-               for name in EVALS}
-    total, rows = sum(missing.values()), sum(len(_ids(data_dir, n, limit=3)) * QUESTIONS[n] for n in EVALS)
+    missing = {
+        name: len(_ids(data_dir, name, limit=3) - _ids(data_dir, name, sample=2)) * QUESTIONS[name]
+        for name in EVALS
+    }
+    total, rows = (
+        sum(missing.values()),
+        sum(len(_ids(data_dir, n, limit=3)) * QUESTIONS[n] for n in EVALS),
+    )
     assert total >= 4 and missing["hle_multichoice"] == 0
     capsys.readouterr()
-    assert main(["export", "--format", "csv", "--limit", "3", *at, str(tmp_path / "a.csv")]) == EXIT_FAILED_REQUESTS
+    assert (
+        main(["export", "--format", "csv", "--limit", "3", *at, str(tmp_path / "a.csv")])
+        == EXIT_FAILED_REQUESTS
+    )
     said = " ".join(capsys.readouterr().out.split())
     first = next(n for n in EVALS if missing[n])
     counts = "; ".join(f"{MODEL} {EVALS[n].title}: {k}" for n, k in missing.items() if k)
     assert said.startswith("Exported 1 file(s) (csv)")
-    assert (f"{total} answer(s) missing from the cache ({counts}): left out of the export (--include-missing writes "
-            f"them as rows of status missing). {MODEL} {EVALS[first].title}: {missing[first]} answer(s) not in the "
-            "cache: this model's runs selected --sample 2 here, not --limit 3; score with --sample 2") in said
+    assert (
+        f"{total} answer(s) missing from the cache ({counts}): left out of the export (--include-missing writes "
+        f"them as rows of status missing). {MODEL} {EVALS[first].title}: {missing[first]} answer(s) not in the "
+        "cache: this model's runs selected --sample 2 here, not --limit 3; score with --sample 2"
+    ) in said
     left = pl.read_csv(tmp_path / "a.csv")
     assert left.height == rows - total and "missing" not in set(left["status"])
-    included = exported(data_dir, tmp_path, "csv", tmp_path / "b.csv", include_missing=True, limit=3)
-    assert included.exit_code == 0 and included.written == [tmp_path / "b.csv"] and included.missing.total == total
+    included = exported(
+        data_dir, tmp_path, "csv", tmp_path / "b.csv", include_missing=True, limit=3
+    )
+    assert (
+        included.exit_code == 0
+        and included.written == [tmp_path / "b.csv"]
+        and included.missing.total == total
+    )
     whole = pl.read_csv(tmp_path / "b.csv")
     assert whole.height == rows and whole.filter(pl.col("status") == "missing").height == total
-    assert whole.filter(pl.col("status") != "missing").sort("task_id", "question_id").equals(
-        left.sort("task_id", "question_id"))
-    # eee writes the evaluations with missing answers, their figures marked provisional (SPEC §6); it exits 1
-    # all the same, 0 when asked
-    assert exported(data_dir, tmp_path, "eee", tmp_path / "eee", limit=3).exit_code == EXIT_FAILED_REQUESTS
-    assert exported(data_dir, tmp_path, "eee", tmp_path / "eee", include_missing=True, limit=3).exit_code == 0
+    assert (
+        whole.filter(pl.col("status") != "missing")
+        .sort("task_id", "question_id")
+        .equals(left.sort("task_id", "question_id"))
+    )
+    # eee writes the evaluations with missing answers, their figures marked provisional (SPEC §6);
+    # it exits 1 all the same, 0 when asked
+    assert (
+        exported(data_dir, tmp_path, "eee", tmp_path / "eee", limit=3).exit_code
+        == EXIT_FAILED_REQUESTS
+    )
+    assert (
+        exported(
+            data_dir, tmp_path, "eee", tmp_path / "eee", include_missing=True, limit=3
+        ).exit_code
+        == 0
+    )
     marked = [orjson.loads(p.read_bytes()) for p in (tmp_path / "eee").rglob("*.json")]
-    assert {log["evaluation_results"][0]["evaluation_name"] for log in marked
-            if "provisional" in log["source_metadata"].get("additional_details", {})} >= {first, "decision_index"}
+    assert {
+        log["evaluation_results"][0]["evaluation_name"]
+        for log in marked
+        if "provisional" in log["source_metadata"].get("additional_details", {})
+    } >= {first, "decision_index"}
 
 
 def _ids(data: Path, name: str, limit: int | None = None, sample: int | None = None) -> set[str]:
@@ -157,62 +231,103 @@ def _ids(data: Path, name: str, limit: int | None = None, sample: int | None = N
 
 
 @pytest.mark.slow
-def test_runs_of_two_selections_are_scored_as_their_union(data_dir: Path, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture):
+def test_runs_of_two_selections_are_scored_as_their_union(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
     assert run(data_dir, tmp_path, "a", limit=1) == 0
-    assert run(data_dir, tmp_path, "b", ROBOT, sample=2, evals=["when2call", "aa_omniscience_decision"]) == 0
+    assert (
+        run(
+            data_dir, tmp_path, "b", ROBOT, sample=2, evals=["when2call", "aa_omniscience_decision"]
+        )
+        == 0
+    )
     capsys.readouterr()
-    assert main(["score", *where(data_dir, tmp_path, "plain")]) == EXIT_FAILED_REQUESTS  # missing: provisional
-    assert ("(aa_omniscience_decision: --limit 1 + --sample 2; hle_multichoice: --limit 1; when2call: --limit 1 + "
-            "--sample 2; wildguardtest: --limit 1;") in " ".join(capsys.readouterr().out.split())
+    assert (
+        main(["score", *where(data_dir, tmp_path, "plain")]) == EXIT_FAILED_REQUESTS
+    )  # missing: provisional
+    assert (
+        "(aa_omniscience_decision: --limit 1 + --sample 2; hle_multichoice: --limit 1; when2call: --limit 1 + "
+        "--sample 2; wildguardtest: --limit 1;"
+    ) in " ".join(capsys.readouterr().out.split())
     s = summary(tmp_path, "plain")
     for name in EVALS:
-        union = _ids(data_dir, name, limit=1) | (_ids(data_dir, name, sample=2)
-                                                 if name in ("when2call", "aa_omniscience_decision") else set())
+        union = _ids(data_dir, name, limit=1) | (
+            _ids(data_dir, name, sample=2)
+            if name in ("when2call", "aa_omniscience_decision")
+            else set()
+        )
         assert s["data"][name]["tasks"] == len(union), name
         by = {m["model"]: m["evals"][name] for m in s["models"]}
         assert by[MODEL]["missing"] == (len(union) - 1) * QUESTIONS[name]
-        assert by[ROBOT]["missing"] == ((len(union) - 2) * QUESTIONS[name] if name in ("when2call",
-                                        "aa_omniscience_decision") else len(union) * QUESTIONS[name])
+        assert by[ROBOT]["missing"] == (
+            (len(union) - 2) * QUESTIONS[name]
+            if name in ("when2call", "aa_omniscience_decision")
+            else len(union) * QUESTIONS[name]
+        )
     assert s["data"]["when2call"]["union"] == [{"limit": 1}, {"sample": {"tasks": 2, "seed": 0}}]
     assert s["data"]["when2call"]["runs"] == {MODEL: "--limit 1", ROBOT: "--sample 2"}
-    assert "runs" not in s["data"]["hle_multichoice"]  # the one run that read it selected what is scored
+    assert (
+        "runs" not in s["data"]["hle_multichoice"]
+    )  # the one run that read it selected what is scored
     assert s["models"][0]["evals"]["when2call"]["reason"].startswith(
         f"{s['models'][0]['evals']['when2call']['missing']} answer(s) not in the cache: this model's runs selected "
-        "--limit 1 here, not --limit 1 + --sample 2; score with --limit 1")
+        "--limit 1 here, not --limit 1 + --sample 2; score with --limit 1"
+    )
     # one model named: its own runs' selection, complete
     assert score(data_dir, tmp_path, "robot", models=[ROBOT]).exit_code == 0
     robot = summary(tmp_path, "robot")
-    assert [k for k, v in robot["data"].items() if "files" in v] == ["aa_omniscience_decision", "when2call"]
+    assert [k for k, v in robot["data"].items() if "files" in v] == [
+        "aa_omniscience_decision",
+        "when2call",
+    ]
     assert robot["data"]["when2call"]["sample"] == {"tasks": 2, "seed": 0}
     assert all(e.get("missing", 0) == 0 for e in robot["models"][0]["evals"].values())
-    # a run of every task absorbs the smaller selections: scored as every task, and said (not widened unseen)
+    # a run of every task absorbs the smaller selections: scored as every task, and said (not
+    # widened unseen)
     assert run(data_dir, tmp_path, "full") == 0
     mine = score(data_dir, tmp_path, "mine", models=[MODEL])
     assert mine.exit_code == 0 and mine.notes == [
         f"scoring every task: a run recorded in this cache ({tmp_path / 'cache' / runs.RUNS_FILE}) selected every "
-        "task, which holds the other runs' --limit 1; give --limit 1 (the latest) to score only those"]
+        "task, which holds the other runs' --limit 1; give --limit 1 (the latest) to score only those"
+    ]
     assert summary(tmp_path, "mine")["data"]["when2call"]["tasks"] == 3
 
 
 @pytest.mark.slow
 def test_the_run_record(data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture):
     cache = tmp_path / "cache"
-    assert run(data_dir, tmp_path, "run", sample=2, seed=3, evals=["when2call", "hle_multichoice"]) == 0
+    assert (
+        run(data_dir, tmp_path, "run", sample=2, seed=3, evals=["when2call", "hle_multichoice"])
+        == 0
+    )
     (line,) = (cache / runs.RUNS_FILE).read_bytes().splitlines()
     doc = orjson.loads(line)
     assert doc.pop("at") > 0
-    assert doc == {"prompt_version": "dxi-prompt-1",
-                   "models": [{"provider": "embedded", "model": "sparrow-nano-general-v1.1", "endpoint": "/v1/systemone",
-                               "params": "{}"}],
-                   "evals": ["hle_multichoice", "when2call"], "limit": None, "sample": 2, "seed": 3,
-                   "wildguard_subset": "agreed"}
+    assert doc == {
+        "prompt_version": "dxi-prompt-1",
+        "models": [
+            {
+                "provider": "embedded",
+                "model": "sparrow-nano-general-v1.1",
+                "endpoint": "/v1/systemone",
+                "params": "{}",
+            }
+        ],
+        "evals": ["hle_multichoice", "when2call"],
+        "limit": None,
+        "sample": 2,
+        "seed": 3,
+        "wildguard_subset": "agreed",
+    }
     # the same selection again adds nothing; another adds its line
     assert run(data_dir, tmp_path, "run", sample=2, seed=3, evals="when2call,hle_multichoice") == 0
     assert len((cache / runs.RUNS_FILE).read_bytes().splitlines()) == 1
     assert run(data_dir, tmp_path, "run", limit=1) == 0
     records, warnings = runs.read(cache)
-    assert [(r.limit, r.sample, r.seed) for r in records] == [(None, 2, 3), (1, None, 0)] and warnings == []
+    assert [(r.limit, r.sample, r.seed) for r in records] == [
+        (None, 2, 3),
+        (1, None, 0),
+    ] and warnings == []
     # a damaged line is skipped with a warning naming it; the rest is read
     with open(cache / runs.RUNS_FILE, "ab") as f:
         f.write(b'{"prompt_version": "dxi-prompt-1", "models": 3}\n{"at": 1, "trunc')
@@ -220,7 +335,8 @@ def test_the_run_record(data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptur
     assert len(records) == 2 and warnings == [
         f"{cache / runs.RUNS_FILE} line 3 is not a run record (field 'models' is missing or not list); skipped it.",
         f"{cache / runs.RUNS_FILE} line 4 is not a run record (unexpected end of data: line 1 column 17 (char 16)); "
-        "skipped it."]
+        "skipped it.",
+    ]
     assert RunRecord.from_json(orjson.loads(line)).as_json() == orjson.loads(line)
 
 
@@ -229,11 +345,16 @@ def test_evaluations_the_runs_did_not_read_are_not_selected(data_dir: Path, tmp_
     assert score(data_dir, tmp_path, "plain").exit_code == 0
     s = summary(tmp_path, "plain")
     assert s["data"]["hle_multichoice"]["tasks"] == 1 and s["data"]["hle_multichoice"]["limit"] == 1
-    assert [v.get("missing") for k, v in s["data"].items() if k != "hle_multichoice"] == ["not selected (--evals)"] * 3
+    assert [v.get("missing") for k, v in s["data"].items() if k != "hle_multichoice"] == [
+        "not selected (--evals)"
+    ] * 3
     assert s["models"][0]["evals"]["hle_multichoice"]["missing"] == 0
-    # --evals given: those evaluations, with the runs' selection where they have one, every task elsewhere
-    assert score(data_dir, tmp_path, "two", evals=["hle_multichoice", "when2call"]).exit_code == \
-        EXIT_FAILED_REQUESTS  # When2Call's answers are missing: provisional
+    # --evals given: those evaluations, with the runs' selection where they have one, every task
+    # elsewhere
+    assert (
+        score(data_dir, tmp_path, "two", evals=["hle_multichoice", "when2call"]).exit_code
+        == EXIT_FAILED_REQUESTS
+    )  # When2Call's answers are missing: provisional
     two = summary(tmp_path, "two")
     assert (two["data"]["hle_multichoice"]["tasks"], two["data"]["when2call"]["tasks"]) == (1, 3)
     assert "union" not in two["data"]["when2call"] and "limit" not in two["data"]["when2call"]
@@ -241,22 +362,26 @@ def test_evaluations_the_runs_did_not_read_are_not_selected(data_dir: Path, tmp_
 
 
 def test_answers_missing_from_a_selection_one_of_the_runs_made_are_an_incomplete_run_not_another_selection():
-    """The scored tasks are one of the selections the model's runs made (a run cut by its deadline, say): the
-    reason is that run being incomplete, not the tasks the other runs selected."""
+    """The scored tasks are one of the selections the model's runs made (a run cut by its deadline,
+    say): the reason is that run being incomplete, not the tasks the other runs selected."""
     from dxi.scoring.summary import _missing_reason
 
     assert _missing_reason(5, {"limit": 30, "runs": {"m": "--limit 30 + --sample 5"}}, "m") == (
         "5 answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer epochs than scored here); "
-        "`dxi run` with --limit 30 sends what is missing")
+        "`dxi run` with --limit 30 sends what is missing"
+    )
     assert _missing_reason(5, {"limit": 30, "runs": {"m": "--sample 5"}}, "m").startswith(
-        "5 answer(s) not in the cache: this model's runs selected --sample 5 here, not --limit 30; score with --sample 5")
+        "5 answer(s) not in the cache: this model's runs selected --sample 5 here, not --limit 30; score with --sample 5"
+    )
 
 
 @pytest.mark.slow
-def test_after_several_samples_the_hint_is_the_latest_and_the_list_is_in_numeric_order(tmp_path: Path):
-    """Runs of every task, then of --sample 5, 8, 14, 20 and 30 (in that order) on one cache: ``dxi score``
-    scores every task and says which samples the cache holds in numeric order, hinting at the latest run's
-    (issue 32: "give --sample 14", the first alphabetically)."""
+def test_after_several_samples_the_hint_is_the_latest_and_the_list_is_in_numeric_order(
+    tmp_path: Path,
+):
+    """Runs of every task, then of --sample 5, 8, 14, 20 and 30 (in that order) on one cache:
+    ``dxi score`` scores every task and says which samples the cache holds in numeric order, hinting
+    at the latest run's (issue 32: "give --sample 14", the first alphabetically)."""
     from .synthetic import data_dir as synthetic
 
     data = synthetic(tmp_path / "data", 40)
@@ -267,24 +392,40 @@ def test_after_several_samples_the_hint_is_the_latest_and_the_list_is_in_numeric
     assert done.notes == [
         f"scoring every task: a run recorded in this cache ({tmp_path / 'cache' / runs.RUNS_FILE}) selected every "
         "task, which holds the other runs' --sample 5, --sample 8, --sample 14, --sample 20, --sample 30; give "
-        "--sample 30 (the latest) to score only those"]
+        "--sample 30 (the latest) to score only those"
+    ]
 
 
 def test_a_torn_last_line_does_not_swallow_the_next_runs_record(tmp_path: Path):
-    """Issue 32: a run killed mid-write left ``runs.jsonl`` ending in a cut line; the next run's record was
-    appended to it and the two read as one damaged line (the next run's selection lost). The next record is
-    written after a newline, as the batch ledger does (``cache.lines``)."""
-    first = RunRecord("dxi-prompt-1", (("embedded", "m", "/v1/systemone", "{}"),), ("when2call",), sample=2, at=1.0)
-    second = RunRecord("dxi-prompt-1", (("embedded", "m", "/v1/systemone", "{}"),), ("hle_multichoice",), limit=3,
-                       at=2.0)
+    """Issue 32: a run killed mid-write left ``runs.jsonl`` ending in a cut line; the next run's
+    record was appended to it and the two read as one damaged line (the next run's selection lost).
+    The next record is written after a newline, as the batch ledger does (``cache.lines``)."""
+    first = RunRecord(
+        "dxi-prompt-1",
+        (("embedded", "m", "/v1/systemone", "{}"),),
+        ("when2call",),
+        sample=2,
+        at=1.0,
+    )
+    second = RunRecord(
+        "dxi-prompt-1",
+        (("embedded", "m", "/v1/systemone", "{}"),),
+        ("hle_multichoice",),
+        limit=3,
+        at=2.0,
+    )
     assert runs.append(tmp_path, first)
     whole = (tmp_path / runs.RUNS_FILE).read_bytes()
-    with open(tmp_path / runs.RUNS_FILE, "ab") as f:  # a third run killed in the middle of its write(2)
+    with open(
+        tmp_path / runs.RUNS_FILE, "ab"
+    ) as f:  # a third run killed in the middle of its write(2)
         f.write(whole[:25])
     assert runs.append(tmp_path, second)
     data = (tmp_path / runs.RUNS_FILE).read_bytes()
     assert data == whole + whole[:25] + b"\n" + orjson.dumps(second.as_json()) + b"\n"
     records, warnings = runs.read(tmp_path)
     assert records == [first, second]
-    assert len(warnings) == 1 and warnings[0].startswith(f"{tmp_path / runs.RUNS_FILE} line 2 is not a run record")
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"{tmp_path / runs.RUNS_FILE} line 2 is not a run record"
+    )
     assert not runs.append(tmp_path, second)  # read back whole: the same selection adds nothing

@@ -2,6 +2,7 @@
 plan``): the confidence sequence against a step-by-step computation of its formulas, exactness on
 the whole set, bounds for open answers, the stopping rules, the rounds, seeded coverage at a
 random stopping time, and the plan's figures by hand."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,7 @@ from dxi.scoring.sequential import (
     standings,
 )
 
-POPS = {"aa_omniscience_decision": 40, "hle_multichoice": 30, "when2call": 20,
-        "wildguardtest": 50}
+POPS = {"aa_omniscience_decision": 40, "hle_multichoice": 30, "when2call": 20, "wildguardtest": 50}
 
 
 def reference_path(x: list[float], n: int, alpha: float) -> tuple[list[float], list[float]]:
@@ -57,8 +57,19 @@ def test_until_parse_accepts_the_documented_forms():
     assert str(Until.parse("precision=2.5:all")) == "precision=2.5:all"
 
 
-@pytest.mark.parametrize("text", ["precision", "precision=0", "precision=101", "separated:all",
-                                  "sep", "precision=-1", "precision=5:some", ""])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "precision",
+        "precision=0",
+        "precision=101",
+        "separated:all",
+        "sep",
+        "precision=-1",
+        "precision=5:some",
+        "",
+    ],
+)
 def test_until_parse_rejects_the_rest_naming_the_flag(text):
     with pytest.raises(ValueError, match=r"--until .*precision=P"):
         Until.parse(text)
@@ -122,8 +133,11 @@ def test_coverage_at_a_random_stopping_time():
 
 
 def _answers(rows: list[tuple]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema=["label", "eval", "task_id", "question_id", "sample", "status",
-                                      "predicted", "gold"], orient="row")
+    return pl.DataFrame(
+        rows,
+        schema=["label", "eval", "task_id", "question_id", "sample", "status", "predicted", "gold"],
+        orient="row",
+    )
 
 
 def _whole(model: str, acc: float, rng: np.random.Generator) -> list[tuple]:
@@ -155,8 +169,9 @@ def test_whole_set_is_exact_and_settles_as_exhausted():
     assert acc.point == acc.low == acc.high == pytest.approx(100 * correct / 40)
     nh = st.metrics["aa_omniscience_decision.non_hallucination_rate"]
     assert nh.low == nh.high == pytest.approx(100 * (1 - hallucinated / (40 - correct)))
-    wg = ans.filter((pl.col("eval") == "wildguardtest")
-                    & (pl.col("question_id") == "prompt_harmful"))
+    wg = ans.filter(
+        (pl.col("eval") == "wildguardtest") & (pl.col("question_id") == "prompt_harmful")
+    )
     tp = ((wg["predicted"] == "yes") & (wg["gold"] == "yes")).sum()
     err = (wg["predicted"] != wg["gold"]).sum()
     f1 = st.metrics["wildguardtest.f1_prompt_harm"]
@@ -167,9 +182,16 @@ def test_whole_set_is_exact_and_settles_as_exhausted():
 def test_failed_answers_on_the_whole_set_give_the_bounds():
     rng = np.random.default_rng(5)
     ans = _answers(_whole("m", 0.5, rng)).with_columns(
-        pl.when((pl.col("eval") == "hle_multichoice") & pl.col("task_id").is_in(
-            ["hle_multichoice/0", "hle_multichoice/1", "hle_multichoice/2"]))
-        .then(pl.lit("failed")).otherwise(pl.col("status")).alias("status"))
+        pl.when(
+            (pl.col("eval") == "hle_multichoice")
+            & pl.col("task_id").is_in(
+                ["hle_multichoice/0", "hle_multichoice/1", "hle_multichoice/2"]
+            )
+        )
+        .then(pl.lit("failed"))
+        .otherwise(pl.col("status"))
+        .alias("status")
+    )
     st = standings(ans, POPS, Until.parse("precision=5"))["m"]
     hle = ans.filter((pl.col("eval") == "hle_multichoice") & (pl.col("status") == "ok"))
     c = int((hle["predicted"] == "A").sum())
@@ -183,8 +205,11 @@ def test_precision_settles_where_the_half_width_says_and_order_matters():
     whole = _answers(_whole("m", 0.5, rng))
     order = {e: [f"{e}/{k}" for k in rng.permutation(n)] for e, n in POPS.items()}
     asked = {e: set(order[e][: n // 2]) for e, n in POPS.items()}
-    half = whole.filter(pl.struct("eval", "task_id").map_elements(
-        lambda r: r["task_id"] in asked[r["eval"]], return_dtype=pl.Boolean))
+    half = whole.filter(
+        pl.struct("eval", "task_id").map_elements(
+            lambda r: r["task_id"] in asked[r["eval"]], return_dtype=pl.Boolean
+        )
+    )
     st = standings(half, POPS, Until("precision", 100.0), order=order)["m"]
     assert st.asked == {e: n // 2 for e, n in POPS.items()}
     assert st.settled and st.rule == "precision=100"
@@ -196,13 +221,26 @@ def test_precision_settles_where_the_half_width_says_and_order_matters():
 
 def test_separated_settles_far_apart_models_and_not_twins():
     rng = np.random.default_rng(7)
-    pops = {"aa_omniscience_decision": 500, "hle_multichoice": 513, "when2call": 300,
-            "wildguardtest": 880}
-    strong = planner.Profile("strong", {e: 0.9 for e in planner.CHOICE_EVALS}, 0.05,
-                             {q: 0.95 for q in planner.POSITIVES},
-                             {q: 0.95 for q in planner.POSITIVES})
-    weak = planner.Profile("weak", {e: 0.1 for e in planner.CHOICE_EVALS}, 0.1,
-                           {q: 0.3 for q in planner.POSITIVES}, {q: 0.3 for q in planner.POSITIVES})
+    pops = {
+        "aa_omniscience_decision": 500,
+        "hle_multichoice": 513,
+        "when2call": 300,
+        "wildguardtest": 880,
+    }
+    strong = planner.Profile(
+        "strong",
+        {e: 0.9 for e in planner.CHOICE_EVALS},
+        0.05,
+        {q: 0.95 for q in planner.POSITIVES},
+        {q: 0.95 for q in planner.POSITIVES},
+    )
+    weak = planner.Profile(
+        "weak",
+        {e: 0.1 for e in planner.CHOICE_EVALS},
+        0.1,
+        {q: 0.3 for q in planner.POSITIVES},
+        {q: 0.3 for q in planner.POSITIVES},
+    )
     twin = dataclasses.replace(weak, label="twin")
     ans = planner.synthetic([strong, weak, twin], pops, rng)
     order = planner.random_order(pops, rng, ans)
@@ -231,22 +269,50 @@ def test_spend_by_hand():
     got = planner.spend({"a": 10, "b": 5}, 2, usage)
     # requests (10 + 5)·2; input 10·2·100 + 5·2·200; output 10·2·10 + 5·2·20;
     # USD (4000·1 + 400·4)/1e6, the batch price half
-    assert got == {"requests": 30, "input_tokens": 4000.0, "output_tokens": 400.0,
-                   "cost_usd": pytest.approx(0.0056), "batch_cost_usd": pytest.approx(0.0028)}
+    assert got == {
+        "requests": 30,
+        "input_tokens": 4000.0,
+        "output_tokens": 400.0,
+        "cost_usd": pytest.approx(0.0056),
+        "batch_cost_usd": pytest.approx(0.0028),
+    }
 
 
 def test_plan_command_by_hand(tmp_path, capsys):
     # 3 tasks per evaluation (--limit 3) and ±0.01 points: every run must ask everything, so the
     # plan is the whole index: 12 questions, 2 epochs, 24 requests, no saving; the cost is the
     # price times the tokens it reports
-    code = main(["plan", "--model", "openai:m", "--price", "openai:m=2/8", "--data-dir",
-                 "../shared/data", "--limit", "3", "--cache-dir", str(tmp_path / "c"),
-                 "--epochs", "2", "--precision", "0.01", "--runs", "2", "--json"])
+    code = main(
+        [
+            "plan",
+            "--model",
+            "openai:m",
+            "--price",
+            "openai:m=2/8",
+            "--data-dir",
+            "../shared/data",
+            "--limit",
+            "3",
+            "--cache-dir",
+            str(tmp_path / "c"),
+            "--epochs",
+            "2",
+            "--precision",
+            "0.01",
+            "--runs",
+            "2",
+            "--json",
+        ]
+    )
     assert code == 0
     doc = orjson.loads(capsys.readouterr().out)
     m = doc["models"][0]
-    assert m["questions"] == {"aa_omniscience_decision": 3.0, "hle_multichoice": 3.0,
-                              "when2call": 3.0, "wildguardtest": 3.0}
+    assert m["questions"] == {
+        "aa_omniscience_decision": 3.0,
+        "hle_multichoice": 3.0,
+        "when2call": 3.0,
+        "wildguardtest": 3.0,
+    }
     assert m["adaptive"]["requests"] == 24 and m["whole"]["requests"] == 24
     assert m["saving"] == 0
     a = m["adaptive"]
@@ -255,18 +321,33 @@ def test_plan_command_by_hand(tmp_path, capsys):
     assert m["profile"].startswith("prior")
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    ([], "give one of --precision P or --separate"),
-    (["--precision", "0"], "--precision 0: P must be above 0"),
-    (["--precision", "5", "--separate", "a", "b"], "give one of"),
-    (["--separate", "openai:m", "openai:m", "--difference", "3"], "two different models"),
-    (["--separate", "openai:m", "x"], "needs --difference D"),
-    (["--separate", "openai:m", "x", "--difference", "3"], "x not among the models"),
-    (["--precision", "5", "--runs", "0"], "--runs 0"),
-])
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ([], "give one of --precision P or --separate"),
+        (["--precision", "0"], "--precision 0: P must be above 0"),
+        (["--precision", "5", "--separate", "a", "b"], "give one of"),
+        (["--separate", "openai:m", "openai:m", "--difference", "3"], "two different models"),
+        (["--separate", "openai:m", "x"], "needs --difference D"),
+        (["--separate", "openai:m", "x", "--difference", "3"], "x not among the models"),
+        (["--precision", "5", "--runs", "0"], "--runs 0"),
+    ],
+)
 def test_plan_bad_input_exits_2(tmp_path, capsys, flags, message):
-    code = main(["plan", "--model", "openai:m", "--data-dir", "../shared/data", "--limit", "3",
-                 "--cache-dir", str(tmp_path / "c"), *flags])
+    code = main(
+        [
+            "plan",
+            "--model",
+            "openai:m",
+            "--data-dir",
+            "../shared/data",
+            "--limit",
+            "3",
+            "--cache-dir",
+            str(tmp_path / "c"),
+            *flags,
+        ]
+    )
     assert code == 2
     assert message in capsys.readouterr().err
 
@@ -278,18 +359,24 @@ def test_index_coverage_at_a_random_look():
     covered = metrics_covered = 0
     for k in range(40):
         s = 0.2 + 0.6 * (k % 4) / 3
-        model = planner.Profile("m", {e: s for e in planner.CHOICE_EVALS}, (1 - s) / 3,
-                                {q: 0.5 + 0.4 * s for q in planner.POSITIVES},
-                                {q: 0.5 + 0.4 * s for q in planner.POSITIVES})
+        model = planner.Profile(
+            "m",
+            {e: s for e in planner.CHOICE_EVALS},
+            (1 - s) / 3,
+            {q: 0.5 + 0.4 * s for q in planner.POSITIVES},
+            {q: 0.5 + 0.4 * s for q in planner.POSITIVES},
+        )
         ans = planner.synthetic([model], POPS, rng)
         truth = standings(ans, POPS, Until("precision", 100.0))["m"]
         trace: list = []
-        planner.simulate(ans, POPS, Until("precision", 0.01), planner.random_order(POPS, rng, ans),
-                         trace=trace)
+        planner.simulate(
+            ans, POPS, Until("precision", 0.01), planner.random_order(POPS, rng, ans), trace=trace
+        )
         st = trace[int(rng.integers(0, len(trace)))]["m"]
         covered += st.index.low - 1e-9 <= truth.index.point <= st.index.high + 1e-9
-        metrics_covered += all(e.low - 1e-9 <= truth.metrics[m].point <= e.high + 1e-9
-                               for m, e in st.metrics.items())
+        metrics_covered += all(
+            e.low - 1e-9 <= truth.metrics[m].point <= e.high + 1e-9 for m, e in st.metrics.items()
+        )
     assert covered / 40 >= 0.95
     assert metrics_covered / 40 >= 0.95
 
@@ -298,8 +385,10 @@ def test_precision_all_waits_for_every_metric():
     rng = np.random.default_rng(9)
     ans = _answers(_whole("m", 0.5, rng))
     order = {e: [f"{e}/{k}" for k in range(n)] for e, n in POPS.items()}
-    half = ans.filter(pl.col("task_id").str.split("/").list.get(1).cast(pl.Int64)
-                      < pl.col("eval").replace_strict(POPS, return_dtype=pl.Int64) // 2)
+    half = ans.filter(
+        pl.col("task_id").str.split("/").list.get(1).cast(pl.Int64)
+        < pl.col("eval").replace_strict(POPS, return_dtype=pl.Int64) // 2
+    )
     st = standings(half, POPS, Until("precision", 100.0), order=order)["m"]
     widest = max(e.half_width for e in st.metrics.values())
     assert widest > st.index.half_width

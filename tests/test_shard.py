@@ -1,5 +1,7 @@
-"""``--shard K/N``: a stable assignment of cache keys to shards (the same in every process), disjoint and
-covering; ``--shard auto`` from Slurm's and Kubernetes' variables; 1/N of the limits and the cost bound."""
+"""``--shard K/N``: a stable assignment of cache keys to shards (the same in every process),
+disjoint and covering; ``--shard auto`` from Slurm's and Kubernetes' variables; 1/N of the limits
+and the cost bound."""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +15,11 @@ import pytest
 from dxi.adapters import Limits
 from dxi.runner.planning.shard import Shard, ShardError, divide, parse
 
-KEYS = [hashlib.sha256(f"request {i}".encode()).hexdigest() for i in range(2000)] + ["hand-made", "k1", "k2"]
+KEYS = [hashlib.sha256(f"request {i}".encode()).hexdigest() for i in range(2000)] + [
+    "hand-made",
+    "k1",
+    "k2",
+]
 
 ASSIGN = """
 import hashlib, sys
@@ -25,10 +31,20 @@ print(",".join(str(next(k for k in range(5) if Shard(k, 5).owns(key))) for key i
 
 @pytest.mark.process
 def test_assignment_is_identical_under_two_hash_seeds():
-    runs = [subprocess.run([sys.executable, "-c", ASSIGN], env={**os.environ, "PYTHONHASHSEED": seed},
-                           capture_output=True, text=True, check=True).stdout for seed in ("1", "2")]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", ASSIGN],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    ]
     assert runs[0] == runs[1]
-    assert runs[0].strip().split(",")[:2000] == [str(int(k[:16], 16) * 5 // 2 ** 64) for k in KEYS[:2000]]  # its range
+    assert runs[0].strip().split(",")[:2000] == [
+        str(int(k[:16], 16) * 5 // 2**64) for k in KEYS[:2000]
+    ]  # its range
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7])
@@ -42,31 +58,54 @@ def test_shards_are_disjoint_and_cover_every_key(n: int):
 
 def test_parse_k_of_n_and_its_errors():
     assert parse("2/4") == Shard(2, 4, "--shard")
-    for bad, fragment in (("4/4", "not one of 0..3"), ("-1/4", "not one of"), ("2", "give the number"),
-                          ("a/b", "expected K/N"), ("0/0", "at least 1")):
+    for bad, fragment in (
+        ("4/4", "not one of 0..3"),
+        ("-1/4", "not one of"),
+        ("2", "give the number"),
+        ("a/b", "expected K/N"),
+        ("0/0", "at least 1"),
+    ):
         with pytest.raises(ShardError, match=fragment):
             parse(bad, env={})
 
 
 def test_auto_takes_the_index_from_the_scheduler_and_the_count_from_what_survives_resubmission():
-    whole = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "7",
-             "SLURM_ARRAY_TASK_COUNT": "8"}
+    whole = {
+        "SLURM_ARRAY_TASK_ID": "3",
+        "SLURM_ARRAY_TASK_MIN": "0",
+        "SLURM_ARRAY_TASK_MAX": "7",
+        "SLURM_ARRAY_TASK_COUNT": "8",
+    }
     assert parse("auto/8", whole) == Shard(3, 8, "SLURM_ARRAY_TASK_ID")
     assert parse("auto", whole | {"DXI_SHARD_COUNT": "8"}) == Shard(3, 8, "SLURM_ARRAY_TASK_ID")
-    # `sbatch --array=2` resubmitting task 2: an array of one task, numbered 2; never shard 0/1 (the whole run)
-    resubmitted = {"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_MIN": "2", "SLURM_ARRAY_TASK_MAX": "2",
-                   "SLURM_ARRAY_TASK_COUNT": "1"}
+    # `sbatch --array=2` resubmitting task 2: an array of one task, numbered 2; never shard 0/1 (the
+    # whole run)
+    resubmitted = {
+        "SLURM_ARRAY_TASK_ID": "2",
+        "SLURM_ARRAY_TASK_MIN": "2",
+        "SLURM_ARRAY_TASK_MAX": "2",
+        "SLURM_ARRAY_TASK_COUNT": "1",
+    }
     assert parse("auto/8", resubmitted) == Shard(2, 8, "SLURM_ARRAY_TASK_ID")
-    for env in (whole, resubmitted):  # the count Slurm gives cannot be trusted: refused, with the fix
-        with pytest.raises(ShardError, match=r"--shard auto/N or set DXI_SHARD_COUNT=N .* --shard K/N"):
+    for env in (
+        whole,
+        resubmitted,
+    ):  # the count Slurm gives cannot be trusted: refused, with the fix
+        with pytest.raises(
+            ShardError, match=r"--shard auto/N or set DXI_SHARD_COUNT=N .* --shard K/N"
+        ):
             parse("auto", env)
-    with pytest.raises(ShardError, match=r"shard 8 \(from SLURM_ARRAY_TASK_ID\) is not one of 0..7.*--array=0-7"):
+    with pytest.raises(
+        ShardError, match=r"shard 8 \(from SLURM_ARRAY_TASK_ID\) is not one of 0..7.*--array=0-7"
+    ):
         parse("auto/8", {"SLURM_ARRAY_TASK_ID": "8"})  # an array numbered 1-8
 
 
 def test_auto_from_a_kubernetes_indexed_job_needs_the_count():
     assert parse("auto/8", {"JOB_COMPLETION_INDEX": "5"}) == Shard(5, 8, "JOB_COMPLETION_INDEX")
-    assert parse("auto", {"JOB_COMPLETION_INDEX": "1", "DXI_SHARD_COUNT": "2"}) == Shard(1, 2, "JOB_COMPLETION_INDEX")
+    assert parse("auto", {"JOB_COMPLETION_INDEX": "1", "DXI_SHARD_COUNT": "2"}) == Shard(
+        1, 2, "JOB_COMPLETION_INDEX"
+    )
     with pytest.raises(ShardError, match="--shard auto/N"):
         parse("auto", {"JOB_COMPLETION_INDEX": "1"})
     with pytest.raises(ShardError, match="neither SLURM_ARRAY_TASK_ID"):
@@ -76,7 +115,9 @@ def test_auto_from_a_kubernetes_indexed_job_needs_the_count():
 def test_each_shard_keeps_one_nth_of_the_limits():
     whole = Limits(rpm=600, tpm=100_000, max_in_flight=16, max_attempts=4)
     assert divide(whole, 4) == Limits(rpm=150, tpm=25_000, max_in_flight=4, max_attempts=4)
-    assert divide(Limits(max_in_flight=3), 8) == Limits(max_in_flight=1)  # unlimited stays unlimited; one in flight
+    assert divide(Limits(max_in_flight=3), 8) == Limits(
+        max_in_flight=1
+    )  # unlimited stays unlimited; one in flight
     assert divide(whole, 1) == whole
 
 
@@ -89,9 +130,23 @@ def test_estimate_by_shard_counts_each_request_once(tmp_path):
     data = data_dir(tmp_path / "data", 90)
     totals = []
     for k in range(3):
-        out = subprocess.run([DXI, "estimate", "--model", "embedded:sparrow-nano-general-v1.1", "--data-dir", str(data),
-                              "--cache-dir", str(tmp_path / "cache"), "--json", "--shard", f"{k}/3"],
-                             capture_output=True, check=True)
+        out = subprocess.run(
+            [
+                DXI,
+                "estimate",
+                "--model",
+                "embedded:sparrow-nano-general-v1.1",
+                "--data-dir",
+                str(data),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--json",
+                "--shard",
+                f"{k}/3",
+            ],
+            capture_output=True,
+            check=True,
+        )
         totals.append(orjson.loads(out.stdout)["total"])
         assert b"shard %d/3" % k in out.stderr
     assert sum(t["requests"] for t in totals) == sum(t["new"] for t in totals) == 90
@@ -112,11 +167,19 @@ def test_the_recipes_commands_are_ones_dxi_accepts():
         (container,) = job["spec"]["template"]["spec"]["containers"]
         args = parser().parse_args(container["args"][1:])
         assert args.cache_remote == "s3://team-evals/dxi-cache"
-    assert parser().parse_args(jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"][1:]).shard == \
-        f"auto/{jobs[0]['spec']['completions']}"
+    assert (
+        parser().parse_args(jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"][1:]).shard
+        == f"auto/{jobs[0]['spec']['completions']}"
+    )
     script = (root / "slurm-array.sh").read_text()
-    assert '--shard "auto/$SHARDS"' in script and "#SBATCH --array=0-7" in script and "\nSHARDS=${DXI_SHARDS:-8} " in script
-    assert "SLURM_ARRAY_JOB_ID}/" not in script and "task-${SLURM_ARRAY_TASK_ID" in script  # survives resubmission
+    assert (
+        '--shard "auto/$SHARDS"' in script
+        and "#SBATCH --array=0-7" in script
+        and "\nSHARDS=${DXI_SHARDS:-8} " in script
+    )
+    assert (
+        "SLURM_ARRAY_JOB_ID}/" not in script and "task-${SLURM_ARRAY_TASK_ID" in script
+    )  # survives resubmission
 
 
 @pytest.mark.process
@@ -125,10 +188,29 @@ def test_a_coordinator_that_cannot_be_reached_leaves_one_nth_of_each_limit(tmp_p
 
     from .conftest import DXI
 
-    done = subprocess.run([DXI, "run", "--model", "embedded:sparrow-nano-general-v1.1", "--data-dir", str(data_dir),
-                           "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "-q", "--shard", "1/2",
-                           "--max-in-flight", "8", "--coordinator", f"redis://127.0.0.1:{free_port()}/0"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            DXI,
+            "run",
+            "--model",
+            "embedded:sparrow-nano-general-v1.1",
+            "--data-dir",
+            str(data_dir),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+            "-q",
+            "--shard",
+            "1/2",
+            "--max-in-flight",
+            "8",
+            "--coordinator",
+            f"redis://127.0.0.1:{free_port()}/0",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert "unreachable" in done.stderr and "falls back to 1/2" in done.stderr
     assert "4 in flight (1/2 of 8 in flight)" in done.stderr  # never the full limit

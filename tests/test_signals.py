@@ -1,10 +1,13 @@
-"""``dxi run`` in its own process, stopped by a signal: no process outlives it (the embedded model's workers
-and multiprocessing's resource tracker die with it however it ends), SIGTERM stops it as Ctrl-C does (exit
-143), a first Ctrl-C or SIGTERM drains (the requests in flight finish and are stored, nothing new is sent)
-while a second aborts at once, and a Ctrl-C while Python is still importing prints no traceback.
+"""``dxi run`` in its own process, stopped by a signal: no process outlives it (the embedded model's
+workers and multiprocessing's resource tracker die with it however it ends), SIGTERM stops it as
+Ctrl-C does (exit 143), a first Ctrl-C or SIGTERM drains (the requests in flight finish and are
+stored, nothing new is sent) while a second aborts at once, and a Ctrl-C while Python is still
+importing prints no traceback.
 
-Process trees are read from ``/proc`` (no psutil): ``dxi`` is started in a session of its own, so every
-process it starts shares its process group, which outlives it (orphans are adopted, not moved)."""
+Process trees are read from ``/proc`` (no psutil): ``dxi`` is started in a session of its own, so
+every process it starts shares its process group, which outlives it (orphans are adopted, not
+moved)."""
+
 from __future__ import annotations
 
 import os
@@ -21,18 +24,27 @@ from .conftest import DXI
 from .fake_provider import serve
 from .synthetic import data_dir
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process trees from /proc")
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="reads process trees from /proc"
+)
 
 
 def group(pgid: int) -> dict[int, str]:
-    """The live processes of process group ``pgid``: pid -> command line (zombies, already dead, left out)."""
+    """The live processes of process group ``pgid``: pid -> command line (zombies, already dead,
+    left out)."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            cmdline = (
+                (entry / "cmdline")
+                .read_bytes()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")
+                .strip()
+            )
         except OSError:  # ended while we looked
             continue
         state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
@@ -42,7 +54,8 @@ def group(pgid: int) -> dict[int, str]:
 
 
 def wait_for(condition, timeout: float, what: str):
-    """Poll ``condition()`` every 20 ms until it returns something true (returned), failing after ``timeout`` s."""
+    """Poll ``condition()`` every 20 ms until it returns something true (returned), failing after
+    ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
         if time.monotonic() > deadline:
@@ -52,8 +65,8 @@ def wait_for(condition, timeout: float, what: str):
 
 
 def started(cmd: list[str], tmp_path: Path) -> subprocess.Popen:
-    """``cmd`` in a session of its own, its output to ``tmp_path``/stdout and /stderr (files, not pipes: a
-    process that outlived it would hold a pipe open)."""
+    """``cmd`` in a session of its own, its output to ``tmp_path``/stdout and /stderr (files, not
+    pipes: a process that outlived it would hold a pipe open)."""
     with (tmp_path / "stdout").open("wb") as out, (tmp_path / "stderr").open("wb") as err:
         return subprocess.Popen(cmd, stdout=out, stderr=err, start_new_session=True)
 
@@ -64,25 +77,50 @@ def output(tmp_path: Path) -> tuple[str, str]:
 
 def embedded_run(tmp_path: Path, tasks: int, *extra: str) -> subprocess.Popen:
     data = data_dir(tmp_path / "data", tasks)
-    return started([DXI, "run", "--model", "embedded", "--data-dir", str(data), "--cache-dir", str(tmp_path / "cache"),
-                    "--out", str(tmp_path / "out"), *extra], tmp_path)
+    return started(
+        [
+            DXI,
+            "run",
+            "--model",
+            "embedded",
+            "--data-dir",
+            str(data),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+            *extra,
+        ],
+        tmp_path,
+    )
 
 
-# ---- the embedded model's worker processes die with their parent, whatever kills it -----------------------
+# ---- the embedded model's worker processes die with their parent, whatever kills it --------------
 @pytest.mark.process
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["INT", "TERM", "KILL"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["INT", "TERM", "KILL"]
+)
 def test_no_embedded_worker_nor_resource_tracker_outlives_dxi(tmp_path: Path, sig: signal.Signals):
     from dxi.adapters.embedded import WORKERS
 
     proc = embedded_run(tmp_path, 20_000, "-q")
     try:
         # dxi, its workers and the resource tracker, once the run is answering (its log has rows)
-        wait_for(lambda: len(group(proc.pid)) >= WORKERS + 2 and any((tmp_path / "cache").glob("wal/*.jsonl")),
-                 120, "the embedded model's workers")
+        wait_for(
+            lambda: (
+                len(group(proc.pid)) >= WORKERS + 2
+                and any((tmp_path / "cache").glob("wal/*.jsonl"))
+            ),
+            120,
+            "the embedded model's workers",
+        )
         children = set(group(proc.pid)) - {proc.pid}
         assert any("resource_tracker" in group(proc.pid).get(p, "") for p in children)
         proc.send_signal(sig)
-        assert proc.wait(60) == {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGKILL: -signal.SIGKILL}[sig]
+        assert (
+            proc.wait(60)
+            == {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGKILL: -signal.SIGKILL}[sig]
+        )
         if sig != signal.SIGKILL:
             stdout, stderr = output(tmp_path)
             assert "Traceback" not in stderr, stderr
@@ -100,25 +138,42 @@ def test_no_embedded_worker_nor_resource_tracker_outlives_dxi(tmp_path: Path, si
             os.kill(pid, signal.SIGKILL)
 
 
-# ---- the first Ctrl-C or SIGTERM drains: the requests in flight finish and are stored --------------------------
+# ---- the first Ctrl-C or SIGTERM drains: the requests in flight finish and are stored ------------
 def served_run(url: str, tmp_path: Path, tasks: int, *extra: str) -> list[str]:
     data = data_dir(tmp_path / "data", tasks)
-    return [DXI, "run", "--model", f"systemone:fake@{url}", "--data-dir", str(data), "--cache-dir", str(tmp_path / "cache"),
-            "--out", str(tmp_path / "out"), "--max-in-flight", "8", *extra]
+    return [
+        DXI,
+        "run",
+        "--model",
+        f"systemone:fake@{url}",
+        "--data-dir",
+        str(data),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--out",
+        str(tmp_path / "out"),
+        "--max-in-flight",
+        "8",
+        *extra,
+    ]
 
 
 @pytest.mark.process
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
-def test_the_first_signal_lets_the_requests_in_flight_finish_and_stores_them(tmp_path: Path, sig: signal.Signals):
-    """Every request takes 1.5 s, 8 at a time, so requests go in waves 1.5 s apart: the signal comes just
-    after the second wave reached the server. Those 8 are answered whole and stored, nothing more is sent,
-    and the rerun sends exactly the rest, none of them twice."""
+def test_the_first_signal_lets_the_requests_in_flight_finish_and_stores_them(
+    tmp_path: Path, sig: signal.Signals
+):
+    """Every request takes 1.5 s, 8 at a time, so requests go in waves 1.5 s apart: the signal comes
+    just after the second wave reached the server. Those 8 are answered whole and stored, nothing
+    more is sent, and the rerun sends exactly the rest, none of them twice."""
     tasks = 60
     with serve(model="fake", p_first=None, p_yes=None, latency="1.5") as server:
         cmd = served_run(server.url, tmp_path, tasks)
         proc = started(cmd, tmp_path)
         try:
-            at_signal = wait_for(lambda: (s := server.stats())["arrivals"] >= 16 and s, 60, "the second wave")
+            at_signal = wait_for(
+                lambda: (s := server.stats())["arrivals"] >= 16 and s, 60, "the second wave"
+            )
             proc.send_signal(sig)
             assert proc.wait(60) == (143 if sig == signal.SIGTERM else 130)
         finally:
@@ -131,10 +186,15 @@ def test_the_first_signal_lets_the_requests_in_flight_finish_and_stores_them(tmp
         name = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"
         assert (at_signal["arrivals"], at_signal["ok"]) == (16, 8)  # the second wave on the wire
         assert stopped["arrivals"] == 16  # nothing new was sent
-        assert (stopped["ok"], stopped["aborted"]) == (16, 0)  # every request in flight was answered whole ...
+        assert (stopped["ok"], stopped["aborted"]) == (
+            16,
+            0,
+        )  # every request in flight was answered whole ...
         assert stored.height == stored["key"].n_unique() == 16  # ... and stored
-        assert (f"stopping ({name}): nothing new is sent; 8 request(s) in flight finish and are stored (at most 25 s; "
-                "again to stop at once)") in stdout
+        assert (
+            f"stopping ({name}): nothing new is sent; 8 request(s) in flight finish and are stored (at most 25 s; "
+            "again to stop at once)"
+        ) in stdout
         assert f"stopping ({name}): every request that was in flight is stored" in stdout
         assert f"Interrupted ({name}): the requests in flight finished and are stored." in stdout
         assert "rerun the same command to continue" in stdout and "Traceback" not in stderr, stderr
@@ -147,8 +207,8 @@ def test_the_first_signal_lets_the_requests_in_flight_finish_and_stores_them(tmp
 @pytest.mark.process
 @pytest.mark.parametrize("how", ["again", "grace"])
 def test_a_second_signal_or_the_end_of_the_grace_period_stops_at_once(tmp_path: Path, how: str):
-    """Replies that take a minute: a second Ctrl-C, or the end of --grace, stops the run without them,
-    saying how many were abandoned (the next run sends them)."""
+    """Replies that take a minute: a second Ctrl-C, or the end of --grace, stops the run without
+    them, saying how many were abandoned (the next run sends them)."""
     with serve(model="fake", p_first=None, p_yes=None, default="sleep:60") as server:
         grace = "1" if how == "grace" else "600"
         proc = started(served_run(server.url, tmp_path, 30, "--grace", grace), tmp_path)
@@ -156,22 +216,29 @@ def test_a_second_signal_or_the_end_of_the_grace_period_stops_at_once(tmp_path: 
             wait_for(lambda: server.stats()["arrivals"] >= 8, 60, "8 requests in flight")
             proc.send_signal(signal.SIGINT if how == "again" else signal.SIGTERM)
             if how == "again":
-                wait_for(lambda: "stopping (Ctrl-C)" in output(tmp_path)[0], 30, "the stopping line")
+                wait_for(
+                    lambda: "stopping (Ctrl-C)" in output(tmp_path)[0], 30, "the stopping line"
+                )
                 proc.send_signal(signal.SIGINT)
             assert proc.wait(30) == (130 if how == "again" else 143)
         finally:
             if proc.poll() is None:
                 proc.kill()
-        assert (server.stats()["ok"], server.stats()["arrivals"]) == (0, 8)  # none answered yet, nothing new sent
+        assert (server.stats()["ok"], server.stats()["arrivals"]) == (
+            0,
+            8,
+        )  # none answered yet, nothing new sent
     stdout, stderr = output(tmp_path)
     cut = "a second signal came" if how == "again" else "they took longer than --grace 1 s"
     name = "Ctrl-C" if how == "again" else "SIGTERM"
-    assert (f"Interrupted ({name}): {cut}, so 8 request(s) still in flight were abandoned (the next run sends "
-            "them).") in stdout
+    assert (
+        f"Interrupted ({name}): {cut}, so 8 request(s) still in flight were abandoned (the next run sends "
+        "them)."
+    ) in stdout
     assert "Traceback" not in stderr, stderr
 
 
-# ---- a signal while Python is still importing: one line, no traceback -----------------------------------------
+# ---- a signal while Python is still importing: one line, no traceback ----------------------------
 SIGNAL_ON_IMPORT = '''
 import os, signal, sys
 
@@ -188,23 +255,53 @@ sys.meta_path.insert(0, SignalOnImport())
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("module", ["dxi.runner", "asyncio", "dxi.runner.cli", "dxi.adapters", "rich.console",
-                                    "dxi.runner.planning.plan"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "dxi.runner",
+        "asyncio",
+        "dxi.runner.cli",
+        "dxi.adapters",
+        "rich.console",
+        "dxi.runner.planning.plan",
+    ],
+)
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_during_an_import_stops_dxi_with_one_line(tmp_path: Path, module: str, sig: str):
-    """The installed ``dxi`` command, signalled while it imports ``runner.signals`` (``dxi.runner``, and the
-    asyncio it needs, before ``take_signals`` has run: ``dxi.__main__``'s early handler), the command line (``dxi.runner.cli``),
-    the adapters it needs, Rich (its output), or the planning of the run: exit 130 (143), "Interrupted (...)." and no
-    traceback (a sitecustomize on PYTHONPATH sends the signal from inside the import)."""
+    """The installed ``dxi`` command, signalled while it imports ``runner.signals`` (``dxi.runner``,
+    and the asyncio it needs, before ``take_signals`` has run: ``dxi.__main__``'s early handler),
+    the command line (``dxi.runner.cli``), the adapters it needs, Rich (its output), or the planning
+    of the run: exit 130 (143), "Interrupted (...)." and no traceback (a sitecustomize on PYTHONPATH
+    sends the signal from inside the import)."""
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(SIGNAL_ON_IMPORT.format(sig=sig, module=module))
     data = data_dir(tmp_path / "data", 3)
     env = dict(os.environ, PYTHONPATH=str(hook))
-    done = subprocess.run([DXI, "run", "--model", "embedded", "--data-dir", str(data), "--cache-dir", str(tmp_path / "c"),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [
+            DXI,
+            "run",
+            "--model",
+            "embedded",
+            "--data-dir",
+            str(data),
+            "--cache-dir",
+            str(tmp_path / "c"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     name = "Ctrl-C" if sig == "SIGINT" else "SIGTERM"
-    assert (done.returncode, done.stderr, done.stdout) == (130 if sig == "SIGINT" else 143, f"Interrupted ({name}).\n", "")
+    assert (done.returncode, done.stderr, done.stdout) == (
+        130 if sig == "SIGINT" else 143,
+        f"Interrupted ({name}).\n",
+        "",
+    )
     assert not (tmp_path / "c").exists()  # stopped before anything was written
 
 
@@ -238,22 +335,36 @@ def _interrupted(proc: subprocess.Popen, tmp_path: Path) -> tuple[int, str, str]
 @pytest.mark.process
 @pytest.mark.parametrize("delay", [0.0, 0.005, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.6])
 def test_ctrl_c_at_any_moment_of_the_start_up_prints_one_line(tmp_path: Path, delay: float):
-    """A real ``dxi run`` sent SIGINT ``delay`` s after dxi's own code began to run (while it still imports the
-    command line, Rich, the adapters, Polars; plans; starts the embedded model): exit 130 and one line, never
-    a traceback (before issue 32: 21 to 25 lines of KeyboardInterrupt and exit -2 in the first 0.1-0.3 s).
-    What comes before dxi's code (the interpreter's start-up, ``site``) is out of its reach: the
-    module docstring of ``dxi.__main__``."""
+    """A real ``dxi run`` sent SIGINT ``delay`` s after dxi's own code began to run (while it still
+    imports the command line, Rich, the adapters, Polars; plans; starts the embedded model): exit
+    130 and one line, never a traceback (before issue 32: 21 to 25 lines of KeyboardInterrupt and
+    exit -2 in the first 0.1-0.3 s). What comes before dxi's code (the interpreter's start-up,
+    ``site``) is out of its reach: the module docstring of ``dxi.__main__``."""
     data = data_dir(tmp_path / "data", 3)
-    proc = started([DXI, "run", "--model", "embedded", "--data-dir", str(data), "--cache-dir", str(tmp_path / "c"),
-                    "--out", str(tmp_path / "out")], tmp_path)
-    wait_for(lambda: _caught(proc.pid, signal.SIGTERM) or proc.poll() is not None, 30,
-             "dxi to start")
+    proc = started(
+        [
+            DXI,
+            "run",
+            "--model",
+            "embedded",
+            "--data-dir",
+            str(data),
+            "--cache-dir",
+            str(tmp_path / "c"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        tmp_path,
+    )
+    wait_for(
+        lambda: _caught(proc.pid, signal.SIGTERM) or proc.poll() is not None, 30, "dxi to start"
+    )
     time.sleep(delay)
     code, stdout, stderr = _interrupted(proc, tmp_path)
     assert code == 130, (stdout, stderr)
-    # one line of its own: "Interrupted (Ctrl-C)." before the run began, else the run's resume message,
-    # after whatever the run had printed by then (its "Running N model..." line, progress lines, the
-    # progress's "stopping (Ctrl-C)": a quiet machine gets that far within 0.6 s)
+    # one line of its own: "Interrupted (Ctrl-C)." before the run began, else the run's resume
+    # message, after whatever the run had printed by then (its "Running N model..." line, progress
+    # lines, the progress's "stopping (Ctrl-C)": a quiet machine gets that far within 0.6 s)
     lines = (stdout + stderr).splitlines()
     assert [line for line in lines if line.startswith("Interrupted")] == lines[-1:], lines
     assert lines[-1].startswith("Interrupted (Ctrl-C)"), lines
@@ -291,8 +402,10 @@ def test_ctrl_c_while_python_itself_starts_prints_one_line(tmp_path: Path, event
     handler is in place. Only a signal that lands before ``env`` has blocked them (the first event)
     may end the process by the signal itself, with no output (a shell reports 130)."""
     if subprocess.run(["env", "--block-signal=INT", "true"], capture_output=True).returncode:
-        pytest.skip("env has no --block-signal (GNU coreutils 9 and later): make install "
-                    "leaves the script as the installer wrote it")
+        pytest.skip(
+            "env has no --block-signal (GNU coreutils 9 and later): make install "
+            "leaves the script as the installer wrote it"
+        )
     proc = started([DXI, "run", "--help"], tmp_path)
     seen, deadline = START_UP[event], time.monotonic() + 30
     while not seen(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
@@ -313,14 +426,27 @@ def test_the_progress_says_the_run_is_stopping_and_counts_down():
 
     logs = StringIO()
     p = RunProgress(Console(file=logs, width=200), {"m": 10}, interval_s=3600)
-    for n in (8, 7, 6, 0):  # in logs: at once, then at most once a second while it falls, and when none is left
+    for n in (
+        8,
+        7,
+        6,
+        0,
+    ):  # in logs: at once, then at most once a second while it falls, and when none is left
         p.stopping("SIGTERM", n, 25)
     lines = [line.split(" ", 1)[1] for line in logs.getvalue().splitlines()]
-    assert lines == ["stopping (SIGTERM): nothing new is sent; 8 request(s) in flight finish and are stored (at most 25 s; "
-                     "again to stop at once)", "stopping (SIGTERM): every request that was in flight is stored"]
+    assert lines == [
+        "stopping (SIGTERM): nothing new is sent; 8 request(s) in flight finish and are stored (at most 25 s; "
+        "again to stop at once)",
+        "stopping (SIGTERM): every request that was in flight is stored",
+    ]
     screen = StringIO()
-    with RunProgress(Console(file=screen, width=200, force_terminal=True), {"m": 10}) as p:  # a terminal: under the bars
+    with RunProgress(
+        Console(file=screen, width=200, force_terminal=True), {"m": 10}
+    ) as p:  # a terminal: under the bars
         p.stopping("Ctrl-C", 3, 25)
         p.stopping("Ctrl-C", 2, 25)
     shown = screen.getvalue()
-    assert "stopping (Ctrl-C): nothing new is sent; 2 request(s) in flight" in shown and shown.count("0/10") >= 1
+    assert (
+        "stopping (Ctrl-C): nothing new is sent; 2 request(s) in flight" in shown
+        and shown.count("0/10") >= 1
+    )

@@ -420,8 +420,9 @@ def one_request(data_dir: Path, tmp_path: Path):
 
     async def run(kind: str, server: FakeLLM, **limits):
         limits = {"stream": "always", **limits}
-        return await run_model(model_string(kind, server), data_dir, tmp_path / "c",
-                               replace(FAST, **limits), limit=1)
+        return await run_model(
+            model_string(kind, server), data_dir, tmp_path / "c", replace(FAST, **limits), limit=1
+        )
 
     return run
 
@@ -449,18 +450,14 @@ async def test_a_stream_cut_mid_way_is_a_transient_failure_not_sent_again_in_the
 
 
 @pytest.mark.parametrize("fault", ["cut:0", "error_first"])
-async def test_a_stream_that_fails_before_any_of_its_reply_is_retried(
-    one_request, fault: str
-):
+async def test_a_stream_that_fails_before_any_of_its_reply_is_retried(one_request, fault: str):
     async with FakeLLM([fault]) as server:
         _, stats, rows = await one_request("anthropic", server)
         assert (stats.ok, stats.attempts, len(server.requests)) == (1, 2, 2)
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
-async def test_an_error_event_mid_stream_is_final_for_the_run(
-    one_request, kind: str
-):
+async def test_an_error_event_mid_stream_is_final_for_the_run(one_request, kind: str):
     async with FakeLLM(["error_event"]) as server:
         _, stats, rows = await one_request(kind, server)
         assert (stats.failed, stats.attempts, len(server.requests)) == (1, 1, 1)
@@ -470,9 +467,7 @@ async def test_an_error_event_mid_stream_is_final_for_the_run(
     )
 
 
-async def test_an_idle_stall_ends_the_attempt_after_the_idle_timeout(
-    one_request
-):
+async def test_an_idle_stall_ends_the_attempt_after_the_idle_timeout(one_request):
     async with FakeLLM(["stall:3"]) as server:
         began = time.monotonic()
         _, stats, rows = await one_request("openai", server, attempt_timeout_s=0.5)
@@ -482,15 +477,14 @@ async def test_an_idle_stall_ends_the_attempt_after_the_idle_timeout(
     assert took < 2.5  # the 3 s stall was not waited out
 
 
-async def test_a_whole_reply_slower_than_the_idle_timeout_is_sent_again(
-    one_request
-):
+async def test_a_whole_reply_slower_than_the_idle_timeout_is_sent_again(one_request):
     """Not streamed, nothing of a reply arrives while it is generated: the idle timeout ends the
     attempt and, nothing having arrived, the request is sent again (as the issue's capture server
     saw). Streamed, the same slow reply arrives steadily and is stored once (the next test)."""
     async with FakeLLM(["delay:1.2", "delay:1.2"]) as server:
-        _, stats, rows = await one_request("anthropic", server, stream="never",
-                                           attempt_timeout_s=0.4, max_attempts=3)
+        _, stats, rows = await one_request(
+            "anthropic", server, stream="never", attempt_timeout_s=0.4, max_attempts=3
+        )
         assert (stats.ok, stats.attempts, len(server.requests), server.streamed) == (
             1,
             3,
@@ -542,15 +536,14 @@ async def test_a_reply_slower_than_any_timeout_but_steadily_arriving_is_stored_o
 async def test_the_total_bound_ends_a_reply_that_is_still_arriving(one_request):
     async with FakeLLM(default="slow:0.3") as server:
         server.pieces = 8
-        _, stats, rows = await one_request("gemini", server, attempt_timeout_s=1,
-                                           max_reply_time_s=1.0)
+        _, stats, rows = await one_request(
+            "gemini", server, attempt_timeout_s=1, max_reply_time_s=1.0
+        )
         assert (stats.failed, len(server.requests)) == (1, 1)
     assert "the reply took longer than --max-reply-time 1 s" in rows["error"][0]
 
 
-async def test_a_server_that_answers_a_streamed_request_whole_is_read_whole(
-    one_request
-):
+async def test_a_server_that_answers_a_streamed_request_whole_is_read_whole(one_request):
     """An OpenAI-compatible server that ignores ``stream`` and replies with one JSON body."""
     async with FakeLLM() as server:
         original = server._stream
@@ -703,29 +696,37 @@ def test_the_streamed_bodies_conform_to_the_sdks_streaming_request_types(data_di
     from .sdk_types import conforms
 
     for task in tasks(data_dir)[:4]:
-        for kind, model, params in (("openai", "gpt-6-luna", completion_create_params),
-                                    ("anthropic", "claude-sonnet-5-5", message_create_params)):
+        for kind, model, params in (
+            ("openai", "gpt-6-luna", completion_create_params),
+            ("anthropic", "claude-sonnet-5-5", message_create_params),
+        ):
             a = adapters.get(adapters.ModelSpec(kind, model, "http://127.0.0.1:1"))
             canonical = orjson.loads(a.encode(task).body)
             sent = orjson.loads(a.stream_body(a.encode(task).body))
             switch = {k: v for k, v in sent.items() if k not in canonical}
             name = "CompletionCreateParams" if kind == "openai" else "MessageCreateParams"
             hints = typing.get_type_hints(getattr(params, name + "Streaming"), include_extras=True)
-            assert switch == ({"stream": True, "stream_options": {"include_usage": True}}
-                              if kind == "openai" else {"stream": True})
+            assert switch == (
+                {"stream": True, "stream_options": {"include_usage": True}}
+                if kind == "openai"
+                else {"stream": True}
+            )
             assert all(conforms(v, hints[k]) == [] for k, v in switch.items())
             assert conforms(canonical, getattr(params, name + "NonStreaming")) == []
     g = adapters.get(adapters.ModelSpec("gemini", "gemini-3.5-flash", "http://127.0.0.1:1"))
     assert g.stream_url == (
-        "http://127.0.0.1:1/v1beta/models/gemini-3.5-flash:streamGenerateContent?alt=sse")
+        "http://127.0.0.1:1/v1beta/models/gemini-3.5-flash:streamGenerateContent?alt=sse"
+    )
 
 
 async def test_a_stream_larger_than_max_reply_bytes_is_read_no_further_and_stored_invalid(
-        data_dir: Path, tmp_path: Path):
+    data_dir: Path, tmp_path: Path
+):
     async with FakeLLM() as server:
         limits = replace(FAST, stream="always", max_reply_bytes=600)
-        _, stats, rows = await run_model(model_string("anthropic", server), data_dir,
-                                         tmp_path / "c", limits, limit=1)
+        _, stats, rows = await run_model(
+            model_string("anthropic", server), data_dir, tmp_path / "c", limits, limit=1
+        )
         assert (stats.invalid, stats.attempts, len(server.requests)) == (1, 1, 1)
     row = rows.row(0, named=True)
     assert row["status"] == "invalid"

@@ -1,6 +1,7 @@
-"""The System One adapter and the runner's retry rules against real HTTP servers on 127.0.0.1:
-the scriptable fake (429 + Retry-After, 5xx, 400, malformed bodies, dropped connections, timeouts) and a
+"""The System One adapter and the runner's retry rules against real HTTP servers on 127.0.0.1: the
+scriptable fake (429 + Retry-After, 5xx, 400, malformed bodies, dropped connections, timeouts) and a
 real peer, ``sparrow-decider serve``, which must give the embedded adapter's answers."""
+
 from __future__ import annotations
 
 import socket
@@ -21,26 +22,44 @@ from .fake_provider import FakeProvider
 from .helpers.runs import FAST, run_model
 
 
-async def test_success_parses_answers_usage_and_learns_the_model_name(data_dir: Path, tmp_path: Path):
+async def test_success_parses_answers_usage_and_learns_the_model_name(
+    data_dir: Path, tmp_path: Path
+):
     async with FakeProvider() as server:
-        adapter, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c", limit=None)
+        adapter, stats, rows = await run_model(
+            f"systemone:{server.url}", data_dir, tmp_path / "c", limit=None
+        )
     assert adapter.label == "systemone:fake-decider"
     assert (stats.sent, stats.ok, stats.attempts) == (3, 3, 3)
     first = rows.row(0, named=True)
-    state = orjson.loads(first["request_body"])["state"]  # the fake counts len(state) // 4 + 8 per question
-    assert (first["status"], first["input_tokens"], first["output_tokens"], first["served_model"]) == (
-        "ok", len(state) // 4 + 8, 1, "fake-decider")
+    state = orjson.loads(first["request_body"])[
+        "state"
+    ]  # the fake counts len(state) // 4 + 8 per question
+    assert (
+        first["status"],
+        first["input_tokens"],
+        first["output_tokens"],
+        first["served_model"],
+    ) == ("ok", len(state) // 4 + 8, 1, "fake-decider")
     assert first["answers"][0]["predicted"] == "A" and first["answers"][0]["p_predicted"] == 0.7
     assert server.requests[0][1]["model"] == "fake-decider"
 
 
-@pytest.mark.parametrize(("behaviour", "at_least"), [
-    ("429:1", 1.0),               # Retry-After: 1
-    ("429:date:2", 1.0),          # Retry-After: an HTTP date 2 s ahead (whole seconds: 1 to 2 s from now)
-    ("429:ms:1200", 1.2),         # retry-after-ms: 1200
-    ("429:reset:1s500ms", 1.5),   # x-ratelimit-reset-requests: 1s500ms, remaining 0
-])
-async def test_retry_after_is_honoured(data_dir: Path, tmp_path: Path, behaviour: str, at_least: float):
+@pytest.mark.parametrize(
+    ("behaviour", "at_least"),
+    [
+        ("429:1", 1.0),  # Retry-After: 1
+        (
+            "429:date:2",
+            1.0,
+        ),  # Retry-After: an HTTP date 2 s ahead (whole seconds: 1 to 2 s from now)
+        ("429:ms:1200", 1.2),  # retry-after-ms: 1200
+        ("429:reset:1s500ms", 1.5),  # x-ratelimit-reset-requests: 1s500ms, remaining 0
+    ],
+)
+async def test_retry_after_is_honoured(
+    data_dir: Path, tmp_path: Path, behaviour: str, at_least: float
+):
     async with FakeProvider(script=[behaviour]) as server:
         _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
     (t0, _), (t1, _) = server.requests
@@ -58,16 +77,23 @@ async def test_transient_failures_are_retried(data_dir: Path, tmp_path: Path, sc
     assert len(server.requests) == len(script) + 1
     assert (stats.ok, stats.attempts) == (1, len(script) + 1)
     assert rows["status"].to_list() == ["ok"]
-    waits = rows["retry_waits_s"][0].to_list()  # one per retry: at least the backoff, within the gap between arrivals
+    waits = rows["retry_waits_s"][
+        0
+    ].to_list()  # one per retry: at least the backoff, within the gap between arrivals
     arrivals = [t for t, _ in server.requests]
     assert len(waits) == len(script)
-    assert all(0.01 <= w <= later - earlier for w, earlier, later in zip(waits, arrivals, arrivals[1:], strict=False))
+    assert all(
+        0.01 <= w <= later - earlier
+        for w, earlier, later in zip(waits, arrivals, arrivals[1:], strict=False)
+    )
 
 
 async def test_timeout_is_retried(data_dir: Path, tmp_path: Path):
     limits = Limits(max_in_flight=1, attempt_timeout_s=0.3, max_attempts=2, backoff_s=0.01)
     async with FakeProvider(script=["sleep:2"]) as server:
-        _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c", limits)
+        _, stats, rows = await run_model(
+            f"systemone:{server.url}", data_dir, tmp_path / "c", limits
+        )
     assert (stats.ok, stats.attempts) == (1, 2)
 
 
@@ -76,13 +102,20 @@ async def test_a_400_fails_fast_and_is_kept_unless_asked(data_dir: Path, tmp_pat
         _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
         assert len(server.requests) == 1  # no retry
         row = rows.row(0, named=True)
-        assert (row["status"], row["error_kind"], row["http_status"], row["attempts"]) == ("failed", "fatal", 400, 1)
+        assert (row["status"], row["error_kind"], row["http_status"], row["attempts"]) == (
+            "failed",
+            "fatal",
+            400,
+            1,
+        )
         assert row["retry_waits_s"] == []  # no retry, no wait
         assert "systemone:fake-decider: HTTP 400" in row["error"] and "injected 400" in row["error"]
         _, again, _ = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c")
         assert (again.sent, again.cache_hits) == (0, 1)
         server.default = "ok"
-        _, retried, _ = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c", retry_failed=True)
+        _, retried, _ = await run_model(
+            f"systemone:{server.url}", data_dir, tmp_path / "c", retry_failed=True
+        )
         assert (retried.sent, retried.ok) == (1, 1)
 
 
@@ -96,12 +129,16 @@ async def test_retries_run_out_then_the_next_run_asks_again(data_dir: Path, tmp_
     assert (again.sent, again.ok) == (1, 1)
 
 
-async def test_api_key_is_sent_but_never_stored(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+async def test_api_key_is_sent_but_never_stored(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     secret = "sk-test-do-not-store-0123456789"
     monkeypatch.setenv("SYSTEMONE_API_KEY", secret)
     limiters: dict = {}
     async with FakeProvider(script=["401"]) as server:
-        _, stats, rows = await run_model(f"systemone:{server.url}", data_dir, tmp_path / "c", limiters=limiters)
+        _, stats, rows = await run_model(
+            f"systemone:{server.url}", data_dir, tmp_path / "c", limiters=limiters
+        )
     assert server.headers[0]["Authorization"] == f"Bearer {secret}"
     # a refused key stops the provider; nothing is stored, the next run sends the request
     assert (stats.refused, rows.height) == (1, 0)
@@ -124,16 +161,23 @@ async def test_unreachable_server_is_a_clear_error():
 async def test_a_named_model_the_server_does_not_serve_fails_fast(data_dir: Path, tmp_path: Path):
     async with FakeProvider(model="served") as server:
         wrong = adapters.get(f"systemone:other@{server.url}")
-        with pytest.raises(adapters.Fatal, match=f"serves 'served', not 'other'; name the model it serves "
-                                                 rf"\(systemone:served@{server.url}\)"):
+        with pytest.raises(
+            adapters.Fatal,
+            match=f"serves 'served', not 'other'; name the model it serves "
+            rf"\(systemone:served@{server.url}\)",
+        ):
             await wrong.start()
-        adapter, stats, _ = await run_model(f"systemone:served@{server.url}", data_dir, tmp_path / "c")
+        adapter, stats, _ = await run_model(
+            f"systemone:served@{server.url}", data_dir, tmp_path / "c"
+        )
         assert (adapter.label, stats.ok, server.stats()["arrivals"]) == ("systemone:served", 1, 1)
 
 
 async def test_a_proxy_serving_many_models_takes_any_name(data_dir: Path, tmp_path: Path):
     async with FakeProvider(model=None) as server:  # /health names no model, as a LiteLLM proxy
-        _, stats, rows = await run_model(f"systemone:any-model@{server.url}", data_dir, tmp_path / "c")
+        _, stats, rows = await run_model(
+            f"systemone:any-model@{server.url}", data_dir, tmp_path / "c"
+        )
     assert (stats.ok, rows["served_model"].to_list()) == (1, ["any-model"])
 
 
@@ -147,9 +191,15 @@ async def test_one_model_name_on_two_servers_shares_no_cache_rows(data_dir: Path
 
 
 def test_model_strings():
-    assert adapters.parse_model("systemone:http://127.0.0.1:8000") == adapters.ModelSpec("systemone", None, "http://127.0.0.1:8000")
-    assert adapters.parse_model("systemone:strands@http://h:1") == adapters.ModelSpec("systemone", "strands", "http://h:1")
-    assert adapters.parse_model("embedded:sparrow-nano-robot-v1.2").model == "sparrow-nano-robot-v1.2"
+    assert adapters.parse_model("systemone:http://127.0.0.1:8000") == adapters.ModelSpec(
+        "systemone", None, "http://127.0.0.1:8000"
+    )
+    assert adapters.parse_model("systemone:strands@http://h:1") == adapters.ModelSpec(
+        "systemone", "strands", "http://h:1"
+    )
+    assert (
+        adapters.parse_model("embedded:sparrow-nano-robot-v1.2").model == "sparrow-nano-robot-v1.2"
+    )
     assert adapters.parse_model("embedded").model is None
     with pytest.raises(ValueError, match="known adapters: embedded, systemone"):
         adapters.parse_model("nosuch:model")
@@ -166,8 +216,11 @@ def sparrow_server():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     exe = Path(sys.executable).with_name("sparrow-decider")
-    proc = subprocess.Popen([str(exe), "serve", "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
@@ -181,40 +234,74 @@ def sparrow_server():
 
 
 @pytest.mark.process
-async def test_systemone_against_sparrow_serve_matches_embedded(data_dir: Path, tmp_path: Path, sparrow_server: str):
+async def test_systemone_against_sparrow_serve_matches_embedded(
+    data_dir: Path, tmp_path: Path, sparrow_server: str
+):
     from .conftest import REAL_DATA
+
     source = REAL_DATA if REAL_DATA.is_dir() else data_dir
     limit = 40 if source == REAL_DATA else None
-    _, http_stats, http_rows = await run_model(f"systemone:{sparrow_server}", source, tmp_path / "c", limit=limit,
-                                               evals=None, limits=Limits(max_in_flight=4))
-    _, emb_stats, emb_rows = await run_model("embedded:sparrow-nano-general-v1.1", source, tmp_path / "c",
-                                             limit=limit, evals=None)
+    _, http_stats, http_rows = await run_model(
+        f"systemone:{sparrow_server}",
+        source,
+        tmp_path / "c",
+        limit=limit,
+        evals=None,
+        limits=Limits(max_in_flight=4),
+    )
+    _, emb_stats, emb_rows = await run_model(
+        "embedded:sparrow-nano-general-v1.1", source, tmp_path / "c", limit=limit, evals=None
+    )
     assert http_stats.ok == emb_stats.ok == http_stats.sent > 0
-    assert http_rows.filter(pl.col("provider") == "systemone")["model"].unique().to_list() == ["sparrow-nano-general-v1.1"]
+    assert http_rows.filter(pl.col("provider") == "systemone")["model"].unique().to_list() == [
+        "sparrow-nano-general-v1.1"
+    ]
 
     def picks(provider: str) -> pl.DataFrame:
-        return (http_rows if provider == "systemone" else emb_rows).filter(pl.col("provider") == provider).select(
-            "task_id", pl.col("answers").list.eval(pl.element().struct.field("predicted")).alias("predicted"),
-            pl.col("answers").list.eval(pl.element().struct.field("p_predicted")).alias("p")).sort("task_id")
+        return (
+            (http_rows if provider == "systemone" else emb_rows)
+            .filter(pl.col("provider") == provider)
+            .select(
+                "task_id",
+                pl.col("answers")
+                .list.eval(pl.element().struct.field("predicted"))
+                .alias("predicted"),
+                pl.col("answers").list.eval(pl.element().struct.field("p_predicted")).alias("p"),
+            )
+            .sort("task_id")
+        )
 
     http, emb = picks("systemone"), picks("embedded")
     assert http["task_id"].to_list() == emb["task_id"].to_list()
     assert http["predicted"].to_list() == emb["predicted"].to_list()
     assert http["p"].to_list() == emb["p"].to_list()
     # the same bytes were sent to both
-    bodies = emb_rows.filter(pl.col("provider") == "embedded").sort("task_id")["request_body"].to_list()
-    assert bodies == http_rows.filter(pl.col("provider") == "systemone").sort("task_id")["request_body"].to_list()
+    bodies = (
+        emb_rows.filter(pl.col("provider") == "embedded").sort("task_id")["request_body"].to_list()
+    )
+    assert (
+        bodies
+        == http_rows.filter(pl.col("provider") == "systemone")
+        .sort("task_id")["request_body"]
+        .to_list()
+    )
 
 
 def test_a_base_url_without_its_scheme_is_refused_not_taken_for_a_model_name():
-    with pytest.raises(ValueError, match=r"'127.0.0.1:8080/v1' looks like a base URL without its scheme; write "
-                                         r"@http://127.0.0.1:8080/v1"):
+    with pytest.raises(
+        ValueError,
+        match=r"'127.0.0.1:8080/v1' looks like a base URL without its scheme; write "
+        r"@http://127.0.0.1:8080/v1",
+    ):
         adapters.parse_model("openai:qwen@127.0.0.1:8080/v1")
     for text in ("openai:m@localhost:8000", "openai:m@api.example.com/v1"):
         with pytest.raises(ValueError, match="without its scheme"):
             adapters.parse_model(text)
     # version suffixes stay part of the model name
-    assert adapters.parse_model("anthropic:claude-3-5-sonnet@20240620").model == "claude-3-5-sonnet@20240620"
+    assert (
+        adapters.parse_model("anthropic:claude-3-5-sonnet@20240620").model
+        == "claude-3-5-sonnet@20240620"
+    )
     assert adapters.parse_model("openai:gemma@1.5").model == "gemma@1.5"
 
 

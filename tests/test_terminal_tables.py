@@ -1,5 +1,7 @@
-"""The terminal tables fit the terminal: rendered at 80, 120 and 200 columns, no line is wider, no header
-or model name is cut, and every model can be told from the others (its full name, or a key and a legend)."""
+"""The terminal tables fit the terminal: rendered at 80, 120 and 200 columns, no line is wider, no
+header or model name is cut, and every model can be told from the others (its full name, or a key
+and a legend)."""
+
 from __future__ import annotations
 
 import io
@@ -14,23 +16,33 @@ from dxi.runner.outputs.terminal import print_estimate, print_summary
 from dxi.runner.planning import plan
 from dxi.scoring import records
 
-NAMES = ["embedded:sparrow-nano-general-v1.1", "openai:gpt-5-mini (t=0)", "openai:gpt-5-mini (t=0.7)",
-         "llamacpp-logprobs:qwen2.5-coder-0.5b"]
+NAMES = [
+    "embedded:sparrow-nano-general-v1.1",
+    "openai:gpt-5-mini (t=0)",
+    "openai:gpt-5-mini (t=0.7)",
+    "llamacpp-logprobs:qwen2.5-coder-0.5b",
+]
 
 
 @pytest.fixture(scope="module")
 def summary(tmp_path_factory) -> dict:
-    """A real summary of the fixture data, its model repeated under four names (two that differ at the end)."""
+    """A real summary of the fixture data, its model repeated under four names (two that differ at
+    the end)."""
     from .conftest import FIXTURES, write_wildguard_parquet
 
     tmp = tmp_path_factory.mktemp("tables")
     data = tmp / "data"
-    for src, dst in (("omniscience.jsonl", "omniscience-standin/o.jsonl"), ("hle_split.json", "hle/hle_mcqa.json"),
-                     ("when2call.jsonl", "when2call/w.jsonl")):
+    for src, dst in (
+        ("omniscience.jsonl", "omniscience-standin/o.jsonl"),
+        ("hle_split.json", "hle/hle_mcqa.json"),
+        ("when2call.jsonl", "when2call/w.jsonl"),
+    ):
         (data / dst).parent.mkdir(parents=True, exist_ok=True)
         (data / dst).write_bytes((FIXTURES / src).read_bytes())
     write_wildguard_parquet(data / "wildguardtest" / "wildguardtest.parquet")
-    ran = session.run(plan.build(models=["embedded"], data_dir=data, cache_dir=tmp / "c", out=tmp / "o"))
+    ran = session.run(
+        plan.build(models=["embedded"], data_dir=data, cache_dir=tmp / "c", out=tmp / "o")
+    )
     assert ran.exit_code == 0
     s = orjson.loads((tmp / "o" / "summary.json").read_bytes())
     s["models"] = [dict(s["models"][0], model=name) for name in NAMES]
@@ -39,7 +51,17 @@ def summary(tmp_path_factory) -> dict:
 
 def render(width: int, show, doc: dict) -> list[str]:
     buffer = io.StringIO()
-    show(doc, Console(file=buffer, width=width, force_terminal=False, soft_wrap=False, emoji=False, highlight=False))
+    show(
+        doc,
+        Console(
+            file=buffer,
+            width=width,
+            force_terminal=False,
+            soft_wrap=False,
+            emoji=False,
+            highlight=False,
+        ),
+    )
     return buffer.getvalue().splitlines()
 
 
@@ -50,14 +72,20 @@ def summary_json(doc: dict, console: Console) -> None:
 
 def table_lines(lines: list[str], title: str, ends: tuple[str, ...]) -> list[str]:
     start = next(i for i, line in enumerate(lines) if line.strip() == title)
-    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith(ends) or ": new because" in lines[i])
+    end = next(
+        i
+        for i in range(start + 1, len(lines))
+        if lines[i].startswith(ends) or ": new because" in lines[i]
+    )
     return lines[start:end]
 
 
 def told_apart(lines: list[str], table: list[str]) -> None:
     """Every model is named in full in the table, or by a key whose legend line names it."""
     text = "\n".join(table)
-    legend = {m.group(1): m.group(2) for line in lines if (m := re.fullmatch(r"  (M\d+) = (.+)", line))}
+    legend = {
+        m.group(1): m.group(2) for line in lines if (m := re.fullmatch(r"  (M\d+) = (.+)", line))
+    }
     if legend:
         assert sorted(legend.values()) == sorted(NAMES)
         for key in legend:
@@ -79,8 +107,12 @@ def test_the_index_table_fits(summary: dict, width: int):
         assert word in header
     interval = re.compile(r"\[\d+\.\d, \d+\.\d\]")
     body = [line for line in table if interval.search(line)]
-    assert len(body) == len(NAMES)  # each interval whole on its model's line, in a column of its own
-    usage = table_lines(lines, "Usage (the scored answers' requests, from the cache)", ("Prompt version",))
+    assert len(body) == len(
+        NAMES
+    )  # each interval whole on its model's line, in a column of its own
+    usage = table_lines(
+        lines, "Usage (the scored answers' requests, from the cache)", ("Prompt version",)
+    )
     assert max(len(line) for line in usage) <= width and not any("…" in line for line in usage)
     assert sum("free" in line for line in usage) == len(NAMES) + 1  # local models cost nothing
 
@@ -90,46 +122,97 @@ def test_full_names_at_200_keys_and_a_legend_at_80(summary: dict):
     assert not any(line.startswith("  M1 =") for line in wide)
     narrow = render(80, summary_json, summary)
     assert [line for line in narrow if re.fullmatch(r"  M\d = .+", line)] == [
-        f"  M{i} = {name}" for i, name in enumerate(NAMES, 1)]
+        f"  M{i} = {name}" for i, name in enumerate(NAMES, 1)
+    ]
 
 
 @pytest.mark.parametrize("width", [80, 120, 200])
 def test_the_estimate_table_fits(width: int):
-    model = {"requests": 2193, "cached": 400, "new": 1793, "reasons": {"not sent yet": 1793}, "input_tokens": 1234567,
-             "output_tokens": 23456, "cost_usd": 1.2345, "bound_usd": 4.5678, "basis": {"bytes / 4": 1793}, "evals": {}}
-    doc = {"models": [dict(model, model=name) for name in NAMES], "max_cost_usd": None, "problems": {},
-           "total": {"requests": 4 * 2193, "cached": 1600, "new": 4 * 1793, "input_tokens": 4 * 1234567,
-                     "output_tokens": 4 * 23456, "cost_usd": 4.938, "bound_usd": 18.2712}}
+    model = {
+        "requests": 2193,
+        "cached": 400,
+        "new": 1793,
+        "reasons": {"not sent yet": 1793},
+        "input_tokens": 1234567,
+        "output_tokens": 23456,
+        "cost_usd": 1.2345,
+        "bound_usd": 4.5678,
+        "basis": {"bytes / 4": 1793},
+        "evals": {},
+    }
+    doc = {
+        "models": [dict(model, model=name) for name in NAMES],
+        "max_cost_usd": None,
+        "problems": {},
+        "total": {
+            "requests": 4 * 2193,
+            "cached": 1600,
+            "new": 4 * 1793,
+            "input_tokens": 4 * 1234567,
+            "output_tokens": 4 * 23456,
+            "cost_usd": 4.938,
+            "bound_usd": 18.2712,
+        },
+    }
     lines = render(width, print_estimate, doc)
-    table = table_lines(lines, "Estimate: what `dxi run` would send (nothing was sent)", ("  M1 =",))
+    table = table_lines(
+        lines, "Estimate: what `dxi run` would send (nothing was sent)", ("  M1 =",)
+    )
     assert max(len(line) for line in table) <= width and not any("…" in line for line in table)
     told_apart(lines, table)
-    assert sum(f"{name}: new because: not sent yet (1793)" in line for line in lines for name in NAMES) == len(NAMES)
-
+    assert sum(
+        f"{name}: new because: not sent yet (1793)" in line for line in lines for name in NAMES
+    ) == len(NAMES)
 
 
 @pytest.mark.parametrize("width", [80, 200])
-def test_each_model_has_its_rank_with_its_interval_and_the_tied_groups_are_named(summary: dict, width: int):
-    ranked = dict(summary, ranking={"by": "decision_index", "groups": [NAMES[:2], NAMES[2:]], "method": "by hand"})
+def test_each_model_has_its_rank_with_its_interval_and_the_tied_groups_are_named(
+    summary: dict, width: int
+):
+    ranked = dict(
+        summary,
+        ranking={"by": "decision_index", "groups": [NAMES[:2], NAMES[2:]], "method": "by hand"},
+    )
     ranks = [(1, [1, 2], 1), (2, [1, 2], 1), (3, [3, 4], 2), (4, [3, 4], 2)]
-    ranked["models"] = [dict(m, rank=r, rank_ci=ci, tied_group=g) for m, (r, ci, g)
-                        in zip(summary["models"], ranks, strict=True)]
-    # the index's comparisons of the adjacent pairs (one stored the other way round: turned for the line)
-    entry = {"eval": None, "metric": "decision_index", "ci": [0.0, 1.0], "p_value": 0.5, "complete": True}
-    ranked["comparisons"] = [dict(entry, a=NAMES[0], b=NAMES[1], difference=0.4, p_adjusted=0.82, significant=False),
-                             dict(entry, a=NAMES[2], b=NAMES[1], difference=-3.25, p_adjusted=0.0004,
-                                  significant=True),
-                             dict(entry, a=NAMES[2], b=NAMES[3], difference=1.0, p_adjusted=0.2, significant=False)]
+    ranked["models"] = [
+        dict(m, rank=r, rank_ci=ci, tied_group=g)
+        for m, (r, ci, g) in zip(summary["models"], ranks, strict=True)
+    ]
+    # the index's comparisons of the adjacent pairs (one stored the other way round: turned for the
+    # line)
+    entry = {
+        "eval": None,
+        "metric": "decision_index",
+        "ci": [0.0, 1.0],
+        "p_value": 0.5,
+        "complete": True,
+    }
+    ranked["comparisons"] = [
+        dict(entry, a=NAMES[0], b=NAMES[1], difference=0.4, p_adjusted=0.82, significant=False),
+        dict(entry, a=NAMES[2], b=NAMES[1], difference=-3.25, p_adjusted=0.0004, significant=True),
+        dict(entry, a=NAMES[2], b=NAMES[3], difference=1.0, p_adjusted=0.2, significant=False),
+    ]
     lines = render(width, summary_json, ranked)
     keyed = any(re.fullmatch(r"  M1 = .+", line) for line in lines)
     for k, (name, (rank, (low, high), _)) in enumerate(zip(NAMES, ranks, strict=True)):
         label = f"M{k + 1}" if keyed else name
-        assert any(line.lstrip(" │").startswith(label) and f"{rank} [{low}–{high}]" in line for line in lines), label
-    groups = "{M1, M2} > {M3, M4}" if keyed else "{" + ", ".join(NAMES[:2]) + "} > {" + ", ".join(NAMES[2:]) + "}"
+        assert any(
+            line.lstrip(" │").startswith(label) and f"{rank} [{low}–{high}]" in line
+            for line in lines
+        ), label
+    groups = (
+        "{M1, M2} > {M3, M4}"
+        if keyed
+        else "{" + ", ".join(NAMES[:2]) + "} > {" + ", ".join(NAMES[2:]) + "}"
+    )
     text = re.sub(r"\s+", " ", " ".join(lines))  # the line wraps at the terminal's width
-    assert ("Ranked by Decision Index in statistically tied groups (max-T step-down over every pair, adjusted "
-            f"p < 0.05): {groups}") in text
+    assert (
+        "Ranked by Decision Index in statistically tied groups (max-T step-down over every pair, adjusted "
+        f"p < 0.05): {groups}"
+    ) in text
     key = [f"M{k}" for k in range(1, 5)] if keyed else NAMES
-    assert (f"; adjacent: {key[0]} − {key[1]} +0.4 (p_adj 0.820), {key[1]} − {key[2]} +3.2 (p_adj < 0.001 †), "
-            f"{key[2]} − {key[3]} +1.0 (p_adj 0.200)") in text
+    assert (
+        f"; adjacent: {key[0]} − {key[1]} +0.4 (p_adj 0.820), {key[1]} − {key[2]} +3.2 (p_adj < 0.001 †), "
+        f"{key[2]} − {key[3]} +1.0 (p_adj 0.200)"
+    ) in text
     assert max(len(line) for line in lines if "─" in line or "━" in line) <= width

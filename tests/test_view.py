@@ -1,11 +1,12 @@
-"""``dxi view``: every route over HTTP (status codes, headers, escaping, 404s, nothing written to the cache),
-and a walk through the pages in a real headless browser (Debian's chromium).
+"""``dxi view``: every route over HTTP (status codes, headers, escaping, 404s, nothing written to
+the cache), and a walk through the pages in a real headless browser (Debian's chromium).
 
 The cache holds the embedded decision model, a language model served by the fault-injecting provider
-whose When2Call replies are hostile prose (invalid answers quoting ``<script>`` and ``<img onerror>``),
-and a model whose name is markup (``tests.test_report.add_hostile_model``); the dataset's texts carry
-markup too.
+whose When2Call replies are hostile prose (invalid answers quoting ``<script>`` and
+``<img onerror>``), and a model whose name is markup (``tests.test_report.add_hostile_model``); the
+dataset's texts carry markup too.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -41,37 +42,104 @@ from dxi.view.data import Browser, EvalQuery
 from . import wire_formats
 from .conftest import FIXTURES, write_wildguard_parquet
 from .fake_provider import serve
-from .helpers.report import CHROMIUM_FLAGS, HOSTILE_ERROR, HOSTILE_MODEL, add_hostile_model, chromium
+from .helpers.report import (
+    CHROMIUM_FLAGS,
+    HOSTILE_ERROR,
+    HOSTILE_MODEL,
+    add_hostile_model,
+    chromium,
+)
 from .helpers.runs import MODEL, fail_rows
 from .helpers.view import get, view_of
 
 LLM = "openai:fake-chat"
-HOSTILE_REPLY = "<script>alert('reply')</script><img src=x onerror=alert(2)> I think the answer is B."
+HOSTILE_REPLY = (
+    "<script>alert('reply')</script><img src=x onerror=alert(2)> I think the answer is B."
+)
 HOSTILE_QUESTION = "<img src=x onerror=alert(3)> Which gas do plants absorb?"
 HOSTILE_OPTION = "<script>alert(4)</script>Oxygen"
 HOSTILE_ID = 'q 2/<i>"?#%'  # a question id that needs escaping in HTML and quoting in URLs
-SAFE_TAGS = {"html", "head", "meta", "title", "link", "script", "body", "header", "nav", "main", "footer", "a", "span", "h1",
-             "h2", "h3", "h4", "h5", "p", "code", "div", "table", "thead", "tbody", "tr", "th", "td", "form", "fieldset",
-             "legend", "select", "option", "input", "label", "button", "section", "pre", "details", "summary", "ul", "li",
-             "strong", "svg", "rect", "line", "polyline", "circle", "text", "figure", "figcaption", "dl", "dt", "dd",
-             "article", "br", "wbr"}  # the app's own markup: model or dataset text never adds a tag
+SAFE_TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "link",
+    "script",
+    "body",
+    "header",
+    "nav",
+    "main",
+    "footer",
+    "a",
+    "span",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "p",
+    "code",
+    "div",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "form",
+    "fieldset",
+    "legend",
+    "select",
+    "option",
+    "input",
+    "label",
+    "button",
+    "section",
+    "pre",
+    "details",
+    "summary",
+    "ul",
+    "li",
+    "strong",
+    "svg",
+    "rect",
+    "line",
+    "polyline",
+    "circle",
+    "text",
+    "figure",
+    "figcaption",
+    "dl",
+    "dt",
+    "dd",
+    "article",
+    "br",
+    "wbr",
+}  # the app's own markup: model or dataset text never adds a tag
 
 
 def hostile_chat(model: str):
-    """Chat Completions responder: When2Call requests get hostile prose (an invalid reply), others the
-    fake model's valid JSON (``tests.wire_formats.openai_chat``)."""
+    """Chat Completions responder: When2Call requests get hostile prose (an invalid reply), others
+    the fake model's valid JSON (``tests.wire_formats.openai_chat``)."""
+
     def respond(request: dict) -> dict:
         reply = wire_formats.openai_chat(request)
         if "Tools available" in request["messages"][-1]["content"]:
             reply["choices"][0]["message"]["content"] = HOSTILE_REPLY
         return reply
+
     return respond
 
 
 def _data(root: Path) -> Path:
-    """The test fixtures laid out like shared/data, with markup in an Omniscience question and option."""
-    for src, dst in (("omniscience.jsonl", "omniscience-standin/omniscience.jsonl"), ("hle_split.json", "hle/hle_mcqa.json"),
-                     ("when2call.jsonl", "when2call/when2call_test_mcq.jsonl")):
+    """The test fixtures laid out like shared/data, with markup in an Omniscience question and
+    option."""
+    for src, dst in (
+        ("omniscience.jsonl", "omniscience-standin/omniscience.jsonl"),
+        ("hle_split.json", "hle/hle_mcqa.json"),
+        ("when2call.jsonl", "when2call/when2call_test_mcq.jsonl"),
+    ):
         (root / dst).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(FIXTURES / src, root / dst)
     omni = root / "omniscience-standin/omniscience.jsonl"
@@ -99,10 +167,12 @@ def run(**fields) -> int:
     return session.run(plan.build(**fields)).exit_code
 
 
-
 def tree(root: Path) -> dict[str, tuple[int, int]]:
     """Every file and folder under ``root``: (size, mtime in ns)."""
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+    }
 
 
 @pytest.fixture(scope="module")
@@ -114,26 +184,54 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     assert run(models=[MODEL], out=tmp / "run1", data_dir=data, cache_dir=cache_dir) == 0
     add_hostile_model(cache_dir)
     # its first request meets a 503 and is retried: a row with the wait before its retry
-    with serve(model="fake-chat", route_factories={"/v1/chat/completions": "tests.test_view:hostile_chat"},
-               script=["503"]) as server:
+    with serve(
+        model="fake-chat",
+        route_factories={"/v1/chat/completions": "tests.test_view:hostile_chat"},
+        script=["503"],
+    ) as server:
         llm = f"{LLM}@{server.url}/v1"
-        assert run(models=[llm], epochs=2, limits={"backoff_s": 0.2}, out=tmp / "run2", data_dir=data,
-                   cache_dir=cache_dir) == 0
-    scored = rescore.rescore(rescore.select(PlanInputs(out=tmp / "scored", data_dir=data, cache_dir=cache_dir)))
+        assert (
+            run(
+                models=[llm],
+                epochs=2,
+                limits={"backoff_s": 0.2},
+                out=tmp / "run2",
+                data_dir=data,
+                cache_dir=cache_dir,
+            )
+            == 0
+        )
+    scored = rescore.rescore(
+        rescore.select(PlanInputs(out=tmp / "scored", data_dir=data, cache_dir=cache_dir))
+    )
     assert scored.exit_code == 1  # the hostile model's failures: provisional
-    return {"tmp": tmp, "data": data, "cache": cache_dir, "common": common, "llm": llm,
-            "summary": orjson.loads((tmp / "scored" / "summary.json").read_bytes()),
-            "answers": pl.read_parquet(tmp / "scored" / "answers.parquet")}
+    return {
+        "tmp": tmp,
+        "data": data,
+        "cache": cache_dir,
+        "common": common,
+        "llm": llm,
+        "summary": orjson.loads((tmp / "scored" / "summary.json").read_bytes()),
+        "answers": pl.read_parquet(tmp / "scored" / "answers.parquet"),
+    }
 
 
-def _browser(built: dict, monkeypatch: pytest.MonkeyPatch, *extra: str) -> tuple[Browser, list[str]]:
+def _browser(
+    built: dict, monkeypatch: pytest.MonkeyPatch, *extra: str
+) -> tuple[Browser, list[str]]:
     """The Browser ``dxi view`` builds (its server replaced by a catcher) and what it printed."""
     caught: dict = {}
-    monkeypatch.setattr("dxi.view.app.serve", lambda browser, host, port, print_: caught.update(
-        browser=browser, host=host, port=port))
-    monkeypatch.setattr("dxi.runner.commands.view._check_port", lambda host, port: None)  # nothing is bound
+    monkeypatch.setattr(
+        "dxi.view.app.serve",
+        lambda browser, host, port, print_: caught.update(browser=browser, host=host, port=port),
+    )
+    monkeypatch.setattr(
+        "dxi.runner.commands.view._check_port", lambda host, port: None
+    )  # nothing is bound
     printed: list[str] = []
-    monkeypatch.setattr(rich.console.Console, "print", lambda self, *a, **k: printed.append(" ".join(map(str, a))))
+    monkeypatch.setattr(
+        rich.console.Console, "print", lambda self, *a, **k: printed.append(" ".join(map(str, a)))
+    )
     assert main(["view", *built["common"], *extra]) == 0
     return caught["browser"], printed
 
@@ -145,74 +243,124 @@ def browser(built: dict) -> Browser:
     b.close()
 
 
-
 def routes(browser: Browser, built: dict) -> list[str]:
     """One URL of every page kind, with every filter."""
     a, b = browser.labels[0], browser.labels[-1]
     hle = quote(a)
-    paths = ["/", *[f"/eval/{e}" for e in browser.evals],
-             f"/eval/when2call?m={quote(LLM)}&status=invalid", f"/eval/hle_multichoice?m={hle}&result=wrong&sort=p_gold&desc=1",
-             f"/eval/aa_omniscience_decision?a={quote(a)}&b={quote(b)}", "/eval/wildguardtest?category=benign&q=user",
-             "/eval/aa_omniscience_decision?sort=confidence&page=1", f"/compare/when2call?a={quote(a)}&b={quote(b)}",
-             f"/compare/hle_multichoice?a={quote(a)}&b={quote(b)}&cell=both_wrong", "/calibration",
-             f"/calibration?m={quote(MODEL)}&eval=aa_omniscience_decision&bin=9", f"/calibration?m={quote(LLM)}",
-             "/static/view.css", "/static/view.js", "/static/favicon.svg"]
+    paths = [
+        "/",
+        *[f"/eval/{e}" for e in browser.evals],
+        f"/eval/when2call?m={quote(LLM)}&status=invalid",
+        f"/eval/hle_multichoice?m={hle}&result=wrong&sort=p_gold&desc=1",
+        f"/eval/aa_omniscience_decision?a={quote(a)}&b={quote(b)}",
+        "/eval/wildguardtest?category=benign&q=user",
+        "/eval/aa_omniscience_decision?sort=confidence&page=1",
+        f"/compare/when2call?a={quote(a)}&b={quote(b)}",
+        f"/compare/hle_multichoice?a={quote(a)}&b={quote(b)}&cell=both_wrong",
+        "/calibration",
+        f"/calibration?m={quote(MODEL)}&eval=aa_omniscience_decision&bin=9",
+        f"/calibration?m={quote(LLM)}",
+        "/static/view.css",
+        "/static/view.js",
+        "/static/favicon.svg",
+    ]
     return paths + [task_url(t) for t in browser.tasks]
 
 
 @pytest.mark.process
 def test_the_view_shows_what_dxi_score_computes(browser: Browser, built: dict):
-    assert records.to_builtins(browser.summary) == built["summary"]  # one code path: the same summary, every number
+    assert (
+        records.to_builtins(browser.summary) == built["summary"]
+    )  # one code path: the same summary, every number
     assert browser.labels == [f"embedded:{HOSTILE_MODEL}", MODEL, LLM]
-    (status, _, page), = get(browser, "/")
+    ((status, _, page),) = get(browser, "/")
     assert status == 200
-    # the hostile model's When2Call requests all failed: its figures are provisional, and the page says so
+    # the hostile model's When2Call requests all failed: its figures are provisional, and the page
+    # says so
     assert built["summary"]["models"][0]["complete"] is False
-    assert ("provisional (*): 3 failed answer(s) in When2Call, left out: its figures are over the "
-            "answered questions; the next `dxi run` with these options requests 0 of them again (3 "
-            "deterministic failure(s) are kept") in page
+    assert (
+        "provisional (*): 3 failed answer(s) in When2Call, left out: its figures are over the "
+        "answered questions; the next `dxi run` with these options requests 0 of them again (3 "
+        "deterministic failure(s) are kept"
+    ) in page
     for m in built["summary"]["models"]:
         value = m["decision_index"]
         assert (f"{value:.1f}" if value is not None else "—") in page
         for name, e in m["evals"].items():
             if e["n"]:
-                assert f'href="/eval/{name}?m={quote(m["model"], safe="")}"' in page.replace("&amp;", "&")
+                assert f'href="/eval/{name}?m={quote(m["model"], safe="")}"' in page.replace(
+                    "&amp;", "&"
+                )
 
 
 @pytest.mark.process
-def test_every_route_answers_with_a_strict_policy_and_no_inline_script_or_style(browser: Browser, built: dict):
-    for path, (status, headers, body) in zip(routes(browser, built), get(browser, *routes(browser, built)), strict=True):
+def test_every_route_answers_with_a_strict_policy_and_no_inline_script_or_style(
+    browser: Browser, built: dict
+):
+    for path, (status, headers, body) in zip(
+        routes(browser, built), get(browser, *routes(browser, built)), strict=True
+    ):
         assert status == 200, (path, body[:500])
-        assert headers["Content-Security-Policy"] == CSP and headers["X-Content-Type-Options"] == "nosniff", path
+        assert (
+            headers["Content-Security-Policy"] == CSP
+            and headers["X-Content-Type-Options"] == "nosniff"
+        ), path
         if headers["Content-Type"].startswith("text/html"):  # the svg icon is an image, not a page
             tags = Tags()
             tags.feed(body)
-            assert [a for t, a in tags.seen if t == "script"] == [[("src", "/static/view.js"), ("defer", None)]], path
-            assert "style" not in {t for t, _ in tags.seen} and "img" not in {t for t, _ in tags.seen}, path
+            assert [a for t, a in tags.seen if t == "script"] == [
+                [("src", "/static/view.js"), ("defer", None)]
+            ], path
+            assert "style" not in {t for t, _ in tags.seen} and "img" not in {
+                t for t, _ in tags.seen
+            }, path
             attributes = [(n, v or "") for _, a in tags.seen for n, v in a]
             assert not [n for n, _ in attributes if n.startswith("on") or n == "style"], path
-            assert not [v for _, v in attributes if v.lower().startswith(("javascript:", "http:", "https:", "//"))], path
+            assert not [
+                v
+                for _, v in attributes
+                if v.lower().startswith(("javascript:", "http:", "https:", "//"))
+            ], path
     assert "script-src 'self'" in CSP and "default-src 'none'" in CSP and "unsafe" not in CSP
 
 
 @pytest.mark.process
 def test_unknown_ids_are_404_and_bad_queries_400(browser: Browser):
-    not_found = ["/eval/nope", "/task/hle_multichoice/nope", "/task/nope", "/compare/nope", "/calibration?m=nobody",
-                 "/eval/when2call?m=nobody", "/eval/when2call?epoch=3", "/calibration?m=nobody&eval=when2call&bin=1",
-                 f"/calibration?m={quote(MODEL)}&eval=when2call&bin=10", "/nothing/here", "/static/nothing.css",
-                 "/static/../view/app.py"]
+    not_found = [
+        "/eval/nope",
+        "/task/hle_multichoice/nope",
+        "/task/nope",
+        "/compare/nope",
+        "/calibration?m=nobody",
+        "/eval/when2call?m=nobody",
+        "/eval/when2call?epoch=3",
+        "/calibration?m=nobody&eval=when2call&bin=1",
+        f"/calibration?m={quote(MODEL)}&eval=when2call&bin=10",
+        "/nothing/here",
+        "/static/nothing.css",
+        "/static/../view/app.py",
+    ]
     for path, (status, headers, _) in zip(not_found, get(browser, *not_found), strict=True):
         assert status == 404, path
         assert headers["Content-Security-Policy"] == CSP, path
-    bad = ["/eval/when2call?page=x", "/eval/when2call?page=0", "/eval/when2call?sort=evil", "/eval/when2call?status=odd",
-           f"/eval/when2call?a={quote(MODEL)}", "/compare/when2call?cell=diagonal", "/calibration?bin=1"]
+    bad = [
+        "/eval/when2call?page=x",
+        "/eval/when2call?page=0",
+        "/eval/when2call?sort=evil",
+        "/eval/when2call?status=odd",
+        f"/eval/when2call?a={quote(MODEL)}",
+        "/compare/when2call?cell=diagonal",
+        "/calibration?bin=1",
+    ]
     for path, (status, _, _) in zip(bad, get(browser, *bad), strict=True):
         assert status == 400, path
     # a page past the last one says so (200: the page exists as an empty one, with its pager back)
-    (status, _, body), = get(browser, "/eval/when2call?page=99")
+    ((status, _, body),) = get(browser, "/eval/when2call?page=99")
     total = browser.evaluation("when2call", EvalQuery()).total
-    assert status == 200 and f"No page 99: these filters match {total} questions, on 1 page." in body
-    (_, _, body), = get(browser, "/eval/when2call?q=no-such-text-anywhere")
+    assert (
+        status == 200 and f"No page 99: these filters match {total} questions, on 1 page." in body
+    )
+    ((_, _, body),) = get(browser, "/eval/when2call?q=no-such-text-anywhere")
     assert "No question matches these filters." in body
     posted = get(browser, "/", "/eval/when2call", method="POST")
     assert [(s, h["Content-Security-Policy"]) for s, h, _ in posted] == [(405, CSP), (405, CSP)]
@@ -220,8 +368,12 @@ def test_unknown_ids_are_404_and_bad_queries_400(browser: Browser):
 
 @pytest.mark.process
 def test_hostile_model_and_dataset_text_is_escaped_everywhere(browser: Browser, built: dict):
-    pages = {path: body for path, (_, _, body) in zip(routes(browser, built), get(browser, *routes(browser, built)),
-                                                        strict=True)}
+    pages = {
+        path: body
+        for path, (_, _, body) in zip(
+            routes(browser, built), get(browser, *routes(browser, built)), strict=True
+        )
+    }
     for path, body in pages.items():
         tags = Tags()
         tags.feed(body)
@@ -247,111 +399,169 @@ def test_the_evaluation_page_filters_on_the_server(browser: Browser, built: dict
     def shown(body: str) -> list[str]:
         return [unquote(t) for t in re.findall(r'<td class="task"><a href="/task/([^"]+)"', body)]
 
-    (status, _, body), = get(browser, f"/eval/when2call?m={quote(LLM)}&status=invalid")
+    ((status, _, body),) = get(browser, f"/eval/when2call?m={quote(LLM)}&status=invalid")
     assert status == 200 and sorted(shown(body)) == sorted(t for t in invalid)
     hle = ans.filter((pl.col("eval") == "hle_multichoice") & (pl.col("model") == MODEL))
     wrong = hle.filter(~pl.col("correct"))["task_id"].to_list()
-    (_, _, body), = get(browser, f"/eval/hle_multichoice?m={quote(MODEL)}&result=wrong")
+    ((_, _, body),) = get(browser, f"/eval/hle_multichoice?m={quote(MODEL)}&result=wrong")
     assert sorted(shown(body)) == sorted(wrong)
     # disagreement: the embedded model and the LLM pick differently
-    pair = ans.filter(pl.col("eval") == "aa_omniscience_decision").pivot("model", index=["task_id", "question_id"],
-                                                                         values="predicted")
+    pair = ans.filter(pl.col("eval") == "aa_omniscience_decision").pivot(
+        "model", index=["task_id", "question_id"], values="predicted"
+    )
     differ = pair.filter(pl.col(MODEL).ne_missing(pl.col(LLM)))["task_id"].to_list()
-    (_, _, body), = get(browser, f"/eval/aa_omniscience_decision?a={quote(MODEL)}&b={quote(LLM)}")
+    ((_, _, body),) = get(browser, f"/eval/aa_omniscience_decision?a={quote(MODEL)}&b={quote(LLM)}")
     assert sorted(shown(body)) == sorted(differ)
     # category (Omniscience domain) and search in the state
-    (_, _, body), = get(browser, "/eval/aa_omniscience_decision?category=History")
+    ((_, _, body),) = get(browser, "/eval/aa_omniscience_decision?category=History")
     history = {t.id for t in browser.tasks.values() if t.meta.get("domain") == "History"}
     assert set(shown(body)) == history and history
-    (_, _, body), = get(browser, "/eval/aa_omniscience_decision?q=PLANTS+absorb")
+    ((_, _, body),) = get(browser, "/eval/aa_omniscience_decision?q=PLANTS+absorb")
     assert shown(body) == [f"aa_omniscience_decision/{HOSTILE_ID}"]
     # sorted by the probability of the gold, descending
-    (_, _, body), = get(browser, f"/eval/aa_omniscience_decision?m={quote(MODEL)}&sort=p_gold&desc=1")
+    ((_, _, body),) = get(
+        browser, f"/eval/aa_omniscience_decision?m={quote(MODEL)}&sort=p_gold&desc=1"
+    )
     omni = ans.filter((pl.col("eval") == "aa_omniscience_decision") & (pl.col("model") == MODEL))
-    p_gold = {t: next(p["p"] for p in probs if p["option"] == g)
-              for t, g, probs in omni.select("task_id", "gold", "probabilities").iter_rows()}
+    p_gold = {
+        t: next(p["p"] for p in probs if p["option"] == g)
+        for t, g, probs in omni.select("task_id", "gold", "probabilities").iter_rows()
+    }
     assert shown(body) == sorted(p_gold, key=lambda t: -p_gold[t])
 
 
 @pytest.mark.process
-def test_the_question_page_shows_the_probabilities_of_answers_parquet(browser: Browser, built: dict):
+def test_the_question_page_shows_the_probabilities_of_answers_parquet(
+    browser: Browser, built: dict
+):
     ans = built["answers"].filter(pl.col("model") == MODEL)
-    for task_id in (ans.filter(pl.col("eval") == "hle_multichoice")["task_id"][0],
-                    ans.filter(pl.col("eval") == "wildguardtest")["task_id"][0]):
-        (status, _, body), = get(browser, task_url(task_id))
+    for task_id in (
+        ans.filter(pl.col("eval") == "hle_multichoice")["task_id"][0],
+        ans.filter(pl.col("eval") == "wildguardtest")["task_id"][0],
+    ):
+        ((status, _, body),) = get(browser, task_url(task_id))
         assert status == 200
-        for question_id, probs in ans.filter(pl.col("task_id") == task_id).select("question_id", "probabilities").iter_rows():
-            cell = re.search(rf'data-model="{re.escape(str(escape(MODEL)))}" data-epoch="0" data-question="{question_id}">'
-                             r"(.*?)</table>", body, re.S).group(1)
+        for question_id, probs in (
+            ans.filter(pl.col("task_id") == task_id)
+            .select("question_id", "probabilities")
+            .iter_rows()
+        ):
+            cell = re.search(
+                rf'data-model="{re.escape(str(escape(MODEL)))}" data-epoch="0" data-question="{question_id}">'
+                r"(.*?)</table>",
+                body,
+                re.S,
+            ).group(1)
             shown = dict(re.findall(r'data-option="([^"]+)" data-p="([^"]+)">', cell))
             assert {o: float(p) for o, p in shown.items()} == {p["option"]: p["p"] for p in probs}
     # the request: cache key, attempts, the exact row of the cache
-    rows = Cache(built["cache"], read_only=True).scan().filter(pl.col("task_id") == task_id).collect()
+    rows = (
+        Cache(built["cache"], read_only=True).scan().filter(pl.col("task_id") == task_id).collect()
+    )
     key = rows.filter(pl.col("model") == MODEL.split(":", 1)[1])["key"].item()
     assert key in body and "prompt version <code>dxi-prompt-1</code>" in body
     assert "<dt>attempts</dt><dd>1</dd>" in body  # at its first attempt: no wait shown
-    # the request retried after a 503: its attempts and the wait before the retry, as the cache has them
+    # the request retried after a 503: its attempts and the wait before the retry, as the cache has
+    # them
     retried = Cache(built["cache"], read_only=True).scan().filter(pl.col("attempts") == 2).collect()
     (wait,) = retried["retry_waits_s"].item()
     assert retried.height == 1 and wait >= 0.2
-    (status, _, body), = get(browser, task_url(retried["task_id"].item()))
-    assert status == 200 and f"<dt>attempts</dt><dd>2 (waited {wait:.1f} s before the retries)</dd>" in body
+    ((status, _, body),) = get(browser, task_url(retried["task_id"].item()))
+    assert (
+        status == 200
+        and f"<dt>attempts</dt><dd>2 (waited {wait:.1f} s before the retries)</dd>" in body
+    )
 
 
 @pytest.mark.process
 def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
     ans = built["answers"].filter(pl.col("eval") == "hle_multichoice")
-    right = {m: dict(ans.filter(pl.col("model") == m).select("task_id", "correct").iter_rows()) for m in (MODEL, LLM)}
+    right = {
+        m: dict(ans.filter(pl.col("model") == m).select("task_id", "correct").iter_rows())
+        for m in (MODEL, LLM)
+    }
     expected = {"both_right": 0, "a_only": 0, "b_only": 0, "both_wrong": 0}
     for t in right[MODEL]:
-        cell = {(True, True): "both_right", (True, False): "a_only", (False, True): "b_only", (False, False): "both_wrong"}
+        cell = {
+            (True, True): "both_right",
+            (True, False): "a_only",
+            (False, True): "b_only",
+            (False, False): "both_wrong",
+        }
         expected[cell[(right[MODEL][t], right[LLM][t])]] += 1
     table, page = browser.compare("hle_multichoice", MODEL, LLM)
-    assert {k: table[k] for k in expected} == expected and page.total == expected["a_only"] + expected["b_only"]
-    # beside the 2x2: McNemar's exact test of its discordant cells (scipy's binomial test as the reference)
+    assert {k: table[k] for k in expected} == expected and page.total == expected[
+        "a_only"
+    ] + expected["b_only"]
+    # beside the 2x2: McNemar's exact test of its discordant cells (scipy's binomial test as the
+    # reference)
     discordant = expected["a_only"] + expected["b_only"]
-    assert table["mcnemar_p"] == (pytest.approx(binomtest(expected["a_only"], discordant).pvalue) if discordant else 1.0)
-    (status, _, html), = get(browser, f"/compare/hle_multichoice?a={quote(MODEL)}&b={quote(LLM)}")
+    assert table["mcnemar_p"] == (
+        pytest.approx(binomtest(expected["a_only"], discordant).pvalue) if discordant else 1.0
+    )
+    ((status, _, html),) = get(browser, f"/compare/hle_multichoice?a={quote(MODEL)}&b={quote(LLM)}")
     assert status == 200 and "McNemar's exact test on the discordant answers" in html
-    # and the summary's paired comparisons of the two: the index's and each HLE metric's difference, as A − B
+    # and the summary's paired comparisons of the two: the index's and each HLE metric's difference,
+    # as A − B
     differences = browser.differences("hle_multichoice", MODEL, LLM)
-    assert [d["metric"] for d in differences] == ["decision_index", "accuracy"] or \
-        [d["metric"] for d in differences] == ["accuracy"]  # the index only when both have one
+    assert [d["metric"] for d in differences] == ["decision_index", "accuracy"] or [
+        d["metric"] for d in differences
+    ] == ["accuracy"]  # the index only when both have one
     for d in differences:
-        stored = next(c for c in built["summary"]["comparisons"] if c["metric"] == d["metric"]
-                      and c["eval"] in (None, "hle_multichoice") and {c["a"], c["b"]} == {MODEL, LLM})
+        stored = next(
+            c
+            for c in built["summary"]["comparisons"]
+            if c["metric"] == d["metric"]
+            and c["eval"] in (None, "hle_multichoice")
+            and {c["a"], c["b"]} == {MODEL, LLM}
+        )
         sign = 1 if stored["a"] == MODEL else -1
         assert d["difference"] == sign * stored["difference"] and f"{d['difference']:+.1f}" in html
         assert d["significant"] is (d["p_adjusted"] < 0.05)
     # the page says which procedure adjusted the p-values (summary.json's comparison_method)
-    assert "p adjusted (every pair)" in html and "max-T step-down of Westfall &amp; Young / Romano &amp; Wolf" in html
+    assert (
+        "p adjusted (every pair)" in html
+        and "max-T step-down of Westfall &amp; Young / Romano &amp; Wolf" in html
+    )
     back = browser.differences("hle_multichoice", LLM, MODEL)
     assert [-d["difference"] for d in back] == [d["difference"] for d in differences]
 
 
 @pytest.mark.process
 def test_the_compare_page_claims_no_difference_the_missing_answers_could_overturn(
-        browser: Browser, monkeypatch: pytest.MonkeyPatch):
+    browser: Browser, monkeypatch: pytest.MonkeyPatch
+):
     # the summary as it would be with MODEL's HLE answers mostly missing: its accuracy provisional,
     # over its answered questions, with bounds that reach past LLM's; the comparison is not settled
     summary = browser.summary
-    mine = next(c for c in summary.comparisons
-                if c.eval == "hle_multichoice" and {c.a, c.b} == {MODEL, LLM})
+    mine = next(
+        c for c in summary.comparisons if c.eval == "hle_multichoice" and {c.a, c.b} == {MODEL, LLM}
+    )
     entries = {m.model: m for m in summary.models}
-    hle = dict(entries[MODEL].evals["hle_multichoice"], complete=False,
-               accuracy_bounds=[0.0, 100.0])
-    model = msgspec.structs.replace(entries[MODEL],
-                                    evals={**entries[MODEL].evals, "hle_multichoice": hle})
-    open_one = msgspec.structs.replace(mine, complete=False, settled=False, p_value=0.0001,
-                                      p_adjusted=0.0001, significant=False)
-    monkeypatch.setattr(browser, "summary", msgspec.structs.replace(
-        summary, models=[model if m.model == MODEL else m for m in summary.models],
-        comparisons=[open_one if c is mine else c for c in summary.comparisons]))
-    (d,) = [d for d in browser.differences("hle_multichoice", MODEL, LLM)
-            if d["metric"] == "accuracy"]
+    hle = dict(
+        entries[MODEL].evals["hle_multichoice"], complete=False, accuracy_bounds=[0.0, 100.0]
+    )
+    model = msgspec.structs.replace(
+        entries[MODEL], evals={**entries[MODEL].evals, "hle_multichoice": hle}
+    )
+    open_one = msgspec.structs.replace(
+        mine, complete=False, settled=False, p_value=0.0001, p_adjusted=0.0001, significant=False
+    )
+    monkeypatch.setattr(
+        browser,
+        "summary",
+        msgspec.structs.replace(
+            summary,
+            models=[model if m.model == MODEL else m for m in summary.models],
+            comparisons=[open_one if c is mine else c for c in summary.comparisons],
+        ),
+    )
+    (d,) = [
+        d for d in browser.differences("hle_multichoice", MODEL, LLM) if d["metric"] == "accuracy"
+    ]
     llm = entries[LLM].evals["hle_multichoice"]["accuracy"]
     assert (d["settled"], d["bounds"]) == (False, {"a": [0.0, 100.0], "b": [llm, llm]})
-    (status, _, html), = get(browser, f"/compare/hle_multichoice?a={quote(MODEL)}&b={quote(LLM)}")
+    ((status, _, html),) = get(browser, f"/compare/hle_multichoice?a={quote(MODEL)}&b={quote(LLM)}")
     row = next(r for r in html.split("<tr>") if r.startswith("<th>accuracy"))
     assert status == 200 and "< 0.001" not in row and "0.0001" not in row
     assert f"not claimed: bounds A [0.0, 100.0], B {span([llm, llm])} overlap" in row
@@ -361,14 +571,16 @@ def test_the_compare_page_claims_no_difference_the_missing_answers_could_overtur
 def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
     bins = browser.reliability_bins(MODEL)
     assert set(bins) == {"aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest"}
-    assert browser.reliability_bins(LLM) == {}  # no probabilities from a structured-output language model
+    assert (
+        browser.reliability_bins(LLM) == {}
+    )  # no probabilities from a structured-output language model
     ans = built["answers"].filter((pl.col("model") == MODEL) & (pl.col("eval") == "wildguardtest"))
     for row in bins["wildguardtest"]:
         listed = browser.in_bin("wildguardtest", MODEL, row["bin"])
         expected = ans.filter((pl.col("p_predicted") * 10).floor().clip(0, 9) == row["bin"])
         assert listed.total == row["n"] == expected.height
     # the page gives each evaluation's calibration figures as dxi score computed them (summary.json)
-    (status, _, page), = get(browser, f"/calibration?m={quote(MODEL)}")
+    ((status, _, page),) = get(browser, f"/calibration?m={quote(MODEL)}")
     entry = next(m for m in built["summary"]["models"] if m["model"] == MODEL)
     for name in bins:
         block = entry["evals"][name]["calibration"]
@@ -376,7 +588,9 @@ def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
         low, high = block["brier_ci"]
         brier = f"Brier {block['brier']:.3f} [{low:.3f}, {high:.3f}]"
         assert f"ECE {block['ece']:.3f} · {brier}" in page
-        assert f"{block['answers']} answers counted, {block['excluded']} without probabilities" in page
+        assert (
+            f"{block['answers']} answers counted, {block['excluded']} without probabilities" in page
+        )
     wild = entry["evals"]["wildguardtest"]["calibration"]["questions"]
     assert "AUROC " + ", ".join(f"{q} {v['auroc']:.3f}" for q, v in wild.items()) in page
 
@@ -384,14 +598,17 @@ def test_calibration_bins_list_their_questions(browser: Browser, built: dict):
 @pytest.mark.process
 def test_a_run_file_names_the_models_and_their_names(built: dict, monkeypatch: pytest.MonkeyPatch):
     run = built["tmp"] / "view.toml"
-    run.write_text(f'data_dir = "{built["data"]}"\ncache_dir = "{built["cache"]}"\n\n[[models]]\nname = "sparrow <nano>"\n'
-                   'provider = "embedded"\nmodel = "sparrow-nano-general-v1.1"\n')
+    run.write_text(
+        f'data_dir = "{built["data"]}"\ncache_dir = "{built["cache"]}"\n\n[[models]]\nname = "sparrow <nano>"\n'
+        'provider = "embedded"\nmodel = "sparrow-nano-general-v1.1"\n'
+    )
     b = view_of(run_file=run)
     try:
         assert b.labels == ["sparrow <nano>"]
         assert b.summary.models[0].decision_index == next(
-            m["decision_index"] for m in built["summary"]["models"] if m["model"] == MODEL)
-        (_, _, page), = get(b, "/")
+            m["decision_index"] for m in built["summary"]["models"] if m["model"] == MODEL
+        )
+        ((_, _, page),) = get(b, "/")
         assert "sparrow &lt;nano&gt;" in page
     finally:
         b.close()
@@ -420,7 +637,9 @@ def test_epochs_side_by_side(built: dict, monkeypatch: pytest.MonkeyPatch):
         assert [e["sample"] for e in epochs] == [0, 1]
         keys = [e["request"]["key"] for e in epochs]
         assert len(set(keys)) == 2  # each epoch its own request (SPEC §6)
-        (status, _, body), (s1, _, page1) = get(b, task_url(task), "/eval/when2call?epoch=1&status=invalid")
+        (status, _, body), (s1, _, page1) = get(
+            b, task_url(task), "/eval/when2call?epoch=1&status=invalid"
+        )
         assert status == s1 == 200
         assert "<th>epoch 0</th><th>epoch 1</th>" in body and all(k in body for k in keys)
         assert page1.count('<td class="task">') == 3  # the hostile prose in epoch 1 too
@@ -465,26 +684,48 @@ def test_a_damaged_shard_is_skipped_not_moved_when_read_only(built: dict, tmp_pa
     cache = Cache(cache_dir, read_only=True)
     assert cache.read(lambda rows: rows.collect().height) == total - lost
     assert tree(cache_dir) == before  # left in place, not moved to quarantine/
-    assert [w for w in cache.warnings if str(shard) in w and "skipped (read-only: left in place)" in w]
+    assert [
+        w for w in cache.warnings if str(shard) in w and "skipped (read-only: left in place)" in w
+    ]
 
 
 @pytest.mark.process
-def test_only_loopback_by_default_and_a_warning_for_another_host(built: dict, monkeypatch: pytest.MonkeyPatch):
+def test_only_loopback_by_default_and_a_warning_for_another_host(
+    built: dict, monkeypatch: pytest.MonkeyPatch
+):
     b, printed = _browser(built, monkeypatch)
     b.close()
     assert not any("warning" in p for p in printed)
-    b, printed = _browser(built, monkeypatch, "--host", "0.0.0.0", "--port", "9999", "--model", MODEL)
+    b, printed = _browser(
+        built, monkeypatch, "--host", "0.0.0.0", "--port", "9999", "--model", MODEL
+    )
     b.close()
     assert b.labels == [MODEL]  # the selection options of dxi score
     assert any("warning" in p and "0.0.0.0" in p for p in printed)
-    assert [is_loopback_host(h) for h in ("127.0.0.1", "::1", "localhost", "127.0.0.2", "0.0.0.0", "192.168.1.2", "example")] == [
-        True, True, True, True, False, False, False]
-    assert main(["view", "--data-dir", str(built["data"]), "--cache-dir", str(built["tmp"] / "none"), "-q"]) == 2
+    assert [
+        is_loopback_host(h)
+        for h in ("127.0.0.1", "::1", "localhost", "127.0.0.2", "0.0.0.0", "192.168.1.2", "example")
+    ] == [True, True, True, True, False, False, False]
+    assert (
+        main(
+            [
+                "view",
+                "--data-dir",
+                str(built["data"]),
+                "--cache-dir",
+                str(built["tmp"] / "none"),
+                "-q",
+            ]
+        )
+        == 2
+    )
 
 
 @pytest.mark.server
 @pytest.mark.process
-def test_a_walk_through_the_pages_in_a_headless_browser(browser: Browser, built: dict, tmp_path: Path):
+def test_a_walk_through_the_pages_in_a_headless_browser(
+    browser: Browser, built: dict, tmp_path: Path
+):
     from playwright.sync_api import sync_playwright
 
     executable = chromium()
@@ -499,11 +740,16 @@ def test_a_walk_through_the_pages_in_a_headless_browser(browser: Browser, built:
 
     def _walk(base: str) -> dict:
         with sync_playwright() as p:
-            chrome = p.chromium.launch(executable_path=executable, args=["--headless", *CHROMIUM_FLAGS])
+            chrome = p.chromium.launch(
+                executable_path=executable, args=["--headless", *CHROMIUM_FLAGS]
+            )
             try:
                 page = chrome.new_page(viewport={"width": 1280, "height": 900})
                 problems, requests = [], []
-                page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+                page.on(
+                    "console",
+                    lambda m: problems.append(m.text) if m.type in ("error", "warning") else None,
+                )
                 page.on("pageerror", lambda e: problems.append(str(e)))
                 page.on("dialog", lambda d: problems.append(f"dialog: {d.message}"))
                 page.on("request", lambda r: requests.append(r.url))
@@ -517,19 +763,25 @@ def test_a_walk_through_the_pages_in_a_headless_browser(browser: Browser, built:
                 page.select_option("select[name=result]", "wrong")
                 page.wait_for_url("**result=wrong**")
                 page.screenshot(path=str(shots / "evaluation.png"), full_page=True)
-                listed = page.eval_on_selector_all("td.task a", "els => els.map(e => e.getAttribute('href'))")
+                listed = page.eval_on_selector_all(
+                    "td.task a", "els => els.map(e => e.getAttribute('href'))"
+                )
                 url = page.url
                 page.click("td.task a")
                 page.wait_for_load_state()
                 page.screenshot(path=str(shots / "question.png"), full_page=True)
                 shown = page.eval_on_selector_all(
-                    "td.answer", "els => els.map(e => [e.dataset.model, e.dataset.question, "
-                    "[...e.querySelectorAll('td.p')].map(p => [p.dataset.option, p.innerText])])")
+                    "td.answer",
+                    "els => els.map(e => [e.dataset.model, e.dataset.question, "
+                    "[...e.querySelectorAll('td.p')].map(p => [p.dataset.option, p.innerText])])",
+                )
                 task_id = page.inner_text("h1.task-id")
                 question_text = page.inner_text("body")
                 page.goto(base + f"/compare/hle_multichoice?a={quote(MODEL)}&b={quote(LLM)}")
                 page.screenshot(path=str(shots / "compare.png"), full_page=True)
-                page.goto(base + f"/calibration?m={quote(MODEL)}&eval=aa_omniscience_decision&bin=9")
+                page.goto(
+                    base + f"/calibration?m={quote(MODEL)}&eval=aa_omniscience_decision&bin=9"
+                )
                 page.screenshot(path=str(shots / "calibration.png"), full_page=True)
                 w2c = next(t for t in browser.tasks if t.startswith("when2call/"))
                 page.goto(base + task_url(w2c))
@@ -539,9 +791,20 @@ def test_a_walk_through_the_pages_in_a_headless_browser(browser: Browser, built:
                 images = page.evaluate("document.images.length")
             finally:
                 chrome.close()
-        return {"problems": problems, "requests": requests, "overview": overview, "listed": listed, "url": url,
-                "shown": shown, "task_id": task_id, "question": question_text, "hostile": hostile_text,
-                "scripts": scripts, "images": images, "base": base}
+        return {
+            "problems": problems,
+            "requests": requests,
+            "overview": overview,
+            "listed": listed,
+            "url": url,
+            "shown": shown,
+            "task_id": task_id,
+            "question": question_text,
+            "hostile": hostile_text,
+            "scripts": scripts,
+            "images": images,
+            "base": base,
+        }
 
     seen = asyncio.run(walk())
     assert seen["problems"] == []
@@ -549,15 +812,26 @@ def test_a_walk_through_the_pages_in_a_headless_browser(browser: Browser, built:
     assert HOSTILE_MODEL in seen["overview"]
     hle = ans.filter((pl.col("eval") == "hle_multichoice") & (pl.col("model") == MODEL))
     wrong = sorted(hle.filter(~pl.col("correct"))["task_id"].to_list())
-    assert "result=wrong" in seen["url"] and sorted(u.removeprefix("/task/") for u in seen["listed"]) == wrong
-    assert seen["task_id"] == wrong[0] if seen["listed"][0] == "/task/" + wrong[0] else seen["task_id"] in wrong
+    assert (
+        "result=wrong" in seen["url"]
+        and sorted(u.removeprefix("/task/") for u in seen["listed"]) == wrong
+    )
+    assert (
+        seen["task_id"] == wrong[0]
+        if seen["listed"][0] == "/task/" + wrong[0]
+        else seen["task_id"] in wrong
+    )
     # the probabilities shown are those of answers.parquet, to the 4 decimals shown
     mine = ans.filter(pl.col("task_id") == seen["task_id"])
-    expected = {(m, q): [(p["option"], f"{p['p']:.4f}") for p in probs]
-                for m, q, probs in mine.select("model", "question_id", "probabilities").iter_rows() if probs}
+    expected = {
+        (m, q): [(p["option"], f"{p['p']:.4f}") for p in probs]
+        for m, q, probs in mine.select("model", "question_id", "probabilities").iter_rows()
+        if probs
+    }
     shown = {(m, q): [tuple(x) for x in ps] for m, q, ps in seen["shown"] if ps}
     assert shown == expected and (MODEL, "answer") in shown
-    # hostile text shown as text, never run: no dialog opened, no image element, only the app's script
+    # hostile text shown as text, never run: no dialog opened, no image element, only the app's
+    # script
     assert HOSTILE_REPLY in seen["hostile"] and HOSTILE_ERROR in seen["hostile"]
     assert (seen["scripts"], seen["images"]) == (1, 0)
     for name in ("overview", "evaluation", "question", "compare", "calibration", "hostile"):
@@ -565,7 +839,9 @@ def test_a_walk_through_the_pages_in_a_headless_browser(browser: Browser, built:
 
 
 @pytest.mark.process
-def test_a_port_that_cannot_be_served_is_a_usage_error_not_a_traceback(built: dict, capsys: pytest.CaptureFixture):
+def test_a_port_that_cannot_be_served_is_a_usage_error_not_a_traceback(
+    built: dict, capsys: pytest.CaptureFixture
+):
     import socket
 
     with socket.socket() as taken:
@@ -577,7 +853,10 @@ def test_a_port_that_cannot_be_served_is_a_usage_error_not_a_traceback(built: di
         err = capsys.readouterr().err
         assert f"cannot serve on 127.0.0.1:{port}" in err and "--port 0 for a free one" in err
     assert main([*base, "--port", "99999"]) == 2  # refused as parsed (tests/test_cli_numbers.py)
-    assert "argument --port: expected a whole number from 0 to 65,535, got '99999'" in capsys.readouterr().err
+    assert (
+        "argument --port: expected a whole number from 0 to 65,535, got '99999'"
+        in capsys.readouterr().err
+    )
 
 
 def test_the_view_has_no_out_option_and_score_keeps_it(capsys: pytest.CaptureFixture):
@@ -588,15 +867,18 @@ def test_the_view_has_no_out_option_and_score_keeps_it(capsys: pytest.CaptureFix
         with pytest.raises(SystemExit):
             parser().parse_args([command, "--help"])
         helps[command] = capsys.readouterr().out
-    assert "--out" not in helps["view"] and "--out" not in helps["export"]  # they write no summary.json
+    assert (
+        "--out" not in helps["view"] and "--out" not in helps["export"]
+    )  # they write no summary.json
     assert "--out DIR" in helps["score"] and "--out DIR" in helps["report"]
     assert main(["view", "--out", "somewhere", "-q"]) == 2
     assert "--out" in capsys.readouterr().err
 
 
-
 @pytest.mark.slow
-def test_the_view_rescores_rows_appended_while_it_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_the_view_rescores_rows_appended_while_it_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     from dxi.view.live import Live
 
     data, cache_dir = _data(tmp_path / "data"), tmp_path / "cache"
@@ -614,7 +896,14 @@ def test_the_view_rescores_rows_appended_while_it_serves(tmp_path: Path, monkeyp
             assert await live.check() is False  # nothing changed: the same snapshot
             with Cache(cache_dir) as writer:  # an overnight run adds a model's rows meanwhile
                 for row in rows:
-                    writer.append(row | {"model": copy, "key": "copy-" + row["key"], "created_at": row["created_at"] + 1})
+                    writer.append(
+                        row
+                        | {
+                            "model": copy,
+                            "key": "copy-" + row["key"],
+                            "created_at": row["created_at"] + 1,
+                        }
+                    )
             pages = []
             for _ in range(600):
                 await asyncio.sleep(0.1)
@@ -632,9 +921,13 @@ def test_the_view_rescores_rows_appended_while_it_serves(tmp_path: Path, monkeyp
     assert as_of.search(after)[1] >= as_of.search(before)[1]
     new = _live_browser_of(b, first)
     try:
-        assert not Path(first).exists()  # the old snapshot's folder is removed once the new one serves
+        assert not Path(
+            first
+        ).exists()  # the old snapshot's folder is removed once the new one serves
         row, mine = new.summary.entry(f"embedded:{copy}"), new.summary.entry(MODEL)
-        assert row.evals["hle_multichoice"] == mine.evals["hle_multichoice"]  # the same answers, the same scores
+        assert (
+            row.evals["hle_multichoice"] == mine.evals["hle_multichoice"]
+        )  # the same answers, the same scores
     finally:
         new.close()
     assert not Path(b.source.home.name).exists()
@@ -645,11 +938,14 @@ def _live_browser_of(b: Browser, first: str) -> Browser:
     home = Path(b.source.home.name)
     snapshots = [p for p in home.glob("snapshot-*") if str(p) != first]
     assert len(snapshots) == 1, snapshots
-    return Browser.open(_Folder(snapshots[0]), b.source.suite.tasks(), b.models, b.epochs, b.prices, b.cache_dir)
+    return Browser.open(
+        _Folder(snapshots[0]), b.source.suite.tasks(), b.models, b.epochs, b.prices, b.cache_dir
+    )
 
 
 class _Folder:
-    """A snapshot folder as ``Browser.open`` takes it (``name``; ``cleanup`` removes it and the private folder)."""
+    """A snapshot folder as ``Browser.open`` takes it (``name``; ``cleanup`` removes it and the
+    private folder)."""
 
     def __init__(self, path: Path):
         self.name = str(path)
@@ -666,9 +962,13 @@ def test_a_killed_views_private_folder_is_removed_by_the_next_view(tmp_path: Pat
 
     from dxi.view.home import private_home, remove_stale
 
-    code = ("import sys, time; from dxi.view.home import private_home; "
-            "home = private_home(sys.argv[1]); print(home.name, flush=True); time.sleep(120)")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    code = (
+        "import sys, time; from dxi.view.home import private_home; "
+        "home = private_home(sys.argv[1]); print(home.name, flush=True); time.sleep(120)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
     killed = Path(proc.stdout.readline().strip())
     (killed / "snapshot-x").mkdir()
     (killed / "snapshot-x" / "answers.parquet").write_bytes(b"x" * 100)
@@ -688,36 +988,69 @@ def test_a_killed_views_private_folder_is_removed_by_the_next_view(tmp_path: Pat
 
 @pytest.mark.server
 @pytest.mark.process
-def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch):
+def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     from .servers import moto_s3
 
     data = _data(tmp_path / "data")
     select = ["--evals", "hle_multichoice", "--limit", "3", "--data-dir", str(data), "-q"]
     with moto_s3(monkeypatch) as s3:
-        assert run(models=[MODEL], cache_dir=tmp_path / "writer", out=tmp_path / "o", cache_remote=s3.uri(),
-                   evals=["hle_multichoice"], limit=3, data_dir=data) == 0  # uploaded to the remote
-        local = tmp_path / "reader"  # a cache folder of this machine: the remote's rows are not in it
+        assert (
+            run(
+                models=[MODEL],
+                cache_dir=tmp_path / "writer",
+                out=tmp_path / "o",
+                cache_remote=s3.uri(),
+                evals=["hle_multichoice"],
+                limit=3,
+                data_dir=data,
+            )
+            == 0
+        )  # uploaded to the remote
+        local = (
+            tmp_path / "reader"
+        )  # a cache folder of this machine: the remote's rows are not in it
         local.mkdir()
         before = tree(local)
-        b = view_of(cache_dir=local, cache_remote=s3.uri(), evals=["hle_multichoice"], limit=3, data_dir=data)
+        b = view_of(
+            cache_dir=local,
+            cache_remote=s3.uri(),
+            evals=["hle_multichoice"],
+            limit=3,
+            data_dir=data,
+        )
         try:
             assert b.labels == [MODEL]
             hle = b.summary.models[0].evals["hle_multichoice"]
-            assert (hle["n"], hle["missing"]) == (2, 0) and hle["accuracy"] is not None  # the remote's rows, scored
+            assert (hle["n"], hle["missing"]) == (2, 0) and hle[
+                "accuracy"
+            ] is not None  # the remote's rows, scored
             mirror = b.source.remote.mirror
-            assert mirror.parent == Path(b.source.home.name) and len(list(mirror.glob("shards/*.parquet"))) >= 1
+            assert (
+                mirror.parent == Path(b.source.home.name)
+                and len(list(mirror.glob("shards/*.parquet"))) >= 1
+            )
             assert all(status == 200 for status, _, _ in get(b, "/", "/eval/hle_multichoice"))
         finally:
             b.close()
-        assert tree(local) == before == {}  # nothing written into the cache folder: no remote/ mirror
+        assert (
+            tree(local) == before == {}
+        )  # nothing written into the cache folder: no remote/ mirror
         assert not mirror.exists()
-        assert main(["view", "--cache-dir", str(tmp_path / "none"), "--cache-remote", s3.uri(), *select]) == 2
+        assert (
+            main(
+                ["view", "--cache-dir", str(tmp_path / "none"), "--cache-remote", s3.uri(), *select]
+            )
+            == 2
+        )
         assert not (tmp_path / "none").exists()
 
 
 @pytest.mark.process
-def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(browser: Browser, monkeypatch: pytest.MonkeyPatch):
+def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(
+    browser: Browser, monkeypatch: pytest.MonkeyPatch
+):
     from dxi.view.live import Live
 
     def fails(self, child=True):
@@ -730,7 +1063,9 @@ def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(browser: Browser, mo
         async with TestClient(TestServer(make_app(live))) as client:
             swapped = await live.check()
             tried = live._next
-            assert await live.check() is False and live._next == tried  # settling: not tried again at once
+            assert (
+                await live.check() is False and live._next == tried
+            )  # settling: not tried again at once
             assert tried - time.monotonic() > 50
             body = await (await client.get("/")).text()
             live.building = True
@@ -738,16 +1073,20 @@ def test_a_failed_rescoring_keeps_the_snapshot_and_says_why(browser: Browser, mo
         return swapped, body, building
 
     swapped, body, building = asyncio.run(attempt())
-    assert swapped is False and Path(browser.workdir.name).is_dir()  # still served, its snapshot in place
+    assert (
+        swapped is False and Path(browser.workdir.name).is_dir()
+    )  # still served, its snapshot in place
     assert "Rescoring the newer rows failed (OSError: disk &lt;b&gt;gone&lt;/b&gt;)" in body
     assert '<span class="building">rescoring newer rows…</span>' in building
 
 
 @pytest.mark.process
-def test_requests_parquet_written_in_parts_holds_every_current_row_sorted_by_task(browser: Browser, built: dict):
-    """The snapshot reads the cache's rows in ``REQUEST_PARTS`` ranges of task ids (12 tasks: 6 parts of
-    2): the file holds exactly the rows one read of the whole cache gives, sorted by task id, rows of one
-    task in cache order, in one row group or more per part."""
+def test_requests_parquet_written_in_parts_holds_every_current_row_sorted_by_task(
+    browser: Browser, built: dict
+):
+    """The snapshot reads the cache's rows in ``REQUEST_PARTS`` ranges of task ids (12 tasks: 6
+    parts of 2): the file holds exactly the rows one read of the whole cache gives, sorted by task
+    id, rows of one task in cache order, in one row group or more per part."""
     import pyarrow.parquet as pq
 
     from dxi.evals import PROMPT_VERSION
@@ -757,8 +1096,15 @@ def test_requests_parquet_written_in_parts_holds_every_current_row_sorted_by_tas
     written = pl.read_parquet(path)
     ids = pl.Series(list(browser.tasks), dtype=pl.String).implode()
     with Cache(built["cache"], read_only=True) as cache:
-        whole = cache.read(lambda lf: lf.filter((pl.col("prompt_version") == PROMPT_VERSION) & pl.col("task_id").is_in(ids))
-                           .select(data._REQUESTS_READ).collect())
+        whole = cache.read(
+            lambda lf: (
+                lf.filter(
+                    (pl.col("prompt_version") == PROMPT_VERSION) & pl.col("task_id").is_in(ids)
+                )
+                .select(data._REQUESTS_READ)
+                .collect()
+            )
+        )
     expected = whole.sort("task_id", maintain_order=True)
     assert written.height == whole.height == expected.height > 0
     assert written.columns == list(data._REQUESTS_READ)
@@ -767,16 +1113,23 @@ def test_requests_parquet_written_in_parts_holds_every_current_row_sorted_by_tas
     assert pq.ParquetFile(path).num_row_groups == 6  # one per part of 2 tasks: -(-12 // 8) = 2
 
 
-def test_the_start_up_child_is_spawned_with_its_allocator_options_and_the_environment_put_back(monkeypatch):
+def test_the_start_up_child_is_spawned_with_its_allocator_options_and_the_environment_put_back(
+    monkeypatch,
+):
     from dxi.view.data import CHILD_JEMALLOC, JEMALLOC_VAR, _child_env
 
     glibc = "MALLOC_MMAP_THRESHOLD_"
     monkeypatch.delenv(glibc, raising=False)
-    monkeypatch.setenv(JEMALLOC_VAR, "dirty_decay_ms:500,muzzy_decay_ms:1000")  # what Polars sets on import
+    monkeypatch.setenv(
+        JEMALLOC_VAR, "dirty_decay_ms:500,muzzy_decay_ms:1000"
+    )  # what Polars sets on import
     with _child_env():
-        assert os.environ[JEMALLOC_VAR] == "dirty_decay_ms:500,muzzy_decay_ms:1000," + CHILD_JEMALLOC
+        assert (
+            os.environ[JEMALLOC_VAR] == "dirty_decay_ms:500,muzzy_decay_ms:1000," + CHILD_JEMALLOC
+        )
         assert os.environ[glibc] == "131072"
-        # the child, spawned as Browser.build spawns it, starts with them (glibc and jemalloc read them then)
+        # the child, spawned as Browser.build spawns it, starts with them (glibc and jemalloc read
+        # them then)
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             assert pool.submit(os.getenv, glibc).result() == "131072"
             assert pool.submit(os.getenv, JEMALLOC_VAR).result().endswith(CHILD_JEMALLOC)
@@ -785,39 +1138,50 @@ def test_the_start_up_child_is_spawned_with_its_allocator_options_and_the_enviro
     monkeypatch.delenv(JEMALLOC_VAR)
     monkeypatch.setenv(glibc, "1048576")  # the user's own tuning is kept
     with _child_env():
-        assert os.environ[JEMALLOC_VAR] == CHILD_JEMALLOC == "narenas:1,dirty_decay_ms:10,muzzy_decay_ms:0"
+        assert (
+            os.environ[JEMALLOC_VAR]
+            == CHILD_JEMALLOC
+            == "narenas:1,dirty_decay_ms:10,muzzy_decay_ms:0"
+        )
         assert os.environ[glibc] == "1048576"
     assert JEMALLOC_VAR not in os.environ and os.environ[glibc] == "1048576"
 
 
 @pytest.mark.process
-def test_provisional_figures_are_marked_on_the_overview(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_provisional_figures_are_marked_on_the_overview(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     data, cache_dir = _data(tmp_path / "data"), tmp_path / "cache"
     assert run(models=[MODEL], out=tmp_path / "out", data_dir=data, cache_dir=cache_dir) == 0
     fail_rows(cache_dir, "when2call", 1)
     b = view_of(data_dir=data, cache_dir=cache_dir)
     try:
-        (status, _, page), = get(b, "/")
+        ((status, _, page),) = get(b, "/")
         m = records.to_builtins(b.summary.models[0])
         mark = '<span class="provisional" title="provisional: answers failed or missing">*</span>'
         assert status == 200 and m["complete"] is False
-        assert f"{m['decision_index']:.1f}{mark}" in page  # the index, and When2Call's accuracy, marked
-        assert f"\">{m['evals']['when2call']['accuracy']:.1f}</a>{mark}" in page
+        assert (
+            f"{m['decision_index']:.1f}{mark}" in page
+        )  # the index, and When2Call's accuracy, marked
+        assert f'">{m["evals"]["when2call"]["accuracy"]:.1f}</a>{mark}' in page
         hle = m["evals"]["hle_multichoice"]["accuracy"]
-        assert f"\">{hle:.1f}</a>{mark}" not in page  # complete: not marked
+        assert f'">{hle:.1f}</a>{mark}' not in page  # complete: not marked
         assert "requests 1 of them again" in page
         # each provisional figure with its bounds beside it, and no complete one with any
         shown = re.findall(r'<span class="bounds"[^>]*>([^<]*)</span>', page)
-        assert shown == [f"bounds {span(m['decision_index_bounds'])}",
-                         span(m["evals"]["when2call"]["accuracy_bounds"])]
+        assert shown == [
+            f"bounds {span(m['decision_index_bounds'])}",
+            span(m["evals"]["when2call"]["accuracy_bounds"]),
+        ]
     finally:
         b.close()
 
 
 @pytest.mark.process
-def test_the_overview_shows_each_models_latency_cost_and_risk_coverage(browser: Browser,
-                                                                        built: dict):
-    (status, _, page), = get(browser, "/")
+def test_the_overview_shows_each_models_latency_cost_and_risk_coverage(
+    browser: Browser, built: dict
+):
+    ((status, _, page),) = get(browser, "/")
     assert status == 200 and 'id="measures"' in page
     by_model = {m["model"]: m for m in built["summary"]["models"]}
     decision = by_model[MODEL]["measures"]
@@ -828,10 +1192,13 @@ def test_the_overview_shows_each_models_latency_cost_and_risk_coverage(browser: 
     assert llm["risk_coverage"] is None and llm["risk_coverage_reason"] == measures.NO_CONFIDENCE
     assert f"{escape(LLM)}: {escape(measures.NO_CONFIDENCE)}" in page
     # the calibration page draws each evaluation's risk-coverage curve from the same figures
-    (status, _, calibration), = get(browser, f"/calibration?m={quote(MODEL)}")
+    ((status, _, calibration),) = get(browser, f"/calibration?m={quote(MODEL)}")
     assert status == 200 and 'id="risk-coverage"' in calibration
     curve = by_model[MODEL]["evals"]["wildguardtest"]["measures"]["risk_coverage"]["curve"]
     first = f'points="{40 + 200 * curve[0][0]:.1f},{210 - 200 * curve[0][1]:.1f} '
-    curves = sum(1 for b in by_model[MODEL]["evals"].values()
-                 if (b.get("measures") or {}).get("risk_coverage"))
+    curves = sum(
+        1
+        for b in by_model[MODEL]["evals"].values()
+        if (b.get("measures") or {}).get("risk_coverage")
+    )
     assert first in calibration and calibration.count('<polyline class="risk"') == curves > 0

@@ -1,2 +1,2 @@
-"""``dxi view``: a local, read-only web app over the cache and the datasets (``app`` serves, ``data``
-queries). See docs/view.md."""
+"""``dxi view``: a local, read-only web app over the cache and the datasets (``app`` serves,
+``data`` queries). See docs/view.md."""

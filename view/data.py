@@ -1,21 +1,22 @@
 """What ``dxi view`` shows, as queries over the scored answers and the cache: no HTML here.
 
-Built once at start-up (``Browser.build``) from what ``dxi score`` computes (the summary and the scored
-tables: one code path, nothing recomputed) and the cache, opened read-only. The scoring and the writing of
-the snapshot run in a child process (``write_snapshot``; it scores one evaluation at a time, ``runner.outputs.files.summarize``'s
-``each``), which writes the files below and exits, so that scoring's peak memory over a large cache is
-not held while serving:
+Built once at start-up (``Browser.build``) from what ``dxi score`` computes (the summary and the
+scored tables: one code path, nothing recomputed) and the cache, opened read-only. The scoring and
+the writing of the snapshot run in a child process (``write_snapshot``; it scores one evaluation at
+a time, ``runner.outputs.files.summarize``'s ``each``), which writes the files below and exits, so
+that scoring's peak memory over a large cache is not held while serving:
 
 * per evaluation and epoch, a *wide* frame in memory: one row per question (task id, question id,
-  category, gold, the state's text for search) and per model its pick, status, whether it is correct,
-  the probability it gave the gold answer, its confidence and calibration bin. The evaluation, compare
-  and calibration pages are lazy Polars queries over these frames (filter, sort, slice).
-* two Parquet files in the view's private folder (``view.home``; never in the cache), sorted by task id in small row
-  groups, so that a question's rows are found by a lazy scan whose filter on ``task_id`` is pushed down
-  to the row-group statistics: ``answers.parquet`` (the scored answers, the same rows and values as
-  ``dxi score``'s answers.parquet) and ``requests.parquet`` (the cache rows of the current prompt version
-  and tasks, without their nested answers). A question's current requests are then chosen by scoring's
-  own selection (``scoring.pipeline.current_rows``).
+  category, gold, the state's text for search) and per model its pick, status, whether it is
+  correct, the probability it gave the gold answer, its confidence and calibration bin. The
+  evaluation, compare and calibration pages are lazy Polars queries over these frames (filter, sort,
+  slice).
+* two Parquet files in the view's private folder (``view.home``; never in the cache), sorted by task
+  id in small row groups, so that a question's rows are found by a lazy scan whose filter on
+  ``task_id`` is pushed down to the row-group statistics: ``answers.parquet`` (the scored answers,
+  the same rows and values as ``dxi score``'s answers.parquet) and ``requests.parquet`` (the cache
+  rows of the current prompt version and tasks, without their nested answers). A question's current
+  requests are then chosen by scoring's own selection (``scoring.pipeline.current_rows``).
 
 Model labels are the summary's; in frames a model is its position ``i`` in that order (columns
 ``pick{i}``, ``status{i}``, ...), so untrusted names never become column names.
@@ -23,6 +24,7 @@ Model labels are the summary's; in frames a model is its position ``i`` in that 
 Why one module over 600 lines: ``Browser`` and ``write_snapshot`` are the two sides (the server's
 queries, the child that writes what they read) of one set of files whose layout they must agree on.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -59,43 +61,109 @@ if TYPE_CHECKING:
 
 PAGE_SIZE = 50
 ROW_GROUP = 2_048  # rows per row group of the temporary files: a question's rows span one or two
-VIEW_STATUSES = (*STATUSES, "repaired")  # "repaired": ok, from JSON in a Markdown code fence (SPEC §6)
+VIEW_STATUSES = (
+    *STATUSES,
+    "repaired",
+)  # "repaired": ok, from JSON in a Markdown code fence (SPEC §6)
 SORTS = ("task", "category", "gold", "p_gold", "confidence")
-CELLS = {"both_right": (True, True), "a_only": (True, False), "b_only": (False, True), "both_wrong": (False, False)}
-REQUEST_COLUMNS = ("key", "status", "error", "error_kind", "http_status", "attempts", "retry_waits_s", "raw_reply", "request_body",
-                   "served_model", *USAGE_COLUMNS, "latency_ms")
-_REQUESTS_READ = (*CONFIG_COLUMNS, "sample", "task_id", "task_digest", "created_at", *REQUEST_COLUMNS)
+CELLS = {
+    "both_right": (True, True),
+    "a_only": (True, False),
+    "b_only": (False, True),
+    "both_wrong": (False, False),
+}
+REQUEST_COLUMNS = (
+    "key",
+    "status",
+    "error",
+    "error_kind",
+    "http_status",
+    "attempts",
+    "retry_waits_s",
+    "raw_reply",
+    "request_body",
+    "served_model",
+    *USAGE_COLUMNS,
+    "latency_ms",
+)
+_REQUESTS_READ = (
+    *CONFIG_COLUMNS,
+    "sample",
+    "task_id",
+    "task_digest",
+    "created_at",
+    *REQUEST_COLUMNS,
+)
 WRITE_CHUNK = 8 * ROW_GROUP  # rows gathered and written at a time (``_write_by_task``)
-# The start-up child's allocator: Polars' jemalloc (its options in ``_RJEM_MALLOC_CONF``) keeps freed pages for
-# reuse 0.5 s and 1 s by Polars' defaults, so one step's temporary memory was still resident under the next
-# step's. The child gives them back after 10 ms. Measured on bench_view's cache (child's peak, user + system
-# CPU): Polars' defaults 933 MB; 10 ms 769 MB, 13.2 s; 0 ms 737 MB, 16.6 s (every free returned at once
-# costs ~4 s of system time, paid again at every rescoring while a run writes). With the evaluations scored
-# one at a time, its threads' many arenas each kept their own freed pages: one arena for the child
-# (``narenas:1``) measured 553 -> 496 MB at the same CPU time (13.4 s start-up; 0 ms decay instead: 486 MB, 20 s).
+# The start-up child's allocator: Polars' jemalloc (its options in ``_RJEM_MALLOC_CONF``) keeps
+# freed pages for reuse 0.5 s and 1 s by Polars' defaults, so one step's temporary memory was still
+# resident under the next step's. The child gives them back after 10 ms. Measured on bench_view's
+# cache (child's peak, user + system CPU): Polars' defaults 933 MB; 10 ms 769 MB, 13.2 s; 0 ms 737
+# MB, 16.6 s (every free returned at once costs ~4 s of system time, paid again at every rescoring
+# while a run writes). With the evaluations scored one at a time, its threads' many arenas each kept
+# their own freed pages: one arena for the child (``narenas:1``) measured 553 -> 496 MB at the same
+# CPU time (13.4 s start-up; 0 ms decay instead: 486 MB, 20 s).
 JEMALLOC_VAR = "_RJEM_MALLOC_CONF"
 CHILD_JEMALLOC = "narenas:1,dirty_decay_ms:10,muzzy_decay_ms:0"
-# NumPy's arrays come from glibc's malloc, whose threshold for giving a freed block straight back to the
-# system grows with every large block freed (up to 32 MB), after which blocks of the bootstrap's size stay
-# in its heap: a fixed threshold (glibc's ``MALLOC_MMAP_THRESHOLD_`` tunable, 128 KiB, its default start)
-# returns them. Measured: 475-486 -> 455 MB.
+# NumPy's arrays come from glibc's malloc, whose threshold for giving a freed block straight back to
+# the system grows with every large block freed (up to 32 MB), after which blocks of the bootstrap's
+# size stay in its heap: a fixed threshold (glibc's ``MALLOC_MMAP_THRESHOLD_`` tunable, 128 KiB, its
+# default start) returns them. Measured: 475-486 -> 455 MB.
 CHILD_GLIBC = {"MALLOC_MMAP_THRESHOLD_": "131072"}
-REQUEST_PARTS = 8  # requests.parquet is read from the cache in this many ranges of task ids (``_write_requests``)
-WIDE_COLUMNS = ("eval", "sample", "task_id", "question_id", "group", "gold_category", "gold", "label", "predicted",
-                "view_status", "correct", "p_gold", "p_predicted", "bin")  # what ``_wide`` reads
-ANSWER_FILE_COLUMNS = ("label", "task_id", "question_id", "sample", "status", "error", "predicted", "gold", "correct",
-                       "p_predicted", "p_yes", "warning", "probabilities", "repaired")
+# requests.parquet is read from the cache in this many ranges of task ids (``_write_requests``)
+REQUEST_PARTS = 8
+WIDE_COLUMNS = (
+    "eval",
+    "sample",
+    "task_id",
+    "question_id",
+    "group",
+    "gold_category",
+    "gold",
+    "label",
+    "predicted",
+    "view_status",
+    "correct",
+    "p_gold",
+    "p_predicted",
+    "bin",
+)  # what ``_wide`` reads
+ANSWER_FILE_COLUMNS = (
+    "label",
+    "task_id",
+    "question_id",
+    "sample",
+    "status",
+    "error",
+    "predicted",
+    "gold",
+    "correct",
+    "p_predicted",
+    "p_yes",
+    "warning",
+    "probabilities",
+    "repaired",
+)
 
 
 class Summarize(Protocol):
-    """How the view scores (``runner.outputs.files.summarize``): the cache (opened read-only), the suite, the models
-    (``scoring.MODELS_SCHEMA`` rows), ``requests`` (None: counted from the cache), the run's epochs, the prices
-    (label -> USD per million input and output tokens) and ``each`` (called with each evaluation's answers
-    frame, one at a time) -> the summary and the scored tables (without answers)."""
+    """How the view scores (``runner.outputs.files.summarize``): the cache (opened read-only), the
+    suite, the models (``scoring.MODELS_SCHEMA`` rows), ``requests`` (None: counted from the cache),
+    the run's epochs, the prices (label -> USD per million input and output tokens) and ``each``
+    (called with each evaluation's answers frame, one at a time) -> the summary and the scored
+    tables (without answers)."""
 
-    def __call__(self, cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[str, dict] | None,
-                 epochs: int = 1, *, prices: dict[str, tuple[float, float] | None] | None = None,
-                 each: Callable[[pl.DataFrame], None] | None = None) -> ScoredRun: ...
+    def __call__(
+        self,
+        cache: Cache,
+        suite: Suite,
+        models: pl.DataFrame,
+        requests: dict[str, dict] | None,
+        epochs: int = 1,
+        *,
+        prices: dict[str, tuple[float, float] | None] | None = None,
+        each: Callable[[pl.DataFrame], None] | None = None,
+    ) -> ScoredRun: ...
 
 
 class NotFound(LookupError):
@@ -103,19 +171,20 @@ class NotFound(LookupError):
 
 
 class BadQuery(ValueError):
-    """A malformed query parameter (a page that is not a number, an unknown sort): 400 with this message."""
+    """A malformed query parameter (a page that is not a number, an unknown sort): 400 with this
+    message."""
 
 
 @dataclass(frozen=True)
 class EvalQuery:
     """The evaluation page's filters (all optional), as its URL gives them.
 
-    ``model`` is the model ``status`` and ``result`` apply to (None: any model); ``result`` is "right" or
-    "wrong"; ``a`` and ``b`` (both or neither) keep the questions where the two models' picks differ;
-    ``category`` an exact category; ``text`` a case-insensitive search in the task id and state; ``sort``
-    one of ``SORTS`` ("task": the dataset's order; ``p_gold`` and ``confidence`` are ``model``'s, else
-    the first model's; ties in the dataset's order); ``page``
-    1-based; ``epoch`` 0-based."""
+    ``model`` is the model ``status`` and ``result`` apply to (None: any model); ``result`` is
+    "right" or "wrong"; ``a`` and ``b`` (both or neither) keep the questions where the two models'
+    picks differ; ``category`` an exact category; ``text`` a case-insensitive search in the task id
+    and state; ``sort`` one of ``SORTS`` ("task": the dataset's order; ``p_gold`` and ``confidence``
+    are ``model``'s, else the first model's; ties in the dataset's order); ``page`` 1-based;
+    ``epoch`` 0-based."""
 
     model: str | None = None
     status: str | None = None
@@ -132,7 +201,8 @@ class EvalQuery:
 
 @dataclass
 class Page:
-    """One page of question rows: ``rows`` (dicts), ``total`` matching, ``page`` / ``pages`` (1-based)."""
+    """One page of question rows: ``rows`` (dicts), ``total`` matching, ``page`` / ``pages``
+    (1-based)."""
 
     rows: list[dict]
     total: int
@@ -141,18 +211,19 @@ class Page:
     size: int = PAGE_SIZE
 
 
-# the cache -> (models, prices, epochs) to score, and optionally the suite (the tasks the runs selected: ``runner.planning.selection``)
+# the cache -> (models, prices, epochs) to score, and optionally the suite (the tasks the runs
+# selected: ``runner.planning.selection``)
 Select = Callable[[Cache], tuple]
 
 
 @dataclass
 class Source:
-    """What a Browser was built from, to build it again over newer rows (``Browser.rebuild``): the cache
-    folder, the suite, ``summarize``, ``home`` (the view's private folder, ``view.home``; the snapshots
-    and the remote's mirror go there), ``remote`` (the remote cache tier, mirrored under ``home``, or
-    None), and ``select`` (models, prices and epochs from the cache, and optionally the suite: every model
-    in it is chosen again, so that a model a run adds shows, with the tasks its run selected; None: the
-    models given at start-up)."""
+    """What a Browser was built from, to build it again over newer rows (``Browser.rebuild``): the
+    cache folder, the suite, ``summarize``, ``home`` (the view's private folder, ``view.home``; the
+    snapshots and the remote's mirror go there), ``remote`` (the remote cache tier, mirrored under
+    ``home``, or None), and ``select`` (models, prices and epochs from the cache, and optionally the
+    suite: every model in it is chosen again, so that a model a run adds shows, with the tasks its
+    run selected; None: the models given at start-up)."""
 
     cache_dir: Path
     suite: Suite
@@ -172,9 +243,10 @@ class Source:
 
 @dataclass
 class Browser:
-    """The data behind every page (see the module docstring). Build with ``Browser.build``; ``close``
-    removes its snapshot. ``snapshot_peak_mb`` is the start-up child's peak resident set (MB); ``as_of`` the
-    time (Unix seconds) the cache was read for this snapshot; ``source`` what ``rebuild`` reads again."""
+    """The data behind every page (see the module docstring). Build with ``Browser.build``;
+    ``close`` removes its snapshot. ``snapshot_peak_mb`` is the start-up child's peak resident set
+    (MB); ``as_of`` the time (Unix seconds) the cache was read for this snapshot; ``source`` what
+    ``rebuild`` reads again."""
 
     summary: Summary
     labels: list[str]
@@ -195,20 +267,40 @@ class Browser:
 
     # ---- building -------------------------------------------------------------------------------
     @classmethod
-    def build(cls, cache_dir: Path, suite: Suite, models: pl.DataFrame, summarize: Summarize, epochs: int = 1,
-              prices: dict[str, tuple[float, float] | None] | None = None, child: bool = True,
-              home: tempfile.TemporaryDirectory | None = None, remote: Remote | None = None,
-              select: Select | None = None) -> Browser:
-        """Score ``models`` over ``suite`` from the cache in ``cache_dir`` (opened read-only; with the
-        ``remote`` tier's shards mirrored in ``home``) with ``summarize`` (``runner.outputs.files.summarize``:
-        what ``dxi score`` computes) and lay the results out for the pages (``write_snapshot``) in a new folder of
-        ``home`` (the view's private folder, ``view.home.private_home``; None: one made for this Browser).
-        With ``child`` (the default) that runs in a child process, so that scoring's peak memory over a
-        large cache is returned to the system before serving; the server keeps only the summary, the
-        per-question frames and the tasks. ``select`` is kept for ``rebuild``."""
+    def build(
+        cls,
+        cache_dir: Path,
+        suite: Suite,
+        models: pl.DataFrame,
+        summarize: Summarize,
+        epochs: int = 1,
+        prices: dict[str, tuple[float, float] | None] | None = None,
+        child: bool = True,
+        home: tempfile.TemporaryDirectory | None = None,
+        remote: Remote | None = None,
+        select: Select | None = None,
+    ) -> Browser:
+        """Score ``models`` over ``suite`` from the cache in ``cache_dir`` (opened read-only; with
+        the ``remote`` tier's shards mirrored in ``home``) with ``summarize``
+        (``runner.outputs.files.summarize``: what ``dxi score`` computes) and lay the results out
+        for the pages (``write_snapshot``) in a new folder of ``home`` (the view's private folder,
+        ``view.home.private_home``; None: one made for this Browser). With ``child`` (the default)
+        that runs in a child process, so that scoring's peak memory over a large cache is returned
+        to the system before serving; the server keeps only the summary, the per-question frames and
+        the tasks. ``select`` is kept for ``rebuild``."""
         owns = home is None
-        source = Source(Path(cache_dir), suite, summarize, home or private_home(), models, epochs, prices or {}, remote,
-                        select, owns)
+        source = Source(
+            Path(cache_dir),
+            suite,
+            summarize,
+            home or private_home(),
+            models,
+            epochs,
+            prices or {},
+            remote,
+            select,
+            owns,
+        )
         try:
             return cls._built(source, child)
         except BaseException:
@@ -220,16 +312,34 @@ class Browser:
     def _built(cls, source: Source, child: bool) -> Browser:
         workdir = tempfile.TemporaryDirectory(prefix="snapshot-", dir=source.home.name)
         as_of = time.time()
-        args = (Path(workdir.name), source.cache_dir, source.suite, source.models, source.summarize, source.epochs,
-                source.prices, source.mirror())
+        args = (
+            Path(workdir.name),
+            source.cache_dir,
+            source.suite,
+            source.models,
+            source.summarize,
+            source.epochs,
+            source.prices,
+            source.mirror(),
+        )
         try:
             if child:
-                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool, _child_env():
+                with (
+                    ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool,
+                    _child_env(),
+                ):
                     peak = pool.submit(write_snapshot, *args).result()
             else:
                 peak = write_snapshot(*args)
-            browser = cls.open(workdir, source.suite.tasks(), source.models, source.epochs, source.prices,
-                               str(source.cache_dir), peak)
+            browser = cls.open(
+                workdir,
+                source.suite.tasks(),
+                source.models,
+                source.epochs,
+                source.prices,
+                str(source.cache_dir),
+                peak,
+            )
         except BaseException:
             workdir.cleanup()
             raise
@@ -237,23 +347,39 @@ class Browser:
         return browser
 
     def rebuild(self, child: bool = True) -> Browser:
-        """A new Browser over the cache as it is now (newer shards and logs; the remote's shards pulled
-        first), in the same private folder; this one is left as it is (``close`` it when done). With
-        ``source.select`` the models are chosen again."""
+        """A new Browser over the cache as it is now (newer shards and logs; the remote's shards
+        pulled first), in the same private folder; this one is left as it is (``close`` it when
+        done). With ``source.select`` the models are chosen again."""
         source = self.source
         if source is None:
-            raise RuntimeError("this Browser was opened from a snapshot, not built: nothing to rebuild from")
+            raise RuntimeError(
+                "this Browser was opened from a snapshot, not built: nothing to rebuild from"
+            )
         if source.remote is not None:
             source.remote.pull()
         if source.select is not None:
             with Cache(source.cache_dir, read_only=True, remote=source.remote) as cache:
                 models, prices, epochs, *suite = source.select(cache)
-            source = replace(source, models=models, prices=prices, epochs=epochs, suite=suite[0] if suite else source.suite)
+            source = replace(
+                source,
+                models=models,
+                prices=prices,
+                epochs=epochs,
+                suite=suite[0] if suite else source.suite,
+            )
         return type(self)._built(source, child)
 
     @classmethod
-    def open(cls, workdir: tempfile.TemporaryDirectory, tasks: Iterable[Task], models: pl.DataFrame, epochs: int,
-             prices: dict[str, tuple[float, float] | None], cache_dir: str, peak: float | None = None) -> Browser:
+    def open(
+        cls,
+        workdir: tempfile.TemporaryDirectory,
+        tasks: Iterable[Task],
+        models: pl.DataFrame,
+        epochs: int,
+        prices: dict[str, tuple[float, float] | None],
+        cache_dir: str,
+        peak: float | None = None,
+    ) -> Browser:
         """The Browser over a folder ``write_snapshot`` wrote."""
         root = Path(workdir.name)
         meta = orjson.loads((root / "meta.json").read_bytes())
@@ -263,13 +389,26 @@ class Browser:
             frame = pl.read_parquet(root / f"wide-{name}-{sample}.parquet")
             wide[(name, sample)] = frame
             categories.setdefault(name, sorted(frame["category"].drop_nulls().unique().to_list()))
-        return cls(summary, summary.labels, {t.id: t for t in tasks}, models, epochs,
-                   {m.model: m.epochs for m in summary.models}, prices,
-                   pl.read_parquet(root / "reliability.parquet"), wide, categories, workdir, cache_dir, meta["warnings"],
-                   peak)
+        return cls(
+            summary,
+            summary.labels,
+            {t.id: t for t in tasks},
+            models,
+            epochs,
+            {m.model: m.epochs for m in summary.models},
+            prices,
+            pl.read_parquet(root / "reliability.parquet"),
+            wide,
+            categories,
+            workdir,
+            cache_dir,
+            meta["warnings"],
+            peak,
+        )
 
     def close(self) -> None:
-        """Remove this snapshot's folder (and the private folder, when it was made for this Browser)."""
+        """Remove this snapshot's folder (and the private folder, when it was made for this
+        Browser)."""
         self.workdir.cleanup()
         if self.source is not None and self.source.owns_home:
             self.source.home.cleanup()
@@ -291,9 +430,9 @@ class Browser:
             raise NotFound(f"no {what} {label!r} in this view") from None
 
     def frame(self, name: str, epoch: int = 0) -> pl.DataFrame:
-        """The wide frame of ``name`` and ``epoch``; one with no rows for an evaluation with no answers in this
-        view (``absent`` says why: its pages show that, with nothing to list). NotFound for an unknown
-        evaluation, or an epoch an evaluation with answers does not have."""
+        """The wide frame of ``name`` and ``epoch``; one with no rows for an evaluation with no
+        answers in this view (``absent`` says why: its pages show that, with nothing to list).
+        NotFound for an unknown evaluation, or an epoch an evaluation with answers does not have."""
         if name not in EVALS:
             raise NotFound(f"no evaluation {name!r}")
         frame = self.wide.get((name, epoch))
@@ -304,8 +443,8 @@ class Browser:
         return frame
 
     def absent(self, name: str) -> str | None:
-        """Why evaluation ``name`` has no answers in this view (not selected, no data, nothing in the cache
-        yet), or None when it has answers (or is no evaluation)."""
+        """Why evaluation ``name`` has no answers in this view (not selected, no data, nothing in
+        the cache yet), or None when it has answers (or is no evaluation)."""
         if name not in EVALS or (name, 0) in self.wide:
             return None
         data = self.summary.data.get(name) or {}
@@ -317,11 +456,23 @@ class Browser:
 
     def _no_rows(self) -> pl.DataFrame:
         """A wide frame (``_wide``'s columns for this view's models) with no rows."""
-        schema = {"task_id": pl.String, "question_id": pl.String, "category": pl.Categorical, "gold": pl.Categorical,
-                  "order": pl.UInt32, "text": pl.String}
+        schema = {
+            "task_id": pl.String,
+            "question_id": pl.String,
+            "category": pl.Categorical,
+            "gold": pl.Categorical,
+            "order": pl.UInt32,
+            "text": pl.String,
+        }
         for i in range(len(self.labels)):
-            schema |= {f"pick{i}": pl.String, f"status{i}": pl.String, f"correct{i}": pl.Boolean,
-                       f"pgold{i}": pl.Float64, f"conf{i}": pl.Float64, f"bin{i}": pl.Int8}
+            schema |= {
+                f"pick{i}": pl.String,
+                f"status{i}": pl.String,
+                f"correct{i}": pl.Boolean,
+                f"pgold{i}": pl.Float64,
+                f"conf{i}": pl.Float64,
+                f"bin{i}": pl.Int8,
+            }
         return pl.DataFrame(schema=schema)
 
     @property
@@ -332,7 +483,7 @@ class Browser:
     def epochs_of(self, name: str) -> list[int]:
         return sorted(s for n, s in self.wide if n == name)
 
-    # ---- the evaluation page ----------------------------------------------------------------------
+    # ---- the evaluation page ---------------------------------------------------------------------
     def evaluation(self, name: str, q: EvalQuery) -> Page:
         """One page of ``name``'s questions under the filters of ``q``."""
         frame = self.frame(name, q.epoch)
@@ -342,12 +493,20 @@ class Browser:
         if q.status is not None:
             if q.status not in VIEW_STATUSES:
                 raise BadQuery(f"status must be one of {', '.join(VIEW_STATUSES)}")
-            conditions.append(pl.any_horizontal(pl.lit(False), *(pl.col(f"status{i}") == q.status for i in models)))
+            conditions.append(
+                pl.any_horizontal(
+                    pl.lit(False), *(pl.col(f"status{i}") == q.status for i in models)
+                )
+            )
         if q.result is not None:
             if q.result not in ("right", "wrong"):
                 raise BadQuery("result must be right or wrong")
             right = [pl.col(f"correct{i}") for i in models]
-            conditions.append(pl.any_horizontal(pl.lit(False), *(right if q.result == "right" else (~c for c in right))))
+            conditions.append(
+                pl.any_horizontal(
+                    pl.lit(False), *(right if q.result == "right" else (~c for c in right))
+                )
+            )
         if (a is None) != (b is None):
             raise BadQuery("a disagreement needs two models: a and b")
         if a is not None:
@@ -358,49 +517,90 @@ class Browser:
             conditions.append(pl.col("text").str.contains(q.text.lower(), literal=True))
         return self._page(frame, conditions, q.sort, q.desc, q.page, m)
 
-    def _page(self, frame: pl.DataFrame, conditions: list[pl.Expr], sort: str, desc: bool, page: int,
-              m: int | None) -> Page:
+    def _page(
+        self,
+        frame: pl.DataFrame,
+        conditions: list[pl.Expr],
+        sort: str,
+        desc: bool,
+        page: int,
+        m: int | None,
+    ) -> Page:
         if sort not in SORTS:
             raise BadQuery(f"sort must be one of {', '.join(SORTS)}")
         if page < 1:
             raise BadQuery("page must be at least 1")
-        then = ["order", "question_id"]  # "task": the dataset's order (wildguardtest/9 before wildguardtest/10)
-        by = {"task": then, "category": ["category", *then], "gold": ["gold", *then],
-              "p_gold": [f"pgold{m or 0}", *then], "confidence": [f"conf{m or 0}", *then]}[sort]
+        then = [
+            "order",
+            "question_id",
+        ]  # "task": the dataset's order (wildguardtest/9 before wildguardtest/10)
+        by = {
+            "task": then,
+            "category": ["category", *then],
+            "gold": ["gold", *then],
+            "p_gold": [f"pgold{m or 0}", *then],
+            "confidence": [f"conf{m or 0}", *then],
+        }[sort]
         lf = frame.lazy()
         if conditions:
             lf = lf.filter(pl.all_horizontal(conditions))
         matched = lf.select(pl.len()).collect().item()
         pages = max(1, math.ceil(matched / PAGE_SIZE))
-        rows = (lf.sort(by, descending=desc, nulls_last=True, maintain_order=True)
-                .slice((page - 1) * PAGE_SIZE, PAGE_SIZE).collect())
+        rows = (
+            lf.sort(by, descending=desc, nulls_last=True, maintain_order=True)
+            .slice((page - 1) * PAGE_SIZE, PAGE_SIZE)
+            .collect()
+        )
         return Page(self._rows(rows), matched, page, pages)
 
     def _rows(self, rows: pl.DataFrame) -> list[dict]:
         out = []
         for r in rows.iter_rows(named=True):
-            cells = [{"pick": r[f"pick{i}"], "status": r[f"status{i}"], "correct": r[f"correct{i}"],
-                      "p_gold": r[f"pgold{i}"], "confidence": r[f"conf{i}"]} for i in range(len(self.labels))]
+            cells = [
+                {
+                    "pick": r[f"pick{i}"],
+                    "status": r[f"status{i}"],
+                    "correct": r[f"correct{i}"],
+                    "p_gold": r[f"pgold{i}"],
+                    "confidence": r[f"conf{i}"],
+                }
+                for i in range(len(self.labels))
+            ]
             task = self.tasks.get(r["task_id"])
-            out.append({"task_id": r["task_id"], "question_id": r["question_id"], "category": r["category"],
-                        "gold": r["gold"], "models": cells, "headline": task.headline if task is not None else ""})
+            out.append(
+                {
+                    "task_id": r["task_id"],
+                    "question_id": r["question_id"],
+                    "category": r["category"],
+                    "gold": r["gold"],
+                    "models": cells,
+                    "headline": task.headline if task is not None else "",
+                }
+            )
         return out
 
-    # ---- compare ------------------------------------------------------------------------------------
-    def compare(self, name: str, a: str, b: str, epoch: int = 0, cell: str | None = None, page: int = 1
-                ) -> tuple[dict[str, int], Page]:
+    # ---- compare ---------------------------------------------------------------------------------
+    def compare(
+        self, name: str, a: str, b: str, epoch: int = 0, cell: str | None = None, page: int = 1
+    ) -> tuple[dict[str, int], Page]:
         """Models ``a`` and ``b`` over ``name``: the 2×2 of right/wrong counts (``CELLS`` keys, and
-        ``mcnemar_p``: the exact McNemar test of its discordant cells, ``scoring.compare.mcnemar_p``) and a
-        page of the questions where one is right and the other wrong (``cell``: only those of one cell)."""
+        ``mcnemar_p``: the exact McNemar test of its discordant cells,
+        ``scoring.compare.mcnemar_p``) and a page of the questions where one is right and the other
+        wrong (``cell``: only those of one cell)."""
         frame = self.frame(name, epoch)
         i, j = self.model(a), self.model(b)
-        counts = (frame.group_by(pl.col(f"correct{i}").alias("a"), pl.col(f"correct{j}").alias("b")).len()
-                  .iter_rows())
+        counts = (
+            frame.group_by(pl.col(f"correct{i}").alias("a"), pl.col(f"correct{j}").alias("b"))
+            .len()
+            .iter_rows()
+        )
         table = dict.fromkeys(CELLS, 0)
         by_pair = {pair: cell_name for cell_name, pair in CELLS.items()}
         for x, y, n in counts:
             table[by_pair[(bool(x), bool(y))]] += n
-        table["mcnemar_p"] = float(mcnemar_p(np.array([table["a_only"]]), np.array([table["b_only"]]))[0])
+        table["mcnemar_p"] = float(
+            mcnemar_p(np.array([table["a_only"]]), np.array([table["b_only"]]))[0]
+        )
         if cell is not None and cell not in CELLS:
             raise BadQuery(f"cell must be one of {', '.join(CELLS)}")
         if cell is None:
@@ -411,28 +611,39 @@ class Browser:
         return table, self._page(frame, conditions, "task", False, page, i)
 
     def differences(self, name: str, a: str, b: str) -> list[dict]:
-        """The summary's paired comparisons of ``a`` and ``b`` (``scoring.compare``): the Decision Index's
-        and each metric of ``name``'s, as a − b (an entry stored as b − a is turned round): ``metric``,
-        ``eval``, ``difference``, ``ci``, ``p_value``, ``p_adjusted``, ``significant``, ``complete``
-        and, for accuracy, ``discordant`` [a only, b only] and ``mcnemar_p``; where a figure is
-        provisional, ``settled`` (false: its failed and missing answers could overturn the
+        """The summary's paired comparisons of ``a`` and ``b`` (``scoring.compare``): the Decision
+        Index's and each metric of ``name``'s, as a − b (an entry stored as b − a is turned round):
+        ``metric``, ``eval``, ``difference``, ``ci``, ``p_value``, ``p_adjusted``, ``significant``,
+        ``complete`` and, for accuracy, ``discordant`` [a only, b only] and ``mcnemar_p``; where a
+        figure is provisional, ``settled`` (false: its failed and missing answers could overturn the
         difference, which is not claimed, ``scoring.bounds``) and ``bounds`` {"a": [lowest,
         highest], "b": [...]} (a complete figure's [value, value]). Empty for a model compared with
         itself."""
         self.model(a), self.model(b)
         out = []
         for comparison in unset(self.summary.comparisons) or []:
-            if comparison.eval not in (None, name) or {comparison.a, comparison.b} != {a, b} or a == b:
+            if (
+                comparison.eval not in (None, name)
+                or {comparison.a, comparison.b} != {a, b}
+                or a == b
+            ):
                 continue
             c = records.to_builtins(comparison)
             if not c["complete"]:
-                c["bounds"] = {"a": self._bounds(a, comparison.eval, comparison.metric),
-                               "b": self._bounds(b, comparison.eval, comparison.metric)}
+                c["bounds"] = {
+                    "a": self._bounds(a, comparison.eval, comparison.metric),
+                    "b": self._bounds(b, comparison.eval, comparison.metric),
+                }
             if c["a"] == a:
                 out.append(c)
                 continue
-            turned = dict(c, a=a, b=b, difference=-c["difference"],
-                          ci=[-c["ci"][1], -c["ci"][0]] if c.get("ci") else c.get("ci"))
+            turned = dict(
+                c,
+                a=a,
+                b=b,
+                difference=-c["difference"],
+                ci=[-c["ci"][1], -c["ci"][0]] if c.get("ci") else c.get("ci"),
+            )
             if "discordant" in c:
                 turned["discordant"] = c["discordant"][::-1]
             out.append(turned)
@@ -449,14 +660,17 @@ class Browser:
             value, bounds = block.get(metric), block.get(f"{metric}_bounds")
         return None if value is None else (list(bounds) if bounds is not None else [value, value])
 
-    # ---- calibration ----------------------------------------------------------------------------------
+    # ---- calibration -----------------------------------------------------------------------------
     def reliability_bins(self, label: str) -> dict[str, list[dict]]:
         """Per evaluation, ``label``'s reliability-diagram bins (``scoring``'s table: low, high, n,
         confidence, accuracy), empty bins left out; evaluations without probabilities are absent."""
         self.model(label)
         bins = self.reliability.filter(pl.col("label") == label)
-        return {name: bins.filter(pl.col("eval") == name).sort("bin").to_dicts() for name in EVALS
-                if not bins.filter(pl.col("eval") == name).is_empty()}
+        return {
+            name: bins.filter(pl.col("eval") == name).sort("bin").to_dicts()
+            for name in EVALS
+            if not bins.filter(pl.col("eval") == name).is_empty()
+        }
 
     def in_bin(self, name: str, label: str, b: int, epoch: int = 0, page: int = 1) -> Page:
         """The questions whose answer by ``label`` falls in confidence bin ``b`` (0..ECE_BINS-1)."""
@@ -466,18 +680,26 @@ class Browser:
         i = self.model(label)
         return self._page(frame, [pl.col(f"bin{i}") == b], "confidence", True, page, i)
 
-    # ---- the question page ------------------------------------------------------------------------------
+    # ---- the question page -----------------------------------------------------------------------
     def question(self, task_id: str) -> dict:
-        """Everything about one task: the task, and per model and epoch its answers (with every option's
-        probability, in the question's option order) and its request (the current cache row)."""
+        """Everything about one task: the task, and per model and epoch its answers (with every
+        option's probability, in the question's option order) and its request (the current cache
+        row)."""
         task = self.tasks.get(task_id)
         if task is None:
             raise NotFound(f"no task {task_id!r} in this view")
         root = Path(self.workdir.name)
-        ans = pl.scan_parquet(root / "answers.parquet").filter(pl.col("task_id") == task_id).collect()
+        ans = (
+            pl.scan_parquet(root / "answers.parquet").filter(pl.col("task_id") == task_id).collect()
+        )
         gold, _ = gold_frames([task])
-        requests = current_rows(pl.scan_parquet(root / "requests.parquet").filter(pl.col("task_id") == task_id),
-                                self.models, gold, self.epochs, REQUEST_COLUMNS)
+        requests = current_rows(
+            pl.scan_parquet(root / "requests.parquet").filter(pl.col("task_id") == task_id),
+            self.models,
+            gold,
+            self.epochs,
+            REQUEST_COLUMNS,
+        )
         by_request = {(r["label"], r["sample"]): r for r in requests.iter_rows(named=True)}
         by_answer: dict[tuple[str, int], dict[str, dict]] = {}
         for r in ans.iter_rows(named=True):
@@ -488,24 +710,38 @@ class Browser:
             for sample in range(self.model_epochs.get(label, self.epochs)):
                 answers = by_answer.get((label, sample), {})
                 request = by_request.get((label, sample))
-                epochs.append({"sample": sample, "answers": [_answer(q, answers.get(q.id)) for q in task.questions],
-                               "request": _request(request, self.prices.get(label)) if request else None})
+                epochs.append(
+                    {
+                        "sample": sample,
+                        "answers": [_answer(q, answers.get(q.id)) for q in task.questions],
+                        "request": _request(request, self.prices.get(label)) if request else None,
+                    }
+                )
             models.append({"label": label, "epochs": epochs})
         return {"task": task, "gold": task.gold, "models": models, "prompt_version": PROMPT_VERSION}
 
 
-def write_snapshot(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFrame, summarize: Summarize, epochs: int,
-                   prices: dict[str, tuple[float, float] | None], mirror: tuple[str, Path] | None = None) -> float:
-    """Score (``summarize``) and write what the pages read to ``root``: ``meta.json`` (the summary, the
-    cache's warnings, the frames written), ``reliability.parquet``, ``wide-<eval>-<epoch>.parquet``, and
-    the two files sorted by task id (``answers.parquet``, ``requests.parquet``). Returns this process's
-    peak resident set in MB. The cache is opened read-only, with the shards of a remote tier that
-    ``mirror`` (its URI, the folder they were pulled into) holds.
+def write_snapshot(
+    root: Path,
+    cache_dir: Path,
+    suite: Suite,
+    models: pl.DataFrame,
+    summarize: Summarize,
+    epochs: int,
+    prices: dict[str, tuple[float, float] | None],
+    mirror: tuple[str, Path] | None = None,
+) -> float:
+    """Score (``summarize``) and write what the pages read to ``root``: ``meta.json`` (the summary,
+    the cache's warnings, the frames written), ``reliability.parquet``,
+    ``wide-<eval>-<epoch>.parquet``, and the two files sorted by task id (``answers.parquet``,
+    ``requests.parquet``). Returns this process's peak resident set in MB. The cache is opened
+    read-only, with the shards of a remote tier that ``mirror`` (its URI, the folder they were
+    pulled into) holds.
 
-    The evaluations are scored one at a time (``summarize``'s ``each``): each one's answers are written
-    to answers.parquet (in evaluation order, so the file stays sorted by task id) and its columns of the
-    evaluation pages to a ``narrow-<eval>.parquet`` before the next one is read; the wide frames are made
-    from those once the summary gives the models' order."""
+    The evaluations are scored one at a time (``summarize``'s ``each``): each one's answers are
+    written to answers.parquet (in evaluation order, so the file stays sorted by task id) and its
+    columns of the evaluation pages to a ``narrow-<eval>.parquet`` before the next one is read; the
+    wide frames are made from those once the summary gives the models' order."""
     remote = None
     if mirror is not None:
         from dxi.cache.remote import Remote
@@ -517,23 +753,38 @@ def write_snapshot(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFra
     def each(ans: pl.DataFrame) -> None:
         terms = answer_terms(ans)
         ans = ans.with_columns(
-            pl.Series("p_gold", terms["p_gold"]).fill_nan(None),  # calibration's, not computed again
+            pl.Series("p_gold", terms["p_gold"]).fill_nan(
+                None
+            ),  # calibration's, not computed again
             pl.Series("bin", terms["bin"], dtype=pl.Int8),
-            pl.when(pl.col("repaired") & (pl.col("status") == "ok")).then(pl.lit("repaired"))
-            .otherwise(pl.col("status")).alias("view_status"))
+            pl.when(pl.col("repaired") & (pl.col("status") == "ok"))
+            .then(pl.lit("repaired"))
+            .otherwise(pl.col("status"))
+            .alias("view_status"),
+        )
         del terms
         if ans.height:
-            answers_file[0] = _write_by_task(ans.select(ANSWER_FILE_COLUMNS), root / "answers.parquet",
-                                             writer=answers_file[0], keep_open=True)
+            answers_file[0] = _write_by_task(
+                ans.select(ANSWER_FILE_COLUMNS),
+                root / "answers.parquet",
+                writer=answers_file[0],
+                keep_open=True,
+            )
             name = str(ans["eval"][0])
-            ans.select(*WIDE_COLUMNS).write_parquet(root / f"narrow-{name}.parquet")  # no probabilities, no text
+            ans.select(*WIDE_COLUMNS).write_parquet(
+                root / f"narrow-{name}.parquet"
+            )  # no probabilities, no text
             narrow.append(name)
-        elif answers_file[0] is None:  # no answers (yet): the file with no rows, replaced by a later one's
+        elif (
+            answers_file[0] is None
+        ):  # no answers (yet): the file with no rows, replaced by a later one's
             _write_by_task(ans.select(ANSWER_FILE_COLUMNS), root / "answers.parquet")
 
     try:
         with Cache(cache_dir, read_only=True, remote=remote) as cache:
-            summary, scored = summarize(cache, suite, models, None, epochs, prices=prices, each=each)
+            summary, scored = summarize(
+                cache, suite, models, None, epochs, prices=prices, each=each
+            )
             text = _search_text(suite.tasks())
             ids = text["task_id"].sort()
             _write_requests(cache, ids, root / "requests.parquet")
@@ -545,7 +796,9 @@ def write_snapshot(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFra
     frames = []
     for name in narrow:
         path = root / f"narrow-{name}.parquet"
-        for (_, sample), part in pl.read_parquet(path).partition_by("eval", "sample", as_dict=True).items():
+        for (_, sample), part in (
+            pl.read_parquet(path).partition_by("eval", "sample", as_dict=True).items()
+        ):
             _wide(part, labels, text).write_parquet(root / f"wide-{name}-{sample}.parquet")
             frames.append((name, sample))
         path.unlink()
@@ -558,9 +811,9 @@ def write_snapshot(root: Path, cache_dir: Path, suite: Suite, models: pl.DataFra
 @contextlib.contextmanager
 def _child_env() -> Iterator[None]:
     """The environment the start-up child is spawned with (it inherits it when it starts):
-    ``CHILD_JEMALLOC`` appended to ``_RJEM_MALLOC_CONF`` (Polars sets that variable on import, to its
-    defaults and then what it held; jemalloc takes the last value of an option) and ``CHILD_GLIBC``'s
-    variables where not set already, then put back."""
+    ``CHILD_JEMALLOC`` appended to ``_RJEM_MALLOC_CONF`` (Polars sets that variable on import, to
+    its defaults and then what it held; jemalloc takes the last value of an option) and
+    ``CHILD_GLIBC``'s variables where not set already, then put back."""
     before = {name: os.environ.get(name) for name in (JEMALLOC_VAR, *CHILD_GLIBC)}
     jemalloc = before[JEMALLOC_VAR]
     os.environ[JEMALLOC_VAR] = f"{jemalloc},{CHILD_JEMALLOC}" if jemalloc else CHILD_JEMALLOC
@@ -577,33 +830,42 @@ def _child_env() -> Iterator[None]:
 
 
 def _search_text(tasks: Iterable[Task]) -> pl.DataFrame:
-    """Per task, in the dataset's order: ``order`` (0, 1, ...), ``task_id`` and ``text`` (the id and the
-    state, lower-cased: what the evaluation page's search looks in). The tasks are streamed: only the
-    two strings of each are kept."""
+    """Per task, in the dataset's order: ``order`` (0, 1, ...), ``task_id`` and ``text`` (the id and
+    the state, lower-cased: what the evaluation page's search looks in). The tasks are streamed:
+    only the two strings of each are kept."""
     ids, text = [], []
     for t in tasks:
         ids.append(t.id)
         text.append(f"{t.id}\n{t.state}".lower())
-    return pl.DataFrame({"task_id": ids, "text": text}, schema={"task_id": pl.String, "text": pl.String}
-                        ).with_row_index("order")
+    return pl.DataFrame(
+        {"task_id": ids, "text": text}, schema={"task_id": pl.String, "text": pl.String}
+    ).with_row_index("order")
 
 
 def _write_requests(cache: Cache, ids: pl.Series, path: Path) -> None:
-    """Write ``requests.parquet``: the cache rows of the current prompt version and of the tasks ``ids``
-    (sorted as text), ``_REQUESTS_READ`` columns, sorted by task id (as ``_write_by_task`` writes). The
-    cache is read ``REQUEST_PARTS`` times, each time for one consecutive range of ``ids`` (the filter
-    pushed down to the scan), so that only that range's request bodies and replies are held at a time
-    (all of them at once were the start-up child's peak). Rows of one task keep their order in the
-    cache."""
+    """Write ``requests.parquet``: the cache rows of the current prompt version and of the tasks
+    ``ids`` (sorted as text), ``_REQUESTS_READ`` columns, sorted by task id (as ``_write_by_task``
+    writes). The cache is read ``REQUEST_PARTS`` times, each time for one consecutive range of
+    ``ids`` (the filter pushed down to the scan), so that only that range's request bodies and
+    replies are held at a time (all of them at once were the start-up child's peak). Rows of one
+    task keep their order in the cache."""
     step = max(1, -(-ids.len() // REQUEST_PARTS))
     writer: pq.ParquetWriter | None = None
     try:
         for start in range(0, max(ids.len(), 1), step):
             part = ids.slice(start, step).implode()
-            rows = cache.read(lambda lf, part=part: lf.filter((pl.col("prompt_version") == PROMPT_VERSION)
-                                                              & pl.col("task_id").is_in(part))
-                              .select(_REQUESTS_READ).collect())
-            writer = _write_by_task(rows, path, dictionary=[*CONFIG_COLUMNS, "status"], writer=writer, keep_open=True)
+            rows = cache.read(
+                lambda lf, part=part: (
+                    lf.filter(
+                        (pl.col("prompt_version") == PROMPT_VERSION) & pl.col("task_id").is_in(part)
+                    )
+                    .select(_REQUESTS_READ)
+                    .collect()
+                )
+            )
+            writer = _write_by_task(
+                rows, path, dictionary=[*CONFIG_COLUMNS, "status"], writer=writer, keep_open=True
+            )
             empty = rows.head(0)
             del rows
         if writer is None:  # no rows at all: the file with no rows
@@ -613,28 +875,42 @@ def _write_requests(cache: Cache, ids: pl.Series, path: Path) -> None:
             writer.close()
 
 
-def _write_by_task(frame: pl.DataFrame, path: Path, dictionary: bool | list[str] = True,
-                   writer: pq.ParquetWriter | None = None, keep_open: bool = False) -> pq.ParquetWriter | None:
-    """Write ``frame``'s rows sorted by task id (as text; rows of one task in their order in ``frame``),
-    Enums as text, in row groups of ``ROW_GROUP`` rows with statistics of ``task_id`` (what the question
-    page's filter is pushed down to). Written ``WRITE_CHUNK`` rows at a time, gathered by the sorting
-    permutation, so that no sorted copy of the whole frame is held. pyarrow, LZ4: for nested columns in
-    small row groups several times faster than Polars' writer, and a temporary file needs no tighter
-    compression.
+def _write_by_task(
+    frame: pl.DataFrame,
+    path: Path,
+    dictionary: bool | list[str] = True,
+    writer: pq.ParquetWriter | None = None,
+    keep_open: bool = False,
+) -> pq.ParquetWriter | None:
+    """Write ``frame``'s rows sorted by task id (as text; rows of one task in their order in
+    ``frame``), Enums as text, in row groups of ``ROW_GROUP`` rows with statistics of ``task_id``
+    (what the question page's filter is pushed down to). Written ``WRITE_CHUNK`` rows at a time,
+    gathered by the sorting permutation, so that no sorted copy of the whole frame is held. pyarrow,
+    LZ4: for nested columns in small row groups several times faster than Polars' writer, and a
+    temporary file needs no tighter compression.
 
     With ``writer`` (an open writer of an earlier part, returned by the call that wrote it) the rows
-    are appended to it. With ``keep_open`` the writer is returned open (None when ``frame`` had no rows
-    and no writer was given), for the caller to append more and close; else it is closed here and None
-    returned."""
-    order = frame.select(pl.arg_sort_by(pl.col("task_id").cast(pl.String), maintain_order=True)).to_series()
-    as_text = [pl.col(c).cast(pl.String) if isinstance(t, pl.Enum | pl.Categorical) else pl.col(c)
-               for c, t in frame.schema.items()]
+    are appended to it. With ``keep_open`` the writer is returned open (None when ``frame`` had no
+    rows and no writer was given), for the caller to append more and close; else it is closed here
+    and None returned."""
+    order = frame.select(
+        pl.arg_sort_by(pl.col("task_id").cast(pl.String), maintain_order=True)
+    ).to_series()
+    as_text = [
+        pl.col(c).cast(pl.String) if isinstance(t, pl.Enum | pl.Categorical) else pl.col(c)
+        for c, t in frame.schema.items()
+    ]
     try:
         for start in range(0, frame.height if keep_open else max(frame.height, 1), WRITE_CHUNK):
-            part = frame[order[start:start + WRITE_CHUNK]].select(as_text).to_arrow()
+            part = frame[order[start : start + WRITE_CHUNK]].select(as_text).to_arrow()
             if writer is None:
-                writer = pq.ParquetWriter(path, part.schema, compression="lz4", write_statistics=["task_id"],
-                                          use_dictionary=dictionary)
+                writer = pq.ParquetWriter(
+                    path,
+                    part.schema,
+                    compression="lz4",
+                    write_statistics=["task_id"],
+                    use_dictionary=dictionary,
+                )
             writer.write_table(part.cast(writer.schema), row_group_size=ROW_GROUP)
     except BaseException:
         if writer is not None:
@@ -657,18 +933,32 @@ def _peak_mb() -> float | None:
 
 
 def _wide(part: pl.DataFrame, labels: list[str], text: pl.DataFrame) -> pl.DataFrame:
-    """One evaluation and epoch of the answers as one row per question, each model's columns beside."""
+    """One evaluation and epoch of the answers as one row per question, each model's columns
+    beside."""
     keys = ["task_id", "question_id"]
     part = part.with_columns(pl.col(pl.Enum).cast(pl.String))
-    base = (part.select(*keys, pl.coalesce(pl.col("group"), pl.col("gold_category")).alias("category"), "gold")
-            .unique(keys).sort(keys).join(text, on="task_id", how="left"))
+    base = (
+        part.select(
+            *keys, pl.coalesce(pl.col("group"), pl.col("gold_category")).alias("category"), "gold"
+        )
+        .unique(keys)
+        .sort(keys)
+        .join(text, on="task_id", how="left")
+    )
     for i, label in enumerate(labels):
         mine = part.filter(pl.col("label") == label).select(
-            *keys, pl.col("predicted").alias(f"pick{i}"), pl.col("view_status").alias(f"status{i}"),
-            pl.col("correct").alias(f"correct{i}"), pl.col("p_gold").alias(f"pgold{i}"),
-            pl.col("p_predicted").alias(f"conf{i}"), pl.col("bin").alias(f"bin{i}"))
+            *keys,
+            pl.col("predicted").alias(f"pick{i}"),
+            pl.col("view_status").alias(f"status{i}"),
+            pl.col("correct").alias(f"correct{i}"),
+            pl.col("p_gold").alias(f"pgold{i}"),
+            pl.col("p_predicted").alias(f"conf{i}"),
+            pl.col("bin").alias(f"bin{i}"),
+        )
         base = base.join(mine, on=keys, how="left", maintain_order="left")
-        base = base.with_columns(pl.col(f"status{i}").fill_null("missing"), pl.col(f"correct{i}").fill_null(False))
+        base = base.with_columns(
+            pl.col(f"status{i}").fill_null("missing"), pl.col(f"correct{i}").fill_null(False)
+        )
     return base.with_columns(pl.col(c).cast(pl.Categorical) for c in ("category", "gold"))
 
 
@@ -677,24 +967,46 @@ def _answer(question, row: dict | None) -> dict:
     allowed answer in the question's order (those the model returned; others absent)."""
     ids = question.answer_ids
     if row is None:
-        return {"question": question, "status": "missing", "pick": None, "error": "not in the answers", "warning": None,
-                "probabilities": [], "correct": False}
+        return {
+            "question": question,
+            "status": "missing",
+            "pick": None,
+            "error": "not in the answers",
+            "warning": None,
+            "probabilities": [],
+            "correct": False,
+        }
     given = {p["option"]: p["p"] for p in row["probabilities"] or []}
     order = [o for o in ids if o in given] + [o for o in given if o not in ids]
     status = "repaired" if row["repaired"] and row["status"] == "ok" else row["status"]
-    return {"question": question, "status": status, "pick": row["predicted"], "error": row["error"],
-            "warning": row["warning"], "correct": row["correct"], "p_yes": row["p_yes"],
-            "probabilities": [{"option": o, "p": given[o], "picked": o == row["predicted"]} for o in order]}
+    return {
+        "question": question,
+        "status": status,
+        "pick": row["predicted"],
+        "error": row["error"],
+        "warning": row["warning"],
+        "correct": row["correct"],
+        "p_yes": row["p_yes"],
+        "probabilities": [
+            {"option": o, "p": given[o], "picked": o == row["predicted"]} for o in order
+        ],
+    }
 
 
 def _request(row: dict, price: tuple[float | None, ...] | None) -> dict:
-    """One cache row for the page, with its cost (USD; None without a price or without usage) and its
-    body and reply pretty-printed when they are JSON."""
+    """One cache row for the page, with its cost (USD; None without a price or without usage) and
+    its body and reply pretty-printed when they are JSON."""
     cost = None
     if price is not None and row["input_tokens"] is not None:
         cost = request_cost(row, price)
-    return {**row, "cost_usd": cost, "body": _pretty(row["request_body"]), "reply": _pretty(row["raw_reply"]),
-            "reply_text": reply_text(row["raw_reply"]), "messages": prompt_messages(row["request_body"])}
+    return {
+        **row,
+        "cost_usd": cost,
+        "body": _pretty(row["request_body"]),
+        "reply": _pretty(row["raw_reply"]),
+        "reply_text": reply_text(row["raw_reply"]),
+        "messages": prompt_messages(row["request_body"]),
+    }
 
 
 def _pretty(text: str | None) -> str | None:
@@ -717,8 +1029,9 @@ def _json(text: str | None) -> object:
 
 def prompt_messages(body: str | None) -> list[tuple[str, str]]:
     """The prompt in a request body as (role, text) pairs, for the wire formats that carry text:
-    Chat Completions and Anthropic ``messages`` (and Anthropic's ``system``), Gemini ``contents`` and
-    ``systemInstruction``, OpenAI Decisions ``input``, System One ``state``. Empty when none is found."""
+    Chat Completions and Anthropic ``messages`` (and Anthropic's ``system``), Gemini ``contents``
+    and ``systemInstruction``, OpenAI Decisions ``input``, System One ``state``. Empty when none is
+    found."""
     doc = _json(body)
     if not isinstance(doc, dict):
         return []
@@ -727,8 +1040,10 @@ def prompt_messages(body: str | None) -> list[tuple[str, str]]:
         if isinstance(content, str):
             return content
         if isinstance(content, list):
-            return "\n".join(text_of(c.get("text", c.get("content", ""))) if isinstance(c, dict) else str(c)
-                             for c in content)
+            return "\n".join(
+                text_of(c.get("text", c.get("content", ""))) if isinstance(c, dict) else str(c)
+                for c in content
+            )
         if isinstance(content, dict):
             return text_of(content.get("parts", content.get("text", "")))
         return "" if content is None else str(content)
@@ -746,14 +1061,22 @@ def prompt_messages(body: str | None) -> list[tuple[str, str]]:
         out.append(("input", text_of(doc["input"])))
     if "state" in doc and not out:
         state = doc["state"]
-        out.append(("state", state if isinstance(state, str) else orjson.dumps(state, option=orjson.OPT_INDENT_2).decode()))
+        out.append(
+            (
+                "state",
+                state
+                if isinstance(state, str)
+                else orjson.dumps(state, option=orjson.OPT_INDENT_2).decode(),
+            )
+        )
     return out
 
 
 def reply_text(raw: str | None) -> str | None:
-    """A language model's reply text inside a raw response body (Chat Completions ``choices[0].message``
-    content, refusal or reasoning; Anthropic ``content`` text and tool input; Gemini ``candidates[0]``
-    parts), or None when the body has none of these (a decision model's reply, a failure)."""
+    """A language model's reply text inside a raw response body (Chat Completions
+    ``choices[0].message`` content, refusal or reasoning; Anthropic ``content`` text and tool input;
+    Gemini ``candidates[0]`` parts), or None when the body has none of these (a decision model's
+    reply, a failure)."""
     doc = _json(raw)
     if not isinstance(doc, dict):
         return None
@@ -766,8 +1089,11 @@ def reply_text(raw: str | None) -> str | None:
         return ""
     content = doc.get("content")
     if isinstance(content, list):
-        parts = [c.get("text") if c.get("type") == "text" else orjson.dumps(c.get("input")).decode()
-                 for c in content if isinstance(c, dict) and c.get("type") in ("text", "tool_use")]
+        parts = [
+            c.get("text") if c.get("type") == "text" else orjson.dumps(c.get("input")).decode()
+            for c in content
+            if isinstance(c, dict) and c.get("type") in ("text", "tool_use")
+        ]
         return "\n".join(p for p in parts if p)
     candidates = doc.get("candidates")
     if isinstance(candidates, list) and candidates and isinstance(candidates[0], dict):

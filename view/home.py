@@ -1,11 +1,14 @@
-"""The view's private folder: where its snapshots (and a remote cache's mirror) go, never in the cache.
+"""The view's private folder: where its snapshots (and a remote cache's mirror) go, never in the
+cache.
 
-One folder per ``dxi view`` process, ``<tmp>/dxi-view-<pid>-<start>-<random>``, named after the process
-(its pid and its start time in clock ticks since boot, from ``/proc/<pid>/stat``: a pid the system has
-given to another process since does not match). A server that is killed (SIGKILL, a power cut of the
-process) cannot remove its folder, so every view removes, when it starts, the folders of views that no
-longer run (``remove_stale``): only folders of this user, only when their process is gone.
+One folder per ``dxi view`` process, ``<tmp>/dxi-view-<pid>-<start>-<random>``, named after the
+process (its pid and its start time in clock ticks since boot, from ``/proc/<pid>/stat``: a pid the
+system has given to another process since does not match). A server that is killed (SIGKILL, a power
+cut of the process) cannot remove its folder, so every view removes, when it starts, the folders of
+views that no longer run (``remove_stale``): only folders of this user, only when their process is
+gone.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +22,8 @@ _NAME = re.compile(rf"^{PREFIX}(\d+)-(\d+)-")
 
 
 def start_ticks(pid: int) -> int | None:
-    """Process ``pid``'s start time (clock ticks since boot, field 22 of ``/proc/<pid>/stat``); None when
-    it does not run or ``/proc`` is not there."""
+    """Process ``pid``'s start time (clock ticks since boot, field 22 of ``/proc/<pid>/stat``); None
+    when it does not run or ``/proc`` is not there."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
@@ -45,9 +48,9 @@ def running(pid: int, start: int) -> bool:
 
 
 def remove_stale(tmp: Path | str | None = None) -> list[Path]:
-    """Remove the view folders under ``tmp`` (default: the system's temporary folder) whose process no
-    longer runs and that belong to this user; returns those removed. Folders of running views, of other
-    users and with other names are left alone."""
+    """Remove the view folders under ``tmp`` (default: the system's temporary folder) whose process
+    no longer runs and that belong to this user; returns those removed. Folders of running views, of
+    other users and with other names are left alone."""
     root = Path(tmp or tempfile.gettempdir())
     removed = []
     try:

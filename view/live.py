@@ -4,13 +4,15 @@ An engineer keeps the view open while an overnight run fills the cache. ``Live``
 being served (a ``data.Browser``) and, every ``interval`` seconds, looks whether the cache changed:
 the names, sizes and modification times of its shards and logs (``signature``: one directory listing
 each, no file is opened), and of the remote tier's mirrored shards after pulling newer ones (at most
-every ``remote_every`` seconds). When they changed it builds a new snapshot (``Browser.rebuild``: the
-same scoring, in a child process) while the old one is still served, then serves the new one and
+every ``remote_every`` seconds). When they changed it builds a new snapshot (``Browser.rebuild``:
+the same scoring, in a child process) while the old one is still served, then serves the new one and
 removes the old one's snapshot. A run that writes all night changes its log every second, so a new
-rebuild starts no sooner than ``settle`` seconds, and twice the last rebuild's time, after the last one
-ended: the view follows the run without taking its cores. Every page shows the time its snapshot read the cache ("as of") and
-whether a newer one is being built. A rebuild that fails keeps the old snapshot and shows why.
+rebuild starts no sooner than ``settle`` seconds, and twice the last rebuild's time, after the last
+one ended: the view follows the run without taking its cores. Every page shows the time its snapshot
+read the cache ("as of") and whether a newer one is being built. A rebuild that fails keeps the old
+snapshot and shows why.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,9 +27,9 @@ log = logging.getLogger("dxi.view")
 
 
 def signature(*folders: Path) -> tuple[tuple[str, int, int], ...]:
-    """(path, size, mtime in ns) of every shard (``shards/*.parquet``) and log (``wal/*.jsonl``) under
-    ``folders`` (the cache, the remote's mirror), sorted: it changes when a row is appended, a log rolls
-    into a shard or a shard is compacted."""
+    """(path, size, mtime in ns) of every shard (``shards/*.parquet``) and log (``wal/*.jsonl``)
+    under ``folders`` (the cache, the remote's mirror), sorted: it changes when a row is appended, a
+    log rolls into a shard or a shard is compacted."""
     out = []
     for folder in folders:
         for sub, suffix in (("shards", ".parquet"), ("wal", ".jsonl")):
@@ -46,13 +48,24 @@ def signature(*folders: Path) -> tuple[tuple[str, int, int], ...]:
 
 
 class Live:
-    """The snapshot served (``browser``) and its replacement by newer ones (see the module docstring).
-    ``building`` is True while a newer snapshot is being built; ``failed`` the last rebuild's error
-    (None once one succeeds)."""
+    """The snapshot served (``browser``) and its replacement by newer ones (see the module
+    docstring). ``building`` is True while a newer snapshot is being built; ``failed`` the last
+    rebuild's error (None once one succeeds)."""
 
-    def __init__(self, browser: Browser, interval: float = 5.0, remote_every: float = 60.0, settle: float = 30.0,
-                 child: bool = True):
-        self.browser, self.interval, self.remote_every, self.child = browser, interval, remote_every, child
+    def __init__(
+        self,
+        browser: Browser,
+        interval: float = 5.0,
+        remote_every: float = 60.0,
+        settle: float = 30.0,
+        child: bool = True,
+    ):
+        self.browser, self.interval, self.remote_every, self.child = (
+            browser,
+            interval,
+            remote_every,
+            child,
+        )
         self.settle = settle
         self.building = False
         self.failed: str | None = None
@@ -69,17 +82,24 @@ class Live:
 
     def _signature(self, pull: bool = True) -> tuple:
         source = self.browser.source
-        if pull and source is not None and source.remote is not None and \
-                time.monotonic() - self._pulled >= self.remote_every:
+        if (
+            pull
+            and source is not None
+            and source.remote is not None
+            and time.monotonic() - self._pulled >= self.remote_every
+        ):
             self._pulled = time.monotonic()
             try:
                 source.remote.pull()
-            except OSError as exc:  # the remote unreachable for a while: what is mirrored is still served
+            except (
+                OSError
+            ) as exc:  # the remote unreachable for a while: what is mirrored is still served
                 log.warning("dxi view: remote cache: %s", exc)
         return signature(*self._folders())
 
     async def check(self) -> bool:
-        """Look once; build and swap in a newer snapshot if the cache changed. True when it swapped."""
+        """Look once; build and swap in a newer snapshot if the cache changed. True when it
+        swapped."""
         if self.building or self.browser.source is None or time.monotonic() < self._next:
             return False
         seen = await asyncio.to_thread(self._signature)
@@ -91,7 +111,9 @@ class Live:
             new = await asyncio.to_thread(self.browser.rebuild, self.child)
         except Exception as exc:  # noqa: BLE001 (any failure: keep serving the old snapshot, say why)
             self.failed = f"{type(exc).__name__}: {exc}"
-            log.warning("dxi view: rescoring failed, still showing the cache as of before: %s", self.failed)
+            log.warning(
+                "dxi view: rescoring failed, still showing the cache as of before: %s", self.failed
+            )
             self._seen = seen  # tried on this state; a further change tries again
             return False
         finally:

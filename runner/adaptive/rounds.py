@@ -238,13 +238,13 @@ class Rounds:
         }
 
     def remember(self, models: pl.DataFrame) -> None:
-        """Record the outcome in the cache folder (``runner.outputs.adaptive.remember``) for the commands that
-        rescore it; ``models``: the plan's ``models_frame``."""
+        """Record the outcome in the cache folder (``runner.outputs.adaptive.remember``) for the
+        commands that rescore it; ``models``: the plan's ``models_frame``."""
         remember(self.plan.cache_dir, self.block(), self.model_blocks(), configs(models))
 
     def entries(self) -> dict[str, dict] | None:
-        """Label -> {"adaptive": its block}, as ``runner.outputs.files.score`` sets them on the model
-        entries (None before the order was read: the run stopped before its first round)."""
+        """Label -> {"adaptive": its block}, as ``runner.outputs.files.score`` sets them on the
+        model entries (None before the order was read: the run stopped before its first round)."""
         if self.order is None:
             return None
         return {label: {"adaptive": block} for label, block in self.model_blocks().items()}

@@ -1,12 +1,22 @@
-"""Batch mode's collecting (``runner.batch.driver``'s module docstring: **Collecting**): an ended batch's
-result lines decoded into the cache's rows as a synchronous reply's, appended a piece at a time; the
-requests without a result given back to the next batch, or stored as a transient failure once they
-ran out of attempts; the heap trimmed after each collection (``_trim``)."""
+"""Batch mode's collecting (``runner.batch.driver``'s module docstring: **Collecting**): an ended
+batch's result lines decoded into the cache's rows as a synchronous reply's, appended a piece at a
+time; the requests without a result given back to the next batch, or stored as a transient failure
+once they ran out of attempts; the heap trimmed after each collection (``_trim``)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dxi.adapters import AdapterError, Answer, Fatal, ProviderStop, RateLimited, Reply, Request, Retryable
+from dxi.adapters import (
+    AdapterError,
+    Answer,
+    Fatal,
+    ProviderStop,
+    RateLimited,
+    Reply,
+    Request,
+    Retryable,
+)
 from dxi.adapters.batches import COMPLETED as COMPLETED_BATCH
 from dxi.adapters.batches import BatchLost, BatchStatus, ResultLine
 from dxi.adapters.errors import REQUEST
@@ -24,16 +34,19 @@ if TYPE_CHECKING:
 
 class Collecting:
     """The collecting half of ``ModelBatches`` (a mixin: the state it reads is the one
-    ``ModelBatches.__init__`` sets and documents; kept apart so each module reads in one sitting)."""
+    ``ModelBatches.__init__`` sets and documents; kept apart so each module reads in one
+    sitting)."""
 
     def _bodies(self, entry_id: str) -> dict[str, bytes]:
-        """The request bodies of an entry, from its input file (kept until it is collected): each result's
-        request is rebuilt from them rather than encoded again. {} when the file is gone (a run that died
-        before: the requests are encoded again)."""
+        """The request bodies of an entry, from its input file (kept until it is collected): each
+        result's request is rebuilt from them rather than encoded again. {} when the file is gone (a
+        run that died before: the requests are encoded again)."""
         split = self.api.split
         try:
             with open(self.ledger.folder / f"{entry_id}.input.jsonl", "rb") as f:
-                return dict(split(raw[:-1] if raw[-1:] == b"\n" else raw) for raw in f if not raw.isspace())
+                return dict(
+                    split(raw[:-1] if raw[-1:] == b"\n" else raw) for raw in f if not raw.isspace()
+                )
         except (OSError, ValueError):
             return {}
 
@@ -47,7 +60,8 @@ class Collecting:
         return self.adapter.encode(task, sample)
 
     async def _collect(self, entry: Entry, status: BatchStatus | None) -> None:
-        """Store an ended batch's results as they are read; give back what has none (module docstring).
+        """Store an ended batch's results as they are read; give back what has none (module
+        docstring).
 
         A result whose id is none of the batch's requests' (or that has none) and one repeating an
         id read already (the first is kept) are counted (``BatchStats.unknown_results``,
@@ -97,20 +111,34 @@ class Collecting:
             except BatchLost as exc:  # past the provider's retention: its requests are given back
                 gone = exc
             except AdapterError as exc:
-                self._say(f"could not read all results of batch {entry.batch_id} ({exc}); trying again later")
+                self._say(
+                    f"could not read all results of batch {entry.batch_id} ({exc}); trying again later"
+                )
                 self._schedule(entry.id)
                 return
-        foreign = entry.guessed and not seen  # adopted by size, none of ours: another client's batch
+        foreign = (
+            entry.guessed and not seen
+        )  # adopted by size, none of ours: another client's batch
         if unknown and not foreign:
             self.stats.unknown_results += unknown
-            self._say(f"batch {entry.batch_id}: {unknown:,} result(s) whose id is none of its requests' "
-                      "(or that carry none) left out")
+            self._say(
+                f"batch {entry.batch_id}: {unknown:,} result(s) whose id is none of its requests' "
+                "(or that carry none) left out"
+            )
         if duplicate:
             self.stats.duplicate_results += duplicate
-            self._say(f"batch {entry.batch_id}: {duplicate:,} result(s) repeating an id read already left "
-                      "out (the first result of each id is kept)")
-        mismatch = (status is not None and status.outcome == COMPLETED_BATCH and gone is None and keys
-                    and not seen and not entry.guessed)
+            self._say(
+                f"batch {entry.batch_id}: {duplicate:,} result(s) repeating an id read already left "
+                "out (the first result of each id is kept)"
+            )
+        mismatch = (
+            status is not None
+            and status.outcome == COMPLETED_BATCH
+            and gone is None
+            and keys
+            and not seen
+            and not entry.guessed
+        )
         if mismatch:  # submitting them again would lose them the same way, and pay again
             self.stopped = Fatal(
                 f"{self.label}: batch {entry.batch_id} succeeded but none of its {unknown:,} "
@@ -118,19 +146,29 @@ class Collecting:
                 "stored; batch mode stopped for this model, in this run and the next ones (its "
                 "requests are not submitted in a batch again: run without --batch to send them one "
                 f"call at a time; once the cause is fixed, {self._resume_hint()} lets batch mode "
-                "submit them again)")
+                "submit them again)"
+            )
             self.stats.stopped = str(self.stopped)
             self._say(str(self.stopped))
         elif gone is not None:
-            self._say(f"the results of batch {entry.batch_id} are gone at the provider ({gone}: "
-                      f"{self.api.RETENTION}): its {len(keys - seen):,} request(s) not stored are given "
-                      "back and sent again")
-        others: set[str] | None = None  # keys other open entries claim (candidates of one lost create)
+            self._say(
+                f"the results of batch {entry.batch_id} are gone at the provider ({gone}: "
+                f"{self.api.RETENTION}): its {len(keys - seen):,} request(s) not stored are given "
+                "back and sent again"
+            )
+        others: set[str] | None = (
+            None  # keys other open entries claim (candidates of one lost create)
+        )
         for key in keys - seen:
             if key in self.waiting and not self.cache.has(key):
                 if others is None:
-                    others = {k for e in self.ledger.open_entries(self.identity) if e.id != entry.id
-                              for k in self.ledger.keys(e.id) if k not in e.returned}
+                    others = {
+                        k
+                        for e in self.ledger.open_entries(self.identity)
+                        if e.id != entry.id
+                        for k in self.ledger.keys(e.id)
+                        if k not in e.returned
+                    }
                 if key in others:  # another candidate may still answer it: given back once none can
                     continue
                 given.append(key)
@@ -140,9 +178,17 @@ class Collecting:
         if mismatch:  # the stop outlives this run: every run reads it (``_reconcile``)
             extra["mismatch"] = True
             extra["stop"] = str(self.stopped)
-        self.ledger.record(entry.id, "collected", stored=stored, returned=returned, unmatched=unmatched,
-                           cost_usd=round(actual, 9) if self.charge.price is not None else None,
-                           unknown=unknown, duplicate=duplicate, **extra)
+        self.ledger.record(
+            entry.id,
+            "collected",
+            stored=stored,
+            returned=returned,
+            unmatched=unmatched,
+            cost_usd=round(actual, 9) if self.charge.price is not None else None,
+            unknown=unknown,
+            duplicate=duplicate,
+            **extra,
+        )
         self._unlock(entry.id)
         if self.ledger.entries()[entry.id].closed:
             self.ledger.forget_keys(entry.id)
@@ -152,24 +198,37 @@ class Collecting:
         self.entry_tokens.pop(entry.id, None)
         self.stats.collected += 1
         if foreign:
-            self._say(f"batch {entry.batch_id} (adopted by its size and time) was not this run's: none of "
-                      "its results carries one of the entry's ids; nothing stored from it")
+            self._say(
+                f"batch {entry.batch_id} (adopted by its size and time) was not this run's: none of "
+                "its results carries one of the entry's ids; nothing stored from it"
+            )
         for key in returned:
-            if mismatch:  # stopped: left for the next run (or a synchronous one), never submitted here
+            if (
+                mismatch
+            ):  # stopped: left for the next run (or a synchronous one), never submitted here
                 continue
             self._give_back(key)
         _trim()
         if returned:
-            self._say(f"batch {entry.batch_id} collected: {stored:,} stored, {len(returned):,} given back")
+            self._say(
+                f"batch {entry.batch_id} collected: {stored:,} stored, {len(returned):,} given back"
+            )
         else:
             self._say(f"batch {entry.batch_id} collected: {stored:,} stored")
         self.wake.set()
         self.on_progress()
 
-    def _row(self, entry: Entry, key: str, item: tuple[Task, int], result: ResultLine,
-             sent: bytes | None = None) -> tuple[dict | None, float]:
-        """Decode one result as the synchronous path would (``sent``: the request's body as it was sent, when
-        known); returns (its cache row, its cost in USD), or (None, 0.0) when it is given back."""
+    def _row(
+        self,
+        entry: Entry,
+        key: str,
+        item: tuple[Task, int],
+        result: ResultLine,
+        sent: bytes | None = None,
+    ) -> tuple[dict | None, float]:
+        """Decode one result as the synchronous path would (``sent``: the request's body as it was
+        sent, when known); returns (its cache row, its cost in USD), or (None, 0.0) when it is given
+        back."""
         task, sample = item
         body, error = result.body, result.error
         outcome = Outcome(attempts=1)
@@ -181,18 +240,33 @@ class Collecting:
             try:
                 if len(body) > self.adapter.limits.max_reply_bytes:
                     outcome.body = body[:2000]
-                    outcome.reply = Reply(tuple(Answer.invalid(q.id, f"reply larger than {self.adapter.limits.max_reply_bytes} "
-                                                                     "bytes") for q in task.questions))
+                    outcome.reply = Reply(
+                        tuple(
+                            Answer.invalid(
+                                q.id,
+                                f"reply larger than {self.adapter.limits.max_reply_bytes} bytes",
+                            )
+                            for q in task.questions
+                        )
+                    )
                 else:
                     outcome.reply = self.adapter.decode_parsed(task, body, result.doc)
             except AdapterError as exc:
                 error = exc
-        if isinstance(error, ProviderStop) and error.cause == REQUEST:  # the batch ran the others of this form:
-            error = Fatal(str(error), error.status)                      # this one's own refusal (as runner.sending.retry)
-        elif isinstance(error, ProviderStop):  # a quota or key stop inside a batch: no new batch is submitted
+        if (
+            isinstance(error, ProviderStop) and error.cause == REQUEST
+        ):  # the batch ran the others of this form:
+            error = Fatal(
+                str(error), error.status
+            )  # this one's own refusal (as runner.sending.retry)
+        elif isinstance(
+            error, ProviderStop
+        ):  # a quota or key stop inside a batch: no new batch is submitted
             self.stopped = self.stopped or error
             st.stopped = st.stopped or str(error)
-        if outcome.reply is None and not isinstance(error, Fatal):  # transient, rate limited, stop, not run
+        if outcome.reply is None and not isinstance(
+            error, Fatal
+        ):  # transient, rate limited, stop, not run
             if reserved is not None:
                 self.budget.settle(reserved, 0.0)
             if isinstance(error, RateLimited):
@@ -202,20 +276,32 @@ class Collecting:
         cost = 0.0
         if reserved is not None:
             cost = self.charge.settle(reserved, outcome.reply, outcome.error)
-        elif outcome.reply is not None and self.charge.price is not None:  # an earlier run's batch: not reserved here
+        elif (
+            outcome.reply is not None and self.charge.price is not None
+        ):  # an earlier run's batch: not reserved here
             from dxi.scoring.cost import USAGE_COLUMNS, request_cost
-            cost = request_cost({c: getattr(outcome.reply, c) for c in USAGE_COLUMNS}, self.charge.price)
+
+            cost = request_cost(
+                {c: getattr(outcome.reply, c) for c in USAGE_COLUMNS}, self.charge.price
+            )
             self.budget.spent += cost
-        return make_row(task, self._request(key, task, sample, sent), outcome, transport=BATCH,
-                        batch_id=entry.batch_id), cost
+        return make_row(
+            task,
+            self._request(key, task, sample, sent),
+            outcome,
+            transport=BATCH,
+            batch_id=entry.batch_id,
+        ), cost
 
     def _store(self, rows: list[tuple[str, Task, dict, float]]) -> None:
-        """Append the rows of a piece of results, ``(key, task, row, cost)`` each, in one write (``Cache.append_many``),
-        then count them."""
+        """Append the rows of a piece of results, ``(key, task, row, cost)`` each, in one write
+        (``Cache.append_many``), then count them."""
         before = self.appended
         self.cache.append_many([row for _, _, row, _ in rows])
         self.appended += len(rows)
-        if self.failpoint is not None:  # ``append:N``: killed after the append that stored the N-th row
+        if (
+            self.failpoint is not None
+        ):  # ``append:N``: killed after the append that stored the N-th row
             for n in range(before + 1, self.appended + 1):
                 failpoint(f"append:{n}")
         st = self.stats
@@ -227,8 +313,9 @@ class Collecting:
         self.on_progress()
 
     def _give_back(self, key: str) -> None:
-        """A request without a usable result: into the next batch, or (its attempts spent) stored as a
-        transient failure; with a deadline passed or submission stopped, left for the synchronous fallback."""
+        """A request without a usable result: into the next batch, or (its attempts spent) stored as
+        a transient failure; with a deadline passed or submission stopped, left for the synchronous
+        fallback."""
         item = self.waiting.get(key)
         if item is None:
             return
@@ -237,10 +324,16 @@ class Collecting:
             self.budget.settle(self.reserved.pop(key), 0.0)
         if self.attempts.get(key, 0) >= max(1, self.adapter.limits.max_attempts):
             task, sample = self.waiting.pop(key)
-            outcome = Outcome(attempts=self.attempts[key],
-                              error=_GivenUp(f"{self.label}: no result after {self.attempts[key]} batch(es) (expired, "
-                                             "cancelled or a transient error each time)"))
-            self.cache.append(make_row(task, self.adapter.encode(task, sample), outcome, transport=BATCH))
+            outcome = Outcome(
+                attempts=self.attempts[key],
+                error=_GivenUp(
+                    f"{self.label}: no result after {self.attempts[key]} batch(es) (expired, "
+                    "cancelled or a transient error each time)"
+                ),
+            )
+            self.cache.append(
+                make_row(task, self.adapter.encode(task, sample), outcome, transport=BATCH)
+            )
             self.stats.failed += 1
             return
         if self._past_deadline() or self.stopped is not None or self.options.collect_only:
@@ -265,9 +358,10 @@ class Collecting:
 
 
 def _trim() -> None:
-    """Give the heap's free pages back to the system after a collection (glibc ``malloc_trim``): reading a
-    result file frees thousands of reply-sized blocks, which glibc otherwise keeps, so that batches collected
-    one after another would grow the process by what each one read. A no-op elsewhere."""
+    """Give the heap's free pages back to the system after a collection (glibc ``malloc_trim``):
+    reading a result file frees thousands of reply-sized blocks, which glibc otherwise keeps, so
+    that batches collected one after another would grow the process by what each one read. A no-op
+    elsewhere."""
     global _LIBC
     if _LIBC is None:
         try:
@@ -285,4 +379,5 @@ _LIBC = None
 
 
 class _GivenUp(Retryable):
-    """A request given back by every batch it was in: stored as a transient failure (sent again next run)."""
+    """A request given back by every batch it was in: stored as a transient failure (sent again next
+    run)."""

@@ -1,25 +1,28 @@
-"""Batch mode (``dxi run --batch``, ``batch = true`` in a run file): a model's requests that are not cached go
-through its provider's batch API (``adapters.batches``) instead of one call at a time, at the batch price
-(docs/batch.md).
+"""Batch mode (``dxi run --batch``, ``batch = true`` in a run file): a model's requests that are not
+cached go through its provider's batch API (``adapters.batches``) instead of one call at a time, at
+the batch price (docs/batch.md).
 
-One ``ModelBatches`` per model, holding the model's claim (``cache.claims``), runs two tasks side by side:
+One ``ModelBatches`` per model, holding the model's claim (``cache.claims``), runs two tasks side by
+side:
 
-* **streaming**: the suite's requests (each epoch; those the shard owns), looked up in the cache; a request
-  claimed by an open ledger entry (``cache.ledger``: submitted by an earlier run, or by this one) waits for
-  that batch's results; any other uncached one goes into the batch being built: its line written to the
-  entry's input file (``batches/<entry>.input.jsonl``), its worst-case cost reserved under ``--max-cost``
-  (``runner.sending.cost``, at the batch price) before it is added. A batch is submitted when it reaches the
-  provider's request-count or byte limit (``BatchLimits``), the ``batch_max_requests`` of the run file or
-  ``--batch-size``, or the end of the suite; with ``batch_enqueued_tokens`` (the provider's enqueued-token
-  limit) no more than that many input tokens are in open batches at once.
-* **polling**: each open entry is read every ``poll_s`` seconds at first, the wait growing by half each
-  time up to ``max_poll_s`` (a few reads a minute at most, never a busy loop); an entry another live
-  process polls (its ``collector`` lock) is only watched through the ledger.
+* **streaming**: the suite's requests (each epoch; those the shard owns), looked up in the cache; a
+  request claimed by an open ledger entry (``cache.ledger``: submitted by an earlier run, or by this
+  one) waits for that batch's results; any other uncached one goes into the batch being built: its
+  line written to the entry's input file (``batches/<entry>.input.jsonl``), its worst-case cost
+  reserved under ``--max-cost`` (``runner.sending.cost``, at the batch price) before it is added. A
+  batch is submitted when it reaches the provider's request-count or byte limit (``BatchLimits``),
+  the ``batch_max_requests`` of the run file or ``--batch-size``, or the end of the suite; with
+  ``batch_enqueued_tokens`` (the provider's enqueued-token limit) no more than that many input
+  tokens are in open batches at once.
+* **polling**: each open entry is read every ``poll_s`` seconds at first, the wait growing by half
+  each time up to ``max_poll_s`` (a few reads a minute at most, never a busy loop); an entry another
+  live process polls (its ``collector`` lock) is only watched through the ledger.
 
-**Submitting** follows the ledger's rule (intent first, GUIDE §11): the entry's keys and ``intent`` event
-are written (fsync'd), then the input file is uploaded (``uploaded``), then the batch is created tagged with
-the entry id where the provider allows (``submitted``, written the instant the reply is read). A create
-whose reply was lost (a timeout, a broken connection) is looked for by its tag before it is tried again.
+**Submitting** follows the ledger's rule (intent first, GUIDE §11): the entry's keys and ``intent``
+event are written (fsync'd), then the input file is uploaded (``uploaded``), then the batch is
+created tagged with the entry id where the provider allows (``submitted``, written the instant the
+reply is read). A create whose reply was lost (a timeout, a broken connection) is looked for by its
+tag before it is tried again.
 
 **Reconciling** at start: an entry with an intent but no batch id is looked for at the provider
 (``find``: by its tag; Anthropic, which has none, by size among the batches its listing gives as
@@ -30,37 +33,38 @@ longer knows (404) ends ``lost``, and one whose results it no longer has (404, p
 is collected empty: their requests are given back. A ledger event or input file that cannot be
 written raises ``LedgerError`` (a ``CacheWriteError``: exit code 4).
 
-**Collecting** an ended batch: each result line, as read, goes through the adapter's ``decode`` and the same
-row as a synchronous reply (``runner.sending.rows.make_row``, ``transport`` "batch" and the batch id); the rows of
-each piece read from the network (up to 64 KiB of lines, ``BatchAPI.lines``) are appended to the cache in one
-write before the next piece is read; a deterministic error (400-class) is stored as a failure; a transient one
-(5xx, 429, a body that is not the wire format), a request the batch did not run (it expired or was
-cancelled) and a request with no result line are **given back**: into the next batch, up to
-``Limits.max_attempts`` times, then stored as a transient failure (sent again by the next run). A result
-whose key is already in the cache (a collection cut by a kill, done again) is skipped. Then the
-``collected`` event closes the entry.
+**Collecting** an ended batch: each result line, as read, goes through the adapter's ``decode`` and
+the same row as a synchronous reply (``runner.sending.rows.make_row``, ``transport`` "batch" and the
+batch id); the rows of each piece read from the network (up to 64 KiB of lines, ``BatchAPI.lines``)
+are appended to the cache in one write before the next piece is read; a deterministic error
+(400-class) is stored as a failure; a transient one (5xx, 429, a body that is not the wire format),
+a request the batch did not run (it expired or was cancelled) and a request with no result line are
+**given back**: into the next batch, up to ``Limits.max_attempts`` times, then stored as a transient
+failure (sent again by the next run). A result whose key is already in the cache (a collection cut
+by a kill, done again) is skipped. Then the ``collected`` event closes the entry.
 
-**Deadline** (``--deadline``): at that time every open batch of this run is cancelled, its results (what
-was done before the cancel) collected, and nothing more is submitted; with ``--deadline-fallback sync`` what
-is left is sent synchronously (``runner.dispatch``). Without a deadline the run waits for its batches;
-Ctrl-C leaves them running and the next run collects them.
+**Deadline** (``--deadline``): at that time every open batch of this run is cancelled, its results
+(what was done before the cancel) collected, and nothing more is submitted; with
+``--deadline-fallback sync`` what is left is sent synchronously (``runner.dispatch``). Without a
+deadline the run waits for its batches; Ctrl-C leaves them running and the next run collects them.
 
-Test hooks: ``DXI_FAILPOINT=NAME`` kills the process (SIGKILL) at a named step: ``intent`` (after the
-intent is recorded), ``upload_reply`` (after the provider's reply to the upload, before it is recorded),
-``uploaded``, ``created`` (after the provider's reply, before it is recorded: the
-window no tag closes for Anthropic), ``submitted``, ``append:N`` (after the append that stored the N-th row
+Test hooks: ``DXI_FAILPOINT=NAME`` kills the process (SIGKILL) at a named step: ``intent`` (after
+the intent is recorded), ``upload_reply`` (after the provider's reply to the upload, before it is
+recorded), ``uploaded``, ``created`` (after the provider's reply, before it is recorded: the window
+no tag closes for Anthropic), ``submitted``, ``append:N`` (after the append that stored the N-th row
 of this process's collections: a piece of results is appended at once).
 
 **Where it is**: ``ModelBatches`` is one model's state machine over its ledger entries: streaming,
 submitting, polling and collecting share the entries being built and watched, the cost reservations,
 the requests given back and the claim. Its state is set (and each field described) in
 ``ModelBatches.__init__`` here, with the run, the streaming and the polling; its submitting and
-reconciling are ``runner.batch.submit.Submitting``, its collecting ``runner.batch.collect.Collecting``
-(mixins on the same state, each a module that reads in one sitting); the settings, counts and
-shared helpers are ``runner.batch.options``. The command line's flags are ``runner.commands.options``
-and ``dxi batches`` is ``runner.open_batches``; the wire formats are ``adapters.batches`` and its
-``*_batch`` adapters, the ledger ``cache.ledger``.
+reconciling are ``runner.batch.submit.Submitting``, its collecting
+``runner.batch.collect.Collecting`` (mixins on the same state, each a module that reads in one
+sitting); the settings, counts and shared helpers are ``runner.batch.options``. The command line's
+flags are ``runner.commands.options`` and ``dxi batches`` is ``runner.open_batches``; the wire
+formats are ``adapters.batches`` and its ``*_batch`` adapters, the ledger ``cache.ledger``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -88,47 +92,81 @@ from .submit import Submitting, _Builder
 
 
 class ModelBatches(Submitting, Collecting):
-    """One model's batch mode (see the module docstring). ``stats`` is filled in as it goes; ``events``
-    gets a line for each batch state change (log mode prints it); ``on_progress`` is called after each
-    result stored. ``run()`` returns the requests left unsent, ``(task, sample)`` pairs (a deadline passed
-    or the batch API refused): the caller sends them synchronously or leaves them to the next run."""
+    """One model's batch mode (see the module docstring). ``stats`` is filled in as it goes;
+    ``events`` gets a line for each batch state change (log mode prints it); ``on_progress`` is
+    called after each result stored. ``run()`` returns the requests left unsent, ``(task, sample)``
+    pairs (a deadline passed or the batch API refused): the caller sends them synchronously or
+    leaves them to the next run."""
 
-    def __init__(self, model: ModelRun, api: BatchAPI, suite: Suite, cache: Cache, ledger: Ledger, identity: str, *,
-                 budget: Budget, options: BatchOptions, batch_price: tuple[float | None, ...] | None,
-                 shard: Shard | None = None, stats: BatchStats | None = None,
-                 events: Callable[[str], None] | None = None, on_progress: Callable[[], None] | None = None,
-                 tasks: dict[str, Task] | None = None, collecting: asyncio.Lock | None = None):
+    def __init__(
+        self,
+        model: ModelRun,
+        api: BatchAPI,
+        suite: Suite,
+        cache: Cache,
+        ledger: Ledger,
+        identity: str,
+        *,
+        budget: Budget,
+        options: BatchOptions,
+        batch_price: tuple[float | None, ...] | None,
+        shard: Shard | None = None,
+        stats: BatchStats | None = None,
+        events: Callable[[str], None] | None = None,
+        on_progress: Callable[[], None] | None = None,
+        tasks: dict[str, Task] | None = None,
+        collecting: asyncio.Lock | None = None,
+    ):
         self.model, self.api, self.suite, self.cache, self.ledger = model, api, suite, cache, ledger
         self.adapter = model.adapter
         self.identity, self.budget, self.options, self.shard = identity, budget, options, shard
         self.charge = Charge(budget, batch_price)
-        self.stats = stats if stats is not None else BatchStats(cost_usd=None if batch_price is None else 0.0)
+        self.stats = (
+            stats
+            if stats is not None
+            else BatchStats(cost_usd=None if batch_price is None else 0.0)
+        )
         self.events = events or (lambda text: None)
         self.on_progress = on_progress or (lambda: None)
         limits = api.limits
         self.max_requests = min(limits.max_requests, options.max_requests or limits.max_requests)
         self.max_bytes = limits.max_bytes
-        self.waiting: dict[str, tuple[Task, int]] = {}  # key -> its task and epoch, while its result is awaited
-        self.tasks = tasks if tasks is not None else {}  # task id -> one Task, shared by the models of a run
-        # one collection at a time in a run (shared by its models): batches that end together are stored one
-        # after the other, each result file's bodies and lines held once, not twenty times (the work is CPU)
+        self.waiting: dict[
+            str, tuple[Task, int]
+        ] = {}  # key -> its task and epoch, while its result is awaited
+        self.tasks = (
+            tasks if tasks is not None else {}
+        )  # task id -> one Task, shared by the models of a run
+        # one collection at a time in a run (shared by its models): batches that end together are
+        # stored one after the other, each result file's bodies and lines held once, not twenty
+        # times (the work is CPU)
         self.collecting = collecting if collecting is not None else asyncio.Lock()
-        self.keys_of: dict[str, set[str]] = {}  # entry id -> the keys streamed that it claims (earlier runs' entries)
+        self.keys_of: dict[
+            str, set[str]
+        ] = {}  # entry id -> the keys streamed that it claims (earlier runs' entries)
         self.fresh: set[str] = set()  # entries submitted by this run: collected as soon as they end
         self.reserved: dict[str, float] = {}  # key -> its reservation under the cost bound
         self.attempts: dict[str, int] = {}  # key -> batches it was in during this run
-        self.mine: dict[str, float] = {}  # entry id -> next status read (monotonic), for entries this run polls
+        self.mine: dict[
+            str, float
+        ] = {}  # entry id -> next status read (monotonic), for entries this run polls
         self.locks: dict[str, contextlib.ExitStack] = {}  # entry id -> its collector lock, held
         self.watched: set[str] = set()  # entries another live process polls
         self.entry_tokens: dict[str, float] = {}
         self.requeue: list[str] = []  # keys given back, for the next batch
         self.left: list[tuple[Task, int]] = []
         self.wake = asyncio.Event()
-        self.stopped: AdapterError | None = None  # the batch API refused this model: nothing more is submitted
+        self.stopped: AdapterError | None = (
+            None  # the batch API refused this model: nothing more is submitted
+        )
         self.cancelled = False
         self.appended = 0
-        self.failpoint = os.environ.get("DXI_FAILPOINT")  # the test hook, read once: a row's append looks it up
-        self.params_key = self.adapter.params_key  # (each result's request is rebuilt with it: computed once)
+        self.failpoint = os.environ.get(
+            "DXI_FAILPOINT"
+        )  # the test hook, read once: a row's append looks it up
+        self.params_key = (
+            self.adapter.params_key
+        )  # (each result's request is rebuilt with it: computed once)
         self.stats.in_batch = self.stats.in_batch or not options.collect_only
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -141,12 +179,14 @@ class ModelBatches(Submitting, Collecting):
 
     def _resume_hint(self) -> str:
         """The command that lifts a stop of this model's batch mode kept in the ledger."""
-        return (f"`dxi batches resume --model {shlex.quote(self.label)} "
-                f"--cache-dir {shlex.quote(str(self.ledger.root))}`")
+        return (
+            f"`dxi batches resume --model {shlex.quote(self.label)} "
+            f"--cache-dir {shlex.quote(str(self.ledger.root))}`"
+        )
 
     def _lock(self, entry_id: str) -> bool:
-        """Take the collector lock of ``entry_id`` (kept until the entry is closed); False if another live
-        process holds it."""
+        """Take the collector lock of ``entry_id`` (kept until the entry is closed); False if
+        another live process holds it."""
         if entry_id in self.locks:
             return True
         stack = contextlib.ExitStack()
@@ -166,8 +206,8 @@ class ModelBatches(Submitting, Collecting):
 
     # ---- the run ------------------------------------------------------------------------------
     async def run(self) -> list[tuple[Task, int]]:
-        """Reconcile, stream and submit, poll and collect until every request of the model is answered, given
-        up, or left (see the class docstring)."""
+        """Reconcile, stream and submit, poll and collect until every request of the model is
+        answered, given up, or left (see the class docstring)."""
         try:
             await self._reconcile()
             streaming = asyncio.create_task(self._stream())
@@ -183,12 +223,17 @@ class ModelBatches(Submitting, Collecting):
         finally:
             for entry_id in list(self.locks):
                 self._unlock(entry_id)
-        still = self.ledger.claimed(self.identity)  # an open batch holds them: the next run collects them
-        self.left += [self.waiting.pop(k) for k in list(self.waiting) if k not in still and not self.cache.has(k)]
+        still = self.ledger.claimed(
+            self.identity
+        )  # an open batch holds them: the next run collects them
+        self.left += [
+            self.waiting.pop(k)
+            for k in list(self.waiting)
+            if k not in still and not self.cache.has(k)
+        ]
         for key in list(self.reserved):
             self.budget.settle(self.reserved.pop(key), 0.0)
         return self.left
-
 
     # ---- streaming and submitting -------------------------------------------------------------
     async def _stream(self) -> None:
@@ -199,17 +244,20 @@ class ModelBatches(Submitting, Collecting):
         try:
             while batch := list(islice(stream, LOOKUP)):
                 await self._after_collection()
-                for (task, sample, request), hit in zip(batch, self.cache.has_many([r.key for _, _, r in batch]),
-                                                        strict=True):
+                for (task, sample, request), hit in zip(
+                    batch, self.cache.has_many([r.key for _, _, r in batch]), strict=True
+                ):
                     key = request.key
-                    # collecting only, the synchronous path beside counts the requests but those an open batch
-                    # claims, which it leaves to this one
+                    # collecting only, the synchronous path beside counts the requests but those an
+                    # open batch claims, which it leaves to this one
                     counted = not self.options.collect_only or key in claimed
                     self.stats.total += counted
                     if hit or key in self.waiting:
                         self.stats.cache_hits += counted
                         continue
-                    task = self.tasks.setdefault(task.id, task)  # one copy of a task however many models await it
+                    task = self.tasks.setdefault(
+                        task.id, task
+                    )  # one copy of a task however many models await it
                     owner = claimed.get(key)
                     if owner is not None:
                         self.waiting[key] = (task, sample)
@@ -236,8 +284,8 @@ class ModelBatches(Submitting, Collecting):
             self.wake.set()
 
     async def _after_collection(self) -> None:
-        """Let a collection under way (any model's) finish before more requests are encoded: answers already
-        produced reach the cache first, and encoding is CPU on the same core."""
+        """Let a collection under way (any model's) finish before more requests are encoded: answers
+        already produced reach the cache first, and encoding is CPU on the same core."""
         if self.collecting.locked():
             async with self.collecting:
                 return
@@ -246,22 +294,30 @@ class ModelBatches(Submitting, Collecting):
     def _past_deadline(self) -> bool:
         return self.options.deadline is not None and time.time() >= self.options.deadline
 
-
     # ---- polling and collecting ---------------------------------------------------------------
     async def _poll_until_done(self, streaming: asyncio.Task) -> None:
-        """Poll the open entries until each is collected (and what they gave back is submitted again), or,
-        collecting only without waiting, once each. Earlier runs' entries are read once the stream has
-        named their tasks; this run's as soon as they are due."""
+        """Poll the open entries until each is collected (and what they gave back is submitted
+        again), or, collecting only without waiting, once each. Earlier runs' entries are read once
+        the stream has named their tasks; this run's as soon as they are due."""
         deadline_done = False
         once = self.options.collect_only and not self.options.wait
         while True:
-            if self._past_deadline():  # each loop: a batch whose create was on the wire at the deadline too
+            if (
+                self._past_deadline()
+            ):  # each loop: a batch whose create was on the wire at the deadline too
                 if not deadline_done:
-                    self._say("deadline reached: cancelling the open batches, keeping every result produced")
+                    self._say(
+                        "deadline reached: cancelling the open batches, keeping every result produced"
+                    )
                 deadline_done = True
                 await self._cancel_all()
-            if self.requeue and streaming.done() and not self._past_deadline() and self.stopped is None \
-                    and not self.options.collect_only:
+            if (
+                self.requeue
+                and streaming.done()
+                and not self._past_deadline()
+                and self.stopped is None
+                and not self.options.collect_only
+            ):
                 await self._submit_requeued()
             now = time.monotonic()
             for entry_id, due in list(self.mine.items()):
@@ -271,10 +327,15 @@ class ModelBatches(Submitting, Collecting):
                         self.mine.pop(entry_id, None)
             for entry_id in list(self.watched):
                 self._watch(entry_id)
-            if streaming.done() and (once or (not self.mine and not self._watching() and not self.requeue)):
+            if streaming.done() and (
+                once or (not self.mine and not self._watching() and not self.requeue)
+            ):
                 return
-            waits = [due - time.monotonic() for entry_id, due in self.mine.items()
-                     if streaming.done() or entry_id in self.fresh]
+            waits = [
+                due - time.monotonic()
+                for entry_id, due in self.mine.items()
+                if streaming.done() or entry_id in self.fresh
+            ]
             if self.watched:
                 waits.append(min(self.options.poll_s, 5.0))
             if self.options.deadline is not None and not deadline_done:
@@ -289,11 +350,13 @@ class ModelBatches(Submitting, Collecting):
                 await asyncio.wait_for(self.wake.wait(), timeout)
 
     def _watching(self) -> bool:
-        return any(not self.ledger.entries()[e].closed for e in self.watched if e in self.ledger.entries())
+        return any(
+            not self.ledger.entries()[e].closed for e in self.watched if e in self.ledger.entries()
+        )
 
     def _watch(self, entry_id: str) -> None:
-        """An entry another process polls: done when its ledger says so (its rows are then in the cache), or
-        taken over when that process is gone (its collector lock is free)."""
+        """An entry another process polls: done when its ledger says so (its rows are then in the
+        cache), or taken over when that process is gone (its collector lock is free)."""
         entry = self.ledger.entries().get(entry_id)
         if entry is None or entry.closed:
             self.watched.discard(entry_id)
@@ -313,7 +376,9 @@ class ModelBatches(Submitting, Collecting):
             self.mine[entry_id] = 0.0
             self.stats.running[entry_id] = entry.submitted_at or entry.created
             self.entry_tokens[entry_id] = entry.bytes / BYTES_PER_TOKEN
-            self._say(f"took over batch {entry.batch_id or entry.id} from process {entry.pid} (gone)")
+            self._say(
+                f"took over batch {entry.batch_id or entry.id} from process {entry.pid} (gone)"
+            )
 
     async def _poll(self, entry_id: str) -> None:
         entry = self.ledger.entries()[entry_id]
@@ -324,7 +389,9 @@ class ModelBatches(Submitting, Collecting):
             status = await self.api.get(entry.batch_id)
         except BatchLost as exc:
             self.ledger.record(entry_id, "ended", outcome="lost", state="not found", output={})
-            self._say(f"batch {entry.batch_id} is gone at the provider (404: {exc}); its requests are given back")
+            self._say(
+                f"batch {entry.batch_id} is gone at the provider (404: {exc}); its requests are given back"
+            )
             async with self.collecting:
                 await self._collect(self.ledger.entries()[entry_id], None)
             return
@@ -335,17 +402,33 @@ class ModelBatches(Submitting, Collecting):
         if status.outcome is None:
             if status.state != entry.state:
                 self.ledger.record(entry_id, "state", state=status.state, counts=status.counts)
-                self._say(f"batch {entry.batch_id} {entry.state} -> {status.state} {self._counts(status)}")
+                self._say(
+                    f"batch {entry.batch_id} {entry.state} -> {status.state} {self._counts(status)}"
+                )
             self._schedule(entry_id)
             return
         if not entry.ended:
-            self.ledger.record(entry_id, "ended", outcome=status.outcome, state=status.state, counts=status.counts,
-                               output=status.output)
-            self._say(f"batch {entry.batch_id} {entry.state} -> {status.state} ({status.outcome}) {self._counts(status)}")
-        if status.outcome == FAILED_BATCH:  # the input refused whole: submitting it again would fail the same way
-            errors = status.output.get("errors") if isinstance(status.output.get("errors"), dict) else {}
+            self.ledger.record(
+                entry_id,
+                "ended",
+                outcome=status.outcome,
+                state=status.state,
+                counts=status.counts,
+                output=status.output,
+            )
+            self._say(
+                f"batch {entry.batch_id} {entry.state} -> {status.state} ({status.outcome}) {self._counts(status)}"
+            )
+        if (
+            status.outcome == FAILED_BATCH
+        ):  # the input refused whole: submitting it again would fail the same way
+            errors = (
+                status.output.get("errors") if isinstance(status.output.get("errors"), dict) else {}
+            )
             first = next(iter(errors.get("data") or []), {})
-            self.stopped = Fatal(f"{self.label}: batch {entry.batch_id} failed: {first.get('message') or status.state}")
+            self.stopped = Fatal(
+                f"{self.label}: batch {entry.batch_id} failed: {first.get('message') or status.state}"
+            )
             self.stats.stopped = str(self.stopped)
             self._say(str(self.stopped))
         async with self.collecting:
@@ -357,8 +440,9 @@ class ModelBatches(Submitting, Collecting):
 
     def _schedule(self, entry_id: str) -> None:
         """The next status read of an entry: the wait grows by half each time, from ``poll_s`` to
-        ``max_poll_s``; once its cancel was asked (a deadline, ``dxi batches cancel``), every ``poll_s``
-        (at most 5 s): what it leaves is sent by the synchronous fallback as soon as it has ended."""
+        ``max_poll_s``; once its cancel was asked (a deadline, ``dxi batches cancel``), every
+        ``poll_s`` (at most 5 s): what it leaves is sent by the synchronous fallback as soon as it
+        has ended."""
         running = time.time() - self.stats.running.get(entry_id, time.time())
         wait = min(self.options.max_poll_s, max(self.options.poll_s, running / 2))
         entry = self.ledger.entries().get(entry_id)
@@ -367,19 +451,22 @@ class ModelBatches(Submitting, Collecting):
         self.mine[entry_id] = time.monotonic() + wait
 
     async def _cancel_all(self) -> None:
-        """The deadline: cancel every open batch this run polls (once each); nothing more is submitted."""
+        """The deadline: cancel every open batch this run polls (once each); nothing more is
+        submitted."""
         self.cancelled = True
         for entry_id in list(self.mine):
             entry = self.ledger.entries()[entry_id]
             if entry.batch_id is None or entry.ended or entry.cancel_at is not None:
                 continue
             try:
-                await with_retries(lambda e=entry: self.api.cancel(e.batch_id), self.adapter, "cancel")
+                await with_retries(
+                    lambda e=entry: self.api.cancel(e.batch_id), self.adapter, "cancel"
+                )
                 self.ledger.record(entry_id, "cancel", reason="deadline")
                 self._say(f"batch {entry.batch_id} cancelled at the deadline")
             except AdapterError as exc:
-                self.ledger.record(entry_id, "cancel", reason=f"deadline (the cancel failed: {exc})")
+                self.ledger.record(
+                    entry_id, "cancel", reason=f"deadline (the cancel failed: {exc})"
+                )
                 self._say(f"could not cancel batch {entry.batch_id}: {exc}")
             self.mine[entry_id] = time.monotonic() + min(self.options.poll_s, 5.0)
-
-

@@ -1,6 +1,7 @@
-"""What batch mode's parts share (``runner.batch.driver``): its settings (``BatchOptions``), a model's
-counts (``BatchStats``), the retries of the batch API's own calls (``with_retries``) and the kill test
-hook (``failpoint``)."""
+"""What batch mode's parts share (``runner.batch.driver``): its settings (``BatchOptions``), a
+model's counts (``BatchStats``), the retries of the batch API's own calls (``with_retries``) and the
+kill test hook (``failpoint``)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,18 +20,20 @@ BATCH = "batch"
 
 
 def failpoint(name: str) -> None:
-    """Kill this process with SIGKILL when ``DXI_FAILPOINT`` names ``name`` (tests of kill -9 at each step)."""
+    """Kill this process with SIGKILL when ``DXI_FAILPOINT`` names ``name`` (tests of kill -9 at
+    each step)."""
     if os.environ.get("DXI_FAILPOINT") == name:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)
 class BatchOptions:
-    """How batch mode runs: ``deadline`` (Unix seconds; None: none), ``poll_s`` / ``max_poll_s`` (the first
-    and the longest wait between two status reads of a batch, seconds), ``max_requests`` (a cap per batch
-    below the provider's), ``enqueued_tokens`` (input tokens in open batches at once, per model: the
-    provider's enqueued-token limit), ``collect_only`` (``dxi batches collect``: submit nothing, collect
-    what has ended), ``wait`` (collect_only: wait for the open batches to end)."""
+    """How batch mode runs: ``deadline`` (Unix seconds; None: none), ``poll_s`` / ``max_poll_s``
+    (the first and the longest wait between two status reads of a batch, seconds), ``max_requests``
+    (a cap per batch below the provider's), ``enqueued_tokens`` (input tokens in open batches at
+    once, per model: the provider's enqueued-token limit), ``collect_only`` (``dxi batches
+    collect``: submit nothing, collect what has ended), ``wait`` (collect_only: wait for the open
+    batches to end)."""
 
     deadline: float | None = None
     poll_s: float = 30.0
@@ -43,15 +46,15 @@ class BatchOptions:
 
 @dataclass
 class BatchStats(Stats):
-    """A model's Stats plus its batches: ``submitted`` (batches created by this run, adopted ones included),
-    ``running`` (open now: entry id -> when submitted, Unix seconds), ``collected`` (batches collected),
-    ``given_back`` (requests given back, to be sent again), ``claimed`` (requests in another live process's
-    open batch: it collects them), ``from_earlier`` (requests answered by a batch an earlier run submitted,
-    stored by this one: neither sent by this run nor found in the cache), ``unknown_results``
-    (result lines whose id is none of their batch's requests', or that carry none: dropped, with a
-    warning), ``duplicate_results`` (result lines repeating an id read already in their batch: the
-    first one kept), ``in_batch`` (the model is in batch mode, not only collecting an earlier run's
-    batches)."""
+    """A model's Stats plus its batches: ``submitted`` (batches created by this run, adopted ones
+    included), ``running`` (open now: entry id -> when submitted, Unix seconds), ``collected``
+    (batches collected), ``given_back`` (requests given back, to be sent again), ``claimed``
+    (requests in another live process's open batch: it collects them), ``from_earlier`` (requests
+    answered by a batch an earlier run submitted, stored by this one: neither sent by this run nor
+    found in the cache), ``unknown_results`` (result lines whose id is none of their batch's
+    requests', or that carry none: dropped, with a warning), ``duplicate_results`` (result lines
+    repeating an id read already in their batch: the first one kept), ``in_batch`` (the model is in
+    batch mode, not only collecting an earlier run's batches)."""
 
     submitted: int = 0
     running: dict[str, float] = field(default_factory=dict)
@@ -66,8 +69,9 @@ class BatchStats(Stats):
 
 
 async def with_retries(call: Callable, adapter: Adapter, what: str):
-    """``await call()``, again after a retryable error (up to ``Limits.max_attempts``, the waits doubling
-    from ``backoff_s`` up to ``max_wait_s``, a stated wait honoured): the batch API's own calls."""
+    """``await call()``, again after a retryable error (up to ``Limits.max_attempts``, the waits
+    doubling from ``backoff_s`` up to ``max_wait_s``, a stated wait honoured): the batch API's own
+    calls."""
     limits = adapter.limits
     attempt = 0
     while True:

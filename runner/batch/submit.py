@@ -1,7 +1,8 @@
-"""Batch mode's submitting (``runner.batch.driver``'s module docstring: **Submitting**, **Reconciling**):
-the batch being built (``_Builder``), a request added under the cost bound and the provider's limits,
-the ledger's intent-first order (intent, upload, create, submitted), and at start the entries of earlier
-runs reconciled with the provider (found, adopted or abandoned)."""
+"""Batch mode's submitting (``runner.batch.driver``'s module docstring: **Submitting**,
+**Reconciling**): the batch being built (``_Builder``), a request added under the cost bound and the
+provider's limits, the ledger's intent-first order (intent, upload, create, submitted), and at start
+the entries of earlier runs reconciled with the provider (found, adopted or abandoned)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dxi.adapters import AdapterError, Fatal, ProviderStop, RateLimited, Request, Retryable
-from dxi.adapters.batches import WIDE_S, BatchStatus
+from dxi.adapters.batches import WIDE_S, BatchLost, BatchStatus
 from dxi.cache.ledger import Entry, LedgerError, new_id
 from dxi.evals import Task
 
@@ -34,11 +35,13 @@ class _Builder:
 
 class Submitting:
     """The submitting half of ``ModelBatches`` (a mixin: the state it reads is the one
-    ``ModelBatches.__init__`` sets and documents; kept apart so each module reads in one sitting)."""
+    ``ModelBatches.__init__`` sets and documents; kept apart so each module reads in one
+    sitting)."""
 
     async def _reconcile(self) -> None:
-        """Entries of this model left open by earlier runs: those cut before their batch id was recorded
-        looked for at the provider (adopted, or abandoned); the others polled from now on."""
+        """Entries of this model left open by earlier runs: those cut before their batch id was
+        recorded looked for at the provider (adopted, or abandoned); the others polled from now
+        on."""
         known = {e.batch_id for e in self.ledger.entries().values() if e.batch_id}
         stops = self.ledger.stops(self.identity) if not self.options.collect_only else []
         if stops:  # a collection of an earlier run stopped this model's batch mode
@@ -48,7 +51,8 @@ class Submitting:
                 f"(entry {first.id}) succeeded but none of its results carried one of its "
                 "requests' ids; its requests are not submitted in a batch (run without --batch "
                 f"to send them one call at a time, or {self._resume_hint()} once the cause is "
-                "fixed)")
+                "fixed)"
+            )
             self.stats.stopped = str(self.stopped)
             self._say(str(self.stopped))
         if self.ledger.folder.is_dir():
@@ -85,9 +89,13 @@ class Submitting:
         try:
             found = await with_retries(
                 lambda: self.api.find(entry.id, entry.created, entry.requests, known, entry.ref),
-                self.adapter, "find")
+                self.adapter,
+                "find",
+            )
         except AdapterError as exc:
-            self._say(f"could not look for batch {entry.id} at the provider ({exc}); left open for the next run")
+            self._say(
+                f"could not look for batch {entry.id} at the provider ({exc}); left open for the next run"
+            )
             return []
         guessed = not self.api.taggable
         how = "by its tag" if not guessed else "by its size and creation (the provider has no tag)"
@@ -99,44 +107,72 @@ class Submitting:
                     entry_id = new_id()
                     self._lock(entry_id)
                     a = self.adapter
-                    self.ledger.intent(entry_id, self.ledger.keys(entry.id), identity=self.identity,
-                                       label=self.label, kind=a.kind, base_url=getattr(a, "base_url", ""),
-                                       model=a.spec.model, api_key_env=getattr(a, "key_env", None),
-                                       requests=entry.requests, bytes=entry.bytes, reserved_usd=None,
-                                       candidate_of=entry.id)
-                self.ledger.record(entry_id, "submitted", batch_id=status.batch_id, state=status.state,
-                                   adopted=True, guessed=guessed)
+                    self.ledger.intent(
+                        entry_id,
+                        self.ledger.keys(entry.id),
+                        identity=self.identity,
+                        label=self.label,
+                        kind=a.kind,
+                        base_url=getattr(a, "base_url", ""),
+                        model=a.spec.model,
+                        api_key_env=getattr(a, "key_env", None),
+                        requests=entry.requests,
+                        bytes=entry.bytes,
+                        reserved_usd=None,
+                        candidate_of=entry.id,
+                    )
+                self.ledger.record(
+                    entry_id,
+                    "submitted",
+                    batch_id=status.batch_id,
+                    state=status.state,
+                    adopted=True,
+                    guessed=guessed,
+                )
                 known.add(status.batch_id)
                 adopted.append(entry_id)
             if len(found) == 1:
-                self._say(f"found batch {found[0].batch_id} of {entry.id} again {how}; its results will "
-                          "be collected")
+                self._say(
+                    f"found batch {found[0].batch_id} of {entry.id} again {how}; its results will "
+                    "be collected"
+                )
             else:
-                self._say(f"{len(found)} batches may be entry {entry.id}, found {how} "
-                          f"({', '.join(s.batch_id for s in found)}): each is adopted and collected; the "
-                          "results carrying its requests' ids are kept, the others' left out, and a request "
-                          "none of them answers is sent again")
+                self._say(
+                    f"{len(found)} batches may be entry {entry.id}, found {how} "
+                    f"({', '.join(s.batch_id for s in found)}): each is adopted and collected; the "
+                    "results carrying its requests' ids are kept, the others' left out, and a request "
+                    "none of them answers is sent again"
+                )
             return adopted
         api = self.api
         if api.listed_all:
-            what = ("carries the entry's tag" if api.taggable else
-                    f"has its {entry.requests:,} requests (of those created after the newest "
-                    "batch it listed before the create, by its own clock)")
-            reason = (f"not found at the provider (none of the {api.listed:,} batches it lists "
-                      f"{what}): it was never created; its requests are submitted in a new batch")
+            what = (
+                "carries the entry's tag"
+                if api.taggable
+                else f"has its {entry.requests:,} requests (of those created after the newest "
+                "batch it listed before the create, by its own clock)"
+            )
+            reason = (
+                f"not found at the provider (none of the {api.listed:,} batches it lists "
+                f"{what}): it was never created; its requests are submitted in a new batch"
+            )
         elif api.taggable or entry.ref is not None:
-            reason = (f"not found among the {api.listed:,} batches of the provider's listing read "
-                      "(it lists more: not proof that it was never created); its requests are "
-                      "submitted in a new batch")
+            reason = (
+                f"not found among the {api.listed:,} batches of the provider's listing read "
+                "(it lists more: not proof that it was never created); its requests are "
+                "submitted in a new batch"
+            )
         else:
             since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(entry.created - WIDE_S))
-            reason = (f"no batch of {entry.requests:,} requests created since {since} "
-                      "(this machine's clock, a day before the intent: the entry was recorded "
-                      "without the provider's listing to go by) that no other entry knows is "
-                      "listed by the provider, which tags nothing: taken as not created, its "
-                      "requests are submitted in a new batch (were this machine's clock more "
-                      "than a day ahead of the provider's, such a batch would exist, unknown to "
-                      "dxi: see the provider's console)")
+            reason = (
+                f"no batch of {entry.requests:,} requests created since {since} "
+                "(this machine's clock, a day before the intent: the entry was recorded "
+                "without the provider's listing to go by) that no other entry knows is "
+                "listed by the provider, which tags nothing: taken as not created, its "
+                "requests are submitted in a new batch (were this machine's clock more "
+                "than a day ahead of the provider's, such a batch would exist, unknown to "
+                "dxi: see the provider's console)"
+            )
         self.ledger.record(entry.id, "abandoned", reason=reason)
         self._unlock(entry.id)
         self.ledger.forget_keys(entry.id)
@@ -155,54 +191,77 @@ class Submitting:
         if not files:
             return
         try:
-            deleted = await with_retries(lambda: self.api.delete_files(files), self.adapter,
-                                         "delete")
+            deleted = await with_retries(
+                lambda: self.api.delete_files(files), self.adapter, "delete"
+            )
         except AdapterError as exc:
             self.ledger.record(entry.id, "cleaned", files=files, failed=str(exc))
-            self._say(f"could not delete the files of batch {entry.batch_id} at the provider "
-                      f"({exc}); left there (not tried again)")
+            self._say(
+                f"could not delete the files of batch {entry.batch_id} at the provider "
+                f"({exc}); left there (not tried again)"
+            )
             return
         self.ledger.record(entry.id, "cleaned", files=files, deleted=deleted)
 
     async def _delete_input(self, entry: Entry) -> None:
-        """Delete at the provider the input file of an entry that never became a batch (uploaded just
-        before a kill, or before a create that failed): by the file id the ledger recorded, else by the
-        name dxi gave it (``BatchAPI.delete_input``: only a file named after this ledger's entry)."""
+        """Delete at the provider the input file of an entry that never became a batch (uploaded
+        just before a kill, or before a create that failed): by the file id the ledger recorded,
+        else by the name dxi gave it (``BatchAPI.delete_input``: only a file named after this
+        ledger's entry)."""
         try:
-            deleted = await with_retries(lambda: self.api.delete_input(entry.id, entry.file_id),
-                                         self.adapter, "delete")
+            deleted = await with_retries(
+                lambda: self.api.delete_input(entry.id, entry.file_id), self.adapter, "delete"
+            )
         except AdapterError as exc:
-            self._say(f"could not delete the input file of entry {entry.id} at the provider ({exc})")
+            self._say(
+                f"could not delete the input file of entry {entry.id} at the provider ({exc})"
+            )
             return
         if deleted:
-            self._say(f"deleted the input file of entry {entry.id} at the provider (it never became a "
-                      "batch)")
+            self._say(
+                f"deleted the input file of entry {entry.id} at the provider (it never became a "
+                "batch)"
+            )
 
-    async def _add(self, builder: _Builder | None, task: Task, sample: int, request: Request) -> _Builder | None:
-        """Put one request in the batch being built (submitting it first when full); reserve its worst
-        case first (CostBoundReached when the bound leaves no room)."""
+    async def _add(
+        self, builder: _Builder | None, task: Task, sample: int, request: Request
+    ) -> _Builder | None:
+        """Put one request in the batch being built (submitting it first when full); reserve its
+        worst case first (CostBoundReached when the bound leaves no room)."""
         line = self.api.line(request) + b"\n"
         tokens = len(request.body) / BYTES_PER_TOKEN
-        if builder is not None and (len(builder.keys) >= self.max_requests or builder.bytes + len(line) > self.max_bytes
-                                    or self._over_tokens(builder.tokens + tokens)):
+        if builder is not None and (
+            len(builder.keys) >= self.max_requests
+            or builder.bytes + len(line) > self.max_bytes
+            or self._over_tokens(builder.tokens + tokens)
+        ):
             await self._submit(builder)
             builder = None
         while self.options.enqueued_tokens and self.entry_tokens and self._over_tokens(tokens):
             self.wake.set()
             await self._settled()  # the enqueued-token limit: wait for an open batch to end
-        if not self.budget.fits(self.charge.bound(self.adapter, task, request)) and builder is not None and builder.keys:
-            await self._submit(builder)  # what is built goes first: its results may free room under the bound
+        if (
+            not self.budget.fits(self.charge.bound(self.adapter, task, request))
+            and builder is not None
+            and builder.keys
+        ):
+            await self._submit(
+                builder
+            )  # what is built goes first: its results may free room under the bound
             builder = None
         reserved = await self.charge.reserve(self.adapter, task, request)
         try:
             if builder is None:
                 builder = self._new_builder()
             builder.fd.write(line)
-        except OSError as exc:  # a full or read-only disk: stopped as a cache write is (exit code 4)
+        except (
+            OSError
+        ) as exc:  # a full or read-only disk: stopped as a cache write is (exit code 4)
             self.budget.settle(reserved, 0.0)
             where = builder.path if builder is not None else self.ledger.folder
-            raise LedgerError(f"cannot write the batch input file in {where}: {exc.strerror or exc}",
-                              exc.errno) from None
+            raise LedgerError(
+                f"cannot write the batch input file in {where}: {exc.strerror or exc}", exc.errno
+            ) from None
         builder.keys.append(request.key)
         builder.bytes += len(line)
         builder.tokens += tokens
@@ -221,8 +280,8 @@ class Submitting:
             await asyncio.sleep(min(1.0, self.options.poll_s))
 
     def _new_builder(self) -> _Builder:
-        """A new batch: its entry id, its collector lock (held from now: ``Ledger.sweep_inputs`` leaves its
-        input file alone) and its input file."""
+        """A new batch: its entry id, its collector lock (held from now: ``Ledger.sweep_inputs``
+        leaves its input file alone) and its input file."""
         entry_id = new_id()
         self.ledger.folder.mkdir(parents=True, exist_ok=True)
         self._lock(entry_id)
@@ -234,10 +293,14 @@ class Submitting:
         try:
             builder.fd.close()
         except OSError as exc:
-            raise LedgerError(f"cannot write the batch input file {builder.path}: {exc.strerror or exc}",
-                              exc.errno) from None
+            raise LedgerError(
+                f"cannot write the batch input file {builder.path}: {exc.strerror or exc}",
+                exc.errno,
+            ) from None
         entry_id, n = builder.entry, len(builder.keys)
-        if not n or self._past_deadline():  # past the deadline nothing more is submitted: left for the fallback
+        if (
+            not n or self._past_deadline()
+        ):  # past the deadline nothing more is submitted: left for the fallback
             builder.path.unlink(missing_ok=True)
             self._unlock(entry_id)
             for key in builder.keys:
@@ -247,26 +310,39 @@ class Submitting:
         spec = self.adapter.spec
         reserved = sum(builder.reserved.values())
         ref = await self._reference()
-        self.ledger.intent(entry_id, builder.keys, identity=self.identity, label=self.label, kind=self.adapter.kind,
-                           base_url=getattr(self.adapter, "base_url", ""), model=spec.model,
-                           api_key_env=getattr(self.adapter, "key_env", None), requests=n, bytes=builder.bytes,
-                           reserved_usd=(round(reserved, 6) if self.budget.max_usd is not None
-                                         else None),
-                           **({"ref": ref} if ref is not None else {}))
+        self.ledger.intent(
+            entry_id,
+            builder.keys,
+            identity=self.identity,
+            label=self.label,
+            kind=self.adapter.kind,
+            base_url=getattr(self.adapter, "base_url", ""),
+            model=spec.model,
+            api_key_env=getattr(self.adapter, "key_env", None),
+            requests=n,
+            bytes=builder.bytes,
+            reserved_usd=(round(reserved, 6) if self.budget.max_usd is not None else None),
+            **({"ref": ref} if ref is not None else {}),
+        )
         self.reserved.update(builder.reserved)
         for key in builder.keys:
             self.attempts[key] = self.attempts.get(key, 0) + 1
         failpoint("intent")
         try:
-            file_id = await with_retries(lambda: self.api.upload(entry_id, builder.path, n, builder.bytes),
-                                          self.adapter, "upload")
+            file_id = await with_retries(
+                lambda: self.api.upload(entry_id, builder.path, n, builder.bytes),
+                self.adapter,
+                "upload",
+            )
             failpoint("upload_reply")
             if file_id is not None:
                 self.ledger.record(entry_id, "uploaded", file_id=file_id)
             failpoint("uploaded")
             status = await self._create(entry_id, builder, file_id, n, ref)
         except AdapterError as exc:
-            self.ledger.record(entry_id, "abandoned", reason=f"the batch could not be submitted: {exc}")
+            self.ledger.record(
+                entry_id, "abandoned", reason=f"the batch could not be submitted: {exc}"
+            )
             self._unlock(entry_id)
             self.ledger.forget_keys(entry_id)
             self._refused(exc, builder.keys)
@@ -299,14 +375,17 @@ class Submitting:
         except BatchLost:  # no batch API here: the create says so
             return None
         except AdapterError as exc:
-            self._say(f"could not read the provider's batch listing before a create ({exc}); "
-                      "were its reply lost, its batch would be looked for by this machine's clock")
+            self._say(
+                f"could not read the provider's batch listing before a create ({exc}); "
+                "were its reply lost, its batch would be looked for by this machine's clock"
+            )
             return None
 
-    async def _create(self, entry_id: str, builder: _Builder, file_id: str | None, n: int,
-                      ref: dict | None = None) -> BatchStatus:
-        """Create the batch; after a create whose reply was lost, look for it (by tag; Anthropic: by time and
-        size) before trying again, so that one entry never becomes two batches."""
+    async def _create(
+        self, entry_id: str, builder: _Builder, file_id: str | None, n: int, ref: dict | None = None
+    ) -> BatchStatus:
+        """Create the batch; after a create whose reply was lost, look for it (by tag; Anthropic: by
+        time and size) before trying again, so that one entry never becomes two batches."""
         created_after = time.time() - 5
         attempt = 0
         while True:
@@ -316,20 +395,31 @@ class Submitting:
             except Retryable as exc:
                 if attempt >= max(1, self.adapter.limits.max_attempts) or not exc.should_retry:
                     raise
-                if not isinstance(exc, RateLimited):  # the create may have been made: look before creating again
+                if not isinstance(
+                    exc, RateLimited
+                ):  # the create may have been made: look before creating again
                     known = {e.batch_id for e in self.ledger.entries().values() if e.batch_id}
                     found = await with_retries(
                         lambda known=known: self.api.find(entry_id, created_after, n, known, ref),
-                        self.adapter, "find")
+                        self.adapter,
+                        "find",
+                    )
                     if len(found) == 1:
                         return found[0]
-                wait = exc.retry_after if isinstance(exc, RateLimited) and exc.retry_after is not None else \
-                    min(self.adapter.limits.max_wait_s, self.adapter.limits.backoff_s * 2 ** (attempt - 1))
+                wait = (
+                    exc.retry_after
+                    if isinstance(exc, RateLimited) and exc.retry_after is not None
+                    else min(
+                        self.adapter.limits.max_wait_s,
+                        self.adapter.limits.backoff_s * 2 ** (attempt - 1),
+                    )
+                )
                 await asyncio.sleep(wait)
 
     def _refused(self, error: AdapterError, keys: list[str]) -> None:
-        """The batch API refused a batch (a 4xx, a stop, retries spent): its requests are left unsent, and
-        after a stop (a refused key, an exhausted quota, no batch API at this URL) nothing more is submitted."""
+        """The batch API refused a batch (a 4xx, a stop, retries spent): its requests are left
+        unsent, and after a stop (a refused key, an exhausted quota, no batch API at this URL)
+        nothing more is submitted."""
         self._say(f"a batch could not be submitted: {error}")
         if self.stats.errors is not None and len(self.stats.errors) < 20:
             self.stats.errors.append(f"batch submission: {error}")

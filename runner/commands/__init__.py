@@ -1,16 +1,18 @@
-"""The commands of ``dxi``, one module each: its options (``add_parser(sub)``) and ``main(args, console)``,
-which turns them into library calls (``runner.session.run``, ``runner.rescore.rescore``, ...) and prints what
-they return, ending in an exit code (``runner.errors``). The options several commands share are in
-``options``. A command module imports the library, never another command module; ``runner.cli`` builds the
-parser from them in ``COMMANDS``' order and dispatches.
+"""The commands of ``dxi``, one module each: its options (``add_parser(sub)``) and
+``main(args, console)``, which turns them into library calls (``runner.session.run``,
+``runner.rescore.rescore``, ...) and prints what they return, ending in an exit code
+(``runner.errors``). The options several commands share are in ``options``. A command module imports
+the library, never another command module; ``runner.cli`` builds the parser from them in
+``COMMANDS``' order and dispatches.
 
 This package's ``__init__`` declares what ``dxi --help`` shows without importing any command module:
 each command's module (``COMMANDS``) and help line (``HELP``), the help's ``Formatter`` and the exit
-codes' text (``EXIT_CODES``, ``exit_codes``). It imports only argparse and ``runner.errors``: ``runner.cli``
-imports a command's module only when that command is parsed or run (``dxi --help`` imports none; the
-start-up benchmark, ``benchmarks/bench_process.py``, holds it to 0.15 s and tests/test_startup.py checks
-what it imports).
+codes' text (``EXIT_CODES``, ``exit_codes``). It imports only argparse and ``runner.errors``:
+``runner.cli`` imports a command's module only when that command is parsed or run (``dxi --help``
+imports none; the start-up benchmark, ``benchmarks/bench_process.py``, holds it to 0.15 s and
+tests/test_startup.py checks what it imports).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,21 +30,32 @@ from ..errors import (
 )
 
 # command -> its module under runner/commands/, in the order `dxi --help` lists them
-COMMANDS = {"run": "run", "estimate": "estimate", "plan": "plan", "score": "score",
-            "report": "report", "view": "view",
-            "export": "export", "data": "data", "fetch-model": "fetch_model", "cache": "cache", "batches": "batches",
-            "completion": "completion"}
-# command -> its one line in `dxi --help` (the command's module gives it to its parser: ``options.command``)
+COMMANDS = {
+    "run": "run",
+    "estimate": "estimate",
+    "plan": "plan",
+    "score": "score",
+    "report": "report",
+    "view": "view",
+    "export": "export",
+    "data": "data",
+    "fetch-model": "fetch_model",
+    "cache": "cache",
+    "batches": "batches",
+    "completion": "completion",
+}
+# command -> its one line in `dxi --help` (the command's module gives it to its parser:
+# ``options.command``)
 HELP = {
     "run": "send what is not cached, then score",
     "estimate": "a dry run: what is not cached, why, and its expected tokens and cost (sends nothing)",
     "plan": "what an adaptive run (--until) would take: questions, requests, tokens and dollars to "
-            "reach a precision or to separate two models (sends nothing)",
+    "reach a precision or to separate two models (sends nothing)",
     "score": "score from the cache only, without the network (default: every model in the cache)",
     "report": "score from the cache only and write OUT/report.html with CSV/Parquet tables",
     "view": "browse every answer in a local web app (read-only, from the cache only)",
     "export": "score from the cache only and export the answers (csv, parquet, jsonl) or the Every Eval Ever "
-              "records (eee)",
+    "records (eee)",
     "data": "fetch the evaluation data from the Hugging Face hub, or check a data folder",
     "fetch-model": "fetch a local model file (GGUF) for the llamacpp adapters",
     "cache": "maintain the cache (dxi cache compact [--cache-dir DIR | --cache-remote URI])",
@@ -53,22 +66,22 @@ HELP = {
 _EXIT_LINES = {
     0: "0    done",
     EXIT_FAILED_REQUESTS: f"{EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply "
-                          "after the retries) or are\n       missing from the cache: the figures are "
-                          "over the answered questions, marked (*) with their\n       bounds; "
-                          "rerun to request them, or accept them with --allow-failed",
+    "after the retries) or are\n       missing from the cache: the figures are "
+    "over the answered questions, marked (*) with their\n       bounds; "
+    "rerun to request them, or accept them with --allow-failed",
     EXIT_USAGE: f"{EXIT_USAGE}    bad input (flags, run file, model string, data, an output path that cannot be written), "
-                "with a\n       message; nothing was sent",
+    "with a\n       message; nothing was sent",
     EXIT_COST_BOUND: f"{EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)",
     EXIT_CACHE_WRITE: f"{EXIT_CACHE_WRITE}    the cache could not be written (disk full, permissions): make room and rerun",
     EXIT_UPLOAD: f"{EXIT_UPLOAD}    done, but shards could not be uploaded to --cache-remote (all in the local cache; the next "
-                 "run uploads them)",
+    "run uploads them)",
     EXIT_PROVIDER_STOPPED: f"{EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, a stated wait "
-                           "over --max-stated-wait),\n       or a model alone (unknown model, refused request form); the "
-                           "others went on; the next run sends what was not sent",
+    "over --max-stated-wait),\n       or a model alone (unknown model, refused request form); the "
+    "others went on; the next run sends what was not sent",
     EXIT_SOFTWARE: f"{EXIT_SOFTWARE}   an unexpected error (a bug in dxi): one line says what failed and where, and the file "
-                   "holding\n       the full trace (secrets redacted) to report",
+    "holding\n       the full trace (secrets redacted) to report",
     EXIT_INTERRUPTED: f"{EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun "
-                      "the same command)",
+    "the same command)",
     EXIT_TERMINATED: f"{EXIT_TERMINATED}  stopped by SIGTERM (kill, a scheduler's time limit), as for {EXIT_INTERRUPTED}",
 }
 _DRAIN = """  The first Ctrl-C or SIGTERM of a run lets the requests in flight finish and be stored (at most --grace
@@ -77,10 +90,10 @@ _DRAIN = """  The first Ctrl-C or SIGTERM of a run lets the requests in flight f
 
 
 def exit_codes(*codes: int, say: dict[int, str] | None = None, drain: bool = True) -> str:
-    """The help's "exit codes:" section for a command that returns ``codes`` (``runner.errors``), in that
-    order, each with its line of ``say`` when given (what that code means for this command: wrapped
-    lines indented by 7), else the line ``dxi run`` gives it; a command that sends requests (returns
-    ``EXIT_INTERRUPTED``, ``drain``) also says how a stop drains."""
+    """The help's "exit codes:" section for a command that returns ``codes`` (``runner.errors``), in
+    that order, each with its line of ``say`` when given (what that code means for this command:
+    wrapped lines indented by 7), else the line ``dxi run`` gives it; a command that sends requests
+    (returns ``EXIT_INTERRUPTED``, ``drain``) also says how a stop drains."""
     say = say or {}
     lines = "".join(f"  {f'{c:<5}{say[c]}' if c in say else _EXIT_LINES[c]}\n" for c in codes)
     return "exit codes:\n" + lines + (_DRAIN if EXIT_INTERRUPTED in codes and drain else "")
@@ -103,12 +116,16 @@ SCORING_EXIT_CODES = exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_SOFTWA
 """What ``dxi score`` and ``dxi report`` return: they read the cache and send nothing."""
 
 
-
 class Formatter(argparse.RawDescriptionHelpFormatter):
-    """Descriptions as written (paragraphs, examples); each option's default appended when it has a real one."""
+    """Descriptions as written (paragraphs, examples); each option's default appended when it has a
+    real one."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if (action.option_strings and "default" not in text and action.default not in (None, False, [], argparse.SUPPRESS)):
+        if (
+            action.option_strings
+            and "default" not in text
+            and action.default not in (None, False, [], argparse.SUPPRESS)
+        ):
             text += " (default: %(default)s)"
         return text

@@ -3,6 +3,7 @@ results of open batches without starting new work, cancelling a model's open bat
 stop a batch whose results matched none of its requests put on a model's batch mode
 (``runner.open_batches``, docs/batch.md). Its options, and ``main``, which prints what the library
 returns."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,14 +30,14 @@ if TYPE_CHECKING:
 _SAY = {
     0: "done",
     EXIT_FAILED_REQUESTS: "cancel: a provider refused a cancel (the others were asked; run it "
-                          "again)",
+    "again)",
     EXIT_USAGE: "bad input (flags, a cache without batches, no open batch or stopped model "
-                "matching\n       --model or --entry), with a message",
+    "matching\n       --model or --entry), with a message",
     EXIT_CACHE_WRITE: "collect: the cache could not be written (disk full, permissions): make "
-                      "room and rerun",
+    "room and rerun",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C or kill -INT; 143: by SIGTERM): what was stored is "
-                      "kept; the batches\n       stay open at the provider, collected by the next "
-                      "run",
+    "kept; the batches\n       stay open at the provider, collected by the next "
+    "run",
 }
 
 
@@ -50,49 +51,110 @@ EXIT_CODES = _exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_CACHE_WRITE, 
 def add_parser(sub) -> None:
     """``dxi batches list|collect|cancel|resume``; collect takes the model and data options as
     ``dxi run`` has them."""
-    b = sub.add_parser("batches", help=options.HELP["batches"],
-                       description="The batches the cache's ledger holds (docs/batch.md).",
-                       epilog=EXIT_CODES, formatter_class=options.Formatter)
+    b = sub.add_parser(
+        "batches",
+        help=options.HELP["batches"],
+        description="The batches the cache's ledger holds (docs/batch.md).",
+        epilog=EXIT_CODES,
+        formatter_class=options.Formatter,
+    )
     formatter = options.Formatter
-    bsub = b.add_subparsers(dest="batches_command", required=True,
-                            metavar="list|collect|cancel|resume")
-    ls = bsub.add_parser("list", help="every batch of the ledger and where it stands",
-                         epilog=_exit_codes(0, EXIT_USAGE), formatter_class=formatter)
-    ls.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR", help="the cache (default .dxi-cache)")
-    ls.add_argument("--all", action="store_true", help="also the batches collected or abandoned (default: open ones)")
+    bsub = b.add_subparsers(
+        dest="batches_command", required=True, metavar="list|collect|cancel|resume"
+    )
+    ls = bsub.add_parser(
+        "list",
+        help="every batch of the ledger and where it stands",
+        epilog=_exit_codes(0, EXIT_USAGE),
+        formatter_class=formatter,
+    )
+    ls.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(".dxi-cache"),
+        metavar="DIR",
+        help="the cache (default .dxi-cache)",
+    )
+    ls.add_argument(
+        "--all",
+        action="store_true",
+        help="also the batches collected or abandoned (default: open ones)",
+    )
     ls.add_argument("--json", action="store_true", help="print the entries as JSON")
-    co = bsub.add_parser("collect", help="poll the open batches of the models named and store the results of those "
-                                         "that ended (submits nothing)",
-                         epilog=_exit_codes(0, EXIT_USAGE, EXIT_CACHE_WRITE, EXIT_INTERRUPTED),
-                         formatter_class=formatter)
+    co = bsub.add_parser(
+        "collect",
+        help="poll the open batches of the models named and store the results of those "
+        "that ended (submits nothing)",
+        epilog=_exit_codes(0, EXIT_USAGE, EXIT_CACHE_WRITE, EXIT_INTERRUPTED),
+        formatter_class=formatter,
+    )
     options.add_models(co.add_argument_group("models"), True, False)
     options.add_data(co.add_argument_group("data"))
-    co.add_argument("--cache-dir", type=Path, metavar="DIR", help="the cache (default .dxi-cache, or the run file's)")
-    co.add_argument("--wait", action="store_true", help="wait until every open batch has ended and is collected")
-    co.add_argument("--poll", type=numbers.POLL, default=options.POLL_S, metavar="SECONDS", help="with --wait: the first wait between "
-                                                                                  "two status reads")
+    co.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="the cache (default .dxi-cache, or the run file's)",
+    )
+    co.add_argument(
+        "--wait", action="store_true", help="wait until every open batch has ended and is collected"
+    )
+    co.add_argument(
+        "--poll",
+        type=numbers.POLL,
+        default=options.POLL_S,
+        metavar="SECONDS",
+        help="with --wait: the first wait between two status reads",
+    )
     co.set_defaults(out=None)  # collects into the cache; writes no outputs
-    ca = bsub.add_parser("cancel", help="cancel open batches (their results so far are "
-                                        "collected by the next run)",
-                         epilog=_exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED),
-                         formatter_class=formatter)
-    ca.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR", help="the cache (default .dxi-cache)")
+    ca = bsub.add_parser(
+        "cancel",
+        help="cancel open batches (their results so far are collected by the next run)",
+        epilog=_exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED),
+        formatter_class=formatter,
+    )
+    ca.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(".dxi-cache"),
+        metavar="DIR",
+        help="the cache (default .dxi-cache)",
+    )
     which = ca.add_mutually_exclusive_group(required=True)
-    which.add_argument("--model", metavar="NAME", help="every open batch of this model (its name in reports, or the "
-                                                       "model string given to dxi run)")
-    which.add_argument("--entry", metavar="ID", help="one entry of the ledger (dxi-...) or batch id")
+    which.add_argument(
+        "--model",
+        metavar="NAME",
+        help="every open batch of this model (its name in reports, or the "
+        "model string given to dxi run)",
+    )
+    which.add_argument(
+        "--entry", metavar="ID", help="one entry of the ledger (dxi-...) or batch id"
+    )
     which.add_argument("--all", action="store_true", help="every open batch")
-    rs = bsub.add_parser("resume", help="let batch mode submit a model's requests again after a "
-                                        "batch whose results carried none of its requests' ids "
-                                        "stopped it", epilog=_exit_codes(0, EXIT_USAGE),
-                         formatter_class=formatter)
-    rs.add_argument("--cache-dir", type=Path, default=Path(".dxi-cache"), metavar="DIR",
-                    help="the cache (default .dxi-cache)")
+    rs = bsub.add_parser(
+        "resume",
+        help="let batch mode submit a model's requests again after a "
+        "batch whose results carried none of its requests' ids "
+        "stopped it",
+        epilog=_exit_codes(0, EXIT_USAGE),
+        formatter_class=formatter,
+    )
+    rs.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(".dxi-cache"),
+        metavar="DIR",
+        help="the cache (default .dxi-cache)",
+    )
     which = rs.add_mutually_exclusive_group(required=True)
-    which.add_argument("--model", metavar="NAME", help="this model (its name in reports, or the "
-                                                       "model string given to dxi run)")
-    which.add_argument("--entry", metavar="ID",
-                       help="the entry (dxi-...) or batch id that stopped it")
+    which.add_argument(
+        "--model",
+        metavar="NAME",
+        help="this model (its name in reports, or the model string given to dxi run)",
+    )
+    which.add_argument(
+        "--entry", metavar="ID", help="the entry (dxi-...) or batch id that stopped it"
+    )
     which.add_argument("--all", action="store_true", help="every model stopped")
 
 
@@ -117,30 +179,50 @@ def main(args: argparse.Namespace, console: Console) -> int:
         if not open_batches.has_batches(plan.cache_dir):
             console.print(f"{plan.cache_dir} holds no batches: nothing to collect")
             return 0
-        paths.cache_folder(plan.cache_dir, options.named(args, "cache_dir", "--cache-dir"))  # results go there
+        paths.cache_folder(
+            plan.cache_dir, options.named(args, "cache_dir", "--cache-dir")
+        )  # results go there
         stats = open_batches.collect(plan, wait=args.wait, poll_s=args.poll, say=say)
         for label, s in stats.items():
-            console.print(escape(f"{label}: {s.ok + s.invalid + s.failed:,} result(s) stored, {s.given_back:,} given "
-                                 f"back (sent again by the next run), {len(s.running)} batch(es) still open"), highlight=False)
+            console.print(
+                escape(
+                    f"{label}: {s.ok + s.invalid + s.failed:,} result(s) stored, {s.given_back:,} given "
+                    f"back (sent again by the next run), {len(s.running)} batch(es) still open"
+                ),
+                highlight=False,
+            )
         return 0
     if args.batches_command == "cancel":
         paths.cache_to_read(args.cache_dir)
-        done = open_batches.cancel(args.cache_dir, model=args.model, entry=args.entry, every=args.all,
-                                   say=lambda text: console.print(escape(text), highlight=False))
+        done = open_batches.cancel(
+            args.cache_dir,
+            model=args.model,
+            entry=args.entry,
+            every=args.all,
+            say=lambda text: console.print(escape(text), highlight=False),
+        )
         if not done.submitted:
             console.print("no running batch to cancel (dxi batches list)")
             return 0
-        console.print(f"cancel asked for {done.cancelled} of {done.submitted} running batch(es); they end at the provider's "
-                      "pace, and the results they produced are collected by the next `dxi run` or `dxi batches collect`.")
+        console.print(
+            f"cancel asked for {done.cancelled} of {done.submitted} running batch(es); they end at the provider's "
+            "pace, and the results they produced are collected by the next `dxi run` or `dxi batches collect`."
+        )
         return 0 if done.complete else 1
     if args.batches_command == "resume":
         paths.cache_to_read(args.cache_dir)
-        done = open_batches.resume(args.cache_dir, model=args.model, entry=args.entry,
-                                   every=args.all)
+        done = open_batches.resume(
+            args.cache_dir, model=args.model, entry=args.entry, every=args.all
+        )
         for e in done:
-            console.print(escape(f"{e.label}: batch mode resumed (stopped by batch {e.batch_id}, "
-                                 f"entry {e.id}); the next `dxi run --batch` submits its requests "
-                                 "in a batch again"), highlight=False)
+            console.print(
+                escape(
+                    f"{e.label}: batch mode resumed (stopped by batch {e.batch_id}, "
+                    f"entry {e.id}); the next `dxi run --batch` submits its requests "
+                    "in a batch again"
+                ),
+                highlight=False,
+            )
         if not done:
             console.print("no model's batch mode is stopped")
         return 0
@@ -157,16 +239,36 @@ def _list(args: argparse.Namespace, console: Console, shown: list[Entry]) -> int
 
     if args.json:
         import sys
+
         sys.stdout.write(orjson.dumps(rows(shown), option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    table = Table(title=f"Batches in {escape(str(args.cache_dir))}" + ("" if args.all else " (open)"))
-    for col in ("entry", "model", "batch", "phase", "requests", "created", "running", "stored", "given back"):
+    table = Table(
+        title=f"Batches in {escape(str(args.cache_dir))}" + ("" if args.all else " (open)")
+    )
+    for col in (
+        "entry",
+        "model",
+        "batch",
+        "phase",
+        "requests",
+        "created",
+        "running",
+        "stored",
+        "given back",
+    ):
         table.add_column(col, overflow="fold")
     for e in shown:
-        table.add_row(e.id, escape(e.label), escape(e.batch_id or "-"), e.phase, f"{e.requests:,}",
-                      time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created)),
-                      _ago(e.submitted_at or e.created) if not e.ended and e.batch_id else "-", f"{e.stored:,}",
-                      f"{len(e.returned):,}")
+        table.add_row(
+            e.id,
+            escape(e.label),
+            escape(e.batch_id or "-"),
+            e.phase,
+            f"{e.requests:,}",
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created)),
+            _ago(e.submitted_at or e.created) if not e.ended and e.batch_id else "-",
+            f"{e.stored:,}",
+            f"{len(e.returned):,}",
+        )
     console.print(table)
     if not shown:
         console.print("no open batches" if not args.all else "no batches")

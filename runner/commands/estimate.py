@@ -1,5 +1,7 @@
-"""``dxi estimate``: a dry run (``runner.planning.estimate``): what is not cached, why, and its expected tokens and cost;
-nothing is sent. Its options, and ``main``: the estimate printed as a table, or as JSON."""
+"""``dxi estimate``: a dry run (``runner.planning.estimate``): what is not cached, why, and its
+expected tokens and cost; nothing is sent. Its options, and ``main``: the estimate printed as a
+table, or as JSON."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,18 +20,29 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> None:
-    s = options.command(sub, "estimate", None, None, options.exit_codes(0, EXIT_USAGE, EXIT_CACHE_WRITE,
-                                                                                       EXIT_SOFTWARE))
+    s = options.command(
+        sub,
+        "estimate",
+        None,
+        None,
+        options.exit_codes(0, EXIT_USAGE, EXIT_CACHE_WRITE, EXIT_SOFTWARE),
+    )
     options.add_models(s.add_argument_group("models"), True, False)
     options.add_data(s.add_argument_group("data"))
-    options.add_limits(s.add_argument_group("limits, retries and cost", "A limit given here applies to every provider, "
-                                                                        "over the run file's provider tables."))
+    options.add_limits(
+        s.add_argument_group(
+            "limits, retries and cost",
+            "A limit given here applies to every provider, over the run file's provider tables.",
+        )
+    )
     options.add_cache(s.add_argument_group("cache"))
     options.add_batch_flags(s.add_argument_group("batch mode (docs/batch.md)"), run=False)
     o = s.add_argument_group("output")
     options.add_output(o)
     o.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "estimate")
+    distributed.add_flags(
+        s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "estimate"
+    )
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -48,24 +61,39 @@ def main(args: argparse.Namespace, console: Console) -> int:
     if not plan.cache_dir.is_dir():  # opening the cache creates it
         paths.cache_folder(plan.cache_dir, where)
     dist = distributed.setup(args, plan, sending=False)
-    with Cache(plan.cache_dir, retry_invalid=args.retry_invalid, retry_failed=args.retry_failed,
-               remote=dist.remote) as cache:
+    with Cache(
+        plan.cache_dir,
+        retry_invalid=args.retry_invalid,
+        retry_failed=args.retry_failed,
+        remote=dist.remote,
+    ) as cache:
         unnamed = [m for m in plan.models if not m.adapter.model]
         if unnamed:  # a System One server names its model: ask it (GET /health; no request is sent)
+
             async def learn_names() -> None:
-                started, _ = await start_adapters(unnamed)  # (one that cannot be reached is warned about below)
+                started, _ = await start_adapters(
+                    unnamed
+                )  # (one that cannot be reached is warned about below)
                 for m in started:
                     await m.adapter.close()
 
             uvloop.run(learn_names())
         plan.check_labels()
         plan.check_cost_bound()  # what `dxi run` would refuse under --max-cost, refused here too
-        models = batch_priced(plan) if plan.batch else plan.models  # --batch, or batch = true in the run file
+        models = (
+            batch_priced(plan) if plan.batch else plan.models
+        )  # --batch, or batch = true in the run file
         estimates = estimate(models, plan.suite, cache, dist.shard)
     total = totals(estimates)
-    doc = {"models": [e.as_dict() for e in estimates], "total": total, "max_cost_usd": plan.max_cost,
-           "problems": {m.adapter.label: p for m in plan.models if (p := m.adapter.missing_setup())},
-           "unreachable": uvloop.run(unreachable([m for m, e in zip(plan.models, estimates, strict=True) if e.new]))}
+    doc = {
+        "models": [e.as_dict() for e in estimates],
+        "total": total,
+        "max_cost_usd": plan.max_cost,
+        "problems": {m.adapter.label: p for m in plan.models if (p := m.adapter.missing_setup())},
+        "unreachable": uvloop.run(
+            unreachable([m for m, e in zip(plan.models, estimates, strict=True) if e.new])
+        ),
+    }
     if plan.batch:
         doc["batch"] = batch_note(plan)
     if args.json:
@@ -76,24 +104,32 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
 
 def batch_priced(plan: Plan) -> list:
-    """The plan's models, those in batch mode (``--batch``, or ``batch = true`` in the run file: ``Plan.batch``)
-    whose provider has a batch API priced at the batch rate (``Plan.batch_prices``, the price ``dxi run``
-    charges them: the run file's ``batch_input`` / ``batch_output``, else half the price)."""
+    """The plan's models, those in batch mode (``--batch``, or ``batch = true`` in the run file:
+    ``Plan.batch``) whose provider has a batch API priced at the batch rate (``Plan.batch_prices``,
+    the price ``dxi run`` charges them: the run file's ``batch_input`` / ``batch_output``, else half
+    the price)."""
     import dataclasses
 
     from dxi.adapters.batches import supports
 
     prices = plan.batch_prices()
-    return [dataclasses.replace(m, price=prices[m.label]) if m.label in plan.batch and supports(m.adapter.kind) else m
-            for m in plan.models]
+    return [
+        dataclasses.replace(m, price=prices[m.label])
+        if m.label in plan.batch and supports(m.adapter.kind)
+        else m
+        for m in plan.models
+    ]
 
 
 def batch_note(plan: Plan) -> dict:
-    """The ``batch`` block: which models go by batch (priced at the batch rate) and which stay synchronous (no
-    batch API, or not in batch mode: ``batch = false`` in the run file)."""
+    """The ``batch`` block: which models go by batch (priced at the batch rate) and which stay
+    synchronous (no batch API, or not in batch mode: ``batch = false`` in the run file)."""
     from dxi.adapters.batches import supports
 
     batched = [m.label for m in plan.models if m.label in plan.batch and supports(m.adapter.kind)]
-    return {"models": batched, "synchronous": [m.label for m in plan.models if m.label not in batched],
-            "note": "new requests priced at the batch rate (half the price unless the run file gives batch_input / "
-                    "batch_output); models without a batch API at their own price"}
+    return {
+        "models": batched,
+        "synchronous": [m.label for m in plan.models if m.label not in batched],
+        "note": "new requests priced at the batch rate (half the price unless the run file gives batch_input / "
+        "batch_output); models without a batch API at their own price",
+    }

@@ -6,6 +6,7 @@ index (``scoring.planner``: a simulation of the run itself with answers like the
 cache, or the stated prior for a model never run). Tokens per request come from the cache's usage
 and ``dxi estimate``'s figures (``runner.estimate``); prices from the run file or ``--price``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,21 +29,47 @@ def add_parser(sub) -> None:
     options.add_limits(s.add_argument_group("prices and limits (--price gives a model's price)"))
     options.add_cache(s.add_argument_group("cache"))
     g = s.add_argument_group("what to plan for (one of)")
-    g.add_argument("--precision", type=float, metavar="P",
-                   help="know each model's whole-set Decision Index to ±P points (95%%)")
-    g.add_argument("--separate", nargs=2, metavar=("A", "B"),
-                   help="tell model A from model B (labels as `dxi run` names them)")
-    g.add_argument("--difference", type=float, metavar="D",
-                   help="with --separate: the true difference of their indices to plan for "
-                        "(points)")
-    g.add_argument("--tolerance", type=float, default=1.0, metavar="Δ",
-                   help="with --separate: a difference within ±Δ points settles them too "
-                        "(--until separated=Δ; default 1)")
+    g.add_argument(
+        "--precision",
+        type=float,
+        metavar="P",
+        help="know each model's whole-set Decision Index to ±P points (95%%)",
+    )
+    g.add_argument(
+        "--separate",
+        nargs=2,
+        metavar=("A", "B"),
+        help="tell model A from model B (labels as `dxi run` names them)",
+    )
+    g.add_argument(
+        "--difference",
+        type=float,
+        metavar="D",
+        help="with --separate: the true difference of their indices to plan for (points)",
+    )
+    g.add_argument(
+        "--tolerance",
+        type=float,
+        default=1.0,
+        metavar="Δ",
+        help="with --separate: a difference within ±Δ points settles them too "
+        "(--until separated=Δ; default 1)",
+    )
     o = s.add_argument_group("simulation and output")
-    o.add_argument("--runs", type=int, default=10, metavar="N",
-                   help="simulated runs per plan (default 10; more: steadier, slower)")
-    o.add_argument("--simulation-seed", type=int, default=0, metavar="N",
-                   help="the simulation's seed (default 0)")
+    o.add_argument(
+        "--runs",
+        type=int,
+        default=10,
+        metavar="N",
+        help="simulated runs per plan (default 10; more: steadier, slower)",
+    )
+    o.add_argument(
+        "--simulation-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the simulation's seed (default 0)",
+    )
     o.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
@@ -58,15 +85,20 @@ def _until(args: argparse.Namespace):
         if args.difference is not None:
             raise UsageError("--difference goes with --separate, not with --precision")
         if not 0 < args.precision <= 100:
-            raise UsageError(f"--precision {args.precision:g}: P must be above 0 and at most 100 "
-                             "(index points)")
+            raise UsageError(
+                f"--precision {args.precision:g}: P must be above 0 and at most 100 (index points)"
+            )
         return Until("precision", args.precision), None
     if args.difference is None or not 0 < args.difference <= 100:
-        raise UsageError("--separate A B needs --difference D, the true difference to plan for, "
-                         "above 0 and at most 100 index points")
+        raise UsageError(
+            "--separate A B needs --difference D, the true difference to plan for, "
+            "above 0 and at most 100 index points"
+        )
     if args.tolerance < 0 or args.tolerance >= args.difference:
-        raise UsageError(f"--tolerance {args.tolerance:g}: must be at least 0 and below the "
-                         f"difference {args.difference:g}")
+        raise UsageError(
+            f"--tolerance {args.tolerance:g}: must be at least 0 and below the "
+            f"difference {args.difference:g}"
+        )
     return Until("separated", args.tolerance), POWER
 
 
@@ -89,19 +121,30 @@ def main(args: argparse.Namespace, console: Console) -> int:
     if args.separate:
         missing = [x for x in args.separate if x not in labels]
         if missing:
-            raise UsageError(f"--separate: {', '.join(missing)} not among the models "
-                             f"({', '.join(labels)}); name them with --model or a run file")
+            raise UsageError(
+                f"--separate: {', '.join(missing)} not among the models "
+                f"({', '.join(labels)}); name them with --model or a run file"
+            )
         if args.separate[0] == args.separate[1]:
             raise UsageError("--separate needs two different models")
     gold, categories = plan.suite.gold_frames()
-    populations = {e: n for e, n in gold.group_by("eval").agg(pl.col("task_id").n_unique())
-                   .sort("eval").iter_rows()}
+    populations = {
+        e: n
+        for e, n in gold.group_by("eval").agg(pl.col("task_id").n_unique()).sort("eval").iter_rows()
+    }
     missing_evals = [e for e, _ in scoring.WEIGHTS if e not in populations]
     if missing_evals:
-        raise UsageError(f"dxi plan needs every evaluation of the index; no data for "
-                         f"{', '.join(sorted(set(missing_evals)))} (see `dxi data check`)")
-    positives = {q: float(v) for q, v in gold.filter(pl.col("kind") == "yes_no")
-                 .group_by("question_id").agg((pl.col("gold") == "yes").mean()).iter_rows()}
+        raise UsageError(
+            f"dxi plan needs every evaluation of the index; no data for "
+            f"{', '.join(sorted(set(missing_evals)))} (see `dxi data check`)"
+        )
+    positives = {
+        q: float(v)
+        for q, v in gold.filter(pl.col("kind") == "yes_no")
+        .group_by("question_id")
+        .agg((pl.col("gold") == "yes").mean())
+        .iter_rows()
+    }
     frame = plan.models_frame()
     with Cache(plan.cache_dir) as cache:
         answers = scoring.answers(cache.scan(), frame, gold, categories, plan.epochs)
@@ -127,8 +170,17 @@ def main(args: argparse.Namespace, console: Console) -> int:
         chosen = [profiles[a], profiles[a].shifted(args.difference, b)]
     else:
         chosen = list(profiles.values())
-    doc = planner.plan(chosen, populations, until, usage, epochs=plan.epochs, runs=args.runs,
-                       seed=args.simulation_seed, quantile=quantile, positives=positives)
+    doc = planner.plan(
+        chosen,
+        populations,
+        until,
+        usage,
+        epochs=plan.epochs,
+        runs=args.runs,
+        seed=args.simulation_seed,
+        quantile=quantile,
+        positives=positives,
+    )
     doc["power"] = quantile
     if args.separate:
         doc["difference"] = args.difference
@@ -149,26 +201,51 @@ def _print(doc: dict, console: Console) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    what = (f"±{doc['until'].split('=')[1]} points" if doc["until"].startswith("precision")
-            else f"separating at a true difference of {doc['difference']:g} points "
-                 f"({doc['power']:.0%} power)")
+    what = (
+        f"±{doc['until'].split('=')[1]} points"
+        if doc["until"].startswith("precision")
+        else f"separating at a true difference of {doc['difference']:g} points "
+        f"({doc['power']:.0%} power)"
+    )
     t = Table(title=f"Plan: {what}, {doc['runs']} simulated runs (nothing was sent)")
-    for col in ("model", "questions", "epochs", "requests", "input tokens", "output tokens",
-                "cost", "batch cost", "whole index", "whole cost", "saving"):
+    for col in (
+        "model",
+        "questions",
+        "epochs",
+        "requests",
+        "input tokens",
+        "output tokens",
+        "cost",
+        "batch cost",
+        "whole index",
+        "whole cost",
+        "saving",
+    ):
         t.add_column(col, justify="left" if col == "model" else "right")
     for m in doc["models"]:
         a, w = m["adaptive"], m["whole"]
-        t.add_row(escape(m["model"]), f"{sum(m['questions'].values()):,.0f}", str(m["epochs"]),
-                  f"{a['requests']:,.0f}", f"{a['input_tokens']:,.0f}",
-                  f"{a['output_tokens']:,.0f}",
-                  _usd(a["cost_usd"]), _usd(a["batch_cost_usd"]), f"{w['requests']:,.0f}",
-                  _usd(w["cost_usd"]), f"{m['saving']:.0%}")
+        t.add_row(
+            escape(m["model"]),
+            f"{sum(m['questions'].values()):,.0f}",
+            str(m["epochs"]),
+            f"{a['requests']:,.0f}",
+            f"{a['input_tokens']:,.0f}",
+            f"{a['output_tokens']:,.0f}",
+            _usd(a["cost_usd"]),
+            _usd(a["batch_cost_usd"]),
+            f"{w['requests']:,.0f}",
+            _usd(w["cost_usd"]),
+            f"{m['saving']:.0%}",
+        )
     console.print(t)
     for m in doc["models"]:
         per = ", ".join(f"{e} {q:,.0f}" for e, q in m["questions"].items())
-        console.print(escape(f"  {m['model']}: questions per evaluation: {per}; answers like: "
-                             f"{m['profile']}"))
-    console.print("Questions are the means over the simulated runs (a separation plan: the run at "
-                  "the power's quantile); requests = questions × epochs; tokens are the model's "
-                  "mean per request (the cache's usage, else `dxi estimate`'s figures); a cost "
-                  "is — without a price (--price MODEL=IN/OUT).")
+        console.print(
+            escape(f"  {m['model']}: questions per evaluation: {per}; answers like: {m['profile']}")
+        )
+    console.print(
+        "Questions are the means over the simulated runs (a separation plan: the run at "
+        "the power's quantile); requests = questions × epochs; tokens are the model's "
+        "mean per request (the cache's usage, else `dxi estimate`'s figures); a cost "
+        "is — without a price (--price MODEL=IN/OUT)."
+    )

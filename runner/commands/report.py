@@ -1,5 +1,6 @@
-"""``dxi report``: score from the cache only (``runner.rescore``) and write OUT/report.html with its CSV and
-Parquet tables (``report.html``). Its options (those of ``dxi score``), and ``main``."""
+"""``dxi report``: score from the cache only (``runner.rescore``) and write OUT/report.html with its
+CSV and Parquet tables (``report.html``). Its options (those of ``dxi score``), and ``main``."""
+
 from __future__ import annotations
 
 import argparse

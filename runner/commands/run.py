@@ -1,6 +1,7 @@
-"""``dxi run``: send what is not cached, then score. Its options, and ``main``: the plan from them, then
-``runner.session.run`` and the messages that follow it (failed requests, the cost bound, stopped providers,
-batches, a stop by Ctrl-C or SIGTERM, a cache that could not be written)."""
+"""``dxi run``: send what is not cached, then score. Its options, and ``main``: the plan from them,
+then ``runner.session.run`` and the messages that follow it (failed requests, the cost bound,
+stopped providers, batches, a stop by Ctrl-C or SIGTERM, a cache that could not be written)."""
+
 from __future__ import annotations
 
 import argparse
@@ -35,27 +36,43 @@ def add_parser(sub) -> None:
     s = options.command(sub, "run", None, DESCRIPTION, options.EXIT_CODES)
     options.add_models(s.add_argument_group("models"), True, False)
     options.add_data(s.add_argument_group("data"))
-    limits = s.add_argument_group("limits, retries and cost", "A limit given here applies to every provider, "
-                                                              "over the run file's provider tables.")
+    limits = s.add_argument_group(
+        "limits, retries and cost",
+        "A limit given here applies to every provider, over the run file's provider tables.",
+    )
     options.add_limits(limits)
-    limits.add_argument("--grace", type=numbers.GRACE, default=signals.GRACE_S, metavar="SECONDS",
-                        help="on the first Ctrl-C or SIGTERM nothing new is sent and the requests in flight "
-                             "finish and are stored, for at most SECONDS (inside the 30 s Kubernetes and "
-                             "Slurm allow before SIGKILL); a second Ctrl-C stops at once")
+    limits.add_argument(
+        "--grace",
+        type=numbers.GRACE,
+        default=signals.GRACE_S,
+        metavar="SECONDS",
+        help="on the first Ctrl-C or SIGTERM nothing new is sent and the requests in flight "
+        "finish and are stored, for at most SECONDS (inside the 30 s Kubernetes and "
+        "Slurm allow before SIGKILL); a second Ctrl-C stops at once",
+    )
     c = s.add_argument_group("cache")
     options.add_cache(c)
-    c.add_argument("--fsync", action="store_true",
-                   help="fsync each reply (survives power loss, not just a killed process; slower)")
+    c.add_argument(
+        "--fsync",
+        action="store_true",
+        help="fsync each reply (survives power loss, not just a killed process; slower)",
+    )
     a = s.add_argument_group("adaptive run (docs/adaptive.md)")
-    a.add_argument("--until", type=_until, metavar="RULE",
-                   help="ask the questions in rounds down a seeded random order (--seed) and stop "
-                        "each model once settled: precision=P (its whole-set index known to +-P "
-                        "points, 95%% anytime-valid; precision=P:all: every metric too) or "
-                        "separated[=D] (its place among the others settled, ties within D points, "
-                        "default 1)")
+    a.add_argument(
+        "--until",
+        type=_until,
+        metavar="RULE",
+        help="ask the questions in rounds down a seeded random order (--seed) and stop "
+        "each model once settled: precision=P (its whole-set index known to +-P "
+        "points, 95%% anytime-valid; precision=P:all: every metric too) or "
+        "separated[=D] (its place among the others settled, ties within D points, "
+        "default 1)",
+    )
     options.add_batch_flags(s.add_argument_group("batch mode (docs/batch.md)"), run=True)
     options.add_output(s.add_argument_group("output"), scores=True)
-    distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "run")
+    distributed.add_flags(
+        s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "run"
+    )
 
 
 def _until(text: str) -> str:
@@ -78,25 +95,43 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from .. import session
 
     plan = options.plan_of(args)
-    if plan.batch:  # before Polars and PyArrow are imported; batch mode only (runner.batch.memory says why)
+    if (
+        plan.batch
+    ):  # before Polars and PyArrow are imported; batch mode only (runner.batch.memory says why)
         from ..batch.memory import tune
 
         tune()
     plan.check_cost_bound()
     batch_options = options.batch_options(args)
     if batch_options.deadline is not None and not plan.batch:
-        raise UsageError("--deadline is for batch mode: give --batch too (or batch = true in the run file)")
-    paths.cache_folder(plan.cache_dir, options.named(args, "cache_dir", "--cache-dir"))  # before the first request
+        raise UsageError(
+            "--deadline is for batch mode: give --batch too (or batch = true in the run file)"
+        )
+    paths.cache_folder(
+        plan.cache_dir, options.named(args, "cache_dir", "--cache-dir")
+    )  # before the first request
     paths.output_folder(plan.out, options.named(args, "out", "--out"))
     if plan.until is not None and getattr(args, "shard", None):
-        raise UsageError("--until and --shard do not combine: each round is decided on every answer of a "
-                         "model, which one shard does not hold; run an adaptive run in one process")
-    dist = distributed.setup(args, plan, sending=True)  # a remote cache's mirror goes into the cache folder
+        raise UsageError(
+            "--until and --shard do not combine: each round is decided on every answer of a "
+            "model, which one shard does not hold; run an adaptive run in one process"
+        )
+    dist = distributed.setup(
+        args, plan, sending=True
+    )  # a remote cache's mirror goes into the cache folder
     try:
-        result = session.run(plan, console=None if args.quiet else console, grace=args.grace, fsync=args.fsync,
-                             retry_invalid=args.retry_invalid, retry_failed=args.retry_failed, dist=dist,
-                             batch_options=batch_options, fallback_sync=args.deadline_fallback == "sync",
-                             on_summary=lambda summary: _print_summary(summary, console, plan.out))
+        result = session.run(
+            plan,
+            console=None if args.quiet else console,
+            grace=args.grace,
+            fsync=args.fsync,
+            retry_invalid=args.retry_invalid,
+            retry_failed=args.retry_failed,
+            dist=dist,
+            batch_options=batch_options,
+            fallback_sync=args.deadline_fallback == "sync",
+            on_summary=lambda summary: _print_summary(summary, console, plan.out),
+        )
     except (KeyboardInterrupt, signals.Interrupted) as stop:
         head, rest = signals.resume_message(stop, plan.cache_dir, args.grace)
         if plan.batch:
@@ -104,26 +139,29 @@ def main(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[yellow]{escape(head)}[/] {escape(rest)}")
         return signals.exit_code(stop)
     except CacheWriteError as exc:
-        console.print(f"[red]Stopped: {escape(str(exc))}.[/] Every reply stored before it is in "
-                      f"{escape(str(plan.cache_dir))}; make room (or fix the directory) and rerun the same command: "
-                      "only what is missing is sent.")
+        console.print(
+            f"[red]Stopped: {escape(str(exc))}.[/] Every reply stored before it is in "
+            f"{escape(str(plan.cache_dir))}; make room (or fix the directory) and rerun the same command: "
+            "only what is missing is sent."
+        )
         return EXIT_CACHE_WRITE
     _tell(result, plan.max_cost, console)
     return result.exit_code
 
 
 def _print_summary(summary, console: Console, out) -> None:
-    """``runner.outputs.terminal.print_summary``, imported when the summary is ready: the outputs module loads Polars and
-    the scoring, which must not delay the first request (``tests/test_startup.py``; the run's survey imports
-    them on a thread while the requests are on the wire)."""
+    """``runner.outputs.terminal.print_summary``, imported when the summary is ready: the outputs
+    module loads Polars and the scoring, which must not delay the first request
+    (``tests/test_startup.py``; the run's survey imports them on a thread while the requests are on
+    the wire)."""
     from ..outputs.terminal import print_summary
 
     print_summary(summary, console, out)
 
 
 def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
-    """What the summary does not say: the failed requests and their first errors, the cost bound reached,
-    the providers stopped, the batches refused, unanswered or still open."""
+    """What the summary does not say: the failed requests and their first errors, the cost bound
+    reached, the providers stopped, the batches refused, unanswered or still open."""
     from rich.markup import escape
 
     from ..batch.options import BatchStats
@@ -132,30 +170,52 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
     for label, s in result.failed.items():
         transient = s.failed - s.failed_fatal
         parts = ([f"{transient} transient (sent again by the next run)"] if transient else []) + (
-            [f"{s.failed_fatal} deterministic, 4xx-class (kept; --retry-failed sends them again)"] if s.failed_fatal else [])
-        console.print(f"[red]{escape(label)}: {s.failed} request(s) failed[/], left out "
-                      f"(provisional): {'; '.join(parts)}. "
-                      "First errors:")
+            [f"{s.failed_fatal} deterministic, 4xx-class (kept; --retry-failed sends them again)"]
+            if s.failed_fatal
+            else []
+        )
+        console.print(
+            f"[red]{escape(label)}: {s.failed} request(s) failed[/], left out "
+            f"(provisional): {'; '.join(parts)}. "
+            "First errors:"
+        )
         for e in s.errors[:5]:
             console.print(f"    {e}", highlight=False, markup=False)
     block = result.cost_bound
     if block is not None and block["stopped"]:
-        left = "unknown" if block["remaining_cost_usd"] is None else f"about ${block['remaining_cost_usd']:.4f}"
-        console.print(f"[yellow]Stopped at the cost bound:[/] spent ${result.spent_usd:.6f} of ${max_cost:g} in this run; "
-                      f"{block['remaining_requests']} request(s) not sent ({left} expected). Everything that arrived "
-                      "is in the cache: rerun with a higher --max-cost (or max_cost in the run file) to continue.")
+        left = (
+            "unknown"
+            if block["remaining_cost_usd"] is None
+            else f"about ${block['remaining_cost_usd']:.4f}"
+        )
+        console.print(
+            f"[yellow]Stopped at the cost bound:[/] spent ${result.spent_usd:.6f} of ${max_cost:g} in this run; "
+            f"{block['remaining_requests']} request(s) not sent ({left} expected). Everything that arrived "
+            "is in the cache: rerun with a higher --max-cost (or max_cost in the run file) to continue."
+        )
         return
     for block in result.stopped:
-        console.print(f"[red]{'Model' if block.get('scope') == 'model' else 'Provider'} stopped:[/] {escape(describe(block))}")
+        console.print(
+            f"[red]{'Model' if block.get('scope') == 'model' else 'Provider'} stopped:[/] {escape(describe(block))}"
+        )
     for label, s in result.stats.items():
         if not isinstance(s, BatchStats):
             continue
         if s.stopped:
-            console.print(f"[red]Batch API refused:[/] {escape(label)}: {escape(s.stopped)}; {s.not_sent:,} request(s) "
-                          "not sent (rerun without --batch to send them one call at a time)")
+            console.print(
+                f"[red]Batch API refused:[/] {escape(label)}: {escape(s.stopped)}; {s.not_sent:,} request(s) "
+                "not sent (rerun without --batch to send them one call at a time)"
+            )
         elif s.not_sent:
-            console.print(f"[yellow]{escape(label)}: {s.not_sent:,} request(s) not answered by batch[/] (the deadline, or "
-                          "the cost bound); the next run sends them, or use --deadline-fallback sync")
+            console.print(
+                f"[yellow]{escape(label)}: {s.not_sent:,} request(s) not answered by batch[/] (the deadline, or "
+                "the cost bound); the next run sends them, or use --deadline-fallback sync"
+            )
         if s.running:
-            console.print(escape(f"{label}: {len(s.running)} batch(es) still open (dxi batches list); the next run "
-                                 "collects them"), highlight=False)
+            console.print(
+                escape(
+                    f"{label}: {len(s.running)} batch(es) still open (dxi batches list); the next run "
+                    "collects them"
+                ),
+                highlight=False,
+            )

@@ -1,5 +1,6 @@
-"""``dxi score``: score from the cache only, without the network (``runner.rescore``). Its options, and
-``main``: the summary printed, with the notes on what was selected."""
+"""``dxi score``: score from the cache only, without the network (``runner.rescore``). Its options,
+and ``main``: the summary printed, with the notes on what was selected."""
+
 from __future__ import annotations
 
 import argparse

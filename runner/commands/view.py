@@ -1,5 +1,7 @@
-"""``dxi view``: serve the read-only results browser (``dxi.view``) over what ``dxi score`` would score
-(``runner.rescore``), rescoring in the background as the cache fills. Its options, and ``main``."""
+"""``dxi view``: serve the read-only results browser (``dxi.view``) over what ``dxi score`` would
+score (``runner.rescore``), rescoring in the background as the cache fills. Its options, and
+``main``."""
+
 from __future__ import annotations
 
 import argparse
@@ -38,37 +40,53 @@ def add_parser(sub) -> None:
     options.add_cache(s.add_argument_group("cache"))
     options.add_output(s.add_argument_group("output"), out=False)  # the view writes no outputs
     p = s.add_argument_group("server")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to serve on (default 127.0.0.1: this machine only; another exposes every answer "
-                        "in the cache to the network, with a warning)")
-    p.add_argument("--port", type=numbers.PORT, default=8765, help="port to serve on (default 8765; 0: any free port)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to serve on (default 127.0.0.1: this machine only; another exposes every answer "
+        "in the cache to the network, with a warning)",
+    )
+    p.add_argument(
+        "--port",
+        type=numbers.PORT,
+        default=8765,
+        help="port to serve on (default 8765; 0: any free port)",
+    )
     s.set_defaults(out=None)
-    distributed.add_flags(s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "view")
+    distributed.add_flags(
+        s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), "view"
+    )
 
 
 def _check_port(host: str, port: int) -> None:
-    """Bind ``host``:``port`` once and let it go: UsageError (exit code 2) naming them when it cannot be
-    served (taken, not an address of this machine, a host that does not resolve). The server binds it again
-    once the cache is scored."""
+    """Bind ``host``:``port`` once and let it go: UsageError (exit code 2) naming them when it
+    cannot be served (taken, not an address of this machine, a host that does not resolve). The
+    server binds it again once the cache is scored."""
     import socket
 
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
             probe.bind(address)
     except OSError as exc:
-        raise UsageError(f"cannot serve on {host}:{port}: {exc.strerror or exc} (choose another --port, or --port 0 "
-                         "for a free one)") from None
+        raise UsageError(
+            f"cannot serve on {host}:{port}: {exc.strerror or exc} (choose another --port, or --port 0 "
+            "for a free one)"
+        ) from None
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
-    """Serve until stopped. Nothing is written to the cache folder: the snapshots, and a remote cache's mirror,
-    go to the view's private folder (``view.home``)."""
+    """Serve until stopped. Nothing is written to the cache folder: the snapshots, and a remote
+    cache's mirror, go to the view's private folder (``view.home``)."""
     from rich.markup import escape
 
-    from dxi.view.app import is_loopback_host, serve  # aiohttp.web and Jinja2 load only for the viewer
+    from dxi.view.app import (  # aiohttp.web and Jinja2 load only for the viewer
+        is_loopback_host,
+        serve,
+    )
     from dxi.view.home import private_home
 
     from ..rescore import browse, select
@@ -77,10 +95,14 @@ def main(args: argparse.Namespace, console: Console) -> int:
     home = private_home()  # stale ones of killed views removed first
     try:
         selection = select(args, mirror=Path(home.name) / "remote")
-        if not args.quiet:  # scoring the cache takes a while on a large one: the server starts after it
-            console.print(f"reading and scoring the cache in {escape(str(selection.cache_dir))}; the address follows "
-                          "once it is ready",
-                          highlight=False)
+        if (
+            not args.quiet
+        ):  # scoring the cache takes a while on a large one: the server starts after it
+            console.print(
+                f"reading and scoring the cache in {escape(str(selection.cache_dir))}; the address follows "
+                "once it is ready",
+                highlight=False,
+            )
         browser, notes = browse(selection, home)
     except KeyboardInterrupt:
         home.cleanup()
@@ -93,12 +115,19 @@ def main(args: argparse.Namespace, console: Console) -> int:
     for note in [] if args.quiet else notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if not is_loopback_host(args.host):
-        console.print(f"[red]warning:[/] serving on {escape(args.host)}, not this machine only: anyone who can reach "
-                      "it can read every prompt and reply in the cache (there is no login). Use the default "
-                      "--host 127.0.0.1 unless that is what you want.")
+        console.print(
+            f"[red]warning:[/] serving on {escape(args.host)}, not this machine only: anyone who can reach "
+            "it can read every prompt and reply in the cache (there is no login). Use the default "
+            "--host 127.0.0.1 unless that is what you want."
+        )
     try:
         serve(browser, args.host, args.port, print_=lambda text: console.print(escape(text)))
-    except (OSError, OverflowError) as exc:  # a port taken or out of range, a host that does not resolve
-        raise UsageError(f"cannot serve on {args.host}:{args.port}: {exc} (choose another --port, or --port 0 for "
-                         "a free one)") from None
+    except (
+        OSError,
+        OverflowError,
+    ) as exc:  # a port taken or out of range, a host that does not resolve
+        raise UsageError(
+            f"cannot serve on {args.host}:{args.port}: {exc} (choose another --port, or --port 0 for "
+            "a free one)"
+        ) from None
     return 0

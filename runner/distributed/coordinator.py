@@ -1,59 +1,66 @@
-"""Shared limits and cost through Redis: ``--coordinator redis://HOST:PORT/DB`` (the ``distributed`` extra).
+"""Shared limits and cost through Redis: ``--coordinator redis://HOST:PORT/DB`` (the ``distributed``
+extra).
 
 Every process of a run (the shards of a job array, or several processes on one shard) shares, per
 limits key (``ModelRun.limits_key``):
 
-* **pacing**: the same GCRA booking as ``runner.sending.limits`` (each attempt books the next free instant at the
-  current rate, requests and tokens), done atomically in a Lua script on Redis's clock, so N processes
-  together keep to the provider's rate as one would;
-* **the in-flight slots** (``Limits.max_in_flight`` for all processes together): an attempt takes a slot
-  (a lease in a sorted set, renewed by its holder's heartbeat) before it is sent and gives it back when it
-  ends, so every process makes progress; when none is free it queues in Redis, first come first served,
-  and the process that gives a slot back hands it (booked) to the head of the queue, telling the waiter's
-  process through its pub/sub channel: no polling. A dead process's slots come back when their leases end
-  (``?lease=SECONDS`` in the URI, default 30);
-* **the pause a 429 states** (``Retry-After`` and the like), told to every process at once (pub/sub);
-* **the narrowed rate after 429s** (× ``runner.sending.limits.BACKOFF`` once per round of 429s, recovering
-  linearly over ``RECOVERY_S``) and a limit a 429's headers state;
-* **the spend under ``--max-cost``**: reservations and spend are kept in Redis; an attempt reserves its
-  cost bound there, and once the bound leaves no room with nothing in flight anywhere, every process stops.
-  A dead process's reservations are counted as spent when their leases end (it may have been billed).
+* **pacing**: the same GCRA booking as ``runner.sending.limits`` (each attempt books the next free
+  instant at the current rate, requests and tokens), done atomically in a Lua script on Redis's
+  clock, so N processes together keep to the provider's rate as one would;
+* **the in-flight slots** (``Limits.max_in_flight`` for all processes together): an attempt takes a
+  slot (a lease in a sorted set, renewed by its holder's heartbeat) before it is sent and gives it
+  back when it ends, so every process makes progress; when none is free it queues in Redis, first
+  come first served, and the process that gives a slot back hands it (booked) to the head of the
+  queue, telling the waiter's process through its pub/sub channel: no polling. A dead process's
+  slots come back when their leases end (``?lease=SECONDS`` in the URI, default 30);
+* **the pause a 429 states** (``Retry-After`` and the like), told to every process at once
+  (pub/sub);
+* **the narrowed rate after 429s** (× ``runner.sending.limits.BACKOFF`` once per round of 429s,
+  recovering linearly over ``RECOVERY_S``) and a limit a 429's headers state;
+* **the spend under ``--max-cost``**: reservations and spend are kept in Redis; an attempt reserves
+  its cost bound there, and once the bound leaves no room with nothing in flight anywhere, every
+  process stops. A dead process's reservations are counted as spent when their leases end (it may
+  have been billed).
 
-**Shares.** Each process keeps its shard alive in Redis (a member per shard, refreshed by every call and a
-heartbeat every ``HEARTBEAT_S``; it lapses ``MEMBER_TTL`` seconds after the last). The shards in Redis use
-``f = (shards alive + shards done) / N`` of each limit together (rates, slots; of the cost bound, all but
-the shares of the shards out, less what those spent through Redis): a shard that is out (not started yet,
-unable to reach Redis, partitioned, dead) leaves its 1/N unused, because it may be sending on its own.
-So the aggregate never exceeds a limit whatever mix of shards reaches Redis.
+**Shares.** Each process keeps its shard alive in Redis (a member per shard, refreshed by every call
+and a heartbeat every ``HEARTBEAT_S``; it lapses ``MEMBER_TTL`` seconds after the last). The shards
+in Redis use ``f = (shards alive + shards done) / N`` of each limit together (rates, slots; of the
+cost bound, all but the shares of the shards out, less what those spent through Redis): a shard that
+is out (not started yet, unable to reach Redis, partitioned, dead) leaves its 1/N unused, because it
+may be sending on its own. So the aggregate never exceeds a limit whatever mix of shards reaches
+Redis.
 
-**Falling back and rejoining.** A process that cannot reach Redis (at start, or when a call fails) falls
-back, with a warning, to 1/N of each limit and of the cost bound (N from ``--shard``), never the full limit;
-it first waits ``MEMBER_TTL`` seconds, until its share has surely lapsed in Redis (and the others' turns booked
-before then have passed: the in-flight limit's worth of request intervals). It tries Redis again every
-``REJOIN_S`` seconds; once Redis answers it stops taking local turns, lets the attempts sent on its own
-finish, rejoins (its share back in Redis) and goes on through Redis.
+**Falling back and rejoining.** A process that cannot reach Redis (at start, or when a call fails)
+falls back, with a warning, to 1/N of each limit and of the cost bound (N from ``--shard``), never
+the full limit; it first waits ``MEMBER_TTL`` seconds, until its share has surely lapsed in Redis
+(and the others' turns booked before then have passed: the in-flight limit's worth of request
+intervals). It tries Redis again every ``REJOIN_S`` seconds; once Redis answers it stops taking
+local turns, lets the attempts sent on its own finish, rejoins (its share back in Redis) and goes on
+through Redis.
 
-**Calls.** An attempt costs one call to take its slot and booking (none more when it waits: the slot is
-handed over), and its release is one of the calls that batch every background change of an event-loop
-turn (releases, token corrections, 429s, pauses, settlements) into one script call; a cost bound adds the
-reservation. ``make bench`` counts them with Redis's ``INFO commandstats``.
+**Calls.** An attempt costs one call to take its slot and booking (none more when it waits: the slot
+is handed over), and its release is one of the calls that batch every background change of an
+event-loop turn (releases, token corrections, 429s, pauses, settlements) into one script call; a
+cost bound adds the reservation. ``make bench`` counts them with Redis's ``INFO commandstats``.
 
-**Where things are.** This module is the connection (``Coordinator``: connecting, the batched calls, the
-heartbeat, the pub/sub hand-overs, falling back and rejoining); the limiter and the budget that use it are
-``runner.distributed.shared_limits``. It is longer than the ~400 lines modules keep to because ``Coordinator`` is one
-state machine (down / local / shared) whose transitions share its connection, its pending calls and its
-waiters: split, each part would reach into the other's state.
+**Where things are.** This module is the connection (``Coordinator``: connecting, the batched calls,
+the heartbeat, the pub/sub hand-overs, falling back and rejoining); the limiter and the budget that
+use it are ``runner.distributed.shared_limits``. It is longer than the ~400 lines modules keep to
+because ``Coordinator`` is one state machine (down / local / shared) whose transitions share its
+connection, its pending calls and its waiters: split, each part would reach into the other's state.
 
-What each process keeps to itself: its window of attempts (AIMD, ``runner.sending.limits.Window``) and its token
-estimate. Keys live under ``dxi:<run id>:``, expiring a day after their last use. The run id is
-``DXI_RUN_ID``, else Slurm's ``SLURM_ARRAY_JOB_ID``, else a digest of the command line without its
-``--shard``, ``--cache-dir``, ``--out`` and ``-q`` (the shards of one run are otherwise the same command).
-The scripts reach keys named in their arguments: a single Redis (or a primary), not a Redis Cluster.
+What each process keeps to itself: its window of attempts (AIMD, ``runner.sending.limits.Window``)
+and its token estimate. Keys live under ``dxi:<run id>:``, expiring a day after their last use. The
+run id is ``DXI_RUN_ID``, else Slurm's ``SLURM_ARRAY_JOB_ID``, else a digest of the command line
+without its ``--shard``, ``--cache-dir``, ``--out`` and ``-q`` (the shards of one run are otherwise
+the same command). The scripts reach keys named in their arguments: a single Redis (or a primary),
+not a Redis Cluster.
 
-An alternative without Redis in the runner: point every process at a LiteLLM proxy that keeps the limits
-(its ``router_settings`` with ``redis_host`` share rpm/tpm across proxy instances), with ``--rpm`` left
-unset here; see docs/distributed.md.
+An alternative without Redis in the runner: point every process at a LiteLLM proxy that keeps the
+limits (its ``router_settings`` with ``redis_host`` share rpm/tpm across proxy instances), with
+``--rpm`` left unset here; see docs/distributed.md.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -72,23 +79,28 @@ from .coordinator_script import library
 
 log = logging.getLogger("dxi.coordinator")
 
-TTL_S = 86_400     # keys expire a day after their last use
-MEMBER_TTL = 6.0   # seconds a shard stays alive in Redis after its process's last call
+TTL_S = 86_400  # keys expire a day after their last use
+MEMBER_TTL = 6.0  # seconds a shard stays alive in Redis after its process's last call
 HEARTBEAT_S = 2.0  # how often an idle process says it is alive (and renews its leases)
-REJOIN_S = 2.0     # how often a process that fell back tries Redis again
-POLL_S = 0.05      # how often a reservation that found no room under the bound asks again (backing off to 1 s)
+REJOIN_S = 2.0  # how often a process that fell back tries Redis again
+POLL_S = 0.05  # how often a reservation that found no room under the bound asks again (backing off to 1 s)
 
 LIBRARY = library(TTL_S, 2 * HEARTBEAT_S)
 
 _REDIS_ERRORS: tuple[type[BaseException], ...] = (OSError,)
 
 
-PER_PROCESS = ("--shard", "--cache-dir", "--out")  # flags whose values differ between the processes of one run
+PER_PROCESS = (
+    "--shard",
+    "--cache-dir",
+    "--out",
+)  # flags whose values differ between the processes of one run
 
 
 def run_id(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
-    """The run's id (see the module docstring): ``DXI_RUN_ID``, ``SLURM_ARRAY_JOB_ID``, else a digest of
-    ``argv`` without the flags that differ between its processes (``PER_PROCESS``) and ``-q``."""
+    """The run's id (see the module docstring): ``DXI_RUN_ID``, ``SLURM_ARRAY_JOB_ID``, else a
+    digest of ``argv`` without the flags that differ between its processes (``PER_PROCESS``) and
+    ``-q``."""
     env = os.environ if env is None else env
     for name in ("DXI_RUN_ID", "SLURM_ARRAY_JOB_ID"):
         if env.get(name):
@@ -107,27 +119,31 @@ def run_id(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
 
 
 def _raise_if_cancelled() -> None:
-    """Raise ``asyncio.CancelledError`` if the current task has a cancellation pending that was swallowed.
+    """Raise ``asyncio.CancelledError`` if the current task has a cancellation pending that was
+    swallowed.
 
-    On Python 3.11, ``asyncio.wait_for`` returns the inner result, dropping the cancellation, when the task
-    is cancelled just as the awaited operation completes (CPython gh-86296, fixed in 3.12). redis-py wraps
-    every command's socket write in ``wait_for`` when ``socket_timeout`` is set, so a ``cancel()`` that
-    lands as a command is written is lost: the heartbeat went on renewing a "dead" process's leases (and
-    ``close()`` would wait for it forever), a cancelled ``acquire`` went on waiting for a slot. A cancellation
-    not withdrawn (``Task.uncancel``) shows in ``Task.cancelling()``."""
+    On Python 3.11, ``asyncio.wait_for`` returns the inner result, dropping the cancellation, when
+    the task is cancelled just as the awaited operation completes (CPython gh-86296, fixed in 3.12).
+    redis-py wraps every command's socket write in ``wait_for`` when ``socket_timeout`` is set, so a
+    ``cancel()`` that lands as a command is written is lost: the heartbeat went on renewing a "dead"
+    process's leases (and ``close()`` would wait for it forever), a cancelled ``acquire`` went on
+    waiting for a slot. A cancellation not withdrawn (``Task.uncancel``) shows in
+    ``Task.cancelling()``."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
 
 
 def _retrieved(fut: asyncio.Future) -> None:
-    """Mark a background operation's outcome as seen (its failure is the coordinator's: it falls back)."""
+    """Mark a background operation's outcome as seen (its failure is the coordinator's: it falls
+    back)."""
     if not fut.cancelled():
         fut.exception()
 
 
 class CoordinatorError(ValueError):
-    """A ``--coordinator`` URI that is not ``redis://HOST:PORT/DB``, or the extra is not installed."""
+    """A ``--coordinator`` URI that is not ``redis://HOST:PORT/DB``, or the extra is not
+    installed."""
 
 
 class _Down(Exception):
@@ -135,17 +151,20 @@ class _Down(Exception):
 
 
 class Coordinator:
-    """One process's connection to the run's Redis (``uri``: ``redis://HOST:PORT/DB[?lease=SECONDS]``; a
-    password, if any, from ``REDIS_PASSWORD``, never in messages). This process is shard ``shard`` of
-    ``shares`` (N: the limits are divided by it while Redis is out of reach). ``down`` says the process has
-    fallen back (the reason in ``warnings``); ``connect()`` checks Redis at start (synchronously, 2 s timeout).
-    ``rejoined`` counts the times it came back after falling back."""
+    """One process's connection to the run's Redis (``uri``:
+    ``redis://HOST:PORT/DB[?lease=SECONDS]``; a password, if any, from ``REDIS_PASSWORD``, never in
+    messages). This process is shard ``shard`` of ``shares`` (N: the limits are divided by it while
+    Redis is out of reach). ``down`` says the process has fallen back (the reason in ``warnings``);
+    ``connect()`` checks Redis at start (synchronously, 2 s timeout). ``rejoined`` counts the times
+    it came back after falling back."""
 
     def __init__(self, uri: str, run: str, shares: int = 1, shard: int = 0):
         parts = urlsplit(uri)
         if parts.scheme not in ("redis", "rediss") or "@" in parts.netloc:
-            raise CoordinatorError(f"--coordinator {parts.scheme}://{parts.hostname or ''}...: expected "
-                                   "redis://HOST:PORT/DB (a password goes in REDIS_PASSWORD, not the URI)")
+            raise CoordinatorError(
+                f"--coordinator {parts.scheme}://{parts.hostname or ''}...: expected "
+                "redis://HOST:PORT/DB (a password goes in REDIS_PASSWORD, not the URI)"
+            )
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         try:
             self.lease_s = float(query.pop("lease", 30.0))
@@ -165,14 +184,19 @@ class Coordinator:
         self._batch: list[tuple[str, list, asyncio.Future]] = []  # operations queued (``submit``)
         self._sender: asyncio.Task | None = None  # sends them, one batch at a time
         self._background: set[asyncio.Task] = set()
-        self._tasks: list[asyncio.Task] = []  # heartbeat and listener (while up), rejoin (while down)
+        self._tasks: list[
+            asyncio.Task
+        ] = []  # heartbeat and listener (while up), rejoin (while down)
         self._waiting: dict[str, asyncio.Future] = {}  # waiter -> its hand-over (a grant message)
         self._waiting_for: dict[str, str] = {}  # waiter -> the provider it waits for
-        # the SharedLimiters and the SharedBudget of this process (``runner.distributed.shared_limits``
-        # makes and registers them here): the other processes' events are handed to them
+        # the SharedLimiters and the SharedBudget of this process
+        # (``runner.distributed.shared_limits`` makes and registers them here): the other processes'
+        # events are handed to them
         self.limiters: dict[str, ProviderLimiter] = {}
         self.budget: Budget | None = None
-        self._local_from = 0.0  # monotonic time after which a process that fell back may send on its own
+        self._local_from = (
+            0.0  # monotonic time after which a process that fell back may send on its own
+        )
         self._rejoining = False
         self._started = False
         self._connecting: asyncio.Lock | None = None
@@ -180,16 +204,20 @@ class Coordinator:
     # ---- connection -------------------------------------------------------------------------
     def _kwargs(self) -> dict:
         pw = os.environ.get("REDIS_PASSWORD")
-        return {"socket_timeout": 5.0, "socket_connect_timeout": 2.0} | ({"password": pw} if pw else {})
+        return {"socket_timeout": 5.0, "socket_connect_timeout": 2.0} | (
+            {"password": pw} if pw else {}
+        )
 
     def connect(self) -> bool:
-        """Whether Redis answers (a PING, 2 s timeout); if not, fall back (``down``) with a warning, and try
-        again in the background once the run starts."""
+        """Whether Redis answers (a PING, 2 s timeout); if not, fall back (``down``) with a warning,
+        and try again in the background once the run starts."""
         try:
             import redis
         except ImportError:
-            raise CoordinatorError("--coordinator needs the distributed extra: pip install "
-                                   "'decision-index[distributed]'") from None
+            raise CoordinatorError(
+                "--coordinator needs the distributed extra: pip install "
+                "'decision-index[distributed]'"
+            ) from None
         global _REDIS_ERRORS
         _REDIS_ERRORS = (OSError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
         try:
@@ -201,16 +229,18 @@ class Coordinator:
         return True
 
     def fail(self, exc: BaseException) -> None:
-        """Fall back to 1/N of every limit (once per fall), with a warning: local turns begin ``MEMBER_TTL``
-        seconds from now (this shard's share lapses in Redis by then), and Redis is tried again every
-        ``REJOIN_S`` seconds."""
+        """Fall back to 1/N of every limit (once per fall), with a warning: local turns begin
+        ``MEMBER_TTL`` seconds from now (this shard's share lapses in Redis by then), and Redis is
+        tried again every ``REJOIN_S`` seconds."""
         if self.down:
             return
         self.down = True
         self._local_from = time.monotonic() + MEMBER_TTL + self._horizon()
-        message = (f"coordinator {self.name} unreachable ({type(exc).__name__}: {exc}); this process falls back to "
-                   f"1/{self.shares} of each provider's limits and of the cost bound, and tries again every "
-                   f"{REJOIN_S:g} s")
+        message = (
+            f"coordinator {self.name} unreachable ({type(exc).__name__}: {exc}); this process falls back to "
+            f"1/{self.shares} of each provider's limits and of the cost bound, and tries again every "
+            f"{REJOIN_S:g} s"
+        )
         self.warnings.append(message)
         log.warning(message)
         for fut in self._waiting.values():
@@ -231,13 +261,16 @@ class Coordinator:
         self._tasks = [loop.create_task(self._rejoin())]
 
     def _horizon(self) -> float:
-        """How far ahead of now the bookings of the shards in Redis can reach: each slot booked at most one
-        request interval after the last (seconds; the slowest provider's)."""
-        return max((lim.size / lim._ceilings[0] for lim in self.limiters.values() if lim._ceilings[0]), default=0.0)
+        """How far ahead of now the bookings of the shards in Redis can reach: each slot booked at
+        most one request interval after the last (seconds; the slowest provider's)."""
+        return max(
+            (lim.size / lim._ceilings[0] for lim in self.limiters.values() if lim._ceilings[0]),
+            default=0.0,
+        )
 
     async def start(self) -> None:
-        """Begin the background work (inside the event loop): heartbeat and listener while Redis answers, the
-        attempts to rejoin while it does not."""
+        """Begin the background work (inside the event loop): heartbeat and listener while Redis
+        answers, the attempts to rejoin while it does not."""
         if self._started:
             return
         self._started = True
@@ -250,7 +283,8 @@ class Coordinator:
             self.fail(exc)
 
     async def _ready(self) -> None:
-        """Connected, script registered, listener and heartbeat running (once, whoever asks first)."""
+        """Connected, script registered, listener and heartbeat running (once, whoever asks
+        first)."""
         if self._script is not None:
             return
         if self._connecting is None:
@@ -276,9 +310,9 @@ class Coordinator:
         return [self.prefix, str(self.shard), self.shares, self.member, MEMBER_TTL]
 
     def submit(self, op: str, args: list) -> asyncio.Future:
-        """Queue an operation of the script; a future of its answer. Every operation queued in one event-loop
-        turn goes to Redis in one call (``_flush``); a Redis connection error fails them all (and this
-        process falls back)."""
+        """Queue an operation of the script; a future of its answer. Every operation queued in one
+        event-loop turn goes to Redis in one call (``_flush``); a Redis connection error fails them
+        all (and this process falls back)."""
         fut = asyncio.get_running_loop().create_future()
         self._batch.append((op, args, fut))
         if len(self._batch) == 1:
@@ -286,9 +320,10 @@ class Coordinator:
         return fut
 
     async def call(self, op: str, args: list) -> object:
-        """Run one operation (in this turn's batch) and return its answer; raises a Redis connection error
-        (the caller falls back), and ``asyncio.CancelledError`` if the calling task was cancelled meanwhile,
-        even when the answer came (see ``_raise_if_cancelled``): the operation may then have run."""
+        """Run one operation (in this turn's batch) and return its answer; raises a Redis connection
+        error (the caller falls back), and ``asyncio.CancelledError`` if the calling task was
+        cancelled meanwhile, even when the answer came (see ``_raise_if_cancelled``): the operation
+        may then have run."""
         if self.down and not self._rejoining:
             raise ConnectionError(f"coordinator {self.name} is out of reach")
         result = await self.submit(op, args)
@@ -296,14 +331,15 @@ class Coordinator:
         return result
 
     def later(self, op: str, args: list) -> None:
-        """Run an operation without waiting for it (from synchronous code: a release, a settle, a 429)."""
+        """Run an operation without waiting for it (from synchronous code: a release, a settle, a
+        429)."""
         if self.down:
             return
         self.submit(op, args).add_done_callback(_retrieved)
 
     def _flush(self) -> None:
-        """Send the operations queued, one batch at a time, in order (a release queued after a take runs
-        after it), until none are left."""
+        """Send the operations queued, one batch at a time, in order (a release queued after a take
+        runs after it), until none are left."""
         if self._sender is not None and not self._sender.done():
             return  # the sender takes what was queued once its call returns
         if not self._batch:
@@ -360,7 +396,13 @@ class Coordinator:
             waiting = set(self._waiting_for.values())
             for limiter in self.limiters.values():
                 if limiter.limits_key in waiting:
-                    args += [limiter.limits_key, limiter.size, self.lease_s, *limiter._ceilings, RECOVERY_S]
+                    args += [
+                        limiter.limits_key,
+                        limiter.size,
+                        self.lease_s,
+                        *limiter._ceilings,
+                        RECOVERY_S,
+                    ]
             try:
                 await self.call("refresh", args)
             except _REDIS_ERRORS as exc:
@@ -381,15 +423,21 @@ class Coordinator:
                     self._waiting_for.pop(waiter, None)
                     if fut is not None and not fut.done():
                         fut.set_result((float(wait), float(booked_at), float(rate)))
-                    elif provider in self.limiters:  # its waiter gave up meanwhile: the slot goes back
+                    elif (
+                        provider in self.limiters
+                    ):  # its waiter gave up meanwhile: the slot goes back
                         self.limiters[provider].give_back(waiter)
                 elif kind == "pause":  # seconds, provider
                     seconds, provider = rest.split(" ", 1)
                     if provider in self.limiters:
                         self.limiters[provider].paused_by_other(float(seconds))
-                elif kind == "clock":  # seconds the Redis host's clock stepped back (absorbed by the script)
-                    message = (f"coordinator {self.name}: the Redis host's clock stepped back {float(rest):.1f} s; "
-                               "the shared pacing went on from where it was (no process waits for the step)")
+                elif (
+                    kind == "clock"
+                ):  # seconds the Redis host's clock stepped back (absorbed by the script)
+                    message = (
+                        f"coordinator {self.name}: the Redis host's clock stepped back {float(rest):.1f} s; "
+                        "the shared pacing went on from where it was (no process waits for the step)"
+                    )
                     self.warnings.append(message)
                     log.warning(message)
         except asyncio.CancelledError:
@@ -401,8 +449,8 @@ class Coordinator:
                 await pubsub.aclose()
 
     def expect(self, waiter: str, provider: str) -> asyncio.Future:
-        """A future resolved with (wait, Redis's time, token rate) when ``waiter`` (queued for a slot of
-        ``provider``) is handed a slot."""
+        """A future resolved with (wait, Redis's time, token rate) when ``waiter`` (queued for a
+        slot of ``provider``) is handed a slot."""
         fut = asyncio.get_running_loop().create_future()
         self._waiting[waiter] = fut
         self._waiting_for[waiter] = provider
@@ -412,10 +460,10 @@ class Coordinator:
         self._waiting.pop(waiter, None)
         self._waiting_for.pop(waiter, None)
 
-    # ---- falling back and rejoining ---------------------------------------------------------------
+    # ---- falling back and rejoining --------------------------------------------------------------
     async def mode(self) -> str:
-        """"shared" (through Redis) or "local" (fallen back, and its share surely lapsed in Redis): waits while
-        the process rejoins, and until its local turns may begin."""
+        """ "shared" (through Redis) or "local" (fallen back, and its share surely lapsed in Redis):
+        waits while the process rejoins, and until its local turns may begin."""
         while True:
             if self._rejoining:
                 await asyncio.sleep(0.02)
@@ -434,13 +482,16 @@ class Coordinator:
             fb = limiter.fallback
             if fb.window.held:
                 return False
-            if any(rate.pacer is not None and rate.pacer._next > now for rate in (fb.requests, fb.tokens)):
+            if any(
+                rate.pacer is not None and rate.pacer._next > now
+                for rate in (fb.requests, fb.tokens)
+            ):
                 return False
         return self.budget is None or not self.budget.local_in_flight
 
     async def _rejoin(self) -> None:
-        """While fallen back: try Redis every ``REJOIN_S`` seconds; once it answers, stop taking local turns,
-        let the local attempts finish, and rejoin."""
+        """While fallen back: try Redis every ``REJOIN_S`` seconds; once it answers, stop taking
+        local turns, let the local attempts finish, and rejoin."""
         import redis.asyncio as aioredis
 
         while self.down:
@@ -464,8 +515,13 @@ class Coordinator:
                 for task in self._tasks:
                     if task is not asyncio.current_task():
                         task.cancel()
-                log.warning("coordinator %s: rejoining failed (%s: %s); still 1/%d of each limit", self.name,
-                            type(exc).__name__, exc, self.shares)
+                log.warning(
+                    "coordinator %s: rejoining failed (%s: %s); still 1/%d of each limit",
+                    self.name,
+                    type(exc).__name__,
+                    exc,
+                    self.shares,
+                )
                 continue
             finally:
                 self._rejoining = False
@@ -478,8 +534,8 @@ class Coordinator:
             return
 
     async def close(self) -> None:
-        """Say this shard is done, let the background calls finish (releases, settles), stop the heartbeat,
-        the listener and the rejoining, close the connection."""
+        """Say this shard is done, let the background calls finish (releases, settles), stop the
+        heartbeat, the listener and the rejoining, close the connection."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -500,7 +556,8 @@ class Coordinator:
     # ---- what the runner uses ---------------------------------------------------------------
     def start_soon(self) -> None:
         """Begin the background work (``start``) in the running event loop, once: the first shared
-        limiter made (``runner.distributed.shared_limits.limiters``) calls it from inside the loop."""
+        limiter made (``runner.distributed.shared_limits.limiters``) calls it from inside the
+        loop."""
         if not self._started:
             task = asyncio.get_running_loop().create_task(self.start())
             self._background.add(task)

@@ -1,27 +1,31 @@
-"""The Lua side of ``--coordinator`` (``runner.distributed.coordinator``): one script, run atomically by Redis, with every
-operation a process has for Redis (``library``).
+"""The Lua side of ``--coordinator`` (``runner.distributed.coordinator``): one script, run
+atomically by Redis, with every operation a process has for Redis (``library``).
 
-Each call carries the operations of one event-loop turn of one process (a batch) and first says the caller is
-alive (its shard and its process: ``members`` and ``procs``, sorted sets of expiry times) and computes the
-share ``f`` of the limits the shards alive (or done) may use, ``(alive + done) / N``. Then each operation:
+Each call carries the operations of one event-loop turn of one process (a batch) and first says the
+caller is alive (its shard and its process: ``members`` and ``procs``, sorted sets of expiry times)
+and computes the share ``f`` of the limits the shards alive (or done) may use,
+``(alive + done) / N``. Then each operation:
 
-* ``acquire`` / ``release`` / ``cancel`` / ``check``: the in-flight slots, a sorted set of leases per provider,
-  and its queue of waiters (first come first served); ``grant`` hands free slots to the queue's head, books
-  each one's turn (GCRA, at ``f`` of the rates) and tells its process on its pub/sub channel;
-* ``pause``, ``rate_limited``, ``correct``: the shared pause a 429 states (told to every process on pub/sub),
-  the narrowed rates and a limit a 429's headers state, the token booking corrected by a reply's usage;
-* ``reserve`` / ``settle``: the cost bound (the shares of the shards out held back, less what they spent);
-* ``refresh`` (the heartbeat: leases renewed, queues a dead process's slots can serve now served), ``join``,
-  ``done``.
+* ``acquire`` / ``release`` / ``cancel`` / ``check``: the in-flight slots, a sorted set of leases
+  per provider, and its queue of waiters (first come first served); ``grant`` hands free slots to
+  the queue's head, books each one's turn (GCRA, at ``f`` of the rates) and tells its process on its
+  pub/sub channel;
+* ``pause``, ``rate_limited``, ``correct``: the shared pause a 429 states (told to every process on
+  pub/sub), the narrowed rates and a limit a 429's headers state, the token booking corrected by a
+  reply's usage;
+* ``reserve`` / ``settle``: the cost bound (the shares of the shards out held back, less what they
+  spent);
+* ``refresh`` (the heartbeat: leases renewed, queues a dead process's slots can serve now served),
+  ``join``, ``done``.
 
-Rates are units per second; times are the run's clock (seconds): Redis's ``TIME``, kept from going back
-(``skew``, ``clock``: a step back of the Redis host's clock is absorbed, and time goes on from where it
-was, so a step back of an hour no longer stalls every process for an hour; a step forward is taken as
-time passing, as any clock does: leases and memberships it spans lapse early, bookings are not
-affected). Floats go back to Python as strings (a Lua
-number returned to Redis is truncated to an integer). The keys are named in the arguments (one Redis, or a
-primary; not a Redis Cluster).
+Rates are units per second; times are the run's clock (seconds): Redis's ``TIME``, kept from going
+back (``skew``, ``clock``: a step back of the Redis host's clock is absorbed, and time goes on from
+where it was, so a step back of an hour no longer stalls every process for an hour; a step forward
+is taken as time passing, as any clock does: leases and memberships it spans lapse early, bookings
+are not affected). Floats go back to Python as strings (a Lua number returned to Redis is truncated
+to an integer). The keys are named in the arguments (one Redis, or a primary; not a Redis Cluster).
 """
+
 from __future__ import annotations
 
 from ..sending.limits import BACKOFF, MIN_FRACTION
@@ -342,10 +346,15 @@ return out
 
 
 def library(ttl_s: float, claim_s: float, shift_key: str | None = None) -> str:
-    """The script: keys expire ``ttl_s`` seconds after their last use; a slot handed to another process is
-    leased ``claim_s`` seconds until its holder's heartbeat renews it. ``shift_key`` (tests: the time source
-    injected) names a Redis key whose value, seconds, is added to Redis's clock (a step of the host's
-    clock, made by setting it)."""
+    """The script: keys expire ``ttl_s`` seconds after their last use; a slot handed to another
+    process is leased ``claim_s`` seconds until its holder's heartbeat renews it. ``shift_key``
+    (tests: the time source injected) names a Redis key whose value, seconds, is added to Redis's
+    clock (a step of the host's clock, made by setting it)."""
     shift = "" if shift_key is None else f"+ (tonumber(redis.call('GET', {shift_key!r})) or 0)"
-    return (_LIBRARY.replace("@TTL@", str(int(ttl_s))).replace("@CLAIM@", repr(claim_s))
-            .replace("@MIN@", repr(MIN_FRACTION)).replace("@BACKOFF@", repr(BACKOFF)).replace("@SHIFT@", shift))
+    return (
+        _LIBRARY.replace("@TTL@", str(int(ttl_s)))
+        .replace("@CLAIM@", repr(claim_s))
+        .replace("@MIN@", repr(MIN_FRACTION))
+        .replace("@BACKOFF@", repr(BACKOFF))
+        .replace("@SHIFT@", shift)
+    )

@@ -1,13 +1,15 @@
 """The processes' side of ``--coordinator``: a limiter and a cost budget whose state is in Redis
-(``runner.distributed.coordinator``: the connection, the calls, the shares and the fallback; its module docstring says
-what is shared and how).
+(``runner.distributed.coordinator``: the connection, the calls, the shares and the fallback; its
+module docstring says what is shared and how).
 
-``SharedLimiter`` is a ``runner.sending.limits.ProviderLimiter`` whose pacing, pause, narrowed rates and in-flight
-slots go through the coordinator; ``SharedBudget`` a ``runner.sending.cost.Budget`` whose bound holds for every
-process of the run. Both take the local path of their base class while the coordinator is down. They are
-made by ``limiters`` and ``budget`` here, which register them with their ``Coordinator`` (this module
-imports the coordinator; the coordinator never imports this module).
+``SharedLimiter`` is a ``runner.sending.limits.ProviderLimiter`` whose pacing, pause, narrowed rates
+and in-flight slots go through the coordinator; ``SharedBudget`` a ``runner.sending.cost.Budget``
+whose bound holds for every process of the run. Both take the local path of their base class while
+the coordinator is down. They are made by ``limiters`` and ``budget`` here, which register them with
+their ``Coordinator`` (this module imports the coordinator; the coordinator never imports this
+module).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,8 +29,8 @@ from .coordinator import POLL_S, Coordinator, _Down
 
 @dataclass(slots=True)
 class SharedTicket(Ticket):
-    """A Ticket booked in Redis: its slot's lease ``member``, ``booked_at`` on Redis's clock, ``token_rate``
-    the shared rate it used."""
+    """A Ticket booked in Redis: its slot's lease ``member``, ``booked_at`` on Redis's clock,
+    ``token_rate`` the shared rate it used."""
 
     member: str = ""
     booked_at: float = 0.0
@@ -36,11 +38,11 @@ class SharedTicket(Ticket):
 
 
 class SharedLimiter(ProviderLimiter):
-    """A ProviderLimiter whose pacing, pause, narrowed rates and in-flight slots are shared through the
-    coordinator (see the module docstring): each attempt takes a slot in Redis and gives it back when it
-    ends. Its admission ``slots`` stay this process's own (``max_in_flight``: they bound its queue, not what
-    is sent). While the coordinator is down it is a local ProviderLimiter with 1/N of the limits
-    (``fallback``)."""
+    """A ProviderLimiter whose pacing, pause, narrowed rates and in-flight slots are shared through
+    the coordinator (see the module docstring): each attempt takes a slot in Redis and gives it back
+    when it ends. Its admission ``slots`` stay this process's own (``max_in_flight``: they bound its
+    queue, not what is sent). While the coordinator is down it is a local ProviderLimiter with 1/N
+    of the limits (``fallback``)."""
 
     def __init__(self, limits: Limits, coordinator: Coordinator, limits_key: str):
         super().__init__(limits)
@@ -49,7 +51,10 @@ class SharedLimiter(ProviderLimiter):
         self.slots_key = coordinator.key("slots", limits_key)
         self.fallback = ProviderLimiter(divide(limits, coordinator.shares))
         self.size = max(1, limits.max_in_flight)
-        self._ceilings = (limits.rpm / 60 if limits.rpm else 0.0, limits.tpm / 60 if limits.tpm else 0.0)
+        self._ceilings = (
+            limits.rpm / 60 if limits.rpm else 0.0,
+            limits.tpm / 60 if limits.tpm else 0.0,
+        )
 
     def _args(self, member: str) -> list:
         return [self.limits_key, self.size, member, self.c.lease_s, *self._ceilings]
@@ -60,16 +65,19 @@ class SharedLimiter(ProviderLimiter):
         self.c.later("pause", [self.limits_key, seconds])
 
     def paused_by_other(self, seconds: float) -> None:
-        """Another process paused the provider (a 429's stated wait): hold this one's attempts too."""
+        """Another process paused the provider (a 429's stated wait): hold this one's attempts
+        too."""
         ProviderLimiter.pause(self, seconds)
 
     def halt(self, error) -> None:
-        """Stop this provider (``ProviderLimiter.halt``), the fallback used while Redis is down included."""
+        """Stop this provider (``ProviderLimiter.halt``), the fallback used while Redis is down
+        included."""
         super().halt(error)
         self.fallback.halt(error)
 
     def close(self) -> None:
-        """The run is stopping (``ProviderLimiter.close``), the fallback used while Redis is down included."""
+        """The run is stopping (``ProviderLimiter.close``), the fallback used while Redis is down
+        included."""
         super().close()
         self.fallback.close()
 
@@ -92,11 +100,17 @@ class SharedLimiter(ProviderLimiter):
         size = len(request.body)
         try:
             while True:
-                cost = self.estimate(size)  # booked only where there is a token rate (configured or stated)
+                cost = self.estimate(
+                    size
+                )  # booked only where there is a token rate (configured or stated)
                 wait, booked_at, rate, member = await self._slot(cost)
                 if wait > 0:
-                    await self.sleep(wait)  # ends at once when the provider is stopped (halt) or the run stops
-                if not self.ending and self._paused_until > time.monotonic():  # a 429 came in meanwhile:
+                    await self.sleep(
+                        wait
+                    )  # ends at once when the provider is stopped (halt) or the run stops
+                if (
+                    not self.ending and self._paused_until > time.monotonic()
+                ):  # a 429 came in meanwhile:
                     self.give_back(member)  # book again after it
                     self.c.drop(self.slots_key, member)
                     await self._unpaused()
@@ -107,9 +121,9 @@ class SharedLimiter(ProviderLimiter):
             raise
 
     async def _slot(self, cost: float) -> tuple[float, float, float, str]:
-        """Take a slot in Redis (waiting in its queue for one to be handed over): (seconds to wait for its
-        booked turn, Redis's time of the booking, the token rate used, the slot's member). Raises _Down when
-        Redis fails meanwhile."""
+        """Take a slot in Redis (waiting in its queue for one to be handed over): (seconds to wait
+        for its booked turn, Redis's time of the booking, the token rate used, the slot's member).
+        Raises _Down when Redis fails meanwhile."""
         member = f"{self.c.member}/{uuid.uuid4().hex[:8]}"
         fut = self.c.expect(member, self.limits_key)
         try:
@@ -125,16 +139,21 @@ class SharedLimiter(ProviderLimiter):
             raise _Down from None
         except asyncio.CancelledError:
             self.c.forget(member)
-            self.c.later("cancel", [*self._args(member), RECOVERY_S])  # out of the queue, or its slot back
+            self.c.later(
+                "cancel", [*self._args(member), RECOVERY_S]
+            )  # out of the queue, or its slot back
             raise
         self.c.hold(self.slots_key, member)
         return wait, booked_at, rate, member
 
     async def _handed(self, member: str, fut: asyncio.Future) -> tuple[float, float, float]:
-        """Wait for ``member``'s hand-over; every ``lease/2`` seconds without one, ask Redis (a message lost)."""
+        """Wait for ``member``'s hand-over; every ``lease/2`` seconds without one, ask Redis (a
+        message lost)."""
         while True:
             try:
-                return await asyncio.wait_for(asyncio.shield(fut), max(1.0, min(5.0, self.c.lease_s / 2)))
+                return await asyncio.wait_for(
+                    asyncio.shield(fut), max(1.0, min(5.0, self.c.lease_s / 2))
+                )
             except TimeoutError:
                 pass
             state = await self.c.call("check", [*self._args(member), RECOVERY_S])
@@ -148,8 +167,14 @@ class SharedLimiter(ProviderLimiter):
                     self.c.forget(member)
                     return float(answer[1]), float(answer[2]), float(answer[3])
 
-    def finish(self, ticket: Ticket, ok: bool, error: AdapterError | None = None,
-               input_tokens: int | None = None, output_tokens: int | None = None) -> None:
+    def finish(
+        self,
+        ticket: Ticket,
+        ok: bool,
+        error: AdapterError | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+    ) -> None:
         if not isinstance(ticket, SharedTicket):
             self.fallback.finish(ticket, ok, error, input_tokens, output_tokens)
             return
@@ -157,40 +182,68 @@ class SharedLimiter(ProviderLimiter):
         self.c.drop(self.slots_key, ticket.member)
         self.c.later("release", [*self._args(ticket.member), RECOVERY_S])
         if ok:
-            self.replies += 1  # as ProviderLimiter.finish: a provider that has answered is not stopped by one 400
+            # as ProviderLimiter.finish: a provider that has answered is not stopped by one 400
+            self.replies += 1
             w = self.window
             if w.size < self.limits.max_in_flight:
                 w.resize(min(float(self.limits.max_in_flight), w.size + 1 / w.size))
             if input_tokens is not None:
                 if ticket.token_rate > 0:
-                    self.c.later("correct", [self.limits_key, input_tokens + (output_tokens or 0) - ticket.tokens,
-                                             self._ceilings[1], RECOVERY_S])
+                    self.c.later(
+                        "correct",
+                        [
+                            self.limits_key,
+                            input_tokens + (output_tokens or 0) - ticket.tokens,
+                            self._ceilings[1],
+                            RECOVERY_S,
+                        ],
+                    )
                 self.estimate.observe(ticket.body_bytes, input_tokens, output_tokens)
             return
         if not isinstance(error, RateLimited):
             return
         self.rate_limited += 1
-        self.c.later("rate_limited", [self.limits_key, ticket.booked_at, error.rpm or 0, error.tpm or 0, *self._ceilings,
-                                      RECOVERY_S])
-        if ticket.sent_at >= self._decreased_at:  # this process's window: once per round of 429s, as locally
+        self.c.later(
+            "rate_limited",
+            [
+                self.limits_key,
+                ticket.booked_at,
+                error.rpm or 0,
+                error.tpm or 0,
+                *self._ceilings,
+                RECOVERY_S,
+            ],
+        )
+        if (
+            ticket.sent_at >= self._decreased_at
+        ):  # this process's window: once per round of 429s, as locally
             self._decreased_at = time.monotonic()
             if not (error.rpm or error.tpm):
                 self.decreases += 1
                 self.window.resize(self.window.size * BACKOFF)
         if error.retry_after is not None and error.retry_after <= self.limits.max_stated_wait_s:
-            self.pause(error.retry_after)  # honoured exactly, as ProviderLimiter.finish; a longer wait stops the provider
+            self.pause(
+                error.retry_after
+            )  # honoured exactly, as ProviderLimiter.finish; a longer wait stops the provider
 
 
 class SharedBudget(Budget):
-    """A Budget whose bound holds for every process of the run (spend and reservations in Redis); ``spent``
-    is still this process's own. While the coordinator is down: a local Budget of 1/N of the bound, less
-    what this process spent before (``local_in_flight`` counts its local reservations)."""
+    """A Budget whose bound holds for every process of the run (spend and reservations in Redis);
+    ``spent`` is still this process's own. While the coordinator is down: a local Budget of 1/N of
+    the bound, less what this process spent before (``local_in_flight`` counts its local
+    reservations)."""
 
     def __init__(self, max_usd: float | None, coordinator: Coordinator):
         super().__init__(max_usd)
         self.c = coordinator
-        self.bound = max_usd  # the whole bound (``max_usd`` is this process's share while it is on its own)
-        self.keys = [coordinator.key("cost"), coordinator.key("reservations"), coordinator.key("amounts")]
+        self.bound = (
+            max_usd  # the whole bound (``max_usd`` is this process's share while it is on its own)
+        )
+        self.keys = [
+            coordinator.key("cost"),
+            coordinator.key("reservations"),
+            coordinator.key("amounts"),
+        ]
         self._members: list[tuple[str, float]] = []
         self.local_in_flight = 0
 
@@ -205,7 +258,9 @@ class SharedBudget(Budget):
         while await self.c.mode() == "shared":
             member = f"{self.c.member}/{uuid.uuid4().hex[:8]}"
             try:
-                answer = int(await self.c.call("reserve", [usd, self.bound, member, self.c.lease_s]))
+                answer = int(
+                    await self.c.call("reserve", [usd, self.bound, member, self.c.lease_s])
+                )
             except hub._REDIS_ERRORS as exc:
                 self.c.fail(exc)
                 break
@@ -220,18 +275,24 @@ class SharedBudget(Budget):
                 return usd
             if answer == -2:
                 self.stopped = True
-                raise CostBoundReached(f"the cost bound of ${self.bound:g} leaves no room for another request within the "
-                                       f"shares of the shards reaching the coordinator (each shard of {self.c.shares} "
-                                       "out of reach keeps its share)")
+                raise CostBoundReached(
+                    f"the cost bound of ${self.bound:g} leaves no room for another request within the "
+                    f"shares of the shards reaching the coordinator (each shard of {self.c.shares} "
+                    "out of reach keeps its share)"
+                )
             if answer < 0 or self.stopped:
                 self.stopped = True
-                raise CostBoundReached(f"the cost bound of ${self.bound:g} (for every process of the run) leaves "
-                                       "no room for another request")
+                raise CostBoundReached(
+                    f"the cost bound of ${self.bound:g} (for every process of the run) leaves "
+                    "no room for another request"
+                )
             await asyncio.sleep(delay)
             delay = min(1.0, delay * 1.5)
         if await self.c.mode() != "local":  # rejoined meanwhile
             return await self.reserve(usd)
-        self.max_usd = self.bound / self.c.shares  # on its own: its share, less what it spent (``spent``)
+        self.max_usd = (
+            self.bound / self.c.shares
+        )  # on its own: its share, less what it spent (``spent``)
         reserved = await super().reserve(usd)
         self.local_in_flight += 1
         self._members.append(("", usd))
@@ -268,12 +329,14 @@ def limiters(coordinator: Coordinator, models: Sequence) -> dict[str, ProviderLi
     coordinator.start_soon()
     for m in models:
         if m.limits_key not in coordinator.limiters:
-            coordinator.limiters[m.limits_key] = SharedLimiter(m.adapter.limits, coordinator, m.limits_key)
+            coordinator.limiters[m.limits_key] = SharedLimiter(
+                m.adapter.limits, coordinator, m.limits_key
+            )
     return dict(coordinator.limiters)
 
 
 def budget(coordinator: Coordinator, max_usd: float | None) -> SharedBudget:
-    """The run's cost bound (``max_usd``, USD; None: none) shared through ``coordinator``, registered with
-    it (``Coordinator.budget``)."""
+    """The run's cost bound (``max_usd``, USD; None: none) shared through ``coordinator``,
+    registered with it (``Coordinator.budget``)."""
     coordinator.budget = SharedBudget(max_usd, coordinator)
     return coordinator.budget

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from dxi.scoring.sequential import Estimate, Standing, Until
 
 
-
 def estimate(e: Estimate | None) -> dict | None:
     """``{"point", "low", "high"}`` (0-100, 4 decimals; None where unknown) of a whole-set
     estimate."""

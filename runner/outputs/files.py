@@ -1,6 +1,7 @@
 """Scoring the cache and writing the outputs (``OUT/summary.json``, ``OUT/answers.parquet``); the
-terminal's tables are ``runner.outputs.terminal``. Used by ``dxi run`` (after running), ``dxi score``,
-``dxi report`` and ``dxi export`` (cache only) and ``dxi view`` (``summarize``)."""
+terminal's tables are ``runner.outputs.terminal``. Used by ``dxi run`` (after running),
+``dxi score``, ``dxi report`` and ``dxi export`` (cache only) and ``dxi view`` (``summarize``)."""
+
 from __future__ import annotations
 
 import os
@@ -24,38 +25,79 @@ from .adaptive import attach
 from .provenance import provenance
 
 
-def score(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path, requests: dict[str, dict] | None,
-          epochs: int = 1, prices: dict[str, tuple[float, float] | None] | None = None, extra: dict | None = None,
-          batch_prices: dict | None = None, tolerance: Tolerance | None = None,
-          entries: dict[str, dict] | None = None) -> Summary:
-    """Score ``models`` (``scoring.MODELS_SCHEMA`` rows, plus an optional ``epochs`` column: a model's own
-    number of epochs, else ``epochs``) from the cache over the suite's tasks, write ``out/summary.json``
-    and ``out/answers.parquet`` (each written to a temporary name, then renamed) and return the summary.
-    ``requests`` is each model's request counts from a run; None (cache-only scoring) counts the requests
-    found in the cache instead, with ``sent`` = 0. ``prices`` (label -> USD per million input and output
-    tokens; None or absent: no price) make the usage blocks' costs (``batch_prices``: of the requests a
-    provider batch answered; default half, ``scoring.cost.batch_price``); ``extra`` sets the summary's optional
-    fields (``cost_bound``, ``stopped_providers``: ``scoring.records.Summary``);
-    ``tolerance`` is ``--allow-failed``'s (``scoring.provisional``); ``entries`` (label ->
-    {field: value}) sets model entries' optional fields (an adaptive run's ``adaptive`` blocks,
-    ``runner.adaptive``).
+def score(
+    cache: Cache,
+    suite: Suite,
+    models: pl.DataFrame,
+    out: Path,
+    requests: dict[str, dict] | None,
+    epochs: int = 1,
+    prices: dict[str, tuple[float, float] | None] | None = None,
+    extra: dict | None = None,
+    batch_prices: dict | None = None,
+    tolerance: Tolerance | None = None,
+    entries: dict[str, dict] | None = None,
+) -> Summary:
+    """Score ``models`` (``scoring.MODELS_SCHEMA`` rows, plus an optional ``epochs`` column: a
+    model's own number of epochs, else ``epochs``) from the cache over the suite's tasks, write
+    ``out/summary.json`` and ``out/answers.parquet`` (each written to a temporary name, then
+    renamed) and return the summary. ``requests`` is each model's request counts from a run; None
+    (cache-only scoring) counts the requests found in the cache instead, with ``sent`` = 0.
+    ``prices`` (label -> USD per million input and output tokens; None or absent: no price) make the
+    usage blocks' costs (``batch_prices``: of the requests a provider batch answered; default half,
+    ``scoring.cost.batch_price``); ``extra`` sets the summary's optional fields (``cost_bound``,
+    ``stopped_providers``: ``scoring.records.Summary``); ``tolerance`` is ``--allow-failed``'s
+    (``scoring.provisional``); ``entries`` (label -> {field: value}) sets model entries' optional
+    fields (an adaptive run's ``adaptive`` blocks, ``runner.adaptive``).
 
-    A shard damaged where start-up does not look (outside the index columns) fails here: it is moved to
-    the cache's quarantine/ (``Cache.read``) and scoring goes on without it; its answers count as
+    A shard damaged where start-up does not look (outside the index columns) fails here: it is moved
+    to the cache's quarantine/ (``Cache.read``) and scoring goes on without it; its answers count as
     missing, and the next ``dxi run`` sends those requests again."""
-    return score_all(cache, suite, models, out, requests, epochs, prices=prices, extra=extra, batch_prices=batch_prices,
-                     tolerance=tolerance, entries=entries)[0]
+    return score_all(
+        cache,
+        suite,
+        models,
+        out,
+        requests,
+        epochs,
+        prices=prices,
+        extra=extra,
+        batch_prices=batch_prices,
+        tolerance=tolerance,
+        entries=entries,
+    )[0]
 
 
-def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None, requests: dict[str, dict] | None,
-              epochs: int = 1, breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
-              extra: dict | None = None, batch_prices: dict | None = None,
-              tolerance: Tolerance | None = None, entries: dict[str, dict] | None = None
-              ) -> ScoredRun:
-    """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group ones
-    that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own files)."""
-    summary, scored = summarize(cache, suite, models, requests, epochs, breakdowns, prices, extra,
-                                batch_prices=batch_prices, tolerance=tolerance, entries=entries)
+def score_all(
+    cache: Cache,
+    suite: Suite,
+    models: pl.DataFrame,
+    out: Path | None,
+    requests: dict[str, dict] | None,
+    epochs: int = 1,
+    breakdowns: bool = False,
+    prices: dict[str, tuple[float, float] | None] | None = None,
+    extra: dict | None = None,
+    batch_prices: dict | None = None,
+    tolerance: Tolerance | None = None,
+    entries: dict[str, dict] | None = None,
+) -> ScoredRun:
+    """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group
+    ones that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own
+    files)."""
+    summary, scored = summarize(
+        cache,
+        suite,
+        models,
+        requests,
+        epochs,
+        breakdowns,
+        prices,
+        extra,
+        batch_prices=batch_prices,
+        tolerance=tolerance,
+        entries=entries,
+    )
     if out is None:
         return ScoredRun(summary, scored)
     out.mkdir(parents=True, exist_ok=True)
@@ -68,33 +110,53 @@ def score_all(cache: Cache, suite: Suite, models: pl.DataFrame, out: Path | None
     return ScoredRun(summary, scored)
 
 
-def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[str, dict] | None, epochs: int = 1,
-              breakdowns: bool = False, prices: dict[str, tuple[float, float] | None] | None = None,
-              extra: dict | None = None, each: Callable[[pl.DataFrame], None] | None = None,
-              batch_prices: dict | None = None, tolerance: Tolerance | None = None,
-              entries: dict[str, dict] | None = None) -> ScoredRun:
+def summarize(
+    cache: Cache,
+    suite: Suite,
+    models: pl.DataFrame,
+    requests: dict[str, dict] | None,
+    epochs: int = 1,
+    breakdowns: bool = False,
+    prices: dict[str, tuple[float, float] | None] | None = None,
+    extra: dict | None = None,
+    each: Callable[[pl.DataFrame], None] | None = None,
+    batch_prices: dict | None = None,
+    tolerance: Tolerance | None = None,
+    entries: dict[str, dict] | None = None,
+) -> ScoredRun:
     """``score_all`` without writing anything: the summary (as summary.json holds it) and the tables
     (``dxi view`` shows them; the cache is only read).
 
-    With ``each``, the evaluations are read and scored one at a time (``scoring.Scorer``; the cache read
-    in parts, ``Cache.read_parts``), and ``each`` is called with each evaluation's answers frame
-    before it is dropped: at most one evaluation's answers are held (``dxi view``'s start-up child). The
-    summary and tables are the same; the returned ``Scored`` has no answers and no breakdown tables
-    (``breakdowns`` must be False)."""
+    With ``each``, the evaluations are read and scored one at a time (``scoring.Scorer``; the cache
+    read in parts, ``Cache.read_parts``), and ``each`` is called with each evaluation's answers
+    frame before it is dropped: at most one evaluation's answers are held (``dxi view``'s start-up
+    child). The summary and tables are the same; the returned ``Scored`` has no answers and no
+    breakdown tables (``breakdowns`` must be False)."""
     if each is not None and breakdowns:
-        raise ValueError("summarize: the breakdown tables need every answer at once (each= scores one "
-                         "evaluation at a time)")
-    gold, categories = suite.gold_frames()  # the suite's survey: the tasks are read once (dxi run: during the run)
+        raise ValueError(
+            "summarize: the breakdown tables need every answer at once (each= scores one "
+            "evaluation at a time)"
+        )
+    gold, categories = (
+        suite.gold_frames()
+    )  # the suite's survey: the tasks are read once (dxi run: during the run)
     labels = models["label"].to_list()
-    model_epochs = (dict(zip(labels, models["epochs"].fill_null(epochs).to_list(), strict=True))
-                    if "epochs" in models.columns else None)
-    # usage first: its read of the cache rows (scalar columns only) then comes before the answers are held
+    model_epochs = (
+        dict(zip(labels, models["epochs"].fill_null(epochs).to_list(), strict=True))
+        if "epochs" in models.columns
+        else None
+    )
+    # usage first: its read of the cache rows (scalar columns only) then comes before the answers
+    # are held
     used, served, calls = cache.read(
-        lambda rows: usage_and_replies(rows, models, gold, epochs, with_calls=True))
+        lambda rows: usage_and_replies(rows, models, gold, epochs, with_calls=True)
+    )
     confidence = []  # each answers frame's tied confidence groups (``scoring.measures``)
     if each is None:
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
-        scored = scoring.score(answers, scoring.Bootstrap(), with_breakdowns=breakdowns, with_comparisons=True)
+        scored = scoring.score(
+            answers, scoring.Bootstrap(), with_breakdowns=breakdowns, with_comparisons=True
+        )
         counts = scoring.request_counts(answers) if requests is None else requests
         ties, rounded = tie_counts(answers), rounded_counts(answers)
         confidence.append(measures.confidence_groups(answers))
@@ -102,9 +164,13 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
     else:
         scorer, ties, rounded = scoring.Scorer(scoring.Bootstrap()), {}, {}
         counts = {} if requests is None else requests
-        for name in gold["eval"].unique().sort().to_list() or [None]:  # None: no tasks (``each`` gets no rows)
+        for name in gold["eval"].unique().sort().to_list() or [
+            None
+        ]:  # None: no tasks (``each`` gets no rows)
             mine = gold if name is None else gold.filter(pl.col("eval") == name)
-            answers = cache.read_parts(lambda rows, mine=mine: scoring.answers(rows, models, mine, categories, epochs))
+            answers = cache.read_parts(
+                lambda rows, mine=mine: scoring.answers(rows, models, mine, categories, epochs)
+            )
             if requests is None:
                 counts = _added(counts, scoring.request_counts(answers))
             ties |= tie_counts(answers)
@@ -117,20 +183,33 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
             del part
         scored = scorer.result(comparisons=True)
     usage = scoring.usage_blocks(used, labels, prices or {}, batch_prices)
-    summary = scoring.build_summary(scored.metrics, labels, suite.data_block(), PROMPT_VERSION, epochs,
-                                    counts, scored, model_epochs, usage, tolerance)
+    summary = scoring.build_summary(
+        scored.metrics,
+        labels,
+        suite.data_block(),
+        PROMPT_VERSION,
+        epochs,
+        counts,
+        scored,
+        model_epochs,
+        usage,
+        tolerance,
+    )
     summary = add_ties(summary, ties, rounded)
-    summary = add_replies(summary, served, dict(zip(labels, models["model"].to_list(), strict=True)))
-    summary = measures.add_measures(summary, measures.call_measures(calls),
-                                    measures.confidence_measures(confidence))
+    summary = add_replies(
+        summary, served, dict(zip(labels, models["model"].to_list(), strict=True))
+    )
+    summary = measures.add_measures(
+        summary, measures.call_measures(calls), measures.confidence_measures(confidence)
+    )
     summary = msgspec.structs.replace(model_settings(summary, models), **(extra or {}))
     for entry in summary.models:  # the fields the run sets (an adaptive run's ``adaptive``)
         for name, value in (entries or {}).get(entry.model, {}).items():
             setattr(entry, name, value)
     if requests is None:  # the cache alone: an adaptive run's part-asked models marked (its record)
         summary = attach(summary, configs(models), cache.root)
-    # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked here,
-    # when the result is written, never before the first request
+    # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked
+    # here, when the result is written, never before the first request
     summary.provenance = provenance()
     return ScoredRun(summary, scored)
 
@@ -138,14 +217,16 @@ def summarize(cache: Cache, suite: Suite, models: pl.DataFrame, requests: dict[s
 def configs(models: pl.DataFrame) -> dict[str, tuple]:
     """Label -> (provider, model, endpoint, params) of a ``scoring.MODELS_SCHEMA`` frame: a model's
     configuration as the cache tells models apart."""
-    return {r["label"]: (r["provider"], r["model"], r["endpoint"], r["params"])
-            for r in models.iter_rows(named=True)}
+    return {
+        r["label"]: (r["provider"], r["model"], r["endpoint"], r["params"])
+        for r in models.iter_rows(named=True)
+    }
 
 
 def model_settings(summary: Summary, models: pl.DataFrame) -> Summary:
-    """``summary`` with each model entry's ``effort`` (the level its requests carry: the frame's ``effort``
-    column, ``runner.planning.plan``; null where unset or unknown) and, for a provider that clamps P(yes)
-    (``Adapter.P_YES_RANGE``: Gemini Decisions), its ``p_yes_range``."""
+    """``summary`` with each model entry's ``effort`` (the level its requests carry: the frame's
+    ``effort`` column, ``runner.planning.plan``; null where unset or unknown) and, for a provider
+    that clamps P(yes) (``Adapter.P_YES_RANGE``: Gemini Decisions), its ``p_yes_range``."""
     rows = {r["label"]: r for r in models.iter_rows(named=True)}
     for entry in summary.models:
         row = rows.get(entry.model, {})
@@ -158,7 +239,8 @@ def model_settings(summary: Summary, models: pl.DataFrame) -> Summary:
 
 
 def _added(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    """Two ``scoring.request_counts`` results (of different evaluations) as one: the counts added per model."""
+    """Two ``scoring.request_counts`` results (of different evaluations) as one: the counts added
+    per model."""
     out = {label: dict(c) for label, c in a.items()}
     for label, c in b.items():
         mine = out.setdefault(label, dict.fromkeys(c, 0))

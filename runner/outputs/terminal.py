@@ -2,6 +2,7 @@
 comparisons of adjacent ranks), usage and spend, latency and cost measures, and ``dxi estimate``'s
 dry run, each fitted to the terminal's width (narrower variants, model keys and a legend when the
 names do not fit). Printed by ``dxi run``, ``dxi score``, ``dxi report`` and ``dxi estimate``."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -28,17 +29,23 @@ def _usd(value: float | None) -> str:
     return "—" if value is None else f"${value:.4f}"
 
 
-# Terminal tables fit the terminal: each is built with long headers, then compact (short, two-line headers,
-# no column rules), and the first whose natural width fits is printed. Model names are shown in full when
-# the index table fits with them, else as keys M1, M2, ... with a legend under the index table (the same
-# keys in every table of the summary).
+# Terminal tables fit the terminal: each is built with long headers, then compact (short, two-line
+# headers, no column rules), and the first whose natural width fits is printed. Model names are
+# shown in full when the index table fits with them, else as keys M1, M2, ... with a legend under
+# the index table (the same keys in every table of the summary).
 Column = tuple[str, str, str]  # (long header, short header, justify)
 Rows = list[tuple[list[str], str | None]]  # (cells, style)
 
 
 def _table(title: str, headers: list[str], justify: list[str], rows: Rows, compact: bool) -> Table:
-    table = Table(title=title, title_style="bold", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
-                  collapse_padding=compact, pad_edge=not compact, show_edge=not compact)
+    table = Table(
+        title=title,
+        title_style="bold",
+        box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+        collapse_padding=compact,
+        pad_edge=not compact,
+        show_edge=not compact,
+    )
     for header, j in zip(headers, justify, strict=True):
         table.add_column(header, justify=j)
     for cells, style in rows:
@@ -48,8 +55,10 @@ def _table(title: str, headers: list[str], justify: list[str], rows: Rows, compa
 
 def _variants(title: str, columns: list[Column], rows: Rows) -> list[Table]:
     justify = [c[2] for c in columns]
-    return [_table(title, [c[0] for c in columns], justify, rows, False),
-            _table(title, [c[1] for c in columns], justify, rows, True)]
+    return [
+        _table(title, [c[0] for c in columns], justify, rows, False),
+        _table(title, [c[1] for c in columns], justify, rows, True),
+    ]
 
 
 def _fitted(console: Console, tables: list[Table | Group]) -> Table | Group:
@@ -69,25 +78,60 @@ def _legend(console: Console, names: list[str], keys: list[str]) -> None:
 
 
 def print_usage(summary: Summary, console: Console, keys: list[str] | None = None) -> None:
-    """Tokens and cost per model (of the answers scored, from the cache) and for the run; a model that
-    costs nothing (price 0) shows "free"."""
+    """Tokens and cost per model (of the answers scored, from the cache) and for the run; a model
+    that costs nothing (price 0) shows "free"."""
     if summary.usage is UNSET:
         return
     keys = keys or summary.labels
-    columns = [("model", "model", "left"), ("requests", "requests", "right"), ("input tokens", "input\ntokens", "right"),
-               ("output tokens", "output\ntokens", "right"), ("cost", "cost", "right"), ("this run", "this\nrun", "right")]
+    columns = [
+        ("model", "model", "left"),
+        ("requests", "requests", "right"),
+        ("input tokens", "input\ntokens", "right"),
+        ("output tokens", "output\ntokens", "right"),
+        ("cost", "cost", "right"),
+        ("this run", "this\nrun", "right"),
+    ]
     rows = []
     for key, m in zip(keys, summary.models, strict=True):
         u = unset(m.usage) or {}
         spent = (m.requests or {}).get("cost_usd")
         free = u.get("price") == {"input": 0.0, "output": 0.0}
-        rows.append(([escape(key), str(u.get("requests", 0)), f"{u.get('input_tokens', 0):,}", f"{u.get('output_tokens', 0):,}",
-                      "free" if free else _usd(u.get("cost_usd")), "free" if free else _usd(spent)], None))
+        rows.append(
+            (
+                [
+                    escape(key),
+                    str(u.get("requests", 0)),
+                    f"{u.get('input_tokens', 0):,}",
+                    f"{u.get('output_tokens', 0):,}",
+                    "free" if free else _usd(u.get("cost_usd")),
+                    "free" if free else _usd(spent),
+                ],
+                None,
+            )
+        )
     run = summary.usage
-    all_free = all((unset(m.usage) or {}).get("price") == {"input": 0.0, "output": 0.0} for m in summary.models)
-    rows.append((["all", str(run["requests"]), f"{run['input_tokens']:,}", f"{run['output_tokens']:,}",
-                  "free" if all_free else _usd(run["cost_usd"]), ""], "bold"))
-    console.print(_fitted(console, _variants("Usage (the scored answers' requests, from the cache)", columns, rows)))
+    all_free = all(
+        (unset(m.usage) or {}).get("price") == {"input": 0.0, "output": 0.0} for m in summary.models
+    )
+    rows.append(
+        (
+            [
+                "all",
+                str(run["requests"]),
+                f"{run['input_tokens']:,}",
+                f"{run['output_tokens']:,}",
+                "free" if all_free else _usd(run["cost_usd"]),
+                "",
+            ],
+            "bold",
+        )
+    )
+    console.print(
+        _fitted(
+            console,
+            _variants("Usage (the scored answers' requests, from the cache)", columns, rows),
+        )
+    )
     if run.get("cost_reason"):
         console.print(escape(f"  cost: {run['cost_reason']}"))
 
@@ -106,51 +150,111 @@ def print_measures(summary: Summary, console: Console, keys: list[str] | None = 
     if not any(unset(m.measures) for m in summary.models):
         return
     keys = keys or summary.labels
-    columns = [("model", "model", "left"), ("p50 s", "p50\ns", "right"),
-               ("p95 s", "p95\ns", "right"),
-               ("$ / 1k decisions", "$ per 1k\ndecisions", "right"), ("AURC", "AURC", "right"),
-               ("acc @ conf ≥ 0.9 (coverage)", "acc@0.9\n(cov.)", "right")]
+    columns = [
+        ("model", "model", "left"),
+        ("p50 s", "p50\ns", "right"),
+        ("p95 s", "p95\ns", "right"),
+        ("$ / 1k decisions", "$ per 1k\ndecisions", "right"),
+        ("AURC", "AURC", "right"),
+        ("acc @ conf ≥ 0.9 (coverage)", "acc@0.9\n(cov.)", "right"),
+    ]
     rows: Rows = []
     for key, m in zip(keys, summary.models, strict=True):
         x = unset(m.measures) or {}
         lat, rc = x.get("latency") or {}, x.get("risk_coverage")
         cost = x.get("cost_per_1000_decisions_usd")
         at = next((a for a in rc["at"] if a["tau"] == 0.9), None) if rc else None
-        conf = ("no conf." if rc is None else
-                f"{_fmt(at['accuracy'])} ({100 * at['coverage']:.0f}%)" if at else "—")
-        rows.append(([escape(key), _seconds(lat.get("p50_s")), _seconds(lat.get("p95_s")),
-                      "—" if cost is None else f"${cost:.4f}",
-                      "—" if rc is None else f"{rc['aurc']:.3f}", conf], None))
+        conf = (
+            "no conf."
+            if rc is None
+            else f"{_fmt(at['accuracy'])} ({100 * at['coverage']:.0f}%)"
+            if at
+            else "—"
+        )
+        rows.append(
+            (
+                [
+                    escape(key),
+                    _seconds(lat.get("p50_s")),
+                    _seconds(lat.get("p95_s")),
+                    "—" if cost is None else f"${cost:.4f}",
+                    "—" if rc is None else f"{rc['aurc']:.3f}",
+                    conf,
+                ],
+                None,
+            )
+        )
     title = "Measures (every evaluation pooled; per evaluation in summary.json and the report)"
     console.print(_fitted(console, _variants(title, columns, rows)))
     pooled = [unset(m.measures) or {} for m in summary.models]
     batch = sum(x.get("latency", {}).get("batch_excluded", 0) for x in pooled)
     if batch:
-        console.print(f"  latency: {batch} answer call(s) from provider batches are left out (a "
-                      "batch's time is not a per-call latency)")
+        console.print(
+            f"  latency: {batch} answer call(s) from provider batches are left out (a "
+            "batch's time is not a per-call latency)"
+        )
     if any(x.get("risk_coverage") is None for x in pooled):
-        console.print("  no conf.: the model's answers carry no probability (structured outputs): "
-                      "no risk-coverage figures")
+        console.print(
+            "  no conf.: the model's answers carry no probability (structured outputs): "
+            "no risk-coverage figures"
+        )
 
 
 def print_estimate(doc: dict, console: Console) -> None:
-    """The dry run (``runner.planning.estimate``) as a table, then why requests are new, the totals and the cost
-    bound, if any."""
+    """The dry run (``runner.planning.estimate``) as a table, then why requests are new, the totals
+    and the cost bound, if any."""
     names = [m["model"] for m in doc["models"]]
-    columns = [("model", "model", "left"), ("requests", "requests", "right"), ("cached", "cached", "right"),
-               ("new", "new", "right"), ("input tokens", "input\ntokens", "right"),
-               ("output tokens", "output\ntokens", "right"), ("cost", "cost", "right"), ("at most", "at\nmost", "right")]
+    columns = [
+        ("model", "model", "left"),
+        ("requests", "requests", "right"),
+        ("cached", "cached", "right"),
+        ("new", "new", "right"),
+        ("input tokens", "input\ntokens", "right"),
+        ("output tokens", "output\ntokens", "right"),
+        ("cost", "cost", "right"),
+        ("at most", "at\nmost", "right"),
+    ]
 
     def rows(keys: list[str]) -> Rows:
-        out = [([escape(k), str(m["requests"]), str(m["cached"]), str(m["new"]), f"{m['input_tokens']:,}",
-                 f"{m['output_tokens']:,}", _usd(m["cost_usd"]), _usd(m["bound_usd"])], None)
-               for k, m in zip(keys, doc["models"], strict=True)]
+        out = [
+            (
+                [
+                    escape(k),
+                    str(m["requests"]),
+                    str(m["cached"]),
+                    str(m["new"]),
+                    f"{m['input_tokens']:,}",
+                    f"{m['output_tokens']:,}",
+                    _usd(m["cost_usd"]),
+                    _usd(m["bound_usd"]),
+                ],
+                None,
+            )
+            for k, m in zip(keys, doc["models"], strict=True)
+        ]
         t = doc["total"]
-        return out + [(["all", str(t["requests"]), str(t["cached"]), str(t["new"]), f"{t['input_tokens']:,}",
-                        f"{t['output_tokens']:,}", _usd(t["cost_usd"]), _usd(t["bound_usd"])], "bold")]
+        return out + [
+            (
+                [
+                    "all",
+                    str(t["requests"]),
+                    str(t["cached"]),
+                    str(t["new"]),
+                    f"{t['input_tokens']:,}",
+                    f"{t['output_tokens']:,}",
+                    _usd(t["cost_usd"]),
+                    _usd(t["bound_usd"]),
+                ],
+                "bold",
+            )
+        ]
 
     title = "Estimate: what `dxi run` would send (nothing was sent)"
-    keys = model_keys(names, console, lambda ks: any(_fits(console, t) for t in _variants(title, columns, rows(ks))))
+    keys = model_keys(
+        names,
+        console,
+        lambda ks: any(_fits(console, t) for t in _variants(title, columns, rows(ks))),
+    )
     t = doc["total"]
     console.print(_fitted(console, _variants(title, columns, rows(keys))))
     _legend(console, names, keys)
@@ -161,64 +265,113 @@ def print_estimate(doc: dict, console: Console) -> None:
         if m.get("cost_reason"):
             console.print(escape(f"  {m['model']}: {m['cost_reason']}"))
         if m["new"]:
-            console.print(escape(f"  {m['model']}: tokens from " + ", ".join(f"{b} ({n})" for b, n in m["basis"].items())))
-    console.print("Tokens and cost are expected values (estimated from the request bytes and the usage the cache "
-                  "has seen); \"at most\" is what the cost bound reserves for them: the most they can cost.")
+            console.print(
+                escape(
+                    f"  {m['model']}: tokens from "
+                    + ", ".join(f"{b} ({n})" for b, n in m["basis"].items())
+                )
+            )
+    console.print(
+        "Tokens and cost are expected values (estimated from the request bytes and the usage the cache "
+        'has seen); "at most" is what the cost bound reserves for them: the most they can cost.'
+    )
     if any("thinking prior" in b for m in doc["models"] for b in m.get("basis", {})):
-        console.print("A thinking model's output, until its usage at these parameters is cached, is "
-                      "the prior of its effort level: the project's own assumption (docs: Estimates), "
-                      "not a provider's figure.")
+        console.print(
+            "A thinking model's output, until its usage at these parameters is cached, is "
+            "the prior of its effort level: the project's own assumption (docs: Estimates), "
+            "not a provider's figure."
+        )
     for problem in doc.get("problems", {}).values():
         console.print(f"[yellow]dxi run will refuse to start[/]: {escape(problem)}")
     for label, why in doc.get("unreachable", {}).items():
-        console.print(f"[yellow]cannot be reached now[/]: {escape(why)}. dxi run would stop the provider of "
-                      f"{escape(label)} (exit code 6) and run the others.")
+        console.print(
+            f"[yellow]cannot be reached now[/]: {escape(why)}. dxi run would stop the provider of "
+            f"{escape(label)} (exit code 6) and run the others."
+        )
     if doc.get("batch"):
         batch = doc["batch"]
-        console.print(escape(f"--batch: {', '.join(batch['models']) or 'no model'} priced at the batch rate"
-                             + (f"; {', '.join(batch['synchronous'])} have no batch API (their own price)"
-                                if batch["synchronous"] else "")), highlight=False)
+        console.print(
+            escape(
+                f"--batch: {', '.join(batch['models']) or 'no model'} priced at the batch rate"
+                + (
+                    f"; {', '.join(batch['synchronous'])} have no batch API (their own price)"
+                    if batch["synchronous"]
+                    else ""
+                )
+            ),
+            highlight=False,
+        )
     bound = doc.get("max_cost_usd")
     if bound is not None:
         if t["bound_usd"] is not None and t["bound_usd"] <= bound:
-            console.print(f"max_cost ${bound:g}: the new requests cannot pass it; the run will complete.")
+            console.print(
+                f"max_cost ${bound:g}: the new requests cannot pass it; the run will complete."
+            )
         else:
-            console.print(f"[yellow]max_cost ${bound:g}[/]: the run may stop at the bound before it completes "
-                          f"(expected cost {_usd(t['cost_usd'])}, at most {_usd(t['bound_usd'])}); rerun with a higher "
-                          "bound to continue.")
+            console.print(
+                f"[yellow]max_cost ${bound:g}[/]: the run may stop at the bound before it completes "
+                f"(expected cost {_usd(t['cost_usd'])}, at most {_usd(t['bound_usd'])}); rerun with a higher "
+                "bound to continue."
+            )
 
 
 def _fits(console: Console, table: Table | Group) -> bool:
     """Whether ``table`` at its natural width (nothing wrapped) fits the terminal."""
-    return Measurement.get(console, console.options.update_width(10_000), table).maximum <= console.width
+    return (
+        Measurement.get(console, console.options.update_width(10_000), table).maximum
+        <= console.width
+    )
 
 
 INDEX_COLUMNS: list[Column] = [
-    ("model", "model", "left"), ("index", "index", "right"), ("95% CI", "95% CI", "right"),
+    ("model", "model", "left"),
+    ("index", "index", "right"),
+    ("95% CI", "95% CI", "right"),
     ("rank [95% CI]", "rank", "right"),
-    ("Omni acc", "Omni\nacc", "right"), ("Omni non-halluc", "Omni\nnon-hall.", "right"), ("HLE acc", "HLE\nacc", "right"),
-    ("When2Call acc", "When2Call\nacc", "right"), ("WildGuard F1", "WildGuard\nF1", "right"),
-    ("invalid", "inv.", "right"), ("repaired", "rep.", "right"), ("failed", "fail.", "right")]
+    ("Omni acc", "Omni\nacc", "right"),
+    ("Omni non-halluc", "Omni\nnon-hall.", "right"),
+    ("HLE acc", "HLE\nacc", "right"),
+    ("When2Call acc", "When2Call\nacc", "right"),
+    ("WildGuard F1", "WildGuard\nF1", "right"),
+    ("invalid", "inv.", "right"),
+    ("repaired", "rep.", "right"),
+    ("failed", "fail.", "right"),
+]
 
 
 def _index_tables(summary: Summary, keys: list[str]) -> list[Table | Group]:
-    """The index table's variants, widest first: the third shows invalid/repaired/failed in one column;
-    the narrowest moves the rank column into a small table of its own under it."""
+    """The index table's variants, widest first: the third shows invalid/repaired/failed in one
+    column; the narrowest moves the rank column into a small table of its own under it."""
     rows = _index_rows(summary, keys)
     merged = [(cells[:9] + ["/".join(cells[9:])], style) for cells, style in rows]
     justify = [c[2] for c in INDEX_COLUMNS]
     headers = [c[1] for c in INDEX_COLUMNS[:9]] + ["inv/rep\n/fail"]
     without = [0, 1, 2, *range(4, 10)]  # every column but the rank
-    split = Group(_table("Decision Index", [headers[i] for i in without], [justify[i] for i in without],
-                         [([cells[i] for i in without], style) for cells, style in merged], True),
-                  _table("Rank", ["model", "rank [95% CI]"], ["left", "right"],
-                         [([cells[0], cells[3]], style) for cells, style in merged], True))
+    split = Group(
+        _table(
+            "Decision Index",
+            [headers[i] for i in without],
+            [justify[i] for i in without],
+            [([cells[i] for i in without], style) for cells, style in merged],
+            True,
+        ),
+        _table(
+            "Rank",
+            ["model", "rank [95% CI]"],
+            ["left", "right"],
+            [([cells[0], cells[3]], style) for cells, style in merged],
+            True,
+        ),
+    )
     return _variants("Decision Index", INDEX_COLUMNS, rows) + [
-        _table("Decision Index", headers, justify[:10], merged, True), split]
+        _table("Decision Index", headers, justify[:10], merged, True),
+        split,
+    ]
 
 
 def _rank(m: ModelEntry) -> str:
-    """A model's rank by the index with its 95% interval over the resamples: "2 [1–3]" (— without one)."""
+    """A model's rank by the index with its 95% interval over the resamples: "2 [1–3]" (— without
+    one)."""
     if unset(m.rank) is None:
         return "—"
     low, high = m.rank_ci
@@ -226,7 +379,8 @@ def _rank(m: ModelEntry) -> str:
 
 
 def _marked(value: float | None, incomplete: bool) -> str:
-    """A figure as the tables print it, marked when it is provisional (a null one is never marked)."""
+    """A figure as the tables print it, marked when it is provisional (a null one is never
+    marked)."""
     return _fmt(value) + (provisional.MARK if incomplete and value is not None else "")
 
 
@@ -238,20 +392,37 @@ def _index_rows(summary: Summary, keys: list[str]) -> Rows:
         failed = sum(b.get("failed", 0) for b in e.values())
         repaired = sum(b.get("repaired", 0) for b in e.values())
         ci, sd = unset(m.decision_index_ci), unset(m.decision_index_sd)
-        index = _marked(m.decision_index, not m.complete) + (f" ±{sd:.1f} sd" if sd is not None else "")
+        index = _marked(m.decision_index, not m.complete) + (
+            f" ±{sd:.1f} sd" if sd is not None else ""
+        )
 
         def cell(name: str, metric: str, e: dict = e) -> str:
             return _marked(e[name].get(metric), e[name].get("complete") is False)
 
-        rows.append(([escape(key), index, f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "—", _rank(m),
-                      cell("aa_omniscience_decision", "accuracy"), cell("aa_omniscience_decision", "non_hallucination_rate"),
-                      cell("hle_multichoice", "accuracy"), cell("when2call", "accuracy"), cell("wildguardtest", "mean_f1"),
-                      str(invalid), str(repaired), str(failed)], None))
+        rows.append(
+            (
+                [
+                    escape(key),
+                    index,
+                    f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "—",
+                    _rank(m),
+                    cell("aa_omniscience_decision", "accuracy"),
+                    cell("aa_omniscience_decision", "non_hallucination_rate"),
+                    cell("hle_multichoice", "accuracy"),
+                    cell("when2call", "accuracy"),
+                    cell("wildguardtest", "mean_f1"),
+                    str(invalid),
+                    str(repaired),
+                    str(failed),
+                ],
+                None,
+            )
+        )
     return rows
 
 
 def _adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> str:
-    """"; adjacent: A − B +3.2 (p_adj < 0.001), …": for each pair adjacent in rank order
+    """ "; adjacent: A − B +3.2 (p_adj < 0.001), …": for each pair adjacent in rank order
     (``ranked``), the index's difference and its adjusted p-value from the summary's comparisons
     (``scoring.compare``; † where significant); "" without comparisons."""
     found = {}
@@ -285,22 +456,27 @@ def print_adaptive(summary: Summary, console: Console, keys: list[str] | None = 
 
 
 def print_summary(summary: Summary, console: Console, out: Path | None = None) -> None:
-    """The index table (fitted to the terminal: long or short headers, full model names or keys with a
-    legend), then what data was used and anything the reader must know (once per model: another model served
-    it, replies cut off at the token limit, a clamp of P(yes): ``scoring.replies.model_notes``). The index's
-    95% interval has a column of its own; with several epochs the index shows ± its standard deviation over
-    epochs (sd)."""
+    """The index table (fitted to the terminal: long or short headers, full model names or keys with
+    a legend), then what data was used and anything the reader must know (once per model: another
+    model served it, replies cut off at the token limit, a clamp of P(yes):
+    ``scoring.replies.model_notes``). The index's 95% interval has a column of its own; with several
+    epochs the index shows ± its standard deviation over epochs (sd)."""
     names = summary.labels
-    keys = model_keys(names, console, lambda ks: any(_fits(console, t) for t in _index_tables(summary, ks)))
+    keys = model_keys(
+        names, console, lambda ks: any(_fits(console, t) for t in _index_tables(summary, ks))
+    )
     console.print(_fitted(console, _index_tables(summary, keys)))
     _legend(console, names, keys)
     groups = summary.ranking.groups if summary.ranking else []
     if sum(map(len, groups)) > 1:
         key_of = dict(zip(names, keys, strict=True))
         named = " > ".join("{" + ", ".join(key_of[m] for m in g) + "}" for g in groups)
-        console.print("Ranked by Decision Index in statistically tied groups (max-T step-down over "
-                      f"every pair, adjusted p < 0.05): {named}"
-                      + _adjacent(summary, [m for g in groups for m in g], key_of), markup=False)
+        console.print(
+            "Ranked by Decision Index in statistically tied groups (max-T step-down over "
+            f"every pair, adjusted p < 0.05): {named}"
+            + _adjacent(summary, [m for g in groups for m in g], key_of),
+            markup=False,
+        )
     print_adaptive(summary, console, keys)
     console.print("Data used:")
     for name, d in summary.data.items():
@@ -311,44 +487,63 @@ def print_summary(summary: Summary, console: Console, out: Path | None = None) -
         f = d["files"][0]
         extra = f", subset {d['subset']}" if "subset" in d else ""
         extra += f", limit {d['limit']}" if "limit" in d else ""
-        extra += f", sample {d['sample']['tasks']} (seed {d['sample']['seed']})" if "sample" in d else ""
+        extra += (
+            f", sample {d['sample']['tasks']} (seed {d['sample']['seed']})" if "sample" in d else ""
+        )
         extra += f", the union of {selection_flags(d)}" if "union" in d else ""
         excluded = d.get("excluded") or {}
         if excluded:
             extra += f", {excluded['matched']} of {excluded['listed']} excluded ids matched"
-        console.print(f"  {title}: {d['tasks']} tasks from {escape(f['path'])} "
-                      f"({f['rows']} rows, sha256 {f['sha256'][:12]}…{extra})")
+        console.print(
+            f"  {title}: {d['tasks']} tasks from {escape(f['path'])} "
+            f"({f['rows']} rows, sha256 {f['sha256'][:12]}…{extra})"
+        )
         if d.get("stand_in"):
             console.print(f"    [yellow]stand-in:[/] {d['note']}")
         elif d.get("note"):
             console.print(f"    [yellow]note:[/] {d['note']}")
         if excluded and excluded["matched"] < excluded["listed"]:
-            console.print(f"    [yellow]{excluded['listed'] - excluded['matched']} excluded id(s) matched no task[/]"
-                          + (" read (with --limit only the first tasks are read)" if "limit" in d else
-                             ": check the ids in the exclusion list"))
+            console.print(
+                f"    [yellow]{excluded['listed'] - excluded['matched']} excluded id(s) matched no task[/]"
+                + (
+                    " read (with --limit only the first tasks are read)"
+                    if "limit" in d
+                    else ": check the ids in the exclusion list"
+                )
+            )
     for line in provisional.notes(summary):
         console.print(f"  [yellow]{escape(line)}[/]")
     for m in summary.models:
         if m.decision_index_reason:
-            console.print(f"  [yellow]{escape(m.model)}: index {escape(m.decision_index_reason)}[/]")
+            console.print(
+                f"  [yellow]{escape(m.model)}: index {escape(m.decision_index_reason)}[/]"
+            )
         for name, block in m.evals.items():
             if block.get("reason") and "no data" not in block["reason"]:
-                console.print(f"  [yellow]{escape(m.model)} {EVALS[name].title}: {escape(block['reason'])}[/]")
+                console.print(
+                    f"  [yellow]{escape(m.model)} {EVALS[name].title}: {escape(block['reason'])}[/]"
+                )
         ties = sum(b.get("ties", 0) for b in m.evals.values())
         if ties:
-            console.print(f"  {escape(m.model)}: {ties} pick(s) decided by a tie of the highest probabilities "
-                          "(scored: the returned choice when tied, else the first tied option in option order)")
+            console.print(
+                f"  {escape(m.model)}: {ties} pick(s) decided by a tie of the highest probabilities "
+                "(scored: the returned choice when tied, else the first tied option in option order)"
+            )
         rounded = sum(b.get("rounded", 0) for b in m.evals.values())
         if rounded:
-            console.print(f"  {escape(m.model)}: {rounded} answer(s) with probabilities rounded to "
-                          "fewer than 4 decimals, accepted as their sum is within N × ½ × 10^-k of 1 "
-                          "(a `rounded` warning)")
+            console.print(
+                f"  {escape(m.model)}: {rounded} answer(s) with probabilities rounded to "
+                "fewer than 4 decimals, accepted as their sum is within N × ½ × 10^-k of 1 "
+                "(a `rounded` warning)"
+            )
         for note in model_notes(m):
             console.print(f"  [yellow]{escape(m.model)}: {escape(note)}[/]")
         if m.invalid_reasons:
             n = sum(b.get("invalid", 0) for b in m.evals.values())
-            console.print(f"  [yellow]{escape(m.model)}: {n} invalid answer(s)[/] (scored as wrong; all in "
-                          "answers.parquet). Most frequent reasons:")
+            console.print(
+                f"  [yellow]{escape(m.model)}: {n} invalid answer(s)[/] (scored as wrong; all in "
+                "answers.parquet). Most frequent reasons:"
+            )
             for r in m.invalid_reasons:
                 text = r["error"] if len(r["error"]) <= 200 else r["error"][:200] + "…"
                 console.print(f"    {r['count']} × {text}", highlight=False, markup=False)
@@ -357,6 +552,10 @@ def print_summary(summary: Summary, console: Console, out: Path | None = None) -
     written = f"; written to {out}/summary.json and {out}/answers.parquet" if out else ""
     made = unset(summary.provenance) or {}
     git = made.get("git")
-    by = (f"; dxi {made['dxi_version']}" + (f" at {git['commit'][:12]}{' (modified)' if git['dirty'] else ''}" if git else "")
-          if made else "")
+    by = (
+        f"; dxi {made['dxi_version']}"
+        + (f" at {git['commit'][:12]}{' (modified)' if git['dirty'] else ''}" if git else "")
+        if made
+        else ""
+    )
     console.print(escape(f"Prompt version {summary.prompt_version}{by}{written}"))

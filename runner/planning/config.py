@@ -1,7 +1,8 @@
 """The run file (TOML): providers, models, evaluations, data and cache locations, cost bound.
 
-``load(path) -> RunFile`` parses and validates; every error names the file, the key (``models[2].price``)
-and the line. The structure (see ``examples/run.toml`` for a commented example)::
+``load(path) -> RunFile`` parses and validates; every error names the file, the key
+(``models[2].price``) and the line. The structure (see ``examples/run.toml`` for a commented
+example)::
 
     data_dir = "../shared/data"      # relative paths are relative to the run file
     cache_dir = ".dxi-cache"
@@ -44,9 +45,10 @@ and the line. The structure (see ``examples/run.toml`` for a commented example):
     options = {}                     # adapter settings outside the cache key (llamacpp: ctx_size, ...)
     batch = false                    # this model alone: not through the batch API (default: its provider's)
 
-A price's ``batch_input`` / ``batch_output`` are the batch API's prices (default: half of ``input`` /
-``output``, as OpenAI, Anthropic and Google bill batches).
+A price's ``batch_input`` / ``batch_output`` are the batch API's prices (default: half of ``input``
+/ ``output``, as OpenAI, Anthropic and Google bill batches).
 """
+
 from __future__ import annotations
 
 import os
@@ -79,33 +81,37 @@ class Provider(_Struct):
     kind: str
     base_url: str | None = None
     api_key_env: str | None = None
-    api_key_command: str | list[str] | None = None  # prints a key or token, run again before it expires (adapters.credentials)
+    api_key_command: str | list[str] | None = (
+        None  # prints a key or token, run again before it expires (adapters.credentials)
+    )
     rpm: float | None = None
     tpm: int | None = None
     max_in_flight: int | None = None
     max_attempts: int | None = None
     attempt_timeout_s: float | None = None
-    max_stated_wait_s: float | None = None  # the longest stated wait honoured; longer stops the provider
-    max_reply_bytes: int | None = None      # the largest reply read; larger is stored invalid
-    max_reply_time_s: float | None = None   # the longest one reply may take in all (seconds)
-    stream: str | None = None               # auto | always | never (adapters.streaming)
-    batch: bool | None = None               # send through the batch API (runner.batch.driver)
-    batch_max_requests: int | None = None   # at most this many requests per batch
+    max_stated_wait_s: float | None = (
+        None  # the longest stated wait honoured; longer stops the provider
+    )
+    max_reply_bytes: int | None = None  # the largest reply read; larger is stored invalid
+    max_reply_time_s: float | None = None  # the longest one reply may take in all (seconds)
+    stream: str | None = None  # auto | always | never (adapters.streaming)
+    batch: bool | None = None  # send through the batch API (runner.batch.driver)
+    batch_max_requests: int | None = None  # at most this many requests per batch
     batch_enqueued_tokens: int | None = None  # input tokens in open batches at once, per model
 
 
 class Price(_Struct):
-    """USD per million tokens; ``cached_input``: the input tokens read from the provider's prompt cache;
-    ``cache_write`` / ``cache_write_1h``: those written to it (Anthropic: its 5-minute / 1-hour cache). None:
-    the provider's own rule (``Adapter.CACHE_PRICES``: Anthropic's 0.1x, 1.25x and 2x the input price),
-    else priced as input (``scoring.cost``)."""
+    """USD per million tokens; ``cached_input``: the input tokens read from the provider's prompt
+    cache; ``cache_write`` / ``cache_write_1h``: those written to it (Anthropic: its 5-minute /
+    1-hour cache). None: the provider's own rule (``Adapter.CACHE_PRICES``: Anthropic's 0.1x, 1.25x
+    and 2x the input price), else priced as input (``scoring.cost``)."""
 
     input: float
     output: float
     cached_input: float | None = None
     cache_write: float | None = None
     cache_write_1h: float | None = None
-    batch_input: float | None = None   # the batch API's prices (default: half of input / output)
+    batch_input: float | None = None  # the batch API's prices (default: half of input / output)
     batch_output: float | None = None
 
 
@@ -126,7 +132,9 @@ class Model(_Struct):
 class Evals(_Struct):
     select: list[str] | None = None
     limit: int | None = None
-    sample: int | None = None  # a stratified sample of N tasks per evaluation (runner.planning.sample)
+    sample: int | None = (
+        None  # a stratified sample of N tasks per evaluation (runner.planning.sample)
+    )
     seed: int | None = None
     wildguard_subset: str = "agreed"
     exclude: list[str] = []
@@ -141,23 +149,29 @@ class RunFile(_Struct):
     cache_dir: str = ".dxi-cache"
     out: str = "out"
     max_cost: float | None = None
-    allow_failed: int | float | str | None = None  # ``allow_failed``: answers, or a fraction (scoring.provisional)
+    allow_failed: int | float | str | None = (
+        None  # ``allow_failed``: answers, or a fraction (scoring.provisional)
+    )
     epochs: int = 1
-    cache_remote: str | None = None  # s3://bucket/prefix, gs://..., file:///dir (docs/distributed.md)
-    coordinator: str | None = None   # redis://HOST:PORT/DB
-    until: str | None = None         # an adaptive run's rule (``scoring.sequential.Until.parse``)
+    cache_remote: str | None = (
+        None  # s3://bucket/prefix, gs://..., file:///dir (docs/distributed.md)
+    )
+    coordinator: str | None = None  # redis://HOST:PORT/DB
+    until: str | None = None  # an adaptive run's rule (``scoring.sequential.Until.parse``)
     evals: Evals = Evals()
     providers: dict[str, Provider] = {}
     path: str = ""
 
     def provider_of(self, model: Model) -> tuple[str, Provider]:
-        """``(provider name, provider)`` of a model; an adapter name alone means that adapter's defaults."""
+        """``(provider name, provider)`` of a model; an adapter name alone means that adapter's
+        defaults."""
         if model.provider in self.providers:
             return model.provider, self.providers[model.provider]
         return model.provider, Provider(kind=model.provider)
 
     def resolve(self, value: str | None) -> Path | None:
-        """A path from the file, relative to the run file's folder (``runs/../out`` shown as ``out``)."""
+        """A path from the file, relative to the run file's folder (``runs/../out`` shown as
+        ``out``)."""
         return None if value is None else Path(os.path.normpath(Path(self.path).parent / value))
 
 
@@ -167,13 +181,14 @@ _KEY = re.compile(r"^\s*([A-Za-z0-9_\-\"'. ]+?)\s*=")
 
 
 def _key_lines(text: str) -> dict[tuple, int]:
-    """Every key path in ``text`` -> its 1-based line (array tables get their index: ("models", 2, "price"))."""
+    """Every key path in ``text`` -> its 1-based line (array tables get their index: ("models", 2,
+    "price"))."""
     lines: dict[tuple, int] = {}
     table: tuple = ()
     counts: dict[tuple, int] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if m := _HEADER.match(line):
-            parts = tuple(p.strip().strip('"\'') for p in m.group(2).split("."))
+            parts = tuple(p.strip().strip("\"'") for p in m.group(2).split("."))
             if m.group(1) == "[[":
                 counts[parts] = counts.get(parts, -1) + 1
                 table = (*parts, counts[parts])
@@ -181,7 +196,7 @@ def _key_lines(text: str) -> dict[tuple, int]:
                 table = parts
             lines.setdefault(table, n)
         elif m := _KEY.match(line):
-            key = tuple(p.strip().strip('"\'') for p in m.group(1).split("."))
+            key = tuple(p.strip().strip("\"'") for p in m.group(1).split("."))
             lines.setdefault((*table, *key), n)
     return lines
 
@@ -195,7 +210,8 @@ def _where(path: Path, text: str, key: tuple) -> str:
 
 
 def _dotted(key: tuple) -> str:
-    """``models[2].price`` for ("models", 2, "price"), with "(the 3rd [[models]] table)": indices count from 0."""
+    """``models[2].price`` for ("models", 2, "price"), with "(the 3rd [[models]] table)": indices
+    count from 0."""
     out = ""
     for k in key:
         out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
@@ -207,7 +223,8 @@ def _dotted(key: tuple) -> str:
 
 
 def load(path: Path | str) -> RunFile:
-    """Read and validate a run file. Raises ConfigError naming the file, key and line; FileNotFoundError."""
+    """Read and validate a run file. Raises ConfigError naming the file, key and line;
+    FileNotFoundError."""
     path = Path(path)
     text = path.read_text(encoding="utf-8")
     try:
@@ -219,8 +236,8 @@ def load(path: Path | str) -> RunFile:
         return ConfigError(f"{_where(path, text, key)}: {_dotted(key) or 'top level'}: {problem}")
 
     def number(key: tuple, value: Any, kind: Number) -> None:
-        """A number of the run file in ``kind``'s range (``runner.planning.numbers``: that of the flag that
-        overrides it), else the error naming the key and line."""
+        """A number of the run file in ``kind``'s range (``runner.planning.numbers``: that of the
+        flag that overrides it), else the error naming the key and line."""
         if value is not None and not kind.accepts(value):
             raise fail(key, f"must be {kind.expected()}, got {value!r}")
 
@@ -246,33 +263,60 @@ def load(path: Path | str) -> RunFile:
     models = [convert(m, Model, ("models", i)) for i, m in enumerate(models_raw)]
     evals = convert(raw.pop("evals", {}), Evals, ("evals",))
     top = convert({**raw, "models": [], "providers": {}}, RunFile, ())
-    run = msgspec.structs.replace(top, models=models, providers=providers, evals=evals, path=str(path))
+    run = msgspec.structs.replace(
+        top, models=models, providers=providers, evals=evals, path=str(path)
+    )
 
     for name, p in providers.items():
         if p.kind not in adapters.KINDS:
-            raise fail(("providers", name, "kind"), f"unknown adapter {p.kind!r}; known: {', '.join(adapters.KINDS)}")
+            raise fail(
+                ("providers", name, "kind"),
+                f"unknown adapter {p.kind!r}; known: {', '.join(adapters.KINDS)}",
+            )
         if p.api_key_command is not None and p.api_key_env is not None:
-            raise fail(("providers", name, "api_key_command"), "api_key_env and api_key_command do not combine: give one")
+            raise fail(
+                ("providers", name, "api_key_command"),
+                "api_key_env and api_key_command do not combine: give one",
+            )
         if p.stream is not None and p.stream not in ("auto", "always", "never"):
-            raise fail(("providers", name, "stream"),
-                       f"{p.stream!r} is not one of auto, always, never")
+            raise fail(
+                ("providers", name, "stream"), f"{p.stream!r} is not one of auto, always, never"
+            )
         for field, kind in numbers.RUN_FILE_LIMITS.items():
             number(("providers", name, field), getattr(p, field), kind)
     labels = set()
     for i, m in enumerate(models):
         if m.provider not in providers and m.provider not in adapters.KINDS:
-            raise fail(("models", i, "provider"), f"{m.provider!r} is neither a [providers.*] table "
-                                                  f"({', '.join(providers) or 'none'}) nor an adapter ({', '.join(adapters.KINDS)})")
-        if m.price is not None and not all(numbers.PRICE.accepts(v or 0) for v in (
-                m.price.input, m.price.output, m.price.cached_input, m.price.cache_write, m.price.cache_write_1h,
-                m.price.batch_input, m.price.batch_output)):
-            raise fail(("models", i, "price"), "prices must be >= 0 (USD per million tokens), finite")
+            raise fail(
+                ("models", i, "provider"),
+                f"{m.provider!r} is neither a [providers.*] table "
+                f"({', '.join(providers) or 'none'}) nor an adapter ({', '.join(adapters.KINDS)})",
+            )
+        if m.price is not None and not all(
+            numbers.PRICE.accepts(v or 0)
+            for v in (
+                m.price.input,
+                m.price.output,
+                m.price.cached_input,
+                m.price.cache_write,
+                m.price.cache_write_1h,
+                m.price.batch_input,
+                m.price.batch_output,
+            )
+        ):
+            raise fail(
+                ("models", i, "price"), "prices must be >= 0 (USD per million tokens), finite"
+            )
         number(("models", i, "epochs"), m.epochs, numbers.EPOCHS)
         if m.effort is not None and m.effort not in adapters.EFFORTS:
-            raise fail(("models", i, "effort"), f"{m.effort!r} is not one of {', '.join(adapters.EFFORTS)}")
+            raise fail(
+                ("models", i, "effort"), f"{m.effort!r} is not one of {', '.join(adapters.EFFORTS)}"
+            )
         label = m.name or (f"{run.provider_of(m)[1].kind}:{m.model}" if m.model else None)
         if label is not None and label in labels:
-            raise fail(("models", i, "name"), f"two models are called {label!r}: give each a distinct name")
+            raise fail(
+                ("models", i, "name"), f"two models are called {label!r}: give each a distinct name"
+            )
         labels.add(label)
     for e in evals.select or []:
         if e not in EVALS:
@@ -288,8 +332,10 @@ def load(path: Path | str) -> RunFile:
     if evals.sample is not None and evals.limit is not None:
         raise fail(("evals", "sample"), "sample and limit do not combine: give one")
     if evals.seed is not None and evals.sample is None and run.until is None:
-        raise fail(("evals", "seed"),
-                   "seed is the seed of sample (or of until's order): give sample or until too")
+        raise fail(
+            ("evals", "seed"),
+            "seed is the seed of sample (or of until's order): give sample or until too",
+        )
     if run.until is not None:
         from dxi.scoring.sequential import Until  # (Polars: adaptive runs score between rounds)
 
@@ -309,10 +355,11 @@ def load(path: Path | str) -> RunFile:
 
 def allow_failed(value: object) -> dict:
     """The tolerance of provisional figures (``--allow-failed``, a run file's ``allow_failed``;
-    ``scoring.provisional.Tolerance(**result)``) from the user's value: an integer (5, "5") is a number of
-    failed or missing answers accepted per model and evaluation, ``{"answers": 5}``; a decimal (0.01,
-    "0.01") or a percentage ("1%") a fraction of that evaluation's answers, ``{"fraction": 0.01}``.
-    ValueError, saying what is expected, for anything else (a negative number, a fraction above 1)."""
+    ``scoring.provisional.Tolerance(**result)``) from the user's value: an integer (5, "5") is a
+    number of failed or missing answers accepted per model and evaluation, ``{"answers": 5}``; a
+    decimal (0.01, "0.01") or a percentage ("1%") a fraction of that evaluation's answers,
+    ``{"fraction": 0.01}``. ValueError, saying what is expected, for anything else (a negative
+    number, a fraction above 1)."""
     expected = f"expected a number of answers (5) or a fraction of them (0.01, 1%), got {value!r}"
     if isinstance(value, bool):
         raise ValueError(expected)

@@ -1,27 +1,30 @@
-"""``dxi estimate``: a dry run that sends nothing. Per model: the requests not yet cached (and how many are),
-why each is new, and their expected tokens and cost, plus the most they can cost (the cost bound's
-reservations, ``runner.sending.cost``).
+"""``dxi estimate``: a dry run that sends nothing. Per model: the requests not yet cached (and how
+many are), why each is new, and their expected tokens and cost, plus the most they can cost (the
+cost bound's reservations, ``runner.sending.cost``).
 
-Requests are encoded exactly as ``dxi run`` would encode them and looked up in the cache by key, so the
-count of new requests is exact. Why a request is new is told by comparing it with the cache's rows, in
-this order: ``failed before`` (its last attempt failed transiently: sent again), ``retry requested``
-(``--retry-invalid`` / ``--retry-failed``), ``new model`` (no row of this adapter and model), ``new
-parameters`` (none with these sampling parameters), ``new prompt version``, ``new epoch`` (the task is
-cached under another epoch only), ``changed task`` (the task id is cached with other content), ``other
-endpoint`` (the same task and epoch is cached under another URL or request bytes), ``not sent yet`` (this
-model, with these parameters, has answers of the evaluation in the cache but not this task: a run stopped
-before it, Ctrl-C or the cost bound, or ran a smaller ``--limit`` / ``--sample``), ``new evaluation`` (the
+Requests are encoded exactly as ``dxi run`` would encode them and looked up in the cache by key, so
+the count of new requests is exact. Why a request is new is told by comparing it with the cache's
+rows, in this order: ``failed before`` (its last attempt failed transiently: sent again),
+``retry requested`` (``--retry-invalid`` / ``--retry-failed``), ``new model`` (no row of this
+adapter and model), ``new parameters`` (none with these sampling parameters),
+``new prompt version``, ``new epoch`` (the task is cached under another epoch only),
+``changed task`` (the task id is cached with other content), ``other endpoint`` (the same task and
+epoch is cached under another URL or request bytes), ``not sent yet`` (this model, with these
+parameters, has answers of the evaluation in the cache but not this task: a run stopped before it,
+Ctrl-C or the cost bound, or ran a smaller ``--limit`` / ``--sample``), ``new evaluation`` (the
 rest: the model has no answer of the evaluation yet).
 
-Expected tokens (``runner.planning.tokens.TokenEstimate``): input = request bytes / 4 × the tokens-per-byte ratio
-that the cache's replies of the same model and evaluation reported, else those of the adapter's other
-models on that evaluation, else 1; output = their mean reported output, else ``runner.planning.tokens.prior_output``.
-A model that thinks (an effort level, or a Claude model that thinks by default:
-``runner.planning.tokens.thinking_effort``) spends most of its output thinking, and how much depends on its
-level: its output is the mean that its own replies at these parameters (effort included) reported,
-else the level's prior (``runner.planning.tokens.THINKING_PRIOR``, capped by the request's output cap); never
-other models' or other levels' usage. ``basis`` says which.
+Expected tokens (``runner.planning.tokens.TokenEstimate``): input = request bytes / 4 × the
+tokens-per-byte ratio that the cache's replies of the same model and evaluation reported, else those
+of the adapter's other models on that evaluation, else 1; output = their mean reported output, else
+``runner.planning.tokens.prior_output``. A model that thinks (an effort level, or a Claude model
+that thinks by default: ``runner.planning.tokens.thinking_effort``) spends most of its output
+thinking, and how much depends on its level: its output is the mean that its own replies at these
+parameters (effort included) reported, else the level's prior
+(``runner.planning.tokens.THINKING_PRIOR``, capped by the request's output cap); never other models'
+or other levels' usage. ``basis`` says which.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -44,8 +47,9 @@ from .tokens import TokenEstimate, input_bound, prior_output, thinking_effort, t
 
 async def unreachable(models: Sequence[ModelRun]) -> dict[str, str]:
     """The models whose server cannot be reached now, label -> why (``Adapter.check_reachable``: a
-    connection opened and closed each, all at once, nothing sent): ``dxi run`` would stop their providers
-    and run the others."""
+    connection opened and closed each, all at once, nothing sent): ``dxi run`` would stop their
+    providers and run the others."""
+
     async def why(model: ModelRun) -> str | None:
         try:
             await model.adapter.check_reachable()
@@ -57,16 +61,26 @@ async def unreachable(models: Sequence[ModelRun]) -> dict[str, str]:
     return {m.adapter.label: w for m, w in zip(models, found, strict=True) if w is not None}
 
 
-REASONS = ("failed before", "retry requested", "new model", "new parameters", "new prompt version", "new epoch",
-           "changed task", "other endpoint", "not sent yet", "new evaluation")
+REASONS = (
+    "failed before",
+    "retry requested",
+    "new model",
+    "new parameters",
+    "new prompt version",
+    "new epoch",
+    "changed task",
+    "other endpoint",
+    "not sent yet",
+    "new evaluation",
+)
 BATCH = 256
 
 
 @dataclass
 class Estimate:
-    """One model's dry run. Token counts are expected values (floats); ``cost_usd`` is their cost (None
-    without a price, see ``cost_reason``); ``bound_usd`` is the most the new requests can cost (None when
-    nothing caps the output tokens); ``basis`` says where the token figures come from."""
+    """One model's dry run. Token counts are expected values (floats); ``cost_usd`` is their cost
+    (None without a price, see ``cost_reason``); ``bound_usd`` is the most the new requests can cost
+    (None when nothing caps the output tokens); ``basis`` says where the token figures come from."""
 
     model: str
     requests: int = 0
@@ -83,9 +97,12 @@ class Estimate:
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("model", "requests", "cached", "new", "reasons")}
-        out |= {"input_tokens": round(self.input_tokens), "output_tokens": round(self.output_tokens),
-                "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
-                "bound_usd": None if self.bound_usd is None else round(self.bound_usd, 6)}
+        out |= {
+            "input_tokens": round(self.input_tokens),
+            "output_tokens": round(self.output_tokens),
+            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
+            "bound_usd": None if self.bound_usd is None else round(self.bound_usd, 6),
+        }
         if self.cost_reason:
             out["cost_reason"] = self.cost_reason
         return out | {"basis": self.basis, "evals": self.evals}
@@ -95,57 +112,110 @@ def learned_rates(cache: Cache) -> dict[tuple[str, ...], TokenEstimate]:
     """TokenEstimates taught by the usage in the cache: per (adapter, model, params, eval), per
     (adapter, model, eval) and per (adapter, eval), from every reply (ok or invalid) that reported
     input tokens."""
-    usage = cache.read(lambda rows: rows.filter(pl.col("status").is_in(["ok", "invalid"]) & pl.col("input_tokens").is_not_null())
-                       .group_by("provider", "model", "params", "eval")
-                       .agg(pl.col("request_body").str.len_bytes().sum().alias("bytes"), pl.col("input_tokens").sum(),
-                            pl.col("output_tokens").fill_null(0).sum(), pl.len().alias("n"))
-                       .collect())
+    usage = cache.read(
+        lambda rows: (
+            rows.filter(
+                pl.col("status").is_in(["ok", "invalid"]) & pl.col("input_tokens").is_not_null()
+            )
+            .group_by("provider", "model", "params", "eval")
+            .agg(
+                pl.col("request_body").str.len_bytes().sum().alias("bytes"),
+                pl.col("input_tokens").sum(),
+                pl.col("output_tokens").fill_null(0).sum(),
+                pl.len().alias("n"),
+            )
+            .collect()
+        )
+    )
     rates: dict[tuple[str, ...], TokenEstimate] = {}
     for r in usage.iter_rows(named=True):  # this model at these parameters (its effort among them)
         rates[(r["provider"], r["model"], r["params"], r["eval"])] = TokenEstimate.learned(
-            r["bytes"], r["input_tokens"], r["output_tokens"], r["n"])
+            r["bytes"], r["input_tokens"], r["output_tokens"], r["n"]
+        )
     usage = usage.group_by("provider", "model", "eval").agg(
-        pl.col("bytes", "input_tokens", "output_tokens", "n").sum())
+        pl.col("bytes", "input_tokens", "output_tokens", "n").sum()
+    )
     for r in usage.iter_rows(named=True):
-        rates[(r["provider"], r["model"], r["eval"])] = TokenEstimate.learned(r["bytes"], r["input_tokens"],
-                                                                              r["output_tokens"], r["n"])
-    for r in usage.group_by("provider", "eval").agg(pl.col("bytes", "input_tokens", "output_tokens", "n").sum()).iter_rows(named=True):
-        rates[(r["provider"], r["eval"])] = TokenEstimate.learned(r["bytes"], r["input_tokens"], r["output_tokens"], r["n"])
+        rates[(r["provider"], r["model"], r["eval"])] = TokenEstimate.learned(
+            r["bytes"], r["input_tokens"], r["output_tokens"], r["n"]
+        )
+    for r in (
+        usage.group_by("provider", "eval")
+        .agg(pl.col("bytes", "input_tokens", "output_tokens", "n").sum())
+        .iter_rows(named=True)
+    ):
+        rates[(r["provider"], r["eval"])] = TokenEstimate.learned(
+            r["bytes"], r["input_tokens"], r["output_tokens"], r["n"]
+        )
     return rates
 
 
 def _history(cache: Cache) -> pl.DataFrame:
-    return cache.read(lambda rows: rows.select(pl.col("provider").alias("kind"), "model", "params", "prompt_version",
-                                               "eval", "task_id", "task_digest", "sample").unique().collect())
+    return cache.read(
+        lambda rows: (
+            rows.select(
+                pl.col("provider").alias("kind"),
+                "model",
+                "params",
+                "prompt_version",
+                "eval",
+                "task_id",
+                "task_digest",
+                "sample",
+            )
+            .unique()
+            .collect()
+        )
+    )
 
 
 def _classify(new: pl.DataFrame, history: pl.DataFrame) -> pl.Series:
     """Why each new request is new (see the module docstring)."""
-    levels = [("m1", ["kind", "model"]), ("m2", ["kind", "model", "params"]),
-              ("m3", ["kind", "model", "params", "prompt_version"]),
-              ("m4", ["kind", "model", "params", "prompt_version", "task_id", "task_digest", "sample"]),
-              ("m5", ["kind", "model", "params", "prompt_version", "task_id", "task_digest"]),
-              ("m6", ["kind", "model", "params", "prompt_version", "task_id"]),
-              ("m7", ["kind", "model", "params", "prompt_version", "eval"])]
+    levels = [
+        ("m1", ["kind", "model"]),
+        ("m2", ["kind", "model", "params"]),
+        ("m3", ["kind", "model", "params", "prompt_version"]),
+        ("m4", ["kind", "model", "params", "prompt_version", "task_id", "task_digest", "sample"]),
+        ("m5", ["kind", "model", "params", "prompt_version", "task_id", "task_digest"]),
+        ("m6", ["kind", "model", "params", "prompt_version", "task_id"]),
+        ("m7", ["kind", "model", "params", "prompt_version", "eval"]),
+    ]
     frame = new.with_row_index("i")
     for flag, keys in levels:
         seen = history.select(keys).unique().with_columns(pl.lit(True).alias(flag))
         frame = frame.join(seen, on=keys, how="left", maintain_order="left")
-    reason = (pl.when(pl.col("status") == "transient").then(pl.lit("failed before"))
-              .when(pl.col("status").is_in(["invalid", "fatal"])).then(pl.lit("retry requested"))
-              .when(pl.col("m1").is_null()).then(pl.lit("new model"))
-              .when(pl.col("m2").is_null()).then(pl.lit("new parameters"))
-              .when(pl.col("m3").is_null()).then(pl.lit("new prompt version"))
-              .when(pl.col("m4").is_not_null()).then(pl.lit("other endpoint"))
-              .when(pl.col("m5").is_not_null()).then(pl.lit("new epoch"))
-              .when(pl.col("m6").is_not_null()).then(pl.lit("changed task"))
-              .when(pl.col("m7").is_not_null()).then(pl.lit("not sent yet"))
-              .otherwise(pl.lit("new evaluation")))
+    reason = (
+        pl.when(pl.col("status") == "transient")
+        .then(pl.lit("failed before"))
+        .when(pl.col("status").is_in(["invalid", "fatal"]))
+        .then(pl.lit("retry requested"))
+        .when(pl.col("m1").is_null())
+        .then(pl.lit("new model"))
+        .when(pl.col("m2").is_null())
+        .then(pl.lit("new parameters"))
+        .when(pl.col("m3").is_null())
+        .then(pl.lit("new prompt version"))
+        .when(pl.col("m4").is_not_null())
+        .then(pl.lit("other endpoint"))
+        .when(pl.col("m5").is_not_null())
+        .then(pl.lit("new epoch"))
+        .when(pl.col("m6").is_not_null())
+        .then(pl.lit("changed task"))
+        .when(pl.col("m7").is_not_null())
+        .then(pl.lit("not sent yet"))
+        .otherwise(pl.lit("new evaluation"))
+    )
     return frame.sort("i").select(reason.alias("reason")).to_series()
 
 
-def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, history: pl.DataFrame,
-                  shard: Shard | None = None) -> Estimate:
+def _estimate_one(
+    model: ModelRun,
+    suite: Suite,
+    cache: Cache,
+    rates: dict,
+    history: pl.DataFrame,
+    shard: Shard | None = None,
+) -> Estimate:
     a = model.adapter
     est = Estimate(a.label)
     rows = []
@@ -154,7 +224,9 @@ def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, hist
     stream = ((task, request) for task, _, request in model.requests(suite, shard))
     while batch := list(islice(stream, BATCH)):
         est.requests += len(batch)
-        for (task, request), hit in zip(batch, cache.has_many([r.key for _, r in batch]), strict=True):
+        for (task, request), hit in zip(
+            batch, cache.has_many([r.key for _, r in batch]), strict=True
+        ):
             if hit:
                 est.cached += 1
                 continue
@@ -171,57 +243,108 @@ def _estimate_one(model: ModelRun, suite: Suite, cache: Cache, rates: dict, hist
                 mine = rates.get((a.kind, a.model, a.params_key, task.eval))
                 output = mine.output if mine is not None else None
                 if output is None:
-                    basis += (f"; output: the thinking prior at effort {effort} ({thinking:,} tokens, "
-                              "runner.planning.tokens)")
+                    basis += (
+                        f"; output: the thinking prior at effort {effort} ({thinking:,} tokens, "
+                        "runner.planning.tokens)"
+                    )
                 elif basis != "this model's cached usage":
                     basis += "; output: this model's cached usage at these parameters"
             if output is None:
                 output = prior_output(out_bound, len(task.questions), thinking)
-            rows.append((task.eval, task.id, task.digest, request.sample, cache.status(request.key), rate.input(size),
-                         output, input_bound(size, a.HIDDEN_INPUT_TOKENS), out_bound, basis))
+            rows.append(
+                (
+                    task.eval,
+                    task.id,
+                    task.digest,
+                    request.sample,
+                    cache.status(request.key),
+                    rate.input(size),
+                    output,
+                    input_bound(size, a.HIDDEN_INPUT_TOKENS),
+                    out_bound,
+                    basis,
+                )
+            )
     est.new = len(rows)
     if not rows:
         est.cost_usd = 0.0 if model.price is not None else None
         est.bound_usd = est.cost_usd
         return est
-    frame = pl.DataFrame(rows, orient="row", schema={
-        "eval": pl.String, "task_id": pl.String, "task_digest": pl.String, "sample": pl.Int32, "status": pl.String,
-        "input": pl.Float64, "output": pl.Float64, "input_bound": pl.Int64, "output_bound": pl.Int64, "basis": pl.String})
-    frame = frame.with_columns(pl.lit(a.kind).alias("kind"), pl.lit(a.model).alias("model"),
-                               pl.lit(a.params_key).alias("params"), pl.lit(PROMPT_VERSION).alias("prompt_version"))
+    frame = pl.DataFrame(
+        rows,
+        orient="row",
+        schema={
+            "eval": pl.String,
+            "task_id": pl.String,
+            "task_digest": pl.String,
+            "sample": pl.Int32,
+            "status": pl.String,
+            "input": pl.Float64,
+            "output": pl.Float64,
+            "input_bound": pl.Int64,
+            "output_bound": pl.Int64,
+            "basis": pl.String,
+        },
+    )
+    frame = frame.with_columns(
+        pl.lit(a.kind).alias("kind"),
+        pl.lit(a.model).alias("model"),
+        pl.lit(a.params_key).alias("params"),
+        pl.lit(PROMPT_VERSION).alias("prompt_version"),
+    )
     frame = frame.with_columns(_classify(frame, history))
     est.reasons = {r: n for r, n in frame["reason"].value_counts(sort=True).iter_rows()}
     est.basis = {b: n for b, n in frame["basis"].value_counts(sort=True).iter_rows()}
     est.input_tokens, est.output_tokens = float(frame["input"].sum()), float(frame["output"].sum())
     if model.price is None:
-        est.cost_reason = ("no price for this model: give it with --price MODEL=IN/OUT (USD per million input / "
-                           "output tokens) or in a run file (price = { input = USD, output = USD })")
+        est.cost_reason = (
+            "no price for this model: give it with --price MODEL=IN/OUT (USD per million input / "
+            "output tokens) or in a run file (price = { input = USD, output = USD })"
+        )
     else:
         est.cost_usd = cost_usd(est.input_tokens, est.output_tokens, *model.price)
         if model.price[1] == 0 or frame["output_bound"].null_count() == 0:
-            est.bound_usd = cost_usd(int(frame["input_bound"].sum()), int(frame["output_bound"].fill_null(0).sum()),
-                                     max_input_price(model.price), model.price[1])  # as the cost bound reserves
-    per_eval = frame.group_by("eval").agg(pl.len().alias("new"), pl.col("input").sum(), pl.col("output").sum())
+            est.bound_usd = cost_usd(
+                int(frame["input_bound"].sum()),
+                int(frame["output_bound"].fill_null(0).sum()),
+                max_input_price(model.price),
+                model.price[1],
+            )  # as the cost bound reserves
+    per_eval = frame.group_by("eval").agg(
+        pl.len().alias("new"), pl.col("input").sum(), pl.col("output").sum()
+    )
     for r in per_eval.sort("eval").iter_rows(named=True):
-        est.evals[r["eval"]] = {"new": r["new"], "input_tokens": round(r["input"]), "output_tokens": round(r["output"]),
-                                "cost_usd": None if model.price is None else round(cost_usd(r["input"], r["output"], *model.price), 6)}
+        est.evals[r["eval"]] = {
+            "new": r["new"],
+            "input_tokens": round(r["input"]),
+            "output_tokens": round(r["output"]),
+            "cost_usd": None
+            if model.price is None
+            else round(cost_usd(r["input"], r["output"], *model.price), 6),
+        }
     return est
 
 
-def estimate(models: list[ModelRun], suite: Suite, cache: Cache, shard: Shard | None = None) -> list[Estimate]:
-    """The dry run of ``models`` (adapters built; a System One model must know its name) over ``suite``
-    (only the requests ``shard`` owns, when given: ``runner.planning.shard``)."""
+def estimate(
+    models: list[ModelRun], suite: Suite, cache: Cache, shard: Shard | None = None
+) -> list[Estimate]:
+    """The dry run of ``models`` (adapters built; a System One model must know its name) over
+    ``suite`` (only the requests ``shard`` owns, when given: ``runner.planning.shard``)."""
     rates, history = learned_rates(cache), _history(cache)
     return [_estimate_one(m, suite, cache, rates, history, shard) for m in models]
 
 
 def totals(estimates: list[Estimate]) -> dict:
-    """The run's totals: new requests, expected tokens and cost (None if a model has no price), bound."""
+    """The run's totals: new requests, expected tokens and cost (None if a model has no price),
+    bound."""
     costs = [e.cost_usd for e in estimates]
     bounds = [e.bound_usd for e in estimates]
-    return {"requests": sum(e.requests for e in estimates), "cached": sum(e.cached for e in estimates),
-            "new": sum(e.new for e in estimates),
-            "input_tokens": round(sum(e.input_tokens for e in estimates)),
-            "output_tokens": round(sum(e.output_tokens for e in estimates)),
-            "cost_usd": None if None in costs else round(sum(costs), 6),
-            "bound_usd": None if None in bounds else round(sum(bounds), 6)}
+    return {
+        "requests": sum(e.requests for e in estimates),
+        "cached": sum(e.cached for e in estimates),
+        "new": sum(e.new for e in estimates),
+        "input_tokens": round(sum(e.input_tokens for e in estimates)),
+        "output_tokens": round(sum(e.output_tokens for e in estimates)),
+        "cost_usd": None if None in costs else round(sum(costs), 6),
+        "bound_usd": None if None in bounds else round(sum(bounds), 6),
+    }

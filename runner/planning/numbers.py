@@ -7,6 +7,7 @@ A ``Number`` is an argparse ``type``: ``p.add_argument("--rpm", type=RPM)``. Eve
 ``dxi`` takes one (``tests/test_cli_numbers.py`` checks that no flag takes a bare ``int`` or
 ``float``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,9 @@ class Number:
         """What is expected, e.g. ``a whole number from 1 to 100,000`` or ``a number above 0 and at
         most 86,400 (seconds)``."""
         what = "a whole number" if self.kind is int else "a number"
-        low, high = (f"{int(v):,}" if float(v).is_integer() else f"{v:g}"
-                     for v in (self.low, self.high))
+        low, high = (
+            f"{int(v):,}" if float(v).is_integer() else f"{v:g}" for v in (self.low, self.high)
+        )
         span = f"above {low} and at most {high}" if self.above else f"from {low} to {high}"
         return f"{what} {span}" + (f" ({self.unit})" if self.unit else "")
 
@@ -97,11 +99,17 @@ UPLOAD_EVERY = Number(float, 0, DAY_S, above=True, unit="seconds")
 PORT = Number(int, 0, 65_535)
 TARGET_ROWS = Number(int, 1, 10**10, unit="rows")
 
-RUN_FILE_LIMITS = {"rpm": RPM, "tpm": TPM, "max_in_flight": MAX_IN_FLIGHT,
-                   "max_attempts": MAX_ATTEMPTS,
-                   "attempt_timeout_s": TIMEOUT, "max_stated_wait_s": MAX_STATED_WAIT,
-                   "max_reply_time_s": MAX_REPLY_TIME,
-                   "max_reply_bytes": MAX_REPLY_BYTES, "batch_max_requests": BATCH_SIZE,
-                   "batch_enqueued_tokens": ENQUEUED_TOKENS}
+RUN_FILE_LIMITS = {
+    "rpm": RPM,
+    "tpm": TPM,
+    "max_in_flight": MAX_IN_FLIGHT,
+    "max_attempts": MAX_ATTEMPTS,
+    "attempt_timeout_s": TIMEOUT,
+    "max_stated_wait_s": MAX_STATED_WAIT,
+    "max_reply_time_s": MAX_REPLY_TIME,
+    "max_reply_bytes": MAX_REPLY_BYTES,
+    "batch_max_requests": BATCH_SIZE,
+    "batch_enqueued_tokens": ENQUEUED_TOKENS,
+}
 """A run file's ``[providers.NAME]`` numbers and their ranges: those of the flags that override
 them."""

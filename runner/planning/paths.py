@@ -13,6 +13,7 @@ what root is refused too (a folder under a regular file, a read-only file system
   exit 2; a folder that cannot be written (permissions, a read-only or full file system) is
   ``CacheFolderError``, exit code 4, as a cache write that fails during a run.
 """
+
 from __future__ import annotations
 
 import errno
@@ -52,8 +53,9 @@ def output_folder(path: Path, flag: str) -> None:
         _probe(path)
     except OSError as exc:
         why = _why(path, exc)
-        raise UsageError(f"{flag} {path}: cannot write there ({why}); nothing was done: give "
-                         "another folder") from None
+        raise UsageError(
+            f"{flag} {path}: cannot write there ({why}); nothing was done: give another folder"
+        ) from None
 
 
 def output_file(path: Path, flag: str) -> None:
@@ -66,8 +68,9 @@ def output_file(path: Path, flag: str) -> None:
         _probe(path.parent)
     except OSError as exc:
         why = _why(path.parent, exc)
-        raise UsageError(f"{flag} {path}: cannot write there ({why}); nothing was done: give "
-                         "another file") from None
+        raise UsageError(
+            f"{flag} {path}: cannot write there ({why}); nothing was done: give another file"
+        ) from None
 
 
 def cache_to_read(path: Path, flag: str = "--cache-dir") -> None:
@@ -76,8 +79,9 @@ def cache_to_read(path: Path, flag: str = "--cache-dir") -> None:
     for part in (path, *path.parents):
         if part.exists():
             if not part.is_dir():
-                raise UsageError(f"{flag} {path}: cannot be the cache ({part} is a file, not a "
-                                 "folder)")
+                raise UsageError(
+                    f"{flag} {path}: cannot be the cache ({part} is a file, not a folder)"
+                )
             return
 
 
@@ -90,8 +94,10 @@ def cache_folder(path: Path, flag: str = "--cache-dir") -> None:
     no write at all (a read-only cache is scored)."""
     for part in (path, *path.parents):
         if part.exists() and not part.is_dir():
-            raise UsageError(f"{flag} {path}: cannot be the cache ({part} is a file, not a folder); "
-                             "nothing was sent")
+            raise UsageError(
+                f"{flag} {path}: cannot be the cache ({part} is a file, not a folder); "
+                "nothing was sent"
+            )
         if part.exists():
             break
     if (path / "shards").is_dir():
@@ -101,6 +107,10 @@ def cache_folder(path: Path, flag: str = "--cache-dir") -> None:
     except OSError as exc:
         why = _why(path, exc)
         if exc.errno in _IN_THE_WAY or why.endswith("is a file, not a folder"):
-            raise UsageError(f"{flag} {path}: cannot be the cache ({why}); nothing was sent") from None
-        raise CacheFolderError(f"{flag} {path}: the cache cannot be written ({why}); nothing was sent: "
-                               f"fix the folder (or give another {flag}) and rerun") from None
+            raise UsageError(
+                f"{flag} {path}: cannot be the cache ({why}); nothing was sent"
+            ) from None
+        raise CacheFolderError(
+            f"{flag} {path}: the cache cannot be written ({why}); nothing was sent: "
+            f"fix the folder (or give another {flag}) and rerun"
+        ) from None

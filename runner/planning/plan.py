@@ -1,28 +1,31 @@
 """What a command will do, from a run file or from the command line: the models (adapters built, not
 started), their epochs, limits and prices, the suite, the locations and the cost bound.
 
-A plan is built from ``PlanInputs``, the typed settings of a run (one field per flag of ``dxi run``, with its
-default): ``build(models=["embedded"], data_dir=..., limit=3)`` from a program or a test, ``from_args(args)``
-from the command line (``inputs_of`` turns the parsed flags into ``PlanInputs``; the rules below are applied
-once, by ``from_inputs``). It reads the run file (``run_file``: TOML, ``runner.planning.config``) when given, else the
-models (``--model``). With a run file, these flags override it (paths given on the command line are relative
-to the current folder; the file's to the file): ``--data-dir``, ``--cache-dir``, ``--out``, the
-per-evaluation files, ``--evals``, ``--limit``, ``--wildguard-subset``, ``--epochs`` (every model),
-``--effort`` (every model with an effort setting), ``--max-cost``, ``--allow-failed``, ``--until``, and
-the limits flags (``--rpm``, ``--tpm``, ``--max-in-flight``, ``--timeout``, ``--max-attempts``,
-``--backoff``,
-``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--sample`` /
-``--seed`` and ``--all-tasks`` (instead of the file's ``limit`` or ``sample``); ``--price`` (over a model's
-``price``); ``--exclude`` adds to the file's lists; ``--model``,
-``--param`` and ``--option`` are errors (models, their parameters and options belong in the file).
+A plan is built from ``PlanInputs``, the typed settings of a run (one field per flag of ``dxi run``,
+with its default): ``build(models=["embedded"], data_dir=..., limit=3)`` from a program or a test,
+``from_args(args)`` from the command line (``inputs_of`` turns the parsed flags into ``PlanInputs``;
+the rules below are applied once, by ``from_inputs``). It reads the run file (``run_file``: TOML,
+``runner.planning.config``) when given, else the models (``--model``). With a run file, these flags
+override it (paths given on the command line are relative to the current folder; the file's to the
+file): ``--data-dir``, ``--cache-dir``, ``--out``, the per-evaluation files, ``--evals``,
+``--limit``, ``--wildguard-subset``, ``--epochs`` (every model), ``--effort`` (every model with an
+effort setting), ``--max-cost``, ``--allow-failed``, ``--until``, and the limits flags (``--rpm``,
+``--tpm``, ``--max-in-flight``, ``--timeout``, ``--max-attempts``, ``--backoff``,
+``--max-stated-wait``, ``--max-reply-bytes``: every provider); ``--sample`` / ``--seed`` and
+``--all-tasks`` (instead of the file's ``limit`` or ``sample``); ``--price`` (over a model's
+``price``); ``--exclude`` adds to the file's lists; ``--model``, ``--param`` and ``--option`` are
+errors (models, their parameters and options belong in the file).
 
-Raises ``UsageError`` (a usage error: exit code 2) with a message naming the file and key where it can.
+Raises ``UsageError`` (a usage error: exit code 2) with a message naming the file and key where it
+can.
 
-The module stays whole (about 510 lines with ``ModelRun``, over the runner's 400; the inputs' record is ``runner.planning.inputs``): the
-run file's path (``_from_file``) and the flags' path (``_from_flags``) must give the same ``Plan`` for the same
-settings, and each override rule above is read beside its twin; the prices (``price_flags``, ``_priced``) and the
-suite (``_suite``) are the two parts that could move out if it grows.
+The module stays whole (about 510 lines with ``ModelRun``, over the runner's 400; the inputs' record
+is ``runner.planning.inputs``): the run file's path (``_from_file``) and the flags' path
+(``_from_flags``) must give the same ``Plan`` for the same settings, and each override rule above is
+read beside its twin; the prices (``price_flags``, ``_priced``) and the suite (``_suite``) are the
+two parts that could move out if it grows.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,10 +57,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class ModelRun:
-    """One model of a run: its (started) ``adapter``, its number of ``epochs``, its ``provider`` (the name of
-    the run file's provider, a ``[providers.*]`` table or an adapter kind), whose limits it shares with the
-    other models on that provider (None: the adapter's own, ``Adapter.limits_key``), and its ``price``
-    in USD per million (input, output) tokens (None: none given)."""
+    """One model of a run: its (started) ``adapter``, its number of ``epochs``, its ``provider``
+    (the name of the run file's provider, a ``[providers.*]`` table or an adapter kind), whose
+    limits it shares with the other models on that provider (None: the adapter's own,
+    ``Adapter.limits_key``), and its ``price`` in USD per million (input, output) tokens (None: none
+    given)."""
 
     adapter: Adapter
     epochs: int = 1
@@ -70,7 +74,8 @@ class ModelRun:
 
     @property
     def limits_key(self) -> str:
-        """The key of the limits this model shares: its ``provider``, else ``Adapter.limits_key``."""
+        """The key of the limits this model shares: its ``provider``, else
+        ``Adapter.limits_key``."""
         return self.provider or self.adapter.limits_key
 
     @property
@@ -78,16 +83,20 @@ class ModelRun:
         """The model as the cache and the scoring tell it apart (``Adapter.identity``)."""
         return self.adapter.identity
 
-    def requests(self, suite: Suite, shard: Shard | None = None) -> Iterator[tuple[Task, int, Request]]:
-        """The model's requests: every task of ``suite`` times each of its ``epochs`` (``sample`` 0 to
-        ``epochs - 1``), encoded by its adapter (``Adapter.encode``), only those whose cache key ``shard``
-        owns (None: all), as ``(task, sample, request)`` in the suite's order, a task's epochs together.
+    def requests(
+        self, suite: Suite, shard: Shard | None = None
+    ) -> Iterator[tuple[Task, int, Request]]:
+        """The model's requests: every task of ``suite`` times each of its ``epochs`` (``sample`` 0
+        to ``epochs - 1``), encoded by its adapter (``Adapter.encode``), only those whose cache key
+        ``shard`` owns (None: all), as ``(task, sample, request)`` in the suite's order, a task's
+        epochs together.
 
-        A generator: the tasks are read and encoded as it is consumed, so memory stays one task's worth.
-        The one definition of "a model's requests" that the scheduler (``runner.sending.scheduler``),
-        batch mode (``runner.batch.driver``), the dry run (``runner.planning.estimate``), the session's
-        survey (``runner.session``) and ``Shard.owned`` read; errors are the task stream's and the
-        adapter's (``Suite.tasks``, ``Adapter.encode``)."""
+        A generator: the tasks are read and encoded as it is consumed, so memory stays one task's
+        worth. The one definition of "a model's requests" that the scheduler
+        (``runner.sending.scheduler``), batch mode (``runner.batch.driver``), the dry run
+        (``runner.planning.estimate``), the session's survey (``runner.session``) and
+        ``Shard.owned`` read; errors are the task stream's and the adapter's (``Suite.tasks``,
+        ``Adapter.encode``)."""
         encode = self.adapter.encode
         for task in suite.tasks():
             for sample in range(self.epochs):
@@ -98,8 +107,8 @@ class ModelRun:
 
 @dataclass
 class Plan:
-    """``models``: adapters built but not started; ``epochs``: the run's default; ``max_cost``: USD or None;
-    ``source``: the run file, or None for the command line."""
+    """``models``: adapters built but not started; ``epochs``: the run's default; ``max_cost``: USD
+    or None; ``source``: the run file, or None for the command line."""
 
     models: list[ModelRun]
     suite: Suite
@@ -111,10 +120,18 @@ class Plan:
     source: Path | None
     cache_remote: str | None = None  # the inputs', else a run file's (``runner.distributed.setup``)
     coordinator: str | None = None
-    batch: frozenset[str] = frozenset()  # the labels sent through their provider's batch API (``runner.batch.driver``)
-    batch_overrides: dict = field(default_factory=dict)  # label -> the run file's (batch_input, batch_output)
-    batch_limits: dict = field(default_factory=dict)  # label -> (requests per batch, enqueued tokens), None: the provider's
-    allow_failed: dict | None = None  # the tolerance of provisional figures (``config.allow_failed``)
+    batch: frozenset[str] = (
+        frozenset()
+    )  # the labels sent through their provider's batch API (``runner.batch.driver``)
+    batch_overrides: dict = field(
+        default_factory=dict
+    )  # label -> the run file's (batch_input, batch_output)
+    batch_limits: dict = field(
+        default_factory=dict
+    )  # label -> (requests per batch, enqueued tokens), None: the provider's
+    allow_failed: dict | None = (
+        None  # the tolerance of provisional figures (``config.allow_failed``)
+    )
     until: Until | None = None  # an adaptive run's rule (``runner.adaptive``; None: every task)
     seed: int | None = None  # the adaptive order's seed (``runner.adaptive.order``; None: default)
 
@@ -123,57 +140,72 @@ class Plan:
         return tolerance(self.allow_failed)
 
     def models_frame(self) -> pl.DataFrame:
-        """The frame scoring selects cache rows by (``scoring.MODELS_SCHEMA`` plus each model's ``epochs`` and
-        ``effort``: the level its requests carry, ``Adapter.effort``)."""
+        """The frame scoring selects cache rows by (``scoring.MODELS_SCHEMA`` plus each model's
+        ``epochs`` and ``effort``: the level its requests carry, ``Adapter.effort``)."""
         import polars as pl  # for scoring, after the run: not before the first request
 
         from dxi import scoring
 
         rows = [(*m.identity.row(PROMPT_VERSION), m.epochs, m.identity.effort) for m in self.models]
-        return pl.DataFrame(rows, schema={**scoring.MODELS_SCHEMA, "epochs": pl.Int64, "effort": pl.String},
-                            orient="row")
+        return pl.DataFrame(
+            rows,
+            schema={**scoring.MODELS_SCHEMA, "epochs": pl.Int64, "effort": pl.String},
+            orient="row",
+        )
 
     def prices(self) -> dict[str, tuple[float | None, ...] | None]:
         return {m.label: m.price for m in self.models}
 
     def batch_prices(self) -> dict[str, tuple[float | None, ...] | None]:
-        """Each model's price at the batch rate (``scoring.cost.batch_price``: the run file's ``batch_input`` /
-        ``batch_output``, else half the price); imports the scoring (Polars): call it after the first request."""
+        """Each model's price at the batch rate (``scoring.cost.batch_price``: the run file's
+        ``batch_input`` / ``batch_output``, else half the price); imports the scoring (Polars): call
+        it after the first request."""
         from dxi.scoring.cost import batch_price
 
-        return {m.label: batch_price(m.price, *self.batch_overrides.get(m.label, (None, None))) for m in self.models}
+        return {
+            m.label: batch_price(m.price, *self.batch_overrides.get(m.label, (None, None)))
+            for m in self.models
+        }
 
     def check_labels(self) -> None:
-        """Raise UsageError when two models share a name, or an (adapter, model, endpoint, parameters)
-        configuration: scoring tells models apart by those, so one's cache rows would be read as the other's."""
+        """Raise UsageError when two models share a name, or an (adapter, model, endpoint,
+        parameters) configuration: scoring tells models apart by those, so one's cache rows would be
+        read as the other's."""
         seen: dict[object, str] = {}
         for m in self.models:
             for key in (m.label, m.identity.key):
                 if key in seen:
-                    raise UsageError(f"{seen[key]} and {m.label} are the same model (same name, or same adapter, "
-                                    "model, endpoint and parameters): give each a distinct name and configuration")
+                    raise UsageError(
+                        f"{seen[key]} and {m.label} are the same model (same name, or same adapter, "
+                        "model, endpoint and parameters): give each a distinct name and configuration"
+                    )
                 seen[key] = m.label
 
     def check_cost_bound(self) -> None:
-        """Under a cost bound every model needs a price (a model on this machine is free by default) and,
-        when its output tokens are priced, a cap on them (``max_tokens`` or the like); UsageError otherwise."""
+        """Under a cost bound every model needs a price (a model on this machine is free by default)
+        and, when its output tokens are priced, a cap on them (``max_tokens`` or the like);
+        UsageError otherwise."""
         if self.max_cost is None:
             return
         first = next(iter(self.suite.tasks()), None)
         for m in self.models:
             if m.price is None:
-                raise UsageError(f"{m.label}: a cost bound needs a price for every model; give it with --price "
-                                f"{m.label}=IN/OUT (USD per million input / output tokens) or in the run file "
-                                "(price = {input = USD, output = USD})")
+                raise UsageError(
+                    f"{m.label}: a cost bound needs a price for every model; give it with --price "
+                    f"{m.label}=IN/OUT (USD per million input / output tokens) or in the run file "
+                    "(price = {input = USD, output = USD})"
+                )
             if first is not None and m.price[1] and m.adapter.output_tokens_bound(first) is None:
-                raise UsageError(f"{m.label}: under a cost bound, cap the output tokens, leaving room for reasoning "
-                                "(e.g. params = {max_completion_tokens = 16000}; Gemini: maxOutputTokens), or price "
-                                "output at 0 if it is not billed")
+                raise UsageError(
+                    f"{m.label}: under a cost bound, cap the output tokens, leaving room for reasoning "
+                    "(e.g. params = {max_completion_tokens = 16000}; Gemini: maxOutputTokens), or price "
+                    "output at 0 if it is not billed"
+                )
 
 
 def key_values(items: Mapping | list[str] | list[list[str]], flag: str) -> dict:
-    """``KEY=VALUE`` items (or lists of them: a flag given several times) -> dict; VALUE is parsed as JSON
-    (0, 0.7, true, {"type": ...}), else kept as text. A mapping is taken as it is."""
+    """``KEY=VALUE`` items (or lists of them: a flag given several times) -> dict; VALUE is parsed
+    as JSON (0, 0.7, true, {"type": ...}), else kept as text. A mapping is taken as it is."""
     if isinstance(items, Mapping):
         return dict(items)
     out = {}
@@ -208,63 +240,101 @@ def _exclusions(items: list[tuple[str | None, Path]]) -> Exclusions:
         ids = sorted(exclusions.ids)
         stray = [i for i in ids if i.split("/", 1)[0] not in EVALS]
         if stray:
-            raise UsageError(f"exclusion list {file}: {', '.join(repr(i) for i in stray[:3])} names no evaluation "
-                            f"(task ids start with {', '.join(f'{e}/' for e in EVALS)})")
+            raise UsageError(
+                f"exclusion list {file}: {', '.join(repr(i) for i in stray[:3])} names no evaluation "
+                f"(task ids start with {', '.join(f'{e}/' for e in EVALS)})"
+            )
     return exclusions
 
 
 def _exclude_item(item: str, base: Path | None = None) -> tuple[str | None, Path]:
     name, sep, file = item.partition("=")
-    if sep and name not in EVALS and "/" not in name and not (base / item if base else Path(item)).exists():
-        raise UsageError(f"--exclude {item}: {name!r} is not an evaluation; write EVAL=FILE with EVAL one of "
-                        f"{', '.join(EVALS)}")
+    if (
+        sep
+        and name not in EVALS
+        and "/" not in name
+        and not (base / item if base else Path(item)).exists()
+    ):
+        raise UsageError(
+            f"--exclude {item}: {name!r} is not an evaluation; write EVAL=FILE with EVAL one of "
+            f"{', '.join(EVALS)}"
+        )
     name, file = (name, file) if sep and name in EVALS else (None, item)
     return name, (base / file if base is not None else Path(file))
 
 
-def _suite(data_dir: Path | None, files: dict[str, Path], exclude: list[tuple[str | None, Path]], limit: int | None,
-           subset: str, selected: tuple[str, ...] | None, sample: int | None = None, seed: int | None = None,
-           all_tasks: bool = False, until: bool = False) -> Suite:
+def _suite(
+    data_dir: Path | None,
+    files: dict[str, Path],
+    exclude: list[tuple[str | None, Path]],
+    limit: int | None,
+    subset: str,
+    selected: tuple[str, ...] | None,
+    sample: int | None = None,
+    seed: int | None = None,
+    all_tasks: bool = False,
+    until: bool = False,
+) -> Suite:
     if limit is not None and limit < 1:
         raise UsageError("--limit must be at least 1")
     if sample is not None and sample < 1:
         raise UsageError("--sample must be at least 1")
     if sample is not None and limit is not None:
-        raise UsageError("--sample and --limit do not combine: --limit N takes the first N tasks of each evaluation, "
-                        "--sample N a stratified sample of N; give one")
+        raise UsageError(
+            "--sample and --limit do not combine: --limit N takes the first N tasks of each evaluation, "
+            "--sample N a stratified sample of N; give one"
+        )
     if seed is not None and sample is None and not until:
-        raise UsageError("--seed is the seed of --sample (or of --until's order): give --sample N or "
-                         "--until too")
+        raise UsageError(
+            "--seed is the seed of --sample (or of --until's order): give --sample N or --until too"
+        )
     if all_tasks and (sample is not None or limit is not None):
-        raise UsageError(f"--all-tasks and --{'sample' if sample is not None else 'limit'} do not combine: --all-tasks "
-                        "takes every task of each evaluation; give one")
+        raise UsageError(
+            f"--all-tasks and --{'sample' if sample is not None else 'limit'} do not combine: --all-tasks "
+            "takes every task of each evaluation; give one"
+        )
     try:
         data = discover(data_dir, files, selected)
         exclusions = _exclusions(exclude)
-        suite = (Suite(data, exclusions, limit, subset, selected) if sample is None
-                 else SampledSuite(data, exclusions, None, subset, selected, sample=sample, seed=seed or 0))
+        suite = (
+            Suite(data, exclusions, limit, subset, selected)
+            if sample is None
+            else SampledSuite(
+                data, exclusions, None, subset, selected, sample=sample, seed=seed or 0
+            )
+        )
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
-    suite.validate()  # every selected file whole, before anything is sent or scored (evals.DatasetError)
+    # every selected file whole, before anything is sent or scored (evals.DatasetError)
+    suite.validate()
     if not suite.selected():
-        where = (f"no --data-dir given, ${DATA_DIR_ENV} is not set and neither ./data nor ../shared/data exists"
-                 if not data_dir else "no evaluation data found in " + (
-                     f"{data_dir} (that is, {data_dir.resolve()})" if str(data_dir.resolve()) != str(data_dir)
-                     else str(data_dir)))
+        where = (
+            f"no --data-dir given, ${DATA_DIR_ENV} is not set and neither ./data nor ../shared/data exists"
+            if not data_dir
+            else "no evaluation data found in "
+            + (
+                f"{data_dir} (that is, {data_dir.resolve()})"
+                if str(data_dir.resolve()) != str(data_dir)
+                else str(data_dir)
+            )
+        )
         raise UsageError(
             f"{where}.\n"
             "Point --data-dir at a folder holding the evaluation files, e.g. ../shared/data with "
             "omniscience-standin/*.jsonl, hle/hle_mcqa.json, when2call/*.jsonl and wildguardtest/*.parquet, "
-            "or name files with --omniscience, --hle, --when2call, --wildguardtest.")
+            "or name files with --omniscience, --hle, --when2call, --wildguardtest."
+        )
     return suite
 
 
 def limits_overrides(inputs: PlanInputs) -> dict:
-    """The limits given (``--max-in-flight``, ``--rpm``, ...) as ``adapters.Limits`` fields; UsageError for a
-    name that is not one."""
+    """The limits given (``--max-in-flight``, ``--rpm``, ...) as ``adapters.Limits`` fields;
+    UsageError for a name that is not one."""
     unknown = sorted(set(inputs.limits) - set(LIMITS_FLAGS.values()))
     if unknown:
-        raise UsageError(f"limits {', '.join(unknown)}: not a limit (known: {', '.join(LIMITS_FLAGS.values())})")
+        raise UsageError(
+            f"limits {', '.join(unknown)}: not a limit (known: {', '.join(LIMITS_FLAGS.values())})"
+        )
     given = {k: v for k, v in inputs.limits.items() if v is not None}
     if given.get("stream", "auto") not in ("auto", "always", "never"):
         raise UsageError(f"--stream {given['stream']!r}: expected auto, always or never")
@@ -273,81 +343,107 @@ def limits_overrides(inputs: PlanInputs) -> dict:
     return given
 
 
-def _price_of(adapter: adapters.Adapter, price: config.Price | None) -> tuple[float | None, ...] | None:
-    """The price tuple of ``scoring.cost``, (input, output[, cached_input[, cache_write[, cache_write_1h]]])
-    USD per million tokens: the run file's, its prompt-cache parts where it gives none from the provider's
-    own rule (``Adapter.CACHE_PRICES``, multiples of the input price), trailing unknown parts left out (priced
-    as input). A model on this machine is free by default; any other has no price without a run file's."""
+def _price_of(
+    adapter: adapters.Adapter, price: config.Price | None
+) -> tuple[float | None, ...] | None:
+    """The price tuple of ``scoring.cost``, (input, output[, cached_input[, cache_write[,
+    cache_write_1h]]]) USD per million tokens: the run file's, its prompt-cache parts where it gives
+    none from the provider's own rule (``Adapter.CACHE_PRICES``, multiples of the input price),
+    trailing unknown parts left out (priced as input). A model on this machine is free by default;
+    any other has no price without a run file's."""
     if price is None:
         return (0.0, 0.0) if adapter.free else None
     parts = [price.input, price.output]
     for name in ("cached_input", "cache_write", "cache_write_1h"):
         given, rule = getattr(price, name), adapter.CACHE_PRICES.get(name)
         # 12 decimals: 0.1 x 3.0 is 0.3, not 0.30000000000000004 (a price block shows it as it is)
-        parts.append(given if given is not None else None if rule is None else round(rule * price.input, 12))
+        parts.append(
+            given if given is not None else None if rule is None else round(rule * price.input, 12)
+        )
     while parts[-1] is None:
         parts.pop()
     return tuple(parts)
 
 
 def price_flags(items: list[str]) -> dict[str, config.Price]:
-    """``--price MODEL=IN/OUT[/CACHED]`` items (USD per million input, output and, optionally, cached input
-    tokens: the provider's price list) -> MODEL -> ``config.Price``. UsageError naming the item for one that
-    is malformed, negative or given twice."""
+    """``--price MODEL=IN/OUT[/CACHED]`` items (USD per million input, output and, optionally,
+    cached input tokens: the provider's price list) -> MODEL -> ``config.Price``. UsageError naming
+    the item for one that is malformed, negative or given twice."""
     out: dict[str, config.Price] = {}
     for item in items:
         model, sep, text = item.rpartition("=")
         parts = text.split("/")
         example = "e.g. --price openai:gpt-6-luna=0.1/0.5/0.01"
         if not sep or not model.strip() or len(parts) not in (2, 3):
-            raise UsageError(f"--price {item!r}: expected MODEL=IN/OUT or MODEL=IN/OUT/CACHED, USD per million input, "
-                            f"output and cached input tokens ({example})")
+            raise UsageError(
+                f"--price {item!r}: expected MODEL=IN/OUT or MODEL=IN/OUT/CACHED, USD per million input, "
+                f"output and cached input tokens ({example})"
+            )
         try:
             values = [float(part) for part in parts]
         except ValueError:
-            raise UsageError(f"--price {item!r}: {text!r} holds something that is not a number ({example})") from None
+            raise UsageError(
+                f"--price {item!r}: {text!r} holds something that is not a number ({example})"
+            ) from None
         if not all(math.isfinite(v) and v >= 0 for v in values):
-            raise UsageError(f"--price {item!r}: prices must be numbers >= 0 (USD per million tokens)")
+            raise UsageError(
+                f"--price {item!r}: prices must be numbers >= 0 (USD per million tokens)"
+            )
         if model.strip() in out:
             raise UsageError(f"--price {model.strip()}: given twice")
-        out[model.strip()] = config.Price(values[0], values[1], values[2] if len(values) == 3 else None)
+        out[model.strip()] = config.Price(
+            values[0], values[1], values[2] if len(values) == 3 else None
+        )
     return out
 
 
-def _priced(models: list[ModelRun], prices: dict[str, config.Price], texts: dict[int, str] | None = None) -> None:
-    """Give each model the ``--price`` whose MODEL names it: its label (a run file's ``name``), ``kind:model``,
-    or (``texts``: position -> the ``--model`` text) the model string as given. UsageError for a MODEL that
-    names no model of the run, or a model named by two."""
+def _priced(
+    models: list[ModelRun], prices: dict[str, config.Price], texts: dict[int, str] | None = None
+) -> None:
+    """Give each model the ``--price`` whose MODEL names it: its label (a run file's ``name``),
+    ``kind:model``, or (``texts``: position -> the ``--model`` text) the model string as given.
+    UsageError for a MODEL that names no model of the run, or a model named by two."""
     texts = texts or {}
     for i, m in enumerate(models):
         names = {m.label, f"{m.adapter.kind}:{m.adapter.model}", texts.get(i)}
         given = [k for k in prices if k in names]
         if len(given) > 1:
-            raise UsageError(f"--price {' and --price '.join(given)} name the same model ({m.label}): give one")
+            raise UsageError(
+                f"--price {' and --price '.join(given)} name the same model ({m.label}): give one"
+            )
         if given:
             m.price = _price_of(m.adapter, prices[given[0]])
-    named = {n for i, m in enumerate(models) for n in (m.label, f"{m.adapter.kind}:{m.adapter.model}", texts.get(i))}
+    named = {
+        n
+        for i, m in enumerate(models)
+        for n in (m.label, f"{m.adapter.kind}:{m.adapter.model}", texts.get(i))
+    }
     unknown = [k for k in prices if k not in named]
     if unknown:
-        raise UsageError(f"--price {unknown[0]}: no model of this run is named so (its models: "
-                        f"{', '.join(m.label for m in models)})")
+        raise UsageError(
+            f"--price {unknown[0]}: no model of this run is named so (its models: "
+            f"{', '.join(m.label for m in models)})"
+        )
 
 
 def build(**inputs) -> Plan:
-    """The plan of ``PlanInputs(**inputs)`` (``runner.planning.inputs``: the keywords are its fields, e.g.
-    ``build(models=["embedded"], data_dir=Path("data"), cache_dir=tmp / "cache", limit=3)``), as ``from_inputs``
-    builds it; TypeError for a keyword that is no field, UsageError as ``from_inputs``."""
+    """The plan of ``PlanInputs(**inputs)`` (``runner.planning.inputs``: the keywords are its
+    fields, e.g. ``build(models=["embedded"], data_dir=Path("data"), cache_dir=tmp / "cache",
+    limit=3)``), as ``from_inputs`` builds it; TypeError for a keyword that is no field, UsageError
+    as ``from_inputs``."""
     return from_inputs(PlanInputs(**inputs))
 
 
 def from_args(args: argparse.Namespace) -> Plan:
-    """The plan of ``dxi run`` / ``estimate`` / ``score`` / ``report``'s parsed flags: ``from_inputs(inputs_of(args))``."""
+    """The plan of ``dxi run`` / ``estimate`` / ``score`` / ``report``'s parsed flags:
+    ``from_inputs(inputs_of(args))``."""
     return from_inputs(inputs_of(args))
 
 
 def from_inputs(inputs: PlanInputs) -> Plan:
-    """The plan of ``inputs`` (see the module docstring): the run file's models with the settings given over
-    it, else ``inputs.models``. UsageError (the flag or the file's key named) for a bad value."""
+    """The plan of ``inputs`` (see the module docstring): the run file's models with the settings
+    given over it, else ``inputs.models``. UsageError (the flag or the file's key named) for a bad
+    value."""
     epochs = inputs.epochs
     if epochs is not None and epochs < 1:
         raise UsageError("--epochs must be at least 1")
@@ -359,18 +455,32 @@ def from_inputs(inputs: PlanInputs) -> Plan:
     models = _from_flags(inputs, epochs or 1)
     suite = suite_of(inputs)
     size = inputs.batch_size
-    return Plan(models, suite, inputs.data_dir if inputs.data_dir is not None else default_data_dir(),
-                inputs.cache_dir or Path(".dxi-cache"), inputs.out or Path("out"), epochs or 1, max_cost, None,
-                batch=frozenset(m.label for m in models) if inputs.batch else frozenset(),
-                batch_limits={m.label: (size, None) for m in models}, allow_failed=inputs.allow_failed,
-                cache_remote=inputs.cache_remote, until=until_of(inputs.until, "--until"),
-                seed=inputs.seed)
+    return Plan(
+        models,
+        suite,
+        inputs.data_dir if inputs.data_dir is not None else default_data_dir(),
+        inputs.cache_dir or Path(".dxi-cache"),
+        inputs.out or Path("out"),
+        epochs or 1,
+        max_cost,
+        None,
+        batch=frozenset(m.label for m in models) if inputs.batch else frozenset(),
+        batch_limits={m.label: (size, None) for m in models},
+        allow_failed=inputs.allow_failed,
+        cache_remote=inputs.cache_remote,
+        until=until_of(inputs.until, "--until"),
+        seed=inputs.seed,
+    )
 
 
 def _allow_failed(inputs: PlanInputs, run: config.RunFile) -> dict | None:
     """``--allow-failed`` (already parsed by ``config.allow_failed``), else the run file's."""
     given = inputs.allow_failed
-    return given if given is not None else (None if run.allow_failed is None else config.allow_failed(run.allow_failed))
+    return (
+        given
+        if given is not None
+        else (None if run.allow_failed is None else config.allow_failed(run.allow_failed))
+    )
 
 
 def until_of(text: str | None, where: str) -> Until | None:
@@ -396,22 +506,37 @@ def tolerance(allow_failed: dict | None) -> Tolerance | None:
 
 
 def suite_of(inputs: PlanInputs) -> Suite:
-    """The suite ``inputs`` name without a run file: ``data_dir``, ``files``, ``evals``, ``limit`` or ``sample`` /
-    ``seed`` or ``all_tasks``, ``exclude``, ``wildguard_subset``; UsageError as ``_suite``."""
+    """The suite ``inputs`` name without a run file: ``data_dir``, ``files``, ``evals``, ``limit``
+    or ``sample`` / ``seed`` or ``all_tasks``, ``exclude``, ``wildguard_subset``; UsageError as
+    ``_suite``."""
     selected = selected_evals(inputs.evals) if inputs.evals else None
     data_dir = inputs.data_dir if inputs.data_dir is not None else default_data_dir()
-    return _suite(data_dir, dict(inputs.files), [_exclude_item(e) for e in inputs.exclude], inputs.limit,
-                  inputs.wildguard_subset or "agreed", selected, inputs.sample, inputs.seed,
-                  inputs.all_tasks, until=inputs.until is not None)
+    return _suite(
+        data_dir,
+        dict(inputs.files),
+        [_exclude_item(e) for e in inputs.exclude],
+        inputs.limit,
+        inputs.wildguard_subset or "agreed",
+        selected,
+        inputs.sample,
+        inputs.seed,
+        inputs.all_tasks,
+        until=inputs.until is not None,
+    )
 
 
 def with_effort(frame: pl.DataFrame) -> pl.DataFrame:
-    """A ``scoring.MODELS_SCHEMA`` frame of models found in the cache with each one's ``effort`` (the level its
-    cached requests' parameters carry in the provider's own field, ``Adapter.effort_of``; null where none)."""
+    """A ``scoring.MODELS_SCHEMA`` frame of models found in the cache with each one's ``effort``
+    (the level its cached requests' parameters carry in the provider's own field,
+    ``Adapter.effort_of``; null where none)."""
     import polars as pl
 
-    efforts = [adapters.adapter_class(kind).effort_of(orjson.loads(params or "{}")) if kind in adapters.KINDS else None
-               for kind, params in frame.select("provider", "params").iter_rows()]
+    efforts = [
+        adapters.adapter_class(kind).effort_of(orjson.loads(params or "{}"))
+        if kind in adapters.KINDS
+        else None
+        for kind, params in frame.select("provider", "params").iter_rows()
+    ]
     return frame.with_columns(pl.Series("effort", efforts, dtype=pl.String))
 
 
@@ -423,9 +548,9 @@ def _effort(inputs: PlanInputs) -> str | None:
 
 
 def _from_flags(inputs: PlanInputs, epochs: int) -> list[ModelRun]:
-    """The ``--model`` flags' models, with ``--param`` and ``--effort`` given to those that take sampling
-    parameters and each ``--option`` to those that know it; UsageError for a bad model string or a flag no model
-    uses."""
+    """The ``--model`` flags' models, with ``--param`` and ``--effort`` given to those that take
+    sampling parameters and each ``--option`` to those that know it; UsageError for a bad model
+    string or a flag no model uses."""
     params = key_values(inputs.params, "--param")
     options = key_values(inputs.options, "--option")
     effort = _effort(inputs)
@@ -446,9 +571,13 @@ def _from_flags(inputs: PlanInputs, epochs: int) -> list[ModelRun]:
         models.append(ModelRun(a, epochs, None, _price_of(a, None)))
     _priced(models, price_flags(inputs.prices), dict(enumerate(inputs.models)))
     if params and not any(type(m.adapter).takes_params for m in models):
-        raise UsageError("--param: no model of this run takes sampling parameters (decision models have none)")
+        raise UsageError(
+            "--param: no model of this run takes sampling parameters (decision models have none)"
+        )
     if effort and not any(type(m.adapter).takes_params for m in models):
-        raise UsageError("--effort: no model of this run has an effort setting (decision models have none)")
+        raise UsageError(
+            "--effort: no model of this run has an effort setting (decision models have none)"
+        )
     unused = sorted(set(options) - used)
     if unused:
         raise UsageError(f"--option {', '.join(unused)}: no model of this run knows this option")
@@ -457,10 +586,16 @@ def _from_flags(inputs: PlanInputs, epochs: int) -> list[ModelRun]:
 
 def _from_file(inputs: PlanInputs, epochs: int | None, max_cost: float | None) -> Plan:
     path: Path = inputs.run_file
-    for flag, value in (("--model", inputs.models), ("--param", inputs.params), ("--option", inputs.options)):
+    for flag, value in (
+        ("--model", inputs.models),
+        ("--param", inputs.params),
+        ("--option", inputs.options),
+    ):
         if value:
-            raise UsageError(f"{flag} cannot be combined with a run file ({path}): give models, their params and "
-                            "options in the file")
+            raise UsageError(
+                f"{flag} cannot be combined with a run file ({path}): give models, their params and "
+                "options in the file"
+            )
     try:
         run = config.load(path)
     except FileNotFoundError:
@@ -478,7 +613,9 @@ def _from_file(inputs: PlanInputs, epochs: int | None, max_cost: float | None) -
         try:
             cls = adapters.adapter_class(provider.kind)
             if m.params and not cls.takes_params:
-                raise ValueError(f"{provider.kind} is a decision model: it takes no sampling parameters")
+                raise ValueError(
+                    f"{provider.kind} is a decision model: it takes no sampling parameters"
+                )
             if m.effort and not cls.takes_params:
                 raise ValueError(f"{provider.kind} is a decision model: it has no effort setting")
             options = dict(m.options)
@@ -487,46 +624,103 @@ def _from_file(inputs: PlanInputs, epochs: int | None, max_cost: float | None) -
                     options[key] = getattr(provider, key)
             unknown = sorted(set(options) - cls.OPTIONS)
             if unknown:
-                raise ValueError(f"option(s) {', '.join(unknown)} unknown to the {provider.kind} adapter "
-                                 f"(known: {', '.join(sorted(cls.OPTIONS)) or 'none'})")
-            effort = flag_effort if flag_effort and cls.EFFORT_FIELD else m.effort  # --effort: every model that has one
-            spec = adapters.ModelSpec(provider.kind, m.model, provider.base_url, dict(m.params), options, m.name, effort)
+                raise ValueError(
+                    f"option(s) {', '.join(unknown)} unknown to the {provider.kind} adapter "
+                    f"(known: {', '.join(sorted(cls.OPTIONS)) or 'none'})"
+                )
+            effort = (
+                flag_effort if flag_effort and cls.EFFORT_FIELD else m.effort
+            )  # --effort: every model that has one
+            spec = adapters.ModelSpec(
+                provider.kind, m.model, provider.base_url, dict(m.params), options, m.name, effort
+            )
             a = adapters.get(spec)
         except ValueError as exc:
             raise UsageError(f"{where}: {exc}") from None
-        table = {k: v for k, v in (("rpm", provider.rpm), ("tpm", provider.tpm), ("max_in_flight", provider.max_in_flight),
-                                   ("max_attempts", provider.max_attempts),
-                                   ("attempt_timeout_s", provider.attempt_timeout_s),
-                                   ("max_stated_wait_s", provider.max_stated_wait_s),
-                                   ("max_reply_bytes", provider.max_reply_bytes),
-                                   ("max_reply_time_s", provider.max_reply_time_s),
-                                   ("stream", provider.stream)) if v is not None}
+        table = {
+            k: v
+            for k, v in (
+                ("rpm", provider.rpm),
+                ("tpm", provider.tpm),
+                ("max_in_flight", provider.max_in_flight),
+                ("max_attempts", provider.max_attempts),
+                ("attempt_timeout_s", provider.attempt_timeout_s),
+                ("max_stated_wait_s", provider.max_stated_wait_s),
+                ("max_reply_bytes", provider.max_reply_bytes),
+                ("max_reply_time_s", provider.max_reply_time_s),
+                ("stream", provider.stream),
+            )
+            if v is not None
+        }
         a.limits = replace(a.limits, **(table | overrides))
-        key = f"table:{name}" if name in run.providers else None  # models on one table share its limits
+        key = (
+            f"table:{name}" if name in run.providers else None
+        )  # models on one table share its limits
         models.append(ModelRun(a, epochs or m.epochs or run.epochs, key, _price_of(a, m.price)))
         label = models[-1].label
         if inputs.batch or (m.batch if m.batch is not None else provider.batch):
             batch.add(label)
-        if m.price is not None and (m.price.batch_input is not None or m.price.batch_output is not None):
+        if m.price is not None and (
+            m.price.batch_input is not None or m.price.batch_output is not None
+        ):
             overrides_of[label] = (m.price.batch_input, m.price.batch_output)
-        batch_limits[label] = (inputs.batch_size or provider.batch_max_requests,
-                               provider.batch_enqueued_tokens)
+        batch_limits[label] = (
+            inputs.batch_size or provider.batch_max_requests,
+            provider.batch_enqueued_tokens,
+        )
     _priced(models, price_flags(inputs.prices))  # the command line's over the file's
     files = {e: base / f for e, f in run.evals.files.items()} | dict(inputs.files)
-    exclude = [_exclude_item(e, base) for e in run.evals.exclude] + [_exclude_item(e) for e in inputs.exclude]
-    selected = selected_evals(inputs.evals) if inputs.evals else (tuple(run.evals.select) if run.evals.select else None)
-    data_dir = inputs.data_dir if inputs.data_dir is not None else (run.resolve(run.data_dir) if run.data_dir is not None
-                                                                    else default_data_dir())
+    exclude = [_exclude_item(e, base) for e in run.evals.exclude] + [
+        _exclude_item(e) for e in inputs.exclude
+    ]
+    selected = (
+        selected_evals(inputs.evals)
+        if inputs.evals
+        else (tuple(run.evals.select) if run.evals.select else None)
+    )
+    data_dir = (
+        inputs.data_dir
+        if inputs.data_dir is not None
+        else (run.resolve(run.data_dir) if run.data_dir is not None else default_data_dir())
+    )
     sample, seed, all_tasks = inputs.sample, inputs.seed, inputs.all_tasks
-    limit = inputs.limit if inputs.limit is not None else (run.evals.limit if sample is None and not all_tasks else None)
-    if inputs.limit is None and sample is None and not all_tasks:  # the file's sample, unless the command line chose
+    limit = (
+        inputs.limit
+        if inputs.limit is not None
+        else (run.evals.limit if sample is None and not all_tasks else None)
+    )
+    if (
+        inputs.limit is None and sample is None and not all_tasks
+    ):  # the file's sample, unless the command line chose
         sample, seed = run.evals.sample, run.evals.seed if seed is None else seed
     until_text = inputs.until if inputs.until is not None else run.until
-    suite = _suite(data_dir, files, exclude, limit, inputs.wildguard_subset or run.evals.wildguard_subset, selected,
-                   sample, seed if sample is not None else None, all_tasks)
+    suite = _suite(
+        data_dir,
+        files,
+        exclude,
+        limit,
+        inputs.wildguard_subset or run.evals.wildguard_subset,
+        selected,
+        sample,
+        seed if sample is not None else None,
+        all_tasks,
+    )
     until = until_of(until_text, "--until" if inputs.until is not None else f"{path}: until")
-    return Plan(models, suite, data_dir, inputs.cache_dir or run.resolve(run.cache_dir),
-                inputs.out or run.resolve(run.out), epochs or run.epochs, max_cost if max_cost is not None else run.max_cost,
-                path, inputs.cache_remote or run.cache_remote, run.coordinator, frozenset(batch), overrides_of, batch_limits,
-                allow_failed=_allow_failed(inputs, run), until=until,
-                seed=inputs.seed if inputs.seed is not None else run.evals.seed)
+    return Plan(
+        models,
+        suite,
+        data_dir,
+        inputs.cache_dir or run.resolve(run.cache_dir),
+        inputs.out or run.resolve(run.out),
+        epochs or run.epochs,
+        max_cost if max_cost is not None else run.max_cost,
+        path,
+        inputs.cache_remote or run.cache_remote,
+        run.coordinator,
+        frozenset(batch),
+        overrides_of,
+        batch_limits,
+        allow_failed=_allow_failed(inputs, run),
+        until=until,
+        seed=inputs.seed if inputs.seed is not None else run.evals.seed,
+    )

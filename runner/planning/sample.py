@@ -1,15 +1,17 @@
-"""``--sample N [--seed S]``: a seeded sample of N tasks of each evaluation, stratified by its gold classes.
+"""``--sample N [--seed S]``: a seeded sample of N tasks of each evaluation, stratified by its gold
+classes.
 
-The strata (``stratum``): When2Call's gold reply type (tool_call, request_for_info, cannot_answer, ...),
-WildGuardTest's combination of gold labels (prompt harm, response harm, refusal), HLE-MultiChoice's
-category, AA-Omniscience-Decision's domain. The N tasks are shared out in proportion to the strata's sizes
-(largest remainders; when N is at least the number of strata, every stratum gets at least one task, so
-that a small sample still shows every class: ``allocate``), and within a stratum the tasks with the smallest
-sha256(seed, task id) are taken: the sample depends only on the seed and the task ids, not on the order
-of the file, and the same seed gives the same tasks on every machine. The sample is taken after
-exclusion lists; tasks are streamed in file order. ``--limit`` (the first N) is the other way to run
-fewer tasks; the two do not combine.
+The strata (``stratum``): When2Call's gold reply type (tool_call, request_for_info, cannot_answer,
+...), WildGuardTest's combination of gold labels (prompt harm, response harm, refusal),
+HLE-MultiChoice's category, AA-Omniscience-Decision's domain. The N tasks are shared out in
+proportion to the strata's sizes (largest remainders; when N is at least the number of strata, every
+stratum gets at least one task, so that a small sample still shows every class: ``allocate``), and
+within a stratum the tasks with the smallest sha256(seed, task id) are taken: the sample depends
+only on the seed and the task ids, not on the order of the file, and the same seed gives the same
+tasks on every machine. The sample is taken after exclusion lists; tasks are streamed in file order.
+``--limit`` (the first N) is the other way to run fewer tasks; the two do not combine.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +23,8 @@ from dxi.evals import Suite, Task
 
 
 def stratum(task: Task) -> str:
-    """The gold class a task is stratified by (see the module docstring); "" when the data has none."""
+    """The gold class a task is stratified by (see the module docstring); "" when the data has
+    none."""
     meta = task.meta
     if meta.get("categories"):  # When2Call: the reply type of the gold option
         (gold,) = task.gold.values()
@@ -33,15 +36,15 @@ def stratum(task: Task) -> str:
 
 
 def allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
-    """How many of ``n`` tasks each stratum gets (``sizes``: stratum -> tasks): Hamilton's method (each its
-    whole quota n·size/total, the rest to the largest remainders, ties by name), then, when ``n`` is at
-    least the number of strata, each empty stratum gets one from the stratum with the most. Never more
-    than a stratum holds; sums to min(n, total)."""
+    """How many of ``n`` tasks each stratum gets (``sizes``: stratum -> tasks): Hamilton's method
+    (each its whole quota n·size/total, the rest to the largest remainders, ties by name), then,
+    when ``n`` is at least the number of strata, each empty stratum gets one from the stratum with
+    the most. Never more than a stratum holds; sums to min(n, total)."""
     total = sum(sizes.values())
     n = min(n, total)
     quota = {s: n * size / total for s, size in sizes.items()}
     take = {s: int(q) for s, q in quota.items()}
-    for s in sorted(sizes, key=lambda s: (-(quota[s] - take[s]), s))[:n - sum(take.values())]:
+    for s in sorted(sizes, key=lambda s: (-(quota[s] - take[s]), s))[: n - sum(take.values())]:
         take[s] += 1
     if n >= len(sizes):
         for s in sorted(s for s in sizes if take[s] == 0):
@@ -60,13 +63,14 @@ def choose(tasks: list[Task], n: int, seed: int) -> set[str]:
     chosen: set[str] = set()
     for s, ts in strata.items():
         ranked = sorted(ts, key=lambda t: hashlib.sha256(f"{seed}\0{t.id}".encode()).digest())
-        chosen |= {t.id for t in ranked[:counts[s]]}
+        chosen |= {t.id for t in ranked[: counts[s]]}
     return chosen
 
 
 @dataclass
 class SampledSuite(Suite):
-    """A ``Suite`` whose tasks are a stratified sample of ``sample`` tasks per evaluation (``seed``)."""
+    """A ``Suite`` whose tasks are a stratified sample of ``sample`` tasks per evaluation
+    (``seed``)."""
 
     sample: int = 0
     seed: int = 0
@@ -79,7 +83,7 @@ class SampledSuite(Suite):
         return self._chosen[name]
 
     def tasks(self, name: str | None = None) -> Iterator[Task]:
-        for n in ([name] if name else self.selected()):
+        for n in [name] if name else self.selected():
             keep = self.chosen(n)
             yield from (t for t in super().tasks(n) if t.id in keep)
 

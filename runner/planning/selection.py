@@ -1,27 +1,31 @@
-"""Which tasks a command that scores the cache scores when it is given no selection: what the runs selected.
+"""Which tasks a command that scores the cache scores when it is given no selection: what the runs
+selected.
 
-``dxi run`` records what it selected in the cache folder (``cache.runs``: ``runs.jsonl``, one line per
-distinct selection: its models, evaluations, ``--limit`` or ``--sample``/``--seed``, WildGuardTest subset).
-``dxi score``, ``report``, ``export`` and ``view`` given no selection (no ``--limit``, ``--sample``,
-``--seed`` or ``--all-tasks``, and no ``limit``/``sample`` in a run file) score the tasks *the runs
-selected*, defined as:
+``dxi run`` records what it selected in the cache folder (``cache.runs``: ``runs.jsonl``, one line
+per distinct selection: its models, evaluations, ``--limit`` or ``--sample``/``--seed``,
+WildGuardTest subset). ``dxi score``, ``report``, ``export`` and ``view`` given no selection (no
+``--limit``, ``--sample``, ``--seed`` or ``--all-tasks``, and no ``limit``/``sample`` in a run file)
+score the tasks *the runs selected*, defined as:
 
-* the runs: the records of the current prompt version that ran at least one of the models scored (every
-  model in the cache, or those ``--model`` or the run file names);
-* the evaluations: those the runs read (all of their union), unless ``--evals`` (or the run file) names some;
-* the tasks of each evaluation: the union of the runs' selections of it. A run of every task makes it every
-  task; of several ``--limit``, the largest; equal selections, that one: then the tasks are exactly those
-  of that flag, and the outputs are byte for byte those of ``dxi score`` given it. Otherwise (say a
-  ``--limit 10`` run and a ``--sample 20`` run) the union itself (``UnionSuite``), listed in summary.json
-  (``data.<eval>.union``);
+* the runs: the records of the current prompt version that ran at least one of the models scored
+  (every model in the cache, or those ``--model`` or the run file names);
+* the evaluations: those the runs read (all of their union), unless ``--evals`` (or the run file)
+  names some;
+* the tasks of each evaluation: the union of the runs' selections of it. A run of every task makes
+  it every task; of several ``--limit``, the largest; equal selections, that one: then the tasks are
+  exactly those of that flag, and the outputs are byte for byte those of ``dxi score`` given it.
+  Otherwise (say a ``--limit 10`` run and a ``--sample 20`` run) the union itself (``UnionSuite``),
+  listed in summary.json (``data.<eval>.union``);
 * the WildGuardTest subset: the runs', when they agree and the command line does not give one.
 
-A cache without records (written before this version, or only pulled from a remote cache) scores every task,
-as before. Whatever the selection, where a model's runs selected other tasks of an evaluation than those
-scored, the evaluation's ``data`` block in summary.json says so (``runs``: label -> flags, a union's
-joined by " + "), and the reason given for that model's missing answers names those flags
-(``scoring.summary``): a ``--sample 20`` run scored with ``--limit 50`` says to score with ``--sample 20``.
+A cache without records (written before this version, or only pulled from a remote cache) scores
+every task, as before. Whatever the selection, where a model's runs selected other tasks of an
+evaluation than those scored, the evaluation's ``data`` block in summary.json says so (``runs``:
+label -> flags, a union's joined by " + "), and the reason given for that model's missing answers
+names those flags (``scoring.summary``): a ``--sample 20`` run scored with ``--limit 50`` says to
+score with ``--sample 20``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -51,8 +55,8 @@ log = logging.getLogger("dxi.selection")
 
 @dataclass(frozen=True, slots=True, order=True)
 class Pick:
-    """One run's selection of an evaluation's tasks: the first ``limit``, a ``sample`` (with ``seed``), or
-    (both None) every task."""
+    """One run's selection of an evaluation's tasks: the first ``limit``, a ``sample`` (with
+    ``seed``), or (both None) every task."""
 
     limit: int | None = None
     sample: int | None = None
@@ -63,16 +67,18 @@ class Pick:
         return self.limit is None and self.sample is None
 
     def as_dict(self) -> dict:
-        """As summary.json's data block writes a selection: ``{"limit": N}``, ``{"sample": {"tasks": N,
-        "seed": S}}``, or ``{}`` for every task."""
+        """As summary.json's data block writes a selection: ``{"limit": N}``, ``{"sample": {"tasks":
+        N, "seed": S}}``, or ``{}`` for every task."""
         if self.sample is not None:
             return {"sample": {"tasks": self.sample, "seed": self.seed}}
         return {} if self.limit is None else {"limit": self.limit}
 
     def flags(self) -> str:
-        """The flags that select these tasks: ``--sample 20``, ``--sample 20 --seed 1``, ``--limit 10`` or
-        ``--all-tasks``."""
-        from dxi.scoring.summary import selection_flags  # scoring (Polars) loads when scoring, not for a run's record
+        """The flags that select these tasks: ``--sample 20``, ``--sample 20 --seed 1``,
+        ``--limit 10`` or ``--all-tasks``."""
+        from dxi.scoring.summary import (
+            selection_flags,  # scoring (Polars) loads when scoring, not for a run's record
+        )
 
         return selection_flags(self.as_dict())
 
@@ -82,20 +88,24 @@ class Pick:
 
 
 def reduced(picks: set[Pick]) -> tuple[Pick, ...]:
-    """The fewest picks whose union is that of ``picks`` (sorted): every task absorbs the others, the
-    largest limit the smaller ones."""
+    """The fewest picks whose union is that of ``picks`` (sorted): every task absorbs the others,
+    the largest limit the smaller ones."""
     if not picks or any(p.every for p in picks):
         return (Pick(),)
     limits = [p.limit for p in picks if p.limit is not None]
-    out = {p for p in picks if p.sample is not None} | ({Pick(limit=max(limits))} if limits else set())
-    return tuple(sorted(out, key=lambda p: (p.sample is not None, p.limit or 0, p.sample or 0, p.seed)))
+    out = {p for p in picks if p.sample is not None} | (
+        {Pick(limit=max(limits))} if limits else set()
+    )
+    return tuple(
+        sorted(out, key=lambda p: (p.sample is not None, p.limit or 0, p.sample or 0, p.seed))
+    )
 
 
 @dataclass
 class UnionSuite(Suite):
-    """A ``Suite`` whose tasks of each evaluation are the union of several selections (``picks``: name ->
-    the picks; an evaluation without picks keeps every task), each applied to the evaluation's tasks after
-    exclusions, in file order."""
+    """A ``Suite`` whose tasks of each evaluation are the union of several selections (``picks``:
+    name -> the picks; an evaluation without picks keeps every task), each applied to the
+    evaluation's tasks after exclusions, in file order."""
 
     picks: dict[str, tuple[Pick, ...]] = field(default_factory=dict)
     _chosen: dict[str, set[str] | None] = field(default_factory=dict, repr=False, compare=False)
@@ -109,19 +119,23 @@ class UnionSuite(Suite):
                     ids = None
                     break
                 stream = Suite.tasks(self, name)
-                ids |= (sampled_ids(list(stream), p.sample, p.seed) if p.sample is not None
-                        else {t.id for t in islice(stream, p.limit)})
+                ids |= (
+                    sampled_ids(list(stream), p.sample, p.seed)
+                    if p.sample is not None
+                    else {t.id for t in islice(stream, p.limit)}
+                )
             self._chosen[name] = ids
         return self._chosen[name]
 
     def tasks(self, name: str | None = None) -> Iterator[Task]:
-        for n in ([name] if name else self.selected()):
+        for n in [name] if name else self.selected():
             keep = self.chosen(n)
             yield from (t for t in Suite.tasks(self, n) if keep is None or t.id in keep)
 
     def data_block(self) -> dict[str, dict]:
-        """``Suite.data_block`` with each evaluation's selection: its ``limit`` or ``sample`` (as the other
-        suites write them) where it has one, ``union`` (a list of ``Pick.as_dict``) where it has several."""
+        """``Suite.data_block`` with each evaluation's selection: its ``limit`` or ``sample`` (as
+        the other suites write them) where it has one, ``union`` (a list of ``Pick.as_dict``) where
+        it has several."""
         block = super().data_block()
         for name, entry in block.items():
             picks = self.picks.get(name, ())
@@ -133,9 +147,12 @@ class UnionSuite(Suite):
 
 
 def given(inputs: PlanInputs, plan: Plan | None) -> bool:
-    """Whether the command line or the run file chose the tasks (``--limit``, ``--sample``, ``--seed``,
-    ``--all-tasks``, a run file's ``limit`` or ``sample``)."""
-    if any(getattr(inputs, name) not in (None, False) for name in ("limit", "sample", "seed", "all_tasks")):
+    """Whether the command line or the run file chose the tasks (``--limit``, ``--sample``,
+    ``--seed``, ``--all-tasks``, a run file's ``limit`` or ``sample``)."""
+    if any(
+        getattr(inputs, name) not in (None, False)
+        for name in ("limit", "sample", "seed", "all_tasks")
+    ):
         return True
     suite = plan.suite if plan is not None else None
     return suite is not None and (suite.limit is not None or isinstance(suite, SampledSuite))
@@ -146,35 +163,48 @@ def record_of(plan: Plan) -> RunRecord:
     suite = plan.suite
     sample = suite.sample if isinstance(suite, SampledSuite) else None
     models = tuple(m.identity.key for m in plan.models)
-    return RunRecord(PROMPT_VERSION, models, tuple(suite.selected()), suite.limit, sample,
-                     suite.seed if isinstance(suite, SampledSuite) else 0, suite.wildguard_subset, round(time.time(), 3))
+    return RunRecord(
+        PROMPT_VERSION,
+        models,
+        tuple(suite.selected()),
+        suite.limit,
+        sample,
+        suite.seed if isinstance(suite, SampledSuite) else 0,
+        suite.wildguard_subset,
+        round(time.time(), 3),
+    )
 
 
 def remember(plan: Plan) -> None:
-    """Record what ``plan`` runs in its cache folder (``cache.runs``); a folder that cannot take the line
-    costs only the record (a warning: the run's replies are what matter)."""
+    """Record what ``plan`` runs in its cache folder (``cache.runs``); a folder that cannot take the
+    line costs only the record (a warning: the run's replies are what matter)."""
     try:
         runs.append(plan.cache_dir, record_of(plan))
     except OSError as exc:
-        log.warning(f"could not record this run's selection in {plan.cache_dir / runs.RUNS_FILE} ({exc}); "
-                    "`dxi score` will need its --limit/--sample")
+        log.warning(
+            f"could not record this run's selection in {plan.cache_dir / runs.RUNS_FILE} ({exc}); "
+            "`dxi score` will need its --limit/--sample"
+        )
 
 
 @dataclass(frozen=True)
 class Chosen:
-    """What ``choose`` decided: the ``suite`` to score, ``notes`` for the user, and ``key`` (equal keys,
-    equal selections: ``dxi view`` keeps its suite while the key stays the same)."""
+    """What ``choose`` decided: the ``suite`` to score, ``notes`` for the user, and ``key`` (equal
+    keys, equal selections: ``dxi view`` keeps its suite while the key stays the same)."""
 
     suite: Suite
     notes: list[str]
     key: tuple
 
 
-def choose(inputs: PlanInputs, plan: Plan | None, suite: Suite, models: pl.DataFrame, cache_dir: Path) -> Chosen:
-    """The suite to score over ``models`` (``scoring.MODELS_SCHEMA`` frame) from the cache in ``cache_dir``:
-    ``suite`` (the command line's or the run file's) when a selection is given or no run of these models is
-    recorded, else the tasks the runs selected (the module docstring). Either way the suite's data block
-    tells, per evaluation, what each model's runs selected (``Suite.runs``)."""
+def choose(
+    inputs: PlanInputs, plan: Plan | None, suite: Suite, models: pl.DataFrame, cache_dir: Path
+) -> Chosen:
+    """The suite to score over ``models`` (``scoring.MODELS_SCHEMA`` frame) from the cache in
+    ``cache_dir``: ``suite`` (the command line's or the run file's) when a selection is given or no
+    run of these models is recorded, else the tasks the runs selected (the module docstring). Either
+    way the suite's data block tells, per evaluation, what each model's runs selected
+    (``Suite.runs``)."""
     records, warnings = runs.read(cache_dir)
     notes = list(warnings)
     mine = _runs_of(models, records)
@@ -190,19 +220,28 @@ def choose(inputs: PlanInputs, plan: Plan | None, suite: Suite, models: pl.DataF
 
 def _runs_of(models: pl.DataFrame, records: list[RunRecord]) -> dict[str, list[RunRecord]]:
     """Per model label of ``models``, the records of the current prompt version that ran it."""
-    configs = {row["label"]: (row["provider"], row["model"], row["endpoint"], row["params"])
-               for row in models.iter_rows(named=True)}
-    return {label: [r for r in records if r.prompt_version == PROMPT_VERSION and config in r.models]
-            for label, config in configs.items()}
+    configs = {
+        row["label"]: (row["provider"], row["model"], row["endpoint"], row["params"])
+        for row in models.iter_rows(named=True)
+    }
+    return {
+        label: [r for r in records if r.prompt_version == PROMPT_VERSION and config in r.models]
+        for label, config in configs.items()
+    }
 
 
-def annotate(suite: Suite, mine: dict[str, list[RunRecord]] | None = None, models: pl.DataFrame | None = None,
-             cache_dir: Path | None = None) -> None:
-    """Set ``suite.runs``: per evaluation, the models whose recorded runs (``mine``: label -> records, else
-    read from ``cache_dir`` for ``models``) selected other tasks of it than ``suite`` scores, with the flags
-    of what they selected (a union's joined by " + ", as ``scoring.summary.selection_flags`` writes the
-    scored one), so that the reason for missing answers can name them. Where every model's runs selected
-    what is scored, nothing is set: the summary is that of a run with the same selection."""
+def annotate(
+    suite: Suite,
+    mine: dict[str, list[RunRecord]] | None = None,
+    models: pl.DataFrame | None = None,
+    cache_dir: Path | None = None,
+) -> None:
+    """Set ``suite.runs``: per evaluation, the models whose recorded runs (``mine``: label ->
+    records, else read from ``cache_dir`` for ``models``) selected other tasks of it than ``suite``
+    scores, with the flags of what they selected (a union's joined by " + ", as
+    ``scoring.summary.selection_flags`` writes the scored one), so that the reason for missing
+    answers can name them. Where every model's runs selected what is scored, nothing is set: the
+    summary is that of a run with the same selection."""
     if mine is None:
         mine = _runs_of(models, runs.read(cache_dir)[0])
     out: dict[str, dict[str, str]] = {}
@@ -225,32 +264,52 @@ def scored_picks(suite: Suite, name: str) -> tuple[Pick, ...]:
     return (Pick(limit=suite.limit),)
 
 
-def _remembered(inputs: PlanInputs, plan: Plan | None, suite: Suite, relevant: list[RunRecord],
-                cache_dir: Path) -> tuple[Suite, tuple, str | None]:
-    """The suite of the tasks the ``relevant`` runs selected, its key and the note that says so (None, with
-    ``suite`` itself, when that is every task of the evaluations ``suite`` reads)."""
-    evals = tuple(n for n in suite.selected() if suite.evals is not None or any(n in r.evals for r in relevant))
+def _remembered(
+    inputs: PlanInputs, plan: Plan | None, suite: Suite, relevant: list[RunRecord], cache_dir: Path
+) -> tuple[Suite, tuple, str | None]:
+    """The suite of the tasks the ``relevant`` runs selected, its key and the note that says so
+    (None, with ``suite`` itself, when that is every task of the evaluations ``suite`` reads)."""
+    evals = tuple(
+        n
+        for n in suite.selected()
+        if suite.evals is not None or any(n in r.evals for r in relevant)
+    )
     picks = {name: reduced({Pick.of(r) for r in relevant if name in r.evals}) for name in evals}
     subsets = {r.wildguard_subset for r in relevant if WILDGUARDTEST in r.evals}
-    subset = (subsets.pop() if len(subsets) == 1 and inputs.wildguard_subset is None and plan is None
-              else suite.wildguard_subset)
+    subset = (
+        subsets.pop()
+        if len(subsets) == 1 and inputs.wildguard_subset is None and plan is None
+        else suite.wildguard_subset
+    )
     key = (evals, tuple(sorted(picks.items())), subset)
     kinds = set(picks.values())
     one = next(iter(kinds))[0] if len(kinds) == 1 and len(next(iter(kinds))) == 1 else None
-    if not evals or (kinds == {(Pick(),)} and evals == tuple(suite.selected()) and subset == suite.wildguard_subset):
-        # every task of what it reads anyway (or no run read what is here): said only where some run selected
-        # fewer (a run of every task holds their tasks), so that a rescore of a sample is not widened unseen
-        # listed in numeric order (--limit before --sample, then by size and seed); the hint is the latest run's
-        # (runs.jsonl is appended to: its last line is the latest, whatever the clocks said)
+    if not evals or (
+        kinds == {(Pick(),)}
+        and evals == tuple(suite.selected())
+        and subset == suite.wildguard_subset
+    ):
+        # every task of what it reads anyway (or no run read what is here): said only where some run
+        # selected fewer (a run of every task holds their tasks), so that a rescore of a sample is
+        # not widened unseen listed in numeric order (--limit before --sample, then by size and
+        # seed); the hint is the latest run's (runs.jsonl is appended to: its last line is the
+        # latest, whatever the clocks said)
         others = [p for r in relevant if (p := Pick.of(r)) != Pick()]
-        fewer = sorted(set(others), key=lambda p: (p.sample is not None, p.limit or 0, p.sample or 0, p.seed))
-        note = (None if not evals or not fewer else
-                f"scoring every task: a run recorded in this cache ({cache_dir / runs.RUNS_FILE}) selected every task, "
-                f"which holds the other runs' {', '.join(p.flags() for p in fewer)}; give {others[-1].flags()} (the "
-                "latest) to score only those")
+        fewer = sorted(
+            set(others), key=lambda p: (p.sample is not None, p.limit or 0, p.sample or 0, p.seed)
+        )
+        note = (
+            None
+            if not evals or not fewer
+            else f"scoring every task: a run recorded in this cache ({cache_dir / runs.RUNS_FILE}) selected every task, "
+            f"which holds the other runs' {', '.join(p.flags() for p in fewer)}; give {others[-1].flags()} (the "
+            "latest) to score only those"
+        )
         return suite, key, note
     if one is not None and one.sample is not None:
-        chosen: Suite = SampledSuite(suite.data, suite.exclusions, None, subset, evals, sample=one.sample, seed=one.seed)
+        chosen: Suite = SampledSuite(
+            suite.data, suite.exclusions, None, subset, evals, sample=one.sample, seed=one.seed
+        )
     elif one is not None:
         chosen = Suite(suite.data, suite.exclusions, one.limit, subset, evals)
     else:
@@ -259,12 +318,17 @@ def _remembered(inputs: PlanInputs, plan: Plan | None, suite: Suite, relevant: l
         chosen._validated = suite._validated  # the same files, read the same way: checked already
     else:
         chosen.validate()
-    what = (one.flags() if one is not None else
-            "; ".join(f"{name}: {' + '.join(p.flags() for p in ps)}" for name, ps in picks.items()))
+    what = (
+        one.flags()
+        if one is not None
+        else "; ".join(f"{name}: {' + '.join(p.flags() for p in ps)}" for name, ps in picks.items())
+    )
     if suite.evals is None and evals != tuple(suite.selected()):
         what += f" --evals {','.join(evals)}"
     if subset != suite.wildguard_subset:
         what += f" --wildguard-subset {subset}"
-    note = (f"scoring the tasks the runs recorded in this cache selected ({what}; {cache_dir / runs.RUNS_FILE}); "
-            "give --limit, --sample or --all-tasks to score others")
+    note = (
+        f"scoring the tasks the runs recorded in this cache selected ({what}; {cache_dir / runs.RUNS_FILE}); "
+        "give --limit, --sample or --all-tasks to score others"
+    )
     return chosen, key, note

@@ -1,23 +1,27 @@
 """Shards: ``dxi run --shard K/N`` sends only the requests whose cache key falls in shard K of N.
 
-A request belongs to shard ``floor(p * N / 2**64)``, ``p`` the first 64 bits of its key (``cache.index.prefix``;
-the key is a sha256; never Python's ``hash()``, which is salted per process): the K-th of N equal ranges of
-the key space (``cache.partition``), so the N shards are disjoint, together cover every request, any process
-on any machine computes the same assignment, and a shard reads only its part of a remote cache. K counts from
-0 (``0/4`` ... ``3/4``), as Kubernetes' ``JOB_COMPLETION_INDEX`` does.
+A request belongs to shard ``floor(p * N / 2**64)``, ``p`` the first 64 bits of its key
+(``cache.index.prefix``; the key is a sha256; never Python's ``hash()``, which is salted per
+process): the K-th of N equal ranges of the key space (``cache.partition``), so the N shards are
+disjoint, together cover every request, any process on any machine computes the same assignment, and
+a shard reads only its part of a remote cache. K counts from 0 (``0/4`` ... ``3/4``), as Kubernetes'
+``JOB_COMPLETION_INDEX`` does.
 
-``--shard auto`` takes K from the scheduler's environment and N from a value that survives resubmitting part
-of the job (resubmitting one task of a Slurm array, ``sbatch --array=2``, makes an array of one: its
-``SLURM_ARRAY_TASK_COUNT`` is 1 and its ``SLURM_ARRAY_TASK_MIN`` 2, so neither can say how many shards the
-run has): ``--shard auto/N``, else ``DXI_SHARD_COUNT``; without either it refuses, with the fix.
+``--shard auto`` takes K from the scheduler's environment and N from a value that survives
+resubmitting part of the job (resubmitting one task of a Slurm array, ``sbatch --array=2``, makes an
+array of one: its ``SLURM_ARRAY_TASK_COUNT`` is 1 and its ``SLURM_ARRAY_TASK_MIN`` 2, so neither can
+say how many shards the run has): ``--shard auto/N``, else ``DXI_SHARD_COUNT``; without either it
+refuses, with the fix.
 
-* Slurm job arrays: K = ``SLURM_ARRAY_TASK_ID`` (the array numbered from 0: ``--array=0-7`` for 8 shards);
+* Slurm job arrays: K = ``SLURM_ARRAY_TASK_ID`` (the array numbered from 0: ``--array=0-7`` for 8
+  shards);
 * Kubernetes Indexed Jobs: K = ``JOB_COMPLETION_INDEX`` (N is the Job's ``completions``).
 
-Without a shared coordinator (``runner.distributed.coordinator``) each shard keeps to 1/N of each provider's limits
-(requests and tokens per minute, requests in flight; at least one in flight) and of the cost bound, so N
-shards together never exceed what one process would be allowed: ``divide``.
+Without a shared coordinator (``runner.distributed.coordinator``) each shard keeps to 1/N of each
+provider's limits (requests and tokens per minute, requests in flight; at least one in flight) and
+of the cost bound, so N shards together never exceed what one process would be allowed: ``divide``.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,12 +31,13 @@ from dataclasses import dataclass, replace
 
 from dxi.adapters import Limits
 
-# cache.index and cache.partition are imported where a shard is used, not here: the command line checks
-# --shard's value as it parses (runner.distributed.setup), before the cache is loaded
+# cache.index and cache.partition are imported where a shard is used, not here: the command line
+# checks --shard's value as it parses (runner.distributed.setup), before the cache is loaded
 
 
 class ShardError(ValueError):
-    """A ``--shard`` value (or the scheduler's environment behind ``--shard auto``) that names no shard."""
+    """A ``--shard`` value (or the scheduler's environment behind ``--shard auto``) that names no
+    shard."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +77,8 @@ def _int(env: Mapping[str, str], name: str) -> int | None:
 
 
 def parse(text: str, env: Mapping[str, str] | None = None) -> Shard:
-    """``K/N`` (0 <= K < N), ``auto`` or ``auto/N`` (see the module docstring) -> Shard. Raises ShardError
-    with the fix."""
+    """``K/N`` (0 <= K < N), ``auto`` or ``auto/N`` (see the module docstring) -> Shard. Raises
+    ShardError with the fix."""
     env = os.environ if env is None else env
     head, sep, tail = text.strip().partition("/")
     try:
@@ -95,15 +100,21 @@ def parse(text: str, env: Mapping[str, str] | None = None) -> Shard:
         if index is None:
             continue
         if count is None:
-            raise ShardError(f"--shard auto: {name} gives this task's index, but nothing here gives the number of shards "
-                             "for sure (a resubmitted part of a job sees a smaller count); write --shard auto/N or set "
-                             "DXI_SHARD_COUNT=N (N = the job's tasks), or give the shard as --shard K/N")
+            raise ShardError(
+                f"--shard auto: {name} gives this task's index, but nothing here gives the number of shards "
+                "for sure (a resubmitted part of a job sees a smaller count); write --shard auto/N or set "
+                "DXI_SHARD_COUNT=N (N = the job's tasks), or give the shard as --shard K/N"
+            )
         return _checked(index, count, text, name)
-    raise ShardError("--shard auto: neither SLURM_ARRAY_TASK_ID (a Slurm job array) nor JOB_COMPLETION_INDEX "
-                     "(a Kubernetes Indexed Job) is set; give the shard as K/N")
+    raise ShardError(
+        "--shard auto: neither SLURM_ARRAY_TASK_ID (a Slurm job array) nor JOB_COMPLETION_INDEX "
+        "(a Kubernetes Indexed Job) is set; give the shard as K/N"
+    )
 
 
-MAX_SHARDS = 1_000_000  # more than any cluster runs; the claims' lock bytes (cache.claims) stay in range
+MAX_SHARDS = (
+    1_000_000  # more than any cluster runs; the claims' lock bytes (cache.claims) stay in range
+)
 
 
 def _checked(index: int, count: int, text: str, source: str) -> Shard:
@@ -112,20 +123,29 @@ def _checked(index: int, count: int, text: str, source: str) -> Shard:
     if count > MAX_SHARDS:
         raise ShardError(f"--shard {text}: the number of shards must be at most {MAX_SHARDS:,}")
     if not 0 <= index < count:
-        fix = f"; number the array from 0 (--array=0-{count - 1})" if source == "SLURM_ARRAY_TASK_ID" else ""
-        raise ShardError(f"--shard {text}: shard {index} (from {source}) is not one of 0..{count - 1} (shards count "
-                         f"from 0){fix}")
+        fix = (
+            f"; number the array from 0 (--array=0-{count - 1})"
+            if source == "SLURM_ARRAY_TASK_ID"
+            else ""
+        )
+        raise ShardError(
+            f"--shard {text}: shard {index} (from {source}) is not one of 0..{count - 1} (shards count "
+            f"from 0){fix}"
+        )
     return Shard(index, count, source)
 
 
 def divide(limits: Limits, n: int) -> Limits:
-    """``limits`` with requests and tokens per minute and requests in flight divided by ``n`` (unlimited
-    stays unlimited; at least one request in flight); the retry budget is unchanged."""
+    """``limits`` with requests and tokens per minute and requests in flight divided by ``n``
+    (unlimited stays unlimited; at least one request in flight); the retry budget is unchanged."""
     if n <= 1:
         return limits
-    return replace(limits, rpm=None if limits.rpm is None else limits.rpm / n,
-                   tpm=None if limits.tpm is None else max(1, math.floor(limits.tpm / n)),
-                   max_in_flight=max(1, limits.max_in_flight // n))
+    return replace(
+        limits,
+        rpm=None if limits.rpm is None else limits.rpm / n,
+        tpm=None if limits.tpm is None else max(1, math.floor(limits.tpm / n)),
+        max_in_flight=max(1, limits.max_in_flight // n),
+    )
 
 
 def describe(limits: Limits) -> str:
@@ -138,10 +158,13 @@ def describe(limits: Limits) -> str:
     return ", ".join(parts)
 
 
-def keep_share(models: list, max_cost: float | None, n: int, apply: bool = True) -> tuple[float | None, list[str]]:
-    """Divide each model's limits (``ModelRun.adapter.limits``) by ``n`` in place (with ``apply``; else only
-    say what the share is: a coordinator that cannot be reached divides them itself); returns the cost bound
-    divided by ``n`` and one line per provider saying what this process keeps to (for the start-up note)."""
+def keep_share(
+    models: list, max_cost: float | None, n: int, apply: bool = True
+) -> tuple[float | None, list[str]]:
+    """Divide each model's limits (``ModelRun.adapter.limits``) by ``n`` in place (with ``apply``;
+    else only say what the share is: a coordinator that cannot be reached divides them itself);
+    returns the cost bound divided by ``n`` and one line per provider saying what this process keeps
+    to (for the start-up note)."""
     if n <= 1:
         return max_cost, []
     said, notes = set(), []

@@ -1,25 +1,29 @@
-"""The cost bound (``--max-cost USD``, a run file's ``max_cost``): spent plus in-flight cost never passes it.
+"""The cost bound (``--max-cost USD``, a run file's ``max_cost``): spent plus in-flight cost never
+passes it.
 
-Per attempt (``runner.sending.retry``): before it is sent, an **upper bound** of its cost is reserved —
-``runner.planning.tokens.input_bound`` input tokens (the body's UTF-8 bytes, plus what the provider adds unseen)
-and ``Adapter.output_tokens_bound`` output tokens (the request's ``max_tokens`` or the like), at the
-model's price (input tokens at the highest price one can cost: a cache write's, when it is above the input
-price, ``scoring.cost.max_input_price``). When the attempt ends the reservation is released and its actual cost added to what was
-spent:
+Per attempt (``runner.sending.retry``): before it is sent, an **upper bound** of its cost is
+reserved — ``runner.planning.tokens.input_bound`` input tokens (the body's UTF-8 bytes, plus what
+the provider adds unseen) and ``Adapter.output_tokens_bound`` output tokens (the request's
+``max_tokens`` or the like), at the model's price (input tokens at the highest price one can cost: a
+cache write's, when it is above the input price, ``scoring.cost.max_input_price``). When the attempt
+ends the reservation is released and its actual cost added to what was spent:
 
-* a reply that reports its usage: that usage at the model's price (``scoring.cost``: its input tokens read
-  from or written to the provider's prompt cache at their own prices);
+* a reply that reports its usage: that usage at the model's price (``scoring.cost``: its input
+  tokens read from or written to the provider's prompt cache at their own prices);
 * a reply without usage, or no reply at all (a timeout, a dropped connection, a body that is not the
-  wire format: the provider may have billed a reply that never arrived): the reservation, kept as spent;
+  wire format: the provider may have billed a reply that never arrived): the reservation, kept as
+  spent;
 * an HTTP error status (429, 5xx, 4xx): nothing (providers do not bill an error).
 
-When a reservation would make spent + reserved pass the bound, the attempt waits for attempts in flight
-to settle (their actual cost is usually far below their reservation) and tries again; once nothing is in
-flight and it still does not fit, ``CostBoundReached`` is raised and the budget is ``stopped``: the runner
-dispatches nothing more, lets the attempts in flight finish, and keeps everything that arrived. So a run
-stops within one request's cost bound of the bound, never above it. The bound is per invocation: what
-earlier runs spent (their replies are in the cache and are not sent again) does not count against it.
+When a reservation would make spent + reserved pass the bound, the attempt waits for attempts in
+flight to settle (their actual cost is usually far below their reservation) and tries again; once
+nothing is in flight and it still does not fit, ``CostBoundReached`` is raised and the budget is
+``stopped``: the runner dispatches nothing more, lets the attempts in flight finish, and keeps
+everything that arrived. So a run stops within one request's cost bound of the bound, never above
+it. The bound is per invocation: what earlier runs spent (their replies are in the cache and are not
+sent again) does not count against it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,9 +54,9 @@ class Budget:
         return self.max_usd is None or self.spent + self.reserved + usd <= self.max_usd
 
     async def reserve(self, usd: float) -> float:
-        """Reserve ``usd`` for an attempt about to be sent, waiting while attempts in flight may still free
-        room; raises CostBoundReached (and stops the budget) when it cannot fit even with nothing in
-        flight, or the budget has stopped already."""
+        """Reserve ``usd`` for an attempt about to be sent, waiting while attempts in flight may
+        still free room; raises CostBoundReached (and stops the budget) when it cannot fit even with
+        nothing in flight, or the budget has stopped already."""
         while not self.stopped and not self.fits(usd) and self.in_flight:
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
@@ -62,7 +66,9 @@ class Budget:
             for w in self._waiters:  # the others stop too
                 if not w.done():
                     w.set_result(None)
-            raise CostBoundReached(f"the cost bound of ${self.max_usd:g} leaves no room for another request")
+            raise CostBoundReached(
+                f"the cost bound of ${self.max_usd:g} leaves no room for another request"
+            )
         self.reserved += usd
         self.in_flight += 1
         return usd
@@ -80,9 +86,9 @@ class Budget:
 
 @dataclass(frozen=True)
 class Charge:
-    """How one model's attempts are charged to the budget: ``price`` the price tuple of ``scoring.cost``
-    (USD per million input, output, ... tokens); None: the model has no price (allowed only without a bound;
-    its cost is not tracked)."""
+    """How one model's attempts are charged to the budget: ``price`` the price tuple of
+    ``scoring.cost`` (USD per million input, output, ... tokens); None: the model has no price
+    (allowed only without a bound; its cost is not tracked)."""
 
     budget: Budget
     price: tuple[float | None, ...] | None
@@ -92,25 +98,34 @@ class Charge:
         ``reserve`` reserves. ValueError for priced output without a cap under a bound."""
         if self.price is None:
             return 0.0
-        from dxi.scoring import cost_usd  # imported for priced models only: start-up does without Polars
+        from dxi.scoring import (
+            cost_usd,  # imported for priced models only: start-up does without Polars
+        )
         from dxi.scoring.cost import max_input_price
 
         out = adapter.output_tokens_bound(task) if self.price[1] else 0
         if out is None and self.budget.max_usd is None:
-            out = 0  # no bound to keep: nothing to reserve for the uncapped output (it is settled from the usage)
+            # no bound to keep: nothing to reserve for the uncapped output (it is settled from the
+            # usage)
+            out = 0
         if out is None:
             raise ValueError(f"{adapter.label}: no cap on output tokens under a cost bound")
-        return cost_usd(input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS), out, max_input_price(self.price),
-                        self.price[1])
+        return cost_usd(
+            input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS),
+            out,
+            max_input_price(self.price),
+            self.price[1],
+        )
 
     async def reserve(self, adapter: Adapter, task: Task, request: Request) -> float:
-        """Reserve the attempt's cost bound (``bound``; see the module docstring); returns it. Raises
-        CostBoundReached. A model with output tokens priced but no cap on them cannot run under a bound
-        (``runner.planning.plan`` refuses it before the run starts)."""
+        """Reserve the attempt's cost bound (``bound``; see the module docstring); returns it.
+        Raises CostBoundReached. A model with output tokens priced but no cap on them cannot run
+        under a bound (``runner.planning.plan`` refuses it before the run starts)."""
         return await self.budget.reserve(self.bound(adapter, task, request))
 
     def settle(self, reserved: float, reply: Reply | None, error: AdapterError | None) -> float:
-        """Settle an attempt that ended with ``reply`` or ``error``; returns its actual cost (USD)."""
+        """Settle an attempt that ended with ``reply`` or ``error``; returns its actual cost
+        (USD)."""
         if self.price is None:
             actual = 0.0
         elif reply is not None and reply.input_tokens is not None:

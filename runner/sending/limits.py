@@ -1,39 +1,43 @@
-"""Per-provider limits: requests per minute, tokens per minute and requests in flight, adapted to 429s.
+"""Per-provider limits: requests per minute, tokens per minute and requests in flight, adapted to
+429s.
 
-One ``ProviderLimiter`` exists per limits key (``ModelRun.limits_key``); every model on that provider
-shares it. It holds four things:
+One ``ProviderLimiter`` exists per limits key (``ModelRun.limits_key``); every model on that
+provider shares it. It holds four things:
 
-* **Admission slots** (``slots``, ``Limits.max_in_flight``): a request takes one before it is queued and
-  gives it back once its row is in the cache, so the queue, and memory, stay O(concurrency), and a
-  provider that is backed up never holds the workers another provider could use.
-* **The attempt window** (``window``, adaptive, 1 to ``max_in_flight``): each HTTP attempt holds a place
-  while it is on the wire.
+* **Admission slots** (``slots``, ``Limits.max_in_flight``): a request takes one before it is queued
+  and gives it back once its row is in the cache, so the queue, and memory, stay O(concurrency), and
+  a provider that is backed up never holds the workers another provider could use.
+* **The attempt window** (``window``, adaptive, 1 to ``max_in_flight``): each HTTP attempt holds a
+  place while it is on the wire.
 * **Pacers** for requests and tokens per minute: each attempt reserves the next free instant at the
   current rate (virtual scheduling, as in GCRA) and sleeps until it: no polling, no burst above the
   rate, first come first served. The token cost of an attempt is estimated before sending
-  (``runner.planning.tokens.TokenEstimate``: request bytes / 4, times a ratio learned from the usage replies
-  report, plus the mean output so far) and corrected once the reply's usage is known.
-* **A shared pause**: a 429's ``Retry-After`` (or reset header) holds every attempt of the provider, for
-  exactly the stated wait up to ``Limits.max_stated_wait_s``.
-* **A stop** (``halt``): once the provider is stopped (``runner.sending.stops``), every wait ends and nothing more
-  is sent to it; the same once the whole run is stopping (``close``: ``runner.sending.stops.RunStop``).
-* **An outage** (``outage``, ``runner.sending.outage``): a provider that cannot be reached is paused and probed one
-  request at a time, and stopped once it has been down longer than ``Limits.max_stated_wait_s``.
+  (``runner.planning.tokens.TokenEstimate``: request bytes / 4, times a ratio learned from the usage
+  replies report, plus the mean output so far) and corrected once the reply's usage is known.
+* **A shared pause**: a 429's ``Retry-After`` (or reset header) holds every attempt of the provider,
+  for exactly the stated wait up to ``Limits.max_stated_wait_s``.
+* **A stop** (``halt``): once the provider is stopped (``runner.sending.stops``), every wait ends
+  and nothing more is sent to it; the same once the whole run is stopping (``close``:
+  ``runner.sending.stops.RunStop``).
+* **An outage** (``outage``, ``runner.sending.outage``): a provider that cannot be reached is paused
+  and probed one request at a time, and stopped once it has been down longer than
+  ``Limits.max_stated_wait_s``.
 
 Adaptation (AIMD, as in TCP congestion control): a 429 for an attempt sent after the last decrease
-multiplies the window and both rates by ``BACKOFF`` = 0.7 (so the 429s of one burst count once); each
-success widens the window by 1/window (about one place per round trip), and the rates climb back
-linearly to their ceilings over ``RECOVERY_S``. (With 0.7 rather than TCP Reno's 0.5, random 429s at 10%
-settle the window near 6 rather than 4 attempts.) When a 429's headers state the provider's own limit
-(``x-ratelimit-limit-requests`` / ``-tokens``), that becomes the ceiling instead. After a pause, the
-waiting attempts leave one by one at the (reduced) rate and within the (narrowed) window, so a 429
-storm does not turn into a retry storm.
+multiplies the window and both rates by ``BACKOFF`` = 0.7 (so the 429s of one burst count once);
+each success widens the window by 1/window (about one place per round trip), and the rates climb
+back linearly to their ceilings over ``RECOVERY_S``. (With 0.7 rather than TCP Reno's 0.5, random
+429s at 10% settle the window near 6 rather than 4 attempts.) When a 429's headers state the
+provider's own limit (``x-ratelimit-limit-requests`` / ``-tokens``), that becomes the ceiling
+instead. After a pause, the waiting attempts leave one by one at the (reduced) rate and within the
+(narrowed) window, so a 429 storm does not turn into a retry storm.
 
 asyncio-throttle, which the design card names, counts requests in a sliding window (as the runner
 used it: rpm/60 requests let out together each second), polling every few milliseconds. It cannot
 budget tokens, change its rate or pause, so the pacer here replaces it; the rate-limited benchmark
 (``benchmarks/bench_runner.py``) still runs it side by side as the baseline for requests per minute.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -48,18 +52,18 @@ from dxi.adapters import AdapterError, Limits, ProviderStop, RateLimited, Reques
 from ..planning.tokens import TokenEstimate
 from .outage import Outage
 
-BACKOFF = 0.7          # a 429 multiplies the window and the rates by this (as TCP CUBIC's beta)
-RECOVERY_S = 30.0      # seconds for a reduced rate to climb back to its ceiling
+BACKOFF = 0.7  # a 429 multiplies the window and the rates by this (as TCP CUBIC's beta)
+RECOVERY_S = 30.0  # seconds for a reduced rate to climb back to its ceiling
 MIN_FRACTION = 1 / 64  # a rate is never cut below this fraction of its ceiling
 
 
 class Pacer:
     """Spaces units (requests, tokens) evenly at ``rate`` units per second.
 
-    ``reserve(cost)`` books the next ``cost`` units and returns the seconds to wait before using them;
-    ``correct(delta)`` books ``delta`` more units (or gives them back, when negative) once the real
-    cost is known; ``hold_until(t)`` lets nothing start before monotonic time ``t``. ``clock``: the
-    monotonic clock in seconds (default ``time.monotonic``; tests pass a fake one).
+    ``reserve(cost)`` books the next ``cost`` units and returns the seconds to wait before using
+    them; ``correct(delta)`` books ``delta`` more units (or gives them back, when negative) once the
+    real cost is known; ``hold_until(t)`` lets nothing start before monotonic time ``t``. ``clock``:
+    the monotonic clock in seconds (default ``time.monotonic``; tests pass a fake one).
     """
 
     __slots__ = ("rate", "_next", "clock")
@@ -85,8 +89,8 @@ class Pacer:
 class AdaptiveRate:
     """One rate (requests or tokens per second) that is cut on congestion and recovers linearly.
 
-    ``ceiling`` is units per second (None: unlimited, no pacing, until a 429 states a limit); ``clock``
-    as ``Pacer``'s.
+    ``ceiling`` is units per second (None: unlimited, no pacing, until a 429 states a limit);
+    ``clock`` as ``Pacer``'s.
     """
 
     def __init__(self, per_minute: float | None, clock: Callable[[], float] | None = None):
@@ -122,8 +126,8 @@ class AdaptiveRate:
         self.pacer.rate = self._low
 
     def learn(self, per_minute: float, now: float) -> bool:
-        """Take a limit the provider stated as the ceiling, when it is lower than the current one (or there
-        was none). Returns whether it changed anything."""
+        """Take a limit the provider stated as the ceiling, when it is lower than the current one
+        (or there was none). Returns whether it changed anything."""
         rate = per_minute / 60
         if self.ceiling is not None and rate >= self.ceiling:
             return False
@@ -176,7 +180,8 @@ class Window:
 
 @dataclass(slots=True)
 class Ticket:
-    """One attempt's booking: when it was let through (monotonic seconds) and the tokens reserved."""
+    """One attempt's booking: when it was let through (monotonic seconds) and the tokens
+    reserved."""
 
     sent_at: float
     body_bytes: int
@@ -187,11 +192,13 @@ class ProviderLimiter:
     """The limits of one provider (see the module docstring). Per attempt: ``ticket = await
     acquire(request)``, then exactly one ``finish(ticket, ...)``.
 
-    Counters for reports: ``rate_limited`` (429s heard), ``decreases`` (times the window and rates were
-    cut), ``paused_s`` (total seconds the provider was paused), ``replies`` (attempts that got a reply).
+    Counters for reports: ``rate_limited`` (429s heard), ``decreases`` (times the window and rates
+    were cut), ``paused_s`` (total seconds the provider was paused), ``replies`` (attempts that got
+    a reply).
 
-    ``clock`` is the monotonic clock (seconds) its decisions read: default ``time.monotonic``; a test
-    passes a fake one, and overrides ``sleep`` to advance it, to check the decisions whatever the load.
+    ``clock`` is the monotonic clock (seconds) its decisions read: default ``time.monotonic``; a
+    test passes a fake one, and overrides ``sleep`` to advance it, to check the decisions whatever
+    the load.
     """
 
     def __init__(self, limits: Limits, clock: Callable[[], float] | None = None):
@@ -207,31 +214,38 @@ class ProviderLimiter:
         self.rate_limited = self.decreases = self.replies = 0
         self.paused_s = 0.0
         self.halted: ProviderStop | None = None
-        """Set once the provider is stopped (``runner.sending.stops``): no attempt is sent to it any more."""
+        """Set once the provider is stopped (``runner.sending.stops``): no attempt is sent to it any
+        more."""
         self.halted_at: float | None = None  # Unix time of the stop
         self.closed = False
-        """Set once the run is stopping (``runner.sending.stops.RunStop``): no attempt is sent any more."""
+        """Set once the run is stopping (``runner.sending.stops.RunStop``): no attempt is sent any
+        more."""
         self._halt: asyncio.Event | None = None
         self.outage = Outage(limits, self.halt, lambda: self.ending)
         self.stopped_models: dict[str, tuple[ProviderStop, float]] = {}
-        """Models stopped alone (``ProviderStop.scope`` "model": label -> (the stop, Unix time); ``runner.sending.stops``);
-        the provider's other models go on."""
-        self.model_replies: Counter[str] = Counter()  # attempts that got a reply, per model label (``runner.sending.retry``)
+        """Models stopped alone (``ProviderStop.scope`` "model": label -> (the stop, Unix time);
+        ``runner.sending.stops``); the provider's other models go on."""
+        self.model_replies: Counter[str] = (
+            Counter()
+        )  # attempts that got a reply, per model label (``runner.sending.retry``)
 
     def halt_model(self, label: str, error: ProviderStop) -> None:
-        """Stop the model ``label`` alone (its first stop is kept): its attempts check ``stop_for``."""
+        """Stop the model ``label`` alone (its first stop is kept): its attempts check
+        ``stop_for``."""
         self.stopped_models.setdefault(label, (error, time.time()))
 
     def stop_for(self, label: str) -> ProviderStop | None:
-        """What stops an attempt of the model ``label``: the provider's stop, else the model's own; None: neither."""
+        """What stops an attempt of the model ``label``: the provider's stop, else the model's own;
+        None: neither."""
         if self.halted is not None:
             return self.halted
         stopped = self.stopped_models.get(label)
         return stopped[0] if stopped else None
 
     def halt(self, error: ProviderStop) -> None:
-        """Stop the provider: the first ``error`` is kept; every wait of this limiter (a pause, a pacer's
-        turn, a retry's backoff through ``sleep``) ends at once, and the attempts check ``halted``."""
+        """Stop the provider: the first ``error`` is kept; every wait of this limiter (a pause, a
+        pacer's turn, a retry's backoff through ``sleep``) ends at once, and the attempts check
+        ``halted``."""
         if self.halted is not None:
             return
         self.halted, self.halted_at = error, time.time()
@@ -240,8 +254,8 @@ class ProviderLimiter:
         self.outage.wake()
 
     def close(self) -> None:
-        """Send nothing more: the run is stopping (``runner.sending.stops.RunStop``). Every wait of this limiter ends
-        at once, as on a ``halt``, and the attempts check ``closed``."""
+        """Send nothing more: the run is stopping (``runner.sending.stops.RunStop``). Every wait of
+        this limiter ends at once, as on a ``halt``, and the attempts check ``closed``."""
         self.closed = True
         if self._halt is not None:
             self._halt.set()
@@ -249,12 +263,13 @@ class ProviderLimiter:
 
     @property
     def ending(self) -> bool:
-        """Whether nothing more is to be sent: the provider stopped (``halted``) or the run is stopping (``closed``)."""
+        """Whether nothing more is to be sent: the provider stopped (``halted``) or the run is
+        stopping (``closed``)."""
         return self.halted is not None or self.closed
 
     async def sleep(self, seconds: float) -> None:
-        """Sleep ``seconds``, or less if the provider is stopped, or the run stops, meanwhile (tenacity's
-        sleep for retries)."""
+        """Sleep ``seconds``, or less if the provider is stopped, or the run stops, meanwhile
+        (tenacity's sleep for retries)."""
         if self.ending or seconds <= 0:
             return
         if self._halt is None:
@@ -292,17 +307,25 @@ class ProviderLimiter:
                     await self.sleep(delay)
                 if self._paused_until <= self.clock() or self.ending:
                     break
-                await self._unpaused()  # a 429 came in while we waited our turn: book again after it
+                await (
+                    self._unpaused()
+                )  # a 429 came in while we waited our turn: book again after it
         except BaseException:
             self.window.release()
             raise
         return Ticket(self.clock(), size, cost)
 
-    def finish(self, ticket: Ticket, ok: bool, error: AdapterError | None = None,
-               input_tokens: int | None = None, output_tokens: int | None = None) -> None:
+    def finish(
+        self,
+        ticket: Ticket,
+        ok: bool,
+        error: AdapterError | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+    ) -> None:
         """Record how an attempt ended: ``ok`` (a reply was decoded; its usage corrects the token
-        booking and the estimate, and widens the window), a RateLimited ``error`` (slow down, pause), or
-        anything else (no change). Always gives the window place back."""
+        booking and the estimate, and widens the window), a RateLimited ``error`` (slow down,
+        pause), or anything else (no change). Always gives the window place back."""
         self.window.release()
         if ok:
             self.replies += 1
@@ -323,7 +346,9 @@ class ProviderLimiter:
             learned |= self.requests.learn(error.rpm, now)
         if error.tpm:
             learned |= self.tokens.learn(error.tpm, now)
-        if ticket.sent_at >= self._decreased_at:  # sent after the last decrease: a new round of 429s
+        if (
+            ticket.sent_at >= self._decreased_at
+        ):  # sent after the last decrease: a new round of 429s
             self._decreased_at = now
             if not learned:  # a stated limit explains the 429: the new ceiling is the whole answer
                 self.decreases += 1
@@ -331,4 +356,6 @@ class ProviderLimiter:
                 self.requests.decrease(now)
                 self.tokens.decrease(now)
         if error.retry_after is not None and error.retry_after <= self.limits.max_stated_wait_s:
-            self.pause(error.retry_after)  # honoured exactly; a longer stated wait stops the provider instead
+            self.pause(
+                error.retry_after
+            )  # honoured exactly; a longer stated wait stops the provider instead

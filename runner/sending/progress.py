@@ -1,24 +1,26 @@
-"""Progress a person can watch at 3 a.m.: per model, done/total, rate, time left, spend, retries, 429s and
-invalid answers. On a terminal a rich bar per model; otherwise (logs) plain timestamped lines, at most one
-per model every ``interval_s`` seconds (also while no reply arrives: a provider that is down shows as a
-count that stands still) plus one when a model finishes, e.g.::
+"""Progress a person can watch at 3 a.m.: per model, done/total, rate, time left, spend, retries,
+429s and invalid answers. On a terminal a rich bar per model; otherwise (logs) plain timestamped
+lines, at most one per model every ``interval_s`` seconds (also while no reply arrives: a provider
+that is down shows as a count that stands still) plus one when a model finishes, e.g.::
 
     03:12:09 gpt-6.1-terra: 1200/2193 55% 3.9 req/s ETA 4m15s $0.4210 retries 3 429s 1 invalid 2 failed 0 cached 400
 
 A model in batch mode adds its batches: submitted, running (with the time each has been running) and
-done; in place of the rate and the time left (answers come a batch at a time, hours apart: neither means
-anything), it shows its batches open and the answers collected so far. The rate counts requests sent
-(not cache hits) over the time since the run started (so the first line cannot read thousands of
-requests a second); the time left is the requests still to do at that rate. A
-model that costs nothing (a local model, or priced at 0) shows no spend; with a cost bound, the spend of
-the whole run is shown against it. ``start_line`` is the line printed before the run: what is about to run.
+done; in place of the rate and the time left (answers come a batch at a time, hours apart: neither
+means anything), it shows its batches open and the answers collected so far. The rate counts
+requests sent (not cache hits) over the time since the run started (so the first line cannot read
+thousands of requests a second); the time left is the requests still to do at that rate. A model
+that costs nothing (a local model, or priced at 0) shows no spend; with a cost bound, the spend of
+the whole run is shown against it. ``start_line`` is the line printed before the run: what is about
+to run.
 
-Once the run is stopping (the first Ctrl-C or SIGTERM, ``runner.sending.stops.RunStop``), a line says so and counts
-the requests still in flight down (on a terminal under the bars; in logs one line at once, then at most one
-a second while the count falls, and one when none is left), e.g.::
+Once the run is stopping (the first Ctrl-C or SIGTERM, ``runner.sending.stops.RunStop``), a line
+says so and counts the requests still in flight down (on a terminal under the bars; in logs one line
+at once, then at most one a second while the count falls, and one when none is left), e.g.::
 
     03:12:10 stopping (SIGTERM): nothing new is sent; 12 request(s) in flight finish and are stored (at most 25 s; again to stop at once)
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,26 +44,37 @@ def _duration(seconds: float) -> str:
 
 
 def batches(s: Stats) -> str:
-    """A model's batches in its progress line (``runner.batch.driver.BatchStats``): submitted, running (each one's
-    time running so far) and collected, and the requests given back; "" for a model sent synchronously."""
+    """A model's batches in its progress line (``runner.batch.driver.BatchStats``): submitted,
+    running (each one's time running so far) and collected, and the requests given back; "" for a
+    model sent synchronously."""
     running = getattr(s, "running", None)
     if running is None:
         return ""
-    ages = ", ".join(_duration(time.time() - t) for t in sorted(running.values())[:4]) + (", ..." if len(running) > 4 else "")
-    return (f" batches {s.submitted} submitted {len(running)} running" + (f" ({ages})" if running else "")
-            + f" {s.collected} done" + (f" given back {s.given_back}" if s.given_back else "")
-            + (f" in another process's batches {s.claimed}" if s.claimed else ""))
+    ages = ", ".join(_duration(time.time() - t) for t in sorted(running.values())[:4]) + (
+        ", ..." if len(running) > 4 else ""
+    )
+    return (
+        f" batches {s.submitted} submitted {len(running)} running"
+        + (f" ({ages})" if running else "")
+        + f" {s.collected} done"
+        + (f" given back {s.given_back}" if s.given_back else "")
+        + (f" in another process's batches {s.claimed}" if s.claimed else "")
+    )
 
 
-MIN_BAR, MAX_BAR = 10, 40  # the bar's width in columns: dropped rather than drawn narrower than MIN_BAR
+MIN_BAR, MAX_BAR = (
+    10,
+    40,
+)  # the bar's width in columns: dropped rather than drawn narrower than MIN_BAR
 
 
 class _Bars(Progress):
-    """Rich's live progress, one model a row, laid out for the terminal's width so that no counter is ever
-    cut: ``label [bar] done/total counters elapsed`` on one line, the bar as wide as what is left allows
-    (``MAX_BAR`` at most); where that leaves less than ``MIN_BAR``, no bar; where even the line without the
-    bar does not fit, the counters go on their own lines below the label, indented, wrapped at spaces. Labels are
-    plain text (no markup, no emoji codes: a label such as "openai:m" holds ":m:")."""
+    """Rich's live progress, one model a row, laid out for the terminal's width so that no counter
+    is ever cut: ``label [bar] done/total counters elapsed`` on one line, the bar as wide as what is
+    left allows (``MAX_BAR`` at most); where that leaves less than ``MIN_BAR``, no bar; where even
+    the line without the bar does not fit, the counters go on their own lines below the label,
+    indented, wrapped at spaces. Labels are plain text (no markup, no emoji codes: a label such as
+    "openai:m" holds ":m:")."""
 
     def __init__(self, console: Console):
         super().__init__(console=console, transient=False)
@@ -71,7 +84,9 @@ class _Bars(Progress):
         table = Table.grid()
         table.add_column()
         rows = [t for t in tasks if not t.fields.get("note")]
-        label = max((Text(t.description).cell_len for t in rows), default=0)  # the rows' labels and counts align
+        label = max(
+            (Text(t.description).cell_len for t in rows), default=0
+        )  # the rows' labels and counts align
         counts = max((self._counts.render(t).cell_len for t in rows), default=0)
         for task in tasks:
             if task.fields.get("note"):  # a line of text under the bars (the run stopping)
@@ -80,10 +95,16 @@ class _Bars(Progress):
                 table.add_row(self.row(task, self.console.width, label, counts))
         return table
 
-    def row(self, task: Task, width: int, label_width: int = 0, counts_width: int = 0) -> RenderableType:
-        """One model's row at ``width`` columns (see the class docstring), its label and counts padded to
-        ``label_width`` and ``counts_width`` when it is one line."""
-        label, counts, elapsed = Text(task.description), self._counts.render(task), self._elapsed.render(task)
+    def row(
+        self, task: Task, width: int, label_width: int = 0, counts_width: int = 0
+    ) -> RenderableType:
+        """One model's row at ``width`` columns (see the class docstring), its label and counts
+        padded to ``label_width`` and ``counts_width`` when it is one line."""
+        label, counts, elapsed = (
+            Text(task.description),
+            self._counts.render(task),
+            self._elapsed.render(task),
+        )
         label.pad_right(max(0, label_width - label.cell_len))
         counts.pad_left(max(0, counts_width - counts.cell_len))
         detail = Text(str(task.fields.get("detail", "")))
@@ -104,26 +125,44 @@ class _Bars(Progress):
 
 class RunProgress:
     """``update(label, stats)`` after each request; use as a context manager around the run.
-    ``totals`` maps each model label to its number of requests (tasks × its epochs); a label missing from
-    it has no total yet (``set_totals`` gives it once the tasks are counted: ``dxi run`` counts them while
-    the first requests are on the wire); ``budget`` (optional) is the run's cost budget, shown against its
-    bound; ``free``: the labels of models that cost nothing; ``started``: the run's start in
-    ``time.monotonic()`` seconds (default: now)."""
+    ``totals`` maps each model label to its number of requests (tasks × its epochs); a label missing
+    from it has no total yet (``set_totals`` gives it once the tasks are counted: ``dxi run`` counts
+    them while the first requests are on the wire); ``budget`` (optional) is the run's cost budget,
+    shown against its bound; ``free``: the labels of models that cost nothing; ``started``: the
+    run's start in ``time.monotonic()`` seconds (default: now)."""
 
-    def __init__(self, console: Console, totals: dict[str, int], interval_s: float = 10.0, budget: Budget | None = None,
-                 free: frozenset[str] = frozenset(), started: float | None = None):
-        self.console, self.totals, self.interval_s, self.budget = console, totals, interval_s, budget
+    def __init__(
+        self,
+        console: Console,
+        totals: dict[str, int],
+        interval_s: float = 10.0,
+        budget: Budget | None = None,
+        free: frozenset[str] = frozenset(),
+        started: float | None = None,
+    ):
+        self.console, self.totals, self.interval_s, self.budget = (
+            console,
+            totals,
+            interval_s,
+            budget,
+        )
         self.free = free  # labels of the models that cost nothing: no spend shown
         self.live = console.is_terminal
         self._bars: Progress | None = None
         self._ids: dict[str, int] = {}
         self._last: dict[str, float] = {}
-        self._stats: dict[str, Stats] = {}  # each model's latest Stats (updated in place by the run)
+        self._stats: dict[
+            str, Stats
+        ] = {}  # each model's latest Stats (updated in place by the run)
         self._finished: set[str] = set()
         self._ticker: asyncio.TimerHandle | None = None
-        self._started = time.monotonic() if started is None else started  # the run's start (monotonic seconds)
+        self._started = (
+            time.monotonic() if started is None else started
+        )  # the run's start (monotonic seconds)
         self._note: int | None = None  # the bars' line saying the run is stopping
-        self._stopping_shown: tuple[float, int] | None = None  # (when, count) of the last stopping line in logs
+        self._stopping_shown: tuple[float, int] | None = (
+            None  # (when, count) of the last stopping line in logs
+        )
 
     def __enter__(self) -> RunProgress:
         if self.live:
@@ -166,7 +205,8 @@ class RunProgress:
             self._bars.stop()
 
     def line(self, label: str, s: Stats, now: float | None = None) -> str:
-        """One model's progress: done/total, share, rate, time left, spend, retries, 429s, invalid, failed."""
+        """One model's progress: done/total, share, rate, time left, spend, retries, 429s, invalid,
+        failed."""
         now = time.monotonic() if now is None else now
         total = self.totals.get(label)
         share = f"{100 * s.done / total:.0f}%" if total else "-"
@@ -174,8 +214,13 @@ class RunProgress:
         # requests sent, and those answered by an earlier run's batches that this one collected
         rate = (s.sent + getattr(s, "from_earlier", 0)) / elapsed if elapsed > 0 else 0.0
         left = None if total is None else total - s.done
-        eta = ("ETA -" if left is None else "done" if left <= 0 else
-               (f"ETA {_duration(left / rate)}" if rate > 0 else "ETA -"))
+        eta = (
+            "ETA -"
+            if left is None
+            else "done"
+            if left <= 0
+            else (f"ETA {_duration(left / rate)}" if rate > 0 else "ETA -")
+        )
         if label in self.free:
             spend = ""
         else:
@@ -183,20 +228,26 @@ class RunProgress:
             if self.budget is not None and self.budget.max_usd is not None:
                 spend = spend[:-1] + f" (run ${self.budget.spent:.4f} of ${self.budget.max_usd:g}) "
         retries = s.attempts - (s.ok + s.invalid + s.failed)
-        if getattr(s, "in_batch", False):  # answers come a batch at a time: a rate and a time left would mislead
+        if getattr(
+            s, "in_batch", False
+        ):  # answers come a batch at a time: a rate and a time left would mislead
             pace = f"{len(s.running)} batch(es) open {s.done - s.cache_hits} answer(s) collected"
         else:
             pace = f"{rate:.1f} req/s {eta}"
-        return (f"{s.done}/{'?' if total is None else total} {share} {pace} {spend}retries {retries} "
-                f"429s {s.rate_limited} "
-                f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}" + batches(s))
+        return (
+            f"{s.done}/{'?' if total is None else total} {share} {pace} {spend}retries {retries} "
+            f"429s {s.rate_limited} "
+            f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}" + batches(s)
+        )
 
     def stopping(self, signal_name: str, in_flight: int, grace_s: float) -> None:
-        """The run is stopping on ``signal_name`` ("Ctrl-C", "SIGTERM") with ``in_flight`` requests still out
-        (see the module docstring); called at the signal and as each of them finishes."""
+        """The run is stopping on ``signal_name`` ("Ctrl-C", "SIGTERM") with ``in_flight`` requests
+        still out (see the module docstring); called at the signal and as each of them finishes."""
         if in_flight:
-            text = (f"stopping ({signal_name}): nothing new is sent; {in_flight} request(s) in flight finish and are "
-                    f"stored (at most {grace_s:g} s; again to stop at once)")
+            text = (
+                f"stopping ({signal_name}): nothing new is sent; {in_flight} request(s) in flight finish and are "
+                f"stored (at most {grace_s:g} s; again to stop at once)"
+            )
         else:
             text = f"stopping ({signal_name}): every request that was in flight is stored"
         if self._bars is not None:
@@ -220,11 +271,14 @@ class RunProgress:
         if self._bars is not None:
             if label not in self._ids:  # no total yet: a bar without one
                 self._ids[label] = self._bars.add_task(label, total=None, detail="")
-            detail = self.line(label, stats, now).split(" ", 1)[1]  # the bar shows done/total itself
+            detail = self.line(label, stats, now).split(" ", 1)[
+                1
+            ]  # the bar shows done/total itself
             self._bars.update(self._ids[label], completed=stats.done, detail=detail)
             return
         total = self.totals.get(label)
-        # its last line, once: all done, and no batch of it still open (the line after its collection)
+        # its last line, once: all done, and no batch of it still open (the line after its
+        # collection)
         if total is not None and stats.done >= total and not getattr(stats, "running", None):
             if label in self._finished:
                 return
@@ -232,22 +286,41 @@ class RunProgress:
         elif now - self._last.get(label, self._started) < self.interval_s:
             return
         self._last[label] = now
-        self.console.print(f"{time.strftime('%H:%M:%S')} {label}: {self.line(label, stats, now)}",
-                           highlight=False, markup=False)
+        self.console.print(
+            f"{time.strftime('%H:%M:%S')} {label}: {self.line(label, stats, now)}",
+            highlight=False,
+            markup=False,
+        )
 
 
-def start_line(models: dict[str, int], tasks: dict[str, int], epochs: dict[str, int], idle: set[str],
-               cache_dir: object, out: object, budget: Budget | None = None) -> str:
-    """What is about to run, e.g. ``Running 2 models on 2,193 tasks (AA-Omniscience-Decision 500, ...), 6,579
-    requests; cache .dxi-cache, results to out``. ``models``: label -> requests; ``tasks``: evaluation title ->
-    tasks; ``epochs``: label -> epochs (shown when not 1); ``idle``: labels with every request cached."""
+def start_line(
+    models: dict[str, int],
+    tasks: dict[str, int],
+    epochs: dict[str, int],
+    idle: set[str],
+    cache_dir: object,
+    out: object,
+    budget: Budget | None = None,
+) -> str:
+    """What is about to run, e.g. ``Running 2 models on 2,193 tasks (AA-Omniscience-Decision 500,
+    ...), 6,579 requests; cache .dxi-cache, results to out``. ``models``: label -> requests;
+    ``tasks``: evaluation title -> tasks; ``epochs``: label -> epochs (shown when not 1); ``idle``:
+    labels with every request cached."""
     names = []
     for label in models:
         notes = ([f"{epochs[label]} epochs"] if epochs.get(label, 1) != 1 else []) + (
-            ["all cached"] if label in idle else [])
+            ["all cached"] if label in idle else []
+        )
         names.append(label + (f" ({', '.join(notes)})" if notes else ""))
     n_tasks = sum(tasks.values())
-    bound = f", cost bound ${budget.max_usd:g}" if budget is not None and budget.max_usd is not None else ""
-    return (f"Running {len(models)} model{'s' if len(models) != 1 else ''} ({'; '.join(names)}) on {n_tasks:,} tasks ("
-            + ", ".join(f"{t} {n:,}" for t, n in tasks.items()) + f"): {sum(models.values()):,} requests{bound}; "
-            f"cache {cache_dir}, results to {out}")
+    bound = (
+        f", cost bound ${budget.max_usd:g}"
+        if budget is not None and budget.max_usd is not None
+        else ""
+    )
+    return (
+        f"Running {len(models)} model{'s' if len(models) != 1 else ''} ({'; '.join(names)}) on {n_tasks:,} tasks ("
+        + ", ".join(f"{t} {n:,}" for t, n in tasks.items())
+        + f"): {sum(models.values()):,} requests{bound}; "
+        f"cache {cache_dir}, results to {out}"
+    )

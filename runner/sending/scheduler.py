@@ -1,37 +1,41 @@
 """The job queue: every task of every model through one asyncio queue, under per-provider limits.
 
 Shape: each provider has a *feed* of the requests its models still need: the suite's tasks streamed,
-each request (and epoch) encoded, looked up in the cache in batches, cached ones skipped; the provider's
-models take turns. A feeder reserves an admission slot of the provider for each request it takes from
-the feed and puts it on the one shared queue. Workers take requests off the queue, attempt them
-(``runner.sending.retry``, under ``runner.sending.limits``) and append the outcome to the cache before taking the next;
-a worker that finishes a request goes straight on to the next request of the same provider's feed,
-keeping its slot, and takes from the queue again only when that feed is empty. (Going back through the
-feeder would cost two event-loop turns between a reply and the next request, which under a burst of
-replies is the time to handle the whole burst: measured, 2-8% of a latency-bound run's throughput.)
+each request (and epoch) encoded, looked up in the cache in batches, cached ones skipped; the
+provider's models take turns. A feeder reserves an admission slot of the provider for each request
+it takes from the feed and puts it on the one shared queue. Workers take requests off the queue,
+attempt them (``runner.sending.retry``, under ``runner.sending.limits``) and append the outcome to
+the cache before taking the next; a worker that finishes a request goes straight on to the next
+request of the same provider's feed, keeping its slot, and takes from the queue again only when that
+feed is empty. (Going back through the feeder would cost two event-loop turns between a reply and
+the next request, which under a burst of replies is the time to handle the whole burst: measured,
+2-8% of a latency-bound run's throughput.)
 
 Because a request holds a slot of its provider from the moment it is queued until its row is in the
 cache, a provider that is paused or slow never holds more workers than its ``max_in_flight``, so it
-cannot starve another provider; and memory stays O(concurrency) however many tasks there are: nothing
-holds a per-task object beyond the batch being looked up and the requests in flight. An all-cached run
-goes through the same loop and sends nothing.
+cannot starve another provider; and memory stays O(concurrency) however many tasks there are:
+nothing holds a per-task object beyond the batch being looked up and the requests in flight. An
+all-cached run goes through the same loop and sends nothing.
 
-Stopping from outside (``runner.sending.stops.RunStop``: the first Ctrl-C or SIGTERM): nothing more is handed out
-or sent, the attempts on the wire finish and are stored, then ``run`` returns. Cancellation (a second
-Ctrl-C): workers stop where they are; every row appended is in the cache, and a reply that was decoded just
-as the cancellation came is appended before the worker stops. An error that stops
-the run (a task stream's, the cache's) is not a cancellation: nothing more is handed out, the requests in
-flight finish and are stored, then it is raised. Before anything is sent the suite's files are checked
-whole (``Suite.validate``), and before the first request the cache is checked writable.
+Stopping from outside (``runner.sending.stops.RunStop``: the first Ctrl-C or SIGTERM): nothing more
+is handed out or sent, the attempts on the wire finish and are stored, then ``run`` returns.
+Cancellation (a second Ctrl-C): workers stop where they are; every row appended is in the cache, and
+a reply that was decoded just as the cancellation came is appended before the worker stops. An error
+that stops the run (a task stream's, the cache's) is not a cancellation: nothing more is handed out,
+the requests in flight finish and are stored, then it is raised. Before anything is sent the suite's
+files are checked whole (``Suite.validate``), and before the first request the cache is checked
+writable.
 
-Models: each is a ``ModelRun`` (or a bare Adapter: its defaults): its own number of epochs, the key of the
-limits it shares (a run file's provider table; default ``Adapter.limits_key``) and its price. The cost bound
-(``runner.sending.cost``): each attempt reserves its cost bound before it is sent, waiting for attempts in flight to
-settle when it does not fit; once it cannot fit with nothing in flight, the feeders hand out nothing more,
-requests already handed out are not sent (their attempts cannot reserve either), the attempts in flight
-finish and are recorded, and ``run`` returns (``Budget.stopped``). A provider stops the same way, alone,
-on a failure every request to it would meet, and a model on a failure that names it alone (``runner.sending.stops``).
+Models: each is a ``ModelRun`` (or a bare Adapter: its defaults): its own number of epochs, the key
+of the limits it shares (a run file's provider table; default ``Adapter.limits_key``) and its price.
+The cost bound (``runner.sending.cost``): each attempt reserves its cost bound before it is sent,
+waiting for attempts in flight to settle when it does not fit; once it cannot fit with nothing in
+flight, the feeders hand out nothing more, requests already handed out are not sent (their attempts
+cannot reserve either), the attempts in flight finish and are recorded, and ``run`` returns
+(``Budget.stopped``). A provider stops the same way, alone, on a failure every request to it would
+meet, and a model on a failure that names it alone (``runner.sending.stops``).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -54,7 +58,9 @@ from .rows import make_row
 from .stops import RunStop, RunStopping
 
 BATCH = 32  # requests encoded and looked up in the cache at a time, per model (~1 ms of work)
-DRAIN_BATCH = 256  # a stopped provider's requests counted not sent per event-loop turn (a few ms of work)
+DRAIN_BATCH = (
+    256  # a stopped provider's requests counted not sent per event-loop turn (a few ms of work)
+)
 
 
 @dataclass
@@ -62,17 +68,18 @@ class Stats:
     """Counts for one model in one run.
 
     ``sent``: requests sent (each counted once, however many attempts); ``cache_hits``: requests not
-    sent because the cache had them; ``ok`` / ``invalid`` / ``failed``: outcomes of the requests sent;
-    ``attempts``: HTTP attempts in all (``attempts - sent`` = retries); ``retry_wait_s``: the seconds the
-    requests stored waited before their retries (the sum of their rows' ``retry_waits_s``); ``rate_limited``: 429s received;
-    ``repaired``: replies accepted from a Markdown code fence (language models, SPEC §6);
-    ``input_tokens`` / ``output_tokens``: the usage the replies of this run reported; ``cost_usd``: what
-    this run's attempts cost (``runner.sending.cost``; None for a model without a price); ``not_sent``: requests
-    not sent because the cost bound was reached or the provider stopped (``runner.sending.stops``); ``refused``:
-    requests sent that met the provider's stop (no row either): the next run sends both;
-    ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class: kept, not sent
-    again unless asked); the others are transient and sent again by the next run. ``invalid`` counts
-    requests (replies with at least one invalid answer), not answers.
+    sent because the cache had them; ``ok`` / ``invalid`` / ``failed``: outcomes of the requests
+    sent; ``attempts``: HTTP attempts in all (``attempts - sent`` = retries); ``retry_wait_s``: the
+    seconds the requests stored waited before their retries (the sum of their rows'
+    ``retry_waits_s``); ``rate_limited``: 429s received; ``repaired``: replies accepted from a
+    Markdown code fence (language models, SPEC §6); ``input_tokens`` / ``output_tokens``: the usage
+    the replies of this run reported; ``cost_usd``: what this run's attempts cost
+    (``runner.sending.cost``; None for a model without a price); ``not_sent``: requests not sent
+    because the cost bound was reached or the provider stopped (``runner.sending.stops``);
+    ``refused``: requests sent that met the provider's stop (no row either): the next run sends
+    both; ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class: kept,
+    not sent again unless asked); the others are transient and sent again by the next run.
+    ``invalid`` counts requests (replies with at least one invalid answer), not answers.
     """
 
     total: int = 0
@@ -99,8 +106,8 @@ class Stats:
         return self.cache_hits + self.ok + self.invalid + self.failed
 
     def add(self, row: dict, task_id: str) -> None:
-        """Count one row stored (``cache.schema`` columns) for the task ``task_id``: its status, tokens, repair,
-        and a failure's error (the first 20)."""
+        """Count one row stored (``cache.schema`` columns) for the task ``task_id``: its status,
+        tokens, repair, and a failure's error (the first 20)."""
         self.repaired += bool(row["repaired"])
         self.input_tokens += row["input_tokens"] or 0
         self.output_tokens += row["output_tokens"] or 0
@@ -124,51 +131,76 @@ class _Job:
     charge: Charge
 
 
-async def run(models: Sequence[Adapter | ModelRun], suite: Suite, cache: Cache, *, epochs: int = 1,
-              on_progress: Callable[[str, Stats], None] | None = None,
-              limiters: dict[str, ProviderLimiter] | None = None, budget: Budget | None = None,
-              shard: Shard | None = None, stop: RunStop | None = None) -> dict[str, Stats]:
-    """Run every task of ``suite`` on every model (a ``ModelRun``, or a started Adapter run ``epochs`` times
-    with its own limits) and return the Stats per model label. Each outcome is in the cache before its
-    worker takes the next request. ``limiters`` (limits key -> ProviderLimiter) is filled in when given,
-    for reports. ``budget`` tracks the cost and holds the cost bound (``budget.stopped`` once reached).
-    Before anything is sent, every selected file is checked whole (``Suite.validate``: a malformed row or
-    a repeated task id raises ``evals.DatasetError``), and before the first request is handed out the
-    cache must be writable (``CacheWriteError``; a run with nothing to send needs no writing). An error
-    that stops the run later (a task stream's, the cache's) stops handing out requests; the requests in
-    flight finish and are stored, then it is raised. ``shard`` (``runner.planning.shard``): only the requests whose
-    cache key it owns are counted and sent. ``stop``: once requested (the first Ctrl-C or SIGTERM), the run
-    drains and returns (``runner.sending.stops.RunStop``)."""
+async def run(
+    models: Sequence[Adapter | ModelRun],
+    suite: Suite,
+    cache: Cache,
+    *,
+    epochs: int = 1,
+    on_progress: Callable[[str, Stats], None] | None = None,
+    limiters: dict[str, ProviderLimiter] | None = None,
+    budget: Budget | None = None,
+    shard: Shard | None = None,
+    stop: RunStop | None = None,
+) -> dict[str, Stats]:
+    """Run every task of ``suite`` on every model (a ``ModelRun``, or a started Adapter run
+    ``epochs`` times with its own limits) and return the Stats per model label. Each outcome is in
+    the cache before its worker takes the next request. ``limiters`` (limits key -> ProviderLimiter)
+    is filled in when given, for reports. ``budget`` tracks the cost and holds the cost bound
+    (``budget.stopped`` once reached). Before anything is sent, every selected file is checked whole
+    (``Suite.validate``: a malformed row or a repeated task id raises ``evals.DatasetError``), and
+    before the first request is handed out the cache must be writable (``CacheWriteError``; a run
+    with nothing to send needs no writing). An error that stops the run later (a task stream's, the
+    cache's) stops handing out requests; the requests in flight finish and are stored, then it is
+    raised. ``shard`` (``runner.planning.shard``): only the requests whose cache key it owns are
+    counted and sent. ``stop``: once requested (the first Ctrl-C or SIGTERM), the run drains and
+    returns (``runner.sending.stops.RunStop``)."""
     suite.validate()
     runs = [m if isinstance(m, ModelRun) else ModelRun(m, epochs) for m in models]
     limiters = {} if limiters is None else limiters
     for r in runs:
         limiters.setdefault(r.limits_key, ProviderLimiter(r.adapter.limits))
-    scheduler = Scheduler(runs, suite, cache, limiters, budget if budget is not None else Budget(),
-                          stop if stop is not None else RunStop(), shard, on_progress)
+    scheduler = Scheduler(
+        runs,
+        suite,
+        cache,
+        limiters,
+        budget if budget is not None else Budget(),
+        stop if stop is not None else RunStop(),
+        shard,
+        on_progress,
+    )
     return await scheduler.run()
 
 
 class Scheduler:
     """One run's scheduler: the state ``run`` shares between its feeders and workers, named.
 
-    Set at the start: ``runs`` (the models), ``suite``, ``cache``, ``limiters`` (one per limits key, every
-    model's present), ``budget`` (the cost bound), ``stop`` (the run stopping from outside), ``shard`` (None:
-    every request), ``on_progress`` (called with a model's label and Stats as they change); ``stats`` (per
-    model label), ``provider_of`` (model label -> limits key), ``n_workers`` (the sum of the providers'
-    ``max_in_flight``) and ``queue`` (the requests handed out, at most ``n_workers``; None tells a worker to
-    end). Changing as the run goes: ``feeds`` (per limits key, its models' request streams, taking
-    turns), ``unsent`` (a stopped provider's or model's streams, for its feeder to count not sent),
-    ``in_flight`` (cache keys handed out and not yet stored), ``stopped_by`` (the error that stops the run:
-    nothing more is handed out; the first is raised at the end) and ``writable`` (the cache was found
-    writable, checked before the first request).
+    Set at the start: ``runs`` (the models), ``suite``, ``cache``, ``limiters`` (one per limits key,
+    every model's present), ``budget`` (the cost bound), ``stop`` (the run stopping from outside),
+    ``shard`` (None: every request), ``on_progress`` (called with a model's label and Stats as they
+    change); ``stats`` (per model label), ``provider_of`` (model label -> limits key), ``n_workers``
+    (the sum of the providers' ``max_in_flight``) and ``queue`` (the requests handed out, at most
+    ``n_workers``; None tells a worker to end). Changing as the run goes: ``feeds`` (per limits key,
+    its models' request streams, taking turns), ``unsent`` (a stopped provider's or model's streams,
+    for its feeder to count not sent), ``in_flight`` (cache keys handed out and not yet stored),
+    ``stopped_by`` (the error that stops the run: nothing more is handed out; the first is raised at
+    the end) and ``writable`` (the cache was found writable, checked before the first request).
 
     The parts: what to send (``uncached``, ``next_job``, ``drain``), sending and storing one request
     (``send``, ``record``), and the tasks that run them (``work``, ``fill``, ``feed``, ``run``)."""
 
-    def __init__(self, runs: list[ModelRun], suite: Suite, cache: Cache, limiters: dict[str, ProviderLimiter],
-                 budget: Budget, stop: RunStop, shard: Shard | None,
-                 on_progress: Callable[[str, Stats], None] | None):
+    def __init__(
+        self,
+        runs: list[ModelRun],
+        suite: Suite,
+        cache: Cache,
+        limiters: dict[str, ProviderLimiter],
+        budget: Budget,
+        stop: RunStop,
+        shard: Shard | None,
+        on_progress: Callable[[str, Stats], None] | None,
+    ):
         self.runs, self.suite, self.cache, self.limiters = runs, suite, cache, limiters
         self.budget, self.stop, self.shard, self.on_progress = budget, stop, shard, on_progress
         stop.attach(limiters.values())
@@ -178,7 +210,9 @@ class Scheduler:
         self.in_flight: set[str] = set()
         self.stopped_by: list[Exception] = []
         self.writable = False
-        self.feeds: dict[str, deque[tuple[str, Iterator[_Job]]]] = {}  # per provider: (model label, its requests)
+        self.feeds: dict[
+            str, deque[tuple[str, Iterator[_Job]]]
+        ] = {}  # per provider: (model label, its requests)
         self.unsent: dict[str, list[Iterator[_Job]]] = {}
         for r in runs:
             self.feeds.setdefault(r.limits_key, deque()).append((r.label, self.uncached(r)))
@@ -191,9 +225,14 @@ class Scheduler:
     # what to send
 
     def uncached(self, model: ModelRun) -> Iterator[_Job]:
-        """The requests of one model that need sending, each marked in flight as it is handed out."""
+        """The requests of one model that need sending, each marked in flight as it is handed
+        out."""
         adapter, cache, in_flight = model.adapter, self.cache, self.in_flight
-        limiter, st, charge = self.limiters[model.limits_key], self.stats[model.label], Charge(self.budget, model.price)
+        limiter, st, charge = (
+            self.limiters[model.limits_key],
+            self.stats[model.label],
+            Charge(self.budget, model.price),
+        )
         stream = ((task, request) for task, _, request in model.requests(self.suite, self.shard))
         while batch := list(islice(stream, BATCH)):
             cached = cache.has_many([request.key for _, request in batch])
@@ -206,33 +245,43 @@ class Scheduler:
                     self.progress(adapter.label)
                     continue
                 if not self.writable:
-                    cache.check_writable()  # CacheWriteError before the first request, not at its reply
+                    # CacheWriteError before the first request, not at its reply
+                    cache.check_writable()
                     self.writable = True
                 in_flight.add(request.key)
                 yield _Job(adapter, task, request, limiter, charge)
 
     def next_job(self, provider: str) -> _Job | None:
-        """The next request of ``provider``'s feed, its models taking turns; None once all are done, or
-        once the cost bound is reached or an error stops the run (a malformed row: recorded in ``stopped_by``)."""
+        """The next request of ``provider``'s feed, its models taking turns; None once all are done,
+        or once the cost bound is reached or an error stops the run (a malformed row: recorded in
+        ``stopped_by``)."""
         if self.budget.stopped or self.stopped_by or self.stop.requested:
             return None
         streams = self.feeds[provider]
         limiter = self.limiters[provider]
-        if limiter.halted is not None:  # the provider stopped (runner.sending.stops): count the rest not sent
-            if streams:  # by its feeder (``fill``), beside the requests still in flight (a big suite's rest takes seconds)
+        if (
+            limiter.halted is not None
+        ):  # the provider stopped (runner.sending.stops): count the rest not sent
+            if streams:
+                # by its feeder (``fill``), beside the requests still in flight (a big suite's rest
+                # takes seconds)
                 self.unsent.setdefault(provider, []).extend(stream for _, stream in streams)
                 streams.clear()
             return None
         while streams:
             label, stream = entry = streams[0]
             streams.rotate(-1)
-            if label in limiter.stopped_models:  # this model stopped alone: its rest is counted not sent at the end
+            if (
+                label in limiter.stopped_models
+            ):  # this model stopped alone: its rest is counted not sent at the end
                 streams.remove(entry)
                 self.unsent.setdefault(provider, []).append(stream)
                 continue
             try:
                 job = next(stream, None)
-            except Exception as exc:  # the requests in flight finish and are stored, then it is raised
+            except (
+                Exception
+            ) as exc:  # the requests in flight finish and are stored, then it is raised
                 self.stopped_by.append(exc)
                 return None
             if job is not None:
@@ -241,9 +290,10 @@ class Scheduler:
         return None
 
     async def drain(self, streams: list[Iterator[_Job]]) -> None:
-        """Count the requests left in a stopped provider's ``streams`` as not sent, ``DRAIN_BATCH`` per event-loop
-        turn (each is encoded and looked up in the cache: a cached one counts as a cache hit, as it would
-        have); an error of a task stream stops the run as it does when met by ``next_job``."""
+        """Count the requests left in a stopped provider's ``streams`` as not sent, ``DRAIN_BATCH``
+        per event-loop turn (each is encoded and looked up in the cache: a cached one counts as a
+        cache hit, as it would have); an error of a task stream stops the run as it does when met by
+        ``next_job``."""
         labels: set[str] = set()
         n = 0
         try:
@@ -255,7 +305,9 @@ class Scheduler:
                     n += 1
                     if n % DRAIN_BATCH == 0:
                         await asyncio.sleep(0)
-        except Exception as exc:  # a malformed row: the run stops, the requests in flight finish first
+        except (
+            Exception
+        ) as exc:  # a malformed row: the run stops, the requests in flight finish first
             self.stopped_by.append(exc)
         for label in labels:
             self.progress(label)
@@ -273,8 +325,9 @@ class Scheduler:
         st.add(row, job.task.id)
 
     async def send(self, job: _Job) -> None:
-        """Attempt ``job`` (``runner.sending.retry.attempt``) and store its outcome; a request not sent (the cost
-        bound, the run stopping) or refused by a stopped provider is counted and leaves no row."""
+        """Attempt ``job`` (``runner.sending.retry.attempt``) and store its outcome; a request not
+        sent (the cost bound, the run stopping) or refused by a stopped provider is counted and
+        leaves no row."""
         st = self.stats[job.adapter.label]
         outcome = Outcome()
         self.stop.started()
@@ -285,10 +338,17 @@ class Scheduler:
                 if not outcome.attempts:  # not sent: no row, the next run sends it
                     st.not_sent += 1
                     return
-                # sent, failed, and its retry not sent: its row is a transient failure (sent again next run)
-                why = "the cost bound was reached" if isinstance(stopping, CostBoundReached) else "the run was stopped"
-                outcome.error = Transient(f"{job.adapter.label}: {why} before a retry could be sent (after "
-                                          f"{outcome.attempts} attempt(s))")
+                # sent, failed, and its retry not sent: its row is a transient failure (sent again
+                # next run)
+                why = (
+                    "the cost bound was reached"
+                    if isinstance(stopping, CostBoundReached)
+                    else "the run was stopped"
+                )
+                outcome.error = Transient(
+                    f"{job.adapter.label}: {why} before a retry could be sent (after "
+                    f"{outcome.attempts} attempt(s))"
+                )
             finally:
                 if st.cost_usd is not None:
                     st.cost_usd += outcome.cost_usd
@@ -296,7 +356,9 @@ class Scheduler:
                     st.sent += 1
                     if st.started is None:
                         st.started = time.monotonic()
-            if isinstance(outcome.error, ProviderStop):  # the provider stopped: no row, the next run sends it
+            if isinstance(
+                outcome.error, ProviderStop
+            ):  # the provider stopped: no row, the next run sends it
                 if outcome.attempts:
                     st.refused += 1
                 else:
@@ -318,14 +380,19 @@ class Scheduler:
     # the tasks
 
     async def work(self) -> None:
-        """A worker: takes a request off the queue, then its provider's next ones while it has them."""
+        """A worker: takes a request off the queue, then its provider's next ones while it has
+        them."""
         while (job := await self.queue.get()) is not None:
             slots = job.limiter.slots
             try:
-                while job is not None and not self.stopped_by:  # on to the provider's next request, keeping the slot
+                while (
+                    job is not None and not self.stopped_by
+                ):  # on to the provider's next request, keeping the slot
                     try:
                         await self.send(job)
-                    except Exception as exc:  # e.g. the cache cannot be written: the others finish theirs
+                    except (
+                        Exception
+                    ) as exc:  # e.g. the cache cannot be written: the others finish theirs
                         self.stopped_by.append(exc)
                         break
                     job = self.next_job(self.provider_of[job.adapter.label])
@@ -354,8 +421,8 @@ class Scheduler:
             await self.queue.put(None)
 
     async def run(self) -> dict[str, Stats]:
-        """The feeders and the workers until every request is stored (or the run stops); the Stats per model
-        label. Raises the first error that stopped the run, as itself."""
+        """The feeders and the workers until every request is stored (or the run stops); the Stats
+        per model label. Raises the first error that stopped the run, as itself."""
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.feed())

@@ -1,23 +1,26 @@
-"""Stopping a provider, or one model on it: what every request would meet alike ends that part of the run.
+"""Stopping a provider, or one model on it: what every request would meet alike ends that part of
+the run.
 
 A ``ProviderStop`` (``adapters.errors``; read from the providers' documented error bodies by
-``adapters.provider_errors``) is an exhausted quota or spend limit, a refused key (401/403), a stated wait
-longer than ``Limits.max_stated_wait_s`` (``too_long``), or a server that cannot be reached (at the start of
-the run, or down for longer than ``max_stated_wait_s``: ``runner.sending.outage``): the provider's, every model on it
-stops; or, when it names one model (``ProviderStop.scope`` "model"), an unknown model (404) or a 400 refusing
-the form of its requests (an unsupported schema, parameter or effort level): that model alone stops, and the
-other models on the same base URL go on. When one arrives (``runner.sending.retry``):
+``adapters.provider_errors``) is an exhausted quota or spend limit, a refused key (401/403), a
+stated wait longer than ``Limits.max_stated_wait_s`` (``too_long``), or a server that cannot be
+reached (at the start of the run, or down for longer than ``max_stated_wait_s``:
+``runner.sending.outage``): the provider's, every model on it stops; or, when it names one model
+(``ProviderStop.scope`` "model"), an unknown model (404) or a 400 refusing the form of its requests
+(an unsupported schema, parameter or effort level): that model alone stops, and the other models on
+the same base URL go on. When one arrives (``runner.sending.retry``):
 
 * the provider's limiter is halted (``ProviderLimiter.halt``), or the model stopped on it
-  (``ProviderLimiter.halt_model``): attempts waiting for a turn, a pause or a retry's backoff end without
-  being sent; requests already on the wire finish and are recorded;
-* the request that met the stop, and every request of the provider (or model) not yet sent, gets no cache
-  row: they are counted ``not_sent`` and the next run sends them;
-* the rest of the run goes on; it ends with exit code 6 (``runner.session.exit_code``), and the terminal and summary.json
-  (``stopped_providers``, each block with its ``scope``) say which provider or model stopped, why (the
-  provider's own message, redacted), when, and when access resumes or when to rerun where the provider
-  states it.
+  (``ProviderLimiter.halt_model``): attempts waiting for a turn, a pause or a retry's backoff end
+  without being sent; requests already on the wire finish and are recorded;
+* the request that met the stop, and every request of the provider (or model) not yet sent, gets no
+  cache row: they are counted ``not_sent`` and the next run sends them;
+* the rest of the run goes on; it ends with exit code 6 (``runner.session.exit_code``), and the
+  terminal and summary.json (``stopped_providers``, each block with its ``scope``) say which
+  provider or model stopped, why (the provider's own message, redacted), when, and when access
+  resumes or when to rerun where the provider states it.
 """
+
 from __future__ import annotations
 
 import time
@@ -35,16 +38,18 @@ class RunStopping(Exception):  # noqa: N818 (a stop, not an error)
 
 
 class RunStop:
-    """The whole run asked to stop from outside: the first Ctrl-C or SIGTERM (``runner.signals.Graceful``).
+    """The whole run asked to stop from outside: the first Ctrl-C or SIGTERM
+    (``runner.signals.Graceful``).
 
-    Once ``request`` is called, ``runner.sending.scheduler.run`` hands out nothing more and every provider's limiter is
-    closed (``ProviderLimiter.close``): attempts waiting for their turn, a pause or a retry's backoff end
-    without being sent (``RunStopping``; counted ``not_sent``, no row; a request whose earlier attempt had
-    failed is stored as that transient failure), while the attempts on the wire finish and are stored; then
-    ``run`` returns. ``signum``: the signal (None until asked); ``in_flight``: the requests ``run`` has
-    handed to its workers and not yet finished (``started`` / ``finished``); ``on_change``: called when
-    asked, and each time ``in_flight`` falls while stopping (the progress counts them down); ``abandoned``:
-    the requests still in flight when the stop was cut short (``abandon``: a second signal)."""
+    Once ``request`` is called, ``runner.sending.scheduler.run`` hands out nothing more and every
+    provider's limiter is closed (``ProviderLimiter.close``): attempts waiting for their turn, a
+    pause or a retry's backoff end without being sent (``RunStopping``; counted ``not_sent``, no
+    row; a request whose earlier attempt had failed is stored as that transient failure), while the
+    attempts on the wire finish and are stored; then ``run`` returns. ``signum``: the signal (None
+    until asked); ``in_flight``: the requests ``run`` has handed to its workers and not yet finished
+    (``started`` / ``finished``); ``on_change``: called when asked, and each time ``in_flight``
+    falls while stopping (the progress counts them down); ``abandoned``: the requests still in
+    flight when the stop was cut short (``abandon``: a second signal)."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -66,8 +71,8 @@ class RunStop:
                 limiter.close()
 
     def on_request(self, hook: Callable[[], None]) -> None:
-        """Call ``hook`` when the stop is asked (at once, if it was asked already): what waits on something
-        other than a limiter (a batch being polled, ``runner.dispatch``) ends then."""
+        """Call ``hook`` when the stop is asked (at once, if it was asked already): what waits on
+        something other than a limiter (a batch being polled, ``runner.dispatch``) ends then."""
         if self.requested:
             hook()
         else:
@@ -85,7 +90,8 @@ class RunStop:
         self._changed()
 
     def abandon(self) -> None:
-        """The stop is cut short: the requests in flight now are abandoned (counted in ``abandoned``)."""
+        """The stop is cut short: the requests in flight now are abandoned (counted in
+        ``abandoned``)."""
         self.abandoned = self.in_flight
         self.on_change = None
 
@@ -103,31 +109,50 @@ class RunStop:
 
 
 def too_long(error: RateLimited, bound_s: float) -> ProviderStop:
-    """The stop for a rate limit whose stated wait (``error.retry_after`` seconds) passes ``bound_s``."""
-    return ProviderStop(f"{error} (the provider asks to wait {error.retry_after:.0f} s, longer than the "
-                        f"{bound_s:g} s the run waits: --max-stated-wait)", WAIT, error.status, error.retry_after)
+    """The stop for a rate limit whose stated wait (``error.retry_after`` seconds) passes
+    ``bound_s``."""
+    return ProviderStop(
+        f"{error} (the provider asks to wait {error.retry_after:.0f} s, longer than the "
+        f"{bound_s:g} s the run waits: --max-stated-wait)",
+        WAIT,
+        error.status,
+        error.retry_after,
+    )
 
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def stopped_providers(limiters: Mapping[str, ProviderLimiter], models: Mapping[str, Sequence[str]],
-                      not_sent: Mapping[str, int], refused: Mapping[str, int]) -> list[dict]:
-    """summary.json's ``stopped_providers``: one block per stopped provider (key of ``limiters``; ``scope``
-    "provider") and per model stopped alone (``scope`` "model"), with ``models`` (the labels it stopped: a
-    provider's, but for those stopped alone before it), ``cause``, ``message`` (the provider's own words, the key
-    redacted), ``http_status``, ``stopped_at`` (ISO 8601 UTC), ``resets_at`` (when the provider says access
-    resumes, or the stated wait ends; null when it does not say), ``refused`` (its models' requests sent that
-    met the stop) and ``not_sent`` (those never sent), from the per-label counts given."""
+def stopped_providers(
+    limiters: Mapping[str, ProviderLimiter],
+    models: Mapping[str, Sequence[str]],
+    not_sent: Mapping[str, int],
+    refused: Mapping[str, int],
+) -> list[dict]:
+    """summary.json's ``stopped_providers``: one block per stopped provider (key of ``limiters``;
+    ``scope`` "provider") and per model stopped alone (``scope`` "model"), with ``models`` (the
+    labels it stopped: a provider's, but for those stopped alone before it), ``cause``, ``message``
+    (the provider's own words, the key redacted), ``http_status``, ``stopped_at`` (ISO 8601 UTC),
+    ``resets_at`` (when the provider says access resumes, or the stated wait ends; null when it does
+    not say), ``refused`` (its models' requests sent that met the stop) and ``not_sent`` (those
+    never sent), from the per-label counts given."""
     out = []
 
     def block(key: str, scope: str, labels: list[str], error: ProviderStop, at: float) -> dict:
         resets = None if error.resets_in_s is None else _iso(at + error.resets_in_s)
-        return {"provider": key, "scope": scope, "models": labels, "cause": error.cause, "message": str(error),
-                "http_status": error.status, "stopped_at": _iso(at), "resets_at": resets,
-                "refused": sum(refused.get(label, 0) for label in labels),
-                "not_sent": sum(not_sent.get(label, 0) for label in labels)}
+        return {
+            "provider": key,
+            "scope": scope,
+            "models": labels,
+            "cause": error.cause,
+            "message": str(error),
+            "http_status": error.status,
+            "stopped_at": _iso(at),
+            "resets_at": resets,
+            "refused": sum(refused.get(label, 0) for label in labels),
+            "not_sent": sum(not_sent.get(label, 0) for label in labels),
+        }
 
     for key, limiter in limiters.items():
         alone = getattr(limiter, "stopped_models", {})
@@ -135,26 +160,35 @@ def stopped_providers(limiters: Mapping[str, ProviderLimiter], models: Mapping[s
             out.append(block(key, SCOPE_MODEL, [label], error, at))
         if limiter.halted is not None:
             labels = [label for label in models.get(key, ()) if label not in alone]
-            out.append(block(key, SCOPE_PROVIDER, labels, limiter.halted, limiter.halted_at or time.time()))
+            out.append(
+                block(key, SCOPE_PROVIDER, labels, limiter.halted, limiter.halted_at or time.time())
+            )
     return out
 
 
 def describe(block: dict) -> str:
-    """The terminal's account of one stopped provider (a ``stopped_providers`` block), ending with what
-    to do next."""
+    """The terminal's account of one stopped provider (a ``stopped_providers`` block), ending with
+    what to do next."""
     when = block["stopped_at"].replace("T", " ").removesuffix("Z") + " UTC"
     if block.get("scope") == SCOPE_MODEL:
-        text = (f"{block['models'][0]} (on {block['provider']}) stopped alone at {when}: {block['cause']}; the "
-                f"provider's other models went on. {block['refused']} request(s) refused, {block['not_sent']} not "
-                "sent; the next run sends them.")
+        text = (
+            f"{block['models'][0]} (on {block['provider']}) stopped alone at {when}: {block['cause']}; the "
+            f"provider's other models went on. {block['refused']} request(s) refused, {block['not_sent']} not "
+            "sent; the next run sends them."
+        )
     else:
-        text = (f"{block['provider']} stopped at {when}: {block['cause']}. {block['refused']} request(s) refused, "
-                f"{block['not_sent']} not sent ({', '.join(block['models'])}); the next run sends them.")
+        text = (
+            f"{block['provider']} stopped at {when}: {block['cause']}. {block['refused']} request(s) refused, "
+            f"{block['not_sent']} not sent ({', '.join(block['models'])}); the next run sends them."
+        )
     resets = block["resets_at"]
     if resets:
         resets = resets.replace("T", " ").removesuffix("Z") + " UTC"
-        text += (f" The provider says to wait until {resets}: rerun after that." if block["cause"] == WAIT else
-                 f" Access resumes at {resets} (as the provider states): rerun after that.")
+        text += (
+            f" The provider says to wait until {resets}: rerun after that."
+            if block["cause"] == WAIT
+            else f" Access resumes at {resets} (as the provider states): rerun after that."
+        )
     elif block["cause"] == QUOTA:
         text += " Add credit or raise the limit, then rerun."
     elif block["cause"] == UNREACHABLE:

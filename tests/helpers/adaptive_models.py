@@ -3,11 +3,11 @@
 ``write_data(root, n)`` writes ``n`` tasks of each of the four evaluations (files in the real
 shapes, all rows distinct; WildGuardTest's labels in four combinations of unequal sizes, every row
 fully agreed). ``knowing(model)`` is a System One responder (``tests.fake_provider``:
-``route_factories={"/v1/systemone": "tests.helpers.adaptive_models:knowing"}``) that reads the data folder
-named by ``$DXI_TEST_ADAPTIVE_DATA`` and answers each question of task ``t`` right exactly when
-``knows(model, t, question)``: sha256(model, task, question) below the model's ``SKILL`` (the
-near-twins share most of their draws). A right answer puts 0.9 on the gold option (P(yes) 0.9 for
-a gold "yes"), a wrong one 0.9 on the first other option (P(yes) 0.1).
+``route_factories={"/v1/systemone": "tests.helpers.adaptive_models:knowing"}``) that reads the data
+folder named by ``$DXI_TEST_ADAPTIVE_DATA`` and answers each question of task ``t`` right exactly
+when ``knows(model, t, question)``: sha256(model, task, question) below the model's ``SKILL`` (the
+near-twins share most of their draws). A right answer puts 0.9 on the gold option (P(yes) 0.9 for a
+gold "yes"), a wrong one 0.9 on the first other option (P(yes) 0.1).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import polars as pl
 
 from dxi.cache import Cache
 from dxi.runner import session
-from dxi.runner.planning import plan
 from dxi.runner.batch.options import BatchOptions
+from dxi.runner.planning import plan
 from dxi.runner.planning.deadline import parse_deadline
 
 from ..conftest import DXI, without_requests
