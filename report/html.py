@@ -6,6 +6,10 @@ font or file from elsewhere; a Content-Security-Policy forbids scripts and any l
 network. Every text that comes from a model, a dataset or the cache (model names, error messages
 quoting model output, group names, paths) goes through Jinja2's autoescaping, so it shows as text
 and never becomes markup.
+
+Why one module over 600 lines: the report is one HTML page built by one ``render``: each
+``_*_section`` builds one part of its template's context from the summary and the tables, and they
+share the cell formatting, ordering and escaping helpers at the top.
 """
 
 from __future__ import annotations

@@ -28,6 +28,10 @@ without data has no record. A provisional figure (answers failed or missing,
 (with the counts and its bounds, ``bounds_lowest`` and ``bounds_highest``: ``scoring.bounds``) and a
 ``provisional`` note in the record's ``source_metadata.additional_details``; each interval names its
 method (Wilson or bootstrap).
+
+Why one module over 600 lines: the Every Eval Ever layout (``write_eee`` and its record builders) is
+most of it and follows one external schema; the flat formats share its accounting of missing
+answers.
 """
 
 from __future__ import annotations

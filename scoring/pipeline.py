@@ -23,6 +23,10 @@ are placed, deduplicated and completed (failed, unanswered, missing) by integer 
 of joins on strings; the gold side is gathered to the answers' order (never the nested answers to
 the gold order), and the categorical columns are Polars Enums (``export`` sorts the rows and turns
 them into strings).
+
+Why one module over 600 lines: ``answers`` is one vectorised pass (the rows that count, the newest-
+row rule, the per-question layout) and the helpers above it share its index arrays; ``usage``,
+``metrics`` and ``request_counts`` read the same frames.
 """
 
 from __future__ import annotations

@@ -85,6 +85,11 @@ everything; a model is settled when every pair it is in is decided.
 **Order caveat.** The guarantee is for a uniformly random order within each evaluation. An order
 stratified by WildGuardTest's label mix is a proportionally stratified sample, which is no less
 precise; its coverage is measured by simulation in ``benchmarks/adaptive.py``.
+
+Why one module over 600 lines: the sequences, the metrics' and the index's intervals built from
+them, the stopping rules and the round schedule are one statistical method, checked together
+(tests/test_sequential.py, benchmarks/stats_adaptive.py); the planner (``scoring.planner``) is
+apart.
 """
 
 from __future__ import annotations

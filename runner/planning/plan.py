@@ -24,6 +24,10 @@ is ``runner.planning.inputs``): the run file's path (``_from_file``) and the fla
 (``_from_flags``) must give the same ``Plan`` for the same settings, and each override rule above is
 read beside its twin; the prices (``price_flags``, ``_priced``) and the suite (``_suite``) are the
 two parts that could move out if it grows.
+
+Why one module over 600 lines: it is the one place where a run file's settings and the flags meet
+(``from_inputs``); each helper applies one rule of that merge, listed above, and ``ModelRun`` and
+``Plan`` are the records it builds.
 """
 
 from __future__ import annotations
