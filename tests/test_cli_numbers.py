@@ -22,8 +22,16 @@ from dxi.runner.planning.numbers import Number
 from .conftest import DXI
 
 # The flags for which 0 means something: any free port, the seed 0, no wait before a retry, no grace
-# period, a cost bound of nothing at all.
-ZERO_ALLOWED = {"--port", "--seed", "--backoff", "--grace", "--max-cost"}
+# period, a cost bound of nothing at all, `dxi plan`'s simulation seed 0 and a tolerance of none.
+ZERO_ALLOWED = {
+    "--port",
+    "--seed",
+    "--backoff",
+    "--grace",
+    "--max-cost",
+    "--simulation-seed",
+    "--tolerance",
+}
 REFUSED_ALWAYS = [
     "-3",
     "-0.5",

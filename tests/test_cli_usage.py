@@ -411,9 +411,9 @@ def test_the_command_modules_import_the_library_never_each_other():
             f"runner/commands/{name}.py imports {sorted(imported - {'options'})}"
         )
         assert hasattr(importlib.import_module(f"dxi.runner.commands.{name}"), "main")
-    assert (
-        len((folder.parent / "cli.py").read_text().splitlines()) <= 200
-    )  # the dispatcher stays small
+    # the dispatcher stays small: 200 lines before ruff format's one-argument-per-line layout at
+    # 100 columns (issue 33), which grew the tree's lines by ~36%
+    assert len((folder.parent / "cli.py").read_text().splitlines()) <= 240
 
 
 @pytest.mark.parametrize(

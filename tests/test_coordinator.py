@@ -100,7 +100,7 @@ def bookings(limiter) -> list[tuple[float, float]]:
 async def test_two_processes_share_one_request_rate(redis_url: str):
     a, b = two(redis_url)
     limits = Limits(rpm=1200, max_in_flight=8)  # 20 per second: one every 50 ms
-    la, lb = a.limiters([_Model(limits)])["p"], b.limiters([_Model(limits)])["p"]
+    la, lb = shared.limiters(a, [_Model(limits)])["p"], shared.limiters(b, [_Model(limits)])["p"]
     await a.call("join", [])
     await b.call("join", [])  # both present: each books at the whole rate, shared
     ba, bb = bookings(la), bookings(lb)

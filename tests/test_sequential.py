@@ -325,12 +325,12 @@ def test_plan_command_by_hand(tmp_path, capsys):
     ("flags", "message"),
     [
         ([], "give one of --precision P or --separate"),
-        (["--precision", "0"], "--precision 0: P must be above 0"),
+        (["--precision", "0"], "argument --precision: expected a number above 0 and at most 100"),
         (["--precision", "5", "--separate", "a", "b"], "give one of"),
         (["--separate", "openai:m", "openai:m", "--difference", "3"], "two different models"),
         (["--separate", "openai:m", "x"], "needs --difference D"),
         (["--separate", "openai:m", "x", "--difference", "3"], "x not among the models"),
-        (["--precision", "5", "--runs", "0"], "--runs 0"),
+        (["--precision", "5", "--runs", "0"], "argument --runs: expected a whole number from 1"),
     ],
 )
 def test_plan_bad_input_exits_2(tmp_path, capsys, flags, message):

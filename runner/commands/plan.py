@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import EXIT_SOFTWARE, EXIT_USAGE, UsageError
+from ..planning import numbers
 from . import options
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def add_parser(sub) -> None:
     g = s.add_argument_group("what to plan for (one of)")
     g.add_argument(
         "--precision",
-        type=float,
+        type=numbers.POINTS,
         metavar="P",
         help="know each model's whole-set Decision Index to ±P points (95%%)",
     )
@@ -43,13 +44,13 @@ def add_parser(sub) -> None:
     )
     g.add_argument(
         "--difference",
-        type=float,
+        type=numbers.POINTS,
         metavar="D",
         help="with --separate: the true difference of their indices to plan for (points)",
     )
     g.add_argument(
         "--tolerance",
-        type=float,
+        type=numbers.TOLERANCE,
         default=1.0,
         metavar="Δ",
         help="with --separate: a difference within ±Δ points settles them too "
@@ -58,14 +59,14 @@ def add_parser(sub) -> None:
     o = s.add_argument_group("simulation and output")
     o.add_argument(
         "--runs",
-        type=int,
+        type=numbers.RUNS,
         default=10,
         metavar="N",
         help="simulated runs per plan (default 10; more: steadier, slower)",
     )
     o.add_argument(
         "--simulation-seed",
-        type=int,
+        type=numbers.SEED,
         default=0,
         metavar="N",
         help="the simulation's seed (default 0)",

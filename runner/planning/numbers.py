@@ -98,6 +98,11 @@ ENQUEUED_TOKENS = Number(int, 1, 10**12, unit="tokens")
 UPLOAD_EVERY = Number(float, 0, DAY_S, above=True, unit="seconds")
 PORT = Number(int, 0, 65_535)
 TARGET_ROWS = Number(int, 1, 10**10, unit="rows")
+POINTS = Number(
+    float, 0, 100, above=True, unit="index points"
+)  # dxi plan --precision, --difference
+TOLERANCE = Number(float, 0, 100, unit="index points")  # dxi plan --tolerance
+RUNS = Number(int, 1, 100_000, unit="simulated runs")  # dxi plan --runs
 
 RUN_FILE_LIMITS = {
     "rpm": RPM,
