@@ -6,7 +6,9 @@ rows). Every simulated run calls ``scoring.sequential.standings`` and ``round_si
 
 Figures:
 
-* **validity**: ``VALID_RUNS`` runs of ``--until precision=5``, models of four skills in turn:
+* **validity**: ``VALID_RUNS`` runs of ``--until precision=5``, models of four skills in turn
+  (each simulated whole set asked in ``ORDERS_PER_SET`` random orders: the sequence's guarantee is
+  over the order, given the set; the notes give each share's Monte-Carlo error):
   the share of runs whose whole-set index lies inside the interval at stopping (goal ≥ 0.95,
   each model), and inside at *every* look (the stronger anytime statement); ``PAIR_RUNS`` runs
   of two models about 2 index points apart under ``--until separated``: the share that ordered
@@ -17,7 +19,8 @@ Figures:
   against the whole index (goal ≤ 0.40); ``--until precision=5`` for a typical model (goal ≤
   0.40); the requests each P from 1 to 10 needs beside the fixed-sample ideal (the share f of the
   set at which 1.96·S·sqrt((1 − f)/f) ≤ P, S the superpopulation standard deviation of the
-  whole-set index, measured over many whole sets).
+  whole-set index, measured over many whole sets); the index's half-width after 25%, 50% and 75%
+  of the set.
 * **planner**: ``dxi plan``'s predicted requests (``scoring.planner.plan`` from a profile measured
   on one whole set) against the mean the simulated runs spent on fresh whole sets (goal within
   20%); the cost follows the requests (same tokens per request).
@@ -25,10 +28,12 @@ Figures:
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 
+from dxi.scoring import sequential
 from dxi.scoring.planner import Profile, Usage, plan, profile_of, random_order, simulate, synthetic
 from dxi.scoring.sequential import Until, standings
 from dxi.scoring.sums import WILDGUARD_F1
@@ -41,11 +46,14 @@ POPULATIONS = {
     "when2call": 300,
     "wildguardtest": 880,
 }
-VALID_RUNS = 1000
-PAIR_RUNS = 200
-LEADER_RUNS = 2
+# run counts sized so that the whole benchmark takes about a minute and a half on a loaded 2-core
+# machine; the Monte-Carlo error of each figure is in its note
+VALID_RUNS = 240
+ORDERS_PER_SET = 4  # validity: random orders of each simulated whole set (its true index once)
+PAIR_RUNS = 40
+LEADER_RUNS = 1
 PRECISION_RUNS = 20
-GAP_RUNS = 5
+GAP_RUNS = 3
 PLAN_RUNS = 10
 SEED = 35
 NAME = "adaptive"
@@ -98,6 +106,18 @@ def _true_index(answers) -> dict[str, float]:
     return {m: s.index.point for m, s in st.items()}
 
 
+def _mc(share: float, runs: int) -> str:
+    """The Monte-Carlo error of a share over ``runs`` runs: its standard error and the one-sided
+    95% Wilson lower (for a coverage) and upper (for an error rate) bounds."""
+    z = 1.645
+    se = (share * (1 - share) / runs) ** 0.5
+    centre = (share + z * z / (2 * runs)) / (1 + z * z / runs)
+    spread = (
+        z * (share * (1 - share) / runs + z * z / (4 * runs * runs)) ** 0.5 / (1 + z * z / runs)
+    )
+    return f"MC s.e. {se:.3f}; 95% one-sided bounds [{centre - spread:.3f}, {centre + spread:.3f}]"
+
+
 def validity(rng: np.random.Generator) -> list[Result]:
     """Coverage at stopping and at every look (``precision=5``, models of four skills in turn),
     and how often ``separated`` orders a pair about 2 points apart wrongly."""
@@ -105,11 +125,13 @@ def validity(rng: np.random.Generator) -> list[Result]:
     inside = dict.fromkeys(skills, 0)
     always = dict.fromkeys(skills, 0)
     runs = dict.fromkeys(skills, 0)
+    sets: dict[str, tuple] = {}
     for k in range(VALID_RUNS):
         name = list(skills)[k % len(skills)]
-        model = skill(skills[name], "m")
-        ans = synthetic([model], POPULATIONS, rng)
-        truth = _true_index(ans)["m"]
+        if k % (len(skills) * ORDERS_PER_SET) < len(skills):  # a fresh whole set
+            ans = synthetic([skill(skills[name], "m")], POPULATIONS, rng)
+            sets[name] = (ans, _true_index(ans)["m"])
+        ans, truth = sets[name]
         trace: list = []
         sim = simulate(
             ans,
@@ -135,7 +157,8 @@ def validity(rng: np.random.Generator) -> list[Result]:
                 "share of runs",
                 "≥ 0.95",
                 share >= 0.95,
-                f"{runs[name]} runs of --until precision=5",
+                f"{runs[name]} runs of --until precision=5 ({runs[name] // ORDERS_PER_SET} whole "
+                f"sets × {ORDERS_PER_SET} orders); {_mc(share, runs[name])}",
             )
         )
         out.append(
@@ -146,9 +169,22 @@ def validity(rng: np.random.Generator) -> list[Result]:
                 "share of runs",
                 "≥ 0.95",
                 always[name] / runs[name] >= 0.95,
-                "the anytime statement: every round of the run at once",
+                "the anytime statement: every round of the run at once; "
+                + _mc(always[name] / runs[name], runs[name]),
             )
         )
+    pooled = sum(inside.values()) / VALID_RUNS
+    out.append(
+        Result(
+            NAME,
+            "validity: index inside its interval at stopping, the four models pooled",
+            pooled,
+            "share of runs",
+            "≥ 0.95",
+            pooled >= 0.95,
+            f"{VALID_RUNS} runs; {_mc(pooled, VALID_RUNS)}",
+        )
+    )
     a, b = skill(TYPICAL, "a"), skill(TYPICAL - 0.03, "b")
     wrong = decided = 0
     for _ in range(PAIR_RUNS):
@@ -170,7 +206,7 @@ def validity(rng: np.random.Generator) -> list[Result]:
             "≤ 0.05",
             wrong / PAIR_RUNS <= 0.05,
             f"{PAIR_RUNS} runs of two models about 2 points apart; {decided} settled "
-            "before the data ran out",
+            f"before the data ran out; {_mc(wrong / PAIR_RUNS, PAIR_RUNS)}",
         )
     )
     return out
@@ -222,20 +258,22 @@ def saving(rng: np.random.Generator) -> tuple[list[Result], float]:
     # precision: one typical model, traced to the end; each P's first settled look
     typical = skill(TYPICAL, "t")
     needed = {p: [] for p in range(1, 11)}
+    widths: dict[float, list[float]] = {0.25: [], 0.5: [], 0.75: []}
     spent = []
     for _ in range(PRECISION_RUNS):
+        # one run traced to the end: --until precision=P stops at the first look whose
+        # half-width is at most P (the looks do not depend on P), so one trace gives every P
         ans = synthetic([typical], POPULATIONS, rng)
         trace: list = []
-        sim = simulate(
-            ans, POPULATIONS, Until("precision", 5.0), random_order(POPULATIONS, rng, ans)
-        )
-        spent.append(sum(sim.asked["t"].values()))
-        simulate(
-            ans,
-            POPULATIONS,
-            Until("precision", 0.01),
-            random_order(POPULATIONS, rng, ans),
-            trace=trace,
+        order = random_order(POPULATIONS, rng, ans)
+        simulate(ans, POPULATIONS, Until("precision", 0.01), order, trace=trace)
+        parts = sequential._parts(ans, order)["t"]
+        for f in widths:  # the index's half-width after exactly a share f of every evaluation
+            head = {e: p.head(math.ceil(f * POPULATIONS[e])) for e, p in parts.items()}
+            look = sequential._standings({"t": head}, POPULATIONS, Until("precision", 0.01), 0.05)
+            widths[f].append(look["t"].index.half_width)
+        spent.append(
+            next((sum(t["t"].asked.values()) for t in trace if t["t"].index.half_width <= 5), whole)
         )
         for p in needed:
             first = next(
@@ -254,6 +292,18 @@ def saving(rng: np.random.Generator) -> tuple[list[Result], float]:
             f"{PRECISION_RUNS} runs of a model of index about 40",
         )
     )
+    for f, hw in widths.items():
+        out.append(
+            Result(
+                NAME,
+                f"half-width of the index's interval at {100 * f:.0f}% of the set, typical model",
+                float(np.mean(hw)),
+                "points",
+                "",
+                None,
+                f"{PRECISION_RUNS} runs; anytime-valid 95%",
+            )
+        )
     # the superpopulation spread of the whole-set index, for the fixed-sample ideal
     order = {e: [f"{e}/{k}" for k in range(n)] for e, n in POPULATIONS.items()}
     values = [

@@ -27,8 +27,9 @@ from statistics import NormalDist
 import numpy as np
 import polars as pl
 
+from . import sequential
 from .cost import batch_price, cost_usd
-from .sequential import Standing, Until, round_sizes, standings
+from .sequential import Standing, Until, round_sizes
 from .sums import OMNISCIENCE, WILDGUARD, WILDGUARD_F1
 
 RHO = 0.5  # the share of a task's latent that every model shares (tasks are hard for all alike)
@@ -231,18 +232,24 @@ def simulate(
     """The adaptive loop of ``dxi run --until`` over whole sets of ``answers`` (every task): each
     round asks every running model ``sequential.round_sizes`` more tasks down ``order``, then
     ``sequential.standings`` over what each model was asked settles some; the loop ends when
-    every model is settled. ``trace``, when given, receives each look's standings."""
-    pos = pl.concat(
-        [
-            pl.DataFrame(
-                {"eval": e, "task_id": list(ts), "pos": range(len(ts))},
-                schema={"eval": pl.String, "task_id": pl.String, "pos": pl.Int64},
-            )
-            for e, ts in order.items()
-        ]
-    )
-    full = answers.join(pos, on=["eval", "task_id"], how="inner")
-    labels = sorted(set(full["label"].unique().to_list()))
+    every model is settled. ``trace``, when given, receives each look's standings. The answers
+    are split into per-task components once (``sequential._parts``); each look takes every
+    model's first asked tasks of them (``_Part.head``), what ``standings`` over the asked rows
+    computes."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    parts = sequential._parts(answers, order)
+    labels = sorted(parts)
+    rank = {e: {t: k for k, t in enumerate(ts)} for e, ts in order.items()}
+    # per model and evaluation: the asking position of each of its tasks (tasks not in the order
+    # are never asked)
+    positions = {
+        m: {
+            e: np.array([rank.get(e, {}).get(t, len(p.tasks) + 10**9) for t in p.tasks])
+            for e, p in by_eval.items()
+        }
+        for m, by_eval in parts.items()
+    }
     asked = {m: {e: 0 for e in populations} for m in labels}
     out = Simulated()
     running = set(labels)
@@ -251,13 +258,15 @@ def simulate(
             sizes = round_sizes(asked[m], populations, round_index=k)
             asked[m] = {e: asked[m][e] + sizes[e] for e in populations}
             out.rounds[m] = k + 1
-        limits = pl.DataFrame(
-            [(m, e, n) for m in labels for e, n in asked[m].items()],
-            schema={"label": pl.String, "eval": pl.String, "limit": pl.Int64},
-            orient="row",
-        )
-        view = full.join(limits, on=["label", "eval"]).filter(pl.col("pos") < pl.col("limit"))
-        result = standings(view, populations, until, alpha=alpha, order=order)
+        view = {
+            m: {
+                e: p.head(int(np.searchsorted(positions[m][e], asked[m].get(e, 0))))
+                for e, p in by_eval.items()
+                if int(np.searchsorted(positions[m][e], asked[m].get(e, 0)))
+            }
+            for m, by_eval in parts.items()
+        }
+        result = sequential._standings(view, populations, until, alpha)
         if trace is not None:
             trace.append(result)
         for m, st in result.items():

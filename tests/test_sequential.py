@@ -395,3 +395,37 @@ def test_precision_all_waits_for_every_metric():
     between = (st.index.half_width + widest) / 2
     assert standings(half, POPS, Until("precision", between), order=order)["m"].settled
     assert not standings(half, POPS, Until("precision", between, True), order=order)["m"].settled
+
+
+def test_simulate_looks_equal_standings_over_the_asked_rows():
+    """``planner.simulate`` slices one whole set's components per look (``_Part.head``): every
+    look's standings equal ``standings`` over the rows each model was asked, exactly."""
+    rng = np.random.default_rng(10)
+    a = planner.Profile(
+        "a",
+        {e: 0.6 for e in planner.CHOICE_EVALS},
+        0.1,
+        {q: 0.8 for q in planner.POSITIVES},
+        {q: 0.8 for q in planner.POSITIVES},
+    )
+    b = dataclasses.replace(a, label="b", accuracy={e: 0.3 for e in planner.CHOICE_EVALS})
+    ans = planner.synthetic([a, b], POPS, rng)
+    order = planner.random_order(POPS, rng, ans)
+    trace: list = []
+    planner.simulate(ans, POPS, Until("separated", 1.0), order, trace=trace)
+    assert len(trace) >= 2
+    pos = pl.concat(
+        [pl.DataFrame({"eval": e, "task_id": ts, "pos": range(len(ts))}) for e, ts in order.items()]
+    )
+    for look in trace:
+        limits = pl.DataFrame(
+            [(m, e, n) for m, st in look.items() for e, n in st.asked.items()],
+            schema={"label": pl.String, "eval": pl.String, "limit": pl.Int64},
+            orient="row",
+        )
+        asked = (
+            ans.join(pos, on=["eval", "task_id"])
+            .join(limits, on=["label", "eval"])
+            .filter(pl.col("pos") < pl.col("limit"))
+        )
+        assert standings(asked, POPS, Until("separated", 1.0), order=order) == look
