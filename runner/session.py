@@ -437,6 +437,7 @@ async def _graceful(
                 fallback_sync,
                 rounds,
             )
+            await graceful.settle()  # a Ctrl-C that came while nothing waited is not lost
         except asyncio.CancelledError:
             if graceful.aborted is None:
                 raise

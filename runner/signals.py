@@ -187,6 +187,14 @@ class Graceful:
             loop.remove_signal_handler(sig)
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
+    async def settle(self) -> None:
+        """Let the event loop handle a signal already delivered but not yet read (the loop learns of
+        a signal through its wake-up file descriptor, on its next turn): a run whose work never
+        waited on the loop (every request cached) would otherwise leave it unread when the handlers
+        are removed, and finish as if no Ctrl-C had come. Call it last inside the ``with``."""
+        for _ in range(4):  # a turn to read the wake-up fd, one to run the handler, and spares
+            await asyncio.sleep(0)
+
     def _on(self, signum: int) -> None:
         if self.signum is not None:
             self._abort("again")

@@ -86,7 +86,8 @@ def sentences(summary: Summary) -> list[str]:
         stop = (
             "still running when the run ended"
             if rule == "running"
-            else f"stopped by {rule}" + ("" if round_ == "—" else f" after round {round_}")
+            else ("asked the whole set" if rule == "exhausted" else f"stopped by {rule}")
+            + ("" if round_ == "—" else f" after round {round_}")
         )
         out.append(f"{model}: asked {asked}; whole-set index {point} {interval}; {stop}.")
     return out

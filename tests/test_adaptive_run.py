@@ -601,8 +601,8 @@ def test_with_batch_each_round_is_one_batch_per_model_with_the_same_decisions(
     # one line after each round (after the time of day): who stopped, who runs on
     assert lines[0] == "round 1 (4% of the whole set asked): none stopped; 2 running"
     assert lines[-1] == (
-        f"round {len(lines)} (100% of the whole set asked): openai:a stopped by exhausted "
-        "(index —); openai:b stopped by exhausted (index —); 0 running"
+        f"round {len(lines)} (100% of the whole set asked): openai:a asked the whole set "
+        "(index —); openai:b asked the whole set (index —); 0 running"
     )
     sync, batch = summary(tmp_path / "sync-out"), summary(tmp_path / "batch-out")
     assert [m["adaptive"] for m in batch["models"]] == [m["adaptive"] for m in sync["models"]]

@@ -450,3 +450,18 @@ def test_the_progress_says_the_run_is_stopping_and_counts_down():
         "stopping (Ctrl-C): nothing new is sent; 2 request(s) in flight" in shown
         and shown.count("0/10") >= 1
     )
+
+
+async def test_a_signal_delivered_while_nothing_waited_is_handled_before_the_handlers_go():
+    """A run whose work never waits on the event loop (every request cached) leaves a Ctrl-C unread
+    in the loop's wake-up fd; ``Graceful.settle`` lets the loop read it, so the run is interrupted
+    (before: the signal was dropped with the handlers, and the run finished with exit 0)."""
+    from dxi.runner.signals import Graceful
+
+    drained: list[int] = []
+    with Graceful(drained.append, grace_s=60) as graceful:
+        os.kill(os.getpid(), signal.SIGINT)  # delivered; no await follows it before settle
+        unread = graceful.signum
+        await graceful.settle()
+    assert unread is None  # the loop had not read it: what was lost before
+    assert (graceful.signum, drained, graceful.aborted) == (signal.SIGINT, [signal.SIGINT], None)

@@ -169,7 +169,8 @@ class Rounds:
                 if index.point is None
                 else f"{index.point:.1f} [{index.low:.1f}, {index.high:.1f}]"
             )
-            parts.append(f"{label} stopped by {s.rule} (index {figure})")
+            how = "asked the whole set" if s.rule == "exhausted" else f"stopped by {s.rule}"
+            parts.append(f"{label} {how} (index {figure})")
         return (
             f"round {self.rounds} ({share:.0f}% of the whole set asked): "
             f"{'; '.join(parts) or 'none stopped'}; {running} running"

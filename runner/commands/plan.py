@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from ..errors import EXIT_SOFTWARE, EXIT_USAGE, UsageError
+from ..errors import UsageError
 from ..planning import numbers
 from . import options
 
@@ -24,7 +24,7 @@ POWER = 0.8  # a separation plan's runs: the questions by which 80% of them told
 
 
 def add_parser(sub) -> None:
-    s = options.command(sub, "plan", None, None, options.exit_codes(0, EXIT_USAGE, EXIT_SOFTWARE))
+    s = options.command(sub, "plan", None, None, options.tool_exit_codes({}))
     options.add_models(s.add_argument_group("models"), True, False)
     options.add_data(s.add_argument_group("data"))
     options.add_limits(s.add_argument_group("prices and limits (--price gives a model's price)"))
@@ -244,6 +244,13 @@ def _print(doc: dict, console: Console) -> None:
         console.print(
             escape(f"  {m['model']}: questions per evaluation: {per}; answers like: {m['profile']}")
         )
+        if m.get("exhausted_share"):  # runs that asked everything without settling the model
+            console.print(
+                escape(
+                    f"  {m['model']}: {m['exhausted_share']:.0%} of the simulated runs asked the "
+                    "whole set without settling it: the data cannot settle it at this setting"
+                )
+            )
     console.print(
         "Questions are the means over the simulated runs (a separation plan: the run at "
         "the power's quantile); requests = questions × epochs; tokens are the model's "
