@@ -50,27 +50,7 @@ async def two_shards(
     "booking")."""
     env = events.env(tmp_path / "events.jsonl", base={**os.environ, "DXI_RUN_ID": run_id})
     procs = [
-        await asyncio.create_subprocess_exec(
-            DXI,
-            "run",
-            "--model",
-            f"systemone:fake@{url}",
-            "--data-dir",
-            str(data),
-            "--cache-dir",
-            str(tmp_path / f"cache{k}"),
-            "--out",
-            str(tmp_path / f"out{k}"),
-            "-q",
-            "--rpm",
-            "600",
-            "--shard",
-            f"{k}/2",
-            "--coordinator",
-            redis_url,
-            env=env,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        await _shard(k, 2, url, data, tmp_path, redis_url, run_id, 600, max_in_flight=None, env=env)
         for k in range(2)
     ]
     errs = [(await p.communicate())[1] for p in procs]
@@ -480,13 +460,18 @@ async def _shard(
     url: str,
     data: Path,
     tmp_path: Path,
-    redis_port: int,
+    redis_port: int | str,
     run: str,
     rpm: int,
     tag: str = "",
+    *,
+    max_in_flight: int | None = 8,
+    env: dict | None = None,
 ) -> asyncio.subprocess.Process:
     """``dxi run --shard k/n`` at ``rpm`` against ``url``, its coordinator reached through
-    ``redis_port``."""
+    ``redis_port`` (or a ``redis://`` URL), its stderr piped; ``env``: over ``DXI_RUN_ID=run``."""
+    coordinator = redis_port if isinstance(redis_port, str) else f"redis://127.0.0.1:{redis_port}/0"
+    in_flight = [] if max_in_flight is None else ["--max-in-flight", str(max_in_flight)]
     return await asyncio.create_subprocess_exec(
         DXI,
         "run",
@@ -501,13 +486,12 @@ async def _shard(
         "-q",
         "--rpm",
         str(rpm),
-        "--max-in-flight",
-        "8",
+        *in_flight,
         "--shard",
         f"{k}/{n}",
         "--coordinator",
-        f"redis://127.0.0.1:{redis_port}/0",
-        env={**os.environ, "DXI_RUN_ID": run},
+        coordinator,
+        env=env or {**os.environ, "DXI_RUN_ID": run},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )

@@ -48,6 +48,17 @@ def _exit_codes(*codes: int) -> str:
 EXIT_CODES = _exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_CACHE_WRITE, EXIT_INTERRUPTED)
 
 
+def _cache_dir(p: argparse.ArgumentParser) -> None:
+    """The ``--cache-dir`` every ``dxi batches`` sub-command takes."""
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(".dxi-cache"),
+        metavar="DIR",
+        help="the cache (default .dxi-cache)",
+    )
+
+
 def add_parser(sub) -> None:
     """``dxi batches list|collect|cancel|resume``; collect takes the model and data options as
     ``dxi run`` has them."""
@@ -68,13 +79,7 @@ def add_parser(sub) -> None:
         epilog=_exit_codes(0, EXIT_USAGE),
         formatter_class=formatter,
     )
-    ls.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=Path(".dxi-cache"),
-        metavar="DIR",
-        help="the cache (default .dxi-cache)",
-    )
+    _cache_dir(ls)
     ls.add_argument(
         "--all",
         action="store_true",
@@ -113,13 +118,7 @@ def add_parser(sub) -> None:
         epilog=_exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED),
         formatter_class=formatter,
     )
-    ca.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=Path(".dxi-cache"),
-        metavar="DIR",
-        help="the cache (default .dxi-cache)",
-    )
+    _cache_dir(ca)
     which = ca.add_mutually_exclusive_group(required=True)
     which.add_argument(
         "--model",
@@ -139,13 +138,7 @@ def add_parser(sub) -> None:
         epilog=_exit_codes(0, EXIT_USAGE),
         formatter_class=formatter,
     )
-    rs.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=Path(".dxi-cache"),
-        metavar="DIR",
-        help="the cache (default .dxi-cache)",
-    )
+    _cache_dir(rs)
     which = rs.add_mutually_exclusive_group(required=True)
     which.add_argument(
         "--model",
