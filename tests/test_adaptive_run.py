@@ -19,7 +19,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import msgspec
 import orjson
 import polars as pl
 import pytest
@@ -218,6 +217,24 @@ def dxi_run(url: str, data: Path, cache: Path, out: Path, *extra: str, models=MO
     )
 
 
+def dxi_score(url: str, data: Path, cache: Path, out: Path, models=MODELS) -> int:
+    """``dxi score`` of ``models`` over ``cache`` (the cache alone: the server is only named, as
+    the run named it)."""
+    return main(
+        [
+            "score",
+            *flags(url, models),
+            "--data-dir",
+            str(data),
+            "--cache-dir",
+            str(cache),
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
+
+
 def summary(out: Path) -> dict:
     return orjson.loads((out / "summary.json").read_bytes())
 
@@ -339,13 +356,13 @@ def test_precision_stops_each_model_where_the_interval_says_and_a_plain_run_comp
         ),
         html=True,
     )
-    assert (
-        done.summary.adaptive == s["adaptive"] and done.exit_code == 1
-    )  # answers missing, by design
-    # a model asked everything has exact figures: no block; the others have the run's
-    assert {
-        m.model: m.adaptive for m in done.summary.models if m.adaptive is not msgspec.UNSET
-    } == {m["model"]: m["adaptive"] for m in s["models"] if m["adaptive"]["rule"] != "exhausted"}
+    # every model over what it was asked, nothing missing: exit 0, the run's blocks
+    assert done.exit_code == 0 and {m.model: m.adaptive for m in done.summary.models} == {
+        m["model"]: m["adaptive"] for m in s["models"]
+    }
+    # `dxi score` of the run's models (their order): the run's summary, figure for figure
+    assert dxi_score(server.url, data, tmp_path / "cache", tmp_path / "scored") == 0
+    assert figures(summary(tmp_path / "scored")) == figures(s)
     page = (tmp_path / "report" / "report.html").read_text()
     m00 = next(m["adaptive"] for m in s["models"] if m["model"] == "systemone:m00")
     assert "Adaptive run (--until precision=5, order seed 0" in page
@@ -365,6 +382,15 @@ def test_precision_stops_each_model_where_the_interval_says_and_a_plain_run_comp
         asked = sum(by_hand[m["model"]][1].values())
         assert (m["requests"]["sent"], m["requests"]["cache_hits"]) == (4 * N - asked, asked)
     assert server.stats()["ok"] - before == 10 * 4 * N - sent and server.stats()["duplicates"] == 0
+
+
+def figures(doc: dict) -> dict:
+    """summary.json without what differs between a run and ``dxi score`` of its cache by nature:
+    ``provenance`` (when, by what) and each model's ``requests`` (a run's counts of what it sent;
+    the cache's of what it holds)."""
+    return {k: v for k, v in doc.items() if k != "provenance"} | {
+        "models": [{k: v for k, v in m.items() if k != "requests"} for m in doc["models"]]
+    }
 
 
 def overview(data: Path, cache: Path) -> str:

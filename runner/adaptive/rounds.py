@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from dxi import scoring
+from dxi.scoring.adaptive import asked_part
 from dxi.scoring.sequential import round_sizes, standings
 
 from ..dispatch import merged
@@ -42,7 +43,6 @@ from .order import DEFAULT_SEED, Order, PrefixSuite, order_of
 if TYPE_CHECKING:
     from dxi.cache import Cache
     from dxi.evals import Suite
-    from dxi.scoring.records import Summary
     from dxi.scoring.sequential import Standing, Until
 
     from ..planning.plan import ModelRun, Plan
@@ -90,11 +90,14 @@ class Rounds:
         limiters: Mapping[str, ProviderLimiter],
         deadline: float | None = None,
         say: Callable[[str], None] | None = None,
+        on_round: Callable[[dict[str, int]], None] | None = None,
     ) -> dict[str, Stats]:
         """Ask ``models`` in rounds (see the module docstring) through ``send_round(models, suite)``
         (the round's suite: ``PrefixSuite``); each model's Stats merged over the rounds.
         ``deadline`` (batch mode's ``--deadline``, Unix seconds): no round starts after it; ``say``
-        prints one line after each round (``round_line``: who stopped, who runs on). Raises
+        prints one line after each round (``round_line``: who stopped, who runs on); ``on_round``
+        is called before each round with what it asks (label -> requests: its new tasks × the
+        model's epochs, for each running model), for the progress bars' totals. Raises
         what ``send_round`` raises, ``OSError`` when the order cannot be recorded in the cache
         folder."""
         self.order = order = await asyncio.to_thread(
@@ -115,6 +118,9 @@ class Rounds:
             # nothing left to ask: standings below has settled them as exhausted
             if target == asked:
                 break
+            if on_round is not None:
+                new = sum(target[n] - asked[n] for n in populations)
+                on_round({m.label: new * m.epochs for m in running})
             stats = await send_round(
                 running, PrefixSuite.of(self.plan.suite, order, target, start=asked)
             )
@@ -194,19 +200,18 @@ class Rounds:
         answers = cache.read(
             lambda rows: scoring.answers(rows, models, gold, categories, self.plan.epochs)
         )
-        pairs = pl.DataFrame(
-            [
-                (label, task_id)
-                for label, counts in self.asked.items()
-                for name, n in counts.items()
-                for task_id in self.order.prefix(name, n)
-            ],
-            schema={"label": pl.String, "task_id": pl.String},
-            orient="row",
-        )
-        keys = answers.select(pl.col("label").cast(pl.String), pl.col("task_id").cast(pl.String))
-        keep = keys.with_row_index("_row").join(pairs, on=["label", "task_id"], how="semi")["_row"]
-        return answers[keep.sort()]
+        return asked_part(answers, self.parts(), always=True)[0]
+
+    def parts(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """Label -> evaluation -> the task ids it was asked (its prefix of the order): what its
+        figures are scored over (``scoring.adaptive.asked_part``); empty before the order was
+        read."""
+        if self.order is None:
+            return {}
+        return {
+            label: {name: self.order.prefix(name, n) for name, n in counts.items()}
+            for label, counts in self.asked.items()
+        }
 
     def block(self) -> dict:
         """summary.json's top-level ``adaptive`` block: ``until`` (as given), ``seed``, ``rounds``
@@ -249,17 +254,6 @@ class Rounds:
         if self.order is None:
             return None
         return {label: {"adaptive": block} for label, block in self.model_blocks().items()}
-
-    def accepted(self, summary: Summary) -> bool:
-        """Whether the adaptive run's result stands although the summary is not complete (its models
-        were not asked the whole set, by design): every model settled and no failed answer in what
-        was asked (the summary's per-evaluation ``failed`` counts; the questions not asked are
-        ``missing``)."""
-        if self.order is None or set(self.settled_at) != set(self.asked):
-            return False
-        return all(
-            block.get("failed", 0) == 0 for m in summary.models for block in m.evals.values()
-        )
 
 
 def _empty(model: ModelRun) -> Stats:
