@@ -194,8 +194,6 @@ def run(
     dist.shard_note()
     refused, unanswered = batch_outcome(stats)
     sharded = dist.shard is not None and dist.shard.count > 1
-    # (an adaptive run's models are scored over what they were asked: its summary is complete
-    # when nothing failed or is missing in that part)
     code = exit_code(
         summary.accepted,
         stats,
@@ -359,16 +357,9 @@ def counted(
         if shard is None
         else {m.label: sum(1 for _ in m.requests(suite, shard)) for m in models}
     )
-    return _progress.start_line(
-        totals_,
-        tasks,
-        {m.label: m.epochs for m in models},
-        idle,
-        plan.cache_dir,
-        plan.out,
-        budget,
-        until=None if plan.until is None else str(plan.until),
-    ), totals_
+    epochs = {m.label: m.epochs for m in models}
+    where = (plan.cache_dir, plan.out)
+    return _progress.start_line(totals_, tasks, epochs, idle, *where, budget, plan.until), totals_
 
 
 async def _survey(
@@ -380,14 +371,12 @@ async def _survey(
     console,
     first: asyncio.Event,
     shard=None,
-    totals: bool = True,
 ) -> None:
     """Once the run's first outcome is in (``first``: the first requests are on the wire; at most
     ``SURVEY_WAIT_S``), ``suite.survey()`` a few hundred tasks per event-loop turn, then the start
-    line and (unless not ``totals``: an adaptive run's come round by round, ``_RoundBars``) the
-    progress totals (on a thread: with a shard, counting what it owns encodes every request); then
-    what scoring needs is prepared on a thread (``prepare_scoring``), while the requests are on the
-    wire, instead of before the first request or after the last reply."""
+    line and the progress totals (on a thread: with a shard, counting what it owns encodes every
+    request); then what scoring needs is prepared on a thread (``prepare_scoring``), while the
+    requests are on the wire, instead of before the first request or after the last reply."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(first.wait(), SURVEY_WAIT_S)
     for _ in plan.suite.surveying():
@@ -397,46 +386,8 @@ async def _survey(
     ):  # on a thread: with a shard, its requests are encoded to count those it owns
         line, totals_ = await asyncio.to_thread(counted, plan, models, idle, budget, shard)
         console.print(line, highlight=False, markup=False)
-        if totals:
-            progress.set_totals(totals_)
+        progress.set_totals(totals_)
     await asyncio.to_thread(prepare_scoring, plan.suite)
-
-
-class _RoundBars:
-    """An adaptive run's progress (``runner.adaptive.rounds``): each model's bar counts what the run
-        has asked of it so far, not the whole set it may never be asked. Its total grows by each
-        round's requests as the round starts (``next_round``: label -> requests); its counts add up the
-        rounds (each round's ``send`` counts from zero: ``total`` adds the earlier rounds' Stats). A
-        model that stopped keeps its last total, reached: its bar ends full, and its line says which
-    round it finished ("round 7 done"), never that the run is done. Without rounds (no
-        ``next_round`` call) the Stats pass through unchanged."""
-
-    def __init__(self, progress) -> None:
-        self.progress = progress
-        self.planned: dict[str, int] = {}
-        self.earlier: dict[str, Stats] = {}  # the finished rounds' Stats, merged
-        self.current: dict[str, Stats] = {}  # the round's, as the last update gave them
-        self.rounds = 0
-
-    def next_round(self, requests: dict[str, int]) -> None:
-        for label, s in self.current.items():
-            before = self.earlier.get(label)
-            self.earlier[label] = s if before is None else _dispatch.merged([before, s])
-        self.current = {}
-        for label, n in requests.items():
-            self.planned[label] = self.planned.get(label, 0) + n
-        self.rounds += 1
-        if self.progress is not None:
-            self.progress.rounds |= dict.fromkeys(requests, self.rounds)
-            self.progress.set_totals(dict(self.planned))
-
-    def total(self, label: str, stats: Stats) -> Stats:
-        """``stats`` (the round's, of ``label``) with the earlier rounds' added."""
-        if not self.planned:
-            return stats
-        self.current[label] = stats
-        before = self.earlier.get(label)
-        return stats if before is None else _dispatch.merged([before, stats])
 
 
 def prepare_scoring(suite) -> None:
@@ -572,12 +523,10 @@ async def _send(
         # after the last reply.
         first = asyncio.Event()
 
-        bars = _RoundBars(progress)
-
         def on_progress(label: str, stats: Stats) -> None:
             first.set()
             if progress is not None:
-                progress.update(label, bars.total(label, stats))
+                progress.update(label, stats if rounds is None else rounds.bars.total(label, stats))
 
         def say(
             text: str,
@@ -597,7 +546,7 @@ async def _send(
                     limiters=limiters,
                     deadline=deadline,
                     say=say,
-                    on_round=bars.next_round,
+                    progress=progress,
                 )
             return _dispatch.send(
                 group,
@@ -617,9 +566,7 @@ async def _send(
             )
 
         survey = asyncio.create_task(
-            _survey(
-                plan, progress, models, idle, budget, console, first, shard, totals=rounds is None
-            )
+            _survey(plan, progress, models, idle, budget, console, first, shard)
         )
 
         def drop_survey() -> None:

@@ -19,7 +19,7 @@ from dxi.scoring.sequential import round_sizes
 
 from .fake_provider import serve
 from .helpers.adaptive_models import DATA_ENV, knows, write_data
-from .test_adaptive_run import ROUTE, dxi_run, dxi_score, figures, summary
+from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, overview, summary
 
 THREE = ("m00", "m50", "m100")
 SMALL = 40
@@ -95,6 +95,17 @@ def test_a_stopped_model_is_scored_over_what_it_was_asked_and_dxi_score_agrees(
     assert [m["requests"]["cache_hits"] for m in scored["models"]] == [
         4 * STOPPED_AT[m] for m in STOPPED_AT
     ]
+    # one evaluation scored: the same figures for it; other tasks (--limit): not the run's order,
+    # scored as any cache (what was not asked is missing: exit 1) and nothing marked
+    hle = ["--evals", "hle_multichoice"]
+    assert dxi_score(server_url, data, cache, tmp_path / "hle", THREE, *hle) == 0
+    assert [m["evals"]["hle_multichoice"] for m in summary(tmp_path / "hle")["models"]] == [
+        m["evals"]["hle_multichoice"] for m in s["models"]
+    ]
+    assert dxi_score(server_url, data, cache, tmp_path / "ten", THREE, "--limit", "39") == 1
+    limited = summary(tmp_path / "ten")
+    assert "adaptive" not in limited and all("adaptive" not in m for m in limited["models"])
+    assert limited["models"][1]["evals"]["hle_multichoice"]["n"] == 39
     # a run without --until completes them: exactly an ordinary run's summary, and so is `dxi
     # score` after it
     assert dxi_run(server.url, data, cache, tmp_path / "full", models=THREE) == 0
@@ -155,19 +166,22 @@ def test_a_failed_answer_inside_the_asked_part_keeps_its_bounds(
 def test_the_progress_bars_count_what_the_rounds_ask(
     data: Path, server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ):
-    totals: list[dict[str, int]] = []
-    last: dict[str, tuple[int, str]] = {}
-    set_totals, update = progress_module.RunProgress.set_totals, progress_module.RunProgress.update
+    totals: list[dict[str, int]] = []  # what each round_totals call gave
+    last: dict[str, tuple[int, str]] = {}  # each model's last count and line
+    round_totals, update = (
+        progress_module.RunProgress.round_totals,
+        progress_module.RunProgress.update,
+    )
 
-    def recording_totals(self, given):
+    def recording_totals(self, given, rounds):
         totals.append(dict(given))
-        set_totals(self, given)
+        round_totals(self, given, rounds)
 
     def recording_update(self, label, stats):
         update(self, label, stats)
         last[label] = (stats.done, self.line(label, stats))
 
-    monkeypatch.setattr(progress_module.RunProgress, "set_totals", recording_totals)
+    monkeypatch.setattr(progress_module.RunProgress, "round_totals", recording_totals)
     monkeypatch.setattr(progress_module.RunProgress, "update", recording_update)
     args = ["run", "--data-dir", str(data), "--cache-dir", str(tmp_path / "cache")]
     from dxi.runner.cli import main
@@ -191,7 +205,8 @@ def test_the_progress_bars_count_what_the_rounds_ask(
         running = {label: n for label, n in running.items() if n > asked[names[0]]}
     assert totals == expected
     assert totals[-1] == {label: 4 * n for label, n in STOPPED_AT.items()}
-    # each bar ends full, its line naming the round it finished (never "done" for the run)
+    # each bar ends full (the whole set's totals, counted during the run, are passed over), its
+    # line naming the round it finished (never "done" for the run)
     rounds = {"systemone:m00": 6, "systemone:m50": 8, "systemone:m100": 7}
     for label, (done, line) in last.items():
         assert done == 4 * STOPPED_AT[label]
@@ -211,8 +226,6 @@ def test_the_terminal_the_report_and_dxi_view_mark_a_stopped_model_s_figures(
     from dxi.runner.outputs.terminal import print_summary
     from dxi.runner.planning.inputs import PlanInputs
     from dxi.scoring import records
-
-    from .test_adaptive_run import overview
 
     cache = tmp_path / "cache"
     assert (

@@ -9,7 +9,6 @@ later run without ``--until`` completes the models from where they stopped."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import re
@@ -40,10 +39,10 @@ from dxi.scoring.sequential import Until, round_sizes, standings
 from . import synthetic
 from .fake_provider import serve
 from .helpers.adaptive_models import DATA_ENV, MODELS, write_data
+from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, flags, overview, summary
 from .servers import free_port
 
 N = 100  # tasks of each evaluation: 400 in all, so each model asks between 16 and 400
-ROUTE = {"/v1/systemone": "tests.helpers.adaptive_models:knowing"}
 
 
 # ---- the order
@@ -194,51 +193,6 @@ def server(data: Path, monkeypatch: pytest.MonkeyPatch):
         yield served
 
 
-def flags(url: str, models=MODELS) -> list[str]:
-    return [a for m in models for a in ("--model", f"systemone:{m}@{url}")]
-
-
-def dxi_run(url: str, data: Path, cache: Path, out: Path, *extra: str, models=MODELS) -> int:
-    return main(
-        [
-            "run",
-            *flags(url, models),
-            "--data-dir",
-            str(data),
-            "--cache-dir",
-            str(cache),
-            "--out",
-            str(out),
-            "--max-in-flight",
-            "32",
-            *extra,
-            "-q",
-        ]
-    )
-
-
-def dxi_score(url: str, data: Path, cache: Path, out: Path, models=MODELS) -> int:
-    """``dxi score`` of ``models`` over ``cache`` (the cache alone: the server is only named, as
-    the run named it)."""
-    return main(
-        [
-            "score",
-            *flags(url, models),
-            "--data-dir",
-            str(data),
-            "--cache-dir",
-            str(cache),
-            "--out",
-            str(out),
-            "-q",
-        ]
-    )
-
-
-def summary(out: Path) -> dict:
-    return orjson.loads((out / "summary.json").read_bytes())
-
-
 def replay(
     data: Path, cache: Path, until: Until, order_file: Path
 ) -> dict[str, tuple[int, dict, object]]:
@@ -382,37 +336,6 @@ def test_precision_stops_each_model_where_the_interval_says_and_a_plain_run_comp
         asked = sum(by_hand[m["model"]][1].values())
         assert (m["requests"]["sent"], m["requests"]["cache_hits"]) == (4 * N - asked, asked)
     assert server.stats()["ok"] - before == 10 * 4 * N - sent and server.stats()["duplicates"] == 0
-
-
-def figures(doc: dict) -> dict:
-    """summary.json without what differs between a run and ``dxi score`` of its cache by nature:
-    ``provenance`` (when, by what) and each model's ``requests`` (a run's counts of what it sent;
-    the cache's of what it holds)."""
-    return {k: v for k, v in doc.items() if k != "provenance"} | {
-        "models": [{k: v for k, v in m.items() if k != "requests"} for m in doc["models"]]
-    }
-
-
-def overview(data: Path, cache: Path) -> str:
-    """``dxi view``'s overview page over ``cache`` (its browser, served in process)."""
-    from aiohttp.test_utils import TestClient, TestServer
-
-    from dxi.view.app import make_app
-    from dxi.view.home import private_home
-
-    home = private_home()
-    browser, _ = rescore.browse(rescore.select(PlanInputs(data_dir=data, cache_dir=cache)), home)
-    browser.source.owns_home = True
-
-    async def fetch() -> str:
-        async with TestClient(TestServer(make_app(browser))) as client, client.get("/") as resp:
-            assert resp.status == 200
-            return await resp.text()
-
-    try:
-        return asyncio.run(fetch())
-    finally:
-        browser.close()
 
 
 def evals_of(data: Path) -> list[str]:

@@ -155,8 +155,9 @@ def recorded(
 ) -> Recorded:
     """The latest adaptive run recorded in ``<cache>/adaptive/outcomes.jsonl`` for each model of
     ``configs`` (label -> configuration, ``files.configs``) whose order (the file the line names,
-    read from the same folder) holds exactly the tasks scored (``tasks``: evaluation -> task ids;
-    another selection is another order, and the record does not apply). A folder without the file,
+    read from the same folder) holds exactly the tasks scored of each evaluation scored (``tasks``:
+    evaluation -> task ids; fewer evaluations are fine, other tasks of one are another selection,
+    and the record does not apply). A folder without the file,
     a line that is not JSON or an order that cannot be read is passed over (nothing recorded)."""
     out = Recorded({}, {}, {})
     try:
@@ -181,7 +182,7 @@ def recorded(
         if name not in orders:
             try:
                 evals = orjson.loads((cache_dir / ORDER_DIR / name).read_bytes())["evals"]
-                same = set(evals) == set(tasks) and all(set(evals[n]) == tasks[n] for n in tasks)
+                same = all(n in evals and set(evals[n]) == tasks[n] for n in tasks)
                 orders[name] = evals if same else None
             except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
                 orders[name] = None

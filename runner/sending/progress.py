@@ -191,9 +191,21 @@ class RunProgress:
         self._schedule()
 
     def set_totals(self, totals: dict[str, int]) -> None:
-        """Give (or correct) the models' totals; a model not shown yet gets its bar. A total that
-        grows (an adaptive run's next round) reopens the model: its line is printed again when it
-        reaches the new total."""
+        """Give (or correct) the models' totals; a model not shown yet gets its bar. An adaptive
+        run's come round by round (``round_totals``): the whole set's, given once the tasks are
+        counted, are then not what its bars count, and are passed over."""
+        if not self.rounds:
+            self._totals(totals)
+
+    def round_totals(self, totals: dict[str, int], rounds: dict[str, int]) -> None:
+        """An adaptive run's round starts (``runner.adaptive.rounds.RoundBars``): ``totals`` (label
+        -> what the rounds so far ask of it) and ``rounds`` (label -> this round, for the models it
+        asks). A total that grows reopens the model: its line is printed again when it reaches the
+        new total."""
+        self.rounds |= rounds
+        self._totals(totals)
+
+    def _totals(self, totals: dict[str, int]) -> None:
         for label, total in totals.items():
             if total > self.totals.get(label, total):
                 self._finished.discard(label)
@@ -309,14 +321,14 @@ def start_line(
     cache_dir: object,
     out: object,
     budget: Budget | None = None,
-    until: str | None = None,
+    until: object = None,
 ) -> str:
     """What is about to run, e.g. ``Running 2 models on 2,193 tasks (AA-Omniscience-Decision 500,
     ...), 6,579 requests; cache .dxi-cache, results to out``. ``models``: label -> requests;
     ``tasks``: evaluation title -> tasks; ``epochs``: label -> epochs (shown when not 1); ``idle``:
-    labels with every request cached; ``until``: an adaptive run's rule (``--until``), whose
-    requests are at most these ("at most 6,579 requests (--until precision=5: each model stops
-    when settled)")."""
+    labels with every request cached; ``until``: an adaptive run's rule (``--until``, as ``str``
+    gives it; None: not one), whose requests are at most these ("at most 6,579 requests (--until
+    precision=5: each model stops when settled)")."""
     names = []
     for label in models:
         notes = ([f"{epochs[label]} epochs"] if epochs.get(label, 1) != 1 else []) + (
