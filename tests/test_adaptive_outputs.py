@@ -259,3 +259,38 @@ def test_the_terminal_the_report_and_dxi_view_mark_a_stopped_model_s_figures(
     # dxi view's overview: m00's index and its 8 metrics (2 + 1 + 1 + 4)
     html = overview(data, cache)
     assert html.count('class="estimate"') == 1 + 8
+
+
+def test_asked_part_cuts_each_model_to_its_part_unless_a_later_run_completed_it():
+    """``scoring.adaptive.asked_part`` on a frame made by hand: two models, two evaluations of
+    three tasks; "a" was asked t1 of e1 and t1, t2 of e2; "b" t1 of e1 only."""
+    import polars as pl
+
+    from dxi.scoring.adaptive import asked_part
+
+    rows = [
+        # label, eval, task, status
+        ("a", "e1", "t1", "ok"),
+        ("a", "e1", "t2", "missing"),
+        ("a", "e1", "t3", "missing"),
+        ("a", "e2", "t1", "failed"),  # inside its part: kept (bounds)
+        ("a", "e2", "t2", "missing"),  # inside its part: kept (provisional)
+        ("a", "e2", "t3", "ok"),  # outside, and the only question outside: a later run did it
+        ("b", "e1", "t1", "ok"),
+        ("b", "e1", "t2", "ok"),  # a later run asked more, not all: still cut
+        ("b", "e1", "t3", "missing"),
+        ("b", "e2", "t1", "missing"),  # "b" has no part of e2: left whole
+    ]
+    frame = pl.DataFrame(rows, schema=["label", "eval", "task_id", "status"], orient="row")
+    frame = frame.with_columns(pl.col("label").cast(pl.Enum(["a", "b"])))
+    asked = {"a": {"e1": ["t1"], "e2": ["t1", "t2"]}, "b": {"e1": ["t1"]}}
+    kept, cut = asked_part(frame, asked)
+    assert kept.rows() == [rows[i] for i in (0, 3, 4, 5, 6, 9)]
+    assert cut == {("a", "e1"), ("b", "e1")}
+    assert kept.schema == frame.schema
+    # always (the rounds): every part cut, whatever the cache holds beyond it
+    kept, cut = asked_part(frame, asked, always=True)
+    assert kept.rows() == [rows[i] for i in (0, 3, 4, 6, 9)]
+    assert cut == {("a", "e1"), ("a", "e2"), ("b", "e1")}
+    # nothing asked of anyone: the frame itself
+    assert asked_part(frame, {}) == (frame, set())
