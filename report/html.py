@@ -107,9 +107,12 @@ def _num(v: float | None, digits: int = 1) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
 
-def _cell(row: dict, metric: str, digits: int = 1, incomplete: bool = False) -> dict:
+def _cell(
+    row: dict, metric: str, digits: int = 1, incomplete: bool = False, estimate: bool = False
+) -> dict:
     """A score for a table cell of several lines: ``v`` the value (marked ``provisional.MARK`` when
-    ``incomplete`` or when the row gives it bounds: failed or missing answers in it), ``ci`` "[low,
+    ``incomplete`` or when the row gives it bounds: failed or missing answers in it; preceded by
+    ``adaptive.MARK`` when ``estimate``: an adaptive run's estimate of the whole set), ``ci`` "[low,
     high]", ``sd`` "±x sd" (with several epochs), ``bounds`` "bounds [lowest, highest]" (a
     provisional figure's, ``scoring.bounds``, outward to the digits shown); empty strings where
     absent, ``v`` "—" when null."""
@@ -121,7 +124,9 @@ def _cell(row: dict, metric: str, digits: int = 1, incomplete: bool = False) -> 
     sd = row.get(f"{metric}_sd")
     bounds = lowest is not None and highest is not None
     return {
-        "v": _num(v, digits) + (provisional.MARK if incomplete or bounds else ""),
+        "v": (adaptive.MARK if estimate else "")
+        + _num(v, digits)
+        + (provisional.MARK if incomplete or bounds else ""),
         "ci": f"[{_num(low, digits)}, {_num(high, digits)}]"
         if low is not None and high is not None
         else "",
@@ -287,7 +292,12 @@ def _index_section(summary: Summary, scored: Scored, labels: list[str]) -> dict:
         entry = entries[label]
         row: list[object] = [
             label,
-            _cell(index.get(label, {}), "decision_index", incomplete=not entry.complete)
+            _cell(
+                index.get(label, {}),
+                "decision_index",
+                incomplete=not entry.complete,
+                estimate=adaptive.estimated(summary, entry),
+            )
             if entry.decision_index is not None
             else _cell({}, "decision_index"),
         ]
@@ -302,6 +312,7 @@ def _index_section(summary: Summary, scored: Scored, labels: list[str]) -> dict:
                 metrics.get((label, name), {}),
                 m,
                 incomplete=entry.evals[name].get("complete") is False,
+                estimate=adaptive.estimated(summary, entry),
             )
             if entry.evals[name].get(m) is not None
             else _cell({}, m)
@@ -469,6 +480,7 @@ def _eval_sections(summary: Summary, scored: Scored, labels: list[str]) -> list[
         )
         reasons = {m.model: m.evals[name].get("reason") for m in summary.models}
         incomplete = {m.model: m.evals[name].get("complete") is False for m in summary.models}
+        estimate = {m.model: adaptive.estimated(summary, m) for m in summary.models}
         ties = {m.model: m.evals[name].get("ties", 0) for m in summary.models}  # scoring.ties
         section["table"] = _table(
             [
@@ -485,7 +497,15 @@ def _eval_sections(summary: Summary, scored: Scored, labels: list[str]) -> list[
                 [
                     lb,
                     rows[lb]["n"],
-                    *[_cell(rows[lb], m, incomplete=incomplete.get(lb, False)) for m in metrics],
+                    *[
+                        _cell(
+                            rows[lb],
+                            m,
+                            incomplete=incomplete.get(lb, False),
+                            estimate=estimate.get(lb, False),
+                        )
+                        for m in metrics
+                    ],
                     rows[lb]["invalid"],
                     rows[lb]["failed"],
                     rows[lb]["missing"],

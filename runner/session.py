@@ -184,6 +184,7 @@ def run(
             batch_prices=plan.batch_prices(),
             tolerance=plan.tolerance(),
             entries=None if rounds is None else rounds.entries(),
+            parts=None if rounds is None else rounds.parts(),
         )
     if rounds is not None and rounds.order is not None:  # for `dxi score`, `report` and `view`
         rounds.remember(models)
@@ -193,9 +194,8 @@ def run(
     dist.shard_note()
     refused, unanswered = batch_outcome(stats)
     sharded = dist.shard is not None and dist.shard.count > 1
-    accepted = summary.accepted or (rounds is not None and rounds.accepted(summary))
     code = exit_code(
-        accepted,
+        summary.accepted,
         stats,
         budget_stopped=budget.stopped,
         stopped=bool(stopped),
@@ -357,9 +357,9 @@ def counted(
         if shard is None
         else {m.label: sum(1 for _ in m.requests(suite, shard)) for m in models}
     )
-    return _progress.start_line(
-        totals_, tasks, {m.label: m.epochs for m in models}, idle, plan.cache_dir, plan.out, budget
-    ), totals_
+    epochs = {m.label: m.epochs for m in models}
+    where = (plan.cache_dir, plan.out)
+    return _progress.start_line(totals_, tasks, epochs, idle, *where, budget, plan.until), totals_
 
 
 async def _survey(
@@ -526,7 +526,7 @@ async def _send(
         def on_progress(label: str, stats: Stats) -> None:
             first.set()
             if progress is not None:
-                progress.update(label, stats)
+                progress.update(label, stats if rounds is None else rounds.bars.total(label, stats))
 
         def say(
             text: str,
@@ -546,6 +546,7 @@ async def _send(
                     limiters=limiters,
                     deadline=deadline,
                     say=say,
+                    progress=progress,
                 )
             return _dispatch.send(
                 group,

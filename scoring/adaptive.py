@@ -1,18 +1,26 @@
 """How an adaptive run's summary is read (``dxi run --until``; docs/adaptive.md): the one note every
 presentation shows (the terminal, ``report.html``, ``dxi view``) and the rows of its table, from
 summary.json's ``adaptive`` blocks (``Summary.adaptive``, ``ModelEntry.adaptive``; written by
-``runner.adaptive``). Pure: reads a ``Summary`` only.
+``runner.adaptive``), and the cut of an answers frame to the part each model was asked
+(``asked_part``). Pure: reads a ``Summary`` or a frame only.
 
 In an adaptive run each model was asked a seeded random part of each evaluation, so its figures are
-estimates of the whole set: the index and metrics over the part it was asked (the questions not
-asked count as missing answers, left out), and beside them, the whole-set estimate with its
-anytime-valid 95% interval at stopping (``scoring.sequential``).
+estimates of the whole set: the index and metrics over the part it was asked (a random sample; the
+questions not asked are not answers at all, neither missing nor failed: each evaluation block's
+``n`` is the tasks asked, of the ``populations`` of the run's block), and beside them, the
+whole-set estimate with its anytime-valid 95% interval at stopping (``scoring.sequential``).
 """
 
 from __future__ import annotations
 
-from .records import UNSET, Summary
+from collections.abc import Mapping, Sequence
 
+import polars as pl
+
+from .records import UNSET, ModelEntry, Summary
+
+# before a figure of a model an adaptive run asked part of the set: an estimate of the whole set
+MARK = "≈"
 HEADERS = ("model", "asked", "whole-set index", "anytime 95% interval", "stopped by", "round")
 
 
@@ -21,20 +29,32 @@ def is_adaptive(summary: Summary) -> bool:
     return summary.adaptive is not UNSET and summary.adaptive is not None
 
 
+def estimated(summary: Summary, entry: ModelEntry) -> bool:
+    """Whether ``entry``'s figures are estimates of the whole set: it has an ``adaptive`` block and
+    was asked fewer tasks of some evaluation than the set holds (the run's ``populations``). A
+    model asked everything has exact figures."""
+    block = entry.adaptive if entry.adaptive is not UNSET else None
+    if not block or not is_adaptive(summary):
+        return False
+    populations = summary.adaptive.get("populations", {})
+    return any(n < populations.get(name, 0) for name, n in block.get("asked", {}).items())
+
+
 def note(summary: Summary) -> str | None:
     """The sentence that marks an adaptive run's figures as estimates of the whole set (None: not
-    one), e.g. "Adaptive run (--until precision=5, order seed 0, 4 rounds): each model was asked a
-    random part of each evaluation; its figures are estimates of the whole set (...)"."""
+    one), e.g. "Adaptive run (--until precision=5, order seed 0, 4 rounds): a model stopped before
+    the end was asked a random part of each evaluation, so its figures (marked ≈) are estimates of
+    the whole set (...)"."""
     if not is_adaptive(summary):
         return None
     block = summary.adaptive
     rounds = block.get("rounds", 0)
     return (
         f"Adaptive run (--until {block.get('until')}, order seed {block.get('seed')}, "
-        f"{rounds} round{'' if rounds == 1 else 's'}): each model was asked a random part of each "
-        "evaluation, so its figures are estimates of the whole set; the questions not asked count as "
-        "missing answers (a run without --until asks them). Each model's whole-set index with its "
-        "anytime-valid 95% interval:"
+        f"{rounds} round{'' if rounds == 1 else 's'}): a model stopped before the end was asked a "
+        f"random part of each evaluation, so its figures (marked {MARK}) are estimates of the whole "
+        "set, computed over the questions it was asked (a run without --until asks the others). "
+        "Each model's whole-set index with its anytime-valid 95% interval:"
     )
 
 
@@ -91,3 +111,52 @@ def sentences(summary: Summary) -> list[str]:
         )
         out.append(f"{model}: asked {asked}; whole-set index {point} {interval}; {stop}.")
     return out
+
+
+def asked_part(
+    answers: pl.DataFrame, asked: Mapping[str, Mapping[str, Sequence[str]]], *, always: bool = False
+) -> tuple[pl.DataFrame, set[tuple[str, str]]]:
+    """``answers`` (``scoring.answers``'s frame, or any frame with ``label``, ``eval``, ``task_id``
+    and ``status``) with each adaptive model cut to the part it was asked: ``asked`` maps a label
+    -> evaluation -> the task ids it was asked (a prefix of the run's order). The rows of that label
+    and evaluation outside the part (the questions never asked: ``missing`` answers) are dropped, so
+    its figures are over the asked part, a random sample of the evaluation; a failed or missing
+    answer *inside* the part stays (bounds, as for any run). Labels and evaluations not in ``asked``
+    are left whole.
+
+    Without ``always``, a (label, evaluation) whose every question outside the part has an answer
+    in the cache (any status but ``missing``) is left whole too: a later run completed it (a run
+    without ``--until``), and its figures are the ordinary ones. Returns the frame (rows in their
+    order) and the (label, evaluation) pairs cut (those asked everything included: nothing to
+    cut, their figures exact)."""
+    wanted = {(label, name) for label, part in asked.items() for name in part}
+    if not wanted or answers.is_empty():
+        return answers, set()
+    sep = "\x00"
+    key = pl.concat_str(
+        [pl.col(c).cast(pl.String) for c in ("label", "eval", "task_id")], separator=sep
+    )
+    pair = pl.concat_str([pl.col(c).cast(pl.String) for c in ("label", "eval")], separator=sep)
+    inside = pl.Series(
+        [
+            sep.join((label, name, task_id))
+            for label, part in asked.items()
+            for name, ids in part.items()
+            for task_id in ids
+        ],
+        dtype=pl.String,
+    )
+    flags = answers.select(
+        pair.alias("pair"),
+        key.is_in(inside.implode()).alias("inside"),
+        (pl.col("status").cast(pl.String) != "missing").alias("got"),
+    )
+    candidates = pl.Series([sep.join(p) for p in sorted(wanted)], dtype=pl.String)
+    flags = flags.with_columns(pl.col("pair").is_in(candidates.implode()).alias("covered"))
+    if not always:  # completed: every question outside the part answered (a later run)
+        outside = flags.filter(pl.col("covered") & ~pl.col("inside"))
+        done = outside.group_by("pair").agg(pl.col("got").all()).filter(pl.col("got"))["pair"]
+        flags = flags.with_columns(pl.col("covered") & ~pl.col("pair").is_in(done.implode()))
+    cut = set(flags.filter(pl.col("covered"))["pair"].unique().to_list())
+    keep = ~(flags["covered"] & ~flags["inside"])
+    return answers.filter(keep), {tuple(p.split(sep, 1)) for p in cut}  # type: ignore[misc]

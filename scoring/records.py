@@ -49,13 +49,14 @@ Interval = list[float | None]  # [low, high], 0-100
 class EvalBlock(TypedDict, total=False):
     """One evaluation's block of one model (``scoring.summary.eval_block``): a mapping, since which
     keys it has and their order depend on the evaluation and on what was computed (summary.json
-    writes them in the order they were added). ``n`` tasks (WildGuardTest: rows); each metric of the
-    evaluation (``scoring.sums.METRICS``; 0-100 or None) with ``<metric>_sd`` (several epochs) and
-    ``<metric>_ci`` (intervals) and ``<metric>_bounds`` (a provisional figure's [lowest, highest],
-    ``scoring.bounds``); the answer counts ``invalid``, ``failed``, ``missing``, ``repaired``;
-    ``complete`` and ``rerun``; ``reason`` (a null metric, or missing answers); ``calibration``
-    (``scoring.summary.calibration_block``), ``ties`` and ``rounded`` (``scoring.ties``) and
-    ``measures`` (``scoring.measures``)."""
+    writes them in the order they were added). ``n`` tasks (WildGuardTest: rows; for a model an
+    adaptive run stopped, the tasks it was asked: ``scoring.adaptive.asked_part``); each metric of
+    the evaluation (``scoring.sums.METRICS``; 0-100 or None) with ``<metric>_sd`` (several epochs)
+    and ``<metric>_ci`` (intervals) and ``<metric>_bounds`` (a provisional figure's [lowest,
+    highest], ``scoring.bounds``); the answer counts ``invalid``, ``failed``, ``missing``,
+    ``repaired``; ``complete`` and ``rerun``; ``reason`` (a null metric, or missing answers);
+    ``calibration`` (``scoring.summary.calibration_block``), ``ties`` and ``rounded``
+    (``scoring.ties``) and ``measures`` (``scoring.measures``)."""
 
     n: int
     accuracy: float | None

@@ -172,6 +172,14 @@ class Cube:
         out[self.l[r], self.t[r]] = True
         return out
 
+    def asked_tasks(self, tasks: np.ndarray | None = None) -> np.ndarray:
+        """(labels,) the tasks (of ``tasks``, else all) each label has an answer row for, whatever
+        its status: every task for a run over the whole set (its missing answers are rows), the
+        part it was asked for a model an adaptive run stopped (``scoring.adaptive.asked_part``)."""
+        out = np.zeros((len(self.labels), self.n_tasks), bool)
+        out[self.l, self.t] = True
+        return (out if tasks is None else out[:, tasks]).sum(1)
+
     def replied_tasks(self, tasks: np.ndarray | None = None) -> np.ndarray:
         """(labels,) the tasks (of ``tasks``, else all) each label has a reply to: the *n* of an
         interval over the answered questions (a provisional figure's, SPEC §6)."""
@@ -542,7 +550,8 @@ class EvalMetrics:
     status); ``no_reply`` labels none of whose answers is a reply (every one failed or missing: null
     metrics); ``replied`` (labels,) the tasks each label has a reply to; ``lowest``/``highest`` map
     metric -> (labels,), a provisional figure's bounds (``scoring.bounds``; NaN for a complete
-    one)."""
+    one); ``asked`` (labels,) the tasks each label has answer rows for (``Cube.asked_tasks``: its
+    table's ``n``; below ``n`` for a model an adaptive run cut to the part it was asked)."""
 
     point: dict[str, np.ndarray]
     sd: dict[str, np.ndarray]
@@ -556,6 +565,7 @@ class EvalMetrics:
     answers: np.ndarray | None = None
     no_reply: np.ndarray | None = None
     replied: np.ndarray | None = None
+    asked: np.ndarray | None = None
     lowest: dict[str, np.ndarray] = field(default_factory=dict)
     highest: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -610,6 +620,7 @@ def eval_metrics(
         answers=total,
         no_reply=no_reply,
         replied=cube.replied_tasks(tasks),
+        asked=cube.asked_tasks(tasks),
     )
     est.lowest, est.highest = eval_bounds(cube, sums)
     if boot is not None and weights is not None:
@@ -702,7 +713,9 @@ def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
     columns: dict[str, object] = {
         "label": cube.labels,
         "eval": [cube.eval] * n_labels,
-        "n": np.full(n_labels, est.n, np.int64),
+        "n": (
+            np.full(n_labels, est.n, np.int64) if est.asked is None else est.asked.astype(np.int64)
+        ),
         "answers": est.answers.astype(np.int64),
     }
     for c, name in enumerate(COUNTS):

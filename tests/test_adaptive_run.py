@@ -9,7 +9,6 @@ later run without ``--until`` completes the models from where they stopped."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import re
@@ -19,7 +18,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import msgspec
 import orjson
 import polars as pl
 import pytest
@@ -41,10 +39,10 @@ from dxi.scoring.sequential import Until, round_sizes, standings
 from . import synthetic
 from .fake_provider import serve
 from .helpers.adaptive_models import DATA_ENV, MODELS, write_data
+from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, flags, overview, summary
 from .servers import free_port
 
 N = 100  # tasks of each evaluation: 400 in all, so each model asks between 16 and 400
-ROUTE = {"/v1/systemone": "tests.helpers.adaptive_models:knowing"}
 
 
 # ---- the order
@@ -195,33 +193,6 @@ def server(data: Path, monkeypatch: pytest.MonkeyPatch):
         yield served
 
 
-def flags(url: str, models=MODELS) -> list[str]:
-    return [a for m in models for a in ("--model", f"systemone:{m}@{url}")]
-
-
-def dxi_run(url: str, data: Path, cache: Path, out: Path, *extra: str, models=MODELS) -> int:
-    return main(
-        [
-            "run",
-            *flags(url, models),
-            "--data-dir",
-            str(data),
-            "--cache-dir",
-            str(cache),
-            "--out",
-            str(out),
-            "--max-in-flight",
-            "32",
-            *extra,
-            "-q",
-        ]
-    )
-
-
-def summary(out: Path) -> dict:
-    return orjson.loads((out / "summary.json").read_bytes())
-
-
 def replay(
     data: Path, cache: Path, until: Until, order_file: Path
 ) -> dict[str, tuple[int, dict, object]]:
@@ -339,13 +310,13 @@ def test_precision_stops_each_model_where_the_interval_says_and_a_plain_run_comp
         ),
         html=True,
     )
-    assert (
-        done.summary.adaptive == s["adaptive"] and done.exit_code == 1
-    )  # answers missing, by design
-    # a model asked everything has exact figures: no block; the others have the run's
-    assert {
-        m.model: m.adaptive for m in done.summary.models if m.adaptive is not msgspec.UNSET
-    } == {m["model"]: m["adaptive"] for m in s["models"] if m["adaptive"]["rule"] != "exhausted"}
+    # every model over what it was asked, nothing missing: exit 0, the run's blocks
+    assert done.exit_code == 0 and {m.model: m.adaptive for m in done.summary.models} == {
+        m["model"]: m["adaptive"] for m in s["models"]
+    }
+    # `dxi score` of the run's models (their order): the run's summary, figure for figure
+    assert dxi_score(server.url, data, tmp_path / "cache", tmp_path / "scored") == 0
+    assert figures(summary(tmp_path / "scored")) == figures(s)
     page = (tmp_path / "report" / "report.html").read_text()
     m00 = next(m["adaptive"] for m in s["models"] if m["model"] == "systemone:m00")
     assert "Adaptive run (--until precision=5, order seed 0" in page
@@ -365,28 +336,6 @@ def test_precision_stops_each_model_where_the_interval_says_and_a_plain_run_comp
         asked = sum(by_hand[m["model"]][1].values())
         assert (m["requests"]["sent"], m["requests"]["cache_hits"]) == (4 * N - asked, asked)
     assert server.stats()["ok"] - before == 10 * 4 * N - sent and server.stats()["duplicates"] == 0
-
-
-def overview(data: Path, cache: Path) -> str:
-    """``dxi view``'s overview page over ``cache`` (its browser, served in process)."""
-    from aiohttp.test_utils import TestClient, TestServer
-
-    from dxi.view.app import make_app
-    from dxi.view.home import private_home
-
-    home = private_home()
-    browser, _ = rescore.browse(rescore.select(PlanInputs(data_dir=data, cache_dir=cache)), home)
-    browser.source.owns_home = True
-
-    async def fetch() -> str:
-        async with TestClient(TestServer(make_app(browser))) as client, client.get("/") as resp:
-            assert resp.status == 200
-            return await resp.text()
-
-    try:
-        return asyncio.run(fetch())
-    finally:
-        browser.close()
 
 
 def evals_of(data: Path) -> list[str]:

@@ -130,6 +130,8 @@ def _environment() -> jinja2.Environment:
         provisional_notes=provisional.notes,
         model_notes=model_notes,
         adaptive_notes=adaptive.sentences,
+        estimated=adaptive.estimated,  # an adaptive run's figure: an estimate of the whole set
+        ESTIMATE=adaptive.MARK,
         span=provisional.span,
     )
     env.globals["measure_rows"] = measures.model_rows  # (evaluation or "all", block) of a model

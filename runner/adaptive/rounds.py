@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from dxi import scoring
+from dxi.scoring.adaptive import asked_part
 from dxi.scoring.sequential import round_sizes, standings
 
 from ..dispatch import merged
@@ -42,12 +43,12 @@ from .order import DEFAULT_SEED, Order, PrefixSuite, order_of
 if TYPE_CHECKING:
     from dxi.cache import Cache
     from dxi.evals import Suite
-    from dxi.scoring.records import Summary
     from dxi.scoring.sequential import Standing, Until
 
     from ..planning.plan import ModelRun, Plan
     from ..sending.cost import Budget
     from ..sending.limits import ProviderLimiter
+    from ..sending.progress import RunProgress
     from ..sending.stops import RunStop
 
 SendRound = Callable[[list["ModelRun"], "Suite"], Awaitable[dict[str, "Stats"]]]
@@ -59,8 +60,8 @@ class Rounds:
     ``order`` (read or recorded before the first round), ``asked`` (model label -> evaluation ->
     tasks asked, its prefix of the order), ``standings`` (label -> its latest
     ``scoring.sequential.Standing``), ``settled_at`` (label -> the round, 1-based, after which it
-    stopped), ``stopped`` (label -> why it left the rounds unsettled: its provider stopped) and
-    ``rounds`` (the rounds asked)."""
+    stopped), ``stopped`` (label -> why it left the rounds unsettled: its provider stopped),
+    ``rounds`` (the rounds asked) and ``bars`` (what the progress bars count: ``RoundBars``)."""
 
     plan: Plan
     order: Order | None = None
@@ -69,6 +70,7 @@ class Rounds:
     settled_at: dict[str, int] = field(default_factory=dict)
     stopped: dict[str, str] = field(default_factory=dict)
     rounds: int = 0
+    bars: RoundBars = field(default_factory=lambda: RoundBars())
 
     @property
     def until(self) -> Until:
@@ -90,13 +92,15 @@ class Rounds:
         limiters: Mapping[str, ProviderLimiter],
         deadline: float | None = None,
         say: Callable[[str], None] | None = None,
+        progress: RunProgress | None = None,
     ) -> dict[str, Stats]:
         """Ask ``models`` in rounds (see the module docstring) through ``send_round(models, suite)``
         (the round's suite: ``PrefixSuite``); each model's Stats merged over the rounds.
         ``deadline`` (batch mode's ``--deadline``, Unix seconds): no round starts after it; ``say``
-        prints one line after each round (``round_line``: who stopped, who runs on). Raises
-        what ``send_round`` raises, ``OSError`` when the order cannot be recorded in the cache
-        folder."""
+        prints one line after each round (``round_line``: who stopped, who runs on); ``progress``
+        (the run's bars) is given each round's requests as it starts (``bars``: ``RoundBars``).
+        Raises what ``send_round`` raises, ``OSError`` when the order cannot be recorded in the
+        cache folder."""
         self.order = order = await asyncio.to_thread(
             order_of, self.plan.suite, self.seed, self.plan.cache_dir
         )
@@ -115,6 +119,8 @@ class Rounds:
             # nothing left to ask: standings below has settled them as exhausted
             if target == asked:
                 break
+            new = sum(target[n] - asked[n] for n in populations)  # tasks; × epochs: requests
+            self.bars.next_round({m.label: new * m.epochs for m in running}, progress)
             stats = await send_round(
                 running, PrefixSuite.of(self.plan.suite, order, target, start=asked)
             )
@@ -194,19 +200,18 @@ class Rounds:
         answers = cache.read(
             lambda rows: scoring.answers(rows, models, gold, categories, self.plan.epochs)
         )
-        pairs = pl.DataFrame(
-            [
-                (label, task_id)
-                for label, counts in self.asked.items()
-                for name, n in counts.items()
-                for task_id in self.order.prefix(name, n)
-            ],
-            schema={"label": pl.String, "task_id": pl.String},
-            orient="row",
-        )
-        keys = answers.select(pl.col("label").cast(pl.String), pl.col("task_id").cast(pl.String))
-        keep = keys.with_row_index("_row").join(pairs, on=["label", "task_id"], how="semi")["_row"]
-        return answers[keep.sort()]
+        return asked_part(answers, self.parts(), always=True)[0]
+
+    def parts(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """Label -> evaluation -> the task ids it was asked (its prefix of the order): what its
+        figures are scored over (``scoring.adaptive.asked_part``); empty before the order was
+        read."""
+        if self.order is None:
+            return {}
+        return {
+            label: {name: self.order.prefix(name, n) for name, n in counts.items()}
+            for label, counts in self.asked.items()
+        }
 
     def block(self) -> dict:
         """summary.json's top-level ``adaptive`` block: ``until`` (as given), ``seed``, ``rounds``
@@ -250,16 +255,41 @@ class Rounds:
             return None
         return {label: {"adaptive": block} for label, block in self.model_blocks().items()}
 
-    def accepted(self, summary: Summary) -> bool:
-        """Whether the adaptive run's result stands although the summary is not complete (its models
-        were not asked the whole set, by design): every model settled and no failed answer in what
-        was asked (the summary's per-evaluation ``failed`` counts; the questions not asked are
-        ``missing``)."""
-        if self.order is None or set(self.settled_at) != set(self.asked):
-            return False
-        return all(
-            block.get("failed", 0) == 0 for m in summary.models for block in m.evals.values()
-        )
+
+class RoundBars:
+    """What an adaptive run's progress bars count (``runner.sending.progress.RunProgress``): each
+    model's bar counts what the run has asked of it so far, not the whole set it may never be
+    asked. Its total grows by each round's requests as the round starts (``next_round``); its
+    counts add up the rounds (each round's ``send`` counts from zero: ``total`` adds the earlier
+    rounds' Stats). A model that stopped keeps its last total, reached: its bar ends full, and its
+    line says which round it finished ("round 7 done"), never that the run is done."""
+
+    def __init__(self) -> None:
+        self.planned: dict[str, int] = {}
+        self.earlier: dict[str, Stats] = {}  # the finished rounds' Stats, merged
+        self.current: dict[str, Stats] = {}  # the round's, as the last update gave them
+        self.rounds = 0
+
+    def next_round(self, requests: dict[str, int], progress: RunProgress | None) -> None:
+        """A round starts: ``requests`` (label -> its requests) added to the totals ``progress``
+        shows (``RunProgress.round_totals``)."""
+        for label, s in self.current.items():
+            before = self.earlier.get(label)
+            self.earlier[label] = s if before is None else merged([before, s])
+        self.current = {}
+        for label, n in requests.items():
+            self.planned[label] = self.planned.get(label, 0) + n
+        self.rounds += 1
+        if progress is not None:
+            progress.round_totals(dict(self.planned), dict.fromkeys(requests, self.rounds))
+
+    def total(self, label: str, stats: Stats) -> Stats:
+        """``stats`` (the round's, of ``label``) with the earlier rounds' added."""
+        if not self.planned:
+            return stats
+        self.current[label] = stats
+        before = self.earlier.get(label)
+        return stats if before is None else merged([before, stats])
 
 
 def _empty(model: ModelRun) -> Stats:

@@ -4,8 +4,8 @@ appended with one write(2) and fsynced, so that a Ctrl-C, a provider stop or a k
 every decision taken), at the end in summary.json (``model_block``: each model's ``adaptive`` block;
 the run's own block is ``Rounds.block``), and beside it in the cache folder (``remember``:
 ``outcomes.jsonl``), from which the commands that score the cache alone (``dxi score``, ``report``,
-``view``) mark the figures of the models an adaptive run left part-asked as estimates of the whole
-set (``attach``).
+``view``) score the models an adaptive run left part-asked over the part each was asked
+(``recorded``) and mark their figures as estimates of the whole set (``attach``), as the run did.
 
 The journal is ``<cache>/adaptive/decisions-<order digest>.jsonl``: the runs that ask the same
 sequence share it, each line naming its ``until``. A rerun replays the rounds from the cache and
@@ -138,16 +138,32 @@ def remember(
         pass
 
 
-def attach(summary: Summary, configs: Mapping[str, tuple], cache_dir: Path) -> Summary:
-    """``summary`` (scored from the cache alone) with the ``adaptive`` blocks of the latest adaptive
-    run recorded for each of its models (``configs``: label -> configuration), for the models still
-    not asked every question (a model whose entry is complete has exact figures: a later run
-    completed it). The top block is that of the latest such run. A journal that cannot be read, or a
-    line that is not JSON, is passed over (nothing to mark)."""
+@dataclass(frozen=True)
+class Recorded:
+    """The adaptive runs recorded in a cache folder for the models scored (``recorded``): ``top``
+    (label -> the summary's top ``adaptive`` block of the latest run that asked it), ``blocks``
+    (label -> its ``adaptive`` block) and ``parts`` (label -> evaluation -> the task ids it was
+    asked: its prefix of the recorded order, ``scoring.adaptive.asked_part``)."""
+
+    top: dict[str, dict]
+    blocks: dict[str, dict]
+    parts: dict[str, dict[str, tuple[str, ...]]]
+
+
+def recorded(
+    configs: Mapping[str, tuple], cache_dir: Path, tasks: Mapping[str, set[str]]
+) -> Recorded:
+    """The latest adaptive run recorded in ``<cache>/adaptive/outcomes.jsonl`` for each model of
+    ``configs`` (label -> configuration, ``files.configs``) whose order (the file the line names,
+    read from the same folder) holds exactly the tasks scored of each evaluation scored (``tasks``:
+    evaluation -> task ids; fewer evaluations are fine, other tasks of one are another selection,
+    and the record does not apply). A folder without the file,
+    a line that is not JSON or an order that cannot be read is passed over (nothing recorded)."""
+    out = Recorded({}, {}, {})
     try:
         lines = (cache_dir / ORDER_DIR / OUTCOMES).read_bytes().splitlines()
     except OSError:
-        return summary
+        return out
     latest: dict[tuple, tuple[dict, dict]] = {}
     for raw in lines:
         try:
@@ -156,15 +172,55 @@ def attach(summary: Summary, configs: Mapping[str, tuple], cache_dir: Path) -> S
                 latest[tuple(m["config"])] = (doc, m["adaptive"])
         except (orjson.JSONDecodeError, KeyError, TypeError):
             continue
-    top = None
-    for entry in summary.models:
-        found = latest.get(tuple(configs.get(entry.model, ())))
-        if found is None or entry.complete:
+    orders: dict[str, dict[str, list[str]] | None] = {}
+    for label, config in configs.items():
+        found = latest.get(tuple(config))
+        if found is None:
             continue
         doc, block = found
-        entry.adaptive = block
+        name = Path(str(doc.get("order", ""))).name
+        if name not in orders:
+            try:
+                evals = orjson.loads((cache_dir / ORDER_DIR / name).read_bytes())["evals"]
+                same = all(n in evals and set(evals[n]) == tasks[n] for n in tasks)
+                orders[name] = evals if same else None
+            except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+                orders[name] = None
+        evals = orders[name]
+        if evals is None:
+            continue
+        out.top[label] = {k: v for k, v in doc.items() if k != "models"}
+        out.blocks[label] = block
+        out.parts[label] = {
+            n: tuple(evals[n][: int(k)]) for n, k in block.get("asked", {}).items() if n in evals
+        }
+    return out
+
+
+def attach(summary: Summary, record: Recorded, cut: set[tuple[str, str]]) -> Summary:
+    """``summary`` (scored from the cache alone) with the ``adaptive`` blocks of ``record``
+    (``recorded``) for the models scored over the part they were asked (``cut``: the (label,
+    evaluation) pairs ``scoring.adaptive.asked_part`` cut), as the run itself wrote them. Nothing is
+    attached when no model is left with a part of an evaluation (a later run completed them, or
+    every model of the run was asked everything): its figures are then exact. The top block is
+    that of the latest such run."""
+    labels = {label for label, _ in cut if label in record.blocks}
+    partial = any(
+        record.blocks[label].get("asked", {}).get(name, 0)
+        < record.top[label].get("populations", {}).get(name, 0)
+        for label, name in cut
+        if label in labels
+    )
+    if not partial:
+        return summary
+    top = None
+    for entry in summary.models:
+        if entry.model not in labels:
+            continue
+        entry.adaptive = record.blocks[entry.model]
+        doc = record.top[entry.model]
         if top is None or doc["at"] > top["at"]:
             top = doc
     if top is not None:
-        summary.adaptive = {k: v for k, v in top.items() if k not in ("at", "models")}
+        summary.adaptive = {k: v for k, v in top.items() if k != "at"}
     return summary

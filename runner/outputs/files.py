@@ -15,13 +15,14 @@ from dxi import adapters, scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import measures, records
+from dxi.scoring.adaptive import asked_part
 from dxi.scoring.provisional import Tolerance
 from dxi.scoring.records import Summary
 from dxi.scoring.replies import add_replies, usage_and_replies
 from dxi.scoring.scored import ScoredRun
 from dxi.scoring.ties import add_ties, rounded_counts, tie_counts
 
-from .adaptive import attach
+from .adaptive import attach, recorded
 from .provenance import provenance
 
 
@@ -37,6 +38,7 @@ def score(
     batch_prices: dict | None = None,
     tolerance: Tolerance | None = None,
     entries: dict[str, dict] | None = None,
+    parts: dict[str, dict[str, tuple[str, ...]]] | None = None,
 ) -> Summary:
     """Score ``models`` (``scoring.MODELS_SCHEMA`` rows, plus an optional ``epochs`` column: a
     model's own number of epochs, else ``epochs``) from the cache over the suite's tasks, write
@@ -48,7 +50,10 @@ def score(
     ``scoring.cost.batch_price``); ``extra`` sets the summary's optional fields (``cost_bound``,
     ``stopped_providers``: ``scoring.records.Summary``); ``tolerance`` is ``--allow-failed``'s
     (``scoring.provisional``); ``entries`` (label -> {field: value}) sets model entries' optional
-    fields (an adaptive run's ``adaptive`` blocks, ``runner.adaptive``).
+    fields (an adaptive run's ``adaptive`` blocks, ``runner.adaptive``); ``parts`` (label ->
+    evaluation -> task ids: ``Rounds.parts``) scores each model of an adaptive run over the part it
+    was asked (``scoring.adaptive.asked_part``; the cache alone: the parts its record in the cache
+    folder gives, ``runner.outputs.adaptive.recorded``).
 
     A shard damaged where start-up does not look (outside the index columns) fails here: it is moved
     to the cache's quarantine/ (``Cache.read``) and scoring goes on without it; its answers count as
@@ -65,6 +70,7 @@ def score(
         batch_prices=batch_prices,
         tolerance=tolerance,
         entries=entries,
+        parts=parts,
     )[0]
 
 
@@ -81,6 +87,7 @@ def score_all(
     batch_prices: dict | None = None,
     tolerance: Tolerance | None = None,
     entries: dict[str, dict] | None = None,
+    parts: dict[str, dict[str, tuple[str, ...]]] | None = None,
 ) -> ScoredRun:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group
     ones that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own
@@ -97,6 +104,7 @@ def score_all(
         batch_prices=batch_prices,
         tolerance=tolerance,
         entries=entries,
+        parts=parts,
     )
     if out is None:
         return ScoredRun(summary, scored)
@@ -123,6 +131,7 @@ def summarize(
     batch_prices: dict | None = None,
     tolerance: Tolerance | None = None,
     entries: dict[str, dict] | None = None,
+    parts: dict[str, dict[str, tuple[str, ...]]] | None = None,
 ) -> ScoredRun:
     """``score_all`` without writing anything: the summary (as summary.json holds it) and the tables
     (``dxi view`` shows them; the cache is only read).
@@ -151,9 +160,18 @@ def summarize(
     used, served, calls = cache.read(
         lambda rows: usage_and_replies(rows, models, gold, epochs, with_calls=True)
     )
+    record = None
+    if requests is None:  # the cache alone: an adaptive run's models over what they were asked
+        tasks: dict[str, set[str]] = {}
+        for name, task_id in gold.select("eval", "task_id").unique().iter_rows():
+            tasks.setdefault(name, set()).add(task_id)
+        record = recorded(configs(models), cache.root, tasks)
+        parts = record.parts
+    cut: set[tuple[str, str]] = set()  # the (label, evaluation) scored over the part asked
     confidence = []  # each answers frame's tied confidence groups (``scoring.measures``)
     if each is None:
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
+        answers, cut = asked_part(answers, parts or {})
         scored = scoring.score(
             answers, scoring.Bootstrap(), with_breakdowns=breakdowns, with_comparisons=True
         )
@@ -171,6 +189,8 @@ def summarize(
             answers = cache.read_parts(
                 lambda rows, mine=mine: scoring.answers(rows, models, mine, categories, epochs)
             )
+            answers, now_cut = asked_part(answers, parts or {})
+            cut |= now_cut
             if requests is None:
                 counts = _added(counts, scoring.request_counts(answers))
             ties |= tie_counts(answers)
@@ -206,8 +226,9 @@ def summarize(
     for entry in summary.models:  # the fields the run sets (an adaptive run's ``adaptive``)
         for name, value in (entries or {}).get(entry.model, {}).items():
             setattr(entry, name, value)
-    if requests is None:  # the cache alone: an adaptive run's part-asked models marked (its record)
-        summary = attach(summary, configs(models), cache.root)
+    # the cache alone: an adaptive run's part-asked models marked (its record)
+    if record is not None:
+        summary = attach(summary, record, cut)
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked
     # here, when the result is written, never before the first request
     summary.provenance = provenance()

@@ -378,10 +378,15 @@ def _rank(m: ModelEntry) -> str:
     return f"{m.rank} [{low}–{high}]"
 
 
-def _marked(value: float | None, incomplete: bool) -> str:
-    """A figure as the tables print it, marked when it is provisional (a null one is never
-    marked)."""
-    return _fmt(value) + (provisional.MARK if incomplete and value is not None else "")
+def _marked(value: float | None, incomplete: bool, estimate: bool = False) -> str:
+    """A figure as the tables print it, marked when it is provisional (``provisional.MARK`` after
+    it) and when it is an adaptive run's estimate of the whole set (``adaptive.MARK`` before it: the
+    model was asked part of the set); a null one is never marked."""
+    if value is None:
+        return _fmt(value)
+    return (
+        (adaptive.MARK if estimate else "") + _fmt(value) + (provisional.MARK if incomplete else "")
+    )
 
 
 def _index_rows(summary: Summary, keys: list[str]) -> Rows:
@@ -392,12 +397,13 @@ def _index_rows(summary: Summary, keys: list[str]) -> Rows:
         failed = sum(b.get("failed", 0) for b in e.values())
         repaired = sum(b.get("repaired", 0) for b in e.values())
         ci, sd = unset(m.decision_index_ci), unset(m.decision_index_sd)
-        index = _marked(m.decision_index, not m.complete) + (
+        estimate = adaptive.estimated(summary, m)
+        index = _marked(m.decision_index, not m.complete, estimate) + (
             f" ±{sd:.1f} sd" if sd is not None else ""
         )
 
-        def cell(name: str, metric: str, e: dict = e) -> str:
-            return _marked(e[name].get(metric), e[name].get("complete") is False)
+        def cell(name: str, metric: str, e: dict = e, estimate: bool = estimate) -> str:
+            return _marked(e[name].get(metric), e[name].get("complete") is False, estimate)
 
         rows.append(
             (

@@ -159,6 +159,9 @@ class RunProgress:
         self._started = (
             time.monotonic() if started is None else started
         )  # the run's start (monotonic seconds)
+        # an adaptive run's: label -> the last round it is asked in (``runner.session._RoundBars``):
+        # its total is what the rounds so far ask, so reaching it finishes that round, not the run
+        self.rounds: dict[str, int] = {}
         self._note: int | None = None  # the bars' line saying the run is stopping
         self._stopping_shown: tuple[float, int] | None = (
             None  # (when, count) of the last stopping line in logs
@@ -188,7 +191,24 @@ class RunProgress:
         self._schedule()
 
     def set_totals(self, totals: dict[str, int]) -> None:
-        """Give (or correct) the models' totals; a model not shown yet gets its bar."""
+        """Give (or correct) the models' totals; a model not shown yet gets its bar. An adaptive
+        run's come round by round (``round_totals``): the whole set's, given once the tasks are
+        counted, are then not what its bars count, and are passed over."""
+        if not self.rounds:
+            self._totals(totals)
+
+    def round_totals(self, totals: dict[str, int], rounds: dict[str, int]) -> None:
+        """An adaptive run's round starts (``runner.adaptive.rounds.RoundBars``): ``totals`` (label
+        -> what the rounds so far ask of it) and ``rounds`` (label -> this round, for the models it
+        asks). A total that grows reopens the model: its line is printed again when it reaches the
+        new total."""
+        self.rounds |= rounds
+        self._totals(totals)
+
+    def _totals(self, totals: dict[str, int]) -> None:
+        for label, total in totals.items():
+            if total > self.totals.get(label, total):
+                self._finished.discard(label)
         self.totals = dict(totals)
         if self._bars is not None:
             for label, total in self.totals.items():
@@ -217,7 +237,7 @@ class RunProgress:
         eta = (
             "ETA -"
             if left is None
-            else "done"
+            else ("done" if label not in self.rounds else f"round {self.rounds[label]} done")
             if left <= 0
             else (f"ETA {_duration(left / rate)}" if rate > 0 else "ETA -")
         )
@@ -301,11 +321,14 @@ def start_line(
     cache_dir: object,
     out: object,
     budget: Budget | None = None,
+    until: object = None,
 ) -> str:
     """What is about to run, e.g. ``Running 2 models on 2,193 tasks (AA-Omniscience-Decision 500,
     ...), 6,579 requests; cache .dxi-cache, results to out``. ``models``: label -> requests;
     ``tasks``: evaluation title -> tasks; ``epochs``: label -> epochs (shown when not 1); ``idle``:
-    labels with every request cached."""
+    labels with every request cached; ``until``: an adaptive run's rule (``--until``, as ``str``
+    gives it; None: not one), whose requests are at most these ("at most 6,579 requests (--until
+    precision=5: each model stops when settled)")."""
     names = []
     for label in models:
         notes = ([f"{epochs[label]} epochs"] if epochs.get(label, 1) != 1 else []) + (
@@ -321,6 +344,8 @@ def start_line(
     return (
         f"Running {len(models)} model{'s' if len(models) != 1 else ''} ({'; '.join(names)}) on {n_tasks:,} tasks ("
         + ", ".join(f"{t} {n:,}" for t, n in tasks.items())
-        + f"): {sum(models.values()):,} requests{bound}; "
+        + f"): {'at most ' if until else ''}{sum(models.values()):,} requests"
+        + (f" (--until {until}: each model stops when settled)" if until else "")
+        + f"{bound}; "
         f"cache {cache_dir}, results to {out}"
     )

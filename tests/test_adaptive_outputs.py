@@ -1,0 +1,296 @@
+"""An adaptive run's outputs (issue 35; docs/adaptive.md, "What an adaptive run records"): a model
+stopped by ``--until`` is scored over the tasks it was asked (the questions never asked are neither
+missing nor failed), a failed answer inside the asked part keeps its bounds, ``dxi score`` of the
+cache gives the run's summary figure for figure and exits 0, a later run without ``--until`` gives
+exactly the summary of an ordinary run, and the progress bars count what the rounds ask. Three
+models of ``tests.helpers.adaptive_models`` (known per-question answers) on 40 tasks of each
+evaluation; with ``--until precision=20`` they stop after 19, 32 and 25 tasks of each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from dxi.evals import Suite, discover
+from dxi.runner.sending import progress as progress_module
+from dxi.scoring.sequential import round_sizes
+
+from .fake_provider import serve
+from .helpers.adaptive_models import DATA_ENV, knows, write_data
+from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, overview, summary
+
+THREE = ("m00", "m50", "m100")
+SMALL = 40
+UNTIL = ("--until", "precision=20")
+# what each model is asked of every evaluation before it stops (seed 0)
+STOPPED_AT = {"systemone:m00": 19, "systemone:m50": 32, "systemone:m100": 25}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_data(tmp_path_factory.mktemp("adaptive-outputs") / "data", SMALL)
+
+
+@pytest.fixture
+def server(data: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(DATA_ENV, str(data))
+    with serve(model=None, route_factories=ROUTE, record=False) as served:
+        yield served
+
+
+def timeless(doc):
+    """``doc`` without its measured latencies (``latency`` blocks: how fast the fake server replied
+    in that run, the one figure two runs of the same answers do not share)."""
+    if isinstance(doc, dict):
+        return {k: timeless(v) for k, v in doc.items() if k != "latency"}
+    if isinstance(doc, list):
+        return [timeless(v) for v in doc]
+    return doc
+
+
+def accuracy(model: str, name: str, task_ids: list[str], data: Path) -> float:
+    """A one-question evaluation's accuracy (0-100, as summary.json rounds it) over ``task_ids``,
+    from the answers the helper's model gives by construction (``knows``)."""
+    tasks = {t.id: t for t in Suite(discover(data)).tasks(name)}
+    right = [knows(model, i, q) for i in task_ids for q in tasks[i].gold]
+    return round(100 * sum(right) / len(right), 6)
+
+
+def test_a_stopped_model_is_scored_over_what_it_was_asked_and_dxi_score_agrees(
+    data: Path, server, tmp_path: Path
+):
+    cache = tmp_path / "cache"
+    assert dxi_run(server.url, data, cache, tmp_path / "out", *UNTIL, models=THREE) == 0
+    s = summary(tmp_path / "out")
+    order = orjson.loads(Path(s["adaptive"]["order"]).read_bytes())["evals"]
+    assert s["adaptive"]["populations"] == dict.fromkeys(order, SMALL)
+    # nothing missing: the result is complete, over what was asked
+    assert (s["complete"], s["accepted"]) == (True, True)
+    for m in s["models"]:
+        label, asked = m["model"], m["adaptive"]["asked"]
+        assert asked == dict.fromkeys(order, STOPPED_AT[label])
+        assert m["adaptive"]["rule"] == "precision=20" and m["complete"]
+        assert "decision_index_bounds" not in m and m["requests"]["sent"] == 4 * STOPPED_AT[label]
+        for block in m["evals"].values():
+            assert (block["n"], block["missing"], block["failed"], block["complete"]) == (
+                STOPPED_AT[label],
+                0,
+                0,
+                True,
+            )
+            assert "rerun" not in block and "reason" not in block
+            assert not any(k.endswith("_bounds") for k in block)
+        for name in ("hle_multichoice", "when2call"):  # over the part asked, by hand
+            prefix = order[name][: asked[name]]
+            assert m["evals"][name]["accuracy"] == accuracy(label.split(":")[1], name, prefix, data)
+    assert s["models"][1]["evals"]["hle_multichoice"]["accuracy"] == 56.25  # m50: 18 of 32
+    # `dxi score` of the cache: the same figures, the same blocks, exit 0 (no network needed: the
+    # server is only named)
+    server_url = server.url
+    assert dxi_score(server_url, data, cache, tmp_path / "scored", models=THREE) == 0
+    scored = summary(tmp_path / "scored")
+    assert figures(scored) == figures(s)
+    assert [m["requests"]["cache_hits"] for m in scored["models"]] == [
+        4 * STOPPED_AT[m] for m in STOPPED_AT
+    ]
+    # one evaluation scored: the same figures for it; other tasks (--limit): not the run's order,
+    # scored as any cache (what was not asked is missing: exit 1) and nothing marked
+    hle = ["--evals", "hle_multichoice"]
+    assert dxi_score(server_url, data, cache, tmp_path / "hle", THREE, *hle) == 0
+    assert [m["evals"]["hle_multichoice"] for m in summary(tmp_path / "hle")["models"]] == [
+        m["evals"]["hle_multichoice"] for m in s["models"]
+    ]
+    assert dxi_score(server_url, data, cache, tmp_path / "ten", THREE, "--limit", "39") == 1
+    limited = summary(tmp_path / "ten")
+    assert "adaptive" not in limited and all("adaptive" not in m for m in limited["models"])
+    assert limited["models"][1]["evals"]["hle_multichoice"]["n"] == 39
+    # a run without --until completes them: exactly an ordinary run's summary, and so is `dxi
+    # score` after it
+    assert dxi_run(server.url, data, cache, tmp_path / "full", models=THREE) == 0
+    full = summary(tmp_path / "full")
+    assert dxi_run(server.url, data, tmp_path / "plain", tmp_path / "plain-out", models=THREE) == 0
+    plain = summary(tmp_path / "plain-out")
+    assert "adaptive" not in full and timeless(figures(full)) == timeless(figures(plain))
+    assert [m["requests"]["sent"] for m in full["models"]] == [
+        4 * (SMALL - STOPPED_AT[m]) for m in STOPPED_AT
+    ]
+    assert all(b["n"] == SMALL for m in full["models"] for b in m["evals"].values())
+    assert dxi_score(server_url, data, cache, tmp_path / "rescored", models=THREE) == 0
+    assert figures(summary(tmp_path / "rescored")) == figures(full)
+
+
+def test_a_failed_answer_inside_the_asked_part_keeps_its_bounds(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv(DATA_ENV, str(data))
+    cache = tmp_path / "cache"
+    # one request at a time: the first one (m00's first task of round 1) is refused for good
+    with serve(model=None, route_factories=ROUTE, record=False, script=["400"]) as server:
+        code = dxi_run(
+            server.url, data, cache, tmp_path / "out", *UNTIL, "--max-in-flight", "1", models=THREE
+        )
+        url = server.url
+    s = summary(tmp_path / "out")
+    assert code == 1 and (s["complete"], s["accepted"]) == (False, False)
+    failed = [
+        (m["model"], name, b)
+        for m in s["models"]
+        for name, b in m["evals"].items()
+        if b.get("failed")
+    ]
+    assert len(failed) == 1
+    label, name, block = failed[0]
+    asked = s["models"][[m["model"] for m in s["models"]].index(label)]["adaptive"]["asked"]
+    # over the part asked, the failed answer left out and bounded; nothing missing
+    assert (block["n"], block["failed"], block["missing"], block["complete"]) == (
+        asked[name],
+        1,
+        0,
+        False,
+    )
+    metric = next(k[: -len("_bounds")] for k in block if k.endswith("_bounds"))
+    low, high = block[f"{metric}_bounds"]
+    assert low <= block[metric] <= high and low < high
+    assert all(
+        b["missing"] == 0 and (b["complete"] or (m["model"], n) == (label, name))
+        for m in s["models"]
+        for n, b in m["evals"].items()
+    )
+    # dxi score: the same figures, and exit 1 (a failed answer, as for any run)
+    assert dxi_score(url, data, cache, tmp_path / "scored", models=THREE) == 1
+    assert figures(summary(tmp_path / "scored")) == figures(s)
+
+
+def test_the_progress_bars_count_what_the_rounds_ask(
+    data: Path, server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+):
+    totals: list[dict[str, int]] = []  # what each round_totals call gave
+    last: dict[str, tuple[int, str]] = {}  # each model's last count and line
+    round_totals, update = (
+        progress_module.RunProgress.round_totals,
+        progress_module.RunProgress.update,
+    )
+
+    def recording_totals(self, given, rounds):
+        totals.append(dict(given))
+        round_totals(self, given, rounds)
+
+    def recording_update(self, label, stats):
+        update(self, label, stats)
+        last[label] = (stats.done, self.line(label, stats))
+
+    monkeypatch.setattr(progress_module.RunProgress, "round_totals", recording_totals)
+    monkeypatch.setattr(progress_module.RunProgress, "update", recording_update)
+    args = ["run", "--data-dir", str(data), "--cache-dir", str(tmp_path / "cache")]
+    from dxi.runner.cli import main
+
+    models = [a for m in THREE for a in ("--model", f"systemone:{m}@{server.url}")]
+    assert main([*args, *models, "--out", str(tmp_path / "out"), *UNTIL]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "): at most 480 requests (--until precision=20: each model stops when settled);" in out
+    # before each round, each model's total grows by the round's requests (4 evaluations); a model
+    # that stopped keeps its last total
+    names = Suite(discover(data)).selected()
+    asked, expected, running = dict.fromkeys(names, 0), [], dict(STOPPED_AT)
+    k, planned = 0, dict.fromkeys(STOPPED_AT, 0)
+    while running:
+        more = round_sizes(asked, dict.fromkeys(asked, SMALL), round_index=k)[names[0]]
+        k += 1
+        for label in running:
+            planned[label] += 4 * more
+        expected.append(dict(planned))
+        asked = {n: asked[n] + more for n in asked}
+        running = {label: n for label, n in running.items() if n > asked[names[0]]}
+    assert totals == expected
+    assert totals[-1] == {label: 4 * n for label, n in STOPPED_AT.items()}
+    # each bar ends full (the whole set's totals, counted during the run, are passed over), its
+    # line naming the round it finished (never "done" for the run)
+    rounds = {"systemone:m00": 6, "systemone:m50": 8, "systemone:m100": 7}
+    for label, (done, line) in last.items():
+        assert done == 4 * STOPPED_AT[label]
+        assert line.startswith(f"{done}/{done} 100% ") and f" round {rounds[label]} done " in line
+
+
+def test_the_terminal_the_report_and_dxi_view_mark_a_stopped_model_s_figures(
+    data: Path, server, tmp_path: Path
+):
+    """``--until precision=10``: m00 stops after 32 tasks of each evaluation, m50 and m100 are asked
+    all 40 (exact figures, unmarked)."""
+    import io
+
+    from rich.console import Console
+
+    from dxi.runner import rescore
+    from dxi.runner.outputs.terminal import print_summary
+    from dxi.runner.planning.inputs import PlanInputs
+    from dxi.scoring import records
+
+    cache = tmp_path / "cache"
+    assert (
+        dxi_run(server.url, data, cache, tmp_path / "out", "--until", "precision=10", models=THREE)
+        == 0
+    )
+    s = records.decode((tmp_path / "out" / "summary.json").read_bytes())
+    assert [sum(m.adaptive["asked"].values()) for m in s.models] == [4 * 32, 4 * 40, 4 * 40]
+    m00 = s.models[0]
+    # m00 never answers right: every figure 0.0 (Omniscience's non-hallucination rate too: it never
+    # abstains), marked; the others exact
+    marked = ["≈0.0"] * 6
+    console = Console(file=io.StringIO(), width=300, record=True)
+    print_summary(s, console)
+    text = console.export_text()
+    row = next(line for line in text.splitlines() if "systemone:m00 " in line)
+    assert [c.strip() for c in row.split("│")[2:10] if c.strip().startswith("≈")] == marked
+    for label in ("systemone:m50 ", "systemone:m100 "):
+        assert "≈" not in next(line for line in text.splitlines() if line.startswith(f"│ {label}"))
+    assert "its figures (marked ≈) are estimates of the whole set" in " ".join(text.split())
+    assert m00.decision_index == 0.0
+    # the report: the index table and each evaluation's table
+    done = rescore.rescore(
+        rescore.select(PlanInputs(data_dir=data, cache_dir=cache, out=tmp_path / "report")),
+        html=True,
+    )
+    page = (tmp_path / "report" / "report.html").read_text()
+    # the index table (the index and its 5 terms), the evaluations' tables (2 + 1 + 1 + 4 metrics)
+    assert done.exit_code == 0 and page.count("≈0.0") == 6 + 8
+    assert page.count("≈") == 14 + 1  # and the note
+    # dxi view's overview: m00's index and its 8 metrics (2 + 1 + 1 + 4)
+    html = overview(data, cache)
+    assert html.count('class="estimate"') == 1 + 8
+
+
+def test_asked_part_cuts_each_model_to_its_part_unless_a_later_run_completed_it():
+    """``scoring.adaptive.asked_part`` on a frame made by hand: two models, two evaluations of
+    three tasks; "a" was asked t1 of e1 and t1, t2 of e2; "b" t1 of e1 only."""
+    import polars as pl
+
+    from dxi.scoring.adaptive import asked_part
+
+    rows = [
+        # label, eval, task, status
+        ("a", "e1", "t1", "ok"),
+        ("a", "e1", "t2", "missing"),
+        ("a", "e1", "t3", "missing"),
+        ("a", "e2", "t1", "failed"),  # inside its part: kept (bounds)
+        ("a", "e2", "t2", "missing"),  # inside its part: kept (provisional)
+        ("a", "e2", "t3", "ok"),  # outside, and the only question outside: a later run did it
+        ("b", "e1", "t1", "ok"),
+        ("b", "e1", "t2", "ok"),  # a later run asked more, not all: still cut
+        ("b", "e1", "t3", "missing"),
+        ("b", "e2", "t1", "missing"),  # "b" has no part of e2: left whole
+    ]
+    frame = pl.DataFrame(rows, schema=["label", "eval", "task_id", "status"], orient="row")
+    frame = frame.with_columns(pl.col("label").cast(pl.Enum(["a", "b"])))
+    asked = {"a": {"e1": ["t1"], "e2": ["t1", "t2"]}, "b": {"e1": ["t1"]}}
+    kept, cut = asked_part(frame, asked)
+    assert kept.rows() == [rows[i] for i in (0, 3, 4, 5, 6, 9)]
+    assert cut == {("a", "e1"), ("b", "e1")}
+    assert kept.schema == frame.schema
+    # always (the rounds): every part cut, whatever the cache holds beyond it
+    kept, cut = asked_part(frame, asked, always=True)
+    assert kept.rows() == [rows[i] for i in (0, 3, 4, 6, 9)]
+    assert cut == {("a", "e1"), ("a", "e2"), ("b", "e1")}
+    # nothing asked of anyone: the frame itself
+    assert asked_part(frame, {}) == (frame, set())
