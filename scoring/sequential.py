@@ -50,6 +50,9 @@ per-task mean (rescaled to [0, 1]), so the interval is every r whose sequence ho
 such sequence of a model runs at α'/K (K sequences: Bonferroni), so its metrics hold at once
 (mean F1 is the mean of its three F1s' ends). With several epochs the ratios are those of the
 epoch-averaged counts (the scorer's are means of per-epoch ratios; equal for one epoch).
+WildGuardTest's gold labels are known for the whole set before any request (``positives``), so each
+F1's denominator 2TP + E = (predicted "yes") + (gold "yes") is bounded by one sequence on the
+predicted "yes" alone plus the known share (``_box``): what is known is not estimated.
 
 **The index** gets one sequence across the four evaluations (a weighted sum of per-evaluation
 intervals would add their widths). Each term is written as a ratio N/D of per-task means (D = 1
@@ -83,11 +86,14 @@ of the second).
 **Separation** (``Until("separated", Δ)``): for each pair of models, the difference of their
 whole-set indices over the tasks both were asked, by the index's construction applied to both
 models' terms at once (the second's weights negated): the per-task contribution is then a paired
-difference, so the tasks' shared difficulty cancels. Each pair runs at α/P for P pairs
-(Bonferroni over the pairs), so every pair's interval holds at once, at every look, with
-probability ≥ 1 − α. A pair is *decided* when its interval excludes 0 (their order is known) or
-lies within [−Δ, Δ] (their difference does not matter), or when both models have been asked
-everything; a model is settled when every pair it is in is decided.
+difference, so the tasks' shared difficulty cancels. α is split once for all pairs:
+``PRODUCT_SHARE``·α over the P pairs' sequences (α·share/P each) and the rest over the M models'
+boxes (each model's K sequences at α·(1 − share)/(M·K), from all that model was asked: the boxes
+bound whole-set metrics, so they serve every pair the model is in; measured 12% narrower than
+boxes per pair at α/P, for 10 models at half the set). Every pair's interval then holds at once,
+at every look, with probability ≥ 1 − α. A pair is *decided* when its interval excludes 0 (their
+order is known) or lies within [−Δ, Δ] (their difference does not matter), or when both models
+have been asked everything; a model is settled when every pair it is in is decided.
 
 **Order caveat.** The guarantee is for a uniformly random order within each evaluation. An order
 stratified by WildGuardTest's label mix is a proportionally stratified sample, which is no less
@@ -260,6 +266,7 @@ class _Part:
     tasks: list[str]
     comps: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     counts: dict[str, np.ndarray] = field(default_factory=dict)
+    positives: dict[str, float] = field(default_factory=dict)
 
     @property
     def sums(self) -> dict[str, float]:
@@ -272,6 +279,7 @@ class _Part:
             self.tasks[:n],
             {k: (lo[:n], hi[:n]) for k, (lo, hi) in self.comps.items()},
             {k: v[:n] for k, v in self.counts.items()},
+            self.positives,
         )
 
 
@@ -303,13 +311,26 @@ def _components(ans: pl.DataFrame) -> pl.DataFrame:
             (hall | opened).cast(f).alias("h_hi"),
             tp.cast(f).alias("tp_lo"),
             (tp | (opened & gold_pos.fill_null(False))).cast(f).alias("tp_hi"),
+            (replied & pred_pos).cast(f).alias("yes_lo"),
+            ((replied & pred_pos) | opened).cast(f).alias("yes_hi"),
             err.cast(f).alias("err_lo"),
             (err | opened).cast(f).alias("err_hi"),
             replied.cast(f).alias("n"),
         )
         .group_by("label", "eval", "task_id", "question_id")
         .agg(
-            pl.col("c_lo", "c_hi", "h_lo", "h_hi", "tp_lo", "tp_hi", "err_lo", "err_hi").mean(),
+            pl.col(
+                "c_lo",
+                "c_hi",
+                "h_lo",
+                "h_hi",
+                "tp_lo",
+                "tp_hi",
+                "err_lo",
+                "err_hi",
+                "yes_lo",
+                "yes_hi",
+            ).mean(),
             (pl.col("c_lo") * pl.col("n")).sum().alias("c"),
             (pl.col("h_lo") * pl.col("n")).sum().alias("h"),
             (pl.col("tp_lo") * pl.col("n")).sum().alias("tp"),
@@ -320,10 +341,36 @@ def _components(ans: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def positives(gold: pl.DataFrame) -> dict[str, float]:
+    """WildGuardTest's whole-set share (0-1) of gold "yes" per question (question id -> share),
+    from a frame with columns eval, task_id, question_id and gold covering every task of the
+    population (``evals.gold_frames``' gold, or whole sets of ``scoring.pipeline.answers``: rows
+    repeated over models and epochs count once). Empty when the frame has no WildGuardTest row.
+    With it, each F1's denominator 2TP + E = (predicted "yes") + (gold "yes") has its second
+    part known, and only the first is estimated (``_box``)."""
+    wg = (
+        gold.lazy()
+        .filter(pl.col("eval").cast(pl.String) == WILDGUARD)
+        .select(
+            pl.col("task_id").cast(pl.String),
+            pl.col("question_id").cast(pl.String),
+            (pl.col("gold").cast(pl.String) == "yes").fill_null(False).alias("yes"),
+        )
+        .unique(["task_id", "question_id"])
+        .group_by("question_id")
+        .agg(pl.col("yes").mean())
+        .collect()
+    )
+    return {q: float(v) for q, v in wg.iter_rows() if q in WILDGUARD_F1}
+
+
 def _parts(
-    ans: pl.DataFrame, order: Mapping[str, Sequence[str]] | None
+    ans: pl.DataFrame,
+    order: Mapping[str, Sequence[str]] | None,
+    positives: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, _Part]]:
-    """label -> eval -> its ``_Part`` (tasks in ``order``; tasks not in it after, by id)."""
+    """label -> eval -> its ``_Part`` (tasks in ``order``; tasks not in it after, by id);
+    WildGuardTest's parts carry ``positives`` (question -> its whole-set share of gold "yes")."""
     table = _components(ans)
     out: dict[str, dict[str, _Part]] = {}
     for (label, name), g in table.group_by("label", "eval", maintain_order=False):
@@ -331,7 +378,7 @@ def _parts(
         tasks = sorted(set(g["task_id"].to_list()), key=lambda t: (rank.get(t, len(rank)), t))
         at = {t: k for k, t in enumerate(tasks)}
         pos = np.array([at[t] for t in g["task_id"].to_list()], np.int64)
-        part = _Part(tasks)
+        part = _Part(tasks, positives=dict(positives or {}) if name == WILDGUARD else {})
 
         def put(
             name_: str,
@@ -364,6 +411,8 @@ def _parts(
                 "tp_hi",
                 "err_lo",
                 "err_hi",
+                "yes_lo",
+                "yes_hi",
                 "n",
                 "c",
                 "h",
@@ -377,6 +426,7 @@ def _parts(
                 rows = qs == q
                 put(f"tp:{q}", col["tp_lo"], col["tp_hi"], rows)
                 put(f"err:{q}", col["err_lo"], col["err_hi"], rows)
+                put(f"yes:{q}", col["yes_lo"], col["yes_hi"], rows)
                 for c in ("tp", "err", "n"):
                     count(f"{c}:{q}", col[c], rows)
         else:
@@ -717,6 +767,10 @@ def _box(
     out = _terms(part, name, n, population, alpha)
     if name == WILDGUARD:
         for q in WILDGUARD_F1:
+            if q in part.positives:  # 2TP + E = (predicted yes) + (gold yes), the latter known
+                lo, hi = interval(*(v[:n] for v in part.comps[f"yes:{q}"]), population, alpha)
+                out[f"den:{q}"] = (lo + part.positives[q], hi + part.positives[q])
+                continue
             (tl, th), (el, eh) = part.comps[f"tp:{q}"], part.comps[f"err:{q}"]
             lo, hi = interval(
                 (2 * tl[:n] + el[:n]) / 2,
@@ -855,28 +909,19 @@ def _pair_interval(
     pb: Mapping[str, _Part],
     populations: Mapping[str, int],
     alpha: float,
-    memo: dict | None = None,
+    boxes: tuple[Mapping[str, Mapping[str, tuple[float, float]]], ...],
 ) -> tuple[float, float] | None:
-    """The (1 − ``alpha``) interval of index(a) − index(b) (points) over the whole set, from the
-    tasks both were asked (the common prefix of the one order): one sequence across the
-    evaluations of the paired per-task differences of the index's terms (at ``PRODUCT_SHARE``·α;
-    pairing removes the tasks' shared difficulty), its remainder bounded by both models' boxes
-    (the rest of α, Bonferroni over their sequences), intersected with the difference of the
-    boxes' indices; None when the index of either is not computable. ``memo`` keeps each model's
-    box per (evaluation, tasks) across the pairs of one look."""
+    """The interval of index(a) − index(b) (points) over the whole set: one sequence across the
+    evaluations of the paired per-task differences of the index's terms over the tasks both were
+    asked (the common prefix of the one order), at ``alpha`` (pairing removes the tasks' shared
+    difficulty); its remainder bounded by ``boxes`` (a's and b's: evaluation -> ``_box``, bounds
+    of their whole-set metrics that hold together with the sequence: ``_standings`` computes them
+    once per model, from all it was asked), intersected with the difference of the boxes'
+    indices. None when the index of either is not computable."""
     names = sorted({e for e, _ in WEIGHTS})
     if not all(e in pa and e in pb and e in populations for e in names):
         return None
-    memo = {} if memo is None else memo
-    k = 2 * sum(_boxed(e) for e in names)
-    a = (1 - PRODUCT_SHARE) * alpha / k
-
-    def box(part: _Part, name: str, n: int) -> dict[str, tuple[float, float]]:
-        key = (id(part), name, n, a)
-        if key not in memo:
-            memo[key] = _box(part, name, n, populations[name], a)
-        return memo[key]
-
+    box_a, box_b = boxes
     strata = {}
     low = high = 0.0
     for name in names:
@@ -884,7 +929,7 @@ def _pair_interval(
         n = min(len(A.tasks), len(B.tasks))
         if A.tasks[:n] != B.tasks[:n]:
             raise ValueError(f"{name}: the two models were not asked in the same order")
-        ba, bb = box(A, name, n), box(B, name, n)
+        ba, bb = box_a[name], box_b[name]
         strata[name] = (
             _index_terms(A, name, ba, 1.0) + _index_terms(B, name, bb, -1.0),
             n,
@@ -894,7 +939,7 @@ def _pair_interval(
             if ename == name:
                 low += w * (ba[metric][0] - bb[metric][1])
                 high += w * (ba[metric][1] - bb[metric][0])
-    plo, phi = product_interval(strata, PRODUCT_SHARE * alpha, 0.0)
+    plo, phi = product_interval(strata, alpha, 0.0)
     low, high = 100 * max(low, plo), 100 * min(high, phi)
     return low, max(low, high)
 
@@ -910,13 +955,17 @@ def standings(
     *,
     alpha: float = 0.05,
     order: Mapping[str, Sequence[str]] | None = None,
+    positives: Mapping[str, float] | None = None,
 ) -> dict[str, Standing]:
     """Every model's ``Standing`` after a round.
 
     ``answers``: the per-answer frame of ``scoring.pipeline.answers`` (columns label, eval,
     task_id, question_id, sample, status, predicted, gold) for every model of the run, restricted
     to the tasks each model has been asked so far (failed and missing answers included: bounds).
-    ``populations``: evaluation -> its whole-set task count. ``order``: evaluation -> its task
+    ``populations``: evaluation -> its whole-set task count. ``positives``: WildGuardTest's
+    whole-set share of gold "yes" per question (``positives``; the labels are known before any
+    request, and with them each F1's denominator is known better; None: estimated from the
+    asked part alone). ``order``: evaluation -> its task
     ids in the order the run asks them (the sequence's validity needs the asking order; tasks not
     in it come after, by id). ``alpha``: 1 − the confidence (0.05: 95%).
 
@@ -928,7 +977,7 @@ def standings(
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
-    return _standings(_parts(answers, order), populations, until, alpha)
+    return _standings(_parts(answers, order, positives), populations, until, alpha)
 
 
 def _standings(
@@ -958,11 +1007,32 @@ def _standings(
     undecided: dict[str, list[str]] = {m: [] for m in labels}  # models not yet told from m
     if until.rule == "separated":
         pairs = list(combinations(labels, 2))
-        memo: dict = {}
+        # α: PRODUCT_SHARE of it over the pairs' sequences (Bonferroni over the pairs), the rest
+        # over every model's boxes (Bonferroni over the models and their sequences); the boxes
+        # bound whole-set metrics, so each model's come from all it was asked, once per look
+        boxes = {
+            m: {
+                e: _box(
+                    p,
+                    e,
+                    len(p.tasks),
+                    populations[e],
+                    (1 - PRODUCT_SHARE) * alpha / len(labels) / sum(map(_boxed, parts[m])),
+                )
+                for e, p in parts[m].items()
+            }
+            for m in labels
+        }
         for a, b in pairs:
             if exhausted[a] and exhausted[b]:
                 continue
-            iv = _pair_interval(parts[a], parts[b], populations, alpha / max(len(pairs), 1), memo)
+            iv = _pair_interval(
+                parts[a],
+                parts[b],
+                populations,
+                PRODUCT_SHARE * alpha / len(pairs),
+                (boxes[a], boxes[b]),
+            )
             if iv is not None and (
                 iv[0] > 0 or iv[1] < 0 or (iv[0] >= -until.points and iv[1] <= until.points)
             ):

@@ -14,11 +14,12 @@ import polars as pl
 import pytest
 
 from dxi.runner.cli import main
-from dxi.scoring import planner
+from dxi.scoring import planner, sequential
 from dxi.scoring.sequential import (
     Until,
     cs_path,
     interval,
+    positives,
     round_sizes,
     schedule,
     standings,
@@ -428,4 +429,104 @@ def test_simulate_looks_equal_standings_over_the_asked_rows():
             .join(limits, on=["label", "eval"])
             .filter(pl.col("pos") < pl.col("limit"))
         )
-        assert standings(asked, POPS, Until("separated", 1.0), order=order) == look
+        known = positives(ans)
+        assert standings(asked, POPS, Until("separated", 1.0), order=order, positives=known) == look
+
+
+def test_positives_counts_each_task_once():
+    """WildGuardTest's gold "yes" share per question over its tasks: rows repeated over models
+    and epochs count once, a missing label is not a "yes", other evaluations are ignored."""
+    rows = [
+        ("wildguardtest", "w/0", "prompt_harmful", "yes"),
+        ("wildguardtest", "w/0", "prompt_harmful", "yes"),  # a second model or epoch
+        ("wildguardtest", "w/1", "prompt_harmful", "no"),
+        ("wildguardtest", "w/2", "prompt_harmful", "yes"),
+        ("wildguardtest", "w/3", "prompt_harmful", None),
+        ("wildguardtest", "w/0", "response_refusal", "no"),
+        ("wildguardtest", "w/1", "response_refusal", "yes"),
+        ("hle_multichoice", "h/0", "answer", "yes"),
+    ]
+    gold = pl.DataFrame(rows, schema=["eval", "task_id", "question_id", "gold"], orient="row")
+    assert positives(gold) == {"prompt_harmful": 0.5, "response_refusal": 0.5}
+    assert positives(gold.filter(pl.col("eval") != "wildguardtest")) == {}
+
+
+def test_known_gold_narrows_the_f1_denominators_and_still_covers():
+    """With WildGuardTest's gold shares known, each F1's denominator 2TP + E is (predicted
+    "yes") + (gold "yes") with the second part exact: on the whole set both ways give the exact
+    value; at a third of the set the known-gold interval is narrower for every question and
+    holds the whole-set value, in 30 seeded sets of 200 tasks."""
+    pops = {"wildguardtest": 200}
+    model = planner.Profile(
+        "m", {}, 0.0, {q: 0.7 for q in planner.POSITIVES}, {q: 0.85 for q in planner.POSITIVES}
+    )
+    rng = np.random.default_rng(12)
+    narrower = covered = 0
+    for _ in range(30):
+        ans = planner.synthetic([model], pops, rng)
+        order = planner.random_order(pops, rng, ans)
+        known = positives(ans)
+        plain = sequential._parts(ans, order)["m"]["wildguardtest"]
+        told = sequential._parts(ans, order, known)["m"]["wildguardtest"]
+        exact = {}
+        for q in planner.POSITIVES:
+            (tp, _), (err, _) = plain.comps[f"tp:{q}"], plain.comps[f"err:{q}"]
+            exact[q] = float(np.mean(2 * tp + err))
+            whole = sequential._box(told, "wildguardtest", 200, 200, 0.01)[f"den:{q}"]
+            assert whole == pytest.approx((exact[q], exact[q]), abs=1e-12)
+        a = sequential._box(plain, "wildguardtest", 67, 200, 0.01)
+        b = sequential._box(told, "wildguardtest", 67, 200, 0.01)
+        for q in planner.POSITIVES:
+            lo, hi = b[f"den:{q}"]
+            narrower += hi - lo < a[f"den:{q}"][1] - a[f"den:{q}"][0]
+            covered += lo <= exact[q] <= hi
+    assert narrower == 90 and covered == 90
+
+
+def test_separation_holds_every_pair_at_once(monkeypatch):
+    """Seeded: 30 runs of four models on small sets, looked at a random round: every pair's
+    interval of the index difference (``_pair_interval`` as ``_standings`` calls it, with each
+    model's boxes shared by its pairs) holds the whole-set difference in ≥ 95% of runs, all six
+    pairs at once."""
+    rng = np.random.default_rng(13)
+    seen: list = []
+    real = sequential._pair_interval
+
+    def record(pa, pb, populations, alpha, boxes):
+        iv = real(pa, pb, populations, alpha, boxes)
+        seen.append((pa, pb, iv))
+        return iv
+
+    monkeypatch.setattr(sequential, "_pair_interval", record)
+    held = 0
+    for _ in range(30):
+        models = [
+            planner.Profile(
+                f"m{k}",
+                {e: 0.3 + 0.1 * k for e in planner.CHOICE_EVALS},
+                0.2,
+                {q: 0.6 + 0.05 * k for q in planner.POSITIVES},
+                {q: 0.7 + 0.05 * k for q in planner.POSITIVES},
+            )
+            for k in range(4)
+        ]
+        ans = planner.synthetic(models, POPS, rng)
+        truth = {
+            m: s.index.point for m, s in standings(ans, POPS, Until("precision", 100.0)).items()
+        }
+        order = planner.random_order(POPS, rng, ans)
+        parts = sequential._parts(ans, order, positives(ans))
+        share = float(rng.choice([0.2, 0.4, 0.6, 0.8]))
+        heads = {
+            m: {e: p.head(math.ceil(share * POPS[e])) for e, p in by.items()}
+            for m, by in parts.items()
+        }
+        names = {id(v): m for m, v in heads.items()}
+        seen.clear()
+        sequential._standings(heads, POPS, Until("separated", 1.0), 0.05)
+        assert len(seen) == 6
+        held += all(
+            lo - 1e-9 <= truth[names[id(a)]] - truth[names[id(b)]] <= hi + 1e-9
+            for a, b, (lo, hi) in seen
+        )
+    assert held / 30 >= 0.95
