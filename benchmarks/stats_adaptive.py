@@ -63,7 +63,7 @@ PAIR_RUNS = 100  # --until separated on a pair about 2 points apart: its error r
 LEADER_RUNS = 1
 ORACLE_SETS = 30  # whole sets of the leaderboard for its fixed-sample reference
 PRECISION_RUNS = 20
-GAP_RUNS = 3
+GAP_RUNS = 10
 PLAN_RUNS = 10
 SEED = 35
 NAME = "adaptive"
@@ -441,6 +441,10 @@ def saving(rng: np.random.Generator) -> tuple[list[Result], float]:
     for p, firsts in needed.items():
         # fixed sample: 1.96·S·sqrt((1 − f)/f) ≤ p  ⇔  f ≥ 1/(1 + (p/(1.96·S))²)
         ideal = 1 / (1 + (p / (1.96 * sd)) ** 2)
+        # anytime-valid at best: a linear boundary tuned to the very share it stops at, the
+        # variance known, the whole α on the index, no ratio metric (Howard et al. 2021 §3):
+        # sqrt(2 log(2/α))·S·sqrt((1 − f)/f) ≤ p
+        anytime = 1 / (1 + (p / (math.sqrt(2 * math.log(2 / 0.05)) * sd)) ** 2)
         out.append(
             Result(
                 NAME,
@@ -449,7 +453,7 @@ def saving(rng: np.random.Generator) -> tuple[list[Result], float]:
                 "share",
                 "",
                 None,
-                f"fixed-sample ideal {ideal:.3f}",
+                f"fixed-sample ideal {ideal:.3f}; anytime-valid ideal {anytime:.3f}",
             )
         )
     return out, float(np.mean(spent))
