@@ -65,6 +65,7 @@ ORACLE_SETS = 30  # whole sets of the leaderboard for its fixed-sample reference
 PRECISION_RUNS = 20
 GAP_RUNS = 10
 PLAN_RUNS = 10
+PLAN_CHECK_RUNS = 40  # fresh runs checking dxi plan --separate's 80% power
 SEED = 35
 NAME = "adaptive"
 WORKERS = max(1, min(4, os.cpu_count() or 1))  # the validity runs in parallel processes
@@ -479,7 +480,40 @@ def planner(rng: np.random.Generator, actual_precision5: float) -> list[Result]:
             f"{actual_precision5:.0f} spent; the cost follows the requests",
         )
     ]
+    # separation: dxi plan --separate A B --difference 7 (80% power) against fresh runs of the two
+    first = skill(TYPICAL, "t")
+    second = first.shifted(7.0, "u")
+    usage |= {"u": usage["t"]}
+    until = Until("separated", 1.0)
+    doc = plan([first, second], POPULATIONS, until, usage, runs=PLAN_RUNS, seed=SEED, quantile=0.8)
+    predicted = doc["models"][0]["adaptive"]["requests"]
+    seeds = np.random.SeedSequence(int(rng.integers(2**63))).spawn(PLAN_CHECK_RUNS)
+    with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
+        spent = list(pool.map(_separation_run, [(first, second)] * len(seeds), seeds))
+    within = sum(x <= predicted for x in spent) / len(spent)
+    out.append(
+        Result(
+            NAME,
+            "planner: fresh runs settled within the planned requests, separate at 7 points",
+            within,
+            "share of runs",
+            "about 0.80 (the plan's power)",
+            None,
+            f"plan {predicted:.0f} requests per model (the 80th percentile of {PLAN_RUNS} "
+            f"simulated runs, dxi plan's default); {PLAN_CHECK_RUNS} fresh runs spent "
+            f"{np.mean(spent):.0f} on average; {_mc(within, PLAN_CHECK_RUNS)}",
+        )
+    )
     return out
+
+
+def _separation_run(profiles: tuple[Profile, Profile], seed: np.random.SeedSequence) -> int:
+    """The requests the first of two models is sent by one ``--until separated`` run on a fresh
+    whole set (``planner``'s check of ``dxi plan --separate``)."""
+    rng = np.random.default_rng(seed)
+    ans = synthetic(list(profiles), POPULATIONS, rng)
+    sim = simulate(ans, POPULATIONS, Until("separated", 1.0), random_order(POPULATIONS, rng, ans))
+    return sum(sim.asked[profiles[0].label].values())
 
 
 def run() -> list[Result]:
