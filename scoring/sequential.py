@@ -8,37 +8,48 @@ sample drawn *without replacement*, and every figure here is an interval for the
 would take over the whole set, not over a superpopulation: it shrinks to the exact value as the
 asked part reaches the whole set.
 
-**Confidence sequences for sampling without replacement** (Waudby-Smith & Ramdas 2020,
-"Confidence sequences for sampling without replacement", NeurIPS 33, §3; the empirical-Bernstein
-supermartingale of Howard, Ramdas, McAuliffe & Sekhon 2021, "Time-uniform, nonparametric,
-nonasymptotic confidence sequences", Annals of Statistics 49:1055-1080, with the predictable
-plug-in bets of Waudby-Smith & Ramdas 2023, "Estimating means of bounded random variables by
-betting", JRSS B 86:1-27, §3.2). For values ``x_1..x_N`` in [0, 1] with mean ``μ`` drawn in a
-random order ``X_1, X_2, ...``, the mean of the tasks not yet drawn is
-``m_i = (N·μ − S_{i−1}) / (N − i + 1)`` (``S`` the running sum) and ``E[X_i | past] = m_i``. With
+**One mean: a betting confidence sequence for sampling without replacement** (Waudby-Smith &
+Ramdas 2020, "Confidence sequences for sampling without replacement", NeurIPS 33, §3; the capital
+process and predictable plug-in bets of Waudby-Smith & Ramdas 2023, "Estimating means of bounded
+random variables by betting", JRSS B 86:1-27, §3-4). For values ``x_1..x_N`` in [0, 1] with mean
+``μ`` drawn in a random order ``X_1, X_2, ...``, the mean of the tasks not yet drawn is
+``m_i(μ) = (N·μ − S_{i−1}) / (N − i + 1)`` (``S`` the running sum) and ``E[X_i | past] = m_i``.
+For a candidate ``μ``, the two bettors' capitals
+
+    K⁺_t = Π_{i≤t} (1 + λ⁺_i (X_i − m_i(μ))),   K⁻_t = Π_{i≤t} (1 − λ⁻_i (X_i − m_i(μ))),
+
+with predictable bets ``λ⁺_i = min(λ_i, BET_CAP/m_i)`` and ``λ⁻_i = min(λ_i, BET_CAP/(1 − m_i))``
+(each factor ≥ 1 − BET_CAP > 0), are nonnegative martingales at the true ``μ``; by Ville's
+inequality at α/2 each, with probability ≥ 1 − α neither ever reaches 2/α (``capital``). The
+interval at ``t`` is every ``μ`` neither has reached 2/α for by then (found on a grid,
+``invert``), intersected with the bounds that hold with certainty, ``[S_t/N, (S_t + N − t)/N]``
+(the tasks not asked at their extremes: the exact value when ``t = N``); a candidate once rejected
+stays rejected, so the intervals never widen. Bets: ``λ_i = min(BET_MAX, N/(N − i + 1) ·
+sqrt(2 log(2/α) / (σ̂²_{i−1} · i · log(1 + i))))`` with ``σ̂²`` the regularised running variance
+of Waudby-Smith & Ramdas 2023 (eq. 15-16); the factor N/(N − i + 1), how much draw i tells about
+``μ``, bets more as the draws left tell more about the whole. The capital is exact where the
+empirical-Bernstein bound below is a lower bound of it: measured 11-16% narrower at α = 0.002 and
+0.03 on accuracies of 513 and 880 tasks, and the index's interval 0.5 points narrower at a third
+of the set. Because the sequence holds at every ``t``, it holds at the rounds of a run whatever
+rule chose them, and at the round a model is stopped.
+
+**The empirical-Bernstein form** (Howard, Ramdas, McAuliffe & Sekhon 2021, "Time-uniform,
+nonparametric, nonasymptotic confidence sequences", Annals of Statistics 49:1055-1080): with
 predictable bets ``λ_i ∈ [0, 1)`` and predictable centres ``μ̂_{i−1} ∈ [0, 1]``,
 
     M_t = Π_{i≤t} exp(λ_i (X_i − m_i) − ψ(λ_i) (X_i − μ̂_{i−1})²),  ψ(λ) = −log(1 − λ) − λ,
 
 is a nonnegative supermartingale (Fan, Grama & Liu 2015's inequality
 ``exp(λξ − ψ(λ)ξ²) ≤ 1 + λξ`` for ξ ≥ −1, as in Howard et al. 2021 §A.8), and so is its mirror on
-``1 − X``. Ville's inequality on both at α/2 each, solved for ``μ`` (``m_i`` is linear in it),
-gives at every ``t`` at once with probability ≥ 1 − α:
+``1 − X``. Its logarithm is *linear* in the unknown means (``m_i`` is linear in ``μ``), so Ville's
+inequality on both at α/2 each can be solved in closed form:
 
     μ ∈ [(A_t − Ψ_t − log(2/α)) / B_t,  (A_t + Ψ_t + log(2/α)) / B_t],
     A_t = Σ λ_i (X_i + S_{i−1}/(N − i + 1)),  B_t = Σ λ_i N/(N − i + 1),
-    Ψ_t = Σ ψ(λ_i) (X_i − μ̂_{i−1})²,
+    Ψ_t = Σ ψ(λ_i) (X_i − μ̂_{i−1})².
 
-the closed-form WoR empirical-Bernstein confidence sequence. Each is intersected with the bounds
-that hold with certainty, ``[S_t/N, (S_t + N − t)/N]`` (the tasks not asked at their extremes: the
-interval is the exact value when ``t = N``), and with every earlier look's (the running
-intersection of a confidence sequence is one). Bets: ``λ_i = min(CAP, N/(N − i + 1) ·
-sqrt(2 log(2/α) / (σ̂²_{i−1} · i · log(1 + i))))`` with ``σ̂²`` and ``μ̂`` the regularised running
-variance and mean of Waudby-Smith & Ramdas 2023 (eq. 15-16); the factor N/(N − i + 1), the weight
-of draw i in ``B_t``, bets more as the draws left tell more about the whole (measured: 5-10%
-narrower late in the run than the with-replacement bets, coverage unchanged). Because the
-sequence holds at every ``t``, it holds at
-the rounds of a run whatever rule chose them, and at the round a model is stopped.
+The index's sequence (below) needs that linearity, across several unknown means at once; each
+single metric uses the tighter capital above.
 
 **Metrics.** Each figure is a function of whole-set means of per-task quantities (a task's value
 is its mean over epochs; the population unit is the task): accuracy is the mean of C (correct); a
@@ -46,7 +57,7 @@ ratio — non-hallucination 1 − H/W (H hallucinated: a reply not correct and n
 not correct), each WildGuardTest F1 = 2TP/(2TP + E) (E = FP + FN of that yes/no question) — by
 inverting a test: "F1 ≥ r" is "the whole-set mean of 2(1 − r)·tp − r·e is ≥ 0", one bounded
 per-task mean (rescaled to [0, 1]), so the interval is every r whose sequence holds its target
-(``ratio_interval``; one sequence, at the true r, has to hold: nothing is spent on the grid). Every
+(``invert``; one test, at the true r, has to hold: nothing is spent on the grid). Every
 such sequence of a model runs at α'/K (K sequences: Bonferroni), so its metrics hold at once
 (mean F1 is the mean of its three F1s' ends). With several epochs the ratios are those of the
 epoch-averaged counts (the scorer's are means of per-epoch ratios; equal for one epoch).
@@ -120,7 +131,9 @@ from .decision_index import WEIGHTS
 from .metrics import IDK, NOT_ANSWERS
 from .sums import METRICS, OMNISCIENCE, WILDGUARD, WILDGUARD_F1
 
-CAP = 0.5  # the largest bet λ (Waudby-Smith & Ramdas 2023 use 1/2 or 3/4)
+CAP = 0.5  # the index's largest bet λ (Waudby-Smith & Ramdas 2023 use 1/2 or 3/4)
+BET_MAX = 0.9  # a metric's largest bet per draw (``capital``), before the cap below
+BET_CAP = 0.75  # ... and at most this share of what the capital can lose on the draw
 FIRST_ROUND = 0.04  # the share of each evaluation the first round asks
 GROWTH = 1.25  # each round asks this many times what the one before asked
 UNTIL_FORMS = "precision=P (e.g. precision=5), precision=P:all, separated, separated=Δ"
@@ -197,46 +210,43 @@ class Standing:
 # the confidence sequence of one bounded mean, sampled without replacement
 
 
-def cs_path(x: np.ndarray, population: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """The WoR empirical-Bernstein confidence sequence (module docstring) of the mean of a
-    population of ``population`` values in [0, 1], from the values ``x`` (..., t) in the order
-    they were drawn (leading axes: independent sequences): ``(low, high)``, each (..., t), the
-    (1 − ``alpha``) interval after each draw, intersected with the certain bounds and with every
-    earlier interval. Raises ValueError when a value lies outside [0, 1] or there are more draws
+def capital(x: np.ndarray, target: np.ndarray, population: int, alpha: float) -> np.ndarray:
+    """The betting test of "the whole-set mean of row r is ``target[r]``" (module docstring,
+    "One mean"): for values ``x`` (R, t) in [0, 1] in the order they were drawn from a population
+    of ``population``, the largest log-capital either one-sided bettor reached at any draw so far,
+    per row (R,); ``inf`` where the draws contradict the target with certainty (the tasks not yet
+    drawn cannot make it). The target is rejected at level ``alpha`` (at every time at once) where
+    it is ≥ log(2/α). Raises ValueError when a value lies outside [0, 1] or there are more draws
     than the population."""
     x = np.asarray(x, dtype=np.float64)
-    t = x.shape[-1]
+    rows, t = x.shape
     if t > population:
         raise ValueError(f"{t} draws from a population of {population}")
     if t == 0:
-        return np.empty(x.shape), np.empty(x.shape)
+        return np.zeros(rows)
     if x.min() < 0 or x.max() > 1:
         raise ValueError("values must lie in [0, 1]")
     i = np.arange(1, t + 1, dtype=np.float64)
     s = np.cumsum(x, -1)
     s_prev = s - x
-    mu_prev = (0.5 + s_prev) / i  # μ̂_{i−1}
+    remaining = population - i + 1
+    # under the target, the mean of the tasks not yet drawn
+    m = (population * np.asarray(target, np.float64)[:, None] - s_prev) / remaining
+    impossible = ((m < -1e-9) | (m > 1 + 1e-9)).any(-1)
+    m = np.clip(m, 1e-12, 1 - 1e-12)
     dev = x - (0.5 + s) / (i + 1)  # X_i − μ̂_i
     dev *= dev
-    c = np.cumsum(dev, -1)
-    var_prev = (0.25 + c - dev) / i  # σ̂²_{i−1}
-    log_term = math.log(2 / alpha)
-    remaining = population - i + 1
-    slope = population / remaining  # how much draw i tells about μ (N/(N − i + 1))
-    lam = np.minimum(CAP, slope * np.sqrt(2 * log_term / (var_prev * (i * np.log1p(i)))))
-    b = np.cumsum(lam * slope, -1)
-    a = np.cumsum(lam * (x + s_prev / remaining), -1)
-    x = x - mu_prev
-    x *= x
-    x *= -np.log1p(-lam) - lam
-    psi = np.cumsum(x, -1)
-    psi += log_term
-    low = np.maximum((a - psi) / b, s / population)
-    high = np.minimum((a + psi) / b, (s + (population - i)) / population)
-    np.maximum.accumulate(low, -1, out=low)
-    np.minimum.accumulate(high, -1, out=high)
-    high = np.maximum(high, low)  # a crossing (probability ≤ α) keeps a point, not an empty set
-    return low, high
+    var_prev = (0.25 + np.cumsum(dev, -1) - dev) / i  # σ̂²_{i−1}
+    slope = population / remaining  # how much draw i tells about the whole-set mean
+    bet = np.minimum(
+        BET_MAX, slope * np.sqrt(2 * math.log(2 / alpha) / (var_prev * i * np.log1p(i)))
+    )
+    gain = x - m
+    up = np.cumsum(np.log1p(np.minimum(bet, BET_CAP / m) * gain), -1)
+    down = np.cumsum(np.log1p(-np.minimum(bet, BET_CAP / (1 - m)) * gain), -1)
+    best = np.maximum(up, down).max(-1)
+    best[impossible] = np.inf
+    return best
 
 
 def interval(
@@ -244,13 +254,24 @@ def interval(
 ) -> tuple[float, float]:
     """The (1 − ``alpha``) interval for a whole-set mean (0-1) after the draws so far, with open
     answers: ``x_low`` / ``x_high`` (t,) the draws with every open answer at its lowest / highest
-    value; the union of the two sequences' intervals (``scoring.bounds``'s rule). With no draw,
-    [0, 1]."""
-    if len(x_low) == 0:
+    value; the union of the two sequences' intervals (``scoring.bounds``'s rule), each the
+    targets ``capital`` does not reject (``invert``). With no draw, [0, 1]; with every task
+    drawn, the exact value."""
+    t = len(x_low)
+    if t == 0:
         return 0.0, 1.0
-    lo = cs_path(x_low, population, alpha)[0][-1]
-    hi = cs_path(x_high, population, alpha)[1][-1]
-    return float(lo), float(hi)
+    if t == population:
+        return float(np.mean(x_low)), float(np.mean(x_high))
+    fills = {False: np.asarray(x_low, np.float64), True: np.asarray(x_high, np.float64)}
+
+    def make_x(mu: np.ndarray, high: bool) -> tuple[np.ndarray, np.ndarray]:
+        return np.broadcast_to(fills[high], (len(mu), t)), mu
+
+    lo, hi = invert(make_x, population, alpha, None)
+    # what holds with certainty: the tasks not drawn at their extremes
+    lo = max(lo, float(fills[False].sum()) / population)
+    hi = min(hi, float(fills[True].sum() + population - t) / population)
+    return lo, max(lo, hi)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -456,37 +477,34 @@ def _f1(tp: float, err: float, undefined: float) -> float:
     return undefined if d <= 1e-12 else 2 * tp / d
 
 
-GRID = 25  # points of each stage of the search for a ratio's interval (two stages: ~1e-3 apart)
+GRID = 25  # points of each stage of the search for an interval (two stages: ~1e-3 apart)
 
 
-def ratio_interval(
+def invert(
     make_x, population: int, alpha: float, exact: tuple[float, float] | None
 ) -> tuple[float, float]:
-    """The (1 − ``alpha``) interval (0-1) of a whole-set ratio ``r*``, by inverting a test of each
-    candidate ``r``: ``make_x(r, high)`` gives, for candidates ``r`` (R,), per-task values
-    (R, t) in [0, 1] whose whole-set mean equals ``target`` (R,) exactly when ``r = r*`` (returned
-    as ``(x, target)``), with the open answers at the ratio's lowest (``high`` False) or highest
-    completion. The interval is every ``r`` whose sequence holds its target: one sequence, at the
-    true ``r*``, has to hold, so no multiplicity over ``r`` is spent. Found on a grid in two
-    stages (``GRID`` points each, ~1e-3 apart at the end), rounded outwards. ``exact``: the
-    value's (lowest, highest) when every task is asked (returned as it is)."""
+    """The (1 − ``alpha``) interval (0-1) of a whole-set value ``v*`` (a mean, or a ratio), by
+    inverting a test of each candidate ``v``: ``make_x(v, high)`` gives, for candidates ``v``
+    (R,), per-task values (R, t) in [0, 1] whose whole-set mean equals ``target`` (R,) exactly
+    when ``v = v*`` (returned as ``(x, target)``), with the open answers at the value's lowest
+    (``high`` False) or highest completion. The interval is every ``v`` that ``capital`` does not
+    reject: one test, at the true ``v*``, has to hold, so no multiplicity over ``v`` is spent.
+    Found on a grid in two stages (``GRID`` points each, ~1e-3 apart at the end), rounded
+    outwards. ``exact``: the value's (lowest, highest) when every task is asked (returned as it
+    is)."""
     if exact is not None:
         return exact
     grids = [np.linspace(0.0, 1.0, GRID)] * 2  # (lowest end, highest end)
     ends = [0.0, 1.0]
+    log_bar = math.log(2 / alpha)
     for stage in range(2):
-        x0, t0 = make_x(grids[0], False)
-        x1, t1 = make_x(grids[1], True)
-        lo, hi = cs_path(np.concatenate([x0, x1]), population, alpha)
-        target = np.concatenate([t0, t1])
-        ok = (lo[:, -1] <= target + 1e-12) & (target <= hi[:, -1] + 1e-12)
         for side in (0, 1):
-            grid, accepted = grids[side], ok[side * GRID : (side + 1) * GRID]
+            grid = grids[side]
+            x, target = make_x(grid, bool(side))
+            score = capital(x, target, population, alpha)
+            accepted = score < log_bar
             if not accepted.any():  # every candidate rejected (probability ≤ α): the closest
-                gap = np.abs(np.where(lo[:, -1] > target, lo[:, -1] - target, target - hi[:, -1]))[
-                    side * GRID : (side + 1) * GRID
-                ]
-                k = int(np.argmin(gap))
+                k = int(np.argmin(score))
             else:
                 k = int(np.flatnonzero(accepted)[-1 if side else 0])
             k = min(GRID - 1, k + 1) if side else max(0, k - 1)  # outwards
@@ -518,7 +536,7 @@ def _nh_interval(part: _Part, n: int, population: int, alpha: float) -> tuple[fl
     exact = None
     if n == population:
         exact = (_nh(h_hi.mean(), c_lo.mean()), _nh(h_lo.mean(), c_lo.mean()))
-    return ratio_interval(make_x, population, alpha, exact)
+    return invert(make_x, population, alpha, exact)
 
 
 def _f1_interval(part: _Part, q: str, n: int, population: int, alpha: float) -> tuple[float, float]:
@@ -538,7 +556,7 @@ def _f1_interval(part: _Part, q: str, n: int, population: int, alpha: float) -> 
     exact = None
     if n == population:
         exact = (_f1(tp_lo.mean(), e_hi.mean(), 0.0), _f1(tp_hi.mean(), e_lo.mean(), 1.0))
-    return ratio_interval(make_x, population, alpha, exact)
+    return invert(make_x, population, alpha, exact)
 
 
 def _terms(

@@ -17,7 +17,7 @@ from dxi.runner.cli import main
 from dxi.scoring import planner, sequential
 from dxi.scoring.sequential import (
     Until,
-    cs_path,
+    capital,
     interval,
     positives,
     round_sizes,
@@ -28,26 +28,26 @@ from dxi.scoring.sequential import (
 POPS = {"aa_omniscience_decision": 40, "hle_multichoice": 30, "when2call": 20, "wildguardtest": 50}
 
 
-def reference_path(x: list[float], n: int, alpha: float) -> tuple[list[float], list[float]]:
-    """The module docstring's formulas, one draw at a time (no NumPy)."""
+def reference_capital(x: list[float], n: int, target: float, alpha: float) -> float:
+    """The module docstring's betting capital, one draw at a time (no NumPy): the largest
+    log-capital of either bettor on "the whole-set mean is ``target``"."""
     log_term = math.log(2 / alpha)
-    a = b = psi = s = dev = 0.0
-    lows, highs = [], []
-    best_low, best_high = -math.inf, math.inf
+    up = down = s = dev = 0.0
+    best = -math.inf
     for i, xi in enumerate(x, 1):
-        mu_prev, var_prev = (0.5 + s) / i, (0.25 + dev) / i
+        m = (n * target - s) / (n - i + 1)
+        if not -1e-9 <= m <= 1 + 1e-9:
+            return math.inf
+        m = min(max(m, 1e-12), 1 - 1e-12)
+        var_prev = (0.25 + dev) / i
         slope = n / (n - i + 1)
-        lam = min(0.5, slope * math.sqrt(2 * log_term / (var_prev * i * math.log(1 + i))))
-        a += lam * (xi + s / (n - i + 1))
-        b += lam * slope
-        psi += (-math.log(1 - lam) - lam) * (xi - mu_prev) ** 2
+        bet = min(0.9, slope * math.sqrt(2 * log_term / (var_prev * i * math.log(1 + i))))
+        up += math.log(1 + min(bet, 0.75 / m) * (xi - m))
+        down += math.log(1 - min(bet, 0.75 / (1 - m)) * (xi - m))
+        best = max(best, up, down)
         s += xi
         dev += (xi - (0.5 + s) / (i + 1)) ** 2
-        best_low = max(best_low, (a - psi - log_term) / b, s / n)
-        best_high = min(best_high, (a + psi + log_term) / b, (s + n - i) / n)
-        lows.append(best_low)
-        highs.append(max(best_high, best_low))
-    return lows, highs
+    return best
 
 
 def test_until_parse_accepts_the_documented_forms():
@@ -76,37 +76,41 @@ def test_until_parse_rejects_the_rest_naming_the_flag(text):
         Until.parse(text)
 
 
-def test_sequence_matches_its_formulas_step_by_step():
+def test_capital_matches_its_formulas_step_by_step():
     rng = np.random.default_rng(1)
-    x = (rng.random(150) < 0.3).astype(float).tolist()
-    lo, hi = cs_path(np.array(x), 200, 0.05)
-    ref_lo, ref_hi = reference_path(x, 200, 0.05)
-    assert np.allclose(lo, ref_lo, rtol=0, atol=1e-12)
-    assert np.allclose(hi, ref_hi, rtol=0, atol=1e-12)
+    x = (rng.random(150) < 0.3).astype(float)
+    targets = np.array([0.1, 0.25, 0.3, 0.42, 0.6])
+    got = capital(np.broadcast_to(x, (5, 150)), targets, 200, 0.05)
+    want = [reference_capital(x.tolist(), 200, m, 0.05) for m in targets]
+    assert np.allclose(got, want, rtol=0, atol=1e-12)
+    # 44 of the 150 draws are 1 (of 200): a mean of 0.1 (20 ones) or 0.6 (120: at most 94) is
+    # impossible; 0.42 is rejected at 95% (log-capital ≥ log 40), 0.25 and 0.3 are not
+    assert int(x.sum()) == 44
+    assert np.isinf(got[[0, 4]]).all()
+    assert (got[1:3] < math.log(40)).all() and math.log(40) <= got[3] < np.inf
 
 
-def test_sequence_on_two_draws_is_the_certain_bounds():
-    # x = 1, 0 of N = 4: the sequence's own ends are far outside (hand: −2.72, 3.87), so the
-    # interval is what the two unseen values allow: [1/4, 3/4]
-    lo, hi = cs_path(np.array([1.0, 0.0]), 4, 0.05)
-    assert lo.tolist() == [0.25, 0.25]
-    assert hi.tolist() == [1.0, 0.75]
+def test_two_draws_give_the_certain_bounds():
+    # x = 1, 0 of N = 4: no candidate is rejected by two draws, so the interval is what the two
+    # unseen values allow: [1/4, 3/4]
+    assert interval(np.array([1.0, 0.0]), np.array([1.0, 0.0]), 4, 0.05) == (0.25, 0.75)
 
 
-def test_sequence_is_exact_on_the_whole_set_and_never_widens():
+def test_interval_is_exact_on_the_whole_set_and_never_widens():
     rng = np.random.default_rng(2)
     x = rng.random(300)
-    lo, hi = cs_path(x, 300, 0.05)
-    assert lo[-1] == pytest.approx(x.mean(), abs=1e-12)
-    assert hi[-1] == pytest.approx(x.mean(), abs=1e-12)
-    assert (np.diff(lo) >= 0).all() and (np.diff(hi) <= 0).all()
+    assert interval(x, x, 300, 0.05) == (x.mean(), x.mean())
+    ends = [interval(x[:t], x[:t], 300, 0.05) for t in range(20, 300, 20)]
+    step = 1 / (24 * 24)  # the search's grid: ends are rounded outwards by at most two steps
+    for (lo0, hi0), (lo1, hi1) in zip(ends, ends[1:], strict=False):
+        assert lo1 >= lo0 - 2 * step and hi1 <= hi0 + 2 * step
 
 
-def test_sequence_rejects_bad_input():
+def test_capital_rejects_bad_input():
     with pytest.raises(ValueError, match="values must lie in"):
-        cs_path(np.array([0.5, 1.5]), 10, 0.05)
+        capital(np.array([[0.5, 1.5]]), np.array([0.5]), 10, 0.05)
     with pytest.raises(ValueError, match="3 draws from a population of 2"):
-        cs_path(np.zeros(3), 2, 0.05)
+        capital(np.zeros((1, 3)), np.array([0.5]), 2, 0.05)
 
 
 def test_open_answers_give_the_union_of_both_completions():
@@ -114,23 +118,39 @@ def test_open_answers_give_the_union_of_both_completions():
     low_fill = np.array([1] * 6 + [0] * 4, float)
     high_fill = np.array([1] * 6 + [0] * 2 + [1] * 2, float)
     assert interval(low_fill, high_fill, 10, 0.05) == (0.6, 0.8)
+    # 6 of 10 asked, one open: the union of the two fills' intervals
+    lo, hi = interval(low_fill[:6] * [1, 1, 1, 1, 1, 0], low_fill[:6], 10, 0.05)
+    assert (
+        lo
+        == interval(low_fill[:6] * [1, 1, 1, 1, 1, 0], low_fill[:6] * [1, 1, 1, 1, 1, 0], 10, 0.05)[
+            0
+        ]
+    )
+    assert hi == interval(low_fill[:6], low_fill[:6], 10, 0.05)[1]
 
 
 def test_coverage_at_a_random_stopping_time():
-    """Seeded: 400 populations of 300 (shares 0.05-0.95), a random stopping time each: the whole-set
-    mean lies inside the 95% interval at that time, and at every time, in ≥ 95% of runs."""
+    """Seeded: 400 populations of 300 (shares 0.05-0.95), a random stopping time each: the test of
+    the true whole-set mean has not rejected it by that time, nor by the end (the interval holds
+    at every time), in ≥ 95% of runs; the interval at the stopping time holds the mean whenever
+    the test has not rejected it."""
     rng = np.random.default_rng(3)
-    at_stop = everywhere = 0
-    for _ in range(400):
-        pop = (rng.random(300) < rng.uniform(0.05, 0.95)).astype(float)
-        x = rng.permutation(pop)
-        lo, hi = cs_path(x, 300, 0.05)
-        t = int(rng.integers(1, 300))
-        mean = pop.mean()
-        at_stop += lo[t - 1] - 1e-12 <= mean <= hi[t - 1] + 1e-12
-        everywhere += bool(((lo - 1e-12 <= mean) & (mean <= hi + 1e-12)).all())
-    assert at_stop / 400 >= 0.95
-    assert everywhere / 400 >= 0.95
+    bar = math.log(2 / 0.05)
+    pops = (rng.random((400, 300)) < rng.uniform(0.05, 0.95, (400, 1))).astype(float)
+    x = rng.permuted(pops, axis=1)
+    means = pops.mean(1)
+    stops = rng.integers(1, 300, 400)
+    everywhere = capital(x, means, 300, 0.05) < bar
+    at_stop = np.array(
+        [
+            capital(x[k : k + 1, : stops[k]], means[k : k + 1], 300, 0.05)[0] < bar
+            for k in range(400)
+        ]
+    )
+    assert at_stop.mean() >= 0.95 and everywhere.mean() >= 0.95
+    for k in range(0, 400, 40):  # the interval agrees with its test
+        lo, hi = interval(x[k, : stops[k]], x[k, : stops[k]], 300, 0.05)
+        assert (lo <= means[k] <= hi) or not at_stop[k]
 
 
 def _answers(rows: list[tuple]) -> pl.DataFrame:
@@ -480,7 +500,7 @@ def test_known_gold_narrows_the_f1_denominators_and_still_covers():
             lo, hi = b[f"den:{q}"]
             narrower += hi - lo < a[f"den:{q}"][1] - a[f"den:{q}"][0]
             covered += lo <= exact[q] <= hi
-    assert narrower == 90 and covered == 90
+    assert narrower == 90 and covered >= 89  # each at α = 0.01: one miss in 90 is in keeping
 
 
 def test_separation_holds_every_pair_at_once(monkeypatch):
