@@ -228,6 +228,7 @@ def simulate(
     alpha: float = 0.05,
     max_rounds: int = 200,
     trace: list | None = None,
+    positives: Mapping[str, float] | None = None,
 ) -> Simulated:
     """The adaptive loop of ``dxi run --until`` over whole sets of ``answers`` (every task): each
     round asks every running model ``sequential.round_sizes`` more tasks down ``order``, then
@@ -235,10 +236,13 @@ def simulate(
     every model is settled. ``trace``, when given, receives each look's standings. The answers
     are split into per-task components once (``sequential._parts``); each look takes every
     model's first asked tasks of them (``_Part.head``), what ``standings`` over the asked rows
-    computes."""
+    computes. ``positives``: WildGuardTest's whole-set share of gold "yes" per question
+    (``sequential.positives``; None: taken from ``answers``, which hold every task)."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
-    parts = sequential._parts(answers, order)
+    if positives is None:  # whole sets: the gold of every task is here
+        positives = sequential.positives(answers)
+    parts = sequential._parts(answers, order, positives)
     labels = sorted(parts)
     rank = {e: {t: k for k, t in enumerate(ts)} for e, ts in order.items()}
     # per model and evaluation: the asking position of each of its tasks (tasks not in the order

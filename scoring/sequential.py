@@ -8,37 +8,48 @@ sample drawn *without replacement*, and every figure here is an interval for the
 would take over the whole set, not over a superpopulation: it shrinks to the exact value as the
 asked part reaches the whole set.
 
-**Confidence sequences for sampling without replacement** (Waudby-Smith & Ramdas 2020,
-"Confidence sequences for sampling without replacement", NeurIPS 33, §3; the empirical-Bernstein
-supermartingale of Howard, Ramdas, McAuliffe & Sekhon 2021, "Time-uniform, nonparametric,
-nonasymptotic confidence sequences", Annals of Statistics 49:1055-1080, with the predictable
-plug-in bets of Waudby-Smith & Ramdas 2023, "Estimating means of bounded random variables by
-betting", JRSS B 86:1-27, §3.2). For values ``x_1..x_N`` in [0, 1] with mean ``μ`` drawn in a
-random order ``X_1, X_2, ...``, the mean of the tasks not yet drawn is
-``m_i = (N·μ − S_{i−1}) / (N − i + 1)`` (``S`` the running sum) and ``E[X_i | past] = m_i``. With
+**One mean: a betting confidence sequence for sampling without replacement** (Waudby-Smith &
+Ramdas 2020, "Confidence sequences for sampling without replacement", NeurIPS 33, §3; the capital
+process and predictable plug-in bets of Waudby-Smith & Ramdas 2023, "Estimating means of bounded
+random variables by betting", JRSS B 86:1-27, §3-4). For values ``x_1..x_N`` in [0, 1] with mean
+``μ`` drawn in a random order ``X_1, X_2, ...``, the mean of the tasks not yet drawn is
+``m_i(μ) = (N·μ − S_{i−1}) / (N − i + 1)`` (``S`` the running sum) and ``E[X_i | past] = m_i``.
+For a candidate ``μ``, the two bettors' capitals
+
+    K⁺_t = Π_{i≤t} (1 + λ⁺_i (X_i − m_i(μ))),   K⁻_t = Π_{i≤t} (1 − λ⁻_i (X_i − m_i(μ))),
+
+with predictable bets ``λ⁺_i = min(λ_i, BET_CAP/m_i)`` and ``λ⁻_i = min(λ_i, BET_CAP/(1 − m_i))``
+(each factor ≥ 1 − BET_CAP > 0), are nonnegative martingales at the true ``μ``; by Ville's
+inequality at α/2 each, with probability ≥ 1 − α neither ever reaches 2/α (``capital``). The
+interval at ``t`` is every ``μ`` neither has reached 2/α for by then (found on a grid,
+``invert``), intersected with the bounds that hold with certainty, ``[S_t/N, (S_t + N − t)/N]``
+(the tasks not asked at their extremes: the exact value when ``t = N``); a candidate once rejected
+stays rejected, so the intervals never widen. Bets: ``λ_i = min(BET_MAX, N/(N − i + 1) ·
+sqrt(2 log(2/α) / (σ̂²_{i−1} · i · log(1 + i))))`` with ``σ̂²`` the regularised running variance
+of Waudby-Smith & Ramdas 2023 (eq. 15-16); the factor N/(N − i + 1), how much draw i tells about
+``μ``, bets more as the draws left tell more about the whole. The capital is exact where the
+empirical-Bernstein bound below is a lower bound of it: measured 11-16% narrower at α = 0.002 and
+0.03 on accuracies of 513 and 880 tasks, and the index's interval 0.5 points narrower at a third
+of the set. Because the sequence holds at every ``t``, it holds at the rounds of a run whatever
+rule chose them, and at the round a model is stopped.
+
+**The empirical-Bernstein form** (Howard, Ramdas, McAuliffe & Sekhon 2021, "Time-uniform,
+nonparametric, nonasymptotic confidence sequences", Annals of Statistics 49:1055-1080): with
 predictable bets ``λ_i ∈ [0, 1)`` and predictable centres ``μ̂_{i−1} ∈ [0, 1]``,
 
     M_t = Π_{i≤t} exp(λ_i (X_i − m_i) − ψ(λ_i) (X_i − μ̂_{i−1})²),  ψ(λ) = −log(1 − λ) − λ,
 
 is a nonnegative supermartingale (Fan, Grama & Liu 2015's inequality
 ``exp(λξ − ψ(λ)ξ²) ≤ 1 + λξ`` for ξ ≥ −1, as in Howard et al. 2021 §A.8), and so is its mirror on
-``1 − X``. Ville's inequality on both at α/2 each, solved for ``μ`` (``m_i`` is linear in it),
-gives at every ``t`` at once with probability ≥ 1 − α:
+``1 − X``. Its logarithm is *linear* in the unknown means (``m_i`` is linear in ``μ``), so Ville's
+inequality on both at α/2 each can be solved in closed form:
 
     μ ∈ [(A_t − Ψ_t − log(2/α)) / B_t,  (A_t + Ψ_t + log(2/α)) / B_t],
     A_t = Σ λ_i (X_i + S_{i−1}/(N − i + 1)),  B_t = Σ λ_i N/(N − i + 1),
-    Ψ_t = Σ ψ(λ_i) (X_i − μ̂_{i−1})²,
+    Ψ_t = Σ ψ(λ_i) (X_i − μ̂_{i−1})².
 
-the closed-form WoR empirical-Bernstein confidence sequence. Each is intersected with the bounds
-that hold with certainty, ``[S_t/N, (S_t + N − t)/N]`` (the tasks not asked at their extremes: the
-interval is the exact value when ``t = N``), and with every earlier look's (the running
-intersection of a confidence sequence is one). Bets: ``λ_i = min(CAP, N/(N − i + 1) ·
-sqrt(2 log(2/α) / (σ̂²_{i−1} · i · log(1 + i))))`` with ``σ̂²`` and ``μ̂`` the regularised running
-variance and mean of Waudby-Smith & Ramdas 2023 (eq. 15-16); the factor N/(N − i + 1), the weight
-of draw i in ``B_t``, bets more as the draws left tell more about the whole (measured: 5-10%
-narrower late in the run than the with-replacement bets, coverage unchanged). Because the
-sequence holds at every ``t``, it holds at
-the rounds of a run whatever rule chose them, and at the round a model is stopped.
+The index's sequence (below) needs that linearity, across several unknown means at once; each
+single metric uses the tighter capital above.
 
 **Metrics.** Each figure is a function of whole-set means of per-task quantities (a task's value
 is its mean over epochs; the population unit is the task): accuracy is the mean of C (correct); a
@@ -46,10 +57,13 @@ ratio — non-hallucination 1 − H/W (H hallucinated: a reply not correct and n
 not correct), each WildGuardTest F1 = 2TP/(2TP + E) (E = FP + FN of that yes/no question) — by
 inverting a test: "F1 ≥ r" is "the whole-set mean of 2(1 − r)·tp − r·e is ≥ 0", one bounded
 per-task mean (rescaled to [0, 1]), so the interval is every r whose sequence holds its target
-(``ratio_interval``; one sequence, at the true r, has to hold: nothing is spent on the grid). Every
+(``invert``; one test, at the true r, has to hold: nothing is spent on the grid). Every
 such sequence of a model runs at α'/K (K sequences: Bonferroni), so its metrics hold at once
 (mean F1 is the mean of its three F1s' ends). With several epochs the ratios are those of the
 epoch-averaged counts (the scorer's are means of per-epoch ratios; equal for one epoch).
+WildGuardTest's gold labels are known for the whole set before any request (``positives``), so each
+F1's denominator 2TP + E = (predicted "yes") + (gold "yes") is bounded by one sequence on the
+predicted "yes" alone plus the known share (``_box``): what is known is not estimated.
 
 **The index** gets one sequence across the four evaluations (a weighted sum of per-evaluation
 intervals would add their widths). Each term is written as a ratio N/D of per-task means (D = 1
@@ -83,11 +97,14 @@ of the second).
 **Separation** (``Until("separated", Δ)``): for each pair of models, the difference of their
 whole-set indices over the tasks both were asked, by the index's construction applied to both
 models' terms at once (the second's weights negated): the per-task contribution is then a paired
-difference, so the tasks' shared difficulty cancels. Each pair runs at α/P for P pairs
-(Bonferroni over the pairs), so every pair's interval holds at once, at every look, with
-probability ≥ 1 − α. A pair is *decided* when its interval excludes 0 (their order is known) or
-lies within [−Δ, Δ] (their difference does not matter), or when both models have been asked
-everything; a model is settled when every pair it is in is decided.
+difference, so the tasks' shared difficulty cancels. α is split once for all pairs:
+``PRODUCT_SHARE``·α over the P pairs' sequences (α·share/P each) and the rest over the M models'
+boxes (each model's K sequences at α·(1 − share)/(M·K), from all that model was asked: the boxes
+bound whole-set metrics, so they serve every pair the model is in; measured 12% narrower than
+boxes per pair at α/P, for 10 models at half the set). Every pair's interval then holds at once,
+at every look, with probability ≥ 1 − α. A pair is *decided* when its interval excludes 0 (their
+order is known) or lies within [−Δ, Δ] (their difference does not matter), or when both models
+have been asked everything; a model is settled when every pair it is in is decided.
 
 **Order caveat.** The guarantee is for a uniformly random order within each evaluation. An order
 stratified by WildGuardTest's label mix is a proportionally stratified sample, which is no less
@@ -114,7 +131,9 @@ from .decision_index import WEIGHTS
 from .metrics import IDK, NOT_ANSWERS
 from .sums import METRICS, OMNISCIENCE, WILDGUARD, WILDGUARD_F1
 
-CAP = 0.5  # the largest bet λ (Waudby-Smith & Ramdas 2023 use 1/2 or 3/4)
+CAP = 0.5  # the index's largest bet λ (Waudby-Smith & Ramdas 2023 use 1/2 or 3/4)
+BET_MAX = 0.9  # a metric's largest bet per draw (``capital``), before the cap below
+BET_CAP = 0.75  # ... and at most this share of what the capital can lose on the draw
 FIRST_ROUND = 0.04  # the share of each evaluation the first round asks
 GROWTH = 1.25  # each round asks this many times what the one before asked
 UNTIL_FORMS = "precision=P (e.g. precision=5), precision=P:all, separated, separated=Δ"
@@ -191,46 +210,43 @@ class Standing:
 # the confidence sequence of one bounded mean, sampled without replacement
 
 
-def cs_path(x: np.ndarray, population: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """The WoR empirical-Bernstein confidence sequence (module docstring) of the mean of a
-    population of ``population`` values in [0, 1], from the values ``x`` (..., t) in the order
-    they were drawn (leading axes: independent sequences): ``(low, high)``, each (..., t), the
-    (1 − ``alpha``) interval after each draw, intersected with the certain bounds and with every
-    earlier interval. Raises ValueError when a value lies outside [0, 1] or there are more draws
+def capital(x: np.ndarray, target: np.ndarray, population: int, alpha: float) -> np.ndarray:
+    """The betting test of "the whole-set mean of row r is ``target[r]``" (module docstring,
+    "One mean"): for values ``x`` (R, t) in [0, 1] in the order they were drawn from a population
+    of ``population``, the largest log-capital either one-sided bettor reached at any draw so far,
+    per row (R,); ``inf`` where the draws contradict the target with certainty (the tasks not yet
+    drawn cannot make it). The target is rejected at level ``alpha`` (at every time at once) where
+    it is ≥ log(2/α). Raises ValueError when a value lies outside [0, 1] or there are more draws
     than the population."""
     x = np.asarray(x, dtype=np.float64)
-    t = x.shape[-1]
+    rows, t = x.shape
     if t > population:
         raise ValueError(f"{t} draws from a population of {population}")
     if t == 0:
-        return np.empty(x.shape), np.empty(x.shape)
+        return np.zeros(rows)
     if x.min() < 0 or x.max() > 1:
         raise ValueError("values must lie in [0, 1]")
     i = np.arange(1, t + 1, dtype=np.float64)
     s = np.cumsum(x, -1)
     s_prev = s - x
-    mu_prev = (0.5 + s_prev) / i  # μ̂_{i−1}
+    remaining = population - i + 1
+    # under the target, the mean of the tasks not yet drawn
+    m = (population * np.asarray(target, np.float64)[:, None] - s_prev) / remaining
+    impossible = ((m < -1e-9) | (m > 1 + 1e-9)).any(-1)
+    m = np.clip(m, 1e-12, 1 - 1e-12)
     dev = x - (0.5 + s) / (i + 1)  # X_i − μ̂_i
     dev *= dev
-    c = np.cumsum(dev, -1)
-    var_prev = (0.25 + c - dev) / i  # σ̂²_{i−1}
-    log_term = math.log(2 / alpha)
-    remaining = population - i + 1
-    slope = population / remaining  # how much draw i tells about μ (N/(N − i + 1))
-    lam = np.minimum(CAP, slope * np.sqrt(2 * log_term / (var_prev * (i * np.log1p(i)))))
-    b = np.cumsum(lam * slope, -1)
-    a = np.cumsum(lam * (x + s_prev / remaining), -1)
-    x = x - mu_prev
-    x *= x
-    x *= -np.log1p(-lam) - lam
-    psi = np.cumsum(x, -1)
-    psi += log_term
-    low = np.maximum((a - psi) / b, s / population)
-    high = np.minimum((a + psi) / b, (s + (population - i)) / population)
-    np.maximum.accumulate(low, -1, out=low)
-    np.minimum.accumulate(high, -1, out=high)
-    high = np.maximum(high, low)  # a crossing (probability ≤ α) keeps a point, not an empty set
-    return low, high
+    var_prev = (0.25 + np.cumsum(dev, -1) - dev) / i  # σ̂²_{i−1}
+    slope = population / remaining  # how much draw i tells about the whole-set mean
+    bet = np.minimum(
+        BET_MAX, slope * np.sqrt(2 * math.log(2 / alpha) / (var_prev * i * np.log1p(i)))
+    )
+    gain = x - m
+    up = np.cumsum(np.log1p(np.minimum(bet, BET_CAP / m) * gain), -1)
+    down = np.cumsum(np.log1p(-np.minimum(bet, BET_CAP / (1 - m)) * gain), -1)
+    best = np.maximum(up, down).max(-1)
+    best[impossible] = np.inf
+    return best
 
 
 def interval(
@@ -238,13 +254,24 @@ def interval(
 ) -> tuple[float, float]:
     """The (1 − ``alpha``) interval for a whole-set mean (0-1) after the draws so far, with open
     answers: ``x_low`` / ``x_high`` (t,) the draws with every open answer at its lowest / highest
-    value; the union of the two sequences' intervals (``scoring.bounds``'s rule). With no draw,
-    [0, 1]."""
-    if len(x_low) == 0:
+    value; the union of the two sequences' intervals (``scoring.bounds``'s rule), each the
+    targets ``capital`` does not reject (``invert``). With no draw, [0, 1]; with every task
+    drawn, the exact value."""
+    t = len(x_low)
+    if t == 0:
         return 0.0, 1.0
-    lo = cs_path(x_low, population, alpha)[0][-1]
-    hi = cs_path(x_high, population, alpha)[1][-1]
-    return float(lo), float(hi)
+    if t == population:
+        return float(np.mean(x_low)), float(np.mean(x_high))
+    fills = {False: np.asarray(x_low, np.float64), True: np.asarray(x_high, np.float64)}
+
+    def make_x(mu: np.ndarray, high: bool) -> tuple[np.ndarray, np.ndarray]:
+        return np.broadcast_to(fills[high], (len(mu), t)), mu
+
+    lo, hi = invert(make_x, population, alpha, None)
+    # what holds with certainty: the tasks not drawn at their extremes
+    lo = max(lo, float(fills[False].sum()) / population)
+    hi = min(hi, float(fills[True].sum() + population - t) / population)
+    return lo, max(lo, hi)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,6 +287,7 @@ class _Part:
     tasks: list[str]
     comps: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     counts: dict[str, np.ndarray] = field(default_factory=dict)
+    positives: dict[str, float] = field(default_factory=dict)
 
     @property
     def sums(self) -> dict[str, float]:
@@ -272,6 +300,7 @@ class _Part:
             self.tasks[:n],
             {k: (lo[:n], hi[:n]) for k, (lo, hi) in self.comps.items()},
             {k: v[:n] for k, v in self.counts.items()},
+            self.positives,
         )
 
 
@@ -303,13 +332,26 @@ def _components(ans: pl.DataFrame) -> pl.DataFrame:
             (hall | opened).cast(f).alias("h_hi"),
             tp.cast(f).alias("tp_lo"),
             (tp | (opened & gold_pos.fill_null(False))).cast(f).alias("tp_hi"),
+            (replied & pred_pos).cast(f).alias("yes_lo"),
+            ((replied & pred_pos) | opened).cast(f).alias("yes_hi"),
             err.cast(f).alias("err_lo"),
             (err | opened).cast(f).alias("err_hi"),
             replied.cast(f).alias("n"),
         )
         .group_by("label", "eval", "task_id", "question_id")
         .agg(
-            pl.col("c_lo", "c_hi", "h_lo", "h_hi", "tp_lo", "tp_hi", "err_lo", "err_hi").mean(),
+            pl.col(
+                "c_lo",
+                "c_hi",
+                "h_lo",
+                "h_hi",
+                "tp_lo",
+                "tp_hi",
+                "err_lo",
+                "err_hi",
+                "yes_lo",
+                "yes_hi",
+            ).mean(),
             (pl.col("c_lo") * pl.col("n")).sum().alias("c"),
             (pl.col("h_lo") * pl.col("n")).sum().alias("h"),
             (pl.col("tp_lo") * pl.col("n")).sum().alias("tp"),
@@ -320,10 +362,36 @@ def _components(ans: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def positives(gold: pl.DataFrame) -> dict[str, float]:
+    """WildGuardTest's whole-set share (0-1) of gold "yes" per question (question id -> share),
+    from a frame with columns eval, task_id, question_id and gold covering every task of the
+    population (``evals.gold_frames``' gold, or whole sets of ``scoring.pipeline.answers``: rows
+    repeated over models and epochs count once). Empty when the frame has no WildGuardTest row.
+    With it, each F1's denominator 2TP + E = (predicted "yes") + (gold "yes") has its second
+    part known, and only the first is estimated (``_box``)."""
+    wg = (
+        gold.lazy()
+        .filter(pl.col("eval").cast(pl.String) == WILDGUARD)
+        .select(
+            pl.col("task_id").cast(pl.String),
+            pl.col("question_id").cast(pl.String),
+            (pl.col("gold").cast(pl.String) == "yes").fill_null(False).alias("yes"),
+        )
+        .unique(["task_id", "question_id"])
+        .group_by("question_id")
+        .agg(pl.col("yes").mean())
+        .collect()
+    )
+    return {q: float(v) for q, v in wg.iter_rows() if q in WILDGUARD_F1}
+
+
 def _parts(
-    ans: pl.DataFrame, order: Mapping[str, Sequence[str]] | None
+    ans: pl.DataFrame,
+    order: Mapping[str, Sequence[str]] | None,
+    positives: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, _Part]]:
-    """label -> eval -> its ``_Part`` (tasks in ``order``; tasks not in it after, by id)."""
+    """label -> eval -> its ``_Part`` (tasks in ``order``; tasks not in it after, by id);
+    WildGuardTest's parts carry ``positives`` (question -> its whole-set share of gold "yes")."""
     table = _components(ans)
     out: dict[str, dict[str, _Part]] = {}
     for (label, name), g in table.group_by("label", "eval", maintain_order=False):
@@ -331,7 +399,7 @@ def _parts(
         tasks = sorted(set(g["task_id"].to_list()), key=lambda t: (rank.get(t, len(rank)), t))
         at = {t: k for k, t in enumerate(tasks)}
         pos = np.array([at[t] for t in g["task_id"].to_list()], np.int64)
-        part = _Part(tasks)
+        part = _Part(tasks, positives=dict(positives or {}) if name == WILDGUARD else {})
 
         def put(
             name_: str,
@@ -364,6 +432,8 @@ def _parts(
                 "tp_hi",
                 "err_lo",
                 "err_hi",
+                "yes_lo",
+                "yes_hi",
                 "n",
                 "c",
                 "h",
@@ -377,6 +447,7 @@ def _parts(
                 rows = qs == q
                 put(f"tp:{q}", col["tp_lo"], col["tp_hi"], rows)
                 put(f"err:{q}", col["err_lo"], col["err_hi"], rows)
+                put(f"yes:{q}", col["yes_lo"], col["yes_hi"], rows)
                 for c in ("tp", "err", "n"):
                     count(f"{c}:{q}", col[c], rows)
         else:
@@ -406,37 +477,34 @@ def _f1(tp: float, err: float, undefined: float) -> float:
     return undefined if d <= 1e-12 else 2 * tp / d
 
 
-GRID = 25  # points of each stage of the search for a ratio's interval (two stages: ~1e-3 apart)
+GRID = 25  # points of each stage of the search for an interval (two stages: ~1e-3 apart)
 
 
-def ratio_interval(
+def invert(
     make_x, population: int, alpha: float, exact: tuple[float, float] | None
 ) -> tuple[float, float]:
-    """The (1 − ``alpha``) interval (0-1) of a whole-set ratio ``r*``, by inverting a test of each
-    candidate ``r``: ``make_x(r, high)`` gives, for candidates ``r`` (R,), per-task values
-    (R, t) in [0, 1] whose whole-set mean equals ``target`` (R,) exactly when ``r = r*`` (returned
-    as ``(x, target)``), with the open answers at the ratio's lowest (``high`` False) or highest
-    completion. The interval is every ``r`` whose sequence holds its target: one sequence, at the
-    true ``r*``, has to hold, so no multiplicity over ``r`` is spent. Found on a grid in two
-    stages (``GRID`` points each, ~1e-3 apart at the end), rounded outwards. ``exact``: the
-    value's (lowest, highest) when every task is asked (returned as it is)."""
+    """The (1 − ``alpha``) interval (0-1) of a whole-set value ``v*`` (a mean, or a ratio), by
+    inverting a test of each candidate ``v``: ``make_x(v, high)`` gives, for candidates ``v``
+    (R,), per-task values (R, t) in [0, 1] whose whole-set mean equals ``target`` (R,) exactly
+    when ``v = v*`` (returned as ``(x, target)``), with the open answers at the value's lowest
+    (``high`` False) or highest completion. The interval is every ``v`` that ``capital`` does not
+    reject: one test, at the true ``v*``, has to hold, so no multiplicity over ``v`` is spent.
+    Found on a grid in two stages (``GRID`` points each, ~1e-3 apart at the end), rounded
+    outwards. ``exact``: the value's (lowest, highest) when every task is asked (returned as it
+    is)."""
     if exact is not None:
         return exact
     grids = [np.linspace(0.0, 1.0, GRID)] * 2  # (lowest end, highest end)
     ends = [0.0, 1.0]
+    log_bar = math.log(2 / alpha)
     for stage in range(2):
-        x0, t0 = make_x(grids[0], False)
-        x1, t1 = make_x(grids[1], True)
-        lo, hi = cs_path(np.concatenate([x0, x1]), population, alpha)
-        target = np.concatenate([t0, t1])
-        ok = (lo[:, -1] <= target + 1e-12) & (target <= hi[:, -1] + 1e-12)
         for side in (0, 1):
-            grid, accepted = grids[side], ok[side * GRID : (side + 1) * GRID]
+            grid = grids[side]
+            x, target = make_x(grid, bool(side))
+            score = capital(x, target, population, alpha)
+            accepted = score < log_bar
             if not accepted.any():  # every candidate rejected (probability ≤ α): the closest
-                gap = np.abs(np.where(lo[:, -1] > target, lo[:, -1] - target, target - hi[:, -1]))[
-                    side * GRID : (side + 1) * GRID
-                ]
-                k = int(np.argmin(gap))
+                k = int(np.argmin(score))
             else:
                 k = int(np.flatnonzero(accepted)[-1 if side else 0])
             k = min(GRID - 1, k + 1) if side else max(0, k - 1)  # outwards
@@ -468,7 +536,7 @@ def _nh_interval(part: _Part, n: int, population: int, alpha: float) -> tuple[fl
     exact = None
     if n == population:
         exact = (_nh(h_hi.mean(), c_lo.mean()), _nh(h_lo.mean(), c_lo.mean()))
-    return ratio_interval(make_x, population, alpha, exact)
+    return invert(make_x, population, alpha, exact)
 
 
 def _f1_interval(part: _Part, q: str, n: int, population: int, alpha: float) -> tuple[float, float]:
@@ -488,7 +556,7 @@ def _f1_interval(part: _Part, q: str, n: int, population: int, alpha: float) -> 
     exact = None
     if n == population:
         exact = (_f1(tp_lo.mean(), e_hi.mean(), 0.0), _f1(tp_hi.mean(), e_lo.mean(), 1.0))
-    return ratio_interval(make_x, population, alpha, exact)
+    return invert(make_x, population, alpha, exact)
 
 
 def _terms(
@@ -717,6 +785,10 @@ def _box(
     out = _terms(part, name, n, population, alpha)
     if name == WILDGUARD:
         for q in WILDGUARD_F1:
+            if q in part.positives:  # 2TP + E = (predicted yes) + (gold yes), the latter known
+                lo, hi = interval(*(v[:n] for v in part.comps[f"yes:{q}"]), population, alpha)
+                out[f"den:{q}"] = (lo + part.positives[q], hi + part.positives[q])
+                continue
             (tl, th), (el, eh) = part.comps[f"tp:{q}"], part.comps[f"err:{q}"]
             lo, hi = interval(
                 (2 * tl[:n] + el[:n]) / 2,
@@ -855,28 +927,19 @@ def _pair_interval(
     pb: Mapping[str, _Part],
     populations: Mapping[str, int],
     alpha: float,
-    memo: dict | None = None,
+    boxes: tuple[Mapping[str, Mapping[str, tuple[float, float]]], ...],
 ) -> tuple[float, float] | None:
-    """The (1 − ``alpha``) interval of index(a) − index(b) (points) over the whole set, from the
-    tasks both were asked (the common prefix of the one order): one sequence across the
-    evaluations of the paired per-task differences of the index's terms (at ``PRODUCT_SHARE``·α;
-    pairing removes the tasks' shared difficulty), its remainder bounded by both models' boxes
-    (the rest of α, Bonferroni over their sequences), intersected with the difference of the
-    boxes' indices; None when the index of either is not computable. ``memo`` keeps each model's
-    box per (evaluation, tasks) across the pairs of one look."""
+    """The interval of index(a) − index(b) (points) over the whole set: one sequence across the
+    evaluations of the paired per-task differences of the index's terms over the tasks both were
+    asked (the common prefix of the one order), at ``alpha`` (pairing removes the tasks' shared
+    difficulty); its remainder bounded by ``boxes`` (a's and b's: evaluation -> ``_box``, bounds
+    of their whole-set metrics that hold together with the sequence: ``_standings`` computes them
+    once per model, from all it was asked), intersected with the difference of the boxes'
+    indices. None when the index of either is not computable."""
     names = sorted({e for e, _ in WEIGHTS})
     if not all(e in pa and e in pb and e in populations for e in names):
         return None
-    memo = {} if memo is None else memo
-    k = 2 * sum(_boxed(e) for e in names)
-    a = (1 - PRODUCT_SHARE) * alpha / k
-
-    def box(part: _Part, name: str, n: int) -> dict[str, tuple[float, float]]:
-        key = (id(part), name, n, a)
-        if key not in memo:
-            memo[key] = _box(part, name, n, populations[name], a)
-        return memo[key]
-
+    box_a, box_b = boxes
     strata = {}
     low = high = 0.0
     for name in names:
@@ -884,7 +947,7 @@ def _pair_interval(
         n = min(len(A.tasks), len(B.tasks))
         if A.tasks[:n] != B.tasks[:n]:
             raise ValueError(f"{name}: the two models were not asked in the same order")
-        ba, bb = box(A, name, n), box(B, name, n)
+        ba, bb = box_a[name], box_b[name]
         strata[name] = (
             _index_terms(A, name, ba, 1.0) + _index_terms(B, name, bb, -1.0),
             n,
@@ -894,7 +957,7 @@ def _pair_interval(
             if ename == name:
                 low += w * (ba[metric][0] - bb[metric][1])
                 high += w * (ba[metric][1] - bb[metric][0])
-    plo, phi = product_interval(strata, PRODUCT_SHARE * alpha, 0.0)
+    plo, phi = product_interval(strata, alpha, 0.0)
     low, high = 100 * max(low, plo), 100 * min(high, phi)
     return low, max(low, high)
 
@@ -910,13 +973,17 @@ def standings(
     *,
     alpha: float = 0.05,
     order: Mapping[str, Sequence[str]] | None = None,
+    positives: Mapping[str, float] | None = None,
 ) -> dict[str, Standing]:
     """Every model's ``Standing`` after a round.
 
     ``answers``: the per-answer frame of ``scoring.pipeline.answers`` (columns label, eval,
     task_id, question_id, sample, status, predicted, gold) for every model of the run, restricted
     to the tasks each model has been asked so far (failed and missing answers included: bounds).
-    ``populations``: evaluation -> its whole-set task count. ``order``: evaluation -> its task
+    ``populations``: evaluation -> its whole-set task count. ``positives``: WildGuardTest's
+    whole-set share of gold "yes" per question (``positives``; the labels are known before any
+    request, and with them each F1's denominator is known better; None: estimated from the
+    asked part alone). ``order``: evaluation -> its task
     ids in the order the run asks them (the sequence's validity needs the asking order; tasks not
     in it come after, by id). ``alpha``: 1 − the confidence (0.05: 95%).
 
@@ -928,7 +995,7 @@ def standings(
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
-    return _standings(_parts(answers, order), populations, until, alpha)
+    return _standings(_parts(answers, order, positives), populations, until, alpha)
 
 
 def _standings(
@@ -958,11 +1025,32 @@ def _standings(
     undecided: dict[str, list[str]] = {m: [] for m in labels}  # models not yet told from m
     if until.rule == "separated":
         pairs = list(combinations(labels, 2))
-        memo: dict = {}
+        # α: PRODUCT_SHARE of it over the pairs' sequences (Bonferroni over the pairs), the rest
+        # over every model's boxes (Bonferroni over the models and their sequences); the boxes
+        # bound whole-set metrics, so each model's come from all it was asked, once per look
+        boxes = {
+            m: {
+                e: _box(
+                    p,
+                    e,
+                    len(p.tasks),
+                    populations[e],
+                    (1 - PRODUCT_SHARE) * alpha / len(labels) / sum(map(_boxed, parts[m])),
+                )
+                for e, p in parts[m].items()
+            }
+            for m in labels
+        }
         for a, b in pairs:
             if exhausted[a] and exhausted[b]:
                 continue
-            iv = _pair_interval(parts[a], parts[b], populations, alpha / max(len(pairs), 1), memo)
+            iv = _pair_interval(
+                parts[a],
+                parts[b],
+                populations,
+                PRODUCT_SHARE * alpha / len(pairs),
+                (boxes[a], boxes[b]),
+            )
             if iv is not None and (
                 iv[0] > 0 or iv[1] < 0 or (iv[0] >= -until.points and iv[1] <= until.points)
             ):

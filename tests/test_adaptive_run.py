@@ -208,6 +208,12 @@ def replay(
     answers = answers.with_columns(
         pl.col("label").cast(pl.String), pl.col("task_id").cast(pl.String)
     )
+    # WildGuardTest's gold "yes" shares over its whole set, counted here from the gold frame
+    wg = gold.filter(pl.col("task_id").is_in(evals.get("wildguardtest", [])))
+    known = {
+        q: sum(g == "yes" for g in rows["gold"]) / len(evals["wildguardtest"])
+        for (q,), rows in wg.group_by("question_id")
+    }
     asked_of = {label: dict.fromkeys(evals, 0) for label in models["label"].to_list()}
     running, asked, stopped, k = set(asked_of), dict.fromkeys(evals, 0), {}, 0
     while running:
@@ -227,7 +233,11 @@ def replay(
             orient="row",
         )
         now = standings(
-            answers.join(keep, on=["label", "task_id"], how="semi"), populations, until, order=evals
+            answers.join(keep, on=["label", "task_id"], how="semi"),
+            populations,
+            until,
+            order=evals,
+            positives=known,
         )
         for label in sorted(running):
             if now[label].settled:

@@ -14,11 +14,12 @@ import polars as pl
 import pytest
 
 from dxi.runner.cli import main
-from dxi.scoring import planner
+from dxi.scoring import planner, sequential
 from dxi.scoring.sequential import (
     Until,
-    cs_path,
+    capital,
     interval,
+    positives,
     round_sizes,
     schedule,
     standings,
@@ -27,26 +28,26 @@ from dxi.scoring.sequential import (
 POPS = {"aa_omniscience_decision": 40, "hle_multichoice": 30, "when2call": 20, "wildguardtest": 50}
 
 
-def reference_path(x: list[float], n: int, alpha: float) -> tuple[list[float], list[float]]:
-    """The module docstring's formulas, one draw at a time (no NumPy)."""
+def reference_capital(x: list[float], n: int, target: float, alpha: float) -> float:
+    """The module docstring's betting capital, one draw at a time (no NumPy): the largest
+    log-capital of either bettor on "the whole-set mean is ``target``"."""
     log_term = math.log(2 / alpha)
-    a = b = psi = s = dev = 0.0
-    lows, highs = [], []
-    best_low, best_high = -math.inf, math.inf
+    up = down = s = dev = 0.0
+    best = -math.inf
     for i, xi in enumerate(x, 1):
-        mu_prev, var_prev = (0.5 + s) / i, (0.25 + dev) / i
+        m = (n * target - s) / (n - i + 1)
+        if not -1e-9 <= m <= 1 + 1e-9:
+            return math.inf
+        m = min(max(m, 1e-12), 1 - 1e-12)
+        var_prev = (0.25 + dev) / i
         slope = n / (n - i + 1)
-        lam = min(0.5, slope * math.sqrt(2 * log_term / (var_prev * i * math.log(1 + i))))
-        a += lam * (xi + s / (n - i + 1))
-        b += lam * slope
-        psi += (-math.log(1 - lam) - lam) * (xi - mu_prev) ** 2
+        bet = min(0.9, slope * math.sqrt(2 * log_term / (var_prev * i * math.log(1 + i))))
+        up += math.log(1 + min(bet, 0.75 / m) * (xi - m))
+        down += math.log(1 - min(bet, 0.75 / (1 - m)) * (xi - m))
+        best = max(best, up, down)
         s += xi
         dev += (xi - (0.5 + s) / (i + 1)) ** 2
-        best_low = max(best_low, (a - psi - log_term) / b, s / n)
-        best_high = min(best_high, (a + psi + log_term) / b, (s + n - i) / n)
-        lows.append(best_low)
-        highs.append(max(best_high, best_low))
-    return lows, highs
+    return best
 
 
 def test_until_parse_accepts_the_documented_forms():
@@ -75,37 +76,41 @@ def test_until_parse_rejects_the_rest_naming_the_flag(text):
         Until.parse(text)
 
 
-def test_sequence_matches_its_formulas_step_by_step():
+def test_capital_matches_its_formulas_step_by_step():
     rng = np.random.default_rng(1)
-    x = (rng.random(150) < 0.3).astype(float).tolist()
-    lo, hi = cs_path(np.array(x), 200, 0.05)
-    ref_lo, ref_hi = reference_path(x, 200, 0.05)
-    assert np.allclose(lo, ref_lo, rtol=0, atol=1e-12)
-    assert np.allclose(hi, ref_hi, rtol=0, atol=1e-12)
+    x = (rng.random(150) < 0.3).astype(float)
+    targets = np.array([0.1, 0.25, 0.3, 0.42, 0.6])
+    got = capital(np.broadcast_to(x, (5, 150)), targets, 200, 0.05)
+    want = [reference_capital(x.tolist(), 200, m, 0.05) for m in targets]
+    assert np.allclose(got, want, rtol=0, atol=1e-12)
+    # 44 of the 150 draws are 1 (of 200): a mean of 0.1 (20 ones) or 0.6 (120: at most 94) is
+    # impossible; 0.42 is rejected at 95% (log-capital ≥ log 40), 0.25 and 0.3 are not
+    assert int(x.sum()) == 44
+    assert np.isinf(got[[0, 4]]).all()
+    assert (got[1:3] < math.log(40)).all() and math.log(40) <= got[3] < np.inf
 
 
-def test_sequence_on_two_draws_is_the_certain_bounds():
-    # x = 1, 0 of N = 4: the sequence's own ends are far outside (hand: −2.72, 3.87), so the
-    # interval is what the two unseen values allow: [1/4, 3/4]
-    lo, hi = cs_path(np.array([1.0, 0.0]), 4, 0.05)
-    assert lo.tolist() == [0.25, 0.25]
-    assert hi.tolist() == [1.0, 0.75]
+def test_two_draws_give_the_certain_bounds():
+    # x = 1, 0 of N = 4: no candidate is rejected by two draws, so the interval is what the two
+    # unseen values allow: [1/4, 3/4]
+    assert interval(np.array([1.0, 0.0]), np.array([1.0, 0.0]), 4, 0.05) == (0.25, 0.75)
 
 
-def test_sequence_is_exact_on_the_whole_set_and_never_widens():
+def test_interval_is_exact_on_the_whole_set_and_never_widens():
     rng = np.random.default_rng(2)
     x = rng.random(300)
-    lo, hi = cs_path(x, 300, 0.05)
-    assert lo[-1] == pytest.approx(x.mean(), abs=1e-12)
-    assert hi[-1] == pytest.approx(x.mean(), abs=1e-12)
-    assert (np.diff(lo) >= 0).all() and (np.diff(hi) <= 0).all()
+    assert interval(x, x, 300, 0.05) == (x.mean(), x.mean())
+    ends = [interval(x[:t], x[:t], 300, 0.05) for t in range(20, 300, 20)]
+    step = 1 / (24 * 24)  # the search's grid: ends are rounded outwards by at most two steps
+    for (lo0, hi0), (lo1, hi1) in zip(ends, ends[1:], strict=False):
+        assert lo1 >= lo0 - 2 * step and hi1 <= hi0 + 2 * step
 
 
-def test_sequence_rejects_bad_input():
+def test_capital_rejects_bad_input():
     with pytest.raises(ValueError, match="values must lie in"):
-        cs_path(np.array([0.5, 1.5]), 10, 0.05)
+        capital(np.array([[0.5, 1.5]]), np.array([0.5]), 10, 0.05)
     with pytest.raises(ValueError, match="3 draws from a population of 2"):
-        cs_path(np.zeros(3), 2, 0.05)
+        capital(np.zeros((1, 3)), np.array([0.5]), 2, 0.05)
 
 
 def test_open_answers_give_the_union_of_both_completions():
@@ -113,23 +118,39 @@ def test_open_answers_give_the_union_of_both_completions():
     low_fill = np.array([1] * 6 + [0] * 4, float)
     high_fill = np.array([1] * 6 + [0] * 2 + [1] * 2, float)
     assert interval(low_fill, high_fill, 10, 0.05) == (0.6, 0.8)
+    # 6 of 10 asked, one open: the union of the two fills' intervals
+    lo, hi = interval(low_fill[:6] * [1, 1, 1, 1, 1, 0], low_fill[:6], 10, 0.05)
+    assert (
+        lo
+        == interval(low_fill[:6] * [1, 1, 1, 1, 1, 0], low_fill[:6] * [1, 1, 1, 1, 1, 0], 10, 0.05)[
+            0
+        ]
+    )
+    assert hi == interval(low_fill[:6], low_fill[:6], 10, 0.05)[1]
 
 
 def test_coverage_at_a_random_stopping_time():
-    """Seeded: 400 populations of 300 (shares 0.05-0.95), a random stopping time each: the whole-set
-    mean lies inside the 95% interval at that time, and at every time, in ≥ 95% of runs."""
+    """Seeded: 400 populations of 300 (shares 0.05-0.95), a random stopping time each: the test of
+    the true whole-set mean has not rejected it by that time, nor by the end (the interval holds
+    at every time), in ≥ 95% of runs; the interval at the stopping time holds the mean whenever
+    the test has not rejected it."""
     rng = np.random.default_rng(3)
-    at_stop = everywhere = 0
-    for _ in range(400):
-        pop = (rng.random(300) < rng.uniform(0.05, 0.95)).astype(float)
-        x = rng.permutation(pop)
-        lo, hi = cs_path(x, 300, 0.05)
-        t = int(rng.integers(1, 300))
-        mean = pop.mean()
-        at_stop += lo[t - 1] - 1e-12 <= mean <= hi[t - 1] + 1e-12
-        everywhere += bool(((lo - 1e-12 <= mean) & (mean <= hi + 1e-12)).all())
-    assert at_stop / 400 >= 0.95
-    assert everywhere / 400 >= 0.95
+    bar = math.log(2 / 0.05)
+    pops = (rng.random((400, 300)) < rng.uniform(0.05, 0.95, (400, 1))).astype(float)
+    x = rng.permuted(pops, axis=1)
+    means = pops.mean(1)
+    stops = rng.integers(1, 300, 400)
+    everywhere = capital(x, means, 300, 0.05) < bar
+    at_stop = np.array(
+        [
+            capital(x[k : k + 1, : stops[k]], means[k : k + 1], 300, 0.05)[0] < bar
+            for k in range(400)
+        ]
+    )
+    assert at_stop.mean() >= 0.95 and everywhere.mean() >= 0.95
+    for k in range(0, 400, 40):  # the interval agrees with its test
+        lo, hi = interval(x[k, : stops[k]], x[k, : stops[k]], 300, 0.05)
+        assert (lo <= means[k] <= hi) or not at_stop[k]
 
 
 def _answers(rows: list[tuple]) -> pl.DataFrame:
@@ -428,4 +449,104 @@ def test_simulate_looks_equal_standings_over_the_asked_rows():
             .join(limits, on=["label", "eval"])
             .filter(pl.col("pos") < pl.col("limit"))
         )
-        assert standings(asked, POPS, Until("separated", 1.0), order=order) == look
+        known = positives(ans)
+        assert standings(asked, POPS, Until("separated", 1.0), order=order, positives=known) == look
+
+
+def test_positives_counts_each_task_once():
+    """WildGuardTest's gold "yes" share per question over its tasks: rows repeated over models
+    and epochs count once, a missing label is not a "yes", other evaluations are ignored."""
+    rows = [
+        ("wildguardtest", "w/0", "prompt_harmful", "yes"),
+        ("wildguardtest", "w/0", "prompt_harmful", "yes"),  # a second model or epoch
+        ("wildguardtest", "w/1", "prompt_harmful", "no"),
+        ("wildguardtest", "w/2", "prompt_harmful", "yes"),
+        ("wildguardtest", "w/3", "prompt_harmful", None),
+        ("wildguardtest", "w/0", "response_refusal", "no"),
+        ("wildguardtest", "w/1", "response_refusal", "yes"),
+        ("hle_multichoice", "h/0", "answer", "yes"),
+    ]
+    gold = pl.DataFrame(rows, schema=["eval", "task_id", "question_id", "gold"], orient="row")
+    assert positives(gold) == {"prompt_harmful": 0.5, "response_refusal": 0.5}
+    assert positives(gold.filter(pl.col("eval") != "wildguardtest")) == {}
+
+
+def test_known_gold_narrows_the_f1_denominators_and_still_covers():
+    """With WildGuardTest's gold shares known, each F1's denominator 2TP + E is (predicted
+    "yes") + (gold "yes") with the second part exact: on the whole set both ways give the exact
+    value; at a third of the set the known-gold interval is narrower for every question and
+    holds the whole-set value, in 30 seeded sets of 200 tasks."""
+    pops = {"wildguardtest": 200}
+    model = planner.Profile(
+        "m", {}, 0.0, {q: 0.7 for q in planner.POSITIVES}, {q: 0.85 for q in planner.POSITIVES}
+    )
+    rng = np.random.default_rng(12)
+    narrower = covered = 0
+    for _ in range(30):
+        ans = planner.synthetic([model], pops, rng)
+        order = planner.random_order(pops, rng, ans)
+        known = positives(ans)
+        plain = sequential._parts(ans, order)["m"]["wildguardtest"]
+        told = sequential._parts(ans, order, known)["m"]["wildguardtest"]
+        exact = {}
+        for q in planner.POSITIVES:
+            (tp, _), (err, _) = plain.comps[f"tp:{q}"], plain.comps[f"err:{q}"]
+            exact[q] = float(np.mean(2 * tp + err))
+            whole = sequential._box(told, "wildguardtest", 200, 200, 0.01)[f"den:{q}"]
+            assert whole == pytest.approx((exact[q], exact[q]), abs=1e-12)
+        a = sequential._box(plain, "wildguardtest", 67, 200, 0.01)
+        b = sequential._box(told, "wildguardtest", 67, 200, 0.01)
+        for q in planner.POSITIVES:
+            lo, hi = b[f"den:{q}"]
+            narrower += hi - lo < a[f"den:{q}"][1] - a[f"den:{q}"][0]
+            covered += lo <= exact[q] <= hi
+    assert narrower == 90 and covered >= 89  # each at α = 0.01: one miss in 90 is in keeping
+
+
+def test_separation_holds_every_pair_at_once(monkeypatch):
+    """Seeded: 30 runs of four models on small sets, looked at a random round: every pair's
+    interval of the index difference (``_pair_interval`` as ``_standings`` calls it, with each
+    model's boxes shared by its pairs) holds the whole-set difference in ≥ 95% of runs, all six
+    pairs at once."""
+    rng = np.random.default_rng(13)
+    seen: list = []
+    real = sequential._pair_interval
+
+    def record(pa, pb, populations, alpha, boxes):
+        iv = real(pa, pb, populations, alpha, boxes)
+        seen.append((pa, pb, iv))
+        return iv
+
+    monkeypatch.setattr(sequential, "_pair_interval", record)
+    held = 0
+    for _ in range(30):
+        models = [
+            planner.Profile(
+                f"m{k}",
+                {e: 0.3 + 0.1 * k for e in planner.CHOICE_EVALS},
+                0.2,
+                {q: 0.6 + 0.05 * k for q in planner.POSITIVES},
+                {q: 0.7 + 0.05 * k for q in planner.POSITIVES},
+            )
+            for k in range(4)
+        ]
+        ans = planner.synthetic(models, POPS, rng)
+        truth = {
+            m: s.index.point for m, s in standings(ans, POPS, Until("precision", 100.0)).items()
+        }
+        order = planner.random_order(POPS, rng, ans)
+        parts = sequential._parts(ans, order, positives(ans))
+        share = float(rng.choice([0.2, 0.4, 0.6, 0.8]))
+        heads = {
+            m: {e: p.head(math.ceil(share * POPS[e])) for e, p in by.items()}
+            for m, by in parts.items()
+        }
+        names = {id(v): m for m, v in heads.items()}
+        seen.clear()
+        sequential._standings(heads, POPS, Until("separated", 1.0), 0.05)
+        assert len(seen) == 6
+        held += all(
+            lo - 1e-9 <= truth[names[id(a)]] - truth[names[id(b)]] <= hi + 1e-9
+            for a, b, (lo, hi) in seen
+        )
+    assert held / 30 >= 0.95

@@ -32,7 +32,7 @@ import polars as pl
 
 from dxi import scoring
 from dxi.scoring.adaptive import asked_part
-from dxi.scoring.sequential import round_sizes, standings
+from dxi.scoring.sequential import positives, round_sizes, standings
 
 from ..dispatch import merged
 from ..outputs.adaptive import Journal, model_block, remember
@@ -186,8 +186,14 @@ class Rounds:
         """Score what each model was asked (``answers_asked``) and return ``standings`` of every
         model."""
         assert self.order is not None
+        gold = self.plan.suite.gold_frames()[0]
+        ids = [t for ts in self.order.evals.values() for t in ts]
         return standings(
-            self.answers_asked(cache), self.order.populations(), self.until, order=self.order.evals
+            self.answers_asked(cache),
+            self.order.populations(),
+            self.until,
+            order=self.order.evals,
+            positives=positives(gold.filter(pl.col("task_id").is_in(ids))),
         )
 
     def answers_asked(self, cache: Cache) -> pl.DataFrame:
