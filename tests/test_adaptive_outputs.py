@@ -216,7 +216,7 @@ def test_the_progress_bars_count_what_the_rounds_ask(
 def test_the_terminal_the_report_and_dxi_view_mark_a_stopped_model_s_figures(
     data: Path, server, tmp_path: Path
 ):
-    """``--until precision=10``: m00 stops after 32 tasks of each evaluation, m50 and m100 are asked
+    """``--until precision=10``: m00 stops after 25 tasks of each evaluation, m50 and m100 are asked
     all 40 (exact figures, unmarked)."""
     import io
 
@@ -233,7 +233,7 @@ def test_the_terminal_the_report_and_dxi_view_mark_a_stopped_model_s_figures(
         == 0
     )
     s = records.decode((tmp_path / "out" / "summary.json").read_bytes())
-    assert [sum(m.adaptive["asked"].values()) for m in s.models] == [4 * 32, 4 * 40, 4 * 40]
+    assert [sum(m.adaptive["asked"].values()) for m in s.models] == [4 * 25, 4 * 40, 4 * 40]
     m00 = s.models[0]
     # m00 never answers right: every figure 0.0 (Omniscience's non-hallucination rate too: it never
     # abstains), marked; the others exact
