@@ -19,6 +19,7 @@ from types import ModuleType
 
 from dxi.lazy import LazyModule
 
+from . import streams
 from .commands import COMMANDS, EXIT_CODES, HELP, Formatter
 from .errors import EXIT_SOFTWARE, EXIT_USAGE, CommandError
 
@@ -158,6 +159,15 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``dxi``: parse ``argv`` (default: ``sys.argv[1:]``), run the command, return its exit code
+    (``runner.errors``). Standard output and error are ``runner.streams.Guarded`` meanwhile: a
+    reader that closes the pipe (``dxi run | head``) ends the output, never the command, and changes
+    no exit code."""
+    with streams.guarded():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     if (
         argv is None and "_ARGCOMPLETE" in os.environ
     ):  # completing a word (`dxi completion`'s script): answers, exits
