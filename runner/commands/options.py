@@ -35,6 +35,7 @@ from . import (  # noqa: F401 (the commands read them here)
     STOPPED,
     Formatter,
     exit_codes,
+    make_console,
     tool_exit_codes,
 )
 

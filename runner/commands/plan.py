@@ -79,7 +79,7 @@ def _until(args: argparse.Namespace):
     from dxi.scoring.sequential import Until
 
     if (args.precision is None) == (args.separate is None):
-        raise UsageError("dxi plan: give one of --precision P or --separate A B --difference D")
+        raise UsageError("give one of --precision P or --separate A B --difference D")
     if args.runs < 1:
         raise UsageError(f"--runs {args.runs}: at least 1 simulated run")
     if args.precision is not None:
