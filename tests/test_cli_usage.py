@@ -153,6 +153,20 @@ def test_every_command_and_sub_command_words_a_usage_error_alike(words, error, c
     assert capsys.readouterr() == ("", error)
 
 
+@pytest.mark.parametrize(
+    "every, line", [([], "no open batches in {}\n"), (["--all"], "no batches in {}\n")]
+)
+def test_batches_list_of_a_cache_without_batches_is_one_line(
+    tmp_path: Path, every: list[str], line: str, capsys
+):
+    cache = tmp_path / "cache"
+    (cache / "shards").mkdir(parents=True)
+    assert main(["batches", "list", "--cache-dir", str(cache), *every]) == 0
+    assert capsys.readouterr() == (line.format(cache), "")
+    assert main(["batches", "list", "--cache-dir", str(cache), "--json", *every]) == 0
+    assert capsys.readouterr() == ("[]\n", "")
+
+
 def test_a_commands_own_check_of_its_flags_is_worded_as_the_parsers(tmp_path: Path, capsys):
     """A usage error found once the flags are parsed (``UsageError``) names the command too."""
     assert main(["plan", "--model", "embedded", "--cache-dir", str(tmp_path)]) == 2
