@@ -19,7 +19,7 @@ from dxi.runner.errors import EXIT_PROVIDER_STOPPED, EXIT_USAGE
 from dxi.runner.planning import plan
 from dxi.runner.planning.inputs import PlanInputs
 
-from .conftest import DXI
+from .conftest import DXI, REAL_DATA, requires_real_data
 from .helpers.shells import zsh_completes
 from .servers import need
 
@@ -595,4 +595,107 @@ def test_data_check_finds_the_data_folder_as_every_other_command_does(tmp_path: 
     )
     assert f"Evaluation data in {tmp_path / 'here' / 'data'}" in " ".join(done.stdout.split()), (
         done.stdout
+    )
+
+
+def _plan(tmp_path: Path, *words: str) -> list[str]:
+    return [
+        "plan",
+        *words,
+        "--data-dir",
+        str(REAL_DATA),
+        "--limit",
+        "3",
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--difference",
+        "3",
+        "--runs",
+        "2",
+    ]
+
+
+@requires_real_data
+@pytest.mark.parametrize(
+    "a", ["embedded", "embedded:sparrow-nano-general-v1.1"], ids=["as-given", "label"]
+)
+def test_plan_separate_takes_a_model_as_price_names_it(tmp_path: Path, a: str, capsys):
+    """``--separate A B``: the ``--model`` text (``embedded``) or the label, as ``--price`` takes
+    them (``runner.planning.plan.model_named``)."""
+    words = ["--model", "embedded", "--model", "openai:m", "--separate", a, "openai:m", "--json"]
+    assert main(_plan(tmp_path, *words)) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert [m["model"] for m in doc["models"]] == ["embedded:sparrow-nano-general-v1.1", "openai:m"]
+
+
+TWO = """[[models]]
+provider = "openai"
+model = "m"
+name = "cold"
+params = { temperature = 0 }
+
+[[models]]
+provider = "openai"
+model = "m"
+name = "warm"
+params = { temperature = 1 }
+"""
+
+
+@requires_real_data
+@pytest.mark.parametrize(
+    "a, error",
+    [
+        (
+            "openai:m",
+            "dxi plan: error: --separate openai:m: names 2 models of this run (cold, warm); give "
+            "its label\n",
+        ),
+        (
+            "hot",
+            "dxi plan: error: --separate hot: no model of this run is named so (its models: cold, "
+            "warm)\n",
+        ),
+        (
+            "warm",
+            "dxi plan: error: --separate warm warm: both name warm; give two different models\n",
+        ),
+    ],
+    ids=["several", "none", "same"],
+)
+def test_plan_separate_refuses_a_name_that_is_not_one_model(
+    tmp_path: Path, a: str, error: str, capsys
+):
+    run_file = tmp_path / "two.toml"
+    run_file.write_text(TWO)
+    assert main(_plan(tmp_path, str(run_file), "--separate", a, "warm")) == 2
+    assert capsys.readouterr() == ("", error)
+
+
+def test_plan_help_lists_no_sending_option_and_refuses_one(capsys):
+    """``dxi plan`` sends nothing: of the limits it takes only --price; a sending option is an
+    unrecognized argument, worded as every usage error."""
+    text = help_of("plan", capsys=capsys)
+    assert "\nprices:\n  --price MODEL=IN/OUT[/CACHED]" in text
+    for flag in (
+        "--max-in-flight",
+        "--rpm",
+        "--tpm",
+        "--timeout",
+        "--max-attempts",
+        "--backoff",
+        "--max-cost",
+        "--retry-failed",
+        "--stream",
+        "--option",
+        "--batch",
+        "--out",
+    ):
+        assert flag not in text, flag
+    assert "--max-in-flight" in help_of("run", capsys=capsys)
+    assert main(["plan", "--model", "embedded", "--precision", "5", "--max-in-flight", "4"]) == 2
+    assert capsys.readouterr() == (
+        "",
+        "dxi plan: error: unrecognized arguments: --max-in-flight\n"  # 4: taken as RUN_FILE
+        "run 'dxi plan --help' for the options\n",
     )
