@@ -13,13 +13,15 @@ import argparse
 import difflib
 import importlib
 import os
+import re
 import sys
 from collections.abc import Collection
 from types import ModuleType
 
 from dxi.lazy import LazyModule
 
-from .commands import COMMANDS, EXIT_CODES, HELP, Formatter
+from . import streams
+from .commands import COMMANDS, EXIT_CODES, HELP, Formatter, make_console
 from .errors import EXIT_SOFTWARE, EXIT_USAGE, CommandError
 
 evals = LazyModule(
@@ -32,7 +34,8 @@ evals = LazyModule(
 
 class _Parser(argparse.ArgumentParser):
     """argparse with a "did you mean" for a mistyped flag or command, reported by the subcommand it
-    belongs to (argparse alone reports a subcommand's unknown flags with the top-level usage)."""
+    belongs to (argparse alone reports a subcommand's unknown flags with the top-level usage), and
+    a usage error in two lines, the same for every command and sub-command (``error``)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", Formatter)
@@ -62,13 +65,7 @@ class _Parser(argparse.ArgumentParser):
             # TARGET (RUN_FILE being optional) and leaves the real TARGET over; it is the run file
             parsed.run_file, parsed.target, extras = target, type(target)(extras[0]), []
         if extras:
-            target = self
-            for attr in ("command", "data_command"):
-                name = getattr(parsed, attr, None)
-                sub = target._subcommands().get(name) if name else None
-                if sub is None:
-                    break
-                target = sub
+            target = self.chosen(parsed)
             target.error(f"unrecognized arguments: {' '.join(extras)}{target._hint(extras)}")
         after_flag = getattr(parsed, "_run_file_after_flag", None)
         if after_flag is not None:  # `--param k=v run.toml`: the run file, not a parameter
@@ -82,9 +79,25 @@ class _Parser(argparse.ArgumentParser):
         self._argv = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
 
+    def chosen(self, parsed: argparse.Namespace) -> _Parser:
+        """The parser of the command (and sub-command) ``parsed`` names: ``dxi batches list``'s."""
+        for attr in ("command", "data_command", "cache_command", "batches_command"):
+            sub = self._subcommands().get(getattr(parsed, attr, None) or "")
+            if sub is not None:
+                return sub.chosen(parsed)
+        return self
+
     def error(self, message: str):
-        """argparse's error (this parser's usage, exit code 2); a missing required flag also names a
-        mistyped one."""
+        """A usage error, exit 2, the same two lines for every command and sub-command (not
+        argparse's usage block): ``PROG: error: MESSAGE`` (the flag and what it accepts, or what is
+        not recognized and the closest flag or command) and ``run 'PROG --help' for the options``
+        (for the commands, where PROG has some). A missing required flag also names a mistyped
+        one."""
+        choices = self._subcommands()
+        bad = re.match(r"argument [^-]\S*: invalid choice: '(.*?)'", message)
+        if choices and bad:  # `dxi batches lst`: argparse would name the metavar
+            message = f"unknown command {bad[1]!r}{_did_you_mean(bad[1], choices)}; the commands: "
+            message += ", ".join(choices)
         if "required" in message:
             unknown = [
                 a
@@ -93,7 +106,10 @@ class _Parser(argparse.ArgumentParser):
             ]
             if unknown:
                 message += f"; unrecognized arguments: {' '.join(unknown)}{self._hint(unknown)}"
-        super().error(message)
+        what = "commands" if choices else "options"
+        self.exit(
+            EXIT_USAGE, f"{self.prog}: error: {message}\nrun '{self.prog} --help' for the {what}\n"
+        )
 
     def _flags(self) -> list[str]:
         return [o for a in self._actions for o in a.option_strings]
@@ -158,6 +174,15 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``dxi``: parse ``argv`` (default: ``sys.argv[1:]``), run the command, return its exit code
+    (``runner.errors``). Standard output and error are ``runner.streams.Guarded`` meanwhile: a
+    reader that closes the pipe (``dxi run | head``) ends the output, never the command, and changes
+    no exit code."""
+    with streams.guarded():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     if (
         argv is None and "_ARGCOMPLETE" in os.environ
     ):  # completing a word (`dxi completion`'s script): answers, exits
@@ -173,17 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         return stop.code if isinstance(stop.code, int) else EXIT_USAGE
     import logging
 
-    from rich.console import Console
     from rich.logging import RichHandler
     from rich.markup import escape
 
-    # emoji=False: model names like "openai:m" must not become emoji codes (":m:" is Ⓜ)
-    console = Console(highlight=False, soft_wrap=True, emoji=False)
-    if not console.is_terminal:
-        console = Console(
-            highlight=False, soft_wrap=True, emoji=False, width=180
-        )  # logs: don't squeeze the table
-    errors = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+    console, errors = make_console(), make_console(stderr=True)  # results; status and diagnostics
     # warnings: Rich on a terminal; in logs one plain line each ("WARNING cache: ..."), easy to grep
     handler = (
         RichHandler(console=errors, show_path=False)
@@ -201,14 +219,13 @@ def main(argv: list[str] | None = None) -> int:
         CommandError,
         evals.DatasetError,
     ) as exc:  # bad input (2), a cache folder that cannot be written (4)
-        errors.print(f"[red]error:[/] {escape(str(exc))}")
+        errors.print(f"[red]{p.chosen(args).prog}: error:[/] {escape(str(exc))}")
         return getattr(exc, "exit_code", EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 (a bug: one line, the trace in a file, never exit 1)
         from .crash import report
 
-        errors.print(
-            f"[red]error:[/] {escape(report(exc, ['dxi', *(sys.argv[1:] if argv is None else argv)]))}"
-        )
+        said = report(exc, ["dxi", *(sys.argv[1:] if argv is None else argv)])
+        errors.print(f"[red]{p.chosen(args).prog}: error:[/] {escape(said)}")
         return EXIT_SOFTWARE
 
 

@@ -485,7 +485,7 @@ def test_a_full_disk_stops_the_run_with_a_clear_error_and_a_rerun_finishes(
 
     monkeypatch.setattr(store, "_write", full_after_five)
     assert main([*run_args(data_dir, tmp_path), "--max-in-flight", "1"]) == 4
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # a diagnostic: on standard error
     assert (
         "Stopped: cannot write to the cache log" in out
         and "only" in out
@@ -546,7 +546,7 @@ def test_a_read_only_cache_is_scored_and_a_run_that_must_write_stops_with_exit_4
     assert rescore_cache(data_dir, tmp_path, limit=1).exit_code == 0
     assert dxi(*run_args(data_dir, tmp_path)) == 4  # new tasks: a log must be written
     assert (
-        "Stopped: the cache cannot be written: cannot create a file in" in capsys.readouterr().out
+        "Stopped: the cache cannot be written: cannot create a file in" in capsys.readouterr().err
     )
 
 

@@ -212,6 +212,6 @@ def test_view_refuses_a_port_it_cannot_serve_before_reading_the_cache(tmp_path):
         )
     assert done.returncode == EXIT_USAGE and done.stdout == "", (done.stdout, done.stderr)
     assert done.stderr.strip() == (
-        f"error: cannot serve on 127.0.0.1:{port}: Address already in use (choose another "
+        f"dxi view: error: cannot serve on 127.0.0.1:{port}: Address already in use (choose another "
         "--port, or --port 0 for a free one)"
     )

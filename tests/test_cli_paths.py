@@ -12,6 +12,7 @@ read-only bind mount (where the machine lets root mount; skipped otherwise)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,7 +118,7 @@ def one_error_line(done: subprocess.CompletedProcess, code: int, *named: str) ->
     assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
     assert "Traceback" not in done.stdout + done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert len(lines) == 1 and re.match(r"dxi( [a-z-]+)+: error: ", lines[0]), done.stderr
     for text in named:
         assert text in lines[0], (text, lines[0])
 

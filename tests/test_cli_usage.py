@@ -19,7 +19,7 @@ from dxi.runner.errors import EXIT_PROVIDER_STOPPED, EXIT_USAGE
 from dxi.runner.planning import plan
 from dxi.runner.planning.inputs import PlanInputs
 
-from .conftest import DXI
+from .conftest import DXI, REAL_DATA, requires_real_data
 from .helpers.shells import zsh_completes
 from .servers import need
 
@@ -86,23 +86,93 @@ def test_top_level_help_lists_the_commands_and_exit_codes(capsys):
     assert "\n  4    the cache could not be written" in text
 
 
-def test_a_mistyped_flag_prints_the_subcommands_usage_and_a_suggestion(capsys):
+def test_a_mistyped_flag_is_one_error_line_and_a_hint_not_the_usage_block(capsys):
     assert main(["run", "--model", "embedded", "--limt", "5"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("usage: dxi run ")
-    assert "dxi run: error: unrecognized arguments: --limt (did you mean --limit?)" in err
+    assert capsys.readouterr() == (
+        "",
+        "dxi run: error: unrecognized arguments: --limt (did you mean --limit?)\n"
+        "run 'dxi run --help' for the options\n",
+    )
 
 
 def test_a_mistyped_flag_beside_a_missing_required_one_is_named(capsys):
     assert main(["data", "fetch", "--dta-dir", "x"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("usage: dxi data fetch ")
-    assert "unrecognized arguments: --dta-dir (did you mean --data-dir?)" in err
+    assert capsys.readouterr().err == (
+        "dxi data fetch: error: the following arguments are required: --data-dir; unrecognized "
+        "arguments: --dta-dir (did you mean --data-dir?)\n"
+        "run 'dxi data fetch --help' for the options\n"
+    )
 
 
 def test_a_mistyped_command_gets_a_suggestion(capsys):
     assert main(["scroe"]) == 2
-    assert "unknown command 'scroe' (did you mean score?)" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "dxi: error: unknown command 'scroe' (did you mean score?)\n"
+        "run 'dxi --help' for the commands\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "words, error",
+    [
+        (
+            ["batches", "list", "--bogus"],
+            "dxi batches list: error: unrecognized arguments: --bogus\n"
+            "run 'dxi batches list --help' for the options\n",
+        ),
+        (
+            ["batches", "lst"],
+            "dxi batches: error: unknown command 'lst' (did you mean list?); the commands: list, "
+            "collect, cancel, resume\nrun 'dxi batches --help' for the commands\n",
+        ),
+        (
+            ["batches", "cancel", "--cache-dir", "c"],
+            "dxi batches cancel: error: one of the arguments --model --entry --all is required\n"
+            "run 'dxi batches cancel --help' for the options\n",
+        ),
+        (
+            ["cache", "compact", "--target-rws", "5"],
+            "dxi cache compact: error: unrecognized arguments: --target-rws 5 (did you mean "
+            "--target-rows?)\nrun 'dxi cache compact --help' for the options\n",
+        ),
+        (
+            ["run", "--stream", "x"],
+            "dxi run: error: argument --stream: invalid choice: 'x' (choose from 'auto', "
+            "'always', 'never')\nrun 'dxi run --help' for the options\n",
+        ),
+        (
+            ["view", "--port", "-1"],
+            "dxi view: error: argument --port: expected a whole number from 0 to 65,535, got "
+            "'-1'\nrun 'dxi view --help' for the options\n",
+        ),
+    ],
+    ids=["sub-command-flag", "sub-command", "sub-command-required", "cache", "choice", "number"],
+)
+def test_every_command_and_sub_command_words_a_usage_error_alike(words, error, capsys):
+    assert main(words) == 2
+    assert capsys.readouterr() == ("", error)
+
+
+@pytest.mark.parametrize(
+    "every, line", [([], "no open batches in {}\n"), (["--all"], "no batches in {}\n")]
+)
+def test_batches_list_of_a_cache_without_batches_is_one_line(
+    tmp_path: Path, every: list[str], line: str, capsys
+):
+    cache = tmp_path / "cache"
+    (cache / "shards").mkdir(parents=True)
+    assert main(["batches", "list", "--cache-dir", str(cache), *every]) == 0
+    assert capsys.readouterr() == (line.format(cache), "")
+    assert main(["batches", "list", "--cache-dir", str(cache), "--json", *every]) == 0
+    assert capsys.readouterr() == ("[]\n", "")
+
+
+def test_a_commands_own_check_of_its_flags_is_worded_as_the_parsers(tmp_path: Path, capsys):
+    """A usage error found once the flags are parsed (``UsageError``) names the command too."""
+    assert main(["plan", "--model", "embedded", "--cache-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        "dxi plan: error: give one of --precision P or --separate A B --difference D\n"
+    )
 
 
 def test_a_run_file_after_param_is_the_run_file_not_a_parameter(tmp_path: Path, capsys):
@@ -500,7 +570,7 @@ def test_data_check_finds_the_data_folder_as_every_other_command_does(tmp_path: 
     )
     assert done.returncode == EXIT_USAGE and "Traceback" not in done.stderr
     assert done.stderr.strip() == (
-        "error: no data folder: give --data-dir DIR (default: $DXI_DATA_DIR, else ./data, "
+        "dxi data check: error: no data folder: give --data-dir DIR (default: $DXI_DATA_DIR, else ./data, "
         "else ../shared/data, whichever exists)"
     )
     data_dir(tmp_path / "here" / "data", 3)
@@ -525,4 +595,107 @@ def test_data_check_finds_the_data_folder_as_every_other_command_does(tmp_path: 
     )
     assert f"Evaluation data in {tmp_path / 'here' / 'data'}" in " ".join(done.stdout.split()), (
         done.stdout
+    )
+
+
+def _plan(tmp_path: Path, *words: str) -> list[str]:
+    return [
+        "plan",
+        *words,
+        "--data-dir",
+        str(REAL_DATA),
+        "--limit",
+        "3",
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--difference",
+        "3",
+        "--runs",
+        "2",
+    ]
+
+
+@requires_real_data
+@pytest.mark.parametrize(
+    "a", ["embedded", "embedded:sparrow-nano-general-v1.1"], ids=["as-given", "label"]
+)
+def test_plan_separate_takes_a_model_as_price_names_it(tmp_path: Path, a: str, capsys):
+    """``--separate A B``: the ``--model`` text (``embedded``) or the label, as ``--price`` takes
+    them (``runner.planning.plan.model_named``)."""
+    words = ["--model", "embedded", "--model", "openai:m", "--separate", a, "openai:m", "--json"]
+    assert main(_plan(tmp_path, *words)) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert [m["model"] for m in doc["models"]] == ["embedded:sparrow-nano-general-v1.1", "openai:m"]
+
+
+TWO = """[[models]]
+provider = "openai"
+model = "m"
+name = "cold"
+params = { temperature = 0 }
+
+[[models]]
+provider = "openai"
+model = "m"
+name = "warm"
+params = { temperature = 1 }
+"""
+
+
+@requires_real_data
+@pytest.mark.parametrize(
+    "a, error",
+    [
+        (
+            "openai:m",
+            "dxi plan: error: --separate openai:m: names 2 models of this run (cold, warm); give "
+            "its label\n",
+        ),
+        (
+            "hot",
+            "dxi plan: error: --separate hot: no model of this run is named so (its models: cold, "
+            "warm)\n",
+        ),
+        (
+            "warm",
+            "dxi plan: error: --separate warm warm: both name warm; give two different models\n",
+        ),
+    ],
+    ids=["several", "none", "same"],
+)
+def test_plan_separate_refuses_a_name_that_is_not_one_model(
+    tmp_path: Path, a: str, error: str, capsys
+):
+    run_file = tmp_path / "two.toml"
+    run_file.write_text(TWO)
+    assert main(_plan(tmp_path, str(run_file), "--separate", a, "warm")) == 2
+    assert capsys.readouterr() == ("", error)
+
+
+def test_plan_help_lists_no_sending_option_and_refuses_one(capsys):
+    """``dxi plan`` sends nothing: of the limits it takes only --price; a sending option is an
+    unrecognized argument, worded as every usage error."""
+    text = help_of("plan", capsys=capsys)
+    assert "\nprices:\n  --price MODEL=IN/OUT[/CACHED]" in text
+    for flag in (
+        "--max-in-flight",
+        "--rpm",
+        "--tpm",
+        "--timeout",
+        "--max-attempts",
+        "--backoff",
+        "--max-cost",
+        "--retry-failed",
+        "--stream",
+        "--option",
+        "--batch",
+        "--out",
+    ):
+        assert flag not in text, flag
+    assert "--max-in-flight" in help_of("run", capsys=capsys)
+    assert main(["plan", "--model", "embedded", "--precision", "5", "--max-in-flight", "4"]) == 2
+    assert capsys.readouterr() == (
+        "",
+        "dxi plan: error: unrecognized arguments: --max-in-flight\n"  # 4: taken as RUN_FILE
+        "run 'dxi plan --help' for the options\n",
     )

@@ -104,7 +104,7 @@ def test_an_unexpected_error_exits_70_with_one_line_and_the_trace_in_a_redacted_
     assert "Traceback" not in done.stdout + done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(
-        "error: unexpected error: RuntimeError: the scoring broke: Bearer [REDACTED] [REDACTED] [REDACTED] at "
+        "dxi score: error: unexpected error: RuntimeError: the scoring broke: Bearer [REDACTED] [REDACTED] [REDACTED] at "
     )
     assert "runner/commands/score.py:" in line and "(main); the full trace is in " in line
     trace = Path(line.split("the full trace is in ", 1)[1].split(". This is a bug", 1)[0])

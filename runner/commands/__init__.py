@@ -6,11 +6,11 @@ the library, never another command module; ``runner.cli`` builds the parser from
 ``COMMANDS``' order and dispatches.
 
 This package's ``__init__`` declares what ``dxi --help`` shows without importing any command module:
-each command's module (``COMMANDS``) and help line (``HELP``), the help's ``Formatter`` and the exit
-codes' text (``EXIT_CODES``, ``exit_codes``). It imports only argparse and ``runner.errors``:
-``runner.cli`` imports a command's module only when that command is parsed or run (``dxi --help``
-imports none; the start-up benchmark, ``benchmarks/bench_process.py``, holds it to 0.15 s and
-tests/test_startup.py checks what it imports).
+each command's module (``COMMANDS``) and help line (``HELP``), the help's ``Formatter``, the exit
+codes' text (``EXIT_CODES``, ``exit_codes``) and the consoles (``make_console``). It imports only
+argparse and ``runner.errors``: ``runner.cli`` imports a command's module only when that command is
+parsed or run (``dxi --help`` imports none; the start-up benchmark, ``benchmarks/bench_process.py``,
+holds it to 0.15 s and tests/test_startup.py checks what it imports).
 """
 
 from __future__ import annotations
@@ -114,6 +114,20 @@ EXIT_CODES = exit_codes(*_EXIT_LINES)
 """Every exit code of ``dxi`` (``dxi run`` returns them all)."""
 SCORING_EXIT_CODES = exit_codes(0, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_SOFTWARE)
 """What ``dxi score`` and ``dxi report`` return: they read the cache and send nothing."""
+
+
+def make_console(stderr: bool = False):
+    """A Rich console of ``dxi`` (Rich imported here, when a command runs): of its results on
+    standard output (180 columns when it is not a terminal: a log must not squeeze a table), or
+    with ``stderr`` of its status and diagnostic lines on standard error (errors, warnings, an
+    interruption: docs/cli.md). Markup on; no highlighting, no emoji codes (``openai:m`` must not
+    become one), lines not wrapped."""
+    from rich.console import Console
+
+    made = Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
+    if not stderr and not made.is_terminal:
+        made = Console(highlight=False, soft_wrap=True, emoji=False, width=180)
+    return made
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):

@@ -235,6 +235,11 @@ def _list(args: argparse.Namespace, console: Console, shown: list[Entry]) -> int
 
         sys.stdout.write(orjson.dumps(rows(shown), option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
+    if not shown:  # one line, not an empty table
+        console.print(
+            escape(f"no {'' if args.all else 'open '}batches in {args.cache_dir}"), highlight=False
+        )
+        return 0
     table = Table(
         title=f"Batches in {escape(str(args.cache_dir))}" + ("" if args.all else " (open)")
     )
@@ -263,6 +268,4 @@ def _list(args: argparse.Namespace, console: Console, shown: list[Entry]) -> int
             f"{len(e.returned):,}",
         )
     console.print(table)
-    if not shown:
-        console.print("no open batches" if not args.all else "no batches")
     return 0

@@ -77,7 +77,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     except local_models.ModelFileInTheWay as exc:
         raise UsageError(f"{exc}: delete it and rerun to fetch the model again") from None
     except local_models.ModelFileError as exc:
-        console.print(f"[red]error:[/] {escape(' '.join(str(exc).split()))}", soft_wrap=True)
+        options.make_console(stderr=True).print(
+            f"[red]dxi fetch-model: error:[/] {escape(' '.join(str(exc).split()))}"
+        )
         return EXIT_PROVIDER_STOPPED
     console.print(escape(str(path)))
     return 0

@@ -35,6 +35,7 @@ from . import (  # noqa: F401 (the commands read them here)
     STOPPED,
     Formatter,
     exit_codes,
+    make_console,
     tool_exit_codes,
 )
 
@@ -67,7 +68,12 @@ class KeyValues(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
-def add_models(g: argparse._ArgumentGroup, run_file: bool, for_scoring: bool) -> None:
+def add_models(
+    g: argparse._ArgumentGroup, run_file: bool, for_scoring: bool, sending: bool = True
+) -> None:
+    """The models: RUN_FILE (with ``run_file``), ``--model``, ``--effort``, ``--param``,
+    ``--epochs``, and ``--option`` (adapter settings for sending: not for ``dxi plan``, ``sending``
+    False); with ``for_scoring`` the help says they find what ``dxi run`` sent."""
     if run_file:
         g.add_argument(
             "run_file",
@@ -109,6 +115,18 @@ def add_models(g: argparse._ArgumentGroup, run_file: bool, for_scoring: bool) ->
         "max_completion_tokens=16000 (Anthropic: max_tokens; Gemini: maxOutputTokens); VALUE is JSON "
         "or text; part of the cache key",
     )
+    if sending:
+        _add_option(g)
+    g.add_argument(
+        "--epochs",
+        type=numbers.EPOCHS,
+        metavar="N",
+        help="requests per task, each its own cache key (default: 1, or the "
+        "run file's; given: every model's)",
+    )
+
+
+def _add_option(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--option",
         action=KeyValues,
@@ -118,13 +136,6 @@ def add_models(g: argparse._ArgumentGroup, run_file: bool, for_scoring: bool) ->
         help="adapter settings outside the cache key, for the models that know them: api_key_env=NAME "
         "(read the API key from the variable NAME), api_key_command=CMD (a command printing an expiring "
         "token, run again before it expires); llamacpp: ctx_size, parallel, threads",
-    )
-    g.add_argument(
-        "--epochs",
-        type=numbers.EPOCHS,
-        metavar="N",
-        help="requests per task, each its own cache key (default: 1, or the "
-        "run file's; given: every model's)",
     )
 
 
@@ -279,6 +290,12 @@ def add_limits(g: argparse._ArgumentGroup) -> None:
         help="stop sending before spent + in-flight cost would pass USD in this invocation (prices from "
         f"--price or the run file; local models are free); exit code {EXIT_COST_BOUND}",
     )
+    add_price(g)
+
+
+def add_price(g: argparse._ArgumentGroup) -> None:
+    """``--price``: of the commands that send (in ``add_limits``) and of ``dxi plan``, which prices
+    a run and takes none of the sending limits."""
     g.add_argument(
         "--price",
         action="append",

@@ -25,9 +25,9 @@ POWER = 0.8  # a separation plan's runs: the questions by which 80% of them told
 
 def add_parser(sub) -> None:
     s = options.command(sub, "plan", None, None, options.tool_exit_codes({}))
-    options.add_models(s.add_argument_group("models"), True, False)
+    options.add_models(s.add_argument_group("models"), True, False, sending=False)
     options.add_data(s.add_argument_group("data"))
-    options.add_limits(s.add_argument_group("prices and limits (--price gives a model's price)"))
+    options.add_price(s.add_argument_group("prices"))  # of the limits, plan uses only the prices
     options.add_cache(s.add_argument_group("cache"))
     g = s.add_argument_group("what to plan for (one of)")
     g.add_argument(
@@ -40,7 +40,9 @@ def add_parser(sub) -> None:
         "--separate",
         nargs=2,
         metavar=("A", "B"),
-        help="tell model A from model B (labels as `dxi run` names them)",
+        help="tell model A from model B, each named as --price names a model: its label "
+        "(ADAPTER:MODEL, or the run file's name) or the model string --model gave "
+        "(embedded for embedded:sparrow-nano-general-v1.1)",
     )
     g.add_argument(
         "--difference",
@@ -79,7 +81,7 @@ def _until(args: argparse.Namespace):
     from dxi.scoring.sequential import Until
 
     if (args.precision is None) == (args.separate is None):
-        raise UsageError("dxi plan: give one of --precision P or --separate A B --difference D")
+        raise UsageError("give one of --precision P or --separate A B --difference D")
     if args.runs < 1:
         raise UsageError(f"--runs {args.runs}: at least 1 simulated run")
     if args.precision is not None:
@@ -115,19 +117,17 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from dxi.scoring.cost import batch_price
 
     from ..planning.estimate import estimate
+    from ..planning.plan import model_named
 
     until, quantile = _until(args)
     plan = options.plan_of(args)
-    labels = [m.label for m in plan.models]
-    if args.separate:
-        missing = [x for x in args.separate if x not in labels]
-        if missing:
+    if args.separate:  # each named as --price names a model: label, ADAPTER:MODEL, --model's text
+        texts = dict(enumerate(args.model)) if args.run_file is None else {}
+        a, b = (model_named(plan.models, x, "--separate", texts).label for x in args.separate)
+        if a == b:
             raise UsageError(
-                f"--separate: {', '.join(missing)} not among the models "
-                f"({', '.join(labels)}); name them with --model or a run file"
+                f"--separate {' '.join(args.separate)}: both name {a}; give two different models"
             )
-        if args.separate[0] == args.separate[1]:
-            raise UsageError("--separate needs two different models")
     gold, categories = plan.suite.gold_frames()
     populations = {
         e: n
@@ -167,7 +167,6 @@ def main(args: argparse.Namespace, console: Console) -> int:
             tokens[e] = (tin / n, tout / n) if n else (0.0, 0.0)
         usage[m.label] = planner.Usage(tokens, m.price, batch_price(m.price))
     if args.separate:
-        a, b = args.separate
         chosen = [profiles[a], profiles[a].shifted(args.difference, b)]
     else:
         chosen = list(profiles.values())

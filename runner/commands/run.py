@@ -136,10 +136,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
         head, rest = signals.resume_message(stop, plan.cache_dir, args.grace)
         if plan.batch:
             rest += " Open batches keep running at the provider: the next run collects them (dxi batches list)."
-        console.print(f"[yellow]{escape(head)}[/] {escape(rest)}")
+        options.make_console(stderr=True).print(f"[yellow]{escape(head)}[/] {escape(rest)}")
         return signals.exit_code(stop)
     except CacheWriteError as exc:
-        console.print(
+        options.make_console(stderr=True).print(
             f"[red]Stopped: {escape(str(exc))}.[/] Every reply stored before it is in "
             f"{escape(str(plan.cache_dir))}; make room (or fix the directory) and rerun the same command: "
             "only what is missing is sent."

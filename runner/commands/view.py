@@ -106,7 +106,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
         browser, notes = browse(selection, home)
     except KeyboardInterrupt:
         home.cleanup()
-        console.print("[yellow]Interrupted[/] before serving (nothing was written to the cache).")
+        options.make_console(stderr=True).print(
+            "[yellow]Interrupted[/] before serving (nothing was written to the cache)."
+        )
         return signals.exit_code()
     except BaseException:
         home.cleanup()
@@ -115,7 +117,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     for note in [] if args.quiet else notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if not is_loopback_host(args.host):
-        console.print(
+        options.make_console(stderr=True).print(
             f"[red]warning:[/] serving on {escape(args.host)}, not this machine only: anyone who can reach "
             "it can read every prompt and reply in the cache (there is no login). Use the default "
             "--host 127.0.0.1 unless that is what you want."

@@ -401,27 +401,50 @@ def price_flags(items: list[str]) -> dict[str, config.Price]:
     return out
 
 
+def names(model: ModelRun, text: str | None = None) -> set[str]:
+    """The names by which a flag may name ``model`` (``--price MODEL=...``, ``dxi plan --separate A
+    B``): its label (a run file's ``name``), ``ADAPTER:MODEL``, and ``text``, the model string
+    ``--model`` gave it as (``embedded`` for ``embedded:sparrow-nano-general-v1.1``)."""
+    return {model.label, f"{model.adapter.kind}:{model.adapter.model}"} | (
+        {text} if text else set()
+    )
+
+
+def model_named(
+    models: list[ModelRun], name: str, flag: str, texts: dict[int, str] | None = None
+) -> ModelRun:
+    """The one model of ``models`` that ``name`` names (``names``; ``texts``: position in
+    ``models`` -> the ``--model`` text it was given as). UsageError naming ``flag``, ``name`` and
+    the models' labels when it names none of them, or several."""
+    texts = texts or {}
+    found = [m for i, m in enumerate(models) if name in names(m, texts.get(i))]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        listed = ", ".join(m.label for m in found)
+        raise UsageError(
+            f"{flag} {name}: names {len(found)} models of this run ({listed}); give its label"
+        )
+    listed = ", ".join(m.label for m in models)
+    raise UsageError(f"{flag} {name}: no model of this run is named so (its models: {listed})")
+
+
 def _priced(
     models: list[ModelRun], prices: dict[str, config.Price], texts: dict[int, str] | None = None
 ) -> None:
-    """Give each model the ``--price`` whose MODEL names it: its label (a run file's ``name``),
-    ``kind:model``, or (``texts``: position -> the ``--model`` text) the model string as given.
-    UsageError for a MODEL that names no model of the run, or a model named by two."""
+    """Give each model the ``--price`` whose MODEL names it (``names``; ``texts``: position -> the
+    ``--model`` text). UsageError for a MODEL that names no model of the run, or a model named by
+    two (one MODEL may price several: the same model under two settings)."""
     texts = texts or {}
     for i, m in enumerate(models):
-        names = {m.label, f"{m.adapter.kind}:{m.adapter.model}", texts.get(i)}
-        given = [k for k in prices if k in names]
+        given = [k for k in prices if k in names(m, texts.get(i))]
         if len(given) > 1:
             raise UsageError(
                 f"--price {' and --price '.join(given)} name the same model ({m.label}): give one"
             )
         if given:
             m.price = _price_of(m.adapter, prices[given[0]])
-    named = {
-        n
-        for i, m in enumerate(models)
-        for n in (m.label, f"{m.adapter.kind}:{m.adapter.model}", texts.get(i))
-    }
+    named = {n for i, m in enumerate(models) for n in names(m, texts.get(i))}
     unknown = [k for k in prices if k not in named]
     if unknown:
         raise UsageError(
