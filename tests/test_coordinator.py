@@ -21,10 +21,10 @@ from dxi.runner.distributed.coordinator import Coordinator, run_id
 from dxi.runner.sending.cost import CostBoundReached
 
 from .conftest import DXI
-from .fake_provider import FakeProvider
+from .fakes.fake_provider import FakeProvider
 from .helpers import events
-from .servers import free_port, redis_server, requires_redis
-from .synthetic import data_dir
+from .helpers.servers import free_port, redis_server, requires_redis
+from .helpers.synthetic import data_dir
 
 pytestmark = [requires_redis, pytest.mark.server]
 
@@ -530,7 +530,7 @@ async def _three_shards(redis_url: str, tmp_path: Path, run: str, tasks: int):
     """Three ``dxi run`` shards of ``tasks`` requests at ``RPM`` against a provider enforcing it per
     10 s window, each reaching Redis through its own proxy (to cut it off), all alive in Redis:
     (server, proxies, procs)."""
-    from .servers import TcpProxy
+    from .helpers.servers import TcpProxy
 
     data = data_dir(tmp_path / "data", tasks)
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
