@@ -567,6 +567,14 @@ def _turns(log: Path, pids: set[int], since: float, until: float) -> list[float]
     )
 
 
+async def _until(condition, within: float) -> None:
+    """Until ``condition()`` holds (checked every 0.1 s); fails after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"not reached within {within} s"
+        await asyncio.sleep(0.1)
+
+
 def _gaps(turns: list[float]) -> list[float]:
     return [b - a for a, b in zip(turns, turns[1:], strict=False)]
 
@@ -594,9 +602,9 @@ async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fal
         first = {p.pid for p in procs}
         p1.cut()  # Redis gone for shards 1 and 2: they fall back to a third each
         p2.cut()
-        await asyncio.sleep(
-            8
-        )  # they fall back (once their shares lapsed in Redis, 6 s) and send on their own
+        await _until(  # they fall back (once their shares lapsed in Redis, 6 s) and send alone
+            lambda: _paced_on_their_own(log).keys() >= {procs[1].pid, procs[2].pid}, 30
+        )
         procs[0].kill()
         await procs[0].wait()
         procs[0] = await _shard(
@@ -611,7 +619,8 @@ async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fal
             "b",
             env=events.env(log, base={**os.environ, "DXI_RUN_ID": run}),
         )  # back, onto Redis
-        await asyncio.sleep(10)
+        restarted = procs[0].pid
+        await _until(lambda: len(_turns(log, {restarted}, 0, float("inf"))) >= 20, 30)
         healed = await _redis_now(redis_url)
         p1.heal()
         p2.heal()
@@ -620,7 +629,6 @@ async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fal
         assert [p.returncode for p in procs] == [0, 0, 0], errs
         stats = server.stats()
     assert stats["keys_ok"] == tasks  # (a request cut by the kill may be sent again)
-    restarted = procs[0].pid
     alone = _turns(log, {restarted}, 0, healed)  # shard 0 on Redis, shards 1 and 2 out
     assert len(alone) >= 20, len(alone)
     assert min(_gaps(alone)) >= 1 / SHARE - 1e-3  # its third, not the whole rate
@@ -645,9 +653,14 @@ async def test_limits_hold_through_a_partition_of_one_shard(redis_url: str, tmp_
     async with _three_shards(redis_url, tmp_path, run, tasks) as (server, (_, _, p2), procs):
         cut = await _redis_now(redis_url)
         p2.cut(blackhole=True)  # shard 2 partitioned: its calls time out, the others go on
-        await asyncio.sleep(
-            16
-        )  # its calls time out (5 s), its share lapses (6 s), it sends on its own
+        await _until(  # its calls time out (5 s), its share lapses (6 s), it sends on its own
+            lambda: (
+                len(events.read(log, "pacing")) >= 20
+                and len(_turns(log, {procs[0].pid, procs[1].pid}, cut + MEMBER_TTL, float("inf")))
+                >= 20
+            ),
+            40,
+        )
         healed = await _redis_now(redis_url)
         p2.heal()
         back = await _alive(redis_url, run, 2, 20)
