@@ -1,13 +1,13 @@
 """Batch mode (docs/batch.md): ``MODELS`` models × ``TASKS`` requests (one model-epoch of the index:
-2,193) through the fake batch server (``tests.fake_batches``, OpenAI's Files and Batches endpoints,
-in its own process) in one ``dxi run --batch``: the run's peak memory (the ``dxi run`` process's own
-peak RSS, from ``wait4``: not the server's, nor a process an earlier benchmark started), the
-requests made to the provider per answer beyond the upload and the download (creates, status reads,
-lists), and the time from a batch's end (the status read that finds it ended) to its answers being
-in the cache (the ledger's ``ended`` and ``collected`` events: the time some batch is being
-collected, those collected side by side counted once), per 10,000 answers. The fake makes a batch's
-answers when it is created, so that ending twenty batches at once does not take the shared machine's
-CPU from the collections being timed.
+2,193) through the fake batch server (``tests.fakes.fake_batches``, OpenAI's Files and Batches
+endpoints, in its own process) in one ``dxi run --batch``: the run's peak memory (the ``dxi run``
+process's own peak RSS, from ``wait4``: not the server's, nor a process an earlier benchmark
+started), the requests made to the provider per answer beyond the upload and the download (creates,
+status reads, lists), and the time from a batch's end (the status read that finds it ended) to its
+answers being in the cache (the ledger's ``ended`` and ``collected`` events: the time some batch is
+being collected, those collected side by side counted once), per 10,000 answers. The fake makes a
+batch's answers when it is created, so that ending twenty batches at once does not take the shared
+machine's CPU from the collections being timed.
 
 ``DXI_BENCH_BATCH_MODELS`` / ``DXI_BENCH_BATCH_TASKS`` scale it (defaults 20 and 2,193; the tasks
 are the real data's first evaluation rows when ``../shared/data`` is there, else synthetic When2Call
@@ -32,7 +32,7 @@ POLL_S = 1.0
 
 
 def _data(tmp: Path) -> Path:
-    from tests.synthetic import data_dir
+    from tests.helpers.synthetic import data_dir
 
     return data_dir(tmp / "data", TASKS, seed=11)
 
@@ -76,7 +76,7 @@ def _cpu_in(spans: list[tuple[float, float]], cpu: list[tuple[float, float]]) ->
 def run() -> list[Result]:
     from dxi.cache import Cache
     from dxi.cache.ledger import Ledger
-    from tests.fake_provider import serve
+    from tests.fakes.fake_provider import serve
 
     with tempfile.TemporaryDirectory(prefix="dxi-bench-batch-") as name:
         tmp = Path(name)

@@ -167,7 +167,7 @@ def startup(tmp: Path) -> list[Result]:
     if REAL_DATA.is_dir():
         data, what = REAL_DATA.resolve(), "the real data (2,193 tasks)"
     else:
-        from tests.synthetic import data_dir
+        from tests.helpers.synthetic import data_dir
 
         data, what = data_dir(tmp / "data", 2000), "2,000 synthetic tasks"
     cmd = [

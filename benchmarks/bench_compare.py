@@ -1,6 +1,6 @@
 """Paired comparisons and ranks (``scoring.compare``): what they add to ``dxi score`` for 50 models
 on the whole index (1,225 pairs), synthetic answers written through the real cache schema
-(``tests.synthetic``).
+(``tests.helpers.synthetic``).
 
 Figures (the best of ``REPEATS``, as the machine is shared):
 
@@ -25,7 +25,7 @@ from dxi.evals import PROMPT_VERSION, gold_frames
 from dxi.scoring import records
 from dxi.scoring.compare import discordant
 from dxi.scoring.sums import build_cubes
-from tests.synthetic import suite, write_cache
+from tests.helpers.synthetic import suite, write_cache
 
 from . import Result
 from .bench_scoring import _best

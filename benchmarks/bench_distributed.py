@@ -74,8 +74,8 @@ def shards_at_once(tmp: Path) -> list[Result]:
     coordinator: each keeps 1/N of the in-flight limit), then 2 and 4 with ``--coordinator`` (the
     limit shared): wall, and with the coordinator Redis's calls per request and each shard's longest
     wait between replies."""
-    from tests.fake_provider import serve
-    from tests.synthetic import data_dir
+    from tests.fakes.fake_provider import serve
+    from tests.helpers.synthetic import data_dir
 
     data = data_dir(tmp / "data", TASKS)
     walls, calls, gaps = {}, {}, {}
@@ -124,7 +124,7 @@ def shards_at_once(tmp: Path) -> list[Result]:
     if shutil.which("redis-server"):
         import redis
 
-        from tests.servers import redis_server
+        from tests.helpers.servers import redis_server
 
         for n in (2, 4):
             with redis_server() as url:
@@ -213,7 +213,7 @@ def shards_at_once(tmp: Path) -> list[Result]:
 
 
 def _moto():
-    from tests.servers import moto_s3
+    from tests.helpers.servers import moto_s3
 
     return moto_s3()
 

@@ -40,8 +40,8 @@ def _child(n: int, cache_dir: str) -> None:
     from dxi.adapters import Limits, ModelSpec
     from dxi.cache import Cache
     from dxi.runner.sending.scheduler import run
-    from tests.fake_provider import InProcess
-    from tests.synthetic import SyntheticSuite
+    from tests.fakes.fake_provider import InProcess
+    from tests.helpers.synthetic import SyntheticSuite
 
     baseline = peak_rss_mb()
 

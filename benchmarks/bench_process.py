@@ -2,9 +2,9 @@
 exit, beside a bare aiohttp loop started the same way (issue 14).
 
 Each measurement starts a fresh fault-injecting provider in its own process
-(``tests/fake_provider.py``, System One wire format), then the client process; the provider records
-the monotonic time of the first request's arrival and of the last reply written (``time.monotonic``
-is system-wide on Linux), which splits the client's wall time into:
+(``tests/fakes/fake_provider.py``, System One wire format), then the client process; the provider
+records the monotonic time of the first request's arrival and of the last reply written
+(``time.monotonic`` is system-wide on Linux), which splits the client's wall time into:
 
 * **start-up**: process start to the first request at the provider (imports, reading and encoding
   tasks, opening the cache and loading its index, starting the adapter);
@@ -47,8 +47,8 @@ from dxi import adapters
 from dxi.cache.schema import SCHEMA
 from dxi.evals import Suite, discover
 from tests.conftest import REAL_DATA
-from tests.fake_provider import serve
-from tests.synthetic import data_dir
+from tests.fakes.fake_provider import serve
+from tests.helpers.synthetic import data_dir
 
 from . import Result
 

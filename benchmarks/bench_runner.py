@@ -1,5 +1,5 @@
-"""The runner against the fault-injecting provider in its own process (``tests/fake_provider.py``),
-each figure measured side by side in one run:
+"""The runner against the fault-injecting provider in its own process
+(``tests/fakes/fake_provider.py``), each figure measured side by side in one run:
 
 * overhead: 20,000 requests against the 0 ms provider, the runner (``runner.sending.scheduler``:
   tasks read and encoded, cache lookups, limits, retries, decoding, a durable row per reply) vs a
@@ -29,8 +29,8 @@ from dxi.adapters.http import parse_retry_after
 from dxi.cache import Cache
 from dxi.evals import Suite, discover
 from dxi.runner.sending.scheduler import run as run_tasks
-from tests.fake_provider import serve
-from tests.synthetic import data_dir
+from tests.fakes.fake_provider import serve
+from tests.helpers.synthetic import data_dir
 
 OVERHEAD_REQUESTS, OVERHEAD_CONCURRENCY, ROUNDS = 20_000, 64, 2
 LATENCY_S, LATENCY_CONCURRENCY, LATENCY_ROUNDS = 0.2, 256, 60

@@ -1,6 +1,6 @@
 """Rescoring a large cache: 1,000,000 cached answers (200 models × 5,000 questions), synthetic,
-written as Parquet shards through the real cache schema (``tests.synthetic``), scored by the real
-entry points.
+written as Parquet shards through the real cache schema (``tests.helpers.synthetic``), scored by the
+real entry points.
 
 Figures (each the best of ``REPEATS`` runs, as the machine is shared):
 
@@ -36,7 +36,7 @@ from dxi.cache.layout import FLAT_LAYOUT, NESTED, read_nested
 from dxi.evals import PROMPT_VERSION, gold_frames
 from dxi.scoring.decision_index import WEIGHTS
 from dxi.scoring.pipeline import READ_COLUMNS
-from tests.synthetic import PROVIDER, model_name, suite, write_cache
+from tests.helpers.synthetic import PROVIDER, model_name, suite, write_cache
 
 from . import Result
 
@@ -172,7 +172,7 @@ import sys
 from pathlib import Path
 from benchmarks.bench_memory import peak_rss_mb
 from benchmarks.bench_scoring import SIZES
-from tests.synthetic import suite
+from tests.helpers.synthetic import suite
 from dxi import scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, gold_frames

@@ -1,6 +1,6 @@
 """``dxi view`` on a large cache: 20 models × 50,000 questions (1,000,000 answers, synthetic,
-through the real cache schema: ``tests.synthetic``), served by the real app in its own process and
-asked over HTTP on 127.0.0.1.
+through the real cache schema: ``tests.helpers.synthetic``), served by the real app in its own
+process and asked over HTTP on 127.0.0.1.
 
 Figures:
 
@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import orjson
 
-from tests.synthetic import PROVIDER, SyntheticSuite, model_name, suite, write_cache
+from tests.helpers.synthetic import PROVIDER, SyntheticSuite, model_name, suite, write_cache
 
 from . import Result
 

@@ -38,7 +38,7 @@ from dxi.scoring.simultaneous import (
     symmetric_interval,
 )
 from dxi.scoring.sums import build_cubes
-from tests.answers import SCHEMA
+from tests.helpers.answers import SCHEMA
 
 from . import Result
 
@@ -205,10 +205,10 @@ def _f1_coverage(rng: np.random.Generator, sims: int = 1000) -> tuple[float, str
 
 
 def _one_point_apart(models: int, rng: np.random.Generator) -> pl.DataFrame:
-    """An answers frame (``tests.answers.SCHEMA``) of ``models`` models over ``WHOLE``'s task
-    counts, model k right on each question with probability 0.97 − k·INDEX_STEP/100, so the true
-    indices are 1 point apart (wrong answers are never the abstention: non-hallucination is 0 for
-    all; F1 at half the gold yes equals the accuracy)."""
+    """An answers frame (``tests.helpers.answers.SCHEMA``) of ``models`` models over ``WHOLE``'s
+    task counts, model k right on each question with probability 0.97 − k·INDEX_STEP/100, so the
+    true indices are 1 point apart (wrong answers are never the abstention: non-hallucination is 0
+    for all; F1 at half the gold yes equals the accuracy)."""
     parts = []
     for name, n in WHOLE.items():
         questions = (

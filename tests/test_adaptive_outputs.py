@@ -17,7 +17,7 @@ from dxi.evals import Suite, discover
 from dxi.runner.sending import progress as progress_module
 from dxi.scoring.sequential import round_sizes
 
-from .fake_provider import serve
+from .fakes.fake_provider import serve
 from .helpers.adaptive_models import DATA_ENV, knows, write_data
 from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, overview, summary
 

@@ -36,11 +36,11 @@ from dxi.runner.planning.sample import stratum
 from dxi.scoring import records
 from dxi.scoring.sequential import Until, round_sizes, standings
 
-from . import synthetic
-from .fake_provider import serve
+from .fakes.fake_provider import serve
+from .helpers import synthetic
 from .helpers.adaptive_models import DATA_ENV, MODELS, write_data
 from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, flags, overview, summary
-from .servers import free_port
+from .helpers.servers import free_port
 
 N = 100  # tasks of each evaluation: 400 in all, so each model asks between 16 and 400
 

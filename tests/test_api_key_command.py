@@ -21,7 +21,7 @@ from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_PROVIDER_STOPPED, EXIT_USAGE, UsageError
 from dxi.runner.planning.plan import from_args
 
-from .fake_llm_server import FakeLLM
+from .fakes.fake_llm_server import FakeLLM
 
 SECRET = "s3cr3t-token-value"
 

@@ -1,7 +1,7 @@
 """Batch mode end to end (``dxi run --batch``, docs/batch.md) against the fake batch servers of the
-three providers (``tests.fake_batches``, every request and reply checked against the official SDKs'
-types): the same rows and summary as a synchronous run, batches that expire, are cancelled at a
-deadline or lost, per-line errors of each class, the cost bound, ``dxi estimate --batch`` and
+three providers (``tests.fakes.fake_batches``, every request and reply checked against the official
+SDKs' types): the same rows and summary as a synchronous run, batches that expire, are cancelled at
+a deadline or lost, per-line errors of each class, the cost bound, ``dxi estimate --batch`` and
 ``dxi batches``."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from dxi.runner.cli import main
 from dxi.runner.planning import plan
 from dxi.runner.planning.deadline import parse_deadline
 
-from .fake_provider import serve
+from .fakes.fake_provider import serve
 from .helpers.batches import POLL, iso_in, model, rows, run, run_plan, same_answers, summary
-from .synthetic import data_dir as synthetic_data
+from .helpers.synthetic import data_dir as synthetic_data
 
 
 @pytest.mark.process

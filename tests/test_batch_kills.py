@@ -26,10 +26,10 @@ from dxi.cache import Cache
 from dxi.cache.ledger import Ledger
 from dxi.runner.cli import main
 
-from .fake_provider import serve
+from .fakes.fake_provider import serve
 from .helpers import events
 from .helpers.batches import URLS, command, same_answers
-from .synthetic import data_dir as synthetic_data
+from .helpers.synthetic import data_dir as synthetic_data
 
 pytestmark = pytest.mark.process
 

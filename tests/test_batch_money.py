@@ -1,9 +1,9 @@
 """Batch mode where money is spent twice or a run never ends (issue 32), against the fake batch
-servers of the three providers (``tests.fake_batches``, requests and replies checked against the
-official SDKs' types): Gemini results without their inline metadata, several batches that may be one
-lost create, results past the provider's retention, a host without a batch API, ``dxi estimate`` of
-a run file in batch mode, result lines of unknown or repeated ids, input files uploaded just before
-a kill, a full disk, a cancelled batch after the deadline and the progress line."""
+servers of the three providers (``tests.fakes.fake_batches``, requests and replies checked against
+the official SDKs' types): Gemini results without their inline metadata, several batches that may be
+one lost create, results past the provider's retention, a host without a batch API, ``dxi estimate``
+of a run file in batch mode, result lines of unknown or repeated ids, input files uploaded just
+before a kill, a full disk, a cancelled batch after the deadline and the progress line."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from dxi.adapters.gemini_batch import GeminiBatch
 from dxi.cache.ledger import Ledger
 from dxi.runner.cli import main
 
-from .fake_provider import serve
+from .fakes.fake_provider import serve
 from .helpers.batches import POLL, command, iso_in, model, rows, run, same_answers, summary
 
 

@@ -1,7 +1,7 @@
-"""The batch protocols against the official SDKs: the fake batch servers (``tests.fake_batches``)
-driven by the ``openai``, ``anthropic`` and ``google-genai`` clients themselves (so the fake speaks
-the real protocol), and ``adapters.batches``' reading of every kind of result line, classified as
-the synchronous reply would be."""
+"""The batch protocols against the official SDKs: the fake batch servers
+(``tests.fakes.fake_batches``) driven by the ``openai``, ``anthropic`` and ``google-genai`` clients
+themselves (so the fake speaks the real protocol), and ``adapters.batches``' reading of every kind
+of result line, classified as the synchronous reply would be."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from dxi.adapters.openai_batch import OpenAIBatch
 from dxi.adapters.openai_batch import status_of as openai_status
 from dxi.evals import Suite, discover
 
-from . import wire_formats
-from .fake_provider import serve
+from .fakes import wire_formats
+from .fakes.fake_provider import serve
 
 
 @pytest.fixture(scope="module")

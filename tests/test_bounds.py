@@ -15,8 +15,8 @@ from dxi.scoring.bounds import f1_bounds, mean_f1_bounds, settle_ranks, settled
 from dxi.scoring.pipeline import metrics
 from dxi.scoring.summary import build
 
-from .answers import choice, yes_no
-from .answers import frame as answers
+from .helpers.answers import choice, yes_no
+from .helpers.answers import frame as answers
 
 OMNI, WILDGUARD = "aa_omniscience_decision", "wildguardtest"
 QUESTIONS = ("prompt_harmful", "response_refusal", "response_harmful")

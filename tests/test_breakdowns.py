@@ -8,7 +8,7 @@ from scipy.stats import binomtest
 
 from dxi.scoring import Bootstrap, score
 
-from .answers import choice, frame, yes_no
+from .helpers.answers import choice, frame, yes_no
 
 M = "systemone:m"
 W2C = {"A": "tool_call", "B": "direct", "C": "request_for_info", "D": "cannot_answer"}

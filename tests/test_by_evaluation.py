@@ -18,7 +18,7 @@ from dxi.cache.layout import NESTED
 from dxi.evals import PROMPT_VERSION
 from dxi.runner.outputs.files import summarize
 from dxi.scoring import records
-from tests.synthetic import SyntheticSuite, model_name, suite, write_cache
+from tests.helpers.synthetic import SyntheticSuite, model_name, suite, write_cache
 
 SIZES = {"aa_omniscience_decision": 30, "hle_multichoice": 25, "when2call": 20, "wildguardtest": 12}
 KEYS = ["model", "eval", "task_id", "question_id", "sample"]

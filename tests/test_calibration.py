@@ -12,7 +12,7 @@ from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 from dxi.scoring import Bootstrap, score
 from dxi.scoring.calibration import answer_calibration, auroc
 
-from .answers import choice, frame, yes_no
+from .helpers.answers import choice, frame, yes_no
 
 M = "systemone:x"
 HLE = "hle_multichoice"

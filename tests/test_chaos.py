@@ -19,9 +19,9 @@ import pytest
 from dxi.cache import Cache
 
 from .conftest import DXI, without_requests
-from .fake_provider import serve
+from .fakes.fake_provider import serve
 from .helpers import events
-from .synthetic import data_dir
+from .helpers.synthetic import data_dir
 
 pytestmark = pytest.mark.process
 

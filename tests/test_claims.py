@@ -18,8 +18,8 @@ from dxi.cache import Cache
 from dxi.cache import claims as claims_mod
 
 from .conftest import DXI, without_requests
-from .fake_provider import serve
-from .synthetic import data_dir
+from .fakes.fake_provider import serve
+from .helpers.synthetic import data_dir
 
 HOLD = """
 import sys, time
@@ -226,7 +226,7 @@ async def test_a_second_run_whose_start_up_is_slow_sends_nothing_the_first_store
     as cache hits."""
     import asyncio
 
-    from .fake_llm_server import FakeLLM
+    from .fakes.fake_llm_server import FakeLLM
 
     n = 120
     data = data_dir(tmp_path / "data", n, seed=7)

@@ -22,7 +22,7 @@ import pytest
 from dxi.runner.errors import EXIT_CACHE_WRITE, EXIT_USAGE
 
 from .conftest import DXI
-from .synthetic import data_dir
+from .helpers.synthetic import data_dir
 
 pytestmark = [
     pytest.mark.process,

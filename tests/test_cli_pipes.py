@@ -16,8 +16,8 @@ from dxi.cache import Cache
 from dxi.runner.streams import Guarded
 
 from .conftest import DXI
-from .fake_provider import serve
-from .synthetic import data_dir
+from .fakes.fake_provider import serve
+from .helpers.synthetic import data_dir
 
 
 def test_a_write_to_a_pipe_its_reader_closed_is_dropped_and_points_the_fd_at_devnull():

@@ -20,8 +20,8 @@ from dxi.runner.planning import plan
 from dxi.runner.planning.inputs import PlanInputs
 
 from .conftest import DXI, REAL_DATA, requires_real_data
+from .helpers.servers import need
 from .helpers.shells import zsh_completes
-from .servers import need
 
 COMMANDS = ("run", "estimate", "score", "report")
 
@@ -380,7 +380,7 @@ def test_estimate_tells_requests_not_sent_yet_from_a_new_evaluation(
 def test_a_run_with_everything_cached_needs_no_server(data_dir: Path, tmp_path: Path, capsys):
     """The server answers the first run, then is gone: the rerun (all cached) still scores, and says
     so."""
-    from .fake_provider import serve
+    from .fakes.fake_provider import serve
 
     where = [
         "--data-dir",
@@ -523,7 +523,7 @@ def test_export_without_a_run_file_still_refuses_a_word_too_many(capsys):
 
 @pytest.mark.process
 def test_export_with_a_run_file_before_the_flags_in_a_real_dxi(tmp_path: Path):
-    from .synthetic import data_dir
+    from .helpers.synthetic import data_dir
 
     data_dir(tmp_path / "data", 3)
     (tmp_path / "runs").mkdir()
@@ -556,7 +556,7 @@ def test_export_with_a_run_file_before_the_flags_in_a_real_dxi(tmp_path: Path):
 def test_data_check_finds_the_data_folder_as_every_other_command_does(tmp_path: Path):
     """Issue 32: ``dxi data check`` alone required --data-dir; it now takes $DXI_DATA_DIR, else
     ./data, else ../shared/data, and says so when none exists."""
-    from .synthetic import data_dir
+    from .helpers.synthetic import data_dir
 
     env = {k: v for k, v in os.environ.items() if k != "DXI_DATA_DIR"}
     (tmp_path / "empty").mkdir()

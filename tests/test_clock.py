@@ -18,7 +18,7 @@ from dxi.cache import Cache
 from dxi.runner.cli import main
 from dxi.runner.sending import rows as rows_mod
 
-from .fake_llm_server import FakeLLM
+from .fakes.fake_llm_server import FakeLLM
 
 DAY = 86_400.0
 

@@ -12,7 +12,7 @@ from dxi.scoring import Bootstrap, build_summary, records, score
 from dxi.scoring.compare import mcnemar_p
 from dxi.scoring.simultaneous import correlation, max_t, mover_difference, newcombe, rank_sets
 
-from .answers import choice, frame, yes_no
+from .helpers.answers import choice, frame, yes_no
 
 EVALS = ("aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest")
 DATA = {name: {"files": []} for name in EVALS}

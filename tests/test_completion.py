@@ -20,8 +20,8 @@ from dxi.runner import completion
 from dxi.runner.cli import main
 
 from .conftest import DXI
+from .helpers.servers import need
 from .helpers.shells import zsh_completes
-from .servers import need
 
 EMBEDDED = "embedded:sparrow-nano-general-v1.1"
 

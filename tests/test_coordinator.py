@@ -21,10 +21,10 @@ from dxi.runner.distributed.coordinator import Coordinator, run_id
 from dxi.runner.sending.cost import CostBoundReached
 
 from .conftest import DXI
-from .fake_provider import FakeProvider
+from .fakes.fake_provider import FakeProvider
 from .helpers import events
-from .servers import free_port, redis_server, requires_redis
-from .synthetic import data_dir
+from .helpers.servers import free_port, redis_server, requires_redis
+from .helpers.synthetic import data_dir
 
 pytestmark = [requires_redis, pytest.mark.server]
 
@@ -512,11 +512,8 @@ async def _alive(redis_url: str, run: str, shard: int, within: float) -> float:
             await asyncio.sleep(0.1)
 
 
-RPM = 1200  # 200 requests in any 10 s window
-# the provider lets in 1.03 × that in any 10 s (the tolerance of the goal): GCRA pacing at exactly
-# the limit puts an arrival every 50 ms, and a few ms of jitter on the way puts 201 in some window
-# now and then
-ENFORCED = RPM * 1.03
+RPM = 1200  # 20 a second for the run: a turn every 50 ms when every shard books through Redis
+SHARE = RPM / 60 / 3  # requests a second of one shard's 1/3 share, on Redis or on its own
 
 
 async def _all_alive(redis_url: str, run: str, shards: int) -> None:
@@ -525,31 +522,34 @@ async def _all_alive(redis_url: str, run: str, shards: int) -> None:
         await _alive(redis_url, run, k, 60)
 
 
+async def _redis_now(redis_url: str) -> float:
+    """Redis's clock now (seconds), the clock its bookings are on."""
+    async with redis.asyncio.Redis.from_url(redis_url) as client:
+        sec, usec = await client.time()
+    return sec + usec / 1e6
+
+
 @contextlib.asynccontextmanager
 async def _three_shards(redis_url: str, tmp_path: Path, run: str, tasks: int):
-    """Three ``dxi run`` shards of ``tasks`` requests at ``RPM`` against a provider enforcing it per
-    10 s window, each reaching Redis through its own proxy (to cut it off), all alive in Redis:
-    (server, proxies, procs)."""
-    from .servers import TcpProxy
+    """Three ``dxi run`` shards of ``tasks`` requests at ``RPM`` against the fake provider, each
+    reaching Redis through its own proxy (to cut it off), their events (``tests.helpers.events``:
+    the turns Redis booked, "booking", and those a shard's own pacer booked, "pacing") in
+    ``tmp_path / "events.jsonl"``, all alive in Redis: (server, proxies, procs)."""
+    from .helpers.servers import TcpProxy
 
     data = data_dir(tmp_path / "data", tasks)
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    env = events.env(tmp_path / "events.jsonl", base={**os.environ, "DXI_RUN_ID": run})
     async with (
         FakeProvider(
-            model="fake",
-            p_first=None,
-            p_yes=None,
-            rpm=ENFORCED,
-            window_s=10,
-            latency="0.02",
-            record=False,
+            model="fake", p_first=None, p_yes=None, latency="0.02", record=False
         ) as server,
         TcpProxy(port) as p0,
         TcpProxy(port) as p1,
         TcpProxy(port) as p2,
     ):
         procs = [
-            await _shard(k, 3, server.url, data, tmp_path, p.port, run, RPM)
+            await _shard(k, 3, server.url, data, tmp_path, p.port, run, RPM, env=env)
             for k, p in enumerate((p0, p1, p2))
         ]
         await _all_alive(redis_url, run, 3)
@@ -557,31 +557,85 @@ async def _three_shards(redis_url: str, tmp_path: Path, run: str, tasks: int):
         yield server, (p0, p1, p2), procs
 
 
+def _turns(log: Path, pids: set[int], since: float, until: float) -> list[float]:
+    """The turns Redis booked (its clock, sorted) for the processes ``pids`` at an instant of
+    [``since``, ``until``)."""
+    return sorted(
+        turn
+        for _, _, pid, at, turn in events.read(log, "booking")
+        if pid in pids and since <= at < until
+    )
+
+
+async def _until(condition, within: float) -> None:
+    """Until ``condition()`` holds (checked every 0.1 s); fails after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"not reached within {within} s"
+        await asyncio.sleep(0.1)
+
+
+def _gaps(turns: list[float]) -> list[float]:
+    return [b - a for a, b in zip(turns, turns[1:], strict=False)]
+
+
+def _paced_on_their_own(log: Path) -> dict[int, set[float]]:
+    """The request rates (a second) each process's own pacer booked at, by pid: a shard fallen back
+    from Redis (the runs here set no token rate)."""
+    rates: dict[int, set[float]] = {}
+    for _, _, pid, rate, cost, _ in events.read(log, "pacing"):
+        assert cost == 1.0
+        rates.setdefault(pid, set()).add(round(rate, 9))
+    return rates
+
+
 @pytest.mark.process
 async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fallback(
     redis_url: str, tmp_path: Path
 ):
-    tasks, run = 600, "mix"
+    """The decisions, not arrival times (load cannot fail them): shards 1 and 2, cut off, pace
+    themselves at their 1/3 share; shard 0, restarted onto Redis meanwhile, gets turns at its 1/3
+    only (not the whole rate: the others may be sending); once all are back, the whole rate, never
+    more."""
+    tasks, run, log = 600, "mix", tmp_path / "events.jsonl"
     async with _three_shards(redis_url, tmp_path, run, tasks) as (server, (p0, p1, p2), procs):
+        first = {p.pid for p in procs}
         p1.cut()  # Redis gone for shards 1 and 2: they fall back to a third each
         p2.cut()
-        await asyncio.sleep(
-            8
-        )  # they fall back (once their shares lapsed in Redis, 6 s) and send on their own
+        await _until(  # they fall back (once their shares lapsed in Redis, 6 s) and send alone
+            lambda: _paced_on_their_own(log).keys() >= {procs[1].pid, procs[2].pid}, 30
+        )
         procs[0].kill()
         await procs[0].wait()
         procs[0] = await _shard(
-            0, 3, server.url, tmp_path / "data", tmp_path, p0.port, run, RPM, "b"
+            0,
+            3,
+            server.url,
+            tmp_path / "data",
+            tmp_path,
+            p0.port,
+            run,
+            RPM,
+            "b",
+            env=events.env(log, base={**os.environ, "DXI_RUN_ID": run}),
         )  # back, onto Redis
-        await asyncio.sleep(10)
+        restarted = procs[0].pid
+        await _until(lambda: len(_turns(log, {restarted}, 0, float("inf"))) >= 20, 30)
+        healed = await _redis_now(redis_url)
         p1.heal()
         p2.heal()
         back = [await _alive(redis_url, run, k, 20) for k in (1, 2)]
         errs = [(await p.communicate())[1] for p in procs]
         assert [p.returncode for p in procs] == [0, 0, 0], errs
         stats = server.stats()
-    assert (stats["rate_limited"], stats["keys_ok"]) == (0, tasks)
-    assert stats["window_peak"] <= 1.03 * RPM / 6, stats  # every 10 s window, the first included
+    assert stats["keys_ok"] == tasks  # (a request cut by the kill may be sent again)
+    alone = _turns(log, {restarted}, 0, healed)  # shard 0 on Redis, shards 1 and 2 out
+    assert len(alone) >= 20, len(alone)
+    assert min(_gaps(alone)) >= 1 / SHARE - 1e-3  # its third, not the whole rate
+    rejoined = _turns(log, first | {restarted}, healed, float("inf"))  # all on Redis again
+    assert len(rejoined) >= 20 and min(_gaps(rejoined)) >= 1 / (3 * SHARE) - 1e-3
+    on_their_own = _paced_on_their_own(log)
+    assert on_their_own == {procs[1].pid: {round(SHARE, 9)}, procs[2].pid: {round(SHARE, 9)}}
     for err in errs[1:]:
         assert b"falls back to 1/3" in err and b"reachable again" in err
     assert (
@@ -591,19 +645,33 @@ async def test_limits_hold_when_a_shard_restarts_onto_redis_while_two_are_in_fal
 
 @pytest.mark.process
 async def test_limits_hold_through_a_partition_of_one_shard(redis_url: str, tmp_path: Path):
-    tasks, run = 600, "partition"
+    """The decisions, not arrival times: shard 2, partitioned, paces itself at its 1/3 share; once
+    its share has lapsed in Redis, shards 0 and 1 together get turns at their 2/3 only."""
+    from dxi.runner.distributed.coordinator import MEMBER_TTL
+
+    tasks, run, log = 600, "partition", tmp_path / "events.jsonl"
     async with _three_shards(redis_url, tmp_path, run, tasks) as (server, (_, _, p2), procs):
+        cut = await _redis_now(redis_url)
         p2.cut(blackhole=True)  # shard 2 partitioned: its calls time out, the others go on
-        await asyncio.sleep(
-            16
-        )  # its calls time out (5 s), its share lapses (6 s), it sends on its own
+        await _until(  # its calls time out (5 s), its share lapses (6 s), it sends on its own
+            lambda: (
+                len(events.read(log, "pacing")) >= 20
+                and len(_turns(log, {procs[0].pid, procs[1].pid}, cut + MEMBER_TTL, float("inf")))
+                >= 20
+            ),
+            40,
+        )
+        healed = await _redis_now(redis_url)
         p2.heal()
         back = await _alive(redis_url, run, 2, 20)
         errs = [(await p.communicate())[1] for p in procs]
         assert [p.returncode for p in procs] == [0, 0, 0], errs
         stats = server.stats()
-    assert (stats["rate_limited"], stats["keys_ok"], stats["duplicates"]) == (0, tasks, 0)
-    assert stats["window_peak"] <= 1.03 * RPM / 6, stats
+    assert (stats["keys_ok"], stats["duplicates"]) == (tasks, 0)
+    two = _turns(log, {procs[0].pid, procs[1].pid}, cut + MEMBER_TTL, healed)
+    assert len(two) >= 20, len(two)
+    assert min(_gaps(two)) >= 1 / (2 * SHARE) - 1e-3  # two thirds: shard 2 keeps its own
+    assert _paced_on_their_own(log) == {procs[2].pid: {round(SHARE, 9)}}
     assert b"falls back to 1/3" in errs[2] and b"reachable again" in errs[2]
     assert b"falls back" not in errs[0] + errs[1]
     assert back <= 2 * 2.0 + 3

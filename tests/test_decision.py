@@ -22,8 +22,8 @@ from dxi.evals import CHOICE, YES_NO, Option, Question, Task
 from dxi.runner import session
 from dxi.runner.planning import plan
 from dxi.scoring.ties import tie_counts
-from tests.answers import choice, frame, yes_no
-from tests.fake_provider import serve
+from tests.fakes.fake_provider import serve
+from tests.helpers.answers import choice, frame, yes_no
 
 FIVE = Question("answer", CHOICE, "Which?", tuple(Option(c, f"text {c}") for c in "ABCDE"))
 
@@ -177,34 +177,6 @@ def test_decode_rejects_bodies_that_are_not_the_wire_format(body: bytes):
         decode_body(TASK, body)
 
 
-def near_but_lower(model: str):
-    """A System One responder that returns, for every choice, a choice 1e-4 below the highest
-    probability (the first option 0.3, the returned second 0.2999, the rest spread), and P(yes)
-    0.7."""
-
-    def respond(payload: dict) -> dict:
-        answers = {}
-        for name, q in payload["questions"].items():
-            if q.get("type") == "choice":
-                options = list(q["criteria"])
-                rest = round((1 - 0.3 - 0.2999) / (len(options) - 2), 4)
-                probs = [0.3, 0.2999] + [rest] * (len(options) - 2)
-                answers[name] = {
-                    "type": "choice",
-                    "choice": options[1],
-                    "probabilities": dict(zip(options, probs, strict=True)),
-                }
-            else:
-                answers[name] = {"type": "noul", "noul": 0.7}
-        return {
-            "model": model or "near-decider",
-            "answers": answers,
-            "usage": {"input_tokens": 1, "output_tokens": 1},
-        }
-
-    return respond
-
-
 @pytest.mark.process
 def test_a_server_returning_a_choice_just_below_the_highest_is_scored_on_the_highest(
     data_dir: Path, tmp_path: Path
@@ -213,7 +185,7 @@ def test_a_server_returning_a_choice_just_below_the_highest_is_scored_on_the_hig
     # never the returned second (0.2999); each is a warning, none is a tie
     with serve(
         model="near-decider",
-        route_factories={"/v1/systemone": "tests.test_decision:near_but_lower"},
+        route_factories={"/v1/systemone": "tests.fakes.responders:choice_just_below_highest"},
     ) as server:
         ran = session.run(
             plan.build(
@@ -305,39 +277,13 @@ def test_decimals_are_decided_robustly_for_floats_that_are_not_exact():
     ) == pytest.approx(0.013)
 
 
-def rounding_gateway(model: str):
-    """A System One responder behind a gateway that rounds every probability to 2 decimals: each
-    choice's first two options 0.331 and 0.334 (both 0.33 once rounded: a tie made by rounding), the
-    second returned as the choice, the rest sharing 0.335 before rounding; P(yes) 0.7."""
-
-    def respond(payload: dict) -> dict:
-        answers = {}
-        for name, q in payload["questions"].items():
-            if q.get("type") == "choice":
-                options = list(q["criteria"])
-                raw = [0.331, 0.334] + [0.335 / (len(options) - 2)] * (len(options) - 2)
-                answers[name] = {
-                    "type": "choice",
-                    "choice": options[1],
-                    "probabilities": {o: round(p, 2) for o, p in zip(options, raw, strict=True)},
-                }
-            else:
-                answers[name] = {"type": "noul", "noul": 0.7}
-        return {
-            "model": model or "rounding",
-            "answers": answers,
-            "usage": {"input_tokens": 1, "output_tokens": 1},
-        }
-
-    return respond
-
-
 @pytest.mark.process
 def test_a_gateway_that_rounds_to_two_decimals_is_scored_and_its_rounded_replies_counted(
     data_dir: Path, tmp_path: Path
 ):
     with serve(
-        model="rounding", route_factories={"/v1/systemone": "tests.test_decision:rounding_gateway"}
+        model="rounding",
+        route_factories={"/v1/systemone": "tests.fakes.responders:two_decimal_gateway"},
     ) as server:
         ran = session.run(
             plan.build(

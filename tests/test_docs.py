@@ -69,7 +69,7 @@ def fake_provider() -> tuple[subprocess.Popen, int]:
         [
             sys.executable,
             "-m",
-            "tests.fake_provider",
+            "tests.fakes.fake_provider",
             "--port",
             "0",
             "--config",
@@ -178,7 +178,7 @@ def test_the_readme_tour_after_make_run_scores_its_own_sample_and_leaves_make_ru
     ran, out/ make run's 60."""
     import orjson
 
-    from .synthetic import data_dir
+    from .helpers.synthetic import data_dir
 
     work = tmp_path / "work"
     data_dir(work / "data", 60)

@@ -1,7 +1,7 @@
 """Today's language models: one effort setting mapped to each provider's own field (and so into the
 body and the cache key), output budgets that leave room for thinking, cut-offs that say they were
 spent thinking, and logprob decisions on OpenAI's current reasoning models. Against fakes that
-answer as the providers document today (``tests/wire_formats.py``: thinking counted within the
+answer as the providers document today (``tests/fakes/wire_formats.py``: thinking counted within the
 budget, logprobs refused unless the effort is none, ``max_tokens`` refused by reasoning models),
 over HTTP on 127.0.0.1 and through ``dxi run``."""
 
@@ -27,10 +27,10 @@ from dxi.runner.planning import plan as plans
 from dxi.runner.planning.inputs import PlanInputs
 from dxi.runner.planning.plan import from_args
 
-from . import wire_formats
-from .fake_llm_server import FakeLLM
+from .fakes import wire_formats
+from .fakes.fake_llm_server import FakeLLM
 from .helpers.runs import FAST, run_model
-from .sdk_types import ANTHROPIC_BODY, OPENAI_BODY, conforms, gemini_problems
+from .helpers.sdk_types import ANTHROPIC_BODY, OPENAI_BODY, conforms, gemini_problems
 
 # the provider's own field of each adapter's effort, read back from a request body
 NATIVE = {

@@ -71,7 +71,7 @@ def test_an_unexpected_error_exits_70_with_one_line_and_the_trace_in_a_redacted_
 
     from dxi.runner.errors import EXIT_SOFTWARE
 
-    from .synthetic import data_dir
+    from .helpers.synthetic import data_dir
 
     data_dir(tmp_path / "data", 3)
     (tmp_path / "cache").mkdir()

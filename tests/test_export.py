@@ -19,7 +19,7 @@ from dxi.runner.planning.inputs import PlanInputs
 from dxi.scoring.intervals import METHODS
 
 from .conftest import fixture_data
-from .four_models import FourModels, four_models
+from .helpers.four_models import FourModels, four_models
 from .helpers.runs import fail_rows, run_plan
 
 SCHEMAS = Path(__file__).parent / "eee_schema"

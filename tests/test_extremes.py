@@ -1,6 +1,6 @@
 """``dxi report`` and ``dxi view`` on the extremes issue 31 names: one question (so every model at
 0% or 100% on each evaluation), one model, fifty models. The synthetic cache
-(``tests.synthetic``) goes through the same scoring as ``dxi score``
+(``tests.helpers.synthetic``) goes through the same scoring as ``dxi score``
 (``runner.outputs.summarize``); the report is rendered (``report.html.render``) and every page
 kind of the view is asked over HTTP."""
 
@@ -20,7 +20,7 @@ from dxi.report.html import render
 from dxi.runner.outputs.files import summarize
 from dxi.view.app import make_app
 from dxi.view.data import Browser
-from tests.synthetic import SyntheticSuite, suite, write_cache
+from tests.helpers.synthetic import SyntheticSuite, suite, write_cache
 
 ONE = {"aa_omniscience_decision": 1, "hle_multichoice": 1, "when2call": 1, "wildguardtest": 1}
 

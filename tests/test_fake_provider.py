@@ -9,8 +9,8 @@ import pytest
 
 from dxi.adapters.decision import sum_tolerance
 
-from . import wire_formats
-from .fake_provider import ROUTES, FakeProvider, Faults, serve, systemone
+from .fakes import wire_formats
+from .fakes.fake_provider import ROUTES, FakeProvider, Faults, serve, systemone
 
 QUESTION = {
     "model": "m",

@@ -16,7 +16,7 @@ from dxi.evals.fetch import Hub, Mirror, check, fetch, revisions
 from dxi.runner.cli import main
 
 from .conftest import FIXTURES, write_wildguard_parquet
-from .fake_hub import Repo, fake_hub
+from .fakes.fake_hub import Repo, fake_hub
 
 
 def hle_rows() -> list[dict]:

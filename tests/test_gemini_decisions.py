@@ -18,12 +18,12 @@ from dxi import adapters
 from dxi.evals import CHOICE, Suite, discover, gold_frames
 from dxi.runner.cli import main
 
-from . import wire_formats
 from .conftest import REAL_DATA, requires_real_data
-from .fake_llm_server import FakeLLM
-from .fake_provider import FakeProvider
+from .fakes import wire_formats
+from .fakes.fake_llm_server import FakeLLM
+from .fakes.fake_provider import FakeProvider
 from .helpers.runs import run_model
-from .sdk_types import conforms, reply_problems
+from .helpers.sdk_types import conforms, reply_problems
 
 MODES = ("ok", "blocked", "bad_sum", "missing", "sure")
 

@@ -41,7 +41,7 @@ from dxi.scoring import records
 from dxi.scoring.sums import METRICS
 
 from .conftest import FIXTURES, REAL_DATA
-from .fake_provider import FakeProvider, InProcess
+from .fakes.fake_provider import FakeProvider, InProcess
 from .helpers.rows import read_only_files, row
 
 

@@ -23,8 +23,8 @@ from dxi.scoring.intervals import contain, mover, score_interval, wilson
 from dxi.scoring.metrics import accuracy_from, f1_from, non_hallucination_from
 from dxi.scoring.sums import ALL_STATS, RESAMPLED, build_cubes, eval_metrics
 
-from .answers import choice, frame, yes_no
 from .conftest import REAL_DATA, requires_real_data
+from .helpers.answers import choice, frame, yes_no
 
 M, N = "systemone:m", "systemone:n"
 MODEL = "embedded:sparrow-nano-general-v1.1"

@@ -25,7 +25,7 @@ from dxi.cache import SCHEMA, Cache, layout
 from dxi.cache.remote import Manifest, Remote
 from dxi.evals import PROMPT_VERSION, gold_frames
 from dxi.runner.cli import main
-from tests.synthetic import model_name, suite
+from tests.helpers.synthetic import model_name, suite
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cache-layout1"
 BEFORE = (

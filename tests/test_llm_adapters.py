@@ -1,7 +1,7 @@
 """The openai, anthropic, gemini, openai-decisions and logprobs adapters against real HTTP on
-127.0.0.1 (``tests/fake_llm_server.py`` serving the documented wire formats of
-``tests/wire_formats.py``): parsed answers, usage, every invalid-reply rule, the runner's retry
-rules, keys, and the CLI's counts."""
+127.0.0.1 (``tests/fakes/fake_llm_server.py`` serving the documented wire formats of
+``tests/fakes/wire_formats.py``): parsed answers, usage, every invalid-reply rule, the runner's
+retry rules, keys, and the CLI's counts."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from dxi.runner import rescore
 from dxi.runner.cli import main
 from dxi.runner.planning.inputs import PlanInputs
 
-from . import wire_formats
-from .fake_llm_server import FakeLLM
-from .fake_provider import FakeProvider
+from .fakes import wire_formats
+from .fakes.fake_llm_server import FakeLLM
+from .fakes.fake_provider import FakeProvider
 from .helpers.runs import FAST, run_model
 
 KINDS = ("openai", "anthropic", "gemini", "openai-decisions", "logprobs")

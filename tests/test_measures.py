@@ -19,7 +19,7 @@ from dxi.evals import PROMPT_VERSION
 from dxi.runner.outputs.files import summarize
 from dxi.scoring import measures
 from dxi.scoring.records import ModelEntry, Summary
-from tests.synthetic import SyntheticSuite, suite, write_cache
+from tests.helpers.synthetic import SyntheticSuite, suite, write_cache
 
 
 def _answers(rows: list[tuple]) -> pl.DataFrame:

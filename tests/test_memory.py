@@ -70,7 +70,7 @@ def test_a_task_digest_is_computed_once_and_a_changed_copy_has_its_own():
 
 @pytest.mark.process
 def test_only_a_batch_run_tunes_the_allocators(tmp_path):
-    from .synthetic import data_dir
+    from .helpers.synthetic import data_dir
 
     data = data_dir(tmp_path / "data", 3)
 

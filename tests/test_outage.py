@@ -27,9 +27,9 @@ from dxi.runner.sending.outage import THRESHOLD, Outage
 from dxi.runner.sending.scheduler import run
 
 from .conftest import DXI
-from .fake_provider import serve
-from .servers import free_port
-from .synthetic import data_dir
+from .fakes.fake_provider import serve
+from .helpers.servers import free_port
+from .helpers.synthetic import data_dir
 
 
 def _served(port: int, model: str = "fake", **config: object):

@@ -2,7 +2,7 @@
 ``--model`` can be bounded by ``--max-cost``; ``--help`` states the limits' real defaults.
 
 The fake System One provider (a proxy: it serves every model named) reports ``len(state) // 4 + 8``
-input tokens and one output token per question (``tests.fake_provider.systemone``)."""
+input tokens and one output token per question (``tests.fakes.fake_provider.systemone``)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from dxi.runner.errors import EXIT_COST_BOUND, EXIT_USAGE, UsageError
 from dxi.runner.planning.config import Price
 from dxi.runner.planning.plan import price_flags
 
-from .fake_provider import FakeProvider
+from .fakes.fake_provider import FakeProvider
 from .helpers.runs import fake_usage, write_run_file
-from .synthetic import data_dir
+from .helpers.synthetic import data_dir
 
 TASKS = 24
 

@@ -1,6 +1,6 @@
 """The real providers' failure modes, served per wire format by the fault-injecting provider
-(``tests/fake_provider.py``) over real HTTP on 127.0.0.1: exhausted quotas and dead keys stop the
-provider, errors inside a 200 are retried, gzip bodies cut before their trailer are transport
+(``tests/fakes/fake_provider.py``) over real HTTP on 127.0.0.1: exhausted quotas and dead keys stop
+the provider, errors inside a 200 are retried, gzip bodies cut before their trailer are transport
 errors, duplicate keys and NaN make the answers they touch invalid, huge replies are read no further
 than the bound, and the providers' stated waits are read as documented."""
 
@@ -27,9 +27,10 @@ from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_PROVIDER_STOPPED
 from dxi.runner.planning import plan
 
-from . import synthetic, wire_formats
-from .fake_llm_server import FakeLLM
-from .fake_provider import FakeProvider, serve
+from .fakes import wire_formats
+from .fakes.fake_llm_server import FakeLLM
+from .fakes.fake_provider import FakeProvider, serve
+from .helpers import synthetic
 from .helpers.runs import FAST, ONE, run_model
 
 KINDS = (
@@ -563,7 +564,7 @@ async def test_read_body_decodes_every_gzip_member_across_chunks_and_bounds_them
 
     from dxi.adapters import ReplyTooLarge, Transient
 
-    from .fake_provider import gzip_members
+    from .fakes.fake_provider import gzip_members
 
     data = bytes(range(256)) * 40  # 10,240 bytes
     packed = gzip_members(data, 7)

@@ -19,7 +19,7 @@ from dxi.scoring.scored import ScoredRun
 from dxi.scoring.sums import METRICS
 from dxi.view.data import Summarize
 
-from .realistic_summary import realistic
+from .helpers.realistic_summary import realistic
 
 GOLDEN = Path(__file__).parent / "fixtures" / "summary_realistic.json"
 
@@ -31,8 +31,9 @@ def summary(tmp_path_factory: pytest.TempPathFactory) -> Summary:
 
 def test_summary_json_has_the_bytes_the_dict_based_summary_had(summary: Summary):
     # the golden file is what the code before the records wrote for the same scenario
-    # (tests.realistic_summary), plus the keys added since: the measures (``scoring.measures``: each
-    # model's and evaluation's ``measures`` and the top-level description), nothing else changed
+    # (tests.helpers.realistic_summary), plus the keys added since: the measures
+    # (``scoring.measures``: each model's and evaluation's ``measures`` and the top-level
+    # description), nothing else changed
     golden = GOLDEN.read_bytes()
     assert records.to_json(summary) == golden
     doc = orjson.loads(golden)  # the scenario holds what the test is for

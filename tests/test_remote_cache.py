@@ -32,9 +32,9 @@ from dxi.runner.planning import plan
 from dxi.runner.planning.shard import Shard
 
 from .conftest import DXI, FIXTURES, without_requests
-from .fake_provider import serve
-from .servers import CREDENTIALS, moto_s3
-from .synthetic import data_dir
+from .fakes.fake_provider import serve
+from .helpers.servers import CREDENTIALS, moto_s3
+from .helpers.synthetic import data_dir
 
 TASKS = 240
 

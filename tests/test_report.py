@@ -22,7 +22,7 @@ from dxi.scoring.provisional import span
 from dxi.scoring.records import ModelEntry, Summary
 
 from .conftest import fixture_data
-from .four_models import FourModels, four_models
+from .helpers.four_models import FourModels, four_models
 from .helpers.report import (
     CHROMIUM_FLAGS,
     HOSTILE_ERROR,
@@ -432,7 +432,7 @@ def _eval_table(html: str, name: str) -> tuple[list[str], dict[str, list[str]]]:
 def test_the_report_shows_each_models_ties_per_evaluation_as_summary_json_counts_them(
     data_dir: Path, tmp_path: Path
 ):
-    from .fake_provider import serve
+    from .fakes.fake_provider import serve
 
     # "tied": every When2Call question has its 4 options at 0.25 and every P(yes) is 0.5; "decided":
     # no ties

@@ -18,7 +18,7 @@ from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
 from dxi.evals import PROMPT_VERSION, gold_frames
 from dxi.scoring.pipeline import NO_ANSWER
-from tests.synthetic import model_name, suite, write_cache
+from tests.helpers.synthetic import model_name, suite, write_cache
 
 SIZES = {"aa_omniscience_decision": 30, "hle_multichoice": 25, "when2call": 20, "wildguardtest": 12}
 

@@ -22,9 +22,9 @@ from dxi.runner.planning import plan
 from dxi.runner.sending.scheduler import run
 
 from .conftest import DXI, FIXTURES, without_requests
-from .fake_provider import FakeProvider, serve
+from .fakes.fake_provider import FakeProvider, serve
 from .helpers.clock import VirtualLimiter
-from .synthetic import data_dir
+from .helpers.synthetic import data_dir
 
 
 def dxi_run(url: str, data: Path, cache: Path, out: Path, *extra: str) -> list[str]:

@@ -3,7 +3,7 @@ once, each provider's limit held; the cost bound; the dry run; adding a model; p
 rescoring.
 
 The fake System One responder reports ``len(state) // 4 + 8`` input tokens per question and one
-output token per question (``tests.fake_provider.systemone``): that is the "actual" usage the
+output token per question (``tests.fakes.fake_provider.systemone``): that is the "actual" usage the
 estimates are compared with here."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dxi.runner.errors import EXIT_COST_BOUND
 from dxi.runner.planning.plan import from_args
 from dxi.scoring import records
 
-from .fake_provider import FakeProvider
+from .fakes.fake_provider import FakeProvider
 from .helpers.runs import fake_usage, write_run_file
-from .synthetic import data_dir
+from .helpers.synthetic import data_dir
 
 TASKS = 24
 

@@ -16,8 +16,8 @@ from dxi.scoring.metrics import (
 from dxi.scoring.pipeline import metrics
 from dxi.scoring.summary import build
 
-from .answers import choice, yes_no
-from .answers import frame as answers
+from .helpers.answers import choice, yes_no
+from .helpers.answers import frame as answers
 
 
 def frame(pairs: list[tuple]) -> pl.DataFrame:

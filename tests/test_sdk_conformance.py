@@ -1,7 +1,7 @@
 """The hosted adapters' request bodies and the replies the fakes serve, held against the official
 SDKs' types (``openai``, ``anthropic``, ``google-genai``: test-only dependencies;
-``tests/sdk_types.py``), so a fake that drifts from the provider, or a body the provider would not
-accept, fails here."""
+``tests/helpers/sdk_types.py``), so a fake that drifts from the provider, or a body the provider
+would not accept, fails here."""
 
 from __future__ import annotations
 
@@ -20,8 +20,14 @@ from openai.types.shared import ErrorObject
 from dxi import adapters
 from dxi.evals import Suite, discover
 
-from . import wire_formats
-from .sdk_types import ANTHROPIC_BODY, OPENAI_BODY, conforms, gemini_problems, reply_problems
+from .fakes import wire_formats
+from .helpers.sdk_types import (
+    ANTHROPIC_BODY,
+    OPENAI_BODY,
+    conforms,
+    gemini_problems,
+    reply_problems,
+)
 
 # a field servers add that the SDK does not declare: vLLM/DeepSeek reasoning
 GATEWAY_EXTRAS = ("$.choices[0].message.reasoning_content",)

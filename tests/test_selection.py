@@ -382,7 +382,7 @@ def test_after_several_samples_the_hint_is_the_latest_and_the_list_is_in_numeric
     """Runs of every task, then of --sample 5, 8, 14, 20 and 30 (in that order) on one cache:
     ``dxi score`` scores every task and says which samples the cache holds in numeric order, hinting
     at the latest run's (issue 32: "give --sample 14", the first alphabetically)."""
-    from .synthetic import data_dir as synthetic
+    from .helpers.synthetic import data_dir as synthetic
 
     data = synthetic(tmp_path / "data", 40)
     assert run(data, tmp_path, "full") == 0

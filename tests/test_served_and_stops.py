@@ -23,8 +23,8 @@ from dxi.runner.errors import EXIT_PROVIDER_STOPPED
 from dxi.runner.planning.inputs import PlanInputs
 from dxi.scoring.replies import same_model, usage_and_replies
 
-from . import wire_formats
-from .fake_llm_server import FakeLLM
+from .fakes import wire_formats
+from .fakes.fake_llm_server import FakeLLM
 from .helpers.runs import ONE, run_model
 
 

@@ -123,7 +123,7 @@ def test_each_shard_keeps_one_nth_of_the_limits():
 
 @pytest.mark.process
 def test_estimate_by_shard_counts_each_request_once(tmp_path):
-    from tests.synthetic import data_dir
+    from tests.helpers.synthetic import data_dir
 
     from .conftest import DXI
 
@@ -184,7 +184,7 @@ def test_the_recipes_commands_are_ones_dxi_accepts():
 
 @pytest.mark.process
 def test_a_coordinator_that_cannot_be_reached_leaves_one_nth_of_each_limit(tmp_path, data_dir):
-    from tests.servers import free_port
+    from tests.helpers.servers import free_port
 
     from .conftest import DXI
 

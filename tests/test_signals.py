@@ -21,8 +21,8 @@ import pytest
 from dxi.cache import Cache
 
 from .conftest import DXI
-from .fake_provider import serve
-from .synthetic import data_dir
+from .fakes.fake_provider import serve
+from .helpers.synthetic import data_dir
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/stat").exists(), reason="reads process trees from /proc"

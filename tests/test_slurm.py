@@ -1,5 +1,5 @@
 """``examples/slurm-array.sh`` on a real scheduler: a single-node Slurm cluster from Debian's
-packages (``tests/slurm.py``: munged, slurmctld, slurmd on 127.0.0.1), moto's S3 server and
+packages (``tests/helpers/slurm.py``: munged, slurmctld, slurmd on 127.0.0.1), moto's S3 server and
 redis-server. A 4-task array runs the example script against the fake provider; one task is killed
 (SIGKILL, mid-run) and resubmitted on its own (``sbatch --array=1``, into the same run); then the
 run scored from the remote cache alone equals a single process's run, and no request was sent twice
@@ -17,10 +17,10 @@ import orjson
 import pytest
 
 from .conftest import DXI, without_requests
-from .fake_provider import serve
-from .servers import moto_s3, needs, redis_server, requires_redis
-from .slurm import missing, slurm_cluster
-from .synthetic import data_dir
+from .fakes.fake_provider import serve
+from .helpers.servers import moto_s3, needs, redis_server, requires_redis
+from .helpers.slurm import missing, slurm_cluster
+from .helpers.synthetic import data_dir
 
 ROOT = Path(__file__).parents[1]
 pytestmark = [

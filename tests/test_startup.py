@@ -20,7 +20,7 @@ from dxi.evals import EVALS, Exclusions, Suite, discover, gold_frames, when2call
 from dxi.runner.sending.progress import RunProgress
 from dxi.runner.sending.scheduler import Stats
 
-from .synthetic import data_dir as synthetic_data
+from .helpers.synthetic import data_dir as synthetic_data
 
 HEAVY = (
     "polars",

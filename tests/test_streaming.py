@@ -1,6 +1,6 @@
 """Streamed replies (``adapters.streaming``, ``adapters.http.post_stream``): real server-sent events
 from a loopback server whose events are built from the official SDKs' stream event types
-(``tests/sse_streams.py``), for OpenAI Chat Completions, Anthropic Messages and Gemini; the
+(``tests/fakes/sse_streams.py``), for OpenAI Chat Completions, Anthropic Messages and Gemini; the
 assembled reply is the non-streamed one (the cache rows of a streamed and a non-streamed answer
 differ only in their timing columns); the idle timeout and the total bound; a stream cut mid-way, a
 stall, an error event; a reply slower than any timeout but steadily arriving is stored once; every
@@ -37,10 +37,10 @@ from dxi.adapters.streaming import (
 from dxi.evals import Suite, discover
 from dxi.runner.cli import main
 
-from . import sse_streams, wire_formats
-from .fake_llm_server import FakeLLM
+from .fakes import sse_streams, wire_formats
+from .fakes.fake_llm_server import FakeLLM
 from .helpers.runs import FAST, run_model
-from .sdk_types import reply_problems
+from .helpers.sdk_types import reply_problems
 
 NAMES = {"openai": "gpt-6-luna", "anthropic": "claude-sonnet-5-5", "gemini": "gemini-3.5-flash"}
 TIMING = ("created_at", "latency_ms", "ttft_s", "retry_waits_s")
@@ -693,7 +693,7 @@ def test_the_streamed_bodies_conform_to_the_sdks_streaming_request_types(data_di
     from anthropic.types import message_create_params
     from openai.types.chat import completion_create_params
 
-    from .sdk_types import conforms
+    from .helpers.sdk_types import conforms
 
     for task in tasks(data_dir)[:4]:
         for kind, model, params in (

@@ -1,5 +1,6 @@
-"""The test suite's own layout: shared code lives in ``tests/helpers/`` (each module saying what it
-holds), never in a test file another test file imports; ``pytest --fast`` (``make test-fast``)
+"""The test suite's own layout: shared code lives in ``tests/helpers/`` and ``tests/fakes/`` (each
+module saying what it holds), never in a test file another test file imports nor beside the test
+files at the top of ``tests/``; ``pytest --fast`` (``make test-fast``)
 leaves out every test marked as starting a server or a process, or slow."""
 
 from __future__ import annotations
@@ -47,9 +48,32 @@ def test_the_check_sees_each_way_of_importing_a_test_file(tmp_path: Path):
     assert imported_test_modules(planted) == {"test_cli", "test_view", "tests.test_batch"}
 
 
+def stray_modules(tests: Path) -> list[str]:
+    """The names of the Python modules at the top of ``tests`` that are neither a test file
+    (``test_*.py``) nor ``conftest.py`` or ``__init__.py``: shared code that belongs in
+    ``tests/helpers/`` or ``tests/fakes/``."""
+    return sorted(
+        p.name
+        for p in tests.glob("*.py")
+        if not p.name.startswith("test_") and p.name not in {"conftest.py", "__init__.py"}
+    )
+
+
+def test_no_shared_module_sits_beside_the_test_files():
+    assert stray_modules(TESTS) == []
+
+
+def test_the_check_sees_a_shared_module_beside_the_test_files(tmp_path: Path):
+    for name in ("conftest.py", "__init__.py", "test_a.py", "fake_thing.py", "servers.py"):
+        (tmp_path / name).write_text('"""x"""\n')
+    (tmp_path / "helpers").mkdir()
+    (tmp_path / "helpers" / "runs.py").write_text('"""x"""\n')
+    assert stray_modules(tmp_path) == ["fake_thing.py", "servers.py"]
+
+
 def test_every_helper_module_says_what_it_holds():
-    modules = sorted((TESTS / "helpers").rglob("*.py"))
-    assert len(modules) >= 8
+    modules = sorted((TESTS / "helpers").rglob("*.py")) + sorted((TESTS / "fakes").rglob("*.py"))
+    assert len(modules) >= 20
     assert [
         p.relative_to(TESTS).as_posix()
         for p in modules

@@ -18,7 +18,7 @@ from dxi import adapters
 from dxi.adapters import Limits
 from dxi.adapters.errors import UNREACHABLE
 
-from .fake_provider import FakeProvider
+from .fakes.fake_provider import FakeProvider
 from .helpers.runs import FAST, run_model
 
 

@@ -39,9 +39,9 @@ from dxi.scoring.provisional import span
 from dxi.view.app import CSP, is_loopback_host, make_app, task_url
 from dxi.view.data import Browser, EvalQuery
 
-from . import wire_formats
 from .conftest import FIXTURES, write_wildguard_parquet
-from .fake_provider import serve
+from .fakes.fake_provider import serve
+from .fakes.responders import HOSTILE_REPLY
 from .helpers.report import (
     CHROMIUM_FLAGS,
     HOSTILE_ERROR,
@@ -53,9 +53,6 @@ from .helpers.runs import MODEL, fail_rows
 from .helpers.view import get, view_of
 
 LLM = "openai:fake-chat"
-HOSTILE_REPLY = (
-    "<script>alert('reply')</script><img src=x onerror=alert(2)> I think the answer is B."
-)
 HOSTILE_QUESTION = "<img src=x onerror=alert(3)> Which gas do plants absorb?"
 HOSTILE_OPTION = "<script>alert(4)</script>Oxygen"
 HOSTILE_ID = 'q 2/<i>"?#%'  # a question id that needs escaping in HTML and quoting in URLs
@@ -119,19 +116,6 @@ SAFE_TAGS = {
 }  # the app's own markup: model or dataset text never adds a tag
 
 
-def hostile_chat(model: str):
-    """Chat Completions responder: When2Call requests get hostile prose (an invalid reply), others
-    the fake model's valid JSON (``tests.wire_formats.openai_chat``)."""
-
-    def respond(request: dict) -> dict:
-        reply = wire_formats.openai_chat(request)
-        if "Tools available" in request["messages"][-1]["content"]:
-            reply["choices"][0]["message"]["content"] = HOSTILE_REPLY
-        return reply
-
-    return respond
-
-
 def _data(root: Path) -> Path:
     """The test fixtures laid out like shared/data, with markup in an Omniscience question and
     option."""
@@ -186,7 +170,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # its first request meets a 503 and is retried: a row with the wait before its retry
     with serve(
         model="fake-chat",
-        route_factories={"/v1/chat/completions": "tests.test_view:hostile_chat"},
+        route_factories={"/v1/chat/completions": "tests.fakes.responders:hostile_when2call_chat"},
         script=["503"],
     ) as server:
         llm = f"{LLM}@{server.url}/v1"
@@ -991,7 +975,7 @@ def test_a_killed_views_private_folder_is_removed_by_the_next_view(tmp_path: Pat
 def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    from .servers import moto_s3
+    from .helpers.servers import moto_s3
 
     data = _data(tmp_path / "data")
     select = ["--evals", "hle_multichoice", "--limit", "3", "--data-dir", str(data), "-q"]

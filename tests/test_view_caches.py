@@ -33,7 +33,7 @@ from dxi.view.app import make_app, task_url
 from dxi.view.data import Browser
 
 from .conftest import FIXTURES, REAL_DATA, requires_real_data
-from .fake_provider import serve
+from .fakes.fake_provider import serve
 from .helpers.report import CHROMIUM_FLAGS, chromium
 from .helpers.runs import MODEL
 from .helpers.view import get, view_of

@@ -2,7 +2,7 @@
 
 ``write_data(root, n)`` writes ``n`` tasks of each of the four evaluations (files in the real
 shapes, all rows distinct; WildGuardTest's labels in four combinations of unequal sizes, every row
-fully agreed). ``knowing(model)`` is a System One responder (``tests.fake_provider``:
+fully agreed). ``knowing(model)`` is a System One responder (``tests.fakes.fake_provider``:
 ``route_factories={"/v1/systemone": "tests.helpers.adaptive_models:knowing"}``) that reads the data
 folder named by ``$DXI_TEST_ADAPTIVE_DATA`` and answers each question of task ``t`` right exactly
 when ``knows(model, t, question)``: sha256(model, task, question) below the model's ``SKILL`` (the
@@ -133,8 +133,8 @@ def write_data(root: Path, n: int) -> Path:
 
 
 def knowing(model: str | None):
-    """The responder factory (``tests.fake_provider``'s ``route_factories``); ``model`` is unused:
-    each request names its model."""
+    """The responder factory (``tests.fakes.fake_provider``'s ``route_factories``); ``model`` is
+    unused: each request names its model."""
     from dxi.evals import Suite, discover
 
     tasks = {t.state: t for t in Suite(discover(Path(os.environ[DATA_ENV]))).tasks()}

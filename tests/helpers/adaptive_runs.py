@@ -1,7 +1,7 @@
 """Running ``dxi`` over the ten models of ``tests.helpers.adaptive_models`` (a loopback System One
-server: ``tests.fake_provider.serve(model=None, route_factories=ROUTE, record=False)``), for the
-adaptive-run tests: ``dxi run`` / ``dxi score`` in process, summary.json read back, the figures two
-scorings of one cache share (``figures``) and ``dxi view``'s overview page."""
+server: ``tests.fakes.fake_provider.serve(model=None, route_factories=ROUTE, record=False)``), for
+the adaptive-run tests: ``dxi run`` / ``dxi score`` in process, summary.json read back, the figures
+two scorings of one cache share (``figures``) and ``dxi view``'s overview page."""
 
 from __future__ import annotations
 

@@ -9,7 +9,10 @@ which watches a few points of dxi's own code and appends one JSON line per occur
   returned: batch mode stores each piece of results so);
 * ``["booking", n, pid, booked_at, turn]``: the coordinator booked an attempt's turn
   (``SharedLimiter._slot``): when Redis booked it and when it may go, both on Redis's clock
-  (seconds).
+  (seconds);
+* ``["pacing", n, pid, rate, cost, turn]``: a process's own pacer booked ``cost`` units at ``rate``
+  units per second (``runner.sending.limits.Pacer.reserve``: a run without a coordinator, or one
+  fallen back from it), ``turn`` being when they may go on that process's monotonic clock (seconds).
 
 ``kill_at="compaction:2"`` kills the process (SIGKILL) right after the 2nd occurrence is written, so
 a kill test chooses its kill points from the run's events instead of a random delay, and ``reached``

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
 
-from ..servers import need
+from .servers import need
 
 HOSTILE_MODEL = '<script>alert("model")</script>$x$'
 HOSTILE_ERROR = "<script>alert(1)</script> & <b>not bold</b>"

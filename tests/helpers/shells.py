@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import DXI
-from ..servers import need
+from .servers import need
 
 ZSH_DRIVER = r"""
 # drive an interactive zsh in a pseudo-terminal (zsh/zpty): type $2 and a TAB, then ^X, bound to a widget that

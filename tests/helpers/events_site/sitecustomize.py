@@ -59,6 +59,18 @@ def _shared_limits(module) -> None:
     cls._slot = watched
 
 
+def _limits(module) -> None:
+    reserve = module.Pacer.reserve
+
+    @functools.wraps(reserve)
+    def watched(self, cost=1.0):
+        wait = reserve(self, cost)
+        event("pacing", self.rate, cost, self._next - cost / self.rate)
+        return wait
+
+    module.Pacer.reserve = watched
+
+
 def _store(module) -> None:
     cls = module.Cache
     append_many = cls.append_many
@@ -74,6 +86,7 @@ def _store(module) -> None:
 
 WATCH = {
     "layout": _layout,
+    "limits": _limits,
     "shared_limits": _shared_limits,
     "store": _store,
 }  # by the module's last name (dxi.cache.layout, ...)

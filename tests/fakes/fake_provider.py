@@ -7,14 +7,14 @@ response JSON; ``ROUTES`` maps each POST path to a responder factory
 * ``/v1/systemone``: ``systemone`` (System One decision models, ``shared/PROTOCOLS.md`` §A);
 * ``/v1/chat/completions``, ``/v1/messages``, ``/v1/decisions``,
   ``/v1beta/models/{model}:generateContent``, ``/v1beta/decisions``: the language-model and
-  decision-API responders of ``tests.wire_formats`` (OpenAI-compatible Chat Completions, structured
-  or logprob; Anthropic Messages; OpenAI Decisions; Gemini; the Gemini Decisions API), as the
-  providers document them. A request a responder refuses (``wire_formats.Refused``: a model that
+  decision-API responders of ``tests.fakes.wire_formats`` (OpenAI-compatible Chat Completions,
+  structured or logprob; Anthropic Messages; OpenAI Decisions; Gemini; the Gemini Decisions API), as
+  the providers document them. A request a responder refuses (``wire_formats.Refused``: a model that
   refuses a parameter, an unknown model) is answered with that status and error body.
 
 The batch APIs (OpenAI's Files and Batches, Anthropic's Message Batches, the Gemini Batch API and
-its Files API) are served beside them by ``tests.fake_batches`` (``batch={...}`` configures them;
-every batch line is answered by the same responder as its synchronous route).
+its Files API) are served beside them by ``tests.fakes.fake_batches`` (``batch={...}`` configures
+them; every batch line is answered by the same responder as its synchronous route).
 
 To serve another format, add a route: ``ROUTES["/v1/messages"] = my_factory`` (every server made
 afterwards has it), or pass ``routes={path: responder}`` to one server, or
@@ -44,8 +44,8 @@ Behaviour of each request, in order:
    * ``"500"``, ``"503"``, ``"400"``, ``"401"``, ``"422"``, ...: that status with a small JSON error
      body;
    * ``"malformed"``: 200 with a body that is not the wire format (HTML, or the reply cut in half);
-   * the hostile replies, in the format of the route (``tests.wire_formats``): ``"quota"`` (429 with
-     the provider's exhausted-quota body: OpenAI ``insufficient_quota``, Anthropic
+   * the hostile replies, in the format of the route (``tests.fakes.wire_formats``): ``"quota"``
+     (429 with the provider's exhausted-quota body: OpenAI ``insufficient_quota``, Anthropic
      ``enforced_spend_limit_reached``, Gemini's per-day ``QuotaFailure``), ``"error200"`` (an error
      inside a 200), ``"gzip_cut"`` (the reply gzip-compressed, its 8-byte trailer missing),
      ``"gzip"`` (the whole gzip reply; ``"gzip:<n>"`` / ``"gzip_cut:<n>"``: in ``n`` members,
@@ -73,8 +73,8 @@ turns that off for long benchmarks).
 
 Run in-process (``async with FakeProvider(...) as server``) or as its own process, which keeps its
 CPU off the client's event loop and survives the client being killed: ``with serve(...) as server``,
-or ``python -m tests.fake_provider --port 8091 --config '{"faults": {"rate_limit": 0.1}}'`` (prints
-the URL, serves until Ctrl-C or SIGTERM, also in the background; ``serve`` adds
+or ``python -m tests.fakes.fake_provider --port 8091 --config '{"faults": {"rate_limit": 0.1}}'``
+(prints the URL, serves until Ctrl-C or SIGTERM, also in the background; ``serve`` adds
 ``--until-stdin-closes``).
 """
 
@@ -170,7 +170,8 @@ def systemone(
 
 
 def wire_format(respond: Callable[[dict], dict]) -> Callable[[str], Responder]:
-    """A responder factory for one of ``tests.wire_formats``' responders (their model is fixed)."""
+    """A responder factory for one of ``tests.fakes.wire_formats``' responders (their model is
+    fixed)."""
     return lambda model: respond
 
 
@@ -185,7 +186,8 @@ ROUTES: dict[str, Callable[[str], Responder]] = {
     GEMINI: wire_format(wire_formats.gemini_generate),
     "/v1beta/decisions": wire_format(wire_formats.gemini_decisions),
 }
-# POST path -> the wire format's name in tests.wire_formats (its error bodies and hostile replies)
+# POST path -> the wire format's name in tests.fakes.wire_formats (its error bodies and hostile
+# replies)
 FORMATS = {
     "/v1/systemone": "systemone",
     "/v1/chat/completions": "openai",
@@ -662,13 +664,13 @@ def serve(port: int = 0, **config: object) -> Iterator[Served]:
     """Run ``FakeProvider(**config)`` in its own process (JSON-able options only; plug wire formats
     in with ``route_factories={path: "module:factory"}``) on ``port`` (0: a free one) and stop it on
     exit (if it is still running: a test may kill it, and serve again on the same port)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "tests.fake_provider",
+            "tests.fakes.fake_provider",
             "--config",
             orjson.dumps(config).decode(),
             "--port",
@@ -710,7 +712,7 @@ async def _main(config: dict, port: int, until_stdin_closes: bool) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(
-        prog="python -m tests.fake_provider", description=__doc__.split("\n\n")[0]
+        prog="python -m tests.fakes.fake_provider", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--config", default="{}", help="FakeProvider options as JSON")
     p.add_argument("--port", type=int, default=0)

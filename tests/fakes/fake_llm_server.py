@@ -1,5 +1,5 @@
 """A scriptable fake of the language-model and OpenAI Decisions APIs on 127.0.0.1: real HTTP, the
-pure responders of ``tests/wire_formats.py``, injected faults.
+pure responders of ``tests/fakes/wire_formats.py``, injected faults.
 
 Routes (one server speaks every format; the path picks it): ``POST /v1/chat/completions`` (OpenAI),
 ``POST /v1/messages`` (Anthropic), ``POST /v1beta/models/{model}:generateContent`` (Gemini; the
@@ -8,8 +8,8 @@ model from the path, so a retired one is rerouted), ``POST /v1/decisions`` (Open
 (``wire_formats.Refused``) is answered with its status and error body. Each POST takes the next
 behaviour from ``script`` (then ``default``):
 
-* a responder mode (``"ok"``, ``"fenced"``, ``"refusal"``, ... see ``tests/wire_formats.py``): 200
-  with that reply;
+* a responder mode (``"ok"``, ``"fenced"``, ``"refusal"``, ... see ``tests/fakes/wire_formats.py``):
+  200 with that reply;
 * ``"429"`` / ``"429:<seconds>"`` (or any status): rate limited, with ``Retry-After`` when given;
   ``"429body:<seconds>"``: the wait only in the error body (Gemini ``RetryInfo``); ``"529"``,
   ``"500"``, ``"503"``, ``"400"``, ``"401"``: that status with the format's error body;
@@ -18,9 +18,9 @@ behaviour from ``script`` (then ``default``):
 * ``"echo401"``: 401 whose message quotes the key the request carried, as providers do.
 
 A streamed request (``"stream": true``, or Gemini's ``:streamGenerateContent``) is answered with the
-reply's server-sent events (``tests/sse_streams.py``: each text in ``pieces`` pieces, ``pace_s``
-seconds between two events), or with a stream fault: ``"cut:N"`` (the connection closed after N
-events), ``"stall:S"`` (S seconds of silence after the first two events, then the rest),
+reply's server-sent events (``tests/fakes/sse_streams.py``: each text in ``pieces`` pieces,
+``pace_s`` seconds between two events), or with a stream fault: ``"cut:N"`` (the connection closed
+after N events), ``"stall:S"`` (S seconds of silence after the first two events, then the rest),
 ``"slow:T"`` (T seconds between events), ``"error_event"`` (the provider's error event after the
 first event), ``"error_first"`` (the error event and nothing else). ``"delay:S"``: the reply (mode
 ok, streamed or not) after S seconds of silence.

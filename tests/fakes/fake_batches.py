@@ -1,11 +1,11 @@
-"""The batch endpoints of ``tests.fake_provider.FakeProvider``: OpenAI's Files and Batches,
+"""The batch endpoints of ``tests.fakes.fake_provider.FakeProvider``: OpenAI's Files and Batches,
 Anthropic's Message Batches and the Gemini Batch API (with its Files API upload and download), as
 the official SDKs declare them (``openai`` ``types/batch*.py``, ``file_object.py``; ``anthropic``
 ``types/messages/message_batch*.py``; ``google-genai`` ``batches.py``, ``files.py``, ``types.py``).
 Each batch line is answered by the same responder as the synchronous route of its format
-(``tests.wire_formats``), so a batch answer and a synchronous answer of one request are the same.
-The answers are made when a batch is created (as a provider's are while it runs); the status read
-that ends it only writes the result lines.
+(``tests.fakes.wire_formats``), so a batch answer and a synchronous answer of one request are the
+same. The answers are made when a batch is created (as a provider's are while it runs); the status
+read that ends it only writes the result lines.
 
 Behaviour (``FakeProvider(batch={...})``, JSON-able):
 
@@ -24,7 +24,7 @@ Behaviour (``FakeProvider(batch={...})``, JSON-able):
   ``download`` (``download``: after half the lines), for kills at a given step; ``arrived_<step>``
   counts the arrivals;
 * ``validate`` (default True): every request body and every reply is checked against the SDKs' types
-  (``tests.sdk_types``); problems are counted (``sdk_problems``) and their first lines kept;
+  (``tests.helpers.sdk_types``); problems are counted (``sdk_problems``) and their first lines kept;
 * ``inline_metadata`` (default True): Gemini's inline responses carry their request's ``metadata``;
   False: they do not, and come in an order of their own, as python-genai #2008 and #1909 report of
   the backend;
@@ -339,7 +339,7 @@ class BatchServer:
         from openai.types import ErrorObject
         from openai.types.chat import ChatCompletion
 
-        from .sdk_types import reply_problems
+        from ..helpers.sdk_types import reply_problems
 
         doc = orjson.loads(line)
         self._problem(
@@ -481,7 +481,7 @@ class BatchServer:
         if self.validate:
             from openai.types import FileObject
 
-            from .sdk_types import reply_problems
+            from ..helpers.sdk_types import reply_problems
 
             self._problem("openai FileObject", reply_problems(FileObject, doc))
         return doc
@@ -550,7 +550,7 @@ class BatchServer:
         if self.validate:
             from openai.types import Batch as SDKBatch
 
-            from .sdk_types import reply_problems
+            from ..helpers.sdk_types import reply_problems
 
             self._problem("openai Batch", reply_problems(SDKBatch, doc))
         return doc
@@ -613,7 +613,7 @@ class BatchServer:
         if self.validate:
             from openai.types import FileDeleted
 
-            from .sdk_types import reply_problems
+            from ..helpers.sdk_types import reply_problems
 
             self._problem("openai FileDeleted", reply_problems(FileDeleted, doc))
         return web.json_response(doc)
@@ -635,7 +635,7 @@ class BatchServer:
         if self.validate:
             from openai.types import batch_create_params
 
-            from .sdk_types import conforms
+            from ..helpers.sdk_types import conforms
 
             self._problem(
                 "openai BatchCreateParams", conforms(body, batch_create_params.BatchCreateParams)
@@ -652,7 +652,7 @@ class BatchServer:
                 if self.validate:
                     from openai.types.chat import completion_create_params
 
-                    from .sdk_types import conforms
+                    from ..helpers.sdk_types import conforms
 
                     self._problem(
                         "openai batch line",
@@ -778,7 +778,7 @@ class BatchServer:
         if self.validate:
             from anthropic.types.messages import MessageBatch
 
-            from .sdk_types import reply_problems
+            from ..helpers.sdk_types import reply_problems
 
             self._problem("anthropic MessageBatch", reply_problems(MessageBatch, doc))
         return doc
@@ -789,7 +789,7 @@ class BatchServer:
         if self.validate:
             from anthropic.types.messages import batch_create_params
 
-            from .sdk_types import conforms
+            from ..helpers.sdk_types import conforms
 
             self._problem(
                 "anthropic BatchCreateParams", conforms(body, batch_create_params.BatchCreateParams)
@@ -857,7 +857,7 @@ class BatchServer:
         if self.validate:
             from anthropic.types.messages import MessageBatchIndividualResponse
 
-            from .sdk_types import reply_problems
+            from ..helpers.sdk_types import reply_problems
 
             for line in batch.results:
                 doc = orjson.loads(line)
@@ -926,7 +926,7 @@ class BatchServer:
         from google.genai import batches as sdk_batches
         from google.genai import types as genai
 
-        from .sdk_types import reply_problems
+        from ..helpers.sdk_types import reply_problems
 
         try:
             genai.BatchJob.model_validate(sdk_batches._BatchJob_from_mldev(op))
@@ -946,7 +946,7 @@ class BatchServer:
         lines = []
         for item in items:
             if self.validate:
-                from .sdk_types import gemini_problems
+                from ..helpers.sdk_types import gemini_problems
 
                 allowed = ("request", "metadata") if inline else ("key", "request")
                 self._problem(
@@ -1092,7 +1092,7 @@ class BatchServer:
         if self.validate:
             from google.genai import types as genai
 
-            from .sdk_types import unknown_keys
+            from ..helpers.sdk_types import unknown_keys
 
             try:  # as the SDK reads it (lax: int64 as a string, as the REST API writes it)
                 genai.File.model_validate(doc["file"])

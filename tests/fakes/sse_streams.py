@@ -1,6 +1,6 @@
-"""Streamed forms of the fakes' replies (``tests/wire_formats.py``), as the providers send them:
-server-sent events whose every event is built and validated with the official SDKs' stream event
-types, so a stream that drifts from the provider fails here.
+"""Streamed forms of the fakes' replies (``tests/fakes/wire_formats.py``), as the providers send
+them: server-sent events whose every event is built and validated with the official SDKs' stream
+event types, so a stream that drifts from the provider fails here.
 
 * OpenAI Chat Completions: ``chat.completion.chunk`` events (openai ``ChatCompletionChunk``): the
   first carries the message's fields empty, then the text in pieces (reasoning first, then a refusal

@@ -125,7 +125,7 @@ def slurm_cluster(root: Path) -> Iterator[Cluster]:
     os.chmod(key, 0o400)
     node = socket.gethostname()
     conf = root / "slurm.conf"
-    conf.write_text(f"""# a single-node cluster for dxi's tests (tests/slurm.py)
+    conf.write_text(f"""# a single-node cluster for dxi's tests (tests/helpers/slurm.py)
 ClusterName=dxitest
 SlurmctldHost={node}(127.0.0.1)
 SlurmctldPort={free_port()}

@@ -1,7 +1,7 @@
 """Four models of four kinds in one cache, for the report and export tests: the embedded decision
 model, and a System One decider, an OpenAI-compatible language model (structured outputs) and a
-logprob decider served by the fake provider on 127.0.0.1 (``tests.fake_provider``), all run over the
-hand-written fixtures."""
+logprob decider served by the fake provider on 127.0.0.1 (``tests.fakes.fake_provider``), all run
+over the hand-written fixtures."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dxi.runner import export, rescore, session
 from dxi.runner.planning import plan
 from dxi.runner.planning.inputs import PlanInputs
 
-from .fake_provider import serve
+from ..fakes.fake_provider import serve
 
 EMBEDDED = "embedded:sparrow-nano-general-v1.1"
 

@@ -9,7 +9,7 @@ provider, with a fixed provenance.
 It uses only what summary.json was built from before the summary became a record
 (``runner.outputs.files.summarize``), so the same function run on the older code gave
 ``tests/fixtures/summary_realistic.json``: from a checkout, with the older tree first on PYTHONPATH
-(``benchmarks.same_outputs._baseline(rev, folder)``), ``python -m tests.realistic_summary
+(``benchmarks.same_outputs._baseline(rev, folder)``), ``python -m tests.helpers.realistic_summary
 OUT.json``."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION
 from dxi.runner.outputs import files as outputs
 from dxi.scoring.provisional import Tolerance
-from tests.synthetic import SyntheticSuite, suite, write_cache
+from tests.helpers.synthetic import SyntheticSuite, suite, write_cache
 
 SIZES = {"aa_omniscience_decision": 12, "hle_multichoice": 10, "when2call": 8, "wildguardtest": 6}
 PROVENANCE = {

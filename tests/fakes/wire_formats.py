@@ -1,7 +1,7 @@
 """Pure fake responders for the language-model and OpenAI Decisions wire formats, as the providers
 document them: each takes the parsed request JSON (and a ``mode``) and returns the response JSON. No
-I/O here, so a test server (``tests/fake_llm_server.py``) or a fault-injecting provider can serve
-them as they are.
+I/O here, so a test server (``tests/fakes/fake_llm_server.py``) or a fault-injecting provider can
+serve them as they are.
 
 The fake model's policy is fixed: every question gets its *last* allowed answer (the last option, or
 "no"), so tests know the expected answers. Usage is deterministic: ``prompt_tokens(request)`` is the
@@ -658,7 +658,7 @@ RESPONDERS = {
 }
 
 
-# ---- the providers' hostile replies (served by tests/fake_provider.py per format) ----------------
+# ---- the providers' hostile replies (served by tests/fakes/fake_provider.py per format) ----------
 def quota_body(fmt: str) -> dict:
     """The error body of an exhausted quota, as each provider documents it
     (``adapters.provider_errors``): OpenAI ``insufficient_quota`` (also what LiteLLM and other
