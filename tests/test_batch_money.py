@@ -509,7 +509,7 @@ def test_a_full_disk_under_batch_mode_stops_as_a_synchronous_run_does(
         code = main(dxi_run("openai", server.url, data_dir, tmp_path))
         stats = server.stats()
     captured = capsys.readouterr()
-    out = " ".join(captured.out.split())
+    out = " ".join(captured.err.split())  # the stop is a diagnostic: on stderr
     assert code == 4 and "No space left on device" in out and "make room" in out
     assert "Traceback" not in captured.out + captured.err
     assert (stats["batch_uploads"], stats["batch_creates"]) == (0, 0)

@@ -124,7 +124,7 @@ def test_no_embedded_worker_nor_resource_tracker_outlives_dxi(tmp_path: Path, si
         if sig != signal.SIGKILL:
             stdout, stderr = output(tmp_path)
             assert "Traceback" not in stderr, stderr
-            assert "rerun the same command to continue" in stdout
+            assert "rerun the same command to continue" in stderr  # a diagnostic: stderr
         left = {}
         try:
             wait_for(lambda: not group(proc.pid), 20, "the workers and the tracker to end")
