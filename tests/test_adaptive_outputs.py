@@ -19,7 +19,7 @@ from dxi.scoring.sequential import round_sizes
 
 from .fakes.fake_provider import serve
 from .helpers.adaptive_models import DATA_ENV, knows, write_data
-from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, overview, summary
+from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, overview, page, summary
 
 THREE = ("m00", "m50", "m100")
 SMALL = 40
@@ -382,3 +382,30 @@ def test_the_estimates_note_is_printed_only_when_some_figures_are_estimates(
         )
         in text
     )
+
+
+def test_dxi_view_says_a_question_beyond_the_asked_part_was_not_asked(
+    data: Path, server, tmp_path: Path
+):
+    """``precision=10``: m00 is asked 25 of the 40 tasks of each evaluation (the others all 40);
+    the task page of one beyond its part says m00 was not asked it, never that it is missing."""
+    import html as html_module
+
+    cache = tmp_path / "cache"
+    args = ("--until", "precision=10")
+    assert dxi_run(server.url, data, cache, tmp_path / "out", *args, models=THREE) == 0
+    s = summary(tmp_path / "out")
+    order = orjson.loads(Path(s["adaptive"]["order"]).read_bytes())["evals"]
+    asked, beyond = order["hle_multichoice"][0], order["hle_multichoice"][25]
+    text = " ".join(html_module.unescape(page(data, cache, f"/task/{beyond}")).split())
+    assert text.count("not asked by the adaptive run: its rule stopped before this question") == 1
+    assert (
+        text.count(
+            "not asked by the adaptive run (its rule stopped before this question): a run without "
+            "<code>--until</code> sends it"
+        )
+        == 1
+    )
+    assert "not in the answers" not in text and "not in the cache (missing)" not in text
+    inside = " ".join(html_module.unescape(page(data, cache, f"/task/{asked}")).split())
+    assert "not asked" not in inside and "not in the cache (missing)" not in inside
