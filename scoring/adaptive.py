@@ -93,6 +93,28 @@ def note(summary: Summary) -> str | None:
     )
 
 
+def asked_parts(summary: Summary) -> str | None:
+    """The part of the set each model was scored over, in words, for a sentence about what was
+    scored (the report's sample note): "m00: 61 tasks per evaluation; m50: the whole set" (per
+    evaluation when the counts differ: "61 of hle_multichoice, 40 of when2call"); None when no
+    model's figures are estimates (``estimated``)."""
+    if not any(estimated(summary, m) for m in summary.models):
+        return None
+    out = []
+    for m in summary.models:
+        block = m.adaptive if m.adaptive is not UNSET else None
+        if not block:
+            continue
+        asked = block.get("asked", {})
+        if not estimated(summary, m):
+            out.append(f"{m.model}: the whole set")
+        elif len(set(asked.values())) == 1:
+            out.append(f"{m.model}: {next(iter(asked.values()))} tasks per evaluation")
+        else:
+            out.append(f"{m.model}: " + ", ".join(f"{n} of {name}" for name, n in asked.items()))
+    return "; ".join(out)
+
+
 def _number(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
 
