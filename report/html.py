@@ -201,7 +201,13 @@ def banner(summary: Summary, scored: Scored) -> list[str]:
             "these numbers are a smoke test, not the Decision Index."
         )
     sample = _sample(summary)
-    if sample:
+    parts = adaptive.asked_parts(summary)  # an adaptive run: each model was asked part of it
+    if sample and parts:
+        notes.append(
+            f"A sample of the tasks was drawn ({sample}), and each model was scored over the part "
+            f"of it the adaptive run asked ({parts}): not the full index; intervals are wide."
+        )
+    elif sample:
         notes.append(
             f"A sample of the tasks was scored ({sample}): not the full index; intervals are wide."
         )

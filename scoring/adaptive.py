@@ -21,6 +21,8 @@ from .records import UNSET, ModelEntry, Summary
 
 # before a figure of a model an adaptive run asked part of the set: an estimate of the whole set
 MARK = "≈"
+# the interval cell of a model whose figures are over the whole set (``mark_exact``)
+EXACT = "exact: whole set scored"
 HEADERS = ("model", "asked", "whole-set index", "anytime 95% interval", "stopped by", "round")
 
 
@@ -34,28 +36,83 @@ def estimated(summary: Summary, entry: ModelEntry) -> bool:
     was asked fewer tasks of some evaluation than the set holds (the run's ``populations``). A
     model asked everything has exact figures."""
     block = entry.adaptive if entry.adaptive is not UNSET else None
-    if not block or not is_adaptive(summary):
+    if not block or not is_adaptive(summary) or block.get("exact"):
         return False
     populations = summary.adaptive.get("populations", {})
     return any(n < populations.get(name, 0) for name, n in block.get("asked", {}).items())
 
 
+def mark_exact(summary: Summary, cut: set[tuple[str, str]]) -> Summary:
+    """``summary`` with each adaptive model's block marked ``"exact": true`` when its figures are
+    over the whole set although the rule stopped asking before the end: no evaluation it was asked
+    part of was cut (``cut``: the (label, evaluation) pairs ``asked_part`` cut), because the cache
+    held the rest (an earlier run without ``--until``). Such a model is not an estimate
+    (``estimated``): no ≈ mark, and its row shows the exact index (``rows``). The mark is removed
+    from a block where it no longer holds (a block read back from the cache folder's record).
+    Returns ``summary`` (its entries' blocks changed in place)."""
+    if not is_adaptive(summary):
+        return summary
+    populations = summary.adaptive.get("populations", {})
+    for m in summary.models:
+        block = m.adaptive if m.adaptive is not UNSET else None
+        if not block:
+            continue
+        short = [name for name, n in block.get("asked", {}).items() if n < populations.get(name, 0)]
+        if short and not any((m.model, name) in cut for name in short):
+            block["exact"] = True
+        else:
+            block.pop("exact", None)
+    return summary
+
+
 def note(summary: Summary) -> str | None:
     """The sentence that marks an adaptive run's figures as estimates of the whole set (None: not
-    one), e.g. "Adaptive run (--until precision=5, order seed 0, 4 rounds): a model stopped before
-    the end was asked a random part of each evaluation, so its figures (marked ≈) are estimates of
-    the whole set (...)"."""
+    one; when no model's figures are estimates, ``estimated``, the sentence that says they are exact
+    instead), e.g. "Adaptive run (--until precision=5, order seed 0, 4 rounds): a model stopped
+    before the end was asked a random part of each evaluation, so its figures (marked ≈) are
+    estimates of the whole set (...)"."""
     if not is_adaptive(summary):
         return None
     block = summary.adaptive
     rounds = block.get("rounds", 0)
-    return (
+    head = (
         f"Adaptive run (--until {block.get('until')}, order seed {block.get('seed')}, "
-        f"{rounds} round{'' if rounds == 1 else 's'}): a model stopped before the end was asked a "
+        f"{rounds} round{'' if rounds == 1 else 's'}): "
+    )
+    if not any(estimated(summary, m) for m in summary.models):
+        return head + (
+            "no model's figures are estimates: each model was asked the whole set, or the cache "
+            "held the questions the rule stopped before, so its figures are exact, computed over "
+            "the whole set. Each model's whole-set index:"
+        )
+    return (
+        head + "a model stopped before the end was asked a "
         f"random part of each evaluation, so its figures (marked {MARK}) are estimates of the whole "
         "set, computed over the questions it was asked (a run without --until asks the others). "
         "Each model's whole-set index with its anytime-valid 95% interval:"
     )
+
+
+def asked_parts(summary: Summary) -> str | None:
+    """The part of the set each model was scored over, in words, for a sentence about what was
+    scored (the report's sample note): "m00: 61 tasks per evaluation; m50: the whole set" (per
+    evaluation when the counts differ: "61 of hle_multichoice, 40 of when2call"); None when no
+    model's figures are estimates (``estimated``)."""
+    if not any(estimated(summary, m) for m in summary.models):
+        return None
+    out = []
+    for m in summary.models:
+        block = m.adaptive if m.adaptive is not UNSET else None
+        if not block:
+            continue
+        asked = block.get("asked", {})
+        if not estimated(summary, m):
+            out.append(f"{m.model}: the whole set")
+        elif len(set(asked.values())) == 1:
+            out.append(f"{m.model}: {next(iter(asked.values()))} tasks per evaluation")
+        else:
+            out.append(f"{m.model}: " + ", ".join(f"{n} of {name}" for name, n in asked.items()))
+    return "; ".join(out)
 
 
 def _number(value: float | None) -> str:
@@ -64,7 +121,8 @@ def _number(value: float | None) -> str:
 
 def rows(summary: Summary) -> list[tuple[str, ...]]:
     """One row per model (``HEADERS``): its label, the questions asked ("132 of 200 (66%)"), the
-    whole-set index estimate and its interval "[low, high]" (0-100, 1 decimal; "—" where unknown),
+    whole-set index estimate and its interval "[low, high]" (0-100, 1 decimal; "—" where unknown;
+    for a model marked exact, ``mark_exact``: its index over the whole set and ``EXACT``),
     the rule that stopped it ("running" when none did) and the round after which it stopped ("—").
     """
     populations = summary.adaptive.get("populations", {}) if is_adaptive(summary) else {}
@@ -77,8 +135,12 @@ def rows(summary: Summary) -> list[tuple[str, ...]]:
         asked = sum(block.get("asked", {}).values())
         share = f" ({100 * asked / total:.0f}%)" if total else ""
         index = block.get("index") or {}
+        if block.get("exact"):  # scored over the whole set (``mark_exact``): its own index
+            index = {"point": m.decision_index}
         interval = (
-            "—"
+            EXACT
+            if block.get("exact")
+            else "—"
             if index.get("low") is None
             else f"[{_number(index['low'])}, {_number(index['high'])}]"
         )
@@ -109,7 +171,8 @@ def sentences(summary: Summary) -> list[str]:
             else ("asked the whole set" if rule == "exhausted" else f"stopped by {rule}")
             + ("" if round_ == "—" else f" after round {round_}")
         )
-        out.append(f"{model}: asked {asked}; whole-set index {point} {interval}; {stop}.")
+        shown = f"({interval})" if interval == EXACT else interval
+        out.append(f"{model}: asked {asked}; whole-set index {point} {shown}; {stop}.")
     return out
 
 

@@ -154,20 +154,25 @@ class Until:
     @classmethod
     def parse(cls, text: str) -> Until:
         """``"precision=5"``, ``"precision=2.5:all"``, ``"separated"``, ``"separated=0.5"`` ->
-        Until. Raises ValueError naming ``--until`` and the accepted forms on anything else (a
-        precision must be above 0 and at most 100; Δ at least 0)."""
-        m = re.fullmatch(
-            r"\s*(precision|separated)\s*(?:=\s*([0-9]*\.?[0-9]+)\s*)?(:all)?\s*", str(text)
-        )
-        if m is None or (m[1] == "precision" and m[2] is None) or (m[1] == "separated" and m[3]):
+        Until. Raises ValueError naming ``--until`` and the accepted forms on anything else; any
+        ``precision=P`` whose P is not a number above 0 and at most 100 (negative, 0, above 100,
+        nan, inf, not a number) gets the message saying so (Δ is at least 0)."""
+        precision = re.fullmatch(r"\s*precision\s*=\s*([^:\s]+)\s*(:all)?\s*", str(text))
+        if precision is not None:  # any P: out of range, nan, inf or not a number -> the range
+            try:
+                points = float(precision[1])
+            except ValueError:
+                points = math.nan
+            if not 0 < points <= 100:  # nan fails too
+                raise ValueError(
+                    f"--until {text!r}: the precision P must be a number above 0 and at most 100 "
+                    f"(index points); accepted forms: {UNTIL_FORMS}"
+                )
+            return cls("precision", points, bool(precision[2]))
+        m = re.fullmatch(r"\s*(separated)\s*(?:=\s*([0-9]*\.?[0-9]+)\s*)?\s*", str(text))
+        if m is None:
             raise ValueError(f"--until {text!r}: expected one of {UNTIL_FORMS}")
-        points = float(m[2]) if m[2] is not None else 1.0
-        if m[1] == "precision" and not 0 < points <= 100:
-            raise ValueError(
-                f"--until {text!r}: the precision P must be above 0 and at most 100 "
-                f"(index points); accepted forms: {UNTIL_FORMS}"
-            )
-        return cls(m[1], points, bool(m[3]))
+        return cls("separated", float(m[2]) if m[2] is not None else 1.0)
 
     def __str__(self) -> str:
         return f"{self.rule}={self.points:g}" + (":all" if self.every_metric else "")

@@ -19,7 +19,7 @@ from dxi.scoring.sequential import round_sizes
 
 from .fakes.fake_provider import serve
 from .helpers.adaptive_models import DATA_ENV, knows, write_data
-from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, overview, summary
+from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, overview, page, summary
 
 THREE = ("m00", "m50", "m100")
 SMALL = 40
@@ -294,3 +294,118 @@ def test_asked_part_cuts_each_model_to_its_part_unless_a_later_run_completed_it(
     assert cut == {("a", "e1"), ("a", "e2"), ("b", "e1")}
     # nothing asked of anyone: the frame itself
     assert asked_part(frame, {}) == (frame, set())
+
+
+def _printed(out: Path) -> str:
+    """The terminal's tables of ``out/summary.json`` (300 columns wide), whitespace collapsed."""
+    import io
+
+    from rich.console import Console
+
+    from dxi.runner.outputs.terminal import print_summary
+    from dxi.scoring import records
+
+    console = Console(file=io.StringIO(), width=300, record=True)
+    print_summary(records.decode((out / "summary.json").read_bytes()), console)
+    return " ".join(console.export_text().split())
+
+
+EXACT_NOTE = (
+    "no model's figures are estimates: each model was asked the whole set, or the cache held the "
+    "questions the rule stopped before, so its figures are exact, computed over the whole set. "
+    "Each model's whole-set index:"
+)
+
+
+def test_an_adaptive_run_over_a_cache_holding_the_whole_set_is_exact_and_dxi_score_agrees(
+    data: Path, server, tmp_path: Path
+):
+    """A plain run fills the cache; the adaptive run after it stops each model where it would
+    (``STOPPED_AT``), but its figures are over the whole set the cache holds: exact, unmarked, and
+    its table says so; ``dxi score`` of the cache prints the same summary."""
+    cache = tmp_path / "cache"
+    assert dxi_run(server.url, data, cache, tmp_path / "plain", models=THREE) == 0
+    assert dxi_run(server.url, data, cache, tmp_path / "out", *UNTIL, models=THREE) == 0
+    plain, s = summary(tmp_path / "plain"), summary(tmp_path / "out")
+    for p, m in zip(plain["models"], s["models"], strict=True):
+        assert m["adaptive"]["asked"] == dict.fromkeys(
+            s["adaptive"]["populations"], STOPPED_AT[m["model"]]
+        )
+        assert m["adaptive"]["exact"] is True and m["adaptive"]["rule"] == "precision=20"
+        assert m["decision_index"] == p["decision_index"]
+        assert {n: b["n"] for n, b in m["evals"].items()} == dict.fromkeys(m["evals"], SMALL)
+    text = _printed(tmp_path / "out")
+    assert "≈" not in text and EXACT_NOTE in text and "a model stopped before the end" not in text
+    assert "Adaptive run: exact figures over the whole set" in text
+    for m in s["models"]:
+        asked = 4 * STOPPED_AT[m["model"]]
+        assert (
+            f"{m['model']} │ {asked} of 160 ({100 * asked / 160:.0f}%) │ "
+            f"{m['decision_index']:.1f} │ exact: whole set scored │ precision=20 │"
+        ) in text
+    assert dxi_score(server.url, data, cache, tmp_path / "scored", THREE) == 0
+    assert figures(summary(tmp_path / "scored")) == figures(s)
+    assert _printed(tmp_path / "scored") == text.replace(
+        str(tmp_path / "out"), str(tmp_path / "scored")
+    )
+
+
+def test_the_estimates_note_is_printed_only_when_some_figures_are_estimates(
+    data: Path, server, tmp_path: Path
+):
+    """``precision=0.1`` on 40 tasks: every model is asked everything (exhausted), its figures
+    exact: the exact note, never the estimates'; ``precision=20``: the models stop early, the
+    estimates' note."""
+    cache = tmp_path / "cache"
+    assert (
+        dxi_run(server.url, data, cache, tmp_path / "all", "--until", "precision=0.1", models=THREE)
+        == 0
+    )
+    s = summary(tmp_path / "all")
+    assert {m["adaptive"]["rule"] for m in s["models"]} == {"exhausted"}
+    text = _printed(tmp_path / "all")
+    assert (
+        "Adaptive run (--until precision=0.1, order seed 0, " in text
+        and EXACT_NOTE in text
+        and "marked ≈" not in text
+        and "≈" not in text
+    )
+    assert (
+        dxi_run(server.url, data, tmp_path / "cache2", tmp_path / "part", *UNTIL, models=THREE) == 0
+    )
+    text = _printed(tmp_path / "part")
+    assert (
+        EXACT_NOTE not in text
+        and (
+            "a model stopped before the end was asked a random part of each evaluation, so its figures "
+            "(marked ≈) are estimates of the whole set"
+        )
+        in text
+    )
+
+
+def test_dxi_view_says_a_question_beyond_the_asked_part_was_not_asked(
+    data: Path, server, tmp_path: Path
+):
+    """``precision=10``: m00 is asked 25 of the 40 tasks of each evaluation (the others all 40);
+    the task page of one beyond its part says m00 was not asked it, never that it is missing."""
+    import html as html_module
+
+    cache = tmp_path / "cache"
+    args = ("--until", "precision=10")
+    assert dxi_run(server.url, data, cache, tmp_path / "out", *args, models=THREE) == 0
+    s = summary(tmp_path / "out")
+    order = orjson.loads(Path(s["adaptive"]["order"]).read_bytes())["evals"]
+    asked, beyond = order["hle_multichoice"][0], order["hle_multichoice"][25]
+    text = " ".join(html_module.unescape(page(data, cache, f"/task/{beyond}")).split())
+    assert text.count("not asked by the adaptive run: its rule stopped before this question") == 1
+    assert (
+        text.count(
+            "not asked by the adaptive run (its rule stopped before this question): a run without "
+            "<code>--until</code> sends it"
+        )
+        == 1
+    )
+    assert "not in the answers" not in text and "not in the cache (missing)" not in text
+    inside = " ".join(html_module.unescape(page(data, cache, f"/task/{asked}")).split())
+    assert "not asked" not in inside and "not in the cache (missing)" not in inside

@@ -149,7 +149,16 @@ def test_until_is_checked_when_parsed(tmp_path: Path, capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert "--until" in err and "precision=P" in err and "separated=Δ" in err
     assert not (tmp_path / "c").exists()  # nothing was sent
-    assert main([*base, "--until", "separated", "--shard", "0/2"]) == 2
+    # separation needs two or more models: refused before anything is sent
+    assert main([*base, "--until", "separated"]) == 2
+    assert capsys.readouterr().err == (
+        "dxi run: error: --until separated needs two or more models (it stops a model once its "
+        "order against every other is known); this run has 1: give another --model, or use "
+        "--until precision=P\n"
+    )
+    assert not (tmp_path / "c").exists()
+    two = [*base, "--model", "embedded:sparrow-nano-robot-v1.2"]
+    assert main([*two, "--until", "separated", "--shard", "0/2"]) == 2
     assert "--until and --shard do not combine" in capsys.readouterr().err
     with pytest.raises(UsageError, match="--until 'fast'"):
         plan.build(models=["embedded"], data_dir=data, until="fast")

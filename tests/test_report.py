@@ -613,3 +613,38 @@ def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_si
             f"{m['rank_set'][1]}]"
         ) in index[: index.index("</table>")]
     assert (out / "tables" / "comparisons.parquet").exists()
+
+
+def test_an_adaptive_run_s_sample_note_says_the_part_each_model_was_asked():
+    """``--sample 100 --until``: one model stopped after 61 tasks of each evaluation, one asked the
+    whole sample; the banner says the sample was drawn and each model scored over its part."""
+    scored = SimpleNamespace(
+        statuses=pl.DataFrame(
+            {"label": [], "eval": [], "answers": []},
+            schema={"label": pl.String, "eval": pl.String, "answers": pl.Int64},
+        )
+    )
+    names = ("hle_multichoice", "when2call")
+    data = {name: {"tasks": 100, "sample": {"tasks": 100, "seed": 0}} for name in names}
+    stopped, whole = _entry("a", 20.0), _entry("b", 30.0)
+    stopped.adaptive = {"asked": dict.fromkeys(names, 61), "rule": "precision=5", "round": 7}
+    whole.adaptive = {"asked": dict.fromkeys(names, 100), "rule": "exhausted", "round": 9}
+    summary = _summary(data, [stopped, whole])
+    summary.adaptive = {
+        "until": "precision=5",
+        "seed": 0,
+        "rounds": 9,
+        "populations": dict.fromkeys(names, 100),
+    }
+    notes = [n for n in banner(summary, scored) if "sample" in n]
+    assert notes == [
+        "A sample of the tasks was drawn (100 tasks per evaluation, seed 0), and each model was "
+        "scored over the part of it the adaptive run asked (a: 61 tasks per evaluation; b: the "
+        "whole set): not the full index; intervals are wide."
+    ]
+    # asked the whole sample (an exhausted run): the plain sentence
+    stopped.adaptive = {"asked": dict.fromkeys(names, 100), "rule": "exhausted", "round": 9}
+    assert [n for n in banner(summary, scored) if "sample" in n] == [
+        "A sample of the tasks was scored (100 tasks per evaluation, seed 0): not the full index; "
+        "intervals are wide."
+    ]

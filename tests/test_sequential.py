@@ -76,6 +76,28 @@ def test_until_parse_rejects_the_rest_naming_the_flag(text):
         Until.parse(text)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "precision=-1",
+        "precision=nan",
+        "precision=inf",
+        "precision=0",
+        "precision=101",
+        "precision=abc",
+        "precision=-2:all",
+    ],
+)
+def test_every_out_of_range_or_non_number_precision_gets_the_range_message(text):
+    with pytest.raises(ValueError) as caught:
+        Until.parse(text)
+    assert str(caught.value) == (
+        f"--until {text!r}: the precision P must be a number above 0 and at most 100 (index "
+        "points); accepted forms: precision=P (e.g. precision=5), precision=P:all, separated, "
+        "separated=Δ"
+    )
+
+
 def test_capital_matches_its_formulas_step_by_step():
     rng = np.random.default_rng(1)
     x = (rng.random(150) < 0.3).astype(float)

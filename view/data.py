@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
-from dxi.scoring import records
+from dxi.scoring import adaptive, records
 from dxi.scoring.calibration import ECE_BINS, answer_terms
 from dxi.scoring.compare import mcnemar_p
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
@@ -704,8 +704,13 @@ class Browser:
         by_answer: dict[tuple[str, int], dict[str, dict]] = {}
         for r in ans.iter_rows(named=True):
             by_answer.setdefault((r["label"], r["sample"]), {})[r["question_id"]] = r
+        # a model an adaptive run asked part of the set: the answers hold only its part
+        # (``scoring.adaptive.asked_part``), so a task with no row of it was never asked
+        part_asked = {m.model for m in self.summary.models if adaptive.estimated(self.summary, m)}
+        ran = {r["label"] for r in ans.iter_rows(named=True)}
         models = []
         for label in self.labels:
+            unasked = label in part_asked and label not in ran
             epochs = []
             for sample in range(self.model_epochs.get(label, self.epochs)):
                 answers = by_answer.get((label, sample), {})
@@ -713,8 +718,9 @@ class Browser:
                 epochs.append(
                     {
                         "sample": sample,
-                        "answers": [_answer(q, answers.get(q.id)) for q in task.questions],
+                        "answers": [_answer(q, answers.get(q.id), unasked) for q in task.questions],
                         "request": _request(request, self.prices.get(label)) if request else None,
+                        "unasked": unasked,
                     }
                 )
             models.append({"label": label, "epochs": epochs})
@@ -962,16 +968,21 @@ def _wide(part: pl.DataFrame, labels: list[str], text: pl.DataFrame) -> pl.DataF
     return base.with_columns(pl.col(c).cast(pl.Categorical) for c in ("category", "gold"))
 
 
-def _answer(question, row: dict | None) -> dict:
+# a question an adaptive run did not ask a model (``dxi run --until``: its rule stopped before it)
+UNASKED = "not asked by the adaptive run: its rule stopped before this question"
+
+
+def _answer(question, row: dict | None, unasked: bool = False) -> dict:
     """One question's answer for the page: status, pick, error/warning, and the probability of every
-    allowed answer in the question's order (those the model returned; others absent)."""
+    allowed answer in the question's order (those the model returned; others absent). ``unasked``:
+    an adaptive run never asked the model this question (status "not asked", not "missing")."""
     ids = question.answer_ids
     if row is None:
         return {
             "question": question,
-            "status": "missing",
+            "status": "not asked" if unasked else "missing",
             "pick": None,
-            "error": "not in the answers",
+            "error": UNASKED if unasked else "not in the answers",
             "warning": None,
             "probabilities": [],
             "correct": False,

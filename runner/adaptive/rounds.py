@@ -249,10 +249,18 @@ class Rounds:
             for label, asked in self.asked.items()
         }
 
-    def remember(self, models: pl.DataFrame) -> None:
+    def remember(
+        self, models: pl.DataFrame, exact: set[str] | frozenset[str] = frozenset()
+    ) -> None:
         """Record the outcome in the cache folder (``runner.outputs.adaptive.remember``) for the
-        commands that rescore it; ``models``: the plan's ``models_frame``."""
-        remember(self.plan.cache_dir, self.block(), self.model_blocks(), configs(models))
+        commands that rescore it; ``models``: the plan's ``models_frame``; ``exact``: the labels
+        the run scored over the whole set (their blocks marked ``exact``,
+        ``scoring.adaptive.mark_exact``)."""
+        blocks = self.model_blocks()
+        for label in exact:
+            if label in blocks:
+                blocks[label]["exact"] = True
+        remember(self.plan.cache_dir, self.block(), blocks, configs(models))
 
     def entries(self) -> dict[str, dict] | None:
         """Label -> {"adaptive": its block}, as ``runner.outputs.files.score`` sets them on the

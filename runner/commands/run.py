@@ -102,6 +102,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
         tune()
     plan.check_cost_bound()
+    if plan.until is not None and plan.until.rule == "separated" and len(plan.models) < 2:
+        raise UsageError(
+            f"--until separated needs two or more models (it stops a model once its order "
+            f"against every other is known); this run has {len(plan.models)}: give another "
+            "--model, or use --until precision=P"
+        )
     batch_options = options.batch_options(args)
     if batch_options.deadline is not None and not plan.batch:
         raise UsageError(

@@ -202,8 +202,9 @@ def attach(summary: Summary, record: Recorded, cut: set[tuple[str, str]]) -> Sum
     (``recorded``) for the models scored over the part they were asked (``cut``: the (label,
     evaluation) pairs ``scoring.adaptive.asked_part`` cut), as the run itself wrote them. Nothing is
     attached when no model is left with a part of an evaluation (a later run completed them, or
-    every model of the run was asked everything): its figures are then exact. The top block is
-    that of the latest such run."""
+    every model of the run was asked everything): its figures are then exact. A model whose recorded
+    block is marked ``exact`` (the run scored it over the whole set, the cache holding the rest) is
+    attached too, as the run showed it. The top block is that of the latest such run."""
     labels = {label for label, _ in cut if label in record.blocks}
     partial = any(
         record.blocks[label].get("asked", {}).get(name, 0)
@@ -211,6 +212,11 @@ def attach(summary: Summary, record: Recorded, cut: set[tuple[str, str]]) -> Sum
         for label, name in cut
         if label in labels
     )
+    # a model the run itself scored over the whole set (the cache held it: marked exact,
+    # ``scoring.adaptive.mark_exact``) shows that run's block, as the run did
+    exact = {label for label, block in record.blocks.items() if block.get("exact")}
+    labels |= exact
+    partial = partial or bool(exact)
     if not partial:
         return summary
     top = None

@@ -15,7 +15,7 @@ from dxi import adapters, scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import measures, records
-from dxi.scoring.adaptive import asked_part
+from dxi.scoring.adaptive import asked_part, mark_exact
 from dxi.scoring.provisional import Tolerance
 from dxi.scoring.records import Summary
 from dxi.scoring.replies import add_replies, usage_and_replies
@@ -229,6 +229,7 @@ def summarize(
     # the cache alone: an adaptive run's part-asked models marked (its record)
     if record is not None:
         summary = attach(summary, record, cut)
+    summary = mark_exact(summary, cut)  # a model scored over the whole set: exact, not ≈
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked
     # here, when the result is written, never before the first request
     summary.provenance = provenance()

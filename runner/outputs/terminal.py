@@ -457,7 +457,11 @@ def print_adaptive(summary: Summary, console: Console, keys: list[str] | None = 
     key_of = dict(zip(summary.labels, keys or summary.labels, strict=True))
     rows: Rows = [([key_of.get(r[0], r[0]), *r[1:]], None) for r in adaptive.rows(summary)]
     columns = [(h, h, "left" if i in (0, 4) else "right") for i, h in enumerate(adaptive.HEADERS)]
-    title = "Adaptive run: estimates of the whole set"
+    title = (
+        "Adaptive run: estimates of the whole set"
+        if any(adaptive.estimated(summary, m) for m in summary.models)
+        else "Adaptive run: exact figures over the whole set"
+    )
     console.print(_fitted(console, _variants(title, columns, rows)))
 
 

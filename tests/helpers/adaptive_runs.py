@@ -78,6 +78,12 @@ def figures(doc: dict) -> dict:
 
 def overview(data: Path, cache: Path) -> str:
     """``dxi view``'s overview page over ``cache`` (its browser, served in process)."""
+    return page(data, cache, "/")
+
+
+def page(data: Path, cache: Path, path: str) -> str:
+    """``dxi view``'s page at ``path`` (e.g. "/task/<id>") over ``cache`` (its browser, served in
+    process); asserts it answers 200."""
     from aiohttp.test_utils import TestClient, TestServer
 
     from dxi.runner import rescore
@@ -90,7 +96,7 @@ def overview(data: Path, cache: Path) -> str:
     browser.source.owns_home = True
 
     async def fetch() -> str:
-        async with TestClient(TestServer(make_app(browser))) as client, client.get("/") as resp:
+        async with TestClient(TestServer(make_app(browser))) as client, client.get(path) as resp:
             assert resp.status == 200
             return await resp.text()
 
