@@ -309,6 +309,12 @@ class _Part:
         )
 
 
+FILLS = tuple(f"{c}_{end}" for c in ("c", "h", "tp", "err", "yes") for end in ("lo", "hi"))
+"""Per-task components with the open answers at their lowest and highest (``_components``)."""
+COUNTS = ("n", "c", "h", "tp", "err")
+"""Per-task counts over the replies (``_components``)."""
+
+
 def _components(ans: pl.DataFrame) -> pl.DataFrame:
     """Per (label, eval, task_id, question_id): the epoch means of each component with open
     answers low (``*_lo``) and high (``*_hi``), and the replies' counts (``n``, ``c``, ``h``,
@@ -345,18 +351,7 @@ def _components(ans: pl.DataFrame) -> pl.DataFrame:
         )
         .group_by("label", "eval", "task_id", "question_id")
         .agg(
-            pl.col(
-                "c_lo",
-                "c_hi",
-                "h_lo",
-                "h_hi",
-                "tp_lo",
-                "tp_hi",
-                "err_lo",
-                "err_hi",
-                "yes_lo",
-                "yes_hi",
-            ).mean(),
+            pl.col(*FILLS).mean(),
             (pl.col("c_lo") * pl.col("n")).sum().alias("c"),
             (pl.col("h_lo") * pl.col("n")).sum().alias("h"),
             (pl.col("tp_lo") * pl.col("n")).sum().alias("tp"),
@@ -426,26 +421,7 @@ def _parts(
             part.counts[name_] = a
 
         every = np.ones(g.height, bool)
-        col = {
-            c: g[c].to_numpy()
-            for c in (
-                "c_lo",
-                "c_hi",
-                "h_lo",
-                "h_hi",
-                "tp_lo",
-                "tp_hi",
-                "err_lo",
-                "err_hi",
-                "yes_lo",
-                "yes_hi",
-                "n",
-                "c",
-                "h",
-                "tp",
-                "err",
-            )
-        }
+        col = {c: g[c].to_numpy() for c in (*FILLS, *COUNTS)}
         if name == WILDGUARD:
             qs = g["question_id"].to_numpy()
             for q in WILDGUARD_F1:
