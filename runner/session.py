@@ -187,12 +187,7 @@ def run(
             parts=None if rounds is None else rounds.parts(),
         )
     if rounds is not None and rounds.order is not None:  # for `dxi score`, `report` and `view`
-        exact = {
-            m.model
-            for m in summary.models
-            if isinstance(m.adaptive, dict) and m.adaptive.get("exact")
-        }
-        rounds.remember(models, exact)
+        rounds.remember(models, summary)
     if on_summary is not None:
         on_summary(summary)
     upload_failed = dist.finish()  # the run ends when its uploads are done

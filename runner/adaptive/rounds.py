@@ -43,6 +43,7 @@ from .order import DEFAULT_SEED, Order, PrefixSuite, order_of
 if TYPE_CHECKING:
     from dxi.cache import Cache
     from dxi.evals import Suite
+    from dxi.scoring.records import Summary
     from dxi.scoring.sequential import Standing, Until
 
     from ..planning.plan import ModelRun, Plan
@@ -249,17 +250,15 @@ class Rounds:
             for label, asked in self.asked.items()
         }
 
-    def remember(
-        self, models: pl.DataFrame, exact: set[str] | frozenset[str] = frozenset()
-    ) -> None:
+    def remember(self, models: pl.DataFrame, summary: Summary) -> None:
         """Record the outcome in the cache folder (``runner.outputs.adaptive.remember``) for the
-        commands that rescore it; ``models``: the plan's ``models_frame``; ``exact``: the labels
-        the run scored over the whole set (their blocks marked ``exact``,
-        ``scoring.adaptive.mark_exact``)."""
+        commands that rescore it; ``models``: the plan's ``models_frame``; ``summary``: the run's,
+        whose models scored over the whole set have their adaptive blocks marked ``exact``
+        (``scoring.adaptive.mark_exact``): the record marks them too."""
         blocks = self.model_blocks()
-        for label in exact:
-            if label in blocks:
-                blocks[label]["exact"] = True
+        for m in summary.models:
+            if isinstance(m.adaptive, dict) and m.adaptive.get("exact") and m.model in blocks:
+                blocks[m.model]["exact"] = True
         remember(self.plan.cache_dir, self.block(), blocks, configs(models))
 
     def entries(self) -> dict[str, dict] | None:
