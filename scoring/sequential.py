@@ -24,7 +24,8 @@ inequality at α/2 each, with probability ≥ 1 − α neither ever reaches 2/α
 interval at ``t`` is every ``μ`` neither has reached 2/α for by then (found on a grid,
 ``invert``), intersected with the bounds that hold with certainty, ``[S_t/N, (S_t + N − t)/N]``
 (the tasks not asked at their extremes: the exact value when ``t = N``); a candidate once rejected
-stays rejected, so the intervals never widen. Bets: ``λ_i = min(BET_MAX, N/(N − i + 1) ·
+stays rejected, so the intervals never widen (beyond the search's outward rounding, at most two
+steps of its ~1/576 grid). Bets: ``λ_i = min(BET_MAX, N/(N − i + 1) ·
 sqrt(2 log(2/α) / (σ̂²_{i−1} · i · log(1 + i))))`` with ``σ̂²`` the regularised running variance
 of Waudby-Smith & Ramdas 2023 (eq. 15-16); the factor N/(N − i + 1), how much draw i tells about
 ``μ``, bets more as the draws left tell more about the whole. The capital is exact where the
