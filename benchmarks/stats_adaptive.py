@@ -367,31 +367,23 @@ def saving(rng: np.random.Generator) -> tuple[list[Result], float]:
         *leaderboard(SPREAD_INDICES, rng),
         *gaps,
     ]
-    # precision: one typical model, traced to the end; each P's first settled look
+    # precision: one typical model per whole set; each P is its own run (its rounds are aimed
+    # at the share predicted to settle it, ``sequential.aim``), on the same set and order
     typical = skill(TYPICAL, "t")
-    needed = {p: [] for p in range(1, 11)}
+    needed: dict[int, list[int]] = {p: [] for p in range(1, 11)}
     widths: dict[float, list[float]] = {0.25: [], 0.5: [], 0.75: []}
-    spent = []
     for _ in range(PRECISION_RUNS):
-        # one run traced to the end: --until precision=P stops at the first look whose
-        # half-width is at most P (the looks do not depend on P), so one trace gives every P
         ans = synthetic([typical], POPULATIONS, rng)
-        trace: list = []
         order = random_order(POPULATIONS, rng, ans)
-        simulate(ans, POPULATIONS, Until("precision", 0.01), order, trace=trace)
-        parts = sequential._parts(ans, order, sequential.positives(ans))["t"]
+        for p in needed:
+            sim = simulate(ans, POPULATIONS, Until("precision", float(p)), order)
+            needed[p].append(sum(sim.asked["t"].values()))
+        parts = sequential._parts(ans, order)["t"]
         for f in widths:  # the index's half-width after exactly a share f of every evaluation
             head = {e: p.head(math.ceil(f * POPULATIONS[e])) for e, p in parts.items()}
             look = sequential._standings({"t": head}, POPULATIONS, Until("precision", 0.01), 0.05)
             widths[f].append(look["t"].index.half_width)
-        spent.append(
-            next((sum(t["t"].asked.values()) for t in trace if t["t"].index.half_width <= 5), whole)
-        )
-        for p in needed:
-            first = next(
-                (sum(t["t"].asked.values()) for t in trace if t["t"].index.half_width <= p), whole
-            )
-            needed[p].append(first)
+    spent = needed[5]
     share5 = float(np.mean(spent)) / whole
     out.append(
         Result(

@@ -228,21 +228,19 @@ def simulate(
     alpha: float = 0.05,
     max_rounds: int = 200,
     trace: list | None = None,
-    positives: Mapping[str, float] | None = None,
 ) -> Simulated:
     """The adaptive loop of ``dxi run --until`` over whole sets of ``answers`` (every task): each
     round asks every running model ``sequential.round_sizes`` more tasks down ``order``, then
-    ``sequential.standings`` over what each model was asked settles some; the loop ends when
+    ``sequential.standings`` over what each model was asked settles some (a round under
+    ``precision=P`` stops where ``sequential.aim`` predicts the next model settles, as the run's
+    do); the loop ends when
     every model is settled. ``trace``, when given, receives each look's standings. The answers
     are split into per-task components once (``sequential._parts``); each look takes every
     model's first asked tasks of them (``_Part.head``), what ``standings`` over the asked rows
-    computes. ``positives``: WildGuardTest's whole-set share of gold "yes" per question
-    (``sequential.positives``; None: taken from ``answers``, which hold every task)."""
+    computes."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
-    if positives is None:  # whole sets: the gold of every task is here
-        positives = sequential.positives(answers)
-    parts = sequential._parts(answers, order, positives)
+    parts = sequential._parts(answers, order)
     labels = sorted(parts)
     rank = {e: {t: k for k, t in enumerate(ts)} for e, ts in order.items()}
     # per model and evaluation: the asking position of each of its tasks (tasks not in the order
@@ -257,9 +255,11 @@ def simulate(
     asked = {m: {e: 0 for e in populations} for m in labels}
     out = Simulated()
     running = set(labels)
+    result: dict[str, Standing] = {}
     for k in range(max_rounds):
+        aimed = sequential.aim((result[m] for m in running if m in result), until)
         for m in running:
-            sizes = round_sizes(asked[m], populations, round_index=k)
+            sizes = round_sizes(asked[m], populations, aim=aimed)
             asked[m] = {e: asked[m][e] + sizes[e] for e in populations}
             out.rounds[m] = k + 1
         view = {

@@ -49,8 +49,8 @@ inequality on both at α/2 each can be solved in closed form:
     A_t = Σ λ_i (X_i + S_{i−1}/(N − i + 1)),  B_t = Σ λ_i N/(N − i + 1),
     Ψ_t = Σ ψ(λ_i) (X_i − μ̂_{i−1})².
 
-The index's sequence (below) needs that linearity, across several unknown means at once; each
-single metric uses the tighter capital above.
+The index's sequence (below) needs that closed form (a log-capital quadratic in several
+hypothesised ratios at once); each single metric uses the tighter capital above.
 
 **Metrics.** Each figure is a function of whole-set means of per-task quantities (a task's value
 is its mean over epochs; the population unit is the task): accuracy is the mean of C (correct); a
@@ -62,33 +62,37 @@ per-task mean (rescaled to [0, 1]), so the interval is every r whose sequence ho
 such sequence of a model runs at α'/K (K sequences: Bonferroni), so its metrics hold at once
 (mean F1 is the mean of its three F1s' ends). With several epochs the ratios are those of the
 epoch-averaged counts (the scorer's are means of per-epoch ratios; equal for one epoch).
-WildGuardTest's gold labels are known for the whole set before any request (``positives``), so each
-F1's denominator 2TP + E = (predicted "yes") + (gold "yes") is bounded by one sequence on the
-predicted "yes" alone plus the known share (``_box``): what is known is not estimated.
 
 **The index** gets one sequence across the four evaluations (a weighted sum of per-evaluation
-intervals would add their widths). Each term is written as a ratio N/D of per-task means (D = 1
-for an accuracy; non-hallucination enters as −w·H/W) and linearised at predictable references
-r̂ (the ratio) and D̂ (its denominator), refreshed every 1/``BLOCK`` of an evaluation from the draws
-before: a task's contribution is ``y = Σ_k (w_k/D̂_k)(num_k − r̂_k·den_k)``, bounded, rescaled to
-[0, 1] per draw. Its conditional mean given the past is linear in the unknown whole-set means (the
-same without-replacement algebra), so each evaluation gives the supermartingale above, and since
-the evaluations are independent random orders, the product of the four is one
-(``product_interval``). Its bet is one constant per evaluation, the same multiple of 1/N in
-each: the bet that is best for a sequence read at the share ``TARGET`` of the set (λ =
-sqrt(2 log(2/α) / (σ²·t)) at t = ``TARGET``·N, σ² a prior variance of the contribution: a
-linear boundary tuned to one time, Howard et al. 2021 §3; Waudby-Smith & Ramdas 2023 §3.2's
-decaying bets ∝ 1/sqrt(t log(1 + t)) spread the sequence's power over every time instead; any
-predictable bet keeps validity. Measured on the benchmark's typical model: 8%, 18% and 26%
-narrower at 25%, 50% and 75% of the set than the decaying bets). Ville's
-inequality at ``PRODUCT_SHARE``·α gives
-``Σ_k β_k·D_k·(T_k − r̃_k) ∈ [Q − Ψ − log(2/α), Q + Ψ + log(2/α)]`` with computable β, r̃, Q,
-Ψ. The bets are the same function of the share asked in every evaluation (÷ its size), so
-``κ_k = β_k·D_k/w_k`` is nearly the same for every term, and the index ``Σ w_k·T_k`` follows up to
-the remainder ``Σ (1 − κ_k/κ̄)·w_k·(T_k − r̃_k)``, bounded by the metrics' intervals (run at the
-rest of α; ``_box``; with each F1's denominator). The index's interval is the intersection of
-this one and the weighted sum of the metrics' (both hold together with probability ≥ 1 − α), and
-its point the weighted sum of the metrics' points.
+intervals would add their widths). Each term is a ratio R = N/D of whole-set per-task means (D = 1
+for an accuracy; non-hallucination enters as −w·H/W, each F1 as 2TP/(2TP + E)), and the sequence
+tests *hypotheses about the ratios*: for a vector r of them, each term's per-task value
+``u = num − r·den`` has whole-set mean 0 exactly when R = r, so under that hypothesis the mean of
+the tasks not yet drawn is known, ``−Σ_{past} u / (N − i)``, and ``m_i(r) = Σ_k a_k·(u_k +
+Σ_{past} u_k/(N − i))`` is a martingale difference, whatever the coefficients ``a`` (predictable).
+No denominator is estimated: ``den`` enters only through the draws. The empirical-Bernstein form
+above on ``X_i = (m_i − its lowest possible value)/s_i`` in [0, 1] (``s_i = Σ|a_k|·`` the length
+of each term's range) with the running mean for ``μ̂`` gives, per evaluation, a log-capital
+``Σ g_i·m_i(r) − Σ ψ(g_i·s_i)(X_i(r) − μ̂_i(r))² = P − K·r − Ψ(r)``, linear in r but for Ψ, a
+convex quadratic in the ratios of the ratio terms; the evaluations are independent random
+orders, so the four log-capitals add (one supermartingale, ``product_interval``). The true r is
+rejected at ``PRODUCT_SHARE``·α with probability at most that (Ville), so the index lies, with
+the metrics' box (the ratios' own sequences at the rest of α) holding too, between the least and
+the greatest ``Σ w_k·r_k`` over the r of the box the sequence has not rejected. Ψ is bounded by
+its largest value over the box (a corner), and what is left is a linear programme with one
+constraint (``_least``). The coefficients: an accuracy's is its weight; a ratio's is w/D̂ (D̂ its
+denominator's mean from the draws before), *steered* every 1/``BLOCK`` of the evaluation so that
+its ``K/w`` follows an accuracy's (``_coefficients``): then ``K ∝ w`` nearly, the sequence tests
+the index itself, and the box only bounds what a block's fluctuation leaves (the remainder the
+earlier form bounded by the product of the ratio's and the denominator's intervals: 1.2-1.6
+points at a third of the set, now about 0.2). The bet is one constant per evaluation, the same
+multiple of 1/N in each: the bet that is best for a sequence read at the share ``TARGET`` of the
+set (λ = sqrt(2 log(2/α) / (σ²·t)) at t = ``TARGET``·N, σ² a prior variance of the contribution:
+a linear boundary tuned to one time, Howard et al. 2021 §3; Waudby-Smith & Ramdas 2023 §3.2's
+decaying bets ∝ 1/sqrt(t log(1 + t)) spread the sequence's power over every time instead, and
+measured 8%, 18% and 26% wider at 25%, 50% and 75% of the set; any predictable bet keeps
+validity), capped at λ ≤ ``CAP``. The index's interval is the intersection of this one and the
+weighted sum of the metrics' intervals, and its point the weighted sum of the metrics' points.
 
 **Failed and missing answers** inside the asked part (``scoring.bounds``): a component's sequence is
 computed twice, every open answer at its lowest (not correct, not hallucinated, not a TP, not an
@@ -121,9 +125,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
+from itertools import combinations, product
 
 import numpy as np
 import polars as pl
@@ -293,7 +297,6 @@ class _Part:
     tasks: list[str]
     comps: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     counts: dict[str, np.ndarray] = field(default_factory=dict)
-    positives: dict[str, float] = field(default_factory=dict)
 
     @property
     def sums(self) -> dict[str, float]:
@@ -306,11 +309,10 @@ class _Part:
             self.tasks[:n],
             {k: (lo[:n], hi[:n]) for k, (lo, hi) in self.comps.items()},
             {k: v[:n] for k, v in self.counts.items()},
-            self.positives,
         )
 
 
-FILLS = tuple(f"{c}_{end}" for c in ("c", "h", "tp", "err", "yes") for end in ("lo", "hi"))
+FILLS = tuple(f"{c}_{end}" for c in ("c", "h", "tp", "err") for end in ("lo", "hi"))
 """Per-task components with the open answers at their lowest and highest (``_components``)."""
 COUNTS = ("n", "c", "h", "tp", "err")
 """Per-task counts over the replies (``_components``)."""
@@ -344,8 +346,6 @@ def _components(ans: pl.DataFrame) -> pl.DataFrame:
             (hall | opened).cast(f).alias("h_hi"),
             tp.cast(f).alias("tp_lo"),
             (tp | (opened & gold_pos.fill_null(False))).cast(f).alias("tp_hi"),
-            (replied & pred_pos).cast(f).alias("yes_lo"),
-            ((replied & pred_pos) | opened).cast(f).alias("yes_hi"),
             err.cast(f).alias("err_lo"),
             (err | opened).cast(f).alias("err_hi"),
             replied.cast(f).alias("n"),
@@ -363,36 +363,11 @@ def _components(ans: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def positives(gold: pl.DataFrame) -> dict[str, float]:
-    """WildGuardTest's whole-set share (0-1) of gold "yes" per question (question id -> share),
-    from a frame with columns eval, task_id, question_id and gold covering every task of the
-    population (``evals.gold_frames``' gold, or whole sets of ``scoring.pipeline.answers``: rows
-    repeated over models and epochs count once). Empty when the frame has no WildGuardTest row.
-    With it, each F1's denominator 2TP + E = (predicted "yes") + (gold "yes") has its second
-    part known, and only the first is estimated (``_box``)."""
-    wg = (
-        gold.lazy()
-        .filter(pl.col("eval").cast(pl.String) == WILDGUARD)
-        .select(
-            pl.col("task_id").cast(pl.String),
-            pl.col("question_id").cast(pl.String),
-            (pl.col("gold").cast(pl.String) == "yes").fill_null(False).alias("yes"),
-        )
-        .unique(["task_id", "question_id"])
-        .group_by("question_id")
-        .agg(pl.col("yes").mean())
-        .collect()
-    )
-    return {q: float(v) for q, v in wg.iter_rows() if q in WILDGUARD_F1}
-
-
 def _parts(
     ans: pl.DataFrame,
     order: Mapping[str, Sequence[str]] | None,
-    positives: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, _Part]]:
-    """label -> eval -> its ``_Part`` (tasks in ``order``; tasks not in it after, by id);
-    WildGuardTest's parts carry ``positives`` (question -> its whole-set share of gold "yes")."""
+    """label -> eval -> its ``_Part`` (tasks in ``order``; tasks not in it after, by id)."""
     table = _components(ans)
     out: dict[str, dict[str, _Part]] = {}
     for (label, name), g in table.group_by("label", "eval", maintain_order=False):
@@ -400,7 +375,7 @@ def _parts(
         tasks = sorted(set(g["task_id"].to_list()), key=lambda t: (rank.get(t, len(rank)), t))
         at = {t: k for k, t in enumerate(tasks)}
         pos = np.array([at[t] for t in g["task_id"].to_list()], np.int64)
-        part = _Part(tasks, positives=dict(positives or {}) if name == WILDGUARD else {})
+        part = _Part(tasks)
 
         def put(
             name_: str,
@@ -429,7 +404,6 @@ def _parts(
                 rows = qs == q
                 put(f"tp:{q}", col["tp_lo"], col["tp_hi"], rows)
                 put(f"err:{q}", col["err_lo"], col["err_hi"], rows)
-                put(f"yes:{q}", col["yes_lo"], col["yes_hi"], rows)
                 for c in ("tp", "err", "n"):
                     count(f"{c}:{q}", col[c], rows)
         else:
@@ -601,50 +575,28 @@ def _estimate(point: float | None, low: float, high: float) -> Estimate:
 # ---------------------------------------------------------------------------------------------
 # the index: one confidence sequence across the evaluations (a product of supermartingales)
 
-PRODUCT_SHARE = 0.6  # the share of α the index's own sequence spends (the rest: the box)
-BLOCK = 50  # references are refreshed every 1/BLOCK of an evaluation (predictably)
+PRODUCT_SHARE = 0.8  # the share of α the index's own sequence spends (the rest: the box)
+BLOCK = 50  # the coefficients are steered every 1/BLOCK of an evaluation (predictably)
 TARGET = 0.5  # the share of each evaluation the index's bets are tuned to (most stops: 0.3-0.7)
 D_FLOOR = 0.1  # the smallest reference denominator (bounds the per-task contribution)
+STEER = (0.2, 5.0)  # a block's coefficient stays within these multiples of w/D̂
+RANGE = {"lin": 1.0, "hall": 1.0, "f1": 2.0}  # the length of a term's per-task value's range
 
 
 @dataclass
 class _Term:
     """One term of the index in one evaluation, as a per-task ratio num/den (den = 1 for an
     accuracy): ``weight`` its signed weight in the index (non-hallucination enters as
-    −w·H/W), per-task ``num``/``den`` at the index's lowest (``low``) and highest completion,
-    ``zmax(r)``'s form (``kind``: "lin", "hall", "f1"), priors of the ratio and of den's mean, and
-    its box: the ratio's and den's whole-set (low, high)."""
+    −w·H/W), per-task ``num``/``den`` at the index's lowest (False) and highest (True)
+    completion, its form (``kind``: "lin", "hall", "f1"), the prior of den's mean, and
+    ``ratio_box``: the ratio's whole-set (low, high) from the metrics' sequences."""
 
     kind: str
     weight: float
     num: dict[bool, np.ndarray]
     den: dict[bool, np.ndarray]
-    prior_r: float
     prior_d: float
     ratio_box: tuple[float, float]
-    den_box: tuple[float, float]
-
-
-def _z_range(kind: str, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The range of a task's ``num − r·den``: accuracy [0, 1]; H − r·W with 0 ≤ h ≤ w ≤ 1:
-    [−r, 1 − r]; 2TP − r(2TP + E) with tp + e ≤ 1: [−r, 2(1 − r)]."""
-    if kind == "lin":
-        return np.zeros_like(r), np.ones_like(r)
-    return -r, (1 - r) * (2 if kind == "f1" else 1)
-
-
-def _references(t: _Term, high: bool, n: int, population: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per draw, the reference ratio r̂ and den's mean D̂ from the draws before its block
-    (blocks of ``population/BLOCK`` draws: predictable), regularised by the priors."""
-    if t.kind == "lin":
-        return np.zeros(n), np.ones(n)
-    k = max(1, math.ceil(population / BLOCK))
-    start = (np.arange(n) // k) * k  # draws before the block
-    cnum = np.r_[0.0, np.cumsum(t.num[high][:n])]
-    cden = np.r_[0.0, np.cumsum(t.den[high][:n])]
-    r = (t.prior_r + cnum[start]) / (1 + cden[start])
-    d = np.maximum((t.prior_d + cden[start]) / (1 + start), D_FLOOR)
-    return np.clip(r, 0.0, 1.0), d
 
 
 def _variance(terms: Sequence[_Term]) -> float:
@@ -653,51 +605,111 @@ def _variance(terms: Sequence[_Term]) -> float:
     return float(sum((t.weight / t.prior_d) ** 2 * 0.25 for t in terms))
 
 
-def _sequence(
-    terms: Sequence[_Term], n: int, population: int, high: bool, scale: float, cap: float
-) -> tuple[float, float, dict[int, tuple[float, float]]]:
-    """One evaluation's part of the index's supermartingale (module docstring, "The index"):
-    ``(Q, Ψ, {term: (β, γ)})`` over its first ``n`` draws with the open answers at the index's
-    lowest (``high`` False) or highest completion."""
+def _psi(lam: np.ndarray) -> np.ndarray:
+    """ψ_E(λ) = −log(1 − λ) − λ (Howard et al. 2021's empirical-Bernstein ψ)."""
+    return -np.log1p(-lam) - lam
+
+
+def _coefficients(
+    terms: Sequence[_Term], dprime: np.ndarray, n: int, population: int, high: bool
+) -> np.ndarray:
+    """Each term's coefficient per draw (T, n): an accuracy's is its weight; a ratio's is
+    w/D̂ (D̂ den's mean from the draws before the block: predictable), *steered* block by block
+    so that its cumulative ``Σ a·den'`` per unit of weight follows an accuracy's ``Σ N/(N − i)``:
+    the index's terms then enter the sequence's linear form in proportion to their weights, and
+    what the remainder leaves to the box shrinks to a block's fluctuation. Every coefficient
+    depends only on the draws before its block, never on ``n``."""
+    w = np.array([t.weight for t in terms])
+    a = np.repeat(w[:, None], n, 1).astype(np.float64)
+    ratio = [k for k, t in enumerate(terms) if t.kind != "lin"]
+    if not ratio:
+        return a
+    size = max(1, math.ceil(population / BLOCK))
+    slope = population / (population - np.arange(population, dtype=np.float64))
+    path = np.r_[0.0, np.cumsum(slope)]
+    so_far = np.zeros(len(ratio))  # Σ (a/w)·den' over the blocks before
+    prior = np.array([terms[k].prior_d for k in ratio])
+    seen = np.c_[
+        np.zeros(len(ratio)), np.cumsum(np.stack([terms[k].den[high][:n] for k in ratio]), 1)
+    ]
+    for start in range(0, n, size):
+        stop, full = min(n, start + size), min(population, start + size)
+        d_hat = np.maximum((prior + seen[:, start]) / (1 + start), D_FLOOR)
+        block = path[full] - path[start]
+        rel = np.clip((path[full] - so_far) / (d_hat * block), STEER[0] / d_hat, STEER[1] / d_hat)
+        a[ratio, start:stop] = w[ratio, None] * rel[:, None]
+        so_far += rel * dprime[ratio, start:stop].sum(1)
+    return a
+
+
+def _sums(
+    terms: Sequence[_Term], n: int, population: int, high: bool, bet: float
+) -> tuple[float, np.ndarray, float, np.ndarray, np.ndarray]:
+    """One evaluation's part of the index's log-capital as a function of the hypothesised
+    ratios r (T,) of its terms, over its first ``n`` draws with the open answers at the index's
+    lowest (``high`` False) or highest completion: ``(P, K, A, b, C)`` with
+    ``Σ_i g_i·m_i(r) = P − K·r`` and ``Σ_i ψ(λ_i)(X_i(r) − μ̂_i(r))² = A + 2b·r + r·C·r``
+    (module docstring, "The index")."""
+    size = len(terms)
     if n == 0:
-        return 0.0, 0.0, {id(t): (0.0, 0.0) for t in terms}
-    j = np.arange(n, dtype=np.float64)
-    remaining = population - j
-    slope = population / remaining
-    y = np.zeros(n)
-    lo = np.zeros(n)
-    hi = np.zeros(n)
-    back = np.zeros(n)  # Σ_k coef·P_k / (N − j): the draws before, at this draw's reference
-    parts = []
-    for t in terms:
-        r, d = _references(t, high, n, population)
-        coef = t.weight / d
-        num, den = t.num[high][:n], t.den[high][:n]
-        y += coef * (num - r * den)
-        zmin, zmax = _z_range(t.kind, r)
-        lo += np.minimum(coef * zmin, coef * zmax)
-        hi += np.maximum(coef * zmin, coef * zmax)
-        before = (np.cumsum(num) - num) - r * (np.cumsum(den) - den)
-        back += coef * before / remaining
-        parts.append((t, coef, r))
-    width = np.maximum(hi - lo, 1e-12)
-    x = np.clip((y - lo) / width, 0.0, 1.0)
-    # the bet on y, the same at every draw and ÷ N in every evaluation: each evaluation's
-    # coefficients then grow alike and the index's weights hold (``κ``). It is the bet that
-    # would be best at the share ``TARGET`` (module docstring, "The index"); capped where the
-    # largest width the references allow would take λ past CAP
-    g = np.full(n, scale / math.sqrt(TARGET) / population)
-    g = np.minimum(g, cap / population)
-    lam = np.minimum(CAP, g * width)
-    g = lam / width
-    mu_prev = (0.5 + np.cumsum(x) - x) / (j + 1)
-    psi = float(np.sum((-np.log1p(-lam) - lam) * (x - mu_prev) ** 2))
-    q = float(np.sum(g * (y + back)))
-    coefs = {
-        id(t): (float(np.sum(g * slope * coef)), float(np.sum(g * slope * coef * r)))
-        for t, coef, r in parts
-    }
-    return q, psi, coefs
+        return 0.0, np.zeros(size), 0.0, np.zeros(size), np.zeros((size, size))
+    i = np.arange(n, dtype=np.float64)
+    remaining = population - i
+    num = np.stack([t.num[high][:n] for t in terms])
+    den = np.stack([t.den[high][:n] for t in terms])
+    nprime = num + (np.cumsum(num, 1) - num) / remaining  # u_i − E[u_i | past] = m + r·(...)
+    dprime = den + (np.cumsum(den, 1) - den) / remaining
+    a = _coefficients(terms, dprime, n, population, high)
+    top = np.array([RANGE[t.kind] for t in terms])
+    s = (np.abs(a) * top[:, None]).sum(0)  # the length of m_i's range
+    g = np.minimum(bet, CAP / s)  # the bet on m_i; λ_i = g_i·s_i ≤ CAP
+    p = float((g * (a * nprime).sum(0)).sum())
+    k = (g[None] * a * dprime).sum(1)
+    # X_i(r) = (m_i − its lowest possible value)/s_i in [0, 1], affine in r: x0 + Σ r·x1
+    up = a >= 0
+    x0 = (np.where(up, num, num - top[:, None]) * a / s).sum(0)
+    x1 = np.where(up, 1 - den, top[:, None] - den) * a / s
+    e0 = x0 - (0.5 + np.cumsum(x0) - x0) / (1 + i)  # X_i − μ̂_i, μ̂ the running mean
+    e1 = x1 - (np.cumsum(x1, 1) - x1) / (1 + i)
+    psi = _psi(g * s)
+    return (
+        p,
+        k,
+        float((psi * e0 * e0).sum()),
+        (psi * e1 * e0).sum(1),
+        np.einsum("i,ti,ui->tu", psi, e1, e1),
+    )
+
+
+def _largest(a: float, b: np.ndarray, c: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    """The largest of the convex ``a + 2b·r + r·C·r`` over the box [lo, hi]: at one of its
+    corners (only the coordinates it depends on vary)."""
+    moving = np.flatnonzero(np.abs(c).sum(1) + np.abs(b) > 0)
+    if len(moving) == 0:
+        return a
+    corners = np.array(list(product(*[(lo[k], hi[k]) for k in moving])))
+    r = corners
+    bb, cc = b[moving], c[np.ix_(moving, moving)]
+    return float(np.max(a + 2 * r @ bb + np.einsum("ct,tu,cu->c", r, cc, r)))
+
+
+def _least(w: np.ndarray, k: np.ndarray, h: float, lo: np.ndarray, hi: np.ndarray) -> float:
+    """min w·r over lo ≤ r ≤ hi with k·r ≥ h (each k_t of w_t's sign, or 0): a linear
+    programme with one constraint, solved greedily (the fractional knapsack): from the corner
+    that makes w·r least, move the coordinates that buy k·r for the least w·r first. When no r
+    of the box meets the constraint (probability ≤ α), its largest corner."""
+    r = np.where(w > 0, lo, hi)
+    short = h - float(k @ r)
+    if short <= 0:
+        return float(w @ r)
+    price = np.where(np.abs(k) > 1e-300, np.abs(w) / np.maximum(np.abs(k), 1e-300), np.inf)
+    for t in np.argsort(price, kind="stable"):
+        if short <= 0 or not np.isfinite(price[t]):
+            break
+        take = min(abs(k[t]) * (hi[t] - lo[t]), short)
+        r[t] += np.sign(w[t]) * take / abs(k[t])
+        short -= take
+    return float(w @ r)
 
 
 def product_interval(
@@ -705,56 +717,31 @@ def product_interval(
 ) -> tuple[float, float]:
     """The (1 − ``alpha``) interval (0-1) of ``offset + Σ weight·ratio`` over every term of
     ``strata`` (evaluation -> (terms, draws, population)), from one supermartingale across the
-    evaluations (module docstring, "The index"), the terms' boxes bounding the remainder."""
+    evaluations for each hypothesis of the terms' ratios (module docstring, "The index"): its
+    ends are the least and greatest index of the ratios in the terms' boxes that it has not
+    rejected."""
     log_term = math.log(2 / alpha)
     var = sum(_variance(ts) / population for ts, _, population in strata.values())
     scale = math.sqrt(2 * log_term / max(var, 1e-12))
-    # the width an evaluation's contribution has at the priors: the bet per share that keeps
-    # λ ≤ CAP there in every evaluation (a draw whose width is larger is clipped at CAP)
-    cap = min(
-        CAP
-        * population
-        / max(1e-12, sum(abs(t.weight) / t.prior_d * (2.0 if t.kind == "f1" else 1.0) for t in ts))
-        for ts, _, population in strata.values()
-    )
+    terms = [t for ts, _, _ in strata.values() for t in ts]
+    w = np.array([t.weight for t in terms])
+    lo = np.array([t.ratio_box[0] for t in terms])
+    hi = np.array([t.ratio_box[1] for t in terms])
     ends = []
     for high in (False, True):
-        q = psi = 0.0
-        coefs: dict[int, tuple[float, float]] = {}
+        p, psi, ks, at = 0.0, 0.0, [], 0
         for ts, n, population in strata.values():
-            qe, pe, ce = _sequence(ts, n, population, high, scale, cap)
-            q, psi = q + qe, psi + pe
-            coefs |= ce
-        bound = q + psi + log_term if high else q - psi - log_term
-        terms = [t for ts, _, _ in strata.values() for t in ts]
-        base = offset
-        kappas, values = [], []
-        for t in terms:
-            beta, gamma = coefs[id(t)]
-            if beta == 0:
-                kappas.append((0.0, 0.0))
-                values.append((0.0, 0.0))
-                continue
-            rr = gamma / beta
-            base += t.weight * rr
-            k = sorted((beta * t.den_box[0] / t.weight, beta * t.den_box[1] / t.weight))
-            v = sorted((t.weight * (t.ratio_box[0] - rr), t.weight * (t.ratio_box[1] - rr)))
-            kappas.append((k[0], k[1]))
-            values.append((v[0], v[1]))
-        mids = [(a + b) / 2 for a, b in kappas if b > 0]
-        if not mids:
-            return (0.0, 1.0)
-        best = None
-        for kbar in {*mids, float(np.mean(mids))}:
-            if kbar <= 0:
-                continue
-            rest = 0.0
-            for (k0, k1), (v0, v1) in zip(kappas, values, strict=True):
-                corners = [(1 - k / kbar) * v for k in (k0, k1) for v in (v0, v1)]
-                rest += max(corners) if high else min(corners)
-            value = base + bound / kbar + rest
-            best = value if best is None else (min(best, value) if high else max(best, value))
-        ends.append(best)
+            pe, ke, a, b, c = _sums(ts, n, population, high, scale / math.sqrt(TARGET) / population)
+            box = slice(at, at + len(ts))
+            at += len(ts)
+            p += pe
+            ks.append(ke)
+            psi += _largest(a, b, c, lo[box], hi[box])
+        k = np.concatenate(ks)
+        if high:  # the bettor on the index being lower: not rejected where k·r ≤ p + Ψ + log
+            ends.append(offset - _least(-w, -k, -(p + psi + log_term), lo, hi))
+        else:  # on it being higher: not rejected where k·r ≥ p − Ψ − log
+            ends.append(offset + _least(w, k, p - psi - log_term, lo, hi))
     return ends[0], ends[1]
 
 
@@ -762,29 +749,13 @@ def _box(
     part: _Part, name: str, n: int, population: int, alpha: float
 ) -> dict[str, tuple[float, float]]:
     """Every metric of evaluation ``name`` (0-1, ``_terms``) from the first ``n`` tasks, each
-    primary one at ``alpha``, and for WildGuardTest each F1's denominator 2TP + E
-    (``den:<question>``, its whole-set mean, 0-2) at ``alpha`` too."""
-    out = _terms(part, name, n, population, alpha)
-    if name == WILDGUARD:
-        for q in WILDGUARD_F1:
-            if q in part.positives:  # 2TP + E = (predicted yes) + (gold yes), the latter known
-                lo, hi = interval(*(v[:n] for v in part.comps[f"yes:{q}"]), population, alpha)
-                out[f"den:{q}"] = (lo + part.positives[q], hi + part.positives[q])
-                continue
-            (tl, th), (el, eh) = part.comps[f"tp:{q}"], part.comps[f"err:{q}"]
-            lo, hi = interval(
-                (2 * tl[:n] + el[:n]) / 2,
-                np.minimum(1, (2 * th[:n] + eh[:n]) / 2),
-                population,
-                alpha,
-            )
-            out[f"den:{q}"] = (2 * lo, 2 * hi)
-    return out
+    primary one at ``alpha``: the index's sequence takes its terms' ratios within them."""
+    return _terms(part, name, n, population, alpha)
 
 
 def _boxed(name: str) -> int:
     """How many sequences ``_box`` spends α on for evaluation ``name``."""
-    return _primaries(name) + (len(WILDGUARD_F1) if name == WILDGUARD else 0)
+    return _primaries(name)
 
 
 def _index_terms(
@@ -811,10 +782,8 @@ def _index_terms(
                     w,
                     by_sign(w, 2 * tl, 2 * th),
                     by_sign(w, 2 * tl + eh, 2 * th + el),
-                    0.5,
                     0.6,
                     box[metric],
-                    box[f"den:{q}"],
                 )
             )
         return terms
@@ -826,27 +795,22 @@ def _index_terms(
             w,
             by_sign(w, cl, ch),
             {False: ones, True: ones},
-            0.0,
             1.0,
             box["accuracy"],
-            (1.0, 1.0),
         )
     )
     if name == OMNISCIENCE:
         w = -sign * weights["non_hallucination_rate"]  # −w·H/W
         hl, hh = part.comps["h"]
         nh = box["non_hallucination_rate"]
-        acc = box["accuracy"]
         terms.append(
             _Term(
                 "hall",
                 w,
                 by_sign(w, hl, hh),
                 {False: 1 - cl, True: 1 - cl},
-                0.5,
                 0.6,
                 (1 - nh[1], 1 - nh[0]),
-                (1 - acc[1], 1 - acc[0]),
             )
         )
     return terms
@@ -955,17 +919,13 @@ def standings(
     *,
     alpha: float = 0.05,
     order: Mapping[str, Sequence[str]] | None = None,
-    positives: Mapping[str, float] | None = None,
 ) -> dict[str, Standing]:
     """Every model's ``Standing`` after a round.
 
     ``answers``: the per-answer frame of ``scoring.pipeline.answers`` (columns label, eval,
     task_id, question_id, sample, status, predicted, gold) for every model of the run, restricted
     to the tasks each model has been asked so far (failed and missing answers included: bounds).
-    ``populations``: evaluation -> its whole-set task count. ``positives``: WildGuardTest's
-    whole-set share of gold "yes" per question (``positives``; the labels are known before any
-    request, and with them each F1's denominator is known better; None: estimated from the
-    asked part alone). ``order``: evaluation -> its task
+    ``populations``: evaluation -> its whole-set task count. ``order``: evaluation -> its task
     ids in the order the run asks them (the sequence's validity needs the asking order; tasks not
     in it come after, by id). ``alpha``: 1 − the confidence (0.05: 95%).
 
@@ -977,7 +937,7 @@ def standings(
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
-    return _standings(_parts(answers, order, positives), populations, until, alpha)
+    return _standings(_parts(answers, order), populations, until, alpha)
 
 
 def _standings(
@@ -1079,24 +1039,72 @@ def schedule(round_index: int, *, first: float = FIRST_ROUND, growth: float = GR
     return min(1.0, first * (growth ** (round_index + 1) - 1) / (growth - 1))
 
 
+AIM_MARGIN = 1.02  # an aimed round asks this much more than the share predicted to settle
+MIN_STEP = 0.01  # ... and at least this share of the set more than was asked
+
+
+def aim(standings: Iterable[Standing], until: Until) -> float | None:
+    """The share of the whole set (0-1) the next round should stop at so that no running model
+    under ``until = precision=P`` is asked past the share predicted to settle it: the least,
+    over the models not settled, of ``f' = 1/(1 + (P/h)²·(1 − f)/f)``·``AIM_MARGIN``, where
+    ``h`` is the widest half-width the rule needs (the index's; with ``:all`` every metric's too)
+    at the share ``f`` the model was asked (the half-width of a sample drawn without
+    replacement shrinks as ``sqrt((1 − f)/f)``; the sequence's shrinks a little faster, so the
+    prediction errs late). None under ``separated`` (a pair's settling depends on both models) or
+    when no model has a width yet: the rounds then follow the schedule alone (``round_sizes``)."""
+    if until.rule != "precision":
+        return None
+    best = None
+    for st in standings:
+        widths = [st.index.half_width]
+        if until.every_metric:
+            widths += [e.half_width for e in st.metrics.values()]
+        total = sum(st.population.values())
+        f = sum(st.asked.values()) / total if total else 1.0
+        if st.settled or None in widths or not 0 < f < 1:
+            continue
+        h = max(w for w in widths if w is not None)
+        if h <= 0:
+            continue
+        share = min(1.0, AIM_MARGIN / (1 + (until.points / h) ** 2 * (1 - f) / f))
+        best = share if best is None else min(best, share)
+    return best
+
+
 def round_sizes(
-    asked: Mapping[str, int], populations: Mapping[str, int], *, round_index: int
+    asked: Mapping[str, int],
+    populations: Mapping[str, int],
+    *,
+    round_index: int = 0,
+    aim: float | None = None,
 ) -> dict[str, int]:
     """How many MORE tasks of each evaluation the next round asks a running model: every
-    evaluation is brought to the same share of its population, ``schedule(round_index)`` (4% of
-    the set first, each round 1.25× the one before), or the next share of the schedule above what
-    it was already asked (a resumed run still progresses), never past the population. All zero
-    only when every evaluation is exhausted."""
+    evaluation is brought to the same share of its population, the first share of the schedule
+    (``schedule``: 4% of the set first, each round 1.25× the one before) from round
+    ``round_index`` on that is above what it was already asked (a resumed run still progresses),
+    never past the population. ``aim`` (``aim``: the share predicted to settle a running model)
+    stops the round short of that share when it is less, and at least ``MIN_STEP`` of the set
+    above the largest share asked of an evaluation. All zero only when every evaluation is
+    exhausted."""
     for name, n in populations.items():
         if not 0 <= asked.get(name, 0) <= n:
             raise ValueError(f"{name}: {asked.get(name, 0)} asked of a population of {n}")
     k = round_index
-    while True:
-        share = schedule(k)
-        sizes = {
+    done = max((asked.get(e, 0) / n for e, n in populations.items() if n), default=1.0)
+
+    def sizes(share: float) -> dict[str, int]:
+        return {
             e: max(0, min(n, math.ceil(share * n - 1e-9)) - asked.get(e, 0))
             for e, n in populations.items()
         }
-        if any(sizes.values()) or share >= 1.0:
-            return sizes
+
+    while True:
+        share = schedule(k)
+        planned = sizes(share)
+        if any(planned.values()) or share >= 1.0:
+            if aim is not None and aim < share:  # short of the schedule, if it asks anything
+                aimed = sizes(min(share, max(aim, done + MIN_STEP)))
+                if any(aimed.values()):
+                    return aimed
+            return planned
         k += 1

@@ -4,7 +4,7 @@ missing nor failed), a failed answer inside the asked part keeps its bounds, ``d
 cache gives the run's summary figure for figure and exits 0, a later run without ``--until`` gives
 exactly the summary of an ordinary run, and the progress bars count what the rounds ask. Three
 models of ``tests.helpers.adaptive_models`` (known per-question answers) on 40 tasks of each
-evaluation; with ``--until precision=20`` they stop after 19, 32 and 25 tasks of each."""
+evaluation; with ``--until precision=20`` they stop after 7, 20 and 15 tasks of each."""
 
 from __future__ import annotations
 
@@ -15,17 +15,26 @@ import pytest
 
 from dxi.evals import Suite, discover
 from dxi.runner.sending import progress as progress_module
-from dxi.scoring.sequential import round_sizes
+from dxi.scoring.sequential import Until
 
 from .fakes.fake_provider import serve
 from .helpers.adaptive_models import DATA_ENV, knows, write_data
-from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, overview, page, summary
+from .helpers.adaptive_runs import (
+    ROUTE,
+    dxi_run,
+    dxi_score,
+    figures,
+    overview,
+    page,
+    replay,
+    summary,
+)
 
 THREE = ("m00", "m50", "m100")
 SMALL = 40
 UNTIL = ("--until", "precision=20")
 # what each model is asked of every evaluation before it stops (seed 0)
-STOPPED_AT = {"systemone:m00": 19, "systemone:m50": 32, "systemone:m100": 25}
+STOPPED_AT = {"systemone:m00": 7, "systemone:m50": 20, "systemone:m100": 15}
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +94,7 @@ def test_a_stopped_model_is_scored_over_what_it_was_asked_and_dxi_score_agrees(
         for name in ("hle_multichoice", "when2call"):  # over the part asked, by hand
             prefix = order[name][: asked[name]]
             assert m["evals"][name]["accuracy"] == accuracy(label.split(":")[1], name, prefix, data)
-    assert s["models"][1]["evals"]["hle_multichoice"]["accuracy"] == 56.25  # m50: 18 of 32
+    assert s["models"][1]["evals"]["hle_multichoice"]["accuracy"] == 55.0  # m50: 11 of 20
     # `dxi score` of the cache: the same figures, the same blocks, exit 0 (no network needed: the
     # server is only named)
     server_url = server.url
@@ -191,23 +200,25 @@ def test_the_progress_bars_count_what_the_rounds_ask(
     out = " ".join(capsys.readouterr().out.split())
     assert "): at most 480 requests (--until precision=20: each model stops when settled);" in out
     # before each round, each model's total grows by the round's requests (4 evaluations); a model
-    # that stopped keeps its last total
+    # that stopped keeps its last total. The rounds' targets: replayed by hand (aimed rounds)
     names = Suite(discover(data)).selected()
-    asked, expected, running = dict.fromkeys(names, 0), [], dict(STOPPED_AT)
-    k, planned = 0, dict.fromkeys(STOPPED_AT, 0)
-    while running:
-        more = round_sizes(asked, dict.fromkeys(asked, SMALL), round_index=k)[names[0]]
-        k += 1
+    targets: list[dict[str, int]] = []
+    order_file = Path(summary(tmp_path / "out")["adaptive"]["order"])
+    replay(data, tmp_path / "cache", Until("precision", 20), order_file, targets=targets)
+    asked, expected, running = 0, [], dict(STOPPED_AT)
+    planned = dict.fromkeys(STOPPED_AT, 0)
+    for target in targets:
+        more = target[names[0]] - asked
         for label in running:
             planned[label] += 4 * more
         expected.append(dict(planned))
-        asked = {n: asked[n] + more for n in asked}
-        running = {label: n for label, n in running.items() if n > asked[names[0]]}
+        asked = target[names[0]]
+        running = {label: n for label, n in running.items() if n > asked}
     assert totals == expected
     assert totals[-1] == {label: 4 * n for label, n in STOPPED_AT.items()}
     # each bar ends full (the whole set's totals, counted during the run, are passed over), its
     # line naming the round it finished (never "done" for the run)
-    rounds = {"systemone:m00": 6, "systemone:m50": 8, "systemone:m100": 7}
+    rounds = {"systemone:m00": 3, "systemone:m50": 8, "systemone:m100": 6}
     for label, (done, line) in last.items():
         assert done == 4 * STOPPED_AT[label]
         assert line.startswith(f"{done}/{done} 100% ") and f" round {rounds[label]} done " in line
@@ -216,7 +227,7 @@ def test_the_progress_bars_count_what_the_rounds_ask(
 def test_the_terminal_the_report_and_dxi_view_mark_a_stopped_model_s_figures(
     data: Path, server, tmp_path: Path
 ):
-    """``--until precision=10``: m00 stops after 25 tasks of each evaluation, m50 and m100 are asked
+    """``--until precision=4``: m00 stops after 31 tasks of each evaluation, m50 and m100 are asked
     all 40 (exact figures, unmarked)."""
     import io
 
@@ -229,11 +240,11 @@ def test_the_terminal_the_report_and_dxi_view_mark_a_stopped_model_s_figures(
 
     cache = tmp_path / "cache"
     assert (
-        dxi_run(server.url, data, cache, tmp_path / "out", "--until", "precision=10", models=THREE)
+        dxi_run(server.url, data, cache, tmp_path / "out", "--until", "precision=4", models=THREE)
         == 0
     )
     s = records.decode((tmp_path / "out" / "summary.json").read_bytes())
-    assert [sum(m.adaptive["asked"].values()) for m in s.models] == [4 * 25, 4 * 40, 4 * 40]
+    assert [sum(m.adaptive["asked"].values()) for m in s.models] == [4 * 31, 4 * 40, 4 * 40]
     m00 = s.models[0]
     # m00 never answers right: every figure 0.0 (Omniscience's non-hallucination rate too: it never
     # abstains), marked; the others exact
@@ -387,16 +398,16 @@ def test_the_estimates_note_is_printed_only_when_some_figures_are_estimates(
 def test_dxi_view_says_a_question_beyond_the_asked_part_was_not_asked(
     data: Path, server, tmp_path: Path
 ):
-    """``precision=10``: m00 is asked 25 of the 40 tasks of each evaluation (the others all 40);
+    """``precision=4``: m00 is asked 31 of the 40 tasks of each evaluation (the others all 40);
     the task page of one beyond its part says m00 was not asked it, never that it is missing."""
     import html as html_module
 
     cache = tmp_path / "cache"
-    args = ("--until", "precision=10")
+    args = ("--until", "precision=4")
     assert dxi_run(server.url, data, cache, tmp_path / "out", *args, models=THREE) == 0
     s = summary(tmp_path / "out")
     order = orjson.loads(Path(s["adaptive"]["order"]).read_bytes())["evals"]
-    asked, beyond = order["hle_multichoice"][0], order["hle_multichoice"][25]
+    asked, beyond = order["hle_multichoice"][0], order["hle_multichoice"][31]
     text = " ".join(html_module.unescape(page(data, cache, f"/task/{beyond}")).split())
     assert text.count("not asked by the adaptive run: its rule stopped before this question") == 1
     assert (

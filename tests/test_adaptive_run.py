@@ -19,12 +19,9 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
-import polars as pl
 import pytest
 
-from dxi import scoring
-from dxi.cache import Cache
-from dxi.evals import PROMPT_VERSION, Suite, discover
+from dxi.evals import Suite, discover
 from dxi.runner import rescore
 from dxi.runner.adaptive.order import Order, PrefixSuite, digest, order_of, ordered
 from dxi.runner.cli import main
@@ -34,12 +31,21 @@ from dxi.runner.planning import plan
 from dxi.runner.planning.inputs import PlanInputs
 from dxi.runner.planning.sample import stratum
 from dxi.scoring import records
-from dxi.scoring.sequential import Until, round_sizes, standings
+from dxi.scoring.sequential import Until, round_sizes
 
 from .fakes.fake_provider import serve
 from .helpers import synthetic
 from .helpers.adaptive_models import DATA_ENV, MODELS, write_data
-from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, flags, overview, summary
+from .helpers.adaptive_runs import (
+    ROUTE,
+    dxi_run,
+    dxi_score,
+    figures,
+    flags,
+    overview,
+    replay,
+    summary,
+)
 from .helpers.servers import free_port
 
 N = 100  # tasks of each evaluation: 400 in all, so each model asks between 16 and 400
@@ -200,59 +206,6 @@ def server(data: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(DATA_ENV, str(data))
     with serve(model=None, route_factories=ROUTE, record=False) as served:
         yield served
-
-
-def replay(
-    data: Path, cache: Path, until: Until, order_file: Path
-) -> dict[str, tuple[int, dict, object]]:
-    """The rounds by hand: the recorded order, ``round_sizes`` and ``standings`` over every answer
-    the cache holds (``scoring.answers``), each model cut to what it was asked. Label -> (the round
-    it stopped after, what it was asked, its Standing then)."""
-    evals = {n: list(s) for n, s in orjson.loads(order_file.read_bytes())["evals"].items()}
-    populations = {n: len(s) for n, s in evals.items()}
-    gold, categories = Suite(discover(data)).gold_frames()
-    with Cache(cache) as c:
-        models = c.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
-        answers = c.read(lambda rows: scoring.answers(rows, models, gold, categories, 1))
-    answers = answers.with_columns(
-        pl.col("label").cast(pl.String), pl.col("task_id").cast(pl.String)
-    )
-    # WildGuardTest's gold "yes" shares over its whole set, counted here from the gold frame
-    wg = gold.filter(pl.col("task_id").is_in(evals.get("wildguardtest", [])))
-    known = {
-        q: sum(g == "yes" for g in rows["gold"]) / len(evals["wildguardtest"])
-        for (q,), rows in wg.group_by("question_id")
-    }
-    asked_of = {label: dict.fromkeys(evals, 0) for label in models["label"].to_list()}
-    running, asked, stopped, k = set(asked_of), dict.fromkeys(evals, 0), {}, 0
-    while running:
-        more = round_sizes(asked, populations, round_index=k)
-        asked = {n: asked[n] + more[n] for n in evals}
-        k += 1
-        for label in running:
-            asked_of[label] = dict(asked)
-        keep = pl.DataFrame(
-            [
-                (label, t)
-                for label, a in asked_of.items()
-                for n, c in a.items()
-                for t in evals[n][:c]
-            ],
-            schema={"label": pl.String, "task_id": pl.String},
-            orient="row",
-        )
-        now = standings(
-            answers.join(keep, on=["label", "task_id"], how="semi"),
-            populations,
-            until,
-            order=evals,
-            positives=known,
-        )
-        for label in sorted(running):
-            if now[label].settled:
-                stopped[label] = (k, dict(asked), now[label])
-        running -= set(stopped)
-    return stopped
 
 
 def estimate(e) -> dict:

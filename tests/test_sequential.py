@@ -19,7 +19,6 @@ from dxi.scoring.sequential import (
     Until,
     capital,
     interval,
-    positives,
     round_sizes,
     schedule,
     standings,
@@ -474,58 +473,7 @@ def test_simulate_looks_equal_standings_over_the_asked_rows():
             .join(limits, on=["label", "eval"])
             .filter(pl.col("pos") < pl.col("limit"))
         )
-        known = positives(ans)
-        assert standings(asked, POPS, Until("separated", 1.0), order=order, positives=known) == look
-
-
-def test_positives_counts_each_task_once():
-    """WildGuardTest's gold "yes" share per question over its tasks: rows repeated over models
-    and epochs count once, a missing label is not a "yes", other evaluations are ignored."""
-    rows = [
-        ("wildguardtest", "w/0", "prompt_harmful", "yes"),
-        ("wildguardtest", "w/0", "prompt_harmful", "yes"),  # a second model or epoch
-        ("wildguardtest", "w/1", "prompt_harmful", "no"),
-        ("wildguardtest", "w/2", "prompt_harmful", "yes"),
-        ("wildguardtest", "w/3", "prompt_harmful", None),
-        ("wildguardtest", "w/0", "response_refusal", "no"),
-        ("wildguardtest", "w/1", "response_refusal", "yes"),
-        ("hle_multichoice", "h/0", "answer", "yes"),
-    ]
-    gold = pl.DataFrame(rows, schema=["eval", "task_id", "question_id", "gold"], orient="row")
-    assert positives(gold) == {"prompt_harmful": 0.5, "response_refusal": 0.5}
-    assert positives(gold.filter(pl.col("eval") != "wildguardtest")) == {}
-
-
-def test_known_gold_narrows_the_f1_denominators_and_still_covers():
-    """With WildGuardTest's gold shares known, each F1's denominator 2TP + E is (predicted
-    "yes") + (gold "yes") with the second part exact: on the whole set both ways give the exact
-    value; at a third of the set the known-gold interval is narrower for every question and
-    holds the whole-set value, in 30 seeded sets of 200 tasks."""
-    pops = {"wildguardtest": 200}
-    model = planner.Profile(
-        "m", {}, 0.0, {q: 0.7 for q in planner.POSITIVES}, {q: 0.85 for q in planner.POSITIVES}
-    )
-    rng = np.random.default_rng(12)
-    narrower = covered = 0
-    for _ in range(30):
-        ans = planner.synthetic([model], pops, rng)
-        order = planner.random_order(pops, rng, ans)
-        known = positives(ans)
-        plain = sequential._parts(ans, order)["m"]["wildguardtest"]
-        told = sequential._parts(ans, order, known)["m"]["wildguardtest"]
-        exact = {}
-        for q in planner.POSITIVES:
-            (tp, _), (err, _) = plain.comps[f"tp:{q}"], plain.comps[f"err:{q}"]
-            exact[q] = float(np.mean(2 * tp + err))
-            whole = sequential._box(told, "wildguardtest", 200, 200, 0.01)[f"den:{q}"]
-            assert whole == pytest.approx((exact[q], exact[q]), abs=1e-12)
-        a = sequential._box(plain, "wildguardtest", 67, 200, 0.01)
-        b = sequential._box(told, "wildguardtest", 67, 200, 0.01)
-        for q in planner.POSITIVES:
-            lo, hi = b[f"den:{q}"]
-            narrower += hi - lo < a[f"den:{q}"][1] - a[f"den:{q}"][0]
-            covered += lo <= exact[q] <= hi
-    assert narrower == 90 and covered >= 89  # each at α = 0.01: one miss in 90 is in keeping
+        assert standings(asked, POPS, Until("separated", 1.0), order=order) == look
 
 
 def test_separation_holds_every_pair_at_once(monkeypatch):
@@ -560,7 +508,7 @@ def test_separation_holds_every_pair_at_once(monkeypatch):
             m: s.index.point for m, s in standings(ans, POPS, Until("precision", 100.0)).items()
         }
         order = planner.random_order(POPS, rng, ans)
-        parts = sequential._parts(ans, order, positives(ans))
+        parts = sequential._parts(ans, order)
         share = float(rng.choice([0.2, 0.4, 0.6, 0.8]))
         heads = {
             m: {e: p.head(math.ceil(share * POPS[e])) for e, p in by.items()}
@@ -575,3 +523,95 @@ def test_separation_holds_every_pair_at_once(monkeypatch):
             for a, b, (lo, hi) in seen
         )
     assert held / 30 >= 0.95
+
+
+def test_the_index_sequence_on_one_accuracy_is_the_empirical_bernstein_interval_by_hand():
+    """One evaluation with one accuracy term: ``product_interval`` is the closed form of the
+    module docstring, ``[(A − Ψ − log(2/α))/B, (A + Ψ + log(2/α))/B]``, computed here one draw at
+    a time (no NumPy) with the bet tuned to ``TARGET`` of a prior variance of 1/4."""
+    rng = np.random.default_rng(21)
+    population, n, alpha = 200, 60, 0.05
+    c = (rng.random(n) < 0.4).astype(float)
+    term = sequential._Term(
+        "lin", 1.0, {False: c, True: c}, {False: np.ones(n)} | {True: np.ones(n)}, 1.0, (0.0, 1.0)
+    )
+    got = sequential.product_interval({"e": ([term], n, population)}, alpha, 0.0)
+    log_term = math.log(2 / alpha)
+    bet = math.sqrt(2 * log_term / (0.25 / population)) / math.sqrt(sequential.TARGET) / population
+    g = min(bet, sequential.CAP)
+    a = b = psi = s = 0.0
+    for i, x in enumerate(c.tolist()):
+        a += g * (x + s / (population - i))
+        b += g * population / (population - i)
+        psi += (-math.log(1 - g) - g) * (x - (0.5 + s) / (1 + i)) ** 2
+        s += x
+    assert got == pytest.approx(((a - psi - log_term) / b, (a + psi + log_term) / b), abs=1e-12)
+
+
+def _f1_terms(rng: np.random.Generator, n: int) -> list:
+    """An accuracy term and three F1 terms over ``n`` tasks (one stratum, for the steering)."""
+    c = (rng.random(n) < 0.45).astype(float)
+    terms = [
+        sequential._Term(
+            "lin", 0.25, {False: c, True: c}, {False: np.ones(n), True: np.ones(n)}, 1.0, (0.0, 1.0)
+        )
+    ]
+    for share in (0.42, 0.29, 0.16):  # gold "yes" shares of the three questions
+        gold = rng.random(n) < share
+        right = rng.random(n) < 0.8
+        tp = (gold & right).astype(float)
+        err = (~right).astype(float)
+        num, den = 2 * tp, 2 * tp + err
+        terms.append(
+            sequential._Term(
+                "f1", 0.25 / 3, {False: num, True: num}, {False: den, True: den}, 0.6, (0.0, 1.0)
+            )
+        )
+    return terms
+
+
+def test_steering_keeps_every_term_in_step_with_an_accuracy(monkeypatch):
+    """The ratio terms' coefficients are steered block by block: after 300 of 880 draws each
+    term's linear coefficient per unit of weight (``K_t/w_t``) is within 3% of the accuracy's
+    (1.6% here); with the plain references w/D̂ (no steering) one is 6.7% off. The
+    coefficients of a draw never depend on how many draws there are (``n``)."""
+    rng = np.random.default_rng(22)
+    terms = _f1_terms(rng, 880)
+    bet = 0.3
+
+    def spread() -> float:
+        _, k, *_ = sequential._sums(terms, 300, 880, False, bet)
+        per_weight = k / np.array([t.weight for t in terms])
+        return float(np.max(np.abs(per_weight[1:] / per_weight[0] - 1)))
+
+    assert spread() < 0.03
+    full = sequential._coefficients(terms, _dprime(terms, 880), 880, 880, False)
+    part = sequential._coefficients(terms, _dprime(terms, 300), 300, 880, False)
+    assert np.array_equal(full[:, :300], part)
+    monkeypatch.setattr(sequential, "STEER", (1.0, 1.0))
+    assert spread() > 0.05
+
+
+def _dprime(terms: list, n: int) -> np.ndarray:
+    den = np.stack([t.den[False][:n] for t in terms])
+    return den + (np.cumsum(den, 1) - den) / (880 - np.arange(n))
+
+
+def test_least_is_the_linear_programme_scipy_solves():
+    """``_least`` (min w·r over a box with k·r ≥ h, each k_t of w_t's sign) agrees with
+    ``scipy.optimize.linprog`` on 200 seeded instances, feasible ones and the box's corner."""
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(23)
+    for _ in range(200):
+        t = int(rng.integers(1, 9))
+        w = rng.uniform(0.05, 0.3, t) * rng.choice([-1, 1], t)
+        k = w * rng.uniform(100, 200) * rng.uniform(0.8, 1.2, t)
+        lo = rng.uniform(0, 0.5, t)
+        hi = lo + rng.uniform(0, 0.5, t)
+        corner = np.where(w > 0, lo, hi)
+        top = float(np.sum(np.maximum(k * lo, k * hi)))
+        h = float(rng.uniform(k @ corner - 5, top))
+        want = linprog(w, A_ub=-k[None], b_ub=[-h], bounds=list(zip(lo, hi, strict=True)))
+        assert want.status == 0
+        assert sequential._least(w, k, h, lo, hi) == pytest.approx(want.fun, abs=1e-9)

@@ -2,10 +2,12 @@
 
 The questions are asked in rounds down the order (``runner.adaptive.order``): before round ``k``
 every running model has been asked the first ``asked[e]`` tasks of each evaluation ``e``; round
-``k`` asks the next ``scoring.sequential.round_sizes(asked, populations, round_index=k)`` of each
-(every evaluation at the same fraction), one ``send`` per round over the running models
-(``runner.dispatch.send``: under each model's claim on the cache, synchronously or as one batch per
-model with ``--batch``) over the round's new tasks only. After the round the asked part is scored
+``k`` asks the next ``scoring.sequential.round_sizes(asked, populations, aim=...)`` of each
+(every evaluation at the same fraction: the next share of the schedule, or, under
+``precision=P``, short of it where ``scoring.sequential.aim`` predicts that a running model
+settles), one ``send`` per round over the running models (``runner.dispatch.send``: under each
+model's claim on the cache, synchronously or as one batch per model with ``--batch``) over the
+round's new tasks only. After the round the asked part is scored
 from the cache, by the pipeline ``dxi score`` uses (``scoring.answers``: failed and missing answers
 stay in, for the bounds), each model restricted to the tasks it was asked, and
 ``scoring.sequential.standings`` says which models are settled: those stop receiving requests. The
@@ -32,7 +34,7 @@ import polars as pl
 
 from dxi import scoring
 from dxi.scoring.adaptive import asked_part
-from dxi.scoring.sequential import positives, round_sizes, standings
+from dxi.scoring.sequential import aim, round_sizes, standings
 
 from ..dispatch import merged
 from ..outputs.adaptive import Journal, model_block, remember
@@ -113,7 +115,10 @@ class Rounds:
         for m in models:
             self.asked[m.label] = dict(asked)
         while running:
-            more = round_sizes(asked, populations, round_index=self.rounds)
+            aimed = aim(
+                (self.standings[m.label] for m in running if m.label in self.standings), self.until
+            )
+            more = round_sizes(asked, populations, aim=aimed)
             target = {
                 n: min(populations[n], asked[n] + max(0, more.get(n, 0))) for n in populations
             }
@@ -187,14 +192,8 @@ class Rounds:
         """Score what each model was asked (``answers_asked``) and return ``standings`` of every
         model."""
         assert self.order is not None
-        gold = self.plan.suite.gold_frames()[0]
-        ids = [t for ts in self.order.evals.values() for t in ts]
         return standings(
-            self.answers_asked(cache),
-            self.order.populations(),
-            self.until,
-            order=self.order.evals,
-            positives=positives(gold.filter(pl.col("task_id").is_in(ids))),
+            self.answers_asked(cache), self.order.populations(), self.until, order=self.order.evals
         )
 
     def answers_asked(self, cache: Cache) -> pl.DataFrame:
