@@ -231,13 +231,11 @@ def simulate(
 ) -> Simulated:
     """The adaptive loop of ``dxi run --until`` over whole sets of ``answers`` (every task): each
     round asks every running model ``sequential.round_sizes`` more tasks down ``order``, then
-    ``sequential.standings`` over what each model was asked settles some (a round under
-    ``precision=P`` stops where ``sequential.aim`` predicts the next model settles, as the run's
-    do); the loop ends when
-    every model is settled. ``trace``, when given, receives each look's standings. The answers
-    are split into per-task components once (``sequential._parts``); each look takes every
-    model's first asked tasks of them (``_Part.head``), what ``standings`` over the asked rows
-    computes."""
+    ``sequential.standings`` over what each model was asked settles some (a round stops where
+    ``sequential.aim`` predicts the next model settles, as the run's do); the loop ends when every
+    model is settled. ``trace``, when given, receives each look's standings. The answers are split
+    into per-task components once (``sequential._parts``); each look takes every model's first asked
+    tasks of them (``_Part.head``), what ``standings`` over the asked rows computes."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
     parts = sequential._parts(answers, order)
@@ -257,7 +255,7 @@ def simulate(
     running = set(labels)
     result: dict[str, Standing] = {}
     for k in range(max_rounds):
-        aimed = sequential.aim((result[m] for m in running if m in result), until)
+        aimed = sequential.aim(result[m] for m in running if m in result)
         for m in running:
             sizes = round_sizes(asked[m], populations, aim=aimed)
             asked[m] = {e: asked[m][e] + sizes[e] for e in populations}

@@ -204,7 +204,9 @@ class Standing:
     """One model after a round: the tasks ``asked`` per evaluation (answered or failed) out of its
     ``population``, the index and every metric (``"<evaluation>.<metric>"``) as ``Estimate``s,
     whether it is ``settled``, the ``rule`` that settled it ("precision=5", "separated=1",
-    "exhausted"; None while running) and a one-line ``reason``."""
+    "exhausted"; None while running), a one-line ``reason`` and, while it runs, ``settles_at``: the
+    share of the whole set (0-1) at which it is predicted to be settled (``_predicted``; None when
+    settled or not predictable yet), what ``aim`` reads."""
 
     model: str
     asked: dict[str, int]
@@ -214,6 +216,7 @@ class Standing:
     settled: bool
     rule: str | None
     reason: str
+    settles_at: float | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -965,6 +968,11 @@ def _standings(
         for m in labels
     }
     undecided: dict[str, list[str]] = {m: [] for m in labels}  # models not yet told from m
+    share = {  # the share of the whole set each model was asked
+        m: sum(len(p.tasks) for p in parts[m].values()) / max(1, sum(populations.values()))
+        for m in labels
+    }
+    settles_at: dict[str, float | None] = dict.fromkeys(labels)
     if until.rule == "separated":
         pairs = list(combinations(labels, 2))
         # α: PRODUCT_SHARE of it over the pairs' sequences (Bonferroni over the pairs), the rest
@@ -999,6 +1007,15 @@ def _standings(
                 continue
             undecided[a].append(b)
             undecided[b].append(a)
+            # decided once the half-width is below |centre| (ordered) or Δ − |centre| (within Δ)
+            at = 1.0
+            if iv is not None:
+                centre, half = abs(iv[0] + iv[1]) / 200, (iv[1] - iv[0]) / 200
+                at = _predicted(
+                    half, max(centre, until.points / 100 - centre), min(share[a], share[b])
+                )
+            for m in (a, b):
+                settles_at[m] = max(settles_at[m] or 0.0, at)
     for m in labels:
         index, metrics = figures[m]
         asked = {e: len(parts[m][e].tasks) if e in parts[m] else 0 for e in populations}
@@ -1014,6 +1031,8 @@ def _standings(
                 settled, rule = True, str(until)
                 reason = f"index ±{index.half_width:.2f} ≤ ±{until.points:g} points"
             else:
+                if len(known) == len(widths):
+                    settles_at[m] = _predicted(max(known), until.points, share[m])
                 reason = (
                     f"index ±{index.half_width:.2f} > ±{until.points:g} points"
                     if index.half_width is not None
@@ -1027,8 +1046,30 @@ def _standings(
                 reason = (
                     f"not yet told apart from {len(undecided[m])}: {', '.join(undecided[m][:3])}"
                 )
-        out[m] = Standing(m, asked, dict(populations), index, metrics, settled, rule, reason)
+        out[m] = Standing(
+            m,
+            asked,
+            dict(populations),
+            index,
+            metrics,
+            settled,
+            rule,
+            reason,
+            None if settled else settles_at[m],
+        )
     return out
+
+
+def _predicted(half: float, needed: float, share: float) -> float:
+    """The share of the whole set (0-1) at which a half-width ``half`` at ``share`` is predicted
+    to be at most ``needed`` (same units): the half-width of a sample drawn without replacement
+    shrinks as ``sqrt((1 − f)/f)`` (the sequence's a little faster, so the prediction errs late),
+    times ``AIM_MARGIN``; 1 when ``needed`` is not above 0 or nothing was asked."""
+    if needed <= 0 or not 0 < share < 1:
+        return 1.0
+    if half <= needed:
+        return share
+    return min(1.0, AIM_MARGIN / (1 + (needed / half) ** 2 * (1 - share) / share))
 
 
 def schedule(round_index: int, *, first: float = FIRST_ROUND, growth: float = GROWTH) -> float:
@@ -1043,32 +1084,15 @@ AIM_MARGIN = 1.02  # an aimed round asks this much more than the share predicted
 MIN_STEP = 0.01  # ... and at least this share of the set more than was asked
 
 
-def aim(standings: Iterable[Standing], until: Until) -> float | None:
-    """The share of the whole set (0-1) the next round should stop at so that no running model
-    under ``until = precision=P`` is asked past the share predicted to settle it: the least,
-    over the models not settled, of ``f' = 1/(1 + (P/h)²·(1 − f)/f)``·``AIM_MARGIN``, where
-    ``h`` is the widest half-width the rule needs (the index's; with ``:all`` every metric's too)
-    at the share ``f`` the model was asked (the half-width of a sample drawn without
-    replacement shrinks as ``sqrt((1 − f)/f)``; the sequence's shrinks a little faster, so the
-    prediction errs late). None under ``separated`` (a pair's settling depends on both models) or
-    when no model has a width yet: the rounds then follow the schedule alone (``round_sizes``)."""
-    if until.rule != "precision":
-        return None
-    best = None
-    for st in standings:
-        widths = [st.index.half_width]
-        if until.every_metric:
-            widths += [e.half_width for e in st.metrics.values()]
-        total = sum(st.population.values())
-        f = sum(st.asked.values()) / total if total else 1.0
-        if st.settled or None in widths or not 0 < f < 1:
-            continue
-        h = max(w for w in widths if w is not None)
-        if h <= 0:
-            continue
-        share = min(1.0, AIM_MARGIN / (1 + (until.points / h) ** 2 * (1 - f) / f))
-        best = share if best is None else min(best, share)
-    return best
+def aim(standings: Iterable[Standing]) -> float | None:
+    """The share of the whole set (0-1) the next round should stop at so that no running model is
+    asked past the share predicted to settle it: the least ``settles_at`` of the models not
+    settled (``_standings``: under ``precision=P`` from the widest half-width the rule needs,
+    under ``separated`` from the latest-decided of its pairs, each carried as
+    ``sqrt((1 − f)/f)``). None when no model has a prediction: the rounds then follow the
+    schedule alone (``round_sizes``)."""
+    ats = [st.settles_at for st in standings if not st.settled and st.settles_at is not None]
+    return min(ats) if ats else None
 
 
 def round_sizes(

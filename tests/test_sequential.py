@@ -615,3 +615,53 @@ def test_least_is_the_linear_programme_scipy_solves():
         want = linprog(w, A_ub=-k[None], b_ub=[-h], bounds=list(zip(lo, hi, strict=True)))
         assert want.status == 0
         assert sequential._least(w, k, h, lo, hi) == pytest.approx(want.fun, abs=1e-9)
+
+
+def test_an_aimed_round_stops_short_of_the_schedule_by_hand():
+    """``round_sizes(aim=)``, from a third of each set (165 of 500, 99 of 300): aimed at 36% it
+    asks ceil(0.36·N) − asked; an aim below 1% more than was asked asks 34%; an aim past the
+    schedule's next share (45.035%) asks the schedule's; ``_predicted`` by hand."""
+    pops, asked = {"a": 500, "b": 300}, {"a": 165, "b": 99}
+    assert round_sizes(asked, pops) == {"a": 226 - 165, "b": 136 - 99}  # schedule(5) = 0.45035
+    assert round_sizes(asked, pops, aim=0.36) == {"a": 180 - 165, "b": 108 - 99}
+    assert round_sizes(asked, pops, aim=0.30) == {"a": 170 - 165, "b": 102 - 99}
+    assert round_sizes(asked, pops, aim=0.5) == round_sizes(asked, pops)
+    # ±6 at 30% of the set, ±5 wanted: 1.02 / (1 + (5/6)² · 0.7/0.3)
+    assert sequential._predicted(6.0, 5.0, 0.3) == pytest.approx(1.02 / (1 + 25 / 36 * 7 / 3))
+    assert sequential._predicted(4.0, 5.0, 0.3) == 0.3  # already there
+    assert sequential._predicted(4.0, 0.0, 0.3) == 1.0  # never
+
+
+def test_aimed_rounds_never_ask_more_than_the_schedule(monkeypatch):
+    """Seeded: 8 runs of ``--until precision=10`` on small sets (``planner.simulate``, the run's
+    loop) stop each model at a share no larger than on the schedule alone, and smaller in some;
+    ``aim`` is the least ``settles_at`` of the running models."""
+    rng = np.random.default_rng(24)
+    model = planner.Profile(
+        "m",
+        {e: 0.4 for e in planner.CHOICE_EVALS},
+        0.2,
+        {q: 0.7 for q in planner.POSITIVES},
+        {q: 0.8 for q in planner.POSITIVES},
+    )
+    sets = []
+    for _ in range(8):
+        ans = planner.synthetic([model], POPS, rng)
+        sets.append((ans, planner.random_order(POPS, rng, ans)))
+
+    def asked(ans, order) -> int:
+        return sum(planner.simulate(ans, POPS, Until("precision", 10.0), order).asked["m"].values())
+
+    aimed = [asked(*s) for s in sets]
+    monkeypatch.setattr(sequential, "aim", lambda standings: None)
+    plain = [asked(*s) for s in sets]
+    assert all(a <= p for a, p in zip(aimed, plain, strict=True))
+    assert sum(aimed) < sum(plain)
+    running = sequential.Standing(
+        "x", {}, {}, sequential.Estimate(None, None, None), {}, False, None, "", 0.5
+    )
+    done = dataclasses.replace(running, settled=True, settles_at=0.2)
+    later = dataclasses.replace(running, settles_at=0.7)
+    monkeypatch.undo()
+    assert sequential.aim([running, done, later]) == 0.5
+    assert sequential.aim([done]) is None

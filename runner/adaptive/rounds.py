@@ -2,14 +2,13 @@
 
 The questions are asked in rounds down the order (``runner.adaptive.order``): before round ``k``
 every running model has been asked the first ``asked[e]`` tasks of each evaluation ``e``; round
-``k`` asks the next ``scoring.sequential.round_sizes(asked, populations, aim=...)`` of each
-(every evaluation at the same fraction: the next share of the schedule, or, under
-``precision=P``, short of it where ``scoring.sequential.aim`` predicts that a running model
-settles), one ``send`` per round over the running models (``runner.dispatch.send``: under each
-model's claim on the cache, synchronously or as one batch per model with ``--batch``) over the
-round's new tasks only. After the round the asked part is scored
-from the cache, by the pipeline ``dxi score`` uses (``scoring.answers``: failed and missing answers
-stay in, for the bounds), each model restricted to the tasks it was asked, and
+``k`` asks the next ``scoring.sequential.round_sizes(asked, populations, aim=...)`` of each (every
+evaluation at the same fraction: the next share of the schedule, or short of it where
+``scoring.sequential.aim`` predicts that a running model settles), one ``send`` per round over the
+running models (``runner.dispatch.send``: under each model's claim on the cache, synchronously or as
+one batch per model with ``--batch``) over the round's new tasks only. After the round the asked
+part is scored from the cache, by the pipeline ``dxi score`` uses (``scoring.answers``: failed and
+missing answers stay in, for the bounds), each model restricted to the tasks it was asked, and
 ``scoring.sequential.standings`` says which models are settled: those stop receiving requests. The
 run ends when every model is settled (a model asked the whole set is settled as ``exhausted``).
 
@@ -115,9 +114,7 @@ class Rounds:
         for m in models:
             self.asked[m.label] = dict(asked)
         while running:
-            aimed = aim(
-                (self.standings[m.label] for m in running if m.label in self.standings), self.until
-            )
+            aimed = aim(self.standings[m.label] for m in running if m.label in self.standings)
             more = round_sizes(asked, populations, aim=aimed)
             target = {
                 n: min(populations[n], asked[n] + max(0, more.get(n, 0))) for n in populations

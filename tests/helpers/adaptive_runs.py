@@ -131,9 +131,7 @@ def replay(data: Path, cache: Path, until: Until, order_file: Path, *, targets: 
     now: dict = {}
     while running:
         # under precision=P a round stops where the next running model is predicted to settle
-        more = round_sizes(
-            asked, populations, aim=aim((now[m] for m in running if m in now), until)
-        )
+        more = round_sizes(asked, populations, aim=aim(now[m] for m in running if m in now))
         asked = {n: asked[n] + more[n] for n in evals}
         if targets is not None:
             targets.append(dict(asked))
