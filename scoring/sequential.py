@@ -223,14 +223,17 @@ class Standing:
 # the confidence sequence of one bounded mean, sampled without replacement
 
 
-def capital(x: np.ndarray, target: np.ndarray, population: int, alpha: float) -> np.ndarray:
+def capital(
+    x: np.ndarray, target: np.ndarray, population: int, alpha: float, *, graded: bool = False
+) -> np.ndarray:
     """The betting test of "the whole-set mean of row r is ``target[r]``" (module docstring,
     "One mean"): for values ``x`` (R, t) in [0, 1] in the order they were drawn from a population
     of ``population``, the largest log-capital either one-sided bettor reached at any draw so far,
     per row (R,); ``inf`` where the draws contradict the target with certainty (the tasks not yet
-    drawn cannot make it). The target is rejected at level ``alpha`` (at every time at once) where
-    it is ≥ log(2/α). Raises ValueError when a value lies outside [0, 1] or there are more draws
-    than the population."""
+    drawn cannot make it; with ``graded``, ``1e12`` plus by how much the mean of the tasks not yet
+    drawn would leave [0, 1] instead, which orders the impossible targets by their distance). The
+    target is rejected at level ``alpha`` (at every time at once) where it is ≥ log(2/α). Raises
+    ValueError when a value lies outside [0, 1] or there are more draws than the population."""
     x = np.asarray(x, dtype=np.float64)
     rows, t = x.shape
     if t > population:
@@ -245,7 +248,8 @@ def capital(x: np.ndarray, target: np.ndarray, population: int, alpha: float) ->
     remaining = population - i + 1
     # under the target, the mean of the tasks not yet drawn
     m = (population * np.asarray(target, np.float64)[:, None] - s_prev) / remaining
-    impossible = ((m < -1e-9) | (m > 1 + 1e-9)).any(-1)
+    beyond = np.maximum(-m, m - 1).max(-1)  # > 0: the target is impossible
+    impossible = beyond > 1e-9
     m = np.clip(m, 1e-12, 1 - 1e-12)
     dev = x - (0.5 + s) / (i + 1)  # X_i − μ̂_i
     dev *= dev
@@ -258,7 +262,7 @@ def capital(x: np.ndarray, target: np.ndarray, population: int, alpha: float) ->
     up = np.cumsum(np.log1p(np.minimum(bet, BET_CAP / m) * gain), -1)
     down = np.cumsum(np.log1p(-np.minimum(bet, BET_CAP / (1 - m)) * gain), -1)
     best = np.maximum(up, down).max(-1)
-    best[impossible] = np.inf
+    best[impossible] = (1e12 + beyond[impossible]) if graded else np.inf
     return best
 
 
@@ -437,6 +441,7 @@ def _f1(tp: float, err: float, undefined: float) -> float:
 
 
 GRID = 25  # points of each stage of the search for an interval (two stages: ~1e-3 apart)
+ZOOMS = 12  # at most this many finer grids around the least rejected candidate (a narrow interval)
 
 
 def invert(
@@ -448,34 +453,42 @@ def invert(
     when ``v = v*`` (returned as ``(x, target)``), with the open answers at the value's lowest
     (``high`` False) or highest completion. The interval is every ``v`` that ``capital`` does not
     reject: one test, at the true ``v*``, has to hold, so no multiplicity over ``v`` is spent.
-    Found on a grid in two stages (``GRID`` points each, ~1e-3 apart at the end), rounded
-    outwards. ``exact``: the value's (lowest, highest) when every task is asked (returned as it
-    is)."""
+    Each end is found on a grid of ``GRID`` points over [0, 1]; when no point of it is accepted (an
+    interval narrower than the grid, as when nearly the whole set is asked), on finer grids
+    around the least rejected point (up to ``ZOOMS`` times); then in two finer stages around the
+    end (~1e-3 of the first grid's spacing apart), rounded outwards. ``exact``: the value's
+    (lowest, highest) when every task is asked (returned as it is)."""
     if exact is not None:
         return exact
-    grids = [np.linspace(0.0, 1.0, GRID)] * 2  # (lowest end, highest end)
-    ends = [0.0, 1.0]
     log_bar = math.log(2 / alpha)
-    for stage in range(2):
-        for side in (0, 1):
-            grid = grids[side]
-            x, target = make_x(grid, bool(side))
-            score = capital(x, target, population, alpha)
+
+    def scores(grid: np.ndarray, high: bool) -> np.ndarray:
+        x, target = make_x(grid, high)
+        return capital(x, target, population, alpha, graded=True)
+
+    ends = []
+    for side in (0, 1):
+        grid = np.linspace(0.0, 1.0, GRID)
+        score = scores(grid, bool(side))
+        for _ in range(ZOOMS):
+            if (score < log_bar).any():
+                break
+            k = int(np.argmin(score))
+            grid = np.linspace(grid[max(0, k - 1)], grid[min(GRID - 1, k + 1)], GRID)
+            score = scores(grid, bool(side))
+        accepted = score < log_bar
+        if not accepted.any():  # every candidate rejected (probability ≤ α): the closest
+            ends.append(float(grid[int(np.argmin(score))]))
+            continue
+        for stage in range(3):
+            k = int(np.flatnonzero(accepted)[-1 if side else 0])
+            outer = min(GRID - 1, k + 1) if side else max(0, k - 1)  # the first rejected, outwards
+            if stage == 2 or outer == k:
+                ends.append(float(grid[outer]))
+                break
+            grid = np.linspace(*sorted((grid[k], grid[outer])), GRID)
+            score = scores(grid, bool(side))
             accepted = score < log_bar
-            if not accepted.any():  # every candidate rejected (probability ≤ α): the closest
-                k = int(np.argmin(score))
-            else:
-                k = int(np.flatnonzero(accepted)[-1 if side else 0])
-            k = min(GRID - 1, k + 1) if side else max(0, k - 1)  # outwards
-            if stage == 0:
-                a, b = (
-                    (grid[max(0, k - 1)], grid[k])
-                    if side
-                    else (grid[k], grid[min(GRID - 1, k + 1)])
-                )
-                grids[side] = np.linspace(a, b, GRID)
-            else:
-                ends[side] = float(grid[k])
     return ends[0], max(ends[0], ends[1])
 
 

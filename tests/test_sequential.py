@@ -665,3 +665,22 @@ def test_aimed_rounds_never_ask_more_than_the_schedule(monkeypatch):
     monkeypatch.undo()
     assert sequential.aim([running, done, later]) == 0.5
     assert sequential.aim([done]) is None
+
+
+def test_the_interval_holds_when_nearly_the_whole_set_is_asked():
+    """A set of 513 with 202 ones, asked 480 to 512 of it: the interval holds the whole-set mean,
+    inside the bounds that hold with certainty and wider than a point, although it is then
+    narrower than the first grid of the search (found by zooming on the least impossible
+    candidate: ``capital(graded=True)`` orders the impossible ones by how far they are)."""
+    rng = np.random.default_rng(25)
+    x = rng.permutation(np.r_[np.ones(202), np.zeros(311)])
+    for t in (480, 500, 505, 507, 510, 512):
+        lo, hi = interval(x[:t], x[:t], 513, 0.004)
+        certain = (x[:t].sum() / 513, (x[:t].sum() + 513 - t) / 513)
+        assert certain[0] - 1e-12 <= lo <= 202 / 513 <= hi <= certain[1] + 1e-12
+        assert hi - lo > 0.001
+    graded = capital(
+        np.broadcast_to(x[:500], (3, 500)), np.array([0.0, 0.2, 202 / 513]), 513, 0.004, graded=True
+    )
+    assert graded[0] > graded[1] > 1e12 > graded[2]
+    assert np.isinf(capital(x[None, :500], np.array([0.2]), 513, 0.004))
