@@ -49,6 +49,18 @@ def reference_capital(x: list[float], n: int, target: float, alpha: float) -> fl
     return best
 
 
+def profile(label: str, accuracy: float, idk: float, sensitivity: float, specificity: float):
+    """A planner profile with one accuracy on every choice evaluation and one sensitivity and
+    specificity on every WildGuardTest question."""
+    return planner.Profile(
+        label,
+        dict.fromkeys(planner.CHOICE_EVALS, accuracy),
+        idk,
+        dict.fromkeys(planner.POSITIVES, sensitivity),
+        dict.fromkeys(planner.POSITIVES, specificity),
+    )
+
+
 def test_until_parse_accepts_the_documented_forms():
     assert Until.parse("precision=5") == Until("precision", 5.0, False)
     assert Until.parse("precision=2.5:all") == Until("precision", 2.5, True)
@@ -269,20 +281,8 @@ def test_separated_settles_far_apart_models_and_not_twins():
         "when2call": 300,
         "wildguardtest": 880,
     }
-    strong = planner.Profile(
-        "strong",
-        {e: 0.9 for e in planner.CHOICE_EVALS},
-        0.05,
-        {q: 0.95 for q in planner.POSITIVES},
-        {q: 0.95 for q in planner.POSITIVES},
-    )
-    weak = planner.Profile(
-        "weak",
-        {e: 0.1 for e in planner.CHOICE_EVALS},
-        0.1,
-        {q: 0.3 for q in planner.POSITIVES},
-        {q: 0.3 for q in planner.POSITIVES},
-    )
+    strong = profile("strong", 0.9, 0.05, 0.95, 0.95)
+    weak = profile("weak", 0.1, 0.1, 0.3, 0.3)
     twin = dataclasses.replace(weak, label="twin")
     ans = planner.synthetic([strong, weak, twin], pops, rng)
     order = planner.random_order(pops, rng, ans)
@@ -404,13 +404,7 @@ def test_index_coverage_at_a_random_look():
     covered = metrics_covered = 0
     for k in range(40):
         s = 0.2 + 0.6 * (k % 4) / 3
-        model = planner.Profile(
-            "m",
-            {e: s for e in planner.CHOICE_EVALS},
-            (1 - s) / 3,
-            {q: 0.5 + 0.4 * s for q in planner.POSITIVES},
-            {q: 0.5 + 0.4 * s for q in planner.POSITIVES},
-        )
+        model = profile("m", s, (1 - s) / 3, 0.5 + 0.4 * s, 0.5 + 0.4 * s)
         ans = planner.synthetic([model], POPS, rng)
         truth = standings(ans, POPS, Until("precision", 100.0))["m"]
         trace: list = []
@@ -446,13 +440,7 @@ def test_simulate_looks_equal_standings_over_the_asked_rows():
     """``planner.simulate`` slices one whole set's components per look (``_Part.head``): every
     look's standings equal ``standings`` over the rows each model was asked, exactly."""
     rng = np.random.default_rng(10)
-    a = planner.Profile(
-        "a",
-        {e: 0.6 for e in planner.CHOICE_EVALS},
-        0.1,
-        {q: 0.8 for q in planner.POSITIVES},
-        {q: 0.8 for q in planner.POSITIVES},
-    )
+    a = profile("a", 0.6, 0.1, 0.8, 0.8)
     b = dataclasses.replace(a, label="b", accuracy={e: 0.3 for e in planner.CHOICE_EVALS})
     ans = planner.synthetic([a, b], POPS, rng)
     order = planner.random_order(POPS, rng, ans)
@@ -494,14 +482,7 @@ def test_separation_holds_every_pair_at_once(monkeypatch):
     held = 0
     for _ in range(30):
         models = [
-            planner.Profile(
-                f"m{k}",
-                {e: 0.3 + 0.1 * k for e in planner.CHOICE_EVALS},
-                0.2,
-                {q: 0.6 + 0.05 * k for q in planner.POSITIVES},
-                {q: 0.7 + 0.05 * k for q in planner.POSITIVES},
-            )
-            for k in range(4)
+            profile(f"m{k}", 0.3 + 0.1 * k, 0.2, 0.6 + 0.05 * k, 0.7 + 0.05 * k) for k in range(4)
         ]
         ans = planner.synthetic(models, POPS, rng)
         truth = {
@@ -637,13 +618,7 @@ def test_aimed_rounds_never_ask_more_than_the_schedule(monkeypatch):
     loop) stop each model at a share no larger than on the schedule alone, and smaller in some;
     ``aim`` is the least ``settles_at`` of the running models."""
     rng = np.random.default_rng(24)
-    model = planner.Profile(
-        "m",
-        {e: 0.4 for e in planner.CHOICE_EVALS},
-        0.2,
-        {q: 0.7 for q in planner.POSITIVES},
-        {q: 0.8 for q in planner.POSITIVES},
-    )
+    model = profile("m", 0.4, 0.2, 0.7, 0.8)
     sets = []
     for _ in range(8):
         ans = planner.synthetic([model], POPS, rng)
