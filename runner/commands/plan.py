@@ -184,11 +184,44 @@ def main(args: argparse.Namespace, console: Console) -> int:
     doc["power"] = quantile
     if args.separate:
         doc["difference"] = args.difference
+    doc = rounded(doc)
     if args.json:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     _print(doc, console)
     return 0
+
+
+def rounded(doc: dict) -> dict:
+    """``scoring.planner.plan``'s ``doc`` with each model's figures rounded for print and JSON, each
+    key of one type: ``questions`` and ``requests`` to 0.1 (floats: means over the simulated
+    runs), tokens to whole tokens (ints), dollars to 6 decimals (floats, None without a price),
+    ``saving`` and ``exhausted_share`` (shares, 0-1) to 4 decimals; as ``dxi estimate --json``
+    rounds its tokens and dollars."""
+
+    def spent(d: dict) -> dict:
+        return d | {
+            "requests": round(float(d["requests"]), 1),
+            "input_tokens": round(d["input_tokens"]),
+            "output_tokens": round(d["output_tokens"]),
+            "cost_usd": None if d["cost_usd"] is None else round(float(d["cost_usd"]), 6),
+            "batch_cost_usd": (
+                None if d["batch_cost_usd"] is None else round(float(d["batch_cost_usd"]), 6)
+            ),
+        }
+
+    models = [
+        m
+        | {
+            "questions": {e: round(float(q), 1) for e, q in m["questions"].items()},
+            "adaptive": spent(m["adaptive"]),
+            "whole": spent(m["whole"]),
+            "saving": round(float(m["saving"]), 4),
+            "exhausted_share": round(float(m["exhausted_share"]), 4),
+        }
+        for m in doc["models"]
+    ]
+    return doc | {"models": models}
 
 
 def _usd(v: float | None) -> str:
