@@ -414,6 +414,18 @@ def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequenc
     ref, again = summary(tmp_path / "ref-out"), summary(tmp_path / "out")
     assert [m["adaptive"] for m in again["models"]] == [m["adaptive"] for m in ref["models"]]
     assert again["adaptive"] | {"order": ""} == ref["adaptive"] | {"order": ""}
+    # the rerun replayed rounds 1-3 deciding what the journal records: no line twice; the journal
+    # is the uninterrupted run's, line for line (but the time)
+    lines = [
+        {k: v for k, v in orjson.loads(line).items() if k != "at"}
+        for line in journal.read_bytes().splitlines()
+    ]
+    reference_journal = next((tmp_path / "ref" / ORDER_DIR).glob("decisions-*.jsonl"))
+    assert [line["round"] for line in lines] == list(range(1, ref["adaptive"]["rounds"] + 1))
+    assert lines == [
+        {k: v for k, v in orjson.loads(line).items() if k != "at"}
+        for line in reference_journal.read_bytes().splitlines()
+    ]
     # every request once, over the two runs
     assert stats["duplicates"] == 0 and stats["ok"] == reference
     stops = {m["model"]: m["adaptive"]["round"] for m in again["models"]}
