@@ -373,6 +373,30 @@ def test_plan_command_by_hand(tmp_path, capsys):
     assert type(m["whole"]["requests"]) is float and type(m["saving"]) is float
 
 
+def test_plan_tokens_of_the_embedded_model_say_their_source_and_agree_with_estimate_and_run(
+    tmp_path, capsys
+):
+    # an empty cache: the prompts' size, bytes / 4, as `dxi estimate` gives it (every task of
+    # --limit 3 is asked: ±0.01 points); after a run of it: the 0 tokens the run recorded
+    common = ["--model", "embedded", "--data-dir", "../shared/data", "--limit", "3"]
+    cache = ["--cache-dir", str(tmp_path / "c")]
+    plan_args = ["plan", *common, *cache, "--precision", "0.01", "--runs", "1", "--json"]
+    assert main(["estimate", *common, *cache, "--json"]) == 0
+    estimated = orjson.loads(capsys.readouterr().out)
+    assert main(plan_args) == 0
+    before = orjson.loads(capsys.readouterr().out)["models"][0]
+    assert before["tokens_basis"] == {"bytes / 4 (no usage in the cache yet)": 12}
+    assert before["adaptive"]["input_tokens"] == estimated["models"][0]["input_tokens"] > 0
+    assert main(["run", *common, *cache, "--out", str(tmp_path / "out"), "-q"]) == 0
+    capsys.readouterr()
+    recorded = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())["models"][0]
+    assert main(plan_args) == 0
+    after = orjson.loads(capsys.readouterr().out)["models"][0]
+    assert after["tokens_basis"] == {"this model's usage in the cache": 12}
+    assert (after["adaptive"]["input_tokens"], after["adaptive"]["output_tokens"]) == (0, 0)
+    assert (recorded["usage"]["input_tokens"], recorded["usage"]["output_tokens"]) == (0, 0)
+
+
 def test_plan_json_is_rounded_as_documented():
     spent = {
         "requests": 41.666666666666664,
