@@ -414,6 +414,18 @@ def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequenc
     ref, again = summary(tmp_path / "ref-out"), summary(tmp_path / "out")
     assert [m["adaptive"] for m in again["models"]] == [m["adaptive"] for m in ref["models"]]
     assert again["adaptive"] | {"order": ""} == ref["adaptive"] | {"order": ""}
+    # the rerun replayed rounds 1-3 deciding what the journal records: no line twice; the journal
+    # is the uninterrupted run's, line for line (but the time)
+    lines = [
+        {k: v for k, v in orjson.loads(line).items() if k != "at"}
+        for line in journal.read_bytes().splitlines()
+    ]
+    reference_journal = next((tmp_path / "ref" / ORDER_DIR).glob("decisions-*.jsonl"))
+    assert [line["round"] for line in lines] == list(range(1, ref["adaptive"]["rounds"] + 1))
+    assert lines == [
+        {k: v for k, v in orjson.loads(line).items() if k != "at"}
+        for line in reference_journal.read_bytes().splitlines()
+    ]
     # every request once, over the two runs
     assert stats["duplicates"] == 0 and stats["ok"] == reference
     stops = {m["model"]: m["adaptive"]["round"] for m in again["models"]}
@@ -502,6 +514,35 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
     ) >= 2
 
 
+def test_the_round_line_gives_the_share_of_the_tasks_actually_asked():
+    """On a small set each evaluation's share is rounded up to whole tasks: after the schedule's
+    4%, 9% and 15% of two evaluations of 50 tasks, 2, 5 and 8 tasks of each, 16 of 100 (the line
+    says 16%, with the count), and an aimed round's share is what it asked."""
+    from types import SimpleNamespace
+
+    from dxi.runner.adaptive.rounds import Rounds
+
+    populations = {"a": 50, "b": 50}
+    rounds = Rounds(plan=None)  # type: ignore[arg-type]
+    rounds.order = SimpleNamespace(populations=lambda: populations)  # type: ignore[assignment]
+    asked = dict.fromkeys(populations, 0)
+    for r in range(3):
+        more = round_sizes(asked, populations, round_index=r)
+        asked = {n: asked[n] + more[n] for n in asked}
+    rounds.asked = {"m1": asked, "m2": dict.fromkeys(populations, 2)}  # m2 stopped after round 1
+    rounds.rounds = 3
+    assert asked == {"a": 8, "b": 8}
+    assert rounds.round_line([], 1) == (
+        "round 3 (16% of the whole set asked: 16 of 100 tasks): none stopped; 1 running"
+    )
+    more = round_sizes(asked, populations, aim=0.2)  # aimed short of the schedule's 23%
+    rounds.asked["m1"] = {n: asked[n] + more[n] for n in asked}
+    rounds.rounds = 4
+    assert rounds.round_line([], 1) == (
+        "round 4 (20% of the whole set asked: 20 of 100 tasks): none stopped; 1 running"
+    )
+
+
 def test_with_batch_each_round_is_one_batch_per_model_with_the_same_decisions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ):
@@ -520,9 +561,13 @@ def test_with_batch_each_round_is_one_batch_per_model_with_the_same_decisions(
         assert main([*common, *batched, "--out", str(tmp_path / "batch-out"), "-q"]) == 0
         stats = server.stats()
     # one line after each round (after the time of day): who stopped, who runs on
-    assert lines[0] == "round 1 (4% of the whole set asked): none stopped; 2 running"
+    # (4% of 120 is 4.8: 5 tasks)
+    assert (
+        lines[0] == "round 1 (4% of the whole set asked: 5 of 120 tasks): none stopped; 2 running"
+    )
     assert lines[-1] == (
-        f"round {len(lines)} (100% of the whole set asked): openai:a asked the whole set "
+        f"round {len(lines)} (100% of the whole set asked: 120 of 120 tasks): openai:a asked the "
+        "whole set "
         "(index —); openai:b asked the whole set (index —); 0 running"
     )
     sync, batch = summary(tmp_path / "sync-out"), summary(tmp_path / "batch-out")

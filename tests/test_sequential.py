@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 
 from dxi.runner.cli import main
+from dxi.runner.commands import plan as plan_command
 from dxi.scoring import planner, sequential
 from dxi.scoring.sequential import (
     Until,
@@ -361,6 +362,75 @@ def test_plan_command_by_hand(tmp_path, capsys):
     assert a["cost_usd"] == pytest.approx((a["input_tokens"] * 2 + a["output_tokens"] * 8) / 1e6)
     assert a["batch_cost_usd"] == pytest.approx(a["cost_usd"] / 2)
     assert m["profile"].startswith("prior")
+    # rounded as documented, each key of one type: requests 0.1 (float), tokens whole (int)
+    assert {k: type(v).__name__ for k, v in a.items()} == {
+        "requests": "float",
+        "input_tokens": "int",
+        "output_tokens": "int",
+        "cost_usd": "float",
+        "batch_cost_usd": "float",
+    }
+    assert type(m["whole"]["requests"]) is float and type(m["saving"]) is float
+
+
+def test_plan_tokens_of_the_embedded_model_say_their_source_and_agree_with_estimate_and_run(
+    tmp_path, capsys
+):
+    # an empty cache: the prompts' size, bytes / 4, as `dxi estimate` gives it (every task of
+    # --limit 3 is asked: ±0.01 points); after a run of it: the 0 tokens the run recorded
+    common = ["--model", "embedded", "--data-dir", "../shared/data", "--limit", "3"]
+    cache = ["--cache-dir", str(tmp_path / "c")]
+    plan_args = ["plan", *common, *cache, "--precision", "0.01", "--runs", "1", "--json"]
+    assert main(["estimate", *common, *cache, "--json"]) == 0
+    estimated = orjson.loads(capsys.readouterr().out)
+    assert main(plan_args) == 0
+    before = orjson.loads(capsys.readouterr().out)["models"][0]
+    assert before["tokens_basis"] == {"bytes / 4 (no usage in the cache yet)": 12}
+    assert before["adaptive"]["input_tokens"] == estimated["models"][0]["input_tokens"] > 0
+    assert main(["run", *common, *cache, "--out", str(tmp_path / "out"), "-q"]) == 0
+    capsys.readouterr()
+    recorded = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())["models"][0]
+    assert main(plan_args) == 0
+    after = orjson.loads(capsys.readouterr().out)["models"][0]
+    assert after["tokens_basis"] == {"this model's usage in the cache": 12}
+    assert (after["adaptive"]["input_tokens"], after["adaptive"]["output_tokens"]) == (0, 0)
+    assert (recorded["usage"]["input_tokens"], recorded["usage"]["output_tokens"]) == (0, 0)
+
+
+def test_plan_json_is_rounded_as_documented():
+    spent = {
+        "requests": 41.666666666666664,
+        "input_tokens": 509913.4999,
+        "output_tokens": 1234.5000001,
+        "cost_usd": 0.41666666666666663,
+        "batch_cost_usd": None,
+    }
+    doc = {
+        "until": "precision=5",
+        "models": [
+            {
+                "model": "openai:m",
+                "questions": {"when2call": 13.333333333333334},
+                "adaptive": spent,
+                "whole": spent | {"requests": 300},
+                "saving": 0.8611111111111112,
+                "exhausted_share": 1 / 3,
+            }
+        ],
+    }
+    rounded = plan_command.rounded(doc)
+    m = rounded["models"][0]
+    assert m["questions"] == {"when2call": 13.3}
+    assert m["adaptive"] == {
+        "requests": 41.7,
+        "input_tokens": 509913,
+        "output_tokens": 1235,
+        "cost_usd": 0.416667,
+        "batch_cost_usd": None,
+    }
+    assert m["whole"]["requests"] == 300.0 and type(m["whole"]["requests"]) is float
+    assert (m["saving"], m["exhausted_share"]) == (0.8611, 0.3333)
+    assert rounded["until"] == "precision=5" and doc["models"][0]["saving"] == 0.8611111111111112
 
 
 @pytest.mark.parametrize(

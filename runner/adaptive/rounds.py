@@ -163,12 +163,16 @@ class Rounds:
         } | {label: _empty(m) for m in models if not parts[(label := m.label)]}
 
     def round_line(self, newly: Sequence[str], running: int) -> str:
-        """The line after a round: "round 3 (15% of the whole set asked): m00 stopped by
-        precision=5 (index 0.0 [0.0, 4.6]); 9 running" (the share: of every evaluation's tasks)."""
+        """The line after a round: "round 3 (16% of the whole set asked: 16 of 100 tasks): m00
+        stopped by precision=5 (index 0.0 [0.0, 4.6]); 9 running". The share and the count are of
+        the tasks a running model has actually been asked, over every evaluation (each evaluation's
+        share of the schedule, or the aimed share, rounded up to whole tasks: on a small set above
+        the schedule's share, after an aimed round below it)."""
         assert self.order is not None
         populations = self.order.populations()
         asked = max((sum(a.values()) for a in self.asked.values()), default=0)
-        share = 100 * asked / max(sum(populations.values()), 1)
+        total = sum(populations.values())
+        share = 100 * asked / max(total, 1)
         parts = []
         for label in newly:
             s = self.standings[label]
@@ -181,7 +185,8 @@ class Rounds:
             how = "asked the whole set" if s.rule == "exhausted" else f"stopped by {s.rule}"
             parts.append(f"{label} {how} (index {figure})")
         return (
-            f"round {self.rounds} ({share:.0f}% of the whole set asked): "
+            f"round {self.rounds} ({share:.0f}% of the whole set asked: {asked:,} of {total:,} "
+            "tasks): "
             f"{'; '.join(parts) or 'none stopped'}; {running} running"
         )
 

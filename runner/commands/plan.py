@@ -151,7 +151,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         answers = scoring.answers(cache.scan(), frame, gold, categories, plan.epochs)
         used = scoring.usage(cache.scan(), frame, gold, plan.epochs)
         dry = {e.model: e for e in estimate(plan.models, plan.suite, cache)}
-    profiles, usage = {}, {}
+    profiles, usage, bases = {}, {}, {}
     for m in plan.models:
         try:
             profiles[m.label] = planner.profile_of(answers, m.label)
@@ -166,6 +166,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
             tout = float(mine["output_tokens"].sum()) + float(new.get("output_tokens", 0))
             tokens[e] = (tin / n, tout / n) if n else (0.0, 0.0)
         usage[m.label] = planner.Usage(tokens, m.price, batch_price(m.price))
+        bases[m.label] = tokens_basis(used.filter(pl.col("label") == m.label), dry[m.label])
     if args.separate:
         chosen = [profiles[a], profiles[a].shifted(args.difference, b)]
     else:
@@ -181,14 +182,66 @@ def main(args: argparse.Namespace, console: Console) -> int:
         quantile=quantile,
         positives=positives,
     )
+    for entry in doc["models"]:
+        entry["tokens_basis"] = bases.get(entry["model"], {})
     doc["power"] = quantile
     if args.separate:
         doc["difference"] = args.difference
+    doc = rounded(doc)
     if args.json:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     _print(doc, console)
     return 0
+
+
+# a reply in the cache without token usage (the embedded model's adapter reports none; its run
+# recorded 0 tokens for it): left out of the mean per request (0 when nothing else is known)
+NO_USAGE = "cached replies without token usage (left out of the mean)"
+CACHED_USAGE = "this model's usage in the cache"
+
+
+def tokens_basis(used, dry) -> dict[str, int]:
+    """Where a model's tokens per request come from: basis -> requests. ``used``: its rows of
+    ``scoring.usage`` (``with_usage``: the cached replies with token usage; ``replies``: all);
+    ``dry``: its ``runner.planning.estimate.Estimate`` (``basis``: how the requests the cache does
+    not hold were estimated, as `dxi estimate` says it: "bytes / 4 (no usage in the cache yet)" is
+    the size of the prompts, not a bill)."""
+    with_usage, replies = int(used["with_usage"].sum()), int(used["replies"].sum())
+    basis = {CACHED_USAGE: with_usage, NO_USAGE: replies - with_usage} | dict(dry.basis)
+    return {k: n for k, n in basis.items() if n}
+
+
+def rounded(doc: dict) -> dict:
+    """``scoring.planner.plan``'s ``doc`` with each model's figures rounded for print and JSON, each
+    key of one type: ``questions`` and ``requests`` to 0.1 (floats: means over the simulated
+    runs), tokens to whole tokens (ints), dollars to 6 decimals (floats, None without a price),
+    ``saving`` and ``exhausted_share`` (shares, 0-1) to 4 decimals; as ``dxi estimate --json``
+    rounds its tokens and dollars."""
+
+    def spent(d: dict) -> dict:
+        return d | {
+            "requests": round(float(d["requests"]), 1),
+            "input_tokens": round(d["input_tokens"]),
+            "output_tokens": round(d["output_tokens"]),
+            "cost_usd": None if d["cost_usd"] is None else round(float(d["cost_usd"]), 6),
+            "batch_cost_usd": (
+                None if d["batch_cost_usd"] is None else round(float(d["batch_cost_usd"]), 6)
+            ),
+        }
+
+    models = [
+        m
+        | {
+            "questions": {e: round(float(q), 1) for e, q in m["questions"].items()},
+            "adaptive": spent(m["adaptive"]),
+            "whole": spent(m["whole"]),
+            "saving": round(float(m["saving"]), 4),
+            "exhausted_share": round(float(m["exhausted_share"]), 4),
+        }
+        for m in doc["models"]
+    ]
+    return doc | {"models": models}
 
 
 def _usd(v: float | None) -> str:
@@ -243,6 +296,9 @@ def _print(doc: dict, console: Console) -> None:
         console.print(
             escape(f"  {m['model']}: questions per evaluation: {per}; answers like: {m['profile']}")
         )
+        basis = "; ".join(f"{b} ({n:,} requests)" for b, n in m.get("tokens_basis", {}).items())
+        if basis:
+            console.print(escape(f"  {m['model']}: tokens from: {basis}"))
         if m.get("exhausted_share"):  # runs that asked everything without settling the model
             console.print(
                 escape(
@@ -253,6 +309,8 @@ def _print(doc: dict, console: Console) -> None:
     console.print(
         "Questions are the means over the simulated runs (a separation plan: the run at "
         "the power's quantile); requests = questions × epochs; tokens are the model's "
-        "mean per request (the cache's usage, else `dxi estimate`'s figures); a cost "
-        "is — without a price (--price MODEL=IN/OUT)."
+        "mean per request (the cache's usage, else `dxi estimate`'s figures, each model's source "
+        'above: "bytes / 4" is the size of its prompts, not usage a run records: the embedded '
+        "model's runs record 0 tokens, which the cache then gives); a cost is — without a price "
+        "(--price MODEL=IN/OUT)."
     )

@@ -8,9 +8,12 @@ the run's own block is ``Rounds.block``), and beside it in the cache folder (``r
 (``recorded``) and mark their figures as estimates of the whole set (``attach``), as the run did.
 
 The journal is ``<cache>/adaptive/decisions-<order digest>.jsonl``: the runs that ask the same
-sequence share it, each line naming its ``until``. A rerun replays the rounds from the cache and
-appends its own lines; the journal is a record for people and tools (``jq``), never read back to
-decide anything.
+sequence share it, each line naming its ``until``. A rerun replays the rounds from the cache: a
+replayed round that decides what the journal already records for that round and ``until`` (the
+same models settled, asked the same, with the same rule, reason and interval) appends nothing, so a
+kill and a rerun leave one line per round; one that decides otherwise (an answer that failed before
+came back) appends its line. The journal is a record for people and tools (``jq``), read back only
+for that comparison, never to decide anything.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,21 +73,35 @@ class Journal:
 
     path: Path
     until: str
+    # the decisions already on record (``_decision``), read when the journal is opened
+    recorded: set[bytes] = field(default_factory=set, compare=False)
 
     @classmethod
     def of(cls, order_path: Path, until: Until) -> Journal:
-        """The journal beside the order recorded at ``order_path`` (``Order.path``)."""
+        """The journal beside the order recorded at ``order_path`` (``Order.path``), with the
+        decisions its lines already record (a line that cannot be read, as a torn last line, is
+        passed over)."""
         name = order_path.name.replace("order-", "decisions-").replace(".json", ".jsonl")
-        return cls(order_path.with_name(name), str(until))
+        journal = cls(order_path.with_name(name), str(until))
+        try:
+            lines = journal.path.read_bytes().splitlines()
+        except FileNotFoundError:
+            lines = []
+        for raw in lines:
+            try:
+                journal.recorded.add(_decision(orjson.loads(raw)))
+            except (orjson.JSONDecodeError, TypeError, KeyError):
+                continue
+        return journal
 
     def append(
         self, round_: int, settled: Mapping[str, Standing], asked: Mapping[str, Mapping[str, int]]
     ) -> None:
         """One line for round ``round_`` (1-based): the models ``settled`` after it (label ->
         Standing) with what each was asked. A line is written even when none settled (the round is
-        then on record)."""
+        then on record), but not when the journal already records the same decision (a rerun
+        replaying the round from the cache: see the module docstring)."""
         line = {
-            "at": round(time.time(), 3),
             "until": self.until,
             "round": round_,
             "settled": {
@@ -97,13 +114,26 @@ class Journal:
                 for label, s in settled.items()
             },
         }
+        decision = _decision(line)
+        if decision in self.recorded:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, orjson.dumps(line) + b"\n")
+            os.write(fd, orjson.dumps({"at": round(time.time(), 3)} | line) + b"\n")
             os.fsync(fd)
         finally:
             os.close(fd)
+        self.recorded.add(decision)
+
+
+def _decision(line: dict) -> bytes:
+    """What a journal line decides, comparable across runs: its ``until``, ``round`` and
+    ``settled``, as canonical JSON (sorted keys; the time ``at`` left out). Raises KeyError for a
+    line without them."""
+    return orjson.dumps(
+        {k: line[k] for k in ("until", "round", "settled")}, option=orjson.OPT_SORT_KEYS
+    )
 
 
 # under <cache>/adaptive/: each adaptive run's end, for the commands that rescore
