@@ -469,9 +469,11 @@ class Remote:
         """Those of ``level``'s nodes (all of one level) whose folder exists on the remote, in
         ``level``'s order: one listing of the level's folders (at most 1,024 names), so that a shard
         lists only the nodes of its range that hold objects, not every node it meets (a three-shard
-        run's reader met 459 nodes and listed each of them, the ~6 that held objects included)."""
-        if not level:
-            return []
+        run's reader met 459 nodes and listed each of them, the ~6 that held objects included). Two
+        nodes or fewer (an upload's, a wide shard's coarse levels) are returned as they are: looking
+        their folders up would cost as many requests as listing them."""
+        if len(level) <= 2:
+            return level
         folder = f"parts/b{level[0].level:02d}"
         names = {i.base_name for i in self._entries(folder) if i.type == pafs.FileType.Directory}
         return [n for n in level if n.path.rpartition("/")[2] in names]
