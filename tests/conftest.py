@@ -95,10 +95,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``--fast``, deselect every test carrying one of ``FAST_EXCLUDES``' marks; otherwise run
-    those tests first (``heavy_first``)."""
+    """With ``--fast``, deselect every test carrying one of ``FAST_EXCLUDES``' marks."""
     if not config.getoption("fast"):
-        heavy_first(items)
         return
     keep, drop = [], []
     for item in items:
@@ -106,15 +104,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-
-
-def heavy_first(items: list[pytest.Item]) -> None:
-    """Put the tests marked with one of ``FAST_EXCLUDES`` (servers, processes, slow: 337 of 2,251,
-    most of the suite's time) before the others, each part in collection order. pytest-xdist hands
-    tests out in this order, so those handed out last are short and the workers finish close
-    together (in file order the browser's and the wheel's tests, 30-40 s each, came near the
-    end)."""
-    items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in FAST_EXCLUDES))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
