@@ -243,6 +243,9 @@ def test_a_shard_reads_only_the_index_of_its_part(tmp_path: Path, monkeypatch):
         whole = sum(m.bytes + m.keys_bytes for m in manifests.values())
         reader = Remote(s3.uri(), tmp_path / "r", part=(1, 4))
         assert reader.pull() == 4  # nodes 4..7 of level 4: shard 1's quarter of the key space
+        # layout 1's two folders, its one node at levels 0 and 2, the folders of levels 4 to 10,
+        # the 4 nodes of its range that hold objects (not all 342 it meets), 4 manifests, 4 indexes
+        assert reader.requests == 2 + 2 + 4 + 4 + 4 + 4
         assert sorted(
             p.name.split(".")[1] for p in (tmp_path / "r" / "remote" / "keys").glob("*.parquet")
         ) == [f"p04-00{i}" for i in range(4, 8)]
