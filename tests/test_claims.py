@@ -128,7 +128,9 @@ def test_two_runs_started_together_on_one_cache_send_each_request_once(tmp_path:
     requests."""
     data = data_dir(tmp_path / "data", TASKS, seed=5)
     cache = tmp_path / "cache"
-    with serve(model="twice", p_first=None, p_yes=None, record=False, latency="0.005") as server:
+    # 30 ms a reply, 4 in flight: the first run holds its claim for about 3 s, longer than the
+    # second takes to start (about 1 s), so they overlap however fast dxi starts
+    with serve(model="twice", p_first=None, p_yes=None, record=False, latency="0.03") as server:
         a = subprocess.Popen(
             dxi_run(server.url, data, cache, tmp_path / "a"),
             stdout=subprocess.PIPE,

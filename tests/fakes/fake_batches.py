@@ -213,6 +213,8 @@ class BatchServer:
                 "batch_lines",
                 "batch_answers",
                 "sdk_problems",
+                # every line fault's count, even when the dice gave none
+                *(f"batch_line_{f}" for f in ("transient", "rate_limited", "fatal", "malformed")),
             )
         }
         out.update(self.counts)
