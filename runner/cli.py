@@ -21,7 +21,7 @@ from types import ModuleType
 from dxi.lazy import LazyModule
 
 from . import streams
-from .commands import COMMANDS, EXIT_CODES, HELP, Formatter, make_console
+from .commands import COMMANDS, EXIT_CODES, HELP, Formatter, Version, make_console
 from .errors import EXIT_SOFTWARE, EXIT_USAGE, CommandError
 
 evals = LazyModule(
@@ -140,7 +140,7 @@ def parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
         "on the four evaluations, caches every reply, scores from the cache.",
         epilog="Run `dxi COMMAND --help` for a command's options.\n\n" + EXIT_CODES,
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    p.add_argument("--version", action=Version)
     sub = p.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser, title="commands"
     )
@@ -162,15 +162,6 @@ def _command(argv: list[str]) -> list[str]:
 def _module(command: str) -> ModuleType:
     """The module of ``command`` (``runner.commands``)."""
     return importlib.import_module(f"{__package__}.commands.{COMMANDS[command]}")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("decision-index")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ holds it to 0.15 s and tests/test_startup.py checks what it imports).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..errors import (
     EXIT_CACHE_WRITE,
@@ -143,3 +144,28 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
         ):
             text += " (default: %(default)s)"
         return text
+
+
+class Version(argparse.Action):
+    """``dxi --version``: prints ``dxi VERSION`` on standard output and exits 0, as argparse's own
+    action does, but looks the version up only when asked (importlib.metadata costs ~30 ms of
+    every start-up, ``dxi --help``'s included). "unknown (not installed)" outside a package."""
+
+    def __init__(self, option_strings: list[str], dest: str, **_: object) -> None:
+        super().__init__(
+            option_strings,
+            argparse.SUPPRESS,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="show the version and exit",
+        )
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("decision-index")
+        except PackageNotFoundError:
+            found = "unknown (not installed)"
+        parser._print_message(f"{parser.prog} {found}\n", sys.stdout)
+        parser.exit()
