@@ -17,6 +17,7 @@ from dxi.runner.streams import Guarded
 
 from .conftest import DXI
 from .fakes.fake_provider import serve
+from .helpers.runs import served_run
 from .helpers.synthetic import data_dir
 
 
@@ -52,20 +53,7 @@ def test_a_run_whose_reader_closes_the_pipe_mid_run_finishes_quietly_and_exits_0
     tasks = 64
     data = data_dir(tmp_path / "data", tasks)
     with serve(model="fake", p_first=None, p_yes=None, latency="0.3") as server:
-        cmd = [
-            DXI,
-            "run",
-            "--model",
-            f"systemone:fake@{server.url}",
-            "--data-dir",
-            str(data),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--out",
-            str(tmp_path / "out"),
-            "--max-in-flight",
-            "8",
-        ]
+        cmd = served_run(server.url, data, tmp_path)
         with (tmp_path / "stderr").open("wb") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
         try:

@@ -22,6 +22,7 @@ from dxi.cache import Cache
 
 from .conftest import DXI
 from .fakes.fake_provider import serve
+from .helpers.runs import served_run
 from .helpers.synthetic import data_dir
 
 pytestmark = pytest.mark.skipif(
@@ -139,25 +140,6 @@ def test_no_embedded_worker_nor_resource_tracker_outlives_dxi(tmp_path: Path, si
 
 
 # ---- the first Ctrl-C or SIGTERM drains: the requests in flight finish and are stored ------------
-def served_run(url: str, tmp_path: Path, tasks: int, *extra: str) -> list[str]:
-    data = data_dir(tmp_path / "data", tasks)
-    return [
-        DXI,
-        "run",
-        "--model",
-        f"systemone:fake@{url}",
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(tmp_path / "cache"),
-        "--out",
-        str(tmp_path / "out"),
-        "--max-in-flight",
-        "8",
-        *extra,
-    ]
-
-
 @pytest.mark.process
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
 def test_the_first_signal_lets_the_requests_in_flight_finish_and_stores_them(
@@ -168,7 +150,7 @@ def test_the_first_signal_lets_the_requests_in_flight_finish_and_stores_them(
     more is sent, and the rerun sends exactly the rest, none of them twice."""
     tasks = 60
     with serve(model="fake", p_first=None, p_yes=None, latency="1.5") as server:
-        cmd = served_run(server.url, tmp_path, tasks)
+        cmd = served_run(server.url, data_dir(tmp_path / "data", tasks), tmp_path)
         proc = started(cmd, tmp_path)
         try:
             at_signal = wait_for(
@@ -214,7 +196,10 @@ def test_a_second_signal_or_the_end_of_the_grace_period_stops_at_once(tmp_path: 
     them, saying how many were abandoned (the next run sends them)."""
     with serve(model="fake", p_first=None, p_yes=None, default="sleep:60") as server:
         grace = "1" if how == "grace" else "600"
-        proc = started(served_run(server.url, tmp_path, 30, "--grace", grace), tmp_path)
+        proc = started(
+            served_run(server.url, data_dir(tmp_path / "data", 30), tmp_path, "--grace", grace),
+            tmp_path,
+        )
         try:
             wait_for(lambda: server.stats()["arrivals"] >= 8, 60, "8 requests in flight")
             proc.send_signal(signal.SIGINT if how == "again" else signal.SIGTERM)

@@ -23,6 +23,8 @@ from dxi.runner import session
 from dxi.runner.planning import plan
 from dxi.runner.sending.scheduler import run
 
+from ..conftest import DXI
+
 MODEL = "embedded:sparrow-nano-general-v1.1"
 FAST = Limits(max_in_flight=4, attempt_timeout_s=5, max_attempts=4, backoff_s=0.01, max_wait_s=5)
 """Limits for a fake on 127.0.0.1: short timeouts and backoffs (seconds), 4 attempts."""
@@ -143,3 +145,24 @@ def fake_usage(cache_dir: Path, model: str | None = None) -> tuple[int, int]:
     if model is not None:
         rows = rows.filter(pl.col("model") == model)
     return int(rows["input_tokens"].sum()), int(rows["output_tokens"].sum())
+
+
+def served_run(url: str, data: Path, tmp: Path, *extra: str) -> list[str]:
+    """``dxi run`` of the System One fake ``fake`` served at ``url`` on ``data``, caching in
+    ``tmp/cache`` and writing ``tmp/out``, 8 in flight, with the flags ``extra``: the command
+    line (for a process of its own)."""
+    return [
+        DXI,
+        "run",
+        "--model",
+        f"systemone:fake@{url}",
+        "--data-dir",
+        str(data),
+        "--cache-dir",
+        str(tmp / "cache"),
+        "--out",
+        str(tmp / "out"),
+        "--max-in-flight",
+        "8",
+        *extra,
+    ]
