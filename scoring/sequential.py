@@ -60,8 +60,11 @@ inverting a test: "F1 ≥ r" is "the whole-set mean of 2(1 − r)·tp − r·e i
 per-task mean (rescaled to [0, 1]), so the interval is every r whose sequence holds its target
 (``invert``; one test, at the true r, has to hold: nothing is spent on the grid). Every
 such sequence of a model runs at α'/K (K sequences: Bonferroni), so its metrics hold at once
-(mean F1 is the mean of its three F1s' ends). With several epochs the ratios are those of the
-epoch-averaged counts (the scorer's are means of per-epoch ratios; equal for one epoch).
+(mean F1 is the mean of its three F1s' ends). **Epochs**: the scorer's figure is the mean over
+the epochs of each epoch's figure. An accuracy is linear, so its sequence runs on the tasks'
+epoch means; a ratio is not, so each epoch's ratio gets its own sequence (the metric's interval
+is the mean of its epochs') and enters the index as its own term at weight/E (``_parts`` keeps
+a ratio's components per epoch).
 
 **The index** gets one sequence across the four evaluations (a weighted sum of per-evaluation
 intervals would add their widths). Each term is a ratio R = N/D of whole-set per-task means (D = 1
@@ -299,11 +302,13 @@ def interval(
 class _Part:
     """One model's components on one evaluation, in asking order: name -> (low fill, high fill),
     each (tasks,) in [0, 1]; and the replies' counts per task (name -> (tasks,)) whose sums give
-    the point estimate."""
+    the point estimate. A component a ratio metric is made of is kept per epoch (``name@e``,
+    ``_parts``); ``epochs`` the model's epochs."""
 
     tasks: list[str]
     comps: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     counts: dict[str, np.ndarray] = field(default_factory=dict)
+    epochs: int = 1
 
     @property
     def sums(self) -> dict[str, float]:
@@ -316,6 +321,7 @@ class _Part:
             self.tasks[:n],
             {k: (lo[:n], hi[:n]) for k, (lo, hi) in self.comps.items()},
             {k: v[:n] for k, v in self.counts.items()},
+            self.epochs,
         )
 
 
@@ -326,9 +332,9 @@ COUNTS = ("n", "c", "h", "tp", "err")
 
 
 def _components(ans: pl.DataFrame) -> pl.DataFrame:
-    """Per (label, eval, task_id, question_id): the epoch means of each component with open
-    answers low (``*_lo``) and high (``*_hi``), and the replies' counts (``n``, ``c``, ``h``,
-    ``tp``, ``err``)."""
+    """Per answer (label, eval, task_id, question_id, sample): each component with the open
+    answer low (``*_lo``) and high (``*_hi``), and as a reply's count (``n`` 1 for a reply, ``c``,
+    ``h``, ``tp``, ``err``: 0 unless a reply)."""
     status = pl.col("status").cast(pl.String)
     replied = ~status.is_in(NOT_ANSWERS)
     opened = ~replied
@@ -347,6 +353,7 @@ def _components(ans: pl.DataFrame) -> pl.DataFrame:
             pl.col("eval").cast(pl.String),
             pl.col("task_id").cast(pl.String),
             pl.col("question_id").cast(pl.String),
+            pl.col("sample").cast(pl.Int64),
             right.cast(f).alias("c_lo"),
             (right | opened).cast(f).alias("c_hi"),
             hall.cast(f).alias("h_lo"),
@@ -357,14 +364,11 @@ def _components(ans: pl.DataFrame) -> pl.DataFrame:
             (err | opened).cast(f).alias("err_hi"),
             replied.cast(f).alias("n"),
         )
-        .group_by("label", "eval", "task_id", "question_id")
-        .agg(
-            pl.col(*FILLS).mean(),
-            (pl.col("c_lo") * pl.col("n")).sum().alias("c"),
-            (pl.col("h_lo") * pl.col("n")).sum().alias("h"),
-            (pl.col("tp_lo") * pl.col("n")).sum().alias("tp"),
-            (pl.col("err_lo") * pl.col("n")).sum().alias("err"),
-            pl.col("n").sum(),
+        .with_columns(
+            (pl.col("c_lo") * pl.col("n")).alias("c"),
+            (pl.col("h_lo") * pl.col("n")).alias("h"),
+            (pl.col("tp_lo") * pl.col("n")).alias("tp"),
+            (pl.col("err_lo") * pl.col("n")).alias("err"),
         )
         .collect()
     )
@@ -374,7 +378,13 @@ def _parts(
     ans: pl.DataFrame,
     order: Mapping[str, Sequence[str]] | None,
 ) -> dict[str, dict[str, _Part]]:
-    """label -> eval -> its ``_Part`` (tasks in ``order``; tasks not in it after, by id)."""
+    """label -> eval -> its ``_Part`` (tasks in ``order``; tasks not in it after, by id).
+
+    A task's accuracy component is its mean over the epochs (``c``: accuracy is linear, so the
+    mean of per-epoch accuracies is the accuracy of the epoch means). A ratio metric's are kept
+    per epoch e (``c@e``, ``h@e``, ``tp:q@e``, ``err:q@e``), as are the counts (``c@e``, ``n@e``,
+    ...): the scorer's figure is the mean of the per-epoch ratios (SPEC §4, epochs), which is not
+    the ratio of the epoch means."""
     table = _components(ans)
     out: dict[str, dict[str, _Part]] = {}
     for (label, name), g in table.group_by("label", "eval", maintain_order=False):
@@ -382,7 +392,8 @@ def _parts(
         tasks = sorted(set(g["task_id"].to_list()), key=lambda t: (rank.get(t, len(rank)), t))
         at = {t: k for k, t in enumerate(tasks)}
         pos = np.array([at[t] for t in g["task_id"].to_list()], np.int64)
-        part = _Part(tasks)
+        sample = g["sample"].to_numpy()
+        part = _Part(tasks, epochs=int(sample.max()) + 1 if len(sample) else 1)
 
         def put(
             name_: str,
@@ -391,10 +402,14 @@ def _parts(
             rows: np.ndarray,
             part: _Part = part,
             pos: np.ndarray = pos,
-        ) -> None:
-            a, b = np.zeros(len(part.tasks)), np.zeros(len(part.tasks))
-            a[pos[rows]], b[pos[rows]] = lo[rows], hi[rows]
-            part.comps[name_] = (a, b)
+        ) -> None:  # the mean over the rows of each task (its epochs)
+            size = len(part.tasks)
+            a, b, k = np.zeros(size), np.zeros(size), np.zeros(size)
+            np.add.at(a, pos[rows], lo[rows])
+            np.add.at(b, pos[rows], hi[rows])
+            np.add.at(k, pos[rows], 1.0)
+            k = np.maximum(k, 1.0)
+            part.comps[name_] = (a / k, b / k)
 
         def count(
             name_: str, values: np.ndarray, rows: np.ndarray, part: _Part = part, pos=pos
@@ -403,23 +418,26 @@ def _parts(
             np.add.at(a, pos[rows], values[rows])
             part.counts[name_] = a
 
-        every = np.ones(g.height, bool)
         col = {c: g[c].to_numpy() for c in (*FILLS, *COUNTS)}
-        if name == WILDGUARD:
-            qs = g["question_id"].to_numpy()
-            for q in WILDGUARD_F1:
-                rows = qs == q
-                put(f"tp:{q}", col["tp_lo"], col["tp_hi"], rows)
-                put(f"err:{q}", col["err_lo"], col["err_hi"], rows)
-                for c in ("tp", "err", "n"):
-                    count(f"{c}:{q}", col[c], rows)
-        else:
-            put("c", col["c_lo"], col["c_hi"], every)
-            count("c", col["c"], every)
-            count("n", col["n"], every)
+        qs = g["question_id"].to_numpy()
+        for e in range(part.epochs):
+            epoch = sample == e
+            if name == WILDGUARD:
+                for q in WILDGUARD_F1:
+                    rows = epoch & (qs == q)
+                    put(f"tp:{q}@{e}", col["tp_lo"], col["tp_hi"], rows)
+                    put(f"err:{q}@{e}", col["err_lo"], col["err_hi"], rows)
+                    for c in ("tp", "err", "n"):
+                        count(f"{c}:{q}@{e}", col[c], rows)
+                continue
+            for c in ("c", "n"):
+                count(f"{c}@{e}", col[c], epoch)
             if name == OMNISCIENCE:
-                put("h", col["h_lo"], col["h_hi"], every)
-                count("h", col["h"], every)
+                put(f"c@{e}", col["c_lo"], col["c_hi"], epoch)
+                put(f"h@{e}", col["h_lo"], col["h_hi"], epoch)
+                count(f"h@{e}", col["h"], epoch)
+        if name != WILDGUARD:
+            put("c", col["c_lo"], col["c_hi"], np.ones(g.height, bool))
         out.setdefault(label, {})[name] = part
     return out
 
@@ -492,13 +510,15 @@ def invert(
     return ends[0], max(ends[0], ends[1])
 
 
-def _nh_interval(part: _Part, n: int, population: int, alpha: float) -> tuple[float, float]:
-    """Non-hallucination NH = 1 − H/W (0-1; W = 1 − C the not-correct share): NH ≥ r exactly when
-    the whole-set mean of ``(1 − r)·w − h + r`` (in [0, 1], as h ≤ w) is at least r. Open
-    answers: a wrong pick (w = h = 1) at the lowest, "I don't know" (w = 1, h = 0) at the
-    highest."""
-    c_lo = part.comps["c"][0][:n]
-    h_lo, h_hi = part.comps["h"][0][:n], part.comps["h"][1][:n]
+def _nh_interval(
+    part: _Part, n: int, population: int, alpha: float, epoch: int = 0
+) -> tuple[float, float]:
+    """Non-hallucination NH = 1 − H/W (0-1; W = 1 − C the not-correct share) of one ``epoch``:
+    NH ≥ r exactly when the whole-set mean of ``(1 − r)·w − h + r`` (in [0, 1], as h ≤ w) is at
+    least r. Open answers: a wrong pick (w = h = 1) at the lowest, "I don't know" (w = 1,
+    h = 0) at the highest."""
+    c_lo = part.comps[f"c@{epoch}"][0][:n]
+    h_lo, h_hi = part.comps[f"h@{epoch}"][0][:n], part.comps[f"h@{epoch}"][1][:n]
     w = 1 - c_lo
 
     def make_x(r: np.ndarray, high: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -511,13 +531,15 @@ def _nh_interval(part: _Part, n: int, population: int, alpha: float) -> tuple[fl
     return invert(make_x, population, alpha, exact)
 
 
-def _f1_interval(part: _Part, q: str, n: int, population: int, alpha: float) -> tuple[float, float]:
-    """One F1 = 2TP/(2TP + E) (0-1): F1 ≥ r exactly when the whole-set mean of
+def _f1_interval(
+    part: _Part, q: str, n: int, population: int, alpha: float, epoch: int = 0
+) -> tuple[float, float]:
+    """One F1 = 2TP/(2TP + E) (0-1) of one ``epoch``: F1 ≥ r exactly when the whole-set mean of
     ``(2(1 − r)·tp − r·e + r)/(2 − r)`` (in [0, 1]) is at least r/(2 − r). Open answers: a
     false negative or a false positive at the lowest, a true positive or a true negative at
     the highest."""
-    tp_lo, tp_hi = part.comps[f"tp:{q}"][0][:n], part.comps[f"tp:{q}"][1][:n]
-    e_lo, e_hi = part.comps[f"err:{q}"][0][:n], part.comps[f"err:{q}"][1][:n]
+    tp_lo, tp_hi = part.comps[f"tp:{q}@{epoch}"][0][:n], part.comps[f"tp:{q}@{epoch}"][1][:n]
+    e_lo, e_hi = part.comps[f"err:{q}@{epoch}"][0][:n], part.comps[f"err:{q}@{epoch}"][1][:n]
 
     def make_x(r: np.ndarray, high: bool) -> tuple[np.ndarray, np.ndarray]:
         tp, e = (tp_hi, e_lo) if high else (tp_lo, e_hi)
@@ -531,49 +553,80 @@ def _f1_interval(part: _Part, q: str, n: int, population: int, alpha: float) -> 
     return invert(make_x, population, alpha, exact)
 
 
+def _mean_box(boxes: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The box of the mean of values each within its (low, high)."""
+    return (sum(b[0] for b in boxes) / len(boxes), sum(b[1] for b in boxes) / len(boxes))
+
+
 def _terms(
     part: _Part, name: str, n: int, population: int, alpha: float
 ) -> dict[str, tuple[float, float]]:
     """Each metric of evaluation ``name`` (0-1) as (low, high) from its first ``n`` tasks, each
-    primary metric (accuracy, non-hallucination, each F1) at ``alpha``, mean F1 the box of the
-    three F1s."""
+    primary sequence (accuracy; non-hallucination and each F1 in each epoch e, also given as
+    ``metric@e``) at ``alpha``; a ratio metric the box of the mean of its epochs' (the scorer's
+    figure is the mean of the per-epoch ratios), mean F1 the box of the three F1s."""
     out: dict[str, tuple[float, float]] = {}
+    epochs = range(part.epochs)
     if name == WILDGUARD:
         for q, metric in WILDGUARD_F1.items():
-            out[metric] = _f1_interval(part, q, n, population, alpha)
+            for e in epochs:
+                out[f"{metric}@{e}"] = _f1_interval(part, q, n, population, alpha, e)
+            out[metric] = _mean_box([out[f"{metric}@{e}"] for e in epochs])
         f1s = [out[m] for m in WILDGUARD_F1.values()]
         out["mean_f1"] = (float(np.mean([f[0] for f in f1s])), float(np.mean([f[1] for f in f1s])))
         return out
     out["accuracy"] = interval(part.comps["c"][0][:n], part.comps["c"][1][:n], population, alpha)
     if name == OMNISCIENCE:
-        out["non_hallucination_rate"] = _nh_interval(part, n, population, alpha)
+        for e in epochs:
+            out[f"non_hallucination_rate@{e}"] = _nh_interval(part, n, population, alpha, e)
+        out["non_hallucination_rate"] = _mean_box(
+            [out[f"non_hallucination_rate@{e}"] for e in epochs]
+        )
     return out
 
 
-def _primaries(name: str) -> int:
-    """How many metrics of evaluation ``name`` get their own sequence (mean F1 is from its F1s)."""
-    return len(WILDGUARD_F1) if name == WILDGUARD else 1 + (name == OMNISCIENCE)
+def _primaries(name: str, epochs: int = 1) -> int:
+    """How many sequences the metrics of evaluation ``name`` get over ``epochs`` epochs (a ratio
+    metric one per epoch; mean F1 is from its F1s)."""
+    return len(WILDGUARD_F1) * epochs if name == WILDGUARD else 1 + epochs * (name == OMNISCIENCE)
+
+
+def _epoch_mean(values: Sequence[float | None]) -> float | None:
+    """The mean of the defined ``values`` (None where none is): the scorer's mean over epochs,
+    which skips an epoch where the metric is undefined (``sums.epoch_mean``)."""
+    defined = [v for v in values if v is not None and not math.isnan(v)]
+    return float(np.mean(defined)) if defined else None
 
 
 def _points(part: _Part, name: str) -> dict[str, float | None]:
-    """Each metric (0-1) over the replies of the asked part (None without a reply)."""
+    """Each metric (0-1) over the replies of the asked part (None without a reply): per epoch,
+    then the mean over the epochs, as the scorer computes it."""
     s = part.sums
+    epochs = range(part.epochs)
     out: dict[str, float | None] = {}
     if name == WILDGUARD:
-        f1s = []
+        f1 = {}  # (question, epoch) -> F1, None where undefined
         for q, metric in WILDGUARD_F1.items():
-            n = s[f"n:{q}"]
-            value = _f1(s[f"tp:{q}"], s[f"err:{q}"], float("nan")) if n else float("nan")
-            out[metric] = None if math.isnan(value) else value
-            f1s.append(value)
-        defined = [f for f in f1s if not math.isnan(f)]
-        out["mean_f1"] = float(np.mean(defined)) if defined else None
+            for e in epochs:
+                value = float("nan")
+                if s[f"n:{q}@{e}"]:
+                    value = _f1(s[f"tp:{q}@{e}"], s[f"err:{q}@{e}"], float("nan"))
+                f1[q, e] = None if math.isnan(value) else value
+            out[metric] = _epoch_mean([f1[q, e] for e in epochs])
+        out["mean_f1"] = _epoch_mean(
+            [_epoch_mean([f1[q, e] for q in WILDGUARD_F1]) for e in epochs]
+        )
         return out
-    n = s["n"]
-    out["accuracy"] = s["c"] / n if n else None
+    accuracy, nh = [], []
+    for e in epochs:
+        n, c = s[f"n@{e}"], s[f"c@{e}"]
+        accuracy.append(c / n if n else None)
+        if name == OMNISCIENCE:
+            wrong = n - c
+            nh.append((1 - s[f"h@{e}"] / wrong if wrong else 1.0) if n else None)
+    out["accuracy"] = _epoch_mean(accuracy)
     if name == OMNISCIENCE:
-        wrong = n - s["c"]
-        out["non_hallucination_rate"] = (1 - s["h"] / wrong if wrong else 1.0) if n else None
+        out["non_hallucination_rate"] = _epoch_mean(nh)
     return out
 
 
@@ -613,12 +666,17 @@ class _Term:
     den: dict[bool, np.ndarray]
     prior_d: float
     ratio_box: tuple[float, float]
+    metric: str = ""  # the metric it is an epoch of (a ratio's terms: one per epoch)
 
 
 def _variance(terms: Sequence[_Term]) -> float:
-    """A prior variance of one evaluation's per-task index contribution (each term's
-    num − r·den taken at variance 1/4)."""
-    return float(sum((t.weight / t.prior_d) ** 2 * 0.25 for t in terms))
+    """A prior variance of one evaluation's per-task index contribution (each metric's
+    num − r·den taken at variance 1/4; a metric's epochs as one, fully correlated)."""
+    by_metric: dict[str, float] = {}
+    for k, t in enumerate(terms):
+        key = t.metric or str(k)
+        by_metric[key] = by_metric.get(key, 0.0) + t.weight / t.prior_d
+    return float(sum(v**2 * 0.25 for v in by_metric.values()))
 
 
 def _psi(lam: np.ndarray) -> np.ndarray:
@@ -697,12 +755,20 @@ def _sums(
     )
 
 
+CORNERS = 12  # ``_largest`` tries every corner of a box of at most this many dimensions
+
+
 def _largest(a: float, b: np.ndarray, c: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
     """The largest of the convex ``a + 2b·r + r·C·r`` over the box [lo, hi]: at one of its
-    corners (only the coordinates it depends on vary)."""
+    corners (only the coordinates it depends on vary). Past ``CORNERS`` of them (several
+    epochs' F1s in a pair), an upper bound instead: around the centre m with half-widths h,
+    ``Ψ(m) + 2|b + C·m|·h + h·|C|·h``."""
     moving = np.flatnonzero(np.abs(c).sum(1) + np.abs(b) > 0)
     if len(moving) == 0:
         return a
+    if len(moving) > CORNERS:
+        m, h = (lo + hi) / 2, (hi - lo) / 2
+        return float(a + 2 * b @ m + m @ c @ m + 2 * np.abs(b + c @ m) @ h + h @ np.abs(c) @ h)
     corners = np.array(list(product(*[(lo[k], hi[k]) for k in moving])))
     r = corners
     bb, cc = b[moving], c[np.ix_(moving, moving)]
@@ -769,9 +835,9 @@ def _box(
     return _terms(part, name, n, population, alpha)
 
 
-def _boxed(name: str) -> int:
+def _boxed(part: _Part, name: str) -> int:
     """How many sequences ``_box`` spends α on for evaluation ``name``."""
-    return _primaries(name)
+    return _primaries(name, part.epochs)
 
 
 def _index_terms(
@@ -787,21 +853,24 @@ def _index_terms(
 
     weights = {metric: w for (e, metric), w in WEIGHTS.items() if e == name}
     ones = np.ones(len(part.tasks))
+    epochs = range(part.epochs)
     terms = []
-    if name == WILDGUARD:
-        w = sign * weights["mean_f1"] / len(WILDGUARD_F1)
+    if name == WILDGUARD:  # mean F1: the mean of each F1's per-epoch values
+        w = sign * weights["mean_f1"] / len(WILDGUARD_F1) / part.epochs
         for q, metric in WILDGUARD_F1.items():
-            (tl, th), (el, eh) = part.comps[f"tp:{q}"], part.comps[f"err:{q}"]
-            terms.append(
-                _Term(
-                    "f1",
-                    w,
-                    by_sign(w, 2 * tl, 2 * th),
-                    by_sign(w, 2 * tl + eh, 2 * th + el),
-                    0.6,
-                    box[metric],
+            for e in epochs:
+                (tl, th), (el, eh) = part.comps[f"tp:{q}@{e}"], part.comps[f"err:{q}@{e}"]
+                terms.append(
+                    _Term(
+                        "f1",
+                        w,
+                        by_sign(w, 2 * tl, 2 * th),
+                        by_sign(w, 2 * tl + eh, 2 * th + el),
+                        0.6,
+                        box[f"{metric}@{e}"],
+                        metric,
+                    )
                 )
-            )
         return terms
     cl, ch = part.comps["c"]
     w = sign * weights["accuracy"]
@@ -815,20 +884,23 @@ def _index_terms(
             box["accuracy"],
         )
     )
-    if name == OMNISCIENCE:
-        w = -sign * weights["non_hallucination_rate"]  # −w·H/W
-        hl, hh = part.comps["h"]
-        nh = box["non_hallucination_rate"]
-        terms.append(
-            _Term(
-                "hall",
-                w,
-                by_sign(w, hl, hh),
-                {False: 1 - cl, True: 1 - cl},
-                0.6,
-                (1 - nh[1], 1 - nh[0]),
+    if name == OMNISCIENCE:  # −w·H/W, the mean of the per-epoch ratios
+        w = -sign * weights["non_hallucination_rate"] / part.epochs
+        for e in epochs:
+            hl, hh = part.comps[f"h@{e}"]
+            wrong = 1 - part.comps[f"c@{e}"][0]
+            nh = box[f"non_hallucination_rate@{e}"]
+            terms.append(
+                _Term(
+                    "hall",
+                    w,
+                    by_sign(w, hl, hh),
+                    {False: wrong, True: wrong},
+                    0.6,
+                    (1 - nh[1], 1 - nh[0]),
+                    "non_hallucination_rate",
+                )
             )
-        )
     return terms
 
 
@@ -844,7 +916,7 @@ def _model_figures(
     sequence at (1 − ``PRODUCT_SHARE``)·α/K, Bonferroni over the K sequences) and the index's own
     sequence at ``PRODUCT_SHARE``·α; the index's interval is the intersection of that sequence's
     and the box's weighted sum."""
-    k = sum(_boxed(name) for name in parts)
+    k = sum(_boxed(part, name) for name, part in parts.items())
     a = (1 - PRODUCT_SHARE) * alpha / max(k, 1)
     metrics: dict[str, Estimate] = {}
     index_ok = all(e in parts and e in populations for e, _ in WEIGHTS)
@@ -998,7 +1070,10 @@ def _standings(
                     e,
                     len(p.tasks),
                     populations[e],
-                    (1 - PRODUCT_SHARE) * alpha / len(labels) / sum(map(_boxed, parts[m])),
+                    (1 - PRODUCT_SHARE)
+                    * alpha
+                    / len(labels)
+                    / sum(_boxed(q, name) for name, q in parts[m].items()),
                 )
                 for e, p in parts[m].items()
             }
