@@ -506,7 +506,16 @@ def test_precision_all_waits_for_every_metric():
     assert widest > st.index.half_width
     between = (st.index.half_width + widest) / 2
     assert standings(half, POPS, Until("precision", between), order=order)["m"].settled
-    assert not standings(half, POPS, Until("precision", between, True), order=order)["m"].settled
+    every = standings(half, POPS, Until("precision", between, True), order=order)["m"]
+    assert not every.settled
+    # under :all the metrics' sequences get most of α (EVERY_METRIC_SHARE): each narrower, the
+    # index's own sequence wider
+    for key, est in every.metrics.items():
+        assert est.half_width <= st.metrics[key].half_width, key
+    assert sum(e.half_width for e in every.metrics.values()) < sum(
+        e.half_width for e in st.metrics.values()
+    )
+    assert every.index.half_width > st.index.half_width
 
 
 @pytest.mark.parametrize("epochs", [1, 2])
