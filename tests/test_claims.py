@@ -17,8 +17,9 @@ import pytest
 from dxi.cache import Cache
 from dxi.cache import claims as claims_mod
 
-from .conftest import DXI, without_requests
+from .conftest import without_requests
 from .fakes.fake_provider import serve
+from .helpers.runs import dxi_command
 from .helpers.synthetic import data_dir
 
 HOLD = """
@@ -103,22 +104,18 @@ TASKS = 400
 
 
 def dxi_run(url: str, data: Path, cache: Path, out: Path) -> list[str]:
-    return [
-        DXI,
-        "run",
-        "--model",
-        f"systemone:twice@{url}",
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(cache),
-        "--out",
-        str(out),
+    """``dxi run`` of the System One fake ``twice`` served at ``url``, 4 in flight, 10 s
+    attempts."""
+    return dxi_command(
+        data,
+        cache,
+        out,
         "--max-in-flight",
         "4",
         "--timeout",
         "10",
-    ]
+        models=[f"systemone:twice@{url}"],
+    )
 
 
 @pytest.mark.process
@@ -238,24 +235,18 @@ async def test_a_second_run_whose_start_up_is_slow_sends_nothing_the_first_store
     (tmp_path / "fast.py").write_text("print('tok-fast')\n")
 
     def argv(url: str, out: str, key: Path) -> list[str]:
-        return [
-            DXI,
-            "run",
-            "--model",
-            f"openai:gpt-fake@{url}/v1",
+        return dxi_command(
+            data,
+            cache,
+            tmp_path / out,
             "--option",
             f"api_key_command={sys.executable} {key}",
-            "--data-dir",
-            str(data),
-            "--cache-dir",
-            str(cache),
-            "--out",
-            str(tmp_path / out),
             "--max-in-flight",
             "8",
             "--timeout",
             "10",
-        ]
+            models=[f"openai:gpt-fake@{url}/v1"],
+        )
 
     async with FakeLLM() as server:
         slow = await asyncio.create_subprocess_exec(

@@ -23,6 +23,7 @@ from dxi.runner.sending.cost import CostBoundReached
 from .conftest import DXI
 from .fakes.fake_provider import FakeProvider
 from .helpers import events
+from .helpers.runs import dxi_command
 from .helpers.servers import free_port, redis_server, requires_redis
 from .helpers.synthetic import data_dir
 
@@ -473,24 +474,20 @@ async def _shard(
     coordinator = redis_port if isinstance(redis_port, str) else f"redis://127.0.0.1:{redis_port}/0"
     in_flight = [] if max_in_flight is None else ["--max-in-flight", str(max_in_flight)]
     return await asyncio.create_subprocess_exec(
-        DXI,
-        "run",
-        "--model",
-        f"systemone:fake@{url}",
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(tmp_path / f"cache{k}"),
-        "--out",
-        str(tmp_path / f"out{k}{tag}"),
-        "-q",
-        "--rpm",
-        str(rpm),
-        *in_flight,
-        "--shard",
-        f"{k}/{n}",
-        "--coordinator",
-        coordinator,
+        *dxi_command(
+            data,
+            tmp_path / f"cache{k}",
+            tmp_path / f"out{k}{tag}",
+            "-q",
+            "--rpm",
+            str(rpm),
+            *in_flight,
+            "--shard",
+            f"{k}/{n}",
+            "--coordinator",
+            coordinator,
+            models=[f"systemone:fake@{url}"],
+        ),
         env=env or {**os.environ, "DXI_RUN_ID": run},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,

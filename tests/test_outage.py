@@ -26,8 +26,8 @@ from dxi.runner.sending.limits import ProviderLimiter
 from dxi.runner.sending.outage import THRESHOLD, Outage
 from dxi.runner.sending.scheduler import run
 
-from .conftest import DXI
 from .fakes.fake_provider import serve
+from .helpers.runs import dxi_command
 from .helpers.servers import free_port
 from .helpers.synthetic import data_dir
 
@@ -110,25 +110,20 @@ def test_a_server_that_stays_away_is_stopped_after_the_runs_patience_and_the_oth
     tasks = 200
     data = data_dir(tmp_path / "data", tasks)
     port = free_port()
-    cmd = [
-        DXI,
-        "run",
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(tmp_path / "cache"),
-        "--out",
-        str(tmp_path / "out"),
-        "--max-in-flight",
-        "4",
-        "--backoff",
-        "0.05",
-        "--max-stated-wait",
-        "2",
-        "-q",
-    ]
     with _served(port, "fake-a") as a, _served(0, "fake-b") as b:
-        cmd += ["--model", f"systemone:fake-a@{a.url}", "--model", f"systemone:fake-b@{b.url}"]
+        cmd = dxi_command(
+            data,
+            tmp_path / "cache",
+            tmp_path / "out",
+            "--max-in-flight",
+            "4",
+            "--backoff",
+            "0.05",
+            "--max-stated-wait",
+            "2",
+            "-q",
+            models=[f"systemone:fake-a@{a.url}", f"systemone:fake-b@{b.url}"],
+        )
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             deadline = time.monotonic() + 60

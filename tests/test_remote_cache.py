@@ -33,6 +33,7 @@ from dxi.runner.planning.shard import Shard
 
 from .conftest import DXI, FIXTURES, without_requests
 from .fakes.fake_provider import serve
+from .helpers.runs import MODEL, dxi_command
 from .helpers.servers import CREDENTIALS, moto_s3
 from .helpers.synthetic import data_dir
 
@@ -42,20 +43,10 @@ TASKS = 240
 def dxi(
     command: str, url: str | None, data: Path, cache: Path, out: Path, *extra: str
 ) -> list[str]:
-    model = ["--model", f"systemone:fake@{url}"] if url else []
-    return [
-        DXI,
-        command,
-        *model,
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(cache),
-        "--out",
-        str(out),
-        "-q",
-        *extra,
-    ]
+    """``dxi <command> -q`` of the System One fake ``fake`` served at ``url`` (None: no model
+    named), with the flags ``extra``."""
+    models = [f"systemone:fake@{url}"] if url else []
+    return dxi_command(data, cache, out, "-q", *extra, models=models, command=command)
 
 
 def run_fake(url: str, data: Path, cache: Path, out: Path, **fields) -> int:
@@ -272,18 +263,9 @@ def test_a_remote_of_the_old_layout_is_scored_resumed_and_moved_into_the_partiti
     data = data_dir(
         tmp_path / "data", 40
     )  # the fixture's 40 tasks (tests/fixtures/make_remote_layout1.py)
-    embedded = ["--model", "embedded:sparrow-nano-general-v1.1", "--data-dir", str(data), "-q"]
     assert (
         subprocess.run(
-            [
-                DXI,
-                "run",
-                *embedded,
-                "--cache-dir",
-                str(tmp_path / "one"),
-                "--out",
-                str(tmp_path / "single"),
-            ]
+            dxi_command(data, tmp_path / "one", tmp_path / "single", "-q", models=[MODEL])
         ).returncode
         == 0
     )  # the reference: one process, no remote
@@ -300,18 +282,17 @@ def test_a_remote_of_the_old_layout_is_scored_resumed_and_moved_into_the_partiti
 
         def dxi_(command: str, where: str, *extra: str) -> subprocess.CompletedProcess:
             done = subprocess.run(
-                [
-                    DXI,
-                    command,
-                    *embedded,
-                    "--cache-dir",
-                    str(tmp_path / where),
-                    "--out",
-                    str(tmp_path / f"{where}-out"),
+                dxi_command(
+                    data,
+                    tmp_path / where,
+                    tmp_path / f"{where}-out",
+                    "-q",
                     "--cache-remote",
                     s3.uri(),
                     *extra,
-                ],
+                    models=[MODEL],
+                    command=command,
+                ),
                 env=env,
                 capture_output=True,
             )
@@ -842,21 +823,15 @@ def test_a_run_whose_uploads_fail_exits_5_and_the_next_run_uploads_them_sending_
     (remote / "parts" / "b00" / "000").write_text(
         "not a folder"
     )  # the store refuses every object of level 0
-    cmd = [
-        DXI,
-        "run",
-        "--model",
-        "embedded:sparrow-nano-general-v1.1",
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(tmp_path / "cache"),
-        "--out",
-        str(tmp_path / "out"),
+    cmd = dxi_command(
+        data,
+        tmp_path / "cache",
+        tmp_path / "out",
         "-q",
         "--cache-remote",
         f"file://{remote}",
-    ]
+        models=[MODEL],
+    )
     failed = subprocess.run(cmd, capture_output=True, text=True)
     assert failed.returncode == distributed.EXIT_UPLOAD == 5, failed.stderr
     assert "could not be uploaded" in failed.stderr and "the next run" in failed.stderr

@@ -21,27 +21,17 @@ from dxi.runner import session
 from dxi.runner.planning import plan
 from dxi.runner.sending.scheduler import run
 
-from .conftest import DXI, FIXTURES, without_requests
+from .conftest import FIXTURES, without_requests
 from .fakes.fake_provider import FakeProvider, serve
 from .helpers.clock import VirtualLimiter
+from .helpers.runs import dxi_command
 from .helpers.synthetic import data_dir
 
 
 def dxi_run(url: str, data: Path, cache: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        DXI,
-        "run",
-        "--model",
-        f"systemone:fake@{url}",
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(cache),
-        "--out",
-        str(out),
-        "-q",
-        *extra,
-    ]
+    """``dxi run -q`` of the System One fake ``fake`` served at ``url``, with the flags
+    ``extra``."""
+    return dxi_command(data, cache, out, "-q", *extra, models=[f"systemone:fake@{url}"])
 
 
 def run_fake(url: str, data: Path, cache: Path, out: Path, **fields) -> int:
@@ -295,17 +285,10 @@ def test_a_language_model_through_the_same_faults_ends_with_one_valid_row_per_ta
         "retry_after": "0.01",
     }
     with serve(model="fake-chat", record=False, seed=5, faults=faults, hang_s=10) as server:
-        cmd = [
-            DXI,
-            "run",
-            "--model",
-            f"openai:fake-chat@{server.url}/v1",
-            "--data-dir",
-            str(data),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--out",
-            str(tmp_path / "out"),
+        cmd = dxi_command(
+            data,
+            tmp_path / "cache",
+            tmp_path / "out",
             "-q",
             "--max-in-flight",
             "32",
@@ -315,7 +298,8 @@ def test_a_language_model_through_the_same_faults_ends_with_one_valid_row_per_ta
             "0.5",
             "--backoff",
             "0.05",
-        ]
+            models=[f"openai:fake-chat@{server.url}/v1"],
+        )
         assert subprocess.run(cmd, timeout=300).returncode == 0
         stats = server.stats()
     rows = Cache(tmp_path / "cache").scan().collect()

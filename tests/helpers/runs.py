@@ -2,10 +2,12 @@
 scheduler, ``runner.run``, against a fake) with the fast limits ``FAST`` / ``ONE``, and ``run_plan``
 (``dxi run``'s work, ``session.run``, with the embedded model ``MODEL`` unless told otherwise);
 ``fail_rows`` turns cached rows into failures, as a provider that stopped answering leaves them;
-``write_run_file`` writes a run file, ``fake_usage`` sums the tokens a fake reported."""
+``write_run_file`` writes a run file, ``fake_usage`` sums the tokens a fake reported;
+``dxi_command`` / ``served_run`` write out a ``dxi run`` command line for a process of its own."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -147,22 +149,41 @@ def fake_usage(cache_dir: Path, model: str | None = None) -> tuple[int, int]:
     return int(rows["input_tokens"].sum()), int(rows["output_tokens"].sum())
 
 
+def dxi_command(
+    data: Path,
+    cache: Path,
+    out: Path,
+    *extra: str,
+    models: Sequence[str] = (),
+    command: str = "run",
+) -> list[str]:
+    """The command line (for a process of its own) of ``dxi run`` (or ``command``: ``score``...)
+    of ``models`` (model strings, one ``--model`` each, in order; none: no ``--model``) on the data
+    dir ``data``, caching in ``cache`` and writing ``out``, then the flags ``extra`` as given."""
+    return [
+        DXI,
+        command,
+        *(flag for model in models for flag in ("--model", model)),
+        "--data-dir",
+        str(data),
+        "--cache-dir",
+        str(cache),
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
 def served_run(url: str, data: Path, tmp: Path, *extra: str) -> list[str]:
     """``dxi run`` of the System One fake ``fake`` served at ``url`` on ``data``, caching in
     ``tmp/cache`` and writing ``tmp/out``, 8 in flight, with the flags ``extra``: the command
     line (for a process of its own)."""
-    return [
-        DXI,
-        "run",
-        "--model",
-        f"systemone:fake@{url}",
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(tmp / "cache"),
-        "--out",
-        str(tmp / "out"),
+    return dxi_command(
+        data,
+        tmp / "cache",
+        tmp / "out",
         "--max-in-flight",
         "8",
         *extra,
-    ]
+        models=[f"systemone:fake@{url}"],
+    )
