@@ -675,10 +675,11 @@ class _Term:
 
 def _variance(terms: Sequence[_Term]) -> float:
     """A prior variance of one evaluation's per-task index contribution (each metric's
-    num − r·den taken at variance 1/4; a metric's epochs as one, fully correlated)."""
-    by_metric: dict[str, float] = {}
+    num − r·den taken at variance 1/4; a metric's epochs as one, fully correlated; the two
+    models of a pair apart, by their weights' signs)."""
+    by_metric: dict[tuple[str, bool], float] = {}
     for k, t in enumerate(terms):
-        key = t.metric or str(k)
+        key = (t.metric or str(k), t.weight > 0)
         by_metric[key] = by_metric.get(key, 0.0) + t.weight / t.prior_d
     return float(sum(v**2 * 0.25 for v in by_metric.values()))
 

@@ -839,3 +839,39 @@ def test_largest_bounds_the_corners_past_their_count():
         exact = float(np.max(1.0 + 2 * corners @ b + np.einsum("ct,tu,cu->c", corners, c, corners)))
         bound = sequential._largest(1.0, b, c, lo, hi)
         assert exact - 1e-9 <= bound <= exact + 0.1 * abs(exact)
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_the_bets_prior_variance_of_a_pair_is_its_two_models(epochs):
+    """The prior variance that tunes a pair's bet (``_variance``) is the sum of its two models':
+    a model's epochs of one metric are taken as one (fully correlated), the two models never
+    (their terms of a metric carry opposite signs and must not cancel)."""
+    rng = np.random.default_rng(34)
+    ans = planner.synthetic(
+        [profile("a", 0.5, 0.2, 0.7, 0.8), profile("b", 0.4, 0.2, 0.7, 0.8)],
+        POPS,
+        rng,
+        epochs=epochs,
+    )
+    parts = sequential._parts(ans, None)
+    for name, size in POPS.items():
+        terms = {
+            m: sequential._index_terms(
+                parts[m][name], name, sequential._box(parts[m][name], name, size, size, 0.01), sign
+            )
+            for m, sign in (("a", 1.0), ("b", -1.0))
+        }
+        one = sequential._variance(terms["a"])
+        assert one > 0
+        assert sequential._variance(terms["b"]) == pytest.approx(one)
+        assert sequential._variance(terms["a"] + terms["b"]) == pytest.approx(2 * one)
+        # a model's epochs add up to their metric's weight: the prior of one epoch, by hand
+        # (each metric's weight over its reference denominator, 1 for an accuracy, 0.6 for a
+        # ratio; mean F1's weight shared by its three F1s)
+        want = {
+            "aa_omniscience_decision": (0.125 / 1.0) ** 2 + (0.125 / 0.6) ** 2,
+            "hle_multichoice": 0.25**2,
+            "when2call": 0.25**2,
+            "wildguardtest": 3 * (0.25 / 3 / 0.6) ** 2,
+        }
+        assert one == pytest.approx(0.25 * want[name], rel=1e-12)
