@@ -1,6 +1,7 @@
 """Runs as the tests make them, through the library: ``run_model`` (one adapter through the
 scheduler, ``runner.run``, against a fake) with the fast limits ``FAST`` / ``ONE``, and ``run_plan``
-(``dxi run``'s work, ``session.run``, with the embedded model ``MODEL`` unless told otherwise);
+/ ``run_into`` (``dxi run``'s work, ``session.run``, with the embedded model ``MODEL`` unless told
+otherwise) and ``run_fake`` (the same of the System One fake);
 ``fail_rows`` turns cached rows into failures, as a provider that stopped answering leaves them;
 ``write_run_file`` writes a run file, ``fake_usage`` sums the tokens a fake reported;
 ``dxi_command`` / ``served_run`` write out a ``dxi run`` command line for a process of its own."""
@@ -79,11 +80,23 @@ def run_plan(data: Path, tmp: Path, out: str = "out", **fields) -> session.RunRe
     """``dxi run``'s work as a library call: ``session.run`` (no console) of
     ``plan.build(**fields)`` with the embedded model (unless ``models`` is given) on ``data``,
     caching in ``tmp/cache`` and writing to ``tmp/out``."""
+    return run_into(data, tmp / "cache", tmp / out, **fields)
+
+
+def run_into(data: Path, cache: Path, out: Path, **fields) -> session.RunResult:
+    """``run_plan`` caching in the folder ``cache`` and writing to the folder ``out``, both named
+    whole: ``session.run`` (no console; given those of ``fields`` in ``RUN_OPTIONS``) of
+    ``plan.build(**fields)`` (``models`` by default ``[MODEL]``) on ``data``."""
     options = {k: fields.pop(k) for k in RUN_OPTIONS & set(fields)}
     fields.setdefault("models", [MODEL])
-    return session.run(
-        plan.build(data_dir=data, cache_dir=tmp / "cache", out=tmp / out, **fields), **options
-    )
+    return session.run(plan.build(data_dir=data, cache_dir=cache, out=out, **fields), **options)
+
+
+def run_fake(url: str, data: Path, cache: Path, out: Path, **fields) -> int:
+    """``dxi run --model systemone:fake@URL -q``'s work in this process (``run_into``: the System
+    One fake ``fake`` served at ``url``, caching in ``cache``, writing ``out``, with the plan's
+    ``fields``): its exit code."""
+    return run_into(data, cache, out, models=[f"systemone:fake@{url}"], **fields).exit_code
 
 
 def fail_rows(cache_dir: Path, eval_name: str, n: int, kind: str = "transient") -> list[str]:
