@@ -41,11 +41,12 @@ from .helpers.adaptive_runs import (
     dxi_run,
     dxi_score,
     figures,
-    flags,
     overview,
     replay,
+    served,
     summary,
 )
+from .helpers.runs import dxi_args
 from .helpers.servers import free_port
 
 N = 100  # tasks of each evaluation: 400 in all, so each model asks between 16 and 400
@@ -385,16 +386,14 @@ def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequenc
             sys.executable,
             "-c",
             KILL_AFTER_ROUND,
-            "run",
-            *flags(server.url, THREE),
-            "--data-dir",
-            str(small),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--out",
-            str(tmp_path / "out"),
-            *args,
-            "-q",
+            *dxi_args(
+                small,
+                tmp_path / "cache",
+                tmp_path / "out",
+                *args,
+                "-q",
+                models=served(server.url, THREE),
+            ),
         ]
         killed = subprocess.run(cmd, env=env, capture_output=True, timeout=300)
         assert killed.returncode == code, killed.stderr.decode()[-2000:]

@@ -4,7 +4,8 @@ scheduler, ``runner.run``, against a fake) with the fast limits ``FAST`` / ``ONE
 otherwise) and ``run_fake`` (the same of the System One fake);
 ``fail_rows`` turns cached rows into failures, as a provider that stopped answering leaves them;
 ``write_run_file`` writes a run file, ``fake_usage`` sums the tokens a fake reported;
-``dxi_command`` / ``served_run`` write out a ``dxi run`` command line for a process of its own."""
+``dxi_command`` / ``served_run`` write out a ``dxi run`` command line for a process of its own,
+``dxi_args`` its arguments (for ``dxi.runner.cli.main`` in this process)."""
 
 from __future__ import annotations
 
@@ -162,29 +163,40 @@ def fake_usage(cache_dir: Path, model: str | None = None) -> tuple[int, int]:
     return int(rows["input_tokens"].sum()), int(rows["output_tokens"].sum())
 
 
-def dxi_command(
+def dxi_args(
     data: Path,
     cache: Path,
-    out: Path,
+    out: Path | None,
     *extra: str,
     models: Sequence[str] = (),
     command: str = "run",
 ) -> list[str]:
-    """The command line (for a process of its own) of ``dxi run`` (or ``command``: ``score``...)
-    of ``models`` (model strings, one ``--model`` each, in order; none: no ``--model``) on the data
-    dir ``data``, caching in ``cache`` and writing ``out``, then the flags ``extra`` as given."""
+    """The arguments (after ``dxi``) of ``dxi run`` (or ``command``: ``score``, ``estimate``...) of
+    ``models`` (model strings, one ``--model`` each, in order; none: no ``--model``) on the data dir
+    ``data``, caching in ``cache`` and writing ``out`` (None: no ``--out``, as ``dxi estimate``
+    takes none), then the flags ``extra`` as given: for ``dxi.runner.cli.main`` in this process."""
     return [
-        DXI,
         command,
         *(flag for model in models for flag in ("--model", model)),
         "--data-dir",
         str(data),
         "--cache-dir",
         str(cache),
-        "--out",
-        str(out),
+        *(() if out is None else ("--out", str(out))),
         *extra,
     ]
+
+
+def dxi_command(
+    data: Path,
+    cache: Path,
+    out: Path | None,
+    *extra: str,
+    models: Sequence[str] = (),
+    command: str = "run",
+) -> list[str]:
+    """``dxi_args`` as the command line of a process of its own: the ``dxi`` executable first."""
+    return [DXI, *dxi_args(data, cache, out, *extra, models=models, command=command)]
 
 
 def served_run(url: str, data: Path, tmp: Path, *extra: str) -> list[str]:
