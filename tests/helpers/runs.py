@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import orjson
 import polars as pl
@@ -187,16 +188,10 @@ def dxi_args(
     ]
 
 
-def dxi_command(
-    data: Path,
-    cache: Path,
-    out: Path | None,
-    *extra: str,
-    models: Sequence[str] = (),
-    command: str = "run",
-) -> list[str]:
-    """``dxi_args`` as the command line of a process of its own: the ``dxi`` executable first."""
-    return [DXI, *dxi_args(data, cache, out, *extra, models=models, command=command)]
+def dxi_command(*args: Any, **options: Any) -> list[str]:
+    """``dxi_args(*args, **options)`` (its parameters) as the command line of a process of its own:
+    the ``dxi`` executable first."""
+    return [DXI, *dxi_args(*args, **options)]
 
 
 def served_run(url: str, data: Path, tmp: Path, *extra: str) -> list[str]:
