@@ -143,15 +143,7 @@ def test_a_prefix_suite_streams_the_order_s_part_in_file_order(tmp_path: Path):
 
 def test_until_is_checked_when_parsed(tmp_path: Path, capsys: pytest.CaptureFixture):
     data = write_data(tmp_path / "data", 4)
-    base = [
-        "run",
-        "--model",
-        "embedded",
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(tmp_path / "c"),
-    ]
+    base = dxi_args(data, tmp_path / "c", None, models=["embedded"])
     assert main([*base, "--until", "precision=0"]) == 2
     err = capsys.readouterr().err
     assert "--until" in err and "precision=P" in err and "separated=Δ" in err

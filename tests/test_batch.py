@@ -32,7 +32,7 @@ from .helpers.batches import (
     same_answers,
     summary,
 )
-from .helpers.runs import dxi_args
+from .helpers.runs import dxi_args, dxi_command
 from .helpers.synthetic import data_dir as synthetic_data
 
 
@@ -642,15 +642,7 @@ def test_the_deadline_is_the_next_such_time_or_an_iso_time_and_bad_values_are_re
     for bad in ("25:00", "7am", "tomorrow"):
         with pytest.raises(ValueError, match="--deadline"):
             parse_deadline(bad, now)
-    base = [
-        "run",
-        "--model",
-        "openai:m@http://127.0.0.1:1/v1",
-        "--data-dir",
-        str(data_dir),
-        "--cache-dir",
-        str(tmp_path / "cache"),
-    ]
+    base = dxi_args(data_dir, tmp_path / "cache", None, models=["openai:m@http://127.0.0.1:1/v1"])
     assert main([*base, "--batch", "--deadline", "7am"]) == 2
     assert main([*base, "--deadline", "07:00"]) == 2  # a deadline is for batch mode
     assert main([*base, "--batch", "--poll", "0"]) == 2
@@ -672,24 +664,16 @@ def test_a_batch_whose_rows_are_all_in_the_cache_is_closed_without_the_network(
     import os
     import subprocess
 
-    from .conftest import DXI
-
     with serve(model=None, record=False) as server:
-        cmd = [
-            DXI,
-            "run",
+        cmd = dxi_command(
+            data_dir,
+            tmp_path / "cache",
+            tmp_path / "out",
             "--batch",
             *POLL,
-            "--model",
-            model("openai", server.url),
-            "--data-dir",
-            str(data_dir),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--out",
-            str(tmp_path / "out"),
             "-q",
-        ]
+            models=[model("openai", server.url)],
+        )
         assert (
             subprocess.run(
                 cmd, env=dict(os.environ, DXI_FAILPOINT="append:12"), timeout=300
