@@ -41,11 +41,12 @@ from .helpers.adaptive_runs import (
     dxi_run,
     dxi_score,
     figures,
-    flags,
     overview,
     replay,
+    served,
     summary,
 )
+from .helpers.runs import dxi_args
 from .helpers.servers import free_port
 
 N = 100  # tasks of each evaluation: 400 in all, so each model asks between 16 and 400
@@ -142,15 +143,7 @@ def test_a_prefix_suite_streams_the_order_s_part_in_file_order(tmp_path: Path):
 
 def test_until_is_checked_when_parsed(tmp_path: Path, capsys: pytest.CaptureFixture):
     data = write_data(tmp_path / "data", 4)
-    base = [
-        "run",
-        "--model",
-        "embedded",
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(tmp_path / "c"),
-    ]
+    base = dxi_args(data, tmp_path / "c", None, models=["embedded"])
     assert main([*base, "--until", "precision=0"]) == 2
     err = capsys.readouterr().err
     assert "--until" in err and "precision=P" in err and "separated=Δ" in err
@@ -385,16 +378,14 @@ def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequenc
             sys.executable,
             "-c",
             KILL_AFTER_ROUND,
-            "run",
-            *flags(server.url, THREE),
-            "--data-dir",
-            str(small),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--out",
-            str(tmp_path / "out"),
-            *args,
-            "-q",
+            *dxi_args(
+                small,
+                tmp_path / "cache",
+                tmp_path / "out",
+                *args,
+                "-q",
+                models=served(server.url, THREE),
+            ),
         ]
         killed = subprocess.run(cmd, env=env, capture_output=True, timeout=300)
         assert killed.returncode == code, killed.stderr.decode()[-2000:]

@@ -21,7 +21,18 @@ from dxi.runner.planning import plan
 from dxi.runner.planning.deadline import parse_deadline
 
 from .fakes.fake_provider import serve
-from .helpers.batches import POLL, iso_in, model, rows, run, run_plan, same_answers, summary
+from .helpers.batches import (
+    POLL,
+    command,
+    iso_in,
+    model,
+    rows,
+    run,
+    run_plan,
+    same_answers,
+    summary,
+)
+from .helpers.runs import dxi_args, dxi_command
 from .helpers.synthetic import data_dir as synthetic_data
 
 
@@ -361,21 +372,14 @@ def test_models_without_a_batch_api_stay_synchronous_and_the_run_says_so(
 ):
     with serve(model=None, record=False) as server:
         code = main(
-            [
-                "run",
+            dxi_args(
+                data_dir,
+                tmp_path / "cache",
+                tmp_path / "out",
                 "--batch",
                 *POLL,
-                "--model",
-                "embedded",
-                "--model",
-                model("openai", server.url),
-                "--data-dir",
-                str(data_dir),
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                "--out",
-                str(tmp_path / "out"),
-            ]
+                models=["embedded", model("openai", server.url)],
+            )
         )
         stats = server.stats()
     out = capsys.readouterr().out
@@ -445,29 +449,14 @@ def test_in_log_mode_a_models_last_progress_line_follows_its_last_collection(
     assert not [line for line in lines[:collected] if "openai:m: 12/12" in line]  # none before it
 
 
-def leave_a_batch_running(url: str, data: Path, cache: Path, out: Path) -> None:
-    """A ``dxi run --batch`` stopped as Ctrl-C stops it once its batch (of 12 requests) is
-    submitted."""
+def leave_a_batch_running(url: str, data: Path, tmp: Path) -> None:
+    """A ``dxi run --batch`` (not quiet) of the openai fake at ``url`` on ``data``, caching in
+    ``tmp/cache`` and writing ``tmp/out``, stopped as Ctrl-C stops it once its batch (of 12
+    requests) is submitted."""
     import signal
     import subprocess
 
-    from .conftest import DXI
-
-    cmd = [
-        DXI,
-        "run",
-        "--batch",
-        "--poll",
-        "0.05",
-        "--model",
-        model("openai", url),
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(cache),
-        "--out",
-        str(out),
-    ]
+    cmd = command("openai", url, data, tmp, quiet=False)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     for (
         line
@@ -494,7 +483,7 @@ def test_open_batches_are_listed_collected_and_cancelled_from_python(
     with pytest.raises(UsageError, match="holds no batches"):
         open_batches.cancel(cache, every=True)
     with serve(model=None, record=False, batch={"polls": 100000}) as server:
-        leave_a_batch_running(server.url, data_dir, cache, tmp_path / "out")
+        leave_a_batch_running(server.url, data_dir, tmp_path)
         (entry,) = open_batches.listed(cache)
         assert (entry.label, entry.requests, entry.phase) == ("openai:m", 12, "validating")
         (row,) = open_batches.rows([entry])
@@ -548,7 +537,7 @@ def test_answers_collected_from_an_earlier_runs_batch_are_counted_in_the_request
 
     cache = tmp_path / "cache"
     with serve(model=None, record=False, batch={"polls": 100000}) as server:
-        leave_a_batch_running(server.url, data_dir, cache, tmp_path / "out")
+        leave_a_batch_running(server.url, data_dir, tmp_path)
         assert open_batches.cancel(cache, every=True).complete
         assert run("openai", server.url, data_dir, tmp_path, batch=False) == 0
     (m,) = summary(tmp_path / "out")["models"]
@@ -567,7 +556,7 @@ def test_dxi_batches_lists_collects_and_cancels(
 ):
     cache = tmp_path / "cache"
     with serve(model=None, record=False, batch={"polls": 100000}) as server:
-        leave_a_batch_running(server.url, data_dir, cache, tmp_path / "out")
+        leave_a_batch_running(server.url, data_dir, tmp_path)
         capsys.readouterr()
         assert main(["batches", "list", "--cache-dir", str(cache), "--json"]) == 0
         (listed,) = orjson.loads(capsys.readouterr().out)
@@ -653,15 +642,7 @@ def test_the_deadline_is_the_next_such_time_or_an_iso_time_and_bad_values_are_re
     for bad in ("25:00", "7am", "tomorrow"):
         with pytest.raises(ValueError, match="--deadline"):
             parse_deadline(bad, now)
-    base = [
-        "run",
-        "--model",
-        "openai:m@http://127.0.0.1:1/v1",
-        "--data-dir",
-        str(data_dir),
-        "--cache-dir",
-        str(tmp_path / "cache"),
-    ]
+    base = dxi_args(data_dir, tmp_path / "cache", None, models=["openai:m@http://127.0.0.1:1/v1"])
     assert main([*base, "--batch", "--deadline", "7am"]) == 2
     assert main([*base, "--deadline", "07:00"]) == 2  # a deadline is for batch mode
     assert main([*base, "--batch", "--poll", "0"]) == 2
@@ -683,24 +664,16 @@ def test_a_batch_whose_rows_are_all_in_the_cache_is_closed_without_the_network(
     import os
     import subprocess
 
-    from .conftest import DXI
-
     with serve(model=None, record=False) as server:
-        cmd = [
-            DXI,
-            "run",
+        cmd = dxi_command(
+            data_dir,
+            tmp_path / "cache",
+            tmp_path / "out",
             "--batch",
             *POLL,
-            "--model",
-            model("openai", server.url),
-            "--data-dir",
-            str(data_dir),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--out",
-            str(tmp_path / "out"),
             "-q",
-        ]
+            models=[model("openai", server.url)],
+        )
         assert (
             subprocess.run(
                 cmd, env=dict(os.environ, DXI_FAILPOINT="append:12"), timeout=300

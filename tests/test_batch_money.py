@@ -21,25 +21,15 @@ from dxi.runner.cli import main
 
 from .fakes.fake_provider import serve
 from .helpers.batches import POLL, command, iso_in, model, rows, run, same_answers, summary
+from .helpers.runs import dxi_args
 
 
 def dxi_run(kind: str, url: str, data: Path, tmp: Path, *extra: str) -> list[str]:
     """``dxi run --batch --poll 0.02`` of ``kind:m`` at ``url`` (in this process, through
     ``main``)."""
-    return [
-        "run",
-        "--batch",
-        *POLL,
-        "--model",
-        model(kind, url),
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(tmp / "cache"),
-        "--out",
-        str(tmp / "out"),
-        *extra,
-    ]
+    return dxi_args(
+        data, tmp / "cache", tmp / "out", "--batch", *POLL, *extra, models=[model(kind, url)]
+    )
 
 
 def killed_at(failpoint: str, kind: str, url: str, data: Path, tmp: Path) -> None:

@@ -18,9 +18,10 @@ import pytest
 
 from dxi.cache import Cache
 
-from .conftest import DXI, without_requests
+from .conftest import without_requests
 from .fakes.fake_provider import serve
 from .helpers import events
+from .helpers.runs import dxi_command
 from .helpers.synthetic import data_dir
 
 pytestmark = pytest.mark.process
@@ -42,17 +43,13 @@ FAULTS = {
 
 
 def dxi_run(url: str, data: Path, cache: Path, out: Path) -> list[str]:
-    return [
-        DXI,
-        "run",
-        "--model",
-        f"systemone:chaos@{url}",
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(cache),
-        "--out",
-        str(out),
+    """``dxi run -q`` of the fault-injecting fake ``chaos`` served at ``url`` on ``data``, caching
+    in ``cache`` and writing ``out`` (``MAX_IN_FLIGHT`` in flight, 12 attempts, 0.5 s timeout, 0.05
+    s backoff): the command line."""
+    return dxi_command(
+        data,
+        cache,
+        out,
         "-q",
         "--max-in-flight",
         str(MAX_IN_FLIGHT),
@@ -62,7 +59,8 @@ def dxi_run(url: str, data: Path, cache: Path, out: Path) -> list[str]:
         "0.5",
         "--backoff",
         "0.05",
-    ]
+        models=[f"systemone:chaos@{url}"],
+    )
 
 
 def test_kill_9_five_times_then_resume(tmp_path: Path):

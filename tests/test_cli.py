@@ -20,7 +20,7 @@ from dxi.scoring import records
 from dxi.scoring.provisional import span
 
 from .conftest import REAL_DATA, requires_real_data, without_requests
-from .helpers.runs import MODEL, fail_rows, run_plan
+from .helpers.runs import MODEL, dxi_args, fail_rows, run_plan
 
 
 def dxi(*args: str) -> int:
@@ -46,29 +46,14 @@ def drop_rows(cache_dir: Path, n: int) -> list[str]:
 
 
 def run_args(data: Path, tmp: Path, out: str = "out") -> list[str]:
-    return [
-        "run",
-        "--model",
-        MODEL,
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(tmp / "cache"),
-        "--out",
-        str(tmp / out),
-    ]
+    """``dxi run``'s arguments: ``MODEL`` on ``data``, caching in ``tmp/cache``, writing
+    ``tmp/out``."""
+    return dxi_args(data, tmp / "cache", tmp / out, models=[MODEL])
 
 
 def score_args(data: Path, tmp: Path, out: str = "scored") -> list[str]:
-    return [
-        "score",
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(tmp / "cache"),
-        "--out",
-        str(tmp / out),
-    ]
+    """``dxi score``'s arguments: the cache ``tmp/cache`` over ``data``, writing ``tmp/out``."""
+    return dxi_args(data, tmp / "cache", tmp / out, command="score")
 
 
 def rescore_cache(data: Path, tmp: Path, out: str = "scored", **fields) -> rescore.Rescored:
@@ -392,17 +377,13 @@ def test_estimate_warns_that_run_will_need_a_missing_api_key(
 ):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-a-real-key")
-    args = [
-        "estimate",
-        "--model",
-        "openai:gpt-5-mini",
-        "--model",
-        "anthropic:claude-x",
-        "--data-dir",
-        str(data_dir),
-        "--cache-dir",
-        str(tmp_path / "cache"),
-    ]
+    args = dxi_args(
+        data_dir,
+        tmp_path / "cache",
+        None,
+        models=["openai:gpt-5-mini", "anthropic:claude-x"],
+        command="estimate",
+    )
     assert main([*args, "--json"]) == 0  # a dry run: it still counts and prices what it can
     doc = orjson.loads(capsys.readouterr().out)
     assert list(doc["problems"]) == ["openai:gpt-5-mini"]
@@ -418,17 +399,19 @@ def test_estimate_warns_that_run_will_need_a_missing_api_key(
 def test_estimate_warns_of_an_unknown_embedded_model_and_run_refuses_it(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ):
-    args = [
-        "--model",
-        "embedded:nope",
-        "--model",
-        "embedded",
-        "--data-dir",
-        str(data_dir),
-        "--cache-dir",
-        str(tmp_path / "cache"),
-    ]
-    assert main(["estimate", *args, "--json"]) == 0
+    assert (
+        main(
+            dxi_args(
+                data_dir,
+                tmp_path / "cache",
+                None,
+                "--json",
+                models=["embedded:nope", "embedded"],
+                command="estimate",
+            )
+        )
+        == 0
+    )
     problems = orjson.loads(capsys.readouterr().out)["problems"]
     assert problems == {
         "embedded:nope": "unknown embedded model 'nope'; available: sparrow-nano-general-v1.1, "
@@ -448,11 +431,11 @@ def test_a_truncated_shard_is_set_aside_by_every_command_that_reads_the_cache(
         (tmp_path / "cache").glob("shards/*.parquet")
     )  # one shard per run, in run order
     first.write_bytes(first.read_bytes()[:-100])  # cut off its footer, as a full disk would
-    where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
+    cache = tmp_path / "cache"
     if command == "estimate":
-        assert dxi("estimate", "--model", MODEL, *where, "--json") == 0
+        assert dxi(*dxi_args(data_dir, cache, None, "--json", models=[MODEL], command=command)) == 0
     else:
-        assert dxi(command, *where, "--out", str(tmp_path / command)) == 0
+        assert dxi(*dxi_args(data_dir, cache, tmp_path / command, command=command)) == 0
         models = summary(tmp_path / command)["models"]
         assert [m["model"] for m in models] == [other]  # the damaged shard's model has no rows left
         assert models[0]["requests"]["cache_hits"] == 12
@@ -555,17 +538,9 @@ def test_model_names_are_printed_as_given_never_as_emoji(
 ):
     assert (
         main(
-            [
-                "run",
-                "--model",
-                "openai:m@http://127.0.0.1:1/v1",
-                "--data-dir",
-                str(data_dir),
-                "--cache-dir",
-                str(tmp_path / "c"),
-                "--out",
-                str(tmp_path / "o"),
-            ]
+            dxi_args(
+                data_dir, tmp_path / "c", tmp_path / "o", models=["openai:m@http://127.0.0.1:1/v1"]
+            )
         )
         == 6
     )  # its server cannot be reached: stopped

@@ -26,14 +26,12 @@ from dxi.cache.index import prefixes
 from dxi.cache.partition import Node, nodes_meeting, shard_range
 from dxi.cache.remote import MAX_OBJECTS, Manifest, Remote, RemoteError, live, open_uri
 from dxi.cache.store import ROLL_ROWS
-from dxi.runner import session
 from dxi.runner.distributed import setup as distributed
-from dxi.runner.planning import plan
 from dxi.runner.planning.shard import Shard
 
 from .conftest import DXI, FIXTURES, without_requests
 from .fakes.fake_provider import serve
-from .helpers.runs import MODEL, dxi_command
+from .helpers.runs import MODEL, dxi_command, run_fake
 from .helpers.servers import CREDENTIALS, moto_s3
 from .helpers.synthetic import data_dir
 
@@ -47,16 +45,6 @@ def dxi(
     named), with the flags ``extra``."""
     models = [f"systemone:fake@{url}"] if url else []
     return dxi_command(data, cache, out, "-q", *extra, models=models, command=command)
-
-
-def run_fake(url: str, data: Path, cache: Path, out: Path, **fields) -> int:
-    """``dxi run --model systemone:fake@URL -q``'s work in this process (``session.run``): its exit
-    code."""
-    return session.run(
-        plan.build(
-            models=[f"systemone:fake@{url}"], data_dir=data, cache_dir=cache, out=out, **fields
-        )
-    ).exit_code
 
 
 def summary(out: Path) -> dict:

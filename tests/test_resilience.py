@@ -17,14 +17,12 @@ from dxi import adapters
 from dxi.adapters import Limits
 from dxi.cache import Cache
 from dxi.evals import DatasetError, Suite, discover
-from dxi.runner import session
-from dxi.runner.planning import plan
 from dxi.runner.sending.scheduler import run
 
 from .conftest import FIXTURES, without_requests
 from .fakes.fake_provider import FakeProvider, serve
 from .helpers.clock import VirtualLimiter
-from .helpers.runs import dxi_command
+from .helpers.runs import dxi_command, run_fake
 from .helpers.synthetic import data_dir
 
 
@@ -32,15 +30,6 @@ def dxi_run(url: str, data: Path, cache: Path, out: Path, *extra: str) -> list[s
     """``dxi run -q`` of the System One fake ``fake`` served at ``url``, with the flags
     ``extra``."""
     return dxi_command(data, cache, out, "-q", *extra, models=[f"systemone:fake@{url}"])
-
-
-def run_fake(url: str, data: Path, cache: Path, out: Path, **fields) -> int:
-    """``dxi_run``'s work in this process (``session.run``): its exit code."""
-    return session.run(
-        plan.build(
-            models=[f"systemone:fake@{url}"], data_dir=data, cache_dir=cache, out=out, **fields
-        )
-    ).exit_code
 
 
 def summary(out: Path) -> dict:

@@ -19,33 +19,23 @@ from dxi.runner.cli import main
 from dxi.scoring.sequential import Until, aim, round_sizes, standings
 
 from .adaptive_models import MODELS
+from .runs import dxi_args
 
 ROUTE = {"/v1/systemone": "tests.helpers.adaptive_models:knowing"}
 
 
-def flags(url: str, models=MODELS) -> list[str]:
-    """``--model systemone:NAME@URL`` for each of ``models`` (served at ``url``)."""
-    return [a for m in models for a in ("--model", f"systemone:{m}@{url}")]
+def served(url: str, models=MODELS) -> list[str]:
+    """The model strings ``systemone:NAME@URL`` of ``models`` (served at ``url``)."""
+    return [f"systemone:{m}@{url}" for m in models]
 
 
 def dxi_run(url: str, data: Path, cache: Path, out: Path, *extra: str, models=MODELS) -> int:
     """``dxi run`` of ``models`` on ``data`` into ``cache`` and ``out`` (32 in flight, quiet),
     with the flags ``extra``; its exit code."""
     return main(
-        [
-            "run",
-            *flags(url, models),
-            "--data-dir",
-            str(data),
-            "--cache-dir",
-            str(cache),
-            "--out",
-            str(out),
-            "--max-in-flight",
-            "32",
-            *extra,
-            "-q",
-        ]
+        dxi_args(
+            data, cache, out, "--max-in-flight", "32", *extra, "-q", models=served(url, models)
+        )
     )
 
 
@@ -53,18 +43,7 @@ def dxi_score(url: str, data: Path, cache: Path, out: Path, models=MODELS, *extr
     """``dxi score`` of ``models`` over ``cache`` (the cache alone: the server is only named, as
     the run named it), with the flags ``extra``."""
     return main(
-        [
-            "score",
-            *flags(url, models),
-            "--data-dir",
-            str(data),
-            "--cache-dir",
-            str(cache),
-            "--out",
-            str(out),
-            *extra,
-            "-q",
-        ]
+        dxi_args(data, cache, out, *extra, "-q", models=served(url, models), command="score")
     )
 
 

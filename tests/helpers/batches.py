@@ -16,7 +16,8 @@ from dxi.runner.batch.options import BatchOptions
 from dxi.runner.planning import plan
 from dxi.runner.planning.deadline import parse_deadline
 
-from ..conftest import DXI, without_requests
+from ..conftest import without_requests
+from .runs import dxi_command
 
 URLS = {"openai": "{}/v1", "anthropic": "{}", "gemini": "{}"}
 """The base URL of each batch provider kind at a fake's URL."""
@@ -33,23 +34,17 @@ def command(
 ) -> list[str]:
     """``dxi run --batch --poll 0.05`` of ``model(kind, url)`` on ``data``, caching in ``tmp/cache``
     and writing to ``tmp/out`` (``-q`` unless ``quiet`` is False), then ``extra``."""
-    return [
-        DXI,
-        "run",
+    return dxi_command(
+        data,
+        tmp / "cache",
+        tmp / "out",
         "--batch",
         "--poll",
         "0.05",
-        "--model",
-        model(kind, url),
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(tmp / "cache"),
-        "--out",
-        str(tmp / "out"),
         *(["-q"] if quiet else []),
         *extra,
-    ]
+        models=[model(kind, url)],
+    )
 
 
 def run_plan(

@@ -1,15 +1,18 @@
 """Runs as the tests make them, through the library: ``run_model`` (one adapter through the
 scheduler, ``runner.run``, against a fake) with the fast limits ``FAST`` / ``ONE``, and ``run_plan``
-(``dxi run``'s work, ``session.run``, with the embedded model ``MODEL`` unless told otherwise);
+/ ``run_into`` (``dxi run``'s work, ``session.run``, with the embedded model ``MODEL`` unless told
+otherwise) and ``run_fake`` (the same of the System One fake);
 ``fail_rows`` turns cached rows into failures, as a provider that stopped answering leaves them;
 ``write_run_file`` writes a run file, ``fake_usage`` sums the tokens a fake reported;
-``dxi_command`` / ``served_run`` write out a ``dxi run`` command line for a process of its own."""
+``dxi_command`` / ``served_run`` write out a ``dxi run`` command line for a process of its own,
+``dxi_args`` its arguments (for ``dxi.runner.cli.main`` in this process)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import orjson
 import polars as pl
@@ -79,11 +82,23 @@ def run_plan(data: Path, tmp: Path, out: str = "out", **fields) -> session.RunRe
     """``dxi run``'s work as a library call: ``session.run`` (no console) of
     ``plan.build(**fields)`` with the embedded model (unless ``models`` is given) on ``data``,
     caching in ``tmp/cache`` and writing to ``tmp/out``."""
+    return run_into(data, tmp / "cache", tmp / out, **fields)
+
+
+def run_into(data: Path, cache: Path, out: Path, **fields) -> session.RunResult:
+    """``run_plan`` caching in the folder ``cache`` and writing to the folder ``out``, both named
+    whole: ``session.run`` (no console; given those of ``fields`` in ``RUN_OPTIONS``) of
+    ``plan.build(**fields)`` (``models`` by default ``[MODEL]``) on ``data``."""
     options = {k: fields.pop(k) for k in RUN_OPTIONS & set(fields)}
     fields.setdefault("models", [MODEL])
-    return session.run(
-        plan.build(data_dir=data, cache_dir=tmp / "cache", out=tmp / out, **fields), **options
-    )
+    return session.run(plan.build(data_dir=data, cache_dir=cache, out=out, **fields), **options)
+
+
+def run_fake(url: str, data: Path, cache: Path, out: Path, **fields) -> int:
+    """``dxi run --model systemone:fake@URL -q``'s work in this process (``run_into``: the System
+    One fake ``fake`` served at ``url``, caching in ``cache``, writing ``out``, with the plan's
+    ``fields``): its exit code."""
+    return run_into(data, cache, out, models=[f"systemone:fake@{url}"], **fields).exit_code
 
 
 def fail_rows(cache_dir: Path, eval_name: str, n: int, kind: str = "transient") -> list[str]:
@@ -149,29 +164,34 @@ def fake_usage(cache_dir: Path, model: str | None = None) -> tuple[int, int]:
     return int(rows["input_tokens"].sum()), int(rows["output_tokens"].sum())
 
 
-def dxi_command(
+def dxi_args(
     data: Path,
     cache: Path,
-    out: Path,
+    out: Path | None,
     *extra: str,
     models: Sequence[str] = (),
     command: str = "run",
 ) -> list[str]:
-    """The command line (for a process of its own) of ``dxi run`` (or ``command``: ``score``...)
-    of ``models`` (model strings, one ``--model`` each, in order; none: no ``--model``) on the data
-    dir ``data``, caching in ``cache`` and writing ``out``, then the flags ``extra`` as given."""
+    """The arguments (after ``dxi``) of ``dxi run`` (or ``command``: ``score``, ``estimate``...) of
+    ``models`` (model strings, one ``--model`` each, in order; none: no ``--model``) on the data dir
+    ``data``, caching in ``cache`` and writing ``out`` (None: no ``--out``, as ``dxi estimate``
+    takes none), then the flags ``extra`` as given: for ``dxi.runner.cli.main`` in this process."""
     return [
-        DXI,
         command,
         *(flag for model in models for flag in ("--model", model)),
         "--data-dir",
         str(data),
         "--cache-dir",
         str(cache),
-        "--out",
-        str(out),
+        *(() if out is None else ("--out", str(out))),
         *extra,
     ]
+
+
+def dxi_command(*args: Any, **options: Any) -> list[str]:
+    """``dxi_args(*args, **options)`` (its parameters) as the command line of a process of its own:
+    the ``dxi`` executable first."""
+    return [DXI, *dxi_args(*args, **options)]
 
 
 def served_run(url: str, data: Path, tmp: Path, *extra: str) -> list[str]:
