@@ -20,6 +20,7 @@ dollars are ``cost.cost_usd`` at the model's price, synchronous and at ``cost.ba
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
@@ -315,6 +316,17 @@ def spend(questions: Mapping[str, float], epochs: int, usage: Usage) -> dict:
     }
 
 
+def order_statistic(quantile: float, runs: int) -> int:
+    """Which of ``runs`` simulated runs, counted from the smallest (1-based), a plan for
+    ``quantile`` q takes: k = ⌈q·(runs + 1)⌉, at most ``runs``. The runs and a fresh run are
+    exchangeable, so a fresh run falls at or below the k-th smallest with probability
+    k/(runs + 1) ≥ q when k ≤ runs (the conformal quantile: Vovk, Gammerman & Shafer 2005,
+    "Algorithmic learning in a random world"; Lei et al. 2018, JASA 113:1094-1111, §2.1). The
+    in-sample q-quantile (the ⌈q·runs⌉-th) holds with probability ⌈q·runs⌉/(runs + 1) only:
+    8/11 = 0.73 for the 80th percentile of 10 runs, as the benchmark measured."""
+    return max(1, min(runs, math.ceil(quantile * (runs + 1) - 1e-9)))
+
+
 def plan(
     profiles: Sequence[Profile],
     populations: Mapping[str, int],
@@ -330,9 +342,11 @@ def plan(
 ) -> dict:
     """The plan for ``profiles`` under ``until``: ``runs`` simulated adaptive runs (seeded), and
     per model the questions per evaluation it takes (their mean over the runs, or with
-    ``quantile`` that quantile: 0.8 for "with 80% power"), with ``spend``'s requests, tokens and
-    dollars, the same for the whole index, and the saving (1 − adaptive/whole requests). Raises
-    ValueError for no profile, ``runs`` < 1 or a quantile outside (0, 1]."""
+    ``quantile`` q the run whose total is the ``order_statistic`` of the runs: 0.8 for "with 80%
+    power"), with ``spend``'s requests, tokens and dollars, the same for the whole index, and the
+    saving (1 − adaptive/whole requests). With a quantile the plan also gives ``holds``: the
+    probability that a fresh run needs no more than the plan (k/(runs + 1)). Raises ValueError
+    for no profile, ``runs`` < 1 or a quantile outside (0, 1]."""
     if not profiles:
         raise ValueError("no model to plan for")
     if runs < 1:
@@ -353,9 +367,9 @@ def plan(
         totals = np.array([sum(a.values()) for a in per_run[p.label]], float)
         if quantile is None:
             questions = {e: float(np.mean([a[e] for a in per_run[p.label]])) for e in populations}
-        else:  # the run at that quantile of the total asked
-            at = min(len(totals) - 1, int(np.ceil(quantile * len(totals))) - 1)
-            k = int(np.argsort(totals)[at])
+        else:  # the run at that quantile of the total asked, as a fresh run is concerned
+            at = order_statistic(quantile, len(totals)) - 1
+            k = int(np.argsort(totals, kind="stable")[at])
             questions = {e: float(per_run[p.label][k][e]) for e in populations}
         u = usage.get(p.label, Usage({}, None))
         adaptive, whole = spend(questions, epochs, u), spend(populations, epochs, u)
@@ -378,6 +392,7 @@ def plan(
         "seed": seed,
         "alpha": alpha,
         "quantile": quantile,
+        "holds": None if quantile is None else order_statistic(quantile, runs) / (runs + 1),
         "populations": dict(populations),
         "models": models,
     }

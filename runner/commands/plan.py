@@ -10,6 +10,7 @@ and ``dxi estimate``'s figures (``runner.estimate``); prices from the run file o
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import TYPE_CHECKING
 
@@ -216,8 +217,8 @@ def rounded(doc: dict) -> dict:
     """``scoring.planner.plan``'s ``doc`` with each model's figures rounded for print and JSON, each
     key of one type: ``questions`` and ``requests`` to 0.1 (floats: means over the simulated
     runs), tokens to whole tokens (ints), dollars to 6 decimals (floats, None without a price),
-    ``saving`` and ``exhausted_share`` (shares, 0-1) to 4 decimals; as ``dxi estimate --json``
-    rounds its tokens and dollars."""
+    ``saving``, ``exhausted_share`` and ``holds`` (shares, 0-1) to 4 decimals; as ``dxi estimate
+    --json`` rounds its tokens and dollars."""
 
     def spent(d: dict) -> dict:
         return d | {
@@ -241,7 +242,8 @@ def rounded(doc: dict) -> dict:
         }
         for m in doc["models"]
     ]
-    return doc | {"models": models}
+    holds = doc.get("holds")
+    return doc | {"models": models, "holds": None if holds is None else round(float(holds), 4)}
 
 
 def _usd(v: float | None) -> str:
@@ -306,9 +308,22 @@ def _print(doc: dict, console: Console) -> None:
                     "whole set without settling it: the data cannot settle it at this setting"
                 )
             )
+    if doc.get("holds") is not None:
+        k = round(doc["holds"] * (doc["runs"] + 1))
+        line = (
+            f"A separation plan takes run {k} of the {doc['runs']} simulated runs sorted by the "
+            f"questions they asked: a fresh run needs no more with probability "
+            f"{k}/{doc['runs'] + 1} = {doc['holds']:.2f}"
+        )
+        if doc["holds"] < doc["power"]:
+            need = math.ceil(doc["power"] / (1 - doc["power"]) - 1e-9) if doc["power"] < 1 else None
+            line += f", less than the {doc['power']:.0%} power asked: " + (
+                f"--runs {need} or more for it" if need else "no number of runs gives 100%"
+            )
+        console.print(escape(line + "."))
     console.print(
         "Questions are the means over the simulated runs (a separation plan: the run at "
-        "the power's quantile); requests = questions × epochs; tokens are the model's "
+        "the power's quantile, above); requests = questions × epochs; tokens are the model's "
         "mean per request (the cache's usage, else `dxi estimate`'s figures, each model's source "
         'above: "bytes / 4" is the size of its prompts, not usage a run records: the embedded '
         "model's runs record 0 tokens, which the cache then gives); a cost is — without a price "
