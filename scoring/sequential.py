@@ -385,7 +385,7 @@ def _parts(
     A task's accuracy component is its mean over the epochs (``c``: accuracy is linear, so the
     mean of per-epoch accuracies is the accuracy of the epoch means). A ratio metric's are kept
     per epoch e (``c@e``, ``h@e``, ``tp:q@e``, ``err:q@e``), as are the counts (``c@e``, ``n@e``,
-    ...): the scorer's figure is the mean of the per-epoch ratios (SPEC §4, epochs), which is not
+    ...): the scorer's figure is the mean of the per-epoch ratios (SPEC §6, epochs), which is not
     the ratio of the epoch means."""
     table = _components(ans)
     out: dict[str, dict[str, _Part]] = {}

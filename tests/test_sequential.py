@@ -756,7 +756,7 @@ def scorer_points(ans: pl.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def test_several_epochs_estimate_the_scorers_mean_of_per_epoch_ratios():
-    """With 3 epochs a ratio metric's figure is the mean of its per-epoch ratios (SPEC §4), which
+    """With 3 epochs a ratio metric's figure is the mean of its per-epoch ratios (SPEC §6), which
     the ratio of the epoch-averaged counts misses by 0.33 point here: on the whole set every
     metric is exact at the scorer's figure, and so is the index (its weighted sum); on the
     first half, each point is the scorer's over the asked rows."""
