@@ -14,7 +14,10 @@ Figures:
   anytime statement); ``PAIR_RUNS`` (100) runs of two models about 2 index points apart under
   ``--until separated``, each on a fresh whole set: the share that ordered them wrongly (goal ≤
   0.05, met when the Wilson upper bound is; a run that settles them orders them by their
-  estimates). The runs go to ``WORKERS`` spawned processes, each with its own spawned seed.
+  estimates); ``EPOCH_SETS`` × ``ORDERS_PER_SET`` (200) runs of a typical model with 2 epochs:
+  the share whose index and every metric lie inside their intervals at stopping, the truth being
+  the scorer's own figure (``scoring.sums.eval_metrics``: the mean over the epochs of each
+  epoch's figure). The runs go to ``WORKERS`` spawned processes, each with its own spawned seed.
 * **saving**: ``GAP_RUNS`` runs of a pair of models 20, 10 and 5 skill points apart (about 15, 7
   and 4 index points) under ``--until separated``; ``LEADER_RUNS`` run of 20 models with indices
   from about 15 to 60 (the issue's example: three pairs within a point of each other) and of 10
@@ -54,7 +57,7 @@ from dxi.scoring.planner import (
     synthetic,
 )
 from dxi.scoring.sequential import Until, standings
-from dxi.scoring.sums import WILDGUARD_F1
+from dxi.scoring.sums import WILDGUARD_F1, build_cubes, eval_metrics
 
 from . import Result
 
@@ -69,6 +72,7 @@ SETS_PER_SKILL = 50  # fresh simulated whole sets per model
 ORDERS_PER_SET = 5  # random orders of each (the guarantee is over the order, given the set)
 VALID_RUNS = len(VALID_SKILLS) * SETS_PER_SKILL * ORDERS_PER_SET  # 1,000
 PAIR_RUNS = 100  # --until separated on a pair about 2 points apart: its error rate
+EPOCH_SETS = 40  # fresh whole sets of a typical model with 2 epochs (validity of every metric)
 LEADER_RUNS = 1
 ORACLE_SETS = 30  # whole sets of the leaderboard for its fixed-sample reference
 PRECISION_RUNS = 20
@@ -175,6 +179,30 @@ def _validity_set(s: float, seed: np.random.SeedSequence) -> list[tuple[bool, bo
     return out
 
 
+def _epochs_set(seed: np.random.SeedSequence) -> list[tuple[bool, bool]]:
+    """One fresh whole set of a typical model with 2 epochs asked in ``ORDERS_PER_SET`` random
+    orders under ``--until precision=5``: per order, (its index inside the interval at stopping,
+    every metric inside too). The truth is the scorer's (``sums.eval_metrics`` over the whole
+    set: per epoch, then the mean), computed apart from ``scoring.sequential``."""
+    rng = np.random.default_rng(seed)
+    ans = synthetic([skill(TYPICAL, "m")], POPULATIONS, rng, epochs=2)
+    truth = {
+        f"{name}.{metric}": float(v[0])
+        for name, cube in build_cubes(ans).items()
+        for metric, v in eval_metrics(cube).point.items()
+    }
+    index = sum(w * truth[f"{e}.{m}"] for (e, m), w in WEIGHTS.items())
+    out = []
+    for _ in range(ORDERS_PER_SET):
+        st = simulate(
+            ans, POPULATIONS, Until("precision", 5.0), random_order(POPULATIONS, rng, ans)
+        ).standing["m"]
+        inside = st.index.low - 1e-9 <= index <= st.index.high + 1e-9
+        every = all(e.low - 1e-9 <= truth[k] <= e.high + 1e-9 for k, e in st.metrics.items())
+        out.append((inside, inside and every))
+    return out
+
+
 def _pair_run(seed: np.random.SeedSequence) -> tuple[bool, bool]:
     """One run of ``--until separated`` on two models about 2 index points apart (skills 0.40
     and 0.37), each on a fresh whole set: (settled before the data ran out, ordered wrongly)."""
@@ -196,6 +224,8 @@ def validity(rng: np.random.Generator) -> list[Result]:
     seeds = np.random.SeedSequence(int(rng.integers(2**63))).spawn(
         len(VALID_SKILLS) * SETS_PER_SKILL + PAIR_RUNS
     )
+    # a stream of their own: the figures after these (drawn from ``rng``) stay as they were
+    epoch_seeds = np.random.SeedSequence([SEED, 2]).spawn(EPOCH_SETS)
     jobs = [
         (s, seeds[k * len(VALID_SKILLS) + j])
         for k in range(SETS_PER_SKILL)
@@ -205,6 +235,7 @@ def validity(rng: np.random.Generator) -> list[Result]:
     with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
         sets = list(pool.map(_validity_set, *zip(*jobs, strict=True), chunksize=4))
         pairs = list(pool.map(_pair_run, seeds[len(jobs) :], chunksize=4))
+        epochs = [r for rs in pool.map(_epochs_set, epoch_seeds, chunksize=4) for r in rs]
     out = []
     pooled = 0
     for s in VALID_SKILLS:
@@ -246,6 +277,21 @@ def validity(rng: np.random.Generator) -> list[Result]:
             f"{VALID_RUNS} runs; {_mc(pooled / VALID_RUNS, VALID_RUNS)}",
         )
     )
+    for k, what in enumerate(("the index", "the index and every metric")):
+        inside = sum(r[k] for r in epochs) / len(epochs)
+        out.append(
+            Result(
+                NAME,
+                f"validity with 2 epochs: {what} inside at stopping",
+                inside,
+                "share of runs",
+                "≥ 0.95 (its 95% lower bound)",
+                _wilson(inside, len(epochs))[0] >= 0.95,
+                f"{len(epochs)} runs of --until precision=5 ({EPOCH_SETS} whole sets × "
+                f"{ORDERS_PER_SET} orders) of a model of index about 40; the truth is the "
+                f"scorer's mean over the epochs; {_mc(inside, len(epochs))}",
+            )
+        )
     decided = sum(d for d, _ in pairs)
     wrong = sum(w for _, w in pairs) / PAIR_RUNS
     out.append(
