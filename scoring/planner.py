@@ -327,6 +327,13 @@ def order_statistic(quantile: float, runs: int) -> int:
     return max(1, min(runs, math.ceil(quantile * (runs + 1) - 1e-9)))
 
 
+def runs_for(quantile: float) -> int | None:
+    """The fewest simulated runs whose ``order_statistic`` holds a fresh run with probability at
+    least ``quantile`` (runs/(runs + 1) ≥ q: ⌈q/(1 − q)⌉); None for q = 1, which no number
+    reaches."""
+    return None if quantile >= 1 else math.ceil(quantile / (1 - quantile) - 1e-9)
+
+
 def plan(
     profiles: Sequence[Profile],
     populations: Mapping[str, int],

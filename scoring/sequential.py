@@ -139,7 +139,7 @@ import polars as pl
 
 from .decision_index import WEIGHTS
 from .metrics import IDK, NOT_ANSWERS
-from .sums import METRICS, OMNISCIENCE, WILDGUARD, WILDGUARD_F1
+from .sums import METRICS, OMNISCIENCE, WILDGUARD, WILDGUARD_F1, epoch_mean
 
 CAP = 0.5  # the index's largest bet λ (Waudby-Smith & Ramdas 2023 use 1/2 or 3/4)
 BET_MAX = 0.9  # a metric's largest bet per draw (``capital``), before the cap below
@@ -594,10 +594,10 @@ def _primaries(name: str, epochs: int = 1) -> int:
 
 
 def _epoch_mean(values: Sequence[float | None]) -> float | None:
-    """The mean of the defined ``values`` (None where none is): the scorer's mean over epochs,
-    which skips an epoch where the metric is undefined (``sums.epoch_mean``)."""
-    defined = [v for v in values if v is not None and not math.isnan(v)]
-    return float(np.mean(defined)) if defined else None
+    """The scorer's mean over epochs (``sums.epoch_mean``: an undefined epoch, None or NaN here,
+    is skipped) of one figure's per-epoch ``values``; None when none is defined."""
+    v = float(epoch_mean(np.array([np.nan if x is None else x for x in values], np.float64)))
+    return None if math.isnan(v) else v
 
 
 def _points(part: _Part, name: str) -> dict[str, float | None]:

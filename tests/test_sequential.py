@@ -892,6 +892,9 @@ def test_the_bets_prior_variance_of_a_pair_is_its_two_models(epochs):
 def test_a_plan_at_a_power_takes_the_conformal_order_statistic(quantile, runs, k):
     """k = ⌈q·(runs + 1)⌉, at most ``runs`` (by hand)."""
     assert planner.order_statistic(quantile, runs) == k
+    # the fewest runs for the power: the largest k of them holds runs/(runs + 1) ≥ q
+    need = planner.runs_for(quantile)
+    assert need is None if quantile == 1 else need / (need + 1) >= quantile > (need - 1) / need
 
 
 def test_the_order_statistic_holds_a_fresh_run_with_its_stated_probability():

@@ -10,7 +10,6 @@ and ``dxi estimate``'s figures (``runner.estimate``); prices from the run file o
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import TYPE_CHECKING
 
@@ -309,14 +308,16 @@ def _print(doc: dict, console: Console) -> None:
                 )
             )
     if doc.get("holds") is not None:
-        k = round(doc["holds"] * (doc["runs"] + 1))
+        from dxi.scoring import planner
+
+        k = planner.order_statistic(doc["power"], doc["runs"])
         line = (
             f"A separation plan takes run {k} of the {doc['runs']} simulated runs sorted by the "
             f"questions they asked: a fresh run needs no more with probability "
             f"{k}/{doc['runs'] + 1} = {doc['holds']:.2f}"
         )
         if doc["holds"] < doc["power"]:
-            need = math.ceil(doc["power"] / (1 - doc["power"]) - 1e-9) if doc["power"] < 1 else None
+            need = planner.runs_for(doc["power"])
             line += f", less than the {doc['power']:.0%} power asked: " + (
                 f"--runs {need} or more for it" if need else "no number of runs gives 100%"
             )
