@@ -30,7 +30,9 @@ Figures:
   sets); the index's half-width after 25%, 50% and 75% of the set.
 * **planner**: ``dxi plan``'s predicted requests (``scoring.planner.plan`` from a profile measured
   on one whole set) against the mean the simulated runs spent on fresh whole sets (goal within
-  20%); the cost follows the requests (same tokens per request).
+  20%); the cost follows the requests (same tokens per request). For ``--separate A B
+  --difference 7``: the share of fresh runs that settled within the plan (80% power), and the
+  plan's ``expected`` requests against the fresh runs' mean (goal within 20%).
 """
 
 from __future__ import annotations
@@ -538,7 +540,9 @@ def planner(rng: np.random.Generator, actual_precision5: float) -> list[Result]:
     with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
         spent = list(pool.map(_separation_run, [(first, second)] * len(seeds), seeds))
     within = sum(x <= predicted for x in spent) / len(spent)
-    out.append(
+    expected = doc["models"][0]["expected"]["requests"]
+    error = expected / float(np.mean(spent)) - 1
+    out += [
         Result(
             NAME,
             "planner: fresh runs settled within the planned requests, separate at 7 points",
@@ -550,8 +554,19 @@ def planner(rng: np.random.Generator, actual_precision5: float) -> list[Result]:
             f"{PLAN_RUNS} simulated runs sorted, dxi plan's default; one plan's share varies "
             f"around k/(runs + 1) as a Beta(k, runs + 1 − k), sd 0.11 here); {PLAN_CHECK_RUNS} "
             f"fresh runs spent {np.mean(spent):.0f} on average; {_mc(within, PLAN_CHECK_RUNS)}",
-        )
-    )
+        ),
+        Result(
+            NAME,
+            "planner: expected / spent requests, separate at 7 points",
+            1 + error,
+            "ratio",
+            "within 1 ± 0.20",
+            abs(error) <= 0.20,
+            f"the plan's expected {expected:.0f} requests per model (the mean of its "
+            f"{PLAN_RUNS} simulated runs) vs the {PLAN_CHECK_RUNS} fresh runs' mean "
+            f"{np.mean(spent):.0f} (their s.e. {np.std(spent, ddof=1) / len(spent) ** 0.5:.0f})",
+        ),
+    ]
     return out
 
 

@@ -350,10 +350,12 @@ def plan(
     """The plan for ``profiles`` under ``until``: ``runs`` simulated adaptive runs (seeded), and
     per model the questions per evaluation it takes (their mean over the runs, or with
     ``quantile`` q the run whose total is the ``order_statistic`` of the runs: 0.8 for "with 80%
-    power"), with ``spend``'s requests, tokens and dollars, the same for the whole index, and the
-    saving (1 − adaptive/whole requests). With a quantile the plan also gives ``holds``: the
-    probability that a fresh run needs no more than the plan (k/(runs + 1)). Raises ValueError
-    for no profile, ``runs`` < 1 or a quantile outside (0, 1]."""
+    power"), with ``spend``'s requests, tokens and dollars (``adaptive``), the same for the whole
+    index, the saving (1 − adaptive/whole requests) and ``expected``: ``spend`` of the mean
+    questions over the runs, what a run costs on average (with no quantile, ``adaptive``
+    itself). With a quantile the plan also gives ``holds``: the probability that a fresh run
+    needs no more than the plan (k/(runs + 1)). Raises ValueError for no profile, ``runs`` < 1
+    or a quantile outside (0, 1]."""
     if not profiles:
         raise ValueError("no model to plan for")
     if runs < 1:
@@ -372,9 +374,9 @@ def plan(
     models = []
     for p in profiles:
         totals = np.array([sum(a.values()) for a in per_run[p.label]], float)
-        if quantile is None:
-            questions = {e: float(np.mean([a[e] for a in per_run[p.label]])) for e in populations}
-        else:  # the run at that quantile of the total asked, as a fresh run is concerned
+        mean = {e: float(np.mean([a[e] for a in per_run[p.label]])) for e in populations}
+        questions = mean
+        if quantile is not None:  # the run at that quantile of the totals asked
             at = order_statistic(quantile, len(totals)) - 1
             k = int(np.argsort(totals, kind="stable")[at])
             questions = {e: float(per_run[p.label][k][e]) for e in populations}
@@ -388,6 +390,7 @@ def plan(
                 "epochs": epochs,
                 "questions": {e: round(v, 1) for e, v in questions.items()},
                 "adaptive": adaptive,
+                "expected": spend(mean, epochs, u),
                 "whole": whole,
                 "saving": 1 - adaptive["requests"] / whole["requests"],
                 "exhausted_share": exhausted,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import types
 
 import numpy as np
 import orjson
@@ -324,6 +325,36 @@ def test_spend_by_hand():
     }
 
 
+def test_a_plan_gives_the_power_s_run_and_the_mean_run(monkeypatch):
+    """Three scripted simulated runs asking 10, 30 and 20 tasks of one evaluation (a: 2 tasks
+    more than b each time): at 80% power the plan is the 3rd smallest run (⌈0.8·4⌉ = 4, at most
+    3), 30 tasks; ``expected`` is their mean, 20 tasks; 2 epochs double the requests; at 1 USD
+    per million input tokens and 100 tokens a request, 40 requests cost 4000/1e6 USD."""
+    asked = iter([{"a": 6, "b": 4}, {"a": 16, "b": 14}, {"a": 11, "b": 9}])
+    pops = {"a": 50, "b": 50}
+
+    def scripted(answers, populations, until, order, alpha):
+        sim = planner.Simulated()
+        sim.asked["m"] = next(asked)
+        sim.standing["m"] = types.SimpleNamespace(rule="separated=1")
+        return sim
+
+    monkeypatch.setattr(planner, "synthetic", lambda *a, **k: None)
+    monkeypatch.setattr(planner, "random_order", lambda *a, **k: {})
+    monkeypatch.setattr(planner, "simulate", scripted)
+    usage = {"m": planner.Usage({"a": (100.0, 0.0), "b": (100.0, 0.0)}, (1.0, 0.0))}
+    profile = dataclasses.replace(planner.PRIOR, label="m")
+    doc = planner.plan(
+        [profile], pops, Until("separated", 1.0), usage, epochs=2, runs=3, quantile=0.8
+    )
+    m = doc["models"][0]
+    assert m["questions"] == {"a": 16.0, "b": 14.0}
+    assert m["adaptive"]["requests"] == 60 and m["expected"]["requests"] == 40
+    assert m["expected"]["cost_usd"] == pytest.approx(40 * 100 / 1e6)
+    assert m["expected"]["batch_cost_usd"] == pytest.approx(40 * 100 / 2e6)
+    assert doc["holds"] == 0.75 and m["saving"] == pytest.approx(1 - 60 / 200)
+
+
 def test_plan_command_by_hand(tmp_path, capsys):
     # 3 tasks per evaluation (--limit 3) and ±0.01 points: every run must ask everything, so the
     # plan is the whole index: 12 questions, 2 epochs, 24 requests, no saving; the cost is the
@@ -360,6 +391,7 @@ def test_plan_command_by_hand(tmp_path, capsys):
         "wildguardtest": 3.0,
     }
     assert m["adaptive"]["requests"] == 24 and m["whole"]["requests"] == 24
+    assert m["expected"] == m["adaptive"]  # a precision plan is the mean run
     assert m["saving"] == 0
     a = m["adaptive"]
     assert a["cost_usd"] == pytest.approx((a["input_tokens"] * 2 + a["output_tokens"] * 8) / 1e6)
@@ -415,6 +447,7 @@ def test_plan_json_is_rounded_as_documented():
                 "model": "openai:m",
                 "questions": {"when2call": 13.333333333333334},
                 "adaptive": spent,
+                "expected": spent | {"requests": 38.04999},
                 "whole": spent | {"requests": 300},
                 "saving": 0.8611111111111112,
                 "exhausted_share": 1 / 3,
@@ -431,6 +464,7 @@ def test_plan_json_is_rounded_as_documented():
         "cost_usd": 0.416667,
         "batch_cost_usd": None,
     }
+    assert m["expected"] == m["adaptive"] | {"requests": 38.0}
     assert m["whole"]["requests"] == 300.0 and type(m["whole"]["requests"]) is float
     assert (m["saving"], m["exhausted_share"]) == (0.8611, 0.3333)
     assert rounded["until"] == "precision=5" and doc["models"][0]["saving"] == 0.8611111111111112
@@ -945,3 +979,10 @@ def test_a_separation_plan_says_how_often_it_holds(tmp_path, capsys):
     assert main([*flags, "--json"]) == 0
     doc = orjson.loads(capsys.readouterr().out)
     assert (doc["holds"], doc["power"], doc["runs"]) == (0.75, 0.8, 3)
+    # the mean run beside the power's: the table's line carries the JSON's figures
+    a = doc["models"][0]
+    assert a["expected"]["requests"] <= a["adaptive"]["requests"]
+    assert (
+        f"openai:a: expected {a['expected']['requests']:,.0f} requests (—, batch —), the mean of "
+        f"the 3 simulated runs; planned above: {a['adaptive']['requests']:,.0f}"
+    ) in out

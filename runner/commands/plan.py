@@ -235,6 +235,7 @@ def rounded(doc: dict) -> dict:
         | {
             "questions": {e: round(float(q), 1) for e, q in m["questions"].items()},
             "adaptive": spent(m["adaptive"]),
+            "expected": spent(m["expected"]),
             "whole": spent(m["whole"]),
             "saving": round(float(m["saving"]), 4),
             "exhausted_share": round(float(m["exhausted_share"]), 4),
@@ -322,6 +323,16 @@ def _print(doc: dict, console: Console) -> None:
                 f"--runs {need} or more for it" if need else "no number of runs gives 100%"
             )
         console.print(escape(line + "."))
+        for m in doc["models"]:  # what to budget for on average, beside the power's run
+            e = m["expected"]
+            console.print(
+                escape(
+                    f"  {m['model']}: expected {e['requests']:,.0f} requests "
+                    f"({_usd(e['cost_usd'])}, batch {_usd(e['batch_cost_usd'])}), the mean of "
+                    f"the {doc['runs']} simulated runs; planned above: "
+                    f"{m['adaptive']['requests']:,.0f}"
+                )
+            )
     console.print(
         "Questions are the means over the simulated runs (a separation plan: the run at "
         "the power's quantile, above); requests = questions × epochs; tokens are the model's "
