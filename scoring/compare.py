@@ -2,7 +2,10 @@
 
 Every model of a scoring is scored on the same tasks, and every model's bootstrap intervals come
 from the same resamples of those tasks (``scoring.bootstrap``): so a difference between two models
-can be resampled *paired*, each resample's difference computed on the same tasks for both.
+can be resampled *paired*, each resample's difference computed on the same tasks for both. (An
+adaptive run's models are scored over the parts they were asked, ``scoring.adaptive.asked_part``:
+a question with no row of a model was never asked it; each resample's figure of a model is over
+its part, and two models asked different parts get no McNemar test, ``discordant``.)
 
 For every pair (a, b) of models (a before b in ``labels``' order), and for the Decision Index and
 each evaluation metric (``sums.METRICS``) that both have (not null):
@@ -157,14 +160,18 @@ def discordant(cube: Cube) -> np.ndarray | None:
     """For an accuracy (choice) evaluation: ``d[i, j]`` = the answers label ``i`` got right and
     label ``j`` wrong, paired by question, and on the diagonal ``d[i, i]`` the answers label ``i``
     got right (labels × labels, int64; a failed, missing or invalid answer is not right); −1 where
-    either label has several epochs (the answers of one task are then not independent pairs). None
-    for yes/no evaluations."""
+    either label has several epochs (the answers of one task are then not independent pairs), and
+    where the two were not asked the same questions (an adaptive run stopped one before the other,
+    ``scoring.adaptive.asked_part``: a question with no row of a label was never asked it, and
+    each figure is over its own part, so the difference is not one of paired answers). None for
+    yes/no evaluations."""
     if cube.kind != "choice":
         return None
     n_labels = len(cube.labels)
     right = ((cube.flags >> FLAGS.index("correct")) & 1).astype(bool)
     first = cube.s == 0
     out = np.zeros((n_labels, n_labels), np.int64)
+    common = np.zeros((n_labels, n_labels), np.int64)  # the questions both were asked
     total = np.zeros(n_labels, np.int64)
     for start in range(
         0, cube.n_tasks, TASKS_AT_ONCE
@@ -172,15 +179,19 @@ def discordant(cube: Cube) -> np.ndarray | None:
         stop = min(start + TASKS_AT_ONCE, cube.n_tasks)
         mine = first & (cube.t >= start) & (cube.t < stop)
         r = np.zeros((n_labels, stop - start), np.float32)
+        asked = np.zeros_like(r)
         r[cube.l[mine], cube.t[mine] - start] = right[mine]
-        out += np.rint(r @ (1 - r).T).astype(
-            np.int64
-        )  # exact: integer sums far below 2**24 per block
+        asked[cube.l[mine], cube.t[mine] - start] = 1
+        # exact: integer sums far below 2**24 per block
+        out += np.rint(r @ (asked - r).T).astype(np.int64)
+        common += np.rint(asked @ asked.T).astype(np.int64)
         total += np.rint(r.sum(1)).astype(np.int64)
     out[np.diag_indices(n_labels)] = total
     several = (~cube.absent).sum(1) > 1 if cube.n_epochs > 1 else np.zeros(n_labels, bool)
     out[several, :] = -1
     out[:, several] = -1
+    size = np.diag(common)
+    out[(common != size[:, None]) | (common != size[None, :])] = -1
     return out
 
 
@@ -189,14 +200,15 @@ def open_pairs(cube: Cube) -> np.ndarray | None:
     reply, whatever it would have been), what those answers could make of each pair's discordant
     counts: shape (3, labels, labels) int64, ``[0][i, j]`` the answers surely i-right-j-wrong (both
     replies), ``[1][i, j]`` those that could still be (i's open and j's a wrong reply, or i's right
-    and j's open), ``[2][i, j]`` the questions both left open (either way, or concordant). None when
-    every answer is a reply (``discordant`` is then exact) or for yes/no evaluations. One epoch (the
-    first), as ``discordant``; ``worst_mcnemar`` reads it."""
+    and j's open), ``[2][i, j]`` the questions both left open (either way, or concordant). A
+    question with no row of a label was never asked it (``discordant``): it is none of these. None
+    when every answer is a reply (``discordant`` is then exact) or for yes/no evaluations. One epoch
+    (the first), as ``discordant``; ``worst_mcnemar`` reads it."""
     if cube.kind != "choice":
         return None
     first = cube.s == 0
     reply = first & (cube.stat("n") > 0)
-    if reply.sum() == len(cube.labels) * cube.n_tasks:
+    if reply.sum() == first.sum():
         return None
     n_labels = len(cube.labels)
     right = ((cube.flags >> FLAGS.index("correct")) & 1).astype(bool) & reply
@@ -206,10 +218,12 @@ def open_pairs(cube: Cube) -> np.ndarray | None:
         mine = (cube.t >= start) & (cube.t < stop)
         r = np.zeros((n_labels, stop - start), np.float32)
         q = np.zeros_like(r)
+        m = np.zeros_like(r)
         r[cube.l[mine & right], cube.t[mine & right] - start] = 1
         wrong = mine & reply & ~right
         q[cube.l[wrong], cube.t[wrong] - start] = 1
-        m = 1 - r - q  # no reply: failed, missing, or no row at all
+        open_ = mine & first & ~reply  # asked, no reply: failed or missing
+        m[cube.l[open_], cube.t[open_] - start] = 1
         out[0] += np.rint(r @ q.T).astype(np.int64)
         out[1] += np.rint(m @ q.T + r @ m.T).astype(np.int64)
         out[2] += np.rint(m @ m.T).astype(np.int64)
@@ -407,8 +421,9 @@ def compare(
                 )
                 low[rows_] = np.fmin(low[rows_], m_low)
                 high[rows_] = np.fmax(high[rows_], m_high)
-        if paired.any():
-            tasks = estimates[fig.eval].n
+        if paired.any():  # over the questions both were asked (the same: ``discordant``)
+            est = estimates[fig.eval]
+            tasks = est.n if est.asked is None else est.asked[i]
             right_a = table[i, i]
             both_right = right_a - a_only
             both_wrong = tasks - right_a - b_only

@@ -420,3 +420,57 @@ def test_dxi_view_says_a_question_beyond_the_asked_part_was_not_asked(
     assert "not in the answers" not in text and "not in the cache (missing)" not in text
     inside = " ".join(html_module.unescape(page(data, cache, f"/task/{asked}")).split())
     assert "not asked" not in inside and "not in the cache (missing)" not in inside
+
+
+def test_pairs_compare_only_the_questions_both_models_were_asked(
+    data: Path, server, tmp_path: Path
+):
+    """``precision=4``: m00 is asked 31 of the 40 HLE questions, m50 and m100 all 40. A question
+    m00 was never asked is not a wrong answer of it: summary.json's m00-m50 accuracy pair has no
+    McNemar test (their parts differ), m50-m100's has the one the answers give by hand (``knows``);
+    ``dxi view``'s compare page counts its 2×2 over the 31 questions both were asked and lists
+    none of the other 9 as a difference."""
+    import html as html_module
+    from urllib.parse import quote
+
+    from scipy.stats import binomtest
+
+    cache = tmp_path / "cache"
+    assert (
+        dxi_run(server.url, data, cache, tmp_path / "out", "--until", "precision=4", models=THREE)
+        == 0
+    )
+    s = summary(tmp_path / "out")
+    order = orjson.loads(Path(s["adaptive"]["order"]).read_bytes())["evals"]["hle_multichoice"]
+    asked = {m["model"]: m["adaptive"]["asked"]["hle_multichoice"] for m in s["models"]}
+    a, b, c = "systemone:m00", "systemone:m50", "systemone:m100"
+    assert (asked[a], asked[b], asked[c]) == (31, 40, 40)
+    hle = {
+        frozenset((x["a"], x["b"])): x
+        for x in s["comparisons"]
+        if x["eval"] == "hle_multichoice" and x["metric"] == "accuracy"
+    }
+    assert "discordant" not in hle[frozenset((a, b))] and "mcnemar_p" not in hle[frozenset((a, b))]
+    bc = hle[frozenset((b, c))]
+    first, second = (bc["a"], bc["b"])
+    only = [
+        sum(knows(x[10:], t, "answer") and not knows(y[10:], t, "answer") for t in order)
+        for x, y in ((first, second), (second, first))
+    ]
+    assert bc["discordant"] == only
+    assert bc["mcnemar_p"] == pytest.approx(binomtest(min(only), sum(only)).pvalue, abs=5e-4)
+    # the view: a 2×2 over the 31 questions m00 was asked
+    part = order[:31]
+    cells = {(True, True): 0, (True, False): 0, (False, True): 0, (False, False): 0}
+    for t in part:
+        cells[(knows("m00", t, "answer"), knows("m50", t, "answer"))] += 1
+    text = " ".join(
+        html_module.unescape(
+            page(data, cache, f"/compare/hle_multichoice?a={quote(a)}&b={quote(b)}")
+        ).split()
+    )
+    assert (
+        f"McNemar's exact test on the discordant answers ({cells[(True, False)]} A only, "
+        f"{cells[(False, True)]} B only)"
+    ) in text
+    assert not any(t in text for t in order[31:]) and "miss." not in text

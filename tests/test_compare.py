@@ -640,3 +640,92 @@ def test_open_pairs_and_the_worst_mcnemar_by_hand():
         ]
     )
     assert open_pairs(build_cubes(complete)["hle_multichoice"]) is None
+
+
+def _asked(pattern: str, label: str) -> list[dict]:
+    """Rows of ``label`` on hle_multichoice: R right, W wrong, F failed, ``.`` never asked (no row:
+    an adaptive run stopped before the question, ``scoring.adaptive.asked_part``)."""
+    rows = []
+    for i, s in enumerate(pattern):
+        if s == ".":
+            continue
+        probs = {"A": 0.9, "B": 0.1} if s == "R" else {"A": 0.1, "B": 0.9}
+        rows.append(
+            choice(
+                label,
+                "hle_multichoice",
+                f"h/{i:02d}",
+                "A",
+                None if s == "F" else probs,
+                status="failed" if s == "F" else "ok",
+                error="x" if s == "F" else None,
+            )
+        )
+    return rows
+
+
+def test_questions_a_model_was_not_asked_are_neither_wrong_nor_open_in_its_pairs():
+    """An adaptive run's parts (issue 35): c was asked all 12 questions, a and b the first 8,
+    d the first 6. A question with no row of a model was never asked it: not a wrong answer in
+    a pair's discordant counts, not an open one for the worst McNemar p."""
+    from dxi.scoring.compare import discordant, open_pairs
+    from dxi.scoring.sums import build_cubes
+
+    patterns = {
+        "m:a": "RRRRRRWW....",
+        "m:b": "RRWWWWRW....",
+        "m:c": "RRRRRRRRRRRR",
+        "m:d": "RWRWRW......",
+    }
+    rows = [r for label, p in patterns.items() for r in _asked(p, label)]
+    cube = build_cubes(frame(rows))["hle_multichoice"]
+    d = discordant(cube)
+    a, b, c, e = (cube.labels.index(x) for x in ("m:a", "m:b", "m:c", "m:d"))
+    # a and b were asked the same 8: a-only q2..q5 = 4, b-only q6 = 1 (q7 both wrong)
+    assert (d[a, b], d[b, a]) == (4, 1)
+    assert (d[a, a], d[b, b], d[c, c], d[e, e]) == (6, 3, 12, 3)  # right answers, own part
+    # parts that differ: no paired test (each figure is over its own part)
+    assert d[a, c] == d[c, a] == d[a, e] == d[c, e] == d[e, c] == -1
+    assert open_pairs(cube) is None  # every answer asked is a reply: nothing open
+    scored = score(frame(rows), Bootstrap(resamples=200), with_comparisons=True)
+    acc = scored.comparisons.filter(pl.col("metric") == "accuracy")
+    ab = acc.filter((pl.col("a") == "m:a") & (pl.col("b") == "m:b")).row(0, named=True)
+    assert (ab["a_only"], ab["b_only"], ab["test"]) == (4, 1, "McNemar exact")
+    assert ab["mcnemar_p"] == pytest.approx(binomtest(1, 5).pvalue)  # 2·6/32 = 0.375
+    assert ab["difference"] == pytest.approx(100 * (6 - 3) / 8)
+    # Newcombe's table over the 8 questions both were asked: 2 both right, 1 both wrong
+    lo, hi = newcombe(np.array([4]), np.array([1]), np.array([2]), np.array([1]), 0.95)
+    assert (ab["low"], ab["high"]) == (pytest.approx(lo[0]), pytest.approx(hi[0]))
+    ac = acc.filter((pl.col("a") == "m:a") & (pl.col("b") == "m:c")).row(0, named=True)
+    assert ac["test"] != "McNemar exact" and ac["mcnemar_p"] is None and ac["a_only"] is None
+    assert ac["difference"] == pytest.approx(100 * (6 / 8 - 1))
+
+
+def test_an_open_answer_inside_the_part_stays_open_beside_questions_never_asked():
+    """a asked 6 questions, one failed (q5); b asked 3 more (a part of its own); e the same 6 as
+    a, all right: a's failed answer stays open in the pair (a, e), and the 3 questions only b was
+    asked are open for no one."""
+    from dxi.scoring.compare import open_pairs
+    from dxi.scoring.sums import build_cubes
+
+    rows = [
+        *_asked("RWRWRF...", "m:a"),
+        *_asked("RRRRRRRRR", "m:b"),
+        *_asked("RRRRRR...", "m:e"),
+    ]
+    cube = build_cubes(frame(rows))["hle_multichoice"]
+    o = open_pairs(cube)
+    a, e = cube.labels.index("m:a"), cube.labels.index("m:e")
+    # surely e-only: q1, q3 (a wrong, e right) = 2; could be e-only: e right and a open (q5) = 1;
+    # nothing both open; the questions never asked count nowhere
+    assert o[:, e, a].tolist() == [2, 1, 0] and o[:, a, e].tolist() == [0, 0, 0]
+    scored = score(frame(rows), Bootstrap(resamples=200), with_comparisons=True)
+    ae = (
+        scored.comparisons.filter(pl.col("metric") == "accuracy")
+        .filter((pl.col("a") == "m:a") & (pl.col("b") == "m:e"))
+        .row(0, named=True)
+    )
+    # the counts with the failed answer as not right: 0 against 3 (p 2 · ½³ = 0.25); its worst
+    # outcome is a right answer, concordant: 0 against the 2 sure ones, p = 2 · ½² = 0.5
+    assert (ae["a_only"], ae["b_only"]) == (0, 3)
+    assert ae["mcnemar_p"] == pytest.approx(0.5)

@@ -61,9 +61,11 @@ if TYPE_CHECKING:
 
 PAGE_SIZE = 50
 ROW_GROUP = 2_048  # rows per row group of the temporary files: a question's rows span one or two
+NOT_ASKED = "not asked"  # a question an adaptive run never asked a model (no answer row of it)
 VIEW_STATUSES = (
     *STATUSES,
     "repaired",
+    NOT_ASKED,
 )  # "repaired": ok, from JSON in a Markdown code fence (SPEC §6)
 SORTS = ("task", "category", "gold", "p_gold", "confidence")
 CELLS = {
@@ -586,11 +588,13 @@ class Browser:
         """Models ``a`` and ``b`` over ``name``: the 2×2 of right/wrong counts (``CELLS`` keys, and
         ``mcnemar_p``: the exact McNemar test of its discordant cells,
         ``scoring.compare.mcnemar_p``) and a page of the questions where one is right and the other
-        wrong (``cell``: only those of one cell)."""
+        wrong (``cell``: only those of one cell), both over the questions both were asked (a
+        question an adaptive run did not ask one of them is in neither)."""
         frame = self.frame(name, epoch)
         i, j = self.model(a), self.model(b)
-        counts = (
-            frame.group_by(pl.col(f"correct{i}").alias("a"), pl.col(f"correct{j}").alias("b"))
+        counts = (  # over the questions both were asked (an adaptive run's parts: ``_wide``)
+            frame.filter(pl.col(f"correct{i}").is_not_null() & pl.col(f"correct{j}").is_not_null())
+            .group_by(pl.col(f"correct{i}").alias("a"), pl.col(f"correct{j}").alias("b"))
             .len()
             .iter_rows()
         )
@@ -799,13 +803,14 @@ def write_snapshot(
         if answers_file[0] is not None:
             answers_file[0].close()
     labels = summary.labels
+    cut = {m.model for m in summary.models if adaptive.estimated(summary, m)}
     frames = []
     for name in narrow:
         path = root / f"narrow-{name}.parquet"
         for (_, sample), part in (
             pl.read_parquet(path).partition_by("eval", "sample", as_dict=True).items()
         ):
-            _wide(part, labels, text).write_parquet(root / f"wide-{name}-{sample}.parquet")
+            _wide(part, labels, text, cut).write_parquet(root / f"wide-{name}-{sample}.parquet")
             frames.append((name, sample))
         path.unlink()
     scored.reliability.write_parquet(root / "reliability.parquet")
@@ -938,9 +943,14 @@ def _peak_mb() -> float | None:
     return None
 
 
-def _wide(part: pl.DataFrame, labels: list[str], text: pl.DataFrame) -> pl.DataFrame:
+def _wide(
+    part: pl.DataFrame, labels: list[str], text: pl.DataFrame, cut: Iterable[str] = ()
+) -> pl.DataFrame:
     """One evaluation and epoch of the answers as one row per question, each model's columns
-    beside."""
+    beside. A question with no answer row of a model is "missing" (not right), or for a model in
+    ``cut`` (one an adaptive run asked part of the set: its answers hold only that part,
+    ``scoring.adaptive.asked_part``) ``NOT_ASKED``, neither right nor wrong (``correct`` null)."""
+    cut = set(cut)
     keys = ["task_id", "question_id"]
     part = part.with_columns(pl.col(pl.Enum).cast(pl.String))
     base = (
@@ -963,7 +973,8 @@ def _wide(part: pl.DataFrame, labels: list[str], text: pl.DataFrame) -> pl.DataF
         )
         base = base.join(mine, on=keys, how="left", maintain_order="left")
         base = base.with_columns(
-            pl.col(f"status{i}").fill_null("missing"), pl.col(f"correct{i}").fill_null(False)
+            pl.col(f"status{i}").fill_null(NOT_ASKED if label in cut else "missing"),
+            pl.col(f"correct{i}") if label in cut else pl.col(f"correct{i}").fill_null(False),
         )
     return base.with_columns(pl.col(c).cast(pl.Categorical) for c in ("category", "gold"))
 
