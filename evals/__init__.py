@@ -320,6 +320,17 @@ class Suite:
             if d.file is not None and (self.evals is None or n in self.evals)
         ]
 
+    def not_run(self) -> dict[str, str]:
+        """Every evaluation of ``EVALS`` that will not be run -> why: "left out by --evals" (not
+        in ``evals``) or why it has no data (``EvalData.missing``, "no data" when unknown)."""
+        out = {}
+        for n in EVALS:
+            if self.evals is not None and n not in self.evals:
+                out[n] = "left out by --evals"
+            elif n not in self.data or self.data[n].file is None:
+                out[n] = (self.data[n].missing if n in self.data else None) or "no data"
+        return out
+
     def tasks(self, name: str | None = None) -> Iterator[Task]:
         """Stream the tasks of one evaluation, or of all selected ones in index order."""
         for n in [name] if name else self.selected():

@@ -207,6 +207,34 @@ def estimate(e) -> dict:
     return {k: None if v is None else round(float(v), 4) for k, v in pairs}
 
 
+def test_until_with_an_evaluation_left_out_is_refused_before_anything_is_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """Every rule stops on the Decision Index, which needs all four evaluations: with one left out
+    (``--evals``) or without data, ``--until`` could never stop a model and would pay for the whole
+    set; it exits 2 naming each and why, and creates no cache."""
+    data = write_data(tmp_path / "data", 4)
+    base = dxi_args(data, tmp_path / "c", None, models=["embedded"])
+    assert main([*base, "--until", "precision=5", "--evals", "hle_multichoice,when2call"]) == 2
+    assert capsys.readouterr().err == (
+        "dxi run: error: --until precision=5 stops on the Decision Index, which needs all four "
+        "evaluations; aa_omniscience_decision: left out by --evals; wildguardtest: left out by "
+        "--evals (run them all, or drop --until)\n"
+    )
+    assert not (tmp_path / "c").exists()
+    for f in (data / "hle").iterdir():
+        f.unlink()
+    assert main([*base, "--until", "precision=5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "dxi run: error: --until precision=5 stops on the Decision Index, which needs all four "
+        "evaluations; hle_multichoice: no "
+    ) and err.endswith(" (run them all, or drop --until)\n")
+    assert not (tmp_path / "c").exists()
+    # without --until the same selection runs (its figures, no index)
+    assert main([*base, "--evals", "when2call", "--out", str(tmp_path / "o"), "-q"]) == 0
+
+
 def test_precision_stops_each_model_where_the_interval_says_and_a_plain_run_completes_them(
     data: Path, server, tmp_path: Path, capsys: pytest.CaptureFixture
 ):

@@ -108,6 +108,13 @@ def main(args: argparse.Namespace, console: Console) -> int:
             f"against every other is known); this run has {len(plan.models)}: give another "
             "--model, or use --until precision=P"
         )
+    gaps = plan.suite.not_run() if plan.until is not None else {}
+    if gaps:  # every rule reads the index, which needs every evaluation: it could never stop
+        raise UsageError(
+            f"--until {plan.until} stops on the Decision Index, which needs all four evaluations; "
+            + "; ".join(f"{n}: {why}" for n, why in gaps.items())
+            + " (run them all, or drop --until)"
+        )
     batch_options = options.batch_options(args)
     if batch_options.deadline is not None and not plan.batch:
         raise UsageError(
