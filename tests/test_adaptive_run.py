@@ -566,12 +566,12 @@ def test_with_batch_each_round_is_one_batch_per_model_with_the_same_decisions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-adaptive")
-    # When2Call alone: the index is not computed, so precision asks every task, round after round
-    data = synthetic.data_dir(tmp_path / "w2c", 120)
+    # 30 tasks of each evaluation and ±0.01 points: precision asks every task, round after round
+    data = write_data(tmp_path / "data", 30)
     models = ["openai:a", "openai:b"]
     with serve(model=None, record=False) as server:
         urls = [a for m in models for a in ("--model", f"{m}@{server.url}/v1")]
-        common = ["run", *urls, "--data-dir", str(data), "--until", "precision=5"]
+        common = ["run", *urls, "--data-dir", str(data), "--until", "precision=0.01"]
         sync = ["--cache-dir", str(tmp_path / "sync"), "--out", str(tmp_path / "sync-out")]
         assert main([*common, *sync]) == 0
         out = capsys.readouterr().out.splitlines()
@@ -580,14 +580,15 @@ def test_with_batch_each_round_is_one_batch_per_model_with_the_same_decisions(
         assert main([*common, *batched, "--out", str(tmp_path / "batch-out"), "-q"]) == 0
         stats = server.stats()
     # one line after each round (after the time of day): who stopped, who runs on
-    # (4% of 120 is 4.8: 5 tasks)
+    # (4% of 30 is 1.2: 2 tasks of each evaluation, 8 of 120)
     assert (
-        lines[0] == "round 1 (4% of the whole set asked: 5 of 120 tasks): none stopped; 2 running"
+        lines[0] == "round 1 (7% of the whole set asked: 8 of 120 tasks): none stopped; 2 running"
     )
+    # the fake answers both alike: their exact index, the interval of nothing left to ask
     assert lines[-1] == (
         f"round {len(lines)} (100% of the whole set asked: 120 of 120 tasks): openai:a asked the "
-        "whole set "
-        "(index —); openai:b asked the whole set (index —); 0 running"
+        "whole set (index 24.2 [24.2, 24.2]); openai:b asked the whole set (index 24.2 [24.2, "
+        "24.2]); 0 running"
     )
     sync, batch = summary(tmp_path / "sync-out"), summary(tmp_path / "batch-out")
     assert [m["adaptive"] for m in batch["models"]] == [m["adaptive"] for m in sync["models"]]
@@ -603,7 +604,7 @@ def test_with_batch_the_deadline_still_holds_and_no_round_starts_after_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-adaptive")
-    data = synthetic.data_dir(tmp_path / "w2c", 120)
+    data = write_data(tmp_path / "data", 30)
     # batches that would never end
     with serve(model=None, record=False, batch={"polls": 100000}) as server:
         deadline = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 4))
@@ -632,20 +633,22 @@ def test_with_batch_the_deadline_still_holds_and_no_round_starts_after_it(
         )
         stats = server.stats()
     s = summary(tmp_path / "out")
-    first = round_sizes({"when2call": 0}, {"when2call": 120}, round_index=0)["when2call"]  # 5 tasks
+    populations = dict.fromkeys(s["adaptive"]["populations"], 30)
+    first = round_sizes(dict.fromkeys(populations, 0), populations, round_index=0)  # 2 of each
+    sent = sum(first.values())
     # the batches' unanswered half: the next run sends it
-    assert code == 1 and s["adaptive"]["rounds"] == 1
+    assert code == 1 and s["adaptive"]["rounds"] == 1 and sent == 8
     assert (
-        stats["batch_creates"] == stats["batch_cancels"] == 2 and stats["batch_lines"] == 2 * first
+        stats["batch_creates"] == stats["batch_cancels"] == 2 and stats["batch_lines"] == 2 * sent
     )
     for m in s["models"]:
         assert (m["adaptive"]["asked"], m["adaptive"]["rule"], m["adaptive"]["round"]) == (
-            {"when2call": first},
+            first,
             None,
             None,
         )
         # a cancelled batch answers its first half
-        assert m["requests"]["not_sent"] == first - first // 2
+        assert m["requests"]["not_sent"] == sent - sent // 2
 
 
 def test_a_provider_stop_leaves_its_models_unsettled_and_the_next_run_continues(
