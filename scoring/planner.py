@@ -54,9 +54,19 @@ class Profile:
     specificity: dict[str, float]
     source: str = "prior"
 
+    def whose(self) -> str:
+        """``source`` naming this model, for another model's profile made of its answers
+        (``shifted``): "<label>'s answers in the cache", "the prior for <label> (...)"."""
+        if self.source == CACHED:
+            return f"{self.label}'s answers in the cache"
+        if self.source == PRIOR.source:
+            return f"the prior for {self.label} ({PRIOR_SHARES})"
+        return f"{self.label}'s profile ({self.source})"
+
     def shifted(self, points: float, label: str) -> Profile:
         """The same model ``points`` index points lower (every share moved by points/100, kept in
-        [0.01, 0.99]), named ``label``: the second model of a separation plan."""
+        [0.01, 0.99]), named ``label``: the second model of a separation plan. Its ``source``
+        names this model (``whose``): the answers are this model's, not ``label``'s own."""
         d = points / 100
 
         def move(v: float) -> float:
@@ -68,18 +78,22 @@ class Profile:
             accuracy={k: move(v) for k, v in self.accuracy.items()},
             sensitivity={k: move(v) for k, v in self.sensitivity.items()},
             specificity={k: move(v) for k, v in self.specificity.items()},
-            source=f"{self.source}, {points:g} points lower",
+            source=f"{self.whose()}, {points:g} point{'' if points == 1 else 's'} lower",
         )
 
 
+CACHED = "its answers in the cache"  # a profile's source: measured by ``profile_of``
+PRIOR_SHARES = (
+    "40% correct on each choice evaluation, 20% 'I don't know', WildGuardTest sensitivity 0.70 "
+    "and specificity 0.85; index about 46"
+)
 PRIOR = Profile(
     "prior",
     {e: 0.4 for e in CHOICE_EVALS},
     0.2,
     {q: 0.7 for q in WILDGUARD_F1},
     {q: 0.85 for q in WILDGUARD_F1},
-    "prior: 40% correct on each choice evaluation, 20% 'I don't know', WildGuardTest "
-    "sensitivity 0.70 and specificity 0.85 (index about 46)",
+    f"prior: {PRIOR_SHARES}",
 )
 
 
@@ -109,7 +123,7 @@ def profile_of(answers: pl.DataFrame, label: str) -> Profile:
         yes, no = qa.filter(gold == "yes"), qa.filter(gold == "no")
         sens[q] = float(yes.select((pred == "yes").fill_null(False).mean()).item() or 0.0)
         spec[q] = float(no.select((pred == "no").fill_null(False).mean()).item() or 0.0)
-    return Profile(label, acc, idk, sens, spec, "its answers in the cache")
+    return Profile(label, acc, idk, sens, spec, CACHED)
 
 
 # ---------------------------------------------------------------------------------------------

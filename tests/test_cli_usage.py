@@ -175,6 +175,38 @@ def test_a_commands_own_check_of_its_flags_is_worded_as_the_parsers(tmp_path: Pa
     )
 
 
+@pytest.mark.parametrize("flag, value", [("--difference", "3"), ("--tolerance", "2")])
+def test_plan_refuses_a_separation_flag_with_precision(
+    tmp_path: Path, flag: str, value: str, capsys
+):
+    """``--difference`` and ``--tolerance`` belong to ``--separate``: each is refused beside
+    ``--precision`` alike (``--tolerance``'s default, 1, is taken only by ``--separate``)."""
+    words = ["plan", "--model", "embedded", "--precision", "5", flag, value]
+    assert main([*words, "--cache-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"dxi plan: error: {flag} goes with --separate, not with --precision\n",
+    )
+    assert "(--until separated=Δ; default 1)" in " ".join(help_of("plan", capsys=capsys).split())
+
+
+@pytest.mark.parametrize(
+    "command, shown",
+    [
+        (["plan", "--precision", "5"], "dxi plan run.toml"),
+        (["run"], "dxi run run.toml"),
+        (["estimate"], "dxi run run.toml"),
+    ],
+    ids=["plan", "run", "estimate"],
+)
+def test_no_models_shows_a_run_file_given_to_the_command(command: list[str], shown: str, capsys):
+    assert main(command) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"dxi {command[0]}: error: name the models: a run file ({shown}) or --model ADAPTER:MODEL\n",
+    )
+
+
 def test_a_run_file_after_param_is_the_run_file_not_a_parameter(tmp_path: Path, capsys):
     args = parser().parse_args(["score", "--param", "temperature=0", "seed=1", "runs/tonight.toml"])
     assert args.run_file == Path("runs/tonight.toml") and args.param == ["temperature=0", "seed=1"]

@@ -667,13 +667,13 @@ async def test_a_thinking_models_output_is_estimated_from_its_effort_then_from_i
     again = await asyncio.to_thread(
         _estimate, [*openai, "--effort", "low", "--epochs", "2"], capsys
     )
-    assert again["new"] == n and again["basis"] == {"this model's cached usage": n}
+    assert again["new"] == n and again["basis"] == {"estimated from this model's cached usage": n}
     assert again["output_tokens"] == round(n * used["output_tokens"].mean())
     # another level of the same model: its cached usage at effort low says nothing of medium's
     # thinking
     medium = await asyncio.to_thread(_estimate, [*openai, "--effort", "medium"], capsys)
     assert medium["output_tokens"] == n * (6_000 + OUTPUT_PER_QUESTION + 4)
     assert medium["basis"] == {
-        "this model's cached usage; output: the thinking prior at effort medium (6,000 "
-        "tokens, runner.planning.tokens)": n
+        "estimated from this model's cached usage; output: the thinking prior at effort medium "
+        "(6,000 tokens, runner.planning.tokens)": n
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import pathlib
 import types
 
 import numpy as np
@@ -325,6 +326,32 @@ def test_spend_by_hand():
     }
 
 
+def test_a_shifted_profile_names_whose_answers_it_is():
+    """``Profile.shifted``: the second model of a separation plan is the first one's answers moved
+    down, and its ``source`` names the first (not the second's own answers or prior)."""
+    cached = dataclasses.replace(profile("embedded:m", 0.5, 0.2, 0.7, 0.8), source=planner.CACHED)
+    b = cached.shifted(3, "openai:gpt-x")
+    assert b.label == "openai:gpt-x"
+    assert b.source == "embedded:m's answers in the cache, 3 points lower"
+    assert b.accuracy == dict.fromkeys(planner.CHOICE_EVALS, pytest.approx(0.47))
+    assert b.sensitivity == dict.fromkeys(planner.POSITIVES, pytest.approx(0.67))
+    assert b.specificity == dict.fromkeys(planner.POSITIVES, pytest.approx(0.77))
+    assert b.idk == 0.2
+    prior = dataclasses.replace(planner.PRIOR, label="openai:gpt-x").shifted(2.5, "embedded:m")
+    assert prior.source == (
+        "the prior for openai:gpt-x (40% correct on each choice evaluation, 20% 'I don't know', "
+        "WildGuardTest sensitivity 0.70 and specificity 0.85; index about 46), 2.5 points lower"
+    )
+    assert planner.PRIOR.source == (
+        "prior: 40% correct on each choice evaluation, 20% 'I don't know', WildGuardTest "
+        "sensitivity 0.70 and specificity 0.85; index about 46"
+    )
+    # any other source: named with it
+    assert profile("a", 0.5, 0.2, 0.7, 0.8).shifted(1, "b").source == (
+        "a's profile (prior), 1 point lower"
+    )
+
+
 def test_a_plan_gives_the_power_s_run_and_the_mean_run(monkeypatch):
     """Three scripted simulated runs asking 10, 30 and 20 tasks of one evaluation (a: 2 tasks
     more than b each time): at 80% power the plan is the 3rd smallest run (⌈0.8·4⌉ = 4, at most
@@ -427,9 +454,49 @@ def test_plan_tokens_of_the_embedded_model_say_their_source_and_agree_with_estim
     recorded = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())["models"][0]
     assert main(plan_args) == 0
     after = orjson.loads(capsys.readouterr().out)["models"][0]
-    assert after["tokens_basis"] == {"this model's usage in the cache": 12}
+    assert after["tokens_basis"] == {"recorded by its cached replies": 12}
     assert (after["adaptive"]["input_tokens"], after["adaptive"]["output_tokens"]) == (0, 0)
     assert (recorded["usage"]["input_tokens"], recorded["usage"]["output_tokens"]) == (0, 0)
+    # a 4th task of each evaluation: the 12 cached requests at what their replies recorded, the 4
+    # new ones estimated from that usage, named as `dxi estimate` names them (two sources, not one)
+    four = ["--model", "embedded", "--data-dir", "../shared/data", "--limit", "4", *cache]
+    assert main(["plan", *four, "--precision", "0.01", "--runs", "1", "--json"]) == 0
+    both = orjson.loads(capsys.readouterr().out)["models"][0]
+    assert both["tokens_basis"] == {
+        "recorded by its cached replies": 12,
+        "estimated from this model's cached usage": 4,
+    }
+    assert main(["plan", *four, "--precision", "0.01", "--runs", "1"]) == 0
+    assert (
+        "embedded:sparrow-nano-general-v1.1: tokens: recorded by its cached replies (12 "
+        "requests); estimated from this model's cached usage (4 requests)"
+    ) in " ".join(capsys.readouterr().out.split())
+    assert main(["estimate", *four, "--json"]) == 0
+    assert orjson.loads(capsys.readouterr().out)["models"][0]["basis"] == {
+        "estimated from this model's cached usage": 4
+    }
+    assert main(["estimate", *four]) == 0
+    assert (
+        "embedded:sparrow-nano-general-v1.1: tokens: estimated from this model's cached usage (4)"
+    ) in " ".join(capsys.readouterr().out.split())
+    # a separation plan's B is A's answers moved down, whatever B's own: its line names A
+    for a, b, source in (
+        (
+            "embedded",
+            "openai:gpt-x",
+            "embedded:sparrow-nano-general-v1.1's answers in the cache, 3 points lower",
+        ),
+        (
+            "openai:gpt-x",
+            "embedded",
+            f"the prior for openai:gpt-x ({planner.PRIOR_SHARES}), 3 points lower",
+        ),
+    ):
+        two = [*common, "--model", "openai:gpt-x", *cache, "--runs", "1", "--json"]
+        assert main(["plan", *two, "--separate", a, b, "--difference", "3"]) == 0
+        profiles = [m["profile"] for m in orjson.loads(capsys.readouterr().out)["models"]]
+        own = "its answers in the cache" if a == "embedded" else f"prior: {planner.PRIOR_SHARES}"
+        assert profiles == [own, source]
 
 
 def test_plan_json_is_rounded_as_documented():
@@ -502,6 +569,135 @@ def test_plan_bad_input_exits_2(tmp_path, capsys, flags, message):
     )
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_plan_without_tolerance_separates_at_1_point(tmp_path, capsys):
+    """``--tolerance`` has no default of its own (None, refused with ``--precision``): a separation
+    plan without it is ``--until separated=1``, with it ``separated=Δ``."""
+    flags = [
+        "plan",
+        "--model",
+        "openai:a",
+        "--model",
+        "openai:b",
+        "--data-dir",
+        "../shared/data",
+        "--limit",
+        "3",
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--separate",
+        "openai:a",
+        "openai:b",
+        "--difference",
+        "3",
+        "--runs",
+        "1",
+        "--json",
+    ]
+    assert main(flags) == 0
+    assert orjson.loads(capsys.readouterr().out)["until"] == "separated=1"
+    assert main([*flags, "--tolerance", "0.5"]) == 0
+    assert orjson.loads(capsys.readouterr().out)["until"] == "separated=0.5"
+
+
+@pytest.mark.parametrize(
+    ("data", "evals", "error"),
+    [
+        (
+            "all",
+            "hle_multichoice,when2call",
+            "dxi plan: error: --evals leaves out aa_omniscience_decision, wildguardtest: a plan is "
+            "of the whole index, which needs all four\n",
+        ),
+        (
+            "no omniscience",
+            None,
+            "dxi plan: error: dxi plan needs every evaluation of the index; no data for "
+            "aa_omniscience_decision (see `dxi data check`)\n",
+        ),
+        (
+            "no omniscience",
+            "hle_multichoice,aa_omniscience_decision,when2call",
+            "dxi plan: error: --evals leaves out wildguardtest: a plan is of the whole index, which "
+            "needs all four; no data for aa_omniscience_decision either (see `dxi data check`)\n",
+        ),
+    ],
+    ids=["left-out", "no-data", "both"],
+)
+def test_plan_tells_evaluations_left_out_from_evaluations_without_data(
+    tmp_path, capsys, data, evals, error
+):
+    source = pathlib.Path("../shared/data").resolve()
+    data_dir = source
+    if data != "all":  # the data folder without the Omniscience stand-in
+        data_dir = tmp_path / "data"
+        data_dir.mkdir()
+        for d in ("hle", "when2call", "wildguardtest"):
+            (data_dir / d).symlink_to(source / d)
+    flags = ["plan", "--model", "embedded", "--precision", "5", "--data-dir", str(data_dir)]
+    flags += ["--limit", "3", "--cache-dir", str(tmp_path / "c")]
+    assert main([*flags, *(["--evals", evals] if evals else [])]) == 2
+    assert capsys.readouterr() == ("", error)
+
+
+def test_plan_says_whose_evals_select_leaves_out(tmp_path, capsys):
+    run_file = tmp_path / "run.toml"
+    run_file.write_text(
+        '[evals]\nselect = ["hle_multichoice", "when2call", "wildguardtest"]\n\n'
+        '[[models]]\nprovider = "embedded"\n'
+    )
+    flags = ["plan", str(run_file), "--precision", "5", "--data-dir", "../shared/data"]
+    assert main([*flags, "--cache-dir", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"dxi plan: error: the [evals] select of {run_file} leaves out aa_omniscience_decision: "
+        "a plan is of the whole index, which needs all four\n",
+    )
+
+
+def test_plan_counts_one_run_and_one_point_in_the_singular(tmp_path, capsys):
+    """--runs 1, --difference 1 and --precision 1: "1 simulated run", "1 point"."""
+    common = ["plan", "--model", "openai:a", "--data-dir", "../shared/data", "--limit", "3"]
+    common += ["--cache-dir", str(tmp_path / "c"), "--runs", "1"]
+    separate = [*common, "--model", "openai:b", "--separate", "openai:a", "openai:b"]
+    separate += ["--difference", "1", "--tolerance", "0"]
+    assert main([*separate, "--json"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert main(separate) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "Plan: separating at a true difference of 1 point (80% power), 1 simulated run "
+        "(nothing was sent)"
+    ) in out
+    assert (
+        "A separation plan takes the one simulated run: a fresh run needs no more with "
+        "probability 1/2 = 0.50, less than the 80% power asked: --runs 4 or more for it."
+    ) in out
+    assert f"({planner.PRIOR_SHARES}), 1 point lower" in out
+    for m in doc["models"]:
+        requests = m["expected"]["requests"]
+        assert (
+            f"{m['model']}: expected {requests:,.0f} requests (—, batch —), the mean of the 1 "
+            f"simulated run; planned above: {m['adaptive']['requests']:,.0f}"
+        ) in out
+    assert main([*common, "--precision", "1"]) == 0
+    assert "Plan: ±1 point, 1 simulated run (nothing was sent)" in " ".join(
+        capsys.readouterr().out.split()
+    )
+    assert [plan_command._count(n, "request") for n in (0, 1, 1.04, 2, 2087)] == [
+        "0 requests",
+        "1 request",
+        "1 request",
+        "2 requests",
+        "2,087 requests",
+    ]
+    assert [plan_command._points(v) for v in (1, 1.0, 2.5, 0.5)] == [
+        "1 point",
+        "1 point",
+        "2.5 points",
+        "0.5 points",
+    ]
 
 
 def test_index_coverage_at_a_random_look():

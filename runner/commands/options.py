@@ -442,14 +442,16 @@ def named(args: argparse.Namespace, dest: str, flag: str) -> str:
     return flag
 
 
-def plan_of(args: argparse.Namespace) -> Plan:
-    """The plan of ``dxi run``, ``estimate`` and ``batches collect``
+def plan_of(args: argparse.Namespace, command: str = "dxi run") -> Plan:
+    """The plan of ``dxi run``, ``estimate``, ``plan`` and ``batches collect``
     (``runner.planning.plan.from_args``); UsageError when neither a run file nor ``--model`` names
-    the models."""
+    the models, showing a run file given to ``command`` (``dxi plan run.toml`` for ``dxi plan``)."""
     from ..planning.plan import from_args
 
     if args.run_file is None and not args.model:
-        raise UsageError("name the models: a run file (dxi run run.toml) or --model ADAPTER:MODEL")
+        raise UsageError(
+            f"name the models: a run file ({command} run.toml) or --model ADAPTER:MODEL"
+        )
     return from_args(args)
 
 

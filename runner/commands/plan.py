@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 POWER = 0.8  # a separation plan's runs: the questions by which 80% of them told the two apart
+DEFAULT_TOLERANCE = 1.0  # --separate's --tolerance: --until separated's own default
 
 
 def add_parser(sub) -> None:
@@ -53,7 +54,7 @@ def add_parser(sub) -> None:
     g.add_argument(
         "--tolerance",
         type=numbers.TOLERANCE,
-        default=1.0,
+        default=None,  # 1 with --separate; refused with --precision
         metavar="Δ",
         help="with --separate: a difference within ±Δ points settles them too "
         "(--until separated=Δ; default 1)",
@@ -85,8 +86,9 @@ def _until(args: argparse.Namespace):
     if args.runs < 1:
         raise UsageError(f"--runs {args.runs}: at least 1 simulated run")
     if args.precision is not None:
-        if args.difference is not None:
-            raise UsageError("--difference goes with --separate, not with --precision")
+        for flag in ("difference", "tolerance"):
+            if getattr(args, flag) is not None:
+                raise UsageError(f"--{flag} goes with --separate, not with --precision")
         if not 0 < args.precision <= 100:
             raise UsageError(
                 f"--precision {args.precision:g}: P must be above 0 and at most 100 (index points)"
@@ -97,12 +99,13 @@ def _until(args: argparse.Namespace):
             "--separate A B needs --difference D, the true difference to plan for, "
             "above 0 and at most 100 index points"
         )
-    if args.tolerance < 0 or args.tolerance >= args.difference:
+    tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+    if tolerance < 0 or tolerance >= args.difference:
         raise UsageError(
-            f"--tolerance {args.tolerance:g}: must be at least 0 and below the "
+            f"--tolerance {tolerance:g}: must be at least 0 and below the "
             f"difference {args.difference:g}"
         )
-    return Until("separated", args.tolerance), POWER
+    return Until("separated", tolerance), POWER
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -120,7 +123,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..planning.plan import model_named
 
     until, quantile = _until(args)
-    plan = options.plan_of(args)
+    plan = options.plan_of(args, "dxi plan")
     if args.separate:  # each named as --price names a model: label, ADAPTER:MODEL, --model's text
         texts = dict(enumerate(args.model)) if args.run_file is None else {}
         a, b = (model_named(plan.models, x, "--separate", texts).label for x in args.separate)
@@ -128,16 +131,30 @@ def main(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(
                 f"--separate {' '.join(args.separate)}: both name {a}; give two different models"
             )
+    index = sorted({e for e, _ in scoring.WEIGHTS})
+    chosen_evals = plan.suite.evals  # --evals, else the run file's [evals] select; None: all
+    left_out = [e for e in index if chosen_evals is not None and e not in chosen_evals]
     gold, categories = plan.suite.gold_frames()
     populations = {
         e: n
         for e, n in gold.group_by("eval").agg(pl.col("task_id").n_unique()).sort("eval").iter_rows()
     }
-    missing_evals = [e for e, _ in scoring.WEIGHTS if e not in populations]
-    if missing_evals:
+    no_data = [e for e in index if e not in populations and e not in left_out]
+    if left_out:
+        selection = "--evals" if args.evals else f"the [evals] select of {args.run_file}"
+        raise UsageError(
+            f"{selection} leaves out {', '.join(left_out)}: a plan is of the whole index, which "
+            "needs all four"
+            + (
+                f"; no data for {', '.join(no_data)} either (see `dxi data check`)"
+                if no_data
+                else ""
+            )
+        )
+    if no_data:
         raise UsageError(
             f"dxi plan needs every evaluation of the index; no data for "
-            f"{', '.join(sorted(set(missing_evals)))} (see `dxi data check`)"
+            f"{', '.join(no_data)} (see `dxi data check`)"
         )
     positives = {
         q: float(v)
@@ -198,15 +215,18 @@ def main(args: argparse.Namespace, console: Console) -> int:
 # a reply in the cache without token usage (the embedded model's adapter reports none; its run
 # recorded 0 tokens for it): left out of the mean per request (0 when nothing else is known)
 NO_USAGE = "cached replies without token usage (left out of the mean)"
-CACHED_USAGE = "this model's usage in the cache"
+# the requests the cache holds: the tokens their replies recorded, as they are (the requests it does
+# not hold are estimated as `dxi estimate` does: "estimated from this model's cached usage", ...)
+CACHED_USAGE = "recorded by its cached replies"
 
 
 def tokens_basis(used, dry) -> dict[str, int]:
     """Where a model's tokens per request come from: basis -> requests. ``used``: its rows of
-    ``scoring.usage`` (``with_usage``: the cached replies with token usage; ``replies``: all);
-    ``dry``: its ``runner.planning.estimate.Estimate`` (``basis``: how the requests the cache does
-    not hold were estimated, as `dxi estimate` says it: "bytes / 4 (no usage in the cache yet)" is
-    the size of the prompts, not a bill)."""
+    ``scoring.usage`` (``with_usage``: the cached replies with token usage, counted as
+    ``CACHED_USAGE``; ``replies``: all); ``dry``: its ``runner.planning.estimate.Estimate``
+    (``basis``: how the requests the cache does not hold were estimated, as `dxi estimate` says
+    it: "estimated from this model's cached usage" scales the usage of its cached replies to each
+    new request; "bytes / 4 (no usage in the cache yet)" is the size of the prompts, not a bill)."""
     with_usage, replies = int(used["with_usage"].sum()), int(used["replies"].sum())
     basis = {CACHED_USAGE: with_usage, NO_USAGE: replies - with_usage} | dict(dry.basis)
     return {k: n for k, n in basis.items() if n}
@@ -250,6 +270,17 @@ def _usd(v: float | None) -> str:
     return "—" if v is None else f"${v:,.2f}"
 
 
+def _points(v: float) -> str:
+    """Index points: "1 point", "2.5 points"."""
+    return f"{v:g} point" if v == 1 else f"{v:g} points"
+
+
+def _count(n: float, noun: str) -> str:
+    """``n`` (to a whole number) and ``noun``, plural unless it reads 1: "1 simulated run"."""
+    text = f"{n:,.0f}"
+    return f"{text} {noun}" if text == "1" else f"{text} {noun}s"
+
+
 def _print(doc: dict, console: Console) -> None:
     """The plan as a table: per model the questions, requests, tokens and dollars of the adaptive
     run beside the whole index's, and the saving."""
@@ -257,12 +288,12 @@ def _print(doc: dict, console: Console) -> None:
     from rich.table import Table
 
     what = (
-        f"±{doc['until'].split('=')[1]} points"
+        f"±{_points(float(doc['until'].split('=')[1]))}"
         if doc["until"].startswith("precision")
-        else f"separating at a true difference of {doc['difference']:g} points "
+        else f"separating at a true difference of {_points(doc['difference'])} "
         f"({doc['power']:.0%} power)"
     )
-    t = Table(title=f"Plan: {what}, {doc['runs']} simulated runs (nothing was sent)")
+    t = Table(title=f"Plan: {what}, {_count(doc['runs'], 'simulated run')} (nothing was sent)")
     for col in (
         "model",
         "questions",
@@ -298,9 +329,11 @@ def _print(doc: dict, console: Console) -> None:
         console.print(
             escape(f"  {m['model']}: questions per evaluation: {per}; answers like: {m['profile']}")
         )
-        basis = "; ".join(f"{b} ({n:,} requests)" for b, n in m.get("tokens_basis", {}).items())
+        basis = "; ".join(
+            f"{b} ({_count(n, 'request')})" for b, n in m.get("tokens_basis", {}).items()
+        )
         if basis:
-            console.print(escape(f"  {m['model']}: tokens from: {basis}"))
+            console.print(escape(f"  {m['model']}: tokens: {basis}"))
         if m.get("exhausted_share"):  # runs that asked everything without settling the model
             console.print(
                 escape(
@@ -312,9 +345,13 @@ def _print(doc: dict, console: Console) -> None:
         from dxi.scoring import planner
 
         k = planner.order_statistic(doc["power"], doc["runs"])
+        which = (
+            "the one simulated run"
+            if doc["runs"] == 1
+            else f"run {k} of the {doc['runs']} simulated runs sorted by the questions they asked"
+        )
         line = (
-            f"A separation plan takes run {k} of the {doc['runs']} simulated runs sorted by the "
-            f"questions they asked: a fresh run needs no more with probability "
+            f"A separation plan takes {which}: a fresh run needs no more with probability "
             f"{k}/{doc['runs'] + 1} = {doc['holds']:.2f}"
         )
         if doc["holds"] < doc["power"]:
@@ -327,17 +364,18 @@ def _print(doc: dict, console: Console) -> None:
             e = m["expected"]
             console.print(
                 escape(
-                    f"  {m['model']}: expected {e['requests']:,.0f} requests "
+                    f"  {m['model']}: expected {_count(e['requests'], 'request')} "
                     f"({_usd(e['cost_usd'])}, batch {_usd(e['batch_cost_usd'])}), the mean of "
-                    f"the {doc['runs']} simulated runs; planned above: "
+                    f"the {_count(doc['runs'], 'simulated run')}; planned above: "
                     f"{m['adaptive']['requests']:,.0f}"
                 )
             )
     console.print(
         "Questions are the means over the simulated runs (a separation plan: the run at "
         "the power's quantile, above); requests = questions × epochs; tokens are the model's "
-        "mean per request (the cache's usage, else `dxi estimate`'s figures, each model's source "
-        'above: "bytes / 4" is the size of its prompts, not usage a run records: the embedded '
+        "mean per request (what its cached replies recorded, and for the requests the cache does "
+        "not hold `dxi estimate`'s estimates; each model's sources above: \"bytes / 4\" is the "
+        "size of its prompts, not usage a run records: the embedded "
         "model's runs record 0 tokens, which the cache then gives); a cost is — without a price "
         "(--price MODEL=IN/OUT)."
     )

@@ -267,7 +267,7 @@ def print_estimate(doc: dict, console: Console) -> None:
         if m["new"]:
             console.print(
                 escape(
-                    f"  {m['model']}: tokens from "
+                    f"  {m['model']}: tokens: "
                     + ", ".join(f"{b} ({n})" for b, n in m["basis"].items())
                 )
             )

@@ -74,6 +74,10 @@ REASONS = (
     "new evaluation",
 )
 BATCH = 256
+# a request not cached, its tokens scaled from the usage this model's cached replies of its
+# evaluation recorded (input: their tokens per request byte; output: their mean): an estimate, not
+# the recorded usage of a cached reply (what `dxi plan` calls "recorded by its cached replies")
+OWN_USAGE = "estimated from this model's cached usage"
 
 
 @dataclass
@@ -231,9 +235,10 @@ def _estimate_one(
                 est.cached += 1
                 continue
             size = len(request.body)
-            rate, basis = rates.get((a.kind, a.model, task.eval)), "this model's cached usage"
+            rate, basis = rates.get((a.kind, a.model, task.eval)), OWN_USAGE
             if rate is None:
-                rate, basis = rates.get((a.kind, task.eval)), f"other {a.kind} models' cached usage"
+                rate = rates.get((a.kind, task.eval))
+                basis = f"estimated from other {a.kind} models' cached usage"
             if rate is None:
                 rate, basis = TokenEstimate(), "bytes / 4 (no usage in the cache yet)"
             out_bound = a.output_tokens_bound(task)
@@ -247,7 +252,7 @@ def _estimate_one(
                         f"; output: the thinking prior at effort {effort} ({thinking:,} tokens, "
                         "runner.planning.tokens)"
                     )
-                elif basis != "this model's cached usage":
+                elif basis != OWN_USAGE:
                     basis += "; output: this model's cached usage at these parameters"
             if output is None:
                 output = prior_output(out_bound, len(task.questions), thinking)
