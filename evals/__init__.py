@@ -320,14 +320,17 @@ class Suite:
             if d.file is not None and (self.evals is None or n in self.evals)
         ]
 
-    def not_run(self) -> dict[str, str]:
-        """Every evaluation of ``EVALS`` that will not be run -> why: "left out by --evals" (not
-        in ``evals``) or why it has no data (``EvalData.missing``, "no data" when unknown)."""
-        out = {}
+    def left_out(self) -> list[str]:
+        """The evaluations of ``EVALS`` that ``evals`` does not select (none when it is None)."""
+        return [n for n in EVALS if self.evals is not None and n not in self.evals]
+
+    def not_run(self, selection: str = "--evals") -> dict[str, str]:
+        """Every evaluation of ``EVALS`` that will not be run -> why: "left out by ``selection``"
+        (what chose ``evals``: "--evals", or a run file's select) or why it has no data
+        (``EvalData.missing``, "no data" when unknown)."""
+        out = dict.fromkeys(self.left_out(), f"left out by {selection}")
         for n in EVALS:
-            if self.evals is not None and n not in self.evals:
-                out[n] = "left out by --evals"
-            elif n not in self.data or self.data[n].file is None:
+            if n not in out and (n not in self.data or self.data[n].file is None):
                 out[n] = (self.data[n].missing if n in self.data else None) or "no data"
         return out
 

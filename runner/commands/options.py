@@ -442,6 +442,12 @@ def named(args: argparse.Namespace, dest: str, flag: str) -> str:
     return flag
 
 
+def selection(args: argparse.Namespace) -> str:
+    """What chose the evaluations of a command's run, for a message: "--evals", else "the [evals]
+    select of RUN_FILE"."""
+    return "--evals" if getattr(args, "evals", None) else f"the [evals] select of {args.run_file}"
+
+
 def plan_of(args: argparse.Namespace, command: str = "dxi run") -> Plan:
     """The plan of ``dxi run``, ``estimate``, ``plan`` and ``batches collect``
     (``runner.planning.plan.from_args``); UsageError when neither a run file nor ``--model`` names

@@ -132,8 +132,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
                 f"--separate {' '.join(args.separate)}: both name {a}; give two different models"
             )
     index = sorted({e for e, _ in scoring.WEIGHTS})
-    chosen_evals = plan.suite.evals  # --evals, else the run file's [evals] select; None: all
-    left_out = [e for e in index if chosen_evals is not None and e not in chosen_evals]
+    left_out = plan.suite.left_out()  # by --evals, else the run file's [evals] select
     gold, categories = plan.suite.gold_frames()
     populations = {
         e: n
@@ -141,10 +140,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     }
     no_data = [e for e in index if e not in populations and e not in left_out]
     if left_out:
-        selection = "--evals" if args.evals else f"the [evals] select of {args.run_file}"
         raise UsageError(
-            f"{selection} leaves out {', '.join(left_out)}: a plan is of the whole index, which "
-            "needs all four"
+            f"{options.selection(args)} leaves out {', '.join(left_out)}: a plan is of the whole "
+            "index, which needs all four"
             + (
                 f"; no data for {', '.join(no_data)} either (see `dxi data check`)"
                 if no_data

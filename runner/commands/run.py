@@ -108,7 +108,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
             f"against every other is known); this run has {len(plan.models)}: give another "
             "--model, or use --until precision=P"
         )
-    gaps = plan.suite.not_run() if plan.until is not None else {}
+    gaps = plan.suite.not_run(options.selection(args)) if plan.until is not None else {}
     if gaps:  # every rule reads the index, which needs every evaluation: it could never stop
         raise UsageError(
             f"--until {plan.until} stops on the Decision Index, which needs all four evaluations; "
