@@ -165,27 +165,42 @@ class Until:
     def parse(cls, text: str) -> Until:
         """``"precision=5"``, ``"precision=2.5:all"``, ``"separated"``, ``"separated=0.5"`` ->
         Until. Raises ValueError naming ``--until`` and the accepted forms on anything else; any
-        ``precision=P`` whose P is not a number above 0 and at most 100 (negative, 0, above 100,
-        nan, inf, not a number) gets the message saying so (Δ is at least 0)."""
+        ``precision=P`` whose P is not a number above 0 and at most 100, and any ``separated=Δ``
+        whose Δ is not a number from 0 to 100 (negative, above 100, nan, inf, not a number), gets
+        the message giving the range: the ranges of ``dxi plan --precision`` and ``--tolerance``
+        (``runner.planning.numbers.POINTS`` and ``TOLERANCE``)."""
         precision = re.fullmatch(r"\s*precision\s*=\s*([^:\s]+)\s*(:all)?\s*", str(text))
         if precision is not None:  # any P: out of range, nan, inf or not a number -> the range
-            try:
-                points = float(precision[1])
-            except ValueError:
-                points = math.nan
+            points = _number(precision[1])
             if not 0 < points <= 100:  # nan fails too
                 raise ValueError(
                     f"--until {text!r}: the precision P must be a number above 0 and at most 100 "
                     f"(index points); accepted forms: {UNTIL_FORMS}"
                 )
             return cls("precision", points, bool(precision[2]))
-        m = re.fullmatch(r"\s*(separated)\s*(?:=\s*([0-9]*\.?[0-9]+)\s*)?\s*", str(text))
+        m = re.fullmatch(r"\s*separated\s*(?:=\s*([^:\s]+)\s*)?", str(text))
         if m is None:
             raise ValueError(f"--until {text!r}: expected one of {UNTIL_FORMS}")
-        return cls("separated", float(m[2]) if m[2] is not None else 1.0)
+        if m[1] is None:
+            return cls("separated", 1.0)
+        tolerance = _number(m[1])
+        if not 0 <= tolerance <= 100:  # nan fails too
+            raise ValueError(
+                f"--until {text!r}: the tolerance Δ must be a number from 0 to 100 (index "
+                f"points); accepted forms: {UNTIL_FORMS}"
+            )
+        return cls("separated", tolerance)
 
     def __str__(self) -> str:
         return f"{self.rule}={self.points:g}" + (":all" if self.every_metric else "")
+
+
+def _number(text: str) -> float:
+    """``text`` as a float; nan when it is not a number (``Until.parse`` then gives the range)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,8 @@ def test_until_parse_accepts_the_documented_forms():
     assert Until.parse("precision=2.5:all") == Until("precision", 2.5, True)
     assert Until.parse("separated") == Until("separated", 1.0, False)
     assert Until.parse("separated=0.5") == Until("separated", 0.5, False)
+    assert Until.parse("separated=0") == Until("separated", 0.0, False)
+    assert Until.parse(" separated = 100 ") == Until("separated", 100.0, False)
     assert str(Until.parse("precision=2.5:all")) == "precision=2.5:all"
 
 
@@ -85,6 +87,10 @@ def test_until_parse_accepts_the_documented_forms():
         "precision=-1",
         "precision=5:some",
         "",
+        "separated=-1",
+        "separated=1000",
+        "separated=",
+        "separated=1:all",
     ],
 )
 def test_until_parse_rejects_the_rest_naming_the_flag(text):
@@ -112,6 +118,58 @@ def test_every_out_of_range_or_non_number_precision_gets_the_range_message(text)
         "points); accepted forms: precision=P (e.g. precision=5), precision=P:all, separated, "
         "separated=Δ"
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "separated=-1",
+        "separated=1000",
+        "separated=100.5",
+        "separated=-0.5",
+        "separated=nan",
+        "separated=inf",
+        "separated=abc",
+    ],
+)
+def test_every_out_of_range_or_non_number_tolerance_gets_the_range_message(text):
+    with pytest.raises(ValueError) as caught:
+        Until.parse(text)
+    assert str(caught.value) == (
+        f"--until {text!r}: the tolerance Δ must be a number from 0 to 100 (index points); "
+        "accepted forms: precision=P (e.g. precision=5), precision=P:all, separated, separated=Δ"
+    )
+
+
+@pytest.mark.parametrize("text", ["separated:all", "separated=1:all", "separated=", "sep"])
+def test_a_separated_of_another_form_gets_the_accepted_forms(text):
+    with pytest.raises(ValueError) as caught:
+        Until.parse(text)
+    assert str(caught.value) == (
+        f"--until {text!r}: expected one of precision=P (e.g. precision=5), precision=P:all, "
+        "separated, separated=Δ"
+    )
+
+
+@pytest.mark.parametrize(
+    "value", ["-1", "-0.001", "0", "0.001", "1", "99.5", "100", "100.001", "1000", "nan", "inf"]
+)
+def test_until_takes_the_ranges_of_dxi_plan(value):
+    """``separated=Δ`` takes what ``dxi plan --tolerance`` takes, ``precision=P`` what ``dxi plan
+    --precision`` takes (``runner.planning.numbers``), and their messages give the same ranges."""
+    from dxi.runner.planning import numbers
+
+    def parses(text: str) -> bool:
+        try:
+            Until.parse(text)
+        except ValueError:
+            return False
+        return True
+
+    assert parses(f"separated={value}") == numbers.TOLERANCE.accepts(value)
+    assert parses(f"precision={value}") == numbers.POINTS.accepts(value)
+    assert numbers.TOLERANCE.expected() == "a number from 0 to 100 (index points)"
+    assert numbers.POINTS.expected() == "a number above 0 and at most 100 (index points)"
 
 
 def test_capital_matches_its_formulas_step_by_step():
