@@ -344,6 +344,16 @@ def test_separated_stops_the_clearly_different_models_first_and_the_near_twins_l
     assert rounds["twin-a"] == rounds["twin-b"] == max(rounds.values())
     assert blocks["systemone:m00"]["rule"] == blocks["systemone:m100"]["rule"] == "separated=1"
     assert blocks["systemone:twin-a"]["rule"] == "exhausted"
+    # the reason says the relation settled with every other model, the nearest named first
+    assert blocks["systemone:m00"]["reason"] == (
+        "above none; below 9 (systemone:m30, systemone:m40, systemone:m50, +6 more); within ±1 "
+        "point of none"
+    )
+    assert blocks["systemone:m70"]["reason"] == (
+        "above 8 (systemone:twin-b, systemone:twin-a, systemone:m55, +5 more); below "
+        "systemone:m100; within ±1 point of none"
+    )
+    assert blocks["systemone:twin-a"]["reason"] == "every task of the whole set was asked"
 
 
 THREE = ("m00", "m50", "m100")
