@@ -114,7 +114,9 @@ bound whole-set metrics, so they serve every pair the model is in; measured 12% 
 boxes per pair at α/P, for 10 models at half the set). Every pair's interval then holds at once,
 at every look, with probability ≥ 1 − α. A pair is *decided* when its interval excludes 0 (their
 order is known) or lies within [−Δ, Δ] (their difference does not matter), or when both models
-have been asked everything; a model is settled when every pair it is in is decided.
+have been asked everything; a model is settled when every pair it is in is decided, and its
+reason says the relation that decided each of its pairs: "above a; below 2 (b, c); within ±1
+point of none" (the models it is known to be above, below, and within ±Δ of).
 
 **Order caveat.** The guarantee is for a uniformly random order within each evaluation. An order
 stratified by WildGuardTest's label mix is a proportionally stratified sample, which is no less
@@ -165,27 +167,42 @@ class Until:
     def parse(cls, text: str) -> Until:
         """``"precision=5"``, ``"precision=2.5:all"``, ``"separated"``, ``"separated=0.5"`` ->
         Until. Raises ValueError naming ``--until`` and the accepted forms on anything else; any
-        ``precision=P`` whose P is not a number above 0 and at most 100 (negative, 0, above 100,
-        nan, inf, not a number) gets the message saying so (Δ is at least 0)."""
+        ``precision=P`` whose P is not a number above 0 and at most 100, and any ``separated=Δ``
+        whose Δ is not a number from 0 to 100 (negative, above 100, nan, inf, not a number), gets
+        the message giving the range: the ranges of ``dxi plan --precision`` and ``--tolerance``
+        (``runner.planning.numbers.POINTS`` and ``TOLERANCE``)."""
         precision = re.fullmatch(r"\s*precision\s*=\s*([^:\s]+)\s*(:all)?\s*", str(text))
         if precision is not None:  # any P: out of range, nan, inf or not a number -> the range
-            try:
-                points = float(precision[1])
-            except ValueError:
-                points = math.nan
+            points = _number(precision[1])
             if not 0 < points <= 100:  # nan fails too
                 raise ValueError(
                     f"--until {text!r}: the precision P must be a number above 0 and at most 100 "
                     f"(index points); accepted forms: {UNTIL_FORMS}"
                 )
             return cls("precision", points, bool(precision[2]))
-        m = re.fullmatch(r"\s*(separated)\s*(?:=\s*([0-9]*\.?[0-9]+)\s*)?\s*", str(text))
+        m = re.fullmatch(r"\s*separated\s*(?:=\s*([^:\s]+)\s*)?", str(text))
         if m is None:
             raise ValueError(f"--until {text!r}: expected one of {UNTIL_FORMS}")
-        return cls("separated", float(m[2]) if m[2] is not None else 1.0)
+        if m[1] is None:
+            return cls("separated", 1.0)
+        tolerance = _number(m[1])
+        if not 0 <= tolerance <= 100:  # nan fails too
+            raise ValueError(
+                f"--until {text!r}: the tolerance Δ must be a number from 0 to 100 (index "
+                f"points); accepted forms: {UNTIL_FORMS}"
+            )
+        return cls("separated", tolerance)
 
     def __str__(self) -> str:
         return f"{self.rule}={self.points:g}" + (":all" if self.every_metric else "")
+
+
+def _number(text: str) -> float:
+    """``text`` as a float; nan when it is not a number (``Until.parse`` then gives the range)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 @dataclass(frozen=True)
@@ -209,9 +226,13 @@ class Standing:
     """One model after a round: the tasks ``asked`` per evaluation (answered or failed) out of its
     ``population``, the index and every metric (``"<evaluation>.<metric>"``) as ``Estimate``s,
     whether it is ``settled``, the ``rule`` that settled it ("precision=5", "separated=1",
-    "exhausted"; None while running), a one-line ``reason`` and, while it runs, ``settles_at``: the
-    share of the whole set (0-1) at which it is predicted to be settled (``_predicted``; None when
-    settled or not predictable yet), what ``aim`` reads."""
+    "exhausted"; None while running), a one-line ``reason`` ("index ±4.62 ≤ ±5 points"; under
+    ``:all`` "every figure within ±5 points (widest: when2call.accuracy ±4.85; index ±1.79)",
+    while running the widest figure above P, "when2call.accuracy ±7.10 > ±5 points"; under
+    ``separated`` "above a; below 2 (b, c); within ±1 point of none", while running "not yet told
+    apart from 2: b, c"; "every task of the whole set was asked") and, while it runs,
+    ``settles_at``: the share of the whole set (0-1) at which it is predicted to be settled
+    (``_predicted``; None when settled or not predictable yet), what ``aim`` reads."""
 
     model: str
     asked: dict[str, int]
@@ -1073,6 +1094,10 @@ def _standings(
         for m in labels
     }
     undecided: dict[str, list[str]] = {m: [] for m in labels}  # models not yet told from m
+    # the relation that decided each pair, as seen from m: above, below or within ±Δ of whom
+    relations: dict[str, dict[str, list[str]]] = {
+        m: {"above": [], "below": [], "within": []} for m in labels
+    }
     share = {  # the share of the whole set each model was asked
         m: sum(len(p.tasks) for p in parts[m].values()) / max(1, sum(populations.values()))
         for m in labels
@@ -1109,9 +1134,17 @@ def _standings(
                 PRODUCT_SHARE * alpha / len(pairs),
                 (boxes[a], boxes[b]),
             )
-            if iv is not None and (
-                iv[0] > 0 or iv[1] < 0 or (iv[0] >= -until.points and iv[1] <= until.points)
-            ):
+            if iv is not None and iv[0] > 0:  # a − b > 0: a above b
+                relations[a]["above"].append(b)
+                relations[b]["below"].append(a)
+                continue
+            if iv is not None and iv[1] < 0:
+                relations[a]["below"].append(b)
+                relations[b]["above"].append(a)
+                continue
+            if iv is not None and iv[0] >= -until.points and iv[1] <= until.points:
+                relations[a]["within"].append(b)
+                relations[b]["within"].append(a)
                 continue
             undecided[a].append(b)
             undecided[b].append(a)
@@ -1131,25 +1164,45 @@ def _standings(
         if exhausted[m]:
             settled, rule, reason = True, "exhausted", "every task of the whole set was asked"
         elif until.rule == "precision":
-            widths = [index.half_width]
+            # every figure the rule reads, the index first: name -> its half-width
+            widths = {"index": index.half_width}
             if until.every_metric:
-                widths += [e.half_width for e in metrics.values()]
-            known = [w for w in widths if w is not None]
-            if len(known) == len(widths) and max(known) <= until.points:
-                settled, rule = True, str(until)
-                reason = f"index ±{index.half_width:.2f} ≤ ±{until.points:g} points"
+                widths |= {k: metrics[k].half_width for k in sorted(metrics)}
+            known = {k: w for k, w in widths.items() if w is not None}
+            p = _unit(until.points)
+            if len(known) == len(widths):
+                widest = max(known, key=known.__getitem__)  # the first of the widest
+                if known[widest] <= until.points:
+                    settled, rule = True, str(until)
+                    reason = f"index ±{known['index']:.2f} ≤ ±{p}"
+                    if until.every_metric:
+                        also = "" if widest == "index" else f"; index ±{known['index']:.2f}"
+                        reason = (
+                            f"every figure within ±{p} (widest: {widest} ±{known[widest]:.2f}"
+                            f"{also})"
+                        )
+                else:
+                    settles_at[m] = _predicted(known[widest], until.points, share[m])
+                    reason = f"{widest} ±{known[widest]:.2f} > ±{p}"
             else:
-                if len(known) == len(widths):
-                    settles_at[m] = _predicted(max(known), until.points, share[m])
-                reason = (
-                    f"index ±{index.half_width:.2f} > ±{until.points:g} points"
-                    if index.half_width is not None
-                    else "index not computable yet"
-                )
+                unknown = next(k for k in widths if k not in known)
+                reason = f"{unknown} not computable yet"
         else:
             if not undecided[m]:
                 settled, rule = True, str(until)
-                reason = f"every other model ordered or within {until.points:g} points"
+                here = index.point
+
+                def distance(other: str, here: float | None = here) -> tuple[float, str]:
+                    there = figures[other][0].point
+                    near = math.inf if here is None or there is None else abs(there - here)
+                    return near, other
+
+                # the nearest models first (by index estimate), then by label
+                r = {k: sorted(v, key=distance) for k, v in relations[m].items()}
+                reason = (
+                    f"above {_named(r['above'])}; below {_named(r['below'])}; "
+                    f"within ±{_unit(until.points)} of {_named(r['within'])}"
+                )
             else:
                 reason = (
                     f"not yet told apart from {len(undecided[m])}: {', '.join(undecided[m][:3])}"
@@ -1166,6 +1219,25 @@ def _standings(
             None if settled else settles_at[m],
         )
     return out
+
+
+def _unit(points: float) -> str:
+    """``points`` index points as a reason says them: "5 points", "0.5 points", "1 point"."""
+    return f"{points:g} point" + ("" if points == 1 else "s")
+
+
+NAMED = 3  # a reason names at most this many models per relation
+
+
+def _named(models: Sequence[str]) -> str:
+    """Models as a settled ``separated`` reason names them: "none", "a" (one), "2 (a, b)", and
+    past ``NAMED`` of them "5 (a, b, c, +2 more)"."""
+    if not models:
+        return "none"
+    if len(models) == 1:
+        return models[0]
+    more = f", +{len(models) - NAMED} more" if len(models) > NAMED else ""
+    return f"{len(models)} ({', '.join(models[:NAMED])}{more})"
 
 
 def _predicted(half: float, needed: float, share: float) -> float:

@@ -157,6 +157,16 @@ def test_until_is_checked_when_parsed(tmp_path: Path, capsys: pytest.CaptureFixt
     )
     assert not (tmp_path / "c").exists()
     two = [*base, "--model", "embedded:sparrow-nano-robot-v1.2"]
+    # Δ outside [0, 100] (index points): refused with the range, as dxi plan --tolerance
+    for text in ("separated=1000", "separated=-1"):
+        assert main([*two, "--until", text]) == 2
+        assert capsys.readouterr().err == (
+            f"dxi run: error: argument --until: --until '{text}': the tolerance Δ must be a "
+            "number from 0 to 100 (index points); accepted forms: precision=P (e.g. "
+            "precision=5), precision=P:all, separated, separated=Δ\n"
+            "run 'dxi run --help' for the options\n"
+        )
+        assert not (tmp_path / "c").exists()
     assert main([*two, "--until", "separated", "--shard", "0/2"]) == 2
     assert "--until and --shard do not combine" in capsys.readouterr().err
     with pytest.raises(UsageError, match="--until 'fast'"):
@@ -175,6 +185,14 @@ def test_until_is_checked_when_parsed(tmp_path: Path, capsys: pytest.CaptureFixt
     assert f"{run_file}, line 2: until: --until 'precision': expected one of" in " ".join(
         err.split()
     )
+    run_file.write_text(
+        f'data_dir = "{data}"\nuntil = "separated=1000"\n\n[[models]]\nprovider = "embedded"\n'
+    )
+    assert main(["run", str(run_file), "--cache-dir", str(tmp_path / "c")]) == 2
+    assert (
+        f"{run_file}, line 2: until: --until 'separated=1000': the tolerance Δ must be a number "
+        "from 0 to 100 (index points)"
+    ) in " ".join(capsys.readouterr().err.split())
     run_file.write_text(
         f'data_dir = "{data}"\nuntil = "precision=2.5:all"\n\n[evals]\nseed = 4\n\n'
         '[[models]]\nprovider = "embedded"\n'
@@ -354,6 +372,16 @@ def test_separated_stops_the_clearly_different_models_first_and_the_near_twins_l
     assert rounds["twin-a"] == rounds["twin-b"] == max(rounds.values())
     assert blocks["systemone:m00"]["rule"] == blocks["systemone:m100"]["rule"] == "separated=1"
     assert blocks["systemone:twin-a"]["rule"] == "exhausted"
+    # the reason says the relation settled with every other model, the nearest named first
+    assert blocks["systemone:m00"]["reason"] == (
+        "above none; below 9 (systemone:m30, systemone:m40, systemone:m50, +6 more); within ±1 "
+        "point of none"
+    )
+    assert blocks["systemone:m70"]["reason"] == (
+        "above 8 (systemone:twin-b, systemone:twin-a, systemone:m55, +5 more); below "
+        "systemone:m100; within ±1 point of none"
+    )
+    assert blocks["systemone:twin-a"]["reason"] == "every task of the whole set was asked"
 
 
 THREE = ("m00", "m50", "m100")

@@ -72,6 +72,8 @@ def test_until_parse_accepts_the_documented_forms():
     assert Until.parse("precision=2.5:all") == Until("precision", 2.5, True)
     assert Until.parse("separated") == Until("separated", 1.0, False)
     assert Until.parse("separated=0.5") == Until("separated", 0.5, False)
+    assert Until.parse("separated=0") == Until("separated", 0.0, False)
+    assert Until.parse(" separated = 100 ") == Until("separated", 100.0, False)
     assert str(Until.parse("precision=2.5:all")) == "precision=2.5:all"
 
 
@@ -86,6 +88,10 @@ def test_until_parse_accepts_the_documented_forms():
         "precision=-1",
         "precision=5:some",
         "",
+        "separated=-1",
+        "separated=1000",
+        "separated=",
+        "separated=1:all",
     ],
 )
 def test_until_parse_rejects_the_rest_naming_the_flag(text):
@@ -113,6 +119,58 @@ def test_every_out_of_range_or_non_number_precision_gets_the_range_message(text)
         "points); accepted forms: precision=P (e.g. precision=5), precision=P:all, separated, "
         "separated=Δ"
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "separated=-1",
+        "separated=1000",
+        "separated=100.5",
+        "separated=-0.5",
+        "separated=nan",
+        "separated=inf",
+        "separated=abc",
+    ],
+)
+def test_every_out_of_range_or_non_number_tolerance_gets_the_range_message(text):
+    with pytest.raises(ValueError) as caught:
+        Until.parse(text)
+    assert str(caught.value) == (
+        f"--until {text!r}: the tolerance Δ must be a number from 0 to 100 (index points); "
+        "accepted forms: precision=P (e.g. precision=5), precision=P:all, separated, separated=Δ"
+    )
+
+
+@pytest.mark.parametrize("text", ["separated:all", "separated=1:all", "separated=", "sep"])
+def test_a_separated_of_another_form_gets_the_accepted_forms(text):
+    with pytest.raises(ValueError) as caught:
+        Until.parse(text)
+    assert str(caught.value) == (
+        f"--until {text!r}: expected one of precision=P (e.g. precision=5), precision=P:all, "
+        "separated, separated=Δ"
+    )
+
+
+@pytest.mark.parametrize(
+    "value", ["-1", "-0.001", "0", "0.001", "1", "99.5", "100", "100.001", "1000", "nan", "inf"]
+)
+def test_until_takes_the_ranges_of_dxi_plan(value):
+    """``separated=Δ`` takes what ``dxi plan --tolerance`` takes, ``precision=P`` what ``dxi plan
+    --precision`` takes (``runner.planning.numbers``), and their messages give the same ranges."""
+    from dxi.runner.planning import numbers
+
+    def parses(text: str) -> bool:
+        try:
+            Until.parse(text)
+        except ValueError:
+            return False
+        return True
+
+    assert parses(f"separated={value}") == numbers.TOLERANCE.accepts(value)
+    assert parses(f"precision={value}") == numbers.POINTS.accepts(value)
+    assert numbers.TOLERANCE.expected() == "a number from 0 to 100 (index points)"
+    assert numbers.POINTS.expected() == "a number above 0 and at most 100 (index points)"
 
 
 def test_capital_matches_its_formulas_step_by_step():
@@ -738,6 +796,23 @@ def test_precision_all_waits_for_every_metric():
     assert standings(half, POPS, Until("precision", between), order=order)["m"].settled
     every = standings(half, POPS, Until("precision", between, True), order=order)["m"]
     assert not every.settled
+    # the reason names the figure that decides: the index alone without :all, under :all the
+    # widest figure (still above P while it runs), with the index beside it once settled
+    assert st.reason == "index ±18.19 ≤ ±100 points"
+    assert standings(half, POPS, Until("precision", 1.0), order=order)["m"].reason == (
+        "index ±18.19 > ±1 point"
+    )
+    nh = "aa_omniscience_decision.non_hallucination_rate"
+    assert (every.index.half_width, every.metrics[nh].half_width) == (
+        pytest.approx(19.5208, abs=1e-4),
+        pytest.approx(28.6929, abs=1e-4),
+    )
+    assert max(every.metrics.values(), key=lambda e: e.half_width) == every.metrics[nh]
+    running = standings(half, POPS, Until("precision", 26.0, True), order=order)["m"]
+    assert not running.settled and running.reason == f"{nh} ±28.69 > ±26 points"
+    done = standings(half, POPS, Until("precision", 29.0, True), order=order)["m"]
+    assert done.settled and done.rule == "precision=29:all"
+    assert done.reason == f"every figure within ±29 points (widest: {nh} ±28.69; index ±19.52)"
     # under :all the metrics' sequences get most of α (EVERY_METRIC_SHARE): each narrower, the
     # index's own sequence wider
     for key, est in every.metrics.items():
@@ -746,6 +821,128 @@ def test_precision_all_waits_for_every_metric():
         e.half_width for e in st.metrics.values()
     )
     assert every.index.half_width > st.index.half_width
+
+
+def test_precision_reasons_name_the_deciding_figure_by_hand(monkeypatch):
+    """Figures set by hand (``_model_figures`` replaced): the reason of ``precision=P`` names the
+    index; under ``:all`` the widest figure (the first by name of equally wide ones, the index
+    first), the index beside it once settled, alone when it is the widest; a figure that cannot
+    be computed yet is named."""
+    ans = _answers(_whole("m", 0.5, np.random.default_rng(9))).filter(
+        pl.col("task_id").str.ends_with("/0")
+    )  # one task of each evaluation: nothing exhausted
+    figures: dict = {}
+
+    def est(half: float | None) -> sequential.Estimate:
+        return sequential.Estimate(50.0, None if half is None else 50 - half, 50 + (half or 0))
+
+    monkeypatch.setattr(sequential, "_model_figures", lambda *_: figures["m"])
+
+    def reason(index, metrics, until):
+        figures["m"] = (est(index), {k: est(v) for k, v in metrics.items()})
+        st = standings(ans, POPS, Until.parse(until))["m"]
+        return st.settled, st.reason
+
+    two = {"when2call.accuracy": 4.85, "hle_multichoice.accuracy": 3.0}
+    assert reason(1.79, two, "precision=5") == (True, "index ±1.79 ≤ ±5 points")
+    assert reason(1.79, two, "precision=5:all") == (
+        True,
+        "every figure within ±5 points (widest: when2call.accuracy ±4.85; index ±1.79)",
+    )
+    assert reason(4.9, two, "precision=5:all") == (
+        True,
+        "every figure within ±5 points (widest: index ±4.90)",
+    )
+    wide = {"when2call.accuracy": 7.1, "hle_multichoice.accuracy": 6.0}
+    assert reason(1.79, wide, "precision=5") == (True, "index ±1.79 ≤ ±5 points")
+    assert reason(1.79, wide, "precision=5:all") == (
+        False,
+        "when2call.accuracy ±7.10 > ±5 points",
+    )
+    tied = {"when2call.accuracy": 7.1, "hle_multichoice.accuracy": 7.1}
+    assert reason(7.1, tied, "precision=5:all") == (False, "index ±7.10 > ±5 points")
+    assert reason(4.0, tied, "precision=5:all") == (
+        False,
+        "hle_multichoice.accuracy ±7.10 > ±5 points",
+    )
+    assert reason(0.5, {"when2call.accuracy": 0.9}, "precision=1:all") == (
+        True,
+        "every figure within ±1 point (widest: when2call.accuracy ±0.90; index ±0.50)",
+    )
+    unknown = {"when2call.accuracy": None, "hle_multichoice.accuracy": 1.0}
+    assert reason(1.0, unknown, "precision=5:all") == (
+        False,
+        "when2call.accuracy not computable yet",
+    )
+    assert reason(1.0, unknown, "precision=5") == (True, "index ±1.00 ≤ ±5 points")
+    assert reason(None, unknown, "precision=5:all") == (False, "index not computable yet")
+
+
+def test_a_separated_reason_says_the_relation_of_each_pair_by_hand(monkeypatch):
+    """Pair intervals and index estimates set by hand (``_pair_interval`` and ``_model_figures``
+    replaced; the difference is first − second of the pair, by label): the settled reason says
+    whom the model is known to be above, below and within ±Δ of (a low end above 0: above; a
+    high end below 0: below; else within ±Δ), names at most three per relation, the nearest
+    index estimate first (then by label), then "+N more"; a running one whom it is not yet told
+    from."""
+    labels = ["a", "b", "c", "d", "e", "f"]
+    rng = np.random.default_rng(14)
+    ans = _answers([r for m in labels for r in _whole(m, 0.5, rng)]).filter(
+        pl.col("task_id").str.ends_with("/0")
+    )
+    parts = sequential._parts(ans, None)
+    # a is above b, c, d, e (the low end above 0, 0.01 too), below nobody, within ±1 of f;
+    # b − c in [−1, 1] exactly: within ±1; c − d in [−1.5, 0.5]: neither ordered nor within ±1
+    intervals = {
+        ("a", "b"): (0.2, 9.0),
+        ("a", "c"): (3.0, 8.0),
+        ("a", "d"): (0.01, 2.0),
+        ("a", "e"): (5.0, 6.0),
+        ("a", "f"): (-0.5, 0.9),
+        ("b", "c"): (-1.0, 1.0),
+        ("b", "d"): (-4.0, -2.0),
+        ("b", "e"): (-4.0, -0.1),
+        ("b", "f"): (-8.0, -3.0),
+        ("c", "d"): (-1.5, 0.5),
+        ("c", "e"): (-3.0, -1.0),
+        ("c", "f"): (-9.0, -2.0),
+        ("d", "e"): (-2.0, -1.0),
+        ("d", "f"): (-7.0, -1.0),
+        ("e", "f"): (-6.0, -0.2),
+    }
+    label_of = {id(by): m for m, by in parts.items()}
+    points = {"a": 60.0, "b": 49.0, "c": 49.5, "d": 50.0, "e": 57.0, "f": 60.2}
+
+    def by_hand(pa, pb, populations, alpha, boxes):
+        return intervals[(label_of[id(pa)], label_of[id(pb)])]
+
+    def figures(part, *_):
+        point = points[label_of[id(part)]]
+        return sequential.Estimate(point, point - 5, point + 5), {}
+
+    monkeypatch.setattr(sequential, "_pair_interval", by_hand)
+    monkeypatch.setattr(sequential, "_model_figures", figures)
+    got = sequential._standings(parts, POPS, Until.parse("separated"), 0.05)
+    assert {m: (st.settled, st.rule, st.reason) for m, st in got.items()} == {
+        "a": (True, "separated=1", "above 4 (e, d, c, +1 more); below none; within ±1 point of f"),
+        "b": (True, "separated=1", "above none; below 4 (d, e, a, +1 more); within ±1 point of c"),
+        "c": (False, None, "not yet told apart from 1: d"),
+        "d": (False, None, "not yet told apart from 1: c"),
+        "e": (True, "separated=1", "above 3 (d, c, b); below 2 (a, f); within ±1 point of none"),
+        "f": (True, "separated=1", "above 4 (e, d, c, +1 more); below none; within ±1 point of a"),
+    }
+    # Δ = 2: c and d within ±2 (b and d equally near c: by label); the unit in the plural
+    got = sequential._standings(parts, POPS, Until.parse("separated=2"), 0.05)
+    assert got["c"].reason == "above none; below 3 (e, a, f); within ±2 points of 2 (b, d)"
+    assert got["d"].reason == "above b; below 3 (e, a, f); within ±2 points of c"
+
+
+def test_named_caps_the_names_at_three():
+    assert sequential._named([]) == "none"
+    assert sequential._named(["x"]) == "x"
+    assert sequential._named(["x", "y"]) == "2 (x, y)"
+    assert sequential._named(["x", "y", "z"]) == "3 (x, y, z)"
+    assert sequential._named(["v", "w", "x", "y", "z"]) == "5 (v, w, x, +2 more)"
 
 
 @pytest.mark.parametrize("epochs", [1, 2])
