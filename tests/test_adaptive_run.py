@@ -724,3 +724,38 @@ def test_a_provider_stop_leaves_its_models_unsettled_and_the_next_run_continues(
     assert [m["adaptive"] for m in summary(tmp_path / "out")["models"]] == [
         m["adaptive"] for m in ref["models"]
     ]
+
+
+def test_a_journal_line_whose_reason_reads_otherwise_records_the_same_decision(tmp_path: Path):
+    """The journal's reason is words for the decision (another version of dxi words it
+    otherwise): a replayed round deciding the same models, asked the same, with the same rule and
+    interval appends nothing, whatever an older line's reason says; another interval appends."""
+    from dxi.runner.outputs import adaptive as record
+    from dxi.scoring.sequential import Estimate, Standing
+
+    order = tmp_path / "adaptive" / "order-abc.json"
+    order.parent.mkdir(parents=True)
+    index = Estimate(40.0, 35.0, 45.0)
+    st = Standing("m", {"e": 10}, {"e": 100}, index, {}, True, "separated=1", "above x")
+    old = {
+        "at": 1.0,
+        "until": "separated=1",
+        "round": 3,
+        "settled": {
+            "m": {
+                "asked": {"e": 10},
+                "rule": "separated=1",
+                "reason": "every other model ordered or within 1 points",
+                "index": record.estimate(index),
+            }
+        },
+    }
+    path = order.with_name("decisions-abc.jsonl")
+    path.write_bytes(orjson.dumps(old) + b"\n")
+    journal = record.Journal.of(order, Until("separated", 1.0))
+    journal.append(3, {"m": st}, {"m": {"e": 10}})
+    assert len(path.read_bytes().splitlines()) == 1
+    wider = Standing("m", {"e": 10}, {"e": 100}, Estimate(40.0, 34.0, 45.0), {}, True,
+                     "separated=1", "above x")  # fmt: skip
+    journal.append(3, {"m": wider}, {"m": {"e": 10}})
+    assert len(path.read_bytes().splitlines()) == 2

@@ -10,7 +10,8 @@ the run's own block is ``Rounds.block``), and beside it in the cache folder (``r
 The journal is ``<cache>/adaptive/decisions-<order digest>.jsonl``: the runs that ask the same
 sequence share it, each line naming its ``until``. A rerun replays the rounds from the cache: a
 replayed round that decides what the journal already records for that round and ``until`` (the
-same models settled, asked the same, with the same rule, reason and interval) appends nothing, so a
+same models settled, asked the same, with the same rule and interval; the reason, words about those,
+may read otherwise in another version) appends nothing, so a
 kill and a rerun leave one line per round; one that decides otherwise (an answer that failed before
 came back) appends its line. The journal is a record for people and tools (``jq``), read back only
 for that comparison, never to decide anything.
@@ -129,10 +130,16 @@ class Journal:
 
 def _decision(line: dict) -> bytes:
     """What a journal line decides, comparable across runs: its ``until``, ``round`` and
-    ``settled``, as canonical JSON (sorted keys; the time ``at`` left out). Raises KeyError for a
-    line without them."""
+    ``settled`` (each model's asked, rule and index; not its ``reason``, the words for them, which
+    another version of dxi may phrase otherwise), as canonical JSON (sorted keys; the time ``at``
+    left out). Raises KeyError for a line without them."""
+    settled = {
+        label: {k: v for k, v in entry.items() if k != "reason"}
+        for label, entry in line["settled"].items()
+    }
     return orjson.dumps(
-        {k: line[k] for k in ("until", "round", "settled")}, option=orjson.OPT_SORT_KEYS
+        {"until": line["until"], "round": line["round"], "settled": settled},
+        option=orjson.OPT_SORT_KEYS,
     )
 
 
