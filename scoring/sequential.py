@@ -166,7 +166,7 @@ class Until:
     @classmethod
     def parse(cls, text: str) -> Until:
         """``"precision=5"``, ``"precision=2.5:all"``, ``"separated"``, ``"separated=0.5"`` ->
-        Until. Raises ValueError naming ``--until`` and the accepted forms on anything else; any
+        Until. Raises ValueError quoting the text, with the accepted forms, on anything else; any
         ``precision=P`` whose P is not a number above 0 and at most 100, and any ``separated=Δ``
         whose Δ is not a number from 0 to 100 (negative, above 100, nan, inf, not a number), gets
         the message giving the range: the ranges of ``dxi plan --precision`` and ``--tolerance``
@@ -176,19 +176,19 @@ class Until:
             points = _number(precision[1])
             if not 0 < points <= 100:  # nan fails too
                 raise ValueError(
-                    f"--until {text!r}: the precision P must be a number above 0 and at most 100 "
+                    f"{text!r}: the precision P must be a number above 0 and at most 100 "
                     f"(index points); accepted forms: {UNTIL_FORMS}"
                 )
             return cls("precision", points, bool(precision[2]))
         m = re.fullmatch(r"\s*separated\s*(?:=\s*([^:\s]+)\s*)?", str(text))
         if m is None:
-            raise ValueError(f"--until {text!r}: expected one of {UNTIL_FORMS}")
+            raise ValueError(f"{text!r}: expected one of {UNTIL_FORMS}")
         if m[1] is None:
             return cls("separated", 1.0)
         tolerance = _number(m[1])
         if not 0 <= tolerance <= 100:  # nan fails too
             raise ValueError(
-                f"--until {text!r}: the tolerance Δ must be a number from 0 to 100 (index "
+                f"{text!r}: the tolerance Δ must be a number from 0 to 100 (index "
                 f"points); accepted forms: {UNTIL_FORMS}"
             )
         return cls("separated", tolerance)

@@ -161,7 +161,7 @@ def test_until_is_checked_when_parsed(tmp_path: Path, capsys: pytest.CaptureFixt
     for text in ("separated=1000", "separated=-1"):
         assert main([*two, "--until", text]) == 2
         assert capsys.readouterr().err == (
-            f"dxi run: error: argument --until: --until '{text}': the tolerance Δ must be a "
+            f"dxi run: error: argument --until: '{text}': the tolerance Δ must be a "
             "number from 0 to 100 (index points); accepted forms: precision=P (e.g. "
             "precision=5), precision=P:all, separated, separated=Δ\n"
             "run 'dxi run --help' for the options\n"
@@ -169,7 +169,7 @@ def test_until_is_checked_when_parsed(tmp_path: Path, capsys: pytest.CaptureFixt
         assert not (tmp_path / "c").exists()
     assert main([*two, "--until", "separated", "--shard", "0/2"]) == 2
     assert "--until and --shard do not combine" in capsys.readouterr().err
-    with pytest.raises(UsageError, match="--until 'fast'"):
+    with pytest.raises(UsageError, match="--until: 'fast'"):
         plan.build(models=["embedded"], data_dir=data, until="fast")
     # --seed: the order's seed
     p = plan.build(models=["embedded"], data_dir=data, until="separated", seed=3)
@@ -182,15 +182,13 @@ def test_until_is_checked_when_parsed(tmp_path: Path, capsys: pytest.CaptureFixt
     )
     assert main(["run", str(run_file), "--cache-dir", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err
-    assert f"{run_file}, line 2: until: --until 'precision': expected one of" in " ".join(
-        err.split()
-    )
+    assert f"{run_file}, line 2: until: 'precision': expected one of" in " ".join(err.split())
     run_file.write_text(
         f'data_dir = "{data}"\nuntil = "separated=1000"\n\n[[models]]\nprovider = "embedded"\n'
     )
     assert main(["run", str(run_file), "--cache-dir", str(tmp_path / "c")]) == 2
     assert (
-        f"{run_file}, line 2: until: --until 'separated=1000': the tolerance Δ must be a number "
+        f"{run_file}, line 2: until: 'separated=1000': the tolerance Δ must be a number "
         "from 0 to 100 (index points)"
     ) in " ".join(capsys.readouterr().err.split())
     run_file.write_text(
