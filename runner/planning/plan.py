@@ -521,8 +521,7 @@ def until_of(text: str | None, where: str) -> Until | None:
     try:
         return Until.parse(text)
     except ValueError as exc:
-        message = str(exc)
-        raise UsageError(message if message.startswith(where) else f"{where}: {message}") from None
+        raise UsageError(f"{where}: {exc}") from None
 
 
 def tolerance(allow_failed: dict | None) -> Tolerance | None:
