@@ -438,12 +438,13 @@ def after_rounds(data: Path, k: int) -> dict[str, int]:
 
 
 def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
-    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ):
     monkeypatch.setenv(DATA_ENV, str(small))
     # $0.01 a request (10 tokens)
     prices = [a for m in THREE for a in ("--price", f"systemone:{m}=1000/0")]
-    # (rounds 1-3 ask 8, 16 and 28 tasks of a model: 84 requests; $1 buys 100 at most)
+    # (rounds 1-3 ask 8, 16 and 28 tasks of a model, 24, 48 and 84 requests of the three; $1 buys
+    # 100 at most)
     args = ["--until", "precision=5", *prices]
     with serve(model=None, route_factories=ROUTE, record=False) as server:
         assert (
@@ -452,16 +453,21 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
         )
     ref = summary(tmp_path / "ref-out")
     with serve(model=None, route_factories=ROUTE, record=False) as server:
-        code = dxi_run(
-            server.url,
-            small,
-            tmp_path / "cache",
-            tmp_path / "out",
-            *args,
-            "--max-cost",
-            "1",
-            models=THREE,
+        capsys.readouterr()
+        code = main(
+            dxi_args(
+                small,
+                tmp_path / "cache",
+                tmp_path / "out",
+                "--max-in-flight",
+                "32",
+                *args,
+                "--max-cost",
+                "1",
+                models=served(server.url, THREE),
+            )
         )
+        out = capsys.readouterr().out
         s = summary(tmp_path / "out")
         assert (
             code == EXIT_COST_BOUND
@@ -475,6 +481,35 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
             0 < sent < sum(m["requests"]["sent"] for m in ref["models"])
             and s["cost_bound"]["remaining_requests"] > 0
         )
+        # round 3 was cut by the bound (each request reserves its worst case, more than the
+        # $0.01 it costs: the bound is reached before round 3's 84th request): it decides nothing
+        # and is no round of the summary, whose models were asked rounds 1-2's prefix (16 tasks, 48
+        # requests of the three); what round 3 sent is in the cache, outside the part scored: no
+        # answer is missing, nothing is provisional, no hint tells a run to send "what is missing"
+        two = sum(after_rounds(small, 2).values())
+        third = sum(after_rounds(small, 3).values()) - two
+        assert (two, third) == (16, 12) and 0 < sent - 3 * two < 3 * third
+        assert s["adaptive"]["rounds"] == 2
+        assert [m["adaptive"]["asked"] for m in s["models"]] == [after_rounds(small, 2)] * 3
+        assert [m["adaptive"]["settled"] for m in s["models"]] == [False] * 3
+        assert s["complete"] and all(
+            e["n"] == 4 and e["missing"] == 0 and "reason" not in e
+            for m in s["models"]
+            for e in m["evals"].values()
+        )
+        assert "missing" not in out and "≈" in out and "*" not in out.split("Data used")[0]
+        assert (
+            f"round 3 cut by the cost bound ({3 * third - (sent - 3 * two)} of its "
+            f"{3 * third} requests not sent): it decides nothing; the run's figures are over "
+            f"rounds 1-2 (16 of 160 tasks asked); what it sent is in the cache, and a rerun with a "
+            "higher --max-cost continues the sequence"
+        ) in out
+        assert "Adaptive run (--until precision=5, order seed 0, 2 rounds)" in out
+        # the cache alone scores the same part
+        assert dxi_score(server.url, small, tmp_path / "cache", tmp_path / "scored", THREE) == 0
+        assert [m["adaptive"] for m in summary(tmp_path / "scored")["models"]] == [
+            m["adaptive"] for m in s["models"]
+        ]
         decided = [
             orjson.loads(line)
             for p in (tmp_path / "cache" / ORDER_DIR).glob("decisions-*.jsonl")
@@ -499,10 +534,9 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
     assert stats["duplicates"] == 0 and stats["ok"] == sum(
         m["requests"]["sent"] for m in ref["models"]
     )
-    # the rounds the bounded run finished are on record (its decisions: none settled so early)
-    assert [line["round"] for line in decided] == list(range(1, len(decided) + 1)) and len(
-        decided
-    ) >= 2
+    # the rounds the bounded run finished are on record (its decisions: none settled so early),
+    # the cut one not
+    assert [line["round"] for line in decided] == [1, 2]
 
 
 def test_the_round_line_gives_the_share_of_the_tasks_actually_asked():
@@ -569,6 +603,38 @@ def test_with_batch_each_round_is_one_batch_per_model_with_the_same_decisions(
     for m in batch["models"]:
         assert m["requests"]["batches"]["submitted"] == rounds and m["requests"]["sent"] == 120
     assert stats["batch_creates"] == 2 * rounds and stats["batch_lines"] == 240
+
+
+def test_with_batch_a_model_without_a_batch_api_is_noted_once_per_run_not_per_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    # When2Call alone: the index is not computed, so precision asks every task, round after round
+    data = synthetic.data_dir(tmp_path / "w2c", 120)
+    code = main(
+        [
+            "run",
+            "--model",
+            "embedded",
+            "--data-dir",
+            str(data),
+            "--until",
+            "precision=5",
+            "--batch",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
+    out = capsys.readouterr().out
+    rounds = [line for line in out.splitlines() if re.match(r"\d\d:\d\d:\d\d round ", line)]
+    assert code == 0 and len(rounds) == summary(tmp_path / "out")["adaptive"]["rounds"] == 9
+    assert out.count("has no batch API") == 1
+    assert (
+        "--batch: embedded:sparrow-nano-general-v1.1 has no batch API (decision models, the "
+        "embedded model, local servers and logprob decisions are sent one call at a time): sent "
+        "synchronously"
+    ) in out
 
 
 def test_with_batch_the_deadline_still_holds_and_no_round_starts_after_it(
