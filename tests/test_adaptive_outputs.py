@@ -108,9 +108,47 @@ def test_a_stopped_model_is_scored_over_what_it_was_asked_and_dxi_score_agrees(
     # scored as any cache (what was not asked is missing: exit 1) and nothing marked
     hle = ["--evals", "hle_multichoice"]
     assert dxi_score(server_url, data, cache, tmp_path / "hle", THREE, *hle) == 0
-    assert [m["evals"]["hle_multichoice"] for m in summary(tmp_path / "hle")["models"]] == [
+    one = summary(tmp_path / "hle")
+    assert [m["evals"]["hle_multichoice"] for m in one["models"]] == [
         m["evals"]["hle_multichoice"] for m in s["models"]
     ]
+    # the index is not computed over one evaluation, and the adaptive blocks do not show the
+    # run's whole-set index as if it applied: they hold the evaluation scored, its metrics' whole-
+    # set estimates as the run recorded them, and the evaluations not scored are named
+    others = ["aa_omniscience_decision", "when2call", "wildguardtest"]
+    assert one["adaptive"] == {k: v for k, v in s["adaptive"].items() if k != "populations"} | {
+        "populations": {"hle_multichoice": SMALL},
+        "not_scored": others,
+    }
+    assert [m["decision_index"] for m in one["models"]] == [None] * 3
+    assert [m["adaptive"] for m in one["models"]] == [
+        m["adaptive"]
+        | {
+            "asked": {"hle_multichoice": STOPPED_AT[m["model"]]},
+            "index": None,
+            "metrics": {
+                "hle_multichoice.accuracy": m["adaptive"]["metrics"]["hle_multichoice.accuracy"]
+            },
+        }
+        for m in s["models"]
+    ]
+    text = _printed(tmp_path / "hle")
+    assert (
+        "its figures (marked ≈) are estimates of the whole set, computed over the questions it was "
+        "asked (a run without --until asks the others). Not scored here: "
+        "aa_omniscience_decision, when2call, wildguardtest, so no whole-set index is shown (the "
+        "run's is over every evaluation it asked: its summary.json has it); each model's questions "
+        "asked of the evaluations scored, and what stopped it:"
+    ) in text
+    assert "│ systemone:m50 │ 20 of 40 (50%) │ — │ — │ precision=20 │ " in text
+    # the report's and dxi view's sentence
+    from dxi.scoring import adaptive, records
+
+    assert adaptive.sentences(records.decode((tmp_path / "hle" / "summary.json").read_bytes()))[
+        2
+    ] == (
+        "systemone:m50: asked 20 of 40 (50%); whole-set index not shown; stopped by precision=20 after round 8."
+    )
     assert dxi_score(server_url, data, cache, tmp_path / "ten", THREE, "--limit", "39") == 1
     limited = summary(tmp_path / "ten")
     assert "adaptive" not in limited and all("adaptive" not in m for m in limited["models"])

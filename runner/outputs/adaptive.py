@@ -219,12 +219,40 @@ def recorded(
         evals = orders[name]
         if evals is None:
             continue
-        out.top[label] = {k: v for k, v in doc.items() if k != "models"}
-        out.blocks[label] = block
+        top = {k: v for k, v in doc.items() if k != "models"}
+        out.top[label], out.blocks[label] = scored_only(top, block, set(tasks))
         out.parts[label] = {
-            n: tuple(evals[n][: int(k)]) for n, k in block.get("asked", {}).items() if n in evals
+            n: tuple(evals[n][: int(k)])
+            for n, k in out.blocks[label].get("asked", {}).items()
+            if n in evals
         }
     return out
+
+
+def scored_only(top: dict, block: dict, scored: set[str]) -> tuple[dict, dict]:
+    """A recorded run's ``top`` block and one model's ``block`` as they apply to the evaluations
+    ``scored`` (``dxi score --evals`` scoring fewer than the run asked): the run's evaluations not
+    scored are listed in the top block's ``not_scored`` (sorted) and left out of its
+    ``populations`` and of the model's ``asked`` and ``metrics``, and the model's ``index`` is null:
+    the whole-set index the run estimated is over evaluations not scored here, as the index is not
+    computed over fewer (``scoring.adaptive.note`` says so). Unchanged when every evaluation of the
+    run is scored; copies otherwise."""
+    populations = top.get("populations", {})
+    left = sorted(n for n in populations if n not in scored)
+    if not left:
+        return top, block
+    top = top | {
+        "populations": {n: k for n, k in populations.items() if n in scored},
+        "not_scored": left,
+    }
+    block = block | {
+        "asked": {n: k for n, k in block.get("asked", {}).items() if n in scored},
+        "index": None,
+        "metrics": {
+            k: v for k, v in block.get("metrics", {}).items() if k.split(".", 1)[0] in scored
+        },
+    }
+    return top, block
 
 
 def attach(summary: Summary, record: Recorded, cut: set[tuple[str, str]]) -> Summary:
