@@ -458,3 +458,69 @@ def test_dxi_view_says_a_question_beyond_the_asked_part_was_not_asked(
     assert "not in the answers" not in text and "not in the cache (missing)" not in text
     inside = " ".join(html_module.unescape(page(data, cache, f"/task/{asked}")).split())
     assert "not asked" not in inside and "not in the cache (missing)" not in inside
+
+
+def test_an_adaptive_run_that_did_not_finish_is_found_from_its_journal_and_outcomes(
+    tmp_path: Path,
+):
+    """``unfinished``: an order of the tasks scored whose journal has lines after the latest
+    outcome naming it (or that no outcome names) is a run that did not end; its rule is the latest
+    line's, its rounds the highest of those lines for that rule."""
+    from dxi.runner.outputs.adaptive import ORDER_DIR, OUTCOMES, Unfinished, unfinished
+
+    folder = tmp_path / ORDER_DIR
+    folder.mkdir()
+    tasks = {"a": {"a/1", "a/2"}, "b": {"b/1"}}
+    order = folder / "order-0123456789abcdef.json"
+    order.write_bytes(orjson.dumps({"seed": 7, "evals": {"a": ["a/2", "a/1"], "b": ["b/1"]}}))
+    journal = folder / "decisions-0123456789abcdef.jsonl"
+    outcomes = folder / OUTCOMES
+
+    def lines(path: Path, *docs: dict) -> None:
+        path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+
+    # stopped before its first round ended: an order, no journal, no outcome
+    left = unfinished(tmp_path, tasks)
+    assert left == Unfinished(None, 7, 0)
+    assert left.line() == (
+        "An adaptive run over this cache did not finish (no round finished): rerunning the same "
+        "`dxi run ... --until ... --seed 7` command continues it; until then the figures here are "
+        "over every task, the questions it has not asked counted missing (provisional)"
+    )
+    # a precision=5 run that ended (its outcome after its last line), then a separated run
+    # stopped after its round 2 (a torn last line passed over)
+    lines(
+        journal,
+        {"at": 10.0, "until": "precision=5", "round": 1, "settled": {}},
+        {"at": 11.0, "until": "precision=5", "round": 2, "settled": {}},
+        {"at": 20.0, "until": "separated=1", "round": 1, "settled": {}},
+        {"at": 21.0, "until": "separated=1", "round": 2, "settled": {}},
+    )
+    journal.write_bytes(journal.read_bytes() + b'{"at": 22.0, "unt')
+    lines(outcomes, {"at": 12.0, "order": str(order), "rounds": 2, "models": []})
+    assert unfinished(tmp_path, tasks) == Unfinished("separated=1", 7, 2)
+    assert unfinished(tmp_path, {"a": tasks["a"]}) == Unfinished("separated=1", 7, 2)
+    assert (
+        Unfinished("separated=1", 7, 2)
+        .line()
+        .startswith(
+            "An adaptive run over this cache did not finish (--until separated=1: its journal has 2 "
+            "rounds): rerunning the same `dxi run ... --until separated=1 --seed 7` command"
+        )
+    )
+    assert Unfinished("precision=5", 0, 1).hint() == (
+        "rerunning the adaptive run that did not finish (`dxi run ... --until precision=5`) "
+        "continues it"
+    )
+    # its outcome too: every run over the order ended
+    lines(
+        outcomes,
+        {"at": 12.0, "order": str(order), "rounds": 2, "models": []},
+        {"at": 23.0, "order": str(order), "rounds": 2, "models": []},
+    )
+    assert unfinished(tmp_path, tasks) is None
+    # other tasks scored (another selection): not this order's run
+    outcomes.unlink()
+    assert unfinished(tmp_path, tasks) == Unfinished("separated=1", 7, 2)
+    assert unfinished(tmp_path, {"a": {"a/1"}}) is None
+    assert unfinished(tmp_path, {"c": {"c/1"}}) is None

@@ -354,7 +354,12 @@ sys.exit(main(sys.argv[1:]))
 
 @pytest.mark.parametrize(("signal", "code"), [("SIGKILL", -9), ("SIGINT", 130)])
 def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequence(
-    signal: str, code: int, small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    signal: str,
+    code: int,
+    small: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
 ):
     """kill -9, or a Ctrl-C (the run drains: nothing of the next round is sent), just after round
     3's decisions are in the journal; the rerun of the same command replays the rounds from the
@@ -397,10 +402,45 @@ def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequenc
             2,
             3,
         ]
+        # `dxi score` of the cache before the rerun: no outcome of the run is recorded (it did not
+        # end), so its figures are over every task, provisional (exit 1), and it says that the
+        # run did not finish and which command continues it, in one line, and in each missing
+        # answers' hint before the plain run that would send everything
+        capsys.readouterr()
+        scoring = dxi_args(small, tmp_path / "cache", tmp_path / "scored", command="score")
+        assert (
+            main([*scoring, *(a for m in served(server.url, THREE) for a in ("--model", m))]) == 1
+        )
+        printed = " ".join(capsys.readouterr().out.split())
+        assert printed.count("did not finish") == 1 + 3 * 4
+        assert (
+            "note: An adaptive run over this cache did not finish (--until precision=5: its journal "
+            "has 3 rounds): rerunning the same `dxi run ... --until precision=5 --seed 11` command "
+            "continues it; until then the figures here are over every task, the questions it has "
+            "not asked counted missing (provisional)"
+        ) in printed
+        scored = summary(tmp_path / "scored")
+        asked = sum(after_rounds(small, 3).values()) // 4  # of each evaluation, rounds 1-3
+        assert [
+            (b["missing"] >= SMALL - asked, b["reason"].split("); ", 1)[1])
+            for m in scored["models"]
+            for b in m["evals"].values()
+        ] == [
+            (
+                True,
+                "rerunning the adaptive run that did not finish (`dxi run ... --until precision=5 "
+                "--seed 11`) continues it, or `dxi run` with --all-tasks sends every missing answer",
+            )
+        ] * 12
         assert (
             dxi_run(server.url, small, tmp_path / "cache", tmp_path / "out", *args, models=THREE)
             == 0
         )
+        # once it finished: its record, exit 0, and no such line
+        assert (
+            main([*scoring, *(a for m in served(server.url, THREE) for a in ("--model", m))]) == 0
+        )
+        assert "did not finish" not in capsys.readouterr().out
         stats = server.stats()
     ref, again = summary(tmp_path / "ref-out"), summary(tmp_path / "out")
     assert [m["adaptive"] for m in again["models"]] == [m["adaptive"] for m in ref["models"]]
