@@ -122,6 +122,7 @@ async def send(
     say: Callable[[str], None] | None = None,
     ledger: Ledger | None = None,
     stop: RunStop | None = None,
+    told: set[str] | None = None,
 ) -> dict[str, Stats]:
     """Send what ``models`` need over ``suite`` (see the module docstring) and return each model's
     Stats. ``batch``: the labels in batch mode; ``batch_overrides``: label -> the run file's
@@ -131,7 +132,9 @@ async def send(
     line (waits, batch state changes, notes); ``stop``: the run's drain
     (``runner.sending.stops.RunStop``): once requested nothing new is sent synchronously, and the
     models waiting for a claim or going through batches end at once (their open batches keep running
-    at the provider: the ledger has them and the next run collects them). Raises CacheWriteError
+    at the provider: the ledger has them and the next run collects them); ``told``: the labels
+    already said to have no batch API, added to as they are (an adaptive run's rounds, one ``send``
+    each, share one set: the note is printed once per run). Raises CacheWriteError
     when the claims cannot be written (a read-only cache), and what ``runner.sending.scheduler.run``
     raises."""
     sending = _Sending(
@@ -151,7 +154,7 @@ async def send(
         ledger=ledger or Ledger(cache.root),
         stop=stop,
     )
-    sending.note_models_without_batch_api()
+    sending.note_models_without_batch_api(set() if told is None else told)
     try:
         direct, others = sending.claim_all()
         await sending.send_all(direct, others)
@@ -207,11 +210,15 @@ class _Sending:
         self.collecting = asyncio.Lock()
         self.held: list[claims_mod.Claim] = []
 
-    def note_models_without_batch_api(self) -> None:
-        """Say once which models in batch mode have no batch API (they are sent synchronously)."""
+    def note_models_without_batch_api(self, told: set[str]) -> None:
+        """Say once which models in batch mode have no batch API (they are sent synchronously),
+        but not those in ``told`` (already said), which it adds them to."""
         notes = sorted(
-            m.label for m in self.models if m.label in self.batch and not supports(m.adapter.kind)
+            m.label
+            for m in self.models
+            if m.label in self.batch and not supports(m.adapter.kind) and m.label not in told
         )
+        told.update(notes)
         if notes:
             self.say(
                 f"--batch: {', '.join(notes)} ha{'s' if len(notes) == 1 else 've'} no batch API (decision "

@@ -239,6 +239,16 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
             path = _report.write(
                 summary, scored, out, ranked=plan is None
             )  # no order given: by Decision Index
+        # an adaptive run over this cache that did not finish: said once, with its command
+        from .outputs.adaptive import unfinished
+
+        left = (
+            None
+            if summary.complete
+            else unfinished(selection.cache_dir, _files.scored_tasks(suite.gold_frames()[0]))
+        )
+        if left is not None:
+            to_score.notes.append(left.line())
     return Rescored(
         summary, out, path, to_score.notes, 0 if summary.accepted else EXIT_FAILED_REQUESTS
     )

@@ -534,6 +534,8 @@ async def _send(
             if console is not None:
                 console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, markup=False)
 
+        told: set[str] = set()  # the models said to have no batch API: once per run, not round
+
         def sending(group=models, suite=plan.suite):
             if rounds is not None and suite is plan.suite:  # each round: its part, through here
                 deadline = None if batch_options is None else batch_options.deadline
@@ -563,6 +565,7 @@ async def _send(
                 fallback_sync=fallback_sync,
                 say=say,
                 stop=stop,
+                told=told,
             )
 
         survey = asyncio.create_task(

@@ -70,7 +70,9 @@ def note(summary: Summary) -> str | None:
     one; when no model's figures are estimates, ``estimated``, the sentence that says they are exact
     instead), e.g. "Adaptive run (--until precision=5, order seed 0, 4 rounds): a model stopped
     before the end was asked a random part of each evaluation, so its figures (marked ≈) are
-    estimates of the whole set (...)"."""
+    estimates of the whole set (...)". Scored over fewer evaluations than the run asked (the top
+    block's ``not_scored``, ``runner.outputs.adaptive.scored_only``), it names those and says that
+    no whole-set index is shown."""
     if not is_adaptive(summary):
         return None
     block = summary.adaptive
@@ -79,17 +81,26 @@ def note(summary: Summary) -> str | None:
         f"Adaptive run (--until {block.get('until')}, order seed {block.get('seed')}, "
         f"{rounds} round{'' if rounds == 1 else 's'}): "
     )
+    left = block.get("not_scored")
+    # scored over fewer evaluations than the run asked (``dxi score --evals``): no index
+    fewer = (
+        f"Not scored here: {', '.join(left)}, so no whole-set index is shown (the run's is over "
+        "every evaluation it asked: its summary.json has it); each model's questions asked of the "
+        "evaluations scored, and what stopped it:"
+        if left
+        else None
+    )
     if not any(estimated(summary, m) for m in summary.models):
         return head + (
             "no model's figures are estimates: each model was asked the whole set, or the cache "
             "held the questions the rule stopped before, so its figures are exact, computed over "
-            "the whole set. Each model's whole-set index:"
+            "the whole set. " + (fewer or "Each model's whole-set index:")
         )
     return (
         head + "a model stopped before the end was asked a "
         f"random part of each evaluation, so its figures (marked {MARK}) are estimates of the whole "
         "set, computed over the questions it was asked (a run without --until asks the others). "
-        "Each model's whole-set index with its anytime-valid 95% interval:"
+        + (fewer or "Each model's whole-set index with its anytime-valid 95% interval:")
     )
 
 
@@ -172,7 +183,12 @@ def sentences(summary: Summary) -> list[str]:
             + ("" if round_ == "—" else f" after round {round_}")
         )
         shown = f"({interval})" if interval == EXACT else interval
-        out.append(f"{model}: asked {asked}; whole-set index {point} {shown}; {stop}.")
+        figure = (
+            "not shown"  # scored over fewer evaluations than the run asked (``note``)
+            if point == "—" and (summary.adaptive or {}).get("not_scored")
+            else f"{point} {shown}"
+        )
+        out.append(f"{model}: asked {asked}; whole-set index {figure}; {stop}.")
     return out
 
 

@@ -108,9 +108,47 @@ def test_a_stopped_model_is_scored_over_what_it_was_asked_and_dxi_score_agrees(
     # scored as any cache (what was not asked is missing: exit 1) and nothing marked
     hle = ["--evals", "hle_multichoice"]
     assert dxi_score(server_url, data, cache, tmp_path / "hle", THREE, *hle) == 0
-    assert [m["evals"]["hle_multichoice"] for m in summary(tmp_path / "hle")["models"]] == [
+    one = summary(tmp_path / "hle")
+    assert [m["evals"]["hle_multichoice"] for m in one["models"]] == [
         m["evals"]["hle_multichoice"] for m in s["models"]
     ]
+    # the index is not computed over one evaluation, and the adaptive blocks do not show the
+    # run's whole-set index as if it applied: they hold the evaluation scored, its metrics' whole-
+    # set estimates as the run recorded them, and the evaluations not scored are named
+    others = ["aa_omniscience_decision", "when2call", "wildguardtest"]
+    assert one["adaptive"] == {k: v for k, v in s["adaptive"].items() if k != "populations"} | {
+        "populations": {"hle_multichoice": SMALL},
+        "not_scored": others,
+    }
+    assert [m["decision_index"] for m in one["models"]] == [None] * 3
+    assert [m["adaptive"] for m in one["models"]] == [
+        m["adaptive"]
+        | {
+            "asked": {"hle_multichoice": STOPPED_AT[m["model"]]},
+            "index": None,
+            "metrics": {
+                "hle_multichoice.accuracy": m["adaptive"]["metrics"]["hle_multichoice.accuracy"]
+            },
+        }
+        for m in s["models"]
+    ]
+    text = _printed(tmp_path / "hle")
+    assert (
+        "its figures (marked ≈) are estimates of the whole set, computed over the questions it was "
+        "asked (a run without --until asks the others). Not scored here: "
+        "aa_omniscience_decision, when2call, wildguardtest, so no whole-set index is shown (the "
+        "run's is over every evaluation it asked: its summary.json has it); each model's questions "
+        "asked of the evaluations scored, and what stopped it:"
+    ) in text
+    assert "│ systemone:m50 │ 20 of 40 (50%) │ — │ — │ precision=20 │ " in text
+    # the report's and dxi view's sentence
+    from dxi.scoring import adaptive, records
+
+    assert adaptive.sentences(records.decode((tmp_path / "hle" / "summary.json").read_bytes()))[
+        2
+    ] == (
+        "systemone:m50: asked 20 of 40 (50%); whole-set index not shown; stopped by precision=20 after round 8."
+    )
     assert dxi_score(server_url, data, cache, tmp_path / "ten", THREE, "--limit", "39") == 1
     limited = summary(tmp_path / "ten")
     assert "adaptive" not in limited and all("adaptive" not in m for m in limited["models"])
@@ -474,3 +512,69 @@ def test_pairs_compare_only_the_questions_both_models_were_asked(
         f"{cells[(False, True)]} B only)"
     ) in text
     assert not any(t in text for t in order[31:]) and "miss." not in text
+
+
+def test_an_adaptive_run_that_did_not_finish_is_found_from_its_journal_and_outcomes(
+    tmp_path: Path,
+):
+    """``unfinished``: an order of the tasks scored whose journal has lines after the latest
+    outcome naming it (or that no outcome names) is a run that did not end; its rule is the latest
+    line's, its rounds the highest of those lines for that rule."""
+    from dxi.runner.outputs.adaptive import ORDER_DIR, OUTCOMES, Unfinished, unfinished
+
+    folder = tmp_path / ORDER_DIR
+    folder.mkdir()
+    tasks = {"a": {"a/1", "a/2"}, "b": {"b/1"}}
+    order = folder / "order-0123456789abcdef.json"
+    order.write_bytes(orjson.dumps({"seed": 7, "evals": {"a": ["a/2", "a/1"], "b": ["b/1"]}}))
+    journal = folder / "decisions-0123456789abcdef.jsonl"
+    outcomes = folder / OUTCOMES
+
+    def lines(path: Path, *docs: dict) -> None:
+        path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+
+    # stopped before its first round ended: an order, no journal, no outcome
+    left = unfinished(tmp_path, tasks)
+    assert left == Unfinished(None, 7, 0)
+    assert left.line() == (
+        "An adaptive run over this cache did not finish (no round finished): rerunning the same "
+        "`dxi run ... --until ... --seed 7` command continues it; until then the figures here are "
+        "over every task, the questions it has not asked counted missing (provisional)"
+    )
+    # a precision=5 run that ended (its outcome after its last line), then a separated run
+    # stopped after its round 2 (a torn last line passed over)
+    lines(
+        journal,
+        {"at": 10.0, "until": "precision=5", "round": 1, "settled": {}},
+        {"at": 11.0, "until": "precision=5", "round": 2, "settled": {}},
+        {"at": 20.0, "until": "separated=1", "round": 1, "settled": {}},
+        {"at": 21.0, "until": "separated=1", "round": 2, "settled": {}},
+    )
+    journal.write_bytes(journal.read_bytes() + b'{"at": 22.0, "unt')
+    lines(outcomes, {"at": 12.0, "order": str(order), "rounds": 2, "models": []})
+    assert unfinished(tmp_path, tasks) == Unfinished("separated=1", 7, 2)
+    assert unfinished(tmp_path, {"a": tasks["a"]}) == Unfinished("separated=1", 7, 2)
+    assert (
+        Unfinished("separated=1", 7, 2)
+        .line()
+        .startswith(
+            "An adaptive run over this cache did not finish (--until separated=1: its journal has 2 "
+            "rounds): rerunning the same `dxi run ... --until separated=1 --seed 7` command"
+        )
+    )
+    assert Unfinished("precision=5", 0, 1).hint() == (
+        "rerunning the adaptive run that did not finish (`dxi run ... --until precision=5`) "
+        "continues it"
+    )
+    # its outcome too: every run over the order ended
+    lines(
+        outcomes,
+        {"at": 12.0, "order": str(order), "rounds": 2, "models": []},
+        {"at": 23.0, "order": str(order), "rounds": 2, "models": []},
+    )
+    assert unfinished(tmp_path, tasks) is None
+    # other tasks scored (another selection): not this order's run
+    outcomes.unlink()
+    assert unfinished(tmp_path, tasks) == Unfinished("separated=1", 7, 2)
+    assert unfinished(tmp_path, {"a": {"a/1"}}) is None
+    assert unfinished(tmp_path, {"c": {"c/1"}}) is None

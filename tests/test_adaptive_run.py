@@ -408,7 +408,12 @@ sys.exit(main(sys.argv[1:]))
 
 @pytest.mark.parametrize(("signal", "code"), [("SIGKILL", -9), ("SIGINT", 130)])
 def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequence(
-    signal: str, code: int, small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    signal: str,
+    code: int,
+    small: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
 ):
     """kill -9, or a Ctrl-C (the run drains: nothing of the next round is sent), just after round
     3's decisions are in the journal; the rerun of the same command replays the rounds from the
@@ -451,10 +456,45 @@ def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequenc
             2,
             3,
         ]
+        # `dxi score` of the cache before the rerun: no outcome of the run is recorded (it did not
+        # end), so its figures are over every task, provisional (exit 1), and it says that the
+        # run did not finish and which command continues it, in one line, and in each missing
+        # answers' hint before the plain run that would send everything
+        capsys.readouterr()
+        scoring = dxi_args(small, tmp_path / "cache", tmp_path / "scored", command="score")
+        assert (
+            main([*scoring, *(a for m in served(server.url, THREE) for a in ("--model", m))]) == 1
+        )
+        printed = " ".join(capsys.readouterr().out.split())
+        assert printed.count("did not finish") == 1 + 3 * 4
+        assert (
+            "note: An adaptive run over this cache did not finish (--until precision=5: its journal "
+            "has 3 rounds): rerunning the same `dxi run ... --until precision=5 --seed 11` command "
+            "continues it; until then the figures here are over every task, the questions it has "
+            "not asked counted missing (provisional)"
+        ) in printed
+        scored = summary(tmp_path / "scored")
+        asked = sum(after_rounds(small, 3).values()) // 4  # of each evaluation, rounds 1-3
+        assert [
+            (b["missing"] >= SMALL - asked, b["reason"].split("); ", 1)[1])
+            for m in scored["models"]
+            for b in m["evals"].values()
+        ] == [
+            (
+                True,
+                "rerunning the adaptive run that did not finish (`dxi run ... --until precision=5 "
+                "--seed 11`) continues it, or `dxi run` with --all-tasks sends every missing answer",
+            )
+        ] * 12
         assert (
             dxi_run(server.url, small, tmp_path / "cache", tmp_path / "out", *args, models=THREE)
             == 0
         )
+        # once it finished: its record, exit 0, and no such line
+        assert (
+            main([*scoring, *(a for m in served(server.url, THREE) for a in ("--model", m))]) == 0
+        )
+        assert "did not finish" not in capsys.readouterr().out
         stats = server.stats()
     ref, again = summary(tmp_path / "ref-out"), summary(tmp_path / "out")
     assert [m["adaptive"] for m in again["models"]] == [m["adaptive"] for m in ref["models"]]
@@ -492,12 +532,13 @@ def after_rounds(data: Path, k: int) -> dict[str, int]:
 
 
 def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
-    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ):
     monkeypatch.setenv(DATA_ENV, str(small))
     # $0.01 a request (10 tokens)
     prices = [a for m in THREE for a in ("--price", f"systemone:{m}=1000/0")]
-    # (rounds 1-3 ask 8, 16 and 28 tasks of a model: 84 requests; $1 buys 100 at most)
+    # (rounds 1-3 ask 8, 16 and 28 tasks of a model, 24, 48 and 84 requests of the three; $1 buys
+    # 100 at most)
     args = ["--until", "precision=5", *prices]
     with serve(model=None, route_factories=ROUTE, record=False) as server:
         assert (
@@ -506,16 +547,21 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
         )
     ref = summary(tmp_path / "ref-out")
     with serve(model=None, route_factories=ROUTE, record=False) as server:
-        code = dxi_run(
-            server.url,
-            small,
-            tmp_path / "cache",
-            tmp_path / "out",
-            *args,
-            "--max-cost",
-            "1",
-            models=THREE,
+        capsys.readouterr()
+        code = main(
+            dxi_args(
+                small,
+                tmp_path / "cache",
+                tmp_path / "out",
+                "--max-in-flight",
+                "32",
+                *args,
+                "--max-cost",
+                "1",
+                models=served(server.url, THREE),
+            )
         )
+        out = capsys.readouterr().out
         s = summary(tmp_path / "out")
         assert (
             code == EXIT_COST_BOUND
@@ -529,6 +575,35 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
             0 < sent < sum(m["requests"]["sent"] for m in ref["models"])
             and s["cost_bound"]["remaining_requests"] > 0
         )
+        # round 3 was cut by the bound (each request reserves its worst case, more than the
+        # $0.01 it costs: the bound is reached before round 3's 84th request): it decides nothing
+        # and is no round of the summary, whose models were asked rounds 1-2's prefix (16 tasks, 48
+        # requests of the three); what round 3 sent is in the cache, outside the part scored: no
+        # answer is missing, nothing is provisional, no hint tells a run to send "what is missing"
+        two = sum(after_rounds(small, 2).values())
+        third = sum(after_rounds(small, 3).values()) - two
+        assert (two, third) == (16, 12) and 0 < sent - 3 * two < 3 * third
+        assert s["adaptive"]["rounds"] == 2
+        assert [m["adaptive"]["asked"] for m in s["models"]] == [after_rounds(small, 2)] * 3
+        assert [m["adaptive"]["settled"] for m in s["models"]] == [False] * 3
+        assert s["complete"] and all(
+            e["n"] == 4 and e["missing"] == 0 and "reason" not in e
+            for m in s["models"]
+            for e in m["evals"].values()
+        )
+        assert "missing" not in out and "≈" in out and "*" not in out.split("Data used")[0]
+        assert (
+            f"round 3 cut by the cost bound ({3 * third - (sent - 3 * two)} of its "
+            f"{3 * third} requests not sent): it decides nothing; the run's figures are over "
+            f"rounds 1-2 (16 of 160 tasks asked); what it sent is in the cache, and a rerun with a "
+            "higher --max-cost continues the sequence"
+        ) in out
+        assert "Adaptive run (--until precision=5, order seed 0, 2 rounds)" in out
+        # the cache alone scores the same part
+        assert dxi_score(server.url, small, tmp_path / "cache", tmp_path / "scored", THREE) == 0
+        assert [m["adaptive"] for m in summary(tmp_path / "scored")["models"]] == [
+            m["adaptive"] for m in s["models"]
+        ]
         decided = [
             orjson.loads(line)
             for p in (tmp_path / "cache" / ORDER_DIR).glob("decisions-*.jsonl")
@@ -553,10 +628,9 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
     assert stats["duplicates"] == 0 and stats["ok"] == sum(
         m["requests"]["sent"] for m in ref["models"]
     )
-    # the rounds the bounded run finished are on record (its decisions: none settled so early)
-    assert [line["round"] for line in decided] == list(range(1, len(decided) + 1)) and len(
-        decided
-    ) >= 2
+    # the rounds the bounded run finished are on record (its decisions: none settled so early),
+    # the cut one not
+    assert [line["round"] for line in decided] == [1, 2]
 
 
 def test_the_round_line_gives_the_share_of_the_tasks_actually_asked():
@@ -624,6 +698,38 @@ def test_with_batch_each_round_is_one_batch_per_model_with_the_same_decisions(
     for m in batch["models"]:
         assert m["requests"]["batches"]["submitted"] == rounds and m["requests"]["sent"] == 120
     assert stats["batch_creates"] == 2 * rounds and stats["batch_lines"] == 240
+
+
+def test_with_batch_a_model_without_a_batch_api_is_noted_once_per_run_not_per_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    # 30 tasks of each evaluation and ±0.01 points: precision asks every task, round after round
+    data = write_data(tmp_path / "data", 30)
+    code = main(
+        [
+            "run",
+            "--model",
+            "embedded",
+            "--data-dir",
+            str(data),
+            "--until",
+            "precision=0.01",
+            "--batch",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
+    out = capsys.readouterr().out
+    rounds = [line for line in out.splitlines() if re.match(r"\d\d:\d\d:\d\d round ", line)]
+    assert code == 0 and len(rounds) == summary(tmp_path / "out")["adaptive"]["rounds"] == 9
+    assert out.count("has no batch API") == 1
+    assert (
+        "--batch: embedded:sparrow-nano-general-v1.1 has no batch API (decision models, the "
+        "embedded model, local servers and logprob decisions are sent one call at a time): sent "
+        "synchronously"
+    ) in out
 
 
 def test_with_batch_the_deadline_still_holds_and_no_round_starts_after_it(

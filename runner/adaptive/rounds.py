@@ -15,7 +15,9 @@ run ends when every model is settled (a model asked the whole set is settled as 
 Nothing is decided from a round that did not finish: a Ctrl-C or SIGTERM (``runner.stops.RunStop``),
 the cost bound or an error ends the rounds as it is (batch mode's ``--deadline`` ends them after the
 round it cuts, which is scored: what its batches left counts as missing), with every decision taken
-before it in the journal (``runner.outputs.adaptive``); a model whose provider stopped
+before it in the journal (``runner.outputs.adaptive``). The round the cost bound cuts is no round of
+the run (``Rounds.cut``): the summary counts the rounds finished and its models were asked their
+prefix, what the cut round sent staying in the cache for the rerun; a model whose provider stopped
 (``runner.stops``) leaves the rounds unsettled. The rounds depend only on the order and the cache's
 answers, so a rerun after a kill replays them from the cache (everything asked is a cache hit:
 nothing is sent twice) and continues the same sequence.
@@ -63,7 +65,9 @@ class Rounds:
     tasks asked, its prefix of the order), ``standings`` (label -> its latest
     ``scoring.sequential.Standing``), ``settled_at`` (label -> the round, 1-based, after which it
     stopped), ``stopped`` (label -> why it left the rounds unsettled: its provider stopped),
-    ``rounds`` (the rounds asked) and ``bars`` (what the progress bars count: ``RoundBars``)."""
+    ``rounds`` (the rounds finished), ``cut`` (the round the cost bound or a stop cut short, None
+    when none was: it is not among ``rounds`` and decides nothing; its models' ``asked`` is the
+    finished rounds' prefix) and ``bars`` (what the progress bars count: ``RoundBars``)."""
 
     plan: Plan
     order: Order | None = None
@@ -72,6 +76,7 @@ class Rounds:
     settled_at: dict[str, int] = field(default_factory=dict)
     stopped: dict[str, str] = field(default_factory=dict)
     rounds: int = 0
+    cut: int | None = None
     bars: RoundBars = field(default_factory=lambda: RoundBars())
 
     @property
@@ -129,12 +134,18 @@ class Rounds:
             )
             for label, s in stats.items():
                 parts[label].append(s)
+            if stop.requested or budget.stopped:
+                # an unfinished round decides nothing and is no round of the run: its models stay
+                # asked the finished rounds' prefix (what it sent is in the cache: the rerun, which
+                # replays the rounds, finds it there)
+                self.cut = self.rounds + 1
+                if say is not None and budget.stopped and not stop.requested:
+                    say(self.cut_line(stats, new * sum(m.epochs for m in running)))
+                break
             for m in running:
                 self.asked[m.label] = dict(target)
             asked = target
             self.rounds += 1
-            if stop.requested or budget.stopped:
-                break  # an unfinished round decides nothing
             for m in running:
                 limiter = limiters.get(m.limits_key)
                 if limiter is not None and (
@@ -161,6 +172,30 @@ class Rounds:
         return {
             label: (merged(ps) if len(ps) != 1 else ps[0]) for label, ps in parts.items() if ps
         } | {label: _empty(m) for m in models if not parts[(label := m.label)]}
+
+    def cut_line(self, stats: Mapping[str, Stats], requests: int) -> str:
+        """The line when the cost bound cuts round ``cut`` short: "round 4 cut by the cost bound
+        (16 of its 16 requests not sent): it decides nothing; the run's figures are over rounds 1-3
+        (32 of 200 tasks asked); what it sent is in the cache, and a rerun with a higher --max-cost
+        continues the sequence". ``requests``: the round's, over its running models; ``stats``
+        (the round's ``send``) says how many were sent or found in the cache; the tasks asked are
+        a running model's, as in ``round_line``."""
+        assert self.order is not None and self.cut is not None
+        total = sum(self.order.populations().values())
+        asked = max((sum(a.values()) for a in self.asked.values()), default=0)
+        unsent = requests - sum(s.sent + s.cache_hits for s in stats.values())
+        done = (
+            "no round finished"
+            if self.rounds == 0
+            else f"the run's figures are over round{'s 1-' if self.rounds > 1 else ' '}"
+            f"{self.rounds} ({asked:,} of {total:,} tasks asked)"
+        )
+        return (
+            f"round {self.cut} cut by the cost bound ({unsent:,} of its {requests:,} requests not "
+            f"sent): "
+            f"it decides nothing; {done}; what it sent is in the cache, and a rerun with a higher "
+            "--max-cost continues the sequence"
+        )
 
     def round_line(self, newly: Sequence[str], running: int) -> str:
         """The line after a round: "round 3 (16% of the whole set asked: 16 of 100 tasks): m00

@@ -177,6 +177,8 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
     reached, the providers stopped, the batches refused, unanswered or still open."""
     from rich.markup import escape
 
+    from dxi.scoring.adaptive import is_adaptive
+
     from ..batch.options import BatchStats
     from ..sending.stops import describe
 
@@ -201,10 +203,18 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
             if block["remaining_cost_usd"] is None
             else f"about ${block['remaining_cost_usd']:.4f}"
         )
+        # an adaptive run's rest is what its rounds may still ask: the whole set's, at most
+        adaptive = is_adaptive(result.summary)
         console.print(
             f"[yellow]Stopped at the cost bound:[/] spent ${result.spent_usd:.6f} of ${max_cost:g} in this run; "
-            f"{block['remaining_requests']} request(s) not sent ({left} expected). Everything that arrived "
-            "is in the cache: rerun with a higher --max-cost (or max_cost in the run file) to continue."
+            + (
+                f"at most {block['remaining_requests']} request(s) of the whole set not sent "
+                f"({left} for all of them; --until asks only what a model needs to settle)"
+                if adaptive
+                else f"{block['remaining_requests']} request(s) not sent ({left} expected)"
+            )
+            + ". Everything that arrived is in the cache: rerun with a higher --max-cost (or "
+            "max_cost in the run file) to continue."
         )
         return
     for block in result.stopped:

@@ -5,7 +5,10 @@ every decision taken), at the end in summary.json (``model_block``: each model's
 the run's own block is ``Rounds.block``), and beside it in the cache folder (``remember``:
 ``outcomes.jsonl``), from which the commands that score the cache alone (``dxi score``, ``report``,
 ``view``) score the models an adaptive run left part-asked over the part each was asked
-(``recorded``) and mark their figures as estimates of the whole set (``attach``), as the run did.
+(``recorded``) and mark their figures as estimates of the whole set (``attach``), as the run did. A
+run that did not end (a Ctrl-C, a kill) left a journal and no outcome: ``unfinished`` finds it, and
+``dxi score`` and ``report`` say that rerunning it continues it (``Unfinished``,
+``hint_unfinished``).
 
 The journal is ``<cache>/adaptive/decisions-<order digest>.jsonl``: the runs that ask the same
 sequence share it, each line naming its ``until``. A rerun replays the rounds from the cache: a
@@ -226,12 +229,40 @@ def recorded(
         evals = orders[name]
         if evals is None:
             continue
-        out.top[label] = {k: v for k, v in doc.items() if k != "models"}
-        out.blocks[label] = block
+        top = {k: v for k, v in doc.items() if k != "models"}
+        out.top[label], out.blocks[label] = scored_only(top, block, set(tasks))
         out.parts[label] = {
-            n: tuple(evals[n][: int(k)]) for n, k in block.get("asked", {}).items() if n in evals
+            n: tuple(evals[n][: int(k)])
+            for n, k in out.blocks[label].get("asked", {}).items()
+            if n in evals
         }
     return out
+
+
+def scored_only(top: dict, block: dict, scored: set[str]) -> tuple[dict, dict]:
+    """A recorded run's ``top`` block and one model's ``block`` as they apply to the evaluations
+    ``scored`` (``dxi score --evals`` scoring fewer than the run asked): the run's evaluations not
+    scored are listed in the top block's ``not_scored`` (sorted) and left out of its
+    ``populations`` and of the model's ``asked`` and ``metrics``, and the model's ``index`` is null:
+    the whole-set index the run estimated is over evaluations not scored here, as the index is not
+    computed over fewer (``scoring.adaptive.note`` says so). Unchanged when every evaluation of the
+    run is scored; copies otherwise."""
+    populations = top.get("populations", {})
+    left = sorted(n for n in populations if n not in scored)
+    if not left:
+        return top, block
+    top = top | {
+        "populations": {n: k for n, k in populations.items() if n in scored},
+        "not_scored": left,
+    }
+    block = block | {
+        "asked": {n: k for n, k in block.get("asked", {}).items() if n in scored},
+        "index": None,
+        "metrics": {
+            k: v for k, v in block.get("metrics", {}).items() if k.split(".", 1)[0] in scored
+        },
+    }
+    return top, block
 
 
 def attach(summary: Summary, record: Recorded, cut: set[tuple[str, str]]) -> Summary:
@@ -266,4 +297,132 @@ def attach(summary: Summary, record: Recorded, cut: set[tuple[str, str]]) -> Sum
             top = doc
     if top is not None:
         summary.adaptive = {k: v for k, v in top.items() if k != "at"}
+    return summary
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """An adaptive run over a cache folder that did not finish (``unfinished``): its ``until`` (as
+    its journal names it; None when no round of it finished), the order's ``seed`` and the
+    ``rounds`` its journal records."""
+
+    until: str | None
+    seed: int
+    rounds: int
+
+    def command(self) -> str:
+        """The command that continues it, as `dxi run ... --until precision=2` (with ``--seed S``
+        for a seed other than 0; ``--until ...`` when the rule is not known)."""
+        seed = f" --seed {self.seed}" if self.seed else ""
+        return f"`dxi run ... --until {self.until or '...'}{seed}`"
+
+    def line(self) -> str:
+        """The one line ``dxi score`` and ``dxi report`` print: "An adaptive run over this cache
+        did not finish (--until precision=2: its journal has 3 rounds): rerunning the same `dxi
+        run ... --until precision=2` command continues it; until then the figures here are over
+        every task, the questions it has not asked counted missing (provisional)"."""
+        what = f"--until {self.until}: " if self.until else ""
+        journal = (
+            "no round finished"
+            if not self.rounds
+            else f"its journal has {self.rounds} round{'' if self.rounds == 1 else 's'}"
+        )
+        return (
+            f"An adaptive run over this cache did not finish ({what}{journal}): rerunning the same "
+            f"{self.command()} command continues it; until then the figures here are over every "
+            "task, the questions it has not asked counted missing (provisional)"
+        )
+
+    def hint(self) -> str:
+        """What an evaluation block's missing answers hint says instead of the plain run alone:
+        "rerunning the adaptive run that did not finish (`dxi run ... --until precision=2`)
+        continues it, or `dxi run` with --all-tasks sends every missing answer"."""
+        return f"rerunning the adaptive run that did not finish ({self.command()}) continues it"
+
+
+def unfinished(cache_dir: Path, tasks: Mapping[str, set[str]]) -> Unfinished | None:
+    """The adaptive run over ``cache_dir`` that did not finish, for the tasks scored (``tasks``:
+    evaluation -> task ids), or None. A run appends its outcome (``remember``) only when it ends,
+    so an order of these tasks (every evaluation both it and ``tasks`` hold has the same tasks)
+    whose journal has a line later than the latest outcome naming the order, or that no outcome
+    names at all, is a run stopped before its end (a Ctrl-C, SIGTERM, kill -9, or an error): its
+    ``until`` is the latest journal line's, ``rounds`` the most recent such lines' highest round.
+    The latest such order counts; files that cannot be read are passed over."""
+    folder = cache_dir / ORDER_DIR
+    ended: dict[str, float] = {}  # order file name -> the latest outcome naming it
+    try:
+        outcomes = (folder / OUTCOMES).read_bytes().splitlines()
+    except OSError:
+        outcomes = []
+    for raw in outcomes:
+        try:
+            doc = orjson.loads(raw)
+            name = Path(str(doc["order"])).name
+            ended[name] = max(ended.get(name, 0.0), float(doc["at"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
+    found: tuple[float, Unfinished] | None = None
+    for path in sorted(folder.glob("order-*.json")):
+        try:
+            doc = orjson.loads(path.read_bytes())
+            evals, seed = doc["evals"], int(doc["seed"])
+            common = [n for n in tasks if n in evals]
+            if not common or any(set(evals[n]) != tasks[n] for n in common):
+                continue
+            started = path.stat().st_mtime
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
+        end = ended.get(path.name)
+        lines = []
+        journal = path.with_name(path.name.replace("order-", "decisions-") + "l")
+        try:
+            raws = journal.read_bytes().splitlines()
+        except OSError:
+            raws = []
+        for raw in raws:
+            try:
+                line = orjson.loads(raw)
+                lines.append((float(line["at"]), str(line["until"]), int(line["round"])))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+        later = [line for line in lines if end is None or line[0] > end]
+        if end is not None and not later:
+            continue  # it ended after its last decision
+        if later:
+            until = later[-1][1]
+            rounds = max(r for _, u, r in later if u == until)
+            at = later[-1][0]
+        else:  # no outcome and no round: stopped before its first round ended
+            until, rounds, at = None, 0, started
+        if found is None or at > found[0]:
+            found = (at, Unfinished(until, seed, rounds))
+    return None if found is None else found[1]
+
+
+# the end of an evaluation block's hint for missing answers (``scoring.summary``'s)
+_SENDS = " sends what is missing"
+
+
+def hint_unfinished(summary: Summary, left: Unfinished) -> Summary:
+    """``summary`` (scored from the cache alone) with the hint of each missing answers' reason of
+    the models the record leaves whole (no ``adaptive`` block attached: ``attach``) saying that
+    rerunning the adaptive run that did not finish (``left``) continues it, before the plain run
+    that sends everything ("...; rerunning the adaptive run that did not finish (`dxi run ...
+    --until precision=2`) continues it, or `dxi run` with --all-tasks sends every missing
+    answer"). Returns ``summary`` (its blocks changed in place)."""
+    from dxi.scoring.records import UNSET
+
+    for m in summary.models:
+        if m.adaptive is not UNSET and m.adaptive:
+            continue
+        for block in m.evals.values():
+            reason = block.get("reason")
+            if not block.get("missing") or not isinstance(reason, str):
+                continue
+            head, sep, tail = reason.rpartition("; `dxi run` with ")
+            if sep and tail.endswith(_SENDS):
+                flags = tail[: -len(_SENDS)]
+                block["reason"] = (
+                    f"{head}; {left.hint()}, or `dxi run` with {flags} sends every missing answer"
+                )
     return summary

@@ -22,7 +22,7 @@ from dxi.scoring.replies import add_replies, usage_and_replies
 from dxi.scoring.scored import ScoredRun
 from dxi.scoring.ties import add_ties, rounded_counts, tie_counts
 
-from .adaptive import attach, recorded
+from .adaptive import attach, hint_unfinished, recorded, unfinished
 from .provenance import provenance
 
 
@@ -162,9 +162,7 @@ def summarize(
     )
     record = None
     if requests is None:  # the cache alone: an adaptive run's models over what they were asked
-        tasks: dict[str, set[str]] = {}
-        for name, task_id in gold.select("eval", "task_id").unique().iter_rows():
-            tasks.setdefault(name, set()).add(task_id)
+        tasks = scored_tasks(gold)
         record = recorded(configs(models), cache.root, tasks)
         parts = record.parts
     cut: set[tuple[str, str]] = set()  # the (label, evaluation) scored over the part asked
@@ -229,11 +227,23 @@ def summarize(
     # the cache alone: an adaptive run's part-asked models marked (its record)
     if record is not None:
         summary = attach(summary, record, cut)
+        # an adaptive run that did not finish: its rerun, not only a plain run, sends the rest
+        left = None if summary.complete else unfinished(cache.root, tasks)
+        if left is not None:
+            summary = hint_unfinished(summary, left)
     summary = mark_exact(summary, cut)  # a model scored over the whole set: exact, not ≈
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked
     # here, when the result is written, never before the first request
     summary.provenance = provenance()
     return ScoredRun(summary, scored)
+
+
+def scored_tasks(gold: pl.DataFrame) -> dict[str, set[str]]:
+    """Evaluation -> the task ids of ``gold`` (``Suite.gold_frames``'s first frame)."""
+    tasks: dict[str, set[str]] = {}
+    for name, task_id in gold.select("eval", "task_id").unique().iter_rows():
+        tasks.setdefault(name, set()).add(task_id)
+    return tasks
 
 
 def configs(models: pl.DataFrame) -> dict[str, tuple]:
