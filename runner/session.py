@@ -518,9 +518,8 @@ async def _send(
         )
         if progress is not None:
             stop.on_change = lambda: progress.stopping(describe(stop.signum), stop.in_flight, grace)
-        # The tasks are counted (for the start line and the progress totals) and their gold rows
-        # kept (for scoring) in one pass interleaved with the run, not before the first request nor
-        # after the last reply.
+        # The tasks are counted (start line, progress totals) and their gold rows kept (scoring) in
+        # one pass interleaved with the run, not before the first request nor after the last reply.
         first = asyncio.Event()
 
         def on_progress(label: str, stats: Stats) -> None:
@@ -528,9 +527,7 @@ async def _send(
             if progress is not None:
                 progress.update(label, stats if rounds is None else rounds.bars.total(label, stats))
 
-        def say(
-            text: str,
-        ) -> None:  # a wait for another process, a batch's state change: one line each
+        def say(text: str) -> None:  # a wait for another process, a batch's state change: a line
             if console is not None:
                 console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, markup=False)
 
