@@ -35,10 +35,13 @@ evals = LazyModule(
 class _Parser(argparse.ArgumentParser):
     """argparse with a "did you mean" for a mistyped flag or command, reported by the subcommand it
     belongs to (argparse alone reports a subcommand's unknown flags with the top-level usage), and
-    a usage error in two lines, the same for every command and sub-command (``error``)."""
+    a usage error in two lines, the same for every command and sub-command (``error``). A flag is
+    taken only whole (no ``allow_abbrev``): ``--run 3`` is not ``--runs 3``, and a script's
+    abbreviation cannot change meaning, or break, when a later version adds a flag."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", Formatter)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def parse_args(self, args=None, namespace=None):  # argparse's signature

@@ -95,6 +95,27 @@ def test_a_mistyped_flag_is_one_error_line_and_a_hint_not_the_usage_block(capsys
     )
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["run", "--model", "embedded", "--lim", "5"],
+            "dxi run: error: unrecognized arguments: --lim (did you mean --limit?)",
+        ),
+        (
+            ["batches", "list", "--cache-d", "x"],
+            "dxi batches list: error: unrecognized arguments: --cache-d x (did you mean "
+            "--cache-dir?)",
+        ),
+    ],
+)
+def test_a_flag_is_taken_only_whole_never_abbreviated(argv, line, capsys):
+    """argparse's abbreviations are off: "--lim" is not "--limit" (a script's abbreviation
+    cannot change meaning, or break, when a later version adds a flag); it is a mistyped flag."""
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines()[0] == line
+
+
 def test_a_mistyped_flag_beside_a_missing_required_one_is_named(capsys):
     assert main(["data", "fetch", "--dta-dir", "x"]) == 2
     assert capsys.readouterr().err == (
