@@ -24,6 +24,7 @@ second read was ~1 s of a million answers).
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import polars as pl
@@ -47,13 +48,21 @@ _SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{3,4}|v\d+(?::\d+)?|lates
 
 
 def usage_and_replies(
-    rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1, with_calls: bool = False
+    rows: Rows,
+    models: pl.DataFrame,
+    gold: pl.DataFrame,
+    epochs: int = 1,
+    with_calls: bool = False,
+    parts: Mapping[str, Mapping[str, Collection[str]]] | None = None,
 ) -> tuple[pl.DataFrame, ...]:
     """``(scoring.usage(rows, models, gold, epochs), the replies table)`` from one read of the
     current cache rows. The replies table: per (label, served_model, cut_off), the scored requests
     with a reply (``replies``: ok or invalid, one per task and epoch) and the ``answers`` they hold
     (``REPLIES_SCHEMA``). ``with_calls`` adds a third table from the same read: one row per call
-    (``scoring.measures.calls_table``: latency, time to first token, batch, questions)."""
+    (``scoring.measures.calls_table``: latency, time to first token, batch, questions).
+    ``parts`` (label -> evaluation -> task ids): the models an adaptive run scored over the part
+    they were asked (``scoring.adaptive.asked_part``'s cut): their rows of that evaluation outside
+    the part are left out, as their answers are (a round the cost bound cut sent some)."""
     models = models.sort("label").with_row_index("m")
     task_frame = _task_frame(gold.sort("eval", "task_id", "question_id"))
     ttft = (measures.TTFT,) if with_calls and measures.has_column(rows, measures.TTFT) else ()
@@ -66,6 +75,10 @@ def usage_and_replies(
         (*USAGE_READ, "served_model", "cut_off", *extra),
         each_task=False,
     )
+    if parts:
+        outside = _outside(parts, models, task_frame, gold)
+        keep = ~outside[m, t]
+        found, m, t = found.filter(pl.Series(keep)), m[keep], t[keep]
     tables = (
         usage_table(found.select(USAGE_READ), m, models),
         _replies_table(found, m, t, models, task_frame),
@@ -74,6 +87,31 @@ def usage_and_replies(
         return tables
     questions = task_frame["nq"].to_numpy().astype(np.int64)
     return (*tables, measures.calls_table(found, m, t, models, questions))
+
+
+def _outside(
+    parts: Mapping[str, Mapping[str, Collection[str]]],
+    models: pl.DataFrame,
+    task_frame: pl.DataFrame,
+    gold: pl.DataFrame,
+) -> np.ndarray:
+    """(models, tasks) bool: the tasks of an evaluation a model was scored over part of
+    (``parts``) that are not in its part."""
+    out = np.zeros((models.height, task_frame.height), bool)
+    ids = task_frame.select("task_id")
+    evals = ids.join(
+        gold.select("task_id", "eval").unique("task_id"),
+        on="task_id",
+        how="left",
+        maintain_order="left",
+    ).get_column("eval")  # each task's evaluation, in the task frame's order
+    for k, label in enumerate(models["label"].to_list()):
+        for name, part in parts.get(label, {}).items():
+            asked = ids.get_column("task_id").is_in(
+                pl.Series(list(part), dtype=pl.String).implode()
+            )
+            out[k] |= ((evals == name) & ~asked).to_numpy()
+    return out
 
 
 def _replies_table(

@@ -601,9 +601,11 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
         assert "Adaptive run (--until precision=5, order seed 0, 2 rounds)" in out
         # the cache alone scores the same part
         assert dxi_score(server.url, small, tmp_path / "cache", tmp_path / "scored", THREE) == 0
-        assert [m["adaptive"] for m in summary(tmp_path / "scored")["models"]] == [
-            m["adaptive"] for m in s["models"]
-        ]
+        scored = summary(tmp_path / "scored")
+        assert [m["adaptive"] for m in scored["models"]] == [m["adaptive"] for m in s["models"]]
+        # and its usage is of those answers' requests: 16 a model, not what round 3 sent too
+        assert [m["usage"]["requests"] for m in s["models"]] == [two] * 3
+        assert [m["usage"]["requests"] for m in scored["models"]] == [two] * 3
         decided = [
             orjson.loads(line)
             for p in (tmp_path / "cache" / ORDER_DIR).glob("decisions-*.jsonl")

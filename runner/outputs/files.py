@@ -155,11 +155,6 @@ def summarize(
         if "epochs" in models.columns
         else None
     )
-    # usage first: its read of the cache rows (scalar columns only) then comes before the answers
-    # are held
-    used, served, calls = cache.read(
-        lambda rows: usage_and_replies(rows, models, gold, epochs, with_calls=True)
-    )
     record = None
     if requests is None:  # the cache alone: an adaptive run's models over what they were asked
         tasks = scored_tasks(gold)
@@ -200,6 +195,14 @@ def summarize(
             scorer.add_part(part)
             del part
         scored = scorer.result(comparisons=True)
+    # usage after the answers (none is held any more: the peak is the larger of the two reads),
+    # over the rows of the answers scored: a model cut to its asked part, its part's only
+    asked: dict[str, dict] = {}
+    for label, name in cut:
+        asked.setdefault(label, {})[name] = (parts or {})[label][name]
+    used, served, calls = cache.read(
+        lambda rows: usage_and_replies(rows, models, gold, epochs, with_calls=True, parts=asked)
+    )
     usage = scoring.usage_blocks(used, labels, prices or {}, batch_prices)
     summary = scoring.build_summary(
         scored.metrics,
