@@ -249,6 +249,12 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
         )
         if left is not None:
             to_score.notes.append(left.line())
+        else:  # one that ended with models its rule had not settled (the cost bound, ...)
+            from dxi.scoring.adaptive import unsettled
+
+            line = unsettled(summary)
+            if line is not None:
+                to_score.notes.append(line)
     return Rescored(
         summary, out, path, to_score.notes, 0 if summary.accepted else EXIT_FAILED_REQUESTS
     )

@@ -31,6 +31,35 @@ def is_adaptive(summary: Summary) -> bool:
     return summary.adaptive is not UNSET and summary.adaptive is not None
 
 
+def unsettled(summary: Summary) -> str | None:
+    """The line ``dxi score`` and ``dxi report`` print when an adaptive run ended with models its
+    rule had not settled (the cost bound, a provider stop): "2 models were not settled when the
+    adaptive run ended (--until precision=5; a, b): rerunning the same `dxi run ... --until
+    precision=5` command continues them (with a higher --max-cost, if the cost bound stopped it);
+    until then their figures are estimates over what they were asked". None when every model it
+    ran was settled, or ``summary`` is no adaptive run's."""
+    if not is_adaptive(summary):
+        return None
+    left = [
+        m.model
+        for m in summary.models
+        if m.adaptive is not UNSET and m.adaptive and not m.adaptive.get("settled", True)
+    ]
+    if not left:
+        return None
+    until, seed = summary.adaptive.get("until"), summary.adaptive.get("seed") or 0
+    command = f"`dxi run ... --until {until}{f' --seed {seed}' if seed else ''}`"
+    models = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    one = len(left) == 1
+    return (
+        f"{len(left)} model{' was' if one else 's were'} not settled when the adaptive run ended "
+        f"(--until {until}; {models}): rerunning the same {command} command continues "
+        f"{'it' if one else 'them'} (with a higher --max-cost, if the cost bound stopped it); until "
+        f"then {'its' if one else 'their'} figures are estimates over what "
+        f"{'it was' if one else 'they were'} asked"
+    )
+
+
 def estimated(summary: Summary, entry: ModelEntry) -> bool:
     """Whether ``entry``'s figures are estimates of the whole set: it has an ``adaptive`` block and
     was asked fewer tasks of some evaluation than the set holds (the run's ``populations``). A

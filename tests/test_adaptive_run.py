@@ -599,8 +599,16 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
             "higher --max-cost continues the sequence"
         ) in out
         assert "Adaptive run (--until precision=5, order seed 0, 2 rounds)" in out
-        # the cache alone scores the same part
+        # the cache alone scores the same part, and says how to go on
+        capsys.readouterr()
         assert dxi_score(server.url, small, tmp_path / "cache", tmp_path / "scored", THREE) == 0
+        printed = " ".join("".join(capsys.readouterr()).split())
+        assert (
+            "3 models were not settled when the adaptive run ended (--until precision=5; "
+            "systemone:m00, systemone:m50, systemone:m100): rerunning the same `dxi run ... "
+            "--until precision=5` command continues them (with a higher --max-cost, if the cost "
+            "bound stopped it); until then their figures are estimates over what they were asked"
+        ) in printed
         scored = summary(tmp_path / "scored")
         assert [m["adaptive"] for m in scored["models"]] == [m["adaptive"] for m in s["models"]]
         # and its usage is of those answers' requests: 16 a model, not what round 3 sent too
