@@ -251,6 +251,35 @@ def test_until_with_an_evaluation_left_out_is_refused_before_anything_is_sent(
     assert main([*base, "--evals", "when2call", "--out", str(tmp_path / "o"), "-q"]) == 0
 
 
+def test_a_run_file_s_until_with_its_select_leaving_out_an_evaluation_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """The rule and the selection both from the run file (no flag given): the refusal names the
+    file's key and its select, not --until, and says to remove the key; the flag over the same
+    file is named as the flag."""
+    data = write_data(tmp_path / "data", 4)
+    run_file = tmp_path / "run.toml"
+    run_file.write_text(
+        f'data_dir = "{data}"\ncache_dir = "{tmp_path / "c"}"\nuntil = "precision=5"\n\n'
+        '[evals]\nselect = ["hle_multichoice", "when2call", "wildguardtest"]\n\n'
+        '[[models]]\nprovider = "embedded"\n'
+    )
+    assert main(["run", str(run_file)]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f'dxi run: error: until = "precision=5" ({run_file}) stops on the Decision Index, which '
+        "needs all four evaluations; aa_omniscience_decision: left out by the [evals] select of "
+        f"{run_file} (run them all, or remove until)\n",
+    )
+    assert main(["run", str(run_file), "--until", "precision=2"]) == 2
+    assert capsys.readouterr().err == (
+        "dxi run: error: --until precision=2 stops on the Decision Index, which needs all four "
+        "evaluations; aa_omniscience_decision: left out by the [evals] select of "
+        f"{run_file} (run them all, or drop --until)\n"
+    )
+    assert not (tmp_path / "c").exists()
+
+
 def test_precision_stops_each_model_where_the_interval_says_and_a_plain_run_completes_them(
     data: Path, server, tmp_path: Path, capsys: pytest.CaptureFixture
 ):

@@ -661,6 +661,131 @@ def test_plan_without_tolerance_separates_at_1_point(tmp_path, capsys):
     assert orjson.loads(capsys.readouterr().out)["until"] == "separated=0.5"
 
 
+PLAN_KEYS = {
+    "until",
+    "runs",
+    "seed",
+    "alpha",
+    "quantile",
+    "holds",
+    "populations",
+    "models",
+    "power",
+}
+
+
+def test_plan_takes_a_difference_within_the_tolerance_and_gives_the_documented_keys(
+    tmp_path, capsys
+):
+    """A pair within ±Δ is one way ``--until separated=Δ`` settles: D ≤ Δ is planned (D = 0.5
+    without --tolerance, Δ = 1; D = Δ), not refused naming a --tolerance never given. The JSON's
+    top-level keys are docs/adaptive.md's: ``power`` 0.8 and ``difference`` D in a separation
+    plan; ``power`` null and no ``difference`` in a precision plan."""
+    common = ["plan", "--model", "openai:a", "--model", "openai:b", "--data-dir"]
+    common += ["../shared/data", "--limit", "3", "--cache-dir", str(tmp_path / "c")]
+    common += ["--runs", "1", "--json"]
+    separate = [*common, "--separate", "openai:a", "openai:b"]
+    for extra, until, difference in (
+        (["--difference", "0.5"], "separated=1", 0.5),
+        (["--difference", "2", "--tolerance", "2"], "separated=2", 2.0),
+    ):
+        assert main([*separate, *extra]) == 0
+        out, err = capsys.readouterr()
+        doc = orjson.loads(out)
+        assert err == "" and set(doc) == PLAN_KEYS | {"difference"}
+        assert (doc["until"], doc["difference"], doc["power"], doc["quantile"]) == (
+            until,
+            difference,
+            0.8,
+            0.8,
+        )
+    assert main([*common, "--precision", "5"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert set(doc) == PLAN_KEYS
+    assert (doc["until"], doc["power"], doc["quantile"], doc["holds"]) == (
+        "precision=5",
+        None,
+        None,
+        None,
+    )
+
+
+PLAN_TOKENS = (
+    "requests = questions × epochs; tokens are the model's mean per request (what its cached "
+    "replies recorded, and for the requests the cache does not hold `dxi estimate`'s estimates; "
+    'each model\'s sources above: "bytes / 4" is the size of its prompts, not usage a run records: '
+    "the embedded model's runs record 0 tokens, which the cache then gives)"
+)
+NO_PRICE = "a cost is — without a price (--price MODEL=IN/OUT)"
+
+
+def test_plan_note_says_what_its_questions_are_and_the_missing_price_only_when_missing(
+    tmp_path, capsys
+):
+    """The note under a plan: a precision plan's questions are the means over its N runs (the one
+    run's with --runs 1), a separation plan's those of the run at 80% power; "a cost is —" only
+    when some model has no price. A model every simulated run of which asked the whole set (3
+    tasks each, ±0.01 points) is said to be one the data cannot settle."""
+    common = ["plan", "--model", "openai:a", "--data-dir", "../shared/data", "--limit", "3"]
+    common += ["--cache-dir", str(tmp_path / "c")]
+
+    def printed(*flags: str) -> str:
+        assert main([*common, *flags]) == 0
+        return " ".join(capsys.readouterr().out.split())
+
+    out = printed("--precision", "0.01", "--runs", "2")
+    assert out.endswith(
+        f"Questions are the means over the 2 simulated runs; {PLAN_TOKENS}; {NO_PRICE}."
+    )
+    assert (
+        "openai:a: 100% of the simulated runs asked the whole set without settling it: the data "
+        "cannot settle it at this setting"
+    ) in out
+    out = printed("--precision", "0.01", "--runs", "1", "--price", "openai:a=2/8")
+    assert out.endswith(f"Questions are those of the one simulated run; {PLAN_TOKENS}.")
+    assert "without a price" not in out
+    separate = ["--model", "openai:b", "--separate", "openai:a", "openai:b", "--difference", "3"]
+    out = printed(*separate, "--runs", "1", "--price", "openai:a=2/8")
+    assert out.endswith(
+        "Questions are those of the run at 80% power (above); the expected line is the mean; "
+        f"{PLAN_TOKENS}; {NO_PRICE}."
+    )  # openai:b has no price
+    out = printed(*separate, "--runs", "1", "--price", "openai:a=2/8", "--price", "openai:b=1/1")
+    assert out.endswith(
+        "Questions are those of the run at 80% power (above); the expected line is the mean; "
+        f"{PLAN_TOKENS}."
+    )
+
+
+@pytest.mark.parametrize(
+    ("share", "line"),
+    [
+        (
+            1.0,
+            "100% of the simulated runs asked the whole set without settling it: the data "
+            "cannot settle it at this setting",
+        ),
+        (
+            0.1,
+            "10% of the simulated runs asked the whole set without settling it (the model can "
+            "need every question)",
+        ),
+        (
+            0.9,
+            "90% of the simulated runs asked the whole set without settling it (the model can "
+            "need every question)",
+        ),
+        (
+            0.996,
+            "over 99% of the simulated runs asked the whole set without settling it (the "
+            "model can need every question)",
+        ),
+    ],
+)
+def test_plan_says_the_data_cannot_settle_a_model_only_when_every_run_asked_everything(share, line):
+    assert plan_command.exhausted(share) == line
+
+
 @pytest.mark.parametrize(
     ("data", "evals", "error"),
     [

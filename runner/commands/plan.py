@@ -99,12 +99,9 @@ def _until(args: argparse.Namespace):
             "--separate A B needs --difference D, the true difference to plan for, "
             "above 0 and at most 100 index points"
         )
+    # Δ from 0 to 100 (numbers.TOLERANCE), any D: at D ≤ Δ the pair settles by its order or by
+    # lying within ±Δ, whichever is known first (planner.plan and Profile.shifted take any D)
     tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
-    if tolerance < 0 or tolerance >= args.difference:
-        raise UsageError(
-            f"--tolerance {tolerance:g}: must be at least 0 and below the "
-            f"difference {args.difference:g}"
-        )
     return Until("separated", tolerance), POWER
 
 
@@ -333,12 +330,7 @@ def _print(doc: dict, console: Console) -> None:
         if basis:
             console.print(escape(f"  {m['model']}: tokens: {basis}"))
         if m.get("exhausted_share"):  # runs that asked everything without settling the model
-            console.print(
-                escape(
-                    f"  {m['model']}: {m['exhausted_share']:.0%} of the simulated runs asked the "
-                    "whole set without settling it: the data cannot settle it at this setting"
-                )
-            )
+            console.print(escape(f"  {m['model']}: {exhausted(m['exhausted_share'])}"))
     if doc.get("holds") is not None:
         from dxi.scoring import planner
 
@@ -368,12 +360,51 @@ def _print(doc: dict, console: Console) -> None:
                     f"{m['adaptive']['requests']:,.0f}"
                 )
             )
-    console.print(
-        "Questions are the means over the simulated runs (a separation plan: the run at "
-        "the power's quantile, above); requests = questions × epochs; tokens are the model's "
-        "mean per request (what its cached replies recorded, and for the requests the cache does "
-        "not hold `dxi estimate`'s estimates; each model's sources above: \"bytes / 4\" is the "
-        "size of its prompts, not usage a run records: the embedded "
-        "model's runs record 0 tokens, which the cache then gives); a cost is — without a price "
-        "(--price MODEL=IN/OUT)."
+    console.print(escape(footer(doc)))
+
+
+def exhausted(share: float) -> str:
+    """What a model's ``exhausted_share`` (0-1, above 0) of simulated runs that asked the whole set
+    without settling it says: that the data cannot settle it only when every run did."""
+    if share >= 1:
+        return (
+            "100% of the simulated runs asked the whole set without settling it: the data cannot "
+            "settle it at this setting"
+        )
+    percent = f"{share:.0%}"
+    return (
+        f"{'over 99%' if percent == '100%' else percent} of the simulated runs asked the whole set "
+        "without settling it (the model can need every question)"
     )
+
+
+def footer(doc: dict) -> str:
+    """The note under a plan: what its questions are (a precision plan's: the means over the runs;
+    a separation plan's: the run at its power, beside the expected means), requests, tokens, and
+    the cost without a price when some model has none."""
+    if doc["power"] is None:
+        questions = (
+            "Questions are those of the one simulated run"
+            if doc["runs"] == 1
+            else f"Questions are the means over the {doc['runs']:,} simulated runs"
+        )
+    else:
+        questions = (
+            f"Questions are those of the run at {doc['power']:.0%} power (above); the expected "
+            "line is the mean"
+        )
+    parts = [
+        questions,
+        "requests = questions × epochs",
+        "tokens are the model's mean per request (what its cached replies recorded, and for the "
+        "requests the cache does not hold `dxi estimate`'s estimates; each model's sources above: "
+        '"bytes / 4" is the size of its prompts, not usage a run records: the embedded model\'s '
+        "runs record 0 tokens, which the cache then gives)",
+    ]
+    if any(
+        m[k]["cost_usd"] is None or m[k]["batch_cost_usd"] is None
+        for m in doc["models"]
+        for k in ("adaptive", "whole")
+    ):
+        parts.append("a cost is — without a price (--price MODEL=IN/OUT)")
+    return "; ".join(parts) + "."

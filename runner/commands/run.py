@@ -110,10 +110,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
         )
     gaps = plan.suite.not_run(options.selection(args)) if plan.until is not None else {}
     if gaps:  # every rule reads the index, which needs every evaluation: it could never stop
+        given = args.until is not None  # else the run file's key
         raise UsageError(
-            f"--until {plan.until} stops on the Decision Index, which needs all four evaluations; "
+            (f"--until {plan.until}" if given else f'until = "{plan.until}" ({args.run_file})')
+            + " stops on the Decision Index, which needs all four evaluations; "
             + "; ".join(f"{n}: {why}" for n, why in gaps.items())
-            + " (run them all, or drop --until)"
+            + (" (run them all, or drop --until)" if given else " (run them all, or remove until)")
         )
     batch_options = options.batch_options(args)
     if batch_options.deadline is not None and not plan.batch:
