@@ -223,6 +223,23 @@ def estimate(e) -> dict:
     return {k: None if v is None else round(float(v), 4) for k, v in pairs}
 
 
+def test_a_run_file_s_separated_with_one_model_is_named_as_the_file_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    data = write_data(tmp_path / "data", 4)
+    run_file = tmp_path / "one.toml"
+    run_file.write_text(
+        f'data_dir = "{data}"\nuntil = "separated"\n\n[[models]]\nprovider = "embedded"\n'
+    )
+    assert main(["run", str(run_file), "--cache-dir", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr().err == (
+        f'dxi run: error: until = "separated=1" ({run_file}) needs two or more models (it stops a '
+        "model once its order against every other is known); this run has 1: give another model, "
+        "or precision=P\n"
+    )
+    assert not (tmp_path / "c").exists()
+
+
 def test_until_with_an_evaluation_left_out_is_refused_before_anything_is_sent(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ):

@@ -102,15 +102,16 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
         tune()
     plan.check_cost_bound()
+    given = args.until is not None  # else the run file's key, named as the file's
     if plan.until is not None and plan.until.rule == "separated" and len(plan.models) < 2:
         raise UsageError(
-            f"--until separated needs two or more models (it stops a model once its order "
-            f"against every other is known); this run has {len(plan.models)}: give another "
-            "--model, or use --until precision=P"
+            ("--until separated" if given else f'until = "{plan.until}" ({args.run_file})')
+            + " needs two or more models (it stops a model once its order against every other "
+            f"is known); this run has {len(plan.models)}: give another "
+            + ("--model, or use --until precision=P" if given else "model, or precision=P")
         )
     gaps = plan.suite.not_run(options.selection(args)) if plan.until is not None else {}
     if gaps:  # every rule reads the index, which needs every evaluation: it could never stop
-        given = args.until is not None  # else the run file's key
         raise UsageError(
             (f"--until {plan.until}" if given else f'until = "{plan.until}" ({args.run_file})')
             + " stops on the Decision Index, which needs all four evaluations; "
