@@ -512,6 +512,11 @@ def test_pairs_compare_only_the_questions_both_models_were_asked(
         f"{cells[(False, True)]} B only)"
     ) in text
     assert not any(t in text for t in order[31:]) and "miss." not in text
+    assert (
+        "An adaptive run asked these two models different parts of the set: the 2×2 and its test "
+        "count the questions both were asked (9 more were asked of one only), while each figure "
+        "below is over its own model's part, with no McNemar test between parts that differ."
+    ) in text
 
 
 def test_an_adaptive_run_that_did_not_finish_is_found_from_its_journal_and_outcomes(

@@ -515,6 +515,24 @@ def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
     assert [-d["difference"] for d in back] == [d["difference"] for d in differences]
 
 
+def test_the_wildguard_compare_page_counts_answers_and_claims_no_mcnemar_test(
+    browser: Browser, built: dict
+):
+    """A WildGuardTest row holds three answers (its questions), not independent pairs: the 2×2
+    counts them (three per row) and no McNemar test is computed or shown."""
+    ans = built["answers"].filter(pl.col("eval") == "wildguardtest")
+    table, _ = browser.compare("wildguardtest", MODEL, LLM)
+    rows = ans.filter(pl.col("model") == MODEL).height
+    assert table["mcnemar_p"] is None and table["one_asked"] == 0
+    assert sum(table[k] for k in ("both_right", "a_only", "b_only", "both_wrong")) == rows
+    ((status, _, html),) = get(browser, f"/compare/wildguardtest?a={quote(MODEL)}&b={quote(LLM)}")
+    assert status == 200 and "McNemar's exact test on the discordant answers" not in html
+    assert (
+        "Answers, three per row (its three questions): not independent pairs, so no McNemar test"
+        in html
+    )
+
+
 @pytest.mark.process
 def test_the_compare_page_claims_no_difference_the_missing_answers_could_overturn(
     browser: Browser, monkeypatch: pytest.MonkeyPatch

@@ -52,6 +52,7 @@ from dxi.scoring.compare import mcnemar_p
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 from dxi.scoring.pipeline import CONFIG_COLUMNS, STATUSES, current_rows
 from dxi.scoring.records import Summary, unset
+from dxi.scoring.sums import WILDGUARD
 
 from .home import private_home
 
@@ -585,25 +586,31 @@ class Browser:
     def compare(
         self, name: str, a: str, b: str, epoch: int = 0, cell: str | None = None, page: int = 1
     ) -> tuple[dict[str, int], Page]:
-        """Models ``a`` and ``b`` over ``name``: the 2×2 of right/wrong counts (``CELLS`` keys, and
+        """Models ``a`` and ``b`` over ``name``: the 2×2 of right/wrong counts (``CELLS`` keys;
         ``mcnemar_p``: the exact McNemar test of its discordant cells,
-        ``scoring.compare.mcnemar_p``) and a page of the questions where one is right and the other
-        wrong (``cell``: only those of one cell), both over the questions both were asked (a
+        ``scoring.compare.mcnemar_p``, for a choice evaluation, None for a yes/no one, whose rows
+        hold several answers that are not independent pairs; ``one_asked``: the questions an
+        adaptive run asked only one of them) and a page of the questions where one is right and the
+        other wrong (``cell``: only those of one cell), both over the questions both were asked (a
         question an adaptive run did not ask one of them is in neither)."""
         frame = self.frame(name, epoch)
         i, j = self.model(a), self.model(b)
+        a_asked, b_asked = pl.col(f"correct{i}").is_not_null(), pl.col(f"correct{j}").is_not_null()
         counts = (  # over the questions both were asked (an adaptive run's parts: ``_wide``)
-            frame.filter(pl.col(f"correct{i}").is_not_null() & pl.col(f"correct{j}").is_not_null())
+            frame.filter(a_asked & b_asked)
             .group_by(pl.col(f"correct{i}").alias("a"), pl.col(f"correct{j}").alias("b"))
             .len()
             .iter_rows()
         )
-        table = dict.fromkeys(CELLS, 0)
+        table: dict = dict.fromkeys(CELLS, 0)
         by_pair = {pair: cell_name for cell_name, pair in CELLS.items()}
         for x, y, n in counts:
             table[by_pair[(bool(x), bool(y))]] += n
-        table["mcnemar_p"] = float(
-            mcnemar_p(np.array([table["a_only"]]), np.array([table["b_only"]]))[0]
+        table["one_asked"] = frame.filter(a_asked != b_asked).height
+        table["mcnemar_p"] = (
+            float(mcnemar_p(np.array([table["a_only"]]), np.array([table["b_only"]]))[0])
+            if name != WILDGUARD
+            else None
         )
         if cell is not None and cell not in CELLS:
             raise BadQuery(f"cell must be one of {', '.join(CELLS)}")
