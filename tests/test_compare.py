@@ -599,49 +599,6 @@ def test_mcnemar_on_a_provisional_pair_holds_whatever_the_failed_answers_would_h
     assert row["significant"] is False and row["complete"] is False
 
 
-def test_open_pairs_and_the_worst_mcnemar_by_hand():
-    from dxi.scoring.compare import open_pairs, worst_mcnemar
-    from dxi.scoring.sums import build_cubes
-
-    # a: R R W F F ; b: W F R R F  (R right, W wrong reply, F failed)
-    a, b = "RRWFF", "WFRRF"
-    rows = []
-    for label, pattern in (("m:a", a), ("m:b", b)):
-        for i, s in enumerate(pattern):
-            probs = {"A": 0.9, "B": 0.1} if s == "R" else {"A": 0.1, "B": 0.9}
-            rows.append(
-                choice(
-                    label,
-                    "hle_multichoice",
-                    f"h/{i}",
-                    "A",
-                    None if s == "F" else probs,
-                    status="failed" if s == "F" else "ok",
-                    error="x" if s == "F" else None,
-                )
-            )
-    o = open_pairs(build_cubes(frame(rows))["hle_multichoice"])
-    # surely a-only: q0 (R, W) = 1; surely b-only: q2 (W, R) = 1
-    # could be a-only: a open & b wrong (none) + a right & b open (q1) = 1; could be b-only: b
-    # open & a wrong (none) + b right & a open (q3) = 1; both open: q4 = 1
-    assert o[:, 0, 1].tolist() == [1, 1, 1] and o[:, 1, 0].tolist() == [1, 1, 1]
-
-    def counts(*values: int) -> list[np.ndarray]:
-        return [np.array([v]) for v in values]
-
-    assert worst_mcnemar(*counts(8, 2, 0, 6, 0))[0] == 1.0
-    # 2 + 1 + 2 on the smaller side; a's 9 never added
-    assert worst_mcnemar(*counts(8, 2, 9, 1, 2))[0] == pytest.approx(binomtest(5, 13).pvalue)
-    complete = frame(
-        [
-            choice(lb, "hle_multichoice", f"h/{i}", "A", {"A": 0.9, "B": 0.1})
-            for lb in ("m:a", "m:b")
-            for i in range(3)
-        ]
-    )
-    assert open_pairs(build_cubes(complete)["hle_multichoice"]) is None
-
-
 def _asked(pattern: str, label: str) -> list[dict]:
     """Rows of ``label`` on hle_multichoice: R right, W wrong, F failed, ``.`` never asked (no row:
     an adaptive run stopped before the question, ``scoring.adaptive.asked_part``)."""
@@ -662,6 +619,34 @@ def _asked(pattern: str, label: str) -> list[dict]:
             )
         )
     return rows
+
+
+def test_open_pairs_and_the_worst_mcnemar_by_hand():
+    from dxi.scoring.compare import open_pairs, worst_mcnemar
+    from dxi.scoring.sums import build_cubes
+
+    # a: R R W F F ; b: W F R R F  (R right, W wrong reply, F failed)
+    rows = [*_asked("RRWFF", "m:a"), *_asked("WFRRF", "m:b")]
+    o = open_pairs(build_cubes(frame(rows))["hle_multichoice"])
+    # surely a-only: q0 (R, W) = 1; surely b-only: q2 (W, R) = 1
+    # could be a-only: a open & b wrong (none) + a right & b open (q1) = 1; could be b-only: b
+    # open & a wrong (none) + b right & a open (q3) = 1; both open: q4 = 1
+    assert o[:, 0, 1].tolist() == [1, 1, 1] and o[:, 1, 0].tolist() == [1, 1, 1]
+
+    def counts(*values: int) -> list[np.ndarray]:
+        return [np.array([v]) for v in values]
+
+    assert worst_mcnemar(*counts(8, 2, 0, 6, 0))[0] == 1.0
+    # 2 + 1 + 2 on the smaller side; a's 9 never added
+    assert worst_mcnemar(*counts(8, 2, 9, 1, 2))[0] == pytest.approx(binomtest(5, 13).pvalue)
+    complete = frame(
+        [
+            choice(lb, "hle_multichoice", f"h/{i}", "A", {"A": 0.9, "B": 0.1})
+            for lb in ("m:a", "m:b")
+            for i in range(3)
+        ]
+    )
+    assert open_pairs(build_cubes(complete)["hle_multichoice"]) is None
 
 
 def test_questions_a_model_was_not_asked_are_neither_wrong_nor_open_in_its_pairs():

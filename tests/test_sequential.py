@@ -101,46 +101,29 @@ def test_until_parse_rejects_the_rest_quoting_the_text(text):
     assert str(caught.value).startswith(f"{text!r}: ") and "precision=P" in str(caught.value)
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "precision=-1",
-        "precision=nan",
-        "precision=inf",
-        "precision=0",
-        "precision=101",
-        "precision=abc",
-        "precision=-2:all",
-    ],
-)
-def test_every_out_of_range_or_non_number_precision_gets_the_range_message(text):
-    with pytest.raises(ValueError) as caught:
-        Until.parse(text)
-    assert str(caught.value) == (
-        f"{text!r}: the precision P must be a number above 0 and at most 100 (index "
-        "points); accepted forms: precision=P (e.g. precision=5), precision=P:all, separated, "
-        "separated=Δ"
-    )
+PRECISION_RANGE = "the precision P must be a number above 0 and at most 100 (index points)"
+TOLERANCE_RANGE = "the tolerance Δ must be a number from 0 to 100 (index points)"
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "range_"),
     [
-        "separated=-1",
-        "separated=1000",
-        "separated=100.5",
-        "separated=-0.5",
-        "separated=nan",
-        "separated=inf",
-        "separated=abc",
+        *(
+            (f"precision={p}", PRECISION_RANGE)
+            for p in ("-1", "nan", "inf", "0", "101", "abc", "-2:all")
+        ),
+        *(
+            (f"separated={d}", TOLERANCE_RANGE)
+            for d in ("-1", "1000", "100.5", "-0.5", "nan", "inf", "abc")
+        ),
     ],
 )
-def test_every_out_of_range_or_non_number_tolerance_gets_the_range_message(text):
+def test_every_out_of_range_or_non_number_gets_the_range_message(text, range_):
     with pytest.raises(ValueError) as caught:
         Until.parse(text)
     assert str(caught.value) == (
-        f"{text!r}: the tolerance Δ must be a number from 0 to 100 (index points); "
-        "accepted forms: precision=P (e.g. precision=5), precision=P:all, separated, separated=Δ"
+        f"{text!r}: {range_}; accepted forms: precision=P (e.g. precision=5), precision=P:all, "
+        "separated, separated=Δ"
     )
 
 
@@ -631,30 +614,30 @@ def test_plan_bad_input_exits_2(tmp_path, capsys, flags, message):
     assert message in capsys.readouterr().err
 
 
-def test_plan_without_tolerance_separates_at_1_point(tmp_path, capsys):
-    """``--tolerance`` has no default of its own (None, refused with ``--precision``): a separation
-    plan without it is ``--until separated=1``, with it ``separated=Δ``."""
-    flags = [
+def separation_plan(tmp_path, limit: int, difference: str, *flags: str) -> list[str]:
+    """``dxi plan`` separating openai:a from openai:b at ``difference`` points, on ``limit`` tasks
+    of each evaluation of ../shared/data, a cache under ``tmp_path``, then ``flags``."""
+    models = ["--model", "openai:a", "--model", "openai:b"]
+    data = ["--data-dir", "../shared/data", "--limit", str(limit)]
+    return [
         "plan",
-        "--model",
-        "openai:a",
-        "--model",
-        "openai:b",
-        "--data-dir",
-        "../shared/data",
-        "--limit",
-        "3",
+        *models,
+        *data,
         "--cache-dir",
         str(tmp_path / "c"),
         "--separate",
         "openai:a",
         "openai:b",
         "--difference",
-        "3",
-        "--runs",
-        "1",
-        "--json",
+        difference,
+        *flags,
     ]
+
+
+def test_plan_without_tolerance_separates_at_1_point(tmp_path, capsys):
+    """``--tolerance`` has no default of its own (None, refused with ``--precision``): a separation
+    plan without it is ``--until separated=1``, with it ``separated=Δ``."""
+    flags = separation_plan(tmp_path, 3, "3", "--runs", "1", "--json")
     assert main(flags) == 0
     assert orjson.loads(capsys.readouterr().out)["until"] == "separated=1"
     assert main([*flags, "--tolerance", "0.5"]) == 0
@@ -1469,26 +1452,7 @@ def test_a_separation_plan_says_how_often_it_holds(tmp_path, capsys):
     """``dxi plan --separate`` on 3 simulated runs: the run it plans is the 3rd smallest (⌈0.8·4⌉),
     which a fresh run needs no more than with probability 3/4, below the 80% asked: the table
     says so and names the runs that would do; the JSON carries ``holds``."""
-    flags = [
-        "plan",
-        "--model",
-        "openai:a",
-        "--model",
-        "openai:b",
-        "--data-dir",
-        "../shared/data",
-        "--limit",
-        "20",
-        "--cache-dir",
-        str(tmp_path / "c"),
-        "--separate",
-        "openai:a",
-        "openai:b",
-        "--difference",
-        "30",
-        "--runs",
-        "3",
-    ]
+    flags = separation_plan(tmp_path, 20, "30", "--runs", "3")
     assert main(flags) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert (
