@@ -31,6 +31,12 @@ def is_adaptive(summary: Summary) -> bool:
     return summary.adaptive is not UNSET and summary.adaptive is not None
 
 
+def rerun_command(until: str | None, seed: int) -> str:
+    """The command that continues an adaptive run, as `dxi run ... --until precision=2` (with
+    ``--seed S`` for a seed other than 0; ``--until ...`` when the rule is not known)."""
+    return f"`dxi run ... --until {until or '...'}{f' --seed {seed}' if seed else ''}`"
+
+
 def unsettled(summary: Summary) -> str | None:
     """The line ``dxi score`` and ``dxi report`` print when an adaptive run ended with models its
     rule had not settled (the cost bound, a provider stop): "2 models were not settled when the
@@ -48,7 +54,7 @@ def unsettled(summary: Summary) -> str | None:
     if not left:
         return None
     until, seed = summary.adaptive.get("until"), summary.adaptive.get("seed") or 0
-    command = f"`dxi run ... --until {until}{f' --seed {seed}' if seed else ''}`"
+    command = rerun_command(until, seed)
     models = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
     one = len(left) == 1
     return (

@@ -313,8 +313,9 @@ class Unfinished:
     def command(self) -> str:
         """The command that continues it, as `dxi run ... --until precision=2` (with ``--seed S``
         for a seed other than 0; ``--until ...`` when the rule is not known)."""
-        seed = f" --seed {self.seed}" if self.seed else ""
-        return f"`dxi run ... --until {self.until or '...'}{seed}`"
+        from dxi.scoring.adaptive import rerun_command
+
+        return rerun_command(self.until, self.seed)
 
     def line(self) -> str:
         """The one line ``dxi score`` and ``dxi report`` print: "An adaptive run over this cache
