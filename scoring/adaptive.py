@@ -53,17 +53,52 @@ def unsettled(summary: Summary) -> str | None:
     ]
     if not left:
         return None
-    until, seed = summary.adaptive.get("until"), summary.adaptive.get("seed") or 0
-    command = rerun_command(until, seed)
-    models = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    groups: dict[tuple[str | None, int], list[str]] = {}  # (until, seed) -> its models left
+    for label in left:
+        run = _run_of(summary, label)
+        groups.setdefault((run.get("until"), run.get("seed") or 0), []).append(label)
     one = len(left) == 1
+    if len(groups) == 1:
+        ((until, seed),) = groups
+        what = (
+            f"(--until {until}; {_some(left)}): rerunning the same {rerun_command(until, seed)} "
+            f"command continues {'it' if one else 'them'}"
+        )
+    else:  # models of several adaptive runs (``runner.outputs.adaptive.attach``): each its own
+        what = (
+            "("
+            + "; ".join(
+                f"--until {until}: {_some(models)}" for (until, _), models in groups.items()
+            )
+            + "): rerunning the same command continues each ("
+            + "; ".join(
+                f"{rerun_command(until, seed)} for {_some(models)}"
+                for (until, seed), models in groups.items()
+            )
+            + ")"
+        )
     return (
-        f"{len(left)} model{' was' if one else 's were'} not settled when the adaptive run ended "
-        f"(--until {until}; {models}): rerunning the same {command} command continues "
-        f"{'it' if one else 'them'} (with a higher --max-cost, if the cost bound stopped it); until "
-        f"then {'its' if one else 'their'} figures are estimates over what "
+        f"{len(left)} model{' was' if one else 's were'} not settled when the adaptive "
+        f"run{'s' if len(groups) > 1 else ''} ended {what} (with a higher --max-cost, if the cost "
+        f"bound stopped {'it' if len(groups) == 1 else 'one'}); until then "
+        f"{'its' if one else 'their'} figures are estimates over what "
         f"{'it was' if one else 'they were'} asked"
     )
+
+
+def _some(models: Sequence[str]) -> str:
+    """At most three of ``models`` named, then "and N more"."""
+    return ", ".join(models[:3]) + (f" and {len(models) - 3} more" if len(models) > 3 else "")
+
+
+def _run_of(summary: Summary, label: str) -> dict:
+    """The top ``adaptive`` block of the run that asked ``label``: its entry of ``runs`` when the
+    summary holds the models of several runs (``runner.outputs.adaptive.attach``), else the top
+    block itself."""
+    for run in summary.adaptive.get("runs", ()):
+        if label in run.get("models", ()):
+            return run
+    return summary.adaptive
 
 
 def estimated(summary: Summary, entry: ModelEntry) -> bool:
@@ -107,14 +142,27 @@ def note(summary: Summary) -> str | None:
     before the end was asked a random part of each evaluation, so its figures (marked ≈) are
     estimates of the whole set (...)". Scored over fewer evaluations than the run asked (the top
     block's ``not_scored``, ``runner.outputs.adaptive.scored_only``), it names those and says that
-    no whole-set index is shown."""
+    no whole-set index is shown. Models of several runs (the top block's ``runs``, ``dxi score`` of
+    a cache where models were last run under different rules) have each run described with its
+    models: "Adaptive runs (2, each model's latest: --until precision=10, order seed 0, 3 rounds: a;
+    --until precision=8, order seed 3, 4 rounds: b): ..."."""
     if not is_adaptive(summary):
         return None
     block = summary.adaptive
-    rounds = block.get("rounds", 0)
+    runs = block.get("runs") or [block]
+    described = [
+        f"--until {run.get('until')}, order seed {run.get('seed')}, {run.get('rounds', 0)} "
+        f"round{'' if run.get('rounds', 0) == 1 else 's'}"
+        for run in runs
+    ]
     head = (
-        f"Adaptive run (--until {block.get('until')}, order seed {block.get('seed')}, "
-        f"{rounds} round{'' if rounds == 1 else 's'}): "
+        f"Adaptive run ({described[0]}): "
+        if len(runs) == 1
+        else f"Adaptive runs ({len(runs)}, each model's latest: "
+        + "; ".join(
+            f"{d}: {_some(run.get('models', []))}" for d, run in zip(described, runs, strict=True)
+        )
+        + "): "
     )
     left = block.get("not_scored")
     # scored over fewer evaluations than the run asked (``dxi score --evals``): no index

@@ -583,3 +583,75 @@ def test_an_adaptive_run_that_did_not_finish_is_found_from_its_journal_and_outco
     assert unfinished(tmp_path, tasks) == Unfinished("separated=1", 7, 2)
     assert unfinished(tmp_path, {"a": {"a/1"}}) is None
     assert unfinished(tmp_path, {"c": {"c/1"}}) is None
+
+
+def test_models_of_two_adaptive_runs_are_each_described_by_their_own_run():
+    """``dxi score`` of a cache where one model was last run under ``precision=10`` (seed 0, 3
+    rounds) and another later under ``precision=8 --seed 3`` (4 rounds, unsettled): the top
+    block is the latest run's and lists both runs with their models; the note describes each
+    run with its models, and the line about the unsettled model names its own run's command."""
+    from dxi.runner.outputs.adaptive import Recorded, attach
+    from dxi.scoring.adaptive import note, unsettled
+    from dxi.scoring.records import ModelEntry, Summary
+
+    populations = {"hle_multichoice": 10}
+    first = {"at": 1.0, "until": "precision=10", "seed": 0, "rounds": 3, "order": "o0.json"}
+    later = {"at": 2.0, "until": "precision=8", "seed": 3, "rounds": 4, "order": "o3.json"}
+    blocks = {
+        "a": {"asked": {"hle_multichoice": 4}, "settled": True, "rule": "precision=10"},
+        "b": {"asked": {"hle_multichoice": 6}, "settled": False, "rule": None},
+    }
+    record = Recorded(
+        top={"a": first | {"populations": populations}, "b": later | {"populations": populations}},
+        blocks=blocks,
+        parts={},
+    )
+    summary = Summary(
+        prompt_version="p",
+        epochs=1,
+        complete=True,
+        allow_failed=None,
+        accepted=True,
+        data={},
+        models=[
+            ModelEntry(model=m, epochs=1, decision_index=30.0, complete=True, evals={}, requests={})
+            for m in ("b", "a")
+        ],
+    )
+    attach(summary, record, {("a", "hle_multichoice"), ("b", "hle_multichoice")})
+    assert summary.adaptive == {
+        "until": "precision=8",
+        "seed": 3,
+        "rounds": 4,
+        "order": "o3.json",
+        "populations": populations,
+        "runs": [
+            {"until": "precision=10", "seed": 0, "rounds": 3, "order": "o0.json", "models": ["a"]},
+            {"until": "precision=8", "seed": 3, "rounds": 4, "order": "o3.json", "models": ["b"]},
+        ],
+    }
+    assert note(summary).startswith(
+        "Adaptive runs (2, each model's latest: --until precision=10, order seed 0, 3 rounds: a; "
+        "--until precision=8, order seed 3, 4 rounds: b): a model stopped before the end"
+    )
+    assert unsettled(summary) == (
+        "1 model was not settled when the adaptive run ended (--until precision=8; b): rerunning "
+        "the same `dxi run ... --until precision=8 --seed 3` command continues it (with a higher "
+        "--max-cost, if the cost bound stopped it); until then its figures are estimates over "
+        "what it was asked"
+    )
+    blocks["a"]["settled"] = False  # both unsettled: each with its own run's command
+    assert unsettled(summary) == (
+        "2 models were not settled when the adaptive runs ended (--until precision=8: b; --until "
+        "precision=10: a): rerunning the same command continues each (`dxi run ... --until "
+        "precision=8 --seed 3` for b; `dxi run ... --until precision=10` for a) (with a higher "
+        "--max-cost, if the cost bound stopped one); until then their figures are estimates over "
+        "what they were asked"
+    )
+    # both models of one run: no ``runs`` list, the run's own note
+    both = Recorded(top={"a": record.top["b"], "b": record.top["b"]}, blocks=blocks, parts={})
+    summary.adaptive = None
+    attach(summary, both, {("a", "hle_multichoice"), ("b", "hle_multichoice")})
+    assert "runs" not in summary.adaptive and note(summary).startswith(
+        "Adaptive run (--until precision=8, order seed 3, 4 rounds): a model stopped"
+    )

@@ -272,7 +272,11 @@ def attach(summary: Summary, record: Recorded, cut: set[tuple[str, str]]) -> Sum
     attached when no model is left with a part of an evaluation (a later run completed them, or
     every model of the run was asked everything): its figures are then exact. A model whose recorded
     block is marked ``exact`` (the run scored it over the whole set, the cache holding the rest) is
-    attached too, as the run showed it. The top block is that of the latest such run."""
+    attached too, as the run showed it. The top block is that of the latest such run; when the
+    models attached come from more than one run (each model's latest, ``recorded``), it also lists
+    them in ``runs``, oldest first: each run's ``until``, ``seed``, ``rounds``, ``order`` and
+    ``models`` (their labels), so that no model is described by another's run
+    (``scoring.adaptive.note``)."""
     labels = {label for label, _ in cut if label in record.blocks}
     partial = any(
         record.blocks[label].get("asked", {}).get(name, 0)
@@ -287,16 +291,22 @@ def attach(summary: Summary, record: Recorded, cut: set[tuple[str, str]]) -> Sum
     partial = partial or bool(exact)
     if not partial:
         return summary
-    top = None
+    runs: dict[float, tuple[dict, list[str]]] = {}  # a run's time -> its top block, its models
     for entry in summary.models:
         if entry.model not in labels:
             continue
         entry.adaptive = record.blocks[entry.model]
         doc = record.top[entry.model]
-        if top is None or doc["at"] > top["at"]:
-            top = doc
-    if top is not None:
-        summary.adaptive = {k: v for k, v in top.items() if k != "at"}
+        runs.setdefault(doc["at"], (doc, []))[1].append(entry.model)
+    if not runs:
+        return summary
+    ordered = [runs[at] for at in sorted(runs)]
+    summary.adaptive = {k: v for k, v in ordered[-1][0].items() if k != "at"}
+    if len(ordered) > 1:
+        summary.adaptive["runs"] = [
+            {k: doc.get(k) for k in ("until", "seed", "rounds", "order")} | {"models": models}
+            for doc, models in ordered
+        ]
     return summary
 
 
