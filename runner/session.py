@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
@@ -371,12 +370,13 @@ async def _survey(
     console,
     first: asyncio.Event,
     shard=None,
+    release=lambda: None,
 ) -> None:
     """Once the run's first outcome is in (``first``: the first requests are on the wire; at most
     ``SURVEY_WAIT_S``), ``suite.survey()`` a few hundred tasks per event-loop turn, then the start
     line and the progress totals (on a thread: with a shard, counting what it owns encodes every
-    request); then what scoring needs is prepared on a thread (``prepare_scoring``), while the
-    requests are on the wire, instead of before the first request or after the last reply."""
+    request), then ``release()`` (the lines said before it follow it); then, on a thread while the
+    requests are on the wire, what scoring needs (``prepare_scoring``)."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(first.wait(), SURVEY_WAIT_S)
     for _ in plan.suite.surveying():
@@ -387,6 +387,7 @@ async def _survey(
         line, totals_ = await asyncio.to_thread(counted, plan, models, idle, budget, shard)
         console.print(line, highlight=False, markup=False)
         progress.set_totals(totals_)
+    release()
     await asyncio.to_thread(prepare_scoring, plan.suite)
 
 
@@ -527,9 +528,7 @@ async def _send(
             if progress is not None:
                 progress.update(label, stats if rounds is None else rounds.bars.total(label, stats))
 
-        def say(text: str) -> None:  # a wait for another process, a batch's state change: a line
-            if console is not None:
-                console.print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False, markup=False)
+        say = _progress.Said(console)  # held until the start line is out (``_survey``)
 
         told: set[str] = set()  # the models said to have no batch API: once per run, not round
 
@@ -566,11 +565,12 @@ async def _send(
             )
 
         survey = asyncio.create_task(
-            _survey(plan, progress, models, idle, budget, console, first, shard)
+            _survey(plan, progress, models, idle, budget, console, first, shard, say.release)
         )
 
         def drop_survey() -> None:
             survey.cancel()
+            say.release()
             if survey.done() and not survey.cancelled():
                 survey.exception()  # retrieved: the run's own error (or its stop) is what counts
 

@@ -151,8 +151,12 @@ def note(summary: Summary) -> str | None:
     block = summary.adaptive
     runs = block.get("runs") or [block]
     described = [
-        f"--until {run.get('until')}, order seed {run.get('seed')}, {run.get('rounds', 0)} "
-        f"round{'' if run.get('rounds', 0) == 1 else 's'}"
+        f"--until {run.get('until')}, order seed {run.get('seed')}, "
+        + (
+            f"{run['rounds']} round{'' if run['rounds'] == 1 else 's'}"
+            if run.get("rounds")
+            else "no round finished"
+        )
         for run in runs
     ]
     head = (
@@ -173,6 +177,12 @@ def note(summary: Summary) -> str | None:
         if left
         else None
     )
+    if len(runs) == 1 and not block.get("rounds"):  # the cost bound or a stop cut round 1
+        return head + (
+            "no model was asked a question yet, so none has figures; rerunning the same "
+            f"{rerun_command(block.get('until'), block.get('seed') or 0)} command starts the "
+            "sequence (with a higher --max-cost, if the cost bound stopped it). Each model:"
+        )
     if not any(estimated(summary, m) for m in summary.models):
         return head + (
             "no model's figures are estimates: each model was asked the whole set, or the cache "

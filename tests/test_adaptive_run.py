@@ -689,6 +689,50 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
     assert [line["round"] for line in decided] == [1, 2]
 
 
+def test_a_cost_bound_that_cuts_round_1_says_no_round_finished_after_the_start_line(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
+    """$0.10 at $0.01 a request, each reserving more than that: round 1 (24 requests of three
+    models) sends nothing. The start line comes first (the cut line is said while the start line is
+    still being counted), the note says no round finished and how to go on, not that figures are
+    estimates; every model was asked 0 tasks."""
+    monkeypatch.setenv(DATA_ENV, str(small))
+    prices = [a for m in THREE for a in ("--price", f"systemone:{m}=1000/0")]
+    with serve(model=None, route_factories=ROUTE, record=False) as server:
+        capsys.readouterr()
+        code = main(
+            dxi_args(
+                small,
+                tmp_path / "cache",
+                tmp_path / "out",
+                "--until",
+                "precision=5",
+                *prices,
+                "--max-cost",
+                "0.1",
+                models=served(server.url, THREE),
+            )
+        )
+        out = " ".join(capsys.readouterr().out.split())
+        stats = server.stats()
+    s = summary(tmp_path / "out")
+    assert code == EXIT_COST_BOUND and stats["ok"] == 0 and s["adaptive"]["rounds"] == 0
+    assert [sum(m["adaptive"]["asked"].values()) for m in s["models"]] == [0, 0, 0]
+    start = out.index("Running 3 models (systemone:m00; systemone:m50; systemone:m100)")
+    cut = out.index(
+        "round 1 cut by the cost bound (24 of its 24 requests not sent): it decides nothing; no "
+        "round finished"
+    )
+    assert start < cut
+    assert (
+        "Adaptive run (--until precision=5, order seed 0, no round finished): no model was asked "
+        "a question yet, so none has figures; rerunning the same `dxi run ... --until "
+        "precision=5` command starts the sequence (with a higher --max-cost, if the cost bound "
+        "stopped it). Each model:"
+    ) in out
+    assert "marked ≈" not in out and "0 rounds" not in out
+
+
 def test_the_round_line_gives_the_share_of_the_tasks_actually_asked():
     """On a small set each evaluation's share is rounded up to whole tasks: after the schedule's
     4%, 9% and 15% of two evaluations of 50 tasks, 2, 5 and 8 tasks of each, 16 of 100 (the line

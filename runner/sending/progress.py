@@ -349,3 +349,26 @@ def start_line(
         + f"{bound}; "
         f"cache {cache_dir}, results to {out}"
     )
+
+
+class Said:
+    """The timestamped lines a run says as it goes ("03:12:09 round 2 ..."; a wait for another
+    process, a batch's state change, an adaptive round's outcome), printed to ``console`` (None:
+    nowhere) after the start line: a line said before ``release()`` (the start line is out, or will
+    not be) is held until then, so a fast first round's line never precedes the line that says what
+    is about to run."""
+
+    def __init__(self, console: Console | None) -> None:
+        self.console, self.held, self.released = console, [], False
+
+    def __call__(self, text: str) -> None:
+        if self.console is not None:
+            self.held.append(f"{time.strftime('%H:%M:%S')} {text}")
+            if self.released:
+                self.release()
+
+    def release(self) -> None:
+        """Print the lines held, and from now on each as it is said."""
+        self.released = True
+        while self.held and self.console is not None:
+            self.console.print(self.held.pop(0), highlight=False, markup=False)
