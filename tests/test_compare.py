@@ -144,7 +144,9 @@ def _newcombe(a: int, b: int, c: int, d: int, z: float = 1.959963984540054) -> t
     p1, p2 = (a + b) / n, (a + c) / n
     (l1, u1), (l2, u2) = wilson(a + b), wilson(a + c)
     margins = (a + b) * (c + d) * (a + c) * (b + d)
-    phi = (a * d - b * c) / np.sqrt(margins) if margins else 0.0
+    cross = a * d - b * c  # continuity-corrected: less N/2 above N/2, none from 0 to N/2
+    cross = cross - n / 2 if cross > n / 2 else cross if cross < 0 else 0
+    phi = cross / np.sqrt(margins) if margins else 0.0
     delta = np.sqrt((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2)
     eps = np.sqrt((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2)
     return 100 * (p1 - p2 - delta), 100 * (p1 - p2 + eps)
@@ -162,16 +164,17 @@ def _bonett_price(
 def test_two_discordant_answers_one_way_get_an_interval_around_zero_not_a_bound_stuck_at_it():
     # the issue's case: 60 questions, b right on two more (a: 30 right, b: 32), so 0 and 2
     # discordant answers; the percentile bootstrap gave [-8.33, 0.0]; Newcombe's method 10 gives
-    # [-7.71, +1.11], Bonett & Price's [-9.50, +3.05]: the hull of the two (hand-computed: centre
-    # -2/62, se sqrt((4/62 - (2/62)**2)/62))
-    assert tuple(round(v, 4) for v in _newcombe(30, 0, 2, 28)) == (-7.7064, 1.1095)
+    # [-8.72, +2.14] (φ continuity-corrected: AD - BC = 840 less N/2 = 30; R's biostatUZH
+    # confIntPairedProportion gives the same), Bonett & Price's [-9.50, +3.05]: the hull of the two
+    # (hand-computed: centre -2/62, se sqrt((4/62 - (2/62)**2)/62))
+    assert tuple(round(v, 4) for v in _newcombe(30, 0, 2, 28)) == (-8.7175, 2.1378)
     assert tuple(round(v, 4) for v in _bonett_price(0, 2, 60)) == (-9.4971, 3.0455)
     low, high = newcombe(
         np.array([0]), np.array([2]), np.array([30]), np.array([28]), 0.95, hull=False
     )
     assert (round(low[0], 4), round(high[0], 4)) == (
-        -7.7064,
-        1.1095,
+        -8.7175,
+        2.1378,
     )  # method 10 alone, as the paper gives it
     a_right = [i < 30 for i in range(60)]
     b_right = [i < 32 for i in range(60)]
@@ -295,7 +298,8 @@ def test_mover_difference_by_hand_and_as_newcombes_method_10():
 
     low, high = mover_difference(arrays(90, 80, 95), arrays(85, 75, 92), np.array([0.5]))
     assert (low[0], high[0]) == (pytest.approx(5 - 79**0.5), pytest.approx(5 + 75**0.5))
-    # with each model's Wilson interval and the 2x2 table's phi it is Newcombe's method 10
+    # with each model's Wilson interval and the 2x2 table's (corrected) phi it is Newcombe's
+    # method 10
     both_right, a_only, b_only, both_wrong = 30, 6, 2, 22
     n = 60
     z = 1.959963984540054
@@ -312,7 +316,8 @@ def test_mover_difference_by_hand_and_as_newcombes_method_10():
         * (both_right + b_only)
         * (a_only + both_wrong)
     )
-    phi = (both_right * both_wrong - a_only * b_only) / np.sqrt(margins)
+    # φ continuity-corrected as method 10 has it: AD − BC = 648 less N/2
+    phi = (both_right * both_wrong - a_only * b_only - n / 2) / np.sqrt(margins)
     (l1, u1), (l2, u2) = wilson(p1), wilson(p2)
     low, high = mover_difference(
         arrays(100 * p1, l1, u1), arrays(100 * p2, l2, u2), np.array([phi])
@@ -714,3 +719,24 @@ def test_an_open_answer_inside_the_part_stays_open_beside_questions_never_asked(
     # outcome is a right answer, concordant: 0 against the 2 sure ones, p = 2 · ½² = 0.5
     assert (ae["a_only"], ae["b_only"]) == (0, 3)
     assert ae["mcnemar_p"] == pytest.approx(0.5)
+
+
+def test_newcombe_corrects_phi_for_continuity_as_method_10_does():
+    """Method 10's φ is continuity-corrected (Newcombe 1998; Fagerland, Lydersen & Laake 2014):
+    the tables a trial met, checked against R's biostatUZH::confIntPairedProportion (the same
+    formula): (28 both right, 46, 46, 393 both wrong) of 513 gives ±3.7086 (uncorrected φ:
+    ±3.6890, narrower than the method, so Bonett & Price's ±3.6898 won the hull); (5, 5, 1, 19)
+    of 30 gives [-3.4791, +29.5861], whose hull with Bonett & Price's is [-4.2737, +29.5861]."""
+    low, high = newcombe(
+        np.array([46, 5]),
+        np.array([46, 1]),
+        np.array([28, 5]),
+        np.array([393, 19]),
+        0.95,
+        hull=False,
+    )
+    assert [round(v, 4) for v in (*low, *high)] == [-3.7086, -3.4791, 3.7086, 29.5861]
+    low, high = newcombe(
+        np.array([46, 5]), np.array([46, 1]), np.array([28, 5]), np.array([393, 19]), 0.95
+    )
+    assert [round(v, 4) for v in (*low, *high)] == [-3.7086, -4.2737, 3.7086, 29.5861]
