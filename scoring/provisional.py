@@ -112,8 +112,8 @@ def notes(summary: Summary) -> list[str]:
         text = (
             f"{m.model}: provisional ({MARK}): {counts} answer(s) in "
             f"{', '.join(_title(n) for n in blocks)}, left out: its figures are over the answered "
-            f"questions{within if spans else ''}; the next `dxi run` with these options requests "
-            f"{rerun} of them again"
+            f"questions{within if spans else ''}; the next `dxi run` with these options asks "
+            f"for {rerun} of them again"
         )
         kept = failed + missing - rerun
         if kept:

@@ -592,7 +592,8 @@ def test_models_of_two_adaptive_runs_are_each_described_by_their_own_run():
     run with its models, and the line about the unsettled model names its own run's command."""
     from dxi.runner.outputs.adaptive import Recorded, attach
     from dxi.scoring.adaptive import note, unsettled
-    from dxi.scoring.records import ModelEntry, Summary
+
+    from .helpers import records
 
     populations = {"hle_multichoice": 10}
     first = {"at": 1.0, "until": "precision=10", "seed": 0, "rounds": 3, "order": "o0.json"}
@@ -606,18 +607,7 @@ def test_models_of_two_adaptive_runs_are_each_described_by_their_own_run():
         blocks=blocks,
         parts={},
     )
-    summary = Summary(
-        prompt_version="p",
-        epochs=1,
-        complete=True,
-        allow_failed=None,
-        accepted=True,
-        data={},
-        models=[
-            ModelEntry(model=m, epochs=1, decision_index=30.0, complete=True, evals={}, requests={})
-            for m in ("b", "a")
-        ],
-    )
+    summary = records.summary([records.entry(m, 30.0) for m in ("b", "a")])
     attach(summary, record, {("a", "hle_multichoice"), ("b", "hle_multichoice")})
     assert summary.adaptive == {
         "until": "precision=8",

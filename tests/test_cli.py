@@ -260,7 +260,7 @@ def test_failed_requests_make_the_figures_provisional_and_a_rerun_requests_the_t
     out = capsys.readouterr().out
     assert f"{MODEL}: provisional (*): 3 failed answer(s) in HLE-MultiChoice, When2Call" in out
     assert (
-        "the next `dxi run` with these options requests 2 of them again (1 deterministic failure(s) are kept"
+        "the next `dxi run` with these options asks for 2 of them again (1 deterministic failure(s) are kept"
         in out
     )
     flat = " ".join(out.split())  # the terminal wraps the note: each provisional figure's bounds

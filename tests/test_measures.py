@@ -18,7 +18,8 @@ from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION
 from dxi.runner.outputs.files import summarize
 from dxi.scoring import measures
-from dxi.scoring.records import ModelEntry, Summary
+from dxi.scoring.records import ModelEntry
+from tests.helpers import records
 from tests.helpers.synthetic import SyntheticSuite, suite, write_cache
 
 
@@ -231,15 +232,7 @@ def test_add_measures_fills_the_model_and_its_evaluations():
         evals={"wildguardtest": {"n": 5}, "hle_multichoice": {"n": 0}},
         usage={"cost_usd": 0.0068, "evals": {"wildguardtest": {"cost_usd": 0.0034}}},
     )
-    summary = Summary(
-        prompt_version="p",
-        epochs=1,
-        complete=True,
-        allow_failed=None,
-        accepted=True,
-        data={},
-        models=[entry],
-    )
+    summary = records.summary([entry])
     measures.add_measures(
         summary,
         measures.call_measures(CALLS),
@@ -325,15 +318,7 @@ def test_the_terminal_shows_one_row_per_model_and_says_what_is_left_out():
         evals={"wildguardtest": {"n": 5}},
         usage={"cost_usd": None, "evals": {}},
     )
-    summary = Summary(
-        prompt_version="p",
-        epochs=1,
-        complete=True,
-        allow_failed=None,
-        accepted=True,
-        data={},
-        models=[entry, llm],
-    )
+    summary = records.summary([entry, llm])
     confidence = measures.confidence_measures(
         measures.confidence_groups(
             pl.concat([SMALL, _answers([("llm", "wildguardtest", "ok", True, None)])])

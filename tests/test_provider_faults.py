@@ -864,7 +864,7 @@ def test_a_server_that_stops_answering_mid_run_leaves_a_provisional_result_that_
         6,
     )
     assert block["mean_f1"] is not None and (m["complete"], first["accepted"]) == (False, False)
-    assert "6 failed answer(s) in WildGuardTest" in out and "requests 6 of them again" in out
+    assert "6 failed answer(s) in WildGuardTest" in out and "asks for 6 of them again" in out
     assert f"{block['mean_f1']:.1f}*" in out  # marked in the table
     again = orjson.loads((tmp_path / "again" / "summary.json").read_bytes())
     assert again["models"][0]["requests"]["sent"] == 2 and again["complete"] is True

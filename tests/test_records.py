@@ -19,6 +19,7 @@ from dxi.scoring.scored import ScoredRun
 from dxi.scoring.sums import METRICS
 from dxi.view.data import Summarize
 
+from .helpers import records as made
 from .helpers.realistic_summary import realistic
 
 GOLDEN = Path(__file__).parent / "fixtures" / "summary_realistic.json"
@@ -139,15 +140,7 @@ def test_the_views_scoring_pipeline_is_what_runner_outputs_summarize_is():
         ), name
     assert protocol.return_annotation == given.return_annotation == "ScoredRun"
     summary, scored = ScoredRun(
-        Summary(
-            prompt_version="p",
-            epochs=1,
-            complete=True,
-            allow_failed=None,
-            accepted=True,
-            data={},
-            models=[],
-        ),
+        made.summary([]),
         None,
     )
     assert summary.labels == [] and scored is None

@@ -22,6 +22,7 @@ from dxi.scoring.provisional import span
 from dxi.scoring.records import ModelEntry, Summary
 
 from .conftest import fixture_data
+from .helpers import records as made
 from .helpers.four_models import FourModels, four_models
 from .helpers.report import (
     CHROMIUM_FLAGS,
@@ -250,22 +251,12 @@ def test_a_four_model_report_fits_1280_px_and_its_contents_links_resolve(
 def _entry(label: str, index: float | None, evals: dict | None = None) -> ModelEntry:
     """A model entry with ``evals`` (default none) and the other fields as a complete run has
     them."""
-    return ModelEntry(
-        model=label, epochs=1, decision_index=index, complete=True, evals=evals or {}, requests={}
-    )
+    return made.entry(label, index, evals=evals or {})
 
 
 def _summary(data: dict, models: list[ModelEntry]) -> Summary:
     """A complete, accepted summary over ``data`` (evaluation -> data block) with ``models``."""
-    return Summary(
-        prompt_version="p",
-        epochs=1,
-        complete=True,
-        allow_failed=None,
-        accepted=True,
-        data=data,
-        models=models,
-    )
+    return made.summary(models, data)
 
 
 def _headers(html: str, table_class: str) -> list[list[str]]:
@@ -371,7 +362,7 @@ def test_the_banner_says_why_the_numbers_are_not_the_full_index(four: FourModels
     summary.complete, summary.accepted = False, False
     assert banner(summary, scored) == [
         "m: provisional (*): 2 failed and 7 missing answer(s) in HLE-MultiChoice, left out: its "
-        "figures are over the answered questions; the next `dxi run` with these options requests 8 "
+        "figures are over the answered questions; the next `dxi run` with these options asks for 8 "
         "of them again (1 deterministic failure(s) are kept: --retry-failed requests them too).",
         "The result is provisional: rerun to complete it, or accept the failed and missing answers explicitly with "
         "--allow-failed N (answers per model and evaluation) or a fraction of them.",
@@ -560,7 +551,7 @@ def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(
     assert (
         f"{MODEL}: provisional (*): 2 failed answer(s) in When2Call, left out: its figures are "
         "over the answered questions; whatever those answers turn out to be, they lie within: "
-        f"{'; '.join(spans)}; the next `dxi run` with these options requests 2 of them "
+        f"{'; '.join(spans)}; the next `dxi run` with these options asks for 2 of them "
         "again."
     ) in html
     index = html[html.index('<table class="index">') :]

@@ -264,7 +264,7 @@ def test_the_view_shows_what_dxi_score_computes(browser: Browser, built: dict):
     assert built["summary"]["models"][0]["complete"] is False
     assert (
         "provisional (*): 3 failed answer(s) in When2Call, left out: its figures are over the "
-        "answered questions; the next `dxi run` with these options requests 0 of them again (3 "
+        "answered questions; the next `dxi run` with these options asks for 0 of them again (3 "
         "deterministic failure(s) are kept"
     ) in page
     for m in built["summary"]["models"]:
@@ -1172,7 +1172,7 @@ def test_provisional_figures_are_marked_on_the_overview(
         assert f'">{m["evals"]["when2call"]["accuracy"]:.1f}</a>{mark}' in page
         hle = m["evals"]["hle_multichoice"]["accuracy"]
         assert f'">{hle:.1f}</a>{mark}' not in page  # complete: not marked
-        assert "requests 1 of them again" in page
+        assert "asks for 1 of them again" in page
         # each provisional figure with its bounds beside it, and no complete one with any
         shown = re.findall(r'<span class="bounds"[^>]*>([^<]*)</span>', page)
         assert shown == [
