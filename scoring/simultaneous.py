@@ -28,9 +28,10 @@ pair, the point difference ``d`` (points of the 0-100 scale) and its bootstrap r
   Educational and Behavioral Statistics 37:479-488: (b + 1)/(n + 2) − (c + 1)/(n + 2) ± z·se; both
   recommended by Fagerland, Lydersen & Laake 2014, Statistics in Medicine 33:2850-2875). Measured
   over 20, 60 and 500 questions, accuracies 50-99.5% and 50-95% of answers alike, method 10 alone
-  covers down to 0.916 with more than one discordant answer (0.84 with at most one, where its width
-  collapses as φ nears 1), Bonett & Price's down to 0.937; the hull covers at least as often as
-  either (0.945 at the worst cell), and never has zero width (``benchmarks/stats_compare.py``).
+  (``hull`` False; with at most one discordant answer its width collapses as φ nears 1, and the
+  hull is taken anyway) covers down to 0.932, Bonett & Price's down to 0.937; the hull covers at
+  least as often as either (0.945 at the worst cell), and never has zero width
+  (``benchmarks/stats_compare.py``).
 * **Symmetric bootstrap interval** (Hall 1988, "Theoretical comparison of bootstrap
   confidence intervals", Annals of Statistics 16:927-953, the symmetric percentile-t; here with the
   resamples' standard error as the scale): ``d ± q`` with ``q`` the (1 − α) quantile of
