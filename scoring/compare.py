@@ -14,7 +14,9 @@ each evaluation metric (``sums.METRICS``) that both have (not null):
 * ``low``/``high``: its 95% interval (``scoring.simultaneous``): for accuracy between two models of
   one epoch each, the hull of Newcombe's paired interval (1998, method 10) and Bonett & Price's
   (2012) adjusted Wald interval, from the 2×2 table of right and wrong answers
-  (``simultaneous.newcombe``: method 10 alone measured 0.917 coverage at 20 questions); otherwise
+  (``simultaneous.newcombe``) where both models' answers are complete (with failed or missing
+  answers the table counts them not right while the difference is over the answered questions, so
+  such a pair takes the bootstrap interval below, around its difference); otherwise
   the symmetric bootstrap interval over the resamples (never of zero width), for a figure with a
   score-type interval of its own (``Figure.low``: the index, non-hallucination, the F1s, mean F1,
   accuracy of several epochs) its hull with the MOVER interval of the difference
@@ -37,9 +39,9 @@ each evaluation metric (``sums.METRICS``) that both have (not null):
   larger of that and the exact McNemar p (a pair is then separated only when both separate it, so
   the family-wise error rate is at most the step-down's, and no pair is separated on fewer
   discordant answers than the exact test allows); ``adjustment`` names it;
-* ``significant``: ``p_adjusted`` < 1 − confidence. Every significance claim (the tied groups, the
-  rank sets, the report's and ``dxi view``'s marks, the terminal's ranking line) reads this one
-  boolean; a filter can AND another condition into it before ``ranks`` is computed again.
+* ``significant``: ``p_adjusted`` < 1 − confidence. Every significance claim (the tied
+  groups, the rank sets, the report's and ``dxi view``'s marks, the terminal's ranking line) reads
+  this one boolean; a filter can AND another condition into it before ``ranks`` is computed again.
 
 Ranks (by the Decision Index, among the models that have one; ``ranks``): ``rank`` = 1 + the number
 of models with a higher index; ``rank_low``/``rank_high``: its marginal 95% interval over the same
@@ -106,7 +108,7 @@ METHOD = {
         "otherwise": "bootstrap test, (1 + #{|Δ* − Δ| ≥ |Δ|}) / (B + 1)",
     },
     "ci": {
-        "accuracy (one epoch each)": (
+        "accuracy (one epoch each, both models' answers complete)": (
             "the hull of Newcombe's paired interval (Statistics in Medicine 1998, method "
             "10) and Bonett & Price's adjusted Wald interval (2012)"
         ),
@@ -421,14 +423,18 @@ def compare(
                 )
                 low[rows_] = np.fmin(low[rows_], m_low)
                 high[rows_] = np.fmax(high[rows_], m_high)
-        if paired.any():  # over the questions both were asked (the same: ``discordant``)
+        # Newcombe's interval is of the 2×2 table's difference: where a model of the pair has
+        # failed or missing answers, that table counts them not right while ``d`` is over the
+        # answered questions, so such a pair keeps the bootstrap interval around ``d``
+        tabled = paired & fig.complete[i] & fig.complete[j]
+        if tabled.any():  # over the questions both were asked (the same: ``discordant``)
             est = estimates[fig.eval]
             tasks = est.n if est.asked is None else est.asked[i]
             right_a = table[i, i]
             both_right = right_a - a_only
             both_wrong = tasks - right_a - b_only
             n_low, n_high = newcombe(a_only, b_only, both_right, both_wrong, boot.confidence)
-            low, high = np.where(paired, n_low, low), np.where(paired, n_high, high)
+            low, high = np.where(tabled, n_low, low), np.where(tabled, n_high, high)
         # a difference no resample moves (every task favours the same model alike): the bootstrap
         # cannot judge it, the sign test over the tasks can: at least 2 · ½**tasks
         constant = (se == 0) & (d != 0) & ~paired
@@ -454,7 +460,7 @@ def compare(
                     "low": low,
                     "high": high,
                     "interval": np.where(
-                        paired, NEWCOMBE, SYMMETRIC if fig.low is None else SYMMETRIC_MOVER
+                        tabled, NEWCOMBE, SYMMETRIC if fig.low is None else SYMMETRIC_MOVER
                     ).tolist()
                     if len(i)
                     else [],

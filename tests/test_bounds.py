@@ -297,6 +297,31 @@ def test_a_difference_the_missing_answers_could_overturn_is_not_claimed():
     assert all("settled" not in c for c in summary["comparisons"])
 
 
+def test_a_provisional_pair_s_accuracy_interval_is_around_its_difference():
+    """b answers 20 of 40 questions, every one right (100 over its answered), 20 missing; a is right
+    on 36 (90): the difference is −10. The 2×2 table counts b's missing answers not right (a only
+    16, b only 0: +40 points): Newcombe's interval from it, [+22.0, +54.5], did not contain −10 (a
+    trial met it: "difference −1.25, ci [7.6, 13.2]"). The pair takes the bootstrap interval around
+    its difference (with the MOVER hull of the two accuracies' own intervals); McNemar's p stays at
+    its worst over the open answers."""
+    rows = _two_models(20, 20)
+    scored = score(rows, Bootstrap(resamples=200), with_comparisons=True)
+    row = scored.comparisons.filter(pl.col("metric") == "accuracy").row(0, named=True)
+    assert (row["difference"], row["complete"], row["a_only"], row["b_only"]) == (
+        -10.0,
+        False,
+        16,
+        0,
+    )
+    assert row["low"] <= -10.0 <= row["high"]
+    assert row["interval"] == "symmetric bootstrap and MOVER hull"
+    assert row["mcnemar_p"] == 1.0  # 16 sure against 20 open that could join b's side
+    # complete, the same table gives Newcombe's hull
+    complete = score(_two_models(0, 20), Bootstrap(resamples=200), with_comparisons=True)
+    row = complete.comparisons.filter(pl.col("metric") == "accuracy").row(0, named=True)
+    assert row["interval"].startswith("Newcombe") and row["low"] <= row["difference"] <= row["high"]
+
+
 def test_settled_and_ranks_by_hand():
     assert settled(
         np.array([50.0]), np.array([60.0]), np.array([61.0]), np.array([61.0])
