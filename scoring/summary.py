@@ -232,9 +232,9 @@ def calibration_block(rows: list[dict], epochs: int) -> dict | None:
 def invalid_counts(answers: pl.DataFrame) -> pl.DataFrame:
     """The invalid answers' reasons per model label, every evaluation and epoch pooled: columns
     ``label``, ``shape`` (the reason with its numbers replaced by ``#``: "probabilities sum to 1.4"
-    and "... 1.37" are one shape), ``count`` and ``error`` (the first reason of that shape in text
-    order). Counts of different answers frames (evaluations scored apart, ``scoring.Scorer``) add
-    up: ``invalid_reasons`` takes them all."""
+    and "... 1.37" are one shape), ``error`` (each reason as written) and ``count`` (its answers).
+    Counts of different answers frames (evaluations scored apart, ``scoring.Scorer``) add up:
+    ``invalid_reasons`` takes them all."""
     invalid = answers.filter(pl.col("status").cast(pl.String) == "invalid")
     error = pl.col("error").fill_null("")
     return (
@@ -243,21 +243,27 @@ def invalid_counts(answers: pl.DataFrame) -> pl.DataFrame:
             error.alias("error"),
             error.str.replace_all(r"[0-9]+(?:\.[0-9]+)?", "#").alias("shape"),
         )
-        .group_by("label", "shape")
-        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("error").min())
+        .group_by("label", "shape", "error")
+        .agg(pl.len().cast(pl.Int64).alias("count"))
     )
 
 
 def invalid_reasons(counts: pl.DataFrame, top: int = 3) -> dict[str, list[dict]]:
     """Per model label with invalid answers, its ``top`` most frequent reasons from
     ``invalid_counts`` (one frame, or several concatenated): ``[{"error": str, "count": int}]``,
-    most frequent first, each shape shown by one example. Reasons can quote model output: untrusted
-    text."""
+    most frequent first, each shape (its answers counted together) shown by its most frequent
+    reason as written (the first in text order among equally frequent ones). Reasons can quote
+    model output: untrusted text."""
     if counts.is_empty():
         return {}
     counts = (
-        counts.group_by("label", "shape")
-        .agg(pl.col("count").sum(), pl.col("error").min())
+        counts.group_by("label", "shape", "error")
+        .agg(pl.col("count").sum())
+        .group_by("label", "shape")
+        .agg(
+            pl.col("count").sum(),
+            pl.col("error").sort_by(["count", "error"], descending=[True, False]).first(),
+        )
         .sort(["label", "count", "error"], descending=[False, True, False])
         .group_by("label", maintain_order=True)
         .head(top)

@@ -144,14 +144,18 @@ def test_statuses_and_errors_per_evaluation():
 def test_invalid_reasons_differing_only_in_numbers_count_as_one():
     from dxi.scoring.summary import invalid_counts, invalid_reasons
 
+    # one shape, three sums: shown by its most frequent one (1.400000, twice), not the first in
+    # text order (a trial met "sum to 1.299700 ... count 745" where 2 answers had that sum)
     ans = pl.DataFrame(
         {
-            "label": ["m"] * 4 + ["n"],
-            "status": ["invalid"] * 3 + ["ok", "invalid"],
+            "label": ["m"] * 6 + ["n"],
+            "status": ["invalid"] * 5 + ["ok", "invalid"],
             "error": [
                 "probabilities sum to 1.400000, not 1",
                 "probabilities sum to 1.366600, not 1",
                 "no answer",
+                "probabilities sum to 1.400000, not 1",
+                "probabilities sum to 1.300000, not 1",
                 None,
                 "cut off",
             ],
@@ -159,7 +163,7 @@ def test_invalid_reasons_differing_only_in_numbers_count_as_one():
     )
     expected = {
         "m": [
-            {"error": "probabilities sum to 1.366600, not 1", "count": 2},
+            {"error": "probabilities sum to 1.400000, not 1", "count": 4},
             {"error": "no answer", "count": 1},
         ],
         "n": [{"error": "cut off", "count": 1}],
