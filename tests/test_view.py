@@ -1216,11 +1216,12 @@ def test_provisional_figures_are_marked_on_the_overview(
         hle = m["evals"]["hle_multichoice"]["accuracy"]
         assert f'">{hle:.1f}</a>{mark}' not in page  # complete: not marked
         assert "requests 1 of them again" in page
-        # each provisional figure with its bounds beside it, and no complete one with any
+        # each provisional figure with its bounds beside it, labelled alike, and no complete one
+        # with any
         shown = re.findall(r'<span class="bounds"[^>]*>([^<]*)</span>', page)
         assert shown == [
             f"bounds {span(m['decision_index_bounds'])}",
-            span(m["evals"]["when2call"]["accuracy_bounds"]),
+            f"bounds {span(m['evals']['when2call']['accuracy_bounds'])}",
         ]
     finally:
         b.close()
