@@ -310,7 +310,8 @@ def _index_section(summary: Summary, scored: Scored, labels: list[str]) -> dict:
         if (
             unset(entry.rank) is not None
         ):  # its rank by the index, with the rank's 95% interval (scoring.compare)
-            row[1]["rank"] = f"rank {entry.rank} [{entry.rank_ci[0]}–{entry.rank_ci[1]}]"
+            mark = "" if entry.complete else provisional.MARK  # the rank of a provisional index
+            row[1]["rank"] = f"rank {entry.rank}{mark} [{entry.rank_ci[0]}–{entry.rank_ci[1]}]"
             if unset(entry.rank_set) is not None:  # the simultaneous rank set (all models' at once)
                 row[1]["rank"] += f", jointly [{entry.rank_set[0]}–{entry.rank_set[1]}]"
         row += [

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .intervals import METHODS
+from .intervals import METHODS, RESAMPLING
 
 DEFAULT_SEED = 20250607
 
@@ -112,11 +112,12 @@ class Bootstrap:
         return low, high
 
     def describe(self) -> dict:
-        """The ``intervals`` block of summary.json: the bootstrap, and ``methods``, each metric's
-        interval method by metric name (``scoring.intervals.METHODS``, the one place summary.json
-        names them)."""
+        """The ``intervals`` block of summary.json: the bootstrap (``method``,
+        ``scoring.intervals.RESAMPLING``: what its resamples are used for), and ``methods``, each
+        metric's interval method by metric name (``scoring.intervals.METHODS``, the one place
+        summary.json names them)."""
         return {
-            "method": "percentile bootstrap over tasks",
+            "method": RESAMPLING,
             "confidence": self.confidence,
             "resamples": self.resamples,
             "seed": self.seed,

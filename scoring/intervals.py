@@ -87,7 +87,13 @@ F1_SCORE = (
     "F1 = 2θ / (1 + θ)"
 )
 MOVER = "MOVER combination of the terms' intervals (Zou & Donner 2008)"
-BOOTSTRAP = "percentile bootstrap over tasks"
+RESAMPLING = (
+    "bootstrap over tasks (resampled with replacement within each evaluation, the same resamples "
+    "for every model), for the paired comparisons and the ranks' intervals; each metric's own "
+    "interval is the one `methods` names"
+)
+"""summary.json's ``intervals.method``: what ``resamples`` and ``seed`` are of and what uses them
+(before: "percentile bootstrap over tasks", when every metric had that interval; none has now)."""
 BOUNDED = (
     "Wilson score interval with continuity correction of the mean loss / its bound over the "
     "tasks (conservative for a bounded mean: Bhatia & Davis 2000)"

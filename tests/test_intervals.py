@@ -188,6 +188,12 @@ def test_all_correct_gives_every_interval_width_below_100_and_the_index_the_move
         100.0,
     ]
     methods = summary["intervals"]["methods"]
+    # the bootstrap's resamples are the comparisons' and ranks', no metric's interval: said so
+    assert summary["intervals"]["method"] == (
+        "bootstrap over tasks (resampled with replacement within each evaluation, the same "
+        "resamples for every model), for the paired comparisons and the ranks' intervals; each "
+        "metric's own interval is the one `methods` names"
+    )
     assert (
         methods["accuracy"]
         == "Wilson score interval with continuity correction over tasks (Newcombe 1998)"

@@ -4,6 +4,7 @@ chromium)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,7 +32,7 @@ from .helpers.report import (
     add_hostile_model,
     chromium,
 )
-from .helpers.runs import MODEL, fail_rows, run_plan
+from .helpers.runs import MODEL, copy_model, fail_rows, run_plan
 
 TABLES = (
     "index",
@@ -567,6 +568,38 @@ def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(
     assert index.count('class="ci bounds"') == 2
     section = html[html.index('<h2 id="when2call">') : html.index('<h2 id="wildguardtest">')]
     assert w2c_bounds in section
+
+
+@pytest.mark.slow
+def test_the_rank_of_a_provisional_index_is_marked_as_the_index_is(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """The embedded model and a copy of it with one failed When2Call answer: the copy's index is
+    provisional (24.3*), and so is its rank, marked the same way in the terminal and the report;
+    the complete model's rank is not. tables/index.csv keeps ranks as numbers, as it keeps the index
+    (its provisional index has bounds there)."""
+    assert run_plan(data_dir, tmp_path).exit_code == 0
+    copy = copy_model(tmp_path / "cache", "copy", "when2call", 1)
+    out = tmp_path / "report"
+    capsys.readouterr()
+    args = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
+    assert main(["report", *args, "--out", str(out)]) == 1  # provisional
+    printed = capsys.readouterr().out.splitlines()
+    rows = [line for line in printed if line.startswith("│ embedded")][:2]
+    cells = [[c.strip() for c in row.split("│")[1:5]] for row in rows]  # the index table's
+    assert cells == [
+        [copy, "24.3*", "[10.4, 56.3]", "2* [1–2]"],
+        [MODEL, "28.5", "[13.1, 59.2]", "1 [1–1]"],
+    ]
+    html = (out / "report.html").read_text()
+    index = html[html.index('<table class="index">') :]
+    ranks = re.findall(r'<span class="ci">(rank [^<]*)</span>', index[: index.index("</table>")])
+    assert ranks == ["rank 1 [1–1], jointly [1–2]", "rank 2* [1–2], jointly [1–2]"]  # by index
+    table = pl.read_csv(out / "tables" / "index.csv")
+    assert table.select("model", "rank", "decision_index_lowest").rows() == [
+        (copy, 2, pytest.approx(20.13888888888889)),
+        (MODEL, 1, None),
+    ]
 
 
 @pytest.mark.slow

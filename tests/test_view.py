@@ -49,7 +49,8 @@ from .helpers.report import (
     add_hostile_model,
     chromium,
 )
-from .helpers.runs import MODEL, fail_rows
+from .helpers.runs import MODEL, copy_model, fail_rows
+from .helpers.synthetic import data_dir as synthetic_data
 from .helpers.view import get, view_of
 
 LLM = "openai:fake-chat"
@@ -571,6 +572,48 @@ def test_the_compare_page_claims_no_difference_the_missing_answers_could_overtur
     row = next(r for r in html.split("<tr>") if r.startswith("<th>accuracy"))
     assert status == 200 and "< 0.001" not in row and "0.0001" not in row
     assert f"not claimed: bounds A [0.0, 100.0], B {span([llm, llm])} overlap" in row
+
+
+@pytest.mark.process
+def test_the_compare_page_takes_mcnemars_test_at_the_worst_outcome_of_failed_answers(
+    tmp_path: Path,
+):
+    """The embedded model and a copy of it whose first 30 of 60 When2Call answers failed: counted
+    as not right, the failures make 11 discordant answers one way (p < 0.001 on those counts), which
+    the failed answers could all undo; the page takes the test at their worst outcome, p = 1, as
+    summary.json's mcnemar_p does, and shows no p-value of the counts as they stand."""
+    data, cache_dir = synthetic_data(tmp_path / "data", 60, seed=3), tmp_path / "cache"
+    assert run(models=[MODEL], out=tmp_path / "out", data_dir=data, cache_dir=cache_dir) == 0
+    copy = copy_model(cache_dir, "copy", "when2call", 30)
+    b = view_of(data_dir=data, cache_dir=cache_dir)
+    try:
+        table, _ = b.compare("when2call", MODEL, copy)
+        assert table == {
+            "both_right": 5,
+            "a_only": 11,
+            "b_only": 0,
+            "both_wrong": 44,
+            "one_asked": 0,
+            "open": 30,
+            "mcnemar_p": 1.0,
+        }
+        (stored,) = [
+            c
+            for c in b.summary.comparisons
+            if c.eval == "when2call" and c.metric == "accuracy" and {c.a, c.b} == {MODEL, copy}
+        ]
+        assert (stored.mcnemar_p, stored.complete, stored.settled) == (1.0, False, False)
+        ((status, _, html),) = get(b, f"/compare/when2call?a={quote(MODEL)}&b={quote(copy)}")
+        (said,) = re.findall(r'<p class="mcnemar">(.*?)</p>', html)
+        assert status == 200 and said == (
+            "McNemar's exact test: 30 of these questions have a failed or missing answer, counted"
+            " above as not right. The test on the discordant counts as they stand (11 A only, 0 B"
+            " only) could claim a difference those answers would overturn, so it is taken at their"
+            " worst outcome, as summary.json's <code>mcnemar_p</code> is: <strong>p = 1</strong>."
+        )
+        assert "&lt; 0.001" not in html  # the naive p of 11 against 0 (0.00098) is nowhere
+    finally:
+        b.close()
 
 
 @pytest.mark.process
@@ -1173,11 +1216,12 @@ def test_provisional_figures_are_marked_on_the_overview(
         hle = m["evals"]["hle_multichoice"]["accuracy"]
         assert f'">{hle:.1f}</a>{mark}' not in page  # complete: not marked
         assert "asks for 1 of them again" in page
-        # each provisional figure with its bounds beside it, and no complete one with any
+        # each provisional figure with its bounds beside it, labelled alike, and no complete one
+        # with any
         shown = re.findall(r'<span class="bounds"[^>]*>([^<]*)</span>', page)
         assert shown == [
             f"bounds {span(m['decision_index_bounds'])}",
-            span(m["evals"]["when2call"]["accuracy_bounds"]),
+            f"bounds {span(m['evals']['when2call']['accuracy_bounds'])}",
         ]
     finally:
         b.close()

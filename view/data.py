@@ -48,7 +48,7 @@ from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import adaptive, records
 from dxi.scoring.calibration import ECE_BINS, answer_terms
-from dxi.scoring.compare import mcnemar_p
+from dxi.scoring.compare import mcnemar_p, worst_mcnemar
 from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 from dxi.scoring.pipeline import CONFIG_COLUMNS, STATUSES, current_rows
 from dxi.scoring.records import Summary, unset
@@ -68,6 +68,7 @@ VIEW_STATUSES = (
     "repaired",
     NOT_ASKED,
 )  # "repaired": ok, from JSON in a Markdown code fence (SPEC §6)
+OPEN = ("failed", "missing")  # no reply: whatever it would have been (``scoring.provisional``)
 SORTS = ("task", "category", "gold", "p_gold", "confidence")
 CELLS = {
     "both_right": (True, True),
@@ -587,12 +588,15 @@ class Browser:
         self, name: str, a: str, b: str, epoch: int = 0, cell: str | None = None, page: int = 1
     ) -> tuple[dict[str, int], Page]:
         """Models ``a`` and ``b`` over ``name``: the 2×2 of right/wrong counts (``CELLS`` keys;
-        ``mcnemar_p``: the exact McNemar test of its discordant cells,
-        ``scoring.compare.mcnemar_p``, for a choice evaluation, None for a yes/no one, whose rows
-        hold several answers that are not independent pairs; ``one_asked``: the questions an
-        adaptive run asked only one of them) and a page of the questions where one is right and the
-        other wrong (``cell``: only those of one cell), both over the questions both were asked (a
-        question an adaptive run did not ask one of them is in neither)."""
+        ``open``: how many of its questions have a failed or missing answer of either, counted in it
+        as not right; ``mcnemar_p``: the exact McNemar test of its discordant cells,
+        ``scoring.compare.mcnemar_p``, or where ``open`` is not 0 the largest p any outcome of those
+        answers could give (``scoring.compare.worst_mcnemar``, as summary.json's ``mcnemar_p``), for
+        a choice evaluation, None for a yes/no one, whose rows hold several answers that are not
+        independent pairs; ``one_asked``: the questions an adaptive run asked only one of them) and
+        a page of the questions where one is right and the other wrong (``cell``: only those of one
+        cell), both over the questions both were asked (a question an adaptive run did not ask one
+        of them is in neither)."""
         frame = self.frame(name, epoch)
         i, j = self.model(a), self.model(b)
         a_asked, b_asked = pl.col(f"correct{i}").is_not_null(), pl.col(f"correct{j}").is_not_null()
@@ -607,11 +611,32 @@ class Browser:
         for x, y, n in counts:
             table[by_pair[(bool(x), bool(y))]] += n
         table["one_asked"] = frame.filter(a_asked != b_asked).height
-        table["mcnemar_p"] = (
-            float(mcnemar_p(np.array([table["a_only"]]), np.array([table["b_only"]]))[0])
-            if name != WILDGUARD
-            else None
+        a_open, b_open = (pl.col(f"status{k}").is_in(OPEN) for k in (i, j))
+        a_right, b_right = (pl.col(f"correct{k}") & ~o for k, o in ((i, a_open), (j, b_open)))
+        a_wrong, b_wrong = (~pl.col(f"correct{k}") & ~o for k, o in ((i, a_open), (j, b_open)))
+        sides = (  # the answers both replied to, those the open answers could join, scoring.compare
+            frame.filter(a_asked & b_asked)
+            .select(
+                (a_right & b_wrong).sum().alias("sure_a"),
+                (a_wrong & b_right).sum().alias("sure_b"),
+                ((a_open & b_wrong) | (a_right & b_open)).sum().alias("could_a"),
+                ((b_open & a_wrong) | (b_right & a_open)).sum().alias("could_b"),
+                (a_open & b_open).sum().alias("both_open"),
+                (a_open | b_open).sum().alias("open"),
+            )
+            .row(0, named=True)
         )
+        table["open"] = sides.pop("open")
+        if name == WILDGUARD:
+            table["mcnemar_p"] = None
+        elif table["open"]:
+            table["mcnemar_p"] = float(
+                worst_mcnemar(**{k: np.array([v]) for k, v in sides.items()})[0]
+            )
+        else:
+            table["mcnemar_p"] = float(
+                mcnemar_p(np.array([table["a_only"]]), np.array([table["b_only"]]))[0]
+            )
         if cell is not None and cell not in CELLS:
             raise BadQuery(f"cell must be one of {', '.join(CELLS)}")
         if cell is None:

@@ -371,11 +371,12 @@ def _index_tables(summary: Summary, keys: list[str]) -> list[Table | Group]:
 
 def _rank(m: ModelEntry) -> str:
     """A model's rank by the index with its 95% interval over the resamples: "2 [1–3]" (— without
-    one)."""
+    one); "2* [1–3]" (``provisional.MARK``) when its index is provisional, as the index is marked:
+    the rank is of that index (its interval covers every rank the index's bounds allow)."""
     if unset(m.rank) is None:
         return "—"
     low, high = m.rank_ci
-    return f"{m.rank} [{low}–{high}]"
+    return f"{m.rank}{'' if m.complete else provisional.MARK} [{low}–{high}]"
 
 
 def _marked(value: float | None, incomplete: bool, estimate: bool = False) -> str:

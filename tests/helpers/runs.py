@@ -2,7 +2,8 @@
 scheduler, ``runner.run``, against a fake) with the fast limits ``FAST`` / ``ONE``, and ``run_plan``
 / ``run_into`` (``dxi run``'s work, ``session.run``, with the embedded model ``MODEL`` unless told
 otherwise) and ``run_fake`` (the same of the System One fake);
-``fail_rows`` turns cached rows into failures, as a provider that stopped answering leaves them;
+``fail_rows`` turns cached rows into failures, as a provider that stopped answering leaves them,
+``copy_model`` copies a model's rows under another name with some of them failed;
 ``write_run_file`` writes a run file, ``fake_usage`` sums the tokens a fake reported;
 ``dxi_command`` / ``served_run`` write out a ``dxi run`` command line for a process of its own,
 ``dxi_args`` its arguments (for ``dxi.runner.cli.main`` in this process)."""
@@ -112,18 +113,36 @@ def fail_rows(cache_dir: Path, eval_name: str, n: int, kind: str = "transient") 
             pl.int_range(pl.len()).over("eval") < n - len(failed)
         )
         failed += frame.filter(mine)["task_id"].to_list()
-        frame = frame.with_columns(
-            pl.when(mine).then(pl.lit("failed")).otherwise(pl.col("status")).alias("status"),
-            pl.when(mine).then(pl.lit("HTTP 503")).otherwise(pl.col("error")).alias("error"),
-            pl.when(mine).then(pl.lit(kind)).otherwise(pl.col("error_kind")).alias("error_kind"),
-            pl.when(mine)
-            .then(pl.col("answers").list.head(0))
-            .otherwise(pl.col("answers"))
-            .alias("answers"),
-        )
+        frame = _failed(frame, mine, kind)
         shard.unlink()
         pq.write_table(frame.to_arrow().cast(SCHEMA), shard)
     return failed
+
+
+def _failed(frame: pl.DataFrame, mine: pl.Expr, kind: str) -> pl.DataFrame:
+    """``frame``'s cache rows where ``mine`` holds made final failures of ``kind`` (no answers)."""
+    return frame.with_columns(
+        pl.when(mine).then(pl.lit("failed")).otherwise(pl.col("status")).alias("status"),
+        pl.when(mine).then(pl.lit("HTTP 503")).otherwise(pl.col("error")).alias("error"),
+        pl.when(mine).then(pl.lit(kind)).otherwise(pl.col("error_kind")).alias("error_kind"),
+        pl.when(mine)
+        .then(pl.col("answers").list.head(0))
+        .otherwise(pl.col("answers"))
+        .alias("answers"),
+    )
+
+
+def copy_model(cache_dir: Path, model: str, eval_name: str, n: int) -> str:
+    """A copy of the cache's rows (one model's) under the name ``model``, its first ``n`` rows of
+    ``eval_name`` (by task id) final failures (fatal: kept), in a shard of its own; the copy's
+    label."""
+    rows = pl.concat(
+        [pl.from_arrow(read_nested(p, SCHEMA.names)) for p in sorted(cache_dir.glob("shards/*"))]
+    ).sort("eval", "task_id", "sample")
+    mine = (pl.col("eval") == eval_name) & (pl.int_range(pl.len()).over("eval") < n)
+    copy = _failed(rows.with_columns(pl.lit(model).alias("model")), mine, "fatal")
+    pq.write_table(copy.to_arrow().cast(SCHEMA), cache_dir / "shards" / f"{model}.parquet")
+    return f"{rows['provider'][0]}:{model}"
 
 
 def write_run_file(
