@@ -260,9 +260,9 @@ def test_an_identical_pair_differs_by_nothing_and_is_never_separated():
 
 
 def test_the_symmetric_interval_by_hand():
-    # an index difference: the hull of d +- the 95% quantile of |D* - d| over the resamples (linear
-    # interpolation) and the MOVER interval of the two models' own index intervals, their
-    # correlation the replicates' (Pearson)
+    # an index difference: d +- the 95% quantile of |D* - d| over the resamples (linear
+    # interpolation), the inversion of its own bootstrap test (no MOVER hull for the index: its
+    # hull covered every time and showed pairs the test separated with intervals holding 0)
     rng = np.random.default_rng(2)
     a, b = list(rng.random(N_TASKS) < 0.6), list(rng.random(N_TASKS) < 0.6)
     boot = Bootstrap(resamples=300, seed=9)
@@ -273,21 +273,18 @@ def test_the_symmetric_interval_by_hand():
     scorer = Scorer(boot)
     scorer.add(frame(suite("m:a", a) + suite("m:b", b)))
     index = figures(scorer.estimates, scorer.labels, boot)[0]
+    assert index.low is None and index.high is None
     d = index.point[0] - index.point[1]
-    q = np.quantile(np.abs(index.replicates[:, 0] - index.replicates[:, 1] - d), 0.95)
-    r = np.corrcoef(index.replicates[:, 0], index.replicates[:, 1])[0, 1]
-    (pa, pb), (la, lb), (ha, hb) = index.point, index.low, index.high
-    m_low = d - np.sqrt((pa - la) ** 2 + (hb - pb) ** 2 - 2 * r * (pa - la) * (hb - pb))
-    m_high = d + np.sqrt((ha - pa) ** 2 + (pb - lb) ** 2 - 2 * r * (ha - pa) * (pb - lb))
-    per_model = {r_["label"]: r_ for r_ in scored.index.iter_rows(named=True)}
-    first = per_model["m:a"]
-    assert (la, ha) == (first["decision_index_low"], first["decision_index_high"])
+    spread = np.abs(index.replicates[:, 0] - index.replicates[:, 1] - d)
+    q = np.quantile(spread, 0.95)
     row = scored.comparisons.filter(pl.col("metric") == "decision_index").row(0, named=True)
-    assert row["low"] == pytest.approx(min(d - q, m_low))
-    assert row["high"] == pytest.approx(max(d + q, m_high))
-    assert m_low < d - q  # the MOVER side is the wider one here: not the bootstrap's alone
-    assert row["interval"] == "symmetric bootstrap and MOVER hull"
+    assert (row["low"], row["high"]) == (pytest.approx(d - q), pytest.approx(d + q))
+    assert row["interval"] == "symmetric bootstrap"
     assert row["test"] == "paired bootstrap"
+    # the test and the interval agree: p = (1 + #{|D* - d| >= |d|}) / (B + 1) is below 0.05
+    # exactly when the interval leaves 0 out (ties aside)
+    assert row["p_value"] == pytest.approx((1 + (spread >= abs(d) - 1e-9).sum()) / 301)
+    assert (row["p_value"] < 0.05) == (row["low"] > 0 or row["high"] < 0)
 
 
 def test_mover_difference_by_hand_and_as_newcombes_method_10():
