@@ -490,6 +490,7 @@ def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
     )
     ((status, _, html),) = get(browser, f"/compare/hle_multichoice?a={quote(MODEL)}&b={quote(LLM)}")
     assert status == 200 and "McNemar's exact test on the discordant answers" in html
+    assert f"<strong>p = {table['mcnemar_p']:.3g}</strong>" in html
     # and the summary's paired comparisons of the two: the index's and each HLE metric's difference,
     # as A − B
     differences = browser.differences("hle_multichoice", MODEL, LLM)
@@ -1252,3 +1253,15 @@ def test_the_overview_shows_each_models_latency_cost_and_risk_coverage(
         if (b.get("measures") or {}).get("risk_coverage")
     )
     assert first in calibration and calibration.count('<polyline class="risk"') == curves > 0
+
+
+def test_a_p_value_in_a_sentence_reads_p_below_or_p_equal():
+    """The compare page's McNemar sentence: "p < 0.001", never "p = < 0.001" (as a trial saw)."""
+    from dxi.view.app import _p_is
+
+    assert [_p_is(p) for p in (0.0004, 0.001, 0.04567, 1.0)] == [
+        "p < 0.001",
+        "p = 0.001",
+        "p = 0.0457",
+        "p = 1",
+    ]

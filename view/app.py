@@ -100,6 +100,11 @@ def _pvalue(p: float | None) -> str:
     return "—" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3g}")
 
 
+def _p_is(p: float) -> str:
+    """A p-value in a sentence: "p < 0.001" below 0.001, else "p = 0.123" (``_pvalue``'s digits)."""
+    return f"p {'' if p < 0.001 else '= '}{_pvalue(p)}"
+
+
 def _when(seconds: float) -> str:
     """Unix seconds as UTC to the second: 2026-12-01 12:03:04 UTC."""
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
@@ -127,6 +132,7 @@ def _environment() -> jinja2.Environment:
         BINS=ECE_BINS,
         MARK=provisional.MARK,
         pvalue=_pvalue,
+        p_is=_p_is,
         provisional_notes=provisional.notes,
         model_notes=model_notes,
         adaptive_notes=adaptive.sentences,
