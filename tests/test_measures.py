@@ -335,6 +335,15 @@ def test_the_terminal_shows_one_row_per_model_and_says_what_is_left_out():
     assert "│ llm   │  2.50 │  2.50 │                — │     — │" in text and "no conf." in text
     assert "latency: 1 answer call(s) from provider batches are left out" in text
     assert "no conf.: the model's answers carry no probability (structured outputs)" in text
+    # a model without a valid answer (its server was down): "—", not "no conf." and its note
+    none = records.entry("down", evals={"wildguardtest": {"n": 0}})
+    summary = records.summary([none])
+    measures.add_measures(summary, measures.call_measures(CALLS.clear()), confidence.clear())
+    assert summary.models[0].measures["risk_coverage_reason"] == measures.NO_ANSWER
+    console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
+    print_measures(summary, console)
+    text = console.export_text()
+    assert "│ down  │     — │     — │                — │    — │" in text and "no conf." not in text
 
 
 def test_time_to_first_token_is_read_where_the_cache_has_the_column_and_null_otherwise():

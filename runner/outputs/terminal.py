@@ -16,6 +16,7 @@ from rich.table import Table
 
 from dxi.evals import EVALS
 from dxi.scoring import adaptive, provisional
+from dxi.scoring.measures import NO_CONFIDENCE
 from dxi.scoring.records import UNSET, ModelEntry, Summary, unset
 from dxi.scoring.replies import model_notes
 from dxi.scoring.summary import selection_flags
@@ -165,7 +166,7 @@ def print_measures(summary: Summary, console: Console, keys: list[str] | None = 
         cost = x.get("cost_per_1000_decisions_usd")
         at = next((a for a in rc["at"] if a["tau"] == 0.9), None) if rc else None
         conf = (
-            "no conf."
+            ("no conf." if x.get("risk_coverage_reason") == NO_CONFIDENCE else "—")
             if rc is None
             else f"{_fmt(at['accuracy'])} ({100 * at['coverage']:.0f}%)"
             if at
@@ -193,7 +194,7 @@ def print_measures(summary: Summary, console: Console, keys: list[str] | None = 
             f"  latency: {batch} answer call(s) from provider batches are left out (a "
             "batch's time is not a per-call latency)"
         )
-    if any(x.get("risk_coverage") is None for x in pooled):
+    if any(x.get("risk_coverage_reason") == NO_CONFIDENCE for x in pooled):
         console.print(
             "  no conf.: the model's answers carry no probability (structured outputs): "
             "no risk-coverage figures"
