@@ -203,7 +203,7 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
     answers.parquet; with ``html``: report.html and tables/, models ranked by Decision Index unless
     a plan gives their order). The tolerance of failed answers is the plan's ``allow_failed``, else
     the inputs' (``--allow-failed``). summary.json is rewritten (its ``requests`` counted from the
-    cache, no ``cost_bound`` nor ``stopped_providers``); the runs' own record, OUT/runs.jsonl
+    cache, no ``cost_bound`` nor ``stopped_providers``); the runs' own record, OUT/run-history.jsonl
     (``runner.outputs.history``), is only read: a note points at it."""
     plan, out = selection.plan, selection.out
     allowed: Tolerance | None = (
@@ -258,8 +258,9 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
             line = unsettled(summary)
             if line is not None:
                 to_score.notes.append(line)
-    # summary.json now holds the cache's figures; what the runs sent and spent is in runs.jsonl
-    if (runs := history.note(out, selection.cache_dir)) is not None:
+    # summary.json now holds the cache's figures; what the runs sent and spent is in
+    # run-history.jsonl
+    if (runs := history.note(out)) is not None:
         to_score.notes.append(runs)
     return Rescored(
         summary, out, path, to_score.notes, 0 if summary.accepted else EXIT_FAILED_REQUESTS

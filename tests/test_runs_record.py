@@ -1,7 +1,7 @@
-"""OUT/runs.jsonl (``runner.outputs.history``): each ``dxi run`` appends its line (its selection,
-exit code, ``cost_bound``, ``stopped_providers`` and ``requests`` blocks as its summary.json had
-them); ``dxi score`` rewrites summary.json from the cache but leaves the file as it was, and points
-at it.
+"""OUT/run-history.jsonl (``runner.outputs.history``): each ``dxi run`` appends its line (its
+selection, exit code, ``cost_bound``, ``stopped_providers`` and ``requests`` blocks as its
+summary.json had them); ``dxi score`` rewrites summary.json from the cache but leaves the file as it
+was, and points at it.
 
 The fake System One provider (a proxy: it serves every model named) answers one request per
 When2Call task (``tests.fakes.fake_provider``)."""
@@ -49,7 +49,7 @@ async def test_runs_jsonl_keeps_each_runs_spend_which_score_leaves_alone(
         assert await asyncio.to_thread(dxi, "run", *price, "--max-cost", "1.5") == EXIT_COST_BOUND
         sent = server.stats()["arrivals"]
         run1 = orjson.loads((out / "summary.json").read_bytes())
-        (line,) = _lines(out / "runs.jsonl")
+        (line,) = _lines(out / "run-history.jsonl")
         assert WHEN.fullmatch(line.pop("started")) and WHEN.fullmatch(line.pop("ended"))
         block = line["requests"]["systemone:m1"]
         assert line == {
@@ -74,17 +74,18 @@ async def test_runs_jsonl_keeps_each_runs_spend_which_score_leaves_alone(
             TASKS - sent,
         )
         assert 0 < sent < TASKS and block["cost_usd"] == line["cost_bound"]["spent_usd"]
-        before = (out / "runs.jsonl").read_bytes()
+        before = (out / "run-history.jsonl").read_bytes()
         capsys.readouterr()
 
-        # dxi score to the same out: summary.json rewritten from the cache, runs.jsonl as it was
+        # dxi score to the same out: summary.json rewritten from the cache, run-history.jsonl as it
+        # was
         assert await asyncio.to_thread(dxi, "score") == 1  # the answers not sent are missing
         scored = orjson.loads((out / "summary.json").read_bytes())
         assert "cost_bound" not in scored and scored["models"][0]["requests"]["sent"] == 0
-        assert (out / "runs.jsonl").read_bytes() == before
+        assert (out / "run-history.jsonl").read_bytes() == before
         said = capsys.readouterr().out
         assert (
-            f"note: what each run sent and spent: {out / 'runs.jsonl'} (1 run; the last stopped "
+            f"note: what each run sent and spent: {out / 'run-history.jsonl'} (1 run; the last stopped "
             "at the cost bound)"
         ) in said
 
@@ -92,7 +93,7 @@ async def test_runs_jsonl_keeps_each_runs_spend_which_score_leaves_alone(
         assert await asyncio.to_thread(dxi, "run", *price, "--max-cost", "1000") == 0
         assert server.stats()["arrivals"] == TASKS
         run2 = orjson.loads((out / "summary.json").read_bytes())
-    data = (out / "runs.jsonl").read_bytes()
+    data = (out / "run-history.jsonl").read_bytes()
     assert data.startswith(before) and data.count(b"\n") == 2
     second = orjson.loads(data[len(before) :])
     assert (second["exit_code"], second["outcome"]) == (0, "done")
@@ -102,9 +103,9 @@ async def test_runs_jsonl_keeps_each_runs_spend_which_score_leaves_alone(
     assert (again["sent"], again["cache_hits"], again["not_sent"]) == (TASKS - sent, sent, 0)
     capsys.readouterr()
     assert main(["report", *folders, "--out", str(out), "-q"]) == 0
-    assert (out / "runs.jsonl").read_bytes() == data
+    assert (out / "run-history.jsonl").read_bytes() == data
     assert (
-        f"note: what each run sent and spent: {out / 'runs.jsonl'} (2 runs; the last finished)"
+        f"note: what each run sent and spent: {out / 'run-history.jsonl'} (2 runs; the last finished)"
         in capsys.readouterr().out
     )
 
@@ -121,7 +122,7 @@ async def test_a_stopped_provider_is_kept_in_the_line_after_score(
         run = ["run", *models, *folders, "--out", str(out), "--max-in-flight", "1", "-q"]
         assert await asyncio.to_thread(main, run) == 6
     summary = orjson.loads((out / "summary.json").read_bytes())
-    (line,) = _lines(out / "runs.jsonl")
+    (line,) = _lines(out / "run-history.jsonl")
     (block,) = line["stopped_providers"]
     assert line["stopped_providers"] == summary["stopped_providers"]
     assert (line["exit_code"], line["outcome"], line["cost_bound"]) == (6, "provider_stopped", None)
@@ -135,13 +136,13 @@ async def test_a_stopped_provider_is_kept_in_the_line_after_score(
         8,
         0,
     )
-    before = (out / "runs.jsonl").read_bytes()
+    before = (out / "run-history.jsonl").read_bytes()
     capsys.readouterr()
     assert main(["score", *folders, "--out", str(out), "-q"]) == 0  # the cache's one model
     assert "stopped_providers" not in orjson.loads((out / "summary.json").read_bytes())
-    assert (out / "runs.jsonl").read_bytes() == before
+    assert (out / "run-history.jsonl").read_bytes() == before
     assert (
-        f"note: what each run sent and spent: {out / 'runs.jsonl'} (1 run; the last had a "
+        f"note: what each run sent and spent: {out / 'run-history.jsonl'} (1 run; the last had a "
         "provider stopped)" in capsys.readouterr().out
     )
 
@@ -149,21 +150,14 @@ async def test_a_stopped_provider_is_kept_in_the_line_after_score(
 def test_a_folder_that_cannot_take_the_line_costs_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):
-    (tmp_path / "out" / "runs.jsonl").mkdir(parents=True)  # not a file: the append fails
+    (tmp_path / "out" / "run-history.jsonl").mkdir(parents=True)  # not a file: the append fails
     with caplog.at_level(logging.WARNING, "dxi.runs"):
-        history.append(tmp_path / "out", tmp_path / "cache", {"outcome": "done"})
+        history.append(tmp_path / "out", {"outcome": "done"})
     (record,) = caplog.records
     assert record.getMessage().startswith(
-        f"could not record this run in {tmp_path / 'out' / 'runs.jsonl'} ("
+        f"could not record this run in {tmp_path / 'out' / 'run-history.jsonl'} ("
     )
-    assert history.note(tmp_path / "out", tmp_path / "cache") is None
-    # the cache folder as --out: its runs.jsonl is the cache's record of selections, not touched
-    caplog.clear()
-    (tmp_path / "cache").mkdir()
-    with caplog.at_level(logging.WARNING, "dxi.runs"):
-        history.append(tmp_path / "cache", tmp_path / "cache", {"outcome": "done"})
-    assert not (tmp_path / "cache" / "runs.jsonl").exists()
-    assert "--out is the cache folder" in caplog.records[0].getMessage()
+    assert history.note(tmp_path / "out") is None
 
 
 def test_a_run_stopped_before_scoring_has_a_line_without_counts(tmp_path: Path):

@@ -1,7 +1,7 @@
 """``dxi run``: send what is not cached, then score. Its options, and ``main``: the plan from them,
-then ``runner.session.run``, the run's line in OUT/runs.jsonl (``runner.outputs.history``) and the
-messages that follow it (failed requests, the cost bound, stopped providers, batches, a stop by
-Ctrl-C or SIGTERM, a cache that could not be written)."""
+then ``runner.session.run``, the run's line in OUT/run-history.jsonl (``runner.outputs.history``)
+and the messages that follow it (failed requests, the cost bound, stopped providers, batches, a stop
+by Ctrl-C or SIGTERM, a cache that could not be written)."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from .. import session
     from ..outputs import history
 
-    started = history.now()  # for the run's line in OUT/runs.jsonl (runner.outputs.history)
+    started = history.now()  # for the run's line in OUT/run-history.jsonl (runner.outputs.history)
     plan = options.plan_of(args)
     if (
         plan.batch
@@ -140,9 +140,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     )  # a remote cache's mirror goes into the cache folder
 
     def record(code: int, result: RunResult | None = None) -> int:
-        """Append the run's line to OUT/runs.jsonl (``runner.outputs.history``); ``code``."""
+        """Append the run's line to OUT/run-history.jsonl (``runner.outputs.history``); ``code``."""
         line = history.line_of(plan, started, code, result, dist.shard)
-        history.append(plan.out, plan.cache_dir, line)
+        history.append(plan.out, line)
         return code
 
     try:

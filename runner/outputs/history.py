@@ -1,8 +1,8 @@
-"""The runs' record in the output folder: ``OUT/runs.jsonl``, one JSON line per ``dxi run`` that
-wrote there, appended when the run ends and never rewritten (``dxi score``, ``report``, ``export``
-and ``view`` only read it). summary.json is the scored figures, rewritten from the cache by each
-``dxi score`` and ``report``: what a run sent, spent and where it stopped (its ``requests`` blocks,
-``cost_bound``, ``stopped_providers``) is kept here. A line::
+"""The runs' record in the output folder: ``OUT/run-history.jsonl``, one JSON line per ``dxi run``
+that wrote there, appended when the run ends and never rewritten (``dxi score``, ``report``,
+``export`` and ``view`` only read it). summary.json is the scored figures, rewritten from the cache
+by each ``dxi score`` and ``report``: what a run sent, spent and where it stopped (its ``requests``
+blocks, ``cost_bound``, ``stopped_providers``) is kept here. A line::
 
     {"started": "2026-12-04T21:44:19Z", "ended": "2026-12-04T21:51:02Z", "exit_code": 3,
      "outcome": "cost_bound", "selection": {"run_file": "runs/tonight.toml", "models": ["gpt"],
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ..planning.shard import Shard
     from ..session import RunResult
 
-RUNS_FILE = "runs.jsonl"
+RUNS_FILE = "run-history.jsonl"
 
 # exit code -> the line's ``outcome``, and what the notes of ``dxi score`` say of the last run
 OUTCOMES = {
@@ -107,29 +107,20 @@ def line_of(
     }
 
 
-def append(out: Path, cache_dir: Path, line: dict) -> None:
-    """Append ``line`` to ``out``'s runs.jsonl; a warning, nothing raised, when it cannot be
-    written or when ``out`` is the cache folder (whose runs.jsonl is the cache's record of
-    selections, ``cache.runs``)."""
+def append(out: Path, line: dict) -> None:
+    """Append ``line`` to ``out``'s run-history.jsonl; a warning, nothing raised, when it cannot
+    be written."""
     path = Path(out) / RUNS_FILE
-    if _same(out, cache_dir):
-        log.warning(
-            f"--out is the cache folder: this run's record was not written to {path} (the cache's "
-            "record of selections); give the run another output folder to keep one"
-        )
-        return
     try:
         append_line(path, orjson.dumps(line) + b"\n")
     except OSError as exc:
         log.warning(f"could not record this run in {path} ({exc}); its summary.json has its spend")
 
 
-def note(out: Path, cache_dir: Path) -> str | None:
+def note(out: Path) -> str | None:
     """The line ``dxi score`` and ``report`` print when ``out`` holds runs' lines: where they are,
     how many, and how the last ended; None when it holds none."""
     path = Path(out) / RUNS_FILE
-    if _same(out, cache_dir):
-        return None
     try:
         data = path.read_bytes()
     except OSError:
@@ -148,11 +139,3 @@ def note(out: Path, cache_dir: Path) -> str | None:
     how = OUTCOMES[last][1] if last in OUTCOMES else f"exited {last}"
     count = f"{len(lines)} run{'s' if len(lines) != 1 else ''}"
     return f"what each run sent and spent: {path} ({count}; the last {how})"
-
-
-def _same(out: Path, cache_dir: Path) -> bool:
-    """Whether ``out`` and ``cache_dir`` are one folder."""
-    try:
-        return Path(out).resolve() == Path(cache_dir).resolve()
-    except OSError:
-        return False
