@@ -24,6 +24,7 @@ from dxi.lazy import LazyModule
 
 from .distributed import setup as distributed
 from .errors import EXIT_FAILED_REQUESTS, UsageError
+from .outputs import history
 from .planning.inputs import PlanInputs, inputs_of
 from .planning.plan import from_inputs, suite_of, tolerance, with_effort
 from .planning.selection import choose
@@ -201,7 +202,9 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
     """Score ``selection`` from the cache alone into ``selection.out`` (summary.json,
     answers.parquet; with ``html``: report.html and tables/, models ranked by Decision Index unless
     a plan gives their order). The tolerance of failed answers is the plan's ``allow_failed``, else
-    the inputs' (``--allow-failed``)."""
+    the inputs' (``--allow-failed``). summary.json is rewritten (its ``requests`` counted from the
+    cache, no ``cost_bound`` nor ``stopped_providers``); the runs' own record, OUT/run-history.jsonl
+    (``runner.outputs.history``), is only read: a note points at it."""
     plan, out = selection.plan, selection.out
     allowed: Tolerance | None = (
         plan.tolerance() if plan else tolerance(selection.inputs.allow_failed)
@@ -255,6 +258,10 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
             line = unsettled(summary)
             if line is not None:
                 to_score.notes.append(line)
+    # summary.json now holds the cache's figures; what the runs sent and spent is in
+    # run-history.jsonl
+    if (runs := history.note(out)) is not None:
+        to_score.notes.append(runs)
     return Rescored(
         summary, out, path, to_score.notes, 0 if summary.accepted else EXIT_FAILED_REQUESTS
     )

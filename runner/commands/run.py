@@ -1,6 +1,7 @@
 """``dxi run``: send what is not cached, then score. Its options, and ``main``: the plan from them,
-then ``runner.session.run`` and the messages that follow it (failed requests, the cost bound,
-stopped providers, batches, a stop by Ctrl-C or SIGTERM, a cache that could not be written)."""
+then ``runner.session.run``, the run's line in OUT/run-history.jsonl (``runner.outputs.history``)
+and the messages that follow it (failed requests, the cost bound, stopped providers, batches, a stop
+by Ctrl-C or SIGTERM, a cache that could not be written)."""
 
 from __future__ import annotations
 
@@ -93,7 +94,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from dxi.cache import CacheWriteError
 
     from .. import session
+    from ..outputs import history
 
+    started = history.now()  # for the run's line in OUT/run-history.jsonl (runner.outputs.history)
     plan = options.plan_of(args)
     if (
         plan.batch
@@ -135,6 +138,13 @@ def main(args: argparse.Namespace, console: Console) -> int:
     dist = distributed.setup(
         args, plan, sending=True
     )  # a remote cache's mirror goes into the cache folder
+
+    def record(code: int, result: RunResult | None = None) -> int:
+        """Append the run's line to OUT/run-history.jsonl (``runner.outputs.history``); ``code``."""
+        line = history.line_of(plan, started, code, result, dist.shard)
+        history.append(plan.out, line)
+        return code
+
     try:
         result = session.run(
             plan,
@@ -152,17 +162,20 @@ def main(args: argparse.Namespace, console: Console) -> int:
         head, rest = signals.resume_message(stop, plan.cache_dir, args.grace)
         if plan.batch:
             rest += " Open batches keep running at the provider: the next run collects them (dxi batches list)."
+        code = record(signals.exit_code(stop))
         options.make_console(stderr=True).print(f"[yellow]{escape(head)}[/] {escape(rest)}")
-        return signals.exit_code(stop)
+        return code
     except CacheWriteError as exc:
+        code = record(EXIT_CACHE_WRITE)
         options.make_console(stderr=True).print(
             f"[red]Stopped: {escape(str(exc))}.[/] Every reply stored before it is in "
             f"{escape(str(plan.cache_dir))}; make room (or fix the directory) and rerun the same command: "
             "only what is missing is sent."
         )
-        return EXIT_CACHE_WRITE
+        return code
+    code = record(result.exit_code, result)  # before the messages: a closed stdout costs no line
     _tell(result, plan.max_cost, console)
-    return result.exit_code
+    return code
 
 
 def _print_summary(summary, console: Console, out) -> None:

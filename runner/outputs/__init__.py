@@ -2,5 +2,6 @@
 
 * ``files``: the cache scored, ``OUT/summary.json`` and ``OUT/answers.parquet`` written;
 * ``terminal``: the terminal's tables (summary, usage, measures, the dry run), fitted to its width;
+* ``history``: ``OUT/runs.jsonl``, each run's line (what it sent, spent and where it stopped);
 * ``provenance``: what produced a result (``dxi_version``, the checkout's git state, the machine).
 """

@@ -1,0 +1,141 @@
+"""The runs' record in the output folder: ``OUT/run-history.jsonl``, one JSON line per ``dxi run``
+that wrote there, appended when the run ends and never rewritten (``dxi score``, ``report``,
+``export`` and ``view`` only read it). summary.json is the scored figures, rewritten from the cache
+by each ``dxi score`` and ``report``: what a run sent, spent and where it stopped (its ``requests``
+blocks, ``cost_bound``, ``stopped_providers``) is kept here. A line::
+
+    {"started": "2026-12-04T21:44:19Z", "ended": "2026-12-04T21:51:02Z", "exit_code": 3,
+     "outcome": "cost_bound", "selection": {"run_file": "runs/tonight.toml", "models": ["gpt"],
+     "evals": ["hle_multichoice", ...], "limit": 120, "max_cost_usd": 25.0},
+     "cost_bound": {"max_cost_usd": 25.0, "spent_usd": 24.98, "stopped": true, ...},
+     "stopped_providers": [], "requests": {"gpt": {"sent": 310, "cache_hits": 0, ...}}}
+
+``selection``: the run file (or null), the models' names, the evaluations, the tasks (``limit``, or
+``sample`` {tasks, seed}, as summary.json's data block writes them; neither: every task), the
+bound, and ``until`` (an adaptive run) and ``shard`` where given. ``cost_bound`` (null without a
+bound), ``stopped_providers`` and ``requests`` (model name -> its block) are summary.json's as the
+run wrote them (``runner.session``). A run stopped by Ctrl-C, SIGTERM or a cache that could not be
+written scores nothing: its line has ``cost_bound`` and ``requests`` null. A run killed with
+SIGKILL (or one that crashed) writes no line. The line is one ``write(2)`` to the file opened
+``O_APPEND`` (``cache.lines``); a folder that cannot take it costs a warning, not the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orjson
+
+from dxi.cache.lines import append_line
+
+from ..errors import (
+    EXIT_CACHE_WRITE,
+    EXIT_COST_BOUND,
+    EXIT_FAILED_REQUESTS,
+    EXIT_INTERRUPTED,
+    EXIT_PROVIDER_STOPPED,
+    EXIT_TERMINATED,
+    EXIT_UPLOAD,
+)
+
+if TYPE_CHECKING:
+    from ..planning.plan import Plan
+    from ..planning.shard import Shard
+    from ..session import RunResult
+
+RUNS_FILE = "run-history.jsonl"
+
+# exit code -> the line's ``outcome``, and what the notes of ``dxi score`` say of the last run
+OUTCOMES = {
+    0: ("done", "finished"),
+    EXIT_FAILED_REQUESTS: ("provisional", "ended provisional (failed or missing answers)"),
+    EXIT_COST_BOUND: ("cost_bound", "stopped at the cost bound"),
+    EXIT_CACHE_WRITE: ("cache_write_failed", "stopped: the cache could not be written"),
+    EXIT_UPLOAD: ("upload_failed", "finished, but shards were not uploaded"),
+    EXIT_PROVIDER_STOPPED: ("provider_stopped", "had a provider stopped"),
+    EXIT_INTERRUPTED: ("interrupted", "was interrupted"),
+    EXIT_TERMINATED: ("terminated", "was stopped by SIGTERM"),
+}
+
+log = logging.getLogger("dxi.runs")
+
+
+def now() -> str:
+    """The time now, UTC, as the lines write it (ISO 8601 to the second, ``Z``)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def line_of(
+    plan: Plan,
+    started: str,
+    exit_code: int,
+    result: RunResult | None = None,
+    shard: Shard | None = None,
+) -> dict:
+    """The line of a run of ``plan`` that started at ``started`` (``now()``) and ends now with
+    ``exit_code``; ``result`` is ``runner.session.run``'s (None: stopped before scoring)."""
+    from ..planning.selection import Pick, record_of
+
+    record = record_of(plan)  # what the cache's record of the run's selection says
+    selection = {
+        "run_file": None if plan.source is None else str(plan.source),
+        "models": [m.label for m in plan.models],
+        "evals": list(record.evals),
+        **Pick.of(record).as_dict(),
+        "max_cost_usd": plan.max_cost,
+    }
+    if plan.until is not None:
+        selection["until"] = str(plan.until)
+    if shard is not None and shard.count > 1:
+        selection["shard"] = str(shard)
+    return {
+        "started": started,
+        "ended": now(),
+        "exit_code": exit_code,
+        "outcome": OUTCOMES.get(exit_code, (str(exit_code),))[0],
+        "selection": selection,
+        "cost_bound": None if result is None else result.cost_bound,
+        "stopped_providers": [] if result is None else result.stopped,
+        "requests": (
+            None
+            if result is None
+            else {entry.model: entry.requests for entry in result.summary.models}
+        ),
+    }
+
+
+def append(out: Path, line: dict) -> None:
+    """Append ``line`` to ``out``'s run-history.jsonl; a warning, nothing raised, when it cannot
+    be written."""
+    path = Path(out) / RUNS_FILE
+    try:
+        append_line(path, orjson.dumps(line) + b"\n")
+    except OSError as exc:
+        log.warning(f"could not record this run in {path} ({exc}); its summary.json has its spend")
+
+
+def note(out: Path) -> str | None:
+    """The line ``dxi score`` and ``report`` print when ``out`` holds runs' lines: where they are,
+    how many, and how the last ended; None when it holds none."""
+    path = Path(out) / RUNS_FILE
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    lines = []
+    for raw in data.split(b"\n"):
+        try:
+            doc = orjson.loads(raw) if raw.strip() else None
+        except orjson.JSONDecodeError:
+            continue  # a line cut by a full disk
+        if isinstance(doc, dict) and "outcome" in doc:
+            lines.append(doc)
+    if not lines:
+        return None
+    last = lines[-1].get("exit_code")
+    how = OUTCOMES[last][1] if last in OUTCOMES else f"exited {last}"
+    count = f"{len(lines)} run{'s' if len(lines) != 1 else ''}"
+    return f"what each run sent and spent: {path} ({count}; the last {how})"
