@@ -577,15 +577,36 @@ def after_rounds(data: Path, k: int) -> dict[str, int]:
     return asked
 
 
+# $0.01 a request (10 tokens) for each of THREE
+PRICES = [a for m in THREE for a in ("--price", f"systemone:{m}=1000/0")]
+
+
+def bounded_run(url: str, small: Path, tmp_path: Path, max_cost: str, *extra: str) -> int:
+    """``dxi run --until precision=5`` of THREE at ``PRICES`` under ``--max-cost max_cost`` into
+    ``tmp_path``'s cache and out (printing: not quiet), with the flags ``extra``; its exit code."""
+    return main(
+        dxi_args(
+            small,
+            tmp_path / "cache",
+            tmp_path / "out",
+            *extra,
+            "--until",
+            "precision=5",
+            *PRICES,
+            "--max-cost",
+            max_cost,
+            models=served(url, THREE),
+        )
+    )
+
+
 def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
     small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ):
     monkeypatch.setenv(DATA_ENV, str(small))
-    # $0.01 a request (10 tokens)
-    prices = [a for m in THREE for a in ("--price", f"systemone:{m}=1000/0")]
     # (rounds 1-3 ask 8, 16 and 28 tasks of a model, 24, 48 and 84 requests of the three; $1 buys
     # 100 at most)
-    args = ["--until", "precision=5", *prices]
+    args = ["--until", "precision=5", *PRICES]
     with serve(model=None, route_factories=ROUTE, record=False) as server:
         assert (
             dxi_run(server.url, small, tmp_path / "ref", tmp_path / "ref-out", *args, models=THREE)
@@ -594,19 +615,7 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
     ref = summary(tmp_path / "ref-out")
     with serve(model=None, route_factories=ROUTE, record=False) as server:
         capsys.readouterr()
-        code = main(
-            dxi_args(
-                small,
-                tmp_path / "cache",
-                tmp_path / "out",
-                "--max-in-flight",
-                "32",
-                *args,
-                "--max-cost",
-                "1",
-                models=served(server.url, THREE),
-            )
-        )
+        code = bounded_run(server.url, small, tmp_path, "1", "--max-in-flight", "32")
         out = capsys.readouterr().out
         s = summary(tmp_path / "out")
         assert (
@@ -697,22 +706,9 @@ def test_a_cost_bound_that_cuts_round_1_says_no_round_finished_after_the_start_l
     still being counted), the note says no round finished and how to go on, not that figures are
     estimates; every model was asked 0 tasks."""
     monkeypatch.setenv(DATA_ENV, str(small))
-    prices = [a for m in THREE for a in ("--price", f"systemone:{m}=1000/0")]
     with serve(model=None, route_factories=ROUTE, record=False) as server:
         capsys.readouterr()
-        code = main(
-            dxi_args(
-                small,
-                tmp_path / "cache",
-                tmp_path / "out",
-                "--until",
-                "precision=5",
-                *prices,
-                "--max-cost",
-                "0.1",
-                models=served(server.url, THREE),
-            )
-        )
+        code = bounded_run(server.url, small, tmp_path, "0.1")
         out = " ".join(capsys.readouterr().out.split())
         stats = server.stats()
     s = summary(tmp_path / "out")
