@@ -188,3 +188,23 @@ async def test_a_priced_model_whose_server_counts_no_tokens_is_planned_at_its_by
     )
     assert (fake["input_tokens"], fake["output_tokens"]) == (round(sum(sizes.values()) / 4), 18)
     assert fake["basis"] == {NOT_COUNTED: 12}
+
+
+async def test_a_plan_names_a_system_one_model_as_its_server_does(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """A System One model given without its name (``systemone:URL``, a run file's provider without
+    ``model``) is named by its server (GET /health), as `dxi estimate` and `dxi run` name it: the
+    plan reads its own answers and usage in the cache, not the prior and other models' usage."""
+    import asyncio
+
+    cache = tmp_path / "c"
+    async with FakeProvider() as server:  # serves "fake-decider", counts its tokens
+        where = ["--data-dir", str(data_dir), "--cache-dir", str(cache)]
+        unnamed = f"systemone:{server.url}"
+        run = ["run", "--model", unnamed, *where, "--out", str(tmp_path / "o"), "-q"]
+        assert await asyncio.to_thread(main, run) == 0
+        planned = await asyncio.to_thread(_plan, where, capsys, unnamed)
+    assert planned["model"] == "systemone:fake-decider"
+    assert planned["profile"] == "its answers in the cache"
+    assert planned["tokens_basis"] == {"recorded by its cached replies": 12}

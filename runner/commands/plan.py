@@ -121,6 +121,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     until, quantile = _until(args)
     plan = options.plan_of(args, "dxi plan")
+    options.name_by_servers(plan)  # as `dxi estimate` and `dxi run` name them
+    plan.check_labels()
     if args.separate:  # each named as --price names a model: label, ADAPTER:MODEL, --model's text
         texts = dict(enumerate(args.model)) if args.run_file is None else {}
         a, b = (model_named(plan.models, x, "--separate", texts).label for x in args.separate)
