@@ -25,6 +25,12 @@ PRICE_PARTS = ("input", "output", "cached_input", "cache_write", "cache_write_1h
 CACHE_WRITES = ("cache_write_tokens", "cache_write_1h_tokens")
 """The usage columns of cache writes: in a usage block only when a reply reported some (none is
 0)."""
+COUNTED = pl.col("input_tokens") > 0
+"""A cache row whose reply counted its tokens: input tokens above 0. A request always has input, so
+a reply that reports 0 (``sparrow-decider serve``, the embedded model: servers that count no tokens)
+says nothing of what a request uses, as one that reports none (null); the token estimates
+(``runner.planning.estimate``, ``dxi plan``) learn from counted replies only, as the TPM pacer
+does (``TokenEstimate.observe``)."""
 
 
 def cost_usd(

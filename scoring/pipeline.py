@@ -39,6 +39,7 @@ import polars as pl
 from dxi.cache.index import newest, rank_expr
 
 from .columns import explode, filtered_parts
+from .cost import COUNTED
 from .sums import _codes, build_cubes, eval_metrics_all, metric_table
 
 CONFIG_COLUMNS = ["provider", "model", "endpoint", "params", "prompt_version"]
@@ -572,6 +573,7 @@ USAGE_SCHEMA = {
     "requests": pl.Int64,
     "replies": pl.Int64,
     "with_usage": pl.Int64,
+    "counted": pl.Int64,
     "input_tokens": pl.Int64,
     "output_tokens": pl.Int64,
     "cached_input_tokens": pl.Int64,
@@ -591,12 +593,14 @@ _TOKENS = [
 def usage(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1) -> pl.DataFrame:
     """Token usage per (label, eval, batch) over exactly the cache rows ``answers`` scores (the
     newest current row per request): ``requests`` rows found, ``replies`` among them with a reply
-    (ok or invalid), ``with_usage`` rows whose reply reported input tokens, and the ``input_tokens``
-    / ``output_tokens`` they reported, with ``cached_input_tokens``, ``cache_write_tokens`` and
-    ``cache_write_1h_tokens`` of the input (``USAGE_SCHEMA``; ``scoring.cost``); ``batch``: the rows
-    a provider batch brought (``transport`` "batch", priced at the batch rate), apart from the
-    others. Usage of earlier attempts, rows of other configurations and rows replaced by newer ones
-    is not counted: this is what the answers scored cost."""
+    (ok or invalid), ``with_usage`` rows whose reply reported input tokens, ``counted`` those that
+    reported more than 0 (``scoring.cost.COUNTED``: what a token estimate learns from), and the
+    ``input_tokens`` / ``output_tokens`` they reported, with ``cached_input_tokens``,
+    ``cache_write_tokens`` and ``cache_write_1h_tokens`` of the input (``USAGE_SCHEMA``;
+    ``scoring.cost``); ``batch``: the rows a provider batch brought (``transport`` "batch", priced
+    at the batch rate), apart from the others. Usage of earlier attempts, rows of other
+    configurations and rows replaced by newer ones is not counted: this is what the answers scored
+    cost."""
     models = models.sort("label").with_row_index("m")
     task_frame = _task_frame(gold.sort("eval", "task_id", "question_id"))
     found, m, _, _, _ = _current(
@@ -625,6 +629,7 @@ def usage_table(found: pl.DataFrame, m: np.ndarray, models: pl.DataFrame) -> pl.
             pl.len().alias("requests"),
             pl.col("status").is_in(["ok", "invalid"]).sum().alias("replies"),
             pl.col("input_tokens").is_not_null().sum().alias("with_usage"),
+            COUNTED.sum().alias("counted"),
             *(pl.col(c).sum() for c in _TOKENS),
         )
         .sort("m", "eval", "batch")

@@ -478,11 +478,12 @@ def test_plan_command_by_hand(tmp_path, capsys):
     assert type(m["whole"]["requests"]) is float and type(m["saving"]) is float
 
 
-def test_plan_tokens_of_the_embedded_model_say_their_source_and_agree_with_estimate_and_run(
+def test_plan_tokens_of_the_embedded_model_say_their_source_and_agree_with_estimate(
     tmp_path, capsys
 ):
     # an empty cache: the prompts' size, bytes / 4, as `dxi estimate` gives it (every task of
-    # --limit 3 is asked: ±0.01 points); after a run of it: the 0 tokens the run recorded
+    # --limit 3 is asked: ±0.01 points); after a run of it, whose replies report 0 tokens (the
+    # embedded model counts none): the same bytes / 4, never the 0 as a count
     common = ["--model", "embedded", "--data-dir", "../shared/data", "--limit", "3"]
     cache = ["--cache-dir", str(tmp_path / "c")]
     plan_args = ["plan", *common, *cache, "--precision", "0.01", "--runs", "1", "--json"]
@@ -497,31 +498,34 @@ def test_plan_tokens_of_the_embedded_model_say_their_source_and_agree_with_estim
     recorded = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())["models"][0]
     assert main(plan_args) == 0
     after = orjson.loads(capsys.readouterr().out)["models"][0]
-    assert after["tokens_basis"] == {"recorded by its cached replies": 12}
-    assert (after["adaptive"]["input_tokens"], after["adaptive"]["output_tokens"]) == (0, 0)
+    uncounted = "bytes / 4 (the cached replies reported 0 tokens: a server that counts none)"
+    assert after["tokens_basis"] == {uncounted: 12}
+    assert after["adaptive"] == before["adaptive"]
+    assert (after["adaptive"]["input_tokens"], after["adaptive"]["output_tokens"]) == (
+        estimated["models"][0]["input_tokens"],
+        estimated["models"][0]["output_tokens"],
+    )
     assert (recorded["usage"]["input_tokens"], recorded["usage"]["output_tokens"]) == (0, 0)
-    # a 4th task of each evaluation: the 12 cached requests at what their replies recorded, the 4
-    # new ones estimated from that usage, named as `dxi estimate` names them (two sources, not one)
+    # a 4th task of each evaluation: the 12 cached requests' 0 tokens left out, the 4 new ones
+    # estimated from their bytes, named as `dxi estimate` names them (two sources, not one)
     four = ["--model", "embedded", "--data-dir", "../shared/data", "--limit", "4", *cache]
     assert main(["plan", *four, "--precision", "0.01", "--runs", "1", "--json"]) == 0
     both = orjson.loads(capsys.readouterr().out)["models"][0]
     assert both["tokens_basis"] == {
-        "recorded by its cached replies": 12,
-        "estimated from this model's cached usage": 4,
+        "cached replies without token usage (left out of the mean)": 12,
+        uncounted: 4,
     }
     assert main(["plan", *four, "--precision", "0.01", "--runs", "1"]) == 0
     assert (
-        "embedded:sparrow-nano-general-v1.1: tokens: recorded by its cached replies (12 "
-        "requests); estimated from this model's cached usage (4 requests)"
+        "embedded:sparrow-nano-general-v1.1: tokens: cached replies without token usage (left out "
+        f"of the mean) (12 requests); {uncounted} (4 requests)"
     ) in " ".join(capsys.readouterr().out.split())
     assert main(["estimate", *four, "--json"]) == 0
-    assert orjson.loads(capsys.readouterr().out)["models"][0]["basis"] == {
-        "estimated from this model's cached usage": 4
-    }
+    assert orjson.loads(capsys.readouterr().out)["models"][0]["basis"] == {uncounted: 4}
     assert main(["estimate", *four]) == 0
-    assert (
-        "embedded:sparrow-nano-general-v1.1: tokens: estimated from this model's cached usage (4)"
-    ) in " ".join(capsys.readouterr().out.split())
+    assert (f"embedded:sparrow-nano-general-v1.1: tokens: {uncounted} (4)") in " ".join(
+        capsys.readouterr().out.split()
+    )
     # a separation plan's B is A's answers moved down, whatever B's own: its line names A
     for a, b, source in (
         (
@@ -696,8 +700,8 @@ def test_plan_takes_a_difference_within_the_tolerance_and_gives_the_documented_k
 PLAN_TOKENS = (
     "requests = questions × epochs; tokens are the model's mean per request (what its cached "
     "replies recorded, and for the requests the cache does not hold `dxi estimate`'s estimates; "
-    'each model\'s sources above: "bytes / 4" is the size of its prompts, not usage a run records: '
-    "the embedded model's runs record 0 tokens, which the cache then gives)"
+    'each model\'s sources above: "bytes / 4" is the size of its prompts, not usage a run records; '
+    "a reply of 0 tokens, from a server that counts none (the embedded model), is not counted)"
 )
 NO_PRICE = "a cost is — without a price (--price MODEL=IN/OUT)"
 

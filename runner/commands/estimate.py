@@ -53,7 +53,6 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     from ..outputs.terminal import print_estimate
     from ..planning.estimate import estimate, totals, unreachable
-    from ..session import start_adapters
 
     plan = options.plan_of(args)
     where = options.named(args, "cache_dir", "--cache-dir")
@@ -67,17 +66,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         retry_failed=args.retry_failed,
         remote=dist.remote,
     ) as cache:
-        unnamed = [m for m in plan.models if not m.adapter.model]
-        if unnamed:  # a System One server names its model: ask it (GET /health; no request is sent)
-
-            async def learn_names() -> None:
-                started, _ = await start_adapters(
-                    unnamed
-                )  # (one that cannot be reached is warned about below)
-                for m in started:
-                    await m.adapter.close()
-
-            uvloop.run(learn_names())
+        options.name_by_servers(plan)  # (one that cannot be reached is warned about below)
         plan.check_labels()
         plan.check_cost_bound()  # what `dxi run` would refuse under --max-cost, refused here too
         models = (

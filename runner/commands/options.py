@@ -461,6 +461,25 @@ def plan_of(args: argparse.Namespace, command: str = "dxi run") -> Plan:
     return from_args(args)
 
 
+def name_by_servers(plan: Plan) -> None:
+    """Name each model given without a name (``systemone:URL``, a run file's System One provider
+    without ``model``) as its server names it (GET /health; no request is sent), as ``dxi run`` does
+    when it starts it; one that cannot be reached stays unnamed (``dxi estimate`` warns of it)."""
+    unnamed = [m for m in plan.models if not m.adapter.model]
+    if not unnamed:
+        return
+    import uvloop
+
+    from ..session import start_adapters
+
+    async def learn_names() -> None:
+        started, _ = await start_adapters(unnamed)
+        for m in started:
+            await m.adapter.close()
+
+    uvloop.run(learn_names())
+
+
 def add_scoring(s: argparse.ArgumentParser, name: str) -> None:
     """The options of ``dxi score`` and ``dxi report`` (``name``): the models as ``dxi run`` was
     given them, the data, the cache, the outputs with ``--allow-failed``, and a remote cache."""

@@ -121,6 +121,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     until, quantile = _until(args)
     plan = options.plan_of(args, "dxi plan")
+    options.name_by_servers(plan)  # as `dxi estimate` and `dxi run` name them
+    plan.check_labels()
     if args.separate:  # each named as --price names a model: label, ADAPTER:MODEL, --model's text
         texts = dict(enumerate(args.model)) if args.run_file is None else {}
         a, b = (model_named(plan.models, x, "--separate", texts).label for x in args.separate)
@@ -163,6 +165,24 @@ def main(args: argparse.Namespace, console: Console) -> int:
         answers = scoring.answers(cache.scan(), frame, gold, categories, plan.epochs)
         used = scoring.usage(cache.scan(), frame, gold, plan.epochs)
         dry = {e.model: e for e in estimate(plan.models, plan.suite, cache)}
+        # a model's evaluation whose requests are all cached, and none of their replies counted its
+        # tokens (0 or none reported: scoring.cost.COUNTED): estimated as `dxi estimate` would if
+        # new
+        unmeasured = {
+            (m.label, e)
+            for m in plan.models
+            for e in populations
+            if e not in dry[m.label].evals
+            and not used.filter((pl.col("label") == m.label) & (pl.col("eval") == e))[
+                "counted"
+            ].sum()
+        }
+        again = [m for m in plan.models if any(m.label == label for label, _ in unmeasured)]
+        fresh = (
+            {e.model: e for e in estimate(again, plan.suite, cache, cached_too=True)}
+            if again
+            else {}
+        )
     profiles, usage, bases = {}, {}, {}
     for m in plan.models:
         try:
@@ -172,13 +192,17 @@ def main(args: argparse.Namespace, console: Console) -> int:
         tokens = {}
         for e in populations:
             mine = used.filter((pl.col("label") == m.label) & (pl.col("eval") == e))
-            new = dry[m.label].evals.get(e, {})
-            n = int(mine["with_usage"].sum()) + int(new.get("new", 0))
+            new = (fresh if (m.label, e) in unmeasured else dry)[m.label].evals.get(e, {})
+            n = int(mine["counted"].sum()) + int(new.get("new", 0))
             tin = float(mine["input_tokens"].sum()) + float(new.get("input_tokens", 0))
             tout = float(mine["output_tokens"].sum()) + float(new.get("output_tokens", 0))
             tokens[e] = (tin / n, tout / n) if n else (0.0, 0.0)
         usage[m.label] = planner.Usage(tokens, m.price, batch_price(m.price))
-        bases[m.label] = tokens_basis(used.filter(pl.col("label") == m.label), dry[m.label])
+        bases[m.label] = tokens_basis(
+            used.filter(pl.col("label") == m.label),
+            dry[m.label],
+            {e: fresh[m.label].eval_basis[e] for label, e in unmeasured if label == m.label},
+        )
     if args.separate:
         chosen = [profiles[a], profiles[a].shifted(args.difference, b)]
     else:
@@ -207,23 +231,32 @@ def main(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-# a reply in the cache without token usage (the embedded model's adapter reports none; its run
-# recorded 0 tokens for it): left out of the mean per request (0 when nothing else is known)
+# a reply in the cache that counted no tokens (none reported, or 0: the embedded model and
+# `sparrow-decider serve` report 0, scoring.cost.COUNTED): left out of the mean per request; an
+# evaluation with nothing else has its cached requests estimated as new instead (`unmeasured`)
 NO_USAGE = "cached replies without token usage (left out of the mean)"
 # the requests the cache holds: the tokens their replies recorded, as they are (the requests it does
 # not hold are estimated as `dxi estimate` does: "estimated from this model's cached usage", ...)
 CACHED_USAGE = "recorded by its cached replies"
 
 
-def tokens_basis(used, dry) -> dict[str, int]:
+def tokens_basis(used, dry, fresh: dict[str, dict[str, int]] | None = None) -> dict[str, int]:
     """Where a model's tokens per request come from: basis -> requests. ``used``: its rows of
-    ``scoring.usage`` (``with_usage``: the cached replies with token usage, counted as
+    ``scoring.usage`` (``counted``: the cached replies that counted their tokens, counted as
     ``CACHED_USAGE``; ``replies``: all); ``dry``: its ``runner.planning.estimate.Estimate``
     (``basis``: how the requests the cache does not hold were estimated, as `dxi estimate` says
     it: "estimated from this model's cached usage" scales the usage of its cached replies to each
-    new request; "bytes / 4 (no usage in the cache yet)" is the size of the prompts, not a bill)."""
-    with_usage, replies = int(used["with_usage"].sum()), int(used["replies"].sum())
-    basis = {CACHED_USAGE: with_usage, NO_USAGE: replies - with_usage} | dict(dry.basis)
+    new request; "bytes / 4 (no usage in the cache yet)" is the size of the prompts, not a bill);
+    ``fresh``: evaluation -> basis of the evaluations whose cached requests were estimated as new
+    (none of their replies counted tokens), whose replies are not ``NO_USAGE`` then."""
+    import polars as pl
+
+    counted, replies = int(used["counted"].sum()), int(used["replies"].sum())
+    basis = {CACHED_USAGE: counted, NO_USAGE: replies - counted} | dict(dry.basis)
+    for e, estimated in (fresh or {}).items():
+        basis[NO_USAGE] -= int(used.filter(pl.col("eval") == e)["replies"].sum())
+        for b, n in estimated.items():
+            basis[b] = basis.get(b, 0) + n
     return {k: n for k, n in basis.items() if n}
 
 
@@ -398,8 +431,8 @@ def footer(doc: dict) -> str:
         "requests = questions × epochs",
         "tokens are the model's mean per request (what its cached replies recorded, and for the "
         "requests the cache does not hold `dxi estimate`'s estimates; each model's sources above: "
-        '"bytes / 4" is the size of its prompts, not usage a run records: the embedded model\'s '
-        "runs record 0 tokens, which the cache then gives)",
+        '"bytes / 4" is the size of its prompts, not usage a run records; a reply of 0 tokens, '
+        "from a server that counts none (the embedded model), is not counted)",
     ]
     if any(
         m[k]["cost_usd"] is None or m[k]["batch_cost_usd"] is None

@@ -17,7 +17,11 @@ rest: the model has no answer of the evaluation yet).
 Expected tokens (``runner.planning.tokens.TokenEstimate``): input = request bytes / 4 × the
 tokens-per-byte ratio that the cache's replies of the same model and evaluation reported, else those
 of the adapter's other models on that evaluation, else 1; output = their mean reported output, else
-``runner.planning.tokens.prior_output``. A model that thinks (an effort level, or a Claude model
+``runner.planning.tokens.prior_output``. Only replies that counted their tokens teach a ratio
+(``scoring.cost.COUNTED``): one that reports 0 input tokens comes from a server that counts none
+(``sparrow-decider serve``), not from a free request, so it teaches nothing, for its model or
+another; with nothing else cached the estimate is bytes / 4, and ``basis`` says why
+(``NOT_COUNTED``). A model that thinks (an effort level, or a Claude model
 that thinks by default: ``runner.planning.tokens.thinking_effort``) spends most of its output
 thinking, and how much depends on its level: its output is the mean that its own replies at these
 parameters (effort included) reported, else the level's prior
@@ -38,7 +42,7 @@ from dxi.adapters import ProviderStop
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import cost_usd
-from dxi.scoring.cost import max_input_price
+from dxi.scoring.cost import COUNTED, max_input_price
 
 from .plan import ModelRun
 from .shard import Shard
@@ -78,6 +82,9 @@ BATCH = 256
 # evaluation recorded (input: their tokens per request byte; output: their mean): an estimate, not
 # the recorded usage of a cached reply (what `dxi plan` calls "recorded by its cached replies")
 OWN_USAGE = "estimated from this model's cached usage"
+NO_USAGE = "bytes / 4 (no usage in the cache yet)"
+# the adapter's cached replies of the evaluation all reported 0 tokens: nothing learned from them
+NOT_COUNTED = "bytes / 4 (the cached replies reported 0 tokens: a server that counts none)"
 
 
 @dataclass
@@ -98,6 +105,7 @@ class Estimate:
     cost_reason: str | None = None
     basis: dict[str, int] = field(default_factory=dict)
     evals: dict[str, dict] = field(default_factory=dict)
+    eval_basis: dict[str, dict[str, int]] = field(default_factory=dict)  # basis per evaluation
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("model", "requests", "cached", "new", "reasons")}
@@ -112,10 +120,11 @@ class Estimate:
         return out | {"basis": self.basis, "evals": self.evals}
 
 
-def learned_rates(cache: Cache) -> dict[tuple[str, ...], TokenEstimate]:
+def learned_rates(cache: Cache) -> dict[tuple[str, ...], TokenEstimate | None]:
     """TokenEstimates taught by the usage in the cache: per (adapter, model, params, eval), per
-    (adapter, model, eval) and per (adapter, eval), from every reply (ok or invalid) that reported
-    input tokens."""
+    (adapter, model, eval) and per (adapter, eval), from every reply (ok or invalid) that counted
+    its tokens (``scoring.cost.COUNTED``). None: the key's replies reported usage, all of it 0
+    (nothing learned; ``NOT_COUNTED``)."""
     usage = cache.read(
         lambda rows: (
             rows.filter(
@@ -123,34 +132,29 @@ def learned_rates(cache: Cache) -> dict[tuple[str, ...], TokenEstimate]:
             )
             .group_by("provider", "model", "params", "eval")
             .agg(
-                pl.col("request_body").str.len_bytes().sum().alias("bytes"),
-                pl.col("input_tokens").sum(),
-                pl.col("output_tokens").fill_null(0).sum(),
-                pl.len().alias("n"),
+                pl.col("request_body").str.len_bytes().filter(COUNTED).sum().alias("bytes"),
+                pl.col("input_tokens").filter(COUNTED).sum(),
+                pl.col("output_tokens").filter(COUNTED).fill_null(0).sum(),
+                COUNTED.sum().alias("n"),
             )
             .collect()
         )
     )
-    rates: dict[tuple[str, ...], TokenEstimate] = {}
-    for r in usage.iter_rows(named=True):  # this model at these parameters (its effort among them)
-        rates[(r["provider"], r["model"], r["params"], r["eval"])] = TokenEstimate.learned(
-            r["bytes"], r["input_tokens"], r["output_tokens"], r["n"]
-        )
-    usage = usage.group_by("provider", "model", "eval").agg(
-        pl.col("bytes", "input_tokens", "output_tokens", "n").sum()
-    )
-    for r in usage.iter_rows(named=True):
-        rates[(r["provider"], r["model"], r["eval"])] = TokenEstimate.learned(
-            r["bytes"], r["input_tokens"], r["output_tokens"], r["n"]
-        )
-    for r in (
-        usage.group_by("provider", "eval")
-        .agg(pl.col("bytes", "input_tokens", "output_tokens", "n").sum())
-        .iter_rows(named=True)
-    ):
-        rates[(r["provider"], r["eval"])] = TokenEstimate.learned(
-            r["bytes"], r["input_tokens"], r["output_tokens"], r["n"]
-        )
+    rates: dict[tuple[str, ...], TokenEstimate | None] = {}
+
+    def learn(frame: pl.DataFrame, keys: tuple[str, ...]) -> None:
+        for r in frame.iter_rows(named=True):
+            rates[tuple(r[k] for k in keys)] = (
+                TokenEstimate.learned(r["bytes"], r["input_tokens"], r["output_tokens"], r["n"])
+                if r["n"]
+                else None
+            )
+
+    sums = pl.col("bytes", "input_tokens", "output_tokens", "n").sum()
+    learn(usage, ("provider", "model", "params", "eval"))  # its effort is among its params
+    usage = usage.group_by("provider", "model", "eval").agg(sums)
+    learn(usage, ("provider", "model", "eval"))
+    learn(usage.group_by("provider", "eval").agg(sums), ("provider", "eval"))
     return rates
 
 
@@ -219,6 +223,7 @@ def _estimate_one(
     rates: dict,
     history: pl.DataFrame,
     shard: Shard | None = None,
+    cached_too: bool = False,
 ) -> Estimate:
     a = model.adapter
     est = Estimate(a.label)
@@ -233,14 +238,16 @@ def _estimate_one(
         ):
             if hit:
                 est.cached += 1
-                continue
+                if not cached_too:
+                    continue
             size = len(request.body)
             rate, basis = rates.get((a.kind, a.model, task.eval)), OWN_USAGE
             if rate is None:
                 rate = rates.get((a.kind, task.eval))
                 basis = f"estimated from other {a.kind} models' cached usage"
             if rate is None:
-                rate, basis = TokenEstimate(), "bytes / 4 (no usage in the cache yet)"
+                uncounted = (a.kind, task.eval) in rates  # replies there, all of 0 tokens
+                rate, basis = TokenEstimate(), NOT_COUNTED if uncounted else NO_USAGE
             out_bound = a.output_tokens_bound(task)
             output = rate.output
             # a thinking model's output: its own usage at these parameters, else the prior
@@ -318,6 +325,8 @@ def _estimate_one(
     per_eval = frame.group_by("eval").agg(
         pl.len().alias("new"), pl.col("input").sum(), pl.col("output").sum()
     )
+    for e, b, n in frame.group_by("eval", "basis").len().iter_rows():
+        est.eval_basis.setdefault(e, {})[b] = n
     for r in per_eval.sort("eval").iter_rows(named=True):
         est.evals[r["eval"]] = {
             "new": r["new"],
@@ -331,12 +340,18 @@ def _estimate_one(
 
 
 def estimate(
-    models: list[ModelRun], suite: Suite, cache: Cache, shard: Shard | None = None
+    models: list[ModelRun],
+    suite: Suite,
+    cache: Cache,
+    shard: Shard | None = None,
+    cached_too: bool = False,
 ) -> list[Estimate]:
     """The dry run of ``models`` (adapters built; a System One model must know its name) over
-    ``suite`` (only the requests ``shard`` owns, when given: ``runner.planning.shard``)."""
+    ``suite`` (only the requests ``shard`` owns, when given: ``runner.planning.shard``).
+    ``cached_too``: the requests the cache holds are estimated too, as if new (``new`` counts them;
+    ``dxi plan``'s tokens of an evaluation whose cached replies counted none)."""
     rates, history = learned_rates(cache), _history(cache)
-    return [_estimate_one(m, suite, cache, rates, history, shard) for m in models]
+    return [_estimate_one(m, suite, cache, rates, history, shard, cached_too) for m in models]
 
 
 def totals(estimates: list[Estimate]) -> dict:
