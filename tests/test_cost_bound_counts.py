@@ -1,0 +1,75 @@
+"""What a run stopped by the cost bound counts: each model's requests left (not sent, or found in
+the cache).
+
+The fake System One provider reports one output token per question and the System One adapter
+reserves one per question (``output_tokens_bound``), so at $250,000 per million output tokens and
+nothing for input every When2Call request reserves and costs exactly $0.25: a bound of $2.50 lets
+exactly 10 requests through, whatever the models' turns."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+import pytest
+
+from dxi.runner.cli import main
+from dxi.runner.errors import EXIT_COST_BOUND
+
+from .fakes.fake_provider import FakeProvider
+from .helpers.runs import write_run_file
+from .helpers.synthetic import when2call_row
+
+TASKS = 24
+PRICE = {"input": 0.0, "output": 250000.0}  # $0.25 a request
+
+
+def rows(root: Path, indices: range) -> None:
+    """The data directory holds the synthetic When2Call rows ``indices`` (a row's request is the
+    same whatever its place in the file)."""
+    path = root / "when2call" / "when2call_test_mcq.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(when2call_row(i)) + b"\n" for i in indices))
+
+
+def requests(tmp: Path) -> dict[str, dict]:
+    s = orjson.loads((tmp / "out" / "summary.json").read_bytes())
+    return {m["model"]: m["requests"] for m in s["models"]} | {"cost_bound": s["cost_bound"]}
+
+
+async def test_the_bound_counts_every_models_rest_not_sent_or_cached(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """Two models on two providers, the last 6 of their 24 requests cached by an earlier run: at
+    $2.50 the run sends 10 (both models together), finds 6 of each in the cache and leaves 48 - 12 -
+    10 = 26 not sent; each model's sent + cache_hits + not_sent is its 24 (the old code counted 4 a
+    model not sent, the requests already queued, and 0 cache hits: the cached ones came after the
+    stop)."""
+    async with FakeProvider(model=None) as server:
+        path = write_run_file(
+            tmp_path,
+            {"pa": (server.url, 60000), "pb": (server.url, 60000)},
+            [
+                {"name": "A", "provider": "pa", "model": "a", "price": PRICE},
+                {"name": "B", "provider": "pb", "model": "b", "price": PRICE},
+            ],
+        )
+        rows(tmp_path / "data", range(18, TASKS))
+        assert await asyncio.to_thread(main, ["run", str(path), "-q"]) == 0
+        assert server.stats()["arrivals"] == 12
+        rows(tmp_path / "data", range(TASKS))
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, ["run", str(path), "--max-cost", "2.5"])
+        out = capsys.readouterr().out
+        assert (code, server.stats()["arrivals"]) == (EXIT_COST_BOUND, 12 + 10)
+    got = requests(tmp_path)
+    a, b = got["A"], got["B"]
+    assert a["sent"] + b["sent"] == 10 and a["failed"] == b["failed"] == 0
+    assert (a["cache_hits"], b["cache_hits"]) == (6, 6)
+    assert (a["not_sent"], b["not_sent"]) == (24 - 6 - a["sent"], 24 - 6 - b["sent"])
+    assert a["not_sent"] + b["not_sent"] == 26 == got["cost_bound"]["remaining_requests"]
+    assert (
+        "Stopped at the cost bound: spent $2.500000 of $2.5 in this run; 26 request(s) not sent "
+        "(about $6.5000 expected)."
+    ) in " ".join(out.split())
