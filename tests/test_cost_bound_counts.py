@@ -1,5 +1,5 @@
 """What a run stopped by the cost bound counts: each model's requests left (not sent, or found in
-the cache).
+the cache), and each model's last progress line in a log.
 
 The fake System One provider reports one output token per question and the System One adapter
 reserves one per question (``output_tokens_bound``), so at $250,000 per million output tokens and
@@ -9,6 +9,7 @@ exactly 10 requests through, whatever the models' turns."""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import orjson
@@ -23,6 +24,7 @@ from .helpers.synthetic import when2call_row
 
 TASKS = 24
 PRICE = {"input": 0.0, "output": 250000.0}  # $0.25 a request
+LINE = re.compile(r"^\d\d:\d\d:\d\d (A|B): ", re.M)  # a progress line in plain-line mode
 
 
 def rows(root: Path, indices: range) -> None:
@@ -38,14 +40,14 @@ def requests(tmp: Path) -> dict[str, dict]:
     return {m["model"]: m["requests"] for m in s["models"]} | {"cost_bound": s["cost_bound"]}
 
 
-async def test_the_bound_counts_every_models_rest_not_sent_or_cached(
+async def test_the_bound_counts_every_models_rest_not_sent_or_cached_and_ends_its_progress(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ):
     """Two models on two providers, the last 6 of their 24 requests cached by an earlier run: at
     $2.50 the run sends 10 (both models together), finds 6 of each in the cache and leaves 48 - 12 -
     10 = 26 not sent; each model's sent + cache_hits + not_sent is its 24 (the old code counted 4 a
     model not sent, the requests already queued, and 0 cache hits: the cached ones came after the
-    stop)."""
+    stop), and each gets its last progress line though it never finished."""
     async with FakeProvider(model=None) as server:
         path = write_run_file(
             tmp_path,
@@ -73,3 +75,15 @@ async def test_the_bound_counts_every_models_rest_not_sent_or_cached(
         "Stopped at the cost bound: spent $2.500000 of $2.5 in this run; 26 request(s) not sent "
         "(about $6.5000 expected)."
     ) in " ".join(out.split())
+    # one line a model (the run takes less than the 10 s between lines), its last: none left
+    lines = [line.split(" ", 1)[1] for line in out.splitlines() if LINE.match(line)]
+    assert sorted(line.split(":")[0] for line in lines) == ["A", "B"]
+    for model, r in (("A", a), ("B", b)):
+        (line,) = (line for line in lines if line.startswith(f"{model}: "))
+        done = r["sent"] + 6
+        assert re.fullmatch(
+            rf"{model}: {done}/24 {100 * done / 24:.0f}% [\d.]+ req/s stopped "
+            rf"\${0.25 * r['sent']:.4f} \(run \$2\.5000 of \$2\.5\) retries 0 429s 0 invalid "
+            rf"replies 0 failed 0 cached 6 not sent {r['not_sent']}",
+            line,
+        ), line
