@@ -1,5 +1,5 @@
 """What a run stopped by the cost bound counts: each model's requests left (not sent, or found in
-the cache), and each model's last progress line in a log.
+the cache), the closing line's counts, and each model's last progress line in a log.
 
 The fake System One provider reports one output token per question and the System One adapter
 reserves one per question (``output_tokens_bound``), so at $250,000 per million output tokens and
@@ -20,7 +20,7 @@ from dxi.runner.errors import EXIT_COST_BOUND
 
 from .fakes.fake_provider import FakeProvider
 from .helpers.runs import write_run_file
-from .helpers.synthetic import when2call_row
+from .helpers.synthetic import data_dir, when2call_row
 
 TASKS = 24
 PRICE = {"input": 0.0, "output": 250000.0}  # $0.25 a request
@@ -87,3 +87,42 @@ async def test_the_bound_counts_every_models_rest_not_sent_or_cached_and_ends_it
             rf"replies 0 failed 0 cached 6 not sent {r['not_sent']}",
             line,
         ), line
+
+
+async def test_the_closing_line_counts_what_was_not_sent_apart_from_what_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """One request at a time: 9 answered ($2.25), the 10th's reply is not the wire format (charged
+    its reservation, $0.25: $2.50 spent), its retry cannot reserve: it is stored as a transient
+    failure, sent again by the next run, and 14 are not sent. The next run sends 15; the old line
+    called all 15 "not sent"."""
+    data_dir(tmp_path / "data", TASKS)
+    async with FakeProvider(model=None, script=["ok"] * 9 + ["malformed"]) as server:
+        path = write_run_file(
+            tmp_path,
+            {"pa": (server.url, 60000)},
+            [{"name": "A", "provider": "pa", "model": "a", "price": PRICE}],
+        )
+        capsys.readouterr()
+        code = await asyncio.to_thread(
+            main,
+            ["run", str(path), "--max-cost", "2.5", "--max-in-flight", "1", "--backoff", "0.01"],
+        )
+        out = capsys.readouterr().out
+        assert (code, server.stats()["arrivals"]) == (EXIT_COST_BOUND, 10)
+    got = requests(tmp_path)
+    a = got["A"]
+    assert (a["sent"], a["failed"], a["cache_hits"], a["not_sent"]) == (10, 1, 0, 14)
+    assert got["cost_bound"]["remaining_requests"] == 15
+    said = " ".join(out.split())
+    assert (
+        "Stopped at the cost bound: spent $2.500000 of $2.5 in this run; 14 request(s) not sent "
+        "and 1 sent that failed (transient): the next run sends these 15 (about $3.7500 "
+        "expected)."
+    ) in said
+    (line,) = (line.split(" ", 1)[1] for line in out.splitlines() if LINE.match(line))
+    assert re.fullmatch(
+        r"A: 10/24 42% [\d.]+ req/s stopped \$2\.5000 \(run \$2\.5000 of \$2\.5\) retries 0 429s 0 "
+        r"invalid replies 0 failed 1 cached 0 not sent 14",
+        line,
+    ), line
