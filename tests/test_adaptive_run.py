@@ -654,6 +654,11 @@ def test_the_cost_bound_holds_and_a_rerun_with_more_continues_the_sequence(
             "higher --max-cost continues the sequence"
         ) in out
         assert "Adaptive run (--until precision=5, order seed 0, 2 rounds)" in out
+        # the closing line: what the cut round left, then the most the rounds can still ask
+        assert (
+            f"{3 * third - (sent - 3 * two)} request(s) not sent; at most "
+            f"{s['cost_bound']['remaining_requests']} request(s) of the whole set left to send"
+        ) in " ".join(out.split())
         # the cache alone scores the same part, and says how to go on
         capsys.readouterr()
         assert dxi_score(server.url, small, tmp_path / "cache", tmp_path / "scored", THREE) == 0

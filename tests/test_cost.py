@@ -244,6 +244,27 @@ def test_progress_line_shows_rate_eta_spend_retries_429s_and_invalid():
     )
 
 
+def test_a_model_cut_short_gets_its_last_line_even_before_its_total_is_known():
+    """In a log: a model whose rest was not sent (the cost bound, a stopped provider) has none left
+    and gets its last line, "stopped", with what was not sent and refused; one that ended before
+    the tasks were counted gets it when its total comes."""
+    log = io.StringIO()
+    p = RunProgress(Console(file=log, width=300), {})
+    s = Stats(sent=3, ok=3, attempts=4, cache_hits=2, not_sent=4, refused=1, cost_usd=0.5)
+    p.update("m", s)
+    assert log.getvalue() == ""  # no total yet, and less than 10 s in
+    p.set_totals({"m": 10})
+    (line,) = log.getvalue().splitlines()
+    assert line.split(" ", 1)[1].startswith("m: 5/10 50% ")
+    assert line.endswith(
+        " req/s stopped $0.5000 retries 1 429s 0 invalid replies 0 failed 0 cached 2 not sent 4 "
+        "refused 1"
+    )
+    p.update("m", s)
+    p.set_totals({"m": 10})
+    assert len(log.getvalue().splitlines()) == 1  # once
+
+
 @pytest.mark.parametrize("width", [200, 80, 60])
 def test_the_live_progress_never_cuts_a_counter_the_bar_goes_first(width: int):
     s = Stats(

@@ -15,8 +15,11 @@ from ..planning import numbers, paths
 from . import options
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rich.console import Console
 
+    from ..sending.scheduler import Stats
     from ..session import RunResult
 
 DESCRIPTION = """\
@@ -188,6 +191,32 @@ def _print_summary(summary, console: Console, out) -> None:
     print_summary(summary, console, out)
 
 
+def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> str:
+    """The cost bound's line on what is left: this run's requests not sent, sent and failed
+    transiently, and refused (each counted by the run, ``Stats``), then what the next run sends
+    (``remaining``, counted in the cache after the run: the same requests, unless another process
+    wrote to it meanwhile; ``cost``: their expected cost). An adaptive run's rest is what its rounds
+    may still ask: the whole set's, at most."""
+    stats = list(stats)
+    counts = (
+        (sum(s.not_sent for s in stats), "request(s) not sent"),
+        (sum(s.failed - s.failed_fatal for s in stats), "sent that failed (transient)"),
+        (sum(s.refused for s in stats), "refused by a stopped provider"),
+    )
+    parts = [f"{n:,} {what}" for i, (n, what) in enumerate(counts) if n or i == 0]
+    told = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
+    if adaptive:
+        return (
+            f"{told}; at most {remaining:,} request(s) of the whole set left to send ({cost} for all "
+            "of them; --until asks only what a model needs to settle)"
+        )
+    if sum(n for n, _ in counts) != remaining:
+        return f"{told}; the next run sends {remaining:,} ({cost} expected)"
+    if len(parts) == 1:
+        return f"{told} ({cost} expected)"
+    return f"{told}: the next run sends these {remaining:,} ({cost} expected)"
+
+
 def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
     """What the summary does not say: the failed requests and their first errors, the cost bound
     reached, the providers stopped, the batches refused, unanswered or still open."""
@@ -219,16 +248,10 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
             if block["remaining_cost_usd"] is None
             else f"about ${block['remaining_cost_usd']:.4f}"
         )
-        # an adaptive run's rest is what its rounds may still ask: the whole set's, at most
-        adaptive = is_adaptive(result.summary)
+        remaining = block["remaining_requests"]  # what the next run sends: the cache's count
         console.print(
             f"[yellow]Stopped at the cost bound:[/] spent ${result.spent_usd:.6f} of ${max_cost:g} in this run; "
-            + (
-                f"at most {block['remaining_requests']} request(s) of the whole set not sent "
-                f"({left} for all of them; --until asks only what a model needs to settle)"
-                if adaptive
-                else f"{block['remaining_requests']} request(s) not sent ({left} expected)"
-            )
+            + _left(result.stats.values(), remaining, left, is_adaptive(result.summary))
             + ". Everything that arrived is in the cache: rerun with a higher --max-cost (or "
             "max_cost in the run file) to continue."
         )

@@ -1,9 +1,12 @@
 """Progress a person can watch at 3 a.m.: per model, done/total, rate, time left, spend, retries,
 429s and invalid answers. On a terminal a rich bar per model; otherwise (logs) plain timestamped
 lines, at most one per model every ``interval_s`` seconds (also while no reply arrives: a provider
-that is down shows as a count that stands still) plus one when a model finishes, e.g.::
+that is down shows as a count that stands still) plus one when a model ends: it finishes ("done"),
+or the cost bound or a stop of its provider (or of it) leaves the rest of its requests not sent
+("stopped", with those counted ``not sent`` and ``refused``), e.g.::
 
     03:12:09 gpt-6.1-terra: 1200/2193 55% 3.9 req/s ETA 4m15s $0.4210 retries 3 429s 1 invalid 2 failed 0 cached 400
+    03:12:41 gpt-6.1-terra: 1310/2193 60% 3.9 req/s stopped $0.4597 retries 3 429s 1 invalid 2 failed 0 cached 400 not sent 883
 
 A model in batch mode adds its batches: submitted, running (with the time each has been running) and
 done; in place of the rate and the time left (answers come a batch at a time, hours apart: neither
@@ -34,6 +37,12 @@ from rich.text import Text
 
 from .cost import Budget
 from .scheduler import Stats
+
+
+def ended(s: Stats, total: int | None) -> bool:
+    """Whether a model with ``total`` requests (None: not counted yet) has none left: each one done
+    (answered, failed or found in the cache), not sent or refused (``Stats``)."""
+    return total is not None and s.done + s.not_sent + s.refused >= total
 
 
 def _duration(seconds: float) -> str:
@@ -216,6 +225,11 @@ class RunProgress:
                     self._bars.update(self._ids[label], total=total)
                 else:
                     self._ids[label] = self._bars.add_task(label, total=total, detail="")
+            return
+        now = time.monotonic()
+        for label, stats in self._stats.items():  # ended before its total was known: its last line
+            if ended(stats, self.totals.get(label)):
+                self._show(label, stats, now)
 
     def __exit__(self, *exc: object) -> None:
         if self._ticker is not None:
@@ -225,8 +239,9 @@ class RunProgress:
             self._bars.stop()
 
     def line(self, label: str, s: Stats, now: float | None = None) -> str:
-        """One model's progress: done/total, share, rate, time left, spend, retries, 429s, invalid,
-        failed."""
+        """One model's progress: done/total, share, rate, time left ("done"; "stopped" when the rest
+        was not sent), spend, retries, 429s, invalid, failed, cached, and the requests not sent and
+        refused when there are."""
         now = time.monotonic() if now is None else now
         total = self.totals.get(label)
         share = f"{100 * s.done / total:.0f}%" if total else "-"
@@ -239,6 +254,8 @@ class RunProgress:
             if left is None
             else ("done" if label not in self.rounds else f"round {self.rounds[label]} done")
             if left <= 0
+            else "stopped"
+            if ended(s, total)
             else (f"ETA {_duration(left / rate)}" if rate > 0 else "ETA -")
         )
         if label in self.free:
@@ -257,7 +274,10 @@ class RunProgress:
         return (
             f"{s.done}/{'?' if total is None else total} {share} {pace} {spend}retries {retries} "
             f"429s {s.rate_limited} "
-            f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}" + batches(s)
+            f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}"
+            + (f" not sent {s.not_sent}" if s.not_sent else "")
+            + (f" refused {s.refused}" if s.refused else "")
+            + batches(s)
         )
 
     def stopping(self, signal_name: str, in_flight: int, grace_s: float) -> None:
@@ -297,9 +317,9 @@ class RunProgress:
             self._bars.update(self._ids[label], completed=stats.done, detail=detail)
             return
         total = self.totals.get(label)
-        # its last line, once: all done, and no batch of it still open (the line after its
-        # collection)
-        if total is not None and stats.done >= total and not getattr(stats, "running", None):
+        # its last line, once: none left (``ended``), and no batch of it still open (the line after
+        # its collection)
+        if ended(stats, total) and not getattr(stats, "running", None):
             if label in self._finished:
                 return
             self._finished.add(label)

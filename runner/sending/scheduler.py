@@ -30,10 +30,13 @@ Models: each is a ``ModelRun`` (or a bare Adapter: its defaults): its own number
 of the limits it shares (a run file's provider table; default ``Adapter.limits_key``) and its price.
 The cost bound (``runner.sending.cost``): each attempt reserves its cost bound before it is sent,
 waiting for attempts in flight to settle when it does not fit; once it cannot fit with nothing in
-flight, the feeders hand out nothing more, requests already handed out are not sent (their attempts
+flight, the feeders hand out nothing more and count what each model has left (``drain``: not sent,
+or a cache hit for one the cache has), requests already handed out are not sent (their attempts
 cannot reserve either), the attempts in flight finish and are recorded, and ``run`` returns
 (``Budget.stopped``). A provider stops the same way, alone, on a failure every request to it would
-meet, and a model on a failure that names it alone (``runner.sending.stops``).
+meet, and a model on a failure that names it alone (``runner.sending.stops``). Either way each
+model's ``sent + refused + cache_hits + not_sent`` is its ``total`` (a stop from outside leaves the
+rest uncounted).
 """
 
 from __future__ import annotations
@@ -253,15 +256,17 @@ class Scheduler:
 
     def next_job(self, provider: str) -> _Job | None:
         """The next request of ``provider``'s feed, its models taking turns; None once all are done,
-        or once the cost bound is reached or an error stops the run (a malformed row: recorded in
+        or once the cost bound is reached or the provider stopped (its models' rest is then left in
+        ``unsent`` for its feeder to count), or an error stops the run (a malformed row: recorded in
         ``stopped_by``)."""
-        if self.budget.stopped or self.stopped_by or self.stop.requested:
+        if self.stopped_by or self.stop.requested:
             return None
         streams = self.feeds[provider]
         limiter = self.limiters[provider]
         if (
-            limiter.halted is not None
-        ):  # the provider stopped (runner.sending.stops): count the rest not sent
+            self.budget.stopped or limiter.halted is not None
+        ):  # the cost bound was reached or the provider stopped (runner.sending.stops): count the
+            # rest not sent
             if streams:
                 # by its feeder (``fill``), beside the requests still in flight (a big suite's rest
                 # takes seconds)
@@ -290,7 +295,8 @@ class Scheduler:
         return None
 
     async def drain(self, streams: list[Iterator[_Job]]) -> None:
-        """Count the requests left in a stopped provider's ``streams`` as not sent, ``DRAIN_BATCH``
+        """Count the requests left in ``streams`` (a stopped provider's or model's, or every
+        provider's once the cost bound is reached) as not sent, ``DRAIN_BATCH``
         per event-loop turn (each is encoded and looked up in the cache: a cached one counts as a
         cache hit, as it would have); an error of a task stream stops the run as it does when met by
         ``next_job``."""
@@ -337,6 +343,7 @@ class Scheduler:
             except (CostBoundReached, RunStopping) as stopping:
                 if not outcome.attempts:  # not sent: no row, the next run sends it
                     st.not_sent += 1
+                    self.progress(job.adapter.label)
                     return
                 # sent, failed, and its retry not sent: its row is a transient failure (sent again
                 # next run)

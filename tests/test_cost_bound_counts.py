@@ -1,0 +1,128 @@
+"""What a run stopped by the cost bound counts: each model's requests left (not sent, or found in
+the cache), the closing line's counts, and each model's last progress line in a log.
+
+The fake System One provider reports one output token per question and the System One adapter
+reserves one per question (``output_tokens_bound``), so at $250,000 per million output tokens and
+nothing for input every When2Call request reserves and costs exactly $0.25: a bound of $2.50 lets
+exactly 10 requests through, whatever the models' turns."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+
+from dxi.runner.cli import main
+from dxi.runner.errors import EXIT_COST_BOUND
+
+from .fakes.fake_provider import FakeProvider
+from .helpers.runs import write_run_file
+from .helpers.synthetic import data_dir, when2call_row
+
+TASKS = 24
+PRICE = {"input": 0.0, "output": 250000.0}  # $0.25 a request
+LINE = re.compile(r"^\d\d:\d\d:\d\d (A|B): ", re.M)  # a progress line in plain-line mode
+
+
+def rows(root: Path, indices: range) -> None:
+    """The data directory holds the synthetic When2Call rows ``indices`` (a row's request is the
+    same whatever its place in the file)."""
+    path = root / "when2call" / "when2call_test_mcq.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(when2call_row(i)) + b"\n" for i in indices))
+
+
+def requests(tmp: Path) -> dict[str, dict]:
+    s = orjson.loads((tmp / "out" / "summary.json").read_bytes())
+    return {m["model"]: m["requests"] for m in s["models"]} | {"cost_bound": s["cost_bound"]}
+
+
+async def test_the_bound_counts_every_models_rest_not_sent_or_cached_and_ends_its_progress(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """Two models on two providers, the last 6 of their 24 requests cached by an earlier run: at
+    $2.50 the run sends 10 (both models together), finds 6 of each in the cache and leaves 48 - 12 -
+    10 = 26 not sent; each model's sent + cache_hits + not_sent is its 24 (the old code counted 4 a
+    model not sent, the requests already queued, and 0 cache hits: the cached ones came after the
+    stop), and each gets its last progress line though it never finished."""
+    async with FakeProvider(model=None) as server:
+        path = write_run_file(
+            tmp_path,
+            {"pa": (server.url, 60000), "pb": (server.url, 60000)},
+            [
+                {"name": "A", "provider": "pa", "model": "a", "price": PRICE},
+                {"name": "B", "provider": "pb", "model": "b", "price": PRICE},
+            ],
+        )
+        rows(tmp_path / "data", range(18, TASKS))
+        assert await asyncio.to_thread(main, ["run", str(path), "-q"]) == 0
+        assert server.stats()["arrivals"] == 12
+        rows(tmp_path / "data", range(TASKS))
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, ["run", str(path), "--max-cost", "2.5"])
+        out = capsys.readouterr().out
+        assert (code, server.stats()["arrivals"]) == (EXIT_COST_BOUND, 12 + 10)
+    got = requests(tmp_path)
+    a, b = got["A"], got["B"]
+    assert a["sent"] + b["sent"] == 10 and a["failed"] == b["failed"] == 0
+    assert (a["cache_hits"], b["cache_hits"]) == (6, 6)
+    assert (a["not_sent"], b["not_sent"]) == (24 - 6 - a["sent"], 24 - 6 - b["sent"])
+    assert a["not_sent"] + b["not_sent"] == 26 == got["cost_bound"]["remaining_requests"]
+    assert (
+        "Stopped at the cost bound: spent $2.500000 of $2.5 in this run; 26 request(s) not sent "
+        "(about $6.5000 expected)."
+    ) in " ".join(out.split())
+    # one line a model (the run takes less than the 10 s between lines), its last: none left
+    lines = [line.split(" ", 1)[1] for line in out.splitlines() if LINE.match(line)]
+    assert sorted(line.split(":")[0] for line in lines) == ["A", "B"]
+    for model, r in (("A", a), ("B", b)):
+        (line,) = (line for line in lines if line.startswith(f"{model}: "))
+        done = r["sent"] + 6
+        assert re.fullmatch(
+            rf"{model}: {done}/24 {100 * done / 24:.0f}% [\d.]+ req/s stopped "
+            rf"\${0.25 * r['sent']:.4f} \(run \$2\.5000 of \$2\.5\) retries 0 429s 0 invalid "
+            rf"replies 0 failed 0 cached 6 not sent {r['not_sent']}",
+            line,
+        ), line
+
+
+async def test_the_closing_line_counts_what_was_not_sent_apart_from_what_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """One request at a time: 9 answered ($2.25), the 10th's reply is not the wire format (charged
+    its reservation, $0.25: $2.50 spent), its retry cannot reserve: it is stored as a transient
+    failure, sent again by the next run, and 14 are not sent. The next run sends 15; the old line
+    called all 15 "not sent"."""
+    data_dir(tmp_path / "data", TASKS)
+    async with FakeProvider(model=None, script=["ok"] * 9 + ["malformed"]) as server:
+        path = write_run_file(
+            tmp_path,
+            {"pa": (server.url, 60000)},
+            [{"name": "A", "provider": "pa", "model": "a", "price": PRICE}],
+        )
+        capsys.readouterr()
+        code = await asyncio.to_thread(
+            main,
+            ["run", str(path), "--max-cost", "2.5", "--max-in-flight", "1", "--backoff", "0.01"],
+        )
+        out = capsys.readouterr().out
+        assert (code, server.stats()["arrivals"]) == (EXIT_COST_BOUND, 10)
+    got = requests(tmp_path)
+    a = got["A"]
+    assert (a["sent"], a["failed"], a["cache_hits"], a["not_sent"]) == (10, 1, 0, 14)
+    assert got["cost_bound"]["remaining_requests"] == 15
+    said = " ".join(out.split())
+    assert (
+        "Stopped at the cost bound: spent $2.500000 of $2.5 in this run; 14 request(s) not sent "
+        "and 1 sent that failed (transient): the next run sends these 15 (about $3.7500 "
+        "expected)."
+    ) in said
+    (line,) = (line.split(" ", 1)[1] for line in out.splitlines() if LINE.match(line))
+    assert re.fullmatch(
+        r"A: 10/24 42% [\d.]+ req/s stopped \$2\.5000 \(run \$2\.5000 of \$2\.5\) retries 0 429s 0 "
+        r"invalid replies 0 failed 1 cached 0 not sent 14",
+        line,
+    ), line
