@@ -510,3 +510,33 @@ def test_a_server_serving_another_model_than_named_stops_its_provider_alone(
     )
     with Cache(tmp_path / "cache") as cache:
         assert set(cache.scan().collect()["provider"]) == {"embedded"}
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_model_named_by_its_server_runs_from_the_cache_when_the_server_is_down(
+    data_dir: Path, tmp_path: Path, capsys
+):
+    """A run file leaves the model's name to its real ``sparrow-decider serve``; once every request
+    is cached, the server down: ``dxi estimate`` counts all 12 cached (none a "new model"), and
+    ``dxi run`` names the model from the cache (the one model cached from that server), sends
+    nothing, stops nothing, exits 0 and writes the same index as with the server up."""
+    from dxi.runner.cli import main
+
+    with sparrow() as url:
+        run_file = _run_file(tmp_path, data_dir, "local", url, None)
+        assert main(["run", str(run_file), "-q"]) == 0
+    up = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    capsys.readouterr()
+    assert main(["estimate", str(run_file), "--json"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    mine = next(m for m in doc["models"] if m["model"] == "sparrow server")
+    assert (mine["cached"], mine["new"], mine["reasons"], doc["unreachable"]) == (12, 0, {}, {})
+    assert main(["run", str(run_file)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Running 2 models (sparrow server (all cached); embedded (all cached))" in out
+    assert "Every request is in the cache (24): nothing to send." in out
+    down = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    index = {m["model"]: m["decision_index"] for m in up["models"]}
+    assert {m["model"]: m["decision_index"] for m in down["models"]} == index
+    assert index["sparrow server"] is not None and "stopped_providers" not in down

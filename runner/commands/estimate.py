@@ -72,9 +72,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
         if unnamed:  # a System One server names its model: ask it (GET /health; no request is sent)
 
             async def learn_names() -> None:
-                started, _ = await start_adapters(
-                    unnamed
-                )  # (one that cannot be reached is warned about below)
+                # one that cannot be reached is named from the cache when it holds one model of
+                # that server (and warned about below when it has requests to send)
+                started, _ = await start_adapters(unnamed, cache)
                 for m in started:
                     await m.adapter.close()
 
