@@ -389,8 +389,9 @@ class Adapter(abc.ABC):
 
     async def check_reachable(self) -> None:
         """Raise ProviderStop (cause ``UNREACHABLE``) when the model's server cannot be reached now
-        (a connection opened and closed, nothing sent: ``dxi estimate`` warns with it); nothing to
-        check for a model that runs in this process."""
+        (a connection opened and closed, nothing sent: ``dxi estimate`` warns with it; a System One
+        server is also asked ``GET /health``, cause ``SERVED``); nothing to check for a model that
+        runs in this process."""
         return None
 
     async def close(self) -> None:
