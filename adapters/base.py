@@ -389,8 +389,9 @@ class Adapter(abc.ABC):
 
     async def check_reachable(self) -> None:
         """Raise ProviderStop (cause ``UNREACHABLE``) when the model's server cannot be reached now
-        (a connection opened and closed, nothing sent: ``dxi estimate`` warns with it); nothing to
-        check for a model that runs in this process."""
+        (a connection opened and closed, nothing sent: ``dxi estimate`` warns with it; a System One
+        server is also asked ``GET /health``, cause ``SERVED``); nothing to check for a model that
+        runs in this process."""
         return None
 
     async def close(self) -> None:
@@ -423,6 +424,15 @@ class Adapter(abc.ABC):
         """Parse a reply body into one Answer per question; raises MalformedReply when the body is
         not the wire format. Problems with single answers are recorded as invalid answers, not
         raised."""
+
+    def check_served(self, reply: Reply) -> None:
+        """Raise ProviderStop (cause ``SERVED``) when ``reply`` is not an answer of the model asked
+        for: the server that gave it serves another model (``adapters.systemone``). The runner calls
+        it after ``decode``, and stores no such reply. A hosted provider's served name is never
+        refused here: an alias, a dated snapshot or a provider's reroute is recorded
+        (``served_model``; summary.json's ``served_models``), and this default accepts every
+        reply."""
+        return None
 
     def decode_parsed(self, task: Task, body: bytes, doc: Any) -> Reply:
         """``decode`` of a body parsed already: ``doc`` is ``body`` as ``json_body.load_json`` reads

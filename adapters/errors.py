@@ -21,7 +21,8 @@
     ├── ProviderStop               a failure every request to this provider would meet alike: quota or
     │                              spend limit exhausted, key refused (401/403), a stated wait longer than
     │                              the run accepts, a server that cannot be reached (at start, or for longer
-    │                              than the run waits); or to this model alone (``scope`` "model"): unknown
+    │                              than the run waits), a System One server that serves another model than
+    │                              the one asked for (at start, or in a reply); or to this model alone (``scope`` "model"): unknown
     │                              model (404), a 400 for a schema or parameter it does not support. The
     │                              runner stops sending to that provider or model (``runner.sending.stops``); the
     │                              request is not stored, so the next run sends it
@@ -136,6 +137,7 @@ QUOTA, KEY, MODEL, REQUEST, WAIT = (
     "wait too long",
 )
 UNREACHABLE = "server unreachable"
+SERVED = "serves another model"  # a System One server whose model is not the one asked for
 SCOPE_PROVIDER, SCOPE_MODEL = "provider", "model"
 MODEL_CAUSES = frozenset(
     {MODEL, REQUEST}
@@ -146,7 +148,8 @@ class ProviderStop(AdapterError):
     """A failure that every request to this provider (or to this model on it) would meet alike:
     nothing more is sent to it.
 
-    ``cause`` is one of ``QUOTA``, ``KEY``, ``MODEL``, ``REQUEST``, ``WAIT``, ``UNREACHABLE``; the
+    ``cause`` is one of ``QUOTA``, ``KEY``, ``MODEL``, ``REQUEST``, ``WAIT``, ``UNREACHABLE``,
+    ``SERVED`` (a System One server that serves another model than the one asked for); the
     message carries the provider's own words (at most 300 bytes, the key redacted). ``resets_in_s``
     is the seconds until the provider says access resumes (measured against the reply's ``Date``
     header), when it says so. ``scope`` is ``SCOPE_MODEL`` for what names one model (an unknown

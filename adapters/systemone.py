@@ -36,7 +36,7 @@ from dxi.evals import CHOICE, Task
 from . import http
 from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
 from .decision import choice_answer, yes_no_answer
-from .errors import UNREACHABLE, Fatal, MalformedReply, ProviderStop, Transient
+from .errors import SERVED, UNREACHABLE, Fatal, MalformedReply, ProviderStop, Transient
 from .json_body import duplicates, load_json
 from .provider_errors import body_error
 
@@ -159,7 +159,9 @@ def decode_answers(task: Task, answers: dict) -> tuple[Answer, ...]:
 class SystemOne(Adapter):
     """A System One server over aiohttp. ``start`` asks ``GET /health`` for the model the server
     serves: it becomes the model name when the model string names none; a named model the server
-    does not serve fails fast (Fatal) rather than scoring another model under its name. An
+    does not serve stops the provider (ProviderStop, cause ``SERVED``: the run's other providers go
+    on) rather than scoring another model under its name, and so does a reply, later, that names
+    another model (``check_served``: the server was restarted with another). An
     unreachable server fails with a clear message. The cache key's endpoint is the full URL (base
     URL included), as for the hosted adapters: one model name on two servers never shares cache
     rows."""
@@ -190,7 +192,16 @@ class SystemOne(Adapter):
         return self.base_url + ENDPOINT
 
     async def check_reachable(self) -> None:
+        """A connection opened and closed (``http.check_reachable``), then ``GET /health``: a
+        ProviderStop when the server cannot be reached, or serves another model than the one named
+        (cause ``SERVED``, as ``start`` would stop it). Nothing is sent to ``/v1/systemone``."""
         await http.check_reachable(self.base_url, self.label)
+        if self.model:
+            try:
+                await self.start()
+            except Fatal:  # a server that answers /health oddly: `dxi run` says so when it starts
+                return
+            await self.close()
 
     async def start(self) -> None:
         self._session = http.session(self.limits.max_in_flight, self.limits.attempt_timeout_s)
@@ -218,12 +229,13 @@ class SystemOne(Adapter):
             # A server that reports one model answers with it whatever the request names
             # (sparrow-decider serve ignores the request's model): another name would file its
             # answers under the wrong model. A proxy serving many models (LiteLLM) reports none
-            # here, and is trusted.
+            # here, and is trusted until a reply names another model (check_served).
             if served is not None and served != self.model:
                 await self.close()
-                raise Fatal(
+                raise ProviderStop(
                     f"the System One server at {self.base_url} serves {served!r}, not {self.model!r}; "
-                    f"name the model it serves (systemone:{served}@{self.base_url}) or leave the name out"
+                    f"name the model it serves (systemone:{served}@{self.base_url}) or leave the name out",
+                    SERVED,
                 )
             return
         if served is None:
@@ -267,6 +279,23 @@ class SystemOne(Adapter):
 
     def decode(self, task: Task, body: bytes) -> Reply:
         return decode_body(task, body)
+
+    def check_served(self, reply: Reply) -> None:
+        """A reply that names another model than the one this run asks for (named in the model
+        string, or by ``GET /health`` at start; compared exactly, as at start) is not its answer:
+        the server changed model since the run started (restarted with another). ProviderStop
+        (cause ``SERVED``): the provider stops, as it would have at start, and the reply is not
+        stored. A reply that names no model is taken as the model asked for."""
+        served = reply.served_model
+        if served and self.model and served != self.model:
+            raise ProviderStop(
+                f"the System One server at {self.base_url} answered as {served!r}, not {self.model!r} "
+                "as asked: another model serves there now (was the server restarted with another "
+                f"model?); that reply is not {self.model}'s answer and is not stored. Serve "
+                f"{self.model} there again and rerun (the next run sends what is missing), or run the "
+                f"model it serves under its own name (systemone:{served}@{self.base_url})",
+                SERVED,
+            )
 
     def output_tokens_bound(self, task: Task) -> int | None:
         """System One servers count one output token per question (Strands Decider; sparrow reports

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from dxi.scoring.records import Summary
     from dxi.view.data import Browser
 
-    from .planning.plan import Plan
+    from .planning.plan import ModelRun, Plan
 
 
 @dataclass
@@ -138,11 +138,7 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
     same = []
     for m in plan.models:
         a = m.adapter
-        config = (
-            (pl.col("provider") == a.kind)
-            & (pl.col("endpoint") == a.endpoint)
-            & (pl.col("params") == a.params_key)
-        )
+        config = _config(a)
         if (
             not a.model
         ):  # a System One server that names its model: the one model cached from that server
@@ -175,6 +171,32 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
     plan.check_labels()
     notes = more_epochs(pl.concat(same), plan.epochs) if inputs.models and not inputs.epochs else []
     return ToScore(plan.models_frame(), plan.prices(), plan.epochs, notes)
+
+
+def _config(a: adapters.Adapter) -> pl.Expr:
+    """The rows of ``scoring.models_in_cache`` of ``a``'s adapter, endpoint and parameters (any
+    model name)."""
+    return (
+        (pl.col("provider") == a.kind)
+        & (pl.col("endpoint") == a.endpoint)
+        & (pl.col("params") == a.params_key)
+    )
+
+
+def name_from_cache(cache: Cache, models: list[ModelRun]) -> None:
+    """Name each of ``models`` that has no model name (a System One server that names its model,
+    and could not be asked: it is down) after the one model the cache holds from its endpoint with
+    its parameters, as ``models_to_score`` names it; one the cache holds none or several of stays
+    unnamed. So a model whose answers are all cached runs from the cache with its server down
+    (``runner.session``), and ``dxi estimate`` counts its cached requests."""
+    unnamed = [m for m in models if not m.adapter.model]
+    if not unnamed:
+        return
+    found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
+    for m in unnamed:
+        kinds = found.filter(_config(m.adapter))
+        if kinds.height == 1:
+            m.adapter.model = kinds["model"].item()
 
 
 def more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:

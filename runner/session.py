@@ -45,6 +45,7 @@ _estimate = LazyModule("dxi.runner.planning.estimate")
 _progress = LazyModule("dxi.runner.sending.progress")
 _dispatch = LazyModule("dxi.runner.dispatch")
 _rounds = LazyModule("dxi.runner.adaptive.rounds")
+_rescore = LazyModule("dxi.runner.rescore")
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -164,13 +165,11 @@ def run(
         if rounds is not None and rounds.order is not None:
             extra["adaptive"] = rounds.block()
         # the last log parsed once, before scoring (which reads its rows from memory instead of
-        # parsing the log twice) and written as a shard on the compactor thread while the scoring
-        # runs
+        # parsing the log twice) and written as a shard on the compactor thread while scoring runs
         cache.close(wait=False)
         models = plan.models_frame()
-        annotate(
-            plan.suite, models=models, cache_dir=plan.cache_dir
-        )  # models whose other runs selected other tasks
+        # models whose other runs selected other tasks
+        annotate(plan.suite, models=models, cache_dir=plan.cache_dir)
         summary = _files.score(
             cache,
             plan.suite,
@@ -306,12 +305,13 @@ def bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
 
 
 async def start_adapters(
-    models: list[ModelRun],
+    models: list[ModelRun], cache: Cache | None = None
 ) -> tuple[list[ModelRun], list[tuple[ModelRun, adapters.ProviderStop]]]:
     """Start every adapter (closing those started if one fails); UsageError for one that cannot
-    start. A model whose server cannot be reached (a ProviderStop) is not started: it is returned
-    beside the started ones with its stop, for its provider to be stopped alone
-    (``runner.sending.stops``)."""
+    start. A model whose server cannot be reached, or serves another model than the one named (a
+    ProviderStop), is not started: it is returned beside the started ones with its stop, for its
+    provider to be stopped alone (``runner.sending.stops``); with a ``cache``, one of them that has
+    no model name is named from it (``runner.rescore.name_from_cache``)."""
     started, unreachable = [], []
     try:
         for m in models:
@@ -325,6 +325,8 @@ async def start_adapters(
         for m in started:
             await m.adapter.close()
         raise UsageError(str(exc)) from None
+    if cache is not None:
+        _rescore.name_from_cache(cache, [m for m, _ in unreachable])
     return started, unreachable
 
 
@@ -473,24 +475,22 @@ async def _send(
     cached = {
         m.label: n for m in plan.models if (n := all_cached(m, plan, cache, dist.shard)) is not None
     }
-    idle = set(cached)
-    _dispatch.settle_cached(
-        [m for m in plan.models if m.label in idle], cache
-    )  # a batch whose rows are all in: closed
-    started, unreachable = await start_adapters([m for m in plan.models if m.label not in idle])
-    models = plan.models
+    # a batch whose rows are all in: closed
+    _dispatch.settle_cached([m for m in plan.models if m.label in cached], cache)
+    waiting = [m for m in plan.models if m.label not in cached]
+    started, stopped = await start_adapters(waiting, cache)
+    # one named from the cache (its server down) with every answer there needs no server
+    cached |= {m.label: n for m, _ in stopped if (n := all_cached(m, plan, cache, dist.shard))}
+    idle, models = set(cached), plan.models
     roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
     try:
         plan.check_labels()
-        remember(
-            plan
-        )  # what this run selects, for `dxi score` without a selection (runner.planning.selection)
+        # what this run selects, for `dxi score` without one (runner.planning.selection)
+        remember(plan)
         limiters.update(dist.limiters(models))
-        for (
-            m,
-            problem,
-        ) in unreachable:  # its provider stops alone (runner.sending.stops): the others run
-            limiters.setdefault(m.limits_key, ProviderLimiter(m.adapter.limits)).halt(problem)
+        for m, problem in stopped:  # its provider stops alone (runner.sending.stops)
+            if m.label not in idle:
+                limiters.setdefault(m.limits_key, ProviderLimiter(m.adapter.limits)).halt(problem)
         shard = dist.shard
         if len(idle) == len(models) and rounds is None:  # nothing to send (the counts are known)
             stats = {

@@ -4,10 +4,12 @@ real peer, ``sparrow-decider serve``, which must give the embedded adapter's ans
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -16,10 +18,11 @@ import pytest
 
 from dxi import adapters
 from dxi.adapters import Limits
-from dxi.adapters.errors import UNREACHABLE
+from dxi.adapters.errors import SERVED, UNREACHABLE
+from dxi.cache import Cache
 
-from .fakes.fake_provider import FakeProvider
-from .helpers.runs import FAST, run_model
+from .fakes.fake_provider import FakeProvider, systemone
+from .helpers.runs import FAST, ONE, run_model
 
 
 async def test_success_parses_answers_usage_and_learns_the_model_name(
@@ -158,19 +161,86 @@ async def test_unreachable_server_is_a_clear_error():
     assert stop.value.cause == UNREACHABLE
 
 
-async def test_a_named_model_the_server_does_not_serve_fails_fast(data_dir: Path, tmp_path: Path):
+async def test_a_named_model_the_server_does_not_serve_stops_its_provider(
+    data_dir: Path, tmp_path: Path
+):
     async with FakeProvider(model="served") as server:
         wrong = adapters.get(f"systemone:other@{server.url}")
         with pytest.raises(
-            adapters.Fatal,
+            adapters.ProviderStop,
             match=f"serves 'served', not 'other'; name the model it serves "
             rf"\(systemone:served@{server.url}\)",
-        ):
+        ) as stop:
             await wrong.start()
+        assert (stop.value.cause, stop.value.scope) == (SERVED, "provider")
         adapter, stats, _ = await run_model(
             f"systemone:served@{server.url}", data_dir, tmp_path / "c"
         )
         assert (adapter.label, stats.ok, server.stats()["arrivals"]) == ("systemone:served", 1, 1)
+
+
+def swapping(after: int, first: str | None, then: str):
+    """A System One responder that answers its first ``after`` requests as ``first`` (None: as the
+    model each request names, like a proxy), then every one as ``then``: a server restarted with
+    another model mid-run."""
+    before, later, count = systemone(first, 0.7, 0.8), systemone(then, 0.7, 0.8), [0]
+
+    def respond(payload: dict) -> dict:
+        count[0] += 1
+        return (before if count[0] <= after else later)(payload)
+
+    return respond
+
+
+@pytest.mark.parametrize(
+    ("health", "model"),
+    [("fake-decider", ""), ("fake-decider", "fake-decider@"), (None, "fake-decider@")],
+    ids=["named-by-health", "named-and-served", "named-behind-a-proxy"],
+)
+async def test_a_server_that_changes_model_mid_run_stops_its_provider_and_stores_none_of_its_replies(
+    data_dir: Path, tmp_path: Path, health: str | None, model: str
+):
+    """The model asked for (named, or named by /health at start) answers 3 of its 12 requests, then
+    the server answers as another: that reply is not stored (no row under the model's key, so
+    nothing of the other model is ever scored as this one), the provider stops (cause SERVED), the 8
+    requests left are not sent; the next run against the right model sends exactly the 9 missing."""
+    swap = swapping(3, health, "fake-robot")
+    async with FakeProvider(model=health, routes={"/v1/systemone": swap}) as server:
+        limiters: dict = {}
+        adapter, stats, rows = await run_model(
+            f"systemone:{model}{server.url}", data_dir, tmp_path / "c", ONE, None, None, limiters
+        )
+        assert (server.stats()["ok"], stats.sent, stats.ok, stats.refused, stats.not_sent) == (
+            4,
+            3,
+            3,
+            1,
+            8,
+        )
+        assert (rows.height, set(rows["served_model"]), set(rows["model"])) == (
+            3,
+            {"fake-decider"},
+            {"fake-decider"},
+        )
+        stop = limiters[adapter.limits_key].halted
+        assert (stop.cause, str(stop)) == (
+            SERVED,
+            f"the System One server at {server.url} answered as 'fake-robot', not 'fake-decider' as "
+            "asked: another model serves there now (was the server restarted with another model?); "
+            "that reply is not fake-decider's answer and is not stored. Serve fake-decider there "
+            "again and rerun (the next run sends what is missing), or run the model it serves under "
+            f"its own name (systemone:fake-robot@{server.url})",
+        )
+        server.routes["/v1/systemone"] = systemone(health, 0.7, 0.8)  # the model asked for is back
+        _, again, rows = await run_model(
+            f"systemone:fake-decider@{server.url}", data_dir, tmp_path / "c", ONE, None, None
+        )
+    assert (again.sent, again.cache_hits, rows.height, set(rows["served_model"])) == (
+        9,
+        3,
+        12,
+        {"fake-decider"},
+    )
 
 
 async def test_a_proxy_serving_many_models_takes_any_name(data_dir: Path, tmp_path: Path):
@@ -210,27 +280,38 @@ async def test_unknown_embedded_model_lists_the_known():
         await adapters.get("embedded:sparrow-giant").start()
 
 
-@pytest.fixture
-def sparrow_server():
+@contextlib.contextmanager
+def sparrow(model: str | None = None) -> Iterator[str]:
+    """A real ``sparrow-decider [--model MODEL] serve`` on a free 127.0.0.1 port: its base URL;
+    stopped on exit."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     exe = Path(sys.executable).with_name("sparrow-decider")
     proc = subprocess.Popen(
-        [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [str(exe), *(("--model", model) if model else ()), "serve"]
+        + ["--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(10)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def sparrow_server():
+    with sparrow() as url:
+        yield url
 
 
 @pytest.mark.process
@@ -365,3 +446,97 @@ def test_question_types_are_read_from_health_and_refuse_only_what_is_not_declare
     assert unsupported(body, frozenset({"noul"}), "u").startswith(
         "not sent: the System One server at u answers noul questions only"
     )
+
+
+def _run_file(tmp_path: Path, data: Path, provider: str, url: str, model: str | None) -> Path:
+    """A run file of the System One model "sparrow server" on ``url`` (its ``model`` named, or left
+    to the server: None) and the embedded model, caching in ``tmp_path/cache``."""
+    named = f'model = "{model}"\n' if model else ""
+    path = tmp_path / "run.toml"
+    path.write_text(
+        f'data_dir = "{data}"\ncache_dir = "cache"\nout = "out"\n'
+        f'[providers.{provider}]\nkind = "systemone"\nbase_url = "{url}"\n'
+        f'[[models]]\nname = "sparrow server"\nprovider = "{provider}"\n{named}'
+        '[[models]]\nname = "embedded"\nprovider = "embedded"\nmodel = "sparrow-nano-general-v1.1"\n'
+    )
+    return path
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_server_serving_another_model_than_named_stops_its_provider_alone(
+    data_dir: Path, tmp_path: Path, capsys
+):
+    """A real ``sparrow-decider --model sparrow-nano-robot-v1.2 serve`` asked for
+    sparrow-nano-general-v1.1 in a run file beside the embedded model: ``dxi estimate`` warns, and
+    ``dxi run`` stops that provider alone (cause "serves another model", its 12 requests not sent,
+    none stored), runs the embedded model's 12 and exits 6."""
+    from dxi.runner.cli import main
+    from dxi.runner.errors import EXIT_PROVIDER_STOPPED
+
+    with sparrow("sparrow-nano-robot-v1.2") as url:
+        run_file = _run_file(tmp_path, data_dir, "robot", url, "sparrow-nano-general-v1.1")
+        said = (
+            f"the System One server at {url} serves 'sparrow-nano-robot-v1.2', not "
+            f"'sparrow-nano-general-v1.1'; name the model it serves "
+            f"(systemone:sparrow-nano-robot-v1.2@{url}) or leave the name out"
+        )
+        assert main(["estimate", str(run_file), "--json"]) == 0
+        doc = orjson.loads(capsys.readouterr().out)
+        assert (doc["serves_another_model"], doc["unreachable"]) == ({"sparrow server": said}, {})
+        assert main(["estimate", str(run_file)]) == 0
+        assert (
+            f"serves another model: {said}. dxi run would stop the provider of sparrow server "
+            "(exit code 6) and run the others." in " ".join(capsys.readouterr().out.split())
+        )
+        assert main(["run", str(run_file), "-q"]) == EXIT_PROVIDER_STOPPED
+    out = " ".join(capsys.readouterr().out.split())
+    summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    (stopped,) = summary["stopped_providers"]
+    assert {k: stopped[k] for k in ("provider", "models", "cause", "refused", "not_sent")} == {
+        "provider": "table:robot",
+        "models": ["sparrow server"],
+        "cause": SERVED,
+        "refused": 0,
+        "not_sent": 12,
+    }
+    assert stopped["message"] == said
+    requests = {m["model"]: m["requests"] for m in summary["models"]}
+    assert (requests["embedded"]["sent"], requests["sparrow server"]["sent"]) == (12, 0)
+    assert (
+        "serves another model. 0 request(s) refused, 12 not sent (sparrow server); the next run "
+        "sends them. Serve the model asked for there (or name the model the server serves), then "
+        "rerun; nothing it answered as another model was stored." in out
+    )
+    with Cache(tmp_path / "cache") as cache:
+        assert set(cache.scan().collect()["provider"]) == {"embedded"}
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_model_named_by_its_server_runs_from_the_cache_when_the_server_is_down(
+    data_dir: Path, tmp_path: Path, capsys
+):
+    """A run file leaves the model's name to its real ``sparrow-decider serve``; once every request
+    is cached, the server down: ``dxi estimate`` counts all 12 cached (none a "new model"), and
+    ``dxi run`` names the model from the cache (the one model cached from that server), sends
+    nothing, stops nothing, exits 0 and writes the same index as with the server up."""
+    from dxi.runner.cli import main
+
+    with sparrow() as url:
+        run_file = _run_file(tmp_path, data_dir, "local", url, None)
+        assert main(["run", str(run_file), "-q"]) == 0
+    up = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    capsys.readouterr()
+    assert main(["estimate", str(run_file), "--json"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    mine = next(m for m in doc["models"] if m["model"] == "sparrow server")
+    assert (mine["cached"], mine["new"], mine["reasons"], doc["unreachable"]) == (12, 0, {}, {})
+    assert main(["run", str(run_file)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Running 2 models (sparrow server (all cached); embedded (all cached))" in out
+    assert "Every request is in the cache (24): nothing to send." in out
+    down = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    index = {m["model"]: m["decision_index"] for m in up["models"]}
+    assert {m["model"]: m["decision_index"] for m in down["models"]} == index
+    assert index["sparrow server"] is not None and "stopped_providers" not in down

@@ -49,6 +49,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     import orjson
     import uvloop
 
+    from dxi.adapters.errors import SERVED
     from dxi.cache import Cache
 
     from ..outputs.terminal import print_estimate
@@ -66,7 +67,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
         retry_failed=args.retry_failed,
         remote=dist.remote,
     ) as cache:
-        options.name_by_servers(plan)  # (one that cannot be reached is warned about below)
+        # one that cannot be reached is named from the cache when it holds one model of that
+        # server (and warned about below when it has requests to send)
+        options.name_by_servers(plan, cache)
         plan.check_labels()
         plan.check_cost_bound()  # what `dxi run` would refuse under --max-cost, refused here too
         models = (
@@ -79,10 +82,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
         "total": total,
         "max_cost_usd": plan.max_cost,
         "problems": {m.adapter.label: p for m in plan.models if (p := m.adapter.missing_setup())},
-        "unreachable": uvloop.run(
-            unreachable([m for m, e in zip(plan.models, estimates, strict=True) if e.new])
-        ),
     }
+    stops = uvloop.run(
+        unreachable([m for m, e in zip(plan.models, estimates, strict=True) if e.new])
+    )
+    doc["unreachable"] = {k: str(v) for k, v in stops.items() if v.cause != SERVED}
+    doc["serves_another_model"] = {k: str(v) for k, v in stops.items() if v.cause == SERVED}
     if plan.batch:
         doc["batch"] = batch_note(plan)
     if args.json:

@@ -40,6 +40,8 @@ from . import (  # noqa: F401 (the commands read them here)
 )
 
 if TYPE_CHECKING:
+    from dxi.cache import Cache
+
     from ..batch.options import BatchOptions
     from ..planning.plan import Plan
 
@@ -461,10 +463,12 @@ def plan_of(args: argparse.Namespace, command: str = "dxi run") -> Plan:
     return from_args(args)
 
 
-def name_by_servers(plan: Plan) -> None:
+def name_by_servers(plan: Plan, cache: Cache | None = None) -> None:
     """Name each model given without a name (``systemone:URL``, a run file's System One provider
     without ``model``) as its server names it (GET /health; no request is sent), as ``dxi run`` does
-    when it starts it; one that cannot be reached stays unnamed (``dxi estimate`` warns of it)."""
+    when it starts it; one that cannot be reached is named from ``cache`` when it holds one model
+    of that server (``runner.rescore.name_from_cache``), else stays unnamed (``dxi estimate`` warns
+    of it)."""
     unnamed = [m for m in plan.models if not m.adapter.model]
     if not unnamed:
         return
@@ -473,7 +477,7 @@ def name_by_servers(plan: Plan) -> None:
     from ..session import start_adapters
 
     async def learn_names() -> None:
-        started, _ = await start_adapters(unnamed)
+        started, _ = await start_adapters(unnamed, cache)
         for m in started:
             await m.adapter.close()
 

@@ -284,11 +284,15 @@ def print_estimate(doc: dict, console: Console) -> None:
         )
     for problem in doc.get("problems", {}).values():
         console.print(f"[yellow]dxi run will refuse to start[/]: {escape(problem)}")
-    for label, why in doc.get("unreachable", {}).items():
-        console.print(
-            f"[yellow]cannot be reached now[/]: {escape(why)}. dxi run would stop the provider of "
-            f"{escape(label)} (exit code 6) and run the others."
-        )
+    for key, lead in (
+        ("unreachable", "cannot be reached now"),
+        ("serves_another_model", "serves another model"),
+    ):
+        for label, why in doc.get(key, {}).items():
+            console.print(
+                f"[yellow]{lead}[/]: {escape(why)}. dxi run would stop the provider of "
+                f"{escape(label)} (exit code 6) and run the others."
+            )
     if doc.get("batch"):
         batch = doc["batch"]
         console.print(

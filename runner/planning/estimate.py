@@ -49,16 +49,17 @@ from .shard import Shard
 from .tokens import TokenEstimate, input_bound, prior_output, thinking_effort, thinking_prior
 
 
-async def unreachable(models: Sequence[ModelRun]) -> dict[str, str]:
-    """The models whose server cannot be reached now, label -> why (``Adapter.check_reachable``: a
-    connection opened and closed each, all at once, nothing sent): ``dxi run`` would stop their
-    providers and run the others."""
+async def unreachable(models: Sequence[ModelRun]) -> dict[str, ProviderStop]:
+    """The models whose server cannot be reached now, or serves another model than the one named (a
+    System One server's ``GET /health``: cause ``SERVED``), label -> the stop ``dxi run`` would meet
+    (``Adapter.check_reachable``: a connection opened and closed each, all at once, nothing sent):
+    ``dxi run`` would stop their providers and run the others."""
 
-    async def why(model: ModelRun) -> str | None:
+    async def why(model: ModelRun) -> ProviderStop | None:
         try:
             await model.adapter.check_reachable()
         except ProviderStop as stop:
-            return str(stop)
+            return stop
         return None
 
     found = await asyncio.gather(*(why(m) for m in models))

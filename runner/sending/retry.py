@@ -8,6 +8,10 @@ header, Gemini's ``RetryInfo``), when given, is the wait instead, honoured exact
 ``Limits.max_stated_wait_s``, and pauses the whole provider (``runner.sending.limits``). Fatal
 errors (other 4xx) end at once.
 
+A reply the adapter says is not the model asked for (``Adapter.check_served``: a System One
+server that now serves another model) is a ProviderStop like those above: it is not stored, and its
+cost is settled from its usage.
+
 After each failed attempt ``reclassify`` applies the runner's two re-classifications (a stated wait
 too long becomes a ProviderStop; a refused form of request of a model that has answered others
 becomes Fatal). A ProviderStop (an exhausted quota, a refused key, an unknown model, a refused form
@@ -217,8 +221,9 @@ async def _once(
             out.ended = time.perf_counter()
             out.latency_ms = (out.ended - started) * 1000
             out.ttft_s, out.streamed = progress.ttft_s, progress.streamed
-        out.reply = reply = adapter.decode(task, out.body)
-        ok = True
+        reply = adapter.decode(task, out.body)
+        adapter.check_served(reply)  # not the model asked for: ProviderStop, no row (its cost kept)
+        out.reply, ok = reply, True
         limiter.model_replies[adapter.label] += 1
     except ReplyTooLarge as exc:  # read no further; stored invalid with its first bytes
         out.body = exc.prefix

@@ -5,7 +5,9 @@ A ``ProviderStop`` (``adapters.errors``; read from the providers' documented err
 ``adapters.provider_errors``) is an exhausted quota or spend limit, a refused key (401/403), a
 stated wait longer than ``Limits.max_stated_wait_s`` (``too_long``), or a server that cannot be
 reached (at the start of the run, or down for longer than ``max_stated_wait_s``:
-``runner.sending.outage``): the provider's, every model on it stops; or, when it names one model
+``runner.sending.outage``), or a System One server that serves another model than the one asked
+for (at start, or a reply that names another: ``Adapter.check_served``; no such reply is stored):
+the provider's, every model on it stops; or, when it names one model
 (``ProviderStop.scope`` "model"), an unknown model (404) or a 400 refusing the form of its requests
 (an unsupported schema, parameter or effort level): that model alone stops, and the other models on
 the same base URL go on. When one arrives (``runner.sending.retry``):
@@ -28,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from dxi.adapters import ProviderStop, RateLimited
-from dxi.adapters.errors import QUOTA, SCOPE_MODEL, SCOPE_PROVIDER, UNREACHABLE, WAIT
+from dxi.adapters.errors import QUOTA, SCOPE_MODEL, SCOPE_PROVIDER, SERVED, UNREACHABLE, WAIT
 
 from .limits import ProviderLimiter
 
@@ -193,6 +195,11 @@ def describe(block: dict) -> str:
         text += " Add credit or raise the limit, then rerun."
     elif block["cause"] == UNREACHABLE:
         text += " Start the server (or check its address and the network), then rerun."
+    elif block["cause"] == SERVED:
+        text += (
+            " Serve the model asked for there (or name the model the server serves), then rerun; "
+            "nothing it answered as another model was stored."
+        )
     else:
         text += " Fix the cause, then rerun."
     return text + f" Provider's message: {block['message']}"
