@@ -171,7 +171,9 @@ def test_a_run_stopped_before_scoring_has_a_line_without_counts(tmp_path: Path):
         ["run", "--model", "systemone:m@http://127.0.0.1:9", "--data-dir", str(tmp_path / "data")]
         + ["--sample", "3", "--seed", "7", "--max-cost", "2", "--price", "systemone:m=1/2"]
     )
-    line = history.line_of(options.plan_of(args), "2026-12-04T21:00:00Z", 130)
+    from dxi.runner.planning.selection import selection_of
+
+    line = history.line_of(selection_of(options.plan_of(args)), "2026-12-04T21:00:00Z", 130)
     assert WHEN.fullmatch(line.pop("ended"))
     assert line == {
         "started": "2026-12-04T21:00:00Z",

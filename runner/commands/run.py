@@ -98,6 +98,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     from .. import session
     from ..outputs import history
+    from ..planning.selection import selection_of
 
     started = history.now()  # for the run's line in OUT/run-history.jsonl (runner.outputs.history)
     plan = options.plan_of(args)
@@ -144,7 +145,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     def record(code: int, result: RunResult | None = None) -> int:
         """Append the run's line to OUT/run-history.jsonl (``runner.outputs.history``); ``code``."""
-        line = history.line_of(plan, started, code, result, dist.shard)
+        line = history.line_of(selection_of(plan, dist.shard), started, code, result)
         history.append(plan.out, line)
         return code
 

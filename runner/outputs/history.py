@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import orjson
 
@@ -40,11 +39,6 @@ from ..errors import (
     EXIT_TERMINATED,
     EXIT_UPLOAD,
 )
-
-if TYPE_CHECKING:
-    from ..planning.plan import Plan
-    from ..planning.shard import Shard
-    from ..session import RunResult
 
 RUNS_FILE = "run-history.jsonl"
 
@@ -68,29 +62,10 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def line_of(
-    plan: Plan,
-    started: str,
-    exit_code: int,
-    result: RunResult | None = None,
-    shard: Shard | None = None,
-) -> dict:
-    """The line of a run of ``plan`` that started at ``started`` (``now()``) and ends now with
-    ``exit_code``; ``result`` is ``runner.session.run``'s (None: stopped before scoring)."""
-    from ..planning.selection import Pick, record_of
-
-    record = record_of(plan)  # what the cache's record of the run's selection says
-    selection = {
-        "run_file": None if plan.source is None else str(plan.source),
-        "models": [m.label for m in plan.models],
-        "evals": list(record.evals),
-        **Pick.of(record).as_dict(),
-        "max_cost_usd": plan.max_cost,
-    }
-    if plan.until is not None:
-        selection["until"] = str(plan.until)
-    if shard is not None and shard.count > 1:
-        selection["shard"] = str(shard)
+def line_of(selection: dict, started: str, exit_code: int, result=None) -> dict:
+    """The line of a run that selected ``selection`` (``runner.planning.selection.selection_of``),
+    started at ``started`` (``now()``) and ends now with ``exit_code``; ``result`` is
+    ``runner.session.run``'s ``RunResult`` (None: stopped before scoring)."""
     return {
         "started": started,
         "ended": now(),

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
     from .inputs import PlanInputs
     from .plan import Plan
+    from .shard import Shard
 
 log = logging.getLogger("dxi.selection")
 
@@ -156,6 +157,26 @@ def given(inputs: PlanInputs, plan: Plan | None) -> bool:
         return True
     suite = plan.suite if plan is not None else None
     return suite is not None and (suite.limit is not None or isinstance(suite, SampledSuite))
+
+
+def selection_of(plan: Plan, shard: Shard | None = None) -> dict:
+    """What ``plan`` selects, as a run's line in OUT/run-history.jsonl writes it
+    (``runner.outputs.history``): the run file (None for ``--model``), the models' names, the
+    evaluations, the tasks (``limit``, or ``sample`` {tasks, seed}; neither: every task), the cost
+    bound (USD; None without one), and ``until`` (an adaptive run) and ``shard`` where given."""
+    record = record_of(plan)  # what the cache's record of the run's selection says
+    selection = {
+        "run_file": None if plan.source is None else str(plan.source),
+        "models": [m.label for m in plan.models],
+        "evals": list(record.evals),
+        **Pick.of(record).as_dict(),
+        "max_cost_usd": plan.max_cost,
+    }
+    if plan.until is not None:
+        selection["until"] = str(plan.until)
+    if shard is not None and shard.count > 1:
+        selection["shard"] = str(shard)
+    return selection
 
 
 def record_of(plan: Plan) -> RunRecord:
