@@ -169,7 +169,8 @@ def usage_blocks(
 ) -> tuple[dict[str, dict], dict]:
     """``(per model, run)``: each model's ``usage`` block — requests, replies, with_usage,
     input_tokens, output_tokens, ``price`` ({input, output} USD per million tokens, or null),
-    ``cost_usd`` (null with ``cost_reason`` without a price) and the same per evaluation under
+    ``cost_usd`` (null with ``cost_reason`` without a price; a ``note`` where replies reported no
+    usage, or 0 tokens for a priced model) and the same per evaluation under
     ``evals`` — and the run's total (null cost, with the reason, when any model has no price).
     ``table`` is ``scoring.pipeline.usage``. The requests a provider batch answered (its ``batch``
     rows) cost ``batch_prices[label]`` (default ``batch_price(price)``: half) and are counted in a
@@ -179,6 +180,7 @@ def usage_blocks(
         "requests": 0,
         "replies": 0,
         "with_usage": 0,
+        "counted": 0,
         "input_tokens": 0,
         "output_tokens": 0,
         "cached_input_tokens": 0,
@@ -212,6 +214,13 @@ def usage_blocks(
         in_batch = (batch_prices or {}).get(label, batch_price(price))
         sums, cost = costed(rows, price, in_batch)
         block = _block(sums, cost)
+        zeros = sums["with_usage"] - sums["counted"]
+        if zeros and price is not None and any(price):  # priced, but its server counts no tokens
+            zero_note = (
+                f"{zeros} replies reported 0 tokens (a server that counts none): their cost is not "
+                "counted"
+            )
+            block["note"] = "; ".join(filter(None, [block.get("note"), zero_note]))
         block["price"] = (
             None
             if price is None

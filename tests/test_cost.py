@@ -379,3 +379,39 @@ def test_run_file_paths_are_relative_to_the_file_and_flags_override(tmp_path: Pa
         s["models"][0]["model"] == "nano" and s["models"][0]["requests"]["sent"] == 4
     )  # 2 tasks of each of 4 evaluations, 1 each cached
     assert s["models"][0]["requests"]["cache_hits"] == 4
+
+
+def test_a_priced_model_whose_server_counts_no_tokens_is_noted_not_silently_free():
+    """A trial priced `sparrow-decider serve` (which reports 0 tokens) and its summary said $0.0000
+    with no word: its usage block now notes the replies that reported 0 tokens. A free model (the
+    embedded one, price 0/0) with the same replies gets no note."""
+    import polars as pl
+
+    from dxi.scoring.cost import usage_blocks
+    from dxi.scoring.pipeline import USAGE_SCHEMA
+
+    row = {
+        "eval": "when2call",
+        "requests": 4,
+        "replies": 4,
+        "with_usage": 3,  # one reply reported nothing (null), three reported 0 tokens
+        "counted": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
+        "cache_write_1h_tokens": 0,
+        "batch": False,
+    }
+    table = pl.DataFrame([{"label": "priced"} | row, {"label": "free"} | row], schema=USAGE_SCHEMA)
+    per_model, _ = usage_blocks(
+        table, ["priced", "free"], {"priced": (0.1, 0.4), "free": (0.0, 0.0)}
+    )
+    assert per_model["priced"]["cost_usd"] == 0.0
+    assert per_model["priced"]["note"] == (
+        "1 replies reported no usage: their tokens (and cost) are not counted; 3 replies reported "
+        "0 tokens (a server that counts none): their cost is not counted"
+    )
+    assert per_model["free"]["note"] == (
+        "1 replies reported no usage: their tokens (and cost) are not counted"
+    )
