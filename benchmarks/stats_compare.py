@@ -196,7 +196,7 @@ def _index_coverage(rng: np.random.Generator, tasks: int, sims: int) -> tuple[fl
         )
         covered += row["low"] <= truth <= row["high"]
         separated += row["significant"]
-        disagree += row["significant"] and row["low"] <= 0 <= row["high"]
+        disagree += row["p_adjusted"] < 0.05 and row["low"] <= 0 <= row["high"]
     return covered / sims, separated / sims, disagree / sims
 
 

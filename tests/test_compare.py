@@ -737,3 +737,26 @@ def test_newcombe_corrects_phi_for_continuity_as_method_10_does():
         np.array([46, 5]), np.array([46, 1]), np.array([28, 5]), np.array([393, 19]), 0.95
     )
     assert [round(v, 4) for v in (*low, *high)] == [-3.7086, -4.2737, 3.7086, 29.5861]
+
+
+def test_no_pair_is_separated_beside_an_interval_that_holds_0():
+    """20 tasks, a right on 80% and b on 40% (seeded): WildGuardTest's F1 difference is +43.1, its
+    bootstrap step-down p_adjusted 0.012, but its interval (the hull with MOVER, there because the
+    bootstrap alone undercovers an F1 difference at few questions) is [−2.6, +78.0]: the two
+    disagree, and the pair is not separated (a trial met "F1 prompt harm +28.9 [−3.1, +53.1] †").
+    Every separated pair's interval leaves 0 out."""
+    rng = np.random.default_rng(0)
+    a, b = list(rng.random(20) < 0.8), list(rng.random(20) < 0.4)
+    scored = score(
+        frame(suite("m:a", a) + suite("m:b", b)),
+        Bootstrap(resamples=500, seed=0),
+        with_comparisons=True,
+    )
+    rows = scored.comparisons
+    mean_f1 = rows.filter(pl.col("metric") == "mean_f1").row(0, named=True)
+    assert round(mean_f1["difference"], 1) == 43.1
+    assert mean_f1["p_adjusted"] < 0.05 and mean_f1["low"] < 0 < mean_f1["high"]
+    assert mean_f1["significant"] is False
+    separated = rows.filter(pl.col("significant"))
+    assert separated.height > 0  # the index and the choice evaluations' accuracies, here
+    assert ((separated["low"] > 0) | (separated["high"] < 0)).all()
