@@ -433,7 +433,7 @@ def run() -> list[Result]:
             None,
             f"nominal 0.95; two models about 4 points apart (skill 0.15 and 0.10, tasks hard for "
             f"both alike), 50 tasks per evaluation, 200 datasets (s.e. 0.015); separated in "
-            f"{index_50[1]:.2f}, separated with an interval holding 0 in {index_50[2]:.2f} "
+            f"{index_50[1]:.2f}, its test separating it beside an interval holding 0 in {index_50[2]:.2f} "
             f"(goal 0, checked with the next figure); the test is this interval's inversion, so "
             f"at 50 tasks it errs as often as the interval misses",
         ),
@@ -445,7 +445,7 @@ def run() -> list[Result]:
             "≥ 0.93",
             index_200[0] >= 0.93 and index_200[2] == 0 and index_50[2] == 0,
             f"nominal 0.95; the same models, 200 tasks per evaluation, 150 datasets (s.e. 0.018); "
-            f"separated in {index_200[1]:.2f}, separated with an interval holding 0 in "
+            f"separated in {index_200[1]:.2f}, its test separating it beside an interval holding 0 in "
             f"{index_200[2]:.2f} (goal 0; the MOVER hull it replaced: 0.21 at 50 tasks, 0.29 at "
             f"200, coverage 1.00)",
         ),
