@@ -119,6 +119,16 @@ def request_cost(usage: Mapping, price: tuple[float | None, ...]) -> float:
     )
 
 
+def known_cost(usage: Mapping, price: tuple[float | None, ...] | None) -> float | None:
+    """``request_cost`` of one cache row (``usage``), or None where it is unknown: without a price,
+    without usage (``input_tokens`` None), or when its reply reported 0 tokens (not ``COUNTED``) at
+    a price that is not free (``usage_blocks``' rule, per request: ``dxi view``)."""
+    tokens = usage.get("input_tokens")
+    if price is None or tokens is None or (tokens <= 0 and any(price)):
+        return None
+    return request_cost(usage, price)
+
+
 def max_input_price(price: tuple[float | None, ...]) -> float:
     """The most one input token can cost under ``price`` (a price tuple): its input price, or a
     cache write's when higher (a provider may write any input token to its cache). What a cost bound

@@ -137,6 +137,11 @@ def test_the_view_prices_a_cached_request_as_the_run_settles_it():
         price,
     )["cost_usd"] == pytest.approx(3.0 + 0.15)  # an older row: every input token at $3
     assert _request({**row, "input_tokens": None}, price)["cost_usd"] is None  # no usage reported
+    # a reply that reported 0 tokens (sparrow-decider serve): unknown at a price, 0 when free
+    uncounted = {**row, "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0}
+    uncounted |= {"cache_write_tokens": 0, "cache_write_1h_tokens": 0}
+    assert _request(uncounted, price)["cost_usd"] is None
+    assert _request(uncounted, (0.0, 0.0))["cost_usd"] == 0.0
 
 
 async def test_a_cost_bound_reserves_input_at_the_dearest_price_a_token_can_cost():
