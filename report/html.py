@@ -614,7 +614,7 @@ def _measures_section(summary: Summary, labels: list[str]) -> dict:
     """The measures a decision-model user reads (``scoring.measures``): per model and evaluation
     (and every evaluation pooled) latency, the cost of 1,000 decisions, AURC and accuracy at
     confidence ≥ τ with its coverage; a risk–coverage chart per model with confidence; the notes
-    (batch answers left out, models without confidence)."""
+    (batch answers left out, models without confidence or without a cost)."""
     rows, charts_, notes = [], [], []
     entries = {m.model: m for m in summary.models}
     for label in labels:
@@ -653,6 +653,8 @@ def _measures_section(summary: Summary, labels: list[str]) -> dict:
                 curves[title] = rc["curve"]
             if name == measures.ALL and rc is None:
                 notes.append(f"{label}: {block['risk_coverage_reason']}")
+            if name == measures.ALL and cost is None and block["decisions"]:
+                notes.append(f"{label}: no cost of 1,000 decisions: {block['cost_reason']}")
             if name == measures.ALL and lat["batch_excluded"]:
                 notes.append(
                     f"{label}: {lat['batch_excluded']} call(s) answered in a provider batch are "

@@ -10,7 +10,9 @@ Anthropic's 5-minute cache, OpenAI's cache writes; ``cache_write_1h_tokens`` at 
 Anthropic's 1-hour cache). The usage is what the cache rows of the scored answers report
 (``scoring.pipeline.usage``), so ``dxi run`` and ``dxi score`` give the same figures. A model
 without a price has its tokens reported and ``cost_usd`` null with a ``cost_reason``; so has the
-run's total then.
+run's total then. So has a priced model whose replies reported 0 tokens (``COUNTED``: a server that
+counts none, such as ``sparrow-decider serve``): their cost is unknown, not 0 (``ZERO_TOKENS``), in
+each evaluation where they are, the model's and the run's total; a free model (price 0) costs 0.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ PRICE_PARTS = ("input", "output", "cached_input", "cache_write", "cache_write_1h
 CACHE_WRITES = ("cache_write_tokens", "cache_write_1h_tokens")
 """The usage columns of cache writes: in a usage block only when a reply reported some (none is
 0)."""
+ZERO_TOKENS = "{n} replies reported 0 tokens (a server that counts none): their cost is unknown"
+"""The ``cost_reason`` of a priced model's (or evaluation's) cost when ``n`` of its replies
+reported usage but not ``COUNTED``."""
 COUNTED = pl.col("input_tokens") > 0
 """A cache row whose reply counted its tokens: input tokens above 0. A request always has input, so
 a reply that reports 0 (``sparrow-decider serve``, the embedded model: servers that count no tokens)
@@ -114,6 +119,16 @@ def request_cost(usage: Mapping, price: tuple[float | None, ...]) -> float:
     )
 
 
+def known_cost(usage: Mapping, price: tuple[float | None, ...] | None) -> float | None:
+    """``request_cost`` of one cache row (``usage``), or None where it is unknown: without a price,
+    without usage (``input_tokens`` None), or when its reply reported 0 tokens (not ``COUNTED``) at
+    a price that is not free (``usage_blocks``' rule, per request: ``dxi view``)."""
+    tokens = usage.get("input_tokens")
+    if price is None or tokens is None or (tokens <= 0 and any(price)):
+        return None
+    return request_cost(usage, price)
+
+
 def max_input_price(price: tuple[float | None, ...]) -> float:
     """The most one input token can cost under ``price`` (a price tuple): its input price, or a
     cache write's when higher (a provider may write any input token to its cache). What a cost bound
@@ -161,6 +176,21 @@ def _block(row: Mapping, cost: float | None) -> dict:
     return block
 
 
+def _uncounted(sums: Mapping, price: tuple | None) -> int:
+    """How many replies of token sums ``sums`` reported 0 tokens (not ``COUNTED``) at a ``price``
+    that is not free: their cost is unknown. 0 without a price or at price 0."""
+    return sums["with_usage"] - sums["counted"] if price is not None and any(price) else 0
+
+
+def _unknown(block: dict, sums: Mapping, price: tuple | None) -> dict:
+    """``block`` (a usage block of token sums ``sums``) with ``cost_usd`` null and ``cost_reason``
+    ``ZERO_TOKENS`` when some of its replies' cost is unknown (``_uncounted``), not 0."""
+    if zeros := _uncounted(sums, price):
+        block["cost_usd"] = None
+        block["cost_reason"] = ZERO_TOKENS.format(n=zeros)
+    return block
+
+
 def usage_blocks(
     table: pl.DataFrame,
     labels: list[str],
@@ -169,9 +199,10 @@ def usage_blocks(
 ) -> tuple[dict[str, dict], dict]:
     """``(per model, run)``: each model's ``usage`` block — requests, replies, with_usage,
     input_tokens, output_tokens, ``price`` ({input, output} USD per million tokens, or null),
-    ``cost_usd`` (null with ``cost_reason`` without a price; a ``note`` where replies reported no
-    usage, or 0 tokens for a priced model) and the same per evaluation under
-    ``evals`` — and the run's total (null cost, with the reason, when any model has no price).
+    ``cost_usd`` (null with ``cost_reason`` without a price, or for a priced model whose replies
+    reported 0 tokens: ``ZERO_TOKENS``; a ``note`` where replies reported no usage) and the same per
+    evaluation under ``evals`` — and the run's total (null cost, with the reasons naming the models,
+    when any model's cost is unknown).
     ``table`` is ``scoring.pipeline.usage``. The requests a provider batch answered (its ``batch``
     rows) cost ``batch_prices[label]`` (default ``batch_price(price)``: half) and are counted in a
     ``batch`` block (requests, price); a model without them has none, so a synchronous run's summary
@@ -186,7 +217,7 @@ def usage_blocks(
         "cached_input_tokens": 0,
         **dict.fromkeys(CACHE_WRITES, 0),
     }
-    per_model, total, unpriced = {}, dict(zero), []
+    per_model, total, unpriced, uncounted = {}, dict(zero), [], []
 
     def summed(rows: list[dict]) -> dict:
         return {k: sum(int(r.get(k) or 0) for r in rows) for k in zero}
@@ -214,13 +245,6 @@ def usage_blocks(
         in_batch = (batch_prices or {}).get(label, batch_price(price))
         sums, cost = costed(rows, price, in_batch)
         block = _block(sums, cost)
-        zeros = sums["with_usage"] - sums["counted"]
-        if zeros and price is not None and any(price):  # priced, but its server counts no tokens
-            zero_note = (
-                f"{zeros} replies reported 0 tokens (a server that counts none): their cost is not "
-                "counted"
-            )
-            block["note"] = "; ".join(filter(None, [block.get("note"), zero_note]))
         block["price"] = (
             None
             if price is None
@@ -229,15 +253,20 @@ def usage_blocks(
         if price is None:
             block["cost_reason"] = NO_PRICE
             unpriced.append(label)
+        elif _unknown(block, sums, price)["cost_usd"] is None:
+            uncounted.append(label)
         block["evals"] = {
-            name: _block(*costed([r for r in rows if r["eval"] == name], price, in_batch))
+            name: _unknown(_block(sums_, cost_), sums_, price)
             for name in sorted({r["eval"] for r in rows})
+            for sums_, cost_ in [costed([r for r in rows if r["eval"] == name], price, in_batch)]
         }
         batched = [r for r in rows if r.get("batch")]
         if batched:
             block["batch"] = {
                 "requests": sum(int(r["requests"]) for r in batched),
-                "cost_usd": None if price is None else _round(_cost(summed(batched), in_batch)),
+                "cost_usd": None
+                if price is None or _uncounted(summed(batched), price)
+                else _round(_cost(summed(batched), in_batch)),
                 "price": None
                 if in_batch is None
                 else {k: v for k, v in zip(PRICE_PARTS, in_batch, strict=False) if v is not None},
@@ -246,7 +275,12 @@ def usage_blocks(
         for k in zero:
             total[k] += sums[k]
     run = _block(total, None)
-    run["cost_usd"] = None if unpriced else _round(sum(b["cost_usd"] for b in per_model.values()))
-    if unpriced:
-        run["cost_reason"] = f"no price for {', '.join(unpriced)}"
+    unknown = unpriced + uncounted
+    run["cost_usd"] = None if unknown else _round(sum(b["cost_usd"] for b in per_model.values()))
+    if unknown:
+        run["cost_reason"] = "; ".join(
+            [f"no price for {', '.join(unpriced)}"] * bool(unpriced)
+            + [f"replies of {', '.join(uncounted)} reported 0 tokens (a server that counts none)"]
+            * bool(uncounted)
+        )
     return per_model, run

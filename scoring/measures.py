@@ -16,7 +16,8 @@ not the latency of a call) and **failed** calls (no reply was scored).
 **Cost of 1,000 decisions** (USD) = 1000 × the evaluation's ``usage`` cost (``scoring.cost``: the
 prices used, batch prices for batch answers) / its decisions; a *decision* is one question of a call
 that got a reply (ok or invalid; each call once; a WildGuardTest row asks three). Null, with the
-reason, without a price or without a decision.
+reason, without a price, for a priced model whose replies reported 0 tokens (a server that counts
+none: their cost is unknown) or without a decision.
 
 **Risk–coverage** (Geifman & El-Yaniv 2017, "Selective classification for deep neural networks",
 NeurIPS; the AURC as used in Geifman, Uziel & El-Yaniv 2019, "Bias-reduced uncertainty estimation
@@ -411,9 +412,12 @@ def add_measures(summary: Summary, calls: pl.DataFrame, confidence: pl.DataFrame
         for name, evaluation in entry.evals.items():
             if not evaluation.get("n"):
                 continue
-            cost = (usage.get("evals") or {}).get(name, {}).get("cost_usd")
+            costed = (usage.get("evals") or {}).get(name, {})
             evaluation["measures"] = block(
-                by_call.get((entry.model, name)), by_conf.get((entry.model, name)), cost, reason
+                by_call.get((entry.model, name)),
+                by_conf.get((entry.model, name)),
+                costed.get("cost_usd"),
+                costed.get("cost_reason") or reason,
             )
         entry.measures = block(
             by_call.get((entry.model, ALL)),

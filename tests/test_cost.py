@@ -137,6 +137,11 @@ def test_the_view_prices_a_cached_request_as_the_run_settles_it():
         price,
     )["cost_usd"] == pytest.approx(3.0 + 0.15)  # an older row: every input token at $3
     assert _request({**row, "input_tokens": None}, price)["cost_usd"] is None  # no usage reported
+    # a reply that reported 0 tokens (sparrow-decider serve): unknown at a price, 0 when free
+    uncounted = {**row, "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0}
+    uncounted |= {"cache_write_tokens": 0, "cache_write_1h_tokens": 0}
+    assert _request(uncounted, price)["cost_usd"] is None
+    assert _request(uncounted, (0.0, 0.0))["cost_usd"] == 0.0
 
 
 async def test_a_cost_bound_reserves_input_at_the_dearest_price_a_token_can_cost():
@@ -381,16 +386,19 @@ def test_run_file_paths_are_relative_to_the_file_and_flags_override(tmp_path: Pa
     assert s["models"][0]["requests"]["cache_hits"] == 4
 
 
-def test_a_priced_model_whose_server_counts_no_tokens_is_noted_not_silently_free():
+def test_a_priced_model_whose_server_counts_no_tokens_has_an_unknown_cost_not_0():
     """A trial priced `sparrow-decider serve` (which reports 0 tokens) and its summary said $0.0000
-    with no word: its usage block now notes the replies that reported 0 tokens. A free model (the
-    embedded one, price 0/0) with the same replies gets no note."""
+    (a note aside): the cost of replies that reported 0 tokens is unknown, so a priced model's
+    cost is null with a ``cost_reason`` in the evaluation where they are, for the model and for the
+    run (as without a price); an evaluation whose replies counted keeps its cost. A free model (the
+    embedded one, price 0/0) with the same replies costs 0 with no reason."""
     import polars as pl
 
     from dxi.scoring.cost import usage_blocks
     from dxi.scoring.pipeline import USAGE_SCHEMA
 
-    row = {
+    tokens = {"cached_input_tokens": 0, "cache_write_tokens": 0, "cache_write_1h_tokens": 0}
+    zero = {
         "eval": "when2call",
         "requests": 4,
         "replies": 4,
@@ -398,20 +406,53 @@ def test_a_priced_model_whose_server_counts_no_tokens_is_noted_not_silently_free
         "counted": 0,
         "input_tokens": 0,
         "output_tokens": 0,
-        "cached_input_tokens": 0,
-        "cache_write_tokens": 0,
-        "cache_write_1h_tokens": 0,
+        **tokens,
         "batch": False,
     }
-    table = pl.DataFrame([{"label": "priced"} | row, {"label": "free"} | row], schema=USAGE_SCHEMA)
-    per_model, _ = usage_blocks(
+    counted = zero | {
+        "eval": "wildguardtest",
+        "requests": 2,
+        "replies": 2,
+        "with_usage": 2,
+        "counted": 2,
+        "input_tokens": 1000,
+        "output_tokens": 10,
+    }
+    table = pl.DataFrame(
+        [{"label": "priced"} | zero, {"label": "priced"} | counted, {"label": "free"} | zero],
+        schema=USAGE_SCHEMA,
+    )
+    per_model, run = usage_blocks(
         table, ["priced", "free"], {"priced": (0.1, 0.4), "free": (0.0, 0.0)}
     )
-    assert per_model["priced"]["cost_usd"] == 0.0
-    assert per_model["priced"]["note"] == (
-        "1 replies reported no usage: their tokens (and cost) are not counted; 3 replies reported "
-        "0 tokens (a server that counts none): their cost is not counted"
+    no_usage = "1 replies reported no usage: their tokens (and cost) are not counted"
+    unknown = "3 replies reported 0 tokens (a server that counts none): their cost is unknown"
+    priced = per_model["priced"]
+    assert {k: v for k, v in priced.items() if k != "evals"} == {
+        "requests": 6,
+        "replies": 6,
+        "with_usage": 5,
+        "input_tokens": 1000,
+        "output_tokens": 10,
+        "cached_input_tokens": 0,
+        "cost_usd": None,
+        "note": no_usage,
+        "price": {"input": 0.1, "output": 0.4},
+        "cost_reason": unknown,
+    }
+    assert priced["evals"]["when2call"]["cost_usd"] is None
+    assert priced["evals"]["when2call"]["cost_reason"] == unknown
+    # 1000 x 0.1 + 10 x 0.4 = 104 USD per million tokens
+    assert priced["evals"]["wildguardtest"]["cost_usd"] == 0.000104
+    assert "cost_reason" not in priced["evals"]["wildguardtest"]
+    free = per_model["free"]
+    assert (free["cost_usd"], free["note"]) == (0.0, no_usage)
+    assert "cost_reason" not in free and "cost_reason" not in free["evals"]["when2call"]
+    assert (run["cost_usd"], run["cost_reason"]) == (
+        None,
+        "replies of priced reported 0 tokens (a server that counts none)",
     )
-    assert per_model["free"]["note"] == (
-        "1 replies reported no usage: their tokens (and cost) are not counted"
+    _, with_unpriced = usage_blocks(table, ["priced", "free"], {"priced": (0.1, 0.4), "free": None})
+    assert with_unpriced["cost_reason"] == (
+        "no price for free; replies of priced reported 0 tokens (a server that counts none)"
     )

@@ -245,6 +245,47 @@ def test_add_measures_fills_the_model_and_its_evaluations():
     assert summary.measures["taus"] == [0.5, 0.8, 0.9, 0.95]
 
 
+def test_an_unknown_cost_gives_each_evaluation_its_own_reason_and_the_report_a_note():
+    """A priced model whose server counted no tokens in one evaluation (``scoring.cost``): that
+    evaluation's cost of 1,000 decisions is null with its own reason (not the model's), and the
+    report's measures section notes the model's reason under its table (it printed $0.0000)."""
+    from dxi.report import html
+
+    unknown = "3 replies reported 0 tokens (a server that counts none): their cost is unknown"
+    entry = ModelEntry(
+        model="a",
+        epochs=1,
+        decision_index=None,
+        complete=True,
+        requests={},
+        evals={"wildguardtest": {"n": 5}},
+        usage={
+            "cost_usd": None,
+            "cost_reason": "6 replies reported 0 tokens (a server that counts none): their cost "
+            "is unknown",
+            "evals": {"wildguardtest": {"cost_usd": None, "cost_reason": unknown}},
+        },
+    )
+    summary = records.summary([entry])
+    measures.add_measures(
+        summary,
+        measures.call_measures(CALLS),
+        measures.confidence_measures(measures.confidence_groups(SMALL)),
+    )
+    pooled, evaluation = entry.measures, entry.evals["wildguardtest"]["measures"]
+    assert (evaluation["cost_per_1000_decisions_usd"], evaluation["cost_reason"]) == (None, unknown)
+    assert (pooled["cost_per_1000_decisions_usd"], pooled["cost_reason"]) == (
+        None,
+        "6 replies reported 0 tokens (a server that counts none): their cost is unknown",
+    )
+    assert html._measures_section(summary, ["a"])["notes"] == [
+        "a: no cost of 1,000 decisions: 6 replies reported 0 tokens (a server that counts none): "
+        "their cost is unknown",
+        "a: 1 call(s) answered in a provider batch are left out of the latency figures (a batch's "
+        "time is not a per-call latency)",
+    ]
+
+
 @pytest.mark.slow
 def test_summary_json_has_the_measures_of_each_model_and_evaluation():
     sizes = {

@@ -49,7 +49,7 @@ from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import adaptive, records
 from dxi.scoring.calibration import ECE_BINS, answer_terms
 from dxi.scoring.compare import mcnemar_p, worst_mcnemar
-from dxi.scoring.cost import USAGE_COLUMNS, request_cost
+from dxi.scoring.cost import USAGE_COLUMNS, known_cost
 from dxi.scoring.pipeline import CONFIG_COLUMNS, STATUSES, current_rows
 from dxi.scoring.records import Summary, unset
 from dxi.scoring.sums import WILDGUARD
@@ -1048,14 +1048,12 @@ def _answer(question, row: dict | None, unasked: bool = False) -> dict:
 
 
 def _request(row: dict, price: tuple[float | None, ...] | None) -> dict:
-    """One cache row for the page, with its cost (USD; None without a price or without usage) and
-    its body and reply pretty-printed when they are JSON."""
-    cost = None
-    if price is not None and row["input_tokens"] is not None:
-        cost = request_cost(row, price)
+    """One cache row for the page, with its cost (USD; None without a price, without usage or, at
+    a price, with 0 tokens reported: ``scoring.cost.known_cost``) and its body and reply
+    pretty-printed when they are JSON."""
     return {
         **row,
-        "cost_usd": cost,
+        "cost_usd": known_cost(row, price),
         "body": _pretty(row["request_body"]),
         "reply": _pretty(row["raw_reply"]),
         "reply_text": reply_text(row["raw_reply"]),
