@@ -78,8 +78,14 @@ async def test_an_attempt_costs_its_usage_its_reservation_or_nothing():
         charge.settle(await charge.reserve(a, TASK, request), None, RateLimited("429")) == 0.0
     )  # an HTTP error
     assert charge.settle(await charge.reserve(a, TASK, request), None, Fatal("400", 400)) == 0.0
-    assert charge.budget.spent == pytest.approx(cost_usd(100, 2, 1000.0, 2000.0) + 2 * reserved)
+    # 0 tokens at a price: a server that counts none (sparrow-decider serve), not a free reply: its
+    # reservation, as with no usage (settled at $0, such a model could spend past the bound)
+    assert charge.settle(await charge.reserve(a, TASK, request), Reply((), 0, 0), None) == reserved
+    assert charge.budget.spent == pytest.approx(cost_usd(100, 2, 1000.0, 2000.0) + 3 * reserved)
     assert charge.budget.reserved == pytest.approx(0.0)
+    # a free model (price 0/0, the embedded one, which reports 0 tokens too) costs nothing
+    free = Charge(Budget(100.0), (0.0, 0.0))
+    assert free.settle(await free.reserve(a, TASK, request), Reply((), 0, 0), None) == 0.0
 
 
 def test_prompt_cache_reads_and_writes_are_priced_at_their_own_prices():

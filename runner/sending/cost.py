@@ -125,10 +125,12 @@ class Charge:
 
     def settle(self, reserved: float, reply: Reply | None, error: AdapterError | None) -> float:
         """Settle an attempt that ended with ``reply`` or ``error``; returns its actual cost
-        (USD)."""
+        (USD): the usage the reply reports; its reservation when it reports none, or 0 input tokens
+        at a price (a server that counts no tokens: ``scoring.cost.COUNTED``; settled at $0 it
+        would let such a priced model spend past the bound); nothing for an HTTP error status."""
         if self.price is None:
             actual = 0.0
-        elif reply is not None and reply.input_tokens is not None:
+        elif reply is not None and reply.input_tokens and any(self.price):
             from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 
             actual = request_cost({c: getattr(reply, c) for c in USAGE_COLUMNS}, self.price)
