@@ -356,6 +356,7 @@ class _Sending:
             await self.sync([model], KeyFilter(keys, self.shard, keep=True))
         elif left:
             stats.not_sent += len(left)
+            stats.stop_not_sent += len(left) if stats.stopped else 0  # left by the refusal
 
     async def sync(self, group: list[ModelRun], key_filter: KeyFilter | Shard | None) -> None:
         """``group`` through one scheduler run (``runner.sending.scheduler.run``), its requests

@@ -157,7 +157,7 @@ def run(
         stopped = stopped_providers(
             limiters,
             on_provider,
-            {label: s.not_sent for label, s in stats.items()},
+            {label: s.stop_not_sent for label, s in stats.items()},
             {label: s.refused for label, s in stats.items()},
         )
         if stopped:
@@ -226,15 +226,15 @@ def exit_code(
     sharded: bool,
     upload_failed: int | None,
 ) -> int:
-    """``dxi run``'s exit code (``dxi --help`` lists them): the cost bound (3) first, then a stopped
-    provider or a refused batch (6), then requests batches left unanswered (1); else the uploads'
-    failure (5) or, without it, 0 when the summary is ``accepted`` (``Summary.accepted``) and 1 when
-    it is provisional. One shard of several scores only its part (the others' answers are missing by
-    design): it is provisional only for requests that failed."""
-    if budget_stopped:
-        return EXIT_COST_BOUND
+    """``dxi run``'s exit code (``dxi --help`` lists them): a stopped provider or refused batch (6)
+    first (a higher bound would not undo it), then the cost bound (3), then batches' unanswered (1);
+    else the uploads' failure (5) or, without it, 0 when the summary is ``accepted``
+    (``Summary.accepted``) and 1 when it is provisional. One shard of several scores only its part
+    (the others' answers are missing by design): it is provisional only for failed requests."""
     if stopped or refused:
         return EXIT_PROVIDER_STOPPED
+    if budget_stopped:
+        return EXIT_COST_BOUND
     if unanswered:
         return EXIT_FAILED_REQUESTS
     if sharded:

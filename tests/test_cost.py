@@ -7,12 +7,14 @@ import asyncio
 import io
 from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
 from rich.console import Console
 
 from dxi import adapters
-from dxi.adapters import Fatal, RateLimited, Reply, Transient
+from dxi.adapters import Fatal, RateLimited, Reply, Transient, Unreachable
+from dxi.adapters.http import post
 from dxi.evals import CHOICE, YES_NO, Question, Task
 from dxi.runner import session
 from dxi.runner.cli import main
@@ -22,6 +24,9 @@ from dxi.runner.sending.cost import Budget, Charge, CostBoundReached
 from dxi.runner.sending.progress import RunProgress
 from dxi.runner.sending.scheduler import Stats
 from dxi.scoring import cost_usd
+
+from .fakes.fake_provider import FakeProvider
+from .helpers.servers import free_port
 
 TASK = Task(
     "when2call/x",
@@ -86,6 +91,32 @@ async def test_an_attempt_costs_its_usage_its_reservation_or_nothing():
     # a free model (price 0/0, the embedded one, which reports 0 tokens too) costs nothing
     free = Charge(Budget(100.0), (0.0, 0.0))
     assert free.settle(await free.reserve(a, TASK, request), Reply((), 0, 0), None) == 0.0
+
+
+async def test_an_attempt_that_never_connected_costs_nothing_a_dropped_one_its_reservation():
+    """Over real connections: a closed port on 127.0.0.1 refuses the connection (Unreachable: the
+    request never left) and costs $0; the fake provider closing the connection after reading the
+    request (``drop``: it may have been billed) costs its reservation, $0.50 (nothing for input, one
+    output token per question of TASK's two at $250,000 per million). The old code charged both."""
+    charge = Charge(Budget(1.0), (0.0, 250000.0))
+    a = adapters.get("systemone:m@http://127.0.0.1:1")
+    request = a.encode(TASK)
+    async with aiohttp.ClientSession() as client:
+        with pytest.raises(Unreachable) as refused:
+            await post(
+                client, f"http://127.0.0.1:{free_port()}/v1/systemone", request.body, {}, "m"
+            )
+        reserved = await charge.reserve(a, TASK, request)
+        assert reserved == 0.5 and charge.budget.reserved == 0.5
+        assert charge.settle(reserved, None, refused.value) == 0.0
+        assert (charge.budget.spent, charge.budget.reserved) == (0.0, 0.0)
+        async with FakeProvider(model=None, script=["drop"]) as server:
+            with pytest.raises(Transient) as dropped:
+                await post(client, f"{server.url}/v1/systemone", request.body, {}, "m")
+        assert type(dropped.value) is Transient  # not Unreachable: it was connected
+        reserved = await charge.reserve(a, TASK, request)
+        assert charge.settle(reserved, None, dropped.value) == 0.5
+    assert (charge.budget.spent, charge.budget.reserved) == (0.5, 0.0)
 
 
 def test_prompt_cache_reads_and_writes_are_priced_at_their_own_prices():

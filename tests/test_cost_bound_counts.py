@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from dxi.runner.cli import main
-from dxi.runner.errors import EXIT_COST_BOUND
+from dxi.runner.errors import EXIT_COST_BOUND, EXIT_PROVIDER_STOPPED
 
 from .fakes.fake_provider import FakeProvider
 from .helpers.runs import write_run_file
@@ -126,3 +126,60 @@ async def test_the_closing_line_counts_what_was_not_sent_apart_from_what_failed(
         r"invalid replies 0 failed 1 cached 0 not sent 14",
         line,
     ), line
+
+
+async def test_a_provider_stopped_in_a_run_stopped_by_the_bound_gets_its_own_line_and_exit_6(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """Trial t7: B's provider refuses its key (401) at B's first request, then A spends the bound.
+    One request at a time a provider: B's 1 request refused (costs $0: an HTTP error) and its other
+    23 not sent, by the stop; A (20 ms a reply) sends 10 ($2.50) and the bound leaves its other 14.
+    The bound's line counts only its 14, the provider's line its 1 + 23, the next run sends 38
+    (38 x $0.25 = $9.50), and the exit code is 6: a higher bound would not bring the key back. The
+    old code printed no provider line, counted all 37 not sent under the bound, and exited 3."""
+    data_dir(tmp_path / "data", TASKS)
+    async with (
+        FakeProvider(model=None, latency="0.02") as a_server,
+        FakeProvider(model=None, default="401") as b_server,
+    ):
+        path = write_run_file(
+            tmp_path,
+            {"pa": (a_server.url, 60000), "pb": (b_server.url, 60000)},
+            [
+                {"name": "A", "provider": "pa", "model": "a", "price": PRICE},
+                {"name": "B", "provider": "pb", "model": "b", "price": PRICE},
+            ],
+        )
+        capsys.readouterr()
+        code = await asyncio.to_thread(
+            main, ["run", str(path), "--max-cost", "2.5", "--max-in-flight", "1"]
+        )
+        out = capsys.readouterr().out
+        arrivals = (a_server.stats()["arrivals"], b_server.stats()["arrivals"])
+    assert (code, arrivals) == (EXIT_PROVIDER_STOPPED, (10, 1))
+    got = requests(tmp_path)
+    a, b = got["A"], got["B"]
+    assert (a["sent"], a["not_sent"], a["refused"], a["cost_usd"]) == (10, 14, 0, 2.5)
+    assert (b["sent"], b["not_sent"], b["refused"], b["cost_usd"]) == (0, 23, 1, 0.0)
+    assert got["cost_bound"]["remaining_requests"] == 38
+    summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    (stop,) = summary["stopped_providers"]
+    assert (stop["provider"], stop["models"], stop["refused"], stop["not_sent"]) == (
+        "table:pb",
+        ["B"],
+        1,
+        23,
+    )
+    said = " ".join(out.split())
+    assert (
+        "Stopped at the cost bound: spent $2.500000 of $2.5 in this run; 14 request(s) not sent: "
+        "the next run sends these and the 24 left by the stop(s) below, 38 in all (about $9.5000 "
+        "expected). Everything that arrived is in the cache: rerun with a higher --max-cost (or "
+        "max_cost in the run file) to continue."
+    ) in said
+    assert re.search(
+        r"Provider stopped: table:pb stopped at [\d: -]+ UTC: API key refused\. 1 request\(s\) "
+        r"refused, 23 not sent "
+        r"\(B\); the next run sends them\. Fix the cause, then rerun\.",
+        said,
+    ), said

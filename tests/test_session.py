@@ -369,8 +369,10 @@ def test_the_cost_bound_block_adds_what_remains_once_stopped():
             {"budget_stopped": True, "stopped": True},
             True,
             0,
-            EXIT_COST_BOUND,
-        ),  # the cost bound first
+            EXIT_PROVIDER_STOPPED,
+        ),  # a stopped provider first: a higher bound would not bring it back
+        ({"budget_stopped": True, "refused": True}, True, 0, EXIT_PROVIDER_STOPPED),
+        ({"budget_stopped": True, "unanswered": True}, True, 0, EXIT_COST_BOUND),
         ({"stopped": True, "unanswered": True}, True, 0, EXIT_PROVIDER_STOPPED),
         ({"refused": True}, True, 0, EXIT_PROVIDER_STOPPED),
         ({"unanswered": True, "upload_failed": EXIT_UPLOAD}, True, 0, EXIT_FAILED_REQUESTS),

@@ -78,7 +78,8 @@ _EXIT_LINES = {
     "run uploads them)",
     EXIT_PROVIDER_STOPPED: f"{EXIT_PROVIDER_STOPPED}    a provider was stopped (exhausted quota, refused key, a stated wait "
     "over --max-stated-wait),\n       or a model alone (unknown model, refused request form); the "
-    "others went on; the next run sends what was not sent",
+    "others went on; the next run sends what was not sent (6, not 3, when the cost bound was reached "
+    "too)",
     EXIT_SOFTWARE: f"{EXIT_SOFTWARE}   an unexpected error (a bug in dxi): one line says what failed and where, and the file "
     "holding\n       the full trace (secrets redacted) to report",
     EXIT_INTERRUPTED: f"{EXIT_INTERRUPTED}  interrupted (Ctrl-C or kill -INT; everything that arrived is cached: rerun "

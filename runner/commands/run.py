@@ -193,17 +193,19 @@ def _print_summary(summary, console: Console, out) -> None:
 
 
 def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> str:
-    """The cost bound's line on what is left: this run's requests not sent, sent and failed
-    transiently, and refused (each counted by the run, ``Stats``), then what the next run sends
+    """The cost bound's line on what it left: this run's requests not sent and those sent that
+    failed transiently (each counted by the run, ``Stats``), then what the next run sends
     (``remaining``, counted in the cache after the run: the same requests, unless another process
-    wrote to it meanwhile; ``cost``: their expected cost). An adaptive run's rest is what its rounds
-    may still ask: the whole set's, at most."""
+    wrote to it meanwhile; ``cost``: their expected cost). What a stopped provider, model or batch
+    API left (refused, or not sent after its stop: ``stop_not_sent``) is its own line's, named here
+    only in what the next run sends. An adaptive run's rest is what its rounds may still ask: the
+    whole set's, at most."""
     stats = list(stats)
     counts = (
-        (sum(s.not_sent for s in stats), "request(s) not sent"),
+        (sum(s.not_sent - s.stop_not_sent for s in stats), "request(s) not sent"),
         (sum(s.failed - s.failed_fatal for s in stats), "sent that failed (transient)"),
-        (sum(s.refused for s in stats), "refused by a stopped provider"),
     )
+    stopped = sum(s.refused + s.stop_not_sent for s in stats)
     parts = [f"{n:,} {what}" for i, (n, what) in enumerate(counts) if n or i == 0]
     told = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
     if adaptive:
@@ -211,8 +213,13 @@ def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> 
             f"{told}; at most {remaining:,} request(s) of the whole set left to send ({cost} for all "
             "of them; --until asks only what a model needs to settle)"
         )
-    if sum(n for n, _ in counts) != remaining:
+    if sum(n for n, _ in counts) + stopped != remaining:
         return f"{told}; the next run sends {remaining:,} ({cost} expected)"
+    if stopped:
+        return (
+            f"{told}: the next run sends these and the {stopped:,} left by the stop(s) below, "
+            f"{remaining:,} in all ({cost} expected)"
+        )
     if len(parts) == 1:
         return f"{told} ({cost} expected)"
     return f"{told}: the next run sends these {remaining:,} ({cost} expected)"
@@ -242,21 +249,21 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
         )
         for e in s.errors[:5]:
             console.print(f"    {e}", highlight=False, markup=False)
-    block = result.cost_bound
-    if block is not None and block["stopped"]:
+    bound = result.cost_bound
+    bounded = bound is not None and bound["stopped"]
+    if bounded:
         left = (
             "unknown"
-            if block["remaining_cost_usd"] is None
-            else f"about ${block['remaining_cost_usd']:.4f}"
+            if bound["remaining_cost_usd"] is None
+            else f"about ${bound['remaining_cost_usd']:.4f}"
         )
-        remaining = block["remaining_requests"]  # what the next run sends: the cache's count
+        remaining = bound["remaining_requests"]  # what the next run sends: the cache's count
         console.print(
             f"[yellow]Stopped at the cost bound:[/] spent ${result.spent_usd:.6f} of ${max_cost:g} in this run; "
             + _left(result.stats.values(), remaining, left, is_adaptive(result.summary))
             + ". Everything that arrived is in the cache: rerun with a higher --max-cost (or "
             "max_cost in the run file) to continue."
         )
-        return
     for block in result.stopped:
         console.print(
             f"[red]{'Model' if block.get('scope') == 'model' else 'Provider'} stopped:[/] {escape(describe(block))}"
@@ -266,9 +273,12 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
             continue
         if s.stopped:
             console.print(
-                f"[red]Batch API refused:[/] {escape(label)}: {escape(s.stopped)}; {s.not_sent:,} request(s) "
-                "not sent (rerun without --batch to send them one call at a time)"
+                f"[red]Batch API refused:[/] {escape(label)}: {escape(s.stopped)}; "
+                f"{s.stop_not_sent if bounded else s.not_sent:,} request(s) not sent (rerun without "
+                "--batch to send them one call at a time)"
             )
+        elif bounded:
+            continue  # the cost bound's line counted them (and says what to do)
         elif s.not_sent:
             console.print(
                 f"[yellow]{escape(label)}: {s.not_sent:,} request(s) not answered by batch[/] (the deadline, or "

@@ -10,10 +10,12 @@ ends the reservation is released and its actual cost added to what was spent:
 
 * a reply that reports its usage: that usage at the model's price (``scoring.cost``: its input
   tokens read from or written to the provider's prompt cache at their own prices);
-* a reply without usage, or no reply at all (a timeout, a dropped connection, a body that is not the
-  wire format: the provider may have billed a reply that never arrived): the reservation, kept as
-  spent;
-* an HTTP error status (429, 5xx, 4xx): nothing (providers do not bill an error).
+* a reply without usage, or no reply at all (a timeout, a connection dropped once it was open, a
+  body that is not the wire format: the provider may have billed a reply that never arrived): the
+  reservation, kept as spent;
+* an HTTP error status (429, 5xx, 4xx): nothing (providers do not bill an error);
+* no connection opened (``adapters.Unreachable``: refused, no route, a name that does not resolve,
+  none within the connect timeout): nothing (the request never left).
 
 When a reservation would make spent + reserved pass the bound, the attempt waits for attempts in
 flight to settle (their actual cost is usually far below their reservation) and tries again; once
@@ -29,7 +31,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from dxi.adapters import Adapter, AdapterError, Reply, Request
+from dxi.adapters import Adapter, AdapterError, Reply, Request, Unreachable
 from dxi.evals import Task
 
 from ..planning.tokens import input_bound
@@ -127,14 +129,17 @@ class Charge:
         """Settle an attempt that ended with ``reply`` or ``error``; returns its actual cost
         (USD): the usage the reply reports; its reservation when it reports none, or 0 input tokens
         at a price (a server that counts no tokens: ``scoring.cost.COUNTED``; settled at $0 it
-        would let such a priced model spend past the bound); nothing for an HTTP error status."""
+        would let such a priced model spend past the bound); nothing for an HTTP error status nor
+        for an attempt that never connected (``Unreachable``)."""
         if self.price is None:
             actual = 0.0
         elif reply is not None and reply.input_tokens and any(self.price):
             from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 
             actual = request_cost({c: getattr(reply, c) for c in USAGE_COLUMNS}, self.price)
-        elif error is not None and error.status is not None and reply is None:
+        elif reply is None and (
+            isinstance(error, Unreachable) or (error is not None and error.status is not None)
+        ):  # an HTTP error status, or the request never left
             actual = 0.0
         else:
             actual = reserved

@@ -78,11 +78,13 @@ class Stats:
     Markdown code fence (language models, SPEC §6); ``input_tokens`` / ``output_tokens``: the usage
     the replies of this run reported; ``cost_usd``: what this run's attempts cost
     (``runner.sending.cost``; None for a model without a price); ``not_sent``: requests not sent
-    because the cost bound was reached or the provider stopped (``runner.sending.stops``);
-    ``refused``: requests sent that met the provider's stop (no row either): the next run sends
-    both; ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class: kept,
-    not sent again unless asked); the others are transient and sent again by the next run.
-    ``invalid`` counts requests (replies with at least one invalid answer), not answers.
+    because the cost bound was reached, the run was stopped or the provider stopped
+    (``runner.sending.stops``), ``stop_not_sent`` those of them the provider's (or model's) stop
+    left (its rest after the stop, counted with it even when the bound is reached too); ``refused``:
+    requests sent that met the provider's stop (no row either): the next run sends both;
+    ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class: kept, not
+    sent again unless asked); the others are transient and sent again by the next run. ``invalid``
+    counts requests (replies with at least one invalid answer), not answers.
     """
 
     total: int = 0
@@ -99,6 +101,7 @@ class Stats:
     output_tokens: int = 0
     cost_usd: float | None = 0.0
     not_sent: int = 0
+    stop_not_sent: int = 0
     refused: int = 0
     failed_fatal: int = 0
     started: float | None = None  # monotonic seconds of the first request sent (for rates)
@@ -216,7 +219,7 @@ class Scheduler:
         self.feeds: dict[
             str, deque[tuple[str, Iterator[_Job]]]
         ] = {}  # per provider: (model label, its requests)
-        self.unsent: dict[str, list[Iterator[_Job]]] = {}
+        self.unsent: dict[str, list[tuple[Iterator[_Job], bool]]] = {}
         for r in runs:
             self.feeds.setdefault(r.limits_key, deque()).append((r.label, self.uncached(r)))
         self.provider_of = {r.label: r.limits_key for r in runs}
@@ -269,8 +272,9 @@ class Scheduler:
             # rest not sent
             if streams:
                 # by its feeder (``fill``), beside the requests still in flight (a big suite's rest
-                # takes seconds)
-                self.unsent.setdefault(provider, []).extend(stream for _, stream in streams)
+                # takes seconds); the provider's stop, when it stopped, is what left them
+                by_stop = limiter.halted is not None
+                self.unsent.setdefault(provider, []).extend((s, by_stop) for _, s in streams)
                 streams.clear()
             return None
         while streams:
@@ -280,7 +284,7 @@ class Scheduler:
                 label in limiter.stopped_models
             ):  # this model stopped alone: its rest is counted not sent at the end
                 streams.remove(entry)
-                self.unsent.setdefault(provider, []).append(stream)
+                self.unsent.setdefault(provider, []).append((stream, True))
                 continue
             try:
                 job = next(stream, None)
@@ -294,18 +298,21 @@ class Scheduler:
             streams.remove(entry)
         return None
 
-    async def drain(self, streams: list[Iterator[_Job]]) -> None:
+    async def drain(self, streams: list[tuple[Iterator[_Job], bool]]) -> None:
         """Count the requests left in ``streams`` (a stopped provider's or model's, or every
-        provider's once the cost bound is reached) as not sent, ``DRAIN_BATCH``
+        provider's once the cost bound is reached; each with True when a stop left it: counted in
+        ``stop_not_sent`` too) as not sent, ``DRAIN_BATCH``
         per event-loop turn (each is encoded and looked up in the cache: a cached one counts as a
         cache hit, as it would have); an error of a task stream stops the run as it does when met by
         ``next_job``."""
         labels: set[str] = set()
         n = 0
         try:
-            for stream in streams:
+            for stream, by_stop in streams:
                 for job in stream:
-                    self.stats[job.adapter.label].not_sent += 1
+                    st = self.stats[job.adapter.label]
+                    st.not_sent += 1
+                    st.stop_not_sent += by_stop
                     self.in_flight.discard(job.request.key)
                     labels.add(job.adapter.label)
                     n += 1
@@ -370,6 +377,7 @@ class Scheduler:
                     st.refused += 1
                 else:
                     st.not_sent += 1
+                    st.stop_not_sent += 1
                 st.attempts += outcome.attempts
                 st.rate_limited += outcome.rate_limited
                 self.progress(job.adapter.label)
