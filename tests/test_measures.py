@@ -18,7 +18,6 @@ from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION
 from dxi.runner.outputs.files import summarize
 from dxi.scoring import measures
-from dxi.scoring.records import ModelEntry
 from tests.helpers import records
 from tests.helpers.synthetic import SyntheticSuite, suite, write_cache
 
@@ -223,12 +222,8 @@ def test_a_model_answered_only_by_batches_has_no_latency_and_says_why():
 
 
 def test_add_measures_fills_the_model_and_its_evaluations():
-    entry = ModelEntry(
-        model="a",
-        epochs=1,
-        decision_index=None,
-        complete=True,
-        requests={},
+    entry = records.entry(
+        "a",
         evals={"wildguardtest": {"n": 5}, "hle_multichoice": {"n": 0}},
         usage={"cost_usd": 0.0068, "evals": {"wildguardtest": {"cost_usd": 0.0034}}},
     )
@@ -252,12 +247,8 @@ def test_an_unknown_cost_gives_each_evaluation_its_own_reason_and_the_report_a_n
     from dxi.report import html
 
     unknown = "3 replies reported 0 tokens (a server that counts none): their cost is unknown"
-    entry = ModelEntry(
-        model="a",
-        epochs=1,
-        decision_index=None,
-        complete=True,
-        requests={},
+    entry = records.entry(
+        "a",
         evals={"wildguardtest": {"n": 5}},
         usage={
             "cost_usd": None,
@@ -341,21 +332,13 @@ def test_the_terminal_shows_one_row_per_model_and_says_what_is_left_out():
 
     from dxi.runner.outputs.terminal import print_measures
 
-    entry = ModelEntry(
-        model="a",
-        epochs=1,
-        decision_index=None,
-        complete=True,
-        requests={},
+    entry = records.entry(
+        "a",
         evals={"wildguardtest": {"n": 5}},
         usage={"cost_usd": 0.0068, "evals": {}},
     )
-    llm = ModelEntry(
-        model="llm",
-        epochs=1,
-        decision_index=None,
-        complete=True,
-        requests={},
+    llm = records.entry(
+        "llm",
         evals={"wildguardtest": {"n": 5}},
         usage={"cost_usd": None, "evals": {}},
     )
