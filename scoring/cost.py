@@ -169,9 +169,10 @@ def _block(row: Mapping, cost: float | None) -> dict:
     block |= {c: n for c, n in zip(CACHE_WRITES, (written, written_1h), strict=True) if n}
     block["cost_usd"] = _round(cost)
     if block["replies"] > block["with_usage"]:
+        n = block["replies"] - block["with_usage"]
         block["note"] = (
-            f"{block['replies'] - block['with_usage']} replies reported no usage: their tokens "
-            "(and cost) are not counted"
+            f"{n} {'reply' if n == 1 else 'replies'} reported no usage: "
+            f"{'its' if n == 1 else 'their'} tokens (and cost) are not counted"
         )
     return block
 

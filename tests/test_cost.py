@@ -462,7 +462,7 @@ def test_a_priced_model_whose_server_counts_no_tokens_has_an_unknown_cost_not_0(
     per_model, run = usage_blocks(
         table, ["priced", "free"], {"priced": (0.1, 0.4), "free": (0.0, 0.0)}
     )
-    no_usage = "1 replies reported no usage: their tokens (and cost) are not counted"
+    no_usage = "1 reply reported no usage: its tokens (and cost) are not counted"
     unknown = "3 replies reported 0 tokens (a server that counts none): their cost is unknown"
     priced = per_model["priced"]
     assert {k: v for k, v in priced.items() if k != "evals"} == {
