@@ -127,16 +127,20 @@ class Charge:
 
     def settle(self, reserved: float, reply: Reply | None, error: AdapterError | None) -> float:
         """Settle an attempt that ended with ``reply`` or ``error``; returns its actual cost
-        (USD): the usage the reply reports; its reservation when it reports none, or 0 input tokens
-        at a price (a server that counts no tokens: ``scoring.cost.COUNTED``; settled at $0 it
-        would let such a priced model spend past the bound); nothing for an HTTP error status nor
-        for an attempt that never connected (``Unreachable``)."""
+        (USD): the usage the reply reports where its cost is known (``scoring.cost.known_cost``,
+        the rule the summary and ``dxi view`` price a request by); its reservation when it is not
+        (no usage reported, or 0 input tokens at a price: a server that counts no tokens, which
+        settled at $0 would let such a priced model spend past the bound); nothing for an HTTP
+        error status nor for an attempt that never connected (``Unreachable``)."""
+        known = None
+        if reply is not None and self.price is not None:
+            from dxi.scoring.cost import USAGE_COLUMNS, known_cost
+
+            known = known_cost({c: getattr(reply, c) for c in USAGE_COLUMNS}, self.price)
         if self.price is None:
             actual = 0.0
-        elif reply is not None and reply.input_tokens and any(self.price):
-            from dxi.scoring.cost import USAGE_COLUMNS, request_cost
-
-            actual = request_cost({c: getattr(reply, c) for c in USAGE_COLUMNS}, self.price)
+        elif known is not None:
+            actual = known
         elif reply is None and (
             isinstance(error, Unreachable) or (error is not None and error.status is not None)
         ):  # an HTTP error status, or the request never left
