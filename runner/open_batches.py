@@ -67,17 +67,7 @@ def resume(
     if not has_batches(cache_dir):
         raise UsageError(f"{cache_dir} holds no batches (no {Path(cache_dir) / 'batches'} folder)")
     ledger = Ledger(cache_dir)
-    chosen = [
-        e
-        for e in ledger.stops()
-        if every or (model and _of_model(e, model)) or (entry and entry in (e.id, e.batch_id))
-    ]
-    if not chosen and not every:
-        raise UsageError(
-            "no stopped batch mode matches"
-            + (f" the model {model!r}" if model else f" {entry!r}" if entry else "")
-            + " (dxi batches list)"
-        )
+    chosen = _chosen(ledger.stops(), model, entry, every, "stopped batch mode")
     for e in chosen:
         ledger.record(e.id, "resume")
     return chosen
@@ -168,19 +158,9 @@ def cancel(
         raise UsageError(f"{cache_dir} holds no batches (no {Path(cache_dir) / 'batches'} folder)")
     say = say or (lambda text: None)
     ledger = Ledger(cache_dir)
-    chosen = [
-        e
-        for e in listed(cache_dir)
-        if every or (model and _of_model(e, model)) or (entry and entry in (e.id, e.batch_id))
-    ]
-    if not chosen and every:
-        return Cancelled(0, 0)
+    chosen = _chosen(listed(cache_dir), model, entry, every, "open batch")
     if not chosen:
-        raise UsageError(
-            "no open batch matches"
-            + (f" the model {model!r}" if model else f" {entry!r}" if entry else "")
-            + " (dxi batches list)"
-        )
+        return Cancelled(0, 0)
 
     async def go() -> int:
         apis = await _apis(ledger, chosen, say)
@@ -192,6 +172,27 @@ def cancel(
 
     done = uvloop.run(go())
     return Cancelled(done, len([e for e in chosen if e.batch_id and not e.ended]))
+
+
+def _chosen(
+    entries: list[Entry], model: str | None, entry: str | None, every: bool, what: str
+) -> list[Entry]:
+    """The ``entries`` ``cancel`` and ``resume`` act on: ``every`` one, or those of the model
+    ``model`` (``_of_model``) or of the entry or provider batch id ``entry``. Raises UsageError
+    naming ``what`` (e.g. "open batch") when none matches ``model`` or ``entry``; with ``every``
+    none is no error."""
+    chosen = [
+        e
+        for e in entries
+        if every or (model and _of_model(e, model)) or (entry and entry in (e.id, e.batch_id))
+    ]
+    if not chosen and not every:
+        raise UsageError(
+            f"no {what} matches"
+            + (f" the model {model!r}" if model else f" {entry!r}" if entry else "")
+            + " (dxi batches list)"
+        )
+    return chosen
 
 
 def _of_model(entry: Entry, model: str) -> bool:
