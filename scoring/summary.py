@@ -36,7 +36,8 @@ reasons (``[{"error", "count"}]``, every evaluation pooled; the text can quote m
 
 Added with provisional figures (``scoring.provisional``): each evaluation block's ``complete`` (no
 failed or missing answer) and, when false, ``rerun`` (the answers the next ``dxi run`` requests
-again) and, when some of its missing answers' requests were set aside as damaged by the cache,
+again) and ``replied`` (the tasks with a reply: the *n* its figures and intervals are over), and
+when some of its missing answers' requests were set aside as damaged by the cache,
 ``set_aside`` (how many: ``Damaged``, ``cache.aside``); each model's ``complete`` and, when false,
 ``within_tolerance``; the summary's ``complete``,
 ``allow_failed`` (``{"answers": N}``, ``{"fraction": x}`` or null) and ``accepted`` (every model
@@ -197,6 +198,8 @@ def eval_block(
         "complete"
     ]:  # provisional (``scoring.provisional``): what the next `dxi run` requests again
         block["rerun"] = row["rerun"]
+        # and the tasks with a reply: the n its figures and intervals are over
+        block["replied"] = row.get("replied", row["n"])
     if row["missing"]:  # left out (provisional); why they are missing, and what to do
         aside = (damaged or Damaged()).counts.get((label, name), 0)
         if aside:  # of them, those whose request the cache set aside as damaged
