@@ -42,6 +42,7 @@ from dxi.scoring.sums import METRICS
 
 from .conftest import FIXTURES, REAL_DATA
 from .fakes.fake_provider import FakeProvider, InProcess
+from .helpers.damage import column_chunks, damage
 from .helpers.rows import read_only_files, row
 
 
@@ -472,21 +473,6 @@ def test_a_row_without_a_key_in_an_old_shard_never_reaches_the_key_index(tmp_pat
 
 
 # ---- 8. bytes flipped inside a shard, its footer intact ------------------------------------------
-def column_chunks(shard: Path) -> list[tuple[str, int, int]]:
-    meta = pq.ParquetFile(shard).metadata
-    out = []
-    for g in range(meta.num_row_groups):
-        for c in range(meta.num_columns):
-            col = meta.row_group(g).column(c)
-            start = (
-                col.dictionary_page_offset
-                if col.has_dictionary_page and col.dictionary_page_offset
-                else col.data_page_offset
-            )
-            out.append((col.path_in_schema, start, col.total_compressed_size))
-    return out
-
-
 @pytest.mark.slow
 async def test_a_flipped_byte_in_any_column_chunk_is_never_scored(tmp_path: Path, data_dir: Path):
     suite = Suite(discover(data_dir))
@@ -709,21 +695,6 @@ def test_tasks_are_frozen_records(
 
 
 # ---- 10. what was set aside is told: never "interrupted" or "not sent yet" -----------------------
-def damage(shard: Path) -> None:
-    """Flip 4 bytes in the middle of ``shard``'s request bodies (outside the index columns: found
-    when scoring reads every page), checked to fail the page checksums."""
-    (_, start, size) = next(c for c in column_chunks(shard) if c[0] == "request_body")
-    pristine = shard.read_bytes()
-    for at in range(start + size // 2, start + size - 4):  # a byte of a page, not of its header
-        data = bytearray(pristine)
-        for k in range(4):
-            data[at + k] ^= 0xFF
-        shard.write_bytes(bytes(data))
-        if verify.page_checksums(shard) is not None:
-            return
-    raise AssertionError(f"no flip in {shard}'s request bodies fails a checksum")
-
-
 def test_answers_of_a_shard_set_aside_are_told_as_such_with_exact_counts(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ):
