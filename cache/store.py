@@ -59,7 +59,7 @@ import orjson
 
 from dxi.lazy import LazyModule
 
-from . import schema, verify
+from . import aside, schema, verify
 from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
 from .schema import INDEX_COLUMNS
 
@@ -572,6 +572,15 @@ class Cache:
         newer = self._index_of_new_rows()
         if self._lost or not self._index.update(newer):  # a shard read before was set aside since
             self._index = None
+
+    def set_aside(self) -> aside.SetAside:
+        """The shards set aside as damaged (``cache.aside``): those moved to quarantine/ and, read
+        only, those skipped where they lie."""
+        moved = aside.quarantined(self.root)
+        where = [f"moved them to {self.root / 'quarantine'}/"] if moved else []
+        if self._set_aside:
+            where.append(f"skipped them where they lie in {self.root / 'shards'}/ (read-only)")
+        return aside.read(moved + sorted(self._set_aside), " and ".join(where))
 
     def status(self, key: str) -> str | None:
         """The newest row's class for ``key``: "ok", "invalid", "fatal", "transient", or None if

@@ -27,7 +27,10 @@ without data has no record. A provisional figure (answers failed or missing,
 ``scoring.provisional``) is marked: ``complete`` "false" in its result's ``score_details.details``
 (with the counts and its bounds, ``bounds_lowest`` and ``bounds_highest``: ``scoring.bounds``) and a
 ``provisional`` note in the record's ``source_metadata.additional_details``; each interval names its
-method (Wilson or bootstrap).
+method (Wilson or bootstrap). ``uncertainty.num_samples`` is what the score and its interval are
+over: the tasks with a reply (summary.json's ``replied``; every task, ``n``, of a complete figure;
+the index's: summed over its evaluations), and ``score_details.details.num_samples_counts`` says so
+with both numbers.
 
 Why one module over 600 lines: the Every Eval Ever layout (``write_eee`` and its record builders) is
 most of it and follows one external schema; the flat formats share its accounting of missing
@@ -94,6 +97,10 @@ PROVISIONAL = (
     "over the answered questions, with their bounds whatever those answers turn out "
     "to be in score_details.details); the figure is not final (summary.json: complete "
     "false)"
+)
+SAMPLES = (
+    "tasks with a reply: {} of {} (WildGuardTest: rows); the score and its interval are over "
+    "them, failed and missing answers left out"
 )
 _OMNISCIENCE_SOURCE = (
     "Artificial Analysis AA-Omniscience (the published Decision Index uses 500 private questions)"
@@ -339,7 +346,11 @@ def _result(
 ) -> dict:
     """One ``evaluation_results`` entry: the metric's score (0-100) with its interval."""
     intervals = unset(summary.intervals) or {}
-    uncertainty: dict = {"num_samples": int(block.get("n", 0))}
+    # the tasks the score and its interval are over: those with a reply (a provisional block's
+    # ``replied``; failed and missing answers are left out), every task of a complete one
+    tasks = int(block.get("n", 0))
+    replied = int(block.get("replied", tasks))
+    uncertainty: dict = {"num_samples": replied}
     ci = block.get(f"{metric}_ci")
     if ci and ci[0] is not None and ci[1] is not None:
         method = (intervals.get("methods") or {}).get(metric) or intervals.get(
@@ -360,6 +371,7 @@ def _result(
     }
     if "complete" in block:  # false: provisional (over the answered questions, with bounds)
         details["complete"] = str(block["complete"]).lower()
+    details["num_samples_counts"] = SAMPLES.format(replied, tasks)
     bounds = block.get(f"{metric}_bounds")
     if bounds is not None:  # whatever the failed and missing answers are (scoring.bounds)
         details["bounds_lowest"], details["bounds_highest"] = str(bounds[0]), str(bounds[1])
@@ -584,6 +596,7 @@ def write_eee(
                 "decision_index_sd": unset(entry.decision_index_sd),
                 "decision_index_bounds": unset(entry.decision_index_bounds),
                 "n": sum(b.get("n", 0) for b in entry.evals.values()),
+                "replied": sum(b.get("replied", b.get("n", 0)) for b in entry.evals.values()),
                 "complete": entry.complete,
             }
             if not entry.complete:

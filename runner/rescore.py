@@ -126,8 +126,15 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
     found = cache.read(lambda rows: scoring.models_in_cache(rows, PROMPT_VERSION))
     if plan is None:
         if found.is_empty() and not empty_ok:
+            aside = cache.set_aside()  # what it held may have been set aside as damaged
             raise UsageError(
-                f"no models in {selection.cache_dir} for prompt version {PROMPT_VERSION}: run `dxi run` first"
+                f"no models in {selection.cache_dir} for prompt version {PROMPT_VERSION}: "
+                + (
+                    f"the cache found {aside.shards} shard(s) damaged and {aside.where}; their "
+                    "answers are not scored: `dxi run` with the same models and tasks requests them again"
+                    if aside.shards
+                    else "run `dxi run` first"
+                )
             )
         prices = {
             label: (0.0, 0.0) if adapters.adapter_class(kind).free else None

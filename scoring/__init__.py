@@ -15,8 +15,10 @@ from .pipeline import (
     answers,
     export,
     metrics,
+    missing_found,
     models_in_cache,
     request_counts,
+    requests_found,
     usage,
 )
 from .scored import Scored, Scorer, score
@@ -34,8 +36,10 @@ __all__ = [
     "decision_index",
     "export",
     "metrics",
+    "missing_found",
     "models_in_cache",
     "request_counts",
+    "requests_found",
     "score",
     "usage",
     "usage_blocks",

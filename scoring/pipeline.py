@@ -567,6 +567,37 @@ def current_rows(
     )
 
 
+def requests_found(
+    rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1
+) -> pl.DataFrame:
+    """The requests of ``models`` over ``gold``'s tasks that ``rows`` hold a row of, found as
+    ``answers`` finds them (``_current``): ``label``, ``task_id``, ``sample`` (every task of a row
+    that several tasks share). ``rows`` need the lookup columns, ``sample``, ``created_at``,
+    ``status`` and ``error_kind`` only (``cache.aside.IDENTITY``: the requests of damaged
+    shards)."""
+    models = models.sort("label").with_row_index("m")
+    task_frame = _task_frame(gold.sort("eval", "task_id", "question_id"))
+    _, m, t, s, _ = _current(rows, models, task_frame, _model_epochs(models, epochs), ("status",))
+    return pl.DataFrame(
+        {
+            "label": models["label"].cast(pl.String).gather(m),
+            "task_id": task_frame["task_id"].cast(pl.String).gather(t),
+            "sample": pl.Series(s, dtype=pl.Int64),
+        }
+    )
+
+
+def missing_found(ans: pl.DataFrame, found: pl.DataFrame) -> dict[tuple[str, str], int]:
+    """Per (label, eval), how many of ``ans``'s missing answers are of a request in ``found``
+    (``requests_found``); pairs with none are left out."""
+    missing = ans.filter(pl.col("status").cast(pl.String) == "missing").select(
+        *(pl.col(c).cast(pl.String) for c in ("label", "eval", "task_id")),
+        pl.col("sample").cast(pl.Int64),
+    )
+    hit = missing.join(found, on=["label", "task_id", "sample"], how="semi")
+    return {(label, name): n for label, name, n in hit.group_by("label", "eval").len().iter_rows()}
+
+
 USAGE_SCHEMA = {
     "label": pl.String,
     "eval": pl.String,

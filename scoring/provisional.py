@@ -102,6 +102,7 @@ def notes(summary: Summary) -> list[str]:
             sum(b["missing"] for b in blocks.values()),
         )
         rerun = sum(b.get("rerun", 0) for b in blocks.values())
+        aside = sum(b.get("set_aside", 0) for b in blocks.values())  # the cache found damaged
         counts = " and ".join(
             t
             for t in (f"{failed} failed" if failed else "", f"{missing} missing" if missing else "")
@@ -111,7 +112,9 @@ def notes(summary: Summary) -> list[str]:
         within = f"; whatever those answers turn out to be, they lie within: {'; '.join(spans)}"
         text = (
             f"{m.model}: provisional ({MARK}): {counts} answer(s) in "
-            f"{', '.join(_title(n) for n in blocks)}, left out: its figures are over the answered "
+            f"{', '.join(_title(n) for n in blocks)}, left out"
+            + (f" ({aside} of the missing set aside as damaged by the cache)" if aside else "")
+            + ": its figures are over the answered "
             f"questions{within if spans else ''}; the next `dxi run` with these options asks "
             f"for {rerun} of them again"
         )

@@ -54,7 +54,10 @@ class EvalBlock(TypedDict, total=False):
     the evaluation (``scoring.sums.METRICS``; 0-100 or None) with ``<metric>_sd`` (several epochs)
     and ``<metric>_ci`` (intervals) and ``<metric>_bounds`` (a provisional figure's [lowest,
     highest], ``scoring.bounds``); the answer counts ``invalid``, ``failed``, ``missing``,
-    ``repaired``; ``complete`` and ``rerun``; ``reason`` (a null metric, or missing answers);
+    ``repaired``; ``complete`` and ``rerun``; ``set_aside`` (of the missing answers, those whose
+    request the cache set aside as damaged: ``cache.aside``) and ``replied`` (a provisional
+    block's tasks with a reply: the *n* its figures and intervals are over); ``reason`` (a null
+    metric, or missing answers);
     ``calibration`` (``scoring.summary.calibration_block``), ``ties`` and ``rounded``
     (``scoring.ties``) and ``measures`` (``scoring.measures``)."""
 
@@ -89,6 +92,8 @@ class EvalBlock(TypedDict, total=False):
     repaired: int
     complete: bool
     rerun: int
+    set_aside: int
+    replied: int
     reason: str
     calibration: dict[str, Any] | None
     ties: int

@@ -36,7 +36,10 @@ reasons (``[{"error", "count"}]``, every evaluation pooled; the text can quote m
 
 Added with provisional figures (``scoring.provisional``): each evaluation block's ``complete`` (no
 failed or missing answer) and, when false, ``rerun`` (the answers the next ``dxi run`` requests
-again); each model's ``complete`` and, when false, ``within_tolerance``; the summary's ``complete``,
+again) and ``replied`` (the tasks with a reply: the *n* its figures and intervals are over), and
+when some of its missing answers' requests were set aside as damaged by the cache,
+``set_aside`` (how many: ``Damaged``, ``cache.aside``); each model's ``complete`` and, when false,
+``within_tolerance``; the summary's ``complete``,
 ``allow_failed`` (``{"answers": N}``, ``{"fraction": x}`` or null) and ``accepted`` (every model
 complete or within it). Failed and missing answers are not answers: every figure is computed over
 the answered questions, and a provisional one (an evaluation block with ``complete`` false, a
@@ -62,6 +65,8 @@ decimals, ``scoring.ties``) when it has any.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -103,11 +108,37 @@ def selection_flags(data: dict) -> str:
     return "--all-tasks" if data.get("limit") is None else f"--limit {data['limit']}"
 
 
-def _missing_reason(missing: int, data: dict, label: str | None) -> str:
-    """Why ``missing`` answers are not in the cache, and what to do: when the model's recorded runs
-    (``data["runs"]``, ``runner.planning.selection``) selected other tasks than those scored, the
-    flags that score what they ran."""
+@dataclass(frozen=True)
+class Damaged:
+    """What the cache set aside as damaged (``cache.aside``), for the missing answers' reasons: per
+    (label, evaluation) ``counts`` of the missing answers whose request it set aside, ``where``
+    (what the cache did with them: "moved them to DIR/quarantine/"), and ``unread``: set-aside
+    shards whose requests cannot be told (some of the other missing answers may be theirs)."""
+
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    where: str = ""
+    unread: int = 0
+
+
+def _missing_reason(
+    missing: int, data: dict, label: str | None, damaged: Damaged | None = None, name: str = ""
+) -> str:
+    """Why ``missing`` answers are not in the cache, and what to do: those whose request the cache
+    set aside as damaged (``damaged``: not scored, and the next run requests them again); when the
+    model's recorded runs (``data["runs"]``, ``runner.planning.selection``) selected other tasks
+    than those scored, the flags that score what they ran."""
     scored = selection_flags(data)
+    damaged = damaged or Damaged()
+    aside = damaged.counts.get((label, name), 0)
+    head = f"{missing} answer(s) not in the cache: "
+    if aside:
+        told = (
+            f"set aside as damaged (the cache found their rows unreadable and {damaged.where}): "
+            f"they are not scored, and `dxi run` with {scored} requests them again"
+        )
+        if aside == missing:
+            return head + told
+        head += f"{aside} {told}; the other {missing - aside}: "
     ran = (data.get("runs") or {}).get(label) if label is not None else None
     if (
         ran and ran != scored and scored not in ran.split(" + ")
@@ -119,24 +150,35 @@ def _missing_reason(missing: int, data: dict, label: str | None) -> str:
             else "score this model without --limit, --sample or --all-tasks (the tasks its runs selected)"
         )
         return (
-            f"{missing} answer(s) not in the cache: this model's runs selected {ran} here, not {scored}; "
+            f"{head}this model's runs selected {ran} here, not {scored}; "
             f"{see} to see what they answered, or `dxi run` with {scored} to send what is missing"
         )
     other = "" if ran else ", or it ran other tasks (--limit, --sample)"
+    unread = (
+        f", or its rows were in one of {damaged.unread} damaged shard(s) whose requests cannot be "
+        f"told: the cache {damaged.where}"
+        if damaged.unread
+        else ""
+    )
     return (
-        f"{missing} answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer epochs than "
+        f"{head}the run is incomplete (interrupted{unread}, or it ran fewer epochs than "
         f"scored here{other}); `dxi run` with {scored} sends what is missing"
     )
 
 
 def eval_block(
-    name: str, row: dict | None, data: dict, epochs: int, label: str | None = None
+    name: str,
+    row: dict | None,
+    data: dict,
+    epochs: int,
+    label: str | None = None,
+    damaged: Damaged | None = None,
 ) -> EvalBlock:
     """One evaluation's block for one model (``label``) from its ``scoring.pipeline.metrics`` row
     (None: no answers): ``n`` tasks, the answer counts, ``complete`` (and ``rerun`` when not), each
     metric with its interval (and spread over epochs), and a ``reason`` for a null metric or for
     answers missing from the cache (``_missing_reason``: which flags score what the model's runs
-    selected)."""
+    selected, and those set aside as damaged, ``damaged``: counted in ``set_aside``)."""
     block: EvalBlock = {"n": 0, **{m: None for m in METRICS[name]}}
     if "missing" in data:
         block["reason"] = f"no data: {data['missing']}"
@@ -156,8 +198,13 @@ def eval_block(
         "complete"
     ]:  # provisional (``scoring.provisional``): what the next `dxi run` requests again
         block["rerun"] = row["rerun"]
+        # and the tasks with a reply: the n its figures and intervals are over
+        block["replied"] = row.get("replied", row["n"])
     if row["missing"]:  # left out (provisional); why they are missing, and what to do
-        block["reason"] = _missing_reason(row["missing"], data, label)
+        aside = (damaged or Damaged()).counts.get((label, name), 0)
+        if aside:  # of them, those whose request the cache set aside as damaged
+            block["set_aside"] = aside
+        block["reason"] = _missing_reason(row["missing"], data, label, damaged, name)
     if row.get(
         "reason"
     ):  # no answer is a reply: nothing to score, so no metric (never 0.0 as a score)
@@ -285,6 +332,7 @@ def build(
     model_epochs: dict[str, int] | None = None,
     usage: tuple[dict[str, dict], dict] | None = None,
     tolerance: Tolerance | None = None,
+    damaged: Damaged | None = None,
 ) -> Summary:
     """The whole summary (``scoring.records.Summary``): one entry per model label (in ``labels``
     order), from the metrics table, the suite's data block and each model's request counts. With
@@ -294,7 +342,8 @@ def build(
     ``epochs`` is the run's number of epochs, ``model_epochs`` a model's own where it differs (each
     model entry gets its ``epochs``); ``usage`` is ``scoring.cost.usage_blocks``' (per model, run):
     each model gets its ``usage`` block and the summary the run's. ``tolerance`` is
-    ``--allow-failed``'s (``scoring.provisional``): recorded, and deciding ``accepted``."""
+    ``--allow-failed``'s (``scoring.provisional``): recorded, and deciding ``accepted``.
+    ``damaged``: the missing answers whose requests the cache set aside (their reasons say so)."""
     model_epochs = model_epochs or {}
     by_key = {(r["label"], r["eval"]): r for r in metrics.iter_rows(named=True)}
     index_rows = (
@@ -316,6 +365,7 @@ def build(
                 data.get(name, {"missing": "unknown"}),
                 n_epochs,
                 label,
+                damaged,
             )
             for name in METRICS
         }

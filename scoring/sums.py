@@ -705,7 +705,8 @@ def calibration_intervals(
 
 
 def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
-    """Rows per label with answers: n tasks, ``answers`` expected (questions × epochs), counts,
+    """Rows per label with answers: n tasks, ``answers`` expected (questions × epochs),
+    ``replied`` tasks (with a reply in some epoch: ``Cube.replied_tasks``), counts,
     epochs, metrics (NaN -> null; all null when no answer is a reply, ``reason`` then saying why),
     their sd and interval."""
     unscored = est.unscored()
@@ -717,6 +718,12 @@ def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
             np.full(n_labels, est.n, np.int64) if est.asked is None else est.asked.astype(np.int64)
         ),
         "answers": est.answers.astype(np.int64),
+        # the tasks with a reply: the n a provisional figure and its interval are over
+        "replied": (
+            np.full(n_labels, est.n, np.int64)
+            if est.replied is None
+            else est.replied.astype(np.int64)
+        ),
     }
     for c, name in enumerate(COUNTS):
         columns[name] = est.counts[:, c].astype(np.int64)
@@ -742,6 +749,7 @@ def _table(frames: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
         *keys,
         "n",
         "answers",
+        "replied",
         *COUNTS,
         "epochs",
         *[m + s for m in TABLE_METRICS for s in SUFFIXES],

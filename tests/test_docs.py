@@ -213,3 +213,24 @@ def test_the_readme_tour_after_make_run_scores_its_own_sample_and_leaves_make_ru
     }
     assert tasks == {"out": 60, "out/tour": 20}
     assert (work / "out" / "tour" / "report.html").is_file()
+
+
+def test_every_option_of_the_fake_provider_is_documented():
+    """docs/benchmarks.md's table of the fake provider's ``--config`` names each of its options and
+    each fault rate (``routes`` and ``route_factories`` are Python objects and ``--route``)."""
+    import dataclasses
+    import inspect
+
+    from .fakes.fake_provider import FakeProvider, Faults
+
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    section = text.split("## The fake provider's options", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([a-z_]+)`", section))
+    options = set(inspect.signature(FakeProvider.__init__).parameters) - {
+        "self",
+        "routes",
+        "route_factories",
+    }
+    faults = {f.name for f in dataclasses.fields(Faults)}
+    assert (options | faults) - named == set()
+    assert len(options) == 17 and len(faults) == 6

@@ -42,6 +42,7 @@ from dxi.scoring.sums import METRICS
 
 from .conftest import FIXTURES, REAL_DATA
 from .fakes.fake_provider import FakeProvider, InProcess
+from .helpers.damage import column_chunks, damage
 from .helpers.rows import read_only_files, row
 
 
@@ -472,21 +473,6 @@ def test_a_row_without_a_key_in_an_old_shard_never_reaches_the_key_index(tmp_pat
 
 
 # ---- 8. bytes flipped inside a shard, its footer intact ------------------------------------------
-def column_chunks(shard: Path) -> list[tuple[str, int, int]]:
-    meta = pq.ParquetFile(shard).metadata
-    out = []
-    for g in range(meta.num_row_groups):
-        for c in range(meta.num_columns):
-            col = meta.row_group(g).column(c)
-            start = (
-                col.dictionary_page_offset
-                if col.has_dictionary_page and col.dictionary_page_offset
-                else col.data_page_offset
-            )
-            out.append((col.path_in_schema, start, col.total_compressed_size))
-    return out
-
-
 @pytest.mark.slow
 async def test_a_flipped_byte_in_any_column_chunk_is_never_scored(tmp_path: Path, data_dir: Path):
     suite = Suite(discover(data_dir))
@@ -706,3 +692,104 @@ def test_tasks_are_frozen_records(
     task = next(iter(Suite(discover(data_dir)).tasks("hle_multichoice")))
     renamed = Task(f"{task.id}-other", task.eval, task.state, task.questions, task.gold, task.meta)
     assert renamed.digest == task.digest and renamed.id_digest != task.id_digest
+
+
+# ---- 10. what was set aside is told: never "interrupted" or "not sent yet" -----------------------
+def test_answers_of_a_shard_set_aside_are_told_as_such_with_exact_counts(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    from .helpers.runs import run_plan
+
+    cache = tmp_path / "cache"
+    assert run_plan(data_dir, tmp_path, limit=2).exit_code == 0  # the first shard: 2 tasks each
+    assert run_plan(data_dir, tmp_path, all_tasks=True).exit_code == 0  # the rest: a second shard
+    first = sorted(cache.glob("shards/*.parquet"))[0]
+    assert pq.ParquetFile(first).metadata.num_rows == 8
+    damage(first)
+    args = ["--data-dir", str(data_dir), "--cache-dir", str(cache), "--all-tasks"]
+    assert main(["score", *args, "--out", str(tmp_path / "scored"), "-q"]) == 1  # provisional
+    assert [p.name.split(".parquet")[0] for p in cache.glob("quarantine/*")] == [first.stem]
+    summary = orjson.loads((tmp_path / "scored" / "summary.json").read_bytes())
+    (entry,) = summary["models"]
+    # 2 tasks of each evaluation were in the shard: 2 answers each, WildGuardTest 2 rows × 3
+    expected = {
+        "aa_omniscience_decision": 2,
+        "hle_multichoice": 2,
+        "when2call": 2,
+        "wildguardtest": 6,
+    }
+    told = (
+        "set aside as damaged (the cache found their rows unreadable and moved them to "
+        f"{cache}/quarantine/): they are not scored, and `dxi run` with --all-tasks requests "
+        "them again"
+    )
+    for eval_name, n in expected.items():
+        block = entry["evals"][eval_name]
+        assert (block["missing"], block["set_aside"], block["rerun"]) == (n, n, n), eval_name
+        reason = block["reason"].split("; f1_")[0]  # an undefined F1's reason may follow
+        assert reason == f"{n} answer(s) not in the cache: {told}", eval_name
+    out = capsys.readouterr().out
+    assert (
+        "12 missing answer(s) in AA-Omniscience-Decision, HLE-MultiChoice, When2Call, "
+        "WildGuardTest, left out (12 of the missing set aside as damaged by the cache): its "
+        "figures are over the answered questions"
+    ) in out
+    assert "(interrupted" not in out
+    # the dry run says why they are new
+    capsys.readouterr()
+    assert main(["estimate", *args, "--model", "embedded", "--json"]) == 0
+    (model,) = orjson.loads(capsys.readouterr().out)["models"]
+    assert (model["new"], model["reasons"]) == (8, {"set aside as damaged": 8})
+    # the next run sends them again: complete, nothing told
+    assert run_plan(data_dir, tmp_path, all_tasks=True).exit_code == 0
+    assert main(["score", *args, "--out", str(tmp_path / "again"), "-q"]) == 0
+    (entry,) = orjson.loads((tmp_path / "again" / "summary.json").read_bytes())["models"]
+    assert all("set_aside" not in b and b["complete"] for b in entry["evals"].values())
+
+
+def test_missing_answers_beside_those_set_aside_keep_their_own_reason(
+    data_dir: Path, tmp_path: Path
+):
+    from .helpers.runs import run_plan
+
+    cache = tmp_path / "cache"
+    assert run_plan(data_dir, tmp_path, limit=1).exit_code == 0
+    assert run_plan(data_dir, tmp_path, limit=2).exit_code == 0
+    first = sorted(cache.glob("shards/*.parquet"))[0]
+    damage(first)
+    # scored over 3 tasks: 1 set aside, 1 cached, 1 never sent (Omniscience)
+    args = ["--data-dir", str(data_dir), "--cache-dir", str(cache), "--limit", "3"]
+    assert main(["score", *args, "--out", str(tmp_path / "scored"), "-q"]) == 1
+    (entry,) = orjson.loads((tmp_path / "scored" / "summary.json").read_bytes())["models"]
+    block = entry["evals"]["aa_omniscience_decision"]
+    assert (block["missing"], block["set_aside"]) == (2, 1)
+    assert block["reason"] == (
+        "2 answer(s) not in the cache: 1 set aside as damaged (the cache found their rows "
+        f"unreadable and moved them to {cache}/quarantine/): they are not scored, and `dxi run` "
+        "with --limit 3 requests them again; the other 1: this model's runs selected --limit 2 "
+        "here, not --limit 3; score with --limit 2 to see what they answered, or `dxi run` with "
+        "--limit 3 to send what is missing"
+    )
+
+
+def test_a_shard_set_aside_whose_requests_cannot_be_read_is_named_as_a_possible_cause(
+    data_dir: Path, tmp_path: Path
+):
+    from .helpers.runs import run_plan
+
+    cache = tmp_path / "cache"
+    assert run_plan(data_dir, tmp_path, limit=2).exit_code == 0
+    assert run_plan(data_dir, tmp_path, all_tasks=True).exit_code == 0
+    first = sorted(cache.glob("shards/*.parquet"))[0]
+    first.write_bytes(first.read_bytes()[:-100])  # its footer cut off: no column can be read
+    args = ["--data-dir", str(data_dir), "--cache-dir", str(cache), "--all-tasks"]
+    assert main(["score", *args, "--out", str(tmp_path / "scored"), "-q"]) == 1
+    (entry,) = orjson.loads((tmp_path / "scored" / "summary.json").read_bytes())["models"]
+    block = entry["evals"]["hle_multichoice"]
+    assert (block["missing"], "set_aside" in block) == (2, False)
+    assert block["reason"] == (
+        "2 answer(s) not in the cache: the run is incomplete (interrupted, or its rows were in one "
+        "of 1 damaged shard(s) whose requests cannot be told: the cache moved them to "
+        f"{cache}/quarantine/, or it ran fewer epochs than scored here, or it ran other tasks "
+        "(--limit, --sample)); `dxi run` with --all-tasks sends what is missing"
+    )

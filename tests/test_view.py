@@ -10,6 +10,7 @@ dataset's texts carry markup too.
 from __future__ import annotations
 
 import asyncio
+import html
 import multiprocessing
 import os
 import re
@@ -1266,3 +1267,38 @@ def test_a_p_value_in_a_sentence_reads_p_below_or_p_equal():
         "p = 0.0457",
         "p = 1",
     ]
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_an_answer_set_aside_as_damaged_is_told_as_such_on_its_pages(tmp_path: Path):
+    from .helpers.damage import damage
+    from .helpers.runs import run_plan
+    from .helpers.view import get, view_of
+
+    data = _data(tmp_path / "data")
+    cache = tmp_path / "cache"
+    assert run_plan(data, tmp_path, limit=1).exit_code == 0  # one task each: the first shard
+    assert run_plan(data, tmp_path, limit=2).exit_code == 0
+    first = sorted(cache.glob("shards/*.parquet"))[0]
+    task = pl.read_parquet(first).filter(pl.col("eval") == "hle_multichoice")["task_id"][0]
+    damage(first)
+    b = view_of(data_dir=data, cache_dir=cache, limit=2)
+    try:
+        (epoch,) = b.question(task)["models"][0]["epochs"]
+        assert (epoch["request"], epoch["set_aside"]) == (None, True)
+        (other,) = [t for t in b.tasks if t.startswith("hle_multichoice/") and t != task]
+        assert b.question(other)["models"][0]["epochs"][0]["set_aside"] is False
+        (_, _, page), (_, _, overview) = get(b, task_url(task), "/")
+        assert (
+            "not in the cache (missing): its row was set aside as damaged (the cache found it "
+            "unreadable); not scored, and <code>dxi run</code> sends it again"
+        ) in page
+        assert (
+            "HLE-MultiChoice: 1 answer(s) not in the cache: set aside as damaged (the cache found "
+            f"their rows unreadable and skipped them where they lie in {cache}/shards/ "
+            "(read-only)): they are not scored, and `dxi run` with --limit 2 requests them again"
+        ) in html.unescape(overview)
+        assert not list(cache.glob("quarantine/*"))  # read-only: left in place
+    finally:
+        b.close()

@@ -720,7 +720,7 @@ class Browser:
     def question(self, task_id: str) -> dict:
         """Everything about one task: the task, and per model and epoch its answers (with every
         option's probability, in the question's option order) and its request (the current cache
-        row)."""
+        row; ``set_aside``: none, its row was in a shard the cache set aside as damaged)."""
         task = self.tasks.get(task_id)
         if task is None:
             raise NotFound(f"no task {task_id!r} in this view")
@@ -737,6 +737,21 @@ class Browser:
             REQUEST_COLUMNS,
         )
         by_request = {(r["label"], r["sample"]): r for r in requests.iter_rows(named=True)}
+        aside = root / "aside.parquet"  # rows the cache set aside as damaged: told, never shown
+        damaged = (
+            {
+                (r["label"], r["sample"])
+                for r in current_rows(
+                    pl.scan_parquet(aside).filter(pl.col("task_id") == task_id),
+                    self.models,
+                    gold,
+                    self.epochs,
+                    ("status",),
+                ).iter_rows(named=True)
+            }
+            if aside.exists()
+            else set()
+        )
         by_answer: dict[tuple[str, int], dict[str, dict]] = {}
         for r in ans.iter_rows(named=True):
             by_answer.setdefault((r["label"], r["sample"]), {})[r["question_id"]] = r
@@ -757,6 +772,7 @@ class Browser:
                         "answers": [_answer(q, answers.get(q.id), unasked) for q in task.questions],
                         "request": _request(request, self.prices.get(label)) if request else None,
                         "unasked": unasked,
+                        "set_aside": request is None and (label, sample) in damaged,
                     }
                 )
             models.append({"label": label, "epochs": epochs})
@@ -775,10 +791,11 @@ def write_snapshot(
 ) -> float:
     """Score (``summarize``) and write what the pages read to ``root``: ``meta.json`` (the summary,
     the cache's warnings, the frames written), ``reliability.parquet``,
-    ``wide-<eval>-<epoch>.parquet``, and the two files sorted by task id (``answers.parquet``,
-    ``requests.parquet``). Returns this process's peak resident set in MB. The cache is opened
-    read-only, with the shards of a remote tier that ``mirror`` (its URI, the folder they were
-    pulled into) holds.
+    ``wide-<eval>-<epoch>.parquet``, the two files sorted by task id (``answers.parquet``,
+    ``requests.parquet``) and ``aside.parquet`` (the request columns of the rows the cache set aside
+    as damaged: ``cache.aside``). Returns this process's peak resident set in MB. The cache is
+    opened read-only, with the shards of a remote tier that ``mirror`` (its URI, the folder they
+    were pulled into) holds.
 
     The evaluations are scored one at a time (``summarize``'s ``each``): each one's answers are
     written to answers.parquet (in evaluation order, so the file stays sorted by task id) and its
@@ -830,6 +847,8 @@ def write_snapshot(
             text = _search_text(suite.tasks())
             ids = text["task_id"].sort()
             _write_requests(cache, ids, root / "requests.parquet")
+            # the requests of the shards set aside as damaged (``cache.aside``): told on their pages
+            cache.set_aside().rows.write_parquet(root / "aside.parquet")
             warnings = list(cache.warnings)
     finally:
         if answers_file[0] is not None:

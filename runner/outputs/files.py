@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -20,6 +21,7 @@ from dxi.scoring.provisional import Tolerance
 from dxi.scoring.records import Summary
 from dxi.scoring.replies import add_replies, usage_and_replies
 from dxi.scoring.scored import ScoredRun
+from dxi.scoring.summary import Damaged
 from dxi.scoring.ties import add_ties, rounded_counts, tie_counts
 
 from .adaptive import attach, hint_unfinished, recorded, unfinished
@@ -169,12 +171,15 @@ def summarize(
             answers, scoring.Bootstrap(), with_breakdowns=breakdowns, with_comparisons=True
         )
         counts = scoring.request_counts(answers) if requests is None else requests
+        damaged = _damaged(cache, models, gold, epochs)
+        damaged.counts.update(scoring.missing_found(answers, damaged.found))
         ties, rounded = tie_counts(answers), rounded_counts(answers)
         confidence.append(measures.confidence_groups(answers))
         del answers
     else:
         scorer, ties, rounded = scoring.Scorer(scoring.Bootstrap()), {}, {}
         counts = {} if requests is None else requests
+        damaged = None  # read after the first read (which sets damaged shards aside)
         for name in gold["eval"].unique().sort().to_list() or [
             None
         ]:  # None: no tasks (``each`` gets no rows)
@@ -186,6 +191,8 @@ def summarize(
             cut |= now_cut
             if requests is None:
                 counts = _added(counts, scoring.request_counts(answers))
+            damaged = damaged or _damaged(cache, models, gold, epochs)
+            damaged.counts.update(scoring.missing_found(answers, damaged.found))
             ties |= tie_counts(answers)
             rounded |= rounded_counts(answers)
             confidence.append(measures.confidence_groups(answers))
@@ -215,6 +222,7 @@ def summarize(
         model_epochs,
         usage,
         tolerance,
+        damaged,
     )
     summary = add_ties(summary, ties, rounded)
     summary = add_replies(
@@ -239,6 +247,24 @@ def summarize(
     # here, when the result is written, never before the first request
     summary.provenance = provenance()
     return ScoredRun(summary, scored)
+
+
+@dataclass(frozen=True)
+class _Damaged(Damaged):
+    found: pl.DataFrame = field(default_factory=pl.DataFrame)  # their requests (label, task, epoch)
+
+
+def _damaged(cache: Cache, models: pl.DataFrame, gold: pl.DataFrame, epochs: int) -> _Damaged:
+    """What the cache set aside as damaged (``Cache.set_aside``), its requests found among the
+    scored ones (``scoring.requests_found``); ``counts`` is filled from each answers frame
+    (``scoring.missing_found``)."""
+    aside = cache.set_aside()
+    found = (
+        scoring.requests_found(aside.rows.lazy(), models, gold, epochs)
+        if aside.rows.height
+        else pl.DataFrame(schema={"label": pl.String, "task_id": pl.String, "sample": pl.Int64})
+    )
+    return _Damaged({}, aside.where, aside.unread, found)
 
 
 def scored_tasks(gold: pl.DataFrame) -> dict[str, set[str]]:

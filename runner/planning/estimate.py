@@ -5,7 +5,9 @@ cost bound's reservations, ``runner.sending.cost``).
 Requests are encoded exactly as ``dxi run`` would encode them and looked up in the cache by key, so
 the count of new requests is exact. Why a request is new is told by comparing it with the cache's
 rows, in this order: ``failed before`` (its last attempt failed transiently: sent again),
-``retry requested`` (``--retry-invalid`` / ``--retry-failed``), ``new model`` (no row of this
+``retry requested`` (``--retry-invalid`` / ``--retry-failed``), ``set aside as damaged`` (its row
+was in a shard the cache found damaged and set aside in ``quarantine/``: ``Cache.set_aside``),
+``new model`` (no row of this
 adapter and model), ``new parameters`` (none with these sampling parameters),
 ``new prompt version``, ``new epoch`` (the task is cached under another epoch only),
 ``changed task`` (the task id is cached with other content), ``other endpoint`` (the same task and
@@ -69,6 +71,7 @@ async def unreachable(models: Sequence[ModelRun]) -> dict[str, ProviderStop]:
 REASONS = (
     "failed before",
     "retry requested",
+    "set aside as damaged",
     "new model",
     "new parameters",
     "new prompt version",
@@ -198,6 +201,8 @@ def _classify(new: pl.DataFrame, history: pl.DataFrame) -> pl.Series:
         .then(pl.lit("failed before"))
         .when(pl.col("status").is_in(["invalid", "fatal"]))
         .then(pl.lit("retry requested"))
+        .when(pl.col("damaged"))
+        .then(pl.lit("set aside as damaged"))
         .when(pl.col("m1").is_null())
         .then(pl.lit("new model"))
         .when(pl.col("m2").is_null())
@@ -225,6 +230,7 @@ def _estimate_one(
     history: pl.DataFrame,
     shard: Shard | None = None,
     cached_too: bool = False,
+    damaged: frozenset[str] = frozenset(),
 ) -> Estimate:
     a = model.adapter
     est = Estimate(a.label)
@@ -271,6 +277,7 @@ def _estimate_one(
                     task.digest,
                     request.sample,
                     cache.status(request.key),
+                    request.key in damaged,
                     rate.input(size),
                     output,
                     input_bound(size, a.HIDDEN_INPUT_TOKENS),
@@ -292,6 +299,7 @@ def _estimate_one(
             "task_digest": pl.String,
             "sample": pl.Int32,
             "status": pl.String,
+            "damaged": pl.Boolean,
             "input": pl.Float64,
             "output": pl.Float64,
             "input_bound": pl.Int64,
@@ -352,7 +360,10 @@ def estimate(
     ``cached_too``: the requests the cache holds are estimated too, as if new (``new`` counts them;
     ``dxi plan``'s tokens of an evaluation whose cached replies counted none)."""
     rates, history = learned_rates(cache), _history(cache)
-    return [_estimate_one(m, suite, cache, rates, history, shard, cached_too) for m in models]
+    damaged = cache.set_aside().keys  # after the reads above, which set damaged shards aside
+    return [
+        _estimate_one(m, suite, cache, rates, history, shard, cached_too, damaged) for m in models
+    ]
 
 
 def totals(estimates: list[Estimate]) -> dict:
