@@ -74,8 +74,11 @@ class Stats:
 
     ``sent``: requests sent (each counted once, however many attempts); ``cache_hits``: requests not
     sent because the cache had them; ``ok`` / ``invalid`` / ``failed``: outcomes of the requests
-    sent; ``attempts``: HTTP attempts in all (``attempts - sent`` = retries); ``retry_wait_s``: the
-    seconds the requests stored waited before their retries (the sum of their rows'
+    sent; ``attempts``: HTTP attempts in all (a batch's: each result, or its absence, of a request);
+    ``retries``: the attempts that sent a request again after an attempt of it failed (each
+    request's attempts after its first, a refused one's included; a batch's: a request given back,
+    put in a new batch), never a request not sent or refused at its first attempt; ``retry_wait_s``:
+    the seconds the requests stored waited before their retries (the sum of their rows'
     ``retry_waits_s``); ``rate_limited``: 429s received; ``repaired``: replies accepted from a
     Markdown code fence (language models, SPEC §6); ``input_tokens`` / ``output_tokens``: the usage
     the replies of this run reported; ``cost_usd``: what this run's attempts cost
@@ -96,6 +99,7 @@ class Stats:
     invalid: int = 0
     failed: int = 0
     attempts: int = 0
+    retries: int = 0
     retry_wait_s: float = 0.0
     rate_limited: int = 0
     repaired: int = 0
@@ -336,6 +340,7 @@ class Scheduler:
         row = make_row(job.task, job.request, outcome)
         self.cache.append(row)
         st.attempts += outcome.attempts
+        st.retries += max(0, outcome.attempts - 1)  # its attempts after the first
         st.retry_wait_s += sum(row["retry_waits_s"])
         st.rate_limited += outcome.rate_limited
         st.add(row, job.task.id)
@@ -382,6 +387,7 @@ class Scheduler:
                     st.not_sent += 1
                     st.stop_not_sent += 1
                 st.attempts += outcome.attempts
+                st.retries += max(0, outcome.attempts - 1)
                 st.rate_limited += outcome.rate_limited
                 self.progress(job.adapter.label)
                 return
