@@ -5,8 +5,8 @@ prepares the scoring while the requests are on the wire, scores (``runner.output
 (``runner.commands.run``) is this call plus its messages.
 
 The pieces are public for the other callers: ``start_adapters`` (``dxi estimate`` learns a server's
-model name, ``dxi batches collect`` starts the models it polls), ``all_cached`` and
-``requests_block``.
+model name, ``dxi batches collect`` starts the models it polls) and ``all_cached``; a run's counts
+(summary.json's ``requests`` blocks and the others) are ``runner.counts``'s.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from dxi.cache.store import prepare_compaction
 from dxi.evals import EVALS
 from dxi.lazy import LazyModule
 
-from .batch.options import BatchStats
+from .counts import batch_outcome, counts
 from .distributed import setup as distributed
 from .errors import EXIT_COST_BOUND, EXIT_FAILED_REQUESTS, EXIT_PROVIDER_STOPPED, UsageError
 from .outputs.provenance import provenance
 from .planning.selection import annotate, remember
 from .sending.limits import ProviderLimiter
 from .sending.scheduler import Stats
-from .sending.stops import RunStop, stopped_providers
+from .sending.stops import RunStop
 from .signals import GRACE_S, Graceful, describe
 
 # Imported on first use (``dxi.lazy``): each loads Polars, the scoring, Rich or aiohttp, which
@@ -84,6 +84,11 @@ class RunResult:
     unanswered: bool
     upload_failed: int | None
     exit_code: int
+
+    @property
+    def requests(self) -> dict[str, dict]:
+        """Each model's ``requests`` block, as summary.json has it: label -> counts."""
+        return {entry.model: entry.requests for entry in self.summary.models}
 
     @property
     def failed(self) -> dict[str, Stats]:
@@ -147,21 +152,8 @@ def run(
                 rounds,
             )
         )
-        requests = requests_block(stats)
-        extra = {}
-        if plan.max_cost is not None:
-            extra["cost_bound"] = bound_block(budget, remaining)
-        on_provider: dict[str, list[str]] = {}
-        for m in plan.models:
-            on_provider.setdefault(m.limits_key, []).append(m.label)
-        stopped = stopped_providers(
-            limiters,
-            on_provider,
-            {label: s.stop_not_sent for label, s in stats.items()},
-            {label: s.refused for label, s in stats.items()},
-        )
-        if stopped:
-            extra["stopped_providers"] = stopped
+        counted_ = counts(stats, plan.models, budget, plan.max_cost, limiters, remaining)
+        requests, extra, stopped = counted_.requests, counted_.extra(), counted_.stopped
         if rounds is not None and rounds.order is not None:
             extra["adaptive"] = rounds.block()
         # the last log parsed once, before scoring (which reads its rows from memory instead of
@@ -241,67 +233,6 @@ def exit_code(
         failed = any(s.failed for s in stats.values())
         return upload_failed or (EXIT_FAILED_REQUESTS if failed and not accepted else 0)
     return upload_failed or (0 if accepted else EXIT_FAILED_REQUESTS)
-
-
-def requests_block(stats: dict[str, Stats]) -> dict[str, dict]:
-    """summary.json's per-model ``requests`` blocks (label -> counts) from a run's Stats: sent,
-    cache hits, outcomes, attempts, retry waits (seconds, 3 decimals), 429s, repairs, tokens, cost
-    (USD, 6 decimals; None without a price), not sent and refused; with batches, their ``batches``
-    block too."""
-    blocks = {}
-    for label, s in stats.items():
-        block = {
-            "sent": s.sent,
-            "cache_hits": s.cache_hits,
-            "failed": s.failed,
-            "invalid": s.invalid,
-            "attempts": s.attempts,
-            "retry_wait_s": round(s.retry_wait_s, 3),
-            "rate_limited": s.rate_limited,
-            "repaired": s.repaired,
-            "input_tokens": s.input_tokens,
-            "output_tokens": s.output_tokens,
-            "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6),
-            "not_sent": s.not_sent,
-            "refused": s.refused,
-        }
-        if isinstance(s, BatchStats):
-            block["batches"] = {
-                "submitted": s.submitted,
-                "collected": s.collected,
-                "running": len(s.running),
-                "given_back": s.given_back,
-                "from_earlier_runs": s.from_earlier,
-                "unknown_results": s.unknown_results,
-                "duplicate_results": s.duplicate_results,
-            }
-        blocks[label] = block
-    return blocks
-
-
-def batch_outcome(stats: dict[str, Stats]) -> tuple[bool, bool]:
-    """(a batch API refused some model's batches, batches left some model's requests unanswered: the
-    deadline without ``--deadline-fallback sync``, or the cost bound)."""
-    batched = [s for s in stats.values() if isinstance(s, BatchStats)]
-    return any(s.stopped for s in batched), any(not s.stopped and s.not_sent for s in batched)
-
-
-def bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
-    """summary.json's ``cost_bound``: the bound, what this run spent, whether it stopped, what
-    remains."""
-    block = {
-        "max_cost_usd": budget.max_usd,
-        "spent_usd": round(budget.spent, 6),
-        "stopped": budget.stopped,
-    }
-    if remaining is not None:
-        total = _estimate.totals(remaining)
-        block |= {
-            "remaining_requests": total["new"],
-            "remaining_cost_usd": total["cost_usd"],
-            "remaining_bound_usd": total["bound_usd"],
-        }
-    return block
 
 
 async def start_adapters(
@@ -423,7 +354,8 @@ async def _graceful(
 ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan (``_send``) under ``runner.signals.Graceful``: the first Ctrl-C or SIGTERM
     drains it (``runner.sending.stops.RunStop``), a second one or the end of ``grace`` cuts it
-    short; either way it raises ``signals.Interrupted`` once stopped."""
+    short; either way it raises ``signals.Interrupted`` once stopped, drained with the run's counts
+    (``Interrupted.counts``: each model's rest counted not sent, ``runner.counts``)."""
     stop = RunStop()
     with Graceful(stop.request, grace, stop.abandon) as graceful:
         try:
@@ -445,8 +377,9 @@ async def _graceful(
             if graceful.aborted is None:
                 raise
             raise graceful.interrupted(stop.abandoned) from None
-    if graceful.signum is not None:
-        raise graceful.interrupted(stop.abandoned)
+    if graceful.signum is not None:  # drained: what each model sent, found cached and left
+        done = counts(result[0], plan.models, budget, plan.max_cost, limiters)
+        raise graceful.interrupted(stop.abandoned, done)
     return result
 
 

@@ -13,11 +13,13 @@ preemption).
   ``dxi.__main__``'s own handler does the same.
 * **During a run** (``Graceful``, around ``runner.session``'s event loop): the first signal
   *drains*: nothing new is sent, the requests on the wire finish and are stored
-  (``runner.sending.stops.RunStop``), the progress says so and counts them down, then the run stops
-  with its resume message. A second signal aborts at once (the replies still on the wire are
-  abandoned; the next run sends them), and so does the end of the grace period, ``--grace`` seconds
-  (default ``GRACE_S`` = 25): inside the 30 s that Kubernetes (``terminationGracePeriodSeconds``)
-  and Slurm (``KillWait``) leave between SIGTERM and SIGKILL.
+  (``runner.sending.stops.RunStop``), each model's rest is counted not sent (as after the cost
+  bound), the progress says so and counts them down, then the run stops with its resume message and
+  its counts (``Interrupted.counts``, for its line in OUT/run-history.jsonl). A second signal aborts
+  at once (the replies still on the wire are abandoned; the next run sends them), and so does the
+  end of the grace period, ``--grace`` seconds (default ``GRACE_S`` = 25): inside the 30 s that
+  Kubernetes (``terminationGracePeriodSeconds``) and Slurm (``KillWait``) leave between SIGTERM and
+  SIGKILL.
 """
 
 from __future__ import annotations
@@ -27,10 +29,14 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from dxi.lazy import LazyModule
 
 from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+
+if TYPE_CHECKING:
+    from .counts import Counts
 
 # asyncio is used inside a run only: `dxi --help` and the signals taken at start-up need none of it
 asyncio = LazyModule("asyncio")
@@ -115,24 +121,36 @@ class Interrupted(Exception):  # noqa: N818 (a stop, not an error)
     """A run stopped by a signal. ``signum``: the first signal; ``drained``: True when every request
     on the wire finished and was stored, False when it was cut short (``why``: "again", a second
     signal, or "grace", the grace period over) with ``abandoned`` requests still in flight (the next
-    run sends them)."""
+    run sends them); ``counts``: drained, what the run did (``runner.counts.Counts``: each
+    model's requests sent, found in the cache and not sent), for its line in OUT/run-history.jsonl;
+    None when cut short (the counts were not finished)."""
 
-    def __init__(self, signum: int, drained: bool, abandoned: int = 0, why: str | None = None):
+    def __init__(
+        self,
+        signum: int,
+        drained: bool,
+        abandoned: int = 0,
+        why: str | None = None,
+        counts: Counts | None = None,
+    ):
         super().__init__(f"stopped by {describe(signum)}")
         self.signum, self.drained, self.abandoned, self.why = signum, drained, abandoned, why
+        self.counts = counts
 
 
 def resume_message(stop: BaseException, cache_dir: object, grace_s: float) -> tuple[str, str]:
     """What ``dxi run`` prints when a signal stopped it (``stop``: ``Interrupted``, or a
     ``KeyboardInterrupt`` from outside the run's loop): ``(headline, the rest)``, e.g.
-    ``("Interrupted (SIGTERM):", "the requests in flight finished and are stored. Every reply that
-    arrived is in .dxi-cache; rerun the same command to continue.")``."""
+    ``("Interrupted (SIGTERM):", "the requests in flight finished and are stored; 412 request(s)
+    were not sent. Every reply that arrived is in .dxi-cache; rerun the same command to
+    continue.")`` (the requests not sent: ``Interrupted.counts``)."""
     rest = f"Every reply that arrived is in {cache_dir}; rerun the same command to continue."
     if not isinstance(stop, Interrupted):
         return f"Interrupted ({describe(received())}).", rest
     head = f"Interrupted ({describe(stop.signum)}):"
     if stop.drained:
-        return head, f"the requests in flight finished and are stored. {rest}"
+        left = "" if stop.counts is None else f"; {stop.counts.not_sent:,} request(s) were not sent"
+        return head, f"the requests in flight finished and are stored{left}. {rest}"
     cut = (
         "a second signal came"
         if stop.why == "again"
@@ -210,10 +228,10 @@ class Graceful:
                 self.abort()
             self._task.cancel()
 
-    def interrupted(self, abandoned: int) -> Interrupted:
-        """What stopped the run, once it has: drained, or aborted with ``abandoned`` requests still
-        out."""
+    def interrupted(self, abandoned: int, counts: Counts | None = None) -> Interrupted:
+        """What stopped the run, once it has: drained (with the run's ``counts``), or aborted with
+        ``abandoned`` requests still out."""
         assert self.signum is not None
         if self.aborted is None:
-            return Interrupted(self.signum, True)
+            return Interrupted(self.signum, True, counts=counts)
         return Interrupted(self.signum, False, abandoned, self.aborted)

@@ -269,6 +269,7 @@ def test_progress_line_shows_rate_eta_spend_retries_429s_and_invalid():
         invalid=2,
         failed=1,
         attempts=35,
+        retries=5,
         rate_limited=4,
         cost_usd=0.125,
         started=100.0,
@@ -292,6 +293,7 @@ def test_a_model_cut_short_gets_its_last_line_even_before_its_total_is_known():
     the tasks were counted gets it when its total comes."""
     log = io.StringIO()
     p = RunProgress(Console(file=log, width=300), {})
+    # 4 attempts: one for each of the 3 sent and the 1 refused, none sent again (no retry)
     s = Stats(sent=3, ok=3, attempts=4, cache_hits=2, not_sent=4, refused=1, cost_usd=0.5)
     p.update("m", s)
     assert log.getvalue() == ""  # no total yet, and less than 10 s in
@@ -299,7 +301,7 @@ def test_a_model_cut_short_gets_its_last_line_even_before_its_total_is_known():
     (line,) = log.getvalue().splitlines()
     assert line.split(" ", 1)[1].startswith("m: 5/10 50% ")
     assert line.endswith(
-        " req/s stopped $0.5000 retries 1 429s 0 invalid replies 0 failed 0 cached 2 not sent 4 "
+        " req/s stopped $0.5000 retries 0 429s 0 invalid replies 0 failed 0 cached 2 not sent 4 "
         "refused 1"
     )
     p.update("m", s)
@@ -310,7 +312,14 @@ def test_a_model_cut_short_gets_its_last_line_even_before_its_total_is_known():
 @pytest.mark.parametrize("width", [200, 80, 60])
 def test_the_live_progress_never_cuts_a_counter_the_bar_goes_first(width: int):
     s = Stats(
-        sent=800, cache_hits=400, ok=798, invalid=2, attempts=810, rate_limited=1, cost_usd=0.421
+        sent=800,
+        cache_hits=400,
+        ok=798,
+        invalid=2,
+        attempts=810,
+        retries=10,
+        rate_limited=1,
+        cost_usd=0.421,
     )
     labels = ["openai:gpt-6.1-terra", "anthropic:claude-sonnet-5-5 (t=0)"]
     terminal = Console(width=width, force_terminal=True, color_system=None, file=io.StringIO())

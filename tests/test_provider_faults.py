@@ -119,6 +119,37 @@ async def test_an_exhausted_quota_stops_the_provider(data_dir: Path, tmp_path: P
         assert stop.resets_in_s is None
 
 
+async def test_the_progress_counts_as_retries_only_the_requests_sent_again(tmp_path: Path):
+    """Five requests one at a time: the 1st fails (503) and is sent again (answered), the 2nd is
+    answered, the 3rd fails (503) and its retry meets the exhausted quota (refused: the provider
+    stops), the last two are not sent. 5 attempts, 2 sent, 1 refused: 2 retries (the 1st's and the
+    3rd's second attempts), not 3 (attempts minus the requests stored, which counted the refused
+    request's first attempt as one)."""
+    from rich.console import Console
+
+    from dxi.runner.sending.progress import RunProgress
+
+    data = synthetic.data_dir(tmp_path / "data", 5)
+    async with FakeProvider(script=["503", "ok", "ok", "503", "quota"]) as server:
+        _, stats, rows = await run_model(
+            f"systemone:fake-decider@{server.url}", data, tmp_path / "cache", ONE, limit=5
+        )
+    assert server.stats()["arrivals"] == 5
+    progress = RunProgress(Console(), {"systemone:fake-decider": 5}, started=100.0)
+    assert progress.line("systemone:fake-decider", stats, now=110.0) == (
+        "2/5 40% 0.2 req/s stopped no price retries 2 429s 0 invalid replies 0 failed 0 cached 0 "
+        "not sent 2 refused 1"
+    )
+    assert (stats.sent, stats.attempts, stats.retries, stats.refused, stats.not_sent) == (
+        2,
+        5,
+        2,
+        1,
+        2,
+    )
+    assert rows["attempts"].to_list() == [2, 1]  # the two stored: the 1st after its retry, the 2nd
+
+
 async def test_a_quota_429_for_100_tasks_stops_within_max_in_flight_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ):

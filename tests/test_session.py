@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dxi.runner import rescore, session
+from dxi.runner import counts, rescore, session
 from dxi.runner.batch.options import BatchStats
 from dxi.runner.cli import parser
 from dxi.runner.errors import (
@@ -302,7 +302,7 @@ def test_requests_block_counts_each_model_as_summary_json_records_it():
         given_back=3,
         running={"dxi-1": 1.0},
     )
-    assert session.requests_block({"a": s, "b": b}) == {
+    assert counts.requests_block({"a": s, "b": b}) == {
         "a": {
             "sent": 7,
             "cache_hits": 2,
@@ -343,7 +343,7 @@ def test_the_cost_bound_block_adds_what_remains_once_stopped():
         Estimate("a", requests=10, cached=4, new=6, cost_usd=0.25, bound_usd=0.5),
         Estimate("b", requests=3, new=3, cost_usd=0.125, bound_usd=None),
     ]
-    assert session.bound_block(budget, remaining) == {
+    assert counts.bound_block(budget, remaining) == {
         "max_cost_usd": 0.5,
         "spent_usd": 0.5,
         "stopped": True,
@@ -351,7 +351,7 @@ def test_the_cost_bound_block_adds_what_remains_once_stopped():
         "remaining_cost_usd": 0.375,
         "remaining_bound_usd": None,
     }
-    assert session.bound_block(Budget(None), None) == {
+    assert counts.bound_block(Budget(None), None) == {
         "max_cost_usd": None,
         "spent_usd": 0.0,
         "stopped": False,
@@ -400,11 +400,11 @@ def test_the_exit_code_decision(given: dict, accepted: bool, failed: int, code: 
 
 
 def test_batch_outcome_tells_refused_from_unanswered():
-    assert session.batch_outcome({"a": Stats(not_sent=3)}) == (
+    assert counts.batch_outcome({"a": Stats(not_sent=3)}) == (
         False,
         False,
     )  # synchronous: not a batch's doing
-    assert session.batch_outcome({"a": BatchStats(not_sent=3)}) == (False, True)
-    assert session.batch_outcome(
+    assert counts.batch_outcome({"a": BatchStats(not_sent=3)}) == (False, True)
+    assert counts.batch_outcome(
         {"a": BatchStats(not_sent=3, stopped="no batch API"), "b": BatchStats()}
     ) == (True, False)

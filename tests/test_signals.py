@@ -11,18 +11,20 @@ moved)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from dxi.cache import Cache
 
 from .conftest import DXI
 from .fakes.fake_provider import serve
-from .helpers.runs import served_run
+from .helpers.runs import dxi_command, served_run
 from .helpers.synthetic import data_dir
 
 pytestmark = pytest.mark.skipif(
@@ -180,13 +182,81 @@ def test_the_first_signal_lets_the_requests_in_flight_finish_and_stores_them(
         assert f"stopping ({name}): every request that was in flight is stored" in stdout
         # the progress (results) on standard output, the interruption (a status line) on standard
         # error
-        assert f"Interrupted ({name}): the requests in flight finished and are stored." in stderr
+        assert (
+            f"Interrupted ({name}): the requests in flight finished and are stored; {tasks - 16} "
+            "request(s) were not sent."
+        ) in stderr
         assert "Interrupted" not in stdout
         assert "rerun the same command to continue" in stderr and "Traceback" not in stderr, stderr
         assert subprocess.run(cmd + ["-q"], timeout=120).returncode == 0
         after = server.stats()
     assert after["arrivals"] - stopped["arrivals"] == tasks - 16  # the rest, once each
     assert (after["duplicates"], after["keys_ok"]) == (0, tasks)  # none sent twice over both runs
+
+
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+def test_a_drained_run_counts_what_each_model_sent_found_cached_and_left(
+    tmp_path: Path, sig: signal.Signals
+):
+    """Two models, 30 tasks; the last 5 are cached by an earlier run. Requests take 1.5 s, 8 at a
+    time, the models taking turns: the signal comes as the second wave (4 of each) reaches the
+    server. Each model then sent 8, found 5 in the cache (met while its rest was counted) and left
+    17 not sent: sent + cache_hits + not_sent = 30, as after the cost bound. Its line in
+    run-history.jsonl carries these counts, the terminal says how many were not sent, and the rerun
+    sends exactly those 34."""
+    data = data_dir(tmp_path / "data", 30)
+    rows = (data / "when2call" / "when2call_test_mcq.jsonl").read_bytes().splitlines(keepends=True)
+    last = data_dir(tmp_path / "last", 0)
+    (last / "when2call" / "when2call_test_mcq.jsonl").write_bytes(b"".join(rows[25:]))
+    with serve(model=None, p_first=None, p_yes=None, latency="1.5") as server:
+        urls = [f"systemone:a@{server.url}", f"systemone:b@{server.url}"]
+        cmd = dxi_command(
+            data, tmp_path / "cache", tmp_path / "out", "--max-in-flight", "8", models=urls
+        )
+        earlier = dxi_command(last, tmp_path / "cache", tmp_path / "first", "-q", models=urls)
+        assert subprocess.run(earlier, timeout=120, stdout=subprocess.DEVNULL).returncode == 0
+        assert server.stats()["arrivals"] == 10
+        proc = started(cmd, tmp_path)
+        try:
+            wait_for(lambda: server.stats()["arrivals"] >= 26, 60, "the second wave")
+            proc.send_signal(sig)
+            assert proc.wait(60) == (143 if sig == signal.SIGTERM else 130)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert server.stats()["arrivals"] == 26  # 16 sent by the interrupted run
+        with Cache(tmp_path / "cache") as cache:
+            stored = cache.scan().collect()
+        (line,) = [orjson.loads(raw) for raw in (tmp_path / "out" / "run-history.jsonl").open("rb")]
+        stdout, stderr = output(tmp_path)
+        assert subprocess.run(cmd + ["-q"], timeout=120, stdout=subprocess.DEVNULL).returncode == 0
+        rerun = server.stats()["arrivals"] - 26
+    terminated = sig == signal.SIGTERM
+    assert (line["exit_code"], line["outcome"]) == (
+        (143, "terminated") if terminated else (130, "interrupted")
+    )
+    assert (line["cost_bound"], line["stopped_providers"]) == (None, [])
+    counted = ("sent", "cache_hits", "not_sent", "refused", "attempts", "failed", "invalid")
+    assert {label: {k: block[k] for k in counted} for label, block in line["requests"].items()} == {
+        label: {"sent": 8, "cache_hits": 5, "not_sent": 17, "refused": 0, "attempts": 8}
+        | {"failed": 0, "invalid": 0}
+        for label in ("systemone:a", "systemone:b")
+    }
+    # what the cache holds: the earlier run's 5 and this run's 8, per model
+    assert stored.group_by("model").len().sort("model").rows() == [("a", 13), ("b", 13)]
+    name = "SIGTERM" if terminated else "Ctrl-C"
+    assert (
+        f"Interrupted ({name}): the requests in flight finished and are stored; 34 request(s) were "
+        f"not sent. Every reply that arrived is in {tmp_path / 'cache'}; rerun the same command to "
+        "continue."
+    ) in " ".join(stderr.split())
+    for label in ("systemone:a", "systemone:b"):  # each model's last progress line says it too
+        assert re.search(
+            rf"{label}: 13/30 43% .* stopped .* failed 0 cached 5 not sent 17\n", stdout
+        ), stdout
+    assert rerun == 34  # the rerun sends what was counted not sent, and nothing else
 
 
 @pytest.mark.process

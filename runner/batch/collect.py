@@ -351,6 +351,7 @@ class Collecting:
                     continue
                 task, sample = item
                 builder = await self._add(builder, task, sample, self.adapter.encode(task, sample))
+                self.stats.retries += 1  # sent again, in a new batch
         except CostBoundReached:
             self.stats.not_sent += 1
         if builder is not None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from ..counts import Counts
     from ..sending.scheduler import Stats
     from ..session import RunResult
 
@@ -143,7 +144,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         args, plan, sending=True
     )  # a remote cache's mirror goes into the cache folder
 
-    def record(code: int, result: RunResult | None = None) -> int:
+    def record(code: int, result: RunResult | Counts | None = None) -> int:
         """Append the run's line to OUT/run-history.jsonl (``runner.outputs.history``); ``code``."""
         line = history.line_of(selection_of(plan, dist.shard), started, code, result)
         history.append(plan.out, line)
@@ -166,7 +167,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
         head, rest = signals.resume_message(stop, plan.cache_dir, args.grace)
         if plan.batch:
             rest += " Open batches keep running at the provider: the next run collects them (dxi batches list)."
-        code = record(signals.exit_code(stop))
+        # drained, what each model sent, found cached and left (None: cut short, or before the run)
+        code = record(signals.exit_code(stop), getattr(stop, "counts", None))
         options.make_console(stderr=True).print(f"[yellow]{escape(head)}[/] {escape(rest)}")
         return code
     except CacheWriteError as exc:

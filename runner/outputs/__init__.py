@@ -2,6 +2,7 @@
 
 * ``files``: the cache scored, ``OUT/summary.json`` and ``OUT/answers.parquet`` written;
 * ``terminal``: the terminal's tables (summary, usage, measures, the dry run), fitted to its width;
-* ``history``: ``OUT/runs.jsonl``, each run's line (what it sent, spent and where it stopped);
+* ``history``: ``OUT/run-history.jsonl``, each run's line (what it sent, spent and where it
+  stopped);
 * ``provenance``: what produced a result (``dxi_version``, the checkout's git state, the machine).
 """

@@ -11,13 +11,16 @@ blocks, ``cost_bound``, ``stopped_providers``) is kept here. A line::
      "stopped_providers": [], "requests": {"gpt": {"sent": 310, "cache_hits": 0, ...}}}
 
 ``selection``: the run file (or null), the models' names, the evaluations, the tasks (``limit``, or
-``sample`` {tasks, seed}, as summary.json's data block writes them; neither: every task), the
-bound, and ``until`` (an adaptive run) and ``shard`` where given. ``cost_bound`` (null without a
-bound), ``stopped_providers`` and ``requests`` (model name -> its block) are summary.json's as the
-run wrote them (``runner.session``). A run stopped by Ctrl-C, SIGTERM or a cache that could not be
-written scores nothing: its line has ``cost_bound`` and ``requests`` null. A run killed with
-SIGKILL (or one that crashed) writes no line. The line is one ``write(2)`` to the file opened
-``O_APPEND`` (``cache.lines``); a folder that cannot take it costs a warning, not the run.
+``sample`` {tasks, seed}, as summary.json's data block writes them; neither: every task), the bound,
+and ``until`` (an adaptive run) and ``shard`` where given. ``cost_bound`` (null without a bound),
+``stopped_providers`` and ``requests`` (model name -> its block) are summary.json's as the run wrote
+them (``runner.session``). A run stopped by Ctrl-C or SIGTERM scores nothing, but once the requests
+in flight are stored its line has the counts all the same (``runner.counts``: each model's
+rest counted ``not_sent``; ``cost_bound`` without what remains); one whose stop was cut short (a
+second signal, the grace period over), stopped outside its requests (planning, scoring) or by a
+cache that could not be written has ``cost_bound`` and ``requests`` null. A run killed with SIGKILL
+(or one that crashed) writes no line. The line is one ``write(2)`` to the file opened ``O_APPEND``
+(``cache.lines``); a folder that cannot take it costs a warning, not the run.
 """
 
 from __future__ import annotations
@@ -65,7 +68,10 @@ def now() -> str:
 def line_of(selection: dict, started: str, exit_code: int, result=None) -> dict:
     """The line of a run that selected ``selection`` (``runner.planning.selection.selection_of``),
     started at ``started`` (``now()``) and ends now with ``exit_code``; ``result`` is
-    ``runner.session.run``'s ``RunResult`` (None: stopped before scoring)."""
+    ``runner.session.run``'s ``RunResult``, or the ``runner.counts.Counts`` of a run a signal
+    stopped once its requests in flight were stored (``runner.signals.Interrupted.counts``): either
+    has the ``cost_bound``, ``stopped`` (providers) and ``requests`` blocks; None: stopped before
+    its counts were known."""
     return {
         "started": started,
         "ended": now(),
@@ -74,11 +80,7 @@ def line_of(selection: dict, started: str, exit_code: int, result=None) -> dict:
         "selection": selection,
         "cost_bound": None if result is None else result.cost_bound,
         "stopped_providers": [] if result is None else result.stopped,
-        "requests": (
-            None
-            if result is None
-            else {entry.model: entry.requests for entry in result.summary.models}
-        ),
+        "requests": None if result is None else result.requests,
     }
 
 

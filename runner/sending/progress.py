@@ -240,8 +240,9 @@ class RunProgress:
 
     def line(self, label: str, s: Stats, now: float | None = None) -> str:
         """One model's progress: done/total, share, rate, time left ("done"; "stopped" when the rest
-        was not sent), spend, retries, 429s, invalid, failed, cached, and the requests not sent and
-        refused when there are."""
+        was not sent), spend, retries (``Stats.retries``: requests sent again after a failed
+        attempt), 429s, invalid, failed, cached, and the requests not sent and refused when there
+        are."""
         now = time.monotonic() if now is None else now
         total = self.totals.get(label)
         share = f"{100 * s.done / total:.0f}%" if total else "-"
@@ -264,7 +265,6 @@ class RunProgress:
             spend = "no price " if s.cost_usd is None else f"${s.cost_usd:.4f} "
             if self.budget is not None and self.budget.max_usd is not None:
                 spend = spend[:-1] + f" (run ${self.budget.spent:.4f} of ${self.budget.max_usd:g}) "
-        retries = s.attempts - (s.ok + s.invalid + s.failed)
         if getattr(
             s, "in_batch", False
         ):  # answers come a batch at a time: a rate and a time left would mislead
@@ -272,7 +272,7 @@ class RunProgress:
         else:
             pace = f"{rate:.1f} req/s {eta}"
         return (
-            f"{s.done}/{'?' if total is None else total} {share} {pace} {spend}retries {retries} "
+            f"{s.done}/{'?' if total is None else total} {share} {pace} {spend}retries {s.retries} "
             f"429s {s.rate_limited} "
             f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}"
             + (f" not sent {s.not_sent}" if s.not_sent else "")

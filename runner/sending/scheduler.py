@@ -18,7 +18,8 @@ nothing holds a per-task object beyond the batch being looked up and the request
 all-cached run goes through the same loop and sends nothing.
 
 Stopping from outside (``runner.sending.stops.RunStop``: the first Ctrl-C or SIGTERM): nothing more
-is handed out or sent, the attempts on the wire finish and are stored, then ``run`` returns.
+is handed out or sent, the attempts on the wire finish and are stored, the rest is counted not sent
+(below), then ``run`` returns.
 Cancellation (a second Ctrl-C): workers stop where they are; every row appended is in the cache, and
 a reply that was decoded just as the cancellation came is appended before the worker stops. An error
 that stops the run (a task stream's, the cache's) is not a cancellation: nothing more is handed out,
@@ -35,8 +36,9 @@ or a cache hit for one the cache has), requests already handed out are not sent 
 cannot reserve either), the attempts in flight finish and are recorded, and ``run`` returns
 (``Budget.stopped``). A provider stops the same way, alone, on a failure every request to it would
 meet, and a model on a failure that names it alone (``runner.sending.stops``). Either way each
-model's ``sent + refused + cache_hits + not_sent`` is its ``total`` (a stop from outside leaves the
-rest uncounted).
+model's ``sent + refused + cache_hits + not_sent`` is its ``total``; so too when the run stops from
+outside (the first Ctrl-C or SIGTERM): its feeders count the rest as they do after the cost bound
+(``drain``) while the requests in flight finish.
 """
 
 from __future__ import annotations
@@ -72,8 +74,11 @@ class Stats:
 
     ``sent``: requests sent (each counted once, however many attempts); ``cache_hits``: requests not
     sent because the cache had them; ``ok`` / ``invalid`` / ``failed``: outcomes of the requests
-    sent; ``attempts``: HTTP attempts in all (``attempts - sent`` = retries); ``retry_wait_s``: the
-    seconds the requests stored waited before their retries (the sum of their rows'
+    sent; ``attempts``: HTTP attempts in all (a batch's: each result, or its absence, of a request);
+    ``retries``: the attempts that sent a request again after an attempt of it failed (each
+    request's attempts after its first, a refused one's included; a batch's: a request given back,
+    put in a new batch), never a request not sent or refused at its first attempt; ``retry_wait_s``:
+    the seconds the requests stored waited before their retries (the sum of their rows'
     ``retry_waits_s``); ``rate_limited``: 429s received; ``repaired``: replies accepted from a
     Markdown code fence (language models, SPEC §6); ``input_tokens`` / ``output_tokens``: the usage
     the replies of this run reported; ``cost_usd``: what this run's attempts cost
@@ -94,6 +99,7 @@ class Stats:
     invalid: int = 0
     failed: int = 0
     attempts: int = 0
+    retries: int = 0
     retry_wait_s: float = 0.0
     rate_limited: int = 0
     repaired: int = 0
@@ -260,16 +266,16 @@ class Scheduler:
     def next_job(self, provider: str) -> _Job | None:
         """The next request of ``provider``'s feed, its models taking turns; None once all are done,
         or once the cost bound is reached or the provider stopped (its models' rest is then left in
-        ``unsent`` for its feeder to count), or an error stops the run (a malformed row: recorded in
-        ``stopped_by``)."""
-        if self.stopped_by or self.stop.requested:
+        ``unsent`` for its feeder to count), or the run is stopping (the first Ctrl-C or SIGTERM:
+        the same), or an error stops the run (a malformed row: recorded in ``stopped_by``)."""
+        if self.stopped_by:
             return None
         streams = self.feeds[provider]
         limiter = self.limiters[provider]
         if (
-            self.budget.stopped or limiter.halted is not None
-        ):  # the cost bound was reached or the provider stopped (runner.sending.stops): count the
-            # rest not sent
+            self.budget.stopped or limiter.halted is not None or self.stop.requested
+        ):  # the cost bound was reached, the provider stopped (runner.sending.stops) or the run is
+            # stopping: count the rest not sent
             if streams:
                 # by its feeder (``fill``), beside the requests still in flight (a big suite's rest
                 # takes seconds); the provider's stop, when it stopped, is what left them
@@ -300,7 +306,8 @@ class Scheduler:
 
     async def drain(self, streams: list[tuple[Iterator[_Job], bool]]) -> None:
         """Count the requests left in ``streams`` (a stopped provider's or model's, or every
-        provider's once the cost bound is reached; each with True when a stop left it: counted in
+        provider's once the cost bound is reached or the run is stopping; each with True when a
+        provider's or model's stop left it: counted in
         ``stop_not_sent`` too) as not sent, ``DRAIN_BATCH``
         per event-loop turn (each is encoded and looked up in the cache: a cached one counts as a
         cache hit, as it would have); an error of a task stream stops the run as it does when met by
@@ -333,6 +340,7 @@ class Scheduler:
         row = make_row(job.task, job.request, outcome)
         self.cache.append(row)
         st.attempts += outcome.attempts
+        st.retries += max(0, outcome.attempts - 1)  # its attempts after the first
         st.retry_wait_s += sum(row["retry_waits_s"])
         st.rate_limited += outcome.rate_limited
         st.add(row, job.task.id)
@@ -379,6 +387,7 @@ class Scheduler:
                     st.not_sent += 1
                     st.stop_not_sent += 1
                 st.attempts += outcome.attempts
+                st.retries += max(0, outcome.attempts - 1)
                 st.rate_limited += outcome.rate_limited
                 self.progress(job.adapter.label)
                 return

@@ -46,12 +46,13 @@ class RunStop:
     Once ``request`` is called, ``runner.sending.scheduler.run`` hands out nothing more and every
     provider's limiter is closed (``ProviderLimiter.close``): attempts waiting for their turn, a
     pause or a retry's backoff end without being sent (``RunStopping``; counted ``not_sent``, no
-    row; a request whose earlier attempt had failed is stored as that transient failure), while the
-    attempts on the wire finish and are stored; then ``run`` returns. ``signum``: the signal (None
-    until asked); ``in_flight``: the requests ``run`` has handed to its workers and not yet finished
-    (``started`` / ``finished``); ``on_change``: called when asked, and each time ``in_flight``
-    falls while stopping (the progress counts them down); ``abandoned``: the requests still in
-    flight when the stop was cut short (``abandon``: a second signal)."""
+    row; a request whose earlier attempt had failed is stored as that transient failure), the
+    requests not handed out yet are counted ``not_sent`` too (the scheduler's ``drain``, as after
+    the cost bound), while the attempts on the wire finish and are stored; then ``run`` returns.
+    ``signum``: the signal (None until asked); ``in_flight``: the requests ``run`` has handed to its
+    workers and not yet finished (``started`` / ``finished``); ``on_change``: called when asked, and
+    each time ``in_flight`` falls while stopping (the progress counts them down); ``abandoned``: the
+    requests still in flight when the stop was cut short (``abandon``: a second signal)."""
 
     def __init__(self) -> None:
         self.signum: int | None = None

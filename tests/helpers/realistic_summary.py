@@ -53,7 +53,7 @@ def _requests(label: str, i: int) -> dict:
         "not_sent": 0,
         "refused": 0,
     }
-    if i == 1:  # a model sent in provider batches (``runner.session.requests_block``)
+    if i == 1:  # a model sent in provider batches (``runner.counts.requests_block``)
         counts["batches"] = {"submitted": 2, "collected": 1, "running": 1, "given_back": 3}
     return counts
 

@@ -1,0 +1,137 @@
+"""What a run did, in the blocks summary.json and its line in OUT/run-history.jsonl
+(``runner.outputs.history``) record: each model's ``requests`` block (``requests_block``), the
+``cost_bound`` block (``bound_block``) and the ``stopped_providers`` blocks
+(``runner.sending.stops.stopped_providers``), together a run's ``Counts`` (``counts``), and whether
+batches were refused or left requests unanswered (``batch_outcome``). A run that ends scores them
+into summary.json (``runner.session.run``); one that a signal stopped once its requests in flight
+were stored has them too (``runner.signals.Interrupted.counts``): its line records them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from dxi.lazy import LazyModule
+
+from .batch.options import BatchStats
+from .sending.stops import stopped_providers
+
+_estimate = LazyModule("dxi.runner.planning.estimate")
+
+if TYPE_CHECKING:
+    from .planning.estimate import Estimate
+    from .planning.plan import ModelRun
+    from .sending.cost import Budget
+    from .sending.limits import ProviderLimiter
+    from .sending.scheduler import Stats
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A run's counts: ``requests`` (model label -> its ``requests`` block), ``cost_bound`` (None
+    without ``--max-cost``) and ``stopped`` (the ``stopped_providers`` blocks; [] when none
+    stopped)."""
+
+    requests: dict[str, dict]
+    cost_bound: dict | None = None
+    stopped: list[dict] = field(default_factory=list)
+
+    def extra(self) -> dict:
+        """summary.json's blocks beside the models: ``cost_bound`` (with a bound) and
+        ``stopped_providers`` (when one stopped)."""
+        return ({} if self.cost_bound is None else {"cost_bound": self.cost_bound}) | (
+            {"stopped_providers": self.stopped} if self.stopped else {}
+        )
+
+    @property
+    def not_sent(self) -> int:
+        """The requests of every model not sent (the next run sends them)."""
+        return sum(block["not_sent"] for block in self.requests.values())
+
+
+def counts(
+    stats: Mapping[str, Stats],
+    models: list[ModelRun],
+    budget: Budget,
+    max_cost: float | None,
+    limiters: Mapping[str, ProviderLimiter],
+    remaining: list[Estimate] | None = None,
+) -> Counts:
+    """The ``Counts`` of a run of ``models`` from its Stats (label -> Stats), its ``budget`` (the
+    ``cost_bound`` block when ``max_cost`` is not None; ``remaining``: what the cost bound left,
+    ``runner.planning.estimate``) and its ``limiters`` (limits key -> ProviderLimiter: which
+    providers stopped)."""
+    on_provider: dict[str, list[str]] = {}
+    for m in models:
+        on_provider.setdefault(m.limits_key, []).append(m.label)
+    stopped = stopped_providers(
+        limiters,
+        on_provider,
+        {label: s.stop_not_sent for label, s in stats.items()},
+        {label: s.refused for label, s in stats.items()},
+    )
+    bound = None if max_cost is None else bound_block(budget, remaining)
+    return Counts(requests_block(stats), bound, stopped)
+
+
+def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
+    """summary.json's per-model ``requests`` blocks (label -> counts) from a run's Stats: sent,
+    cache hits, outcomes, attempts, retry waits (seconds, 3 decimals), 429s, repairs, tokens, cost
+    (USD, 6 decimals; None without a price), not sent and refused; with batches, their ``batches``
+    block too."""
+    blocks = {}
+    for label, s in stats.items():
+        block = {
+            "sent": s.sent,
+            "cache_hits": s.cache_hits,
+            "failed": s.failed,
+            "invalid": s.invalid,
+            "attempts": s.attempts,
+            "retry_wait_s": round(s.retry_wait_s, 3),
+            "rate_limited": s.rate_limited,
+            "repaired": s.repaired,
+            "input_tokens": s.input_tokens,
+            "output_tokens": s.output_tokens,
+            "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6),
+            "not_sent": s.not_sent,
+            "refused": s.refused,
+        }
+        if isinstance(s, BatchStats):
+            block["batches"] = {
+                "submitted": s.submitted,
+                "collected": s.collected,
+                "running": len(s.running),
+                "given_back": s.given_back,
+                "from_earlier_runs": s.from_earlier,
+                "unknown_results": s.unknown_results,
+                "duplicate_results": s.duplicate_results,
+            }
+        blocks[label] = block
+    return blocks
+
+
+def batch_outcome(stats: Mapping[str, Stats]) -> tuple[bool, bool]:
+    """(a batch API refused some model's batches, batches left some model's requests unanswered: the
+    deadline without ``--deadline-fallback sync``, or the cost bound)."""
+    batched = [s for s in stats.values() if isinstance(s, BatchStats)]
+    return any(s.stopped for s in batched), any(not s.stopped and s.not_sent for s in batched)
+
+
+def bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
+    """summary.json's ``cost_bound``: the bound, what this run spent, whether it stopped, what
+    remains."""
+    block = {
+        "max_cost_usd": budget.max_usd,
+        "spent_usd": round(budget.spent, 6),
+        "stopped": budget.stopped,
+    }
+    if remaining is not None:
+        total = _estimate.totals(remaining)
+        block |= {
+            "remaining_requests": total["new"],
+            "remaining_cost_usd": total["cost_usd"],
+            "remaining_bound_usd": total["bound_usd"],
+        }
+    return block
