@@ -103,10 +103,19 @@ def selection_flags(data: dict) -> str:
     return "--all-tasks" if data.get("limit") is None else f"--limit {data['limit']}"
 
 
-def _missing_reason(missing: int, data: dict, label: str | None) -> str:
+def _missing_reason(missing: int, data: dict, label: str | None, aside: int = 0) -> str:
     """Why ``missing`` answers are not in the cache, and what to do: when the model's recorded runs
     (``data["runs"]``, ``runner.planning.selection``) selected other tasks than those scored, the
-    flags that score what they ran."""
+    flags that score what they ran. ``aside`` of them are in the cache but were set aside: another
+    model answered them (``scoring.replies``' ``set_aside``)."""
+    if aside:
+        said = (
+            f"{aside} answer(s) set aside: another model answered them, not the model asked for "
+            "(the model's set_aside); `dxi run` sends their requests again"
+        )
+        return (
+            said if aside >= missing else f"{said}; {_missing_reason(missing - aside, data, label)}"
+        )
     scored = selection_flags(data)
     ran = (data.get("runs") or {}).get(label) if label is not None else None
     if (
@@ -130,13 +139,13 @@ def _missing_reason(missing: int, data: dict, label: str | None) -> str:
 
 
 def eval_block(
-    name: str, row: dict | None, data: dict, epochs: int, label: str | None = None
+    name: str, row: dict | None, data: dict, epochs: int, label: str | None = None, aside: int = 0
 ) -> EvalBlock:
     """One evaluation's block for one model (``label``) from its ``scoring.pipeline.metrics`` row
     (None: no answers): ``n`` tasks, the answer counts, ``complete`` (and ``rerun`` when not), each
     metric with its interval (and spread over epochs), and a ``reason`` for a null metric or for
     answers missing from the cache (``_missing_reason``: which flags score what the model's runs
-    selected)."""
+    selected; ``aside`` of them are replies another model gave, set aside)."""
     block: EvalBlock = {"n": 0, **{m: None for m in METRICS[name]}}
     if "missing" in data:
         block["reason"] = f"no data: {data['missing']}"
@@ -157,7 +166,7 @@ def eval_block(
     ]:  # provisional (``scoring.provisional``): what the next `dxi run` requests again
         block["rerun"] = row["rerun"]
     if row["missing"]:  # left out (provisional); why they are missing, and what to do
-        block["reason"] = _missing_reason(row["missing"], data, label)
+        block["reason"] = _missing_reason(row["missing"], data, label, aside)
     if row.get(
         "reason"
     ):  # no answer is a reply: nothing to score, so no metric (never 0.0 as a score)
@@ -285,6 +294,7 @@ def build(
     model_epochs: dict[str, int] | None = None,
     usage: tuple[dict[str, dict], dict] | None = None,
     tolerance: Tolerance | None = None,
+    set_aside: dict[str, dict[str, int]] | None = None,
 ) -> Summary:
     """The whole summary (``scoring.records.Summary``): one entry per model label (in ``labels``
     order), from the metrics table, the suite's data block and each model's request counts. With
@@ -294,7 +304,9 @@ def build(
     ``epochs`` is the run's number of epochs, ``model_epochs`` a model's own where it differs (each
     model entry gets its ``epochs``); ``usage`` is ``scoring.cost.usage_blocks``' (per model, run):
     each model gets its ``usage`` block and the summary the run's. ``tolerance`` is
-    ``--allow-failed``'s (``scoring.provisional``): recorded, and deciding ``accepted``."""
+    ``--allow-failed``'s (``scoring.provisional``): recorded, and deciding ``accepted``.
+    ``set_aside`` (label -> evaluation -> answers): the missing answers that are replies another
+    model gave (``scoring.replies.set_aside_answers``), said so in their evaluation's reason."""
     model_epochs = model_epochs or {}
     by_key = {(r["label"], r["eval"]): r for r in metrics.iter_rows(named=True)}
     index_rows = (
@@ -316,6 +328,7 @@ def build(
                 data.get(name, {"missing": "unknown"}),
                 n_epochs,
                 label,
+                (set_aside or {}).get(label, {}).get(name, 0),
             )
             for name in METRICS
         }
