@@ -32,6 +32,7 @@ import orjson
 import yarl
 
 from dxi.evals import CHOICE, Task
+from dxi.served import served_by_other
 
 from . import http
 from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
@@ -230,7 +231,7 @@ class SystemOne(Adapter):
             # (sparrow-decider serve ignores the request's model): another name would file its
             # answers under the wrong model. A proxy serving many models (LiteLLM) reports none
             # here, and is trusted until a reply names another model (check_served).
-            if served is not None and served != self.model:
+            if served_by_other(self.kind, self.model, served):
                 await self.close()
                 raise ProviderStop(
                     f"the System One server at {self.base_url} serves {served!r}, not {self.model!r}; "
@@ -283,11 +284,13 @@ class SystemOne(Adapter):
     def check_served(self, reply: Reply) -> None:
         """A reply that names another model than the one this run asks for (named in the model
         string, or by ``GET /health`` at start; compared exactly, as at start) is not its answer:
-        the server changed model since the run started (restarted with another). ProviderStop
-        (cause ``SERVED``): the provider stops, as it would have at start, and the reply is not
-        stored. A reply that names no model is taken as the model asked for."""
+        the server changed model since the run started (restarted with another). ProviderStop (cause
+        ``SERVED``): the provider stops, as it would have at start, and the reply is not stored. A
+        reply that names no model is taken as the model asked for. The rule is
+        ``dxi.served.served_by_other``, by which the cache also sets aside such a reply that an
+        older dxi stored."""
         served = reply.served_model
-        if served and self.model and served != self.model:
+        if served_by_other(self.kind, self.model, served):
             raise ProviderStop(
                 f"the System One server at {self.base_url} answered as {served!r}, not {self.model!r} "
                 "as asked: another model serves there now (was the server restarted with another "

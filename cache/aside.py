@@ -43,6 +43,7 @@ IDENTITY = (
     "created_at",
     "status",
     "error_kind",
+    "served_model",
 )
 
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from dxi.lazy import LazyModule
+from dxi.served import served_by_other_expr
 
 from .schema import FAILED, FATAL, INVALID, OK
 
@@ -34,8 +35,15 @@ else:
     np = LazyModule("numpy")  # imported when the index first holds arrays
 
 # status codes: the class of a key's newest row
-ABSENT, CODE_OK, CODE_INVALID, CODE_FATAL, CODE_TRANSIENT = 0, 1, 2, 3, 4
-NAMES = {CODE_OK: OK, CODE_INVALID: INVALID, CODE_FATAL: FATAL, CODE_TRANSIENT: "transient"}
+ABSENT, CODE_OK, CODE_INVALID, CODE_FATAL, CODE_TRANSIENT, CODE_SET_ASIDE = 0, 1, 2, 3, 4, 5
+SET_ASIDE = "set aside"  # another model's reply (``dxi.served``): not the model's answer
+NAMES = {
+    CODE_OK: OK,
+    CODE_INVALID: INVALID,
+    CODE_FATAL: FATAL,
+    CODE_TRANSIENT: "transient",
+    CODE_SET_ASIDE: SET_ASIDE,
+}
 MERGE_AT = 65_536
 
 # Which row of a request counts (SPEC §4: "the newest final row wins"), the one rule that the key
@@ -48,8 +56,10 @@ MERGE_AT = 65_536
 # step, machines with skewed clocks sharing a remote cache) can no longer make it beat every later
 # successful retry (issue 32: a request paid for and reported failed on every run). Between two
 # final rows of one request (sent again only by ``--retry-invalid`` / ``--retry-failed``, or by two
-# processes at once) the newer wins, by the clock.
-RANK = (-1, 1, 1, 1, 0)  # by status code: ABSENT, OK, INVALID, FATAL, TRANSIENT
+# processes at once) the newer wins, by the clock. A reply another model gave (``dxi.served``:
+# rows an older dxi stored before ``check_served`` refused them) is set aside (0): not final, its
+# request is sent again and the reply that comes back wins; the row itself stays in the cache.
+RANK = (-1, 1, 1, 1, 0, 0)  # by status code: ABSENT, OK, INVALID, FATAL, TRANSIENT, SET_ASIDE
 
 
 def prefix(key: str) -> int:
@@ -78,8 +88,11 @@ def prefixes(keys: Sequence[str] | pl.Series) -> np.ndarray:
     return out.to_numpy().astype(np.uint64, copy=False)
 
 
-def code_of(status: str, error_kind: str | None) -> int:
-    """The status code of a row: ok, invalid, or a failed row's fatal / transient."""
+def code_of(status: str, error_kind: str | None, set_aside: bool = False) -> int:
+    """The status code of a row: set aside (another model's reply: ``dxi.served.served_by_other``),
+    ok, invalid, or a failed row's fatal / transient."""
+    if set_aside:
+        return CODE_SET_ASIDE
     if status == OK:
         return CODE_OK
     if status == INVALID:
@@ -88,12 +101,13 @@ def code_of(status: str, error_kind: str | None) -> int:
 
 
 def rank_expr() -> pl.Expr:
-    """``RANK`` of each row from its ``status`` and ``error_kind`` columns (Int8), named
-    ``rank``."""
+    """``RANK`` of each row from its ``status`` and ``error_kind`` columns, and those
+    ``served_by_other_expr`` reads (Int8), named ``rank``."""
     status = pl.col("status")
     return (
         pl.when(
-            status.is_in([OK, INVALID]) | ((status == FAILED) & (pl.col("error_kind") == FATAL))
+            (status.is_in([OK, INVALID]) | ((status == FAILED) & (pl.col("error_kind") == FATAL)))
+            & ~served_by_other_expr()
         )
         .then(1)
         .otherwise(0)
@@ -148,7 +162,9 @@ def _prefix_expr() -> pl.Expr:
 def _code_expr() -> pl.Expr:
     status = pl.col("status")
     return (
-        pl.when(status == OK)
+        pl.when(served_by_other_expr())
+        .then(CODE_SET_ASIDE)
+        .when(status == OK)
         .then(CODE_OK)
         .when(status == INVALID)
         .then(CODE_INVALID)
@@ -161,10 +177,11 @@ def _code_expr() -> pl.Expr:
 
 
 def index_columns(rows: pl.LazyFrame) -> pl.LazyFrame:
-    """Rows with ``key, status, error_kind, created_at`` -> ``prefix (UInt64), code (UInt8),
-    created_at``: the small form the index is built from (the hex strings are dropped as early as
-    possible). Rows that are not cache rows (no key, an unknown status: ``cache.verify.valid_rows``)
-    are left out."""
+    """Rows with ``INDEX_COLUMNS`` (the key, status, error kind and time of each, and the provider,
+    model and served model ``dxi.served`` reads) -> ``prefix (UInt64), code (UInt8), created_at``:
+    the small form the index is built from (the hex strings are dropped as early as possible). Rows
+    that are not cache rows (no key, an unknown status: ``cache.verify.valid_rows``) are left
+    out."""
     odd = (
         pl.when(_prefix_expr().is_null()).then(pl.col("key")).alias("key")
     )  # kept only where not hex
@@ -260,9 +277,7 @@ class KeyIndex:
         the key's row so far outranks it (``RANK``: a transient failure never replaces a final
         row)."""
         p = prefix(key)
-        if (
-            code == CODE_TRANSIENT
-        ):  # a final row wins over any row: nothing to look up (the usual row)
+        if RANK[code] == 0:  # a final row wins over any row: nothing to look up (the usual row)
             old = self._recent.get(p)
             if old is None:
                 old = (

@@ -5,7 +5,7 @@ its part.
 Layout under the URI's prefix (layout 2; ``cache.partition`` for the nodes)::
 
     parts/b<LL>/<III>/<stem>.parquet        rows whose keys lie in node (LL, III), flat shard layout
-    parts/b<LL>/<III>/<stem>.keys.parquet   the same rows' index columns (key, status, error_kind, created_at)
+    parts/b<LL>/<III>/<stem>.keys.parquet   the same rows' index columns (``cache.schema.INDEX_COLUMNS``)
     parts/b<LL>/<III>/<stem>.json           the manifest, written last: {"shard", "bytes", "sha256", "rows",
                                             "replaces", "node", "keys": {"bytes", "sha256"}, "version": 2}
     quarantine/<stem>.*                     damaged objects moved aside, with <stem>.json saying why

@@ -19,7 +19,9 @@ from functools import cache
 
 OK, INVALID, FAILED = "ok", "invalid", "failed"
 TRANSIENT, FATAL = "transient", "fatal"
-INDEX_COLUMNS = ["key", "status", "error_kind", "created_at"]
+# what the key index reads of a row (``cache.index.index_columns``): its key and class, and the
+# columns that tell a reply another model gave (``dxi.served.served_by_other``)
+INDEX_COLUMNS = ["key", "status", "error_kind", "created_at", "provider", "model", "served_model"]
 
 
 @cache

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, TypeVar
 import orjson
 
 from dxi.lazy import LazyModule
+from dxi.served import served_by_other
 
 from . import aside, schema, verify
 from .index import CODE_FATAL, CODE_INVALID, CODE_OK, NAMES, KeyIndex, code_of, index_columns
@@ -131,7 +132,8 @@ class Cache:
     """The cache in directory ``root`` (created if missing).
 
     ``has(key)`` / ``has_many(keys)``: whether a request needs no sending (SPEC §4): its newest row
-    is ``ok`` or ``invalid``, or a ``fatal`` failure; a transient failure is requested again.
+    is ``ok`` or ``invalid``, or a ``fatal`` failure; a transient failure is requested again, and so
+    is a reply another model gave (``dxi.served``: set aside, its row kept).
     ``retry_invalid`` / ``retry_failed`` make invalid rows / fatal failures count as not cached.
     ``append(row)`` stores one row durably. ``scan()`` returns every row as a Polars LazyFrame.
     ``warnings`` lists what recovery found (also logged). Use as a context manager, or call
@@ -583,8 +585,8 @@ class Cache:
         return aside.read(moved + sorted(self._set_aside), " and ".join(where))
 
     def status(self, key: str) -> str | None:
-        """The newest row's class for ``key``: "ok", "invalid", "fatal", "transient", or None if
-        absent."""
+        """The newest row's class for ``key``: "ok", "invalid", "fatal", "transient", "set aside"
+        (another model's reply: ``dxi.served``), or None if absent."""
         return NAMES.get(self._keys().get(key))
 
     def has(self, key: str) -> bool:
@@ -872,7 +874,8 @@ class Cache:
         if index is None:
             index = self._keys()
         for row in rows:
-            index.set(row["key"], code_of(row["status"], row.get("error_kind")))
+            aside = served_by_other(row.get("provider"), row.get("model"), row.get("served_model"))
+            index.set(row["key"], code_of(row["status"], row.get("error_kind"), aside))
         self._log_rows += len(rows)
         if self._log_rows >= self.roll_rows:
             self._roll()

@@ -86,8 +86,13 @@ def scan(shards: Sequence[Path]) -> pl.LazyFrame:
 def check(shard: Path, columns: Sequence[str] | None = None) -> BaseException | None:
     """Read one shard whole (or ``columns`` of it) with pyarrow, page checksums verified, and with
     Polars: None when both read it, else the damage one of them found (a checksum, a panic:
-    ``is_damage``). Any other error (the file cannot be opened, memory runs out) propagates."""
+    ``is_damage``). Any other error (the file cannot be opened, memory runs out) propagates. A
+    column of ``columns`` the shard lacks (an older version wrote it: a remote index file written
+    before the index read ``served_model``) is not read, as ``scan`` reads it as nulls."""
     try:
+        if columns is not None:
+            names = set(pq.read_schema(shard).names)
+            columns = [c for c in columns if c in names]
         pq.read_table(
             shard,
             columns=list(columns) if columns is not None else None,

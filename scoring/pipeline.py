@@ -11,7 +11,8 @@ intervals, calibration and breakdowns).
 
 Status of an answer: ``ok``; ``invalid`` (a reply came but this answer was unusable); ``failed`` (no
 reply after the retry budget, or a deterministic error); ``missing`` (not in the cache: never sent,
-or the run stopped). Invalid answers are the model's reply, scored as wrong (SPEC §6). Failed and
+or the run stopped; or a System One reply another model gave, set aside: ``dxi.served``, its error
+``ANSWERED_BY_OTHER``). Invalid answers are the model's reply, scored as wrong (SPEC §6). Failed and
 missing answers are not answers: left out of every figure, which they make provisional, with bounds
 for whatever they turn out to be (``scoring.provisional``, ``scoring.bounds``); ``rerun`` marks
 those whose request the next ``dxi run`` sends again (missing ones, and failures that were not
@@ -37,6 +38,7 @@ import numpy as np
 import polars as pl
 
 from dxi.cache.index import newest, rank_expr
+from dxi.served import served_by_other_expr
 
 from .columns import explode, filtered_parts
 from .cost import COUNTED
@@ -83,6 +85,12 @@ MODELS_SCHEMA = {
 STATUSES = ("ok", "invalid", "failed", "missing")
 NO_ANSWER = "no answer to this question"
 NOT_CACHED = "not in the cache"
+SET_ASIDE = "set_aside"  # a reply another model gave: set aside (``dxi.served.served_by_other``)
+# the error of each answer of a reply set aside: the model that served it, the model asked for
+ANSWERED_BY_OTHER = (
+    "answered by {}, not {} as asked: another model's answer, set aside (the next dxi run sends its "
+    "request again)"
+)
 ANSWER_COLUMNS = (
     "label",
     "eval",
@@ -269,12 +277,17 @@ def _current(
     made of (configuration, epoch, the task's content: ``_content``), as its cache key is: a row
     whose content several tasks share is each of those tasks' row, repeated once per task
     (``each_task``; False: each row once, ``t`` the first such task). Rows of other models,
-    parameters, prompt versions, task contents, and epochs beyond a model's own are left out."""
+    parameters, prompt versions, task contents, and epochs beyond a model's own are left out.
+    ``columns`` may name ``SET_ASIDE``: whether the row is a reply another model gave
+    (``dxi.served.served_by_other``), which counts only when no other row of its request does."""
     n_epochs, n_tasks = int(model_epochs.max(initial=1)), task_frame.height
     if n_tasks == 0:  # nothing to score (e.g. every task excluded): no row is current
         none = np.empty(0, np.int64)
         first = rows if isinstance(rows, pl.LazyFrame) else rows[0]
-        return first.select(*columns).head(0).collect(), none, none, none, none
+        empty = first.head(0).select(
+            served_by_other_expr() if c == SET_ASIDE else c for c in columns
+        )
+        return empty.collect(), none, none, none, none
     # Read every epoch's rows (a filter on ``sample`` in the scan is slower than dropping rows
     # below). The columns only looked up here are read as Categoricals, cast in the scan: a row's
     # configuration, task id and digest repeat over many rows, and as strings they were the largest
@@ -283,7 +296,10 @@ def _current(
         pl.col(c).cast(pl.Categorical) if c not in columns else pl.col(c)
         for c in (*CONFIG_COLUMNS, "task_id", "task_digest")
     ]
-    order = ("created_at", "status", "error_kind")  # what ``newest`` orders a request's rows by
+    # what ``newest`` orders a request's rows by (``served_model``: a reply another model gave is
+    # set aside, ``rank_expr``; a Categorical, as the lookup columns, unless asked for)
+    order = ("created_at", "status", "error_kind")
+    served = () if "served_model" in columns else (pl.col("served_model").cast(pl.Categorical),)
     found = _read(
         rows,
         task_frame,
@@ -291,7 +307,8 @@ def _current(
             *lookup,
             "sample",
             *(c for c in order if c not in columns),
-            *(c for c in columns if c not in LOOKUP_COLUMNS),
+            *served,
+            *(c for c in columns if c not in LOOKUP_COLUMNS and c != SET_ASIDE),
         ],
     )
     i, m = _configured(found, models)
@@ -321,7 +338,7 @@ def _current(
     else:
         t = tasks_by_content[first[c]]
     request = (m * n_tasks + t) * n_epochs + s
-    found = found.select(*columns)
+    found = found.select(served_by_other_expr() if c == SET_ASIDE else c for c in columns)
     if not np.array_equal(i, np.arange(found.height)):
         found = found[i]
     return found, m, t, s, request
@@ -359,16 +376,36 @@ def answers(
         models,
         task_frame,
         model_epochs,
-        ("status", "error", "error_kind", "repaired", *ANSWER_READ),
+        (
+            "status",
+            "error",
+            "error_kind",
+            "repaired",
+            "served_model",
+            SET_ASIDE,
+            *ANSWER_READ,
+        ),
     )
     row_of_request = np.full(n_models * n_tasks * n_epochs, -1, np.int64)
     row_of_request[request] = np.arange(len(request))
     row_failed = (found["status"] == "failed").to_numpy()
-    row_rerun = (
+    # a reply another model gave: none of its answers is this model's (missing, sent again)
+    row_aside = found[SET_ASIDE].to_numpy()
+    row_rerun = row_aside | (
         row_failed & (found["error_kind"] != "fatal").fill_null(True).to_numpy()
     )  # as ``Cache.has`` decides
     row_repaired = found["repaired"].fill_null(False).to_numpy()
-    row_error = found["error"].rechunk()
+    row_error = found.select(
+        pl.when(pl.col(SET_ASIDE))
+        .then(
+            pl.format(
+                ANSWERED_BY_OTHER,
+                pl.col("served_model"),
+                pl.lit(models["model"].gather(m)),  # the row's model: its configuration's
+            )
+        )
+        .otherwise(pl.col("error"))
+    ).to_series()
 
     # every answer the cache holds (the flat answer columns of the cache's logical shape), with its
     # place (model, gold row, epoch)
@@ -394,7 +431,7 @@ def answers(
     )
     g = np.where(qcode >= 0, gold_of[t[r], np.maximum(qcode, 0)], -1)
     pos = (m[r] * n_gold + g) * n_epochs + s[r]
-    valid = g >= 0
+    valid = (g >= 0) & ~row_aside[r]
     if not valid.all() or (len(pos) and np.bincount(pos[valid], minlength=n).max() > 1):
         keep = np.zeros(
             len(pos), bool
@@ -432,9 +469,10 @@ def answers(
     )
     rest_row = row_of_request[(rest_m * n_tasks + task_of_gold[rest_g]) * n_epochs + rest_s]
     absent = rest_row < 0
+    aside = ~absent & (row_aside[np.maximum(rest_row, 0)] if len(row_aside) else False)
     rest_status = pl.Series(
         np.where(
-            absent,
+            absent | aside,
             "missing",
             np.where(
                 row_failed[np.maximum(rest_row, 0)] if len(row_failed) else False,
@@ -453,7 +491,9 @@ def answers(
         {
             "status": rest_status,
             "error": pl.select(
-                pl.when(rest_status == "missing")
+                pl.when(pl.Series(aside))
+                .then(rest_error)
+                .when(rest_status == "missing")
                 .then(pl.lit(NOT_CACHED))
                 .otherwise(
                     pl.coalesce(
@@ -573,8 +613,8 @@ def requests_found(
     """The requests of ``models`` over ``gold``'s tasks that ``rows`` hold a row of, found as
     ``answers`` finds them (``_current``): ``label``, ``task_id``, ``sample`` (every task of a row
     that several tasks share). ``rows`` need the lookup columns, ``sample``, ``created_at``,
-    ``status`` and ``error_kind`` only (``cache.aside.IDENTITY``: the requests of damaged
-    shards)."""
+    ``status``, ``error_kind`` and ``served_model`` only (``cache.aside.IDENTITY``: the requests of
+    damaged shards)."""
     models = models.sort("label").with_row_index("m")
     task_frame = _task_frame(gold.sort("eval", "task_id", "question_id"))
     _, m, t, s, _ = _current(rows, models, task_frame, _model_epochs(models, epochs), ("status",))
@@ -630,14 +670,20 @@ def usage(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1)
     ``cache_write_tokens`` and ``cache_write_1h_tokens`` of the input (``USAGE_SCHEMA``;
     ``scoring.cost``); ``batch``: the rows a provider batch brought (``transport`` "batch", priced
     at the batch rate), apart from the others. Usage of earlier attempts, rows of other
-    configurations and rows replaced by newer ones is not counted: this is what the answers scored
-    cost."""
+    configurations, rows replaced by newer ones and replies another model gave (set aside: not
+    scored) is not counted: this is what the answers scored cost."""
     models = models.sort("label").with_row_index("m")
     task_frame = _task_frame(gold.sort("eval", "task_id", "question_id"))
     found, m, _, _, _ = _current(
-        rows, models, task_frame, _model_epochs(models, epochs), USAGE_READ, each_task=False
+        rows,
+        models,
+        task_frame,
+        _model_epochs(models, epochs),
+        (*USAGE_READ, SET_ASIDE),
+        each_task=False,
     )
-    return usage_table(found, m, models)
+    scored = ~found[SET_ASIDE].to_numpy()
+    return usage_table(found.filter(scored).select(USAGE_READ), m[scored], models)
 
 
 USAGE_READ = ("eval", "status", *_TOKENS, "transport")  # what ``usage`` reads

@@ -113,11 +113,11 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     at once) and ``tied_group`` (``scoring.compare``); ``evals`` (evaluation name -> ``EvalBlock``);
     ``invalid_reasons`` ([{"error", "count"}], ``scoring.summary.invalid_reasons``); ``requests``
     (the request counts); ``usage`` (tokens and USD, ``scoring.cost``); ``served_models``,
-    ``served_differs`` and ``cut_off`` (``scoring.replies.add_replies``); ``effort`` and
-    ``p_yes_range`` (``runner.outputs.files.model_settings``); ``measures`` (latency, cost of 1,000
-    decisions, risk–coverage: ``scoring.measures``); ``adaptive`` (an adaptive run's: the questions
-    asked per evaluation, the rule that stopped the model, the whole-set estimates with their
-    anytime-valid intervals at stopping; written by the runner's adaptive rounds)."""
+    ``served_differs``, ``answered_by_other`` and ``cut_off`` (``scoring.replies.add_replies``);
+    ``effort`` and ``p_yes_range`` (``runner.outputs.files.model_settings``); ``measures`` (latency,
+    cost of 1,000 decisions, risk–coverage: ``scoring.measures``); ``adaptive`` (an adaptive run's:
+    the questions asked per evaluation, the rule that stopped the model, the whole-set estimates
+    with their anytime-valid intervals at stopping; written by the runner's adaptive rounds)."""
 
     model: str
     epochs: int
@@ -138,6 +138,7 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     usage: dict[str, Any] | None | UnsetType = UNSET
     served_models: dict[str, int] | UnsetType = UNSET
     served_differs: dict[str, Any] | UnsetType = UNSET
+    answered_by_other: dict[str, Any] | UnsetType = UNSET
     cut_off: dict[str, int] | UnsetType = UNSET
     effort: str | None | UnsetType = UNSET
     p_yes_range: list[float] | UnsetType = UNSET

@@ -8,7 +8,10 @@ them, and which were cut off at the token limit (summary.json's per-model ``serv
   are then scored under the name asked for: ``served_models`` counts, per model, the answers each
   served name gave, and ``served_differs`` lists the names that are not the model asked for. A dated
   snapshot of the name asked for (``gpt-6-luna-2026-09-22`` for ``gpt-6-luna``; ``models/`` prefixes
-  aside) is the same model (``same_model``).
+  aside) is the same model (``same_model``). A System One reply that names another model than the
+  one asked for (``dxi.served.served_by_other``: stored by an older dxi, before ``check_served``
+  refused such replies) is not scored: ``answered_by_other`` counts its ``replies`` and ``answers``
+  and the names that ``served`` them, and its answers are missing (their requests are sent again).
 * **Cut-offs.** A reply cut off at the token limit is invalid (SPEC §6), so its points are lost to
   the budget, not to the model: ``cut_off`` counts, per model, the ``replies`` cut off, those cut
   off ``while_thinking`` (before any answer text: the limit was spent on reasoning) and the
@@ -30,13 +33,23 @@ import numpy as np
 import polars as pl
 
 from . import measures
-from .pipeline import USAGE_READ, Rows, _current, _model_epochs, _task_frame, usage_table
+from .pipeline import (
+    SET_ASIDE,
+    USAGE_READ,
+    Rows,
+    _current,
+    _model_epochs,
+    _task_frame,
+    usage_table,
+)
 from .records import ModelEntry, Summary, unset
 
 REPLIES_SCHEMA = {
     "label": pl.String,
+    "eval": pl.String,
     "served_model": pl.String,
     "cut_off": pl.String,
+    "set_aside": pl.Boolean,
     "replies": pl.Int64,
     "answers": pl.Int64,
 }
@@ -56,10 +69,10 @@ def usage_and_replies(
     parts: Mapping[str, Mapping[str, Collection[str]]] | None = None,
 ) -> tuple[pl.DataFrame, ...]:
     """``(scoring.usage(rows, models, gold, epochs), the replies table)`` from one read of the
-    current cache rows. The replies table: per (label, served_model, cut_off), the scored requests
-    with a reply (``replies``: ok or invalid, one per task and epoch) and the ``answers`` they hold
-    (``REPLIES_SCHEMA``). ``with_calls`` adds a third table from the same read: one row per call
-    (``scoring.measures.calls_table``: latency, time to first token, batch, questions).
+    current cache rows. The replies table: per (label, eval, served_model, cut_off, set_aside), the
+    requests with a reply (``replies``: ok or invalid, one per task and epoch) and the ``answers``
+    they hold (``REPLIES_SCHEMA``). ``with_calls`` adds a third table from the same read: one row
+    per call (``scoring.measures.calls_table``: latency, time to first token, batch, questions).
     ``parts`` (label -> evaluation -> task ids): the models an adaptive run scored over the part
     they were asked (``scoring.adaptive.asked_part``'s cut): their rows of that evaluation outside
     the part are left out, as their answers are (a round the cost bound cut sent some)."""
@@ -72,17 +85,17 @@ def usage_and_replies(
         models,
         task_frame,
         _model_epochs(models, epochs),
-        (*USAGE_READ, "served_model", "cut_off", *extra),
+        (*USAGE_READ, "served_model", "cut_off", SET_ASIDE, *extra),
         each_task=False,
     )
     if parts:
         outside = _outside(parts, models, task_frame, gold)
         keep = ~outside[m, t]
         found, m, t = found.filter(pl.Series(keep)), m[keep], t[keep]
-    tables = (
-        usage_table(found.select(USAGE_READ), m, models),
-        _replies_table(found, m, t, models, task_frame),
-    )
+    replies = _replies_table(found, m, t, models, task_frame)
+    scored = ~found[SET_ASIDE].to_numpy()  # a reply another model gave is counted apart, alone
+    found, m, t = found.filter(pl.Series(scored)), m[scored], t[scored]
+    tables = (usage_table(found.select(USAGE_READ), m, models), replies)
     if not with_calls:
         return tables
     questions = task_frame["nq"].to_numpy().astype(np.int64)
@@ -130,8 +143,10 @@ def _replies_table(
     table = (
         found.select(
             pl.col("status").cast(pl.String),
+            pl.col("eval").cast(pl.String),
             pl.col("served_model").cast(pl.String),
             pl.col("cut_off").cast(pl.String),
+            SET_ASIDE,
         )
         .with_columns(
             pl.Series("m", m, dtype=pl.UInt32),
@@ -139,14 +154,24 @@ def _replies_table(
             pl.Series("nq", nq[t] * same[t], dtype=pl.Int64),
         )
         .filter(pl.col("status").is_in(["ok", "invalid"]))
-        .group_by("m", "served_model", "cut_off")
+        .group_by("m", "eval", "served_model", "cut_off", SET_ASIDE)
         .agg(pl.col("tasks").sum().alias("replies"), pl.col("nq").sum().alias("answers"))
-        .sort("m", "served_model", "cut_off", nulls_last=True)
+        .sort("m", "eval", "served_model", "cut_off", SET_ASIDE, nulls_last=True)
     )
     return table.select(
         pl.Series("label", models["label"].gather(table["m"]), dtype=pl.String),
         *(c for c in REPLIES_SCHEMA if c != "label"),
     ).cast(REPLIES_SCHEMA)
+
+
+def set_aside_answers(table: pl.DataFrame) -> dict[str, dict[str, int]]:
+    """Per model label and evaluation, the answers of the replies another model gave, set aside
+    (missing: ``scoring.summary.build``'s ``answered_by_other``), from a replies table."""
+    out: dict[str, dict[str, int]] = {}
+    aside = table.filter(pl.col(SET_ASIDE)).group_by("label", "eval").agg(pl.col("answers").sum())
+    for label, name, answers in aside.sort("label", "eval").iter_rows():
+        out.setdefault(label, {})[name] = answers
+    return out
 
 
 def same_model(asked: str, served: str) -> bool:
@@ -161,10 +186,26 @@ def add_replies(summary: Summary, table: pl.DataFrame, asked: dict[str, str]) ->
     """``summary`` with each model entry's ``served_models`` ({served name: answers}, most first),
     ``served_differs`` (when any served name is not the model ``asked[label]``: {``requested``,
     ``served``: those names}) and ``cut_off`` ({``replies``, ``while_thinking``, ``answers``}) from
-    a replies table (``usage_and_replies``)."""
+    a replies table (``usage_and_replies``), and ``answered_by_other`` when replies another model
+    gave were set aside, not scored ({``requested``, ``replies``, ``answers``, ``served``: {served
+    name: answers}}: ``dxi.served.served_by_other``)."""
     for entry in summary.models:
         label = entry.model
         mine = table.filter(pl.col("label") == label)
+        aside = mine.filter(pl.col(SET_ASIDE))
+        mine = mine.filter(~pl.col(SET_ASIDE))
+        if aside.height:
+            by_name = (
+                aside.group_by("served_model")
+                .agg(pl.col("answers").sum())
+                .sort(["answers", "served_model"], descending=[True, False])
+            )
+            entry.answered_by_other = {
+                "requested": asked.get(label, label),
+                "replies": int(aside["replies"].sum()),
+                "answers": int(aside["answers"].sum()),
+                "served": dict(by_name.iter_rows()),
+            }
         served = (
             mine.filter(pl.col("served_model").is_not_null())
             .group_by("served_model")
@@ -190,7 +231,8 @@ def add_replies(summary: Summary, table: pl.DataFrame, asked: dict[str, str]) ->
 
 def model_notes(entry: ModelEntry) -> list[str]:
     """What a reader must know about one model's replies (a summary.json model entry), as sentences:
-    the models that served it when they differ from the one asked for, its replies cut off at the
+    the models that served it when they differ from the one asked for, the replies another model
+    gave that were set aside (``answered_by_other``), its replies cut off at the
     token limit with the hint, and a provider's clamp of P(yes) (``p_yes_range``). [] when none."""
     notes = []
     served = unset(entry.served_models) or {}
@@ -201,6 +243,15 @@ def model_notes(entry: ModelEntry) -> list[str]:
             + ", ".join(f"{name} ({served[name]} answers)" for name in differs["served"])
             + f", not {differs['requested']} as asked: the provider served another model, and its answers "
             "are scored under this name"
+        )
+    aside = unset(entry.answered_by_other)
+    if aside:
+        notes.append(
+            f"{aside['replies']} {'reply' if aside['replies'] == 1 else 'replies'} ({aside['answers']} "
+            "answers) answered by "
+            + ", ".join(f"{name} ({n} answers)" for name, n in aside["served"].items())
+            + f", not {aside['requested']} as asked, set aside: another model's answers, not scored "
+            "(missing); the next dxi run sends their requests again"
         )
     cut = unset(entry.cut_off) or {}
     if cut.get("replies"):

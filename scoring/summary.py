@@ -121,12 +121,26 @@ class Damaged:
 
 
 def _missing_reason(
-    missing: int, data: dict, label: str | None, damaged: Damaged | None = None, name: str = ""
+    missing: int,
+    data: dict,
+    label: str | None,
+    damaged: Damaged | None = None,
+    name: str = "",
+    other: int = 0,
 ) -> str:
-    """Why ``missing`` answers are not in the cache, and what to do: those whose request the cache
-    set aside as damaged (``damaged``: not scored, and the next run requests them again); when the
-    model's recorded runs (``data["runs"]``, ``runner.planning.selection``) selected other tasks
-    than those scored, the flags that score what they ran."""
+    """Why ``missing`` answers are not in the cache, and what to do: ``other`` of them are replies
+    another model gave, set aside (``scoring.replies``' ``answered_by_other``); those whose request
+    the cache set aside as damaged (``damaged``: not scored, and the next run requests them again);
+    when the model's recorded runs (``data["runs"]``, ``runner.planning.selection``) selected other
+    tasks than those scored, the flags that score what they ran."""
+    if other:
+        said = (
+            f"{other} answer(s) set aside: another model answered them, not the model asked for "
+            "(the model's answered_by_other); `dxi run` sends their requests again"
+        )
+        if other >= missing:
+            return said
+        return f"{said}; {_missing_reason(missing - other, data, label, damaged, name)}"
     scored = selection_flags(data)
     damaged = damaged or Damaged()
     aside = damaged.counts.get((label, name), 0)
@@ -173,12 +187,14 @@ def eval_block(
     epochs: int,
     label: str | None = None,
     damaged: Damaged | None = None,
+    other: int = 0,
 ) -> EvalBlock:
     """One evaluation's block for one model (``label``) from its ``scoring.pipeline.metrics`` row
     (None: no answers): ``n`` tasks, the answer counts, ``complete`` (and ``rerun`` when not), each
     metric with its interval (and spread over epochs), and a ``reason`` for a null metric or for
     answers missing from the cache (``_missing_reason``: which flags score what the model's runs
-    selected, and those set aside as damaged, ``damaged``: counted in ``set_aside``)."""
+    selected, those set aside as damaged, ``damaged``: counted in ``set_aside``, and ``other``
+    replies another model gave, set aside)."""
     block: EvalBlock = {"n": 0, **{m: None for m in METRICS[name]}}
     if "missing" in data:
         block["reason"] = f"no data: {data['missing']}"
@@ -204,7 +220,7 @@ def eval_block(
         aside = (damaged or Damaged()).counts.get((label, name), 0)
         if aside:  # of them, those whose request the cache set aside as damaged
             block["set_aside"] = aside
-        block["reason"] = _missing_reason(row["missing"], data, label, damaged, name)
+        block["reason"] = _missing_reason(row["missing"], data, label, damaged, name, other)
     if row.get(
         "reason"
     ):  # no answer is a reply: nothing to score, so no metric (never 0.0 as a score)
@@ -333,6 +349,7 @@ def build(
     usage: tuple[dict[str, dict], dict] | None = None,
     tolerance: Tolerance | None = None,
     damaged: Damaged | None = None,
+    answered_by_other: dict[str, dict[str, int]] | None = None,
 ) -> Summary:
     """The whole summary (``scoring.records.Summary``): one entry per model label (in ``labels``
     order), from the metrics table, the suite's data block and each model's request counts. With
@@ -343,7 +360,10 @@ def build(
     model entry gets its ``epochs``); ``usage`` is ``scoring.cost.usage_blocks``' (per model, run):
     each model gets its ``usage`` block and the summary the run's. ``tolerance`` is
     ``--allow-failed``'s (``scoring.provisional``): recorded, and deciding ``accepted``.
-    ``damaged``: the missing answers whose requests the cache set aside (their reasons say so)."""
+    ``damaged``: the missing answers whose requests the cache set aside (their reasons say so).
+    ``answered_by_other`` (label -> evaluation -> answers): the missing answers that are replies
+    another model gave (``scoring.replies.set_aside_answers``), said so in their evaluation's
+    reason."""
     model_epochs = model_epochs or {}
     by_key = {(r["label"], r["eval"]): r for r in metrics.iter_rows(named=True)}
     index_rows = (
@@ -366,6 +386,7 @@ def build(
                 n_epochs,
                 label,
                 damaged,
+                (answered_by_other or {}).get(label, {}).get(name, 0),
             )
             for name in METRICS
         }

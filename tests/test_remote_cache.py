@@ -74,7 +74,15 @@ def check_whole(s3, prefix: str = "dxi") -> dict[str, Manifest]:
             keys = get(f"{prefix}/{m.path('keys')}")
             assert (len(keys), hashlib.sha256(keys).hexdigest()) == (m.keys_bytes, m.keys_sha256)
             index = pq.read_table(pa.BufferReader(keys))
-            assert index.column_names == ["key", "status", "error_kind", "created_at"]
+            assert index.column_names == [
+                "key",
+                "status",
+                "error_kind",
+                "created_at",
+                "provider",
+                "model",
+                "served_model",
+            ]
             assert index["key"].to_pylist() == table["key"].to_pylist()
             assert all(
                 m.node.lo <= p < m.node.hi for p in prefixes(table["key"].to_pylist()).tolist()

@@ -952,6 +952,7 @@ def test_the_view_rescores_rows_appended_while_it_serves(
                         row
                         | {
                             "model": copy,
+                            "served_model": copy,  # its replies name it (``dxi.served``)
                             "key": "copy-" + row["key"],
                             "created_at": row["created_at"] + 1,
                         }

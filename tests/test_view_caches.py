@@ -62,7 +62,7 @@ def _data(root: Path) -> Path:
 
 def _copy_model(cache_dir: Path, name: str) -> None:
     """The cache's rows again under another model name (a long one: the selects must show it
-    whole)."""
+    whole), its replies naming it as the model that served them (``dxi.served``)."""
     rows = pl.concat(
         [
             pl.from_arrow(read_nested(p, SCHEMA.names))
@@ -70,7 +70,7 @@ def _copy_model(cache_dir: Path, name: str) -> None:
         ]
     )
     pq.write_table(
-        rows.with_columns(pl.lit(name).alias("model")).to_arrow().cast(SCHEMA),
+        rows.with_columns(model=pl.lit(name), served_model=pl.lit(name)).to_arrow().cast(SCHEMA),
         cache_dir / "shards" / "long-name.parquet",
     )
 

@@ -19,7 +19,7 @@ from dxi.scoring import measures, records
 from dxi.scoring.adaptive import asked_part, mark_exact
 from dxi.scoring.provisional import Tolerance
 from dxi.scoring.records import Summary
-from dxi.scoring.replies import add_replies, usage_and_replies
+from dxi.scoring.replies import add_replies, set_aside_answers, usage_and_replies
 from dxi.scoring.scored import ScoredRun
 from dxi.scoring.summary import Damaged
 from dxi.scoring.ties import add_ties, rounded_counts, tie_counts
@@ -223,6 +223,7 @@ def summarize(
         usage,
         tolerance,
         damaged,
+        set_aside_answers(served),
     )
     summary = add_ties(summary, ties, rounded)
     summary = add_replies(

@@ -5,6 +5,8 @@ cost bound's reservations, ``runner.sending.cost``).
 Requests are encoded exactly as ``dxi run`` would encode them and looked up in the cache by key, so
 the count of new requests is exact. Why a request is new is told by comparing it with the cache's
 rows, in this order: ``failed before`` (its last attempt failed transiently: sent again),
+``another model answered`` (its cached reply names another model than the System One model asked
+for: set aside, ``dxi.served.served_by_other``),
 ``retry requested`` (``--retry-invalid`` / ``--retry-failed``), ``set aside as damaged`` (its row
 was in a shard the cache found damaged and set aside in ``quarantine/``: ``Cache.set_aside``),
 ``new model`` (no row of this
@@ -42,6 +44,7 @@ import polars as pl
 
 from dxi.adapters import ProviderStop
 from dxi.cache import Cache
+from dxi.cache.index import SET_ASIDE
 from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import cost_usd
 from dxi.scoring.cost import COUNTED, max_input_price
@@ -70,6 +73,7 @@ async def unreachable(models: Sequence[ModelRun]) -> dict[str, ProviderStop]:
 
 REASONS = (
     "failed before",
+    "another model answered",
     "retry requested",
     "set aside as damaged",
     "new model",
@@ -199,6 +203,8 @@ def _classify(new: pl.DataFrame, history: pl.DataFrame) -> pl.Series:
     reason = (
         pl.when(pl.col("status") == "transient")
         .then(pl.lit("failed before"))
+        .when(pl.col("status") == SET_ASIDE)
+        .then(pl.lit("another model answered"))
         .when(pl.col("status").is_in(["invalid", "fatal"]))
         .then(pl.lit("retry requested"))
         .when(pl.col("damaged"))

@@ -39,6 +39,7 @@ def add_hostile_model(cache_dir: Path) -> None:
     w2c = pl.col("eval") == "when2call"
     evil = rows.with_columns(
         pl.lit(HOSTILE_MODEL).alias("model"),
+        pl.lit(HOSTILE_MODEL).alias("served_model"),  # the model its replies name (``dxi.served``)
         pl.when(w2c).then(pl.lit("failed")).otherwise(pl.col("status")).alias("status"),
         pl.when(w2c).then(pl.lit(HOSTILE_ERROR)).otherwise(pl.col("error")).alias("error"),
         pl.when(w2c).then(pl.lit("fatal")).otherwise(pl.col("error_kind")).alias("error_kind"),

@@ -135,12 +135,15 @@ def _failed(frame: pl.DataFrame, mine: pl.Expr, kind: str) -> pl.DataFrame:
 def copy_model(cache_dir: Path, model: str, eval_name: str, n: int) -> str:
     """A copy of the cache's rows (one model's) under the name ``model``, its first ``n`` rows of
     ``eval_name`` (by task id) final failures (fatal: kept), in a shard of its own; the copy's
-    label."""
+    label. Its replies name it as the model that served them (a System One reply naming another
+    model is set aside: ``dxi.served``)."""
     rows = pl.concat(
         [pl.from_arrow(read_nested(p, SCHEMA.names)) for p in sorted(cache_dir.glob("shards/*"))]
     ).sort("eval", "task_id", "sample")
     mine = (pl.col("eval") == eval_name) & (pl.int_range(pl.len()).over("eval") < n)
-    copy = _failed(rows.with_columns(pl.lit(model).alias("model")), mine, "fatal")
+    copy = _failed(
+        rows.with_columns(model=pl.lit(model), served_model=pl.lit(model)), mine, "fatal"
+    )
     pq.write_table(copy.to_arrow().cast(SCHEMA), cache_dir / "shards" / f"{model}.parquet")
     return f"{rows['provider'][0]}:{model}"
 
