@@ -19,9 +19,8 @@ from dxi.cache import Cache
 from dxi.runner.cli import main
 from dxi.served import served_by_other
 
-from .fakes.fake_provider import FakeProvider, systemone
+from .fakes.fake_provider import FakeProvider, swapping, systemone
 from .helpers.rows import row
-from .test_systemone import swapping
 
 
 def test_which_rows_are_set_aside_and_which_stay_cache_hits(tmp_path: Path):

@@ -21,7 +21,7 @@ from dxi.adapters import Limits
 from dxi.adapters.errors import SERVED, UNREACHABLE
 from dxi.cache import Cache
 
-from .fakes.fake_provider import FakeProvider, systemone
+from .fakes.fake_provider import FakeProvider, swapping, systemone
 from .helpers.runs import FAST, ONE, run_model
 
 
@@ -177,19 +177,6 @@ async def test_a_named_model_the_server_does_not_serve_stops_its_provider(
             f"systemone:served@{server.url}", data_dir, tmp_path / "c"
         )
         assert (adapter.label, stats.ok, server.stats()["arrivals"]) == ("systemone:served", 1, 1)
-
-
-def swapping(after: int, first: str | None, then: str):
-    """A System One responder that answers its first ``after`` requests as ``first`` (None: as the
-    model each request names, like a proxy), then every one as ``then``: a server restarted with
-    another model mid-run."""
-    before, later, count = systemone(first, 0.7, 0.8), systemone(then, 0.7, 0.8), [0]
-
-    def respond(payload: dict) -> dict:
-        count[0] += 1
-        return (before if count[0] <= after else later)(payload)
-
-    return respond
 
 
 @pytest.mark.parametrize(

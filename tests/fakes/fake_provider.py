@@ -169,6 +169,19 @@ def systemone(
     return respond
 
 
+def swapping(after: int, first: str | None, then: str):
+    """A System One responder that answers its first ``after`` requests as ``first`` (None: as the
+    model each request names, like a proxy), then every one as ``then``: a server restarted with
+    another model mid-run."""
+    before, later, count = systemone(first, 0.7, 0.8), systemone(then, 0.7, 0.8), [0]
+
+    def respond(payload: dict) -> dict:
+        count[0] += 1
+        return (before if count[0] <= after else later)(payload)
+
+    return respond
+
+
 def wire_format(respond: Callable[[dict], dict]) -> Callable[[str], Responder]:
     """A responder factory for one of ``tests.fakes.wire_formats``' responders (their model is
     fixed)."""
