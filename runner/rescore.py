@@ -84,13 +84,16 @@ class Rescored:
     """What ``rescore`` wrote: ``summary`` (summary.json's document, ``scoring.records.Summary``),
     ``out`` (its folder), ``report`` (the report.html written, or None), ``notes`` (for the user:
     epochs left out, the selection the runs made) and ``exit_code`` (0, or
-    ``runner.errors.EXIT_FAILED_REQUESTS`` for a provisional result not accepted)."""
+    ``runner.errors.EXIT_FAILED_REQUESTS`` for a provisional result not accepted) and ``ranked``
+    (no run file or ``--model`` gave the models' order: every table shows them by Decision Index,
+    ``Summary.order``)."""
 
     summary: Summary
     out: Path
     report: Path | None
     notes: list[str]
     exit_code: int
+    ranked: bool = False
 
 
 def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) -> Selection:
@@ -300,7 +303,12 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
     if (runs := history.note(out)) is not None:
         to_score.notes.append(runs)
     return Rescored(
-        summary, out, path, to_score.notes, 0 if summary.accepted else EXIT_FAILED_REQUESTS
+        summary,
+        out,
+        path,
+        to_score.notes,
+        0 if summary.accepted else EXIT_FAILED_REQUESTS,
+        ranked=plan is None,
     )
 
 

@@ -13,7 +13,7 @@ import orjson
 import polars as pl
 import pytest
 
-from dxi.report.html import MIN_GROUP_TASKS, banner, model_order
+from dxi.report.html import MIN_GROUP_TASKS, banner
 from dxi.runner import rescore, session
 from dxi.runner.cli import main
 from dxi.runner.planning import plan
@@ -286,22 +286,54 @@ def test_every_table_and_chart_has_the_runs_model_order(four: FourModels, four_r
     ]
     assert all(p == sorted(p) for p in positions)
     assert "Models are in the order they were given" in html
+    # and the tables written beside it (comparisons: each pair once, a before b in that order, as
+    # summary.json's)
+    for name in ("index", "metrics", "calibration", "breakdowns", "answer_statuses"):
+        listed = pl.read_csv(four_report / "tables" / f"{name}.csv")["model"]
+        # (calibration: the models whose answers carry a probability)
+        assert listed.unique(maintain_order=True).to_list() == [
+            m for m in four.labels if m in set(listed)
+        ], name
+    pairs = pl.read_csv(four_report / "tables" / "comparisons.csv").filter(pl.col("eval").is_null())
+    assert pairs.select("a", "b").rows() == [
+        (a, b) for i, a in enumerate(four.labels) for b in four.labels[i + 1 :]
+    ]
+    summary = orjson.loads((four_report / "summary.json").read_bytes())
+    index = [c for c in summary["comparisons"] if c["metric"] == "decision_index"]
+    assert pairs["difference"].round(6).to_list() == [c["difference"] for c in index]
+    assert pairs["low"].round(6).to_list() == [c["ci"][0] for c in index]
 
 
 @pytest.mark.slow
-def test_without_a_given_order_models_are_ranked_by_the_index(four: FourModels):
+def test_without_a_given_order_models_are_ranked_by_the_index(
+    four: FourModels, capsys: pytest.CaptureFixture
+):
     summary = _summary(
         {}, [_entry("b", 10.0), _entry("a", None), _entry("c", 30.0), _entry("d", 10.0)]
     )
-    assert model_order(summary, ranked=False) == ["b", "a", "c", "d"]
-    assert model_order(summary, ranked=True) == ["c", "b", "d", "a"]
+    assert summary.order(ranked=False) == ["b", "a", "c", "d"]
+    assert summary.order(ranked=True) == ["c", "b", "d", "a"]
     out = four.cache.parent / "ranked"
+    capsys.readouterr()
     assert main([*four.args("report", "--out", str(out))]) == 0  # the command end to end
+    printed = capsys.readouterr().out.splitlines()
     summary = records.decode((out / "summary.json").read_bytes())
-    expected = model_order(summary, ranked=True)
+    expected = summary.order(ranked=True)
     html = (out / "report.html").read_text()
     assert _headers(html, "breakdown")[0][-4:] == expected
     assert "Models are ordered by Decision Index" in html
+    # the terminal's tables and the report's own tables too: one order
+    assert expected == [  # 39.0, 29.2 and 29.2 (a tie: by name), 28.5
+        "systemone:fake-decider",
+        "logprobs:lp-fake",
+        "openai:gpt-fake",
+        "embedded:sparrow-nano-general-v1.1",
+    ]
+    rows = [line for line in printed if line.startswith("│ ")][:4]  # the index table's
+    assert [row.split("│")[1].strip() for row in rows] == expected
+    for name in ("index", "metrics", "answer_statuses"):
+        table = pl.read_csv(out / "tables" / f"{name}.csv")
+        assert table["model"].unique(maintain_order=True).to_list() == expected, name
 
 
 def test_the_logprob_models_warnings_say_what_they_are(four: FourModels, four_report: Path):
@@ -587,9 +619,9 @@ def test_the_rank_of_a_provisional_index_is_marked_as_the_index_is(
     printed = capsys.readouterr().out.splitlines()
     rows = [line for line in printed if line.startswith("│ embedded")][:2]
     cells = [[c.strip() for c in row.split("│")[1:5]] for row in rows]  # the index table's
-    assert cells == [
-        [copy, "24.3*", "[10.4, 56.3]", "2* [1–2]"],
+    assert cells == [  # by index, as the report (no order was given)
         [MODEL, "28.5", "[13.1, 59.2]", "1 [1–1]"],
+        [copy, "24.3*", "[10.4, 56.3]", "2* [1–2]"],
     ]
     html = (out / "report.html").read_text()
     index = html[html.index('<table class="index">') :]
@@ -597,8 +629,8 @@ def test_the_rank_of_a_provisional_index_is_marked_as_the_index_is(
     assert ranks == ["rank 1 [1–1], jointly [1–2]", "rank 2* [1–2], jointly [1–2]"]  # by index
     table = pl.read_csv(out / "tables" / "index.csv")
     assert table.select("model", "rank", "decision_index_lowest").rows() == [
-        (copy, 2, pytest.approx(20.13888888888889)),
         (MODEL, 1, None),
+        (copy, 2, pytest.approx(20.13888888888889)),
     ]
 
 

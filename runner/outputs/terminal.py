@@ -471,12 +471,16 @@ def print_adaptive(summary: Summary, console: Console, keys: list[str] | None = 
     console.print(_fitted(console, _variants(title, columns, rows)))
 
 
-def print_summary(summary: Summary, console: Console, out: Path | None = None) -> None:
+def print_summary(
+    summary: Summary, console: Console, out: Path | None = None, ranked: bool = False
+) -> None:
     """The index table (fitted to the terminal: long or short headers, full model names or keys with
     a legend), then what data was used and anything the reader must know (once per model: another
     model served it, replies cut off at the token limit, a clamp of P(yes):
     ``scoring.replies.model_notes``). The index's 95% interval has a column of its own; with several
-    epochs the index shows ± its standard deviation over epochs (sd)."""
+    epochs the index shows ± its standard deviation over epochs (sd). Every table has the models in
+    the report's order (``Summary.order``; ``ranked``: no order was given, by Decision Index)."""
+    summary = summary.ordered(ranked)
     names = summary.labels
     keys = model_keys(
         names, console, lambda ks: any(_fits(console, t) for t in _index_tables(summary, ks))
