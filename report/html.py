@@ -27,7 +27,7 @@ from dxi.scoring import WEIGHTS, Scored, adaptive, breakdowns, measures, provisi
 from dxi.scoring.calibration import CALIBRATION_METRICS
 from dxi.scoring.records import Summary, unset
 from dxi.scoring.replies import model_notes
-from dxi.scoring.summary import in_order, selection_flags
+from dxi.scoring.summary import in_order, selection_flags, signed
 from dxi.scoring.sums import METRICS
 
 from . import charts
@@ -388,8 +388,8 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
             shown = "—" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3f}")
             cells.append(
                 {
-                    "v": f"{d:+.1f}",
-                    "ci": f"[{low:+.1f}, {high:+.1f}]",
+                    "v": signed(d),
+                    "ci": f"[{signed(low)}, {signed(high)}]",
                     "p": shown,
                     "sig": sig,
                     "open": not settled,

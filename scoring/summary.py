@@ -89,6 +89,14 @@ def _interval(row: dict, metric: str) -> list[float | None] | None:
     return [_round(low), _round(high)]
 
 
+def signed(value: float, digits: int = 1) -> str:
+    """A difference as every output prints it: with its sign (``+3.2``, ``-0.4``), except one that
+    is zero to the digits shown, which has none (``0.0``: not ``-0.0`` for a pair read the other way
+    round, nor ``+0.0``)."""
+    text = f"{value:+.{digits}f}"
+    return text[1:] if float(text) == 0 else text
+
+
 def selection_flags(data: dict) -> str:
     """The command-line flags that select the tasks a data-block entry describes (its ``limit``,
     ``sample`` or ``union`` of such entries): ``--sample N`` (``--seed S`` when not 0),

@@ -21,6 +21,7 @@ from dxi.runner.planning.inputs import PlanInputs
 from dxi.scoring import records
 from dxi.scoring.provisional import span
 from dxi.scoring.records import ModelEntry, Summary
+from dxi.scoring.summary import signed
 
 from .conftest import fixture_data
 from .helpers import records as made
@@ -656,12 +657,20 @@ def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_si
         a, b = four.labels.index(c["a"]), four.labels.index(c["b"])
         cells = rows[a].split("<td")[2:]  # the model's name first
         assert c["significant"] is (c["p_adjusted"] < alpha)
-        text = f"{c['difference']:+.1f}" + (" †" if c["significant"] else "")
+        text = signed(c["difference"]) + (" †" if c["significant"] else "")
         assert text in cells[b] and (' class="sig"' in cells[b]) == c["significant"]
         p = "< 0.001" if c["p_adjusted"] < 0.001 else f"{c['p_adjusted']:.3f}"
         assert f"p<sub>adj</sub> {p}" in cells[b]
         mirrored = rows[b].split("<td")[2:][a]  # the other way round: the opposite difference
-        assert f"{-c['difference']:+.1f}" in mirrored
+        assert signed(-c["difference"]) in mirrored
+    # the two models that answer alike (29.2 each): a zero difference has no sign either way round,
+    # and its interval and p-value follow it after a space, as text
+    lp, gpt = four.labels.index("logprobs:lp-fake"), four.labels.index("openai:gpt-fake")
+    for a, b in ((lp, gpt), (gpt, lp)):
+        assert rows[a].split("<td")[2:][b] == (
+            '>0.0 <span class="ci">[-56.8, +56.8]</span> <span class="ci">p<sub>adj</sub> 1.000'
+            "</span></td>" + ("</tr>\n" if b == 3 else "")
+        )
     index = html[html.index('<table class="index">') :]
     for m in summary["models"]:
         assert (
@@ -704,3 +713,16 @@ def test_an_adaptive_run_s_sample_note_says_the_part_each_model_was_asked():
         "A sample of the tasks was scored (100 tasks per evaluation, seed 0): not the full index; "
         "intervals are wide."
     ]
+
+
+def test_a_difference_prints_with_its_sign_unless_it_is_zero_to_the_digits_shown():
+    assert [signed(v) for v in (3.21, -0.4, 0.0, -0.0, 0.04, -0.04, -11.44)] == [
+        "+3.2",
+        "-0.4",
+        "0.0",
+        "0.0",
+        "0.0",
+        "0.0",
+        "-11.4",
+    ]
+    assert signed(-0.004, 2) == "0.00" and signed(0.006, 2) == "+0.01"

@@ -19,7 +19,7 @@ from dxi.scoring import adaptive, provisional
 from dxi.scoring.measures import NO_CONFIDENCE
 from dxi.scoring.records import UNSET, ModelEntry, Summary, unset
 from dxi.scoring.replies import model_notes
-from dxi.scoring.summary import selection_flags
+from dxi.scoring.summary import selection_flags, signed
 
 
 def _fmt(value: float | None) -> str:
@@ -448,7 +448,7 @@ def _adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> st
             continue
         d, p, sig = found[(a, b)]
         shown = "—" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
-        parts.append(f"{key_of[a]} − {key_of[b]} {d:+.1f} (p_adj {shown}{' †' if sig else ''})")
+        parts.append(f"{key_of[a]} − {key_of[b]} {signed(d)} (p_adj {shown}{' †' if sig else ''})")
     return "; adjacent: " + ", ".join(parts) if parts else ""
 
 
