@@ -27,7 +27,7 @@ from dxi.scoring import WEIGHTS, Scored, adaptive, breakdowns, measures, provisi
 from dxi.scoring.calibration import CALIBRATION_METRICS
 from dxi.scoring.records import Summary, unset
 from dxi.scoring.replies import model_notes
-from dxi.scoring.summary import selection_flags
+from dxi.scoring.summary import in_order, selection_flags, signed
 from dxi.scoring.sums import METRICS
 
 from . import charts
@@ -148,21 +148,10 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> dict:
     }
 
 
-def model_order(summary: Summary, ranked: bool) -> list[str]:
-    """The one order of models in every table and chart: summary.json's (the run file's or the
-    ``--model`` flags') when ``ranked`` is false, else by Decision Index, highest first (models
-    without an index last, then by name)."""
-    labels = summary.labels
-    if not ranked:
-        return labels
-    index = {m.model: m.decision_index for m in summary.models}
-    return sorted(labels, key=lambda lb: (index[lb] is None, -(index[lb] or 0.0), lb))
-
-
-def _order(labels: Sequence[str]) -> pl.Expr:
-    """A sort key putting the ``label`` column in the report's model order."""
+def _order(labels: Sequence[str], column: str = "label") -> pl.Expr:
+    """A sort key putting the ``column`` of labels in the report's model order."""
     return (
-        pl.col("label")
+        pl.col(column)
         .cast(pl.String)
         .replace_strict(
             {lb: i for i, lb in enumerate(labels)}, default=len(labels), return_dtype=pl.Int64
@@ -399,8 +388,8 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
             shown = "—" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3f}")
             cells.append(
                 {
-                    "v": f"{d:+.1f}",
-                    "ci": f"[{low:+.1f}, {high:+.1f}]",
+                    "v": signed(d),
+                    "ci": f"[{signed(low)}, {signed(high)}]",
                     "p": shown,
                     "sig": sig,
                     "open": not settled,
@@ -781,9 +770,9 @@ def _data_notes(d: dict) -> str:
 
 
 def render(summary: Summary, scored: Scored, ranked: bool = False) -> str:
-    """The report as one HTML document (text). Models appear in ``model_order(summary, ranked)`` in
+    """The report as one HTML document (text). Models appear in ``summary.order(ranked)`` in
     every table and chart."""
-    labels = model_order(summary, ranked)
+    labels = summary.order(ranked)
     data = [
         {
             "title": EVALS[name].title,
@@ -820,11 +809,18 @@ def render(summary: Summary, scored: Scored, ranked: bool = False) -> str:
 
 def write(summary: Summary, scored: Scored, out: Path, ranked: bool = False) -> Path:
     """Write ``out/report.html`` (to a temporary name, then renamed) and ``out/tables/<name>.csv``
-    and ``.parquet`` for every table of ``scored.tables()``; returns the report's path. ``ranked``:
-    order the models by Decision Index (when no run file or ``--model`` gave an order)."""
+    and ``.parquet`` for every table of ``scored.tables()``, their rows in the report's model order
+    (``comparisons``: each pair ``a`` before ``b`` in that order, ``scoring.summary.in_order``);
+    returns the report's path. ``ranked``: order the models by Decision Index (when no run file or
+    ``--model`` gave an order)."""
     tables = out / "tables"
     tables.mkdir(parents=True, exist_ok=True)
+    labels = summary.order(ranked)
     for name, table in scored.tables().items():
+        if name == "comparisons":
+            table = in_order(table, labels)
+        elif "model" in table.columns:  # stable: each model's rows keep their order
+            table = table.sort(_order(labels, "model"), maintain_order=True)
         table.write_parquet(tables / f"{name}.parquet")
         table.write_csv(tables / f"{name}.csv")
     path = out / "report.html"

@@ -27,7 +27,7 @@ from .errors import EXIT_FAILED_REQUESTS, UsageError
 from .outputs import history
 from .planning.inputs import PlanInputs, inputs_of
 from .planning.plan import from_inputs, suite_of, tolerance, with_effort
-from .planning.selection import choose
+from .planning.selection import Differs, choose
 
 # Imported on first use (``dxi.lazy``): Polars and the scoring once the cache is read, matplotlib
 # and Jinja2 only for a report, the view's data only for ``dxi view``; ``dxi score --help`` needs
@@ -55,7 +55,9 @@ class Selection:
     """What is scored: ``plan`` (a run file's or the ``--model`` flags'; None: every model in the
     cache), ``cache_dir`` and ``out`` (folders), ``suite`` (the tasks the inputs name;
     ``scored_suite`` narrows it to those the runs selected), ``remote`` (the remote cache tier, or
-    None) and ``inputs`` (as given)."""
+    None), ``inputs`` (as given) and, once scored, ``differs``: how the tasks scored differ from
+    those the last ``dxi run`` into ``out`` asked (``runner.planning.selection.Differs``; None: the
+    same, or no run recorded there), which the commands print on standard error."""
 
     plan: Plan | None
     cache_dir: Path
@@ -63,6 +65,7 @@ class Selection:
     suite: Suite
     remote: Remote | None
     inputs: PlanInputs
+    differs: Differs | None = None
 
 
 @dataclass
@@ -81,13 +84,16 @@ class Rescored:
     """What ``rescore`` wrote: ``summary`` (summary.json's document, ``scoring.records.Summary``),
     ``out`` (its folder), ``report`` (the report.html written, or None), ``notes`` (for the user:
     epochs left out, the selection the runs made) and ``exit_code`` (0, or
-    ``runner.errors.EXIT_FAILED_REQUESTS`` for a provisional result not accepted)."""
+    ``runner.errors.EXIT_FAILED_REQUESTS`` for a provisional result not accepted) and ``ranked``
+    (no run file or ``--model`` gave the models' order: every table shows them by Decision Index,
+    ``Summary.order``)."""
 
     summary: Summary
     out: Path
     report: Path | None
     notes: list[str]
     exit_code: int
+    ranked: bool = False
 
 
 def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) -> Selection:
@@ -219,11 +225,17 @@ def more_epochs(found: pl.DataFrame, epochs: int) -> list[str]:
 def scored_suite(selection: Selection, to_score: ToScore) -> Suite:
     """The suite scored over the models ``to_score``: the selection's, or with no selection given
     the tasks the runs recorded in the cache selected (``runner.planning.selection``; its notes are
-    added to ``to_score.notes``)."""
+    added to ``to_score.notes``, and ``selection.differs`` set)."""
     chosen = choose(
-        selection.inputs, selection.plan, selection.suite, to_score.frame, selection.cache_dir
+        selection.inputs,
+        selection.plan,
+        selection.suite,
+        to_score.frame,
+        selection.cache_dir,
+        selection.out,
     )
     to_score.notes += chosen.notes
+    selection.differs = chosen.differs
     return chosen.suite
 
 
@@ -232,8 +244,10 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
     answers.parquet; with ``html``: report.html and tables/, models ranked by Decision Index unless
     a plan gives their order). The tolerance of failed answers is the plan's ``allow_failed``, else
     the inputs' (``--allow-failed``). summary.json is rewritten (its ``requests`` counted from the
-    cache, no ``cost_bound`` nor ``stopped_providers``); the runs' own record, OUT/run-history.jsonl
-    (``runner.outputs.history``), is only read: a note points at it."""
+    cache, no ``cost_bound`` nor ``stopped_providers``; its ``provenance.selection_differs`` where
+    the tasks scored are not those the last run into ``out`` asked: ``selection.differs``); the
+    runs' own record, OUT/run-history.jsonl (``runner.outputs.history``), is only read: a note
+    points at it."""
     plan, out = selection.plan, selection.out
     allowed: Tolerance | None = (
         plan.tolerance() if plan else tolerance(selection.inputs.allow_failed)
@@ -243,6 +257,8 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
         to_score = models_to_score(cache, selection)
         suite = scored_suite(selection, to_score)
         batch_prices = plan.batch_prices() if plan is not None else None
+        differs = selection.differs
+        extra = None if differs is None else {"provenance": {"selection_differs": differs.block()}}
         if not html:
             summary = _files.score(
                 cache,
@@ -252,6 +268,7 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
                 None,
                 to_score.epochs,
                 to_score.prices,
+                extra=extra,
                 batch_prices=batch_prices,
                 tolerance=allowed,
             )
@@ -265,6 +282,7 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
                 to_score.epochs,
                 breakdowns=True,
                 prices=to_score.prices,
+                extra=extra,
                 batch_prices=batch_prices,
                 tolerance=allowed,
             )
@@ -292,7 +310,12 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
     if (runs := history.note(out)) is not None:
         to_score.notes.append(runs)
     return Rescored(
-        summary, out, path, to_score.notes, 0 if summary.accepted else EXIT_FAILED_REQUESTS
+        summary,
+        out,
+        path,
+        to_score.notes,
+        0 if summary.accepted else EXIT_FAILED_REQUESTS,
+        ranked=plan is None,
     )
 
 
@@ -300,12 +323,13 @@ def browse(selection: Selection, home: TemporaryDirectory) -> tuple[Browser, lis
     """``dxi view``'s browser over ``selection`` (``view.data.Browser``, its snapshots in ``home``,
     the view's private folder: nothing is written to the cache folder) and the notes for the user.
     With no plan it follows the cache: each rescoring takes every model in it again and the tasks
-    their runs selected."""
+    their runs selected. ``selection.differs`` is set as it starts (``scored_suite``)."""
     plan, cache_dir, given = selection.plan, selection.cache_dir, selection.suite
     with Cache(cache_dir, read_only=True, remote=selection.remote) as cache:
         to_score = models_to_score(cache, selection, empty_ok=True)
-        kept = choose(selection.inputs, plan, given, to_score.frame, cache_dir)
+        kept = choose(selection.inputs, plan, given, to_score.frame, cache_dir, selection.out)
     notes = to_score.notes + kept.notes
+    selection.differs = kept.differs  # as it starts (said once, not at each rescoring)
 
     def again(
         cache: Cache,

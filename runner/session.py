@@ -398,22 +398,22 @@ async def _send(
 ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan; returns the stats and, when the cost bound stopped it, the estimate of what
     remains. ``limiters`` (provider key -> ProviderLimiter) is filled in (which providers stopped,
-    ``runner.sending.stops``). A model whose requests are all cached is not started: a server that
-    is down, or a key not set, does not stop a run that needs neither. Each model is sent under its
-    claim on the cache, synchronously or through its batch API (``runner.dispatch``;
-    ``batch_options``: ``runner.batch.driver.BatchOptions``). Once ``stop`` is requested nothing
-    more is sent and it returns as soon as the requests in flight are stored (open batches keep
-    running at the provider: the next run collects them). With ``rounds`` (an adaptive run), the
-    models are sent in rounds down the order, each round one ``send`` (``runner.adaptive``)."""
+    ``runner.sending.stops``). A model whose requests are all cached is not started (one its server
+    names is asked its name first): a server that is down, or a key not set, does not stop a run
+    that needs neither. Each model is sent under its claim on the cache, synchronously or through
+    its batch API (``runner.dispatch``; ``batch_options``: ``runner.batch.driver.BatchOptions``).
+    Once ``stop`` is requested nothing more is sent and it returns once the requests in flight are
+    stored (open batches run on at the provider: the next run collects them). ``rounds`` (an
+    adaptive run) sends the models in rounds down the order, one ``send`` each (runner.adaptive)."""
     cached = {
         m.label: n for m in plan.models if (n := all_cached(m, plan, cache, dist.shard)) is not None
     }
     # a batch whose rows are all in: closed
     _dispatch.settle_cached([m for m in plan.models if m.label in cached], cache)
     waiting = [m for m in plan.models if m.label not in cached]
+    unnamed = [m for m in waiting if not m.adapter.model]  # its server, or the cache, names it
     started, stopped = await start_adapters(waiting, cache)
-    # one named from the cache (its server down) with every answer there needs no server
-    cached |= {m.label: n for m, _ in stopped if (n := all_cached(m, plan, cache, dist.shard))}
+    cached |= {m.label: n for m in unnamed if (n := all_cached(m, plan, cache, dist.shard))}
     idle, models = set(cached), plan.models
     roller = asyncio.get_running_loop().create_task(dist.rolling(cache))
     try:

@@ -226,6 +226,22 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
         """The models' labels, in the summary's order."""
         return [m.model for m in self.models]
 
+    def order(self, ranked: bool = False) -> list[str]:
+        """The one order of models in every table and chart (the terminal's, the report's and its
+        tables'): the summary's (the run file's or the ``--model`` flags') unless ``ranked`` (no
+        order was given), else by Decision Index, highest first (models without an index last, then
+        by name)."""
+        if not ranked:
+            return self.labels
+        index = {m.model: m.decision_index for m in self.models}
+        return sorted(self.labels, key=lambda lb: (index[lb] is None, -(index[lb] or 0.0), lb))
+
+    def ordered(self, ranked: bool = False) -> Summary:
+        """This summary with its models in ``order(ranked)`` (itself when that is its order)."""
+        if not ranked:
+            return self
+        return msgspec.structs.replace(self, models=[self.entry(lb) for lb in self.order(True)])
+
 
 def unset(value: Any, default: Any = None) -> Any:
     """``value``, or ``default`` when it is ``UNSET`` (a key summary.json leaves out)."""

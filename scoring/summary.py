@@ -94,6 +94,14 @@ def _interval(row: dict, metric: str) -> list[float | None] | None:
     return [_round(low), _round(high)]
 
 
+def signed(value: float, digits: int = 1) -> str:
+    """A difference as every output prints it: with its sign (``+3.2``, ``-0.4``), except one that
+    is zero to the digits shown, which has none (``0.0``: not ``-0.0`` for a pair read the other way
+    round, nor ``+0.0``)."""
+    text = f"{value:+.{digits}f}"
+    return text[1:] if float(text) == 0 else text
+
+
 def selection_flags(data: dict) -> str:
     """The command-line flags that select the tasks a data-block entry describes (its ``limit``,
     ``sample`` or ``union`` of such entries): ``--sample N`` (``--seed S`` when not 0),
@@ -463,6 +471,38 @@ def build(
     return summary
 
 
+def in_order(table: pl.DataFrame, labels: list[str]) -> pl.DataFrame:
+    """``scoring.compare``'s table of comparisons with each figure's pairs in ``labels``' order (a
+    before b; a pair the table has the other way round is turned: the difference and interval
+    negated, the discordant counts swapped), the figures in the table's order: summary.json's
+    ``comparisons`` and the report's ``tables/comparisons`` (``report.html``)."""
+    if table.is_empty():
+        return table
+    place = {lb: k for k, lb in enumerate(labels)}
+    pa = pl.col("a").replace_strict(place, default=None, return_dtype=pl.Int64)
+    pb = pl.col("b").replace_strict(place, default=None, return_dtype=pl.Int64)
+    turned = pa > pb
+    swap = {
+        "a": pl.col("b"),
+        "b": pl.col("a"),
+        "difference": -pl.col("difference"),
+        "low": -pl.col("high"),
+        "high": -pl.col("low"),
+        "a_only": pl.col("b_only"),
+        "b_only": pl.col("a_only"),
+    }
+    return (
+        table.with_row_index("row")
+        .with_columns(pl.col("row").min().over("eval", "metric").alias("figure"))
+        .with_columns(
+            *(pl.when(turned).then(v).otherwise(pl.col(k)).alias(k) for k, v in swap.items())
+        )
+        .with_columns(pa.alias("pa"), pb.alias("pb"))
+        .sort("figure", "pa", "pb", nulls_last=True, maintain_order=True)
+        .drop("row", "figure", "pa", "pb")
+    )
+
+
 def comparisons(table: pl.DataFrame, labels: list[str] | None = None) -> list[Comparison]:
     """summary.json's ``comparisons``, one entry per row of ``scoring.compare``'s table: ``a``,
     ``b``, ``eval`` (null for the index), ``metric``, ``difference`` (a − b, points), ``ci`` [low,
@@ -470,34 +510,11 @@ def comparisons(table: pl.DataFrame, labels: list[str] | None = None) -> list[Co
     procedure), for accuracy with one epoch ``discordant`` [a right and b wrong, the other way] and
     ``mcnemar_p``, ``complete`` (false: a figure compared is provisional) and, when not complete,
     ``settled`` (``scoring.bounds.settle``: false where the open answers could overturn it). Figures
-    in the table's order; within one, pairs in ``labels``' order (a before b; a pair the table has
-    the other way round is turned: the difference and interval negated, the discordant counts
-    swapped), the table's order without ``labels``. Differences are rounded to 6 decimals, p-values
+    in the table's order; within one, pairs in ``labels``' order (``in_order``), the table's order
+    without ``labels``. Differences are rounded to 6 decimals, p-values
     kept whole (a small one must not read 0)."""
-    if labels is not None and not table.is_empty():
-        place = {lb: k for k, lb in enumerate(labels)}
-        pa = pl.col("a").replace_strict(place, default=None, return_dtype=pl.Int64)
-        pb = pl.col("b").replace_strict(place, default=None, return_dtype=pl.Int64)
-        turned = pa > pb
-        swap = {
-            "a": pl.col("b"),
-            "b": pl.col("a"),
-            "difference": -pl.col("difference"),
-            "low": -pl.col("high"),
-            "high": -pl.col("low"),
-            "a_only": pl.col("b_only"),
-            "b_only": pl.col("a_only"),
-        }
-        table = (
-            table.with_row_index("row")
-            .with_columns(pl.col("row").min().over("eval", "metric").alias("figure"))
-            .with_columns(
-                *(pl.when(turned).then(v).otherwise(pl.col(k)).alias(k) for k, v in swap.items())
-            )
-            .with_columns(pa.alias("pa"), pb.alias("pb"))
-            .sort("figure", "pa", "pb", nulls_last=True, maintain_order=True)
-            .drop("row", "figure", "pa", "pb")
-        )
+    if labels is not None:
+        table = in_order(table, labels)
 
     def rounded(name: str) -> list[float | None]:  # column by column: 11,025 entries for 50 models
         return [None if v is None else round(v, 6) for v in table[name].to_list()]

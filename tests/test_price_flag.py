@@ -192,3 +192,23 @@ def test_the_local_model_servers_limits_are_those_help_states():
         2,
         3,
     )
+
+
+def test_the_price_hint_names_a_model_with_spaces_so_that_it_can_be_pasted(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """A run file's model "sparrow serve" under a cost bound, without a price: the hint quotes its
+    name for the shell (``shlex.quote``), and what it says parses as that model's price."""
+    data_dir(tmp_path / "data", TASKS)
+    run_file = write_run_file(
+        tmp_path,
+        {"local": ("http://127.0.0.1:9", 60)},
+        [{"name": "sparrow serve", "provider": "local", "model": "m"}],
+    )
+    assert _run("run", str(run_file), "--max-cost", "1") == EXIT_USAGE
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "sparrow serve: a cost bound needs a price for every model; give it with --price "
+        "'sparrow serve'=IN/OUT (USD per million input / output tokens)" in err
+    )
+    assert price_flags(["sparrow serve=1/2"]) == {"sparrow serve": Price(1.0, 2.0)}  # as pasted

@@ -13,7 +13,7 @@ import orjson
 import polars as pl
 import pytest
 
-from dxi.report.html import MIN_GROUP_TASKS, banner, model_order
+from dxi.report.html import MIN_GROUP_TASKS, banner
 from dxi.runner import rescore, session
 from dxi.runner.cli import main
 from dxi.runner.planning import plan
@@ -21,6 +21,7 @@ from dxi.runner.planning.inputs import PlanInputs
 from dxi.scoring import records
 from dxi.scoring.provisional import span
 from dxi.scoring.records import ModelEntry, Summary
+from dxi.scoring.summary import signed
 
 from .conftest import fixture_data
 from .helpers import records as made
@@ -286,22 +287,54 @@ def test_every_table_and_chart_has_the_runs_model_order(four: FourModels, four_r
     ]
     assert all(p == sorted(p) for p in positions)
     assert "Models are in the order they were given" in html
+    # and the tables written beside it (comparisons: each pair once, a before b in that order, as
+    # summary.json's)
+    for name in ("index", "metrics", "calibration", "breakdowns", "answer_statuses"):
+        listed = pl.read_csv(four_report / "tables" / f"{name}.csv")["model"]
+        # (calibration: the models whose answers carry a probability)
+        assert listed.unique(maintain_order=True).to_list() == [
+            m for m in four.labels if m in set(listed)
+        ], name
+    pairs = pl.read_csv(four_report / "tables" / "comparisons.csv").filter(pl.col("eval").is_null())
+    assert pairs.select("a", "b").rows() == [
+        (a, b) for i, a in enumerate(four.labels) for b in four.labels[i + 1 :]
+    ]
+    summary = orjson.loads((four_report / "summary.json").read_bytes())
+    index = [c for c in summary["comparisons"] if c["metric"] == "decision_index"]
+    assert pairs["difference"].round(6).to_list() == [c["difference"] for c in index]
+    assert pairs["low"].round(6).to_list() == [c["ci"][0] for c in index]
 
 
 @pytest.mark.slow
-def test_without_a_given_order_models_are_ranked_by_the_index(four: FourModels):
+def test_without_a_given_order_models_are_ranked_by_the_index(
+    four: FourModels, capsys: pytest.CaptureFixture
+):
     summary = _summary(
         {}, [_entry("b", 10.0), _entry("a", None), _entry("c", 30.0), _entry("d", 10.0)]
     )
-    assert model_order(summary, ranked=False) == ["b", "a", "c", "d"]
-    assert model_order(summary, ranked=True) == ["c", "b", "d", "a"]
+    assert summary.order(ranked=False) == ["b", "a", "c", "d"]
+    assert summary.order(ranked=True) == ["c", "b", "d", "a"]
     out = four.cache.parent / "ranked"
+    capsys.readouterr()
     assert main([*four.args("report", "--out", str(out))]) == 0  # the command end to end
+    printed = capsys.readouterr().out.splitlines()
     summary = records.decode((out / "summary.json").read_bytes())
-    expected = model_order(summary, ranked=True)
+    expected = summary.order(ranked=True)
     html = (out / "report.html").read_text()
     assert _headers(html, "breakdown")[0][-4:] == expected
     assert "Models are ordered by Decision Index" in html
+    # the terminal's tables and the report's own tables too: one order
+    assert expected == [  # 39.0, 29.2 and 29.2 (a tie: by name), 28.5
+        "systemone:fake-decider",
+        "logprobs:lp-fake",
+        "openai:gpt-fake",
+        "embedded:sparrow-nano-general-v1.1",
+    ]
+    rows = [line for line in printed if line.startswith("│ ")][:4]  # the index table's
+    assert [row.split("│")[1].strip() for row in rows] == expected
+    for name in ("index", "metrics", "answer_statuses"):
+        table = pl.read_csv(out / "tables" / f"{name}.csv")
+        assert table["model"].unique(maintain_order=True).to_list() == expected, name
 
 
 def test_the_logprob_models_warnings_say_what_they_are(four: FourModels, four_report: Path):
@@ -587,9 +620,9 @@ def test_the_rank_of_a_provisional_index_is_marked_as_the_index_is(
     printed = capsys.readouterr().out.splitlines()
     rows = [line for line in printed if line.startswith("│ embedded")][:2]
     cells = [[c.strip() for c in row.split("│")[1:5]] for row in rows]  # the index table's
-    assert cells == [
-        [copy, "24.3*", "[10.4, 56.3]", "2* [1–2]"],
+    assert cells == [  # by index, as the report (no order was given)
         [MODEL, "28.5", "[13.1, 59.2]", "1 [1–1]"],
+        [copy, "24.3*", "[10.4, 56.3]", "2* [1–2]"],
     ]
     html = (out / "report.html").read_text()
     index = html[html.index('<table class="index">') :]
@@ -597,8 +630,8 @@ def test_the_rank_of_a_provisional_index_is_marked_as_the_index_is(
     assert ranks == ["rank 1 [1–1], jointly [1–2]", "rank 2* [1–2], jointly [1–2]"]  # by index
     table = pl.read_csv(out / "tables" / "index.csv")
     assert table.select("model", "rank", "decision_index_lowest").rows() == [
-        (copy, 2, pytest.approx(20.13888888888889)),
         (MODEL, 1, None),
+        (copy, 2, pytest.approx(20.13888888888889)),
     ]
 
 
@@ -624,12 +657,20 @@ def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_si
         a, b = four.labels.index(c["a"]), four.labels.index(c["b"])
         cells = rows[a].split("<td")[2:]  # the model's name first
         assert c["significant"] is (c["p_adjusted"] < alpha)
-        text = f"{c['difference']:+.1f}" + (" †" if c["significant"] else "")
+        text = signed(c["difference"]) + (" †" if c["significant"] else "")
         assert text in cells[b] and (' class="sig"' in cells[b]) == c["significant"]
         p = "< 0.001" if c["p_adjusted"] < 0.001 else f"{c['p_adjusted']:.3f}"
         assert f"p<sub>adj</sub> {p}" in cells[b]
         mirrored = rows[b].split("<td")[2:][a]  # the other way round: the opposite difference
-        assert f"{-c['difference']:+.1f}" in mirrored
+        assert signed(-c["difference"]) in mirrored
+    # the two models that answer alike (29.2 each): a zero difference has no sign either way round,
+    # and its interval and p-value follow it after a space, as text
+    lp, gpt = four.labels.index("logprobs:lp-fake"), four.labels.index("openai:gpt-fake")
+    for a, b in ((lp, gpt), (gpt, lp)):
+        assert rows[a].split("<td")[2:][b] == (
+            '>0.0 <span class="ci">[-56.8, +56.8]</span> <span class="ci">p<sub>adj</sub> 1.000'
+            "</span></td>" + ("</tr>\n" if b == 3 else "")
+        )
     index = html[html.index('<table class="index">') :]
     for m in summary["models"]:
         assert (
@@ -672,3 +713,16 @@ def test_an_adaptive_run_s_sample_note_says_the_part_each_model_was_asked():
         "A sample of the tasks was scored (100 tasks per evaluation, seed 0): not the full index; "
         "intervals are wide."
     ]
+
+
+def test_a_difference_prints_with_its_sign_unless_it_is_zero_to_the_digits_shown():
+    assert [signed(v) for v in (3.21, -0.4, 0.0, -0.0, 0.04, -0.04, -11.44)] == [
+        "+3.2",
+        "-0.4",
+        "0.0",
+        "0.0",
+        "0.0",
+        "0.0",
+        "-11.4",
+    ]
+    assert signed(-0.004, 2) == "0.00" and signed(0.006, 2) == "+0.01"

@@ -26,7 +26,7 @@ from dxi.runner.planning.sample import choose
 from dxi.scoring import records
 
 from .helpers.runs import MODEL
-from .helpers.view import view_of
+from .helpers.view import caught_view, view_of
 
 ROBOT = "embedded:sparrow-nano-robot-v1.2"  # a second model that needs no server
 QUESTIONS = {"aa_omniscience_decision": 1, "hle_multichoice": 1, "when2call": 1, "wildguardtest": 3}
@@ -429,3 +429,56 @@ def test_a_torn_last_line_does_not_swallow_the_next_runs_record(tmp_path: Path):
         f"{tmp_path / runs.RUNS_FILE} line 2 is not a run record"
     )
     assert not runs.append(tmp_path, second)  # read back whole: the same selection adds nothing
+
+
+@pytest.mark.slow
+def test_a_rescoring_of_other_tasks_than_the_last_run_asked_says_so(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
+    """The recipe's `dxi score runs/tonight.toml` after `dxi run runs/tonight.toml --limit 2`: the
+    run file's `limit = 1` still wins (documented), but standard error says the last run asked
+    --limit 2 and how to score that, and summary.json's provenance records it; `dxi export` says the
+    same, and `dxi view`; scoring what the run asked says nothing."""
+    file = tmp_path / "tonight.toml"
+    file.write_text(
+        'data_dir = "data"\ncache_dir = "cache"\nout = "out"\n[evals]\nlimit = 1\n'
+        '[[models]]\nname = "nano"\nprovider = "embedded"\nmodel = "sparrow-nano-general-v1.1"\n'
+    )
+    assert main(["run", str(file), "--limit", "2", "-q"]) == 0
+    (line,) = (tmp_path / "out" / "run-history.jsonl").read_bytes().splitlines()
+    ended = orjson.loads(line)["ended"]
+    history = tmp_path / "out" / "run-history.jsonl"
+    capsys.readouterr()
+    said = (
+        f"warning: the last dxi run here ({history}, ended {ended}) asked --limit 2; this scoring "
+        "uses --limit 1 (the run file's): add --limit 2 to score what it asked\n"
+    )
+    assert main(["score", str(file)]) == 0
+    assert capsys.readouterr().err == said
+    scored = summary(tmp_path, "out")
+    assert scored["data"]["when2call"]["tasks"] == 1  # the run file's limit, as before
+    assert scored["provenance"]["selection_differs"] == {
+        "scored": "--limit 1",
+        "why": "the run file's",
+        "last_run": "--limit 2",
+        "last_run_ended": ended,
+        "run_history": str(history),
+    }
+    assert main(["export", str(file), "--format", "csv", str(tmp_path / "a.csv"), "-q"]) == 0
+    assert capsys.readouterr().err == said
+    caught_view(monkeypatch, str(file), "-q").close()  # dxi view (its server caught)
+    assert capsys.readouterr().err == said
+    # on the command line, other evaluations too: both named, and "instead"
+    assert main(["score", str(file), "--limit", "1", "--evals", "when2call"]) == 0
+    assert capsys.readouterr().err == (
+        f"warning: the last dxi run here ({history}, ended {ended}) asked --limit 2 --evals "
+        "aa_omniscience_decision,hle_multichoice,when2call,wildguardtest; this scoring uses --limit 1 "
+        "--evals when2call (given on the command line): give --limit 2 --evals "
+        "aa_omniscience_decision,hle_multichoice,when2call,wildguardtest instead to score what it asked\n"
+    )
+    # what the run asked: nothing said, nothing recorded
+    assert main(["score", str(file), "--limit", "2"]) == 0
+    assert capsys.readouterr().err == ""
+    scored = summary(tmp_path, "out")
+    assert scored["data"]["when2call"]["tasks"] == 2
+    assert "selection_differs" not in scored["provenance"]

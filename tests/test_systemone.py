@@ -527,3 +527,23 @@ def test_a_model_named_by_its_server_runs_from_the_cache_when_the_server_is_down
     index = {m["model"]: m["decision_index"] for m in up["models"]}
     assert {m["model"]: m["decision_index"] for m in down["models"]} == index
     assert index["sparrow server"] is not None and "stopped_providers" not in down
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_model_named_by_its_server_is_all_cached_with_the_server_up_too(
+    data_dir: Path, tmp_path: Path, capsys
+):
+    """The rerun of a run file whose System One model is named by its (running) server: once its
+    name is known every request is cached, so it is marked ``all cached`` and nothing is sent, as
+    with the server down (docs/runs.md, Progress)."""
+    from dxi.runner.cli import main
+
+    with sparrow() as url:
+        run_file = _run_file(tmp_path, data_dir, "local", url, None)
+        assert main(["run", str(run_file), "-q"]) == 0
+        capsys.readouterr()
+        assert main(["run", str(run_file)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Running 2 models (sparrow server (all cached); embedded (all cached))" in out
+    assert "Every request is in the cache (24): nothing to send." in out

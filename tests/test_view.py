@@ -37,6 +37,7 @@ from dxi.runner.planning import plan
 from dxi.runner.planning.inputs import PlanInputs
 from dxi.scoring import measures, records
 from dxi.scoring.provisional import span
+from dxi.scoring.summary import signed
 from dxi.view.app import CSP, is_loopback_host, make_app, task_url
 from dxi.view.data import Browser, EvalQuery
 
@@ -507,7 +508,8 @@ def test_compare_counts_the_two_by_two(browser: Browser, built: dict):
             and {c["a"], c["b"]} == {MODEL, LLM}
         )
         sign = 1 if stored["a"] == MODEL else -1
-        assert d["difference"] == sign * stored["difference"] and f"{d['difference']:+.1f}" in html
+        assert d["difference"] == sign * stored["difference"]
+        assert f'<td class="num">{signed(d["difference"])}</td>' in html  # 0.0: no sign
         assert d["significant"] is (d["p_adjusted"] < 0.05)
     # the page says which procedure adjusted the p-values (summary.json's comparison_method)
     assert (

@@ -38,6 +38,7 @@ from dxi.scoring import adaptive, measures, provisional
 from dxi.scoring.calibration import ECE_BINS
 from dxi.scoring.records import unset
 from dxi.scoring.replies import model_notes
+from dxi.scoring.summary import signed
 from dxi.scoring.sums import METRICS
 
 from .data import CELLS, SORTS, VIEW_STATUSES, BadQuery, Browser, EvalQuery, NotFound
@@ -118,6 +119,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["breakable"] = _breakable
+    env.filters["signed"] = signed
     env.globals.update(
         url=_url,
         task_url=task_url,

@@ -74,10 +74,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
         paths.output_folder(args.target, "TARGET")
     else:
         paths.output_file(args.target, "TARGET")
+    selection = select(args)
     try:
-        done = export(select(args), args.format, args.target, include_missing=args.include_missing)
+        done = export(selection, args.format, args.target, include_missing=args.include_missing)
     except ExportError as exc:
         raise UsageError(str(exc)) from None
+    options.warn_differs(selection)
     for note in done.notes if not args.quiet else []:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if not args.quiet:

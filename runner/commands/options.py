@@ -494,3 +494,13 @@ def add_scoring(s: argparse.ArgumentParser, name: str) -> None:
     distributed.add_flags(
         s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), name
     )
+
+
+def warn_differs(selection) -> None:
+    """Say on standard error, once scored, that ``selection`` (``runner.rescore.Selection``) scored
+    other tasks than the last ``dxi run`` into its output folder asked (``selection.differs``), with
+    the flags that score what it asked; nothing when they are the same."""
+    if selection.differs is not None:
+        from rich.markup import escape
+
+        make_console(stderr=True).print(f"[yellow]warning:[/] {escape(selection.differs.line())}")

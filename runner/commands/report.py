@@ -27,7 +27,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
     selection = select(args)
     paths.output_folder(selection.out, options.named(args, "out", "--out"))  # before scoring
     done = rescore(selection, html=True)
-    print_summary(done.summary, console, done.out)
+    print_summary(done.summary, console, done.out, done.ranked)
+    options.warn_differs(selection)
     for note in done.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     console.print(escape(f"Report written to {done.report} (tables in {done.out}/tables/)"))

@@ -27,7 +27,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
     selection = select(args)
     paths.output_folder(selection.out, options.named(args, "out", "--out"))  # before scoring
     done = rescore(selection)
-    print_summary(done.summary, console, done.out)
+    print_summary(done.summary, console, done.out, done.ranked)
+    options.warn_differs(selection)
     for note in done.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     return done.exit_code

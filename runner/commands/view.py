@@ -116,6 +116,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     browser.source.owns_home = True  # removed with the last snapshot, when the server stops
     for note in [] if args.quiet else notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
+    options.warn_differs(selection)
     if not is_loopback_host(args.host):
         options.make_console(stderr=True).print(
             f"[red]warning:[/] serving on {escape(args.host)}, not this machine only: anyone who can reach "

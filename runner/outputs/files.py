@@ -50,12 +50,13 @@ def score(
     ``prices`` (label -> USD per million input and output tokens; None or absent: no price) make the
     usage blocks' costs (``batch_prices``: of the requests a provider batch answered; default half,
     ``scoring.cost.batch_price``); ``extra`` sets the summary's optional fields (``cost_bound``,
-    ``stopped_providers``: ``scoring.records.Summary``); ``tolerance`` is ``--allow-failed``'s
-    (``scoring.provisional``); ``entries`` (label -> {field: value}) sets model entries' optional
-    fields (an adaptive run's ``adaptive`` blocks, ``runner.adaptive``); ``parts`` (label ->
-    evaluation -> task ids: ``Rounds.parts``) scores each model of an adaptive run over the part it
-    was asked (``scoring.adaptive.asked_part``; the cache alone: the parts its record in the cache
-    folder gives, ``runner.outputs.adaptive.recorded``).
+    ``stopped_providers``: ``scoring.records.Summary``; its ``provenance`` is added to the
+    provenance block: ``selection_differs``, ``runner.rescore``); ``tolerance`` is
+    ``--allow-failed``'s (``scoring.provisional``); ``entries`` (label -> {field: value}) sets model
+    entries' optional fields (an adaptive run's ``adaptive`` blocks, ``runner.adaptive``); ``parts``
+    (label -> evaluation -> task ids: ``Rounds.parts``) scores each model of an adaptive run over
+    the part it was asked (``scoring.adaptive.asked_part``; the cache alone: the parts its record in
+    the cache folder gives, ``runner.outputs.adaptive.recorded``).
 
     A shard damaged where start-up does not look (outside the index columns) fails here: it is moved
     to the cache's quarantine/ (``Cache.read``) and scoring goes on without it; its answers count as
@@ -246,7 +247,7 @@ def summarize(
     summary = mark_exact(summary, cut)  # a model scored over the whole set: exact, not ≈
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked
     # here, when the result is written, never before the first request
-    summary.provenance = provenance()
+    summary.provenance = provenance() | (extra or {}).get("provenance", {})
     return ScoredRun(summary, scored)
 
 

@@ -94,14 +94,13 @@ def append(out: Path, line: dict) -> None:
         log.warning(f"could not record this run in {path} ({exc}); its summary.json has its spend")
 
 
-def note(out: Path) -> str | None:
-    """The line ``dxi score`` and ``report`` print when ``out`` holds runs' lines: where they are,
-    how many, and how the last ended; None when it holds none."""
-    path = Path(out) / RUNS_FILE
+def read(out: Path) -> list[dict]:
+    """The runs' lines in ``out``'s run-history.jsonl, oldest first (none: no file, or it cannot be
+    read); a line that is not one (cut by a full disk) is skipped."""
     try:
-        data = path.read_bytes()
+        data = (Path(out) / RUNS_FILE).read_bytes()
     except OSError:
-        return None
+        return []
     lines = []
     for raw in data.split(b"\n"):
         try:
@@ -110,6 +109,14 @@ def note(out: Path) -> str | None:
             continue  # a line cut by a full disk
         if isinstance(doc, dict) and "outcome" in doc:
             lines.append(doc)
+    return lines
+
+
+def note(out: Path) -> str | None:
+    """The line ``dxi score`` and ``report`` print when ``out`` holds runs' lines: where they are,
+    how many, and how the last ended; None when it holds none."""
+    path = Path(out) / RUNS_FILE
+    lines = read(out)
     if not lines:
         return None
     last = lines[-1].get("exit_code")

@@ -19,7 +19,7 @@ from dxi.scoring import adaptive, provisional
 from dxi.scoring.measures import NO_CONFIDENCE
 from dxi.scoring.records import UNSET, ModelEntry, Summary, unset
 from dxi.scoring.replies import model_notes
-from dxi.scoring.summary import selection_flags
+from dxi.scoring.summary import selection_flags, signed
 
 
 def _fmt(value: float | None) -> str:
@@ -448,7 +448,7 @@ def _adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> st
             continue
         d, p, sig = found[(a, b)]
         shown = "—" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
-        parts.append(f"{key_of[a]} − {key_of[b]} {d:+.1f} (p_adj {shown}{' †' if sig else ''})")
+        parts.append(f"{key_of[a]} − {key_of[b]} {signed(d)} (p_adj {shown}{' †' if sig else ''})")
     return "; adjacent: " + ", ".join(parts) if parts else ""
 
 
@@ -471,12 +471,16 @@ def print_adaptive(summary: Summary, console: Console, keys: list[str] | None = 
     console.print(_fitted(console, _variants(title, columns, rows)))
 
 
-def print_summary(summary: Summary, console: Console, out: Path | None = None) -> None:
+def print_summary(
+    summary: Summary, console: Console, out: Path | None = None, ranked: bool = False
+) -> None:
     """The index table (fitted to the terminal: long or short headers, full model names or keys with
     a legend), then what data was used and anything the reader must know (once per model: another
     model served it, replies cut off at the token limit, a clamp of P(yes):
     ``scoring.replies.model_notes``). The index's 95% interval has a column of its own; with several
-    epochs the index shows ± its standard deviation over epochs (sd)."""
+    epochs the index shows ± its standard deviation over epochs (sd). Every table has the models in
+    the report's order (``Summary.order``; ``ranked``: no order was given, by Decision Index)."""
+    summary = summary.ordered(ranked)
     names = summary.labels
     keys = model_keys(
         names, console, lambda ks: any(_fits(console, t) for t in _index_tables(summary, ks))

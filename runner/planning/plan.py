@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -196,7 +197,7 @@ class Plan:
             if m.price is None:
                 raise UsageError(
                     f"{m.label}: a cost bound needs a price for every model; give it with --price "
-                    f"{m.label}=IN/OUT (USD per million input / output tokens) or in the run file "
+                    f"{shlex.quote(m.label)}=IN/OUT (USD per million input / output tokens) or in the run file "
                     "(price = {input = USD, output = USD})"
                 )
             if first is not None and m.price[1] and m.adapter.output_tokens_bound(first) is None:

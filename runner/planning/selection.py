@@ -24,6 +24,13 @@ evaluation than those scored, the evaluation's ``data`` block in summary.json sa
 label -> flags, a union's joined by " + "), and the reason given for that model's missing answers
 names those flags (``scoring.summary``): a ``--sample 20`` run scored with ``--limit 50`` says to
 score with ``--sample 20``.
+
+Whatever chose the tasks scored (flags, a run file's ``limit`` or ``sample``, the runs' records),
+they are compared with those the last ``dxi run`` into the output folder asked (its line in
+OUT/run-history.jsonl, ``runner.outputs.history``): where they differ, ``against_last_run`` says how
+(``Differs``: both selections' flags, and where the scored one comes from), which the commands print
+on standard error and summary.json keeps in ``provenance.selection_differs``. The run file still
+wins over the last run's flags; the difference is only never silent.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from dxi.cache.runs import RunRecord
 from dxi.evals import PROMPT_VERSION, Suite, Task
 from dxi.evals.wildguardtest import NAME as WILDGUARDTEST
 
+from ..outputs import history
 from .sample import SampledSuite
 from .sample import choose as sampled_ids
 
@@ -147,13 +155,29 @@ class UnionSuite(Suite):
         return block
 
 
+def flags_of(picks: dict[str, tuple[Pick, ...]]) -> str:
+    """The flags of a selection (``picks``: evaluation -> its picks): a pick every evaluation
+    shares, its flags (``--limit 10``); else per evaluation, a union's joined by " + "
+    (``hle_multichoice: --limit 10 + --sample 20; when2call: --sample 20``)."""
+    kinds = set(picks.values())
+    if len(kinds) == 1 and len(one := next(iter(kinds))) == 1:
+        return one[0].flags()
+    return "; ".join(f"{name}: {' + '.join(p.flags() for p in ps)}" for name, ps in picks.items())
+
+
+def flagged(inputs: PlanInputs) -> bool:
+    """Whether the command line chose the tasks (``--limit``, ``--sample``, ``--seed``,
+    ``--all-tasks``)."""
+    return any(
+        getattr(inputs, name) not in (None, False)
+        for name in ("limit", "sample", "seed", "all_tasks")
+    )
+
+
 def given(inputs: PlanInputs, plan: Plan | None) -> bool:
     """Whether the command line or the run file chose the tasks (``--limit``, ``--sample``,
     ``--seed``, ``--all-tasks``, a run file's ``limit`` or ``sample``)."""
-    if any(
-        getattr(inputs, name) not in (None, False)
-        for name in ("limit", "sample", "seed", "all_tasks")
-    ):
+    if flagged(inputs):
         return True
     suite = plan.suite if plan is not None else None
     return suite is not None and (suite.limit is not None or isinstance(suite, SampledSuite))
@@ -209,34 +233,110 @@ def remember(plan: Plan) -> None:
 
 
 @dataclass(frozen=True)
+class Differs:
+    """The tasks scored are not those the last ``dxi run`` into the output folder asked (the last
+    line of its ``history``, OUT/run-history.jsonl, which ``ended`` then): ``scored`` and ``asked``
+    are their flags (``--limit 15``; with ``--evals`` where the evaluations differ), ``why`` says
+    where the scored ones come from (``FLAGS``, ``RUN_FILE``, ``RECORDED`` or ``EVERY``)."""
+
+    scored: str
+    why: str
+    asked: str
+    ended: str | None
+    history: Path
+
+    def line(self) -> str:
+        """What ``dxi score``, ``report``, ``export`` and ``view`` print on standard error."""
+        fix = f"give {self.asked} instead" if self.why == FLAGS else f"add {self.asked}"
+        return (
+            f"the last dxi run here ({self.history}, ended {self.ended}) asked {self.asked}; this "
+            f"scoring uses {self.scored} ({self.why}): {fix} to score what it asked"
+        )
+
+    def block(self) -> dict:
+        """summary.json's ``provenance.selection_differs``."""
+        return {
+            "scored": self.scored,
+            "why": self.why,
+            "last_run": self.asked,
+            "last_run_ended": self.ended,
+            "run_history": str(self.history),
+        }
+
+
+# where the tasks scored come from (``Differs.why``)
+FLAGS = "given on the command line"
+RUN_FILE = "the run file's"
+RECORDED = "the tasks this cache's runs selected"
+EVERY = "every task: no run of these models is recorded in this cache"
+
+
+def against_last_run(suite: Suite, why: str, out: Path) -> Differs | None:
+    """How the tasks ``suite`` scores differ from those the last ``dxi run`` into ``out`` asked
+    (its line in OUT/run-history.jsonl, ``runner.outputs.history``: its ``selection``'s
+    evaluations and ``limit`` or ``sample``); None when they are the same or no run is recorded
+    there. ``why``: where ``suite``'s tasks come from."""
+    lines = [line for line in history.read(out) if isinstance(line.get("selection"), dict)]
+    if not lines:
+        return None
+    ran = lines[-1]["selection"]
+    sample = ran.get("sample") if isinstance(ran.get("sample"), dict) else {}
+    asked = Pick(ran.get("limit"), sample.get("tasks"), sample.get("seed") or 0)
+    evals = tuple(ran.get("evals") or ())
+    scored = {name: scored_picks(suite, name) for name in suite.selected()}
+    if set(evals) == set(scored) and all(p == (asked,) for p in scored.values()):
+        return None
+    other = set(evals) != set(scored)
+    return Differs(
+        flags_of(scored) + (f" --evals {','.join(scored)}" if other else ""),
+        why,
+        asked.flags() + (f" --evals {','.join(evals)}" if other else ""),
+        lines[-1].get("ended"),
+        Path(out) / history.RUNS_FILE,
+    )
+
+
+@dataclass(frozen=True)
 class Chosen:
-    """What ``choose`` decided: the ``suite`` to score, ``notes`` for the user, and ``key`` (equal
-    keys, equal selections: ``dxi view`` keeps its suite while the key stays the same)."""
+    """What ``choose`` decided: the ``suite`` to score, ``notes`` for the user, ``key`` (equal
+    keys, equal selections: ``dxi view`` keeps its suite while the key stays the same) and
+    ``differs`` (``against_last_run``; None: the same tasks, or not asked)."""
 
     suite: Suite
     notes: list[str]
     key: tuple
+    differs: Differs | None = None
 
 
 def choose(
-    inputs: PlanInputs, plan: Plan | None, suite: Suite, models: pl.DataFrame, cache_dir: Path
+    inputs: PlanInputs,
+    plan: Plan | None,
+    suite: Suite,
+    models: pl.DataFrame,
+    cache_dir: Path,
+    out: Path | None = None,
 ) -> Chosen:
     """The suite to score over ``models`` (``scoring.MODELS_SCHEMA`` frame) from the cache in
     ``cache_dir``: ``suite`` (the command line's or the run file's) when a selection is given or no
     run of these models is recorded, else the tasks the runs selected (the module docstring). Either
     way the suite's data block tells, per evaluation, what each model's runs selected
-    (``Suite.runs``)."""
+    (``Suite.runs``); with ``out`` (the output folder), ``differs`` says whether those tasks are not
+    the ones the last ``dxi run`` there asked. The run file's selection still wins over the last
+    run's: the difference is said, never settled silently."""
     records, warnings = runs.read(cache_dir)
     notes = list(warnings)
     mine = _runs_of(models, records)
     relevant = [r for r in records if any(r in rs for rs in mine.values())]
     key: tuple = ()
-    if relevant and not given(inputs, plan):
+    why = FLAGS if flagged(inputs) else RUN_FILE if given(inputs, plan) else EVERY
+    if relevant and why == EVERY:
+        why = RECORDED
         suite, key, note = _remembered(inputs, plan, suite, relevant, cache_dir)
         if note:
             notes.append(note)
     annotate(suite, mine)
-    return Chosen(suite, notes, key)
+    differs = None if out is None else against_last_run(suite, why, out)
+    return Chosen(suite, notes, key, differs)
 
 
 def _runs_of(models: pl.DataFrame, records: list[RunRecord]) -> dict[str, list[RunRecord]]:
@@ -339,11 +439,7 @@ def _remembered(
         chosen._validated = suite._validated  # the same files, read the same way: checked already
     else:
         chosen.validate()
-    what = (
-        one.flags()
-        if one is not None
-        else "; ".join(f"{name}: {' + '.join(p.flags() for p in ps)}" for name, ps in picks.items())
-    )
+    what = flags_of(picks)
     if suite.evals is None and evals != tuple(suite.selected()):
         what += f" --evals {','.join(evals)}"
     if subset != suite.wildguard_subset:
