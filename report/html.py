@@ -25,9 +25,10 @@ import polars as pl
 from dxi.evals import EVALS, INDEX_TASKS
 from dxi.scoring import WEIGHTS, Scored, adaptive, breakdowns, measures, provisional
 from dxi.scoring.calibration import CALIBRATION_METRICS
+from dxi.scoring.missing import selection_flags
 from dxi.scoring.records import Summary, unset
 from dxi.scoring.replies import model_notes
-from dxi.scoring.summary import in_order, selection_flags, signed
+from dxi.scoring.summary import in_order, signed
 from dxi.scoring.sums import METRICS
 
 from . import charts

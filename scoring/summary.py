@@ -66,13 +66,12 @@ decimals, ``scoring.ties``) when it has any.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import polars as pl
 
 from . import calibration as cal
 from .compare import METHOD
 from .decision_index import decision_index, index_bounds
+from .missing import Damaged, missing_reason
 from .provisional import Tolerance, judge
 from .records import Comparison, EvalBlock, ModelEntry, Ranking, Summary, unset
 from .sums import EVERY_FAILED, METRICS, NONE_CACHED
@@ -102,92 +101,6 @@ def signed(value: float, digits: int = 1) -> str:
     return text[1:] if float(text) == 0 else text
 
 
-def selection_flags(data: dict) -> str:
-    """The command-line flags that select the tasks a data-block entry describes (its ``limit``,
-    ``sample`` or ``union`` of such entries): ``--sample N`` (``--seed S`` when not 0),
-    ``--limit N``, a union's joined by " + ", or ``--all-tasks`` for every task."""
-    if data.get("union"):
-        return " + ".join(selection_flags(p) for p in data["union"])
-    sample = data.get("sample")
-    if sample:
-        return f"--sample {sample['tasks']}" + (
-            f" --seed {sample['seed']}" if sample.get("seed") else ""
-        )
-    return "--all-tasks" if data.get("limit") is None else f"--limit {data['limit']}"
-
-
-@dataclass(frozen=True)
-class Damaged:
-    """What the cache set aside as damaged (``cache.aside``), for the missing answers' reasons: per
-    (label, evaluation) ``counts`` of the missing answers whose request it set aside, ``where``
-    (what the cache did with them: "moved them to DIR/quarantine/"), and ``unread``: set-aside
-    shards whose requests cannot be told (some of the other missing answers may be theirs)."""
-
-    counts: dict[tuple[str, str], int] = field(default_factory=dict)
-    where: str = ""
-    unread: int = 0
-
-
-def _missing_reason(
-    missing: int,
-    data: dict,
-    label: str | None,
-    damaged: Damaged | None = None,
-    name: str = "",
-    other: int = 0,
-) -> str:
-    """Why ``missing`` answers are not in the cache, and what to do: ``other`` of them are replies
-    another model gave, set aside (``scoring.replies``' ``answered_by_other``); those whose request
-    the cache set aside as damaged (``damaged``: not scored, and the next run requests them again);
-    when the model's recorded runs (``data["runs"]``, ``runner.planning.selection``) selected other
-    tasks than those scored, the flags that score what they ran."""
-    if other:
-        said = (
-            f"{other} answer(s) set aside: another model answered them, not the model asked for "
-            "(the model's answered_by_other); `dxi run` sends their requests again"
-        )
-        if other >= missing:
-            return said
-        return f"{said}; {_missing_reason(missing - other, data, label, damaged, name)}"
-    scored = selection_flags(data)
-    damaged = damaged or Damaged()
-    aside = damaged.counts.get((label, name), 0)
-    head = f"{missing} answer(s) not in the cache: "
-    if aside:
-        told = (
-            f"set aside as damaged (the cache found their rows unreadable and {damaged.where}): "
-            f"they are not scored, and `dxi run` with {scored} requests them again"
-        )
-        if aside == missing:
-            return head + told
-        head += f"{aside} {told}; the other {missing - aside}: "
-    ran = (data.get("runs") or {}).get(label) if label is not None else None
-    if (
-        ran and ran != scored and scored not in ran.split(" + ")
-    ):  # (one of its runs selected these: it is incomplete)
-        see = (
-            f"score with {ran}"
-            if " + " not in ran
-            # a union: what no flag selects, the default does
-            else "score this model without --limit, --sample or --all-tasks (the tasks its runs selected)"
-        )
-        return (
-            f"{head}this model's runs selected {ran} here, not {scored}; "
-            f"{see} to see what they answered, or `dxi run` with {scored} to send what is missing"
-        )
-    other = "" if ran else ", or it ran other tasks (--limit, --sample)"
-    unread = (
-        f", or its rows were in one of {damaged.unread} damaged shard(s) whose requests cannot be "
-        f"told: the cache {damaged.where}"
-        if damaged.unread
-        else ""
-    )
-    return (
-        f"{head}the run is incomplete (interrupted{unread}, or it ran fewer epochs than "
-        f"scored here{other}); `dxi run` with {scored} sends what is missing"
-    )
-
-
 def eval_block(
     name: str,
     row: dict | None,
@@ -200,7 +113,7 @@ def eval_block(
     """One evaluation's block for one model (``label``) from its ``scoring.pipeline.metrics`` row
     (None: no answers): ``n`` tasks, the answer counts, ``complete`` (and ``rerun`` when not), each
     metric with its interval (and spread over epochs), and a ``reason`` for a null metric or for
-    answers missing from the cache (``_missing_reason``: which flags score what the model's runs
+    answers missing from the cache (``scoring.missing.missing_reason``: which flags score what the model's runs
     selected, those set aside as damaged, ``damaged``: counted in ``set_aside``, and ``other``
     replies another model gave, set aside)."""
     block: EvalBlock = {"n": 0, **{m: None for m in METRICS[name]}}
@@ -228,7 +141,7 @@ def eval_block(
         aside = (damaged or Damaged()).counts.get((label, name), 0)
         if aside:  # of them, those whose request the cache set aside as damaged
             block["set_aside"] = aside
-        block["reason"] = _missing_reason(row["missing"], data, label, damaged, name, other)
+        block["reason"] = missing_reason(row["missing"], data, label, damaged, name, other)
     if row.get(
         "reason"
     ):  # no answer is a reply: nothing to score, so no metric (never 0.0 as a score)
@@ -263,7 +176,7 @@ def _bounds(row: dict, metric: str) -> list[float] | None:
 def _no_reply(row: dict, missing: str | None) -> str:
     """Why an evaluation whose answers are all failed or missing has no metrics
     (``sums.EvalMetrics.reason``); ``missing``: why its missing answers are missing
-    (``_missing_reason``), when it has some."""
+    (``scoring.missing.missing_reason``), when it has some."""
     if row["reason"] == NONE_CACHED:
         return missing or f"{NONE_CACHED} ({row['missing']} answer(s))"
     if row["reason"] == EVERY_FAILED:

@@ -364,13 +364,13 @@ def test_evaluations_the_runs_did_not_read_are_not_selected(data_dir: Path, tmp_
 def test_answers_missing_from_a_selection_one_of_the_runs_made_are_an_incomplete_run_not_another_selection():
     """The scored tasks are one of the selections the model's runs made (a run cut by its deadline,
     say): the reason is that run being incomplete, not the tasks the other runs selected."""
-    from dxi.scoring.summary import _missing_reason
+    from dxi.scoring.missing import missing_reason
 
-    assert _missing_reason(5, {"limit": 30, "runs": {"m": "--limit 30 + --sample 5"}}, "m") == (
+    assert missing_reason(5, {"limit": 30, "runs": {"m": "--limit 30 + --sample 5"}}, "m") == (
         "5 answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer epochs than scored here); "
         "`dxi run` with --limit 30 sends what is missing"
     )
-    assert _missing_reason(5, {"limit": 30, "runs": {"m": "--sample 5"}}, "m").startswith(
+    assert missing_reason(5, {"limit": 30, "runs": {"m": "--sample 5"}}, "m").startswith(
         "5 answer(s) not in the cache: this model's runs selected --sample 5 here, not --limit 30; score with --sample 5"
     )
 

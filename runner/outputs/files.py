@@ -17,11 +17,11 @@ from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import measures, records
 from dxi.scoring.adaptive import asked_part, mark_exact
+from dxi.scoring.missing import Damaged
 from dxi.scoring.provisional import Tolerance
 from dxi.scoring.records import Summary
 from dxi.scoring.replies import add_replies, set_aside_answers, usage_and_replies
 from dxi.scoring.scored import ScoredRun
-from dxi.scoring.summary import Damaged
 from dxi.scoring.ties import add_ties, rounded_counts, tie_counts
 
 from .adaptive import attach, hint_unfinished, recorded, unfinished

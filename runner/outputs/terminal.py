@@ -17,9 +17,10 @@ from rich.table import Table
 from dxi.evals import EVALS
 from dxi.scoring import adaptive, provisional
 from dxi.scoring.measures import NO_CONFIDENCE
+from dxi.scoring.missing import selection_flags
 from dxi.scoring.records import UNSET, ModelEntry, Summary, unset
 from dxi.scoring.replies import model_notes
-from dxi.scoring.summary import selection_flags, signed
+from dxi.scoring.summary import signed
 
 
 def _fmt(value: float | None) -> str:

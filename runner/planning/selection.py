@@ -85,7 +85,7 @@ class Pick:
     def flags(self) -> str:
         """The flags that select these tasks: ``--sample 20``, ``--sample 20 --seed 1``,
         ``--limit 10`` or ``--all-tasks``."""
-        from dxi.scoring.summary import (
+        from dxi.scoring.missing import (
             selection_flags,  # scoring (Polars) loads when scoring, not for a run's record
         )
 
@@ -360,7 +360,7 @@ def annotate(
     """Set ``suite.runs``: per evaluation, the models whose recorded runs (``mine``: label ->
     records, else read from ``cache_dir`` for ``models``) selected other tasks of it than ``suite``
     scores, with the flags of what they selected (a union's joined by " + ", as
-    ``scoring.summary.selection_flags`` writes the scored one), so that the reason for missing
+    ``scoring.missing.selection_flags`` writes the scored one), so that the reason for missing
     answers can name them. Where every model's runs selected what is scored, nothing is set: the
     summary is that of a run with the same selection."""
     if mine is None:
