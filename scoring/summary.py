@@ -113,9 +113,9 @@ def eval_block(
     """One evaluation's block for one model (``label``) from its ``scoring.pipeline.metrics`` row
     (None: no answers): ``n`` tasks, the answer counts, ``complete`` (and ``rerun`` when not), each
     metric with its interval (and spread over epochs), and a ``reason`` for a null metric or for
-    answers missing from the cache (``scoring.missing.missing_reason``: which flags score what the model's runs
-    selected, those set aside as damaged, ``damaged``: counted in ``set_aside``, and ``other``
-    replies another model gave, set aside)."""
+    answers missing from the cache (``scoring.missing.missing_reason``: which flags score what the
+    model's runs selected, those set aside as damaged, ``damaged``: counted in ``set_aside``, and
+    ``other`` replies another model gave, set aside)."""
     block: EvalBlock = {"n": 0, **{m: None for m in METRICS[name]}}
     if "missing" in data:
         block["reason"] = f"no data: {data['missing']}"
