@@ -24,7 +24,8 @@ For each model, before anything is sent:
    at the deadline is sent synchronously.
 
 Stopping (the first Ctrl-C or SIGTERM, ``runner.sending.stops.RunStop``): only the waits are cut, a
-model's wait for a claim and its batches' polling (``_Sending.unless_stopping``); what is being sent
+model's wait for a claim (its requests then counted, as not sent or found in the cache, with nothing
+sent) and its batches' polling (``_Sending.unless_stopping``); what is being sent
 synchronously, on any path, drains as the direct models' does (the requests on the wire finish and
 are stored, the rest is counted not sent).
 
@@ -139,12 +140,12 @@ async def send(
     line (waits, batch state changes, notes); ``stop``: the run's drain
     (``runner.sending.stops.RunStop``): once requested nothing new is sent synchronously (what is on
     the wire finishes and is stored, every model alike, also one sent after waiting for a claim or
-    beside an earlier run's open batches), a wait for a claim ends (nothing taken, nothing sent) and
-    batches stop being polled (they keep running at the provider: the ledger has them and the next
-    run collects them); ``told``: the labels
-    already said to have no batch API, added to as they are (an adaptive run's rounds, one ``send``
-    each, share one set: the note is printed once per run). Raises CacheWriteError
-    when the claims cannot be written (a read-only cache), and what ``runner.sending.scheduler.run``
+    beside an earlier run's open batches), a wait for a claim ends (nothing taken, nothing sent: the
+    model's requests counted not sent, or found in the cache) and batches stop being polled (they
+    keep running at the provider: the ledger has them and the next run collects them); ``told``: the
+    labels already said to have no batch API, added to as they are (an adaptive run's rounds, one
+    ``send`` each, share one set: the note is printed once per run). Raises CacheWriteError when the
+    claims cannot be written (a read-only cache), and what ``runner.sending.scheduler.run``
     raises."""
     sending = _Sending(
         models,
@@ -303,7 +304,11 @@ class _Sending:
             got = await self.unless_stopping(
                 claims_mod.wait(self.cache.root, ident, label, self.part)
             )
-            if got is None:  # the run is stopping: nothing was taken, nothing is sent
+            if got is None:  # the run is stopping: nothing taken; its requests counted, none sent
+                self.cache.refresh()  # what the other process stored counts as cached
+                await self.sync(
+                    [model], KeyFilter(frozenset(self.ledger.claimed(ident)), self.shard, False)
+                )
                 return
             self.held.append(got)
             self.cache.refresh()

@@ -325,6 +325,54 @@ def test_a_model_sent_after_waiting_for_another_process_drains_as_the_others_do(
 
 
 @pytest.mark.process
+def test_a_model_still_waiting_for_another_process_counts_its_requests_not_sent(tmp_path: Path):
+    """Run a holds the model's claim (its 2 requests in flight never answered); run b waits for it.
+    The first Ctrl-C to b ends the wait: b sends nothing and counts its 40 requests not sent
+    (sent + cache_hits + not_sent = 40, as for a model claimed at once), where it counted none."""
+    data = data_dir(tmp_path / "data", 40)
+    cache = tmp_path / "cache"
+    with serve(model="fake", p_first=None, p_yes=None, default="sleep:60") as server:
+        url = [f"systemone:fake@{server.url}"]
+        a = subprocess.Popen(
+            dxi_command(data, cache, tmp_path / "a", "--max-in-flight", "2", "-q", models=url),
+            stdout=subprocess.DEVNULL,
+        )
+        b = None
+        try:
+            wait_for(lambda: server.stats()["arrivals"] >= 2, 60, "run a sending")
+            b = started(
+                dxi_command(data, cache, tmp_path / "out", "--max-in-flight", "8", models=url),
+                tmp_path,
+            )
+            wait_for(lambda: "waiting for it to end" in output(tmp_path)[0], 60, "b waiting")
+            b.send_signal(signal.SIGINT)
+            assert b.wait(60) == 130
+            assert a.poll() is None  # still holding the claim
+            assert server.stats()["arrivals"] == 2  # a's: b sent nothing
+        finally:
+            for proc in (a, b):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    (line,) = [orjson.loads(raw) for raw in (tmp_path / "out" / "run-history.jsonl").open("rb")]
+    stdout, stderr = output(tmp_path)
+    counted = ("sent", "cache_hits", "not_sent", "refused")
+    assert {k: line["requests"]["systemone:fake"][k] for k in counted} == {
+        "sent": 0,
+        "cache_hits": 0,
+        "not_sent": 40,
+        "refused": 0,
+    }
+    assert re.search(r"systemone:fake: 0/40 0% .* stopped .* cached 0 not sent 40\n", stdout), (
+        stdout
+    )
+    assert (
+        "Interrupted (Ctrl-C): the requests in flight finished and are stored; 40 request(s) were "
+        "not sent."
+    ) in stderr
+
+
+@pytest.mark.process
 @pytest.mark.parametrize("how", ["again", "grace"])
 def test_a_second_signal_or_the_end_of_the_grace_period_stops_at_once(tmp_path: Path, how: str):
     """Replies that take a minute: a second Ctrl-C, or the end of --grace, stops the run without
