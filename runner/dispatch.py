@@ -23,6 +23,12 @@ For each model, before anything is sent:
 3. **The deadline fallback** (``--deadline-fallback sync``): what a model's batches left unanswered
    at the deadline is sent synchronously.
 
+Stopping (the first Ctrl-C or SIGTERM, ``runner.sending.stops.RunStop``): only the waits are cut, a
+model's wait for a claim (its requests then counted, as not sent or found in the cache, with nothing
+sent) and its batches' polling (``_Sending.unless_stopping``); what is being sent
+synchronously, on any path, drains as the direct models' does (the requests on the wire finish and
+are stored, the rest is counted not sent).
+
 Models that are claimed at once, have no open batches and are not in batch mode (the usual case) go
 through one ``runner.sending.scheduler.run`` call together, exactly as without this module. ``send``
 returns each model's Stats, merged over the paths it took (``BatchStats`` for a model that has
@@ -33,8 +39,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, fields, replace
+from typing import TypeVar
 
 from dxi.adapters.batches import BatchAPI, batch_api, supports
 from dxi.cache import Cache, CacheWriteError
@@ -55,6 +62,7 @@ from .sending.stops import RunStop
 scoring_cost = LazyModule(
     "dxi.scoring.cost"
 )  # batch_price; Polars: imported once a batch is in play
+T = TypeVar("T")
 
 
 def identity(model: ModelRun) -> str:
@@ -130,12 +138,14 @@ async def send(
     ``limits_of``: label -> (requests per batch, enqueued tokens); ``options``: how batch mode runs;
     ``fallback_sync``: what batches left at the deadline is sent synchronously; ``say`` prints a
     line (waits, batch state changes, notes); ``stop``: the run's drain
-    (``runner.sending.stops.RunStop``): once requested nothing new is sent synchronously, and the
-    models waiting for a claim or going through batches end at once (their open batches keep running
-    at the provider: the ledger has them and the next run collects them); ``told``: the labels
-    already said to have no batch API, added to as they are (an adaptive run's rounds, one ``send``
-    each, share one set: the note is printed once per run). Raises CacheWriteError
-    when the claims cannot be written (a read-only cache), and what ``runner.sending.scheduler.run``
+    (``runner.sending.stops.RunStop``): once requested nothing new is sent synchronously (what is on
+    the wire finishes and is stored, every model alike, also one sent after waiting for a claim or
+    beside an earlier run's open batches), a wait for a claim ends (nothing taken, nothing sent: the
+    model's requests counted not sent, or found in the cache) and batches stop being polled (they
+    keep running at the provider: the ledger has them and the next run collects them); ``told``: the
+    labels already said to have no batch API, added to as they are (an adaptive run's rounds, one
+    ``send`` each, share one set: the note is printed once per run). Raises CacheWriteError when the
+    claims cannot be written (a read-only cache), and what ``runner.sending.scheduler.run``
     raises."""
     sending = _Sending(
         models,
@@ -274,11 +284,8 @@ class _Sending:
             async with asyncio.TaskGroup() as tasks:
                 if direct:
                     tasks.create_task(self.sync(direct, self.shard))
-                batched = [tasks.create_task(self.one(m, got)) for m, got in others]
-                if (
-                    self.stop is not None and batched
-                ):  # stopping: a batch being polled is left to the next run
-                    self.stop.on_request(lambda: [t.cancel() for t in batched])
+                for m, got in others:
+                    tasks.create_task(self.one(m, got))
         except ExceptionGroup as group_error:
             first = group_error
             while isinstance(first, ExceptionGroup):
@@ -294,7 +301,15 @@ class _Sending:
                 f"{label}: {got} is sending this model's requests to {self.cache.root}; waiting for it to "
                 "end (what it stores is read from the cache, not sent again)"
             )
-            got = await claims_mod.wait(self.cache.root, ident, label, self.part)
+            got = await self.unless_stopping(
+                claims_mod.wait(self.cache.root, ident, label, self.part)
+            )
+            if got is None:  # the run is stopping: nothing taken; its requests counted, none sent
+                self.cache.refresh()  # what the other process stored counts as cached
+                await self.sync(
+                    [model], KeyFilter(frozenset(self.ledger.claimed(ident)), self.shard, False)
+                )
+                return
             self.held.append(got)
             self.cache.refresh()
             self.say(f"{label}: the other process is done; going on with what it left")
@@ -344,11 +359,12 @@ class _Sending:
             collecting=self.collecting,
         )
         if in_batch:
-            left = await batches.run()
+            left = await self.unless_stopping(batches.run())
         else:
             claimed = frozenset(self.ledger.claimed(ident))
             left, _ = await asyncio.gather(
-                batches.run(), self.sync([model], KeyFilter(claimed, self.shard, keep=False))
+                self.unless_stopping(batches.run()),
+                self.sync([model], KeyFilter(claimed, self.shard, keep=False)),
             )
         if left and (self.fallback_sync and batches.cancelled or not in_batch):
             keys = frozenset(model.adapter.encode(task, sample).key for task, sample in left)
@@ -357,6 +373,25 @@ class _Sending:
         elif left:
             stats.not_sent += len(left)
             stats.stop_not_sent += len(left) if stats.stopped else 0  # left by the refusal
+
+    async def unless_stopping(self, waiting: Coroutine[object, object, T]) -> T | None:
+        """``waiting`` (a wait: for another process's claim, or for a model's batches, polled)
+        awaited, but cut when the run is asked to stop (the first Ctrl-C or SIGTERM; at once when it
+        was already): then None. A batch cut so keeps running at the provider (the ledger has it and
+        the next run collects it). Synchronous sending is never cut here: the scheduler drains it
+        (``runner.sending.stops.RunStop``). This task being cancelled (a second signal) cancels
+        ``waiting`` and is raised, as before."""
+        if self.stop is None:
+            return await waiting
+        task = asyncio.ensure_future(waiting)
+        self.stop.on_request(task.cancel)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not task.cancelled() or (current is not None and current.cancelling()):
+                raise
+            return None
 
     async def sync(self, group: list[ModelRun], key_filter: KeyFilter | Shard | None) -> None:
         """``group`` through one scheduler run (``runner.sending.scheduler.run``), its requests

@@ -551,6 +551,66 @@ def test_answers_collected_from_an_earlier_runs_batch_are_counted_in_the_request
 
 
 @pytest.mark.process
+@pytest.mark.slow
+def test_the_first_ctrl_c_lets_requests_sent_beside_open_batches_finish_and_stores_them(
+    tmp_path: Path,
+):
+    """An earlier --batch run left a batch of 4 running; a run without --batch over 40 tasks polls
+    it while it sends the other 36 one call at a time (8 in flight, 1.5 s a reply). The first
+    Ctrl-C as the first 8 reach the server stops polling the batch (it keeps running, the next run
+    collects it) and lets the 8 finish and be stored: it used to cancel them with the batch's
+    polling (paid, then aborted and lost)."""
+    import signal
+    import subprocess
+
+    data = synthetic_data(tmp_path / "data", 40, seed=3)
+    lines = (data / "when2call" / "when2call_test_mcq.jsonl").read_bytes().splitlines(keepends=True)
+    first = synthetic_data(tmp_path / "first", 0)
+    (first / "when2call" / "when2call_test_mcq.jsonl").write_bytes(b"".join(lines[:4]))
+    with serve(model=None, record=False, latency="1.5", batch={"polls": 100000}) as server:
+        leave_a_batch_running(server.url, first, tmp_path)
+        cmd = dxi_command(
+            data,
+            tmp_path / "cache",
+            tmp_path / "again",
+            "--max-in-flight",
+            "8",
+            *POLL,
+            "-q",
+            models=[model("openai", server.url)],
+        )
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while server.stats()["arrivals"] < 8:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+            stderr = proc.communicate(timeout=60)[1]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        deadline = time.monotonic() + 10
+        while (stats := server.stats())["ok"] + stats["aborted"] < stats["arrivals"]:
+            assert time.monotonic() < deadline  # every arrival replied to, or found gone
+            time.sleep(0.02)
+    assert proc.returncode == 130, stderr
+    # the 8 on the wire answered whole and stored, nothing new sent; the batch is still open
+    assert (stats["arrivals"], stats["ok"], stats["aborted"], stats["batch_creates"]) == (
+        8,
+        8,
+        0,
+        1,
+    )
+    assert rows(tmp_path / "cache").height == 8
+    assert [e.closed for e in Ledger(tmp_path / "cache").entries().values()] == [False]
+    (line,) = [orjson.loads(raw) for raw in (tmp_path / "again" / "run-history.jsonl").open("rb")]
+    requests = line["requests"]["openai:m"]
+    assert (requests["sent"], requests["cache_hits"], requests["not_sent"]) == (8, 0, 28)
+    assert "the requests in flight finished and are stored; 28 request(s) were not sent" in stderr
+
+
+@pytest.mark.process
 def test_dxi_batches_lists_collects_and_cancels(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ):

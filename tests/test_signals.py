@@ -260,6 +260,119 @@ def test_a_drained_run_counts_what_each_model_sent_found_cached_and_left(
 
 
 @pytest.mark.process
+@pytest.mark.slow
+def test_a_model_sent_after_waiting_for_another_process_drains_as_the_others_do(tmp_path: Path):
+    """Run a holds the model's claim on the cache (16 of the 40 tasks, 2 in flight, 1.5 s a reply:
+    12 s); run b, started meanwhile, waits for it, then sends the 24 a left, 8 in flight. The first
+    Ctrl-C to b as its first wave reaches the server lets those 8 finish and stores them, as for a
+    model claimed at once: it used to cancel b's sending, the 8 replies paid for and lost (aborted
+    at the provider, not in the cache) and the run counting none of the 16 it left."""
+    data = data_dir(tmp_path / "data", 40)
+    rows = (data / "when2call" / "when2call_test_mcq.jsonl").read_bytes().splitlines(keepends=True)
+    first = data_dir(tmp_path / "first", 0)
+    (first / "when2call" / "when2call_test_mcq.jsonl").write_bytes(b"".join(rows[:16]))
+    cache = tmp_path / "cache"
+    with serve(model="fake", p_first=None, p_yes=None, latency="1.5") as server:
+        url = [f"systemone:fake@{server.url}"]
+        a = subprocess.Popen(
+            dxi_command(first, cache, tmp_path / "a", "--max-in-flight", "2", "-q", models=url),
+            stdout=subprocess.DEVNULL,
+        )
+        cmd = dxi_command(data, cache, tmp_path / "out", "--max-in-flight", "8", models=url)
+        b = None
+        try:
+            wait_for(lambda: server.stats()["arrivals"] >= 2, 60, "run a sending")
+            b = started(cmd, tmp_path)
+            wait_for(lambda: "waiting for it to end" in output(tmp_path)[0], 60, "b waiting")
+            assert a.poll() is None, "run a ended before b waited for it"
+            assert a.wait(60) == 0
+            at_signal = wait_for(
+                lambda: (s := server.stats())["arrivals"] >= 24 and s, 60, "b's first wave"
+            )
+            b.send_signal(signal.SIGINT)
+            assert b.wait(60) == 130
+        finally:
+            for proc in (a, b):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+        stopped = wait_for(  # every arrival replied to, or found gone when its reply was due
+            lambda: (s := server.stats())["ok"] + s["aborted"] == s["arrivals"] and s, 10, "replies"
+        )
+        with Cache(cache) as c:
+            stored = c.scan().collect()
+        (line,) = [orjson.loads(raw) for raw in (tmp_path / "out" / "run-history.jsonl").open("rb")]
+        stdout, stderr = output(tmp_path)
+        assert subprocess.run(cmd + ["-q"], timeout=120, stdout=subprocess.DEVNULL).returncode == 0
+        after = server.stats()
+    assert (at_signal["arrivals"], at_signal["ok"]) == (24, 16)  # b's first wave on the wire
+    # none abandoned: b's 8 answered whole and stored, nothing new sent
+    assert (stopped["arrivals"], stopped["ok"], stopped["aborted"]) == (24, 24, 0)
+    assert stored.height == stored["key"].n_unique() == 24
+    counted = ("sent", "cache_hits", "not_sent", "refused")
+    assert {k: line["requests"]["systemone:fake"][k] for k in counted} == {
+        "sent": 8,
+        "cache_hits": 16,
+        "not_sent": 16,
+        "refused": 0,
+    }
+    assert "stopping (Ctrl-C): nothing new is sent; 8 request(s) in flight finish" in stdout
+    assert (
+        "Interrupted (Ctrl-C): the requests in flight finished and are stored; 16 request(s) were "
+        "not sent."
+    ) in stderr
+    # the rerun sends the 16 left, once each
+    assert (after["arrivals"], after["keys_ok"], after["duplicates"]) == (40, 40, 0)
+
+
+@pytest.mark.process
+def test_a_model_still_waiting_for_another_process_counts_its_requests_not_sent(tmp_path: Path):
+    """Run a holds the model's claim (its 2 requests in flight never answered); run b waits for it.
+    The first Ctrl-C to b ends the wait: b sends nothing and counts its 40 requests not sent
+    (sent + cache_hits + not_sent = 40, as for a model claimed at once), where it counted none."""
+    data = data_dir(tmp_path / "data", 40)
+    cache = tmp_path / "cache"
+    with serve(model="fake", p_first=None, p_yes=None, default="sleep:60") as server:
+        url = [f"systemone:fake@{server.url}"]
+        a = subprocess.Popen(
+            dxi_command(data, cache, tmp_path / "a", "--max-in-flight", "2", "-q", models=url),
+            stdout=subprocess.DEVNULL,
+        )
+        b = None
+        try:
+            wait_for(lambda: server.stats()["arrivals"] >= 2, 60, "run a sending")
+            b = started(
+                dxi_command(data, cache, tmp_path / "out", "--max-in-flight", "8", models=url),
+                tmp_path,
+            )
+            wait_for(lambda: "waiting for it to end" in output(tmp_path)[0], 60, "b waiting")
+            b.send_signal(signal.SIGINT)
+            assert b.wait(60) == 130
+            assert a.poll() is None  # still holding the claim
+            assert server.stats()["arrivals"] == 2  # a's: b sent nothing
+        finally:
+            for proc in (a, b):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    (line,) = [orjson.loads(raw) for raw in (tmp_path / "out" / "run-history.jsonl").open("rb")]
+    stdout, stderr = output(tmp_path)
+    counted = ("sent", "cache_hits", "not_sent", "refused")
+    assert {k: line["requests"]["systemone:fake"][k] for k in counted} == {
+        "sent": 0,
+        "cache_hits": 0,
+        "not_sent": 40,
+        "refused": 0,
+    }
+    assert re.search(r"systemone:fake: 0/40 0% .* stopped .* cached 0 not sent 40\n", stdout), (
+        stdout
+    )
+    assert (
+        "Interrupted (Ctrl-C): the requests in flight finished and are stored; 40 request(s) were "
+        "not sent."
+    ) in stderr
+
+
+@pytest.mark.process
 @pytest.mark.parametrize("how", ["again", "grace"])
 def test_a_second_signal_or_the_end_of_the_grace_period_stops_at_once(tmp_path: Path, how: str):
     """Replies that take a minute: a second Ctrl-C, or the end of --grace, stops the run without
