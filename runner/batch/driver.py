@@ -241,6 +241,7 @@ class ModelBatches(Submitting, Collecting):
         claimed = self.ledger.claimed(self.identity)
         builder: _Builder | None = None
         stream = self._requests()
+        bounded = False  # the cost bound left no room: the rest is counted, not sent
         try:
             while batch := list(islice(stream, LOOKUP)):
                 await self._after_collection()
@@ -270,15 +271,21 @@ class ModelBatches(Submitting, Collecting):
                     if self.stopped is not None or self._past_deadline():
                         self.left.append((task, sample))
                         continue
-                    builder = await self._add(builder, task, sample, request)
+                    if bounded:
+                        self.stats.not_sent += 1
+                        continue
+                    try:
+                        builder = await self._add(builder, task, sample, request)
+                    except CostBoundReached:  # this one and every later one not cached: not sent
+                        bounded = True
+                        if (
+                            self.stopped is not None
+                        ):  # refused meanwhile: the stop's, not the bound's
+                            self.left.append((task, sample))
+                        else:
+                            self.stats.not_sent += 1
                 self.on_progress()
-            if builder is not None:
-                await self._submit(builder)
-        except CostBoundReached:
-            self.stats.not_sent += 1  # the request whose reservation did not fit
-            for _ in stream:
-                self.stats.not_sent += 1
-            if builder is not None and builder.keys:
+            if builder is not None:  # (one ``_add`` submitted already is not submitted again)
                 await self._submit(builder)
         finally:
             self.wake.set()

@@ -31,6 +31,7 @@ class _Builder:
     bytes: int = 0
     tokens: float = 0.0
     reserved: dict[str, float] = field(default_factory=dict)
+    submitted: bool = False  # ``_submit`` was called: a batch is submitted once, never twice
 
 
 class Submitting:
@@ -289,7 +290,12 @@ class Submitting:
         return _Builder(entry_id, path, open(path, "wb"))  # noqa: SIM115 (closed by _submit)
 
     async def _submit(self, builder: _Builder) -> None:
-        """Record the intent, upload, create, record the batch id (see the module docstring)."""
+        """Record the intent, upload, create, record the batch id (see the module docstring), once
+        per builder: a caller whose ``_add`` submitted it before its reservation failed holds it
+        still. Past the deadline nothing is submitted: its requests are left unsent."""
+        if builder.submitted:
+            return
+        builder.submitted = True
         try:
             builder.fd.close()
         except OSError as exc:
