@@ -18,6 +18,7 @@ from dxi.adapters import (
     Retryable,
 )
 from dxi.adapters.batches import COMPLETED as COMPLETED_BATCH
+from dxi.adapters.batches import FAILED as FAILED_BATCH
 from dxi.adapters.batches import BatchLost, BatchStatus, ResultLine
 from dxi.adapters.errors import REQUEST
 from dxi.cache.ledger import Entry
@@ -174,6 +175,13 @@ class Collecting:
                 given.append(key)
                 self.stats.attempts += 1
         returned = sorted(set(given))
+        if status is not None and status.outcome == FAILED_BATCH and entry.id in self.fresh:
+            # its input refused whole: this run's requests in it were refused, not sent (their
+            # next run sends them), as a synchronous request that met a provider's stop
+            refused = self.refused.union(returned)
+            self.stats.sent -= len(refused) - len(self.refused)
+            self.stats.refused += len(refused) - len(self.refused)
+            self.refused = refused
         extra = {"results_gone": str(gone)} if gone is not None else {}
         if mismatch:  # the stop outlives this run: every run reads it (``_reconcile``)
             extra["mismatch"] = True

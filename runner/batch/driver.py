@@ -155,6 +155,8 @@ class ModelBatches(Submitting, Collecting):
         self.entry_tokens: dict[str, float] = {}
         self.requeue: list[str] = []  # keys given back, for the next batch
         self.left: list[tuple[Task, int]] = []
+        self.refused: set[str] = set()  # keys in this run's batches the provider refused whole
+        self.refused_left = 0  # how many of ``left`` they are (counted refused, not "not sent")
         self.wake = asyncio.Event()
         self.stopped: AdapterError | None = (
             None  # the batch API refused this model: nothing more is submitted
@@ -226,11 +228,9 @@ class ModelBatches(Submitting, Collecting):
         still = self.ledger.claimed(
             self.identity
         )  # an open batch holds them: the next run collects them
-        self.left += [
-            self.waiting.pop(k)
-            for k in list(self.waiting)
-            if k not in still and not self.cache.has(k)
-        ]
+        gone = [k for k in self.waiting if k not in still and not self.cache.has(k)]
+        self.left += [self.waiting.pop(k) for k in gone]
+        self.refused_left = len(self.refused.intersection(gone))
         for key in list(self.reserved):
             self.budget.settle(self.reserved.pop(key), 0.0)
         return self.left

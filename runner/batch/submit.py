@@ -292,7 +292,8 @@ class Submitting:
     async def _submit(self, builder: _Builder) -> None:
         """Record the intent, upload, create, record the batch id (see the module docstring), once
         per builder: a caller whose ``_add`` submitted it before its reservation failed holds it
-        still. Past the deadline nothing is submitted: its requests are left unsent."""
+        still. After a stop of the model (the provider refused a batch whole) or past the deadline,
+        nothing is submitted: its requests are left unsent."""
         if builder.submitted:
             return
         builder.submitted = True
@@ -305,8 +306,8 @@ class Submitting:
             ) from None
         entry_id, n = builder.entry, len(builder.keys)
         if (
-            not n or self._past_deadline()
-        ):  # past the deadline nothing more is submitted: left for the fallback
+            not n or self._past_deadline() or self.stopped is not None
+        ):  # past the deadline, or stopped, nothing more is submitted: left for the fallback
             builder.path.unlink(missing_ok=True)
             self._unlock(entry_id)
             for key in builder.keys:
