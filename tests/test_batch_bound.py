@@ -60,7 +60,7 @@ def dxi_run(path: Path, bound: str) -> tuple[int, str]:
         [DXI, "run", str(path), "--poll", "0.05", "--max-cost", bound],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=120,  # each takes a few seconds: a run that never ends fails
     )
     assert "Traceback" not in done.stdout + done.stderr, done.stderr
     return done.returncode, " ".join(done.stdout.split())
@@ -248,3 +248,51 @@ def test_a_batch_run_stopped_at_the_bound_submits_its_last_batch_once(tmp_path: 
     assert (stats2["batch_keys"], stats2["batch_resubmitted"]) == (12, 0)
     assert counts(requests(second)["A"]) == (8, 4, 0, 0)
     assert second["cost_bound"]["spent_usd"] == 8.0
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_requests_of_an_expired_batch_are_resubmitted_under_the_bound_and_the_run_ends(
+    tmp_path: Path,
+):
+    """Model A alone, $1.00 a request at the batch price, 12 requests under a bound of $9.50; its
+    provider lets the first batch expire (the first half of it answered, the rest given back). The
+    first batch holds 9 ($9.00 reserved); it answers 4 ($4.00) and gives 5 back; the other 3
+    requests then fit ($7.00) and go in a second batch; of the 5 given back 2 fit ($9.00) and go in
+    a third batch, and the 3rd does not ($10.00 > $9.50) once the open batches have settled ($9.00
+    spent): those 3, submitted once and never answered, are stored as transient failures, which the
+    next run sends. The old code never ended: the given-back requests waited for room under the
+    bound inside the loop that polls the batches that would make it.
+
+    Expected, by hand: 3 batches (9, 3 and 2 requests: 14 lines, 9 answers); sent 12 (each request
+    once, however many batches it was in: the old count was per batch), failed 3 (transient), not
+    sent 0; $9.00 spent, exit code 3, the bound's line counting the 3 failed; the rerun sends those
+    3, once."""
+    data_dir(tmp_path / "data", TASKS)
+    with serve(model=None, record=False, batch={"script": ["expired"]}) as a:
+        path = run_file(tmp_path, {"A": (a.url, A_PRICE)})
+        code, out = dxi_run(path, "9.5")
+        first, stats = orjson.loads((tmp_path / "out" / "summary.json").read_bytes()), a.stats()
+        code2, _ = dxi_run(path, "20")
+        second, stats2 = orjson.loads((tmp_path / "out" / "summary.json").read_bytes()), a.stats()
+    assert code == 3, out
+    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_answers"]) == (3, 14, 9)
+    got = requests(first)["A"]
+    assert counts(got) == (12, 0, 0, 0) and (got["failed"], got["cost_usd"]) == (3, 9.0), got
+    assert first["cost_bound"] == {
+        "max_cost_usd": 9.5,
+        "spent_usd": 9.0,
+        "stopped": True,
+        "remaining_requests": 3,
+        "remaining_cost_usd": 3.0,
+        "remaining_bound_usd": 3.0,
+    }
+    assert (
+        "Stopped at the cost bound: spent $9.000000 of $9.5 in this run; 0 request(s) not sent and "
+        "3 sent that failed (transient): the next run sends these 3 (about $3.0000 expected)."
+    ) in out
+    assert code2 == 0
+    assert (stats2["batch_creates"], stats2["batch_lines"], stats2["batch_answers"]) == (4, 17, 12)
+    assert stats2["batch_keys"] == 12
+    assert counts(requests(second)["A"]) == (3, 9, 0, 0)
+    assert second["cost_bound"]["spent_usd"] == 3.0

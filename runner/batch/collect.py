@@ -331,39 +331,67 @@ class Collecting:
         if self.reserved.get(key) is not None:
             self.budget.settle(self.reserved.pop(key), 0.0)
         if self.attempts.get(key, 0) >= max(1, self.adapter.limits.max_attempts):
-            task, sample = self.waiting.pop(key)
-            outcome = Outcome(
-                attempts=self.attempts[key],
-                error=_GivenUp(
-                    f"{self.label}: no result after {self.attempts[key]} batch(es) (expired, "
-                    "cancelled or a transient error each time)"
-                ),
+            self._give_up(
+                key,
+                f"no result after {self.attempts[key]} batch(es) (expired, cancelled or a "
+                "transient error each time)",
             )
-            self.cache.append(
-                make_row(task, self.adapter.encode(task, sample), outcome, transport=BATCH)
-            )
-            self.stats.failed += 1
             return
         if self._past_deadline() or self.stopped is not None or self.options.collect_only:
             return  # left in ``waiting``: ``run`` hands it to the fallback (or the next run)
         self.requeue.append(key)
 
+    def _give_up(self, key: str, why: str) -> None:
+        """Store a request this run submitted and got no answer for as a transient failure (``why``;
+        the next run sends it again), as a synchronous request whose retry is not sent."""
+        task, sample = self.waiting.pop(key)
+        outcome = Outcome(attempts=self.attempts[key], error=_GivenUp(f"{self.label}: {why}"))
+        self.cache.append(
+            make_row(task, self.adapter.encode(task, sample), outcome, transport=BATCH)
+        )
+        self.stats.failed += 1
+
     async def _submit_requeued(self) -> None:
-        """The requests given back, in new batches (each reserved again under the bound)."""
+        """The requests given back, in new batches (each reserved again under the bound; a task of
+        its own beside the polling, ``ModelBatches.resubmitting``). Once the bound leaves no room,
+        each one left is stored as a transient failure when this run submitted it (it was sent:
+        counted once, as a synchronous request whose retry could not be sent), else counted not
+        sent (an earlier run's batch gave it back)."""
         keys, self.requeue = self.requeue, []
         builder: _Builder | None = None
         try:
-            for key in keys:
-                item = self.waiting.pop(key, None)
+            for i, key in enumerate(keys):
+                item = self.waiting.get(key)
                 if item is None or self.cache.has(key):
+                    self.waiting.pop(key, None)
                     continue
                 task, sample = item
-                builder = await self._add(builder, task, sample, self.adapter.encode(task, sample))
-                self.stats.retries += 1  # sent again, in a new batch
-        except CostBoundReached:
-            self.stats.not_sent += 1
-        if builder is not None:
-            await self._submit(builder)
+                try:
+                    request = self.adapter.encode(task, sample)
+                    builder = await self._add(builder, task, sample, request)
+                    self.stats.retries += 1  # sent again, in a new batch
+                except CostBoundReached:
+                    self._bounded(keys[i:])
+                    break
+            if builder is not None:  # (one ``_add`` submitted already is not submitted again)
+                await self._submit(builder)
+        finally:
+            self.wake.set()  # the polling loop: done, or more to submit
+
+    def _bounded(self, keys: list[str]) -> None:
+        """Given-back requests the cost bound leaves no room for (``_submit_requeued``)."""
+        for key in keys:
+            if key not in self.waiting or self.cache.has(key):
+                continue
+            if self.attempts.get(key):
+                self._give_up(
+                    key,
+                    "the cost bound was reached before it could be submitted again (after "
+                    f"{self.attempts[key]} batch(es))",
+                )
+            else:
+                self.waiting.pop(key)
+                self.stats.not_sent += 1
 
 
 def _trim() -> None:

@@ -16,7 +16,9 @@ side:
   tokens are in open batches at once.
 * **polling**: each open entry is read every ``poll_s`` seconds at first, the wait growing by half
   each time up to ``max_poll_s`` (a few reads a minute at most, never a busy loop); an entry another
-  live process polls (its ``collector`` lock) is only watched through the ledger.
+  live process polls (its ``collector`` lock) is only watched through the ledger. The requests
+  given back are submitted again by a task of their own (``_submit_requeued``, once the streaming
+  is done), so that their wait for room under the cost bound never stops the polling that makes it.
 
 **Submitting** follows the ledger's rule (intent first, GUIDE §11): the entry's keys and ``intent``
 event are written (fsync'd), then the input file is uploaded (``uploaded``), then the batch is
@@ -154,6 +156,9 @@ class ModelBatches(Submitting, Collecting):
         self.watched: set[str] = set()  # entries another live process polls
         self.entry_tokens: dict[str, float] = {}
         self.requeue: list[str] = []  # keys given back, for the next batch
+        # submitting them (``_submit_requeued``): a task of its own, as the streaming is, so that
+        # its wait for room under the cost bound does not stop the polling that makes the room
+        self.resubmitting: asyncio.Task | None = None
         self.left: list[tuple[Task, int]] = []
         self.refused: set[str] = set()  # keys in this run's batches the provider refused whole
         self.refused_left = 0  # how many of ``left`` they are (counted refused, not "not sent")
@@ -223,6 +228,10 @@ class ModelBatches(Submitting, Collecting):
             if streaming.done() and not streaming.cancelled() and streaming.exception() is not None:
                 raise streaming.exception()
         finally:
+            if self.resubmitting is not None and not self.resubmitting.done():
+                self.resubmitting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.resubmitting
             for entry_id in list(self.locks):
                 self._unlock(entry_id)
         still = self.ledger.claimed(
@@ -318,14 +327,20 @@ class ModelBatches(Submitting, Collecting):
                     )
                 deadline_done = True
                 await self._cancel_all()
+            resubmitting = self.resubmitting is not None and not self.resubmitting.done()
+            if self.resubmitting is not None and self.resubmitting.done():
+                done, self.resubmitting = self.resubmitting, None
+                done.result()  # its error (a ledger that cannot be written) is the run's
             if (
                 self.requeue
                 and streaming.done()
+                and not resubmitting
                 and not self._past_deadline()
                 and self.stopped is None
                 and not self.options.collect_only
             ):
-                await self._submit_requeued()
+                self.resubmitting = asyncio.create_task(self._submit_requeued())
+                resubmitting = True
             now = time.monotonic()
             for entry_id, due in list(self.mine.items()):
                 if (due <= now or once) and (streaming.done() or entry_id in self.fresh):
@@ -334,8 +349,13 @@ class ModelBatches(Submitting, Collecting):
                         self.mine.pop(entry_id, None)
             for entry_id in list(self.watched):
                 self._watch(entry_id)
+            # again: it may have ended while the polls awaited (its wake-up cleared below)
+            resubmitting = self.resubmitting is not None and not self.resubmitting.done()
             if streaming.done() and (
-                once or (not self.mine and not self._watching() and not self.requeue)
+                once
+                or (
+                    not self.mine and not self._watching() and not self.requeue and not resubmitting
+                )
             ):
                 return
             waits = [
@@ -347,12 +367,12 @@ class ModelBatches(Submitting, Collecting):
                 waits.append(min(self.options.poll_s, 5.0))
             if self.options.deadline is not None and not deadline_done:
                 waits.append(self.options.deadline - time.time())
-            if self.requeue and streaming.done():
+            if self.requeue and streaming.done() and not resubmitting:
                 waits.append(0.0)
             timeout = max(0.0, min(waits)) if waits else None
             self.wake.clear()
-            if streaming.done() and timeout is None:
-                timeout = 0.0
+            if streaming.done() and timeout is None and not resubmitting:
+                timeout = 0.0  # (resubmitting: its end wakes this loop)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout)
 

@@ -361,7 +361,8 @@ class Submitting:
         self.ledger.record(entry_id, "submitted", batch_id=status.batch_id, state=status.state)
         failpoint("submitted")
         self.stats.submitted += 1
-        self.stats.sent += n
+        # each request counted sent once, however many batches it was in (given back, resubmitted)
+        self.stats.sent += sum(self.attempts[key] == 1 for key in builder.keys)
         if self.stats.started is None:
             self.stats.started = time.monotonic()
         self.stats.running[entry_id] = time.time()
