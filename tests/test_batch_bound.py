@@ -200,6 +200,8 @@ def test_a_request_waiting_for_the_bound_when_its_batch_is_refused_is_never_subm
     assert counts(got) == (0, 0, 6, 6) and got["cost_usd"] == 0.0, got
     assert s["cost_bound"] == {"max_cost_usd": 1.5, "spent_usd": 0.0, "stopped": False}
     assert "Stopped at the cost bound" not in out
+    assert re.search(r"\d\d:\d\d:\d\d B: batch batch_\w+ failed: the input was refused ", out)
+    assert "B: B:" not in out  # the model named once, in its log line and in the closing line
     (refusal,) = re.findall(r"Batch API refused: B: .*?one call at a time\)", out)
     assert re.fullmatch(
         r"Batch API refused: B: batch batch_\w+ failed: the input was refused; 6 request\(s\) "

@@ -150,7 +150,7 @@ class Collecting:
                 "submit them again)"
             )
             self.stats.stopped = str(self.stopped)
-            self._say(str(self.stopped))
+            self.events(str(self.stopped))  # (it names the model already)
         elif gone is not None:
             self._say(
                 f"the results of batch {entry.batch_id} are gone at the provider ({gone}: "

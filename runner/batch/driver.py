@@ -457,7 +457,7 @@ class ModelBatches(Submitting, Collecting):
                 f"{self.label}: batch {entry.batch_id} failed: {first.get('message') or status.state}"
             )
             self.stats.stopped = str(self.stopped)
-            self._say(str(self.stopped))
+            self.events(str(self.stopped))  # (it names the model already)
         async with self.collecting:
             await self._collect(self.ledger.entries()[entry_id], status)
 

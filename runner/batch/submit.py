@@ -55,7 +55,7 @@ class Submitting:
                 "fixed)"
             )
             self.stats.stopped = str(self.stopped)
-            self._say(str(self.stopped))
+            self.events(str(self.stopped))  # (it names the model already)
         if self.ledger.folder.is_dir():
             self.ledger.sweep_inputs({e.id for e in self.ledger.open_entries()})
         for entry in list(self.ledger.entries().values()):  # a run killed before cleaning
