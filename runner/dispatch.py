@@ -369,10 +369,12 @@ class _Sending:
         if left and (self.fallback_sync and batches.cancelled or not in_batch):
             keys = frozenset(model.adapter.encode(task, sample).key for task, sample in left)
             self.say(f"{label}: sending the {len(keys):,} request(s) left synchronously")
+            stats.refused -= batches.refused_left  # sent now, counted by the synchronous path
             await self.sync([model], KeyFilter(keys, self.shard, keep=True))
-        elif left:
-            stats.not_sent += len(left)
-            stats.stop_not_sent += len(left) if stats.stopped else 0  # left by the refusal
+        elif left:  # those of a batch refused whole are counted refused already (``_collect``)
+            unsent = len(left) - batches.refused_left
+            stats.not_sent += unsent
+            stats.stop_not_sent += unsent if stats.stopped else 0  # left by the refusal
 
     async def unless_stopping(self, waiting: Coroutine[object, object, T]) -> T | None:
         """``waiting`` (a wait: for another process's claim, or for a model's batches, polled)

@@ -524,7 +524,7 @@ async def _send(
             raise
         remaining = None
         if budget.stopped:
-            remaining = _estimate.estimate(models, plan.suite, cache, shard)
+            remaining = _estimate.estimate(_estimate.batch_priced(plan), plan.suite, cache, shard)
         return stats, remaining
     finally:
         roller.cancel()

@@ -18,6 +18,7 @@ from dxi.adapters import (
     Retryable,
 )
 from dxi.adapters.batches import COMPLETED as COMPLETED_BATCH
+from dxi.adapters.batches import FAILED as FAILED_BATCH
 from dxi.adapters.batches import BatchLost, BatchStatus, ResultLine
 from dxi.adapters.errors import REQUEST
 from dxi.cache.ledger import Entry
@@ -149,7 +150,7 @@ class Collecting:
                 "submit them again)"
             )
             self.stats.stopped = str(self.stopped)
-            self._say(str(self.stopped))
+            self.events(str(self.stopped))  # (it names the model already)
         elif gone is not None:
             self._say(
                 f"the results of batch {entry.batch_id} are gone at the provider ({gone}: "
@@ -174,6 +175,13 @@ class Collecting:
                 given.append(key)
                 self.stats.attempts += 1
         returned = sorted(set(given))
+        if status is not None and status.outcome == FAILED_BATCH and entry.id in self.fresh:
+            # its input refused whole: this run's requests in it were refused, not sent (their
+            # next run sends them), as a synchronous request that met a provider's stop
+            refused = self.refused.union(returned)
+            self.stats.sent -= len(refused) - len(self.refused)
+            self.stats.refused += len(refused) - len(self.refused)
+            self.refused = refused
         extra = {"results_gone": str(gone)} if gone is not None else {}
         if mismatch:  # the stop outlives this run: every run reads it (``_reconcile``)
             extra["mismatch"] = True
@@ -323,39 +331,67 @@ class Collecting:
         if self.reserved.get(key) is not None:
             self.budget.settle(self.reserved.pop(key), 0.0)
         if self.attempts.get(key, 0) >= max(1, self.adapter.limits.max_attempts):
-            task, sample = self.waiting.pop(key)
-            outcome = Outcome(
-                attempts=self.attempts[key],
-                error=_GivenUp(
-                    f"{self.label}: no result after {self.attempts[key]} batch(es) (expired, "
-                    "cancelled or a transient error each time)"
-                ),
+            self._give_up(
+                key,
+                f"no result after {self.attempts[key]} batch(es) (expired, cancelled or a "
+                "transient error each time)",
             )
-            self.cache.append(
-                make_row(task, self.adapter.encode(task, sample), outcome, transport=BATCH)
-            )
-            self.stats.failed += 1
             return
         if self._past_deadline() or self.stopped is not None or self.options.collect_only:
             return  # left in ``waiting``: ``run`` hands it to the fallback (or the next run)
         self.requeue.append(key)
 
+    def _give_up(self, key: str, why: str) -> None:
+        """Store a request this run submitted and got no answer for as a transient failure (``why``;
+        the next run sends it again), as a synchronous request whose retry is not sent."""
+        task, sample = self.waiting.pop(key)
+        outcome = Outcome(attempts=self.attempts[key], error=_GivenUp(f"{self.label}: {why}"))
+        self.cache.append(
+            make_row(task, self.adapter.encode(task, sample), outcome, transport=BATCH)
+        )
+        self.stats.failed += 1
+
     async def _submit_requeued(self) -> None:
-        """The requests given back, in new batches (each reserved again under the bound)."""
+        """The requests given back, in new batches (each reserved again under the bound; a task of
+        its own beside the polling, ``ModelBatches.resubmitting``). Once the bound leaves no room,
+        each one left is stored as a transient failure when this run submitted it (it was sent:
+        counted once, as a synchronous request whose retry could not be sent), else counted not
+        sent (an earlier run's batch gave it back)."""
         keys, self.requeue = self.requeue, []
         builder: _Builder | None = None
         try:
-            for key in keys:
-                item = self.waiting.pop(key, None)
+            for i, key in enumerate(keys):
+                item = self.waiting.get(key)
                 if item is None or self.cache.has(key):
+                    self.waiting.pop(key, None)
                     continue
                 task, sample = item
-                builder = await self._add(builder, task, sample, self.adapter.encode(task, sample))
-                self.stats.retries += 1  # sent again, in a new batch
-        except CostBoundReached:
-            self.stats.not_sent += 1
-        if builder is not None:
-            await self._submit(builder)
+                try:
+                    request = self.adapter.encode(task, sample)
+                    builder = await self._add(builder, task, sample, request)
+                    self.stats.retries += 1  # sent again, in a new batch
+                except CostBoundReached:
+                    self._bounded(keys[i:])
+                    break
+            if builder is not None:  # (one ``_add`` submitted already is not submitted again)
+                await self._submit(builder)
+        finally:
+            self.wake.set()  # the polling loop: done, or more to submit
+
+    def _bounded(self, keys: list[str]) -> None:
+        """Given-back requests the cost bound leaves no room for (``_submit_requeued``)."""
+        for key in keys:
+            if key not in self.waiting or self.cache.has(key):
+                continue
+            if self.attempts.get(key):
+                self._give_up(
+                    key,
+                    "the cost bound was reached before it could be submitted again (after "
+                    f"{self.attempts[key]} batch(es))",
+                )
+            else:
+                self.waiting.pop(key)
+                self.stats.not_sent += 1
 
 
 def _trim() -> None:

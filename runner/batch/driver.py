@@ -16,7 +16,9 @@ side:
   tokens are in open batches at once.
 * **polling**: each open entry is read every ``poll_s`` seconds at first, the wait growing by half
   each time up to ``max_poll_s`` (a few reads a minute at most, never a busy loop); an entry another
-  live process polls (its ``collector`` lock) is only watched through the ledger.
+  live process polls (its ``collector`` lock) is only watched through the ledger. The requests
+  given back are submitted again by a task of their own (``_submit_requeued``, once the streaming
+  is done), so that their wait for room under the cost bound never stops the polling that makes it.
 
 **Submitting** follows the ledger's rule (intent first, GUIDE §11): the entry's keys and ``intent``
 event are written (fsync'd), then the input file is uploaded (``uploaded``), then the batch is
@@ -154,7 +156,12 @@ class ModelBatches(Submitting, Collecting):
         self.watched: set[str] = set()  # entries another live process polls
         self.entry_tokens: dict[str, float] = {}
         self.requeue: list[str] = []  # keys given back, for the next batch
+        # submitting them (``_submit_requeued``): a task of its own, as the streaming is, so that
+        # its wait for room under the cost bound does not stop the polling that makes the room
+        self.resubmitting: asyncio.Task | None = None
         self.left: list[tuple[Task, int]] = []
+        self.refused: set[str] = set()  # keys in this run's batches the provider refused whole
+        self.refused_left = 0  # how many of ``left`` they are (counted refused, not "not sent")
         self.wake = asyncio.Event()
         self.stopped: AdapterError | None = (
             None  # the batch API refused this model: nothing more is submitted
@@ -221,16 +228,18 @@ class ModelBatches(Submitting, Collecting):
             if streaming.done() and not streaming.cancelled() and streaming.exception() is not None:
                 raise streaming.exception()
         finally:
+            if self.resubmitting is not None and not self.resubmitting.done():
+                self.resubmitting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.resubmitting
             for entry_id in list(self.locks):
                 self._unlock(entry_id)
         still = self.ledger.claimed(
             self.identity
         )  # an open batch holds them: the next run collects them
-        self.left += [
-            self.waiting.pop(k)
-            for k in list(self.waiting)
-            if k not in still and not self.cache.has(k)
-        ]
+        gone = [k for k in self.waiting if k not in still and not self.cache.has(k)]
+        self.left += [self.waiting.pop(k) for k in gone]
+        self.refused_left = len(self.refused.intersection(gone))
         for key in list(self.reserved):
             self.budget.settle(self.reserved.pop(key), 0.0)
         return self.left
@@ -241,6 +250,7 @@ class ModelBatches(Submitting, Collecting):
         claimed = self.ledger.claimed(self.identity)
         builder: _Builder | None = None
         stream = self._requests()
+        bounded = False  # the cost bound left no room: the rest is counted, not sent
         try:
             while batch := list(islice(stream, LOOKUP)):
                 await self._after_collection()
@@ -270,15 +280,21 @@ class ModelBatches(Submitting, Collecting):
                     if self.stopped is not None or self._past_deadline():
                         self.left.append((task, sample))
                         continue
-                    builder = await self._add(builder, task, sample, request)
+                    if bounded:
+                        self.stats.not_sent += 1
+                        continue
+                    try:
+                        builder = await self._add(builder, task, sample, request)
+                    except CostBoundReached:  # this one and every later one not cached: not sent
+                        bounded = True
+                        if (
+                            self.stopped is not None
+                        ):  # refused meanwhile: the stop's, not the bound's
+                            self.left.append((task, sample))
+                        else:
+                            self.stats.not_sent += 1
                 self.on_progress()
-            if builder is not None:
-                await self._submit(builder)
-        except CostBoundReached:
-            self.stats.not_sent += 1  # the request whose reservation did not fit
-            for _ in stream:
-                self.stats.not_sent += 1
-            if builder is not None and builder.keys:
+            if builder is not None:  # (one ``_add`` submitted already is not submitted again)
                 await self._submit(builder)
         finally:
             self.wake.set()
@@ -311,14 +327,20 @@ class ModelBatches(Submitting, Collecting):
                     )
                 deadline_done = True
                 await self._cancel_all()
+            resubmitting = self.resubmitting is not None and not self.resubmitting.done()
+            if self.resubmitting is not None and self.resubmitting.done():
+                done, self.resubmitting = self.resubmitting, None
+                done.result()  # its error (a ledger that cannot be written) is the run's
             if (
                 self.requeue
                 and streaming.done()
+                and not resubmitting
                 and not self._past_deadline()
                 and self.stopped is None
                 and not self.options.collect_only
             ):
-                await self._submit_requeued()
+                self.resubmitting = asyncio.create_task(self._submit_requeued())
+                resubmitting = True
             now = time.monotonic()
             for entry_id, due in list(self.mine.items()):
                 if (due <= now or once) and (streaming.done() or entry_id in self.fresh):
@@ -327,8 +349,13 @@ class ModelBatches(Submitting, Collecting):
                         self.mine.pop(entry_id, None)
             for entry_id in list(self.watched):
                 self._watch(entry_id)
+            # again: it may have ended while the polls awaited (its wake-up cleared below)
+            resubmitting = self.resubmitting is not None and not self.resubmitting.done()
             if streaming.done() and (
-                once or (not self.mine and not self._watching() and not self.requeue)
+                once
+                or (
+                    not self.mine and not self._watching() and not self.requeue and not resubmitting
+                )
             ):
                 return
             waits = [
@@ -340,12 +367,12 @@ class ModelBatches(Submitting, Collecting):
                 waits.append(min(self.options.poll_s, 5.0))
             if self.options.deadline is not None and not deadline_done:
                 waits.append(self.options.deadline - time.time())
-            if self.requeue and streaming.done():
+            if self.requeue and streaming.done() and not resubmitting:
                 waits.append(0.0)
             timeout = max(0.0, min(waits)) if waits else None
             self.wake.clear()
-            if streaming.done() and timeout is None:
-                timeout = 0.0
+            if streaming.done() and timeout is None and not resubmitting:
+                timeout = 0.0  # (resubmitting: its end wakes this loop)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout)
 
@@ -430,7 +457,7 @@ class ModelBatches(Submitting, Collecting):
                 f"{self.label}: batch {entry.batch_id} failed: {first.get('message') or status.state}"
             )
             self.stats.stopped = str(self.stopped)
-            self._say(str(self.stopped))
+            self.events(str(self.stopped))  # (it names the model already)
         async with self.collecting:
             await self._collect(self.ledger.entries()[entry_id], status)
 

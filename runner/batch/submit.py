@@ -31,6 +31,7 @@ class _Builder:
     bytes: int = 0
     tokens: float = 0.0
     reserved: dict[str, float] = field(default_factory=dict)
+    submitted: bool = False  # ``_submit`` was called: a batch is submitted once, never twice
 
 
 class Submitting:
@@ -54,7 +55,7 @@ class Submitting:
                 "fixed)"
             )
             self.stats.stopped = str(self.stopped)
-            self._say(str(self.stopped))
+            self.events(str(self.stopped))  # (it names the model already)
         if self.ledger.folder.is_dir():
             self.ledger.sweep_inputs({e.id for e in self.ledger.open_entries()})
         for entry in list(self.ledger.entries().values()):  # a run killed before cleaning
@@ -289,7 +290,13 @@ class Submitting:
         return _Builder(entry_id, path, open(path, "wb"))  # noqa: SIM115 (closed by _submit)
 
     async def _submit(self, builder: _Builder) -> None:
-        """Record the intent, upload, create, record the batch id (see the module docstring)."""
+        """Record the intent, upload, create, record the batch id (see the module docstring), once
+        per builder: a caller whose ``_add`` submitted it before its reservation failed holds it
+        still. After a stop of the model (the provider refused a batch whole) or past the deadline,
+        nothing is submitted: its requests are left unsent."""
+        if builder.submitted:
+            return
+        builder.submitted = True
         try:
             builder.fd.close()
         except OSError as exc:
@@ -299,8 +306,8 @@ class Submitting:
             ) from None
         entry_id, n = builder.entry, len(builder.keys)
         if (
-            not n or self._past_deadline()
-        ):  # past the deadline nothing more is submitted: left for the fallback
+            not n or self._past_deadline() or self.stopped is not None
+        ):  # past the deadline, or stopped, nothing more is submitted: left for the fallback
             builder.path.unlink(missing_ok=True)
             self._unlock(entry_id)
             for key in builder.keys:
@@ -354,7 +361,8 @@ class Submitting:
         self.ledger.record(entry_id, "submitted", batch_id=status.batch_id, state=status.state)
         failpoint("submitted")
         self.stats.submitted += 1
-        self.stats.sent += n
+        # each request counted sent once, however many batches it was in (given back, resubmitted)
+        self.stats.sent += sum(self.attempts[key] == 1 for key in builder.keys)
         if self.stats.started is None:
             self.stats.started = time.monotonic()
         self.stats.running[entry_id] = time.time()

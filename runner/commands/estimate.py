@@ -53,7 +53,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from dxi.cache import Cache
 
     from ..outputs.terminal import print_estimate
-    from ..planning.estimate import estimate, totals, unreachable
+    from ..planning.estimate import batch_priced, estimate, totals, unreachable
 
     plan = options.plan_of(args)
     where = options.named(args, "cache_dir", "--cache-dir")
@@ -72,10 +72,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
         options.name_by_servers(plan, cache)
         plan.check_labels()
         plan.check_cost_bound()  # what `dxi run` would refuse under --max-cost, refused here too
-        models = (
-            batch_priced(plan) if plan.batch else plan.models
-        )  # --batch, or batch = true in the run file
-        estimates = estimate(models, plan.suite, cache, dist.shard)
+        # --batch, or batch = true in the run file: those models priced at the batch rate
+        estimates = estimate(batch_priced(plan), plan.suite, cache, dist.shard)
     total = totals(estimates)
     doc = {
         "models": [e.as_dict() for e in estimates],
@@ -95,24 +93,6 @@ def main(args: argparse.Namespace, console: Console) -> int:
         return 0
     print_estimate(doc, console)
     return 0
-
-
-def batch_priced(plan: Plan) -> list:
-    """The plan's models, those in batch mode (``--batch``, or ``batch = true`` in the run file:
-    ``Plan.batch``) whose provider has a batch API priced at the batch rate (``Plan.batch_prices``,
-    the price ``dxi run`` charges them: the run file's ``batch_input`` / ``batch_output``, else half
-    the price)."""
-    import dataclasses
-
-    from dxi.adapters.batches import supports
-
-    prices = plan.batch_prices()
-    return [
-        dataclasses.replace(m, price=prices[m.label])
-        if m.label in plan.batch and supports(m.adapter.kind)
-        else m
-        for m in plan.models
-    ]
 
 
 def batch_note(plan: Plan) -> dict:

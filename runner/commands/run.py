@@ -274,9 +274,12 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
         if not isinstance(s, BatchStats):
             continue
         if s.stopped:
+            unsent = s.stop_not_sent if bounded else s.not_sent
+            counts = f"{s.refused:,} request(s) refused, {unsent:,} not sent" if s.refused else ""
             console.print(
-                f"[red]Batch API refused:[/] {escape(label)}: {escape(s.stopped)}; "
-                f"{s.stop_not_sent if bounded else s.not_sent:,} request(s) not sent (rerun without "
+                f"[red]Batch API refused:[/] {escape(label)}: "
+                f"{escape(s.stopped.removeprefix(f'{label}: '))}; "
+                f"{counts or f'{unsent:,} request(s) not sent'} (rerun without "
                 "--batch to send them one call at a time)"
             )
         elif bounded:

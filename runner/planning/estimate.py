@@ -49,7 +49,7 @@ from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import cost_usd
 from dxi.scoring.cost import COUNTED, max_input_price
 
-from .plan import ModelRun
+from .plan import ModelRun, Plan
 from .shard import Shard
 from .tokens import TokenEstimate, input_bound, prior_output, thinking_effort, thinking_prior
 
@@ -369,6 +369,27 @@ def estimate(
     damaged = cache.set_aside().keys  # after the reads above, which set damaged shards aside
     return [
         _estimate_one(m, suite, cache, rates, history, shard, cached_too, damaged) for m in models
+    ]
+
+
+def batch_priced(plan: Plan) -> list[ModelRun]:
+    """The plan's models, those in batch mode (``--batch``, or ``batch = true`` in the run file:
+    ``Plan.batch``) whose provider has a batch API priced at the batch rate (``Plan.batch_prices``,
+    the price ``dxi run`` charges them: the run file's ``batch_input`` / ``batch_output``, else half
+    the price): what ``dxi estimate`` prices, and what a run stopped at the cost bound expects the
+    next run to cost."""
+    import dataclasses
+
+    from dxi.adapters.batches import supports
+
+    if not plan.batch:
+        return list(plan.models)
+    prices = plan.batch_prices()
+    return [
+        dataclasses.replace(m, price=prices[m.label])
+        if m.label in plan.batch and supports(m.adapter.kind)
+        else m
+        for m in plan.models
     ]
 
 
