@@ -82,7 +82,9 @@ class Stats:
     ``retry_waits_s``); ``rate_limited``: 429s received; ``repaired``: replies accepted from a
     Markdown code fence (language models, SPEC §6); ``input_tokens`` / ``output_tokens``: the usage
     the replies of this run reported; ``cost_usd``: what this run's attempts cost
-    (``runner.sending.cost``; None for a model without a price); ``not_sent``: requests not sent
+    (``runner.sending.cost``; None for a model without a price), ``cost_at_reservation_usd`` the
+    part of it charged at reservation because the cost is unknown (``Charge.settle``'s
+    ``Settled.at_reservation``: the attempts cost at most that); ``not_sent``: requests not sent
     because the cost bound was reached, the run was stopped or the provider stopped
     (``runner.sending.stops``), ``stop_not_sent`` those of them the provider's (or model's) stop
     left (its rest after the stop, counted with it even when the bound is reached too); ``refused``:
@@ -106,6 +108,7 @@ class Stats:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = 0.0
+    cost_at_reservation_usd: float = 0.0
     not_sent: int = 0
     stop_not_sent: int = 0
     refused: int = 0
@@ -374,6 +377,7 @@ class Scheduler:
             finally:
                 if st.cost_usd is not None:
                     st.cost_usd += outcome.cost_usd
+                    st.cost_at_reservation_usd += outcome.cost_at_reservation_usd
                 if outcome.attempts and not isinstance(outcome.error, ProviderStop):
                     st.sent += 1
                     if st.started is None:
