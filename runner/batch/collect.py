@@ -181,6 +181,8 @@ class Collecting:
             refused = self.refused.union(returned)
             self.stats.sent -= len(refused) - len(self.refused)
             self.stats.refused += len(refused) - len(self.refused)
+            # nor sent again: a resubmitted one's retry (counted at submission) is taken back
+            self.stats.retries -= sum(self.attempts.get(k, 0) > 1 for k in refused - self.refused)
             self.refused = refused
         extra = {"results_gone": str(gone)} if gone is not None else {}
         if mismatch:  # the stop outlives this run: every run reads it (``_reconcile``)
@@ -374,7 +376,6 @@ class Collecting:
                 try:
                     request = self.adapter.encode(task, sample)
                     builder = await self._add(builder, task, sample, request)
-                    self.stats.retries += 1  # sent again, in a new batch
                 except CostBoundReached:
                     self._bounded(keys[i:])
                     break

@@ -276,7 +276,8 @@ class RunProgress:
         if getattr(
             s, "in_batch", False
         ):  # answers come a batch at a time: a rate and a time left would mislead
-            pace = f"{len(s.running)} batch(es) open {s.done - s.cache_hits} answer(s) collected"
+            # answers (valid or not) from the batches; a failed request is not one (``failed N``)
+            pace = f"{len(s.running)} batch(es) open {s.ok + s.invalid} answer(s) collected"
         else:
             pace = f"{rate:.1f} req/s {eta}"
         return (
