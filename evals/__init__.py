@@ -258,8 +258,10 @@ class Suite:
     ``limit`` keeps the first N tasks of each evaluation (after exclusions); ``wildguard_subset`` is
     "agreed" (the default, all three agreement fields equal to 3) or "all". ``evals`` restricts the
     suite to some evaluations (the others are reported as not selected). ``runs`` (evaluation ->
-    model label -> flags) says what each model's recorded runs selected of each evaluation
-    (``runner.planning.selection``), shown in the data block.
+    model label -> flags) says what each model's recorded runs selected of each evaluation where it
+    is not what is scored (``runner.planning.selection``), shown in the data block; ``recorded``
+    (evaluation -> model labels) the models whose recorded runs read it at all (so a missing answer
+    of one whose runs selected exactly what is scored is not put down to other tasks run).
     """
 
     data: dict[str, EvalData]
@@ -268,6 +270,7 @@ class Suite:
     wildguard_subset: str = "agreed"
     evals: tuple[str, ...] | None = None
     runs: dict[str, dict[str, str]] = field(default_factory=dict, compare=False)
+    recorded: dict[str, frozenset[str]] = field(default_factory=dict, compare=False)
     _survey: Survey | None = field(default=None, init=False, repr=False, compare=False)
     _gold: tuple[pl.DataFrame, pl.DataFrame] | None = field(
         default=None, init=False, repr=False, compare=False

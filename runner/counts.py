@@ -79,8 +79,10 @@ def counts(
 def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
     """summary.json's per-model ``requests`` blocks (label -> counts) from a run's Stats: sent,
     cache hits, outcomes, attempts, retry waits (seconds, 3 decimals), 429s, repairs, tokens, cost
-    (USD, 6 decimals; None without a price), not sent and refused; with batches, their ``batches``
-    block too."""
+    (USD, 6 decimals; None without a price), not sent and refused; ``cost_at_reservation_usd`` (the
+    part of ``cost_usd`` charged at reservation because the cost is unknown: ``cost_usd`` is then an
+    upper bound of what was spent) only when it is not 0; with batches, their ``batches`` block
+    too."""
     blocks = {}
     for label, s in stats.items():
         block = {
@@ -95,9 +97,11 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
             "input_tokens": s.input_tokens,
             "output_tokens": s.output_tokens,
             "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6),
-            "not_sent": s.not_sent,
-            "refused": s.refused,
         }
+        at_reservation = round(s.cost_at_reservation_usd, 6)
+        if s.cost_usd is not None and at_reservation:
+            block["cost_at_reservation_usd"] = at_reservation
+        block |= {"not_sent": s.not_sent, "refused": s.refused}
         if isinstance(s, BatchStats):
             block["batches"] = {
                 "submitted": s.submitted,

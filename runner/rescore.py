@@ -339,7 +339,7 @@ def browse(selection: Selection, home: TemporaryDirectory) -> tuple[Browser, lis
         now = choose(selection.inputs, plan, given, now_scored.frame, cache_dir)
         if now.key != kept.key:
             kept = now
-        kept.suite.runs = now.suite.runs
+        kept.suite.runs, kept.suite.recorded = now.suite.runs, now.suite.recorded
         return now_scored.frame, now_scored.prices, now_scored.epochs, kept.suite
 
     browser = _view_data.Browser.build(

@@ -41,12 +41,15 @@ def missing_reason(
     damaged: Damaged | None = None,
     name: str = "",
     other: int = 0,
+    recorded: bool = False,
 ) -> str:
     """Why ``missing`` answers are not in the cache, and what to do: ``other`` of them are replies
     another model gave, set aside (``scoring.replies``' ``answered_by_other``); those whose request
     the cache set aside as damaged (``damaged``: not scored, and the next run requests them again);
     when the model's recorded runs (``data["runs"]``, ``runner.planning.selection``) selected other
-    tasks than those scored, the flags that score what they ran."""
+    tasks than those scored, the flags that score what they ran. ``recorded``: the cache recorded
+    the model's runs of this evaluation (``Suite.recorded``); with no ``data["runs"]`` of it they
+    selected what is scored, so "it ran other tasks" is not among the causes."""
     if other:
         said = (
             f"{other} answer(s) set aside: another model answered them, not the model asked for "
@@ -54,7 +57,8 @@ def missing_reason(
         )
         if other >= missing:
             return said
-        return f"{said}; {missing_reason(missing - other, data, label, damaged, name)}"
+        rest = missing_reason(missing - other, data, label, damaged, name, 0, recorded)
+        return f"{said}; {rest}"
     scored = selection_flags(data)
     damaged = damaged or Damaged()
     aside = damaged.counts.get((label, name), 0)
@@ -81,7 +85,7 @@ def missing_reason(
             f"{head}this model's runs selected {ran} here, not {scored}; "
             f"{see} to see what they answered, or `dxi run` with {scored} to send what is missing"
         )
-    other = "" if ran else ", or it ran other tasks (--limit, --sample)"
+    other = "" if ran or recorded else ", or it ran other tasks (--limit, --sample)"
     unread = (
         f", or its rows were in one of {damaged.unread} damaged shard(s) whose requests cannot be "
         f"told: the cache {damaged.where}"

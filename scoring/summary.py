@@ -66,6 +66,8 @@ decimals, ``scoring.ties``) when it has any.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+
 import polars as pl
 
 from . import calibration as cal
@@ -109,13 +111,15 @@ def eval_block(
     label: str | None = None,
     damaged: Damaged | None = None,
     other: int = 0,
+    recorded: bool = False,
 ) -> EvalBlock:
     """One evaluation's block for one model (``label``) from its ``scoring.pipeline.metrics`` row
     (None: no answers): ``n`` tasks, the answer counts, ``complete`` (and ``rerun`` when not), each
     metric with its interval (and spread over epochs), and a ``reason`` for a null metric or for
     answers missing from the cache (``scoring.missing.missing_reason``: which flags score what the
     model's runs selected, those set aside as damaged, ``damaged``: counted in ``set_aside``, and
-    ``other`` replies another model gave, set aside)."""
+    ``other`` replies another model gave, set aside; ``recorded``: the model's runs of it are
+    recorded, ``runner.planning.selection.annotate``)."""
     block: EvalBlock = {"n": 0, **{m: None for m in METRICS[name]}}
     if "missing" in data:
         block["reason"] = f"no data: {data['missing']}"
@@ -141,7 +145,9 @@ def eval_block(
         aside = (damaged or Damaged()).counts.get((label, name), 0)
         if aside:  # of them, those whose request the cache set aside as damaged
             block["set_aside"] = aside
-        block["reason"] = missing_reason(row["missing"], data, label, damaged, name, other)
+        block["reason"] = missing_reason(
+            row["missing"], data, label, damaged, name, other, recorded
+        )
     if row.get(
         "reason"
     ):  # no answer is a reply: nothing to score, so no metric (never 0.0 as a score)
@@ -271,6 +277,7 @@ def build(
     tolerance: Tolerance | None = None,
     damaged: Damaged | None = None,
     answered_by_other: dict[str, dict[str, int]] | None = None,
+    recorded: Mapping[str, Collection[str]] | None = None,
 ) -> Summary:
     """The whole summary (``scoring.records.Summary``): one entry per model label (in ``labels``
     order), from the metrics table, the suite's data block and each model's request counts. With
@@ -284,7 +291,9 @@ def build(
     ``damaged``: the missing answers whose requests the cache set aside (their reasons say so).
     ``answered_by_other`` (label -> evaluation -> answers): the missing answers that are replies
     another model gave (``scoring.replies.set_aside_answers``), said so in their evaluation's
-    reason."""
+    reason. ``recorded`` (evaluation -> labels): the models whose runs of it the cache recorded
+    (``Suite.recorded``): a missing answer of one whose runs selected what is scored is not put down
+    to other tasks run."""
     model_epochs = model_epochs or {}
     by_key = {(r["label"], r["eval"]): r for r in metrics.iter_rows(named=True)}
     index_rows = (
@@ -308,6 +317,7 @@ def build(
                 label,
                 damaged,
                 (answered_by_other or {}).get(label, {}).get(name, 0),
+                label in (recorded or {}).get(name, ()),
             )
             for name in METRICS
         }

@@ -298,3 +298,26 @@ def test_requests_of_an_expired_batch_are_resubmitted_under_the_bound_and_the_ru
     assert stats2["batch_keys"] == 12
     assert counts(requests(second)["A"]) == (3, 9, 0, 0)
     assert second["cost_bound"]["spent_usd"] == 3.0
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_batch_whose_replies_report_0_tokens_is_charged_at_reservation_and_says_so(
+    tmp_path: Path,
+):
+    """Model A alone in batch mode, 12 requests under a bound of $20, its provider reporting 0
+    tokens (a server that counts none): each reply's cost is unknown, so it is charged its
+    reservation at the batch price, $1.00; the ``requests`` block counts the $12.00 apart as
+    ``cost_at_reservation_usd`` (the old code showed $12.00 as spent) while ``usage`` says the cost
+    is unknown."""
+    data_dir(tmp_path / "data", TASKS)
+    uncounted = {"/v1/chat/completions": "tests.fakes.responders:uncounted_chat"}
+    with serve(model=None, record=False, route_factories=uncounted) as a:
+        path = run_file(tmp_path, {"A": (a.url, A_PRICE)})
+        code, out = dxi_run(path, "20")
+    assert code == 0, out
+    summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    got = requests(summary)["A"]
+    assert (got["sent"], got["cost_usd"], got["cost_at_reservation_usd"]) == (12, 12.0, 12.0)
+    assert summary["models"][0]["usage"]["cost_usd"] is None
+    assert summary["cost_bound"]["spent_usd"] == 12.0

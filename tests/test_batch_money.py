@@ -560,3 +560,58 @@ def test_the_batch_progress_line_shows_batches_open_and_answers_collected_not_a_
         .split("openai:m: ")[1]
         .startswith("12/12 100% 0 batch(es) open 12 answer(s) collected ")
     )
+
+
+def last_progress_line(url: str, data_dir: Path, tmp: Path) -> str:
+    """The last progress line of ``openai:m`` at ``url`` in batch mode (12 requests), after
+    ``openai:m: ``."""
+    import io
+
+    from rich.console import Console
+
+    from dxi.runner import session
+    from dxi.runner.batch.options import BatchOptions
+    from dxi.runner.planning import plan
+
+    log = io.StringIO()
+    p = plan.build(
+        models=[model("openai", url)],
+        data_dir=data_dir,
+        cache_dir=tmp / "cache",
+        out=tmp / "out",
+        batch=True,
+    )
+    session.run(
+        p,
+        console=Console(file=log, width=400, emoji=False),
+        batch_options=BatchOptions(poll_s=0.02),
+    )
+    lines = [line for line in log.getvalue().splitlines() if re.search(r"openai:m: \d+/12 ", line)]
+    return lines[-1].split("openai:m: ")[1]
+
+
+@pytest.mark.process
+def test_the_batch_progress_line_collects_answers_not_failures_and_retries_only_what_was_resent(
+    data_dir: Path, tmp_path: Path
+):
+    """12 requests in one batch. Every result line a 400: 0 answers collected, 12 failed (the old
+    line said "12 answer(s) collected"). The first batch expiring (6 answered, 6 given back) and
+    the second, holding those 6, refused whole: 6 refused and no retry, nothing was sent again
+    (the old line counted "retries 6" as the 6 were put in the new batch). The second batch
+    completing instead: the 6 are retries."""
+    tail = "given back 12"
+    with serve(model=None, record=False, batch={"line_faults": {"fatal": 1.0}}) as server:
+        assert last_progress_line(server.url, data_dir, tmp_path / "a") == (
+            "12/12 100% 0 batch(es) open 0 answer(s) collected no price retries 0 429s 0 "
+            "invalid replies 0 failed 12 cached 0 batches 1 submitted 0 running 1 done"
+        )
+    with serve(model=None, record=False, batch={"script": ["expired", "failed"]}) as server:
+        assert last_progress_line(server.url, data_dir, tmp_path / "b") == (
+            "6/12 50% 0 batch(es) open 6 answer(s) collected no price retries 0 429s 0 "
+            f"invalid replies 0 failed 0 cached 0 refused 6 batches 2 submitted 0 running 2 done {tail}"
+        )
+    with serve(model=None, record=False, batch={"script": ["expired"]}) as server:
+        assert last_progress_line(server.url, data_dir, tmp_path / "c") == (
+            "12/12 100% 0 batch(es) open 12 answer(s) collected no price retries 6 429s 0 "
+            "invalid replies 0 failed 0 cached 0 batches 2 submitted 0 running 2 done given back 6"
+        )

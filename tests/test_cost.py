@@ -20,7 +20,7 @@ from dxi.runner import session
 from dxi.runner.cli import main
 from dxi.runner.planning import plan
 from dxi.runner.planning.tokens import TokenEstimate, input_bound, prior_output
-from dxi.runner.sending.cost import Budget, Charge, CostBoundReached
+from dxi.runner.sending.cost import Budget, Charge, CostBoundReached, Settled
 from dxi.runner.sending.progress import RunProgress
 from dxi.runner.sending.scheduler import Stats
 from dxi.scoring import cost_usd
@@ -68,29 +68,34 @@ async def test_an_attempt_costs_its_usage_its_reservation_or_nothing():
     reserved = await charge.reserve(a, TASK, request)
     # the bound: the body's bytes as input tokens, one output token per System One question
     assert reserved == cost_usd(len(request.body), 2, 1000.0, 2000.0)
-    assert charge.settle(reserved, Reply((), 100, 2), None) == cost_usd(
-        100, 2, 1000.0, 2000.0
+    # (USD, at its reservation: the cost unknown, an upper bound of it)
+    assert charge.settle(reserved, Reply((), 100, 2), None) == Settled(
+        cost_usd(100, 2, 1000.0, 2000.0), False
     )  # usage
-    assert (
-        charge.settle(await charge.reserve(a, TASK, request), Reply((), None, None), None)
-        == reserved
-    )  # no usage
-    assert (
-        charge.settle(await charge.reserve(a, TASK, request), None, Transient("timed out"))
-        == reserved
-    )  # no reply
-    assert (
-        charge.settle(await charge.reserve(a, TASK, request), None, RateLimited("429")) == 0.0
-    )  # an HTTP error
-    assert charge.settle(await charge.reserve(a, TASK, request), None, Fatal("400", 400)) == 0.0
+    assert charge.settle(
+        await charge.reserve(a, TASK, request), Reply((), None, None), None
+    ) == Settled(reserved, True)  # no usage
+    assert charge.settle(
+        await charge.reserve(a, TASK, request), None, Transient("timed out")
+    ) == Settled(reserved, True)  # no reply
+    assert charge.settle(
+        await charge.reserve(a, TASK, request), None, RateLimited("429")
+    ) == Settled(0.0, False)  # an HTTP error
+    assert charge.settle(
+        await charge.reserve(a, TASK, request), None, Fatal("400", 400)
+    ) == Settled(0.0, False)
     # 0 tokens at a price: a server that counts none (sparrow-decider serve), not a free reply: its
     # reservation, as with no usage (settled at $0, such a model could spend past the bound)
-    assert charge.settle(await charge.reserve(a, TASK, request), Reply((), 0, 0), None) == reserved
+    assert charge.settle(await charge.reserve(a, TASK, request), Reply((), 0, 0), None) == Settled(
+        reserved, True
+    )
     assert charge.budget.spent == pytest.approx(cost_usd(100, 2, 1000.0, 2000.0) + 3 * reserved)
     assert charge.budget.reserved == pytest.approx(0.0)
     # a free model (price 0/0, the embedded one, which reports 0 tokens too) costs nothing
     free = Charge(Budget(100.0), (0.0, 0.0))
-    assert free.settle(await free.reserve(a, TASK, request), Reply((), 0, 0), None) == 0.0
+    assert free.settle(await free.reserve(a, TASK, request), Reply((), 0, 0), None) == Settled(
+        0.0, False
+    )
 
 
 async def test_an_attempt_that_never_connected_costs_nothing_a_dropped_one_its_reservation():
@@ -108,14 +113,14 @@ async def test_an_attempt_that_never_connected_costs_nothing_a_dropped_one_its_r
             )
         reserved = await charge.reserve(a, TASK, request)
         assert reserved == 0.5 and charge.budget.reserved == 0.5
-        assert charge.settle(reserved, None, refused.value) == 0.0
+        assert charge.settle(reserved, None, refused.value) == Settled(0.0, False)
         assert (charge.budget.spent, charge.budget.reserved) == (0.0, 0.0)
         async with FakeProvider(model=None, script=["drop"]) as server:
             with pytest.raises(Transient) as dropped:
                 await post(client, f"{server.url}/v1/systemone", request.body, {}, "m")
         assert type(dropped.value) is Transient  # not Unreachable: it was connected
         reserved = await charge.reserve(a, TASK, request)
-        assert charge.settle(reserved, None, dropped.value) == 0.5
+        assert charge.settle(reserved, None, dropped.value) == Settled(0.5, True)
     assert (charge.budget.spent, charge.budget.reserved) == (0.5, 0.0)
 
 
@@ -194,7 +199,7 @@ async def test_a_cost_bound_reserves_input_at_the_dearest_price_a_token_can_cost
     reply = Reply(
         (), 1000, 10, cached_input_tokens=600, cache_write_tokens=300, cache_write_1h_tokens=50
     )
-    assert charge.settle(reserved, reply, None) == pytest.approx(
+    assert charge.settle(reserved, reply, None).usd == pytest.approx(
         (50 * 1000 + 600 * 100 + 300 * 1250 + 50 * 2000 + 10 * 2000) / 1e6
     )
 

@@ -18,7 +18,7 @@ import pytest
 from dxi.runner.cli import main
 from dxi.runner.errors import EXIT_COST_BOUND, EXIT_PROVIDER_STOPPED
 
-from .fakes.fake_provider import FakeProvider
+from .fakes.fake_provider import FakeProvider, systemone
 from .helpers.runs import write_run_file
 from .helpers.synthetic import data_dir, when2call_row
 
@@ -93,9 +93,10 @@ async def test_the_closing_line_counts_what_was_not_sent_apart_from_what_failed(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ):
     """One request at a time: 9 answered ($2.25), the 10th's reply is not the wire format (charged
-    its reservation, $0.25: $2.50 spent), its retry cannot reserve: it is stored as a transient
-    failure, sent again by the next run, and 14 are not sent. The next run sends 15; the old line
-    called all 15 "not sent"."""
+    its reservation, $0.25: $2.50 spent, at most: its cost is unknown), its retry cannot reserve: it
+    is stored as a transient failure, sent again by the next run, and 14 are not sent. The next run
+    sends 15; the old line called all 15 "not sent". The $0.25 charged at reservation is counted
+    apart (``cost_at_reservation_usd``) and the lines say "at most" (the old ones read as spent)."""
     data_dir(tmp_path / "data", TASKS)
     async with FakeProvider(model=None, script=["ok"] * 9 + ["malformed"]) as server:
         path = write_run_file(
@@ -113,19 +114,80 @@ async def test_the_closing_line_counts_what_was_not_sent_apart_from_what_failed(
     got = requests(tmp_path)
     a = got["A"]
     assert (a["sent"], a["failed"], a["cache_hits"], a["not_sent"]) == (10, 1, 0, 14)
+    assert (a["cost_usd"], a["cost_at_reservation_usd"]) == (2.5, 0.25)
     assert got["cost_bound"]["remaining_requests"] == 15
     said = " ".join(out.split())
     assert (
-        "Stopped at the cost bound: spent $2.500000 of $2.5 in this run; 14 request(s) not sent "
+        "Stopped at the cost bound: spent at most $2.500000 of $2.5 in this run; 14 request(s) not sent "
         "and 1 sent that failed (transient): the next run sends these 15 (about $3.7500 "
         "expected)."
     ) in said
     (line,) = (line.split(" ", 1)[1] for line in out.splitlines() if LINE.match(line))
     assert re.fullmatch(
-        r"A: 10/24 42% [\d.]+ req/s stopped \$2\.5000 \(run \$2\.5000 of \$2\.5\) retries 0 429s 0 "
+        r"A: 10/24 42% [\d.]+ req/s stopped at most \$2\.5000 \(run at most \$2\.5000 of \$2\.5\) "
+        r"retries 0 429s 0 "
         r"invalid replies 0 failed 1 cached 0 not sent 14",
         line,
     ), line
+
+
+def uncounted(model: str):
+    """The fake System One replies, with 0 tokens for the requests naming ``model`` (a server that
+    counts none, as ``sparrow-decider serve``)."""
+    respond = systemone(None)
+
+    def reply(payload: dict) -> dict:
+        doc = respond(payload)
+        if payload.get("model") == model:
+            doc["usage"] = {"input_tokens": 0, "output_tokens": 0}
+        return doc
+
+    return reply
+
+
+async def test_a_spend_charged_at_reservation_is_counted_apart_and_said_at_most(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """A and B priced, 4 When2Call requests each, under a bound of $100: A's replies count their
+    tokens (4 x $0.25 spent); B's server reports 0 tokens, so each of B's replies is charged its
+    reservation ($0.25) and its cost is unknown. B's ``requests`` (summary.json and the run-history
+    line) has ``cost_usd`` 1.0 of which ``cost_at_reservation_usd`` 1.0; A's has no such key; B's
+    progress line and its usage row's ``this run`` say "at most". The old code showed B's $1.0000 as
+    spent, with nothing to tell it from A's."""
+    data_dir(tmp_path / "data", 4)
+    async with FakeProvider(model=None, routes={"/v1/systemone": uncounted("b")}) as server:
+        path = write_run_file(
+            tmp_path,
+            {"pa": (server.url, 60000), "pb": (server.url, 60000)},
+            [
+                {"name": "A", "provider": "pa", "model": "a", "price": PRICE},
+                {"name": "B", "provider": "pb", "model": "b", "price": PRICE},
+            ],
+        )
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, ["run", str(path), "--max-cost", "100"])
+        out = capsys.readouterr().out
+    assert code == 0
+    got = requests(tmp_path)
+    a, b = got["A"], got["B"]
+    assert (a["sent"], a["cost_usd"], "cost_at_reservation_usd" in a) == (4, 1.0, False)
+    assert (b["sent"], b["cost_usd"], b["cost_at_reservation_usd"]) == (4, 1.0, 1.0)
+    assert list(b)[list(b).index("cost_usd") + 1] == "cost_at_reservation_usd"
+    assert got["cost_bound"]["spent_usd"] == 2.0
+    (line,) = (tmp_path / "out" / "run-history.jsonl").read_text().splitlines()
+    assert orjson.loads(line)["requests"] == {"A": a, "B": b}
+    lines = [line.split(" ", 1)[1] for line in out.splitlines() if LINE.match(line)]
+    (last_b,) = (line for line in lines if line.startswith("B: "))
+    assert re.fullmatch(
+        r"B: 4/4 100% [\d.]+ req/s done at most \$1\.0000 \(run at most \$[12]\.0000 of \$100\) "
+        r"retries 0 429s 0 invalid replies 0 failed 0 cached 0",
+        last_b,
+    ), last_b
+    (last_a,) = (line for line in lines if line.startswith("A: "))
+    assert re.fullmatch(r"A: 4/4 100% [\d.]+ req/s done \$1\.0000 \(run .*", last_a), last_a
+    usage = out.split("Usage (")[1].split("Measures")[0].splitlines()
+    this_run = {r.split("│")[1].strip(): r.split("│")[-2].strip() for r in usage if "│ " in r}
+    assert this_run == {"A": "$1.0000", "B": "at most $1.0000", "all": ""}, out
 
 
 async def test_a_provider_stopped_in_a_run_stopped_by_the_bound_gets_its_own_line_and_exit_6(

@@ -482,3 +482,31 @@ def test_a_rescoring_of_other_tasks_than_the_last_run_asked_says_so(
     scored = summary(tmp_path, "out")
     assert scored["data"]["when2call"]["tasks"] == 2
     assert "selection_differs" not in scored["provenance"]
+
+
+def test_answers_missing_from_exactly_what_the_runs_selected_are_not_put_down_to_other_tasks(
+    data_dir: Path, tmp_path: Path
+):
+    """The cache's runs.jsonl records a run of --limit 2 (it was cut short: only --limit 1's
+    answers are in the cache), and that is what is scored: the reason for the missing answers says
+    the run is incomplete, without "or it ran other tasks (--limit, --sample)" (the old reason had
+    it: ``data["runs"]`` holds only selections that differ, so the model looked unrecorded). A
+    model whose runs the cache did not record keeps the clause."""
+    from dxi.scoring.missing import missing_reason
+
+    assert run(data_dir, tmp_path, "one", limit=1) == 0
+    path = tmp_path / "cache" / runs.RUNS_FILE
+    (line,) = path.read_bytes().splitlines()
+    path.write_bytes(line + b"\n" + orjson.dumps(orjson.loads(line) | {"limit": 2}) + b"\n")
+    assert score(data_dir, tmp_path, "two", limit=2).exit_code == EXIT_FAILED_REQUESTS
+    s = summary(tmp_path, "two")
+    assert "runs" not in s["data"]["when2call"]  # the run of --limit 2 selected what is scored
+    assert s["models"][0]["evals"]["when2call"]["reason"] == (
+        "1 answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer epochs "
+        "than scored here); `dxi run` with --limit 2 sends what is missing"
+    )
+    assert missing_reason(1, {"limit": 2}, "m") == (
+        "1 answer(s) not in the cache: the run is incomplete (interrupted, or it ran fewer epochs "
+        "than scored here, or it ran other tasks (--limit, --sample)); `dxi run` with --limit 2 "
+        "sends what is missing"
+    )

@@ -24,7 +24,7 @@ from dxi.adapters.errors import REQUEST
 from dxi.cache.ledger import Entry
 from dxi.evals import Task
 
-from ..sending.cost import CostBoundReached
+from ..sending.cost import CostBoundReached, Settled
 from ..sending.retry import Outcome
 from ..sending.rows import make_row
 from .options import BATCH, failpoint
@@ -108,7 +108,7 @@ class Collecting:
                         stored += len(rows)
                         if entry.id not in self.fresh:
                             self.stats.from_earlier += len(rows)
-                        actual += sum(cost for *_, cost in rows)
+                        actual += sum(cost.usd for *_, cost in rows)
             except BatchLost as exc:  # past the provider's retention: its requests are given back
                 gone = exc
             except AdapterError as exc:
@@ -181,6 +181,8 @@ class Collecting:
             refused = self.refused.union(returned)
             self.stats.sent -= len(refused) - len(self.refused)
             self.stats.refused += len(refused) - len(self.refused)
+            # nor sent again: a resubmitted one's retry (counted at submission) is taken back
+            self.stats.retries -= sum(self.attempts.get(k, 0) > 1 for k in refused - self.refused)
             self.refused = refused
         extra = {"results_gone": str(gone)} if gone is not None else {}
         if mismatch:  # the stop outlives this run: every run reads it (``_reconcile``)
@@ -233,10 +235,10 @@ class Collecting:
         item: tuple[Task, int],
         result: ResultLine,
         sent: bytes | None = None,
-    ) -> tuple[dict | None, float]:
+    ) -> tuple[dict | None, Settled]:
         """Decode one result as the synchronous path would (``sent``: the request's body as it was
-        sent, when known); returns (its cache row, its cost in USD), or (None, 0.0) when it is given
-        back."""
+        sent, when known); returns (its cache row, what it was charged: ``Charge.settle``'s
+        ``Settled``), or (None, Settled(0.0)) when it is given back."""
         task, sample = item
         body, error = result.body, result.error
         outcome = Outcome(attempts=1)
@@ -279,9 +281,9 @@ class Collecting:
                 self.budget.settle(reserved, 0.0)
             if isinstance(error, RateLimited):
                 st.rate_limited += 1
-            return None, 0.0
+            return None, Settled(0.0)
         outcome.error = None if outcome.reply is not None else error
-        cost = 0.0
+        cost = Settled(0.0)
         if reserved is not None:
             cost = self.charge.settle(reserved, outcome.reply, outcome.error)
         elif (
@@ -289,10 +291,12 @@ class Collecting:
         ):  # an earlier run's batch: not reserved here
             from dxi.scoring.cost import USAGE_COLUMNS, request_cost
 
-            cost = request_cost(
-                {c: getattr(outcome.reply, c) for c in USAGE_COLUMNS}, self.charge.price
+            cost = Settled(
+                request_cost(
+                    {c: getattr(outcome.reply, c) for c in USAGE_COLUMNS}, self.charge.price
+                )
             )
-            self.budget.spent += cost
+            self.budget.spent += cost.usd
         return make_row(
             task,
             self._request(key, task, sample, sent),
@@ -301,8 +305,9 @@ class Collecting:
             batch_id=entry.batch_id,
         ), cost
 
-    def _store(self, rows: list[tuple[str, Task, dict, float]]) -> None:
-        """Append the rows of a piece of results, ``(key, task, row, cost)`` each, in one write
+    def _store(self, rows: list[tuple[str, Task, dict, Settled]]) -> None:
+        """Append the rows of a piece of results, ``(key, task, row, cost)`` each (``cost``: what it
+        was charged, ``Settled``), in one write
         (``Cache.append_many``), then count them."""
         before = self.appended
         self.cache.append_many([row for _, _, row, _ in rows])
@@ -316,7 +321,9 @@ class Collecting:
         for key, task, row, cost in rows:
             self.waiting.pop(key, None)
             if st.cost_usd is not None:
-                st.cost_usd += cost
+                st.cost_usd += cost.usd
+                if cost.at_reservation:
+                    st.cost_at_reservation_usd += cost.usd
             st.add(row, task.id)
         self.on_progress()
 
@@ -369,7 +376,6 @@ class Collecting:
                 try:
                     request = self.adapter.encode(task, sample)
                     builder = await self._add(builder, task, sample, request)
-                    self.stats.retries += 1  # sent again, in a new batch
                 except CostBoundReached:
                     self._bounded(keys[i:])
                     break

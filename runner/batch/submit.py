@@ -361,8 +361,11 @@ class Submitting:
         self.ledger.record(entry_id, "submitted", batch_id=status.batch_id, state=status.state)
         failpoint("submitted")
         self.stats.submitted += 1
-        # each request counted sent once, however many batches it was in (given back, resubmitted)
+        # each request counted sent once, however many batches it was in (given back, resubmitted);
+        # a retry each time it is in a batch again, once the batch is submitted (one the API refused
+        # sent nothing again)
         self.stats.sent += sum(self.attempts[key] == 1 for key in builder.keys)
+        self.stats.retries += sum(self.attempts[key] > 1 for key in builder.keys)
         if self.stats.started is None:
             self.stats.started = time.monotonic()
         self.stats.running[entry_id] = time.time()

@@ -260,8 +260,10 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
             else f"about ${bound['remaining_cost_usd']:.4f}"
         )
         remaining = bound["remaining_requests"]  # what the next run sends: the cache's count
+        # a reply of unknown cost is charged its reservation: what was spent is at most that
+        most = "at most " if any(s.cost_at_reservation_usd for s in result.stats.values()) else ""
         console.print(
-            f"[yellow]Stopped at the cost bound:[/] spent ${result.spent_usd:.6f} of ${max_cost:g} in this run; "
+            f"[yellow]Stopped at the cost bound:[/] spent {most}${result.spent_usd:.6f} of ${max_cost:g} in this run; "
             + _left(result.stats.values(), remaining, left, is_adaptive(result.summary))
             + ". Everything that arrived is in the cache: rerun with a higher --max-cost (or "
             "max_cost in the run file) to continue."

@@ -225,6 +225,7 @@ def summarize(
         tolerance,
         damaged,
         set_aside_answers(served),
+        suite.recorded,
     )
     summary = add_ties(summary, ties, rounded)
     summary = add_replies(

@@ -81,7 +81,8 @@ def _legend(console: Console, names: list[str], keys: list[str]) -> None:
 
 def print_usage(summary: Summary, console: Console, keys: list[str] | None = None) -> None:
     """Tokens and cost per model (of the answers scored, from the cache) and for the run; a model
-    that costs nothing (price 0) shows "free"."""
+    that costs nothing (price 0) shows "free"; this run's spend that includes reservations kept
+    for replies of unknown cost (``cost_at_reservation_usd``) shows "at most"."""
     if summary.usage is UNSET:
         return
     keys = keys or summary.labels
@@ -96,7 +97,9 @@ def print_usage(summary: Summary, console: Console, keys: list[str] | None = Non
     rows = []
     for key, m in zip(keys, summary.models, strict=True):
         u = unset(m.usage) or {}
-        spent = (m.requests or {}).get("cost_usd")
+        spent = _usd((m.requests or {}).get("cost_usd"))
+        if (m.requests or {}).get("cost_at_reservation_usd"):  # the cost unknown: its reservation
+            spent = f"at most {spent}"
         free = u.get("price") == {"input": 0.0, "output": 0.0}
         rows.append(
             (
@@ -106,7 +109,7 @@ def print_usage(summary: Summary, console: Console, keys: list[str] | None = Non
                     f"{u.get('input_tokens', 0):,}",
                     f"{u.get('output_tokens', 0):,}",
                     "free" if free else _usd(u.get("cost_usd")),
-                    "free" if free else _usd(spent),
+                    "free" if free else spent,
                 ],
                 None,
             )

@@ -362,18 +362,26 @@ def annotate(
     scores, with the flags of what they selected (a union's joined by " + ", as
     ``scoring.missing.selection_flags`` writes the scored one), so that the reason for missing
     answers can name them. Where every model's runs selected what is scored, nothing is set: the
-    summary is that of a run with the same selection."""
+    summary is that of a run with the same selection. And ``suite.recorded``: per evaluation, every
+    model whose recorded runs read it (those of them not in ``runs`` selected exactly what is
+    scored: their missing answers are not put down to other tasks run)."""
     if mine is None:
         mine = _runs_of(models, runs.read(cache_dir)[0])
     out: dict[str, dict[str, str]] = {}
+    recorded: dict[str, frozenset[str]] = {}
     for name in suite.selected():
         scored = " + ".join(p.flags() for p in scored_picks(suite, name))
+        ran = set()
         for label, rs in mine.items():
             picks = {Pick.of(r) for r in rs if name in r.evals}
             flags = " + ".join(p.flags() for p in reduced(picks)) if picks else None
+            if flags is not None:
+                ran.add(label)
             if flags is not None and flags != scored:
                 out.setdefault(name, {})[label] = flags
-    suite.runs = out
+        if ran:
+            recorded[name] = frozenset(ran)
+    suite.runs, suite.recorded = out, recorded
 
 
 def scored_picks(suite: Suite, name: str) -> tuple[Pick, ...]:

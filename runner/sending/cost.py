@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from dxi.adapters import Adapter, AdapterError, Reply, Request, Unreachable
 from dxi.evals import Task
@@ -86,6 +87,15 @@ class Budget:
                 w.set_result(None)
 
 
+class Settled(NamedTuple):
+    """What ``Charge.settle`` charged an attempt: ``usd``, and ``at_reservation`` whether that is
+    its reservation because its cost is unknown (no usage reported, 0 tokens at a price, or no
+    reply): an upper bound of what it cost, not a cost known."""
+
+    usd: float
+    at_reservation: bool = False
+
+
 @dataclass(frozen=True)
 class Charge:
     """How one model's attempts are charged to the budget: ``price`` the price tuple of
@@ -125,13 +135,14 @@ class Charge:
         under a bound (``runner.planning.plan`` refuses it before the run starts)."""
         return await self.budget.reserve(self.bound(adapter, task, request))
 
-    def settle(self, reserved: float, reply: Reply | None, error: AdapterError | None) -> float:
-        """Settle an attempt that ended with ``reply`` or ``error``; returns its actual cost
-        (USD): the usage the reply reports where its cost is known (``scoring.cost.known_cost``,
-        the rule the summary and ``dxi view`` price a request by); its reservation when it is not
-        (no usage reported, or 0 input tokens at a price: a server that counts no tokens, which
-        settled at $0 would let such a priced model spend past the bound); nothing for an HTTP
-        error status nor for an attempt that never connected (``Unreachable``)."""
+    def settle(self, reserved: float, reply: Reply | None, error: AdapterError | None) -> Settled:
+        """Settle an attempt that ended with ``reply`` or ``error``; returns what it was charged
+        (``Settled``, USD): the usage the reply reports where its cost is known
+        (``scoring.cost.known_cost``, the rule the summary and ``dxi view`` price a request by); its
+        reservation when it is not (no usage reported, or 0 input tokens at a price: a server that
+        counts no tokens, which settled at $0 would let such a priced model spend past the bound);
+        nothing for an HTTP error status nor for an attempt that never connected (``Unreachable``).
+        Only the reservation kept is ``at_reservation`` (the records say "at most" of it)."""
         known = None
         if reply is not None and self.price is not None:
             from dxi.scoring.cost import USAGE_COLUMNS, known_cost
@@ -146,6 +157,7 @@ class Charge:
         ):  # an HTTP error status, or the request never left
             actual = 0.0
         else:
-            actual = reserved
+            self.budget.settle(reserved, reserved)
+            return Settled(reserved, True)
         self.budget.settle(reserved, actual)
-        return actual
+        return Settled(actual)

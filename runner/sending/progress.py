@@ -14,8 +14,9 @@ means anything), it shows its batches open and the answers collected so far. The
 requests sent (not cache hits) over the time since the run started (so the first line cannot read
 thousands of requests a second); the time left is the requests still to do at that rate. A model
 that costs nothing (a local model, or priced at 0) shows no spend; with a cost bound, the spend of
-the whole run is shown against it. ``start_line`` is the line printed before the run: what is about
-to run.
+the whole run is shown against it; a spend that holds reservations kept for replies of unknown cost
+(``Stats.cost_at_reservation_usd``) reads "at most $X". ``start_line`` is the line printed before
+the run: what is about to run.
 
 Once the run is stopping (the first Ctrl-C or SIGTERM, ``runner.sending.stops.RunStop``), a line
 says so and counts the requests still in flight down (on a terminal under the bars; in logs one line
@@ -262,13 +263,21 @@ class RunProgress:
         if label in self.free:
             spend = ""
         else:
-            spend = "no price " if s.cost_usd is None else f"${s.cost_usd:.4f} "
+            # charged at reservation (the cost unknown): what it spent is at most that
+            most = "at most " if s.cost_at_reservation_usd else ""
+            spend = "no price " if s.cost_usd is None else f"{most}${s.cost_usd:.4f} "
             if self.budget is not None and self.budget.max_usd is not None:
-                spend = spend[:-1] + f" (run ${self.budget.spent:.4f} of ${self.budget.max_usd:g}) "
+                run_most = any(o.cost_at_reservation_usd for o in (s, *self._stats.values()))
+                spend = (
+                    spend[:-1]
+                    + f" (run {'at most ' if run_most else ''}${self.budget.spent:.4f} of "
+                    + f"${self.budget.max_usd:g}) "
+                )
         if getattr(
             s, "in_batch", False
         ):  # answers come a batch at a time: a rate and a time left would mislead
-            pace = f"{len(s.running)} batch(es) open {s.done - s.cache_hits} answer(s) collected"
+            # answers (valid or not) from the batches; a failed request is not one (``failed N``)
+            pace = f"{len(s.running)} batch(es) open {s.ok + s.invalid} answer(s) collected"
         else:
             pace = f"{rate:.1f} req/s {eta}"
         return (

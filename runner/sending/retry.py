@@ -83,7 +83,8 @@ class Outcome:
     ``attempts`` counts attempts made (1 = no retry); ``rate_limited`` the 429s among them;
     ``latency_ms`` is the duration of the final attempt; ``body`` the final raw reply, when one
     arrived; ``cost_usd`` what the attempts cost (``runner.sending.cost.Charge.settle``; 0 without a
-    price); ``waits_s`` the seconds waited before each attempt after the first, measured from the
+    price), ``cost_at_reservation_usd`` the part of it charged at reservation (cost unknown: at most
+    that); ``waits_s`` the seconds waited before each attempt after the first, measured from the
     end of the attempt before it to the start of its own (the backoff or the provider's stated wait,
     and any pause or pacing of the provider meanwhile): ``attempts - 1`` values; ``ended``:
     ``time.perf_counter()`` at the end of the last attempt; ``ttft_s`` the final attempt's time to
@@ -98,6 +99,7 @@ class Outcome:
     rate_limited: int = 0
     latency_ms: float | None = None
     cost_usd: float = 0.0
+    cost_at_reservation_usd: float = 0.0
     waits_s: list[float] = field(default_factory=list)
     ended: float | None = None
     ttft_s: float | None = None
@@ -255,7 +257,10 @@ async def _once(
             probe, True if reached else (False if isinstance(error, Unreachable) else None), error
         )
         if charge is not None:
-            out.cost_usd += charge.settle(reserved, reply, error)
+            settled = charge.settle(reserved, reply, error)
+            out.cost_usd += settled.usd
+            if settled.at_reservation:
+                out.cost_at_reservation_usd += settled.usd
 
 
 async def _patient(

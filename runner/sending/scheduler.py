@@ -77,19 +77,21 @@ class Stats:
     sent; ``attempts``: HTTP attempts in all (a batch's: each result, or its absence, of a request);
     ``retries``: the attempts that sent a request again after an attempt of it failed (each
     request's attempts after its first, a refused one's included; a batch's: a request given back,
-    put in a new batch), never a request not sent or refused at its first attempt; ``retry_wait_s``:
-    the seconds the requests stored waited before their retries (the sum of their rows'
-    ``retry_waits_s``); ``rate_limited``: 429s received; ``repaired``: replies accepted from a
-    Markdown code fence (language models, SPEC §6); ``input_tokens`` / ``output_tokens``: the usage
-    the replies of this run reported; ``cost_usd``: what this run's attempts cost
-    (``runner.sending.cost``; None for a model without a price); ``not_sent``: requests not sent
-    because the cost bound was reached, the run was stopped or the provider stopped
-    (``runner.sending.stops``), ``stop_not_sent`` those of them the provider's (or model's) stop
-    left (its rest after the stop, counted with it even when the bound is reached too); ``refused``:
-    requests sent that met the provider's stop (no row either): the next run sends both;
-    ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class: kept, not
-    sent again unless asked); the others are transient and sent again by the next run. ``invalid``
-    counts requests (replies with at least one invalid answer), not answers.
+    in a new batch once it is submitted, not one the batch API refused whole), never a request not
+    sent or refused at its first attempt; ``retry_wait_s``: the seconds the requests stored waited
+    before their retries (the sum of their rows' ``retry_waits_s``); ``rate_limited``: 429s
+    received; ``repaired``: replies accepted from a Markdown code fence (language models, SPEC §6);
+    ``input_tokens`` / ``output_tokens``: the usage the replies of this run reported; ``cost_usd``:
+    what this run's attempts cost (``runner.sending.cost``; None for a model without a price),
+    ``cost_at_reservation_usd`` the part of it charged at reservation because the cost is unknown
+    (``Charge.settle``'s ``Settled.at_reservation``: the attempts cost at most that); ``not_sent``:
+    requests not sent because the cost bound was reached, the run was stopped or the provider
+    stopped (``runner.sending.stops``), ``stop_not_sent`` those of them the provider's (or model's)
+    stop left (its rest after the stop, counted with it even when the bound is reached too);
+    ``refused``: requests sent that met the provider's stop (no row either): the next run sends
+    both; ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class: kept,
+    not sent again unless asked); the others are transient and sent again by the next run.
+    ``invalid`` counts requests (replies with at least one invalid answer), not answers.
     """
 
     total: int = 0
@@ -106,6 +108,7 @@ class Stats:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = 0.0
+    cost_at_reservation_usd: float = 0.0
     not_sent: int = 0
     stop_not_sent: int = 0
     refused: int = 0
@@ -374,6 +377,7 @@ class Scheduler:
             finally:
                 if st.cost_usd is not None:
                     st.cost_usd += outcome.cost_usd
+                    st.cost_at_reservation_usd += outcome.cost_at_reservation_usd
                 if outcome.attempts and not isinstance(outcome.error, ProviderStop):
                     st.sent += 1
                     if st.started is None:

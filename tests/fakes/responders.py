@@ -78,3 +78,15 @@ def hostile_when2call_chat(model: str):
         return reply
 
     return respond
+
+
+def uncounted_chat(model: str):
+    """Chat Completions responder of a server that counts no tokens (as ``sparrow-decider serve``):
+    the fake model's replies (``wire_formats.openai_chat``) with a usage of 0 tokens."""
+
+    def respond(request: dict) -> dict:
+        reply = wire_formats.openai_chat(request)
+        reply["usage"] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        return reply
+
+    return respond
