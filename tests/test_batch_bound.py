@@ -266,7 +266,8 @@ def test_requests_of_an_expired_batch_are_resubmitted_under_the_bound_and_the_ru
     next run sends. The old code never ended: the given-back requests waited for room under the
     bound inside the loop that polls the batches that would make it.
 
-    Expected, by hand: 3 batches (9, 3 and 2 requests: 14 lines, 9 answers); sent 12 (each request
+    Expected, by hand: 3 batches (9, 3 and 2 requests: 14 lines, 9 answers; 4 batches of the same 14
+    lines when the requests that fit are submitted apart, as batches settle); sent 12 (each request
     once, however many batches it was in: the old count was per batch), failed 3 (transient), not
     sent 0; $9.00 spent, exit code 3, the bound's line counting the 3 failed; the rerun sends those
     3, once."""
@@ -278,7 +279,11 @@ def test_requests_of_an_expired_batch_are_resubmitted_under_the_bound_and_the_ru
         code2, _ = dxi_run(path, "20")
         second, stats2 = orjson.loads((tmp_path / "out" / "summary.json").read_bytes()), a.stats()
     assert code == 3, out
-    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_answers"]) == (3, 14, 9)
+    # 14 lines and 9 answers always; how the requests that fit fall into batches depends on when
+    # the open ones settle (3 batches here, 4 seen on a loaded machine), never a request twice
+    # (``batch_keys`` below)
+    assert (stats["batch_lines"], stats["batch_answers"]) == (14, 9)
+    assert stats["batch_creates"] in (3, 4)
     got = requests(first)["A"]
     assert counts(got) == (12, 0, 0, 0) and (got["failed"], got["cost_usd"]) == (3, 9.0), got
     assert first["cost_bound"] == {
@@ -294,7 +299,8 @@ def test_requests_of_an_expired_batch_are_resubmitted_under_the_bound_and_the_ru
         "3 sent that failed (transient): the next run sends these 3 (about $3.0000 expected)."
     ) in out
     assert code2 == 0
-    assert (stats2["batch_creates"], stats2["batch_lines"], stats2["batch_answers"]) == (4, 17, 12)
+    assert stats2["batch_creates"] == stats["batch_creates"] + 1  # the 3 failed, in one batch
+    assert (stats2["batch_lines"], stats2["batch_answers"]) == (17, 12)
     assert stats2["batch_keys"] == 12
     assert counts(requests(second)["A"]) == (3, 9, 0, 0)
     assert second["cost_bound"]["spent_usd"] == 3.0
