@@ -18,6 +18,12 @@ parameters, has answers of the evaluation in the cache but not this task: a run 
 Ctrl-C or the cost bound, or ran a smaller ``--limit`` / ``--sample``), ``new evaluation`` (the
 rest: the model has no answer of the evaluation yet).
 
+A request not cached that an open batch holds (submitted by an earlier ``dxi run --batch`` that was
+killed or interrupted: ``held``, the keys ``runner.open_batches.held`` reads from the cache's batch
+ledger) is not new: the next run collects its result from that batch and sends it nowhere, and it is
+paid when the batch ends, whatever this run's bound. It is counted apart (``in_open_batches``), not
+priced in the expected cost nor in ``bound_usd``, and has no reason.
+
 Expected tokens (``runner.planning.tokens.TokenEstimate``): input = request bytes / 4 × the
 tokens-per-byte ratio that the cache's replies of the same model and evaluation reported, else those
 of the adapter's other models on that evaluation, else 1; output = their mean reported output, else
@@ -36,7 +42,7 @@ or other levels' usage. ``basis`` says which.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -86,6 +92,7 @@ REASONS = (
     "new evaluation",
 )
 BATCH = 256
+NONE: frozenset[str] = frozenset()
 # a request not cached, its tokens scaled from the usage this model's cached replies of its
 # evaluation recorded (input: their tokens per request byte; output: their mean): an estimate, not
 # the recorded usage of a cached reply (what `dxi plan` calls "recorded by its cached replies")
@@ -99,12 +106,14 @@ NOT_COUNTED = "bytes / 4 (the cached replies reported 0 tokens: a server that co
 class Estimate:
     """One model's dry run. Token counts are expected values (floats); ``cost_usd`` is their cost
     (None without a price, see ``cost_reason``); ``bound_usd`` is the most the new requests can cost
-    (None when nothing caps the output tokens); ``basis`` says where the token figures come from."""
+    (None when nothing caps the output tokens); ``basis`` says where the token figures come from.
+    ``in_open_batches``: requests not cached that open batches hold (not new, not priced)."""
 
     model: str
     requests: int = 0
     cached: int = 0
     new: int = 0
+    in_open_batches: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     input_tokens: float = 0.0
     output_tokens: float = 0.0
@@ -116,7 +125,10 @@ class Estimate:
     eval_basis: dict[str, dict[str, int]] = field(default_factory=dict)  # basis per evaluation
 
     def as_dict(self) -> dict:
-        out = {k: getattr(self, k) for k in ("model", "requests", "cached", "new", "reasons")}
+        out = {
+            k: getattr(self, k)
+            for k in ("model", "requests", "cached", "new", "in_open_batches", "reasons")
+        }
         out |= {
             "input_tokens": round(self.input_tokens),
             "output_tokens": round(self.output_tokens),
@@ -237,6 +249,7 @@ def _estimate_one(
     shard: Shard | None = None,
     cached_too: bool = False,
     damaged: frozenset[str] = frozenset(),
+    held: frozenset[str] = frozenset(),
 ) -> Estimate:
     a = model.adapter
     est = Estimate(a.label)
@@ -253,6 +266,9 @@ def _estimate_one(
                 est.cached += 1
                 if not cached_too:
                     continue
+            elif request.key in held:  # in an open batch: the next run collects it
+                est.in_open_batches += 1
+                continue
             size = len(request.body)
             rate, basis = rates.get((a.kind, a.model, task.eval)), OWN_USAGE
             if rate is None:
@@ -360,15 +376,22 @@ def estimate(
     cache: Cache,
     shard: Shard | None = None,
     cached_too: bool = False,
+    held: Mapping[str, frozenset[str]] | None = None,
 ) -> list[Estimate]:
     """The dry run of ``models`` (adapters built; a System One model must know its name) over
     ``suite`` (only the requests ``shard`` owns, when given: ``runner.planning.shard``).
     ``cached_too``: the requests the cache holds are estimated too, as if new (``new`` counts them;
-    ``dxi plan``'s tokens of an evaluation whose cached replies counted none)."""
+    ``dxi plan``'s tokens of an evaluation whose cached replies counted none). ``held``: label ->
+    the keys of the model's requests that open batches hold (``runner.open_batches.held``), counted
+    ``in_open_batches`` when not cached, not new."""
     rates, history = learned_rates(cache), _history(cache)
     damaged = cache.set_aside().keys  # after the reads above, which set damaged shards aside
+    held_ = held or {}
     return [
-        _estimate_one(m, suite, cache, rates, history, shard, cached_too, damaged) for m in models
+        _estimate_one(
+            m, suite, cache, rates, history, shard, cached_too, damaged, held_.get(m.label, NONE)
+        )
+        for m in models
     ]
 
 
@@ -394,14 +417,15 @@ def batch_priced(plan: Plan) -> list[ModelRun]:
 
 
 def totals(estimates: list[Estimate]) -> dict:
-    """The run's totals: new requests, expected tokens and cost (None if a model has no price),
-    bound."""
+    """The run's totals: new requests (and those open batches hold), expected tokens and cost (None
+    if a model has no price), bound."""
     costs = [e.cost_usd for e in estimates]
     bounds = [e.bound_usd for e in estimates]
     return {
         "requests": sum(e.requests for e in estimates),
         "cached": sum(e.cached for e in estimates),
         "new": sum(e.new for e in estimates),
+        "in_open_batches": sum(e.in_open_batches for e in estimates),
         "input_tokens": round(sum(e.input_tokens for e in estimates)),
         "output_tokens": round(sum(e.output_tokens for e in estimates)),
         "cost_usd": None if None in costs else round(sum(costs), 6),
