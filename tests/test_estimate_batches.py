@@ -58,7 +58,7 @@ def test_requests_in_open_batches_are_counted_apart_not_new_nor_priced(
     new = sum(sizes[4:])  # the bytes of the 8 requests that are sent: input = bytes / 4
     assert (m["requests"], m["cached"], m["new"]) == (12, 0, 8)  # (the old code said 12 new)
     assert m["in_open_batches"] == 4
-    assert m["reasons"] == {"new model": 8}
+    assert m["reasons"] == {"new model": 6, "batch not confirmed": 2}
     assert m["input_tokens"] == round(new / 4)
     assert m["cost_usd"] == round(new / 4 / 1e6, 6)
     assert m["bound_usd"] == round(new / 1e6, 6)  # each reserved at its bytes (OpenAI adds none)
@@ -73,22 +73,44 @@ def test_requests_in_open_batches_are_counted_apart_not_new_nor_priced(
         "openai:m: in open batches 4 (collected by the next run; paid when their batch ends; "
         "not new, not in cost or at most)" in out
     )
-    assert "new because: new model (8)" in out
+    assert "new because: new model (6), batch not confirmed (2)" in out
+    assert (
+        "openai:m: batch not confirmed: a run killed before the provider answered its create; the "
+        "next run asks it and sends only what it did not get (cost and at most may overstate)"
+        in out
+    )
 
 
 @pytest.mark.process
 @pytest.mark.slow
-@pytest.mark.parametrize("point, new, held", [("submitted", 0, 12), ("intent", 12, 0)])
+@pytest.mark.parametrize(
+    "kind, point, new, held, sent",
+    [
+        ("openai", "submitted", 0, 12, 0),
+        ("openai", "intent", 12, 0, 12),
+        ("anthropic", "created", 12, 0, 0),
+    ],
+)
 def test_after_a_batch_run_killed_the_estimate_counts_what_the_next_run_sends(
-    point: str, new: int, held: int, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+    kind: str,
+    point: str,
+    new: int,
+    held: int,
+    sent: int,
+    data_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
 ):
-    """A ``dxi run --batch`` killed (-9) right after the provider accepted its batch of the 12
-    requests: the estimate says 0 new, 12 in open batches, $0 at most, and the next run submits
-    nothing. Killed after its intent, before the create: nothing reached the provider, so the 12 are
-    new (the next run finds no batch of that tag and submits them)."""
+    """A ``dxi run --batch`` killed (-9) right after the provider's reply to its batch of the 12
+    requests was recorded: the estimate says 0 new, 12 in open batches, $0 at most, and the next
+    run submits nothing. Killed after its intent, before the create: nothing reached the provider,
+    so the 12 are new ("batch not confirmed"; the next run finds no batch of that tag and submits
+    them). Killed after the create, before its reply was recorded: the ledger cannot tell this from
+    the one before, so the 12 stay new and priced (an ``at most`` that overstates, never one that
+    falls short); the next run finds the batch and submits nothing."""
     with serve(model=None, record=False, batch={"polls": 1}) as server:
         killed = subprocess.run(
-            command("openai", server.url, data_dir, tmp_path),
+            command(kind, server.url, data_dir, tmp_path),
             env=dict(os.environ, DXI_FAILPOINT=point),
             timeout=300,
         )
@@ -96,18 +118,16 @@ def test_after_a_batch_run_killed_the_estimate_counts_what_the_next_run_sends(
         at_kill = server.stats()["batch_keys"]
         capsys.readouterr()
         where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
-        priced = ["--price", "openai:m=1/0", "--batch"]
+        priced = ["--price", f"{kind}:m=1/0", "--batch"]
         assert (
-            main(["estimate", "--model", model("openai", server.url), *priced, *where, "--json"])
-            == 0
+            main(["estimate", "--model", model(kind, server.url), *priced, *where, "--json"]) == 0
         )
         m = orjson.loads(capsys.readouterr().out)["models"][0]
         assert (m["requests"], m["new"], m["in_open_batches"]) == (12, new, held)
+        assert m["reasons"] == ({"batch not confirmed": 12} if new else {})
         assert (m["cost_usd"] > 0, m["bound_usd"] > 0) == (new > 0, new > 0)  # $0 when none new
         assert (
-            subprocess.run(
-                command("openai", server.url, data_dir, tmp_path), timeout=300
-            ).returncode
+            subprocess.run(command(kind, server.url, data_dir, tmp_path), timeout=300).returncode
             == 0
         )
-        assert server.stats()["batch_keys"] - at_kill == new  # what the next run submitted
+        assert server.stats()["batch_keys"] - at_kill == sent  # what the next run submitted

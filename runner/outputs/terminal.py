@@ -264,6 +264,15 @@ def print_estimate(doc: dict, console: Console) -> None:
         if m["new"]:
             why = ", ".join(f"{r} ({n})" for r, n in m["reasons"].items())
             console.print(escape(f"  {m['model']}: new because: {why}"), highlight=False)
+        if m["reasons"].get("batch not confirmed"):
+            console.print(
+                escape(
+                    f"  {m['model']}: batch not confirmed: a run killed before the provider "
+                    "answered its create; the next run asks it and sends only what it did not get "
+                    "(cost and at most may overstate)"
+                ),
+                highlight=False,
+            )
         if m.get("in_open_batches"):
             console.print(
                 escape(

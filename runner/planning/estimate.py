@@ -4,13 +4,12 @@ cost bound's reservations, ``runner.sending.cost``).
 
 Requests are encoded exactly as ``dxi run`` would encode them and looked up in the cache by key, so
 the count of new requests is exact. Why a request is new is told by comparing it with the cache's
-rows, in this order: ``failed before`` (its last attempt failed transiently: sent again),
-``another model answered`` (its cached reply names another model than the System One model asked
-for: set aside, ``dxi.served.served_by_other``),
-``retry requested`` (``--retry-invalid`` / ``--retry-failed``), ``set aside as damaged`` (its row
-was in a shard the cache found damaged and set aside in ``quarantine/``: ``Cache.set_aside``),
-``new model`` (no row of this
-adapter and model), ``new parameters`` (none with these sampling parameters),
+rows, in this order: ``batch not confirmed`` (below), ``failed before`` (its last attempt failed
+transiently: sent again), ``another model answered`` (its cached reply names another model than the
+System One model asked for: set aside, ``dxi.served.served_by_other``), ``retry requested``
+(``--retry-invalid`` / ``--retry-failed``), ``set aside as damaged`` (its row was in a shard the
+cache found damaged and set aside in ``quarantine/``: ``Cache.set_aside``), ``new model`` (no row of
+this adapter and model), ``new parameters`` (none with these sampling parameters),
 ``new prompt version``, ``new epoch`` (the task is cached under another epoch only),
 ``changed task`` (the task id is cached with other content), ``other endpoint`` (the same task and
 epoch is cached under another URL or request bytes), ``not sent yet`` (this model, with these
@@ -20,9 +19,12 @@ rest: the model has no answer of the evaluation yet).
 
 A request not cached that an open batch holds (submitted by an earlier ``dxi run --batch`` that was
 killed or interrupted: ``held``, the keys ``runner.open_batches.held`` reads from the cache's batch
-ledger) is not new: the next run collects its result from that batch and sends it nowhere, and it is
-paid when the batch ends, whatever this run's bound. It is counted apart (``in_open_batches``), not
-priced in the expected cost nor in ``bound_usd``, and has no reason.
+ledger) is not new when the provider accepted that batch: the next run collects its result from it
+and sends it nowhere, and it is paid when the batch ends, whatever this run's bound. It is counted
+apart (``in_open_batches``), not priced in the expected cost nor in ``bound_usd``, and has no
+reason. One whose batch was recorded but got no reply to its create (a kill in between) may never
+have reached the provider (the next run asks it: found, collected; not found, sent): it stays new,
+priced, so ``at most`` stays a bound, its reason ``batch not confirmed`` (before all others).
 
 Expected tokens (``runner.planning.tokens.TokenEstimate``): input = request bytes / 4 × the
 tokens-per-byte ratio that the cache's replies of the same model and evaluation reported, else those
@@ -78,6 +80,7 @@ async def unreachable(models: Sequence[ModelRun]) -> dict[str, ProviderStop]:
 
 
 REASONS = (
+    "batch not confirmed",
     "failed before",
     "another model answered",
     "retry requested",
@@ -92,7 +95,6 @@ REASONS = (
     "new evaluation",
 )
 BATCH = 256
-NONE: frozenset[str] = frozenset()
 # a request not cached, its tokens scaled from the usage this model's cached replies of its
 # evaluation recorded (input: their tokens per request byte; output: their mean): an estimate, not
 # the recorded usage of a cached reply (what `dxi plan` calls "recorded by its cached replies")
@@ -213,7 +215,9 @@ def _classify(new: pl.DataFrame, history: pl.DataFrame) -> pl.Series:
         seen = history.select(keys).unique().with_columns(pl.lit(True).alias(flag))
         frame = frame.join(seen, on=keys, how="left", maintain_order="left")
     reason = (
-        pl.when(pl.col("status") == "transient")
+        pl.when(pl.col("unconfirmed"))
+        .then(pl.lit("batch not confirmed"))
+        .when(pl.col("status") == "transient")
         .then(pl.lit("failed before"))
         .when(pl.col("status") == SET_ASIDE)
         .then(pl.lit("another model answered"))
@@ -249,10 +253,11 @@ def _estimate_one(
     shard: Shard | None = None,
     cached_too: bool = False,
     damaged: frozenset[str] = frozenset(),
-    held: frozenset[str] = frozenset(),
+    held: Mapping[str, bool] | None = None,
 ) -> Estimate:
     a = model.adapter
     est = Estimate(a.label)
+    held = held or {}
     rows = []
     effort = thinking_effort(a.kind, a.model, a.params, a.effort)
     thinking = thinking_prior(a.kind, effort)
@@ -266,7 +271,7 @@ def _estimate_one(
                 est.cached += 1
                 if not cached_too:
                     continue
-            elif request.key in held:  # in an open batch: the next run collects it
+            elif held.get(request.key):  # in a batch the provider accepted: collected, not sent
                 est.in_open_batches += 1
                 continue
             size = len(request.body)
@@ -300,6 +305,7 @@ def _estimate_one(
                     request.sample,
                     cache.status(request.key),
                     request.key in damaged,
+                    not hit and request.key in held,  # its batch not confirmed
                     rate.input(size),
                     output,
                     input_bound(size, a.HIDDEN_INPUT_TOKENS),
@@ -322,6 +328,7 @@ def _estimate_one(
             "sample": pl.Int32,
             "status": pl.String,
             "damaged": pl.Boolean,
+            "unconfirmed": pl.Boolean,
             "input": pl.Float64,
             "output": pl.Float64,
             "input_bound": pl.Int64,
@@ -376,20 +383,21 @@ def estimate(
     cache: Cache,
     shard: Shard | None = None,
     cached_too: bool = False,
-    held: Mapping[str, frozenset[str]] | None = None,
+    held: Mapping[str, Mapping[str, bool]] | None = None,
 ) -> list[Estimate]:
     """The dry run of ``models`` (adapters built; a System One model must know its name) over
     ``suite`` (only the requests ``shard`` owns, when given: ``runner.planning.shard``).
     ``cached_too``: the requests the cache holds are estimated too, as if new (``new`` counts them;
     ``dxi plan``'s tokens of an evaluation whose cached replies counted none). ``held``: label ->
-    the keys of the model's requests that open batches hold (``runner.open_batches.held``), counted
-    ``in_open_batches`` when not cached, not new."""
+    the keys of the model's requests that open batches hold -> whether the provider accepted the
+    batch (``runner.open_batches.held``): counted ``in_open_batches`` when not cached (not new), or
+    new as ``batch not confirmed``."""
     rates, history = learned_rates(cache), _history(cache)
     damaged = cache.set_aside().keys  # after the reads above, which set damaged shards aside
     held_ = held or {}
     return [
         _estimate_one(
-            m, suite, cache, rates, history, shard, cached_too, damaged, held_.get(m.label, NONE)
+            m, suite, cache, rates, history, shard, cached_too, damaged, held_.get(m.label)
         )
         for m in models
     ]
