@@ -1,6 +1,9 @@
 """The batches a cache's ledger holds (``cache.ledger``), as ``dxi batches`` lists, collects and
 cancels them (docs/batch.md); the command prints what these return.
 
+* ``held(cache_dir, models)``: the keys of each model's requests that its open batches hold, and
+  whether the provider accepted each batch (what ``dxi estimate`` counts apart from the new
+  requests, or calls new as ``batch not confirmed``).
 * ``listed(cache_dir, every)``: the entries, oldest first, each with where it stands (``rows``).
 * ``collect(plan, wait, poll_s, say)``: the open batches of the plan's models polled (once, or until
   they end) and the results of those that ended stored; nothing new is submitted.
@@ -16,7 +19,7 @@ reached, a cancel refused); None: nothing is said.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,12 +45,35 @@ _dispatch = LazyModule("dxi.runner.dispatch")
 if TYPE_CHECKING:
     from dxi.adapters.batches import BatchAPI
 
-    from .planning.plan import Plan
+    from .planning.plan import ModelRun, Plan
 
 
 def has_batches(cache_dir: Path) -> bool:
     """Whether the cache at ``cache_dir`` has a ledger (a batch run used it)."""
     return (Path(cache_dir) / "batches").is_dir()
+
+
+def held(cache_dir: Path, models: Sequence[ModelRun]) -> dict[str, dict[str, bool]]:
+    """Label -> the keys of the model's requests that its open batches hold (those the ledger's open
+    entries claim: ``Ledger.claimed``, as ``dxi run`` keeps them from being sent, by
+    ``runner.dispatch.identity``) -> whether the provider accepted the batch (the entry has its
+    batch id). The next run collects an accepted batch's results and sends those requests nowhere
+    (a batch that ends expired or cancelled gives its unanswered ones back: sent then); an entry
+    without a batch id (a run killed between its intent and the provider's reply) may never have
+    reached the provider: the next run asks it, and sends them when nothing is found. {} when the
+    cache has no ledger; a model with none held is left out."""
+    if not has_batches(cache_dir):
+        return {}
+    ledger = Ledger(cache_dir)
+    out = {}
+    for m in models:
+        claimed = ledger.claimed(_dispatch.identity(m))
+        entries = ledger.entries()  # (those claimed read: a re-read adds only what came since)
+        if claimed:
+            out[m.label] = {
+                k: getattr(entries.get(e), "batch_id", None) is not None for k, e in claimed.items()
+            }
+    return out
 
 
 def listed(cache_dir: Path, every: bool = False) -> list[Entry]:

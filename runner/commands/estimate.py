@@ -52,6 +52,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from dxi.adapters.errors import SERVED
     from dxi.cache import Cache
 
+    from .. import open_batches
     from ..outputs.terminal import print_estimate
     from ..planning.estimate import batch_priced, estimate, totals, unreachable
 
@@ -72,8 +73,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
         options.name_by_servers(plan, cache)
         plan.check_labels()
         plan.check_cost_bound()  # what `dxi run` would refuse under --max-cost, refused here too
-        # --batch, or batch = true in the run file: those models priced at the batch rate
-        estimates = estimate(batch_priced(plan), plan.suite, cache, dist.shard)
+        # --batch, or batch = true in the run file: those models priced at the batch rate; the
+        # requests open batches hold (an earlier batch run killed) counted apart, not priced
+        held = open_batches.held(cache.root, plan.models)
+        estimates = estimate(batch_priced(plan), plan.suite, cache, dist.shard, held=held)
     total = totals(estimates)
     doc = {
         "models": [e.as_dict() for e in estimates],
@@ -82,7 +85,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
         "problems": {m.adapter.label: p for m in plan.models if (p := m.adapter.missing_setup())},
     }
     stops = uvloop.run(
-        unreachable([m for m, e in zip(plan.models, estimates, strict=True) if e.new])
+        unreachable(
+            [m for m, e in zip(plan.models, estimates, strict=True) if e.new or e.in_open_batches]
+        )
     )
     doc["unreachable"] = {k: str(v) for k, v in stops.items() if v.cause != SERVED}
     doc["serves_another_model"] = {k: str(v) for k, v in stops.items() if v.cause == SERVED}

@@ -4,19 +4,27 @@ cost bound's reservations, ``runner.sending.cost``).
 
 Requests are encoded exactly as ``dxi run`` would encode them and looked up in the cache by key, so
 the count of new requests is exact. Why a request is new is told by comparing it with the cache's
-rows, in this order: ``failed before`` (its last attempt failed transiently: sent again),
-``another model answered`` (its cached reply names another model than the System One model asked
-for: set aside, ``dxi.served.served_by_other``),
-``retry requested`` (``--retry-invalid`` / ``--retry-failed``), ``set aside as damaged`` (its row
-was in a shard the cache found damaged and set aside in ``quarantine/``: ``Cache.set_aside``),
-``new model`` (no row of this
-adapter and model), ``new parameters`` (none with these sampling parameters),
+rows, in this order: ``batch not confirmed`` (below), ``failed before`` (its last attempt failed
+transiently: sent again), ``another model answered`` (its cached reply names another model than the
+System One model asked for: set aside, ``dxi.served.served_by_other``), ``retry requested``
+(``--retry-invalid`` / ``--retry-failed``), ``set aside as damaged`` (its row was in a shard the
+cache found damaged and set aside in ``quarantine/``: ``Cache.set_aside``), ``new model`` (no row of
+this adapter and model), ``new parameters`` (none with these sampling parameters),
 ``new prompt version``, ``new epoch`` (the task is cached under another epoch only),
 ``changed task`` (the task id is cached with other content), ``other endpoint`` (the same task and
 epoch is cached under another URL or request bytes), ``not sent yet`` (this model, with these
 parameters, has answers of the evaluation in the cache but not this task: a run stopped before it,
 Ctrl-C or the cost bound, or ran a smaller ``--limit`` / ``--sample``), ``new evaluation`` (the
 rest: the model has no answer of the evaluation yet).
+
+A request not cached that an open batch holds (submitted by an earlier ``dxi run --batch`` that was
+killed or interrupted: ``held``, the keys ``runner.open_batches.held`` reads from the cache's batch
+ledger) is not new when the provider accepted that batch: the next run collects its result from it
+and sends it nowhere, and it is paid when the batch ends, whatever this run's bound. It is counted
+apart (``in_open_batches``), not priced in the expected cost nor in ``bound_usd``, and has no
+reason. One whose batch was recorded but got no reply to its create (a kill in between) may never
+have reached the provider (the next run asks it: found, collected; not found, sent): it stays new,
+priced, so ``at most`` stays a bound, its reason ``batch not confirmed`` (before all others).
 
 Expected tokens (``runner.planning.tokens.TokenEstimate``): input = request bytes / 4 × the
 tokens-per-byte ratio that the cache's replies of the same model and evaluation reported, else those
@@ -36,7 +44,7 @@ or other levels' usage. ``basis`` says which.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -72,6 +80,7 @@ async def unreachable(models: Sequence[ModelRun]) -> dict[str, ProviderStop]:
 
 
 REASONS = (
+    "batch not confirmed",
     "failed before",
     "another model answered",
     "retry requested",
@@ -99,12 +108,14 @@ NOT_COUNTED = "bytes / 4 (the cached replies reported 0 tokens: a server that co
 class Estimate:
     """One model's dry run. Token counts are expected values (floats); ``cost_usd`` is their cost
     (None without a price, see ``cost_reason``); ``bound_usd`` is the most the new requests can cost
-    (None when nothing caps the output tokens); ``basis`` says where the token figures come from."""
+    (None when nothing caps the output tokens); ``basis`` says where the token figures come from.
+    ``in_open_batches``: requests not cached that open batches hold (not new, not priced)."""
 
     model: str
     requests: int = 0
     cached: int = 0
     new: int = 0
+    in_open_batches: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     input_tokens: float = 0.0
     output_tokens: float = 0.0
@@ -116,7 +127,10 @@ class Estimate:
     eval_basis: dict[str, dict[str, int]] = field(default_factory=dict)  # basis per evaluation
 
     def as_dict(self) -> dict:
-        out = {k: getattr(self, k) for k in ("model", "requests", "cached", "new", "reasons")}
+        out = {
+            k: getattr(self, k)
+            for k in ("model", "requests", "cached", "new", "in_open_batches", "reasons")
+        }
         out |= {
             "input_tokens": round(self.input_tokens),
             "output_tokens": round(self.output_tokens),
@@ -201,7 +215,9 @@ def _classify(new: pl.DataFrame, history: pl.DataFrame) -> pl.Series:
         seen = history.select(keys).unique().with_columns(pl.lit(True).alias(flag))
         frame = frame.join(seen, on=keys, how="left", maintain_order="left")
     reason = (
-        pl.when(pl.col("status") == "transient")
+        pl.when(pl.col("unconfirmed"))
+        .then(pl.lit("batch not confirmed"))
+        .when(pl.col("status") == "transient")
         .then(pl.lit("failed before"))
         .when(pl.col("status") == SET_ASIDE)
         .then(pl.lit("another model answered"))
@@ -237,9 +253,11 @@ def _estimate_one(
     shard: Shard | None = None,
     cached_too: bool = False,
     damaged: frozenset[str] = frozenset(),
+    held: Mapping[str, bool] | None = None,
 ) -> Estimate:
     a = model.adapter
     est = Estimate(a.label)
+    held = held or {}
     rows = []
     effort = thinking_effort(a.kind, a.model, a.params, a.effort)
     thinking = thinking_prior(a.kind, effort)
@@ -253,6 +271,9 @@ def _estimate_one(
                 est.cached += 1
                 if not cached_too:
                     continue
+            elif held.get(request.key):  # in a batch the provider accepted: collected, not sent
+                est.in_open_batches += 1
+                continue
             size = len(request.body)
             rate, basis = rates.get((a.kind, a.model, task.eval)), OWN_USAGE
             if rate is None:
@@ -284,6 +305,7 @@ def _estimate_one(
                     request.sample,
                     cache.status(request.key),
                     request.key in damaged,
+                    not hit and request.key in held,  # its batch not confirmed
                     rate.input(size),
                     output,
                     input_bound(size, a.HIDDEN_INPUT_TOKENS),
@@ -306,6 +328,7 @@ def _estimate_one(
             "sample": pl.Int32,
             "status": pl.String,
             "damaged": pl.Boolean,
+            "unconfirmed": pl.Boolean,
             "input": pl.Float64,
             "output": pl.Float64,
             "input_bound": pl.Int64,
@@ -360,15 +383,23 @@ def estimate(
     cache: Cache,
     shard: Shard | None = None,
     cached_too: bool = False,
+    held: Mapping[str, Mapping[str, bool]] | None = None,
 ) -> list[Estimate]:
     """The dry run of ``models`` (adapters built; a System One model must know its name) over
     ``suite`` (only the requests ``shard`` owns, when given: ``runner.planning.shard``).
     ``cached_too``: the requests the cache holds are estimated too, as if new (``new`` counts them;
-    ``dxi plan``'s tokens of an evaluation whose cached replies counted none)."""
+    ``dxi plan``'s tokens of an evaluation whose cached replies counted none). ``held``: label ->
+    the keys of the model's requests that open batches hold -> whether the provider accepted the
+    batch (``runner.open_batches.held``): counted ``in_open_batches`` when not cached (not new), or
+    new as ``batch not confirmed``."""
     rates, history = learned_rates(cache), _history(cache)
     damaged = cache.set_aside().keys  # after the reads above, which set damaged shards aside
+    held_ = held or {}
     return [
-        _estimate_one(m, suite, cache, rates, history, shard, cached_too, damaged) for m in models
+        _estimate_one(
+            m, suite, cache, rates, history, shard, cached_too, damaged, held_.get(m.label)
+        )
+        for m in models
     ]
 
 
@@ -394,14 +425,15 @@ def batch_priced(plan: Plan) -> list[ModelRun]:
 
 
 def totals(estimates: list[Estimate]) -> dict:
-    """The run's totals: new requests, expected tokens and cost (None if a model has no price),
-    bound."""
+    """The run's totals: new requests (and those open batches hold), expected tokens and cost (None
+    if a model has no price), bound."""
     costs = [e.cost_usd for e in estimates]
     bounds = [e.bound_usd for e in estimates]
     return {
         "requests": sum(e.requests for e in estimates),
         "cached": sum(e.cached for e in estimates),
         "new": sum(e.new for e in estimates),
+        "in_open_batches": sum(e.in_open_batches for e in estimates),
         "input_tokens": round(sum(e.input_tokens for e in estimates)),
         "output_tokens": round(sum(e.output_tokens for e in estimates)),
         "cost_usd": None if None in costs else round(sum(costs), 6),
