@@ -267,23 +267,17 @@ def print_estimate(doc: dict, console: Console) -> None:
         if m["new"]:
             why = ", ".join(f"{r} ({n})" for r, n in m["reasons"].items())
             console.print(escape(f"  {m['model']}: new because: {why}"), highlight=False)
-        if m["reasons"].get("batch not confirmed"):
-            console.print(
-                escape(
-                    f"  {m['model']}: batch not confirmed: a run killed before the provider "
-                    "answered its create; the next run asks it and sends only what it did not get "
-                    "(cost and at most may overstate)"
-                ),
-                highlight=False,
-            )
+        notes = [  # requests of batches: one the provider may not have, those it holds
+            "batch not confirmed: a run killed before the provider answered its create; the next "
+            "run asks it and sends only what it did not get (cost and at most may overstate)"
+        ] * bool(m["reasons"].get("batch not confirmed"))
         if m.get("in_open_batches"):
-            console.print(
-                escape(
-                    f"  {m['model']}: in open batches {m['in_open_batches']} (collected by the next "
-                    "run; paid when their batch ends; not new, not in cost or at most)"
-                ),
-                highlight=False,
+            notes.append(
+                f"in open batches {m['in_open_batches']} (collected by the next run; paid when "
+                "their batch ends; not new, not in cost or at most)"
             )
+        for note in notes:
+            console.print(escape(f"  {m['model']}: {note}"), highlight=False)
         if m.get("cost_reason"):
             console.print(escape(f"  {m['model']}: {m['cost_reason']}"))
         if m["new"]:
