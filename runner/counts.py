@@ -107,6 +107,7 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
                 "from_earlier_runs": s.from_earlier,
                 "unknown_results": s.unknown_results,
                 "duplicate_results": s.duplicate_results,
+                "unanswered": s.unanswered,
             }
         blocks[label] = block
     return blocks
@@ -116,7 +117,9 @@ def batch_outcome(stats: Mapping[str, Stats]) -> tuple[bool, bool]:
     """(a batch API refused some model's batches, batches left some model's requests unanswered: the
     deadline without ``--deadline-fallback sync``, or the cost bound)."""
     batched = [s for s in stats.values() if isinstance(s, BatchStats)]
-    return any(s.stopped for s in batched), any(not s.stopped and s.not_sent for s in batched)
+    return any(s.stopped for s in batched), any(
+        not s.stopped and (s.not_sent or s.unanswered) for s in batched
+    )
 
 
 def bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:

@@ -331,6 +331,7 @@ def test_requests_block_counts_each_model_as_summary_json_records_it():
                 "from_earlier_runs": 0,
                 "unknown_results": 0,
                 "duplicate_results": 0,
+                "unanswered": 0,
             },
         },
     }

@@ -149,6 +149,7 @@ class ModelBatches(Submitting, Collecting):
         self.fresh: set[str] = set()  # entries submitted by this run: collected as soon as they end
         self.reserved: dict[str, float] = {}  # key -> its reservation under the cost bound
         self.attempts: dict[str, int] = {}  # key -> batches it was in during this run
+        self.counted: set[str] = set()  # keys counted ``sent``: submitted in a batch of this run
         self.mine: dict[
             str, float
         ] = {}  # entry id -> next status read (monotonic), for entries this run polls
@@ -207,6 +208,13 @@ class ModelBatches(Submitting, Collecting):
         stack = self.locks.pop(entry_id, None)
         if stack is not None:
             stack.close()
+
+    def sent_already(self, keys: frozenset[str]) -> int:
+        """How many of ``keys`` (requests left: ``run``'s return) are counted ``sent`` already: in a
+        batch of this run that gave them back (a cancel at the deadline, an expiry), not refused
+        whole. The caller counts each request once: not again when it sends them synchronously,
+        nor as ``not_sent`` when it leaves them."""
+        return len(keys.intersection(self.counted) - self.refused)
 
     def _requests(self) -> Iterator[tuple[Task, int, Request]]:
         return self.model.requests(self.suite, self.shard)

@@ -362,7 +362,9 @@ class Submitting:
         failpoint("submitted")
         self.stats.submitted += 1
         # each request counted sent once, however many batches it was in (given back, resubmitted)
-        self.stats.sent += sum(self.attempts[key] == 1 for key in builder.keys)
+        new = set(builder.keys) - self.counted
+        self.counted |= new
+        self.stats.sent += len(new)
         if self.stats.started is None:
             self.stats.started = time.monotonic()
         self.stats.running[entry_id] = time.time()

@@ -284,10 +284,16 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
             )
         elif bounded:
             continue  # the cost bound's line counted them (and says what to do)
-        elif s.not_sent:
+        elif s.not_sent or s.unanswered:
+            how = (
+                f" ({s.not_sent:,} not sent, {s.unanswered:,} sent in a batch that gave them back)"
+                if s.unanswered
+                else ""
+            )
             console.print(
-                f"[yellow]{escape(label)}: {s.not_sent:,} request(s) not answered by batch[/] (the deadline, or "
-                "the cost bound); the next run sends them, or use --deadline-fallback sync"
+                f"[yellow]{escape(label)}: {s.not_sent + s.unanswered:,} request(s) not answered by "
+                f"batch[/]{how} (the deadline, or the cost bound); the next run sends them, or use "
+                "--deadline-fallback sync"
             )
         if s.running:
             console.print(

@@ -1,0 +1,129 @@
+"""Batch mode's request counts, end to end: each request counted once (``sent + cache_hits +
+not_sent + refused`` is the model's requests) when a deadline cancels batches, when a run is
+stopped by a signal, and what a rerun collecting an earlier run's batch spends: ``dxi run --batch``
+in a process of its own against a fake batch provider in a process of its own
+(``tests.fakes.fake_batches``).
+
+The prices make every amount exact in binary (as in ``tests/test_batch_bound.py``): each request is
+one When2Call question and the fake reports 5 output tokens for it; input is free. At $400,000 per
+million output tokens a request costs $2.00 synchronously and $1.00 at the batch price; capped at
+``max_completion_tokens = 1000`` it reserves $400 synchronously and $200 at the batch price."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+
+from .conftest import DXI
+from .fakes.fake_provider import serve
+from .helpers.batches import iso_in
+from .helpers.synthetic import data_dir
+
+TASKS = 16
+PRICE = "openai:m=0/400000"
+
+
+def dxi_run(tmp: Path, url: str, *flags: str) -> tuple[int, str]:
+    """``dxi run --batch`` of model ``openai:m`` at ``url`` over ``tmp/data`` (its exit code and
+    standard output, blanks collapsed)."""
+    done = subprocess.run(
+        [
+            DXI,
+            "run",
+            "--data-dir",
+            str(tmp / "data"),
+            "--cache-dir",
+            str(tmp / "cache"),
+            "--out",
+            str(tmp / "out"),
+            "--model",
+            f"openai:m@{url}/v1",
+            "--param",
+            "max_completion_tokens=1000",
+            "--price",
+            PRICE,
+            "--batch",
+            "--poll",
+            "0.05",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    return done.returncode, " ".join(done.stdout.split())
+
+
+def counts(tmp: Path) -> dict:
+    (m,) = orjson.loads((tmp / "out" / "summary.json").read_bytes())["models"]
+    r = m["requests"]
+    return {k: r[k] for k in ("sent", "cache_hits", "not_sent", "refused", "cost_usd")} | {
+        "unanswered": r["batches"].get("unanswered"),
+        "given_back": r["batches"]["given_back"],
+    }
+
+
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize("fallback", ["sync", "none"])
+def test_requests_a_cancelled_batch_gives_back_are_counted_sent_once(tmp_path: Path, fallback):
+    """16 requests, batches of 8, under a bound of $2,500: 12 reservations of $200 fit, so the first
+    8 go in a batch, the next 4 in a second one, and the 13th waits for room. The batches never end
+    on their own; at the deadline both are cancelled and end ``cancelled`` with the first half of
+    each answered: 4 + 2 stored ($6.00), 4 + 2 given back. The 13th to 16th then fit, but nothing is
+    submitted past the deadline: 10 requests are left, 6 of them sent already.
+
+    Expected, by hand: with ``--deadline-fallback sync`` the 10 are sent one call at a time ($2.00
+    each, $20.00; at most 6 reservations of $400 at once fit): sent 16 (the old code: 22, the 6
+    counted again), $26.00, exit 0. Without it: sent 12 (6 of them unanswered), not sent 4 (the old
+    code: 10, the 6 counted twice), $6.00, exit 1, and the line says both."""
+    data_dir(tmp_path / "data", TASKS)
+    config = {"polls": 100000, "cancel_polls": 2}
+    with serve(model=None, record=False, batch=config) as server:
+        code, out = dxi_run(
+            tmp_path,
+            server.url,
+            "--batch-size",
+            "8",
+            "--max-cost",
+            "2500",
+            "--deadline",
+            iso_in(6),
+            "--deadline-fallback",
+            fallback,
+        )
+        stats = server.stats()
+    got = counts(tmp_path)
+    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_cancels"]) == (2, 12, 2)
+    if fallback == "sync":
+        assert code == 0, out
+        assert "sending the 10 request(s) left synchronously" in out
+        assert got == {
+            "sent": 16,
+            "cache_hits": 0,
+            "not_sent": 0,
+            "refused": 0,
+            "cost_usd": 26.0,
+            "unanswered": 0,
+            "given_back": 6,
+        }
+    else:
+        assert code == 1, out
+        assert got == {
+            "sent": 12,
+            "cache_hits": 0,
+            "not_sent": 4,
+            "refused": 0,
+            "cost_usd": 6.0,
+            "unanswered": 6,
+            "given_back": 6,
+        }
+        assert (
+            "openai:m: 10 request(s) not answered by batch (4 not sent, 6 sent in a batch that gave "
+            "them back) (the deadline, or the cost bound)"
+        ) in out
+    assert got["sent"] + got["cache_hits"] + got["not_sent"] + got["refused"] == TASKS
