@@ -360,6 +360,8 @@ class _Sending:
         )
         if in_batch:
             left = await self.unless_stopping(batches.run())
+            if left is None:  # the run is stopping: the requests not in a batch counted not sent
+                await batches.count_stopped()
         else:
             claimed = frozenset(self.ledger.claimed(ident))
             left, _ = await asyncio.gather(

@@ -127,3 +127,63 @@ def test_requests_a_cancelled_batch_gives_back_are_counted_sent_once(tmp_path: P
             "them back) (the deadline, or the cost bound)"
         ) in out
     assert got["sent"] + got["cache_hits"] + got["not_sent"] + got["refused"] == TASKS
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_stopped_batch_run_counts_the_requests_not_in_a_batch_not_sent(tmp_path: Path):
+    """16 requests, batches of 5, under a bound of $2,000: 10 reservations of $200 fit, so two
+    batches of 5 are submitted and the 11th waits for room; the batches run on (100,000 status
+    reads). Ctrl-C (SIGINT) once both are created: the polling and the wait end.
+
+    Expected, by hand: exit code 130; sent 10 (the two open batches: the next run collects them),
+    not sent 6 (the 11th, waiting for room, and the 5 never streamed; the old code: 0), and the last
+    line says 6 were not sent and that the open batches keep running."""
+    import signal
+    import time
+
+    data_dir(tmp_path / "data", TASKS)
+    with serve(model=None, record=False, batch={"polls": 100000}) as server:
+        args = [
+            DXI,
+            "run",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+            "--model",
+            f"openai:m@{server.url}/v1",
+            "--param",
+            "max_completion_tokens=1000",
+            "--price",
+            PRICE,
+            "--batch",
+            "--poll",
+            "0.05",
+            "--batch-size",
+            "5",
+            "--max-cost",
+            "2000",
+        ]
+        with subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as proc:
+            give_up = time.monotonic() + 60
+            while server.stats()["batch_creates"] < 2 and time.monotonic() < give_up:
+                time.sleep(0.1)
+            time.sleep(0.5)  # the 11th request is waiting for room
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        stats = server.stats()
+    assert "Traceback" not in out + err, err
+    assert proc.returncode == 130, out + err
+    assert (stats["batch_creates"], stats["batch_lines"]) == (2, 10)
+    (history,) = [orjson.loads(line) for line in (tmp_path / "out" / "run-history.jsonl").open()]
+    r = history["requests"]["openai:m"]
+    assert (r["sent"], r["cache_hits"], r["not_sent"], r["refused"]) == (10, 0, 6, 0), r
+    assert r["batches"]["running"] == 2
+    last = " ".join(err.split())
+    assert "6 request(s) were not sent" in last
+    assert "Open batches keep running at the provider: the next run collects them" in last

@@ -276,11 +276,13 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
         if s.stopped:
             unsent = s.stop_not_sent if bounded else s.not_sent
             counts = f"{s.refused:,} request(s) refused, {unsent:,} not sent" if s.refused else ""
+            counts = counts or f"{unsent:,} request(s) not sent"
+            if s.unanswered:  # sent in a batch that answered none of them (counted sent)
+                counts += f", {s.unanswered:,} sent without an answer"
             console.print(
                 f"[red]Batch API refused:[/] {escape(label)}: "
                 f"{escape(s.stopped.removeprefix(f'{label}: '))}; "
-                f"{counts or f'{unsent:,} request(s) not sent'} (rerun without "
-                "--batch to send them one call at a time)"
+                f"{counts} (rerun without --batch to send them one call at a time)"
             )
         elif bounded:
             continue  # the cost bound's line counted them (and says what to do)
