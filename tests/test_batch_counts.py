@@ -187,3 +187,41 @@ def test_a_stopped_batch_run_counts_the_requests_not_in_a_batch_not_sent(tmp_pat
     last = " ".join(err.split())
     assert "6 request(s) were not sent" in last
     assert "Open batches keep running at the provider: the next run collects them" in last
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_rerun_collecting_an_earlier_runs_batch_keeps_its_cost_out_of_its_own_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A ``--batch --max-cost 5000`` run is killed (SIGKILL) right after its batch of 16 requests
+    is submitted (``DXI_FAILPOINT=submitted``); the rerun, under a bound of $1, collects it: its
+    16 answers at the batch price, $1.00 each, $16.00, were reserved and paid by the run that
+    submitted the batch.
+
+    Expected, by hand: the rerun sends nothing and exits 0; its cost bound's ``spent_usd`` is $0
+    (the old code: $16.00, over its bound of $1), ``earlier_batches_usd`` $16.00; the model's
+    ``cost_usd`` $16.00, ``batches.from_earlier_runs`` 16 and ``from_earlier_runs_usd`` $16.00; the
+    progress line says "(run $0.0000 of $1; $16.0000 earlier runs' batches)"."""
+    data_dir(tmp_path / "data", TASKS)
+    with serve(model=None, record=False) as server:
+        monkeypatch.setenv("DXI_FAILPOINT", "submitted")
+        code, _ = dxi_run(tmp_path, server.url, "--max-cost", "5000")
+        monkeypatch.delenv("DXI_FAILPOINT")
+        assert code == -9
+        code, out = dxi_run(tmp_path, server.url, "--max-cost", "1")
+        stats = server.stats()
+    assert code == 0, out
+    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_answers"]) == (1, 16, 16)
+    s = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    assert s["cost_bound"] == {
+        "max_cost_usd": 1.0,
+        "spent_usd": 0.0,
+        "stopped": False,
+        "earlier_batches_usd": 16.0,
+    }
+    (m,) = s["models"]
+    r = m["requests"]
+    assert (r["sent"], r["cache_hits"], r["not_sent"], r["cost_usd"]) == (0, 0, 0, 16.0)
+    assert (r["batches"]["from_earlier_runs"], r["batches"]["from_earlier_runs_usd"]) == (16, 16.0)
+    assert "$16.0000 (run $0.0000 of $1; $16.0000 earlier runs' batches)" in out

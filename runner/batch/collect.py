@@ -292,7 +292,7 @@ class Collecting:
             cost = request_cost(
                 {c: getattr(outcome.reply, c) for c in USAGE_COLUMNS}, self.charge.price
             )
-            self.budget.spent += cost
+            self.stats.from_earlier_usd += cost  # the earlier run's spend, not under this bound
         return make_row(
             task,
             self._request(key, task, sample, sent),

@@ -264,7 +264,12 @@ class RunProgress:
         else:
             spend = "no price " if s.cost_usd is None else f"${s.cost_usd:.4f} "
             if self.budget is not None and self.budget.max_usd is not None:
-                spend = spend[:-1] + f" (run ${self.budget.spent:.4f} of ${self.budget.max_usd:g}) "
+                earlier = getattr(s, "from_earlier_usd", 0.0)  # paid by the run that submitted
+                also = f"; ${earlier:.4f} earlier runs' batches" if earlier else ""
+                spend = (
+                    spend[:-1]
+                    + f" (run ${self.budget.spent:.4f} of ${self.budget.max_usd:g}{also}) "
+                )
         if getattr(
             s, "in_batch", False
         ):  # answers come a batch at a time: a rate and a time left would mislead
