@@ -225,3 +225,36 @@ def test_a_rerun_collecting_an_earlier_runs_batch_keeps_its_cost_out_of_its_own_
     assert (r["sent"], r["cache_hits"], r["not_sent"], r["cost_usd"]) == (0, 0, 0, 16.0)
     assert (r["batches"]["from_earlier_runs"], r["batches"]["from_earlier_runs_usd"]) == (16, 16.0)
     assert "$16.0000 (run $0.0000 of $1; $16.0000 earlier runs' batches)" in out
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_batch_whose_results_are_gone_is_charged_its_reservation(tmp_path: Path):
+    """The first batch (16 requests, $1.00 reserved each at the batch price: 5 output tokens capped
+    at 5) ends, but its results are gone at the provider (404): it ran them, and billed them. Its
+    requests are given back and answered by a second batch ($16.00).
+
+    Expected, by hand: as a synchronous reply that never arrived, each reservation is kept as spent:
+    the first batch's ledger entry costs $16.00 (the old code: $0), the run spends $32.00 and the
+    model's ``cost_usd`` is $32.00 (sent 16, once)."""
+    from dxi.cache.ledger import Ledger
+
+    data_dir(tmp_path / "data", TASKS)
+    with serve(model=None, record=False, batch={"polls": 1, "gone": 1}) as server:
+        code, out = dxi_run(
+            tmp_path,
+            server.url,
+            "--max-cost",
+            "100",
+            "--param",
+            "max_completion_tokens=5",  # (over dxi_run's 1000: the last one given counts)
+        )
+        stats = server.stats()
+    assert code == 0, out
+    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_answers"]) == (2, 32, 32)
+    first, second = sorted(Ledger(tmp_path / "cache").entries().values(), key=lambda e: e.created)
+    assert (first.cost_usd, second.cost_usd) == (16.0, 16.0)
+    s = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    assert s["cost_bound"] == {"max_cost_usd": 100.0, "spent_usd": 32.0, "stopped": False}
+    got = counts(tmp_path)
+    assert (got["sent"], got["cost_usd"], got["given_back"]) == (16, 32.0, 16)
