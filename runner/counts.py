@@ -72,7 +72,8 @@ def counts(
         {label: s.stop_not_sent for label, s in stats.items()},
         {label: s.refused for label, s in stats.items()},
     )
-    bound = None if max_cost is None else bound_block(budget, remaining)
+    earlier = sum(getattr(s, "from_earlier_usd", 0.0) for s in stats.values())
+    bound = None if max_cost is None else bound_block(budget, remaining, earlier)
     return Counts(requests_block(stats), bound, stopped)
 
 
@@ -109,8 +110,12 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
                 "running": len(s.running),
                 "given_back": s.given_back,
                 "from_earlier_runs": s.from_earlier,
+                "from_earlier_runs_usd": (
+                    None if s.cost_usd is None else round(s.from_earlier_usd, 6)
+                ),
                 "unknown_results": s.unknown_results,
                 "duplicate_results": s.duplicate_results,
+                "unanswered": s.unanswered,
             }
         blocks[label] = block
     return blocks
@@ -120,17 +125,22 @@ def batch_outcome(stats: Mapping[str, Stats]) -> tuple[bool, bool]:
     """(a batch API refused some model's batches, batches left some model's requests unanswered: the
     deadline without ``--deadline-fallback sync``, or the cost bound)."""
     batched = [s for s in stats.values() if isinstance(s, BatchStats)]
-    return any(s.stopped for s in batched), any(not s.stopped and s.not_sent for s in batched)
+    return any(s.stopped for s in batched), any(
+        not s.stopped and (s.not_sent or s.unanswered) for s in batched
+    )
 
 
-def bound_block(budget: Budget, remaining: list[Estimate] | None) -> dict:
+def bound_block(budget: Budget, remaining: list[Estimate] | None, earlier: float = 0.0) -> dict:
     """summary.json's ``cost_bound``: the bound, what this run spent, whether it stopped, what
-    remains."""
+    remains; ``earlier_batches_usd`` when this run collected batches an earlier run submitted
+    (``earlier``: what their answers cost, that run's spend, not under this bound)."""
     block = {
         "max_cost_usd": budget.max_usd,
         "spent_usd": round(budget.spent, 6),
         "stopped": budget.stopped,
     }
+    if earlier:
+        block["earlier_batches_usd"] = round(earlier, 6)
     if remaining is not None:
         total = _estimate.totals(remaining)
         block |= {

@@ -360,19 +360,24 @@ class _Sending:
         )
         if in_batch:
             left = await self.unless_stopping(batches.run())
+            if left is None:  # the run is stopping: the requests not in a batch counted not sent
+                await batches.count_stopped()
         else:
             claimed = frozenset(self.ledger.claimed(ident))
             left, _ = await asyncio.gather(
                 self.unless_stopping(batches.run()),
                 self.sync([model], KeyFilter(claimed, self.shard, keep=False)),
             )
+        keys = frozenset(model.adapter.encode(task, sample).key for task, sample in left or ())
         if left and (self.fallback_sync and batches.cancelled or not in_batch):
-            keys = frozenset(model.adapter.encode(task, sample).key for task, sample in left)
             self.say(f"{label}: sending the {len(keys):,} request(s) left synchronously")
             stats.refused -= batches.refused_left  # sent now, counted by the synchronous path
+            stats.sent -= batches.sent_already(keys)  # (each request counted sent once)
             await self.sync([model], KeyFilter(keys, self.shard, keep=True))
-        elif left:  # those of a batch refused whole are counted refused already (``_collect``)
-            unsent = len(left) - batches.refused_left
+        elif left:  # those of a batch refused whole are counted refused already (``_collect``),
+            # those a batch of this run gave back sent (with no answer: the next run sends them)
+            stats.unanswered += batches.sent_already(keys)
+            unsent = len(left) - batches.refused_left - batches.sent_already(keys)
             stats.not_sent += unsent
             stats.stop_not_sent += unsent if stats.stopped else 0  # left by the refusal
 

@@ -68,8 +68,10 @@ def test_a_batch_run_stores_the_rows_and_summary_a_synchronous_run_does(
         "running": 0,
         "given_back": 0,
         "from_earlier_runs": 0,
+        "from_earlier_runs_usd": None,
         "unknown_results": 0,
         "duplicate_results": 0,
+        "unanswered": 0,
     }
     assert "batch" not in sync["models"][0]["usage"]
     # a batch's time is no per-call latency: the batch answers are left out of it, and counted

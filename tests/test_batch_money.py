@@ -90,7 +90,15 @@ def test_a_batch_that_succeeded_and_matches_none_of_its_ids_stops_the_model_and_
     assert "batch mode stopped for this model" in out
     assert rows(tmp_path / "cache").height == 0
     (m,) = summary(tmp_path / "out")["models"]
-    assert (m["requests"]["not_sent"], m["requests"]["batches"]["unknown_results"]) == (12, 12)
+    # sent once (not also not sent: the old count, 24 of 12), none answered
+    requests = m["requests"]
+    assert (requests["sent"], requests["not_sent"], requests["batches"]["unanswered"]) == (
+        12,
+        0,
+        12,
+    )
+    assert requests["batches"]["unknown_results"] == 12
+    assert "0 request(s) not sent, 12 sent without an answer (rerun without --batch" in out
     (entry,) = Ledger(tmp_path / "cache").entries().values()
     assert (entry.phase, len(entry.returned)) == ("collected: stopped its model's batch mode", 12)
     assert entry.closed  # a synchronous run may send them
@@ -132,7 +140,12 @@ def test_the_stop_of_a_batch_that_matched_none_of_its_ids_holds_for_the_next_run
     assert creates == 1 and after == 2
     assert "batch mode stays stopped for this model" in second
     assert f"dxi batches resume --model gemini:m --cache-dir {tmp_path / 'cache'}" in second
-    assert (summary(tmp_path / "out")["models"][0]["requests"]["not_sent"]) == 12
+    requests = summary(tmp_path / "out")["models"][0]["requests"]
+    assert (requests["sent"], requests["not_sent"], requests["batches"]["unanswered"]) == (
+        12,
+        0,
+        12,
+    )
     assert [e["phase"] for e in listed] == ["collected: stopped its model's batch mode"]
     assert "gemini:m: batch mode resumed" in resumed
     assert len(Ledger(tmp_path / "cache").stops()) == 1  # the third run's batch stopped it again

@@ -329,8 +329,10 @@ def test_requests_block_counts_each_model_as_summary_json_records_it():
                 "running": 1,
                 "given_back": 3,
                 "from_earlier_runs": 0,
+                "from_earlier_runs_usd": None,
                 "unknown_results": 0,
                 "duplicate_results": 0,
+                "unanswered": 0,
             },
         },
     }

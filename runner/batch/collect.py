@@ -185,6 +185,8 @@ class Collecting:
             self.stats.retries -= sum(self.attempts.get(k, 0) > 1 for k in refused - self.refused)
             self.refused = refused
         extra = {"results_gone": str(gone)} if gone is not None else {}
+        if gone is not None:  # the provider ran (and billed) them: kept as spent (``_kept``)
+            actual += self._kept([k for k in returned if k not in seen], extra)
         if mismatch:  # the stop outlives this run: every run reads it (``_reconcile``)
             extra["mismatch"] = True
             extra["stop"] = str(self.stopped)
@@ -227,6 +229,27 @@ class Collecting:
             self._say(f"batch {entry.batch_id} collected: {stored:,} stored")
         self.wake.set()
         self.on_progress()
+
+    def _kept(self, keys: list[str], extra: dict) -> float:
+        """A batch whose results are gone ran its requests ``keys`` (the provider billed them): as
+        for a synchronous reply that never arrived (``runner.sending.cost``), the reservation of
+        each one this run submitted is kept as spent (in the model's cost, and in the ledger's
+        ``cost_usd``); those of an earlier run's batch (no reservation here) are counted in
+        ``extra`` as of unknown cost. Returns what was kept."""
+        kept, unknown = 0.0, 0
+        for key in keys:
+            reserved = self.reserved.pop(key, None)
+            if reserved is None:
+                unknown += 1
+                continue
+            self.budget.settle(reserved, reserved)
+            kept += reserved
+        if self.stats.cost_usd is not None:
+            self.stats.cost_usd += kept
+        extra["kept_usd"] = round(kept, 9)
+        if unknown:
+            extra["cost_unknown"] = unknown
+        return kept
 
     def _row(
         self,
@@ -296,7 +319,7 @@ class Collecting:
                     {c: getattr(outcome.reply, c) for c in USAGE_COLUMNS}, self.charge.price
                 )
             )
-            self.budget.spent += cost.usd
+            self.stats.from_earlier_usd += cost.usd  # the earlier run's spend, not under this bound
         return make_row(
             task,
             self._request(key, task, sample, sent),

@@ -75,7 +75,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Iterator
-from itertools import islice
+from itertools import chain, islice
 
 from dxi.adapters import AdapterError, Fatal, Request
 from dxi.adapters.batches import FAILED as FAILED_BATCH
@@ -149,6 +149,13 @@ class ModelBatches(Submitting, Collecting):
         self.fresh: set[str] = set()  # entries submitted by this run: collected as soon as they end
         self.reserved: dict[str, float] = {}  # key -> its reservation under the cost bound
         self.attempts: dict[str, int] = {}  # key -> batches it was in during this run
+        self.counted: set[str] = set()  # keys counted ``sent``: submitted in a batch of this run
+        # where the streaming stands, for a stop (``count_stopped``): the suite's requests not yet
+        # streamed, the lookup being streamed and its item at hand, the key being added
+        self.stream: Iterator[tuple[Task, int, Request]] | None = None  # None: not started
+        self.chunk: list[tuple[Task, int, Request]] = []
+        self.at = -1
+        self.adding: str | None = None
         self.mine: dict[
             str, float
         ] = {}  # entry id -> next status read (monotonic), for entries this run polls
@@ -208,6 +215,13 @@ class ModelBatches(Submitting, Collecting):
         if stack is not None:
             stack.close()
 
+    def sent_already(self, keys: frozenset[str]) -> int:
+        """How many of ``keys`` (requests left: ``run``'s return) are counted ``sent`` already: in a
+        batch of this run that gave them back (a cancel at the deadline, an expiry), not refused
+        whole. The caller counts each request once: not again when it sends them synchronously,
+        nor as ``not_sent`` when it leaves them."""
+        return len(keys.intersection(self.counted) - self.refused)
+
     def _requests(self) -> Iterator[tuple[Task, int, Request]]:
         return self.model.requests(self.suite, self.shard)
 
@@ -249,15 +263,16 @@ class ModelBatches(Submitting, Collecting):
         """Every request of the model: cached, awaited from an open entry, or put in a new batch."""
         claimed = self.ledger.claimed(self.identity)
         builder: _Builder | None = None
-        stream = self._requests()
+        stream = self.stream = self._requests()
         bounded = False  # the cost bound left no room: the rest is counted, not sent
         try:
             while batch := list(islice(stream, LOOKUP)):
+                self.chunk, self.at = batch, -1
                 await self._after_collection()
-                for (task, sample, request), hit in zip(
-                    batch, self.cache.has_many([r.key for _, _, r in batch]), strict=True
+                for at, ((task, sample, request), hit) in enumerate(
+                    zip(batch, self.cache.has_many([r.key for _, _, r in batch]), strict=True)
                 ):
-                    key = request.key
+                    key, self.at = request.key, at
                     # collecting only, the synchronous path beside counts the requests but those an
                     # open batch claims, which it leaves to this one
                     counted = not self.options.collect_only or key in claimed
@@ -284,8 +299,11 @@ class ModelBatches(Submitting, Collecting):
                         self.stats.not_sent += 1
                         continue
                     try:
+                        self.adding = key
                         builder = await self._add(builder, task, sample, request)
-                    except CostBoundReached:  # this one and every later one not cached: not sent
+                        self.adding = None
+                    except CostBoundReached:
+                        self.adding = None  # this one and every later one not cached: not sent
                         bounded = True
                         if (
                             self.stopped is not None
@@ -294,10 +312,42 @@ class ModelBatches(Submitting, Collecting):
                         else:
                             self.stats.not_sent += 1
                 self.on_progress()
+            self.chunk = []
             if builder is not None:  # (one ``_add`` submitted already is not submitted again)
                 await self._submit(builder)
         finally:
             self.wake.set()
+
+    async def count_stopped(self) -> None:
+        """The run was stopped (the first Ctrl-C or SIGTERM: ``run`` cut) with this model's requests
+        partly streamed: each one counted once. Not yet streamed: a cache hit, in an open batch (an
+        earlier run's: neither, the next run collects it) or ``not_sent``; streamed and waiting in
+        no open batch (or left after a refusal): ``not_sent`` when never submitted (in the batch
+        being built, or waiting for room under the bound), ``unanswered`` when a batch of this run
+        gave it back (counted ``sent``). Those in an open batch (counted ``sent`` when this run
+        submitted it) are collected by the next run."""
+        if self.options.collect_only:
+            return
+        st, claimed = self.stats, self.ledger.claimed(self.identity)
+        held = [k for k in self.waiting if k not in claimed and not self.cache.has(k)]
+        if self.adding is not None and self.adding not in self.waiting:
+            held.append(self.adding)  # cut while waiting for room: not in a batch
+        left = frozenset(self.adapter.encode(task, sample).key for task, sample in self.left)
+        sent = sum(k in self.counted for k in held) + self.sent_already(left)
+        st.unanswered += sent
+        st.not_sent += len(held) + len(left - self.refused) - sent
+        self.left = []
+        stream = self._requests() if self.stream is None else self.stream
+        rest = chain(self.chunk[self.at + 1 :], stream)
+        while part := list(islice(rest, LOOKUP)):
+            for (_, _, request), hit in zip(
+                part, self.cache.has_many([r.key for _, _, r in part]), strict=True
+            ):
+                st.total += 1
+                st.cache_hits += hit
+                st.not_sent += not hit and request.key not in claimed
+            await asyncio.sleep(0)
+        self.chunk, self.stream = [], iter(())
 
     async def _after_collection(self) -> None:
         """Let a collection under way (any model's) finish before more requests are encoded: answers

@@ -51,10 +51,13 @@ class BatchStats(Stats):
     (batches collected), ``given_back`` (requests given back, to be sent again), ``claimed``
     (requests in another live process's open batch: it collects them), ``from_earlier`` (requests
     answered by a batch an earlier run submitted, stored by this one: neither sent by this run nor
-    found in the cache), ``unknown_results`` (result lines whose id is none of their batch's
-    requests', or that carry none: dropped, with a warning), ``duplicate_results`` (result lines
-    repeating an id read already in their batch: the first one kept), ``in_batch`` (the model is in
-    batch mode, not only collecting an earlier run's batches)."""
+    found in the cache; ``from_earlier_usd``: what they cost, paid by the run that submitted them:
+    in the model's ``cost_usd``, not in this run's spend under its cost bound), ``unknown_results``
+    (result lines whose id is none of their batch's requests', or that carry none: dropped, with a
+    warning), ``duplicate_results`` (result lines repeating an id read already in their batch: the
+    first one kept), ``unanswered`` (requests a batch of this run gave back unanswered, left at the
+    deadline without the fallback: counted ``sent``, once; the next run sends them), ``in_batch``
+    (the model is in batch mode, not only collecting an earlier run's batches)."""
 
     submitted: int = 0
     running: dict[str, float] = field(default_factory=dict)
@@ -62,8 +65,10 @@ class BatchStats(Stats):
     given_back: int = 0
     claimed: int = 0
     from_earlier: int = 0
+    from_earlier_usd: float = 0.0
     unknown_results: int = 0
     duplicate_results: int = 0
+    unanswered: int = 0
     in_batch: bool = False
     stopped: str | None = None
 

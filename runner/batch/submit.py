@@ -364,7 +364,9 @@ class Submitting:
         # each request counted sent once, however many batches it was in (given back, resubmitted);
         # a retry each time it is in a batch again, once the batch is submitted (one the API refused
         # sent nothing again)
-        self.stats.sent += sum(self.attempts[key] == 1 for key in builder.keys)
+        new = set(builder.keys) - self.counted
+        self.counted |= new
+        self.stats.sent += len(new)
         self.stats.retries += sum(self.attempts[key] > 1 for key in builder.keys)
         if self.stats.started is None:
             self.stats.started = time.monotonic()

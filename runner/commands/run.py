@@ -278,18 +278,26 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
         if s.stopped:
             unsent = s.stop_not_sent if bounded else s.not_sent
             counts = f"{s.refused:,} request(s) refused, {unsent:,} not sent" if s.refused else ""
+            counts = counts or f"{unsent:,} request(s) not sent"
+            if s.unanswered:  # sent in a batch that answered none of them (counted sent)
+                counts += f", {s.unanswered:,} sent without an answer"
             console.print(
                 f"[red]Batch API refused:[/] {escape(label)}: "
                 f"{escape(s.stopped.removeprefix(f'{label}: '))}; "
-                f"{counts or f'{unsent:,} request(s) not sent'} (rerun without "
-                "--batch to send them one call at a time)"
+                f"{counts} (rerun without --batch to send them one call at a time)"
             )
         elif bounded:
             continue  # the cost bound's line counted them (and says what to do)
-        elif s.not_sent:
+        elif s.not_sent or s.unanswered:
+            how = (
+                f" ({s.not_sent:,} not sent, {s.unanswered:,} sent in a batch that gave them back)"
+                if s.unanswered
+                else ""
+            )
             console.print(
-                f"[yellow]{escape(label)}: {s.not_sent:,} request(s) not answered by batch[/] (the deadline, or "
-                "the cost bound); the next run sends them, or use --deadline-fallback sync"
+                f"[yellow]{escape(label)}: {s.not_sent + s.unanswered:,} request(s) not answered by "
+                f"batch[/]{how} (the deadline, or the cost bound); the next run sends them, or use "
+                "--deadline-fallback sync"
             )
         if s.running:
             console.print(

@@ -268,10 +268,12 @@ class RunProgress:
             spend = "no price " if s.cost_usd is None else f"{most}${s.cost_usd:.4f} "
             if self.budget is not None and self.budget.max_usd is not None:
                 run_most = any(o.cost_at_reservation_usd for o in (s, *self._stats.values()))
+                earlier = getattr(s, "from_earlier_usd", 0.0)  # paid by the run that submitted
+                also = f"; ${earlier:.4f} earlier runs' batches" if earlier else ""
                 spend = (
                     spend[:-1]
                     + f" (run {'at most ' if run_most else ''}${self.budget.spent:.4f} of "
-                    + f"${self.budget.max_usd:g}) "
+                    + f"${self.budget.max_usd:g}{also}) "
                 )
         if getattr(
             s, "in_batch", False
