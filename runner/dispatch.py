@@ -368,16 +368,19 @@ class _Sending:
                 self.unless_stopping(batches.run()),
                 self.sync([model], KeyFilter(claimed, self.shard, keep=False)),
             )
-        keys = frozenset(model.adapter.encode(task, sample).key for task, sample in left or ())
-        if left and (self.fallback_sync and batches.cancelled or not in_batch):
+        if not left:
+            return
+        keys = frozenset(model.adapter.encode(task, sample).key for task, sample in left)
+        already = batches.sent_already(keys)  # each request is counted sent once
+        if self.fallback_sync and batches.cancelled or not in_batch:
             self.say(f"{label}: sending the {len(keys):,} request(s) left synchronously")
             stats.refused -= batches.refused_left  # sent now, counted by the synchronous path
-            stats.sent -= batches.sent_already(keys)  # (each request counted sent once)
+            stats.sent -= already
             await self.sync([model], KeyFilter(keys, self.shard, keep=True))
-        elif left:  # those of a batch refused whole are counted refused already (``_collect``),
-            # those a batch of this run gave back sent (with no answer: the next run sends them)
-            stats.unanswered += batches.sent_already(keys)
-            unsent = len(left) - batches.refused_left - batches.sent_already(keys)
+        else:  # those of a batch refused whole are counted refused already (``_collect``), those
+            # a batch of this run gave back sent (with no answer: the next run sends them)
+            stats.unanswered += already
+            unsent = len(left) - batches.refused_left - already
             stats.not_sent += unsent
             stats.stop_not_sent += unsent if stats.stopped else 0  # left by the refusal
 
