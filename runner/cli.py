@@ -21,7 +21,7 @@ from types import ModuleType
 from dxi.lazy import LazyModule
 
 from . import streams
-from .commands import COMMANDS, EXIT_CODES, HELP, Formatter, Version, make_console
+from .commands import COMMANDS, EXIT_CODES, HELP, Formatter, Version, make_console, misplaced
 from .errors import EXIT_SOFTWARE, EXIT_USAGE, CommandError
 
 evals = LazyModule(
@@ -69,7 +69,7 @@ class _Parser(argparse.ArgumentParser):
             parsed.run_file, parsed.target, extras = target, type(target)(extras[0]), []
         if extras:
             target = self.chosen(parsed)
-            target.error(f"unrecognized arguments: {' '.join(extras)}{target._hint(extras)}")
+            target.error(target._unrecognized(extras))
         after_flag = getattr(parsed, "_run_file_after_flag", None)
         if after_flag is not None:  # `--param k=v run.toml`: the run file, not a parameter
             del parsed._run_file_after_flag
@@ -108,7 +108,7 @@ class _Parser(argparse.ArgumentParser):
                 if a.startswith("--") and a.split("=", 1)[0] not in self._flags()
             ]
             if unknown:
-                message += f"; unrecognized arguments: {' '.join(unknown)}{self._hint(unknown)}"
+                message += f"; {self._unrecognized(unknown)}"
         what = "commands" if choices else "options"
         self.exit(
             EXIT_USAGE, f"{self.prog}: error: {message}\nrun '{self.prog} --help' for the {what}\n"
@@ -116,6 +116,15 @@ class _Parser(argparse.ArgumentParser):
 
     def _flags(self) -> list[str]:
         return [o for a in self._actions for o in a.option_strings]
+
+    def _unrecognized(self, extras: list[str]) -> str:
+        """What ``extras``, the words left over, are: a flag of another command, named with the
+        commands that take it (argparse would give the value after it to RUN_FILE:
+        ``commands.misplaced``), else the words and the flag closest to a mistyped one."""
+        said, rest = misplaced(self, getattr(self, "_argv", []), parser)
+        rest = rest if said else extras
+        said += [f"unrecognized arguments: {' '.join(rest)}{self._hint(rest)}"] if rest else []
+        return "; ".join(said)
 
     def _hint(self, extras: list[str]) -> str:
         flag = next((e.split("=", 1)[0] for e in extras if e.startswith("-")), None)

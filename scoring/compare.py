@@ -239,10 +239,17 @@ def open_pairs(cube: Cube) -> np.ndarray | None:
         q[cube.l[wrong], cube.t[wrong] - start] = 1
         open_ = mine & first & ~reply  # asked, no reply: failed or missing
         m[cube.l[open_], cube.t[open_] - start] = 1
-        out[0] += np.rint(r @ q.T).astype(np.int64)
-        out[1] += np.rint(m @ q.T + r @ m.T).astype(np.int64)
-        out[2] += np.rint(m @ m.T).astype(np.int64)
+        out += open_counts(r, q, m)
     return out
+
+
+def open_counts(right: np.ndarray, wrong: np.ndarray, open_: np.ndarray) -> np.ndarray:
+    """``open_pairs``' counts of the answers of labels × questions (0/1 or bool, one row a label):
+    ``right`` and ``wrong`` replies and ``open_`` ones (asked, no reply: failed or missing; a
+    question a label was not asked is none of the three); shape (3, labels, labels) int64, as
+    ``open_pairs`` describes. Exact for up to 2**24 questions (float32 sums)."""
+    r, q, m = (np.asarray(x, np.float32) for x in (right, wrong, open_))
+    return np.rint(np.stack([r @ q.T, m @ q.T + r @ m.T, m @ m.T])).astype(np.int64)
 
 
 def worst_mcnemar(

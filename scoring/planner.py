@@ -404,7 +404,7 @@ def plan(
                 "epochs": epochs,
                 "questions": {e: round(v, 1) for e, v in questions.items()},
                 "adaptive": adaptive,
-                "expected": spend(mean, epochs, u),
+                "expected": adaptive if quantile is None else spend(mean, epochs, u),
                 "whole": whole,
                 "saving": 1 - adaptive["requests"] / whole["requests"],
                 "exhausted_share": exhausted,

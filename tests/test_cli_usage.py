@@ -116,6 +116,52 @@ def test_a_flag_is_taken_only_whole_never_abbreviated(argv, line, capsys):
     assert capsys.readouterr().err.splitlines()[0] == line
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["batches", "collect", "--max-cost", "5"],
+            "dxi batches collect: error: --max-cost is not an option of dxi batches collect (dxi "
+            "run and dxi estimate take it)",
+        ),
+        (  # argparse gave 3 to RUN_FILE and named the run file as the unrecognized word
+            ["batches", "collect", "--max-cost", "3", "examples/run.toml"],
+            "dxi batches collect: error: --max-cost is not an option of dxi batches collect (dxi "
+            "run and dxi estimate take it)",
+        ),
+        (
+            ["batches", "collect", "--rpm=5", "--max-cost", "3"],
+            "dxi batches collect: error: --rpm and --max-cost are not options of dxi batches "
+            "collect (dxi run and dxi estimate take them)",
+        ),
+        (
+            ["batches", "collect", "--deadline", "03:00", "--limt", "3"],
+            "dxi batches collect: error: --deadline is not an option of dxi batches collect (dxi "
+            "run takes it); unrecognized arguments: --limt (did you mean --limit?)",
+        ),
+        (
+            ["batches", "collect", "--all"],
+            "dxi batches collect: error: --all is not an option of dxi batches collect (dxi "
+            "batches list, dxi batches cancel and dxi batches resume take it)",
+        ),
+        (
+            ["batches", "cancel", "--max-cost", "3"],
+            "dxi batches cancel: error: one of the arguments --model --entry --all is required; "
+            "--max-cost is not an option of dxi batches cancel (dxi run and dxi estimate take it)",
+        ),
+    ],
+    ids=["value", "value-then-run-file", "two", "and-mistyped", "sub-commands", "required"],
+)
+def test_another_commands_flag_is_named_with_the_commands_that_take_it(argv, line, capsys):
+    """``dxi batches collect --max-cost 5``: argparse gives 5 to RUN_FILE and reports the flag
+    without it (or the word after it instead); the error names the flag and who takes it."""
+    assert main(argv) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"{line}\nrun 'dxi {argv[0]} {argv[1]} --help' for the options\n",
+    )
+
+
 def test_a_mistyped_flag_beside_a_missing_required_one_is_named(capsys):
     assert main(["data", "fetch", "--dta-dir", "x"]) == 2
     assert capsys.readouterr().err == (
@@ -749,6 +795,6 @@ def test_plan_help_lists_no_sending_option_and_refuses_one(capsys):
     assert main(["plan", "--model", "embedded", "--precision", "5", "--max-in-flight", "4"]) == 2
     assert capsys.readouterr() == (
         "",
-        "dxi plan: error: unrecognized arguments: --max-in-flight\n"  # 4: taken as RUN_FILE
-        "run 'dxi plan --help' for the options\n",
+        "dxi plan: error: --max-in-flight is not an option of dxi plan (dxi run and dxi estimate "
+        "take it)\nrun 'dxi plan --help' for the options\n",
     )

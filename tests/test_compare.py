@@ -760,3 +760,69 @@ def test_no_pair_is_separated_beside_an_interval_that_holds_0():
     separated = rows.filter(pl.col("significant"))
     assert separated.height > 0  # the index and the choice evaluations' accuracies, here
     assert ((separated["low"] > 0) | (separated["high"] < 0)).all()
+
+
+def test_the_views_compare_counts_open_answers_as_summary_json_does():
+    """``dxi view``'s compare page takes McNemar's test at the worst outcome of the open answers
+    with scoring's own counts (``compare.open_counts``, which ``open_pairs`` sums): the same p as
+    summary.json's. a: R R R R R R R W F F R W, b: W W W W W R W R R F W R (F failed). Surely a
+    only: q0-q4, q6, q10 = 7; surely b only: q7, q11 = 2; could be b only: q8 (b right, a open) =
+    1; both open: q9 = 1. Worst outcome: 7 against 2 + 1 + 1 = 4, p = 2 · P(X ≤ 4 | 11, ½) = 2 ·
+    562 / 2048 = 0.548828125; the counts as they stand (failed as not right): 7 against 3, p =
+    2 · 176 / 1024 = 0.34375."""
+    from dxi.scoring.compare import open_counts, open_pairs
+    from dxi.scoring.sums import build_cubes
+    from dxi.view.data import Browser
+
+    patterns = {"m:a": "RRRRRRRWFFRW", "m:b": "WWWWWRWRRFWR"}
+    rows = [r for label, p in patterns.items() for r in _asked(p, label)]
+    cube = build_cubes(frame(rows))["hle_multichoice"]
+    a, b = cube.labels.index("m:a"), cube.labels.index("m:b")
+    o = open_pairs(cube)
+    assert (o[:, a, b].tolist(), o[:, b, a].tolist()) == ([7, 0, 1], [2, 1, 1])
+    is_open = np.array([[s == "F" for s in p] for p in patterns.values()])
+    right = np.array([[s == "R" for s in p] for p in patterns.values()])
+    assert open_counts(right, ~right & ~is_open, is_open)[:, 0, 1].tolist() == [7, 0, 1]
+    scored = score(frame(rows), Bootstrap(resamples=200), with_comparisons=True)
+    stored = (
+        scored.comparisons.filter(pl.col("metric") == "accuracy")
+        .filter((pl.col("a") == "m:a") & (pl.col("b") == "m:b"))
+        .row(0, named=True)
+    )
+    assert stored["mcnemar_p"] == pytest.approx(0.548828125)
+    # the view's wide frame of the same answers (``view.data._wide``): one row per question
+    n = len(patterns["m:a"])
+    wide = pl.DataFrame(
+        {
+            "task_id": [f"h/{i:02d}" for i in range(n)],
+            "question_id": [f"h/{i:02d}" for i in range(n)],
+            "category": ["c"] * n,
+            "gold": ["A"] * n,
+            "order": list(range(n)),
+            **{
+                f"{column}{k}": values
+                for k, p in enumerate(patterns.values())
+                for column, values in (
+                    ("pick", [None if s == "F" else "A" if s == "R" else "B" for s in p]),
+                    ("status", ["failed" if s == "F" else "ok" for s in p]),
+                    ("correct", [s == "R" for s in p]),
+                    ("pgold", [None] * n),
+                    ("conf", [None] * n),
+                )
+            },
+        }
+    )
+    view = Browser.__new__(Browser)
+    view.labels, view.tasks, view.wide = list(patterns), {}, {("hle_multichoice", 0): wide}
+    table, page = view.compare("hle_multichoice", "m:a", "m:b")
+    assert table == {
+        "both_right": 1,
+        "a_only": 7,
+        "b_only": 3,
+        "both_wrong": 1,
+        "one_asked": 0,
+        "open": 2,
+        "mcnemar_p": pytest.approx(0.548828125),
+    }
+    assert page.total == 10  # the discordant questions, listed
+    assert binomtest(3, 10).pvalue == pytest.approx(0.34375)  # not the p the page takes

@@ -208,3 +208,31 @@ async def test_a_plan_names_a_system_one_model_as_its_server_does(
     assert planned["model"] == "systemone:fake-decider"
     assert planned["profile"] == "its answers in the cache"
     assert planned["tokens_basis"] == {"recorded by its cached replies": 12}
+
+
+def test_a_plan_estimates_a_models_requests_once(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
+    """Every request of fake in the cache, no reply of it counting tokens: each evaluation is
+    estimated as if new (bytes / 4, as with an empty cache). ``dxi plan`` estimated the model
+    twice for that (every request encoded again, cached ones too); once now, the same plan."""
+    from dxi.runner.planning import estimate as estimating
+
+    cache = tmp_path / "c"
+    where = ["--data-dir", str(data_dir), "--cache-dir", str(cache), *PRICED]
+    empty = _plan(where, capsys)
+    built = plan.build(models=[FAKE], data_dir=data_dir, cache_dir=cache)
+    requests = [(t.eval, r.key) for t, _, r in built.models[0].requests(built.suite)]
+    with Cache(cache) as opened:
+        opened.append_many(
+            [row(key, provider="systemone", model="fake", eval=e) for e, key in requests]
+        )
+    estimated, real = [], estimating._estimate_one
+    monkeypatch.setattr(
+        estimating, "_estimate_one", lambda m, *a: estimated.append(m.adapter.label) or real(m, *a)
+    )
+    cached = _plan(where, capsys)
+    assert estimated == ["systemone:fake"]  # once, not twice
+    assert cached["tokens_basis"] == {NO_USAGE: 12} == empty["tokens_basis"]
+    assert (cached["adaptive"], cached["whole"]) == (empty["adaptive"], empty["whole"])
+    assert cached["adaptive"]["cost_usd"] > 0

@@ -593,10 +593,10 @@ def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(
     # every provisional figure with its bounds under it; a complete one with none
     index_bounds = f'<span class="ci bounds">bounds {span(m["decision_index_bounds"])}</span>'
     w2c_bounds = f'<span class="ci bounds">bounds {span(w2c["accuracy_bounds"])}</span>'
-    assert f"<td>{m['decision_index']:.1f}*<span" in index and index_bounds in index
-    assert f"<td>{w2c['accuracy']:.1f}*<span" in index and w2c_bounds in index
+    assert f"<td>{m['decision_index']:.1f}* <span" in index and index_bounds in index
+    assert f"<td>{w2c['accuracy']:.1f}* <span" in index and w2c_bounds in index
     assert (
-        f"<td>{m['evals']['hle_multichoice']['accuracy']:.1f}<span" in index
+        f"<td>{m['evals']['hle_multichoice']['accuracy']:.1f} <span" in index
     )  # complete: not marked
     assert index.count('class="ci bounds"') == 2
     section = html[html.index('<h2 id="when2call">') : html.index('<h2 id="wildguardtest">')]
@@ -628,6 +628,21 @@ def test_the_rank_of_a_provisional_index_is_marked_as_the_index_is(
     index = html[html.index('<table class="index">') :]
     ranks = re.findall(r'<span class="ci">(rank [^<]*)</span>', index[: index.index("</table>")])
     assert ranks == ["rank 1 [1–1], jointly [1–2]", "rank 2* [1–2], jointly [1–2]"]  # by index
+    # as text (copied, read aloud, a text browser) a cell reads as the terminal's: a space before
+    # its interval, its bounds and its rank, each shown on a line of its own
+    row = index[index.index("<tbody>") :].split("</tr>")[1]  # the copy's
+    text = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+    assert text == [
+        copy,
+        "24.3* [10.4, 56.3] bounds [20.1, 28.5] rank 2* [1–2], jointly [1–2]",
+        "50.0 [9.2, 90.8]",
+        "0.0 [0.0, 80.2]",
+        "0.0 [0.0, 80.2]",
+        "50.0* [2.7, 97.3] bounds [33.3, 66.7]",  # When2Call, its failed answer
+        "22.2 [1.7, 97.7]",
+        "0",
+        "1",
+    ]
     table = pl.read_csv(out / "tables" / "index.csv")
     assert table.select("model", "rank", "decision_index_lowest").rows() == [
         (MODEL, 1, None),

@@ -48,7 +48,7 @@ from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import adaptive, records
 from dxi.scoring.calibration import ECE_BINS, answer_terms
-from dxi.scoring.compare import mcnemar_p, worst_mcnemar
+from dxi.scoring.compare import mcnemar_p, open_counts, worst_mcnemar
 from dxi.scoring.cost import USAGE_COLUMNS, known_cost
 from dxi.scoring.pipeline import CONFIG_COLUMNS, STATUSES, current_rows
 from dxi.scoring.records import Summary, unset
@@ -600,9 +600,9 @@ class Browser:
         frame = self.frame(name, epoch)
         i, j = self.model(a), self.model(b)
         a_asked, b_asked = pl.col(f"correct{i}").is_not_null(), pl.col(f"correct{j}").is_not_null()
-        counts = (  # over the questions both were asked (an adaptive run's parts: ``_wide``)
-            frame.filter(a_asked & b_asked)
-            .group_by(pl.col(f"correct{i}").alias("a"), pl.col(f"correct{j}").alias("b"))
+        both = frame.filter(a_asked & b_asked)  # (an adaptive run's parts: ``_wide``)
+        counts = (
+            both.group_by(pl.col(f"correct{i}").alias("a"), pl.col(f"correct{j}").alias("b"))
             .len()
             .iter_rows()
         )
@@ -611,28 +611,15 @@ class Browser:
         for x, y, n in counts:
             table[by_pair[(bool(x), bool(y))]] += n
         table["one_asked"] = frame.filter(a_asked != b_asked).height
-        a_open, b_open = (pl.col(f"status{k}").is_in(OPEN) for k in (i, j))
-        a_right, b_right = (pl.col(f"correct{k}") & ~o for k, o in ((i, a_open), (j, b_open)))
-        a_wrong, b_wrong = (~pl.col(f"correct{k}") & ~o for k, o in ((i, a_open), (j, b_open)))
-        sides = (  # the answers both replied to, those the open answers could join, scoring.compare
-            frame.filter(a_asked & b_asked)
-            .select(
-                (a_right & b_wrong).sum().alias("sure_a"),
-                (a_wrong & b_right).sum().alias("sure_b"),
-                ((a_open & b_wrong) | (a_right & b_open)).sum().alias("could_a"),
-                ((b_open & a_wrong) | (b_right & a_open)).sum().alias("could_b"),
-                (a_open & b_open).sum().alias("both_open"),
-                (a_open | b_open).sum().alias("open"),
-            )
-            .row(0, named=True)
-        )
-        table["open"] = sides.pop("open")
+        is_open = np.stack([both[f"status{k}"].is_in(OPEN).to_numpy() for k in (i, j)])
+        table["open"] = int(is_open.any(axis=0).sum())
         if name == WILDGUARD:
             table["mcnemar_p"] = None
-        elif table["open"]:
-            table["mcnemar_p"] = float(
-                worst_mcnemar(**{k: np.array([v]) for k, v in sides.items()})[0]
-            )
+        elif table["open"]:  # summary.json's counts (scoring.compare), of a (row 0) and b (row 1)
+            right = np.stack([both[f"correct{k}"].to_numpy() for k in (i, j)]) & ~is_open
+            o = open_counts(right, ~right & ~is_open, is_open)  # [k, 0, 1] a's side, [k, 1, 0] b's
+            worst = worst_mcnemar(o[0, :1, 1], o[0, 1:, 0], o[1, :1, 1], o[1, 1:, 0], o[2, :1, 1])
+            table["mcnemar_p"] = float(worst[0])
         else:
             table["mcnemar_p"] = float(
                 mcnemar_p(np.array([table["a_only"]]), np.array([table["b_only"]]))[0]

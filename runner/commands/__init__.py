@@ -7,16 +7,19 @@ the library, never another command module; ``runner.cli`` builds the parser from
 
 This package's ``__init__`` declares what ``dxi --help`` shows without importing any command module:
 each command's module (``COMMANDS``) and help line (``HELP``), the help's ``Formatter``, the exit
-codes' text (``EXIT_CODES``, ``exit_codes``) and the consoles (``make_console``). It imports only
-argparse and ``runner.errors``: ``runner.cli`` imports a command's module only when that command is
-parsed or run (``dxi --help`` imports none; the start-up benchmark, ``benchmarks/bench_process.py``,
-holds it to 0.15 s and tests/test_startup.py checks what it imports).
+codes' text (``EXIT_CODES``, ``exit_codes``), the consoles (``make_console``) and the words of a
+flag given to the wrong command (``misplaced``). It imports only argparse, re and ``runner.errors``:
+``runner.cli`` imports a command's module only when that command is parsed or run (``dxi --help``
+imports none; the start-up benchmark, ``benchmarks/bench_process.py``, holds it to 0.15 s and
+tests/test_startup.py checks what it imports).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from collections.abc import Callable, Sequence
 
 from ..errors import (
     EXIT_CACHE_WRITE,
@@ -130,6 +133,65 @@ def make_console(stderr: bool = False):
     if not stderr and not made.is_terminal:
         made = Console(highlight=False, soft_wrap=True, emoji=False, width=180)
     return made
+
+
+_NUMBER = re.compile(r"-\d[\d_.,]*(e-?\d+)?")  # a negative number is a value, not a flag
+
+
+def misplaced(
+    command: argparse.ArgumentParser,
+    argv: list[str],
+    root: Callable[[], argparse.ArgumentParser],
+) -> tuple[list[str], list[str]]:
+    """The flags of ``argv`` (a command's words) that ``command`` does not take: the clauses naming
+    those another command takes (``--max-cost is not an option of dxi batches collect (dxi run and
+    dxi estimate take it)``), flags the same commands take in one, and the flags no command takes.
+    ``root`` builds the parser of every command (``runner.cli.parser``), called only when a flag is
+    not ``command``'s."""
+    flags = [o for a in command._actions for o in a.option_strings]
+    stray: list[str] = []
+    for word in argv[: argv.index("--") if "--" in argv else None]:
+        flag = word.split("=", 1)[0]
+        if (
+            flag[:1] == "-"
+            and flag != "-"
+            and not _NUMBER.fullmatch(flag)
+            and flag not in flags + stray
+        ):
+            stray.append(flag)
+    leaves = _leaves(root()) if stray else []
+    by_takers: dict[tuple[str, ...], list[str]] = {}  # the flags the same commands take
+    for flag in stray:
+        takers = tuple(p.prog for p in leaves if p.prog != command.prog and _takes(p, flag))
+        by_takers.setdefault(takers, []).append(flag)
+    rest = by_takers.pop((), [])
+    said = [
+        f"{_and(named)} {'is not an option' if len(named) == 1 else 'are not options'} of "
+        f"{command.prog} ({_and(takers)} take{'s' * (len(takers) == 1)} "
+        f"{'it' if len(named) == 1 else 'them'})"
+        for takers, named in by_takers.items()
+    ]
+    return said, rest
+
+
+def _leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of every command and sub-command under ``p`` that has none of its own, in
+    ``dxi --help``'s order."""
+    subs = [
+        sub
+        for a in p._actions
+        if isinstance(a, argparse._SubParsersAction)
+        for sub in a.choices.values()
+    ]
+    return [leaf for sub in subs for leaf in _leaves(sub)] if subs else [p]
+
+
+def _takes(p: argparse.ArgumentParser, flag: str) -> bool:
+    return any(flag in a.option_strings for a in p._actions)
+
+
+def _and(words: Sequence[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):

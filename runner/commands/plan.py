@@ -164,7 +164,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     with Cache(plan.cache_dir) as cache:
         answers = scoring.answers(cache.scan(), frame, gold, categories, plan.epochs)
         used = scoring.usage(cache.scan(), frame, gold, plan.epochs)
-        dry = {e.model: e for e in estimate(plan.models, plan.suite, cache)}
+        # each model's requests estimated once: those the cache does not hold, and apart those it
+        # holds, as if new (``cached_evals``)
+        dry = {e.model: e for e in estimate(plan.models, plan.suite, cache, cached_too=True)}
         # a model's evaluation whose requests are all cached, and none of their replies counted its
         # tokens (0 or none reported: scoring.cost.COUNTED): estimated as `dxi estimate` would if
         # new
@@ -177,12 +179,6 @@ def main(args: argparse.Namespace, console: Console) -> int:
                 "counted"
             ].sum()
         }
-        again = [m for m in plan.models if any(m.label == label for label, _ in unmeasured)]
-        fresh = (
-            {e.model: e for e in estimate(again, plan.suite, cache, cached_too=True)}
-            if again
-            else {}
-        )
     profiles, usage, bases = {}, {}, {}
     for m in plan.models:
         try:
@@ -192,7 +188,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
         tokens = {}
         for e in populations:
             mine = used.filter((pl.col("label") == m.label) & (pl.col("eval") == e))
-            new = (fresh if (m.label, e) in unmeasured else dry)[m.label].evals.get(e, {})
+            d = dry[m.label]
+            new = (d.cached_evals if (m.label, e) in unmeasured else d.evals).get(e, {})
             n = int(mine["counted"].sum()) + int(new.get("new", 0))
             tin = float(mine["input_tokens"].sum()) + float(new.get("input_tokens", 0))
             tout = float(mine["output_tokens"].sum()) + float(new.get("output_tokens", 0))
@@ -201,7 +198,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         bases[m.label] = tokens_basis(
             used.filter(pl.col("label") == m.label),
             dry[m.label],
-            {e: fresh[m.label].eval_basis[e] for label, e in unmeasured if label == m.label},
+            {e: dry[m.label].cached_eval_basis[e] for label, e in unmeasured if label == m.label},
         )
     if args.separate:
         chosen = [profiles[a], profiles[a].shifted(args.difference, b)]

@@ -125,6 +125,10 @@ class Estimate:
     basis: dict[str, int] = field(default_factory=dict)
     evals: dict[str, dict] = field(default_factory=dict)
     eval_basis: dict[str, dict[str, int]] = field(default_factory=dict)  # basis per evaluation
+    # ``estimate(cached_too=True)``: ``evals`` and ``eval_basis`` of the requests the cache holds,
+    # estimated as if new (``dxi plan``'s tokens of an evaluation whose cached replies counted none)
+    cached_evals: dict[str, dict] = field(default_factory=dict)
+    cached_eval_basis: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         out = {
@@ -311,31 +315,19 @@ def _estimate_one(
                     input_bound(size, a.HIDDEN_INPUT_TOKENS),
                     out_bound,
                     basis,
+                    hit,
                 )
             )
+    cached = [r[:-1] for r in rows if r[-1]]  # (cached_too) estimated apart
+    rows = [r[:-1] for r in rows if not r[-1]]
+    if cached:
+        est.cached_evals, est.cached_eval_basis = _per_eval(_frame(cached), model.price)
     est.new = len(rows)
     if not rows:
         est.cost_usd = 0.0 if model.price is not None else None
         est.bound_usd = est.cost_usd
         return est
-    frame = pl.DataFrame(
-        rows,
-        orient="row",
-        schema={
-            "eval": pl.String,
-            "task_id": pl.String,
-            "task_digest": pl.String,
-            "sample": pl.Int32,
-            "status": pl.String,
-            "damaged": pl.Boolean,
-            "unconfirmed": pl.Boolean,
-            "input": pl.Float64,
-            "output": pl.Float64,
-            "input_bound": pl.Int64,
-            "output_bound": pl.Int64,
-            "basis": pl.String,
-        },
-    )
+    frame = _frame(rows)
     frame = frame.with_columns(
         pl.lit(a.kind).alias("kind"),
         pl.lit(a.model).alias("model"),
@@ -360,21 +352,53 @@ def _estimate_one(
                 max_input_price(model.price),
                 model.price[1],
             )  # as the cost bound reserves
+    est.evals, est.eval_basis = _per_eval(frame, model.price)
+    return est
+
+
+def _frame(rows: list[tuple]) -> pl.DataFrame:
+    """``_estimate_one``'s rows, one a request estimated, as a frame."""
+    return pl.DataFrame(
+        rows,
+        orient="row",
+        schema={
+            "eval": pl.String,
+            "task_id": pl.String,
+            "task_digest": pl.String,
+            "sample": pl.Int32,
+            "status": pl.String,
+            "damaged": pl.Boolean,
+            "unconfirmed": pl.Boolean,
+            "input": pl.Float64,
+            "output": pl.Float64,
+            "input_bound": pl.Int64,
+            "output_bound": pl.Int64,
+            "basis": pl.String,
+        },
+    )
+
+
+def _per_eval(
+    frame: pl.DataFrame, price: tuple[float, ...] | None
+) -> tuple[dict[str, dict], dict[str, dict[str, int]]]:
+    """An estimate's ``evals`` and ``eval_basis`` from its rows (``_frame``)."""
+    evals: dict[str, dict] = {}
+    eval_basis: dict[str, dict[str, int]] = {}
     per_eval = frame.group_by("eval").agg(
         pl.len().alias("new"), pl.col("input").sum(), pl.col("output").sum()
     )
     for e, b, n in frame.group_by("eval", "basis").len().iter_rows():
-        est.eval_basis.setdefault(e, {})[b] = n
+        eval_basis.setdefault(e, {})[b] = n
     for r in per_eval.sort("eval").iter_rows(named=True):
-        est.evals[r["eval"]] = {
+        evals[r["eval"]] = {
             "new": r["new"],
             "input_tokens": round(r["input"]),
             "output_tokens": round(r["output"]),
             "cost_usd": None
-            if model.price is None
-            else round(cost_usd(r["input"], r["output"], *model.price), 6),
+            if price is None
+            else round(cost_usd(r["input"], r["output"], *price), 6),
         }
-    return est
+    return evals, eval_basis
 
 
 def estimate(
@@ -387,7 +411,8 @@ def estimate(
 ) -> list[Estimate]:
     """The dry run of ``models`` (adapters built; a System One model must know its name) over
     ``suite`` (only the requests ``shard`` owns, when given: ``runner.planning.shard``).
-    ``cached_too``: the requests the cache holds are estimated too, as if new (``new`` counts them;
+    ``cached_too``: the requests the cache holds are estimated too, as if new, apart
+    (``cached_evals`` and ``cached_eval_basis``; the rest of each estimate is the same:
     ``dxi plan``'s tokens of an evaluation whose cached replies counted none). ``held``: label ->
     the keys of the model's requests that open batches hold -> whether the provider accepted the
     batch (``runner.open_batches.held``): counted ``in_open_batches`` when not cached (not new), or
