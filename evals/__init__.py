@@ -387,6 +387,24 @@ class Suite:
             )  # the rows are in the frames now (see ``Survey``)
         return self._gold
 
+    def distinct_tasks(self) -> int | None:
+        """The number of tasks, when the survey is kept already (``validate`` makes it) and no two
+        of them share their digest (``Task.digest``: no two render to the same request); None
+        otherwise (no survey kept: nothing is read here). Safe beside ``gold_frames`` on another
+        thread (either of its forms is read)."""
+        survey, frames = self._survey, self._gold
+        if survey is None:
+            return None
+        n = sum(survey.tasks.values())
+        if frames is None and survey.gold:
+            digests = {(row[1], row[2]) for row in survey.gold}  # (task id, digest) per question
+            return n if len({d for _, d in digests}) == len(digests) == n else None
+        frames = frames if frames is not None else self._gold
+        if frames is None:
+            return None if n else 0
+        tasks = frames[0].select("task_id", "task_digest").unique()
+        return n if tasks["task_digest"].n_unique() == tasks.height == n else None
+
     def data_block(self) -> dict[str, dict]:
         """The ``data`` block of summary.json: per evaluation, the file used (path, sha256, rows
         and, for a file fetched from the hub, its ``hf_repo``, ``revision`` and

@@ -4,7 +4,8 @@
 (``runner.sending.stops.stopped_providers``), together a run's ``Counts`` (``counts``), and whether
 batches were refused or left requests unanswered (``batch_outcome``). A run that ends scores them
 into summary.json (``runner.session.run``); one that a signal stopped once its requests in flight
-were stored has them too (``runner.signals.Interrupted.counts``): its line records them.
+were stored has them too (``runner.signals.Interrupted.counts``): its line records them, and its
+summary.json of what arrived (marked ``interrupted``) when the grace period leaves the time.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from .planning.selection import annotate, remember
 from .sending.limits import ProviderLimiter
 from .sending.scheduler import Stats
 from .sending.stops import RunStop
-from .signals import GRACE_S, Graceful, describe
+from .signals import GRACE_S, Graceful, Interrupted, describe, within
 
 # Imported on first use (``dxi.lazy``): each loads Polars, the scoring, Rich or aiohttp, which
 # ``dxi run`` needs only once its first requests are out (tests/test_startup.py);
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
     from .adaptive.rounds import Rounds
     from .batch.options import BatchOptions
+    from .counts import Counts
     from .planning.estimate import Estimate
     from .planning.plan import ModelRun, Plan
     from .sending.cost import Budget
@@ -123,7 +124,9 @@ def run(
 
     Raises ``UsageError`` (an adapter that cannot start, two models with one name),
     ``signals.Interrupted`` or ``KeyboardInterrupt`` (stopped by a signal: everything that arrived
-    is cached) and ``cache.CacheWriteError`` (the cache could not be written)."""
+    is cached; once drained, what arrived is scored into ``plan.out`` as well, marked
+    ``interrupted``, if the grace period leaves the time: ``Interrupted.summary``) and
+    ``cache.CacheWriteError`` (the cache could not be written)."""
     dist = dist if dist is not None else distributed.setup(None, plan, sending=True)
     budget = dist.budget(plan.max_cost)
     rounds = None
@@ -138,48 +141,40 @@ def run(
         remote=dist.remote,
         roll_s=dist.roll_s,
     ) as cache:
-        stats, remaining = uvloop.run(
-            _graceful(
-                plan,
-                cache,
-                console,
-                budget,
-                grace,
-                dist,
-                limiters,
-                batch_options,
-                fallback_sync,
-                rounds,
+        try:
+            stats, remaining = uvloop.run(
+                _graceful(
+                    plan,
+                    cache,
+                    console,
+                    budget,
+                    grace,
+                    dist,
+                    limiters,
+                    batch_options,
+                    fallback_sync,
+                    rounds,
+                )
             )
-        )
+        except Interrupted as stop:
+            if stop.counts is None or stop.deadline is None:  # cut short: nothing is scored
+                raise
+            # drained: what arrived scored as partial results, in what the grace period leaves
+            # (at its end, or at a second signal, the outputs there stay whole); an adaptive run
+            # over every task, as `dxi score` scores a run that did not finish (nothing recorded)
+            done, marks = stop.counts, {"interrupted": stop.block()}
+            stop.summary, stop.unwritten = within(
+                stop.deadline, lambda: _scored(plan, cache, done, None, marks)
+            )
+            if stop.summary is not None and on_summary is not None:
+                on_summary(stop.summary)
+            raise
         counted_ = counts(stats, plan.models, budget, plan.max_cost, limiters, remaining)
-        requests, extra, stopped = counted_.requests, counted_.extra(), counted_.stopped
-        if rounds is not None and rounds.order is not None:
-            extra["adaptive"] = rounds.block()
-        # the last log parsed once, before scoring (which reads its rows from memory instead of
-        # parsing the log twice) and written as a shard on the compactor thread while scoring runs
-        cache.close(wait=False)
-        models = plan.models_frame()
-        # models whose other runs selected other tasks
-        annotate(plan.suite, models=models, cache_dir=plan.cache_dir)
-        summary = _files.score(
-            cache,
-            plan.suite,
-            models,
-            plan.out,
-            requests,
-            plan.epochs,
-            plan.prices(),
-            extra,
-            batch_prices=plan.batch_prices(),
-            tolerance=plan.tolerance(),
-            entries=None if rounds is None else rounds.entries(),
-            parts=None if rounds is None else rounds.parts(),
-        )
-    if rounds is not None and rounds.order is not None:  # for `dxi score`, `report` and `view`
-        rounds.remember(models, summary)
+        summary = _scored(plan, cache, counted_, rounds)
     if on_summary is not None:
         on_summary(summary)
+    stopped = counted_.stopped
+    extra = counted_.extra()
     upload_failed = dist.finish()  # the run ends when its uploads are done
     dist.shard_note()
     refused, unanswered = batch_outcome(stats)
@@ -205,6 +200,43 @@ def run(
         upload_failed,
         code,
     )
+
+
+def _scored(
+    plan: Plan, cache: Cache, counted_: Counts, rounds: Rounds | None, marks: dict | None = None
+) -> Summary:
+    """Score the run into ``plan.out`` (summary.json and answers.parquet, ``runner.outputs.files``)
+    with its counts (``counted_``: the ``requests`` blocks, ``cost_bound``, ``stopped_providers``),
+    an adaptive run's blocks (its outcome also recorded for ``dxi score``) and ``marks`` (summary
+    fields: a stopped run's ``interrupted``); the summary."""
+    extra = counted_.extra() | (marks or {})
+    adaptive = rounds is not None and rounds.order is not None
+    if adaptive:
+        extra["adaptive"] = rounds.block()
+    # the last log parsed once, before scoring (which reads its rows from memory instead of parsing
+    # the log twice) and written as a shard on the compactor thread while scoring runs
+    cache.close(wait=False)
+    models = plan.models_frame()
+    annotate(
+        plan.suite, models=models, cache_dir=plan.cache_dir
+    )  # models whose runs selected others
+    summary = _files.score(
+        cache,
+        plan.suite,
+        models,
+        plan.out,
+        counted_.requests,
+        plan.epochs,
+        plan.prices(),
+        extra,
+        batch_prices=plan.batch_prices(),
+        tolerance=plan.tolerance(),
+        entries=None if rounds is None else rounds.entries(),
+        parts=None if rounds is None else rounds.parts(),
+    )
+    if adaptive:  # for `dxi score`, `report` and `view`
+        rounds.remember(models, summary)
+    return summary
 
 
 def exit_code(

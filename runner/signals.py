@@ -19,7 +19,10 @@ preemption).
   at once (the replies still on the wire are abandoned; the next run sends them), and so does the
   end of the grace period, ``--grace`` seconds (default ``GRACE_S`` = 25): inside the 30 s that
   Kubernetes (``terminationGracePeriodSeconds``) and Slurm (``KillWait``) leave between SIGTERM and
-  SIGKILL.
+  SIGKILL. A run stopped so, once drained, scores what arrived into its summary.json (marked
+  ``interrupted``, its missing answers provisional as after any incomplete run) in what is left of
+  the grace period (``within``: at its end, or at a second signal, the writing stops and the
+  outputs already there are left whole).
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from dxi.lazy import LazyModule
 
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
 asyncio = LazyModule("asyncio")
 
 GRACE_S = 25.0
+RETRY_S = 0.02  # an end of the grace period that comes inside an import waits this long, again
+T = TypeVar("T")
 _received: list[int] = []  # the signals that stopped dxi, in order (see ``received``)
 
 
@@ -123,7 +129,11 @@ class Interrupted(Exception):  # noqa: N818 (a stop, not an error)
     signal, or "grace", the grace period over) with ``abandoned`` requests still in flight (the next
     run sends them); ``counts``: drained, what the run did (``runner.counts.Counts``: each
     model's requests sent, found in the cache and not sent), for its line in OUT/run-history.jsonl;
-    None when cut short (the counts were not finished)."""
+    None when cut short (the counts were not finished). ``deadline``: the end of the grace period
+    (``time.monotonic()`` seconds), the time the run has to write what arrived; ``summary``: the
+    summary.json written of what arrived (``runner.session.run``), None when none was (cut short,
+    or ``unwritten`` says why: "grace", "again").
+    """
 
     def __init__(
         self,
@@ -132,10 +142,56 @@ class Interrupted(Exception):  # noqa: N818 (a stop, not an error)
         abandoned: int = 0,
         why: str | None = None,
         counts: Counts | None = None,
+        deadline: float | None = None,
     ):
         super().__init__(f"stopped by {describe(signum)}")
         self.signum, self.drained, self.abandoned, self.why = signum, drained, abandoned, why
-        self.counts = counts
+        self.counts, self.deadline = counts, deadline
+        self.summary: object | None = None
+        self.unwritten: str | None = None
+
+    def block(self) -> dict:
+        """summary.json's ``interrupted`` block: ``signal`` ("Ctrl-C" or "SIGTERM"), ``exit_code``
+        (130, 143) and ``not_sent`` (the requests the run did not send: the next run sends them)."""
+        not_sent = None if self.counts is None else self.counts.not_sent
+        return {"signal": describe(self.signum), "exit_code": exit_code(self), "not_sent": not_sent}
+
+
+class GraceOver(KeyboardInterrupt):
+    """The grace period ended while a stopped run wrote what arrived (``within``)."""
+
+
+def within(deadline: float, work: Callable[[], T]) -> tuple[T | None, str | None]:
+    """``(work(), None)`` when it ends before ``deadline`` (``time.monotonic()`` seconds), else
+    ``(None, why)``: "grace" when the deadline came first (SIGALRM raises ``GraceOver`` into it; a
+    moment later when it lands inside an import, which an exception could crash), "again" when a
+    second Ctrl-C or SIGTERM did (``KeyboardInterrupt``). Nothing runs when the deadline is past.
+    Outside the main thread (where no alarm can be set) ``work`` runs to its end."""
+    if threading.current_thread() is not threading.main_thread():
+        return work(), None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return None, "grace"
+
+    def over(signum: int, frame: FrameType | None) -> None:
+        if _importing(frame):
+            signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+            return
+        raise GraceOver
+
+    before = signal.signal(signal.SIGALRM, over)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, left)
+        try:
+            return work(), None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except GraceOver:
+        return None, "grace"
+    except KeyboardInterrupt:
+        return None, "again"
+    finally:
+        signal.signal(signal.SIGALRM, before)
 
 
 def resume_message(stop: BaseException, cache_dir: object, grace_s: float) -> tuple[str, str]:
@@ -162,6 +218,24 @@ def resume_message(stop: BaseException, cache_dir: object, grace_s: float) -> tu
     )
 
 
+def written(stop: BaseException, out: object) -> str:
+    """What ``dxi run`` adds to its resume message (``resume_message``) on the summary.json in
+    ``out`` of a run a signal stopped once drained: written (partial, marked interrupted), or why
+    not (the outputs there are then those of before, whole); "" for any other stop."""
+    if not isinstance(stop, Interrupted) or not stop.drained or stop.counts is None:
+        return ""
+    summary = f"{out}/summary.json"
+    if stop.summary is not None:
+        if getattr(stop.summary, "complete", False):
+            return f" Every answer is in: scored in {summary}, marked interrupted."
+        return (
+            f" What arrived is scored in {summary}, marked interrupted: partial, the answers not "
+            "there counted missing (provisional figures, with their bounds)."
+        )
+    why = "a second signal came" if stop.unwritten == "again" else "the grace period ended"
+    return f" {summary} was not written ({why} first): what was there is left as it was."
+
+
 class Graceful:
     """Inside a run's event loop (``with Graceful(drain, grace_s, abort)`` in the task that runs
     it): the first SIGINT or SIGTERM calls ``drain(signum)`` and starts the grace period of
@@ -178,6 +252,7 @@ class Graceful:
     ):
         self.drain, self.grace_s, self.abort = drain, grace_s, abort
         self.signum: int | None = None
+        self.deadline: float | None = None  # the end of the grace period (time.monotonic())
         self.aborted: str | None = None
         self._task: asyncio.Task | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -218,6 +293,7 @@ class Graceful:
             self._abort("again")
             return
         self.signum = signum
+        self.deadline = time.monotonic() + self.grace_s
         self._timer = asyncio.get_running_loop().call_later(self.grace_s, self._abort, "grace")
         self.drain(signum)
 
@@ -233,5 +309,5 @@ class Graceful:
         ``abandoned`` requests still out."""
         assert self.signum is not None
         if self.aborted is None:
-            return Interrupted(self.signum, True, counts=counts)
+            return Interrupted(self.signum, True, counts=counts, deadline=self.deadline)
         return Interrupted(self.signum, False, abandoned, self.aborted)

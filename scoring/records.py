@@ -193,7 +193,8 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     the models' measures are computed: ``scoring.measures.describe``) and ``adaptive`` (``dxi run
     --until``: its rule, the order's seed, the rounds asked; written by the runner's adaptive
     rounds; the models' figures are then estimates of the whole set from the part each was
-    asked)."""
+    asked) and ``interrupted`` (a ``dxi run`` a Ctrl-C or SIGTERM stopped: the signal, the exit
+    code and the requests not sent; its figures are of what arrived, the rest missing)."""
 
     prompt_version: str
     provenance: dict[str, Any] | UnsetType = UNSET
@@ -213,6 +214,7 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     stopped_providers: list[dict[str, Any]] | UnsetType = UNSET
     measures: dict[str, Any] | UnsetType = UNSET
     adaptive: dict[str, Any] | UnsetType = UNSET
+    interrupted: dict[str, Any] | UnsetType = UNSET
 
     def entry(self, label: str) -> ModelEntry:
         """The model entry of ``label``; KeyError when the summary has none."""

@@ -494,7 +494,12 @@ def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequenc
         ]
         killed = subprocess.run(cmd, env=env, capture_output=True, timeout=300)
         assert killed.returncode == code, killed.stderr.decode()[-2000:]
-        assert not (tmp_path / "out" / "summary.json").exists()
+        if signal == "SIGKILL":
+            assert not (tmp_path / "out" / "summary.json").exists()
+        else:  # drained: what arrived, over every task (not asked: missing), marked interrupted
+            stopped = summary(tmp_path / "out")
+            assert (stopped["interrupted"]["exit_code"], stopped["complete"]) == (130, False)
+            assert "adaptive" not in stopped  # no outcome recorded: `dxi score` below says so
         first = server.stats()["ok"]
         journal = next((tmp_path / "cache" / ORDER_DIR).glob("decisions-*.jsonl"))
         assert [orjson.loads(line)["round"] for line in journal.read_bytes().splitlines()] == [

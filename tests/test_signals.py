@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import orjson
+import polars as pl
 import pytest
 
 from dxi.cache import Cache
@@ -257,6 +258,135 @@ def test_a_drained_run_counts_what_each_model_sent_found_cached_and_left(
             rf"{label}: 13/30 43% .* stopped .* failed 0 cached 5 not sent 17\n", stdout
         ), stdout
     assert rerun == 34  # the rerun sends what was counted not sent, and nothing else
+
+
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+def test_a_drained_run_writes_what_arrived_marked_interrupted_and_says_its_stopped_provider(
+    tmp_path: Path, sig: signal.Signals
+):
+    """Two models on 30 tasks: ``fake`` answers in 1.5 s, 8 at a time; ``gone``'s server cannot be
+    reached, so its provider stops at the start (its 30 requests not sent). The signal comes as
+    fake's second wave reaches the server: fake sent 16 and left 14. The run writes summary.json
+    and answers.parquet of what arrived, marked ``interrupted``, each missing answer counted as for
+    any incomplete run (provisional, with bounds; not accepted), and prints the stopped provider's
+    line as a run that ends does. They used to be missing: no summary.json, no line."""
+    from .helpers.servers import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    data = data_dir(tmp_path / "data", 30)
+    with serve(model="fake", p_first=None, p_yes=None, latency="1.5") as server:
+        models = [f"systemone:fake@{server.url}", f"systemone:gone@{dead}"]
+        cmd = dxi_command(
+            data, tmp_path / "cache", tmp_path / "out", "--max-in-flight", "8", models=models
+        )
+        proc = started(cmd, tmp_path)
+        try:
+            wait_for(lambda: server.stats()["arrivals"] >= 16, 60, "the second wave")
+            proc.send_signal(sig)
+            code = proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert server.stats()["arrivals"] == 16
+    terminated = sig == signal.SIGTERM
+    assert code == (143 if terminated else 130)
+    stdout, stderr = output(tmp_path)
+    out = tmp_path / "out"
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    (line,) = [orjson.loads(raw) for raw in (out / "run-history.jsonl").open("rb")]
+    name = "SIGTERM" if terminated else "Ctrl-C"
+    assert summary["interrupted"] == {"signal": name, "exit_code": code, "not_sent": 44}
+    assert (summary["complete"], summary["accepted"]) == (False, False)
+    requests = {m["model"]: m["requests"] for m in summary["models"]}
+    assert requests == line["requests"]  # the run's counts, as its line in run-history.jsonl
+    counted = ("sent", "cache_hits", "not_sent", "refused")
+    assert {label: [block[k] for k in counted] for label, block in requests.items()} == {
+        "systemone:fake": [16, 0, 14, 0],
+        "systemone:gone": [0, 0, 30, 0],
+    }
+    (stopped,) = summary["stopped_providers"]
+    assert (stopped["provider"], stopped["models"], stopped["not_sent"]) == (
+        f"systemone@{dead}",
+        ["systemone:gone"],
+        30,
+    )
+    fake, gone = (m["evals"]["when2call"] for m in summary["models"])
+    keys = ("n", "replied", "missing", "complete", "rerun")
+    assert [fake[k] for k in keys] == [30, 16, 14, False, 14]
+    assert [gone[k] for k in keys] == [30, 0, 30, False, 30]
+    correct = round(fake["accuracy"] * 16 / 100)  # of the 16 answers; the 14 missing: any outcome
+    assert fake["accuracy_bounds"] == [
+        round(100 * correct / 30, 6),
+        round(100 * (correct + 14) / 30, 6),
+    ]
+    assert (gone["accuracy"], "accuracy_bounds" in gone) == (None, False)
+    answers = pl.read_parquet(out / "answers.parquet")
+    assert answers.group_by("model", "status").len().sort("model", "status").rows() == [
+        ("systemone:fake", "missing", 14),
+        ("systemone:fake", "ok", 16),
+        ("systemone:gone", "missing", 30),
+    ]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "answers.parquet",
+        "run-history.jsonl",
+        "summary.json",
+    ]
+    said = " ".join(stdout.split())
+    assert (
+        f"Provider stopped: systemone@{dead} stopped at " in said
+        and "server unreachable. 0 request(s) refused, 30 not sent (systemone:gone); the next run "
+        "sends them."
+        in said
+    )
+    assert (
+        f"Interrupted ({name}): the requests in flight finished and are stored; 44 request(s) were "
+        f"not sent. Every reply that arrived is in {tmp_path / 'cache'}; rerun the same command to "
+        f"continue. What arrived is scored in {out}/summary.json, marked interrupted: partial, the "
+        "answers not there counted missing (provisional figures, with their bounds)."
+    ) in " ".join(stderr.split())
+    assert "Traceback" not in stderr
+
+
+def test_writing_cut_by_the_end_of_the_grace_period_leaves_the_outputs_there_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The grace period ends while a stopped run writes what arrived (here: its summary takes 5 s
+    to encode, 0.3 s are left): the writing stops at the deadline, the summary.json and
+    answers.parquet of before are left byte for byte, and no temporary file is left beside them;
+    with time enough, both are replaced."""
+    from types import SimpleNamespace
+
+    from dxi.runner import signals
+    from dxi.runner.outputs import files
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_bytes(b'{"before": true}')
+    (out / "answers.parquet").write_bytes(b"the answers before")
+    answers = pl.DataFrame({"model": ["m"], "status": ["ok"]})
+    monkeypatch.setattr(
+        files, "summarize", lambda *a, **k: ("summary", SimpleNamespace(answers=answers))
+    )
+    monkeypatch.setattr(files.scoring, "export", lambda frame: frame)
+    slow = 5.0
+    monkeypatch.setattr(files.records, "to_json", lambda s: time.sleep(slow) or b'{"after": true}')
+    started_at = time.monotonic()
+    result = signals.within(started_at + 0.3, lambda: files.score_all(None, None, None, out, None))
+    assert (result, time.monotonic() - started_at < 2) == ((None, "grace"), True)
+    assert (out / "summary.json").read_bytes() == b'{"before": true}'
+    assert (out / "answers.parquet").read_bytes() == b"the answers before"
+    assert sorted(p.name for p in out.iterdir()) == ["answers.parquet", "summary.json"]
+    assert signals.within(time.monotonic() - 1, lambda: 1 / 0) == (None, "grace")  # none left
+    slow = 0.0
+    scored, why = signals.within(
+        time.monotonic() + 10, lambda: files.score_all(None, None, None, out, None)
+    )
+    assert (scored.summary, why) == ("summary", None)
+    assert (out / "summary.json").read_bytes() == b'{"after": true}'
+    assert pl.read_parquet(out / "answers.parquet").equals(answers)
+    assert sorted(p.name for p in out.iterdir()) == ["answers.parquet", "summary.json"]
 
 
 @pytest.mark.process

@@ -167,8 +167,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
         head, rest = signals.resume_message(stop, plan.cache_dir, args.grace)
         if plan.batch:
             rest += " Open batches keep running at the provider: the next run collects them (dxi batches list)."
+        rest += signals.written(stop, plan.out)  # its summary.json, partial, or why not
         # drained, what each model sent, found cached and left (None: cut short, or before the run)
-        code = record(signals.exit_code(stop), getattr(stop, "counts", None))
+        done = getattr(stop, "counts", None)
+        code = record(signals.exit_code(stop), done)
+        if done is not None:  # the providers it stopped, as a run that ends says them
+            _tell_stopped(done.stopped, console)
         options.make_console(stderr=True).print(f"[yellow]{escape(head)}[/] {escape(rest)}")
         return code
     except CacheWriteError as exc:
@@ -227,6 +231,19 @@ def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> 
     return f"{told}: the next run sends these {remaining:,} ({cost} expected)"
 
 
+def _tell_stopped(blocks: list[dict], console: Console) -> None:
+    """One line per provider (or model) stopped (summary.json's ``stopped_providers`` blocks): what
+    stopped it, its counts and what to do (``runner.sending.stops.describe``); a run that ends
+    and one a signal stopped say them alike."""
+    from rich.markup import escape
+
+    from ..sending.stops import describe
+
+    for block in blocks:
+        scope = "Model" if block.get("scope") == "model" else "Provider"
+        console.print(f"[red]{scope} stopped:[/] {escape(describe(block))}")
+
+
 def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
     """What the summary does not say: the failed requests and their first errors, the cost bound
     reached, the providers stopped, the batches refused, unanswered or still open."""
@@ -235,7 +252,6 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
     from dxi.scoring.adaptive import is_adaptive
 
     from ..batch.options import BatchStats
-    from ..sending.stops import describe
 
     for label, s in result.failed.items():
         transient = s.failed - s.failed_fatal
@@ -268,10 +284,7 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
             + ". Everything that arrived is in the cache: rerun with a higher --max-cost (or "
             "max_cost in the run file) to continue."
         )
-    for block in result.stopped:
-        console.print(
-            f"[red]{'Model' if block.get('scope') == 'model' else 'Provider'} stopped:[/] {escape(describe(block))}"
-        )
+    _tell_stopped(result.stopped, console)
     for label, s in result.stats.items():
         if not isinstance(s, BatchStats):
             continue

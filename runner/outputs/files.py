@@ -112,12 +112,18 @@ def score_all(
     if out is None:
         return ScoredRun(summary, scored)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".summary.json.tmp"
-    tmp.write_bytes(records.to_json(summary))
-    os.replace(tmp, out / "summary.json")
-    tmp = out / ".answers.parquet.tmp"
-    scoring.export(scored.answers).write_parquet(tmp)
-    os.replace(tmp, out / "answers.parquet")
+    # both written whole under temporary names, then renamed, answers.parquet first: stopped
+    # anywhere (a run's grace period over, ``runner.signals.within``), the files there stay whole
+    tmps = (out / ".answers.parquet.tmp", out / ".summary.json.tmp")
+    try:
+        scoring.export(scored.answers).write_parquet(tmps[0])
+        tmps[1].write_bytes(records.to_json(summary))
+        os.replace(tmps[0], out / "answers.parquet")
+        os.replace(tmps[1], out / "summary.json")
+    except BaseException:
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
+        raise
     return ScoredRun(summary, scored)
 
 

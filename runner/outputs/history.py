@@ -14,13 +14,13 @@ blocks, ``cost_bound``, ``stopped_providers``) is kept here. A line::
 ``sample`` {tasks, seed}, as summary.json's data block writes them; neither: every task), the bound,
 and ``until`` (an adaptive run) and ``shard`` where given. ``cost_bound`` (null without a bound),
 ``stopped_providers`` and ``requests`` (model name -> its block) are summary.json's as the run wrote
-them (``runner.session``). A run stopped by Ctrl-C or SIGTERM scores nothing, but once the requests
-in flight are stored its line has the counts all the same (``runner.counts``: each model's
-rest counted ``not_sent``; ``cost_bound`` without what remains); one whose stop was cut short (a
-second signal, the grace period over), stopped outside its requests (planning, scoring) or by a
-cache that could not be written has ``cost_bound`` and ``requests`` null. A run killed with SIGKILL
-(or one that crashed) writes no line. The line is one ``write(2)`` to the file opened ``O_APPEND``
-(``cache.lines``); a folder that cannot take it costs a warning, not the run.
+them (``runner.session``). A run stopped by Ctrl-C or SIGTERM, once the requests in flight are
+stored, has the counts too, as its summary.json of what arrived does (``runner.counts``: each
+model's rest counted ``not_sent``; ``cost_bound`` without what remains); one whose stop was cut
+short (a second signal, the grace period over), stopped outside its requests (planning, scoring) or
+by a cache that could not be written has ``cost_bound`` and ``requests`` null. A run killed with
+SIGKILL (or one that crashed) writes no line. The line is one ``write(2)`` to the file opened
+``O_APPEND`` (``cache.lines``); a folder that cannot take it costs a warning, not the run.
 """
 
 from __future__ import annotations

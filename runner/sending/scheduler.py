@@ -194,16 +194,19 @@ class Scheduler:
     Set at the start: ``runs`` (the models), ``suite``, ``cache``, ``limiters`` (one per limits key,
     every model's present), ``budget`` (the cost bound), ``stop`` (the run stopping from outside),
     ``shard`` (None: every request), ``on_progress`` (called with a model's label and Stats as they
-    change); ``stats`` (per model label), ``provider_of`` (model label -> limits key), ``n_workers``
-    (the sum of the providers' ``max_in_flight``) and ``queue`` (the requests handed out, at most
-    ``n_workers``; None tells a worker to end). Changing as the run goes: ``feeds`` (per limits key,
-    its models' request streams, taking turns), ``unsent`` (a stopped provider's or model's streams,
-    for its feeder to count not sent), ``in_flight`` (cache keys handed out and not yet stored),
-    ``stopped_by`` (the error that stops the run: nothing more is handed out; the first is raised at
-    the end) and ``writable`` (the cache was found writable, checked before the first request).
+    change); ``stats`` (per model label), ``provider_of`` (model label -> limits key), ``run_of``
+    (model label -> its ModelRun), ``n_workers`` (the sum of the providers' ``max_in_flight``) and
+    ``queue`` (the requests handed out, at most ``n_workers``; None tells a worker to end). Changing
+    as the run goes: ``feeds`` (per limits key, its models' request streams, taking turns),
+    ``unsent`` (a stopped provider's or model's streams, for its feeder to count not sent),
+    ``stored_cached`` (per model label: the requests stored that the cache counts as cached, for
+    ``unencoded``), ``in_flight`` (cache keys handed out and not yet stored), ``stopped_by`` (the
+    error that stops the run: nothing more is handed out; the first is raised at the end) and
+    ``writable`` (the cache was found writable, checked before the first request).
 
-    The parts: what to send (``uncached``, ``next_job``, ``drain``), sending and storing one request
-    (``send``, ``record``), and the tasks that run them (``work``, ``fill``, ``feed``, ``run``)."""
+    The parts: what to send (``uncached``, ``next_job``, ``drain``, ``unencoded``), sending and
+    storing one request (``send``, ``record``), and the tasks that run them (``work``, ``fill``,
+    ``feed``, ``run``)."""
 
     def __init__(
         self,
@@ -228,10 +231,13 @@ class Scheduler:
         self.feeds: dict[
             str, deque[tuple[str, Iterator[_Job]]]
         ] = {}  # per provider: (model label, its requests)
-        self.unsent: dict[str, list[tuple[Iterator[_Job], bool]]] = {}
+        self.unsent: dict[str, list[tuple[str, Iterator[_Job], bool]]] = {}
+        # per model label: the requests this run stored that the cache counts as cached (``record``)
+        self.stored_cached = {r.label: 0 for r in runs}
         for r in runs:
             self.feeds.setdefault(r.limits_key, deque()).append((r.label, self.uncached(r)))
         self.provider_of = {r.label: r.limits_key for r in runs}
+        self.run_of = {r.label: r for r in runs}
 
     def progress(self, label: str) -> None:
         if self.on_progress is not None:
@@ -283,7 +289,7 @@ class Scheduler:
                 # by its feeder (``fill``), beside the requests still in flight (a big suite's rest
                 # takes seconds); the provider's stop, when it stopped, is what left them
                 by_stop = limiter.halted is not None
-                self.unsent.setdefault(provider, []).extend((s, by_stop) for _, s in streams)
+                self.unsent.setdefault(provider, []).extend((lb, s, by_stop) for lb, s in streams)
                 streams.clear()
             return None
         while streams:
@@ -293,7 +299,7 @@ class Scheduler:
                 label in limiter.stopped_models
             ):  # this model stopped alone: its rest is counted not sent at the end
                 streams.remove(entry)
-                self.unsent.setdefault(provider, []).append((stream, True))
+                self.unsent.setdefault(provider, []).append((label, stream, True))
                 continue
             try:
                 job = next(stream, None)
@@ -307,18 +313,27 @@ class Scheduler:
             streams.remove(entry)
         return None
 
-    async def drain(self, streams: list[tuple[Iterator[_Job], bool]]) -> None:
-        """Count the requests left in ``streams`` (a stopped provider's or model's, or every
-        provider's once the cost bound is reached or the run is stopping; each with True when a
-        provider's or model's stop left it: counted in
-        ``stop_not_sent`` too) as not sent, ``DRAIN_BATCH``
-        per event-loop turn (each is encoded and looked up in the cache: a cached one counts as a
-        cache hit, as it would have); an error of a task stream stops the run as it does when met by
-        ``next_job``."""
+    async def drain(self, streams: list[tuple[str, Iterator[_Job], bool]]) -> None:
+        """Count the requests left in ``streams`` (model label, its stream, and True when a
+        provider's or model's stop left it: counted in ``stop_not_sent`` too; a stopped provider's
+        or model's, or every provider's once the cost bound is reached or the run is stopping) as
+        not sent. When none of a stream's rest can be a cache hit (``unencoded``) they are counted
+        at once; otherwise ``DRAIN_BATCH`` per event-loop turn, each encoded and looked up in the
+        cache (a cached one counts as a cache hit, as it would have). An error of a task stream
+        stops the run as it does when met by ``next_job``."""
         labels: set[str] = set()
         n = 0
         try:
-            for stream, by_stop in streams:
+            for label, stream, by_stop in streams:
+                left = await self.unencoded(label)
+                if left is not None:  # none of them is a cache hit: counted without encoding
+                    stream.close()
+                    st = self.stats[label]
+                    st.total += left
+                    st.not_sent += left
+                    st.stop_not_sent += left if by_stop else 0
+                    labels.add(label)
+                    continue
                 for job in stream:
                     st = self.stats[job.adapter.label]
                     st.not_sent += 1
@@ -335,6 +350,35 @@ class Scheduler:
         for label in labels:
             self.progress(label)
 
+    async def unencoded(self, label: str) -> int | None:
+        """How many requests ``label``'s stream has left, when they can be counted without encoding
+        each (~15 µs a request: ~15 s for a million), else None. It can when none of them can be a
+        cache hit: no task renders to another's request (``Suite.distinct_tasks``, from the kept
+        survey: no request of the stream repeats another, nor one in flight), and every request of
+        the model the cache counts as cached is one the stream met already, a cache hit or a
+        request this run stored (``stored_cached``): the keys of the model's rows in the cache
+        (its configuration, ``_keys_of``), looked up, count no more. Then the rest is the model's
+        requests (tasks × epochs) less those the stream met (``Stats.total``). Not with a shard (a
+        key says which requests it owns), nor when the model's rows changed while they were read;
+        an error reading them is left to the count by encoding."""
+        run = self.run_of[label]
+        if self.shard is not None:
+            return None
+        tasks = await asyncio.to_thread(self.suite.distinct_tasks)
+        if tasks is None:
+            return None
+        stored = self.stored_cached[label]
+        try:
+            keys = await asyncio.to_thread(_keys_of, self.cache, run, self.suite)
+        except Exception:  # noqa: BLE001 (the count by encoding does without)
+            return None
+        st = self.stats[label]
+        if self.stored_cached[label] != stored or sum(self.cache.has_many(keys)) != (
+            st.cache_hits + stored
+        ):
+            return None
+        return tasks * run.epochs - st.total
+
     # sending and storing one request
 
     def record(self, job: _Job, outcome: Outcome) -> None:
@@ -342,6 +386,7 @@ class Scheduler:
         st = self.stats[job.adapter.label]
         row = make_row(job.task, job.request, outcome)
         self.cache.append(row)
+        self.stored_cached[job.adapter.label] += self.cache.has(row["key"])
         st.attempts += outcome.attempts
         st.retries += max(0, outcome.attempts - 1)  # its attempts after the first
         st.retry_wait_s += sum(row["retry_waits_s"])
@@ -464,3 +509,29 @@ class Scheduler:
         if self.stopped_by:
             raise self.stopped_by[0]
         return self.stats
+
+
+def _keys_of(cache: Cache, run: ModelRun, suite: Suite) -> list[str]:
+    """The keys of the cache's rows of ``run``'s model, each once: the rows of its configuration
+    (adapter, model, endpoint, parameters and prompt version, as its first request carries them),
+    among which is every request of the model the cache has a row of, since a key covers them."""
+    import polars as pl
+
+    first = next(run.requests(suite), None)
+    if first is None:
+        return []
+    r = first[2]
+    return (
+        cache.scan()
+        .filter(
+            (pl.col("provider") == r.kind)
+            & (pl.col("model") == r.model)
+            & (pl.col("endpoint") == r.endpoint)
+            & (pl.col("params") == r.params)
+            & (pl.col("prompt_version") == r.prompt_version)
+        )
+        .select("key")
+        .unique()
+        .collect()["key"]
+        .to_list()
+    )
