@@ -236,7 +236,9 @@ def test_a_batch_whose_results_are_gone_is_charged_its_reservation(tmp_path: Pat
 
     Expected, by hand: as a synchronous reply that never arrived, each reservation is kept as spent:
     the first batch's ledger entry costs $16.00 (the old code: $0), the run spends $32.00 and the
-    model's ``cost_usd`` is $32.00 (sent 16, once)."""
+    model's ``cost_usd`` is $32.00 (sent 16, once); the $16.00 kept is the part of each charged at
+    reservation (``cost_at_reservation_usd``, in the model's block and the cost bound's: the old
+    code had it in neither)."""
     from dxi.cache.ledger import Ledger
 
     data_dir(tmp_path / "data", TASKS)
@@ -255,6 +257,93 @@ def test_a_batch_whose_results_are_gone_is_charged_its_reservation(tmp_path: Pat
     first, second = sorted(Ledger(tmp_path / "cache").entries().values(), key=lambda e: e.created)
     assert (first.cost_usd, second.cost_usd) == (16.0, 16.0)
     s = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
-    assert s["cost_bound"] == {"max_cost_usd": 100.0, "spent_usd": 32.0, "stopped": False}
+    assert s["cost_bound"] == {
+        "max_cost_usd": 100.0,
+        "spent_usd": 32.0,
+        "cost_at_reservation_usd": 16.0,
+        "stopped": False,
+    }
     got = counts(tmp_path)
     assert (got["sent"], got["cost_usd"], got["given_back"]) == (16, 32.0, 16)
+    # the reservations kept are counted apart, as any charged at reservation (cost unknown)
+    assert s["models"][0]["requests"]["cost_at_reservation_usd"] == 16.0
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_batch_reply_that_is_not_the_wire_format_is_charged_its_reservation(tmp_path: Path):
+    """Every result line of every batch carries a reply that is not the wire format (a 200 whose
+    body is no chat completion), under ``--max-attempts 2``: the 16 requests go in a batch, come
+    back unreadable, go in a second batch, come back unreadable again, and are stored as transient
+    failures (the next run sends them). The provider ran and billed each of the 32 lines.
+
+    Expected, by hand: as a synchronous reply that is not the wire format, each attempt is charged
+    its reservation ($200 at the batch price): $6,400 (the old code: $0), all of it at reservation,
+    in the model's ``cost_usd`` and ``cost_at_reservation_usd`` and in the cost bound's
+    ``spent_usd`` and ``cost_at_reservation_usd``; sent 16 (once each), failed 16, exit 1."""
+    data_dir(tmp_path / "data", TASKS)
+    config = {"polls": 1, "line_faults": {"malformed": 1.0}}
+    with serve(model=None, record=False, batch=config) as server:
+        code, out = dxi_run(tmp_path, server.url, "--max-attempts", "2", "--max-cost", "10000")
+        stats = server.stats()
+    assert code == 1, out
+    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_line_malformed"]) == (
+        2,
+        32,
+        32,
+    )
+    s = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    r = s["models"][0]["requests"]
+    assert (r["sent"], r["failed"], r["not_sent"]) == (16, 16, 0)
+    assert (r["cost_usd"], r["cost_at_reservation_usd"]) == (6400.0, 6400.0)
+    assert s["cost_bound"] == {
+        "max_cost_usd": 10000.0,
+        "spent_usd": 6400.0,
+        "cost_at_reservation_usd": 6400.0,
+        "stopped": False,
+    }
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_batch_result_line_that_cannot_be_read_is_charged_its_reservation(tmp_path: Path):
+    """One batch of the 16 requests; the lines of its first 4 come back cut short (not JSON: their
+    ids cannot be read). Those 4 requests have no result: they are given back and answered by a
+    second batch. The provider ran and billed the 4 unreadable lines.
+
+    Expected, by hand: each of the 4 is charged its reservation ($200 at the batch price), as a
+    synchronous reply that is not the wire format: $800 (the old code: $0) on top of the 20 answers
+    read, $1.00 each: the model's ``cost_usd`` $816.00 (``cost_at_reservation_usd`` $800.00), the
+    first batch's ledger entry $812.00 (``kept_usd`` $800.00), the cost bound's ``spent_usd``
+    $816.00 of which $800.00 at reservation; sent 16, once each; 4 results counted unknown and 4
+    given back; exit 0."""
+    from dxi.cache.ledger import Ledger
+
+    data_dir(tmp_path / "data", TASKS)
+    config = {"polls": 1, "extra_results": {"garbled": 4}}
+    with serve(model=None, record=False, batch=config) as server:
+        code, out = dxi_run(tmp_path, server.url, "--max-cost", "5000")
+        stats = server.stats()
+    assert code == 0, out
+    assert (
+        stats["batch_creates"],
+        stats["batch_lines"],
+        stats["batch_answers"],
+        stats["batch_line_garbled"],
+    ) == (2, 20, 20, 4)
+    assert "batch_" in out and "4 result(s) whose id is none of its requests'" in out
+    s = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    r = s["models"][0]["requests"]
+    assert (r["sent"], r["failed"], r["not_sent"]) == (16, 0, 0)
+    assert (r["cost_usd"], r["cost_at_reservation_usd"]) == (816.0, 800.0)
+    assert (r["batches"]["unknown_results"], r["batches"]["given_back"]) == (4, 4)
+    assert s["cost_bound"] == {
+        "max_cost_usd": 5000.0,
+        "spent_usd": 816.0,
+        "cost_at_reservation_usd": 800.0,
+        "stopped": False,
+    }
+    (history,) = [orjson.loads(line) for line in (tmp_path / "out" / "run-history.jsonl").open()]
+    assert history["cost_bound"] == s["cost_bound"]
+    first, second = sorted(Ledger(tmp_path / "cache").entries().values(), key=lambda e: e.created)
+    assert (first.cost_usd, second.cost_usd) == (812.0, 4.0)
