@@ -347,3 +347,70 @@ def test_a_batch_result_line_that_cannot_be_read_is_charged_its_reservation(tmp_
     assert history["cost_bound"] == s["cost_bound"]
     first, second = sorted(Ledger(tmp_path / "cache").entries().values(), key=lambda e: e.created)
     assert (first.cost_usd, second.cost_usd) == (812.0, 4.0)
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_request_given_back_that_the_bound_keeps_from_the_fallback_stays_sent(tmp_path: Path):
+    """16 requests under a bound of $399, the batch price set to a quarter of the price (the run
+    file's ``batch_output``): a request reserves $100 in a batch ($0.50 answered) and $400
+    synchronously. 3 reservations fit, so the first 3 go in a batch and the 4th waits for room.
+    The batch never ends on its own; at the deadline it is cancelled and ends with 1 of the 3
+    answered ($0.50) and 2 given back. Nothing is submitted past the deadline: 15 are left, 2 of
+    them sent already; ``--deadline-fallback sync`` would send them, but a synchronous reservation
+    ($400) never fits ($0.50 + $400 > $399): the bound stops it before anything is sent.
+
+    Expected, by hand: sent 3 (the old code: 1, the 2 given back counted not sent), of them 1
+    answered and 2 ``unanswered``, not sent 13 (the old code: 15); $0.50 spent; exit code 3; the
+    bound's line counts both and they add up to what the next run sends: "13 request(s) not sent
+    and 2 sent in a batch that gave them back: the next run sends these 15" (about 15 x $0.50 =
+    $7.50 at the batch price)."""
+    data_dir(tmp_path / "data", TASKS)
+    config = {"polls": 100000, "cancel_polls": 2}
+    with serve(model=None, record=False, batch=config) as server:
+        path = tmp_path / "run.toml"
+        path.write_text(
+            f"""data_dir = "data"
+cache_dir = "cache"
+out = "out"
+[providers.p]
+kind = "openai"
+base_url = "{server.url}/v1"
+batch = true
+[[models]]
+name = "m"
+provider = "p"
+model = "m"
+params = {{ max_completion_tokens = 1000 }}
+price = {{ input = 0.0, output = 400000.0, batch_input = 0.0, batch_output = 100000.0 }}
+"""
+        )
+        done = subprocess.run(
+            [DXI, "run", str(path), "--poll", "0.05", "--max-cost", "399"]
+            + ["--deadline", iso_in(6), "--deadline-fallback", "sync"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        stats = server.stats()
+    out = " ".join(done.stdout.split())
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    assert done.returncode == 3, out
+    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_cancels"]) == (1, 3, 1)
+    assert "sending the 15 request(s) left synchronously" in out
+    got = counts(tmp_path)
+    assert got == {
+        "sent": 3,
+        "cache_hits": 0,
+        "not_sent": 13,
+        "refused": 0,
+        "cost_usd": 0.5,
+        "unanswered": 2,
+        "given_back": 2,
+    }
+    assert got["sent"] + got["cache_hits"] + got["not_sent"] + got["refused"] == TASKS
+    assert (
+        "Stopped at the cost bound: spent $0.500000 of $399 in this run; 13 request(s) not sent "
+        "and 2 sent in a batch that gave them back: the next run sends these 15 (about $7.5000 "
+        "expected)."
+    ) in out

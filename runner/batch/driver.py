@@ -215,12 +215,12 @@ class ModelBatches(Submitting, Collecting):
         if stack is not None:
             stack.close()
 
-    def sent_already(self, keys: frozenset[str]) -> int:
-        """How many of ``keys`` (requests left: ``run``'s return) are counted ``sent`` already: in a
-        batch of this run that gave them back (a cancel at the deadline, an expiry), not refused
-        whole. The caller counts each request once: not again when it sends them synchronously,
-        nor as ``not_sent`` when it leaves them."""
-        return len(keys.intersection(self.counted) - self.refused)
+    def sent_already(self, keys: frozenset[str]) -> frozenset[str]:
+        """Those of ``keys`` (requests left: ``run``'s return) counted ``sent`` already: in a batch
+        of this run that gave them back (a cancel at the deadline, an expiry), not refused whole.
+        The caller counts each request once: not again when it sends them synchronously, nor as
+        ``not_sent`` when it leaves them or cannot send them (``unanswered``)."""
+        return frozenset(keys.intersection(self.counted) - self.refused)
 
     def _requests(self) -> Iterator[tuple[Task, int, Request]]:
         return self.model.requests(self.suite, self.shard)
@@ -333,7 +333,7 @@ class ModelBatches(Submitting, Collecting):
         if self.adding is not None and self.adding not in self.waiting:
             held.append(self.adding)  # cut while waiting for room: not in a batch
         left = frozenset(self.adapter.encode(task, sample).key for task, sample in self.left)
-        sent = sum(k in self.counted for k in held) + self.sent_already(left)
+        sent = sum(k in self.counted for k in held) + len(self.sent_already(left))
         st.unanswered += sent
         st.not_sent += len(held) + len(left - self.refused) - sent
         self.left = []
