@@ -414,3 +414,57 @@ price = {{ input = 0.0, output = 400000.0, batch_input = 0.0, batch_output = 100
         "and 2 sent in a batch that gave them back: the next run sends these 15 (about $7.5000 "
         "expected)."
     ) in out
+
+
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize(("step", "sent"), [("create", 5), ("upload", 0)])
+def test_a_stop_while_a_batch_is_submitted_counts_its_requests(tmp_path: Path, step, sent):
+    """16 requests, batches of 5: the first batch's ``step`` (its input file's upload, or the
+    create) stalls at the provider for 30 s, and Ctrl-C (SIGINT) lands meanwhile. Its 5 requests
+    are in the ledger (their intent, no batch id yet); the 6th was being added when the full batch
+    was submitted, the other 10 are not streamed yet.
+
+    Expected, by hand: exit code 130, each of the 16 counted once (the old code counted the 5
+    neither sent nor not sent: 11 of 16). Cut in the create (it went out: the batch may exist, the
+    next run finds it by its tag): sent 5, not sent 11. Cut in the upload (no batch can exist):
+    sent 0, not sent 16, and the last line says so."""
+    import signal
+    import time
+
+    data_dir(tmp_path / "data", TASKS)
+    with serve(model=None, record=False, batch={"hold": {step: 30}}) as server:
+        args = [
+            DXI,
+            "run",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+            "--model",
+            f"openai:m@{server.url}/v1",
+            "--price",
+            PRICE,
+            "--batch",
+            "--poll",
+            "0.05",
+            "--batch-size",
+            "5",
+        ]
+        with subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as proc:
+            give_up = time.monotonic() + 60
+            while server.stats().get(f"arrived_{step}", 0) < 1 and time.monotonic() < give_up:
+                time.sleep(0.1)
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+    assert "Traceback" not in out + err, err
+    assert proc.returncode == 130, out + err
+    (history,) = [orjson.loads(line) for line in (tmp_path / "out" / "run-history.jsonl").open()]
+    r = history["requests"]["openai:m"]
+    assert (r["sent"], r["cache_hits"], r["not_sent"], r["refused"]) == (sent, 0, TASKS - sent, 0)
+    assert f"{TASKS - sent} request(s) were not sent" in " ".join(err.split())
