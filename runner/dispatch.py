@@ -369,8 +369,17 @@ class _Sending:
                 self.unless_stopping(batches.run()),
                 self.sync([model], KeyFilter(claimed, self.shard, keep=False)),
             )
-        if not left:
-            return
+        if left:
+            await self.left_by_batches(model, batches, left, in_batch)
+
+    async def left_by_batches(
+        self, model: ModelRun, batches: ModelBatches, left: list, in_batch: bool
+    ) -> None:
+        """What ``model``'s batches left (``ModelBatches.run``'s return): sent synchronously (after
+        a deadline with ``fallback_sync``, or when not in batch mode), first those a batch of this
+        run gave back (counted sent already: one the fallback cannot send stays sent,
+        ``unanswered``), or counted (module docstring, 3)."""
+        label, stats = model.label, batches.stats
         keys = frozenset(model.adapter.encode(task, sample).key for task, sample in left)
         already = batches.sent_already(keys)  # each request is counted sent once
         if self.fallback_sync and batches.cancelled or not in_batch:
