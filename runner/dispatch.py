@@ -21,7 +21,8 @@ For each model, before anything is sent:
    ``--batch`` run stopped before collecting them) has those collected from their batches (never
    sent again) while the rest are sent synchronously.
 3. **The deadline fallback** (``--deadline-fallback sync``): what a model's batches left unanswered
-   at the deadline is sent synchronously.
+   at the deadline is sent synchronously, first what a batch of this run gave back (counted ``sent``
+   already: one the fallback cannot send, the cost bound or a stop, stays ``sent``, ``unanswered``).
 
 Stopping (the first Ctrl-C or SIGTERM, ``runner.sending.stops.RunStop``): only the waits are cut, a
 model's wait for a claim (its requests then counted, as not sent or found in the cache, with nothing
@@ -368,19 +369,34 @@ class _Sending:
                 self.unless_stopping(batches.run()),
                 self.sync([model], KeyFilter(claimed, self.shard, keep=False)),
             )
-        if not left:
-            return
+        if left:
+            await self.left_by_batches(model, batches, left, in_batch)
+
+    async def left_by_batches(
+        self, model: ModelRun, batches: ModelBatches, left: list, in_batch: bool
+    ) -> None:
+        """What ``model``'s batches left (``ModelBatches.run``'s return): sent synchronously (after
+        a deadline with ``fallback_sync``, or when not in batch mode), first those a batch of this
+        run gave back (counted sent already: one the fallback cannot send stays sent,
+        ``unanswered``), or counted (module docstring, 3)."""
+        label, stats = model.label, batches.stats
         keys = frozenset(model.adapter.encode(task, sample).key for task, sample in left)
         already = batches.sent_already(keys)  # each request is counted sent once
         if self.fallback_sync and batches.cancelled or not in_batch:
             self.say(f"{label}: sending the {len(keys):,} request(s) left synchronously")
             stats.refused -= batches.refused_left  # sent now, counted by the synchronous path
-            stats.sent -= already
-            await self.sync([model], KeyFilter(keys, self.shard, keep=True))
+            stats.sent -= len(already)
+            if already:  # first those a batch of this run gave back: sent, counted by this path
+                again = (await self.sync([model], KeyFilter(already, self.shard)))[label]
+                # one it could not send (the cost bound, a stop) stays sent, without an answer
+                stats.sent += again.not_sent
+                stats.unanswered += again.not_sent
+                again.not_sent = again.stop_not_sent = 0
+            await self.sync([model], KeyFilter(keys - already, self.shard))
         else:  # those of a batch refused whole are counted refused already (``_collect``), those
             # a batch of this run gave back sent (with no answer: the next run sends them)
-            stats.unanswered += already
-            unsent = len(left) - batches.refused_left - already
+            stats.unanswered += len(already)
+            unsent = len(left) - batches.refused_left - len(already)
             stats.not_sent += unsent
             stats.stop_not_sent += unsent if stats.stopped else 0  # left by the refusal
 
@@ -403,9 +419,11 @@ class _Sending:
                 raise
             return None
 
-    async def sync(self, group: list[ModelRun], key_filter: KeyFilter | Shard | None) -> None:
+    async def sync(
+        self, group: list[ModelRun], key_filter: KeyFilter | Shard | None
+    ) -> dict[str, Stats]:
         """``group`` through one scheduler run (``runner.sending.scheduler.run``), its requests
-        those ``key_filter`` owns; each model's Stats kept among its parts."""
+        those ``key_filter`` owns; each model's Stats kept among its parts, and returned."""
         stats = await run(
             group,
             self.suite,
@@ -417,13 +435,18 @@ class _Sending:
             stop=self.stop,
         )
         for label, s in stats.items():
-            if s not in self.parts[label]:
-                self.parts[label].append(s)
+            self.keep(label, s)
+        return stats
 
     def sync_progress(self, label: str, stats: Stats) -> None:
-        if stats not in self.parts[label]:
-            self.parts[label].append(stats)
+        self.keep(label, stats)
         self.progress(label)
+
+    def keep(self, label: str, stats: Stats) -> None:
+        """``stats`` among the model's parts, once: by identity (two synchronous runs of one model,
+        the deadline fallback's, may count the same)."""
+        if not any(part is stats for part in self.parts[label]):
+            self.parts[label].append(stats)
 
     def progress(self, label: str) -> None:
         """Hand ``on_progress`` the model's Stats so far, merged over its paths."""

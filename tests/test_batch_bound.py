@@ -315,7 +315,7 @@ def test_a_batch_whose_replies_report_0_tokens_is_charged_at_reservation_and_say
     tokens (a server that counts none): each reply's cost is unknown, so it is charged its
     reservation at the batch price, $1.00; the ``requests`` block counts the $12.00 apart as
     ``cost_at_reservation_usd`` (the old code showed $12.00 as spent) while ``usage`` says the cost
-    is unknown."""
+    is unknown; so does the ``cost_bound`` block (the old code: its ``spent_usd`` alone)."""
     data_dir(tmp_path / "data", TASKS)
     uncounted = {"/v1/chat/completions": "tests.fakes.responders:uncounted_chat"}
     with serve(model=None, record=False, route_factories=uncounted) as a:
@@ -326,4 +326,9 @@ def test_a_batch_whose_replies_report_0_tokens_is_charged_at_reservation_and_say
     got = requests(summary)["A"]
     assert (got["sent"], got["cost_usd"], got["cost_at_reservation_usd"]) == (12, 12.0, 12.0)
     assert summary["models"][0]["usage"]["cost_usd"] is None
-    assert summary["cost_bound"]["spent_usd"] == 12.0
+    assert summary["cost_bound"] == {
+        "max_cost_usd": 20.0,
+        "spent_usd": 12.0,
+        "cost_at_reservation_usd": 12.0,  # (the old code: no part said so)
+        "stopped": False,
+    }

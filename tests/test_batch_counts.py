@@ -236,7 +236,9 @@ def test_a_batch_whose_results_are_gone_is_charged_its_reservation(tmp_path: Pat
 
     Expected, by hand: as a synchronous reply that never arrived, each reservation is kept as spent:
     the first batch's ledger entry costs $16.00 (the old code: $0), the run spends $32.00 and the
-    model's ``cost_usd`` is $32.00 (sent 16, once)."""
+    model's ``cost_usd`` is $32.00 (sent 16, once); the $16.00 kept is the part of each charged at
+    reservation (``cost_at_reservation_usd``, in the model's block and the cost bound's: the old
+    code had it in neither)."""
     from dxi.cache.ledger import Ledger
 
     data_dir(tmp_path / "data", TASKS)
@@ -255,6 +257,214 @@ def test_a_batch_whose_results_are_gone_is_charged_its_reservation(tmp_path: Pat
     first, second = sorted(Ledger(tmp_path / "cache").entries().values(), key=lambda e: e.created)
     assert (first.cost_usd, second.cost_usd) == (16.0, 16.0)
     s = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
-    assert s["cost_bound"] == {"max_cost_usd": 100.0, "spent_usd": 32.0, "stopped": False}
+    assert s["cost_bound"] == {
+        "max_cost_usd": 100.0,
+        "spent_usd": 32.0,
+        "cost_at_reservation_usd": 16.0,
+        "stopped": False,
+    }
     got = counts(tmp_path)
     assert (got["sent"], got["cost_usd"], got["given_back"]) == (16, 32.0, 16)
+    # the reservations kept are counted apart, as any charged at reservation (cost unknown)
+    assert s["models"][0]["requests"]["cost_at_reservation_usd"] == 16.0
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_batch_reply_that_is_not_the_wire_format_is_charged_its_reservation(tmp_path: Path):
+    """Every result line of every batch carries a reply that is not the wire format (a 200 whose
+    body is no chat completion), under ``--max-attempts 2``: the 16 requests go in a batch, come
+    back unreadable, go in a second batch, come back unreadable again, and are stored as transient
+    failures (the next run sends them). The provider ran and billed each of the 32 lines.
+
+    Expected, by hand: as a synchronous reply that is not the wire format, each attempt is charged
+    its reservation ($200 at the batch price): $6,400 (the old code: $0), all of it at reservation,
+    in the model's ``cost_usd`` and ``cost_at_reservation_usd`` and in the cost bound's
+    ``spent_usd`` and ``cost_at_reservation_usd``; sent 16 (once each), failed 16, exit 1."""
+    data_dir(tmp_path / "data", TASKS)
+    config = {"polls": 1, "line_faults": {"malformed": 1.0}}
+    with serve(model=None, record=False, batch=config) as server:
+        code, out = dxi_run(tmp_path, server.url, "--max-attempts", "2", "--max-cost", "10000")
+        stats = server.stats()
+    assert code == 1, out
+    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_line_malformed"]) == (
+        2,
+        32,
+        32,
+    )
+    s = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    r = s["models"][0]["requests"]
+    assert (r["sent"], r["failed"], r["not_sent"]) == (16, 16, 0)
+    assert (r["cost_usd"], r["cost_at_reservation_usd"]) == (6400.0, 6400.0)
+    assert s["cost_bound"] == {
+        "max_cost_usd": 10000.0,
+        "spent_usd": 6400.0,
+        "cost_at_reservation_usd": 6400.0,
+        "stopped": False,
+    }
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_batch_result_line_that_cannot_be_read_is_charged_its_reservation(tmp_path: Path):
+    """One batch of the 16 requests; the lines of its first 4 come back cut short (not JSON: their
+    ids cannot be read). Those 4 requests have no result: they are given back and answered by a
+    second batch. The provider ran and billed the 4 unreadable lines.
+
+    Expected, by hand: each of the 4 is charged its reservation ($200 at the batch price), as a
+    synchronous reply that is not the wire format: $800 (the old code: $0) on top of the 20 answers
+    read, $1.00 each: the model's ``cost_usd`` $816.00 (``cost_at_reservation_usd`` $800.00), the
+    first batch's ledger entry $812.00 (``kept_usd`` $800.00), the cost bound's ``spent_usd``
+    $816.00 of which $800.00 at reservation; sent 16, once each; 4 results counted unknown and 4
+    given back; exit 0."""
+    from dxi.cache.ledger import Ledger
+
+    data_dir(tmp_path / "data", TASKS)
+    config = {"polls": 1, "extra_results": {"garbled": 4}}
+    with serve(model=None, record=False, batch=config) as server:
+        code, out = dxi_run(tmp_path, server.url, "--max-cost", "5000")
+        stats = server.stats()
+    assert code == 0, out
+    assert (
+        stats["batch_creates"],
+        stats["batch_lines"],
+        stats["batch_answers"],
+        stats["batch_line_garbled"],
+    ) == (2, 20, 20, 4)
+    assert "batch_" in out and "4 result(s) whose id is none of its requests'" in out
+    s = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    r = s["models"][0]["requests"]
+    assert (r["sent"], r["failed"], r["not_sent"]) == (16, 0, 0)
+    assert (r["cost_usd"], r["cost_at_reservation_usd"]) == (816.0, 800.0)
+    assert (r["batches"]["unknown_results"], r["batches"]["given_back"]) == (4, 4)
+    assert s["cost_bound"] == {
+        "max_cost_usd": 5000.0,
+        "spent_usd": 816.0,
+        "cost_at_reservation_usd": 800.0,
+        "stopped": False,
+    }
+    (history,) = [orjson.loads(line) for line in (tmp_path / "out" / "run-history.jsonl").open()]
+    assert history["cost_bound"] == s["cost_bound"]
+    first, second = sorted(Ledger(tmp_path / "cache").entries().values(), key=lambda e: e.created)
+    assert (first.cost_usd, second.cost_usd) == (812.0, 4.0)
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_request_given_back_that_the_bound_keeps_from_the_fallback_stays_sent(tmp_path: Path):
+    """16 requests under a bound of $399, the batch price set to a quarter of the price (the run
+    file's ``batch_output``): a request reserves $100 in a batch ($0.50 answered) and $400
+    synchronously. 3 reservations fit, so the first 3 go in a batch and the 4th waits for room.
+    The batch never ends on its own; at the deadline it is cancelled and ends with 1 of the 3
+    answered ($0.50) and 2 given back. Nothing is submitted past the deadline: 15 are left, 2 of
+    them sent already; ``--deadline-fallback sync`` would send them, but a synchronous reservation
+    ($400) never fits ($0.50 + $400 > $399): the bound stops it before anything is sent.
+
+    Expected, by hand: sent 3 (the old code: 1, the 2 given back counted not sent), of them 1
+    answered and 2 ``unanswered``, not sent 13 (the old code: 15); $0.50 spent; exit code 3; the
+    bound's line counts both and they add up to what the next run sends: "13 request(s) not sent
+    and 2 sent in a batch that gave them back: the next run sends these 15" (about 15 x $0.50 =
+    $7.50 at the batch price)."""
+    data_dir(tmp_path / "data", TASKS)
+    config = {"polls": 100000, "cancel_polls": 2}
+    with serve(model=None, record=False, batch=config) as server:
+        path = tmp_path / "run.toml"
+        path.write_text(
+            f"""data_dir = "data"
+cache_dir = "cache"
+out = "out"
+[providers.p]
+kind = "openai"
+base_url = "{server.url}/v1"
+batch = true
+[[models]]
+name = "m"
+provider = "p"
+model = "m"
+params = {{ max_completion_tokens = 1000 }}
+price = {{ input = 0.0, output = 400000.0, batch_input = 0.0, batch_output = 100000.0 }}
+"""
+        )
+        done = subprocess.run(
+            [DXI, "run", str(path), "--poll", "0.05", "--max-cost", "399"]
+            + ["--deadline", iso_in(6), "--deadline-fallback", "sync"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        stats = server.stats()
+    out = " ".join(done.stdout.split())
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    assert done.returncode == 3, out
+    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_cancels"]) == (1, 3, 1)
+    assert "sending the 15 request(s) left synchronously" in out
+    got = counts(tmp_path)
+    assert got == {
+        "sent": 3,
+        "cache_hits": 0,
+        "not_sent": 13,
+        "refused": 0,
+        "cost_usd": 0.5,
+        "unanswered": 2,
+        "given_back": 2,
+    }
+    assert got["sent"] + got["cache_hits"] + got["not_sent"] + got["refused"] == TASKS
+    assert (
+        "Stopped at the cost bound: spent $0.500000 of $399 in this run; 13 request(s) not sent "
+        "and 2 sent in a batch that gave them back: the next run sends these 15 (about $7.5000 "
+        "expected)."
+    ) in out
+
+
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize(("step", "sent"), [("create", 5), ("upload", 0)])
+def test_a_stop_while_a_batch_is_submitted_counts_its_requests(tmp_path: Path, step, sent):
+    """16 requests, batches of 5: the first batch's ``step`` (its input file's upload, or the
+    create) stalls at the provider for 30 s, and Ctrl-C (SIGINT) lands meanwhile. Its 5 requests
+    are in the ledger (their intent, no batch id yet); the 6th was being added when the full batch
+    was submitted, the other 10 are not streamed yet.
+
+    Expected, by hand: exit code 130, each of the 16 counted once (the old code counted the 5
+    neither sent nor not sent: 11 of 16). Cut in the create (it went out: the batch may exist, the
+    next run finds it by its tag): sent 5, not sent 11. Cut in the upload (no batch can exist):
+    sent 0, not sent 16, and the last line says so."""
+    import signal
+    import time
+
+    data_dir(tmp_path / "data", TASKS)
+    with serve(model=None, record=False, batch={"hold": {step: 30}}) as server:
+        args = [
+            DXI,
+            "run",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+            "--model",
+            f"openai:m@{server.url}/v1",
+            "--price",
+            PRICE,
+            "--batch",
+            "--poll",
+            "0.05",
+            "--batch-size",
+            "5",
+        ]
+        with subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as proc:
+            give_up = time.monotonic() + 60
+            while server.stats().get(f"arrived_{step}", 0) < 1 and time.monotonic() < give_up:
+                time.sleep(0.1)
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+    assert "Traceback" not in out + err, err
+    assert proc.returncode == 130, out + err
+    (history,) = [orjson.loads(line) for line in (tmp_path / "out" / "run-history.jsonl").open()]
+    r = history["requests"]["openai:m"]
+    assert (r["sent"], r["cache_hits"], r["not_sent"], r["refused"]) == (sent, 0, TASKS - sent, 0)
+    assert f"{TASKS - sent} request(s) were not sent" in " ".join(err.split())

@@ -101,6 +101,7 @@ class Collecting:
                         row, cost = self._row(entry, key, item, result, bodies.get(key))
                         if row is None:
                             given.append(key)
+                            actual += self._charged(cost)  # (a reply that arrived unreadable)
                         else:
                             rows.append((key, item[0], row, cost))
                     if rows:  # stored before the next piece is read
@@ -185,8 +186,13 @@ class Collecting:
             self.stats.retries -= sum(self.attempts.get(k, 0) > 1 for k in refused - self.refused)
             self.refused = refused
         extra = {"results_gone": str(gone)} if gone is not None else {}
+        missing = [k for k in returned if k not in seen]  # no result read
         if gone is not None:  # the provider ran (and billed) them: kept as spent (``_kept``)
-            actual += self._kept([k for k in returned if k not in seen], extra)
+            actual += self._kept(missing, extra)
+        elif unknown and not foreign and missing:  # a line unreadable, or its id not one of ours:
+            # it may be the reply of a request without a result, which the provider ran and billed
+            dearest = sorted(missing, key=lambda k: self.reserved.get(k, 0.0), reverse=True)
+            actual += self._kept(dearest[:unknown], extra)
         if mismatch:  # the stop outlives this run: every run reads it (``_reconcile``)
             extra["mismatch"] = True
             extra["stop"] = str(self.stopped)
@@ -231,25 +237,36 @@ class Collecting:
         self.on_progress()
 
     def _kept(self, keys: list[str], extra: dict) -> float:
-        """A batch whose results are gone ran its requests ``keys`` (the provider billed them): as
-        for a synchronous reply that never arrived (``runner.sending.cost``), the reservation of
-        each one this run submitted is kept as spent (in the model's cost, and in the ledger's
-        ``cost_usd``); those of an earlier run's batch (no reservation here) are counted in
-        ``extra`` as of unknown cost. Returns what was kept."""
+        """The batch ran its requests ``keys`` (the provider billed them) but their results could
+        not be read: gone at the provider (404), or in result lines that cannot be read (not JSON,
+        no id, an id none of its requests has: ``keys`` are then as many of the requests without a
+        result, the dearest). As for a synchronous reply that never arrived or is not the wire
+        format (``Charge.settle``), the reservation of each one this run submitted is kept as spent
+        (in the model's cost and its ``cost_at_reservation_usd``, in the ledger's ``cost_usd``);
+        those of an earlier run's batch (no reservation here) are counted in ``extra`` as of unknown
+        cost. Returns what was kept; each one is given back all the same (``_give_back``: sent
+        again, or stored as a transient failure, which the next run sends)."""
         kept, unknown = 0.0, 0
         for key in keys:
             reserved = self.reserved.pop(key, None)
             if reserved is None:
                 unknown += 1
                 continue
-            self.budget.settle(reserved, reserved)
-            kept += reserved
-        if self.stats.cost_usd is not None:
-            self.stats.cost_usd += kept
+            kept += self._charged(self.charge.settle(reserved, None, None))
         extra["kept_usd"] = round(kept, 9)
         if unknown:
             extra["cost_unknown"] = unknown
         return kept
+
+    def _charged(self, cost: Settled) -> float:
+        """Count what an attempt was charged (``Charge.settle``'s ``Settled``) in the model's
+        ``cost_usd`` (and ``cost_at_reservation_usd``); returns it (USD)."""
+        st = self.stats
+        if st.cost_usd is not None:
+            st.cost_usd += cost.usd
+            if cost.at_reservation:
+                st.cost_at_reservation_usd += cost.usd
+        return cost.usd
 
     def _row(
         self,
@@ -261,7 +278,8 @@ class Collecting:
     ) -> tuple[dict | None, Settled]:
         """Decode one result as the synchronous path would (``sent``: the request's body as it was
         sent, when known); returns (its cache row, what it was charged: ``Charge.settle``'s
-        ``Settled``), or (None, Settled(0.0)) when it is given back."""
+        ``Settled``), or (None, what it was charged) when it is given back: its reservation for a
+        reply that is not the wire format (billed, as a synchronous one), else nothing."""
         task, sample = item
         body, error = result.body, result.error
         outcome = Outcome(attempts=1)
@@ -299,12 +317,17 @@ class Collecting:
             st.stopped = st.stopped or str(error)
         if outcome.reply is None and not isinstance(
             error, Fatal
-        ):  # transient, rate limited, stop, not run
-            if reserved is not None:
+        ):  # transient, rate limited, stop, not run: given back
+            cost = Settled(0.0)
+            if reserved is not None and body is not None:
+                # a reply that is not the wire format: billed, charged as a synchronous one is
+                # (its reservation: ``Charge.settle``)
+                cost = self.charge.settle(reserved, None, error)
+            elif reserved is not None:  # an error status, or not run: nothing billed
                 self.budget.settle(reserved, 0.0)
             if isinstance(error, RateLimited):
                 st.rate_limited += 1
-            return None, Settled(0.0)
+            return None, cost
         outcome.error = None if outcome.reply is not None else error
         cost = Settled(0.0)
         if reserved is not None:
@@ -340,14 +363,10 @@ class Collecting:
         ):  # ``append:N``: killed after the append that stored the N-th row
             for n in range(before + 1, self.appended + 1):
                 failpoint(f"append:{n}")
-        st = self.stats
         for key, task, row, cost in rows:
             self.waiting.pop(key, None)
-            if st.cost_usd is not None:
-                st.cost_usd += cost.usd
-                if cost.at_reservation:
-                    st.cost_at_reservation_usd += cost.usd
-            st.add(row, task.id)
+            self._charged(cost)
+            self.stats.add(row, task.id)
         self.on_progress()
 
     def _give_back(self, key: str) -> None:

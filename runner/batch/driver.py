@@ -156,6 +156,7 @@ class ModelBatches(Submitting, Collecting):
         self.chunk: list[tuple[Task, int, Request]] = []
         self.at = -1
         self.adding: str | None = None
+        self.submitting: _Builder | None = None  # the batch being submitted (``_submit``)
         self.mine: dict[
             str, float
         ] = {}  # entry id -> next status read (monotonic), for entries this run polls
@@ -215,12 +216,12 @@ class ModelBatches(Submitting, Collecting):
         if stack is not None:
             stack.close()
 
-    def sent_already(self, keys: frozenset[str]) -> int:
-        """How many of ``keys`` (requests left: ``run``'s return) are counted ``sent`` already: in a
-        batch of this run that gave them back (a cancel at the deadline, an expiry), not refused
-        whole. The caller counts each request once: not again when it sends them synchronously,
-        nor as ``not_sent`` when it leaves them."""
-        return len(keys.intersection(self.counted) - self.refused)
+    def sent_already(self, keys: frozenset[str]) -> frozenset[str]:
+        """Those of ``keys`` (requests left: ``run``'s return) counted ``sent`` already: in a batch
+        of this run that gave them back (a cancel at the deadline, an expiry), not refused whole.
+        The caller counts each request once: not again when it sends them synchronously, nor as
+        ``not_sent`` when it leaves them or cannot send them (``unanswered``)."""
+        return frozenset(keys.intersection(self.counted) - self.refused)
 
     def _requests(self) -> Iterator[tuple[Task, int, Request]]:
         return self.model.requests(self.suite, self.shard)
@@ -325,15 +326,26 @@ class ModelBatches(Submitting, Collecting):
         no open batch (or left after a refusal): ``not_sent`` when never submitted (in the batch
         being built, or waiting for room under the bound), ``unanswered`` when a batch of this run
         gave it back (counted ``sent``). Those in an open batch (counted ``sent`` when this run
-        submitted it) are collected by the next run."""
+        submitted it) are collected by the next run. A batch whose submission the stop cut (its
+        intent in the ledger, not yet confirmed) counts its requests ``sent`` once its create went
+        out (the batch may exist: the next run finds it by its tag and collects it, or abandons
+        it), else as in no batch."""
         if self.options.collect_only:
             return
         st, claimed = self.stats, self.ledger.claimed(self.identity)
-        held = [k for k in self.waiting if k not in claimed and not self.cache.has(k)]
+        cut, self.submitting = self.submitting, None
+        if cut is not None and cut.creating:
+            new = set(cut.keys) - self.counted
+            self.counted |= new
+            st.sent += len(new)
+        unsent = cut.entry if cut is not None and not cut.creating else None  # never created
+        held = [
+            k for k in self.waiting if claimed.get(k, unsent) == unsent and not self.cache.has(k)
+        ]
         if self.adding is not None and self.adding not in self.waiting:
             held.append(self.adding)  # cut while waiting for room: not in a batch
         left = frozenset(self.adapter.encode(task, sample).key for task, sample in self.left)
-        sent = sum(k in self.counted for k in held) + self.sent_already(left)
+        sent = sum(k in self.counted for k in held) + len(self.sent_already(left))
         st.unanswered += sent
         st.not_sent += len(held) + len(left - self.refused) - sent
         self.left = []

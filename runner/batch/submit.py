@@ -32,6 +32,7 @@ class _Builder:
     tokens: float = 0.0
     reserved: dict[str, float] = field(default_factory=dict)
     submitted: bool = False  # ``_submit`` was called: a batch is submitted once, never twice
+    creating: bool = False  # its create went out (``ModelBatches.count_stopped`` counts it sent)
 
 
 class Submitting:
@@ -316,6 +317,7 @@ class Submitting:
             return
         spec = self.adapter.spec
         reserved = sum(builder.reserved.values())
+        self.submitting = builder  # until it is a batch, or abandoned: a stop counts it from here
         ref = await self._reference()
         self.ledger.intent(
             entry_id,
@@ -345,8 +347,10 @@ class Submitting:
             if file_id is not None:
                 self.ledger.record(entry_id, "uploaded", file_id=file_id)
             failpoint("uploaded")
+            builder.creating = True  # the create goes out: the batch may exist from now on
             status = await self._create(entry_id, builder, file_id, n, ref)
         except AdapterError as exc:
+            self.submitting = None
             self.ledger.record(
                 entry_id, "abandoned", reason=f"the batch could not be submitted: {exc}"
             )
@@ -358,6 +362,7 @@ class Submitting:
                 await self._delete_input(entry)
             return
         failpoint("created")
+        self.submitting = None
         self.ledger.record(entry_id, "submitted", batch_id=status.batch_id, state=status.state)
         failpoint("submitted")
         self.stats.submitted += 1

@@ -199,19 +199,24 @@ def _print_summary(summary, console: Console, out) -> None:
 
 
 def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> str:
-    """The cost bound's line on what it left: this run's requests not sent and those sent that
-    failed transiently (each counted by the run, ``Stats``), then what the next run sends
-    (``remaining``, counted in the cache after the run: the same requests, unless another process
-    wrote to it meanwhile; ``cost``: their expected cost). What a stopped provider, model or batch
-    API left (refused, or not sent after its stop: ``stop_not_sent``) is its own line's, named here
-    only in what the next run sends. An adaptive run's rest is what its rounds may still ask: the
-    whole set's, at most."""
+    """The cost bound's line on what it left: this run's requests not sent, those sent that
+    failed transiently and those sent in a batch that gave them back unanswered (each counted by
+    the run, ``Stats``), then what the next run sends (``remaining``, counted in the cache after
+    the run: the same requests, unless another process wrote to it meanwhile; ``cost``: their
+    expected cost). What a stopped provider, model or batch API left (refused, not sent after its
+    stop: ``stop_not_sent``, or unanswered by a model whose batch API refused) is its own line's,
+    named here only in what the next run sends. An adaptive run's rest is what its rounds may still
+    ask: the whole set's, at most."""
     stats = list(stats)
+    unanswered = [(getattr(s, "unanswered", 0), bool(getattr(s, "stopped", None))) for s in stats]
     counts = (
         (sum(s.not_sent - s.stop_not_sent for s in stats), "request(s) not sent"),
         (sum(s.failed - s.failed_fatal for s in stats), "sent that failed (transient)"),
+        (sum(n for n, stop in unanswered if not stop), "sent in a batch that gave them back"),
     )
-    stopped = sum(s.refused + s.stop_not_sent for s in stats)
+    stopped = sum(s.refused + s.stop_not_sent for s in stats) + sum(
+        n for n, stop in unanswered if stop
+    )
     parts = [f"{n:,} {what}" for i, (n, what) in enumerate(counts) if n or i == 0]
     told = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
     if adaptive:

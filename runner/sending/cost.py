@@ -48,6 +48,9 @@ class Budget:
     def __init__(self, max_usd: float | None = None):
         self.max_usd = max_usd
         self.spent = 0.0
+        self.spent_at_reservation = (
+            0.0  # the part of ``spent`` that is reservations kept (``keep``)
+        )
         self.reserved = 0.0
         self.in_flight = 0  # attempts holding a reservation
         self.stopped = False
@@ -85,6 +88,12 @@ class Budget:
         for w in waiters:
             if not w.done():
                 w.set_result(None)
+
+    def keep(self, reserved: float) -> None:
+        """An attempt ended whose cost is unknown: its reservation kept as spent (``settle``), and
+        counted in ``spent_at_reservation`` (what was spent is at most that)."""
+        self.settle(reserved, reserved)
+        self.spent_at_reservation += reserved
 
 
 class Settled(NamedTuple):
@@ -157,7 +166,7 @@ class Charge:
         ):  # an HTTP error status, or the request never left
             actual = 0.0
         else:
-            self.budget.settle(reserved, reserved)
+            self.budget.keep(reserved)
             return Settled(reserved, True)
         self.budget.settle(reserved, actual)
         return Settled(actual)
