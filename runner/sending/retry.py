@@ -66,6 +66,7 @@ from dxi.adapters import (
     Unreachable,
 )
 from dxi.adapters.errors import REQUEST, SCOPE_MODEL
+from dxi.adapters.provider_errors import STREAM_FIELDS
 from dxi.evals import Task
 
 from .cost import Charge
@@ -135,15 +136,22 @@ def reclassify(error: AdapterError, max_stated_wait_s: float, model_answered: bo
     ``max_stated_wait_s`` becomes a ProviderStop of cause ``WAIT``
     (``runner.sending.stops.too_long``); a ProviderStop of cause ``REQUEST`` (a form of request the
     model refuses) becomes Fatal (this request's own failure, stored and kept) when
-    ``model_answered`` (the model has answered other requests in this run). Any other error is
-    returned as it is."""
+    ``model_answered`` (the model has answered other requests in this run), except a refusal of
+    the streamed form (its ``field`` one of ``STREAM_FIELDS``: that request is answered when sent
+    whole, so it is never stored as a deterministic failure, which a ``--stream never`` run would
+    find cached). Any other error is returned as it is."""
     if (
         isinstance(error, RateLimited)
         and error.retry_after is not None
         and error.retry_after > max_stated_wait_s
     ):
         return too_long(error, max_stated_wait_s)
-    if isinstance(error, ProviderStop) and error.cause == REQUEST and model_answered:
+    if (
+        isinstance(error, ProviderStop)
+        and error.cause == REQUEST
+        and model_answered
+        and error.field not in STREAM_FIELDS
+    ):
         return Fatal(str(error), error.status)
     return error
 
