@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from dxi.runner.cli import main
+from dxi.runner.sending.cost import UNBOUNDED
 
 from .fakes.fake_llm_server import FakeLLM
 from .helpers.synthetic import data_dir
@@ -88,3 +89,49 @@ async def test_a_priced_model_whose_replies_report_no_usage_has_an_unknown_cost_
         )
     assert "$0.0000" not in out.split("Usage")[1]
     assert "  cost: replies of openai:plain reported no usage" in out
+    # this run charged each its reservation, which caps no output here: no "at most" of it
+    assert (m["requests"]["cost_usd"], m["requests"]["cost_reason"]) == (
+        None,
+        UNBOUNDED.format(n=2),
+    )
+    assert "cost_at_reservation_usd" not in m["requests"]
+
+
+@pytest.mark.parametrize("cap", [None, 20000])
+async def test_a_stream_cut_mid_way_reads_at_most_its_reservation_only_when_a_cap_bounds_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture, cap: int | None
+):
+    """A trial's streams, cut after some reasoning, read "at most $0.4026" for 2 requests with
+    ``max_completion_tokens=20000`` (the reservations: a bound) and "at most $0.0026" without a cap
+    (the input alone: no bound). Without a cap the run's cost is unknown: null with the reason,
+    "—" in the usage table's ``this run``, "cost unknown" on the progress line."""
+    extra = ["--param", f"max_completion_tokens={cap}"] if cap else []
+    async with FakeLLM(["cut:3"] * TASKS) as server:
+        model = f"openai:gpt-6-luna@{server.url}/v1"  # reasons by default: streamed
+        args = _dxi(tmp_path, model, "--price", "openai:gpt-6-luna=1/10", *extra)
+        assert await asyncio.to_thread(main, args) == 1  # failed (transient): provisional
+        sent = [body for _, body in server.requests]
+    out = capsys.readouterr().out
+    (m,) = _summary(tmp_path)["models"]
+    assert (m["requests"]["sent"], m["requests"]["failed"]) == (TASKS, TASKS)
+    if cap is None:
+        assert (m["requests"]["cost_usd"], m["requests"]["cost_reason"]) == (
+            None,
+            UNBOUNDED.format(n=2),
+        )
+        assert "cost_at_reservation_usd" not in m["requests"]
+        assert "done cost unknown" in out and "at most" not in out
+        assert f"  this run, openai:gpt-6-luna: {UNBOUNDED.format(n=2)}" in out
+        return
+    # each reservation: the canonical body's bytes at $1 and the cap at $10 per million tokens
+    bodies = [
+        orjson.dumps({k: v for k, v in b.items() if k not in ("stream", "stream_options")})
+        for b in sent
+    ]
+    reserved = round(sum(len(b) * 1.0 + cap * 10.0 for b in bodies) / 1e6, 6)
+    assert 0.4 < reserved < 0.41
+    assert (m["requests"]["cost_usd"], m["requests"]["cost_at_reservation_usd"]) == (
+        reserved,
+        reserved,
+    )
+    assert "cost_reason" not in m["requests"] and f"at most ${reserved:.4f}" in out

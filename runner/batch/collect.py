@@ -308,7 +308,9 @@ class Collecting:
         outcome.error = None if outcome.reply is not None else error
         cost = Settled(0.0)
         if reserved is not None:
-            cost = self.charge.settle(reserved, outcome.reply, outcome.error)
+            cost = self.charge.settle(
+                reserved, outcome.reply, outcome.error, self.charge.is_bound(self.adapter, task)
+            )
         elif (
             outcome.reply is not None and self.charge.price is not None
         ):  # an earlier run's batch: not reserved here
@@ -347,6 +349,7 @@ class Collecting:
                 st.cost_usd += cost.usd
                 if cost.at_reservation:
                     st.cost_at_reservation_usd += cost.usd
+                    st.cost_unbounded += not cost.bounded
             st.add(row, task.id)
         self.on_progress()
 
