@@ -236,7 +236,8 @@ def test_a_batch_whose_results_are_gone_is_charged_its_reservation(tmp_path: Pat
 
     Expected, by hand: as a synchronous reply that never arrived, each reservation is kept as spent:
     the first batch's ledger entry costs $16.00 (the old code: $0), the run spends $32.00 and the
-    model's ``cost_usd`` is $32.00 (sent 16, once)."""
+    model's ``cost_usd`` is $32.00 (sent 16, once), of which the $16.00 kept is at reservation
+    (``cost_at_reservation_usd``: at most that was spent; the old code counted it a spend)."""
     from dxi.cache.ledger import Ledger
 
     data_dir(tmp_path / "data", TASKS)
@@ -258,3 +259,4 @@ def test_a_batch_whose_results_are_gone_is_charged_its_reservation(tmp_path: Pat
     assert s["cost_bound"] == {"max_cost_usd": 100.0, "spent_usd": 32.0, "stopped": False}
     got = counts(tmp_path)
     assert (got["sent"], got["cost_usd"], got["given_back"]) == (16, 32.0, 16)
+    assert s["models"][0]["requests"]["cost_at_reservation_usd"] == 16.0

@@ -235,8 +235,10 @@ class Collecting:
         for a synchronous reply that never arrived (``runner.sending.cost``), the reservation of
         each one this run submitted is kept as spent (in the model's cost, and in the ledger's
         ``cost_usd``); those of an earlier run's batch (no reservation here) are counted in
-        ``extra`` as of unknown cost. Returns what was kept."""
-        kept, unknown = 0.0, 0
+        ``extra`` as of unknown cost. Returns what was kept. As any reservation kept, it is counted
+        in ``cost_at_reservation_usd`` (at most that was spent), and where it bounds nothing
+        (``Charge.is_bound``) in ``cost_unbounded``."""
+        kept, unknown, unbounded = 0.0, 0, 0
         for key in keys:
             reserved = self.reserved.pop(key, None)
             if reserved is None:
@@ -244,8 +246,12 @@ class Collecting:
                 continue
             self.budget.settle(reserved, reserved)
             kept += reserved
+            item = self.waiting.get(key)
+            unbounded += item is not None and not self.charge.is_bound(self.adapter, item[0])
         if self.stats.cost_usd is not None:
             self.stats.cost_usd += kept
+            self.stats.cost_at_reservation_usd += kept
+            self.stats.cost_unbounded += unbounded
         extra["kept_usd"] = round(kept, 9)
         if unknown:
             extra["cost_unknown"] = unknown
