@@ -40,7 +40,8 @@ The runner re-classifies two errors after an attempt, for what only it knows
 ``Limits.max_stated_wait_s`` becomes a ProviderStop (cause ``WAIT``: the run does not wait that
 long), and a ProviderStop of cause ``REQUEST`` (a form of request the model refuses) becomes Fatal
 once that model has answered other requests in this run (the refusal is this request's own, so it is
-stored and kept rather than stopping the model).
+stored and kept rather than stopping the model), unless it refuses the streamed form
+(``provider_errors.streaming_refused``: answered when sent whole, so never stored).
 
 Messages carry the status and at most 300 bytes of the response body, never request headers, so an
 API key cannot leak into the cache, logs or reports.

@@ -40,7 +40,7 @@ from .errors import (
     status_kind,
 )
 from .json_body import load_json  # noqa: F401 (re-exported: the adapters read replies with it)
-from .provider_errors import body_error, provider_stop
+from .provider_errors import body_error, provider_stop, streaming_refused
 from .streaming import STREAM_MODES, Assembler, SSEParser
 
 _DELTA_SECONDS = re.compile(r"\d+(?:\.\d+)?")  # RFC 9110 §10.2.3 delay-seconds (decimals tolerated)
@@ -779,7 +779,8 @@ class HTTPAdapter(Adapter):
         """Send ``request``, streamed when ``streams`` says so (its reply assembled into the
         non-streamed form), within ``Limits.max_reply_time_s``: a reply not whole by then ends the
         attempt, final for this run when part of it had arrived (``cut_stream``), else a Transient
-        retried as any."""
+        retried as any. A streamed request refused for its streaming fields stops the model, saying
+        to run it with ``--stream never`` (``provider_errors.streaming_refused``)."""
         progress.streamed = self.streams(request)
         bound = self.limits.max_reply_time_s
         try:
@@ -801,6 +802,10 @@ class HTTPAdapter(Adapter):
                         self.limits.max_reply_bytes,
                     )
                 )
+        except (ProviderStop, Fatal) as exc:
+            if (stop := streaming_refused(exc)) is not None:
+                raise stop from None
+            raise
         except TimeoutError:
             why = f"the reply took longer than --max-reply-time {bound:g} s"
             if progress.began:

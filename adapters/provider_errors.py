@@ -45,6 +45,14 @@ from words in its free text: OpenAI's ``error.code`` and ``error.param`` (the in
 ``context_length_exceeded`` and ``param`` ``messages``), Google's ``google.rpc.BadRequest``
 ``fieldViolations[].field`` (``contents`` is the content, any other field the form). Only a body
 with neither (Anthropic's) is read by its words.
+
+A streamed request carries fields its stored body does not (``STREAM_FIELDS``: OpenAI's
+``"stream": true, "stream_options": {...}``). A server that refuses them (an OpenAI-compatible
+server without ``stream_options``: a 400 naming it in ``error.param``, with or without a ``code``,
+or in its words; a 422 saying so) refuses the streamed form, which every streamed request of the
+model has: ``streaming_refused`` makes that a stop of the model, whose message says to run it with
+``--stream never`` (``runner.sending.retry.reclassify`` never turns it into a stored failure: such a
+request is answered when sent whole).
 """
 
 from __future__ import annotations
@@ -57,7 +65,7 @@ from typing import Any
 
 import orjson
 
-from .errors import KEY, MODEL, QUOTA, REQUEST, ProviderStop
+from .errors import KEY, MODEL, QUOTA, REQUEST, AdapterError, Fatal, ProviderStop
 
 OPENAI_QUOTA_CODES = frozenset(
     {
@@ -113,6 +121,14 @@ FORM_PARAMS = frozenset(
         "verbosity",
     }
 )
+STREAM_FIELDS = frozenset({"stream", "stream_options"})
+"""The fields a streamed request adds to its body (``HTTPAdapter.stream_body``): a refusal naming
+one refuses the streamed form (``streaming_refused``)."""
+STREAM_NEVER = (
+    "the server refuses the streamed form of request ({field}): run this model with --stream never "
+    '(a run file\'s provider table: stream = "never")'
+)
+_STREAM_WORDS = re.compile(r"\b(stream_options|stream)\b", re.IGNORECASE)
 GOOGLE_CONTENT_FIELDS = (
     "contents",
 )  # a BadRequest field violation under these is the request's content
@@ -242,7 +258,7 @@ def refuses_form(error: dict) -> bool:
     if code in OPENAI_FORM_CODES:
         return True
     if param:
-        return param.split(".")[0].split("[")[0] in FORM_PARAMS
+        return param.split(".")[0].split("[")[0] in FORM_PARAMS | STREAM_FIELDS
     fields = _field_violations(error)
     if fields:
         return any(not f.startswith(GOOGLE_CONTENT_FIELDS) for f in fields)
@@ -322,6 +338,37 @@ def provider_stop(
             "parameter or effort level)",
         )
     return None
+
+
+def _stream_field(error: AdapterError) -> str | None:
+    """The streaming field (``STREAM_FIELDS``) that ``error``, the answer to a streamed request,
+    refuses: its ``field`` (OpenAI's ``error.param``) when it names one, else the first one its
+    words name after the model's label; None when it refuses none (or is no refusal of the request's
+    form: a ProviderStop of cause ``REQUEST``, or a Fatal 400 or 422)."""
+    if error.status not in (400, 422):
+        return None
+    if isinstance(error, ProviderStop):
+        if error.cause != REQUEST:
+            return None
+        if error.field:
+            field = error.field.split(".")[0]
+            return field if field in STREAM_FIELDS else None
+    elif not isinstance(error, Fatal):
+        return None
+    said = _STREAM_WORDS.search(str(error).split(": ", 1)[-1])
+    return said.group(1).lower() if said else None
+
+
+def streaming_refused(error: AdapterError) -> ProviderStop | None:
+    """The stop of the model (cause ``REQUEST``, its ``field`` the one refused) for ``error``, the
+    answer to a streamed request, when it refuses a streaming field (``_stream_field``), saying to
+    run the model with ``--stream never`` (``STREAM_NEVER``); None otherwise."""
+    field = _stream_field(error)
+    if field is None:
+        return None
+    return ProviderStop(
+        f"{error} — {STREAM_NEVER.format(field=field)}", REQUEST, error.status, field=field
+    )
 
 
 def body_error(doc: Any) -> str | None:

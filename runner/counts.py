@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from dxi.lazy import LazyModule
 
 from .batch.options import BatchStats
+from .sending.cost import UNBOUNDED
 from .sending.stops import stopped_providers
 
 _estimate = LazyModule("dxi.runner.planning.estimate")
@@ -83,8 +84,9 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
     cache hits, outcomes, attempts, retry waits (seconds, 3 decimals), 429s, repairs, tokens, cost
     (USD, 6 decimals; None without a price), not sent and refused; ``cost_at_reservation_usd`` (the
     part of ``cost_usd`` charged at reservation because the cost is unknown: ``cost_usd`` is then an
-    upper bound of what was spent) only when it is not 0; with batches, their ``batches`` block
-    too."""
+    upper bound of what was spent) only when it is not 0; ``cost_usd`` null with a ``cost_reason``
+    (``UNBOUNDED``) when a reservation kept bounds nothing (``Stats.cost_unbounded``); with batches,
+    their ``batches`` block too."""
     blocks = {}
     for label, s in stats.items():
         block = {
@@ -101,7 +103,10 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
             "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 6),
         }
         at_reservation = round(s.cost_at_reservation_usd, 6)
-        if s.cost_usd is not None and at_reservation:
+        if s.cost_usd is not None and s.cost_unbounded:  # no figure bounds what was spent
+            block["cost_usd"] = None
+            block["cost_reason"] = UNBOUNDED.format(n=s.cost_unbounded)
+        elif s.cost_usd is not None and at_reservation:
             block["cost_at_reservation_usd"] = at_reservation
         block |= {"not_sent": s.not_sent, "refused": s.refused}
         if isinstance(s, BatchStats):

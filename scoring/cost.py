@@ -11,8 +11,9 @@ Anthropic's 1-hour cache). The usage is what the cache rows of the scored answer
 (``scoring.pipeline.usage``), so ``dxi run`` and ``dxi score`` give the same figures. A model
 without a price has its tokens reported and ``cost_usd`` null with a ``cost_reason``; so has the
 run's total then. So has a priced model whose replies reported 0 tokens (``COUNTED``: a server that
-counts none, such as ``sparrow-decider serve``): their cost is unknown, not 0 (``ZERO_TOKENS``), in
-each evaluation where they are, the model's and the run's total; a free model (price 0) costs 0.
+counts none, such as ``sparrow-decider serve``) or no usage at all: their cost is unknown, not 0
+(``ZERO_TOKENS``, ``NO_USAGE``), in each evaluation where they are, the model's and the run's total;
+a free model (price 0) costs 0.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ CACHE_WRITES = ("cache_write_tokens", "cache_write_1h_tokens")
 ZERO_TOKENS = "{n} replies reported 0 tokens (a server that counts none): their cost is unknown"
 """The ``cost_reason`` of a priced model's (or evaluation's) cost when ``n`` of its replies
 reported usage but not ``COUNTED``."""
+NO_USAGE = "{n} {replies} reported no usage: {their} cost is unknown"
+"""The ``cost_reason`` of a priced model's (or evaluation's) cost when ``n`` of its replies
+reported no usage at all (``_unknown_replies``)."""
 COUNTED = pl.col("input_tokens") > 0
 """A cache row whose reply counted its tokens: input tokens above 0. A request always has input, so
 a reply that reports 0 (``sparrow-decider serve``, the embedded model: servers that count no tokens)
@@ -177,18 +181,30 @@ def _block(row: Mapping, cost: float | None) -> dict:
     return block
 
 
-def _uncounted(sums: Mapping, price: tuple | None) -> int:
-    """How many replies of token sums ``sums`` reported 0 tokens (not ``COUNTED``) at a ``price``
-    that is not free: their cost is unknown. 0 without a price or at price 0."""
-    return sums["with_usage"] - sums["counted"] if price is not None and any(price) else 0
+def _unknown_replies(sums: Mapping, price: tuple | None) -> tuple[int, int]:
+    """``(zero, none)``: how many replies of token sums ``sums`` reported 0 tokens (not
+    ``COUNTED``) and how many reported no usage at all, at a ``price`` that is not free: their cost
+    is unknown, not 0 (``known_cost``'s rule, per reply). (0, 0) without a price or at price 0."""
+    if price is None or not any(price):
+        return 0, 0
+    return sums["with_usage"] - sums["counted"], max(0, sums["replies"] - sums["with_usage"])
 
 
 def _unknown(block: dict, sums: Mapping, price: tuple | None) -> dict:
-    """``block`` (a usage block of token sums ``sums``) with ``cost_usd`` null and ``cost_reason``
-    ``ZERO_TOKENS`` when some of its replies' cost is unknown (``_uncounted``), not 0."""
-    if zeros := _uncounted(sums, price):
+    """``block`` (a usage block of token sums ``sums``) with ``cost_usd`` null and a
+    ``cost_reason`` (``ZERO_TOKENS``, ``NO_USAGE``) when some of its replies' cost is unknown
+    (``_unknown_replies``), not 0."""
+    zero, none = _unknown_replies(sums, price)
+    reasons = [ZERO_TOKENS.format(n=zero)] * bool(zero) + [
+        NO_USAGE.format(
+            n=none,
+            replies="reply" if none == 1 else "replies",
+            their="its" if none == 1 else "their",
+        )
+    ] * bool(none)
+    if reasons:
         block["cost_usd"] = None
-        block["cost_reason"] = ZERO_TOKENS.format(n=zeros)
+        block["cost_reason"] = "; ".join(reasons)
     return block
 
 
@@ -201,7 +217,8 @@ def usage_blocks(
     """``(per model, run)``: each model's ``usage`` block — requests, replies, with_usage,
     input_tokens, output_tokens, ``price`` ({input, output} USD per million tokens, or null),
     ``cost_usd`` (null with ``cost_reason`` without a price, or for a priced model whose replies
-    reported 0 tokens: ``ZERO_TOKENS``; a ``note`` where replies reported no usage) and the same per
+    reported 0 tokens or no usage: ``ZERO_TOKENS``, ``NO_USAGE``; a ``note`` where replies reported
+    no usage) and the same per
     evaluation under ``evals`` — and the run's total (null cost, with the reasons naming the models,
     when any model's cost is unknown).
     ``table`` is ``scoring.pipeline.usage``. The requests a provider batch answered (its ``batch``
@@ -218,7 +235,7 @@ def usage_blocks(
         "cached_input_tokens": 0,
         **dict.fromkeys(CACHE_WRITES, 0),
     }
-    per_model, total, unpriced, uncounted = {}, dict(zero), [], []
+    per_model, total, unpriced, uncounted, unreported = {}, dict(zero), [], [], []
 
     def summed(rows: list[dict]) -> dict:
         return {k: sum(int(r.get(k) or 0) for r in rows) for k in zero}
@@ -255,7 +272,9 @@ def usage_blocks(
             block["cost_reason"] = NO_PRICE
             unpriced.append(label)
         elif _unknown(block, sums, price)["cost_usd"] is None:
-            uncounted.append(label)
+            zeros, nones = _unknown_replies(sums, price)
+            uncounted += [label] * bool(zeros)
+            unreported += [label] * bool(nones)
         block["evals"] = {
             name: _unknown(_block(sums_, cost_), sums_, price)
             for name in sorted({r["eval"] for r in rows})
@@ -266,7 +285,7 @@ def usage_blocks(
             block["batch"] = {
                 "requests": sum(int(r["requests"]) for r in batched),
                 "cost_usd": None
-                if price is None or _uncounted(summed(batched), price)
+                if price is None or any(_unknown_replies(summed(batched), price))
                 else _round(_cost(summed(batched), in_batch)),
                 "price": None
                 if in_batch is None
@@ -276,12 +295,13 @@ def usage_blocks(
         for k in zero:
             total[k] += sums[k]
     run = _block(total, None)
-    unknown = unpriced + uncounted
+    unknown = unpriced + uncounted + unreported
     run["cost_usd"] = None if unknown else _round(sum(b["cost_usd"] for b in per_model.values()))
     if unknown:
         run["cost_reason"] = "; ".join(
             [f"no price for {', '.join(unpriced)}"] * bool(unpriced)
             + [f"replies of {', '.join(uncounted)} reported 0 tokens (a server that counts none)"]
             * bool(uncounted)
+            + [f"replies of {', '.join(unreported)} reported no usage"] * bool(unreported)
         )
     return per_model, run

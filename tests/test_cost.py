@@ -477,7 +477,10 @@ def test_a_priced_model_whose_server_counts_no_tokens_has_an_unknown_cost_not_0(
         table, ["priced", "free"], {"priced": (0.1, 0.4), "free": (0.0, 0.0)}
     )
     no_usage = "1 reply reported no usage: its tokens (and cost) are not counted"
-    unknown = "3 replies reported 0 tokens (a server that counts none): their cost is unknown"
+    unknown = (
+        "3 replies reported 0 tokens (a server that counts none): their cost is unknown; "
+        "1 reply reported no usage: its cost is unknown"
+    )
     priced = per_model["priced"]
     assert {k: v for k, v in priced.items() if k != "evals"} == {
         "requests": 6,
@@ -501,9 +504,11 @@ def test_a_priced_model_whose_server_counts_no_tokens_has_an_unknown_cost_not_0(
     assert "cost_reason" not in free and "cost_reason" not in free["evals"]["when2call"]
     assert (run["cost_usd"], run["cost_reason"]) == (
         None,
-        "replies of priced reported 0 tokens (a server that counts none)",
+        "replies of priced reported 0 tokens (a server that counts none); "
+        "replies of priced reported no usage",
     )
     _, with_unpriced = usage_blocks(table, ["priced", "free"], {"priced": (0.1, 0.4), "free": None})
     assert with_unpriced["cost_reason"] == (
-        "no price for free; replies of priced reported 0 tokens (a server that counts none)"
+        "no price for free; replies of priced reported 0 tokens (a server that counts none); "
+        "replies of priced reported no usage"
     )

@@ -242,7 +242,8 @@ class Collecting:
         no id, an id none of its requests has: ``keys`` are then as many of the requests without a
         result, the dearest). As for a synchronous reply that never arrived or is not the wire
         format (``Charge.settle``), the reservation of each one this run submitted is kept as spent
-        (in the model's cost and its ``cost_at_reservation_usd``, in the ledger's ``cost_usd``);
+        (in the model's cost and its ``cost_at_reservation_usd``: at most that was spent; where it
+        bounds nothing, ``Charge.is_bound``, in ``cost_unbounded``; in the ledger's ``cost_usd``);
         those of an earlier run's batch (no reservation here) are counted in ``extra`` as of unknown
         cost. Returns what was kept; each one is given back all the same (``_give_back``: sent
         again, or stored as a transient failure, which the next run sends)."""
@@ -252,7 +253,9 @@ class Collecting:
             if reserved is None:
                 unknown += 1
                 continue
-            kept += self._charged(self.charge.settle(reserved, None, None))
+            item = self.waiting.get(key)
+            bounded = item is None or self.charge.is_bound(self.adapter, item[0])
+            kept += self._charged(self.charge.settle(reserved, None, None, bounded))
         extra["kept_usd"] = round(kept, 9)
         if unknown:
             extra["cost_unknown"] = unknown
@@ -260,12 +263,14 @@ class Collecting:
 
     def _charged(self, cost: Settled) -> float:
         """Count what an attempt was charged (``Charge.settle``'s ``Settled``) in the model's
-        ``cost_usd`` (and ``cost_at_reservation_usd``); returns it (USD)."""
+        ``cost_usd`` (and ``cost_at_reservation_usd``, and ``cost_unbounded`` where that bounds
+        nothing); returns it (USD)."""
         st = self.stats
         if st.cost_usd is not None:
             st.cost_usd += cost.usd
             if cost.at_reservation:
                 st.cost_at_reservation_usd += cost.usd
+                st.cost_unbounded += not cost.bounded
         return cost.usd
 
     def _row(
@@ -322,7 +327,9 @@ class Collecting:
             if reserved is not None and body is not None:
                 # a reply that is not the wire format: billed, charged as a synchronous one is
                 # (its reservation: ``Charge.settle``)
-                cost = self.charge.settle(reserved, None, error)
+                cost = self.charge.settle(
+                    reserved, None, error, self.charge.is_bound(self.adapter, task)
+                )
             elif reserved is not None:  # an error status, or not run: nothing billed
                 self.budget.settle(reserved, 0.0)
             if isinstance(error, RateLimited):
@@ -331,7 +338,9 @@ class Collecting:
         outcome.error = None if outcome.reply is not None else error
         cost = Settled(0.0)
         if reserved is not None:
-            cost = self.charge.settle(reserved, outcome.reply, outcome.error)
+            cost = self.charge.settle(
+                reserved, outcome.reply, outcome.error, self.charge.is_bound(self.adapter, task)
+            )
         elif (
             outcome.reply is not None and self.charge.price is not None
         ):  # an earlier run's batch: not reserved here

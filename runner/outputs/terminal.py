@@ -82,7 +82,8 @@ def _legend(console: Console, names: list[str], keys: list[str]) -> None:
 def print_usage(summary: Summary, console: Console, keys: list[str] | None = None) -> None:
     """Tokens and cost per model (of the answers scored, from the cache) and for the run; a model
     that costs nothing (price 0) shows "free"; this run's spend that includes reservations kept
-    for replies of unknown cost (``cost_at_reservation_usd``) shows "at most"."""
+    for replies of unknown cost (``cost_at_reservation_usd``) shows "at most", one that no
+    reservation bounds "—" and its reason."""
     if summary.usage is UNSET:
         return
     keys = keys or summary.labels
@@ -139,6 +140,9 @@ def print_usage(summary: Summary, console: Console, keys: list[str] | None = Non
     )
     if run.get("cost_reason"):
         console.print(escape(f"  cost: {run['cost_reason']}"))
+    for key, m in zip(keys, summary.models, strict=True):  # this run's cost, where unknown
+        if (m.requests or {}).get("cost_reason"):
+            console.print(escape(f"  this run, {key}: {m.requests['cost_reason']}"))
 
 
 def _seconds(value: float | None) -> str:

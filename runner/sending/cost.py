@@ -12,7 +12,10 @@ ends the reservation is released and its actual cost added to what was spent:
   tokens read from or written to the provider's prompt cache at their own prices);
 * a reply without usage, or no reply at all (a timeout, a connection dropped once it was open, a
   body that is not the wire format: the provider may have billed a reply that never arrived): the
-  reservation, kept as spent;
+  reservation, kept as spent (an upper bound, "at most"); without a bound, a model whose priced
+  output has no cap reserves none of its output, so there the reservation is no bound at all and
+  the attempt's cost is unknown (``Settled.bounded`` False: no figure says "at most" of it, as
+  ``dxi estimate`` gives no "at most" for such a model);
 * an HTTP error status (429, 5xx, 4xx): nothing (providers do not bill an error);
 * no connection opened (``adapters.Unreachable``: refused, no route, a name that does not resolve,
   none within the connect timeout): nothing (the request never left).
@@ -96,13 +99,24 @@ class Budget:
         self.spent_at_reservation += reserved
 
 
+UNBOUNDED = (
+    "the cost of {n} request(s) is unknown, with no upper bound: no usage came for them (a reply "
+    "without usage, or none whole) and nothing caps their output tokens (max_completion_tokens, "
+    "max_tokens, maxOutputTokens: give one, as --max-cost requires)"
+)
+"""The ``cost_reason`` of a model's ``requests`` cost when ``n`` attempts were settled at a
+reservation that bounds nothing (``Settled.bounded`` False)."""
+
+
 class Settled(NamedTuple):
     """What ``Charge.settle`` charged an attempt: ``usd``, and ``at_reservation`` whether that is
     its reservation because its cost is unknown (no usage reported, 0 tokens at a price, or no
-    reply): an upper bound of what it cost, not a cost known."""
+    reply): an upper bound of what it cost, not a cost known; unless ``bounded`` is False: the
+    reservation left out output that nothing caps (``Charge.is_bound``), so it bounds nothing."""
 
     usd: float
     at_reservation: bool = False
+    bounded: bool = True
 
 
 @dataclass(frozen=True)
@@ -124,7 +138,7 @@ class Charge:
         )
         from dxi.scoring.cost import max_input_price
 
-        out = adapter.output_tokens_bound(task) if self.price[1] else 0
+        out = self._output_bound(adapter, task)
         if out is None and self.budget.max_usd is None:
             # no bound to keep: nothing to reserve for the uncapped output (it is settled from the
             # usage)
@@ -138,20 +152,37 @@ class Charge:
             self.price[1],
         )
 
+    def _output_bound(self, adapter: Adapter, task: Task) -> int | None:
+        """The output tokens ``bound`` reserves (priced ones only: 0 when output is free); None
+        when nothing caps them."""
+        return adapter.output_tokens_bound(task) if self.price and self.price[1] else 0
+
+    def is_bound(self, adapter: Adapter, task: Task) -> bool:
+        """Whether ``bound`` is an upper bound of an attempt's cost: False only for priced output
+        without a cap, which ``bound`` leaves out (allowed without a cost bound alone)."""
+        return self._output_bound(adapter, task) is not None
+
     async def reserve(self, adapter: Adapter, task: Task, request: Request) -> float:
         """Reserve the attempt's cost bound (``bound``; see the module docstring); returns it.
         Raises CostBoundReached. A model with output tokens priced but no cap on them cannot run
         under a bound (``runner.planning.plan`` refuses it before the run starts)."""
         return await self.budget.reserve(self.bound(adapter, task, request))
 
-    def settle(self, reserved: float, reply: Reply | None, error: AdapterError | None) -> Settled:
+    def settle(
+        self,
+        reserved: float,
+        reply: Reply | None,
+        error: AdapterError | None,
+        bounded: bool = True,
+    ) -> Settled:
         """Settle an attempt that ended with ``reply`` or ``error``; returns what it was charged
         (``Settled``, USD): the usage the reply reports where its cost is known
         (``scoring.cost.known_cost``, the rule the summary and ``dxi view`` price a request by); its
         reservation when it is not (no usage reported, or 0 input tokens at a price: a server that
         counts no tokens, which settled at $0 would let such a priced model spend past the bound);
         nothing for an HTTP error status nor for an attempt that never connected (``Unreachable``).
-        Only the reservation kept is ``at_reservation`` (the records say "at most" of it)."""
+        Only the reservation kept is ``at_reservation`` (the records say "at most" of it), and not
+        ``bounded`` when ``bounded`` (``is_bound`` of the attempt) is False."""
         known = None
         if reply is not None and self.price is not None:
             from dxi.scoring.cost import USAGE_COLUMNS, known_cost
@@ -167,6 +198,6 @@ class Charge:
             actual = 0.0
         else:
             self.budget.keep(reserved)
-            return Settled(reserved, True)
+            return Settled(reserved, True, bounded)
         self.budget.settle(reserved, actual)
         return Settled(actual)

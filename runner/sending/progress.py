@@ -263,9 +263,16 @@ class RunProgress:
         if label in self.free:
             spend = ""
         else:
-            # charged at reservation (the cost unknown): what it spent is at most that
+            # charged at reservation (the cost unknown): what it spent is at most that; a
+            # reservation of uncapped output bounds nothing (Stats.cost_unbounded)
             most = "at most " if s.cost_at_reservation_usd else ""
-            spend = "no price " if s.cost_usd is None else f"{most}${s.cost_usd:.4f} "
+            spend = (
+                "no price "
+                if s.cost_usd is None
+                else "cost unknown "
+                if s.cost_unbounded
+                else f"{most}${s.cost_usd:.4f} "
+            )
             if self.budget is not None and self.budget.max_usd is not None:
                 run_most = any(o.cost_at_reservation_usd for o in (s, *self._stats.values()))
                 earlier = getattr(s, "from_earlier_usd", 0.0)  # paid by the run that submitted

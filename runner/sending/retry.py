@@ -66,6 +66,7 @@ from dxi.adapters import (
     Unreachable,
 )
 from dxi.adapters.errors import REQUEST, SCOPE_MODEL
+from dxi.adapters.provider_errors import STREAM_FIELDS
 from dxi.evals import Task
 
 from .cost import Charge
@@ -84,12 +85,14 @@ class Outcome:
     ``latency_ms`` is the duration of the final attempt; ``body`` the final raw reply, when one
     arrived; ``cost_usd`` what the attempts cost (``runner.sending.cost.Charge.settle``; 0 without a
     price), ``cost_at_reservation_usd`` the part of it charged at reservation (cost unknown: at most
-    that); ``waits_s`` the seconds waited before each attempt after the first, measured from the
-    end of the attempt before it to the start of its own (the backoff or the provider's stated wait,
-    and any pause or pacing of the provider meanwhile): ``attempts - 1`` values; ``ended``:
-    ``time.perf_counter()`` at the end of the last attempt; ``ttft_s`` the final attempt's time to
-    first token in seconds (a streamed reply's first generated token; None when it was not streamed
-    or no token came); ``streamed``: the final attempt was streamed.
+    that), ``cost_unbounded`` the attempts among those whose reservation bounds nothing
+    (``Settled.bounded`` False: their cost is unknown, with no "at most"); ``waits_s`` the seconds
+    waited before each attempt after the first, measured from the end of the attempt before it to
+    the start of its own (the backoff or the provider's stated wait, and any pause or pacing of the
+    provider meanwhile): ``attempts - 1`` values; ``ended``: ``time.perf_counter()`` at the end of
+    the last attempt; ``ttft_s`` the final attempt's time to first token in seconds (a streamed
+    reply's first generated token; None when it was not streamed or no token came); ``streamed``:
+    the final attempt was streamed.
     """
 
     reply: Reply | None = None
@@ -100,6 +103,7 @@ class Outcome:
     latency_ms: float | None = None
     cost_usd: float = 0.0
     cost_at_reservation_usd: float = 0.0
+    cost_unbounded: int = 0
     waits_s: list[float] = field(default_factory=list)
     ended: float | None = None
     ttft_s: float | None = None
@@ -135,15 +139,22 @@ def reclassify(error: AdapterError, max_stated_wait_s: float, model_answered: bo
     ``max_stated_wait_s`` becomes a ProviderStop of cause ``WAIT``
     (``runner.sending.stops.too_long``); a ProviderStop of cause ``REQUEST`` (a form of request the
     model refuses) becomes Fatal (this request's own failure, stored and kept) when
-    ``model_answered`` (the model has answered other requests in this run). Any other error is
-    returned as it is."""
+    ``model_answered`` (the model has answered other requests in this run), except a refusal of
+    the streamed form (its ``field`` one of ``STREAM_FIELDS``: that request is answered when sent
+    whole, so it is never stored as a deterministic failure, which a ``--stream never`` run would
+    find cached). Any other error is returned as it is."""
     if (
         isinstance(error, RateLimited)
         and error.retry_after is not None
         and error.retry_after > max_stated_wait_s
     ):
         return too_long(error, max_stated_wait_s)
-    if isinstance(error, ProviderStop) and error.cause == REQUEST and model_answered:
+    if (
+        isinstance(error, ProviderStop)
+        and error.cause == REQUEST
+        and model_answered
+        and error.field not in STREAM_FIELDS
+    ):
         return Fatal(str(error), error.status)
     return error
 
@@ -257,10 +268,11 @@ async def _once(
             probe, True if reached else (False if isinstance(error, Unreachable) else None), error
         )
         if charge is not None:
-            settled = charge.settle(reserved, reply, error)
+            settled = charge.settle(reserved, reply, error, charge.is_bound(adapter, task))
             out.cost_usd += settled.usd
             if settled.at_reservation:
                 out.cost_at_reservation_usd += settled.usd
+                out.cost_unbounded += not settled.bounded
 
 
 async def _patient(

@@ -84,13 +84,15 @@ class Stats:
     ``input_tokens`` / ``output_tokens``: the usage the replies of this run reported; ``cost_usd``:
     what this run's attempts cost (``runner.sending.cost``; None for a model without a price),
     ``cost_at_reservation_usd`` the part of it charged at reservation because the cost is unknown
-    (``Charge.settle``'s ``Settled.at_reservation``: the attempts cost at most that); ``not_sent``:
-    requests not sent because the cost bound was reached, the run was stopped or the provider
-    stopped (``runner.sending.stops``), ``stop_not_sent`` those of them the provider's (or model's)
-    stop left (its rest after the stop, counted with it even when the bound is reached too);
-    ``refused``: requests sent that met the provider's stop (no row either): the next run sends
-    both; ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class: kept,
-    not sent again unless asked); the others are transient and sent again by the next run.
+    (``Charge.settle``'s ``Settled.at_reservation``: the attempts cost at most that), and
+    ``cost_unbounded`` the attempts among them whose reservation bounds nothing (priced output
+    without a cap, no cost bound: ``Settled.bounded``): then what the run spent is unknown;
+    ``not_sent``: requests not sent because the cost bound was reached, the run was stopped or the
+    provider stopped (``runner.sending.stops``), ``stop_not_sent`` those of them the provider's (or
+    model's) stop left (its rest after the stop, counted with it even when the bound is reached
+    too); ``refused``: requests sent that met the provider's stop (no row either): the next run
+    sends both; ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class:
+    kept, not sent again unless asked); the others are transient and sent again by the next run.
     ``invalid`` counts requests (replies with at least one invalid answer), not answers.
     """
 
@@ -109,6 +111,7 @@ class Stats:
     output_tokens: int = 0
     cost_usd: float | None = 0.0
     cost_at_reservation_usd: float = 0.0
+    cost_unbounded: int = 0
     not_sent: int = 0
     stop_not_sent: int = 0
     refused: int = 0
@@ -423,6 +426,7 @@ class Scheduler:
                 if st.cost_usd is not None:
                     st.cost_usd += outcome.cost_usd
                     st.cost_at_reservation_usd += outcome.cost_at_reservation_usd
+                    st.cost_unbounded += outcome.cost_unbounded
                 if outcome.attempts and not isinstance(outcome.error, ProviderStop):
                     st.sent += 1
                     if st.started is None:

@@ -15,7 +15,12 @@ behaviour from ``script`` (then ``default``):
   ``"500"``, ``"503"``, ``"400"``, ``"401"``: that status with the format's error body;
 * ``"malformed"``: 200 with a body that is not JSON; ``"drop"``: the connection closed without a
   reply;
-* ``"echo401"``: 401 whose message quotes the key the request carried, as providers do.
+* ``"echo401"``: 401 whose message quotes the key the request carried, as providers do;
+* ``"nousage"`` (Chat Completions): the ok reply without its ``usage`` (whole, or streamed without
+  the usage chunk), as a server that reports none;
+* ``"nostreamopt"`` (Chat Completions): a 400 refusing ``stream_options`` when the request carries
+  it (``"param": "stream_options"``, ``"code": null``, as OpenAI-compatible servers answer;
+  ``"nostreamopt:coded"``: ``"code": "unsupported_parameter"``, as OpenAI's), else the ok reply.
 
 A streamed request (``"stream": true``, or Gemini's ``:streamGenerateContent``) is answered with the
 reply's server-sent events (``tests/fakes/sse_streams.py``: each text in ``pieces`` pieces,
@@ -52,6 +57,19 @@ from .wire_formats import (
     openai_chat,
     openai_decisions,
 )
+
+
+def _refusing(param: str, code: str | None, said: str) -> dict:
+    """An OpenAI error body refusing the request field ``param`` (``error.param``), with
+    ``code``."""
+    return {
+        "error": {
+            "message": said + param,
+            "type": "invalid_request_error",
+            "param": param,
+            "code": code,
+        }
+    }
 
 
 class FakeLLM:
@@ -107,6 +125,21 @@ class FakeLLM:
             return web.json_response(
                 error_body(fmt, 401, message=f"Incorrect API key provided: {sent}"), status=401
             )
+        if kind == "nostreamopt":
+            if "stream_options" not in payload:
+                kind = "ok"
+            else:
+                code = "unsupported_parameter" if arg == "coded" else None
+                return web.json_response(
+                    _refusing("stream_options", code, "Unrecognized request argument supplied: "),
+                    status=400,
+                )
+        if kind == "nousage" and fmt == "openai":
+            reply = openai_chat(payload, "ok")
+            del reply["usage"]
+            if not stream:
+                return web.json_response(reply)
+            return await self._send(request, sse_streams.openai_events(reply, self.pieces))
         if kind == "429body":
             return web.json_response(error_body(fmt, 429, float(arg)), status=429)
         if kind == "malformed":
@@ -155,6 +188,12 @@ class FakeLLM:
             events = [sse_streams.error_event(fmt)]
         elif fault == "error_event":
             events = [events[0], sse_streams.error_event(fmt)]
+        return await self._send(request, events, fault, arg)
+
+    async def _send(
+        self, request: web.Request, events: list[bytes], fault: str = "", arg: str = ""
+    ) -> web.StreamResponse:
+        """The server-sent ``events``, with the stream ``fault`` (``arg``)."""
         headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         response = web.StreamResponse(headers=headers)
         await response.prepare(request)

@@ -101,7 +101,8 @@ def openai_events(reply: dict, pieces: int = 3) -> list[bytes]:
                 ]
             )
         )
-    out.append(chunk([], reply.get("usage")))
+    if "usage" in reply:  # (a server that ignores ``include_usage`` sends none)
+        out.append(chunk([], reply["usage"]))
     return [frame(c) for c in out] + [b"data: [DONE]\n\n"]
 
 
