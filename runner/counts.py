@@ -139,6 +139,8 @@ def bound_block(budget: Budget, remaining: list[Estimate] | None, earlier: float
         "spent_usd": round(budget.spent, 6),
         "stopped": budget.stopped,
     }
+    if budget.spent_by_all_usd is not None:  # a bound shared through --coordinator
+        block["spent_by_all_usd"] = round(budget.spent_by_all_usd, 6)
     if earlier:
         block["earlier_batches_usd"] = round(earlier, 6)
     if remaining is not None:

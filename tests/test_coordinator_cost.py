@@ -15,6 +15,7 @@ from dxi.runner.distributed import coordinator
 from dxi.runner.distributed import shared_limits as shared
 from dxi.runner.distributed.coordinator import Coordinator
 from dxi.runner.distributed.shared_limits import SharedTicket
+from dxi.runner.sending.cost import CostBoundReached
 
 from .helpers.servers import free_port, redis_server, requires_redis
 from .test_coordinator import REQUEST, _Model
@@ -84,3 +85,31 @@ async def test_a_process_rejoining_a_restarted_redis_under_a_cost_bound_goes_on_
         assert _cost(url, "t") == ({"spent": "4", "reserved": "0"}, {"0": "4"})
         assert budget.spent == 4.0
         await c.close()
+
+
+async def _budget(url: str, bound: float) -> tuple[Coordinator, shared.SharedBudget]:
+    c = Coordinator(url, "nightly", 1, 0)
+    assert c.connect()
+    b = shared.budget(c, bound)
+    await c.call("join", [])
+    return c, b
+
+
+async def test_a_run_stopped_at_its_cost_bound_goes_on_when_rerun_with_a_higher_one(redis_url):
+    c, b = await _budget(redis_url, 1.0)
+    b.settle(await b.reserve(0.9), 0.9)
+    with pytest.raises(CostBoundReached):
+        await b.reserve(0.2)  # 1.1 > 1: the run stops at $1
+    await c.close()
+    assert _cost(redis_url, "nightly")[0]["stopped"] == "1"
+    c, b = await _budget(redis_url, 1.0)  # rerun with the same bound: stopped
+    with pytest.raises(CostBoundReached):
+        await b.reserve(0.01)
+    await c.close()
+    c, b = await _budget(redis_url, 1.2)  # with a higher one: goes on, from what was spent
+    b.settle(await b.reserve(0.2), 0.2)
+    with pytest.raises(CostBoundReached):
+        await b.reserve(0.2)  # 1.3 > 1.2: stops again, at $1.2
+    await c.close()
+    cost, _ = _cost(redis_url, "nightly")
+    assert (cost["spent"], cost["stopped"]) == ("1.1", "1.2")

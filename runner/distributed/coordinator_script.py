@@ -288,12 +288,15 @@ end
 -- usd, bound, member, lease -> 1 reserved, 0 no room while others are in flight (ask again), -1 stopped,
 -- -2 no room within the shares of the shards in Redis, though within the whole bound (this process stops).
 -- The bound for the shards in Redis: all of it but, for each shard out, its share less what it spent here.
+-- 'stopped' is the bound the run stopped at: a higher bound (a rerun under the same run id) goes on.
 OPS.reserve = function(a)
   local c = pre .. 'cost'
   for _, k in ipairs({c, pre .. 'reservations', pre .. 'amounts', pre .. 'spentby', pre .. 'spentproc'}) do keep(k) end
   expire_reservations()
-  if redis.call('HGET', c, 'stopped') == '1' then return -1 end
   local usd, bound = tonumber(a[1]), tonumber(a[2])
+  local stopped = tonumber(redis.call('HGET', c, 'stopped'))
+  if stopped and bound <= stopped then return -1 end
+  if stopped then redis.call('HDEL', c, 'stopped') end
   local alive = {}
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', pre .. 'members', now, '+inf')) do alive[m] = true end
   for _, m in ipairs(redis.call('SMEMBERS', pre .. 'done')) do alive[m] = true end
@@ -316,7 +319,7 @@ OPS.reserve = function(a)
   end
   if inflight > 0 then return 0 end
   if spent + usd <= bound then return -2 end
-  redis.call('HSET', c, 'stopped', '1')
+  redis.call('HSET', c, 'stopped', tostring(bound))
   return -1
 end
 
