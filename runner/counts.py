@@ -139,14 +139,17 @@ def batch_outcome(stats: Mapping[str, Stats]) -> tuple[bool, bool]:
 def bound_block(budget: Budget, remaining: list[Estimate] | None, earlier: float = 0.0) -> dict:
     """summary.json's ``cost_bound``: the bound, what this run spent (``cost_at_reservation_usd``:
     the part of it charged at reservation because the cost is unknown, ``Budget.keep``, only when
-    not 0, as in a model's ``requests`` block), whether it stopped, what remains;
-    ``earlier_batches_usd`` when this run collected batches an earlier run submitted (``earlier``:
-    what their answers cost, that run's spend, not under this bound)."""
+    not 0, as in a model's ``requests`` block), whether it stopped, ``spent_by_all_usd`` for a
+    bound shared through ``--coordinator``, what remains; ``earlier_batches_usd`` when this run
+    collected batches an earlier run submitted (``earlier``: what their answers cost, that run's
+    spend, not under this bound)."""
     block: dict = {"max_cost_usd": budget.max_usd, "spent_usd": round(budget.spent, 6)}
     at_reservation = round(budget.spent_at_reservation, 6)
     if at_reservation:
         block["cost_at_reservation_usd"] = at_reservation
     block["stopped"] = budget.stopped
+    if budget.spent_by_all_usd is not None:  # a bound shared through --coordinator
+        block["spent_by_all_usd"] = round(budget.spent_by_all_usd, 6)
     if earlier:
         block["earlier_batches_usd"] = round(earlier, 6)
     if remaining is not None:

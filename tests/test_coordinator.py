@@ -370,6 +370,63 @@ async def test_two_dxi_runs_stop_at_one_global_cost_bound(redis_url: str, tmp_pa
         4.0 < sum(spent) <= 5.0
     )  # one bound for both, not 5 each (how it splits depends on who started first)
     assert all(b"shared by every process of run cost" in err for _, err in outs)
+    # each says what it spent and what all spent, as Redis counted it
+    by_all = [
+        orjson.loads((tmp_path / f"out{k}" / "summary.json").read_bytes())["cost_bound"][
+            "spent_by_all_usd"
+        ]
+        for k in range(2)
+    ]
+    assert by_all[0] == by_all[1] == pytest.approx(sum(spent), abs=1e-5)
+    for k, (out, _) in enumerate(outs):
+        assert (
+            f"Stopped at the cost bound: spent ${spent[k]:.6f} in this process, ${by_all[k]:.6f} "
+            "of $5 by every process sharing the bound (--coordinator); "
+        ) in " ".join(out.decode().split())
+
+
+@pytest.mark.process
+async def test_a_dxi_run_stopped_at_a_shared_cost_bound_goes_on_when_rerun_with_a_higher_one(
+    redis_url: str, tmp_path: Path
+):
+    data = data_dir(tmp_path / "data", 40)
+    async with FakeProvider(model="fake", p_first=None, p_yes=None, latency="0.01") as server:
+        runs = tmp_path / "run.toml"
+        runs.write_text(
+            f'data_dir = "{data}"\n[providers.fake]\nkind = "systemone"\nbase_url = "{server.url}"\n'
+            '[[models]]\nprovider = "fake"\nmodel = "fake"\nprice = { input = 1000.0, output = 0.0 }\n'
+        )
+
+        async def rerun(bound: str) -> tuple[int, dict]:
+            proc = await asyncio.create_subprocess_exec(
+                DXI,
+                "run",
+                str(runs),
+                "--out",
+                str(tmp_path / "out"),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "-q",
+                "--max-cost",
+                bound,
+                "--coordinator",
+                redis_url,
+                env={**os.environ, "DXI_RUN_ID": "again"},
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            await proc.communicate()
+            summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+            return proc.returncode, summary["cost_bound"]
+
+        code, first = await rerun("1")
+        assert code == 3 and 0 < first["spent_usd"] <= 1.0
+        code, same = await rerun("1")  # the same bound: stopped, nothing sent
+        assert (code, same["spent_usd"], same["spent_by_all_usd"]) == (3, 0.0, first["spent_usd"])
+        code, higher = await rerun("2")  # a higher one goes on, to $2 in all
+        assert code == 3 and higher["spent_usd"] > 0.0  # (it stopped at once, spending nothing)
+        assert higher["spent_by_all_usd"] == pytest.approx(first["spent_usd"] + higher["spent_usd"])
+        assert higher["spent_by_all_usd"] <= 2.0
 
 
 class _Model:

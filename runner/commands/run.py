@@ -283,8 +283,14 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
         remaining = bound["remaining_requests"]  # what the next run sends: the cache's count
         # a reply of unknown cost is charged its reservation: what was spent is at most that
         most = "at most " if any(s.cost_at_reservation_usd for s in result.stats.values()) else ""
+        spent = f"spent {most}${result.spent_usd:.6f} of ${max_cost:g} in this run"
+        if (by_all := bound.get("spent_by_all_usd")) is not None:  # the bound is the whole run's
+            spent = (
+                f"spent {most}${result.spent_usd:.6f} in this process, ${by_all:.6f} of ${max_cost:g} "
+                "by every process sharing the bound (--coordinator)"
+            )
         console.print(
-            f"[yellow]Stopped at the cost bound:[/] spent {most}${result.spent_usd:.6f} of ${max_cost:g} in this run; "
+            f"[yellow]Stopped at the cost bound:[/] {spent}; "
             + _left(result.stats.values(), remaining, left, is_adaptive(result.summary))
             + ". Everything that arrived is in the cache: rerun with a higher --max-cost (or "
             "max_cost in the run file) to continue."

@@ -35,7 +35,9 @@ falls back, with a warning, to 1/N of each limit and of the cost bound (N from `
 the full limit; it first waits ``MEMBER_TTL`` seconds, until its share has surely lapsed in Redis
 (and the others' turns booked before then have passed: the in-flight limit's worth of request
 intervals). It tries Redis again every ``REJOIN_S`` seconds; once Redis answers it stops taking
-local turns, lets the attempts sent on its own finish, rejoins (its share back in Redis) and goes on
+local turns, lets the attempts sent on its own finish (an attempt that had its turn reserves its
+cost on its own meanwhile), rejoins (its share back in Redis; under a cost bound, what it spent that
+Redis does not count and its reservations in flight put back: ``SharedBudget.rejoin``) and goes on
 through Redis.
 
 **Calls.** An attempt costs one call to take its slot and booking (none more when it waits: the slot
@@ -461,11 +463,16 @@ class Coordinator:
         self._waiting_for.pop(waiter, None)
 
     # ---- falling back and rejoining --------------------------------------------------------------
-    async def mode(self) -> str:
+    async def mode(self, turn_taken: bool = False) -> str:
         """ "shared" (through Redis) or "local" (fallen back, and its share surely lapsed in Redis):
-        waits while the process rejoins, and until its local turns may begin."""
+        waits while the process rejoins, and until its local turns may begin. ``turn_taken``: for an
+        attempt that has its turn already (its cost reservation): while the process rejoins, it goes
+        on locally if local turns had begun (the rejoin waits for it; waiting for the rejoin, it
+        held its local turn, and neither went on)."""
         while True:
-            if self._rejoining:
+            if self._rejoining and not (
+                turn_taken and self.down and time.monotonic() >= self._local_from
+            ):
                 await asyncio.sleep(0.02)
                 continue
             if not self.down:

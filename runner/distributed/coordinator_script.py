@@ -13,8 +13,9 @@ and computes the share ``f`` of the limits the shards alive (or done) may use,
 * ``pause``, ``rate_limited``, ``correct``: the shared pause a 429 states (told to every process on
   pub/sub), the narrowed rates and a limit a 429's headers state, the token booking corrected by a
   reply's usage;
-* ``reserve`` / ``settle``: the cost bound (the shares of the shards out held back, less what they
-  spent);
+* ``reserve`` / ``settle`` / ``restore``: the cost bound (the shares of the shards out held back,
+  less what they spent; ``restore``: a process back on Redis adds what Redis does not count of its
+  spend and reservations, after falling back or after Redis lost the run's keys);
 * ``refresh`` (the heartbeat: leases renewed, queues a dead process's slots can serve now served),
   ``join``, ``done``.
 
@@ -273,10 +274,11 @@ local function expire_reservations()
   for _, m in ipairs(dead) do
     local v = redis.call('HGET', pre .. 'amounts', m)
     if v then
-      local usd, by = string.match(v, '^(%S+) (%S+)$')
+      local usd, by, who = string.match(v, '^(%S+) (%S+) ?(%S*)$')
       redis.call('HINCRBYFLOAT', pre .. 'cost', 'spent', usd)
       redis.call('HINCRBYFLOAT', pre .. 'cost', 'reserved', tostring(-tonumber(usd)))
       redis.call('HINCRBYFLOAT', pre .. 'spentby', by, usd)
+      if who ~= '' then redis.call('HINCRBYFLOAT', pre .. 'spentproc', who, usd) end
       redis.call('HDEL', pre .. 'amounts', m)
     end
     redis.call('ZREM', pre .. 'reservations', m)
@@ -286,12 +288,15 @@ end
 -- usd, bound, member, lease -> 1 reserved, 0 no room while others are in flight (ask again), -1 stopped,
 -- -2 no room within the shares of the shards in Redis, though within the whole bound (this process stops).
 -- The bound for the shards in Redis: all of it but, for each shard out, its share less what it spent here.
+-- 'stopped' is the bound the run stopped at: a higher bound (a rerun under the same run id) goes on.
 OPS.reserve = function(a)
   local c = pre .. 'cost'
-  for _, k in ipairs({c, pre .. 'reservations', pre .. 'amounts', pre .. 'spentby'}) do keep(k) end
+  for _, k in ipairs({c, pre .. 'reservations', pre .. 'amounts', pre .. 'spentby', pre .. 'spentproc'}) do keep(k) end
   expire_reservations()
-  if redis.call('HGET', c, 'stopped') == '1' then return -1 end
   local usd, bound = tonumber(a[1]), tonumber(a[2])
+  local stopped = tonumber(redis.call('HGET', c, 'stopped'))
+  if stopped and bound <= stopped then return -1 end
+  if stopped then redis.call('HDEL', c, 'stopped') end
   local alive = {}
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', pre .. 'members', now, '+inf')) do alive[m] = true end
   for _, m in ipairs(redis.call('SMEMBERS', pre .. 'done')) do alive[m] = true end
@@ -308,13 +313,13 @@ OPS.reserve = function(a)
   if inflight == 0 then reserved = 0; redis.call('HSET', c, 'reserved', '0') end
   if spent + reserved + usd <= bound - out then
     redis.call('HINCRBYFLOAT', c, 'reserved', tostring(usd))
-    redis.call('HSET', pre .. 'amounts', a[3], a[1] .. ' ' .. shard)
+    redis.call('HSET', pre .. 'amounts', a[3], a[1] .. ' ' .. shard .. ' ' .. proc)
     redis.call('ZADD', pre .. 'reservations', now + tonumber(a[4]), a[3])
     return 1
   end
   if inflight > 0 then return 0 end
   if spent + usd <= bound then return -2 end
-  redis.call('HSET', c, 'stopped', '1')
+  redis.call('HSET', c, 'stopped', tostring(bound))
   return -1
 end
 
@@ -329,7 +334,30 @@ OPS.settle = function(a)
   end
   redis.call('HINCRBYFLOAT', pre .. 'cost', 'spent', a[2])
   redis.call('HINCRBYFLOAT', pre .. 'spentby', shard, a[2])
-  keep(pre .. 'spentby')
+  redis.call('HINCRBYFLOAT', pre .. 'spentproc', proc, a[2])
+  keep(pre .. 'spentby'); keep(pre .. 'spentproc')
+  return 1
+end
+
+-- what this process spent in all, lease, count, then (member, usd) of each of its reservations in flight:
+-- a process back on Redis adds what it spent that Redis does not count ('spentproc': what it spent on its
+-- own while out, or all of it when Redis lost the run's keys) and puts back the reservations Redis lost
+OPS.restore = function(a)
+  local c = pre .. 'cost'
+  local more = tonumber(a[1]) - (tonumber(redis.call('HGET', pre .. 'spentproc', proc)) or 0)
+  if more > 0 then
+    redis.call('HINCRBYFLOAT', c, 'spent', tostring(more))
+    redis.call('HINCRBYFLOAT', pre .. 'spentby', shard, tostring(more))
+    redis.call('HINCRBYFLOAT', pre .. 'spentproc', proc, tostring(more))
+  end
+  for i = 4, 3 + 2 * tonumber(a[3]), 2 do
+    if not redis.call('HGET', pre .. 'amounts', a[i]) then
+      redis.call('HINCRBYFLOAT', c, 'reserved', a[i + 1])
+      redis.call('HSET', pre .. 'amounts', a[i], a[i + 1] .. ' ' .. shard .. ' ' .. proc)
+      redis.call('ZADD', pre .. 'reservations', now + tonumber(a[2]), a[i])
+    end
+  end
+  for _, k in ipairs({c, pre .. 'reservations', pre .. 'amounts', pre .. 'spentby', pre .. 'spentproc'}) do keep(k) end
   return 1
 end
 

@@ -137,7 +137,7 @@ class Distributed:
         if self.coordinator is not None:
             budget = getattr(self, "_budget", None)
             if budget is not None and budget.max_usd is not None:
-                spent = await budget.spent_by_all()
+                spent = budget.spent_by_all_usd = await budget.spent_by_all()
                 if spent is not None:
                     _note(
                         f"cost bound ${budget.max_usd:g}, shared by every process of run {self.coordinator.run}: "

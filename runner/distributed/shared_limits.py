@@ -245,17 +245,33 @@ class SharedBudget(Budget):
             coordinator.key("amounts"),
         ]
         self._members: list[tuple[str, float]] = []
+        self._unsettled: list[
+            str
+        ] = []  # reservations in Redis whose attempts ended while it was out
         self.local_in_flight = 0
 
     def rejoin(self) -> None:
-        """Back on Redis: the whole bound again (shared)."""
+        """Back on Redis: the whole bound again (shared). First Redis is told (``restore``) what
+        this process spent that it does not count (what it spent on its own while out; all of it
+        when Redis lost the run's keys, restarted empty) and its reservations in flight it lost;
+        the reservations of attempts that ended while it was out are settled there at nothing (what
+        they cost is in what it spent). So the spend a restarted Redis lost comes back from every
+        process that rejoins, and a rejoining process never gets room that was spent."""
         self.max_usd = self.bound
+        held = [(member, usd) for member, usd in self._members if member]
+        self.c.later(
+            "restore",
+            [self.spent, self.c.lease_s, len(held), *(x for pair in held for x in pair)],
+        )
+        for member in self._unsettled:
+            self.c.later("settle", [member, 0])
+        self._unsettled = []
 
     async def reserve(self, usd: float) -> float:
         if self.bound is None:  # no bound to share: nothing to ask Redis
             return await super().reserve(usd)
         delay = POLL_S
-        while await self.c.mode() == "shared":
+        while await self.c.mode(turn_taken=True) == "shared":
             member = f"{self.c.member}/{uuid.uuid4().hex[:8]}"
             try:
                 answer = int(
@@ -288,7 +304,7 @@ class SharedBudget(Budget):
                 )
             await asyncio.sleep(delay)
             delay = min(1.0, delay * 1.5)
-        if await self.c.mode() != "local":  # rejoined meanwhile
+        if await self.c.mode(turn_taken=True) != "local":  # rejoined meanwhile
             return await self.reserve(usd)
         self.max_usd = (
             self.bound / self.c.shares
@@ -304,6 +320,8 @@ class SharedBudget(Budget):
                 del self._members[i]
                 if member:
                     self.c.drop(self.keys[1], member)
+                    if self.c.down:
+                        self._unsettled.append(member)
                     self.c.later("settle", [member, actual])
                 else:
                     self.local_in_flight -= 1

@@ -57,6 +57,9 @@ class Budget:
         self.reserved = 0.0
         self.in_flight = 0  # attempts holding a reservation
         self.stopped = False
+        # a bound shared by the processes of a run (``--coordinator``): what they all spent, as
+        # Redis counted it when this one ended (None: not shared, or Redis could not say)
+        self.spent_by_all_usd: float | None = None
         self._waiters: list[asyncio.Future[None]] = []
 
     def fits(self, usd: float) -> bool:

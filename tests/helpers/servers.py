@@ -142,10 +142,10 @@ requires_redis = needs(
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[str]:
-    """``redis-server`` on 127.0.0.1 with a random port and no persistence; yields
-    redis://127.0.0.1:PORT/0."""
-    port = free_port()
+def redis_server(port: int | None = None) -> Iterator[str]:
+    """``redis-server`` on 127.0.0.1 with ``port`` (default: a random one) and no persistence;
+    yields redis://127.0.0.1:PORT/0."""
+    port = port or free_port()
     proc = subprocess.Popen(
         [
             "redis-server",
