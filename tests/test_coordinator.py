@@ -15,7 +15,7 @@ import orjson
 import pytest
 import redis.asyncio
 
-from dxi.adapters import Limits, RateLimited, Request
+from dxi.adapters import Limits, RateLimited
 from dxi.runner.distributed import shared_limits as shared
 from dxi.runner.distributed.coordinator import Coordinator, run_id
 from dxi.runner.sending.cost import CostBoundReached
@@ -25,6 +25,8 @@ from .fakes.fake_provider import FakeProvider
 from .helpers import events
 from .helpers.runs import dxi_command
 from .helpers.servers import free_port, redis_server, requires_redis
+from .helpers.shared_limits import REQUEST
+from .helpers.shared_limits import LimitsOnly as _Model
 from .helpers.synthetic import data_dir
 
 pytestmark = [requires_redis, pytest.mark.server]
@@ -57,9 +59,6 @@ async def two_shards(
     errs = [(await p.communicate())[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errs
     return errs
-
-
-REQUEST = Request("systemone", "m", "e", b"{}", 0, "{}", "v")
 
 
 def bookings(limiter) -> list[tuple[float, float]]:
@@ -427,15 +426,6 @@ async def test_a_dxi_run_stopped_at_a_shared_cost_bound_goes_on_when_rerun_with_
         assert code == 3 and higher["spent_usd"] > 0.0  # (it stopped at once, spending nothing)
         assert higher["spent_by_all_usd"] == pytest.approx(first["spent_usd"] + higher["spent_usd"])
         assert higher["spent_by_all_usd"] <= 2.0
-
-
-class _Model:
-    """What shared_limits.limiters reads of a ModelRun."""
-
-    limits_key = "p"
-
-    def __init__(self, limits: Limits):
-        self.adapter = type("A", (), {"limits": limits})()
 
 
 if sys.platform != "linux":  # pragma: no cover

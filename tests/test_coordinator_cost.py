@@ -18,7 +18,8 @@ from dxi.runner.distributed.shared_limits import SharedTicket
 from dxi.runner.sending.cost import CostBoundReached
 
 from .helpers.servers import free_port, redis_server, requires_redis
-from .test_coordinator import REQUEST, _Model
+from .helpers.shared_limits import REQUEST
+from .helpers.shared_limits import LimitsOnly as _Model
 
 pytestmark = [requires_redis, pytest.mark.server]
 if sys.platform != "linux":  # pragma: no cover
