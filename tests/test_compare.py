@@ -3,6 +3,8 @@ test-only reference: scikit-learn's dependency, never the product's)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import polars as pl
 import pytest
@@ -11,6 +13,7 @@ from scipy.stats import binomtest
 from dxi.scoring import Bootstrap, build_summary, compare, records, score
 from dxi.scoring.compare import mcnemar_p
 from dxi.scoring.simultaneous import correlation, max_t, mover_difference, newcombe, rank_sets
+from dxi.scoring.summary import in_order
 
 from .helpers.answers import choice, frame, yes_no
 
@@ -292,6 +295,10 @@ def test_an_identical_pair_differs_by_nothing_and_is_never_separated():
         "identical answers: its terms' intervals, square-and-add over the evaluations",
     )
     assert scored.comparisons["se"].to_list() == [0.0] * 9
+    # turned round (b before a, as the report's order may have it) a tie stays 0.0, not −0.0
+    turned = in_order(scored.comparisons, ["m:b", "m:a"])
+    assert turned["a"].to_list() == ["m:b"] * 9
+    assert [math.copysign(1, d) for d in turned["difference"]] == [1.0] * 9
     ranks = {r["label"]: r for r in scored.index.iter_rows(named=True)}
     assert [
         (r["tied_group"], r["rank"], r["rank_high"], r["rank_set_low"], r["rank_set_high"])

@@ -684,7 +684,7 @@ class Browser:
                 c,
                 a=a,
                 b=b,
-                difference=-c["difference"],
+                difference=0.0 - c["difference"],  # never −0.0
                 ci=[-c["ci"][1], -c["ci"][0]] if c.get("ci") else c.get("ci"),
             )
             if "discordant" in c:
