@@ -105,6 +105,11 @@ class Unreachable(Transient):
     (``runner.sending.outage``)."""
 
 
+class IdleTimeout(Transient):
+    """No byte of the reply arrived within the idle timeout (``--timeout``, ``attempt_timeout_s``);
+    a reply sent whole then says what to do (``http.Adapter.transmit``)."""
+
+
 class Fatal(AdapterError):
     """A deterministic failure of this request (bad request): fails fast, never retried."""
 

@@ -30,6 +30,7 @@ from .errors import (
     UNREACHABLE,
     AdapterError,
     Fatal,
+    IdleTimeout,
     MalformedReply,
     ProviderStop,
     RateLimited,
@@ -40,7 +41,13 @@ from .errors import (
     status_kind,
 )
 from .json_body import load_json  # noqa: F401 (re-exported: the adapters read replies with it)
-from .provider_errors import body_error, provider_stop, streaming_refused
+from .provider_errors import (
+    body_error,
+    error_doc,
+    prompt_too_long,
+    provider_stop,
+    streaming_refused,
+)
 from .streaming import STREAM_MODES, Assembler, SSEParser
 
 _DELTA_SECONDS = re.compile(r"\d+(?:\.\d+)?")  # RFC 9110 §10.2.3 delay-seconds (decimals tolerated)
@@ -281,6 +288,17 @@ def redact(payload: bytes, secrets: tuple[bytes, ...]) -> bytes:
 
 
 DEFAULT_MAX_REPLY_BYTES = Limits.max_reply_bytes
+TOO_LONG = (
+    "the prompt, with the output budget it asks for, is longer than the model's context: a model "
+    "or server with a longer context, or a smaller output budget (max_tokens, "
+    "max_completion_tokens, maxOutputTokens)"
+)
+IDLE = "no byte of the reply within the idle timeout (--timeout)"
+WHOLE_REPLY = (
+    ": a reply sent whole (not streamed) arrives only once generated, so the timeout bounds the "
+    "model's whole thinking: give a --timeout longer than its longest thinking, or stream it "
+    "(--stream always): streaming is the way to let a model think longer than --timeout"
+)
 ERROR_BYTES = 64 << 10  # what is read of an error reply
 
 
@@ -318,6 +336,8 @@ def error_for(
             400: "check the model's parameters and that the server supports this request",
             422: "check the request and model",
         }.get(status, "check the request and model")
+        if status == 400 and prompt_too_long(error_doc(payload)):
+            hint = TOO_LONG
         return Fatal(f"{what}: HTTP {status} ({hint}): {snippet}", status)
     if should_retry == "false":
         error.should_retry = False
@@ -376,7 +396,8 @@ async def post(
     ) as exc:  # the server was not reached
         raise Unreachable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-        raise Transient(f"{what}: {_why(exc)}") from None
+        idle = isinstance(exc, aiohttp.SocketTimeoutError)
+        raise (IdleTimeout if idle else Transient)(f"{what}: {_why(exc)}") from None
 
 
 def _decoder(resp: aiohttp.ClientResponse, what: str) -> Any:
@@ -515,7 +536,7 @@ async def post_stream(
 def _why(exc: BaseException) -> str:
     """A transport failure in words; a read that waited longer than the idle timeout says so."""
     if isinstance(exc, aiohttp.SocketTimeoutError):
-        return "no byte of the reply within the idle timeout (--timeout)"
+        return IDLE
     return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 
@@ -786,7 +807,12 @@ class HTTPAdapter(Adapter):
         try:
             async with asyncio.timeout(bound):
                 if not progress.streamed:
-                    return await self.send(request)
+                    try:
+                        return await self.send(request)
+                    except IdleTimeout as exc:
+                        if self.assembler() is not None:  # it has a streamed form: say so
+                            exc.args = (f"{exc}{WHOLE_REPLY}",)
+                        raise
                 body = self.stream_body(request.body)
                 return await self._keyed(
                     lambda headers, secrets: post_stream(

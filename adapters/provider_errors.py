@@ -170,6 +170,10 @@ _CONTENT = re.compile(
     r"context|too long|too many tokens|maximum .*tokens|prompt is too|exceeds? the (?:maximum|limit)",
     re.IGNORECASE,
 )
+_TOO_LONG = re.compile(
+    r"context[_ ]length|context (?:size|window)|prompt is too long|input token count .*exceeds",
+    re.IGNORECASE,
+)
 _PER_DAY = re.compile(r"per ?day|_day\b|daily", re.IGNORECASE)
 
 
@@ -264,6 +268,18 @@ def refuses_form(error: dict) -> bool:
         return any(not f.startswith(GOOGLE_CONTENT_FIELDS) for f in fields)
     message = str(error.get("message") or "")
     return bool(_FORM.search(message)) and not _CONTENT.search(message)
+
+
+def prompt_too_long(error: dict) -> bool:
+    """Whether a 400's error object says the prompt (with the output budget asked) is longer than
+    the model's context: OpenAI's ``code`` ``context_length_exceeded``, llama.cpp's ``type``
+    ``exceed_context_size_error``, else its words (Anthropic's "prompt is too long", Google's "The
+    input token count ... exceeds", vLLM's "maximum context length")."""
+    if error.get("code") == "context_length_exceeded":
+        return True
+    if error.get("type") == "exceed_context_size_error":
+        return True
+    return bool(_TOO_LONG.search(str(error.get("message") or "")))
 
 
 def _next_month_utc(now: float) -> float:

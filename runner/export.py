@@ -99,9 +99,13 @@ PROVISIONAL = (
     "false)"
 )
 SAMPLES = (
-    "tasks with a reply: {} of {} (WildGuardTest: rows); the score and its interval are over "
-    "them, failed and missing answers left out"
+    "tasks with a reply{}: {} of {}{}; the score and its interval are over them, failed and "
+    "missing answers left out"
 )
+SAMPLES_OF = {
+    "wildguardtest": ("", " (WildGuardTest: rows)"),
+    "decision_index": (", summed over its evaluations", ""),
+}  # what a record's tasks are (else: its tasks)
 _OMNISCIENCE_SOURCE = (
     "Artificial Analysis AA-Omniscience (the published Decision Index uses 500 private questions)"
 )
@@ -371,7 +375,8 @@ def _result(
     }
     if "complete" in block:  # false: provisional (over the answered questions, with bounds)
         details["complete"] = str(block["complete"]).lower()
-    details["num_samples_counts"] = SAMPLES.format(replied, tasks)
+    what, rows = SAMPLES_OF.get(name, ("", ""))
+    details["num_samples_counts"] = SAMPLES.format(what, replied, tasks, rows)
     bounds = block.get(f"{metric}_bounds")
     if bounds is not None:  # whatever the failed and missing answers are (scoring.bounds)
         details["bounds_lowest"], details["bounds_highest"] = str(bounds[0]), str(bounds[1])

@@ -352,5 +352,6 @@ def browse(selection: Selection, home: TemporaryDirectory) -> tuple[Browser, lis
         home=home,
         remote=selection.remote,
         select=again if plan is None else None,
+        ranked=plan is None,  # no order given: by Decision Index, as the report
     )
     return browser, notes

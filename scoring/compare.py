@@ -16,8 +16,14 @@ each evaluation metric (``sums.METRICS``) that both have (not null):
   (2012) adjusted Wald interval, from the 2×2 table of right and wrong answers
   (``simultaneous.newcombe``) where both models' answers are complete (with failed or missing
   answers the table counts them not right while the difference is over the answered questions, so
-  such a pair takes the bootstrap interval below, around its difference); otherwise
-  the symmetric bootstrap interval over the resamples (never of zero width), for a metric with a
+  such a pair takes the bootstrap interval below, around its difference); for two models that
+  answered alike on every task behind a metric (a difference of 0 no resample moves), 0 ± the
+  bound of the share of tasks on which they could differ (``simultaneous.identical_bound``:
+  Wilson's upper bound for none of the tasks both replied to; never of zero width), hulled with
+  MOVER as below where the metric has score-type intervals of its own, and for the Decision Index
+  its terms' intervals weighed, added within an evaluation and square-and-added over the
+  evaluations (``_terms_bound``); ``interval`` says "identical answers: ..."; otherwise
+  the symmetric bootstrap interval over the resamples, for a metric with a
   score-type interval of its own (``Figure.low``: non-hallucination, the F1s, mean F1, accuracy of
   several epochs) its hull with the MOVER interval of the difference
   (``simultaneous.mover_difference``, Zou & Donner 2008; the bootstrap interval alone covered an F1
@@ -86,12 +92,14 @@ from .decision_index import WEIGHTS, index_values
 from .intervals import SCORE_METRICS
 from .simultaneous import (
     correlation,
-    floor_width,
+    identical_bound,
     max_t,
+    mcnemar_p,
     mover_difference,
     newcombe,
     rank_sets,
     symmetric_interval,
+    worst_mcnemar,
 )
 from .sums import COUNTS, FLAGS, METRICS, Cube, EvalMetrics
 
@@ -104,6 +112,10 @@ MAX_T_MCNEMAR = "max-T step-down and McNemar exact"
 NEWCOMBE = "Newcombe (method 10) and Bonett-Price hull"
 SYMMETRIC = "symmetric bootstrap"
 SYMMETRIC_MOVER = "symmetric bootstrap and MOVER hull"
+IDENTICAL = "identical answers: Wilson bound of the tasks that could differ"
+IDENTICAL_INDEX = "identical answers: its terms' intervals, square-and-add over the evaluations"
+IDENTICAL_MOVER = IDENTICAL + " and MOVER hull"
+CONSTANT = "every task favours one model: Wilson bound"
 METHOD = {
     "adjustment": (
         "max-T step-down (Westfall & Young 1993; Romano & Wolf 2005, JASA 100:94-108) on the "
@@ -125,11 +137,16 @@ METHOD = {
             "the hull of Newcombe's paired interval (Statistics in Medicine 1998, method "
             "10) and Bonett & Price's adjusted Wald interval (2012)"
         ),
-        "otherwise": "symmetric bootstrap interval d ± q, q the 95% quantile of |Δ* − Δ|, "
-        "at least 100·z²/(n + z²) points (never zero width); for non-hallucination, "
-        "the F1s and mean F1 (and accuracy of several epochs) its hull with the MOVER interval "
-        "of the difference from the two models' own intervals and the correlation of their "
-        "resampled figures (Zou & Donner 2008, Statistics in Medicine 27:1693-1702)",
+        "otherwise": "symmetric bootstrap interval d ± q, q the 95% quantile of |Δ* − Δ|; for "
+        "non-hallucination, the F1s and mean F1 (and accuracy of several epochs) its hull with "
+        "the MOVER interval of the difference from the two models' own intervals and the "
+        "correlation of their resampled figures (Zou & Donner 2008, Statistics in Medicine "
+        "27:1693-1702)",
+        "identical answers (no resample moves a difference of 0)": "0 ± 100·z²/(m + z²), "
+        "Wilson's upper bound of the share of tasks on which the two would differ when none of "
+        "the m tasks both replied to does (never zero width), hulled with MOVER as above where "
+        "the metric has its own intervals; the index: its terms' half-widths weighed, added "
+        "within an evaluation and square-and-added over the evaluations",
     },
     "rank_set": (
         "simultaneous rank sets (Mogstad, Romano, Shaikh & Wilhelm 2024, Review of Economic "
@@ -252,60 +269,14 @@ def open_counts(right: np.ndarray, wrong: np.ndarray, open_: np.ndarray) -> np.n
     return np.rint(np.stack([r @ q.T, m @ q.T + r @ m.T, m @ m.T])).astype(np.int64)
 
 
-def worst_mcnemar(
-    sure_a: np.ndarray,
-    sure_b: np.ndarray,
-    could_a: np.ndarray,
-    could_b: np.ndarray,
-    both_open: np.ndarray,
-) -> np.ndarray:
-    """The largest exact McNemar p any outcome of the open answers could give (issue 31, item 5:
-    a difference is claimed only where no outcome of the missing answers could overturn it): with
-    ``sure_a``/``sure_b`` the discordant answers both replies make (a right b wrong, the other
-    way), ``could_a``/``could_b`` the answers that could join each side and ``both_open`` those
-    that could join either. Adding a discordant answer to the larger side lowers p, to the smaller
-    side raises it (2·P(Bin(n + 1, ½) ≤ k + 1) ≥ 2·P(Bin(n, ½) ≤ k)), so the worst case adds every
-    open answer it can to the smaller side: p = 1 where that reaches the larger side, else
-    ``mcnemar_p(larger, smaller + could_smaller + both_open)``. Arrays of one shape, counts ≥ 0."""
-    a, b = np.asarray(sure_a, np.int64), np.asarray(sure_b, np.int64)
-    a_larger = a >= b
-    larger = np.where(a_larger, a, b)
-    smaller = np.where(a_larger, b, a) + np.where(a_larger, could_b, could_a) + both_open
-    return np.where(smaller >= larger, 1.0, mcnemar_p(larger, np.minimum(smaller, larger)))
-
-
-def mcnemar_p(a_only: np.ndarray, b_only: np.ndarray) -> np.ndarray:
-    """The exact two-sided McNemar p-values for arrays of discordant counts (non-negative integers):
-    min(1, 2·P(X ≤ min(a, b))), X ~ Binomial(a + b, ½); 1 where there is no discordant answer.
-    Summed in log space from log-factorials (relative error ~1e-12; tested against
-    ``scipy.stats.binomtest``)."""
-    a_only, b_only = np.asarray(a_only, np.int64), np.asarray(b_only, np.int64)
-    n, k = a_only + b_only, np.minimum(a_only, b_only)
-    out = np.ones(n.shape)
-    todo = np.flatnonzero(n > 0)
-    if len(todo) == 0:
-        return out
-    top = int(n[todo].max())
-    log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, top + 1, dtype=np.float64)))])
-    nn, kk = n[todo], k[todo]
-    sizes = kk + 1
-    test = np.repeat(np.arange(len(todo)), sizes)
-    j = np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)  # 0..k of each test
-    terms = log_fact[nn[test]] - log_fact[j] - log_fact[nn[test] - j] - nn[test] * np.log(2.0)
-    peak = terms[
-        np.cumsum(sizes) - 1
-    ]  # the pmf rises up to n/2, so the term j = k is each test's largest
-    sums = np.add.reduceat(np.exp(terms - peak[test]), np.cumsum(sizes) - sizes)
-    out[todo] = np.minimum(1.0, 2.0 * np.exp(peak + np.log(sums)))
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class Figure:
     """One metric of every model: ``point`` (labels,), ``replicates`` (resamples, labels),
-    ``complete`` (labels,): no failed or missing answer behind the figure; ``floor``: the
-    half-width, in points, of a difference's symmetric interval where no resample moves it
-    (``simultaneous.floor_width``); ``tasks``: its number of tasks (the index: the fewest of its
+    ``complete`` (labels,): no failed or missing answer behind the figure; ``floor`` (labels,
+    labels): the half-width, in points, of the interval of a difference between two models that
+    answered alike on every task (``simultaneous.identical_bound``; the index: None, ``compare``
+    takes it from its terms'); ``tasks``: its number of
+    tasks (the index: the fewest of its
     evaluations'); ``low``/``high`` (labels,): each model's own score-type interval of the figure
     (``scoring.intervals``), None for a figure without one and for the index (the differences'
     interval is then the symmetric bootstrap's alone: the module docstring)."""
@@ -315,7 +286,7 @@ class Figure:
     point: np.ndarray
     replicates: np.ndarray
     complete: np.ndarray
-    floor: float
+    floor: np.ndarray | None
     tasks: int
     low: np.ndarray | None = None
     high: np.ndarray | None = None
@@ -331,10 +302,6 @@ def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstra
     index = index_values(estimates, labels, boot)
     unavailable = np.array([bool(u) for u in index.unavailable], dtype=bool)
     index_point = np.where(unavailable, np.nan, index.point)
-    index_floor = sum(
-        w * floor_width(estimates[name].n, boot.confidence) if name in estimates else 0.0
-        for (name, _), w in WEIGHTS.items()
-    )
     out = [
         Figure(
             None,
@@ -342,7 +309,7 @@ def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstra
             index_point,
             index.replicates,
             np.logical_and.reduce([complete[n] for n in complete], initial=True),
-            index_floor,
+            None,
             min((est.n for est in estimates.values()), default=0),
         )
     ]
@@ -359,13 +326,18 @@ def figures(estimates: dict[str, EvalMetrics], labels: list[str], boot: Bootstra
                     point,
                     est.replicates[metric],
                     complete[name],
-                    floor_width(est.n, boot.confidence),
+                    identical_bound(_replied(est), boot.confidence),
                     est.n,
                     est.low.get(metric) if metric in SCORE_METRICS else None,
                     est.high.get(metric) if metric in SCORE_METRICS else None,
                 )
             )
     return out
+
+
+def _replied(est: EvalMetrics) -> np.ndarray:
+    """The tasks each label replied to (the *n* of its figures), every task without that count."""
+    return est.replied if est.replied is not None else np.full(len(est.answered), est.n)
 
 
 def compare(
@@ -393,7 +365,8 @@ def compare(
     first, second = np.triu_indices(n, 1)
     alpha = 1 - boot.confidence
     found = figures(estimates, labels, boot) if n else []
-    for fig in found:
+    halves: dict[tuple[str | None, str], np.ndarray] = {}  # each metric's half-widths, per pair
+    for fig in found[1:] + found[:1]:  # the index last: its identical pairs read its terms'
         both = ~np.isnan(fig.point[first]) & ~np.isnan(fig.point[second])
         i, j = first[both], second[both]
         per_model = np.ascontiguousarray(
@@ -425,10 +398,11 @@ def compare(
             )
             mcnemar = np.where(paired, np.fmax(mcnemar, worst), np.nan)
         low, high = np.empty(len(i)), np.empty(len(i))
+        floor = _terms_bound(halves, i, j) if fig.floor is None else fig.floor[i, j]
         for start in range(0, len(i), 4096):
             rows_ = np.arange(start, min(start + 4096, len(i)))
             low[rows_], high[rows_] = symmetric_interval(
-                d[rows_], pair_replicates(rows_), boot.confidence, fig.floor
+                d[rows_], pair_replicates(rows_), boot.confidence, floor[rows_]
             )
             if fig.low is not None:  # the hull with the MOVER interval of the models' own
                 a, b = i[rows_], j[rows_]
@@ -465,7 +439,17 @@ def compare(
         high = np.where(constant, np.fmax(near, d), high)
         p_step = np.where(constant, np.fmax(p_step, sign_test), p_step)
         p_value = np.where(paired, mcnemar, p_boot)
+        identical = (d == 0) & (se == 0)  # alike on every task: ``floor`` (MOVER's hull kept)
+        identical_label = (
+            IDENTICAL_INDEX
+            if fig.eval is None
+            else IDENTICAL_MOVER
+            if fig.low is not None
+            else IDENTICAL
+        )
         p_adjusted = np.where(paired, np.fmax(p_step, mcnemar), p_step)
+        halves[(fig.eval, fig.metric)] = np.full((n, n), np.nan)
+        halves[(fig.eval, fig.metric)][i, j] = np.fmax(np.abs(low), np.abs(high))
         rows.append(
             pl.DataFrame(
                 {
@@ -476,8 +460,10 @@ def compare(
                     "difference": d,
                     "low": low,
                     "high": high,
-                    "interval": np.where(
-                        tabled, NEWCOMBE, SYMMETRIC if fig.low is None else SYMMETRIC_MOVER
+                    "interval": np.select(
+                        [tabled, identical, constant],
+                        [NEWCOMBE, identical_label, CONSTANT],
+                        SYMMETRIC if fig.low is None else SYMMETRIC_MOVER,
                     ).tolist()
                     if len(i)
                     else [],
@@ -498,7 +484,9 @@ def compare(
                 schema=COMPARISON_SCHEMA,
             ).fill_nan(None)
         )
-    comparisons = pl.concat(rows) if rows else pl.DataFrame(schema=COMPARISON_SCHEMA)
+    comparisons = (
+        pl.concat(rows[-1:] + rows[:-1]) if rows else pl.DataFrame(schema=COMPARISON_SCHEMA)
+    )
     if claim is not None:
         comparisons = claim(comparisons)
     return comparisons, (
@@ -506,6 +494,21 @@ def compare(
         if found
         else pl.DataFrame(schema=RANK_SCHEMA)
     )
+
+
+def _terms_bound(
+    halves: dict[tuple[str | None, str], np.ndarray], i: np.ndarray, j: np.ndarray
+) -> np.ndarray:
+    """The Decision Index's half-width for pairs (``i``, ``j``) that answered alike on every task:
+    its terms' half-widths (``halves``, per metric (labels, labels)) weighed, added within an
+    evaluation (the same tasks) and square-and-added over the evaluations (independent samples of
+    tasks: MOVER's combination, Zou & Donner 2008)."""
+    parts: dict[str, np.ndarray] = {}
+    for (name, metric), weight in WEIGHTS.items():
+        half = halves.get((name, metric))
+        term = weight * (half[i, j] if half is not None else np.full(len(i), np.nan))
+        parts[name] = parts.get(name, 0.0) + term
+    return np.sqrt(sum(part**2 for part in parts.values()))
 
 
 def _where(keep: np.ndarray, counts: np.ndarray) -> pl.Series:

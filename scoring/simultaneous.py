@@ -36,9 +36,16 @@ pair, the point difference ``d`` (points of the 0-100 scale) and its bootstrap r
   confidence intervals", Annals of Statistics 16:927-953, the symmetric percentile-t; here with the
   resamples' standard error as the scale): ``d ± q`` with ``q`` the (1 − α) quantile of
   ``|D*_b − d|``; it is the inversion of the pair's studentised test and contains ``d``. Where no
-  resample moves the difference (the two models agree on every task), ``q`` is at least ``FLOOR``:
-  100 · z² / (n + z²) points, Wilson's upper bound for a rate of tasks where they differ when none
-  of the ``n`` tasks does (for the index, the weighted sum of its terms' bounds).
+  resample moves the difference, ``q`` is at least a floor (``floor_width``).
+* **Identical answers** (``identical_bound``): two models that answered alike on every task behind
+  a figure differ by 0 there, and no resample moves that; the interval is of the difference over
+  the tasks the source could give, so it is not of zero width: the share of such tasks on which the
+  two would answer differently is at most Wilson's upper bound 100 · z² / (m + z²) when none of the
+  m tasks both replied to does, and an evaluation's metric is bounded by that (``scoring.compare``
+  hulls it with MOVER for the metrics with intervals of their own, and takes the index's from its
+  terms' intervals).
+* **McNemar's exact test** (``mcnemar_p``) and its worst case over open answers
+  (``worst_mcnemar``).
 * **Rank sets** (Mogstad, Romano, Shaikh & Wilhelm 2024, "Inference for Ranks with Applications to
   Mobility across Neighbourhoods and Academic Achievement across Countries", Review of Economic
   Studies 91:476-518, §3 with the step-down of their §3.3): from the pairs the step-down separates,
@@ -193,10 +200,20 @@ def _wilson(p: np.ndarray, n: np.ndarray, z: float) -> tuple[np.ndarray, np.ndar
 
 
 def floor_width(n_tasks: float, confidence: float) -> float:
-    """``FLOOR`` of the symmetric interval, in points: 100 · z² / (n + z²) for ``n_tasks`` tasks
-    (Wilson's upper bound of a rate when 0 of n tasks have it); inf for no task."""
+    """The floor of the symmetric interval's half-width, in points: 100 · z² / (n + z²) for
+    ``n_tasks`` tasks (Wilson's upper bound of a rate when 0 of n tasks have it); inf for no
+    task."""
     z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
     return 100 * z * z / (n_tasks + z * z) if n_tasks > 0 else float("inf")
+
+
+def identical_bound(replied: np.ndarray, confidence: float) -> np.ndarray:
+    """Per pair of models, (labels, labels), the half-width in points of the interval of an
+    evaluation metric's difference between two models that answered alike on every task (the
+    module docstring): ``floor_width`` of the fewer of the tasks the two replied to (``replied``,
+    (labels,)). inf where one replied to none."""
+    both = np.minimum.outer(replied, replied).astype(np.float64)
+    return np.array([floor_width(m, confidence) for m in both.ravel()]).reshape(both.shape)
 
 
 def symmetric_interval(
@@ -289,3 +306,51 @@ def rank_sets(
     np.add.at(above, np.where(i_higher, j, i), 1)
     np.add.at(below, np.where(i_higher, i, j), 1)
     return 1 + above, n - below
+
+
+def worst_mcnemar(
+    sure_a: np.ndarray,
+    sure_b: np.ndarray,
+    could_a: np.ndarray,
+    could_b: np.ndarray,
+    both_open: np.ndarray,
+) -> np.ndarray:
+    """The largest exact McNemar p any outcome of the open answers could give (issue 31, item 5:
+    a difference is claimed only where no outcome of the missing answers could overturn it): with
+    ``sure_a``/``sure_b`` the discordant answers both replies make (a right b wrong, the other
+    way), ``could_a``/``could_b`` the answers that could join each side and ``both_open`` those
+    that could join either. Adding a discordant answer to the larger side lowers p, to the smaller
+    side raises it (2·P(Bin(n + 1, ½) ≤ k + 1) ≥ 2·P(Bin(n, ½) ≤ k)), so the worst case adds every
+    open answer it can to the smaller side: p = 1 where that reaches the larger side, else
+    ``mcnemar_p(larger, smaller + could_smaller + both_open)``. Arrays of one shape, counts ≥ 0."""
+    a, b = np.asarray(sure_a, np.int64), np.asarray(sure_b, np.int64)
+    a_larger = a >= b
+    larger = np.where(a_larger, a, b)
+    smaller = np.where(a_larger, b, a) + np.where(a_larger, could_b, could_a) + both_open
+    return np.where(smaller >= larger, 1.0, mcnemar_p(larger, np.minimum(smaller, larger)))
+
+
+def mcnemar_p(a_only: np.ndarray, b_only: np.ndarray) -> np.ndarray:
+    """The exact two-sided McNemar p-values for arrays of discordant counts (non-negative integers):
+    min(1, 2·P(X ≤ min(a, b))), X ~ Binomial(a + b, ½); 1 where there is no discordant answer.
+    Summed in log space from log-factorials (relative error ~1e-12; tested against
+    ``scipy.stats.binomtest``)."""
+    a_only, b_only = np.asarray(a_only, np.int64), np.asarray(b_only, np.int64)
+    n, k = a_only + b_only, np.minimum(a_only, b_only)
+    out = np.ones(n.shape)
+    todo = np.flatnonzero(n > 0)
+    if len(todo) == 0:
+        return out
+    top = int(n[todo].max())
+    log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, top + 1, dtype=np.float64)))])
+    nn, kk = n[todo], k[todo]
+    sizes = kk + 1
+    test = np.repeat(np.arange(len(todo)), sizes)
+    j = np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)  # 0..k of each test
+    terms = log_fact[nn[test]] - log_fact[j] - log_fact[nn[test] - j] - nn[test] * np.log(2.0)
+    peak = terms[
+        np.cumsum(sizes) - 1
+    ]  # the pmf rises up to n/2, so the term j = k is each test's largest
+    sums = np.add.reduceat(np.exp(terms - peak[test]), np.cumsum(sizes) - sizes)
+    out[todo] = np.minimum(1.0, 2.0 * np.exp(peak + np.log(sums)))
+    return out

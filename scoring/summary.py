@@ -408,9 +408,9 @@ def in_order(table: pl.DataFrame, labels: list[str]) -> pl.DataFrame:
     swap = {
         "a": pl.col("b"),
         "b": pl.col("a"),
-        "difference": -pl.col("difference"),
-        "low": -pl.col("high"),
-        "high": -pl.col("low"),
+        "difference": 0.0 - pl.col("difference"),  # 0.0 − x: never −0.0 (a tie turned round)
+        "low": 0.0 - pl.col("high"),
+        "high": 0.0 - pl.col("low"),
         "a_only": pl.col("b_only"),
         "b_only": pl.col("a_only"),
     }

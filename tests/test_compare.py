@@ -3,17 +3,21 @@ test-only reference: scikit-learn's dependency, never the product's)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import polars as pl
 import pytest
 from scipy.stats import binomtest
 
-from dxi.scoring import Bootstrap, build_summary, records, score
+from dxi.scoring import Bootstrap, build_summary, compare, records, score
 from dxi.scoring.compare import mcnemar_p
 from dxi.scoring.simultaneous import correlation, max_t, mover_difference, newcombe, rank_sets
+from dxi.scoring.summary import in_order
 
 from .helpers.answers import choice, frame, yes_no
 
+MOVER = "identical answers: Wilson bound of the tasks that could differ and MOVER hull"
 EVALS = ("aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest")
 DATA = {name: {"files": []} for name in EVALS}
 N_TASKS = 40
@@ -252,6 +256,49 @@ def test_an_identical_pair_differs_by_nothing_and_is_never_separated():
             False,
         )
         assert row["low"] < 0 < row["high"] and row["low"] == -row["high"]  # never of zero width
+    # the interval is over the tasks the source could give: on none of the 40 tasks do the two
+    # differ, so the share of tasks where they would is at most Wilson's 100 z²/(40 + z²); accuracy
+    # keeps Newcombe's and Bonett & Price's hull (no discordant answer: 0 ± z √2 / 42)
+    z = 1.959963984540054
+    wilson, bonett_price = 100 * z * z / (40 + z * z), 100 * z * 2**0.5 / 42
+    assert (wilson, bonett_price) == (pytest.approx(8.762160), pytest.approx(6.599542))
+    rows = {(r["eval"], r["metric"]): r for r in scored.comparisons.iter_rows(named=True)}
+    omni = scored.metrics.filter(pl.col("eval") == "aa_omniscience_decision").row(0, named=True)
+    nh = omni["non_hallucination_rate"]  # its MOVER (correlation 1): the asymmetry of its interval
+    mover = abs(
+        (nh - omni["non_hallucination_rate_low"]) - (omni["non_hallucination_rate_high"] - nh)
+    )
+    expected = {
+        ("aa_omniscience_decision", "accuracy"): (bonett_price, compare.NEWCOMBE),
+        ("aa_omniscience_decision", "non_hallucination_rate"): (max(wilson, mover), MOVER),
+        ("hle_multichoice", "accuracy"): (bonett_price, compare.NEWCOMBE),
+        ("when2call", "accuracy"): (bonett_price, compare.NEWCOMBE),
+        **{
+            ("wildguardtest", m): (wilson, MOVER) for m in ("f1_prompt_harm", "f1_response_refusal")
+        },
+        **{("wildguardtest", m): (wilson, MOVER) for m in ("f1_response_harm", "mean_f1")},
+    }
+    assert mover == pytest.approx(20.045335, abs=1e-6)
+    for key, (half, interval) in expected.items():
+        assert (rows[key]["high"], rows[key]["interval"]) == (pytest.approx(half), interval), key
+    # the index: its terms weighed, added within an evaluation (Omniscience's two share its tasks)
+    # and square-and-added over the four (independent samples of tasks); was the weighted sum of
+    # the Wilson bounds, 8.76, wider than any of its terms' weighed
+    index = (
+        (0.125 * bonett_price + 0.125 * max(wilson, mover)) ** 2
+        + 2 * (0.25 * bonett_price) ** 2
+        + (0.25 * wilson) ** 2
+    ) ** 0.5
+    assert index == pytest.approx(4.619055, abs=1e-6)
+    assert (rows[(None, "decision_index")]["high"], rows[(None, "decision_index")]["interval"]) == (
+        pytest.approx(index),
+        "identical answers: its terms' intervals, square-and-add over the evaluations",
+    )
+    assert scored.comparisons["se"].to_list() == [0.0] * 9
+    # turned round (b before a, as the report's order may have it) a tie stays 0.0, not −0.0
+    turned = in_order(scored.comparisons, ["m:b", "m:a"])
+    assert turned["a"].to_list() == ["m:b"] * 9
+    assert [math.copysign(1, d) for d in turned["difference"]] == [1.0] * 9
     ranks = {r["label"]: r for r in scored.index.iter_rows(named=True)}
     assert [
         (r["tied_group"], r["rank"], r["rank_high"], r["rank_set_low"], r["rank_set_high"])
@@ -439,6 +486,7 @@ def test_a_difference_no_resample_moves_falls_back_to_the_sign_test(tasks: int, 
         if row["metric"] != "accuracy":  # accuracy: McNemar's exact test and the paired interval
             assert row["p_adjusted"] == pytest.approx(max(2 * 0.5**tasks, 1 / 1001))
             assert row["low"] == pytest.approx(100 * (tasks - z2) / (tasks + z2))
+            assert row["interval"] == "every task favours one model: Wilson bound"
     one = score(frame(suite("m:a", [True] * tasks)), Bootstrap(resamples=50), with_comparisons=True)
     assert one.comparisons.is_empty()
     assert one.index.select("rank", "rank_set_low", "rank_set_high", "tied_group").row(0) == (

@@ -5,6 +5,7 @@ re-classifications (``runner.sending.retry.reclassify``), asserted one status at
 from __future__ import annotations
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -116,3 +117,42 @@ def test_the_runner_re_classifies_a_wait_too_long_and_a_refusal_after_answers():
     )  # only a refused form becomes this request's own
     transient = Transient("m: HTTP 409", 409)
     assert reclassify(transient, 0.0, model_answered=True) is transient
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {  # OpenAI
+            "message": "This model's maximum context length is 8192 tokens. However, your "
+            "messages resulted in 9000 tokens",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        },
+        {"type": "invalid_request_error", "message": "prompt is too long: 250000 tokens > 200000"},
+        {  # Google
+            "code": 400,
+            "message": "The input token count (1200000) exceeds the maximum number of tokens "
+            "allowed (1048576).",
+            "status": "INVALID_ARGUMENT",
+        },
+        {  # llama.cpp's server
+            "code": 400,
+            "message": "the request exceeds the available context size, try increasing it",
+            "type": "exceed_context_size_error",
+        },
+    ],
+)
+def test_a_prompt_longer_than_the_context_is_told_so(error: dict):
+    payload = orjson.dumps({"error": error})
+    failure = error_for(400, payload, {}, "m")
+    assert type(failure) is Fatal
+    assert str(failure) == (
+        "m: HTTP 400 (the prompt, with the output budget it asks for, is longer than the model's "
+        "context: a model or server with a longer context, or a smaller output budget (max_tokens, "
+        f"max_completion_tokens, maxOutputTokens)): {payload.decode()}"
+    )
+    # another 400 keeps what to check
+    assert str(error_for(400, b'{"error": {"message": "no"}}', {}, "m")).startswith(
+        "m: HTTP 400 (check the model's parameters and that the server supports this request)"
+    )

@@ -311,15 +311,16 @@ def test_eee_marks_provisional_figures(data_dir: Path, tmp_path: Path):
     assert "provisional" not in hle["source_metadata"].get("additional_details", {})
     assert hle["evaluation_results"][0]["score_details"]["details"]["complete"] == "true"
     # num_samples is what the score and its interval are over: the tasks with a reply (When2Call:
-    # 3 tasks, 2 failed; the index: 4 + 2 + 3 + 3 tasks, 2 failed), and the record says so
-    for name, replied, tasks in (
-        ("when2call", 1, 3),
-        ("hle_multichoice", 2, 2),
-        ("decision_index", 10, 12),
+    # 3 tasks, 2 failed; the index: 4 + 2 + 3 + 3 tasks, 2 failed), and the record says so; only
+    # WildGuardTest's tasks are rows, and the index's are its evaluations' summed
+    rest = "; the score and its interval are over them, failed and missing answers left out"
+    for name, replied, counts in (
+        ("when2call", 1, "tasks with a reply: 1 of 3"),
+        ("hle_multichoice", 2, "tasks with a reply: 2 of 2"),
+        ("aa_omniscience_decision", 4, "tasks with a reply: 4 of 4"),
+        ("wildguardtest", 3, "tasks with a reply: 3 of 3 (WildGuardTest: rows)"),
+        ("decision_index", 10, "tasks with a reply, summed over its evaluations: 10 of 12"),
     ):
         result = logs[name]["evaluation_results"][0]["score_details"]
         assert result["uncertainty"]["num_samples"] == replied, name
-        assert result["details"]["num_samples_counts"] == (
-            f"tasks with a reply: {replied} of {tasks} (WildGuardTest: rows); the score and its "
-            "interval are over them, failed and missing answers left out"
-        ), name
+        assert result["details"]["num_samples_counts"] == counts + rest, name

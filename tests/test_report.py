@@ -679,11 +679,14 @@ def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_si
         mirrored = rows[b].split("<td")[2:][a]  # the other way round: the opposite difference
         assert signed(-c["difference"]) in mirrored
     # the two models that answer alike (29.2 each): a zero difference has no sign either way round,
-    # and its interval and p-value follow it after a space, as text
+    # and its interval and p-value follow it after a space, as text. Its interval is its terms'
+    # (tables/comparisons.csv: Omniscience ±49.0 and ±60.4, HLE ±69.3, When2Call ±55.4, mean F1
+    # ±94.5) weighed and square-and-added over the evaluations: √((0.125·49.0 + 0.125·60.4)² +
+    # (0.25·69.3)² + (0.25·55.4)² + (0.25·94.5)²) = 35.2 (the weighted sum of Wilson bounds: 56.8)
     lp, gpt = four.labels.index("logprobs:lp-fake"), four.labels.index("openai:gpt-fake")
     for a, b in ((lp, gpt), (gpt, lp)):
         assert rows[a].split("<td")[2:][b] == (
-            '>0.0 <span class="ci">[-56.8, +56.8]</span> <span class="ci">p<sub>adj</sub> 1.000'
+            '>0.0 <span class="ci">[-35.2, +35.2]</span> <span class="ci">p<sub>adj</sub> 1.000'
             "</span></td>" + ("</tr>\n" if b == 3 else "")
         )
     index = html[html.index('<table class="index">') :]

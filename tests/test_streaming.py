@@ -474,6 +474,7 @@ async def test_an_idle_stall_ends_the_attempt_after_the_idle_timeout(one_request
         took = time.monotonic() - began
         assert (stats.failed, len(server.requests)) == (1, 1)
     assert "no byte of the reply within the idle timeout (--timeout)" in rows["error"][0]
+    assert "sent whole" not in rows["error"][0]  # streamed: the reply was arriving
     assert took < 2.5  # the 3 s stall was not waited out
 
 
@@ -492,6 +493,22 @@ async def test_a_whole_reply_slower_than_the_idle_timeout_is_sent_again(one_requ
             [False] * 3,
         )
     assert rows["ttft_s"][0] is None
+
+
+async def test_a_whole_reply_past_the_idle_timeout_says_to_raise_it_or_stream(one_request):
+    # --stream never: the idle timeout bounds the model's whole thinking, and the failure says so
+    # in docs/limits.md's words ("Long replies"); a streamed stall does not (the test before)
+    async with FakeLLM(["delay:1.2"]) as server:
+        _, stats, rows = await one_request(
+            "anthropic", server, stream="never", attempt_timeout_s=0.4, max_attempts=1
+        )
+        assert (stats.failed, len(server.requests)) == (1, 1)
+    assert rows["error"][0].endswith(
+        ": no byte of the reply within the idle timeout (--timeout): a reply sent whole (not "
+        "streamed) arrives only once generated, so the timeout bounds the model's whole "
+        "thinking: give a --timeout longer than its longest thinking, or stream it (--stream "
+        "always): streaming is the way to let a model think longer than --timeout"
+    )
 
 
 @pytest.mark.slow

@@ -256,15 +256,26 @@ def routes(browser: Browser, built: dict) -> list[str]:
 
 @pytest.mark.process
 def test_the_view_shows_what_dxi_score_computes(browser: Browser, built: dict):
-    assert (
-        records.to_builtins(browser.summary) == built["summary"]
+    scored = records.decode(orjson.dumps(built["summary"]))
+    assert records.to_builtins(browser.summary) == records.to_builtins(
+        scored.ordered(ranked=True)
     )  # one code path: the same summary, every number
-    assert browser.labels == [f"embedded:{HOSTILE_MODEL}", MODEL, LLM]
+    # no run file or --model: the models by Decision Index (28.5, 12.5, none), the order of the
+    # report, the terminal and tables/index.csv (summary.json lists them by name)
+    assert [m["model"] for m in built["summary"]["models"]] == [
+        f"embedded:{HOSTILE_MODEL}",
+        MODEL,
+        LLM,
+    ]
+    assert browser.labels == [MODEL, LLM, f"embedded:{HOSTILE_MODEL}"]
     ((status, _, page),) = get(browser, "/")
     assert status == 200
+    table = page[page.index("<table") : page.index("</table>")]  # the index table
+    at = [table.index(f'<th class="label">{escape(label)}</th>') for label in browser.labels]
+    assert at == sorted(at)
     # the hostile model's When2Call requests all failed: its figures are provisional, and the page
     # says so
-    assert built["summary"]["models"][0]["complete"] is False
+    assert built["summary"]["models"][0]["complete"] is False  # the hostile model's
     assert (
         "provisional (*): 3 failed answer(s) in When2Call, left out: its figures are over the "
         "answered questions; the next `dxi run` with these options asks for 0 of them again (3 "

@@ -48,10 +48,11 @@ from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import adaptive, records
 from dxi.scoring.calibration import ECE_BINS, answer_terms
-from dxi.scoring.compare import mcnemar_p, open_counts, worst_mcnemar
+from dxi.scoring.compare import open_counts
 from dxi.scoring.cost import USAGE_COLUMNS, known_cost
 from dxi.scoring.pipeline import CONFIG_COLUMNS, STATUSES, current_rows
 from dxi.scoring.records import Summary, unset
+from dxi.scoring.simultaneous import mcnemar_p, worst_mcnemar
 from dxi.scoring.sums import WILDGUARD
 
 from .home import private_home
@@ -225,9 +226,11 @@ class Source:
     """What a Browser was built from, to build it again over newer rows (``Browser.rebuild``): the
     cache folder, the suite, ``summarize``, ``home`` (the view's private folder, ``view.home``; the
     snapshots and the remote's mirror go there), ``remote`` (the remote cache tier, mirrored under
-    ``home``, or None), and ``select`` (models, prices and epochs from the cache, and optionally the
+    ``home``, or None), ``select`` (models, prices and epochs from the cache, and optionally the
     suite: every model in it is chosen again, so that a model a run adds shows, with the tasks its
-    run selected; None: the models given at start-up)."""
+    run selected; None: the models given at start-up) and ``ranked`` (no run file or ``--model``
+    gave the models' order: they are shown by Decision Index, ``Summary.order``, as ``dxi report``
+    shows them)."""
 
     cache_dir: Path
     suite: Suite
@@ -238,6 +241,7 @@ class Source:
     prices: dict[str, tuple[float, float] | None]
     remote: Remote | None = None
     select: Select | None = None
+    ranked: bool = False
     owns_home: bool = False  # the home was made for this Browser alone: ``close`` removes it too
 
     def mirror(self) -> tuple[str, Path] | None:
@@ -283,6 +287,7 @@ class Browser:
         home: tempfile.TemporaryDirectory | None = None,
         remote: Remote | None = None,
         select: Select | None = None,
+        ranked: bool = False,
     ) -> Browser:
         """Score ``models`` over ``suite`` from the cache in ``cache_dir`` (opened read-only; with
         the ``remote`` tier's shards mirrored in ``home``) with ``summarize``
@@ -291,7 +296,8 @@ class Browser:
         ``view.home.private_home``; None: one made for this Browser). With ``child`` (the default)
         that runs in a child process, so that scoring's peak memory over a large cache is returned
         to the system before serving; the server keeps only the summary, the per-question frames and
-        the tasks. ``select`` is kept for ``rebuild``."""
+        the tasks. ``select`` is kept for ``rebuild``. ``ranked``: no order of the models was given,
+        every page shows them by Decision Index (``Summary.order``: the report's order)."""
         owns = home is None
         source = Source(
             Path(cache_dir),
@@ -303,6 +309,7 @@ class Browser:
             prices or {},
             remote,
             select,
+            ranked,
             owns,
         )
         try:
@@ -325,6 +332,7 @@ class Browser:
             source.epochs,
             source.prices,
             source.mirror(),
+            source.ranked,
         )
         try:
             if child:
@@ -664,7 +672,7 @@ class Browser:
                 c,
                 a=a,
                 b=b,
-                difference=-c["difference"],
+                difference=0.0 - c["difference"],  # never −0.0
                 ci=[-c["ci"][1], -c["ci"][0]] if c.get("ci") else c.get("ci"),
             )
             if "discordant" in c:
@@ -775,6 +783,7 @@ def write_snapshot(
     epochs: int,
     prices: dict[str, tuple[float, float] | None],
     mirror: tuple[str, Path] | None = None,
+    ranked: bool = False,
 ) -> float:
     """Score (``summarize``) and write what the pages read to ``root``: ``meta.json`` (the summary,
     the cache's warnings, the frames written), ``reliability.parquet``,
@@ -782,7 +791,8 @@ def write_snapshot(
     ``requests.parquet``) and ``aside.parquet`` (the request columns of the rows the cache set aside
     as damaged: ``cache.aside``). Returns this process's peak resident set in MB. The cache is
     opened read-only, with the shards of a remote tier that ``mirror`` (its URI, the folder they
-    were pulled into) holds.
+    were pulled into) holds. The models are in the summary's order, or with ``ranked`` in the
+    report's by Decision Index (``Summary.order``).
 
     The evaluations are scored one at a time (``summarize``'s ``each``): each one's answers are
     written to answers.parquet (in evaluation order, so the file stays sorted by task id) and its
@@ -831,6 +841,7 @@ def write_snapshot(
             summary, scored = summarize(
                 cache, suite, models, None, epochs, prices=prices, each=each
             )
+            summary = summary.ordered(ranked)  # the one order of every table (the report's)
             text = _search_text(suite.tasks())
             ids = text["task_id"].sort()
             _write_requests(cache, ids, root / "requests.parquet")
