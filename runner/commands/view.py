@@ -38,6 +38,7 @@ def add_parser(sub) -> None:
     options.add_models(s.add_argument_group("models"), True, True)
     options.add_data(s.add_argument_group("data"))
     options.add_cache(s.add_argument_group("cache"))
+    options.add_price(s.add_argument_group("prices"))
     options.add_output(s.add_argument_group("output"), out=False)  # the view writes no outputs
     p = s.add_argument_group("server")
     p.add_argument(
