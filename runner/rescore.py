@@ -104,8 +104,9 @@ def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) 
     command's parsed flags): the models of ``inputs.run_file`` or ``inputs.models``, else every
     model in the cache; the remote cache tier (``cache_remote``) has its shards pulled into the
     cache folder, which it creates, or into ``mirror`` (``dxi view`` never writes to the cache
-    folder). UsageError for a run file beside models, a bad setting (``runner.planning.plan``), or
-    no cache."""
+    folder: with a remote tier it reads a cache folder that does not exist as an empty one).
+    UsageError for a run file beside models, a bad setting (``runner.planning.plan``), or no cache
+    folder and no remote tier."""
     if isinstance(inputs, argparse.Namespace):
         inputs = inputs_of(inputs)
     if inputs.run_file is not None and inputs.models:
@@ -117,9 +118,7 @@ def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) 
     out = plan.out if plan else (inputs.out or Path("out"))
     suite = plan.suite if plan else suite_of(inputs)
     uri = inputs.cache_remote or (plan.cache_remote if plan else None)
-    if not cache_dir.is_dir() and (
-        not uri or mirror is not None
-    ):  # a remote tier pulled into it creates it
+    if not cache_dir.is_dir() and not uri:  # a remote tier is pulled into it (or into ``mirror``)
         raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
     remote = distributed.remote_for(uri, cache_dir, mirror)
     return Selection(plan, cache_dir, out, suite, remote, replace(inputs, cache_dir=cache_dir))
