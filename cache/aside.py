@@ -8,8 +8,8 @@ requests (``IDENTITY``) are usually whole. They are read only when their own pag
 checksums (``verify.page_checksums``) and the read succeeds: a shard whose identity columns (or
 footer) are damaged too is counted in ``unread``, its requests not told. Nothing read here is ever
 scored. A damaged log's unreadable lines name no request that can be trusted (its readable rows are
-in the cache), so logs are not read. The remote tier's quarantine (``cache.remote``) is the
-remote's.
+in the cache), so logs are not read. The remote tier's quarantine (``cache.remote``: objects moved
+to its ``quarantine/``) is read the same way, from copies ``Remote.set_aside`` downloads once.
 """
 
 from __future__ import annotations

@@ -855,6 +855,40 @@ class Remote:
             "count as not cached: the next run of the shard that owns them sends them again"
         )
 
+    def set_aside(self) -> list[Path]:
+        """Copies here of the rows of the objects moved to the remote's ``quarantine/`` and not put
+        back (their record still there), for ``cache.aside`` to tell their requests (``Cache.
+        set_aside``): one listing of ``quarantine/``, and each object downloaded once, into the
+        mirror's ``quarantine/`` (an object moved aside never changes). One that cannot be fetched
+        is left out, warned about. Nothing for a shard of several: it reads index columns only."""
+        if self.keys_only:
+            return []
+        try:
+            stems = self._quarantined()
+        except RemoteError as exc:
+            self._warn(f"cache: {exc}; what it set aside as damaged is not told apart")
+            return []
+        folder, out = self.mirror / "quarantine", []
+        for stem in sorted(stems):
+            target = folder / f"{stem}.parquet"
+            if not target.is_file():
+                try:
+                    data = self._get(f"quarantine/{stem}.parquet")
+                except FileNotFoundError:
+                    continue
+                except (OSError, pa.ArrowException) as exc:
+                    self._warn(
+                        f"cache: could not download {self.name}/quarantine/{stem}.parquet ({exc}); "
+                        "its requests are not told apart"
+                    )
+                    continue
+                folder.mkdir(parents=True, exist_ok=True)
+                tmp = folder / f".{stem}.{uuid.uuid4().hex[:8]}.tmp"
+                tmp.write_bytes(data)
+                os.replace(tmp, target)
+            out.append(target)
+        return out
+
     def _quarantined(self) -> set[str]:
         """The stems moved aside whose record is still in ``quarantine/`` (not yet put back by their
         uploader)."""

@@ -576,13 +576,17 @@ class Cache:
             self._index = None
 
     def set_aside(self) -> aside.SetAside:
-        """The shards set aside as damaged (``cache.aside``): those moved to quarantine/ and, read
-        only, those skipped where they lie."""
+        """The shards set aside as damaged (``cache.aside``): those moved to quarantine/, the remote
+        tier's moved to its quarantine/ (``Remote.set_aside``) and, read only, those skipped where
+        they lie."""
         moved = aside.quarantined(self.root)
         where = [f"moved them to {self.root / 'quarantine'}/"] if moved else []
+        remote = self.remote.set_aside() if self.remote is not None else []
+        if remote:
+            where.append(f"moved them to {self.remote.name}/quarantine/")
         if self._set_aside:
             where.append(f"skipped them where they lie in {self.root / 'shards'}/ (read-only)")
-        return aside.read(moved + sorted(self._set_aside), " and ".join(where))
+        return aside.read(moved + remote + sorted(self._set_aside), " and ".join(where))
 
     def status(self, key: str) -> str | None:
         """The newest row's class for ``key``: "ok", "invalid", "fatal", "transient", "set aside"

@@ -14,7 +14,9 @@ What a failed read means is ``is_damage(exc)``: only what reading damaged bytes 
 fails its checksum here, pyarrow's reader errors (``ArrowException``, and the bare ``OSError``
 without an errno its Parquet reader raises for bad bytes), Polars' decoding errors
 (``ComputeError``, ``InvalidOperationError``: "parquet: File out of specification", an unreadable
-``ARROW:schema``) and its ``PanicException`` (a Rust panic, which derives from ``BaseException``).
+``ARROW:schema``) and its ``PanicException`` (a Rust panic, which derives from ``BaseException``),
+and the ``UnicodeDecodeError`` pyarrow raises for a footer whose column names are not UTF-8 (a byte
+flipped there: seen on an object the remote tier moved aside).
 Anything else (a bug in a query, a missing column, a ``KeyError``, a file that cannot be opened:
 ``PermissionError``, ``FileNotFoundError``, a full memory) is not damage: it propagates unchanged
 and sets nothing aside. ``except damaged()`` catches the candidate types.
@@ -58,6 +60,7 @@ def damaged() -> tuple[type[BaseException], ...]:
         pl.exceptions.ComputeError,
         pl.exceptions.InvalidOperationError,
         pl.exceptions.PanicException,
+        UnicodeDecodeError,  # a footer's names not UTF-8 (pyarrow's column_paths)
     )
 
 

@@ -26,7 +26,7 @@ from .distributed import setup as distributed
 from .errors import EXIT_FAILED_REQUESTS, UsageError
 from .outputs import history
 from .planning.inputs import PlanInputs, inputs_of
-from .planning.plan import from_inputs, suite_of, tolerance, with_effort
+from .planning.plan import from_inputs, price_flags, price_of, suite_of, tolerance, with_effort
 from .planning.selection import Differs, choose
 
 # Imported on first use (``dxi.lazy``): Polars and the scoring once the cache is read, matplotlib
@@ -71,12 +71,15 @@ class Selection:
 @dataclass
 class ToScore:
     """The models to score (a ``scoring.MODELS_SCHEMA`` frame), their prices (label -> USD per
-    million input, output tokens; None: unknown), the default epochs and notes for the user."""
+    million input, output tokens; None: unknown), the default epochs, notes for the user and
+    ``recorded``: label -> where the price of a model given none came from (``recorded_prices``),
+    summary.json's ``provenance.prices``."""
 
     frame: pl.DataFrame
     prices: dict
     epochs: int
     notes: list[str] = field(default_factory=list)
+    recorded: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,8 +104,9 @@ def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) 
     command's parsed flags): the models of ``inputs.run_file`` or ``inputs.models``, else every
     model in the cache; the remote cache tier (``cache_remote``) has its shards pulled into the
     cache folder, which it creates, or into ``mirror`` (``dxi view`` never writes to the cache
-    folder). UsageError for a run file beside models, a bad setting (``runner.planning.plan``), or
-    no cache."""
+    folder: with a remote tier it reads a cache folder that does not exist as an empty one).
+    UsageError for a run file beside models, a bad setting (``runner.planning.plan``), or no cache
+    folder and no remote tier."""
     if isinstance(inputs, argparse.Namespace):
         inputs = inputs_of(inputs)
     if inputs.run_file is not None and inputs.models:
@@ -114,9 +118,7 @@ def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) 
     out = plan.out if plan else (inputs.out or Path("out"))
     suite = plan.suite if plan else suite_of(inputs)
     uri = inputs.cache_remote or (plan.cache_remote if plan else None)
-    if not cache_dir.is_dir() and (
-        not uri or mirror is not None
-    ):  # a remote tier pulled into it creates it
+    if not cache_dir.is_dir() and not uri:  # a remote tier is pulled into it (or into ``mirror``)
         raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
     remote = distributed.remote_for(uri, cache_dir, mirror)
     return Selection(plan, cache_dir, out, suite, remote, replace(inputs, cache_dir=cache_dir))
@@ -142,12 +144,10 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
                     else "run `dxi run` first"
                 )
             )
-        prices = {
-            label: (0.0, 0.0) if adapters.adapter_class(kind).free else None
-            for label, kind in found.select("label", "provider").iter_rows()
-        }
+        prices, given = _flag_prices(found, inputs.prices, selection.cache_dir)
         epochs = inputs.epochs or 1
-        return ToScore(with_effort(found), prices, epochs, more_epochs(found, epochs))
+        done = ToScore(with_effort(found), prices, epochs, more_epochs(found, epochs))
+        return recorded_prices(done, given, selection.out)
     same = []
     for m in plan.models:
         a = m.adapter
@@ -183,7 +183,55 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
         same.append(match.with_columns(pl.lit(m.label).alias("label")))
     plan.check_labels()
     notes = more_epochs(pl.concat(same), plan.epochs) if inputs.models and not inputs.epochs else []
-    return ToScore(plan.models_frame(), plan.prices(), plan.epochs, notes)
+    done = ToScore(plan.models_frame(), plan.prices(), plan.epochs, notes)
+    return recorded_prices(done, {m.label for m in plan.models if m.priced}, selection.out)
+
+
+def _flag_prices(
+    found: pl.DataFrame, items: tuple[str, ...], cache_dir: Path
+) -> tuple[dict, set[str]]:
+    """The prices of the models ``found`` in the cache (``scoring.models_in_cache``; no run file nor
+    ``--model``), and the labels ``items`` (``--price``) priced: each MODEL names a model by its
+    label or ADAPTER:MODEL (``runner.planning.plan.names``); a model on this machine is free
+    otherwise, any other unpriced. UsageError for a MODEL that names no model of the cache, or a
+    model named by two."""
+    flags = price_flags(list(items))
+    prices, given = {}, set()
+    for label, kind, model in found.select("label", "provider", "model").iter_rows():
+        cls = adapters.adapter_class(kind)
+        named = [k for k in flags if k in (label, f"{kind}:{model}")]
+        if len(named) > 1:
+            raise UsageError(
+                f"--price {' and --price '.join(named)} name the same model ({label}): give one"
+            )
+        prices[label] = price_of(cls, flags[named[0]] if named else None)
+        given |= {label} if named else set()
+        flags = {k: v for k, v in flags.items() if k not in named}
+    if flags:
+        raise UsageError(
+            f"--price {next(iter(flags))}: no model in {cache_dir} is named so (its models: "
+            f"{', '.join(found['label'].to_list()) or 'none'})"
+        )
+    return prices, given
+
+
+def recorded_prices(to_score: ToScore, given: set[str], out: Path) -> ToScore:
+    """``to_score`` with each model not in ``given`` (priced by neither ``--price`` nor the run
+    file) priced as the newest ``dxi run`` into ``out`` that priced it recorded it
+    (``runner.outputs.history.prices``), where that differs from its default; a note says so, and
+    ``to_score.recorded`` where it came from."""
+    for label, (price, started) in history.prices(out).items():
+        if label in given or label not in to_score.prices or to_score.prices[label] == price:
+            continue
+        to_score.prices[label] = price
+        where = str(Path(out) / history.RUNS_FILE)
+        to_score.recorded[label] = {"price": list(price), "run_started": started, "from": where}
+        to_score.notes.append(
+            f"{label}: priced at {price[0]:g}/{price[1]:g} USD per million input/output tokens, as "
+            f"its dxi run of {started} recorded it in {where} (--price {label}=IN/OUT to price it "
+            "otherwise)"
+        )
+    return to_score
 
 
 def _config(a: adapters.Adapter) -> pl.Expr:
@@ -258,7 +306,10 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
         suite = scored_suite(selection, to_score)
         batch_prices = plan.batch_prices() if plan is not None else None
         differs = selection.differs
-        extra = None if differs is None else {"provenance": {"selection_differs": differs.block()}}
+        provenance = {"selection_differs": differs.block()} if differs is not None else {}
+        if to_score.recorded:  # prices given by no flag nor run file: those the runs recorded
+            provenance["prices"] = to_score.recorded
+        extra = {"provenance": provenance} if provenance else None
         if not html:
             summary = _files.score(
                 cache,

@@ -135,6 +135,37 @@ def notes(summary: Summary) -> list[str]:
     return lines
 
 
+def shard_notes(summary: Summary, shard: str) -> list[str]:
+    """``notes`` for one shard ("1/3") of a ``dxi run --shard``, whose summary scores every task but
+    holds only its own part's answers: per model, whether the requests the shard owns (its
+    ``requests`` block: cache hits, sent, not sent, refused) are all answered, or how many are not
+    (failed, not sent, refused: a rerun of the shard sends them); the other missing answers are the
+    other shards' part, which this shard never sends (``dxi run``'s exit code is 0 when its own
+    part is complete)."""
+    lines = []
+    for m in summary.models:
+        r = m.requests or {}
+        owned = sum(r.get(k) or 0 for k in ("cache_hits", "sent", "not_sent", "refused"))
+        left = {k: r.get(k) or 0 for k in ("failed", "not_sent", "refused")}
+        missing = sum(b.get("missing", 0) for b in m.evals.values())
+        if not any(left.values()):
+            text = f"this shard's part is complete: its {owned} request(s) are answered"
+        else:
+            counts = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in left.items() if n)
+            text = (
+                f"{sum(left.values())} of this shard's {owned} request(s) are not answered "
+                f"({counts}): a rerun of this shard sends again those not sent and those that "
+                "failed transiently (--retry-failed: the deterministic failures too)"
+            )
+        if missing:
+            text += (
+                f"; the other answers missing above ({missing} in all) are the other shards' part, "
+                "which this shard never sends: its figures are over its own answers only"
+            )
+        lines.append(f"shard {shard}: {m.model}: {text}.")
+    return lines
+
+
 def bounds(entry: ModelEntry) -> list[str]:
     """The bounds of a model's provisional figures as text (``summary.json``'s names):
     "decision_index [31.2, 47.9]", then "<evaluation title> <metric> [low, high]" per provisional

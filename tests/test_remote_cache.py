@@ -1003,3 +1003,79 @@ def test_a_file_remotes_first_damaged_object_is_moved_aside_not_deleted(tmp_path
         "does not match its manifest" in record["reason"]
         and record["manifest"]["sha256"] == manifest.sha256
     )
+
+
+def test_what_the_remote_moved_aside_is_told_as_set_aside_like_the_local_quarantine(tmp_path: Path):
+    """The answers of an object moved to the remote's quarantine/ were reported as "the run is
+    incomplete (interrupted, ...)", where a local shard set aside says "set aside as damaged"
+    (``cache.aside``): ``Cache.set_aside`` reads the remote's quarantine too, from a copy fetched
+    once."""
+    shared = tmp_path / "shared"
+    writer = Remote(f"file://{shared}", tmp_path / "w")
+    with Cache(tmp_path / "w", remote=writer) as c:
+        c.append(_row("k1", 1.0))
+        c.append(_row("k2", 2.0))
+    assert writer.finish() == []
+    (manifest,) = writer.listing().manifests.values()
+    # the object intact, its manifest not agreeing: moved aside whole, its requests readable
+    path = shared / manifest.path("manifest")
+    doc = orjson.loads(path.read_bytes())
+    path.write_bytes(orjson.dumps(doc | {"sha256": "0" * 64}))
+    reader = Remote(f"file://{shared}", tmp_path / "r")
+    assert reader.pull() == 0 and "moved to" in reader.warnings[0]
+    with Cache(tmp_path / "r", remote=reader) as c:
+        assert len(c) == 0
+        aside = c.set_aside()
+        assert (aside.shards, aside.unread) == (1, 0)
+        assert sorted(aside.keys) == ["k1", "k2"]
+        assert aside.where == f"moved them to file://{shared}/quarantine/"
+        copy = tmp_path / "r" / "remote" / "quarantine" / f"{manifest.stem}.parquet"
+        assert copy.read_bytes() == (shared / "quarantine" / copy.name).read_bytes()
+        requests = reader.requests
+        assert c.set_aside().keys == aside.keys and reader.requests == requests + 1  # a listing
+    # put back by its uploader (its record gone): no longer set aside
+    (shared / "quarantine" / f"{manifest.stem}.json").unlink()
+    with Cache(tmp_path / "r", remote=Remote(f"file://{shared}", tmp_path / "r")) as c:
+        assert c.set_aside().shards == 0
+
+
+async def test_score_says_answers_lost_to_the_remotes_quarantine_were_set_aside(
+    tmp_path: Path, capsys
+):
+    """``dxi score`` on another machine, after the remote moved an object aside: its answers are
+    "set aside as damaged", with the remote's quarantine named, not "the run is incomplete" (they
+    were, with ``set_aside`` null)."""
+    import asyncio
+
+    from dxi.runner.cli import main
+
+    from .fakes.fake_provider import FakeProvider
+    from .helpers.synthetic import when2call_row
+
+    data_dir(tmp_path / "data", 6)
+    rest = tmp_path / "rest" / "when2call" / "when2call_test_mcq.jsonl"  # the last 3 tasks
+    rest.parent.mkdir(parents=True)
+    rest.write_bytes(b"".join(orjson.dumps(when2call_row(i, 0)) + b"\n" for i in range(3, 6)))
+    uri = f"file://{tmp_path / 'shared'}"
+    async with FakeProvider(model=None) as server:
+        model = ["--model", f"systemone:m1@{server.url}", "-q", "--out", str(tmp_path / "o")]
+        # the first 3 tasks to the remote; the last 3 in the reader's own cache
+        first = [*model, "--data-dir", str(tmp_path / "data"), "--limit", "3"]
+        first += ["--cache-dir", str(tmp_path / "w"), "--cache-remote", uri]
+        assert await asyncio.to_thread(main, ["run", *first]) == 0
+        local = [*model, "--data-dir", str(tmp_path / "rest"), "--cache-dir", str(tmp_path / "r")]
+        assert await asyncio.to_thread(main, ["run", *local]) == 0
+    (manifest,) = Remote(uri, tmp_path / "probe").listing().manifests.values()
+    path = tmp_path / "shared" / manifest.path("manifest")
+    path.write_bytes(orjson.dumps(orjson.loads(path.read_bytes()) | {"sha256": "0" * 64}))
+    capsys.readouterr()
+    args = [*model[:2], "--data-dir", str(tmp_path / "data"), "--all-tasks", "--cache-remote", uri]
+    args += ["--cache-dir", str(tmp_path / "r"), "--out", str(tmp_path / "s"), "-q"]
+    assert main(["score", *args]) == 1
+    block = summary(tmp_path / "s")["models"][0]["evals"]["when2call"]
+    assert (block["n"], block["missing"], block["set_aside"]) == (6, 3, 3)
+    assert block["reason"] == (
+        "3 answer(s) not in the cache: set aside as damaged (the cache found their rows unreadable "
+        f"and moved them to {uri}/quarantine/): they are not scored, and `dxi run` with "
+        "--all-tasks requests them again"
+    )

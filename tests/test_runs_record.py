@@ -40,7 +40,7 @@ async def test_runs_jsonl_keeps_each_runs_spend_which_score_leaves_alone(
     async with FakeProvider(model=None) as server:
         model = f"systemone:m1@{server.url}"
         flags = [*folders, "--out", str(out), "--model", model]
-        price = ["--price", f"{model}=1000/2000"]  # dxi run's (dxi score takes none)
+        price = ["--price", f"{model}=1000/2000"]  # dxi run's (dxi score uses it: recorded)
 
         def dxi(*args: str) -> int:
             return main([*args, *flags, "-q"])
@@ -60,6 +60,7 @@ async def test_runs_jsonl_keeps_each_runs_spend_which_score_leaves_alone(
                 "models": ["systemone:m1"],
                 "evals": ["when2call"],
                 "max_cost_usd": 1.5,
+                "prices": {"systemone:m1": [1000.0, 2000.0]},  # what dxi score prices it at
             },
             "cost_bound": run1["cost_bound"],  # as the run's summary.json had it
             "stopped_providers": [],
@@ -185,6 +186,7 @@ def test_a_run_stopped_before_scoring_has_a_line_without_counts(tmp_path: Path):
             "evals": ["when2call"],
             "sample": {"tasks": 3, "seed": 7},
             "max_cost_usd": 2.0,
+            "prices": {"systemone:m": [1.0, 2.0]},
         },
         "cost_bound": None,
         "stopped_providers": [],

@@ -214,3 +214,78 @@ def test_a_coordinator_that_cannot_be_reached_leaves_one_nth_of_each_limit(tmp_p
     assert done.returncode == 0, done.stderr
     assert "unreachable" in done.stderr and "falls back to 1/2" in done.stderr
     assert "4 in flight (1/2 of 8 in flight)" in done.stderr  # never the full limit
+
+
+@pytest.mark.slow
+def test_a_shards_summary_tells_of_its_own_part_and_exits_0_when_it_is_complete(
+    tmp_path, data_dir, capsys
+):
+    """A shard's summary scores every task with only its own part's answers: it said "N missing
+    answer(s) ... the next `dxi run` with these options asks for N of them again", "the run is
+    incomplete ... sends what is missing" and "The result is provisional: rerun", counting the other
+    shards' tasks, which it never sends; also after a rerun that sent nothing."""
+    import orjson
+
+    from dxi.runner.cli import main
+
+    def run(k: str) -> int:
+        return main(
+            ["run", "--model", "embedded", "--data-dir", str(data_dir), "-q"]
+            + ["--cache-dir", str(tmp_path / f"c{k}"), "--out", str(tmp_path / f"o{k}")]
+            + ["--shard", f"{k}/2"]
+        )
+
+    owned = {}
+    for k in ("0", "1"):
+        for again in (False, True):  # the rerun finds every request cached: nothing to send
+            assert run(k) == 0
+            said = " ".join(capsys.readouterr().out.split())
+            line = orjson.loads(
+                (tmp_path / f"o{k}" / "run-history.jsonl").read_bytes().splitlines()[-1]
+            )
+            block = line["requests"]["embedded:sparrow-nano-general-v1.1"]
+            assert (block["sent"] > 0) is not again
+            owned[k] = block["sent"] + block["cache_hits"]
+            summary = orjson.loads((tmp_path / f"o{k}" / "summary.json").read_bytes())
+            missing = sum(b["missing"] for b in summary["models"][0]["evals"].values())
+            assert missing > 0
+            assert (
+                f"shard {k}/2: embedded:sparrow-nano-general-v1.1: this shard's part is complete: "
+                f"its {owned[k]} request(s) are answered; the other answers missing above "
+                f"({missing} in all) are the other shards' part, which this shard never sends: its "
+                "figures are over its own answers only."
+            ) in said
+            for false in ("asks for", "sends what is missing", "The result is provisional"):
+                assert false not in said
+    tasks = orjson.loads((tmp_path / "o0" / "summary.json").read_bytes())["data"]
+    assert owned["0"] + owned["1"] == sum(d["tasks"] for d in tasks.values())  # disjoint, covering
+
+
+async def test_a_shard_whose_own_requests_failed_says_so_and_exits_1(tmp_path, data_dir, capsys):
+    """Every request of the shard refused with a 400 (kept: deterministic): its part is not
+    complete, the run exits 1 and says how many of its own requests are not answered."""
+    import asyncio
+
+    import orjson
+
+    from dxi.runner.cli import main
+    from dxi.runner.errors import EXIT_FAILED_REQUESTS
+
+    from .fakes.fake_provider import FakeProvider
+
+    async with FakeProvider(model=None, default="400") as server:
+        args = ["run", "--model", f"systemone:m1@{server.url}", "--data-dir", str(data_dir)]
+        args += ["--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o"), "--shard", "1/2"]
+        assert await asyncio.to_thread(main, [*args, "-q"]) == EXIT_FAILED_REQUESTS
+    said = " ".join(capsys.readouterr().out.split())
+    line = orjson.loads((tmp_path / "o" / "run-history.jsonl").read_bytes())
+    block = line["requests"]["systemone:m1"]
+    assert block["failed"] == block["sent"] > 0 and block["cache_hits"] == 0
+    n = block["sent"]
+    assert (
+        f"shard 1/2: systemone:m1: {n} of this shard's {n} request(s) are not answered ({n} "
+        "failed): a rerun of this shard sends again those not sent and those that failed "
+        "transiently (--retry-failed: the deterministic failures too); the other answers missing "
+        "above"
+    ) in said
+    assert "asks for" not in said and "The result is provisional" not in said

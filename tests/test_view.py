@@ -1104,13 +1104,26 @@ def test_a_remote_cache_is_mirrored_in_the_views_own_folder_not_the_cache(
             tree(local) == before == {}
         )  # nothing written into the cache folder: no remote/ mirror
         assert not mirror.exists()
-        assert (
-            main(
-                ["view", "--cache-dir", str(tmp_path / "none"), "--cache-remote", s3.uri(), *select]
-            )
-            == 2
+        # a fresh machine: no cache folder, the remote's rows all the same (issue: it refused,
+        # "no cache at ...", where score and report read the remote); the folder is not created
+        b = view_of(
+            cache_dir=tmp_path / "none",
+            cache_remote=s3.uri(),
+            evals=["hle_multichoice"],
+            limit=3,
+            data_dir=data,
         )
+        try:
+            assert b.labels == [MODEL]
+            hle = b.summary.models[0].evals["hle_multichoice"]
+            assert (hle["n"], hle["missing"]) == (2, 0)
+            assert all(status == 200 for status, _, _ in get(b, "/", "/eval/hle_multichoice"))
+        finally:
+            b.close()
         assert not (tmp_path / "none").exists()
+    # without a remote tier a missing cache folder is still refused, naming it
+    assert main(["view", "--cache-dir", str(tmp_path / "none"), *select]) == 2
+    assert not (tmp_path / "none").exists()
 
 
 @pytest.mark.process

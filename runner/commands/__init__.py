@@ -72,7 +72,8 @@ _EXIT_LINES = {
     EXIT_FAILED_REQUESTS: f"{EXIT_FAILED_REQUESTS}    done, but the result is provisional: answers failed (no valid reply "
     "after the retries) or are\n       missing from the cache: the figures are "
     "over the answered questions, marked (*) with their\n       bounds; "
-    "rerun to request them, or accept them with --allow-failed",
+    "rerun to request them, or accept them with --allow-failed (dxi run --shard K/N: the\n       "
+    "failed answers of its own part only; the other shards' missing ones are not counted)",
     EXIT_USAGE: f"{EXIT_USAGE}    bad input (flags, run file, model string, data, an output path that cannot be written), "
     "with a\n       message; nothing was sent",
     EXIT_COST_BOUND: f"{EXIT_COST_BOUND}    stopped at the cost bound (everything that arrived is cached: rerun with a higher bound)",

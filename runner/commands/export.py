@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     options.add_models(x.add_argument_group("models"), True, True)
     options.add_data(x.add_argument_group("data"))
     options.add_cache(x.add_argument_group("cache"))
+    options.add_price(x.add_argument_group("prices"))
     distributed.add_flags(x.add_argument_group("past one machine (a remote cache)"), "export")
     o = x.add_argument_group("output")
     o.add_argument(

@@ -296,8 +296,9 @@ def add_limits(g: argparse._ArgumentGroup) -> None:
 
 
 def add_price(g: argparse._ArgumentGroup) -> None:
-    """``--price``: of the commands that send (in ``add_limits``) and of ``dxi plan``, which prices
-    a run and takes none of the sending limits."""
+    """``--price``: of the commands that send (in ``add_limits``), of ``dxi plan``, which prices
+    a run and takes none of the sending limits, and of those that score (``score``, ``report``,
+    ``export``, ``view``: ``runner.rescore``)."""
     g.add_argument(
         "--price",
         action="append",
@@ -491,6 +492,7 @@ def add_scoring(s: argparse.ArgumentParser, name: str) -> None:
     add_data(s.add_argument_group("data"))
     add_cache(s.add_argument_group("cache"))
     add_output(s.add_argument_group("output"), scores=True)
+    add_price(s.add_argument_group("prices"))
     distributed.add_flags(
         s.add_argument_group("past one machine (shards, a remote cache, shared limits)"), name
     )

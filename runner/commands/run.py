@@ -161,7 +161,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
             dist=dist,
             batch_options=batch_options,
             fallback_sync=args.deadline_fallback == "sync",
-            on_summary=lambda summary: _print_summary(summary, console, plan.out),
+            on_summary=lambda summary: _print_summary(summary, console, plan.out, dist.shard),
         )
     except (KeyboardInterrupt, signals.Interrupted) as stop:
         head, rest = signals.resume_message(stop, plan.cache_dir, args.grace)
@@ -188,14 +188,16 @@ def main(args: argparse.Namespace, console: Console) -> int:
     return code
 
 
-def _print_summary(summary, console: Console, out) -> None:
+def _print_summary(summary, console: Console, out, shard=None) -> None:
     """``runner.outputs.terminal.print_summary``, imported when the summary is ready: the outputs
     module loads Polars and the scoring, which must not delay the first request
     (``tests/test_startup.py``; the run's survey imports them on a thread while the requests are on
-    the wire)."""
+    the wire). One ``shard`` of several says what is true of its part instead of the provisional
+    notes (``scoring.provisional.shard_notes``)."""
     from ..outputs.terminal import print_summary
 
-    print_summary(summary, console, out)
+    part = str(shard) if shard is not None and shard.count > 1 else None
+    print_summary(summary, console, out, shard=part)
 
 
 def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> str:

@@ -26,8 +26,8 @@ two models compared, calibration. On 127.0.0.1 unless --host says otherwise; --p
 EXIT_CODES = f"""\
 exit codes:
   0    stopped (Ctrl-C, kill -INT or kill -TERM); its private folder under the temporary folder removed
-  {EXIT_USAGE}    bad input (flags, run file, model string, data, no cache folder, a port that cannot be
-       served), with a message
+  {EXIT_USAGE}    bad input (flags, run file, model string, data, no cache folder and no --cache-remote, a
+       port that cannot be served), with a message
   {EXIT_SOFTWARE}   an unexpected error (a bug in dxi): one line, and the file holding the full trace
   {EXIT_INTERRUPTED}  interrupted before serving ({EXIT_TERMINATED}: by SIGTERM)
 """
@@ -38,6 +38,7 @@ def add_parser(sub) -> None:
     options.add_models(s.add_argument_group("models"), True, True)
     options.add_data(s.add_argument_group("data"))
     options.add_cache(s.add_argument_group("cache"))
+    options.add_price(s.add_argument_group("prices"))
     options.add_output(s.add_argument_group("output"), out=False)  # the view writes no outputs
     p = s.add_argument_group("server")
     p.add_argument(

@@ -12,10 +12,11 @@ blocks, ``cost_bound``, ``stopped_providers``) is kept here. A line::
 
 ``selection``: the run file (or null), the models' names, the evaluations, the tasks (``limit``, or
 ``sample`` {tasks, seed}, as summary.json's data block writes them; neither: every task), the bound,
-and ``until`` (an adaptive run) and ``shard`` where given. ``cost_bound`` (null without a bound),
-``stopped_providers`` and ``requests`` (model name -> its block) are summary.json's as the run wrote
-them (``runner.session``). A run stopped by Ctrl-C or SIGTERM, once the requests in flight are
-stored, has the counts too, as its summary.json of what arrived does (``runner.counts``: each
+``prices`` (model name -> the price the run used, a ``scoring.cost`` tuple, or null: ``prices``
+below), and ``until`` (an adaptive run) and ``shard`` where given. ``cost_bound`` (null without a
+bound), ``stopped_providers`` and ``requests`` (model name -> its block) are summary.json's as the
+run wrote them (``runner.session``). A run stopped by Ctrl-C or SIGTERM, once the requests in flight
+are stored, has the counts too, as its summary.json of what arrived does (``runner.counts``: each
 model's rest counted ``not_sent``; ``cost_bound`` without what remains); one whose stop was cut
 short (a second signal, the grace period over), stopped outside its requests (planning, scoring) or
 by a cache that could not be written has ``cost_bound`` and ``requests`` null. A run killed with
@@ -123,3 +124,30 @@ def note(out: Path) -> str | None:
     how = OUTCOMES[last][1] if last in OUTCOMES else f"exited {last}"
     count = f"{len(lines)} run{'s' if len(lines) != 1 else ''}"
     return f"what each run sent and spent: {path} ({count}; the last {how})"
+
+
+def prices(out: Path) -> dict[str, tuple[tuple[float | None, ...], str | None]]:
+    """Model name -> (the price, the ``started`` of the run that used it), from the newest line of
+    ``out``'s run-history.jsonl that priced that model (its ``selection.prices``): what
+    ``dxi score`` prices a model with when it is given none (``runner.rescore``). A line without
+    prices (an older dxi) or a model it has no price for is passed over."""
+    found: dict[str, tuple[tuple[float | None, ...], str | None]] = {}
+    for line in reversed(read(out)):
+        selection = line.get("selection")
+        given = selection.get("prices") if isinstance(selection, dict) else None
+        for name, price in (given or {}).items() if isinstance(given, dict) else ():
+            if name not in found and _is_price(price):
+                found[name] = (tuple(price), line.get("started"))
+    return found
+
+
+def _is_price(value) -> bool:
+    """A price tuple as a line writes it: a list of at least two numbers >= 0, then numbers or
+    nulls."""
+    numbers = (int, float)
+    return (
+        isinstance(value, list)
+        and len(value) >= 2
+        and all(isinstance(v, numbers) and not isinstance(v, bool) and v >= 0 for v in value[:2])
+        and all(v is None or (isinstance(v, numbers) and v >= 0) for v in value[2:])
+    )

@@ -491,14 +491,15 @@ def print_adaptive(summary: Summary, console: Console, keys: list[str] | None = 
 
 
 def print_summary(
-    summary: Summary, console: Console, out: Path | None = None, ranked: bool = False
+    summary: Summary, console: Console, out: Path | None = None, ranked: bool = False, shard=None
 ) -> None:
     """The index table (fitted to the terminal: long or short headers, full model names or keys with
     a legend), then what data was used and anything the reader must know (once per model: another
     model served it, replies cut off at the token limit, a clamp of P(yes):
     ``scoring.replies.model_notes``). The index's 95% interval has a column of its own; with several
     epochs the index shows ± its standard deviation over epochs (sd). Every table has the models in
-    the report's order (``Summary.order``; ``ranked``: no order was given, by Decision Index)."""
+    the report's order (``Summary.order``; ``ranked``: no order was given, by Decision Index). A
+    ``shard`` ("1/3") is told of its own part, not of the other shards' missing answers."""
     summary = summary.ordered(ranked)
     names = summary.labels
     keys = model_keys(
@@ -550,7 +551,9 @@ def print_summary(
                     else ": check the ids in the exclusion list"
                 )
             )
-    for line in provisional.notes(summary):
+    for line in (
+        provisional.notes(summary) if shard is None else provisional.shard_notes(summary, shard)
+    ):
         console.print(f"  [yellow]{escape(line)}[/]")
     for m in summary.models:
         if m.decision_index_reason:
@@ -558,7 +561,7 @@ def print_summary(
                 f"  [yellow]{escape(m.model)}: index {escape(m.decision_index_reason)}[/]"
             )
         for name, block in m.evals.items():
-            if block.get("reason") and "no data" not in block["reason"]:
+            if block.get("reason") and "no data" not in block["reason"] and shard is None:
                 console.print(
                     f"  [yellow]{escape(m.model)} {EVALS[name].title}: {escape(block['reason'])}[/]"
                 )

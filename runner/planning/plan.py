@@ -66,12 +66,13 @@ class ModelRun:
     (the name of the run file's provider, a ``[providers.*]`` table or an adapter kind), whose
     limits it shares with the other models on that provider (None: the adapter's own,
     ``Adapter.limits_key``), and its ``price`` in USD per million (input, output) tokens (None: none
-    given)."""
+    given); ``priced``: a run file or ``--price`` gave it (False: the default, ``price_of``)."""
 
     adapter: Adapter
     epochs: int = 1
     provider: str | None = None
     price: tuple[float, float] | None = None
+    priced: bool = False
 
     @property
     def label(self) -> str:
@@ -348,8 +349,8 @@ def limits_overrides(inputs: PlanInputs) -> dict:
     return given
 
 
-def _price_of(
-    adapter: adapters.Adapter, price: config.Price | None
+def price_of(
+    adapter: adapters.Adapter | type[adapters.Adapter], price: config.Price | None
 ) -> tuple[float | None, ...] | None:
     """The price tuple of ``scoring.cost``, (input, output[, cached_input[, cache_write[,
     cache_write_1h]]]) USD per million tokens: the run file's, its prompt-cache parts where it gives
@@ -444,7 +445,7 @@ def _priced(
                 f"--price {' and --price '.join(given)} name the same model ({m.label}): give one"
             )
         if given:
-            m.price = _price_of(m.adapter, prices[given[0]])
+            m.price, m.priced = price_of(m.adapter, prices[given[0]]), True
     named = {n for i, m in enumerate(models) for n in names(m, texts.get(i))}
     unknown = [k for k in prices if k not in named]
     if unknown:
@@ -595,7 +596,7 @@ def _from_flags(inputs: PlanInputs, epochs: int) -> list[ModelRun]:
             raise UsageError(str(exc)) from None
         used |= set(spec.options)
         a.limits = replace(a.limits, **overrides)
-        models.append(ModelRun(a, epochs, None, _price_of(a, None)))
+        models.append(ModelRun(a, epochs, None, price_of(a, None)))
     _priced(models, price_flags(inputs.prices), dict(enumerate(inputs.models)))
     if params and not any(type(m.adapter).takes_params for m in models):
         raise UsageError(
@@ -683,7 +684,11 @@ def _from_file(inputs: PlanInputs, epochs: int | None, max_cost: float | None) -
         key = (
             f"table:{name}" if name in run.providers else None
         )  # models on one table share its limits
-        models.append(ModelRun(a, epochs or m.epochs or run.epochs, key, _price_of(a, m.price)))
+        models.append(
+            ModelRun(
+                a, epochs or m.epochs or run.epochs, key, price_of(a, m.price), m.price is not None
+            )
+        )
         label = models[-1].label
         if inputs.batch or (m.batch if m.batch is not None else provider.batch):
             batch.add(label)

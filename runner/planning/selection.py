@@ -187,7 +187,9 @@ def selection_of(plan: Plan, shard: Shard | None = None) -> dict:
     """What ``plan`` selects, as a run's line in OUT/run-history.jsonl writes it
     (``runner.outputs.history``): the run file (None for ``--model``), the models' names, the
     evaluations, the tasks (``limit``, or ``sample`` {tasks, seed}; neither: every task), the cost
-    bound (USD; None without one), and ``until`` (an adaptive run) and ``shard`` where given."""
+    bound (USD; None without one), ``prices`` (each model's price tuple, ``scoring.cost``: USD per
+    million tokens; None: no price), which ``dxi score`` uses for a model it is given no price for
+    (``runner.rescore``), and ``until`` (an adaptive run) and ``shard`` where given."""
     record = record_of(plan)  # what the cache's record of the run's selection says
     selection = {
         "run_file": None if plan.source is None else str(plan.source),
@@ -195,6 +197,7 @@ def selection_of(plan: Plan, shard: Shard | None = None) -> dict:
         "evals": list(record.evals),
         **Pick.of(record).as_dict(),
         "max_cost_usd": plan.max_cost,
+        "prices": {m.label: None if m.price is None else list(m.price) for m in plan.models},
     }
     if plan.until is not None:
         selection["until"] = str(plan.until)
