@@ -224,39 +224,14 @@ def print_estimate(doc: dict, console: Console) -> None:
         ("at most", "at\nmost", "right"),
     ]
 
+    def cells(label: str, m: dict) -> list[str]:
+        counts = [str(m[c]) for c in ("requests", "cached", "new")]
+        tokens = [f"{m[c]:,}" for c in ("input_tokens", "output_tokens")]
+        return [label, *counts, *tokens, _usd(m["cost_usd"]), _usd(m["bound_usd"])]
+
     def rows(keys: list[str]) -> Rows:
-        out = [
-            (
-                [
-                    escape(k),
-                    str(m["requests"]),
-                    str(m["cached"]),
-                    str(m["new"]),
-                    f"{m['input_tokens']:,}",
-                    f"{m['output_tokens']:,}",
-                    _usd(m["cost_usd"]),
-                    _usd(m["bound_usd"]),
-                ],
-                None,
-            )
-            for k, m in zip(keys, doc["models"], strict=True)
-        ]
-        t = doc["total"]
-        return out + [
-            (
-                [
-                    "all",
-                    str(t["requests"]),
-                    str(t["cached"]),
-                    str(t["new"]),
-                    f"{t['input_tokens']:,}",
-                    f"{t['output_tokens']:,}",
-                    _usd(t["cost_usd"]),
-                    _usd(t["bound_usd"]),
-                ],
-                "bold",
-            )
-        ]
+        out = [(cells(escape(k), m), None) for k, m in zip(keys, doc["models"], strict=True)]
+        return out + [(cells("all", doc["total"]), "bold")]
 
     title = "Estimate: what `dxi run` would send (nothing was sent)"
     keys = model_keys(
