@@ -227,6 +227,11 @@ def resume_message(stop: BaseException, cache_dir: object, grace_s: float) -> tu
                 " The rest was not all counted in time: the run's line in run-history.jsonl "
                 "marks the counts that are incomplete."
             )
+    if not n:
+        return (
+            head,
+            f"{cut}, so the run stopped at once (no request was on the wire).{incomplete} {rest}",
+        )
     return head, (
         f"{cut}, so {n} request(s) still in flight were abandoned: sent{spent} (their replies were "
         f"not stored; the next run sends them again).{incomplete} {rest}"

@@ -862,3 +862,32 @@ async def test_a_signal_delivered_while_nothing_waited_is_handled_before_the_han
         await graceful.settle()
     assert unread is None  # the loop had not read it: what was lost before
     assert (graceful.signum, drained, graceful.aborted) == (signal.SIGINT, [signal.SIGINT], None)
+
+
+def test_the_message_of_a_stop_cut_short_says_what_was_abandoned_and_what_was_not_counted():
+    """``resume_message`` of a run cut short, from its counts: the requests abandoned and what they
+    were charged at most (two models: $0.25 + $0.35), a count left incomplete, or nothing on the
+    wire."""
+    from dxi.runner.counts import Counts
+    from dxi.runner.signals import Interrupted, resume_message
+
+    def cut(requests: dict) -> str:
+        stop = Interrupted(signal.SIGTERM, False, 9, "grace", Counts(requests))
+        head, rest = resume_message(stop, "c", 25)
+        assert head == "Interrupted (SIGTERM):"
+        return rest.removesuffix(
+            " Every reply that arrived is in c; rerun the same command to continue."
+        )
+
+    a = {"cost_usd": 0.5, "abandoned": {"requests": 2, "cost_at_reservation_usd": 0.25}}
+    b = {"cost_usd": 0.35, "abandoned": {"requests": 1, "cost_at_reservation_usd": 0.35}}
+    assert cut({"a": a, "b": b}) == (
+        "they took longer than --grace 25 s, so 3 request(s) still in flight were abandoned: sent, "
+        "at most $0.6000 spent (their replies were not stored; the next run sends them again)."
+    )
+    idle = {"cost_usd": 0.0, "incomplete": ["cache_hits", "not_sent"]}
+    assert cut({"a": idle}) == (
+        "they took longer than --grace 25 s, so the run stopped at once (no request was on the "
+        "wire). The rest was not all counted in time: the run's line in run-history.jsonl marks "
+        "the counts that are incomplete."
+    )
