@@ -5,7 +5,10 @@
 batches were refused or left requests unanswered (``batch_outcome``). A run that ends scores them
 into summary.json (``runner.session.run``); one that a signal stopped once its requests in flight
 were stored has them too (``runner.signals.Interrupted.counts``): its line records them, and its
-summary.json of what arrived (marked ``interrupted``) when the grace period leaves the time.
+summary.json of what arrived (marked ``interrupted``) when the grace period leaves the time. One
+whose stop was cut short (a second signal, the end of ``--grace``) records what was counted by
+then (``runner.dispatch.so_far``): the requests abandoned on the wire among those sent, charged
+their reservations, and the counts it could not finish named ``incomplete``.
 """
 
 from __future__ import annotations
@@ -48,6 +51,22 @@ class Counts:
         )
 
     @property
+    def abandoned(self) -> tuple[int, float | None, bool]:
+        """What a run cut short left on the wire (each model's ``abandoned`` block): the requests,
+        what they were charged at most (USD, the priced models'; None: none priced) and whether
+        some of that bounds nothing (a model's ``cost_reason`` ``UNBOUNDED``)."""
+        gone = [b for b in self.requests.values() if b.get("abandoned")]
+        costs = [b["abandoned"]["cost_at_reservation_usd"] for b in gone]
+        usd = None if all(c is None for c in costs) else sum(c for c in costs if c is not None)
+        unbounded = any("cost_reason" in b for b in gone)  # only ever UNBOUNDED here
+        return sum(b["abandoned"]["requests"] for b in gone), usd, unbounded
+
+    @property
+    def incomplete(self) -> bool:
+        """Whether some model's counts were cut before its rest was counted (``incomplete``)."""
+        return any("incomplete" in block for block in self.requests.values())
+
+    @property
     def not_sent(self) -> int:
         """The requests of every model not sent (the next run sends them)."""
         return sum(block["not_sent"] for block in self.requests.values())
@@ -79,6 +98,13 @@ def counts(
     return Counts(requests_block(stats), bound, stopped)
 
 
+INCOMPLETE = ("cache_hits", "not_sent")
+"""The counts of a model's ``requests`` block that only count what was met when a run cut short
+(a second signal, the end of ``--grace``) had not counted its rest: ``sent`` (the abandoned among
+it), the outcomes, tokens and cost are whole; ``sent + cache_hits + not_sent + refused`` is then
+less than its requests."""
+
+
 def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
     """summary.json's per-model ``requests`` blocks (label -> counts) from a run's Stats: sent,
     cache hits, outcomes, attempts, retry waits (seconds, 3 decimals), 429s, repairs, tokens, cost
@@ -86,7 +112,10 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
     part of ``cost_usd`` charged at reservation because the cost is unknown: ``cost_usd`` is then an
     upper bound of what was spent) only when it is not 0; ``cost_usd`` null with a ``cost_reason``
     (``UNBOUNDED``) when a reservation kept bounds nothing (``Stats.cost_unbounded``); with batches,
-    their ``batches`` block too."""
+    their ``batches`` block too. A run cut short (a second signal, the end of ``--grace``) adds
+    ``abandoned`` ({``requests``, ``cost_at_reservation_usd``}: the requests sent it left on the
+    wire, counted in ``sent``, and their part of ``cost_usd``, null where that is) when there are
+    some, and ``incomplete`` (``INCOMPLETE``) when the model's rest was not all counted."""
     blocks = {}
     for label, s in stats.items():
         block = {
@@ -109,6 +138,11 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
         elif s.cost_usd is not None and at_reservation:
             block["cost_at_reservation_usd"] = at_reservation
         block |= {"not_sent": s.not_sent, "refused": s.refused}
+        if s.abandoned:
+            usd = None if block["cost_usd"] is None else round(s.abandoned_usd, 6)
+            block["abandoned"] = {"requests": s.abandoned, "cost_at_reservation_usd": usd}
+        if s.uncounted:
+            block["incomplete"] = list(INCOMPLETE)
         if isinstance(s, BatchStats):
             block["batches"] = {
                 "submitted": s.submitted,

@@ -336,6 +336,8 @@ class _Sending:
         )
         stats = BatchStats(cost_usd=None if price is None else 0.0)
         self.parts[label].append(stats)
+        if self.stop is not None:
+            self.stop.track({label: stats})
         size, tokens = self.limits_of.get(label, (None, None))
         mine = replace(
             self.options,
@@ -359,16 +361,20 @@ class _Sending:
             tasks=self.known_tasks,
             collecting=self.collecting,
         )
-        if in_batch:
-            left = await self.unless_stopping(batches.run())
-            if left is None:  # the run is stopping: the requests not in a batch counted not sent
-                await batches.count_stopped()
-        else:
-            claimed = frozenset(self.ledger.claimed(ident))
-            left, _ = await asyncio.gather(
-                self.unless_stopping(batches.run()),
-                self.sync([model], KeyFilter(claimed, self.shard, keep=False)),
-            )
+        try:
+            if in_batch:
+                left = await self.unless_stopping(batches.run())
+                if left is None:  # the run is stopping: the requests not in a batch not sent
+                    await batches.count_stopped()
+            else:
+                claimed = frozenset(self.ledger.claimed(ident))
+                left, _ = await asyncio.gather(
+                    self.unless_stopping(batches.run()),
+                    self.sync([model], KeyFilter(claimed, self.shard, keep=False)),
+                )
+        except asyncio.CancelledError:  # cut short: counted only as far as it got
+            stats.uncounted = 1
+            raise
         if left:
             await self.left_by_batches(model, batches, left, in_batch)
 
@@ -468,6 +474,20 @@ class _Sending:
             )
             for m in self.models
         }
+
+
+def so_far(stop: RunStop, models: Sequence[ModelRun]) -> dict[str, Stats]:
+    """Each model's Stats of a run cut short (a second signal, the end of ``--grace``), merged over
+    the paths ``stop`` tracked (``RunStop.track``) as ``send`` merges them; a model none of which
+    had started counts nothing, ``uncounted``."""
+    out = {}
+    for m in models:
+        parts = stop.parts.get(m.label, [])
+        out[m.label] = merged(parts) if len(parts) != 1 else parts[0]
+        if not parts:
+            out[m.label].uncounted = 1
+            out[m.label].cost_usd = None if m.price is None else 0.0
+    return out
 
 
 async def collect(

@@ -386,8 +386,9 @@ async def _graceful(
 ) -> tuple[dict[str, Stats], list[Estimate] | None]:
     """Run the plan (``_send``) under ``runner.signals.Graceful``: the first Ctrl-C or SIGTERM
     drains it (``runner.sending.stops.RunStop``), a second one or the end of ``grace`` cuts it
-    short; either way it raises ``signals.Interrupted`` once stopped, drained with the run's counts
-    (``Interrupted.counts``: each model's rest counted not sent, ``runner.counts``)."""
+    short; either way it raises ``signals.Interrupted`` once stopped, with the run's counts
+    (``Interrupted.counts``: each model's rest counted not sent, ``runner.counts``; cut short, what
+    was counted by then, the requests abandoned on the wire among those sent)."""
     stop = RunStop()
     with Graceful(stop.request, grace, stop.abandon) as graceful:
         try:
@@ -408,7 +409,10 @@ async def _graceful(
         except asyncio.CancelledError:
             if graceful.aborted is None:
                 raise
-            raise graceful.interrupted(stop.abandoned) from None
+            # cut short: what was counted so far, the requests abandoned on the wire counted sent
+            cut = _dispatch.so_far(stop, plan.models)
+            cut_counts = counts(cut, plan.models, budget, plan.max_cost, limiters)
+            raise graceful.interrupted(stop.abandoned, cut_counts) from None
     if graceful.signum is not None:  # drained: what each model sent, found cached and left
         done = counts(result[0], plan.models, budget, plan.max_cost, limiters)
         raise graceful.interrupted(stop.abandoned, done)

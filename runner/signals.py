@@ -16,7 +16,8 @@ preemption).
   (``runner.sending.stops.RunStop``), each model's rest is counted not sent (as after the cost
   bound), the progress says so and counts them down, then the run stops with its resume message and
   its counts (``Interrupted.counts``, for its line in OUT/run-history.jsonl). A second signal aborts
-  at once (the replies still on the wire are abandoned; the next run sends them), and so does the
+  at once (the replies still on the wire are abandoned: counted sent, their reservations kept as
+  spent, "at most"; the next run sends them again), and so does the
   end of the grace period, ``--grace`` seconds (default ``GRACE_S`` = 25): inside the 30 s that
   Kubernetes (``terminationGracePeriodSeconds``) and Slurm (``KillWait``) leave between SIGTERM and
   SIGKILL. A run stopped so, once drained, scores what arrived into its summary.json (marked
@@ -127,12 +128,14 @@ class Interrupted(Exception):  # noqa: N818 (a stop, not an error)
     """A run stopped by a signal. ``signum``: the first signal; ``drained``: True when every request
     on the wire finished and was stored, False when it was cut short (``why``: "again", a second
     signal, or "grace", the grace period over) with ``abandoned`` requests still in flight (the next
-    run sends them); ``counts``: drained, what the run did (``runner.counts.Counts``: each
-    model's requests sent, found in the cache and not sent), for its line in OUT/run-history.jsonl;
-    None when cut short (the counts were not finished). ``deadline``: the end of the grace period
+    run sends them); ``counts``: what the run did (``runner.counts.Counts``: each model's requests
+    sent, found in the cache and not sent), for its line in OUT/run-history.jsonl; cut short, what
+    was counted by then (the requests abandoned on the wire among those sent, their reservations
+    kept as spent; a model whose rest was not counted whole says which of its counts are
+    incomplete); None when stopped outside the run's loop. ``deadline``: the end of the grace period
     (``time.monotonic()`` seconds), the time the run has to write what arrived; ``summary``: the
-    summary.json written of what arrived (``runner.session.run``), None when none was (cut short,
-    or ``unwritten`` says why: "grace", "again").
+    summary.json written of what arrived (``runner.session.run``), None when none was (cut short, or
+    ``unwritten`` says why: "grace", "again").
     """
 
     def __init__(
@@ -212,9 +215,26 @@ def resume_message(stop: BaseException, cache_dir: object, grace_s: float) -> tu
         if stop.why == "again"
         else f"they took longer than --grace {grace_s:g} s"
     )
+    n, spent, incomplete = stop.abandoned, "", ""
+    if stop.counts is not None:
+        n, usd, unbounded = stop.counts.abandoned
+        if unbounded:
+            spent = ", their cost unknown, with no upper bound: nothing caps their output tokens"
+        elif usd is not None:
+            spent = f", at most ${usd:.4f} spent"
+        if stop.counts.incomplete:
+            incomplete = (
+                " The rest was not all counted in time: the run's line in run-history.jsonl "
+                "marks the counts that are incomplete."
+            )
+    if not n:
+        return (
+            head,
+            f"{cut}, so the run stopped at once (no request was on the wire).{incomplete} {rest}",
+        )
     return head, (
-        f"{cut}, so {stop.abandoned} request(s) still in flight were abandoned (the next run sends them). "
-        f"{rest}"
+        f"{cut}, so {n} request(s) still in flight were abandoned: sent{spent} (their replies were "
+        f"not stored; the next run sends them again).{incomplete} {rest}"
     )
 
 
@@ -306,8 +326,8 @@ class Graceful:
 
     def interrupted(self, abandoned: int, counts: Counts | None = None) -> Interrupted:
         """What stopped the run, once it has: drained (with the run's ``counts``), or aborted with
-        ``abandoned`` requests still out."""
+        ``abandoned`` requests still out (``counts``: what was counted by then)."""
         assert self.signum is not None
         if self.aborted is None:
             return Interrupted(self.signum, True, counts=counts, deadline=self.deadline)
-        return Interrupted(self.signum, False, abandoned, self.aborted)
+        return Interrupted(self.signum, False, abandoned, self.aborted, counts)

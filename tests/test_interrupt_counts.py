@@ -9,7 +9,9 @@ is in ``make bench`` (``benchmarks/bench_runner.py``, "counting the rest of a st
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import signal
 from pathlib import Path
 
 import orjson
@@ -18,6 +20,8 @@ import pytest
 from dxi import adapters
 from dxi.cache import Cache
 from dxi.evals import Suite, discover
+from dxi.runner.counts import requests_block
+from dxi.runner.dispatch import so_far
 from dxi.runner.planning.plan import ModelRun
 from dxi.runner.sending.cost import Budget
 from dxi.runner.sending.limits import ProviderLimiter
@@ -29,6 +33,7 @@ from .fakes.fake_provider import FakeProvider
 from .helpers.synthetic import SyntheticSuite, suite, when2call_row
 
 TASKS = 40
+FOUR = adapters.Limits(max_in_flight=4, attempt_timeout_s=120, max_attempts=1)
 
 
 def data(root: Path, indices: range) -> Path:
@@ -158,3 +163,62 @@ def test_distinct_tasks_is_known_from_the_kept_survey_only_and_none_for_a_repeat
     assert filed.distinct_tasks() is None
     filed.validate()
     assert filed.distinct_tasks() == 5
+
+
+async def _never(label: str) -> None:
+    await asyncio.Event().wait()
+
+
+async def test_a_run_cut_short_while_counting_its_rest_records_what_it_counted_and_says_so(
+    tmp_path: Path,
+):
+    """40 tasks, 4 in flight, replies that take a minute: the first signal wakes the feeder (no slot
+    comes free) to count the rest, which never ends here (``unencoded`` waits for ever), and the
+    end of the grace period cancels the run. What was counted is kept (the old code: nothing, the
+    run's ``requests`` null): the 4 on the wire sent and abandoned (no row: the next run sends
+    them again), their attempts counted, and ``cache_hits`` and ``not_sent``, which counted
+    nothing of the 36 left, named incomplete."""
+    async with FakeProvider(model=None, default="sleep:60") as server:
+        adapter = adapters.get(f"systemone:m@{server.url}", FOUR)
+        await adapter.start()
+        run = ModelRun(adapter, 1)
+        stop = RunStop()
+        with Cache(tmp_path / "cache") as cache:
+            limiters = {run.limits_key: ProviderLimiter(adapter.limits)}
+            s = Scheduler(
+                [run],
+                suite_of(data(tmp_path / "data", range(TASKS))),
+                cache,
+                limiters,
+                Budget(),
+                stop,
+                None,
+                None,
+            )
+            s.unencoded = _never
+            sending = asyncio.ensure_future(s.run())
+            for _ in range(500):
+                if server.stats()["arrivals"] >= 4:
+                    break
+                await asyncio.sleep(0.02)
+            stop.request(signal.SIGINT)
+            await asyncio.sleep(0.2)  # the feeder, woken, counts the rest (for ever)
+            sending.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sending
+            rows = cache.scan().collect().height
+        await adapter.close()
+        arrivals = server.stats()["arrivals"]
+    (block,) = requests_block(so_far(stop, [run])).values()
+    assert (arrivals, rows) == (4, 0)
+    counted = ("sent", "cache_hits", "not_sent", "refused", "attempts", "cost_usd")
+    assert {k: block[k] for k in counted} == {
+        "sent": 4,
+        "cache_hits": 0,
+        "not_sent": 0,
+        "refused": 0,
+        "attempts": 4,
+        "cost_usd": None,
+    }
+    assert block["abandoned"] == {"requests": 4, "cost_at_reservation_usd": None}
+    assert block["incomplete"] == ["cache_hits", "not_sent"]

@@ -22,6 +22,7 @@ import polars as pl
 import pytest
 
 from dxi.cache import Cache
+from dxi.runner.sending.cost import UNBOUNDED
 
 from .conftest import DXI
 from .fakes.fake_provider import serve
@@ -506,9 +507,11 @@ def test_a_model_still_waiting_for_another_process_counts_its_requests_not_sent(
 @pytest.mark.parametrize("how", ["again", "grace"])
 def test_a_second_signal_or_the_end_of_the_grace_period_stops_at_once(tmp_path: Path, how: str):
     """Replies that take a minute: a second Ctrl-C, or the end of --grace, stops the run without
-    them, saying how many were abandoned (the next run sends them)."""
+    them, saying how many were abandoned: sent (the next run sends them again). Its line in
+    run-history.jsonl counts them (the old code: ``requests`` null): 8 sent, all abandoned, and the
+    other 22 not sent, counted at the first signal although no slot came free."""
     with serve(model="fake", p_first=None, p_yes=None, default="sleep:60") as server:
-        grace = "1" if how == "grace" else "600"
+        grace = "3" if how == "grace" else "600"  # 3 s: time to count the 22 left
         proc = started(
             served_run(server.url, data_dir(tmp_path / "data", 30), tmp_path, "--grace", grace),
             tmp_path,
@@ -517,9 +520,7 @@ def test_a_second_signal_or_the_end_of_the_grace_period_stops_at_once(tmp_path: 
             wait_for(lambda: server.stats()["arrivals"] >= 8, 60, "8 requests in flight")
             proc.send_signal(signal.SIGINT if how == "again" else signal.SIGTERM)
             if how == "again":
-                wait_for(
-                    lambda: "stopping (Ctrl-C)" in output(tmp_path)[0], 30, "the stopping line"
-                )
+                wait_for(lambda: "not sent 22" in output(tmp_path)[0], 30, "the rest counted")
                 proc.send_signal(signal.SIGINT)
             assert proc.wait(30) == (130 if how == "again" else 143)
         finally:
@@ -530,13 +531,108 @@ def test_a_second_signal_or_the_end_of_the_grace_period_stops_at_once(tmp_path: 
             8,
         )  # none answered yet, nothing new sent
     stdout, stderr = output(tmp_path)
-    cut = "a second signal came" if how == "again" else "they took longer than --grace 1 s"
+    cut = "a second signal came" if how == "again" else "they took longer than --grace 3 s"
     name = "Ctrl-C" if how == "again" else "SIGTERM"
     assert (
-        f"Interrupted ({name}): {cut}, so 8 request(s) still in flight were abandoned (the next run sends "
-        "them)."
-    ) in stderr
+        f"Interrupted ({name}): {cut}, so 8 request(s) still in flight were abandoned: sent (their "
+        "replies were not stored; the next run sends them again)."
+    ) in " ".join(stderr.split())
     assert "Traceback" not in stderr, stderr
+    (line,) = [orjson.loads(raw) for raw in (tmp_path / "out" / "run-history.jsonl").open("rb")]
+    block = line["requests"]["systemone:fake"]
+    counted = ("sent", "cache_hits", "not_sent", "refused", "attempts", "cost_usd", "abandoned")
+    assert {k: block.get(k) for k in counted} == {
+        "sent": 8,
+        "cache_hits": 0,
+        "not_sent": 22,
+        "refused": 0,
+        "attempts": 8,
+        "cost_usd": None,  # no price: not tracked
+        "abandoned": {"requests": 8, "cost_at_reservation_usd": None},
+    }
+    assert "incomplete" not in block
+
+
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["capped", "bound", "uncapped"])
+def test_the_spend_of_requests_abandoned_at_the_end_of_the_grace_period_is_recorded(
+    tmp_path: Path, case: str
+):
+    """A priced model (output $10 per million tokens, input free) whose 3 replies take a minute:
+    the grace period (1 s) ends with all 3 on the wire. They went out and may be billed, so they
+    are counted sent and charged their reservation, as a reply that never came whole is: with
+    ``max_completion_tokens=20000``, 3 x 20,000 x $10 / 1e6 = $0.60 at most, in the model's
+    ``cost_usd`` and ``cost_at_reservation_usd``, in its ``abandoned`` block, in the cost bound's
+    ``spent_usd`` under ``--max-cost 5``, and in the last line; with nothing capping the output
+    their cost is unknown, with no upper bound (``cost_reason``). The old code recorded
+    ``requests: null`` and ``cost_bound: null``: the spend was nowhere."""
+    flags = {
+        "capped": ["--param", "max_completion_tokens=20000"],
+        "bound": ["--param", "max_completion_tokens=20000", "--max-cost", "5"],
+        "uncapped": [],
+    }[case]
+    with serve(model=None, p_first=None, p_yes=None, default="sleep:60") as server:
+        cmd = dxi_command(
+            data_dir(tmp_path / "data", 10),
+            tmp_path / "cache",
+            tmp_path / "out",
+            "--limit",
+            "3",
+            "--evals",
+            "when2call",
+            "--price",
+            "openai:m=0/10",
+            "--grace",
+            "1",
+            *flags,
+            models=[f"openai:m@{server.url}/v1"],
+        )
+        proc = started(cmd, tmp_path)
+        try:
+            wait_for(lambda: server.stats()["arrivals"] >= 3, 60, "3 requests in flight")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(30) == 130
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert (server.stats()["arrivals"], server.stats()["ok"]) == (3, 0)
+    with Cache(tmp_path / "cache") as cache:
+        assert cache.scan().collect().height == 0  # none of them stored: the next run sends them
+    stderr = " ".join(output(tmp_path)[1].split())
+    (line,) = [orjson.loads(raw) for raw in (tmp_path / "out" / "run-history.jsonl").open("rb")]
+    block = line["requests"]["openai:m"]
+    assert {k: block[k] for k in ("sent", "cache_hits", "not_sent", "refused", "attempts")} == {
+        "sent": 3,
+        "cache_hits": 0,
+        "not_sent": 0,
+        "refused": 0,
+        "attempts": 3,
+    }
+    assert "incomplete" not in block
+    cut = "Interrupted (Ctrl-C): they took longer than --grace 1 s, so 3 request(s) still in flight"
+    tail = "(their replies were not stored; the next run sends them again)."
+    if case == "uncapped":
+        assert (block["cost_usd"], block.get("cost_at_reservation_usd")) == (None, None)
+        assert block["cost_reason"] == UNBOUNDED.format(n=3)
+        assert block["abandoned"] == {"requests": 3, "cost_at_reservation_usd": None}
+        assert (
+            f"{cut} were abandoned: sent, their cost unknown, with no upper bound: nothing caps "
+            f"their output tokens {tail}"
+        ) in stderr
+    else:
+        assert (block["cost_usd"], block["cost_at_reservation_usd"]) == (0.6, 0.6)
+        assert block["abandoned"] == {"requests": 3, "cost_at_reservation_usd": 0.6}
+        assert f"{cut} were abandoned: sent, at most $0.6000 spent {tail}" in stderr
+    if case == "bound":  # the bound held the reservations: its spend and the records agree
+        assert line["cost_bound"] == {
+            "max_cost_usd": 5.0,
+            "spent_usd": 0.6,
+            "cost_at_reservation_usd": 0.6,
+            "stopped": False,
+        }
+    else:
+        assert line["cost_bound"] is None
 
 
 # ---- a signal while Python is still importing: one line, no traceback ----------------------------
@@ -766,3 +862,32 @@ async def test_a_signal_delivered_while_nothing_waited_is_handled_before_the_han
         await graceful.settle()
     assert unread is None  # the loop had not read it: what was lost before
     assert (graceful.signum, drained, graceful.aborted) == (signal.SIGINT, [signal.SIGINT], None)
+
+
+def test_the_message_of_a_stop_cut_short_says_what_was_abandoned_and_what_was_not_counted():
+    """``resume_message`` of a run cut short, from its counts: the requests abandoned and what they
+    were charged at most (two models: $0.25 + $0.35), a count left incomplete, or nothing on the
+    wire."""
+    from dxi.runner.counts import Counts
+    from dxi.runner.signals import Interrupted, resume_message
+
+    def cut(requests: dict) -> str:
+        stop = Interrupted(signal.SIGTERM, False, 9, "grace", Counts(requests))
+        head, rest = resume_message(stop, "c", 25)
+        assert head == "Interrupted (SIGTERM):"
+        return rest.removesuffix(
+            " Every reply that arrived is in c; rerun the same command to continue."
+        )
+
+    a = {"cost_usd": 0.5, "abandoned": {"requests": 2, "cost_at_reservation_usd": 0.25}}
+    b = {"cost_usd": 0.35, "abandoned": {"requests": 1, "cost_at_reservation_usd": 0.35}}
+    assert cut({"a": a, "b": b}) == (
+        "they took longer than --grace 25 s, so 3 request(s) still in flight were abandoned: sent, "
+        "at most $0.6000 spent (their replies were not stored; the next run sends them again)."
+    )
+    idle = {"cost_usd": 0.0, "incomplete": ["cache_hits", "not_sent"]}
+    assert cut({"a": idle}) == (
+        "they took longer than --grace 25 s, so the run stopped at once (no request was on the "
+        "wire). The rest was not all counted in time: the run's line in run-history.jsonl marks "
+        "the counts that are incomplete."
+    )

@@ -18,8 +18,11 @@ bound), ``stopped_providers`` and ``requests`` (model name -> its block) are sum
 run wrote them (``runner.session``). A run stopped by Ctrl-C or SIGTERM, once the requests in flight
 are stored, has the counts too, as its summary.json of what arrived does (``runner.counts``: each
 model's rest counted ``not_sent``; ``cost_bound`` without what remains); one whose stop was cut
-short (a second signal, the grace period over), stopped outside its requests (planning, scoring) or
-by a cache that could not be written has ``cost_bound`` and ``requests`` null. A run killed with
+short (a second signal, the grace period over) has what was counted by then: the requests it left
+on the wire counted sent and ``abandoned``, charged their reservations (the bound held them), and a
+model whose rest was not counted whole says which counts are ``incomplete``. One stopped outside
+its requests (planning, scoring) or by a cache that could not be written has ``cost_bound`` and
+``requests`` null. A run killed with
 SIGKILL (or one that crashed) writes no line. The line is one ``write(2)`` to the file opened
 ``O_APPEND`` (``cache.lines``); a folder that cannot take it costs a warning, not the run.
 """
@@ -70,7 +73,7 @@ def line_of(selection: dict, started: str, exit_code: int, result=None) -> dict:
     """The line of a run that selected ``selection`` (``runner.planning.selection.selection_of``),
     started at ``started`` (``now()``) and ends now with ``exit_code``; ``result`` is
     ``runner.session.run``'s ``RunResult``, or the ``runner.counts.Counts`` of a run a signal
-    stopped once its requests in flight were stored (``runner.signals.Interrupted.counts``): either
+    stopped (``runner.signals.Interrupted.counts``: cut short, what was counted by then): either
     has the ``cost_bound``, ``stopped`` (providers) and ``requests`` blocks; None: stopped before
     its counts were known."""
     return {

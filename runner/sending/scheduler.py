@@ -93,7 +93,10 @@ class Stats:
     too); ``refused``: requests sent that met the provider's stop (no row either): the next run
     sends both; ``failed_fatal``: the failures among ``failed`` that are deterministic (4xx-class:
     kept, not sent again unless asked); the others are transient and sent again by the next run.
-    ``invalid`` counts requests (replies with at least one invalid answer), not answers.
+    ``invalid`` counts requests (replies with at least one invalid answer), not answers. A stop cut
+    short (a second signal, the end of ``--grace``): ``abandoned``, the requests sent it left on the
+    wire (in ``sent``, no row), ``abandoned_usd`` their charge (in ``cost_usd``: reservations kept);
+    ``uncounted``, the paths it cut before their rest was counted (``runner.counts.INCOMPLETE``).
     """
 
     total: int = 0
@@ -112,6 +115,9 @@ class Stats:
     cost_usd: float | None = 0.0
     cost_at_reservation_usd: float = 0.0
     cost_unbounded: int = 0
+    abandoned: int = 0
+    abandoned_usd: float = 0.0
+    uncounted: int = 0
     not_sent: int = 0
     stop_not_sent: int = 0
     refused: int = 0
@@ -203,7 +209,8 @@ class Scheduler:
     as the run goes: ``feeds`` (per limits key, its models' request streams, taking turns),
     ``unsent`` (a stopped provider's or model's streams, for its feeder to count not sent),
     ``stored_cached`` (per model label: the requests stored that the cache counts as cached, for
-    ``unencoded``), ``in_flight`` (cache keys handed out and not yet stored), ``stopped_by`` (the
+    ``unencoded``), ``in_flight`` (cache keys handed out and not yet stored -> model label),
+    ``fed`` (the providers whose feed was handed out and counted whole), ``stopped_by`` (the
     error that stops the run: nothing more is handed out; the first is raised at the end) and
     ``writable`` (the cache was found writable, checked before the first request).
 
@@ -228,7 +235,9 @@ class Scheduler:
         self.stats = {r.label: Stats(cost_usd=None if r.price is None else 0.0) for r in runs}
         self.n_workers = sum(limiters[p].limits.max_in_flight for p in {r.limits_key for r in runs})
         self.queue: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=self.n_workers)
-        self.in_flight: set[str] = set()
+        self.in_flight: dict[str, str] = {}  # cache key -> model label
+        self.fed: set[str] = set()
+        stop.track(self.stats)  # a run cut short counts what these hold (runner.session)
         self.stopped_by: list[Exception] = []
         self.writable = False
         self.feeds: dict[
@@ -272,7 +281,7 @@ class Scheduler:
                     # CacheWriteError before the first request, not at its reply
                     cache.check_writable()
                     self.writable = True
-                in_flight.add(request.key)
+                in_flight[request.key] = model.label
                 yield _Job(adapter, task, request, limiter, charge)
 
     def next_job(self, provider: str) -> _Job | None:
@@ -341,7 +350,7 @@ class Scheduler:
                     st = self.stats[job.adapter.label]
                     st.not_sent += 1
                     st.stop_not_sent += by_stop
-                    self.in_flight.discard(job.request.key)
+                    self.in_flight.pop(job.request.key, None)
                     labels.add(job.adapter.label)
                     n += 1
                     if n % DRAIN_BATCH == 0:
@@ -448,11 +457,36 @@ class Scheduler:
         except asyncio.CancelledError:
             if outcome.reply is not None and outcome.error is None:
                 self.record(job, outcome)  # it arrived: keep it, then stop
+            else:
+                self.abandon(job, outcome)
             raise
         finally:
-            self.in_flight.discard(job.request.key)
+            self.in_flight.pop(job.request.key, None)
             self.stop.finished()
         self.progress(job.adapter.label)
+
+    def abandon(self, job: _Job, outcome: Outcome) -> None:
+        """Count ``job``, cancelled before its reply came: not sent when no attempt left, else
+        ``abandoned`` (in ``sent`` with its charge already: its reservation kept), with no row."""
+        st = self.stats[job.adapter.label]
+        if not outcome.attempts:
+            st.not_sent += 1
+            return
+        st.abandoned += 1
+        st.abandoned_usd += outcome.cost_usd
+        st.attempts += outcome.attempts
+        st.retries += max(0, outcome.attempts - 1)
+        st.rate_limited += outcome.rate_limited
+
+    def cut_short(self) -> None:
+        """The run was cancelled (a second signal, the end of ``--grace``) once every worker and
+        feeder ended: the requests handed out and never attempted are not sent; the models whose
+        feed was not counted whole are ``uncounted``."""
+        for label in self.in_flight.values():
+            self.stats[label].not_sent += 1
+        self.in_flight.clear()
+        for r in self.runs:
+            self.stats[r.label].uncounted = int(r.limits_key not in self.fed)
 
     # the tasks
 
@@ -480,14 +514,35 @@ class Scheduler:
         """``provider``'s feeder: a slot of the provider for each request it puts on the queue."""
         slots = self.limiters[provider].slots
         while True:
-            await slots.acquire()
-            job = self.next_job(provider)
+            held = await self.slot(slots)
+            job = self.next_job(provider)  # (none without a slot: the run is stopping)
             if job is None:
-                slots.release()
+                if held:
+                    slots.release()
                 if provider in self.unsent:
                     await self.drain(self.unsent.pop(provider))
+                self.fed.add(provider)
                 return
             await self.queue.put(job)
+
+    async def slot(self, slots: asyncio.Semaphore) -> bool:
+        """One of ``slots`` (True), or, once the run is stopping, none (False): a feeder waiting
+        for a slot then counts its provider's rest at once, not when a request on the wire ends
+        (which a request slower than ``--grace`` never does: its rest would go uncounted)."""
+        if self.stop.requested:
+            return False
+        if not slots.locked():  # the usual case: no task made
+            await slots.acquire()
+            return True
+        acquiring = asyncio.ensure_future(slots.acquire())
+        stopping = asyncio.ensure_future(self.stop.asked.wait())
+        try:
+            await asyncio.wait((acquiring, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not acquiring.done():
+                acquiring.cancel()  # (a slot it was given meanwhile is passed on)
+        return acquiring.done() and not acquiring.cancelled()
 
     async def feed(self) -> None:
         """Every provider's feeder, then one end-marker per worker."""
@@ -505,6 +560,9 @@ class Scheduler:
                 tasks.create_task(self.feed())
                 for _ in range(self.n_workers):
                     tasks.create_task(self.work())
+        except asyncio.CancelledError:
+            self.cut_short()
+            raise
         except ExceptionGroup as group_error:  # e.g. a malformed dataset row: raise it as itself
             first = group_error
             while isinstance(first, ExceptionGroup):

@@ -25,6 +25,7 @@ the same base URL go on. When one arrives (``runner.sending.retry``):
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -52,12 +53,16 @@ class RunStop:
     ``signum``: the signal (None until asked); ``in_flight``: the requests ``run`` has handed to its
     workers and not yet finished (``started`` / ``finished``); ``on_change``: called when asked, and
     each time ``in_flight`` falls while stopping (the progress counts them down); ``abandoned``: the
-    requests still in flight when the stop was cut short (``abandon``: a second signal)."""
+    requests still in flight when the stop was cut short (``abandon``: a second signal);
+    ``parts``: model label -> the Stats of each path that sends it (``track``), what a run cut short
+    is counted from (``runner.dispatch.so_far``)."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self.in_flight = 0
         self.abandoned = 0
+        self.asked = asyncio.Event()  # set when the stop is asked (a feeder waiting for a slot)
+        self.parts: dict[str, list] = {}
         self.on_change: Callable[[], None] | None = None
         self._limiters: list[ProviderLimiter] = []
         self._hooks: list[Callable[[], None]] = []
@@ -73,6 +78,14 @@ class RunStop:
             for limiter in self._limiters:
                 limiter.close()
 
+    def track(self, stats: Mapping[str, object]) -> None:
+        """Keep the Stats of a path as it starts (label -> its ``runner.sending.scheduler.Stats``,
+        counted as they go), each once: a run cut short has no return value to count from."""
+        for label, part in stats.items():
+            kept = self.parts.setdefault(label, [])
+            if not any(p is part for p in kept):
+                kept.append(part)
+
     def on_request(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` when the stop is asked (at once, if it was asked already): what waits on
         something other than a limiter (a batch being polled, ``runner.dispatch``) ends then."""
@@ -86,6 +99,7 @@ class RunStop:
         if self.requested:
             return
         self.signum = signum
+        self.asked.set()
         for limiter in self._limiters:
             limiter.close()
         for hook in self._hooks:
