@@ -239,6 +239,14 @@ def scored_suite(selection: Selection, to_score: ToScore) -> Suite:
     return chosen.suite
 
 
+def provenance(selection: Selection) -> dict | None:
+    """The summary's ``extra`` (``runner.outputs.files.score``) once ``selection`` is scored: its
+    ``provenance.selection_differs`` where the tasks scored are not those the last run asked
+    (``selection.differs``); None where they are."""
+    differs = selection.differs
+    return None if differs is None else {"provenance": {"selection_differs": differs.block()}}
+
+
 def rescore(selection: Selection, html: bool = False) -> Rescored:
     """Score ``selection`` from the cache alone into ``selection.out`` (summary.json,
     answers.parquet; with ``html``: report.html and tables/, models ranked by Decision Index unless
@@ -257,8 +265,7 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
         to_score = models_to_score(cache, selection)
         suite = scored_suite(selection, to_score)
         batch_prices = plan.batch_prices() if plan is not None else None
-        differs = selection.differs
-        extra = None if differs is None else {"provenance": {"selection_differs": differs.block()}}
+        extra = provenance(selection)
         if not html:
             summary = _files.score(
                 cache,

@@ -1,9 +1,9 @@
 """``provenance.selection_differs`` (``runner.planning.selection.against_last_run``): what
 ``dxi score``, ``report``, ``export`` and ``view`` given no selection say when the tasks they score
-are not those the last ``dxi run`` asked. Its gaps closed here: the WildGuardTest subset is compared
-(the run's line records it), the tasks are compared rather than the flags' spelling (``--limit
-1000`` is ``--all-tasks`` on small evaluations), and an output folder without OUT/run-history.jsonl
-falls back on the cache's one unambiguous record.
+are not those the last ``dxi run`` asked. Its gaps closed here: the WildGuardTest subset is
+compared (the run's line records it), the tasks are compared rather than the flags' spelling
+(``--limit 1000`` is ``--all-tasks`` on small evaluations), the eee export records it, and an
+output folder without OUT/run-history.jsonl falls back on the cache's one unambiguous record.
 
 The fixture data: 4 Omniscience, 2 HLE, 3 When2Call and 3 agreed WildGuardTest tasks (5 of
 them in all)."""
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jsonschema
 import orjson
 import pytest
 
@@ -20,6 +21,7 @@ from dxi.runner.cli import main
 from .helpers.runs import MODEL
 from .test_selection import ROBOT, summary, where
 
+SCHEMAS = Path(__file__).parent / "eee_schema"
 ALL = "aa_omniscience_decision,hle_multichoice,when2call,wildguardtest"
 
 
@@ -128,6 +130,44 @@ def test_limits_that_take_every_task_are_every_task(
         "scoring uses --limit 3 (given on the command line): give --limit 1000 instead to score "
         "what it asked\n"
     )
+
+
+@pytest.mark.slow
+def test_the_eee_export_records_what_summary_json_does(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """`dxi export --format eee` of other tasks than the last run asked records the warning it
+    prints: each record's ``eval_library.additional_details.selection_differs``, summary.json's
+    block as JSON text (the schema's details are strings); none when the tasks are the same."""
+    file = run_file(tmp_path, limit=2)
+    history = tmp_path / "out" / "run-history.jsonl"
+    assert main(["run", str(file), "--limit", "3", "-q"]) == 0
+    ended = last_line(tmp_path / "out")["ended"]
+    capsys.readouterr()
+    assert main(["export", str(file), "--format", "eee", str(tmp_path / "eee"), "-q"]) == 0
+    assert capsys.readouterr().err == (
+        f"warning: the last dxi run here ({history}, ended {ended}) asked --limit 3; this scoring "
+        "uses --limit 2 (the run file's): add --limit 3 to score what it asked\n"
+    )
+    schema = orjson.loads((SCHEMAS / "eval.schema.json").read_bytes())
+    logs = [orjson.loads(p.read_bytes()) for p in sorted((tmp_path / "eee").rglob("*.json"))]
+    assert len(logs) == 5  # four evaluations and the index
+    block = (
+        f'{{"scored":"--limit 2","why":"the run file\'s","last_run":"--limit 3","last_run_ended":'
+        f'"{ended}","run_history":"{history}"}}'
+    )
+    for log in logs:
+        assert list(jsonschema.Draft7Validator(schema).iter_errors(log)) == []
+        assert log["eval_library"]["additional_details"]["selection_differs"] == block
+    assert (
+        main(["export", str(file), "--limit", "3", "--format", "eee", str(tmp_path / "same")]) == 0
+    )
+    assert capsys.readouterr().err == ""
+    for path in (tmp_path / "same").rglob("*.json"):
+        assert (
+            "selection_differs"
+            not in orjson.loads(path.read_bytes())["eval_library"]["additional_details"]
+        )
 
 
 @pytest.mark.slow

@@ -33,7 +33,7 @@ evaluations, the tasks each evaluation's selection takes (``same_tasks``: ``--li
 ``--all-tasks`` are the same tasks of evaluations of at most 1000) and the WildGuardTest subset
 (where the run's line records it). Where they differ, ``against_last_run`` says how (``Differs``:
 both selections' flags, and where the scored one comes from), which the commands print on standard
-error and summary.json keeps in ``provenance.selection_differs``. The run file
+error and summary.json (and the eee export) keeps in ``provenance.selection_differs``. The run file
 still wins over the last run's flags; the difference is only never silent.
 """
 
@@ -319,7 +319,7 @@ class Differs:
         )
 
     def block(self) -> dict:
-        """summary.json's ``provenance.selection_differs``."""
+        """summary.json's ``provenance.selection_differs`` (and the eee export's)."""
         return {
             "scored": self.scored,
             "why": self.why,
