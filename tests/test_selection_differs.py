@@ -203,3 +203,26 @@ def test_without_run_history_the_caches_one_record_of_these_models_is_compared(
     assert main(["score", "--limit", "1", *new]) == 0
     assert capsys.readouterr().err == ""
     assert "selection_differs" not in summary(tmp_path, "new")["provenance"]
+
+
+@pytest.mark.slow
+def test_model_flags_score_the_runs_wildguardtest_subset(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """`dxi run --model M --wildguard-subset all`, then `dxi score --model M`: no subset given, so
+    the runs' (as `dxi score` without --model took it, and the docs say), not agreed: 5
+    WildGuardTest tasks, nothing to warn of. (It scored 3, agreed, taking --model for a run
+    file.)"""
+    flags = where(data_dir, tmp_path, "out")
+    assert main(["run", "--model", MODEL, "--wildguard-subset", "all", *flags]) == 0
+    capsys.readouterr()
+    for models in (["--model", MODEL], []):
+        assert main(["score", *models, *flags]) == 0, models
+        said = capsys.readouterr()
+        assert said.err == "", models
+        assert (
+            f"note: scoring the tasks the runs recorded in this cache selected (--all-tasks "
+            f"--wildguard-subset all; {tmp_path / 'cache' / 'runs.jsonl'}); give --limit, --sample or "
+            "--all-tasks to score others"
+        ) in " ".join(said.out.split()), models
+        assert summary(tmp_path, "out")["data"]["wildguardtest"]["tasks"] == 5, models

@@ -16,7 +16,8 @@ score the tasks *the runs selected*, defined as:
   exactly those of that flag, and the outputs are byte for byte those of ``dxi score`` given it.
   Otherwise (say a ``--limit 10`` run and a ``--sample 20`` run) the union itself (``UnionSuite``),
   listed in summary.json (``data.<eval>.union``);
-* the WildGuardTest subset: the runs', when they agree and the command line does not give one.
+* the WildGuardTest subset: the runs', when they agree and neither the command line
+  (``--wildguard-subset``) nor a run file gives one (``--model`` flags do not).
 
 A cache without records (written before this version, or only pulled from a remote cache) scores
 every task, as before. Whatever the selection, where a model's runs selected other tasks of an
@@ -432,7 +433,7 @@ def choose(
     why = FLAGS if flagged(inputs) else RUN_FILE if given(inputs, plan) else EVERY
     if relevant and why == EVERY:
         why = RECORDED
-        suite, key, note = _remembered(inputs, plan, suite, relevant, cache_dir)
+        suite, key, note = _remembered(inputs, suite, relevant, cache_dir)
         if note:
             notes.append(note)
     annotate(suite, mine)
@@ -444,7 +445,7 @@ def choose(
         else RUN_FILE
         if inputs.run_file is not None
         else RECORDED
-        if why == RECORDED and plan is None
+        if why == RECORDED
         else DEFAULT_SUBSET
     )
     differs = against_last_run(suite, why, last_run(out, mine, cache_dir), subset_why)
@@ -506,10 +507,12 @@ def scored_picks(suite: Suite, name: str) -> tuple[Pick, ...]:
 
 
 def _remembered(
-    inputs: PlanInputs, plan: Plan | None, suite: Suite, relevant: list[RunRecord], cache_dir: Path
+    inputs: PlanInputs, suite: Suite, relevant: list[RunRecord], cache_dir: Path
 ) -> tuple[Suite, tuple, str | None]:
     """The suite of the tasks the ``relevant`` runs selected, its key and the note that says so
-    (None, with ``suite`` itself, when that is every task of the evaluations ``suite`` reads)."""
+    (None, with ``suite`` itself, when that is every task of the evaluations ``suite`` reads). The
+    WildGuardTest subset is the runs' where they agree and neither ``--wildguard-subset`` nor a run
+    file gives one (``--model`` flags do not)."""
     evals = tuple(
         n
         for n in suite.selected()
@@ -519,7 +522,7 @@ def _remembered(
     subsets = {r.wildguard_subset for r in relevant if WILDGUARDTEST in r.evals}
     subset = (
         subsets.pop()
-        if len(subsets) == 1 and inputs.wildguard_subset is None and plan is None
+        if len(subsets) == 1 and inputs.wildguard_subset is None and inputs.run_file is None
         else suite.wildguard_subset
     )
     key = (evals, tuple(sorted(picks.items())), subset)
