@@ -20,6 +20,10 @@ two runs appending at once never interleave their lines; a line cut by a kill (o
 ended with a newline by the next writer, so it never swallows the next run's record
 (``cache.lines``, as the batch ledger does). Exclusion lists and data files are not recorded.
 
+Where the output folder has no OUT/run-history.jsonl, a record stands in for its last line when it
+is the one selection recorded of the models scored (``runner.planning.selection.last_run``): of
+several, the latest run cannot be told, since a repeated selection adds no line.
+
 The file is only read and appended: a line that is not a record (a torn write, an edit) is skipped
 with a warning naming it. A read-only cache (``dxi view``) is only read. With a remote cache tier,
 only the runs on this machine's cache folder are recorded here.

@@ -17,7 +17,10 @@
   version), so exporting again replaces the same files. Each record's
   ``model_info.additional_details`` has the model's ``effort`` (summary.json's) where its requests
   carry one, and ``generation_args.reasoning`` says whether they asked for reasoning (an effort
-  other than none).
+  other than none). Where the tasks exported are not those the last ``dxi run`` asked
+  (``runner.planning.selection.Differs``), each record's ``eval_library.additional_details`` has
+  ``selection_differs``: summary.json's ``provenance.selection_differs`` as JSON text. The answer
+  tables have no place for it: the warning is only printed.
 
 The export reads the same selection and the same scoring as ``dxi score``
 (``runner.outputs.files.score_all``): it never sends a request. Metrics are 0-100 (``metric_unit``
@@ -189,13 +192,20 @@ def export(
 
     from .errors import EXIT_FAILED_REQUESTS
     from .outputs.files import score_all
-    from .rescore import models_to_score, scored_suite
+    from .rescore import models_to_score, provenance, scored_suite
 
     with Cache(selection.cache_dir, remote=selection.remote) as cache:
         to_score = models_to_score(cache, selection)
         suite = scored_suite(selection, to_score)
         summary, scored = score_all(
-            cache, suite, to_score.frame, None, None, to_score.epochs, prices=to_score.prices
+            cache,
+            suite,
+            to_score.frame,
+            None,
+            None,
+            to_score.epochs,
+            prices=to_score.prices,
+            extra=provenance(selection, to_score.recorded),
         )
     gap = missing_answers(summary)
     written = write(
@@ -430,6 +440,8 @@ def _log(
     if git:  # run from a git checkout: the commit, and whether tracked files were modified
         details |= {"git_commit": str(git["commit"]), "git_dirty": str(bool(git["dirty"])).lower()}
     details |= {k: str(made[k]) for k in ("python", "platform") if made.get(k)}
+    if made.get("selection_differs"):  # other tasks than the last run asked (runner.rescore)
+        details["selection_differs"] = orjson.dumps(made["selection_differs"]).decode()
     return {
         "schema_version": EEE_SCHEMA_VERSION,
         "evaluation_id": evaluation_id,

@@ -287,6 +287,18 @@ def scored_suite(selection: Selection, to_score: ToScore) -> Suite:
     return chosen.suite
 
 
+def provenance(selection: Selection, recorded: dict | None = None) -> dict | None:
+    """The summary's ``extra`` (``runner.outputs.files.score``) once ``selection`` is scored: its
+    ``provenance.selection_differs`` where the tasks scored are not those the last run asked
+    (``selection.differs``), and ``provenance.prices`` where models were priced as the runs recorded
+    (``recorded``: ``ToScore.recorded``); None where neither applies."""
+    differs = selection.differs
+    block: dict = {"selection_differs": differs.block()} if differs is not None else {}
+    if recorded:  # prices given by no flag nor run file: those the runs recorded
+        block["prices"] = recorded
+    return {"provenance": block} if block else None
+
+
 def rescore(selection: Selection, html: bool = False) -> Rescored:
     """Score ``selection`` from the cache alone into ``selection.out`` (summary.json,
     answers.parquet; with ``html``: report.html and tables/, models ranked by Decision Index unless
@@ -305,11 +317,7 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
         to_score = models_to_score(cache, selection)
         suite = scored_suite(selection, to_score)
         batch_prices = plan.batch_prices() if plan is not None else None
-        differs = selection.differs
-        provenance = {"selection_differs": differs.block()} if differs is not None else {}
-        if to_score.recorded:  # prices given by no flag nor run file: those the runs recorded
-            provenance["prices"] = to_score.recorded
-        extra = {"provenance": provenance} if provenance else None
+        extra = provenance(selection, to_score.recorded)
         if not html:
             summary = _files.score(
                 cache,

@@ -11,7 +11,8 @@ blocks, ``cost_bound``, ``stopped_providers``) is kept here. A line::
      "stopped_providers": [], "requests": {"gpt": {"sent": 310, "cache_hits": 0, ...}}}
 
 ``selection``: the run file (or null), the models' names, the evaluations, the tasks (``limit``, or
-``sample`` {tasks, seed}, as summary.json's data block writes them; neither: every task), the bound,
+``sample`` {tasks, seed}, as summary.json's data block writes them; neither: every task), the
+WildGuardTest subset (``wildguard_subset``, where the run reads WildGuardTest), the bound,
 ``prices`` (model name -> the price the run used, a ``scoring.cost`` tuple, or null: ``prices``
 below), and ``until`` (an adaptive run) and ``shard`` where given. ``cost_bound`` (null without a
 bound), ``stopped_providers`` and ``requests`` (model name -> its block) are summary.json's as the

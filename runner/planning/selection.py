@@ -16,7 +16,8 @@ score the tasks *the runs selected*, defined as:
   exactly those of that flag, and the outputs are byte for byte those of ``dxi score`` given it.
   Otherwise (say a ``--limit 10`` run and a ``--sample 20`` run) the union itself (``UnionSuite``),
   listed in summary.json (``data.<eval>.union``);
-* the WildGuardTest subset: the runs', when they agree and the command line does not give one.
+* the WildGuardTest subset: the runs', when they agree and neither the command line
+  (``--wildguard-subset``) nor a run file gives one (``--model`` flags do not).
 
 A cache without records (written before this version, or only pulled from a remote cache) scores
 every task, as before. Whatever the selection, where a model's runs selected other tasks of an
@@ -26,11 +27,15 @@ names those flags (``scoring.summary``): a ``--sample 20`` run scored with ``--l
 score with ``--sample 20``.
 
 Whatever chose the tasks scored (flags, a run file's ``limit`` or ``sample``, the runs' records),
-they are compared with those the last ``dxi run`` into the output folder asked (its line in
-OUT/run-history.jsonl, ``runner.outputs.history``): where they differ, ``against_last_run`` says how
-(``Differs``: both selections' flags, and where the scored one comes from), which the commands print
-on standard error and summary.json keeps in ``provenance.selection_differs``. The run file still
-wins over the last run's flags; the difference is only never silent.
+they are compared with those the last ``dxi run`` into the output folder asked (``last_run``: its
+line in OUT/run-history.jsonl, ``runner.outputs.history``; without one, the cache's record when it
+holds a single selection of these models, run by every one of them; else nothing is compared): the
+evaluations, the tasks each evaluation's selection takes (``same_tasks``: ``--limit 1000`` and
+``--all-tasks`` are the same tasks of evaluations of at most 1000) and the WildGuardTest subset
+(where the run's line records it). Where they differ, ``against_last_run`` says how (``Differs``:
+both selections' flags, and where the scored one comes from), which the commands print on standard
+error and summary.json (and the eee export) keeps in ``provenance.selection_differs``. The run file
+still wins over the last run's flags; the difference is only never silent.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -186,9 +191,10 @@ def given(inputs: PlanInputs, plan: Plan | None) -> bool:
 def selection_of(plan: Plan, shard: Shard | None = None) -> dict:
     """What ``plan`` selects, as a run's line in OUT/run-history.jsonl writes it
     (``runner.outputs.history``): the run file (None for ``--model``), the models' names, the
-    evaluations, the tasks (``limit``, or ``sample`` {tasks, seed}; neither: every task), the cost
-    bound (USD; None without one), ``prices`` (each model's price tuple, ``scoring.cost``: USD per
-    million tokens; None: no price), which ``dxi score`` uses for a model it is given no price for
+    evaluations, the tasks (``limit``, or ``sample`` {tasks, seed}; neither: every task), the
+    WildGuardTest subset (``wildguard_subset``) where the run reads WildGuardTest, the cost bound
+    (USD; None without one), ``prices`` (each model's price tuple, ``scoring.cost``: USD per million
+    tokens; None: no price), which ``dxi score`` uses for a model it is given no price for
     (``runner.rescore``), and ``until`` (an adaptive run) and ``shard`` where given."""
     record = record_of(plan)  # what the cache's record of the run's selection says
     selection = {
@@ -196,9 +202,11 @@ def selection_of(plan: Plan, shard: Shard | None = None) -> dict:
         "models": [m.label for m in plan.models],
         "evals": list(record.evals),
         **Pick.of(record).as_dict(),
-        "max_cost_usd": plan.max_cost,
-        "prices": {m.label: None if m.price is None else list(m.price) for m in plan.models},
     }
+    if WILDGUARDTEST in record.evals:
+        selection["wildguard_subset"] = record.wildguard_subset
+    selection["max_cost_usd"] = plan.max_cost
+    selection["prices"] = {m.label: None if m.price is None else list(m.price) for m in plan.models}
     if plan.until is not None:
         selection["until"] = str(plan.until)
     if shard is not None and shard.count > 1:
@@ -236,28 +244,86 @@ def remember(plan: Plan) -> None:
 
 
 @dataclass(frozen=True)
+class LastRun:
+    """What the last ``dxi run`` asked (``last_run``): its ``evals``, its ``pick`` of each, its
+    WildGuardTest ``subset`` (None: its line does not say, written before the line had it),
+    ``ended`` (None for the cache's record, which has no end time) and ``source``, the file it was
+    read from (OUT/run-history.jsonl, or the cache's runs.jsonl: ``recorded``)."""
+
+    evals: tuple[str, ...]
+    pick: Pick
+    subset: str | None
+    ended: str | None
+    source: Path
+    recorded: bool = False
+
+
+def last_run(out: Path, mine: dict[str, list[RunRecord]], cache_dir: Path) -> LastRun | None:
+    """The selection of the last ``dxi run`` into ``out``: the ``selection`` of the last line of
+    OUT/run-history.jsonl (``runner.outputs.history``). Without one (a folder from before the file
+    existed, a new ``--out``), the cache's record of runs (``cache.runs``) when it is unambiguous:
+    one selection recorded of these models (``mine``: label -> their records), and every one of
+    them ran in it (runs.jsonl keeps one line per distinct selection, so of several the latest
+    cannot be told); else None."""
+    lines = [line for line in history.read(out) if isinstance(line.get("selection"), dict)]
+    if lines:
+        ran = lines[-1]["selection"]
+        sample = ran.get("sample") if isinstance(ran.get("sample"), dict) else {}
+        subset = ran.get("wildguard_subset")
+        return LastRun(
+            tuple(ran.get("evals") or ()),
+            Pick(ran.get("limit"), sample.get("tasks"), sample.get("seed") or 0),
+            subset if isinstance(subset, str) else None,
+            lines[-1].get("ended"),
+            Path(out) / history.RUNS_FILE,
+        )
+    distinct = {replace(r, at=0.0) for rs in mine.values() for r in rs}
+    if len(distinct) != 1 or not all(mine.values()):
+        return None
+    (record,) = distinct
+    return LastRun(
+        record.evals,
+        Pick.of(record),
+        record.wildguard_subset,
+        None,
+        Path(cache_dir) / runs.RUNS_FILE,
+        recorded=True,
+    )
+
+
+@dataclass(frozen=True)
 class Differs:
-    """The tasks scored are not those the last ``dxi run`` into the output folder asked (the last
-    line of its ``history``, OUT/run-history.jsonl, which ``ended`` then): ``scored`` and ``asked``
-    are their flags (``--limit 15``; with ``--evals`` where the evaluations differ), ``why`` says
-    where the scored ones come from (``FLAGS``, ``RUN_FILE``, ``RECORDED`` or ``EVERY``)."""
+    """The tasks scored are not those the last ``dxi run`` into the output folder asked
+    (``last_run``: the last line of its ``history``, OUT/run-history.jsonl, which ``ended`` then;
+    or the one run of these models the cache records, ``recorded``): ``scored`` and ``asked`` are
+    their flags (``--limit 15``; with ``--evals`` where the evaluations differ, with
+    ``--wildguard-subset`` where the subsets do), ``why`` says where the scored ones come from
+    (``FLAGS``, ``RUN_FILE``, ``RECORDED`` or ``EVERY``), ``history`` the file the last run was
+    read from."""
 
     scored: str
     why: str
     asked: str
     ended: str | None
     history: Path
+    recorded: bool = False
 
     def line(self) -> str:
         """What ``dxi score``, ``report``, ``export`` and ``view`` print on standard error."""
-        fix = f"give {self.asked} instead" if self.why == FLAGS else f"add {self.asked}"
+        fix = f"give {self.asked} instead" if FLAGS in self.why else f"add {self.asked}"
+        where = (
+            f"the one dxi run of these models recorded in this cache ({self.history}; the output "
+            "folder records none)"
+            if self.recorded
+            else f"the last dxi run here ({self.history}, ended {self.ended})"
+        )
         return (
-            f"the last dxi run here ({self.history}, ended {self.ended}) asked {self.asked}; this "
-            f"scoring uses {self.scored} ({self.why}): {fix} to score what it asked"
+            f"{where} asked {self.asked}; this scoring uses {self.scored} ({self.why}): {fix} to "
+            "score what it asked"
         )
 
     def block(self) -> dict:
-        """summary.json's ``provenance.selection_differs``."""
+        """summary.json's ``provenance.selection_differs`` (and the eee export's)."""
         return {
             "scored": self.scored,
             "why": self.why,
@@ -274,29 +340,65 @@ RECORDED = "the tasks this cache's runs selected"
 EVERY = "every task: no run of these models is recorded in this cache"
 
 
-def against_last_run(suite: Suite, why: str, out: Path) -> Differs | None:
-    """How the tasks ``suite`` scores differ from those the last ``dxi run`` into ``out`` asked
-    (its line in OUT/run-history.jsonl, ``runner.outputs.history``: its ``selection``'s
-    evaluations and ``limit`` or ``sample``); None when they are the same or no run is recorded
-    there. ``why``: where ``suite``'s tasks come from."""
-    lines = [line for line in history.read(out) if isinstance(line.get("selection"), dict)]
-    if not lines:
+DEFAULT_SUBSET = "the default"  # of the WildGuardTest subset: neither given nor the runs'
+
+
+def against_last_run(
+    suite: Suite, why: str, last: LastRun | None, subset_why: str = DEFAULT_SUBSET
+) -> Differs | None:
+    """How the tasks ``suite`` scores differ from those the ``last`` run asked (``last_run``: its
+    evaluations, its ``limit`` or ``sample`` and, where it says, its WildGuardTest subset); None
+    when they are the same tasks (``same_tasks``: ``--limit 1000`` is ``--all-tasks`` for
+    evaluations of at most 1000 tasks) or no run is known. ``why``: where ``suite``'s tasks come
+    from; ``subset_why``: where its WildGuardTest subset does (``why`` when only the subset
+    differs, added to it when both do)."""
+    if last is None:
         return None
-    ran = lines[-1]["selection"]
-    sample = ran.get("sample") if isinstance(ran.get("sample"), dict) else {}
-    asked = Pick(ran.get("limit"), sample.get("tasks"), sample.get("seed") or 0)
-    evals = tuple(ran.get("evals") or ())
     scored = {name: scored_picks(suite, name) for name in suite.selected()}
-    if set(evals) == set(scored) and all(p == (asked,) for p in scored.values()):
-        return None
-    other = set(evals) != set(scored)
-    return Differs(
-        flags_of(scored) + (f" --evals {','.join(scored)}" if other else ""),
-        why,
-        asked.flags() + (f" --evals {','.join(evals)}" if other else ""),
-        lines[-1].get("ended"),
-        Path(out) / history.RUNS_FILE,
+    other = set(last.evals) != set(scored)
+    subset = (
+        last.subset is not None
+        and WILDGUARDTEST in scored
+        and WILDGUARDTEST in last.evals
+        and last.subset != suite.wildguard_subset
     )
+    same = not other and all(
+        same_tasks(suite, name, picks, (last.pick,)) for name, picks in scored.items()
+    )
+    if same and not subset:
+        return None
+    ours, theirs = flags_of(scored), last.pick.flags()
+    if other:
+        ours += f" --evals {','.join(scored)}"
+        theirs += f" --evals {','.join(last.evals)}"
+    if subset:
+        ours += f" --wildguard-subset {suite.wildguard_subset}"
+        theirs += f" --wildguard-subset {last.subset}"
+        if same:
+            why = subset_why
+        elif subset_why != why:
+            why = f"{why}; the subset {subset_why}"
+    return Differs(ours, why, theirs, last.ended, last.source, last.recorded)
+
+
+def same_tasks(suite: Suite, name: str, *picks: tuple[Pick, ...]) -> bool:
+    """Whether the selections ``picks`` (each a union of picks) take the same tasks of evaluation
+    ``name`` of ``suite``'s files, exclusions and WildGuardTest subset: a limit or a sample of at
+    least the evaluation's tasks is every task. Read only when the picks differ."""
+    if len({frozenset(p) for p in picks}) == 1:
+        return True
+    every: set[str] | None = None
+    chosen = []
+    for p in picks:
+        union = UnionSuite(
+            suite.data, suite.exclusions, None, suite.wildguard_subset, (name,), picks={name: p}
+        )
+        ids = union.chosen(name)
+        if ids is None:
+            every = every if every is not None else {t.id for t in Suite.tasks(union, name)}
+            ids = every
+        chosen.append(ids)
+    return all(ids == chosen[0] for ids in chosen)
 
 
 @dataclass(frozen=True)
@@ -324,8 +426,8 @@ def choose(
     run of these models is recorded, else the tasks the runs selected (the module docstring). Either
     way the suite's data block tells, per evaluation, what each model's runs selected
     (``Suite.runs``); with ``out`` (the output folder), ``differs`` says whether those tasks are not
-    the ones the last ``dxi run`` there asked. The run file's selection still wins over the last
-    run's: the difference is said, never settled silently."""
+    the ones the last ``dxi run`` there asked (``last_run``). The run file's selection still wins
+    over the last run's: the difference is said, never settled silently."""
     records, warnings = runs.read(cache_dir)
     notes = list(warnings)
     mine = _runs_of(models, records)
@@ -334,11 +436,22 @@ def choose(
     why = FLAGS if flagged(inputs) else RUN_FILE if given(inputs, plan) else EVERY
     if relevant and why == EVERY:
         why = RECORDED
-        suite, key, note = _remembered(inputs, plan, suite, relevant, cache_dir)
+        suite, key, note = _remembered(inputs, suite, relevant, cache_dir)
         if note:
             notes.append(note)
     annotate(suite, mine)
-    differs = None if out is None else against_last_run(suite, why, out)
+    if out is None:
+        return Chosen(suite, notes, key)
+    subset_why = (
+        FLAGS
+        if inputs.wildguard_subset is not None
+        else RUN_FILE
+        if inputs.run_file is not None
+        else RECORDED
+        if why == RECORDED
+        else DEFAULT_SUBSET
+    )
+    differs = against_last_run(suite, why, last_run(out, mine, cache_dir), subset_why)
     return Chosen(suite, notes, key, differs)
 
 
@@ -397,10 +510,12 @@ def scored_picks(suite: Suite, name: str) -> tuple[Pick, ...]:
 
 
 def _remembered(
-    inputs: PlanInputs, plan: Plan | None, suite: Suite, relevant: list[RunRecord], cache_dir: Path
+    inputs: PlanInputs, suite: Suite, relevant: list[RunRecord], cache_dir: Path
 ) -> tuple[Suite, tuple, str | None]:
     """The suite of the tasks the ``relevant`` runs selected, its key and the note that says so
-    (None, with ``suite`` itself, when that is every task of the evaluations ``suite`` reads)."""
+    (None, with ``suite`` itself, when that is every task of the evaluations ``suite`` reads). The
+    WildGuardTest subset is the runs' where they agree and neither ``--wildguard-subset`` nor a run
+    file gives one (``--model`` flags do not)."""
     evals = tuple(
         n
         for n in suite.selected()
@@ -410,7 +525,7 @@ def _remembered(
     subsets = {r.wildguard_subset for r in relevant if WILDGUARDTEST in r.evals}
     subset = (
         subsets.pop()
-        if len(subsets) == 1 and inputs.wildguard_subset is None and plan is None
+        if len(subsets) == 1 and inputs.wildguard_subset is None and inputs.run_file is None
         else suite.wildguard_subset
     )
     key = (evals, tuple(sorted(picks.items())), subset)
