@@ -28,11 +28,13 @@ in Redis use ``f = (shards alive + shards done) / N`` of each limit together (ra
 cost bound, all but the shares of the shards out, less what those spent through Redis): a shard that
 is out (not started yet, unable to reach Redis, partitioned, dead) leaves its 1/N unused, because it
 may be sending on its own. So the aggregate never exceeds a limit whatever mix of shards reaches
-Redis.
+Redis (the cost bound: but for what ``SharedBudget.share`` says, when every shard falls back).
 
 **Falling back and rejoining.** A process that cannot reach Redis (at start, or when a call fails)
-falls back, with a warning, to 1/N of each limit and of the cost bound (N from ``--shard``), never
-the full limit; it first waits ``MEMBER_TTL`` seconds, until its share has surely lapsed in Redis
+falls back, with a warning, to 1/N of each limit and of the cost bound (N from ``--shard``; of the
+bound, no more than 1/N of what it leaves beyond what every process spent and reserved and the
+shares held back, as the last answer from Redis said: ``SharedBudget.share``), never the full
+limit; it first waits ``MEMBER_TTL`` seconds, until its share has surely lapsed in Redis
 (and the others' turns booked before then have passed: the in-flight limit's worth of request
 intervals). It tries Redis again every ``REJOIN_S`` seconds; once Redis answers it stops taking
 local turns, lets the attempts sent on its own finish (an attempt that had its turn reserves its
@@ -196,6 +198,9 @@ class Coordinator:
         # events are handed to them
         self.limiters: dict[str, ProviderLimiter] = {}
         self.budget: Budget | None = None
+        # what the other processes had spent and reserved under the cost bound (USD), as the last
+        # answer from Redis said: a SharedBudget that falls back sizes its share by it
+        self.others_usd = 0.0
         self._local_from = (
             0.0  # monotonic time after which a process that fell back may send on its own
         )
@@ -358,7 +363,7 @@ class Coordinator:
                 flat += [op, len(args), *args]
             try:
                 await self._ready()
-                answers = await self._script(keys=[], args=flat)
+                *answers, others = await self._script(keys=[], args=flat)
             except _REDIS_ERRORS as exc:
                 self.fail(exc)
                 for _, _, fut in batch:
@@ -372,6 +377,7 @@ class Coordinator:
                 if not isinstance(exc, Exception):
                     raise
                 continue
+            self.others_usd = float(others)
             for (_, _, fut), answer in zip(batch, answers, strict=True):
                 if not fut.done():
                     fut.set_result(answer)

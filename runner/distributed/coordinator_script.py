@@ -15,7 +15,10 @@ and computes the share ``f`` of the limits the shards alive (or done) may use,
   reply's usage;
 * ``reserve`` / ``settle`` / ``restore``: the cost bound (the shares of the shards out held back,
   less what they spent; ``restore``: a process back on Redis adds what Redis does not count of its
-  spend and reservations, after falling back or after Redis lost the run's keys);
+  spend and reservations, after falling back or after Redis lost the run's keys); every call also
+  answers what the bound holds for the other processes (their spend and reservations, the shares
+  held back for the shards out; the batch's last answer), which a process that falls back keeps to
+  size its share;
 * ``refresh`` (the heartbeat: leases renewed, queues a dead process's slots can serve now served),
   ``join``, ``done``.
 
@@ -269,6 +272,10 @@ end
 
 OPS.join = function(a) return tostring(f) end
 
+local function keep_cost()
+  for _, k in ipairs({'cost', 'reservations', 'amounts', 'spentby', 'spentproc', 'reservedproc'}) do keep(pre .. k) end
+end
+
 local function expire_reservations()
   local dead = redis.call('ZRANGEBYSCORE', pre .. 'reservations', '-inf', now)
   for _, m in ipairs(dead) do
@@ -278,25 +285,18 @@ local function expire_reservations()
       redis.call('HINCRBYFLOAT', pre .. 'cost', 'spent', usd)
       redis.call('HINCRBYFLOAT', pre .. 'cost', 'reserved', tostring(-tonumber(usd)))
       redis.call('HINCRBYFLOAT', pre .. 'spentby', by, usd)
-      if who ~= '' then redis.call('HINCRBYFLOAT', pre .. 'spentproc', who, usd) end
+      if who ~= '' then
+        redis.call('HINCRBYFLOAT', pre .. 'spentproc', who, usd)
+        redis.call('HINCRBYFLOAT', pre .. 'reservedproc', who, tostring(-tonumber(usd)))
+      end
       redis.call('HDEL', pre .. 'amounts', m)
     end
     redis.call('ZREM', pre .. 'reservations', m)
   end
 end
 
--- usd, bound, member, lease -> 1 reserved, 0 no room while others are in flight (ask again), -1 stopped,
--- -2 no room within the shares of the shards in Redis, though within the whole bound (this process stops).
--- The bound for the shards in Redis: all of it but, for each shard out, its share less what it spent here.
--- 'stopped' is the bound the run stopped at: a higher bound (a rerun under the same run id) goes on.
-OPS.reserve = function(a)
-  local c = pre .. 'cost'
-  for _, k in ipairs({c, pre .. 'reservations', pre .. 'amounts', pre .. 'spentby', pre .. 'spentproc'}) do keep(k) end
-  expire_reservations()
-  local usd, bound = tonumber(a[1]), tonumber(a[2])
-  local stopped = tonumber(redis.call('HGET', c, 'stopped'))
-  if stopped and bound <= stopped then return -1 end
-  if stopped then redis.call('HDEL', c, 'stopped') end
+-- what the bound holds back for the shards out (not alive, not done): for each, its share less what it spent here
+local function held_out(bound)
   local alive = {}
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', pre .. 'members', now, '+inf')) do alive[m] = true end
   for _, m in ipairs(redis.call('SMEMBERS', pre .. 'done')) do alive[m] = true end
@@ -307,12 +307,30 @@ OPS.reserve = function(a)
   for k = 0, n - 1 do
     if not alive[tostring(k)] then out = out + math.max(0, bound / n - (spentby[tostring(k)] or 0)) end
   end
+  return out
+end
+
+-- usd, bound, member, lease -> 1 reserved, 0 no room while others are in flight (ask again), -1 stopped,
+-- -2 no room within the shares of the shards in Redis, though within the whole bound (this process stops).
+-- The bound for the shards in Redis: all of it but, for each shard out, its share less what it spent here.
+-- 'stopped' is the bound the run stopped at: a higher bound (a rerun under the same run id) goes on.
+OPS.reserve = function(a)
+  local c = pre .. 'cost'
+  keep_cost()
+  expire_reservations()
+  local usd, bound = tonumber(a[1]), tonumber(a[2])
+  local stopped = tonumber(redis.call('HGET', c, 'stopped'))
+  if stopped and bound <= stopped then return -1 end
+  if stopped then redis.call('HDEL', c, 'stopped') end
+  redis.call('SET', pre .. 'bound', a[2], 'EX', TTL)  -- (for the shares held back each answer counts)
+  local out = held_out(bound)
   local spent = tonumber(redis.call('HGET', c, 'spent')) or 0
   local reserved = tonumber(redis.call('HGET', c, 'reserved')) or 0
   local inflight = redis.call('ZCARD', pre .. 'reservations')
-  if inflight == 0 then reserved = 0; redis.call('HSET', c, 'reserved', '0') end
+  if inflight == 0 then reserved = 0; redis.call('HSET', c, 'reserved', '0'); redis.call('DEL', pre .. 'reservedproc') end
   if spent + reserved + usd <= bound - out then
     redis.call('HINCRBYFLOAT', c, 'reserved', tostring(usd))
+    redis.call('HINCRBYFLOAT', pre .. 'reservedproc', proc, tostring(usd))
     redis.call('HSET', pre .. 'amounts', a[3], a[1] .. ' ' .. shard .. ' ' .. proc)
     redis.call('ZADD', pre .. 'reservations', now + tonumber(a[4]), a[3])
     return 1
@@ -327,8 +345,9 @@ end
 OPS.settle = function(a)
   local v = redis.call('HGET', pre .. 'amounts', a[1])
   if v then
-    local usd = string.match(v, '^(%S+)')
+    local usd, _, who = string.match(v, '^(%S+) (%S+) ?(%S*)$')
     redis.call('HINCRBYFLOAT', pre .. 'cost', 'reserved', tostring(-tonumber(usd)))
+    if who ~= '' then redis.call('HINCRBYFLOAT', pre .. 'reservedproc', who, tostring(-tonumber(usd))) end
     redis.call('HDEL', pre .. 'amounts', a[1])
     redis.call('ZREM', pre .. 'reservations', a[1])
   end
@@ -353,22 +372,33 @@ OPS.restore = function(a)
   for i = 4, 3 + 2 * tonumber(a[3]), 2 do
     if not redis.call('HGET', pre .. 'amounts', a[i]) then
       redis.call('HINCRBYFLOAT', c, 'reserved', a[i + 1])
+      redis.call('HINCRBYFLOAT', pre .. 'reservedproc', proc, a[i + 1])
       redis.call('HSET', pre .. 'amounts', a[i], a[i + 1] .. ' ' .. shard .. ' ' .. proc)
       redis.call('ZADD', pre .. 'reservations', now + tonumber(a[2]), a[i])
     end
   end
-  for _, k in ipairs({c, pre .. 'reservations', pre .. 'amounts', pre .. 'spentby', pre .. 'spentproc'}) do keep(k) end
+  keep_cost()
   return 1
 end
 
 -- ARGV[1] "batch", the common arguments, the number of operations, then each as (name, count, arguments...)
--- -> each operation's answer, in order
+-- -> each operation's answer, in order, then what the cost bound holds for the other processes: what
+-- they spent and reserved (all's, less this process's) and the shares held back for the shards out. A
+-- process that falls back sizes its share by the last it saw (``SharedBudget.share``)
 local out, i = {}, 8
 for _ = 1, tonumber(ARGV[7]) do
   local count = tonumber(ARGV[i + 1])
   out[#out + 1] = OPS[ARGV[i]]({unpack(ARGV, i + 2, i + 1 + count)}) or 0
   i = i + 2 + count
 end
+local cost = redis.call('HMGET', pre .. 'cost', 'spent', 'reserved')
+local bound = redis.call('GET', pre .. 'bound')
+local all = (tonumber(cost[1]) or 0) + (tonumber(cost[2]) or 0)
+local mine = (tonumber(redis.call('HGET', pre .. 'spentproc', proc)) or 0)
+  + (tonumber(redis.call('HGET', pre .. 'reservedproc', proc)) or 0)
+local others = math.max(0, all - mine)
+if bound then others = others + held_out(tonumber(bound)) end
+out[#out + 1] = tostring(others)
 return out
 """
 

@@ -229,9 +229,8 @@ class SharedLimiter(ProviderLimiter):
 
 class SharedBudget(Budget):
     """A Budget whose bound holds for every process of the run (spend and reservations in Redis);
-    ``spent`` is still this process's own. While the coordinator is down: a local Budget of 1/N of
-    the bound, less what this process spent before (``local_in_flight`` counts its local
-    reservations)."""
+    ``spent`` is still this process's own. While the coordinator is down: a local Budget of its
+    share (``share``; ``local_in_flight`` counts its local reservations)."""
 
     def __init__(self, max_usd: float | None, coordinator: Coordinator):
         super().__init__(max_usd)
@@ -249,6 +248,25 @@ class SharedBudget(Budget):
             str
         ] = []  # reservations in Redis whose attempts ended while it was out
         self.local_in_flight = 0
+        self._share: float | None = (
+            None  # this fall's (``share``), fixed at its first local reservation
+        )
+
+    def share(self) -> float:
+        """What this process may have spent and reserved in all while it is on its own (USD; fixed
+        at the first local reservation of each fall): ``min(bound/N, held + (bound - others -
+        held)/N)``, ``held`` its own spend and reservations, ``others`` what the bound held for the
+        other processes as the last answer from Redis said (``Coordinator.others_usd``: their spend
+        and reservations, and the shares held back for the shards out; every call answers it, the
+        heartbeat's every 2 s). The room the bound leaves, ``bound - others - held``, is the same
+        for every shard that falls back, and each takes 1/N of it: when all fall back at once they
+        spend together at most the bound, but for 1/N of what the others reserved in Redis after
+        each last heard from it and before Redis held back its share (docs/distributed.md).
+        ``bound/N`` less its own spend alone was not enough: a shard that had spent past its 1/N
+        through Redis kept it, and every other still took its whole 1/N (two shards that had spent
+        $0.80 and $0.10 of $1 went on to $1.30)."""
+        held, n = self.spent + self.reserved, self.c.shares
+        return min(self.bound / n, held + (self.bound - self.c.others_usd - held) / n)
 
     def rejoin(self) -> None:
         """Back on Redis: the whole bound again (shared). First Redis is told (``restore``) what
@@ -258,6 +276,7 @@ class SharedBudget(Budget):
         they cost is in what it spent). So the spend a restarted Redis lost comes back from every
         process that rejoins, and a rejoining process never gets room that was spent."""
         self.max_usd = self.bound
+        self._share = None
         held = [(member, usd) for member, usd in self._members if member]
         self.c.later(
             "restore",
@@ -306,9 +325,9 @@ class SharedBudget(Budget):
             delay = min(1.0, delay * 1.5)
         if await self.c.mode(turn_taken=True) != "local":  # rejoined meanwhile
             return await self.reserve(usd)
-        self.max_usd = (
-            self.bound / self.c.shares
-        )  # on its own: its share, less what it spent (``spent``)
+        if self._share is None:  # on its own: its share (``share``), fixed for this fall
+            self._share = self.share()
+        self.max_usd = self._share
         reserved = await super().reserve(usd)
         self.local_in_flight += 1
         self._members.append(("", usd))
