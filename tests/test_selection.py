@@ -26,26 +26,10 @@ from dxi.runner.planning.sample import choose
 from dxi.scoring import records
 
 from .helpers.runs import MODEL
+from .helpers.selection import ROBOT, summary, where
 from .helpers.view import caught_view, view_of
 
-ROBOT = "embedded:sparrow-nano-robot-v1.2"  # a second model that needs no server
 QUESTIONS = {"aa_omniscience_decision": 1, "hle_multichoice": 1, "when2call": 1, "wildguardtest": 3}
-
-
-def where(data: Path, tmp: Path, out: str) -> list[str]:
-    return [
-        "--data-dir",
-        str(data),
-        "--cache-dir",
-        str(tmp / "cache"),
-        "--out",
-        str(tmp / out),
-        "-q",
-    ]
-
-
-def summary(tmp: Path, out: str) -> dict:
-    return orjson.loads((tmp / out / "summary.json").read_bytes())
 
 
 def run(data: Path, tmp: Path, out: str, model: str = MODEL, **fields) -> int:

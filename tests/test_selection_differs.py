@@ -19,7 +19,7 @@ import pytest
 from dxi.runner.cli import main
 
 from .helpers.runs import MODEL
-from .test_selection import ROBOT, summary, where
+from .helpers.selection import ROBOT, summary, where
 
 SCHEMAS = Path(__file__).parent / "eee_schema"
 ALL = "aa_omniscience_decision,hle_multichoice,when2call,wildguardtest"
