@@ -1,6 +1,7 @@
 """``dxi plan`` over a cache that holds some of the model's requests: the requests the adaptive run
 would ask (the first tasks of its seeded order) that are cached cost nothing, and the plan says how
-many are cached and new, as ``dxi estimate`` does; its whole cost is ``dxi estimate``'s."""
+many are cached and new, as ``dxi estimate`` does; its whole cost is ``dxi estimate``'s. And
+``--precision P:all``: the rule ``dxi run --until precision=P:all`` stops on."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from dxi.cache import Cache
 from dxi.runner.adaptive.order import order_of
 from dxi.runner.cli import main
 from dxi.runner.planning import plan
+from dxi.scoring import planner
+from dxi.scoring.sequential import Until
 
 from .helpers.rows import row
 
@@ -118,3 +121,74 @@ def test_the_plan_reads_the_cached_tasks_down_the_order_of_its_seed(tmp_path, ca
     )
     assert zero["adaptive"]["cached_requests"] == expected < 20
     assert not (cache / "adaptive").exists()  # the plan writes no order file
+
+
+def test_precision_all_plans_the_runs_rule(tmp_path, capsys, monkeypatch):
+    """``--precision 10:all`` simulates ``Until("precision", 10, every_metric=True)``, the rule
+    ``dxi run --until precision=10:all`` parses (``dxi plan`` refused it), and asks more than
+    ``--precision 10`` on 100 tasks of each evaluation (1 simulated run, seed 0)."""
+    rules = []
+    real = planner.simulate
+
+    def spy(answers, populations, until, *args, **kwargs):
+        rules.append(until)
+        return real(answers, populations, until, *args, **kwargs)
+
+    monkeypatch.setattr(planner, "simulate", spy)
+    where = ["--data-dir", str(DATA), "--limit", "100", "--cache-dir", str(tmp_path / "c")]
+    common = ["plan", "--model", "openai:m", *where, "--runs", "1", "--json"]
+    every = _json(capsys, *common, "--precision", "10:all")
+    index = _json(capsys, *common, "--precision", "10")
+    assert rules == [Until.parse("precision=10:all"), Until("precision", 10.0)]
+    assert (every["until"], index["until"]) == ("precision=10:all", "precision=10")
+    asked = [sum(d["models"][0]["questions"].values()) for d in (every, index)]
+    assert asked == [364.0, 232.0]
+    capsys.readouterr()
+    assert main(common[:-1] + ["--precision", "10:all"]) == 0
+    assert (
+        "Plan: ±10 points, the index and every metric, 1 simulated run" in capsys.readouterr().out
+    )
+
+
+def test_a_precision_all_simulation_stops_where_every_figure_is_within_p():
+    """The simulated run under ``precision=10:all`` (``sequential.standings`` at the run's
+    simultaneous confidence for every metric) stops at the first look where the widest of the
+    index and every metric is within ±10 points; under ``precision=10`` the index alone."""
+    import numpy as np
+
+    populations = {e: 100 for e in ("aa_omniscience_decision", "hle_multichoice", "when2call")}
+    populations["wildguardtest"] = 100
+    rng = np.random.default_rng(0)
+    answers = planner.synthetic([planner.PRIOR], populations, rng)
+    order = planner.random_order(populations, rng, answers)
+    looks = {}
+    for text in ("precision=10:all", "precision=10"):
+        trace: list = []
+        planner.simulate(answers, populations, Until.parse(text), order, trace=trace)
+        looks[text] = [t["prior"] for t in trace]
+
+    def widest(st) -> float:
+        return max([st.index.half_width, *(e.half_width for e in st.metrics.values())])
+
+    every = looks["precision=10:all"]
+    assert every[-1].settled and widest(every[-1]) <= 10
+    assert all(not s.settled and widest(s) > 10 for s in every[:-1])
+    alone = looks["precision=10"]
+    assert alone[-1].settled and alone[-1].index.half_width <= 10 < widest(alone[-1])
+    assert sum(alone[-1].asked.values()) < sum(every[-1].asked.values())
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("0:all", "got '0' (in '0:all'); P or P:all (the index and every metric)"),
+        ("10:ALL", "got '10:ALL'; P or P:all (the index and every metric)"),
+    ],
+)
+def test_a_bad_precision_names_both_forms(tmp_path, capsys, given, said):
+    where = ["--data-dir", str(DATA), "--limit", "3", "--cache-dir", str(tmp_path / "c")]
+    assert main(["plan", "--model", "openai:m", *where, "--precision", given]) == 2
+    assert (
+        "dxi plan: error: argument --precision: expected a number above 0 and at most 100 "
+        f"(index points), {said}\n"
+    ) in capsys.readouterr().err

@@ -33,9 +33,10 @@ def add_parser(sub) -> None:
     g = s.add_argument_group("what to plan for (one of)")
     g.add_argument(
         "--precision",
-        type=numbers.POINTS,
-        metavar="P",
-        help="know each model's whole-set Decision Index to ±P points (95%%)",
+        type=precision,
+        metavar="P[:all]",
+        help="know each model's whole-set Decision Index to ±P points (95%%); P:all: the index "
+        "and every metric (--until precision=P:all)",
     )
     g.add_argument(
         "--separate",
@@ -77,6 +78,21 @@ def add_parser(sub) -> None:
     o.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
+def precision(text: str):
+    """``--precision``'s ``P`` or ``P:all`` -> the ``--until precision=P[:all]`` rule (``Until``)
+    the plan simulates; P as ``numbers.POINTS`` takes it (above 0, at most 100)."""
+    from dxi.scoring.sequential import Until
+
+    every = text.strip().endswith(":all")
+    try:
+        points = numbers.POINTS(text.strip().removesuffix(":all") if every else text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{exc}{f' (in {text!r})' if every else ''}; P or P:all (the index and every metric)"
+        ) from None
+    return Until("precision", points, every)
+
+
 def _until(args: argparse.Namespace):
     """The rule the plan simulates, and the quantile of its runs; UsageError on bad input."""
     from dxi.scoring.sequential import Until
@@ -89,11 +105,12 @@ def _until(args: argparse.Namespace):
         for flag in ("difference", "tolerance"):
             if getattr(args, flag) is not None:
                 raise UsageError(f"--{flag} goes with --separate, not with --precision")
-        if not 0 < args.precision <= 100:
+        if not 0 < args.precision.points <= 100:
             raise UsageError(
-                f"--precision {args.precision:g}: P must be above 0 and at most 100 (index points)"
+                f"--precision {args.precision.points:g}: P must be above 0 and at most 100 "
+                "(index points)"
             )
-        return Until("precision", args.precision), None
+        return args.precision, None
     if args.difference is None or not 0 < args.difference <= 100:
         raise UsageError(
             "--separate A B needs --difference D, the true difference to plan for, "
@@ -346,7 +363,8 @@ def _print(doc: dict, console: Console) -> None:
     from rich.table import Table
 
     what = (
-        f"±{_points(float(doc['until'].split('=')[1]))}"
+        f"±{_points(float(doc['until'].split('=')[1].removesuffix(':all')))}"
+        + (", the index and every metric" if doc["until"].endswith(":all") else "")
         if doc["until"].startswith("precision")
         else f"separating at a true difference of {_points(doc['difference'])} "
         f"({doc['power']:.0%} power)"
