@@ -305,28 +305,59 @@ def simulate(
 @dataclass(frozen=True)
 class Usage:
     """A model's mean tokens per request of each evaluation (input, output) and its price
-    (``cost.cost_usd``'s tuple, USD per million tokens; None: unknown) with its batch price."""
+    (``cost.cost_usd``'s tuple, USD per million tokens; None: unknown) with its batch price.
+    ``cached``: per evaluation, the requests the cache already holds among the first k tasks of
+    the run's order, k = 0..N (cumulative, N + 1 entries; none: nothing cached); ``new_tokens``:
+    per evaluation, the mean tokens of a request it does not hold (default ``tokens``). Cached
+    requests are not sent again: they cost nothing, the new ones are priced."""
 
     tokens: dict[str, tuple[float, float]]
     price: tuple[float | None, ...] | None
     batch: tuple[float | None, ...] | None = None
+    cached: dict[str, Sequence[int]] = field(default_factory=dict)
+    new_tokens: dict[str, tuple[float, float]] | None = None
+
+    def cached_in(self, asked: Mapping[str, float]) -> dict[str, int]:
+        """The cached requests among the first ``asked[e]`` tasks of each evaluation's order."""
+        out = {}
+        for e, k in asked.items():
+            cum = self.cached.get(e)
+            out[e] = 0 if not cum else int(cum[min(int(k), len(cum) - 1)])
+        return out
 
 
-def spend(questions: Mapping[str, float], epochs: int, usage: Usage) -> dict:
+def spend(
+    questions: Mapping[str, float],
+    epochs: int,
+    usage: Usage,
+    cached: Mapping[str, float] | None = None,
+) -> dict:
     """Requests, tokens and dollars (synchronous and batch) of asking ``questions`` tasks per
-    evaluation for ``epochs`` epochs: requests = tasks × epochs; tokens at ``usage``'s means;
-    dollars None without a price."""
+    evaluation for ``epochs`` epochs: requests = tasks × epochs, of which ``cached`` (per
+    evaluation; default none) the cache holds and ``new_requests`` the rest; tokens of every
+    request at ``usage``'s means; dollars those of the new requests only (``new_input_tokens``,
+    ``new_output_tokens``, at ``usage.new_tokens``' means): what the run spends; None without a
+    price."""
+    cached = cached or {}
     requests = sum(questions.values()) * epochs
     tin = sum(q * epochs * usage.tokens.get(e, (0.0, 0.0))[0] for e, q in questions.items())
     tout = sum(q * epochs * usage.tokens.get(e, (0.0, 0.0))[1] for e, q in questions.items())
+    new = {e: max(0.0, q * epochs - cached.get(e, 0)) for e, q in questions.items()}
+    per = usage.tokens if usage.new_tokens is None else usage.new_tokens
+    nin = sum(n * per.get(e, (0.0, 0.0))[0] for e, n in new.items())
+    nout = sum(n * per.get(e, (0.0, 0.0))[1] for e, n in new.items())
     price = usage.price
     batch = usage.batch if usage.batch is not None else batch_price(price)
     return {
         "requests": requests,
+        "cached_requests": requests - sum(new.values()),
+        "new_requests": sum(new.values()),
         "input_tokens": tin,
         "output_tokens": tout,
-        "cost_usd": None if price is None else cost_usd(tin, tout, *price),
-        "batch_cost_usd": None if batch is None else cost_usd(tin, tout, *batch),
+        "new_input_tokens": nin,
+        "new_output_tokens": nout,
+        "cost_usd": None if price is None else cost_usd(nin, nout, *price),
+        "batch_cost_usd": None if batch is None else cost_usd(nin, nout, *batch),
     }
 
 
@@ -387,15 +418,20 @@ def plan(
             settled_by[p.label].append(sim.standing[p.label].rule)
     models = []
     for p in profiles:
+        u = usage.get(p.label, Usage({}, None))
         totals = np.array([sum(a.values()) for a in per_run[p.label]], float)
         mean = {e: float(np.mean([a[e] for a in per_run[p.label]])) for e in populations}
+        # the cached requests each run would ask (the first tasks of the run's order), their mean
+        hits = [u.cached_in(a) for a in per_run[p.label]]
+        cached = mean_cached = {e: float(np.mean([h[e] for h in hits])) for e in populations}
         questions = mean
         if quantile is not None:  # the run at that quantile of the totals asked
             at = order_statistic(quantile, len(totals)) - 1
             k = int(np.argsort(totals, kind="stable")[at])
             questions = {e: float(per_run[p.label][k][e]) for e in populations}
-        u = usage.get(p.label, Usage({}, None))
-        adaptive, whole = spend(questions, epochs, u), spend(populations, epochs, u)
+            cached = {e: float(v) for e, v in hits[k].items()}
+        adaptive = spend(questions, epochs, u, cached)
+        whole = spend(populations, epochs, u, u.cached_in(populations))
         exhausted = sum(r == "exhausted" for r in settled_by[p.label]) / runs
         models.append(
             {
@@ -404,7 +440,7 @@ def plan(
                 "epochs": epochs,
                 "questions": {e: round(v, 1) for e, v in questions.items()},
                 "adaptive": adaptive,
-                "expected": adaptive if quantile is None else spend(mean, epochs, u),
+                "expected": adaptive if quantile is None else spend(mean, epochs, u, mean_cached),
                 "whole": whole,
                 "saving": 1 - adaptive["requests"] / whole["requests"],
                 "exhausted_share": exhausted,

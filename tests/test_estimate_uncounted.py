@@ -158,9 +158,9 @@ def test_a_plan_is_not_priced_from_replies_of_zero_tokens(
 async def test_a_priced_model_whose_server_counts_no_tokens_is_planned_at_its_bytes(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ):
-    """Every request of the model cached, each reply of 0 tokens: the plan estimates them as if
-    new (it had recorded 0 tokens: $0), and another priced model of the adapter is estimated as on
-    an empty cache."""
+    """Every request of the model cached, each reply of 0 tokens: the plan's tokens estimate them
+    as if new (it had recorded 0 tokens), but none is sent again: the run costs $0, as `dxi
+    estimate` says; another priced model of the adapter is estimated as on an empty cache."""
     import asyncio
 
     counted = systemone(None, 0.7, 0.8)
@@ -180,7 +180,11 @@ async def test_a_priced_model_whose_server_counts_no_tokens_is_planned_at_its_by
         rows = opened.scan().collect()
     assert rows.height == 12 and set(rows["input_tokens"]) == {0}
     after = await asyncio.to_thread(_plan, where, capsys, model)
-    assert after["adaptive"] == empty["adaptive"] and after["adaptive"]["cost_usd"] > 0
+    tokens = ("requests", "input_tokens", "output_tokens")
+    assert {k: after["adaptive"][k] for k in tokens} == {k: empty["adaptive"][k] for k in tokens}
+    assert empty["adaptive"]["cost_usd"] > 0 and empty["adaptive"]["new_requests"] == 12
+    assert (after["adaptive"]["cost_usd"], after["adaptive"]["cached_requests"]) == (0.0, 12.0)
+    assert after["whole"]["cost_usd"] == 0.0
     assert after["tokens_basis"] == {NOT_COUNTED: 12}
     sizes = _bytes(data_dir, cache)
     fake = await asyncio.to_thread(
@@ -234,5 +238,8 @@ def test_a_plan_estimates_a_models_requests_once(
     cached = _plan(where, capsys)
     assert estimated == ["systemone:fake"]  # once, not twice
     assert cached["tokens_basis"] == {NO_USAGE: 12} == empty["tokens_basis"]
-    assert (cached["adaptive"], cached["whole"]) == (empty["adaptive"], empty["whole"])
-    assert cached["adaptive"]["cost_usd"] > 0
+    tokens = ("requests", "input_tokens", "output_tokens")
+    for part in ("adaptive", "whole"):
+        assert {k: cached[part][k] for k in tokens} == {k: empty[part][k] for k in tokens}
+        assert empty[part]["cost_usd"] > 0 and empty[part]["cached_requests"] == 0
+        assert (cached[part]["cost_usd"], cached[part]["cached_requests"]) == (0.0, 12.0)

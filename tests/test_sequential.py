@@ -362,11 +362,38 @@ def test_spend_by_hand():
     # USD (4000·1 + 400·4)/1e6, the batch price half
     assert got == {
         "requests": 30,
+        "cached_requests": 0,
+        "new_requests": 30,
         "input_tokens": 4000.0,
         "output_tokens": 400.0,
+        "new_input_tokens": 4000.0,
+        "new_output_tokens": 400.0,
         "cost_usd": pytest.approx(0.0056),
         "batch_cost_usd": pytest.approx(0.0028),
     }
+    # the first tasks of a's order cached (1, 2, 2, 3 requests among its first 1..4 tasks, then
+    # no more), a new request of a at 50 and 5 tokens: a's first 10 tasks × 2 epochs are 20
+    # requests, 3 of them cached, 17 new; b's 10 all new. New input 17·50 + 10·200 = 2850, output
+    # 17·5 + 10·20 = 285: USD (2850·1 + 285·4)/1e6 = 0.00399
+    usage = planner.Usage(
+        {"a": (100.0, 10.0), "b": (200.0, 20.0)},
+        (1.0, 4.0),
+        cached={"a": [0, 1, 2, 2, *[3] * 20]},
+        new_tokens={"a": (50.0, 5.0), "b": (200.0, 20.0)},
+    )
+    got = planner.spend({"a": 10, "b": 5}, 2, usage, usage.cached_in({"a": 10, "b": 5}))
+    assert got == {
+        "requests": 30,
+        "cached_requests": 3,
+        "new_requests": 27,
+        "input_tokens": 4000.0,
+        "output_tokens": 400.0,
+        "new_input_tokens": 2850.0,
+        "new_output_tokens": 285.0,
+        "cost_usd": pytest.approx(0.00399),
+        "batch_cost_usd": pytest.approx(0.001995),
+    }
+    assert usage.cached_in({"a": 1, "b": 5}) == {"a": 1, "b": 0}
 
 
 def test_a_shifted_profile_names_whose_answers_it_is():
@@ -464,14 +491,33 @@ def test_plan_command_by_hand(tmp_path, capsys):
     assert m["expected"] == m["adaptive"]  # a precision plan is the mean run
     assert m["saving"] == 0
     a = m["adaptive"]
-    assert a["cost_usd"] == pytest.approx((a["input_tokens"] * 2 + a["output_tokens"] * 8) / 1e6)
-    assert a["batch_cost_usd"] == pytest.approx(a["cost_usd"] / 2)
+    # nothing cached: every request new, priced at dxi estimate's tokens (rounded: ±1e-6)
+    assert (a["cached_requests"], a["new_requests"]) == (0.0, 24.0)
+    assert (a["new_input_tokens"], a["new_output_tokens"]) == (
+        a["input_tokens"],
+        a["output_tokens"],
+    )
+    assert a["cost_usd"] == pytest.approx(
+        (a["input_tokens"] * 2 + a["output_tokens"] * 8) / 1e6, abs=5e-6
+    )
+    assert a["batch_cost_usd"] == pytest.approx(a["cost_usd"] / 2, abs=1e-6)
+    # every task asked: the plan's cost is `dxi estimate`'s over the same (empty) cache
+    estimate_args = ["estimate", "--model", "openai:m", "--price", "openai:m=2/8", "--epochs", "2"]
+    estimate_args += ["--data-dir", "../shared/data", "--limit", "3"]
+    assert main([*estimate_args, "--cache-dir", str(tmp_path / "c"), "--json"]) == 0
+    estimated = orjson.loads(capsys.readouterr().out)["models"][0]
+    assert (estimated["new"], estimated["cost_usd"]) == (24, a["cost_usd"])
+    assert m["whole"]["cost_usd"] == a["cost_usd"]
     assert m["profile"].startswith("prior")
     # rounded as documented, each key of one type: requests 0.1 (float), tokens whole (int)
     assert {k: type(v).__name__ for k, v in a.items()} == {
         "requests": "float",
+        "cached_requests": "float",
+        "new_requests": "float",
         "input_tokens": "int",
         "output_tokens": "int",
+        "new_input_tokens": "int",
+        "new_output_tokens": "int",
         "cost_usd": "float",
         "batch_cost_usd": "float",
     }
@@ -500,7 +546,14 @@ def test_plan_tokens_of_the_embedded_model_say_their_source_and_agree_with_estim
     after = orjson.loads(capsys.readouterr().out)["models"][0]
     uncounted = "bytes / 4 (the cached replies reported 0 tokens: a server that counts none)"
     assert after["tokens_basis"] == {uncounted: 12}
-    assert after["adaptive"] == before["adaptive"]
+    # the 12 requests cached: none sent again (the embedded model has no price: no cost)
+    same = ("requests", "input_tokens", "output_tokens", "cost_usd", "batch_cost_usd")
+    assert {k: after["adaptive"][k] for k in same} == {k: before["adaptive"][k] for k in same}
+    assert (after["adaptive"]["cached_requests"], after["adaptive"]["new_requests"]) == (12.0, 0.0)
+    assert (before["adaptive"]["cached_requests"], before["adaptive"]["new_requests"]) == (
+        0.0,
+        12.0,
+    )
     assert (after["adaptive"]["input_tokens"], after["adaptive"]["output_tokens"]) == (
         estimated["models"][0]["input_tokens"],
         estimated["models"][0]["output_tokens"],
@@ -549,8 +602,12 @@ def test_plan_tokens_of_the_embedded_model_say_their_source_and_agree_with_estim
 def test_plan_json_is_rounded_as_documented():
     spent = {
         "requests": 41.666666666666664,
+        "cached_requests": 1.66666,
+        "new_requests": 40.00001,
         "input_tokens": 509913.4999,
         "output_tokens": 1234.5000001,
+        "new_input_tokens": 489516.96,
+        "new_output_tokens": 1185.1,
         "cost_usd": 0.41666666666666663,
         "batch_cost_usd": None,
     }
@@ -573,8 +630,12 @@ def test_plan_json_is_rounded_as_documented():
     assert m["questions"] == {"when2call": 13.3}
     assert m["adaptive"] == {
         "requests": 41.7,
+        "cached_requests": 1.7,
+        "new_requests": 40.0,
         "input_tokens": 509913,
         "output_tokens": 1235,
+        "new_input_tokens": 489517,
+        "new_output_tokens": 1185,
         "cost_usd": 0.416667,
         "batch_cost_usd": None,
     }
@@ -698,7 +759,10 @@ def test_plan_takes_a_difference_within_the_tolerance_and_gives_the_documented_k
 
 
 PLAN_TOKENS = (
-    "requests = questions × epochs; tokens are the model's mean per request (what its cached "
+    "requests = questions × epochs; cached: those the cache holds among the tasks the run asks "
+    "first (its order, seeded: --seed), not sent again; new: the rest, whose tokens and dollars "
+    "are the cost, as `dxi estimate` prices them (the whole cost is `dxi estimate`'s); "
+    "tokens are the model's mean per request (what its cached "
     "replies recorded, and for the requests the cache does not hold `dxi estimate`'s estimates; "
     'each model\'s sources above: "bytes / 4" is the size of its prompts, not usage a run records; '
     "a reply of 0 tokens, from a server that counts none (the embedded model), is not counted)"

@@ -98,12 +98,12 @@ def digest(seed: int, ids: Mapping[str, list[str] | tuple[str, ...]]) -> str:
     return h.hexdigest()[:16]
 
 
-def order_of(suite: Suite, seed: int, cache_dir: Path) -> Order:
+def order_of(suite: Suite, seed: int, cache_dir: Path, write: bool = True) -> Order:
     """The order of ``suite``'s tasks (every selected evaluation) with ``seed``: the one recorded in
     ``cache_dir`` for this seed and these tasks, else computed and recorded there (``record``). A
     recorded file that is unreadable or does not hold exactly these tasks is computed again and
     replaced. Raises OSError when the file cannot be written (the run cannot promise to continue its
-    sequence)."""
+    sequence). ``write=False`` (``dxi plan``, which writes nothing): computed, not recorded."""
     tasks = {name: list(suite.tasks(name)) for name in suite.selected()}
     ids = {name: [t.id for t in ts] for name, ts in tasks.items()}
     path = cache_dir / ORDER_DIR / f"order-{digest(seed, ids)}.json"
@@ -112,7 +112,8 @@ def order_of(suite: Suite, seed: int, cache_dir: Path) -> Order:
         return recorded
     evals = {name: tuple(ordered(ts, seed, name == WILDGUARDTEST)) for name, ts in tasks.items()}
     order = Order(seed, evals, path)
-    record(order)
+    if write:
+        record(order)
     return order
 
 

@@ -33,9 +33,10 @@ def add_parser(sub) -> None:
     g = s.add_argument_group("what to plan for (one of)")
     g.add_argument(
         "--precision",
-        type=numbers.POINTS,
-        metavar="P",
-        help="know each model's whole-set Decision Index to ±P points (95%%)",
+        type=precision,
+        metavar="P[:all]",
+        help="know each model's whole-set Decision Index to ±P points (95%%); P:all: the index "
+        "and every metric (--until precision=P:all)",
     )
     g.add_argument(
         "--separate",
@@ -77,6 +78,21 @@ def add_parser(sub) -> None:
     o.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
+def precision(text: str):
+    """``--precision``'s ``P`` or ``P:all`` -> the ``--until precision=P[:all]`` rule (``Until``)
+    the plan simulates; P as ``numbers.POINTS`` takes it (above 0, at most 100)."""
+    from dxi.scoring.sequential import Until
+
+    every = text.strip().endswith(":all")
+    try:
+        points = numbers.POINTS(text.strip().removesuffix(":all") if every else text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{exc}{f' (in {text!r})' if every else ''}; P or P:all (the index and every metric)"
+        ) from None
+    return Until("precision", points, every)
+
+
 def _until(args: argparse.Namespace):
     """The rule the plan simulates, and the quantile of its runs; UsageError on bad input."""
     from dxi.scoring.sequential import Until
@@ -89,11 +105,12 @@ def _until(args: argparse.Namespace):
         for flag in ("difference", "tolerance"):
             if getattr(args, flag) is not None:
                 raise UsageError(f"--{flag} goes with --separate, not with --precision")
-        if not 0 < args.precision <= 100:
+        if not 0 < args.precision.points <= 100:
             raise UsageError(
-                f"--precision {args.precision:g}: P must be above 0 and at most 100 (index points)"
+                f"--precision {args.precision.points:g}: P must be above 0 and at most 100 "
+                "(index points)"
             )
-        return Until("precision", args.precision), None
+        return args.precision, None
     if args.difference is None or not 0 < args.difference <= 100:
         raise UsageError(
             "--separate A B needs --difference D, the true difference to plan for, "
@@ -116,11 +133,13 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from dxi.scoring import planner
     from dxi.scoring.cost import batch_price
 
+    from ..adaptive.order import DEFAULT_SEED, order_of
     from ..planning.estimate import estimate
     from ..planning.plan import model_named
 
     until, quantile = _until(args)
-    plan = options.plan_of(args, "dxi plan")
+    # built as `dxi run --until RULE` builds it (its --seed: the order's seed)
+    plan = options.plan_of(argparse.Namespace(**vars(args), until=str(until)), "dxi plan")
     options.name_by_servers(plan)  # as `dxi estimate` and `dxi run` name them
     plan.check_labels()
     if args.separate:  # each named as --price names a model: label, ADAPTER:MODEL, --model's text
@@ -179,6 +198,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
                 "counted"
             ].sum()
         }
+    # the run's order (as `dxi run --until` would record it, not written here): the cached
+    # requests among the first k tasks of each evaluation's, which the run asks and does not pay
+    seed = DEFAULT_SEED if plan.seed is None else plan.seed
+    order = order_of(plan.suite, seed, plan.cache_dir, write=False)
     profiles, usage, bases = {}, {}, {}
     for m in plan.models:
         try:
@@ -194,7 +217,17 @@ def main(args: argparse.Namespace, console: Console) -> int:
             tin = float(mine["input_tokens"].sum()) + float(new.get("input_tokens", 0))
             tout = float(mine["output_tokens"].sum()) + float(new.get("output_tokens", 0))
             tokens[e] = (tin / n, tout / n) if n else (0.0, 0.0)
-        usage[m.label] = planner.Usage(tokens, m.price, batch_price(m.price))
+        d = dry[m.label]
+        usage[m.label] = planner.Usage(
+            tokens,
+            m.price,
+            batch_price(m.price),
+            cached=cumulative(order.evals, d.not_new),
+            new_tokens={
+                e: (tin / d.evals[e]["new"], tout / d.evals[e]["new"])
+                for e, (tin, tout) in d.new_tokens.items()
+            },
+        )
         bases[m.label] = tokens_basis(
             used.filter(pl.col("label") == m.label),
             dry[m.label],
@@ -226,6 +259,19 @@ def main(args: argparse.Namespace, console: Console) -> int:
         return 0
     _print(doc, console)
     return 0
+
+
+def cumulative(order, not_new) -> dict[str, list[int]]:
+    """Per evaluation, the requests not new (``Estimate.not_new``: cached, or held by an open batch)
+    among the first k tasks of its ``order`` (task ids), k = 0..N: ``planner.Usage.cached``."""
+    out = {}
+    for e, ids in order.items():
+        held, total, cum = not_new.get(e, {}), 0, [0]
+        for t in ids:
+            total += held.get(t, 0)
+            cum.append(total)
+        out[e] = cum
+    return out
 
 
 # a reply in the cache that counted no tokens (none reported, or 0: the embedded model and
@@ -267,8 +313,12 @@ def rounded(doc: dict) -> dict:
     def spent(d: dict) -> dict:
         return d | {
             "requests": round(float(d["requests"]), 1),
+            "cached_requests": round(float(d["cached_requests"]), 1),
+            "new_requests": round(float(d["new_requests"]), 1),
             "input_tokens": round(d["input_tokens"]),
             "output_tokens": round(d["output_tokens"]),
+            "new_input_tokens": round(d["new_input_tokens"]),
+            "new_output_tokens": round(d["new_output_tokens"]),
             "cost_usd": None if d["cost_usd"] is None else round(float(d["cost_usd"]), 6),
             "batch_cost_usd": (
                 None if d["batch_cost_usd"] is None else round(float(d["batch_cost_usd"]), 6)
@@ -313,7 +363,8 @@ def _print(doc: dict, console: Console) -> None:
     from rich.table import Table
 
     what = (
-        f"±{_points(float(doc['until'].split('=')[1]))}"
+        f"±{_points(float(doc['until'].split('=')[1].removesuffix(':all')))}"
+        + (", the index and every metric" if doc["until"].endswith(":all") else "")
         if doc["until"].startswith("precision")
         else f"separating at a true difference of {_points(doc['difference'])} "
         f"({doc['power']:.0%} power)"
@@ -324,6 +375,8 @@ def _print(doc: dict, console: Console) -> None:
         "questions",
         "epochs",
         "requests",
+        "cached",
+        "new",
         "input tokens",
         "output tokens",
         "cost",
@@ -340,6 +393,8 @@ def _print(doc: dict, console: Console) -> None:
             f"{sum(m['questions'].values()):,.0f}",
             str(m["epochs"]),
             f"{a['requests']:,.0f}",
+            f"{a['cached_requests']:,.0f}",
+            f"{a['new_requests']:,.0f}",
             f"{a['input_tokens']:,.0f}",
             f"{a['output_tokens']:,.0f}",
             _usd(a["cost_usd"]),
@@ -426,6 +481,9 @@ def footer(doc: dict) -> str:
     parts = [
         questions,
         "requests = questions × epochs",
+        "cached: those the cache holds among the tasks the run asks first (its order, seeded: "
+        "--seed), not sent again; new: the rest, whose tokens and dollars are the cost, as "
+        "`dxi estimate` prices them (the whole cost is `dxi estimate`'s)",
         "tokens are the model's mean per request (what its cached replies recorded, and for the "
         "requests the cache does not hold `dxi estimate`'s estimates; each model's sources above: "
         '"bytes / 4" is the size of its prompts, not usage a run records; a reply of 0 tokens, '

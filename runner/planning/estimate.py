@@ -129,6 +129,10 @@ class Estimate:
     # estimated as if new (``dxi plan``'s tokens of an evaluation whose cached replies counted none)
     cached_evals: dict[str, dict] = field(default_factory=dict)
     cached_eval_basis: dict[str, dict[str, int]] = field(default_factory=dict)
+    # ``dxi plan``: per evaluation, task id -> its requests not new (cached, or held by an open
+    # batch the provider accepted), and the new requests' expected (input, output) tokens unrounded
+    not_new: dict[str, dict[str, int]] = field(default_factory=dict)
+    new_tokens: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         out = {
@@ -271,6 +275,9 @@ def _estimate_one(
         for (task, request), hit in zip(
             batch, cache.has_many([r.key for _, r in batch]), strict=True
         ):
+            if hit or held.get(request.key):
+                tasks = est.not_new.setdefault(task.eval, {})
+                tasks[task.id] = tasks.get(task.id, 0) + 1
             if hit:
                 est.cached += 1
                 if not cached_too:
@@ -353,6 +360,12 @@ def _estimate_one(
                 model.price[1],
             )  # as the cost bound reserves
     est.evals, est.eval_basis = _per_eval(frame, model.price)
+    est.new_tokens = {
+        e: (float(i), float(o))
+        for e, i, o in frame.group_by("eval")
+        .agg(pl.col("input").sum(), pl.col("output").sum())
+        .iter_rows()
+    }
     return est
 
 
