@@ -14,15 +14,27 @@ whole-set estimate with its anytime-valid 95% interval at stopping (``scoring.se
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from .records import UNSET, ModelEntry, Summary
 
+if TYPE_CHECKING:
+    from .scored import Scored
+
 # before a figure of a model an adaptive run asked part of the set: an estimate of the whole set
 MARK = "≈"
 # the interval cell of a model whose figures are over the whole set (``mark_exact``)
 EXACT = "exact: whole set scored"
+# what the ≈ figures' intervals, ranks and comparisons are (``note``; ``headline``)
+VALID_AFTER_STOPPING = (
+    "Their 95% intervals are the anytime-valid ones, which hold although the run chose when to "
+    "stop, and their rank intervals and tied groups cover them; the paired comparisons' p-values "
+    "are the ordinary ones over the questions asked (as if their number were fixed in advance), "
+    "not valid after stopping. "
+)
 HEADERS = ("model", "asked", "whole-set index", "anytime 95% interval", "stopped by", "round")
 
 
@@ -193,6 +205,7 @@ def note(summary: Summary) -> str | None:
         head + "a model stopped before the end was asked a "
         f"random part of each evaluation, so its figures (marked {MARK}) are estimates of the whole "
         "set, computed over the questions it was asked (a run without --until asks the others). "
+        + VALID_AFTER_STOPPING
         + (fewer or "Each model's whole-set index with its anytime-valid 95% interval:")
     )
 
@@ -332,3 +345,218 @@ def asked_part(
     cut = set(flags.filter(pl.col("covered"))["pair"].unique().to_list())
     keep = ~(flags["covered"] & ~flags["inside"])
     return answers.filter(keep), {tuple(p.split(sep, 1)) for p in cut}  # type: ignore[misc]
+
+
+def _interval(figure: Mapping | None) -> list[float | None] | None:
+    """``[low, high]`` of an ``adaptive`` block's ``{"point", "low", "high"}`` (None: unknown)."""
+    if not figure or figure.get("low") is None or figure.get("high") is None:
+        return None
+    return [figure["low"], figure["high"]]
+
+
+def _exact(value: float | None) -> dict | None:
+    return None if value is None else {"point": value, "low": value, "high": value}
+
+
+def headline(summary: Summary, scored: Scored) -> tuple[Summary, Scored]:
+    """``summary`` and ``scored`` with the headline intervals of each model an adaptive run stopped
+    before the end (``estimated``) made the ones valid after stopping: its ``decision_index_ci``
+    and each metric's ``<metric>_ci`` (and the tables' ``_low``/``_high``) become the anytime-valid
+    intervals of its ``adaptive`` block (null where the block has none: no fixed-sample interval
+    is valid after the run chose when to stop), the fixed-sample ones over the asked part kept in
+    the block's ``fixed_sample_ci`` ("index" and "<evaluation>.<metric>" -> [low, high]); every
+    model's rank interval (``rank_ci``, ``rank_set``) is widened to cover the ranks those
+    intervals allow (``_ranks``). A model marked ``exact`` (``mark_exact``) has its block's
+    ``index`` and ``metrics`` made its whole-set figures, each interval of zero width, the
+    estimates at stopping kept in ``estimate_at_stopping``. Unchanged for a summary that is no
+    adaptive run's. The summary's entries are changed in place."""
+    if not is_adaptive(summary):
+        return summary, scored
+    index_iv: dict[str, list | None] = {}  # label -> its headline index interval
+    metric_iv: dict[tuple[str, str, str], list | None] = {}  # (label, eval, metric) -> interval
+    for m in summary.models:
+        block = m.adaptive if m.adaptive is not UNSET else None
+        if not block:
+            continue
+        if block.get("exact"):
+            block.setdefault(
+                "estimate_at_stopping",
+                {"index": block.get("index"), "metrics": block.get("metrics", {})},
+            )
+            if block.get("index") is not None:
+                block["index"] = _exact(m.decision_index)
+            block["metrics"] = {
+                key: _exact(m.evals.get(key.split(".", 1)[0], {}).get(key.split(".", 1)[1]))
+                for key in block.get("metrics", {})
+            }
+            continue
+        if not estimated(summary, m):
+            continue
+        fixed: dict[str, list | None] = {"index": _unset(m.decision_index_ci)}
+        if m.decision_index is not None and m.decision_index_ci is not UNSET:
+            index_iv[m.model] = m.decision_index_ci = _interval(block.get("index"))
+        figures = block.get("metrics", {})
+        for name, ev in m.evals.items():
+            for key in [k for k in ev if k.endswith("_ci") and ev[k] is not None]:
+                metric = key[: -len("_ci")]
+                if metric not in _INDEX_METRICS:
+                    continue
+                fixed[f"{name}.{metric}"] = ev[key]
+                metric_iv[m.model, name, metric] = ev[key] = _interval(
+                    figures.get(f"{name}.{metric}")
+                )
+        block["fixed_sample_ci"] = fixed
+    if not index_iv and not metric_iv:
+        return summary, scored
+    return summary, _tables(_ranks(summary, scored), index_iv, metric_iv)
+
+
+# the metrics an adaptive run's block estimates (``scoring.sequential``): the index's terms
+_INDEX_METRICS = (
+    "accuracy",
+    "non_hallucination_rate",
+    "f1_prompt_harm",
+    "f1_response_refusal",
+    "f1_response_harm",
+    "mean_f1",
+)
+
+
+def _unset(value):
+    return None if value is UNSET else value
+
+
+def _ranks(summary: Summary, scored: Scored) -> Scored:
+    """Every ranked model's ``rank_ci`` and ``rank_set`` (and the index table's ``rank_low``,
+    ``rank_high``, ``rank_set_low``, ``rank_set_high``) widened to cover the ranks its headline
+    index interval allows beside the others' (``headline``): at best 1 + the models whose interval
+    lies wholly above its own, at worst the models less those whose interval lies wholly below.
+    Never narrowed."""
+    ranked = [
+        m
+        for m in summary.models
+        if m.rank is not UNSET and m.decision_index is not None and _unset(m.decision_index_ci)
+    ]
+    spans: dict[str, tuple[int, int]] = {}
+    for m in ranked:
+        low, high = m.decision_index_ci
+        if low is None or high is None:
+            continue
+        above = sum(
+            1
+            for o in ranked
+            if o is not m and o.decision_index_ci[0] is not None and o.decision_index_ci[0] > high
+        )
+        below = sum(
+            1
+            for o in ranked
+            if o is not m and o.decision_index_ci[1] is not None and o.decision_index_ci[1] < low
+        )
+        best, worst = 1 + above, len(ranked) - below
+        for name in ("rank_ci", "rank_set"):
+            span = _unset(getattr(m, name))
+            if span and span[0] is not None and span[1] is not None:
+                setattr(m, name, [min(span[0], best), max(span[1], worst)])
+        spans[m.model] = (best, worst)
+    groups = _groups(summary, ranked)
+    if groups and "tied_group" in scored.index.columns:
+        scored = replace(
+            scored,
+            index=scored.index.with_columns(
+                pl.col("label")
+                .replace_strict(groups, default=pl.col("tied_group"), return_dtype=pl.Int64)
+                .alias("tied_group")
+            ),
+        )
+    if not spans or "rank_low" not in scored.index.columns:
+        return scored
+    best = pl.col("label").replace_strict(
+        {k: v[0] for k, v in spans.items()}, default=None, return_dtype=pl.Int64
+    )
+    worst = pl.col("label").replace_strict(
+        {k: v[1] for k, v in spans.items()}, default=None, return_dtype=pl.Int64
+    )
+    widen = [
+        pl.min_horizontal(pl.col(c), best).alias(c)
+        for c in ("rank_low", "rank_set_low")
+        if c in scored.index.columns
+    ] + [
+        pl.max_horizontal(pl.col(c), worst).alias(c)
+        for c in ("rank_high", "rank_set_high")
+        if c in scored.index.columns
+    ]
+    return replace(scored, index=scored.index.with_columns(widen))
+
+
+def _groups(summary: Summary, ranked: list[ModelEntry]) -> dict[str, int]:
+    """The statistically tied groups (``tied_group``, ``Summary.ranking``) merged where the
+    headline index intervals do not part them: in rank order, a model starts a group only where
+    the paired comparisons started one and the first model of the group above has its interval
+    wholly above the model's. Returns label -> its new group (the entries and the ranking changed
+    in place; empty when no group was merged)."""
+    from .summary import ranking
+
+    order = sorted(
+        (m for m in ranked if m.tied_group is not UNSET), key=lambda m: (m.rank, m.model)
+    )
+    new: dict[str, int] = {}
+    first: ModelEntry | None = None
+    before = None
+    for m in order:
+        starts = first is None or (
+            m.tied_group != before and not _overlap(first.decision_index_ci, m.decision_index_ci)
+        )
+        if starts:
+            first = m
+        new[m.model] = (max(new.values()) + 1 if starts else max(new.values())) if new else 1
+        before = m.tied_group
+    if all(new[m.model] == m.tied_group for m in order):
+        return {}
+    for m in order:
+        m.tied_group = new[m.model]
+    summary.ranking = ranking(summary.models)
+    summary.ranking.method += (
+        "; an adaptive run's: rank_ci and rank_set widened to cover the ranks the anytime-valid "
+        "index intervals allow, and groups merged where those intervals overlap "
+        "(scoring.adaptive.headline)"
+    )
+    return new
+
+
+def _overlap(above: list | None, below: list | None) -> bool:
+    """Whether the interval ``above`` does not lie wholly above ``below`` (unknown: overlapping
+    is not claimed, the comparisons' groups stand)."""
+    if not above or not below or above[0] is None or below[1] is None:
+        return False
+    return above[0] <= below[1]
+
+
+def _tables(
+    scored: Scored,
+    index_iv: Mapping[str, list | None],
+    metric_iv: Mapping[tuple[str, str, str], list | None],
+) -> Scored:
+    """``scored`` with the index and metrics tables' ``_low``/``_high`` of the figures
+    ``headline`` changed set to their headline intervals."""
+    index = scored.index
+    if index_iv and "decision_index_low" in index.columns:
+        for side, col in enumerate(("decision_index_low", "decision_index_high")):
+            values = {k: (None if v is None else v[side]) for k, v in index_iv.items()}
+            index = index.with_columns(
+                pl.when(pl.col("label").is_in(list(values)))
+                .then(pl.col("label").replace_strict(values, default=None, return_dtype=pl.Float64))
+                .otherwise(pl.col(col))
+                .alias(col)
+            )
+    metrics = scored.metrics
+    for (label, name, metric), iv in metric_iv.items():
+        where = (pl.col("label") == label) & (pl.col("eval") == name)
+        for side, col in enumerate((f"{metric}_low", f"{metric}_high")):
+            if col in metrics.columns:
+                metrics = metrics.with_columns(
+                    pl.when(where)
+                    .then(pl.lit(None if iv is None else iv[side], dtype=pl.Float64))
+                    .otherwise(pl.col(col))
+                    .alias(col)
+                )
+    return replace(scored, index=index, metrics=metrics)

@@ -95,6 +95,57 @@ def test_a_stopped_model_is_scored_over_what_it_was_asked_and_dxi_score_agrees(
             prefix = order[name][: asked[name]]
             assert m["evals"][name]["accuracy"] == accuracy(label.split(":")[1], name, prefix, data)
     assert s["models"][1]["evals"]["hle_multichoice"]["accuracy"] == 55.0  # m50: 11 of 20
+    # the headline intervals of a model stopped before the end are the anytime-valid ones, valid
+    # although the run chose when to stop (the fixed-sample ones over the asked part kept apart)
+    for m in s["models"]:
+        block = m["adaptive"]
+        assert m["decision_index_ci"] == [block["index"]["low"], block["index"]["high"]]
+        assert m["decision_index_ci"] != block["fixed_sample_ci"]["index"]
+        for key, figure in block["metrics"].items():
+            name, metric = key.split(".")
+            assert m["evals"][name][f"{metric}_ci"] == [figure["low"], figure["high"]]
+            assert block["fixed_sample_ci"][key] is not None
+    assert [m["decision_index_ci"] for m in s["models"]] == [
+        [0.0, 39.4713],
+        [26.2264, 64.4952],
+        [60.0628, 100.0],
+    ]
+    # the ranks cover what those intervals allow (m00 is below m100's [60.1, 100] only), and the
+    # tied groups part only m100 from m00 (m50's [26.2, 64.5] overlaps both)
+    assert [(m["rank"], m["rank_ci"], m["rank_set"]) for m in s["models"]] == [
+        (3, [2, 3], [2, 3]),
+        (2, [1, 3], [1, 3]),
+        (1, [1, 2], [1, 2]),
+    ]
+    assert s["ranking"]["groups"] == [["systemone:m100", "systemone:m50"], ["systemone:m00"]]
+    assert [m["tied_group"] for m in s["models"]] == [2, 1, 1]
+    text = _printed(tmp_path / "out")
+    for row in (
+        "│ systemone:m00 │ ≈0.0 │ [0.0, 39.5] │ 3 [2–3] │ ≈0.0 │",
+        "│ systemone:m50 │ ≈42.3 │ [26.2, 64.5] │ 2 [1–3] │ ≈35.0 │",
+        "│ systemone:m100 │ ≈100.0 │ [60.1, 100.0] │ 1 [1–2] │ ≈100.0 │",
+    ):
+        assert row in text
+    assert (
+        "adjusted p < 0.05; merged where an adaptive run's anytime-valid intervals overlap): "
+        "{systemone:m100, systemone:m50} > {systemone:m00}"
+    ) in text
+    # the report and its tables (the cache alone) show the same intervals and ranks
+    from dxi.runner import rescore
+    from dxi.runner.planning.inputs import PlanInputs
+
+    rescore.rescore(
+        rescore.select(PlanInputs(data_dir=data, cache_dir=cache, out=tmp_path / "report")),
+        html=True,
+    )
+    report = (tmp_path / "report" / "report.html").read_text()
+    assert "[26.2, 64.5]" in report and "rank 2 [1–3], jointly [1–3]" in report
+    table = (tmp_path / "report" / "tables" / "index.csv").read_text().splitlines()
+    assert [",".join(r.split(",")[i] for i in (0, 3, 4, 9, 10, 11, 12, 13)) for r in table[1:]] == [
+        "systemone:m100,60.0628,100.0,1,2,1,2,1",
+        "systemone:m50,26.2264,64.4952,1,3,1,3,1",
+        "systemone:m00,0.0,39.4713,2,3,2,3,2",
+    ]
     # `dxi score` of the cache: the same figures, the same blocks, exit 0 (no network needed: the
     # server is only named)
     server_url = server.url
@@ -129,13 +180,23 @@ def test_a_stopped_model_is_scored_over_what_it_was_asked_and_dxi_score_agrees(
             "metrics": {
                 "hle_multichoice.accuracy": m["adaptive"]["metrics"]["hle_multichoice.accuracy"]
             },
+            "fixed_sample_ci": {
+                "index": None,
+                "hle_multichoice.accuracy": m["adaptive"]["fixed_sample_ci"][
+                    "hle_multichoice.accuracy"
+                ],
+            },
         }
         for m in s["models"]
     ]
     text = _printed(tmp_path / "hle")
     assert (
         "its figures (marked ≈) are estimates of the whole set, computed over the questions it was "
-        "asked (a run without --until asks the others). Not scored here: "
+        "asked (a run without --until asks the others). Their 95% intervals are the anytime-valid "
+        "ones, which hold although the run chose when to stop, and their rank intervals and tied "
+        "groups cover them; the paired comparisons' p-values are the ordinary ones over the "
+        "questions asked (as if their number were fixed in advance), not valid after stopping. "
+        "Not scored here: "
         "aa_omniscience_decision, when2call, wildguardtest, so no whole-set index is shown (the "
         "run's is over every evaluation it asked: its summary.json has it); each model's questions "
         "asked of the evaluations scored, and what stopped it:"
@@ -383,6 +444,22 @@ def test_an_adaptive_run_over_a_cache_holding_the_whole_set_is_exact_and_dxi_sco
         assert m["adaptive"]["exact"] is True and m["adaptive"]["rule"] == "precision=20"
         assert m["decision_index"] == p["decision_index"]
         assert {n: b["n"] for n, b in m["evals"].items()} == dict.fromkeys(m["evals"], SMALL)
+        # its whole-set index is the exact figure, an interval of zero width (the estimate at
+        # stopping kept apart); its headline intervals are the plain run's
+        di = p["decision_index"]
+        assert m["adaptive"]["index"] == {"point": di, "low": di, "high": di}
+        assert m["adaptive"]["metrics"] == {
+            key: dict.fromkeys(
+                ("point", "low", "high"), p["evals"][key.split(".")[0]][key.split(".")[1]]
+            )
+            for key in m["adaptive"]["estimate_at_stopping"]["metrics"]
+        }
+        assert len(m["adaptive"]["metrics"]) == 8
+        assert m["adaptive"]["estimate_at_stopping"]["index"]["low"] < di or di == 0.0
+        assert m["decision_index_ci"] == p["decision_index_ci"]
+        assert "fixed_sample_ci" not in m["adaptive"]
+    # by hand: m00 never right (0.0), m100 always (100.0)
+    assert [s["models"][i]["adaptive"]["index"]["point"] for i in (0, 2)] == [0.0, 100.0]
     text = _printed(tmp_path / "out")
     assert "≈" not in text and EXACT_NOTE in text and "a model stopped before the end" not in text
     assert "Adaptive run: exact figures over the whole set" in text

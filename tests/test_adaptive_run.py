@@ -500,6 +500,15 @@ def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequenc
             stopped = summary(tmp_path / "out")
             assert (stopped["interrupted"]["exit_code"], stopped["complete"]) == (130, False)
             assert "adaptive" not in stopped  # no outcome recorded: `dxi score` below says so
+            # its own missing answers' hints name the adaptive rerun first, as `dxi score` does
+            assert {
+                b["reason"].split("); ", 1)[1]
+                for m in stopped["models"]
+                for b in m["evals"].values()
+            } == {
+                "rerunning the adaptive run that did not finish (`dxi run ... --until precision=5 "
+                "--seed 11`) continues it, or `dxi run` with --all-tasks sends every missing answer"
+            }
         first = server.stats()["ok"]
         journal = next((tmp_path / "cache" / ORDER_DIR).glob("decisions-*.jsonl"))
         assert [orjson.loads(line)["round"] for line in journal.read_bytes().splitlines()] == [

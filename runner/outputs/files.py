@@ -16,7 +16,7 @@ from dxi import adapters, scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite
 from dxi.scoring import measures, records
-from dxi.scoring.adaptive import asked_part, mark_exact
+from dxi.scoring.adaptive import asked_part, headline, mark_exact
 from dxi.scoring.missing import Damaged
 from dxi.scoring.provisional import Tolerance
 from dxi.scoring.records import Summary
@@ -247,11 +247,15 @@ def summarize(
     # the cache alone: an adaptive run's part-asked models marked (its record)
     if record is not None:
         summary = attach(summary, record, cut)
-        # an adaptive run that did not finish: its rerun, not only a plain run, sends the rest
-        left = None if summary.complete else unfinished(cache.root, tasks)
+    if entries is None and not summary.complete:
+        # an adaptive run that did not finish (the cache alone, or that run's own Ctrl-C, which
+        # scores it without its rounds): its rerun, not only a plain run, sends the rest
+        left = unfinished(cache.root, scored_tasks(gold))
         if left is not None:
             summary = hint_unfinished(summary, left)
     summary = mark_exact(summary, cut)  # a model scored over the whole set: exact, not ≈
+    # a model stopped before the end: its headline intervals the anytime-valid ones
+    summary, scored = headline(summary, scored)
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked
     # here, when the result is written, never before the first request
     summary.provenance = provenance() | (extra or {}).get("provenance", {})

@@ -488,7 +488,13 @@ def print_summary(
         named = " > ".join("{" + ", ".join(key_of[m] for m in g) + "}" for g in groups)
         console.print(
             "Ranked by Decision Index in statistically tied groups (max-T step-down over "
-            f"every pair, adjusted p < 0.05): {named}"
+            "every pair, adjusted p < 0.05"
+            + (
+                "; merged where an adaptive run's anytime-valid intervals overlap"
+                if any(adaptive.estimated(summary, m) for m in summary.models)
+                else ""
+            )
+            + f"): {named}"
             + _adjacent(summary, [m for g in groups for m in g], key_of),
             markup=False,
         )
