@@ -28,6 +28,7 @@ from dxi.scoring.calibration import CALIBRATION_METRICS
 from dxi.scoring.missing import selection_flags
 from dxi.scoring.records import Summary, unset
 from dxi.scoring.replies import model_notes
+from dxi.scoring.stopped_pairs import ANYTIME, NOT_VALID
 from dxi.scoring.summary import in_order, signed
 from dxi.scoring.sums import METRICS
 
@@ -348,8 +349,10 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
     an index, each cell ``{"v", "ci", "p", "sig", "open"}``: the difference, its interval, the
     adjusted p-value, whether the pair is significant (``scoring.compare``: the max-T step-down over
     every pair, the table's ``significant``, which a difference a provisional index's failed and
-    missing answers could overturn never is) and whether such answers could (``open``); None with
-    fewer than two such models."""
+    missing answers could overturn never is) and why it is not claimed (``open``: "bounds", such
+    answers could overturn it; "stopped", a pair with a model an adaptive run stopped whose
+    anytime-valid paired interval does not leave 0 out, ``scoring.stopped_pairs``; None: claimed
+    or not significant); None with fewer than two such models."""
     pairs = scored.comparisons.filter(pl.col("metric") == "decision_index")
     ranked = [
         lb
@@ -362,13 +365,17 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
     found = {}
     for r in pairs.iter_rows(named=True):
         sig, settled = bool(r["significant"]), r.get("settled", True) is not False
+        # why a difference is not claimed: the open answers, or an adaptive run's stopping
+        why = (
+            None if settled else ("stopped" if r.get("claim") in (ANYTIME, NOT_VALID) else "bounds")
+        )
         found[(r["a"], r["b"])] = (
             r["difference"],
             r["low"],
             r["high"],
             r["p_adjusted"],
             sig,
-            settled,
+            why,
         )
         found[(r["b"], r["a"])] = (
             -r["difference"],
@@ -376,7 +383,7 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
             -r["low"],
             r["p_adjusted"],
             sig,
-            settled,
+            why,
         )
     rows = []
     for a in ranked:
@@ -385,7 +392,7 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
             if a == b or (a, b) not in found:
                 cells.append(None)
                 continue
-            d, low, high, p, sig, settled = found[(a, b)]
+            d, low, high, p, sig, why = found[(a, b)]
             shown = "—" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3f}")
             cells.append(
                 {
@@ -393,7 +400,7 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
                     "ci": f"[{signed(low)}, {signed(high)}]",
                     "p": shown,
                     "sig": sig,
-                    "open": not settled,
+                    "open": why,
                 }
             )
         rows.append({"model": a, "cells": cells})
@@ -401,7 +408,8 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
         "models": ranked,
         "rows": rows,
         "alpha": alpha,
-        "open": any(c is not None and c["open"] for r in rows for c in r["cells"]),
+        "open": any(c is not None and c["open"] == "bounds" for r in rows for c in r["cells"]),
+        "stopped": any(c is not None and c["open"] == "stopped" for r in rows for c in r["cells"]),
     }
 
 

@@ -28,12 +28,14 @@ if TYPE_CHECKING:
 MARK = "≈"
 # the interval cell of a model whose figures are over the whole set (``mark_exact``)
 EXACT = "exact: whole set scored"
-# what the ≈ figures' intervals, ranks and comparisons are (``note``; ``headline``)
+# what the ≈ figures' intervals, ranks and comparisons are (``note``; ``headline``;
+# ``scoring.stopped_pairs``)
 VALID_AFTER_STOPPING = (
     "Their 95% intervals are the anytime-valid ones, which hold although the run chose when to "
     "stop, and their rank intervals and tied groups cover them; the paired comparisons' p-values "
     "are the ordinary ones over the questions asked (as if their number were fixed in advance), "
-    "not valid after stopping. "
+    "not valid after stopping, so a pair with such a model claims a difference only where the "
+    "anytime-valid interval of its index difference leaves 0 out, and no difference of a metric. "
 )
 HEADERS = ("model", "asked", "whole-set index", "anytime 95% interval", "stopped by", "round")
 
@@ -47,6 +49,20 @@ def rerun_command(until: str | None, seed: int) -> str:
     """The command that continues an adaptive run, as `dxi run ... --until precision=2` (with
     ``--seed S`` for a seed other than 0; ``--until ...`` when the rule is not known)."""
     return f"`dxi run ... --until {until or '...'}{f' --seed {seed}' if seed else ''}`"
+
+
+# how an evaluation block's hint names an adaptive run that did not finish
+# (``runner.outputs.adaptive.Unfinished.hint``: "... (`dxi run ... --until precision=2`) continues
+# it")
+UNFINISHED = "rerunning the adaptive run that did not finish"
+
+
+def continued_by(reason: object) -> str | None:
+    """The command continuing the adaptive run that did not finish that an evaluation block's
+    ``reason`` names (its hint, ``UNFINISHED``), or None."""
+    if not isinstance(reason, str) or f"{UNFINISHED} (" not in reason:
+        return None
+    return reason.split(f"{UNFINISHED} (", 1)[1].split(") continues it", 1)[0]
 
 
 def unsettled(summary: Summary) -> str | None:

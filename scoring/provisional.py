@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from dxi.evals import EVALS
 
+from .adaptive import UNFINISHED, continued_by
 from .records import unset
 
 if TYPE_CHECKING:
@@ -88,9 +89,10 @@ def notes(summary: Summary) -> list[str]:
     """What a reader is told about the provisional figures of a summary (plain text, one sentence
     each): per model with failed or missing answers, how many, in which evaluations, that its
     figures are over the answered questions, each provisional figure's bounds (``bounds``) and how
-    many answers the next ``dxi run`` requests again; then, when the result is not accepted, what to
-    do. Empty when every figure is complete. The terminal prints them under the table, the report's
-    banner and ``dxi view``'s overview show them."""
+    many answers the next ``dxi run`` requests again (or, where an adaptive run did not finish, that
+    rerunning it continues its sequence: how many it asks, its rounds decide); then, when the result
+    is not accepted, what to do. Empty when every figure is complete. The terminal prints them under
+    the table, the report's banner and ``dxi view``'s overview show them."""
     lines = []
     tolerance = summary.allow_failed
     for m in summary.models:
@@ -109,14 +111,21 @@ def notes(summary: Summary) -> list[str]:
             if t
         )
         spans = bounds(m)
+        # missing because an adaptive run did not finish: its rerun asks what its rounds need
+        again = next((c for b in blocks.values() if (c := continued_by(b.get("reason")))), None)
         within = f"; whatever those answers turn out to be, they lie within: {'; '.join(spans)}"
         text = (
             f"{m.model}: provisional ({MARK}): {counts} answer(s) in "
             f"{', '.join(_title(n) for n in blocks)}, left out"
             + (f" ({aside} of the missing set aside as damaged by the cache)" if aside else "")
             + ": its figures are over the answered "
-            f"questions{within if spans else ''}; the next `dxi run` with these options asks "
-            f"for {rerun} of them again"
+            f"questions{within if spans else ''}; "
+            + (
+                f"the next `dxi run` with these options asks for {rerun} of them again"
+                if again is None
+                else f"{UNFINISHED} ({again}) continues its sequence (how many of them it "
+                "asks, its rounds decide)"
+            )
         )
         kept = failed + missing - rerun
         if kept:

@@ -154,7 +154,9 @@ class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
     where a figure is provisional, settled), for accuracy with one epoch ``discordant`` [a only
     right, b only right] and ``mcnemar_p``, ``complete`` (false: a figure compared is provisional)
     and, when not complete, ``settled`` (false: the failed and missing answers could overturn the
-    difference, not claimed; ``scoring.bounds``)."""
+    difference, not claimed; ``scoring.bounds``). In an adaptive run's summary, ``claim`` (the rule
+    ``significant`` follows) and, for a pair with a model whose figures are estimates, ``settled``
+    and, for its index, ``anytime_ci`` (``scoring.stopped_pairs``)."""
 
     a: str
     b: str
@@ -169,6 +171,8 @@ class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
     mcnemar_p: float | None | UnsetType = UNSET
     complete: bool
     settled: bool | UnsetType = UNSET
+    claim: str | UnsetType = UNSET
+    anytime_ci: Interval | None | UnsetType = UNSET
 
 
 class Ranking(msgspec.Struct, kw_only=True):

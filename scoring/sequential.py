@@ -132,7 +132,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations, product
 
@@ -1035,6 +1035,80 @@ def _pair_interval(
     return low, max(low, high)
 
 
+def _pair_intervals(
+    parts: Mapping[str, Mapping[str, _Part]],
+    populations: Mapping[str, int],
+    alpha: float,
+    wanted: Callable[[str, str], bool] = lambda a, b: True,
+) -> dict[tuple[str, str], tuple[float, float] | None]:
+    """(a, b) -> the anytime-valid interval of index(a) − index(b) (points; ``_pair_interval``;
+    None: not computable) of every pair of ``parts``' models (a before b, by label) that
+    ``wanted`` keeps, all at once at 1 − ``alpha``: PRODUCT_SHARE of α over the pairs' sequences
+    (Bonferroni over every pair, kept or not), the rest over every model's boxes (Bonferroni over
+    the models and their sequences); the boxes bound whole-set metrics, so each model's come from
+    all it was asked. What ``--until separated`` decides on, and what an adaptive run's paired
+    comparisons claim (``scoring.adaptive.claim``)."""
+    labels = sorted(parts)
+    pairs = list(combinations(labels, 2))
+    boxes = {
+        m: {
+            e: _box(
+                p,
+                e,
+                len(p.tasks),
+                populations[e],
+                (1 - PRODUCT_SHARE)
+                * alpha
+                / len(labels)
+                / sum(_boxed(q, name) for name, q in parts[m].items()),
+            )
+            for e, p in parts[m].items()
+        }
+        for m in labels
+    }
+    return {
+        (a, b): _pair_interval(
+            parts[a],
+            parts[b],
+            populations,
+            PRODUCT_SHARE * alpha / len(pairs),
+            (boxes[a], boxes[b]),
+        )
+        for a, b in pairs
+        if wanted(a, b)
+    }
+
+
+def pair_intervals(
+    parts: Mapping[str, Mapping[str, _Part]],
+    populations: Mapping[str, int],
+    of: Collection[str],
+    alpha: float = 0.05,
+) -> dict[tuple[str, str], tuple[float, float] | None]:
+    """``_pair_intervals`` of the pairs with a model in ``of`` (``parts``: ``pair_parts``'), as
+    ``--until separated`` computes them, valid after stopping: a confidence sequence holds at
+    every round at once, so also at the last."""
+    return _pair_intervals(parts, populations, alpha, lambda a, b: a in of or b in of)
+
+
+def pair_parts(
+    answers: pl.DataFrame, order: Mapping[str, Sequence[str]]
+) -> dict[str, dict[str, _Part]]:
+    """label -> evaluation -> what ``pair_intervals`` reads of ``answers`` (``standings``' frame;
+    ``order``: evaluation -> the task ids in the order the run asks them). The parts of frames of
+    different evaluations are merged with ``merge_parts``."""
+    return _parts(answers, order)
+
+
+def merge_parts(
+    into: dict[str, dict[str, _Part]], parts: Mapping[str, Mapping[str, _Part]]
+) -> dict[str, dict[str, _Part]]:
+    """``into`` with the evaluations of ``parts`` (other evaluations' ``pair_parts``) added."""
+    for label, by_eval in parts.items():
+        into.setdefault(label, {}).update(by_eval)
+    return into
+
+
 # ---------------------------------------------------------------------------------------------
 # the public API
 
@@ -1104,36 +1178,10 @@ def _standings(
     }
     settles_at: dict[str, float | None] = dict.fromkeys(labels)
     if until.rule == "separated":
-        pairs = list(combinations(labels, 2))
-        # α: PRODUCT_SHARE of it over the pairs' sequences (Bonferroni over the pairs), the rest
-        # over every model's boxes (Bonferroni over the models and their sequences); the boxes
-        # bound whole-set metrics, so each model's come from all it was asked, once per look
-        boxes = {
-            m: {
-                e: _box(
-                    p,
-                    e,
-                    len(p.tasks),
-                    populations[e],
-                    (1 - PRODUCT_SHARE)
-                    * alpha
-                    / len(labels)
-                    / sum(_boxed(q, name) for name, q in parts[m].items()),
-                )
-                for e, p in parts[m].items()
-            }
-            for m in labels
-        }
-        for a, b in pairs:
-            if exhausted[a] and exhausted[b]:
-                continue
-            iv = _pair_interval(
-                parts[a],
-                parts[b],
-                populations,
-                PRODUCT_SHARE * alpha / len(pairs),
-                (boxes[a], boxes[b]),
-            )
+        intervals = _pair_intervals(
+            parts, populations, alpha, lambda a, b: not (exhausted[a] and exhausted[b])
+        )
+        for (a, b), iv in intervals.items():
             if iv is not None and iv[0] > 0:  # a − b > 0: a above b
                 relations[a]["above"].append(b)
                 relations[b]["below"].append(a)

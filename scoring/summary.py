@@ -414,6 +414,11 @@ def in_order(table: pl.DataFrame, labels: list[str]) -> pl.DataFrame:
         "a_only": pl.col("b_only"),
         "b_only": pl.col("a_only"),
     }
+    if "anytime_low" in table.columns:  # an adaptive run's (``scoring.stopped_pairs``)
+        swap |= {
+            "anytime_low": 0.0 - pl.col("anytime_high"),
+            "anytime_high": 0.0 - pl.col("anytime_low"),
+        }
     return (
         table.with_row_index("row")
         .with_columns(pl.col("row").min().over("eval", "metric").alias("figure"))

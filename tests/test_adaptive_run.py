@@ -526,7 +526,23 @@ def test_a_kill_between_rounds_loses_nothing_and_the_rerun_asks_the_same_sequenc
             main([*scoring, *(a for m in served(server.url, THREE) for a in ("--model", m))]) == 1
         )
         printed = " ".join(capsys.readouterr().out.split())
-        assert printed.count("did not finish") == 1 + 3 * 4
+        # the note, each evaluation's hint, and each model's provisional line: its rerun continues
+        # the sequence, not "asks for N of them again" (N: every task not asked, far more than
+        # the rounds send)
+        assert printed.count("did not finish") == 1 + 3 * 4 + 3
+        assert "asks for" not in printed
+        assert (
+            printed.count(
+                "WildGuardTest mean_f1 [9.7, 89.0]; rerunning the adaptive run that did not finish "
+                "(`dxi run ... --until precision=5 --seed 11`) continues its sequence (how many of "
+                "them it asks, its rounds decide). systemone:m100: provisional (*): 198 missing"
+            )
+            == 1
+        )
+        assert (
+            printed.count("continues its sequence (how many of them it asks, its rounds decide)")
+            == 3
+        )
         assert (
             "note: An adaptive run over this cache did not finish (--until precision=5: its journal "
             "has 3 rounds): rerunning the same `dxi run ... --until precision=5 --seed 11` command "

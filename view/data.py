@@ -648,8 +648,9 @@ class Browser:
         ``complete`` and, for accuracy, ``discordant`` [a only, b only] and ``mcnemar_p``; where a
         figure is provisional, ``settled`` (false: its failed and missing answers could overturn the
         difference, which is not claimed, ``scoring.bounds``) and ``bounds`` {"a": [lowest,
-        highest], "b": [...]} (a complete figure's [value, value]). Empty for a model compared with
-        itself."""
+        highest], "b": [...]} (a complete figure's [value, value]); in an adaptive run's summary
+        ``claim`` and, for a pair with an estimate, ``settled`` and the index's ``anytime_ci``
+        (``scoring.stopped_pairs``). Empty for a model compared with itself."""
         self.model(a), self.model(b)
         out = []
         for comparison in unset(self.summary.comparisons) or []:
@@ -677,6 +678,8 @@ class Browser:
             )
             if "discordant" in c:
                 turned["discordant"] = c["discordant"][::-1]
+            if c.get("anytime_ci"):
+                turned["anytime_ci"] = [0.0 - c["anytime_ci"][1], 0.0 - c["anytime_ci"][0]]
             out.append(turned)
         return out
 

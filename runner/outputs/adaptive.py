@@ -348,7 +348,9 @@ class Unfinished:
         """What an evaluation block's missing answers hint says instead of the plain run alone:
         "rerunning the adaptive run that did not finish (`dxi run ... --until precision=2`)
         continues it, or `dxi run` with --all-tasks sends every missing answer"."""
-        return f"rerunning the adaptive run that did not finish ({self.command()}) continues it"
+        from dxi.scoring.adaptive import UNFINISHED
+
+        return f"{UNFINISHED} ({self.command()}) continues it"
 
 
 def unfinished(cache_dir: Path, tasks: Mapping[str, set[str]]) -> Unfinished | None:

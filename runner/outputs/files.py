@@ -15,7 +15,7 @@ import polars as pl
 from dxi import adapters, scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite
-from dxi.scoring import measures, records
+from dxi.scoring import measures, records, sequential, stopped_pairs
 from dxi.scoring.adaptive import asked_part, headline, mark_exact
 from dxi.scoring.missing import Damaged
 from dxi.scoring.provisional import Tolerance
@@ -170,10 +170,14 @@ def summarize(
         record = recorded(configs(models), cache.root, tasks)
         parts = record.parts
     cut: set[tuple[str, str]] = set()  # the (label, evaluation) scored over the part asked
+    # what the anytime paired sequences read (an adaptive run's: ``stopped_pairs``)
+    order, paired = stopped_pairs.order_of(parts or {}), {}
     confidence = []  # each answers frame's tied confidence groups (``scoring.measures``)
     if each is None:
         answers = cache.read(lambda rows: scoring.answers(rows, models, gold, categories, epochs))
         answers, cut = asked_part(answers, parts or {})
+        if order:
+            paired = sequential.pair_parts(answers, order)
         scored = scoring.score(
             answers, scoring.Bootstrap(), with_breakdowns=breakdowns, with_comparisons=True
         )
@@ -196,6 +200,8 @@ def summarize(
             )
             answers, now_cut = asked_part(answers, parts or {})
             cut |= now_cut
+            if order:
+                paired = sequential.merge_parts(paired, sequential.pair_parts(answers, order))
             if requests is None:
                 counts = _added(counts, scoring.request_counts(answers))
             damaged = damaged or _damaged(cache, models, gold, epochs)
@@ -254,6 +260,13 @@ def summarize(
         if left is not None:
             summary = hint_unfinished(summary, left)
     summary = mark_exact(summary, cut)  # a model scored over the whole set: exact, not ≈
+    # a pair with a model stopped before the end: claimed only by its anytime paired interval
+    if of := stopped_pairs.estimates(summary):
+        populations = summary.adaptive.get("populations", {})
+        intervals = sequential.pair_intervals(
+            {m: p for m, p in paired.items() if set(p) <= set(populations)}, populations, of
+        )
+        summary, scored = stopped_pairs.claim(summary, scored, intervals)
     # a model stopped before the end: its headline intervals the anytime-valid ones
     summary, scored = headline(summary, scored)
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked

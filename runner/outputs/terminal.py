@@ -20,6 +20,7 @@ from dxi.scoring.measures import NO_CONFIDENCE
 from dxi.scoring.missing import selection_flags
 from dxi.scoring.records import UNSET, ModelEntry, Summary, unset
 from dxi.scoring.replies import model_notes
+from dxi.scoring.stopped_pairs import ANYTIME, NOT_CLAIMED, NOT_VALID
 from dxi.scoring.summary import signed
 
 
@@ -430,19 +431,23 @@ def _index_rows(summary: Summary, keys: list[str]) -> Rows:
 def _adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> str:
     """ "; adjacent: A − B +3.2 (p_adj < 0.001), …": for each pair adjacent in rank order
     (``ranked``), the index's difference and its adjusted p-value from the summary's comparisons
-    (``scoring.compare``; † where significant); "" without comparisons."""
+    (``scoring.compare``; † where significant; "not claimed: not valid after stopping" where an
+    adaptive run's pair is not claimed, ``scoring.stopped_pairs``); "" without comparisons."""
     found = {}
     for c in unset(summary.comparisons) or []:
         if c.metric == "decision_index" and c.difference is not None:
-            found[(c.a, c.b)] = (c.difference, c.p_adjusted, c.significant)
-            found[(c.b, c.a)] = (-c.difference, c.p_adjusted, c.significant)
+            # an adaptive run's pair its anytime-valid interval does not claim (stopped_pairs)
+            stopped = unset(c.claim) in (ANYTIME, NOT_VALID) and not c.settled
+            found[(c.a, c.b)] = (c.difference, c.p_adjusted, c.significant, stopped)
+            found[(c.b, c.a)] = (-c.difference, c.p_adjusted, c.significant, stopped)
     parts = []
     for a, b in zip(ranked, ranked[1:], strict=False):
         if (a, b) not in found:
             continue
-        d, p, sig = found[(a, b)]
+        d, p, sig, stopped = found[(a, b)]
         shown = "—" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
-        parts.append(f"{key_of[a]} − {key_of[b]} {signed(d)} (p_adj {shown}{' †' if sig else ''})")
+        mark = " †" if sig else f"; {NOT_CLAIMED}" if stopped else ""
+        parts.append(f"{key_of[a]} − {key_of[b]} {signed(d)} (p_adj {shown}{mark})")
     return "; adjacent: " + ", ".join(parts) if parts else ""
 
 
