@@ -19,6 +19,8 @@ from dxi.scoring.sequential import Until
 
 from .fakes.fake_provider import serve
 from .helpers.adaptive_models import DATA_ENV, knows, write_data
+from .helpers.adaptive_outputs import SMALL, THREE
+from .helpers.adaptive_outputs import printed as _printed
 from .helpers.adaptive_runs import (
     ROUTE,
     dxi_run,
@@ -30,8 +32,6 @@ from .helpers.adaptive_runs import (
     summary,
 )
 
-THREE = ("m00", "m50", "m100")
-SMALL = 40
 UNTIL = ("--until", "precision=20")
 # what each model is asked of every evaluation before it stops (seed 0)
 STOPPED_AT = {"systemone:m00": 7, "systemone:m50": 20, "systemone:m100": 15}
@@ -406,20 +406,6 @@ def test_asked_part_cuts_each_model_to_its_part_unless_a_later_run_completed_it(
     assert cut == {("a", "e1"), ("a", "e2"), ("b", "e1")}
     # nothing asked of anyone: the frame itself
     assert asked_part(frame, {}) == (frame, set())
-
-
-def _printed(out: Path) -> str:
-    """The terminal's tables of ``out/summary.json`` (300 columns wide), whitespace collapsed."""
-    import io
-
-    from rich.console import Console
-
-    from dxi.runner.outputs.terminal import print_summary
-    from dxi.scoring import records
-
-    console = Console(file=io.StringIO(), width=300, record=True)
-    print_summary(records.decode((out / "summary.json").read_bytes()), console)
-    return " ".join(console.export_text().split())
 
 
 EXACT_NOTE = (

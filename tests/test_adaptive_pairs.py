@@ -18,8 +18,9 @@ import pytest
 
 from .fakes.fake_provider import serve
 from .helpers.adaptive_models import DATA_ENV, write_data
+from .helpers.adaptive_outputs import SMALL, THREE
+from .helpers.adaptive_outputs import printed as _printed
 from .helpers.adaptive_runs import ROUTE, dxi_run, dxi_score, figures, page, summary
-from .test_adaptive_outputs import SMALL, THREE, _printed
 
 A, B, C = "systemone:m00", "systemone:m50", "systemone:m100"
 

@@ -386,10 +386,13 @@ def test_the_reports_matrix_marks_no_pair_the_open_answers_could_overturn():
         for r in pairs["rows"]
         for b, c in zip(pairs["models"], r["cells"], strict=True)
     }
-    assert (cells[("x", "y")]["sig"], cells[("x", "y")]["open"]) == (True, False)
-    assert (cells[("y", "z")]["sig"], cells[("y", "z")]["open"]) == (False, True)
-    assert (cells[("z", "y")]["sig"], cells[("z", "y")]["open"]) == (False, True)
-    assert (cells[("x", "z")]["sig"], pairs["open"]) == (False, True)
+    # ``open`` says why a difference is not claimed: "bounds" (open answers), None where nothing
+    # keeps it from being claimed
+    assert (cells[("x", "y")]["sig"], cells[("x", "y")]["open"]) == (True, None)
+    assert (cells[("y", "z")]["sig"], cells[("y", "z")]["open"]) == (False, "bounds")
+    assert (cells[("z", "y")]["sig"], cells[("z", "y")]["open"]) == (False, "bounds")
+    assert (cells[("x", "z")]["sig"], cells[("x", "z")]["open"]) == (False, None)
+    assert (pairs["open"], pairs["stopped"]) == (True, False)
 
 
 def _models(
