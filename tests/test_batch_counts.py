@@ -351,6 +351,59 @@ def test_a_batch_result_line_that_cannot_be_read_is_charged_its_reservation(tmp_
 
 @pytest.mark.process
 @pytest.mark.slow
+def test_a_request_a_completed_batch_leaves_out_is_charged_its_reservation(tmp_path: Path):
+    """One batch of the 16 requests ends completed, but its results have no line at all for its
+    last 4 requests (none in the output file, none in the error file, no unreadable line). A
+    completed batch's results cover every request (OpenAI: its output and error files; Anthropic:
+    each request's result type), so the 4 ran and may have been billed: they are given back and
+    answered by a second batch.
+
+    Expected, by hand: as a synchronous reply that never arrived, each of the 4 keeps its
+    reservation ($200 at the batch price) as spent: $800 (the old code: $0) on top of the 20
+    answers read, $1.00 each: the model's ``cost_usd`` $816.00 (``cost_at_reservation_usd``
+    $800.00), the first batch's ledger entry $812.00 (``kept_usd`` $800.00, ``omitted`` 4 on its
+    ``collected`` event), the cost bound's ``spent_usd`` $816.00 of which $800.00 at reservation;
+    sent 16, once each; no result counted unknown, 4 given back; exit 0."""
+    from dxi.cache.ledger import Ledger
+
+    data_dir(tmp_path / "data", TASKS)
+    config = {"polls": 1, "extra_results": {"omitted": 4}}
+    with serve(model=None, record=False, batch=config) as server:
+        code, out = dxi_run(tmp_path, server.url, "--max-cost", "5000")
+        stats = server.stats()
+    assert code == 0, out
+    assert (
+        stats["batch_creates"],
+        stats["batch_lines"],
+        stats["batch_answers"],
+        stats["batch_line_omitted"],
+    ) == (2, 20, 20, 4)
+    s = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    r = s["models"][0]["requests"]
+    assert (r["sent"], r["failed"], r["not_sent"]) == (16, 0, 0)
+    assert (r["cost_usd"], r.get("cost_at_reservation_usd")) == (816.0, 800.0)
+    assert (r["batches"]["unknown_results"], r["batches"]["given_back"]) == (0, 4)
+    assert s["cost_bound"] == {
+        "max_cost_usd": 5000.0,
+        "spent_usd": 816.0,
+        "cost_at_reservation_usd": 800.0,
+        "stopped": False,
+    }
+    ledger = Ledger(tmp_path / "cache")
+    first, second = sorted(ledger.entries().values(), key=lambda e: e.created)
+    assert (first.cost_usd, second.cost_usd) == (812.0, 4.0)
+    events = [orjson.loads(line) for line in ledger.path.open()]
+    (collected,) = [e for e in events if (e["event"], e["entry"]) == ("collected", first.id)]
+    assert (collected.get("omitted"), collected.get("kept_usd"), len(collected["returned"])) == (
+        4,
+        800.0,
+        4,
+    )
+    assert "4 request(s) without a result line in a completed batch" in out
+
+
+@pytest.mark.process
+@pytest.mark.slow
 def test_a_request_given_back_that_the_bound_keeps_from_the_fallback_stays_sent(tmp_path: Path):
     """16 requests under a bound of $399, the batch price set to a quarter of the price (the run
     file's ``batch_output``): a request reserves $100 in a batch ($0.50 answered) and $400

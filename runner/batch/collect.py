@@ -70,7 +70,9 @@ class Collecting:
         carries one of its requests' ids stops the model's batch mode (its requests are not
         submitted again: they would be lost the same way), unless it was adopted by size
         (``Entry.guessed``: then it was another client's). Results the provider no longer has (404:
-        past its retention) give the batch's requests back, once."""
+        past its retention) give the batch's requests back, once. Those, and the requests a
+        completed batch leaves without a result (no line, or an unreadable one), keep their
+        reservations as spent (``_kept``)."""
         keys = set(self.ledger.keys(entry.id))
         bodies = self._bodies(entry.id)
         seen: set[str] = set()
@@ -187,7 +189,18 @@ class Collecting:
             self.refused = refused
         extra = {"results_gone": str(gone)} if gone is not None else {}
         missing = [k for k in returned if k not in seen]  # no result read
+        ended = status is not None and status.outcome == COMPLETED_BATCH and not foreign
         if gone is not None:  # the provider ran (and billed) them: kept as spent (``_kept``)
+            actual += self._kept(missing, extra)
+        elif ended and missing:  # a completed batch's results cover each of its requests: one
+            # without a line (read or unreadable) ran, and may have been billed
+            omitted = max(0, len(missing) - unknown)  # beyond the unreadable lines
+            if omitted:
+                extra["omitted"] = omitted
+                self._say(
+                    f"batch {entry.batch_id}: {omitted:,} request(s) without a result line in a "
+                    "completed batch: each is charged its reservation (at most that was spent)"
+                )
             actual += self._kept(missing, extra)
         elif unknown and not foreign and missing:  # a line unreadable, or its id not one of ours:
             # it may be the reply of a request without a result, which the provider ran and billed
@@ -238,15 +251,16 @@ class Collecting:
 
     def _kept(self, keys: list[str], extra: dict) -> float:
         """The batch ran its requests ``keys`` (the provider billed them) but their results could
-        not be read: gone at the provider (404), or in result lines that cannot be read (not JSON,
-        no id, an id none of its requests has: ``keys`` are then as many of the requests without a
-        result, the dearest). As for a synchronous reply that never arrived or is not the wire
-        format (``Charge.settle``), the reservation of each one this run submitted is kept as spent
-        (in the model's cost and its ``cost_at_reservation_usd``: at most that was spent; where it
-        bounds nothing, ``Charge.is_bound``, in ``cost_unbounded``; in the ledger's ``cost_usd``);
-        those of an earlier run's batch (no reservation here) are counted in ``extra`` as of unknown
-        cost. Returns what was kept; each one is given back all the same (``_give_back``: sent
-        again, or stored as a transient failure, which the next run sends)."""
+        not be read: gone at the provider (404), left out of a completed batch's results (no line
+        for them: ``extra``'s ``omitted``), or in result lines that cannot be read (not JSON, no id,
+        an id none of its requests has: in a batch that did not complete, ``keys`` are then as many
+        of the requests without a result, the dearest). As for a synchronous reply that never
+        arrived or is not the wire format (``Charge.settle``), the reservation of each one this run
+        submitted is kept as spent (in the model's cost and its ``cost_at_reservation_usd``: at most
+        that was spent; where it bounds nothing, ``Charge.is_bound``, in ``cost_unbounded``; in the
+        ledger's ``cost_usd``); those of an earlier run's batch (no reservation here) are counted in
+        ``extra`` as of unknown cost. Returns what was kept; each one is given back all the same
+        (``_give_back``: sent again, or stored as a transient failure, which the next run sends)."""
         kept, unknown = 0.0, 0
         for key in keys:
             reserved = self.reserved.pop(key, None)

@@ -31,10 +31,13 @@ Behaviour (``FakeProvider(batch={...})``, JSON-able):
 * ``gone`` (default 0): the results of the first N batches created are gone when read (404: past the
   provider's retention: OpenAI's output files after 30 days, Anthropic's results after 29, Gemini's
   files after 48 hours);
-* ``extra_results``: ``{"unknown": N, "duplicate": M, "garbled": G}``: each batch's results end with
-  N lines whose id is none of its requests' and M lines repeating a request's id with another answer
-  (a 400 error); the lines of its first G requests (input order) at their first submission are cut
-  short (not JSON: their answers were made, and billed, but cannot be read; ``batch_line_garbled``);
+* ``extra_results``: ``{"unknown": N, "duplicate": M, "garbled": G, "omitted": O}``: each batch's
+  results end with N lines whose id is none of its requests' and M lines repeating a request's id
+  with another answer (a 400 error); the lines of its first G requests (input order) at their first
+  submission are cut short (not JSON: their answers were made, and billed, but cannot be read;
+  ``batch_line_garbled``); the lines of its last O requests (input order) at their first submission
+  are left out of the results altogether, in a batch that says it completed (their answers were
+  made, and billed; ``batch_line_omitted``);
 * ``no_files`` (default False): the host has no Files endpoint (``/v1/files`` answers 404, as a
   server that implements Chat Completions only does);
 * ``cancel_polls`` (default 0): the status reads a cancelled batch stays ``cancelling`` before it
@@ -307,6 +310,10 @@ class BatchServer:
             if i < self.extra_results.get("garbled", 0) and self.submissions[key] == 1:
                 self.counts["batch_line_garbled"] += 1
                 line = line[: len(line) // 2]  # a line cut short: not JSON, its id unreadable
+            omitted = self.extra_results.get("omitted", 0)
+            if i >= len(batch.lines) - omitted and self.submissions[key] == 1:
+                self.counts["batch_line_omitted"] += 1
+                continue  # answered (and billed), but no line for it in either file
             if fault == "ok" or fault == "malformed":
                 ok += 1
                 output.append(line)
