@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 
 from .records import UNSET, ModelEntry, Summary
@@ -474,7 +475,7 @@ def _ranks(summary: Summary, scored: Scored) -> Scored:
             if span and span[0] is not None and span[1] is not None:
                 setattr(m, name, [min(span[0], best), max(span[1], worst)])
         spans[m.model] = (best, worst)
-    groups = _groups(summary, ranked)
+    groups = _groups(summary, scored)
     if groups and "tied_group" in scored.index.columns:
         scored = replace(
             scored,
@@ -504,37 +505,52 @@ def _ranks(summary: Summary, scored: Scored) -> Scored:
     return replace(scored, index=scored.index.with_columns(widen))
 
 
-def _groups(summary: Summary, ranked: list[ModelEntry]) -> dict[str, int]:
-    """The statistically tied groups (``tied_group``, ``Summary.ranking``) merged where the
-    headline index intervals do not part them: in rank order, a model starts a group only where
-    the paired comparisons started one and the first model of the group above has its interval
-    wholly above the model's. Returns label -> its new group (the entries and the ranking changed
-    in place; empty when no group was merged)."""
+def _groups(summary: Summary, scored: Scored) -> dict[str, int]:
+    """The tied groups (``tied_group``, ``Summary.ranking``) of the claims in force: the grouping
+    of ``scoring.compare`` (``tied_groups``) fed each index pair's final ``significant`` (after
+    ``scoring.stopped_pairs.claim``: the anytime-valid paired interval for a pair with a model whose
+    figures are estimates, the fixed-sample test for two exact ones), a pair parted only where the
+    higher model's headline interval also lies wholly above the other's (so the groups never part
+    what the rank sets tie). Returns label -> its new group (the entries and the ranking changed in
+    place; empty when no group changed)."""
+    from .compare import INDEX, tied_groups
     from .summary import ranking
 
-    order = sorted(
-        (m for m in ranked if m.tied_group is not UNSET), key=lambda m: (m.rank, m.model)
-    )
-    new: dict[str, int] = {}
-    first: ModelEntry | None = None
-    before = None
-    for m in order:
-        starts = first is None or (
-            m.tied_group != before and not _overlap(first.decision_index_ci, m.decision_index_ci)
-        )
-        if starts:
-            first = m
-        new[m.model] = (max(new.values()) + 1 if starts else max(new.values())) if new else 1
-        before = m.tied_group
-    if all(new[m.model] == m.tied_group for m in order):
+    index = scored.index
+    if "rank" not in index.columns or scored.comparisons.is_empty():
         return {}
-    for m in order:
-        m.tied_group = new[m.model]
+    index = index.filter(pl.col("rank").is_not_null() & pl.col("decision_index").is_not_null())
+    labels = index["label"].to_list()
+    point = index["decision_index"].to_numpy()
+    place = {label: k for k, label in enumerate(labels)}
+    entries = {m.model: m for m in summary.models}
+    a, b = [], []
+    for r in scored.comparisons.filter(
+        (pl.col("metric") == INDEX) & pl.col("eval").is_null() & pl.col("significant")
+    ).iter_rows(named=True):
+        if r["a"] not in place or r["b"] not in place:
+            continue
+        i, j = place[r["a"]], place[r["b"]]
+        hi, lo = (i, j) if point[i] >= point[j] else (j, i)
+        above, below = entries.get(labels[hi]), entries.get(labels[lo])
+        if above is None or below is None:
+            continue
+        if not _overlap(_unset(above.decision_index_ci), _unset(below.decision_index_ci)):
+            a.append(i)
+            b.append(j)
+    group = tied_groups(point, np.array(a, np.int64), np.array(b, np.int64))
+    new = {label: int(g) for label, g in zip(labels, group, strict=True)}
+    if all(entries[label].tied_group == g for label, g in new.items() if label in entries):
+        return {}
+    for label, g in new.items():
+        if label in entries:
+            entries[label].tied_group = g
     summary.ranking = ranking(summary.models)
     summary.ranking.method += (
         "; an adaptive run's: rank_ci and rank_set widened to cover the ranks the anytime-valid "
-        "index intervals allow, and groups merged where those intervals overlap "
-        "(scoring.adaptive.headline)"
+        "index intervals allow, and groups parted only by the claims in force (a pair with a "
+        "model whose figures are estimates: its anytime-valid paired interval) where those "
+        "intervals part too (scoring.adaptive.headline)"
     )
     return new
 

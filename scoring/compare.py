@@ -517,6 +517,25 @@ def _where(keep: np.ndarray, counts: np.ndarray) -> pl.Series:
     return out.scatter(np.flatnonzero(~keep), None) if (~keep).any() else out
 
 
+def tied_groups(point: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each model's tied group (1, 2, ...: the module docstring's ``group``) from ``point``
+    (models,) and the pairs claimed (``a[k]``, ``b[k]``: positions in ``point``): in rank order a
+    model joins the group of the model ranked above it unless that group's first model is claimed
+    above it, when it starts the next group. ``ranks`` reads ``significant``; an adaptive run's
+    groups, the claims in force after stopping (``scoring.adaptive.headline``)."""
+    separated = np.zeros((len(point), len(point)), bool)
+    separated[a, b] = separated[b, a] = True
+    group = np.zeros(len(point), np.int64)
+    leader, current = None, 0
+    for k in np.argsort(-point, kind="stable"):
+        if leader is None or (
+            separated[leader, k] and point[leader] > point[k]
+        ):  # below the group's first
+            leader, current = k, current + 1
+        group[k] = current
+    return group
+
+
 def ranks(
     index: Figure, labels: list[str], comparisons: pl.DataFrame, confidence: float
 ) -> pl.DataFrame:
@@ -545,16 +564,7 @@ def ranks(
     b = np.array([place.get(x, -1) for x in pairs["b"].to_list()], np.int64)
     sig = pairs["significant"].fill_null(False).to_numpy().astype(bool) & (a >= 0) & (b >= 0)
     set_low, set_high = rank_sets(point, a, b, sig)
-    separated = np.zeros((len(ranked), len(ranked)), bool)
-    separated[a[sig], b[sig]] = separated[b[sig], a[sig]] = True
-    group = np.zeros(len(ranked), np.int64)
-    leader, current = None, 0
-    for k in np.argsort(-point, kind="stable"):
-        if leader is None or (
-            separated[leader, k] and point[leader] > point[k]
-        ):  # below the group's first
-            leader, current = k, current + 1
-        group[k] = current
+    group = tied_groups(point, a[sig], b[sig])
     return pl.DataFrame(
         {
             "label": [labels[x] for x in ranked],

@@ -111,14 +111,15 @@ def test_a_stopped_model_is_scored_over_what_it_was_asked_and_dxi_score_agrees(
         [60.0628, 100.0],
     ]
     # the ranks cover what those intervals allow (m00 is below m100's [60.1, 100] only), and the
-    # tied groups part only m100 from m00 (m50's [26.2, 64.5] overlaps both)
+    # tied groups follow the pairs claimed: none is (their anytime paired intervals hold 0,
+    # tests/test_adaptive_pairs), so one group
     assert [(m["rank"], m["rank_ci"], m["rank_set"]) for m in s["models"]] == [
         (3, [2, 3], [2, 3]),
         (2, [1, 3], [1, 3]),
         (1, [1, 2], [1, 2]),
     ]
-    assert s["ranking"]["groups"] == [["systemone:m100", "systemone:m50"], ["systemone:m00"]]
-    assert [m["tied_group"] for m in s["models"]] == [2, 1, 1]
+    assert s["ranking"]["groups"] == [["systemone:m100", "systemone:m50", "systemone:m00"]]
+    assert [m["tied_group"] for m in s["models"]] == [1, 1, 1]
     text = _printed(tmp_path / "out")
     for row in (
         "│ systemone:m00 │ ≈0.0 │ [0.0, 39.5] │ 3 [2–3] │ ≈0.0 │",
@@ -127,8 +128,9 @@ def test_a_stopped_model_is_scored_over_what_it_was_asked_and_dxi_score_agrees(
     ):
         assert row in text
     assert (
-        "adjusted p < 0.05; merged where an adaptive run's anytime-valid intervals overlap): "
-        "{systemone:m100, systemone:m50} > {systemone:m00}"
+        "adjusted p < 0.05; an adaptive run's estimates parted only by their anytime-valid "
+        "paired intervals, and where their own intervals part): "
+        "{systemone:m100, systemone:m50, systemone:m00}"
     ) in text
     # the report and its tables (the cache alone) show the same intervals and ranks
     from dxi.runner import rescore
@@ -144,7 +146,7 @@ def test_a_stopped_model_is_scored_over_what_it_was_asked_and_dxi_score_agrees(
     assert [",".join(r.split(",")[i] for i in (0, 3, 4, 9, 10, 11, 12, 13)) for r in table[1:]] == [
         "systemone:m100,60.0628,100.0,1,2,1,2,1",
         "systemone:m50,26.2264,64.4952,1,3,1,3,1",
-        "systemone:m00,0.0,39.4713,2,3,2,3,2",
+        "systemone:m00,0.0,39.4713,2,3,2,3,1",
     ]
     # `dxi score` of the cache: the same figures, the same blocks, exit 0 (no network needed: the
     # server is only named)

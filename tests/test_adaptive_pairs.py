@@ -69,9 +69,17 @@ def test_a_pair_with_a_stopped_model_is_claimed_only_by_its_anytime_paired_inter
         (c["significant"], c["settled"], c["claim"]) for c in metrics
     } == {(False, False, "not valid after stopping")}
     assert all("anytime_ci" not in c for c in metrics)
+    # no pair is claimed, so no group boundary stands (before: {m100, m50} > {m00}, from the
+    # fixed-sample claims)
+    assert s["ranking"]["groups"] == [[C, B, A]]
+    assert [m["tied_group"] for m in s["models"]] == [1, 1, 1]
+    assert [m["rank_set"] for m in s["models"]] == [[2, 3], [1, 3], [1, 2]]
     text = _printed(tmp_path / "out")
     assert (
-        "{systemone:m100, systemone:m50} > {systemone:m00}; adjacent: systemone:m100 − "
+        "Ranked by Decision Index in statistically tied groups (max-T step-down over every pair, "
+        "adjusted p < 0.05; an adaptive run's estimates parted only by their anytime-valid "
+        "paired intervals, and where their own intervals part): "
+        "{systemone:m100, systemone:m50, systemone:m00}; adjacent: systemone:m100 − "
         "systemone:m50 +57.7 (p_adj < 0.001; not claimed: not valid after stopping), "
         "systemone:m50 − systemone:m00 +42.3 (p_adj < 0.001; not claimed: not valid after "
         "stopping)"
@@ -79,7 +87,9 @@ def test_a_pair_with_a_stopped_model_is_claimed_only_by_its_anytime_paired_inter
     assert "†" not in text
     # `dxi score` of the cache claims the same; its report's matrix and comparisons table say so
     assert dxi_score(server.url, data, cache, tmp_path / "scored", THREE) == 0
-    assert figures(summary(tmp_path / "scored"))["comparisons"] == s["comparisons"]
+    scored = figures(summary(tmp_path / "scored"))
+    assert scored["comparisons"] == s["comparisons"]
+    assert summary(tmp_path / "scored")["ranking"]["groups"] == [[C, B, A]]
     from dxi.runner import rescore
     from dxi.runner.planning.inputs import PlanInputs
 
@@ -147,7 +157,10 @@ def test_a_pair_of_exact_models_keeps_its_claim_and_a_stopped_one_is_claimed_whe
         for c in s["comparisons"]
         if A in (c["a"], c["b"]) and c["metric"] != "decision_index"
     } == {(False, "not valid after stopping")}
+    # every pair claimed (by its own rule): every model its own group
+    assert s["ranking"]["groups"] == [[C], [B], [A]]
     assert (
-        "adjacent: systemone:m100 − systemone:m50 +59.1 (p_adj < 0.001 †), systemone:m50 − "
-        "systemone:m00 +40.9 (p_adj < 0.001 †)"
+        "and where their own intervals part): {systemone:m100} > {systemone:m50} > "
+        "{systemone:m00}; adjacent: systemone:m100 − systemone:m50 +59.1 (p_adj < 0.001 †), "
+        "systemone:m50 − systemone:m00 +40.9 (p_adj < 0.001 †)"
     ) in _printed(out)

@@ -495,7 +495,8 @@ def print_summary(
             "Ranked by Decision Index in statistically tied groups (max-T step-down over "
             "every pair, adjusted p < 0.05"
             + (
-                "; merged where an adaptive run's anytime-valid intervals overlap"
+                "; an adaptive run's estimates parted only by their anytime-valid paired "
+                "intervals, and where their own intervals part"
                 if any(adaptive.estimated(summary, m) for m in summary.models)
                 else ""
             )
