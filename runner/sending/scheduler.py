@@ -210,9 +210,9 @@ class Scheduler:
     ``unsent`` (a stopped provider's or model's streams, for its feeder to count not sent),
     ``stored_cached`` (per model label: the requests stored that the cache counts as cached, for
     ``unencoded``), ``in_flight`` (cache keys handed out and not yet stored -> model label),
-    ``fed`` (the providers whose feed was handed out and counted whole), ``stopped_by`` (the
-    error that stops the run: nothing more is handed out; the first is raised at the end) and
-    ``writable`` (the cache was found writable, checked before the first request).
+    ``fed`` (the providers whose feed was handed out and counted whole), ``waiting`` (the slots
+    feeders wait for: ``slot``), ``stopped_by`` (the error that stops the run: nothing more is
+    handed out; the first is raised at the end) and ``writable`` (the cache was found writable).
 
     The parts: what to send (``uncached``, ``next_job``, ``drain``, ``unencoded``), sending and
     storing one request (``send``, ``record``), and the tasks that run them (``work``, ``fill``,
@@ -237,6 +237,7 @@ class Scheduler:
         self.queue: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=self.n_workers)
         self.in_flight: dict[str, str] = {}  # cache key -> model label
         self.fed: set[str] = set()
+        self.waiting: set[asyncio.Semaphore] = set()
         stop.track(self.stats)  # a run cut short counts what these hold (runner.session)
         self.stopped_by: list[Exception] = []
         self.writable = False
@@ -363,16 +364,12 @@ class Scheduler:
             self.progress(label)
 
     async def unencoded(self, label: str) -> int | None:
-        """How many requests ``label``'s stream has left, when they can be counted without encoding
-        each (~15 µs a request: ~15 s for a million), else None. It can when none of them can be a
-        cache hit: no task renders to another's request (``Suite.distinct_tasks``, from the kept
-        survey: no request of the stream repeats another, nor one in flight), and every request of
-        the model the cache counts as cached is one the stream met already, a cache hit or a
-        request this run stored (``stored_cached``): the keys of the model's rows in the cache
-        (its configuration, ``_keys_of``), looked up, count no more. Then the rest is the model's
-        requests (tasks × epochs) less those the stream met (``Stats.total``). Not with a shard (a
-        key says which requests it owns), nor when the model's rows changed while they were read;
-        an error reading them is left to the count by encoding."""
+        """How many requests ``label``'s stream has left, counted without encoding each (~15 µs a
+        request), else None. Only when none can be a cache hit: no task renders to another's
+        request (``Suite.distinct_tasks``), and every key of the model's rows in the cache
+        (``_keys_of``) that the cache counts as cached is one the stream met (a cache hit, or
+        stored: ``stored_cached``). Then the rest is tasks × epochs less ``Stats.total``. Not with a
+        shard, nor when the model's rows changed while read; a read error falls back to encoding."""
         run = self.run_of[label]
         if self.shard is not None:
             return None
@@ -526,29 +523,33 @@ class Scheduler:
             await self.queue.put(job)
 
     async def slot(self, slots: asyncio.Semaphore) -> bool:
-        """One of ``slots`` (True), or, once the run is stopping, none (False): a feeder waiting
-        for a slot then counts its provider's rest at once, not when a request on the wire ends
-        (which a request slower than ``--grace`` never does: its rest would go uncounted)."""
+        """One of ``slots`` (True), or none once the run is stopping (False); a wait when the stop
+        is asked ends at once (``wake``), not when a request slower than ``--grace`` ends."""
         if self.stop.requested:
             return False
-        if not slots.locked():  # the usual case: no task made
-            await slots.acquire()
-            return True
-        acquiring = asyncio.ensure_future(slots.acquire())
-        stopping = asyncio.ensure_future(self.stop.asked.wait())
+        self.waiting.add(slots)
         try:
-            await asyncio.wait((acquiring, stopping), return_when=asyncio.FIRST_COMPLETED)
+            await slots.acquire()
         finally:
-            stopping.cancel()
-            if not acquiring.done():
-                acquiring.cancel()  # (a slot it was given meanwhile is passed on)
-        return acquiring.done() and not acquiring.cancelled()
+            self.waiting.discard(slots)
+        return True
+
+    async def wake(self) -> None:
+        """Once the stop is asked, a slot more for each feeder waiting (``slot``), which it gives
+        back: ``next_job`` hands out nothing then. One task a run, no race on every request."""
+        await self.stop.asked.wait()
+        for slots in tuple(self.waiting):
+            slots.release()
 
     async def feed(self) -> None:
         """Every provider's feeder, then one end-marker per worker."""
-        async with asyncio.TaskGroup() as feeders:
-            for provider in self.feeds:
-                feeders.create_task(self.fill(provider))
+        waking = asyncio.ensure_future(self.wake())
+        try:
+            async with asyncio.TaskGroup() as feeders:
+                for provider in self.feeds:
+                    feeders.create_task(self.fill(provider))
+        finally:
+            waking.cancel()
         for _ in range(self.n_workers):
             await self.queue.put(None)
 
