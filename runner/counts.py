@@ -94,7 +94,8 @@ def counts(
         {label: s.refused for label, s in stats.items()},
     )
     earlier = sum(getattr(s, "from_earlier_usd", 0.0) for s in stats.values())
-    bound = None if max_cost is None else bound_block(budget, remaining, earlier)
+    held = sum(getattr(s, "open_reserved_usd", 0.0) for s in stats.values())
+    bound = None if max_cost is None else bound_block(budget, remaining, earlier, held)
     return Counts(requests_block(stats), bound, stopped)
 
 
@@ -157,6 +158,15 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
                 "duplicate_results": s.duplicate_results,
                 "unanswered": s.unanswered,
             }
+            if s.earlier_entries:  # whose batches: their runs' lines list them under ``open``
+                block["batches"]["from_earlier_entries"] = sorted(s.earlier_entries)
+            if s.open_requests:  # committed under this run's bound; collected by a later run
+                block["batches"]["open"] = {
+                    "entries": sorted(s.open_entries),
+                    "requests": s.open_requests,
+                    "answers": s.open_answers,
+                    "reserved_usd": (None if s.cost_usd is None else round(s.open_reserved_usd, 6)),
+                }
         blocks[label] = block
     return blocks
 
@@ -170,13 +180,18 @@ def batch_outcome(stats: Mapping[str, Stats]) -> tuple[bool, bool]:
     )
 
 
-def bound_block(budget: Budget, remaining: list[Estimate] | None, earlier: float = 0.0) -> dict:
+def bound_block(
+    budget: Budget, remaining: list[Estimate] | None, earlier: float = 0.0, held: float = 0.0
+) -> dict:
     """summary.json's ``cost_bound``: the bound, what this run spent (``cost_at_reservation_usd``:
     the part of it charged at reservation because the cost is unknown, ``Budget.keep``, only when
     not 0, as in a model's ``requests`` block), whether it stopped, ``spent_by_all_usd`` for a
     bound shared through ``--coordinator``, what remains; ``earlier_batches_usd`` when this run
-    collected batches an earlier run submitted (``earlier``: what their answers cost, that run's
-    spend, not under this bound)."""
+    collected batches an earlier run submitted (``earlier``: what their answers cost, paid under
+    that run's bound, not this one's); ``open_batches_usd`` when this run left batches open (a
+    stop: ``held``, what their reservations held under this bound, at most their cost; not in
+    ``spent_usd``: the run that collects them records what they cost in its
+    ``earlier_batches_usd``)."""
     block: dict = {"max_cost_usd": budget.max_usd, "spent_usd": round(budget.spent, 6)}
     at_reservation = round(budget.spent_at_reservation, 6)
     if at_reservation:
@@ -186,6 +201,8 @@ def bound_block(budget: Budget, remaining: list[Estimate] | None, earlier: float
         block["spent_by_all_usd"] = round(budget.spent_by_all_usd, 6)
     if earlier:
         block["earlier_batches_usd"] = round(earlier, 6)
+    if held:
+        block["open_batches_usd"] = round(held, 6)
     if remaining is not None:
         total = _estimate.totals(remaining)
         block |= {

@@ -255,9 +255,22 @@ class ModelBatches(Submitting, Collecting):
         gone = [k for k in self.waiting if k not in still and not self.cache.has(k)]
         self.left += [self.waiting.pop(k) for k in gone]
         self.refused_left = len(self.refused.intersection(gone))
-        for key in list(self.reserved):
-            self.budget.settle(self.reserved.pop(key), 0.0)
+        self._release(still)
         return self.left
+
+    def _release(self, claimed: dict[str, str]) -> None:
+        """The run ends (or a stop cut it): every reservation still held is released, and those of
+        the requests in this run's batches still open (``claimed``: key -> entry, the ledger's) are
+        recorded as what the run committed (``BatchStats.open_*``: at most their cost; the run
+        that collects them records what they cost, ``from_earlier_usd``)."""
+        for key in list(self.reserved):
+            reserved = self.reserved.pop(key)
+            self.budget.settle(reserved, 0.0)
+            if key in claimed and key in self.waiting and not self.cache.has(key):
+                self.stats.open_entries.add(claimed[key])
+                self.stats.open_requests += 1
+                self.stats.open_answers += len(self.waiting[key][0].questions)
+                self.stats.open_reserved_usd += reserved
 
     # ---- streaming and submitting -------------------------------------------------------------
     async def _stream(self) -> None:
@@ -333,6 +346,7 @@ class ModelBatches(Submitting, Collecting):
         if self.options.collect_only:
             return
         st, claimed = self.stats, self.ledger.claimed(self.identity)
+        self._release(claimed)  # what this run's open batches hold: committed, recorded apart
         cut, self.submitting = self.submitting, None
         if cut is not None and cut.creating:
             new = set(cut.keys) - self.counted

@@ -155,3 +155,25 @@ def _is_price(value) -> bool:
         and all(isinstance(v, numbers) and not isinstance(v, bool) and v >= 0 for v in value[:2])
         and all(v is None or (isinstance(v, numbers) and v >= 0) for v in value[2:])
     )
+
+
+def batch_spend(block: dict) -> list[str]:
+    """What a model's ``requests`` block (``block``) says of the money of batches run across runs,
+    for the lines under the usage table's ``this run`` column (``runner.outputs.terminal``): the
+    part of its ``cost_usd`` that answered earlier runs' batches (paid under their bounds), and the
+    batches this run left open (their reservations held under its bound, not in its
+    ``cost_usd``)."""
+    batches, lines = block.get("batches") or {}, []
+    if earlier := batches.get("from_earlier_runs_usd"):
+        lines.append(
+            f"${earlier:.4f} of it answered batches earlier runs submitted (paid under their "
+            "bounds, so not in this run's spend of its own: cost_bound.earlier_batches_usd)"
+        )
+    if held := batches.get("open"):
+        usd = held["reserved_usd"]
+        most = "" if usd is None else f", at most ${usd:.4f} (their reservations)"
+        lines.append(
+            f"{held['requests']:,} request(s) in batches still open at the provider{most}, not in "
+            "this run's cost: the run that collects them records what they cost"
+        )
+    return lines
