@@ -125,8 +125,9 @@ def run(
     Raises ``UsageError`` (an adapter that cannot start, two models with one name),
     ``signals.Interrupted`` or ``KeyboardInterrupt`` (stopped by a signal: everything that arrived
     is cached; once drained, what arrived is scored into ``plan.out`` as well, marked
-    ``interrupted``, if the grace period leaves the time: ``Interrupted.summary``) and
-    ``cache.CacheWriteError`` (the cache could not be written)."""
+    ``interrupted``, if the grace period leaves the time: ``Interrupted.summary``; stopped while
+    scoring, once every request was sent: a ``KeyboardInterrupt`` whose ``counts`` are the run's)
+    and ``cache.CacheWriteError`` (the cache could not be written)."""
     dist = dist if dist is not None else distributed.setup(None, plan, sending=True)
     budget = dist.budget(plan.max_cost)
     rounds = None
@@ -170,7 +171,11 @@ def run(
                 on_summary(stop.summary)
             raise
         counted_ = counts(stats, plan.models, budget, plan.max_cost, limiters, remaining)
-        summary = _scored(plan, cache, counted_, rounds)
+        try:
+            summary = _scored(plan, cache, counted_, rounds)
+        except KeyboardInterrupt as stop:  # the sending was over: its counts stand (the line's)
+            stop.counts = counted_  # type: ignore[attr-defined]
+            raise
     if on_summary is not None:
         on_summary(summary)
     stopped = counted_.stopped

@@ -192,3 +192,42 @@ def test_a_run_stopped_before_scoring_has_a_line_without_counts(tmp_path: Path):
         "stopped_providers": [],
         "requests": None,
     }
+
+
+async def test_a_run_stopped_while_scoring_keeps_what_it_sent_and_spent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
+    """Ctrl-C once every request was sent, while the run scores: the sending is over, so its line
+    has its counts and spend. 24 When2Call requests, each one question; the fake reports 1 output
+    token per question, priced $1,000,000 per million (input free): $1.00 a request.
+
+    Expected, by hand: exit code 130; ``sent`` 24, ``not_sent`` 0, ``cost_usd`` $24.00,
+    ``cost_bound`` {$100, spent $24.00, not stopped} (the old code: ``requests`` and ``cost_bound``
+    null, so no line ever had the $24); the last line says every request had been sent."""
+    from dxi.runner import session
+
+    def cut(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    data_dir(tmp_path / "data", TASKS)
+    out = tmp_path / "out"
+    async with FakeProvider(model=None) as server:
+        model = f"systemone:m1@{server.url}"
+        flags = ["--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "cache")]
+        flags += ["--out", str(out), "--model", model, "--price", f"{model}=0/1000000"]
+        monkeypatch.setattr(session, "_scored", cut)
+        code = await asyncio.to_thread(main, ["run", *flags, "--max-cost", "100", "-q"])
+        assert server.stats()["arrivals"] == TASKS
+    assert code == 130
+    (line,) = _lines(out / "run-history.jsonl")
+    block = line["requests"]["systemone:m1"]
+    assert (block["sent"], block["cache_hits"], block["not_sent"], block["cost_usd"]) == (
+        TASKS,
+        0,
+        0,
+        24.0,
+    )
+    assert line["cost_bound"] == {"max_cost_usd": 100.0, "spent_usd": 24.0, "stopped": False}
+    assert (line["outcome"], line["stopped_providers"]) == ("interrupted", [])
+    err = " ".join(capsys.readouterr().err.split())
+    assert "Interrupted (Ctrl-C). Every request had been sent and every reply that arrived" in err

@@ -168,7 +168,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
         if plan.batch:
             rest += " Open batches keep running at the provider: the next run collects them (dxi batches list)."
         rest += signals.written(stop, plan.out)  # its summary.json, partial, or why not
-        # drained, what each model sent, found cached and left (None: cut short, or before the run)
+        # drained (or cut while scoring, every request sent), what each model sent, found cached
+        # and left (None: cut short, or before the run)
         done = getattr(stop, "counts", None)
         code = record(signals.exit_code(stop), done)
         if done is not None:  # the providers it stopped, as a run that ends says them
