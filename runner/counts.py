@@ -116,7 +116,9 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
     their ``batches`` block too. A run cut short (a second signal, the end of ``--grace``) adds
     ``abandoned`` ({``requests``, ``cost_at_reservation_usd``}: the requests sent it left on the
     wire, counted in ``sent``, and their part of ``cost_usd``, null where that is) when there are
-    some, and ``incomplete`` (``INCOMPLETE``) when the model's rest was not all counted."""
+    some, and ``incomplete`` (``INCOMPLETE``) when the model's rest was not all counted. A run the
+    cache stopped (it could not be written) adds ``unstored`` ({``requests``, ``cost_usd``}: replies
+    paid for that could not be stored, counted in ``sent`` and ``cost_usd``) when there are some."""
     blocks = {}
     for label, s in stats.items():
         block = {
@@ -142,6 +144,9 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
         if s.abandoned:
             usd = None if block["cost_usd"] is None else round(s.abandoned_usd, 6)
             block["abandoned"] = {"requests": s.abandoned, "cost_at_reservation_usd": usd}
+        if s.unstored:  # paid for, but the cache could not store them (a full disk)
+            usd = None if block["cost_usd"] is None else round(s.unstored_usd, 6)
+            block["unstored"] = {"requests": s.unstored, "cost_usd": usd}
         if s.uncounted:
             block["incomplete"] = list(INCOMPLETE)
         if isinstance(s, BatchStats):

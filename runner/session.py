@@ -19,7 +19,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from dxi import adapters
-from dxi.cache import Cache
+from dxi.cache import Cache, CacheWriteError
 from dxi.cache.store import prepare_compaction
 from dxi.evals import EVALS
 from dxi.lazy import LazyModule
@@ -127,7 +127,8 @@ def run(
     is cached; once drained, what arrived is scored into ``plan.out`` as well, marked
     ``interrupted``, if the grace period leaves the time: ``Interrupted.summary``; stopped while
     scoring, once every request was sent: a ``KeyboardInterrupt`` whose ``counts`` are the run's)
-    and ``cache.CacheWriteError`` (the cache could not be written)."""
+    and ``cache.CacheWriteError`` (the cache could not be written; its ``counts``, when it stopped
+    the sending: what was sent and spent by then, ``runner.counts``)."""
     dist = dist if dist is not None else distributed.setup(None, plan, sending=True)
     budget = dist.budget(plan.max_cost)
     rounds = None
@@ -173,7 +174,7 @@ def run(
         counted_ = counts(stats, plan.models, budget, plan.max_cost, limiters, remaining)
         try:
             summary = _scored(plan, cache, counted_, rounds)
-        except KeyboardInterrupt as stop:  # the sending was over: its counts stand (the line's)
+        except (KeyboardInterrupt, CacheWriteError) as stop:  # sent already: the counts stand
             stop.counts = counted_  # type: ignore[attr-defined]
             raise
     if on_summary is not None:
@@ -418,6 +419,12 @@ async def _graceful(
             cut = _dispatch.so_far(stop, plan.models)
             cut_counts = counts(cut, plan.models, budget, plan.max_cost, limiters)
             raise graceful.interrupted(stop.abandoned, cut_counts) from None
+        except CacheWriteError as exc:  # what was sent and spent, paid replies not stored among it
+            cut = _dispatch.so_far(stop, plan.models)
+            for part in cut.values():  # the rest of each model was not counted (``incomplete``)
+                part.uncounted = 1
+            exc.counts = counts(cut, plan.models, budget, plan.max_cost, limiters)
+            raise
     if graceful.signum is not None:  # drained: what each model sent, found cached and left
         done = counts(result[0], plan.models, budget, plan.max_cost, limiters)
         raise graceful.interrupted(stop.abandoned, done)

@@ -177,11 +177,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
         options.make_console(stderr=True).print(f"[yellow]{escape(head)}[/] {escape(rest)}")
         return code
     except CacheWriteError as exc:
-        code = record(EXIT_CACHE_WRITE)
+        done = getattr(exc, "counts", None)  # what it sent and spent by then (runner.session)
+        code = record(EXIT_CACHE_WRITE, done)
         options.make_console(stderr=True).print(
-            f"[red]Stopped: {escape(str(exc))}.[/] Every reply stored before it is in "
-            f"{escape(str(plan.cache_dir))}; make room (or fix the directory) and rerun the same command: "
-            "only what is missing is sent."
+            f"[red]Stopped: {escape(str(exc))}.[/] {escape(_spent(done))}Every reply stored before "
+            f"it is in {escape(str(plan.cache_dir))}; make room (or fix the directory) and rerun the "
+            "same command: only what is missing is sent."
         )
         return code
     code = record(result.exit_code, result)  # before the messages: a closed stdout costs no line
@@ -237,6 +238,29 @@ def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> 
     if len(parts) == 1:
         return f"{told} ({cost} expected)"
     return f"{told}: the next run sends these {remaining:,} ({cost} expected)"
+
+
+def _spent(done: Counts | None) -> str:
+    """What a run the cache stopped sent and spent (``done``: its counts; "" without them), with
+    the replies paid for that could not be stored: ``"This run sent 91 request(s) and spent
+    $0.0910; 16 of them ($0.0160) were paid for but could not be stored: the next run sends them
+    again. "``."""
+    if done is None:
+        return ""
+    blocks = done.requests.values()
+    costs = [b["cost_usd"] for b in blocks if b["cost_usd"] is not None]
+    most = "at most " if any(b.get("cost_at_reservation_usd") for b in blocks) else ""
+    spent = f" and spent {most}${sum(costs):.4f}" if costs else ""
+    text = f"This run sent {sum(b['sent'] for b in blocks):,} request(s){spent}"
+    lost = [b["unstored"] for b in blocks if b.get("unstored")]
+    if lost:
+        usd = [u["cost_usd"] for u in lost if u["cost_usd"] is not None]
+        cost = f" (${sum(usd):.4f})" if usd else ""
+        text += (
+            f"; {sum(u['requests'] for u in lost):,} of them{cost} were paid for but could not be "
+            "stored: the next run sends them again"
+        )
+    return text + ". "
 
 
 def _tell_stopped(blocks: list[dict], console: Console) -> None:

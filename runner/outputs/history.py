@@ -22,8 +22,9 @@ model's rest counted ``not_sent``; ``cost_bound`` without what remains); one who
 short (a second signal, the grace period over) has what was counted by then: the requests it left
 on the wire counted sent and ``abandoned``, charged their reservations (the bound held them), and a
 model whose rest was not counted whole says which counts are ``incomplete``. One stopped while
-scoring has its counts (the sending was over); one stopped while planning or by a cache that could
-not be written has ``cost_bound`` and ``requests`` null. A run killed with
+scoring has its counts (the sending was over), and so does one stopped by a cache that could not
+be written (the replies paid for but not stored counted ``unstored``); one stopped while planning
+has ``cost_bound`` and ``requests`` null. A run killed with
 SIGKILL (or one that crashed) writes no line. The line is one ``write(2)`` to the file opened
 ``O_APPEND`` (``cache.lines``); a folder that cannot take it costs a warning, not the run.
 """
