@@ -109,6 +109,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         from ..batch.memory import tune
 
         tune()
+    plan.check_models()  # a model none of its adapter's (a typo): bad input, as the file's others
     plan.check_cost_bound()
     given = args.until is not None  # else the run file's key, named as the file's
     if plan.until is not None and plan.until.rule == "separated" and len(plan.models) < 2:

@@ -209,6 +209,13 @@ def _where(path: Path, text: str, key: tuple) -> str:
     return str(path)
 
 
+def located(path: Path, key: tuple, problem: str, text: str | None = None) -> str:
+    """A run file problem as its errors say it: the file, the line of ``key`` (its nearest
+    enclosing key with a line), the key dotted and ``problem``; ``text``: the file's (else read)."""
+    text = Path(path).read_text(encoding="utf-8") if text is None else text
+    return f"{_where(path, text, key)}: {_dotted(key) or 'top level'}: {problem}"
+
+
 def _dotted(key: tuple) -> str:
     """``models[2].price`` for ("models", 2, "price"), with "(the 3rd [[models]] table)": indices
     count from 0."""
@@ -233,7 +240,7 @@ def load(path: Path | str) -> RunFile:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
     def fail(key: tuple, problem: str) -> ConfigError:
-        return ConfigError(f"{_where(path, text, key)}: {_dotted(key) or 'top level'}: {problem}")
+        return ConfigError(located(path, key, problem, text))
 
     def number(key: tuple, value: Any, kind: Number) -> None:
         """A number of the run file in ``kind``'s range (``runner.planning.numbers``: that of the
