@@ -172,16 +172,14 @@ def run(
                 on_summary(stop.summary)
             raise
         counted_ = counts(stats, plan.models, budget, plan.max_cost, limiters, remaining)
-        try:
+        with _keeping(counted_):
             summary = _scored(plan, cache, counted_, rounds)
-        except (KeyboardInterrupt, CacheWriteError) as stop:  # sent already: the counts stand
-            stop.counts = counted_  # type: ignore[attr-defined]
-            raise
-    if on_summary is not None:
-        on_summary(summary)
+    with _keeping(counted_):  # printing the summary, the uploads
+        if on_summary is not None:
+            on_summary(summary)
+        upload_failed = dist.finish()  # the run ends when its uploads are done
     stopped = counted_.stopped
     extra = counted_.extra()
-    upload_failed = dist.finish()  # the run ends when its uploads are done
     dist.shard_note()
     refused, unanswered = batch_outcome(stats)
     sharded = dist.shard is not None and dist.shard.count > 1
@@ -206,6 +204,17 @@ def run(
         upload_failed,
         code,
     )
+
+
+@contextlib.contextmanager
+def _keeping(counted_: Counts):
+    """A stop once the sending is over (Ctrl-C or SIGTERM while scoring, printing or uploading;
+    a cache that cannot be written) carries the run's counts (``counts``) for its line."""
+    try:
+        yield
+    except (KeyboardInterrupt, CacheWriteError) as stop:
+        stop.counts = counted_  # type: ignore[attr-defined]
+        raise
 
 
 def _scored(
