@@ -197,7 +197,10 @@ def test_a_stopped_batch_run_counts_the_requests_not_in_a_batch_not_sent(tmp_pat
     ) in " ".join(out.split())
     last = " ".join(err.split())
     assert "6 request(s) were not sent" in last
-    assert "Open batches keep running at the provider: the next run collects them" in last
+    assert (
+        "Open batches of this run (10 request(s), at most $2000.0000 reserved) keep running at the "
+        "provider: the next run collects them"
+    ) in last
 
 
 @pytest.mark.process

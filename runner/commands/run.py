@@ -166,12 +166,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
         )
     except (KeyboardInterrupt, signals.Interrupted) as stop:
         head, rest = signals.resume_message(stop, plan.cache_dir, args.grace)
-        if plan.batch:
-            rest += " Open batches keep running at the provider: the next run collects them (dxi batches list)."
-        rest += signals.written(stop, plan.out)  # its summary.json, partial, or why not
         # drained (or cut while scoring, every request sent), what each model sent, found cached
         # and left (None: cut short, or before the run)
         done = getattr(stop, "counts", None)
+        if plan.batch:
+            rest += f" Open batches{_held(done)} keep running at the provider: the next run collects them (dxi batches list)."
+        rest += signals.written(stop, plan.out)  # its summary.json, partial, or why not
         code = record(signals.exit_code(stop), done)
         if done is not None:  # the providers it stopped, as a run that ends says them
             _tell_stopped(done.stopped, console)
@@ -239,6 +239,21 @@ def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> 
     if len(parts) == 1:
         return f"{told} ({cost} expected)"
     return f"{told}: the next run sends these {remaining:,} ({cost} expected)"
+
+
+def _held(done: Counts | None) -> str:
+    """What this run's batches still open hold (each model's ``batches.open``): `` (16 request(s),
+    at most $3200.0000 reserved under this run's bound)``; "" when none (or not counted)."""
+    held = [
+        b["batches"]["open"]
+        for b in (done.requests.values() if done else ())
+        if "open" in b.get("batches", {})
+    ]
+    if not held:
+        return ""
+    usd = [h["reserved_usd"] for h in held if h["reserved_usd"] is not None]
+    most = f", at most ${sum(usd):.4f} reserved" if usd else ""
+    return f" of this run ({sum(h['requests'] for h in held):,} request(s){most})"
 
 
 def _spent(done: Counts | None) -> str:
