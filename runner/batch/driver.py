@@ -80,7 +80,7 @@ from itertools import chain, islice
 from dxi.adapters import AdapterError, Fatal, Request
 from dxi.adapters.batches import FAILED as FAILED_BATCH
 from dxi.adapters.batches import BatchAPI, BatchLost, BatchStatus
-from dxi.cache import Cache
+from dxi.cache import Cache, CacheWriteError
 from dxi.cache.ledger import Ledger
 from dxi.evals import Suite, Task
 
@@ -242,6 +242,11 @@ class ModelBatches(Submitting, Collecting):
                         await streaming
             if streaming.done() and not streaming.cancelled() and streaming.exception() is not None:
                 raise streaming.exception()
+        except CacheWriteError:  # a full disk: what this run's open batches hold is committed
+            self._count_cut()
+            with contextlib.suppress(OSError):
+                self._release(self.ledger.claimed(self.identity))
+            raise
         finally:
             if self.resubmitting is not None and not self.resubmitting.done():
                 self.resubmitting.cancel()
@@ -332,6 +337,16 @@ class ModelBatches(Submitting, Collecting):
         finally:
             self.wake.set()
 
+    def _count_cut(self):
+        """The batch whose submission a stop (or a full disk) cut, taken off (None: none): its
+        requests counted ``sent`` once its create went out (the batch may exist)."""
+        cut, self.submitting = self.submitting, None
+        if cut is not None and cut.creating:
+            new = set(cut.keys) - self.counted
+            self.counted |= new
+            self.stats.sent += len(new)
+        return cut
+
     async def count_stopped(self) -> None:
         """The run was stopped (the first Ctrl-C or SIGTERM: ``run`` cut) with this model's requests
         partly streamed: each one counted once. Not yet streamed: a cache hit, in an open batch (an
@@ -347,11 +362,7 @@ class ModelBatches(Submitting, Collecting):
             return
         st, claimed = self.stats, self.ledger.claimed(self.identity)
         self._release(claimed)  # what this run's open batches hold: committed, recorded apart
-        cut, self.submitting = self.submitting, None
-        if cut is not None and cut.creating:
-            new = set(cut.keys) - self.counted
-            self.counted |= new
-            st.sent += len(new)
+        cut = self._count_cut()
         unsent = cut.entry if cut is not None and not cut.creating else None  # never created
         held = [
             k for k in self.waiting if claimed.get(k, unsent) == unsent and not self.cache.has(k)

@@ -269,6 +269,10 @@ def _spent(done: Counts | None) -> str:
     spent = f" and spent {most}${sum(costs):.4f}" if costs else ""
     text = f"This run sent {sum(b['sent'] for b in blocks):,} request(s){spent}"
     lost = [b["unstored"] for b in blocks if b.get("unstored")]
+    if held := _held(done):
+        text += (
+            f"; its open batches{held.removeprefix(' of this run')} keep running at the provider"
+        )
     if lost:
         usd = [u["cost_usd"] for u in lost if u["cost_usd"] is not None]
         cost = f" (${sum(usd):.4f})" if usd else ""
