@@ -242,8 +242,8 @@ def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> 
 
 
 def _held(done: Counts | None) -> str:
-    """What this run's batches still open hold (each model's ``batches.open``): `` (16 request(s),
-    at most $3200.0000 reserved under this run's bound)``; "" when none (or not counted)."""
+    """What this run's batches still open hold (each model's ``batches.open``): `` of this run (16
+    request(s), at most $3200.0000 reserved)``; "" when none (or not counted)."""
     held = [
         b["batches"]["open"]
         for b in (done.requests.values() if done else ())
@@ -269,16 +269,16 @@ def _spent(done: Counts | None) -> str:
     spent = f" and spent {most}${sum(costs):.4f}" if costs else ""
     text = f"This run sent {sum(b['sent'] for b in blocks):,} request(s){spent}"
     lost = [b["unstored"] for b in blocks if b.get("unstored")]
-    if held := _held(done):
-        text += (
-            f"; its open batches{held.removeprefix(' of this run')} keep running at the provider"
-        )
     if lost:
         usd = [u["cost_usd"] for u in lost if u["cost_usd"] is not None]
         cost = f" (${sum(usd):.4f})" if usd else ""
         text += (
             f"; {sum(u['requests'] for u in lost):,} of them{cost} were paid for but could not be "
             "stored: the next run sends them again"
+        )
+    if held := _held(done):
+        text += (
+            f"; its open batches{held.removeprefix(' of this run')} keep running at the provider"
         )
     return text + ". "
 
