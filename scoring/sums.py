@@ -438,9 +438,9 @@ def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
         if cube.kind == "choice":
             n, right = _pooled(sums["n"]), _pooled(sums["correct"])
             out["accuracy"] = accuracy_from(right, n)
-            if cube.eval == OMNISCIENCE:
+            if cube.eval == OMNISCIENCE:  # NaN, as accuracy, where no answer is a reply
                 out["non_hallucination_rate"] = non_hallucination_from(
-                    *hallucination_counts(lambda stat: _pooled(sums[stat]))
+                    *hallucination_counts(lambda stat: _pooled(sums[stat])), n
                 )
         else:
             f1 = f1_from(_f64(sums["tp"]), _f64(sums["fp"]), _f64(sums["fn"]))  # (..., units)
