@@ -571,8 +571,8 @@ class EvalMetrics:
 
     def unscored(self) -> np.ndarray:
         """Labels whose metrics are null: no answer of theirs is a reply (every one failed or is
-        missing). A label with some replies is scored, its failed and missing answers as not correct
-        (provisional)."""
+        missing). A label with some replies is scored over them, its failed and missing answers left
+        out (provisional, with bounds: ``eval_bounds``)."""
         return self.no_reply if self.no_reply is not None else np.zeros(len(self.answered), bool)
 
     def reason(self) -> list[str | None]:
