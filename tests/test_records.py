@@ -38,7 +38,7 @@ def test_summary_json_has_the_bytes_the_dict_based_summary_had(summary: Summary)
     # ``comparison_method.ci``'s entry for identical answers, nothing else changed; and one fix:
     # the two-epoch model's second epoch, every answer missing, no longer counts as never
     # hallucinating (its non-hallucination rate 14.3, not 57.1; its index 56.6, not 62.0; and the
-    # comparisons that involve them)
+    # comparisons that involve them) nor takes a share of its intervals' n (its intervals narrower)
     golden = GOLDEN.read_bytes()
     assert records.to_json(summary) == golden
     doc = orjson.loads(golden)  # the scenario holds what the test is for
