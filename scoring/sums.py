@@ -438,9 +438,9 @@ def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
         if cube.kind == "choice":
             n, right = _pooled(sums["n"]), _pooled(sums["correct"])
             out["accuracy"] = accuracy_from(right, n)
-            if cube.eval == OMNISCIENCE:
+            if cube.eval == OMNISCIENCE:  # NaN, as accuracy, where no answer is a reply
                 out["non_hallucination_rate"] = non_hallucination_from(
-                    *hallucination_counts(lambda stat: _pooled(sums[stat]))
+                    *hallucination_counts(lambda stat: _pooled(sums[stat])), n
                 )
         else:
             f1 = f1_from(_f64(sums["tp"]), _f64(sums["fp"]), _f64(sums["fn"]))  # (..., units)
@@ -523,6 +523,13 @@ def unit_calibration(sums: Sums) -> dict[str, np.ndarray]:
         }
 
 
+def replied_epochs(sums: Sums) -> np.ndarray:
+    """(labels,) the epochs in which each label has a reply in ``sums`` (at least 1): what an
+    interval's counts are averaged over. An epoch whose every answer failed or is missing has no
+    figure (``values``), so it has no share of the interval's *n* either (counted, it halved n)."""
+    return np.maximum((_pooled(sums["n"]) > 0).sum(-1), 1)
+
+
 def epoch_mean(v: np.ndarray) -> np.ndarray:
     """Mean over the last (epochs) axis, ignoring epochs where the metric is undefined."""
     if v.shape[-1] == 1:
@@ -571,8 +578,8 @@ class EvalMetrics:
 
     def unscored(self) -> np.ndarray:
         """Labels whose metrics are null: no answer of theirs is a reply (every one failed or is
-        missing). A label with some replies is scored, its failed and missing answers as not correct
-        (provisional)."""
+        missing). A label with some replies is scored over them, its failed and missing answers left
+        out (provisional, with bounds: ``eval_bounds``)."""
         return self.no_reply if self.no_reply is not None else np.zeros(len(self.answered), bool)
 
     def reason(self) -> list[str | None]:
@@ -636,7 +643,8 @@ def eval_metrics(
 def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float) -> None:
     """Set ``est.low``/``est.high`` (0-100, (labels,)) of the metrics of ``intervals.SCORE_METRICS``
     from the counts in ``sums`` (``Cube.sums``: of all ``cube``'s tasks or a group's), each count
-    the mean over the epochs a label has (``scoring.intervals`` gives the methods and sources):
+    the mean over the epochs in which a label has a reply (``replied_epochs``; ``scoring.intervals``
+    gives the methods and sources):
     accuracy and the non-hallucination rate the continuity-corrected Wilson interval of correct / n
     and of (not correct − hallucinated) / not correct, each F1 the same interval of TP / (TP + FP +
     FN) mapped to 2θ / (1 + θ), mean F1 the MOVER combination of the defined F1 scores taken as
@@ -644,7 +652,7 @@ def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float)
     correlation estimated from a few errors near 100 made the interval too short: coverage 0.92 at a
     true 99.5 over 60 rows, ``benchmarks/bench_stats_intervals.py``). Every interval is bounded by
     ``intervals.contain`` to hold its point."""
-    epochs = np.maximum((~cube.absent).sum(-1), 1)  # (labels,)
+    epochs = replied_epochs(sums)  # (labels,)
 
     def mean(stat: str) -> np.ndarray:  # (labels, units): the count per epoch
         return _f64(sums[stat]).sum(axis=1) / epochs[:, None]
@@ -837,7 +845,7 @@ def calibration_table(
         }
         if cube.kind == "yes_no":
             per_epoch = unit_calibration(sums)  # (labels, epochs, units)
-            epochs = np.maximum((~cube.absent).sum(-1), 1)  # (labels,)
+            epochs = replied_epochs(sums)  # (labels,)
             for k, unit in enumerate(cube.units):
                 point = {m: epoch_mean(v[..., k]) for m, v in per_epoch.items()}
                 sd = {m: epoch_sd(v[..., k]) for m, v in per_epoch.items()}
