@@ -8,16 +8,22 @@ this file covers what a real server can send that the fakes do not."""
 from __future__ import annotations
 
 import orjson
+import pydantic
+from anthropic.lib.streaming._messages import accumulate_event
+from anthropic.types import Message, RawMessageStreamEvent
+from anthropic.types.shared import ErrorResponse
 from google.genai import types as genai
 from google.genai.decisions import CreateDecisionResponse
 
 from dxi import adapters
+from dxi.adapters.anthropic import Anthropic, decode_messages
 from dxi.adapters.gemini import decode_generate
 from dxi.adapters.gemini_batch import GeminiBatch
 from dxi.adapters.gemini_decisions import decode_decision
-from dxi.adapters.streaming import GenerateAssembler
+from dxi.adapters.provider_errors import body_error
+from dxi.adapters.streaming import GenerateAssembler, MessagesAssembler, SSEParser
 from dxi.evals.task import Option, Question, Task
-from dxi.scoring.cost import request_cost
+from dxi.scoring.cost import batch_price, request_cost
 
 TASK = Task(
     "when2call/1",
@@ -176,3 +182,216 @@ def test_a_gemini_batch_result_cut_off_while_thinking_bills_its_thoughts():
     result = GeminiBatch(adapter).result(orjson.loads(line), line)
     reply = adapter.decode_parsed(TASK, result.body, result.doc)
     assert (result.key, reply.input_tokens, reply.output_tokens) == ("k" * 64, 180, 256)
+
+
+# ---- Anthropic: stop reasons, cache usage, streams against the SDK's accumulate_event ----------
+
+
+def anthropic_message(content: list[dict], stop: str, usage: dict | None = None) -> dict:
+    """A Messages reply validated by the anthropic SDK's ``Message`` model, as JSON."""
+    return Message.model_validate(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-5-5",
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": usage or {"input_tokens": 300, "output_tokens": 40},
+        }
+    ).model_dump(mode="json", exclude_none=True)
+
+
+def test_an_anthropic_turn_paused_unfinished_is_no_answer():
+    """``pause_turn`` ("we paused a long-running turn. You may provide the response back as-is in a
+    subsequent request to let the model continue": ``Message.stop_reason``) is not a final reply,
+    even when its text parses: every answer invalid, its usage kept."""
+    doc = anthropic_message([{"type": "text", "text": ANSWER}], "pause_turn")
+    reply = decode_messages(TASK, orjson.dumps(doc))
+    paused = (
+        "the provider paused the turn unfinished (stop_reason pause_turn: a long-running turn, to "
+        "be sent back to continue): no final answer"
+    )
+    assert [(a.status, a.error) for a in reply.answers] == [("invalid", paused)] * 2
+    assert (reply.input_tokens, reply.output_tokens) == (300, 40)
+
+
+def test_anthropic_cache_tokens_are_outside_input_tokens_and_priced_by_its_rule():
+    usage = {
+        "input_tokens": 50,
+        "cache_read_input_tokens": 1000,
+        "cache_creation_input_tokens": 400,
+        "cache_creation": {"ephemeral_5m_input_tokens": 300, "ephemeral_1h_input_tokens": 100},
+        "output_tokens": 70,
+        "output_tokens_details": {"thinking_tokens": 60},
+    }
+    doc = anthropic_message([{"type": "text", "text": ANSWER}], "end_turn", usage)
+    reply = decode_messages(TASK, orjson.dumps(doc))
+    assert usage_of(reply) == {
+        "input_tokens": 1450,
+        "output_tokens": 70,  # thinking within output_tokens, not added again
+        "cached_input_tokens": 1000,
+        "cache_write_tokens": 300,
+        "cache_write_1h_tokens": 100,
+    }
+    # $3 / $15 per million, Anthropic's cache rule: reads 0.1x, 5-minute writes 1.25x, 1-hour 2x
+    rule = Anthropic.CACHE_PRICES
+    price = (
+        3.0,
+        15.0,
+        3 * rule["cached_input"],
+        3 * rule["cache_write"],
+        3 * rule["cache_write_1h"],
+    )
+    expected = (50 * 3 + 1000 * 0.3 + 300 * 3.75 + 100 * 6 + 70 * 15) / 1e6
+    assert round(request_cost(usage_of(reply), price), 12) == round(expected, 12)
+    # in a batch, half of every part (the discounts stack)
+    assert round(request_cost(usage_of(reply), batch_price(price)), 12) == round(expected / 2, 12)
+
+
+def sse(events: list[dict]) -> bytes:
+    return b"".join(
+        b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in events
+    )
+
+
+def anthropic_stream(events: list[dict]) -> tuple[bytes, dict]:
+    """(the reply our assembler builds from ``events`` sent as server-sent events, the message the
+    anthropic SDK's ``accumulate_event`` builds from them as JSON)."""
+    parse = pydantic.TypeAdapter(RawMessageStreamEvent).validate_python
+    snapshot, buffers = None, {}
+    for event in events:
+        if event["type"] == "ping":  # the SDK's Stream skips them (anthropic/_streaming.py)
+            continue
+        snapshot = accumulate_event(
+            event=parse(event), current_snapshot=snapshot, json_bufs=buffers
+        )
+    assembler, parser = MessagesAssembler(), SSEParser()
+    for name, data in parser.feed(sse(events)):
+        assembler.feed(name, data)
+    assert assembler.complete and assembler.error is None
+    return assembler.body(), snapshot.model_dump(mode="json", exclude_none=True)
+
+
+def start(usage: dict) -> dict:
+    message = anthropic_message([], "end_turn", usage)
+    return {"type": "message_start", "message": message | {"stop_reason": None}}
+
+
+def test_a_streamed_anthropic_reply_with_thinking_is_read_as_the_sdk_accumulates_it():
+    """Thinking split over ``thinking_delta`` events with its ``signature_delta``, a
+    ``redacted_thinking`` block, the answer split over ``text_delta`` events, and cumulative usage
+    in ``message_delta`` (the cache counts given at the start kept)."""
+    events = [
+        start({"input_tokens": 20, "output_tokens": 1, "cache_read_input_tokens": 500}),
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+        },  # noqa: E501
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "Weigh"},
+        },  # noqa: E501
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "ing it"},
+        },  # noqa: E501
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "signature_delta", "signature": "EqQBCgIYAh"},
+        },  # noqa: E501
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "redacted_thinking", "data": "EmwKAhgB"},
+        },  # noqa: E501
+        {"type": "content_block_stop", "index": 1},
+        {"type": "ping"},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}},
+        {
+            "type": "content_block_delta",
+            "index": 2,
+            "delta": {"type": "text_delta", "text": ANSWER[:9]},
+        },  # noqa: E501
+        {
+            "type": "content_block_delta",
+            "index": 2,
+            "delta": {"type": "text_delta", "text": ANSWER[9:]},
+        },  # noqa: E501
+        {"type": "content_block_stop", "index": 2},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 310},
+        },  # noqa: E501
+        {"type": "message_stop"},
+    ]
+    ours, sdks = anthropic_stream(events)
+    blocks = orjson.loads(ours)["content"]
+    assert blocks == sdks["content"]
+    assert (blocks[0]["thinking"], blocks[0]["signature"], blocks[1]["type"]) == (
+        "Weighing it",
+        "EqQBCgIYAh",
+        "redacted_thinking",
+    )
+    reply = decode_messages(TASK, ours)
+    assert reply == decode_messages(TASK, orjson.dumps(sdks))
+    assert [a.predicted for a in reply.answers] == ["yes", "A"]
+    assert (reply.input_tokens, reply.cached_input_tokens, reply.output_tokens) == (520, 500, 310)
+
+
+def test_a_streamed_forced_tool_call_split_over_json_deltas_is_read_as_the_sdk_accumulates_it():
+    events = [
+        start({"input_tokens": 20, "output_tokens": 1}),
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "answer", "input": {}},
+        },  # noqa: E501
+        *(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": part},
+            }  # noqa: E501
+            for part in ("", '{"q1": "y', 'es", "q2"', ': "B"}')
+        ),
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 25},
+        },  # noqa: E501
+        {"type": "message_stop"},
+    ]
+    ours, sdks = anthropic_stream(events)
+    assert orjson.loads(ours)["content"] == sdks["content"]
+    reply = decode_messages(TASK, ours, "tool")
+    assert reply == decode_messages(TASK, orjson.dumps(sdks), "tool")
+    assert [a.predicted for a in reply.answers] == ["yes", "B"]
+
+
+def test_an_overloaded_error_event_inside_a_200_stream_ends_it_as_an_error():
+    """Anthropic may send an ``error`` event (``overloaded_error``) after the stream began: the
+    assembler keeps it (``adapters.http.post_stream`` ends the attempt as a cut stream), never a
+    complete reply."""
+    error = ErrorResponse.model_validate(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    ).model_dump(mode="json", exclude_none=True)
+    events = [
+        start({"input_tokens": 20, "output_tokens": 1}),
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "{"}},
+        error,
+    ]
+    assembler, parser = MessagesAssembler(), SSEParser()
+    for name, data in parser.feed(sse(events)):
+        assembler.feed(name, data)
+    assert (assembler.began, assembler.complete, assembler.error) == (True, False, error)
+    assert body_error(orjson.loads(assembler.body())) == "Overloaded"
