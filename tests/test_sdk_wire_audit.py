@@ -7,23 +7,42 @@ this file covers what a real server can send that the fakes do not."""
 
 from __future__ import annotations
 
+import anthropic
+import httpx2
+import openai
 import orjson
 import pydantic
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import Message, RawMessageStreamEvent
+from anthropic.types.message_create_params import MessageCreateParamsStreaming
 from anthropic.types.shared import ErrorResponse
+from google.genai import _api_client as genai_client
 from google.genai import types as genai
 from google.genai.decisions import CreateDecisionResponse
+from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types.chat import ChatCompletionChunk
+from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
+from openai.types.shared import ErrorObject
 
 from dxi import adapters
 from dxi.adapters.anthropic import Anthropic, decode_messages
+from dxi.adapters.errors import KEY, Fatal, ProviderStop, RateLimited, Transient
 from dxi.adapters.gemini import decode_generate
 from dxi.adapters.gemini_batch import GeminiBatch
 from dxi.adapters.gemini_decisions import decode_decision
+from dxi.adapters.http import TOO_LONG, error_for, rate_limit_wait
+from dxi.adapters.openai import decode_chat
 from dxi.adapters.provider_errors import body_error
-from dxi.adapters.streaming import GenerateAssembler, MessagesAssembler, SSEParser
+from dxi.adapters.streaming import (
+    ChatAssembler,
+    GenerateAssembler,
+    MessagesAssembler,
+    SSEParser,
+)
 from dxi.evals.task import Option, Question, Task
 from dxi.scoring.cost import batch_price, request_cost
+
+from .helpers.sdk_types import conforms, gemini_problems
 
 TASK = Task(
     "when2call/1",
@@ -36,6 +55,8 @@ TASK = Task(
     {"q1": "yes", "q2": "A"},
 )
 ANSWER = '{"q1": "yes", "q2": "A"}'
+OPENAI_STREAMED = CompletionCreateParamsStreaming
+ANTHROPIC_STREAMED = MessageCreateParamsStreaming
 
 
 def gemini_json(reply: genai.GenerateContentResponse) -> bytes:
@@ -395,3 +416,209 @@ def test_an_overloaded_error_event_inside_a_200_stream_ends_it_as_an_error():
         assembler.feed(name, data)
     assert (assembler.began, assembler.complete, assembler.error) == (True, False, error)
     assert body_error(orjson.loads(assembler.body())) == "Overloaded"
+
+
+# ---- OpenAI: streamed chunks against the SDK's ChatCompletionStreamState, usage ------------------
+
+
+CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-6-luna"}
+
+
+def chat_stream(deltas: list[tuple[dict, str | None]], usage: dict) -> tuple[bytes, bytes]:
+    """(our assembled reply, the SDK's) for a stream of ``(delta, finish_reason)`` chunks, then the
+    usage-only chunk (``choices: []``) that ``stream_options.include_usage`` asks for, then
+    ``[DONE]``; each chunk validated by the SDK's ``ChatCompletionChunk``."""
+    chunks = [
+        CHUNK | {"choices": [{"index": 0, "delta": d, "finish_reason": f}], "usage": None}
+        for d, f in deltas
+    ] + [CHUNK | {"choices": [], "usage": usage}]
+    state, assembler = ChatCompletionStreamState(), ChatAssembler()
+    for chunk in chunks:
+        state.handle_chunk(ChatCompletionChunk.model_validate(chunk))
+        assembler.feed("", orjson.dumps(chunk).decode())
+    assembler.feed("", "[DONE]")
+    assert assembler.complete
+    sdks = state.current_completion_snapshot.model_dump(mode="json", exclude_none=True)
+    return assembler.body(), orjson.dumps(sdks)
+
+
+REASONED = {
+    "prompt_tokens": 900,
+    "completion_tokens": 300,
+    "total_tokens": 1200,
+    "prompt_tokens_details": {"cached_tokens": 768},
+    "completion_tokens_details": {"reasoning_tokens": 250},
+}
+
+
+def test_a_streamed_chat_reply_is_read_as_the_sdk_accumulates_it_reasoning_counted_once():
+    ours, sdks = chat_stream(
+        [
+            ({"role": "assistant", "content": ""}, None),
+            ({"content": ANSWER[:7]}, None),
+            ({"content": ANSWER[7:]}, None),
+            ({}, "stop"),
+        ],
+        REASONED,
+    )
+    reply = decode_chat(TASK, ours)
+    assert reply == decode_chat(TASK, sdks)
+    assert [a.predicted for a in reply.answers] == ["yes", "A"]
+    # reasoning tokens are within completion_tokens (CompletionTokensDetails), cached within prompt
+    assert (reply.input_tokens, reply.cached_input_tokens, reply.output_tokens) == (900, 768, 300)
+    assert round(request_cost(usage_of(reply), (2.0, 8.0, 0.5)), 9) == round(
+        (132 * 2 + 768 * 0.5 + 300 * 8) / 1e6, 9
+    )
+
+
+def test_a_streamed_refusal_split_over_chunks_is_read_whole():
+    ours, sdks = chat_stream(
+        [
+            ({"role": "assistant", "refusal": "I can't help"}, None),
+            ({"refusal": " with that."}, "stop"),
+        ],
+        {"prompt_tokens": 900, "completion_tokens": 6, "total_tokens": 906},
+    )
+    assert orjson.loads(sdks)["choices"][0]["message"]["refusal"] == "I can't help with that."
+    reply = decode_chat(TASK, ours)
+    assert reply == decode_chat(TASK, sdks)
+    assert {a.error for a in reply.answers} == {"refusal: I can't help with that."}
+
+
+def test_a_chat_reply_cut_off_while_reasoning_or_filtered_is_no_answer():
+    ours, sdks = chat_stream([({"role": "assistant", "content": ""}, "length")], REASONED)
+    reply = decode_chat(TASK, ours)
+    assert reply == decode_chat(TASK, sdks)
+    assert (reply.cut_off, reply.output_tokens) == ("thinking", 300)
+    assert {a.error for a in reply.answers} == {
+        "cut off at the token limit while thinking (finish_reason length), before any answer: "
+        "raise max_completion_tokens or lower --effort"
+    }
+    ours, _ = chat_stream(
+        [({"role": "assistant", "content": '{"q1": '}, "content_filter")], REASONED
+    )
+    assert {a.error for a in decode_chat(TASK, ours).answers} == {
+        "blocked by the provider's content filter (finish_reason content_filter)"
+    }
+
+
+# ---- retries: the SDKs' own policy as the oracle -------------------------------------------------
+
+STATUSES = (400, 401, 403, 404, 408, 409, 413, 422, 425, 429, 500, 502, 503, 504, 529)
+# where the runner parts from the openai and anthropic SDKs' ``_should_retry`` on purpose: a key
+# refused or an unknown model stops the provider (or the model) whatever x-should-retry says, as
+# every request would meet it alike; 425 Too Early is retried (RFC 8470)
+DEVIATIONS = {
+    (401, "true"): False,
+    (403, "true"): False,
+    (404, "true"): False,
+    (425, ""): True,
+}
+
+
+def retried(status: int, should_retry: str, body: bytes) -> bool:
+    headers = {"x-should-retry": should_retry} if should_retry else {}
+    error = error_for(status, body, headers, "m")
+    return isinstance(error, (RateLimited, Transient)) and error.should_retry is not False
+
+
+def test_the_statuses_retried_are_those_the_sdks_retry():
+    """Every status, with and without ``x-should-retry``, retried exactly when the openai and
+    anthropic SDKs retry it (``_base_client._should_retry``: 408, 409, 429, every 5xx, the header
+    first), but for ``DEVIATIONS``; and every status google-genai retries
+    (``_api_client._RETRY_HTTP_STATUS_CODES``) retried too."""
+    clients = (
+        anthropic.Anthropic(api_key="sk-test", max_retries=0),
+        openai.OpenAI(api_key="sk-test", max_retries=0),
+    )
+    body = orjson.dumps({"type": "error", "error": {"type": "api_error", "message": "m"}})
+    for status in STATUSES:
+        for header in ("", "true", "false"):
+            response = httpx2.Response(status, headers={"x-should-retry": header} if header else {})
+            sdk = {c._should_retry(response) for c in clients}
+            assert len(sdk) == 1
+            expected = DEVIATIONS.get((status, header), sdk.pop())
+            assert retried(status, header, body) == expected, (status, header)
+    for status in genai_client._RETRY_HTTP_STATUS_CODES:
+        assert retried(status, "", b"{}"), status
+
+
+def test_a_529_overloaded_is_a_rate_limit_and_the_wait_headers_read_as_the_sdk_reads_them():
+    overloaded = ErrorResponse.model_validate(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    )
+    error = error_for(529, overloaded.model_dump_json().encode(), {"retry-after": "4"}, "m")
+    assert (type(error), error.retry_after) == (RateLimited, 4.0)
+    client = anthropic.Anthropic(api_key="sk-test")
+    for headers in (
+        {"retry-after-ms": "1500"},
+        {"retry-after": "7"},
+        {"retry-after": "1.5"},
+        {"retry-after-ms": "250", "retry-after": "30"},
+    ):
+        assert rate_limit_wait(headers) == client._parse_retry_after_header(httpx2.Headers(headers))
+
+
+def test_a_key_refused_a_prompt_too_long_and_a_request_too_large_are_never_retried():
+    key = error_for(
+        401,
+        orjson.dumps(
+            {"type": "error", "error": {"type": "authentication_error", "message": "bad"}}
+        ),
+        {},
+        "m",
+    )
+    assert (type(key), key.cause) == (ProviderStop, KEY)
+    too_long = openai_error(
+        "This model's maximum context length is 8192 tokens", "context_length_exceeded", "messages"
+    )
+    error = error_for(400, too_long, {}, "m")
+    assert type(error) is Fatal and TOO_LONG in str(error)
+    large = orjson.dumps(
+        {"type": "error", "error": {"type": "request_too_large", "message": "big"}}
+    )
+    assert type(error_for(413, large, {}, "m")) is Fatal
+
+
+def openai_error(message: str, code: str, param: str) -> bytes:
+    error = ErrorObject(message=message, type="invalid_request_error", code=code, param=param)
+    return orjson.dumps({"error": error.model_dump(mode="json")})
+
+
+# ---- streamed request bodies against the SDKs' streaming request types ---------------------------
+
+
+def test_every_streamed_request_body_conforms_to_the_sdk_streaming_types():
+    """The streamed form of each body (``stream_body``: ``stream`` and ``stream_options``) against
+    ``CompletionCreateParamsStreaming`` / ``MessageCreateParamsStreaming``, over the effort
+    levels and thinking settings each adapter sends; Gemini's body is unchanged (its stream is
+    ``:streamGenerateContent?alt=sse``)."""
+    for effort in ("none", "low", "xhigh", "max"):
+        for params in ({}, {"max_completion_tokens": 2000, "seed": 1}):
+            spec = adapters.ModelSpec("openai", "gpt-6-luna", params=params, effort=effort)
+            a = adapters.get(spec)
+            body = orjson.loads(a.stream_body(a.encode(TASK).body))
+            assert body["stream_options"] == {"include_usage": True}
+            assert conforms(body, OPENAI_STREAMED) == [], (effort, params)
+    for effort, params, options in (
+        ("low", {}, {}),
+        ("max", {}, {}),
+        (None, {"thinking": {"type": "enabled", "budget_tokens": 4000}}, {"structured": "tool"}),
+        (None, {"thinking": {"type": "disabled"}}, {}),
+        ("high", {"thinking": {"type": "adaptive"}}, {}),
+    ):
+        spec = adapters.ModelSpec(
+            "anthropic", "claude-sonnet-5-5", params=params, options=options, effort=effort
+        )
+        a = adapters.get(spec)
+        body = orjson.loads(a.stream_body(a.encode(TASK).body))
+        assert conforms(body, ANTHROPIC_STREAMED) == [], (effort, params)
+        thinking = body.get("thinking") or {}
+        assert thinking.get("budget_tokens", 0) < body["max_tokens"]  # the API requires it
+    for effort, params in (
+        ("minimal", {}),
+        ("xhigh", {"maxOutputTokens": 9000}),
+        (None, {"thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": True}}),
+    ):
+        spec = adapters.ModelSpec("gemini", "gemini-3.5-flash", params=params, effort=effort)
+        assert gemini_problems(orjson.loads(adapters.get(spec).encode(TASK).body)) == []
