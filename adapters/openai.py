@@ -67,31 +67,30 @@ def usage_of(doc: dict) -> tuple[int | None, int | None]:
     return as_count(usage.get("prompt_tokens")), as_count(usage.get("completion_tokens"))
 
 
-def cached_of(doc: dict) -> int | None:
-    """``usage.prompt_tokens_details.cached_tokens`` of a Chat Completions reply: the prompt tokens
-    read from OpenAI's prompt cache (counted within ``prompt_tokens``, billed at the cached-input
-    price); None if absent."""
+PROMPT_DETAILS = "prompt_tokens_details"
+"""Where Chat Completions usage details its prompt tokens (the openai SDK's
+``types/completion_usage.py``); the Decisions format's is ``input_tokens_details``
+(``types/decision.py``), read by the same two functions below."""
+
+
+def _input_details(doc: dict, details: str) -> dict:
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    details = (
-        usage.get("prompt_tokens_details")
-        if isinstance(usage.get("prompt_tokens_details"), dict)
-        else {}
-    )
-    return as_count(details.get("cached_tokens"))
+    return usage.get(details) if isinstance(usage.get(details), dict) else {}
 
 
-def cache_writes_of(doc: dict) -> int | None:
+def cached_of(doc: dict, details: str = PROMPT_DETAILS) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens`` of a Chat Completions reply (``details``:
+    another usage field holding ``cached_tokens``): the prompt tokens read from OpenAI's prompt
+    cache (counted within ``prompt_tokens``, billed at the cached-input price); None if absent."""
+    return as_count(_input_details(doc, details).get("cached_tokens"))
+
+
+def cache_writes_of(doc: dict, details: str = PROMPT_DETAILS) -> int | None:
     """``usage.prompt_tokens_details.cache_write_tokens`` of a Chat Completions reply (the openai
-    SDK's ``types/completion_usage.py``): the prompt tokens written to OpenAI's prompt cache (within
-    ``prompt_tokens``; priced at a run file's ``cache_write`` price, else as input); None if
-    absent."""
-    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    details = (
-        usage.get("prompt_tokens_details")
-        if isinstance(usage.get("prompt_tokens_details"), dict)
-        else {}
-    )
-    return as_count(details.get("cache_write_tokens"))
+    SDK's ``types/completion_usage.py``; ``details`` as for ``cached_of``): the prompt tokens
+    written to OpenAI's prompt cache (within ``prompt_tokens``; priced at a run file's
+    ``cache_write`` price, else as input); None if absent."""
+    return as_count(_input_details(doc, details).get("cache_write_tokens"))
 
 
 def reasoning_tokens_of(doc: dict) -> int | None:

@@ -20,6 +20,7 @@ from google.genai import _api_client as genai_client
 from google.genai import types as genai
 from google.genai.decisions import CreateDecisionResponse
 from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types import Decision
 from openai.types.chat import ChatCompletionChunk
 from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
 from openai.types.shared import ErrorObject
@@ -32,6 +33,7 @@ from dxi.adapters.gemini_batch import GeminiBatch
 from dxi.adapters.gemini_decisions import decode_decision
 from dxi.adapters.http import TOO_LONG, error_for, rate_limit_wait
 from dxi.adapters.openai import decode_chat
+from dxi.adapters.openai_decisions import decode_decisions
 from dxi.adapters.provider_errors import body_error
 from dxi.adapters.streaming import (
     ChatAssembler,
@@ -622,3 +624,47 @@ def test_every_streamed_request_body_conforms_to_the_sdk_streaming_types():
     ):
         spec = adapters.ModelSpec("gemini", "gemini-3.5-flash", params=params, effort=effort)
         assert gemini_problems(orjson.loads(adapters.get(spec).encode(TASK).body)) == []
+
+
+def test_openai_decisions_usage_counts_its_prompt_cache_reads_and_writes():
+    """The Decisions format's usage (the openai SDK's ``types/decision.py`` ``Usage``) details its
+    input as ``input_tokens_details``: cached and written tokens are recorded, and priced, as the
+    Chat Completions ones are."""
+    doc = Decision.model_validate(
+        {
+            "model": "gpt-6-luna",
+            "answers": [
+                {"type": "predicate", "name": "q1", "probability": 0.8},
+                {
+                    "type": "choice",
+                    "name": "q2",
+                    "choice": "A",
+                    "probabilities": [
+                        {"value": "A", "probability": 0.7},
+                        {"value": "B", "probability": 0.3},
+                    ],
+                    "confidence": 0.6,
+                },
+            ],
+            "usage": {
+                "input_tokens": 2000,
+                "input_tokens_details": {"cached_tokens": 1536, "cache_write_tokens": 200},
+                "output_tokens": 0,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 2000,
+            },
+        }
+    ).model_dump(mode="json", exclude_none=True)
+    reply = decode_decisions(TASK, orjson.dumps(doc))
+    assert [a.predicted for a in reply.answers] == ["yes", "A"]
+    assert usage_of(reply) == {
+        "input_tokens": 2000,
+        "output_tokens": 0,
+        "cached_input_tokens": 1536,
+        "cache_write_tokens": 200,
+        "cache_write_1h_tokens": None,
+    }
+    # $0.10 input, $0.01 cached: 264 fresh + 200 written (at input: no write price) + 1536 cached
+    assert round(request_cost(usage_of(reply), (0.10, 0.0, 0.01)), 12) == round(
+        (464 * 0.10 + 1536 * 0.01) / 1e6, 12
+    )
