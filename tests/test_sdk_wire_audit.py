@@ -7,6 +7,8 @@ this file covers what a real server can send that the fakes do not."""
 
 from __future__ import annotations
 
+import typing
+
 import anthropic
 import httpx2
 import openai
@@ -15,24 +17,27 @@ import pydantic
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import Message, RawMessageStreamEvent
 from anthropic.types.message_create_params import MessageCreateParamsStreaming
+from anthropic.types.messages import batch_create_params as anthropic_batch_params
 from anthropic.types.shared import ErrorResponse
 from google.genai import _api_client as genai_client
 from google.genai import types as genai
 from google.genai.decisions import CreateDecisionResponse
 from openai.lib.streaming.chat import ChatCompletionStreamState
-from openai.types import Decision
+from openai.types import BatchCreateParams, Decision
 from openai.types.chat import ChatCompletionChunk
 from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
 from openai.types.shared import ErrorObject
 
 from dxi import adapters
 from dxi.adapters.anthropic import Anthropic, decode_messages
+from dxi.adapters.anthropic_batch import AnthropicBatch
 from dxi.adapters.errors import KEY, Fatal, ProviderStop, RateLimited, Transient
 from dxi.adapters.gemini import decode_generate
 from dxi.adapters.gemini_batch import GeminiBatch
 from dxi.adapters.gemini_decisions import decode_decision
 from dxi.adapters.http import TOO_LONG, error_for, rate_limit_wait
 from dxi.adapters.openai import decode_chat
+from dxi.adapters.openai_batch import OpenAIBatch
 from dxi.adapters.openai_decisions import decode_decisions
 from dxi.adapters.provider_errors import body_error
 from dxi.adapters.streaming import (
@@ -44,7 +49,7 @@ from dxi.adapters.streaming import (
 from dxi.evals.task import Option, Question, Task
 from dxi.scoring.cost import batch_price, request_cost
 
-from .helpers.sdk_types import conforms, gemini_problems
+from .helpers.sdk_types import OPENAI_BODY, conforms, gemini_problems
 
 TASK = Task(
     "when2call/1",
@@ -668,3 +673,27 @@ def test_openai_decisions_usage_counts_its_prompt_cache_reads_and_writes():
     assert round(request_cost(usage_of(reply), (0.10, 0.0, 0.01)), 12) == round(
         (464 * 0.10 + 1536 * 0.01) / 1e6, 12
     )
+
+
+def test_every_batch_input_line_conforms_to_the_sdk_batch_request_types():
+    """An Anthropic Message Batches request (``custom_id``, ``params``: the synchronous body)
+    against the SDK's ``batch_create_params.Request``; an OpenAI batch line's ``url`` one of
+    ``BatchCreateParams.endpoint`` and its body the synchronous one."""
+    for options in ({}, {"structured": "tool"}):
+        a = adapters.get(
+            adapters.ModelSpec("anthropic", "claude-sonnet-5-5", options=options, effort="low")
+        )
+        line = orjson.loads(AnthropicBatch(a).line(a.encode(TASK)))
+        assert conforms(line, anthropic_batch_params.Request) == []
+    a = adapters.get(adapters.ModelSpec("openai", "gpt-6-luna", effort="high"))
+    request = a.encode(TASK)
+    line = orjson.loads(OpenAIBatch(a).line(request))
+    endpoints = typing.get_args(
+        typing.get_type_hints(BatchCreateParams, include_extras=True)["endpoint"].__args__[0]
+    )
+    assert (line["custom_id"], line["method"], line["url"] in endpoints) == (
+        request.key,
+        "POST",
+        True,
+    )
+    assert conforms(line["body"], OPENAI_BODY) == []
