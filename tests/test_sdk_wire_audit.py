@@ -31,7 +31,7 @@ from openai.types.shared import ErrorObject
 from dxi import adapters
 from dxi.adapters.anthropic import Anthropic, decode_messages
 from dxi.adapters.anthropic_batch import AnthropicBatch
-from dxi.adapters.errors import KEY, Fatal, ProviderStop, RateLimited, Transient
+from dxi.adapters.errors import KEY, QUOTA, Fatal, ProviderStop, RateLimited, Transient
 from dxi.adapters.gemini import decode_generate
 from dxi.adapters.gemini_batch import GeminiBatch
 from dxi.adapters.gemini_decisions import decode_decision
@@ -697,3 +697,32 @@ def test_every_batch_input_line_conforms_to_the_sdk_batch_request_types():
         True,
     )
     assert conforms(line["body"], OPENAI_BODY) == []
+
+
+def test_an_anthropic_credit_balance_used_up_stops_the_provider_not_each_request():
+    """Anthropic answers every request with HTTP 400 ``invalid_request_error`` "Your credit
+    balance is too low to access the Anthropic API ..." once a prepaid balance is used up
+    (anthropics/claude-code #4684): a stop of the provider for quota, not a deterministic failure
+    stored for each request of the run."""
+    body = (
+        ErrorResponse.model_validate(
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "Your credit balance is too low to access the Anthropic API. Please go "
+                    "to Plans & Billing to upgrade or purchase credits.",
+                },
+                "request_id": "req_011CbrFTcXhtiMzr3s6EocF7",
+            }
+        )
+        .model_dump_json()
+        .encode()
+    )
+    error = error_for(400, body, {}, "anthropic:claude-sonnet-5-5")
+    assert (type(error), error.cause, error.scope) == (ProviderStop, QUOTA, "provider")
+    assert str(error) == (
+        "anthropic:claude-sonnet-5-5: HTTP 400 quota exhausted (credit balance): Your credit balance "
+        "is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase "
+        "credits."
+    )
